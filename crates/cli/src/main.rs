@@ -1,0 +1,2 @@
+//! The `secrelay` command line.
+fn main() {}

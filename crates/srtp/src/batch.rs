@@ -1,0 +1,89 @@
+//! Batch processing: many packets, from many contexts, in one call.
+//!
+//! The caller owns every buffer; results come back in a caller-owned slice, one per packet, so
+//! nothing is allocated per packet. [`SerialEngine`] processes packets one after another in the
+//! order given. Parallel engines (SIMD lanes, worker threads, a GPU) implement [`Engine`] too
+//! and must give byte-identical output and identical statuses.
+//!
+//! Packets of one stream are processed in the order they appear in the batch, so replay
+//! protection and index estimation see them as they would one at a time.
+
+use crate::context::Context;
+use crate::error::Error;
+
+/// What to do with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// RTP → SRTP.
+    ProtectRtp,
+    /// SRTP → RTP.
+    UnprotectRtp,
+    /// RTCP → SRTCP.
+    ProtectRtcp,
+    /// SRTCP → RTCP.
+    UnprotectRtcp,
+}
+
+/// One packet of a batch: `buf[..len]` is the input, and the output is written in place
+/// (`buf` needs room for the tag when protecting).
+#[derive(Debug)]
+pub struct Packet<'a> {
+    /// Index of the packet's context in the `contexts` slice given to [`Engine::process`].
+    pub context: usize,
+    /// The operation.
+    pub op: Op,
+    /// The packet's buffer.
+    pub buf: &'a mut [u8],
+    /// Length of the input in `buf`.
+    pub len: usize,
+}
+
+/// The result for one packet: the output length, or what went wrong.
+pub type PacketResult = Result<usize, Error>;
+
+/// Something that processes batches of packets.
+pub trait Engine: Send + Sync {
+    /// A short name for reports.
+    fn name(&self) -> &'static str;
+
+    /// Processes `packets` against `contexts`, writing one result per packet into
+    /// `results[i]`. A packet naming a context out of range gets [`Error::UnknownContext`].
+    ///
+    /// # Panics
+    /// If `results` is shorter than `packets` (a caller's bug, never caused by packet data).
+    fn process(&self, contexts: &mut [Context], packets: &mut [Packet<'_>], results: &mut [PacketResult]);
+}
+
+/// Packets one at a time, in order, on the calling thread.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SerialEngine;
+
+impl Engine for SerialEngine {
+    fn name(&self) -> &'static str {
+        "serial"
+    }
+
+    fn process(&self, contexts: &mut [Context], packets: &mut [Packet<'_>], results: &mut [PacketResult]) {
+        assert!(
+            results.len() >= packets.len(),
+            "results slice ({}) shorter than the batch ({})",
+            results.len(),
+            packets.len()
+        );
+        for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
+            *r = process_one(contexts, p);
+        }
+    }
+}
+
+/// Processes one batch packet with the scalar code.
+#[inline]
+pub(crate) fn process_one(contexts: &mut [Context], p: &mut Packet<'_>) -> PacketResult {
+    let ctx = contexts.get_mut(p.context).ok_or(Error::UnknownContext)?;
+    match p.op {
+        Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
+        Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),
+        Op::ProtectRtcp => ctx.protect_rtcp(p.buf, p.len),
+        Op::UnprotectRtcp => ctx.unprotect_rtcp(p.buf, p.len),
+    }
+}

@@ -1,0 +1,694 @@
+//! SRTP/SRTCP contexts: streams per SSRC, protect and unprotect.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use zeroize::Zeroizing;
+
+use crate::error::{ConfigError, Error};
+use crate::index::IndexState;
+use crate::kdf::derive_session;
+use crate::keys::MasterKey;
+use crate::profile::{CipherKind, Profile};
+use crate::provider::{self, tags_equal, AesCtr, AesGcm, CryptoProvider, HmacSha1};
+use crate::replay::{ReplayError, ReplayWindow, DEFAULT_WINDOW};
+
+/// Which way a stream's packets go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Packets we receive and unprotect.
+    Inbound,
+    /// Packets we send and protect.
+    Outbound,
+}
+
+/// Default cap on streams per context.
+pub const DEFAULT_MAX_STREAMS: usize = 1024;
+
+/// How to build a [`Context`].
+#[derive(Clone, Debug)]
+pub struct Policy {
+    key: MasterKey,
+    template: Option<Direction>,
+    window: usize,
+    allow_repeat_tx: bool,
+    max_streams: usize,
+    provider: &'static dyn CryptoProvider,
+}
+
+impl Policy {
+    /// A policy for `key` with no template (streams must be added), a 1024-packet replay
+    /// window, at most 1024 streams, and the default provider.
+    pub fn new(key: MasterKey) -> Self {
+        Policy {
+            key,
+            template: None,
+            window: DEFAULT_WINDOW,
+            allow_repeat_tx: false,
+            max_streams: DEFAULT_MAX_STREAMS,
+            provider: provider::default(),
+        }
+    }
+
+    /// Streams for unknown SSRCs are made on their first packet, as inbound ("any inbound").
+    pub fn any_inbound(mut self) -> Self {
+        self.template = Some(Direction::Inbound);
+        self
+    }
+
+    /// Streams for unknown SSRCs are made on their first packet, as outbound ("any outbound").
+    pub fn any_outbound(mut self) -> Self {
+        self.template = Some(Direction::Outbound);
+        self
+    }
+
+    /// The replay window in packets (64..=32768), used for SRTP and SRTCP.
+    pub fn replay_window(mut self, packets: usize) -> Self {
+        self.window = packets;
+        self
+    }
+
+    /// Lets a sender protect a packet index again (retransmissions of the same packet).
+    pub fn allow_repeat_tx(mut self, allow: bool) -> Self {
+        self.allow_repeat_tx = allow;
+        self
+    }
+
+    /// The most streams (SSRCs) this context holds.
+    pub fn max_streams(mut self, n: usize) -> Self {
+        self.max_streams = n;
+        self
+    }
+
+    /// The crypto provider.
+    pub fn provider(mut self, provider: &'static dyn CryptoProvider) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// The profile of the policy's key.
+    pub fn profile(&self) -> Profile {
+        self.key.profile()
+    }
+}
+
+enum Cipher {
+    Null,
+    Ctr(Box<dyn AesCtr>),
+    Gcm(Box<dyn AesGcm>),
+}
+
+/// Keyed primitives and salt for RTP or RTCP.
+struct DirKeys {
+    cipher: Cipher,
+    auth: Option<Box<dyn HmacSha1>>,
+    salt: Zeroizing<[u8; 14]>,
+}
+
+/// Session keys derived from one master key.
+pub(crate) struct Keys {
+    profile: Profile,
+    rtp: DirKeys,
+    rtcp: DirKeys,
+}
+
+impl DirKeys {
+    fn new(
+        provider: &dyn CryptoProvider,
+        profile: Profile,
+        enc: &[u8],
+        auth: &[u8],
+        salt: &[u8],
+    ) -> Result<Self, ConfigError> {
+        let pe = |e: provider::KeyError| ConfigError::Provider(e.0);
+        let cipher = match profile.cipher() {
+            CipherKind::Null => Cipher::Null,
+            CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
+            CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
+        };
+        let auth = if profile.auth_key_len() == 0 {
+            None
+        } else {
+            Some(provider.hmac_sha1(auth).map_err(pe)?)
+        };
+        if salt.len() != profile.salt_len() {
+            return Err(ConfigError::SaltLength {
+                profile,
+                expected: profile.salt_len(),
+                got: salt.len(),
+            });
+        }
+        let mut s = Zeroizing::new([0u8; 14]);
+        s[..salt.len()].copy_from_slice(salt);
+        Ok(DirKeys { cipher, auth, salt: s })
+    }
+}
+
+impl Keys {
+    fn derive(provider: &dyn CryptoProvider, key: &MasterKey) -> Result<Self, ConfigError> {
+        let p = key.profile();
+        let mk = |rtcp: bool| -> Result<DirKeys, ConfigError> {
+            let s = derive_session(provider, key, rtcp)?;
+            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt)
+        };
+        Ok(Keys {
+            profile: p,
+            rtp: mk(false)?,
+            rtcp: mk(true)?,
+        })
+    }
+}
+
+/// Per-SSRC state.
+struct Stream {
+    direction: Direction,
+    keys: Arc<Keys>,
+    rtp_index: IndexState,
+    rtp_replay: ReplayWindow,
+    /// Outbound: the next SRTCP index to send. Inbound: unused.
+    rtcp_next: u32,
+    rtcp_replay: ReplayWindow,
+}
+
+impl Stream {
+    fn new(direction: Direction, keys: Arc<Keys>, window: usize) -> Result<Self, ConfigError> {
+        Ok(Stream {
+            direction,
+            keys,
+            rtp_index: IndexState::Fresh { roc: 0 },
+            rtp_replay: ReplayWindow::new(window)?,
+            rtcp_next: 0,
+            rtcp_replay: ReplayWindow::new(window)?,
+        })
+    }
+}
+
+type StreamMap = HashMap<u32, Stream, foldhash::fast::RandomState>;
+
+/// An SRTP/SRTCP context: one master key (or several, per stream), many SSRCs.
+///
+/// # Threading
+/// A context is `Send` and is driven through `&mut self`: own one per call, per participant
+/// or per worker thread. There are no global locks and no shared mutable state between
+/// contexts; the keyed primitives are shared read-only (`Arc`) between the streams made from
+/// one master key. To process packets of many contexts at once, see [`crate::batch`].
+pub struct Context {
+    profile: Profile,
+    keys: Arc<Keys>,
+    template: Option<Direction>,
+    window: usize,
+    allow_repeat_tx: bool,
+    max_streams: usize,
+    provider: &'static dyn CryptoProvider,
+    streams: StreamMap,
+}
+
+impl core::fmt::Debug for Context {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Context")
+            .field("profile", &self.profile)
+            .field("template", &self.template)
+            .field("streams", &self.streams.len())
+            .field("provider", &self.provider.name())
+            .finish_non_exhaustive()
+    }
+}
+
+#[inline]
+fn rtp_header_len(pkt: &[u8]) -> Result<usize, Error> {
+    if pkt.len() < 12 {
+        return Err(Error::TooShort);
+    }
+    if pkt[0] >> 6 != 2 {
+        return Err(Error::BadHeader);
+    }
+    let cc = (pkt[0] & 0x0f) as usize;
+    let mut n = 12 + 4 * cc;
+    if pkt[0] & 0x10 != 0 {
+        if pkt.len() < n + 4 {
+            return Err(Error::BadHeader);
+        }
+        let words = u16::from_be_bytes([pkt[n + 2], pkt[n + 3]]) as usize;
+        n += 4 + 4 * words;
+    }
+    if n > pkt.len() {
+        return Err(Error::BadHeader);
+    }
+    Ok(n)
+}
+
+#[inline]
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// AES-CM IV (RFC 3711 §4.1.1): (salt·2^16) ⊕ (SSRC·2^64) ⊕ (index·2^16).
+#[inline]
+fn cm_iv(salt: &[u8; 14], ssrc: u32, index: u64) -> [u8; 16] {
+    let mut iv = [0u8; 16];
+    iv[..14].copy_from_slice(salt);
+    for (i, b) in ssrc.to_be_bytes().iter().enumerate() {
+        iv[4 + i] ^= b;
+    }
+    let idx = index.to_be_bytes();
+    for i in 0..6 {
+        iv[8 + i] ^= idx[2 + i];
+    }
+    iv
+}
+
+/// GCM IV for SRTP (RFC 7714 §8.1): salt ⊕ (0x0000 ‖ SSRC ‖ ROC ‖ SEQ).
+#[inline]
+fn gcm_rtp_iv(salt: &[u8; 14], ssrc: u32, roc: u32, seq: u16) -> [u8; 12] {
+    let mut iv = [0u8; 12];
+    iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
+    iv[6..10].copy_from_slice(&roc.to_be_bytes());
+    iv[10..12].copy_from_slice(&seq.to_be_bytes());
+    for i in 0..12 {
+        iv[i] ^= salt[i];
+    }
+    iv
+}
+
+/// GCM IV for SRTCP (RFC 7714 §9.1): salt ⊕ (0x0000 ‖ SSRC ‖ 0x0000 ‖ 0 ‖ SRTCP index).
+#[inline]
+fn gcm_rtcp_iv(salt: &[u8; 14], ssrc: u32, index: u32) -> [u8; 12] {
+    let mut iv = [0u8; 12];
+    iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
+    iv[8..12].copy_from_slice(&index.to_be_bytes());
+    for i in 0..12 {
+        iv[i] ^= salt[i];
+    }
+    iv
+}
+
+const E_BIT: u32 = 0x8000_0000;
+const MAX_SRTCP_INDEX: u32 = 0x7fff_ffff;
+
+fn replay_err(e: ReplayError) -> Error {
+    match e {
+        ReplayError::Duplicate => Error::ReplayDuplicate,
+        ReplayError::Old => Error::ReplayOld,
+    }
+}
+
+impl Context {
+    /// Derives the session keys and sets the context up.
+    pub fn new(policy: Policy) -> Result<Self, ConfigError> {
+        // Check the window size once, here, so streams made later cannot fail on it.
+        ReplayWindow::new(policy.window)?;
+        if policy.max_streams == 0 {
+            return Err(ConfigError::MaxStreams);
+        }
+        let keys = Arc::new(Keys::derive(policy.provider, &policy.key)?);
+        Ok(Context {
+            profile: policy.key.profile(),
+            keys,
+            template: policy.template,
+            window: policy.window,
+            allow_repeat_tx: policy.allow_repeat_tx,
+            max_streams: policy.max_streams,
+            provider: policy.provider,
+            streams: StreamMap::default(),
+        })
+    }
+
+    /// The context's profile.
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+
+    /// The name of the crypto provider in use.
+    pub fn provider_name(&self) -> &'static str {
+        self.provider.name()
+    }
+
+    /// Number of streams held.
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Adds (or replaces) a stream for `ssrc` keyed with the context's master key.
+    pub fn add_stream(&mut self, ssrc: u32, direction: Direction) -> Result<(), Error> {
+        let keys = self.keys.clone();
+        self.insert_stream(ssrc, direction, keys)
+    }
+
+    /// Adds (or replaces) a stream for `ssrc` with its own master key (same profile).
+    pub fn add_stream_with_key(
+        &mut self,
+        ssrc: u32,
+        direction: Direction,
+        key: &MasterKey,
+    ) -> Result<(), ConfigError> {
+        if key.profile() != self.profile {
+            return Err(ConfigError::ProfileMismatch);
+        }
+        let keys = Arc::new(Keys::derive(self.provider, key)?);
+        self.insert_stream(ssrc, direction, keys)
+            .map_err(|_| ConfigError::MaxStreams)
+    }
+
+    fn insert_stream(&mut self, ssrc: u32, direction: Direction, keys: Arc<Keys>) -> Result<(), Error> {
+        if !self.streams.contains_key(&ssrc) && self.streams.len() >= self.max_streams {
+            return Err(Error::StreamLimit);
+        }
+        // The window size was checked in `new`.
+        let s = Stream::new(direction, keys, self.window).map_err(|_| Error::StreamLimit)?;
+        self.streams.insert(ssrc, s);
+        Ok(())
+    }
+
+    /// Removes the stream for `ssrc`; returns whether there was one.
+    pub fn remove_stream(&mut self, ssrc: u32) -> bool {
+        self.streams.remove(&ssrc).is_some()
+    }
+
+    /// The rollover counter of the stream for `ssrc`.
+    pub fn roc(&self, ssrc: u32) -> Option<u32> {
+        self.streams.get(&ssrc).map(|s| s.rtp_index.roc())
+    }
+
+    /// Sets the rollover counter of the stream for `ssrc` (making the stream from the template
+    /// if needed), so that a node taking over a stream resumes it: the next packet's index is
+    /// `roc·2^16 + SEQ` exactly, and the replay window starts afresh from it.
+    pub fn set_roc(&mut self, ssrc: u32, roc: u32) -> Result<(), Error> {
+        if roc >= 1 << 16 {
+            // ROC·2^16 must fit the 48-bit index.
+            return Err(Error::KeyExhausted);
+        }
+        if !self.streams.contains_key(&ssrc) {
+            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
+            self.add_stream(ssrc, dir)?;
+        }
+        let s = self.streams.get_mut(&ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        s.rtp_index = IndexState::Fresh { roc };
+        s.rtp_replay.reset();
+        Ok(())
+    }
+
+    /// The SRTCP index the stream for `ssrc` sends next (outbound streams).
+    pub fn rtcp_index(&self, ssrc: u32) -> Option<u32> {
+        self.streams.get(&ssrc).map(|s| s.rtcp_next)
+    }
+
+    /// Sets the SRTCP index an outbound stream sends next (making the stream from the template
+    /// if needed), so a node taking over a stream never reuses an index.
+    pub fn set_rtcp_index(&mut self, ssrc: u32, index: u32) -> Result<(), Error> {
+        if index > MAX_SRTCP_INDEX {
+            return Err(Error::KeyExhausted);
+        }
+        if !self.streams.contains_key(&ssrc) {
+            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
+            self.add_stream(ssrc, dir)?;
+        }
+        let s = self.streams.get_mut(&ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        s.rtcp_next = index;
+        Ok(())
+    }
+
+    /// Replaces the session keys (for streams made from now on) with keys given directly
+    /// instead of derived from the master key, the same for SRTP and SRTCP. Only for
+    /// known-answer tests whose vectors start from session keys (RFC 7714 §16–17).
+    #[doc(hidden)]
+    pub fn set_session_keys_for_known_answer_tests(
+        &mut self,
+        enc: &[u8],
+        auth: &[u8],
+        salt: &[u8],
+    ) -> Result<(), ConfigError> {
+        let p = self.profile;
+        self.keys = Arc::new(Keys {
+            profile: p,
+            rtp: DirKeys::new(self.provider, p, enc, auth, salt)?,
+            rtcp: DirKeys::new(self.provider, p, enc, auth, salt)?,
+        });
+        Ok(())
+    }
+
+    #[inline]
+    fn stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
+        if !self.streams.contains_key(&ssrc) {
+            match self.template {
+                Some(d) if d == direction => {
+                    if self.streams.len() >= self.max_streams {
+                        return Err(Error::StreamLimit);
+                    }
+                    let s = Stream::new(direction, self.keys.clone(), self.window)
+                        .map_err(|_| Error::StreamLimit)?;
+                    self.streams.insert(ssrc, s);
+                }
+                Some(_) => return Err(Error::WrongDirection(ssrc)),
+                None => return Err(Error::UnknownSsrc(ssrc)),
+            }
+        }
+        let s = self.streams.get_mut(&ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        if s.direction != direction {
+            return Err(Error::WrongDirection(ssrc));
+        }
+        Ok(s)
+    }
+
+    /// Protects the RTP packet `buf[..len]` in place; `buf` must have room for the tag
+    /// ([`Profile::rtp_overhead`] more bytes). Returns the SRTP packet's length.
+    pub fn protect_rtp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        if len > buf.len() {
+            return Err(Error::TooShort);
+        }
+        let hdr = rtp_header_len(&buf[..len])?;
+        let seq = u16::from_be_bytes([buf[2], buf[3]]);
+        let ssrc = be32(buf, 8);
+        let allow_repeat = self.allow_repeat_tx;
+        let s = self.stream(ssrc, Direction::Outbound)?;
+        let tag_len = s.keys.profile.rtp_tag_len();
+        let out_len = len + tag_len;
+        if buf.len() < out_len {
+            return Err(Error::BufferTooSmall { needed: out_len });
+        }
+        let index = s.rtp_index.index_for(seq).ok_or(Error::ReplayOld)?;
+        match s.rtp_replay.check(index) {
+            Ok(()) => {}
+            Err(ReplayError::Duplicate) if allow_repeat => {}
+            Err(e) => return Err(replay_err(e)),
+        }
+        let roc = (index >> 16) as u32;
+        let k = &s.keys.rtp;
+        match &k.cipher {
+            Cipher::Gcm(g) => {
+                let nonce = gcm_rtp_iv(&k.salt, ssrc, roc, seq);
+                let (aad, rest) = buf.split_at_mut(hdr);
+                let (data, tail) = rest.split_at_mut(len - hdr);
+                let mut tag = [0u8; 16];
+                g.seal(&nonce, aad, data, &mut tag);
+                tail[..16].copy_from_slice(&tag);
+            }
+            cipher => {
+                if let Cipher::Ctr(c) = cipher {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len]);
+                }
+                if let Some(auth) = &k.auth {
+                    let mut mac = [0u8; 20];
+                    auth.sign2(&buf[..len], &roc.to_be_bytes(), &mut mac);
+                    buf[len..out_len].copy_from_slice(&mac[..tag_len]);
+                }
+            }
+        }
+        s.rtp_index.advance(index);
+        s.rtp_replay.update(index);
+        Ok(out_len)
+    }
+
+    /// Unprotects the SRTP packet `buf[..len]` in place. Returns the RTP packet's length.
+    /// Nothing changes in the stream's state unless the packet authenticates.
+    pub fn unprotect_rtp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        if len > buf.len() {
+            return Err(Error::TooShort);
+        }
+        let pkt = &buf[..len];
+        let hdr = rtp_header_len(pkt)?;
+        let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
+        let ssrc = be32(pkt, 8);
+        let tag_len = self.profile.rtp_tag_len();
+        if len < hdr + tag_len {
+            return Err(Error::TooShort);
+        }
+        let s = self.stream(ssrc, Direction::Inbound)?;
+        let index = s.rtp_index.index_for(seq).ok_or(Error::ReplayOld)?;
+        s.rtp_replay.check(index).map_err(replay_err)?;
+        let roc = (index >> 16) as u32;
+        let k = &s.keys.rtp;
+        let body_end = len - tag_len;
+        match &k.cipher {
+            Cipher::Gcm(g) => {
+                let nonce = gcm_rtp_iv(&k.salt, ssrc, roc, seq);
+                let (aad, rest) = buf.split_at_mut(hdr);
+                g.open(&nonce, aad, &mut rest[..len - hdr])
+                    .map_err(|_| Error::AuthFailed)?;
+            }
+            cipher => {
+                if let Some(auth) = &k.auth {
+                    let mut mac = [0u8; 20];
+                    auth.sign2(&buf[..body_end], &roc.to_be_bytes(), &mut mac);
+                    if !tags_equal(&mac[..tag_len], &buf[body_end..len]) {
+                        return Err(Error::AuthFailed);
+                    }
+                }
+                if let Cipher::Ctr(c) = cipher {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..body_end]);
+                }
+            }
+        }
+        s.rtp_index.advance(index);
+        s.rtp_replay.update(index);
+        Ok(body_end)
+    }
+
+    /// Protects the (compound) RTCP packet `buf[..len]` in place; `buf` must have room for
+    /// [`Profile::rtcp_overhead`] more bytes. Returns the SRTCP packet's length.
+    pub fn protect_rtcp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        if len > buf.len() || len < 8 {
+            return Err(Error::TooShort);
+        }
+        if buf[0] >> 6 != 2 {
+            return Err(Error::BadHeader);
+        }
+        let ssrc = be32(buf, 4);
+        let s = self.stream(ssrc, Direction::Outbound)?;
+        let profile = s.keys.profile;
+        let tag_len = profile.rtcp_tag_len();
+        let out_len = len + 4 + tag_len;
+        if buf.len() < out_len {
+            return Err(Error::BufferTooSmall { needed: out_len });
+        }
+        let index = s.rtcp_next;
+        if index > MAX_SRTCP_INDEX {
+            return Err(Error::KeyExhausted);
+        }
+        let e = profile.encrypts();
+        let trailer = (if e { E_BIT } else { 0 } | index).to_be_bytes();
+        let k = &s.keys.rtcp;
+        match &k.cipher {
+            Cipher::Gcm(g) => {
+                let nonce = gcm_rtcp_iv(&k.salt, ssrc, index);
+                let mut aad = [0u8; 12];
+                aad[..8].copy_from_slice(&buf[..8]);
+                aad[8..].copy_from_slice(&trailer);
+                let (hdr, rest) = buf.split_at_mut(8);
+                let _ = hdr;
+                let (data, tail) = rest.split_at_mut(len - 8);
+                let mut tag = [0u8; 16];
+                g.seal(&nonce, &aad, data, &mut tag);
+                tail[..16].copy_from_slice(&tag);
+                tail[16..20].copy_from_slice(&trailer);
+            }
+            cipher => {
+                if let Cipher::Ctr(c) = cipher {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..len]);
+                }
+                buf[len..len + 4].copy_from_slice(&trailer);
+                if let Some(auth) = &k.auth {
+                    let mut mac = [0u8; 20];
+                    auth.sign2(&buf[..len + 4], &[], &mut mac);
+                    buf[len + 4..out_len].copy_from_slice(&mac[..tag_len]);
+                }
+            }
+        }
+        s.rtcp_next = index + 1;
+        Ok(out_len)
+    }
+
+    /// Unprotects the SRTCP packet `buf[..len]` in place. Returns the RTCP packet's length.
+    pub fn unprotect_rtcp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        if len > buf.len() {
+            return Err(Error::TooShort);
+        }
+        let tag_len = self.profile.rtcp_tag_len();
+        if len < 8 + 4 + tag_len {
+            return Err(Error::TooShort);
+        }
+        if buf[0] >> 6 != 2 {
+            return Err(Error::BadHeader);
+        }
+        let ssrc = be32(buf, 4);
+        let aead = self.profile.is_aead();
+        // Layout: CM/NULL [rtcp][E|index][tag]; AEAD [rtcp'][tag][E|index].
+        let trailer_at = if aead { len - 4 } else { len - tag_len - 4 };
+        let word = be32(buf, trailer_at);
+        let encrypted = word & E_BIT != 0;
+        let index = word & MAX_SRTCP_INDEX;
+        let s = self.stream(ssrc, Direction::Inbound)?;
+        s.rtcp_replay.check(index as u64).map_err(replay_err)?;
+        let k = &s.keys.rtcp;
+        let rtcp_len = len - 4 - tag_len;
+        match &k.cipher {
+            Cipher::Gcm(g) => {
+                let nonce = gcm_rtcp_iv(&k.salt, ssrc, index);
+                if encrypted {
+                    let mut aad = [0u8; 12];
+                    aad[..8].copy_from_slice(&buf[..8]);
+                    aad[8..].copy_from_slice(&buf[trailer_at..len]);
+                    g.open(&nonce, &aad, &mut buf[8..trailer_at])
+                        .map_err(|_| Error::AuthFailed)?;
+                } else {
+                    // Authenticated only: AAD is the whole RTCP packet and the trailer, which
+                    // sit on either side of the tag. Swap the tag and trailer so both are
+                    // contiguous, and swap back if the tag does not verify.
+                    buf[rtcp_len..len].rotate_right(4);
+                    let (aad, tag) = buf[..len].split_at_mut(rtcp_len + 4);
+                    if g.open(&nonce, aad, tag).is_err() {
+                        buf[rtcp_len..len].rotate_left(4);
+                        return Err(Error::AuthFailed);
+                    }
+                }
+            }
+            cipher => {
+                if let Some(auth) = &k.auth {
+                    let mut mac = [0u8; 20];
+                    auth.sign2(&buf[..len - tag_len], &[], &mut mac);
+                    if !tags_equal(&mac[..tag_len], &buf[len - tag_len..len]) {
+                        return Err(Error::AuthFailed);
+                    }
+                }
+                if let (Cipher::Ctr(c), true) = (cipher, encrypted) {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..rtcp_len]);
+                }
+            }
+        }
+        s.rtcp_replay.update(index as u64);
+        Ok(rtcp_len)
+    }
+
+    /// Protects `input` (an RTP packet) into `output`. Returns the SRTP packet's length.
+    pub fn protect_rtp_into(&mut self, input: &[u8], output: &mut [u8]) -> Result<usize, Error> {
+        let n = copy_in(input, output, self.profile.rtp_overhead())?;
+        self.protect_rtp(output, n)
+    }
+
+    /// Unprotects `input` (an SRTP packet) into `output`. Returns the RTP packet's length.
+    pub fn unprotect_rtp_into(&mut self, input: &[u8], output: &mut [u8]) -> Result<usize, Error> {
+        let n = copy_in(input, output, 0)?;
+        self.unprotect_rtp(output, n)
+    }
+
+    /// Protects `input` (an RTCP packet) into `output`. Returns the SRTCP packet's length.
+    pub fn protect_rtcp_into(&mut self, input: &[u8], output: &mut [u8]) -> Result<usize, Error> {
+        let n = copy_in(input, output, self.profile.rtcp_overhead())?;
+        self.protect_rtcp(output, n)
+    }
+
+    /// Unprotects `input` (an SRTCP packet) into `output`. Returns the RTCP packet's length.
+    pub fn unprotect_rtcp_into(&mut self, input: &[u8], output: &mut [u8]) -> Result<usize, Error> {
+        let n = copy_in(input, output, 0)?;
+        self.unprotect_rtcp(output, n)
+    }
+}
+
+#[inline]
+fn copy_in(input: &[u8], output: &mut [u8], extra: usize) -> Result<usize, Error> {
+    let needed = input.len() + extra;
+    if output.len() < needed {
+        return Err(Error::BufferTooSmall { needed });
+    }
+    output[..input.len()].copy_from_slice(input);
+    Ok(input.len())
+}

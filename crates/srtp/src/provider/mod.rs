@@ -1,0 +1,130 @@
+//! Crypto providers: where the primitives come from.
+//!
+//! The SRTP maths (IVs, key derivation, tag layout, tag comparison) stays in this crate; the
+//! primitives — AES in counter mode, HMAC-SHA1, AES-GCM — come from a provider, a
+//! `&'static dyn CryptoProvider` in the manner of rustls' `CryptoProvider`. Every provider runs
+//! the same known-answer tests (`tests/known_answers.rs`).
+//!
+//! Providers shipped:
+//! - [`rustcrypto()`]: RustCrypto's `aes` (AES-NI/VAES, detected at run time), `ctr`, `sha1`
+//!   (SHA-NI) and `aes-gcm`. HMAC-SHA1 is built on `sha1`'s compression function with the keyed
+//!   inner and outer states computed once per key, so a packet costs only its own blocks.
+//! - [`aws_lc()`] (feature `aws-lc`): aws-lc-rs for all three.
+//! - [`default()`]: the fastest combination measured on x86-64 with AES-NI, SHA-NI and
+//!   VPCLMULQDQ (see `docs/benchmarks.md`): RustCrypto's AES-CTR and HMAC-SHA1, aws-lc's GCM.
+
+use core::fmt;
+
+mod hmac_sha1;
+mod rustcrypto;
+#[cfg(feature = "aws-lc")]
+mod aws_lc;
+
+pub use hmac_sha1::HmacSha1State;
+
+/// Constant-time comparison of a received tag with the computed one.
+#[inline]
+pub(crate) fn tags_equal(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+/// AES in counter mode with a 128-bit big-endian counter, keyed once.
+pub trait AesCtr: Send + Sync {
+    /// XORs the keystream that starts at counter block `iv` into `data`.
+    fn apply_keystream(&self, iv: &[u8; 16], data: &mut [u8]);
+}
+
+/// HMAC-SHA1, keyed once.
+pub trait HmacSha1: Send + Sync {
+    /// Computes HMAC-SHA1 over `a ‖ b` (SRTP authenticates the packet followed by the ROC).
+    fn sign2(&self, a: &[u8], b: &[u8], out: &mut [u8; 20]);
+}
+
+/// AES-GCM with 12-byte nonces and 16-byte tags, keyed once.
+pub trait AesGcm: Send + Sync {
+    /// Encrypts `data` in place and writes the tag.
+    fn seal(&self, nonce: &[u8; 12], aad: &[u8], data: &mut [u8], tag: &mut [u8; 16]);
+    /// Decrypts `data_and_tag` (ciphertext followed by its 16-byte tag) in place after checking
+    /// the tag in constant time; on success the plaintext is `data_and_tag[..len - 16]`.
+    fn open(&self, nonce: &[u8; 12], aad: &[u8], data_and_tag: &mut [u8]) -> Result<(), AuthError>;
+}
+
+/// The AEAD tag did not verify.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthError;
+
+/// The provider cannot key a primitive with the bytes given (wrong length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyError(pub &'static str);
+
+/// A source of the primitives SRTP needs.
+pub trait CryptoProvider: Send + Sync + 'static {
+    /// A short name for reports (`rustcrypto`, `aws-lc`, …).
+    fn name(&self) -> &'static str;
+    /// AES-CTR keyed with a 16- or 32-byte key.
+    fn aes_ctr(&self, key: &[u8]) -> Result<Box<dyn AesCtr>, KeyError>;
+    /// HMAC-SHA1 keyed with `key`.
+    fn hmac_sha1(&self, key: &[u8]) -> Result<Box<dyn HmacSha1>, KeyError>;
+    /// AES-GCM keyed with a 16- or 32-byte key.
+    fn aes_gcm(&self, key: &[u8]) -> Result<Box<dyn AesGcm>, KeyError>;
+}
+
+impl fmt::Debug for dyn CryptoProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CryptoProvider({})", self.name())
+    }
+}
+
+/// RustCrypto for every primitive.
+pub fn rustcrypto() -> &'static dyn CryptoProvider {
+    &rustcrypto::RustCrypto
+}
+
+/// aws-lc-rs for every primitive.
+#[cfg(feature = "aws-lc")]
+pub fn aws_lc() -> &'static dyn CryptoProvider {
+    &aws_lc::AwsLc
+}
+
+/// The fastest combination measured (see the module docs).
+pub fn default() -> &'static dyn CryptoProvider {
+    &Mixed
+}
+
+/// Every provider compiled in, for tests and benchmarks that compare them.
+pub fn all() -> Vec<&'static dyn CryptoProvider> {
+    let mut v: Vec<&'static dyn CryptoProvider> = vec![default(), rustcrypto()];
+    #[cfg(feature = "aws-lc")]
+    v.push(aws_lc());
+    v
+}
+
+/// RustCrypto's CTR and HMAC with aws-lc's GCM where aws-lc is compiled in.
+struct Mixed;
+
+impl CryptoProvider for Mixed {
+    fn name(&self) -> &'static str {
+        if cfg!(feature = "aws-lc") {
+            "default (rustcrypto ctr+hmac, aws-lc gcm)"
+        } else {
+            "default (rustcrypto)"
+        }
+    }
+    fn aes_ctr(&self, key: &[u8]) -> Result<Box<dyn AesCtr>, KeyError> {
+        rustcrypto::RustCrypto.aes_ctr(key)
+    }
+    fn hmac_sha1(&self, key: &[u8]) -> Result<Box<dyn HmacSha1>, KeyError> {
+        rustcrypto::RustCrypto.hmac_sha1(key)
+    }
+    fn aes_gcm(&self, key: &[u8]) -> Result<Box<dyn AesGcm>, KeyError> {
+        #[cfg(feature = "aws-lc")]
+        {
+            aws_lc::AwsLc.aes_gcm(key)
+        }
+        #[cfg(not(feature = "aws-lc"))]
+        {
+            rustcrypto::RustCrypto.aes_gcm(key)
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Streaming capture reader (pcap and pcapng).
+
+use std::io::{Chain, Cursor, Read};
+
+use byteorder_slice::{BigEndian, LittleEndian};
+use pcap_file::pcap::PcapReader;
+use pcap_file::pcapng::RawBlock;
+use pcap_file::pcapng::blocks::{
+    ENHANCED_PACKET_BLOCK, INTERFACE_DESCRIPTION_BLOCK, PACKET_BLOCK, SECTION_HEADER_BLOCK,
+    SIMPLE_PACKET_BLOCK,
+};
+use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::{Endianness, PcapError, TsResolution};
+
+use super::format::{pcap_link_type, FormatInner, NgInterface};
+use super::{BlockOrigin, CaptureError, CaptureFormat, CapturedPacket, LinkType};
+
+type Source<R> = Chain<Cursor<[u8; 4]>, R>;
+
+enum Inner<R: Read> {
+    Pcap(PcapReader<Source<R>>),
+    PcapNg {
+        reader: PcapNgReader<Source<R>>,
+        /// Global index of interface 0 of the current section.
+        section_base: usize,
+    },
+}
+
+/// Reads packets one by one from a pcap or pcapng stream.
+///
+/// The format is detected from the magic number. Frames that are not
+/// well-formed UDP come back as packets with [`CapturedPacket::udp`] =
+/// `None` and a [`CapturedPacket::not_udp_reason`]; a malformed file
+/// (bad magic, truncated header/record/block, invalid block) yields one
+/// `Err` and then the iteration ends.
+///
+/// For pcapng, interface descriptions may appear between packets; the
+/// [`format`](Self::format) grows as they are read.
+pub struct CaptureReader<R: Read> {
+    inner: Inner<R>,
+    format: CaptureFormat,
+    done: bool,
+}
+
+impl<R: Read> std::fmt::Debug for CaptureReader<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaptureReader")
+            .field("format", &self.format)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+const PCAP_MAGICS: [u32; 4] = [0xA1B2_C3D4, 0xD4C3_B2A1, 0xA1B2_3C4D, 0x4D3C_B2A1];
+
+impl<R: Read> CaptureReader<R> {
+    /// Detects the format and reads the file header (pcap global header or
+    /// first pcapng section header).
+    pub fn new(mut reader: R) -> Result<Self, CaptureError> {
+        let mut magic = [0u8; 4];
+        let mut filled = 0;
+        while filled < magic.len() {
+            match reader.read(&mut magic[filled..]) {
+                Ok(0) => return Err(CaptureError::TooShort),
+                Ok(n) => filled += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CaptureError::Io(e)),
+            }
+        }
+        let source = Cursor::new(magic).chain(reader);
+        let m = u32::from_be_bytes(magic);
+        if PCAP_MAGICS.contains(&m) {
+            let reader = PcapReader::new(source).map_err(CaptureError::from_pcap)?;
+            let format = CaptureFormat {
+                inner: FormatInner::Pcap(reader.header()),
+            };
+            Ok(CaptureReader {
+                inner: Inner::Pcap(reader),
+                format,
+                done: false,
+            })
+        } else if m == SECTION_HEADER_BLOCK {
+            let reader = PcapNgReader::new(source).map_err(CaptureError::from_pcap)?;
+            let format = CaptureFormat {
+                inner: FormatInner::PcapNg {
+                    section: reader.section().clone(),
+                    interfaces: Vec::new(),
+                },
+            };
+            Ok(CaptureReader {
+                inner: Inner::PcapNg {
+                    reader,
+                    section_base: 0,
+                },
+                format,
+                done: false,
+            })
+        } else {
+            Err(CaptureError::UnknownFormat { magic })
+        }
+    }
+
+    /// The format read so far (for pcapng, the interfaces seen so far).
+    pub fn format(&self) -> &CaptureFormat {
+        &self.format
+    }
+
+    /// Consumes the reader and returns the format.
+    pub fn into_format(self) -> CaptureFormat {
+        self.format
+    }
+
+    /// Returns the next packet, `None` at the end of the file, or an error
+    /// for a malformed file (after which it returns `None`).
+    pub fn next_packet(&mut self) -> Option<Result<CapturedPacket, CaptureError>> {
+        if self.done {
+            return None;
+        }
+        let res = match &mut self.inner {
+            Inner::Pcap(reader) => next_pcap(reader, &self.format),
+            Inner::PcapNg {
+                reader,
+                section_base,
+            } => next_pcapng(reader, section_base, &mut self.format),
+        };
+        match res {
+            Some(Ok(p)) => Some(Ok(p)),
+            Some(Err(e)) => {
+                self.done = true;
+                Some(Err(e))
+            }
+            None => {
+                self.done = true;
+                None
+            }
+        }
+    }
+}
+
+impl<R: Read> Iterator for CaptureReader<R> {
+    type Item = Result<CapturedPacket, CaptureError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_packet()
+    }
+}
+
+fn next_pcap<R: Read>(
+    reader: &mut PcapReader<Source<R>>,
+    format: &CaptureFormat,
+) -> Option<Result<CapturedPacket, CaptureError>> {
+    let FormatInner::Pcap(header) = &format.inner else {
+        return None;
+    };
+    let link_type = pcap_link_type(header);
+    let frac_ns: u64 = match header.ts_resolution {
+        TsResolution::MicroSecond => 1_000,
+        TsResolution::NanoSecond => 1,
+    };
+    let raw = match reader.next_raw_packet()? {
+        Ok(raw) => raw,
+        Err(e) => return Some(Err(CaptureError::from_pcap(e))),
+    };
+    // Lenient: a fraction >= 1 s (invalid, but seen in the wild) carries
+    // into the seconds instead of failing the file.
+    let ts = u64::from(raw.ts_sec) * 1_000_000_000 + u64::from(raw.ts_frac) * frac_ns;
+    Some(Ok(CapturedPacket::from_parts(
+        link_type,
+        0,
+        ts,
+        raw.orig_len,
+        raw.data.to_vec(),
+        BlockOrigin::PcapRecord,
+    )))
+}
+
+/// What a raw pcapng block turned out to be, extracted while the block
+/// still borrows the reader.
+enum NgItem {
+    NewSection,
+    NewInterface,
+    Packet(CapturedPacket),
+    Skip,
+}
+
+fn next_pcapng<R: Read>(
+    reader: &mut PcapNgReader<Source<R>>,
+    section_base: &mut usize,
+    format: &mut CaptureFormat,
+) -> Option<Result<CapturedPacket, CaptureError>> {
+    loop {
+        let endianness = reader.section().endianness;
+        let section_ifaces = reader.interfaces().len();
+        let item = match reader.next_raw_block()? {
+            Ok(raw) => packet_from_block(raw, endianness, section_ifaces, *section_base, format),
+            Err(e) => Err(CaptureError::from_pcap(e)),
+        };
+        let FormatInner::PcapNg { interfaces, .. } = &mut format.inner else {
+            return None;
+        };
+        match item {
+            Err(e) => return Some(Err(e)),
+            Ok(NgItem::NewSection) => *section_base = interfaces.len(),
+            Ok(NgItem::NewInterface) => {
+                if let Some(idb) = reader.interfaces().last() {
+                    interfaces.push(NgInterface::new(idb.clone()));
+                }
+            }
+            Ok(NgItem::Packet(p)) => return Some(Ok(p)),
+            Ok(NgItem::Skip) => {}
+        }
+    }
+}
+
+fn packet_from_block(
+    raw: RawBlock<'_>,
+    endianness: Endianness,
+    section_ifaces: usize,
+    section_base: usize,
+    format: &CaptureFormat,
+) -> Result<NgItem, CaptureError> {
+    match raw.type_ {
+        SECTION_HEADER_BLOCK => return Ok(NgItem::NewSection),
+        INTERFACE_DESCRIPTION_BLOCK => return Ok(NgItem::NewInterface),
+        ENHANCED_PACKET_BLOCK | SIMPLE_PACKET_BLOCK | PACKET_BLOCK => {}
+        _ => return Ok(NgItem::Skip),
+    }
+    let block = match endianness {
+        Endianness::Big => raw.try_into_block::<BigEndian>(),
+        Endianness::Little => raw.try_into_block::<LittleEndian>(),
+    }
+    .map_err(CaptureError::from_pcap)?;
+    let FormatInner::PcapNg { interfaces, .. } = &format.inner else {
+        return Ok(NgItem::Skip);
+    };
+    let interface = |local: u32| -> Result<(u32, &NgInterface), CaptureError> {
+        let local_idx = usize::try_from(local).map_err(|_| CaptureError::UnknownInterface(local))?;
+        if local_idx >= section_ifaces {
+            return Err(CaptureError::UnknownInterface(local));
+        }
+        let global = section_base + local_idx;
+        let iface = interfaces
+            .get(global)
+            .ok_or(CaptureError::UnknownInterface(local))?;
+        let global = u32::try_from(global).map_err(|_| CaptureError::UnknownInterface(local))?;
+        Ok((global, iface))
+    };
+    let packet = match block {
+        Block::EnhancedPacket(epb) => {
+            let (global, iface) = interface(epb.interface_id)?;
+            // pcap-file hands the raw 64-bit timestamp over as "nanoseconds"
+            // without applying if_tsresol.
+            let raw_ts = u64::try_from(epb.timestamp.as_nanos()).unwrap_or(u64::MAX);
+            let mut p = CapturedPacket::from_parts(
+                LinkType(u32::from(iface.idb.linktype)),
+                global,
+                iface.unit.raw_to_ns(raw_ts, iface.offset_s),
+                epb.original_len,
+                epb.data.into_owned(),
+                BlockOrigin::Enhanced,
+            );
+            p.set_original_raw_ts(raw_ts);
+            p.epb_options = epb.options.into_iter().map(|o| o.into_owned()).collect();
+            p
+        }
+        Block::Packet(pb) => {
+            let (global, iface) = interface(u32::from(pb.interface_id))?;
+            let mut p = CapturedPacket::from_parts(
+                LinkType(u32::from(iface.idb.linktype)),
+                global,
+                iface.unit.raw_to_ns(pb.timestamp, iface.offset_s),
+                pb.original_len,
+                pb.data.into_owned(),
+                BlockOrigin::Obsolete,
+            );
+            p.set_original_raw_ts(pb.timestamp);
+            p
+        }
+        Block::SimplePacket(spb) => {
+            let (global, iface) = interface(0)?;
+            // pcap-file includes the block padding in the data: the captured
+            // length is min(original length, snap length).
+            let mut len = spb.data.len().min(spb.original_len as usize);
+            if iface.idb.snaplen != 0 {
+                len = len.min(iface.idb.snaplen as usize);
+            }
+            CapturedPacket::from_parts(
+                LinkType(u32::from(iface.idb.linktype)),
+                global,
+                0,
+                spb.original_len,
+                spb.data.get(..len).unwrap_or_default().to_vec(),
+                BlockOrigin::Simple,
+            )
+        }
+        _ => return Ok(NgItem::Skip),
+    };
+    Ok(NgItem::Packet(packet))
+}
+
+impl CaptureError {
+    pub(crate) fn from_pcap(e: PcapError) -> Self {
+        match e {
+            PcapError::IncompleteBuffer => CaptureError::Truncated,
+            PcapError::IoError(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+                CaptureError::Truncated
+            }
+            PcapError::IoError(io) => CaptureError::Io(io),
+            PcapError::InvalidField(what) => CaptureError::Malformed(what),
+            PcapError::Utf8Error(_) | PcapError::FromUtf8Error(_) => {
+                CaptureError::Malformed("invalid UTF-8 in a pcapng string option")
+            }
+            PcapError::InvalidInterfaceId(id) => CaptureError::UnknownInterface(id),
+        }
+    }
+}
