@@ -1,2 +1,89 @@
-//! The `secrelay` command line.
-fn main() {}
+//! The `secrelay` command line: argument parsing and wiring only.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod capture;
+mod demo;
+
+/// secrelay: a secure real-time media gateway and the lab that measures what its security costs.
+#[derive(Parser, Debug)]
+#[command(name = "secrelay", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// SRTP tools: decrypt or encrypt captures, make keys, list profiles.
+    #[command(subcommand)]
+    Srtp(SrtpCommand),
+    /// Simulated secure calls relayed over loopback UDP, re-protected per receiver.
+    Demo(demo::DemoArgs),
+}
+
+#[derive(Subcommand, Debug)]
+enum SrtpCommand {
+    /// Decrypt the SRTP/SRTCP packets of a pcap or pcapng capture.
+    Decrypt(CaptureArgs),
+    /// Encrypt the RTP/RTCP packets of a pcap or pcapng capture.
+    Encrypt(CaptureArgs),
+    /// Print a fresh random master key and salt in SDES inline form.
+    Keygen {
+        /// Profile, e.g. AES_CM_128_HMAC_SHA1_80.
+        #[arg(long, default_value = "AES_CM_128_HMAC_SHA1_80")]
+        profile: String,
+    },
+    /// List the supported profiles with their key, salt and tag lengths.
+    Profiles,
+}
+
+/// Flags shared by `srtp decrypt` and `srtp encrypt`.
+#[derive(Args, Debug, Clone)]
+pub struct CaptureArgs {
+    /// SRTP profile as in SDP a=crypto, e.g. AES_CM_128_HMAC_SHA1_80 or AEAD_AES_128_GCM.
+    #[arg(long)]
+    pub profile: String,
+    /// SDES key: base64 of master key‖salt, with or without "inline:" and a |lifetime.
+    #[arg(long)]
+    pub key: String,
+    /// Input capture (pcap or pcapng).
+    #[arg(long = "in", value_name = "IN")]
+    pub input: PathBuf,
+    /// Output capture, written in the input's format.
+    #[arg(long = "out", value_name = "OUT")]
+    pub output: PathBuf,
+    /// Rollover counter every stream starts with (for a capture taken mid-call).
+    #[arg(long)]
+    pub roc: Option<u32>,
+    /// Only packets to or from this UDP port are processed; others pass through.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Print the counters as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Srtp(SrtpCommand::Decrypt(a)) => capture::run(capture::Mode::Decrypt, &a),
+        Command::Srtp(SrtpCommand::Encrypt(a)) => capture::run(capture::Mode::Encrypt, &a),
+        Command::Srtp(SrtpCommand::Keygen { profile }) => capture::keygen(&profile),
+        Command::Srtp(SrtpCommand::Profiles) => {
+            capture::print_profiles();
+            Ok(())
+        }
+        Command::Demo(a) => demo::run(&a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("secrelay: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

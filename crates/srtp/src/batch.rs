@@ -51,7 +51,12 @@ pub trait Engine: Send + Sync {
     ///
     /// # Panics
     /// If `results` is shorter than `packets` (a caller's bug, never caused by packet data).
-    fn process(&self, contexts: &mut [Context], packets: &mut [Packet<'_>], results: &mut [PacketResult]);
+    fn process(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    );
 }
 
 /// Packets one at a time, in order, on the calling thread.
@@ -63,7 +68,12 @@ impl Engine for SerialEngine {
         "serial"
     }
 
-    fn process(&self, contexts: &mut [Context], packets: &mut [Packet<'_>], results: &mut [PacketResult]) {
+    fn process(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
         assert!(
             results.len() >= packets.len(),
             "results slice ({}) shorter than the batch ({})",

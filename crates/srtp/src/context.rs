@@ -140,7 +140,11 @@ impl DirKeys {
         }
         let mut s = Zeroizing::new([0u8; 14]);
         s[..salt.len()].copy_from_slice(salt);
-        Ok(DirKeys { cipher, auth, salt: s })
+        Ok(DirKeys {
+            cipher,
+            auth,
+            salt: s,
+        })
     }
 }
 
@@ -349,7 +353,12 @@ impl Context {
             .map_err(|_| ConfigError::MaxStreams)
     }
 
-    fn insert_stream(&mut self, ssrc: u32, direction: Direction, keys: Arc<Keys>) -> Result<(), Error> {
+    fn insert_stream(
+        &mut self,
+        ssrc: u32,
+        direction: Direction,
+        keys: Arc<Keys>,
+    ) -> Result<(), Error> {
         if !self.streams.contains_key(&ssrc) && self.streams.len() >= self.max_streams {
             return Err(Error::StreamLimit);
         }
@@ -381,7 +390,10 @@ impl Context {
             let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
             self.add_stream(ssrc, dir)?;
         }
-        let s = self.streams.get_mut(&ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self
+            .streams
+            .get_mut(&ssrc)
+            .ok_or(Error::UnknownSsrc(ssrc))?;
         s.rtp_index = IndexState::Fresh { roc };
         s.rtp_replay.reset();
         Ok(())
@@ -402,7 +414,10 @@ impl Context {
             let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
             self.add_stream(ssrc, dir)?;
         }
-        let s = self.streams.get_mut(&ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self
+            .streams
+            .get_mut(&ssrc)
+            .ok_or(Error::UnknownSsrc(ssrc))?;
         s.rtcp_next = index;
         Ok(())
     }
@@ -426,23 +441,18 @@ impl Context {
         Ok(())
     }
 
+    /// The stream for `ssrc`, made from the template if there is none (used on the sending
+    /// side, where packets are our own).
     #[inline]
     fn stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
         if !self.streams.contains_key(&ssrc) {
-            match self.template {
-                Some(d) if d == direction => {
-                    if self.streams.len() >= self.max_streams {
-                        return Err(Error::StreamLimit);
-                    }
-                    let s = Stream::new(direction, self.keys.clone(), self.window)
-                        .map_err(|_| Error::StreamLimit)?;
-                    self.streams.insert(ssrc, s);
-                }
-                Some(_) => return Err(Error::WrongDirection(ssrc)),
-                None => return Err(Error::UnknownSsrc(ssrc)),
-            }
+            self.check_template(ssrc, direction)?;
+            return self.new_stream(ssrc, direction);
         }
-        let s = self.streams.get_mut(&ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self
+            .streams
+            .get_mut(&ssrc)
+            .ok_or(Error::UnknownSsrc(ssrc))?;
         if s.direction != direction {
             return Err(Error::WrongDirection(ssrc));
         }
@@ -499,7 +509,10 @@ impl Context {
     }
 
     /// Unprotects the SRTP packet `buf[..len]` in place. Returns the RTP packet's length.
-    /// Nothing changes in the stream's state unless the packet authenticates.
+    ///
+    /// Nothing changes in the context unless the packet authenticates: a stream for a new SSRC
+    /// is made from the template only once its first packet has passed authentication (so
+    /// forged packets with made-up SSRCs cannot fill the stream table).
     pub fn unprotect_rtp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
         if len > buf.len() {
             return Err(Error::TooShort);
@@ -508,39 +521,52 @@ impl Context {
         let hdr = rtp_header_len(pkt)?;
         let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
         let ssrc = be32(pkt, 8);
-        let tag_len = self.profile.rtp_tag_len();
-        if len < hdr + tag_len {
+        if len < hdr + self.profile.rtp_tag_len() {
             return Err(Error::TooShort);
         }
-        let s = self.stream(ssrc, Direction::Inbound)?;
-        let index = s.rtp_index.index_for(seq).ok_or(Error::ReplayOld)?;
-        s.rtp_replay.check(index).map_err(replay_err)?;
-        let roc = (index >> 16) as u32;
-        let k = &s.keys.rtp;
-        let body_end = len - tag_len;
-        match &k.cipher {
-            Cipher::Gcm(g) => {
-                let nonce = gcm_rtp_iv(&k.salt, ssrc, roc, seq);
-                let (aad, rest) = buf.split_at_mut(hdr);
-                g.open(&nonce, aad, &mut rest[..len - hdr])
-                    .map_err(|_| Error::AuthFailed)?;
+        if let Some(s) = self.streams.get_mut(&ssrc) {
+            if s.direction != Direction::Inbound {
+                return Err(Error::WrongDirection(ssrc));
             }
-            cipher => {
-                if let Some(auth) = &k.auth {
-                    let mut mac = [0u8; 20];
-                    auth.sign2(&buf[..body_end], &roc.to_be_bytes(), &mut mac);
-                    if !tags_equal(&mac[..tag_len], &buf[body_end..len]) {
-                        return Err(Error::AuthFailed);
-                    }
-                }
-                if let Cipher::Ctr(c) = cipher {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..body_end]);
-                }
-            }
+            let index = s.rtp_index.index_for(seq).ok_or(Error::ReplayOld)?;
+            s.rtp_replay.check(index).map_err(replay_err)?;
+            let n = unprotect_rtp_with(&s.keys, buf, len, hdr, ssrc, seq, index)?;
+            s.rtp_index.advance(index);
+            s.rtp_replay.update(index);
+            return Ok(n);
         }
+        self.check_template(ssrc, Direction::Inbound)?;
+        let index = IndexState::Fresh { roc: 0 }
+            .index_for(seq)
+            .ok_or(Error::ReplayOld)?;
+        let n = unprotect_rtp_with(&self.keys, buf, len, hdr, ssrc, seq, index)?;
+        let s = self.new_stream(ssrc, Direction::Inbound)?;
         s.rtp_index.advance(index);
         s.rtp_replay.update(index);
-        Ok(body_end)
+        Ok(n)
+    }
+
+    /// Whether a stream for an unknown `ssrc` may be made from the template for `direction`.
+    #[inline]
+    fn check_template(&self, ssrc: u32, direction: Direction) -> Result<(), Error> {
+        match self.template {
+            Some(d) if d == direction => {
+                if self.streams.len() >= self.max_streams {
+                    Err(Error::StreamLimit)
+                } else {
+                    Ok(())
+                }
+            }
+            Some(_) => Err(Error::WrongDirection(ssrc)),
+            None => Err(Error::UnknownSsrc(ssrc)),
+        }
+    }
+
+    /// Makes a stream from the template (after [`Self::check_template`]).
+    fn new_stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
+        let s = Stream::new(direction, self.keys.clone(), self.window)
+            .map_err(|_| Error::StreamLimit)?;
+        Ok(self.streams.entry(ssrc).or_insert(s))
     }
 
     /// Protects the (compound) RTCP packet `buf[..len]` in place; `buf` must have room for
@@ -598,6 +624,7 @@ impl Context {
     }
 
     /// Unprotects the SRTCP packet `buf[..len]` in place. Returns the RTCP packet's length.
+    /// As for SRTP, nothing changes unless the packet authenticates.
     pub fn unprotect_rtcp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
         if len > buf.len() {
             return Err(Error::TooShort);
@@ -610,52 +637,19 @@ impl Context {
             return Err(Error::BadHeader);
         }
         let ssrc = be32(buf, 4);
-        let aead = self.profile.is_aead();
-        // Layout: CM/NULL [rtcp][E|index][tag]; AEAD [rtcp'][tag][E|index].
-        let trailer_at = if aead { len - 4 } else { len - tag_len - 4 };
-        let word = be32(buf, trailer_at);
-        let encrypted = word & E_BIT != 0;
-        let index = word & MAX_SRTCP_INDEX;
-        let s = self.stream(ssrc, Direction::Inbound)?;
-        s.rtcp_replay.check(index as u64).map_err(replay_err)?;
-        let k = &s.keys.rtcp;
-        let rtcp_len = len - 4 - tag_len;
-        match &k.cipher {
-            Cipher::Gcm(g) => {
-                let nonce = gcm_rtcp_iv(&k.salt, ssrc, index);
-                if encrypted {
-                    let mut aad = [0u8; 12];
-                    aad[..8].copy_from_slice(&buf[..8]);
-                    aad[8..].copy_from_slice(&buf[trailer_at..len]);
-                    g.open(&nonce, &aad, &mut buf[8..trailer_at])
-                        .map_err(|_| Error::AuthFailed)?;
-                } else {
-                    // Authenticated only: AAD is the whole RTCP packet and the trailer, which
-                    // sit on either side of the tag. Swap the tag and trailer so both are
-                    // contiguous, and swap back if the tag does not verify.
-                    buf[rtcp_len..len].rotate_right(4);
-                    let (aad, tag) = buf[..len].split_at_mut(rtcp_len + 4);
-                    if g.open(&nonce, aad, tag).is_err() {
-                        buf[rtcp_len..len].rotate_left(4);
-                        return Err(Error::AuthFailed);
-                    }
-                }
+        if let Some(s) = self.streams.get_mut(&ssrc) {
+            if s.direction != Direction::Inbound {
+                return Err(Error::WrongDirection(ssrc));
             }
-            cipher => {
-                if let Some(auth) = &k.auth {
-                    let mut mac = [0u8; 20];
-                    auth.sign2(&buf[..len - tag_len], &[], &mut mac);
-                    if !tags_equal(&mac[..tag_len], &buf[len - tag_len..len]) {
-                        return Err(Error::AuthFailed);
-                    }
-                }
-                if let (Cipher::Ctr(c), true) = (cipher, encrypted) {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..rtcp_len]);
-                }
-            }
+            let (n, index) = unprotect_rtcp_with(&s.keys, buf, len, ssrc, Some(&s.rtcp_replay))?;
+            s.rtcp_replay.update(index as u64);
+            return Ok(n);
         }
+        self.check_template(ssrc, Direction::Inbound)?;
+        let (n, index) = unprotect_rtcp_with(&self.keys, buf, len, ssrc, None)?;
+        let s = self.new_stream(ssrc, Direction::Inbound)?;
         s.rtcp_replay.update(index as u64);
-        Ok(rtcp_len)
+        Ok(n)
     }
 
     /// Protects `input` (an RTP packet) into `output`. Returns the SRTP packet's length.
@@ -691,4 +685,101 @@ fn copy_in(input: &[u8], output: &mut [u8], extra: usize) -> Result<usize, Error
     }
     output[..input.len()].copy_from_slice(input);
     Ok(input.len())
+}
+
+/// The crypto of SRTP unprotect: check the tag (constant time) or open the AEAD, decrypt.
+#[inline]
+fn unprotect_rtp_with(
+    keys: &Keys,
+    buf: &mut [u8],
+    len: usize,
+    hdr: usize,
+    ssrc: u32,
+    seq: u16,
+    index: u64,
+) -> Result<usize, Error> {
+    let tag_len = keys.profile.rtp_tag_len();
+    let roc = (index >> 16) as u32;
+    let k = &keys.rtp;
+    let body_end = len - tag_len;
+    match &k.cipher {
+        Cipher::Gcm(g) => {
+            let nonce = gcm_rtp_iv(&k.salt, ssrc, roc, seq);
+            let (aad, rest) = buf.split_at_mut(hdr);
+            g.open(&nonce, aad, &mut rest[..len - hdr])
+                .map_err(|_| Error::AuthFailed)?;
+        }
+        cipher => {
+            if let Some(auth) = &k.auth {
+                let mut mac = [0u8; 20];
+                auth.sign2(&buf[..body_end], &roc.to_be_bytes(), &mut mac);
+                if !tags_equal(&mac[..tag_len], &buf[body_end..len]) {
+                    return Err(Error::AuthFailed);
+                }
+            }
+            if let Cipher::Ctr(c) = cipher {
+                c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..body_end]);
+            }
+        }
+    }
+    Ok(body_end)
+}
+
+/// The crypto of SRTCP unprotect, after a replay check against `replay` when the stream
+/// exists. Returns the RTCP length and the SRTCP index.
+#[inline]
+fn unprotect_rtcp_with(
+    keys: &Keys,
+    buf: &mut [u8],
+    len: usize,
+    ssrc: u32,
+    replay: Option<&ReplayWindow>,
+) -> Result<(usize, u32), Error> {
+    let tag_len = keys.profile.rtcp_tag_len();
+    let aead = keys.profile.is_aead();
+    // Layout: CM/NULL [rtcp][E|index][tag]; AEAD [rtcp'][tag][E|index].
+    let trailer_at = if aead { len - 4 } else { len - tag_len - 4 };
+    let word = be32(buf, trailer_at);
+    let encrypted = word & E_BIT != 0;
+    let index = word & MAX_SRTCP_INDEX;
+    if let Some(w) = replay {
+        w.check(index as u64).map_err(replay_err)?;
+    }
+    let k = &keys.rtcp;
+    let rtcp_len = len - 4 - tag_len;
+    match &k.cipher {
+        Cipher::Gcm(g) => {
+            let nonce = gcm_rtcp_iv(&k.salt, ssrc, index);
+            if encrypted {
+                let mut aad = [0u8; 12];
+                aad[..8].copy_from_slice(&buf[..8]);
+                aad[8..].copy_from_slice(&buf[trailer_at..len]);
+                g.open(&nonce, &aad, &mut buf[8..trailer_at])
+                    .map_err(|_| Error::AuthFailed)?;
+            } else {
+                // Authenticated only: the AAD is the whole RTCP packet and the trailer, which
+                // sit on either side of the tag. Swap tag and trailer so both are contiguous,
+                // and swap back if the tag does not verify.
+                buf[rtcp_len..len].rotate_right(4);
+                let (aad, tag) = buf[..len].split_at_mut(rtcp_len + 4);
+                if g.open(&nonce, aad, tag).is_err() {
+                    buf[rtcp_len..len].rotate_left(4);
+                    return Err(Error::AuthFailed);
+                }
+            }
+        }
+        cipher => {
+            if let Some(auth) = &k.auth {
+                let mut mac = [0u8; 20];
+                auth.sign2(&buf[..len - tag_len], &[], &mut mac);
+                if !tags_equal(&mac[..tag_len], &buf[len - tag_len..len]) {
+                    return Err(Error::AuthFailed);
+                }
+            }
+            if let (Cipher::Ctr(c), true) = (cipher, encrypted) {
+                c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..rtcp_len]);
+            }
+        }
+    }
+    Ok((rtcp_len, index))
 }

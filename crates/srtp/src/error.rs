@@ -83,7 +83,9 @@ impl fmt::Display for Error {
             Error::WrongDirection(s) => {
                 write!(f, "stream {s:#010x} is set up for the other direction")
             }
-            Error::BufferTooSmall { needed } => write!(f, "buffer too small: {needed} bytes needed"),
+            Error::BufferTooSmall { needed } => {
+                write!(f, "buffer too small: {needed} bytes needed")
+            }
             Error::StreamLimit => f.write_str("stream limit reached"),
             Error::KeyExhausted => f.write_str("packet index space of this key is used up"),
             Error::UnknownContext => f.write_str("batch packet names a context out of range"),
@@ -144,7 +146,10 @@ impl fmt::Display for ConfigError {
                 profile,
                 expected,
                 got,
-            } => write!(f, "{profile} needs a {expected}-byte master salt, got {got} bytes"),
+            } => write!(
+                f,
+                "{profile} needs a {expected}-byte master salt, got {got} bytes"
+            ),
             ConfigError::BadSdes(why) => write!(f, "bad SDES inline key: {why}"),
             ConfigError::MkiUnsupported => {
                 f.write_str("master key identifiers (MKI) are not supported")

@@ -61,9 +61,17 @@ pub(crate) fn derive_session(
 ) -> Result<SessionKeyBytes, ConfigError> {
     let p = master.profile();
     let (le, la, ls) = if rtcp {
-        (Label::RtcpEncryption, Label::RtcpAuthentication, Label::RtcpSalt)
+        (
+            Label::RtcpEncryption,
+            Label::RtcpAuthentication,
+            Label::RtcpSalt,
+        )
     } else {
-        (Label::RtpEncryption, Label::RtpAuthentication, Label::RtpSalt)
+        (
+            Label::RtpEncryption,
+            Label::RtpAuthentication,
+            Label::RtpSalt,
+        )
     };
     let mut enc = Zeroizing::new(vec![0u8; p.session_key_len()]);
     let mut auth = Zeroizing::new(vec![0u8; p.auth_key_len()]);

@@ -131,8 +131,14 @@ impl fmt::Debug for MasterKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MasterKey")
             .field("profile", &self.profile)
-            .field("key", &format_args!("<{} bytes redacted>", self.profile.key_len()))
-            .field("salt", &format_args!("<{} bytes redacted>", self.profile.salt_len()))
+            .field(
+                "key",
+                &format_args!("<{} bytes redacted>", self.profile.key_len()),
+            )
+            .field(
+                "salt",
+                &format_args!("<{} bytes redacted>", self.profile.salt_len()),
+            )
             .finish()
     }
 }
@@ -145,7 +151,9 @@ mod tests {
     fn sdes_round_trip_and_debug_redacts() {
         let p = Profile::AesCm128HmacSha1_80;
         // RFC 4568 §6.1 example key.
-        let mk = MasterKey::from_sdes_inline(p, "inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz|2^20").unwrap();
+        let mk =
+            MasterKey::from_sdes_inline(p, "inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz|2^20")
+                .unwrap();
         assert_eq!(&mk.key()[..4], b"YS__");
         assert_eq!(
             mk.to_sdes_inline(),
@@ -160,7 +168,11 @@ mod tests {
         let p = Profile::AesCm128HmacSha1_80;
         assert!(matches!(
             MasterKey::from_sdes_inline(p, "inline:AAAA"),
-            Err(ConfigError::KeyLength { expected: 30, got: 3, .. })
+            Err(ConfigError::KeyLength {
+                expected: 30,
+                got: 3,
+                ..
+            })
         ));
         assert!(matches!(
             MasterKey::from_sdes_inline(p, "inline:!!!"),

@@ -79,7 +79,9 @@ impl Profile {
     /// Master (and session) encryption key length in bytes.
     pub const fn key_len(self) -> usize {
         match self {
-            Profile::AesCm256HmacSha1_80 | Profile::AesCm256HmacSha1_32 | Profile::AeadAes256Gcm => 32,
+            Profile::AesCm256HmacSha1_80
+            | Profile::AesCm256HmacSha1_32
+            | Profile::AeadAes256Gcm => 32,
             _ => 16,
         }
     }
@@ -188,9 +190,9 @@ impl FromStr for Profile {
     /// (`SRTP_AES128_CM_SHA1_80`), RFC 6188's older `AES_CM_256_…` spelling, in any case.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let up = s.trim().to_ascii_uppercase();
-        let found = Profile::ALL.into_iter().find(|p| {
-            p.sdp_name() == up || p.dtls_profile().map(|(n, _)| n) == Some(up.as_str())
-        });
+        let found = Profile::ALL
+            .into_iter()
+            .find(|p| p.sdp_name() == up || p.dtls_profile().map(|(n, _)| n) == Some(up.as_str()));
         if let Some(p) = found {
             return Ok(p);
         }

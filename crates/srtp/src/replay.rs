@@ -135,7 +135,9 @@ mod tests {
 
     /// The obvious model: every accepted index in a set.
     fn model_check(seen: &BTreeSet<u64>, size: u64, index: u64) -> Result<(), ReplayError> {
-        let Some(&top) = seen.iter().next_back() else { return Ok(()) };
+        let Some(&top) = seen.iter().next_back() else {
+            return Ok(());
+        };
         if index > top {
             Ok(())
         } else if top - index >= size {

@@ -51,10 +51,20 @@ fn rfc3711_b3_key_derivation() {
     for p in providers() {
         let mut k = [0u8; 16];
         derive(p, &mk, Label::RtpEncryption, &mut k).unwrap();
-        assert_eq!(k.to_vec(), hex("C61E7A93744F39EE10734AFE3FF7A087"), "{}", p.name());
+        assert_eq!(
+            k.to_vec(),
+            hex("C61E7A93744F39EE10734AFE3FF7A087"),
+            "{}",
+            p.name()
+        );
         let mut s = [0u8; 14];
         derive(p, &mk, Label::RtpSalt, &mut s).unwrap();
-        assert_eq!(s.to_vec(), hex("30CBBC08863D8C85D49DB34A9AE1"), "{}", p.name());
+        assert_eq!(
+            s.to_vec(),
+            hex("30CBBC08863D8C85D49DB34A9AE1"),
+            "{}",
+            p.name()
+        );
         let mut a = [0u8; 20];
         derive(p, &mk, Label::RtpAuthentication, &mut a).unwrap();
         assert_eq!(
@@ -86,7 +96,12 @@ fn rfc6188_aes256_key_derivation() {
         );
         let mut s = [0u8; 14];
         derive(p, &mk, Label::RtpSalt, &mut s).unwrap();
-        assert_eq!(s.to_vec(), hex("fa31791685ca444a9e07c6c64e93"), "{}", p.name());
+        assert_eq!(
+            s.to_vec(),
+            hex("fa31791685ca444a9e07c6c64e93"),
+            "{}",
+            p.name()
+        );
         let mut a = [0u8; 20];
         derive(p, &mk, Label::RtpAuthentication, &mut a).unwrap();
         assert_eq!(
@@ -105,7 +120,12 @@ const GCM_RTP: &str = "8040f17b8041f8d35501a0b2 47616c6c696120657374206f6d6e6973
 const GCM_RTCP: &str = "81c8000d4d6172734e5450314e545032525450200000042a0000e9304c756e61deadbeefdeadbeefdeadbeefdeadbeefdeadbeef";
 const GCM_SRTCP_INDEX: u32 = 0x5d4;
 
-fn gcm_context(p: &'static dyn CryptoProvider, profile: Profile, key: &str, dir: Direction) -> Context {
+fn gcm_context(
+    p: &'static dyn CryptoProvider,
+    profile: Profile,
+    key: &str,
+    dir: Direction,
+) -> Context {
     let dummy = MasterKey::new(profile, &vec![0; profile.key_len()], &[0; 12]).unwrap();
     let policy = Policy::new(dummy).provider(p);
     let policy = match dir {
@@ -137,9 +157,19 @@ fn check_gcm(profile: Profile, key: &str, srtp: &str, srtcp: &str) {
         buf.resize(plain.len() + 20, 0);
         tx.set_rtcp_index(0x4d617273, GCM_SRTCP_INDEX).unwrap();
         let n = tx.protect_rtcp(&mut buf, plain.len()).unwrap();
-        assert_eq!(&buf[..n], &hex(srtcp)[..], "{} {profile} SRTCP protect", p.name());
+        assert_eq!(
+            &buf[..n],
+            &hex(srtcp)[..],
+            "{} {profile} SRTCP protect",
+            p.name()
+        );
         let n = rx.unprotect_rtcp(&mut buf, n).unwrap();
-        assert_eq!(&buf[..n], &plain[..], "{} {profile} SRTCP unprotect", p.name());
+        assert_eq!(
+            &buf[..n],
+            &plain[..],
+            "{} {profile} SRTCP unprotect",
+            p.name()
+        );
     }
 }
 

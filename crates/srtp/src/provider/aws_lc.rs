@@ -21,7 +21,9 @@ impl CryptoProvider for AwsLc {
             _ => return Err(KeyError("AES keys are 16 or 32 bytes")),
         };
         let k = UnboundCipherKey::new(alg, key).map_err(|_| KeyError("AES key"))?;
-        Ok(Box::new(Ctr(EncryptingKey::ctr(k).map_err(|_| KeyError("AES-CTR key"))?)))
+        Ok(Box::new(Ctr(
+            EncryptingKey::ctr(k).map_err(|_| KeyError("AES-CTR key"))?
+        )))
     }
 
     fn hmac_sha1(&self, key: &[u8]) -> Result<Box<dyn HmacSha1>, KeyError> {
@@ -81,7 +83,11 @@ impl AesGcm for Gcm {
 
     fn open(&self, nonce: &[u8; 12], aad: &[u8], data_and_tag: &mut [u8]) -> Result<(), AuthError> {
         self.0
-            .open_in_place(Nonce::assume_unique_for_key(*nonce), Aad::from(aad), data_and_tag)
+            .open_in_place(
+                Nonce::assume_unique_for_key(*nonce),
+                Aad::from(aad),
+                data_and_tag,
+            )
             .map(|_| ())
             .map_err(|_| AuthError)
     }

@@ -8,7 +8,13 @@
 use sha1::block_api::compress;
 use zeroize::{Zeroize, ZeroizeOnDrop};
 
-const H0: [u32; 5] = [0x6745_2301, 0xEFCD_AB89, 0x98BA_DCFE, 0x1032_5476, 0xC3D2_E1F0];
+const H0: [u32; 5] = [
+    0x6745_2301,
+    0xEFCD_AB89,
+    0x98BA_DCFE,
+    0x1032_5476,
+    0xC3D2_E1F0,
+];
 
 /// Precomputed HMAC-SHA1 key state.
 #[derive(Clone, Zeroize, ZeroizeOnDrop)]
@@ -165,7 +171,11 @@ mod tests {
                     let (a, b) = (&data[..a_len], &data[200..200 + b_len]);
                     let mut out = [0u8; 20];
                     st.sign2(a, b, &mut out);
-                    assert_eq!(out, reference(&key, a, b), "key {key_len} a {a_len} b {b_len}");
+                    assert_eq!(
+                        out,
+                        reference(&key, a, b),
+                        "key {key_len} a {a_len} b {b_len}"
+                    );
                 }
             }
         }

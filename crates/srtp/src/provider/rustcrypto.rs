@@ -53,14 +53,16 @@ impl AesCtr for Ctr {
     fn apply_keystream(&self, iv: &[u8; 16], data: &mut [u8]) {
         // The expanded key schedule is copied, not recomputed, per packet.
         match self {
-            Ctr::A128(k) => {
-                ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into()))
-                    .apply_keystream(data)
-            }
-            Ctr::A256(k) => {
-                ctr::Ctr128BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into()))
-                    .apply_keystream(data)
-            }
+            Ctr::A128(k) => ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                iv.into(),
+            ))
+            .apply_keystream(data),
+            Ctr::A256(k) => ctr::Ctr128BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                iv.into(),
+            ))
+            .apply_keystream(data),
         }
     }
 }
@@ -95,11 +97,20 @@ impl AesGcm for Gcm {
         let (data, tag) = data_and_tag.split_at_mut(split);
         let tag: &[u8] = tag;
         let r = match self {
-            Gcm::A128(k) => k.decrypt_inout_detached(nonce.into(), aad, data.into(), tag.try_into().map_err(|_| AuthError)?),
-            Gcm::A256(k) => k.decrypt_inout_detached(nonce.into(), aad, data.into(), tag.try_into().map_err(|_| AuthError)?),
+            Gcm::A128(k) => k.decrypt_inout_detached(
+                nonce.into(),
+                aad,
+                data.into(),
+                tag.try_into().map_err(|_| AuthError)?,
+            ),
+            Gcm::A256(k) => k.decrypt_inout_detached(
+                nonce.into(),
+                aad,
+                data.into(),
+                tag.try_into().map_err(|_| AuthError)?,
+            ),
         };
         // aes-gcm compares the tag in constant time.
         r.map_err(|_| AuthError)
     }
 }
-

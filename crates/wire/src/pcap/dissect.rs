@@ -221,7 +221,8 @@ fn after_ether_type(
 fn link_payload(link_type: LinkType, frame: &[u8]) -> Result<(usize, NetHint), NotUdp> {
     match link_type.0 {
         1 => {
-            let eth = Ethernet2Slice::from_slice_without_fcs(frame).map_err(|_| NotUdp::Truncated)?;
+            let eth =
+                Ethernet2Slice::from_slice_without_fcs(frame).map_err(|_| NotUdp::Truncated)?;
             after_ether_type(frame, eth.header_len(), eth.ether_type())
         }
         113 => {
@@ -230,7 +231,9 @@ fn link_payload(link_type: LinkType, frame: &[u8]) -> Result<(usize, NetHint), N
                 etherparse::err::linux_sll::HeaderSliceError::Content(_) => NotUdp::MalformedLink,
             })?;
             match sll.protocol_type() {
-                LinuxSllProtocolType::EtherType(et) => after_ether_type(frame, sll.header_len(), et),
+                LinuxSllProtocolType::EtherType(et) => {
+                    after_ether_type(frame, sll.header_len(), et)
+                }
                 _ => Err(NotUdp::NotIp),
             }
         }

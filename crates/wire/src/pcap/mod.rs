@@ -10,7 +10,7 @@
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // A raw-IP capture with one IPv4/UDP packet carrying "hi".
-//! let mut format = CaptureFormat::new_pcap(LinkType::RAW, PcapPrecision::Nano, 65535);
+//! let format = CaptureFormat::new_pcap(LinkType::RAW, PcapPrecision::Nano, 65535);
 //! let frame = vec![
 //!     0x45, 0, 0, 30, 0, 0, 0x40, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2, // IPv4
 //!     0x13, 0x88, 0x13, 0x89, 0, 10, 0, 0, // UDP, checksum 0
@@ -308,6 +308,11 @@ impl CapturedPacket {
     /// UDP length are fixed; the UDP checksum is recomputed (over IPv4 only
     /// if it was not 0). Link-layer trailer bytes after the IP datagram
     /// (Ethernet padding or FCS) are dropped.
+    ///
+    /// The IPv6 pseudo-header uses the destination of the fixed header; with
+    /// a routing header (whose final destination would be used on the wire)
+    /// the checksum is computed for that address too. IPsec AH integrity
+    /// values are not recomputed.
     pub fn with_udp_payload(&self, new_payload: &[u8]) -> Result<Vec<u8>, RebuildError> {
         let loc = self.udp.as_ref().map_err(|r| RebuildError::NotUdp(*r))?;
         dissect::rebuild(&self.data, loc, new_payload)
@@ -320,7 +325,8 @@ impl CapturedPacket {
         let frame = self.with_udp_payload(new_payload)?;
         let old_len = self.data.len() as i128;
         let new_len = frame.len() as i128;
-        let orig = (i128::from(self.orig_len) + new_len - old_len).clamp(new_len, i128::from(u32::MAX));
+        let orig =
+            (i128::from(self.orig_len) + new_len - old_len).clamp(new_len, i128::from(u32::MAX));
         self.orig_len = orig as u32;
         self.udp = locate_udp(self.link_type, &frame);
         self.data = frame;
@@ -352,9 +358,11 @@ impl Capture {
         })
     }
 
-    /// Parses a whole pcap or pcapng file held in memory.
+    /// Parses a whole pcap or pcapng file held in memory (same result as
+    /// [`read`](Self::read), without the reader's internal buffer).
     pub fn parse(bytes: &[u8]) -> Result<Self, CaptureError> {
-        Self::read(bytes)
+        let (format, packets) = reader::read_slice(bytes)?;
+        Ok(Capture { format, packets })
     }
 
     /// Writes the capture in its format to `writer` and returns it.

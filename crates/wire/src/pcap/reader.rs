@@ -1,15 +1,15 @@
-//! Streaming capture reader (pcap and pcapng).
+//! Capture reading (pcap and pcapng), streaming or from a slice.
 
 use std::io::{Chain, Cursor, Read};
 
 use byteorder_slice::{BigEndian, LittleEndian};
-use pcap_file::pcap::PcapReader;
-use pcap_file::pcapng::RawBlock;
+use pcap_file::pcap::{PcapParser, PcapReader, RawPcapPacket};
+use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
 use pcap_file::pcapng::blocks::{
     ENHANCED_PACKET_BLOCK, INTERFACE_DESCRIPTION_BLOCK, PACKET_BLOCK, SECTION_HEADER_BLOCK,
     SIMPLE_PACKET_BLOCK,
 };
-use pcap_file::pcapng::{Block, PcapNgReader};
+use pcap_file::pcapng::{Block, PcapNgParser, PcapNgReader, RawBlock};
 use pcap_file::{Endianness, PcapError, TsResolution};
 
 use super::format::{pcap_link_type, FormatInner, NgInterface};
@@ -145,8 +145,119 @@ impl<R: Read> Iterator for CaptureReader<R> {
     }
 }
 
-fn next_pcap<R: Read>(
-    reader: &mut PcapReader<Source<R>>,
+/// Something that yields raw classic pcap records.
+trait PcapSource {
+    fn next_raw(&mut self) -> Option<Result<RawPcapPacket<'_>, PcapError>>;
+}
+
+impl<R: Read> PcapSource for PcapReader<R> {
+    fn next_raw(&mut self) -> Option<Result<RawPcapPacket<'_>, PcapError>> {
+        self.next_raw_packet()
+    }
+}
+
+/// Classic pcap records straight from a slice (no 8 MB read buffer).
+struct PcapSlice<'a> {
+    parser: PcapParser,
+    rest: &'a [u8],
+}
+
+impl PcapSource for PcapSlice<'_> {
+    fn next_raw(&mut self) -> Option<Result<RawPcapPacket<'_>, PcapError>> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        Some(self.parser.next_raw_packet(self.rest).map(|(rem, p)| {
+            self.rest = rem;
+            p
+        }))
+    }
+}
+
+/// Something that yields raw pcapng blocks and tracks the current section.
+trait NgSource {
+    fn next_raw(&mut self) -> Option<Result<RawBlock<'_>, PcapError>>;
+    fn endianness(&self) -> Endianness;
+    fn interfaces(&self) -> &[InterfaceDescriptionBlock<'static>];
+}
+
+impl<R: Read> NgSource for PcapNgReader<R> {
+    fn next_raw(&mut self) -> Option<Result<RawBlock<'_>, PcapError>> {
+        self.next_raw_block()
+    }
+    fn endianness(&self) -> Endianness {
+        self.section().endianness
+    }
+    fn interfaces(&self) -> &[InterfaceDescriptionBlock<'static>] {
+        PcapNgReader::interfaces(self)
+    }
+}
+
+/// pcapng blocks straight from a slice (no 8 MB read buffer).
+struct NgSlice<'a> {
+    parser: PcapNgParser,
+    rest: &'a [u8],
+}
+
+impl NgSource for NgSlice<'_> {
+    fn next_raw(&mut self) -> Option<Result<RawBlock<'_>, PcapError>> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        Some(self.parser.next_raw_block(self.rest).map(|(rem, b)| {
+            self.rest = rem;
+            b
+        }))
+    }
+    fn endianness(&self) -> Endianness {
+        self.parser.section().endianness
+    }
+    fn interfaces(&self) -> &[InterfaceDescriptionBlock<'static>] {
+        self.parser.interfaces()
+    }
+}
+
+/// Reads a whole capture from memory with pcap-file's slice parsers.
+pub(crate) fn read_slice(
+    bytes: &[u8],
+) -> Result<(CaptureFormat, Vec<CapturedPacket>), CaptureError> {
+    let magic: [u8; 4] = match bytes.get(..4) {
+        Some(&[a, b, c, d]) => [a, b, c, d],
+        _ => return Err(CaptureError::TooShort),
+    };
+    let m = u32::from_be_bytes(magic);
+    let mut packets = Vec::new();
+    if PCAP_MAGICS.contains(&m) {
+        let (rest, parser) = PcapParser::new(bytes).map_err(CaptureError::from_pcap)?;
+        let format = CaptureFormat {
+            inner: FormatInner::Pcap(parser.header()),
+        };
+        let mut src = PcapSlice { parser, rest };
+        while let Some(p) = next_pcap(&mut src, &format) {
+            packets.push(p?);
+        }
+        Ok((format, packets))
+    } else if m == SECTION_HEADER_BLOCK {
+        let (rest, parser) = PcapNgParser::new(bytes).map_err(CaptureError::from_pcap)?;
+        let mut format = CaptureFormat {
+            inner: FormatInner::PcapNg {
+                section: parser.section().clone(),
+                interfaces: Vec::new(),
+            },
+        };
+        let mut src = NgSlice { parser, rest };
+        let mut section_base = 0;
+        while let Some(p) = next_pcapng(&mut src, &mut section_base, &mut format) {
+            packets.push(p?);
+        }
+        Ok((format, packets))
+    } else {
+        Err(CaptureError::UnknownFormat { magic })
+    }
+}
+
+fn next_pcap<S: PcapSource>(
+    reader: &mut S,
     format: &CaptureFormat,
 ) -> Option<Result<CapturedPacket, CaptureError>> {
     let FormatInner::Pcap(header) = &format.inner else {
@@ -157,7 +268,7 @@ fn next_pcap<R: Read>(
         TsResolution::MicroSecond => 1_000,
         TsResolution::NanoSecond => 1,
     };
-    let raw = match reader.next_raw_packet()? {
+    let raw = match reader.next_raw()? {
         Ok(raw) => raw,
         Err(e) => return Some(Err(CaptureError::from_pcap(e))),
     };
@@ -183,15 +294,15 @@ enum NgItem {
     Skip,
 }
 
-fn next_pcapng<R: Read>(
-    reader: &mut PcapNgReader<Source<R>>,
+fn next_pcapng<S: NgSource>(
+    reader: &mut S,
     section_base: &mut usize,
     format: &mut CaptureFormat,
 ) -> Option<Result<CapturedPacket, CaptureError>> {
     loop {
-        let endianness = reader.section().endianness;
+        let endianness = reader.endianness();
         let section_ifaces = reader.interfaces().len();
-        let item = match reader.next_raw_block()? {
+        let item = match reader.next_raw()? {
             Ok(raw) => packet_from_block(raw, endianness, section_ifaces, *section_base, format),
             Err(e) => Err(CaptureError::from_pcap(e)),
         };
@@ -234,7 +345,8 @@ fn packet_from_block(
         return Ok(NgItem::Skip);
     };
     let interface = |local: u32| -> Result<(u32, &NgInterface), CaptureError> {
-        let local_idx = usize::try_from(local).map_err(|_| CaptureError::UnknownInterface(local))?;
+        let local_idx =
+            usize::try_from(local).map_err(|_| CaptureError::UnknownInterface(local))?;
         if local_idx >= section_ifaces {
             return Err(CaptureError::UnknownInterface(local));
         }

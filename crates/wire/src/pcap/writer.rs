@@ -116,7 +116,9 @@ impl<W: Write> CaptureWriter<W> {
     /// than the snap length (see [`CaptureFormat::raise_snaplen`]).
     pub fn write_packet(&mut self, packet: &CapturedPacket) -> Result<(), WriteError> {
         let data = packet.data();
-        let orig_len = packet.orig_len().max(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        let orig_len = packet
+            .orig_len()
+            .max(u32::try_from(data.len()).unwrap_or(u32::MAX));
         let incl_len = u32::try_from(data.len()).map_err(|_| WriteError::ExceedsSnaplen {
             len: data.len(),
             snaplen: u32::MAX,
@@ -167,7 +169,16 @@ impl<W: Write> CaptureWriter<W> {
                     });
                 }
                 within_snaplen(data.len(), iface.idb.snaplen)?;
-                if packet.origin == BlockOrigin::Simple && index == 0 {
+                // An SPB's captured length is implied: min(original length,
+                // snap length). Write one only when that gives back exactly
+                // this data; otherwise fall back to an EPB.
+                let snap = iface.idb.snaplen;
+                let implied_len = if snap == 0 {
+                    orig_len
+                } else {
+                    orig_len.min(snap)
+                };
+                if packet.origin == BlockOrigin::Simple && index == 0 && implied_len == incl_len {
                     let spb = SimplePacketBlock {
                         original_len: orig_len,
                         data: Cow::Borrowed(data),

@@ -339,7 +339,11 @@ pub fn verify_ip_udp(ip: &[u8]) -> Vec<u8> {
                 let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
                 let mut zeroed = udp.to_vec();
                 zeroed[6..8].copy_from_slice(&[0, 0]);
-                assert_eq!(stored, udp_checksum_v4(src, dst, &zeroed), "UDP/IPv4 checksum");
+                assert_eq!(
+                    stored,
+                    udp_checksum_v4(src, dst, &zeroed),
+                    "UDP/IPv4 checksum"
+                );
             }
             udp[8..].to_vec()
         }
@@ -363,7 +367,11 @@ pub fn verify_ip_udp(ip: &[u8]) -> Vec<u8> {
             assert_ne!(stored, 0, "IPv6 UDP checksum must not be 0");
             let mut zeroed = udp.to_vec();
             zeroed[6..8].copy_from_slice(&[0, 0]);
-            assert_eq!(stored, udp_checksum_v6(src, dst, &zeroed), "UDP/IPv6 checksum");
+            assert_eq!(
+                stored,
+                udp_checksum_v6(src, dst, &zeroed),
+                "UDP/IPv6 checksum"
+            );
             udp[8..].to_vec()
         }
         v => panic!("not IP: version {v}"),

@@ -1,0 +1,60 @@
+//! The primitives behind SRTP, per provider, at packet sizes: how the default provider was
+//! chosen. `cargo bench -p secrelay-srtp --bench primitives`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use secrelay_srtp::provider;
+
+fn bench(c: &mut Criterion) {
+    let provs = [provider::rustcrypto()]
+        .into_iter()
+        .chain(provider::all().into_iter().filter(|p| p.name() == "aws-lc"))
+        .collect::<Vec<_>>();
+    for (size, label) in [(176usize, "176"), (1216, "1216")] {
+        let mut g = c.benchmark_group(format!("hmac-sha1/{label}"));
+        g.throughput(Throughput::Elements(1));
+        let data = vec![7u8; size - 4];
+        for p in &provs {
+            let h = p.hmac_sha1(&[1; 20]).unwrap();
+            let mut out = [0u8; 20];
+            g.bench_function(p.name(), |b| {
+                b.iter(|| h.sign2(black_box(&data), &[0, 0, 0, 1], &mut out))
+            });
+        }
+        g.finish();
+    }
+    for size in [160usize, 1200] {
+        let mut g = c.benchmark_group(format!("aes-128-ctr/{size}"));
+        g.throughput(Throughput::Elements(1));
+        let mut data = vec![7u8; size];
+        for p in &provs {
+            let k = p.aes_ctr(&[1; 16]).unwrap();
+            g.bench_function(p.name(), |b| {
+                b.iter(|| k.apply_keystream(&[3; 16], black_box(&mut data)))
+            });
+        }
+        g.finish();
+        let mut g = c.benchmark_group(format!("aes-128-gcm-seal/{size}"));
+        g.throughput(Throughput::Elements(1));
+        for p in &provs {
+            let k = p.aes_gcm(&[1; 16]).unwrap();
+            let mut tag = [0u8; 16];
+            g.bench_function(p.name(), |b| {
+                b.iter(|| k.seal(&[3; 12], &[9; 12], black_box(&mut data), &mut tag))
+            });
+        }
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(300))
+        .measurement_time(Duration::from_secs(1))
+        .sample_size(20);
+    targets = bench
+}
+criterion_main!(benches);
