@@ -8,6 +8,12 @@ fuzz_target!(|data: &[u8]| {
         assert!(h.packet_len() <= data.len());
         assert!((192..=223).contains(&h.packet_type()));
         assert_eq!(h.packet_bytes().len(), h.packet_len());
-        let _ = (h.kind(), h.count(), h.padding(), h.sender_ssrc(), h.length_words());
+        let _ = (
+            h.kind(),
+            h.count(),
+            h.padding(),
+            h.sender_ssrc(),
+            h.length_words(),
+        );
     }
 });

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, Context as _, Result};
 use secrelay_srtp::{Context, Error as SrtpError, MasterKey, Policy, Profile};
-use secrelay_wire::pcap::{CaptureReader, CaptureWriter};
+use secrelay_wire::pcap::{CaptureFormat, CaptureReader, CaptureWriter};
 use secrelay_wire::{classify, PacketKind};
 use serde::Serialize;
 
@@ -120,7 +120,17 @@ pub fn process<R: std::io::Read, W: Write>(
     })
     .map_err(|e| anyhow!("--key: {e}"))?;
     let mut reader = CaptureReader::new(input).map_err(|e| anyhow!("{e}"))?;
-    let mut writer = CaptureWriter::new(output, reader.format()).map_err(|e| anyhow!("{e}"))?;
+    // Encrypted packets grow by up to 20 bytes: make room in the output's snap length.
+    let out_format = |f: &CaptureFormat| {
+        let mut f = f.clone();
+        if mode == Mode::Encrypt {
+            f.raise_snaplen(65535 + 64);
+        }
+        f
+    };
+    let mut writer =
+        CaptureWriter::new(output, &out_format(reader.format())).map_err(|e| anyhow!("{e}"))?;
+    let mut interfaces = reader.format().interface_count();
     let mut counters = Counters::default();
     let mut roc_set: HashSet<u32> = HashSet::new();
     let mut buf = vec![0u8; 65536 + 64];
@@ -128,9 +138,12 @@ pub fn process<R: std::io::Read, W: Write>(
         let mut packet = packet.map_err(|e| anyhow!("packet {}: {e}", counters.packets + 1))?;
         counters.packets += 1;
         // pcapng may declare new interfaces as it goes.
-        writer
-            .add_new_interfaces(reader.format())
-            .map_err(|e| anyhow!("{e}"))?;
+        if reader.format().interface_count() != interfaces {
+            interfaces = reader.format().interface_count();
+            writer
+                .add_new_interfaces(&out_format(reader.format()))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
         let on_port = |p: u16| args.port.is_none_or(|want| want == p);
         let kind = match (packet.udp(), packet.udp_payload()) {
             (Some(u), Some(payload)) if on_port(u.src_port) || on_port(u.dst_port) => {

@@ -1,5 +1,6 @@
 //! SRTP/SRTCP contexts: streams per SSRC, protect and unprotect.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -442,21 +443,32 @@ impl Context {
     }
 
     /// The stream for `ssrc`, made from the template if there is none (used on the sending
-    /// side, where packets are our own).
+    /// side, where packets are our own). One hash lookup.
     #[inline]
     fn stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
-        if !self.streams.contains_key(&ssrc) {
-            self.check_template(ssrc, direction)?;
-            return self.new_stream(ssrc, direction);
+        let count = self.streams.len();
+        match self.streams.entry(ssrc) {
+            Entry::Occupied(o) => {
+                let s = o.into_mut();
+                if s.direction != direction {
+                    return Err(Error::WrongDirection(ssrc));
+                }
+                Ok(s)
+            }
+            Entry::Vacant(v) => {
+                match self.template {
+                    Some(d) if d == direction => {}
+                    Some(_) => return Err(Error::WrongDirection(ssrc)),
+                    None => return Err(Error::UnknownSsrc(ssrc)),
+                }
+                if count >= self.max_streams {
+                    return Err(Error::StreamLimit);
+                }
+                let s = Stream::new(direction, self.keys.clone(), self.window)
+                    .map_err(|_| Error::StreamLimit)?;
+                Ok(v.insert(s))
+            }
         }
-        let s = self
-            .streams
-            .get_mut(&ssrc)
-            .ok_or(Error::UnknownSsrc(ssrc))?;
-        if s.direction != direction {
-            return Err(Error::WrongDirection(ssrc));
-        }
-        Ok(s)
     }
 
     /// Protects the RTP packet `buf[..len]` in place; `buf` must have room for the tag

@@ -431,6 +431,17 @@ fn simple_packet_block_with_short_data_becomes_enhanced() {
     assert_eq!(back.packets[0].orig_len() as usize, ip.len() + 100);
     // SHB 28 + IDB 20, then an EPB (type 6).
     assert_eq!(u32::from_le_bytes(out[48..52].try_into().unwrap()), 6);
+
+    // A well-formed SPB given a timestamp also becomes an EPB, keeping it.
+    let mut file = ng_shb(&[]);
+    file.extend(ng_idb(101, 0, &[]));
+    file.extend(ng_spb(&ip, ip.len() as u32));
+    let mut capture = Capture::parse(&file).unwrap();
+    assert_eq!(capture.to_bytes().unwrap(), file);
+    capture.packets[0].set_timestamp_ns(T0);
+    let back = Capture::parse(&capture.to_bytes().unwrap()).unwrap();
+    assert_eq!(back.packets[0].timestamp_ns(), T0);
+    assert_eq!(back.packets[0].data(), &ip[..]);
 }
 
 #[test]

@@ -97,9 +97,13 @@ pub fn default() -> &'static dyn CryptoProvider {
 
 /// Every provider compiled in, for tests and benchmarks that compare them.
 pub fn all() -> Vec<&'static dyn CryptoProvider> {
-    let mut v: Vec<&'static dyn CryptoProvider> = vec![default(), rustcrypto()];
+    let v: Vec<&'static dyn CryptoProvider> = vec![default(), rustcrypto()];
     #[cfg(feature = "aws-lc")]
-    v.push(aws_lc());
+    let v = {
+        let mut v = v;
+        v.push(aws_lc());
+        v
+    };
     v
 }
 

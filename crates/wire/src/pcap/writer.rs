@@ -169,16 +169,21 @@ impl<W: Write> CaptureWriter<W> {
                     });
                 }
                 within_snaplen(data.len(), iface.idb.snaplen)?;
-                // An SPB's captured length is implied: min(original length,
-                // snap length). Write one only when that gives back exactly
-                // this data; otherwise fall back to an EPB.
+                // An SPB has no timestamp, and its captured length is
+                // implied: min(original length, snap length). Write one only
+                // when that gives back exactly this packet; otherwise fall
+                // back to an EPB.
                 let snap = iface.idb.snaplen;
                 let implied_len = if snap == 0 {
                     orig_len
                 } else {
                     orig_len.min(snap)
                 };
-                if packet.origin == BlockOrigin::Simple && index == 0 && implied_len == incl_len {
+                if packet.origin == BlockOrigin::Simple
+                    && index == 0
+                    && implied_len == incl_len
+                    && packet.timestamp_ns() == 0
+                {
                     let spb = SimplePacketBlock {
                         original_len: orig_len,
                         data: Cow::Borrowed(data),

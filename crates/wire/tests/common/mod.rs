@@ -74,7 +74,7 @@ pub fn ipv4_udp(
     udp_checksum: bool,
     options: &[u8],
 ) -> Vec<u8> {
-    assert_eq!(options.len() % 4, 0);
+    assert!(options.len().is_multiple_of(4));
     let mut udp = udp_segment(sport, dport, payload);
     if udp_checksum {
         let c = udp_checksum_v4(src, dst, &udp);
@@ -242,7 +242,7 @@ pub fn pcap_file(spec: &PcapSpec, packets: &[(u64, Vec<u8>, u32)]) -> Vec<u8> {
 /// Little-endian pcapng block.
 pub fn ng_block(block_type: u32, body: &[u8]) -> Vec<u8> {
     let mut body = body.to_vec();
-    while body.len() % 4 != 0 {
+    while !body.len().is_multiple_of(4) {
         body.push(0);
     }
     let total = (12 + body.len()) as u32;
@@ -264,7 +264,7 @@ pub fn ng_options(opts: &[(u16, Vec<u8>)]) -> Vec<u8> {
         o.extend_from_slice(&code.to_le_bytes());
         o.extend_from_slice(&(value.len() as u16).to_le_bytes());
         o.extend_from_slice(value);
-        while o.len() % 4 != 0 {
+        while !o.len().is_multiple_of(4) {
             o.push(0);
         }
     }
@@ -305,7 +305,7 @@ pub fn ng_epb(
     body.extend_from_slice(&(data.len() as u32).to_le_bytes());
     body.extend_from_slice(&orig_len.to_le_bytes());
     body.extend_from_slice(data);
-    while body.len() % 4 != 0 {
+    while !body.len().is_multiple_of(4) {
         body.push(0);
     }
     body.extend_from_slice(&ng_options(options));
