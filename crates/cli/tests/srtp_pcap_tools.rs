@@ -167,34 +167,17 @@ fn encrypt_then_decrypt_round_trips_every_profile() {
 #[test]
 fn decrypts_libsrtp_made_srtp_and_counts_tampered_and_replayed() {
     let dir = tempfile::tempdir().unwrap();
-    let raw = base64_decode(KEY);
-    let mut tx = LibSrtp::new(
-        LibsrtpProfile::AesCm128HmacSha1_80,
-        Direction::Outbound,
-        &raw[..16],
-        &raw[16..],
-        1024,
-        false,
-    )
-    .unwrap();
+    let mut tx = libsrtp_sender();
     let mut payloads = Vec::new();
     let mut plain = Vec::new();
     for i in 0..40u16 {
         let p = rtp(0x1234, 1000 + i, 160);
-        let mut b = p.clone();
-        b.resize(p.len() + 16, 0);
-        let n = tx.protect(&mut b, p.len()).unwrap();
-        b.truncate(n);
+        payloads.push((libsrtp_protect(&mut tx, &p), 7000));
         plain.push(p);
-        payloads.push((b, 7000));
     }
     let dup = payloads[5].clone();
     payloads.push(dup); // replayed
-    let p = rtp(0x1234, 2000, 160);
-    let mut bad = p.clone();
-    bad.resize(p.len() + 16, 0);
-    let n = tx.protect(&mut bad, p.len()).unwrap();
-    bad.truncate(n);
+    let mut bad = libsrtp_protect(&mut tx, &rtp(0x1234, 2000, 160));
     bad[30] ^= 1;
     payloads.push((bad, 7000)); // tampered (a replayed copy would be refused as a replay first)
     payloads.push((rtp(0x99, 1, 20), 7002)); // other port
@@ -223,26 +206,14 @@ fn decrypts_libsrtp_made_srtp_and_counts_tampered_and_replayed() {
 #[test]
 fn roc_flag_resumes_a_stream_captured_mid_call() {
     let dir = tempfile::tempdir().unwrap();
-    let raw = base64_decode(KEY);
-    let mut tx = LibSrtp::new(
-        LibsrtpProfile::AesCm128HmacSha1_80,
-        Direction::Outbound,
-        &raw[..16],
-        &raw[16..],
-        1024,
-        false,
-    )
-    .unwrap();
+    let mut tx = libsrtp_sender();
     let mut payloads = Vec::new();
     // Send through two rollovers, capture only the last 30 packets.
     let mut seq: u16 = 0;
     for i in 0..(2 * 65536 + 30u32) {
         let p = rtp(0x77, seq, 8);
-        let mut b = p.clone();
-        b.resize(p.len() + 16, 0);
-        let n = tx.protect(&mut b, p.len()).unwrap();
+        let b = libsrtp_protect(&mut tx, &p);
         if i >= 2 * 65536 {
-            b.truncate(n);
             payloads.push((b, 7000));
         }
         seq = seq.wrapping_add(1);
@@ -365,6 +336,29 @@ fn keygen_makes_keys_the_tools_accept() {
         let p: secrelay_srtp::Profile = profile.parse().unwrap();
         assert!(secrelay_srtp::MasterKey::from_sdes_inline(p, k).is_ok());
     }
+}
+
+/// A libsrtp sender keyed with `KEY` (AES_CM_128_HMAC_SHA1_80).
+fn libsrtp_sender() -> LibSrtp {
+    let raw = base64_decode(KEY);
+    LibSrtp::new(
+        LibsrtpProfile::AesCm128HmacSha1_80,
+        Direction::Outbound,
+        &raw[..16],
+        &raw[16..],
+        1024,
+        false,
+    )
+    .unwrap()
+}
+
+/// `plain` protected by libsrtp.
+fn libsrtp_protect(tx: &mut LibSrtp, plain: &[u8]) -> Vec<u8> {
+    let mut b = plain.to_vec();
+    b.resize(plain.len() + 16, 0);
+    let n = tx.protect(&mut b, plain.len()).unwrap();
+    b.truncate(n);
+    b
 }
 
 fn base64_decode(s: &str) -> Vec<u8> {
