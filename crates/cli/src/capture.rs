@@ -1,6 +1,6 @@
 //! `secrelay srtp decrypt|encrypt`: SRTP over the packets of a capture file.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -51,13 +51,23 @@ fn parse_key(profile: &str, key: &str) -> Result<MasterKey> {
 
 /// Runs decrypt or encrypt as the flags say; writes OUT only if everything succeeds.
 pub fn run(mode: Mode, args: &CaptureArgs) -> Result<()> {
-    let key = parse_key(&args.profile, &args.key)?;
+    if mode == Mode::Encrypt && args.key.len() > 1 {
+        return Err(anyhow!(
+            "--key: encrypt takes one key, got {}",
+            args.key.len()
+        ));
+    }
+    let keys = args
+        .key
+        .iter()
+        .map(|k| parse_key(&args.profile, k))
+        .collect::<Result<Vec<_>>>()?;
     let input =
         File::open(&args.input).with_context(|| format!("--in {}", args.input.display()))?;
     let tmp = temp_path(&args.output);
     let result = (|| -> Result<Counters> {
         let out = File::create(&tmp).with_context(|| format!("--out {}", args.output.display()))?;
-        let counters = process(mode, key, BufReader::new(input), BufWriter::new(out), args)
+        let counters = process(mode, keys, BufReader::new(input), BufWriter::new(out), args)
             .with_context(|| format!("--in {}", args.input.display()))?;
         std::fs::rename(&tmp, &args.output)
             .with_context(|| format!("--out {}", args.output.display()))?;
@@ -108,17 +118,25 @@ fn temp_path(out: &Path) -> PathBuf {
 /// Transforms a capture; the core of `run`, kept free of file names for tests.
 pub fn process<R: std::io::Read, W: Write>(
     mode: Mode,
-    key: MasterKey,
+    keys: Vec<MasterKey>,
     input: R,
     output: W,
     args: &CaptureArgs,
 ) -> Result<Counters> {
-    let policy = Policy::new(key).max_streams(1 << 16);
-    let mut ctx = Context::new(match mode {
-        Mode::Decrypt => policy.any_inbound(),
-        Mode::Encrypt => policy.any_outbound(),
-    })
-    .map_err(|e| anyhow!("--key: {e}"))?;
+    let mut contexts = keys
+        .into_iter()
+        .map(|key| {
+            let policy = Policy::new(key).max_streams(1 << 16);
+            Context::new(match mode {
+                Mode::Decrypt => policy.any_inbound(),
+                Mode::Encrypt => policy.any_outbound(),
+            })
+            .map_err(|e| anyhow!("--key: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // Which key each SSRC authenticated with (several keys: a call's two directions).
+    let mut bound: HashMap<u32, usize> = HashMap::new();
+    let mut orig: Vec<u8> = Vec::with_capacity(2048);
     let mut reader = CaptureReader::new(input).map_err(|e| anyhow!("{e}"))?;
     // Encrypted packets grow by up to 20 bytes: make room in the output's snap length.
     let out_format = |f: &CaptureFormat| {
@@ -160,27 +178,51 @@ pub fn process<R: std::io::Read, W: Write>(
                 continue;
             }
         };
-        let payload = packet.udp_payload().unwrap_or_default();
-        let len = payload.len();
-        buf[..len].copy_from_slice(payload);
+        orig.clear();
+        orig.extend_from_slice(packet.udp_payload().unwrap_or_default());
+        let len = orig.len();
+        // classify() saw at least 8 (RTCP) or 12 (RTP) bytes.
+        let ssrc_at = if rtcp { 4 } else { 8 };
+        let ssrc = u32::from_be_bytes([
+            orig[ssrc_at],
+            orig[ssrc_at + 1],
+            orig[ssrc_at + 2],
+            orig[ssrc_at + 3],
+        ]);
         if rtcp {
             counters.rtcp += 1;
         } else {
             counters.rtp += 1;
             if let Some(roc) = args.roc {
-                let ssrc = u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]);
                 if roc_set.insert(ssrc) {
-                    ctx.set_roc(ssrc, roc)
-                        .map_err(|e| anyhow!("--roc {roc}: {e}"))?;
+                    for ctx in contexts.iter_mut() {
+                        ctx.set_roc(ssrc, roc)
+                            .map_err(|e| anyhow!("--roc {roc}: {e}"))?;
+                    }
                 }
             }
         }
-        let r = match (mode, rtcp) {
-            (Mode::Decrypt, false) => ctx.unprotect_rtp(&mut buf, len),
-            (Mode::Decrypt, true) => ctx.unprotect_rtcp(&mut buf, len),
-            (Mode::Encrypt, false) => ctx.protect_rtp(&mut buf, len),
-            (Mode::Encrypt, true) => ctx.protect_rtcp(&mut buf, len),
+        let candidates = match bound.get(&ssrc) {
+            Some(&i) => i..i + 1,
+            None => 0..contexts.len(),
         };
+        let mut r = Err(SrtpError::AuthFailed);
+        for i in candidates {
+            buf[..len].copy_from_slice(&orig);
+            let ctx = &mut contexts[i];
+            r = match (mode, rtcp) {
+                (Mode::Decrypt, false) => ctx.unprotect_rtp(&mut buf, len),
+                (Mode::Decrypt, true) => ctx.unprotect_rtcp(&mut buf, len),
+                (Mode::Encrypt, false) => ctx.protect_rtp(&mut buf, len),
+                (Mode::Encrypt, true) => ctx.protect_rtcp(&mut buf, len),
+            };
+            if r.is_ok() {
+                bound.insert(ssrc, i);
+            }
+            if r != Err(SrtpError::AuthFailed) {
+                break;
+            }
+        }
         match r {
             Ok(n) => {
                 packet

@@ -48,8 +48,10 @@ pub struct CaptureArgs {
     #[arg(long)]
     pub profile: String,
     /// SDES key: base64 of master key‖salt, with or without "inline:" and a |lifetime.
-    #[arg(long)]
-    pub key: String,
+    /// Decrypt takes it more than once (a call's two directions): each SSRC is bound to the
+    /// first key its packets authenticate with.
+    #[arg(long, required = true)]
+    pub key: Vec<String>,
     /// Input capture (pcap or pcapng).
     #[arg(long = "in", value_name = "IN")]
     pub input: PathBuf,

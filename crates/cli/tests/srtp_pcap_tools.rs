@@ -319,6 +319,101 @@ fn bad_flags_and_files_fail_with_one_line_and_write_nothing() {
 }
 
 #[test]
+fn decrypt_with_both_directions_keys_binds_each_ssrc_to_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain.pcap");
+    let a_out = dir.path().join("a.pcap");
+    let b_out = dir.path().join("b.pcap");
+    let key_b = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNk"; // another 30 bytes
+    write_capture(
+        &plain,
+        &(0..20u16)
+            .map(|i| (rtp(0xa, i, 80), 7000))
+            .collect::<Vec<_>>(),
+    );
+    run_tool(
+        "encrypt",
+        "AES_CM_128_HMAC_SHA1_80",
+        KEY,
+        &plain,
+        &a_out,
+        &[],
+    );
+    let plain_b = dir.path().join("plain_b.pcap");
+    write_capture(
+        &plain_b,
+        &(0..20u16)
+            .map(|i| (rtp(0xb, i, 80), 7001))
+            .collect::<Vec<_>>(),
+    );
+    run_tool(
+        "encrypt",
+        "AES_CM_128_HMAC_SHA1_80",
+        key_b,
+        &plain_b,
+        &b_out,
+        &[],
+    );
+    // Interleave the two directions in one capture.
+    let a = read_payloads(&a_out);
+    let b = read_payloads(&b_out);
+    let mixed: Vec<(Vec<u8>, u16)> = a
+        .iter()
+        .zip(&b)
+        .flat_map(|(x, y)| [(x.clone(), 7000), (y.clone(), 7001)])
+        .collect();
+    let both = dir.path().join("both.pcap");
+    write_capture(&both, &mixed);
+    let out = dir.path().join("out.pcap");
+    let o = bin()
+        .args([
+            "srtp",
+            "decrypt",
+            "--profile",
+            "AES_CM_128_HMAC_SHA1_80",
+            "--key",
+            KEY,
+            "--key",
+            key_b,
+            "--json",
+            "--in",
+        ])
+        .arg(&both)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["decrypted"], 40, "{j}");
+    assert_eq!(j["auth_failed"], 0);
+    // One key only: the other direction fails authentication and is left out.
+    let (_, j, _) = run_tool("decrypt", "AES_CM_128_HMAC_SHA1_80", KEY, &both, &out, &[]);
+    assert_eq!(j["decrypted"], 20);
+    assert_eq!(j["auth_failed"], 20);
+    // Encrypt refuses two keys.
+    let o = bin()
+        .args([
+            "srtp",
+            "encrypt",
+            "--profile",
+            "AES_CM_128_HMAC_SHA1_80",
+            "--key",
+            KEY,
+            "--key",
+            key_b,
+            "--in",
+        ])
+        .arg(&plain)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--key"));
+}
+
+#[test]
 fn keygen_makes_keys_the_tools_accept() {
     for profile in [
         "AES_CM_128_HMAC_SHA1_80",
