@@ -95,17 +95,19 @@ impl ReplayWindow {
                 let advance = index - top;
                 if advance >= self.cap() {
                     self.bits.fill(0);
+                } else if advance == 1 {
+                    // The common case: the next packet in order.
+                    let (w, m) = self.slot(index);
+                    self.bits[w] &= !m;
                 } else {
                     // Clear the slots of top+1 ..= index, a word at a time where possible.
                     let mut i = top + 1;
                     while i <= index {
-                        let (w, _) = self.slot(i);
-                        let bit = i % 64;
-                        if bit == 0 && index - i >= 63 {
+                        let (w, m) = self.slot(i);
+                        if i % 64 == 0 && index - i >= 63 {
                             self.bits[w] = 0;
                             i += 64;
                         } else {
-                            let (w, m) = self.slot(i);
                             self.bits[w] &= !m;
                             i += 1;
                         }
