@@ -126,3 +126,16 @@ fn a_bad_context_index_is_a_status_not_a_panic() {
     SerialEngine.process(&mut ctxs, &mut packets, &mut results);
     assert_eq!(results[0], Err(Error::UnknownContext));
 }
+
+#[test]
+fn contexts_can_move_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Context>();
+    let mut ctxs = contexts(true);
+    let handle = std::thread::spawn(move || {
+        let mut b = common::rtp(1, 1, 0, 10, 0);
+        b.resize(64, 0);
+        ctxs[0].protect_rtp(&mut b, 22)
+    });
+    assert_eq!(handle.join().unwrap(), Ok(22 + Profile::ALL[0].rtp_tag_len()));
+}
