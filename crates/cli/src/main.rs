@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod ca;
 mod capture;
 mod demo;
 
@@ -23,6 +24,9 @@ enum Command {
     Srtp(SrtpCommand),
     /// Simulated secure calls relayed over loopback UDP, re-protected per receiver.
     Demo(demo::DemoArgs),
+    /// Private CA for lab set-ups, and certificate fingerprints for SDP.
+    #[command(subcommand)]
+    Ca(ca::CaCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Demo(a) => demo::run(&a),
+        Command::Ca(c) => ca::run(&c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,3 +5,20 @@
 //! `Instant` into datagrams, timer deadlines and events (connected with SRTP keys, failed with a
 //! reason, closed).
 #![forbid(unsafe_code)]
+
+pub mod ca;
+pub mod cert;
+pub mod cookie;
+pub mod endpoint;
+pub mod engine;
+pub mod fingerprint;
+pub mod keying;
+
+pub use ca::{CaDir, CaError, VerifyError};
+pub use cert::{CertError, Certificate, KeyType};
+pub use endpoint::{
+    Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
+    PeerAuth, Role, State, Timers,
+};
+pub use fingerprint::{Fingerprint, FingerprintError, HashAlgorithm};
+pub use keying::{ExportedKeyingMaterial, SrtpKeys};

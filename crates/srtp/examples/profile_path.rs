@@ -12,8 +12,12 @@ fn main() {
         .unwrap_or_else(|e| panic!("{e}"));
     let size: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(172);
     let n: u32 = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
-    let mk = MasterKey::new(profile, &vec![1; profile.key_len()], &vec![2; profile.salt_len()])
-        .expect("key lengths come from the profile");
+    let mk = MasterKey::new(
+        profile,
+        &vec![1; profile.key_len()],
+        &vec![2; profile.salt_len()],
+    )
+    .expect("key lengths come from the profile");
     let mut tx = Context::new(Policy::new(mk.clone()).any_outbound()).expect("valid policy");
     let mut rx = Context::new(Policy::new(mk).any_inbound()).expect("valid policy");
     let mut buf = vec![0u8; size + 16];

@@ -137,5 +137,8 @@ fn contexts_can_move_between_threads() {
         b.resize(64, 0);
         ctxs[0].protect_rtp(&mut b, 22)
     });
-    assert_eq!(handle.join().unwrap(), Ok(22 + Profile::ALL[0].rtp_tag_len()));
+    assert_eq!(
+        handle.join().unwrap(),
+        Ok(22 + Profile::ALL[0].rtp_tag_len())
+    );
 }

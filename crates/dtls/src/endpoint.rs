@@ -1,0 +1,807 @@
+//! A sans-IO DTLS-SRTP endpoint (RFC 5763, RFC 5764): datagrams and an injected [`Instant`] in;
+//! datagrams, one timer deadline and events out.
+//!
+//! # Drive contract
+//! After **every** input — [`Endpoint::new`], [`Endpoint::handle_datagram`],
+//! [`Endpoint::handle_timeout`], [`Endpoint::close`] — drain [`Endpoint::poll_output`] until it
+//! returns [`Output::Timeout`] (then call `handle_timeout` at that instant, or earlier when a
+//! datagram arrives) or `None` (the endpoint is finished: it has reported
+//! [`Event::Connected`]-then-[`Event::Closed`], or [`Event::Failed`], and ignores further input).
+//! Time is never read inside; pass the current time in. Earlier instants than one already seen
+//! are treated as the latest one seen.
+//!
+//! ```no_run
+//! # use std::time::Instant;
+//! # use secrelay_dtls::endpoint::{Endpoint, EndpointConfig, Event, Output};
+//! # fn send(_: &[u8]) {}
+//! # fn drive(config: EndpointConfig) {
+//! let mut ep = Endpoint::new(config, Instant::now()).expect("valid config");
+//! let mut next_timer = None;
+//! while let Some(out) = ep.poll_output() {
+//!     match out {
+//!         Output::Transmit(datagram) => send(&datagram),
+//!         Output::Timeout(at) => { next_timer = Some(at); break; }
+//!         Output::Event(Event::Connected { keys, .. }) => { /* build SRTP contexts */ }
+//!         Output::Event(_) => {}
+//!     }
+//! }
+//! # let _ = next_timer;
+//! # }
+//! ```
+//!
+//! # Failure model
+//! Nothing from the network can make the endpoint panic: every call into the engine runs under
+//! `catch_unwind`; a caught panic ends the endpoint with [`FailReason::Internal`] (and is counted
+//! in [`Counters::panics_caught`]). Timer deadlines are handed out at least 1 ms after the
+//! input that produced them, and an engine that keeps asking to be woken at once is stopped
+//! ([`FailReason::Internal`], [`Counters::runaway_timers`]). Any failure is final: the engine is dropped and later input
+//! is counted in [`Counters::datagrams_ignored`].
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant, SystemTime};
+
+use secrelay_srtp::Profile;
+use zeroize::Zeroizing;
+
+use crate::engine::{
+    DimplEngine, DtlsEngine, EngineConfigError, EngineOutput, DEFAULT_HANDSHAKE_TIMEOUT,
+    DEFAULT_INITIAL_RTO, DEFAULT_MAX_RETRANSMISSIONS,
+};
+use crate::fingerprint::Fingerprint;
+use crate::keying::{ExportedKeyingMaterial, SrtpKeys};
+
+/// Which side of the DTLS handshake this endpoint plays (RFC 5763 `a=setup`: `active` is the
+/// client, `passive` the server).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Sends the ClientHello (`a=setup:active`).
+    Client,
+    /// Answers ClientHellos (`a=setup:passive`).
+    Server,
+}
+
+/// Which DTLS version the engine speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum DtlsVersion {
+    /// DTLS 1.2 only (RFC 6347): what browsers speak today. The default.
+    #[default]
+    Dtls12,
+    /// DTLS 1.3 only (RFC 9147).
+    Dtls13,
+    /// Server: take the version from the ClientHello. Client: send a ClientHello that suits
+    /// both and follow the server.
+    Auto,
+}
+
+/// Our certificate: a DER chain (leaf first) and its private key (PKCS#8 DER; dimpl also takes
+/// SEC1). The key is wiped on drop and never printed.
+#[derive(Clone)]
+pub struct LocalCertificate {
+    /// DER certificates, leaf first. The dimpl engine sends only the leaf.
+    pub chain_der: Vec<Vec<u8>>,
+    pub(crate) private_key_der: Zeroizing<Vec<u8>>,
+}
+
+impl LocalCertificate {
+    /// A certificate chain (leaf first) and the leaf's private key (PKCS#8 DER).
+    pub fn new(chain_der: Vec<Vec<u8>>, private_key_der: &[u8]) -> Self {
+        LocalCertificate {
+            chain_der,
+            private_key_der: Zeroizing::new(private_key_der.to_vec()),
+        }
+    }
+
+    /// The leaf certificate (DER), if the chain is not empty.
+    pub fn leaf_der(&self) -> Option<&[u8]> {
+        self.chain_der.first().map(Vec::as_slice)
+    }
+
+    /// SHA-256 of the leaf certificate: what the peer puts in its expected fingerprint.
+    pub fn fingerprint(&self) -> Option<Fingerprint> {
+        self.leaf_der()
+            .map(|der| Fingerprint::of(der, crate::fingerprint::HashAlgorithm::Sha256))
+    }
+}
+
+impl From<&crate::cert::Certificate> for LocalCertificate {
+    fn from(c: &crate::cert::Certificate) -> Self {
+        LocalCertificate::new(c.chain().to_vec(), c.private_key_der())
+    }
+}
+
+impl fmt::Debug for LocalCertificate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalCertificate")
+            .field("chain_len", &self.chain_der.len())
+            .field("private_key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Handshake retransmission timers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timers {
+    /// First retransmission timeout; doubled for every retry (with ±25% jitter in dimpl).
+    /// Default 1 s (RFC 6347 §4.2.4.1), comfortably above a 300 ms RTT.
+    pub initial_rto: Duration,
+    /// Retransmissions per flight before giving up. Default 6. dimpl has no maximum RTO, so
+    /// this bounds the backoff instead.
+    pub max_retransmissions: usize,
+    /// Deadline for the whole handshake. Default 30 s.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers {
+            initial_rto: DEFAULT_INITIAL_RTO,
+            max_retransmissions: DEFAULT_MAX_RETRANSMISSIONS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+        }
+    }
+}
+
+/// The SRTP profiles we accept by default, most preferred first.
+pub const DEFAULT_SRTP_PROFILES: [Profile; 4] = [
+    Profile::AeadAes128Gcm,
+    Profile::AeadAes256Gcm,
+    Profile::AesCm128HmacSha1_80,
+    Profile::AesCm128HmacSha1_32,
+];
+
+/// Default MTU for handshake datagrams (dimpl's default; fits IPv6 + TURN framing).
+pub const DEFAULT_MTU: usize = 1150;
+
+/// How an endpoint checks the certificate its peer presents.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum PeerAuth {
+    /// The fingerprint the peer announced in signaling (RFC 5763, RFC 8122), compared in
+    /// constant time. The WebRTC way.
+    Fingerprint(Fingerprint),
+    /// A chain to this private CA (DER), with the usage the peer's role needs (clientAuth for
+    /// a client, serverAuth for a server), valid at the wall-clock time `clock` gives.
+    Ca {
+        /// The CA certificate, DER.
+        ca_der: Vec<u8>,
+        /// Wall-clock time for the validity check (injected: `SystemTime::now` in service,
+        /// a fixed time in tests).
+        clock: fn() -> SystemTime,
+    },
+    /// Any certificate at all. For load generators and labs only: it authenticates nobody.
+    AnyCertificate,
+}
+
+impl PeerAuth {
+    /// Verification against the CA certificate `ca_der`, at the system's time.
+    pub fn ca(ca_der: Vec<u8>) -> Self {
+        PeerAuth::Ca {
+            ca_der,
+            clock: SystemTime::now,
+        }
+    }
+
+    /// Checks `peer_der`, the certificate of a peer playing `peer_role`.
+    fn check(&self, peer_der: &[u8], peer_role: Role) -> Result<(), FailReason> {
+        match self {
+            PeerAuth::Fingerprint(fp) => {
+                if fp.matches(peer_der) {
+                    Ok(())
+                } else {
+                    Err(FailReason::FingerprintMismatch)
+                }
+            }
+            PeerAuth::Ca { ca_der, clock } => {
+                let usage = match peer_role {
+                    Role::Client => crate::ca::Role::Client,
+                    Role::Server => crate::ca::Role::Server,
+                };
+                crate::ca::verify_chain(&[peer_der.to_vec()], ca_der, clock(), usage)
+                    .map_err(|_| FailReason::UntrustedCertificate)
+            }
+            PeerAuth::AnyCertificate => Ok(()),
+        }
+    }
+}
+
+impl From<Fingerprint> for PeerAuth {
+    fn from(fp: Fingerprint) -> Self {
+        PeerAuth::Fingerprint(fp)
+    }
+}
+
+impl fmt::Debug for PeerAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerAuth::Fingerprint(fp) => write!(f, "Fingerprint({fp})"),
+            PeerAuth::Ca { ca_der, .. } => {
+                write!(
+                    f,
+                    "Ca({})",
+                    Fingerprint::of(ca_der, crate::fingerprint::HashAlgorithm::Sha256)
+                )
+            }
+            PeerAuth::AnyCertificate => f.write_str("AnyCertificate"),
+        }
+    }
+}
+
+/// Everything an [`Endpoint`] needs.
+#[derive(Clone)]
+pub struct EndpointConfig {
+    /// Client or server.
+    pub role: Role,
+    /// DTLS version(s) to speak.
+    pub version: DtlsVersion,
+    /// Our certificate and key.
+    pub certificate: LocalCertificate,
+    /// How the peer's certificate is checked: against the fingerprint from its SDP
+    /// `a=fingerprint` (a mismatch fails with [`FailReason::FingerprintMismatch`]), or against a
+    /// private CA (failing with [`FailReason::UntrustedCertificate`]).
+    pub peer_auth: PeerAuth,
+    /// SRTP profiles we accept, most preferred first. A negotiated profile outside this list
+    /// fails with [`FailReason::NoCommonSrtpProfile`]. (The dimpl engine cannot restrict what
+    /// it offers or picks; this list is enforced after negotiation — see [`DimplEngine`].)
+    pub srtp_profiles: Vec<Profile>,
+    /// Retransmission timers and the overall deadline.
+    pub timers: Timers,
+    /// Largest datagram the handshake may produce.
+    pub mtu: usize,
+    /// Server only: demand a cookie round trip (HelloVerifyRequest in DTLS 1.2,
+    /// HelloRetryRequest in 1.3) before any work. On by default; keep it on. (A server behind
+    /// a [`crate::cookie::CookieResponder`] would turn it off, but dimpl 0.9 cannot take over a
+    /// ClientHello the responder admitted — see that module.)
+    pub server_cookies: bool,
+}
+
+impl EndpointConfig {
+    /// A configuration with the defaults: DTLS 1.2, [`DEFAULT_SRTP_PROFILES`],
+    /// [`Timers::default`], [`DEFAULT_MTU`], server cookies on.
+    pub fn new(role: Role, certificate: LocalCertificate, peer_auth: impl Into<PeerAuth>) -> Self {
+        EndpointConfig {
+            role,
+            version: DtlsVersion::default(),
+            certificate,
+            peer_auth: peer_auth.into(),
+            srtp_profiles: DEFAULT_SRTP_PROFILES.to_vec(),
+            timers: Timers::default(),
+            mtu: DEFAULT_MTU,
+            server_cookies: true,
+        }
+    }
+}
+
+impl fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("role", &self.role)
+            .field("version", &self.version)
+            .field("certificate", &self.certificate)
+            .field("peer_auth", &self.peer_auth)
+            .field("srtp_profiles", &self.srtp_profiles)
+            .field("timers", &self.timers)
+            .field("mtu", &self.mtu)
+            .field("server_cookies", &self.server_cookies)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a handshake or association ended badly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FailReason {
+    /// The peer's certificate does not hash to the expected fingerprint.
+    FingerprintMismatch,
+    /// The peer's certificate does not chain to the private CA (or is expired, or lacks the
+    /// usage its role needs).
+    UntrustedCertificate,
+    /// The handshake completed without a peer certificate.
+    NoPeerCertificate,
+    /// The peer's certificate could not be parsed or used (unsupported key, bad encoding).
+    PeerCertificate,
+    /// No SRTP profile was negotiated, or the negotiated one is not in our list.
+    NoCommonSrtpProfile,
+    /// No DTLS cipher suite both sides accept.
+    NoCommonCipherSuite,
+    /// Retransmissions or the overall handshake deadline ran out.
+    HandshakeTimeout,
+    /// A signature, MAC or Finished check failed.
+    HandshakeFailure,
+    /// The peer broke the protocol (unexpected message, bad version, renegotiation, ...).
+    Protocol,
+    /// Queues filled up (the peer sent too much, too early).
+    Overloaded,
+    /// A bug: our misuse of the engine, or a panic caught inside it.
+    Internal,
+}
+
+impl FailReason {
+    /// Every reason, in counter order.
+    pub const ALL: [FailReason; 11] = [
+        FailReason::FingerprintMismatch,
+        FailReason::NoPeerCertificate,
+        FailReason::PeerCertificate,
+        FailReason::NoCommonSrtpProfile,
+        FailReason::NoCommonCipherSuite,
+        FailReason::HandshakeTimeout,
+        FailReason::HandshakeFailure,
+        FailReason::Protocol,
+        FailReason::Overloaded,
+        FailReason::Internal,
+        FailReason::UntrustedCertificate,
+    ];
+
+    fn index(self) -> usize {
+        match self {
+            FailReason::FingerprintMismatch => 0,
+            FailReason::NoPeerCertificate => 1,
+            FailReason::PeerCertificate => 2,
+            FailReason::NoCommonSrtpProfile => 3,
+            FailReason::NoCommonCipherSuite => 4,
+            FailReason::HandshakeTimeout => 5,
+            FailReason::HandshakeFailure => 6,
+            FailReason::Protocol => 7,
+            FailReason::Overloaded => 8,
+            FailReason::Internal => 9,
+            FailReason::UntrustedCertificate => 10,
+        }
+    }
+
+    /// Whether the peer (or the network) caused this, as opposed to us.
+    pub fn is_peer_caused(self) -> bool {
+        !matches!(self, FailReason::Internal)
+    }
+}
+
+impl fmt::Display for FailReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = match self {
+            FailReason::FingerprintMismatch => "peer certificate fingerprint mismatch",
+            FailReason::UntrustedCertificate => "peer certificate not trusted by the CA",
+            FailReason::NoPeerCertificate => "peer sent no certificate",
+            FailReason::PeerCertificate => "peer certificate unusable",
+            FailReason::NoCommonSrtpProfile => "no common SRTP profile",
+            FailReason::NoCommonCipherSuite => "no common DTLS cipher suite",
+            FailReason::HandshakeTimeout => "handshake timed out",
+            FailReason::HandshakeFailure => "handshake verification failed",
+            FailReason::Protocol => "peer violated the DTLS protocol",
+            FailReason::Overloaded => "handshake queues overflowed",
+            FailReason::Internal => "internal error",
+        };
+        f.write_str(s)
+    }
+}
+
+/// Something the application must act on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// The handshake completed, the peer's certificate matched its fingerprint, and SRTP keys
+    /// were exported for a profile we accept.
+    Connected {
+        /// The negotiated SRTP protection profile.
+        profile: Profile,
+        /// SRTP master keys for both directions.
+        keys: SrtpKeys,
+        /// The peer's leaf certificate (DER).
+        peer_certificate_der: Vec<u8>,
+    },
+    /// The handshake or association failed; the endpoint is finished.
+    Failed(FailReason),
+    /// The association closed (either side sent `close_notify`); the endpoint is finished.
+    Closed,
+}
+
+/// What [`Endpoint::poll_output`] hands back. Exhaustive on purpose: drive loops match it
+/// completely (new kinds of news go in [`Event`]).
+#[derive(Debug)]
+pub enum Output {
+    /// Send this datagram to the peer.
+    Transmit(Vec<u8>),
+    /// Call [`Endpoint::handle_timeout`] at (or after) this instant. Ends a drain.
+    Timeout(Instant),
+    /// Something happened.
+    Event(Event),
+}
+
+/// Per-endpoint counters; [`Counters::add`] sums them across endpoints.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Datagrams fed in while alive.
+    pub datagrams_in: u64,
+    /// Datagrams fed in after the endpoint finished (ignored).
+    pub datagrams_ignored: u64,
+    /// Datagrams handed out to send.
+    pub transmits: u64,
+    /// `handle_timeout` calls.
+    pub timeouts: u64,
+    /// Application data records received and discarded.
+    pub app_data_discarded: u64,
+    /// Panics caught inside the engine.
+    pub panics_caught: u64,
+    /// Engines stopped for asking to be woken at once, timer after timer.
+    pub runaway_timers: u64,
+    failures: [u64; FailReason::ALL.len()],
+}
+
+impl Counters {
+    /// How many times this reason ended an endpoint.
+    pub fn failures(&self, reason: FailReason) -> u64 {
+        self.failures[reason.index()]
+    }
+
+    /// All failures, whatever the reason.
+    pub fn total_failures(&self) -> u64 {
+        self.failures.iter().sum()
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Counters) {
+        self.datagrams_in += other.datagrams_in;
+        self.datagrams_ignored += other.datagrams_ignored;
+        self.transmits += other.transmits;
+        self.timeouts += other.timeouts;
+        self.app_data_discarded += other.app_data_discarded;
+        self.panics_caught += other.panics_caught;
+        self.runaway_timers += other.runaway_timers;
+        for (a, b) in self.failures.iter_mut().zip(other.failures.iter()) {
+            *a += b;
+        }
+    }
+}
+
+/// Where an endpoint is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum State {
+    /// Handshake in progress.
+    Handshaking,
+    /// Keys handed out; the association is up.
+    Connected,
+    /// Finished ([`Event::Failed`] or [`Event::Closed`] was emitted); input is ignored.
+    Finished,
+}
+
+/// Bound on outputs drained from the engine per input, so a looping engine cannot hang us.
+const MAX_DRAIN: usize = 4096;
+
+/// The earliest deadline handed out, after the time of the input that produced it. An engine
+/// asking to be woken "now" again and again would otherwise make its driver spin.
+const MIN_TIMER: Duration = Duration::from_millis(1);
+
+/// Consecutive timer firings after which the engine still asks to be woken at once, before the
+/// endpoint gives up on it ([`FailReason::Internal`]). dimpl 0.9's DTLS 1.3 client was seen to
+/// do that forever, sending a datagram each time, after a corrupted server flight.
+const MAX_IMMEDIATE_TIMEOUTS: u32 = 32;
+
+/// A DTLS-SRTP endpoint for one association (one peer, one 5-tuple). See the module docs for
+/// the drive contract.
+pub struct Endpoint {
+    role: Role,
+    engine: Option<Box<dyn DtlsEngine>>,
+    state: State,
+    out: VecDeque<Output>,
+    /// The engine's latest deadline; handed out after `out` is empty, so it is never stale.
+    timeout: Option<Instant>,
+    /// Whether the engine's latest deadline was already due when it was handed out.
+    deadline_was_due: bool,
+    /// Timer firings in a row whose next deadline was due at once.
+    immediate_timeouts: u32,
+    srtp_profiles: Vec<Profile>,
+    peer_auth: PeerAuth,
+    peer_certificate: Option<Vec<u8>>,
+    keying: Option<(u16, Zeroizing<Vec<u8>>)>,
+    engine_connected: bool,
+    peer_closed: bool,
+    last_now: Instant,
+    counters: Counters,
+}
+
+impl fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("role", &self.role)
+            .field("engine", &self.engine)
+            .field("state", &self.state)
+            .field("queued", &self.out.len())
+            .field("counters", &self.counters)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why [`Endpoint::new`] refused a configuration.
+pub type ConfigError = EngineConfigError;
+
+impl Endpoint {
+    /// An endpoint on the dimpl engine. A client's first flight is queued at once: drain
+    /// [`poll_output`](Self::poll_output) after this.
+    pub fn new(config: EndpointConfig, now: Instant) -> Result<Endpoint, ConfigError> {
+        if config.srtp_profiles.is_empty() {
+            return Err(EngineConfigError::Setting(
+                "the SRTP profile list is empty".into(),
+            ));
+        }
+        let engine = catch_unwind(AssertUnwindSafe(|| DimplEngine::new(&config, now)))
+            .map_err(|_| EngineConfigError::Panicked)??;
+        Ok(Endpoint::with_engine(&config, Box::new(engine), now))
+    }
+
+    /// An endpoint over any engine built for `config.role` (the seam for other DTLS stacks and
+    /// for tests). The engine's clock is set to `now` before anything else, so a datagram can
+    /// never reach it before its first timeout call (dimpl 0.9's server panics otherwise).
+    pub fn with_engine(config: &EndpointConfig, engine: Box<dyn DtlsEngine>, now: Instant) -> Self {
+        let mut ep = Endpoint {
+            role: config.role,
+            engine: Some(engine),
+            state: State::Handshaking,
+            out: VecDeque::new(),
+            timeout: None,
+            deadline_was_due: false,
+            immediate_timeouts: 0,
+            srtp_profiles: config.srtp_profiles.clone(),
+            peer_auth: config.peer_auth.clone(),
+            peer_certificate: None,
+            keying: None,
+            engine_connected: false,
+            peer_closed: false,
+            last_now: now,
+            counters: Counters::default(),
+        };
+        if ep.call(|e| e.handle_timeout(now)).is_some() {
+            ep.pump();
+        }
+        ep
+    }
+
+    /// Feeds one datagram received from the peer at `now`.
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+        if self.state == State::Finished {
+            self.counters.datagrams_ignored += 1;
+            return;
+        }
+        self.counters.datagrams_in += 1;
+        let now = self.advance(now);
+        if self
+            .call(|e| {
+                e.handle_timeout(now)?;
+                e.handle_datagram(datagram)
+            })
+            .is_some()
+        {
+            self.pump();
+        }
+    }
+
+    /// Fires due timers (retransmissions, the handshake deadline) at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.state == State::Finished {
+            return;
+        }
+        self.counters.timeouts += 1;
+        let now = self.advance(now);
+        if self.call(|e| e.handle_timeout(now)).is_some() {
+            self.pump();
+        }
+        if self.state == State::Finished {
+            return;
+        }
+        if self.deadline_was_due {
+            self.immediate_timeouts += 1;
+            if self.immediate_timeouts > MAX_IMMEDIATE_TIMEOUTS {
+                self.counters.runaway_timers += 1;
+                self.fail(FailReason::Internal);
+            }
+        } else {
+            self.immediate_timeouts = 0;
+        }
+    }
+
+    /// Closes the association: sends `close_notify` when connected (dimpl aborts a handshake in
+    /// progress without an alert), then reports [`Event::Closed`]. Drain outputs afterwards.
+    pub fn close(&mut self, now: Instant) {
+        if self.state == State::Finished {
+            return;
+        }
+        let now = self.advance(now);
+        if self
+            .call(|e| {
+                e.handle_timeout(now)?;
+                e.close()
+            })
+            .is_none()
+        {
+            return;
+        }
+        if self.drain_transmits() {
+            self.finish(Event::Closed);
+        }
+    }
+
+    /// The next output, or `None` when nothing is queued (see the module's drive contract).
+    ///
+    /// Datagrams and events come first, in order; the timer deadline comes last, once per
+    /// input, and is always the latest one (inputs fed without draining in between do not leave
+    /// stale deadlines behind).
+    pub fn poll_output(&mut self) -> Option<Output> {
+        match self.out.pop_front() {
+            Some(o) => Some(o),
+            None => self.timeout.take().map(Output::Timeout),
+        }
+    }
+
+    /// Client or server.
+    pub fn role(&self) -> Role {
+        self.role
+    }
+
+    /// Where the endpoint is.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The engine's name (`"dimpl"`), while it is alive.
+    pub fn engine_name(&self) -> Option<&'static str> {
+        self.engine.as_ref().map(|e| e.name())
+    }
+
+    /// The negotiated DTLS version, once known and while the engine is alive.
+    pub fn protocol_version(&self) -> Option<&'static str> {
+        self.engine.as_ref().and_then(|e| e.protocol_version())
+    }
+
+    /// Counters for this endpoint.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    fn advance(&mut self, now: Instant) -> Instant {
+        if now > self.last_now {
+            self.last_now = now;
+        }
+        self.last_now
+    }
+
+    /// Runs `f` on the engine under `catch_unwind`. `None` when the endpoint is (now) finished.
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(&mut dyn DtlsEngine) -> Result<T, FailReason>,
+    ) -> Option<T> {
+        let engine = self.engine.as_mut()?;
+        match catch_unwind(AssertUnwindSafe(|| f(engine.as_mut()))) {
+            Ok(Ok(v)) => Some(v),
+            Ok(Err(reason)) => {
+                self.fail(reason);
+                None
+            }
+            Err(_) => {
+                self.counters.panics_caught += 1;
+                self.fail(FailReason::Internal);
+                None
+            }
+        }
+    }
+
+    fn fail(&mut self, reason: FailReason) {
+        self.counters.failures[reason.index()] += 1;
+        self.finish(Event::Failed(reason));
+    }
+
+    /// Drops the engine (under `catch_unwind`: it may be inconsistent after a panic) and
+    /// queues the terminal event.
+    fn finish(&mut self, event: Event) {
+        if let Some(engine) = self.engine.take() {
+            if catch_unwind(AssertUnwindSafe(move || drop(engine))).is_err() {
+                self.counters.panics_caught += 1;
+            }
+        }
+        self.keying = None;
+        self.timeout = None;
+        self.state = State::Finished;
+        self.out.push_back(Output::Event(event));
+    }
+
+    /// Drains the engine after an input, queueing transmits, checking the certificate as soon
+    /// as it appears, and deciding `Connected` once the engine is done.
+    fn pump(&mut self) {
+        for _ in 0..MAX_DRAIN {
+            let Some(output) = self.call(|e| e.poll_output()) else {
+                return;
+            };
+            match output {
+                EngineOutput::Transmit(d) => {
+                    self.counters.transmits += 1;
+                    self.out.push_back(Output::Transmit(d));
+                }
+                EngineOutput::PeerCertificate(der) => {
+                    let peer_role = match self.role {
+                        Role::Client => Role::Server,
+                        Role::Server => Role::Client,
+                    };
+                    if let Err(reason) = self.peer_auth.check(&der, peer_role) {
+                        self.fail(reason);
+                        return;
+                    }
+                    self.peer_certificate = Some(der);
+                }
+                EngineOutput::KeyingMaterial {
+                    profile_id,
+                    material,
+                } => self.keying = Some((profile_id, material)),
+                EngineOutput::Connected => self.engine_connected = true,
+                EngineOutput::PeerClosed => self.peer_closed = true,
+                EngineOutput::ApplicationData(_) => self.counters.app_data_discarded += 1,
+                EngineOutput::Timeout(at) => {
+                    self.after_drain(at);
+                    return;
+                }
+            }
+        }
+        self.fail(FailReason::Internal);
+    }
+
+    fn after_drain(&mut self, at: Instant) {
+        if self.engine_connected && self.state == State::Handshaking {
+            match self.connected_event() {
+                Ok(event) => {
+                    self.state = State::Connected;
+                    self.out.push_back(Output::Event(event));
+                }
+                Err(reason) => {
+                    // Tell the peer (close_notify) rather than leave it waiting.
+                    if self.call(|e| e.close()).is_some() {
+                        self.drain_transmits();
+                    }
+                    if self.state != State::Finished {
+                        self.fail(reason);
+                    }
+                    return;
+                }
+            }
+        }
+        if self.peer_closed {
+            self.finish(Event::Closed);
+            return;
+        }
+        self.deadline_was_due = at <= self.last_now;
+        self.timeout = Some(at.max(self.last_now + MIN_TIMER));
+    }
+
+    /// Queues the engine's pending datagrams, dropping its timer. `false` if it failed.
+    fn drain_transmits(&mut self) -> bool {
+        for _ in 0..MAX_DRAIN {
+            match self.call(|e| e.poll_output()) {
+                None => return false,
+                Some(EngineOutput::Transmit(d)) => {
+                    self.counters.transmits += 1;
+                    self.out.push_back(Output::Transmit(d));
+                }
+                Some(EngineOutput::Timeout(_)) => return true,
+                Some(_) => {}
+            }
+        }
+        self.fail(FailReason::Internal);
+        false
+    }
+
+    fn connected_event(&mut self) -> Result<Event, FailReason> {
+        let peer_certificate_der = self
+            .peer_certificate
+            .clone()
+            .ok_or(FailReason::NoPeerCertificate)?;
+        let (profile_id, material) = self.keying.take().ok_or(FailReason::NoCommonSrtpProfile)?;
+        let profile = Profile::from_dtls_id(profile_id)
+            .filter(|p| self.srtp_profiles.contains(p))
+            .ok_or(FailReason::NoCommonSrtpProfile)?;
+        let keys =
+            SrtpKeys::from_exported(profile, self.role, ExportedKeyingMaterial::new(&material))
+                .map_err(|_| FailReason::Internal)?;
+        Ok(Event::Connected {
+            profile,
+            keys,
+            peer_certificate_der,
+        })
+    }
+}

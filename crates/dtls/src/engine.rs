@@ -1,0 +1,264 @@
+//! The seam between [`crate::endpoint::Endpoint`] and a DTLS implementation.
+//!
+//! An engine is a sans-IO DTLS state machine for one association. The endpoint drives it
+//! (time first, then the datagram, then drains outputs), checks the peer certificate against
+//! the expected fingerprint, enforces the SRTP profile policy, splits the keys and turns any
+//! panic inside the engine into a failure. Engines therefore only translate.
+//!
+//! [`DimplEngine`] wraps the `dimpl` crate (DTLS 1.2 and 1.3, ECDSA certificates only). An
+//! OpenSSL engine for RSA peers is meant to sit behind the same trait later.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use zeroize::Zeroizing;
+
+use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role};
+
+/// What an engine produced. Secrets travel in [`Zeroizing`] buffers.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum EngineOutput {
+    /// A datagram to send to the peer.
+    Transmit(Vec<u8>),
+    /// Call [`DtlsEngine::handle_timeout`] at (or after) this instant. Always the last output
+    /// of a drain.
+    Timeout(Instant),
+    /// The peer's leaf certificate (DER), as soon as the engine has it.
+    PeerCertificate(Vec<u8>),
+    /// The `EXTRACTOR-dtls_srtp` block and the negotiated DTLS-SRTP profile identifier
+    /// (RFC 5764 §4.1.2, e.g. `0x0001` for SRTP_AES128_CM_SHA1_80).
+    KeyingMaterial {
+        /// IANA DTLS-SRTP protection profile identifier.
+        profile_id: u16,
+        /// The exported block, `2 * (key_len + salt_len)` bytes.
+        material: Zeroizing<Vec<u8>>,
+    },
+    /// The handshake completed.
+    Connected,
+    /// The peer sent `close_notify`.
+    PeerClosed,
+    /// Application data arrived (DTLS-SRTP carries none; the endpoint discards it).
+    ApplicationData(Vec<u8>),
+}
+
+/// A sans-IO DTLS state machine for one association.
+///
+/// Contract: the endpoint calls [`handle_timeout`](Self::handle_timeout) with the current time
+/// before every [`handle_datagram`](Self::handle_datagram), and drains
+/// [`poll_output`](Self::poll_output) until it returns [`EngineOutput::Timeout`] after every
+/// call. Any `Err` is fatal for the association. Implementations should not panic, but the
+/// endpoint catches panics anyway. `Debug` must not print secrets.
+pub trait DtlsEngine: Send + core::fmt::Debug {
+    /// A short name for logs and metrics (`"dimpl"`).
+    fn name(&self) -> &'static str;
+    /// Advances the engine's clock and fires due retransmission timers.
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), FailReason>;
+    /// Feeds one received datagram.
+    fn handle_datagram(&mut self, datagram: &[u8]) -> Result<(), FailReason>;
+    /// The next output; [`EngineOutput::Timeout`] ends a drain.
+    fn poll_output(&mut self) -> Result<EngineOutput, FailReason>;
+    /// Starts a graceful close (queues `close_notify` when connected).
+    fn close(&mut self) -> Result<(), FailReason>;
+    /// The negotiated protocol version, once known (`"DTLS 1.2"` or `"DTLS 1.3"`).
+    fn protocol_version(&self) -> Option<&'static str>;
+}
+
+/// The largest datagram the engine may ask us to buffer before we call it a bug.
+const MAX_POLL_BUFFER: usize = 64 * 1024;
+
+/// [`DtlsEngine`] over `dimpl` 0.9.
+///
+/// What dimpl lets us set: DTLS version (1.2, 1.3, or auto-sensed), MTU, the initial
+/// retransmission timeout (doubled per retry with ±25% jitter), the retry count per flight, an
+/// overall handshake deadline, the server cookie exchange on/off, and mutual certificate
+/// authentication. What it does not: the SRTP profile list (it always offers
+/// AEAD_AES_256_GCM, AEAD_AES_128_GCM and SRTP_AES128_CM_SHA1_80, and a DTLS 1.2 server picks in
+/// that order; SRTP_AES128_CM_SHA1_32 is never negotiated), a maximum RTO, certificate chains
+/// (only the leaf is sent), RSA keys.
+pub struct DimplEngine {
+    dtls: dimpl::Dtls,
+    buf: Vec<u8>,
+}
+
+impl core::fmt::Debug for DimplEngine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DimplEngine")
+            .field("dtls", &self.dtls)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why an engine could not be built from a configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EngineConfigError {
+    /// The certificate is empty.
+    EmptyCertificate,
+    /// The private key does not parse as an ECDSA key the engine can sign with.
+    PrivateKey,
+    /// The engine refused a setting (MTU too small, zero timeout, ...); the text says which.
+    Setting(String),
+    /// The engine panicked while being built.
+    Panicked,
+}
+
+impl core::fmt::Display for EngineConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EngineConfigError::EmptyCertificate => write!(f, "the certificate is empty"),
+            EngineConfigError::PrivateKey => {
+                write!(f, "the private key is not a usable ECDSA PKCS#8/SEC1 key")
+            }
+            EngineConfigError::Setting(s) => write!(f, "DTLS engine refused a setting: {s}"),
+            EngineConfigError::Panicked => write!(f, "the DTLS engine panicked while starting"),
+        }
+    }
+}
+
+impl std::error::Error for EngineConfigError {}
+
+impl DimplEngine {
+    /// Builds a dimpl association for `config`, with its clock at `now`.
+    ///
+    /// The caller (the endpoint) wraps this in `catch_unwind`; invalid keys are also checked
+    /// up front so that dimpl's own `expect` on them cannot fire.
+    pub fn new(config: &EndpointConfig, now: Instant) -> Result<DimplEngine, EngineConfigError> {
+        let cert = &config.certificate;
+        let Some(leaf) = cert.chain_der.first().filter(|c| !c.is_empty()) else {
+            return Err(EngineConfigError::EmptyCertificate);
+        };
+        let t = &config.timers;
+        let dcfg = dimpl::Config::builder()
+            .mtu(config.mtu)
+            .flight_start_rto(t.initial_rto)
+            .flight_retries(t.max_retransmissions)
+            .handshake_timeout(t.handshake_timeout)
+            .use_server_cookie(config.server_cookies)
+            .require_client_certificate(true)
+            .build()
+            .map_err(|e| EngineConfigError::Setting(format!("{e:?}")))?;
+        // dimpl `expect`s on an unparsable key inside `Dtls::new_*`: check it first.
+        if dcfg
+            .crypto_provider()
+            .key_provider
+            .load_private_key(&cert.private_key_der)
+            .is_err()
+        {
+            return Err(EngineConfigError::PrivateKey);
+        }
+        let dcert = dimpl::DtlsCertificate {
+            certificate: leaf.clone(),
+            private_key: cert.private_key_der.to_vec(),
+        };
+        let dcfg = Arc::new(dcfg);
+        let mut dtls = match config.version {
+            DtlsVersion::Dtls12 => dimpl::Dtls::new_12(dcfg, dcert, now),
+            DtlsVersion::Dtls13 => dimpl::Dtls::new_13(dcfg, dcert, now),
+            DtlsVersion::Auto => dimpl::Dtls::new_auto(dcfg, dcert, now),
+        };
+        dtls.set_active(config.role == Role::Client);
+        Ok(DimplEngine {
+            dtls,
+            buf: vec![0; config.mtu.max(2048)],
+        })
+    }
+}
+
+/// Maps a fatal dimpl error to a reason, keeping the peer's misbehaviour apart from ours.
+fn reason(e: &dimpl::Error) -> FailReason {
+    use dimpl::Error as E;
+    match e {
+        E::Timeout(_) => FailReason::HandshakeTimeout,
+        E::SecurityError(dimpl::SecurityError::NoMutuallyAcceptableCipherSuite) => {
+            FailReason::NoCommonCipherSuite
+        }
+        E::CertificateError(_) => FailReason::PeerCertificate,
+        E::CryptoError(_) => FailReason::HandshakeFailure,
+        E::UnexpectedMessage(_)
+        | E::SecurityError(_)
+        | E::IncompleteServerHello
+        | E::RenegotiationAttempt
+        | E::TooManyClientHelloFragments
+        | E::PskError(_) => FailReason::Protocol,
+        E::ReceiveQueueFull | E::TransmitQueueFull | E::TransmitHistoryFull => {
+            FailReason::Overloaded
+        }
+        _ => FailReason::Internal,
+    }
+}
+
+fn srtp_profile_id(p: dimpl::SrtpProfile) -> Option<u16> {
+    match p {
+        dimpl::SrtpProfile::AES128_CM_SHA1_80 => Some(0x0001),
+        dimpl::SrtpProfile::AEAD_AES_128_GCM => Some(0x0007),
+        dimpl::SrtpProfile::AEAD_AES_256_GCM => Some(0x0008),
+        _ => None,
+    }
+}
+
+impl DtlsEngine for DimplEngine {
+    fn name(&self) -> &'static str {
+        "dimpl"
+    }
+
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), FailReason> {
+        self.dtls.handle_timeout(now).map_err(|e| reason(&e))
+    }
+
+    fn handle_datagram(&mut self, datagram: &[u8]) -> Result<(), FailReason> {
+        self.dtls.handle_packet(datagram).map_err(|e| reason(&e))
+    }
+
+    fn poll_output(&mut self) -> Result<EngineOutput, FailReason> {
+        loop {
+            let out = match self.dtls.poll_output(&mut self.buf) {
+                dimpl::Output::Packet(p) => EngineOutput::Transmit(p.to_vec()),
+                dimpl::Output::BufferTooSmall { needed } => {
+                    if needed > MAX_POLL_BUFFER || needed <= self.buf.len() {
+                        return Err(FailReason::Internal);
+                    }
+                    self.buf.resize(needed, 0);
+                    continue;
+                }
+                dimpl::Output::Timeout(t) => EngineOutput::Timeout(t),
+                dimpl::Output::Connected => EngineOutput::Connected,
+                dimpl::Output::PeerCert(der) => EngineOutput::PeerCertificate(der.to_vec()),
+                dimpl::Output::KeyingMaterial(km, profile) => {
+                    let material = Zeroizing::new(km.to_vec());
+                    // dimpl's own copy is a plain Vec: it is dropped here, unwiped (reported).
+                    drop(km);
+                    match srtp_profile_id(profile) {
+                        Some(profile_id) => EngineOutput::KeyingMaterial {
+                            profile_id,
+                            material,
+                        },
+                        None => return Err(FailReason::NoCommonSrtpProfile),
+                    }
+                }
+                dimpl::Output::ApplicationData(d) => EngineOutput::ApplicationData(d.to_vec()),
+                dimpl::Output::CloseNotify => EngineOutput::PeerClosed,
+                _ => continue,
+            };
+            return Ok(out);
+        }
+    }
+
+    fn close(&mut self) -> Result<(), FailReason> {
+        self.dtls.close().map_err(|e| reason(&e))
+    }
+
+    fn protocol_version(&self) -> Option<&'static str> {
+        match self.dtls.protocol_version()? {
+            dimpl::ProtocolVersion::DTLS1_2 => Some("DTLS 1.2"),
+            dimpl::ProtocolVersion::DTLS1_3 => Some("DTLS 1.3"),
+            _ => None,
+        }
+    }
+}
+
+/// Timer defaults: 1 s initial RTO (RFC 6347 §4.2.4.1), six retries per flight, a 30 s
+/// overall handshake deadline. A 300 ms RTT link never trips the first retransmission.
+pub(crate) const DEFAULT_INITIAL_RTO: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_MAX_RETRANSMISSIONS: usize = 6;
+pub(crate) const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
