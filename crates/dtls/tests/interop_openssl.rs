@@ -1,0 +1,624 @@
+//! Interop with the `openssl` command line (OpenSSL 3.0's `s_server` and `s_client`) over real
+//! UDP sockets on 127.0.0.1: DTLS 1.2 handshakes with DTLS-SRTP in both roles, the exported
+//! `EXTRACTOR-dtls_srtp` block compared byte for byte with what openssl prints, the negotiated
+//! profile, the certificates each side saw, and fingerprint mismatches.
+//!
+//! Skipped (with "skipped: openssl not found") when `openssl` is not on `PATH`. Every child is
+//! killed when its guard drops; every wait is bounded by [`PEER_WAIT`].
+
+mod interop_support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use interop_support::{
+    bind_loopback, find_on_path, free_udp_port, ChildGuard, DriveResult, UdpDriver, LOCALHOST,
+    PEER_WAIT,
+};
+use secrelay_dtls::keying::{keying_material_len, EXPORTER_LABEL};
+use secrelay_dtls::{
+    Certificate, DtlsVersion, Endpoint, EndpointConfig, FailReason, Fingerprint, KeyType,
+    LocalCertificate, PeerAuth, Role,
+};
+use secrelay_srtp::Profile;
+
+/// `openssl` on `PATH`, or prints the skip notice.
+fn openssl() -> Option<PathBuf> {
+    let p = find_on_path("openssl");
+    if p.is_none() {
+        println!("skipped: openssl not found");
+    }
+    p
+}
+
+macro_rules! require_openssl {
+    () => {
+        match openssl() {
+            Some(p) => p,
+            None => return,
+        }
+    };
+}
+
+/// A fresh ECDSA P-256 self-signed certificate, its PEM files in `dir`.
+struct Identity {
+    cert: Certificate,
+    cert_pem: String,
+    cert_path: PathBuf,
+    key_path: PathBuf,
+}
+
+fn identity(dir: &Path, name: &str) -> Identity {
+    let cert = Certificate::self_signed(KeyType::EcdsaP256, name).expect("self-signed cert");
+    let (cert_pem, key_pem) = cert.to_pem();
+    let cert_path = dir.join(format!("{name}.crt.pem"));
+    let key_path = dir.join(format!("{name}.key.pem"));
+    std::fs::write(&cert_path, &cert_pem).expect("write cert");
+    std::fs::write(&key_path, key_pem.as_bytes()).expect("write key");
+    Identity {
+        cert,
+        cert_pem,
+        cert_path,
+        key_path,
+    }
+}
+
+/// OpenSSL's name for a DTLS-SRTP profile (`SRTP_AES128_CM_SHA1_80`, ...).
+fn openssl_name(p: Profile) -> &'static str {
+    p.dtls_profile().expect("a DTLS-SRTP profile").0
+}
+
+/// The first PEM certificate printed after the line `heading` (s_server's "Client
+/// certificate", s_client's "Server certificate").
+fn printed_certificate(lines: &[String], heading: &str) -> Option<String> {
+    let start = lines.iter().position(|l| l.trim() == heading)?;
+    let mut pem = String::new();
+    let mut inside = false;
+    for l in &lines[start + 1..] {
+        if l.starts_with("-----BEGIN CERTIFICATE-----") {
+            inside = true;
+        }
+        if inside {
+            pem.push_str(l);
+            pem.push('\n');
+            if l.starts_with("-----END CERTIFICATE-----") {
+                return Some(pem);
+            }
+        }
+    }
+    None
+}
+
+/// What openssl reported about the association.
+#[derive(Debug)]
+struct OpensslView {
+    keying_hex: String,
+    srtp_profile: Option<String>,
+    cipher: Option<String>,
+    peer_cert_pem: Option<String>,
+}
+
+/// Waits (bounded) for openssl's keying material line, then reads the rest of what it printed.
+fn openssl_view(child: &ChildGuard, peer_cert_heading: &str) -> OpensslView {
+    let line = child
+        .wait_for_line(PEER_WAIT, |l| {
+            l.trim_start().starts_with("Keying material:")
+        })
+        .unwrap_or_else(|| panic!("no keying material printed\n{}", child.transcript()));
+    let keying_hex = line
+        .trim_start()
+        .trim_start_matches("Keying material:")
+        .trim()
+        .to_string();
+    let lines = child.lines.snapshot();
+    OpensslView {
+        keying_hex,
+        srtp_profile: child
+            .lines
+            .value_after("SRTP Extension negotiated, profile="),
+        cipher: child
+            .lines
+            .value_after("CIPHER is")
+            .or_else(|| child.lines.value_after("Cipher    :")),
+        peer_cert_pem: printed_certificate(&lines, peer_cert_heading),
+    }
+}
+
+/// Checks our endpoint's outcome against openssl's view: same profile, same keying block
+/// (case-insensitive hex), keys split from it the RFC 5764 way for `role`, and each side saw
+/// the other's certificate.
+fn assert_agree(
+    role: Role,
+    ours: &DriveResult,
+    theirs: &OpensslView,
+    expected: Profile,
+    our_identity: &Identity,
+    peer_identity: &Identity,
+    transcript: &str,
+) {
+    assert_eq!(ours.profile(), expected, "{transcript}");
+    assert_eq!(
+        theirs.srtp_profile.as_deref(),
+        Some(openssl_name(expected)),
+        "{transcript}"
+    );
+    let keys = ours.keys();
+    assert_eq!(keys.profile, expected);
+    let ours_hex = keys.exported().to_hex();
+    assert_eq!(ours_hex.len(), 2 * keying_material_len(expected));
+    assert!(
+        ours_hex.eq_ignore_ascii_case(&theirs.keying_hex),
+        "keying material differs ({} vs {} hex digits)\n{transcript}",
+        ours_hex.len(),
+        theirs.keying_hex.len()
+    );
+    // The block openssl exported, split by hand: client key, server key, client salt, server
+    // salt (RFC 5764 §4.2).
+    let block = decode_hex(&theirs.keying_hex);
+    let (k, s) = (expected.key_len(), expected.salt_len());
+    let (client_key, server_key) = (&block[..k], &block[k..2 * k]);
+    let (client_salt, server_salt) = (&block[2 * k..2 * k + s], &block[2 * k + s..]);
+    let (local, remote) = match role {
+        Role::Client => ((client_key, client_salt), (server_key, server_salt)),
+        Role::Server => ((server_key, server_salt), (client_key, client_salt)),
+    };
+    assert_eq!((keys.local.key(), keys.local.salt()), local);
+    assert_eq!((keys.remote.key(), keys.remote.salt()), remote);
+    // Certificates: we saw openssl's, openssl printed ours.
+    assert_eq!(
+        ours.peer_certificate_der(),
+        peer_identity.cert.der(),
+        "peer certificate"
+    );
+    assert_eq!(
+        theirs.peer_cert_pem.as_deref(),
+        Some(our_identity.cert_pem.as_str()),
+        "openssl did not print our certificate\n{transcript}"
+    );
+}
+
+/// Prints the child's transcript when `INTEROP_TRACE` is set.
+fn trace(child: &ChildGuard) {
+    trace_after(child, Duration::ZERO);
+}
+
+/// Prints the child's transcript when `INTEROP_TRACE` is set, after letting it run for up to
+/// `wait` (less if its output ends).
+fn trace_after(child: &ChildGuard, wait: Duration) {
+    if std::env::var_os("INTEROP_TRACE").is_some() {
+        let _ = child.wait_for_line(wait, |_| false);
+        eprintln!("{}", child.transcript());
+    }
+}
+
+fn decode_hex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex length: {s:?}");
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// openssl s_server
+
+/// `openssl s_server` for one DTLS 1.2 connection, asking for a client certificate, offering
+/// `srtp` (colon-separated OpenSSL names) and printing the `EXTRACTOR-dtls_srtp` block of
+/// `export_len` bytes. Retries on another port if the one picked was taken in the meantime.
+fn s_server(
+    openssl: &Path,
+    server: &Identity,
+    srtp: &str,
+    export_len: usize,
+) -> (ChildGuard, SocketAddr) {
+    for _ in 0..3 {
+        let port = free_udp_port();
+        let accept = format!("{LOCALHOST}:{port}");
+        let mut cmd = Command::new(openssl);
+        cmd.arg("s_server")
+            .arg("-dtls1_2")
+            .args(["-accept", &accept])
+            .arg("-cert")
+            .arg(&server.cert_path)
+            .arg("-key")
+            .arg(&server.key_path)
+            .args(["-use_srtp", srtp])
+            .args(["-keymatexport", EXPORTER_LABEL])
+            .args(["-keymatexportlen", &export_len.to_string()])
+            .args(["-verify", "1"])
+            .args(["-naccept", "1"]);
+        eprintln!("running: {cmd:?}");
+        let child = ChildGuard::spawn("openssl s_server", cmd).expect("spawn openssl s_server");
+        // s_server prints ACCEPT once its socket is bound (flushed at once).
+        match child.wait_for_line(PEER_WAIT, |l| l.trim() == "ACCEPT") {
+            Some(_) => return (child, accept.parse().unwrap()),
+            None => eprintln!("s_server did not start on {accept}\n{}", child.transcript()),
+        }
+    }
+    panic!("openssl s_server did not start");
+}
+
+/// Our client against `openssl s_server -use_srtp <srtp>`: returns our outcome, openssl's view
+/// and the timings.
+fn our_client_vs_s_server(
+    openssl: &Path,
+    srtp: &str,
+    export_len: usize,
+    version: DtlsVersion,
+    peer_auth: impl FnOnce(&Identity) -> PeerAuth,
+) -> (DriveResult, ChildGuard, Identity, Identity) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = identity(dir.path(), "openssl-s-server");
+    let client = identity(dir.path(), "secrelay-client");
+    let (child, addr) = s_server(openssl, &server, srtp, export_len);
+
+    let mut config = EndpointConfig::new(
+        Role::Client,
+        LocalCertificate::from(&client.cert),
+        peer_auth(&server),
+    );
+    config.version = version;
+    let start = Instant::now();
+    let ep = Endpoint::new(config, start).expect("client config");
+    let mut driver = UdpDriver::new(bind_loopback(), ep, Some(addr));
+    driver.run_until_done(PEER_WAIT);
+    let handshake = start.elapsed();
+    if driver.result().connected.is_some() {
+        // close_notify: s_server ends the connection and, with -naccept 1, exits.
+        driver.close();
+    }
+    let (result, _ep) = driver.into_result();
+    eprintln!(
+        "client vs s_server [{srtp}]: {:?} in {handshake:?} ({} datagrams out, {} in, largest {} B)",
+        result
+            .connected
+            .as_ref()
+            .map(|_| "connected".to_string())
+            .unwrap_or_else(|| format!("{:?}", result.failed)),
+        result.sent,
+        result.received,
+        result.max_sent,
+    );
+    (result, child, client, server)
+}
+
+fn client_handshake_matches_s_server(srtp: &str, expected: Profile, version: DtlsVersion) {
+    let openssl = require_openssl!();
+    let len = keying_material_len(expected);
+    let (result, mut child, client, server) =
+        our_client_vs_s_server(&openssl, srtp, len, version, |s| {
+            PeerAuth::Fingerprint(s.cert.fingerprint())
+        });
+    assert!(
+        result.connected.is_some(),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let view = openssl_view(&child, "Client certificate");
+    assert_agree(
+        Role::Client,
+        &result,
+        &view,
+        expected,
+        &client,
+        &server,
+        &child.transcript(),
+    );
+    eprintln!("  openssl cipher: {:?}", view.cipher);
+    // Our close_notify ends s_server's only connection; it exits by itself.
+    let code = child.wait_exit(PEER_WAIT);
+    assert_eq!(code, Some(0), "s_server exit\n{}", child.transcript());
+}
+
+#[test]
+fn client_vs_s_server_aes128_cm_sha1_80() {
+    client_handshake_matches_s_server(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Dtls12,
+    );
+}
+
+#[test]
+fn client_vs_s_server_aead_aes_128_gcm() {
+    client_handshake_matches_s_server(
+        "SRTP_AEAD_AES_128_GCM",
+        Profile::AeadAes128Gcm,
+        DtlsVersion::Dtls12,
+    );
+}
+
+#[test]
+fn client_vs_s_server_aead_aes_256_gcm() {
+    client_handshake_matches_s_server(
+        "SRTP_AEAD_AES_256_GCM",
+        Profile::AeadAes256Gcm,
+        DtlsVersion::Dtls12,
+    );
+}
+
+/// OpenSSL's server picks by its own preference order, not the client's (dimpl offers
+/// AEAD_AES_256_GCM first).
+#[test]
+fn client_vs_s_server_server_preference_wins() {
+    client_handshake_matches_s_server(
+        "SRTP_AES128_CM_SHA1_80:SRTP_AEAD_AES_128_GCM:SRTP_AEAD_AES_256_GCM",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Dtls12,
+    );
+}
+
+/// dimpl never offers SRTP_AES128_CM_SHA1_32, so an s_server with only that profile completes
+/// the handshake without use_srtp and our client refuses the association.
+#[test]
+fn client_vs_s_server_cm_sha1_32_only_has_no_common_profile() {
+    let openssl = require_openssl!();
+    let (result, mut child, _, _) = our_client_vs_s_server(
+        &openssl,
+        "SRTP_AES128_CM_SHA1_32",
+        60,
+        DtlsVersion::Dtls12,
+        |s| PeerAuth::Fingerprint(s.cert.fingerprint()),
+    );
+    assert_eq!(
+        result.failed,
+        Some(FailReason::NoCommonSrtpProfile),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    assert!(result.connected.is_none());
+    // s_server finished its side of the handshake without use_srtp, then got our close_notify.
+    let code = child.wait_exit(PEER_WAIT);
+    trace(&child);
+    assert_eq!(code, Some(0), "s_server exit\n{}", child.transcript());
+    assert_eq!(
+        child
+            .lines
+            .value_after("SRTP Extension negotiated, profile="),
+        None
+    );
+}
+
+/// A client in `Auto` mode (DTLS 1.2 or 1.3) follows OpenSSL 3.0, which speaks 1.2 only.
+#[test]
+fn auto_client_vs_s_server_falls_back_to_dtls12() {
+    client_handshake_matches_s_server(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Auto,
+    );
+}
+
+#[test]
+fn client_with_wrong_fingerprint_fails_against_s_server() {
+    let openssl = require_openssl!();
+    let other = Certificate::self_signed(KeyType::EcdsaP256, "someone-else").unwrap();
+    let expected = Profile::AesCm128HmacSha1_80;
+    let (result, child, _, _) = our_client_vs_s_server(
+        &openssl,
+        openssl_name(expected),
+        keying_material_len(expected),
+        DtlsVersion::Dtls12,
+        |_| PeerAuth::Fingerprint(other.fingerprint()),
+    );
+    assert_eq!(
+        result.failed,
+        Some(FailReason::FingerprintMismatch),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    assert!(result.connected.is_none());
+    assert!(!result.timed_out, "{result:?}");
+    // With INTEROP_TRACE: give openssl a moment, then show what it made of our failure.
+    trace_after(&child, Duration::from_millis(500));
+}
+
+// ---------------------------------------------------------------------------------------------
+// openssl s_client
+
+/// `openssl s_client` connecting to `addr` over DTLS 1.2 with its certificate, offering `srtp`
+/// and printing the `EXTRACTOR-dtls_srtp` block of `export_len` bytes. Its stdin stays an open
+/// pipe so it does not quit before the handshake.
+fn s_client(
+    openssl: &Path,
+    client: &Identity,
+    addr: SocketAddr,
+    srtp: &str,
+    export_len: usize,
+) -> ChildGuard {
+    let mut cmd = Command::new(openssl);
+    cmd.arg("s_client")
+        .arg("-dtls1_2")
+        .args(["-connect", &addr.to_string()])
+        .arg("-cert")
+        .arg(&client.cert_path)
+        .arg("-key")
+        .arg(&client.key_path)
+        .args(["-use_srtp", srtp])
+        .args(["-keymatexport", EXPORTER_LABEL])
+        .args(["-keymatexportlen", &export_len.to_string()]);
+    eprintln!("running: {cmd:?}");
+    ChildGuard::spawn("openssl s_client", cmd).expect("spawn openssl s_client")
+}
+
+/// Our server (cookies on) against `openssl s_client -use_srtp <srtp>`. After connecting, keeps
+/// serving (retransmissions) until s_client has printed its keying material, then closes.
+fn s_client_vs_our_server(
+    openssl: &Path,
+    srtp: &str,
+    export_len: usize,
+    version: DtlsVersion,
+    peer_auth: impl FnOnce(&Identity) -> PeerAuth,
+) -> (DriveResult, ChildGuard, Identity, Identity) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = identity(dir.path(), "secrelay-server");
+    let client = identity(dir.path(), "openssl-s-client");
+    let socket = bind_loopback();
+    let addr = socket.local_addr().unwrap();
+
+    let mut config = EndpointConfig::new(
+        Role::Server,
+        LocalCertificate::from(&server.cert),
+        peer_auth(&client),
+    );
+    config.version = version;
+    assert!(config.server_cookies);
+    let start = Instant::now();
+    let ep = Endpoint::new(config, start).expect("server config");
+    let mut driver = UdpDriver::new(socket, ep, None);
+    let child = s_client(openssl, &client, addr, srtp, export_len);
+    driver.run_until_done(PEER_WAIT);
+    let handshake = start.elapsed();
+    if driver.result().connected.is_some() {
+        let deadline = Instant::now() + PEER_WAIT;
+        while Instant::now() < deadline
+            && child
+                .wait_for_line(Duration::ZERO, |l| {
+                    l.trim_start().starts_with("Keying material:")
+                })
+                .is_none()
+        {
+            driver.run_for(Duration::from_millis(20));
+        }
+        driver.close();
+    }
+    let (result, _ep) = driver.into_result();
+    eprintln!(
+        "s_client [{srtp}] vs server: {:?} in {handshake:?} ({} datagrams out, {} in, largest {} B, from {:?})",
+        result
+            .connected
+            .as_ref()
+            .map(|_| "connected".to_string())
+            .unwrap_or_else(|| format!("{:?}", result.failed)),
+        result.sent,
+        result.received,
+        result.max_sent,
+        result.peer,
+    );
+    (result, child, client, server)
+}
+
+fn server_handshake_matches_s_client(srtp: &str, expected: Profile, version: DtlsVersion) {
+    let openssl = require_openssl!();
+    let len = keying_material_len(expected);
+    let (result, mut child, client, server) =
+        s_client_vs_our_server(&openssl, srtp, len, version, |c| {
+            PeerAuth::Fingerprint(c.cert.fingerprint())
+        });
+    assert!(
+        result.connected.is_some(),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let view = openssl_view(&child, "Server certificate");
+    assert_agree(
+        Role::Server,
+        &result,
+        &view,
+        expected,
+        &server,
+        &client,
+        &child.transcript(),
+    );
+    eprintln!("  openssl cipher: {:?}", view.cipher);
+    trace(&child);
+    // s_client prints the session: DTLS 1.2 with the extended master secret (RFC 7627).
+    assert_eq!(
+        child.lines.value_after("Protocol  :").as_deref(),
+        Some("DTLSv1.2"),
+        "{}",
+        child.transcript()
+    );
+    assert_eq!(
+        child
+            .lines
+            .value_after("Extended master secret:")
+            .as_deref(),
+        Some("yes"),
+        "{}",
+        child.transcript()
+    );
+    // s_client reads our close_notify and exits by itself.
+    let code = child.wait_exit(PEER_WAIT);
+    eprintln!("  s_client exit code {code:?}");
+    assert!(
+        code.is_some(),
+        "s_client did not exit\n{}",
+        child.transcript()
+    );
+}
+
+#[test]
+fn s_client_vs_server_aes128_cm_sha1_80() {
+    server_handshake_matches_s_client(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Dtls12,
+    );
+}
+
+#[test]
+fn s_client_vs_server_aead_aes_128_gcm() {
+    server_handshake_matches_s_client(
+        "SRTP_AEAD_AES_128_GCM",
+        Profile::AeadAes128Gcm,
+        DtlsVersion::Dtls12,
+    );
+}
+
+/// dimpl's server picks AEAD_AES_256_GCM, then AEAD_AES_128_GCM, then SRTP_AES128_CM_SHA1_80,
+/// whatever order the client offers them in.
+#[test]
+fn s_client_vs_server_dimpl_preference_wins() {
+    server_handshake_matches_s_client(
+        "SRTP_AES128_CM_SHA1_80:SRTP_AEAD_AES_128_GCM:SRTP_AEAD_AES_256_GCM",
+        Profile::AeadAes256Gcm,
+        DtlsVersion::Dtls12,
+    );
+}
+
+/// A server in `Auto` mode takes DTLS 1.2 from OpenSSL's ClientHello.
+#[test]
+fn s_client_vs_auto_server() {
+    server_handshake_matches_s_client(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Auto,
+    );
+}
+
+#[test]
+fn server_with_wrong_fingerprint_fails_against_s_client() {
+    let openssl = require_openssl!();
+    let other = Certificate::self_signed(KeyType::EcdsaP256, "someone-else").unwrap();
+    let expected = Profile::AesCm128HmacSha1_80;
+    let (result, child, _, _) = s_client_vs_our_server(
+        &openssl,
+        openssl_name(expected),
+        keying_material_len(expected),
+        DtlsVersion::Dtls12,
+        |_| PeerAuth::Fingerprint(other.fingerprint()),
+    );
+    assert_eq!(
+        result.failed,
+        Some(FailReason::FingerprintMismatch),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    assert!(result.connected.is_none());
+    assert!(!result.timed_out, "{result:?}");
+    // With INTEROP_TRACE: give openssl a moment, then show what it made of our failure.
+    trace_after(&child, Duration::from_millis(500));
+}
+
+#[test]
+fn fingerprints_differ_between_fresh_certificates() {
+    // Guards the wrong-fingerprint tests: a fresh certificate never hashes like another.
+    let a = Certificate::self_signed(KeyType::EcdsaP256, "a").unwrap();
+    let b = Certificate::self_signed(KeyType::EcdsaP256, "b").unwrap();
+    let fa: Fingerprint = a.fingerprint();
+    assert!(fa.matches(a.der()));
+    assert!(!fa.matches(b.der()));
+}
