@@ -25,6 +25,15 @@ use secrelay_dtls::{
 use secrelay_srtp::Profile;
 
 /// `openssl` on `PATH`, or prints the skip notice.
+
+/// "connected", or the failure, for the summary lines.
+fn outcome(result: &interop_support::DriveResult) -> String {
+    result
+        .connected
+        .as_ref()
+        .map(|_| "connected".to_string())
+        .unwrap_or_else(|| format!("{:?}", result.failed))
+}
 fn openssl() -> Option<PathBuf> {
     let p = find_on_path("openssl");
     if p.is_none() {
@@ -272,11 +281,7 @@ fn our_client_vs_s_server(
     let (result, _ep) = driver.into_result();
     eprintln!(
         "client vs s_server [{srtp}]: {:?} in {handshake:?} ({} datagrams out, {} in, largest {} B)",
-        result
-            .connected
-            .as_ref()
-            .map(|_| "connected".to_string())
-            .unwrap_or_else(|| format!("{:?}", result.failed)),
+        outcome(&result),
         result.sent,
         result.received,
         result.max_sent,
@@ -487,11 +492,7 @@ fn s_client_vs_our_server(
     let (result, _ep) = driver.into_result();
     eprintln!(
         "s_client [{srtp}] vs server: {:?} in {handshake:?} ({} datagrams out, {} in, largest {} B, from {:?})",
-        result
-            .connected
-            .as_ref()
-            .map(|_| "connected".to_string())
-            .unwrap_or_else(|| format!("{:?}", result.failed)),
+        outcome(&result),
         result.sent,
         result.received,
         result.max_sent,
