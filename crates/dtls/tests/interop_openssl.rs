@@ -24,8 +24,6 @@ use secrelay_dtls::{
 };
 use secrelay_srtp::Profile;
 
-/// `openssl` on `PATH`, or prints the skip notice.
-
 /// "connected", or the failure, for the summary lines.
 fn outcome(result: &interop_support::DriveResult) -> String {
     result
@@ -34,6 +32,8 @@ fn outcome(result: &interop_support::DriveResult) -> String {
         .map(|_| "connected".to_string())
         .unwrap_or_else(|| format!("{:?}", result.failed))
 }
+
+/// `openssl` on `PATH`, or prints the skip notice.
 fn openssl() -> Option<PathBuf> {
     let p = find_on_path("openssl");
     if p.is_none() {
@@ -89,7 +89,13 @@ fn printed_certificate(lines: &[String], heading: &str) -> Option<String> {
         if l.starts_with("-----BEGIN CERTIFICATE-----") {
             inside = true;
         }
-        if inside {
+        // stdout and stderr arrive merged line by line: openssl's verify-callback lines
+        // (stderr) can land inside the PEM block (stdout). Keep only PEM lines.
+        let pem_line = l.starts_with("-----")
+            || (!l.is_empty()
+                && l.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/' || b == b'='));
+        if inside && pem_line {
             pem.push_str(l);
             pem.push('\n');
             if l.starts_with("-----END CERTIFICATE-----") {

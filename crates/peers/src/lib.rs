@@ -9,5 +9,6 @@
 #![allow(unsafe_code)]
 
 pub mod libsrtp;
+pub mod openssl_dtls;
 
 pub use libsrtp::{Direction, LibSrtp, LibsrtpError, LibsrtpProfile};
