@@ -40,6 +40,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use secrelay_srtp::Profile;
@@ -83,6 +84,9 @@ pub struct LocalCertificate {
     /// DER certificates, leaf first. The dimpl engine sends only the leaf.
     pub chain_der: Vec<Vec<u8>>,
     pub(crate) private_key_der: Zeroizing<Vec<u8>>,
+    /// Whether the engine can load the key, checked once and shared by the clones (a server
+    /// makes one endpoint per peer from one certificate; parsing the key each time cost ~10 µs).
+    pub(crate) key_usable: Arc<OnceLock<bool>>,
 }
 
 impl LocalCertificate {
@@ -91,6 +95,7 @@ impl LocalCertificate {
         LocalCertificate {
             chain_der,
             private_key_der: Zeroizing::new(private_key_der.to_vec()),
+            key_usable: Arc::new(OnceLock::new()),
         }
     }
 

@@ -129,13 +129,15 @@ impl DimplEngine {
             return Err(EngineConfigError::EmptyCertificate);
         };
         let dcfg = shared_config(config)?;
-        // dimpl `expect`s on an unparsable key inside `Dtls::new_*`: check it first.
-        if dcfg
-            .crypto_provider()
-            .key_provider
-            .load_private_key(&cert.private_key_der)
-            .is_err()
-        {
+        // dimpl `expect`s on an unparsable key inside `Dtls::new_*`: check it first (once per
+        // certificate: the answer is shared by the certificate's clones).
+        let usable = *cert.key_usable.get_or_init(|| {
+            dcfg.crypto_provider()
+                .key_provider
+                .load_private_key(&cert.private_key_der)
+                .is_ok()
+        });
+        if !usable {
             return Err(EngineConfigError::PrivateKey);
         }
         let dcert = dimpl::DtlsCertificate {
