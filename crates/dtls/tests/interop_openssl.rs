@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    bind_loopback, find_on_path, free_udp_port, ChildGuard, DriveResult, UdpDriver, LOCALHOST,
-    PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, ChildGuard,
+    DriveResult, UdpDriver, LOCALHOST, PEER_WAIT,
 };
 use secrelay_dtls::keying::{keying_material_len, EXPORTER_LABEL};
 use secrelay_dtls::{
@@ -159,28 +159,7 @@ fn assert_agree(
         Some(openssl_name(expected)),
         "{transcript}"
     );
-    let keys = ours.keys();
-    assert_eq!(keys.profile, expected);
-    let ours_hex = keys.exported().to_hex();
-    assert_eq!(ours_hex.len(), 2 * keying_material_len(expected));
-    assert!(
-        ours_hex.eq_ignore_ascii_case(&theirs.keying_hex),
-        "keying material differs ({} vs {} hex digits)\n{transcript}",
-        ours_hex.len(),
-        theirs.keying_hex.len()
-    );
-    // The block openssl exported, split by hand: client key, server key, client salt, server
-    // salt (RFC 5764 §4.2).
-    let block = decode_hex(&theirs.keying_hex);
-    let (k, s) = (expected.key_len(), expected.salt_len());
-    let (client_key, server_key) = (&block[..k], &block[k..2 * k]);
-    let (client_salt, server_salt) = (&block[2 * k..2 * k + s], &block[2 * k + s..]);
-    let (local, remote) = match role {
-        Role::Client => ((client_key, client_salt), (server_key, server_salt)),
-        Role::Server => ((server_key, server_salt), (client_key, client_salt)),
-    };
-    assert_eq!((keys.local.key(), keys.local.salt()), local);
-    assert_eq!((keys.remote.key(), keys.remote.salt()), remote);
+    assert_keys_match_peer_block(ours.keys(), expected, role, &theirs.keying_hex, transcript);
     // Certificates: we saw openssl's, openssl printed ours.
     assert_eq!(
         ours.peer_certificate_der(),
@@ -206,14 +185,6 @@ fn trace_after(child: &ChildGuard, wait: Duration) {
         let _ = child.wait_for_line(wait, |_| false);
         eprintln!("{}", child.transcript());
     }
-}
-
-fn decode_hex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex length: {s:?}");
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,8 +18,10 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use interop_support::{bind_loopback, find_on_path, ChildGuard, DriveResult, UdpDriver, PEER_WAIT};
-use secrelay_dtls::keying::keying_material_len;
+use interop_support::{
+    assert_keys_match_peer_block, bind_loopback, find_on_path, ChildGuard, DriveResult, UdpDriver,
+    PEER_WAIT,
+};
 use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, FailReason, KeyType, LocalCertificate, PeerAuth, Role,
 };
@@ -174,14 +176,6 @@ fn srtp_name(p: Profile) -> &'static str {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn decode_hex(s: &str) -> Vec<u8> {
-    assert!(s.len().is_multiple_of(2), "odd hex length {}", s.len());
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
-        .collect()
 }
 
 /// The string value of `"key":"…"` in a JSON line as Go's encoding/json writes it (no blanks;
@@ -362,27 +356,7 @@ fn assert_agree(
         parse_pion_line(line).unwrap_or_else(|e| panic!("pion-dtls failed: {e}\n{transcript}"));
     assert_eq!(ours.profile(), expected, "{transcript}");
     assert_eq!(theirs.srtp_profile, srtp_name(expected), "{transcript}");
-    let keys = ours.keys();
-    assert_eq!(keys.profile, expected);
-    let ours_hex = keys.exported().to_hex();
-    assert_eq!(ours_hex.len(), 2 * keying_material_len(expected));
-    assert!(
-        ours_hex.eq_ignore_ascii_case(&theirs.keying_hex),
-        "keying material differs ({} vs {} hex digits)\n{transcript}",
-        ours_hex.len(),
-        theirs.keying_hex.len()
-    );
-    // pion's block split by hand: client key, server key, client salt, server salt.
-    let block = decode_hex(&theirs.keying_hex);
-    let (k, s) = (expected.key_len(), expected.salt_len());
-    let (client_key, server_key) = (&block[..k], &block[k..2 * k]);
-    let (client_salt, server_salt) = (&block[2 * k..2 * k + s], &block[2 * k + s..]);
-    let (local, remote) = match role {
-        Role::Client => ((client_key, client_salt), (server_key, server_salt)),
-        Role::Server => ((server_key, server_salt), (client_key, client_salt)),
-    };
-    assert_eq!((keys.local.key(), keys.local.salt()), local);
-    assert_eq!((keys.remote.key(), keys.remote.salt()), remote);
+    assert_keys_match_peer_block(ours.keys(), expected, role, &theirs.keying_hex, transcript);
     // Certificates: we saw pion's, pion saw ours.
     assert_eq!(
         ours.peer_certificate_der(),

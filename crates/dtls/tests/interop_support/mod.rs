@@ -462,3 +462,46 @@ impl UdpDriver {
         (self.result, self.endpoint)
     }
 }
+
+/// Bytes from hex (test data: panics on malformed input).
+pub fn decode_hex(s: &str) -> Vec<u8> {
+    assert!(s.len().is_multiple_of(2), "odd hex length {}", s.len());
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Checks our SRTP keys against the EXTRACTOR-dtls_srtp block a peer printed (hex): the same
+/// block, and our local/remote keys equal to the peer's block split by hand (client key, server
+/// key, client salt, server salt: RFC 5764 §4.2) for our `role`.
+pub fn assert_keys_match_peer_block(
+    keys: &SrtpKeys,
+    expected: Profile,
+    role: secrelay_dtls::Role,
+    peer_hex: &str,
+    transcript: &str,
+) {
+    assert_eq!(keys.profile, expected);
+    let ours_hex = keys.exported().to_hex();
+    assert_eq!(
+        ours_hex.len(),
+        2 * secrelay_dtls::keying::keying_material_len(expected)
+    );
+    assert!(
+        ours_hex.eq_ignore_ascii_case(peer_hex),
+        "keying material differs ({} vs {} hex digits)\n{transcript}",
+        ours_hex.len(),
+        peer_hex.len()
+    );
+    let block = decode_hex(peer_hex);
+    let (k, s) = (expected.key_len(), expected.salt_len());
+    let (client_key, server_key) = (&block[..k], &block[k..2 * k]);
+    let (client_salt, server_salt) = (&block[2 * k..2 * k + s], &block[2 * k + s..]);
+    let (local, remote) = match role {
+        secrelay_dtls::Role::Client => ((client_key, client_salt), (server_key, server_salt)),
+        secrelay_dtls::Role::Server => ((server_key, server_salt), (client_key, client_salt)),
+    };
+    assert_eq!((keys.local.key(), keys.local.salt()), local);
+    assert_eq!((keys.remote.key(), keys.remote.salt()), remote);
+}
