@@ -250,40 +250,37 @@ fn be32(b: &[u8], at: usize) -> u32 {
 /// AES-CM IV (RFC 3711 §4.1.1): (salt·2^16) ⊕ (SSRC·2^64) ⊕ (index·2^16).
 #[inline]
 fn cm_iv(salt: &[u8; 14], ssrc: u32, index: u64) -> [u8; 16] {
-    let mut iv = [0u8; 16];
-    iv[..14].copy_from_slice(salt);
-    for (i, b) in ssrc.to_be_bytes().iter().enumerate() {
-        iv[4 + i] ^= b;
-    }
-    let idx = index.to_be_bytes();
-    for i in 0..6 {
-        iv[8 + i] ^= idx[2 + i];
-    }
-    iv
+    let mut s = [0u8; 16];
+    s[..14].copy_from_slice(salt);
+    let iv = u128::from_be_bytes(s)
+        ^ ((ssrc as u128) << 64)
+        ^ (((index & 0xffff_ffff_ffff) as u128) << 16);
+    iv.to_be_bytes()
 }
 
 /// GCM IV for SRTP (RFC 7714 §8.1): salt ⊕ (0x0000 ‖ SSRC ‖ ROC ‖ SEQ).
 #[inline]
 fn gcm_rtp_iv(salt: &[u8; 14], ssrc: u32, roc: u32, seq: u16) -> [u8; 12] {
-    let mut iv = [0u8; 12];
-    iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
-    iv[6..10].copy_from_slice(&roc.to_be_bytes());
-    iv[10..12].copy_from_slice(&seq.to_be_bytes());
-    for i in 0..12 {
-        iv[i] ^= salt[i];
-    }
-    iv
+    gcm_iv(
+        salt,
+        ((ssrc as u128) << 48) | ((roc as u128) << 16) | seq as u128,
+    )
 }
 
 /// GCM IV for SRTCP (RFC 7714 §9.1): salt ⊕ (0x0000 ‖ SSRC ‖ 0x0000 ‖ 0 ‖ SRTCP index).
 #[inline]
 fn gcm_rtcp_iv(salt: &[u8; 14], ssrc: u32, index: u32) -> [u8; 12] {
+    gcm_iv(salt, ((ssrc as u128) << 48) | index as u128)
+}
+
+/// The first 12 salt bytes ⊕ `x` (a 96-bit value, right-aligned).
+#[inline]
+fn gcm_iv(salt: &[u8; 14], x: u128) -> [u8; 12] {
+    let mut s = [0u8; 16];
+    s[4..].copy_from_slice(&salt[..12]);
+    let v = (u128::from_be_bytes(s) ^ x).to_be_bytes();
     let mut iv = [0u8; 12];
-    iv[2..6].copy_from_slice(&ssrc.to_be_bytes());
-    iv[8..12].copy_from_slice(&index.to_be_bytes());
-    for i in 0..12 {
-        iv[i] ^= salt[i];
-    }
+    iv.copy_from_slice(&v[4..]);
     iv
 }
 
