@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, ChildGuard,
-    DriveResult, UdpDriver, LOCALHOST, PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, identity, ChildGuard,
+    DriveResult, Identity, UdpDriver, LOCALHOST, PEER_WAIT,
 };
 use secrelay_dtls::keying::{keying_material_len, EXPORTER_LABEL};
 use secrelay_dtls::{
@@ -49,29 +49,6 @@ macro_rules! require_openssl {
             None => return,
         }
     };
-}
-
-/// A fresh ECDSA P-256 self-signed certificate, its PEM files in `dir`.
-struct Identity {
-    cert: Certificate,
-    cert_pem: String,
-    cert_path: PathBuf,
-    key_path: PathBuf,
-}
-
-fn identity(dir: &Path, name: &str) -> Identity {
-    let cert = Certificate::self_signed(KeyType::EcdsaP256, name).expect("self-signed cert");
-    let (cert_pem, key_pem) = cert.to_pem();
-    let cert_path = dir.join(format!("{name}.crt.pem"));
-    let key_path = dir.join(format!("{name}.key.pem"));
-    std::fs::write(&cert_path, &cert_pem).expect("write cert");
-    std::fs::write(&key_path, key_pem.as_bytes()).expect("write key");
-    Identity {
-        cert,
-        cert_pem,
-        cert_path,
-        key_path,
-    }
 }
 
 /// OpenSSL's name for a DTLS-SRTP profile (`SRTP_AES128_CM_SHA1_80`, ...).

@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    assert_keys_match_peer_block, bind_loopback, find_on_path, ChildGuard, DriveResult, UdpDriver,
-    PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_on_path, identity, ChildGuard, DriveResult,
+    Identity, UdpDriver, PEER_WAIT,
 };
 use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, FailReason, KeyType, LocalCertificate, PeerAuth, Role,
@@ -146,27 +146,6 @@ macro_rules! require_pion {
             None => return,
         }
     };
-}
-
-/// A fresh ECDSA P-256 self-signed certificate, its PEM files in `dir`.
-struct Identity {
-    cert: Certificate,
-    cert_path: PathBuf,
-    key_path: PathBuf,
-}
-
-fn identity(dir: &Path, name: &str) -> Identity {
-    let cert = Certificate::self_signed(KeyType::EcdsaP256, name).expect("self-signed cert");
-    let (cert_pem, key_pem) = cert.to_pem();
-    let cert_path = dir.join(format!("{name}.crt.pem"));
-    let key_path = dir.join(format!("{name}.key.pem"));
-    std::fs::write(&cert_path, &cert_pem).expect("write cert");
-    std::fs::write(&key_path, key_pem.as_bytes()).expect("write key");
-    Identity {
-        cert,
-        cert_path,
-        key_path,
-    }
 }
 
 /// The OpenSSL-style name pion-dtls uses for a profile (`SRTP_AES128_CM_SHA1_80`, ...).

@@ -505,3 +505,33 @@ pub fn assert_keys_match_peer_block(
     assert_eq!((keys.local.key(), keys.local.salt()), local);
     assert_eq!((keys.remote.key(), keys.remote.salt()), remote);
 }
+
+/// A fresh ECDSA P-256 self-signed certificate with its PEM files in a directory, for a peer
+/// process to load.
+pub struct Identity {
+    /// The certificate and key.
+    pub cert: secrelay_dtls::Certificate,
+    /// The certificate as PEM.
+    pub cert_pem: String,
+    /// Where the certificate PEM was written.
+    pub cert_path: PathBuf,
+    /// Where the private key PEM was written.
+    pub key_path: PathBuf,
+}
+
+/// Makes an [`Identity`] named `name`, writing `name.crt.pem` and `name.key.pem` into `dir`.
+pub fn identity(dir: &Path, name: &str) -> Identity {
+    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, name)
+        .expect("self-signed cert");
+    let (cert_pem, key_pem) = cert.to_pem();
+    let cert_path = dir.join(format!("{name}.crt.pem"));
+    let key_path = dir.join(format!("{name}.key.pem"));
+    std::fs::write(&cert_path, &cert_pem).expect("write cert");
+    std::fs::write(&key_path, key_pem.as_bytes()).expect("write key");
+    Identity {
+        cert,
+        cert_pem,
+        cert_path,
+        key_path,
+    }
+}
