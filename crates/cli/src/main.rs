@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 mod ca;
 mod capture;
 mod demo;
+mod lab;
 
 /// secrelay: a secure real-time media gateway and the lab that measures what its security costs.
 #[derive(Parser, Debug)]
@@ -27,6 +28,9 @@ enum Command {
     /// Private CA for lab set-ups, and certificate fingerprints for SDP.
     #[command(subcommand)]
     Ca(ca::CaCommand),
+    /// The studies, re-measured here beside the libraries people use: tables, JSON, HTML report.
+    #[command(subcommand)]
+    Lab(lab::LabCommand),
 }
 
 #[derive(Subcommand, Debug)]
@@ -85,6 +89,7 @@ fn main() -> ExitCode {
         }
         Command::Demo(a) => demo::run(&a),
         Command::Ca(c) => ca::run(&c),
+        Command::Lab(c) => lab::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,61 @@
+//! `secrelay lab …`: argument parsing for the lab; the studies live in `secrelay-lab`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+
+/// Flags every study takes.
+#[derive(Args, Debug, Clone)]
+pub struct StudyArgs {
+    /// Fewer, shorter runs: first looks and tests (figures are noisier).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the results, with the method, as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write report.html, PNG plots and results.json into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// No progress bars.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// The lab's studies.
+#[derive(Subcommand, Debug)]
+pub enum LabCommand {
+    /// Every study, then DIR/report.html (DIR defaults to ./lab-report).
+    All(StudyArgs),
+    /// SRTP protect/unprotect per packet: every profile, audio/Opus/video sizes, secrelay beside libsrtp and others.
+    Srtp(StudyArgs),
+    /// Child process for instruction counts under callgrind (internal).
+    #[command(name = "__count", hide = true)]
+    Count {
+        /// Study whose counted operations run.
+        study: String,
+        /// Quick mode.
+        #[arg(long)]
+        quick: bool,
+    },
+}
+
+/// Runs a lab command.
+pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
+    let (names, args) = match cmd {
+        LabCommand::Count { study, quick } => return secrelay_lab::count_child(&study, quick),
+        LabCommand::All(mut a) => {
+            a.out.get_or_insert_with(|| PathBuf::from("lab-report"));
+            (vec!["all".to_string()], a)
+        }
+        LabCommand::Srtp(a) => (vec!["srtp".to_string()], a),
+    };
+    let opts = secrelay_lab::Options {
+        quick: args.quick,
+        json: args.json,
+        out: args.out,
+        self_exe: std::env::current_exe().ok(),
+        no_progress: args.no_progress,
+    };
+    secrelay_lab::run(&names, &opts)?;
+    Ok(())
+}

@@ -1,0 +1,219 @@
+//! secrelay's lab: the studies of `STUDIES.md`, re-measured on this machine side by side
+//! with the libraries people use, as tables, JSON and an HTML report.
+//!
+//! A study implements [`Study`]: it measures through the [`Ctx`] it is given (wall time with
+//! [`measure::Bench`], instruction counts with [`Ctx::count_instructions`]) and returns a
+//! [`frame::StudyReport`]. [`run`] runs studies, prints their tables, writes JSON and the
+//! report.
+
+pub mod count;
+pub mod frame;
+pub mod machine;
+pub mod measure;
+pub mod report;
+pub mod studies;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use count::CountedOp;
+pub use frame::{Cell, LabOutput, Method, Plot, PlotKind, Series, StudyReport, Table};
+pub use measure::{Bench, Timing};
+
+mod versions {
+    include!(concat!(env!("OUT_DIR"), "/versions.rs"));
+}
+
+/// A study of the lab.
+pub trait Study: Sync {
+    /// Name on the command line.
+    fn name(&self) -> &'static str;
+    /// One-line description.
+    fn title(&self) -> &'static str;
+    /// Runs the study.
+    fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport>;
+    /// The operations whose instructions are counted under callgrind (run in a child
+    /// process; ids are the study's own).
+    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+        Ok(Vec::new())
+    }
+}
+
+/// Every study, in the order `lab all` runs them.
+pub fn studies() -> Vec<&'static dyn Study> {
+    studies::all()
+}
+
+/// Looks a study up by name.
+pub fn study(name: &str) -> Option<&'static dyn Study> {
+    studies().into_iter().find(|s| s.name() == name)
+}
+
+/// Options shared by every study.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Fewer, shorter runs: for tests and first looks.
+    pub quick: bool,
+    /// Write the results as JSON here.
+    pub json: Option<PathBuf>,
+    /// Write the report (report.html, PNG plots, results.json) into this folder.
+    pub out: Option<PathBuf>,
+    /// The `secrelay` binary, re-run under valgrind for instruction counts (None: no counts).
+    pub self_exe: Option<PathBuf>,
+    /// No progress bars (they also hide themselves when stderr is not a terminal).
+    pub no_progress: bool,
+}
+
+/// What a study gets to measure with.
+pub struct Ctx {
+    /// The options.
+    pub opts: Options,
+    /// Wall-time settings, overhead already measured.
+    pub bench: Bench,
+    study: &'static str,
+    bar: ProgressBar,
+}
+
+impl Ctx {
+    fn new(opts: &Options, study: &'static str) -> Ctx {
+        let bar = if opts.no_progress { ProgressBar::hidden() } else { ProgressBar::new(0) };
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {elapsed:>4} {wide_msg}")
+                .expect("static template is valid")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(study.to_string());
+        bar.enable_steady_tick(Duration::from_millis(250));
+        Ctx { bench: Bench::new(opts.quick), opts: opts.clone(), study, bar }
+    }
+
+    /// Whether this is a `--quick` run.
+    pub fn quick(&self) -> bool {
+        self.opts.quick
+    }
+
+    /// Sets how many steps the study has (for the progress bar).
+    pub fn steps(&self, total: u64) {
+        self.bar.set_length(total);
+    }
+
+    /// Marks the start of a step.
+    pub fn step(&self, msg: impl Into<String>) {
+        self.bar.set_message(msg.into());
+    }
+
+    /// Marks a step done.
+    pub fn done(&self) {
+        self.bar.inc(1);
+    }
+
+    /// Instructions per op for the study's [`Study::counted_ops`], by id, or the reason
+    /// there are none (no valgrind, no binary to re-run).
+    pub fn count_instructions(&self) -> Result<BTreeMap<String, f64>, String> {
+        let Some(exe) = &self.opts.self_exe else {
+            return Err("not counted: the lab was not started from the secrelay binary".into());
+        };
+        if let Some(reason) = count::unavailable_reason() {
+            return Err(format!("not counted: {reason}"));
+        }
+        self.step("counting instructions under callgrind");
+        let mut args = vec!["lab", "__count", self.study];
+        if self.opts.quick {
+            args.push("--quick");
+        }
+        count::count(exe, &args).map_err(|e| format!("not counted: {e:#}"))
+    }
+
+    /// A method block with the machine, versions and date filled in.
+    pub fn method(&self, timed: impl Into<String>, instructions: impl Into<String>) -> Method {
+        Method {
+            timed: timed.into(),
+            quick: self.opts.quick,
+            warmup_ms: self.bench.warmup.as_secs_f64() * 1e3,
+            runs: self.bench.runs,
+            run_ms: self.bench.run_time.as_secs_f64() * 1e3,
+            harness_overhead_ns: self.bench.overhead_ns,
+            spread: "interquartile range of the runs, % of the median".into(),
+            instructions: instructions.into(),
+            machine: machine::Machine::detect(),
+            versions: versions(),
+            date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+            elapsed_s: 0.0,
+        }
+    }
+}
+
+/// Versions of what the lab measures: crate versions from Cargo.lock and the runtime
+/// version strings of the C libraries.
+pub fn versions() -> BTreeMap<String, String> {
+    let mut v: BTreeMap<String, String> =
+        versions::LOCKED.iter().map(|(n, ver)| ((*n).to_string(), (*ver).to_string())).collect();
+    v.insert("secrelay".into(), env!("CARGO_PKG_VERSION").into());
+    v.insert("OpenSSL (runtime)".into(), openssl::version::version().to_string());
+    v.insert("libsrtp (runtime)".into(), secrelay_peers::libsrtp::LibSrtp::version_string());
+    if let Some(vg) = count::valgrind_version() {
+        v.insert("valgrind".into(), vg);
+    }
+    v
+}
+
+/// The child side of instruction counting: `secrelay lab __count STUDY [--quick]`.
+pub fn count_child(study_name: &str, quick: bool) -> anyhow::Result<()> {
+    let Some(s) = study(study_name) else { bail!("unknown study {study_name:?}") };
+    count::run_child(s.counted_ops(quick)?);
+    Ok(())
+}
+
+/// Runs the named studies (all of them for `["all"]`), prints their tables, writes JSON and,
+/// with `out`, the report. Returns what was measured.
+pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
+    let chosen: Vec<&'static dyn Study> = if names.iter().any(|n| n == "all") {
+        studies()
+    } else {
+        names
+            .iter()
+            .map(|n| {
+                study(n).with_context(|| {
+                    let known: Vec<&str> = studies().iter().map(|s| s.name()).collect();
+                    format!("unknown study {n:?} (known: {}, all)", known.join(", "))
+                })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    let mut output = LabOutput { secrelay: env!("CARGO_PKG_VERSION").into(), studies: Vec::new() };
+    for s in chosen {
+        let started = Instant::now();
+        let mut ctx = Ctx::new(opts, s.name());
+        let mut report = s.run(&mut ctx).with_context(|| format!("study {}", s.name()))?;
+        ctx.bar.finish_and_clear();
+        report.method.elapsed_s = started.elapsed().as_secs_f64();
+        let mut stdout = std::io::stdout().lock();
+        let _ = writeln!(stdout, "{}", report.render_text());
+        output.studies.push(report);
+    }
+    if let Some(path) = &opts.json {
+        write_json(path, &output)?;
+    }
+    if let Some(dir) = &opts.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating --out {}", dir.display()))?;
+        write_json(&dir.join("results.json"), &output)?;
+        report::write(dir, &output).context("writing the HTML report")?;
+        eprintln!("report: {}", dir.join("report.html").display());
+    }
+    Ok(output)
+}
+
+/// Writes JSON through a temporary file and a rename, so a reader never sees half a file.
+pub fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing {}", path.display()))?;
+    serde_json::to_writer_pretty(&mut tmp, value)?;
+    tmp.write_all(b"\n")?;
+    tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,316 @@
+//! `lab srtp` (`000_…`, `002_…` a): protect and unprotect cost per packet, every SRTP
+//! profile, audio (G.711 20 ms, 172 B), Opus (100 B) and video (1200 B) RTP packets, for
+//! secrelay (each crypto provider) and the SRTP stacks people use, in one run.
+
+use std::hint::black_box;
+
+use secrelay_peers::libsrtp::{Direction as LDir, LibSrtp, LibsrtpProfile};
+use secrelay_srtp::provider::{self, CryptoProvider};
+use secrelay_srtp::{Context, MasterKey, Policy, Profile};
+
+use crate::count::CountedOp;
+use crate::frame::{Cell, Plot, PlotKind, Series, StudyReport, Table};
+use crate::{Ctx, Study};
+
+/// Packet sizes measured: (name, RTP packet length in bytes, payload description).
+pub const SIZES: [(&str, usize); 3] = [("opus", 100), ("audio", 172), ("video", 1200)];
+
+const CHUNK: usize = 64;
+const SSRC: u32 = 0x5EC2_E1A7;
+
+/// An SRTP stack under test: protects and unprotects RTP packets in place.
+pub trait SrtpStack {
+    /// Protects `buf[..len]`, returns the new length.
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, String>;
+    /// Unprotects `buf[..len]`, returns the new length.
+    fn unprotect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, String>;
+}
+
+struct Ours {
+    tx: Context,
+    rx: Context,
+}
+
+impl Ours {
+    fn new(profile: Profile, p: &'static dyn CryptoProvider) -> Ours {
+        let mk = MasterKey::new(profile, &vec![0x42; profile.key_len()], &vec![0x17; profile.salt_len()])
+            .expect("key and salt lengths come from the profile");
+        Ours {
+            tx: Context::new(Policy::new(mk.clone()).any_outbound().provider(p)).expect("valid policy"),
+            rx: Context::new(Policy::new(mk).any_inbound().provider(p)).expect("valid policy"),
+        }
+    }
+}
+
+impl SrtpStack for Ours {
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, String> {
+        self.tx.protect_rtp(buf, len).map_err(|e| e.to_string())
+    }
+    fn unprotect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, String> {
+        self.rx.unprotect_rtp(buf, len).map_err(|e| e.to_string())
+    }
+}
+
+struct Lib {
+    tx: LibSrtp,
+    rx: LibSrtp,
+}
+
+impl Lib {
+    fn new(profile: Profile) -> Option<Lib> {
+        let lp = LibsrtpProfile::ALL.into_iter().find(|l| l.sdp_name() == profile.sdp_name())?;
+        let key = vec![0x42; profile.key_len()];
+        let salt = vec![0x17; profile.salt_len()];
+        Some(Lib {
+            tx: LibSrtp::new(lp, LDir::Outbound, &key, &salt, 1024, false).ok()?,
+            rx: LibSrtp::new(lp, LDir::Inbound, &key, &salt, 1024, false).ok()?,
+        })
+    }
+}
+
+impl SrtpStack for Lib {
+    fn protect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, String> {
+        self.tx.protect(buf, len).map_err(|e| e.to_string())
+    }
+    fn unprotect(&mut self, buf: &mut [u8], len: usize) -> Result<usize, String> {
+        self.rx.unprotect(buf, len).map_err(|e| e.to_string())
+    }
+}
+
+/// Makes a fresh sender/receiver pair, or says why the stack cannot.
+pub type StackFactory = Box<dyn Fn() -> Result<Box<dyn SrtpStack>, String>>;
+
+/// The stacks measured in-process for a profile: (name, factory).
+pub fn stacks(profile: Profile) -> Vec<(String, StackFactory)> {
+    let mut v: Vec<(String, StackFactory)> = Vec::new();
+    for p in provider::all() {
+        let name = if p.name().starts_with("default") { "secrelay".to_string() } else { format!("secrelay/{}", p.name()) };
+        v.push((name, Box::new(move || Ok(Box::new(Ours::new(profile, p)) as Box<dyn SrtpStack>))));
+    }
+    v.push((
+        "libsrtp 2 + OpenSSL".into(),
+        Box::new(move || {
+            Lib::new(profile).map(|l| Box::new(l) as Box<dyn SrtpStack>).ok_or_else(|| "libsrtp 2.3 lacks this profile".to_string())
+        }),
+    ));
+    v
+}
+
+/// An RTP packet of `size` bytes (12-byte header, counting payload).
+pub fn template(size: usize) -> Vec<u8> {
+    let mut p = vec![0u8; size];
+    p[0] = 0x80;
+    p[8..12].copy_from_slice(&SSRC.to_be_bytes());
+    for (i, b) in p[12..].iter_mut().enumerate() {
+        *b = i as u8;
+    }
+    p
+}
+
+/// A chunk of packet buffers with rising sequence numbers.
+pub struct Chunk {
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    seq: u16,
+    plain: Vec<u8>,
+}
+
+impl Chunk {
+    /// Buffers for `size`-byte packets (room for any profile's tag).
+    pub fn new(size: usize) -> Chunk {
+        Chunk { bufs: (0..CHUNK).map(|_| vec![0u8; size + 64]).collect(), lens: vec![0; CHUNK], seq: 0, plain: template(size) }
+    }
+    /// Fills every buffer with the plaintext packet and the next sequence number.
+    pub fn fill_plain(&mut self) {
+        for b in self.bufs.iter_mut() {
+            b[..self.plain.len()].copy_from_slice(&self.plain);
+            b[2..4].copy_from_slice(&self.seq.to_be_bytes());
+            self.seq = self.seq.wrapping_add(1);
+        }
+        self.lens.fill(self.plain.len());
+    }
+    /// Protects every buffer (outside any timing).
+    pub fn protect_all(&mut self, s: &mut dyn SrtpStack) -> Result<(), String> {
+        for (b, l) in self.bufs.iter_mut().zip(self.lens.iter_mut()) {
+            *l = s.protect(b, *l)?;
+        }
+        Ok(())
+    }
+}
+
+/// (ns per protect, ns per unprotect) for one stack, profile and size, median of the runs.
+fn measure(ctx: &Ctx, make: &StackFactory, size: usize) -> Result<(crate::Timing, crate::Timing), String> {
+    // A dry run proves the stack works before it is timed (a failure inside the timing would
+    // be a panic, not a cell saying why).
+    let mut stack = make()?;
+    let mut c = Chunk::new(size);
+    c.fill_plain();
+    c.protect_all(stack.as_mut())?;
+    for (b, l) in c.bufs.iter_mut().zip(c.lens.iter()) {
+        stack.unprotect(b, *l)?;
+    }
+    let stack = std::cell::RefCell::new(make()?);
+    let chunk = std::cell::RefCell::new(Chunk::new(size));
+    let protect = ctx.bench.time_chunked(
+        CHUNK,
+        || chunk.borrow_mut().fill_plain(),
+        || {
+            let mut c = chunk.borrow_mut();
+            let c = &mut *c;
+            let mut s = stack.borrow_mut();
+            for (b, l) in c.bufs.iter_mut().zip(c.lens.iter()) {
+                black_box(s.protect(b, *l).expect("worked in the dry run"));
+            }
+        },
+    );
+    // A fresh pair for unprotect: the sender above ran far ahead of any receiver.
+    *stack.borrow_mut() = make()?;
+    let unprotect = ctx.bench.time_chunked(
+        CHUNK,
+        || {
+            let mut c = chunk.borrow_mut();
+            c.fill_plain();
+            c.protect_all(&mut **stack.borrow_mut()).expect("worked in the dry run");
+        },
+        || {
+            let mut c = chunk.borrow_mut();
+            let c = &mut *c;
+            let mut s = stack.borrow_mut();
+            for (b, l) in c.bufs.iter_mut().zip(c.lens.iter()) {
+                black_box(s.unprotect(b, *l).expect("worked in the dry run"));
+            }
+        },
+    );
+    Ok((protect, unprotect))
+}
+
+/// The `lab srtp` study.
+pub struct SrtpStudy;
+
+impl Study for SrtpStudy {
+    fn name(&self) -> &'static str {
+        "srtp"
+    }
+    fn title(&self) -> &'static str {
+        "SRTP protect/unprotect cost per packet (000, 002 a)"
+    }
+
+    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+        let mut ops = Vec::new();
+        for profile in Profile::ALL {
+            for (name, make) in stacks(profile) {
+                let Ok(mut stack) = make() else { continue };
+                let mut c = Chunk::new(172);
+                ops.push(CountedOp::new(format!("{name}|{}|172", profile.sdp_name()), 16, move || {
+                    // One protect per call; the plaintext copy is part of the op (the dump
+                    // of an empty copy is not subtracted: ~30 instructions).
+                    c.fill_plain();
+                    black_box(stack.protect(&mut c.bufs[0], c.lens[0]).expect("protect"));
+                }));
+            }
+        }
+        Ok(ops)
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
+        let profiles: Vec<Profile> = Profile::ALL.to_vec();
+        ctx.steps((profiles.len() * SIZES.len()) as u64 + 1);
+        let mut table = Table::new("srtp_per_packet", "SRTP cost per RTP packet, one core (ns per packet, median)")
+            .col("profile", "profile")
+            .col("packet", "packet")
+            .col("stack", "stack")
+            .col_unit("protect_ns", "protect", "ns")
+            .col_unit("unprotect_ns", "unprotect", "ns")
+            .col_unit("protect_spread_pct", "spread", "%")
+            .col_unit("protect_vs_libsrtp", "protect vs libsrtp", "×")
+            .col_unit("instructions", "instructions/protect", "instr");
+        let mut results: Vec<(Profile, &str, usize, String, Result<(f64, f64, f64), String>)> = Vec::new();
+        for &profile in &profiles {
+            for (label, size) in SIZES {
+                ctx.step(format!("{} {size} B", profile.sdp_name()));
+                for (name, make) in stacks(profile) {
+                    let r = measure(ctx, &make, size).map(|(p, u)| (p.ns, u.ns, p.spread_pct));
+                    results.push((profile, label, size, name, r));
+                }
+                ctx.done();
+            }
+        }
+        let (counts, instructions_method) = match ctx.count_instructions() {
+            Ok(c) => (c, "callgrind, instructions per protect of one 172-byte packet (16 per region, baseline region subtracted), plaintext copy included; under valgrind AVX-512 and SHA-NI paths are not taken".to_string()),
+            Err(why) => (Default::default(), why),
+        };
+        ctx.done();
+        for (profile, label, size, name, r) in &results {
+            let lib = results.iter().find(|x| x.0 == *profile && x.2 == *size && x.3.starts_with("libsrtp")).and_then(|x| x.4.as_ref().ok());
+            let mut row: Vec<(&str, Cell)> = vec![
+                ("profile", Cell::text(profile.sdp_name())),
+                ("packet", Cell::text(format!("{label} {size} B"))),
+                ("stack", Cell::text(name.clone())),
+            ];
+            match r {
+                Ok((p, u, spread)) => {
+                    row.push(("protect_ns", Cell::num(*p)));
+                    row.push(("unprotect_ns", Cell::num(*u)));
+                    row.push(("protect_spread_pct", Cell::num(*spread)));
+                    if let Some((lp, _, _)) = lib {
+                        row.push(("protect_vs_libsrtp", Cell::num(p / lp)));
+                    }
+                }
+                Err(why) => {
+                    row.push(("protect_ns", Cell::not_offered(why.clone())));
+                    row.push(("unprotect_ns", Cell::not_offered(why.clone())));
+                }
+            }
+            if *size == 172 {
+                if let Some(n) = counts.get(&format!("{name}|{}|172", profile.sdp_name())) {
+                    row.push(("instructions", Cell::num(*n)));
+                }
+            }
+            table.push(row);
+        }
+
+        // Per-packet cost against packet size, AES_CM_128_HMAC_SHA1_80 and AEAD_AES_128_GCM.
+        let mut plots = Vec::new();
+        for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
+            let mut series: Vec<Series> = Vec::new();
+            for (profile_r, _, size, name, r) in &results {
+                if *profile_r != profile {
+                    continue;
+                }
+                let Ok((p, _, _)) = r else { continue };
+                match series.iter_mut().find(|s| s.name == *name) {
+                    Some(s) => s.points.push((*size as f64, *p)),
+                    None => series.push(Series { name: name.clone(), points: vec![(*size as f64, *p)] }),
+                }
+            }
+            for s in &mut series {
+                s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+            }
+            plots.push(Plot {
+                id: format!("srtp_cost_vs_size_{}", profile.sdp_name().to_lowercase()),
+                title: format!("{}: protect cost vs packet size", profile.sdp_name()),
+                kind: PlotKind::Lines,
+                x_label: "RTP packet (bytes)".into(),
+                y_label: "ns per packet".into(),
+                log_y: false,
+                categories: Vec::new(),
+                series,
+            });
+        }
+        let method = ctx.method(
+            "one protect (or unprotect) of one RTP packet in place, in chunks of 64 packets with rising sequence numbers; \
+             filling the chunk with plaintext (protect) or protecting it with the same stack (unprotect) is outside the timing; \
+             one context per direction, one SSRC, replay window 1024",
+            instructions_method,
+        );
+        Ok(StudyReport {
+            study: self.name().into(),
+            title: self.title().into(),
+            seeds: vec!["000".into(), "002".into()],
+            method,
+            tables: vec![table],
+            plots,
+            notes: Vec::new(),
+        })
+    }
+}
