@@ -28,6 +28,8 @@ pub enum LabCommand {
     All(StudyArgs),
     /// SRTP protect/unprotect per packet: every profile, audio/Opus/video sizes, secrelay beside libsrtp and others.
     Srtp(StudyArgs),
+    /// One RSA/ECDSA key generation or signature, as SRTP audio/video packets and seconds of media.
+    Amortization(StudyArgs),
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -48,6 +50,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             (vec!["all".to_string()], a)
         }
         LabCommand::Srtp(a) => (vec!["srtp".to_string()], a),
+        LabCommand::Amortization(a) => (vec!["amortization".to_string()], a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

@@ -27,7 +27,11 @@ pub struct CountedOp {
 impl CountedOp {
     /// A counted operation.
     pub fn new(id: impl Into<String>, iters: u64, run: impl FnMut() + 'static) -> CountedOp {
-        CountedOp { id: id.into(), iters: iters.max(1), run: Box::new(run) }
+        CountedOp {
+            id: id.into(),
+            iters: iters.max(1),
+            run: Box::new(run),
+        }
     }
 }
 
@@ -89,7 +93,12 @@ pub fn count(exe: &Path, args: &[&str]) -> anyhow::Result<BTreeMap<String, f64>>
             "{} {} under callgrind failed: {}",
             exe.display(),
             args.join(" "),
-            String::from_utf8_lossy(&output.stderr).lines().rev().take(5).collect::<Vec<_>>().join(" | ")
+            String::from_utf8_lossy(&output.stderr)
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .join(" | ")
         );
     }
     let ids: Vec<(String, u64)> = String::from_utf8_lossy(&output.stdout)
@@ -103,13 +112,20 @@ pub fn count(exe: &Path, args: &[&str]) -> anyhow::Result<BTreeMap<String, f64>>
     let mut dumps: Vec<(u64, u64)> = Vec::new();
     for entry in std::fs::read_dir(dir.path())? {
         let path = entry?.path();
-        let Some(n) = path.extension().and_then(|e| e.to_str()).and_then(|e| e.parse::<u64>().ok()) else {
+        let Some(n) = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .and_then(|e| e.parse::<u64>().ok())
+        else {
             continue;
         };
         let text = std::fs::read_to_string(&path)?;
         let total = text
             .lines()
-            .find_map(|l| l.strip_prefix("summary:").or_else(|| l.strip_prefix("totals:")))
+            .find_map(|l| {
+                l.strip_prefix("summary:")
+                    .or_else(|| l.strip_prefix("totals:"))
+            })
             .and_then(|v| v.split_whitespace().next())
             .and_then(|v| v.parse::<u64>().ok())
             .with_context(|| format!("no totals in {}", path.display()))?;
@@ -117,12 +133,19 @@ pub fn count(exe: &Path, args: &[&str]) -> anyhow::Result<BTreeMap<String, f64>>
     }
     dumps.sort();
     if dumps.len() != ids.len() {
-        bail!("callgrind wrote {} region dumps for {} regions", dumps.len(), ids.len());
+        bail!(
+            "callgrind wrote {} region dumps for {} regions",
+            dumps.len(),
+            ids.len()
+        );
     }
     let baseline = dumps.first().map(|d| d.1).unwrap_or(0) as f64;
     let mut counts = BTreeMap::new();
     for ((id, iters), (_, total)) in ids.iter().zip(&dumps).skip(1) {
-        counts.insert(id.clone(), ((*total as f64 - baseline) / *iters as f64).max(0.0));
+        counts.insert(
+            id.clone(),
+            ((*total as f64 - baseline) / *iters as f64).max(0.0),
+        );
     }
     Ok(counts)
 }

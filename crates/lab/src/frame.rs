@@ -80,7 +80,9 @@ impl Cell {
         if v.is_finite() {
             Cell::Num(v)
         } else {
-            Cell::NotOffered { not_offered: "no finite measurement".into() }
+            Cell::NotOffered {
+                not_offered: "no finite measurement".into(),
+            }
         }
     }
     /// Text.
@@ -89,7 +91,9 @@ impl Cell {
     }
     /// Not offered, with the reason.
     pub fn not_offered(reason: impl Into<String>) -> Cell {
-        Cell::NotOffered { not_offered: reason.into() }
+        Cell::NotOffered {
+            not_offered: reason.into(),
+        }
     }
     /// The number, if this is one.
     pub fn as_f64(&self) -> Option<f64> {
@@ -179,16 +183,29 @@ pub struct Table {
 impl Table {
     /// An empty table.
     pub fn new(id: impl Into<String>, title: impl Into<String>) -> Table {
-        Table { id: id.into(), title: title.into(), columns: Vec::new(), rows: Vec::new() }
+        Table {
+            id: id.into(),
+            title: title.into(),
+            columns: Vec::new(),
+            rows: Vec::new(),
+        }
     }
     /// Adds a text column.
     pub fn col(mut self, key: &str, label: &str) -> Table {
-        self.columns.push(Column { key: key.into(), label: label.into(), unit: None });
+        self.columns.push(Column {
+            key: key.into(),
+            label: label.into(),
+            unit: None,
+        });
         self
     }
     /// Adds a figure column with its unit.
     pub fn col_unit(mut self, key: &str, label: &str, unit: &str) -> Table {
-        self.columns.push(Column { key: key.into(), label: label.into(), unit: Some(unit.into()) });
+        self.columns.push(Column {
+            key: key.into(),
+            label: label.into(),
+            unit: Some(unit.into()),
+        });
         self
     }
     /// Appends a row from (key, cell) pairs.
@@ -198,11 +215,22 @@ impl Table {
         K: Into<String>,
         C: Into<Cell>,
     {
-        self.rows.push(cells.into_iter().map(|(k, c)| (k.into(), c.into())).collect());
+        self.rows.push(
+            cells
+                .into_iter()
+                .map(|(k, c)| (k.into(), c.into()))
+                .collect(),
+        );
     }
     /// Rows whose `key` column holds the text `value`.
-    pub fn rows_where<'a>(&'a self, key: &'a str, value: &'a str) -> impl Iterator<Item = &'a BTreeMap<String, Cell>> + 'a {
-        self.rows.iter().filter(move |r| matches!(r.get(key), Some(Cell::Text(t)) if t == value))
+    pub fn rows_where<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+    ) -> impl Iterator<Item = &'a BTreeMap<String, Cell>> + 'a {
+        self.rows
+            .iter()
+            .filter(move |r| matches!(r.get(key), Some(Cell::Text(t)) if t == value))
     }
     /// Renders the table as aligned text for a terminal.
     pub fn render_text(&self) -> String {
@@ -217,7 +245,12 @@ impl Table {
         let cells: Vec<Vec<String>> = self
             .rows
             .iter()
-            .map(|r| self.columns.iter().map(|c| r.get(&c.key).map(Cell::render).unwrap_or_default()).collect())
+            .map(|r| {
+                self.columns
+                    .iter()
+                    .map(|c| r.get(&c.key).map(Cell::render).unwrap_or_default())
+                    .collect()
+            })
             .collect();
         let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
         for row in &cells {

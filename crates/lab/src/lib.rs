@@ -8,6 +8,7 @@
 
 pub mod count;
 pub mod frame;
+pub mod go_peer;
 pub mod machine;
 pub mod measure;
 pub mod report;
@@ -81,15 +82,26 @@ pub struct Ctx {
 
 impl Ctx {
     fn new(opts: &Options, study: &'static str) -> Ctx {
-        let bar = if opts.no_progress { ProgressBar::hidden() } else { ProgressBar::new(0) };
+        let bar = if opts.no_progress {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new(0)
+        };
         bar.set_style(
-            ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {elapsed:>4} {wide_msg}")
-                .expect("static template is valid")
-                .progress_chars("=> "),
+            ProgressStyle::with_template(
+                "{prefix:>10} [{bar:30}] {pos}/{len} {elapsed:>4} {wide_msg}",
+            )
+            .expect("static template is valid")
+            .progress_chars("=> "),
         );
         bar.set_prefix(study.to_string());
         bar.enable_steady_tick(Duration::from_millis(250));
-        Ctx { bench: Bench::new(opts.quick), opts: opts.clone(), study, bar }
+        Ctx {
+            bench: Bench::new(opts.quick),
+            opts: opts.clone(),
+            study,
+            bar,
+        }
     }
 
     /// Whether this is a `--quick` run.
@@ -151,11 +163,19 @@ impl Ctx {
 /// Versions of what the lab measures: crate versions from Cargo.lock and the runtime
 /// version strings of the C libraries.
 pub fn versions() -> BTreeMap<String, String> {
-    let mut v: BTreeMap<String, String> =
-        versions::LOCKED.iter().map(|(n, ver)| ((*n).to_string(), (*ver).to_string())).collect();
+    let mut v: BTreeMap<String, String> = versions::LOCKED
+        .iter()
+        .map(|(n, ver)| ((*n).to_string(), (*ver).to_string()))
+        .collect();
     v.insert("secrelay".into(), env!("CARGO_PKG_VERSION").into());
-    v.insert("OpenSSL (runtime)".into(), openssl::version::version().to_string());
-    v.insert("libsrtp (runtime)".into(), secrelay_peers::libsrtp::LibSrtp::version_string());
+    v.insert(
+        "OpenSSL (runtime)".into(),
+        openssl::version::version().to_string(),
+    );
+    v.insert(
+        "libsrtp (runtime)".into(),
+        secrelay_peers::libsrtp::LibSrtp::version_string(),
+    );
     if let Some(vg) = count::valgrind_version() {
         v.insert("valgrind".into(), vg);
     }
@@ -164,7 +184,9 @@ pub fn versions() -> BTreeMap<String, String> {
 
 /// The child side of instruction counting: `secrelay lab __count STUDY [--quick]`.
 pub fn count_child(study_name: &str, quick: bool) -> anyhow::Result<()> {
-    let Some(s) = study(study_name) else { bail!("unknown study {study_name:?}") };
+    let Some(s) = study(study_name) else {
+        bail!("unknown study {study_name:?}")
+    };
     count::run_child(s.counted_ops(quick)?);
     Ok(())
 }
@@ -185,11 +207,16 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
             })
             .collect::<anyhow::Result<_>>()?
     };
-    let mut output = LabOutput { secrelay: env!("CARGO_PKG_VERSION").into(), studies: Vec::new() };
+    let mut output = LabOutput {
+        secrelay: env!("CARGO_PKG_VERSION").into(),
+        studies: Vec::new(),
+    };
     for s in chosen {
         let started = Instant::now();
         let mut ctx = Ctx::new(opts, s.name());
-        let mut report = s.run(&mut ctx).with_context(|| format!("study {}", s.name()))?;
+        let mut report = s
+            .run(&mut ctx)
+            .with_context(|| format!("study {}", s.name()))?;
         ctx.bar.finish_and_clear();
         report.method.elapsed_s = started.elapsed().as_secs_f64();
         let mut stdout = std::io::stdout().lock();
@@ -200,7 +227,8 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
         write_json(path, &output)?;
     }
     if let Some(dir) = &opts.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating --out {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating --out {}", dir.display()))?;
         write_json(&dir.join("results.json"), &output)?;
         report::write(dir, &output).context("writing the HTML report")?;
         eprintln!("report: {}", dir.join("report.html").display());
@@ -210,10 +238,15 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
 
 /// Writes JSON through a temporary file and a rename, so a reader never sees half a file.
 pub fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("writing {}", path.display()))?;
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("writing {}", path.display()))?;
     serde_json::to_writer_pretty(&mut tmp, value)?;
     tmp.write_all(b"\n")?;
-    tmp.persist(path).with_context(|| format!("writing {}", path.display()))?;
+    tmp.persist(path)
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }

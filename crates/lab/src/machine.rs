@@ -44,7 +44,11 @@ impl Machine {
                 .and_then(|l| l.split_once(':'))
                 .map(|(_, v)| v.trim().to_string())
         };
-        let flags: Vec<String> = field("flags").unwrap_or_default().split_whitespace().map(str::to_string).collect();
+        let flags: Vec<String> = field("flags")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
         let cpu_features = FEATURES
             .iter()
             .filter(|(flag, _)| flags.iter().any(|f| f == flag))
@@ -63,7 +67,9 @@ impl Machine {
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
         Machine {
             cpu_model: field("model name").unwrap_or_else(|| "unknown".into()),
-            cores: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            cores: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             cpu_features,
             memory_gib,
             os: format!("{} {}", std::env::consts::OS, kernel.trim()),

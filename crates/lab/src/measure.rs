@@ -56,9 +56,19 @@ impl Bench {
     /// overhead measured right away.
     pub fn new(quick: bool) -> Bench {
         let mut b = if quick {
-            Bench { warmup: Duration::from_millis(10), runs: 5, run_time: Duration::from_millis(10), overhead_ns: 0.0 }
+            Bench {
+                warmup: Duration::from_millis(10),
+                runs: 5,
+                run_time: Duration::from_millis(10),
+                overhead_ns: 0.0,
+            }
         } else {
-            Bench { warmup: Duration::from_millis(200), runs: 11, run_time: Duration::from_millis(100), overhead_ns: 0.0 }
+            Bench {
+                warmup: Duration::from_millis(200),
+                runs: 11,
+                run_time: Duration::from_millis(100),
+                overhead_ns: 0.0,
+            }
         };
         let empty = b.time_raw(&mut || black_box(()), None);
         b.overhead_ns = empty.ns;
@@ -89,7 +99,12 @@ impl Bench {
     /// Times work that needs fresh input each time (e.g. SRTP packets with rising sequence
     /// numbers): `prepare` readies a chunk of `chunk` operations outside the timing, then
     /// `process` does them inside it. Reported per operation.
-    pub fn time_chunked<S: FnMut(), P: FnMut()>(&self, chunk: usize, mut prepare: S, mut process: P) -> Timing {
+    pub fn time_chunked<S: FnMut(), P: FnMut()>(
+        &self,
+        chunk: usize,
+        mut prepare: S,
+        mut process: P,
+    ) -> Timing {
         let chunk = chunk.max(1);
         let mut one_run = |min: Duration| -> (f64, u64) {
             let mut spent = Duration::ZERO;
@@ -131,7 +146,11 @@ impl Bench {
             ns: median,
             min_ns: samples[0],
             max_ns: samples[samples.len() - 1],
-            spread_pct: if median > 0.0 { (q(0.75) - q(0.25)) / median * 100.0 } else { 0.0 },
+            spread_pct: if median > 0.0 {
+                (q(0.75) - q(0.25)) / median * 100.0
+            } else {
+                0.0
+            },
             runs: samples.len(),
             iters,
         }

@@ -5,6 +5,10 @@
 //! * [`pcap`]: reading pcap/pcapng captures, locating UDP datagrams in them,
 //!   replacing UDP payloads (fixing lengths and checksums) and writing the
 //!   result back in the same format.
+//! * [`stun`]: STUN messages (RFC 8489) as ICE uses them (RFC 8445): parsing with
+//!   MESSAGE-INTEGRITY and FINGERPRINT checks, and building Binding responses.
+//! * [`sdp`]: WebRTC offers read (over Mozilla's webrtc-sdp) into what a gateway needs,
+//!   and answers written.
 //!
 //! The crate is pure: no sockets, no clock. Parsers of network or file input
 //! never panic; they return errors that say what was wrong.
@@ -12,5 +16,7 @@
 
 pub mod pcap;
 pub mod rtp;
+pub mod sdp;
+pub mod stun;
 
 pub use rtp::{classify, PacketKind, ParseError, RtcpHeader, RtpHeader};

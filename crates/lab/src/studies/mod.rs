@@ -1,8 +1,10 @@
 //! The studies. Each file holds one.
 
+pub mod amortization;
 pub mod srtp;
+pub mod srtp_peers;
 
 /// Every study, in the order `lab all` runs them.
 pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
-    vec![&srtp::SrtpStudy]
+    vec![&srtp::SrtpStudy, &amortization::AmortizationStudy]
 }

@@ -33,10 +33,15 @@ struct Ours {
 
 impl Ours {
     fn new(profile: Profile, p: &'static dyn CryptoProvider) -> Ours {
-        let mk = MasterKey::new(profile, &vec![0x42; profile.key_len()], &vec![0x17; profile.salt_len()])
-            .expect("key and salt lengths come from the profile");
+        let mk = MasterKey::new(
+            profile,
+            &vec![0x42; profile.key_len()],
+            &vec![0x17; profile.salt_len()],
+        )
+        .expect("key and salt lengths come from the profile");
         Ours {
-            tx: Context::new(Policy::new(mk.clone()).any_outbound().provider(p)).expect("valid policy"),
+            tx: Context::new(Policy::new(mk.clone()).any_outbound().provider(p))
+                .expect("valid policy"),
             rx: Context::new(Policy::new(mk).any_inbound().provider(p)).expect("valid policy"),
         }
     }
@@ -58,7 +63,9 @@ struct Lib {
 
 impl Lib {
     fn new(profile: Profile) -> Option<Lib> {
-        let lp = LibsrtpProfile::ALL.into_iter().find(|l| l.sdp_name() == profile.sdp_name())?;
+        let lp = LibsrtpProfile::ALL
+            .into_iter()
+            .find(|l| l.sdp_name() == profile.sdp_name())?;
         let key = vec![0x42; profile.key_len()];
         let salt = vec![0x17; profile.salt_len()];
         Some(Lib {
@@ -84,13 +91,28 @@ pub type StackFactory = Box<dyn Fn() -> Result<Box<dyn SrtpStack>, String>>;
 pub fn stacks(profile: Profile) -> Vec<(String, StackFactory)> {
     let mut v: Vec<(String, StackFactory)> = Vec::new();
     for p in provider::all() {
-        let name = if p.name().starts_with("default") { "secrelay".to_string() } else { format!("secrelay/{}", p.name()) };
-        v.push((name, Box::new(move || Ok(Box::new(Ours::new(profile, p)) as Box<dyn SrtpStack>))));
+        let name = if p.name().starts_with("default") {
+            "secrelay".to_string()
+        } else {
+            format!("secrelay/{}", p.name())
+        };
+        v.push((
+            name,
+            Box::new(move || Ok(Box::new(Ours::new(profile, p)) as Box<dyn SrtpStack>)),
+        ));
     }
     v.push((
         "libsrtp 2 + OpenSSL".into(),
         Box::new(move || {
-            Lib::new(profile).map(|l| Box::new(l) as Box<dyn SrtpStack>).ok_or_else(|| "libsrtp 2.3 lacks this profile".to_string())
+            Lib::new(profile)
+                .map(|l| Box::new(l) as Box<dyn SrtpStack>)
+                .ok_or_else(|| "libsrtp 2.3 lacks this profile".to_string())
+        }),
+    ));
+    v.push((
+        "webrtc-srtp (webrtc-rs)".into(),
+        Box::new(move || {
+            super::srtp_peers::WebrtcSrtp::new(profile).map(|s| Box::new(s) as Box<dyn SrtpStack>)
         }),
     ));
     v
@@ -118,7 +140,12 @@ pub struct Chunk {
 impl Chunk {
     /// Buffers for `size`-byte packets (room for any profile's tag).
     pub fn new(size: usize) -> Chunk {
-        Chunk { bufs: (0..CHUNK).map(|_| vec![0u8; size + 64]).collect(), lens: vec![0; CHUNK], seq: 0, plain: template(size) }
+        Chunk {
+            bufs: (0..CHUNK).map(|_| vec![0u8; size + 64]).collect(),
+            lens: vec![0; CHUNK],
+            seq: 0,
+            plain: template(size),
+        }
     }
     /// Fills every buffer with the plaintext packet and the next sequence number.
     pub fn fill_plain(&mut self) {
@@ -128,6 +155,21 @@ impl Chunk {
             self.seq = self.seq.wrapping_add(1);
         }
         self.lens.fill(self.plain.len());
+    }
+    /// Refills the first buffer only, with the next sequence number.
+    pub fn fill_first(&mut self) {
+        let n = self.plain.len();
+        self.bufs[0][..n].copy_from_slice(&self.plain);
+        self.bufs[0][2..4].copy_from_slice(&self.seq.to_be_bytes());
+        self.seq = self.seq.wrapping_add(1);
+        self.lens[0] = n;
+    }
+    /// Protects the first buffer only (one packet per call, for instruction counts).
+    pub fn protect_first(&mut self, s: &mut dyn SrtpStack) {
+        black_box(
+            s.protect(&mut self.bufs[0], self.lens[0])
+                .expect("the stack protected in the dry run"),
+        );
     }
     /// Protects every buffer (outside any timing).
     pub fn protect_all(&mut self, s: &mut dyn SrtpStack) -> Result<(), String> {
@@ -139,7 +181,11 @@ impl Chunk {
 }
 
 /// (ns per protect, ns per unprotect) for one stack, profile and size, median of the runs.
-fn measure(ctx: &Ctx, make: &StackFactory, size: usize) -> Result<(crate::Timing, crate::Timing), String> {
+pub(crate) fn measure(
+    ctx: &Ctx,
+    make: &StackFactory,
+    size: usize,
+) -> Result<(crate::Timing, crate::Timing), String> {
     // A dry run proves the stack works before it is timed (a failure inside the timing would
     // be a panic, not a cell saying why).
     let mut stack = make()?;
@@ -170,7 +216,8 @@ fn measure(ctx: &Ctx, make: &StackFactory, size: usize) -> Result<(crate::Timing
         || {
             let mut c = chunk.borrow_mut();
             c.fill_plain();
-            c.protect_all(&mut **stack.borrow_mut()).expect("worked in the dry run");
+            c.protect_all(&mut **stack.borrow_mut())
+                .expect("worked in the dry run");
         },
         || {
             let mut c = chunk.borrow_mut();
@@ -183,6 +230,15 @@ fn measure(ctx: &Ctx, make: &StackFactory, size: usize) -> Result<(crate::Timing
     );
     Ok((protect, unprotect))
 }
+
+/// (profile, size label, size, stack, (protect ns, unprotect ns, spread %) or why not).
+type ResultRow = (
+    Profile,
+    &'static str,
+    usize,
+    String,
+    Result<(f64, f64, f64), String>,
+);
 
 /// The `lab srtp` study.
 pub struct SrtpStudy;
@@ -201,12 +257,15 @@ impl Study for SrtpStudy {
             for (name, make) in stacks(profile) {
                 let Ok(mut stack) = make() else { continue };
                 let mut c = Chunk::new(172);
-                ops.push(CountedOp::new(format!("{name}|{}|172", profile.sdp_name()), 16, move || {
-                    // One protect per call; the plaintext copy is part of the op (the dump
-                    // of an empty copy is not subtracted: ~30 instructions).
-                    c.fill_plain();
-                    black_box(stack.protect(&mut c.bufs[0], c.lens[0]).expect("protect"));
-                }));
+                ops.push(CountedOp::new(
+                    format!("{name}|{}|172", profile.sdp_name()),
+                    16,
+                    move || {
+                        // One protect per call; refilling the packet is part of the op.
+                        c.fill_first();
+                        c.protect_first(stack.as_mut());
+                    },
+                ));
             }
         }
         Ok(ops)
@@ -214,17 +273,21 @@ impl Study for SrtpStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let profiles: Vec<Profile> = Profile::ALL.to_vec();
-        ctx.steps((profiles.len() * SIZES.len()) as u64 + 1);
-        let mut table = Table::new("srtp_per_packet", "SRTP cost per RTP packet, one core (ns per packet, median)")
-            .col("profile", "profile")
-            .col("packet", "packet")
-            .col("stack", "stack")
-            .col_unit("protect_ns", "protect", "ns")
-            .col_unit("unprotect_ns", "unprotect", "ns")
-            .col_unit("protect_spread_pct", "spread", "%")
-            .col_unit("protect_vs_libsrtp", "protect vs libsrtp", "×")
-            .col_unit("instructions", "instructions/protect", "instr");
-        let mut results: Vec<(Profile, &str, usize, String, Result<(f64, f64, f64), String>)> = Vec::new();
+        ctx.steps((profiles.len() * SIZES.len()) as u64 + 2);
+        let mut table = Table::new(
+            "srtp_per_packet",
+            "SRTP cost per RTP packet, one core (ns per packet, median)",
+        )
+        .col("profile", "profile")
+        .col("packet", "packet")
+        .col("stack", "stack")
+        .col_unit("protect_ns", "protect", "ns")
+        .col_unit("unprotect_ns", "unprotect", "ns")
+        .col_unit("protect_spread_pct", "spread", "%")
+        .col_unit("protect_vs_libsrtp", "protect vs libsrtp", "×")
+        .col_unit("protect_vs_best_peer", "protect vs best peer", "×")
+        .col_unit("instructions", "instructions/protect", "instr");
+        let mut results: Vec<ResultRow> = Vec::new();
         for &profile in &profiles {
             for (label, size) in SIZES {
                 ctx.step(format!("{} {size} B", profile.sdp_name()));
@@ -235,13 +298,37 @@ impl Study for SrtpStudy {
                 ctx.done();
             }
         }
+        ctx.step("pion/srtp (Go)");
+        let sizes: Vec<usize> = SIZES.iter().map(|s| s.1).collect();
+        let pion = super::srtp_peers::pion(&ctx.bench, &profiles, &sizes);
+        for &profile in &profiles {
+            for (label, size) in SIZES {
+                let r = match &pion {
+                    Err(why) => Err(why.clone()),
+                    Ok(m) => m
+                        .get(&(profile.sdp_name().to_string(), size))
+                        .cloned()
+                        .unwrap_or_else(|| Err("pion-srtp printed no result".into())),
+                };
+                results.push((profile, label, size, "pion/srtp (Go)".into(), r));
+            }
+        }
         let (counts, instructions_method) = match ctx.count_instructions() {
-            Ok(c) => (c, "callgrind, instructions per protect of one 172-byte packet (16 per region, baseline region subtracted), plaintext copy included; under valgrind AVX-512 and SHA-NI paths are not taken".to_string()),
+            Ok(c) => (c, "callgrind, instructions per protect of one 172-byte packet (16 per region, baseline region subtracted), refilling the plaintext packet (one copy) included; under valgrind AVX-512 and SHA-NI paths are not taken".to_string()),
             Err(why) => (Default::default(), why),
         };
         ctx.done();
+        results.sort_by_key(|r| (Profile::ALL.iter().position(|p| *p == r.0), r.2));
         for (profile, label, size, name, r) in &results {
-            let lib = results.iter().find(|x| x.0 == *profile && x.2 == *size && x.3.starts_with("libsrtp")).and_then(|x| x.4.as_ref().ok());
+            let best_peer = results
+                .iter()
+                .filter(|x| x.0 == *profile && x.2 == *size && !x.3.starts_with("secrelay"))
+                .filter_map(|x| x.4.as_ref().ok().map(|r| r.0))
+                .min_by(f64::total_cmp);
+            let lib = results
+                .iter()
+                .find(|x| x.0 == *profile && x.2 == *size && x.3.starts_with("libsrtp"))
+                .and_then(|x| x.4.as_ref().ok());
             let mut row: Vec<(&str, Cell)> = vec![
                 ("profile", Cell::text(profile.sdp_name())),
                 ("packet", Cell::text(format!("{label} {size} B"))),
@@ -254,6 +341,9 @@ impl Study for SrtpStudy {
                     row.push(("protect_spread_pct", Cell::num(*spread)));
                     if let Some((lp, _, _)) = lib {
                         row.push(("protect_vs_libsrtp", Cell::num(p / lp)));
+                    }
+                    if let Some(best) = best_peer {
+                        row.push(("protect_vs_best_peer", Cell::num(p / best)));
                     }
                 }
                 Err(why) => {
@@ -280,7 +370,10 @@ impl Study for SrtpStudy {
                 let Ok((p, _, _)) = r else { continue };
                 match series.iter_mut().find(|s| s.name == *name) {
                     Some(s) => s.points.push((*size as f64, *p)),
-                    None => series.push(Series { name: name.clone(), points: vec![(*size as f64, *p)] }),
+                    None => series.push(Series {
+                        name: name.clone(),
+                        points: vec![(*size as f64, *p)],
+                    }),
                 }
             }
             for s in &mut series {
@@ -297,10 +390,48 @@ impl Study for SrtpStudy {
                 series,
             });
         }
+        // Every stack side by side at the G.711 size, protect and unprotect.
+        for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
+            let rows: Vec<_> = results
+                .iter()
+                .filter(|r| r.0 == profile && r.2 == 172)
+                .collect();
+            let categories: Vec<String> = rows.iter().map(|r| r.3.clone()).collect();
+            let pick = |f: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| r.4.as_ref().ok().map(|v| (i as f64, f(v))))
+                    .collect()
+            };
+            plots.push(Plot {
+                id: format!("srtp_stacks_172_{}", profile.sdp_name().to_lowercase()),
+                title: format!(
+                    "{}, 172-byte packet: ns per packet by stack",
+                    profile.sdp_name()
+                ),
+                kind: PlotKind::Bars,
+                x_label: "stack".into(),
+                y_label: "ns per packet".into(),
+                log_y: false,
+                categories,
+                series: vec![
+                    Series {
+                        name: "protect".into(),
+                        points: pick(|v| v.0),
+                    },
+                    Series {
+                        name: "unprotect".into(),
+                        points: pick(|v| v.1),
+                    },
+                ],
+            });
+        }
         let method = ctx.method(
             "one protect (or unprotect) of one RTP packet in place, in chunks of 64 packets with rising sequence numbers; \
              filling the chunk with plaintext (protect) or protecting it with the same stack (unprotect) is outside the timing; \
-             one context per direction, one SSRC, replay window 1024",
+             one context per direction, one SSRC, replay window 1024; webrtc-srtp's API returns a new buffer per packet \
+             (its allocation and the copy back are timed); pion/srtp runs as a Go child process with the same method \
+             (chunks of 64, median of the runs) and its own timer",
             instructions_method,
         );
         Ok(StudyReport {

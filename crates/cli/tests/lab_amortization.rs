@@ -1,0 +1,75 @@
+//! `secrelay lab amortization --quick --json`: every operation × library × SRTP stack row,
+//! finite positive figures, and the facts that hold on any machine (RSA key generation costs
+//! more packets than ECDSA P-256 key generation; a signature costs at least one audio packet's
+//! worth less than the key generation for RSA).
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn amortization_quick_rows_and_facts() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("a.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["lab", "amortization", "--quick", "--no-progress", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run secrelay");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let study = &v["studies"][0];
+    let rows = study["tables"][0]["rows"].as_array().unwrap();
+    let get = |op: &str, lib: &str, stack: &str, key: &str| -> f64 {
+        let r = rows
+            .iter()
+            .find(|r| r["operation"] == op && r["library"] == lib && r["srtp_stack"] == stack)
+            .unwrap_or_else(|| panic!("no row {op} {lib} {stack}"));
+        let x = r[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{op} {lib} {stack} {key}: {}", r[key]));
+        assert!(x.is_finite() && x > 0.0, "{op} {lib} {stack} {key} = {x}");
+        x
+    };
+    for lib in ["aws-lc-rs", "OpenSSL"] {
+        for stack in ["secrelay", "libsrtp 2 + OpenSSL"] {
+            for alg in ["RSA-2048", "RSA-3072", "ECDSA P-256"] {
+                for what in ["key generation", "signature"] {
+                    let op = format!("{alg} {what}");
+                    for key in [
+                        "cost_us",
+                        "audio_packets",
+                        "audio_seconds",
+                        "video_packets",
+                        "video_seconds",
+                    ] {
+                        get(&op, lib, stack, key);
+                    }
+                    // Seconds of media follow from packets at 50 packets/s (audio).
+                    let p = get(&op, lib, stack, "audio_packets");
+                    let s = get(&op, lib, stack, "audio_seconds");
+                    assert!((p / 50.0 - s).abs() <= 1e-9 * p.max(1.0));
+                }
+            }
+            assert!(
+                get("RSA-2048 key generation", lib, stack, "audio_packets")
+                    > get("ECDSA P-256 key generation", lib, stack, "audio_packets")
+            );
+            assert!(
+                get("RSA-3072 signature", lib, stack, "audio_packets")
+                    > get("ECDSA P-256 signature", lib, stack, "audio_packets")
+            );
+            // A video packet costs more than an audio packet, so fewer of them fit.
+            assert!(
+                get("RSA-2048 signature", lib, stack, "video_packets")
+                    < get("RSA-2048 signature", lib, stack, "audio_packets")
+            );
+        }
+    }
+    assert_eq!(study["plots"][0]["kind"], "bars");
+    assert!(!study["notes"].as_array().unwrap().is_empty());
+}

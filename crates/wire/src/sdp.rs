@@ -1,0 +1,542 @@
+//! SDP offer/answer for a WebRTC gateway (RFC 8829 JSEP, RFC 8843 BUNDLE, RFC 5763/8842
+//! DTLS-SRTP, RFC 8839 ICE): an offer is parsed by Mozilla's `webrtc-sdp` and reduced to what
+//! the gateway decides on ([`Offer`]); the answer is written by [`write_answer`].
+
+use std::fmt::{self, Write as _};
+use std::net::SocketAddr;
+
+use webrtc_sdp::attribute_type::{
+    SdpAttribute, SdpAttributeGroupSemantic, SdpAttributeSetup, SdpAttributeType,
+};
+use webrtc_sdp::media_type::{SdpFormatList, SdpMedia, SdpMediaValue};
+
+/// Why an offer cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SdpError {
+    /// The SDP does not parse (the parser's message).
+    Parse(String),
+    /// No m= section.
+    NoMedia,
+    /// A media section has no ICE ufrag/pwd (neither its own nor the session's).
+    MissingIceCredentials,
+    /// No `a=fingerprint` (DTLS-SRTP needs one).
+    MissingFingerprint,
+    /// The fingerprint uses a hash other than SHA-256/384/512 (named).
+    UnsupportedFingerprint(String),
+    /// Media sections disagree on ICE credentials or fingerprint but are bundled.
+    InconsistentBundle,
+    /// A media section has no a=mid.
+    MissingMid,
+}
+
+impl fmt::Display for SdpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SdpError::Parse(m) => write!(f, "SDP does not parse: {m}"),
+            SdpError::NoMedia => write!(f, "SDP offer has no media section"),
+            SdpError::MissingIceCredentials => write!(f, "SDP offer lacks a=ice-ufrag/a=ice-pwd"),
+            SdpError::MissingFingerprint => write!(f, "SDP offer lacks a=fingerprint"),
+            SdpError::UnsupportedFingerprint(h) => write!(
+                f,
+                "SDP fingerprint hash {h} not supported (sha-256/384/512)"
+            ),
+            SdpError::InconsistentBundle => write!(
+                f,
+                "bundled media sections disagree on ICE credentials or fingerprint"
+            ),
+            SdpError::MissingMid => write!(f, "SDP media section lacks a=mid"),
+        }
+    }
+}
+
+impl std::error::Error for SdpError {}
+
+/// DTLS role negotiation (`a=setup`, RFC 4145/5763).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setup {
+    /// Will initiate (DTLS client).
+    Active,
+    /// Will accept (DTLS server).
+    Passive,
+    /// Either (offers must say this, RFC 5763).
+    Actpass,
+    /// Neither, for now.
+    Holdconn,
+}
+
+impl Setup {
+    /// The SDP token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Setup::Active => "active",
+            Setup::Passive => "passive",
+            Setup::Actpass => "actpass",
+            Setup::Holdconn => "holdconn",
+        }
+    }
+}
+
+/// Media direction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// sendrecv (the default).
+    SendRecv,
+    /// sendonly.
+    SendOnly,
+    /// recvonly.
+    RecvOnly,
+    /// inactive.
+    Inactive,
+}
+
+impl Direction {
+    /// The SDP token.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Direction::SendRecv => "sendrecv",
+            Direction::SendOnly => "sendonly",
+            Direction::RecvOnly => "recvonly",
+            Direction::Inactive => "inactive",
+        }
+    }
+    /// The direction an answerer uses when it wants to do everything the offer allows.
+    pub fn reversed(self) -> Direction {
+        match self {
+            Direction::SendOnly => Direction::RecvOnly,
+            Direction::RecvOnly => Direction::SendOnly,
+            d => d,
+        }
+    }
+    /// Whether the side that wrote this direction sends media.
+    pub fn sends(self) -> bool {
+        matches!(self, Direction::SendRecv | Direction::SendOnly)
+    }
+    /// Whether the side that wrote this direction receives media.
+    pub fn receives(self) -> bool {
+        matches!(self, Direction::SendRecv | Direction::RecvOnly)
+    }
+}
+
+/// Media kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MediaKind {
+    /// audio
+    Audio,
+    /// video
+    Video,
+    /// application (data channels), which a media gateway rejects
+    Application,
+    /// anything else (named)
+    Other(String),
+}
+
+impl MediaKind {
+    /// The SDP token.
+    pub fn as_str(&self) -> &str {
+        match self {
+            MediaKind::Audio => "audio",
+            MediaKind::Video => "video",
+            MediaKind::Application => "application",
+            MediaKind::Other(s) => s,
+        }
+    }
+}
+
+/// A codec offered (`a=rtpmap` + `a=fmtp`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Codec {
+    /// Payload type.
+    pub pt: u8,
+    /// Encoding name as offered (case kept; compare case-insensitively).
+    pub name: String,
+    /// Clock rate.
+    pub clock_rate: u32,
+    /// Channels, if given.
+    pub channels: Option<u32>,
+    /// Format parameters, as an fmtp line's value, if any.
+    pub fmtp: Option<String>,
+}
+
+impl Codec {
+    /// Whether this is the named codec (case-insensitive) at this clock rate.
+    pub fn is(&self, name: &str, clock_rate: u32) -> bool {
+        self.name.eq_ignore_ascii_case(name) && self.clock_rate == clock_rate
+    }
+}
+
+/// One offered m= section.
+#[derive(Debug, Clone)]
+pub struct MediaOffer {
+    /// a=mid.
+    pub mid: String,
+    /// Kind.
+    pub kind: MediaKind,
+    /// Port (0: rejected or bundle-only).
+    pub port: u32,
+    /// Offered direction.
+    pub direction: Direction,
+    /// Codecs in preference order.
+    pub codecs: Vec<Codec>,
+    /// a=rtcp-mux.
+    pub rtcp_mux: bool,
+    /// SSRCs the offerer announces (a=ssrc).
+    pub ssrcs: Vec<u32>,
+    /// a=extmap lines as (id, uri).
+    pub extmaps: Vec<(u16, String)>,
+}
+
+/// An offer, reduced to what the gateway decides on.
+#[derive(Debug, Clone)]
+pub struct Offer {
+    /// ICE username fragment.
+    pub ice_ufrag: String,
+    /// ICE password.
+    pub ice_pwd: String,
+    /// DTLS fingerprint: hash name (`sha-256`) and bytes.
+    pub fingerprint: (String, Vec<u8>),
+    /// a=setup (defaults to actpass when absent).
+    pub setup: Setup,
+    /// Mids in the BUNDLE group, if any.
+    pub bundle: Vec<String>,
+    /// Media sections in order.
+    pub media: Vec<MediaOffer>,
+    /// The offerer is ICE-lite.
+    pub ice_lite: bool,
+}
+
+fn attr_str<'a>(
+    attrs: &'a [SdpAttribute],
+    f: impl Fn(&'a SdpAttribute) -> Option<&'a str>,
+) -> Option<&'a str> {
+    attrs.iter().find_map(f)
+}
+
+fn setup_of(a: &SdpAttribute) -> Option<Setup> {
+    match a {
+        SdpAttribute::Setup(SdpAttributeSetup::Active) => Some(Setup::Active),
+        SdpAttribute::Setup(SdpAttributeSetup::Passive) => Some(Setup::Passive),
+        SdpAttribute::Setup(SdpAttributeSetup::Actpass) => Some(Setup::Actpass),
+        SdpAttribute::Setup(SdpAttributeSetup::Holdconn) => Some(Setup::Holdconn),
+        _ => None,
+    }
+}
+
+fn fingerprint_of(a: &SdpAttribute) -> Option<(String, Vec<u8>)> {
+    match a {
+        SdpAttribute::Fingerprint(f) => Some((f.hash_algorithm.to_string(), f.fingerprint.clone())),
+        _ => None,
+    }
+}
+
+fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
+    let attrs = m.get_attributes();
+    let mid = attr_str(attrs, |a| {
+        if let SdpAttribute::Mid(s) = a {
+            Some(s.as_str())
+        } else {
+            None
+        }
+    })
+    .ok_or(SdpError::MissingMid)?
+    .to_string();
+    let kind = match m.get_type() {
+        SdpMediaValue::Audio => MediaKind::Audio,
+        SdpMediaValue::Video => MediaKind::Video,
+        SdpMediaValue::Application => MediaKind::Application,
+        SdpMediaValue::Unknown(s) => MediaKind::Other(s.clone()),
+    };
+    let direction = attrs
+        .iter()
+        .find_map(|a| match a {
+            SdpAttribute::Sendrecv => Some(Direction::SendRecv),
+            SdpAttribute::Sendonly => Some(Direction::SendOnly),
+            SdpAttribute::Recvonly => Some(Direction::RecvOnly),
+            SdpAttribute::Inactive => Some(Direction::Inactive),
+            _ => None,
+        })
+        .unwrap_or(Direction::SendRecv);
+    let pts: Vec<u32> = match m.get_formats() {
+        SdpFormatList::Integers(v) => v.clone(),
+        _ => Vec::new(),
+    };
+    let mut codecs = Vec::new();
+    for pt in pts {
+        let Ok(pt8) = u8::try_from(pt) else { continue };
+        let rtpmap = attrs.iter().find_map(|a| match a {
+            SdpAttribute::Rtpmap(r) if u32::from(r.payload_type) == pt => Some(r),
+            _ => None,
+        });
+        let fmtp = attrs.iter().find_map(|a| match a {
+            SdpAttribute::Fmtp(f) if u32::from(f.payload_type) == pt => {
+                Some(f.parameters.to_string())
+            }
+            _ => None,
+        });
+        // Static payload types may come without a=rtpmap (RFC 3551).
+        let (name, clock_rate, channels) = match (rtpmap, pt8) {
+            (Some(r), _) => (r.codec_name.clone(), r.frequency, r.channels),
+            (None, 0) => ("PCMU".to_string(), 8000, None),
+            (None, 8) => ("PCMA".to_string(), 8000, None),
+            (None, 9) => ("G722".to_string(), 8000, None),
+            _ => continue,
+        };
+        codecs.push(Codec {
+            pt: pt8,
+            name,
+            clock_rate,
+            channels,
+            fmtp: fmtp.filter(|s| !s.is_empty()),
+        });
+    }
+    let ssrcs: Vec<u32> = {
+        let mut v: Vec<u32> = attrs
+            .iter()
+            .filter_map(|a| {
+                if let SdpAttribute::Ssrc(s) = a {
+                    Some(s.id)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        v.dedup();
+        v
+    };
+    let extmaps = attrs
+        .iter()
+        .filter_map(|a| {
+            if let SdpAttribute::Extmap(e) = a {
+                Some((e.id, e.url.clone()))
+            } else {
+                None
+            }
+        })
+        .collect();
+    Ok(MediaOffer {
+        mid,
+        kind,
+        port: m.get_port(),
+        direction,
+        codecs,
+        rtcp_mux: m.get_attribute(SdpAttributeType::RtcpMux).is_some(),
+        ssrcs,
+        extmaps,
+    })
+}
+
+/// ICE ufrag, ICE password, fingerprint and setup of the first non-rejected section.
+type Transport = (String, String, (String, Vec<u8>), Option<Setup>);
+
+/// Parses an offer (or a re-offer) and reduces it. Session-level ICE credentials,
+/// fingerprint and setup apply where a media section has none of its own; bundled
+/// sections must agree.
+pub fn parse_offer(sdp: &str) -> Result<Offer, SdpError> {
+    let session = webrtc_sdp::parse_sdp(sdp, false).map_err(|e| SdpError::Parse(e.to_string()))?;
+    if session.media.is_empty() {
+        return Err(SdpError::NoMedia);
+    }
+    let sa = &session.attribute;
+    let s_ufrag = attr_str(sa, |a| {
+        if let SdpAttribute::IceUfrag(s) = a {
+            Some(s.as_str())
+        } else {
+            None
+        }
+    });
+    let s_pwd = attr_str(sa, |a| {
+        if let SdpAttribute::IcePwd(s) = a {
+            Some(s.as_str())
+        } else {
+            None
+        }
+    });
+    let s_fp = sa.iter().find_map(fingerprint_of);
+    let s_setup = sa.iter().find_map(setup_of);
+    let bundle: Vec<String> = sa
+        .iter()
+        .find_map(|a| match a {
+            SdpAttribute::Group(g) if matches!(g.semantics, SdpAttributeGroupSemantic::Bundle) => {
+                Some(g.tags.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or_default();
+    let mut creds: Option<Transport> = None;
+    let mut media = Vec::new();
+    for m in &session.media {
+        let offer = media_offer(m)?;
+        let attrs = m.get_attributes();
+        let ufrag = attr_str(attrs, |a| {
+            if let SdpAttribute::IceUfrag(s) = a {
+                Some(s.as_str())
+            } else {
+                None
+            }
+        })
+        .or(s_ufrag);
+        let pwd = attr_str(attrs, |a| {
+            if let SdpAttribute::IcePwd(s) = a {
+                Some(s.as_str())
+            } else {
+                None
+            }
+        })
+        .or(s_pwd);
+        let fp = attrs
+            .iter()
+            .find_map(fingerprint_of)
+            .or_else(|| s_fp.clone());
+        let setup = attrs.iter().find_map(setup_of).or(s_setup);
+        if offer.port != 0 || bundle.contains(&offer.mid) {
+            let (Some(u), Some(p)) = (ufrag, pwd) else {
+                return Err(SdpError::MissingIceCredentials);
+            };
+            let fp = fp.ok_or(SdpError::MissingFingerprint)?;
+            let this = (u.to_string(), p.to_string(), fp, setup);
+            match &creds {
+                None => creds = Some(this),
+                Some(c)
+                    if bundle.contains(&offer.mid)
+                        && (c.0 != this.0 || c.1 != this.1 || c.2 != this.2) =>
+                {
+                    return Err(SdpError::InconsistentBundle)
+                }
+                Some(_) => {}
+            }
+        }
+        media.push(offer);
+    }
+    let (ice_ufrag, ice_pwd, fingerprint, setup) = creds.ok_or(SdpError::MissingIceCredentials)?;
+    if !matches!(fingerprint.0.as_str(), "sha-256" | "sha-384" | "sha-512") {
+        return Err(SdpError::UnsupportedFingerprint(fingerprint.0));
+    }
+    Ok(Offer {
+        ice_ufrag,
+        ice_pwd,
+        fingerprint,
+        setup: setup.unwrap_or(Setup::Actpass),
+        bundle,
+        media,
+        ice_lite: sa.iter().any(|a| matches!(a, SdpAttribute::IceLite)),
+    })
+}
+
+/// One answered m= section.
+#[derive(Debug, Clone)]
+pub struct MediaAnswer {
+    /// a=mid (the offer's).
+    pub mid: String,
+    /// Kind (the offer's).
+    pub kind: MediaKind,
+    /// Answered direction; `None` rejects the section (port 0).
+    pub direction: Option<Direction>,
+    /// Codecs accepted, in our order of preference, with the offer's payload types.
+    pub codecs: Vec<Codec>,
+    /// Our SSRC for what we send, with its CNAME.
+    pub ssrc: Option<(u32, String)>,
+}
+
+/// What an answer says about us.
+#[derive(Debug, Clone)]
+pub struct AnswerParams {
+    /// Session id for o=.
+    pub session_id: u64,
+    /// Our ICE ufrag.
+    pub ice_ufrag: String,
+    /// Our ICE password.
+    pub ice_pwd: String,
+    /// Our fingerprint in SDP form (`sha-256 AB:CD:…`).
+    pub fingerprint: String,
+    /// Our DTLS role (`active` or `passive`).
+    pub setup: Setup,
+    /// Our host candidates (ICE-lite: host only).
+    pub candidates: Vec<SocketAddr>,
+    /// Answered sections, in the offer's order.
+    pub media: Vec<MediaAnswer>,
+}
+
+/// Writes an ICE-lite answer: BUNDLE of every accepted section, rtcp-mux, our candidates in
+/// every accepted section with end-of-candidates.
+pub fn write_answer(p: &AnswerParams) -> String {
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "v=0\r\no=secrelay {} 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\na=ice-lite\r\n",
+        p.session_id
+    );
+    let accepted: Vec<&str> = p
+        .media
+        .iter()
+        .filter(|m| m.direction.is_some())
+        .map(|m| m.mid.as_str())
+        .collect();
+    if !accepted.is_empty() {
+        let _ = write!(s, "a=group:BUNDLE {}\r\n", accepted.join(" "));
+    }
+    s.push_str("a=msid-semantic: WMS *\r\n");
+    let first_port = p.candidates.first().map(|c| c.port()).unwrap_or(9);
+    for m in &p.media {
+        let pts: Vec<String> = m.codecs.iter().map(|c| c.pt.to_string()).collect();
+        let profile = "UDP/TLS/RTP/SAVPF";
+        let (port, fmts) = match (&m.direction, pts.is_empty()) {
+            (Some(_), false) => (first_port, pts.join(" ")),
+            // Rejected: port 0 and one format to keep the line well formed.
+            _ => (
+                0,
+                m.codecs
+                    .first()
+                    .map(|c| c.pt.to_string())
+                    .unwrap_or_else(|| "0".into()),
+            ),
+        };
+        let _ = write!(
+            s,
+            "m={} {port} {profile} {fmts}\r\nc=IN IP4 0.0.0.0\r\n",
+            m.kind.as_str()
+        );
+        let _ = write!(s, "a=mid:{}\r\n", m.mid);
+        let Some(dir) = m.direction.filter(|_| !pts.is_empty()) else {
+            s.push_str("a=inactive\r\n");
+            continue;
+        };
+        let _ = write!(
+            s,
+            "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=fingerprint:{}\r\na=setup:{}\r\na={}\r\na=rtcp-mux\r\n",
+            p.ice_ufrag,
+            p.ice_pwd,
+            p.fingerprint,
+            p.setup.as_str(),
+            dir.as_str()
+        );
+        for c in &m.codecs {
+            match c.channels {
+                Some(ch) => {
+                    let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
+                }
+                None => {
+                    let _ = write!(s, "a=rtpmap:{} {}/{}\r\n", c.pt, c.name, c.clock_rate);
+                }
+            }
+            if let Some(f) = &c.fmtp {
+                let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
+            }
+        }
+        if let (Some((ssrc, cname)), true) = (&m.ssrc, dir.sends()) {
+            let _ = write!(s, "a=ssrc:{ssrc} cname:{cname}\r\n");
+        }
+        for (i, c) in p.candidates.iter().enumerate() {
+            let ip = c.ip();
+            // Host candidate priority (RFC 8445 §5.1.2.1): type pref 126, local pref by order.
+            let prio = (126u32 << 24) | ((65535 - i as u32) << 8) | 255;
+            let _ = write!(
+                s,
+                "a=candidate:{} 1 udp {prio} {ip} {} typ host\r\n",
+                i + 1,
+                c.port()
+            );
+        }
+        s.push_str("a=end-of-candidates\r\n");
+    }
+    s
+}

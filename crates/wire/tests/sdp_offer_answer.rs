@@ -1,0 +1,162 @@
+//! SDP offers as browsers write them, reduced to what the gateway decides on; answers that
+//! parse back; and refusals with a reason.
+
+use secrelay_wire::sdp::{
+    parse_offer, write_answer, AnswerParams, Direction, MediaAnswer, MediaKind, SdpError, Setup,
+};
+
+const CHROME: &str = include_str!("data/chrome_offer.sdp");
+
+#[test]
+fn chrome_offer_is_reduced() {
+    let o = parse_offer(CHROME).expect("parses");
+    assert_eq!(o.ice_ufrag, "Fx3k");
+    assert_eq!(o.ice_pwd, "mWmR9dHJ4PcoyR+l8UkmBVlo");
+    assert_eq!(o.fingerprint.0, "sha-256");
+    assert_eq!(o.fingerprint.1.len(), 32);
+    assert_eq!(o.fingerprint.1[0], 0x3D);
+    assert_eq!(o.setup, Setup::Actpass);
+    assert_eq!(o.bundle, vec!["0", "1"]);
+    assert_eq!(o.media.len(), 2);
+    let a = &o.media[0];
+    assert_eq!(
+        (a.mid.as_str(), &a.kind, a.direction),
+        ("0", &MediaKind::Audio, Direction::SendRecv)
+    );
+    assert!(a.rtcp_mux);
+    assert_eq!(a.ssrcs, vec![1001]);
+    assert!(a.codecs[0].is("opus", 48000));
+    assert_eq!(a.codecs[0].channels, Some(2));
+    assert!(a.codecs[0]
+        .fmtp
+        .as_deref()
+        .unwrap()
+        .contains("useinbandfec=1"));
+    let pcmu = a.codecs.iter().find(|c| c.is("PCMU", 8000)).unwrap();
+    assert_eq!(pcmu.pt, 0);
+    assert_eq!(
+        a.extmaps[0],
+        (1, "urn:ietf:params:rtp-hdrext:ssrc-audio-level".to_string())
+    );
+    let v = &o.media[1];
+    assert_eq!(
+        (&v.kind, v.direction),
+        (&MediaKind::Video, Direction::SendOnly)
+    );
+    assert!(v.codecs[0].is("VP8", 90000));
+    assert_eq!(v.ssrcs, vec![2001, 2002]);
+}
+
+#[test]
+fn answer_round_trips_through_the_parser() {
+    let o = parse_offer(CHROME).unwrap();
+    let media = o
+        .media
+        .iter()
+        .map(|m| MediaAnswer {
+            mid: m.mid.clone(),
+            kind: m.kind.clone(),
+            direction: Some(m.direction.reversed()),
+            codecs: m.codecs.iter().take(1).cloned().collect(),
+            ssrc: Some((0x1234, "secrelay".into())),
+        })
+        .collect();
+    let fp = "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
+    let answer = write_answer(&AnswerParams {
+        session_id: 42,
+        ice_ufrag: "srly".into(),
+        ice_pwd: "0123456789abcdefghijklmn".into(),
+        fingerprint: fp.into(),
+        setup: Setup::Passive,
+        candidates: vec!["192.0.2.10:3478".parse().unwrap()],
+        media,
+    });
+    assert!(answer.contains("a=ice-lite\r\n"));
+    assert!(answer.contains("a=group:BUNDLE 0 1\r\n"));
+    assert!(answer.contains("a=candidate:1 1 udp "));
+    assert!(answer.contains(" 192.0.2.10 3478 typ host\r\n"));
+    // Our answer is a valid offer-shaped SDP for the same parser: read it back.
+    let back = parse_offer(&answer).expect("answer parses");
+    assert_eq!(back.ice_ufrag, "srly");
+    assert_eq!(back.setup, Setup::Passive);
+    assert!(back.ice_lite);
+    assert_eq!(back.media[0].direction, Direction::SendRecv);
+    assert_eq!(back.media[1].direction, Direction::RecvOnly);
+    assert!(back.media[0].codecs[0].is("opus", 48000));
+    assert_eq!(back.media[0].ssrcs, vec![0x1234]);
+    // We only receive video: no a=ssrc of ours there.
+    assert!(back.media[1].ssrcs.is_empty());
+}
+
+#[test]
+fn rejected_section_has_port_zero() {
+    let o = parse_offer(CHROME).unwrap();
+    let media = vec![
+        MediaAnswer {
+            mid: "0".into(),
+            kind: MediaKind::Audio,
+            direction: Some(Direction::SendRecv),
+            codecs: o.media[0].codecs[..1].to_vec(),
+            ssrc: None,
+        },
+        MediaAnswer {
+            mid: "1".into(),
+            kind: MediaKind::Video,
+            direction: None,
+            codecs: Vec::new(),
+            ssrc: None,
+        },
+    ];
+    let answer = write_answer(&AnswerParams {
+        session_id: 1,
+        ice_ufrag: "u".into(),
+        ice_pwd: "p".repeat(22),
+        fingerprint: format!("sha-256 {}", vec!["00"; 32].join(":")),
+        setup: Setup::Passive,
+        candidates: vec!["127.0.0.1:5000".parse().unwrap()],
+        media,
+    });
+    assert!(answer.contains("m=video 0 "));
+    assert!(answer.contains("a=group:BUNDLE 0\r\n"));
+}
+
+#[test]
+fn refusals_say_why() {
+    assert!(matches!(
+        parse_offer("not sdp at all"),
+        Err(SdpError::Parse(_))
+    ));
+    let no_fp: String = CHROME
+        .lines()
+        .filter(|l| !l.starts_with("a=fingerprint"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        parse_offer(&no_fp).unwrap_err(),
+        SdpError::MissingFingerprint
+    );
+    let no_ice: String = CHROME
+        .lines()
+        .filter(|l| !l.starts_with("a=ice-"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(
+        parse_offer(&no_ice).unwrap_err(),
+        SdpError::MissingIceCredentials
+    );
+    let sha1 = CHROME.replace(
+        "a=fingerprint:sha-256 3D:9E:1B:7A:22:4C:35:0F:3E:C3:6F:AF:9B:56:C4:41:17:5C:9F:02:A0:0E:77:27:4B:23:0F:9B:D8:77:D5:23",
+        "a=fingerprint:sha-1 3D:9E:1B:7A:22:4C:35:0F:3E:C3:6F:AF:9B:56:C4:41:17:5C:9F:02",
+    );
+    assert!(matches!(
+        parse_offer(&sha1),
+        Err(SdpError::UnsupportedFingerprint(_))
+    ));
+    let mixed = CHROME.replacen("a=ice-ufrag:Fx3k", "a=ice-ufrag:Other", 1);
+    assert_eq!(
+        parse_offer(&mixed).unwrap_err(),
+        SdpError::InconsistentBundle
+    );
+    let session_only = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n";
+    assert!(parse_offer(session_only).is_err());
+}
