@@ -40,7 +40,11 @@ fn lab_srtp_writes_the_report() {
         // Every series the study measured is drawn: its name is in the SVG legend.
         for s in p["series"].as_array().unwrap() {
             assert!(!s["points"].as_array().unwrap().is_empty(), "{id}: series {} has points", s["name"]);
-            assert!(html.contains(&format!(">\n{}\n</text>", s["name"].as_str().unwrap())), "{id}: legend entry {}", s["name"]);
+            assert!(
+                html.contains(&format!(">\n{}\n</text>", s["name"].as_str().unwrap())),
+                "{id}: legend entry {}",
+                s["name"]
+            );
         }
     }
 

@@ -86,8 +86,10 @@ impl FileNames {
 /// `s` with every character outside `[A-Za-z0-9_.-]` replaced by `_` (never empty, never
 /// starting with a dot).
 fn safe_name(s: &str) -> String {
-    let mut out: String =
-        s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' { c } else { '_' }).collect();
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' { c } else { '_' })
+        .collect();
     if out.is_empty() || out.starts_with('.') {
         out.insert(0, '_');
     }

@@ -4,7 +4,6 @@
 
 mod support;
 
-
 use secrelay_lab::frame::Method;
 use secrelay_lab::machine::Machine;
 use secrelay_lab::{Cell, LabOutput, Plot, PlotKind, Series, StudyReport, Table};
@@ -65,7 +64,12 @@ fn synthetic() -> LabOutput {
         .col_unit("ns", "Time", "ns")
         .col_unit("big", "Instructions", "instr")
         .col("verdict", "Verdict");
-    table.push([("lib", Cell::text("secrelay")), ("ns", 123.456.into()), ("big", 1234567.0.into()), ("verdict", "ok".into())]);
+    table.push([
+        ("lib", Cell::text("secrelay")),
+        ("ns", 123.456.into()),
+        ("big", 1234567.0.into()),
+        ("verdict", "ok".into()),
+    ]);
     table.push([
         ("lib", Cell::text(HOSTILE)),
         ("ns", Cell::not_offered("OpenSSL 3 refuses <RC4> & friends")),
@@ -169,7 +173,9 @@ fn report_renders_in_headless_chromium() {
     assert!(html.contains("class=\"na\""));
     assert!(!html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link"));
     assert!(html.contains("<details class=\"method\""));
-    for anchor in ["study-synthetic", "table-synthetic-costs", "plot-synthetic-bars_log", "study-second", "plot-second-lines_log"] {
+    for anchor in
+        ["study-synthetic", "table-synthetic-costs", "plot-synthetic-bars_log", "study-second", "plot-second-lines_log"]
+    {
         assert!(html.contains(&format!("href=\"#{anchor}\"")), "table of contents links {anchor}");
         assert!(html.contains(&format!("id=\"{anchor}\"")), "{anchor} exists");
     }

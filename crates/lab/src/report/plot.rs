@@ -186,7 +186,9 @@ impl Prepared {
             .series
             .iter()
             .zip(&series)
-            .map(|(s, pts)| fit(&s.name, MAX_LABEL_CHARS).chars().count() + if pts.is_empty() { NO_DATA.len() } else { 0 })
+            .map(|(s, pts)| {
+                fit(&s.name, MAX_LABEL_CHARS).chars().count() + if pts.is_empty() { NO_DATA.len() } else { 0 }
+            })
             .max();
         let legend_w = legend_chars.map_or(0, |c| ((c as f64 * CHAR_W) as u32 + 44).clamp(110, 260));
         // Level labels when they fit under their group, otherwise rotated a quarter turn.
@@ -353,7 +355,13 @@ where
         .build_cartesian_2d(Categories { n: n.max(1) }, y)?;
     // Rotated labels are drawn below (plotters centers axis labels on their tick, which
     // would put half of a rotated one inside the chart); level ones by plotters.
-    let label = |v: &f64| if data.rotate { String::new() } else { data.labels.get(v.floor() as usize).cloned().unwrap_or_default() };
+    let label = |v: &f64| {
+        if data.rotate {
+            String::new()
+        } else {
+            data.labels.get(v.floor() as usize).cloned().unwrap_or_default()
+        }
+    };
     let mut mesh = mesh_style(&mut chart, plot);
     mesh.disable_x_mesh().x_labels(n.max(1)).x_label_formatter(&label).y_label_formatter(&axis_label);
     mesh.draw()?;
@@ -465,7 +473,11 @@ where
             }
         }
         let empty = data.series.get(j).is_none_or(Vec::is_empty);
-        let name = if empty { format!("{}{NO_DATA}", fit(&s.name, max_chars.saturating_sub(NO_DATA.len()).max(4))) } else { fit(&s.name, max_chars) };
+        let name = if empty {
+            format!("{}{NO_DATA}", fit(&s.name, max_chars.saturating_sub(NO_DATA.len()).max(4)))
+        } else {
+            fit(&s.name, max_chars)
+        };
         area.draw_text(&name, &text, (30, y - 7))?;
     }
     if data.dropped > 0 {
@@ -475,4 +487,58 @@ where
         area.draw_text(why, &muted, (4, y + 14))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::Series;
+
+    #[test]
+    fn bars_by_index_or_by_position() {
+        assert!(bars_indexed_by_x(&[(0.0, 1.0), (2.0, 3.0)], 3), "distinct indexes: by x, skipping one");
+        assert!(!bars_indexed_by_x(&[(0.0, 1.0), (0.0, 3.0)], 3), "repeated x: by position");
+        assert!(!bars_indexed_by_x(&[(0.5, 1.0)], 3), "fractional x: by position");
+        assert!(!bars_indexed_by_x(&[(3.0, 1.0)], 3), "x past the categories: by position");
+    }
+
+    #[test]
+    fn ranges_hold_the_data() {
+        assert_eq!(log_range(3.0, 4500.0), 1.0..10000.0);
+        assert_eq!(log_range(100.0, 100.0), 100.0..1000.0);
+        assert_eq!(log_range(f64::INFINITY, f64::NEG_INFINITY), 1.0..10.0);
+        let r = linear_range(5.0, 50.0);
+        assert!(r.start == 0.0 && r.end > 50.0);
+        let r = linear_range(-5.0, -1.0);
+        assert!(r.start < -5.0 && r.end == 0.0);
+        let r = padded(172.0, 172.0);
+        assert!(r.start < 172.0 && r.end > 172.0);
+        assert_eq!(fit("abcdef", 4), "abc…");
+        assert_eq!(fit("abc", 4), "abc");
+        assert_eq!(axis_label(&50.0), "50");
+        assert_eq!(axis_label(&0.5), "0.5");
+        assert_eq!(axis_label(&12000.0), "12,000");
+    }
+
+    #[test]
+    fn non_finite_and_non_positive_points_are_left_out() {
+        let plot = Plot {
+            id: "p".into(),
+            title: "t".into(),
+            kind: PlotKind::Lines,
+            x_label: "x".into(),
+            y_label: "y".into(),
+            log_y: true,
+            categories: Vec::new(),
+            series: vec![Series {
+                name: "s".into(),
+                points: vec![(3.0, 1.0), (1.0, 0.0), (2.0, f64::NAN), (0.0, 2.0)],
+            }],
+        };
+        let p = Prepared::new(&plot);
+        assert_eq!(p.series[0], vec![(0.0, 2.0), (3.0, 1.0)], "kept in x order");
+        assert_eq!(p.dropped, 2);
+        let svg = render_svg(&plot).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("2 point(s) left out"));
+    }
 }

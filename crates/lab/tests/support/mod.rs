@@ -25,7 +25,8 @@ pub fn png_stats(path: &Path) -> (u32, u32, usize) {
 /// The Chromium binary: `$SECRELAY_CHROMIUM`, else `/usr/bin/chromium` (Debian's package,
 /// installed by scripts/setup). None, with a clear message on stderr, when there is none.
 pub fn chromium(test: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("SECRELAY_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    let path =
+        std::env::var_os("SECRELAY_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
     if path.exists() {
         Some(path)
     } else {
@@ -90,10 +91,6 @@ pub fn assert_rendered(check: &serde_json::Value, svgs: usize) {
 
 /// Takes a 1280×2000 screenshot of `page` into `png`.
 pub fn screenshot(chromium: &Path, page: &Path, png: &Path) {
-    run_chromium(
-        chromium,
-        page,
-        &[format!("--screenshot={}", png.display()), "--window-size=1280,2000".to_string()],
-    );
+    run_chromium(chromium, page, &[format!("--screenshot={}", png.display()), "--window-size=1280,2000".to_string()]);
     assert!(png.exists(), "chromium wrote no screenshot at {}", png.display());
 }
