@@ -314,8 +314,10 @@ pub struct Plot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PlotKind {
-    /// Grouped bars: one group per category, one bar per series (`points[i].1` for category i;
-    /// `points[i].0` is ignored).
+    /// Grouped bars: one group per category, one bar per series. A point's x is its category
+    /// index when every x of the series is a distinct whole number below the number of
+    /// categories (so a series may skip a category); otherwise `points[i]` is category i and
+    /// x is ignored.
     Bars,
     /// Lines with markers through (x, y) points.
     Lines,
@@ -326,7 +328,7 @@ pub enum PlotKind {
 pub struct Series {
     /// Legend name.
     pub name: String,
-    /// Points: (x, y). For bars, x is the category index.
+    /// Points: (x, y). For bars, x is the category index (see [`PlotKind::Bars`]).
     pub points: Vec<(f64, f64)>,
 }
 

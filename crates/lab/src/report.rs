@@ -1,19 +1,336 @@
 //! The HTML report: one self-contained file with a section per study.
+//!
+//! `DIR/report.html` holds everything inline (CSS, SVG plots, a small render-check script),
+//! so it can be mailed or archived as one file; each plot is also written as
+//! `DIR/<plot id>.png`. Every string that comes from a study is escaped by the templating
+//! (maud escapes by default; only our own CSS, script and the SVG plotters produced are
+//! inserted raw, and plotters escapes the text it puts in the SVG).
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use crate::frame::LabOutput;
+use anyhow::Context as _;
+use maud::{html, Markup, PreEscaped, DOCTYPE};
 
-/// Writes `dir/report.html`.
+use crate::frame::{format_num, Cell, LabOutput, Method, StudyReport, Table};
+use crate::machine::Machine;
+
+mod plot;
+
+pub use plot::{render_png, render_svg};
+
+/// Writes `dir/report.html` and one `dir/<plot id>.png` per plot.
 pub fn write(dir: &Path, output: &LabOutput) -> anyhow::Result<()> {
-    let mut html = String::from("<!doctype html><meta charset=utf-8><title>secrelay lab</title>");
-    for s in &output.studies {
-        html.push_str(&format!(
-            "<h2>{}</h2><pre>{}</pre>",
-            s.title,
-            s.render_text()
-        ));
+    let mut files = FileNames::default();
+    let mut sections = Vec::new();
+    for study in &output.studies {
+        let mut plots = Vec::new();
+        for p in &study.plots {
+            let svg = render_svg(p).with_context(|| format!("drawing plot {:?} as SVG", p.id))?;
+            let png = files.unique(&p.id);
+            let path = dir.join(&png);
+            render_png(p, &path).with_context(|| format!("writing {}", path.display()))?;
+            plots.push(RenderedPlot { anchor: files.anchor("plot", &study.study, &p.id), title: &p.title, svg, png });
+        }
+        sections.push(study_section(study, &plots, &mut files));
     }
-    std::fs::write(dir.join("report.html"), html)?;
+    let page = page(output, &sections);
+    let path = dir.join("report.html");
+    std::fs::write(&path, page.into_string()).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
+
+/// A plot ready for the page.
+struct RenderedPlot<'a> {
+    anchor: String,
+    title: &'a str,
+    svg: String,
+    png: String,
+}
+
+/// File names and element ids derived from study data: safe characters only, unique.
+#[derive(Default)]
+struct FileNames {
+    used: HashSet<String>,
+}
+
+impl FileNames {
+    /// `<id>.png`, with the id reduced to `[A-Za-z0-9_.-]` and made unique.
+    fn unique(&mut self, id: &str) -> String {
+        let base = safe_name(id);
+        let mut name = format!("{base}.png");
+        let mut n = 2;
+        while !self.used.insert(name.clone()) {
+            name = format!("{base}-{n}.png");
+            n += 1;
+        }
+        name
+    }
+    /// A unique HTML id for an element of a study.
+    fn anchor(&mut self, kind: &str, study: &str, id: &str) -> String {
+        let base = if id.is_empty() {
+            format!("{kind}-{}", safe_name(study))
+        } else {
+            format!("{kind}-{}-{}", safe_name(study), safe_name(id))
+        };
+        let mut name = base.clone();
+        let mut n = 2;
+        while !self.used.insert(name.clone()) {
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+        name
+    }
+}
+
+/// `s` with every character outside `[A-Za-z0-9_.-]` replaced by `_` (never empty, never
+/// starting with a dot).
+fn safe_name(s: &str) -> String {
+    let mut out: String = s
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' { c } else { '_' })
+        .collect();
+    if out.is_empty() || out.starts_with('.') {
+        out.insert(0, '_');
+    }
+    out
+}
+
+/// One study's section, with what the table of contents needs.
+struct Section {
+    anchor: String,
+    title: String,
+    entries: Vec<(String, String)>,
+    body: Markup,
+}
+
+fn study_section(study: &StudyReport, plots: &[RenderedPlot<'_>], files: &mut FileNames) -> Section {
+    let anchor = files.anchor("study", &study.study, "");
+    let tables: Vec<(String, &Table)> =
+        study.tables.iter().map(|t| (files.anchor("table", &study.study, &t.id), t)).collect();
+    let mut entries: Vec<(String, String)> = tables.iter().map(|(a, t)| (a.clone(), t.title.clone())).collect();
+    entries.extend(plots.iter().map(|p| (p.anchor.clone(), p.title.to_string())));
+    let method_anchor = files.anchor("method", &study.study, "");
+    entries.push((method_anchor.clone(), "Method".into()));
+    let body = html! {
+        section.study id=(anchor) {
+            h2 { (study.title) " " span.tag { "lab " (study.study) } }
+            p.meta {
+                @if !study.seeds.is_empty() {
+                    "Re-runs seed" @if study.seeds.len() > 1 { "s" } " " (study.seeds.join(", ")) ". "
+                }
+                "Ran " (study.method.date) " in " (format_num(study.method.elapsed_s)) " s"
+                @if study.method.quick { " with " code { "--quick" } " (fewer, shorter runs: figures are noisier)" }
+                "."
+            }
+            @for (a, t) in &tables { (table(a, t)) }
+            @for p in plots {
+                figure.plot id=(p.anchor) {
+                    (PreEscaped(&p.svg))
+                    figcaption { (p.title) " — " a href=(p.png) { "PNG" } }
+                }
+            }
+            @if !study.notes.is_empty() {
+                h3 { "Notes" }
+                ul.notes { @for n in &study.notes { li { (n) } } }
+            }
+            details.method id=(method_anchor) {
+                summary { "Method" }
+                (method(&study.method))
+            }
+        }
+    };
+    Section { anchor, title: study.title.clone(), entries, body }
+}
+
+fn table(anchor: &str, t: &Table) -> Markup {
+    html! {
+        h3 id=(anchor) { (t.title) }
+        div.table-wrap {
+            table {
+                thead { tr {
+                    @for c in &t.columns {
+                        th.num[c.unit.is_some()] {
+                            (c.label)
+                            @if let Some(u) = c.unit.as_deref().filter(|u| !u.is_empty()) { br; span.unit { (u) } }
+                        }
+                    }
+                } }
+                tbody {
+                    @for row in &t.rows { tr {
+                        @for c in &t.columns {
+                            @match row.get(&c.key) {
+                                Some(Cell::Num(v)) => td.num title=(v) { (format_num(*v)) },
+                                Some(Cell::Text(s)) => td.num[c.unit.is_some()] { (s) },
+                                Some(Cell::NotOffered { not_offered }) => td.na title=(not_offered) { "not offered" },
+                                None => td.missing { },
+                            }
+                        }
+                    } }
+                }
+            }
+        }
+    }
+}
+
+fn method(m: &Method) -> Markup {
+    html! {
+        dl {
+            dt { "Timed" } dd { (m.timed) }
+            dt { "Runs" } dd {
+                (m.runs) " timed runs of about " (format_num(m.run_ms)) " ms each after "
+                (format_num(m.warmup_ms)) " ms of warm-up; the median is reported"
+                @if m.quick { " (" code { "--quick" } ")" }
+            }
+            dt { "Spread" } dd { (m.spread) }
+            dt { "Harness overhead" } dd { (format_num(m.harness_overhead_ns)) " ns per operation, already subtracted from every figure" }
+            dt { "Instruction counts" } dd { (m.instructions) }
+            dt { "Machine" } dd { (machine_line(&m.machine)) }
+            dt { "Date" } dd { (m.date) ", " (format_num(m.elapsed_s)) " s wall time" }
+            dt { "Versions" } dd { (versions(&m.versions)) }
+        }
+    }
+}
+
+fn machine_line(m: &Machine) -> String {
+    format!("{}, {} logical CPUs, {} GiB, {}", m.cpu_model, m.cores, format_num(m.memory_gib), m.os)
+}
+
+fn versions(v: &BTreeMap<String, String>) -> Markup {
+    html! {
+        ul.chips { @for (name, ver) in v { li { span.name { (name) } " " (ver) } } }
+    }
+}
+
+fn page(output: &LabOutput, sections: &[Section]) -> Markup {
+    let generated = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let machine = output.studies.first().map(|s| s.method.machine.clone()).unwrap_or_else(Machine::detect);
+    let mut all_versions: BTreeMap<String, String> = BTreeMap::new();
+    for s in &output.studies {
+        for (k, v) in &s.method.versions {
+            all_versions.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    let key_versions: BTreeMap<String, String> = all_versions
+        .iter()
+        .filter(|(k, _)| k.contains("runtime") || *k == "secrelay" || *k == "valgrind")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { "secrelay lab report" }
+                style { (PreEscaped(CSS)) }
+                script { (PreEscaped(RENDER_CHECK)) }
+            }
+            body {
+                header {
+                    h1 { "secrelay lab report" }
+                    dl.facts {
+                        dt { "Generated" } dd { (generated) }
+                        dt { "secrelay" } dd { (output.secrelay) }
+                        dt { "Machine" } dd { (machine_line(&machine)) }
+                        dt { "CPU features" } dd {
+                            @if machine.cpu_features.is_empty() { "none of the crypto-relevant ones detected" }
+                            @else { ul.chips { @for f in &machine.cpu_features { li { (f) } } } }
+                        }
+                        dt { "Versions" } dd {
+                            (versions(&key_versions))
+                            @if all_versions.len() > key_versions.len() {
+                                details { summary { "all " (all_versions.len()) " versions" } (versions(&all_versions)) }
+                            }
+                        }
+                    }
+                }
+                nav.toc {
+                    h2 { "Contents" }
+                    @if sections.is_empty() { p { "No study ran." } }
+                    ol { @for s in sections {
+                        li {
+                            a href={ "#" (s.anchor) } { (s.title) }
+                            ul { @for (a, t) in &s.entries { li { a href={ "#" (a) } { (t) } } } }
+                        }
+                    } }
+                }
+                main { @for s in sections { (s.body) } }
+                footer {
+                    p { "Render check (filled in by the page's script when it loads):" }
+                    pre #render-check { "not run: scripts disabled" }
+                }
+            }
+        }
+    }
+}
+
+/// The page's style: readable tables that scroll sideways when wide, plots scaled to fit.
+const CSS: &str = r#"
+:root { --fg:#1d2433; --muted:#5b6475; --line:#d9dee8; --bg:#ffffff; --band:#f5f7fb; --accent:#2057a8; --na:#8a5a00; --na-bg:#fff6e0; }
+* { box-sizing: border-box; }
+body { margin: 0 auto; max-width: 1100px; padding: 1.5rem 2rem 4rem; color: var(--fg); background: var(--bg);
+  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif; }
+h1 { font-size: 1.8rem; margin: 0 0 .5rem; }
+h2 { font-size: 1.4rem; margin: 2.5rem 0 .3rem; border-bottom: 2px solid var(--line); padding-bottom: .2rem; }
+h3 { font-size: 1.1rem; margin: 1.6rem 0 .4rem; }
+a { color: var(--accent); }
+code { font: .9em ui-monospace, "DejaVu Sans Mono", monospace; background: var(--band); padding: 0 .2em; border-radius: 3px; }
+.tag { font: .8rem ui-monospace, "DejaVu Sans Mono", monospace; color: var(--muted); background: var(--band);
+  border: 1px solid var(--line); border-radius: 4px; padding: .05rem .4rem; vertical-align: middle; }
+.meta { color: var(--muted); margin: 0; }
+dl.facts, .method dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; margin: .5rem 0; }
+dt { font-weight: 600; color: var(--muted); }
+dd { margin: 0; }
+ul.chips { list-style: none; margin: 0; padding: 0; display: flex; flex-wrap: wrap; gap: .3rem; }
+ul.chips li { background: var(--band); border: 1px solid var(--line); border-radius: 4px; padding: 0 .4rem; font-size: .85rem; }
+ul.chips .name { color: var(--muted); }
+nav.toc { background: var(--band); border: 1px solid var(--line); border-radius: 6px; padding: .5rem 1.2rem; margin: 1.5rem 0; }
+nav.toc h2 { border: 0; margin: .3rem 0; font-size: 1.1rem; }
+nav.toc ul { font-size: .9rem; }
+.table-wrap { overflow-x: auto; max-width: 100%; border: 1px solid var(--line); border-radius: 6px; }
+table { border-collapse: collapse; width: max-content; min-width: 100%; font-size: .9rem; }
+th, td { padding: .3rem .7rem; border-bottom: 1px solid var(--line); text-align: left; white-space: nowrap; }
+th { background: var(--band); position: sticky; top: 0; vertical-align: bottom; }
+th .unit { font-weight: 400; color: var(--muted); font-size: .8rem; }
+tbody tr:nth-child(even) { background: #fafbfd; }
+tbody tr:hover { background: #eef3fb; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.na { color: var(--na); background: var(--na-bg); font-style: italic; text-align: center; cursor: help; }
+figure.plot { margin: 1.5rem 0; }
+figure.plot svg { display: block; max-width: 100%; height: auto; border: 1px solid var(--line); border-radius: 6px; }
+figcaption { color: var(--muted); font-size: .85rem; margin-top: .3rem; }
+ul.notes li { margin: .2rem 0; }
+details.method { margin: 1.2rem 0; border: 1px solid var(--line); border-radius: 6px; padding: .4rem .9rem; background: var(--band); }
+details.method summary { cursor: pointer; font-weight: 600; }
+footer { margin-top: 3rem; color: var(--muted); font-size: .8rem; }
+#render-check { background: var(--band); padding: .4rem; border-radius: 4px; white-space: pre-wrap; }
+"#;
+
+/// Checks, once the page has loaded, that every SVG has a non-zero rendered size, and
+/// collects script errors; writes both as JSON into `#render-check` (read by the tests).
+const RENDER_CHECK: &str = r#"
+(function () {
+  var errors = [];
+  function show(result) {
+    var out = document.getElementById("render-check");
+    if (out) { out.textContent = JSON.stringify(result); }
+  }
+  var last = null;
+  window.onerror = function (message, source, line) {
+    errors.push(String(message) + (line ? " (line " + line + ")" : ""));
+    if (last) { last.errors = errors; show(last); }
+  };
+  window.addEventListener("load", function () {
+    var svgs = document.querySelectorAll("svg");
+    var nonzero = 0, zero = [];
+    for (var i = 0; i < svgs.length; i++) {
+      var r = svgs[i].getBoundingClientRect();
+      if (r.width > 0 && r.height > 0) { nonzero++; }
+      else { zero.push(svgs[i].parentNode && svgs[i].parentNode.id || ("svg #" + i)); }
+    }
+    last = { svgs: svgs.length, nonzero: nonzero, zero: zero, errors: errors };
+    show(last);
+  });
+})();
+"#;
