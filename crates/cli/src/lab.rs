@@ -28,6 +28,8 @@ pub enum LabCommand {
     All(StudyArgs),
     /// SRTP protect/unprotect per packet: every profile, audio/Opus/video sizes, secrelay beside libsrtp and others.
     Srtp(StudyArgs),
+    /// One flipped bit per cipher and mode on raw, G.711 and Opus voice; SRTP rejects the packet (002 b).
+    Biterror(StudyArgs),
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -48,6 +50,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             (vec!["all".to_string()], a)
         }
         LabCommand::Srtp(a) => (vec!["srtp".to_string()], a),
+        LabCommand::Biterror(a) => (vec!["biterror".to_string()], a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,
