@@ -87,6 +87,7 @@ pub trait Codec: Send {
     /// Decodes one payload, appending its samples to `pcm`; returns how many were appended.
     fn to_pcm(&mut self, payload: &[u8], pcm: &mut Vec<i16>) -> Result<usize, Error>;
     /// Encodes `pcm` (one frame) as one payload appended to `out`; returns its length.
+    #[allow(clippy::wrong_self_convention)] // seed 003's name for the encoder side
     fn from_pcm(&mut self, pcm: &[i16], out: &mut Vec<u8>) -> Result<usize, Error>;
     /// Stands in for one lost 20 ms frame (packet loss concealment where the codec has it,
     /// silence otherwise), appending to `pcm`; returns how many samples were appended.

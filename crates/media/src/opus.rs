@@ -102,7 +102,7 @@ impl Codec for Opus {
     fn from_pcm(&mut self, pcm: &[i16], out: &mut Vec<u8>) -> Result<usize, Error> {
         // Opus frames last 2.5, 5, 10, 20, 40 or 60 ms.
         let tenths_of_ms = pcm.len() as u64 * 10_000 / self.pcm_rate as u64;
-        let exact = pcm.len() as u64 * 10_000 % self.pcm_rate as u64 == 0;
+        let exact = (pcm.len() as u64 * 10_000).is_multiple_of(self.pcm_rate as u64);
         if !exact || ![25, 50, 100, 200, 400, 600].contains(&tenths_of_ms) {
             return Err(Error::Encode(format!(
                 "{} samples at {} Hz is not an Opus frame (2.5, 5, 10, 20, 40 or 60 ms)",

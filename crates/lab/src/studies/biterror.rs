@@ -513,9 +513,12 @@ pub fn predicted_region(case: &Case) -> Vec<usize> {
     v
 }
 
+/// A library's whole-stream encryption (`true`) or decryption ([`rustcrypto`], [`openssl`]).
+pub type CipherFn = fn(&Case, &[u8], bool) -> Result<Vec<u8>, Refusal>;
+
 /// Encrypts `plain`, flips the bit, decrypts, and counts the damage.
 pub fn flip_and_count(
-    lib: fn(&Case, &[u8], bool) -> Result<Vec<u8>, Refusal>,
+    lib: CipherFn,
     case: &Case,
     stream: Stream,
     plain: &[u8],
@@ -965,7 +968,7 @@ mod tests {
             for (s, bytes, clean) in &st {
                 let o = srtp_flip(profile, *s, bytes, clean).unwrap();
                 assert_eq!(o.packets, bytes.len() / s.frame_bytes());
-                assert_eq!((o.rejected, o.error.clone()), (1, Some(SrtpError::AuthFailed)), "{profile:?} {s:?}");
+                assert_eq!((o.rejected, o.error), (1, Some(SrtpError::AuthFailed)), "{profile:?} {s:?}");
                 assert!(o.others_intact);
                 // Counter-mode keystreams (and NULL) pass the bit through untouched.
                 assert_eq!(o.untagged_bytes, 1, "{profile:?} {s:?}");
