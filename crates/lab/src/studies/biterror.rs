@@ -433,6 +433,8 @@ pub fn openssl(case: &Case, data: &[u8], enc: bool) -> Result<Vec<u8>, Refusal> 
         return Err(Refusal::NotOffered(format!("{} {} has no OpenSSL cipher here", case.cipher, case.mode)));
     };
     let key = key_for(case);
+    // Drop errors other callers left in this thread's OpenSSL queue: they are not ours.
+    drop(openssl::error::ErrorStack::get());
     if case.authenticated {
         if enc {
             let mut tag = [0u8; 16];

@@ -142,7 +142,10 @@ impl PacketCipher for Ossl {
             // Only the IV changes: the key schedule set up once is kept.
             self.ctx.encrypt_init(None, None, Some(&iv)).map_err(err)?;
         }
-        // In place; `buf` has a spare block for CBC's padding.
+        // In place, with a spare block for CBC's padding.
+        if buf.len() < len + 16 {
+            buf.resize(len + 16, 0);
+        }
         let n = self.ctx.cipher_update_inplace(buf, len).map_err(err)?;
         let n = n + self.ctx.cipher_final(&mut buf[n..]).map_err(err)?;
         buf.truncate(n);
@@ -172,11 +175,14 @@ fn openssl_cipher(cipher: &str, mode: &str) -> Option<&'static CipherRef> {
 
 fn ossl(cipher: &str, mode: &str) -> Result<Box<dyn PacketCipher>, String> {
     let c = openssl_cipher(cipher, mode).ok_or_else(|| format!("{cipher} {mode} is not wired for OpenSSL"))?;
+    // Errors other callers left in this thread's OpenSSL queue would otherwise be reported
+    // as ours (libsrtp leaves some behind on GCM contexts).
+    drop(openssl::error::ErrorStack::get());
     let mut ctx = CipherCtx::new().map_err(|e| format!("OpenSSL: {e}"))?;
     let init = ctx.encrypt_init(Some(c), Some(&KEY[..key_len(cipher)]), None);
     if let Err(e) = init {
         return Err(if cipher == "RC4-128" {
-            format!("OpenSSL {} refuses RC4 without the legacy provider, which the lab does not load ({e})", openssl::version::version())
+            format!("{} refuses RC4 without the legacy provider, which the lab does not load ({e})", openssl::version::version())
         } else {
             format!("OpenSSL refused {cipher} {mode}: {e}")
         });
@@ -390,7 +396,13 @@ mod tests {
             for lib in LIBRARIES {
                 let Ok(mut c) = factory(lib)(cipher, mode) else { continue };
                 let mut buf: Vec<u8> = (0..172 + 64).map(|i| i as u8).collect();
+                drop(openssl::error::ErrorStack::get());
                 c.encrypt(&mut buf, 172, 7).unwrap();
+                c.encrypt(&mut buf, 172, 8).unwrap();
+                c.encrypt(&mut buf, 172, 7).unwrap();
+                // Used as OpenSSL means it to be: nothing left in its error queue.
+                let left = openssl::error::ErrorStack::get();
+                assert!(left.errors().is_empty(), "{lib} {cipher} {mode}: {left}");
                 let n = if mode == "CBC" { buf.len().min(172) } else { 172 };
                 outs.push((lib, buf[..n].to_vec()));
             }
