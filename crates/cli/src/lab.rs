@@ -30,6 +30,8 @@ pub enum LabCommand {
     Srtp(StudyArgs),
     /// One RSA/ECDSA key generation or signature, as SRTP audio/video packets and seconds of media.
     Amortization(StudyArgs),
+    /// One flipped bit per cipher and mode on raw, G.711 and Opus voice; SRTP rejects the packet (002 b).
+    Biterror(StudyArgs),
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -51,6 +53,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         }
         LabCommand::Srtp(a) => (vec!["srtp".to_string()], a),
         LabCommand::Amortization(a) => (vec!["amortization".to_string()], a),
+        LabCommand::Biterror(a) => (vec!["biterror".to_string()], a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

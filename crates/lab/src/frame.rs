@@ -142,7 +142,8 @@ pub fn format_num(v: f64) -> String {
             out.push(ch);
         }
         format!("{sign}{out}")
-    } else if a >= 100.0 {
+    } else if a >= 100.0 || v.fract() == 0.0 {
+        // Counts (and whole figures) print without decimals.
         format!("{v:.0}")
     } else if a >= 10.0 {
         format!("{v:.1}")

@@ -1,10 +1,12 @@
 //! The studies. Each file holds one.
 
 pub mod amortization;
+pub mod biterror;
 pub mod srtp;
 pub mod srtp_peers;
+pub mod symmetric;
 
 /// Every study, in the order `lab all` runs them.
 pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
-    vec![&srtp::SrtpStudy, &amortization::AmortizationStudy]
+    vec![&srtp::SrtpStudy, &amortization::AmortizationStudy, &biterror::BiterrorStudy]
 }

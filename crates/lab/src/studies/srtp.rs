@@ -273,7 +273,7 @@ impl Study for SrtpStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let profiles: Vec<Profile> = Profile::ALL.to_vec();
-        ctx.steps((profiles.len() * SIZES.len()) as u64 + 2);
+        ctx.steps((profiles.len() * SIZES.len()) as u64 + 3);
         let mut table = Table::new(
             "srtp_per_packet",
             "SRTP cost per RTP packet, one core (ns per packet, median)",
@@ -426,12 +426,18 @@ impl Study for SrtpStudy {
                 ],
             });
         }
+        // The raw ciphers beside SRTP's (002 a): what one packet's encryption costs per library.
+        let cipher_table = super::symmetric::cipher_table(ctx);
+        plots.push(super::symmetric::cipher_plot(&cipher_table, 172));
+        ctx.done();
         let method = ctx.method(
             "one protect (or unprotect) of one RTP packet in place, in chunks of 64 packets with rising sequence numbers; \
              filling the chunk with plaintext (protect) or protecting it with the same stack (unprotect) is outside the timing; \
              one context per direction, one SSRC, replay window 1024; webrtc-srtp's API returns a new buffer per packet \
              (its allocation and the copy back are timed); pion/srtp runs as a Go child process with the same method \
-             (chunks of 64, median of the runs) and its own timer",
+             (chunks of 64, median of the runs) and its own timer; \
+             symmetric_per_packet: one encryption of one packet in place with a fresh IV or nonce, the key schedule set up once, \
+             CBC with PKCS#7 padding, AEAD tags over the packet, RC4 one keystream across packets",
             instructions_method,
         );
         Ok(StudyReport {
@@ -439,7 +445,7 @@ impl Study for SrtpStudy {
             title: self.title().into(),
             seeds: vec!["000".into(), "002".into()],
             method,
-            tables: vec![table],
+            tables: vec![table, cipher_table],
             plots,
             notes: Vec::new(),
         })

@@ -1,0 +1,38 @@
+#![no_main]
+
+//! Codec decoders on payloads from the network: G.711 decodes every byte to one sample;
+//! Opus (one decoder across the packets of one input, as for one stream) either decodes a
+//! packet to at most 120 ms or says the peer sent something malformed.
+
+use libfuzzer_sys::fuzz_target;
+use secrelay_media::g711::{Pcma, Pcmu};
+use secrelay_media::opus::Opus;
+use secrelay_media::Codec;
+
+fuzz_target!(|data: &[u8]| {
+    let mut pcm = Vec::new();
+    assert_eq!(Pcmu.to_pcm(data, &mut pcm).unwrap(), data.len());
+    assert_eq!(Pcma.to_pcm(data, &mut pcm).unwrap(), data.len());
+    assert_eq!(pcm.len(), 2 * data.len());
+
+    // Packets: a length byte, then that many bytes.
+    let mut opus = Opus::narrowband().expect("narrowband Opus sets up");
+    let mut rest = data;
+    while let Some((&len, tail)) = rest.split_first() {
+        let n = usize::from(len).min(tail.len());
+        let (packet, tail) = tail.split_at(n);
+        rest = tail;
+        pcm.clear();
+        match opus.to_pcm(packet, &mut pcm) {
+            Ok(got) => {
+                assert_eq!(got, pcm.len());
+                assert!(got <= 960, "{got} samples is more than 120 ms at 8 kHz");
+            }
+            Err(e) => {
+                assert!(e.is_peer_fault(), "{e}");
+                assert!(pcm.is_empty());
+                assert_eq!(opus.conceal(&mut pcm).unwrap(), 160);
+            }
+        }
+    }
+});
