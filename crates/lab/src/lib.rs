@@ -8,6 +8,7 @@
 
 pub mod count;
 pub mod frame;
+pub mod handshake;
 pub mod machine;
 pub mod measure;
 pub mod report;
