@@ -1,0 +1,265 @@
+//! The handshake lab end to end: `secrelay lab handshake-server` against `secrelay lab
+//! handshake` over loopback UDP with the keys of both sides compared, the load generator
+//! against `openssl s_server` (skipped when `openssl` is missing) with the keys compared to
+//! what s_server prints, `lab handshake --in-memory --quick`, and bad flags.
+//!
+//! Every wait is bounded; every child is killed when its guard drops.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn secrelay() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_secrelay"))
+}
+
+fn run(args: &[&str]) -> Output {
+    secrelay().args(args).output().expect("run secrelay")
+}
+
+fn text(o: &Output) -> String {
+    format!("status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A child killed and reaped on drop, whose stdout lines arrive on a channel.
+struct Guard {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr_path: PathBuf,
+}
+
+impl Guard {
+    fn spawn(mut cmd: Command, stderr_path: &Path, keep_stdin: bool) -> Guard {
+        let stderr = std::fs::File::create(stderr_path).expect("stderr file");
+        cmd.stdout(Stdio::piped()).stderr(stderr).stdin(if keep_stdin { Stdio::piped() } else { Stdio::null() });
+        let mut child = cmd.spawn().expect("spawn");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Guard { child, lines: rx, stderr_path: stderr_path.to_path_buf() }
+    }
+
+    /// The first stdout line satisfying `pred`, waiting at most `WAIT`.
+    fn line(&self, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(l) if pred(&l) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every stdout line that arrived so far or arrives within `wait`.
+    fn rest(&self, wait: Duration) -> Vec<String> {
+        let deadline = Instant::now() + wait;
+        let mut v = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => v.push(l),
+                Err(_) => break,
+            }
+        }
+        v
+    }
+
+    fn wait_exit(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("keylog line {l:?}: {e}")))
+        .collect()
+}
+
+fn s(v: &Value, key: &str) -> String {
+    v[key].as_str().unwrap_or_else(|| panic!("no {key} in {v}")).to_string()
+}
+
+/// Bytes of the EXTRACTOR-dtls_srtp block for a profile (RFC 5764 §4.2, RFC 7714).
+fn block_len(profile: &str) -> usize {
+    match profile {
+        "SRTP_AES128_CM_SHA1_80" | "SRTP_AES128_CM_SHA1_32" => 60,
+        "SRTP_AEAD_AES_128_GCM" => 56,
+        "SRTP_AEAD_AES_256_GCM" => 88,
+        p => panic!("unexpected profile {p}"),
+    }
+}
+
+#[test]
+fn load_generator_against_handshake_server_keys_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_log = dir.path().join("server.keylog");
+    let client_log = dir.path().join("client.keylog");
+    let report = dir.path().join("load.json");
+    let mut cmd = secrelay();
+    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--keylog"]).arg(&server_log);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap_or_else(|| panic!("first line {first:?}")).to_string();
+    assert!(addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"), "{addr}");
+
+    let out = secrelay()
+        .args(["lab", "handshake", "--target", &addr, "--handshakes", "50", "--connections", "8", "--threads", "2", "--no-progress", "--keylog"])
+        .arg(&client_log)
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("95P") && stdout.contains("p99"), "{stdout}");
+    assert!(stdout.contains("not offered by the engine"), "resumption must be stated: {stdout}");
+
+    // SIGTERM: the server stops cleanly and says so.
+    let pid = server.child.id().to_string();
+    let k = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    assert!(k.success());
+    let status = server.wait_exit(WAIT).unwrap_or_else(|| panic!("server did not exit on SIGTERM\n{}", server.stderr()));
+    assert!(status.success(), "server exit {status:?}\n{}", server.stderr());
+    assert!(server.stderr().contains("stopped after"), "{}", server.stderr());
+
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 50, "{r}");
+    assert_eq!(r["failed"], 0, "{r}");
+    for key in ["max", "avg", "p95", "min"] {
+        let v = r["handshakes_per_s"][key].as_f64().unwrap_or_else(|| panic!("handshakes_per_s.{key} in {r}"));
+        assert!(v.is_finite() && v > 0.0, "{key} = {v}");
+    }
+    let lat = &r["latency_ms"];
+    let p: Vec<f64> = ["p50", "p95", "p99", "max"].iter().map(|k| lat[k].as_f64().unwrap()).collect();
+    assert!(p[0] > 0.0 && p.windows(2).all(|w| w[0] <= w[1]), "latency percentiles {p:?}");
+    assert!(r["method"]["timed"].as_str().unwrap().contains("ClientHello"));
+    assert!(r["method"]["machine"]["cores"].as_u64().unwrap() >= 1);
+
+    let server_lines = read_jsonl(&server_log);
+    let client_lines = read_jsonl(&client_log);
+    assert_eq!(server_lines.len(), 50);
+    assert_eq!(client_lines.len(), 50);
+    let by_peer: BTreeMap<String, (String, String)> =
+        server_lines.iter().map(|l| (s(l, "peer"), (s(l, "srtp_profile"), s(l, "keying_material")))).collect();
+    assert_eq!(by_peer.len(), 50, "each handshake from its own address");
+    for c in &client_lines {
+        assert_eq!(s(c, "peer"), addr);
+        let (profile, km) = by_peer.get(&s(c, "local")).unwrap_or_else(|| panic!("server has no line for {c}"));
+        assert_eq!(&s(c, "srtp_profile"), profile);
+        assert_eq!(&s(c, "keying_material"), km, "keys differ for {}", s(c, "local"));
+        assert_eq!(km.len(), 2 * block_len(profile));
+    }
+    let distinct: BTreeSet<&String> = by_peer.values().map(|(_, km)| km).collect();
+    assert_eq!(distinct.len(), 50, "every handshake has its own keys");
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+}
+
+#[test]
+fn load_generator_against_openssl_s_server_keys_match() {
+    let Some(openssl) = find_on_path("openssl") else {
+        println!("skipped: openssl not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "openssl-s-server").unwrap();
+    let (cert_pem, key_pem) = cert.to_pem();
+    let (cert_path, key_path) = (dir.path().join("s.crt.pem"), dir.path().join("s.key.pem"));
+    std::fs::write(&cert_path, cert_pem).unwrap();
+    std::fs::write(&key_path, key_pem.as_bytes()).unwrap();
+    const N: usize = 4;
+    // s_server takes one client at a time and quits at stdin EOF: stdin stays an open pipe.
+    let mut started = None;
+    for attempt in 0..3 {
+        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let accept = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(&openssl);
+        cmd.args(["s_server", "-dtls1_2", "-accept", &accept])
+            .arg("-cert")
+            .arg(&cert_path)
+            .arg("-key")
+            .arg(&key_path)
+            .args(["-use_srtp", "SRTP_AES128_CM_SHA1_80", "-keymatexport", "EXTRACTOR-dtls_srtp", "-keymatexportlen", "60"])
+            .args(["-verify", "1", "-naccept", &N.to_string()]);
+        let g = Guard::spawn(cmd, &dir.path().join(format!("s_server{attempt}.err")), true);
+        if g.line(|l| l.trim() == "ACCEPT").is_some() {
+            started = Some((g, accept));
+            break;
+        }
+    }
+    let (mut s_server, accept) = started.expect("openssl s_server did not start");
+    let client_log = dir.path().join("client.keylog");
+    let out = secrelay()
+        .args(["lab", "handshake", "--target", &accept, "--handshakes", &N.to_string(), "--connections", "1", "--no-progress", "--keylog"])
+        .arg(&client_log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // With -naccept N, s_server exits after the N-th client's close_notify.
+    s_server.wait_exit(WAIT);
+    let printed: BTreeSet<String> = s_server
+        .rest(Duration::from_millis(200))
+        .iter()
+        .filter_map(|l| l.trim().strip_prefix("Keying material:").map(|h| h.trim().to_ascii_lowercase()))
+        .collect();
+    let ours: BTreeSet<String> = read_jsonl(&client_log).iter().map(|l| s(l, "keying_material")).collect();
+    assert_eq!(ours.len(), N, "{}", text(&out));
+    assert!(read_jsonl(&client_log).iter().all(|l| s(l, "srtp_profile") == "SRTP_AES128_CM_SHA1_80"));
+    assert_eq!(printed, ours, "s_server printed other keys\n{}", s_server.stderr());
+}
+
+#[test]
+fn bad_flags_are_named() {
+    let o = run(&["lab", "handshake", "--target", "not-an-address", "--handshakes", "1"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--target"), "{}", text(&o));
+    let o = run(&["lab", "handshake", "--target", "127.0.0.1:9", "--handshakes", "1", "--cert-type", "rsa-2048"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not offered by the engine"), "{}", text(&o));
+    let o = run(&["lab", "handshake-server", "--listen", "127.0.0.1:0", "--srtp-profiles", "SRTP_BOGUS"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--srtp-profiles"), "{}", text(&o));
+    let o = run(&["lab", "handshake", "--target", "127.0.0.1:9"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--handshakes"), "{}", text(&o));
+}
