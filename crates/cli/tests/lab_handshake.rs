@@ -263,3 +263,76 @@ fn bad_flags_are_named() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--handshakes"), "{}", text(&o));
 }
+
+fn num(row: &Value, key: &str) -> f64 {
+    let v = row[key].as_f64().unwrap_or_else(|| panic!("{key} is no number in {row}"));
+    assert!(v.is_finite() && v > 0.0, "{key} = {v} in {row}");
+    v
+}
+
+#[test]
+fn in_memory_study_quick_has_every_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("hs.json");
+    let out = secrelay().args(["lab", "handshake", "--in-memory", "--quick", "--no-progress", "--json"]).arg(&json).output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let study = &v["studies"][0];
+    assert_eq!(study["study"], "handshake");
+    assert!(study["method"]["timed"].as_str().unwrap().contains("rounds"));
+    let tables = study["tables"].as_array().unwrap();
+    let table = |id: &str| tables.iter().find(|t| t["id"] == id).unwrap_or_else(|| panic!("no table {id}"));
+    let rows = table("handshake_in_memory")["rows"].as_array().unwrap();
+    let find = |stack: &str, cert: &str, cookies: &str| -> Vec<&Value> {
+        rows.iter().filter(|r| r["stack"].as_str().unwrap().starts_with(stack) && r["cert"] == cert && r["cookies"] == cookies).collect()
+    };
+    // secrelay both sides, P-256 and P-384: measured, with the ratios.
+    for (cert, cookies) in [("ECDSA P-256", "yes"), ("ECDSA P-256", "no"), ("ECDSA P-384", "yes")] {
+        let r = find("secrelay (dimpl", cert, cookies);
+        assert_eq!(r.len(), 1, "{cert} {cookies}");
+        for k in ["handshakes_per_s", "server_us", "client_us", "server_vs_floor", "vs_openssl"] {
+            num(r[0], k);
+        }
+    }
+    // The engine's refusals are rows, not gaps.
+    for cert in ["ed25519", "rsa-2048", "rsa-3072"] {
+        let r = find("secrelay (dimpl", cert, "yes");
+        assert!(r[0]["server_us"]["not_offered"].as_str().unwrap().contains("not offered by the engine"), "{}", r[0]);
+    }
+    // OpenSSL with ECDSA P-256, RSA-2048 and RSA-3072 server certificates.
+    for cert in ["ECDSA P-256", "RSA-2048", "RSA-3072"] {
+        let r = find("OpenSSL", cert, "no");
+        assert_eq!(r.len(), 1, "OpenSSL {cert}");
+        num(r[0], "handshakes_per_s");
+        num(r[0], "server_us");
+    }
+    // secrelay's server under an OpenSSL client, per SRTP profile.
+    let profiles: Vec<&str> = rows.iter().filter(|r| r["stack"] == "secrelay server, OpenSSL client").filter_map(|r| r["srtp_profile"].as_str()).collect();
+    for p in ["SRTP_AES128_CM_SHA1_80", "SRTP_AEAD_AES_128_GCM", "SRTP_AEAD_AES_256_GCM"] {
+        assert!(profiles.contains(&p), "{profiles:?}");
+    }
+    // pion: measured, or not offered with the reason.
+    let pion: Vec<&Value> = rows.iter().filter(|r| r["client"] == "pion").collect();
+    assert!(!pion.is_empty());
+    for r in pion {
+        if r["server_us"].is_number() {
+            num(r, "server_us");
+            num(r, "handshakes_per_s");
+        } else {
+            assert!(r["server_us"]["not_offered"].as_str().unwrap().starts_with("not offered"), "{r}");
+        }
+    }
+    let floor = table("crypto_floor")["rows"].as_array().unwrap();
+    assert_eq!(floor.len(), 3);
+    for r in floor {
+        for k in ["sign_us", "verify_us", "keygen_us", "interleaved_us"] {
+            num(r, k);
+        }
+    }
+    let plot = &study["plots"][0];
+    let categories = plot["categories"].as_array().unwrap().len();
+    assert!(categories >= 8, "{plot}");
+    for s in plot["series"].as_array().unwrap() {
+        assert_eq!(s["points"].as_array().unwrap().len(), categories);
+    }
+}

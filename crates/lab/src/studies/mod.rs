@@ -4,5 +4,5 @@ pub mod srtp;
 
 /// Every study, in the order `lab all` runs them.
 pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
-    vec![&srtp::SrtpStudy]
+    vec![&srtp::SrtpStudy, &crate::handshake::study::HandshakeStudy]
 }
