@@ -190,6 +190,32 @@ fn load_generator_against_handshake_server_keys_match() {
     assert_eq!(distinct.len(), 50, "every handshake has its own keys");
 }
 
+#[test]
+fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "someone-else").unwrap();
+    let mut cmd = secrelay();
+    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--fingerprint", &other.fingerprint().to_string()]);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let report = dir.path().join("load.json");
+    let out = secrelay()
+        .args(["lab", "handshake", "--target", &addr, "--handshakes", "2", "--connections", "2", "--timeout", "1", "--no-progress", "--json"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 0, "{r}");
+    assert_eq!(r["failed"], 2, "{r}");
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let status = server.wait_exit(WAIT).expect("server exits on SIGINT");
+    assert!(status.success());
+    assert!(server.stderr().contains("fingerprint mismatch: 2"), "{}", server.stderr());
+}
+
 fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
@@ -325,7 +351,7 @@ fn in_memory_study_quick_has_every_stack() {
     let floor = table("crypto_floor")["rows"].as_array().unwrap();
     assert_eq!(floor.len(), 3);
     for r in floor {
-        for k in ["sign_us", "verify_us", "keygen_us", "interleaved_us"] {
+        for k in ["sign_us", "verify_us", "keygen_us", "ecdh_us", "sum_us"] {
             num(r, k);
         }
     }

@@ -197,12 +197,15 @@ impl LoadReport {
         rate.push([("kind", Cell::text("resumed")), ("max", no()), ("avg", no()), ("p95", no()), ("min", no()), ("p50_ms", no())]);
         let mut tables = vec![rate];
         if !self.failures.is_empty() || self.unfinished_at_end > 0 {
-            let mut f = Table::new("handshake_failures", "Failed handshakes by reason").col("reason", "reason").col_unit("count", "count", "");
+            let mut f = Table::new("handshake_failures", "Failed handshakes by reason").col("reason", "reason").col("count", "count");
             for (reason, n) in &self.failures {
-                f.push([("reason", Cell::text(reason.clone())), ("count", Cell::num(*n as f64))]);
+                f.push([("reason", Cell::text(reason.clone())), ("count", Cell::text(n.to_string()))]);
             }
             if self.unfinished_at_end > 0 {
-                f.push([("reason", Cell::text("unfinished when the duration ended (not counted as failed)")), ("count", Cell::num(self.unfinished_at_end as f64))]);
+                f.push([
+                    ("reason", Cell::text("unfinished when the duration ended (not counted as failed)")),
+                    ("count", Cell::text(self.unfinished_at_end.to_string())),
+                ]);
             }
             tables.push(f);
         }

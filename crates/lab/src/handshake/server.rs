@@ -92,7 +92,7 @@ pub struct ServerCounters {
     pub failed: BTreeMap<String, u64>,
     /// Datagrams from new addresses dropped because `max_in_flight` handshakes were running.
     pub refused_at_cap: u64,
-    /// Datagrams from new addresses that were no DTLS handshake record.
+    /// Datagrams from addresses without an endpoint that were no DTLS ClientHello.
     pub dropped_not_dtls: u64,
     /// Datagrams that could not be sent (socket buffer full, unreachable).
     pub send_errors: u64,
@@ -164,7 +164,10 @@ impl Server {
             }
         }
         if !self.peers.contains_key(&from) {
-            if !is_handshake_record(d) {
+            // Only a ClientHello starts a handshake; anything else from an unknown address
+            // (a retransmission after we dropped its endpoint, stray traffic) is dropped
+            // without state.
+            if !is_client_hello(d) {
                 self.c.dropped_not_dtls += 1;
                 return Ok(());
             }
