@@ -348,6 +348,14 @@ fn in_memory_study_quick_has_every_stack() {
             assert!(r["server_us"]["not_offered"].as_str().unwrap().starts_with("not offered"), "{r}");
         }
     }
+    // Instruction counts: present when valgrind is, else the reason is in the method.
+    let instructions = study["method"]["instructions"].as_str().unwrap();
+    if instructions.starts_with("callgrind") {
+        num(find("secrelay (dimpl", "ECDSA P-256", "yes")[0], "instructions");
+        num(find("OpenSSL", "ECDSA P-256", "no")[0], "instructions");
+    } else {
+        assert!(instructions.starts_with("not counted"), "{instructions}");
+    }
     let floor = table("crypto_floor")["rows"].as_array().unwrap();
     assert_eq!(floor.len(), 3);
     for r in floor {

@@ -24,6 +24,7 @@ use secrelay_peers::openssl_dtls::{DtlsRole, DtlsSettings, OpensslDtls, OpensslD
 use secrelay_srtp::Profile;
 use serde::Deserialize;
 
+use crate::count::CountedOp;
 use crate::frame::{Cell, Plot, PlotKind, Series, StudyReport, Table};
 use crate::{Ctx, Study};
 
@@ -355,6 +356,8 @@ struct Row {
     cookies: bool,
     offered: Option<&'static str>,
     floor: Option<usize>,
+    /// Id of its instruction count, if counted.
+    count_id: Option<&'static str>,
     result: Result<Figures, String>,
 }
 
@@ -404,6 +407,19 @@ const RSA_SUITE: &str = "ECDHE-RSA-AES128-GCM-SHA256";
 const FLOOR_NAMES: [&str; 3] = ["ECDSA P-256 + ECDHE P-256", "ECDSA P-256 + ECDHE X25519", "ECDSA P-384 + ECDHE X25519"];
 const DIMPL_KX: &str = "X25519 (dimpl's first choice)";
 
+/// The three floors, in [`FLOOR_NAMES`] order.
+fn floors() -> anyhow::Result<Vec<Floor>> {
+    Ok(vec![
+        Floor::new(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &signature::ECDSA_P256_SHA256_ASN1, &agreement::ECDH_P256)?,
+        Floor::new(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &signature::ECDSA_P256_SHA256_ASN1, &agreement::X25519)?,
+        Floor::new(&signature::ECDSA_P384_SHA384_ASN1_SIGNING, &signature::ECDSA_P384_SHA384_ASN1, &agreement::X25519)?,
+    ])
+}
+
+const COUNT_SECRELAY_COOKIES: &str = "secrelay|p256|cookies";
+const COUNT_SECRELAY: &str = "secrelay|p256";
+const COUNT_OPENSSL: &str = "openssl|p256";
+
 /// The `lab handshake` study (in-memory mode).
 pub struct HandshakeStudy;
 
@@ -413,6 +429,29 @@ impl Study for HandshakeStudy {
     }
     fn title(&self) -> &'static str {
         "DTLS-SRTP handshakes in memory: handshakes/s per core, server and client µs apart, beside OpenSSL and pion/dtls (001, 002 d)"
+    }
+
+    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+        let (c, sv) = (Certificate::self_signed(KeyType::EcdsaP256, "count-client")?, Certificate::self_signed(KeyType::EcdsaP256, "count-server")?);
+        let profiles = secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES;
+        let mut ops = Vec::new();
+        for (id, cookies) in [(COUNT_SECRELAY_COOKIES, true), (COUNT_SECRELAY, false)] {
+            let (mc, ms) = (ours(ours_config(Role::Client, &c, false, &profiles)), ours(ours_config(Role::Server, &sv, cookies, &profiles)));
+            ops.push(CountedOp::new(id, 2, move || {
+                black_box(handshake(&mc, &ms).expect("worked in the timed study"));
+            }));
+        }
+        let mc = ossl(ossl_ctx(DtlsRole::Client, &c, ECDSA_SUITE, "SRTP_AES128_CM_SHA1_80")?);
+        let ms = ossl(ossl_ctx(DtlsRole::Server, &sv, ECDSA_SUITE, "SRTP_AES128_CM_SHA1_80")?);
+        ops.push(CountedOp::new(COUNT_OPENSSL, 2, move || {
+            black_box(handshake(&mc, &ms).expect("worked in the timed study"));
+        }));
+        for (i, f) in floors()?.into_iter().enumerate() {
+            ops.push(CountedOp::new(format!("floor|{i}"), 4, move || {
+                black_box(f.timed());
+            }));
+        }
+        Ok(ops)
     }
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
@@ -487,11 +526,7 @@ impl Study for HandshakeStudy {
                 make_server: ossl(ossl_ctx(DtlsRole::Server, server_cert, suite, cm80)?),
             });
         }
-        let floors = [
-            Floor::new(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &signature::ECDSA_P256_SHA256_ASN1, &agreement::ECDH_P256)?,
-            Floor::new(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &signature::ECDSA_P256_SHA256_ASN1, &agreement::X25519)?,
-            Floor::new(&signature::ECDSA_P384_SHA384_ASN1_SIGNING, &signature::ECDSA_P384_SHA384_ASN1, &agreement::X25519)?,
-        ];
+        let floors = floors()?;
         ctx.done();
 
         // A dry run: every pairing once, outside timing; one that fails becomes a "not offered"
@@ -525,6 +560,15 @@ impl Study for HandshakeStudy {
         let pion = pion_binary().and_then(|bin| Ok((run_pion(&bin, rounds.max(50), true)?, run_pion(&bin, rounds.max(50), false)?)));
         ctx.done();
 
+        let (counts, instructions_method) = match ctx.count_instructions() {
+            Ok(c) => (
+                c,
+                "callgrind: instructions per whole handshake (both sides, construction and key comparison included; 2 per region, baseline region subtracted) \
+                 for secrelay and OpenSSL with ECDSA P-256, and per side for the crypto floor (4 per region); under valgrind AVX-512 paths are not taken"
+                    .to_string(),
+            ),
+            Err(why) => (Default::default(), why),
+        };
         ctx.step("crypto floor");
         let mut floor_us: Vec<f64> = Vec::new();
         let mut floor_table = Table::new("crypto_floor", "Crypto floor per side, aws-lc-rs (µs per operation, median over the rounds)")
@@ -533,7 +577,8 @@ impl Study for HandshakeStudy {
             .col_unit("verify_us", "ECDSA verify", "µs")
             .col_unit("keygen_us", "ECDHE key pair", "µs")
             .col_unit("ecdh_us", "ECDH", "µs")
-            .col_unit("sum_us", "all four", "µs");
+            .col_unit("sum_us", "all four", "µs")
+            .col_unit("instructions", "instructions, all four", "instr");
         for (i, per_round) in floor_ns.iter().enumerate() {
             let op = |k: usize| median(&mut per_round.iter().map(|r| r[k]).collect::<Vec<_>>()) / 1e3;
             let (sign, verify, keygen, ecdh) = (op(0), op(1), op(2), op(3));
@@ -547,6 +592,11 @@ impl Study for HandshakeStudy {
                 ("ecdh_us", Cell::num(ecdh)),
                 ("sum_us", Cell::num(sum)),
             ]);
+            if let Some(n) = counts.get(&format!("floor|{i}")) {
+                if let Some(row) = floor_table.rows.last_mut() {
+                    row.insert("instructions".into(), Cell::num(*n));
+                }
+            }
         }
         ctx.done();
 
@@ -585,6 +635,12 @@ impl Study for HandshakeStudy {
                 cookies: p.cookies,
                 offered: p.offered,
                 floor: Some(p.floor),
+                count_id: match (i, p.stack.as_str(), p.cert.as_str()) {
+                    (0, _, _) => Some(COUNT_SECRELAY_COOKIES),
+                    (1, _, _) => Some(COUNT_SECRELAY),
+                    (_, "OpenSSL", "ECDSA P-256") => Some(COUNT_OPENSSL),
+                    _ => None,
+                },
                 result,
             });
         }
@@ -599,6 +655,7 @@ impl Study for HandshakeStudy {
                 cookies: true,
                 offered: None,
                 floor: None,
+                count_id: None,
                 result: Err(why.into()),
             });
         }
@@ -619,6 +676,7 @@ impl Study for HandshakeStudy {
                         cookies,
                         offered: Some("SRTP_AES128_CM_SHA1_80"),
                         floor: Some(0),
+                        count_id: None,
                         result: Ok(Figures {
                             profile: r.srtp_profile.clone(),
                             total_us: r.total_us_median,
@@ -641,6 +699,7 @@ impl Study for HandshakeStudy {
                     cookies: true,
                     offered: Some("SRTP_AES128_CM_SHA1_80"),
                     floor: None,
+                    count_id: None,
                     result: Err(why.clone()),
                 });
             }
@@ -662,6 +721,7 @@ impl Study for HandshakeStudy {
             .col("srtp_profile", "SRTP profile")
             .col_unit("handshakes_per_s", "handshakes/s (one core, both sides)", "/s")
             .col_unit("server_us", "server", "µs")
+            .col_unit("server_per_s", "server handshakes/s per core", "/s")
             .col_unit("client_us", "client", "µs")
             .col_unit("server_vs_floor", "server ÷ crypto floor", "×")
             .col_unit("vs_openssl", "handshakes/s vs OpenSSL", "×")
@@ -669,7 +729,8 @@ impl Study for HandshakeStudy {
             .col_unit("server_vs_openssl", "server speed vs OpenSSL", "×")
             .col_unit("server_vs_pion", "server speed vs pion", "×")
             .col_unit("spread_pct", "spread", "%")
-            .col("runs", "handshakes timed");
+            .col("runs", "handshakes timed")
+            .col_unit("instructions", "instructions per handshake, both sides", "instr");
         for r in &rows {
             let mut cells: Vec<(&str, Cell)> = vec![
                 ("stack", Cell::text(r.stack.clone())),
@@ -684,6 +745,7 @@ impl Study for HandshakeStudy {
                     cells.push(("srtp_profile", Cell::text(f.profile.clone())));
                     cells.push(("handshakes_per_s", Cell::num(1e6 / f.total_us)));
                     cells.push(("server_us", Cell::num(f.server_us)));
+                    cells.push(("server_per_s", Cell::num(1e6 / f.server_us)));
                     cells.push(("client_us", Cell::num(f.client_us)));
                     if let Some(fl) = r.floor {
                         cells.push(("server_vs_floor", Cell::num(f.server_us / floor_us[fl])));
@@ -698,6 +760,9 @@ impl Study for HandshakeStudy {
                     }
                     cells.push(("spread_pct", Cell::num(f.spread_pct)));
                     cells.push(("runs", Cell::text(f.runs.to_string())));
+                    if let Some(n) = r.count_id.and_then(|id| counts.get(id)) {
+                        cells.push(("instructions", Cell::num(*n)));
+                    }
                 }
                 Err(why) => {
                     if let Some(o) = r.offered {
@@ -760,8 +825,14 @@ impl Study for HandshakeStudy {
                  Crypto floor: aws-lc-rs, one side's ECDSA sign + verify + ephemeral key pair + ECDH, each operation timed once per round (medians over the rounds, so that preemption on a busy machine does not inflate them). {pion_method}. \
                  Ratios vs OpenSSL use its ECDSA P-256 row."
             ),
-            "not counted for this study",
+            instructions_method,
         );
+        // This study times rounds of whole handshakes, not the bench's calibrated runs.
+        let mut method = method;
+        method.runs = rounds;
+        method.warmup_ms = 0.0;
+        method.run_ms = 0.0;
+        method.spread = "interquartile range of the per-handshake totals, % of the median".into();
         Ok(StudyReport {
             study: self.name().into(),
             title: self.title().into(),
