@@ -537,7 +537,11 @@ impl Study for HandshakeStudy {
         let mut samples: Vec<Vec<Sample>> = pairings.iter().map(|_| Vec::with_capacity(rounds)).collect();
         let mut floor_ns: Vec<Vec<[f64; 4]>> = floors.iter().map(|_| Vec::with_capacity(rounds)).collect();
         for round in 0..warmup + rounds {
-            for (i, p) in pairings.iter().enumerate() {
+            // Each round starts at another pairing, so that none always runs first (with
+            // caches and predictors cold from the previous round's RSA and floor work).
+            let n = pairings.len();
+            for i in (0..n).map(|k| (k + round) % n) {
+                let p = &pairings[i];
                 if ok[i].is_err() {
                     continue;
                 }
@@ -821,7 +825,7 @@ impl Study for HandshakeStudy {
                 "one whole DTLS 1.2 handshake, both sides in one thread over memory, with mutual ECDSA (or RSA server) certificate authentication, ECDHE, use_srtp, \
                  and the EXTRACTOR-dtls_srtp block exported on both sides and compared; endpoint construction included. Each side's calls are timed apart \
                  (Instant around every call); the total includes moving datagrams between them. {warmup} warm-up rounds, then {rounds} rounds, each running every \
-                 pairing once and the crypto floor once (interleaved, so drift cancels in the ratios); medians reported, spread = IQR of the totals. \
+                 pairing once, starting at a different pairing each round, and the crypto floor once (interleaved, so drift cancels in the ratios); medians reported, spread = IQR of the totals. \
                  Crypto floor: aws-lc-rs, one side's ECDSA sign + verify + ephemeral key pair + ECDH, each operation timed once per round (medians over the rounds, so that preemption on a busy machine does not inflate them). {pion_method}. \
                  Ratios vs OpenSSL use its ECDSA P-256 row."
             ),
