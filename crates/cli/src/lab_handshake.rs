@@ -38,6 +38,12 @@ pub struct HandshakeArgs {
     /// Load mode: client certificate key type (ecdsa-p256 or ecdsa-p384: what the engine signs with).
     #[arg(long, value_name = "T", default_value = "ecdsa-p256")]
     pub cert_type: String,
+    /// Load mode: our client certificate (PEM, e.g. from `secrelay ca issue --client`) instead of a fresh self-signed one; needs --key.
+    #[arg(long, value_name = "FILE", requires = "key")]
+    pub cert: Option<PathBuf>,
+    /// Load mode: the private key (PKCS#8 PEM) of --cert.
+    #[arg(long, value_name = "FILE", requires = "cert")]
+    pub key: Option<PathBuf>,
     /// Load mode: ask for session resumption (the engine has none; the report says so).
     #[arg(long)]
     pub resume: bool,
@@ -143,6 +149,7 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<StudyArgs>> {
             (a.keylog.is_some(), "--keylog"),
             (a.fingerprint.is_some(), "--fingerprint"),
             (a.resume, "--resume"),
+            (a.cert.is_some(), "--cert"),
         ];
         if let Some((_, flag)) = load_only.iter().find(|(set, _)| *set) {
             bail!("{flag} belongs to the load mode (--target ADDR), not to --in-memory");
@@ -160,6 +167,9 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<StudyArgs>> {
     opts.cert_type = parse_key_type(&a.cert_type)?;
     opts.keylog = a.keylog.clone();
     opts.resume = a.resume;
+    if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
+        opts.certificate = Some(secrelay_lab::handshake::load_certificate(cert, key)?);
+    }
     opts.timeout = seconds("--timeout", a.timeout)?;
     opts.progress = !a.study.no_progress;
     if let Some(fp) = &a.fingerprint {

@@ -216,6 +216,49 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     assert!(server.stderr().contains("fingerprint mismatch: 2"), "{}", server.stderr());
 }
 
+#[test]
+fn server_with_a_private_ca_takes_clients_it_issued() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    let ca_s = ca.to_str().unwrap();
+    let o = run(&["ca", "init", "--dir", ca_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&["ca", "issue", "--dir", ca_s, "--name", "loadgen", "--client"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut cmd = secrelay();
+    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--ca", ca_s]);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let report = dir.path().join("load.json");
+    let out = secrelay()
+        .args(["lab", "handshake", "--target", &addr, "--handshakes", "3", "--connections", "3", "--no-progress", "--cert"])
+        .arg(ca.join("loadgen.pem"))
+        .arg("--key")
+        .arg(ca.join("loadgen.key"))
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 3, "{r}\n{}", server.stderr());
+    assert_eq!(r["failed"], 0, "{r}");
+    // A self-signed client is refused by the CA check.
+    let out = secrelay()
+        .args(["lab", "handshake", "--target", &addr, "--handshakes", "1", "--timeout", "1", "--no-progress", "--json"])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 0, "{r}");
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(server.wait_exit(WAIT).expect("server exits").success());
+    assert!(server.stderr().contains("not trusted by the CA: 1"), "{}", server.stderr());
+}
+
 fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())

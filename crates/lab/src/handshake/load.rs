@@ -47,8 +47,10 @@ pub struct LoadOptions {
     pub connections: usize,
     /// Threads driving them.
     pub threads: usize,
-    /// Our client certificate's key type.
+    /// Our client certificate's key type (a fresh self-signed one per run)...
     pub cert_type: KeyType,
+    /// ...or this certificate (e.g. issued by a private CA).
+    pub certificate: Option<secrelay_dtls::Certificate>,
     /// How the server's certificate is checked (any by default).
     pub peer_auth: PeerAuth,
     /// Deadline of one handshake.
@@ -72,6 +74,7 @@ impl LoadOptions {
             connections: 1,
             threads: 1,
             cert_type: KeyType::EcdsaP256,
+            certificate: None,
             peer_auth: PeerAuth::AnyCertificate,
             timeout: Duration::from_secs(10),
             keylog: None,
@@ -441,7 +444,15 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         signal_hook::flag::register(sig, stop.clone()).context("installing the SIGINT/SIGTERM handler")?;
     }
     let threads = opts.threads.min(opts.connections);
-    let cert = super::engine_certificate(opts.cert_type, "secrelay-handshake-load")?;
+    let cert = match &opts.certificate {
+        Some(c) => {
+            super::check_engine_takes(c)?;
+            c.clone()
+        }
+        None => super::engine_certificate(opts.cert_type, "secrelay-handshake-load")?,
+    };
+    let mut opts = opts;
+    opts.cert_type = cert.key_type();
     let mut config = EndpointConfig::new(Role::Client, LocalCertificate::from(&cert), opts.peer_auth.clone());
     config.timers.handshake_timeout = opts.timeout;
     let keylog = opts.keylog.as_deref().map(Keylog::open).transpose()?.map(Mutex::new);

@@ -44,10 +44,31 @@ pub fn engine_certificate(key_type: KeyType, common_name: &str) -> anyhow::Resul
         bail!("--cert-type {key_type}: {why}");
     }
     let cert = Certificate::self_signed(key_type, common_name).with_context(|| format!("generating a {key_type} certificate"))?;
-    let config = EndpointConfig::new(Role::Client, LocalCertificate::from(&cert), PeerAuth::AnyCertificate);
-    Endpoint::new(config, std::time::Instant::now()).map_err(|e| anyhow::anyhow!("--cert-type {key_type}: the engine refused the certificate: {e}"))?;
+    check_engine_takes(&cert).map_err(|e| anyhow::anyhow!("--cert-type {key_type}: {e}"))?;
     Ok(cert)
 }
+
+/// Checks that secrelay's engine can use `cert` (its key type and its key), by building one
+/// endpoint with it.
+pub fn check_engine_takes(cert: &Certificate) -> anyhow::Result<()> {
+    if let Some(why) = engine_refuses(cert.key_type()) {
+        bail!("{} certificate: {why}", cert.key_type());
+    }
+    let config = EndpointConfig::new(Role::Client, LocalCertificate::from(cert), PeerAuth::AnyCertificate);
+    Endpoint::new(config, std::time::Instant::now()).map_err(|e| anyhow::anyhow!("the engine refused the certificate: {e}"))?;
+    Ok(())
+}
+
+/// Loads a certificate (PEM, leaf first) and its PKCS#8 key (PEM) and checks that the engine
+/// takes them.
+pub fn load_certificate(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<Certificate> {
+    let cert_pem = std::fs::read_to_string(cert).with_context(|| format!("--cert {}", cert.display()))?;
+    let key_pem = zeroize::Zeroizing::new(std::fs::read_to_string(key).with_context(|| format!("--key {}", key.display()))?);
+    let c = Certificate::from_pem(&cert_pem, &key_pem).map_err(|e| anyhow::anyhow!("--cert {} / --key {}: {e}", cert.display(), key.display()))?;
+    check_engine_takes(&c).map_err(|e| anyhow::anyhow!("--cert {}: {e}", cert.display()))?;
+    Ok(c)
+}
+
 
 /// Parses a list of SRTP profiles (comma- or colon-separated; DTLS-SRTP names such as
 /// `SRTP_AES128_CM_SHA1_80` or SDP names), keeping only those with a DTLS-SRTP identifier.
