@@ -259,6 +259,52 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     assert!(server.stderr().contains("not trusted by the CA: 1"), "{}", server.stderr());
 }
 
+/// A real ClientHello (from secrelay's client endpoint) to replay from many sockets.
+fn client_hello() -> Vec<u8> {
+    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "storm").unwrap();
+    let config = secrelay_dtls::EndpointConfig::new(
+        secrelay_dtls::Role::Client,
+        secrelay_dtls::LocalCertificate::from(&cert),
+        secrelay_dtls::PeerAuth::AnyCertificate,
+    );
+    let mut ep = secrelay_dtls::Endpoint::new(config, Instant::now()).unwrap();
+    loop {
+        match ep.poll_output().expect("a first flight") {
+            secrelay_dtls::Output::Transmit(d) => return d,
+            o => panic!("unexpected {o:?}"),
+        }
+    }
+}
+
+#[test]
+fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = secrelay();
+    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--max-in-flight", "4", "--idle-timeout", "0.3"]);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let hello = client_hello();
+    // 20 peers send a ClientHello and never answer the HelloVerifyRequest; one more sends junk.
+    let sockets: Vec<UdpSocket> = (0..20).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    for s in &sockets {
+        s.send_to(&hello, &addr).unwrap();
+    }
+    sockets[0].send_to(b"not dtls", &addr).unwrap();
+    // Stats every second: wait for a line showing the silent ones dropped.
+    let deadline = Instant::now() + WAIT;
+    while !server.stderr().contains("endpoints 0  refused at cap 16") {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(server.wait_exit(WAIT).expect("server exits").success());
+    let err = server.stderr();
+    assert!(err.contains("(idle timeout): 4"), "{err}");
+    assert!(err.contains("completed 0"), "{err}");
+}
+
 fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
