@@ -10,7 +10,9 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::Args;
 use secrelay_dtls::{Fingerprint, PeerAuth};
-use secrelay_lab::handshake::{load as hload, parse_addr, parse_key_type, parse_profiles, server as hserver};
+use secrelay_lab::handshake::{
+    load as hload, parse_addr, parse_key_type, parse_profiles, server as hserver,
+};
 
 use crate::lab::StudyArgs;
 
@@ -18,7 +20,12 @@ use crate::lab::StudyArgs;
 #[derive(Args, Debug)]
 pub struct HandshakeArgs {
     /// Load mode: the DTLS-SRTP server to open handshakes to (IP:PORT).
-    #[arg(long, value_name = "ADDR", required_unless_present = "in_memory", conflicts_with = "in_memory")]
+    #[arg(
+        long,
+        value_name = "ADDR",
+        required_unless_present = "in_memory",
+        conflicts_with = "in_memory"
+    )]
     pub target: Option<String>,
     /// Study mode: both sides in this process over memory, secrelay beside OpenSSL and pion/dtls.
     #[arg(long)]
@@ -104,7 +111,9 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
 }
 
 fn fingerprint(s: &str) -> anyhow::Result<PeerAuth> {
-    let fp: Fingerprint = s.parse().map_err(|e| anyhow::anyhow!("--fingerprint {s:?}: {e}"))?;
+    let fp: Fingerprint = s
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--fingerprint {s:?}: {e}"))?;
     Ok(PeerAuth::Fingerprint(fp))
 }
 
@@ -121,9 +130,14 @@ pub fn server(a: &HandshakeServerArgs) -> anyhow::Result<()> {
     }
     if let Some(dir) = &a.ca {
         let path = dir.join(secrelay_dtls::ca::CA_CERT_FILE);
-        let pem = std::fs::read_to_string(&path).with_context(|| format!("--ca {}: reading {}", dir.display(), path.display()))?;
-        let chain = secrelay_dtls::cert::chain_from_pem(&pem).map_err(|e| anyhow::anyhow!("--ca {}: {e}", path.display()))?;
-        let ca = chain.into_iter().next().with_context(|| format!("--ca {}: no certificate", path.display()))?;
+        let pem = std::fs::read_to_string(&path)
+            .with_context(|| format!("--ca {}: reading {}", dir.display(), path.display()))?;
+        let chain = secrelay_dtls::cert::chain_from_pem(&pem)
+            .map_err(|e| anyhow::anyhow!("--ca {}: {e}", path.display()))?;
+        let ca = chain
+            .into_iter()
+            .next()
+            .with_context(|| format!("--ca {}: no certificate", path.display()))?;
         opts.peer_auth = PeerAuth::ca(ca);
     }
     opts.max_in_flight = a.max_in_flight;

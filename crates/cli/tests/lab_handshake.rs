@@ -26,7 +26,12 @@ fn run(args: &[&str]) -> Output {
 }
 
 fn text(o: &Output) -> String {
-    format!("status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}", o.status, String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// A child killed and reaped on drop, whose stdout lines arrive on a channel.
@@ -39,7 +44,13 @@ struct Guard {
 impl Guard {
     fn spawn(mut cmd: Command, stderr_path: &Path, keep_stdin: bool) -> Guard {
         let stderr = std::fs::File::create(stderr_path).expect("stderr file");
-        cmd.stdout(Stdio::piped()).stderr(stderr).stdin(if keep_stdin { Stdio::piped() } else { Stdio::null() });
+        cmd.stdout(Stdio::piped())
+            .stderr(stderr)
+            .stdin(if keep_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
         let mut child = cmd.spawn().expect("spawn");
         let out = child.stdout.take().expect("stdout");
         let (tx, rx) = mpsc::channel();
@@ -51,7 +62,11 @@ impl Guard {
                 }
             }
         });
-        Guard { child, lines: rx, stderr_path: stderr_path.to_path_buf() }
+        Guard {
+            child,
+            lines: rx,
+            stderr_path: stderr_path.to_path_buf(),
+        }
     }
 
     /// The first stdout line satisfying `pred`, waiting at most `WAIT`.
@@ -113,7 +128,10 @@ fn read_jsonl(path: &Path) -> Vec<Value> {
 }
 
 fn s(v: &Value, key: &str) -> String {
-    v[key].as_str().unwrap_or_else(|| panic!("no {key} in {v}")).to_string()
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} in {v}"))
+        .to_string()
 }
 
 /// Bytes of the EXTRACTOR-dtls_srtp block for a profile (RFC 5764 §4.2, RFC 7714).
@@ -133,14 +151,44 @@ fn load_generator_against_handshake_server_keys_match() {
     let client_log = dir.path().join("client.keylog");
     let report = dir.path().join("load.json");
     let mut cmd = secrelay();
-    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--keylog"]).arg(&server_log);
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--keylog",
+    ])
+    .arg(&server_log);
     let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
-    let addr = first.strip_prefix("listening ").unwrap_or_else(|| panic!("first line {first:?}")).to_string();
-    assert!(addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"), "{addr}");
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("first line {first:?}"))
+        .to_string();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
 
     let out = secrelay()
-        .args(["lab", "handshake", "--target", &addr, "--handshakes", "50", "--connections", "8", "--threads", "2", "--no-progress", "--keylog"])
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "50",
+            "--connections",
+            "8",
+            "--threads",
+            "2",
+            "--no-progress",
+            "--keylog",
+        ])
         .arg(&client_log)
         .arg("--json")
         .arg(&report)
@@ -149,41 +197,82 @@ fn load_generator_against_handshake_server_keys_match() {
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("95P") && stdout.contains("p99"), "{stdout}");
-    assert!(stdout.contains("not offered by the engine"), "resumption must be stated: {stdout}");
+    assert!(
+        stdout.contains("not offered by the engine"),
+        "resumption must be stated: {stdout}"
+    );
 
     // SIGTERM: the server stops cleanly and says so.
     let pid = server.child.id().to_string();
-    let k = Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    let k = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
     assert!(k.success());
-    let status = server.wait_exit(WAIT).unwrap_or_else(|| panic!("server did not exit on SIGTERM\n{}", server.stderr()));
-    assert!(status.success(), "server exit {status:?}\n{}", server.stderr());
-    assert!(server.stderr().contains("stopped after"), "{}", server.stderr());
+    let status = server
+        .wait_exit(WAIT)
+        .unwrap_or_else(|| panic!("server did not exit on SIGTERM\n{}", server.stderr()));
+    assert!(
+        status.success(),
+        "server exit {status:?}\n{}",
+        server.stderr()
+    );
+    assert!(
+        server.stderr().contains("stopped after"),
+        "{}",
+        server.stderr()
+    );
 
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["completed"], 50, "{r}");
     assert_eq!(r["failed"], 0, "{r}");
     for key in ["max", "avg", "p95", "min"] {
-        let v = r["handshakes_per_s"][key].as_f64().unwrap_or_else(|| panic!("handshakes_per_s.{key} in {r}"));
+        let v = r["handshakes_per_s"][key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("handshakes_per_s.{key} in {r}"));
         assert!(v.is_finite() && v > 0.0, "{key} = {v}");
     }
     let lat = &r["latency_ms"];
-    let p: Vec<f64> = ["p50", "p95", "p99", "max"].iter().map(|k| lat[k].as_f64().unwrap()).collect();
-    assert!(p[0] > 0.0 && p.windows(2).all(|w| w[0] <= w[1]), "latency percentiles {p:?}");
-    assert!(r["method"]["timed"].as_str().unwrap().contains("ClientHello"));
+    let p: Vec<f64> = ["p50", "p95", "p99", "max"]
+        .iter()
+        .map(|k| lat[k].as_f64().unwrap())
+        .collect();
+    assert!(
+        p[0] > 0.0 && p.windows(2).all(|w| w[0] <= w[1]),
+        "latency percentiles {p:?}"
+    );
+    assert!(r["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("ClientHello"));
     assert!(r["method"]["machine"]["cores"].as_u64().unwrap() >= 1);
 
     let server_lines = read_jsonl(&server_log);
     let client_lines = read_jsonl(&client_log);
     assert_eq!(server_lines.len(), 50);
     assert_eq!(client_lines.len(), 50);
-    let by_peer: BTreeMap<String, (String, String)> =
-        server_lines.iter().map(|l| (s(l, "peer"), (s(l, "srtp_profile"), s(l, "keying_material")))).collect();
+    let by_peer: BTreeMap<String, (String, String)> = server_lines
+        .iter()
+        .map(|l| {
+            (
+                s(l, "peer"),
+                (s(l, "srtp_profile"), s(l, "keying_material")),
+            )
+        })
+        .collect();
     assert_eq!(by_peer.len(), 50, "each handshake from its own address");
     for c in &client_lines {
         assert_eq!(s(c, "peer"), addr);
-        let (profile, km) = by_peer.get(&s(c, "local")).unwrap_or_else(|| panic!("server has no line for {c}"));
+        let (profile, km) = by_peer
+            .get(&s(c, "local"))
+            .unwrap_or_else(|| panic!("server has no line for {c}"));
         assert_eq!(&s(c, "srtp_profile"), profile);
-        assert_eq!(&s(c, "keying_material"), km, "keys differ for {}", s(c, "local"));
+        assert_eq!(
+            &s(c, "keying_material"),
+            km,
+            "keys differ for {}",
+            s(c, "local")
+        );
         assert_eq!(km.len(), 2 * block_len(profile));
     }
     let distinct: BTreeSet<&String> = by_peer.values().map(|(_, km)| km).collect();
@@ -193,15 +282,41 @@ fn load_generator_against_handshake_server_keys_match() {
 #[test]
 fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     let dir = tempfile::tempdir().unwrap();
-    let other = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "someone-else").unwrap();
+    let other =
+        secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "someone-else")
+            .unwrap();
     let mut cmd = secrelay();
-    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--fingerprint", &other.fingerprint().to_string()]);
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--fingerprint",
+        &other.fingerprint().to_string(),
+    ]);
     let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
     let addr = first.strip_prefix("listening ").unwrap().to_string();
     let report = dir.path().join("load.json");
     let out = secrelay()
-        .args(["lab", "handshake", "--target", &addr, "--handshakes", "2", "--connections", "2", "--timeout", "1", "--no-progress", "--json"])
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "2",
+            "--connections",
+            "2",
+            "--timeout",
+            "1",
+            "--no-progress",
+            "--json",
+        ])
         .arg(&report)
         .output()
         .unwrap();
@@ -210,10 +325,18 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     assert_eq!(r["completed"], 0, "{r}");
     assert_eq!(r["failed"], 2, "{r}");
     let pid = server.child.id().to_string();
-    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
     let status = server.wait_exit(WAIT).expect("server exits on SIGINT");
     assert!(status.success());
-    assert!(server.stderr().contains("fingerprint mismatch: 2"), "{}", server.stderr());
+    assert!(
+        server.stderr().contains("fingerprint mismatch: 2"),
+        "{}",
+        server.stderr()
+    );
 }
 
 #[test]
@@ -223,16 +346,40 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     let ca_s = ca.to_str().unwrap();
     let o = run(&["ca", "init", "--dir", ca_s]);
     assert!(o.status.success(), "{}", text(&o));
-    let o = run(&["ca", "issue", "--dir", ca_s, "--name", "loadgen", "--client"]);
+    let o = run(&[
+        "ca", "issue", "--dir", ca_s, "--name", "loadgen", "--client",
+    ]);
     assert!(o.status.success(), "{}", text(&o));
     let mut cmd = secrelay();
-    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--ca", ca_s]);
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--ca",
+        ca_s,
+    ]);
     let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
     let addr = first.strip_prefix("listening ").unwrap().to_string();
     let report = dir.path().join("load.json");
     let out = secrelay()
-        .args(["lab", "handshake", "--target", &addr, "--handshakes", "3", "--connections", "3", "--no-progress", "--cert"])
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "3",
+            "--connections",
+            "3",
+            "--no-progress",
+            "--cert",
+        ])
         .arg(ca.join("loadgen.pem"))
         .arg("--key")
         .arg(ca.join("loadgen.key"))
@@ -246,7 +393,18 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     assert_eq!(r["failed"], 0, "{r}");
     // A self-signed client is refused by the CA check.
     let out = secrelay()
-        .args(["lab", "handshake", "--target", &addr, "--handshakes", "1", "--timeout", "1", "--no-progress", "--json"])
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "1",
+            "--timeout",
+            "1",
+            "--no-progress",
+            "--json",
+        ])
         .arg(&report)
         .output()
         .unwrap();
@@ -254,14 +412,23 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["completed"], 0, "{r}");
     let pid = server.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     assert!(server.wait_exit(WAIT).expect("server exits").success());
-    assert!(server.stderr().contains("not trusted by the CA: 1"), "{}", server.stderr());
+    assert!(
+        server.stderr().contains("not trusted by the CA: 1"),
+        "{}",
+        server.stderr()
+    );
 }
 
 /// A real ClientHello (from secrelay's client endpoint) to replay from many sockets.
 fn client_hello() -> Vec<u8> {
-    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "storm").unwrap();
+    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "storm")
+        .unwrap();
     let config = secrelay_dtls::EndpointConfig::new(
         secrelay_dtls::Role::Client,
         secrelay_dtls::LocalCertificate::from(&cert),
@@ -280,13 +447,28 @@ fn client_hello() -> Vec<u8> {
 fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = secrelay();
-    cmd.args(["lab", "handshake-server", "--listen", "127.0.0.1:0", "--duration", "60", "--max-in-flight", "4", "--idle-timeout", "0.3"]);
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--max-in-flight",
+        "4",
+        "--idle-timeout",
+        "0.3",
+    ]);
     let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server.line(|_| true).unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
     let addr = first.strip_prefix("listening ").unwrap().to_string();
     let hello = client_hello();
     // 20 peers send a ClientHello and never answer the HelloVerifyRequest; one more sends junk.
-    let sockets: Vec<UdpSocket> = (0..20).map(|_| UdpSocket::bind("127.0.0.1:0").unwrap()).collect();
+    let sockets: Vec<UdpSocket> = (0..20)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
     for s in &sockets {
         s.send_to(&hello, &addr).unwrap();
     }
@@ -298,7 +480,11 @@ fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let pid = server.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
     assert!(server.wait_exit(WAIT).expect("server exits").success());
     let err = server.stderr();
     assert!(err.contains("(idle timeout): 4"), "{err}");
@@ -307,7 +493,9 @@ fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
 
 fn find_on_path(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 #[test]
@@ -317,7 +505,11 @@ fn load_generator_against_openssl_s_server_keys_match() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "openssl-s-server").unwrap();
+    let cert = secrelay_dtls::Certificate::self_signed(
+        secrelay_dtls::KeyType::EcdsaP256,
+        "openssl-s-server",
+    )
+    .unwrap();
     let (cert_pem, key_pem) = cert.to_pem();
     let (cert_path, key_path) = (dir.path().join("s.crt.pem"), dir.path().join("s.key.pem"));
     std::fs::write(&cert_path, cert_pem).unwrap();
@@ -326,7 +518,11 @@ fn load_generator_against_openssl_s_server_keys_match() {
     // s_server takes one client at a time and quits at stdin EOF: stdin stays an open pipe.
     let mut started = None;
     for attempt in 0..3 {
-        let port = UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let accept = format!("127.0.0.1:{port}");
         let mut cmd = Command::new(&openssl);
         cmd.args(["s_server", "-dtls1_2", "-accept", &accept])
@@ -334,9 +530,20 @@ fn load_generator_against_openssl_s_server_keys_match() {
             .arg(&cert_path)
             .arg("-key")
             .arg(&key_path)
-            .args(["-use_srtp", "SRTP_AES128_CM_SHA1_80", "-keymatexport", "EXTRACTOR-dtls_srtp", "-keymatexportlen", "60"])
+            .args([
+                "-use_srtp",
+                "SRTP_AES128_CM_SHA1_80",
+                "-keymatexport",
+                "EXTRACTOR-dtls_srtp",
+                "-keymatexportlen",
+                "60",
+            ])
             .args(["-verify", "1", "-naccept", &N.to_string()]);
-        let g = Guard::spawn(cmd, &dir.path().join(format!("s_server{attempt}.err")), true);
+        let g = Guard::spawn(
+            cmd,
+            &dir.path().join(format!("s_server{attempt}.err")),
+            true,
+        );
         if g.line(|l| l.trim() == "ACCEPT").is_some() {
             started = Some((g, accept));
             break;
@@ -345,7 +552,18 @@ fn load_generator_against_openssl_s_server_keys_match() {
     let (mut s_server, accept) = started.expect("openssl s_server did not start");
     let client_log = dir.path().join("client.keylog");
     let out = secrelay()
-        .args(["lab", "handshake", "--target", &accept, "--handshakes", &N.to_string(), "--connections", "1", "--no-progress", "--keylog"])
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &accept,
+            "--handshakes",
+            &N.to_string(),
+            "--connections",
+            "1",
+            "--no-progress",
+            "--keylog",
+        ])
         .arg(&client_log)
         .output()
         .unwrap();
@@ -355,32 +573,87 @@ fn load_generator_against_openssl_s_server_keys_match() {
     let printed: BTreeSet<String> = s_server
         .rest(Duration::from_millis(200))
         .iter()
-        .filter_map(|l| l.trim().strip_prefix("Keying material:").map(|h| h.trim().to_ascii_lowercase()))
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("Keying material:")
+                .map(|h| h.trim().to_ascii_lowercase())
+        })
         .collect();
-    let ours: BTreeSet<String> = read_jsonl(&client_log).iter().map(|l| s(l, "keying_material")).collect();
+    let ours: BTreeSet<String> = read_jsonl(&client_log)
+        .iter()
+        .map(|l| s(l, "keying_material"))
+        .collect();
     assert_eq!(ours.len(), N, "{}", text(&out));
-    assert!(read_jsonl(&client_log).iter().all(|l| s(l, "srtp_profile") == "SRTP_AES128_CM_SHA1_80"));
-    assert_eq!(printed, ours, "s_server printed other keys\n{}", s_server.stderr());
+    assert!(read_jsonl(&client_log)
+        .iter()
+        .all(|l| s(l, "srtp_profile") == "SRTP_AES128_CM_SHA1_80"));
+    assert_eq!(
+        printed,
+        ours,
+        "s_server printed other keys\n{}",
+        s_server.stderr()
+    );
 }
 
 #[test]
 fn bad_flags_are_named() {
-    let o = run(&["lab", "handshake", "--target", "not-an-address", "--handshakes", "1"]);
+    let o = run(&[
+        "lab",
+        "handshake",
+        "--target",
+        "not-an-address",
+        "--handshakes",
+        "1",
+    ]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--target"), "{}", text(&o));
-    let o = run(&["lab", "handshake", "--target", "127.0.0.1:9", "--handshakes", "1", "--cert-type", "rsa-2048"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--target"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&[
+        "lab",
+        "handshake",
+        "--target",
+        "127.0.0.1:9",
+        "--handshakes",
+        "1",
+        "--cert-type",
+        "rsa-2048",
+    ]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("not offered by the engine"), "{}", text(&o));
-    let o = run(&["lab", "handshake-server", "--listen", "127.0.0.1:0", "--srtp-profiles", "SRTP_BOGUS"]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not offered by the engine"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&[
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--srtp-profiles",
+        "SRTP_BOGUS",
+    ]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--srtp-profiles"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--srtp-profiles"),
+        "{}",
+        text(&o)
+    );
     let o = run(&["lab", "handshake", "--target", "127.0.0.1:9"]);
     assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--handshakes"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--handshakes"),
+        "{}",
+        text(&o)
+    );
 }
 
 fn num(row: &Value, key: &str) -> f64 {
-    let v = row[key].as_f64().unwrap_or_else(|| panic!("{key} is no number in {row}"));
+    let v = row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is no number in {row}"));
     assert!(v.is_finite() && v > 0.0, "{key} = {v} in {row}");
     v
 }
@@ -389,30 +662,72 @@ fn num(row: &Value, key: &str) -> f64 {
 fn in_memory_study_quick_has_every_stack() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("hs.json");
-    let out = secrelay().args(["lab", "handshake", "--in-memory", "--quick", "--no-progress", "--json"]).arg(&json).output().unwrap();
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--in-memory",
+            "--quick",
+            "--no-progress",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let study = &v["studies"][0];
     assert_eq!(study["study"], "handshake");
-    assert!(study["method"]["timed"].as_str().unwrap().contains("rounds"));
+    assert!(study["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("rounds"));
     let tables = study["tables"].as_array().unwrap();
-    let table = |id: &str| tables.iter().find(|t| t["id"] == id).unwrap_or_else(|| panic!("no table {id}"));
+    let table = |id: &str| {
+        tables
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap_or_else(|| panic!("no table {id}"))
+    };
     let rows = table("handshake_in_memory")["rows"].as_array().unwrap();
     let find = |stack: &str, cert: &str, cookies: &str| -> Vec<&Value> {
-        rows.iter().filter(|r| r["stack"].as_str().unwrap().starts_with(stack) && r["cert"] == cert && r["cookies"] == cookies).collect()
+        rows.iter()
+            .filter(|r| {
+                r["stack"].as_str().unwrap().starts_with(stack)
+                    && r["cert"] == cert
+                    && r["cookies"] == cookies
+            })
+            .collect()
     };
     // secrelay both sides, P-256 and P-384: measured, with the ratios.
-    for (cert, cookies) in [("ECDSA P-256", "yes"), ("ECDSA P-256", "no"), ("ECDSA P-384", "yes")] {
+    for (cert, cookies) in [
+        ("ECDSA P-256", "yes"),
+        ("ECDSA P-256", "no"),
+        ("ECDSA P-384", "yes"),
+    ] {
         let r = find("secrelay (dimpl", cert, cookies);
         assert_eq!(r.len(), 1, "{cert} {cookies}");
-        for k in ["handshakes_per_s", "server_us", "client_us", "server_vs_floor", "vs_openssl"] {
+        for k in [
+            "handshakes_per_s",
+            "server_us",
+            "client_us",
+            "server_vs_floor",
+            "vs_openssl",
+        ] {
             num(r[0], k);
         }
     }
     // The engine's refusals are rows, not gaps.
     for cert in ["ed25519", "rsa-2048", "rsa-3072"] {
         let r = find("secrelay (dimpl", cert, "yes");
-        assert!(r[0]["server_us"]["not_offered"].as_str().unwrap().contains("not offered by the engine"), "{}", r[0]);
+        assert!(
+            r[0]["server_us"]["not_offered"]
+                .as_str()
+                .unwrap()
+                .contains("not offered by the engine"),
+            "{}",
+            r[0]
+        );
     }
     // OpenSSL with ECDSA P-256, RSA-2048 and RSA-3072 server certificates.
     for cert in ["ECDSA P-256", "RSA-2048", "RSA-3072"] {
@@ -422,8 +737,16 @@ fn in_memory_study_quick_has_every_stack() {
         num(r[0], "server_us");
     }
     // secrelay's server under an OpenSSL client, per SRTP profile.
-    let profiles: Vec<&str> = rows.iter().filter(|r| r["stack"] == "secrelay server, OpenSSL client").filter_map(|r| r["srtp_profile"].as_str()).collect();
-    for p in ["SRTP_AES128_CM_SHA1_80", "SRTP_AEAD_AES_128_GCM", "SRTP_AEAD_AES_256_GCM"] {
+    let profiles: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["stack"] == "secrelay server, OpenSSL client")
+        .filter_map(|r| r["srtp_profile"].as_str())
+        .collect();
+    for p in [
+        "SRTP_AES128_CM_SHA1_80",
+        "SRTP_AEAD_AES_128_GCM",
+        "SRTP_AEAD_AES_256_GCM",
+    ] {
         assert!(profiles.contains(&p), "{profiles:?}");
     }
     // pion: measured, or not offered with the reason.
@@ -434,13 +757,22 @@ fn in_memory_study_quick_has_every_stack() {
             num(r, "server_us");
             num(r, "handshakes_per_s");
         } else {
-            assert!(r["server_us"]["not_offered"].as_str().unwrap().starts_with("not offered"), "{r}");
+            assert!(
+                r["server_us"]["not_offered"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("not offered"),
+                "{r}"
+            );
         }
     }
     // Instruction counts: present when valgrind is, else the reason is in the method.
     let instructions = study["method"]["instructions"].as_str().unwrap();
     if instructions.starts_with("callgrind") {
-        num(find("secrelay (dimpl", "ECDSA P-256", "yes")[0], "instructions");
+        num(
+            find("secrelay (dimpl", "ECDSA P-256", "yes")[0],
+            "instructions",
+        );
         num(find("OpenSSL", "ECDSA P-256", "no")[0], "instructions");
     } else {
         assert!(instructions.starts_with("not counted"), "{instructions}");
