@@ -3,6 +3,7 @@
 //
 //	pion-dtls server --listen 127.0.0.1:PORT --cert C.pem --key K.pem --srtp LIST [--handshakes N]
 //	pion-dtls client --connect 127.0.0.1:PORT --cert C.pem --key K.pem --srtp LIST
+//	pion-dtls --bench-in-memory --handshakes N [--cookies=false] [--srtp LIST]   (see bench.go)
 //
 // Both roles use mutual authentication (the server requires a client certificate) and accept
 // any certificate, self-signed included: the caller compares fingerprints. The extended master
@@ -180,6 +181,13 @@ func printError(err error) {
 func main() {
 	if len(os.Args) > 1 && (os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help") {
 		usage()
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "--bench-in-memory" {
+		if err := runBench(os.Args[2:]); err != nil {
+			printError(err)
+			os.Exit(1)
+		}
 		return
 	}
 	o, err := parseArgs(os.Args[1:])

@@ -32,6 +32,11 @@ pub enum LabCommand {
     Amortization(StudyArgs),
     /// One flipped bit per cipher and mode on raw, G.711 and Opus voice; SRTP rejects the packet (002 b).
     Biterror(StudyArgs),
+    /// DTLS-SRTP handshakes: a load generator against a server (--target), or both sides in
+    /// memory beside OpenSSL and pion/dtls (--in-memory).
+    Handshake(crate::lab_handshake::HandshakeArgs),
+    /// A DTLS-SRTP server on one UDP socket for many clients at once, with a keylog.
+    HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -54,6 +59,11 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Srtp(a) => (vec!["srtp".to_string()], a),
         LabCommand::Amortization(a) => (vec!["amortization".to_string()], a),
         LabCommand::Biterror(a) => (vec!["biterror".to_string()], a),
+        LabCommand::HandshakeServer(a) => return crate::lab_handshake::server(&a),
+        LabCommand::Handshake(a) => match crate::lab_handshake::load(&a)? {
+            Some(study_args) => (vec!["handshake".to_string()], study_args),
+            None => return Ok(()),
+        },
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

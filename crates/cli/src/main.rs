@@ -9,6 +9,7 @@ mod ca;
 mod capture;
 mod demo;
 mod lab;
+mod lab_handshake;
 
 /// secrelay: a secure real-time media gateway and the lab that measures what its security costs.
 #[derive(Parser, Debug)]

@@ -9,6 +9,7 @@
 pub mod count;
 pub mod frame;
 pub mod go_peer;
+pub mod handshake;
 pub mod machine;
 pub mod measure;
 pub mod report;

@@ -156,6 +156,29 @@ impl Write for MemoryDatagrams {
     }
 }
 
+/// Context settings beyond the fixed WebRTC-like defaults ([`CIPHER`], [`GROUPS`],
+/// [`SRTP_PROFILES`]): other cipher suites (an RSA server certificate needs an ECDHE-RSA
+/// suite), groups, or SRTP profiles.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DtlsSettings {
+    /// OpenSSL cipher list (DTLS 1.2 suites), e.g. `ECDHE-RSA-AES128-GCM-SHA256`.
+    pub cipher_list: String,
+    /// ECDHE groups, colon-separated, e.g. `P-256`.
+    pub groups: String,
+    /// `use_srtp` profiles, colon-separated OpenSSL names, in preference order.
+    pub srtp_profiles: String,
+}
+
+impl Default for DtlsSettings {
+    fn default() -> Self {
+        DtlsSettings {
+            cipher_list: CIPHER.into(),
+            groups: GROUPS.into(),
+            srtp_profiles: SRTP_PROFILES.into(),
+        }
+    }
+}
+
 /// A configured OpenSSL DTLS context (certificate, key, suites), built once; every
 /// [`OpensslDtlsContext::endpoint`] is a fresh connection sharing it.
 #[derive(Clone)]
@@ -187,16 +210,38 @@ impl OpensslDtlsContext {
         Self::build(role, &cert, &key)
     }
 
+    /// Like [`OpensslDtlsContext::from_der`], with other cipher suites, groups or SRTP
+    /// profiles.
+    pub fn from_der_with(
+        role: DtlsRole,
+        cert_der: &[u8],
+        key_der: &[u8],
+        settings: &DtlsSettings,
+    ) -> Result<Self, Error> {
+        let cert = X509::from_der(cert_der)?;
+        let key = PKey::private_key_from_der(key_der)?;
+        Self::build_with(role, &cert, &key, settings)
+    }
+
     fn build(role: DtlsRole, cert: &X509, key: &PKey<Private>) -> Result<Self, Error> {
+        Self::build_with(role, cert, key, &DtlsSettings::default())
+    }
+
+    fn build_with(
+        role: DtlsRole,
+        cert: &X509,
+        key: &PKey<Private>,
+        settings: &DtlsSettings,
+    ) -> Result<Self, Error> {
         let mut b = SslContextBuilder::new(SslMethod::dtls())?;
         b.set_min_proto_version(Some(SslVersion::DTLS1_2))?;
         b.set_max_proto_version(Some(SslVersion::DTLS1_2))?;
         b.set_certificate(cert)?;
         b.set_private_key(key)?;
         b.check_private_key()?;
-        b.set_cipher_list(CIPHER)?;
-        b.set_groups_list(GROUPS)?;
-        b.set_tlsext_use_srtp(SRTP_PROFILES)?;
+        b.set_cipher_list(&settings.cipher_list)?;
+        b.set_groups_list(&settings.groups)?;
+        b.set_tlsext_use_srtp(&settings.srtp_profiles)?;
         // Mutual auth: demand the peer's certificate, accept any (fingerprint checked by the
         // caller, as in WebRTC).
         b.set_verify_callback(

@@ -8,5 +8,10 @@ pub mod symmetric;
 
 /// Every study, in the order `lab all` runs them.
 pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
-    vec![&srtp::SrtpStudy, &amortization::AmortizationStudy, &biterror::BiterrorStudy]
+    vec![
+        &srtp::SrtpStudy,
+        &amortization::AmortizationStudy,
+        &biterror::BiterrorStudy,
+        &crate::handshake::study::HandshakeStudy,
+    ]
 }

@@ -1,0 +1,793 @@
+//! The handshake lab end to end: `secrelay lab handshake-server` against `secrelay lab
+//! handshake` over loopback UDP with the keys of both sides compared, the load generator
+//! against `openssl s_server` (skipped when `openssl` is missing) with the keys compared to
+//! what s_server prints, `lab handshake --in-memory --quick`, and bad flags.
+//!
+//! Every wait is bounded; every child is killed when its guard drops.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn secrelay() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_secrelay"))
+}
+
+fn run(args: &[&str]) -> Output {
+    secrelay().args(args).output().expect("run secrelay")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A child killed and reaped on drop, whose stdout lines arrive on a channel.
+struct Guard {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    stderr_path: PathBuf,
+}
+
+impl Guard {
+    fn spawn(mut cmd: Command, stderr_path: &Path, keep_stdin: bool) -> Guard {
+        let stderr = std::fs::File::create(stderr_path).expect("stderr file");
+        cmd.stdout(Stdio::piped())
+            .stderr(stderr)
+            .stdin(if keep_stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+        let mut child = cmd.spawn().expect("spawn");
+        let out = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Guard {
+            child,
+            lines: rx,
+            stderr_path: stderr_path.to_path_buf(),
+        }
+    }
+
+    /// The first stdout line satisfying `pred`, waiting at most `WAIT`.
+    fn line(&self, pred: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(l) if pred(&l) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Every stdout line that arrived so far or arrives within `wait`.
+    fn rest(&self, wait: Duration) -> Vec<String> {
+        let deadline = Instant::now() + wait;
+        let mut v = Vec::new();
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(l) => v.push(l),
+                Err(_) => break,
+            }
+        }
+        v
+    }
+
+    fn wait_exit(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_jsonl(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("keylog line {l:?}: {e}")))
+        .collect()
+}
+
+fn s(v: &Value, key: &str) -> String {
+    v[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {key} in {v}"))
+        .to_string()
+}
+
+/// Bytes of the EXTRACTOR-dtls_srtp block for a profile (RFC 5764 §4.2, RFC 7714).
+fn block_len(profile: &str) -> usize {
+    match profile {
+        "SRTP_AES128_CM_SHA1_80" | "SRTP_AES128_CM_SHA1_32" => 60,
+        "SRTP_AEAD_AES_128_GCM" => 56,
+        "SRTP_AEAD_AES_256_GCM" => 88,
+        p => panic!("unexpected profile {p}"),
+    }
+}
+
+#[test]
+fn load_generator_against_handshake_server_keys_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_log = dir.path().join("server.keylog");
+    let client_log = dir.path().join("client.keylog");
+    let report = dir.path().join("load.json");
+    let mut cmd = secrelay();
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--keylog",
+    ])
+    .arg(&server_log);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("first line {first:?}"))
+        .to_string();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "50",
+            "--connections",
+            "8",
+            "--threads",
+            "2",
+            "--no-progress",
+            "--keylog",
+        ])
+        .arg(&client_log)
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("95P") && stdout.contains("p99"), "{stdout}");
+    assert!(
+        stdout.contains("not offered by the engine"),
+        "resumption must be stated: {stdout}"
+    );
+
+    // SIGTERM: the server stops cleanly and says so.
+    let pid = server.child.id().to_string();
+    let k = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill");
+    assert!(k.success());
+    let status = server
+        .wait_exit(WAIT)
+        .unwrap_or_else(|| panic!("server did not exit on SIGTERM\n{}", server.stderr()));
+    assert!(
+        status.success(),
+        "server exit {status:?}\n{}",
+        server.stderr()
+    );
+    assert!(
+        server.stderr().contains("stopped after"),
+        "{}",
+        server.stderr()
+    );
+
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 50, "{r}");
+    assert_eq!(r["failed"], 0, "{r}");
+    for key in ["max", "avg", "p95", "min"] {
+        let v = r["handshakes_per_s"][key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("handshakes_per_s.{key} in {r}"));
+        assert!(v.is_finite() && v > 0.0, "{key} = {v}");
+    }
+    let lat = &r["latency_ms"];
+    let p: Vec<f64> = ["p50", "p95", "p99", "max"]
+        .iter()
+        .map(|k| lat[k].as_f64().unwrap())
+        .collect();
+    assert!(
+        p[0] > 0.0 && p.windows(2).all(|w| w[0] <= w[1]),
+        "latency percentiles {p:?}"
+    );
+    assert!(r["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("ClientHello"));
+    assert!(r["method"]["machine"]["cores"].as_u64().unwrap() >= 1);
+
+    let server_lines = read_jsonl(&server_log);
+    let client_lines = read_jsonl(&client_log);
+    assert_eq!(server_lines.len(), 50);
+    assert_eq!(client_lines.len(), 50);
+    let by_peer: BTreeMap<String, (String, String)> = server_lines
+        .iter()
+        .map(|l| {
+            (
+                s(l, "peer"),
+                (s(l, "srtp_profile"), s(l, "keying_material")),
+            )
+        })
+        .collect();
+    assert_eq!(by_peer.len(), 50, "each handshake from its own address");
+    for c in &client_lines {
+        assert_eq!(s(c, "peer"), addr);
+        let (profile, km) = by_peer
+            .get(&s(c, "local"))
+            .unwrap_or_else(|| panic!("server has no line for {c}"));
+        assert_eq!(&s(c, "srtp_profile"), profile);
+        assert_eq!(
+            &s(c, "keying_material"),
+            km,
+            "keys differ for {}",
+            s(c, "local")
+        );
+        assert_eq!(km.len(), 2 * block_len(profile));
+    }
+    let distinct: BTreeSet<&String> = by_peer.values().map(|(_, km)| km).collect();
+    assert_eq!(distinct.len(), 50, "every handshake has its own keys");
+}
+
+#[test]
+fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let other =
+        secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "someone-else")
+            .unwrap();
+    let mut cmd = secrelay();
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--fingerprint",
+        &other.fingerprint().to_string(),
+    ]);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let report = dir.path().join("load.json");
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "2",
+            "--connections",
+            "2",
+            "--timeout",
+            "1",
+            "--no-progress",
+            "--json",
+        ])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 0, "{r}");
+    assert_eq!(r["failed"], 2, "{r}");
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = server.wait_exit(WAIT).expect("server exits on SIGINT");
+    assert!(status.success());
+    assert!(
+        server.stderr().contains("fingerprint mismatch: 2"),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn server_with_a_private_ca_takes_clients_it_issued() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    let ca_s = ca.to_str().unwrap();
+    let o = run(&["ca", "init", "--dir", ca_s]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(&[
+        "ca", "issue", "--dir", ca_s, "--name", "loadgen", "--client",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mut cmd = secrelay();
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--ca",
+        ca_s,
+    ]);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let report = dir.path().join("load.json");
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "3",
+            "--connections",
+            "3",
+            "--no-progress",
+            "--cert",
+        ])
+        .arg(ca.join("loadgen.pem"))
+        .arg("--key")
+        .arg(ca.join("loadgen.key"))
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 3, "{r}\n{}", server.stderr());
+    assert_eq!(r["failed"], 0, "{r}");
+    // A self-signed client is refused by the CA check.
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "1",
+            "--timeout",
+            "1",
+            "--no-progress",
+            "--json",
+        ])
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(r["completed"], 0, "{r}");
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(server.wait_exit(WAIT).expect("server exits").success());
+    assert!(
+        server.stderr().contains("not trusted by the CA: 1"),
+        "{}",
+        server.stderr()
+    );
+}
+
+/// A real ClientHello (from secrelay's client endpoint) to replay from many sockets.
+fn client_hello() -> Vec<u8> {
+    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "storm")
+        .unwrap();
+    let config = secrelay_dtls::EndpointConfig::new(
+        secrelay_dtls::Role::Client,
+        secrelay_dtls::LocalCertificate::from(&cert),
+        secrelay_dtls::PeerAuth::AnyCertificate,
+    );
+    let mut ep = secrelay_dtls::Endpoint::new(config, Instant::now()).unwrap();
+    loop {
+        match ep.poll_output().expect("a first flight") {
+            secrelay_dtls::Output::Transmit(d) => return d,
+            o => panic!("unexpected {o:?}"),
+        }
+    }
+}
+
+#[test]
+fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = secrelay();
+    cmd.args([
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--duration",
+        "60",
+        "--max-in-flight",
+        "4",
+        "--idle-timeout",
+        "0.3",
+    ]);
+    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    let first = server
+        .line(|_| true)
+        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
+    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let hello = client_hello();
+    // 20 peers send a ClientHello and never answer the HelloVerifyRequest; one more sends junk.
+    let sockets: Vec<UdpSocket> = (0..20)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for s in &sockets {
+        s.send_to(&hello, &addr).unwrap();
+    }
+    sockets[0].send_to(b"not dtls", &addr).unwrap();
+    // Stats every second: wait for a line showing the silent ones dropped.
+    let deadline = Instant::now() + WAIT;
+    while !server.stderr().contains("endpoints 0  refused at cap 16") {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid = server.child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    assert!(server.wait_exit(WAIT).expect("server exits").success());
+    let err = server.stderr();
+    assert!(err.contains("(idle timeout): 4"), "{err}");
+    assert!(err.contains("completed 0"), "{err}");
+}
+
+fn find_on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+#[test]
+fn load_generator_against_openssl_s_server_keys_match() {
+    let Some(openssl) = find_on_path("openssl") else {
+        println!("skipped: openssl not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let cert = secrelay_dtls::Certificate::self_signed(
+        secrelay_dtls::KeyType::EcdsaP256,
+        "openssl-s-server",
+    )
+    .unwrap();
+    let (cert_pem, key_pem) = cert.to_pem();
+    let (cert_path, key_path) = (dir.path().join("s.crt.pem"), dir.path().join("s.key.pem"));
+    std::fs::write(&cert_path, cert_pem).unwrap();
+    std::fs::write(&key_path, key_pem.as_bytes()).unwrap();
+    const N: usize = 4;
+    // s_server takes one client at a time and quits at stdin EOF: stdin stays an open pipe.
+    let mut started = None;
+    for attempt in 0..3 {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let accept = format!("127.0.0.1:{port}");
+        let mut cmd = Command::new(&openssl);
+        cmd.args(["s_server", "-dtls1_2", "-accept", &accept])
+            .arg("-cert")
+            .arg(&cert_path)
+            .arg("-key")
+            .arg(&key_path)
+            .args([
+                "-use_srtp",
+                "SRTP_AES128_CM_SHA1_80",
+                "-keymatexport",
+                "EXTRACTOR-dtls_srtp",
+                "-keymatexportlen",
+                "60",
+            ])
+            .args(["-verify", "1", "-naccept", &N.to_string()]);
+        let g = Guard::spawn(
+            cmd,
+            &dir.path().join(format!("s_server{attempt}.err")),
+            true,
+        );
+        if g.line(|l| l.trim() == "ACCEPT").is_some() {
+            started = Some((g, accept));
+            break;
+        }
+    }
+    let (mut s_server, accept) = started.expect("openssl s_server did not start");
+    let client_log = dir.path().join("client.keylog");
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &accept,
+            "--handshakes",
+            &N.to_string(),
+            "--connections",
+            "1",
+            "--no-progress",
+            "--keylog",
+        ])
+        .arg(&client_log)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    // With -naccept N, s_server exits after the N-th client's close_notify.
+    s_server.wait_exit(WAIT);
+    let printed: BTreeSet<String> = s_server
+        .rest(Duration::from_millis(200))
+        .iter()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("Keying material:")
+                .map(|h| h.trim().to_ascii_lowercase())
+        })
+        .collect();
+    let ours: BTreeSet<String> = read_jsonl(&client_log)
+        .iter()
+        .map(|l| s(l, "keying_material"))
+        .collect();
+    assert_eq!(ours.len(), N, "{}", text(&out));
+    assert!(read_jsonl(&client_log)
+        .iter()
+        .all(|l| s(l, "srtp_profile") == "SRTP_AES128_CM_SHA1_80"));
+    assert_eq!(
+        printed,
+        ours,
+        "s_server printed other keys\n{}",
+        s_server.stderr()
+    );
+}
+
+#[test]
+fn bad_flags_are_named() {
+    let o = run(&[
+        "lab",
+        "handshake",
+        "--target",
+        "not-an-address",
+        "--handshakes",
+        "1",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--target"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&[
+        "lab",
+        "handshake",
+        "--target",
+        "127.0.0.1:9",
+        "--handshakes",
+        "1",
+        "--cert-type",
+        "rsa-2048",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not offered by the engine"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&[
+        "lab",
+        "handshake-server",
+        "--listen",
+        "127.0.0.1:0",
+        "--srtp-profiles",
+        "SRTP_BOGUS",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--srtp-profiles"),
+        "{}",
+        text(&o)
+    );
+    let o = run(&["lab", "handshake", "--target", "127.0.0.1:9"]);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--handshakes"),
+        "{}",
+        text(&o)
+    );
+}
+
+fn num(row: &Value, key: &str) -> f64 {
+    let v = row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is no number in {row}"));
+    assert!(v.is_finite() && v > 0.0, "{key} = {v} in {row}");
+    v
+}
+
+#[test]
+fn in_memory_study_quick_has_every_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("hs.json");
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--in-memory",
+            "--quick",
+            "--no-progress",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let study = &v["studies"][0];
+    assert_eq!(study["study"], "handshake");
+    assert!(study["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("rounds"));
+    let tables = study["tables"].as_array().unwrap();
+    let table = |id: &str| {
+        tables
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap_or_else(|| panic!("no table {id}"))
+    };
+    let rows = table("handshake_in_memory")["rows"].as_array().unwrap();
+    let find = |stack: &str, cert: &str, cookies: &str| -> Vec<&Value> {
+        rows.iter()
+            .filter(|r| {
+                r["stack"].as_str().unwrap().starts_with(stack)
+                    && r["cert"] == cert
+                    && r["cookies"] == cookies
+            })
+            .collect()
+    };
+    // secrelay both sides, P-256 and P-384: measured, with the ratios.
+    for (cert, cookies) in [
+        ("ECDSA P-256", "yes"),
+        ("ECDSA P-256", "no"),
+        ("ECDSA P-384", "yes"),
+    ] {
+        let r = find("secrelay (dimpl", cert, cookies);
+        assert_eq!(r.len(), 1, "{cert} {cookies}");
+        for k in [
+            "handshakes_per_s",
+            "server_us",
+            "client_us",
+            "server_vs_floor",
+            "vs_openssl",
+        ] {
+            num(r[0], k);
+        }
+    }
+    // The engine's refusals are rows, not gaps.
+    for cert in ["ed25519", "rsa-2048", "rsa-3072"] {
+        let r = find("secrelay (dimpl", cert, "yes");
+        assert!(
+            r[0]["server_us"]["not_offered"]
+                .as_str()
+                .unwrap()
+                .contains("not offered by the engine"),
+            "{}",
+            r[0]
+        );
+    }
+    // OpenSSL with ECDSA P-256, RSA-2048 and RSA-3072 server certificates.
+    for cert in ["ECDSA P-256", "RSA-2048", "RSA-3072"] {
+        let r = find("OpenSSL", cert, "no");
+        assert_eq!(r.len(), 1, "OpenSSL {cert}");
+        num(r[0], "handshakes_per_s");
+        num(r[0], "server_us");
+    }
+    // secrelay's server under an OpenSSL client, per SRTP profile.
+    let profiles: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["stack"] == "secrelay server, OpenSSL client")
+        .filter_map(|r| r["srtp_profile"].as_str())
+        .collect();
+    for p in [
+        "SRTP_AES128_CM_SHA1_80",
+        "SRTP_AEAD_AES_128_GCM",
+        "SRTP_AEAD_AES_256_GCM",
+    ] {
+        assert!(profiles.contains(&p), "{profiles:?}");
+    }
+    // pion: measured, or not offered with the reason.
+    let pion: Vec<&Value> = rows.iter().filter(|r| r["client"] == "pion").collect();
+    assert!(!pion.is_empty());
+    for r in pion {
+        if r["server_us"].is_number() {
+            num(r, "server_us");
+            num(r, "handshakes_per_s");
+        } else {
+            assert!(
+                r["server_us"]["not_offered"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("not offered"),
+                "{r}"
+            );
+        }
+    }
+    // Instruction counts: present when valgrind is, else the reason is in the method.
+    let instructions = study["method"]["instructions"].as_str().unwrap();
+    if instructions.starts_with("callgrind") {
+        num(
+            find("secrelay (dimpl", "ECDSA P-256", "yes")[0],
+            "instructions",
+        );
+        num(find("OpenSSL", "ECDSA P-256", "no")[0], "instructions");
+    } else {
+        assert!(instructions.starts_with("not counted"), "{instructions}");
+    }
+    let floor = table("crypto_floor")["rows"].as_array().unwrap();
+    assert_eq!(floor.len(), 3);
+    for r in floor {
+        for k in ["sign_us", "verify_us", "keygen_us", "ecdh_us", "sum_us"] {
+            num(r, k);
+        }
+    }
+    let plot = &study["plots"][0];
+    let categories = plot["categories"].as_array().unwrap().len();
+    assert!(categories >= 8, "{plot}");
+    for s in plot["series"].as_array().unwrap() {
+        assert_eq!(s["points"].as_array().unwrap().len(), categories);
+    }
+}
