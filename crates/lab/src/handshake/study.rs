@@ -274,47 +274,12 @@ struct PionResult {
 }
 
 /// The pion-dtls program: `SECRELAY_PION_DTLS`, or built from `peers/pion-dtls` with `go build`
-/// into the lab's build folder (rebuilt when a source file is newer). Err: why it is not there.
+/// (Go's build cache makes a rebuild of unchanged sources cheap). Err: why it is not there.
 pub fn pion_binary() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("SECRELAY_PION_DTLS") {
         return Ok(PathBuf::from(p));
     }
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../peers/pion-dtls");
-    if !src.join("main.go").is_file() {
-        return Err(format!("not offered: the pion-dtls source is not at {}", src.display()));
-    }
-    let go = match Command::new("go").arg("version").output() {
-        Ok(o) if o.status.success() => o,
-        _ => return Err("not offered: Go toolchain not found".into()),
-    };
-    let _ = go;
-    let out = Path::new(env!("OUT_DIR")).join("pion-dtls");
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let newest_src = std::fs::read_dir(&src)
-        .map_err(|e| format!("not offered: reading {}: {e}", src.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "go" || x == "mod" || x == "sum"))
-        .filter_map(|p| modified(&p))
-        .max();
-    if let (Some(bin), Some(src_t)) = (modified(&out), newest_src) {
-        if bin >= src_t {
-            return Ok(out);
-        }
-    }
-    let o = Command::new("go")
-        .arg("build")
-        .arg("-o")
-        .arg(&out)
-        .arg(".")
-        .current_dir(&src)
-        .output()
-        .map_err(|e| format!("not offered: go build: {e}"))?;
-    if !o.status.success() {
-        let err = String::from_utf8_lossy(&o.stderr);
-        return Err(format!("not offered: go build failed: {}", err.lines().last().unwrap_or("").trim()));
-    }
-    Ok(out)
+    crate::go_peer::build("pion-dtls").map_err(|e| format!("not offered: {e}"))
 }
 
 fn run_pion(bin: &Path, handshakes: usize, cookies: bool) -> Result<PionResult, String> {
