@@ -28,6 +28,8 @@ pub enum LabCommand {
     All(StudyArgs),
     /// SRTP protect/unprotect per packet: every profile, audio/Opus/video sizes, secrelay beside libsrtp and others.
     Srtp(StudyArgs),
+    /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
+    Crypto(StudyArgs),
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -48,6 +50,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             (vec!["all".to_string()], a)
         }
         LabCommand::Srtp(a) => (vec!["srtp".to_string()], a),
+        LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,
