@@ -174,7 +174,7 @@ impl Study for CryptoStudy {
         let rows = rows();
         ctx.steps(rows.len() as u64 + 1);
         let keys = Keys::default();
-        let mut results: Vec<((Alg, Op), Vec<(Lib, Measured)>)> = Vec::new();
+        let mut results: Vec<RowResult> = Vec::new();
         for &(alg, op) in &rows {
             ctx.step(format!("{} {}", alg.name(), op.id()));
             let cells = Lib::ALL.iter().map(|&lib| (lib, measure(ctx, lib, alg, op, &keys))).collect();
@@ -246,7 +246,9 @@ impl Study for CryptoStudy {
     }
 }
 
-type Results = [((Alg, Op), Vec<(Lib, Measured)>)];
+/// One row's measurements: the (algorithm, operation) and each library's cell.
+type RowResult = ((Alg, Op), Vec<(Lib, Measured)>);
+type Results = [RowResult];
 
 fn main_table(results: &Results) -> Table {
     let mut t = Table::new(
@@ -391,7 +393,7 @@ fn nonce_table(results: &Results) -> Table {
 }
 
 fn bars(results: &Results, id: &str, title: &str, pick: impl Fn(Alg, Op) -> bool) -> Plot {
-    let picked: Vec<&((Alg, Op), Vec<(Lib, Measured)>)> = results.iter().filter(|((a, o), _)| pick(*a, *o)).collect();
+    let picked: Vec<&RowResult> = results.iter().filter(|((a, o), _)| pick(*a, *o)).collect();
     let categories: Vec<String> = picked.iter().map(|((a, _), _)| a.name()).collect();
     let series = Lib::ALL
         .iter()
