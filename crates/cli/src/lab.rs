@@ -30,6 +30,14 @@ pub enum LabCommand {
     Srtp(StudyArgs),
     /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
     Crypto(StudyArgs),
+    /// Child process for heap per operation under DHAT (internal).
+    #[command(name = "__mem", hide = true)]
+    Mem {
+        /// Study whose operation runs.
+        study: String,
+        /// Operation id.
+        id: String,
+    },
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -45,6 +53,7 @@ pub enum LabCommand {
 pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
     let (names, args) = match cmd {
         LabCommand::Count { study, quick } => return secrelay_lab::count_child(&study, quick),
+        LabCommand::Mem { study, id } => return secrelay_lab::mem_child(&study, &id),
         LabCommand::All(mut a) => {
             a.out.get_or_insert_with(|| PathBuf::from("lab-report"));
             (vec!["all".to_string()], a)

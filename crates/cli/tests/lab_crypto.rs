@@ -22,7 +22,7 @@ fn num(r: &Value, key: &str) -> Option<f64> {
 /// Checks a cell: a finite positive number, or not offered with a reason.
 fn check_cell(table: &str, key: &str, v: &Value) {
     if let Some(x) = v.as_f64() {
-        if key.ends_with("_spread") {
+        if key.ends_with("_spread") || key.ends_with("_peak") || key.ends_with("_alloc") || key.ends_with("_blocks") {
             assert!(x.is_finite() && x >= 0.0, "{table}.{key} = {x}");
         } else {
             assert!(x.is_finite() && x > 0.0, "{table}.{key} = {x}");
@@ -126,6 +126,29 @@ fn lab_crypto_quick() {
         _ => {
             assert!(method.starts_with("not counted"), "no counts and no reason: {method}");
             assert!(rsa_kg["awslc_instr"]["not_offered"].as_str().is_some_and(|r| r.starts_with("not counted")));
+        }
+    }
+
+    // Heap per operation: measured when valgrind is here, else the reason is stated. OpenSSL
+    // allocates while it signs (contexts, big numbers); a peak never exceeds what was allocated.
+    let memory = table(study, "crypto_memory");
+    for id in ["ecdsa-p256/sign", "rsa2048/sign"] {
+        let r = row(memory, id);
+        match (num(r, "openssl_peak"), num(r, "openssl_alloc"), num(r, "openssl_blocks")) {
+            (Some(peak), Some(alloc), Some(blocks)) => {
+                assert!(peak > 0.0 && blocks > 0.0, "{id}: OpenSSL peak {peak} B in {blocks} blocks");
+                assert!(peak <= alloc, "{id}: peak {peak} B above the {alloc} B allocated");
+            }
+            _ => {
+                let why = r["openssl_peak"]["not_offered"].as_str().expect("a reason");
+                assert!(why.starts_with("not measured"), "{id}: {why}");
+            }
+        }
+    }
+    for lib in LIBS {
+        let r = row(memory, "ecdsa-p256/sign");
+        if let (Some(peak), Some(alloc)) = (num(r, &format!("{lib}_peak")), num(r, &format!("{lib}_alloc"))) {
+            assert!(peak <= alloc, "{lib}: peak {peak} B above the {alloc} B allocated");
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod algs;
 mod awslc;
+pub mod mem;
 mod ossl;
 mod rc;
 
@@ -41,6 +42,60 @@ impl Keys {
         self.rsa.borrow_mut().insert(bits, der.clone());
         Ok(der)
     }
+
+    /// Writes the keys made so far into `dir` (`rsaBITS.der`), for child processes.
+    pub fn save(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        for (bits, der) in self.rsa.borrow().iter() {
+            std::fs::write(dir.join(format!("rsa{bits}.der")), der)?;
+        }
+        Ok(())
+    }
+
+    /// Reads the keys [`Keys::save`] wrote into `dir`.
+    pub fn load(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        for bits in algs::RSA_BITS {
+            match std::fs::read(dir.join(format!("rsa{bits}.der"))) {
+                Ok(der) => {
+                    self.rsa.borrow_mut().insert(bits, der);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The operations whose peak heap is measured: (library, algorithm, operation).
+fn memory_set(quick: bool) -> Vec<(Lib, Alg, Op)> {
+    let mut v = Vec::new();
+    if quick {
+        for lib in Lib::ALL {
+            v.push((lib, Alg::Ecdsa(Curve::P256), Op::Sign));
+        }
+        v.push((Lib::OpenSsl, Alg::Rsa(2048), Op::Sign));
+        return v;
+    }
+    for lib in [Lib::AwsLc, Lib::OpenSsl] {
+        v.push((lib, Alg::Rsa(2048), Op::Keygen));
+    }
+    for lib in Lib::ALL {
+        v.push((lib, Alg::Rsa(2048), Op::Sign));
+        v.push((lib, Alg::Rsa(2048), Op::Verify));
+        for op in [Op::Keygen, Op::Sign, Op::Verify] {
+            v.push((lib, Alg::Ecdsa(Curve::P256), op));
+        }
+        for op in [Op::Sign, Op::Verify] {
+            v.push((lib, Alg::Ecdsa(Curve::P384), op));
+            v.push((lib, Alg::Ed25519, op));
+        }
+        for c in [Curve::P256, Curve::X25519] {
+            for op in [Op::Ecdhe, Op::Ecdh] {
+                v.push((lib, Alg::Kex(c), op));
+            }
+        }
+    }
+    v
 }
 
 /// Prepares one operation in one library.
@@ -172,7 +227,7 @@ impl Study for CryptoStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let rows = rows();
-        ctx.steps(rows.len() as u64 + 1);
+        ctx.steps(rows.len() as u64 + 2);
         let keys = Keys::default();
         let mut results: Vec<RowResult> = Vec::new();
         for &(alg, op) in &rows {
@@ -189,9 +244,26 @@ impl Study for CryptoStudy {
             Err(why) => (Err(why.clone()), why),
         };
         ctx.done();
+        ctx.step("peak heap per operation under DHAT");
+        let mem_set = memory_set(ctx.quick());
+        let memory = match &ctx.opts.self_exe {
+            None => Err("not measured: the lab was not started from the secrelay binary".to_string()),
+            Some(exe) => {
+                let ids: Vec<String> = mem_set
+                    .iter()
+                    .filter(|&&(lib, alg, op)| {
+                        results.iter().any(|(k, cells)| *k == (alg, op) && cells.iter().any(|(l, m)| *l == lib && m.timing.is_ok()))
+                    })
+                    .map(|&(lib, alg, op)| counted_id(lib, alg, op))
+                    .collect();
+                mem::measure(exe, &ids, &keys)
+            }
+        };
+        ctx.done();
 
         let mut tables = vec![main_table(&results)];
         tables.push(instructions_table(&counts, counted_set(ctx.quick())));
+        tables.push(memory_table(&memory, &mem_set, &results));
         tables.push(ratio_table(
             "crypto_verify_vs_sign",
             "Verify ÷ sign, time (004: sign vs verify per curve; below 1: verify is cheaper)",
@@ -217,7 +289,8 @@ impl Study for CryptoStudy {
             bars(&results, "crypto_ecdhe", "ECDHE (ephemeral key generation + shared secret)", |_, o| o == Op::Ecdhe),
         ];
 
-        let notes = notes(&results, counts.as_ref().ok());
+        let mut notes = notes(&results, counts.as_ref().ok());
+        notes.push(memory_note(&memory));
         let method = ctx.method(
             "one operation on a 64-byte message (hashing included) or one key exchange, one thread; keys, peer public keys and the \
              signature to verify are made outside the timing, and one dry run checks each operation (signatures verify, both sides \
@@ -330,6 +403,86 @@ fn instructions_table(counts: &Result<BTreeMap<String, f64>, String>, set: Vec<(
         t.push(row);
     }
     t
+}
+
+fn memory_table(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, String>, set: &[(Lib, Alg, Op)], results: &Results) -> Table {
+    let mut t = Table::new(
+        "crypto_memory",
+        "Heap per operation (valgrind DHAT): bytes live at the operation's peak, bytes and blocks it allocated",
+    )
+    .col("id", "id")
+    .col("algorithm", "algorithm")
+    .col("operation", "operation");
+    for lib in Lib::ALL {
+        let k = lib.key();
+        t = t
+            .col_unit(&format!("{k}_peak"), &format!("{} peak heap", lib.name()), "B")
+            .col_unit(&format!("{k}_alloc"), &format!("{} allocated", lib.name()), "B")
+            .col_unit(&format!("{k}_blocks"), &format!("{} allocations", lib.name()), "");
+    }
+    let mut seen: Vec<(Alg, Op)> = Vec::new();
+    for &(_, alg, op) in set {
+        if !seen.contains(&(alg, op)) {
+            seen.push((alg, op));
+        }
+    }
+    for (alg, op) in seen {
+        let mut row: Vec<(String, Cell)> = vec![
+            ("id".into(), Cell::text(row_id(alg, op))),
+            ("algorithm".into(), Cell::text(alg.name())),
+            ("operation".into(), Cell::text(op.label(alg))),
+        ];
+        for lib in Lib::ALL {
+            let k = lib.key();
+            let timing = results
+                .iter()
+                .find(|(key, _)| *key == (alg, op))
+                .and_then(|(_, cells)| cells.iter().find(|(l, _)| *l == lib))
+                .map(|(_, m)| &m.timing);
+            let figures: Result<mem::Heap, String> = match (memory, timing) {
+                (_, Some(Err(why))) => Err(why.clone()),
+                (Err(why), _) => Err(why.clone()),
+                (Ok(_), _) if !set.contains(&(lib, alg, op)) => Err("not in this run's measured set (the full run measures more)".into()),
+                (Ok(m), _) => m.get(&counted_id(lib, alg, op)).cloned().unwrap_or_else(|| Err("not measured".into())),
+            };
+            match figures {
+                Ok(h) => {
+                    row.push((format!("{k}_peak"), Cell::num(h.peak)));
+                    row.push((format!("{k}_alloc"), Cell::num(h.allocated)));
+                    row.push((format!("{k}_blocks"), Cell::num(h.blocks)));
+                }
+                Err(why) => {
+                    for col in ["peak", "alloc", "blocks"] {
+                        row.push((format!("{k}_{col}"), Cell::not_offered(why.clone())));
+                    }
+                }
+            }
+        }
+        t.push(row);
+    }
+    t
+}
+
+fn memory_note(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, String>) -> String {
+    let method = "Heap per operation (valgrind DHAT, one child process per operation): bytes requested from malloc (C and Rust \
+                  alike) by the operation itself and live at its peak, with the bytes and blocks it allocated; measured on the \
+                  operation's second run (one-time set-up and lazily built tables are outside), excluding the keys and contexts \
+                  made beforehand, the stack, malloc's own overhead and static tables";
+    let Ok(m) = memory else {
+        return format!("{method}. {}", memory.as_ref().err().map(String::as_str).unwrap_or_default());
+    };
+    let p256: Vec<String> = Lib::ALL
+        .iter()
+        .filter_map(|&lib| {
+            let h = m.get(&counted_id(lib, Alg::Ecdsa(Curve::P256), Op::Sign))?.as_ref().ok()?;
+            Some(format!("{} {:.0} B at peak in {:.0} allocations", lib.name(), h.peak, h.blocks))
+        })
+        .collect();
+    if p256.is_empty() {
+        format!("{method}.")
+    } else {
+        format!("{method}. ECDSA P-256 signing: {}.", p256.join(", "))
+    }
 }
 
 fn ratio_table(id: &str, title: &str, results: &Results, pick: impl Fn(Alg) -> bool, num: Op, den: Op) -> Table {
@@ -449,7 +602,15 @@ fn notes(results: &Results, counts: Option<&BTreeMap<String, f64>>) -> Vec<Strin
         let mut parts = Vec::new();
         for c in [Curve::P256, Curve::X25519] {
             if let (Some(e), Some(s)) = (ns(Alg::Kex(c), Op::Ecdhe, lib), ns(Alg::Kex(c), Op::Ecdh, lib)) {
-                parts.push(format!("{} ECDHE costs {:.2}× the bare ECDH", c.name(), e / s));
+                let mut p = format!("{} ECDHE costs {:.2}× the bare ECDH", c.name(), e / s);
+                if let Some(cn) = counts {
+                    if let (Some(ei), Some(si)) =
+                        (cn.get(&counted_id(lib, Alg::Kex(c), Op::Ecdhe)), cn.get(&counted_id(lib, Alg::Kex(c), Op::Ecdh)))
+                    {
+                        p.push_str(&format!(" in time, {:.2}× in instructions", ei / si));
+                    }
+                }
+                parts.push(p);
             }
         }
         if !parts.is_empty() {
