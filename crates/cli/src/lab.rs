@@ -37,6 +37,16 @@ pub enum LabCommand {
     Handshake(crate::lab_handshake::HandshakeArgs),
     /// A DTLS-SRTP server on one UDP socket for many clients at once, with a keylog.
     HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
+    /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
+    Crypto(StudyArgs),
+    /// Child process for heap per operation under DHAT (internal).
+    #[command(name = "__mem", hide = true)]
+    Mem {
+        /// Study whose operation runs.
+        study: String,
+        /// Operation id.
+        id: String,
+    },
     /// Child process for instruction counts under callgrind (internal).
     #[command(name = "__count", hide = true)]
     Count {
@@ -52,6 +62,7 @@ pub enum LabCommand {
 pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
     let (names, args) = match cmd {
         LabCommand::Count { study, quick } => return secrelay_lab::count_child(&study, quick),
+        LabCommand::Mem { study, id } => return secrelay_lab::mem_child(&study, &id),
         LabCommand::All(mut a) => {
             a.out.get_or_insert_with(|| PathBuf::from("lab-report"));
             (vec!["all".to_string()], a)
@@ -64,6 +75,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             Some(study_args) => (vec!["handshake".to_string()], study_args),
             None => return Ok(()),
         },
+        LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

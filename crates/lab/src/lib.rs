@@ -192,6 +192,15 @@ pub fn count_child(study_name: &str, quick: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The child side of per-operation heap measurement: `secrelay lab __mem STUDY ID`
+/// (run under valgrind's DHAT; only `crypto` has one).
+pub fn mem_child(study_name: &str, id: &str) -> anyhow::Result<()> {
+    match study_name {
+        "crypto" => studies::crypto::mem::child(id),
+        _ => bail!("study {study_name:?} measures no heap per operation"),
+    }
+}
+
 /// Runs the named studies (all of them for `["all"]`), prints their tables, writes JSON and,
 /// with `out`, the report. Returns what was measured.
 pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {

@@ -2,6 +2,7 @@
 
 pub mod amortization;
 pub mod biterror;
+pub mod crypto;
 pub mod srtp;
 pub mod srtp_peers;
 pub mod symmetric;
@@ -10,6 +11,7 @@ pub mod symmetric;
 pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
     vec![
         &srtp::SrtpStudy,
+        &crypto::CryptoStudy,
         &amortization::AmortizationStudy,
         &biterror::BiterrorStudy,
         &crate::handshake::study::HandshakeStudy,
