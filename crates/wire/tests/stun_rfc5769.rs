@@ -154,6 +154,11 @@ fn framing_errors() {
     let mut after = SAMPLE_REQUEST.to_vec();
     after.extend_from_slice(&[0x00, 0x25, 0x00, 0x00]);
     after[3] += 4;
+    // With the length changed the FINGERPRINT no longer matches; recompute it so that only
+    // the order is wrong.
+    let fp_at = SAMPLE_REQUEST.len() - 8;
+    let crc = crc32fast::hash(&after[..fp_at]) ^ 0x5354_554E;
+    after[fp_at + 4..fp_at + 8].copy_from_slice(&crc.to_be_bytes());
     assert_eq!(Message::parse(&after).unwrap_err(), StunError::BadOrder);
     // No MESSAGE-INTEGRITY.
     let mut buf = [0u8; 64];
