@@ -3,27 +3,14 @@
 //! more packets than ECDSA P-256 key generation; a signature costs at least one audio packet's
 //! worth less than the key generation for RSA).
 
-use std::process::Command;
+mod lab_support;
 
-use serde_json::Value;
+use lab_support::{rows, run_study};
 
 #[test]
 fn amortization_quick_rows_and_facts() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("a.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", "amortization", "--quick", "--no-progress", "--json"])
-        .arg(&json)
-        .output()
-        .expect("run secrelay");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let study = &v["studies"][0];
-    let rows = study["tables"][0]["rows"].as_array().unwrap();
+    let (study, _) = run_study("amortization");
+    let rows = rows(&study, "amortization");
     let get = |op: &str, lib: &str, stack: &str, key: &str| -> f64 {
         let r = rows
             .iter()

@@ -2,38 +2,37 @@
 //! one flipped bit does what each mode's structure says (seed 002's table), while the
 //! authenticated modes and SRTP refuse the tampered data.
 
-use std::process::Command;
+mod lab_support;
 
+use lab_support::{run_study, PROFILES};
 use serde_json::Value;
 
 fn num(row: &Value, key: &str) -> f64 {
-    row[key].as_f64().unwrap_or_else(|| panic!("{key} is not a number in {row}"))
+    row[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {row}"))
 }
 
 fn text<'a>(row: &'a Value, key: &str) -> &'a str {
-    row[key].as_str().unwrap_or_else(|| panic!("{key} is not text in {row}"))
+    row[key]
+        .as_str()
+        .unwrap_or_else(|| panic!("{key} is not text in {row}"))
 }
 
 const STREAMS: [&str; 3] = ["raw", "ulaw", "opus"];
 
 #[test]
 fn biterror_quick_json() {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("biterror.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", "biterror", "--quick", "--no-progress", "--json"])
-        .arg(&json)
-        .output()
-        .expect("the secrelay binary runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (study, stdout) = run_study("biterror");
+    let study = &study;
     assert!(stdout.contains("rejected (AuthFailed)"), "{stdout}");
-
-    let v: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    let study = &v["studies"][0];
-    assert_eq!(study["study"], "biterror");
     let table = |id: &str| -> Vec<Value> {
-        study["tables"].as_array().unwrap().iter().find(|t| t["id"] == id).unwrap_or_else(|| panic!("no table {id}"))["rows"]
+        study["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["id"] == id)
+            .unwrap_or_else(|| panic!("no table {id}"))["rows"]
             .as_array()
             .unwrap()
             .clone()
@@ -49,7 +48,14 @@ fn biterror_quick_json() {
     // The seed's table: (cipher, mode, bytes the mode puts at risk).
     let mut expected: Vec<(&str, &str, Option<f64>)> = Vec::new();
     for aes in ["AES-128", "AES-256"] {
-        for (mode, n) in [("ECB", 16.0), ("CBC", 17.0), ("CFB-128", 17.0), ("CFB-8", 17.0), ("OFB", 1.0), ("CTR", 1.0)] {
+        for (mode, n) in [
+            ("ECB", 16.0),
+            ("CBC", 17.0),
+            ("CFB-128", 17.0),
+            ("CFB-8", 17.0),
+            ("OFB", 1.0),
+            ("CTR", 1.0),
+        ] {
             expected.push((aes, mode, Some(n)));
         }
         expected.push((aes, "GCM", None));
@@ -70,9 +76,15 @@ fn biterror_quick_json() {
                 for s in STREAMS {
                     let b = num(&r, &format!("{s}_bytes"));
                     // A garbled byte equals the plaintext by chance 1 time in 256.
-                    assert!(b == *n || b == n - 1.0, "{cipher} {mode} {s}: {b} bytes of {n}");
+                    assert!(
+                        b == *n || b == n - 1.0,
+                        "{cipher} {mode} {s}: {b} bytes of {n}"
+                    );
                     let samples = num(&r, &format!("{s}_samples"));
-                    assert!(samples >= 1.0, "{cipher} {mode} {s}: the damage reaches the decoded audio");
+                    assert!(
+                        samples >= 1.0,
+                        "{cipher} {mode} {s}: the damage reaches the decoded audio"
+                    );
                 }
                 if *cipher == "RC4-128" {
                     assert!(r["openssl_agrees"]["not_offered"].is_string(), "{r}");
@@ -82,7 +94,11 @@ fn biterror_quick_json() {
             }
             None => {
                 for s in STREAMS {
-                    assert_eq!(text(&r, &format!("{s}_bytes")), "rejected", "{cipher} {mode}");
+                    assert_eq!(
+                        text(&r, &format!("{s}_bytes")),
+                        "rejected",
+                        "{cipher} {mode}"
+                    );
                 }
                 assert!(text(&r, "verdict").starts_with("rejected"));
                 assert_eq!(text(&r, "openssl_agrees"), "yes");
@@ -97,26 +113,25 @@ fn biterror_quick_json() {
         assert_eq!(num(&row(aes, "CBC"), "raw_bytes"), 17.0);
         for mode in ["CTR", "OFB"] {
             for s in STREAMS {
-                assert_eq!(num(&row(aes, mode), &format!("{s}_bytes")), 1.0, "{aes} {mode} {s}");
+                assert_eq!(
+                    num(&row(aes, mode), &format!("{s}_bytes")),
+                    1.0,
+                    "{aes} {mode} {s}"
+                );
             }
             assert_eq!(num(&row(aes, mode), "ulaw_samples"), 1.0);
         }
     }
 
     // SRTP: every profile rejects the tampered packet, and only it.
-    let profiles = [
-        "AES_CM_128_HMAC_SHA1_80",
-        "AES_CM_128_HMAC_SHA1_32",
-        "AES_256_CM_HMAC_SHA1_80",
-        "AES_256_CM_HMAC_SHA1_32",
-        "AEAD_AES_128_GCM",
-        "AEAD_AES_256_GCM",
-        "NULL_HMAC_SHA1_80",
-    ];
+    let profiles = PROFILES;
     let srtp = table("biterror_srtp");
     assert_eq!(srtp.len(), profiles.len() * STREAMS.len());
     for p in profiles {
-        let r = rows.iter().find(|r| r["cipher"] == format!("SRTP {p}")).unwrap_or_else(|| panic!("no SRTP row {p}"));
+        let r = rows
+            .iter()
+            .find(|r| r["cipher"] == format!("SRTP {p}"))
+            .unwrap_or_else(|| panic!("no SRTP row {p}"));
         assert_eq!(text(r, "verdict"), "packet rejected (AuthFailed)");
         for s in STREAMS {
             assert_eq!(text(r, &format!("{s}_bytes")), "rejected");

@@ -106,6 +106,18 @@ impl Guard {
         None
     }
 
+    /// Sends `signal` (e.g. "-TERM") and waits for the exit.
+    fn stop(&mut self, signal: &str) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .expect("kill")
+            .success());
+        self.wait_exit(WAIT)
+            .unwrap_or_else(|| panic!("no exit after kill {signal}\n{}", self.stderr()))
+    }
+
     fn stderr(&self) -> String {
         std::fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
@@ -203,15 +215,7 @@ fn load_generator_against_handshake_server_keys_match() {
     );
 
     // SIGTERM: the server stops cleanly and says so.
-    let pid = server.child.id().to_string();
-    let k = Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(k.success());
-    let status = server
-        .wait_exit(WAIT)
-        .unwrap_or_else(|| panic!("server did not exit on SIGTERM\n{}", server.stderr()));
+    let status = server.stop("-TERM");
     assert!(
         status.success(),
         "server exit {status:?}\n{}",
@@ -324,13 +328,7 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["completed"], 0, "{r}");
     assert_eq!(r["failed"], 2, "{r}");
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-INT", &pid])
-        .status()
-        .unwrap()
-        .success());
-    let status = server.wait_exit(WAIT).expect("server exits on SIGINT");
+    let status = server.stop("-INT");
     assert!(status.success());
     assert!(
         server.stderr().contains("fingerprint mismatch: 2"),
@@ -411,13 +409,7 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     assert!(out.status.success(), "{}", text(&out));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["completed"], 0, "{r}");
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    assert!(server.wait_exit(WAIT).expect("server exits").success());
+    assert!(server.stop("-TERM").success());
     assert!(
         server.stderr().contains("not trusted by the CA: 1"),
         "{}",
@@ -479,13 +471,7 @@ fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
         assert!(Instant::now() < deadline, "{}", server.stderr());
         std::thread::sleep(Duration::from_millis(100));
     }
-    let pid = server.child.id().to_string();
-    assert!(Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap()
-        .success());
-    assert!(server.wait_exit(WAIT).expect("server exits").success());
+    assert!(server.stop("-TERM").success());
     let err = server.stderr();
     assert!(err.contains("(idle timeout): 4"), "{err}");
     assert!(err.contains("completed 0"), "{err}");

@@ -2,36 +2,18 @@
 //! finite and positive (or the cell says why the stack lacks the profile), and the method is
 //! recorded.
 
-use std::process::Command;
+mod lab_support;
 
-use serde_json::Value;
-
-fn run_lab(study: &str) -> Value {
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("out.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", study, "--quick", "--no-progress", "--json"])
-        .arg(&json)
-        .output()
-        .expect("run secrelay");
-    assert!(
-        out.status.success(),
-        "lab {study} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("SRTP cost per RTP packet"),
-        "table printed:\n{text}"
-    );
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
-}
+use lab_support::{rows, run_study, PROFILES};
 
 #[test]
 fn lab_srtp_quick_has_every_row_with_finite_figures() {
-    let v = run_lab("srtp");
-    let study = &v["studies"][0];
-    assert_eq!(study["study"], "srtp");
+    let (study, stdout) = run_study("srtp");
+    let study = &study;
+    assert!(
+        stdout.contains("SRTP cost per RTP packet"),
+        "table printed:\n{stdout}"
+    );
     let method = &study["method"];
     for key in [
         "timed",
@@ -49,16 +31,7 @@ fn lab_srtp_quick_has_every_row_with_finite_figures() {
         .as_str()
         .unwrap()
         .contains("2.3"));
-    let rows = study["tables"][0]["rows"].as_array().unwrap();
-    let profiles = [
-        "AES_CM_128_HMAC_SHA1_80",
-        "AES_CM_128_HMAC_SHA1_32",
-        "AES_256_CM_HMAC_SHA1_80",
-        "AES_256_CM_HMAC_SHA1_32",
-        "AEAD_AES_128_GCM",
-        "AEAD_AES_256_GCM",
-        "NULL_HMAC_SHA1_80",
-    ];
+    let rows = rows(study, "srtp_per_packet");
     let stacks = [
         "secrelay",
         "secrelay/rustcrypto",
@@ -67,7 +40,7 @@ fn lab_srtp_quick_has_every_row_with_finite_figures() {
         "webrtc-srtp (webrtc-rs)",
         "pion/srtp (Go)",
     ];
-    for p in profiles {
+    for p in PROFILES {
         for size in ["opus 100 B", "audio 172 B", "video 1200 B"] {
             for s in stacks {
                 let row = rows

@@ -30,13 +30,19 @@ pub fn write(dir: &Path, output: &LabOutput) -> anyhow::Result<()> {
             let png = files.unique(&p.id);
             let path = dir.join(&png);
             render_png(p, &path).with_context(|| format!("writing {}", path.display()))?;
-            plots.push(RenderedPlot { anchor: files.anchor("plot", &study.study, &p.id), title: &p.title, svg, png });
+            plots.push(RenderedPlot {
+                anchor: files.anchor("plot", &study.study, &p.id),
+                title: &p.title,
+                svg,
+                png,
+            });
         }
         sections.push(study_section(study, &plots, &mut files));
     }
     let page = page(output, &sections);
     let path = dir.join("report.html");
-    std::fs::write(&path, page.into_string()).with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, page.into_string())
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -88,7 +94,13 @@ impl FileNames {
 fn safe_name(s: &str) -> String {
     let mut out: String = s
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if out.is_empty() || out.starts_with('.') {
         out.insert(0, '_');
@@ -104,12 +116,26 @@ struct Section {
     body: Markup,
 }
 
-fn study_section(study: &StudyReport, plots: &[RenderedPlot<'_>], files: &mut FileNames) -> Section {
+fn study_section(
+    study: &StudyReport,
+    plots: &[RenderedPlot<'_>],
+    files: &mut FileNames,
+) -> Section {
     let anchor = files.anchor("study", &study.study, "");
-    let tables: Vec<(String, &Table)> =
-        study.tables.iter().map(|t| (files.anchor("table", &study.study, &t.id), t)).collect();
-    let mut entries: Vec<(String, String)> = tables.iter().map(|(a, t)| (a.clone(), t.title.clone())).collect();
-    entries.extend(plots.iter().map(|p| (p.anchor.clone(), p.title.to_string())));
+    let tables: Vec<(String, &Table)> = study
+        .tables
+        .iter()
+        .map(|t| (files.anchor("table", &study.study, &t.id), t))
+        .collect();
+    let mut entries: Vec<(String, String)> = tables
+        .iter()
+        .map(|(a, t)| (a.clone(), t.title.clone()))
+        .collect();
+    entries.extend(
+        plots
+            .iter()
+            .map(|p| (p.anchor.clone(), p.title.to_string())),
+    );
     let method_anchor = files.anchor("method", &study.study, "");
     entries.push((method_anchor.clone(), "Method".into()));
     let body = html! {
@@ -140,7 +166,12 @@ fn study_section(study: &StudyReport, plots: &[RenderedPlot<'_>], files: &mut Fi
             }
         }
     };
-    Section { anchor, title: study.title.clone(), entries, body }
+    Section {
+        anchor,
+        title: study.title.clone(),
+        entries,
+        body,
+    }
 }
 
 fn table(anchor: &str, t: &Table) -> Markup {
@@ -193,7 +224,13 @@ fn method(m: &Method) -> Markup {
 }
 
 fn machine_line(m: &Machine) -> String {
-    format!("{}, {} logical CPUs, {} GiB, {}", m.cpu_model, m.cores, format_num(m.memory_gib), m.os)
+    format!(
+        "{}, {} logical CPUs, {} GiB, {}",
+        m.cpu_model,
+        m.cores,
+        format_num(m.memory_gib),
+        m.os
+    )
 }
 
 fn versions(v: &BTreeMap<String, String>) -> Markup {
@@ -204,7 +241,11 @@ fn versions(v: &BTreeMap<String, String>) -> Markup {
 
 fn page(output: &LabOutput, sections: &[Section]) -> Markup {
     let generated = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let machine = output.studies.first().map(|s| s.method.machine.clone()).unwrap_or_else(Machine::detect);
+    let machine = output
+        .studies
+        .first()
+        .map(|s| s.method.machine.clone())
+        .unwrap_or_else(Machine::detect);
     let mut all_versions: BTreeMap<String, String> = BTreeMap::new();
     for s in &output.studies {
         for (k, v) in &s.method.versions {

@@ -55,7 +55,10 @@ fn lines(id: &str, log_y: bool, series: Vec<Series>) -> Plot {
 }
 
 fn series(name: &str, points: Vec<(f64, f64)>) -> Series {
-    Series { name: name.into(), points }
+    Series {
+        name: name.into(),
+        points,
+    }
 }
 
 fn synthetic() -> LabOutput {
@@ -75,18 +78,31 @@ fn synthetic() -> LabOutput {
         ("ns", Cell::not_offered("OpenSSL 3 refuses <RC4> & friends")),
         ("big", 0.5.into()),
     ]);
-    let wide: Vec<(String, Cell)> = (0..30).map(|i| (format!("c{i}"), Cell::num(i as f64 * 1000.5))).collect();
+    let wide: Vec<(String, Cell)> = (0..30)
+        .map(|i| (format!("c{i}"), Cell::num(i as f64 * 1000.5)))
+        .collect();
     let mut wide_table = Table::new("wide", "A wide table");
     for i in 0..30 {
         wide_table = wide_table.col_unit(&format!("c{i}"), &format!("column {i}"), "ns");
     }
     wide_table.push(wide);
 
-    let short: Vec<String> = ["AES-128-CM", "AES-256-CM", "GCM-128", HOSTILE].iter().map(|s| s.to_string()).collect();
-    let long: Vec<String> =
-        (0..14).map(|i| format!("a rather long category name number {i} that needs rotating")).collect();
+    let short: Vec<String> = ["AES-128-CM", "AES-256-CM", "GCM-128", HOSTILE]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let long: Vec<String> = (0..14)
+        .map(|i| format!("a rather long category name number {i} that needs rotating"))
+        .collect();
     let many: Vec<Series> = (0..13)
-        .map(|j| series(&format!("library {j}"), (0..14).map(|i| (i as f64, (1 + i + j) as f64 * 10.0)).collect()))
+        .map(|j| {
+            series(
+                &format!("library {j}"),
+                (0..14)
+                    .map(|i| (i as f64, (1 + i + j) as f64 * 10.0))
+                    .collect(),
+            )
+        })
         .collect();
     let plots = vec![
         bars(
@@ -94,11 +110,17 @@ fn synthetic() -> LabOutput {
             true,
             short.clone(),
             vec![
-                series("secrelay", vec![(0.0, 120.0), (1.0, 150.0), (2.0, 90.0), (3.0, 5000.0)]),
+                series(
+                    "secrelay",
+                    vec![(0.0, 120.0), (1.0, 150.0), (2.0, 90.0), (3.0, 5000.0)],
+                ),
                 // By category index, skipping one it has no figure for.
                 series("libsrtp", vec![(0.0, 140.0), (2.0, 100.0), (3.0, 6000.0)]),
                 // By position, x ignored.
-                series("openssl", vec![(0.0, 130.0), (0.0, 160.0), (0.0, 95.0), (0.0, 5500.0)]),
+                series(
+                    "openssl",
+                    vec![(0.0, 130.0), (0.0, 160.0), (0.0, 95.0), (0.0, 5500.0)],
+                ),
                 series("empty", vec![]),
             ],
         ),
@@ -107,8 +129,14 @@ fn synthetic() -> LabOutput {
             "lines_linear",
             false,
             vec![
-                series("secrelay", vec![(20.0, 90.0), (172.0, 120.0), (1200.0, 600.0)]),
-                series(HOSTILE, vec![(20.0, 110.0), (172.0, 150.0), (1200.0, 800.0)]),
+                series(
+                    "secrelay",
+                    vec![(20.0, 90.0), (172.0, 120.0), (1200.0, 600.0)],
+                ),
+                series(
+                    HOSTILE,
+                    vec![(20.0, 110.0), (172.0, 150.0), (1200.0, 800.0)],
+                ),
                 series("one point", vec![(172.0, 300.0)]),
                 series("nothing", vec![]),
             ],
@@ -118,7 +146,15 @@ fn synthetic() -> LabOutput {
             true,
             vec![
                 series("fast", vec![(1.0, 0.5), (10.0, 5.0), (100.0, 50.0)]),
-                series("slow", vec![(1.0, 50.0), (10.0, 5000.0), (100.0, 500000.0), (1000.0, 0.0)]),
+                series(
+                    "slow",
+                    vec![
+                        (1.0, 50.0),
+                        (10.0, 5000.0),
+                        (100.0, 500000.0),
+                        (1000.0, 0.0),
+                    ],
+                ),
             ],
         ),
         lines("empty_plot", false, vec![]),
@@ -139,10 +175,17 @@ fn synthetic() -> LabOutput {
         method: method(),
         tables: Vec::new(),
         // Same id as a plot of the first study: the PNG must not overwrite it.
-        plots: vec![lines("lines_log", false, vec![series("x", vec![(0.0, 1.0), (1.0, 2.0)])])],
+        plots: vec![lines(
+            "lines_log",
+            false,
+            vec![series("x", vec![(0.0, 1.0), (1.0, 2.0)])],
+        )],
         notes: Vec::new(),
     };
-    LabOutput { secrelay: "0.0.0-test".into(), studies: vec![first, second] }
+    LabOutput {
+        secrelay: "0.0.0-test".into(),
+        studies: vec![first, second],
+    }
 }
 
 #[test]
@@ -155,7 +198,14 @@ fn report_renders_in_headless_chromium() {
 
     // Every plot has a PNG that decodes, is at least 800×400 and is not blank; the
     // duplicate id got its own file.
-    let pngs = ["bars_log", "bars_many", "lines_linear", "lines_log", "empty_plot", "lines_log-2"];
+    let pngs = [
+        "bars_log",
+        "bars_many",
+        "lines_linear",
+        "lines_log",
+        "empty_plot",
+        "lines_log-2",
+    ];
     for name in pngs {
         let (w, h, colors) = support::png_stats(&dir.path().join(format!("{name}.png")));
         assert!(w >= 800 && h >= 400, "{name}.png is {w}×{h}");
@@ -167,36 +217,72 @@ fn report_renders_in_headless_chromium() {
     // Structure: one inline SVG per plot, no external resource, escaped data, "not offered"
     // with its reason, the method in a details block, a table of contents.
     assert_eq!(html.matches("<svg").count(), pngs.len());
-    assert!(!html.contains("<b id=\"injected\""), "a data string went into the page unescaped");
-    assert!(html.contains("&lt;/td&gt;&lt;b id="), "the hostile name is shown escaped");
-    assert!(html.contains("title=\"OpenSSL 3 refuses &lt;RC4&gt; &amp; friends\""), "not-offered reason as a tooltip");
+    assert!(
+        !html.contains("<b id=\"injected\""),
+        "a data string went into the page unescaped"
+    );
+    assert!(
+        html.contains("&lt;/td&gt;&lt;b id="),
+        "the hostile name is shown escaped"
+    );
+    assert!(
+        html.contains("title=\"OpenSSL 3 refuses &lt;RC4&gt; &amp; friends\""),
+        "not-offered reason as a tooltip"
+    );
     assert!(html.contains("class=\"na\""));
-    assert!(!html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link"));
+    assert!(
+        !html.contains("src=\"http") && !html.contains("href=\"http") && !html.contains("<link")
+    );
     assert!(html.contains("<details class=\"method\""));
-    for anchor in
-        ["study-synthetic", "table-synthetic-costs", "plot-synthetic-bars_log", "study-second", "plot-second-lines_log"]
-    {
-        assert!(html.contains(&format!("href=\"#{anchor}\"")), "table of contents links {anchor}");
-        assert!(html.contains(&format!("id=\"{anchor}\"")), "{anchor} exists");
+    for anchor in [
+        "study-synthetic",
+        "table-synthetic-costs",
+        "plot-synthetic-bars_log",
+        "study-second",
+        "plot-second-lines_log",
+    ] {
+        assert!(
+            html.contains(&format!("href=\"#{anchor}\"")),
+            "table of contents links {anchor}"
+        );
+        assert!(
+            html.contains(&format!("id=\"{anchor}\"")),
+            "{anchor} exists"
+        );
     }
-    assert!(html.contains("1,234,567") && html.contains("123"), "numbers formatted like format_num");
+    assert!(
+        html.contains("1,234,567") && html.contains("123"),
+        "numbers formatted like format_num"
+    );
 
-    let Some(chromium) = support::chromium("report_renders_in_headless_chromium (browser part)") else { return };
+    let Some(chromium) = support::chromium("report_renders_in_headless_chromium (browser part)")
+    else {
+        return;
+    };
     let (check, dom) = support::render_check(&chromium, &page);
     support::assert_rendered(&check, pngs.len());
-    assert!(!dom.contains("<b id=\"injected\""), "an injected element exists in the rendered DOM");
+    assert!(
+        !dom.contains("<b id=\"injected\""),
+        "an injected element exists in the rendered DOM"
+    );
 
     let shot = dir.path().join("screenshot.png");
     support::screenshot(&chromium, &page, &shot);
     let (w, h, colors) = support::png_stats(&shot);
     assert!(w > 0 && h > 0);
-    assert!(colors > 16, "the screenshot is nearly blank: {colors} distinct pixel values");
+    assert!(
+        colors > 16,
+        "the screenshot is nearly blank: {colors} distinct pixel values"
+    );
 }
 
 #[test]
 fn report_of_nothing_is_still_a_page() {
     let dir = tempfile::tempdir().unwrap();
-    let output = LabOutput { secrelay: "0.0.0-test".into(), studies: Vec::new() };
+    let output = LabOutput {
+        secrelay: "0.0.0-test".into(),
+        studies: Vec::new(),
+    };
     secrelay_lab::report::write(dir.path(), &output).expect("report written");
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
     assert!(html.contains("No study ran."));

@@ -11,7 +11,11 @@ use crate::{Codec, Error};
 /// Encodes one 16-bit sample as G.711 μ-law.
 pub const fn ulaw_encode(x: i16) -> u8 {
     // 14-bit magnitude (one's complement for negatives), plus the μ-law bias of 33.
-    let (mag, sign) = if x < 0 { ((!x) as i32 >> 2, 0x00) } else { ((x as i32) >> 2, 0x80) };
+    let (mag, sign) = if x < 0 {
+        ((!x) as i32 >> 2, 0x00)
+    } else {
+        ((x as i32) >> 2, 0x80)
+    };
     let mut biased = mag + 33;
     if biased > 0x1FFF {
         biased = 0x1FFF;
@@ -43,7 +47,11 @@ const fn ulaw_decode_slow(code: u8) -> i16 {
 /// Encodes one 16-bit sample as G.711 A-law.
 pub const fn alaw_encode(x: i16) -> u8 {
     // 12-bit magnitude (13-bit signed range), one's complement for negatives.
-    let (mag, sign) = if x < 0 { ((!x) as i32 >> 3, 0x00) } else { ((x as i32) >> 3, 0x80) };
+    let (mag, sign) = if x < 0 {
+        ((!x) as i32 >> 3, 0x00)
+    } else {
+        ((x as i32) >> 3, 0x80)
+    };
     let code = if mag < 32 {
         mag >> 1
     } else {
@@ -64,7 +72,11 @@ const fn alaw_decode_slow(code: u8) -> i16 {
     let seg = ((c >> 4) & 0x07) as i32;
     let step = (c & 0x0F) as i32;
     // Midpoint of the step in the 12-bit domain, scaled by 8.
-    let mag = if seg == 0 { (step << 1) + 1 } else { ((step << 1) + 33) << (seg - 1) } << 3;
+    let mag = if seg == 0 {
+        (step << 1) + 1
+    } else {
+        ((step << 1) + 33) << (seg - 1)
+    } << 3;
     if c & 0x80 != 0 {
         mag as i16
     } else {
@@ -76,7 +88,11 @@ const fn table(ulaw: bool) -> [i16; 256] {
     let mut t = [0i16; 256];
     let mut i = 0;
     while i < 256 {
-        t[i] = if ulaw { ulaw_decode_slow(i as u8) } else { alaw_decode_slow(i as u8) };
+        t[i] = if ulaw {
+            ulaw_decode_slow(i as u8)
+        } else {
+            alaw_decode_slow(i as u8)
+        };
         i += 1;
     }
     t
@@ -218,7 +234,10 @@ mod tests {
         for c in 0..=255u8 {
             // 0x7F is μ-law's negative zero: it decodes to 0, which encodes as 0xFF.
             let back = ulaw_encode(ulaw_decode(c));
-            assert!(back == c || (c == 0x7F && back == 0xFF), "μ-law {c:#04x} → {back:#04x}");
+            assert!(
+                back == c || (c == 0x7F && back == 0xFF),
+                "μ-law {c:#04x} → {back:#04x}"
+            );
             assert_eq!(alaw_encode(alaw_decode(c)), c, "A-law {c:#04x}");
         }
     }
@@ -259,14 +278,21 @@ mod tests {
     }
 
     fn snr_db(codec: &mut dyn Codec, amplitude: f64) -> f64 {
-        let pcm: Vec<i16> =
-            (0..8000).map(|i| (amplitude * (2.0 * std::f64::consts::PI * 1004.0 * i as f64 / 8000.0).sin()) as i16).collect();
+        let pcm: Vec<i16> = (0..8000)
+            .map(|i| {
+                (amplitude * (2.0 * std::f64::consts::PI * 1004.0 * i as f64 / 8000.0).sin()) as i16
+            })
+            .collect();
         let mut coded = Vec::new();
         codec.from_pcm(&pcm, &mut coded).unwrap();
         let mut back = Vec::new();
         codec.to_pcm(&coded, &mut back).unwrap();
         let signal: f64 = pcm.iter().map(|&s| (s as f64).powi(2)).sum();
-        let noise: f64 = pcm.iter().zip(&back).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+        let noise: f64 = pcm
+            .iter()
+            .zip(&back)
+            .map(|(&a, &b)| (a as f64 - b as f64).powi(2))
+            .sum();
         10.0 * (signal / noise).log10()
     }
 
@@ -290,8 +316,18 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(Pcma.from_pcm(&[0, -8000], &mut out).unwrap(), 2);
         assert_eq!(out, [0xD5, 0x0A]);
-        assert_eq!((Pcmu.encoding_name(), Pcmu.payload_type(), Pcmu.clock_rate()), ("PCMU", 0, 8000));
-        assert_eq!((Pcma.encoding_name(), Pcma.payload_type(), Pcma.frame_samples()), ("PCMA", 8, 160));
+        assert_eq!(
+            (Pcmu.encoding_name(), Pcmu.payload_type(), Pcmu.clock_rate()),
+            ("PCMU", 0, 8000)
+        );
+        assert_eq!(
+            (
+                Pcma.encoding_name(),
+                Pcma.payload_type(),
+                Pcma.frame_samples()
+            ),
+            ("PCMA", 8, 160)
+        );
         let mut lost = Vec::new();
         assert_eq!(Pcmu.conceal(&mut lost).unwrap(), 160);
         assert!(lost.iter().all(|&s| s == 0));

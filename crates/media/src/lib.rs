@@ -62,7 +62,10 @@ impl fmt::Display for Error {
             Error::Encode(why) => write!(f, "cannot encode PCM: {why}"),
             Error::Setup(why) => write!(f, "cannot set up codec: {why}"),
             Error::RateMismatch { from, to } => {
-                write!(f, "PCM rates differ ({from} Hz → {to} Hz); transcoding needs a resampler")
+                write!(
+                    f,
+                    "PCM rates differ ({from} Hz → {to} Hz); transcoding needs a resampler"
+                )
             }
         }
     }
@@ -109,7 +112,10 @@ impl Transcoder {
     /// A transcoder from `from`'s payloads to `to`'s; both must run at one PCM rate.
     pub fn new(from: Box<dyn Codec>, to: Box<dyn Codec>) -> Result<Transcoder, Error> {
         if from.pcm_rate() != to.pcm_rate() {
-            return Err(Error::RateMismatch { from: from.pcm_rate(), to: to.pcm_rate() });
+            return Err(Error::RateMismatch {
+                from: from.pcm_rate(),
+                to: to.pcm_rate(),
+            });
         }
         let pcm = Vec::with_capacity(from.frame_samples() * 6);
         Ok(Transcoder { from, to, pcm })
@@ -156,7 +162,10 @@ pub fn pcm_to_le_bytes(pcm: &[i16]) -> Vec<u8> {
 
 /// Little-endian bytes as 16-bit PCM (a trailing odd byte is ignored).
 pub fn le_bytes_to_pcm(bytes: &[u8]) -> Vec<i16> {
-    bytes.chunks_exact(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect()
+    bytes
+        .chunks_exact(2)
+        .map(|c| i16::from_le_bytes([c[0], c[1]]))
+        .collect()
 }
 
 #[cfg(test)]
@@ -165,14 +174,19 @@ mod tests {
 
     #[test]
     fn transcode_ulaw_to_alaw_matches_direct_encoding() {
-        let pcm: Vec<i16> = (0..160).map(|i| ((i as f64 * 0.37).sin() * 12000.0) as i16).collect();
+        let pcm: Vec<i16> = (0..160)
+            .map(|i| ((i as f64 * 0.37).sin() * 12000.0) as i16)
+            .collect();
         let mut ulaw = Vec::new();
         g711::Pcmu.from_pcm(&pcm, &mut ulaw).unwrap();
         let mut via = Vec::new();
         let mut t = Transcoder::new(Box::new(g711::Pcmu), Box::new(g711::Pcma)).unwrap();
         assert_eq!(t.transcode(&ulaw, &mut via).unwrap(), 160);
         // Direct: decode μ-law, encode A-law.
-        let direct: Vec<u8> = ulaw.iter().map(|&c| g711::alaw_encode(g711::ulaw_decode(c))).collect();
+        let direct: Vec<u8> = ulaw
+            .iter()
+            .map(|&c| g711::alaw_encode(g711::ulaw_decode(c)))
+            .collect();
         assert_eq!(via, direct);
         assert_eq!(t.from_codec().payload_type(), 0);
         assert_eq!(t.to_codec().encoding_name(), "PCMA");
@@ -184,8 +198,16 @@ mod tests {
     #[test]
     fn rates_must_match() {
         let wide = opus::Opus::new(48_000, 32_000).unwrap();
-        let err = Transcoder::new(Box::new(g711::Pcmu), Box::new(wide)).err().unwrap();
-        assert_eq!(err, Error::RateMismatch { from: 8000, to: 48_000 });
+        let err = Transcoder::new(Box::new(g711::Pcmu), Box::new(wide))
+            .err()
+            .unwrap();
+        assert_eq!(
+            err,
+            Error::RateMismatch {
+                from: 8000,
+                to: 48_000
+            }
+        );
         assert!(err.to_string().contains("48000 Hz"));
     }
 

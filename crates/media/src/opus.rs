@@ -22,7 +22,10 @@ pub struct Opus {
 
 impl std::fmt::Debug for Opus {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Opus").field("pcm_rate", &self.pcm_rate).field("payload_type", &self.payload_type).finish()
+        f.debug_struct("Opus")
+            .field("pcm_rate", &self.pcm_rate)
+            .field("payload_type", &self.payload_type)
+            .finish()
     }
 }
 
@@ -39,7 +42,9 @@ impl Opus {
     /// or 48000), encoding at `bitrate` bits per second (500..=512000), variable bitrate.
     pub fn new(pcm_rate: u32, bitrate: i32) -> Result<Opus, Error> {
         if ![8000, 12000, 16000, 24000, 48000].contains(&pcm_rate) {
-            return Err(Error::Setup(format!("Opus takes 8, 12, 16, 24 or 48 kHz PCM, not {pcm_rate} Hz")));
+            return Err(Error::Setup(format!(
+                "Opus takes 8, 12, 16, 24 or 48 kHz PCM, not {pcm_rate} Hz"
+            )));
         }
         let mut enc = Encoder::new(pcm_rate, Channels::Mono, Application::Voip).map_err(setup)?;
         enc.set_bitrate(Bitrate::Bits(bitrate)).map_err(setup)?;
@@ -94,7 +99,10 @@ impl Codec for Opus {
         if payload.is_empty() {
             return Err(Error::Decode("empty Opus payload".into()));
         }
-        let n = self.dec.decode(payload, &mut self.scratch, false).map_err(|e| Error::Decode(e.to_string()))?;
+        let n = self
+            .dec
+            .decode(payload, &mut self.scratch, false)
+            .map_err(|e| Error::Decode(e.to_string()))?;
         pcm.extend_from_slice(&self.scratch[..n]);
         Ok(n)
     }
@@ -126,7 +134,10 @@ impl Codec for Opus {
 
     fn conceal(&mut self, pcm: &mut Vec<i16>) -> Result<usize, Error> {
         let want = self.frame_samples();
-        let n = self.dec.decode(&[], &mut self.scratch[..want], false).map_err(|e| Error::Decode(e.to_string()))?;
+        let n = self
+            .dec
+            .decode(&[], &mut self.scratch[..want], false)
+            .map_err(|e| Error::Decode(e.to_string()))?;
         pcm.extend_from_slice(&self.scratch[..n]);
         Ok(n)
     }
@@ -138,7 +149,9 @@ mod tests {
     use std::f64::consts::PI;
 
     fn tone(rate: u32, freq: f64, secs: f64) -> Vec<i16> {
-        (0..(rate as f64 * secs) as usize).map(|i| (9000.0 * (2.0 * PI * freq * i as f64 / rate as f64).sin()) as i16).collect()
+        (0..(rate as f64 * secs) as usize)
+            .map(|i| (9000.0 * (2.0 * PI * freq * i as f64 / rate as f64).sin()) as i16)
+            .collect()
     }
 
     /// Power of `x` at `freq` (Goertzel).
@@ -182,7 +195,15 @@ mod tests {
     #[test]
     fn narrowband_tone_keeps_its_frequency() {
         let mut c = Opus::narrowband().unwrap();
-        assert_eq!((c.encoding_name(), c.payload_type(), c.clock_rate(), c.pcm_rate()), ("opus", 111, 48_000, 8000));
+        assert_eq!(
+            (
+                c.encoding_name(),
+                c.payload_type(),
+                c.clock_rate(),
+                c.pcm_rate()
+            ),
+            ("opus", 111, 48_000, 8000)
+        );
         assert_eq!(c.frame_samples(), 160);
         let pcm = tone(8000, 1000.0, 1.0);
         let (out, sizes) = round_trip(&mut c, &pcm);

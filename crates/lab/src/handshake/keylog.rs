@@ -37,7 +37,9 @@ pub struct Keylog {
 
 impl std::fmt::Debug for Keylog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keylog").field("path", &self.path).finish_non_exhaustive()
+        f.debug_struct("Keylog")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
@@ -51,12 +53,23 @@ impl Keylog {
             use std::os::unix::fs::OpenOptionsExt as _;
             opts.mode(0o600);
         }
-        let file = opts.open(path).with_context(|| format!("--keylog {}: cannot open for appending", path.display()))?;
-        Ok(Keylog { path: path.to_path_buf(), out: BufWriter::new(file) })
+        let file = opts
+            .open(path)
+            .with_context(|| format!("--keylog {}: cannot open for appending", path.display()))?;
+        Ok(Keylog {
+            path: path.to_path_buf(),
+            out: BufWriter::new(file),
+        })
     }
 
     /// Writes one line and flushes it.
-    pub fn write(&mut self, peer: SocketAddr, local: Option<SocketAddr>, srtp_profile: &str, block: &[u8]) -> anyhow::Result<()> {
+    pub fn write(
+        &mut self,
+        peer: SocketAddr,
+        local: Option<SocketAddr>,
+        srtp_profile: &str,
+        block: &[u8],
+    ) -> anyhow::Result<()> {
         let line = KeylogLine {
             peer: peer.to_string(),
             local: local.map(|l| l.to_string()),
@@ -65,25 +78,33 @@ impl Keylog {
         };
         serde_json::to_writer(&mut self.out, &line)?;
         self.out.write_all(b"\n")?;
-        self.out.flush().with_context(|| format!("writing --keylog {}", self.path.display()))
+        self.out
+            .flush()
+            .with_context(|| format!("writing --keylog {}", self.path.display()))
     }
 }
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
 }
 
 /// Reads a keylog file back (for tests and comparisons).
 pub fn read(path: &Path) -> anyhow::Result<Vec<KeylogLine>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading keylog {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading keylog {}", path.display()))?;
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .enumerate()
-        .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}: not a keylog line", path.display(), i + 1)))
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{} line {}: not a keylog line", path.display(), i + 1))
+        })
         .collect()
 }

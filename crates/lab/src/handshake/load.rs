@@ -24,7 +24,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context as _};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
-use secrelay_dtls::{Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role};
+use secrelay_dtls::{
+    Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role,
+};
 use serde::Serialize;
 
 use super::keylog::Keylog;
@@ -169,18 +171,24 @@ pub struct LoadReport {
 impl LoadReport {
     /// The summary as tables for a terminal.
     pub fn tables(&self) -> Vec<Table> {
-        let mut rate = Table::new("handshake_rate", format!("DTLS-SRTP handshakes against {} ({} connections in flight, {} threads)", self.target, self.connections, self.threads))
-            .col("kind", "handshakes")
-            .col_unit("max", "max", "/s")
-            .col_unit("avg", "avg", "/s")
-            .col_unit("p95", "95P", "/s")
-            .col_unit("min", "min", "/s")
-            .col_unit("p50_ms", "latency p50", "ms")
-            .col_unit("p95_ms", "p95", "ms")
-            .col_unit("p99_ms", "p99", "ms")
-            .col_unit("max_ms", "max", "ms")
-            .col("completed", "completed")
-            .col("failed", "failed");
+        let mut rate = Table::new(
+            "handshake_rate",
+            format!(
+                "DTLS-SRTP handshakes against {} ({} connections in flight, {} threads)",
+                self.target, self.connections, self.threads
+            ),
+        )
+        .col("kind", "handshakes")
+        .col_unit("max", "max", "/s")
+        .col_unit("avg", "avg", "/s")
+        .col_unit("p95", "95P", "/s")
+        .col_unit("min", "min", "/s")
+        .col_unit("p50_ms", "latency p50", "ms")
+        .col_unit("p95_ms", "p95", "ms")
+        .col_unit("p99_ms", "p99", "ms")
+        .col_unit("max_ms", "max", "ms")
+        .col("completed", "completed")
+        .col("failed", "failed");
         let r = &self.handshakes_per_s;
         let l = &self.latency_ms;
         rate.push([
@@ -197,16 +205,31 @@ impl LoadReport {
             ("failed", Cell::text(self.failed.to_string())),
         ]);
         let no = || Cell::not_offered(RESUMPTION_NOT_OFFERED);
-        rate.push([("kind", Cell::text("resumed")), ("max", no()), ("avg", no()), ("p95", no()), ("min", no()), ("p50_ms", no())]);
+        rate.push([
+            ("kind", Cell::text("resumed")),
+            ("max", no()),
+            ("avg", no()),
+            ("p95", no()),
+            ("min", no()),
+            ("p50_ms", no()),
+        ]);
         let mut tables = vec![rate];
         if !self.failures.is_empty() || self.unfinished_at_end > 0 {
-            let mut f = Table::new("handshake_failures", "Failed handshakes by reason").col("reason", "reason").col("count", "count");
+            let mut f = Table::new("handshake_failures", "Failed handshakes by reason")
+                .col("reason", "reason")
+                .col("count", "count");
             for (reason, n) in &self.failures {
-                f.push([("reason", Cell::text(reason.clone())), ("count", Cell::text(n.to_string()))]);
+                f.push([
+                    ("reason", Cell::text(reason.clone())),
+                    ("count", Cell::text(n.to_string())),
+                ]);
             }
             if self.unfinished_at_end > 0 {
                 f.push([
-                    ("reason", Cell::text("unfinished when the duration ended (not counted as failed)")),
+                    (
+                        "reason",
+                        Cell::text("unfinished when the duration ended (not counted as failed)"),
+                    ),
                     ("count", Cell::text(self.unfinished_at_end.to_string())),
                 ]);
             }
@@ -222,8 +245,19 @@ impl LoadReport {
             out.push_str(&t.render_text());
             out.push('\n');
         }
-        let profiles: Vec<String> = self.srtp_profiles.iter().map(|(p, n)| format!("{p} ×{n}")).collect();
-        out.push_str(&format!("* negotiated SRTP profiles: {}\n", if profiles.is_empty() { "none".into() } else { profiles.join(", ") }));
+        let profiles: Vec<String> = self
+            .srtp_profiles
+            .iter()
+            .map(|(p, n)| format!("{p} ×{n}"))
+            .collect();
+        out.push_str(&format!(
+            "* negotiated SRTP profiles: {}\n",
+            if profiles.is_empty() {
+                "none".into()
+            } else {
+                profiles.join(", ")
+            }
+        ));
         out.push_str(&format!("* resumption: {}\n", self.resumption));
         out.push_str(&format!("* method: {}\n", self.method.timed));
         out
@@ -288,14 +322,28 @@ enum Drained {
 
 fn new_conn(shared: &Shared, poll: &Poll, token: Token) -> anyhow::Result<Conn> {
     let target = shared.opts.target;
-    let any: SocketAddr = if target.is_ipv4() { "0.0.0.0:0".parse()? } else { "[::]:0".parse()? };
+    let any: SocketAddr = if target.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
     let mut sock = UdpSocket::bind(any).context("binding a client socket")?;
-    sock.connect(target).with_context(|| format!("connecting a client socket to {target}"))?;
+    sock.connect(target)
+        .with_context(|| format!("connecting a client socket to {target}"))?;
     let local = sock.local_addr()?;
-    poll.registry().register(&mut sock, token, Interest::READABLE)?;
+    poll.registry()
+        .register(&mut sock, token, Interest::READABLE)?;
     let now = Instant::now();
-    let ep = Endpoint::new(shared.config.clone(), now).map_err(|e| anyhow::anyhow!("client endpoint: {e}"))?;
-    Ok(Conn { sock, local, ep, timer: None, started: now, connected: false })
+    let ep = Endpoint::new(shared.config.clone(), now)
+        .map_err(|e| anyhow::anyhow!("client endpoint: {e}"))?;
+    Ok(Conn {
+        sock,
+        local,
+        ep,
+        timer: None,
+        started: now,
+        connected: false,
+    })
 }
 
 fn drain(c: &mut Conn, shared: &Shared, res: &mut ThreadResult) -> anyhow::Result<Drained> {
@@ -309,11 +357,17 @@ fn drain(c: &mut Conn, shared: &Shared, res: &mut ThreadResult) -> anyhow::Resul
             }
             Output::Event(Event::Connected { profile, keys, .. }) => {
                 let now = Instant::now();
-                res.latencies_ms.push(now.duration_since(c.started).as_secs_f64() * 1e3);
+                res.latencies_ms
+                    .push(now.duration_since(c.started).as_secs_f64() * 1e3);
                 let name = super::dtls_name(profile);
                 *res.profiles.entry(name.to_string()).or_default() += 1;
                 if let Some(k) = &shared.keylog {
-                    k.lock().unwrap_or_else(|e| e.into_inner()).write(shared.opts.target, Some(c.local), name, keys.exported().as_bytes())?;
+                    k.lock().unwrap_or_else(|e| e.into_inner()).write(
+                        shared.opts.target,
+                        Some(c.local),
+                        name,
+                        keys.exported().as_bytes(),
+                    )?;
                 }
                 shared.completed.fetch_add(1, Ordering::Relaxed);
                 c.connected = true;
@@ -381,7 +435,11 @@ fn worker(shared: &Shared, slots: usize) -> anyhow::Result<ThreadResult> {
         }
         let now = Instant::now();
         let next_timer = conns.iter().flatten().filter_map(|c| c.timer).min();
-        let wait = next_timer.map_or(Duration::from_millis(50), |t| t.saturating_duration_since(now)).min(Duration::from_millis(50));
+        let wait = next_timer
+            .map_or(Duration::from_millis(50), |t| {
+                t.saturating_duration_since(now)
+            })
+            .min(Duration::from_millis(50));
         match poll.poll(&mut events, Some(wait)) {
             Ok(()) => {}
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -403,7 +461,16 @@ fn worker(shared: &Shared, slots: usize) -> anyhow::Result<ThreadResult> {
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     // ICMP port unreachable (nobody listens yet) or an interrupted read: the
                     // endpoint's retransmission timer keeps going.
-                    Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::Interrupted | ErrorKind::ConnectionReset) => break,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::ConnectionRefused
+                                | ErrorKind::Interrupted
+                                | ErrorKind::ConnectionReset
+                        ) =>
+                    {
+                        break
+                    }
                     Err(e) => return Err(e).context("receiving"),
                 }
             }
@@ -441,7 +508,8 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         bail!("--connections and --threads must be at least 1");
     }
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing the SIGINT/SIGTERM handler")?;
+        signal_hook::flag::register(sig, stop.clone())
+            .context("installing the SIGINT/SIGTERM handler")?;
     }
     let threads = opts.threads.min(opts.connections);
     let cert = match &opts.certificate {
@@ -453,9 +521,18 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
     };
     let mut opts = opts;
     opts.cert_type = cert.key_type();
-    let mut config = EndpointConfig::new(Role::Client, LocalCertificate::from(&cert), opts.peer_auth.clone());
+    let mut config = EndpointConfig::new(
+        Role::Client,
+        LocalCertificate::from(&cert),
+        opts.peer_auth.clone(),
+    );
     config.timers.handshake_timeout = opts.timeout;
-    let keylog = opts.keylog.as_deref().map(Keylog::open).transpose()?.map(Mutex::new);
+    let keylog = opts
+        .keylog
+        .as_deref()
+        .map(Keylog::open)
+        .transpose()?
+        .map(Mutex::new);
     let shared = Arc::new(Shared {
         opts: opts.clone(),
         config,
@@ -471,11 +548,15 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
     for t in 0..threads {
         let slots = opts.connections / threads + usize::from(t < opts.connections % threads);
         let shared = shared.clone();
-        handles.push(std::thread::Builder::new().name(format!("handshake-load-{t}")).spawn(move || {
-            let r = worker(&shared, slots);
-            shared.threads_done.fetch_add(1, Ordering::Release);
-            r
-        })?);
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("handshake-load-{t}"))
+                .spawn(move || {
+                    let r = worker(&shared, slots);
+                    shared.threads_done.fetch_add(1, Ordering::Release);
+                    r
+                })?,
+        );
     }
     // Sample the completed count every second.
     let mut samples = Vec::new();
@@ -502,12 +583,17 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
             next += Duration::from_secs(1);
         }
         let wake = end.map_or(next, |e| e.min(next));
-        std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(10)));
+        std::thread::sleep(
+            wake.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(10)),
+        );
     }
     let elapsed = start.elapsed();
     let mut total = ThreadResult::default();
     for h in handles {
-        let r = h.join().map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
+        let r = h
+            .join()
+            .map_err(|_| anyhow::anyhow!("a load thread panicked"))??;
         total.latencies_ms.extend(r.latencies_ms);
         total.unfinished += r.unfinished;
         for (k, v) in r.failures {
@@ -539,7 +625,11 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         p95: super::quantile(&lat, 0.95),
         p99: super::quantile(&lat, 0.99),
         max: lat.last().copied().unwrap_or(f64::NAN),
-        mean: if lat.is_empty() { f64::NAN } else { lat.iter().sum::<f64>() / lat.len() as f64 },
+        mean: if lat.is_empty() {
+            f64::NAN
+        } else {
+            lat.iter().sum::<f64>() / lat.len() as f64
+        },
     };
     let failed = total.failures.values().sum();
     Ok(LoadReport {

@@ -18,7 +18,9 @@ pub mod study;
 use std::net::SocketAddr;
 
 use anyhow::{bail, Context as _};
-use secrelay_dtls::{Certificate, Endpoint, EndpointConfig, KeyType, LocalCertificate, PeerAuth, Role};
+use secrelay_dtls::{
+    Certificate, Endpoint, EndpointConfig, KeyType, LocalCertificate, PeerAuth, Role,
+};
 use secrelay_srtp::Profile;
 
 /// Why secrelay's engine cannot use a certificate type, if it cannot.
@@ -27,14 +29,17 @@ use secrelay_srtp::Profile;
 pub fn engine_refuses(key_type: KeyType) -> Option<&'static str> {
     match key_type {
         KeyType::EcdsaP256 | KeyType::EcdsaP384 => None,
-        KeyType::Ed25519 => Some("not offered by the engine: dimpl 0.9 signs with ECDSA only (no Ed25519 in DTLS 1.2)"),
+        KeyType::Ed25519 => Some(
+            "not offered by the engine: dimpl 0.9 signs with ECDSA only (no Ed25519 in DTLS 1.2)",
+        ),
         _ => Some("not offered by the engine: dimpl 0.9 signs with ECDSA only (no RSA)"),
     }
 }
 
 /// Parses a certificate type name (`ecdsa-p256`, …).
 pub fn parse_key_type(s: &str) -> anyhow::Result<KeyType> {
-    s.parse::<KeyType>().map_err(|e| anyhow::anyhow!("--cert-type {s:?}: {e} (valid: {})", KeyType::valid_names()))
+    s.parse::<KeyType>()
+        .map_err(|e| anyhow::anyhow!("--cert-type {s:?}: {e} (valid: {})", KeyType::valid_names()))
 }
 
 /// A fresh self-signed certificate of `key_type` that secrelay's engine takes, checked by
@@ -43,7 +48,8 @@ pub fn engine_certificate(key_type: KeyType, common_name: &str) -> anyhow::Resul
     if let Some(why) = engine_refuses(key_type) {
         bail!("--cert-type {key_type}: {why}");
     }
-    let cert = Certificate::self_signed(key_type, common_name).with_context(|| format!("generating a {key_type} certificate"))?;
+    let cert = Certificate::self_signed(key_type, common_name)
+        .with_context(|| format!("generating a {key_type} certificate"))?;
     check_engine_takes(&cert).map_err(|e| anyhow::anyhow!("--cert-type {key_type}: {e}"))?;
     Ok(cert)
 }
@@ -54,28 +60,45 @@ pub fn check_engine_takes(cert: &Certificate) -> anyhow::Result<()> {
     if let Some(why) = engine_refuses(cert.key_type()) {
         bail!("{} certificate: {why}", cert.key_type());
     }
-    let config = EndpointConfig::new(Role::Client, LocalCertificate::from(cert), PeerAuth::AnyCertificate);
-    Endpoint::new(config, std::time::Instant::now()).map_err(|e| anyhow::anyhow!("the engine refused the certificate: {e}"))?;
+    let config = EndpointConfig::new(
+        Role::Client,
+        LocalCertificate::from(cert),
+        PeerAuth::AnyCertificate,
+    );
+    Endpoint::new(config, std::time::Instant::now())
+        .map_err(|e| anyhow::anyhow!("the engine refused the certificate: {e}"))?;
     Ok(())
 }
 
 /// Loads a certificate (PEM, leaf first) and its PKCS#8 key (PEM) and checks that the engine
 /// takes them.
-pub fn load_certificate(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<Certificate> {
-    let cert_pem = std::fs::read_to_string(cert).with_context(|| format!("--cert {}", cert.display()))?;
-    let key_pem = zeroize::Zeroizing::new(std::fs::read_to_string(key).with_context(|| format!("--key {}", key.display()))?);
-    let c = Certificate::from_pem(&cert_pem, &key_pem).map_err(|e| anyhow::anyhow!("--cert {} / --key {}: {e}", cert.display(), key.display()))?;
+pub fn load_certificate(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> anyhow::Result<Certificate> {
+    let cert_pem =
+        std::fs::read_to_string(cert).with_context(|| format!("--cert {}", cert.display()))?;
+    let key_pem = zeroize::Zeroizing::new(
+        std::fs::read_to_string(key).with_context(|| format!("--key {}", key.display()))?,
+    );
+    let c = Certificate::from_pem(&cert_pem, &key_pem)
+        .map_err(|e| anyhow::anyhow!("--cert {} / --key {}: {e}", cert.display(), key.display()))?;
     check_engine_takes(&c).map_err(|e| anyhow::anyhow!("--cert {}: {e}", cert.display()))?;
     Ok(c)
 }
-
 
 /// Parses a list of SRTP profiles (comma- or colon-separated; DTLS-SRTP names such as
 /// `SRTP_AES128_CM_SHA1_80` or SDP names), keeping only those with a DTLS-SRTP identifier.
 pub fn parse_profiles(list: &str) -> anyhow::Result<Vec<Profile>> {
     let mut out = Vec::new();
-    for name in list.split([',', ':']).map(str::trim).filter(|n| !n.is_empty()) {
-        let p: Profile = name.parse().map_err(|e| anyhow::anyhow!("--srtp-profiles: {e}"))?;
+    for name in list
+        .split([',', ':'])
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        let p: Profile = name
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--srtp-profiles: {e}"))?;
         if p.dtls_profile().is_none() {
             bail!("--srtp-profiles: {name} has no DTLS-SRTP protection profile (RFC 5764/7714)");
         }

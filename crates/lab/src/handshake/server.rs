@@ -29,7 +29,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
-use secrelay_dtls::{Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role};
+use secrelay_dtls::{
+    Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role,
+};
 use secrelay_srtp::Profile;
 use serde::Serialize;
 
@@ -152,7 +154,10 @@ struct Server {
 
 impl Server {
     fn in_flight(&self) -> usize {
-        self.peers.values().filter(|p| p.connected_at.is_none()).count()
+        self.peers
+            .values()
+            .filter(|p| p.connected_at.is_none())
+            .count()
     }
 
     fn datagram(&mut self, now: Instant, from: SocketAddr, d: &[u8]) -> anyhow::Result<()> {
@@ -175,9 +180,19 @@ impl Server {
                 self.c.refused_at_cap += 1;
                 return Ok(());
             }
-            let ep = Endpoint::new(self.config.clone(), now).map_err(|e| anyhow::anyhow!("server endpoint: {e}"))?;
+            let ep = Endpoint::new(self.config.clone(), now)
+                .map_err(|e| anyhow::anyhow!("server endpoint: {e}"))?;
             self.next_id += 1;
-            self.peers.insert(from, Peer { ep, id: self.next_id, timer: None, last_heard: now, connected_at: None });
+            self.peers.insert(
+                from,
+                Peer {
+                    ep,
+                    id: self.next_id,
+                    timer: None,
+                    last_heard: now,
+                    connected_at: None,
+                },
+            );
             self.c.in_flight += 1;
             self.c.endpoints = self.peers.len();
             self.c.peak_endpoints = self.c.peak_endpoints.max(self.peers.len());
@@ -188,7 +203,13 @@ impl Server {
         self.drain(now, from)
     }
 
-    fn timeout(&mut self, now: Instant, at: Instant, id: u64, addr: SocketAddr) -> anyhow::Result<()> {
+    fn timeout(
+        &mut self,
+        now: Instant,
+        at: Instant,
+        id: u64,
+        addr: SocketAddr,
+    ) -> anyhow::Result<()> {
         match self.peers.get_mut(&addr) {
             Some(p) if p.id == id && p.timer == Some(at) => {
                 p.timer = None;
@@ -202,7 +223,9 @@ impl Server {
     /// Drains `addr`'s endpoint per the drive contract.
     fn drain(&mut self, now: Instant, addr: SocketAddr) -> anyhow::Result<()> {
         let mut remove = false;
-        let Some(p) = self.peers.get_mut(&addr) else { return Ok(()) };
+        let Some(p) = self.peers.get_mut(&addr) else {
+            return Ok(());
+        };
         while let Some(out) = p.ep.poll_output() {
             match out {
                 Output::Transmit(d) => match self.socket.send_to(&d, addr) {
@@ -220,7 +243,12 @@ impl Server {
                     self.c.in_flight -= 1;
                     p.connected_at = Some(now);
                     if let Some(k) = self.keylog.as_mut() {
-                        k.write(addr, None, super::dtls_name(profile), keys.exported().as_bytes())?;
+                        k.write(
+                            addr,
+                            None,
+                            super::dtls_name(profile),
+                            keys.exported().as_bytes(),
+                        )?;
                     }
                 }
                 Output::Event(Event::Failed(reason)) => {
@@ -231,7 +259,8 @@ impl Server {
                 }
                 Output::Event(Event::Closed) => {
                     if p.connected_at.is_none() {
-                        self.c.fail("closed by the peer before the handshake finished");
+                        self.c
+                            .fail("closed by the peer before the handshake finished");
                     }
                     remove = true;
                 }
@@ -267,7 +296,10 @@ impl Server {
             .collect();
         for (a, failed) in expired {
             if failed {
-                self.c.fail(format!("peer silent for {:.1} s (idle timeout)", idle.as_secs_f64()));
+                self.c.fail(format!(
+                    "peer silent for {:.1} s (idle timeout)",
+                    idle.as_secs_f64()
+                ));
             }
             self.remove(&a);
         }
@@ -275,7 +307,11 @@ impl Server {
         // Stale timer entries of removed endpoints are skipped when popped; rebuild the heap
         // when they pile up.
         if self.timers.len() > 4 * self.peers.len() + 1024 {
-            let live: Vec<_> = self.peers.iter().filter_map(|(a, p)| p.timer.map(|t| Reverse((t, p.id, *a)))).collect();
+            let live: Vec<_> = self
+                .peers
+                .iter()
+                .filter_map(|(a, p)| p.timer.map(|t| Reverse((t, p.id, *a))))
+                .collect();
             self.timers = live.into();
         }
     }
@@ -301,12 +337,21 @@ fn stats_line(elapsed: Duration, c: &ServerCounters, per_s: f64) -> String {
 
 /// Runs the server until `stop` is set, SIGINT/SIGTERM arrive, or `duration` passes.
 /// `on_bound` gets the bound address before the first datagram is read. Returns the counters.
-pub fn run(opts: ServerOptions, stop: Arc<AtomicBool>, on_bound: impl FnOnce(SocketAddr)) -> anyhow::Result<ServerCounters> {
+pub fn run(
+    opts: ServerOptions,
+    stop: Arc<AtomicBool>,
+    on_bound: impl FnOnce(SocketAddr),
+) -> anyhow::Result<ServerCounters> {
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing the SIGINT/SIGTERM handler")?;
+        signal_hook::flag::register(sig, stop.clone())
+            .context("installing the SIGINT/SIGTERM handler")?;
     }
     let cert = super::engine_certificate(opts.cert_type, "secrelay-handshake-server")?;
-    let mut config = EndpointConfig::new(Role::Server, LocalCertificate::from(&cert), opts.peer_auth.clone());
+    let mut config = EndpointConfig::new(
+        Role::Server,
+        LocalCertificate::from(&cert),
+        opts.peer_auth.clone(),
+    );
     config.srtp_profiles = opts.srtp_profiles.clone();
     config.timers.handshake_timeout = opts.handshake_timeout;
     config.server_cookies = true;
@@ -314,10 +359,12 @@ pub fn run(opts: ServerOptions, stop: Arc<AtomicBool>, on_bound: impl FnOnce(Soc
         anyhow::bail!("--max-in-flight must be at least 1");
     }
     let keylog = opts.keylog.as_deref().map(Keylog::open).transpose()?;
-    let mut socket = UdpSocket::bind(opts.listen).with_context(|| format!("--listen {}: cannot bind", opts.listen))?;
+    let mut socket = UdpSocket::bind(opts.listen)
+        .with_context(|| format!("--listen {}: cannot bind", opts.listen))?;
     let bound = socket.local_addr()?;
     let mut poll = Poll::new().context("creating the poller")?;
-    poll.registry().register(&mut socket, Token(0), Interest::READABLE)?;
+    poll.registry()
+        .register(&mut socket, Token(0), Interest::READABLE)?;
     on_bound(bound);
     log_identity(&cert);
 
@@ -361,7 +408,13 @@ pub fn run(opts: ServerOptions, stop: Arc<AtomicBool>, on_bound: impl FnOnce(Soc
                     Ok((n, from)) => s.datagram(Instant::now(), from, &buf[..n])?,
                     Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                     // ICMP errors from earlier sends, interrupted reads: nothing to do.
-                    Err(e) if matches!(e.kind(), ErrorKind::ConnectionRefused | ErrorKind::Interrupted | ErrorKind::ConnectionReset) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::ConnectionRefused
+                                | ErrorKind::Interrupted
+                                | ErrorKind::ConnectionReset
+                        ) => {}
                     Err(e) => return Err(e).context("receiving"),
                 }
             }
@@ -379,7 +432,8 @@ pub fn run(opts: ServerOptions, stop: Arc<AtomicBool>, on_bound: impl FnOnce(Soc
             next_sweep = now + Duration::from_millis(100);
         }
         if now >= next_stats {
-            let per_s = (s.c.completed - last_completed) as f64 / (now - next_stats + Duration::from_secs(1)).as_secs_f64();
+            let per_s = (s.c.completed - last_completed) as f64
+                / (now - next_stats + Duration::from_secs(1)).as_secs_f64();
             last_completed = s.c.completed;
             if opts.print_stats {
                 eprintln!("{}", stats_line(now - start, &s.c, per_s));
@@ -389,13 +443,26 @@ pub fn run(opts: ServerOptions, stop: Arc<AtomicBool>, on_bound: impl FnOnce(Soc
     }
     let elapsed = start.elapsed();
     if opts.print_stats {
-        eprintln!("{}", stats_line(elapsed, &s.c, s.c.completed as f64 / elapsed.as_secs_f64()));
-        eprintln!("stopped after {:.1} s: {} completed, {} failed", elapsed.as_secs_f64(), s.c.completed, s.c.total_failed());
+        eprintln!(
+            "{}",
+            stats_line(elapsed, &s.c, s.c.completed as f64 / elapsed.as_secs_f64())
+        );
+        eprintln!(
+            "stopped after {:.1} s: {} completed, {} failed",
+            elapsed.as_secs_f64(),
+            s.c.completed,
+            s.c.total_failed()
+        );
     }
     Ok(s.c)
 }
 
 fn log_identity(cert: &Certificate) {
     let mut err = std::io::stderr().lock();
-    let _ = writeln!(err, "server certificate {} fingerprint {}", cert.key_type(), cert.fingerprint());
+    let _ = writeln!(
+        err,
+        "server certificate {} fingerprint {}",
+        cert.key_type(),
+        cert.fingerprint()
+    );
 }

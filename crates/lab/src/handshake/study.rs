@@ -17,9 +17,14 @@ use std::time::{Duration, Instant};
 
 use aws_lc_rs::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey as AgreeKey};
 use aws_lc_rs::rand::SystemRandom;
-use aws_lc_rs::signature::{self, EcdsaKeyPair, EcdsaSigningAlgorithm, EcdsaVerificationAlgorithm, KeyPair as _, UnparsedPublicKey};
+use aws_lc_rs::signature::{
+    self, EcdsaKeyPair, EcdsaSigningAlgorithm, EcdsaVerificationAlgorithm, KeyPair as _,
+    UnparsedPublicKey,
+};
 use secrelay_dtls::keying::keying_material_len;
-use secrelay_dtls::{Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role};
+use secrelay_dtls::{
+    Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role,
+};
 use secrelay_peers::openssl_dtls::{DtlsRole, DtlsSettings, OpensslDtls, OpensslDtlsContext, Step};
 use secrelay_srtp::Profile;
 use serde::Deserialize;
@@ -49,7 +54,11 @@ impl Ours {
     fn new(config: &EndpointConfig) -> Result<Ours, String> {
         let now = Instant::now();
         let ep = Endpoint::new(config.clone(), now).map_err(|e| e.to_string())?;
-        Ok(Ours { ep, now, keys: None })
+        Ok(Ours {
+            ep,
+            now,
+            keys: None,
+        })
     }
 
     fn drain(&mut self, out: &mut Vec<Vec<u8>>) -> Result<(), String> {
@@ -58,9 +67,14 @@ impl Ours {
                 Output::Transmit(d) => out.push(d),
                 Output::Timeout(_) => break,
                 Output::Event(Event::Connected { keys, profile, .. }) => {
-                    self.keys = Some((keys.exported().as_bytes().to_vec(), super::dtls_name(profile)))
+                    self.keys = Some((
+                        keys.exported().as_bytes().to_vec(),
+                        super::dtls_name(profile),
+                    ))
                 }
-                Output::Event(Event::Failed(r)) => return Err(format!("secrelay endpoint failed: {r}")),
+                Output::Event(Event::Failed(r)) => {
+                    return Err(format!("secrelay endpoint failed: {r}"))
+                }
                 Output::Event(e) => return Err(format!("secrelay endpoint: unexpected {e:?}")),
             }
         }
@@ -92,7 +106,10 @@ struct Ossl {
 
 impl Ossl {
     fn new(ctx: &OpensslDtlsContext) -> Result<Ossl, String> {
-        Ok(Ossl { conn: ctx.endpoint().map_err(|e| e.to_string())?, keys: None })
+        Ok(Ossl {
+            conn: ctx.endpoint().map_err(|e| e.to_string())?,
+            keys: None,
+        })
     }
 
     fn step(&mut self, out: &mut Vec<Vec<u8>>) -> Result<(), String> {
@@ -105,7 +122,9 @@ impl Ossl {
                 .and_then(Profile::from_dtls_id)
                 .ok_or("OpenSSL negotiated no SRTP profile")?;
             let mut block = vec![0u8; keying_material_len(profile)];
-            self.conn.keying_material_into(&mut block).map_err(|e| e.to_string())?;
+            self.conn
+                .keying_material_into(&mut block)
+                .map_err(|e| e.to_string())?;
             self.keys = Some((block, super::dtls_name(profile)));
         }
         Ok(())
@@ -142,7 +161,10 @@ struct Sample {
 
 /// Runs one handshake, each side's calls (construction included) timed apart. Returns the
 /// figures and the negotiated profile; fails if it does not finish or the keys differ.
-fn handshake(make_client: &MakeSide, make_server: &MakeSide) -> Result<(Sample, &'static str), String> {
+fn handshake(
+    make_client: &MakeSide,
+    make_server: &MakeSide,
+) -> Result<(Sample, &'static str), String> {
     let t0 = Instant::now();
     let mut server = make_server()?;
     let mut to_client = Vec::new();
@@ -173,7 +195,14 @@ fn handshake(make_client: &MakeSide, make_server: &MakeSide) -> Result<(Sample, 
                 let total = t0.elapsed();
                 black_box((client, server));
                 let ns = |d: Duration| d.as_secs_f64() * 1e9;
-                return Ok((Sample { total: ns(total), client: ns(client_ns), server: ns(server_ns) }, profile));
+                return Ok((
+                    Sample {
+                        total: ns(total),
+                        client: ns(client_ns),
+                        server: ns(server_ns),
+                    },
+                    profile,
+                ));
             }
             break;
         }
@@ -202,11 +231,17 @@ struct Floor {
 }
 
 impl Floor {
-    fn new(sign: &'static EcdsaSigningAlgorithm, verify_alg: &'static EcdsaVerificationAlgorithm, kx: &'static agreement::Algorithm) -> anyhow::Result<Floor> {
+    fn new(
+        sign: &'static EcdsaSigningAlgorithm,
+        verify_alg: &'static EcdsaVerificationAlgorithm,
+        kx: &'static agreement::Algorithm,
+    ) -> anyhow::Result<Floor> {
         let rng = SystemRandom::new();
         let gen = || -> anyhow::Result<EcdsaKeyPair> {
-            let pkcs8 = EcdsaKeyPair::generate_pkcs8(sign, &rng).map_err(|_| anyhow::anyhow!("ECDSA key generation failed"))?;
-            EcdsaKeyPair::from_pkcs8(sign, pkcs8.as_ref()).map_err(|_| anyhow::anyhow!("ECDSA key did not load"))
+            let pkcs8 = EcdsaKeyPair::generate_pkcs8(sign, &rng)
+                .map_err(|_| anyhow::anyhow!("ECDSA key generation failed"))?;
+            EcdsaKeyPair::from_pkcs8(sign, pkcs8.as_ref())
+                .map_err(|_| anyhow::anyhow!("ECDSA key did not load"))
         };
         let ours = gen()?;
         let peer = gen()?;
@@ -214,30 +249,58 @@ impl Floor {
         // signs the transcript (~1.5 KB in DTLS 1.2 with two certificates).
         let ske = vec![0x5a_u8; 32 + 32 + 4 + 97];
         let transcript = vec![0xa5_u8; 1500];
-        let peer_sig = peer.sign(&rng, &transcript).map_err(|_| anyhow::anyhow!("ECDSA sign failed"))?.as_ref().to_vec();
-        let peer_eph = EphemeralPrivateKey::generate(kx, &rng).map_err(|_| anyhow::anyhow!("ECDH key generation failed"))?;
-        let peer_eph_pub = peer_eph.compute_public_key().map_err(|_| anyhow::anyhow!("ECDH public key"))?.as_ref().to_vec();
-        Ok(Floor { rng, ours, verify_alg, kx, peer_public: peer.public_key().as_ref().to_vec(), ske, transcript, peer_sig, peer_eph_pub })
+        let peer_sig = peer
+            .sign(&rng, &transcript)
+            .map_err(|_| anyhow::anyhow!("ECDSA sign failed"))?
+            .as_ref()
+            .to_vec();
+        let peer_eph = EphemeralPrivateKey::generate(kx, &rng)
+            .map_err(|_| anyhow::anyhow!("ECDH key generation failed"))?;
+        let peer_eph_pub = peer_eph
+            .compute_public_key()
+            .map_err(|_| anyhow::anyhow!("ECDH public key"))?
+            .as_ref()
+            .to_vec();
+        Ok(Floor {
+            rng,
+            ours,
+            verify_alg,
+            kx,
+            peer_public: peer.public_key().as_ref().to_vec(),
+            ske,
+            transcript,
+            peer_sig,
+            peer_eph_pub,
+        })
     }
 
     fn sign(&self) {
-        let sig = self.ours.sign(&self.rng, &self.ske).expect("signing with a valid key");
+        let sig = self
+            .ours
+            .sign(&self.rng, &self.ske)
+            .expect("signing with a valid key");
         black_box(sig.as_ref().len());
     }
 
     fn verify(&self) {
-        let ok = UnparsedPublicKey::new(self.verify_alg, &self.peer_public).verify(&self.transcript, &self.peer_sig).is_ok();
+        let ok = UnparsedPublicKey::new(self.verify_alg, &self.peer_public)
+            .verify(&self.transcript, &self.peer_sig)
+            .is_ok();
         assert!(black_box(ok), "the peer's signature verifies");
     }
 
     fn keygen(&self) -> EphemeralPrivateKey {
-        let k = EphemeralPrivateKey::generate(self.kx, &self.rng).expect("ephemeral key generation");
+        let k =
+            EphemeralPrivateKey::generate(self.kx, &self.rng).expect("ephemeral key generation");
         black_box(k.compute_public_key().expect("public key").as_ref().len());
         k
     }
 
     fn agree(&self, k: EphemeralPrivateKey) {
-        let r = agreement::agree_ephemeral(k, AgreeKey::new(self.kx, &self.peer_eph_pub), (), |s| Ok(black_box(s[0])));
+        let r =
+            agreement::agree_ephemeral(k, AgreeKey::new(self.kx, &self.peer_eph_pub), (), |s| {
+                Ok(black_box(s[0]))
+            });
         black_box(r.expect("agreement with a valid public key"));
     }
 
@@ -284,13 +347,27 @@ pub fn pion_binary() -> Result<PathBuf, String> {
 
 fn run_pion(bin: &Path, handshakes: usize, cookies: bool) -> Result<PionResult, String> {
     let o = Command::new(bin)
-        .args(["--bench-in-memory", "--handshakes", &handshakes.to_string(), &format!("--cookies={cookies}"), "--srtp", "SRTP_AES128_CM_SHA1_80"])
+        .args([
+            "--bench-in-memory",
+            "--handshakes",
+            &handshakes.to_string(),
+            &format!("--cookies={cookies}"),
+            "--srtp",
+            "SRTP_AES128_CM_SHA1_80",
+        ])
         .output()
         .map_err(|e| format!("running {}: {e}", bin.display()))?;
     let stdout = String::from_utf8_lossy(&o.stdout);
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or("");
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or("");
     if !o.status.success() {
-        return Err(format!("pion-dtls --bench-in-memory failed: {line} {}", String::from_utf8_lossy(&o.stderr).trim()));
+        return Err(format!(
+            "pion-dtls --bench-in-memory failed: {line} {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ));
     }
     serde_json::from_str(line).map_err(|e| format!("pion-dtls printed {line:?}: {e}"))
 }
@@ -347,7 +424,12 @@ fn iqr_pct(v: &mut [f64]) -> f64 {
     (super::quantile(v, 0.75) - super::quantile(v, 0.25)) / m * 100.0
 }
 
-fn ours_config(role: Role, cert: &Certificate, cookies: bool, profiles: &[Profile]) -> EndpointConfig {
+fn ours_config(
+    role: Role,
+    cert: &Certificate,
+    cookies: bool,
+    profiles: &[Profile],
+) -> EndpointConfig {
     let mut c = EndpointConfig::new(role, LocalCertificate::from(cert), PeerAuth::AnyCertificate);
     c.server_cookies = cookies;
     c.srtp_profiles = profiles.to_vec();
@@ -362,22 +444,48 @@ fn ossl(ctx: OpensslDtlsContext) -> MakeSide {
     Box::new(move || Ok(Box::new(Ossl::new(&ctx)?) as Box<dyn Side>))
 }
 
-fn ossl_ctx(role: DtlsRole, cert: &Certificate, ciphers: &str, srtp: &str) -> anyhow::Result<OpensslDtlsContext> {
-    let settings = DtlsSettings { cipher_list: ciphers.into(), groups: "P-256".into(), srtp_profiles: srtp.into() };
-    OpensslDtlsContext::from_der_with(role, cert.der(), cert.private_key_der(), &settings).map_err(|e| anyhow::anyhow!("OpenSSL context: {e}"))
+fn ossl_ctx(
+    role: DtlsRole,
+    cert: &Certificate,
+    ciphers: &str,
+    srtp: &str,
+) -> anyhow::Result<OpensslDtlsContext> {
+    let settings = DtlsSettings {
+        cipher_list: ciphers.into(),
+        groups: "P-256".into(),
+        srtp_profiles: srtp.into(),
+    };
+    OpensslDtlsContext::from_der_with(role, cert.der(), cert.private_key_der(), &settings)
+        .map_err(|e| anyhow::anyhow!("OpenSSL context: {e}"))
 }
 
 const ECDSA_SUITE: &str = "ECDHE-ECDSA-AES128-GCM-SHA256";
 const RSA_SUITE: &str = "ECDHE-RSA-AES128-GCM-SHA256";
-const FLOOR_NAMES: [&str; 3] = ["ECDSA P-256 + ECDHE P-256", "ECDSA P-256 + ECDHE X25519", "ECDSA P-384 + ECDHE X25519"];
+const FLOOR_NAMES: [&str; 3] = [
+    "ECDSA P-256 + ECDHE P-256",
+    "ECDSA P-256 + ECDHE X25519",
+    "ECDSA P-384 + ECDHE X25519",
+];
 const DIMPL_KX: &str = "X25519 (dimpl's first choice)";
 
 /// The three floors, in [`FLOOR_NAMES`] order.
 fn floors() -> anyhow::Result<Vec<Floor>> {
     Ok(vec![
-        Floor::new(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &signature::ECDSA_P256_SHA256_ASN1, &agreement::ECDH_P256)?,
-        Floor::new(&signature::ECDSA_P256_SHA256_ASN1_SIGNING, &signature::ECDSA_P256_SHA256_ASN1, &agreement::X25519)?,
-        Floor::new(&signature::ECDSA_P384_SHA384_ASN1_SIGNING, &signature::ECDSA_P384_SHA384_ASN1, &agreement::X25519)?,
+        Floor::new(
+            &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &signature::ECDSA_P256_SHA256_ASN1,
+            &agreement::ECDH_P256,
+        )?,
+        Floor::new(
+            &signature::ECDSA_P256_SHA256_ASN1_SIGNING,
+            &signature::ECDSA_P256_SHA256_ASN1,
+            &agreement::X25519,
+        )?,
+        Floor::new(
+            &signature::ECDSA_P384_SHA384_ASN1_SIGNING,
+            &signature::ECDSA_P384_SHA384_ASN1,
+            &agreement::X25519,
+        )?,
     ])
 }
 
@@ -397,17 +505,33 @@ impl Study for HandshakeStudy {
     }
 
     fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
-        let (c, sv) = (Certificate::self_signed(KeyType::EcdsaP256, "count-client")?, Certificate::self_signed(KeyType::EcdsaP256, "count-server")?);
+        let (c, sv) = (
+            Certificate::self_signed(KeyType::EcdsaP256, "count-client")?,
+            Certificate::self_signed(KeyType::EcdsaP256, "count-server")?,
+        );
         let profiles = secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES;
         let mut ops = Vec::new();
         for (id, cookies) in [(COUNT_SECRELAY_COOKIES, true), (COUNT_SECRELAY, false)] {
-            let (mc, ms) = (ours(ours_config(Role::Client, &c, false, &profiles)), ours(ours_config(Role::Server, &sv, cookies, &profiles)));
+            let (mc, ms) = (
+                ours(ours_config(Role::Client, &c, false, &profiles)),
+                ours(ours_config(Role::Server, &sv, cookies, &profiles)),
+            );
             ops.push(CountedOp::new(id, 2, move || {
                 black_box(handshake(&mc, &ms).expect("worked in the timed study"));
             }));
         }
-        let mc = ossl(ossl_ctx(DtlsRole::Client, &c, ECDSA_SUITE, "SRTP_AES128_CM_SHA1_80")?);
-        let ms = ossl(ossl_ctx(DtlsRole::Server, &sv, ECDSA_SUITE, "SRTP_AES128_CM_SHA1_80")?);
+        let mc = ossl(ossl_ctx(
+            DtlsRole::Client,
+            &c,
+            ECDSA_SUITE,
+            "SRTP_AES128_CM_SHA1_80",
+        )?);
+        let ms = ossl(ossl_ctx(
+            DtlsRole::Server,
+            &sv,
+            ECDSA_SUITE,
+            "SRTP_AES128_CM_SHA1_80",
+        )?);
         ops.push(CountedOp::new(COUNT_OPENSSL, 2, move || {
             black_box(handshake(&mc, &ms).expect("worked in the timed study"));
         }));
@@ -425,33 +549,47 @@ impl Study for HandshakeStudy {
         ctx.step("certificates and contexts");
         let p256 = |cn: &str| Certificate::self_signed(KeyType::EcdsaP256, cn);
         let (c256, s256) = (p256("lab-client")?, p256("lab-server")?);
-        let (c384, s384) = (Certificate::self_signed(KeyType::EcdsaP384, "lab-client")?, Certificate::self_signed(KeyType::EcdsaP384, "lab-server")?);
+        let (c384, s384) = (
+            Certificate::self_signed(KeyType::EcdsaP384, "lab-client")?,
+            Certificate::self_signed(KeyType::EcdsaP384, "lab-server")?,
+        );
         let rsa2048 = Certificate::self_signed(KeyType::Rsa2048, "lab-server-rsa2048")?;
         let rsa3072 = Certificate::self_signed(KeyType::Rsa3072, "lab-server-rsa3072")?;
         let all_profiles = secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES;
         let cm80 = "SRTP_AES128_CM_SHA1_80";
         let ossl_client_ecdsa = |srtp: &str| ossl_ctx(DtlsRole::Client, &c256, ECDSA_SUITE, srtp);
-        let ossl_client_any = ossl_ctx(DtlsRole::Client, &c256, &format!("{ECDSA_SUITE}:{RSA_SUITE}"), cm80)?;
+        let ossl_client_any = ossl_ctx(
+            DtlsRole::Client,
+            &c256,
+            &format!("{ECDSA_SUITE}:{RSA_SUITE}"),
+            cm80,
+        )?;
 
         let mut pairings: Vec<Pairing> = Vec::new();
-        let secrelay = |cert: &str, cookies: bool, floor: usize, c: &Certificate, s: &Certificate| Pairing {
-            stack: "secrelay (dimpl + aws-lc-rs)".into(),
-            client: "secrelay".into(),
-            server: "secrelay".into(),
-            cert: cert.into(),
-            kx: DIMPL_KX.into(),
-            cookies,
-            offered: None,
-            floor,
-            make_client: ours(ours_config(Role::Client, c, false, &all_profiles)),
-            make_server: ours(ours_config(Role::Server, s, cookies, &all_profiles)),
-        };
+        let secrelay =
+            |cert: &str, cookies: bool, floor: usize, c: &Certificate, s: &Certificate| Pairing {
+                stack: "secrelay (dimpl + aws-lc-rs)".into(),
+                client: "secrelay".into(),
+                server: "secrelay".into(),
+                cert: cert.into(),
+                kx: DIMPL_KX.into(),
+                cookies,
+                offered: None,
+                floor,
+                make_client: ours(ours_config(Role::Client, c, false, &all_profiles)),
+                make_server: ours(ours_config(Role::Server, s, cookies, &all_profiles)),
+            };
         pairings.push(secrelay("ECDSA P-256", true, 1, &c256, &s256));
         pairings.push(secrelay("ECDSA P-256", false, 1, &c256, &s256));
         pairings.push(secrelay("ECDSA P-384", true, 2, &c384, &s384));
         // secrelay's server with an OpenSSL client offering one SRTP profile (and P-256 only),
         // then secrelay's client against OpenSSL's server.
-        for p in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm, Profile::AeadAes256Gcm, Profile::AesCm128HmacSha1_32] {
+        for p in [
+            Profile::AesCm128HmacSha1_80,
+            Profile::AeadAes128Gcm,
+            Profile::AeadAes256Gcm,
+            Profile::AesCm128HmacSha1_32,
+        ] {
             pairings.push(Pairing {
                 stack: "secrelay server, OpenSSL client".into(),
                 client: "OpenSSL".into(),
@@ -477,7 +615,11 @@ impl Study for HandshakeStudy {
             make_client: ours(ours_config(Role::Client, &c256, false, &all_profiles)),
             make_server: ossl(ossl_ctx(DtlsRole::Server, &s256, ECDSA_SUITE, cm80)?),
         });
-        for (cert, server_cert, suite) in [("ECDSA P-256", &s256, ECDSA_SUITE), ("RSA-2048", &rsa2048, RSA_SUITE), ("RSA-3072", &rsa3072, RSA_SUITE)] {
+        for (cert, server_cert, suite) in [
+            ("ECDSA P-256", &s256, ECDSA_SUITE),
+            ("RSA-2048", &rsa2048, RSA_SUITE),
+            ("RSA-3072", &rsa3072, RSA_SUITE),
+        ] {
             pairings.push(Pairing {
                 stack: "OpenSSL".into(),
                 client: "OpenSSL".into(),
@@ -496,11 +638,21 @@ impl Study for HandshakeStudy {
 
         // A dry run: every pairing once, outside timing; one that fails becomes a "not offered"
         // row with the reason instead of a number.
-        ctx.step(format!("{rounds} interleaved rounds of {} pairings", pairings.len()));
-        let mut ok: Vec<Result<&'static str, String>> = pairings.iter().map(|p| handshake(&p.make_client, &p.make_server).map(|(_, prof)| prof)).collect();
+        ctx.step(format!(
+            "{rounds} interleaved rounds of {} pairings",
+            pairings.len()
+        ));
+        let mut ok: Vec<Result<&'static str, String>> = pairings
+            .iter()
+            .map(|p| handshake(&p.make_client, &p.make_server).map(|(_, prof)| prof))
+            .collect();
         let warmup = if ctx.quick() { 2 } else { 20 };
-        let mut samples: Vec<Vec<Sample>> = pairings.iter().map(|_| Vec::with_capacity(rounds)).collect();
-        let mut floor_ns: Vec<Vec<[f64; 4]>> = floors.iter().map(|_| Vec::with_capacity(rounds)).collect();
+        let mut samples: Vec<Vec<Sample>> = pairings
+            .iter()
+            .map(|_| Vec::with_capacity(rounds))
+            .collect();
+        let mut floor_ns: Vec<Vec<[f64; 4]>> =
+            floors.iter().map(|_| Vec::with_capacity(rounds)).collect();
         for round in 0..warmup + rounds {
             // Each round starts at another pairing, so that none always runs first (with
             // caches and predictors cold from the previous round's RSA and floor work).
@@ -526,7 +678,12 @@ impl Study for HandshakeStudy {
         ctx.done();
 
         ctx.step("pion/dtls (Go), both ends in one process");
-        let pion = pion_binary().and_then(|bin| Ok((run_pion(&bin, rounds.max(50), true)?, run_pion(&bin, rounds.max(50), false)?)));
+        let pion = pion_binary().and_then(|bin| {
+            Ok((
+                run_pion(&bin, rounds.max(50), true)?,
+                run_pion(&bin, rounds.max(50), false)?,
+            ))
+        });
         ctx.done();
 
         let (counts, instructions_method) = match ctx.count_instructions() {
@@ -540,18 +697,27 @@ impl Study for HandshakeStudy {
         };
         ctx.step("crypto floor");
         let mut floor_us: Vec<f64> = Vec::new();
-        let mut floor_table = Table::new("crypto_floor", "Crypto floor per side, aws-lc-rs (µs per operation, median over the rounds)")
-            .col("ops", "one side's crypto")
-            .col_unit("sign_us", "ECDSA sign", "µs")
-            .col_unit("verify_us", "ECDSA verify", "µs")
-            .col_unit("keygen_us", "ECDHE key pair", "µs")
-            .col_unit("ecdh_us", "ECDH", "µs")
-            .col_unit("sum_us", "all four", "µs")
-            .col_unit("instructions", "instructions, all four", "instr");
+        let mut floor_table = Table::new(
+            "crypto_floor",
+            "Crypto floor per side, aws-lc-rs (µs per operation, median over the rounds)",
+        )
+        .col("ops", "one side's crypto")
+        .col_unit("sign_us", "ECDSA sign", "µs")
+        .col_unit("verify_us", "ECDSA verify", "µs")
+        .col_unit("keygen_us", "ECDHE key pair", "µs")
+        .col_unit("ecdh_us", "ECDH", "µs")
+        .col_unit("sum_us", "all four", "µs")
+        .col_unit("instructions", "instructions, all four", "instr");
         for (i, per_round) in floor_ns.iter().enumerate() {
-            let op = |k: usize| median(&mut per_round.iter().map(|r| r[k]).collect::<Vec<_>>()) / 1e3;
+            let op =
+                |k: usize| median(&mut per_round.iter().map(|r| r[k]).collect::<Vec<_>>()) / 1e3;
             let (sign, verify, keygen, ecdh) = (op(0), op(1), op(2), op(3));
-            let sum = median(&mut per_round.iter().map(|r| r.iter().sum::<f64>()).collect::<Vec<_>>()) / 1e3;
+            let sum = median(
+                &mut per_round
+                    .iter()
+                    .map(|r| r.iter().sum::<f64>())
+                    .collect::<Vec<_>>(),
+            ) / 1e3;
             floor_us.push(sum);
             floor_table.push([
                 ("ops", Cell::text(FLOOR_NAMES[i])),
@@ -651,7 +817,8 @@ impl Study for HandshakeStudy {
                             total_us: r.total_us_median,
                             server_us: r.server_us_median,
                             client_us: r.client_us_median,
-                            spread_pct: (r.total_us_p75 - r.total_us_p25) / r.total_us_median * 100.0,
+                            spread_pct: (r.total_us_p75 - r.total_us_p25) / r.total_us_median
+                                * 100.0,
                             runs: r.handshakes,
                         }),
                     });
@@ -676,30 +843,46 @@ impl Study for HandshakeStudy {
 
         // References for the ratios: OpenSSL with an ECDSA P-256 server, pion with the same
         // cookie setting as the row.
-        let fig = |pred: &dyn Fn(&Row) -> bool| rows.iter().find(|r| pred(r)).and_then(|r| r.result.as_ref().ok()).cloned();
+        let fig = |pred: &dyn Fn(&Row) -> bool| {
+            rows.iter()
+                .find(|r| pred(r))
+                .and_then(|r| r.result.as_ref().ok())
+                .cloned()
+        };
         let openssl_ref = fig(&|r| r.stack == "OpenSSL" && r.cert == "ECDSA P-256");
         let pion_ref = |cookies: bool| fig(&|r| r.client == "pion" && r.cookies == cookies);
 
-        let mut table = Table::new("handshake_in_memory", "DTLS 1.2 handshakes, both sides in one thread over memory (median per handshake)")
-            .col("stack", "stack")
-            .col("client", "client")
-            .col("server", "server")
-            .col("cert", "certificates")
-            .col("kx", "ECDHE")
-            .col("cookies", "cookie exchange")
-            .col("srtp_profile", "SRTP profile")
-            .col_unit("handshakes_per_s", "handshakes/s (one core, both sides)", "/s")
-            .col_unit("server_us", "server", "µs")
-            .col_unit("server_per_s", "server handshakes/s per core", "/s")
-            .col_unit("client_us", "client", "µs")
-            .col_unit("server_vs_floor", "server ÷ crypto floor", "×")
-            .col_unit("vs_openssl", "handshakes/s vs OpenSSL", "×")
-            .col_unit("vs_pion", "handshakes/s vs pion", "×")
-            .col_unit("server_vs_openssl", "server speed vs OpenSSL", "×")
-            .col_unit("server_vs_pion", "server speed vs pion", "×")
-            .col_unit("spread_pct", "spread", "%")
-            .col("runs", "handshakes timed")
-            .col_unit("instructions", "instructions per handshake, both sides", "instr");
+        let mut table = Table::new(
+            "handshake_in_memory",
+            "DTLS 1.2 handshakes, both sides in one thread over memory (median per handshake)",
+        )
+        .col("stack", "stack")
+        .col("client", "client")
+        .col("server", "server")
+        .col("cert", "certificates")
+        .col("kx", "ECDHE")
+        .col("cookies", "cookie exchange")
+        .col("srtp_profile", "SRTP profile")
+        .col_unit(
+            "handshakes_per_s",
+            "handshakes/s (one core, both sides)",
+            "/s",
+        )
+        .col_unit("server_us", "server", "µs")
+        .col_unit("server_per_s", "server handshakes/s per core", "/s")
+        .col_unit("client_us", "client", "µs")
+        .col_unit("server_vs_floor", "server ÷ crypto floor", "×")
+        .col_unit("vs_openssl", "handshakes/s vs OpenSSL", "×")
+        .col_unit("vs_pion", "handshakes/s vs pion", "×")
+        .col_unit("server_vs_openssl", "server speed vs OpenSSL", "×")
+        .col_unit("server_vs_pion", "server speed vs pion", "×")
+        .col_unit("spread_pct", "spread", "%")
+        .col("runs", "handshakes timed")
+        .col_unit(
+            "instructions",
+            "instructions per handshake, both sides",
+            "instr",
+        );
         for r in &rows {
             let mut cells: Vec<(&str, Cell)> = vec![
                 ("stack", Cell::text(r.stack.clone())),
@@ -752,8 +935,20 @@ impl Study for HandshakeStudy {
             .iter()
             .filter_map(|r| {
                 let f = r.result.as_ref().ok()?;
-                let who = if r.client == r.server { r.stack.clone() } else { format!("{} → {}", r.client, r.server) };
-                Some((format!("{who}, {}, {}{}", r.cert, f.profile, if r.cookies { ", cookies" } else { "" }), f))
+                let who = if r.client == r.server {
+                    r.stack.clone()
+                } else {
+                    format!("{} → {}", r.client, r.server)
+                };
+                Some((
+                    format!(
+                        "{who}, {}, {}{}",
+                        r.cert,
+                        f.profile,
+                        if r.cookies { ", cookies" } else { "" }
+                    ),
+                    f,
+                ))
             })
             .collect();
         let plots = vec![Plot {
@@ -765,8 +960,22 @@ impl Study for HandshakeStudy {
             log_y: false,
             categories: bar_rows.iter().map(|(n, _)| n.clone()).collect(),
             series: vec![
-                Series { name: "both sides on one core".into(), points: bar_rows.iter().enumerate().map(|(i, (_, f))| (i as f64, 1e6 / f.total_us)).collect() },
-                Series { name: "server side alone (1 / server µs)".into(), points: bar_rows.iter().enumerate().map(|(i, (_, f))| (i as f64, 1e6 / f.server_us)).collect() },
+                Series {
+                    name: "both sides on one core".into(),
+                    points: bar_rows
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (_, f))| (i as f64, 1e6 / f.total_us))
+                        .collect(),
+                },
+                Series {
+                    name: "server side alone (1 / server µs)".into(),
+                    points: bar_rows
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (_, f))| (i as f64, 1e6 / f.server_us))
+                        .collect(),
+                },
             ],
         }];
 
@@ -779,7 +988,10 @@ impl Study for HandshakeStudy {
                 .to_string(),
             format!("Session resumption: {}", super::load::RESUMPTION_NOT_OFFERED),
         ];
-        if let (Some(o), Some(s)) = (&openssl_ref, rows.first().and_then(|r| r.result.as_ref().ok())) {
+        if let (Some(o), Some(s)) = (
+            &openssl_ref,
+            rows.first().and_then(|r| r.result.as_ref().ok()),
+        ) {
             notes.push(format!(
                 "secrelay's server (P-256, cookies on): {:.0} µs per handshake = {:.2}× its crypto floor ({:.0} µs); OpenSSL's server {:.0} µs.",
                 s.server_us, s.server_us / floor_us[1], floor_us[1], o.server_us

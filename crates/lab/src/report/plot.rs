@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use anyhow::anyhow;
-use plotters::coord::ranged1d::{AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
+use plotters::coord::ranged1d::{
+    AsRangedCoord, DefaultFormatting, KeyPointHint, Ranged, ValueFormatter,
+};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -123,7 +125,8 @@ struct Prepared {
 impl Prepared {
     fn new(plot: &Plot) -> Prepared {
         let mut dropped = 0;
-        let keep = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!plot.log_y || y > 0.0);
+        let keep =
+            |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite() && (!plot.log_y || y > 0.0);
         let series: Vec<Vec<(f64, f64)>> = match plot.kind {
             PlotKind::Lines => plot
                 .series
@@ -187,24 +190,45 @@ impl Prepared {
             .iter()
             .zip(&series)
             .map(|(s, pts)| {
-                fit(&s.name, MAX_LABEL_CHARS).chars().count() + if pts.is_empty() { NO_DATA.len() } else { 0 }
+                fit(&s.name, MAX_LABEL_CHARS).chars().count()
+                    + if pts.is_empty() { NO_DATA.len() } else { 0 }
             })
             .max();
-        let legend_w = legend_chars.map_or(0, |c| ((c as f64 * CHAR_W) as u32 + 44).clamp(110, 260));
+        let legend_w =
+            legend_chars.map_or(0, |c| ((c as f64 * CHAR_W) as u32 + 44).clamp(110, 260));
         // Level labels when they fit under their group, otherwise rotated a quarter turn.
         let plot_w = (WIDTH - legend_w).saturating_sub(90) as f64;
         let widest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as f64 * CHAR_W;
         let rotate = !labels.is_empty() && widest + 6.0 > plot_w / labels.len() as f64;
         // The estimate errs wide; rotated labels need about 85% of it.
-        let x_area = if rotate { (widest * 0.85) as u32 + 40 } else { X_AREA };
+        let x_area = if rotate {
+            (widest * 0.85) as u32 + 40
+        } else {
+            X_AREA
+        };
         let legend_h = 50 + LEGEND_ROW * plot.series.len() as u32;
         let height = (HEIGHT + x_area - X_AREA).max(legend_h);
-        Prepared { series, labels, x, y, size: (WIDTH, height), legend_w, x_area, rotate, dropped }
+        Prepared {
+            series,
+            labels,
+            x,
+            y,
+            size: (WIDTH, height),
+            legend_w,
+            x_area,
+            rotate,
+            dropped,
+        }
     }
 }
 
 fn category_count(plot: &Plot) -> usize {
-    let longest = plot.series.iter().map(|s| s.points.len()).max().unwrap_or(0);
+    let longest = plot
+        .series
+        .iter()
+        .map(|s| s.points.len())
+        .max()
+        .unwrap_or(0);
     if plot.categories.is_empty() {
         longest
     } else {
@@ -290,7 +314,10 @@ where
     DB::ErrorType: 'static,
 {
     root.fill(&WHITE)?;
-    let body = root.titled(&fit(&plot.title, 90), (FAMILY, 18).into_font().color(&BLACK))?;
+    let body = root.titled(
+        &fit(&plot.title, 90),
+        (FAMILY, 18).into_font().color(&BLACK),
+    )?;
     let (chart_area, legend_area) = body.split_horizontally(data.size.0 - data.legend_w);
     let (y0, y1) = (data.y.start, data.y.end);
     match (plot.kind, plot.log_y) {
@@ -340,7 +367,12 @@ fn axis_label(v: &f64) -> String {
     }
 }
 
-fn bars<DB, Y>(area: &DrawingArea<DB, Shift>, plot: &Plot, data: &Prepared, y: Y) -> anyhow::Result<()>
+fn bars<DB, Y>(
+    area: &DrawingArea<DB, Shift>,
+    plot: &Plot,
+    data: &Prepared,
+    y: Y,
+) -> anyhow::Result<()>
 where
     DB: DrawingBackend,
     DB::ErrorType: 'static,
@@ -359,11 +391,17 @@ where
         if data.rotate {
             String::new()
         } else {
-            data.labels.get(v.floor() as usize).cloned().unwrap_or_default()
+            data.labels
+                .get(v.floor() as usize)
+                .cloned()
+                .unwrap_or_default()
         }
     };
     let mut mesh = mesh_style(&mut chart, plot);
-    mesh.disable_x_mesh().x_labels(n.max(1)).x_label_formatter(&label).y_label_formatter(&axis_label);
+    mesh.disable_x_mesh()
+        .x_labels(n.max(1))
+        .x_label_formatter(&label)
+        .y_label_formatter(&axis_label);
     mesh.draw()?;
     if data.rotate {
         let (bx, by) = area.get_base_pixel();
@@ -392,7 +430,12 @@ where
     Ok(())
 }
 
-fn lines<DB, Y>(area: &DrawingArea<DB, Shift>, plot: &Plot, data: &Prepared, y: Y) -> anyhow::Result<()>
+fn lines<DB, Y>(
+    area: &DrawingArea<DB, Shift>,
+    plot: &Plot,
+    data: &Prepared,
+    y: Y,
+) -> anyhow::Result<()>
 where
     DB: DrawingBackend,
     DB::ErrorType: 'static,
@@ -405,7 +448,8 @@ where
         .y_label_area_size(72)
         .build_cartesian_2d(data.x.clone(), y)?;
     let mut mesh = mesh_style(&mut chart, plot);
-    mesh.x_label_formatter(&axis_label).y_label_formatter(&axis_label);
+    mesh.x_label_formatter(&axis_label)
+        .y_label_formatter(&axis_label);
     mesh.draw()?;
     for (j, pts) in data.series.iter().enumerate() {
         let c = color(j);
@@ -474,7 +518,10 @@ where
         }
         let empty = data.series.get(j).is_none_or(Vec::is_empty);
         let name = if empty {
-            format!("{}{NO_DATA}", fit(&s.name, max_chars.saturating_sub(NO_DATA.len()).max(4)))
+            format!(
+                "{}{NO_DATA}",
+                fit(&s.name, max_chars.saturating_sub(NO_DATA.len()).max(4))
+            )
         } else {
             fit(&s.name, max_chars)
         };
@@ -482,8 +529,16 @@ where
     }
     if data.dropped > 0 {
         let y = top + (plot.series.len() as u32 * LEGEND_ROW) as i32 + 4;
-        let why = if plot.log_y { "≤ 0 or not finite" } else { "not finite" };
-        area.draw_text(&format!("{} point(s) left out:", data.dropped), &muted, (4, y))?;
+        let why = if plot.log_y {
+            "≤ 0 or not finite"
+        } else {
+            "not finite"
+        };
+        area.draw_text(
+            &format!("{} point(s) left out:", data.dropped),
+            &muted,
+            (4, y),
+        )?;
         area.draw_text(why, &muted, (4, y + 14))?;
     }
     Ok(())
@@ -496,10 +551,22 @@ mod tests {
 
     #[test]
     fn bars_by_index_or_by_position() {
-        assert!(bars_indexed_by_x(&[(0.0, 1.0), (2.0, 3.0)], 3), "distinct indexes: by x, skipping one");
-        assert!(!bars_indexed_by_x(&[(0.0, 1.0), (0.0, 3.0)], 3), "repeated x: by position");
-        assert!(!bars_indexed_by_x(&[(0.5, 1.0)], 3), "fractional x: by position");
-        assert!(!bars_indexed_by_x(&[(3.0, 1.0)], 3), "x past the categories: by position");
+        assert!(
+            bars_indexed_by_x(&[(0.0, 1.0), (2.0, 3.0)], 3),
+            "distinct indexes: by x, skipping one"
+        );
+        assert!(
+            !bars_indexed_by_x(&[(0.0, 1.0), (0.0, 3.0)], 3),
+            "repeated x: by position"
+        );
+        assert!(
+            !bars_indexed_by_x(&[(0.5, 1.0)], 3),
+            "fractional x: by position"
+        );
+        assert!(
+            !bars_indexed_by_x(&[(3.0, 1.0)], 3),
+            "x past the categories: by position"
+        );
     }
 
     #[test]

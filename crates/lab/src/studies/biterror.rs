@@ -43,11 +43,15 @@ pub const FRAME: usize = 160;
 pub const OPUS_BITRATE: i32 = 16_000;
 
 const KEY32: [u8; 32] = [
-    0x60, 0x3d, 0xeb, 0x10, 0x15, 0xca, 0x71, 0xbe, 0x2b, 0x73, 0xae, 0xf0, 0x85, 0x7d, 0x77, 0x81, 0x1f, 0x35, 0x2c, 0x07,
-    0x3b, 0x61, 0x08, 0xd7, 0x2d, 0x98, 0x10, 0xa3, 0x09, 0x14, 0xdf, 0xf4,
+    0x60, 0x3d, 0xeb, 0x10, 0x15, 0xca, 0x71, 0xbe, 0x2b, 0x73, 0xae, 0xf0, 0x85, 0x7d, 0x77, 0x81,
+    0x1f, 0x35, 0x2c, 0x07, 0x3b, 0x61, 0x08, 0xd7, 0x2d, 0x98, 0x10, 0xa3, 0x09, 0x14, 0xdf, 0xf4,
 ];
-const IV16: [u8; 16] = [0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff];
-const NONCE12: [u8; 12] = [0xca, 0xfe, 0xba, 0xbe, 0xfa, 0xce, 0xdb, 0xad, 0xde, 0xca, 0xf8, 0x88];
+const IV16: [u8; 16] = [
+    0xf0, 0xf1, 0xf2, 0xf3, 0xf4, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa, 0xfb, 0xfc, 0xfd, 0xfe, 0xff,
+];
+const NONCE12: [u8; 12] = [
+    0xca, 0xfe, 0xba, 0xbe, 0xfa, 0xce, 0xdb, 0xad, 0xde, 0xca, 0xf8, 0x88,
+];
 const SSRC: u32 = 0x0B17_E770;
 
 // ---------------------------------------------------------------------------------------
@@ -58,8 +62,13 @@ const SSRC: u32 = 0x0B17_E770;
 /// with short pauses, plus a little seeded noise. 8 kHz, 16-bit, peak about -8 dBFS.
 pub fn voice(seconds: f64) -> Vec<i16> {
     // (F1, F2, F3) of five vowels, Hz.
-    const VOWELS: [[f64; 3]; 5] =
-        [[730.0, 1090.0, 2440.0], [270.0, 2290.0, 3010.0], [530.0, 1840.0, 2480.0], [570.0, 840.0, 2410.0], [300.0, 870.0, 2240.0]];
+    const VOWELS: [[f64; 3]; 5] = [
+        [730.0, 1090.0, 2440.0],
+        [270.0, 2290.0, 3010.0],
+        [530.0, 1840.0, 2480.0],
+        [570.0, 840.0, 2410.0],
+        [300.0, 870.0, 2240.0],
+    ];
     const BANDWIDTH: [f64; 3] = [90.0, 110.0, 170.0];
     let n = (seconds * RATE as f64) as usize;
     let mut out = Vec::with_capacity(n);
@@ -72,15 +81,25 @@ pub fn voice(seconds: f64) -> Vec<i16> {
         let syl = (t / 0.23) as usize;
         let within = t / 0.23 - syl as f64;
         let voiced = within < 0.78 && syl % 10 != 9;
-        let env = if voiced { (std::f64::consts::PI * within / 0.78).sin().powf(0.6) } else { 0.0 };
-        let f0 = 130.0 + 25.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin() + 8.0 * ((syl % 3) as f64 - 1.0);
+        let env = if voiced {
+            (std::f64::consts::PI * within / 0.78).sin().powf(0.6)
+        } else {
+            0.0
+        };
+        let f0 = 130.0
+            + 25.0 * (2.0 * std::f64::consts::PI * 0.7 * t).sin()
+            + 8.0 * ((syl % 3) as f64 - 1.0);
         phase += f0 / RATE as f64;
         let formants = VOWELS[syl % VOWELS.len()];
         let mut s = 0.0;
         let mut k = 1.0;
         while k * f0 < 3800.0 {
             let h = k * f0;
-            let gain: f64 = formants.iter().zip(BANDWIDTH).map(|(&f, bw)| 1.0 / (1.0 + ((h - f) / bw).powi(2))).sum();
+            let gain: f64 = formants
+                .iter()
+                .zip(BANDWIDTH)
+                .map(|(&f, bw)| 1.0 / (1.0 + ((h - f) / bw).powi(2)))
+                .sum();
             // Glottal spectrum falls about 12 dB per octave.
             s += gain / k * (2.0 * std::f64::consts::PI * k * phase).sin();
             k += 1.0;
@@ -172,7 +191,11 @@ impl Stream {
                 let mut out = Vec::with_capacity(pcm.len() / 4);
                 for f in pcm.chunks_exact(FRAME) {
                     let n = enc.from_pcm(f, &mut out)?;
-                    anyhow::ensure!(n == self.frame_bytes(), "Opus CBR frame of {n} bytes, expected {}", self.frame_bytes());
+                    anyhow::ensure!(
+                        n == self.frame_bytes(),
+                        "Opus CBR frame of {n} bytes, expected {}",
+                        self.frame_bytes()
+                    );
                 }
                 out
             }
@@ -221,7 +244,13 @@ pub fn bytes_changed(a: &[u8], b: &[u8]) -> usize {
 
 /// Decoded samples that differ, and the span from the first to the last, in samples.
 pub fn samples_changed(a: &[i16], b: &[i16]) -> (usize, usize) {
-    let diff: Vec<usize> = a.iter().zip(b).enumerate().filter(|(_, (x, y))| x != y).map(|(i, _)| i).collect();
+    let diff: Vec<usize> = a
+        .iter()
+        .zip(b)
+        .enumerate()
+        .filter(|(_, (x, y))| x != y)
+        .map(|(i, _)| i)
+        .collect();
     let extra = a.len().abs_diff(b.len());
     let span = match (diff.first(), diff.last()) {
         (Some(f), Some(l)) => l - f + 1,
@@ -249,16 +278,40 @@ pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     for cipher in ["AES-128", "AES-256"] {
         for mode in ["ECB", "CBC", "CFB-128", "CFB-8", "OFB", "CTR"] {
-            v.push(Case { cipher, mode, authenticated: false });
+            v.push(Case {
+                cipher,
+                mode,
+                authenticated: false,
+            });
         }
-        v.push(Case { cipher, mode: "GCM", authenticated: true });
+        v.push(Case {
+            cipher,
+            mode: "GCM",
+            authenticated: true,
+        });
     }
     for mode in ["ECB", "CBC", "CFB-64", "OFB"] {
-        v.push(Case { cipher: "3DES (EDE3)", mode, authenticated: false });
+        v.push(Case {
+            cipher: "3DES (EDE3)",
+            mode,
+            authenticated: false,
+        });
     }
-    v.push(Case { cipher: "RC4-128", mode: "stream", authenticated: false });
-    v.push(Case { cipher: "ChaCha20", mode: "stream", authenticated: false });
-    v.push(Case { cipher: "ChaCha20-Poly1305", mode: "AEAD", authenticated: true });
+    v.push(Case {
+        cipher: "RC4-128",
+        mode: "stream",
+        authenticated: false,
+    });
+    v.push(Case {
+        cipher: "ChaCha20",
+        mode: "stream",
+        authenticated: false,
+    });
+    v.push(Case {
+        cipher: "ChaCha20-Poly1305",
+        mode: "AEAD",
+        authenticated: true,
+    });
     v
 }
 
@@ -292,16 +345,18 @@ macro_rules! block_modes {
         let (key, iv, data, enc): (&[u8], &[u8], &[u8], bool) = ($key, $iv, $data, $enc);
         const LENGTHS: &str = "key and IV lengths are fixed per cipher";
         match $mode {
-            "ECB" if enc => Some(Ok(ecb::Encryptor::<$c>::new_from_slice(key).expect(LENGTHS).encrypt_padded_vec::<Pkcs7>(data))),
+            "ECB" if enc => Some(Ok(ecb::Encryptor::<$c>::new_from_slice(key)
+                .expect(LENGTHS)
+                .encrypt_padded_vec::<Pkcs7>(data))),
             "ECB" => Some(
                 ecb::Decryptor::<$c>::new_from_slice(key)
                     .expect(LENGTHS)
                     .decrypt_padded_vec::<Pkcs7>(data)
                     .map_err(|e| Refusal::Rejected(format!("bad padding: {e}"))),
             ),
-            "CBC" if enc => {
-                Some(Ok(cbc::Encryptor::<$c>::new_from_slices(key, iv).expect(LENGTHS).encrypt_padded_vec::<Pkcs7>(data)))
-            }
+            "CBC" if enc => Some(Ok(cbc::Encryptor::<$c>::new_from_slices(key, iv)
+                .expect(LENGTHS)
+                .encrypt_padded_vec::<Pkcs7>(data))),
             "CBC" => Some(
                 cbc::Decryptor::<$c>::new_from_slices(key, iv)
                     .expect(LENGTHS)
@@ -311,24 +366,34 @@ macro_rules! block_modes {
             "CFB-128" | "CFB-64" => {
                 let mut buf = data.to_vec();
                 if enc {
-                    cfb_mode::Encryptor::<$c>::new_from_slices(key, iv).expect(LENGTHS).encrypt(&mut buf);
+                    cfb_mode::Encryptor::<$c>::new_from_slices(key, iv)
+                        .expect(LENGTHS)
+                        .encrypt(&mut buf);
                 } else {
-                    cfb_mode::Decryptor::<$c>::new_from_slices(key, iv).expect(LENGTHS).decrypt(&mut buf);
+                    cfb_mode::Decryptor::<$c>::new_from_slices(key, iv)
+                        .expect(LENGTHS)
+                        .decrypt(&mut buf);
                 }
                 Some(Ok(buf))
             }
             "CFB-8" => {
                 let mut buf = data.to_vec();
                 if enc {
-                    cfb8::Encryptor::<$c>::new_from_slices(key, iv).expect(LENGTHS).encrypt(&mut buf);
+                    cfb8::Encryptor::<$c>::new_from_slices(key, iv)
+                        .expect(LENGTHS)
+                        .encrypt(&mut buf);
                 } else {
-                    cfb8::Decryptor::<$c>::new_from_slices(key, iv).expect(LENGTHS).decrypt(&mut buf);
+                    cfb8::Decryptor::<$c>::new_from_slices(key, iv)
+                        .expect(LENGTHS)
+                        .decrypt(&mut buf);
                 }
                 Some(Ok(buf))
             }
             "OFB" => {
                 let mut buf = data.to_vec();
-                ofb::Ofb::<$c>::new_from_slices(key, iv).expect(LENGTHS).apply_keystream(&mut buf);
+                ofb::Ofb::<$c>::new_from_slices(key, iv)
+                    .expect(LENGTHS)
+                    .apply_keystream(&mut buf);
                 Some(Ok(buf))
             }
             _ => None,
@@ -336,12 +401,19 @@ macro_rules! block_modes {
     }};
 }
 
-fn aead_rust<A: KeyInit + AeadInOut>(key: &[u8], data: &[u8], enc: bool) -> Result<Vec<u8>, Refusal> {
+fn aead_rust<A: KeyInit + AeadInOut>(
+    key: &[u8],
+    data: &[u8],
+    enc: bool,
+) -> Result<Vec<u8>, Refusal> {
     let a = A::new_from_slice(key).expect("key lengths are fixed per cipher");
-    let nonce = aes_gcm::aead::Nonce::<A>::try_from(&NONCE12[..]).expect("both AEADs take 96-bit nonces");
+    let nonce =
+        aes_gcm::aead::Nonce::<A>::try_from(&NONCE12[..]).expect("both AEADs take 96-bit nonces");
     let mut buf = data.to_vec();
     if enc {
-        let tag = a.encrypt_inout_detached(&nonce, b"", buf.as_mut_slice().into()).expect("message within the AEAD's limits");
+        let tag = a
+            .encrypt_inout_detached(&nonce, b"", buf.as_mut_slice().into())
+            .expect("message within the AEAD's limits");
         buf.extend_from_slice(&tag);
         Ok(buf)
     } else {
@@ -349,7 +421,8 @@ fn aead_rust<A: KeyInit + AeadInOut>(key: &[u8], data: &[u8], enc: bool) -> Resu
         if buf.len() < tag_len {
             return Err(Refusal::Rejected("shorter than its tag".into()));
         }
-        let tag = aes_gcm::aead::Tag::<A>::try_from(&buf[buf.len() - tag_len..]).expect("16-byte tag");
+        let tag =
+            aes_gcm::aead::Tag::<A>::try_from(&buf[buf.len() - tag_len..]).expect("16-byte tag");
         buf.truncate(buf.len() - tag_len);
         a.decrypt_inout_detached(&nonce, b"", buf.as_mut_slice().into(), &tag)
             .map_err(|_| Refusal::Rejected("tag check failed".into()))?;
@@ -364,9 +437,13 @@ pub fn rustcrypto(case: &Case, data: &[u8], enc: bool) -> Result<Vec<u8>, Refusa
         ("AES-128", "CTR") | ("AES-256", "CTR") => {
             let mut buf = data.to_vec();
             if case.cipher == "AES-128" {
-                ctr::Ctr128BE::<Aes128>::new_from_slices(key, iv).expect("fixed lengths").apply_keystream(&mut buf);
+                ctr::Ctr128BE::<Aes128>::new_from_slices(key, iv)
+                    .expect("fixed lengths")
+                    .apply_keystream(&mut buf);
             } else {
-                ctr::Ctr128BE::<Aes256>::new_from_slices(key, iv).expect("fixed lengths").apply_keystream(&mut buf);
+                ctr::Ctr128BE::<Aes256>::new_from_slices(key, iv)
+                    .expect("fixed lengths")
+                    .apply_keystream(&mut buf);
             }
             Some(Ok(buf))
         }
@@ -375,12 +452,16 @@ pub fn rustcrypto(case: &Case, data: &[u8], enc: bool) -> Result<Vec<u8>, Refusa
         ("ChaCha20-Poly1305", _) => Some(aead_rust::<ChaCha20Poly1305>(key, data, enc)),
         ("ChaCha20", _) => {
             let mut buf = data.to_vec();
-            chacha20::ChaCha20::new_from_slices(key, &NONCE12).expect("fixed lengths").apply_keystream(&mut buf);
+            chacha20::ChaCha20::new_from_slices(key, &NONCE12)
+                .expect("fixed lengths")
+                .apply_keystream(&mut buf);
             Some(Ok(buf))
         }
         ("RC4-128", _) => {
             let mut buf = data.to_vec();
-            rc4::Rc4::new_from_slice(key).expect("RC4 takes 1..=256-byte keys").apply_keystream(&mut buf);
+            rc4::Rc4::new_from_slice(key)
+                .expect("RC4 takes 1..=256-byte keys")
+                .apply_keystream(&mut buf);
             Some(Ok(buf))
         }
         ("AES-128", m) => block_modes!(Aes128, m, key, iv, data, enc),
@@ -388,7 +469,12 @@ pub fn rustcrypto(case: &Case, data: &[u8], enc: bool) -> Result<Vec<u8>, Refusa
         ("3DES (EDE3)", m) => block_modes!(TdesEde3, m, key, iv, data, enc),
         _ => None,
     };
-    r.unwrap_or_else(|| Err(Refusal::NotOffered(format!("{} {} is not wired for RustCrypto", case.cipher, case.mode))))
+    r.unwrap_or_else(|| {
+        Err(Refusal::NotOffered(format!(
+            "{} {} is not wired for RustCrypto",
+            case.cipher, case.mode
+        )))
+    })
 }
 
 fn openssl_cipher(case: &Case) -> Option<OsslCipher> {
@@ -430,7 +516,10 @@ fn openssl_error(e: openssl::error::ErrorStack) -> String {
 /// Encrypts (`enc`) or decrypts a whole stream with OpenSSL (`openssl::symm`).
 pub fn openssl(case: &Case, data: &[u8], enc: bool) -> Result<Vec<u8>, Refusal> {
     let Some(c) = openssl_cipher(case) else {
-        return Err(Refusal::NotOffered(format!("{} {} has no OpenSSL cipher here", case.cipher, case.mode)));
+        return Err(Refusal::NotOffered(format!(
+            "{} {} has no OpenSSL cipher here",
+            case.cipher, case.mode
+        )));
     };
     let key = key_for(case);
     // Drop errors other callers left in this thread's OpenSSL queue: they are not ours.
@@ -458,7 +547,11 @@ pub fn openssl(case: &Case, data: &[u8], enc: bool) -> Result<Vec<u8>, Refusal> 
         _ if case.mode == "ECB" => None,
         _ => Some(iv_for(case)),
     };
-    let r = if enc { openssl::symm::encrypt(c, key, iv, data) } else { openssl::symm::decrypt(c, key, iv, data) };
+    let r = if enc {
+        openssl::symm::encrypt(c, key, iv, data)
+    } else {
+        openssl::symm::decrypt(c, key, iv, data)
+    };
     r.map_err(|e| {
         if enc || case.cipher == "RC4-128" {
             Refusal::NotOffered(openssl_error(e))
@@ -492,7 +585,9 @@ pub enum Damage {
 
 fn digest(b: &[u8]) -> u64 {
     // FNV-1a: only to compare two libraries' ciphertexts in a table cell.
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ x as u64).wrapping_mul(0x0100_0000_01b3))
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+        (h ^ x as u64).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The stream offsets a flipped bit at [`FLIP_OFFSET`] can change under this mode: the
@@ -501,12 +596,18 @@ fn digest(b: &[u8]) -> u64 {
 /// holds). Each garbled byte equals the plaintext by chance with probability 1/256, so the
 /// count of changed bytes may fall short of the region's size; it may never fall outside.
 pub fn predicted_region(case: &Case) -> Vec<usize> {
-    let b = if case.cipher.starts_with("3DES") { 8 } else { 16 };
+    let b = if case.cipher.starts_with("3DES") {
+        8
+    } else {
+        16
+    };
     let start = FLIP_OFFSET - FLIP_OFFSET % b;
     let mut v: Vec<usize> = match case.mode {
         "ECB" => (start..start + b).collect(),
         "CBC" => (start..start + b).chain([FLIP_OFFSET + b]).collect(),
-        "CFB-128" | "CFB-64" => std::iter::once(FLIP_OFFSET).chain(start + b..start + 2 * b).collect(),
+        "CFB-128" | "CFB-64" => std::iter::once(FLIP_OFFSET)
+            .chain(start + b..start + 2 * b)
+            .collect(),
         "CFB-8" => (FLIP_OFFSET..FLIP_OFFSET + 1 + b).collect(),
         _ => vec![FLIP_OFFSET],
     };
@@ -531,7 +632,13 @@ pub fn flip_and_count(
         Err(r) => return Ok(Damage::Refused(r)),
     };
     let ciphertext_digest = digest(&ct);
-    anyhow::ensure!(ct.len() > FLIP_OFFSET, "{} {} ciphertext of {} bytes", case.cipher, case.mode, ct.len());
+    anyhow::ensure!(
+        ct.len() > FLIP_OFFSET,
+        "{} {} ciphertext of {} bytes",
+        case.cipher,
+        case.mode,
+        ct.len()
+    );
     ct[FLIP_OFFSET] ^= FLIP_MASK;
     let pt = match lib(case, &ct, false) {
         Ok(pt) => pt,
@@ -539,10 +646,20 @@ pub fn flip_and_count(
     };
     let bytes = bytes_changed(plain, &pt);
     let region = predicted_region(case);
-    let inside = region.iter().filter(|&&i| plain.get(i) != pt.get(i)).count();
+    let inside = region
+        .iter()
+        .filter(|&&i| plain.get(i) != pt.get(i))
+        .count();
     let pcm = stream.decode(&pt[..plain.len().min(pt.len())], None)?;
     let (samples, span) = samples_changed(clean_pcm, &pcm);
-    Ok(Damage::Decrypted { bytes, predicted: region.len(), outside: bytes - inside, samples, span, ciphertext_digest })
+    Ok(Damage::Decrypted {
+        bytes,
+        predicted: region.len(),
+        outside: bytes - inside,
+        samples,
+        span,
+        ciphertext_digest,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -579,15 +696,30 @@ fn rtp_packet(stream: Stream, seq: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 fn srtp_contexts(profile: Profile) -> anyhow::Result<(Context, Context, Context)> {
-    let mk = MasterKey::new(profile, &KEY32[..profile.key_len()], &IV16[..profile.salt_len()])
-        .map_err(|e| anyhow::anyhow!("master key for {}: {e}", profile.sdp_name()))?;
-    let make = |p: Policy| Context::new(p).map_err(|e| anyhow::anyhow!("SRTP context for {}: {e}", profile.sdp_name()));
-    Ok((make(Policy::new(mk.clone()).any_outbound())?, make(Policy::new(mk.clone()).any_inbound())?, make(Policy::new(mk).any_outbound())?))
+    let mk = MasterKey::new(
+        profile,
+        &KEY32[..profile.key_len()],
+        &IV16[..profile.salt_len()],
+    )
+    .map_err(|e| anyhow::anyhow!("master key for {}: {e}", profile.sdp_name()))?;
+    let make = |p: Policy| {
+        Context::new(p).map_err(|e| anyhow::anyhow!("SRTP context for {}: {e}", profile.sdp_name()))
+    };
+    Ok((
+        make(Policy::new(mk.clone()).any_outbound())?,
+        make(Policy::new(mk.clone()).any_inbound())?,
+        make(Policy::new(mk).any_outbound())?,
+    ))
 }
 
 /// Sends `plain` as RTP over SRTP with `profile`, flips the bit in the packet carrying
 /// stream byte [`FLIP_OFFSET`], and reports what the receiver did.
-pub fn srtp_flip(profile: Profile, stream: Stream, plain: &[u8], clean_pcm: &[i16]) -> anyhow::Result<SrtpOutcome> {
+pub fn srtp_flip(
+    profile: Profile,
+    stream: Stream,
+    plain: &[u8],
+    clean_pcm: &[i16],
+) -> anyhow::Result<SrtpOutcome> {
     let fb = stream.frame_bytes();
     let (mut tx, mut rx, mut rekey) = srtp_contexts(profile)?;
     let target = FLIP_OFFSET / fb;
@@ -603,7 +735,9 @@ pub fn srtp_flip(profile: Profile, stream: Stream, plain: &[u8], clean_pcm: &[i1
         let sent = rtp_packet(stream, seq, payload);
         let mut buf = sent.clone();
         buf.resize(sent.len() + profile.rtp_overhead() + 16, 0);
-        let len = tx.protect_rtp(&mut buf, sent.len()).map_err(|e| anyhow::anyhow!("protect: {e}"))?;
+        let len = tx
+            .protect_rtp(&mut buf, sent.len())
+            .map_err(|e| anyhow::anyhow!("protect: {e}"))?;
         if i == target {
             buf[at] ^= FLIP_MASK;
             // Untagged decryption: the tampered ciphertext, tag stripped, run through the
@@ -611,7 +745,9 @@ pub fn srtp_flip(profile: Profile, stream: Stream, plain: &[u8], clean_pcm: &[i1
             let body = len - profile.rtp_tag_len();
             let mut again = buf[..body].to_vec();
             again.resize(body + profile.rtp_overhead() + 16, 0);
-            rekey.protect_rtp(&mut again, body).map_err(|e| anyhow::anyhow!("re-keystream: {e}"))?;
+            rekey
+                .protect_rtp(&mut again, body)
+                .map_err(|e| anyhow::anyhow!("re-keystream: {e}"))?;
             untagged_payload = Some(again[12..12 + payload.len()].to_vec());
         }
         match rx.unprotect_rtp(&mut buf, len) {
@@ -630,14 +766,23 @@ pub fn srtp_flip(profile: Profile, stream: Stream, plain: &[u8], clean_pcm: &[i1
             }
         }
     }
-    let untagged = untagged_payload.ok_or_else(|| anyhow::anyhow!("stream shorter than byte {FLIP_OFFSET}"))?;
+    let untagged = untagged_payload
+        .ok_or_else(|| anyhow::anyhow!("stream shorter than byte {FLIP_OFFSET}"))?;
     let original = &plain[target * fb..target * fb + untagged.len()];
     let untagged_bytes = bytes_changed(original, &untagged);
     let mut patched = plain.to_vec();
     patched[target * fb..target * fb + untagged.len()].copy_from_slice(&untagged);
     let (untagged_samples, _) = samples_changed(clean_pcm, &stream.decode(&patched, None)?);
     let (dropped_samples, _) = samples_changed(clean_pcm, &stream.decode(plain, Some(target))?);
-    Ok(SrtpOutcome { packets, rejected, error, others_intact, untagged_bytes, untagged_samples, dropped_samples })
+    Ok(SrtpOutcome {
+        packets,
+        rejected,
+        error,
+        others_intact,
+        untagged_bytes,
+        untagged_samples,
+        dropped_samples,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -649,11 +794,19 @@ pub struct BiterrorStudy;
 fn damage_cells(row: &mut Vec<(String, Cell)>, stream: Stream, d: &Damage) {
     let k = stream.key();
     match d {
-        Damage::Decrypted { bytes, samples, span, .. } => {
+        Damage::Decrypted {
+            bytes,
+            samples,
+            span,
+            ..
+        } => {
             row.push((format!("{k}_bytes"), Cell::num(*bytes as f64)));
             row.push((format!("{k}_samples"), Cell::num(*samples as f64)));
             if stream == Stream::Opus {
-                row.push(("opus_span_ms".into(), Cell::num(*span as f64 * 1000.0 / RATE as f64)));
+                row.push((
+                    "opus_span_ms".into(),
+                    Cell::num(*span as f64 * 1000.0 / RATE as f64),
+                ));
             }
         }
         Damage::Refused(Refusal::Rejected(_)) => {
@@ -671,7 +824,12 @@ fn verdict(case: &Case, d: &Damage) -> String {
     match d {
         Damage::Refused(Refusal::Rejected(why)) => format!("rejected: {why}"),
         Damage::Refused(Refusal::NotOffered(why)) => format!("not offered: {why}"),
-        Damage::Decrypted { bytes, predicted, outside, .. } => {
+        Damage::Decrypted {
+            bytes,
+            predicted,
+            outside,
+            ..
+        } => {
             let shape = match case.mode {
                 "ECB" => "the block",
                 "CBC" => "the block + the bit in the next",
@@ -725,19 +883,22 @@ impl Study for BiterrorStudy {
         }
         ctx.done();
 
-        let mut table = Table::new("biterror", "Bit 0x02 of byte 10,000 flipped in the ciphertext: what decrypts (and decodes)")
-            .col("cipher", "cipher")
-            .col("mode", "mode")
-            .col_unit("predicted", "mode puts at risk", "B")
-            .col_unit("raw_bytes", "raw: bytes changed", "B")
-            .col_unit("raw_samples", "raw: samples changed", "samples")
-            .col_unit("ulaw_bytes", "G.711: bytes changed", "B")
-            .col_unit("ulaw_samples", "G.711: samples changed", "samples")
-            .col_unit("opus_bytes", "Opus: bytes changed", "B")
-            .col_unit("opus_samples", "Opus: samples changed", "samples")
-            .col_unit("opus_span_ms", "Opus: audio affected", "ms")
-            .col("openssl_agrees", "OpenSSL agrees")
-            .col("verdict", "verdict");
+        let mut table = Table::new(
+            "biterror",
+            "Bit 0x02 of byte 10,000 flipped in the ciphertext: what decrypts (and decodes)",
+        )
+        .col("cipher", "cipher")
+        .col("mode", "mode")
+        .col_unit("predicted", "mode puts at risk", "B")
+        .col_unit("raw_bytes", "raw: bytes changed", "B")
+        .col_unit("raw_samples", "raw: samples changed", "samples")
+        .col_unit("ulaw_bytes", "G.711: bytes changed", "B")
+        .col_unit("ulaw_samples", "G.711: samples changed", "samples")
+        .col_unit("opus_bytes", "Opus: bytes changed", "B")
+        .col_unit("opus_samples", "Opus: samples changed", "samples")
+        .col_unit("opus_span_ms", "Opus: audio affected", "ms")
+        .col("openssl_agrees", "OpenSSL agrees")
+        .col("verdict", "verdict");
         let mut plot_points: Vec<(String, [f64; 3])> = Vec::new();
         for case in &all {
             ctx.step(format!("{} {}", case.cipher, case.mode));
@@ -747,10 +908,15 @@ impl Study for BiterrorStudy {
                 rust.push(flip_and_count(rustcrypto, case, *s, bytes, clean)?);
                 ossl.push(flip_and_count(openssl, case, *s, bytes, clean)?);
             }
-            let mut row: Vec<(String, Cell)> =
-                vec![("cipher".into(), Cell::text(case.cipher)), ("mode".into(), Cell::text(case.mode))];
+            let mut row: Vec<(String, Cell)> = vec![
+                ("cipher".into(), Cell::text(case.cipher)),
+                ("mode".into(), Cell::text(case.mode)),
+            ];
             if !case.authenticated {
-                row.push(("predicted".into(), Cell::num(predicted_region(case).len() as f64)));
+                row.push((
+                    "predicted".into(),
+                    Cell::num(predicted_region(case).len() as f64),
+                ));
             }
             for (i, (s, _, _)) in streams.iter().enumerate() {
                 damage_cells(&mut row, *s, &rust[i]);
@@ -760,22 +926,36 @@ impl Study for BiterrorStudy {
             if let [Damage::Decrypted { bytes: a, .. }, Damage::Decrypted { bytes: b, .. }, Damage::Decrypted { bytes: c, .. }] =
                 &rust[..]
             {
-                plot_points.push((format!("{} {}", case.cipher, case.mode), [*a as f64, *b as f64, *c as f64]));
+                plot_points.push((
+                    format!("{} {}", case.cipher, case.mode),
+                    [*a as f64, *b as f64, *c as f64],
+                ));
             }
             table.push(row);
             ctx.done();
         }
 
-        let mut srtp_table = Table::new("biterror_srtp", "SRTP: the same bit flipped inside the RTP packet that carries byte 10,000")
-            .col("profile", "profile")
-            .col("stream", "stream")
-            .col_unit("packets", "packets", "")
-            .col_unit("rejected", "rejected", "")
-            .col("error", "tampered packet")
-            .col("others_intact", "others intact")
-            .col_unit("untagged_bytes", "bytes changed without the tag check", "B")
-            .col_unit("untagged_samples", "samples changed without the tag check", "samples")
-            .col_unit("dropped_samples", "samples changed, packet dropped", "samples");
+        let mut srtp_table = Table::new(
+            "biterror_srtp",
+            "SRTP: the same bit flipped inside the RTP packet that carries byte 10,000",
+        )
+        .col("profile", "profile")
+        .col("stream", "stream")
+        .col_unit("packets", "packets", "")
+        .col_unit("rejected", "rejected", "")
+        .col("error", "tampered packet")
+        .col("others_intact", "others intact")
+        .col_unit("untagged_bytes", "bytes changed without the tag check", "B")
+        .col_unit(
+            "untagged_samples",
+            "samples changed without the tag check",
+            "samples",
+        )
+        .col_unit(
+            "dropped_samples",
+            "samples changed, packet dropped",
+            "samples",
+        );
         let mut notes = Vec::new();
         for profile in Profile::ALL {
             ctx.step(format!("SRTP {}", profile.sdp_name()));
@@ -793,19 +973,36 @@ impl Study for BiterrorStudy {
                     ("packets", Cell::num(o.packets as f64)),
                     ("rejected", Cell::num(o.rejected as f64)),
                     ("error", Cell::text(err)),
-                    ("others_intact", Cell::text(if o.others_intact { "yes" } else { "NO" })),
+                    (
+                        "others_intact",
+                        Cell::text(if o.others_intact { "yes" } else { "NO" }),
+                    ),
                     ("untagged_bytes", Cell::num(o.untagged_bytes as f64)),
                     ("untagged_samples", Cell::num(o.untagged_samples as f64)),
                     ("dropped_samples", Cell::num(o.dropped_samples as f64)),
                 ]);
             }
             let mut row: Vec<(String, Cell)> = vec![
-                ("cipher".into(), Cell::text(format!("SRTP {}", profile.sdp_name()))),
-                ("mode".into(), Cell::text(if profile.is_aead() { "AEAD (RTP packets)" } else { "HMAC-SHA1 (RTP packets)" })),
+                (
+                    "cipher".into(),
+                    Cell::text(format!("SRTP {}", profile.sdp_name())),
+                ),
+                (
+                    "mode".into(),
+                    Cell::text(if profile.is_aead() {
+                        "AEAD (RTP packets)"
+                    } else {
+                        "HMAC-SHA1 (RTP packets)"
+                    }),
+                ),
             ];
             let all_rejected = verdicts.iter().all(|v| v.starts_with("rejected"));
             for (i, (s, _, _)) in streams.iter().enumerate() {
-                let cell = if verdicts[i].starts_with("rejected") { "rejected" } else { "accepted" };
+                let cell = if verdicts[i].starts_with("rejected") {
+                    "rejected"
+                } else {
+                    "accepted"
+                };
                 row.push((format!("{}_bytes", s.key()), Cell::text(cell)));
                 row.push((format!("{}_samples", s.key()), Cell::text(cell)));
             }
@@ -822,8 +1019,16 @@ impl Study for BiterrorStudy {
         }
 
         ctx.step("summary");
-        let ecb = table.rows_where("mode", "ECB").next().and_then(|r| r.get("raw_bytes")).and_then(Cell::as_f64);
-        let cbc = table.rows_where("mode", "CBC").next().and_then(|r| r.get("raw_bytes")).and_then(Cell::as_f64);
+        let ecb = table
+            .rows_where("mode", "ECB")
+            .next()
+            .and_then(|r| r.get("raw_bytes"))
+            .and_then(Cell::as_f64);
+        let cbc = table
+            .rows_where("mode", "CBC")
+            .next()
+            .and_then(|r| r.get("raw_bytes"))
+            .and_then(Cell::as_f64);
         notes.push(format!(
             "AES: ECB changed {} bytes (one block), CBC {} (one block + the flipped bit in the next), CFB-128 the flipped byte + the next block, OFB/CTR/stream ciphers 1 byte, as the seed found; 3DES blocks are 8 bytes, so 8 and 9 (the seed printed 9 for every 3DES mode).",
             ecb.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
@@ -835,7 +1040,11 @@ impl Study for BiterrorStudy {
             OPUS_BITRATE / 1000,
             Stream::Opus.frame_bytes()
         ));
-        notes.push(format!("libopus: {}; OpenSSL: {}", Opus::library_version(), openssl::version::version()));
+        notes.push(format!(
+            "libopus: {}; OpenSSL: {}",
+            Opus::library_version(),
+            openssl::version::version()
+        ));
         ctx.done();
 
         let plots = vec![Plot {
@@ -851,7 +1060,11 @@ impl Study for BiterrorStudy {
                 .enumerate()
                 .map(|(j, s)| Series {
                     name: s.label().into(),
-                    points: plot_points.iter().enumerate().map(|(i, (_, v))| (i as f64, v[j])).collect(),
+                    points: plot_points
+                        .iter()
+                        .enumerate()
+                        .map(|(i, (_, v))| (i as f64, v[j]))
+                        .collect(),
                 })
                 .collect(),
         }];
@@ -904,7 +1117,10 @@ mod tests {
         let peak = a.iter().map(|s| s.unsigned_abs()).max().unwrap();
         assert!((12_000..=13_000).contains(&peak), "peak {peak}");
         // Pauses between syllables: some 10 ms windows are near-silent, most are not.
-        let quiet = a.chunks(80).filter(|w| w.iter().all(|s| s.unsigned_abs() < 200)).count();
+        let quiet = a
+            .chunks(80)
+            .filter(|w| w.iter().all(|s| s.unsigned_abs() < 200))
+            .count();
         assert!(quiet > 10 && quiet < 100, "{quiet} quiet windows of 200");
     }
 
@@ -919,8 +1135,16 @@ mod tests {
                 Err(Refusal::NotOffered(_)) if case.cipher == "RC4-128" => continue,
                 Err(e) => panic!("{case:?}: {e:?}"),
             }
-            assert_eq!(rustcrypto(&case, &r, false).unwrap(), data, "{case:?} round trip");
-            assert_eq!(openssl(&case, &r, false).unwrap(), data, "{case:?} OpenSSL round trip");
+            assert_eq!(
+                rustcrypto(&case, &r, false).unwrap(),
+                data,
+                "{case:?} round trip"
+            );
+            assert_eq!(
+                openssl(&case, &r, false).unwrap(),
+                data,
+                "{case:?} OpenSSL round trip"
+            );
         }
     }
 
@@ -929,7 +1153,10 @@ mod tests {
         let st = streams();
         let (s, bytes, clean) = &st[0];
         let count = |cipher: &'static str, mode: &'static str| {
-            let case = cases().into_iter().find(|c| c.cipher == cipher && c.mode == mode).unwrap();
+            let case = cases()
+                .into_iter()
+                .find(|c| c.cipher == cipher && c.mode == mode)
+                .unwrap();
             let r = flip_and_count(rustcrypto, &case, *s, bytes, clean).unwrap();
             let o = flip_and_count(openssl, &case, *s, bytes, clean).unwrap();
             if cipher != "RC4-128" {
@@ -940,9 +1167,17 @@ mod tests {
         // Nothing outside the predicted region, and the count is the region's size (a
         // garbled byte equal to the plaintext by chance is allowed for, once).
         let bytes_of = |d: Damage| match d {
-            Damage::Decrypted { bytes, predicted, outside, .. } => {
+            Damage::Decrypted {
+                bytes,
+                predicted,
+                outside,
+                ..
+            } => {
                 assert_eq!(outside, 0);
-                assert!(bytes == predicted || bytes + 1 == predicted, "{bytes} of {predicted}");
+                assert!(
+                    bytes == predicted || bytes + 1 == predicted,
+                    "{bytes} of {predicted}"
+                );
                 predicted
             }
             other => panic!("{other:?}"),
@@ -954,23 +1189,37 @@ mod tests {
             assert_eq!(bytes_of(count(aes, "CFB-8")), 17);
             assert_eq!(bytes_of(count(aes, "OFB")), 1);
             assert_eq!(bytes_of(count(aes, "CTR")), 1);
-            assert!(matches!(count(aes, "GCM"), Damage::Refused(Refusal::Rejected(_))));
+            assert!(matches!(
+                count(aes, "GCM"),
+                Damage::Refused(Refusal::Rejected(_))
+            ));
         }
         assert_eq!(bytes_of(count("3DES (EDE3)", "ECB")), 8);
         assert_eq!(bytes_of(count("3DES (EDE3)", "CBC")), 9);
         assert_eq!(bytes_of(count("ChaCha20", "stream")), 1);
         assert_eq!(bytes_of(count("RC4-128", "stream")), 1);
-        assert!(matches!(count("ChaCha20-Poly1305", "AEAD"), Damage::Refused(Refusal::Rejected(_))));
+        assert!(matches!(
+            count("ChaCha20-Poly1305", "AEAD"),
+            Damage::Refused(Refusal::Rejected(_))
+        ));
     }
 
     #[test]
     fn srtp_rejects_the_packet_and_only_it() {
         let st = streams();
-        for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes256Gcm, Profile::NullHmacSha1_80] {
+        for profile in [
+            Profile::AesCm128HmacSha1_80,
+            Profile::AeadAes256Gcm,
+            Profile::NullHmacSha1_80,
+        ] {
             for (s, bytes, clean) in &st {
                 let o = srtp_flip(profile, *s, bytes, clean).unwrap();
                 assert_eq!(o.packets, bytes.len() / s.frame_bytes());
-                assert_eq!((o.rejected, o.error), (1, Some(SrtpError::AuthFailed)), "{profile:?} {s:?}");
+                assert_eq!(
+                    (o.rejected, o.error),
+                    (1, Some(SrtpError::AuthFailed)),
+                    "{profile:?} {s:?}"
+                );
                 assert!(o.others_intact);
                 // Counter-mode keystreams (and NULL) pass the bit through untouched.
                 assert_eq!(o.untagged_bytes, 1, "{profile:?} {s:?}");
@@ -983,9 +1232,19 @@ mod tests {
     fn decoded_damage_of_one_ulaw_byte_is_one_sample() {
         let st = streams();
         let (s, bytes, clean) = &st[1];
-        let case = Case { cipher: "AES-128", mode: "CTR", authenticated: false };
+        let case = Case {
+            cipher: "AES-128",
+            mode: "CTR",
+            authenticated: false,
+        };
         match flip_and_count(rustcrypto, &case, *s, bytes, clean).unwrap() {
-            Damage::Decrypted { bytes, outside, samples, span, .. } => {
+            Damage::Decrypted {
+                bytes,
+                outside,
+                samples,
+                span,
+                ..
+            } => {
                 assert_eq!((bytes, outside, samples, span), (1, 0, 1, 1))
             }
             other => panic!("{other:?}"),

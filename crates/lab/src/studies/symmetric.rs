@@ -15,8 +15,12 @@ use aes::cipher::block_padding::Pkcs7;
 use aes::cipher::{BlockCipherEncrypt, BlockModeEncrypt, InnerIvInit, KeyInit, StreamCipher};
 use aes::{Aes128Enc, Aes256Enc};
 use aes_gcm::{AeadInOut, Aes128Gcm, Aes256Gcm};
-use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305};
-use aws_lc_rs::cipher::{EncryptingKey, EncryptionContext, PaddedBlockEncryptingKey, UnboundCipherKey, AES_128, AES_256};
+use aws_lc_rs::aead::{
+    Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM, CHACHA20_POLY1305,
+};
+use aws_lc_rs::cipher::{
+    EncryptingKey, EncryptionContext, PaddedBlockEncryptingKey, UnboundCipherKey, AES_128, AES_256,
+};
 use aws_lc_rs::iv::FixedLength;
 use chacha20poly1305::ChaCha20Poly1305;
 use des::TdesEde3;
@@ -78,7 +82,10 @@ struct AwsAead(LessSafeKey);
 impl PacketCipher for AwsCtr {
     fn encrypt(&mut self, buf: &mut Vec<u8>, len: usize, counter: u64) -> Result<(), String> {
         self.0
-            .less_safe_encrypt(&mut buf[..len], EncryptionContext::Iv128(FixedLength::from(iv16(counter))))
+            .less_safe_encrypt(
+                &mut buf[..len],
+                EncryptionContext::Iv128(FixedLength::from(iv16(counter))),
+            )
             .map(|_| ())
             .map_err(|e| format!("aws-lc-rs CTR: {e}"))
     }
@@ -88,7 +95,10 @@ impl PacketCipher for AwsCbc {
     fn encrypt(&mut self, buf: &mut Vec<u8>, len: usize, counter: u64) -> Result<(), String> {
         buf.truncate(len);
         self.0
-            .less_safe_encrypt(buf, EncryptionContext::Iv128(FixedLength::from(iv16(counter))))
+            .less_safe_encrypt(
+                buf,
+                EncryptionContext::Iv128(FixedLength::from(iv16(counter))),
+            )
             .map(|_| ())
             .map_err(|e| format!("aws-lc-rs CBC: {e}"))
     }
@@ -98,7 +108,11 @@ impl PacketCipher for AwsAead {
     fn encrypt(&mut self, buf: &mut Vec<u8>, len: usize, counter: u64) -> Result<(), String> {
         let tag = self
             .0
-            .seal_in_place_separate_tag(Nonce::assume_unique_for_key(nonce12(counter)), Aad::empty(), &mut buf[..len])
+            .seal_in_place_separate_tag(
+                Nonce::assume_unique_for_key(nonce12(counter)),
+                Aad::empty(),
+                &mut buf[..len],
+            )
             .map_err(|e| format!("aws-lc-rs AEAD: {e}"))?;
         let _ = black_box(tag);
         Ok(())
@@ -138,7 +152,11 @@ impl PacketCipher for Ossl {
     fn encrypt(&mut self, buf: &mut Vec<u8>, len: usize, counter: u64) -> Result<(), String> {
         let err = |e: openssl::error::ErrorStack| format!("OpenSSL: {e}");
         if self.iv_len > 0 {
-            let iv = if self.iv_len == 12 { nonce12(counter).to_vec() } else { iv16(counter)[..self.iv_len].to_vec() };
+            let iv = if self.iv_len == 12 {
+                nonce12(counter).to_vec()
+            } else {
+                iv16(counter)[..self.iv_len].to_vec()
+            };
             // Only the IV changes: the key schedule set up once is kept.
             self.ctx.encrypt_init(None, None, Some(&iv)).map_err(err)?;
         }
@@ -174,7 +192,8 @@ fn openssl_cipher(cipher: &str, mode: &str) -> Option<&'static CipherRef> {
 }
 
 fn ossl(cipher: &str, mode: &str) -> Result<Box<dyn PacketCipher>, String> {
-    let c = openssl_cipher(cipher, mode).ok_or_else(|| format!("{cipher} {mode} is not wired for OpenSSL"))?;
+    let c = openssl_cipher(cipher, mode)
+        .ok_or_else(|| format!("{cipher} {mode} is not wired for OpenSSL"))?;
     // Errors other callers left in this thread's OpenSSL queue would otherwise be reported
     // as ours (libsrtp leaves some behind on GCM contexts).
     drop(openssl::error::ErrorStack::get());
@@ -182,7 +201,10 @@ fn ossl(cipher: &str, mode: &str) -> Result<Box<dyn PacketCipher>, String> {
     let init = ctx.encrypt_init(Some(c), Some(&KEY[..key_len(cipher)]), None);
     if let Err(e) = init {
         return Err(if cipher == "RC4-128" {
-            format!("{} refuses RC4 without the legacy provider, which the lab does not load ({e})", openssl::version::version())
+            format!(
+                "{} refuses RC4 without the legacy provider, which the lab does not load ({e})",
+                openssl::version::version()
+            )
         } else {
             format!("OpenSSL refused {cipher} {mode}: {e}")
         });
@@ -195,9 +217,14 @@ fn ossl(cipher: &str, mode: &str) -> Result<Box<dyn PacketCipher>, String> {
     };
     if iv_len == 0 {
         // RC4 takes no IV: the keystream runs on across packets.
-        ctx.encrypt_init(None, None, None).map_err(|e| format!("OpenSSL: {e}"))?;
+        ctx.encrypt_init(None, None, None)
+            .map_err(|e| format!("OpenSSL: {e}"))?;
     }
-    Ok(Box::new(Ossl { ctx, iv_len, aead: matches!(mode, "GCM" | "AEAD") }))
+    Ok(Box::new(Ossl {
+        ctx,
+        iv_len,
+        aead: matches!(mode, "GCM" | "AEAD"),
+    }))
 }
 
 // --- RustCrypto ------------------------------------------------------------------------
@@ -220,16 +247,23 @@ where
     cbc::Encryptor<C>: InnerIvInit<Inner = C> + BlockModeEncrypt,
 {
     buf.resize(len + 16, 0);
-    let enc = cbc::Encryptor::<C>::inner_iv_slice_init(cipher, iv).map_err(|e| format!("RustCrypto CBC IV: {e}"))?;
-    let n = enc.encrypt_padded::<Pkcs7>(buf, len).map_err(|e| format!("RustCrypto CBC: {e}"))?.len();
+    let enc = cbc::Encryptor::<C>::inner_iv_slice_init(cipher, iv)
+        .map_err(|e| format!("RustCrypto CBC IV: {e}"))?;
+    let n = enc
+        .encrypt_padded::<Pkcs7>(buf, len)
+        .map_err(|e| format!("RustCrypto CBC: {e}"))?
+        .len();
     buf.truncate(n);
     Ok(())
 }
 
 fn aead_detached<A: AeadInOut>(a: &A, buf: &mut [u8], counter: u64) -> Result<(), String> {
     let n = nonce12(counter);
-    let nonce = aes_gcm::aead::Nonce::<A>::try_from(&n[..]).map_err(|_| "96-bit nonce".to_string())?;
-    let tag = a.encrypt_inout_detached(&nonce, b"", buf.into()).map_err(|e| format!("RustCrypto AEAD: {e}"))?;
+    let nonce =
+        aes_gcm::aead::Nonce::<A>::try_from(&n[..]).map_err(|_| "96-bit nonce".to_string())?;
+    let tag = a
+        .encrypt_inout_detached(&nonce, b"", buf.into())
+        .map_err(|e| format!("RustCrypto AEAD: {e}"))?;
     black_box(tag);
     Ok(())
 }
@@ -240,10 +274,16 @@ impl PacketCipher for Rc {
         match self {
             // The (encryption-only) key schedule is copied, not recomputed: the modes own
             // their cipher.
-            Rc::Ctr128(k) => ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), &iv.into()))
-                .apply_keystream(&mut buf[..len]),
-            Rc::Ctr256(k) => ctr::Ctr128BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), &iv.into()))
-                .apply_keystream(&mut buf[..len]),
+            Rc::Ctr128(k) => ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                &iv.into(),
+            ))
+            .apply_keystream(&mut buf[..len]),
+            Rc::Ctr256(k) => ctr::Ctr128BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                &iv.into(),
+            ))
+            .apply_keystream(&mut buf[..len]),
             Rc::Cbc128(k) => cbc_padded(k.clone(), &iv, buf, len)?,
             Rc::Cbc256(k) => cbc_padded(k.clone(), &iv, buf, len)?,
             Rc::CbcTdes(k) => cbc_padded(k.clone(), &iv[..8], buf, len)?,
@@ -266,7 +306,9 @@ fn rustcrypto(cipher: &str, mode: &str) -> Result<Box<dyn PacketCipher>, String>
         ("AES-256", "CBC") => Rc::Cbc256(Aes256Enc::new_from_slice(key).map_err(bad)?),
         ("AES-128", "GCM") => Rc::Gcm128(Box::new(Aes128Gcm::new_from_slice(key).map_err(bad)?)),
         ("AES-256", "GCM") => Rc::Gcm256(Box::new(Aes256Gcm::new_from_slice(key).map_err(bad)?)),
-        ("ChaCha20-Poly1305", _) => Rc::ChaPoly(Box::new(ChaCha20Poly1305::new_from_slice(key).map_err(bad)?)),
+        ("ChaCha20-Poly1305", _) => Rc::ChaPoly(Box::new(
+            ChaCha20Poly1305::new_from_slice(key).map_err(bad)?,
+        )),
         ("3DES (EDE3)", _) => Rc::CbcTdes(TdesEde3::new_from_slice(key).map_err(bad)?),
         ("RC4-128", _) => Rc::Rc4(Box::new(rc4::Rc4::new_from_slice(key).map_err(bad)?)),
         _ => return Err(format!("{cipher} {mode} is not wired for RustCrypto")),
@@ -284,7 +326,13 @@ fn factory(library: &str) -> Factory {
 }
 
 /// Median ns to encrypt one `size`-byte packet, or why it cannot be measured.
-fn measure(ctx: &Ctx, library: &str, cipher: &str, mode: &str, size: usize) -> Result<crate::Timing, String> {
+fn measure(
+    ctx: &Ctx,
+    library: &str,
+    cipher: &str,
+    mode: &str,
+    size: usize,
+) -> Result<crate::Timing, String> {
     let mut c = factory(library)(cipher, mode)?;
     let mut buf: Vec<u8> = (0..size + 64).map(|i| i as u8).collect();
     // A dry run proves the cipher works before it is timed.
@@ -292,7 +340,8 @@ fn measure(ctx: &Ctx, library: &str, cipher: &str, mode: &str, size: usize) -> R
     let mut counter = 1u64;
     Ok(ctx.bench.time(|| {
         buf.resize(size + 64, 0);
-        c.encrypt(&mut buf, size, counter).expect("worked in the dry run");
+        c.encrypt(&mut buf, size, counter)
+            .expect("worked in the dry run");
         counter += 1;
         black_box(&buf);
     }))
@@ -302,21 +351,30 @@ fn measure(ctx: &Ctx, library: &str, cipher: &str, mode: &str, size: usize) -> R
 /// cipher of [`CIPHERS`] in every library of [`LIBRARIES`]: columns cipher, mode, packet
 /// size, library, ns/packet, MB/s, spread and the ratio to OpenSSL.
 pub fn cipher_table(ctx: &Ctx) -> Table {
-    let mut table = Table::new("symmetric_per_packet", "Symmetric encryption cost per packet, one core (ns per packet, median)")
-        .col("cipher", "cipher")
-        .col("mode", "mode")
-        .col_unit("size", "packet", "B")
-        .col("library", "library")
-        .col_unit("ns_per_packet", "encrypt", "ns")
-        .col_unit("mb_per_s", "throughput", "MB/s")
-        .col_unit("spread_pct", "spread", "%")
-        .col_unit("vs_openssl", "vs OpenSSL", "×");
+    let mut table = Table::new(
+        "symmetric_per_packet",
+        "Symmetric encryption cost per packet, one core (ns per packet, median)",
+    )
+    .col("cipher", "cipher")
+    .col("mode", "mode")
+    .col_unit("size", "packet", "B")
+    .col("library", "library")
+    .col_unit("ns_per_packet", "encrypt", "ns")
+    .col_unit("mb_per_s", "throughput", "MB/s")
+    .col_unit("spread_pct", "spread", "%")
+    .col_unit("vs_openssl", "vs OpenSSL", "×");
     for (cipher, mode) in CIPHERS {
         ctx.step(format!("{cipher} {mode}"));
         for (_, size) in super::srtp::SIZES {
-            let results: Vec<(&str, Result<crate::Timing, String>)> =
-                LIBRARIES.iter().map(|&lib| (lib, measure(ctx, lib, cipher, mode, size))).collect();
-            let openssl_ns = results.iter().find(|(l, _)| *l == "OpenSSL").and_then(|(_, r)| r.as_ref().ok()).map(|t| t.ns);
+            let results: Vec<(&str, Result<crate::Timing, String>)> = LIBRARIES
+                .iter()
+                .map(|&lib| (lib, measure(ctx, lib, cipher, mode, size)))
+                .collect();
+            let openssl_ns = results
+                .iter()
+                .find(|(l, _)| *l == "OpenSSL")
+                .and_then(|(_, r)| r.as_ref().ok())
+                .map(|t| t.ns);
             for (lib, r) in results {
                 let mut row: Vec<(&str, Cell)> = vec![
                     ("cipher", Cell::text(cipher)),
@@ -391,10 +449,18 @@ mod tests {
     /// they are timed doing the same work).
     #[test]
     fn libraries_encrypt_alike() {
-        for (cipher, mode) in [("AES-128", "CTR"), ("AES-256", "GCM"), ("AES-128", "CBC"), ("ChaCha20-Poly1305", "AEAD"), ("3DES (EDE3)", "CBC")] {
+        for (cipher, mode) in [
+            ("AES-128", "CTR"),
+            ("AES-256", "GCM"),
+            ("AES-128", "CBC"),
+            ("ChaCha20-Poly1305", "AEAD"),
+            ("3DES (EDE3)", "CBC"),
+        ] {
             let mut outs = Vec::new();
             for lib in LIBRARIES {
-                let Ok(mut c) = factory(lib)(cipher, mode) else { continue };
+                let Ok(mut c) = factory(lib)(cipher, mode) else {
+                    continue;
+                };
                 let mut buf: Vec<u8> = (0..172 + 64).map(|i| i as u8).collect();
                 drop(openssl::error::ErrorStack::get());
                 c.encrypt(&mut buf, 172, 7).unwrap();
@@ -403,7 +469,11 @@ mod tests {
                 // Used as OpenSSL means it to be: nothing left in its error queue.
                 let left = openssl::error::ErrorStack::get();
                 assert!(left.errors().is_empty(), "{lib} {cipher} {mode}: {left}");
-                let n = if mode == "CBC" { buf.len().min(172) } else { 172 };
+                let n = if mode == "CBC" {
+                    buf.len().min(172)
+                } else {
+                    172
+                };
                 outs.push((lib, buf[..n].to_vec()));
             }
             assert!(outs.len() >= 2, "{cipher} {mode}");
@@ -415,11 +485,18 @@ mod tests {
 
     #[test]
     fn table_has_every_cipher_size_and_library() {
-        let opts = crate::Options { quick: true, no_progress: true, ..Default::default() };
+        let opts = crate::Options {
+            quick: true,
+            no_progress: true,
+            ..Default::default()
+        };
         let ctx = crate::Ctx::new(&opts, "srtp");
         let t = cipher_table(&ctx);
         eprintln!("{}", t.render_text());
-        assert_eq!(t.rows.len(), CIPHERS.len() * super::super::srtp::SIZES.len() * LIBRARIES.len());
+        assert_eq!(
+            t.rows.len(),
+            CIPHERS.len() * super::super::srtp::SIZES.len() * LIBRARIES.len()
+        );
         for r in &t.rows {
             let lib = match r.get("library") {
                 Some(Cell::Text(l)) => l.as_str(),
@@ -437,7 +514,10 @@ mod tests {
                 }
                 Some(Cell::NotOffered { not_offered }) => {
                     // Only the legacy ciphers may be missing, and never in RustCrypto.
-                    assert!(cipher == "RC4-128" || cipher == "3DES (EDE3)", "{cipher} {lib}: {not_offered}");
+                    assert!(
+                        cipher == "RC4-128" || cipher == "3DES (EDE3)",
+                        "{cipher} {lib}: {not_offered}"
+                    );
                     assert_ne!(lib, "RustCrypto");
                     assert!(!not_offered.is_empty());
                 }
@@ -446,6 +526,14 @@ mod tests {
         }
         let plot = cipher_plot(&t, 172);
         assert_eq!(plot.series.len(), 3);
-        assert_eq!(plot.series.iter().find(|s| s.name == "RustCrypto").unwrap().points.len(), CIPHERS.len());
+        assert_eq!(
+            plot.series
+                .iter()
+                .find(|s| s.name == "RustCrypto")
+                .unwrap()
+                .points
+                .len(),
+            CIPHERS.len()
+        );
     }
 }

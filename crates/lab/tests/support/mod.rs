@@ -10,14 +10,22 @@ use std::process::Command;
 
 /// Width, height and number of distinct pixel values of a PNG file.
 pub fn png_stats(path: &Path) -> (u32, u32, usize) {
-    let file = std::fs::File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
+    let file =
+        std::fs::File::open(path).unwrap_or_else(|e| panic!("opening {}: {e}", path.display()));
     let mut reader = png::Decoder::new(std::io::BufReader::new(file))
         .read_info()
         .unwrap_or_else(|e| panic!("decoding {}: {e}", path.display()));
     let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).unwrap_or_else(|e| panic!("decoding {}: {e}", path.display()));
+    let info = reader
+        .next_frame(&mut buf)
+        .unwrap_or_else(|e| panic!("decoding {}: {e}", path.display()));
     let bytes = &buf[..info.buffer_size()];
-    let px = info.color_type.samples() * if info.bit_depth == png::BitDepth::Sixteen { 2 } else { 1 };
+    let px = info.color_type.samples()
+        * if info.bit_depth == png::BitDepth::Sixteen {
+            2
+        } else {
+            1
+        };
     let distinct: HashSet<&[u8]> = bytes.chunks(px.max(1)).collect();
     (info.width, info.height, distinct.len())
 }
@@ -25,8 +33,9 @@ pub fn png_stats(path: &Path) -> (u32, u32, usize) {
 /// The Chromium binary: `$SECRELAY_CHROMIUM`, else `/usr/bin/chromium` (Debian's package,
 /// installed by scripts/setup). None, with a clear message on stderr, when there is none.
 pub fn chromium(test: &str) -> Option<PathBuf> {
-    let path =
-        std::env::var_os("SECRELAY_CHROMIUM").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    let path = std::env::var_os("SECRELAY_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
     if path.exists() {
         Some(path)
     } else {
@@ -43,7 +52,10 @@ pub fn chromium(test: &str) -> Option<PathBuf> {
 /// started) after 60 s by coreutils' `timeout`. Returns stdout.
 fn run_chromium(chromium: &Path, page: &Path, extra: &[String]) -> String {
     let profile = tempfile::tempdir().expect("temp dir for the Chromium profile");
-    let url = format!("file://{}", page.canonicalize().expect("page path").display());
+    let url = format!(
+        "file://{}",
+        page.canonicalize().expect("page path").display()
+    );
     let out = Command::new("timeout")
         .args(["--kill-after=5", "60"])
         .arg(chromium)
@@ -74,23 +86,53 @@ fn run_chromium(chromium: &Path, page: &Path, extra: &[String]) -> String {
 /// What the page's script wrote into `<pre id="render-check">` after loading, as JSON.
 pub fn render_check(chromium: &Path, page: &Path) -> (serde_json::Value, String) {
     let dom = run_chromium(chromium, page, &["--dump-dom".to_string()]);
-    let start = dom.find("id=\"render-check\">").unwrap_or_else(|| panic!("no #render-check in the DOM:\n{dom}"));
+    let start = dom
+        .find("id=\"render-check\">")
+        .unwrap_or_else(|| panic!("no #render-check in the DOM:\n{dom}"));
     let text = &dom[start + "id=\"render-check\">".len()..];
     let text = &text[..text.find("</pre>").expect("#render-check is closed")];
-    let text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
-    let value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("#render-check is not JSON ({e}): {text}"));
+    let text = text
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&");
+    let value = serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("#render-check is not JSON ({e}): {text}"));
     (value, dom)
 }
 
 /// Asserts the render check saw `svgs` SVGs, all with a non-zero size, and no script error.
 pub fn assert_rendered(check: &serde_json::Value, svgs: usize) {
-    assert_eq!(check["svgs"].as_u64(), Some(svgs as u64), "SVG count in {check}");
-    assert_eq!(check["nonzero"].as_u64(), Some(svgs as u64), "SVGs with a non-zero size in {check}");
-    assert_eq!(check["errors"].as_array().map(Vec::len), Some(0), "script errors in {check}");
+    assert_eq!(
+        check["svgs"].as_u64(),
+        Some(svgs as u64),
+        "SVG count in {check}"
+    );
+    assert_eq!(
+        check["nonzero"].as_u64(),
+        Some(svgs as u64),
+        "SVGs with a non-zero size in {check}"
+    );
+    assert_eq!(
+        check["errors"].as_array().map(Vec::len),
+        Some(0),
+        "script errors in {check}"
+    );
 }
 
 /// Takes a 1280×2000 screenshot of `page` into `png`.
 pub fn screenshot(chromium: &Path, page: &Path, png: &Path) {
-    run_chromium(chromium, page, &[format!("--screenshot={}", png.display()), "--window-size=1280,2000".to_string()]);
-    assert!(png.exists(), "chromium wrote no screenshot at {}", png.display());
+    run_chromium(
+        chromium,
+        page,
+        &[
+            format!("--screenshot={}", png.display()),
+            "--window-size=1280,2000".to_string(),
+        ],
+    );
+    assert!(
+        png.exists(),
+        "chromium wrote no screenshot at {}",
+        png.display()
+    );
 }

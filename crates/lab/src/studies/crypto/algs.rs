@@ -29,8 +29,17 @@ pub enum Curve {
 
 impl Curve {
     /// Curves with ECDSA.
-    pub const ECDSA: [Curve; 9] =
-        [Curve::P192, Curve::P224, Curve::P256, Curve::P384, Curve::P521, Curve::K256, Curve::Bp256, Curve::Bp384, Curve::Bp512];
+    pub const ECDSA: [Curve; 9] = [
+        Curve::P192,
+        Curve::P224,
+        Curve::P256,
+        Curve::P384,
+        Curve::P521,
+        Curve::K256,
+        Curve::Bp256,
+        Curve::Bp384,
+        Curve::Bp512,
+    ];
     /// Curves with a Diffie-Hellman exchange.
     pub const KEX: [Curve; 11] = [
         Curve::P192,
@@ -264,11 +273,17 @@ pub struct Prepared {
 impl Prepared {
     /// A prepared operation with nothing more to say.
     pub fn new(run: impl FnMut() + 'static) -> Prepared {
-        Prepared { run: Box::new(run), deterministic: None }
+        Prepared {
+            run: Box::new(run),
+            deterministic: None,
+        }
     }
     /// A prepared signing operation, with whether it signed deterministically.
     pub fn signing(run: impl FnMut() + 'static, deterministic: bool) -> Prepared {
-        Prepared { run: Box::new(run), deterministic: Some(deterministic) }
+        Prepared {
+            run: Box::new(run),
+            deterministic: Some(deterministic),
+        }
     }
 }
 

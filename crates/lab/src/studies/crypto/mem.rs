@@ -40,12 +40,21 @@ pub struct Heap {
 /// Child side: prepares `id` (`LIB|ROW`), runs it once, then once more in the region with
 /// the ballast held.
 pub fn child(id: &str) -> anyhow::Result<()> {
-    let (lib_key, row) = id.split_once('|').with_context(|| format!("operation id {id:?} is not LIB|ROW"))?;
-    let lib = Lib::ALL.into_iter().find(|l| l.key() == lib_key).with_context(|| format!("unknown library {lib_key:?}"))?;
-    let (alg, op) = rows().into_iter().find(|&(a, o)| row_id(a, o) == row).with_context(|| format!("unknown row {row:?}"))?;
+    let (lib_key, row) = id
+        .split_once('|')
+        .with_context(|| format!("operation id {id:?} is not LIB|ROW"))?;
+    let lib = Lib::ALL
+        .into_iter()
+        .find(|l| l.key() == lib_key)
+        .with_context(|| format!("unknown library {lib_key:?}"))?;
+    let (alg, op) = rows()
+        .into_iter()
+        .find(|&(a, o)| row_id(a, o) == row)
+        .with_context(|| format!("unknown row {row:?}"))?;
     let keys = Keys::default();
     if let Some(dir) = std::env::var_os(KEYS_ENV) {
-        keys.load(Path::new(&dir)).context("loading the parent's RSA keys")?;
+        keys.load(Path::new(&dir))
+            .context("loading the parent's RSA keys")?;
     }
     let mut p = prepare(lib, alg, op, &keys).map_err(|why| anyhow::anyhow!("{id}: {why}"))?;
     (p.run)();
@@ -71,14 +80,27 @@ struct Pp {
 }
 
 fn parse(path: &Path) -> anyhow::Result<Heap> {
-    let d: Dhat = serde_json::from_slice(&std::fs::read(path)?).with_context(|| format!("parsing {}", path.display()))?;
-    let region: Vec<bool> = d.ftbl.iter().map(|f| f.contains("secrelay_lab::count::callgrind_region")).collect();
-    let mut h = Heap { peak: 0.0, allocated: 0.0, blocks: 0.0 };
+    let d: Dhat = serde_json::from_slice(&std::fs::read(path)?)
+        .with_context(|| format!("parsing {}", path.display()))?;
+    let region: Vec<bool> = d
+        .ftbl
+        .iter()
+        .map(|f| f.contains("secrelay_lab::count::callgrind_region"))
+        .collect();
+    let mut h = Heap {
+        peak: 0.0,
+        allocated: 0.0,
+        blocks: 0.0,
+    };
     for pp in &d.pps {
         if pp.fs.len() >= MAX_CALLERS {
             bail!("an allocation stack is deeper than {MAX_CALLERS} frames: cannot tell whether the operation made it");
         }
-        if pp.fs.iter().any(|&f| region.get(f).copied().unwrap_or(false)) {
+        if pp
+            .fs
+            .iter()
+            .any(|&f| region.get(f).copied().unwrap_or(false))
+        {
             h.peak += pp.gb as f64;
             h.allocated += pp.tb as f64;
             h.blocks += pp.tbk as f64;
@@ -92,12 +114,17 @@ fn parse(path: &Path) -> anyhow::Result<Heap> {
 
 /// Parent side: runs each operation in its own DHAT child. Returns figures by id, or
 /// the reason there are none (per id, or for all).
-pub fn measure(exe: &Path, ids: &[String], keys: &Keys) -> Result<BTreeMap<String, Result<Heap, String>>, String> {
+pub fn measure(
+    exe: &Path,
+    ids: &[String],
+    keys: &Keys,
+) -> Result<BTreeMap<String, Result<Heap, String>>, String> {
     if let Some(reason) = crate::count::unavailable_reason() {
         return Err(format!("not measured: {reason}"));
     }
     let dir = tempfile::tempdir().map_err(|e| format!("not measured: temporary directory: {e}"))?;
-    keys.save(dir.path()).map_err(|e| format!("not measured: saving the RSA keys for the children: {e}"))?;
+    keys.save(dir.path())
+        .map_err(|e| format!("not measured: saving the RSA keys for the children: {e}"))?;
     let mut out = BTreeMap::new();
     for (i, id) in ids.iter().enumerate() {
         let file: PathBuf = dir.path().join(format!("dhat{i}.json"));
@@ -115,7 +142,10 @@ pub fn measure(exe: &Path, ids: &[String], keys: &Keys) -> Result<BTreeMap<Strin
                     parse(&file).map_err(|e| format!("{e:#}"))
                 } else {
                     let err = String::from_utf8_lossy(&o.stderr);
-                    Err(format!("the DHAT child failed: {}", err.lines().rev().take(3).collect::<Vec<_>>().join(" | ")))
+                    Err(format!(
+                        "the DHAT child failed: {}",
+                        err.lines().rev().take(3).collect::<Vec<_>>().join(" | ")
+                    ))
                 }
             });
         out.insert(id.clone(), r);

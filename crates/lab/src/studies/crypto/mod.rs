@@ -142,16 +142,27 @@ struct Measured {
 fn measure(ctx: &Ctx, lib: Lib, alg: Alg, op: Op, keys: &Keys) -> Measured {
     let runs = match slow_runs(lib, alg, op, ctx.quick()) {
         Ok(r) => r,
-        Err(why) => return Measured { timing: Err(why), deterministic: None },
+        Err(why) => {
+            return Measured {
+                timing: Err(why),
+                deterministic: None,
+            }
+        }
     };
     match prepare(lib, alg, op, keys) {
-        Err(why) => Measured { timing: Err(why), deterministic: None },
+        Err(why) => Measured {
+            timing: Err(why),
+            deterministic: None,
+        },
         Ok(mut p) => {
             let timing = match runs {
                 Some(n) => ctx.bench.time_runs(n, &mut p.run),
                 None => ctx.bench.time(&mut p.run),
             };
-            Measured { timing: Ok(timing), deterministic: p.deterministic }
+            Measured {
+                timing: Ok(timing),
+                deterministic: p.deterministic,
+            }
         }
     }
 }
@@ -176,7 +187,12 @@ fn counted_set(quick: bool) -> Vec<(Lib, Alg, Op, u64)> {
     }
     for lib in both {
         for bits in [2048, 3072] {
-            v.push((lib, Alg::Rsa(bits), Op::Keygen, if bits == 2048 { 3 } else { 1 }));
+            v.push((
+                lib,
+                Alg::Rsa(bits),
+                Op::Keygen,
+                if bits == 2048 { 3 } else { 1 },
+            ));
             for op in [Op::Sign, Op::Verify, Op::SignPss, Op::VerifyPss] {
                 v.push((lib, Alg::Rsa(bits), op, 4));
             }
@@ -219,7 +235,9 @@ impl Study for CryptoStudy {
         let mut ops = Vec::new();
         for (lib, alg, op, iters) in counted_set(quick) {
             if let Ok(mut p) = prepare(lib, alg, op, &keys) {
-                ops.push(CountedOp::new(counted_id(lib, alg, op), iters, move || (p.run)()));
+                ops.push(CountedOp::new(counted_id(lib, alg, op), iters, move || {
+                    (p.run)()
+                }));
             }
         }
         Ok(ops)
@@ -232,7 +250,10 @@ impl Study for CryptoStudy {
         let mut results: Vec<RowResult> = Vec::new();
         for &(alg, op) in &rows {
             ctx.step(format!("{} {}", alg.name(), op.id()));
-            let cells = Lib::ALL.iter().map(|&lib| (lib, measure(ctx, lib, alg, op, &keys))).collect();
+            let cells = Lib::ALL
+                .iter()
+                .map(|&lib| (lib, measure(ctx, lib, alg, op, &keys)))
+                .collect();
             results.push(((alg, op), cells));
             ctx.done();
         }
@@ -247,12 +268,17 @@ impl Study for CryptoStudy {
         ctx.step("peak heap per operation under DHAT");
         let mem_set = memory_set(ctx.quick());
         let memory = match &ctx.opts.self_exe {
-            None => Err("not measured: the lab was not started from the secrelay binary".to_string()),
+            None => {
+                Err("not measured: the lab was not started from the secrelay binary".to_string())
+            }
             Some(exe) => {
                 let ids: Vec<String> = mem_set
                     .iter()
                     .filter(|&&(lib, alg, op)| {
-                        results.iter().any(|(k, cells)| *k == (alg, op) && cells.iter().any(|(l, m)| *l == lib && m.timing.is_ok()))
+                        results.iter().any(|(k, cells)| {
+                            *k == (alg, op)
+                                && cells.iter().any(|(l, m)| *l == lib && m.timing.is_ok())
+                        })
                     })
                     .map(|&(lib, alg, op)| counted_id(lib, alg, op))
                     .collect();
@@ -283,10 +309,27 @@ impl Study for CryptoStudy {
         tables.push(nonce_table(&results));
 
         let plots = vec![
-            bars(&results, "crypto_keygen", "Key generation", |_, o| o == Op::Keygen),
-            bars(&results, "crypto_sign", "Sign (RSA: PKCS#1 v1.5)", |_, o| o == Op::Sign),
-            bars(&results, "crypto_verify", "Verify (RSA: PKCS#1 v1.5)", |_, o| o == Op::Verify),
-            bars(&results, "crypto_ecdhe", "ECDHE (ephemeral key generation + shared secret)", |_, o| o == Op::Ecdhe),
+            bars(&results, "crypto_keygen", "Key generation", |_, o| {
+                o == Op::Keygen
+            }),
+            bars(
+                &results,
+                "crypto_sign",
+                "Sign (RSA: PKCS#1 v1.5)",
+                |_, o| o == Op::Sign,
+            ),
+            bars(
+                &results,
+                "crypto_verify",
+                "Verify (RSA: PKCS#1 v1.5)",
+                |_, o| o == Op::Verify,
+            ),
+            bars(
+                &results,
+                "crypto_ecdhe",
+                "ECDHE (ephemeral key generation + shared secret)",
+                |_, o| o == Op::Ecdhe,
+            ),
         ];
 
         let mut notes = notes(&results, counts.as_ref().ok());
@@ -337,10 +380,17 @@ fn main_table(results: &Results) -> Table {
             .col_unit(&format!("{k}_ns"), &format!("{} ns/op", lib.name()), "ns")
             .col_unit(&format!("{k}_ops"), &format!("{} ops/s", lib.name()), "1/s")
             .col_unit(&format!("{k}_x"), &format!("{} × fastest", lib.name()), "×")
-            .col_unit(&format!("{k}_spread"), &format!("{} spread", lib.name()), "%");
+            .col_unit(
+                &format!("{k}_spread"),
+                &format!("{} spread", lib.name()),
+                "%",
+            );
     }
     for ((alg, op), cells) in results {
-        let fastest = cells.iter().filter_map(|(_, m)| m.timing.as_ref().ok().map(|t| t.ns)).fold(f64::INFINITY, f64::min);
+        let fastest = cells
+            .iter()
+            .filter_map(|(_, m)| m.timing.as_ref().ok().map(|t| t.ns))
+            .fold(f64::INFINITY, f64::min);
         let mut row: Vec<(String, Cell)> = vec![
             ("id".into(), Cell::text(row_id(*alg, *op))),
             ("algorithm".into(), Cell::text(alg.name())),
@@ -367,13 +417,23 @@ fn main_table(results: &Results) -> Table {
     t
 }
 
-fn instructions_table(counts: &Result<BTreeMap<String, f64>, String>, set: Vec<(Lib, Alg, Op, u64)>) -> Table {
-    let mut t = Table::new("crypto_instructions", "Instructions per operation (callgrind)")
-        .col("id", "id")
-        .col("algorithm", "algorithm")
-        .col("operation", "operation");
+fn instructions_table(
+    counts: &Result<BTreeMap<String, f64>, String>,
+    set: Vec<(Lib, Alg, Op, u64)>,
+) -> Table {
+    let mut t = Table::new(
+        "crypto_instructions",
+        "Instructions per operation (callgrind)",
+    )
+    .col("id", "id")
+    .col("algorithm", "algorithm")
+    .col("operation", "operation");
     for lib in Lib::ALL {
-        t = t.col_unit(&format!("{}_instr", lib.key()), &format!("{} instructions", lib.name()), "instr");
+        t = t.col_unit(
+            &format!("{}_instr", lib.key()),
+            &format!("{} instructions", lib.name()),
+            "instr",
+        );
     }
     let mut seen: Vec<(Alg, Op)> = Vec::new();
     for &(_, alg, op, _) in &set {
@@ -392,7 +452,9 @@ fn instructions_table(counts: &Result<BTreeMap<String, f64>, String>, set: Vec<(
             let in_set = set.iter().any(|&(l, a, o, _)| (l, a, o) == (lib, alg, op));
             let cell = match counts {
                 Err(why) => Cell::not_offered(why.clone()),
-                Ok(_) if !in_set => Cell::not_offered("not in this run's counted set (the full run counts more)"),
+                Ok(_) if !in_set => {
+                    Cell::not_offered("not in this run's counted set (the full run counts more)")
+                }
                 Ok(c) => match c.get(&counted_id(lib, alg, op)) {
                     Some(n) => Cell::num(*n),
                     None => Cell::not_offered("not offered by this library (no counted operation)"),
@@ -405,7 +467,11 @@ fn instructions_table(counts: &Result<BTreeMap<String, f64>, String>, set: Vec<(
     t
 }
 
-fn memory_table(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, String>, set: &[(Lib, Alg, Op)], results: &Results) -> Table {
+fn memory_table(
+    memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, String>,
+    set: &[(Lib, Alg, Op)],
+    results: &Results,
+) -> Table {
     let mut t = Table::new(
         "crypto_memory",
         "Heap per operation (valgrind DHAT): bytes live at the operation's peak, bytes and blocks it allocated",
@@ -416,9 +482,21 @@ fn memory_table(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, Str
     for lib in Lib::ALL {
         let k = lib.key();
         t = t
-            .col_unit(&format!("{k}_peak"), &format!("{} peak heap", lib.name()), "B")
-            .col_unit(&format!("{k}_alloc"), &format!("{} allocated", lib.name()), "B")
-            .col_unit(&format!("{k}_blocks"), &format!("{} allocations", lib.name()), "");
+            .col_unit(
+                &format!("{k}_peak"),
+                &format!("{} peak heap", lib.name()),
+                "B",
+            )
+            .col_unit(
+                &format!("{k}_alloc"),
+                &format!("{} allocated", lib.name()),
+                "B",
+            )
+            .col_unit(
+                &format!("{k}_blocks"),
+                &format!("{} allocations", lib.name()),
+                "",
+            );
     }
     let mut seen: Vec<(Alg, Op)> = Vec::new();
     for &(_, alg, op) in set {
@@ -442,8 +520,13 @@ fn memory_table(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, Str
             let figures: Result<mem::Heap, String> = match (memory, timing) {
                 (_, Some(Err(why))) => Err(why.clone()),
                 (Err(why), _) => Err(why.clone()),
-                (Ok(_), _) if !set.contains(&(lib, alg, op)) => Err("not in this run's measured set (the full run measures more)".into()),
-                (Ok(m), _) => m.get(&counted_id(lib, alg, op)).cloned().unwrap_or_else(|| Err("not measured".into())),
+                (Ok(_), _) if !set.contains(&(lib, alg, op)) => {
+                    Err("not in this run's measured set (the full run measures more)".into())
+                }
+                (Ok(m), _) => m
+                    .get(&counted_id(lib, alg, op))
+                    .cloned()
+                    .unwrap_or_else(|| Err("not measured".into())),
             };
             match figures {
                 Ok(h) => {
@@ -469,13 +552,28 @@ fn memory_note(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, Stri
                   operation's second run (one-time set-up and lazily built tables are outside), excluding the keys and contexts \
                   made beforehand, the stack, malloc's own overhead and static tables";
     let Ok(m) = memory else {
-        return format!("{method}. {}", memory.as_ref().err().map(String::as_str).unwrap_or_default());
+        return format!(
+            "{method}. {}",
+            memory
+                .as_ref()
+                .err()
+                .map(String::as_str)
+                .unwrap_or_default()
+        );
     };
     let p256: Vec<String> = Lib::ALL
         .iter()
         .filter_map(|&lib| {
-            let h = m.get(&counted_id(lib, Alg::Ecdsa(Curve::P256), Op::Sign))?.as_ref().ok()?;
-            Some(format!("{} {:.0} B at peak in {:.0} allocations", lib.name(), h.peak, h.blocks))
+            let h = m
+                .get(&counted_id(lib, Alg::Ecdsa(Curve::P256), Op::Sign))?
+                .as_ref()
+                .ok()?;
+            Some(format!(
+                "{} {:.0} B at peak in {:.0} allocations",
+                lib.name(),
+                h.peak,
+                h.blocks
+            ))
         })
         .collect();
     if p256.is_empty() {
@@ -485,14 +583,29 @@ fn memory_note(memory: &Result<BTreeMap<String, Result<mem::Heap, String>>, Stri
     }
 }
 
-fn ratio_table(id: &str, title: &str, results: &Results, pick: impl Fn(Alg) -> bool, num: Op, den: Op) -> Table {
+fn ratio_table(
+    id: &str,
+    title: &str,
+    results: &Results,
+    pick: impl Fn(Alg) -> bool,
+    num: Op,
+    den: Op,
+) -> Table {
     let mut t = Table::new(id, title).col("algorithm", "algorithm");
     for lib in Lib::ALL {
         t = t.col_unit(&format!("{}_ratio", lib.key()), lib.name(), "×");
     }
     let find = |alg: Alg, op: Op, lib: Lib| -> Result<f64, String> {
-        let cells = &results.iter().find(|(k, _)| *k == (alg, op)).ok_or("no such row")?.1;
-        let m = &cells.iter().find(|(l, _)| *l == lib).ok_or("no such library")?.1;
+        let cells = &results
+            .iter()
+            .find(|(k, _)| *k == (alg, op))
+            .ok_or("no such row")?
+            .1;
+        let m = &cells
+            .iter()
+            .find(|(l, _)| *l == lib)
+            .ok_or("no such library")?
+            .1;
         m.timing.as_ref().map(|t| t.ns).map_err(Clone::clone)
     };
     let mut algs: Vec<Alg> = Vec::new();
@@ -529,8 +642,13 @@ fn nonce_table(results: &Results) -> Table {
         if !matches!(op, Op::Sign | Op::SignPss) {
             continue;
         }
-        let mut row: Vec<(String, Cell)> =
-            vec![("id".into(), Cell::text(row_id(*alg, *op))), ("algorithm".into(), Cell::text(format!("{} {}", alg.name(), op.label(*alg))))];
+        let mut row: Vec<(String, Cell)> = vec![
+            ("id".into(), Cell::text(row_id(*alg, *op))),
+            (
+                "algorithm".into(),
+                Cell::text(format!("{} {}", alg.name(), op.label(*alg))),
+            ),
+        ];
         for (lib, m) in cells {
             let cell = match (&m.timing, m.deterministic) {
                 (Err(why), _) => Cell::not_offered(why.clone()),
@@ -556,7 +674,13 @@ fn bars(results: &Results, id: &str, title: &str, pick: impl Fn(Alg, Op) -> bool
                 .iter()
                 .enumerate()
                 .filter_map(|(i, (_, cells))| {
-                    let t = cells.iter().find(|(l, _)| *l == lib)?.1.timing.as_ref().ok()?;
+                    let t = cells
+                        .iter()
+                        .find(|(l, _)| *l == lib)?
+                        .1
+                        .timing
+                        .as_ref()
+                        .ok()?;
                     Some((i as f64, t.ops_per_s()))
                 })
                 .collect(),
@@ -578,35 +702,61 @@ fn notes(results: &Results, counts: Option<&BTreeMap<String, f64>>) -> Vec<Strin
     let mut n = Vec::new();
     let ns = |alg: Alg, op: Op, lib: Lib| -> Option<f64> {
         let cells = &results.iter().find(|(k, _)| *k == (alg, op))?.1;
-        cells.iter().find(|(l, _)| *l == lib)?.1.timing.as_ref().ok().map(|t| t.ns)
+        cells
+            .iter()
+            .find(|(l, _)| *l == lib)?
+            .1
+            .timing
+            .as_ref()
+            .ok()
+            .map(|t| t.ns)
     };
     let rsa_kg = Alg::Rsa(2048);
     let p256 = Alg::Ecdsa(Curve::P256);
     for lib in [Lib::OpenSsl, Lib::AwsLc] {
         if let (Some(r), Some(e)) = (ns(rsa_kg, Op::Keygen, lib), ns(p256, Op::Keygen, lib)) {
-            let mut s = format!("{}: RSA-2048 key generation takes {:.0}× the time of P-256 key generation", lib.name(), r / e);
+            let mut s = format!(
+                "{}: RSA-2048 key generation takes {:.0}× the time of P-256 key generation",
+                lib.name(),
+                r / e
+            );
             if let Some(c) = counts {
-                if let (Some(ri), Some(ei)) =
-                    (c.get(&counted_id(lib, rsa_kg, Op::Keygen)), c.get(&counted_id(lib, p256, Op::Keygen)))
-                {
-                    s.push_str(&format!(" and {:.0}× its instructions ({:.3e} vs {:.3e})", ri / ei, ri, ei));
+                if let (Some(ri), Some(ei)) = (
+                    c.get(&counted_id(lib, rsa_kg, Op::Keygen)),
+                    c.get(&counted_id(lib, p256, Op::Keygen)),
+                ) {
+                    s.push_str(&format!(
+                        " and {:.0}× its instructions ({:.3e} vs {:.3e})",
+                        ri / ei,
+                        ri,
+                        ei
+                    ));
                 }
             }
             if let (Some(rs), Some(es)) = (ns(rsa_kg, Op::Sign, lib), ns(p256, Op::Sign, lib)) {
-                s.push_str(&format!("; RSA-2048 signing takes {:.1}× ECDSA P-256 signing", rs / es));
+                s.push_str(&format!(
+                    "; RSA-2048 signing takes {:.1}× ECDSA P-256 signing",
+                    rs / es
+                ));
             }
-            n.push(format!("{s} (000 saw ~1680× and ~32× in cycles with OpenSSL 1.0.2)."));
+            n.push(format!(
+                "{s} (000 saw ~1680× and ~32× in cycles with OpenSSL 1.0.2)."
+            ));
         }
     }
     for lib in Lib::ALL {
         let mut parts = Vec::new();
         for c in [Curve::P256, Curve::X25519] {
-            if let (Some(e), Some(s)) = (ns(Alg::Kex(c), Op::Ecdhe, lib), ns(Alg::Kex(c), Op::Ecdh, lib)) {
+            if let (Some(e), Some(s)) = (
+                ns(Alg::Kex(c), Op::Ecdhe, lib),
+                ns(Alg::Kex(c), Op::Ecdh, lib),
+            ) {
                 let mut p = format!("{} ECDHE costs {:.2}× the bare ECDH", c.name(), e / s);
                 if let Some(cn) = counts {
-                    if let (Some(ei), Some(si)) =
-                        (cn.get(&counted_id(lib, Alg::Kex(c), Op::Ecdhe)), cn.get(&counted_id(lib, Alg::Kex(c), Op::Ecdh)))
-                    {
+                    if let (Some(ei), Some(si)) = (
+                        cn.get(&counted_id(lib, Alg::Kex(c), Op::Ecdhe)),
+                        cn.get(&counted_id(lib, Alg::Kex(c), Op::Ecdh)),
+                    ) {
                         p.push_str(&format!(" in time, {:.2}× in instructions", ei / si));
                     }
                 }
@@ -621,7 +771,10 @@ fn notes(results: &Results, counts: Option<&BTreeMap<String, f64>>) -> Vec<Strin
     let (mut slower, mut total) = (0, 0);
     for c in Curve::ECDSA {
         for lib in Lib::ALL {
-            if let (Some(v), Some(s)) = (ns(Alg::Ecdsa(c), Op::Verify, lib), ns(Alg::Ecdsa(c), Op::Sign, lib)) {
+            if let (Some(v), Some(s)) = (
+                ns(Alg::Ecdsa(c), Op::Verify, lib),
+                ns(Alg::Ecdsa(c), Op::Sign, lib),
+            ) {
                 total += 1;
                 if v > s {
                     slower += 1;
@@ -630,14 +783,21 @@ fn notes(results: &Results, counts: Option<&BTreeMap<String, f64>>) -> Vec<Strin
         }
     }
     if total > 0 {
-        let rsa = ns(Alg::Rsa(2048), Op::Sign, Lib::OpenSsl).zip(ns(Alg::Rsa(2048), Op::Verify, Lib::OpenSsl));
+        let rsa = ns(Alg::Rsa(2048), Op::Sign, Lib::OpenSsl).zip(ns(
+            Alg::Rsa(2048),
+            Op::Verify,
+            Lib::OpenSsl,
+        ));
         n.push(format!(
             "ECDSA verify is slower than sign in {slower} of {total} (curve, library) pairs (004 saw the same on Cortex-M){}.",
             rsa.map(|(s, v)| format!("; RSA-2048 verify is {:.0}× faster than sign (OpenSSL)", s / v)).unwrap_or_default()
         ));
     }
     for lib in [Lib::OpenSsl, Lib::RustCrypto] {
-        if let (Some(b), Some(p)) = (ns(Alg::Ecdsa(Curve::Bp256), Op::Sign, lib), ns(p256, Op::Sign, lib)) {
+        if let (Some(b), Some(p)) = (
+            ns(Alg::Ecdsa(Curve::Bp256), Op::Sign, lib),
+            ns(p256, Op::Sign, lib),
+        ) {
             n.push(format!(
                 "{}: brainpoolP256r1 signing takes {:.1}× P-256 signing (random primes get no special reduction; 004 saw Brainpool slower too).",
                 lib.name(),
@@ -645,8 +805,14 @@ fn notes(results: &Results, counts: Option<&BTreeMap<String, f64>>) -> Vec<Strin
             ));
         }
     }
-    if let (Some(rc), Some(o)) = (ns(p256, Op::Sign, Lib::RustCrypto), ns(p256, Op::Sign, Lib::OpenSsl)) {
-        n.push(format!("RustCrypto p256 signs {:.1}× slower than OpenSSL (pure Rust, no assembly).", rc / o));
+    if let (Some(rc), Some(o)) = (
+        ns(p256, Op::Sign, Lib::RustCrypto),
+        ns(p256, Op::Sign, Lib::OpenSsl),
+    ) {
+        n.push(format!(
+            "RustCrypto p256 signs {:.1}× slower than OpenSSL (pure Rust, no assembly).",
+            rc / o
+        ));
     }
     n
 }

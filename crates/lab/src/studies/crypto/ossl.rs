@@ -70,7 +70,8 @@ pub fn sign(alg: Alg, key: &PKey<Private>, pss: bool) -> Result<Vec<u8>, String>
     .map_err(err)?;
     if pss {
         s.set_rsa_padding(Padding::PKCS1_PSS).map_err(err)?;
-        s.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH).map_err(err)?;
+        s.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH)
+            .map_err(err)?;
         s.set_rsa_mgf1_md(MessageDigest::sha256()).map_err(err)?;
     }
     s.sign_oneshot_to_vec(MSG).map_err(err)
@@ -85,7 +86,8 @@ fn verify(alg: Alg, key: &PKey<Public>, sig: &[u8], pss: bool) -> Result<bool, S
     .map_err(err)?;
     if pss {
         v.set_rsa_padding(Padding::PKCS1_PSS).map_err(err)?;
-        v.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH).map_err(err)?;
+        v.set_rsa_pss_saltlen(RsaPssSaltlen::DIGEST_LENGTH)
+            .map_err(err)?;
         v.set_rsa_mgf1_md(MessageDigest::sha256()).map_err(err)?;
     }
     v.verify_oneshot(sig, MSG).map_err(err)
@@ -146,7 +148,9 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
                 return Err("OpenSSL rejected its own signature".into());
             }
             Ok(Prepared::new(move || {
-                assert!(black_box(verify(alg, &pubkey, &sig, pss).expect("worked in the dry run")));
+                assert!(black_box(
+                    verify(alg, &pubkey, &sig, pss).expect("worked in the dry run")
+                ));
             }))
         }
         Op::Ecdhe | Op::Ecdh => {

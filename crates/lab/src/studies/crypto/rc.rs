@@ -21,12 +21,15 @@ macro_rules! ecdsa_prepare {
         type DerSig = ecdsa::der::Signature<$curve>;
         fn sign(sk: &Sk) -> Result<DerSig, String> {
             let prehash = <$hash>::digest(MSG);
-            PrehashSigner::<DerSig>::sign_prehash(sk, &prehash).map_err(|e| format!("RustCrypto ECDSA sign: {e}"))
+            PrehashSigner::<DerSig>::sign_prehash(sk, &prehash)
+                .map_err(|e| format!("RustCrypto ECDSA sign: {e}"))
         }
         fn verify(vk: &ecdsa::VerifyingKey<$curve>, der: &[u8]) -> Result<(), String> {
             let prehash = <$hash>::digest(MSG);
-            let sig = DerSig::try_from(der).map_err(|e| format!("RustCrypto DER signature: {e}"))?;
-            vk.verify_prehash(&prehash, &sig).map_err(|e| format!("RustCrypto ECDSA verify: {e}"))
+            let sig =
+                DerSig::try_from(der).map_err(|e| format!("RustCrypto DER signature: {e}"))?;
+            vk.verify_prehash(&prehash, &sig)
+                .map_err(|e| format!("RustCrypto ECDSA verify: {e}"))
         }
         match $op {
             Op::Keygen => Ok(Prepared::new(|| {
@@ -49,7 +52,9 @@ macro_rules! ecdsa_prepare {
                 let der = sign(&sk)?.as_bytes().to_vec();
                 let vk = *sk.verifying_key();
                 verify(&vk, &der)?;
-                Ok(Prepared::new(move || verify(&vk, black_box(&der)).expect("worked in the dry run")))
+                Ok(Prepared::new(move || {
+                    verify(&vk, black_box(&der)).expect("worked in the dry run")
+                }))
             }
         }
     }};
@@ -63,17 +68,27 @@ fn p192_verify() -> Prep {
         let ec = key.ec_key().map_err(|e| e.to_string())?;
         let mut ctx = openssl::bn::BigNumContext::new().map_err(|e| e.to_string())?;
         ec.public_key()
-            .to_bytes(ec.group(), openssl::ec::PointConversionForm::UNCOMPRESSED, &mut ctx)
+            .to_bytes(
+                ec.group(),
+                openssl::ec::PointConversionForm::UNCOMPRESSED,
+                &mut ctx,
+            )
             .map_err(|e| e.to_string())?
     };
-    let vk = ecdsa::VerifyingKey::<p192::NistP192>::from_sec1_bytes(&point).map_err(|e| format!("p192: public key: {e}"))?;
-    let verify = move |vk: &ecdsa::VerifyingKey<p192::NistP192>, der: &[u8]| -> Result<(), String> {
-        let prehash = Sha256::digest(MSG);
-        let sig = ecdsa::der::Signature::<p192::NistP192>::try_from(der).map_err(|e| format!("p192: DER signature: {e}"))?;
-        vk.verify_prehash(&prehash, &sig).map_err(|e| format!("p192 rejects OpenSSL's signature: {e}"))
-    };
+    let vk = ecdsa::VerifyingKey::<p192::NistP192>::from_sec1_bytes(&point)
+        .map_err(|e| format!("p192: public key: {e}"))?;
+    let verify =
+        move |vk: &ecdsa::VerifyingKey<p192::NistP192>, der: &[u8]| -> Result<(), String> {
+            let prehash = Sha256::digest(MSG);
+            let sig = ecdsa::der::Signature::<p192::NistP192>::try_from(der)
+                .map_err(|e| format!("p192: DER signature: {e}"))?;
+            vk.verify_prehash(&prehash, &sig)
+                .map_err(|e| format!("p192 rejects OpenSSL's signature: {e}"))
+        };
     verify(&vk, &der)?;
-    Ok(Prepared::new(move || verify(&vk, black_box(&der)).expect("worked in the dry run")))
+    Ok(Prepared::new(move || {
+        verify(&vk, black_box(&der)).expect("worked in the dry run")
+    }))
 }
 
 fn ecdh_prepare<C: CurveArithmetic>(op: Op) -> Prep {
@@ -104,7 +119,9 @@ fn x25519_prepare(op: Op) -> Prep {
     let peer = StaticSecret::random();
     let peer_pub = PublicKey::from(&peer);
     let ours = StaticSecret::random();
-    if ours.diffie_hellman(&peer_pub).as_bytes() != peer.diffie_hellman(&PublicKey::from(&ours)).as_bytes() {
+    if ours.diffie_hellman(&peer_pub).as_bytes()
+        != peer.diffie_hellman(&PublicKey::from(&ours)).as_bytes()
+    {
         return Err("x25519-dalek: the two sides derived different secrets".into());
     }
     if op == Op::Ecdhe {
@@ -126,7 +143,8 @@ fn ed25519_prepare(op: Op) -> Prep {
     let sk = SigningKey::generate(&mut rng);
     let vk = sk.verifying_key();
     let sig = sk.sign(MSG);
-    vk.verify(MSG, &sig).map_err(|e| format!("ed25519-dalek rejects its own signature: {e}"))?;
+    vk.verify(MSG, &sig)
+        .map_err(|e| format!("ed25519-dalek rejects its own signature: {e}"))?;
     match op {
         Op::Keygen => Ok(Prepared::new(move || {
             let sk = SigningKey::generate(&mut rng);
@@ -134,21 +152,28 @@ fn ed25519_prepare(op: Op) -> Prep {
         })),
         Op::Sign => {
             let det = sk.sign(MSG) == sig;
-            Ok(Prepared::signing(move || {
-                black_box(sk.sign(MSG));
-            }, det))
+            Ok(Prepared::signing(
+                move || {
+                    black_box(sk.sign(MSG));
+                },
+                det,
+            ))
         }
-        _ => Ok(Prepared::new(move || vk.verify(MSG, black_box(&sig)).expect("worked in the dry run"))),
+        _ => Ok(Prepared::new(move || {
+            vk.verify(MSG, black_box(&sig))
+                .expect("worked in the dry run")
+        })),
     }
 }
 
 fn ed448_prepare(op: Op) -> Prep {
-    use ed448_goldilocks::SigningKey;
     use ecdsa::signature::{Signer as _, Verifier as _};
+    use ed448_goldilocks::SigningKey;
     let sk = <SigningKey as Generate>::generate();
     let vk = sk.verifying_key();
     let sig: ed448_goldilocks::Signature = sk.sign(MSG);
-    vk.verify(MSG, &sig).map_err(|e| format!("ed448-goldilocks rejects its own signature: {e}"))?;
+    vk.verify(MSG, &sig)
+        .map_err(|e| format!("ed448-goldilocks rejects its own signature: {e}"))?;
     match op {
         Op::Keygen => Ok(Prepared::new(|| {
             let sk = <SigningKey as Generate>::generate();
@@ -156,50 +181,85 @@ fn ed448_prepare(op: Op) -> Prep {
         })),
         Op::Sign => {
             let again: ed448_goldilocks::Signature = sk.sign(MSG);
-            Ok(Prepared::signing(move || {
-                black_box::<ed448_goldilocks::Signature>(sk.sign(MSG));
-            }, again == sig))
+            Ok(Prepared::signing(
+                move || {
+                    black_box::<ed448_goldilocks::Signature>(sk.sign(MSG));
+                },
+                again == sig,
+            ))
         }
-        _ => Ok(Prepared::new(move || vk.verify(MSG, black_box(&sig)).expect("worked in the dry run"))),
+        _ => Ok(Prepared::new(move || {
+            vk.verify(MSG, black_box(&sig))
+                .expect("worked in the dry run")
+        })),
     }
 }
 
 fn rsa_prepare(bits: u32, op: Op, keys: &Keys) -> Prep {
     if op == Op::Keygen {
         return Ok(Prepared::new(move || {
-            black_box(rsa::RsaPrivateKey::new(&mut OsRng, bits as usize).expect("rsa key generation"));
+            black_box(
+                rsa::RsaPrivateKey::new(&mut OsRng, bits as usize).expect("rsa key generation"),
+            );
         }));
     }
     // The key made once for every library (rsa key generation takes seconds).
-    let key = rsa::RsaPrivateKey::from_pkcs8_der(&keys.rsa_pkcs8(bits)?).map_err(|e| format!("rsa: importing the key: {e}"))?;
+    let key = rsa::RsaPrivateKey::from_pkcs8_der(&keys.rsa_pkcs8(bits)?)
+        .map_err(|e| format!("rsa: importing the key: {e}"))?;
     let public = key.to_public_key();
     match op {
         Op::Sign | Op::Verify => {
             let signer = rsa::pkcs1v15::SigningKey::<Sha256>::new(key);
             let verifier = rsa::pkcs1v15::VerifyingKey::<Sha256>::new(public);
-            let a = signer.try_sign_with_rng(&mut OsRng, MSG).map_err(|e| format!("rsa sign: {e}"))?;
-            let b = signer.try_sign_with_rng(&mut OsRng, MSG).map_err(|e| format!("rsa sign: {e}"))?;
-            verifier.verify(MSG, &a).map_err(|e| format!("rsa rejects its own signature: {e}"))?;
+            let a = signer
+                .try_sign_with_rng(&mut OsRng, MSG)
+                .map_err(|e| format!("rsa sign: {e}"))?;
+            let b = signer
+                .try_sign_with_rng(&mut OsRng, MSG)
+                .map_err(|e| format!("rsa sign: {e}"))?;
+            verifier
+                .verify(MSG, &a)
+                .map_err(|e| format!("rsa rejects its own signature: {e}"))?;
             if op == Op::Sign {
-                Ok(Prepared::signing(move || {
-                    black_box(signer.sign_with_rng(&mut OsRng, MSG));
-                }, a.to_bytes() == b.to_bytes()))
+                Ok(Prepared::signing(
+                    move || {
+                        black_box(signer.sign_with_rng(&mut OsRng, MSG));
+                    },
+                    a.to_bytes() == b.to_bytes(),
+                ))
             } else {
-                Ok(Prepared::new(move || verifier.verify(MSG, black_box(&a)).expect("worked in the dry run")))
+                Ok(Prepared::new(move || {
+                    verifier
+                        .verify(MSG, black_box(&a))
+                        .expect("worked in the dry run")
+                }))
             }
         }
         _ => {
             let signer = rsa::pss::BlindedSigningKey::<Sha256>::new(key);
             let verifier = rsa::pss::VerifyingKey::<Sha256>::new(public);
-            let a = signer.try_sign_with_rng(&mut OsRng, MSG).map_err(|e| format!("rsa PSS sign: {e}"))?;
-            let b = signer.try_sign_with_rng(&mut OsRng, MSG).map_err(|e| format!("rsa PSS sign: {e}"))?;
-            verifier.verify(MSG, &a).map_err(|e| format!("rsa rejects its own PSS signature: {e}"))?;
+            let a = signer
+                .try_sign_with_rng(&mut OsRng, MSG)
+                .map_err(|e| format!("rsa PSS sign: {e}"))?;
+            let b = signer
+                .try_sign_with_rng(&mut OsRng, MSG)
+                .map_err(|e| format!("rsa PSS sign: {e}"))?;
+            verifier
+                .verify(MSG, &a)
+                .map_err(|e| format!("rsa rejects its own PSS signature: {e}"))?;
             if op == Op::SignPss {
-                Ok(Prepared::signing(move || {
-                    black_box(signer.sign_with_rng(&mut OsRng, MSG));
-                }, a.to_bytes() == b.to_bytes()))
+                Ok(Prepared::signing(
+                    move || {
+                        black_box(signer.sign_with_rng(&mut OsRng, MSG));
+                    },
+                    a.to_bytes() == b.to_bytes(),
+                ))
             } else {
-                Ok(Prepared::new(move || verifier.verify(MSG, black_box(&a)).expect("worked in the dry run")))
+                Ok(Prepared::new(move || {
+                    verifier
+                        .verify(MSG, black_box(&a))
+                        .expect("worked in the dry run")
+                }))
             }
         }
     }
@@ -211,7 +271,10 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
         Alg::Rsa(bits) => rsa_prepare(bits, op, keys),
         Alg::Ecdsa(c) => match c {
             Curve::P192 if op == Op::Verify => p192_verify(),
-            Curve::P192 => Err("p192 0.14 (pre-release) implements ECDSA verification only: no P-192 signing keys".into()),
+            Curve::P192 => Err(
+                "p192 0.14 (pre-release) implements ECDSA verification only: no P-192 signing keys"
+                    .into(),
+            ),
             Curve::P224 => ecdsa_prepare!(p224::NistP224, Sha256, op),
             Curve::P256 => ecdsa_prepare!(p256::NistP256, Sha256, op),
             Curve::P384 => ecdsa_prepare!(p384::NistP384, Sha384, op),
@@ -235,7 +298,10 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
             Curve::Bp384 => ecdh_prepare::<bp384::BrainpoolP384r1>(op),
             Curve::Bp512 => Err(no_bp512()),
             Curve::X25519 => x25519_prepare(op),
-            Curve::X448 => Err("RustCrypto's X448 is the separate x448 crate (pre-release), not included here".into()),
+            Curve::X448 => Err(
+                "RustCrypto's X448 is the separate x448 crate (pre-release), not included here"
+                    .into(),
+            ),
         },
     }
 }

@@ -1,0 +1,53 @@
+//! Shared by the lab tests: run one study the way a user would (`secrelay lab STUDY --quick
+//! --json F`) and hand back its report.
+
+#![allow(dead_code)]
+
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Every SRTP profile, by SDP name.
+pub const PROFILES: [&str; 7] = [
+    "AES_CM_128_HMAC_SHA1_80",
+    "AES_CM_128_HMAC_SHA1_32",
+    "AES_256_CM_HMAC_SHA1_80",
+    "AES_256_CM_HMAC_SHA1_32",
+    "AEAD_AES_128_GCM",
+    "AEAD_AES_256_GCM",
+    "NULL_HMAC_SHA1_80",
+];
+
+/// Runs `secrelay lab STUDY --quick --no-progress --json F`, asserts it succeeded and that the
+/// JSON holds this one study; returns the study's report and what it printed on stdout.
+pub fn run_study(study: &str) -> (Value, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join(format!("{study}.json"));
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["lab", study, "--quick", "--no-progress", "--json"])
+        .arg(&json)
+        .output()
+        .expect("the secrelay binary runs");
+    assert!(
+        out.status.success(),
+        "lab {study} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("JSON written")).expect("valid JSON");
+    let report = v["studies"][0].clone();
+    assert_eq!(report["study"], study);
+    (report, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The rows of the study's table with this id.
+pub fn rows<'a>(study: &'a Value, id: &str) -> &'a [Value] {
+    study["tables"]
+        .as_array()
+        .expect("tables")
+        .iter()
+        .find(|t| t["id"] == id)
+        .unwrap_or_else(|| panic!("no table {id}"))["rows"]
+        .as_array()
+        .expect("rows")
+}
