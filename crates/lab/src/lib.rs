@@ -229,6 +229,9 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
             .with_context(|| format!("study {}", s.name()))?;
         ctx.bar.finish_and_clear();
         report.method.elapsed_s = started.elapsed().as_secs_f64();
+        if let Some(note) = overhead_note(&report) {
+            report.notes.push(note);
+        }
         let mut stdout = std::io::stdout().lock();
         let _ = writeln!(stdout, "{}", report.render_text());
         output.studies.push(report);
@@ -244,6 +247,32 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
         eprintln!("report: {}", dir.join("report.html").display());
     }
     Ok(output)
+}
+
+/// States the harness's own per-op cost against the smallest time the study reports (the
+/// lab must not be what it measures).
+fn overhead_note(report: &StudyReport) -> Option<String> {
+    let smallest = report
+        .tables
+        .iter()
+        .flat_map(|t| {
+            t.columns
+                .iter()
+                .filter(|c| c.unit.as_deref() == Some("ns"))
+                .flat_map(move |c| {
+                    t.rows
+                        .iter()
+                        .filter_map(move |r| r.get(&c.key).and_then(Cell::as_f64))
+                })
+        })
+        .filter(|v| *v > 0.0)
+        .min_by(f64::total_cmp)?;
+    let o = report.method.harness_overhead_ns;
+    Some(format!(
+        "Harness overhead: {o:.2} ns per operation, measured with an empty operation and subtracted; {:.2}% of the smallest time reported ({} ns).",
+        o / smallest * 100.0,
+        frame::format_num(smallest)
+    ))
 }
 
 /// Writes JSON through a temporary file and a rename, so a reader never sees half a file.
