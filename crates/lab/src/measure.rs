@@ -30,6 +30,17 @@ impl Timing {
     }
 }
 
+/// An operation for [`Bench::time_chunked_interleaved`]: `prepare` readies `chunk`
+/// operations outside the timing, `process` does them inside it.
+pub struct Chunked<'a> {
+    /// Operations per chunk.
+    pub chunk: usize,
+    /// Untimed preparation of one chunk.
+    pub prepare: Box<dyn FnMut() + 'a>,
+    /// The timed work on one chunk.
+    pub process: Box<dyn FnMut() + 'a>,
+}
+
 /// Settings for a measurement series (one per study run).
 #[derive(Debug, Clone)]
 pub struct Bench {
@@ -102,36 +113,60 @@ impl Bench {
     pub fn time_chunked<S: FnMut(), P: FnMut()>(
         &self,
         chunk: usize,
-        mut prepare: S,
-        mut process: P,
+        prepare: S,
+        process: P,
     ) -> Timing {
-        let chunk = chunk.max(1);
-        let mut one_run = |min: Duration| -> (f64, u64) {
+        let mut ops = [Chunked {
+            chunk,
+            prepare: Box::new(prepare),
+            process: Box::new(process),
+        }];
+        self.time_chunked_interleaved(&mut ops).remove(0)
+    }
+
+    /// Like [`Bench::time_chunked`] for several operations at once, their runs interleaved
+    /// (run r of every operation, each round starting at another one), so that a machine
+    /// whose speed drifts (other load, frequency changes) weighs on all of them alike and
+    /// their ratios hold.
+    pub fn time_chunked_interleaved(&self, ops: &mut [Chunked<'_>]) -> Vec<Timing> {
+        fn one_run(op: &mut Chunked<'_>, min: Duration) -> (f64, u64) {
+            let chunk = op.chunk.max(1) as u64;
             let mut spent = Duration::ZERO;
-            let mut ops = 0u64;
-            while spent < min || ops == 0 {
-                prepare();
+            let mut done = 0u64;
+            while spent < min || done == 0 {
+                (op.prepare)();
                 let start = Instant::now();
-                process();
+                (op.process)();
                 spent += start.elapsed();
-                ops += chunk as u64;
+                done += chunk;
             }
-            (spent.as_secs_f64() * 1e9 / ops as f64, ops)
-        };
-        one_run(self.warmup);
-        let mut iters = 0;
-        let mut samples: Vec<f64> = (0..self.runs)
-            .map(|_| {
-                let (ns, ops) = one_run(self.run_time);
-                iters = ops;
-                ns
-            })
-            .collect();
-        let mut t = Self::summarize(&mut samples, iters);
-        for v in [&mut t.ns, &mut t.min_ns, &mut t.max_ns] {
-            *v = (*v - self.overhead_ns).max(f64::MIN_POSITIVE);
+            (spent.as_secs_f64() * 1e9 / done as f64, done)
         }
-        t
+        for op in ops.iter_mut() {
+            one_run(op, self.warmup);
+        }
+        let n = ops.len();
+        let mut samples: Vec<Vec<f64>> = vec![Vec::with_capacity(self.runs); n];
+        let mut iters = vec![0u64; n];
+        for r in 0..self.runs {
+            for k in 0..n {
+                let i = (r + k) % n;
+                let (ns, done) = one_run(&mut ops[i], self.run_time);
+                samples[i].push(ns);
+                iters[i] = done;
+            }
+        }
+        samples
+            .iter_mut()
+            .zip(iters)
+            .map(|(s, it)| {
+                let mut t = Self::summarize(s, it);
+                for v in [&mut t.ns, &mut t.min_ns, &mut t.max_ns] {
+                    *v = (*v - self.overhead_ns).max(f64::MIN_POSITIVE);
+                }
+                t
+            })
+            .collect()
     }
 
     fn summarize(samples: &mut [f64], iters: u64) -> Timing {

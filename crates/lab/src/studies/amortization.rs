@@ -201,12 +201,17 @@ impl Study for AmortizationStudy {
         // SRTP packet costs first: the unit everything is expressed in.
         ctx.step("SRTP packet costs");
         let mut packet_ns: BTreeMap<(String, usize), f64> = BTreeMap::new();
-        for (stack, make) in srtp_study::stacks(Profile::AesCm128HmacSha1_80) {
-            if stack != "secrelay" && !stack.starts_with("libsrtp") {
-                continue;
-            }
-            for size in [172usize, 1200] {
-                let (p, _) = srtp_study::measure(ctx, &make, size).map_err(anyhow::Error::msg)?;
+        let (names, makers): (Vec<String>, Vec<srtp_study::StackFactory>) =
+            srtp_study::stacks(Profile::AesCm128HmacSha1_80)
+                .into_iter()
+                .filter(|(stack, _)| stack == "secrelay" || stack.starts_with("libsrtp"))
+                .unzip();
+        for size in [172usize, 1200] {
+            for (stack, r) in names
+                .iter()
+                .zip(srtp_study::measure_all(ctx, &makers, size))
+            {
+                let (p, _) = r.map_err(anyhow::Error::msg)?;
                 packet_ns.insert((stack.clone(), size), p.ns);
             }
         }

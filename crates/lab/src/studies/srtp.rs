@@ -180,14 +180,9 @@ impl Chunk {
     }
 }
 
-/// (ns per protect, ns per unprotect) for one stack, profile and size, median of the runs.
-pub(crate) fn measure(
-    ctx: &Ctx,
-    make: &StackFactory,
-    size: usize,
-) -> Result<(crate::Timing, crate::Timing), String> {
-    // A dry run proves the stack works before it is timed (a failure inside the timing would
-    // be a panic, not a cell saying why).
+/// A dry run proves a stack works before it is timed (a failure inside the timing would be a
+/// panic, not a cell saying why); returns a fresh pair for the timing.
+fn checked(make: &StackFactory, size: usize) -> Result<Box<dyn SrtpStack>, String> {
     let mut stack = make()?;
     let mut c = Chunk::new(size);
     c.fill_plain();
@@ -195,40 +190,89 @@ pub(crate) fn measure(
     for (b, l) in c.bufs.iter_mut().zip(c.lens.iter()) {
         stack.unprotect(b, *l)?;
     }
-    let stack = std::cell::RefCell::new(make()?);
-    let chunk = std::cell::RefCell::new(Chunk::new(size));
-    let protect = ctx.bench.time_chunked(
-        CHUNK,
-        || chunk.borrow_mut().fill_plain(),
-        || {
-            let mut c = chunk.borrow_mut();
-            let c = &mut *c;
-            let mut s = stack.borrow_mut();
-            for (b, l) in c.bufs.iter_mut().zip(c.lens.iter()) {
-                black_box(s.protect(b, *l).expect("worked in the dry run"));
+    make()
+}
+
+/// Protect and unprotect timings for several stacks at one size, their runs interleaved so
+/// that their ratios survive a machine whose speed drifts.
+pub(crate) fn measure_all(
+    ctx: &Ctx,
+    makers: &[StackFactory],
+    size: usize,
+) -> Vec<Result<(crate::Timing, crate::Timing), String>> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    use crate::measure::Chunked;
+
+    type Shared = Rc<RefCell<(Box<dyn SrtpStack>, Chunk)>>;
+    let mut results: Vec<Result<(crate::Timing, crate::Timing), String>> = Vec::new();
+    let mut live: Vec<(usize, Shared)> = Vec::new();
+    for (i, make) in makers.iter().enumerate() {
+        match checked(make, size) {
+            Ok(stack) => {
+                live.push((i, Rc::new(RefCell::new((stack, Chunk::new(size))))));
+                results.push(Err(String::new()));
             }
-        },
-    );
-    // A fresh pair for unprotect: the sender above ran far ahead of any receiver.
-    *stack.borrow_mut() = make()?;
-    let unprotect = ctx.bench.time_chunked(
-        CHUNK,
-        || {
-            let mut c = chunk.borrow_mut();
-            c.fill_plain();
-            c.protect_all(&mut **stack.borrow_mut())
-                .expect("worked in the dry run");
-        },
-        || {
-            let mut c = chunk.borrow_mut();
-            let c = &mut *c;
-            let mut s = stack.borrow_mut();
+            Err(why) => results.push(Err(why)),
+        }
+    }
+    let process = |state: Shared, protect: bool| -> Box<dyn FnMut()> {
+        Box::new(move || {
+            let mut st = state.borrow_mut();
+            let (s, c) = &mut *st;
             for (b, l) in c.bufs.iter_mut().zip(c.lens.iter()) {
-                black_box(s.unprotect(b, *l).expect("worked in the dry run"));
+                if protect {
+                    black_box(s.protect(b, *l).expect("worked in the dry run"));
+                } else {
+                    black_box(s.unprotect(b, *l).expect("worked in the dry run"));
+                }
             }
-        },
-    );
-    Ok((protect, unprotect))
+        })
+    };
+    let mut protect_ops: Vec<Chunked<'_>> = live
+        .iter()
+        .map(|(_, st)| {
+            let fill = st.clone();
+            Chunked {
+                chunk: CHUNK,
+                prepare: Box::new(move || fill.borrow_mut().1.fill_plain()),
+                process: process(st.clone(), true),
+            }
+        })
+        .collect();
+    let protect = ctx.bench.time_chunked_interleaved(&mut protect_ops);
+    drop(protect_ops);
+    // Fresh pairs for unprotect: the senders above ran far ahead of any receiver.
+    for (i, st) in &live {
+        match makers[*i]() {
+            Ok(fresh) => st.borrow_mut().0 = fresh,
+            Err(why) => results[*i] = Err(why),
+        }
+    }
+    let mut unprotect_ops: Vec<Chunked<'_>> = live
+        .iter()
+        .map(|(_, st)| {
+            let fill = st.clone();
+            Chunked {
+                chunk: CHUNK,
+                prepare: Box::new(move || {
+                    let mut g = fill.borrow_mut();
+                    let (s, c) = &mut *g;
+                    c.fill_plain();
+                    c.protect_all(s.as_mut()).expect("worked in the dry run");
+                }),
+                process: process(st.clone(), false),
+            }
+        })
+        .collect();
+    let unprotect = ctx.bench.time_chunked_interleaved(&mut unprotect_ops);
+    for (k, (i, _)) in live.iter().enumerate() {
+        if results[*i].as_ref().err().is_some_and(|e| e.is_empty()) {
+            results[*i] = Ok((protect[k], unprotect[k]));
+        }
+    }
+    results
 }
 
 /// (profile, size label, size, stack, (protect ns, unprotect ns, spread %) or why not).
@@ -291,9 +335,16 @@ impl Study for SrtpStudy {
         for &profile in &profiles {
             for (label, size) in SIZES {
                 ctx.step(format!("{} {size} B", profile.sdp_name()));
-                for (name, make) in stacks(profile) {
-                    let r = measure(ctx, &make, size).map(|(p, u)| (p.ns, u.ns, p.spread_pct));
-                    results.push((profile, label, size, name, r));
+                let (names, makers): (Vec<String>, Vec<StackFactory>) =
+                    stacks(profile).into_iter().unzip();
+                for (name, r) in names.into_iter().zip(measure_all(ctx, &makers, size)) {
+                    results.push((
+                        profile,
+                        label,
+                        size,
+                        name,
+                        r.map(|(p, u)| (p.ns, u.ns, p.spread_pct)),
+                    ));
                 }
                 ctx.done();
             }
