@@ -47,6 +47,27 @@ fn bench(c: &mut Criterion) {
         }
         g.finish();
     }
+    // SHA-1 compressions, 16 blocks: the multi-buffer kernel of the batch engines against the
+    // library's one-block-at-a-time function (SHA-NI here). Throughput is one block.
+    {
+        use secrelay_srtp::simd::sha1_x16::{accelerated, compress_portable, compress_x16, LANES};
+        let mut g = c.benchmark_group("sha1-compress-16-blocks");
+        g.throughput(Throughput::Elements(LANES as u64));
+        let blocks = [[0x5au8; 64]; LANES];
+        let mut states = [[0x0123_4567u32; 5]; LANES];
+        g.bench_function("sha1 crate, one by one", |b| {
+            b.iter(|| compress_portable(black_box(&mut states), black_box(&blocks)))
+        });
+        let name = if accelerated() {
+            "x16 AVX-512"
+        } else {
+            "x16 (portable fallback)"
+        };
+        g.bench_function(name, |b| {
+            b.iter(|| compress_x16(black_box(&mut states), black_box(&blocks)))
+        });
+        g.finish();
+    }
 }
 
 criterion_group! {

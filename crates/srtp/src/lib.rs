@@ -42,6 +42,7 @@ mod keys;
 pub mod profile;
 pub mod provider;
 pub mod replay;
+pub mod simd;
 
 pub use batch::{Engine, Op, Packet, SerialEngine};
 pub use context::{Context, Direction, Policy, DEFAULT_MAX_STREAMS};
