@@ -475,7 +475,7 @@ impl Participant {
         );
         let mut dtls_config = EndpointConfig::new(role, certificate, peer_fp);
         dtls_config.srtp_profiles = config.srtp_profiles.clone();
-        dtls_config.timers = config.dtls_timers.clone();
+        dtls_config.timers = config.dtls_timers;
         let mut p = Participant {
             config,
             ice,

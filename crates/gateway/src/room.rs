@@ -222,6 +222,8 @@ impl Room {
             let i = self.cursor;
             if self.members[i].participant.next_is_media() {
                 self.route_from(i);
+                // Copies were queued at members the scan may have passed: start over.
+                self.cursor = 0;
                 continue;
             }
             if !self.members[i].participant.has_output() {

@@ -50,8 +50,11 @@ pub enum Ev {
     Closed(CloseReason),
 }
 
+/// Datagrams and where they go.
+pub type Transmits = Vec<(SocketAddr, Vec<u8>)>;
+
 /// Drains a participant per its drive contract: (transmits, events, next timer).
-pub fn drain(p: &mut Participant) -> (Vec<(SocketAddr, Vec<u8>)>, Vec<Ev>, Option<Instant>) {
+pub fn drain(p: &mut Participant) -> (Transmits, Vec<Ev>, Option<Instant>) {
     let mut tx = Vec::new();
     let mut evs = Vec::new();
     let mut timer = None;
