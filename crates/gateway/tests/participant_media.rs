@@ -12,7 +12,9 @@ use secrelay_gateway::participant::{
     CodecId, Participant, ParticipantConfig, ParticipantError, SendError,
 };
 use secrelay_wire::sdp::{parse_offer, MediaKind, Setup};
-use sim_client::{connect, drain, gateway_cert, gateway_config, participant_for, Ev, SimClient};
+use sim_client::{
+    connect, drain, gateway_cert, gateway_config, participant_for, receiver_report, Ev, SimClient,
+};
 
 #[test]
 fn answer_picks_our_codecs_and_passive_role_for_an_actpass_offer() {
@@ -201,4 +203,83 @@ fn sending_before_connection_is_refused() {
         Err(SendError::NotConnected)
     );
     assert_eq!(p.counters().send_refused, 1);
+}
+
+#[test]
+fn srtcp_is_unprotected_in_and_protected_out() {
+    let t0 = Instant::now();
+    let mut client = SimClient::new(5);
+    let mut p = participant_for(&client.offer(), t0);
+    let c = connect(&mut client, &mut p, t0);
+    assert!(c.connected().is_some());
+    let rr = receiver_report(1001);
+    let mut buf = rr.clone();
+    buf.resize(rr.len() + 32, 0);
+    let n = client
+        .tx
+        .as_mut()
+        .unwrap()
+        .protect_rtcp(&mut buf, rr.len())
+        .unwrap();
+    p.handle_datagram(c.now, client.addr, &buf[..n]);
+    let (_, evs, _) = drain(&mut p);
+    assert_eq!(evs, vec![Ev::Rtcp(rr.clone())]);
+
+    let ours = receiver_report(0x5ec0);
+    p.send_rtcp(c.now, &ours).unwrap();
+    let (tx, _, _) = drain(&mut p);
+    assert_eq!(tx.len(), 1);
+    client.receive(c.now, &tx[0].1);
+    assert_eq!(client.received_rtcp, vec![ours]);
+}
+
+#[test]
+fn dtls_before_nomination_answers_the_checked_address_and_media_waits_for_nomination() {
+    let t0 = Instant::now();
+    let mut client = SimClient::new(6);
+    let mut p = participant_for(&client.offer(), t0);
+    let answer = parse_offer(p.answer_sdp()).unwrap();
+    // A check without USE-CANDIDATE validates the address but selects nothing.
+    let req = client.binding_request(&answer, false);
+    p.handle_datagram(t0, client.addr, &req);
+    client.start_dtls(&answer, t0);
+    let mut now = t0;
+    let mut connected = false;
+    for _ in 0..50 {
+        let (tx, evs, _) = drain(&mut p);
+        connected |= evs.iter().any(|e| matches!(e, Ev::Connected(..)));
+        assert!(!evs
+            .iter()
+            .any(|e| matches!(e, Ev::IceSelected(_) | Ev::Closed(_))));
+        for (dest, d) in tx {
+            assert_eq!(dest, client.addr);
+            client.receive(now, &d);
+        }
+        let out = client.drain_dtls();
+        if out.is_empty() && connected {
+            break;
+        }
+        for d in out {
+            p.handle_datagram(now, client.addr, &d);
+        }
+        now += Duration::from_millis(5);
+    }
+    assert!(connected && client.keys.is_some());
+    assert_eq!(p.selected(), None);
+    // Media in is fine (the address was validated); media out needs a selected pair.
+    let (plain, protected) = client.srtp(b"early");
+    p.handle_datagram(now, client.addr, &protected);
+    let pkt = client.rtp(b"out");
+    assert_eq!(p.send_rtp(now, &pkt), Err(SendError::NotConnected));
+    let (_, evs, _) = drain(&mut p);
+    assert!(matches!(&evs[..], [Ev::Media { rtp, .. }] if *rtp == plain));
+    // Nomination.
+    let req = client.binding_request(&answer, true);
+    p.handle_datagram(now, client.addr, &req);
+    let (_, evs, _) = drain(&mut p);
+    assert_eq!(evs, vec![Ev::IceSelected(client.addr)]);
+    p.send_rtp(now, &pkt).unwrap();
+    let (tx, _, _) = drain(&mut p);
+    client.receive(now, &tx[0].1);
+    assert_eq!(client.received, vec![pkt]);
 }

@@ -102,6 +102,8 @@ pub struct SimClient {
     pub rx: Option<Context>,
     /// Unprotected RTP the gateway sent us.
     pub received: Vec<Vec<u8>>,
+    /// Unprotected RTCP the gateway sent us.
+    pub received_rtcp: Vec<Vec<u8>>,
     /// STUN success responses received.
     pub stun_ok: usize,
     pub seq: u16,
@@ -128,6 +130,7 @@ impl SimClient {
             tx: None,
             rx: None,
             received: Vec::new(),
+            received_rtcp: Vec::new(),
             stun_ok: 0,
             seq: 1,
             tid: 0,
@@ -227,6 +230,15 @@ impl SimClient {
                 buf.truncate(n);
                 self.received.push(buf);
             }
+            PacketKind::Rtcp => {
+                let rx = self.rx.as_mut().expect("SRTCP before keys");
+                let mut buf = d.to_vec();
+                let n = rx
+                    .unprotect_rtcp(&mut buf, d.len())
+                    .expect("our own keys decrypt");
+                buf.truncate(n);
+                self.received_rtcp.push(buf);
+            }
             other => panic!("unexpected {other:?} from the gateway"),
         }
     }
@@ -286,6 +298,13 @@ impl SimClient {
         buf.truncate(n);
         (plain, buf)
     }
+}
+
+/// A receiver report (RTCP RR, no report blocks) from `ssrc`.
+pub fn receiver_report(ssrc: u32) -> Vec<u8> {
+    let mut p = vec![0x80, 201, 0, 1];
+    p.extend_from_slice(&ssrc.to_be_bytes());
+    p
 }
 
 /// Header facts of an RTP packet: (ssrc, pt, seq, payload).
