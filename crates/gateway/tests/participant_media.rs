@@ -283,3 +283,37 @@ fn dtls_before_nomination_answers_the_checked_address_and_media_waits_for_nomina
     client.receive(now, &tx[0].1);
     assert_eq!(client.received, vec![pkt]);
 }
+
+#[test]
+fn a_browser_slow_to_start_dtls_still_connects() {
+    // Consent kept for 45 s by checks (no nomination), timers fired as asked, then the browser
+    // nominates and starts DTLS: the handshake deadline runs from its first datagram.
+    let t0 = Instant::now();
+    let mut client = SimClient::new(7);
+    let mut p = participant_for(&client.offer(), t0);
+    let answer = parse_offer(p.answer_sdp()).unwrap();
+    let mut now = t0;
+    while now < t0 + Duration::from_secs(45) {
+        let req = client.binding_request(&answer, false);
+        p.handle_datagram(now, client.addr, &req);
+        let next = now + Duration::from_secs(10);
+        loop {
+            let (_, evs, timer) = drain(&mut p);
+            assert!(evs.is_empty(), "{evs:?}");
+            match timer {
+                Some(t) if t <= next => p.handle_timeout(t),
+                _ => break,
+            }
+        }
+        now = next;
+    }
+    let c = connect(&mut client, &mut p, now);
+    assert!(c.connected().is_some(), "{:?}", c.events);
+}
+
+#[test]
+fn participants_can_move_to_worker_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Participant>();
+    assert_send::<secrelay_gateway::room::Room>();
+}
