@@ -639,10 +639,8 @@ impl Participant {
                 if let Some(IceEvent::Selected(addr)) = outcome.event {
                     self.queue.push_back(Pending::IceSelected(addr));
                     if self.role == Role::Client {
-                        if let Err(e) = self.start_dtls(now) {
-                            // The configuration was checked when it was built; an engine
-                            // that refuses it now is a bug, reported as such.
-                            let _ = e;
+                        // An engine refusing our own configuration is our bug, reported so.
+                        if self.start_dtls(now).is_err() {
                             self.close_with(CloseReason::DtlsFailed(FailReason::Internal));
                         }
                     } else {
