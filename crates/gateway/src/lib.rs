@@ -3,6 +3,12 @@
 //!
 //! * [`ice_lite`]: the ICE-lite agent of one participant (RFC 8445 §2.5, consent freshness
 //!   RFC 7675).
+//! * [`participant`]: one WebRTC participant: offer/answer, ICE-lite, DTLS-SRTP, SRTP in and
+//!   out, demultiplexed per RFC 7983.
+//! * [`room`]: participants whose media is re-protected for each receiver with its own keys,
+//!   with SSRCs and payload types mapped per receiver.
 #![forbid(unsafe_code)]
 
 pub mod ice_lite;
+pub mod participant;
+pub mod room;
