@@ -11,10 +11,13 @@ pub mod cert;
 pub mod cookie;
 pub mod endpoint;
 pub mod engine;
+#[cfg(feature = "openssl")]
+pub mod engine_openssl;
 pub mod fingerprint;
 pub mod keying;
 
 pub use ca::{CaDir, CaError, VerifyError};
+pub use engine::{CipherSuite, EngineChoice};
 pub use cert::{CertError, Certificate, KeyType};
 pub use endpoint::{
     Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
