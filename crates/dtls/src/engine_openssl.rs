@@ -296,8 +296,7 @@ impl OpensslEngine {
             Role::Client => ssl.set_connect_state(),
             Role::Server => ssl.set_accept_state(),
         }
-        let stream =
-            SslStream::new(ssl, Datagrams::default()).map_err(|e| setting("stream", e))?;
+        let stream = SslStream::new(ssl, Datagrams::default()).map_err(|e| setting("stream", e))?;
         let mut engine = OpensslEngine {
             stream,
             out: VecDeque::new(),
@@ -379,7 +378,8 @@ impl OpensslEngine {
             let Some(profile) = Profile::from_dtls_id(profile_id) else {
                 return Err(FailReason::NoCommonSrtpProfile);
             };
-            let mut material = Zeroizing::new(vec![0u8; 2 * (profile.key_len() + profile.salt_len())]);
+            let mut material =
+                Zeroizing::new(vec![0u8; 2 * (profile.key_len() + profile.salt_len())]);
             ssl.export_keying_material(&mut material, EXPORTER_LABEL, None)
                 .map_err(|_| FailReason::Internal)?;
             self.out.push_back(EngineOutput::KeyingMaterial {
@@ -499,10 +499,7 @@ impl DtlsEngine for OpensslEngine {
             return Ok(());
         }
         let was_connected = self.connected;
-        self.stream
-            .get_mut()
-            .incoming
-            .push_back(datagram.to_vec());
+        self.stream.get_mut().incoming.push_back(datagram.to_vec());
         self.step(Written::NewFlight)?;
         // Drop anything OpenSSL left unread (it reads one datagram per record layer call).
         self.stream.get_mut().incoming.clear();

@@ -17,11 +17,11 @@ pub mod fingerprint;
 pub mod keying;
 
 pub use ca::{CaDir, CaError, VerifyError};
-pub use engine::{CipherSuite, EngineChoice};
 pub use cert::{CertError, Certificate, KeyType};
 pub use endpoint::{
     Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
     PeerAuth, Role, State, Timers,
 };
+pub use engine::{CipherSuite, EngineChoice};
 pub use fingerprint::{Fingerprint, FingerprintError, HashAlgorithm};
 pub use keying::{ExportedKeyingMaterial, SrtpKeys};

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use handshake_support::{drain, run, Link, Outcome, Rng};
 use proptest::prelude::*;
 use secrelay_dtls::{
-    Certificate, CipherSuite, EngineChoice, Endpoint, EndpointConfig, FailReason, Fingerprint,
+    Certificate, CipherSuite, Endpoint, EndpointConfig, EngineChoice, FailReason, Fingerprint,
     KeyType, LocalCertificate, Role, State,
 };
 use secrelay_srtp::Profile;
@@ -46,7 +46,11 @@ fn assert_same_keys(r: &handshake_support::Run, what: &str) {
         "{what}: exported blocks differ"
     );
     let p = r.client.profile();
-    assert_eq!(ck.exported().len(), 2 * (p.key_len() + p.salt_len()), "{what}");
+    assert_eq!(
+        ck.exported().len(),
+        2 * (p.key_len() + p.salt_len()),
+        "{what}"
+    );
     assert_eq!(ck.local.key(), sk.remote.key(), "{what}");
     assert_eq!(ck.remote.key(), sk.local.key(), "{what}");
 }
@@ -65,8 +69,16 @@ fn openssl_engine_and_dimpl_agree_on_keys_in_both_roles_with_ecdsa_p256() {
         let r = perfect(c, s);
         let what = format!("client {client:?} / server {server:?}");
         assert_same_keys(&r, &what);
-        assert_eq!(r.client_ep.engine_name(), Some(engine_name(client)), "{what}");
-        assert_eq!(r.server_ep.engine_name(), Some(engine_name(server)), "{what}");
+        assert_eq!(
+            r.client_ep.engine_name(),
+            Some(engine_name(client)),
+            "{what}"
+        );
+        assert_eq!(
+            r.server_ep.engine_name(),
+            Some(engine_name(server)),
+            "{what}"
+        );
         assert_eq!(r.client_ep.protocol_version(), Some("DTLS 1.2"), "{what}");
         // Each side saw the other's own certificate.
         assert_eq!(r.client_ep.state(), State::Connected);
@@ -107,7 +119,10 @@ fn rsa_2048_and_3072_servers_connect_and_agree_on_keys() {
         assert_eq!(r.server_ep.engine_name(), Some("openssl"));
     }
     // RSA on both sides (a SIP trunk with RSA certificates on each end).
-    let (c, s) = pair((KeyType::Rsa2048, EngineChoice::Auto), (KeyType::Rsa2048, EngineChoice::Auto));
+    let (c, s) = pair(
+        (KeyType::Rsa2048, EngineChoice::Auto),
+        (KeyType::Rsa2048, EngineChoice::Auto),
+    );
     assert_same_keys(&perfect(c, s), "rsa-2048 both sides");
 }
 
@@ -116,8 +131,16 @@ fn dimpl_client_cannot_take_an_rsa_server_and_fails_with_a_reason() {
     let (c, s) = pair((KeyType::EcdsaP256, DIMPL), (KeyType::Rsa2048, OSSL));
     let r = perfect(c, s);
     assert!(r.client.connected.is_none() && r.server.connected.is_none());
-    eprintln!("dimpl client vs RSA server: client {:?}, server {:?}", r.client.failed, r.server.failed);
-    assert!(r.client.failed.is_some() || r.server.failed.is_some(), "{:?} {:?}", r.client, r.server);
+    eprintln!(
+        "dimpl client vs RSA server: client {:?}, server {:?}",
+        r.client.failed, r.server.failed
+    );
+    assert!(
+        r.client.failed.is_some() || r.server.failed.is_some(),
+        "{:?} {:?}",
+        r.client,
+        r.server
+    );
 }
 
 #[test]
@@ -137,7 +160,12 @@ fn ecdhe_ecdsa_aes128_ccm8_between_two_openssl_engines() {
     s.engine = OSSL;
     let r = perfect(c, s);
     assert!(r.client.connected.is_none() && r.server.connected.is_none());
-    assert_eq!(r.server.failed, Some(FailReason::NoCommonCipherSuite), "{:?}", r.server);
+    assert_eq!(
+        r.server.failed,
+        Some(FailReason::NoCommonCipherSuite),
+        "{:?}",
+        r.server
+    );
 }
 
 #[test]
@@ -201,10 +229,16 @@ fn wrong_fingerprint_fails_with_fingerprint_mismatch_in_either_role() {
         let (mut c, s) = pair((KeyType::EcdsaP256, client), (KeyType::EcdsaP256, server));
         c.peer_auth = stranger.clone().into();
         let r = perfect(c, s);
-        assert_eq!(r.client.failed, Some(FailReason::FingerprintMismatch), "{client:?}");
+        assert_eq!(
+            r.client.failed,
+            Some(FailReason::FingerprintMismatch),
+            "{client:?}"
+        );
         assert!(r.client.connected.is_none());
         assert_eq!(
-            r.client_ep.counters().failures(FailReason::FingerprintMismatch),
+            r.client_ep
+                .counters()
+                .failures(FailReason::FingerprintMismatch),
             1
         );
         // The server expects someone else.
@@ -257,7 +291,11 @@ fn openssl_engine_completes_over_a_lossy_link_on_simulated_time() {
                 // A run whose flights are lost again and again must end with a timeout.
                 (cf, sf) => {
                     for f in [cf, sf].into_iter().flatten() {
-                        assert_eq!(*f, FailReason::HandshakeTimeout, "{client:?}/{server:?} seed {seed}");
+                        assert_eq!(
+                            *f,
+                            FailReason::HandshakeTimeout,
+                            "{client:?}/{server:?} seed {seed}"
+                        );
                     }
                 }
             }
@@ -303,7 +341,11 @@ fn auto_picks_dimpl_for_ecdsa_and_openssl_for_what_only_it_covers() {
     assert_eq!(c.resolved_engine(), DIMPL);
     let mut x = c.clone();
     x.srtp_profiles = vec![Profile::AeadAes128Gcm, Profile::AesCm128HmacSha1_32];
-    assert_eq!(x.resolved_engine(), DIMPL, "CM_32 allowed but not preferred");
+    assert_eq!(
+        x.resolved_engine(),
+        DIMPL,
+        "CM_32 allowed but not preferred"
+    );
     x.srtp_profiles = vec![Profile::AesCm128HmacSha1_32];
     assert_eq!(x.resolved_engine(), OSSL);
     let mut x = c.clone();
@@ -347,7 +389,10 @@ fn close_notify_from_the_openssl_engine_closes_the_peer() {
         let mut co = Outcome::default();
         let (tx, _) = drain(closer, &mut co);
         assert!(co.closed);
-        assert!(!tx.is_empty(), "{client:?}/{server:?}: no close_notify sent");
+        assert!(
+            !tx.is_empty(),
+            "{client:?}/{server:?}: no close_notify sent"
+        );
         let mut oo = Outcome::default();
         for d in &tx {
             other.handle_datagram(now, d);
@@ -421,7 +466,12 @@ proptest! {
 }
 
 /// Delivers `datagrams` to `ep` at `now`; returns what it sent back.
-fn deliver(ep: &mut Endpoint, out: &mut Outcome, now: Instant, datagrams: &[Vec<u8>]) -> Vec<Vec<u8>> {
+fn deliver(
+    ep: &mut Endpoint,
+    out: &mut Outcome,
+    now: Instant,
+    datagrams: &[Vec<u8>],
+) -> Vec<Vec<u8>> {
     let mut tx = Vec::new();
     for d in datagrams {
         ep.handle_datagram(now, d);
@@ -460,9 +510,15 @@ fn lost_final_server_flight_is_resent_when_the_client_retransmits() {
                 break;
             }
         }
-        assert!(!resent_final.is_empty(), "{client:?}: server did not resend its final flight");
+        assert!(
+            !resent_final.is_empty(),
+            "{client:?}: server did not resend its final flight"
+        );
         deliver(&mut ce, &mut co, now, &resent_final);
-        assert!(co.connected.is_some(), "{client:?}: client not connected: {co:?}");
+        assert!(
+            co.connected.is_some(),
+            "{client:?}: client not connected: {co:?}"
+        );
         assert_eq!(
             co.keys().exported().as_bytes(),
             so.keys().exported().as_bytes()

@@ -14,12 +14,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, identity,
-    identity_of, ChildGuard, DriveResult, Identity, UdpDriver, LOCALHOST, PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, identity_of,
+    ChildGuard, DriveResult, Identity, UdpDriver, LOCALHOST, PEER_WAIT,
 };
 use secrelay_dtls::keying::{keying_material_len, EXPORTER_LABEL};
 use secrelay_dtls::{
-    Certificate, DtlsVersion, EngineChoice, Endpoint, EndpointConfig, FailReason, Fingerprint,
+    Certificate, DtlsVersion, Endpoint, EndpointConfig, EngineChoice, FailReason, Fingerprint,
     KeyType, LocalCertificate, PeerAuth, Role,
 };
 use secrelay_srtp::Profile;
