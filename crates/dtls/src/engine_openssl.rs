@@ -42,15 +42,15 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openssl::dh::Dh;
 use openssl::error::ErrorStack;
 use openssl::pkey::PKey;
 use openssl::ssl::{
-    ErrorCode, Ssl, SslContextBuilder, SslMethod, SslOptions, SslSessionCacheMode, SslStream,
-    SslVerifyMode, SslVersion,
+    ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslSessionCacheMode,
+    SslStream, SslVerifyMode, SslVersion,
 };
 use openssl::x509::X509;
 use secrelay_srtp::Profile;
@@ -161,6 +161,8 @@ pub struct OpensslEngine {
     final_resends: usize,
     connected: bool,
     closed: bool,
+    /// A fatal error OpenSSL reported, handed out by `poll_output` after the alert it wrote.
+    failure: Option<FailReason>,
 }
 
 impl core::fmt::Debug for OpensslEngine {
@@ -194,6 +196,118 @@ fn srtp_list(profiles: &[Profile]) -> Result<String, EngineConfigError> {
     Ok(names.join(":"))
 }
 
+/// The settings an `SslContext` is built from: a digest of our certificate chain and key, the
+/// role, the suites, the SRTP list, cookies.
+type ContextKey = ([u8; 32], Role, Vec<CipherSuite>, String, bool);
+
+/// Contexts already built, by settings. Building one parses the certificate and the key (an
+/// RSA key costs far more than the lookup) and loads the suites; endpoints with the same
+/// settings share one. The lock is taken once per endpoint created, never on the packet path.
+fn shared_context(config: &EndpointConfig, cookies: bool) -> Result<SslContext, EngineConfigError> {
+    static BUILT: OnceLock<Mutex<Vec<(ContextKey, SslContext)>>> = OnceLock::new();
+    let cert = &config.certificate;
+    let mut h = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for der in &cert.chain_der {
+        h.update(&(der.len() as u64).to_be_bytes());
+        h.update(der);
+    }
+    h.update(&cert.private_key_der);
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(h.finish().as_ref());
+    let key: ContextKey = (
+        digest,
+        config.role,
+        config.cipher_suites.clone(),
+        srtp_list(&config.srtp_profiles)?,
+        cookies,
+    );
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    // A poisoned lock only means another thread panicked while building; the list is intact.
+    let mut list = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = list.iter().find(|(k, _)| *k == key) {
+        return Ok(c.clone());
+    }
+    let ctx = build_context(config, cookies)?;
+    // Settings come from operators, not peers, so the list stays small; cap it anyway.
+    if list.len() >= 64 {
+        list.remove(0);
+    }
+    list.push((key, ctx.clone()));
+    Ok(ctx)
+}
+
+/// A fresh `SslContext` for `config`.
+fn build_context(config: &EndpointConfig, cookies: bool) -> Result<SslContext, EngineConfigError> {
+    let cert = &config.certificate;
+    let Some(leaf) = cert.chain_der.first().filter(|c| !c.is_empty()) else {
+        return Err(EngineConfigError::EmptyCertificate);
+    };
+    let leaf = X509::from_der(leaf).map_err(|e| setting("certificate", e))?;
+    let key = PKey::private_key_from_der(&cert.private_key_der)
+        .map_err(|_| EngineConfigError::PrivateKey)?;
+
+    let mut b = SslContextBuilder::new(SslMethod::dtls()).map_err(|e| setting("context", e))?;
+    b.set_min_proto_version(Some(SslVersion::DTLS1_2))
+        .and_then(|()| b.set_max_proto_version(Some(SslVersion::DTLS1_2)))
+        .map_err(|e| setting("version", e))?;
+    b.set_certificate(&leaf)
+        .map_err(|e| setting("certificate", e))?;
+    for extra in cert.chain_der.iter().skip(1) {
+        let x = X509::from_der(extra).map_err(|e| setting("chain certificate", e))?;
+        b.add_extra_chain_cert(x)
+            .map_err(|e| setting("chain certificate", e))?;
+    }
+    b.set_private_key(&key)
+        .and_then(|()| b.check_private_key())
+        .map_err(|_| EngineConfigError::PrivateKey)?;
+    let suites: &[CipherSuite] = if config.cipher_suites.is_empty() {
+        &DEFAULT_OPENSSL_SUITES
+    } else {
+        &config.cipher_suites
+    };
+    let list: Vec<&str> = suites.iter().map(|s| s.openssl_name()).collect();
+    b.set_cipher_list(&list.join(":"))
+        .map_err(|e| setting("cipher suites", e))?;
+    if suites.contains(&CipherSuite::DheRsaAes128GcmSha256) {
+        let dh = Dh::params_from_pem(FFDHE2048_PEM.as_bytes())
+            .map_err(|e| setting("DH parameters", e))?;
+        b.set_tmp_dh(&dh).map_err(|e| setting("DH parameters", e))?;
+    }
+    b.set_groups_list(GROUPS)
+        .map_err(|e| setting("groups", e))?;
+    b.set_tlsext_use_srtp(&srtp_list(&config.srtp_profiles)?)
+        .map_err(|e| setting("SRTP profiles", e))?;
+    // The endpoint checks the certificate (fingerprint or CA); OpenSSL only insists on one.
+    b.set_verify_callback(
+        SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+        |_preverify_ok, _ctx| true,
+    );
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    b.set_options(SslOptions::NO_TICKET | SslOptions::NO_QUERY_MTU | SslOptions::NO_RENEGOTIATION);
+    if cookies {
+        b.set_options(SslOptions::COOKIE_EXCHANGE);
+        b.set_cookie_generate_cb(|ssl, out| {
+            let secret = ssl
+                .ex_data(cookie_index()?)
+                .copied()
+                .ok_or_else(ErrorStack::get)?;
+            let n = secret.len().min(out.len());
+            out[..n].copy_from_slice(&secret[..n]);
+            Ok(n)
+        });
+        b.set_cookie_verify_cb(|ssl, cookie| {
+            let Ok(index) = cookie_index() else {
+                return false;
+            };
+            ssl.ex_data(index)
+                .is_some_and(|secret| bool::from(secret.as_slice().ct_eq(cookie)))
+        });
+    } else {
+        b.clear_options(SslOptions::COOKIE_EXCHANGE);
+    }
+    Ok(b.build())
+}
+
 impl OpensslEngine {
     /// Builds an OpenSSL DTLS 1.2 association for `config`, with its clock at `now`. A client's
     /// ClientHello is queued at once.
@@ -211,78 +325,8 @@ impl OpensslEngine {
         }
         let mtu = u32::try_from(config.mtu)
             .map_err(|_| EngineConfigError::Setting(format!("MTU {} too large", config.mtu)))?;
-        let cert = &config.certificate;
-        let Some(leaf) = cert.chain_der.first().filter(|c| !c.is_empty()) else {
-            return Err(EngineConfigError::EmptyCertificate);
-        };
-        let leaf = X509::from_der(leaf).map_err(|e| setting("certificate", e))?;
-        let key = PKey::private_key_from_der(&cert.private_key_der)
-            .map_err(|_| EngineConfigError::PrivateKey)?;
-
-        let mut b = SslContextBuilder::new(SslMethod::dtls()).map_err(|e| setting("context", e))?;
-        b.set_min_proto_version(Some(SslVersion::DTLS1_2))
-            .and_then(|()| b.set_max_proto_version(Some(SslVersion::DTLS1_2)))
-            .map_err(|e| setting("version", e))?;
-        b.set_certificate(&leaf)
-            .map_err(|e| setting("certificate", e))?;
-        for extra in cert.chain_der.iter().skip(1) {
-            let x = X509::from_der(extra).map_err(|e| setting("chain certificate", e))?;
-            b.add_extra_chain_cert(x)
-                .map_err(|e| setting("chain certificate", e))?;
-        }
-        b.set_private_key(&key)
-            .and_then(|()| b.check_private_key())
-            .map_err(|_| EngineConfigError::PrivateKey)?;
-        let suites: &[CipherSuite] = if config.cipher_suites.is_empty() {
-            &DEFAULT_OPENSSL_SUITES
-        } else {
-            &config.cipher_suites
-        };
-        let list: Vec<&str> = suites.iter().map(|s| s.openssl_name()).collect();
-        b.set_cipher_list(&list.join(":"))
-            .map_err(|e| setting("cipher suites", e))?;
-        if suites.contains(&CipherSuite::DheRsaAes128GcmSha256) {
-            let dh = Dh::params_from_pem(FFDHE2048_PEM.as_bytes())
-                .map_err(|e| setting("DH parameters", e))?;
-            b.set_tmp_dh(&dh).map_err(|e| setting("DH parameters", e))?;
-        }
-        b.set_groups_list(GROUPS)
-            .map_err(|e| setting("groups", e))?;
-        b.set_tlsext_use_srtp(&srtp_list(&config.srtp_profiles)?)
-            .map_err(|e| setting("SRTP profiles", e))?;
-        // The endpoint checks the certificate (fingerprint or CA); OpenSSL only insists on one.
-        b.set_verify_callback(
-            SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
-            |_preverify_ok, _ctx| true,
-        );
-        b.set_session_cache_mode(SslSessionCacheMode::OFF);
-        b.set_options(
-            SslOptions::NO_TICKET | SslOptions::NO_QUERY_MTU | SslOptions::NO_RENEGOTIATION,
-        );
         let cookies = config.role == Role::Server && config.server_cookies;
-        if cookies {
-            b.set_options(SslOptions::COOKIE_EXCHANGE);
-            b.set_cookie_generate_cb(|ssl, out| {
-                let secret = ssl
-                    .ex_data(cookie_index()?)
-                    .copied()
-                    .ok_or_else(ErrorStack::get)?;
-                let n = secret.len().min(out.len());
-                out[..n].copy_from_slice(&secret[..n]);
-                Ok(n)
-            });
-            b.set_cookie_verify_cb(|ssl, cookie| {
-                let Ok(index) = cookie_index() else {
-                    return false;
-                };
-                ssl.ex_data(index)
-                    .is_some_and(|secret| bool::from(secret.as_slice().ct_eq(cookie)))
-            });
-        } else {
-            b.clear_options(SslOptions::COOKIE_EXCHANGE);
-        }
-        let ctx = b.build();
-
+        let ctx = shared_context(config, cookies)?;
         let mut ssl = Ssl::new(&ctx).map_err(|e| setting("connection", e))?;
         ssl.set_mtu(mtu)
             .map_err(|e| setting(&format!("MTU {mtu}"), e))?;
@@ -310,6 +354,7 @@ impl OpensslEngine {
             final_resends: 0,
             connected: false,
             closed: false,
+            failure: None,
         };
         if config.role == Role::Client {
             engine
@@ -319,8 +364,13 @@ impl OpensslEngine {
         Ok(engine)
     }
 
-    /// Runs OpenSSL as far as the queued input allows and collects what it wrote.
+    /// Runs OpenSSL as far as the queued input allows and collects what it wrote. A fatal error
+    /// is kept for `poll_output`, after the datagrams (OpenSSL's alert) written with it, so the
+    /// peer hears why.
     fn step(&mut self, written: Written) -> Result<(), FailReason> {
+        if self.failure.is_some() {
+            return Ok(());
+        }
         let was_connected = self.connected;
         let result = self.advance();
         let wrote = self.collect(written);
@@ -328,7 +378,11 @@ impl OpensslEngine {
             // The handshake ended on the peer's flight: we have no final flight to resend.
             self.flight.clear();
         }
-        result
+        if let Err(reason) = result {
+            self.failure = Some(reason);
+            self.retransmit_at = None;
+        }
+        Ok(())
     }
 
     fn advance(&mut self) -> Result<(), FailReason> {
@@ -425,6 +479,9 @@ impl OpensslEngine {
             .iter()
             .skip(before)
             .any(|o| matches!(o, EngineOutput::Transmit(_)));
+        if self.failure.is_some() {
+            return Ok(());
+        }
         if !self.connected && !openssl_resent {
             self.out
                 .extend(self.flight.iter().cloned().map(EngineOutput::Transmit));
@@ -482,7 +539,7 @@ impl DtlsEngine for OpensslEngine {
         if now > self.now {
             self.now = now;
         }
-        if self.connected {
+        if self.connected || self.failure.is_some() {
             return Ok(());
         }
         if self.now >= self.handshake_deadline {
@@ -504,6 +561,7 @@ impl DtlsEngine for OpensslEngine {
         // Drop anything OpenSSL left unread (it reads one datagram per record layer call).
         self.stream.get_mut().incoming.clear();
         if was_connected
+            && self.failure.is_none()
             && starts_with_handshake_record(datagram)
             && !self.flight.is_empty()
             && self.final_resends < self.timers.max_retransmissions
@@ -518,6 +576,9 @@ impl DtlsEngine for OpensslEngine {
     fn poll_output(&mut self) -> Result<EngineOutput, FailReason> {
         if let Some(o) = self.out.pop_front() {
             return Ok(o);
+        }
+        if let Some(reason) = self.failure {
+            return Err(reason);
         }
         let at = if self.connected || self.closed {
             self.now + IDLE
