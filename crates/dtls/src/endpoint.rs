@@ -263,7 +263,8 @@ pub struct EndpointConfig {
     pub peer_auth: PeerAuth,
     /// SRTP profiles we accept, most preferred first. A negotiated profile outside this list
     /// fails with [`FailReason::NoCommonSrtpProfile`]. (The dimpl engine cannot restrict what
-    /// it offers or picks; this list is enforced after negotiation — see [`DimplEngine`].)
+    /// it offers or picks; this list is enforced after negotiation — see [`DimplEngine`]. The
+    /// OpenSSL engine offers exactly this list, in this order, and as a server picks by it.)
     pub srtp_profiles: Vec<Profile>,
     /// Retransmission timers and the overall deadline.
     pub timers: Timers,
@@ -711,7 +712,7 @@ impl Endpoint {
         self.state
     }
 
-    /// The engine's name (`"dimpl"`), while it is alive.
+    /// The engine's name (`"dimpl"` or `"openssl"`), while it is alive.
     pub fn engine_name(&self) -> Option<&'static str> {
         self.engine.as_ref().map(|e| e.name())
     }

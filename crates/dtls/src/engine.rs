@@ -164,7 +164,8 @@ impl core::fmt::Debug for DimplEngine {
 pub enum EngineConfigError {
     /// The certificate is empty.
     EmptyCertificate,
-    /// The private key does not parse as an ECDSA key the engine can sign with.
+    /// The private key does not parse as a key the engine can sign with (ECDSA for dimpl;
+    /// ECDSA or RSA for OpenSSL), or does not match the certificate.
     PrivateKey,
     /// The engine refused a setting (MTU too small, zero timeout, ...); the text says which.
     Setting(String),
@@ -177,7 +178,10 @@ impl core::fmt::Display for EngineConfigError {
         match self {
             EngineConfigError::EmptyCertificate => write!(f, "the certificate is empty"),
             EngineConfigError::PrivateKey => {
-                write!(f, "the private key is not a usable ECDSA PKCS#8/SEC1 key")
+                write!(
+                    f,
+                    "the private key is not usable by the DTLS engine (dimpl: ECDSA PKCS#8/SEC1; OpenSSL: also RSA) or does not match the certificate"
+                )
             }
             EngineConfigError::Setting(s) => write!(f, "DTLS engine refused a setting: {s}"),
             EngineConfigError::Panicked => write!(f, "the DTLS engine panicked while starting"),

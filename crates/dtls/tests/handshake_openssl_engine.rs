@@ -520,3 +520,21 @@ fn lost_final_server_flight_is_resent_when_the_client_retransmits() {
         );
     }
 }
+
+/// An RSA-4096 server certificate crosses a 1200-byte MTU: every handshake datagram of both
+/// OpenSSL engines fits, and the keys agree.
+#[test]
+fn rsa_4096_certificate_crosses_a_1200_byte_mtu() {
+    let (mut c, mut s) = pair(
+        (KeyType::EcdsaP256, OSSL),
+        (KeyType::Rsa4096, EngineChoice::Auto),
+    );
+    c.mtu = 1200;
+    s.mtu = 1200;
+    let r = perfect(c, s);
+    assert_same_keys(&r, "rsa-4096 at MTU 1200");
+    assert!(r.server.max_datagram <= 1200, "{}", r.server.max_datagram);
+    assert!(r.client.max_datagram <= 1200, "{}", r.client.max_datagram);
+    // The certificate alone is larger than one datagram's worth of the flight it travels in.
+    assert!(r.server.transmits >= 3, "{}", r.server.transmits);
+}
