@@ -19,6 +19,13 @@
 //!   self-signed, authenticated by fingerprint), one ephemeral P-256 key generation (with its
 //!   public point) and one ECDH agreement.
 //!
+//! - `handshake-engines/*`: secrelay's endpoint on each engine, with raw OpenSSL beside it:
+//!   `secrelay-dimpl` and `secrelay-openssl-engine` (ECDSA P-256 both sides, cookies off),
+//!   `openssl` (the same over `secrelay-peers`' wrapper), and with an RSA-2048 server certificate
+//!   (ECDHE-RSA; dimpl cannot) `secrelay-openssl-engine-rsa2048` and `openssl-rsa2048`. The
+//!   difference between the engine and raw OpenSSL is the engine's own cost (datagram copies,
+//!   the endpoint's checks and key split).
+//!
 //! - `setup-overhead/*`: constructing one endpoint (no datagrams) — `dimpl::Config` building
 //!   alone, secrelay's `Endpoint::new`, OpenSSL's `SSL_new` + BIO.
 //!
@@ -34,9 +41,10 @@ use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, UnparsedPublicKey};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use secrelay_dtls::keying::keying_material_len;
 use secrelay_dtls::{
-    Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, Role,
+    Certificate, Endpoint, EndpointConfig, EngineChoice, Event, KeyType, LocalCertificate, Output,
+    Role,
 };
-use secrelay_peers::openssl_dtls::{DtlsRole, OpensslDtls, OpensslDtlsContext, Step};
+use secrelay_peers::openssl_dtls::{DtlsRole, DtlsSettings, OpensslDtls, OpensslDtlsContext, Step};
 use secrelay_srtp::Profile;
 
 /// One side of an in-memory handshake.
@@ -477,6 +485,90 @@ fn bench_handshakes(c: &mut Criterion) {
     g.finish();
 }
 
+/// secrelay on the OpenSSL engine beside raw OpenSSL, ECDSA and RSA-2048 servers.
+fn bench_engines(c: &mut Criterion) {
+    let s = setup();
+    let openssl_engine = |mut c: EndpointConfig| {
+        c.engine = EngineChoice::Openssl;
+        c.server_cookies = false;
+        c
+    };
+    let eng_client = openssl_engine(s.dimpl_client.clone());
+    let eng_server = openssl_engine(s.dimpl_server.clone());
+    let rsa = Certificate::self_signed(KeyType::Rsa2048, "bench-rsa-server").unwrap();
+    let eng_client_rsa = {
+        let mut c = eng_client.clone();
+        c.peer_auth = rsa.fingerprint().into();
+        c
+    };
+    let eng_server_rsa = {
+        let mut c = eng_server.clone();
+        c.certificate = LocalCertificate::from(&rsa);
+        c
+    };
+    let rsa_settings = DtlsSettings {
+        cipher_list: "ECDHE-RSA-AES128-GCM-SHA256".into(),
+        ..DtlsSettings::default()
+    };
+    let ossl_server_rsa = OpensslDtlsContext::from_der_with(
+        DtlsRole::Server,
+        rsa.der(),
+        rsa.private_key_der(),
+        &rsa_settings,
+    )
+    .expect("openssl RSA server context");
+    let ossl_client_rsa = OpensslDtlsContext::from_der_with(
+        DtlsRole::Client,
+        s.client_cert.der(),
+        s.client_cert.private_key_der(),
+        &rsa_settings,
+    )
+    .expect("openssl client context for RSA");
+    // Every pairing completes with matching blocks before timing.
+    checked(|| Dimpl::new(&eng_client), || Dimpl::new(&eng_server));
+    checked(
+        || Dimpl::new(&eng_client_rsa),
+        || Dimpl::new(&eng_server_rsa),
+    );
+    checked(
+        || Ossl::new(&ossl_client_rsa),
+        || Ossl::new(&ossl_server_rsa),
+    );
+
+    let mut g = configure(c, "handshake-engines");
+    g.bench_function("secrelay-dimpl", |b| {
+        b.iter(|| {
+            checked(
+                || Dimpl::new(&s.dimpl_client),
+                || Dimpl::new(&s.dimpl_server),
+            )
+        })
+    });
+    g.bench_function("secrelay-openssl-engine", |b| {
+        b.iter(|| checked(|| Dimpl::new(&eng_client), || Dimpl::new(&eng_server)))
+    });
+    g.bench_function("openssl", |b| {
+        b.iter(|| checked(|| Ossl::new(&s.ossl_client), || Ossl::new(&s.ossl_server)))
+    });
+    g.bench_function("secrelay-openssl-engine-rsa2048", |b| {
+        b.iter(|| {
+            checked(
+                || Dimpl::new(&eng_client_rsa),
+                || Dimpl::new(&eng_server_rsa),
+            )
+        })
+    });
+    g.bench_function("openssl-rsa2048", |b| {
+        b.iter(|| {
+            checked(
+                || Ossl::new(&ossl_client_rsa),
+                || Ossl::new(&ossl_server_rsa),
+            )
+        })
+    });
+    g.finish();
+}
+
 /// One side's crypto for a mutual-auth ECDHE-ECDSA P-256 handshake, with aws-lc-rs.
 struct Floor {
     rng: SystemRandom,
@@ -600,6 +692,7 @@ criterion_group!(
     benches,
     bench_crypto_floor,
     bench_overhead,
-    bench_handshakes
+    bench_handshakes,
+    bench_engines
 );
 criterion_main!(benches);

@@ -47,8 +47,8 @@ use secrelay_srtp::Profile;
 use zeroize::Zeroizing;
 
 use crate::engine::{
-    DimplEngine, DtlsEngine, EngineConfigError, EngineOutput, DEFAULT_HANDSHAKE_TIMEOUT,
-    DEFAULT_INITIAL_RTO, DEFAULT_MAX_RETRANSMISSIONS,
+    CipherSuite, DimplEngine, DtlsEngine, EngineChoice, EngineConfigError, EngineOutput,
+    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_INITIAL_RTO, DEFAULT_MAX_RETRANSMISSIONS,
 };
 use crate::fingerprint::Fingerprint;
 use crate::keying::{ExportedKeyingMaterial, SrtpKeys};
@@ -87,6 +87,8 @@ pub struct LocalCertificate {
     /// Whether the engine can load the key, checked once and shared by the clones (a server
     /// makes one endpoint per peer from one certificate; parsing the key each time cost ~10 µs).
     pub(crate) key_usable: Arc<OnceLock<bool>>,
+    /// Whether the leaf carries an RSA key, checked once and shared by the clones.
+    rsa: Arc<OnceLock<bool>>,
 }
 
 impl LocalCertificate {
@@ -96,7 +98,19 @@ impl LocalCertificate {
             chain_der,
             private_key_der: Zeroizing::new(private_key_der.to_vec()),
             key_usable: Arc::new(OnceLock::new()),
+            rsa: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Whether the leaf certificate's key is RSA (`rsaEncryption`). An unparsable leaf is not.
+    pub fn is_rsa(&self) -> bool {
+        *self.rsa.get_or_init(|| {
+            self.leaf_der()
+                .and_then(|der| x509_parser::parse_x509_certificate(der).ok())
+                .is_some_and(|(_, c)| {
+                    c.public_key().algorithm.algorithm.to_id_string() == "1.2.840.113549.1.1.1"
+                })
+        })
     }
 
     /// The leaf certificate (DER), if the chain is not empty.
@@ -249,7 +263,8 @@ pub struct EndpointConfig {
     pub peer_auth: PeerAuth,
     /// SRTP profiles we accept, most preferred first. A negotiated profile outside this list
     /// fails with [`FailReason::NoCommonSrtpProfile`]. (The dimpl engine cannot restrict what
-    /// it offers or picks; this list is enforced after negotiation — see [`DimplEngine`].)
+    /// it offers or picks; this list is enforced after negotiation — see [`DimplEngine`]. The
+    /// OpenSSL engine offers exactly this list, in this order, and as a server picks by it.)
     pub srtp_profiles: Vec<Profile>,
     /// Retransmission timers and the overall deadline.
     pub timers: Timers,
@@ -260,6 +275,12 @@ pub struct EndpointConfig {
     /// a [`crate::cookie::CookieResponder`] would turn it off, but dimpl 0.9 cannot take over a
     /// ClientHello the responder admitted — see that module.)
     pub server_cookies: bool,
+    /// Which DTLS engine to run on ([`EngineChoice::Auto`] by default: dimpl unless the
+    /// configuration needs OpenSSL; see [`EndpointConfig::resolved_engine`]).
+    pub engine: EngineChoice,
+    /// DTLS 1.2 cipher suites, most preferred first; empty (the default) for the engine's own
+    /// list. dimpl cannot restrict its suites: it refuses a list naming one it lacks.
+    pub cipher_suites: Vec<CipherSuite>,
 }
 
 impl EndpointConfig {
@@ -275,6 +296,29 @@ impl EndpointConfig {
             timers: Timers::default(),
             mtu: DEFAULT_MTU,
             server_cookies: true,
+            engine: EngineChoice::Auto,
+            cipher_suites: Vec::new(),
+        }
+    }
+
+    /// The engine [`EndpointConfig::engine`] resolves to: [`EngineChoice::Dimpl`] or
+    /// [`EngineChoice::Openssl`]. `Auto` picks OpenSSL when our certificate is RSA, when a
+    /// cipher suite dimpl lacks is listed (CCM_8, DHE-RSA, ECDHE-RSA), or when
+    /// SRTP_AES128_CM_SHA1_32 is the preferred SRTP profile; dimpl otherwise (and always when
+    /// the crate is built without the `openssl` feature).
+    pub fn resolved_engine(&self) -> EngineChoice {
+        match self.engine {
+            EngineChoice::Auto => {
+                let needs_openssl = self.certificate.is_rsa()
+                    || self.cipher_suites.iter().any(|s| !s.dimpl_has())
+                    || self.srtp_profiles.first() == Some(&Profile::AesCm128HmacSha1_32);
+                if needs_openssl && cfg!(feature = "openssl") {
+                    EngineChoice::Openssl
+                } else {
+                    EngineChoice::Dimpl
+                }
+            }
+            other => other,
         }
     }
 }
@@ -290,6 +334,8 @@ impl fmt::Debug for EndpointConfig {
             .field("timers", &self.timers)
             .field("mtu", &self.mtu)
             .field("server_cookies", &self.server_cookies)
+            .field("engine", &self.engine)
+            .field("cipher_suites", &self.cipher_suites)
             .finish_non_exhaustive()
     }
 }
@@ -520,18 +566,37 @@ impl fmt::Debug for Endpoint {
 /// Why [`Endpoint::new`] refused a configuration.
 pub type ConfigError = EngineConfigError;
 
+/// Builds the engine `config` resolves to.
+fn build_engine(
+    config: &EndpointConfig,
+    now: Instant,
+) -> Result<Box<dyn DtlsEngine>, EngineConfigError> {
+    match config.resolved_engine() {
+        #[cfg(feature = "openssl")]
+        EngineChoice::Openssl => Ok(Box::new(crate::engine_openssl::OpensslEngine::new(
+            config, now,
+        )?)),
+        #[cfg(not(feature = "openssl"))]
+        EngineChoice::Openssl => Err(EngineConfigError::Setting(
+            "the OpenSSL engine is not built in (feature `openssl`)".into(),
+        )),
+        _ => Ok(Box::new(DimplEngine::new(config, now)?)),
+    }
+}
+
 impl Endpoint {
-    /// An endpoint on the dimpl engine. A client's first flight is queued at once: drain
-    /// [`poll_output`](Self::poll_output) after this.
+    /// An endpoint on the engine [`EndpointConfig::resolved_engine`] names (dimpl by default).
+    /// A client's first flight is queued at once: drain [`poll_output`](Self::poll_output)
+    /// after this.
     pub fn new(config: EndpointConfig, now: Instant) -> Result<Endpoint, ConfigError> {
         if config.srtp_profiles.is_empty() {
             return Err(EngineConfigError::Setting(
                 "the SRTP profile list is empty".into(),
             ));
         }
-        let engine = catch_unwind(AssertUnwindSafe(|| DimplEngine::new(&config, now)))
+        let engine = catch_unwind(AssertUnwindSafe(|| build_engine(&config, now)))
             .map_err(|_| EngineConfigError::Panicked)??;
-        Ok(Endpoint::with_engine(&config, Box::new(engine), now))
+        Ok(Endpoint::with_engine(&config, engine, now))
     }
 
     /// An endpoint over any engine built for `config.role` (the seam for other DTLS stacks and
@@ -647,7 +712,7 @@ impl Endpoint {
         self.state
     }
 
-    /// The engine's name (`"dimpl"`), while it is alive.
+    /// The engine's name (`"dimpl"` or `"openssl"`), while it is alive.
     pub fn engine_name(&self) -> Option<&'static str> {
         self.engine.as_ref().map(|e| e.name())
     }

@@ -5,8 +5,10 @@
 //! the expected fingerprint, enforces the SRTP profile policy, splits the keys and turns any
 //! panic inside the engine into a failure. Engines therefore only translate.
 //!
-//! [`DimplEngine`] wraps the `dimpl` crate (DTLS 1.2 and 1.3, ECDSA certificates only). An
-//! OpenSSL engine for RSA peers is meant to sit behind the same trait later.
+//! [`DimplEngine`] wraps the `dimpl` crate (DTLS 1.2 and 1.3, ECDSA certificates only, the
+//! fast default). `crate::engine_openssl::OpensslEngine` (feature `openssl`, on by default) wraps
+//! OpenSSL for what only it covers: RSA certificates, DHE-RSA, ECDHE-ECDSA-AES128-CCM8, every
+//! SRTP profile in a chosen order. [`EngineChoice`] picks one per endpoint.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -64,6 +66,73 @@ pub trait DtlsEngine: Send + core::fmt::Debug {
     fn protocol_version(&self) -> Option<&'static str>;
 }
 
+/// Which DTLS engine an endpoint runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum EngineChoice {
+    /// dimpl, unless the configuration needs OpenSSL: our certificate is RSA, a cipher suite
+    /// dimpl lacks is asked for (CCM_8, DHE, ECDHE-RSA), or SRTP_AES128_CM_SHA1_32 is the
+    /// preferred SRTP profile (dimpl never negotiates it). The default.
+    #[default]
+    Auto,
+    /// dimpl: DTLS 1.2 and 1.3, ECDSA certificates, fixed suites and SRTP profiles.
+    Dimpl,
+    /// OpenSSL (feature `openssl`): DTLS 1.2, RSA and ECDSA certificates, configurable suites
+    /// and SRTP profiles.
+    Openssl,
+}
+
+/// A DTLS 1.2 cipher suite that can be asked for in
+/// [`EndpointConfig::cipher_suites`](crate::endpoint::EndpointConfig::cipher_suites).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CipherSuite {
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256 (dimpl and OpenSSL).
+    EcdheEcdsaAes128GcmSha256,
+    /// TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 (dimpl and OpenSSL).
+    EcdheEcdsaAes256GcmSha384,
+    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 (OpenSSL).
+    EcdheRsaAes128GcmSha256,
+    /// TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 (OpenSSL).
+    EcdheRsaAes256GcmSha384,
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8, the IoT suite (RFC 7251; OpenSSL).
+    EcdheEcdsaAes128Ccm8,
+    /// TLS_DHE_RSA_WITH_AES_128_GCM_SHA256 over RFC 7919 ffdhe2048 (OpenSSL).
+    DheRsaAes128GcmSha256,
+}
+
+impl CipherSuite {
+    /// Every suite.
+    pub const ALL: [CipherSuite; 6] = [
+        CipherSuite::EcdheEcdsaAes128GcmSha256,
+        CipherSuite::EcdheEcdsaAes256GcmSha384,
+        CipherSuite::EcdheRsaAes128GcmSha256,
+        CipherSuite::EcdheRsaAes256GcmSha384,
+        CipherSuite::EcdheEcdsaAes128Ccm8,
+        CipherSuite::DheRsaAes128GcmSha256,
+    ];
+
+    /// OpenSSL's name for the suite (`ECDHE-ECDSA-AES128-GCM-SHA256`).
+    pub fn openssl_name(self) -> &'static str {
+        match self {
+            CipherSuite::EcdheEcdsaAes128GcmSha256 => "ECDHE-ECDSA-AES128-GCM-SHA256",
+            CipherSuite::EcdheEcdsaAes256GcmSha384 => "ECDHE-ECDSA-AES256-GCM-SHA384",
+            CipherSuite::EcdheRsaAes128GcmSha256 => "ECDHE-RSA-AES128-GCM-SHA256",
+            CipherSuite::EcdheRsaAes256GcmSha384 => "ECDHE-RSA-AES256-GCM-SHA384",
+            CipherSuite::EcdheEcdsaAes128Ccm8 => "ECDHE-ECDSA-AES128-CCM8",
+            CipherSuite::DheRsaAes128GcmSha256 => "DHE-RSA-AES128-GCM-SHA256",
+        }
+    }
+
+    /// Whether dimpl 0.9 implements the suite.
+    pub fn dimpl_has(self) -> bool {
+        matches!(
+            self,
+            CipherSuite::EcdheEcdsaAes128GcmSha256 | CipherSuite::EcdheEcdsaAes256GcmSha384
+        )
+    }
+}
+
 /// The largest datagram the engine may ask us to buffer before we call it a bug.
 const MAX_POLL_BUFFER: usize = 64 * 1024;
 
@@ -95,7 +164,8 @@ impl core::fmt::Debug for DimplEngine {
 pub enum EngineConfigError {
     /// The certificate is empty.
     EmptyCertificate,
-    /// The private key does not parse as an ECDSA key the engine can sign with.
+    /// The private key does not parse as a key the engine can sign with (ECDSA for dimpl;
+    /// ECDSA or RSA for OpenSSL), or does not match the certificate.
     PrivateKey,
     /// The engine refused a setting (MTU too small, zero timeout, ...); the text says which.
     Setting(String),
@@ -108,7 +178,10 @@ impl core::fmt::Display for EngineConfigError {
         match self {
             EngineConfigError::EmptyCertificate => write!(f, "the certificate is empty"),
             EngineConfigError::PrivateKey => {
-                write!(f, "the private key is not a usable ECDSA PKCS#8/SEC1 key")
+                write!(
+                    f,
+                    "the private key is not usable by the DTLS engine (dimpl: ECDSA PKCS#8/SEC1; OpenSSL: also RSA) or does not match the certificate"
+                )
             }
             EngineConfigError::Setting(s) => write!(f, "DTLS engine refused a setting: {s}"),
             EngineConfigError::Panicked => write!(f, "the DTLS engine panicked while starting"),
@@ -124,6 +197,12 @@ impl DimplEngine {
     /// The caller (the endpoint) wraps this in `catch_unwind`; invalid keys are also checked
     /// up front so that dimpl's own `expect` on them cannot fire.
     pub fn new(config: &EndpointConfig, now: Instant) -> Result<DimplEngine, EngineConfigError> {
+        if let Some(s) = config.cipher_suites.iter().find(|s| !s.dimpl_has()) {
+            return Err(EngineConfigError::Setting(format!(
+                "dimpl does not implement {}",
+                s.openssl_name()
+            )));
+        }
         let cert = &config.certificate;
         let Some(leaf) = cert.chain_der.first().filter(|c| !c.is_empty()) else {
             return Err(EngineConfigError::EmptyCertificate);

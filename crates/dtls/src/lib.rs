@@ -11,6 +11,8 @@ pub mod cert;
 pub mod cookie;
 pub mod endpoint;
 pub mod engine;
+#[cfg(feature = "openssl")]
+pub mod engine_openssl;
 pub mod fingerprint;
 pub mod keying;
 
@@ -20,5 +22,6 @@ pub use endpoint::{
     Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
     PeerAuth, Role, State, Timers,
 };
+pub use engine::{CipherSuite, EngineChoice};
 pub use fingerprint::{Fingerprint, FingerprintError, HashAlgorithm};
 pub use keying::{ExportedKeyingMaterial, SrtpKeys};

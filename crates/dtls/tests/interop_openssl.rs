@@ -14,13 +14,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, identity, ChildGuard,
-    DriveResult, Identity, UdpDriver, LOCALHOST, PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_on_path, free_udp_port, identity_of,
+    ChildGuard, DriveResult, Identity, UdpDriver, LOCALHOST, PEER_WAIT,
 };
 use secrelay_dtls::keying::{keying_material_len, EXPORTER_LABEL};
 use secrelay_dtls::{
-    Certificate, DtlsVersion, Endpoint, EndpointConfig, FailReason, Fingerprint, KeyType,
-    LocalCertificate, PeerAuth, Role,
+    Certificate, DtlsVersion, Endpoint, EndpointConfig, EngineChoice, FailReason, Fingerprint,
+    KeyType, LocalCertificate, PeerAuth, Role,
 };
 use secrelay_srtp::Profile;
 
@@ -212,9 +212,31 @@ fn our_client_vs_s_server(
     version: DtlsVersion,
     peer_auth: impl FnOnce(&Identity) -> PeerAuth,
 ) -> (DriveResult, ChildGuard, Identity, Identity) {
+    our_client_vs_s_server_with(
+        openssl,
+        srtp,
+        export_len,
+        version,
+        peer_auth,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        |_| {},
+    )
+}
+
+/// [`our_client_vs_s_server`] with the (client, server) key types and a last say on our config
+/// (the engine, suites, profiles).
+fn our_client_vs_s_server_with(
+    openssl: &Path,
+    srtp: &str,
+    export_len: usize,
+    version: DtlsVersion,
+    peer_auth: impl FnOnce(&Identity) -> PeerAuth,
+    keys: (KeyType, KeyType),
+    tweak: impl FnOnce(&mut EndpointConfig),
+) -> (DriveResult, ChildGuard, Identity, Identity) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = identity(dir.path(), "openssl-s-server");
-    let client = identity(dir.path(), "secrelay-client");
+    let server = identity_of(dir.path(), "openssl-s-server", keys.1);
+    let client = identity_of(dir.path(), "secrelay-client", keys.0);
     let (child, addr) = s_server(openssl, &server, srtp, export_len);
 
     let mut config = EndpointConfig::new(
@@ -223,6 +245,7 @@ fn our_client_vs_s_server(
         peer_auth(&server),
     );
     config.version = version;
+    tweak(&mut config);
     let start = Instant::now();
     let ep = Endpoint::new(config, start).expect("client config");
     let mut driver = UdpDriver::new(bind_loopback(), ep, Some(addr));
@@ -244,12 +267,33 @@ fn our_client_vs_s_server(
 }
 
 fn client_handshake_matches_s_server(srtp: &str, expected: Profile, version: DtlsVersion) {
+    client_handshake_matches_s_server_with(
+        srtp,
+        expected,
+        version,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        |_| {},
+    );
+}
+
+fn client_handshake_matches_s_server_with(
+    srtp: &str,
+    expected: Profile,
+    version: DtlsVersion,
+    keys: (KeyType, KeyType),
+    tweak: impl FnOnce(&mut EndpointConfig),
+) {
     let openssl = require_openssl!();
     let len = keying_material_len(expected);
-    let (result, mut child, client, server) =
-        our_client_vs_s_server(&openssl, srtp, len, version, |s| {
-            PeerAuth::Fingerprint(s.cert.fingerprint())
-        });
+    let (result, mut child, client, server) = our_client_vs_s_server_with(
+        &openssl,
+        srtp,
+        len,
+        version,
+        |s| PeerAuth::Fingerprint(s.cert.fingerprint()),
+        keys,
+        tweak,
+    );
     assert!(
         result.connected.is_some(),
         "{result:?}\n{}",
@@ -411,9 +455,30 @@ fn s_client_vs_our_server(
     version: DtlsVersion,
     peer_auth: impl FnOnce(&Identity) -> PeerAuth,
 ) -> (DriveResult, ChildGuard, Identity, Identity) {
+    s_client_vs_our_server_with(
+        openssl,
+        srtp,
+        export_len,
+        version,
+        peer_auth,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        |_| {},
+    )
+}
+
+/// [`s_client_vs_our_server`] with the (client, server) key types and a last say on our config.
+fn s_client_vs_our_server_with(
+    openssl: &Path,
+    srtp: &str,
+    export_len: usize,
+    version: DtlsVersion,
+    peer_auth: impl FnOnce(&Identity) -> PeerAuth,
+    keys: (KeyType, KeyType),
+    tweak: impl FnOnce(&mut EndpointConfig),
+) -> (DriveResult, ChildGuard, Identity, Identity) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = identity(dir.path(), "secrelay-server");
-    let client = identity(dir.path(), "openssl-s-client");
+    let server = identity_of(dir.path(), "secrelay-server", keys.1);
+    let client = identity_of(dir.path(), "openssl-s-client", keys.0);
     let socket = bind_loopback();
     let addr = socket.local_addr().unwrap();
 
@@ -424,6 +489,7 @@ fn s_client_vs_our_server(
     );
     config.version = version;
     assert!(config.server_cookies);
+    tweak(&mut config);
     let start = Instant::now();
     let ep = Endpoint::new(config, start).expect("server config");
     let mut driver = UdpDriver::new(socket, ep, None);
@@ -456,12 +522,33 @@ fn s_client_vs_our_server(
 }
 
 fn server_handshake_matches_s_client(srtp: &str, expected: Profile, version: DtlsVersion) {
+    server_handshake_matches_s_client_with(
+        srtp,
+        expected,
+        version,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        |_| {},
+    );
+}
+
+fn server_handshake_matches_s_client_with(
+    srtp: &str,
+    expected: Profile,
+    version: DtlsVersion,
+    keys: (KeyType, KeyType),
+    tweak: impl FnOnce(&mut EndpointConfig),
+) {
     let openssl = require_openssl!();
     let len = keying_material_len(expected);
-    let (result, mut child, client, server) =
-        s_client_vs_our_server(&openssl, srtp, len, version, |c| {
-            PeerAuth::Fingerprint(c.cert.fingerprint())
-        });
+    let (result, mut child, client, server) = s_client_vs_our_server_with(
+        &openssl,
+        srtp,
+        len,
+        version,
+        |c| PeerAuth::Fingerprint(c.cert.fingerprint()),
+        keys,
+        tweak,
+    );
     assert!(
         result.connected.is_some(),
         "{result:?}\n{}",
@@ -566,6 +653,102 @@ fn server_with_wrong_fingerprint_fails_against_s_client() {
     assert!(!result.timed_out, "{result:?}");
     // With INTEROP_TRACE: give openssl a moment, then show what it made of our failure.
     trace_after(&child, Duration::from_millis(500));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The OpenSSL engine against the openssl command line
+
+fn openssl_engine(c: &mut EndpointConfig) {
+    c.engine = EngineChoice::Openssl;
+}
+
+#[test]
+fn s_client_vs_openssl_engine_server_with_rsa_2048() {
+    // `Auto` picks the OpenSSL engine for an RSA certificate.
+    server_handshake_matches_s_client_with(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Dtls12,
+        (KeyType::EcdsaP256, KeyType::Rsa2048),
+        |c| assert_eq!(c.resolved_engine(), EngineChoice::Openssl),
+    );
+}
+
+#[test]
+fn s_client_vs_openssl_engine_server_with_rsa_3072_and_rsa_client() {
+    server_handshake_matches_s_client_with(
+        "SRTP_AEAD_AES_128_GCM",
+        Profile::AeadAes128Gcm,
+        DtlsVersion::Dtls12,
+        (KeyType::Rsa2048, KeyType::Rsa3072),
+        |_| {},
+    );
+}
+
+/// The OpenSSL engine's server takes its own preference order (CM_SHA1_32 first here), which
+/// dimpl cannot.
+#[test]
+fn s_client_vs_openssl_engine_server_prefers_cm_sha1_32() {
+    server_handshake_matches_s_client_with(
+        "SRTP_AES128_CM_SHA1_80:SRTP_AEAD_AES_128_GCM:SRTP_AES128_CM_SHA1_32",
+        Profile::AesCm128HmacSha1_32,
+        DtlsVersion::Dtls12,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        |c| {
+            c.srtp_profiles = vec![
+                Profile::AesCm128HmacSha1_32,
+                Profile::AeadAes128Gcm,
+                Profile::AesCm128HmacSha1_80,
+            ];
+            assert_eq!(c.resolved_engine(), EngineChoice::Openssl);
+        },
+    );
+}
+
+#[test]
+fn openssl_engine_client_vs_s_server_ecdsa() {
+    client_handshake_matches_s_server_with(
+        "SRTP_AEAD_AES_128_GCM",
+        Profile::AeadAes128Gcm,
+        DtlsVersion::Dtls12,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        openssl_engine,
+    );
+}
+
+/// An RSA s_server, which a dimpl client cannot take: the OpenSSL engine can.
+#[test]
+fn openssl_engine_client_vs_rsa_s_server_with_cm_sha1_32() {
+    client_handshake_matches_s_server_with(
+        "SRTP_AES128_CM_SHA1_32",
+        Profile::AesCm128HmacSha1_32,
+        DtlsVersion::Dtls12,
+        (KeyType::EcdsaP256, KeyType::Rsa2048),
+        openssl_engine,
+    );
+}
+
+#[test]
+fn openssl_engine_server_with_wrong_fingerprint_fails_against_s_client() {
+    let openssl = require_openssl!();
+    let other = Certificate::self_signed(KeyType::EcdsaP256, "someone-else").unwrap();
+    let expected = Profile::AesCm128HmacSha1_80;
+    let (result, child, _, _) = s_client_vs_our_server_with(
+        &openssl,
+        openssl_name(expected),
+        keying_material_len(expected),
+        DtlsVersion::Dtls12,
+        |_| PeerAuth::Fingerprint(other.fingerprint()),
+        (KeyType::EcdsaP256, KeyType::Rsa2048),
+        |_| {},
+    );
+    assert_eq!(
+        result.failed,
+        Some(FailReason::FingerprintMismatch),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    assert!(result.connected.is_none());
 }
 
 #[test]

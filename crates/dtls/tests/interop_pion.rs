@@ -19,11 +19,12 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    assert_keys_match_peer_block, bind_loopback, find_on_path, identity, ChildGuard, DriveResult,
-    Identity, UdpDriver, PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_on_path, identity, identity_of, ChildGuard,
+    DriveResult, Identity, UdpDriver, PEER_WAIT,
 };
 use secrelay_dtls::{
-    Certificate, Endpoint, EndpointConfig, FailReason, KeyType, LocalCertificate, PeerAuth, Role,
+    Certificate, Endpoint, EndpointConfig, EngineChoice, FailReason, KeyType, LocalCertificate,
+    PeerAuth, Role,
 };
 use secrelay_srtp::Profile;
 
@@ -280,11 +281,18 @@ fn outcome(result: &DriveResult) -> String {
 }
 
 /// Our endpoint in `role` with `me`'s certificate, expecting `peer_auth`.
-fn endpoint(role: Role, me: &Identity, peer_auth: PeerAuth) -> Endpoint {
-    let config = EndpointConfig::new(role, LocalCertificate::from(&me.cert), peer_auth);
+/// [`endpoint`] with a last say on the config (the engine, the SRTP profiles).
+fn endpoint_with(
+    role: Role,
+    me: &Identity,
+    peer_auth: PeerAuth,
+    tweak: &dyn Fn(&mut EndpointConfig),
+) -> Endpoint {
+    let mut config = EndpointConfig::new(role, LocalCertificate::from(&me.cert), peer_auth);
     if role == Role::Server {
         assert!(config.server_cookies);
     }
+    tweak(&mut config);
     Endpoint::new(config, Instant::now()).expect("endpoint config")
 }
 
@@ -297,10 +305,22 @@ fn our_client_run(
     peer_auth: PeerAuth,
     nth: usize,
 ) -> DriveResult {
+    our_client_run_with(child, addr, me, peer_auth, nth, &|_| {})
+}
+
+/// [`our_client_run`] with a last say on our config.
+fn our_client_run_with(
+    child: &ChildGuard,
+    addr: SocketAddr,
+    me: &Identity,
+    peer_auth: PeerAuth,
+    nth: usize,
+    tweak: &dyn Fn(&mut EndpointConfig),
+) -> DriveResult {
     let start = Instant::now();
     let mut driver = UdpDriver::new(
         bind_loopback(),
-        endpoint(Role::Client, me, peer_auth),
+        endpoint_with(Role::Client, me, peer_auth, tweak),
         Some(addr),
     );
     driver.run_until_done(PEER_WAIT);
@@ -497,15 +517,32 @@ fn pion_client_vs_our_server(
     Identity,
     tempfile::TempDir,
 ) {
+    pion_client_vs_our_server_with(pion, srtp, peer_auth, KeyType::EcdsaP256, &|_| {})
+}
+
+/// [`pion_client_vs_our_server`] with our key type and a last say on our config.
+fn pion_client_vs_our_server_with(
+    pion: &Path,
+    srtp: &str,
+    peer_auth: impl FnOnce(&Identity) -> PeerAuth,
+    our_key: KeyType,
+    tweak: &dyn Fn(&mut EndpointConfig),
+) -> (
+    DriveResult,
+    ChildGuard,
+    Identity,
+    Identity,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let server = identity(dir.path(), "secrelay-server");
+    let server = identity_of(dir.path(), "secrelay-server", our_key);
     let client = identity(dir.path(), "pion-client");
     let socket = bind_loopback();
     let addr = socket.local_addr().unwrap();
     let start = Instant::now();
     let mut driver = UdpDriver::new(
         socket,
-        endpoint(Role::Server, &server, peer_auth(&client)),
+        endpoint_with(Role::Server, &server, peer_auth(&client), tweak),
         None,
     );
     let child = pion_client(pion, &client, srtp, addr);
@@ -666,4 +703,102 @@ fn pion_client_cm_sha1_32_only_has_no_common_profile() {
     let line = nth_json(&child, 0);
     let err = parse_pion_line(&line).expect_err("pion reported success");
     assert!(err.contains("use_srtp"), "{err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The OpenSSL engine against pion
+
+fn openssl_engine(c: &mut EndpointConfig) {
+    c.engine = EngineChoice::Openssl;
+}
+
+/// A pion server offering only SRTP_AES128_CM_SHA1_32, which dimpl cannot negotiate: the
+/// OpenSSL engine can.
+#[test]
+fn openssl_engine_client_vs_pion_server_cm_sha1_32() {
+    let pion = require_pion!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = identity(dir.path(), "pion-server");
+    let client = identity(dir.path(), "secrelay-client");
+    let (mut child, addr) = pion_server(&pion, &server, "SRTP_AES128_CM_SHA1_32", 1);
+    let result = our_client_run_with(
+        &child,
+        addr,
+        &client,
+        PeerAuth::Fingerprint(server.cert.fingerprint()),
+        1,
+        &openssl_engine,
+    );
+    assert!(
+        result.connected.is_some(),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let line = nth_json(&child, 0);
+    assert_agree(
+        Role::Client,
+        &result,
+        &line,
+        Profile::AesCm128HmacSha1_32,
+        &client,
+        &server,
+        &child.transcript(),
+    );
+    let code = child.wait_exit(PEER_WAIT);
+    assert_eq!(code, Some(0), "pion server exit\n{}", child.transcript());
+}
+
+fn pion_client_matches_openssl_engine_server(srtp: &str, expected: Profile, our_key: KeyType) {
+    let pion = require_pion!();
+    let (result, mut child, client, server, _dir) = pion_client_vs_our_server_with(
+        &pion,
+        srtp,
+        |c| PeerAuth::Fingerprint(c.cert.fingerprint()),
+        our_key,
+        &|c| {
+            c.engine = EngineChoice::Openssl;
+            c.srtp_profiles = vec![
+                Profile::AesCm128HmacSha1_32,
+                Profile::AesCm128HmacSha1_80,
+                Profile::AeadAes128Gcm,
+            ];
+        },
+    );
+    assert!(
+        result.connected.is_some(),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let line = nth_json(&child, 0);
+    assert_agree(
+        Role::Server,
+        &result,
+        &line,
+        expected,
+        &server,
+        &client,
+        &child.transcript(),
+    );
+    let code = child.wait_exit(PEER_WAIT);
+    assert_eq!(code, Some(0), "pion client exit\n{}", child.transcript());
+}
+
+/// The OpenSSL engine's server picks by its own order (CM_SHA1_32 first).
+#[test]
+fn pion_client_vs_openssl_engine_server_prefers_cm_sha1_32() {
+    pion_client_matches_openssl_engine_server(
+        "SRTP_AEAD_AES_128_GCM,SRTP_AES128_CM_SHA1_80,SRTP_AES128_CM_SHA1_32",
+        Profile::AesCm128HmacSha1_32,
+        KeyType::EcdsaP256,
+    );
+}
+
+/// An RSA server certificate (dimpl has none) against pion.
+#[test]
+fn pion_client_vs_openssl_engine_server_with_rsa_2048() {
+    pion_client_matches_openssl_engine_server(
+        "SRTP_AEAD_AES_128_GCM,SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        KeyType::Rsa2048,
+    );
 }

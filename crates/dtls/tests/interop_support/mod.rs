@@ -521,8 +521,12 @@ pub struct Identity {
 
 /// Makes an [`Identity`] named `name`, writing `name.crt.pem` and `name.key.pem` into `dir`.
 pub fn identity(dir: &Path, name: &str) -> Identity {
-    let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, name)
-        .expect("self-signed cert");
+    identity_of(dir, name, secrelay_dtls::KeyType::EcdsaP256)
+}
+
+/// Like [`identity`], with a key of the given type (RSA for the OpenSSL engine).
+pub fn identity_of(dir: &Path, name: &str, key: secrelay_dtls::KeyType) -> Identity {
+    let cert = secrelay_dtls::Certificate::self_signed(key, name).expect("self-signed cert");
     let (cert_pem, key_pem) = cert.to_pem();
     let cert_path = dir.join(format!("{name}.crt.pem"));
     let key_path = dir.join(format!("{name}.key.pem"));

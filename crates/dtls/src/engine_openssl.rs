@@ -1,0 +1,609 @@
+//! [`DtlsEngine`] over OpenSSL (the system's libssl, through the `openssl` crate): DTLS 1.2
+//! for what dimpl does not cover — RSA certificates, DHE-RSA, ECDHE-ECDSA-AES128-CCM8, and every
+//! DTLS-SRTP profile (SRTP_AES128_CM_SHA1_32 included) in a configurable preference order.
+//!
+//! # Transport
+//! OpenSSL runs over an [`SslStream`] whose I/O object is an in-memory datagram queue: every
+//! `write` OpenSSL makes is one datagram handed out as [`EngineOutput::Transmit`], every `read`
+//! returns the one datagram the endpoint just fed in (or `WouldBlock`). No `unsafe`, no sockets.
+//! The MTU is set on the connection (`SSL_set_mtu`) with `SSL_OP_NO_QUERY_MTU`, as the memory
+//! transport has no path MTU to ask.
+//!
+//! # Retransmission on the injected clock
+//! OpenSSL's DTLS timer reads the real clock inside `SSL_do_handshake`, and the `openssl` crate
+//! exposes neither `DTLSv1_handle_timeout`, `DTLSv1_get_timeout` nor `DTLS_set_timer_cb`
+//! (checked in openssl 0.10.82 / openssl-sys 0.9.118). So the engine keeps its own
+//! retransmission timer on the time the endpoint injects, with the endpoint's [`Timers`]:
+//!
+//! * the datagrams OpenSSL writes while answering one input form a *flight*; a new flight
+//!   replaces the last one and (re)starts the timer at `initial_rto`;
+//! * when the timer fires, OpenSSL is stepped first (if its own real-time timer has expired it
+//!   retransmits by itself, with fresh record numbers, and that counts as this retransmission);
+//!   otherwise the engine resends byte-for-byte copies of the last flight. A copy is what a
+//!   duplicating network would deliver: a peer that got the original drops it as a replay, a peer
+//!   that lost it takes it as the original. The RTO doubles per retry (capped at 60 s, OpenSSL's
+//!   own cap) and after `max_retransmissions` retries, or at `handshake_timeout` after the
+//!   start, the handshake fails with [`FailReason::HandshakeTimeout`];
+//! * the last flight of a handshake (the server's ChangeCipherSpec + Finished) has no timer in
+//!   DTLS: it is resent when the peer retransmits its own flight. A copy of that flight would be
+//!   dropped as a replay by OpenSSL, so the engine does it itself: once connected, a datagram
+//!   from the peer that starts with a handshake or ChangeCipherSpec record makes it resend its
+//!   final flight (at most `max_retransmissions` times).
+//!
+//! # Certificates, cookies, renegotiation
+//! The peer must present a certificate (`SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT`) and
+//! any certificate is accepted by OpenSSL (a verify callback returning true): the endpoint checks
+//! it against the fingerprint or the CA from [`EngineOutput::PeerCertificate`], emitted when the
+//! handshake completes (before the keys are handed out). With `server_cookies` the server sends a
+//! HelloVerifyRequest (`SSL_OP_COOKIE_EXCHANGE`) whose cookie is a random per-connection value:
+//! the association is stateful anyway (one engine per peer), so this follows the protocol but
+//! saves no state. Renegotiation is refused (`SSL_OP_NO_RENEGOTIATION`), tickets and the session
+//! cache are off (every handshake a full one, as in WebRTC).
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use openssl::dh::Dh;
+use openssl::error::ErrorStack;
+use openssl::pkey::PKey;
+use openssl::ssl::{
+    ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslSessionCacheMode,
+    SslStream, SslVerifyMode, SslVersion,
+};
+use openssl::x509::X509;
+use secrelay_srtp::Profile;
+use subtle::ConstantTimeEq;
+use zeroize::Zeroizing;
+
+use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role, Timers};
+use crate::engine::{CipherSuite, DtlsEngine, EngineConfigError, EngineOutput};
+
+/// RFC 5764 exporter label for the SRTP keying block.
+const EXPORTER_LABEL: &str = "EXTRACTOR-dtls_srtp";
+/// Largest RTO the back-off reaches (OpenSSL's own cap).
+const MAX_RTO: Duration = Duration::from_secs(60);
+/// Deadline handed out once nothing is pending (connected): far away, never due in practice.
+const IDLE: Duration = Duration::from_secs(24 * 3600);
+/// Largest datagram read back from OpenSSL as application data.
+const READ_BUF: usize = 16 * 1024 + 256;
+/// ECDHE groups offered and accepted. P-256 and P-384 also cover the curves of ECDSA
+/// certificates (OpenSSL requires the certificate's curve among the client's groups).
+const GROUPS: &str = "X25519:P-256:P-384";
+/// RFC 7919 ffdhe2048, the group for DHE-RSA (printed by
+/// `openssl genpkey -genparam -algorithm DH -pkeyopt group:ffdhe2048`).
+const FFDHE2048_PEM: &str = "-----BEGIN DH PARAMETERS-----
+MIIBCAKCAQEA//////////+t+FRYortKmq/cViAnPTzx2LnFg84tNpWp4TZBFGQz
++8yTnc4kmz75fS/jY2MMddj2gbICrsRhetPfHtXV/WVhJDP1H18GbtCFY2VVPe0a
+87VXE15/V8k1mE8McODmi3fipona8+/och3xWKE2rec1MKzKT0g6eXq8CrGCsyT7
+YdEIqUuyyOP7uWrat2DX9GgdT0Kj3jlN9K5W7edjcrsZCwenyO4KbXCeAvzhzffi
+7MA0BM0oNC9hkXL+nOmFg/+OTxIy7vKBg8P+OxtMb61zO7X8vC7CIAXFjvGDfRaD
+ssbzSibBsu/6iGtCOGEoXJf//////////wIBAg==
+-----END DH PARAMETERS-----
+";
+
+/// The suites offered when the configuration names none: ECDHE with ECDSA or RSA certificates,
+/// AES-GCM. CCM_8 and DHE are only used when asked for.
+pub const DEFAULT_OPENSSL_SUITES: [CipherSuite; 4] = [
+    CipherSuite::EcdheEcdsaAes128GcmSha256,
+    CipherSuite::EcdheEcdsaAes256GcmSha384,
+    CipherSuite::EcdheRsaAes128GcmSha256,
+    CipherSuite::EcdheRsaAes256GcmSha384,
+];
+
+/// An in-memory datagram transport: each `write` is one datagram, each `read` one whole datagram
+/// (truncated to the buffer, as a UDP socket would) or `WouldBlock`.
+#[derive(Default)]
+struct Datagrams {
+    incoming: VecDeque<Vec<u8>>,
+    outgoing: Vec<Vec<u8>>,
+}
+
+impl Read for Datagrams {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self.incoming.pop_front() {
+            Some(d) => {
+                let n = d.len().min(buf.len());
+                buf[..n].copy_from_slice(&d[..n]);
+                Ok(n)
+            }
+            None => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl Write for Datagrams {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.outgoing.push(buf.to_vec());
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The per-connection cookie secret, kept in the `Ssl`'s ex-data for the cookie callbacks.
+fn cookie_index() -> Result<openssl::ex_data::Index<Ssl, [u8; 16]>, ErrorStack> {
+    static INDEX: OnceLock<openssl::ex_data::Index<Ssl, [u8; 16]>> = OnceLock::new();
+    if let Some(i) = INDEX.get() {
+        return Ok(*i);
+    }
+    let i = Ssl::new_ex_index::<[u8; 16]>()?;
+    Ok(*INDEX.get_or_init(|| i))
+}
+
+/// What a step of OpenSSL's state machine wrote, as far as the retransmission timer cares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// An answer to new input: a new flight, timer restarted.
+    NewFlight,
+    /// Written when our timer fired: a retransmission, the back-off goes on.
+    Retransmission,
+}
+
+/// [`DtlsEngine`] over OpenSSL DTLS 1.2. See the module docs.
+pub struct OpensslEngine {
+    stream: SslStream<Datagrams>,
+    out: VecDeque<EngineOutput>,
+    timers: Timers,
+    now: Instant,
+    /// When the handshake must be done by.
+    handshake_deadline: Instant,
+    /// The last flight we sent, for copies on retransmission (or, once connected, our final
+    /// flight, resent when the peer retransmits).
+    flight: Vec<Vec<u8>>,
+    /// When to retransmit `flight` (handshaking only).
+    retransmit_at: Option<Instant>,
+    rto: Duration,
+    retries: usize,
+    final_resends: usize,
+    connected: bool,
+    closed: bool,
+    /// A fatal error OpenSSL reported, handed out by `poll_output` after the alert it wrote.
+    failure: Option<FailReason>,
+}
+
+impl core::fmt::Debug for OpensslEngine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("OpensslEngine")
+            .field("connected", &self.connected)
+            .field("closed", &self.closed)
+            .field("flight_datagrams", &self.flight.len())
+            .field("retries", &self.retries)
+            .field("rto", &self.rto)
+            .finish_non_exhaustive()
+    }
+}
+
+fn setting(what: &str, e: ErrorStack) -> EngineConfigError {
+    EngineConfigError::Setting(format!("OpenSSL: {what}: {e}"))
+}
+
+/// OpenSSL's `use_srtp` profile list for `profiles`, in order; profiles without a DTLS-SRTP
+/// identifier (AES-256-CM) are left out, and an empty result is an error.
+fn srtp_list(profiles: &[Profile]) -> Result<String, EngineConfigError> {
+    let names: Vec<&str> = profiles
+        .iter()
+        .filter_map(|p| p.dtls_profile().map(|(n, _)| n))
+        .collect();
+    if names.is_empty() {
+        return Err(EngineConfigError::Setting(
+            "none of the SRTP profiles has a DTLS-SRTP identifier".into(),
+        ));
+    }
+    Ok(names.join(":"))
+}
+
+/// The settings an `SslContext` is built from: a digest of our certificate chain and key, the
+/// role, the suites, the SRTP list, cookies.
+type ContextKey = ([u8; 32], Role, Vec<CipherSuite>, String, bool);
+
+/// Contexts already built, by settings. Building one parses the certificate and the key (an
+/// RSA key costs far more than the lookup) and loads the suites; endpoints with the same
+/// settings share one. The lock is taken once per endpoint created, never on the packet path.
+fn shared_context(config: &EndpointConfig, cookies: bool) -> Result<SslContext, EngineConfigError> {
+    static BUILT: OnceLock<Mutex<Vec<(ContextKey, SslContext)>>> = OnceLock::new();
+    let cert = &config.certificate;
+    let mut h = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA256);
+    for der in &cert.chain_der {
+        h.update(&(der.len() as u64).to_be_bytes());
+        h.update(der);
+    }
+    h.update(&cert.private_key_der);
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(h.finish().as_ref());
+    let key: ContextKey = (
+        digest,
+        config.role,
+        config.cipher_suites.clone(),
+        srtp_list(&config.srtp_profiles)?,
+        cookies,
+    );
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    // A poisoned lock only means another thread panicked while building; the list is intact.
+    let mut list = built.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = list.iter().find(|(k, _)| *k == key) {
+        return Ok(c.clone());
+    }
+    let ctx = build_context(config, cookies)?;
+    // Settings come from operators, not peers, so the list stays small; cap it anyway.
+    if list.len() >= 64 {
+        list.remove(0);
+    }
+    list.push((key, ctx.clone()));
+    Ok(ctx)
+}
+
+/// A fresh `SslContext` for `config`.
+fn build_context(config: &EndpointConfig, cookies: bool) -> Result<SslContext, EngineConfigError> {
+    let cert = &config.certificate;
+    let Some(leaf) = cert.chain_der.first().filter(|c| !c.is_empty()) else {
+        return Err(EngineConfigError::EmptyCertificate);
+    };
+    let leaf = X509::from_der(leaf).map_err(|e| setting("certificate", e))?;
+    let key = PKey::private_key_from_der(&cert.private_key_der)
+        .map_err(|_| EngineConfigError::PrivateKey)?;
+
+    let mut b = SslContextBuilder::new(SslMethod::dtls()).map_err(|e| setting("context", e))?;
+    b.set_min_proto_version(Some(SslVersion::DTLS1_2))
+        .and_then(|()| b.set_max_proto_version(Some(SslVersion::DTLS1_2)))
+        .map_err(|e| setting("version", e))?;
+    b.set_certificate(&leaf)
+        .map_err(|e| setting("certificate", e))?;
+    for extra in cert.chain_der.iter().skip(1) {
+        let x = X509::from_der(extra).map_err(|e| setting("chain certificate", e))?;
+        b.add_extra_chain_cert(x)
+            .map_err(|e| setting("chain certificate", e))?;
+    }
+    b.set_private_key(&key)
+        .and_then(|()| b.check_private_key())
+        .map_err(|_| EngineConfigError::PrivateKey)?;
+    let suites: &[CipherSuite] = if config.cipher_suites.is_empty() {
+        &DEFAULT_OPENSSL_SUITES
+    } else {
+        &config.cipher_suites
+    };
+    let list: Vec<&str> = suites.iter().map(|s| s.openssl_name()).collect();
+    b.set_cipher_list(&list.join(":"))
+        .map_err(|e| setting("cipher suites", e))?;
+    if suites.contains(&CipherSuite::DheRsaAes128GcmSha256) {
+        let dh = Dh::params_from_pem(FFDHE2048_PEM.as_bytes())
+            .map_err(|e| setting("DH parameters", e))?;
+        b.set_tmp_dh(&dh).map_err(|e| setting("DH parameters", e))?;
+    }
+    b.set_groups_list(GROUPS)
+        .map_err(|e| setting("groups", e))?;
+    b.set_tlsext_use_srtp(&srtp_list(&config.srtp_profiles)?)
+        .map_err(|e| setting("SRTP profiles", e))?;
+    // The endpoint checks the certificate (fingerprint or CA); OpenSSL only insists on one.
+    b.set_verify_callback(
+        SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+        |_preverify_ok, _ctx| true,
+    );
+    b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    b.set_options(SslOptions::NO_TICKET | SslOptions::NO_QUERY_MTU | SslOptions::NO_RENEGOTIATION);
+    if cookies {
+        b.set_options(SslOptions::COOKIE_EXCHANGE);
+        b.set_cookie_generate_cb(|ssl, out| {
+            let secret = ssl
+                .ex_data(cookie_index()?)
+                .copied()
+                .ok_or_else(ErrorStack::get)?;
+            let n = secret.len().min(out.len());
+            out[..n].copy_from_slice(&secret[..n]);
+            Ok(n)
+        });
+        b.set_cookie_verify_cb(|ssl, cookie| {
+            let Ok(index) = cookie_index() else {
+                return false;
+            };
+            ssl.ex_data(index)
+                .is_some_and(|secret| bool::from(secret.as_slice().ct_eq(cookie)))
+        });
+    } else {
+        b.clear_options(SslOptions::COOKIE_EXCHANGE);
+    }
+    Ok(b.build())
+}
+
+impl OpensslEngine {
+    /// Builds an OpenSSL DTLS 1.2 association for `config`, with its clock at `now`. A client's
+    /// ClientHello is queued at once.
+    pub fn new(config: &EndpointConfig, now: Instant) -> Result<OpensslEngine, EngineConfigError> {
+        if config.version == DtlsVersion::Dtls13 {
+            return Err(EngineConfigError::Setting(
+                "the OpenSSL engine speaks DTLS 1.2 only (OpenSSL 3.0 has no DTLS 1.3)".into(),
+            ));
+        }
+        let t = &config.timers;
+        if t.initial_rto.is_zero() {
+            return Err(EngineConfigError::Setting(
+                "the initial retransmission timeout is zero".into(),
+            ));
+        }
+        let mtu = u32::try_from(config.mtu)
+            .map_err(|_| EngineConfigError::Setting(format!("MTU {} too large", config.mtu)))?;
+        let cookies = config.role == Role::Server && config.server_cookies;
+        let ctx = shared_context(config, cookies)?;
+        let mut ssl = Ssl::new(&ctx).map_err(|e| setting("connection", e))?;
+        ssl.set_mtu(mtu)
+            .map_err(|e| setting(&format!("MTU {mtu}"), e))?;
+        if cookies {
+            let mut secret = [0u8; 16];
+            openssl::rand::rand_bytes(&mut secret).map_err(|e| setting("cookie secret", e))?;
+            let index = cookie_index().map_err(|e| setting("cookie index", e))?;
+            ssl.set_ex_data(index, secret);
+        }
+        match config.role {
+            Role::Client => ssl.set_connect_state(),
+            Role::Server => ssl.set_accept_state(),
+        }
+        let stream = SslStream::new(ssl, Datagrams::default()).map_err(|e| setting("stream", e))?;
+        let mut engine = OpensslEngine {
+            stream,
+            out: VecDeque::new(),
+            timers: *t,
+            now,
+            handshake_deadline: now + t.handshake_timeout,
+            flight: Vec::new(),
+            retransmit_at: None,
+            rto: t.initial_rto,
+            retries: 0,
+            final_resends: 0,
+            connected: false,
+            closed: false,
+            failure: None,
+        };
+        if config.role == Role::Client {
+            engine
+                .step(Written::NewFlight)
+                .map_err(|r| EngineConfigError::Setting(format!("first flight: {r}")))?;
+        }
+        Ok(engine)
+    }
+
+    /// Runs OpenSSL as far as the queued input allows and collects what it wrote. A fatal error
+    /// is kept for `poll_output`, after the datagrams (OpenSSL's alert) written with it, so the
+    /// peer hears why.
+    fn step(&mut self, written: Written) -> Result<(), FailReason> {
+        if self.failure.is_some() {
+            return Ok(());
+        }
+        let was_connected = self.connected;
+        let result = self.advance();
+        let wrote = self.collect(written);
+        if self.connected && !was_connected && !wrote {
+            // The handshake ended on the peer's flight: we have no final flight to resend.
+            self.flight.clear();
+        }
+        if let Err(reason) = result {
+            self.failure = Some(reason);
+            self.retransmit_at = None;
+        }
+        Ok(())
+    }
+
+    fn advance(&mut self) -> Result<(), FailReason> {
+        if self.closed {
+            return Ok(());
+        }
+        if !self.connected {
+            match self.stream.do_handshake() {
+                Ok(()) => self.on_connected()?,
+                Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
+                Err(e) => return Err(handshake_reason(&e)),
+            }
+        }
+        // Connected: application data (discarded by the endpoint) and close_notify.
+        let mut buf = vec![0u8; READ_BUF];
+        loop {
+            match self.stream.ssl_read(&mut buf) {
+                Ok(0) => return Ok(()),
+                Ok(n) => self
+                    .out
+                    .push_back(EngineOutput::ApplicationData(buf[..n].to_vec())),
+                Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
+                Err(e) if e.code() == ErrorCode::ZERO_RETURN => {
+                    self.closed = true;
+                    self.out.push_back(EngineOutput::PeerClosed);
+                    return Ok(());
+                }
+                Err(e) => return Err(handshake_reason(&e)),
+            }
+        }
+    }
+
+    /// The handshake just completed: hand out the certificate, the keys, then `Connected`.
+    fn on_connected(&mut self) -> Result<(), FailReason> {
+        self.connected = true;
+        self.retransmit_at = None;
+        let ssl = self.stream.ssl();
+        if let Some(der) = ssl.peer_certificate().and_then(|c| c.to_der().ok()) {
+            self.out.push_back(EngineOutput::PeerCertificate(der));
+        }
+        // No profile negotiated: no keying output, and the endpoint fails with
+        // NoCommonSrtpProfile.
+        let profile_id = ssl
+            .selected_srtp_profile()
+            .and_then(|p| u16::try_from(p.id().as_raw()).ok());
+        if let Some(profile_id) = profile_id {
+            let Some(profile) = Profile::from_dtls_id(profile_id) else {
+                return Err(FailReason::NoCommonSrtpProfile);
+            };
+            let mut material =
+                Zeroizing::new(vec![0u8; 2 * (profile.key_len() + profile.salt_len())]);
+            ssl.export_keying_material(&mut material, EXPORTER_LABEL, None)
+                .map_err(|_| FailReason::Internal)?;
+            self.out.push_back(EngineOutput::KeyingMaterial {
+                profile_id,
+                material,
+            });
+        }
+        self.out.push_back(EngineOutput::Connected);
+        Ok(())
+    }
+
+    /// Moves what OpenSSL wrote to the outputs and keeps it as the flight to retransmit.
+    /// Whether anything was written.
+    fn collect(&mut self, written: Written) -> bool {
+        let datagrams = std::mem::take(&mut self.stream.get_mut().outgoing);
+        if datagrams.is_empty() {
+            return false;
+        }
+        self.flight.clone_from(&datagrams);
+        if !self.connected {
+            if written == Written::NewFlight {
+                self.rto = self.timers.initial_rto;
+                self.retries = 0;
+            }
+            self.retransmit_at = Some(self.now + self.rto);
+        }
+        self.out
+            .extend(datagrams.into_iter().map(EngineOutput::Transmit));
+        true
+    }
+
+    /// Our timer fired: let OpenSSL retransmit if its own timer is due, else resend copies.
+    fn retransmit(&mut self) -> Result<(), FailReason> {
+        self.retries += 1;
+        if self.retries > self.timers.max_retransmissions {
+            return Err(FailReason::HandshakeTimeout);
+        }
+        self.rto = (self.rto * 2).min(MAX_RTO);
+        let before = self.out.len();
+        self.step(Written::Retransmission)?;
+        let openssl_resent = self
+            .out
+            .iter()
+            .skip(before)
+            .any(|o| matches!(o, EngineOutput::Transmit(_)));
+        if self.failure.is_some() {
+            return Ok(());
+        }
+        if !self.connected && !openssl_resent {
+            self.out
+                .extend(self.flight.iter().cloned().map(EngineOutput::Transmit));
+        }
+        if !self.connected {
+            self.retransmit_at = Some(self.now + self.rto);
+        }
+        Ok(())
+    }
+}
+
+/// Maps an OpenSSL failure to a reason from its error queue.
+fn handshake_reason(e: &openssl::ssl::Error) -> FailReason {
+    if e.code() == ErrorCode::SYSCALL && e.ssl_error().is_none() {
+        return FailReason::Internal;
+    }
+    let text = e
+        .ssl_error()
+        .map(|s| s.to_string().to_ascii_lowercase())
+        .unwrap_or_default();
+    if text.contains("no shared cipher")
+        || text.contains("no ciphers available")
+        || text.contains("no suitable signature")
+    {
+        FailReason::NoCommonCipherSuite
+    } else if text.contains("srtp") {
+        FailReason::NoCommonSrtpProfile
+    } else if text.contains("certificate") {
+        FailReason::PeerCertificate
+    } else if text.contains("decrypt")
+        || text.contains("bad record mac")
+        || text.contains("digest check failed")
+        || text.contains("bad signature")
+        || text.contains("signature")
+        || text.contains("handshake failure")
+    {
+        FailReason::HandshakeFailure
+    } else {
+        FailReason::Protocol
+    }
+}
+
+/// Whether a datagram starts with a handshake or ChangeCipherSpec record (a retransmitted
+/// flight, once we are connected).
+fn starts_with_handshake_record(d: &[u8]) -> bool {
+    d.len() >= 13 && matches!(d[0], 20 | 22)
+}
+
+impl DtlsEngine for OpensslEngine {
+    fn name(&self) -> &'static str {
+        "openssl"
+    }
+
+    fn handle_timeout(&mut self, now: Instant) -> Result<(), FailReason> {
+        if now > self.now {
+            self.now = now;
+        }
+        if self.connected || self.failure.is_some() {
+            return Ok(());
+        }
+        if self.now >= self.handshake_deadline {
+            return Err(FailReason::HandshakeTimeout);
+        }
+        if self.retransmit_at.is_some_and(|t| t <= self.now) {
+            self.retransmit()?;
+        }
+        Ok(())
+    }
+
+    fn handle_datagram(&mut self, datagram: &[u8]) -> Result<(), FailReason> {
+        if self.closed {
+            return Ok(());
+        }
+        let was_connected = self.connected;
+        self.stream.get_mut().incoming.push_back(datagram.to_vec());
+        self.step(Written::NewFlight)?;
+        // Drop anything OpenSSL left unread (it reads one datagram per record layer call).
+        self.stream.get_mut().incoming.clear();
+        if was_connected
+            && self.failure.is_none()
+            && starts_with_handshake_record(datagram)
+            && !self.flight.is_empty()
+            && self.final_resends < self.timers.max_retransmissions
+        {
+            self.final_resends += 1;
+            self.out
+                .extend(self.flight.iter().cloned().map(EngineOutput::Transmit));
+        }
+        Ok(())
+    }
+
+    fn poll_output(&mut self) -> Result<EngineOutput, FailReason> {
+        if let Some(o) = self.out.pop_front() {
+            return Ok(o);
+        }
+        if let Some(reason) = self.failure {
+            return Err(reason);
+        }
+        let at = if self.connected || self.closed {
+            self.now + IDLE
+        } else {
+            match self.retransmit_at {
+                Some(t) => t.min(self.handshake_deadline),
+                None => self.handshake_deadline,
+            }
+        };
+        Ok(EngineOutput::Timeout(at))
+    }
+
+    fn close(&mut self) -> Result<(), FailReason> {
+        if self.connected && !self.closed {
+            // close_notify; the peer's answer is not waited for (DTLS-SRTP closes one way).
+            let _ = self.stream.shutdown();
+            self.closed = true;
+            self.collect(Written::NewFlight);
+        }
+        self.closed = true;
+        self.retransmit_at = None;
+        Ok(())
+    }
+
+    fn protocol_version(&self) -> Option<&'static str> {
+        self.connected.then_some("DTLS 1.2")
+    }
+}
