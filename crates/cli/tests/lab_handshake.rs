@@ -427,11 +427,9 @@ fn client_hello() -> Vec<u8> {
         secrelay_dtls::PeerAuth::AnyCertificate,
     );
     let mut ep = secrelay_dtls::Endpoint::new(config, Instant::now()).unwrap();
-    loop {
-        match ep.poll_output().expect("a first flight") {
-            secrelay_dtls::Output::Transmit(d) => return d,
-            o => panic!("unexpected {o:?}"),
-        }
+    match ep.poll_output().expect("a first flight") {
+        secrelay_dtls::Output::Transmit(d) => d,
+        o => panic!("unexpected {o:?}"),
     }
 }
 
