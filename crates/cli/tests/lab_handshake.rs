@@ -579,58 +579,57 @@ fn load_generator_against_openssl_s_server_keys_match() {
     );
 }
 
+/// Runs `secrelay ARGS`, which must fail with `says` in its error output.
+fn refused(args: &[&str], says: &str) {
+    let o = run(args);
+    assert!(!o.status.success(), "{args:?} succeeded");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains(says),
+        "{args:?}: {}",
+        text(&o)
+    );
+}
+
 #[test]
 fn bad_flags_are_named() {
-    let o = run(&[
-        "lab",
-        "handshake",
+    refused(
+        &[
+            "lab",
+            "handshake",
+            "--target",
+            "not-an-address",
+            "--handshakes",
+            "1",
+        ],
         "--target",
-        "not-an-address",
-        "--handshakes",
-        "1",
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--target"),
-        "{}",
-        text(&o)
     );
-    let o = run(&[
-        "lab",
-        "handshake",
-        "--target",
-        "127.0.0.1:9",
-        "--handshakes",
-        "1",
-        "--cert-type",
-        "rsa-2048",
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("not offered by the engine"),
-        "{}",
-        text(&o)
+    refused(
+        &[
+            "lab",
+            "handshake",
+            "--target",
+            "127.0.0.1:9",
+            "--handshakes",
+            "1",
+            "--cert-type",
+            "rsa-2048",
+        ],
+        "not offered by the engine",
     );
-    let o = run(&[
-        "lab",
-        "handshake-server",
-        "--listen",
-        "127.0.0.1:0",
+    refused(
+        &[
+            "lab",
+            "handshake-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--srtp-profiles",
+            "SRTP_BOGUS",
+        ],
         "--srtp-profiles",
-        "SRTP_BOGUS",
-    ]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--srtp-profiles"),
-        "{}",
-        text(&o)
     );
-    let o = run(&["lab", "handshake", "--target", "127.0.0.1:9"]);
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--handshakes"),
-        "{}",
-        text(&o)
+    refused(
+        &["lab", "handshake", "--target", "127.0.0.1:9"],
+        "--handshakes",
     );
 }
 

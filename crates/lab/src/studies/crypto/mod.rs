@@ -391,11 +391,7 @@ fn main_table(results: &Results) -> Table {
             .iter()
             .filter_map(|(_, m)| m.timing.as_ref().ok().map(|t| t.ns))
             .fold(f64::INFINITY, f64::min);
-        let mut row: Vec<(String, Cell)> = vec![
-            ("id".into(), Cell::text(row_id(*alg, *op))),
-            ("algorithm".into(), Cell::text(alg.name())),
-            ("operation".into(), Cell::text(op.label(*alg))),
-        ];
+        let mut row = row_head(*alg, *op);
         for (lib, m) in cells {
             let k = lib.key();
             match &m.timing {
@@ -435,18 +431,8 @@ fn instructions_table(
             "instr",
         );
     }
-    let mut seen: Vec<(Alg, Op)> = Vec::new();
-    for &(_, alg, op, _) in &set {
-        if !seen.contains(&(alg, op)) {
-            seen.push((alg, op));
-        }
-    }
-    for (alg, op) in seen {
-        let mut row: Vec<(String, Cell)> = vec![
-            ("id".into(), Cell::text(row_id(alg, op))),
-            ("algorithm".into(), Cell::text(alg.name())),
-            ("operation".into(), Cell::text(op.label(alg))),
-        ];
+    for (alg, op) in distinct(set.iter().map(|&(_, a, o, _)| (a, o))) {
+        let mut row = row_head(alg, op);
         for lib in Lib::ALL {
             let key = format!("{}_instr", lib.key());
             let in_set = set.iter().any(|&(l, a, o, _)| (l, a, o) == (lib, alg, op));
@@ -498,18 +484,8 @@ fn memory_table(
                 "",
             );
     }
-    let mut seen: Vec<(Alg, Op)> = Vec::new();
-    for &(_, alg, op) in set {
-        if !seen.contains(&(alg, op)) {
-            seen.push((alg, op));
-        }
-    }
-    for (alg, op) in seen {
-        let mut row: Vec<(String, Cell)> = vec![
-            ("id".into(), Cell::text(row_id(alg, op))),
-            ("algorithm".into(), Cell::text(alg.name())),
-            ("operation".into(), Cell::text(op.label(alg))),
-        ];
+    for (alg, op) in distinct(set.iter().map(|&(_, a, o)| (a, o))) {
+        let mut row = row_head(alg, op);
         for lib in Lib::ALL {
             let k = lib.key();
             let timing = results
@@ -815,4 +791,24 @@ fn notes(results: &Results, counts: Option<&BTreeMap<String, f64>>) -> Vec<Strin
         ));
     }
     n
+}
+
+/// The (algorithm, operation) pairs in first-seen order, each once.
+fn distinct(pairs: impl Iterator<Item = (Alg, Op)>) -> Vec<(Alg, Op)> {
+    let mut seen: Vec<(Alg, Op)> = Vec::new();
+    for p in pairs {
+        if !seen.contains(&p) {
+            seen.push(p);
+        }
+    }
+    seen
+}
+
+/// The first cells of a per-operation row: id, algorithm, operation.
+fn row_head(alg: Alg, op: Op) -> Vec<(String, Cell)> {
+    vec![
+        ("id".into(), Cell::text(row_id(alg, op))),
+        ("algorithm".into(), Cell::text(alg.name())),
+        ("operation".into(), Cell::text(op.label(alg))),
+    ]
 }

@@ -9,7 +9,6 @@ use ecdsa::elliptic_curve::{CurveArithmetic, Generate, SecretKey};
 use ecdsa::signature::hazmat::{PrehashSigner, PrehashVerifier};
 use rand_core_06::OsRng;
 use rsa::pkcs8::DecodePrivateKey as _;
-use rsa::signature::{RandomizedSigner as _, SignatureEncoding as _, Verifier as _};
 use sha2_010::{Digest as _, Sha256, Sha384, Sha512};
 
 use super::algs::{Alg, Curve, Op, Prep, Prepared, MSG};
@@ -208,60 +207,18 @@ fn rsa_prepare(bits: u32, op: Op, keys: &Keys) -> Prep {
         .map_err(|e| format!("rsa: importing the key: {e}"))?;
     let public = key.to_public_key();
     match op {
-        Op::Sign | Op::Verify => {
-            let signer = rsa::pkcs1v15::SigningKey::<Sha256>::new(key);
-            let verifier = rsa::pkcs1v15::VerifyingKey::<Sha256>::new(public);
-            let a = signer
-                .try_sign_with_rng(&mut OsRng, MSG)
-                .map_err(|e| format!("rsa sign: {e}"))?;
-            let b = signer
-                .try_sign_with_rng(&mut OsRng, MSG)
-                .map_err(|e| format!("rsa sign: {e}"))?;
-            verifier
-                .verify(MSG, &a)
-                .map_err(|e| format!("rsa rejects its own signature: {e}"))?;
-            if op == Op::Sign {
-                Ok(Prepared::signing(
-                    move || {
-                        black_box(signer.sign_with_rng(&mut OsRng, MSG));
-                    },
-                    a.to_bytes() == b.to_bytes(),
-                ))
-            } else {
-                Ok(Prepared::new(move || {
-                    verifier
-                        .verify(MSG, black_box(&a))
-                        .expect("worked in the dry run")
-                }))
-            }
-        }
-        _ => {
-            let signer = rsa::pss::BlindedSigningKey::<Sha256>::new(key);
-            let verifier = rsa::pss::VerifyingKey::<Sha256>::new(public);
-            let a = signer
-                .try_sign_with_rng(&mut OsRng, MSG)
-                .map_err(|e| format!("rsa PSS sign: {e}"))?;
-            let b = signer
-                .try_sign_with_rng(&mut OsRng, MSG)
-                .map_err(|e| format!("rsa PSS sign: {e}"))?;
-            verifier
-                .verify(MSG, &a)
-                .map_err(|e| format!("rsa rejects its own PSS signature: {e}"))?;
-            if op == Op::SignPss {
-                Ok(Prepared::signing(
-                    move || {
-                        black_box(signer.sign_with_rng(&mut OsRng, MSG));
-                    },
-                    a.to_bytes() == b.to_bytes(),
-                ))
-            } else {
-                Ok(Prepared::new(move || {
-                    verifier
-                        .verify(MSG, black_box(&a))
-                        .expect("worked in the dry run")
-                }))
-            }
-        }
+        Op::Sign | Op::Verify => rsa_prepared(
+            rsa::pkcs1v15::SigningKey::<Sha256>::new(key),
+            rsa::pkcs1v15::VerifyingKey::<Sha256>::new(public),
+            op == Op::Sign,
+            "",
+        ),
+        _ => rsa_prepared(
+            rsa::pss::BlindedSigningKey::<Sha256>::new(key),
+            rsa::pss::VerifyingKey::<Sha256>::new(public),
+            op == Op::SignPss,
+            " PSS",
+        ),
     }
 }
 
@@ -308,4 +265,42 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
 
 fn no_bp512() -> String {
     "RustCrypto has no brainpoolP512r1 crate (bp256 and bp384 only; no bp512 on crates.io)".into()
+}
+
+/// Dry-runs an RSA signer and verifier (sign twice: is the scheme deterministic? verify its
+/// own signature), then prepares the timed sign or verify.
+fn rsa_prepared<S, V, Sig>(
+    signer: S,
+    verifier: V,
+    sign: bool,
+    scheme: &str,
+) -> Result<Prepared, String>
+where
+    S: rsa::signature::RandomizedSigner<Sig> + 'static,
+    V: rsa::signature::Verifier<Sig> + 'static,
+    Sig: rsa::signature::SignatureEncoding + 'static,
+{
+    let a = signer
+        .try_sign_with_rng(&mut OsRng, MSG)
+        .map_err(|e| format!("rsa{scheme} sign: {e}"))?;
+    let b = signer
+        .try_sign_with_rng(&mut OsRng, MSG)
+        .map_err(|e| format!("rsa{scheme} sign: {e}"))?;
+    verifier
+        .verify(MSG, &a)
+        .map_err(|e| format!("rsa rejects its own{scheme} signature: {e}"))?;
+    if sign {
+        Ok(Prepared::signing(
+            move || {
+                black_box(signer.sign_with_rng(&mut OsRng, MSG));
+            },
+            a.to_bytes().as_ref() == b.to_bytes().as_ref(),
+        ))
+    } else {
+        Ok(Prepared::new(move || {
+            verifier
+                .verify(MSG, black_box(&a))
+                .expect("worked in the dry run")
+        }))
+    }
 }
