@@ -6,6 +6,7 @@
 //! Every wait is bounded; every child is killed when its guard drops.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -156,12 +157,9 @@ fn block_len(profile: &str) -> usize {
     }
 }
 
-#[test]
-fn load_generator_against_handshake_server_keys_match() {
-    let dir = tempfile::tempdir().unwrap();
-    let server_log = dir.path().join("server.keylog");
-    let client_log = dir.path().join("client.keylog");
-    let report = dir.path().join("load.json");
+/// Starts `secrelay lab handshake-server --listen 127.0.0.1:0 --duration 60 EXTRA…` and returns
+/// it with the address it prints first.
+fn start_server(dir: &Path, extra: &[&OsStr]) -> (Guard, String) {
     let mut cmd = secrelay();
     cmd.args([
         "lab",
@@ -170,10 +168,9 @@ fn load_generator_against_handshake_server_keys_match() {
         "127.0.0.1:0",
         "--duration",
         "60",
-        "--keylog",
     ])
-    .arg(&server_log);
-    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
+    .args(extra);
+    let server = Guard::spawn(cmd, &dir.join("server.err"), false);
     let first = server
         .line(|_| true)
         .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
@@ -184,6 +181,24 @@ fn load_generator_against_handshake_server_keys_match() {
     assert!(
         addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
         "{addr}"
+    );
+    (server, addr)
+}
+
+/// The load generator's `--json` report.
+fn read_report(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn load_generator_against_handshake_server_keys_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_log = dir.path().join("server.keylog");
+    let client_log = dir.path().join("client.keylog");
+    let report = dir.path().join("load.json");
+    let (mut server, addr) = start_server(
+        dir.path(),
+        &[OsStr::new("--keylog"), server_log.as_os_str()],
     );
 
     let out = secrelay()
@@ -227,7 +242,7 @@ fn load_generator_against_handshake_server_keys_match() {
         server.stderr()
     );
 
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     assert_eq!(r["completed"], 50, "{r}");
     assert_eq!(r["failed"], 0, "{r}");
     for key in ["max", "avg", "p95", "min"] {
@@ -289,22 +304,13 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     let other =
         secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "someone-else")
             .unwrap();
-    let mut cmd = secrelay();
-    cmd.args([
-        "lab",
-        "handshake-server",
-        "--listen",
-        "127.0.0.1:0",
-        "--duration",
-        "60",
-        "--fingerprint",
-        &other.fingerprint().to_string(),
-    ]);
-    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server
-        .line(|_| true)
-        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
-    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let (mut server, addr) = start_server(
+        dir.path(),
+        &[
+            OsStr::new("--fingerprint"),
+            OsStr::new(&other.fingerprint().to_string()),
+        ],
+    );
     let report = dir.path().join("load.json");
     let out = secrelay()
         .args([
@@ -325,7 +331,7 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     assert_eq!(r["completed"], 0, "{r}");
     assert_eq!(r["failed"], 2, "{r}");
     let status = server.stop("-INT");
@@ -348,22 +354,7 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
         "ca", "issue", "--dir", ca_s, "--name", "loadgen", "--client",
     ]);
     assert!(o.status.success(), "{}", text(&o));
-    let mut cmd = secrelay();
-    cmd.args([
-        "lab",
-        "handshake-server",
-        "--listen",
-        "127.0.0.1:0",
-        "--duration",
-        "60",
-        "--ca",
-        ca_s,
-    ]);
-    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server
-        .line(|_| true)
-        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
-    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let (mut server, addr) = start_server(dir.path(), &[OsStr::new("--ca"), OsStr::new(ca_s)]);
     let report = dir.path().join("load.json");
     let out = secrelay()
         .args([
@@ -386,7 +377,7 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     assert_eq!(r["completed"], 3, "{r}\n{}", server.stderr());
     assert_eq!(r["failed"], 0, "{r}");
     // A self-signed client is refused by the CA check.
@@ -407,7 +398,7 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let r = read_report(&report);
     assert_eq!(r["completed"], 0, "{r}");
     assert!(server.stop("-TERM").success());
     assert!(
@@ -436,24 +427,15 @@ fn client_hello() -> Vec<u8> {
 #[test]
 fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = secrelay();
-    cmd.args([
-        "lab",
-        "handshake-server",
-        "--listen",
-        "127.0.0.1:0",
-        "--duration",
-        "60",
-        "--max-in-flight",
-        "4",
-        "--idle-timeout",
-        "0.3",
-    ]);
-    let mut server = Guard::spawn(cmd, &dir.path().join("server.err"), false);
-    let first = server
-        .line(|_| true)
-        .unwrap_or_else(|| panic!("server printed nothing\n{}", server.stderr()));
-    let addr = first.strip_prefix("listening ").unwrap().to_string();
+    let (mut server, addr) = start_server(
+        dir.path(),
+        &[
+            OsStr::new("--max-in-flight"),
+            OsStr::new("4"),
+            OsStr::new("--idle-timeout"),
+            OsStr::new("0.3"),
+        ],
+    );
     let hello = client_hello();
     // 20 peers send a ClientHello and never answer the HelloVerifyRequest; one more sends junk.
     let sockets: Vec<UdpSocket> = (0..20)
