@@ -1,323 +1,259 @@
-//! `secrelay demo`: simulated secure calls relayed over loopback UDP.
-//!
-//! Until the gateway (`secrelay serve`) lands, the demo shows the SRTP engine doing a relay's
-//! work for real: participants send G.711 (20 ms, 172-byte RTP) protected with their own key
-//! K1; a relay thread on its own UDP socket unprotects each packet with the sender's key and
-//! protects it again with the receiver's key K2 (the scheme of the teleconference study), and
-//! the receiver unprotects it. An attacker injects a replayed and a forged packet per call
-//! every second; the relay must drop and count them. Latency is measured end to end through
-//! both sockets and all three SRTP operations.
+//! `secrelay demo`: the gateway in-process and simulated participants that use it exactly as
+//! outside clients would: HTTP room joins with SDP offers, ICE checks, DTLS-SRTP handshakes,
+//! then G.711 20 ms audio over SRTP on real UDP sockets, relayed and re-protected for each
+//! receiver with that receiver's own keys. Once a second each sender also injects a replayed
+//! and a forged packet, which the gateway must drop and count.
 
-use std::collections::HashMap;
 use std::io::IsTerminal;
-use std::net::{SocketAddr, UdpSocket};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use secrelay_srtp::{Context, Error as SrtpError, MasterKey, Policy, Profile};
+use indicatif::{ProgressBar, ProgressStyle};
+use secrelay_gateway::server::stats::Totals;
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_lab::client::fleet::{self, FleetConfig, FleetProgress, FleetReport};
+use secrelay_lab::client::{Leg, Signaling};
 
 /// Flags of `secrelay demo`.
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Number of two-party calls (each has two participants sending 50 packets/s).
-    #[arg(long, default_value_t = 20)]
-    pub calls: u32,
-    /// How long to run, in seconds.
-    #[arg(long, default_value_t = 10)]
+    /// Seconds of media once everybody is connected.
+    #[arg(long, default_value_t = 15)]
     pub duration: u64,
-    /// SRTP profile for every leg.
-    #[arg(long, default_value = "AES_CM_128_HMAC_SHA1_80")]
-    pub profile: String,
+    /// Rooms.
+    #[arg(long, default_value_t = 3)]
+    pub rooms: usize,
+    /// Participants per room (each sends its audio and receives everybody else's).
+    #[arg(long, default_value_t = 4)]
+    pub per_room: usize,
+    /// Gateway packet workers (0: one per core).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Write the summary as JSON to this file.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
 }
 
-const PACKET_INTERVAL: Duration = Duration::from_millis(20);
-const PAYLOAD: usize = 160;
-
-#[derive(Default)]
-struct Stats {
-    sent: AtomicU64,
-    relayed: AtomicU64,
-    received: AtomicU64,
-    relay_auth_failed: AtomicU64,
-    relay_replayed: AtomicU64,
-    relay_other: AtomicU64,
-    receiver_failed: AtomicU64,
-    injected: AtomicU64,
-    srtp_ns: AtomicU64,
-    srtp_ops: AtomicU64,
+fn us(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{} µs", d.as_micros()))
 }
 
-fn key(profile: Profile) -> Result<MasterKey> {
-    let mut raw = vec![0u8; profile.key_len() + profile.salt_len()];
-    getrandom::fill(&mut raw).map_err(|e| anyhow!("no randomness from the OS: {e}"))?;
-    MasterKey::from_concatenated(profile, &raw).map_err(|e| anyhow!("{e}"))
-}
-
-fn percentile(sorted: &[u32], p: f64) -> u32 {
-    if sorted.is_empty() {
-        return 0;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+fn progress_line(t: &Totals, p: &FleetProgress, total: usize) -> String {
+    let since = &t.relay_latency;
+    format!(
+        "participants {}/{} up · handshakes {} · relayed {} · drops {} · relay latency p50 {} p99 {}",
+        p.connected.load(Ordering::Relaxed),
+        total,
+        t.handshakes_ok,
+        t.media_forwarded,
+        t.drops,
+        us(since.quantile(0.5)),
+        us(since.quantile(0.99)),
+    )
 }
 
 /// Runs the demo.
 pub fn run(a: &DemoArgs) -> Result<()> {
-    let profile: Profile = a.profile.parse().map_err(|e| anyhow!("--profile: {e}"))?;
-    if a.calls == 0 || a.calls > 5000 {
-        bail!("--calls {}: must be 1..=5000", a.calls);
+    if a.rooms == 0 || a.per_room < 2 {
+        bail!("--rooms must be at least 1 and --per-room at least 2 (someone to talk to)");
     }
-    let n = (a.calls * 2) as usize;
-    let ssrc = |i: usize| 0x5ec0_0000u32 + i as u32;
-    // Participant i sends with K1[i]; the relay re-protects toward participant i with K2[i].
-    let k1: Vec<MasterKey> = (0..n).map(|_| key(profile)).collect::<Result<_>>()?;
-    let k2: Vec<MasterKey> = (0..n).map(|_| key(profile)).collect::<Result<_>>()?;
-    let peer = |i: usize| i ^ 1;
-
-    let relay_sock = UdpSocket::bind("127.0.0.1:0").context("binding the relay's UDP socket")?;
-    let client_sock =
-        UdpSocket::bind("127.0.0.1:0").context("binding the participants' UDP socket")?;
-    relay_sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-    client_sock.set_read_timeout(Some(Duration::from_millis(50)))?;
-    let relay_addr = relay_sock.local_addr()?;
-    let client_addr: SocketAddr = client_sock.local_addr()?;
-
-    let stats = Arc::new(Stats::default());
-    let stop = Arc::new(AtomicBool::new(false));
-    let latencies = Arc::new(Mutex::new(Vec::<u32>::with_capacity(1 << 16)));
-    let start = Instant::now();
-
-    // The relay: one inbound context per sender (K1), one outbound per receiver (K2).
-    let relay = {
-        let stats = stats.clone();
-        let stop = stop.clone();
-        let mut inbound: Vec<Context> = k1
-            .iter()
-            .map(|k| Context::new(Policy::new(k.clone()).any_inbound()))
-            .collect::<Result<_, _>>()?;
-        let mut outbound: Vec<Context> = k2
-            .iter()
-            .map(|k| Context::new(Policy::new(k.clone()).any_outbound()))
-            .collect::<Result<_, _>>()?;
-        let by_ssrc: HashMap<u32, usize> = (0..n).map(|i| (ssrc(i), i)).collect();
-        thread::Builder::new().name("relay".into()).spawn(move || {
-            let mut buf = [0u8; 1500];
-            while !stop.load(Ordering::Relaxed) {
-                let Ok((len, _from)) = relay_sock.recv_from(&mut buf) else {
-                    continue;
-                };
-                let Some(&from) = (len >= 12)
-                    .then(|| u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]))
-                    .and_then(|s| by_ssrc.get(&s))
-                else {
-                    stats.relay_other.fetch_add(1, Ordering::Relaxed);
-                    continue;
-                };
-                let t = Instant::now();
-                let r = inbound[from]
-                    .unprotect_rtp(&mut buf, len)
-                    .and_then(|m| outbound[peer(from)].protect_rtp(&mut buf, m));
-                stats
-                    .srtp_ns
-                    .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                stats.srtp_ops.fetch_add(1, Ordering::Relaxed);
-                match r {
-                    Ok(m) => {
-                        if relay_sock.send_to(&buf[..m], client_addr).is_ok() {
-                            stats.relayed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                    Err(SrtpError::AuthFailed) => {
-                        stats.relay_auth_failed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(SrtpError::ReplayDuplicate | SrtpError::ReplayOld) => {
-                        stats.relay_replayed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(_) => {
-                        stats.relay_other.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            }
-        })?
+    if a.duration == 0 {
+        bail!("--duration must be at least 1 second");
+    }
+    let config = ServeConfig {
+        http: "127.0.0.1:0".parse().expect("a valid literal address"),
+        udp: "127.0.0.1:0".parse().expect("a valid literal address"),
+        workers: a.workers,
+        drain_secs: 0.2,
+        ..ServeConfig::default()
     };
-
-    // The receivers: participant i unprotects what the relay sends it with K2[i].
-    let receiver = {
-        let stats = stats.clone();
-        let stop = stop.clone();
-        let latencies = latencies.clone();
-        let sock = client_sock.try_clone()?;
-        let mut rx: Vec<Context> = k2
-            .iter()
-            .map(|k| Context::new(Policy::new(k.clone()).any_inbound()))
-            .collect::<Result<_, _>>()?;
-        let by_ssrc: HashMap<u32, usize> = (0..n).map(|i| (ssrc(i), peer(i))).collect();
-        thread::Builder::new()
-            .name("receivers".into())
-            .spawn(move || {
-                let mut buf = [0u8; 1500];
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok((len, _)) = sock.recv_from(&mut buf) else {
-                        continue;
-                    };
-                    let to = (len >= 12)
-                        .then(|| u32::from_be_bytes([buf[8], buf[9], buf[10], buf[11]]))
-                        .and_then(|s| by_ssrc.get(&s).copied());
-                    match to.map(|to| rx[to].unprotect_rtp(&mut buf, len)) {
-                        Some(Ok(m)) if m >= 20 => {
-                            let sent_ns =
-                                u64::from_be_bytes(buf[12..20].try_into().unwrap_or_default());
-                            let now_ns = start.elapsed().as_nanos() as u64;
-                            let us =
-                                (now_ns.saturating_sub(sent_ns) / 1000).min(u32::MAX as u64) as u32;
-                            if let Ok(mut l) = latencies.lock() {
-                                l.push(us);
-                            }
-                            stats.received.fetch_add(1, Ordering::Relaxed);
-                        }
-                        _ => {
-                            stats.receiver_failed.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            })?
-    };
-
-    // The senders, paced at 20 ms, plus an attacker once a second.
-    let mut tx: Vec<Context> = k1
-        .iter()
-        .map(|k| Context::new(Policy::new(k.clone()).any_outbound()))
-        .collect::<Result<_, _>>()?;
-    let mut last_sent: Vec<Vec<u8>> = vec![Vec::new(); n];
-    let ticks = a.duration * 1000 / PACKET_INTERVAL.as_millis() as u64;
-    let tty = std::io::stderr().is_terminal();
+    let server = Server::start(config).map_err(|e| anyhow!("starting the gateway: {e}"))?;
+    let g = server.gateway().clone();
+    let total = a.rooms * a.per_room;
     eprintln!(
-        "secrelay demo: {} calls ({} participants), {profile}, G.711 20 ms over loopback UDP, relay re-protects per receiver, {} s",
-        a.calls, n, a.duration
+        "secrelay demo: gateway on {} (HTTP) and UDP {} with {} worker(s); {} rooms × {} participants, G.711 20 ms, {} s of media",
+        server.url(),
+        g.udp_addr(),
+        g.config().worker_count(),
+        a.rooms,
+        a.per_room,
+        a.duration
     );
-    let mut buf = vec![0u8; 12 + PAYLOAD + 16];
-    for tick in 0..ticks {
-        let due = start + PACKET_INTERVAL * tick as u32;
-        if let Some(wait) = due.checked_duration_since(Instant::now()) {
-            thread::sleep(wait);
-        }
-        for (i, ctx) in tx.iter_mut().enumerate() {
-            buf[0] = 0x80;
-            buf[1] = 0; // PCMU
-            buf[2..4].copy_from_slice(&(tick as u16).to_be_bytes());
-            buf[4..8].copy_from_slice(&((tick * 160) as u32).to_be_bytes());
-            buf[8..12].copy_from_slice(&ssrc(i).to_be_bytes());
-            buf[12..20].copy_from_slice(&(start.elapsed().as_nanos() as u64).to_be_bytes());
-            buf[20..12 + PAYLOAD].fill(0xff); // PCMU silence
-            let m = ctx
-                .protect_rtp(&mut buf, 12 + PAYLOAD)
-                .map_err(|e| anyhow!("protect: {e}"))?;
-            client_sock.send_to(&buf[..m], relay_addr)?;
-            stats.sent.fetch_add(1, Ordering::Relaxed);
-            if tick % 50 == 25 {
-                // The attacker: a replay of the previous packet and a forged one.
-                let _ = client_sock.send_to(&last_sent[i], relay_addr);
-                let mut forged = buf[..m].to_vec();
-                forged[30] ^= 0x40;
-                forged[2] = forged[2].wrapping_add(1);
-                let _ = client_sock.send_to(&forged, relay_addr);
-                stats.injected.fetch_add(2, Ordering::Relaxed);
-            }
-            last_sent[i].clear();
-            last_sent[i].extend_from_slice(&buf[..m]);
-        }
-        if tick % 50 == 49 {
-            let line = progress(&stats, &latencies, start.elapsed());
-            if tty {
-                eprint!("\r{line}   ");
-            } else {
-                eprintln!("{line}");
-            }
-        }
-    }
-    thread::sleep(Duration::from_millis(200)); // let the last packets land
-    stop.store(true, Ordering::Relaxed);
-    relay.join().map_err(|_| anyhow!("relay thread panicked"))?;
-    receiver
-        .join()
-        .map_err(|_| anyhow!("receiver thread panicked"))?;
-    if tty {
-        eprintln!();
-    }
-    summary(&stats, &latencies, a, profile)
-}
-
-fn progress(stats: &Stats, lat: &Mutex<Vec<u32>>, t: Duration) -> String {
-    let (p50, p99) = {
-        let l = lat.lock().map(|l| l.clone()).unwrap_or_default();
-        let tail: Vec<u32> = l.iter().rev().take(5000).copied().collect();
-        let mut s = tail;
-        s.sort_unstable();
-        (percentile(&s, 0.5), percentile(&s, 0.99))
+    let fleet_config = FleetConfig {
+        signaling: Signaling {
+            base_url: server.url(),
+            token: None,
+        },
+        rooms: a.rooms,
+        per_room: a.per_room,
+        legs: vec![Leg::Join],
+        room_prefix: "room-".into(),
+        duration: Duration::from_secs(a.duration),
+        threads: 1,
+        bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        connect_timeout: Duration::from_secs(20),
+        inject_bad: true,
     };
-    format!(
-        "[{:>4.1}s] sent {} relayed {} received {} | dropped at relay: {} forged, {} replayed | latency p50 {} µs p99 {} µs",
-        t.as_secs_f64(),
-        stats.sent.load(Ordering::Relaxed),
-        stats.relayed.load(Ordering::Relaxed),
-        stats.received.load(Ordering::Relaxed),
-        stats.relay_auth_failed.load(Ordering::Relaxed),
-        stats.relay_replayed.load(Ordering::Relaxed),
-        p50,
-        p99
-    )
-}
-
-fn summary(stats: &Stats, lat: &Mutex<Vec<u32>>, a: &DemoArgs, profile: Profile) -> Result<()> {
-    let mut l = lat
-        .lock()
-        .map(|l| l.clone())
-        .map_err(|_| anyhow!("latency lock poisoned"))?;
-    l.sort_unstable();
-    let sent = stats.sent.load(Ordering::Relaxed);
-    let received = stats.received.load(Ordering::Relaxed);
-    let forged = stats.relay_auth_failed.load(Ordering::Relaxed);
-    let replayed = stats.relay_replayed.load(Ordering::Relaxed);
-    let injected = stats.injected.load(Ordering::Relaxed);
-    let ops = stats.srtp_ops.load(Ordering::Relaxed).max(1);
-    println!(
-        "secrelay demo summary ({} calls, {profile}, {} s)",
-        a.calls, a.duration
-    );
-    println!("  media packets sent          {sent}");
-    println!(
-        "  relayed (K1 -> K2)          {}",
-        stats.relayed.load(Ordering::Relaxed)
-    );
-    println!(
-        "  received and authenticated  {received} ({:.2}% of sent)",
-        100.0 * received as f64 / sent.max(1) as f64
-    );
-    println!("  attacker packets injected   {injected}: {forged} dropped as forged, {replayed} as replays");
-    println!(
-        "  other drops                 relay {}, receivers {}",
-        stats.relay_other.load(Ordering::Relaxed),
-        stats.receiver_failed.load(Ordering::Relaxed)
-    );
-    println!(
-        "  relay SRTP work per packet  {:.0} ns (unprotect + protect)",
-        stats.srtp_ns.load(Ordering::Relaxed) as f64 / ops as f64
-    );
-    println!(
-        "  end-to-end latency          p50 {} µs, p90 {} µs, p99 {} µs, max {} µs",
-        percentile(&l, 0.5),
-        percentile(&l, 0.9),
-        percentile(&l, 0.99),
-        l.last().copied().unwrap_or(0)
-    );
-    if stats.relayed.load(Ordering::Relaxed) > sent {
-        bail!("the relay forwarded more packets than were sent: attacker packets got through");
+    let progress = Arc::new(FleetProgress::default());
+    let p2 = progress.clone();
+    let runner = std::thread::spawn(move || fleet::run(&fleet_config, p2));
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .expect("a valid template"),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    while !runner.is_finished() {
+        std::thread::sleep(Duration::from_millis(250));
+        let line = progress_line(&g.stats().totals(), &progress, total);
+        match &bar {
+            Some(b) => {
+                b.set_message(line);
+                b.tick();
+            }
+            None if last_line.elapsed() >= Duration::from_secs(2) => {
+                last_line = Instant::now();
+                eprintln!("[{:>5.1} s] {line}", started.elapsed().as_secs_f64());
+            }
+            None => {}
+        }
     }
-    if received == 0 {
-        bail!("no packet arrived");
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let report = runner
+        .join()
+        .map_err(|_| anyhow!("the simulated participants' thread panicked"))??;
+    // Give the DELETEs' close_notify a moment, then read the gateway's view.
+    std::thread::sleep(Duration::from_millis(100));
+    let totals = g.stats().totals();
+    let sessions_left = totals.participants;
+    server.shutdown();
+    print_summary(&report, &totals, sessions_left);
+    if let Some(path) = &a.json {
+        let v = summary_json(&report, &totals);
+        std::fs::write(path, serde_json::to_string_pretty(&v)?)
+            .map_err(|e| anyhow!("--json {}: {e}", path.display()))?;
+    }
+    if report.connected < report.participants {
+        bail!(
+            "{} of {} participants did not connect: {}",
+            report.participants - report.connected,
+            report.participants,
+            report.failures.join("; ")
+        );
+    }
+    if report.received == 0 {
+        bail!("no media was relayed");
+    }
+    if sessions_left > 0 {
+        bail!("{sessions_left} sessions were left behind after every participant left");
     }
     Ok(())
+}
+
+fn print_summary(r: &FleetReport, t: &Totals, left: u64) {
+    let q = |p: f64| us(t.relay_latency.quantile(p));
+    println!("secrelay demo: summary");
+    println!(
+        "  participants      {} started, {} connected, {} failed",
+        r.participants,
+        r.connected,
+        r.failures.len()
+    );
+    if let Some([p50, p99]) = r.setup_ms {
+        println!("  call setup        p50 {p50:.1} ms, p99 {p99:.1} ms (HTTP offer to SRTP keys)");
+    }
+    println!(
+        "  handshakes        {} ok, {} failed; gateway-side p50 {}",
+        t.handshakes_ok,
+        t.handshakes_failed,
+        us(t.handshake_time.quantile(0.5))
+    );
+    println!(
+        "  media             {} packets sent over {:.1} s, {} received by the other members, {} lost of {} expected",
+        r.sent, r.media_secs, r.received, r.lost, r.expected
+    );
+    println!(
+        "  gateway           {} packets in, {} copies re-protected and relayed",
+        t.media_routed, t.media_forwarded
+    );
+    println!(
+        "  relay latency     p50 {}, p99 {}, p99.9 {} (gateway socket read to socket write)",
+        q(0.5),
+        q(0.99),
+        q(0.999)
+    );
+    if let Some([p50, p90, p99, max]) = r.delay_us {
+        println!(
+            "  end-to-end delay  p50 {p50} µs, p90 {p90} µs, p99 {p99} µs, max {max} µs (sender to receiver, both SRTP ends included)"
+        );
+    }
+    let drops: Vec<String> = t
+        .drops_by_reason
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!(
+        "  attack packets    {} replayed/forged sent; gateway drops: {}",
+        r.bad_sent,
+        if drops.is_empty() {
+            "none".into()
+        } else {
+            drops.join(", ")
+        }
+    );
+    let closed: Vec<String> = t
+        .closed_by_reason
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!(
+        "  sessions          closed: {}; left behind: {left}",
+        if closed.is_empty() {
+            "none".into()
+        } else {
+            closed.join(", ")
+        }
+    );
+}
+
+fn summary_json(r: &FleetReport, t: &Totals) -> serde_json::Value {
+    let q = |p: f64| t.relay_latency.quantile(p).map(|d| d.as_secs_f64() * 1e6);
+    serde_json::json!({
+        "participants": r.participants,
+        "connected": r.connected,
+        "failures": r.failures,
+        "sent": r.sent,
+        "received": r.received,
+        "expected": r.expected,
+        "lost": r.lost,
+        "rx_errors": r.rx_errors,
+        "missing_streams": r.missing_streams,
+        "bad_sent": r.bad_sent,
+        "media_secs": r.media_secs,
+        "end_to_end_delay_us": r.delay_us.map(|d| serde_json::json!({"p50": d[0], "p90": d[1], "p99": d[2], "max": d[3]})),
+        "setup_ms": r.setup_ms.map(|s| serde_json::json!({"p50": s[0], "p99": s[1]})),
+        "gateway": {
+            "handshakes_ok": t.handshakes_ok,
+            "handshakes_failed": t.handshakes_failed,
+            "media_routed": t.media_routed,
+            "media_forwarded": t.media_forwarded,
+            "handed_off": t.handed_off,
+            "drops": t.drops_by_reason.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "closed": t.closed_by_reason.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
+            "relay_latency_us": {"p50": q(0.5), "p99": q(0.99), "p999": q(0.999)},
+        },
+    })
 }

@@ -10,6 +10,7 @@ mod capture;
 mod demo;
 mod lab;
 mod lab_handshake;
+mod serve;
 
 /// secrelay: a secure real-time media gateway and the lab that measures what its security costs.
 #[derive(Parser, Debug)]
@@ -24,7 +25,9 @@ enum Command {
     /// SRTP tools: decrypt or encrypt captures, make keys, list profiles.
     #[command(subcommand)]
     Srtp(SrtpCommand),
-    /// Simulated secure calls relayed over loopback UDP, re-protected per receiver.
+    /// The gateway: WebRTC participants over WHIP, WHEP and room joins on one UDP port.
+    Serve(serve::ServeArgs),
+    /// A gateway in-process with simulated participants calling through it over real sockets.
     Demo(demo::DemoArgs),
     /// Private CA for lab set-ups, and certificate fingerprints for SDP.
     #[command(subcommand)]
@@ -88,6 +91,7 @@ fn main() -> ExitCode {
             capture::print_profiles();
             Ok(())
         }
+        Command::Serve(a) => serve::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Ca(c) => ca::run(&c),
         Command::Lab(c) => lab::run(c),

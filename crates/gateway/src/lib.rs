@@ -7,8 +7,11 @@
 //!   out, demultiplexed per RFC 7983.
 //! * [`room`]: participants whose media is re-protected for each receiver with its own keys,
 //!   with SSRCs and payload types mapped per receiver.
+//! * [`server`]: the edge: packet workers on one UDP port (recvmmsg/sendmmsg, SO_REUSEPORT),
+//!   HTTP signaling (WHIP, WHEP, room joins, JSON API), Prometheus metrics, graceful shutdown.
 #![forbid(unsafe_code)]
 
 pub mod ice_lite;
 pub mod participant;
 pub mod room;
+pub mod server;

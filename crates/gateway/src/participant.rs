@@ -565,6 +565,20 @@ impl Participant {
         self.ice.selected()
     }
 
+    /// Whether `from` passed an authenticated ICE check (DTLS and SRTP are accepted from it).
+    pub fn ice_validated(&self, from: SocketAddr) -> bool {
+        self.ice.is_validated(from)
+    }
+
+    /// ICE restart (RFC 8445 §9): the peer's new credentials in, our new ones out (to write
+    /// into the answer fragment). The selected pair and the DTLS association stay; consent
+    /// must be renewed with the new credentials.
+    pub fn restart_ice(&mut self, remote: Credentials, now: Instant) -> Credentials {
+        let local = Credentials::random();
+        self.ice.restart(local.clone(), remote, now);
+        local
+    }
+
     /// Whether DTLS-SRTP keys are in place and the participant is not closed.
     pub fn is_connected(&self) -> bool {
         self.srtp.is_some() && self.closed.is_none()

@@ -156,6 +156,24 @@ impl Room {
             .map(|m| &m.participant)
     }
 
+    /// A member's participant, to change it (ICE restart, close).
+    pub fn participant_mut(&mut self, id: MemberId) -> Option<&mut Participant> {
+        self.members
+            .iter_mut()
+            .find(|m| m.id == id)
+            .map(|m| &mut m.participant)
+    }
+
+    /// The number of members.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the room has no members.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
     /// The members, in order of arrival.
     pub fn members(&self) -> impl Iterator<Item = MemberId> + '_ {
         self.members.iter().map(|m| m.id)

@@ -6,6 +6,7 @@
 //! [`frame::StudyReport`]. [`run`] runs studies, prints their tables, writes JSON and the
 //! report.
 
+pub mod client;
 pub mod count;
 pub mod frame;
 pub mod go_peer;

@@ -1,0 +1,226 @@
+//! `secrelay serve`'s configuration: TOML, every field optional, the defaults run with no file.
+//! Unknown keys are errors that name the key, so a typo never silently does nothing.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use secrelay_dtls::KeyType;
+use secrelay_srtp::Profile;
+use serde::Deserialize;
+
+/// A room's settings.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RoomConfig {
+    /// Bearer token required to publish, subscribe or join (WHIP/WHEP `Authorization`).
+    pub token: Option<String>,
+}
+
+/// Everything `secrelay serve` can be told.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServeConfig {
+    /// HTTP signaling and operations (WHIP, WHEP, rooms, /api, /metrics, /healthz).
+    pub http: SocketAddr,
+    /// The one UDP address every participant's ICE, DTLS and SRTP use.
+    pub udp: SocketAddr,
+    /// The address written as the host candidate in answers (default: `udp`'s address, or when
+    /// that is unspecified, the address of the interface with the default route).
+    pub announce: Option<IpAddr>,
+    /// Packet workers (each with its own SO_REUSEPORT socket on `udp`); 0 = one per core.
+    pub workers: usize,
+    /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
+    pub cert_type: String,
+    /// A certificate chain (PEM) to use instead of a generated one; needs `key`.
+    pub cert: Option<PathBuf>,
+    /// The certificate's private key (PKCS#8 PEM).
+    pub key: Option<PathBuf>,
+    /// SRTP profiles accepted in DTLS-SRTP, most preferred first (RFC 5764 names).
+    pub srtp_profiles: Vec<String>,
+    /// Seconds without an authenticated ICE check before a participant is dropped (RFC 7675).
+    pub consent_timeout_secs: f64,
+    /// Most participants at once; more are refused with 503.
+    pub max_participants: usize,
+    /// Largest HTTP body accepted, in bytes (413 above).
+    pub max_body_bytes: usize,
+    /// Origins allowed by CORS (`*` for any).
+    pub cors_origins: Vec<String>,
+    /// Bearer token for rooms that have none of their own (none: open).
+    pub token: Option<String>,
+    /// Seconds a shutdown waits for close_notify to leave before exiting.
+    pub drain_secs: f64,
+    /// Rooms with settings of their own; other rooms are made on first use.
+    pub rooms: BTreeMap<String, RoomConfig>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            http: "127.0.0.1:8080".parse().expect("a valid literal address"),
+            udp: "0.0.0.0:40000".parse().expect("a valid literal address"),
+            announce: None,
+            workers: 0,
+            cert_type: KeyType::EcdsaP256.name().into(),
+            cert: None,
+            key: None,
+            srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES
+                .iter()
+                .map(|p| p.to_string())
+                .collect(),
+            consent_timeout_secs: 30.0,
+            max_participants: 10_000,
+            max_body_bytes: 64 * 1024,
+            cors_origins: vec!["*".into()],
+            token: None,
+            drain_secs: 1.0,
+            rooms: BTreeMap::new(),
+        }
+    }
+}
+
+/// A configuration error, naming the field or file at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ServeConfig {
+    /// Reads a TOML file.
+    pub fn from_file(path: &Path) -> Result<ServeConfig, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("--config {}: {e}", path.display())))?;
+        Self::from_toml(&text).map_err(|e| ConfigError(format!("--config {}: {e}", path.display())))
+    }
+
+    /// Parses TOML text and checks it.
+    pub fn from_toml(text: &str) -> Result<ServeConfig, ConfigError> {
+        let c: ServeConfig = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Checks the values that parse but cannot work.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        self.key_type()?;
+        self.profiles()?;
+        if !(self.consent_timeout_secs.is_finite() && self.consent_timeout_secs > 0.0) {
+            return Err(ConfigError(format!(
+                "consent_timeout_secs = {}: must be a positive number of seconds",
+                self.consent_timeout_secs
+            )));
+        }
+        if !(self.drain_secs.is_finite() && self.drain_secs >= 0.0) {
+            return Err(ConfigError(format!(
+                "drain_secs = {}: must be zero or more seconds",
+                self.drain_secs
+            )));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(ConfigError(
+                "cert and key: give both (a PEM chain and its PKCS#8 key) or neither".into(),
+            ));
+        }
+        if self.max_body_bytes < 1024 {
+            return Err(ConfigError(format!(
+                "max_body_bytes = {}: an SDP offer needs at least 1024",
+                self.max_body_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// The certificate key type.
+    pub fn key_type(&self) -> Result<KeyType, ConfigError> {
+        self.cert_type.parse::<KeyType>().map_err(|e| {
+            ConfigError(format!(
+                "cert_type = {:?}: {e} (valid: {})",
+                self.cert_type,
+                KeyType::valid_names()
+            ))
+        })
+    }
+
+    /// The SRTP profiles, parsed.
+    pub fn profiles(&self) -> Result<Vec<Profile>, ConfigError> {
+        if self.srtp_profiles.is_empty() {
+            return Err(ConfigError(
+                "srtp_profiles: name at least one profile".into(),
+            ));
+        }
+        self.srtp_profiles
+            .iter()
+            .map(|s| {
+                s.parse::<Profile>()
+                    .map_err(|e| ConfigError(format!("srtp_profiles: {s:?}: {e}")))
+            })
+            .collect()
+    }
+
+    /// The consent timeout.
+    pub fn consent_timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.consent_timeout_secs)
+    }
+
+    /// The number of workers to start.
+    pub fn worker_count(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// The token a room needs, if any.
+    pub fn token_for(&self, room: &str) -> Option<&str> {
+        self.rooms
+            .get(room)
+            .and_then(|r| r.token.as_deref())
+            .or(self.token.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(ServeConfig::from_toml("").unwrap(), ServeConfig::default());
+    }
+
+    #[test]
+    fn fields_and_rooms_parse() {
+        let c = ServeConfig::from_toml(
+            "http = \"127.0.0.1:9000\"\nworkers = 3\ntoken = \"t0\"\n[rooms.board]\ntoken = \"secret\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.http.port(), 9000);
+        assert_eq!(c.worker_count(), 3);
+        assert_eq!(c.token_for("board"), Some("secret"));
+        assert_eq!(c.token_for("other"), Some("t0"));
+    }
+
+    #[test]
+    fn bad_input_names_the_field() {
+        let e = ServeConfig::from_toml("wrokers = 2").unwrap_err().0;
+        assert!(e.contains("wrokers"), "{e}");
+        let e = ServeConfig::from_toml("cert_type = \"dsa\"").unwrap_err().0;
+        assert!(e.contains("cert_type") && e.contains("ecdsa-p256"), "{e}");
+        let e = ServeConfig::from_toml("srtp_profiles = [\"NOPE\"]")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("srtp_profiles") && e.contains("NOPE"), "{e}");
+        let e = ServeConfig::from_toml("http = \"nowhere\"").unwrap_err().0;
+        assert!(e.contains("http"), "{e}");
+        let e = ServeConfig::from_toml("cert = \"a.pem\"").unwrap_err().0;
+        assert!(e.contains("key"), "{e}");
+    }
+}

@@ -1,0 +1,501 @@
+//! HTTP signaling and operations (axum).
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /whip/{room}` | WHIP (RFC 9725): an `application/sdp` offer publishes into the room; 201, the answer, `Location`, `ETag` |
+//! | `POST /whep/{room}` | WHEP: a recvonly offer subscribes to what the room publishes, now and later |
+//! | `POST /rooms/{room}/join` | a conference participant: sends and receives |
+//! | `PATCH {Location}` | trickle ICE (204) or ICE restart (200 with our new credentials), `If-Match` required |
+//! | `DELETE {Location}` | leave (close_notify) |
+//! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
+//! | `DELETE /api/rooms/{room}/participants/{id}` | remove a participant |
+//! | `GET /metrics` | Prometheus (OpenMetrics text) |
+//! | `GET /healthz` | 200 while admitting, 503 while draining |
+//!
+//! Errors are the status the standard names with a one-line `text/plain` reason: 400 bad SDP,
+//! 401 missing or wrong Bearer token, 404 unknown room or resource, 412 stale `If-Match`, 413
+//! oversized body, 415 wrong content type, 422 an offer with nothing we can answer, 428 PATCH
+//! without `If-Match`, 503 full or shutting down.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use prometheus_client::registry::Registry;
+use secrelay_wire::sdp::parse_offer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
+
+use super::stats::StatsCollector;
+use super::{Gateway, JoinError, LegKind};
+use crate::ice_lite::Credentials;
+
+/// A resource made by a POST, as PATCH and DELETE find it.
+#[derive(Debug, Clone)]
+struct Resource {
+    room: String,
+    etag: String,
+    remote_ufrag: String,
+}
+
+#[derive(Clone)]
+struct AppState {
+    gateway: Arc<Gateway>,
+    resources: Arc<Mutex<HashMap<String, Resource>>>,
+    registry: Arc<Registry>,
+}
+
+impl AppState {
+    fn resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, Resource>> {
+        self.resources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The router for a gateway.
+pub fn router(gateway: Arc<Gateway>) -> Router {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
+    let origins = &gateway.config().cors_origins;
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o).ok())
+                .collect::<Vec<_>>(),
+        )
+    };
+    let cors = CorsLayer::new()
+        .allow_origin(allow)
+        .allow_methods([
+            Method::GET,
+            Method::POST,
+            Method::PATCH,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers([
+            header::CONTENT_TYPE,
+            header::AUTHORIZATION,
+            header::IF_MATCH,
+        ])
+        .expose_headers([
+            header::LOCATION,
+            header::ETAG,
+            header::LINK,
+            HeaderName::from_static("accept-patch"),
+        ]);
+    let limit = gateway.config().max_body_bytes;
+    let state = AppState {
+        gateway,
+        resources: Arc::default(),
+        registry: Arc::new(registry),
+    };
+    Router::new()
+        .route("/whip/{room}", post(whip))
+        .route("/whep/{room}", post(whep))
+        .route("/rooms/{room}/join", post(join))
+        .route(
+            "/whip/{room}/{id}",
+            delete(leave_resource).patch(patch_resource),
+        )
+        .route(
+            "/whep/{room}/{id}",
+            delete(leave_resource).patch(patch_resource),
+        )
+        .route(
+            "/rooms/{room}/participants/{id}",
+            delete(leave_resource).patch(patch_resource),
+        )
+        .route("/api/rooms", get(api_rooms))
+        .route("/api/rooms/{room}", get(api_room))
+        .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(cors)
+        .with_state(state)
+}
+
+fn refuse(state: &AppState, status: StatusCode, reason: impl Into<String>) -> Response {
+    state
+        .gateway
+        .stats()
+        .http_refused
+        .fetch_add(1, Ordering::Relaxed);
+    let mut line = reason.into();
+    line.push('\n');
+    let mut r = (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        line,
+    )
+        .into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    r
+}
+
+/// Compares without stopping at the first difference (the token is a secret).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Checks the room's Bearer token, if it has one.
+fn authorize(state: &AppState, room: &str, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    let Some(want) = state.gateway.config().token_for(room) else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    match given {
+        Some(t) if same_secret(t.trim().as_bytes(), want.as_bytes()) => Ok(()),
+        Some(_) => Err(Box::new(refuse(
+            state,
+            StatusCode::UNAUTHORIZED,
+            "wrong bearer token",
+        ))),
+        None => Err(Box::new(refuse(
+            state,
+            StatusCode::UNAUTHORIZED,
+            "this room needs Authorization: Bearer <token>",
+        ))),
+    }
+}
+
+/// Room names: 1–64 of `[A-Za-z0-9_.-]`.
+fn valid_room(room: &str) -> bool {
+    (1..=64).contains(&room.len())
+        && room
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
+}
+
+async fn whip(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    offer(s, room, headers, body, LegKind::Whip, "whip").await
+}
+
+async fn whep(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    offer(s, room, headers, body, LegKind::Whep, "whep").await
+}
+
+async fn join(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    offer(s, room, headers, body, LegKind::Join, "rooms").await
+}
+
+async fn offer(
+    s: AppState,
+    room: String,
+    headers: HeaderMap,
+    body: Bytes,
+    kind: LegKind,
+    prefix: &str,
+) -> Response {
+    if !valid_room(&room) {
+        return refuse(
+            &s,
+            StatusCode::NOT_FOUND,
+            "room names are 1-64 characters of A-Z a-z 0-9 - _ .",
+        );
+    }
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    if !content_type_is(&headers, "application/sdp") {
+        return refuse(
+            &s,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the offer must be sent as Content-Type: application/sdp",
+        );
+    }
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return refuse(&s, StatusCode::BAD_REQUEST, "the offer is not UTF-8");
+    };
+    let offer = match parse_offer(text) {
+        Ok(o) => o,
+        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
+    };
+    let g = &s.gateway;
+    let alive = g.stats().totals().participants;
+    if alive >= g.config().max_participants as u64 {
+        return refuse(
+            &s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the gateway is full ({alive} participants)"),
+        );
+    }
+    let remote_ufrag = offer.ice_ufrag.clone();
+    match g.join(&room, offer, kind).await {
+        Ok(j) => {
+            let etag = format!("\"{}\"", j.ice.ufrag);
+            let location = match kind {
+                LegKind::Join => format!("/rooms/{room}/participants/{}", j.id),
+                _ => format!("/{prefix}/{room}/{}", j.id),
+            };
+            s.resources().insert(
+                j.id.clone(),
+                Resource {
+                    room,
+                    etag: etag.clone(),
+                    remote_ufrag,
+                },
+            );
+            let mut r = (StatusCode::CREATED, j.answer).into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/sdp"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                h.insert(header::LOCATION, v);
+            }
+            if let Ok(v) = HeaderValue::from_str(&etag) {
+                h.insert(header::ETAG, v);
+            }
+            h.insert(
+                HeaderName::from_static("accept-patch"),
+                HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+            );
+            r
+        }
+        Err(JoinError::Unacceptable(why)) => refuse(
+            &s,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("cannot answer the offer: {why}"),
+        ),
+        Err(JoinError::ShuttingDown) => refuse(
+            &s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the gateway is shutting down",
+        ),
+    }
+}
+
+/// The ICE credentials in a trickle-ice-sdpfrag body (RFC 8840), if it carries both.
+fn sdpfrag_credentials(body: &str) -> Option<Credentials> {
+    let mut ufrag = None;
+    let mut pwd = None;
+    for line in body.lines() {
+        let line = line.trim();
+        if let Some(v) = line.strip_prefix("a=ice-ufrag:") {
+            ufrag = Some(v.trim().to_owned());
+        } else if let Some(v) = line.strip_prefix("a=ice-pwd:") {
+            pwd = Some(v.trim().to_owned());
+        }
+    }
+    Some(Credentials {
+        ufrag: ufrag?,
+        pwd: pwd?,
+    })
+}
+
+async fn patch_resource(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    let Some(res) = s.resources().get(&id).cloned().filter(|r| r.room == room) else {
+        return refuse(&s, StatusCode::NOT_FOUND, "no such session");
+    };
+    if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
+        return refuse(
+            &s,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "PATCH takes Content-Type: application/trickle-ice-sdpfrag",
+        );
+    }
+    let Some(if_match) = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) else {
+        return refuse(
+            &s,
+            StatusCode::PRECONDITION_REQUIRED,
+            "PATCH needs If-Match (the ETag, or * for an ICE restart)",
+        );
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return refuse(&s, StatusCode::BAD_REQUEST, "the fragment is not UTF-8");
+    };
+    let creds = sdpfrag_credentials(text);
+    let restart = creds.as_ref().is_some_and(|c| c.ufrag != res.remote_ufrag);
+    let tag_ok = if_match.trim() == res.etag || (restart && if_match.trim() == "*");
+    if !tag_ok {
+        return refuse(
+            &s,
+            StatusCode::PRECONDITION_FAILED,
+            "If-Match does not match the session's ETag",
+        );
+    }
+    match creds.filter(|_| restart) {
+        // New credentials: an ICE restart. Our new ones go back in a fragment.
+        Some(remote) => {
+            let remote_ufrag = remote.ufrag.clone();
+            let Some(local) = s.gateway.ice_restart(&room, &id, remote).await else {
+                s.resources().remove(&id);
+                return refuse(&s, StatusCode::NOT_FOUND, "no such session");
+            };
+            let etag = format!("\"{}\"", local.ufrag);
+            if let Some(r) = s.resources().get_mut(&id) {
+                r.etag = etag.clone();
+                r.remote_ufrag = remote_ufrag;
+            }
+            let c = s.gateway.candidate();
+            let frag = format!(
+                "a=ice-lite\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
+                local.ufrag,
+                local.pwd,
+                c.ip(),
+                c.port()
+            );
+            let mut r = (StatusCode::OK, frag).into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/trickle-ice-sdpfrag"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&etag) {
+                h.insert(header::ETAG, v);
+            }
+            r
+        }
+        // Trickled candidates: an ICE-lite agent learns the peer's addresses from its checks,
+        // so they are acknowledged and not needed.
+        None => StatusCode::NO_CONTENT.into_response(),
+    }
+}
+
+async fn leave_resource(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    remove(s, room, id, StatusCode::OK).await
+}
+
+async fn remove(s: AppState, room: String, id: String, ok: StatusCode) -> Response {
+    let known = s.resources().remove(&id).is_some();
+    if s.gateway.leave(&room, &id).await || known {
+        ok.into_response()
+    } else {
+        refuse(&s, StatusCode::NOT_FOUND, "no such session")
+    }
+}
+
+async fn api_rooms(State(s): State<AppState>) -> Response {
+    let rooms = s.gateway.rooms(None).await;
+    Json(serde_json::json!({ "rooms": rooms })).into_response()
+}
+
+async fn api_room(State(s): State<AppState>, Path(room): Path<String>) -> Response {
+    match s.gateway.rooms(Some(&room)).await.into_iter().next() {
+        Some(r) => Json(r).into_response(),
+        None => refuse(&s, StatusCode::NOT_FOUND, format!("no room {room:?}")),
+    }
+}
+
+async fn api_remove(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    remove(s, room, id, StatusCode::NO_CONTENT).await
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    let mut out = String::new();
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &s.registry) {
+        return refuse(
+            &s,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("encoding metrics: {e}"),
+        );
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
+}
+
+async fn healthz(State(s): State<AppState>) -> Response {
+    if s.gateway.admitting() {
+        (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sdpfrag_credentials_need_both() {
+        let c = sdpfrag_credentials("a=ice-ufrag:abcd\r\na=ice-pwd:0123456789abcdefghijkl\r\n")
+            .unwrap();
+        assert_eq!(c.ufrag, "abcd");
+        assert!(sdpfrag_credentials(
+            "a=ice-ufrag:abcd\r\na=candidate:1 1 udp 1 1.2.3.4 5 typ host"
+        )
+        .is_none());
+    }
+
+    #[test]
+    fn room_names() {
+        assert!(valid_room("board-1.a_b"));
+        assert!(!valid_room(""));
+        assert!(!valid_room("a/b"));
+        assert!(!valid_room(&"x".repeat(65)));
+    }
+
+    #[test]
+    fn secrets_compare() {
+        assert!(same_secret(b"abc", b"abc"));
+        assert!(!same_secret(b"abc", b"abd"));
+        assert!(!same_secret(b"abc", b"abcd"));
+    }
+}

@@ -1,0 +1,459 @@
+//! The server: packet workers on one UDP port, HTTP signaling and operations, shutdown.
+//!
+//! * [`Gateway`]: the workers (one per core by default, each a thread with its own
+//!   SO_REUSEPORT socket on the shared port, see [`worker`]) and the handle the control plane
+//!   talks to them through. Rooms are hashed to workers; a datagram the kernel delivers to
+//!   another worker's socket is handed to the owner through a bounded queue.
+//! * [`http`]: WHIP, WHEP, room joins, the JSON API, `/metrics` and `/healthz` (axum).
+//! * [`Server`]: both, started together, stopped together (stop admitting, close_notify to
+//!   every participant, send it, exit).
+
+pub mod config;
+pub mod directory;
+pub mod http;
+pub mod stats;
+pub mod udp;
+pub mod worker;
+
+use std::hash::{Hash, Hasher};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use secrelay_dtls::{Certificate, LocalCertificate};
+use secrelay_wire::sdp::Offer;
+use tokio::sync::oneshot;
+
+use crate::ice_lite::{Credentials, IceConfig};
+use crate::participant::ParticipantConfig;
+pub use config::ServeConfig;
+use directory::Directory;
+use stats::{GatewayStats, WorkerStats};
+use worker::{Command, Peer, Shared, Worker};
+pub use worker::{JoinError, Joined, LegKind, ParticipantSnapshot, RoomSnapshot};
+
+/// Why the server could not start.
+#[derive(Debug)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// The address the host candidate announces when none is configured: the UDP address if it is
+/// specific, else the source address the kernel would use toward the default route (no packet
+/// is sent), else loopback.
+fn default_announce(udp: SocketAddr) -> IpAddr {
+    if !udp.ip().is_unspecified() {
+        return udp.ip();
+    }
+    let probe = UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").map(|_| s))
+        .and_then(|s| s.local_addr());
+    match probe {
+        Ok(a) if !a.ip().is_unspecified() => a.ip(),
+        _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+    }
+}
+
+/// The packet workers and the way to reach them.
+pub struct Gateway {
+    config: ServeConfig,
+    shared: Arc<Shared>,
+    stats: Arc<GatewayStats>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    udp_addr: SocketAddr,
+    candidate: SocketAddr,
+    admitting: AtomicBool,
+    fingerprint: String,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("udp", &self.udp_addr)
+            .field("workers", &self.shared.peers.len())
+            .finish()
+    }
+}
+
+impl Gateway {
+    /// Binds the media port and starts the workers.
+    pub fn start(config: ServeConfig) -> Result<Arc<Gateway>, StartError> {
+        config.check().map_err(|e| StartError(e.0))?;
+        let certificate = match (&config.cert, &config.key) {
+            (Some(c), Some(k)) => {
+                let cert_pem = std::fs::read_to_string(c)
+                    .map_err(|e| StartError(format!("cert {}: {e}", c.display())))?;
+                let key_pem = std::fs::read_to_string(k)
+                    .map_err(|e| StartError(format!("key {}: {e}", k.display())))?;
+                Certificate::from_pem(&cert_pem, &key_pem)
+                    .map_err(|e| StartError(format!("cert {}: {e}", c.display())))?
+            }
+            _ => {
+                let kt = config.key_type().map_err(|e| StartError(e.0))?;
+                Certificate::self_signed(kt, "secrelay-gateway")
+                    .map_err(|e| StartError(format!("generating a {kt} certificate: {e}")))?
+            }
+        };
+        let fingerprint = certificate.fingerprint().to_string();
+        let n = config.worker_count();
+        let first = udp::bind_reuseport(config.udp)
+            .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
+        let udp_addr = first
+            .local_addr()
+            .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
+        let mut sockets = vec![first];
+        for _ in 1..n {
+            sockets.push(
+                udp::bind_reuseport(udp_addr)
+                    .map_err(|e| StartError(format!("udp {udp_addr} (worker socket): {e}")))?,
+            );
+        }
+        let candidate = SocketAddr::new(
+            config
+                .announce
+                .unwrap_or_else(|| default_announce(udp_addr)),
+            udp_addr.port(),
+        );
+        let participant = ParticipantConfig {
+            ice: IceConfig {
+                consent_timeout: config.consent_timeout(),
+                ..IceConfig::default()
+            },
+            candidates: vec![candidate],
+            srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
+            ..ParticipantConfig::default()
+        };
+        let mut peers = Vec::new();
+        let mut inboxes = Vec::new();
+        for _ in 0..n {
+            let (peer, inbox, poll) =
+                worker::channels().map_err(|e| StartError(format!("worker poll: {e}")))?;
+            peers.push(peer);
+            inboxes.push((inbox, poll));
+        }
+        let shared = Arc::new(Shared {
+            certificate: LocalCertificate::from(&certificate),
+            participant,
+            directory: Directory::default(),
+            peers,
+        });
+        let worker_stats: Vec<Arc<WorkerStats>> =
+            (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
+        let stats = Arc::new(GatewayStats {
+            workers: worker_stats.clone(),
+            ..GatewayStats::default()
+        });
+        let mut threads = Vec::new();
+        for (i, (socket, (inbox, poll))) in sockets.into_iter().zip(inboxes).enumerate() {
+            // The worker is built on its own thread: its recvmmsg/sendmmsg headers hold raw
+            // pointers and never leave it.
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let (sh, st) = (shared.clone(), worker_stats[i].clone());
+            let t = std::thread::Builder::new()
+                .name(format!("secrelay-worker-{i}"))
+                .spawn(move || match Worker::new(i, socket, poll, inbox, sh, st) {
+                    Ok(w) => {
+                        let _ = ready_tx.send(Ok(()));
+                        w.run();
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                    }
+                })
+                .map_err(|e| StartError(format!("worker {i} thread: {e}")))?;
+            match ready_rx.recv() {
+                Ok(Ok(())) => threads.push(t),
+                Ok(Err(e)) => return Err(StartError(format!("worker {i}: {e}"))),
+                Err(_) => return Err(StartError(format!("worker {i} ended while starting"))),
+            }
+        }
+        tracing::info!(udp = %udp_addr, candidate = %candidate, workers = n, "media port open");
+        Ok(Arc::new(Gateway {
+            config,
+            shared,
+            stats,
+            threads: Mutex::new(threads),
+            udp_addr,
+            candidate,
+            admitting: AtomicBool::new(true),
+            fingerprint,
+        }))
+    }
+
+    /// The bound media address.
+    pub fn udp_addr(&self) -> SocketAddr {
+        self.udp_addr
+    }
+
+    /// The host candidate written into answers.
+    pub fn candidate(&self) -> SocketAddr {
+        self.candidate
+    }
+
+    /// Our certificate's fingerprint (`sha-256 AB:…`).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &ServeConfig {
+        &self.config
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<GatewayStats> {
+        &self.stats
+    }
+
+    /// Whether new participants are admitted (false once shutdown began).
+    pub fn admitting(&self) -> bool {
+        self.admitting.load(Ordering::Acquire)
+    }
+
+    /// Sizes of the routing directory (ufrags, addresses): zero once everybody left.
+    pub fn directory_sizes(&self) -> (usize, usize) {
+        self.shared.directory.sizes()
+    }
+
+    fn worker_for(&self, room: &str) -> &Peer {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        room.hash(&mut h);
+        &self.shared.peers[(h.finish() % self.shared.peers.len() as u64) as usize]
+    }
+
+    fn send(&self, peer: &Peer, cmd: Command) -> bool {
+        if peer.commands.send(cmd).is_err() {
+            return false;
+        }
+        let _ = peer.waker.wake();
+        true
+    }
+
+    /// Makes a participant for `offer` in `room`.
+    pub async fn join(&self, room: &str, offer: Offer, kind: LegKind) -> Result<Joined, JoinError> {
+        if !self.admitting() {
+            return Err(JoinError::ShuttingDown);
+        }
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::Join {
+            room: room.to_owned(),
+            offer: Box::new(offer),
+            kind,
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
+        if r.is_ok() {
+            self.stats.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Ends a participant with close_notify; `false` if there was none by that id in `room`.
+    pub async fn leave(&self, room: &str, id: &str) -> bool {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::Leave {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            reply,
+        };
+        self.send(self.worker_for(room), cmd) && rx.await.unwrap_or(false)
+    }
+
+    /// ICE restart with the peer's new credentials: our new ones, or `None` for an unknown
+    /// participant.
+    pub async fn ice_restart(
+        &self,
+        room: &str,
+        id: &str,
+        remote: Credentials,
+    ) -> Option<Credentials> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::IceRestart {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            remote,
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return None;
+        }
+        rx.await.ok().flatten()
+    }
+
+    /// Every room (sorted by name), or one.
+    pub async fn rooms(&self, only: Option<&str>) -> Vec<RoomSnapshot> {
+        let peers: Vec<&Peer> = match only {
+            Some(r) => vec![self.worker_for(r)],
+            None => self.shared.peers.iter().collect(),
+        };
+        let mut out = Vec::new();
+        for p in peers {
+            let (reply, rx) = oneshot::channel();
+            let cmd = Command::Snapshot {
+                room: only.map(str::to_owned),
+                reply,
+            };
+            if self.send(p, cmd) {
+                out.extend(rx.await.unwrap_or_default());
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Stops admitting and closes every participant with close_notify.
+    pub async fn drain(&self) {
+        self.admitting.store(false, Ordering::Release);
+        for p in &self.shared.peers {
+            let (reply, rx) = oneshot::channel();
+            if self.send(p, Command::Drain { reply }) {
+                let _ = rx.await;
+            }
+        }
+    }
+
+    /// Ends the worker threads (after [`Gateway::drain`] for a clean exit).
+    pub fn stop(&self) {
+        self.admitting.store(false, Ordering::Release);
+        for p in &self.shared.peers {
+            self.send(p, Command::Stop);
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The gateway and its HTTP server, running on their own threads.
+pub struct Server {
+    gateway: Arc<Gateway>,
+    http_addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    http_thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("http", &self.http_addr)
+            .field("gateway", &self.gateway)
+            .finish()
+    }
+}
+
+impl Server {
+    /// Starts the workers and the HTTP server.
+    pub fn start(config: ServeConfig) -> Result<Server, StartError> {
+        let http = config.http;
+        let gateway = Gateway::start(config)?;
+        let listener = std::net::TcpListener::bind(http).map_err(|e| {
+            gateway.stop();
+            StartError(format!("http {http}: {e}"))
+        })?;
+        let http_addr = listener
+            .local_addr()
+            .map_err(|e| StartError(format!("http {http}: {e}")))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| StartError(format!("http {http}: {e}")))?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let app = http::router(gateway.clone());
+        let g = gateway.clone();
+        let t = std::thread::Builder::new()
+            .name("secrelay-http".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        tracing::error!(error = %e, "HTTP runtime did not start");
+                        return;
+                    }
+                };
+                rt.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, "HTTP listener");
+                            return;
+                        }
+                    };
+                    let shutdown = async move {
+                        let _ = rx.await;
+                        g.drain().await;
+                    };
+                    if let Err(e) = axum::serve(listener, app)
+                        .with_graceful_shutdown(shutdown)
+                        .await
+                    {
+                        tracing::error!(error = %e, "HTTP server");
+                    }
+                });
+            })
+            .map_err(|e| StartError(format!("HTTP thread: {e}")))?;
+        tracing::info!(http = %http_addr, "signaling open");
+        Ok(Server {
+            gateway,
+            http_addr,
+            shutdown: Some(tx),
+            http_thread: Some(t),
+        })
+    }
+
+    /// The HTTP address.
+    pub fn http_addr(&self) -> SocketAddr {
+        self.http_addr
+    }
+
+    /// The base URL of the HTTP server (`http://ip:port`).
+    pub fn url(&self) -> String {
+        format!("http://{}", self.http_addr)
+    }
+
+    /// The gateway.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Graceful shutdown: stop admitting, close_notify to every participant, finish the HTTP
+    /// requests in flight, wait `drain_secs` for the last datagrams, stop the workers.
+    pub fn shutdown(mut self) {
+        self.stop_inner();
+    }
+
+    fn stop_inner(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.http_thread.take() {
+            let _ = t.join();
+        }
+        std::thread::sleep(Duration::from_secs_f64(
+            self.gateway.config().drain_secs.min(10.0),
+        ));
+        self.gateway.stop();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if self.http_thread.is_some() {
+            self.stop_inner();
+        }
+    }
+}

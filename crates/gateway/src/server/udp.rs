@@ -1,0 +1,261 @@
+//! Batched UDP I/O for the workers: one SO_REUSEPORT socket per worker on the shared media
+//! port, `recvmmsg` into fixed buffers and `sendmmsg` from a packed send slab (nix's safe
+//! wrappers; no allocation per call).
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+
+use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Datagrams per `recvmmsg`/`sendmmsg` call.
+pub const BATCH: usize = 32;
+/// Receive buffer size: any Ethernet-MTU datagram, with room to tell an oversized one.
+pub const DATAGRAM_MAX: usize = 2048;
+
+/// A non-blocking UDP socket bound with SO_REUSEPORT (so every worker can bind the same port
+/// and the kernel spreads flows across them), with large kernel buffers.
+pub fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_reuse_port(true)?;
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    // Bursts from many participants at once: keep them in the kernel rather than drop them.
+    let _ = s.set_recv_buffer_size(8 << 20);
+    let _ = s.set_send_buffer_size(8 << 20);
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
+fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = a.as_sockaddr_in() {
+        return Some(SocketAddr::from(*v4));
+    }
+    a.as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6(std::net::SocketAddrV6::from(*v6)))
+}
+
+/// Receive side: `BATCH` buffers and the headers `recvmmsg` fills.
+pub struct RecvBatch {
+    headers: MultiHeaders<SockaddrStorage>,
+    bufs: Box<[[u8; DATAGRAM_MAX]; BATCH]>,
+    meta: [(usize, Option<SocketAddr>); BATCH],
+    count: usize,
+}
+
+impl Default for RecvBatch {
+    fn default() -> Self {
+        RecvBatch {
+            headers: MultiHeaders::preallocate(BATCH, None),
+            bufs: Box::new([[0u8; DATAGRAM_MAX]; BATCH]),
+            meta: [(0, None); BATCH],
+            count: 0,
+        }
+    }
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("count", &self.count)
+            .finish()
+    }
+}
+
+impl RecvBatch {
+    /// Reads up to `BATCH` datagrams without blocking; `Ok(0)` when none are waiting.
+    pub fn recv(&mut self, socket: &impl AsRawFd) -> io::Result<usize> {
+        self.count = 0;
+        let mut it = self.bufs.iter_mut();
+        let mut slices: [[IoSliceMut<'_>; 1]; BATCH] = std::array::from_fn(|_| {
+            [IoSliceMut::new(
+                it.next()
+                    .expect("one buffer per slice: both have BATCH entries"),
+            )]
+        });
+        let results = match recvmmsg(
+            socket.as_raw_fd(),
+            &mut self.headers,
+            slices.iter_mut(),
+            MsgFlags::MSG_DONTWAIT,
+            None,
+        ) {
+            Ok(r) => r,
+            Err(nix::errno::Errno::EAGAIN) => return Ok(0),
+            Err(e) => return Err(io::Error::from(e)),
+        };
+        for (i, r) in results.enumerate() {
+            self.meta[i] = (r.bytes, r.address.as_ref().and_then(to_std));
+            self.count = i + 1;
+        }
+        Ok(self.count)
+    }
+
+    /// The datagrams of the last `recv`: (source, contents). A datagram whose source could not
+    /// be read (not IP) has no source.
+    pub fn get(&self, i: usize) -> (Option<SocketAddr>, &[u8]) {
+        let (len, from) = self.meta[i];
+        (from, &self.bufs[i][..len.min(DATAGRAM_MAX)])
+    }
+
+    /// How many datagrams the last `recv` read.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the last `recv` read nothing.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// Send side: datagrams packed into one slab, sent `BATCH` at a time.
+pub struct SendBatch {
+    headers: MultiHeaders<SockaddrStorage>,
+    slab: Vec<u8>,
+    items: Vec<(SocketAddr, usize, usize)>,
+}
+
+impl Default for SendBatch {
+    fn default() -> Self {
+        SendBatch {
+            headers: MultiHeaders::preallocate(BATCH, None),
+            slab: Vec::with_capacity(BATCH * 1600),
+            items: Vec::with_capacity(BATCH),
+        }
+    }
+}
+
+impl std::fmt::Debug for SendBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendBatch")
+            .field("queued", &self.items.len())
+            .finish()
+    }
+}
+
+/// What a flush did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Flushed {
+    /// Datagrams the kernel took.
+    pub sent: usize,
+    /// Their bytes.
+    pub bytes: usize,
+    /// Datagrams it refused (buffer full, unreachable, …): dropped.
+    pub failed: usize,
+}
+
+impl SendBatch {
+    /// Queues a datagram.
+    pub fn push(&mut self, to: SocketAddr, contents: &[u8]) {
+        let start = self.slab.len();
+        self.slab.extend_from_slice(contents);
+        self.items.push((to, start, contents.len()));
+    }
+
+    /// Datagrams queued.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Sends everything queued (`sendmmsg`, `BATCH` per call) and empties the batch.
+    pub fn flush(&mut self, socket: &impl AsRawFd) -> Flushed {
+        let mut done = Flushed::default();
+        let mut next = 0;
+        while next < self.items.len() {
+            let chunk = &self.items[next..(next + BATCH).min(self.items.len())];
+            let slab = &self.slab;
+            let mut it = chunk.iter();
+            let slices: [[IoSlice<'_>; 1]; BATCH] = std::array::from_fn(|_| match it.next() {
+                Some(&(_, start, len)) => [IoSlice::new(&slab[start..start + len])],
+                None => [IoSlice::new(&[])],
+            });
+            let addrs: [Option<SockaddrStorage>; BATCH] =
+                std::array::from_fn(|i| chunk.get(i).map(|(to, _, _)| SockaddrStorage::from(*to)));
+            let n = chunk.len();
+            match sendmmsg(
+                socket.as_raw_fd(),
+                &mut self.headers,
+                slices[..n].iter(),
+                &addrs[..n],
+                [],
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(results) => {
+                    let mut sent = 0;
+                    for r in results {
+                        sent += 1;
+                        done.bytes += r.bytes;
+                    }
+                    done.sent += sent;
+                    if sent == 0 {
+                        // Nothing taken: drop the head datagram so the loop moves on.
+                        done.failed += 1;
+                        next += 1;
+                    } else {
+                        next += sent;
+                    }
+                }
+                Err(_) => {
+                    // The first datagram of the chunk failed (EAGAIN with a full buffer, an
+                    // ICMP error reported late, …): it is dropped; the rest are retried.
+                    done.failed += 1;
+                    next += 1;
+                }
+            }
+        }
+        self.items.clear();
+        self.slab.clear();
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_goes_out_and_comes_back_in() {
+        let a = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let b = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let to = b.local_addr().unwrap();
+        let mut out = SendBatch::default();
+        for i in 0..70u8 {
+            out.push(to, &vec![i; 10 + usize::from(i)]);
+        }
+        let f = out.flush(&a);
+        assert_eq!(f.sent, 70);
+        assert_eq!(f.failed, 0);
+        assert!(out.is_empty());
+        let mut got = Vec::new();
+        let mut rx = RecvBatch::default();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while got.len() < 70 && std::time::Instant::now() < deadline {
+            let n = rx.recv(&b).unwrap();
+            for i in 0..n {
+                let (from, d) = rx.get(i);
+                assert_eq!(from, Some(a.local_addr().unwrap()));
+                got.push(d.to_vec());
+            }
+            if n == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+        assert_eq!(got.len(), 70);
+        for (i, d) in got.iter().enumerate() {
+            assert_eq!(d.len(), 10 + i);
+            assert!(d.iter().all(|x| usize::from(*x) == i));
+        }
+    }
+}

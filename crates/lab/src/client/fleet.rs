@@ -1,0 +1,306 @@
+//! Many simulated participants driven on a few threads (one mio poll each), joined in rooms,
+//! sending for a while, then leaving; live counters while they run and a summary at the end.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use mio::{Events, Interest, Poll, Token};
+
+use super::{Leg, Phase, Signaling, SimParticipant};
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// The gateway's HTTP side.
+    pub signaling: Signaling,
+    /// Rooms.
+    pub rooms: usize,
+    /// Participants per room.
+    pub per_room: usize,
+    /// What each participant of a room is (cycled: `[Join]` makes every one a conference
+    /// participant; `[Whip, Whep, Whep]` one publisher and two subscribers per three).
+    pub legs: Vec<Leg>,
+    /// Room names are `{prefix}{n}`.
+    pub room_prefix: String,
+    /// How long media flows once everybody is up.
+    pub duration: Duration,
+    /// Threads driving the participants.
+    pub threads: usize,
+    /// Address the participants' sockets bind to.
+    pub bind_ip: IpAddr,
+    /// How long to wait for every participant to connect.
+    pub connect_timeout: Duration,
+    /// Senders also inject a replayed and a forged packet once a second.
+    pub inject_bad: bool,
+}
+
+/// Live counters, readable while the fleet runs.
+#[derive(Debug, Default)]
+pub struct FleetProgress {
+    /// Participants whose offer was answered.
+    pub joined: AtomicU64,
+    /// Participants connected (DTLS-SRTP up).
+    pub connected: AtomicU64,
+    /// Participants that failed.
+    pub failed: AtomicU64,
+    /// Audio packets sent.
+    pub sent: AtomicU64,
+    /// Audio packets received.
+    pub received: AtomicU64,
+    /// Set to stop early.
+    pub stop: AtomicBool,
+}
+
+/// What a fleet run found.
+#[derive(Debug, Clone, Default)]
+pub struct FleetReport {
+    /// Participants started.
+    pub participants: usize,
+    /// Connected.
+    pub connected: usize,
+    /// Failures with their reasons.
+    pub failures: Vec<String>,
+    /// Audio packets sent.
+    pub sent: u64,
+    /// Audio packets received.
+    pub received: u64,
+    /// Packets expected by the receivers (sequence-number span of each stream they got).
+    pub expected: u64,
+    /// Expected minus received.
+    pub lost: u64,
+    /// Packets that failed to unprotect at a receiver.
+    pub rx_errors: u64,
+    /// Replayed and forged packets sent at the gateway.
+    pub bad_sent: u64,
+    /// Streams received that should have been and were not: (receiver count × publishers in
+    /// its room) minus streams seen.
+    pub missing_streams: u64,
+    /// End-to-end delay percentiles (p50, p90, p99, max) in microseconds.
+    pub delay_us: Option<[u32; 4]>,
+    /// Setup time (POST to keys) percentiles (p50, p99) in milliseconds.
+    pub setup_ms: Option<[f64; 2]>,
+    /// Seconds of media (from all connected to the end).
+    pub media_secs: f64,
+}
+
+fn percentile<T: Copy + Ord>(sorted: &[T], q: f64) -> T {
+    let i = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i]
+}
+
+/// Joins every participant (HTTP, sequentially), runs them on `threads` threads until
+/// `duration` of media has passed after all connected (or the connect timeout), then sends
+/// close_notify and DELETE for each and summarizes.
+pub fn run(config: &FleetConfig, progress: Arc<FleetProgress>) -> anyhow::Result<FleetReport> {
+    let epoch = Instant::now();
+    let mut all = Vec::new();
+    for r in 0..config.rooms {
+        let room = format!("{}{}", config.room_prefix, r + 1);
+        for i in 0..config.per_room {
+            let leg = config.legs[i % config.legs.len().max(1)];
+            let mut p = SimParticipant::join(&config.signaling, &room, leg, config.bind_ip, epoch)
+                .with_context(|| format!("participant {} of room {room}", i + 1))?;
+            p.inject_bad = config.inject_bad;
+            progress.joined.fetch_add(1, Ordering::Relaxed);
+            all.push(p);
+        }
+    }
+    let total = all.len();
+    let threads = config.threads.clamp(1, total.max(1));
+    let mut groups: Vec<Vec<SimParticipant>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, p) in all.into_iter().enumerate() {
+        groups[i % threads].push(p);
+    }
+    let all_up = Arc::new(AtomicU64::new(0));
+    let media_start = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut handles = Vec::new();
+    for (t, group) in groups.into_iter().enumerate() {
+        let progress = progress.clone();
+        let cfg = config.clone();
+        let media_start = media_start.clone();
+        let all_up = all_up.clone();
+        handles.push(
+            std::thread::Builder::new()
+                .name(format!("sim-fleet-{t}"))
+                .spawn(move || drive(group, &cfg, &progress, total, &all_up, &media_start))
+                .context("starting a fleet thread")?,
+        );
+    }
+    let mut done = Vec::new();
+    for h in handles {
+        done.extend(
+            h.join()
+                .map_err(|_| anyhow::anyhow!("a fleet thread panicked"))??,
+        );
+    }
+    let media_secs = media_start
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .map_or(0.0, |t| t.elapsed().as_secs_f64());
+    for p in &done {
+        let _ = config.signaling.delete(&p.location);
+    }
+    Ok(summarize(&done, media_secs))
+}
+
+fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
+    let mut r = FleetReport {
+        participants: done.len(),
+        media_secs,
+        ..FleetReport::default()
+    };
+    let mut delays: Vec<u32> = Vec::new();
+    let mut setup: Vec<Duration> = Vec::new();
+    for p in done {
+        match &p.phase {
+            Phase::Connected => r.connected += 1,
+            Phase::Failed(why) => r.failures.push(format!("{} ({:?}): {why}", p.room, p.leg)),
+            other => r
+                .failures
+                .push(format!("{} ({:?}): still {other:?}", p.room, p.leg)),
+        }
+        r.sent += p.sent;
+        r.rx_errors += p.rx_errors;
+        r.bad_sent += p.bad_sent;
+        for s in p.streams.values() {
+            r.received += s.received;
+            r.expected += s.expected();
+            r.lost += s.lost();
+        }
+        if p.leg.receives() {
+            let publishers = done
+                .iter()
+                .filter(|q| q.room == p.room && q.leg.sends() && !std::ptr::eq(*q, p))
+                .count() as u64;
+            r.missing_streams += publishers.saturating_sub(p.streams.len() as u64);
+        }
+        delays.extend_from_slice(&p.delays_us);
+        setup.extend(p.setup_time);
+    }
+    if !delays.is_empty() {
+        delays.sort_unstable();
+        r.delay_us = Some([
+            percentile(&delays, 0.5),
+            percentile(&delays, 0.9),
+            percentile(&delays, 0.99),
+            *delays.last().expect("not empty"),
+        ]);
+    }
+    if !setup.is_empty() {
+        setup.sort_unstable();
+        r.setup_ms = Some([
+            percentile(&setup, 0.5).as_secs_f64() * 1e3,
+            percentile(&setup, 0.99).as_secs_f64() * 1e3,
+        ]);
+    }
+    r
+}
+
+fn drive(
+    mut group: Vec<SimParticipant>,
+    config: &FleetConfig,
+    progress: &FleetProgress,
+    total: usize,
+    all_up: &AtomicU64,
+    media_start: &std::sync::Mutex<Option<Instant>>,
+) -> anyhow::Result<Vec<SimParticipant>> {
+    let mut poll = Poll::new().context("fleet poll")?;
+    for (i, p) in group.iter_mut().enumerate() {
+        poll.registry()
+            .register(p.socket_mut(), Token(i), Interest::READABLE)
+            .context("registering a participant socket")?;
+    }
+    let mut events = Events::with_capacity(1024);
+    let started = Instant::now();
+    let mut up = vec![false; group.len()];
+    let mut reported_sent = 0u64;
+    let mut reported_received = 0u64;
+    let mut last_report = Instant::now();
+    loop {
+        let now = Instant::now();
+        let next = group.iter().map(SimParticipant::deadline).min();
+        let timeout = next.map_or(Duration::from_millis(10), |t| {
+            t.saturating_duration_since(now)
+                .min(Duration::from_millis(10))
+        });
+        poll.poll(&mut events, Some(timeout))
+            .context("fleet poll")?;
+        let now = Instant::now();
+        for ev in events.iter() {
+            if let Some(p) = group.get_mut(ev.token().0) {
+                p.on_readable(now).context("participant socket")?;
+            }
+        }
+        for (i, p) in group.iter_mut().enumerate() {
+            if p.deadline() <= now {
+                p.on_timer(now);
+            }
+            if !up[i] {
+                match p.phase {
+                    Phase::Connected => {
+                        up[i] = true;
+                        progress.connected.fetch_add(1, Ordering::Relaxed);
+                        if all_up.fetch_add(1, Ordering::AcqRel) + 1 == total as u64 {
+                            *media_start.lock().unwrap_or_else(|e| e.into_inner()) =
+                                Some(Instant::now());
+                        }
+                    }
+                    Phase::Failed(_) => {
+                        up[i] = true;
+                        progress.failed.fetch_add(1, Ordering::Relaxed);
+                        all_up.fetch_add(1, Ordering::AcqRel);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if now.duration_since(last_report) >= Duration::from_millis(100) {
+            last_report = now;
+            let sent: u64 = group.iter().map(|p| p.sent).sum();
+            let received: u64 = group
+                .iter()
+                .flat_map(|p| p.streams.values())
+                .map(|s| s.received)
+                .sum();
+            progress
+                .sent
+                .fetch_add(sent - reported_sent, Ordering::Relaxed);
+            progress
+                .received
+                .fetch_add(received - reported_received, Ordering::Relaxed);
+            reported_sent = sent;
+            reported_received = received;
+        }
+        if progress.stop.load(Ordering::Relaxed) {
+            break;
+        }
+        let everybody = all_up.load(Ordering::Acquire) >= total as u64;
+        if !everybody && now.duration_since(started) > config.connect_timeout {
+            break;
+        }
+        let media_since = *media_start.lock().unwrap_or_else(|e| e.into_inner());
+        if media_since.is_some_and(|t| now.duration_since(t) >= config.duration) {
+            break;
+        }
+    }
+    // Let the last packets in flight arrive, then say goodbye.
+    let end = Instant::now() + Duration::from_millis(60);
+    while Instant::now() < end {
+        poll.poll(&mut events, Some(Duration::from_millis(5)))
+            .context("fleet poll")?;
+        let now = Instant::now();
+        for ev in events.iter() {
+            if let Some(p) = group.get_mut(ev.token().0) {
+                p.on_readable(now).context("participant socket")?;
+            }
+        }
+    }
+    let now = Instant::now();
+    for p in &mut group {
+        p.close(now);
+    }
+    Ok(group)
+}
