@@ -129,7 +129,14 @@ fn refuse(state: &AppState, status: StatusCode, reason: impl Into<String>) -> Re
         .stats()
         .http_refused
         .fetch_add(1, Ordering::Relaxed);
-    let mut line = reason.into();
+    // One line, whatever the reason quotes (parser errors echo the offending input), and
+    // bounded: the input came from the network.
+    let mut line: String = reason
+        .into()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(300)
+        .collect();
     line.push('\n');
     let mut r = (
         status,

@@ -170,6 +170,7 @@ pub struct SimParticipant {
     pub inject_bad: bool,
     /// Bad packets sent (replays + forgeries).
     pub bad_sent: u64,
+    closed: bool,
 }
 
 impl std::fmt::Debug for SimParticipant {
@@ -314,12 +315,26 @@ impl SimParticipant {
         bind_ip: IpAddr,
         epoch: Instant,
     ) -> anyhow::Result<SimParticipant> {
+        Self::join_announcing(signaling, room, leg, bind_ip, epoch, None)
+    }
+
+    /// As [`SimParticipant::join`], announcing `fingerprint` in the offer instead of its own
+    /// certificate's (a test of the gateway's fingerprint check: the handshake must fail).
+    pub fn join_announcing(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+        fingerprint: Option<Fingerprint>,
+    ) -> anyhow::Result<SimParticipant> {
         let cert = Certificate::self_signed(KeyType::EcdsaP256, "secrelay-sim")
             .context("generating the participant's certificate")?;
         let ufrag = random_token(8);
         let pwd = random_token(24);
         let ssrc = u32::from_be_bytes(random_bytes::<4>()).max(1);
-        let offer = audio_offer(leg, &ufrag, &pwd, &cert.fingerprint(), ssrc);
+        let announced = fingerprint.unwrap_or_else(|| cert.fingerprint());
+        let offer = audio_offer(leg, &ufrag, &pwd, &announced, ssrc);
         let started = Instant::now();
         let (status, location, body) = signaling.post_offer(&leg.path(room), &offer)?;
         if status != 201 {
@@ -397,6 +412,7 @@ impl SimParticipant {
             buf: vec![0u8; 2048],
             inject_bad: false,
             bad_sent: 0,
+            closed: false,
         })
     }
 
@@ -610,9 +626,52 @@ impl SimParticipant {
                 DtlsOutput::Event(DtlsEvent::Failed(r)) => {
                     self.phase = Phase::Failed(format!("DTLS: {r}"));
                 }
+                DtlsOutput::Event(DtlsEvent::Closed) => self.closed = true,
                 DtlsOutput::Event(_) => {}
             }
         }
+    }
+
+    /// One step without a poll: reads what is waiting, runs the timers that are due.
+    pub fn step(&mut self, now: Instant) -> io::Result<()> {
+        self.on_readable(now)?;
+        if self.deadline() <= now {
+            self.on_timer(now);
+        }
+        Ok(())
+    }
+
+    /// Steps every participant (sleeping 1 ms between rounds) until `done` holds or `timeout`
+    /// passes; whether `done` held.
+    pub fn drive_until(
+        group: &mut [SimParticipant],
+        timeout: Duration,
+        mut done: impl FnMut(&[SimParticipant]) -> bool,
+    ) -> io::Result<bool> {
+        let end = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            for p in group.iter_mut() {
+                p.step(now)?;
+            }
+            if done(group) {
+                return Ok(true);
+            }
+            if now >= end {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether the DTLS association closed (close_notify sent or received).
+    pub fn peer_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Packets received, all streams.
+    pub fn received(&self) -> u64 {
+        self.streams.values().map(|s| s.received).sum()
     }
 
     /// Sends close_notify.

@@ -1,0 +1,356 @@
+//! The HTTP side of `secrelay serve` over a real socket: every refusal gets the status the
+//! standard names and a one-line reason; the JSON API, metrics and health answer.
+
+use std::time::Instant;
+
+use secrelay_dtls::{Certificate, KeyType};
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_lab::client::{audio_offer, Leg};
+
+fn start(token_room: Option<(&str, &str)>) -> Server {
+    let mut c = ServeConfig {
+        http: "127.0.0.1:0".parse().unwrap(),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 2,
+        drain_secs: 0.0,
+        max_body_bytes: 4096,
+        ..ServeConfig::default()
+    };
+    if let Some((room, token)) = token_room {
+        c.rooms.insert(
+            room.into(),
+            secrelay_gateway::server::config::RoomConfig {
+                token: Some(token.into()),
+            },
+        );
+    }
+    Server::start(c).unwrap()
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// (status, headers we look at, body)
+struct Reply {
+    status: u16,
+    location: Option<String>,
+    etag: Option<String>,
+    www_auth: Option<String>,
+    body: String,
+}
+
+fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -> Reply {
+    let a = agent();
+    let mut r = match (method, body) {
+        ("POST", b) | ("PATCH", b) => {
+            let mut req = if method == "POST" {
+                a.post(url)
+            } else {
+                a.patch(url)
+            };
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            req.send(b.unwrap_or("")).unwrap()
+        }
+        ("DELETE", _) => {
+            let mut req = a.delete(url);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            req.call().unwrap()
+        }
+        _ => {
+            let mut req = a.get(url);
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            req.call().unwrap()
+        }
+    };
+    let h = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let (location, etag, www_auth) = (h("location"), h("etag"), h("www-authenticate"));
+    Reply {
+        status: r.status().as_u16(),
+        location,
+        etag,
+        www_auth,
+        body: r.body_mut().read_to_string().unwrap_or_default(),
+    }
+}
+
+fn offer(leg: Leg) -> String {
+    let cert = Certificate::self_signed(KeyType::EcdsaP256, "http-test").unwrap();
+    audio_offer(
+        leg,
+        "abcd",
+        "0123456789abcdefghijklmn",
+        &cert.fingerprint(),
+        1234,
+    )
+}
+
+const SDP: (&str, &str) = ("Content-Type", "application/sdp");
+const FRAG: (&str, &str) = ("Content-Type", "application/trickle-ice-sdpfrag");
+
+#[test]
+fn refusals_name_the_standard_status_and_a_reason() {
+    let s = start(Some(("locked", "s3cret")));
+    let u = s.url();
+
+    let r = call(
+        "POST",
+        &format!("{u}/whip/a"),
+        &[("Content-Type", "text/plain")],
+        Some(&offer(Leg::Whip)),
+    );
+    assert_eq!(r.status, 415, "{}", r.body);
+    assert!(r.body.contains("application/sdp"), "{}", r.body);
+
+    let r = call(
+        "POST",
+        &format!("{u}/whip/a"),
+        &[SDP],
+        Some("v=0\r\nthis is not sdp\r\n"),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.starts_with("bad SDP offer"), "{}", r.body);
+    assert_eq!(r.body.trim_end().lines().count(), 1, "one line: {}", r.body);
+
+    // Audio offered only as G.722: nothing the gateway forwards.
+    let g722 = offer(Leg::Whip)
+        .replace(
+            "m=audio 9 UDP/TLS/RTP/SAVPF 0",
+            "m=audio 9 UDP/TLS/RTP/SAVPF 9",
+        )
+        .replace("a=rtpmap:0 PCMU/8000", "a=rtpmap:9 G722/8000");
+    let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&g722));
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert!(r.body.contains("codec"), "{}", r.body);
+
+    let big = format!(
+        "{}{}",
+        offer(Leg::Whip),
+        "a=x-padding:".to_owned() + &"x".repeat(8000)
+    );
+    let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&big));
+    assert_eq!(r.status, 413, "{}", r.body);
+
+    let r = call(
+        "POST",
+        &format!("{u}/whip/bad%2Fname"),
+        &[SDP],
+        Some(&offer(Leg::Whip)),
+    );
+    assert_eq!(r.status, 404, "{}", r.body);
+
+    // The locked room: no token, a wrong one, the right one.
+    let r = call(
+        "POST",
+        &format!("{u}/whip/locked"),
+        &[SDP],
+        Some(&offer(Leg::Whip)),
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
+    assert_eq!(r.www_auth.as_deref(), Some("Bearer"));
+    let r = call(
+        "POST",
+        &format!("{u}/whip/locked"),
+        &[SDP, ("Authorization", "Bearer wrong!")],
+        Some(&offer(Leg::Whip)),
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = call(
+        "POST",
+        &format!("{u}/whip/locked"),
+        &[SDP, ("Authorization", "Bearer s3cret")],
+        Some(&offer(Leg::Whip)),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+
+    let r = call("GET", &format!("{u}/api/rooms/nowhere"), &[], None);
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = call("DELETE", &format!("{u}/whip/a/0123456789"), &[], None);
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = call(
+        "DELETE",
+        &format!("{u}/api/rooms/a/participants/0123456789"),
+        &[],
+        None,
+    );
+    assert_eq!(r.status, 404, "{}", r.body);
+    let r = call("GET", &format!("{u}/no/such/route"), &[], None);
+    assert_eq!(r.status, 404, "{}", r.body);
+    s.shutdown();
+}
+
+#[test]
+fn whip_resource_lifecycle_etag_patch_delete() {
+    let s = start(None);
+    let u = s.url();
+    let r = call(
+        "POST",
+        &format!("{u}/whip/stage"),
+        &[SDP],
+        Some(&offer(Leg::Whip)),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert!(r.body.starts_with("v=0"), "an SDP answer: {}", r.body);
+    assert!(r.body.contains("a=ice-lite"), "{}", r.body);
+    assert!(r.body.contains("a=setup:passive"), "{}", r.body);
+    let location = r.location.expect("Location");
+    assert!(location.starts_with("/whip/stage/"), "{location}");
+    let etag = r.etag.expect("ETag");
+    let resource = format!("{u}{location}");
+
+    let r = call(
+        "PATCH",
+        &resource,
+        &[FRAG],
+        Some("a=candidate:1 1 udp 1 192.0.2.9 9 typ host\r\n"),
+    );
+    assert_eq!(r.status, 428, "{}", r.body);
+    let r = call(
+        "PATCH",
+        &resource,
+        &[FRAG, ("If-Match", "\"stale\"")],
+        Some("a=end-of-candidates\r\n"),
+    );
+    assert_eq!(r.status, 412, "{}", r.body);
+    let r = call(
+        "PATCH",
+        &resource,
+        &[("Content-Type", "application/sdp"), ("If-Match", &etag)],
+        Some(""),
+    );
+    assert_eq!(r.status, 415, "{}", r.body);
+    let r = call(
+        "PATCH",
+        &resource,
+        &[FRAG, ("If-Match", &etag)],
+        Some("a=candidate:1 1 udp 1 192.0.2.9 9 typ host\r\n"),
+    );
+    assert_eq!(r.status, 204, "trickle: {}", r.body);
+
+    // ICE restart: new credentials, If-Match: *, our new credentials back and a new ETag.
+    let r = call(
+        "PATCH",
+        &resource,
+        &[FRAG, ("If-Match", "*")],
+        Some("a=ice-ufrag:wxyz\r\na=ice-pwd:zyxwvutsrqponmlkjihgfedcba\r\n"),
+    );
+    assert_eq!(r.status, 200, "restart: {}", r.body);
+    assert!(
+        r.body.contains("a=ice-ufrag:") && r.body.contains("a=ice-pwd:"),
+        "{}",
+        r.body
+    );
+    let new_etag = r.etag.expect("a new ETag");
+    assert_ne!(new_etag, etag);
+
+    let room = call("GET", &format!("{u}/api/rooms/stage"), &[], None);
+    assert_eq!(room.status, 200);
+    let v: serde_json::Value = serde_json::from_str(&room.body).unwrap();
+    let p = &v["participants"][0];
+    assert_eq!(p["kind"], "whip");
+    assert_eq!(p["state"], "new");
+    assert_eq!(
+        p["id"].as_str().unwrap(),
+        location.rsplit('/').next().unwrap()
+    );
+    for f in [
+        "packets_in",
+        "bytes_in",
+        "packets_out",
+        "bytes_out",
+        "auth_failures",
+        "replays",
+    ] {
+        assert_eq!(p[f], 0, "{f}");
+    }
+    let all = call("GET", &format!("{u}/api/rooms"), &[], None);
+    let v: serde_json::Value = serde_json::from_str(&all.body).unwrap();
+    assert_eq!(v["rooms"].as_array().unwrap().len(), 1);
+
+    let r = call("DELETE", &resource, &[], None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = call("DELETE", &resource, &[], None);
+    assert_eq!(r.status, 404, "deleted twice: {}", r.body);
+    let all = call("GET", &format!("{u}/api/rooms"), &[], None);
+    let v: serde_json::Value = serde_json::from_str(&all.body).unwrap();
+    assert!(v["rooms"].as_array().unwrap().is_empty(), "{v}");
+    assert_eq!(
+        s.gateway().directory_sizes(),
+        (0, 0),
+        "nothing left in the routing directory"
+    );
+    s.shutdown();
+}
+
+#[test]
+fn cors_preflight_health_and_metrics() {
+    let s = start(None);
+    let u = s.url();
+    let a = agent();
+    let r = a
+        .options(&format!("{u}/whip/x"))
+        .header("Origin", "https://app.example")
+        .header("Access-Control-Request-Method", "POST")
+        .header(
+            "Access-Control-Request-Headers",
+            "content-type,authorization",
+        )
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.headers()
+            .get("access-control-allow-origin")
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        "*"
+    );
+    let r = call("GET", &format!("{u}/healthz"), &[], None);
+    assert_eq!((r.status, r.body.trim()), (200, "ok"));
+    let _ = call(
+        "POST",
+        &format!("{u}/whip/m"),
+        &[("Content-Type", "text/plain")],
+        Some("x"),
+    );
+    let r = call("GET", &format!("{u}/metrics"), &[], None);
+    assert_eq!(r.status, 200);
+    for name in [
+        "secrelay_datagrams_total{direction=\"in\"}",
+        "secrelay_handshakes_total{result=\"ok\"}",
+        "secrelay_drops_total{reason=\"auth_failed\"}",
+        "secrelay_relay_latency_seconds_bucket",
+        "secrelay_handshake_duration_seconds_count",
+        "secrelay_participants ",
+        "secrelay_rooms ",
+    ] {
+        assert!(
+            r.body.contains(name),
+            "{name} missing from /metrics:\n{}",
+            r.body
+        );
+    }
+    assert!(
+        r.body.contains("secrelay_http_refused_total 1"),
+        "the 415 was counted:\n{}",
+        r.body
+    );
+    let start = Instant::now();
+    s.shutdown();
+    assert!(start.elapsed().as_secs() < 10);
+}

@@ -1,0 +1,250 @@
+//! Sessions through `secrelay serve` over real sockets, with the lab's simulated participants
+//! (HTTP offer, ICE checks, DTLS-SRTP, SRTP on their own UDP sockets): media relayed between
+//! WHIP, WHEP and conference legs; consent expiry, a wrong fingerprint, DELETE and shutdown
+//! tear sessions down, count why, and leave nothing behind.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use secrelay_dtls::{Certificate, KeyType};
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_lab::client::{Leg, Phase, Signaling, SimParticipant};
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn start(consent_secs: f64) -> Server {
+    Server::start(ServeConfig {
+        http: "127.0.0.1:0".parse().unwrap(),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 2,
+        consent_timeout_secs: consent_secs,
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap()
+}
+
+fn signaling(s: &Server) -> Signaling {
+    Signaling {
+        base_url: s.url(),
+        token: None,
+    }
+}
+
+fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn whip_whep_and_join_legs_relay_media_both_ways() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    // The subscriber first: it must receive publishers that arrive after it.
+    let mut group = vec![
+        SimParticipant::join(&sig, "hall", Leg::Whep, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "hall", Leg::Whip, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "hall", Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "hall", Leg::Join, LOCAL, epoch).unwrap(),
+    ];
+    let up = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+        g.iter().all(|p| p.phase == Phase::Connected)
+    })
+    .unwrap();
+    assert!(up, "not all connected: {group:?}");
+    // Everybody who receives hears every sender but itself.
+    let heard = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+        g.iter().filter(|p| p.leg.receives()).all(|p| {
+            p.streams.len()
+                == g.iter()
+                    .filter(|q| q.leg.sends() && !std::ptr::eq(*q, p))
+                    .count()
+                && p.streams.values().all(|st| st.received >= 25)
+        })
+    })
+    .unwrap();
+    let summary: Vec<_> = group
+        .iter()
+        .map(|p| (p.leg, p.sent, p.streams.len(), p.received()))
+        .collect();
+    assert!(heard, "media did not reach every receiver: {summary:?}");
+    for p in &group {
+        assert_eq!(
+            p.rx_errors, 0,
+            "{:?} got packets it could not unprotect",
+            p.leg
+        );
+        if p.leg == Leg::Whip {
+            assert_eq!(p.received(), 0, "a WHIP publisher receives nothing");
+        }
+    }
+    // The WHEP subscriber hears 3 senders; a conference member hears 2.
+    assert_eq!(group[0].streams.len(), 3);
+    assert_eq!(group[2].streams.len(), 2);
+
+    // The API sees the four, connected, with a DTLS-SRTP profile and counters.
+    let body = ureq::get(&format!("{}/api/rooms/hall", s.url()))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ps = v["participants"].as_array().unwrap();
+    assert_eq!(ps.len(), 4, "{v}");
+    for p in ps {
+        assert_eq!(p["state"], "connected", "{p}");
+        let profile = p["srtp_profile"].as_str().unwrap();
+        assert!(
+            secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES
+                .iter()
+                .any(|d| d.to_string() == profile),
+            "{p}"
+        );
+        assert!(p["handshake_ms"].as_f64().unwrap() > 0.0, "{p}");
+    }
+    let whep = ps.iter().find(|p| p["kind"] == "whep").unwrap();
+    assert!(whep["packets_out"].as_u64().unwrap() >= 75, "{whep}");
+    let whip = ps.iter().find(|p| p["kind"] == "whip").unwrap();
+    assert!(whip["packets_in"].as_u64().unwrap() >= 25, "{whip}");
+
+    // Leaving: close_notify from each, then DELETE; nothing is left.
+    let now = Instant::now();
+    for p in &mut group {
+        p.close(now);
+        assert_eq!(sig.delete(&p.location).unwrap(), 200);
+    }
+    let g = s.gateway().clone();
+    wait("every session to go", Duration::from_secs(5), || {
+        g.stats().totals().participants == 0
+    });
+    assert_eq!(g.directory_sizes(), (0, 0));
+    let t = g.stats().totals();
+    assert_eq!(t.handshakes_ok, 4);
+    assert_eq!(t.rooms, 0);
+    assert!(t.media_forwarded >= 25 * 7, "{t:?}");
+    s.shutdown();
+}
+
+#[test]
+fn replayed_and_forged_packets_are_dropped_and_counted() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&sig, "attack", Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "attack", Leg::Join, LOCAL, epoch).unwrap(),
+    ];
+    group[0].inject_bad = true;
+    let done =
+        SimParticipant::drive_until(&mut group, Duration::from_secs(30), |g| g[0].bad_sent >= 4)
+            .unwrap();
+    assert!(done, "{group:?}");
+    let g = s.gateway().clone();
+    wait("the drops to be counted", Duration::from_secs(5), || {
+        let t = g.stats().totals();
+        let by = |k: &str| {
+            t.drops_by_reason
+                .iter()
+                .find(|e| e.0 == k)
+                .map_or(0, |e| e.1)
+        };
+        by("replayed") >= 2 && by("auth_failed") >= 2
+    });
+    // The receiver got only genuine packets.
+    assert_eq!(group[1].rx_errors, 0);
+    let st = group[1].streams.values().next().unwrap();
+    assert!(st.received <= group[0].sent);
+    s.shutdown();
+}
+
+#[test]
+fn a_silent_participant_loses_consent_and_is_removed() {
+    let s = start(1.0);
+    let sig = signaling(&s);
+    // Offer answered, then nothing: no ICE check ever arrives.
+    let p = SimParticipant::join(&sig, "quiet", Leg::Join, LOCAL, Instant::now()).unwrap();
+    let g = s.gateway().clone();
+    assert_eq!(g.stats().totals().participants, 1);
+    wait("consent to expire", Duration::from_secs(10), || {
+        g.stats().totals().participants == 0
+    });
+    let t = g.stats().totals();
+    assert!(
+        t.closed_by_reason.contains(&("consent_expired", 1)),
+        "{t:?}"
+    );
+    assert_eq!(g.directory_sizes(), (0, 0));
+    drop(p);
+    s.shutdown();
+}
+
+#[test]
+fn a_wrong_fingerprint_fails_the_handshake_and_is_counted() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let other = Certificate::self_signed(KeyType::EcdsaP256, "not-me").unwrap();
+    let mut group = vec![SimParticipant::join_announcing(
+        &sig,
+        "fp",
+        Leg::Join,
+        LOCAL,
+        Instant::now(),
+        Some(other.fingerprint()),
+    )
+    .unwrap()];
+    let g = s.gateway().clone();
+    // The client side may or may not hear the gateway's alert; the gateway must end it.
+    let _ = SimParticipant::drive_until(&mut group, Duration::from_secs(10), |_| {
+        g.stats().totals().handshakes_failed > 0
+    });
+    wait("the session to be removed", Duration::from_secs(5), || {
+        g.stats().totals().participants == 0
+    });
+    let t = g.stats().totals();
+    assert_eq!(t.handshakes_failed, 1, "{t:?}");
+    assert_eq!(t.handshakes_ok, 0, "{t:?}");
+    assert!(
+        t.closed_by_reason.contains(&("fingerprint_mismatch", 1)),
+        "{t:?}"
+    );
+    assert_ne!(group[0].phase, Phase::Connected);
+    s.shutdown();
+}
+
+#[test]
+fn shutdown_sends_close_notify_and_leaves_nothing() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    let mut group: Vec<SimParticipant> = (0..3)
+        .map(|_| SimParticipant::join(&sig, "bye", Leg::Join, LOCAL, epoch).unwrap())
+        .collect();
+    assert!(
+        SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+            g.iter().all(|p| p.phase == Phase::Connected)
+        })
+        .unwrap()
+    );
+    let g = s.gateway().clone();
+    let url = s.url();
+    s.shutdown();
+    let t = g.stats().totals();
+    assert!(t.closed_by_reason.contains(&("shutdown", 3)), "{t:?}");
+    assert_eq!(t.participants, 0);
+    assert_eq!(g.directory_sizes(), (0, 0));
+    assert!(!g.admitting());
+    // The participants heard close_notify.
+    let closed = SimParticipant::drive_until(&mut group, Duration::from_secs(5), |g| {
+        g.iter()
+            .all(|p| matches!(p.phase, Phase::Failed(_)) || p.peer_closed())
+    })
+    .unwrap();
+    assert!(closed, "{group:?}");
+    // And the HTTP side is gone.
+    assert!(ureq::get(&format!("{url}/healthz")).call().is_err());
+}
