@@ -37,6 +37,9 @@ pub enum LabCommand {
     Handshake(crate::lab_handshake::HandshakeArgs),
     /// A DTLS-SRTP server on one UDP socket for many clients at once, with a keylog.
     HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
+    /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
+    /// latency, and the gateway's CPU per packet and memory per participant.
+    GatewayLoad(crate::lab_gateway::GatewayLoadArgs),
     /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
     Crypto(StudyArgs),
     /// Child process for heap per operation under DHAT (internal).
@@ -76,6 +79,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             None => return Ok(()),
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
+        LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

@@ -96,6 +96,18 @@ fn percentile<T: Copy + Ord>(sorted: &[T], q: f64) -> T {
 /// close_notify and DELETE for each and summarizes.
 pub fn run(config: &FleetConfig, progress: Arc<FleetProgress>) -> anyhow::Result<FleetReport> {
     let epoch = Instant::now();
+    let group = join_all(config, &progress, epoch)?;
+    let (done, media_secs) = run_media(config, group, progress)?;
+    leave_all(config, &done);
+    Ok(summarize(&done, media_secs))
+}
+
+/// Sends every participant's offer (sequentially) and builds them from the answers.
+pub fn join_all(
+    config: &FleetConfig,
+    progress: &FleetProgress,
+    epoch: Instant,
+) -> anyhow::Result<Vec<SimParticipant>> {
     let mut all = Vec::new();
     for r in 0..config.rooms {
         let room = format!("{}{}", config.room_prefix, r + 1);
@@ -108,6 +120,17 @@ pub fn run(config: &FleetConfig, progress: Arc<FleetProgress>) -> anyhow::Result
             all.push(p);
         }
     }
+    Ok(all)
+}
+
+/// Runs the participants on `threads` threads until `duration` of media has passed after all
+/// connected (or the connect timeout); each sends close_notify at the end. Returns them and
+/// the seconds of media.
+pub fn run_media(
+    config: &FleetConfig,
+    all: Vec<SimParticipant>,
+    progress: Arc<FleetProgress>,
+) -> anyhow::Result<(Vec<SimParticipant>, f64)> {
     let total = all.len();
     let threads = config.threads.clamp(1, total.max(1));
     let mut groups: Vec<Vec<SimParticipant>> = (0..threads).map(|_| Vec::new()).collect();
@@ -140,13 +163,18 @@ pub fn run(config: &FleetConfig, progress: Arc<FleetProgress>) -> anyhow::Result
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .map_or(0.0, |t| t.elapsed().as_secs_f64());
-    for p in &done {
-        let _ = config.signaling.delete(&p.location);
-    }
-    Ok(summarize(&done, media_secs))
+    Ok((done, media_secs))
 }
 
-fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
+/// DELETEs every participant's resource (errors ignored: the gateway may have ended it).
+pub fn leave_all(config: &FleetConfig, done: &[SimParticipant]) {
+    for p in done {
+        let _ = config.signaling.delete(&p.location);
+    }
+}
+
+/// The report of a finished run.
+pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
     let mut r = FleetReport {
         participants: done.len(),
         media_secs,

@@ -11,6 +11,7 @@
 //! delay through the gateway. Loss is counted per received stream from RTP sequence numbers.
 
 pub mod fleet;
+pub mod load;
 
 use std::collections::HashMap;
 use std::io;

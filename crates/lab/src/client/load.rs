@@ -1,0 +1,296 @@
+//! `secrelay lab gateway-load`: many simulated participants against a running gateway (any
+//! process, usually `secrelay serve` on the same machine), with the gateway's side read from
+//! its `/metrics` (relay latency histogram, drops, packets) and, given its pid, its CPU time
+//! and resident memory from `/proc` — so CPU per relayed packet and memory per participant
+//! are the gateway's own, not the load generator's.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use serde::Serialize;
+
+use super::fleet::{self, FleetConfig, FleetProgress, FleetReport};
+
+/// CPU time and resident memory of a process, from `/proc/PID/stat` and `/proc/PID/status`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcSample {
+    /// User + system CPU seconds.
+    pub cpu_secs: f64,
+    /// Resident set size in bytes.
+    pub rss_bytes: u64,
+}
+
+/// Reads a process's CPU time and RSS (Linux).
+pub fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("--server-pid {pid}: /proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .context("unexpected /proc stat format")?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat; here indices 11 and 12.
+    let ticks: f64 = f
+        .get(11)
+        .zip(f.get(12))
+        .and_then(|(u, s)| Some(u.parse::<f64>().ok()? + s.parse::<f64>().ok()?))
+        .context("unexpected /proc stat format")?;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("--server-pid {pid}: /proc/{pid}/status"))?;
+    let rss_kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .context("no VmRSS in /proc status")?;
+    // USER_HZ is 100 on every Linux this runs on (sysconf(_SC_CLK_TCK)).
+    Ok(ProcSample {
+        cpu_secs: ticks / 100.0,
+        rss_bytes: rss_kb * 1024,
+    })
+}
+
+/// The figures of a `/metrics` scrape this tool uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Scrape {
+    /// `secrelay_media_forwarded_total`.
+    pub forwarded: f64,
+    /// `secrelay_media_routed_total`.
+    pub routed: f64,
+    /// `secrelay_drops_total` by reason.
+    pub drops: Vec<(String, f64)>,
+    /// `secrelay_relay_latency_seconds_bucket`: (upper bound in seconds, cumulative count).
+    pub relay_buckets: Vec<(f64, f64)>,
+}
+
+/// Parses the OpenMetrics text of secrelay's `/metrics`.
+pub fn parse_metrics(text: &str) -> Scrape {
+    let mut s = Scrape::default();
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        if name == "secrelay_media_forwarded_total" {
+            s.forwarded = v;
+        } else if name == "secrelay_media_routed_total" {
+            s.routed = v;
+        } else if let Some(reason) = name
+            .strip_prefix("secrelay_drops_total{reason=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+        {
+            s.drops.push((reason.to_owned(), v));
+        } else if let Some(le) = name
+            .strip_prefix("secrelay_relay_latency_seconds_bucket{le=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+        {
+            let bound = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(f64::INFINITY)
+            };
+            s.relay_buckets.push((bound, v));
+        }
+    }
+    s
+}
+
+/// The `q` quantile of the relay latency between two scrapes (upper bucket bound), seconds.
+pub fn relay_quantile(before: &Scrape, after: &Scrape, q: f64) -> Option<f64> {
+    let delta: Vec<(f64, f64)> = after
+        .relay_buckets
+        .iter()
+        .map(|(b, n)| {
+            let prev = before
+                .relay_buckets
+                .iter()
+                .find(|(pb, _)| pb == b)
+                .map_or(0.0, |e| e.1);
+            (*b, n - prev)
+        })
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let rank = (q * total).ceil().max(1.0);
+    delta.iter().find(|(_, c)| *c >= rank).map(|(b, _)| *b)
+}
+
+/// What the load run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadReport {
+    /// Participants.
+    pub participants: usize,
+    /// Participants per room.
+    pub per_room: usize,
+    /// Connected.
+    pub connected: usize,
+    /// Seconds of media measured (all connected to the end).
+    pub media_secs: f64,
+    /// Packets sent by the participants.
+    pub sent: u64,
+    /// Packets received by the participants.
+    pub received: u64,
+    /// Lost (from RTP sequence numbers at the receivers).
+    pub lost: u64,
+    /// Expected at the receivers.
+    pub expected: u64,
+    /// Media packets the gateway received and routed during the media window.
+    pub gateway_routed: f64,
+    /// Copies it forwarded during the window.
+    pub gateway_forwarded: f64,
+    /// Its drops during the window, by reason (non-zero only).
+    pub gateway_drops: Vec<(String, f64)>,
+    /// Relay latency quantiles in µs (p50, p90, p99, p99.9) from the gateway's histogram
+    /// during the window (bucket upper bounds: ≤ 25 % above the true value).
+    pub relay_latency_us: Option<[f64; 4]>,
+    /// End-to-end delay at the receivers in µs (p50, p90, p99, max).
+    pub end_to_end_us: Option<[u32; 4]>,
+    /// Gateway CPU seconds during the window, if its pid was given.
+    pub gateway_cpu_secs: Option<f64>,
+    /// Gateway CPU per packet through it (routed in + forwarded out), µs.
+    pub gateway_cpu_us_per_packet: Option<f64>,
+    /// Gateway CPU per relayed copy (forwarded), µs: the rtpengine comparison's unit.
+    pub gateway_cpu_us_per_relayed: Option<f64>,
+    /// Gateway resident memory growth per participant (before the joins → all connected), bytes.
+    pub gateway_rss_per_participant: Option<f64>,
+    /// Failures.
+    pub failures: Vec<String>,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// The fleet.
+    pub fleet: FleetConfig,
+    /// The gateway's pid, for CPU and memory.
+    pub server_pid: Option<u32>,
+}
+
+fn scrape(base: &str) -> anyhow::Result<Scrape> {
+    let url = format!("{base}/metrics");
+    let mut r = ureq::get(&url)
+        .call()
+        .with_context(|| format!("GET {url}"))?;
+    let text = r
+        .body_mut()
+        .read_to_string()
+        .with_context(|| format!("GET {url}"))?;
+    Ok(parse_metrics(&text))
+}
+
+/// Runs the load: joins, waits for all connected, measures the media window, leaves.
+pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<LoadReport> {
+    let base = o.fleet.signaling.base_url.clone();
+    scrape(&base).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
+    let rss_before = o.server_pid.map(proc_sample).transpose()?;
+    let epoch = Instant::now();
+    let group = fleet::join_all(&o.fleet, &progress, epoch)?;
+    let total = group.len() as u64;
+    let cfg = o.fleet.clone();
+    let p2 = progress.clone();
+    let media = std::thread::spawn(move || fleet::run_media(&cfg, group, p2));
+    // The window starts when everybody is connected.
+    let deadline = Instant::now() + o.fleet.connect_timeout + Duration::from_secs(1);
+    while progress.connected.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed)
+        < total
+        && Instant::now() < deadline
+        && !media.is_finished()
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = scrape(&base)?;
+    let proc_before = o.server_pid.map(proc_sample).transpose()?;
+    let (done, media_secs) = media
+        .join()
+        .map_err(|_| anyhow::anyhow!("the fleet thread panicked"))??;
+    let after = scrape(&base)?;
+    let proc_after = o.server_pid.map(proc_sample).transpose()?;
+    fleet::leave_all(&o.fleet, &done);
+    let r: FleetReport = fleet::summarize(&done, media_secs);
+    if r.connected == 0 {
+        bail!("no participant connected: {}", r.failures.join("; "));
+    }
+    let forwarded = after.forwarded - before.forwarded;
+    let routed = after.routed - before.routed;
+    let drops = after
+        .drops
+        .iter()
+        .map(|(k, v)| {
+            let b = before.drops.iter().find(|e| &e.0 == k).map_or(0.0, |e| e.1);
+            (k.clone(), v - b)
+        })
+        .filter(|e| e.1 > 0.0)
+        .collect();
+    let cpu = proc_before
+        .zip(proc_after)
+        .map(|(a, b)| b.cpu_secs - a.cpu_secs);
+    let q = |p| relay_quantile(&before, &after, p).map(|s| s * 1e6);
+    let relay = match (q(0.5), q(0.9), q(0.99), q(0.999)) {
+        (Some(a), Some(b), Some(c), Some(d)) => Some([a, b, c, d]),
+        _ => None,
+    };
+    Ok(LoadReport {
+        participants: r.participants,
+        per_room: o.fleet.per_room,
+        connected: r.connected,
+        media_secs,
+        sent: r.sent,
+        received: r.received,
+        lost: r.lost,
+        expected: r.expected,
+        gateway_routed: routed,
+        gateway_forwarded: forwarded,
+        gateway_drops: drops,
+        relay_latency_us: relay,
+        end_to_end_us: r.delay_us,
+        gateway_cpu_secs: cpu,
+        gateway_cpu_us_per_packet: cpu
+            .filter(|_| routed + forwarded > 0.0)
+            .map(|c| c * 1e6 / (routed + forwarded)),
+        gateway_cpu_us_per_relayed: cpu.filter(|_| forwarded > 0.0).map(|c| c * 1e6 / forwarded),
+        gateway_rss_per_participant: rss_before
+            .zip(proc_before)
+            .map(|(a, b)| (b.rss_bytes as f64 - a.rss_bytes as f64) / r.participants as f64),
+        failures: r.failures,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_text_parses_and_quantiles_come_from_the_delta() {
+        let before = parse_metrics(
+            "# TYPE x counter\nsecrelay_media_forwarded_total 10\nsecrelay_drops_total{reason=\"replayed\"} 2\n\
+             secrelay_relay_latency_seconds_bucket{le=\"0.00001\"} 5\nsecrelay_relay_latency_seconds_bucket{le=\"0.0001\"} 10\n\
+             secrelay_relay_latency_seconds_bucket{le=\"+Inf\"} 10\n",
+        );
+        let after = parse_metrics(
+            "secrelay_media_forwarded_total 110\nsecrelay_drops_total{reason=\"replayed\"} 3\n\
+             secrelay_relay_latency_seconds_bucket{le=\"0.00001\"} 5\nsecrelay_relay_latency_seconds_bucket{le=\"0.0001\"} 100\n\
+             secrelay_relay_latency_seconds_bucket{le=\"+Inf\"} 110\n",
+        );
+        assert_eq!(before.forwarded, 10.0);
+        assert_eq!(after.drops, vec![("replayed".to_string(), 3.0)]);
+        // 100 new observations: 90 in (10 µs, 100 µs], 10 above.
+        assert_eq!(relay_quantile(&before, &after, 0.5), Some(0.0001));
+        assert_eq!(relay_quantile(&before, &after, 0.95), Some(f64::INFINITY));
+    }
+
+    #[test]
+    fn our_own_process_can_be_sampled() {
+        let s = proc_sample(std::process::id()).unwrap();
+        assert!(s.rss_bytes > 0);
+        assert!(s.cpu_secs >= 0.0);
+    }
+}
