@@ -350,6 +350,22 @@ fn cors_preflight_health_and_metrics() {
         "the 415 was counted:\n{}",
         r.body
     );
+    // Histogram buckets are cumulative and end at the count.
+    let inf = r
+        .body
+        .lines()
+        .find(|l| l.starts_with("secrelay_handshake_duration_seconds_bucket{le=\"+Inf\"}"))
+        .expect("a +Inf bucket");
+    let count = r
+        .body
+        .lines()
+        .find(|l| l.starts_with("secrelay_handshake_duration_seconds_count"))
+        .unwrap();
+    assert_eq!(
+        inf.rsplit(' ').next(),
+        count.rsplit(' ').next(),
+        "{inf} vs {count}"
+    );
     let start = Instant::now();
     s.shutdown();
     assert!(start.elapsed().as_secs() < 10);

@@ -147,19 +147,21 @@ impl HistogramSnapshot {
         (self.count > 0).then(|| Duration::from_nanos(self.sum_ns / self.count))
     }
 
+    /// (upper bound in seconds, count in that bucket alone): the encoder accumulates.
     fn prometheus_buckets(&self) -> Vec<(f64, u64)> {
-        let mut cumulative = 0;
-        let mut out = Vec::with_capacity(BUCKETS + 1);
-        for (i, n) in self.buckets.iter().enumerate() {
-            cumulative += n;
-            let bound = if i == BUCKETS {
-                f64::INFINITY
-            } else {
-                bucket_bound_ns(i) / 1e9
-            };
-            out.push((bound, cumulative));
-        }
-        out
+        self.buckets
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                // prometheus-client writes `le="+Inf"` for f64::MAX (and "inf" for infinity).
+                let bound = if i == BUCKETS {
+                    f64::MAX
+                } else {
+                    bucket_bound_ns(i) / 1e9
+                };
+                (bound, *n)
+            })
+            .collect()
     }
 }
 
@@ -574,12 +576,42 @@ mod tests {
     }
 
     #[test]
+    fn exposition_buckets_are_cumulative_once() {
+        let w = Arc::new(WorkerStats::default());
+        for us in [5u64, 50, 500, 5000] {
+            w.relay_latency.record(Duration::from_micros(us));
+        }
+        let stats = Arc::new(GatewayStats {
+            workers: vec![w],
+            ..GatewayStats::default()
+        });
+        let mut reg = prometheus_client::registry::Registry::default();
+        reg.register_collector(Box::new(StatsCollector(stats)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &reg).unwrap();
+        let value = |prefix: &str| -> u64 {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{prefix} in\n{text}"))
+        };
+        assert_eq!(value("secrelay_relay_latency_seconds_count"), 4);
+        assert_eq!(value("secrelay_relay_latency_seconds_bucket{le=\"+Inf\"}"), 4);
+        // 1 µs × 1.25^11 ≈ 11.6 µs: only the 5 µs observation is below.
+        assert_eq!(
+            value("secrelay_relay_latency_seconds_bucket{le=\"0.000011641532182693482\"}"),
+            1
+        );
+    }
+
+    #[test]
     fn huge_values_land_in_the_last_bucket() {
         let h = LatencyHistogram::default();
         h.record(Duration::from_secs(100_000));
         let mut s = HistogramSnapshot::default();
         s.add(&h);
         assert_eq!(s.buckets[BUCKETS], 1);
-        assert!(s.prometheus_buckets().last().unwrap().0.is_infinite());
+        assert_eq!(s.prometheus_buckets().last().unwrap().0, f64::MAX);
     }
 }
