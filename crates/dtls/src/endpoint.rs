@@ -163,13 +163,42 @@ impl Default for Timers {
     }
 }
 
-/// The SRTP profiles we accept by default, most preferred first.
+/// The SRTP profiles we accept by default, most preferred first. The first three are dimpl's
+/// own fixed order (see [`DIMPL_SRTP_ORDER`]), so the default stays on the fast engine and the
+/// order stated here is the order negotiated.
 pub const DEFAULT_SRTP_PROFILES: [Profile; 4] = [
-    Profile::AeadAes128Gcm,
     Profile::AeadAes256Gcm,
+    Profile::AeadAes128Gcm,
     Profile::AesCm128HmacSha1_80,
     Profile::AesCm128HmacSha1_32,
 ];
+
+/// dimpl 0.9 cannot be told which SRTP profiles to use: a dimpl client offers these three, a
+/// dimpl server picks the first of these the client offers, in this order.
+pub const DIMPL_SRTP_ORDER: [Profile; 3] = [
+    Profile::AeadAes256Gcm,
+    Profile::AeadAes128Gcm,
+    Profile::AesCm128HmacSha1_80,
+];
+
+/// Whether dimpl's fixed SRTP behaviour gives what `profiles` (most preferred first) asks
+/// for, in `role`. A server: the profiles dimpl knows must come first, as a prefix of
+/// [`DIMPL_SRTP_ORDER`] (else dimpl could pick one we refuse, or one we rank lower, while a
+/// better common one exists). A client: all three (else the server could pick one dimpl
+/// offered and we refuse). Profiles dimpl lacks (SRTP_AES128_CM_SHA1_32) may follow: they are
+/// accepted but never negotiated by dimpl.
+pub fn dimpl_honours_srtp_preference(role: Role, profiles: &[Profile]) -> bool {
+    let k = profiles
+        .iter()
+        .take_while(|p| DIMPL_SRTP_ORDER.contains(p))
+        .count();
+    let rest_unknown_to_dimpl = profiles[k..].iter().all(|p| !DIMPL_SRTP_ORDER.contains(p));
+    let needed = match role {
+        Role::Client => DIMPL_SRTP_ORDER.len(),
+        Role::Server => 1,
+    };
+    rest_unknown_to_dimpl && profiles[..k] == DIMPL_SRTP_ORDER[..k] && k >= needed
+}
 
 /// Default MTU for handshake datagrams (dimpl's default; fits IPv6 + TURN framing).
 pub const DEFAULT_MTU: usize = 1150;
@@ -303,15 +332,17 @@ impl EndpointConfig {
 
     /// The engine [`EndpointConfig::engine`] resolves to: [`EngineChoice::Dimpl`] or
     /// [`EngineChoice::Openssl`]. `Auto` picks OpenSSL when our certificate is RSA, when a
-    /// cipher suite dimpl lacks is listed (CCM_8, DHE-RSA, ECDHE-RSA), or when
-    /// SRTP_AES128_CM_SHA1_32 is the preferred SRTP profile; dimpl otherwise (and always when
-    /// the crate is built without the `openssl` feature).
+    /// cipher suite dimpl lacks is listed (CCM_8, DHE-RSA, ECDHE-RSA), or when the SRTP
+    /// profile preference is one dimpl's fixed behaviour would not honour
+    /// ([`dimpl_honours_srtp_preference`]: e.g. SRTP_AES128_CM_SHA1_80 alone, or AES-128-GCM
+    /// ranked above AES-256-GCM); dimpl otherwise (and always when the crate is built without
+    /// the `openssl` feature).
     pub fn resolved_engine(&self) -> EngineChoice {
         match self.engine {
             EngineChoice::Auto => {
                 let needs_openssl = self.certificate.is_rsa()
                     || self.cipher_suites.iter().any(|s| !s.dimpl_has())
-                    || self.srtp_profiles.first() == Some(&Profile::AesCm128HmacSha1_32);
+                    || !dimpl_honours_srtp_preference(self.role, &self.srtp_profiles);
                 if needs_openssl && cfg!(feature = "openssl") {
                     EngineChoice::Openssl
                 } else {

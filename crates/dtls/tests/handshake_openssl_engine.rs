@@ -335,13 +335,33 @@ fn auto_picks_dimpl_for_ecdsa_and_openssl_for_what_only_it_covers() {
     );
     assert_eq!(c.resolved_engine(), DIMPL);
     let mut x = c.clone();
-    x.srtp_profiles = vec![Profile::AeadAes128Gcm, Profile::AesCm128HmacSha1_32];
+    x.srtp_profiles = vec![
+        Profile::AeadAes256Gcm,
+        Profile::AeadAes128Gcm,
+        Profile::AesCm128HmacSha1_80,
+        Profile::AesCm128HmacSha1_32,
+    ];
     assert_eq!(
         x.resolved_engine(),
         DIMPL,
         "CM_32 allowed but not preferred"
     );
     x.srtp_profiles = vec![Profile::AesCm128HmacSha1_32];
+    assert_eq!(x.resolved_engine(), OSSL);
+    // A dimpl client offers all three of its profiles: a client that refuses one needs OpenSSL.
+    x.srtp_profiles = vec![Profile::AeadAes128Gcm, Profile::AesCm128HmacSha1_32];
+    assert_eq!(x.resolved_engine(), OSSL);
+    x.srtp_profiles = vec![Profile::AesCm128HmacSha1_80];
+    assert_eq!(x.resolved_engine(), OSSL);
+    // A dimpl server picks AES-256-GCM first: a server that wants another order needs OpenSSL.
+    x.role = Role::Server;
+    x.srtp_profiles = vec![Profile::AeadAes256Gcm];
+    assert_eq!(x.resolved_engine(), DIMPL);
+    x.srtp_profiles = vec![Profile::AeadAes256Gcm, Profile::AeadAes128Gcm];
+    assert_eq!(x.resolved_engine(), DIMPL);
+    x.srtp_profiles = vec![Profile::AeadAes128Gcm, Profile::AeadAes256Gcm];
+    assert_eq!(x.resolved_engine(), OSSL);
+    x.srtp_profiles = vec![Profile::AesCm128HmacSha1_80];
     assert_eq!(x.resolved_engine(), OSSL);
     let mut x = c.clone();
     x.cipher_suites = vec![CipherSuite::EcdheEcdsaAes256GcmSha384];

@@ -597,7 +597,10 @@ mod tests {
                 .unwrap_or_else(|| panic!("{prefix} in\n{text}"))
         };
         assert_eq!(value("secrelay_relay_latency_seconds_count"), 4);
-        assert_eq!(value("secrelay_relay_latency_seconds_bucket{le=\"+Inf\"}"), 4);
+        assert_eq!(
+            value("secrelay_relay_latency_seconds_bucket{le=\"+Inf\"}"),
+            4
+        );
         // 1 µs × 1.25^11 ≈ 11.6 µs: only the 5 µs observation is below.
         assert_eq!(
             value("secrelay_relay_latency_seconds_bucket{le=\"0.000011641532182693482\"}"),
