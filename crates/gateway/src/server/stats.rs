@@ -273,6 +273,8 @@ counters! {
         deleted,
         /// Closed by the server's shutdown.
         shutdown,
+        /// Abandoned with its room after a panic in the gateway's own code (a bug).
+        internal_error,
     }
 }
 

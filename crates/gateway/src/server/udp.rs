@@ -159,6 +159,12 @@ impl SendBatch {
         self.items.push((to, start, contents.len()));
     }
 
+    /// Drops everything queued without sending it.
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.slab.clear();
+    }
+
     /// Datagrams queued.
     pub fn len(&self) -> usize {
         self.items.len()

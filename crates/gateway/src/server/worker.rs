@@ -431,7 +431,19 @@ impl Worker {
                     self.publish();
                     return true;
                 }
-                Ok(cmd) => self.command(cmd),
+                Ok(cmd) => {
+                    // A panic while answering an offer or closing a session (a bug) must not
+                    // take the worker and its other rooms with it; the caller's reply channel
+                    // is dropped, so the HTTP side answers 503.
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        self.command(cmd)
+                    }));
+                    if r.is_err() {
+                        tracing::error!(worker = self.index, "a control command panicked");
+                        self.send_origin.clear();
+                        self.send.clear();
+                    }
+                }
                 Err(TryRecvError::Empty) => return false,
                 Err(TryRecvError::Disconnected) => return true,
             }
@@ -742,7 +754,56 @@ impl Worker {
     }
 
     /// A datagram for one of our participants.
+    /// [`Worker::deliver_inner`], with a panic in the room's code contained: the room is
+    /// abandoned (its state is suspect), the worker and its other rooms go on.
     fn deliver(
+        &mut self,
+        now: Instant,
+        route: Route,
+        from: SocketAddr,
+        datagram: &[u8],
+        received: Instant,
+    ) {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.deliver_inner(now, route, from, datagram, received)
+        }));
+        if r.is_err() {
+            self.abandon_room(route.slot, route.room_gen);
+        }
+    }
+
+    /// Tears down a room whose code panicked: every member is removed from the directory and
+    /// counted as closed by `internal_error`; nothing of it is driven again.
+    fn abandon_room(&mut self, slot: usize, room_gen: u64) {
+        let Some(s) = self.rooms.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        if s.room_gen != room_gen {
+            self.rooms[slot] = Some(s);
+            return;
+        }
+        tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
+        for meta in s.members.values() {
+            self.shared.directory.remove(&meta.ufrags, &meta.addrs);
+            self.ids.remove(&meta.id);
+            if meta.connected {
+                self.stats.connected.fetch_sub(1, Ordering::Relaxed);
+            }
+            self.stats.participants.fetch_sub(1, Ordering::Relaxed);
+            self.stats
+                .closed
+                .internal_error
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.room_index.remove(&s.name);
+        self.stats.rooms.fetch_sub(1, Ordering::Relaxed);
+        self.to_remove.retain(|(sl, _)| *sl != slot);
+        // What the room had queued for sending may be half-built: drop it.
+        self.send_origin.clear();
+        self.send.clear();
+    }
+
+    fn deliver_inner(
         &mut self,
         now: Instant,
         route: Route,
@@ -930,11 +991,16 @@ impl Worker {
             if !current {
                 continue;
             }
-            if let Some(s) = self.rooms[slot].as_mut() {
-                s.deadline = None;
-                s.room.handle_timeout(now);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some(s) = self.rooms[slot].as_mut() {
+                    s.deadline = None;
+                    s.room.handle_timeout(now);
+                }
+                self.drain_room(slot, None);
+            }));
+            if r.is_err() {
+                self.abandon_room(slot, gen);
             }
-            self.drain_room(slot, None);
         }
         self.remove_closed();
     }
