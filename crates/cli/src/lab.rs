@@ -40,6 +40,9 @@ pub enum LabCommand {
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
     /// latency, and the gateway's CPU per packet and memory per participant.
     GatewayLoad(crate::lab_gateway::GatewayLoadArgs),
+    /// secrelay's gateway and rtpengine relaying SRTP→SRTP with re-encryption at the same
+    /// offered packet rates: CPU per relayed packet, loss.
+    RelayCompare(crate::lab_compare::RelayCompareArgs),
     /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
     Crypto(StudyArgs),
     /// Child process for heap per operation under DHAT (internal).
@@ -80,6 +83,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
+        LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

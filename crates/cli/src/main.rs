@@ -9,6 +9,7 @@ mod ca;
 mod capture;
 mod demo;
 mod lab;
+mod lab_compare;
 mod lab_gateway;
 mod lab_handshake;
 mod serve;

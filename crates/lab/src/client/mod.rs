@@ -10,8 +10,10 @@
 //! (nanoseconds since the fleet's epoch) so that a receiver in the same process measures the
 //! delay through the gateway. Loss is counted per received stream from RTP sequence numbers.
 
+pub mod compare;
 pub mod fleet;
 pub mod load;
+pub mod rtpengine;
 
 use std::collections::HashMap;
 use std::io;
