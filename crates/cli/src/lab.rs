@@ -37,6 +37,8 @@ pub enum LabCommand {
     Handshake(crate::lab_handshake::HandshakeArgs),
     /// A DTLS-SRTP server on one UDP socket for many clients at once, with a keylog.
     HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
+    /// Concurrent G.711 calls: per-packet delay added by SRTP (per engine) and by the gateway (003).
+    Calls(StudyArgs),
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
     /// latency, and the gateway's CPU per packet and memory per participant.
     GatewayLoad(crate::lab_gateway::GatewayLoadArgs),
@@ -82,6 +84,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
             None => return Ok(()),
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
+        LabCommand::Calls(a) => (vec!["calls".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
     };

@@ -2,6 +2,7 @@
 
 pub mod amortization;
 pub mod biterror;
+pub mod calls;
 pub mod crypto;
 pub mod srtp;
 pub mod srtp_peers;
@@ -15,5 +16,6 @@ pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
         &amortization::AmortizationStudy,
         &biterror::BiterrorStudy,
         &crate::handshake::study::HandshakeStudy,
+        &calls::CallsStudy,
     ]
 }
