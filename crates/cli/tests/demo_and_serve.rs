@@ -102,9 +102,7 @@ fn serve_answers_health_and_stops_cleanly_on_sigterm() {
     let end = Instant::now() + Duration::from_secs(30);
     while url.is_none() && Instant::now() < end {
         let Some(Ok(line)) = lines.next() else { break };
-        if let Some(rest) = line.split("HTTP on ").nth(1) {
-            url = rest.split(',').next().map(str::to_owned);
-        }
+        url = secrelay_lab::client::compare::serve_banner_url(&line);
     }
     let url = url.expect("serve printed its HTTP address");
     let body = ureq::get(&format!("{url}/healthz"))

@@ -98,9 +98,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         registry: Arc::new(registry),
     };
     Router::new()
-        .route("/whip/{room}", post(whip))
-        .route("/whep/{room}", post(whep))
-        .route("/rooms/{room}/join", post(join))
+        .route("/whip/{room}", offer_route(LegKind::Whip))
+        .route("/whep/{room}", offer_route(LegKind::Whep))
+        .route("/rooms/{room}/join", offer_route(LegKind::Join))
         .route(
             "/whip/{room}/{id}",
             delete(leave_resource).patch(patch_resource),
@@ -196,31 +196,14 @@ fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
 }
 
-async fn whip(
-    State(s): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    offer(s, room, headers, body, LegKind::Whip, "whip").await
-}
-
-async fn whep(
-    State(s): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    offer(s, room, headers, body, LegKind::Whep, "whep").await
-}
-
-async fn join(
-    State(s): State<AppState>,
-    Path(room): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    offer(s, room, headers, body, LegKind::Join, "rooms").await
+/// `POST /whip/{room}`, `/whep/{room}`, `/rooms/{room}/join`: one handler per kind of leg.
+fn offer_route(kind: LegKind) -> axum::routing::MethodRouter<AppState> {
+    post(
+        move |State(s): State<AppState>,
+              Path(room): Path<String>,
+              headers: HeaderMap,
+              body: Bytes| { offer(s, room, headers, body, kind) },
+    )
 }
 
 async fn offer(
@@ -229,7 +212,6 @@ async fn offer(
     headers: HeaderMap,
     body: Bytes,
     kind: LegKind,
-    prefix: &str,
 ) -> Response {
     if !valid_room(&room) {
         return refuse(
@@ -270,7 +252,8 @@ async fn offer(
             let etag = format!("\"{}\"", j.ice.ufrag);
             let location = match kind {
                 LegKind::Join => format!("/rooms/{room}/participants/{}", j.id),
-                _ => format!("/{prefix}/{room}/{}", j.id),
+                LegKind::Whip => format!("/whip/{room}/{}", j.id),
+                LegKind::Whep => format!("/whep/{room}/{}", j.id),
             };
             s.resources().insert(
                 j.id.clone(),

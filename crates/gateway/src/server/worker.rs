@@ -302,6 +302,15 @@ pub fn channels() -> std::io::Result<(Peer, Inbox, Poll)> {
     ))
 }
 
+fn route_to(worker: usize, slot: usize, room_gen: u64, member: MemberId) -> Route {
+    Route {
+        worker,
+        slot,
+        room_gen,
+        member,
+    }
+}
+
 fn random_id() -> String {
     let mut b = [0u8; 9];
     getrandom::fill(&mut b).expect("the OS random source works");
@@ -480,12 +489,7 @@ impl Worker {
                     let local = s.room.participant_mut(member)?.restart_ice(remote, now);
                     let meta = s.members.get_mut(&member)?;
                     meta.ufrags.push(local.ufrag.clone());
-                    let route = Route {
-                        worker: self.index,
-                        slot,
-                        room_gen: s.room_gen,
-                        member,
-                    };
+                    let route = route_to(self.index, slot, s.room_gen, member);
                     self.shared.directory.add_ufrag(&local.ufrag, route);
                     Some(local)
                 });
@@ -563,12 +567,7 @@ impl Worker {
         let s = self.rooms[slot].as_mut().expect("slot just found or made");
         let member = s.room.add(participant, kind.role());
         let id = random_id();
-        let route = Route {
-            worker: self.index,
-            slot,
-            room_gen: s.room_gen,
-            member,
-        };
+        let route = route_to(self.index, slot, s.room_gen, member);
         self.shared.directory.add_ufrag(&ice.ufrag, route);
         s.members.insert(
             member,
@@ -862,12 +861,7 @@ impl Worker {
         let Some(s) = self.rooms[slot].as_mut() else {
             return;
         };
-        let route_of = |member| Route {
-            worker: self.index,
-            slot,
-            room_gen: s.room_gen,
-            member,
-        };
+        let route_of = |member| route_to(self.index, slot, s.room_gen, member);
         let mut next = None;
         while let Some(out) = s.room.poll_output() {
             match out {

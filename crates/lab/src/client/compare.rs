@@ -57,6 +57,12 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// The HTTP base URL in `secrelay serve`'s start-up line (`… HTTP on http://ip:port, …`).
+pub fn serve_banner_url(line: &str) -> Option<String> {
+    let rest = line.split("HTTP on ").nth(1)?;
+    rest.split(',').next().map(str::to_owned)
+}
+
 fn free_udp_port() -> anyhow::Result<u16> {
     Ok(std::net::UdpSocket::bind("127.0.0.1:0")?
         .local_addr()?
@@ -154,9 +160,8 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
     let child = KillOnDrop(child);
     let mut url = None;
     for line in BufReader::new(stderr).lines() {
-        let line = line?;
-        if let Some(rest) = line.split("HTTP on ").nth(1) {
-            url = rest.split(',').next().map(str::to_owned);
+        url = serve_banner_url(&line?);
+        if url.is_some() {
             break;
         }
     }
