@@ -179,7 +179,8 @@ fn a_silent_participant_loses_consent_and_is_removed() {
         "{t:?}"
     );
     assert_eq!(g.directory_sizes(), (0, 0));
-    drop(p);
+    // Its resource is gone too.
+    assert_eq!(sig.delete(&p.location).unwrap(), 404);
     s.shutdown();
 }
 

@@ -51,8 +51,15 @@ struct AppState {
 }
 
 impl AppState {
+    /// The resource table, first forgetting sessions that ended on their own (consent
+    /// expiry, DTLS failure), so it never outgrows the live sessions.
     fn resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, Resource>> {
-        self.resources.lock().unwrap_or_else(|e| e.into_inner())
+        let ended = self.gateway.take_ended();
+        let mut r = self.resources.lock().unwrap_or_else(|e| e.into_inner());
+        for id in ended {
+            r.remove(&id);
+        }
+        r
     }
 }
 

@@ -144,6 +144,7 @@ impl Gateway {
             participant,
             directory: Directory::default(),
             peers,
+            ended: std::sync::Mutex::default(),
         });
         let worker_stats: Vec<Arc<WorkerStats>> =
             (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
@@ -221,6 +222,12 @@ impl Gateway {
     /// Sizes of the routing directory (ufrags, addresses): zero once everybody left.
     pub fn directory_sizes(&self) -> (usize, usize) {
         self.shared.directory.sizes()
+    }
+
+    /// Ids of the participants that ended since the last call (any reason: DELETE, consent,
+    /// DTLS failure, shutdown).
+    pub fn take_ended(&self) -> Vec<String> {
+        self.shared.take_ended()
     }
 
     fn worker_for(&self, room: &str) -> &Peer {

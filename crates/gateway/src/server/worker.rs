@@ -209,6 +209,23 @@ pub struct Shared {
     pub directory: Directory,
     /// All the workers, by index.
     pub peers: Vec<Peer>,
+    /// Ids of participants that ended (for any reason), for the HTTP side to forget their
+    /// resources; appended on removal, taken by the control plane.
+    pub ended: std::sync::Mutex<Vec<String>>,
+}
+
+impl Shared {
+    fn ended(&self, id: &str) {
+        self.ended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id.to_owned());
+    }
+
+    /// Takes the ids of the participants that ended since the last call.
+    pub fn take_ended(&self) -> Vec<String> {
+        std::mem::take(&mut *self.ended.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 struct Meta {
@@ -784,6 +801,7 @@ impl Worker {
         tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
         for meta in s.members.values() {
             self.shared.directory.remove(&meta.ufrags, &meta.addrs);
+            self.shared.ended(&meta.id);
             self.ids.remove(&meta.id);
             if meta.connected {
                 self.stats.connected.fetch_sub(1, Ordering::Relaxed);
@@ -954,6 +972,7 @@ impl Worker {
             add_counters(&mut self.retired, p.counters());
             if let Some(meta) = s.members.remove(&member) {
                 self.shared.directory.remove(&meta.ufrags, &meta.addrs);
+                self.shared.ended(&meta.id);
                 self.ids.remove(&meta.id);
                 if meta.connected {
                     self.stats.connected.fetch_sub(1, Ordering::Relaxed);
