@@ -41,7 +41,13 @@ struct Resource {
     room: String,
     etag: String,
     remote_ufrag: String,
+    /// When the session ended on its own (close_notify, consent, DTLS failure): a DELETE that
+    /// follows (a client closes its peer connection, then deletes) still gets 200 for a while.
+    ended: Option<std::time::Instant>,
 }
+
+/// How long the resource of a session that ended on its own is kept for a DELETE.
+const ENDED_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
 
 #[derive(Clone)]
 struct AppState {
@@ -51,14 +57,22 @@ struct AppState {
 }
 
 impl AppState {
-    /// The resource table, first forgetting sessions that ended on their own (consent
-    /// expiry, DTLS failure), so it never outgrows the live sessions.
+    /// The resource table, first marking sessions that ended on their own (close_notify,
+    /// consent expiry, DTLS failure) and forgetting those ended longer than [`ENDED_GRACE`]
+    /// ago, so it never outgrows the live sessions by more than a minute's worth.
     fn resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, Resource>> {
         let ended = self.gateway.take_ended();
+        let now = std::time::Instant::now();
         let mut r = self.resources.lock().unwrap_or_else(|e| e.into_inner());
         for id in ended {
-            r.remove(&id);
+            if let Some(res) = r.get_mut(&id) {
+                res.ended.get_or_insert(now);
+            }
         }
+        r.retain(|_, res| {
+            res.ended
+                .is_none_or(|t| now.duration_since(t) < ENDED_GRACE)
+        });
         r
     }
 }
@@ -268,6 +282,7 @@ async fn offer(
                     room,
                     etag: etag.clone(),
                     remote_ufrag,
+                    ended: None,
                 },
             );
             let mut r = (StatusCode::CREATED, j.answer).into_response();
@@ -328,7 +343,12 @@ async fn patch_resource(
     if let Err(r) = authorize(&s, &room, &headers) {
         return *r;
     }
-    let Some(res) = s.resources().get(&id).cloned().filter(|r| r.room == room) else {
+    let Some(res) = s
+        .resources()
+        .get(&id)
+        .cloned()
+        .filter(|r| r.room == room && r.ended.is_none())
+    else {
         return refuse(&s, StatusCode::NOT_FOUND, "no such session");
     };
     if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
