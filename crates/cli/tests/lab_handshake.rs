@@ -849,6 +849,23 @@ fn in_memory_study_quick_has_every_stack() {
         .as_str()
         .unwrap()
         .contains("simulated"));
+    let links_plot = study["plots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "handshake_links")
+        .expect("the per-link plot");
+    let measured = table("handshake_links")["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "measured")
+        .count();
+    assert_eq!(
+        links_plot["categories"].as_array().unwrap().len(),
+        measured,
+        "{links_plot}"
+    );
     let plot = &study["plots"][0];
     let categories = plot["categories"].as_array().unwrap().len();
     assert!(categories >= 8, "{plot}");

@@ -40,7 +40,7 @@ use secrelay_dtls::{
     LocalCertificate, Output, Role,
 };
 
-use crate::frame::{Cell, Table};
+use crate::frame::{Cell, Plot, PlotKind, Series, Table};
 use crate::measure::{Bench, Timing};
 
 /// The suites of the table, in its order.
@@ -708,6 +708,8 @@ fn us(d: Duration) -> f64 {
 pub struct PhaseReport {
     /// `handshake_phases` and `handshake_links`.
     pub tables: Vec<Table>,
+    /// The phases per measured row, and the handshake per link.
+    pub plots: Vec<Plot>,
     /// How they were measured.
     pub method: String,
     /// Findings.
@@ -1000,6 +1002,7 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
         }
     }
 
+    let plots = plots(&phases, &links);
     let method = format!(
         "Phase tables (002 d): each cipher suite × certificate (RSA-2048/3072, ECDSA P-256/P-384), secrelay's endpoint against secrelay's endpoint on the engine the row resolves to \
          (--engine {}: auto takes dimpl for ECDSA certificates with its two GCM suites, OpenSSL for RSA certificates, CCM_8 and DHE), DTLS 1.2 restricted to the row's suite, \
@@ -1046,9 +1049,78 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
     ));
     Ok(PhaseReport {
         tables: vec![phases, links],
+        plots,
         method,
         notes,
     })
+}
+
+/// Bars over the measured rows: each phase (µs, log scale), and the handshake per link (ms).
+fn plots(phases: &Table, links: &Table) -> Vec<Plot> {
+    let measured = |t: &Table| -> Vec<(String, std::collections::BTreeMap<String, Cell>)> {
+        t.rows_where("status", "measured")
+            .map(|r| {
+                let name = |k: &str| match r.get(k) {
+                    Some(Cell::Text(s)) => s.clone(),
+                    _ => String::new(),
+                };
+                (format!("{} {}", name("suite"), name("cert")), r.clone())
+            })
+            .collect()
+    };
+    let bars = |id: &str,
+                title: &str,
+                y: &str,
+                log_y: bool,
+                rows: &[(String, std::collections::BTreeMap<String, Cell>)],
+                series: &[(&str, &str)]| Plot {
+        id: id.into(),
+        title: title.into(),
+        kind: PlotKind::Bars,
+        x_label: "cipher suite, certificate".into(),
+        y_label: y.into(),
+        log_y,
+        categories: rows.iter().map(|(n, _)| n.clone()).collect(),
+        series: series
+            .iter()
+            .map(|(key, name)| Series {
+                name: (*name).into(),
+                points: rows
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, (_, r))| Some((i as f64, r.get(*key)?.as_f64()?)))
+                    .collect(),
+            })
+            .collect(),
+    };
+    vec![
+        bars(
+            "handshake_phases",
+            "DTLS handshake phases per cipher suite and certificate (one side, in the engine's library)",
+            "µs per operation (log)",
+            true,
+            &measured(phases),
+            &[
+                ("validate_us", "certificate validation"),
+                ("sign_us", "handshake signature"),
+                ("verify_us", "signature verification"),
+                ("keygen_us", "ephemeral key generation"),
+                ("shared_us", "shared secret"),
+            ],
+        ),
+        bars(
+            "handshake_links",
+            "Whole DTLS handshake per link (simulated time: link delays + measured CPU; median)",
+            "ms (log)",
+            true,
+            &measured(links),
+            &[
+                ("mem_handshake_ms", "in memory"),
+                ("lan_handshake_ms", "LAN, 0.2 ms RTT"),
+                ("wan_handshake_ms", "WAN, 40 ms RTT, 1 % loss"),
+            ],
+        ),
+    ]
 }
 
 #[cfg(test)]

@@ -1025,7 +1025,7 @@ impl Study for HandshakeStudy {
             seeds: vec!["001".into(), "002".into()],
             method,
             tables: [vec![table, floor_table], phase_report.tables].concat(),
-            plots,
+            plots: [plots, phase_report.plots].concat(),
             notes,
         })
     }
