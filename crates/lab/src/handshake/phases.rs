@@ -1047,6 +1047,50 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             format!(" ({})", refused.join("; "))
         }
     ));
+    let fig = |t: &Table, suite: CipherSuite, cert: KeyType, key: &str| -> Option<f64> {
+        t.rows_where("suite", suite.openssl_name())
+            .find(|r| r.get("cert") == Some(&Cell::text(cert.name())))
+            .and_then(|r| r.get(key)?.as_f64())
+    };
+    let p256 = fig(
+        &phases,
+        CipherSuite::EcdheEcdsaAes128GcmSha256,
+        KeyType::EcdsaP256,
+        "handshake_us",
+    );
+    for (suite, cert) in [
+        (CipherSuite::EcdheRsaAes128GcmSha256, KeyType::Rsa2048),
+        (CipherSuite::EcdheRsaAes128GcmSha256, KeyType::Rsa3072),
+        (CipherSuite::DheRsaAes128GcmSha256, KeyType::Rsa2048),
+        (CipherSuite::EcdheEcdsaAes128Ccm8, KeyType::EcdsaP256),
+    ] {
+        if let (Some(base), Some(x)) = (p256, fig(&phases, suite, cert, "handshake_us")) {
+            notes.push(format!(
+                "In memory, {} with {cert} costs {:.1}× the CPU of ECDHE-ECDSA-AES128-GCM-SHA256 with ECDSA P-256 ({:.0} vs {base:.0} µs, both sides).",
+                suite.openssl_name(),
+                x / base,
+                x
+            ));
+        }
+    }
+    let wan: Vec<f64> = links
+        .rows_where("status", "measured")
+        .filter_map(|r| r.get("wan_handshake_ms")?.as_f64())
+        .collect();
+    let retx: Vec<f64> = links
+        .rows_where("status", "measured")
+        .filter_map(|r| r.get("wan_retransmitted_pct")?.as_f64())
+        .collect();
+    if !wan.is_empty() {
+        let (lo, hi) = wan
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
+        notes.push(format!(
+            "WAN (40 ms RTT, 1 % loss): median handshakes {lo:.0}–{hi:.0} ms of simulated time, three round trips (cookie exchange, then the two-round-trip handshake) plus CPU; \
+             {:.0} % of handshakes lost a datagram and waited out at least one 1 s retransmission timeout (the p95 column).",
+            retx.iter().sum::<f64>() / retx.len().max(1) as f64
+        ));
+    }
     Ok(PhaseReport {
         tables: vec![phases, links],
         plots,
