@@ -778,6 +778,10 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
         for i in (0..n).map(|k| (k + round) % n) {
             let row = &mut rows[i];
             let Ok(cfg) = &row.state else { continue };
+            // One untimed handshake first, so that no row pays for the previous row's
+            // different work (caches, allocator state): without it the row after the DHE
+            // rows measured ~1.7× its own cost.
+            let _ = simulate(&cfg.client, &cfg.server, IN_MEMORY, 0);
             let seed = round as u64;
             let mem = simulate(&cfg.client, &cfg.server, IN_MEMORY, seed);
             let lan = simulate(&cfg.client, &cfg.server, LAN, seed);
@@ -1029,7 +1033,7 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
          losses are drawn from a seeded SplitMix64 (seed = round), retransmission timers fire when the simulated clock reaches them (engines' defaults: 1 s initial RTO, doubling). \
          Each call into an endpoint is timed with the real clock and that CPU time is added to its side's simulated clock, so a link's handshake time = simulated link delays + measured CPU on the critical path; \
          'first round trip' = simulated time until the client receives the server's HelloVerifyRequest. In memory, the whole handshake = both sides' CPU added up (one core). \
-         {rounds} rounds, each running every row once per link, starting at another row each round (in memory, LAN 0.2 ms RTT, WAN 40 ms RTT with 1% loss each way); medians reported, WAN also p95. \
+         {rounds} rounds, each running every row once per link after one untimed handshake of that row, starting at another row each round (in memory, LAN 0.2 ms RTT, WAN 40 ms RTT with 1% loss each way); medians reported, WAN also p95. \
          Retransmissions = datagrams sent beyond those of the same row's lossless in-memory handshake. \
          Phases, timed with the lab's Bench ({} ms warm-up, then {} runs of about {} ms, median; short runs so that a shared machine's preemption rarely falls inside one) as the crypto operation of that suite and certificate in the engine's own library (aws-lc-rs under dimpl, OpenSSL under the OpenSSL engine): \
          certificate validation = the certificate's signature checked with its issuer's key (self-signed here, so the issuer's key has the row's type and size, as with a private CA of that type); \
@@ -1110,6 +1114,28 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             "WAN (40 ms RTT, 1 % loss): median handshakes {lo:.0}–{hi:.0} ms of simulated time, three round trips (cookie exchange, then the two-round-trip handshake) plus CPU; \
              {:.0} % of handshakes lost a datagram and waited out at least one 1 s retransmission timeout (the p95 column).",
             retx.iter().sum::<f64>() / retx.len().max(1) as f64
+        ));
+    }
+    let failed: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.wan_failed.is_empty())
+        .map(|r| {
+            format!(
+                "{} with {} on {}: {} of {} ({})",
+                r.suite.openssl_name(),
+                r.cert.name(),
+                r.engine.map(super::engine_name).unwrap_or("-"),
+                r.wan_failed.len(),
+                r.wan_failed.len() + r.wan.len(),
+                r.wan_failed[0]
+            )
+        })
+        .collect();
+    if !failed.is_empty() {
+        notes.push(format!(
+            "WAN handshakes that failed (left out of the WAN medians): {}. On the OpenSSL engine a lost first datagram of the client's last flight can strand the handshake on simulated time: \
+             the engine retransmits byte-for-byte copies, which OpenSSL drops as replays after it discarded the early ChangeCipherSpec (reproduced by the ignored test known_issue in crates/lab/src/handshake/phases.rs).",
+            failed.join("; ")
         ));
     }
     Ok(PhaseReport {
@@ -1334,5 +1360,33 @@ mod tests {
         assert!(
             not_applicable(CipherSuite::EcdheEcdsaAes256GcmSha384, KeyType::EcdsaP384).is_none()
         );
+    }
+}
+
+/// A known issue, kept reproducible: run with `cargo test -p secrelay-lab -- --ignored`.
+#[cfg(test)]
+mod known_issue {
+    use super::*;
+
+    /// On the WAN link, a DHE-RSA handshake between two OpenSSL engines whose client flight
+    /// loses its first datagram (seed 51) never finishes: OpenSSL's server takes the second
+    /// datagram (ClientKeyExchange, CertificateVerify, ChangeCipherSpec, Finished) early and
+    /// drops the early ChangeCipherSpec; the engine's retransmissions are byte-for-byte copies
+    /// (the `openssl` crate exposes no `DTLSv1_handle_timeout`, and OpenSSL's own timer runs
+    /// on the real clock, which barely moves on simulated time), so the copy of that datagram
+    /// is a replay to OpenSSL and the ChangeCipherSpec never comes again. The phase table
+    /// counts these as WAN failures.
+    #[test]
+    #[ignore = "known issue of the OpenSSL engine's copy-based retransmission; see the doc comment"]
+    fn openssl_engine_finishes_when_the_first_datagram_of_the_client_flight_is_lost() {
+        let c = Certificate::self_signed(KeyType::Rsa2048, "c").unwrap();
+        let s = Certificate::self_signed(KeyType::Rsa2048, "s").unwrap();
+        let cfg = configs(
+            EngineChoice::Auto,
+            CipherSuite::DheRsaAes128GcmSha256,
+            &c,
+            &s,
+        );
+        simulate(&cfg.client, &cfg.server, WAN, 0x5eed_0000 + 51).unwrap();
     }
 }
