@@ -1112,7 +1112,7 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             .fold((f64::MAX, f64::MIN), |(a, b), x| (a.min(*x), b.max(*x)));
         notes.push(format!(
             "WAN (40 ms RTT, 1 % loss): median handshakes {lo:.0}–{hi:.0} ms of simulated time, three round trips (cookie exchange, then the two-round-trip handshake) plus CPU; \
-             {:.0} % of handshakes lost a datagram and waited out at least one 1 s retransmission timeout (the p95 column).",
+             {:.0} % of handshakes lost a datagram and waited out at least one 1 s retransmission timeout (they are the retransmission maxima; at this share they sit above the p95).",
             retx.iter().sum::<f64>() / retx.len().max(1) as f64
         ));
     }
