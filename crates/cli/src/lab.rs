@@ -68,6 +68,7 @@ pub enum LabCommand {
 
 /// Runs a lab command.
 pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
+    let mut engine = secrelay_dtls::EngineChoice::Auto;
     let (names, args) = match cmd {
         LabCommand::Count { study, quick } => return secrelay_lab::count_child(&study, quick),
         LabCommand::Mem { study, id } => return secrelay_lab::mem_child(&study, &id),
@@ -80,7 +81,10 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Biterror(a) => (vec!["biterror".to_string()], a),
         LabCommand::HandshakeServer(a) => return crate::lab_handshake::server(&a),
         LabCommand::Handshake(a) => match crate::lab_handshake::load(&a)? {
-            Some(study_args) => (vec!["handshake".to_string()], study_args),
+            Some((study_args, e)) => {
+                engine = e;
+                (vec!["handshake".to_string()], study_args)
+            }
             None => return Ok(()),
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
@@ -94,6 +98,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         out: args.out,
         self_exe: std::env::current_exe().ok(),
         no_progress: args.no_progress,
+        engine,
     };
     secrelay_lab::run(&names, &opts)?;
     Ok(())

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::Args;
-use secrelay_dtls::{Fingerprint, PeerAuth};
+use secrelay_dtls::{EngineChoice, Fingerprint, PeerAuth};
 use secrelay_lab::handshake::{
-    load as hload, parse_addr, parse_key_type, parse_profiles, server as hserver,
+    load as hload, parse_addr, parse_engine, parse_key_type, parse_profiles, server as hserver,
 };
 
 use crate::lab::StudyArgs;
@@ -42,9 +42,12 @@ pub struct HandshakeArgs {
     /// Load mode: threads driving the connections.
     #[arg(long, value_name = "T", default_value_t = 1)]
     pub threads: usize,
-    /// Load mode: client certificate key type (ecdsa-p256 or ecdsa-p384: what the engine signs with).
+    /// Load mode: client certificate key type (ecdsa-p256, ecdsa-p384; rsa-2048/3072/4096 on the OpenSSL engine).
     #[arg(long, value_name = "T", default_value = "ecdsa-p256")]
     pub cert_type: String,
+    /// DTLS engine of secrelay's endpoints: auto (OpenSSL for RSA certificates and what only it covers, dimpl otherwise), dimpl or openssl. In --in-memory mode it drives the phase table.
+    #[arg(long, value_name = "E", default_value = "auto")]
+    pub engine: String,
     /// Load mode: our client certificate (PEM, e.g. from `secrelay ca issue --client`) instead of a fresh self-signed one; needs --key.
     #[arg(long, value_name = "FILE", requires = "key")]
     pub cert: Option<PathBuf>,
@@ -74,9 +77,12 @@ pub struct HandshakeServerArgs {
     /// Address to listen on (IP:PORT; port 0 picks one). The bound address is printed first on stdout.
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
-    /// Server certificate key type (ecdsa-p256 or ecdsa-p384: what the engine signs with).
+    /// Server certificate key type (ecdsa-p256, ecdsa-p384; rsa-2048/3072/4096 on the OpenSSL engine).
     #[arg(long, value_name = "T", default_value = "ecdsa-p256")]
     pub cert_type: String,
+    /// DTLS engine: auto (OpenSSL for RSA certificates, dimpl otherwise), dimpl or openssl.
+    #[arg(long, value_name = "E", default_value = "auto")]
+    pub engine: String,
     /// SRTP profiles accepted, most preferred first (comma-separated, e.g. SRTP_AEAD_AES_128_GCM,SRTP_AES128_CM_SHA1_80).
     #[arg(long, value_name = "LIST")]
     pub srtp_profiles: Option<String>,
@@ -120,6 +126,7 @@ fn fingerprint(s: &str) -> anyhow::Result<PeerAuth> {
 /// Runs `lab handshake-server`.
 pub fn server(a: &HandshakeServerArgs) -> anyhow::Result<()> {
     let mut opts = hserver::ServerOptions::new(parse_addr("--listen", &a.listen)?);
+    opts.engine = parse_engine(&a.engine)?;
     opts.cert_type = parse_key_type(&a.cert_type)?;
     if let Some(list) = &a.srtp_profiles {
         opts.srtp_profiles = parse_profiles(list)?;
@@ -153,9 +160,10 @@ pub fn server(a: &HandshakeServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `lab handshake`: the load generator (returns None), or hands the study's flags back
-/// for `--in-memory`.
-pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<StudyArgs>> {
+/// Runs `lab handshake`: the load generator (returns None), or hands the study's flags and the
+/// engine back for `--in-memory`.
+pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<(StudyArgs, EngineChoice)>> {
+    let engine = parse_engine(&a.engine)?;
     let Some(target) = &a.target else {
         let load_only = [
             (a.handshakes.is_some(), "--handshakes"),
@@ -168,7 +176,7 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<StudyArgs>> {
         if let Some((_, flag)) = load_only.iter().find(|(set, _)| *set) {
             bail!("{flag} belongs to the load mode (--target ADDR), not to --in-memory");
         }
-        return Ok(Some(a.study.clone()));
+        return Ok(Some((a.study.clone(), engine)));
     };
     if a.study.quick || a.study.out.is_some() {
         bail!("--quick and --out belong to --in-memory; the load mode takes --handshakes N or --duration S");
@@ -178,11 +186,14 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<StudyArgs>> {
     opts.duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
     opts.connections = a.connections;
     opts.threads = a.threads;
+    opts.engine = engine;
     opts.cert_type = parse_key_type(&a.cert_type)?;
     opts.keylog = a.keylog.clone();
     opts.resume = a.resume;
     if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
-        opts.certificate = Some(secrelay_lab::handshake::load_certificate(cert, key)?);
+        opts.certificate = Some(secrelay_lab::handshake::load_certificate(
+            engine, cert, key,
+        )?);
     }
     opts.timeout = seconds("--timeout", a.timeout)?;
     opts.progress = !a.study.no_progress;

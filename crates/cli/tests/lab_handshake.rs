@@ -298,6 +298,68 @@ fn load_generator_against_handshake_server_keys_match() {
     assert_eq!(distinct.len(), 50, "every handshake has its own keys");
 }
 
+/// RSA certificates on both ends: `--engine auto` puts them on OpenSSL, and the keys of both
+/// sides still match.
+#[test]
+fn rsa_certificates_run_on_the_openssl_engine_and_keys_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_log = dir.path().join("server.keylog");
+    let client_log = dir.path().join("client.keylog");
+    let report = dir.path().join("load.json");
+    let (_server, addr) = start_server(
+        dir.path(),
+        &[
+            OsStr::new("--cert-type"),
+            OsStr::new("rsa-2048"),
+            OsStr::new("--keylog"),
+            server_log.as_os_str(),
+        ],
+    );
+    let out = secrelay()
+        .args([
+            "lab",
+            "handshake",
+            "--target",
+            &addr,
+            "--handshakes",
+            "6",
+            "--connections",
+            "2",
+            "--cert-type",
+            "rsa-2048",
+            "--engine",
+            "auto",
+            "--no-progress",
+            "--keylog",
+        ])
+        .arg(&client_log)
+        .arg("--json")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let r = read_report(&report);
+    assert_eq!(r["completed"], 6, "{r}");
+    assert_eq!(r["engine"], "openssl", "{r}");
+    assert!(r["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("OpenSSL engine"));
+    let by_local: BTreeMap<String, String> = read_jsonl(&server_log)
+        .iter()
+        .map(|l| (s(l, "peer"), s(l, "keying_material")))
+        .collect();
+    let clients = read_jsonl(&client_log);
+    assert_eq!(clients.len(), 6);
+    for c in &clients {
+        assert_eq!(
+            by_local.get(&s(c, "local")),
+            Some(&s(c, "keying_material")),
+            "{c}"
+        );
+    }
+}
+
 #[test]
 fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     let dir = tempfile::tempdir().unwrap();
@@ -595,8 +657,38 @@ fn bad_flags_are_named() {
             "1",
             "--cert-type",
             "rsa-2048",
+            "--engine",
+            "dimpl",
         ],
         "not offered by the engine",
+    );
+    refused(
+        &[
+            "lab",
+            "handshake",
+            "--target",
+            "127.0.0.1:9",
+            "--handshakes",
+            "1",
+            "--engine",
+            "boringssl",
+        ],
+        "--engine",
+    );
+    refused(
+        &[
+            "lab",
+            "handshake-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--engine",
+            "nope",
+        ],
+        "--engine",
+    );
+    refused(
+        &["lab", "handshake", "--in-memory", "--engine", "x"],
+        "--engine",
     );
     refused(
         &[
@@ -749,10 +841,124 @@ fn in_memory_study_quick_has_every_stack() {
             num(r, k);
         }
     }
+    phase_tables_hold(
+        &table("handshake_phases")["rows"],
+        &table("handshake_links")["rows"],
+    );
+    assert!(study["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("simulated"));
+    let links_plot = study["plots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["id"] == "handshake_links")
+        .expect("the per-link plot");
+    let measured = table("handshake_links")["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["status"] == "measured")
+        .count();
+    assert_eq!(
+        links_plot["categories"].as_array().unwrap().len(),
+        measured,
+        "{links_plot}"
+    );
     let plot = &study["plots"][0];
     let categories = plot["categories"].as_array().unwrap().len();
     assert!(categories >= 8, "{plot}");
     for s in plot["series"].as_array().unwrap() {
         assert_eq!(s["points"].as_array().unwrap().len(), categories);
+    }
+}
+
+const SUITES: [&str; 5] = [
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES128-CCM8",
+    "DHE-RSA-AES128-GCM-SHA256",
+];
+const CERTS: [&str; 4] = ["rsa-2048", "rsa-3072", "ecdsa-p256", "ecdsa-p384"];
+
+/// The 002 d tables: every suite × certificate row in both, each either measured or carrying
+/// its reason; facts that hold on any machine.
+fn phase_tables_hold(phases: &Value, links: &Value) {
+    let (phases, links) = (phases.as_array().unwrap(), links.as_array().unwrap());
+    let row = |rows: &[Value], suite: &str, cert: &str| -> Value {
+        let found: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["suite"] == suite && r["cert"] == cert)
+            .collect();
+        assert_eq!(found.len(), 1, "{suite} × {cert}");
+        found[0].clone()
+    };
+    for suite in SUITES {
+        for cert in CERTS {
+            let ecdsa_suite = suite.starts_with("ECDHE-ECDSA");
+            let applicable = ecdsa_suite == cert.starts_with("ecdsa");
+            for (r, key) in [
+                (row(phases, suite, cert), "handshake_us"),
+                (row(links, suite, cert), "wan_handshake_ms"),
+            ] {
+                let status = r["status"].as_str().unwrap();
+                if !applicable {
+                    assert_eq!(status, "not applicable", "{r}");
+                }
+                if status == "measured" {
+                    num(&r, key);
+                } else {
+                    let why = r[key]["not_offered"].as_str().unwrap_or_default();
+                    assert!(
+                        why.starts_with(status) || why.starts_with("refused"),
+                        "{status} without its reason: {r}"
+                    );
+                    assert!(why.len() > status.len() + 10, "{r}");
+                }
+            }
+        }
+    }
+    // The defaults run every applicable combination (auto: dimpl for ECDSA GCM, OpenSSL else).
+    let p256 = row(phases, "ECDHE-ECDSA-AES128-GCM-SHA256", "ecdsa-p256");
+    let rsa3072 = row(phases, "ECDHE-RSA-AES128-GCM-SHA256", "rsa-3072");
+    for r in [&p256, &rsa3072] {
+        assert_eq!(r["status"], "measured", "{r}");
+        for k in [
+            "validate_us",
+            "fingerprint_us",
+            "sign_us",
+            "verify_us",
+            "keygen_us",
+            "shared_us",
+            "server_us",
+        ] {
+            num(r, k);
+        }
+    }
+    assert!(p256["engine"].as_str().unwrap().starts_with("dimpl"));
+    assert!(rsa3072["engine"].as_str().unwrap().starts_with("OpenSSL"));
+    // An RSA-3072 handshake costs more than a P-256 one (its private-key operation alone is
+    // several times a whole P-256 handshake).
+    assert!(
+        num(&rsa3072, "handshake_us") > num(&p256, "handshake_us")
+            || num(&rsa3072, "validate_us") > num(&p256, "validate_us"),
+        "{rsa3072}\n{p256}"
+    );
+    for r in links.iter().filter(|r| r["status"] == "measured") {
+        // Simulated time: the cookie exchange and the full handshake are three round trips.
+        let (lan, wan) = (num(r, "lan_handshake_ms"), num(r, "wan_handshake_ms"));
+        assert!(wan >= 80.0, "WAN handshake under two RTTs: {r}");
+        assert!(lan < wan, "{r}");
+        assert!(num(r, "wan_first_rt_ms") >= 40.0, "{r}");
+        assert_eq!(r["lan_retransmissions"].as_f64(), Some(0.0), "{r}");
+        for k in ["wan_retransmissions_median", "wan_retransmissions_max"] {
+            assert!(r[k].as_f64().is_some_and(|x| x >= 0.0), "{k}: {r}");
+        }
+        assert!(
+            r["wan_retransmissions_max"].as_f64() >= r["wan_retransmissions_median"].as_f64(),
+            "{r}"
+        );
     }
 }

@@ -308,7 +308,8 @@ pub struct EndpointConfig {
     /// configuration needs OpenSSL; see [`EndpointConfig::resolved_engine`]).
     pub engine: EngineChoice,
     /// DTLS 1.2 cipher suites, most preferred first; empty (the default) for the engine's own
-    /// list. dimpl cannot restrict its suites: it refuses a list naming one it lacks.
+    /// list. dimpl offers and accepts exactly the listed suites (in its own order of
+    /// preference) and refuses a list naming one it lacks.
     pub cipher_suites: Vec<CipherSuite>,
 }
 

@@ -126,10 +126,17 @@ impl CipherSuite {
 
     /// Whether dimpl 0.9 implements the suite.
     pub fn dimpl_has(self) -> bool {
-        matches!(
-            self,
-            CipherSuite::EcdheEcdsaAes128GcmSha256 | CipherSuite::EcdheEcdsaAes256GcmSha384
-        )
+        self.dimpl_suite().is_some()
+    }
+
+    /// dimpl's identifier for the suite, if dimpl implements it.
+    fn dimpl_suite(self) -> Option<dimpl::crypto::Dtls12CipherSuite> {
+        use dimpl::crypto::Dtls12CipherSuite as D;
+        match self {
+            CipherSuite::EcdheEcdsaAes128GcmSha256 => Some(D::ECDHE_ECDSA_AES128_GCM_SHA256),
+            CipherSuite::EcdheEcdsaAes256GcmSha384 => Some(D::ECDHE_ECDSA_AES256_GCM_SHA384),
+            _ => None,
+        }
     }
 }
 
@@ -144,7 +151,9 @@ const MAX_POLL_BUFFER: usize = 64 * 1024;
 /// authentication. What it does not: the SRTP profile list (it always offers
 /// AEAD_AES_256_GCM, AEAD_AES_128_GCM and SRTP_AES128_CM_SHA1_80, and a DTLS 1.2 server picks in
 /// that order; SRTP_AES128_CM_SHA1_32 is never negotiated), a maximum RTO, certificate chains
-/// (only the leaf is sent), RSA keys.
+/// (only the leaf is sent), RSA keys. A non-empty
+/// [`EndpointConfig::cipher_suites`](crate::endpoint::EndpointConfig::cipher_suites) restricts
+/// the DTLS 1.2 suites dimpl offers and accepts to that list (dimpl's own preference order).
 pub struct DimplEngine {
     dtls: dimpl::Dtls,
     buf: Vec<u8>,
@@ -237,7 +246,7 @@ impl DimplEngine {
 }
 
 /// The settings a dimpl `Config` is built from.
-type ConfigKey = (usize, Duration, usize, Duration, bool);
+type ConfigKey = (usize, Duration, usize, Duration, bool, Vec<CipherSuite>);
 
 /// Built configurations with the settings they were built from.
 type ConfigCache = Mutex<Vec<(ConfigKey, Arc<dimpl::Config>)>>;
@@ -257,6 +266,7 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
         t.max_retransmissions,
         t.handshake_timeout,
         config.server_cookies,
+        config.cipher_suites.clone(),
     );
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     // A poisoned lock only means another thread panicked while building; the list is intact.
@@ -264,14 +274,25 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
     if let Some((_, c)) = list.iter().find(|(k, _)| *k == key) {
         return Ok(c.clone());
     }
+    let mut builder = dimpl::Config::builder()
+        .mtu(config.mtu)
+        .flight_start_rto(t.initial_rto)
+        .flight_retries(t.max_retransmissions)
+        .handshake_timeout(t.handshake_timeout)
+        .use_server_cookie(config.server_cookies)
+        .require_client_certificate(true);
+    if !config.cipher_suites.is_empty() {
+        // Offer and accept exactly the listed DTLS 1.2 suites (every one is a dimpl suite:
+        // `DimplEngine::new` refused the others before we got here).
+        let suites: Vec<dimpl::crypto::Dtls12CipherSuite> = config
+            .cipher_suites
+            .iter()
+            .filter_map(|s| s.dimpl_suite())
+            .collect();
+        builder = builder.dtls12_cipher_suites(&suites);
+    }
     let c = Arc::new(
-        dimpl::Config::builder()
-            .mtu(config.mtu)
-            .flight_start_rto(t.initial_rto)
-            .flight_retries(t.max_retransmissions)
-            .handshake_timeout(t.handshake_timeout)
-            .use_server_cookie(config.server_cookies)
-            .require_client_certificate(true)
+        builder
             .build()
             .map_err(|e| EngineConfigError::Setting(format!("{e:?}")))?,
     );

@@ -73,7 +73,7 @@ const READ_BUF: usize = 16 * 1024 + 256;
 const GROUPS: &str = "X25519:P-256:P-384";
 /// RFC 7919 ffdhe2048, the group for DHE-RSA (printed by
 /// `openssl genpkey -genparam -algorithm DH -pkeyopt group:ffdhe2048`).
-const FFDHE2048_PEM: &str = "-----BEGIN DH PARAMETERS-----
+pub const FFDHE2048_PEM: &str = "-----BEGIN DH PARAMETERS-----
 MIIBCAKCAQEA//////////+t+FRYortKmq/cViAnPTzx2LnFg84tNpWp4TZBFGQz
 +8yTnc4kmz75fS/jY2MMddj2gbICrsRhetPfHtXV/WVhJDP1H18GbtCFY2VVPe0a
 87VXE15/V8k1mE8McODmi3fipona8+/och3xWKE2rec1MKzKT0g6eXq8CrGCsyT7

@@ -163,6 +163,31 @@ fn ecdhe_ecdsa_aes128_ccm8_between_two_openssl_engines() {
     );
 }
 
+/// dimpl honours a suite list: a dimpl client asking for AES-256-GCM only connects to an
+/// OpenSSL server that takes AES-256-GCM only, and two dimpl ends with disjoint lists fail with
+/// no common suite instead of falling back to dimpl's default.
+#[test]
+fn dimpl_offers_and_accepts_only_the_listed_suites() {
+    let (mut c, mut s) = pair((KeyType::EcdsaP256, DIMPL), (KeyType::EcdsaP256, OSSL));
+    c.cipher_suites = vec![CipherSuite::EcdheEcdsaAes256GcmSha384];
+    s.cipher_suites = vec![CipherSuite::EcdheEcdsaAes256GcmSha384];
+    assert_same_keys(
+        &perfect(c.clone(), s.clone()),
+        "dimpl AES-256 → OpenSSL AES-256",
+    );
+
+    let (mut c, mut s) = pair((KeyType::EcdsaP256, DIMPL), (KeyType::EcdsaP256, DIMPL));
+    c.cipher_suites = vec![CipherSuite::EcdheEcdsaAes128GcmSha256];
+    s.cipher_suites = vec![CipherSuite::EcdheEcdsaAes256GcmSha384];
+    let r = perfect(c, s);
+    assert!(r.client.connected.is_none() && r.server.connected.is_none());
+    assert!(
+        r.client.failed.is_some() || r.server.failed.is_some(),
+        "{:?}",
+        r.server
+    );
+}
+
 #[test]
 fn dhe_rsa_between_two_openssl_engines() {
     let (mut c, mut s) = pair(

@@ -106,8 +106,21 @@ impl Cell {
         match self {
             Cell::Num(v) => format_num(*v),
             Cell::Text(s) => s.clone(),
-            Cell::NotOffered { .. } => "not offered".into(),
+            Cell::NotOffered { not_offered } => not_offered_label(not_offered).into(),
         }
+    }
+}
+
+/// What a "not offered" cell shows in a table: "not applicable" or "refused" when its reason
+/// says so (a combination that cannot exist, or one the stack turns down), "not offered"
+/// otherwise. The reason itself goes in the JSON and the report's tooltip.
+pub fn not_offered_label(reason: &str) -> &'static str {
+    if reason.starts_with("not applicable") {
+        "not applicable"
+    } else if reason.starts_with("refused") {
+        "refused"
+    } else {
+        "not offered"
     }
 }
 

@@ -70,6 +70,9 @@ pub struct Options {
     pub self_exe: Option<PathBuf>,
     /// No progress bars (they also hide themselves when stderr is not a terminal).
     pub no_progress: bool,
+    /// The DTLS engine secrelay's endpoints run on in the handshake study's phase table
+    /// (`Auto`: per row, as [`secrelay_dtls::EndpointConfig::resolved_engine`] picks).
+    pub engine: secrelay_dtls::EngineChoice,
 }
 
 /// What a study gets to measure with.

@@ -193,7 +193,7 @@ fn table(anchor: &str, t: &Table) -> Markup {
                             @match row.get(&c.key) {
                                 Some(Cell::Num(v)) => td.num title=(v) { (format_num(*v)) },
                                 Some(Cell::Text(s)) => td.num[c.unit.is_some()] { (s) },
-                                Some(Cell::NotOffered { not_offered }) => td.na title=(not_offered) { "not offered" },
+                                Some(Cell::NotOffered { not_offered }) => td.na title=(not_offered) { (crate::frame::not_offered_label(not_offered)) },
                                 None => td.missing { },
                             }
                         }

@@ -25,7 +25,8 @@ use anyhow::{bail, Context as _};
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use secrelay_dtls::{
-    Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role,
+    Endpoint, EndpointConfig, EngineChoice, Event, KeyType, LocalCertificate, Output, PeerAuth,
+    Role,
 };
 use serde::Serialize;
 
@@ -49,6 +50,9 @@ pub struct LoadOptions {
     pub connections: usize,
     /// Threads driving them.
     pub threads: usize,
+    /// Which DTLS engine our client runs on (`Auto`: OpenSSL for an RSA certificate, dimpl
+    /// otherwise).
+    pub engine: EngineChoice,
     /// Our client certificate's key type (a fresh self-signed one per run)...
     pub cert_type: KeyType,
     /// ...or this certificate (e.g. issued by a private CA).
@@ -75,6 +79,7 @@ impl LoadOptions {
             duration: None,
             connections: 1,
             threads: 1,
+            engine: EngineChoice::Auto,
             cert_type: KeyType::EcdsaP256,
             certificate: None,
             peer_auth: PeerAuth::AnyCertificate,
@@ -142,6 +147,8 @@ pub struct LoadReport {
     pub threads: usize,
     /// Our certificate's key type.
     pub cert_type: String,
+    /// The DTLS engine our client ran on (`dimpl` or `openssl`).
+    pub engine: String,
     /// Handshakes asked for, if a count was given.
     pub requested_handshakes: Option<u64>,
     /// Duration asked for, if one was given (s).
@@ -514,10 +521,10 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
     let threads = opts.threads.min(opts.connections);
     let cert = match &opts.certificate {
         Some(c) => {
-            super::check_engine_takes(c)?;
+            super::check_engine_takes(opts.engine, c)?;
             c.clone()
         }
-        None => super::engine_certificate(opts.cert_type, "secrelay-handshake-load")?,
+        None => super::engine_certificate(opts.engine, opts.cert_type, "secrelay-handshake-load")?,
     };
     let mut opts = opts;
     opts.cert_type = cert.key_type();
@@ -527,6 +534,8 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         opts.peer_auth.clone(),
     );
     config.timers.handshake_timeout = opts.timeout;
+    config.engine = opts.engine;
+    let engine_used = config.resolved_engine();
     let keylog = opts
         .keylog
         .as_deref()
@@ -638,6 +647,7 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         connections: opts.connections,
         threads,
         cert_type: opts.cert_type.name().into(),
+        engine: super::engine_name(engine_used).into(),
         requested_handshakes: opts.handshakes,
         requested_duration_s: opts.duration.map(|d| d.as_secs_f64()),
         elapsed_s: elapsed.as_secs_f64(),
@@ -655,10 +665,14 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         },
         method: LoadMethod {
             timed: format!(
-                "full DTLS 1.2 handshakes, secrelay's client (dimpl + aws-lc-rs, {} client certificate, ECDHE, use_srtp) against {}: \
+                "full DTLS 1.2 handshakes, secrelay's client ({}, {} client certificate, ECDHE, use_srtp) against {}: \
                  each on its own UDP socket and ephemeral port, latency from the first ClientHello to the exported keys; \
                  handshakes/s sampled every second (the last partial second included when ≥ 0.2 s), average = completed / elapsed; \
                  95P = the rate reached or beaten in 95 % of the samples; a handshake fails after {:.0} s",
+                match engine_used {
+                    EngineChoice::Openssl => "OpenSSL engine",
+                    _ => "dimpl + aws-lc-rs",
+                },
                 opts.cert_type,
                 opts.target,
                 opts.timeout.as_secs_f64()

@@ -12,6 +12,7 @@
 
 pub mod keylog;
 pub mod load;
+pub mod phases;
 pub mod server;
 pub mod study;
 
@@ -19,20 +20,56 @@ use std::net::SocketAddr;
 
 use anyhow::{bail, Context as _};
 use secrelay_dtls::{
-    Certificate, Endpoint, EndpointConfig, KeyType, LocalCertificate, PeerAuth, Role,
+    Certificate, Endpoint, EndpointConfig, EngineChoice, KeyType, LocalCertificate, PeerAuth, Role,
 };
 use secrelay_srtp::Profile;
 
-/// Why secrelay's engine cannot use a certificate type, if it cannot.
+/// Parses an engine name (`auto`, `dimpl`, `openssl`), naming the flag on error.
+pub fn parse_engine(s: &str) -> anyhow::Result<EngineChoice> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(EngineChoice::Auto),
+        "dimpl" => Ok(EngineChoice::Dimpl),
+        "openssl" => Ok(EngineChoice::Openssl),
+        _ => bail!("--engine {s:?}: unknown engine (valid: auto, dimpl, openssl)"),
+    }
+}
+
+/// The engine's name as on the command line.
+pub fn engine_name(engine: EngineChoice) -> &'static str {
+    match engine {
+        EngineChoice::Dimpl => "dimpl",
+        EngineChoice::Openssl => "openssl",
+        _ => "auto",
+    }
+}
+
+/// The engine `engine` runs for our certificate of `key_type` with the default suites and SRTP
+/// profiles: what [`EndpointConfig::resolved_engine`] decides (`Auto` takes OpenSSL for an RSA
+/// certificate, dimpl otherwise; the lab builds secrelay-dtls with its `openssl` feature).
+pub fn resolved_engine(engine: EngineChoice, key_type: KeyType) -> EngineChoice {
+    match engine {
+        EngineChoice::Auto if key_type.is_rsa() => EngineChoice::Openssl,
+        EngineChoice::Auto => EngineChoice::Dimpl,
+        other => other,
+    }
+}
+
+/// Why the engine `engine` (after [`resolved_engine`]) cannot use a certificate type, if it
+/// cannot.
 ///
-/// dimpl 0.9 (the engine under [`Endpoint`]) signs and verifies with ECDSA only.
-pub fn engine_refuses(key_type: KeyType) -> Option<&'static str> {
-    match key_type {
-        KeyType::EcdsaP256 | KeyType::EcdsaP384 => None,
-        KeyType::Ed25519 => Some(
+/// dimpl 0.9 signs and verifies with ECDSA only; OpenSSL (3.0, DTLS 1.2) takes RSA and ECDSA
+/// certificates. Ed25519 in DTLS 1.2 is left to OpenSSL: [`check_engine_takes`] builds an
+/// endpoint to find out.
+pub fn engine_refuses(engine: EngineChoice, key_type: KeyType) -> Option<&'static str> {
+    match (resolved_engine(engine, key_type), key_type) {
+        (EngineChoice::Dimpl, KeyType::EcdsaP256 | KeyType::EcdsaP384) => None,
+        (EngineChoice::Dimpl, KeyType::Ed25519) => Some(
             "not offered by the engine: dimpl 0.9 signs with ECDSA only (no Ed25519 in DTLS 1.2)",
         ),
-        _ => Some("not offered by the engine: dimpl 0.9 signs with ECDSA only (no RSA)"),
+        (EngineChoice::Dimpl, _) => {
+            Some("not offered by the engine: dimpl 0.9 signs with ECDSA only (no RSA)")
+        }
+        _ => None,
     }
 }
 
@@ -42,37 +79,51 @@ pub fn parse_key_type(s: &str) -> anyhow::Result<KeyType> {
         .map_err(|e| anyhow::anyhow!("--cert-type {s:?}: {e} (valid: {})", KeyType::valid_names()))
 }
 
-/// A fresh self-signed certificate of `key_type` that secrelay's engine takes, checked by
+/// A fresh self-signed certificate of `key_type` that the engine `engine` takes, checked by
 /// building one endpoint with it; a clear error naming the type otherwise.
-pub fn engine_certificate(key_type: KeyType, common_name: &str) -> anyhow::Result<Certificate> {
-    if let Some(why) = engine_refuses(key_type) {
-        bail!("--cert-type {key_type}: {why}");
+pub fn engine_certificate(
+    engine: EngineChoice,
+    key_type: KeyType,
+    common_name: &str,
+) -> anyhow::Result<Certificate> {
+    if let Some(why) = engine_refuses(engine, key_type) {
+        bail!(
+            "--cert-type {key_type} with --engine {}: {why}",
+            engine_name(engine)
+        );
     }
     let cert = Certificate::self_signed(key_type, common_name)
         .with_context(|| format!("generating a {key_type} certificate"))?;
-    check_engine_takes(&cert).map_err(|e| anyhow::anyhow!("--cert-type {key_type}: {e}"))?;
+    check_engine_takes(engine, &cert)
+        .map_err(|e| anyhow::anyhow!("--cert-type {key_type}: {e}"))?;
     Ok(cert)
 }
 
-/// Checks that secrelay's engine can use `cert` (its key type and its key), by building one
+/// Checks that the engine `engine` can use `cert` (its key type and its key), by building one
 /// endpoint with it.
-pub fn check_engine_takes(cert: &Certificate) -> anyhow::Result<()> {
-    if let Some(why) = engine_refuses(cert.key_type()) {
-        bail!("{} certificate: {why}", cert.key_type());
+pub fn check_engine_takes(engine: EngineChoice, cert: &Certificate) -> anyhow::Result<()> {
+    if let Some(why) = engine_refuses(engine, cert.key_type()) {
+        bail!(
+            "{} certificate with --engine {}: {why}",
+            cert.key_type(),
+            engine_name(engine)
+        );
     }
-    let config = EndpointConfig::new(
+    let mut config = EndpointConfig::new(
         Role::Client,
         LocalCertificate::from(cert),
         PeerAuth::AnyCertificate,
     );
+    config.engine = engine;
     Endpoint::new(config, std::time::Instant::now())
         .map_err(|e| anyhow::anyhow!("the engine refused the certificate: {e}"))?;
     Ok(())
 }
 
 /// Loads a certificate (PEM, leaf first) and its PKCS#8 key (PEM) and checks that the engine
-/// takes them.
+/// `engine` takes them.
 pub fn load_certificate(
+    engine: EngineChoice,
     cert: &std::path::Path,
     key: &std::path::Path,
 ) -> anyhow::Result<Certificate> {
@@ -83,7 +134,8 @@ pub fn load_certificate(
     );
     let c = Certificate::from_pem(&cert_pem, &key_pem)
         .map_err(|e| anyhow::anyhow!("--cert {} / --key {}: {e}", cert.display(), key.display()))?;
-    check_engine_takes(&c).map_err(|e| anyhow::anyhow!("--cert {}: {e}", cert.display()))?;
+    check_engine_takes(engine, &c)
+        .map_err(|e| anyhow::anyhow!("--cert {}: {e}", cert.display()))?;
     Ok(c)
 }
 

@@ -30,7 +30,8 @@ use anyhow::Context as _;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
 use secrelay_dtls::{
-    Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role,
+    Certificate, Endpoint, EndpointConfig, EngineChoice, Event, KeyType, LocalCertificate, Output,
+    PeerAuth, Role,
 };
 use secrelay_srtp::Profile;
 use serde::Serialize;
@@ -42,7 +43,10 @@ use super::keylog::Keylog;
 pub struct ServerOptions {
     /// Address to bind (port 0 picks one; the bound address is printed first on stdout).
     pub listen: SocketAddr,
-    /// Our certificate's key type (ECDSA P-256 or P-384: what the engine signs with).
+    /// Which DTLS engine the server runs on (`Auto`: OpenSSL for an RSA certificate, dimpl
+    /// otherwise).
+    pub engine: EngineChoice,
+    /// Our certificate's key type (ECDSA P-256 or P-384 on dimpl; RSA too on OpenSSL).
     pub cert_type: KeyType,
     /// SRTP profiles accepted, most preferred first.
     pub srtp_profiles: Vec<Profile>,
@@ -71,6 +75,7 @@ impl ServerOptions {
     pub fn new(listen: SocketAddr) -> ServerOptions {
         ServerOptions {
             listen,
+            engine: EngineChoice::Auto,
             cert_type: KeyType::EcdsaP256,
             srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
             keylog: None,
@@ -346,7 +351,7 @@ pub fn run(
         signal_hook::flag::register(sig, stop.clone())
             .context("installing the SIGINT/SIGTERM handler")?;
     }
-    let cert = super::engine_certificate(opts.cert_type, "secrelay-handshake-server")?;
+    let cert = super::engine_certificate(opts.engine, opts.cert_type, "secrelay-handshake-server")?;
     let mut config = EndpointConfig::new(
         Role::Server,
         LocalCertificate::from(&cert),
@@ -355,6 +360,7 @@ pub fn run(
     config.srtp_profiles = opts.srtp_profiles.clone();
     config.timers.handshake_timeout = opts.handshake_timeout;
     config.server_cookies = true;
+    config.engine = opts.engine;
     if opts.max_in_flight == 0 {
         anyhow::bail!("--max-in-flight must be at least 1");
     }

@@ -545,7 +545,7 @@ impl Study for HandshakeStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let rounds = if ctx.quick() { 20 } else { 600 };
-        ctx.steps(4);
+        ctx.steps(5);
         ctx.step("certificates and contexts");
         let p256 = |cn: &str| Certificate::self_signed(KeyType::EcdsaP256, cn);
         let (c256, s256) = (p256("lab-client")?, p256("lab-server")?);
@@ -780,7 +780,8 @@ impl Study for HandshakeStudy {
             });
         }
         for kt in [KeyType::Ed25519, KeyType::Rsa2048, KeyType::Rsa3072] {
-            let why = super::engine_refuses(kt).unwrap_or("refused");
+            let why =
+                super::engine_refuses(secrelay_dtls::EngineChoice::Dimpl, kt).unwrap_or("refused");
             rows.push(Row {
                 stack: "secrelay (dimpl + aws-lc-rs)".into(),
                 client: "secrelay".into(),
@@ -997,6 +998,9 @@ impl Study for HandshakeStudy {
                 s.server_us, s.server_us / floor_us[1], floor_us[1], o.server_us
             ));
         }
+        let phase_report = super::phases::run(ctx, ctx.opts.engine)?;
+        ctx.done();
+        notes.extend(phase_report.notes);
         let method = ctx.method(
             format!(
                 "one whole DTLS 1.2 handshake, both sides in one thread over memory, with mutual ECDSA (or RSA server) certificate authentication, ECDHE, use_srtp, \
@@ -1004,7 +1008,8 @@ impl Study for HandshakeStudy {
                  (Instant around every call); the total includes moving datagrams between them. {warmup} warm-up rounds, then {rounds} rounds, each running every \
                  pairing once, starting at a different pairing each round, and the crypto floor once (interleaved, so drift cancels in the ratios); medians reported, spread = IQR of the totals. \
                  Crypto floor: aws-lc-rs, one side's ECDSA sign + verify + ephemeral key pair + ECDH, each operation timed once per round (medians over the rounds, so that preemption on a busy machine does not inflate them). {pion_method}. \
-                 Ratios vs OpenSSL use its ECDSA P-256 row."
+                 Ratios vs OpenSSL use its ECDSA P-256 row. {}",
+                phase_report.method
             ),
             instructions_method,
         );
@@ -1019,8 +1024,8 @@ impl Study for HandshakeStudy {
             title: self.title().into(),
             seeds: vec!["001".into(), "002".into()],
             method,
-            tables: vec![table, floor_table],
-            plots,
+            tables: [vec![table, floor_table], phase_report.tables].concat(),
+            plots: [plots, phase_report.plots].concat(),
             notes,
         })
     }
