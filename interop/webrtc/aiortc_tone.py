@@ -3,19 +3,19 @@
 
 Three aiortc peers use the gateway the way outside clients do (HTTP signaling, ICE, DTLS-SRTP):
 
-* a WHIP publisher (`POST /whip/{room}`) sends a 440 Hz sine from a custom AudioStreamTrack;
-* a WHEP subscriber (`POST /whep/{room}`, recvonly) and
-* a conference participant (`POST /rooms/{room}/join`, sendrecv; it sends a 660 Hz sine of its
-  own, which the gateway must not send back to it)
+* a WHIP publisher (`POST /whip/{room}`) sends a 440 Hz sine from a custom audio track;
+* a WHEP subscriber (`POST /whep/{room}`, recvonly);
+* a conference participant (`POST /rooms/{room}/join`, sendrecv) with a 660 Hz sine of its own.
 
+Phase 1: both receivers, which joined before the publisher (a publisher "that arrives later"),
 decode the audio the gateway relayed (re-encrypted with each receiver's own keys) and look for
-the publisher's tone with an FFT: the strongest frequency must be 440 Hz and the band around it
-must hold most of the energy. Both receivers join before the publisher, so they also cover
-"publishers that arrive later". While everybody is connected the script reads
-`GET /api/rooms/{room}` for the negotiated SRTP profiles, then every peer leaves with DELETE on
-its Location.
+the 440 Hz tone with an FFT: the strongest frequency must be the tone and the band around it
+must hold most of the energy. The participant's microphone is muted meanwhile (see below).
+While everybody is connected the script reads `GET /api/rooms/{room}` for the negotiated SRTP
+profiles. Phase 2: the publisher leaves (DELETE), the participant unmutes, and the WHEP
+subscriber must hear 660 Hz. Then the others leave with DELETE on their Location.
 
-Prints one JSON line with what it measured and exits 0 only when both receivers heard the tone.
+Prints one JSON line with what it measured and exits 0 only when every tone was heard where expected.
 Usage: aiortc_tone.py --base http://127.0.0.1:PORT [--room NAME] [--seconds S] [--timeout S]
 """
 
