@@ -189,7 +189,8 @@ pub struct NegotiatedMedia {
     pub peer_sends: bool,
     /// Whether the participant receives on this section.
     pub peer_receives: bool,
-    /// The SSRC we announced for what we send on this section.
+    /// An SSRC of our own for this section. Not announced in the answer: relayed streams get
+    /// theirs per source when forwarded.
     pub our_ssrc: u32,
 }
 
@@ -447,7 +448,12 @@ impl Participant {
                 } else {
                     chosen.iter().map(|(_, c)| (*c).clone()).collect()
                 },
-                ssrc: Some((our_ssrc, config.cname.clone())),
+                // No a=ssrc: what we send on this section is relayed under SSRCs chosen per
+                // source stream when its first packet is forwarded (see `room`). A browser binds
+                // the receiver's track to an announced SSRC, so announcing one that never
+                // carries media leaves the track without frames (Chromium decodes the
+                // unannounced stream but never shows it in a <video>).
+                ssrc: None,
             });
         }
         if media.is_empty() {

@@ -1,0 +1,338 @@
+//! Interop with WebRTC clients nobody here wrote, through `secrelay serve` as a user starts it:
+//! aiortc (Python) publishes a tone with WHIP that a WHEP subscriber and a room participant
+//! decode, and headless Chromium publishes its fake camera and microphone with WHIP to a page
+//! that plays them through WHEP. The clients are the scripts in `interop/webrtc/`; this test
+//! starts the gateway, runs each script with a time limit, checks what it measured, then checks
+//! that the gateway kept no session (`GET /api/rooms`) and counted the handshakes (`/metrics`).
+//!
+//! The Python environment comes from `scripts/setup` (a venv at `interop/webrtc/.venv`, or
+//! `$SECRELAY_INTEROP_PYTHON`), Chromium from Debian's package (or `$SECRELAY_CHROMIUM`). Where
+//! one is missing the test says SKIPPED, except under CI (`CI` set), where it fails.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The two tests share two cores with everything else: one at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn script(name: &str) -> PathBuf {
+    repo().join("interop/webrtc").join(name)
+}
+
+/// Says why the test cannot run: fails under CI, where `scripts/setup` provides everything.
+fn skip(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why} (scripts/setup installs it)");
+    }
+    eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
+}
+
+/// The Python with aiortc and numpy: `$SECRELAY_INTEROP_PYTHON`, else scripts/setup's venv.
+fn python(test: &str) -> Option<PathBuf> {
+    let p = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("interop/webrtc/.venv/bin/python"));
+    let ok = Command::new(&p)
+        .args(["-c", "import aiortc, numpy"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        Some(p)
+    } else {
+        skip(
+            test,
+            &format!("no Python with aiortc and numpy at {}", p.display()),
+        );
+        None
+    }
+}
+
+fn chromium(test: &str) -> Option<PathBuf> {
+    let p = std::env::var_os("SECRELAY_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    if p.exists() {
+        Some(p)
+    } else {
+        skip(test, &format!("no Chromium at {}", p.display()));
+        None
+    }
+}
+
+/// `secrelay serve` on loopback, killed on drop; keeps what it logs for failure messages.
+struct Gateway {
+    child: Child,
+    base: String,
+    log: Arc<Mutex<String>>,
+}
+
+impl Gateway {
+    fn start() -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--udp",
+                "127.0.0.1:0",
+                "--announce",
+                "127.0.0.1",
+                "--log",
+                "info",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("secrelay serve starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut base = None;
+        for line in lines.by_ref() {
+            let line = line.expect("reading secrelay serve's stderr");
+            log.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(at) = line.find("HTTP on http://") {
+                let url = &line[at + "HTTP on ".len()..];
+                let end = url.find([',', ' ']).unwrap_or(url.len());
+                base = Some(url[..end].to_owned());
+                break;
+            }
+        }
+        let base = base.unwrap_or_else(|| {
+            panic!(
+                "secrelay serve printed no HTTP address:\n{}",
+                log.lock().unwrap()
+            )
+        });
+        // Keep reading, so that the pipe never fills.
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                keep.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        Gateway { child, base, log }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// GET a path; returns the status and the body.
+    fn get(&self, path: &str) -> (u16, String) {
+        let authority = self.base.trim_start_matches("http://");
+        let mut s = TcpStream::connect(authority).expect("connect to the gateway's HTTP port");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).expect("read the response");
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+        let status = head
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .expect("a status code");
+        let body = if head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        };
+        (status, body)
+    }
+
+    fn json(&self, path: &str) -> Value {
+        let (status, body) = self.get(path);
+        assert_eq!(status, 200, "GET {path}: {body}");
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
+    }
+
+    /// A counter or gauge from /metrics (the sample whose name and labels start the line).
+    fn metric(&self, sample: &str) -> f64 {
+        let (status, body) = self.get("/metrics");
+        assert_eq!(status, 200, "GET /metrics");
+        body.lines()
+            .find_map(|l| {
+                l.strip_prefix(sample)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {sample} in /metrics:\n{body}"))
+    }
+
+    /// Waits until no room is left (participants that left are removed once their last
+    /// datagrams are sent), for at most 10 s; returns what /api/rooms shows then.
+    fn rooms_when_empty(&self) -> Value {
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let v = self.json("/api/rooms");
+            if v["rooms"].as_array().is_some_and(|r| r.is_empty()) || Instant::now() > end {
+                return v;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 || after.len() < n {
+            break;
+        }
+        out.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Runs `python SCRIPT ARGS` under coreutils' `timeout` (which kills it and what it started
+/// past the limit); returns its JSON line and whether it exited 0.
+fn run_script(python: &Path, name: &str, args: &[&str], gw: &Gateway) -> (Value, bool) {
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "90"])
+        .arg(python)
+        .arg(script(name))
+        .args(args)
+        .output()
+        .expect("running timeout(1) with python");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout.lines().rev().find(|l| l.starts_with('{'));
+    let v: Value = match line.map(serde_json::from_str) {
+        Some(Ok(v)) => v,
+        _ => panic!(
+            "{name} printed no JSON ({}; 124 means it was killed):\nstdout: {stdout}\nstderr: {stderr}\ngateway:\n{}",
+            out.status,
+            gw.log()
+        ),
+    };
+    eprintln!("{name}: {v}");
+    let ok = out.status.success();
+    if !ok {
+        eprintln!("{name} stderr: {stderr}\ngateway log:\n{}", gw.log());
+    }
+    (v, ok)
+}
+
+#[test]
+fn aiortc_hears_the_tone_through_whip_whep_and_a_room_join() {
+    let test = "aiortc_hears_the_tone_through_whip_whep_and_a_room_join";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let (v, ok) = run_script(
+        &python,
+        "aiortc_tone.py",
+        &["--base", &gw.base, "--room", "tone"],
+        &gw,
+    );
+    assert!(ok, "aiortc_tone.py failed: {v}");
+    for (who, hz) in [
+        ("whep", 440.0),
+        ("join", 440.0),
+        ("whep_from_joiner", 660.0),
+    ] {
+        let r = &v[who];
+        assert_eq!(r["detected"], true, "{who}: {r}");
+        let peak = r["peak_hz"].as_f64().expect("peak_hz");
+        assert!((peak - hz).abs() <= 5.0, "{who}: peak at {peak} Hz");
+        assert!(r["frames"].as_u64().unwrap_or(0) > 0, "{who}: frames");
+    }
+    let parts = v["participants"].as_array().expect("participants");
+    let mut kinds: Vec<&str> = parts.iter().filter_map(|p| p["kind"].as_str()).collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["join", "whep", "whip"], "{v}");
+    for p in parts {
+        assert_eq!(p["state"], "connected", "{p}");
+        assert!(p["srtp_profile"].is_string(), "negotiated profile: {p}");
+    }
+    for (who, status) in v["delete"].as_object().expect("delete") {
+        assert_eq!(status, 200, "DELETE of {who}");
+    }
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+    assert_eq!(gw.metric("secrelay_participants"), 0.0);
+    assert!(gw.metric("secrelay_handshakes_total{result=\"ok\"}") >= 3.0);
+    assert_eq!(
+        gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
+    let test = "chromium_plays_what_chromium_publishes_through_whip_and_whep";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    // The driver needs only Python's standard library: any python3 does.
+    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let chromium = chromium.to_string_lossy().into_owned();
+    let (v, ok) = run_script(
+        &python,
+        "chromium_av.py",
+        &["--base", &gw.base, "--room", "av", "--chromium", &chromium],
+        &gw,
+    );
+    assert!(ok, "chromium_av.py failed: {v}");
+    let play = &v["play"];
+    assert!(play["totalVideoFrames"].as_u64().unwrap_or(0) > 0, "{play}");
+    assert!(play["videoWidth"].as_u64().unwrap_or(0) > 0, "{play}");
+    let audio = &play["inbound"]["audio"];
+    assert!(
+        audio["packetsReceived"].as_u64().unwrap_or(0) > 0,
+        "{audio}"
+    );
+    assert!(
+        play["inbound"]["video"]["framesDecoded"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{play}"
+    );
+    assert_eq!(v["publish_delete"], 200);
+    assert_eq!(v["play_delete"], 200);
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+    assert_eq!(gw.metric("secrelay_participants"), 0.0);
+    assert!(gw.metric("secrelay_handshakes_total{result=\"ok\"}") >= 2.0);
+    assert_eq!(
+        gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
+        0.0
+    );
+}

@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""Interop with Chromium, through a running `secrelay serve`.
+
+Two headless Chromium processes with fake media devices load two pages from a small HTTP
+server on loopback (another origin than the gateway's, so CORS is exercised as for any web
+page): `play.html` subscribes with WHEP (plain fetch + RTCPeerConnection) and plays what
+arrives in a <video> element; then `publish.html` takes the fake camera and microphone and
+publishes them with WHIP. The subscriber joins first (so the publisher is one that arrives
+later, and Chromium's first frame is a keyframe for it). The test passes when the subscriber's
+video element has decoded frames and knows the picture size, and its audio inbound-rtp stream
+has received packets and samples. Then each page leaves with DELETE on its Location.
+
+The pages report to the local server (POST /report); this script waits for those reports and
+prints one JSON line with what they measured. Exit status 0 only when everything passed.
+Usage: chromium_av.py --base http://127.0.0.1:PORT [--chromium /usr/bin/chromium] [--room R]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlencode
+
+COMMON_JS = r"""
+const params = new URLSearchParams(location.search);
+const gw = params.get('gw');
+const room = params.get('room');
+const PAGE = document.title;
+function report(o) {
+  return fetch('/report', {method: 'POST', body: JSON.stringify(Object.assign({page: PAGE}, o))});
+}
+window.addEventListener('error', e => report({error: 'uncaught: ' + e.message}));
+window.addEventListener('unhandledrejection', e => report({error: 'unhandled: ' + (e.reason && e.reason.message || e.reason)}));
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+// The gateway is ICE-lite and learns our address from our checks: send the offer with the
+// candidates gathered so far (all host candidates come at once), at most half a second later.
+function gathered(pc) {
+  return new Promise(resolve => {
+    if (pc.iceGatheringState === 'complete') return resolve();
+    pc.addEventListener('icegatheringstatechange', () => { if (pc.iceGatheringState === 'complete') resolve(); });
+    setTimeout(resolve, 500);
+  });
+}
+async function signal(pc, path) {
+  await pc.setLocalDescription(await pc.createOffer());
+  await gathered(pc);
+  const r = await fetch(gw + path, {method: 'POST', headers: {'Content-Type': 'application/sdp'}, body: pc.localDescription.sdp});
+  const body = await r.text();
+  if (r.status !== 201) throw new Error('POST ' + path + ': ' + r.status + ' ' + body);
+  const loc = r.headers.get('Location');
+  if (!loc) throw new Error('POST ' + path + ': no Location exposed');
+  if (params.get('debug')) await report({offer: pc.localDescription.sdp, answer: body});
+  await pc.setRemoteDescription({type: 'answer', sdp: body});
+  return new URL(loc, gw).href;
+}
+function connected(pc) {
+  return new Promise((resolve, reject) => {
+    const check = () => {
+      if (pc.connectionState === 'connected') resolve();
+      if (pc.connectionState === 'failed') reject(new Error('connection failed'));
+    };
+    pc.addEventListener('connectionstatechange', check);
+    check();
+  });
+}
+async function waitFor(what) {
+  for (;;) {
+    const r = await fetch('/control?page=' + PAGE);
+    if ((await r.text()) === what) return;
+    await sleep(200);
+  }
+}
+async function leave(pc, loc) {
+  const r = await fetch(loc, {method: 'DELETE'});
+  pc.close();
+  return r.status;
+}
+function codecOf(stats, rtp) {
+  const c = rtp && rtp.codecId && stats.get(rtp.codecId);
+  return c ? c.mimeType : null;
+}
+function dtlsOf(stats) {
+  for (const s of stats.values()) {
+    if (s.type !== 'transport') continue;
+    const pair = s.selectedCandidatePairId && stats.get(s.selectedCandidatePairId);
+    const local = pair && stats.get(pair.localCandidateId);
+    const remote = pair && stats.get(pair.remoteCandidateId);
+    return {dtlsState: s.dtlsState, srtpCipher: s.srtpCipher, dtlsCipher: s.dtlsCipher, tlsVersion: s.tlsVersion,
+            selectedPair: local && remote ? local.address + ':' + local.port + ' -> ' + remote.address + ':' + remote.port : null};
+  }
+  return null;
+}
+"""
+
+PUBLISH_HTML = """<!doctype html><html><head><title>publish</title></head><body>
+<script>""" + COMMON_JS + r"""
+(async () => {
+  try {
+    const stream = await navigator.mediaDevices.getUserMedia({audio: true, video: {width: 640, height: 480, frameRate: 30}});
+    const pc = new RTCPeerConnection();
+    for (const t of stream.getTracks()) pc.addTransceiver(t, {direction: 'sendonly', streams: [stream]});
+    const loc = await signal(pc, '/whip/' + room);
+    await connected(pc);
+    await report({state: 'connected'});
+    await waitFor('leave');
+    const stats = await pc.getStats();
+    const out = {};
+    for (const s of stats.values()) {
+      if (s.type === 'outbound-rtp') out[s.kind] = {packetsSent: s.packetsSent, codec: codecOf(stats, s), framesEncoded: s.framesEncoded, keyFramesEncoded: s.keyFramesEncoded, frameWidth: s.frameWidth};
+    }
+    const status = await leave(pc, loc);
+    await report({state: 'left', deleteStatus: status, outbound: out, transport: dtlsOf(stats)});
+  } catch (e) {
+    await report({error: String(e && e.message || e)});
+  }
+})();
+</script></body></html>"""
+
+PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
+<video id="v" autoplay playsinline muted></video><audio id="a" autoplay></audio>
+<script>""" + COMMON_JS + r"""
+(async () => {
+  try {
+    const v = document.getElementById('v');
+    const pc = new RTCPeerConnection();
+    pc.addTransceiver('video', {direction: 'recvonly'});
+    pc.addTransceiver('audio', {direction: 'recvonly'});
+    // The picture in a <video>, the sound in an <audio>, as a player page does.
+    const a = document.getElementById('a');
+    const tracks = [];
+    pc.ontrack = e => {
+      tracks.push(e.track);
+      const el = e.track.kind === 'video' ? v : a;
+      el.srcObject = new MediaStream([e.track]);
+      el.play().catch(err => report({note: e.track.kind + ' play(): ' + err}));
+    };
+    let callbacks = 0;
+    const onFrame = () => { callbacks++; v.requestVideoFrameCallback(onFrame); };
+    v.requestVideoFrameCallback(onFrame);
+    const loc = await signal(pc, '/whep/' + room);
+    await connected(pc);
+    await report({state: 'connected'});
+    let last = {};
+    for (;;) {
+      const q = v.getVideoPlaybackQuality();
+      const stats = await pc.getStats();
+      const inb = {};
+      for (const s of stats.values()) {
+        if (s.type === 'inbound-rtp') inb[s.kind] = {framesReceived: s.framesReceived, framesDropped: s.framesDropped, freezeCount: s.freezeCount, jitterBufferDelay: s.jitterBufferDelay, jitterBufferEmittedCount: s.jitterBufferEmittedCount, estimatedPlayoutTimestamp: s.estimatedPlayoutTimestamp, packetsReceived: s.packetsReceived, packetsLost: s.packetsLost, codec: codecOf(stats, s), framesDecoded: s.framesDecoded, keyFramesDecoded: s.keyFramesDecoded, totalSamplesReceived: s.totalSamplesReceived, audioLevel: s.audioLevel, frameWidth: s.frameWidth, frameHeight: s.frameHeight};
+      }
+      last = {totalVideoFrames: q.totalVideoFrames, droppedVideoFrames: q.droppedVideoFrames, frameCallbacks: callbacks,
+              videoWidth: v.videoWidth, videoHeight: v.videoHeight, readyState: v.readyState, paused: v.paused,
+              tracks: tracks.map(t => t.kind + ':' + t.readyState + (t.muted ? ':muted' : '')),
+              inbound: inb, transport: dtlsOf(stats)};
+      const a = inb.audio || {};
+      if (q.totalVideoFrames > 0 && callbacks > 0 && v.videoWidth > 0 && a.packetsReceived > 0 && a.totalSamplesReceived > 0) break;
+      await report({progress: last});
+      await sleep(250);
+    }
+    await report({state: 'playing', playing: last});
+    await waitFor('leave');
+    const status = await leave(pc, loc);
+    await report({state: 'left', deleteStatus: status});
+  } catch (e) {
+    await report({error: String(e && e.message || e)});
+  }
+})();
+</script></body></html>"""
+
+
+class Pages:
+    """The page server's shared state: reports from the pages and what each page should do."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self.reports = []  # (seconds since start, report)
+        self.control = {}
+        self.t0 = time.monotonic()
+
+    def add(self, report):
+        if "offer" in report:
+            print(f"--- {report.get('page')} offer\n{report['offer']}\n--- answer\n{report['answer']}", file=sys.stderr)
+        with self.lock:
+            self.reports.append((round(time.monotonic() - self.t0, 2), report))
+            self.lock.notify_all()
+
+    def wait(self, pred, timeout):
+        """The first report that satisfies pred, or None after timeout seconds."""
+        end = time.monotonic() + timeout
+        with self.lock:
+            while True:
+                for _, r in self.reports:
+                    if r.get("error"):
+                        raise RuntimeError(f"page {r.get('page')}: {r['error']}")
+                    if pred(r):
+                        return r
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                self.lock.wait(left)
+
+    def last_progress(self, page):
+        with self.lock:
+            for _, r in reversed(self.reports):
+                if r.get("page") == page and "progress" in r:
+                    return r["progress"]
+        return None
+
+
+def serve_pages(pages):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def send(self, code, body, ctype="text/plain"):
+            data = body.encode()
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                pass  # the page went away (its browser was stopped)
+
+        def do_GET(self):
+            path, _, query = self.path.partition("?")
+            if path == "/publish.html":
+                self.send(200, PUBLISH_HTML, "text/html")
+            elif path == "/play.html":
+                self.send(200, PLAY_HTML, "text/html")
+            elif path == "/control":
+                page = query.partition("page=")[2]
+                with pages.lock:
+                    self.send(200, pages.control.get(page, "wait"))
+            else:
+                self.send(404, "no such page")
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            try:
+                pages.add(json.loads(self.rfile.read(n)))
+            except ValueError:
+                pass
+            self.send(204, "")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def launch(chromium, url, profile, log):
+    args = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--no-default-browser-check",
+        "--disable-extensions",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--metrics-recording-only",
+        "--mute-audio",
+        "--use-fake-device-for-media-stream",
+        "--use-fake-ui-for-media-stream",
+        "--autoplay-policy=no-user-gesture-required",
+        # Host candidates on loopback, where the gateway announces itself, and no mDNS names.
+        "--allow-loopback-in-peer-connection",
+        "--disable-features=WebRtcHideLocalIpsWithMdns",
+        f"--user-data-dir={profile}",
+        url,
+    ]
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+
+
+def stop(proc):
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 15)
+            proc.wait(5)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+
+
+def version(chromium):
+    try:
+        out = subprocess.run([chromium, "--version"], capture_output=True, text=True, timeout=20).stdout
+        return out.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def run(args, result, work):
+    pages = Pages()
+    httpd = serve_pages(pages)
+    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
+    q = urlencode({"gw": args.base.rstrip("/"), "room": args.room, "debug": "1" if args.debug else ""})
+    procs = []
+    try:
+        t0 = time.monotonic()
+        # By default the subscriber comes first: the gateway forwards no PLI yet, so a
+        # subscriber that comes later waits for the publisher's next keyframe.
+        order = ("publish", "play") if args.publisher_first else ("play", "publish")
+        for page in order:
+            profile = os.path.join(work, f"profile-{page}")
+            log = open(os.path.join(work, f"{page}.log"), "wb")
+            procs.append(launch(args.chromium, f"{origin}/{page}.html?{q}", profile, log))
+            r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "connected", args.timeout)
+            if r is None:
+                raise RuntimeError(f"{page}: not connected after {args.timeout} s")
+            result[f"{page}_connected_s"] = round(time.monotonic() - t0, 2)
+            result[f"{page}_connected"] = r
+
+        r = pages.wait(lambda r: r.get("page") == "play" and r.get("state") == "playing", args.timeout)
+        if r is None:
+            result["play_progress"] = pages.last_progress("play")
+            raise RuntimeError(f"play: no decoded video and audio after {args.timeout} s")
+        result["playing_s"] = round(time.monotonic() - t0, 2)
+        result["play"] = r["playing"]
+
+        result["api_room"] = api_room(args.base, args.room)
+
+        for page in ("publish", "play"):
+            with pages.lock:
+                pages.control[page] = "leave"
+            r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "left", args.timeout)
+            if r is None:
+                raise RuntimeError(f"{page}: did not leave")
+            result[f"{page}_delete"] = r["deleteStatus"]
+            if page == "publish":
+                result["publish"] = {"outbound": r.get("outbound"), "transport": r.get("transport")}
+        result["total_s"] = round(time.monotonic() - t0, 2)
+    finally:
+        for p in procs:
+            stop(p)
+        httpd.shutdown()
+    play = result["play"]
+    audio = play["inbound"].get("audio", {})
+    result["ok"] = bool(
+        play["totalVideoFrames"] > 0
+        and play["videoWidth"] > 0
+        and audio.get("packetsReceived", 0) > 0
+        and result["publish_delete"] in (200, 204)
+        and result["play_delete"] in (200, 204)
+    )
+
+
+def api_room(base, room):
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{base.rstrip('/')}/api/rooms/{room}", timeout=10) as r:
+            snap = json.loads(r.read())
+    except OSError as e:
+        return {"error": str(e)}
+    return [
+        {k: p.get(k) for k in ("kind", "state", "srtp_profile", "packets_in", "packets_out", "handshake_ms")}
+        for p in snap.get("participants", [])
+    ]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True, help="the gateway's HTTP URL, e.g. http://127.0.0.1:8080")
+    ap.add_argument("--chromium", default=os.environ.get("SECRELAY_CHROMIUM", "/usr/bin/chromium"))
+    ap.add_argument("--room", default="chromium-av")
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")
+    ap.add_argument("--publisher-first", action="store_true", help="start the subscriber second")
+    ap.add_argument("--debug", action="store_true", help="the pages report their SDP (on stderr)")
+    ap.add_argument("--keep-logs", help="copy Chromium's logs into this folder")
+    args = ap.parse_args()
+    result = {"chromium": version(args.chromium), "room": args.room}
+    work = tempfile.mkdtemp(prefix="secrelay-chromium-")
+    try:
+        run(args, result, work)
+    except Exception as e:
+        result["ok"] = False
+        result["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if args.keep_logs:
+            os.makedirs(args.keep_logs, exist_ok=True)
+            for f in ("play.log", "publish.log"):
+                if os.path.exists(os.path.join(work, f)):
+                    shutil.copy(os.path.join(work, f), args.keep_logs)
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    sys.exit(0 if result.get("ok") else 1)
+
+
+if __name__ == "__main__":
+    main()
