@@ -4,6 +4,7 @@ pub mod amortization;
 pub mod biterror;
 pub mod crypto;
 pub mod srtp;
+pub mod srtp_engines;
 pub mod srtp_peers;
 pub mod symmetric;
 

@@ -1,0 +1,127 @@
+//! Serial against threaded engine throughput at a few batch sizes (best of 7 interleaved runs
+//! of 40 ms each), and first what the machine gives two threads right now (two serial engines
+//! at once on their own data: the ceiling for any 2-lane engine):
+//! `cargo run --release -p secrelay-srtp --example engine_scaling [LANES] [THRESHOLD] [pool-only]`.
+//! A quick look for a shared machine; `secrelay lab srtp` holds the measurement of record.
+
+use std::time::{Duration, Instant};
+
+use secrelay_srtp::batch::PacketResult;
+use secrelay_srtp::{
+    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, ThreadedConfig,
+    ThreadedEngine,
+};
+
+const CONTEXTS: usize = 64;
+const SIZE: usize = 172;
+
+/// The ceiling: two serial engines on two threads at once, each on its own contexts, 40
+/// batches of 2,048 packets each; overall time per packet.
+fn two_independent(mk: &MasterKey) -> f64 {
+    let t = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let mut ctxs: Vec<Context> = (0..CONTEXTS)
+                    .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).expect("ok"))
+                    .collect();
+                let mut bufs = vec![vec![0u8; SIZE + 16]; 2048];
+                let mut results: Vec<PacketResult> = vec![Ok(0); 2048];
+                for round in 0..40u16 {
+                    for (i, b) in bufs.iter_mut().enumerate() {
+                        b[0] = 0x80;
+                        b[2..4]
+                            .copy_from_slice(&(round * 32 + (i / CONTEXTS) as u16).to_be_bytes());
+                        b[8..12].copy_from_slice(&(i as u32 % CONTEXTS as u32).to_be_bytes());
+                    }
+                    let mut packets: Vec<Packet<'_>> = bufs
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(i, b)| Packet {
+                            context: i % CONTEXTS,
+                            op: Op::ProtectRtp,
+                            buf: &mut b[..],
+                            len: SIZE,
+                        })
+                        .collect();
+                    SerialEngine.process(&mut ctxs, &mut packets, &mut results);
+                    assert!(results.iter().all(|r| r.is_ok()));
+                }
+            });
+        }
+    });
+    t.elapsed().as_secs_f64() * 1e9 / (2.0 * 40.0 * 2048.0)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let lanes = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
+    let threshold = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
+    let caller_works = args.next().is_none_or(|a| a != "pool-only");
+    let threaded = ThreadedEngine::new(
+        ThreadedConfig::new()
+            .workers(lanes)
+            .parallel_threshold(threshold)
+            .caller_works(caller_works),
+    )
+    .expect("threads start");
+    let profile = Profile::AesCm128HmacSha1_80;
+    let mk = MasterKey::new(profile, &[0x42; 16], &[0x17; 14]).expect("valid key");
+    println!(
+        "two serial engines on two threads at once: {:.1} ns/pkt overall",
+        two_independent(&mk)
+    );
+    for batch in [16usize, 64, 256, 1024, 4096] {
+        let engines: [&dyn Engine; 2] = [&SerialEngine, &threaded];
+        let mut best = [f64::MAX; 2];
+        let mut ctxs: Vec<Vec<Context>> = (0..2)
+            .map(|_| {
+                (0..CONTEXTS)
+                    .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).expect("ok"))
+                    .collect()
+            })
+            .collect();
+        let mut bufs = vec![vec![0u8; SIZE + 16]; batch];
+        let mut results: Vec<PacketResult> = vec![Ok(0); batch];
+        let mut seq = 0u16;
+        for _round in 0..7 {
+            for (k, e) in engines.iter().enumerate() {
+                let mut spent = Duration::ZERO;
+                let mut done = 0usize;
+                while spent < Duration::from_millis(40) {
+                    for (i, b) in bufs.iter_mut().enumerate() {
+                        b[0] = 0x80;
+                        b[2..4].copy_from_slice(&seq.to_be_bytes());
+                        b[8..12].copy_from_slice(&(i as u32 % CONTEXTS as u32).to_be_bytes());
+                        if i % CONTEXTS == CONTEXTS - 1 {
+                            seq = seq.wrapping_add(1);
+                        }
+                    }
+                    seq = seq.wrapping_add(1);
+                    let mut packets: Vec<Packet<'_>> = bufs
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(i, b)| Packet {
+                            context: i % CONTEXTS,
+                            op: Op::ProtectRtp,
+                            buf: &mut b[..],
+                            len: SIZE,
+                        })
+                        .collect();
+                    let t = Instant::now();
+                    e.process(&mut ctxs[k], &mut packets, &mut results);
+                    spent += t.elapsed();
+                    done += batch;
+                    assert!(results.iter().all(|r| r.is_ok()), "{:?}", results[0]);
+                }
+                best[k] = best[k].min(spent.as_secs_f64() * 1e9 / done as f64);
+            }
+        }
+        println!(
+            "batch {batch:5}: serial {:6.1} ns/pkt, threaded({lanes}) {:6.1} ns/pkt, ratio {:.2}",
+            best[0],
+            best[1],
+            best[0] / best[1]
+        );
+    }
+}
