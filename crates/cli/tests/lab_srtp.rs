@@ -96,11 +96,11 @@ fn check_engine_sweep(study: &serde_json::Value, stdout: &str) {
         stdout.contains("SRTP batch engines"),
         "table printed:\n{stdout}"
     );
-    let rows = rows(study, "srtp_engines");
+    let sweep = rows(study, "srtp_engines");
     for p in ["AES_CM_128_HMAC_SHA1_80", "AEAD_AES_128_GCM"] {
         for batch in [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0] {
             for engine in ["serial", "threaded"] {
-                let row = rows
+                let row = sweep
                     .iter()
                     .find(|r| {
                         r["profile"] == p
@@ -132,6 +132,14 @@ fn check_engine_sweep(study: &serde_json::Value, stdout: &str) {
         "srtp_engines_batch_latency",
     ] {
         assert!(plots.contains(&id), "no plot {id}: {plots:?}");
+    }
+    // On a machine with several cores, what it gave several threads during the run.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ceiling = rows(study, "srtp_engine_ceiling");
+    assert_eq!(ceiling.len(), if cores > 1 { 2 } else { 0 });
+    for r in ceiling {
+        let x = r["vs_one"].as_f64().unwrap();
+        assert!(x.is_finite() && x > 0.0, "{r}");
     }
     let notes = study["notes"].as_array().unwrap();
     assert!(

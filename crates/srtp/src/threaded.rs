@@ -26,9 +26,13 @@
 //! others, so `workers` lanes keep `workers` cores busy with `workers - 1` pool threads and
 //! nothing spins idle beside the caller.
 //!
-//! Handing work over costs microseconds, a 172-byte packet a few hundred nanoseconds, so
-//! batches smaller than [`ThreadedConfig::parallel_threshold`] (and batches whose packets all
-//! fall in one lane) run on the calling thread with no hand-over at all.
+//! Handing work over costs microseconds (waking a sleeping pool thread and being woken when it
+//! is done: ~24 µs per batch on the 2-vCPU development VM, `cargo bench --bench engines --
+//! handover`), a 172-byte packet a few hundred nanoseconds, so batches smaller than
+//! [`ThreadedConfig::parallel_threshold`] (and batches whose packets all fall in one lane) run
+//! on the calling thread with no hand-over at all. Scaling also needs the cores to be free: on
+//! a machine busy with other work the scheduler may wake a pool thread on the caller's own
+//! core, and the lanes then take turns instead of running side by side.
 //!
 //! Balance: lanes are as even as the batch's spread over context indices. A batch whose
 //! packets all belong to one context runs on one thread (it must, to keep their order); a

@@ -496,7 +496,9 @@ impl Study for SrtpStudy {
              contexts (packet i to context i mod 64, one SSRC each), refilling the batch with plaintext outside the timing \
              and building its packet list inside; every engine and batch size of a profile interleaved run by run; \
              the threaded engine has one lane per available core, the calling thread running one of them; \
-             per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's",
+             per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's; \
+             srtp_engine_ceiling: N serial engines on N threads at once (own contexts, batches of 4,096, filling included) \
+             against one, alternating, median ratio: what the machine gave N threads during the run",
             instructions_method,
         );
         Ok(StudyReport {
@@ -504,7 +506,7 @@ impl Study for SrtpStudy {
             title: self.title().into(),
             seeds: vec!["000".into(), "002".into()],
             method,
-            tables: vec![table, engines.table, cipher_table],
+            tables: vec![table, engines.table, engines.ceiling, cipher_table],
             plots,
             notes: engines.notes,
         })

@@ -118,10 +118,56 @@ fn engines() -> Vec<Named> {
 /// One measured cell: (profile, batch, engine, timing or why not).
 type Measured = (Profile, usize, String, Result<Timing, String>);
 
+/// Packets per second of `threads` serial engines running at once on their own threads, each
+/// on its own contexts, batches of 4,096 (filling included), for about `run`: what the machine
+/// gives that many threads right now, the ceiling of any engine with that many lanes.
+fn independent_rate(profile: Profile, threads: usize, run: std::time::Duration) -> f64 {
+    use std::time::Instant;
+    let start = Instant::now();
+    let packets: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(move || {
+                    let mut r = Run::new(profile, Rc::new(SerialEngine), 4096);
+                    let mut done = 0;
+                    while start.elapsed() < run || done == 0 {
+                        r.fill();
+                        r.process();
+                        done += 4096;
+                    }
+                    done
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a serial engine does not panic"))
+            .sum()
+    });
+    packets as f64 / start.elapsed().as_secs_f64()
+}
+
+/// The machine's ceiling for `threads` lanes: the median ratio of `threads` independent serial
+/// engines' packets/s over one's, one and many alternating run by run.
+fn ceiling(ctx: &Ctx, profile: Profile, threads: usize) -> f64 {
+    let run = ctx.bench.run_time * 2;
+    let mut ratios: Vec<f64> = (0..ctx.bench.runs.max(3))
+        .map(|_| {
+            let one = independent_rate(profile, 1, run);
+            independent_rate(profile, threads, run) / one
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 2]
+}
+
 /// What the sweep adds to `lab srtp`: the table, its plots, and the scaling in a sentence.
 pub struct EngineSweep {
     /// One row per profile × batch size × engine.
     pub table: Table,
+    /// What the machine gives several threads at the time of the run (the ceiling of any
+    /// multi-lane engine), per profile.
+    pub ceiling: Table,
     /// Throughput per batch size (one per profile) and time per batch.
     pub plots: Vec<Plot>,
     /// The threaded engine's throughput over the serial engine's, in words.
@@ -133,6 +179,8 @@ pub struct EngineSweep {
 pub fn sweep(ctx: &Ctx) -> EngineSweep {
     let engines = engines();
     let mut measured: Vec<Measured> = Vec::new();
+    let lanes = secrelay_srtp::threaded::available_cores();
+    let mut ceilings = Vec::new();
     for profile in PROFILES {
         ctx.step(format!("engines, {} batches", profile.sdp_name()));
         let mut live: Vec<(usize, String, Rc<RefCell<Run>>)> = Vec::new();
@@ -170,9 +218,25 @@ pub fn sweep(ctx: &Ctx) -> EngineSweep {
             };
             measured.push((profile, batch, name, r));
         }
+        if lanes > 1 {
+            ceilings.push((profile, ceiling(ctx, profile, lanes)));
+        }
         ctx.done();
     }
-    report(&engines, &measured)
+    let mut sweep = report(&engines, &measured);
+    for (profile, ratio) in ceilings {
+        sweep.ceiling.push([
+            ("profile", Cell::text(profile.sdp_name())),
+            ("threads", Cell::num(lanes as f64)),
+            ("vs_one", Cell::num(ratio)),
+        ]);
+        sweep.notes.push(format!(
+            "{lanes} independent serial engines on {lanes} threads gave {ratio:.2}× one engine's packets/s ({}): \
+             the ceiling of any {lanes}-lane engine on this machine during the run",
+            profile.sdp_name()
+        ));
+    }
+    sweep
 }
 
 fn report(engines: &[Named], m: &[Measured]) -> EngineSweep {
@@ -300,8 +364,16 @@ fn report(engines: &[Named], m: &[Measured]) -> EngineSweep {
             ));
         }
     }
+    let ceiling = Table::new(
+        "srtp_engine_ceiling",
+        "What the machine gives several threads during the run: independent serial engines at once, over one",
+    )
+    .col("profile", "profile")
+    .col_unit("threads", "threads", "")
+    .col_unit("vs_one", "packets/s vs one thread", "×");
     EngineSweep {
         table,
+        ceiling,
         plots,
         notes,
     }
