@@ -56,7 +56,10 @@ fn two_independent(mk: &MasterKey) -> f64 {
 fn main() {
     let mut args = std::env::args().skip(1);
     let lanes = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
-    let threshold = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
+    let threshold = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(secrelay_srtp::threaded::DEFAULT_PARALLEL_THRESHOLD);
     let caller_works = args.next().is_none_or(|a| a != "pool-only");
     let threaded = ThreadedEngine::new(
         ThreadedConfig::new()
