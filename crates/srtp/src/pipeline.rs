@@ -398,6 +398,60 @@ mod tests {
         check::<Pipeline>();
     }
 
+    fn sender() -> Context {
+        let key = crate::MasterKey::new(crate::Profile::AesCm128HmacSha1_80, &[1; 16], &[2; 14])
+            .expect("valid key");
+        Context::new(crate::Policy::new(key).any_outbound()).expect("valid policy")
+    }
+
+    fn rtp(seq: u16) -> Job {
+        let mut buf = vec![0u8; 12 + 20 + 10];
+        buf[0] = 0x80;
+        buf[2..4].copy_from_slice(&seq.to_be_bytes());
+        Job {
+            tag: seq as u64,
+            context: 0,
+            op: Op::ProtectRtp,
+            buf,
+            len: 32,
+        }
+    }
+
+    #[test]
+    fn a_full_batch_runs_without_waiting_for_the_window() {
+        // A window far longer than the test: only a full batch can start the work.
+        let cfg = PipelineConfig::new()
+            .workers(1)
+            .max_batch(4)
+            .window(Duration::from_secs(3600));
+        let p = Pipeline::new(vec![sender()], cfg).unwrap();
+        for seq in 0..4 {
+            p.submit(rtp(seq)).unwrap();
+        }
+        for seq in 0..4 {
+            let c = p.complete_timeout(Duration::from_secs(60)).unwrap();
+            assert_eq!((c.tag, c.result, c.batch_len), (seq, Ok(42), 4));
+        }
+    }
+
+    #[test]
+    fn a_lone_packet_runs_when_the_window_closes() {
+        let cfg = PipelineConfig::new()
+            .workers(2)
+            .max_batch(64)
+            .window(Duration::from_millis(1));
+        let p = Pipeline::new(vec![sender()], cfg).unwrap();
+        p.submit(rtp(9)).unwrap();
+        let c = p.complete_timeout(Duration::from_secs(60)).unwrap();
+        assert_eq!((c.tag, c.result, c.batch_len), (9, Ok(42), 1));
+        // Shutting down finishes what was submitted and hands the context back.
+        p.submit(rtp(10)).unwrap();
+        let (ctxs, rest) = p.shutdown();
+        assert_eq!(ctxs.len(), 1);
+        assert_eq!(rest.len(), 1);
+        assert_eq!((rest[0].tag, rest[0].result), (10, Ok(42)));
+    }
+
     #[test]
     fn an_empty_pipeline_starts_and_stops() {
         let p = Pipeline::new(Vec::new(), PipelineConfig::new().workers(3)).unwrap();
