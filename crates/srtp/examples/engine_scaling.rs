@@ -1,7 +1,9 @@
 //! Serial against threaded engine throughput at a few batch sizes (best of 7 interleaved runs
 //! of 40 ms each), and first what the machine gives two threads right now (two serial engines
 //! at once on their own data: the ceiling for any 2-lane engine):
-//! `cargo run --release -p secrelay-srtp --example engine_scaling [LANES] [THRESHOLD] [pool-only]`.
+//! `cargo run --release -p secrelay-srtp --example engine_scaling [LANES] [THRESHOLD] [caller-works]`
+//! (`NOPIN=1` leaves the pool threads unpinned, `SCOPED=1` replaces the engine by a thread
+//! spawned per batch).
 //! A quick look for a shared machine; `secrelay lab srtp` holds the measurement of record.
 
 use std::time::{Duration, Instant};
@@ -53,6 +55,50 @@ fn two_independent(mk: &MasterKey) -> f64 {
     t.elapsed().as_secs_f64() * 1e9 / (2.0 * 40.0 * 2048.0)
 }
 
+/// The same two-lane split with a thread spawned per batch (`std::thread::scope`), as a check
+/// on the pool's hand-over: if this scales and the pool does not, the pool is to blame.
+struct ScopedSplit;
+
+fn run_lane(ctxs: &mut [&mut Context], items: &mut [(&mut Packet<'_>, &mut PacketResult)]) {
+    for (p, r) in items.iter_mut() {
+        let c = &mut *ctxs[p.context / 2];
+        **r = c.protect_rtp(p.buf, p.len);
+    }
+}
+
+impl Engine for ScopedSplit {
+    fn name(&self) -> &'static str {
+        "scoped-split"
+    }
+    fn process(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        let (mut c0, mut c1) = (Vec::new(), Vec::new());
+        for (i, c) in contexts.iter_mut().enumerate() {
+            if i % 2 == 0 {
+                c0.push(c)
+            } else {
+                c1.push(c)
+            }
+        }
+        let (mut l0, mut l1) = (Vec::new(), Vec::new());
+        for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
+            if p.context % 2 == 0 {
+                l0.push((p, r))
+            } else {
+                l1.push((p, r))
+            }
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| run_lane(&mut c1, &mut l1));
+            run_lane(&mut c0, &mut l0);
+        });
+    }
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let lanes = args.next().and_then(|a| a.parse().ok()).unwrap_or(2);
@@ -60,12 +106,14 @@ fn main() {
         .next()
         .and_then(|a| a.parse().ok())
         .unwrap_or(secrelay_srtp::threaded::DEFAULT_PARALLEL_THRESHOLD);
-    let caller_works = args.next().is_none_or(|a| a != "pool-only");
+    let caller_works = args.next().is_some_and(|a| a == "caller-works");
+    let pin = std::env::var_os("NOPIN").is_none();
     let threaded = ThreadedEngine::new(
         ThreadedConfig::new()
             .workers(lanes)
             .parallel_threshold(threshold)
-            .caller_works(caller_works),
+            .caller_works(caller_works)
+            .pin_workers(pin),
     )
     .expect("threads start");
     let profile = Profile::AesCm128HmacSha1_80;
@@ -75,7 +123,12 @@ fn main() {
         two_independent(&mk)
     );
     for batch in [16usize, 64, 256, 1024, 4096] {
-        let engines: [&dyn Engine; 2] = [&SerialEngine, &threaded];
+        let scoped = ScopedSplit;
+        let engines: [&dyn Engine; 2] = if std::env::var_os("SCOPED").is_some() {
+            [&SerialEngine, &scoped]
+        } else {
+            [&SerialEngine, &threaded]
+        };
         let mut best = [f64::MAX; 2];
         let mut ctxs: Vec<Vec<Context>> = (0..2)
             .map(|_| {

@@ -406,12 +406,16 @@ fn run_pipeline(p: &Pipeline, inputs: &[Input]) -> (Vec<Vec<u8>>, Vec<PacketResu
 }
 
 fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
-    let mut v: Vec<(String, Box<dyn Engine>)> = Vec::new();
+    let mut v: Vec<(String, Box<dyn Engine>)> = vec![(
+        "threaded, defaults".into(),
+        Box::new(ThreadedEngine::with_default_workers().unwrap()),
+    )];
     for workers in [1, 2, 4] {
         for caller_works in [true, false] {
             for threshold in [0, 32] {
                 let cfg = ThreadedConfig::new()
                     .workers(workers)
+                    .pin_workers(workers == 2)
                     .caller_works(caller_works)
                     .parallel_threshold(threshold);
                 v.push((
