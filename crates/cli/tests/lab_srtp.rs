@@ -83,4 +83,69 @@ fn lab_srtp_quick_has_every_row_with_finite_figures() {
         assert!(instr.starts_with("not counted"), "{instr}");
     }
     assert!(study["plots"].as_array().unwrap().len() >= 4);
+    // One run of the study serves both checks (it takes a while).
+    check_engine_sweep(study, &stdout);
+}
+
+/// The batch engines' sweep: a row per engine (serial, threaded) × batch size × profile, with
+/// finite, positive throughput, time per batch and ratio to the serial engine; its plots and
+/// the scaling note are there. No figure is compared with a threshold (timings are the
+/// lab's to report, not a test's to judge).
+fn check_engine_sweep(study: &serde_json::Value, stdout: &str) {
+    assert!(
+        stdout.contains("SRTP batch engines"),
+        "table printed:\n{stdout}"
+    );
+    let sweep = rows(study, "srtp_engines");
+    for p in ["AES_CM_128_HMAC_SHA1_80", "AEAD_AES_128_GCM"] {
+        for batch in [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0] {
+            for engine in ["serial", "threaded"] {
+                let row = sweep
+                    .iter()
+                    .find(|r| {
+                        r["profile"] == p
+                            && r["batch"].as_f64() == Some(batch)
+                            && r["engine"].as_str().unwrap().starts_with(engine)
+                    })
+                    .unwrap_or_else(|| panic!("no row for {p} batch {batch} {engine}"));
+                for key in ["packets_per_s", "ns_per_packet", "batch_us", "vs_serial"] {
+                    let x = row[key]
+                        .as_f64()
+                        .unwrap_or_else(|| panic!("{p} {batch} {engine} {key}: {}", row[key]));
+                    assert!(x.is_finite() && x > 0.0, "{p} {batch} {engine} {key} = {x}");
+                }
+                if engine == "serial" {
+                    assert_eq!(row["vs_serial"].as_f64(), Some(1.0));
+                }
+            }
+        }
+    }
+    let plots: Vec<&str> = study["plots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "srtp_engines_throughput_aes_cm_128_hmac_sha1_80",
+        "srtp_engines_throughput_aead_aes_128_gcm",
+        "srtp_engines_batch_latency",
+    ] {
+        assert!(plots.contains(&id), "no plot {id}: {plots:?}");
+    }
+    // On a machine with several cores, what it gave several threads during the run.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ceiling = rows(study, "srtp_engine_ceiling");
+    assert_eq!(ceiling.len(), if cores > 1 { 2 } else { 0 });
+    for r in ceiling {
+        let x = r["vs_one"].as_f64().unwrap();
+        assert!(x.is_finite() && x > 0.0, "{r}");
+    }
+    let notes = study["notes"].as_array().unwrap();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("÷ serial throughput")),
+        "{notes:?}"
+    );
 }

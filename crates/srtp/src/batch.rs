@@ -2,7 +2,7 @@
 //!
 //! The caller owns every buffer; results come back in a caller-owned slice, one per packet, so
 //! nothing is allocated per packet. [`SerialEngine`] processes packets one after another in the
-//! order given. Parallel engines (SIMD lanes, worker threads, a GPU) implement [`Engine`] too
+//! order given. Parallel engines (SIMD lanes, worker threads: [`crate::ThreadedEngine`], a GPU) implement [`Engine`] too
 //! and must give byte-identical output and identical statuses.
 //!
 //! Packets of one stream are processed in the order they appear in the batch, so replay
@@ -90,6 +90,12 @@ impl Engine for SerialEngine {
 #[inline]
 pub(crate) fn process_one(contexts: &mut [Context], p: &mut Packet<'_>) -> PacketResult {
     let ctx = contexts.get_mut(p.context).ok_or(Error::UnknownContext)?;
+    process_on(ctx, p)
+}
+
+/// Processes one batch packet against `ctx` (its context, already looked up).
+#[inline]
+pub(crate) fn process_on(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
     match p.op {
         Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
         Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),

@@ -129,6 +129,8 @@ pub enum ConfigError {
     Provider(&'static str),
     /// The profile is not the one the key was made for.
     ProfileMismatch,
+    /// A batch engine's worker threads could not be started (the reason from the OS).
+    WorkerThreads(String),
 }
 
 impl fmt::Display for ConfigError {
@@ -161,6 +163,9 @@ impl fmt::Display for ConfigError {
             ConfigError::Provider(why) => write!(f, "crypto provider refused the key: {why}"),
             ConfigError::ProfileMismatch => {
                 f.write_str("the master key was made for another profile")
+            }
+            ConfigError::WorkerThreads(why) => {
+                write!(f, "could not start the engine's worker threads: {why}")
             }
         }
     }

@@ -4,8 +4,10 @@
 //! derivation, contexts holding many SSRC streams, index and ROC tracking, replay protection,
 //! and a batch API that later engines (SIMD lanes, worker threads, GPU) sit behind.
 //!
-//! Pure: no sockets, no clock, no threads of its own. Primitives come from a
-//! [`provider::CryptoProvider`]; the SRTP maths stays here.
+//! Pure: no sockets. Primitives come from a [`provider::CryptoProvider`]; the SRTP maths stays
+//! here. Threads and a clock appear only where asked for: the worker-thread engines
+//! ([`ThreadedEngine`] for batches, [`pipeline::Pipeline`] for packets submitted one by one,
+//! whose workers time their batching window).
 //!
 //! ```
 //! use secrelay_srtp::{Context, MasterKey, Policy, Profile};
@@ -26,7 +28,9 @@
 //! # Threading model
 //! A [`Context`] is `Send` and is used through `&mut self`: keep one per call, per participant
 //! or per worker thread. Nothing is global and nothing locks. Streams made from one master key
-//! share its keyed primitives read-only.
+//! share its keyed primitives read-only. The batch engines ([`batch`], [`threaded`],
+//! [`pipeline`]) rely on exactly this: packets of different contexts may run on different
+//! threads, packets of one context run in order on one.
 //!
 //! # Allocation
 //! Protecting and unprotecting a packet allocates nothing; memory is allocated only when a
@@ -39,13 +43,16 @@ pub mod error;
 pub mod index;
 pub mod kdf;
 mod keys;
+pub mod pipeline;
 pub mod profile;
 pub mod provider;
 pub mod replay;
 pub mod simd;
+pub mod threaded;
 
 pub use batch::{Engine, Op, Packet, SerialEngine};
 pub use context::{Context, Direction, Policy, DEFAULT_MAX_STREAMS};
 pub use error::{ConfigError, Error};
 pub use keys::MasterKey;
 pub use profile::Profile;
+pub use threaded::{ThreadedConfig, ThreadedEngine};

@@ -5,6 +5,7 @@ pub mod biterror;
 pub mod calls;
 pub mod crypto;
 pub mod srtp;
+pub mod srtp_engines;
 pub mod srtp_peers;
 pub mod symmetric;
 
