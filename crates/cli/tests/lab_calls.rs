@@ -10,11 +10,14 @@ use lab_support::{rows, run_study};
 fn calls_quick_rows_and_facts() {
     let (study, _) = run_study("calls");
     let srtp = rows(&study, "calls_srtp");
-    for n in [10.0, 140.0, 1000.0] {
+    for (engine, n) in ["serial", "threaded"]
+        .into_iter()
+        .flat_map(|e| [10.0, 140.0, 1000.0].map(|n| (e, n)))
+    {
         let r = srtp
             .iter()
-            .find(|r| r["engine"] == "serial" && r["calls"].as_f64() == Some(n))
-            .unwrap_or_else(|| panic!("no serial row for {n} calls"));
+            .find(|r| r["engine"] == engine && r["calls"].as_f64() == Some(n))
+            .unwrap_or_else(|| panic!("no {engine} row for {n} calls"));
         let q: Vec<f64> = ["p50", "p90", "p99", "max"]
             .iter()
             .map(|k| r[*k].as_f64().unwrap_or_else(|| panic!("{k}: {}", r[*k])))

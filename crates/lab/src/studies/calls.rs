@@ -200,9 +200,15 @@ pub fn srtp_only(
     Ok(delays)
 }
 
-/// The engines this machine has, by name. Parallel engines join this list as they land.
+/// The engines this machine has, by name: serial, and worker threads (one pinned lane per
+/// core; batches under its threshold stay on the caller).
 pub fn engines() -> Vec<(&'static str, Box<dyn Engine>)> {
-    vec![("serial", Box::new(SerialEngine))]
+    let mut v: Vec<(&'static str, Box<dyn Engine>)> = vec![("serial", Box::new(SerialEngine))];
+    match secrelay_srtp::ThreadedEngine::with_default_workers() {
+        Ok(t) => v.push(("threaded", Box::new(t))),
+        Err(e) => eprintln!("lab calls: no threaded engine: {e}"),
+    }
+    v
 }
 
 /// What one gateway run found.
