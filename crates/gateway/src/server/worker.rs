@@ -646,11 +646,15 @@ impl Worker {
                 self.spare.push(buf);
             }
         }
+        let mut n: usize = 0;
         while let Ok(h) = self.handoffs.try_recv() {
             let now = Instant::now();
             self.deliver(now, h.route, h.from, &h.buf, h.received);
             let _ = self.shared.peers[h.origin].returns.send(h.buf);
-            self.flush();
+            n += 1;
+            if n.is_multiple_of(BATCH) {
+                self.flush();
+            }
         }
         self.remove_closed();
     }
@@ -700,11 +704,6 @@ impl Worker {
                     continue;
                 };
                 self.dispatch(received, from, d);
-                // Send each datagram's copies before the next one is handled: a packet does
-                // not wait for the rest of its receive batch (that wait was most of the relay
-                // latency at a few hundred microseconds per 32-datagram batch); the cost is
-                // one sendmmsg per datagram received instead of one per batch.
-                self.flush();
             }
             for (w, pending) in self.wake_pending.iter_mut().enumerate() {
                 if std::mem::take(pending) {
