@@ -333,7 +333,15 @@ fn report(engines: &[Named], m: &[Measured]) -> EngineSweep {
             .flat_map(|&p| {
                 engines.iter().map(move |(n, _)| {
                     let mut s = series_of(p, n, &|b, t| t.ns * b as f64 / 1e3);
-                    s.name = format!("{n}, {}", p.sdp_name());
+                    // Short profile names: the legend cuts entries past 28 characters.
+                    let short = match p {
+                        Profile::AeadAes128Gcm => "GCM-128",
+                        Profile::AeadAes256Gcm => "GCM-256",
+                        Profile::AesCm128HmacSha1_80 => "CM-80",
+                        Profile::AesCm128HmacSha1_32 => "CM-32",
+                        _ => p.sdp_name(),
+                    };
+                    s.name = format!("{n}, {short}");
                     s
                 })
             })
