@@ -59,6 +59,17 @@ pub trait Engine: Send + Sync {
     );
 }
 
+/// The caller's contract of [`Engine::process`]: one result slot per packet.
+///
+/// # Panics
+/// If `results` is shorter than `packets` (a caller's bug, never caused by packet data).
+pub(crate) fn check_results_len(packets: usize, results: usize) {
+    assert!(
+        results >= packets,
+        "results slice ({results}) shorter than the batch ({packets})"
+    );
+}
+
 /// Packets one at a time, in order, on the calling thread.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SerialEngine;
@@ -74,12 +85,7 @@ impl Engine for SerialEngine {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        assert!(
-            results.len() >= packets.len(),
-            "results slice ({}) shorter than the batch ({})",
-            results.len(),
-            packets.len()
-        );
+        check_results_len(packets.len(), results.len());
         for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
             *r = process_one(contexts, p);
         }

@@ -318,12 +318,7 @@ impl Engine for ThreadedEngine {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        assert!(
-            results.len() >= packets.len(),
-            "results slice ({}) shorter than the batch ({})",
-            results.len(),
-            packets.len()
-        );
+        crate::batch::check_results_len(packets.len(), results.len());
         match &self.pool {
             Some(pool) if packets.len() >= self.config.threshold => {
                 self.run_split(pool, contexts, packets, results)
