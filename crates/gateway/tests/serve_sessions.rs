@@ -250,3 +250,49 @@ fn shutdown_sends_close_notify_and_leaves_nothing() {
     // And the HTTP side is gone.
     assert!(ureq::get(&format!("{url}/healthz")).call().is_err());
 }
+
+#[test]
+fn ice_restart_keeps_the_session_and_its_media() {
+    // Consent lasts 3 s (the participants check every 2 s): after the restart only checks
+    // with the new credentials arrive, so the session lives past that only if the gateway
+    // routes and accepts them.
+    let s = start(3.0);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&sig, "restart", Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "restart", Leg::Join, LOCAL, epoch).unwrap(),
+    ];
+    assert!(
+        SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+            g.iter().all(|p| p.phase == Phase::Connected)
+        })
+        .unwrap()
+    );
+    group[0].ice_restart(&sig).unwrap();
+    let before = group[1].received();
+    // 7 s: more than twice the consent timeout.
+    SimParticipant::drive_until(&mut group, Duration::from_secs(7), |_| false).unwrap();
+    let g = s.gateway().clone();
+    let t = g.stats().totals();
+    assert_eq!(t.participants, 2, "both sessions alive: {t:?}");
+    assert!(t.closed_by_reason.is_empty(), "{t:?}");
+    // Media from the restarted participant kept flowing.
+    assert!(
+        group[1].received() >= before + 150,
+        "{} then {}",
+        before,
+        group[1].received()
+    );
+    // The old credentials are kept in the directory until the session ends; both go then.
+    let now = Instant::now();
+    for p in &mut group {
+        p.close(now);
+        assert_eq!(sig.delete(&p.location).unwrap(), 200);
+    }
+    wait("every session to go", Duration::from_secs(5), || {
+        g.stats().totals().participants == 0
+    });
+    assert_eq!(g.directory_sizes(), (0, 0));
+    s.shutdown();
+}

@@ -293,6 +293,35 @@ impl Signaling {
         Ok((status, location, body))
     }
 
+    /// PATCHes a resource with a trickle-ice-sdpfrag body: (status, ETag, body).
+    pub fn patch(
+        &self,
+        location: &str,
+        if_match: &str,
+        fragment: &str,
+    ) -> anyhow::Result<(u16, Option<String>, String)> {
+        let url = format!("{}{}", self.base_url, location);
+        let mut req = Self::agent()
+            .patch(&url)
+            .header("Content-Type", "application/trickle-ice-sdpfrag")
+            .header("If-Match", if_match);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req.send(fragment).with_context(|| format!("PATCH {url}"))?;
+        let status = resp.status().as_u16();
+        let etag = resp
+            .headers()
+            .get("etag")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .with_context(|| format!("PATCH {url}: reading the fragment"))?;
+        Ok((status, etag, body))
+    }
+
     /// DELETEs a resource; the status.
     pub fn delete(&self, location: &str) -> anyhow::Result<u16> {
         let url = format!("{}{}", self.base_url, location);
@@ -633,6 +662,33 @@ impl SimParticipant {
                 DtlsOutput::Event(_) => {}
             }
         }
+    }
+
+    /// ICE restart (RFC 9725 §4.3): new credentials of ours in a PATCH with `If-Match: *`;
+    /// the gateway's new ones from the answer fragment are used for every check after this.
+    pub fn ice_restart(&mut self, signaling: &Signaling) -> anyhow::Result<()> {
+        let ufrag = random_token(8);
+        let pwd = random_token(24);
+        let frag = format!("a=ice-ufrag:{ufrag}\r\na=ice-pwd:{pwd}\r\n");
+        let (status, _, body) = signaling.patch(&self.location, "*", &frag)?;
+        if status != 200 {
+            bail!("ICE restart answered {status}: {}", body.trim());
+        }
+        let field = |name: &str| {
+            body.lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        let (Some(remote_ufrag), Some(remote_pwd)) = (field("a=ice-ufrag:"), field("a=ice-pwd:"))
+        else {
+            bail!("the ICE restart answer has no credentials: {body}");
+        };
+        self.local_ufrag = ufrag;
+        self.remote_ufrag = remote_ufrag;
+        self.remote_pwd = remote_pwd;
+        // Check with the new credentials at once.
+        self.next_check = Instant::now();
+        Ok(())
     }
 
     /// One step without a poll: reads what is waiting, runs the timers that are due.
