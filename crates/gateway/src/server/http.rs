@@ -259,7 +259,8 @@ async fn offer(
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
     let g = &s.gateway;
-    let alive = g.stats().totals().participants;
+    // Only the gauge: `totals()` would copy every histogram for one number.
+    let alive = g.stats().participants();
     if alive >= g.config().max_participants as u64 {
         return refuse(
             &s,

@@ -338,6 +338,14 @@ fn sum_named(rows: impl Iterator<Item = Vec<(&'static str, u64)>>) -> Vec<(&'sta
 }
 
 impl GatewayStats {
+    /// Participants alive, summed over workers (one atomic each: cheap enough per request).
+    pub fn participants(&self) -> u64 {
+        self.workers
+            .iter()
+            .map(|w| w.participants.load(Ordering::Relaxed))
+            .sum()
+    }
+
     /// The sums over workers.
     pub fn totals(&self) -> Totals {
         let load = |f: fn(&WorkerStats) -> &AtomicU64| -> u64 {

@@ -166,6 +166,34 @@ pub fn run_media(
     Ok((done, media_secs))
 }
 
+/// [`run_media`] on its own thread, calling `at_window` once every participant is connected
+/// (or failed, or the connect timeout passed): the instant a measurement window opens.
+/// Returns the participants, the seconds of media and what `at_window` returned.
+pub fn run_media_windowed<T>(
+    config: &FleetConfig,
+    group: Vec<SimParticipant>,
+    progress: Arc<FleetProgress>,
+    at_window: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(Vec<SimParticipant>, f64, T)> {
+    let total = group.len() as u64;
+    let cfg = config.clone();
+    let p2 = progress.clone();
+    let media = std::thread::spawn(move || run_media(&cfg, group, p2));
+    let deadline = Instant::now() + config.connect_timeout + Duration::from_secs(1);
+    while progress.connected.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed)
+        < total
+        && Instant::now() < deadline
+        && !media.is_finished()
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let opened = at_window();
+    let (done, media_secs) = media
+        .join()
+        .map_err(|_| anyhow::anyhow!("the fleet thread panicked"))??;
+    Ok((done, media_secs, opened?))
+}
+
 /// DELETEs every participant's resource (errors ignored: the gateway may have ended it).
 pub fn leave_all(config: &FleetConfig, done: &[SimParticipant]) {
     for p in done {

@@ -4,9 +4,8 @@
 //! and resident memory from `/proc` — so CPU per relayed packet and memory per participant
 //! are the gateway's own, not the load generator's.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context as _};
 use serde::Serialize;
@@ -194,24 +193,11 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     let rss_before = o.server_pid.map(proc_sample).transpose()?;
     let epoch = Instant::now();
     let group = fleet::join_all(&o.fleet, &progress, epoch)?;
-    let total = group.len() as u64;
-    let cfg = o.fleet.clone();
-    let p2 = progress.clone();
-    let media = std::thread::spawn(move || fleet::run_media(&cfg, group, p2));
-    // The window starts when everybody is connected.
-    let deadline = Instant::now() + o.fleet.connect_timeout + Duration::from_secs(1);
-    while progress.connected.load(Ordering::Relaxed) + progress.failed.load(Ordering::Relaxed)
-        < total
-        && Instant::now() < deadline
-        && !media.is_finished()
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let before = scrape(&base)?;
-    let proc_before = o.server_pid.map(proc_sample).transpose()?;
-    let (done, media_secs) = media
-        .join()
-        .map_err(|_| anyhow::anyhow!("the fleet thread panicked"))??;
+    // The window opens when everybody is connected.
+    let (done, media_secs, (before, proc_before)) =
+        fleet::run_media_windowed(&o.fleet, group, progress, || {
+            Ok((scrape(&base)?, o.server_pid.map(proc_sample).transpose()?))
+        })?;
     let after = scrape(&base)?;
     let proc_after = o.server_pid.map(proc_sample).transpose()?;
     fleet::leave_all(&o.fleet, &done);

@@ -255,26 +255,11 @@ pub fn through_gateway(calls: usize, secs: f64) -> anyhow::Result<GatewayRun> {
     };
     let progress = std::sync::Arc::new(FleetProgress::default());
     let group = fleet::join_all(&cfg, &progress, Instant::now())?;
-    let total = group.len() as u64;
     let g = server.gateway().clone();
-    let p2 = progress.clone();
-    let c2 = cfg.clone();
-    let media = std::thread::spawn(move || fleet::run_media(&c2, group, p2));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while progress
-        .connected
-        .load(std::sync::atomic::Ordering::Relaxed)
-        + progress.failed.load(std::sync::atomic::Ordering::Relaxed)
-        < total
-        && Instant::now() < deadline
-        && !media.is_finished()
-    {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let before: HistogramSnapshot = g.stats().totals().relay_latency;
-    let (done, media_secs) = media
-        .join()
-        .map_err(|_| anyhow::anyhow!("the fleet thread panicked"))??;
+    let (done, media_secs, before): (_, _, HistogramSnapshot) =
+        fleet::run_media_windowed(&cfg, group, progress, || {
+            Ok(g.stats().totals().relay_latency)
+        })?;
     let window = g.stats().totals().relay_latency.since(&before);
     fleet::leave_all(&cfg, &done);
     server.shutdown();
