@@ -1,5 +1,5 @@
-//! The batch engines side by side: the serial engine and the worker-thread engine (one lane
-//! per available core), protecting batches of 16 and 256 RTP packets of 172 bytes
+//! The batch engines side by side: the serial engine, the multi-buffer (SIMD) engine and the
+//! worker-thread engine (one lane per available core), protecting batches of 16 and 256 RTP packets of 172 bytes
 //! (G.711, 20 ms) spread over 64 contexts, AES_CM_128_HMAC_SHA1_80 and AEAD_AES_128_GCM.
 //!
 //! `cargo bench -p secrelay-srtp --bench engines` (filter with e.g. `-- AEAD_AES_128_GCM/256`).
@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::{
-    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, ThreadedConfig,
-    ThreadedEngine,
+    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, SimdEngine,
+    ThreadedConfig, ThreadedEngine,
 };
 
 const CONTEXTS: usize = 64;
@@ -87,8 +87,10 @@ impl Batch {
 fn bench(c: &mut Criterion) {
     let threaded = ThreadedEngine::with_default_workers().expect("worker threads start");
     let lanes = threaded.config().worker_count();
-    let engines: [(String, &dyn Engine); 2] = [
+    let simd = SimdEngine::new();
+    let engines: [(String, &dyn Engine); 3] = [
         ("serial".into(), &SerialEngine),
+        ("simd".into(), &simd),
         (format!("threaded-{lanes}"), &threaded),
     ];
     for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {

@@ -11,7 +11,7 @@ use crate::index::IndexState;
 use crate::kdf::derive_session;
 use crate::keys::MasterKey;
 use crate::profile::{CipherKind, Profile};
-use crate::provider::{self, tags_equal, AesCtr, AesGcm, CryptoProvider, HmacSha1};
+use crate::provider::{self, tags_equal, AesCtr, AesGcm, CryptoProvider, HmacSha1, HmacSha1State};
 use crate::replay::{ReplayError, ReplayWindow, DEFAULT_WINDOW};
 
 /// Which way a stream's packets go.
@@ -103,6 +103,9 @@ enum Cipher {
 struct DirKeys {
     cipher: Cipher,
     auth: Option<Box<dyn HmacSha1>>,
+    /// The keyed HMAC-SHA1 states again, in the form the multi-buffer kernels take (the
+    /// provider's primitive is opaque); 40 bytes, wiped on drop.
+    lanes_auth: Option<HmacSha1State>,
     salt: Zeroizing<[u8; 14]>,
 }
 
@@ -127,10 +130,13 @@ impl DirKeys {
             CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
-        let auth = if profile.auth_key_len() == 0 {
-            None
+        let (auth, lanes_auth) = if profile.auth_key_len() == 0 {
+            (None, None)
         } else {
-            Some(provider.hmac_sha1(auth).map_err(pe)?)
+            (
+                Some(provider.hmac_sha1(auth).map_err(pe)?),
+                Some(HmacSha1State::new(auth)),
+            )
         };
         if salt.len() != profile.salt_len() {
             return Err(ConfigError::SaltLength {
@@ -144,6 +150,7 @@ impl DirKeys {
         Ok(DirKeys {
             cipher,
             auth,
+            lanes_auth,
             salt: s,
         })
     }
@@ -161,6 +168,54 @@ impl Keys {
             rtp: mk(false)?,
             rtcp: mk(true)?,
         })
+    }
+}
+
+/// What the multi-buffer engines need to protect or unprotect an RTP packet of an AES-CM or
+/// NULL profile: the keystream primitive (none for NULL), the keyed HMAC-SHA1 states, the salt.
+pub(crate) struct CmRtpKeys<'a> {
+    pub(crate) ctr: Option<&'a dyn AesCtr>,
+    pub(crate) auth: &'a HmacSha1State,
+    pub(crate) salt: &'a [u8; 14],
+}
+
+impl Keys {
+    /// The RTP keys in multi-buffer form, for the profiles authenticated with HMAC-SHA1 (none
+    /// for AEAD profiles).
+    pub(crate) fn cm_rtp(&self) -> Option<CmRtpKeys<'_>> {
+        let k = &self.rtp;
+        let ctr = match &k.cipher {
+            Cipher::Null => None,
+            Cipher::Ctr(c) => Some(c.as_ref()),
+            Cipher::Gcm(_) => return None,
+        };
+        Some(CmRtpKeys {
+            ctr,
+            auth: k.lanes_auth.as_ref()?,
+            salt: &k.salt,
+        })
+    }
+}
+
+/// Where the crypto of one RTP packet works in its buffer, found by the checks that come
+/// before it (header, stream, index, replay window).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RtpSpan {
+    /// Header length (the encrypted part starts here).
+    pub(crate) hdr: usize,
+    /// Input length.
+    pub(crate) len: usize,
+    pub(crate) ssrc: u32,
+    pub(crate) seq: u16,
+    /// The packet's extended index (ROC ‖ SEQ).
+    pub(crate) index: u64,
+    pub(crate) tag_len: usize,
+}
+
+impl RtpSpan {
+    /// The rollover counter, authenticated after the packet.
+    pub(crate) fn roc(&self) -> u32 {
+        (self.index >> 16) as u32
     }
 }
 
@@ -249,7 +304,7 @@ fn be32(b: &[u8], at: usize) -> u32 {
 
 /// AES-CM IV (RFC 3711 §4.1.1): (salt·2^16) ⊕ (SSRC·2^64) ⊕ (index·2^16).
 #[inline]
-fn cm_iv(salt: &[u8; 14], ssrc: u32, index: u64) -> [u8; 16] {
+pub(crate) fn cm_iv(salt: &[u8; 14], ssrc: u32, index: u64) -> [u8; 16] {
     let mut s = [0u8; 16];
     s[..14].copy_from_slice(salt);
     let iv = u128::from_be_bytes(s)
@@ -323,6 +378,12 @@ impl Context {
     /// The name of the crypto provider in use.
     pub fn provider_name(&self) -> &'static str {
         self.provider.name()
+    }
+
+    /// Whether this context's RTP packets can go to the multi-buffer lanes (HMAC-SHA1
+    /// profiles; streams keyed apart share the context's profile).
+    pub(crate) fn rtp_in_lanes(&self) -> bool {
+        self.keys.cm_rtp().is_some()
     }
 
     /// Number of streams held.
@@ -471,6 +532,48 @@ impl Context {
     /// Protects the RTP packet `buf[..len]` in place; `buf` must have room for the tag
     /// ([`Profile::rtp_overhead`] more bytes). Returns the SRTP packet's length.
     pub fn protect_rtp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        let (span, keys) = self.protect_rtp_begin(buf, len)?;
+        let k = &keys.rtp;
+        let RtpSpan {
+            hdr,
+            ssrc,
+            seq,
+            index,
+            tag_len,
+            ..
+        } = span;
+        match &k.cipher {
+            Cipher::Gcm(g) => {
+                let nonce = gcm_rtp_iv(&k.salt, ssrc, span.roc(), seq);
+                let (aad, rest) = buf.split_at_mut(hdr);
+                let (data, tail) = rest.split_at_mut(len - hdr);
+                let mut tag = [0u8; 16];
+                g.seal(&nonce, aad, data, &mut tag);
+                tail[..16].copy_from_slice(&tag);
+            }
+            cipher => {
+                if let Cipher::Ctr(c) = cipher {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len]);
+                }
+                if let Some(auth) = &k.auth {
+                    let mut mac = [0u8; 20];
+                    auth.sign2(&buf[..len], &span.roc().to_be_bytes(), &mut mac);
+                    buf[len..len + tag_len].copy_from_slice(&mac[..tag_len]);
+                }
+            }
+        }
+        Ok(len + tag_len)
+    }
+
+    /// Everything protecting an RTP packet does before its crypto: parse the header, find (or
+    /// make) the stream, check that the output fits, estimate the index and check it against
+    /// the window, and move the stream on (the crypto that follows cannot fail). Shared by
+    /// [`Self::protect_rtp`] and the multi-buffer engines.
+    pub(crate) fn protect_rtp_begin(
+        &mut self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<(RtpSpan, &Arc<Keys>), Error> {
         if len > buf.len() {
             return Err(Error::TooShort);
         }
@@ -490,31 +593,17 @@ impl Context {
             Err(ReplayError::Duplicate) if allow_repeat => {}
             Err(e) => return Err(replay_err(e)),
         }
-        let roc = (index >> 16) as u32;
-        let k = &s.keys.rtp;
-        match &k.cipher {
-            Cipher::Gcm(g) => {
-                let nonce = gcm_rtp_iv(&k.salt, ssrc, roc, seq);
-                let (aad, rest) = buf.split_at_mut(hdr);
-                let (data, tail) = rest.split_at_mut(len - hdr);
-                let mut tag = [0u8; 16];
-                g.seal(&nonce, aad, data, &mut tag);
-                tail[..16].copy_from_slice(&tag);
-            }
-            cipher => {
-                if let Cipher::Ctr(c) = cipher {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len]);
-                }
-                if let Some(auth) = &k.auth {
-                    let mut mac = [0u8; 20];
-                    auth.sign2(&buf[..len], &roc.to_be_bytes(), &mut mac);
-                    buf[len..out_len].copy_from_slice(&mac[..tag_len]);
-                }
-            }
-        }
         s.rtp_index.advance(index);
         s.rtp_replay.update(index);
-        Ok(out_len)
+        let span = RtpSpan {
+            hdr,
+            len,
+            ssrc,
+            seq,
+            index,
+            tag_len,
+        };
+        Ok((span, &s.keys))
     }
 
     /// Unprotects the SRTP packet `buf[..len]` in place. Returns the RTP packet's length.
@@ -523,6 +612,22 @@ impl Context {
     /// is made from the template only once its first packet has passed authentication (so
     /// forged packets with made-up SSRCs cannot fill the stream table).
     pub fn unprotect_rtp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        let (span, keys) = self.unprotect_rtp_begin(buf, len)?;
+        let n = unprotect_rtp_with(keys, buf, &span)?;
+        self.unprotect_rtp_commit(&span)?;
+        Ok(n)
+    }
+
+    /// Everything unprotecting an RTP packet does before its crypto, changing nothing: parse
+    /// the header, find the stream (or check that the template may make one), estimate the
+    /// index and check it against the replay window. Shared by [`Self::unprotect_rtp`] and the
+    /// multi-buffer engines, which call [`Self::unprotect_rtp_commit`] once the packet has
+    /// authenticated.
+    pub(crate) fn unprotect_rtp_begin(
+        &self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<(RtpSpan, &Arc<Keys>), Error> {
         if len > buf.len() {
             return Err(Error::TooShort);
         }
@@ -530,29 +635,48 @@ impl Context {
         let hdr = rtp_header_len(pkt)?;
         let seq = u16::from_be_bytes([pkt[2], pkt[3]]);
         let ssrc = be32(pkt, 8);
-        if len < hdr + self.profile.rtp_tag_len() {
+        let tag_len = self.profile.rtp_tag_len();
+        if len < hdr + tag_len {
             return Err(Error::TooShort);
         }
-        if let Some(s) = self.streams.get_mut(&ssrc) {
+        let (index, keys) = if let Some(s) = self.streams.get(&ssrc) {
             if s.direction != Direction::Inbound {
                 return Err(Error::WrongDirection(ssrc));
             }
             let index = s.rtp_index.index_for(seq).ok_or(Error::ReplayOld)?;
             s.rtp_replay.check(index).map_err(replay_err)?;
-            let n = unprotect_rtp_with(&s.keys, buf, len, hdr, ssrc, seq, index)?;
-            s.rtp_index.advance(index);
-            s.rtp_replay.update(index);
-            return Ok(n);
-        }
-        self.check_template(ssrc, Direction::Inbound)?;
-        let index = IndexState::Fresh { roc: 0 }
-            .index_for(seq)
-            .ok_or(Error::ReplayOld)?;
-        let n = unprotect_rtp_with(&self.keys, buf, len, hdr, ssrc, seq, index)?;
-        let s = self.new_stream(ssrc, Direction::Inbound)?;
-        s.rtp_index.advance(index);
-        s.rtp_replay.update(index);
-        Ok(n)
+            (index, &s.keys)
+        } else {
+            self.check_template(ssrc, Direction::Inbound)?;
+            let index = IndexState::Fresh { roc: 0 }
+                .index_for(seq)
+                .ok_or(Error::ReplayOld)?;
+            (index, &self.keys)
+        };
+        let span = RtpSpan {
+            hdr,
+            len,
+            ssrc,
+            seq,
+            index,
+            tag_len,
+        };
+        Ok((span, keys))
+    }
+
+    /// Moves the stream on past a packet that [`Self::unprotect_rtp_begin`] checked and that
+    /// has authenticated, making the stream from the template if it is new.
+    pub(crate) fn unprotect_rtp_commit(&mut self, span: &RtpSpan) -> Result<(), Error> {
+        let s = match self.streams.entry(span.ssrc) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(
+                Stream::new(Direction::Inbound, self.keys.clone(), self.window)
+                    .map_err(|_| Error::StreamLimit)?,
+            ),
+        };
+        s.rtp_index.advance(span.index);
+        s.rtp_replay.update(span.index);
+        Ok(())
     }
 
     /// Whether a stream for an unknown `ssrc` may be made from the template for `direction`.
@@ -698,17 +822,16 @@ fn copy_in(input: &[u8], output: &mut [u8], extra: usize) -> Result<usize, Error
 
 /// The crypto of SRTP unprotect: check the tag (constant time) or open the AEAD, decrypt.
 #[inline]
-fn unprotect_rtp_with(
-    keys: &Keys,
-    buf: &mut [u8],
-    len: usize,
-    hdr: usize,
-    ssrc: u32,
-    seq: u16,
-    index: u64,
-) -> Result<usize, Error> {
-    let tag_len = keys.profile.rtp_tag_len();
-    let roc = (index >> 16) as u32;
+fn unprotect_rtp_with(keys: &Keys, buf: &mut [u8], span: &RtpSpan) -> Result<usize, Error> {
+    let RtpSpan {
+        hdr,
+        len,
+        ssrc,
+        seq,
+        index,
+        tag_len,
+    } = *span;
+    let roc = span.roc();
     let k = &keys.rtp;
     let body_end = len - tag_len;
     match &k.cipher {

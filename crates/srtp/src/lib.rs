@@ -55,4 +55,5 @@ pub use context::{Context, Direction, Policy, DEFAULT_MAX_STREAMS};
 pub use error::{ConfigError, Error};
 pub use keys::MasterKey;
 pub use profile::Profile;
+pub use simd::engine::SimdEngine;
 pub use threaded::{ThreadedConfig, ThreadedEngine};

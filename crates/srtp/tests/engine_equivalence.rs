@@ -5,10 +5,12 @@
 //! out-of-range contexts and wrong directions — all mixed in one batch, so that engines which
 //! split a batch are checked on keeping each context's packets in order.
 //!
-//! Engines checked: the serial engine (the reference), the worker-thread engine with 1, 2 and
+//! Engines checked: the serial engine (the reference), the multi-buffer (SIMD) engine, the
+//! worker-thread engine with 1, 2 and
 //! 4 lanes (the caller working or not, every batch split or only large ones), and the streaming
 //! pipeline with 1, 2 and 4 workers (several batch sizes and windows). Batch engines added
-//! later (SIMD lanes) join the list in `batch_engines`.
+//! later join the list in `batch_engines`; the multi-buffer engine is checked with several group
+//! sizes (flushing after every packet, at and around the lane count, past the batch).
 
 mod common;
 
@@ -19,8 +21,8 @@ use rand::{Rng, SeedableRng};
 use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::pipeline::{Job, Pipeline, PipelineConfig};
 use secrelay_srtp::{
-    Context, Engine, Error, MasterKey, Op, Packet, Policy, Profile, SerialEngine, ThreadedConfig,
-    ThreadedEngine,
+    Context, Engine, Error, MasterKey, Op, Packet, Policy, Profile, SerialEngine, SimdEngine,
+    ThreadedConfig, ThreadedEngine,
 };
 
 /// Master keys per profile; each has a sending and a receiving context.
@@ -406,10 +408,26 @@ fn run_pipeline(p: &Pipeline, inputs: &[Input]) -> (Vec<Vec<u8>>, Vec<PacketResu
 }
 
 fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
-    let mut v: Vec<(String, Box<dyn Engine>)> = vec![(
-        "threaded, defaults".into(),
-        Box::new(ThreadedEngine::with_default_workers().unwrap()),
-    )];
+    let mut v: Vec<(String, Box<dyn Engine>)> = vec![
+        (
+            "threaded, defaults".into(),
+            Box::new(ThreadedEngine::with_default_workers().unwrap()),
+        ),
+        (
+            format!(
+                "simd, defaults (lanes in AVX-512: {})",
+                SimdEngine::accelerated()
+            ),
+            Box::new(SimdEngine::new()),
+        ),
+    ];
+    // Groups that flush after every packet, on odd counts, at the lane count and past it.
+    for group in [1, 5, 16, 17, 300] {
+        v.push((
+            format!("simd, groups of {group}"),
+            Box::new(SimdEngine::with_group(group)),
+        ));
+    }
     for workers in [1, 2, 4] {
         for caller_works in [true, false] {
             for threshold in [0, 32] {

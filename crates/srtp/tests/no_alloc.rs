@@ -8,7 +8,9 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 
 use secrelay_srtp::batch::PacketResult;
-use secrelay_srtp::{Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine};
+use secrelay_srtp::{
+    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, SimdEngine,
+};
 
 struct Counting;
 
@@ -105,41 +107,58 @@ fn zero_allocations_per_packet() {
 
 #[test]
 fn zero_allocations_per_batch() {
-    let profile = Profile::AesCm128HmacSha1_80;
-    let mk = MasterKey::new(profile, &[1; 16], &[2; 14]).unwrap();
-    let mut contexts: Vec<Context> = (0..4)
-        .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).unwrap())
-        .collect();
-    let mut bufs: Vec<Vec<u8>> = (0..64)
-        .map(|i| {
-            let mut p = common::rtp(i as u32 % 3, 0, 0, 160, 0);
-            p.resize(200, 0);
-            p
-        })
-        .collect();
-    let mut results: Vec<PacketResult> = vec![Ok(0); 64];
-    let mut run = |bufs: &mut Vec<Vec<u8>>, seq: u16| {
-        for b in bufs.iter_mut() {
-            b[2..4].copy_from_slice(&seq.to_be_bytes());
-        }
-        let mut packets: Vec<Packet<'_>> = bufs
-            .iter_mut()
-            .enumerate()
-            .map(|(i, b)| Packet {
-                context: i % 4,
-                op: Op::ProtectRtp,
-                buf: &mut b[..],
-                len: 172,
+    // The multi-buffer engine keeps its scratch per thread: its first batch may allocate it,
+    // later ones must not.
+    let engines: [&dyn Engine; 2] = [&SerialEngine, &SimdEngine::new()];
+    for engine in engines {
+        let profile = Profile::AesCm128HmacSha1_80;
+        let mk = MasterKey::new(profile, &[1; 16], &[2; 14]).unwrap();
+        let mut tx: Vec<Context> = (0..4)
+            .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).unwrap())
+            .collect();
+        let mut rx: Vec<Context> = (0..4)
+            .map(|_| Context::new(Policy::new(mk.clone()).any_inbound()).unwrap())
+            .collect();
+        let mut bufs: Vec<Vec<u8>> = (0..64)
+            .map(|i| {
+                let mut p = common::rtp(i as u32 % 3, 0, 0, 160, 0);
+                p.resize(200, 0);
+                p
             })
             .collect();
-        let before = allocs();
-        SerialEngine.process(&mut contexts, &mut packets, &mut results);
-        allocs() - before
-    };
-    run(&mut bufs, 0);
-    // Each context sees each SSRC 5 or 6 times per batch with the same SEQ: all but the
-    // first are index reuses, refused; give every packet its own SEQ instead.
-    for round in 1..50u16 {
-        assert_eq!(run(&mut bufs, round * 100), 0);
+        let mut results: Vec<PacketResult> = vec![Ok(0); 64];
+        let mut run = |bufs: &mut Vec<Vec<u8>>, seq: u16| {
+            for (i, b) in bufs.iter_mut().enumerate() {
+                b[2..4].copy_from_slice(&(seq + i as u16).to_be_bytes());
+            }
+            let mut packets: Vec<Packet<'_>> = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| Packet {
+                    context: i % 4,
+                    op: Op::ProtectRtp,
+                    buf: &mut b[..],
+                    len: 172,
+                })
+                .collect();
+            let before = allocs();
+            engine.process(&mut tx, &mut packets, &mut results);
+            let protect = allocs() - before;
+            assert!(results.iter().all(|r| r.is_ok()), "{}", engine.name());
+            for p in packets.iter_mut() {
+                p.op = Op::UnprotectRtp;
+                p.len = 182;
+            }
+            let before = allocs();
+            engine.process(&mut rx, &mut packets, &mut results);
+            let unprotect = allocs() - before;
+            assert!(results.iter().all(|r| r == &Ok(172)), "{}", engine.name());
+            protect + unprotect
+        };
+        // Every packet has its own SEQ, so each is accepted, protected and unprotected.
+        run(&mut bufs, 0);
+        for round in 1..50u16 {
+            assert_eq!(run(&mut bufs, round * 100), 0, "{}", engine.name());
+        }
     }
 }

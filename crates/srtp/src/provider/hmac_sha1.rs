@@ -23,6 +23,13 @@ pub struct HmacSha1State {
     outer: [u32; 5],
 }
 
+impl core::fmt::Debug for HmacSha1State {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // Keyed state: never printed.
+        f.write_str("HmacSha1State(..)")
+    }
+}
+
 impl HmacSha1State {
     /// Keys HMAC-SHA1 (keys longer than 64 bytes are hashed first, per RFC 2104).
     pub fn new(key: &[u8]) -> Self {
@@ -55,6 +62,18 @@ impl HmacSha1State {
         ipad.zeroize();
         opad.zeroize();
         HmacSha1State { inner, outer }
+    }
+
+    /// The state after the keyed inner block (`K ⊕ ipad`), where every message starts.
+    #[inline]
+    pub(crate) fn inner_state(&self) -> [u32; 5] {
+        self.inner
+    }
+
+    /// The state after the keyed outer block (`K ⊕ opad`), where the outer hash starts.
+    #[inline]
+    pub(crate) fn outer_state(&self) -> [u32; 5] {
+        self.outer
     }
 
     /// HMAC-SHA1 over `a ‖ b`.

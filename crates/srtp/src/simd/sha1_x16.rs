@@ -26,6 +26,12 @@ pub fn accelerated() -> bool {
 
 /// Compresses `blocks[i]` into `states[i]` for every lane i.
 pub fn compress_x16(states: &mut [[u32; 5]; LANES], blocks: &[[u8; 64]; LANES]) {
+    compress_x16_refs(states, &core::array::from_fn(|i| &blocks[i]));
+}
+
+/// [`compress_x16`] on blocks wherever they lie (a message's full blocks are compressed where
+/// they are, without a copy).
+pub fn compress_x16_refs(states: &mut [[u32; 5]; LANES], blocks: &[&[u8; 64]; LANES]) {
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
         // SAFETY: the CPU has AVX-512F and AVX-512BW (checked just above), which is all the
@@ -33,7 +39,9 @@ pub fn compress_x16(states: &mut [[u32; 5]; LANES], blocks: &[[u8; 64]; LANES]) 
         unsafe { avx512::compress(states, blocks) };
         return;
     }
-    compress_portable(states, blocks);
+    for (st, block) in states.iter_mut().zip(blocks.iter()) {
+        sha1::block_api::compress(st, core::slice::from_ref(*block));
+    }
 }
 
 /// Lane by lane with the library's compression function (the reference the tests check the
@@ -87,7 +95,7 @@ mod avx512 {
     /// # Safety
     /// The CPU must support AVX-512F and AVX-512BW.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(super) unsafe fn compress(states: &mut [[u32; 5]; LANES], blocks: &[[u8; 64]; LANES]) {
+    pub(super) unsafe fn compress(states: &mut [[u32; 5]; LANES], blocks: &[&[u8; 64]; LANES]) {
         // Byte offset of lane i's state: states are 20 bytes apart.
         let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         let state_off = _mm512_mullo_epi32(lane, _mm512_set1_epi32(20));
