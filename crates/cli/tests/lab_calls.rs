@@ -10,7 +10,7 @@ use lab_support::{rows, run_study};
 fn calls_quick_rows_and_facts() {
     let (study, _) = run_study("calls");
     let srtp = rows(&study, "calls_srtp");
-    for (engine, n) in ["serial", "threaded"]
+    for (engine, n) in ["serial", "simd", "threaded"]
         .into_iter()
         .flat_map(|e| [10.0, 140.0, 1000.0].map(|n| (e, n)))
     {

@@ -87,7 +87,7 @@ fn lab_srtp_quick_has_every_row_with_finite_figures() {
     check_engine_sweep(study, &stdout);
 }
 
-/// The batch engines' sweep: a row per engine (serial, threaded) × batch size × profile, with
+/// The batch engines' sweep: a row per engine (serial, simd, threaded) × batch size × profile, with
 /// finite, positive throughput, time per batch and ratio to the serial engine; its plots and
 /// the scaling note are there. No figure is compared with a threshold (timings are the
 /// lab's to report, not a test's to judge).
@@ -99,7 +99,7 @@ fn check_engine_sweep(study: &serde_json::Value, stdout: &str) {
     let sweep = rows(study, "srtp_engines");
     for p in ["AES_CM_128_HMAC_SHA1_80", "AEAD_AES_128_GCM"] {
         for batch in [1.0, 4.0, 16.0, 64.0, 256.0, 1024.0, 4096.0] {
-            for engine in ["serial", "threaded"] {
+            for engine in ["serial", "simd", "threaded"] {
                 let row = sweep
                     .iter()
                     .find(|r| {

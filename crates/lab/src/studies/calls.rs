@@ -200,10 +200,14 @@ pub fn srtp_only(
     Ok(delays)
 }
 
-/// The engines this machine has, by name: serial, and worker threads (one pinned lane per
-/// core; batches under its threshold stay on the caller).
+/// The engines this machine has, by name: serial, multi-buffer (HMAC-SHA1 tags in SIMD lanes;
+/// AEAD profiles go through its scalar path), and worker threads (one pinned lane per core;
+/// batches under its threshold stay on the caller).
 pub fn engines() -> Vec<(&'static str, Box<dyn Engine>)> {
-    let mut v: Vec<(&'static str, Box<dyn Engine>)> = vec![("serial", Box::new(SerialEngine))];
+    let mut v: Vec<(&'static str, Box<dyn Engine>)> = vec![
+        ("serial", Box::new(SerialEngine)),
+        ("simd", Box::new(secrelay_srtp::SimdEngine::new())),
+    ];
     match secrelay_srtp::ThreadedEngine::with_default_workers() {
         Ok(t) => v.push(("threaded", Box::new(t))),
         Err(e) => eprintln!("lab calls: no threaded engine: {e}"),

@@ -9,7 +9,8 @@ use std::rc::Rc;
 
 use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::{
-    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, ThreadedEngine,
+    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, SimdEngine,
+    ThreadedEngine,
 };
 
 use crate::frame::{Cell, Plot, PlotKind, Series, Table};
@@ -102,9 +103,18 @@ impl Run {
 /// An engine by name, or why it could not be made.
 type Named = (String, Result<Rc<dyn Engine>, String>);
 
-/// The engines measured: (name, engine). The threaded engine has one lane per available core.
+/// The engines measured: (name, engine). The multi-buffer engine says whether its lanes run in
+/// AVX-512; the threaded engine has one lane per available core.
 fn engines() -> Vec<Named> {
-    let mut v: Vec<Named> = vec![("serial".into(), Ok(Rc::new(SerialEngine)))];
+    let simd = if SimdEngine::accelerated() {
+        "simd (AVX-512 lanes)"
+    } else {
+        "simd (overlapped scalar lanes)"
+    };
+    let mut v: Vec<Named> = vec![
+        ("serial".into(), Ok(Rc::new(SerialEngine))),
+        (simd.into(), Ok(Rc::new(SimdEngine::new()))),
+    ];
     match ThreadedEngine::with_default_workers() {
         Ok(e) => {
             let lanes = e.config().worker_count();
