@@ -459,6 +459,17 @@ fn pipelines() -> Vec<(String, Pipeline)> {
             Pipeline::new(contexts(), cfg).unwrap(),
         ));
     }
+    // Workers running their batches through the multi-buffer engine.
+    let cfg = PipelineConfig::new()
+        .workers(2)
+        .max_batch(64)
+        .window(Duration::from_micros(200))
+        .queue_capacity(64)
+        .inner_engine(std::sync::Arc::new(SimdEngine::new()));
+    v.push((
+        "pipeline 2 workers, simd inside".into(),
+        Pipeline::new(contexts(), cfg).unwrap(),
+    ));
     v
 }
 
