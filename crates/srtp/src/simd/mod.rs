@@ -3,4 +3,5 @@
 //! feature detection); every kernel has a portable path and is checked against the library's
 //! scalar primitive by the tests.
 
+pub mod aes_ctr;
 pub mod sha1_x16;
