@@ -3,6 +3,7 @@
 //! feature detection); every kernel has a portable path and is checked against the library's
 //! scalar primitive by the tests.
 
+pub mod aes_ctr;
 pub mod engine;
 pub mod hmac_sha1_mb;
 pub mod sha1_x16;
