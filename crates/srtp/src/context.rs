@@ -13,6 +13,7 @@ use crate::keys::MasterKey;
 use crate::profile::{CipherKind, Profile};
 use crate::provider::{self, tags_equal, AesCtr, AesGcm, CryptoProvider, HmacSha1, HmacSha1State};
 use crate::replay::{ReplayError, ReplayWindow, DEFAULT_WINDOW};
+use crate::simd::aes_ctr::AesKey;
 
 /// Which way a stream's packets go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -106,6 +107,8 @@ struct DirKeys {
     /// The keyed HMAC-SHA1 states again, in the form the multi-buffer kernels take (the
     /// provider's primitive is opaque); 40 bytes, wiped on drop.
     lanes_auth: Option<HmacSha1State>,
+    /// The AES-CM key expanded for the multi-buffer keystream kernel; wiped on drop.
+    lanes_ctr: Option<AesKey>,
     salt: Zeroizing<[u8; 14]>,
 }
 
@@ -130,6 +133,10 @@ impl DirKeys {
             CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
+        let lanes_ctr = match profile.cipher() {
+            CipherKind::AesCm => Some(AesKey::new(enc).map_err(pe)?),
+            _ => None,
+        };
         let (auth, lanes_auth) = if profile.auth_key_len() == 0 {
             (None, None)
         } else {
@@ -151,6 +158,7 @@ impl DirKeys {
             cipher,
             auth,
             lanes_auth,
+            lanes_ctr,
             salt: s,
         })
     }
@@ -174,7 +182,8 @@ impl Keys {
 /// What the multi-buffer engines need to protect or unprotect an RTP packet of an AES-CM or
 /// NULL profile: the keystream primitive (none for NULL), the keyed HMAC-SHA1 states, the salt.
 pub(crate) struct CmRtpKeys<'a> {
-    pub(crate) ctr: Option<&'a dyn AesCtr>,
+    /// The AES-CM key for the multi-buffer keystream kernel (none for NULL).
+    pub(crate) ctr: Option<&'a AesKey>,
     pub(crate) auth: &'a HmacSha1State,
     pub(crate) salt: &'a [u8; 14],
 }
@@ -184,13 +193,11 @@ impl Keys {
     /// for AEAD profiles).
     pub(crate) fn cm_rtp(&self) -> Option<CmRtpKeys<'_>> {
         let k = &self.rtp;
-        let ctr = match &k.cipher {
-            Cipher::Null => None,
-            Cipher::Ctr(c) => Some(c.as_ref()),
-            Cipher::Gcm(_) => return None,
-        };
+        if let Cipher::Gcm(_) = k.cipher {
+            return None;
+        }
         Some(CmRtpKeys {
-            ctr,
+            ctr: k.lanes_ctr.as_ref(),
             auth: k.lanes_auth.as_ref()?,
             salt: &k.salt,
         })

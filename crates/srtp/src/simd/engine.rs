@@ -34,6 +34,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
+use super::aes_ctr::{self, AesKey, Streams};
 use super::hmac_sha1_mb::{hmac_sha1_many_by, HmacJob};
 use crate::batch::{check_results_len, process_on, Engine, Op, Packet, PacketResult};
 use crate::context::{cm_iv, Context, Keys, RtpSpan};
@@ -86,6 +87,88 @@ struct Waiting {
     keys: Arc<Keys>,
     protect: bool,
     roc: [u8; 4],
+    /// Unprotect: the tag matched.
+    authentic: bool,
+}
+
+impl Waiting {
+    /// The encrypted part of the packet: header to tag (protect: the input's end).
+    fn payload(&self) -> core::ops::Range<usize> {
+        let end = if self.protect {
+            self.span.len
+        } else {
+            self.span.len - self.span.tag_len
+        };
+        self.span.hdr..end
+    }
+}
+
+/// The keystreams of the selected waiting packets, as the AES kernel takes them.
+struct Keystreams<'s, 'p> {
+    waiting: &'s [Waiting],
+    /// Indices into `waiting` of the packets to encrypt or decrypt (each has an AES key).
+    selected: &'s [u32],
+    packets: &'s mut [Packet<'p>],
+}
+
+impl<'s> Keystreams<'s, '_> {
+    fn waiting(&self, i: usize) -> &'s Waiting {
+        &self.waiting[self.selected[i] as usize]
+    }
+}
+
+impl<'s> Streams<'s> for Keystreams<'s, '_> {
+    fn count(&self) -> usize {
+        self.selected.len()
+    }
+    fn key(&self, i: usize) -> &'s AesKey {
+        match self.waiting(i).keys.cm_rtp().and_then(|k| k.ctr) {
+            Some(k) => k,
+            None => unreachable!("only packets with an AES key are selected"),
+        }
+    }
+    fn counter(&self, i: usize) -> ([u8; 16], bool) {
+        let w = self.waiting(i);
+        let salt = match w.keys.cm_rtp() {
+            Some(k) => k.salt,
+            None => unreachable!("only packets with AES-CM keys are selected"),
+        };
+        (cm_iv(salt, w.span.ssrc, w.span.index), false)
+    }
+    fn len(&self, i: usize) -> usize {
+        self.waiting(i).payload().len()
+    }
+    fn buf(&mut self, i: usize) -> &mut [u8] {
+        let w = self.waiting(i);
+        &mut self.packets[w.packet].buf[w.payload()]
+    }
+}
+
+/// Encrypts (protect) or decrypts (authentic unprotect) the selected packets' payloads in
+/// the multi-buffer AES kernel.
+fn keystreams(
+    waiting: &[Waiting],
+    selected: &mut Vec<u32>,
+    packets: &mut [Packet<'_>],
+    pick: impl Fn(&Waiting) -> bool,
+) {
+    selected.clear();
+    selected.extend(
+        waiting
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| pick(w) && w.keys.cm_rtp().is_some_and(|k| k.ctr.is_some()))
+            .map(|(i, _)| i as u32),
+    );
+    if selected.is_empty() {
+        return;
+    }
+    let mut streams = Keystreams {
+        waiting,
+        selected,
+        packets,
+    };
+    aes_ctr::run(&mut streams, aes_ctr::backend());
 }
 
 /// Per-thread scratch, kept between batches so that a batch allocates nothing once warm.
@@ -93,6 +176,7 @@ struct Waiting {
 struct Scratch {
     waiting: Vec<Waiting>,
     tags: Vec<[u8; 20]>,
+    selected: Vec<u32>,
     /// `busy[c] == generation` while an unprotect of context `c` waits in the group.
     busy: Vec<u32>,
     generation: u32,
@@ -177,6 +261,7 @@ impl SimdEngine {
                         keys: keys.clone(),
                         protect,
                         roc: span.roc().to_be_bytes(),
+                        authentic: false,
                     });
                     if !protect {
                         scratch.busy[ci] = scratch.generation;
@@ -201,6 +286,7 @@ fn flush(
     let Scratch {
         waiting,
         tags,
+        selected,
         busy,
         generation,
     } = scratch;
@@ -208,15 +294,7 @@ fn flush(
         return;
     }
     // Protect: encrypt first (the tag covers the ciphertext).
-    for w in waiting.iter().filter(|w| w.protect) {
-        if let Some(k) = w.keys.cm_rtp() {
-            if let Some(ctr) = k.ctr {
-                let RtpSpan { hdr, len, ssrc, .. } = w.span;
-                let iv = cm_iv(k.salt, ssrc, w.span.index);
-                ctr.apply_keystream(&iv, &mut packets[w.packet].buf[hdr..len]);
-            }
-        }
-    }
+    keystreams(waiting, selected, packets, |w| w.protect);
     // Every tag, in the lanes: over the packet as sent (protect: all of it; unprotect: all
     // but the received tag), followed by the ROC.
     if tags.len() < waiting.len() {
@@ -228,50 +306,38 @@ fn flush(
             waiting.len(),
             |i| {
                 let w = &waiting[i];
-                let end = if w.protect {
-                    w.span.len
-                } else {
-                    w.span.len - w.span.tag_len
-                };
                 Some(HmacJob {
                     key: w.keys.cm_rtp()?.auth,
-                    a: &packets[w.packet].buf[..end],
+                    a: &packets[w.packet].buf[..w.payload().end],
                     b: &w.roc,
                 })
             },
             tags,
         );
     }
-    for (w, tag) in waiting.iter().zip(tags.iter()) {
-        let RtpSpan {
-            hdr,
-            len,
-            ssrc,
-            index,
-            tag_len,
-            ..
-        } = w.span;
+    // Protect: append the tag. Unprotect: compare it (constant time).
+    for (w, tag) in waiting.iter_mut().zip(tags.iter()) {
+        let RtpSpan { len, tag_len, .. } = w.span;
         let buf = &mut *packets[w.packet].buf;
-        let Some(k) = w.keys.cm_rtp() else {
-            // Queued only for keys that have lanes; kept total rather than assumed.
-            results[w.packet] = Err(Error::AuthFailed);
-            continue;
-        };
-        results[w.packet] = if w.protect {
+        if w.protect {
             buf[len..len + tag_len].copy_from_slice(&tag[..tag_len]);
-            Ok(len + tag_len)
         } else {
-            let body_end = len - tag_len;
-            if !tags_equal(&tag[..tag_len], &buf[body_end..len]) {
-                Err(Error::AuthFailed)
-            } else {
-                if let Some(ctr) = k.ctr {
-                    ctr.apply_keystream(&cm_iv(k.salt, ssrc, index), &mut buf[hdr..body_end]);
-                }
-                contexts[w.context]
-                    .unprotect_rtp_commit(&w.span)
-                    .map(|()| body_end)
-            }
+            w.authentic = w.keys.cm_rtp().is_some()
+                && tags_equal(&tag[..tag_len], &buf[len - tag_len..len]);
+        }
+    }
+    // Unprotect: decrypt only what authenticated.
+    keystreams(waiting, selected, packets, |w| !w.protect && w.authentic);
+    for w in waiting.iter() {
+        let RtpSpan { len, tag_len, .. } = w.span;
+        results[w.packet] = if w.protect {
+            Ok(len + tag_len)
+        } else if w.authentic {
+            contexts[w.context]
+                .unprotect_rtp_commit(&w.span)
+                .map(|()| len - tag_len)
+        } else {
+            Err(Error::AuthFailed)
         };
     }
     waiting.clear();
