@@ -322,8 +322,8 @@ fn flush(
         if w.protect {
             buf[len..len + tag_len].copy_from_slice(&tag[..tag_len]);
         } else {
-            w.authentic = w.keys.cm_rtp().is_some()
-                && tags_equal(&tag[..tag_len], &buf[len - tag_len..len]);
+            w.authentic =
+                w.keys.cm_rtp().is_some() && tags_equal(&tag[..tag_len], &buf[len - tag_len..len]);
         }
     }
     // Unprotect: decrypt only what authenticated.

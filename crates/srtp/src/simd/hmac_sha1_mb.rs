@@ -6,9 +6,9 @@
 //! independent chains: the core runs at its throughput instead. A lane takes the next message
 //! as soon as its own is finished, so messages of different lengths share a batch (lanes
 //! simply finish at different steps). A message's full blocks are compressed where they lie;
-//! only its last blocks (padding, ROC) and the outer block are built. When fewer than
-//! [`MIN_ACTIVE_LANES`] lanes are left busy, they finish one by one on the scalar compression
-//! function (SHA-NI where present) rather than paying for sixteen lanes to run three.
+//! only its last blocks (padding, ROC) are built, once, when a lane takes the message. When
+//! fewer than [`MIN_ACTIVE_LANES`] lanes are busy, a step compresses them one by one on the
+//! scalar function (SHA-NI where present) rather than paying for sixteen lanes to run three.
 //!
 //! Each message is `a ‖ b` (SRTP authenticates the packet followed by its rollover counter),
 //! hashed from the keyed inner state of its [`HmacSha1State`], then the outer block from the
@@ -20,7 +20,8 @@ use zeroize::Zeroize;
 use super::sha1_x16::{compress_x16_refs, LANES};
 use crate::provider::HmacSha1State;
 
-/// Below this many busy lanes (with AVX-512), the remaining messages finish on the scalar path.
+/// Below this many busy lanes, a step compresses them one by one on the scalar function
+/// instead of running all sixteen vector lanes.
 pub const MIN_ACTIVE_LANES: usize = 4;
 
 /// One message to authenticate: `a ‖ b` under `key`.
@@ -34,7 +35,7 @@ pub struct HmacJob<'a> {
     pub b: &'a [u8],
 }
 
-impl<'a> HmacJob<'a> {
+impl HmacJob<'_> {
     fn total(&self) -> usize {
         self.a.len() + self.b.len()
     }
@@ -42,18 +43,6 @@ impl<'a> HmacJob<'a> {
     /// Number of inner-hash blocks: the message, 0x80 and the 64-bit length, padded.
     fn inner_blocks(&self) -> usize {
         (self.total() + 9).div_ceil(64)
-    }
-
-    /// Inner block `k` of the padded message: in place when it lies wholly in `a`, else
-    /// written into `scratch`.
-    #[inline]
-    fn inner_block(&self, k: usize, scratch: &mut [u8; 64]) -> Option<&'a [u8; 64]> {
-        let start = 64 * k;
-        if let Some(block) = self.a.get(start..).and_then(|r| r.first_chunk::<64>()) {
-            return Some(block);
-        }
-        self.fill_inner(k, scratch);
-        None
     }
 
     /// Writes inner block `k` of the padded message into `block`.
@@ -80,45 +69,31 @@ impl<'a> HmacJob<'a> {
     }
 }
 
-/// The outer block: the 20-byte inner digest and its padding.
-fn fill_outer(inner: &[u32; 5], block: &mut [u8; 64]) {
-    block.fill(0);
-    for (i, w) in inner.iter().enumerate() {
-        block[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-    }
+/// The outer block's fixed part: room for the 20-byte inner digest, then its padding.
+fn outer_template() -> [u8; 64] {
+    let mut block = [0u8; 64];
     block[20] = 0x80;
     block[56..].copy_from_slice(&((64u64 + 20) * 8).to_be_bytes());
+    block
 }
 
-fn digest_bytes(st: &[u32; 5], out: &mut [u8; 20]) {
-    for (i, w) in st.iter().enumerate() {
-        out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+fn digest_bytes(st: &[u32; 5], out: &mut [u8]) {
+    for (o, w) in out.chunks_exact_mut(4).zip(st.iter()) {
+        o.copy_from_slice(&w.to_be_bytes());
     }
 }
 
-/// A lane's message and where it is in it: inner block `step` while `step < inner_blocks`,
-/// the outer block at `step == inner_blocks`.
+/// A lane's message and where it is in it. Steps `0..full` are the message's full blocks,
+/// compressed where they lie; steps `full..inner` the one or two padded last blocks, built
+/// when the lane takes the message; step `inner` the outer block.
 #[derive(Clone, Copy)]
 struct Lane<'a> {
-    job: HmacJob<'a>,
+    a: &'a [u8],
+    key: &'a HmacSha1State,
     out: usize,
     step: usize,
-    inner_blocks: usize,
-}
-
-impl<'a> Lane<'a> {
-    /// The lane's block for its current step (switching to the outer state before the outer
-    /// block): in place, or written into `scratch`.
-    #[inline]
-    fn block(&self, state: &mut [u32; 5], scratch: &mut [u8; 64]) -> Option<&'a [u8; 64]> {
-        if self.step < self.inner_blocks {
-            self.job.inner_block(self.step, scratch)
-        } else {
-            fill_outer(state, scratch);
-            *state = self.job.key.outer_state();
-            None
-        }
-    }
+    full: usize,
+    inner: usize,
 }
 
 /// Computes HMAC-SHA1 of every job into `out[i]` (20 bytes each; callers truncate).
@@ -159,7 +134,9 @@ fn run_lanes<'a>(
 ) {
     assert!(out.len() >= n, "output slice shorter than the jobs");
     let mut states = [[0u32; 5]; LANES];
-    let mut scratch = [[0u8; 64]; LANES];
+    // Per lane: its message's last one or two blocks, and its outer block.
+    let mut tails = [[[0u8; 64]; 2]; LANES];
+    let mut outers = [outer_template(); LANES];
     let mut lanes: [Option<Lane<'a>>; LANES] = [None; LANES];
     let mut next = 0;
     loop {
@@ -169,11 +146,18 @@ fn run_lanes<'a>(
             while lane.is_none() && next < n {
                 if let Some(job) = job_at(next) {
                     states[l] = job.key.inner_state();
+                    let full = job.a.len() / 64;
+                    let inner = job.inner_blocks();
+                    for (t, tail) in tails[l].iter_mut().enumerate().take(inner - full) {
+                        job.fill_inner(full + t, tail);
+                    }
                     *lane = Some(Lane {
-                        job,
+                        a: job.a,
+                        key: job.key,
                         out: next,
                         step: 0,
-                        inner_blocks: job.inner_blocks(),
+                        full,
+                        inner,
                     });
                 }
                 next += 1;
@@ -183,53 +167,49 @@ fn run_lanes<'a>(
         if active == 0 {
             break;
         }
-        if simd && active < MIN_ACTIVE_LANES {
-            // Too few to fill the vector lanes: finish them one by one.
-            for (l, lane) in lanes.iter_mut().enumerate() {
-                if let Some(mut ln) = lane.take() {
-                    while ln.step <= ln.inner_blocks {
-                        let direct = ln.block(&mut states[l], &mut scratch[l]);
-                        let block = direct.unwrap_or(&scratch[l]);
-                        sha1::block_api::compress(&mut states[l], core::slice::from_ref(block));
-                        ln.step += 1;
-                    }
-                    digest_bytes(&states[l], &mut out[ln.out]);
-                }
-            }
-            continue;
-        }
-        let mut direct: [Option<&'a [u8; 64]>; LANES] = [None; LANES];
+        // The outer step starts from the keyed outer state, on the inner digest.
         for (l, lane) in lanes.iter().enumerate() {
             if let Some(ln) = lane {
-                direct[l] = ln.block(&mut states[l], &mut scratch[l]);
+                if ln.step == ln.inner {
+                    let (digest, _) = outers[l].split_at_mut(20);
+                    digest_bytes(&states[l], digest);
+                    states[l] = ln.key.outer_state();
+                }
             }
         }
-        if simd {
-            // Idle lanes hash whatever their scratch holds; their states are never read.
-            let blocks: [&[u8; 64]; LANES] =
-                core::array::from_fn(|l| direct[l].unwrap_or(&scratch[l]));
+        let blocks: [&[u8; 64]; LANES] = core::array::from_fn(|l| match &lanes[l] {
+            Some(ln) if ln.step < ln.full => ln.a[64 * ln.step..]
+                .first_chunk::<64>()
+                .unwrap_or(&outers[l]),
+            Some(ln) if ln.step < ln.inner => &tails[l][ln.step - ln.full],
+            // The outer block; idle lanes hash it too, their states are never read.
+            _ => &outers[l],
+        });
+        if simd && active >= MIN_ACTIVE_LANES {
             compress_x16_refs(&mut states, &blocks);
         } else {
+            // Without AVX-512, or with too few busy lanes to fill the vectors: busy lanes one
+            // by one (independent chains, which the core overlaps).
             for (l, lane) in lanes.iter().enumerate() {
                 if lane.is_some() {
-                    let block = direct[l].unwrap_or(&scratch[l]);
-                    sha1::block_api::compress(&mut states[l], core::slice::from_ref(block));
+                    sha1::block_api::compress(&mut states[l], core::slice::from_ref(blocks[l]));
                 }
             }
         }
         for (l, lane) in lanes.iter_mut().enumerate() {
             if let Some(ln) = lane {
                 ln.step += 1;
-                if ln.step > ln.inner_blocks {
+                if ln.step > ln.inner {
                     digest_bytes(&states[l], &mut out[ln.out]);
                     *lane = None;
                 }
             }
         }
     }
-    // The states passed through keyed values; the scratch held message bytes.
+    // The states passed through keyed values; the tails held message bytes.
     states.zeroize();
-    scratch.zeroize();
+    tails.zeroize();
+    outers.zeroize();
 }
 
 #[cfg(test)]
