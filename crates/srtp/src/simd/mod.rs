@@ -4,4 +4,5 @@
 //! scalar primitive by the tests.
 
 pub mod aes_ctr;
+pub mod gcm;
 pub mod sha1_x16;
