@@ -217,8 +217,7 @@ fn counter_block(nonce: &[u8; 12], n: u32) -> [u8; 16] {
     b
 }
 
-/// Seal's keystreams: for job i, stream 2i is E(K, J0) (into `masks[i]`), stream 2i + 1 its
-/// data from counter 2 on.
+/// Seal's keystreams: job i from J0 on, E(K, J0) into `masks[i]` and the data from counter 2.
 struct SealStreams<'s, 'k> {
     jobs: &'s mut [SealJob<'k>],
     masks: &'s mut [[u8; 16]],
@@ -226,31 +225,23 @@ struct SealStreams<'s, 'k> {
 
 impl<'k> Streams<'k> for SealStreams<'_, 'k> {
     fn count(&self) -> usize {
-        2 * self.jobs.len()
+        self.jobs.len()
     }
     fn key(&self, i: usize) -> &'k AesKey {
-        let k: &'k GcmKey = self.jobs[i / 2].key;
+        let k: &'k GcmKey = self.jobs[i].key;
         &k.aes
     }
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
-        (
-            counter_block(&self.jobs[i / 2].nonce, 1 + (i as u32 & 1)),
-            true,
-        )
+        (counter_block(&self.jobs[i].nonce, 1), true)
+    }
+    fn has_mask(&self, _: usize) -> bool {
+        true
     }
     fn len(&self, i: usize) -> usize {
-        if i & 1 == 0 {
-            16
-        } else {
-            self.jobs[i / 2].data.len()
-        }
+        self.jobs[i].data.len()
     }
-    fn buf(&mut self, i: usize) -> &mut [u8] {
-        if i & 1 == 0 {
-            &mut self.masks[i / 2]
-        } else {
-            self.jobs[i / 2].data
-        }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        (Some(&mut self.masks[i]), self.jobs[i].data)
     }
 }
 
@@ -271,11 +262,14 @@ impl<'k> Streams<'k> for OpenMasks<'_, 'k> {
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
         (counter_block(&self.jobs[i].nonce, 1), true)
     }
-    fn len(&self, _: usize) -> usize {
-        16
+    fn has_mask(&self, _: usize) -> bool {
+        true
     }
-    fn buf(&mut self, i: usize) -> &mut [u8] {
-        &mut self.masks[i]
+    fn len(&self, _: usize) -> usize {
+        0
+    }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        (Some(&mut self.masks[i]), &mut [])
     }
 }
 
@@ -296,6 +290,9 @@ impl<'k> Streams<'k> for OpenData<'_, 'k> {
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
         (counter_block(&self.jobs[i].nonce, 2), true)
     }
+    fn has_mask(&self, _: usize) -> bool {
+        false
+    }
     fn len(&self, i: usize) -> usize {
         if self.ok[i] {
             self.jobs[i].data.len()
@@ -303,11 +300,11 @@ impl<'k> Streams<'k> for OpenData<'_, 'k> {
             0
         }
     }
-    fn buf(&mut self, i: usize) -> &mut [u8] {
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
         if self.ok[i] {
-            self.jobs[i].data
+            (None, self.jobs[i].data)
         } else {
-            &mut []
+            (None, &mut [])
         }
     }
 }
