@@ -181,10 +181,13 @@ pub(crate) trait Streams<'k> {
     /// First counter block of stream `i`, and whether only its low 32 bits count (GCM's
     /// `inc32`) rather than all 128.
     fn counter(&self, i: usize) -> ([u8; 16], bool);
-    /// Bytes to XOR in stream `i`.
+    /// Whether stream `i` starts with a mask block: its first keystream block is written
+    /// there (GCM's E(K, J0)) and the data takes the keystream from the second block on.
+    fn has_mask(&self, i: usize) -> bool;
+    /// Data bytes to XOR in stream `i`.
     fn len(&self, i: usize) -> usize;
-    /// The bytes of stream `i`.
-    fn buf(&mut self, i: usize) -> &mut [u8];
+    /// The mask block (when [`Streams::has_mask`]) and the data of stream `i`.
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]);
 }
 
 impl<'k> Streams<'k> for [CtrJob<'k>] {
@@ -197,15 +200,18 @@ impl<'k> Streams<'k> for [CtrJob<'k>] {
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
         (self[i].iv, false)
     }
+    fn has_mask(&self, _: usize) -> bool {
+        false
+    }
     fn len(&self, i: usize) -> usize {
         self[i].data.len()
     }
-    fn buf(&mut self, i: usize) -> &mut [u8] {
-        self[i].data
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        (None, self[i].data)
     }
 }
 
-/// A single block encrypted in place (counter = the block, XORed into zeros).
+/// A single block encrypted in place (counter = the block, the mask its output).
 struct OneBlock<'b>(&'b mut [u8; 16]);
 
 impl<'k> Streams<'k> for [(&'k AesKey, OneBlock<'_>)] {
@@ -218,13 +224,14 @@ impl<'k> Streams<'k> for [(&'k AesKey, OneBlock<'_>)] {
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
         (*self[i].1 .0, false)
     }
-    fn len(&self, _: usize) -> usize {
-        16
+    fn has_mask(&self, _: usize) -> bool {
+        true
     }
-    fn buf(&mut self, i: usize) -> &mut [u8] {
-        let b = &mut *self[i].1 .0;
-        b.fill(0);
-        b
+    fn len(&self, _: usize) -> usize {
+        0
+    }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        (Some(&mut *self[i].1 .0), &mut [])
     }
 }
 
@@ -232,13 +239,14 @@ impl<'k> Streams<'k> for [(&'k AesKey, OneBlock<'_>)] {
 pub(crate) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, backend: Backend) {
     #[cfg(target_arch = "x86_64")]
     {
-        let simd = match backend {
-            Backend::Vaes if vaes_present() => Some(true),
-            Backend::AesNi | Backend::Vaes if aesni_present() => Some(false),
-            _ => None,
-        };
-        if let Some(vaes) = simd {
-            x86::run(s, vaes);
+        if backend == Backend::Vaes && vaes_present() && avx512bw_present() {
+            // SAFETY: the CPU has AVX-512F/BW, VAES and AES-NI (just checked), the target
+            // features of `run_vaes`.
+            unsafe { x86::run_vaes(s) };
+            return;
+        }
+        if matches!(backend, Backend::AesNi | Backend::Vaes) && aesni_present() {
+            x86::run(s);
             return;
         }
     }
@@ -246,31 +254,59 @@ pub(crate) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, backend: Backend) {
     for i in 0..s.count() {
         let key = s.key(i);
         let (iv, inc32) = s.counter(i);
-        let data = s.buf(i);
-        portable(key, &iv, inc32, data);
+        let (mask, data) = s.bufs(i);
+        portable(key, &iv, inc32, mask, data);
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+fn avx512bw_present() -> bool {
+    std::arch::is_x86_feature_detected!("avx512bw")
+}
+
 /// One stream through the library.
-fn portable(key: &AesKey, iv: &[u8; 16], inc32: bool, data: &mut [u8]) {
+fn portable(
+    key: &AesKey,
+    iv: &[u8; 16],
+    inc32: bool,
+    mask: Option<&mut [u8; 16]>,
+    data: &mut [u8],
+) {
+    fn go<C: StreamCipher>(mut c: C, mask: Option<&mut [u8; 16]>, data: &mut [u8]) {
+        if let Some(m) = mask {
+            m.fill(0);
+            c.apply_keystream(m);
+        }
+        c.apply_keystream(data);
+    }
     // The expanded key schedule is copied, not recomputed.
     match (&key.lib, inc32) {
-        (Lib::A128(k), false) => {
-            ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into()))
-                .apply_keystream(data)
-        }
-        (Lib::A256(k), false) => {
-            ctr::Ctr128BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into()))
-                .apply_keystream(data)
-        }
-        (Lib::A128(k), true) => {
-            ctr::Ctr32BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into()))
-                .apply_keystream(data)
-        }
-        (Lib::A256(k), true) => {
-            ctr::Ctr32BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into()))
-                .apply_keystream(data)
-        }
+        (Lib::A128(k), false) => go(
+            ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                iv.into(),
+            )),
+            mask,
+            data,
+        ),
+        (Lib::A256(k), false) => go(
+            ctr::Ctr128BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                iv.into(),
+            )),
+            mask,
+            data,
+        ),
+        (Lib::A128(k), true) => go(
+            ctr::Ctr32BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into())),
+            mask,
+            data,
+        ),
+        (Lib::A256(k), true) => go(
+            ctr::Ctr32BE::<Aes256Enc>::from_core(ctr::CtrCore::inner_iv_init(k.clone(), iv.into())),
+            mask,
+            data,
+        ),
     }
 }
 
@@ -325,6 +361,191 @@ mod x86 {
         w.zeroize();
     }
 
+    /// Registers in flight in the VAES engine.
+    const SLOTS: usize = 8;
+
+    /// Four consecutive counter blocks of one stream, one register, and where their keystream
+    /// goes: `len` ≤ 64 bytes at `dst`, after the first block is written to `mask` (when not
+    /// null; then `len` ≤ 48).
+    struct Slots {
+        ctr: [__m512i; SLOTS],
+        rk: [*const [u8; 16]; SLOTS],
+        dst: [*mut u8; SLOTS],
+        mask: [*mut u8; SLOTS],
+        len: [usize; SLOTS],
+        n: usize,
+    }
+
+    /// The VAES engine: every stream is cut into groups of four blocks, one 512-bit register
+    /// each with the stream's round keys broadcast to its four lanes; eight registers (from as
+    /// many groups, of any streams of one key size) go through the rounds together, and each
+    /// XORs its keystream straight into its packet with byte-masked loads and stores. Counters
+    /// are made in the registers (a 32-bit add on byte-swapped words) unless a carry leaves
+    /// the low 32 bits, which only happens in full-counter mode and falls back to scalar
+    /// arithmetic.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F, AVX-512BW, VAES and AES-NI.
+    #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
+    pub(super) unsafe fn run_vaes<'k, S: Streams<'k> + ?Sized>(s: &mut S) {
+        let empty = || Slots {
+            ctr: [_mm512_setzero_si512(); SLOTS],
+            rk: [core::ptr::null(); SLOTS],
+            dst: [core::ptr::null_mut(); SLOTS],
+            mask: [core::ptr::null_mut(); SLOTS],
+            len: [0; SLOTS],
+            n: 0,
+        };
+        let (mut s128, mut s256) = (empty(), empty());
+        // Byte-swaps the last 32-bit word of each block (the big-endian counter word).
+        let swap = _mm512_set_epi64(
+            0x0c0d_0e0f_0b0a_0908,
+            0x0706_0504_0302_0100,
+            0x0c0d_0e0f_0b0a_0908,
+            0x0706_0504_0302_0100,
+            0x0c0d_0e0f_0b0a_0908,
+            0x0706_0504_0302_0100,
+            0x0c0d_0e0f_0b0a_0908,
+            0x0706_0504_0302_0100,
+        );
+        let lanes = _mm512_set_epi32(3, 0, 0, 0, 2, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0);
+        let four = _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0);
+        for i in 0..s.count() {
+            let key = s.key(i);
+            let (iv, inc32) = s.counter(i);
+            let has_mask = s.has_mask(i);
+            let len = s.len(i);
+            let nblocks = has_mask as usize + len.div_ceil(16);
+            if nblocks == 0 {
+                continue;
+            }
+            let rk: *const [u8; 16] = key.rk.0.as_ptr();
+            let (mask, data) = s.bufs(i);
+            let mask: *mut u8 = mask.map_or(core::ptr::null_mut(), |m| m.as_mut_ptr());
+            let dp = data.as_mut_ptr();
+            let low = u32::from_be_bytes([iv[12], iv[13], iv[14], iv[15]]);
+            let in_regs = inc32 || low as u64 + nblocks as u64 <= 1 << 32;
+            // SAFETY: a 16-byte load from a 16-byte array.
+            let ivv = unsafe { _mm_loadu_si128(iv.as_ptr() as *const __m128i) };
+            let mut v = _mm512_add_epi32(
+                _mm512_shuffle_epi8(_mm512_broadcast_i32x4(ivv), swap),
+                lanes,
+            );
+            let slots = if key.rounds == 10 {
+                &mut s128
+            } else {
+                &mut s256
+            };
+            let (mut j, mut off) = (0, 0);
+            while j < nblocks {
+                let ctr = if in_regs {
+                    _mm512_shuffle_epi8(v, swap)
+                } else {
+                    let base = u128::from_be_bytes(iv);
+                    let mut c = [0u8; 64];
+                    for (t, b) in c.chunks_exact_mut(16).enumerate() {
+                        b.copy_from_slice(&base.wrapping_add((j + t) as u128).to_be_bytes());
+                    }
+                    // SAFETY: a 64-byte load from a 64-byte array.
+                    unsafe { _mm512_loadu_si512(c.as_ptr() as *const _) }
+                };
+                v = _mm512_add_epi32(v, four);
+                let first = j == 0 && has_mask;
+                let take = (len - off).min(if first { 48 } else { 64 });
+                let k = slots.n;
+                slots.ctr[k] = ctr;
+                slots.rk[k] = rk;
+                // `off` ≤ len: in bounds of `data` (one past its end at most).
+                slots.dst[k] = dp.wrapping_add(off);
+                slots.mask[k] = if first { mask } else { core::ptr::null_mut() };
+                slots.len[k] = take;
+                slots.n += 1;
+                off += take;
+                j += 4;
+                if slots.n == SLOTS {
+                    // SAFETY: the slots point into the streams' buffers, borrowed for this call
+                    // and written nowhere else while the kernel runs; the round keys are the
+                    // streams' keys, borrowed for 'k. CPU features: ours.
+                    unsafe { flush_slots(slots, key.rounds) };
+                }
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            flush_slots(&mut s128, 10);
+            flush_slots(&mut s256, 14);
+        }
+    }
+
+    /// Runs the filled slots and empties them.
+    ///
+    /// # Safety
+    /// AVX-512F/BW, VAES, AES-NI; every filled slot's `rk` points at 15 round keys, its `dst`
+    /// at `len` writable bytes, its `mask` (when not null) at 16 writable bytes.
+    #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
+    unsafe fn flush_slots(sl: &mut Slots, rounds: usize) {
+        // SAFETY: forwarded contract; only the filled slots run.
+        unsafe {
+            match (rounds, sl.n) {
+                (_, 0) => {}
+                (10, 1) => slot_kernel::<10, 1>(sl),
+                (10, 2) => slot_kernel::<10, 2>(sl),
+                (10, 3) => slot_kernel::<10, 3>(sl),
+                (10, 4) => slot_kernel::<10, 4>(sl),
+                (10, 5) => slot_kernel::<10, 5>(sl),
+                (10, 6) => slot_kernel::<10, 6>(sl),
+                (10, 7) => slot_kernel::<10, 7>(sl),
+                (10, _) => slot_kernel::<10, 8>(sl),
+                (_, 1) => slot_kernel::<14, 1>(sl),
+                (_, 2) => slot_kernel::<14, 2>(sl),
+                (_, 3) => slot_kernel::<14, 3>(sl),
+                (_, 4) => slot_kernel::<14, 4>(sl),
+                (_, 5) => slot_kernel::<14, 5>(sl),
+                (_, 6) => slot_kernel::<14, 6>(sl),
+                (_, 7) => slot_kernel::<14, 7>(sl),
+                (_, _) => slot_kernel::<14, 8>(sl),
+            }
+        }
+        sl.n = 0;
+    }
+
+    /// Encrypts the counters of slots `0..Z` (`NR` rounds) and XORs them into their packets.
+    ///
+    /// # Safety
+    /// As [`flush_slots`], for slots `0..Z`.
+    #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
+    unsafe fn slot_kernel<const NR: usize, const Z: usize>(sl: &Slots) {
+        // SAFETY (all loads of round keys below): `rk[z]` points at 15 round keys, NR ≤ 14.
+        let key = |z: usize, r: usize| unsafe {
+            _mm512_broadcast_i32x4(_mm_loadu_si128(sl.rk[z].add(r) as *const __m128i))
+        };
+        let mut st = [_mm512_setzero_si512(); Z];
+        for z in 0..Z {
+            st[z] = _mm512_xor_si512(sl.ctr[z], key(z, 0));
+        }
+        for r in 1..NR {
+            for z in 0..Z {
+                st[z] = _mm512_aesenc_epi128(st[z], key(z, r));
+            }
+        }
+        for z in 0..Z {
+            let mut ks = _mm512_aesenclast_epi128(st[z], key(z, NR));
+            if !sl.mask[z].is_null() {
+                // SAFETY: `mask[z]` points at 16 writable bytes.
+                unsafe { _mm_storeu_si128(sl.mask[z] as *mut __m128i, _mm512_castsi512_si128(ks)) };
+                ks = _mm512_alignr_epi32::<4>(_mm512_setzero_si512(), ks);
+            }
+            let len = sl.len[z];
+            let m: u64 = if len >= 64 { !0 } else { (1 << len) - 1 };
+            // SAFETY: the byte mask covers the `len` bytes at `dst[z]`, which are writable;
+            // masked-off bytes are not accessed.
+            unsafe {
+                let d = _mm512_maskz_loadu_epi8(m, sl.dst[z] as *const i8);
+                _mm512_mask_storeu_epi8(sl.dst[z] as *mut i8, m, _mm512_xor_si512(d, ks));
+            }
+        }
+    }
+
     /// Counter blocks gathered for one pass, and where their keystream goes.
     #[repr(C, align(64))]
     struct Chunk {
@@ -337,10 +558,10 @@ mod x86 {
         nruns: usize,
     }
 
-    /// Gathers the counter blocks of every stream, 32 at a time, encrypts them with each
-    /// block's own round keys, and XORs the keystream back. AES-128 and AES-256 streams go in
-    /// separate passes (different round counts).
-    pub(super) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, vaes: bool) {
+    /// The AES-NI engine: gathers the counter blocks of every stream, 32 at a time, encrypts
+    /// them (eight in flight) with each block's own round keys, and XORs the keystream back.
+    /// AES-128 and AES-256 streams go in separate passes (different round counts).
+    pub(super) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S) {
         let mut c = Chunk {
             blocks: [[0; 16]; CHUNK],
             keys: [core::ptr::null(); CHUNK],
@@ -358,7 +579,7 @@ mod x86 {
                 let (iv, inc32) = s.counter(i);
                 let base = u128::from_be_bytes(iv);
                 let mask = if inc32 { 0xffff_ffff } else { u128::MAX };
-                let nblocks = s.len(i).div_ceil(16);
+                let nblocks = s.has_mask(i) as usize + s.len(i).div_ceil(16);
                 let mut j = 0;
                 while j < nblocks {
                     let take = (nblocks - j).min(CHUNK - c.n);
@@ -372,12 +593,12 @@ mod x86 {
                     c.n += take;
                     j += take;
                     if c.n == CHUNK {
-                        flush(s, &mut c, rounds, vaes);
+                        flush(s, &mut c, rounds);
                     }
                 }
             }
             if c.n > 0 {
-                flush(s, &mut c, rounds, vaes);
+                flush(s, &mut c, rounds);
             }
         }
         // The keystream left in `c.blocks` is not wiped: it is no secret once the ciphertext is
@@ -385,134 +606,42 @@ mod x86 {
     }
 
     /// Encrypts the gathered blocks and XORs them into their streams.
-    fn flush<'k, S: Streams<'k> + ?Sized>(s: &mut S, c: &mut Chunk, rounds: usize, vaes: bool) {
+    fn flush<'k, S: Streams<'k> + ?Sized>(s: &mut S, c: &mut Chunk, rounds: usize) {
         let n = c.n;
         for k in n..CHUNK {
             c.keys[k] = c.keys[0];
         }
         let (blocks, keys) = (&mut c.blocks, &c.keys);
-        // SAFETY: `run` is only called with `vaes` when the CPU has AVX-512F, VAES and AES-NI,
-        // and otherwise when it has AES-NI and SSE2 (`super::run` checks): the target features
-        // of the kernels. Every pointer in `keys` points at the 15 round keys of an `AesKey`
+        // SAFETY: `run` is only called when the CPU has AES-NI and SSE2 (`super::run`
+        // checks): the target features of the kernel. Every pointer in `keys` points at the 15 round keys of an `AesKey`
         // borrowed for 'k (a stream's key), read up to round `rounds` ≤ 14.
         unsafe {
-            match (vaes, rounds) {
-                (true, 10) => vaes_dispatch::<10>(blocks, keys, n),
-                (true, _) => vaes_dispatch::<14>(blocks, keys, n),
-                (false, 10) => aesni_chunk::<10>(blocks, keys, n),
-                (false, _) => aesni_chunk::<14>(blocks, keys, n),
+            match rounds {
+                10 => aesni_chunk::<10>(blocks, keys, n),
+                _ => aesni_chunk::<14>(blocks, keys, n),
             }
         }
         let ks = c.blocks.as_flattened();
         for &(i, off, first, nb) in &c.runs[..c.nruns] {
-            let buf = s.buf(i);
-            let end = buf.len().min(off + 16 * nb);
-            let src = &ks[16 * first..16 * first + (end - off)];
-            for (d, k) in buf[off..end].iter_mut().zip(src) {
+            // `off` counts from the mask block when there is one.
+            let mut ks = &ks[16 * first..16 * (first + nb)];
+            let (mask, data) = s.bufs(i);
+            let mut off = off;
+            if let Some(m) = mask {
+                if off == 0 {
+                    m.copy_from_slice(&ks[..16]);
+                    ks = &ks[16..];
+                    off = 16;
+                }
+                off -= 16;
+            }
+            let end = data.len().min(off + ks.len());
+            for (d, k) in data[off..end].iter_mut().zip(ks) {
                 *d ^= k;
             }
         }
         c.n = 0;
         c.nruns = 0;
-    }
-
-    /// # Safety
-    /// AVX-512F, VAES and AES-NI; `keys` as in [`vaes_chunk`].
-    #[target_feature(enable = "avx512f,vaes,aes")]
-    unsafe fn vaes_dispatch<const NR: usize>(
-        blocks: &mut [[u8; 16]; CHUNK],
-        keys: &[*const [u8; 16]; CHUNK],
-        n: usize,
-    ) {
-        // SAFETY: forwarded contract; only the registers holding the first `n` blocks run.
-        unsafe {
-            match n.div_ceil(4) {
-                0 => {}
-                1 => vaes_chunk::<NR, 1>(blocks, keys),
-                2 => vaes_chunk::<NR, 2>(blocks, keys),
-                3 => vaes_chunk::<NR, 3>(blocks, keys),
-                4 => vaes_chunk::<NR, 4>(blocks, keys),
-                5 => vaes_chunk::<NR, 5>(blocks, keys),
-                6 => vaes_chunk::<NR, 6>(blocks, keys),
-                7 => vaes_chunk::<NR, 7>(blocks, keys),
-                _ => vaes_chunk::<NR, 8>(blocks, keys),
-            }
-        }
-    }
-
-    /// Round key `r` of the four blocks of register `z`: one broadcast when they share a key
-    /// (most registers), else one 128-bit lane per block.
-    macro_rules! lane_keys {
-        ($keys:expr, $uniform:expr, $z:expr, $r:expr) => {{
-            let k = $keys;
-            let z = $z;
-            // SAFETY (caller): each `keys` entry points at 15 round keys and `$r` ≤ 14.
-            let mut v = _mm512_broadcast_i32x4(unsafe {
-                _mm_loadu_si128(k[4 * z].add($r) as *const __m128i)
-            });
-            if !$uniform[z] {
-                // SAFETY: as above.
-                unsafe {
-                    v = _mm512_mask_broadcast_i32x4(
-                        v,
-                        0x00f0,
-                        _mm_loadu_si128(k[4 * z + 1].add($r) as *const __m128i),
-                    );
-                    v = _mm512_mask_broadcast_i32x4(
-                        v,
-                        0x0f00,
-                        _mm_loadu_si128(k[4 * z + 2].add($r) as *const __m128i),
-                    );
-                    v = _mm512_mask_broadcast_i32x4(
-                        v,
-                        0xf000,
-                        _mm_loadu_si128(k[4 * z + 3].add($r) as *const __m128i),
-                    );
-                }
-            }
-            v
-        }};
-    }
-
-    /// Encrypts blocks `0..4Z` in place, `NR` rounds, block `b` with the round keys at
-    /// `keys[b]`.
-    ///
-    /// # Safety
-    /// AVX-512F, VAES and AES-NI; every `keys[b]` for `b < 4Z` points at 15 readable round keys.
-    #[target_feature(enable = "avx512f,vaes,aes")]
-    unsafe fn vaes_chunk<const NR: usize, const Z: usize>(
-        blocks: &mut [[u8; 16]; CHUNK],
-        keys: &[*const [u8; 16]; CHUNK],
-    ) {
-        let p = blocks.as_mut_ptr() as *mut __m512i;
-        let mut st = [_mm512_setzero_si512(); Z];
-        let mut uniform = [true; Z];
-        for z in 0..Z {
-            uniform[z] = keys[4 * z] == keys[4 * z + 1]
-                && keys[4 * z] == keys[4 * z + 2]
-                && keys[4 * z] == keys[4 * z + 3];
-            // Four 128-bit loads, not one 512-bit load: the counters were just written block by
-            // block, and a load spanning several pending stores cannot be forwarded from them.
-            let q = blocks.as_ptr() as *const __m128i;
-            // SAFETY: register z covers blocks 4z..4z + 4 of the 32-block array (Z ≤ 8).
-            let b = unsafe {
-                let b = _mm512_castsi128_si512(_mm_loadu_si128(q.add(4 * z)));
-                let b = _mm512_inserti32x4::<1>(b, _mm_loadu_si128(q.add(4 * z + 1)));
-                let b = _mm512_inserti32x4::<2>(b, _mm_loadu_si128(q.add(4 * z + 2)));
-                _mm512_inserti32x4::<3>(b, _mm_loadu_si128(q.add(4 * z + 3)))
-            };
-            st[z] = _mm512_xor_si512(b, lane_keys!(keys, uniform, z, 0));
-        }
-        for r in 1..NR {
-            for z in 0..Z {
-                st[z] = _mm512_aesenc_epi128(st[z], lane_keys!(keys, uniform, z, r));
-            }
-        }
-        for z in 0..Z {
-            let v = _mm512_aesenclast_epi128(st[z], lane_keys!(keys, uniform, z, NR));
-            // SAFETY: as the load above, into the exclusively borrowed array.
-            unsafe { _mm512_storeu_si512(p.add(z) as *mut _, v) };
-        }
     }
 
     /// Encrypts blocks `0..n` in place (in groups of eight), `NR` rounds.

@@ -5,5 +5,6 @@
 
 pub mod aes_ctr;
 pub mod engine;
+pub mod gcm;
 pub mod hmac_sha1_mb;
 pub mod sha1_x16;

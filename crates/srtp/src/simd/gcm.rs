@@ -1,0 +1,521 @@
+//! AES-GCM seal and open for many packets at once (NIST SP 800-38D with a 12-byte nonce and a
+//! 16-byte tag, as SRTP uses it: RFC 7714), each packet with its own key, nonce and AAD.
+//!
+//! The counter-mode part runs on the multi-buffer AES kernel of [`super::aes_ctr`] (every
+//! packet's blocks and its tag mask E(K, J0) encrypted together, 32 blocks per pass). GHASH
+//! runs with VPCLMULQDQ on 512-bit registers: the hash key's powers H¹…H¹⁶ are computed once per
+//! key, and a packet's blocks (AAD, ciphertext, lengths; 12 blocks for a 160-byte SRTP payload
+//! with a 12-byte header) are multiplied four per instruction by the matching powers and summed
+//! unreduced, with one reduction per 16 blocks. The arithmetic is POLYVAL's (RFC 8452
+//! Appendix A: GHASH is POLYVAL on byte-reversed blocks with the key multiplied by x), which
+//! suits the carry-less multiply's bit order.
+//!
+//! [`seal_many`] and [`open_many`] take that path when the CPU has AVX-512F/BW, VAES and
+//! VPCLMULQDQ, else they run RustCrypto's `aes-gcm` one packet at a time ([`seal_many_portable`],
+//! [`open_many_portable`]); the tests check that both give identical bytes.
+#![allow(unsafe_code)]
+
+use aes_gcm::aead::AeadInOut;
+use aes_gcm::{Aes128Gcm, Aes256Gcm, KeyInit};
+use zeroize::{Zeroize, ZeroizeOnDrop};
+
+use super::aes_ctr::{self, AesKey, Backend, Streams};
+use crate::provider::KeyError;
+
+/// Jobs per pass (their tag masks are kept on the stack).
+const PASS: usize = 64;
+
+/// H¹⁶, H¹⁵, …, H¹ in POLYVAL form, then four zero blocks (multipliers of the unused slots of a
+/// group).
+#[derive(Clone, Zeroize)]
+#[repr(C, align(64))]
+struct Powers([[u8; 16]; 20]);
+
+/// The library's AES-GCM, for the portable path.
+enum Lib {
+    A128(Box<Aes128Gcm>),
+    A256(Box<Aes256Gcm>),
+}
+
+/// An AES-128-GCM or AES-256-GCM key: the AES key schedule, the GHASH key H and its powers.
+/// Wiped on drop.
+pub struct GcmKey {
+    aes: AesKey,
+    /// Valid when [`accelerated`].
+    powers: Powers,
+    lib: Lib,
+}
+
+impl GcmKey {
+    /// Expands a 16-byte (AES-128-GCM) or 32-byte (AES-256-GCM) key.
+    pub fn new(key: &[u8]) -> Result<Self, KeyError> {
+        let lib = match key.len() {
+            16 => Lib::A128(Box::new(
+                Aes128Gcm::new_from_slice(key).map_err(|_| KeyError("AES-128-GCM key"))?,
+            )),
+            32 => Lib::A256(Box::new(
+                Aes256Gcm::new_from_slice(key).map_err(|_| KeyError("AES-256-GCM key"))?,
+            )),
+            _ => return Err(KeyError("AES-GCM keys are 16 or 32 bytes")),
+        };
+        let aes = AesKey::new(key)?;
+        let mut powers = Powers([[0; 16]; 20]);
+        #[cfg(target_arch = "x86_64")]
+        if accelerated() {
+            let mut h = [0u8; 16];
+            aes.encrypt_block(&mut h);
+            // SAFETY: `accelerated` checked PCLMULQDQ and SSE2, the target features of
+            // `powers`.
+            unsafe { x86::powers(&h, &mut powers) };
+            h.zeroize();
+        }
+        Ok(Self { aes, powers, lib })
+    }
+
+    /// Key length in bits (128 or 256).
+    pub fn bits(&self) -> usize {
+        self.aes.bits()
+    }
+}
+
+impl Zeroize for GcmKey {
+    /// Wipes the key schedules and the hash key; the library's state is replaced by the
+    /// all-zero key's (the old one wipes itself on drop).
+    fn zeroize(&mut self) {
+        self.aes.zeroize();
+        self.powers.zeroize();
+        self.lib = match self.lib {
+            Lib::A128(_) => Lib::A128(Box::new(Aes128Gcm::new(&Default::default()))),
+            Lib::A256(_) => Lib::A256(Box::new(Aes256Gcm::new(&Default::default()))),
+        };
+    }
+}
+
+impl Drop for GcmKey {
+    fn drop(&mut self) {
+        // `aes` and `lib` wipe themselves.
+        self.powers.zeroize();
+    }
+}
+
+impl ZeroizeOnDrop for GcmKey {}
+
+/// One packet to encrypt and authenticate.
+pub struct SealJob<'a> {
+    /// The packet's key.
+    pub key: &'a GcmKey,
+    /// The 12-byte IV (RFC 7714 §8.1).
+    pub nonce: [u8; 12],
+    /// Authenticated, not encrypted (the RTP header).
+    pub aad: &'a [u8],
+    /// Plaintext in, ciphertext out.
+    pub data: &'a mut [u8],
+    /// The tag out.
+    pub tag: &'a mut [u8; 16],
+}
+
+/// One packet to check and decrypt.
+pub struct OpenJob<'a> {
+    /// The packet's key.
+    pub key: &'a GcmKey,
+    /// The 12-byte IV.
+    pub nonce: [u8; 12],
+    /// Authenticated, not encrypted (the RTP header).
+    pub aad: &'a [u8],
+    /// Ciphertext in, plaintext out when the tag verifies (left as given when it does not).
+    pub data: &'a mut [u8],
+    /// The tag received.
+    pub tag: &'a [u8; 16],
+}
+
+/// Whether the SIMD path (AVX-512F/BW, VAES, VPCLMULQDQ) runs on this CPU.
+pub fn accelerated() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        aes_ctr::backend() == Backend::Vaes
+            && has!("avx512bw")
+            && has!("avx2")
+            && has!("vpclmulqdq")
+            && has!("pclmulqdq")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Encrypts each job's data in place and writes its tag.
+pub fn seal_many(jobs: &mut [SealJob<'_>]) {
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        for pass in jobs.chunks_mut(PASS) {
+            x86::seal(pass);
+        }
+        return;
+    }
+    seal_many_portable(jobs);
+}
+
+/// Checks each tag in constant time (subtle) and decrypts only jobs whose tag verified;
+/// `ok[i]` says which. A job that fails keeps its data as given.
+///
+/// # Panics
+/// If `ok` and `jobs` differ in length (a caller's bug, not a packet's).
+pub fn open_many(jobs: &mut [OpenJob<'_>], ok: &mut [bool]) {
+    assert_eq!(jobs.len(), ok.len(), "one result per job");
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        for (pass, ok) in jobs.chunks_mut(PASS).zip(ok.chunks_mut(PASS)) {
+            x86::open(pass, ok);
+        }
+        return;
+    }
+    open_many_portable(jobs, ok);
+}
+
+/// [`seal_many`] one job at a time with RustCrypto's `aes-gcm` (the reference the tests check
+/// the SIMD path against).
+pub fn seal_many_portable(jobs: &mut [SealJob<'_>]) {
+    for j in jobs {
+        let nonce = (&j.nonce).into();
+        let t = match &j.key.lib {
+            Lib::A128(k) => k.encrypt_inout_detached(nonce, j.aad, (&mut *j.data).into()),
+            Lib::A256(k) => k.encrypt_inout_detached(nonce, j.aad, (&mut *j.data).into()),
+        };
+        // Encryption fails only for messages over 2^36 bytes, which no packet is.
+        match t {
+            Ok(t) => j.tag.copy_from_slice(&t),
+            Err(_) => j.tag.fill(0),
+        }
+    }
+}
+
+/// [`open_many`] one job at a time with RustCrypto's `aes-gcm` (constant-time tag check;
+/// decrypts only after the tag verified).
+///
+/// # Panics
+/// If `ok` and `jobs` differ in length.
+pub fn open_many_portable(jobs: &mut [OpenJob<'_>], ok: &mut [bool]) {
+    assert_eq!(jobs.len(), ok.len(), "one result per job");
+    for (j, ok) in jobs.iter_mut().zip(ok.iter_mut()) {
+        let nonce = (&j.nonce).into();
+        let tag = j.tag.into();
+        let r = match &j.key.lib {
+            Lib::A128(k) => k.decrypt_inout_detached(nonce, j.aad, (&mut *j.data).into(), tag),
+            Lib::A256(k) => k.decrypt_inout_detached(nonce, j.aad, (&mut *j.data).into(), tag),
+        };
+        *ok = r.is_ok();
+    }
+}
+
+/// Counter block `n` of a 12-byte nonce: nonce ‖ n (32-bit big-endian); J0 is n = 1.
+fn counter_block(nonce: &[u8; 12], n: u32) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..12].copy_from_slice(nonce);
+    b[12..].copy_from_slice(&n.to_be_bytes());
+    b
+}
+
+/// Seal's keystreams: job i from J0 on, E(K, J0) into `masks[i]` and the data from counter 2.
+struct SealStreams<'s, 'k> {
+    jobs: &'s mut [SealJob<'k>],
+    masks: &'s mut [[u8; 16]],
+}
+
+impl<'k> Streams<'k> for SealStreams<'_, 'k> {
+    fn count(&self) -> usize {
+        self.jobs.len()
+    }
+    fn key(&self, i: usize) -> &'k AesKey {
+        let k: &'k GcmKey = self.jobs[i].key;
+        &k.aes
+    }
+    fn counter(&self, i: usize) -> ([u8; 16], bool) {
+        (counter_block(&self.jobs[i].nonce, 1), true)
+    }
+    fn has_mask(&self, _: usize) -> bool {
+        true
+    }
+    fn len(&self, i: usize) -> usize {
+        self.jobs[i].data.len()
+    }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        (Some(&mut self.masks[i]), self.jobs[i].data)
+    }
+}
+
+/// Open's first pass: E(K, J0) of every job (into `masks`).
+struct OpenMasks<'s, 'k> {
+    jobs: &'s [OpenJob<'k>],
+    masks: &'s mut [[u8; 16]],
+}
+
+impl<'k> Streams<'k> for OpenMasks<'_, 'k> {
+    fn count(&self) -> usize {
+        self.jobs.len()
+    }
+    fn key(&self, i: usize) -> &'k AesKey {
+        let k: &'k GcmKey = self.jobs[i].key;
+        &k.aes
+    }
+    fn counter(&self, i: usize) -> ([u8; 16], bool) {
+        (counter_block(&self.jobs[i].nonce, 1), true)
+    }
+    fn has_mask(&self, _: usize) -> bool {
+        true
+    }
+    fn len(&self, _: usize) -> usize {
+        0
+    }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        (Some(&mut self.masks[i]), &mut [])
+    }
+}
+
+/// Open's second pass: the data of the jobs whose tag verified (the others are left alone).
+struct OpenData<'s, 'k> {
+    jobs: &'s mut [OpenJob<'k>],
+    ok: &'s [bool],
+}
+
+impl<'k> Streams<'k> for OpenData<'_, 'k> {
+    fn count(&self) -> usize {
+        self.jobs.len()
+    }
+    fn key(&self, i: usize) -> &'k AesKey {
+        let k: &'k GcmKey = self.jobs[i].key;
+        &k.aes
+    }
+    fn counter(&self, i: usize) -> ([u8; 16], bool) {
+        (counter_block(&self.jobs[i].nonce, 2), true)
+    }
+    fn has_mask(&self, _: usize) -> bool {
+        false
+    }
+    fn len(&self, i: usize) -> usize {
+        if self.ok[i] {
+            self.jobs[i].data.len()
+        } else {
+            0
+        }
+    }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+        if self.ok[i] {
+            (None, self.jobs[i].data)
+        } else {
+            (None, &mut [])
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use core::arch::x86_64::*;
+
+    use subtle::ConstantTimeEq;
+
+    use super::{
+        aes_ctr, Backend, OpenData, OpenJob, OpenMasks, Powers, SealJob, SealStreams, PASS,
+    };
+
+    /// x¹²⁸ + x¹²⁷ + x¹²⁶ + x¹²¹ + 1 without its top term, as the reduction uses it.
+    const POLY: u128 = 0xc200_0000_0000_0000_0000_0000_0000_0001;
+
+    /// `a · b · x⁻¹²⁸` in POLYVAL's field (Gueron's two-fold Montgomery reduction).
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    fn polyval_mul(a: __m128i, b: __m128i) -> __m128i {
+        let lo = _mm_clmulepi64_si128::<0x00>(a, b);
+        let hi = _mm_clmulepi64_si128::<0x11>(a, b);
+        let mid = _mm_xor_si128(
+            _mm_clmulepi64_si128::<0x01>(a, b),
+            _mm_clmulepi64_si128::<0x10>(a, b),
+        );
+        reduce(
+            _mm_xor_si128(lo, _mm_slli_si128::<8>(mid)),
+            _mm_xor_si128(hi, _mm_srli_si128::<8>(mid)),
+        )
+    }
+
+    /// `(hi·x¹²⁸ + lo) · x⁻¹²⁸` mod the POLYVAL polynomial: twice, the low 64 bits are
+    /// cancelled by adding a multiple of the polynomial (whose low 64 bits are 1) and the whole
+    /// shifted down 64 bits.
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    fn reduce(lo: __m128i, hi: __m128i) -> __m128i {
+        let poly = _mm_set_epi64x((POLY >> 64) as i64, POLY as i64);
+        let t = _mm_clmulepi64_si128::<0x10>(lo, poly);
+        let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
+        let t = _mm_clmulepi64_si128::<0x10>(lo, poly);
+        let lo = _mm_xor_si128(_mm_shuffle_epi32::<0x4e>(lo), t);
+        _mm_xor_si128(hi, lo)
+    }
+
+    fn load(b: &[u8; 16]) -> __m128i {
+        // SAFETY: a 16-byte unaligned load from a 16-byte array (SSE2 is x86_64's baseline).
+        unsafe { _mm_loadu_si128(b.as_ptr() as *const __m128i) }
+    }
+
+    fn store(v: __m128i) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        // SAFETY: a 16-byte unaligned store into a 16-byte array.
+        unsafe { _mm_storeu_si128(b.as_mut_ptr() as *mut __m128i, v) };
+        b
+    }
+
+    /// The hash key's powers for [`ghash`]: `H' = mulX_POLYVAL(ByteReverse(H))` (RFC 8452
+    /// Appendix A), `out[16 - k] = H'^k · x^(-128(k-1))` for k = 1..=16.
+    ///
+    /// # Safety
+    /// The CPU must have PCLMULQDQ and SSE2.
+    #[target_feature(enable = "pclmulqdq,sse2")]
+    pub(super) unsafe fn powers(h: &[u8; 16], out: &mut Powers) {
+        let v = u128::from_be_bytes(*h);
+        let hx = (v << 1) ^ if v >> 127 == 1 { POLY } else { 0 };
+        let h1 = load(&hx.to_le_bytes());
+        let mut p = h1;
+        for k in 1..=16 {
+            out.0[16 - k] = store(p);
+            p = polyval_mul(p, h1);
+        }
+        out.0[16..].iter_mut().for_each(|b| *b = [0; 16]);
+    }
+
+    /// Blocks hashed per reduction.
+    const GROUP: usize = 16;
+
+    #[repr(C, align(64))]
+    struct Group([[u8; 16]; GROUP]);
+
+    /// Sum of the `m` blocks of `g` times H'^m … H'^1, added to `acc` (first block), reduced
+    /// once: the POLYVAL state after those blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn group(acc: __m128i, g: &Group, m: usize, powers: &Powers) -> __m128i {
+        // Reverses the bytes of each block (GHASH's order to POLYVAL's).
+        let rev = _mm512_set_epi64(
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+        );
+        let gp = g.0.as_ptr() as *const __m512i;
+        // Block j is multiplied by H'^(m-j), at index 16 - m + j; blocks m.. meet the zeros.
+        let hp = powers.0[GROUP - m..].as_ptr() as *const __m128i;
+        let mut lo = _mm512_setzero_si512();
+        let mut mid = _mm512_setzero_si512();
+        let mut hi = _mm512_setzero_si512();
+        for z in 0..m.div_ceil(4) {
+            // SAFETY: z < ⌈m/4⌉ ≤ 4, so 4z ≤ m - 1: register z holds blocks 4z..4z + 4 ≤ 16
+            // of the group, and the powers read are indices 16 - m + 4z .. + 4 ≤ 19 of the 20.
+            let (x, h) = unsafe {
+                (
+                    _mm512_loadu_si512(gp.add(z) as *const _),
+                    _mm512_loadu_si512(hp.add(4 * z) as *const _),
+                )
+            };
+            let mut x = _mm512_shuffle_epi8(x, rev);
+            if z == 0 {
+                x = _mm512_xor_si512(x, _mm512_zextsi128_si512(acc));
+            }
+            lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128::<0x00>(x, h));
+            hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128::<0x11>(x, h));
+            mid = _mm512_ternarylogic_epi64::<0x96>(
+                mid,
+                _mm512_clmulepi64_epi128::<0x01>(x, h),
+                _mm512_clmulepi64_epi128::<0x10>(x, h),
+            );
+        }
+        // Fold the 256-bit products into their 128-bit lanes' halves, then sum the lanes.
+        let lo = _mm512_xor_si512(lo, _mm512_bslli_epi128::<8>(mid));
+        let hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128::<8>(mid));
+        reduce(fold(lo), fold(hi))
+    }
+
+    /// XOR of the four 128-bit lanes.
+    #[target_feature(enable = "avx512f,avx2")]
+    fn fold(v: __m512i) -> __m128i {
+        let y = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+        _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+    }
+
+    /// GHASH(H, A ‖ pad ‖ C ‖ pad ‖ len(A) ‖ len(C)) (SP 800-38D §7.1 steps 5–6), in GHASH's
+    /// byte order.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn ghash(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
+        let mut g = Group([[0; 16]; GROUP]);
+        let mut n = 0;
+        let mut acc = _mm_setzero_si128();
+        let mut lens = [0u8; 16];
+        lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+        lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
+        let blocks = aad
+            .chunks(16)
+            .chain(ct.chunks(16))
+            .chain(core::iter::once(&lens[..]));
+        for b in blocks {
+            if b.len() == 16 {
+                g.0[n].copy_from_slice(b);
+            } else {
+                g.0[n] = [0; 16];
+                g.0[n][..b.len()].copy_from_slice(b);
+            }
+            n += 1;
+            if n == GROUP {
+                acc = group(acc, &g, n, powers);
+                n = 0;
+            }
+        }
+        if n > 0 {
+            acc = group(acc, &g, n, powers);
+        }
+        let s = store(acc);
+        u128::from_le_bytes(s).to_be_bytes()
+    }
+
+    fn xor16(a: [u8; 16], b: &[u8; 16]) -> [u8; 16] {
+        (u128::from_ne_bytes(a) ^ u128::from_ne_bytes(*b)).to_ne_bytes()
+    }
+
+    /// Seals up to [`PASS`] jobs: counter mode (and the tag masks) in one multi-buffer pass,
+    /// then GHASH of each ciphertext.
+    pub(super) fn seal(jobs: &mut [SealJob<'_>]) {
+        let mut masks = [[0u8; 16]; PASS];
+        let n = jobs.len();
+        aes_ctr::run(
+            &mut SealStreams {
+                jobs: &mut *jobs,
+                masks: &mut masks[..n],
+            },
+            Backend::Vaes,
+        );
+        for (j, mask) in jobs.iter_mut().zip(&masks) {
+            // SAFETY: `seal` is only called when `accelerated()` (AVX-512F/BW, AVX2,
+            // VPCLMULQDQ, PCLMULQDQ: the target features of `ghash`).
+            let s = unsafe { ghash(&j.key.powers, j.aad, j.data) };
+            *j.tag = xor16(s, mask);
+        }
+    }
+
+    /// Opens up to [`PASS`] jobs: the tag masks in one multi-buffer pass, GHASH of each
+    /// ciphertext and a constant-time tag check, then counter mode over the jobs that passed.
+    pub(super) fn open(jobs: &mut [OpenJob<'_>], ok: &mut [bool]) {
+        let mut masks = [[0u8; 16]; PASS];
+        let n = jobs.len();
+        aes_ctr::run(
+            &mut OpenMasks {
+                jobs: &*jobs,
+                masks: &mut masks[..n],
+            },
+            Backend::Vaes,
+        );
+        for ((j, mask), ok) in jobs.iter().zip(&masks).zip(ok.iter_mut()) {
+            // SAFETY: as in `seal`.
+            let s = unsafe { ghash(&j.key.powers, j.aad, j.data) };
+            *ok = xor16(s, mask).ct_eq(j.tag).into();
+        }
+        aes_ctr::run(&mut OpenData { jobs, ok: &*ok }, Backend::Vaes);
+    }
+}
