@@ -138,9 +138,12 @@ impl<'s> Streams<'s> for Keystreams<'s, '_> {
     fn len(&self, i: usize) -> usize {
         self.waiting(i).payload().len()
     }
-    fn buf(&mut self, i: usize) -> &mut [u8] {
+    fn has_mask(&self, _: usize) -> bool {
+        false
+    }
+    fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
         let w = self.waiting(i);
-        &mut self.packets[w.packet].buf[w.payload()]
+        (None, &mut self.packets[w.packet].buf[w.payload()])
     }
 }
 
