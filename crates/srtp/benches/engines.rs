@@ -88,9 +88,11 @@ fn bench(c: &mut Criterion) {
     let threaded = ThreadedEngine::with_default_workers().expect("worker threads start");
     let lanes = threaded.config().worker_count();
     let simd = SimdEngine::new();
-    let engines: [(String, &dyn Engine); 3] = [
+    let simd_gcm = SimdEngine::new().with_gcm_kernel(true);
+    let engines: [(String, &dyn Engine); 4] = [
         ("serial".into(), &SerialEngine),
         ("simd".into(), &simd),
+        ("simd-gcm-kernel".into(), &simd_gcm),
         (format!("threaded-{lanes}"), &threaded),
     ];
     for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {

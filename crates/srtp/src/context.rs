@@ -14,6 +14,7 @@ use crate::profile::{CipherKind, Profile};
 use crate::provider::{self, tags_equal, AesCtr, AesGcm, CryptoProvider, HmacSha1, HmacSha1State};
 use crate::replay::{ReplayError, ReplayWindow, DEFAULT_WINDOW};
 use crate::simd::aes_ctr::AesKey;
+use crate::simd::gcm::GcmKey;
 
 /// Which way a stream's packets go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -109,6 +110,8 @@ struct DirKeys {
     lanes_auth: Option<HmacSha1State>,
     /// The AES-CM key expanded for the multi-buffer keystream kernel; wiped on drop.
     lanes_ctr: Option<AesKey>,
+    /// The AES-GCM key (schedule, GHASH key powers) for the multi-buffer AEAD kernel.
+    lanes_gcm: Option<GcmKey>,
     salt: Zeroizing<[u8; 14]>,
 }
 
@@ -126,6 +129,7 @@ impl DirKeys {
         enc: &[u8],
         auth: &[u8],
         salt: &[u8],
+        lanes: bool,
     ) -> Result<Self, ConfigError> {
         let pe = |e: provider::KeyError| ConfigError::Provider(e.0);
         let cipher = match profile.cipher() {
@@ -133,16 +137,18 @@ impl DirKeys {
             CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
-        let lanes_ctr = match profile.cipher() {
-            CipherKind::AesCm => Some(AesKey::new(enc).map_err(pe)?),
-            _ => None,
+        // The multi-buffer engines' forms of the keys (RTP only: SRTCP stays scalar).
+        let (lanes_ctr, lanes_gcm) = match (lanes, profile.cipher()) {
+            (true, CipherKind::AesCm) => (Some(AesKey::new(enc).map_err(pe)?), None),
+            (true, CipherKind::AesGcm) => (None, Some(GcmKey::new(enc).map_err(pe)?)),
+            _ => (None, None),
         };
         let (auth, lanes_auth) = if profile.auth_key_len() == 0 {
             (None, None)
         } else {
             (
                 Some(provider.hmac_sha1(auth).map_err(pe)?),
-                Some(HmacSha1State::new(auth)),
+                lanes.then(|| HmacSha1State::new(auth)),
             )
         };
         if salt.len() != profile.salt_len() {
@@ -159,6 +165,7 @@ impl DirKeys {
             auth,
             lanes_auth,
             lanes_ctr,
+            lanes_gcm,
             salt: s,
         })
     }
@@ -169,7 +176,7 @@ impl Keys {
         let p = key.profile();
         let mk = |rtcp: bool| -> Result<DirKeys, ConfigError> {
             let s = derive_session(provider, key, rtcp)?;
-            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt)
+            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt, !rtcp)
         };
         Ok(Keys {
             profile: p,
@@ -202,6 +209,22 @@ impl Keys {
             salt: &k.salt,
         })
     }
+
+    /// The RTP keys of an AEAD profile in multi-buffer form, with the salt.
+    pub(crate) fn gcm_rtp(&self) -> Option<(&GcmKey, &[u8; 14])> {
+        Some((self.rtp.lanes_gcm.as_ref()?, &self.rtp.salt))
+    }
+}
+
+/// The multi-buffer kernels a context's RTP packets can go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lanes {
+    /// HMAC-SHA1 in lanes, AES-CM keystreams in the AES kernel.
+    Cm,
+    /// The AES-GCM kernel.
+    Gcm,
+    /// None: the scalar path.
+    None,
 }
 
 /// Where the crypto of one RTP packet works in its buffer, found by the checks that come
@@ -322,7 +345,7 @@ pub(crate) fn cm_iv(salt: &[u8; 14], ssrc: u32, index: u64) -> [u8; 16] {
 
 /// GCM IV for SRTP (RFC 7714 §8.1): salt ⊕ (0x0000 ‖ SSRC ‖ ROC ‖ SEQ).
 #[inline]
-fn gcm_rtp_iv(salt: &[u8; 14], ssrc: u32, roc: u32, seq: u16) -> [u8; 12] {
+pub(crate) fn gcm_rtp_iv(salt: &[u8; 14], ssrc: u32, roc: u32, seq: u16) -> [u8; 12] {
     gcm_iv(
         salt,
         ((ssrc as u128) << 48) | ((roc as u128) << 16) | seq as u128,
@@ -387,10 +410,16 @@ impl Context {
         self.provider.name()
     }
 
-    /// Whether this context's RTP packets can go to the multi-buffer lanes (HMAC-SHA1
-    /// profiles; streams keyed apart share the context's profile).
-    pub(crate) fn rtp_in_lanes(&self) -> bool {
-        self.keys.cm_rtp().is_some()
+    /// Which multi-buffer kernels this context's RTP packets can go to (streams keyed apart
+    /// share the context's profile).
+    pub(crate) fn rtp_lanes(&self) -> Lanes {
+        if self.keys.cm_rtp().is_some() {
+            Lanes::Cm
+        } else if self.keys.gcm_rtp().is_some() {
+            Lanes::Gcm
+        } else {
+            Lanes::None
+        }
     }
 
     /// Number of streams held.
@@ -501,8 +530,8 @@ impl Context {
         let p = self.profile;
         self.keys = Arc::new(Keys {
             profile: p,
-            rtp: DirKeys::new(self.provider, p, enc, auth, salt)?,
-            rtcp: DirKeys::new(self.provider, p, enc, auth, salt)?,
+            rtp: DirKeys::new(self.provider, p, enc, auth, salt, true)?,
+            rtcp: DirKeys::new(self.provider, p, enc, auth, salt, false)?,
         });
         Ok(())
     }

@@ -109,10 +109,16 @@ fn zero_allocations_per_packet() {
 fn zero_allocations_per_batch() {
     // The multi-buffer engine keeps its scratch per thread: its first batch may allocate it,
     // later ones must not.
-    let engines: [&dyn Engine; 2] = [&SerialEngine, &SimdEngine::new()];
-    for engine in engines {
-        let profile = Profile::AesCm128HmacSha1_80;
-        let mk = MasterKey::new(profile, &[1; 16], &[2; 14]).unwrap();
+    let gcm_kernel = SimdEngine::new().with_gcm_kernel(true);
+    let engines: [&dyn Engine; 3] = [&SerialEngine, &SimdEngine::new(), &gcm_kernel];
+    let profiles = [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm];
+    for (engine, profile) in engines.into_iter().flat_map(|e| profiles.map(|p| (e, p))) {
+        let mk = MasterKey::new(
+            profile,
+            &vec![1; profile.key_len()],
+            &vec![2; profile.salt_len()],
+        )
+        .unwrap();
         let mut tx: Vec<Context> = (0..4)
             .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).unwrap())
             .collect();
@@ -147,7 +153,7 @@ fn zero_allocations_per_batch() {
             assert!(results.iter().all(|r| r.is_ok()), "{}", engine.name());
             for p in packets.iter_mut() {
                 p.op = Op::UnprotectRtp;
-                p.len = 182;
+                p.len = 172 + profile.rtp_tag_len();
             }
             let before = allocs();
             engine.process(&mut rx, &mut packets, &mut results);
@@ -158,7 +164,12 @@ fn zero_allocations_per_batch() {
         // Every packet has its own SEQ, so each is accepted, protected and unprotected.
         run(&mut bufs, 0);
         for round in 1..50u16 {
-            assert_eq!(run(&mut bufs, round * 100), 0, "{}", engine.name());
+            assert_eq!(
+                run(&mut bufs, round * 100),
+                0,
+                "{} {profile}",
+                engine.name()
+            );
         }
     }
 }

@@ -1,19 +1,23 @@
-//! The multi-buffer batch engine: the HMAC-SHA1 tags of many packets computed side by side in
-//! SIMD lanes ([`super::hmac_sha1_mb`] over [`super::sha1_x16`]).
+//! The multi-buffer batch engine: the crypto of many packets computed side by side — HMAC-SHA1
+//! tags in SIMD lanes ([`super::hmac_sha1_mb`] over [`super::sha1_x16`]), AES-CM keystreams
+//! ([`super::aes_ctr`]) and AES-GCM ([`super::gcm`]) with VAES and VPCLMULQDQ.
 //!
 //! # What runs where
-//! Protecting and unprotecting an RTP packet of an HMAC-SHA1 profile (AES-CM 128/256 with
-//! 80- or 32-bit tags, NULL with an 80-bit tag) is split in three, with one code path shared
+//! Protecting and unprotecting an RTP packet is split in three, with one code path shared
 //! with the scalar [`Context`] methods:
 //! 1. *begin*, in batch order, on the context: header, stream, index estimate, replay check
 //!    (protect also moves the stream on here: its crypto cannot fail);
-//! 2. the crypto of a group of packets at once: protect encrypts each packet, then computes
-//!    every tag in the lanes and appends it; unprotect computes every tag in the lanes,
-//!    compares each in constant time, and decrypts only the packets whose tag matched;
+//! 2. the crypto of a group of packets at once:
+//!    - HMAC-SHA1 profiles (AES-CM 128/256 with 80- or 32-bit tags, NULL with an 80-bit tag):
+//!      protect encrypts every packet in the AES kernel, then computes every tag in the lanes
+//!      and appends it; unprotect computes every tag in the lanes, compares each in constant
+//!      time, and decrypts only the packets whose tag matched;
+//!    - AES-GCM profiles: the GCM kernel seals, or opens (tag checked in constant time,
+//!      decryption only of what verified);
 //! 3. *commit* (unprotect only), in batch order: the stream moves on past a packet that
 //!    authenticated, exactly as the scalar path does.
 //!
-//! Everything else (AEAD profiles, SRTCP) runs through the scalar code in batch order.
+//! SRTCP runs through the scalar code, in batch order.
 //!
 //! # Why the results are the serial engine's
 //! Unprotecting a packet reads the stream's state (index estimate, replay window) that the
@@ -27,27 +31,35 @@
 //!
 //! # When it pays
 //! The lanes pay once enough packets are waiting to fill them; with fewer than
-//! [`super::hmac_sha1_mb::MIN_ACTIVE_LANES`] the tags are computed one by one, as the serial
-//! engine would. Without AVX-512 the lanes run lane by lane on the scalar compression function:
-//! correct, and no faster than [`crate::SerialEngine`].
+//! [`super::hmac_sha1_mb::MIN_ACTIVE_LANES`] the tags are computed one by one. Without AVX-512
+//! the HMAC lanes are independent calls of the scalar compression function (which a core with
+//! SHA-NI overlaps), and without VAES/VPCLMULQDQ the AES kernels fall back to AES-NI or to the
+//! RustCrypto crates: always correct, faster only where the CPU has the instructions.
 
 use std::cell::RefCell;
 use std::sync::Arc;
 
 use super::aes_ctr::{self, AesKey, Streams};
+use super::gcm::{open_many, seal_many, OpenJob, SealJob};
 use super::hmac_sha1_mb::{hmac_sha1_many_by, HmacJob};
 use crate::batch::{check_results_len, process_on, Engine, Op, Packet, PacketResult};
-use crate::context::{cm_iv, Context, Keys, RtpSpan};
+use crate::context::{cm_iv, gcm_rtp_iv, Context, Keys, Lanes, RtpSpan};
 use crate::error::Error;
 use crate::provider::tags_equal;
 
 /// Packets held for one group of lane crypto by default.
 pub const DEFAULT_GROUP: usize = 64;
 
+/// Whether AES-GCM goes to the GCM kernel by default: only where it was measured faster than
+/// the default provider's AES-GCM (aws-lc) one packet at a time (`cargo bench --bench engines`;
+/// docs/benchmarks.md).
+pub const DEFAULT_GCM_KERNEL: bool = false;
+
 /// The multi-buffer engine (see the module docs).
 #[derive(Debug, Clone)]
 pub struct SimdEngine {
     group: usize,
+    gcm: bool,
 }
 
 impl Default for SimdEngine {
@@ -61,15 +73,23 @@ impl SimdEngine {
     pub fn new() -> Self {
         SimdEngine {
             group: DEFAULT_GROUP,
+            gcm: DEFAULT_GCM_KERNEL,
         }
     }
 
     /// Groups of `packets` packets at most (at least 1): larger groups fill the lanes better,
     /// smaller ones keep the group's buffers in the first-level cache.
-    pub fn with_group(packets: usize) -> Self {
-        SimdEngine {
-            group: packets.max(1),
-        }
+    pub fn with_group(mut self, packets: usize) -> Self {
+        self.group = packets.max(1);
+        self
+    }
+
+    /// Whether AES-GCM packets go to the multi-buffer GCM kernel (`true`) or through the
+    /// scalar provider one by one, in batch order (`false`). Default:
+    /// [`DEFAULT_GCM_KERNEL`].
+    pub fn with_gcm_kernel(mut self, on: bool) -> Self {
+        self.gcm = on;
+        self
     }
 
     /// Whether this CPU runs the lanes in SIMD (AVX-512); otherwise the engine is correct but
@@ -86,6 +106,8 @@ struct Waiting {
     span: RtpSpan,
     keys: Arc<Keys>,
     protect: bool,
+    /// An AEAD profile (AES-GCM): sealed or opened in the GCM kernel.
+    aead: bool,
     roc: [u8; 4],
     /// Unprotect: the tag matched.
     authentic: bool,
@@ -180,6 +202,11 @@ struct Scratch {
     waiting: Vec<Waiting>,
     tags: Vec<[u8; 20]>,
     selected: Vec<u32>,
+    /// The GCM kernel's job lists, empty between flushes: only their allocations are kept
+    /// (see [`recycle`]).
+    seal_jobs: Vec<SealJob<'static>>,
+    open_jobs: Vec<OpenJob<'static>>,
+    opened: Vec<bool>,
     /// `busy[c] == generation` while an unprotect of context `c` waits in the group.
     busy: Vec<u32>,
     generation: u32,
@@ -243,7 +270,12 @@ impl SimdEngine {
             }
             let ctx = &mut contexts[ci];
             let p = &mut packets[pi];
-            let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp) && ctx.rtp_in_lanes();
+            let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp)
+                && match ctx.rtp_lanes() {
+                    Lanes::Cm => true,
+                    Lanes::Gcm => self.gcm,
+                    Lanes::None => false,
+                };
             if !lanes {
                 results[pi] = process_on(ctx, p);
                 continue;
@@ -263,6 +295,7 @@ impl SimdEngine {
                         span,
                         keys: keys.clone(),
                         protect,
+                        aead: keys.gcm_rtp().is_some(),
                         roc: span.roc().to_be_bytes(),
                         authentic: false,
                     });
@@ -290,12 +323,17 @@ fn flush(
         waiting,
         tags,
         selected,
+        seal_jobs,
+        open_jobs,
+        opened,
         busy,
         generation,
     } = scratch;
     if waiting.is_empty() {
         return;
     }
+    // AEAD: seal, or open (checking the tag, decrypting only what verifies), in the GCM kernel.
+    aead_group(waiting, packets, selected, seal_jobs, open_jobs, opened);
     // Protect: encrypt first (the tag covers the ciphertext).
     keystreams(waiting, selected, packets, |w| w.protect);
     // Every tag, in the lanes: over the packet as sent (protect: all of it; unprotect: all
@@ -320,6 +358,9 @@ fn flush(
     }
     // Protect: append the tag. Unprotect: compare it (constant time).
     for (w, tag) in waiting.iter_mut().zip(tags.iter()) {
+        if w.aead {
+            continue;
+        }
         let RtpSpan { len, tag_len, .. } = w.span;
         let buf = &mut *packets[w.packet].buf;
         if w.protect {
@@ -348,5 +389,94 @@ fn flush(
     if *generation == 0 {
         busy.fill(0);
         *generation = 1;
+    }
+}
+
+/// Takes a job list's allocation over to a list of another lifetime (an empty `Vec` collected
+/// in place keeps its buffer: no allocation once the scratch is warm, `tests/no_alloc.rs`).
+fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+/// Seals the group's AEAD protects and opens its AEAD unprotects in the GCM kernel, marking
+/// each unprotect authentic or not.
+fn aead_group(
+    waiting: &mut [Waiting],
+    packets: &mut [Packet<'_>],
+    opens: &mut Vec<u32>,
+    seal_jobs: &mut Vec<SealJob<'static>>,
+    open_jobs: &mut Vec<OpenJob<'static>>,
+    opened: &mut Vec<bool>,
+) {
+    let Some(first) = waiting.iter().position(|w| w.aead) else {
+        return;
+    };
+    let mut seals: Vec<SealJob<'_>> = recycle(core::mem::take(seal_jobs));
+    let mut open: Vec<OpenJob<'_>> = recycle(core::mem::take(open_jobs));
+    opens.clear();
+    {
+        // Waiting packets are in batch order: one walk over the group's span of the batch
+        // lends each its buffer.
+        let lo = waiting[first].packet;
+        let mut todo = waiting
+            .iter()
+            .enumerate()
+            .skip(first)
+            .filter(|(_, w)| w.aead)
+            .peekable();
+        for (pi, p) in packets.iter_mut().enumerate().skip(lo) {
+            let Some(&(wi, w)) = todo.peek() else { break };
+            if w.packet != pi {
+                continue;
+            }
+            todo.next();
+            let Some((key, salt)) = w.keys.gcm_rtp() else {
+                continue;
+            };
+            let RtpSpan {
+                hdr,
+                len,
+                ssrc,
+                seq,
+                tag_len,
+                ..
+            } = w.span;
+            let nonce = gcm_rtp_iv(salt, ssrc, w.span.roc(), seq);
+            let (aad, rest) = p.buf.split_at_mut(hdr);
+            if w.protect {
+                let (data, tail) = rest.split_at_mut(len - hdr);
+                if let Some(tag) = tail.first_chunk_mut::<16>() {
+                    seals.push(SealJob {
+                        key,
+                        nonce,
+                        aad,
+                        data,
+                        tag,
+                    });
+                }
+            } else {
+                let (data, tail) = rest[..len - hdr].split_at_mut(len - hdr - tag_len);
+                if let Some(tag) = tail.first_chunk::<16>() {
+                    open.push(OpenJob {
+                        key,
+                        nonce,
+                        aad,
+                        data,
+                        tag,
+                    });
+                    opens.push(wi as u32);
+                }
+            }
+        }
+    }
+    seal_many(&mut seals);
+    opened.clear();
+    opened.resize(open.len(), false);
+    open_many(&mut open, opened);
+    *seal_jobs = recycle(seals);
+    *open_jobs = recycle(open);
+    for (&wi, &ok) in opens.iter().zip(opened.iter()) {
+        waiting[wi as usize].authentic = ok;
     }
 }
