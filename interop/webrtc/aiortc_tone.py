@@ -13,7 +13,10 @@ the 440 Hz tone with an FFT: the strongest frequency must be the tone and the ba
 must hold most of the energy. The participant's microphone is muted meanwhile (see below).
 While everybody is connected the script reads `GET /api/rooms/{room}` for the negotiated SRTP
 profiles. Phase 2: the publisher leaves (DELETE), the participant unmutes, and the WHEP
-subscriber must hear 660 Hz. Then the others leave with DELETE on their Location.
+subscriber must hear 660 Hz. Phase 3 (several talkers at once): a listener joins with two
+receive-only audio transceivers (two receive slots) and a second WHIP publisher sends 880 Hz;
+while the participant goes on with 660 Hz, the listener must hear each tone on its own track.
+Then everybody leaves with DELETE on their Location.
 
 Prints one JSON line with what it measured and exits 0 only when every tone was heard where expected.
 Usage: aiortc_tone.py --base http://127.0.0.1:PORT [--room NAME] [--seconds S] [--timeout S]
@@ -49,6 +52,7 @@ RATE = 48000
 PTIME = 0.020
 TONE_HZ = 440.0
 JOINER_HZ = 660.0
+SECOND_HZ = 880.0
 
 
 class SineTrack(MediaStreamTrack):
@@ -298,16 +302,51 @@ async def run(args):
     result["phase2_s"] = round(time.monotonic() - t0, 2)
     result["whep_from_joiner"] = whep_rx.analyse(JOINER_HZ)
 
+    # Phase 3: two talkers at once (the participant's 660 Hz and a second publisher's 880 Hz),
+    # one listener with two receive slots: each tone on its own track.
+    listener = Peer(base, f"/rooms/{room}/join")
+    listener.pc.addTransceiver("audio", direction="recvonly")
+    listener.pc.addTransceiver("audio", direction="recvonly")
+    slot_rx = []
+
+    def on_listener_track(track):
+        if track.kind == "audio":
+            rx = Receiver(f"slot{len(slot_rx)}")
+            rx.listen(args.seconds)
+            slot_rx.append(rx)
+            tasks.append(asyncio.ensure_future(rx.consume(track)))
+
+    listener.pc.on("track", on_listener_track)
+    second = Peer(base, f"/whip/{room}")
+    second.pc.addTransceiver(SineTrack(SECOND_HZ), direction="sendonly")
+    for p in (listener, second):
+        await p.signal()
+    await asyncio.wait_for(asyncio.gather(listener.connected.wait(), second.connected.wait()), args.timeout)
+    try:
+        await asyncio.wait_for(asyncio.gather(*(rx.done.wait() for rx in slot_rx)), args.timeout)
+    except asyncio.TimeoutError:
+        result["timeout_phase3"] = True
+    result["phase3_s"] = round(time.monotonic() - t0, 2)
+    heard = []
+    for rx in slot_rx:
+        found = {hz: rx.analyse(hz) for hz in (JOINER_HZ, SECOND_HZ)}
+        tone = next((hz for hz, a in found.items() if a["detected"]), None)
+        heard.append({"tone_hz": tone, "peak_hz": found[JOINER_HZ].get("peak_hz"), "frames": rx.frames})
+    result["slots"] = heard
+
     for t in tasks:
         t.cancel()
     delete["whep"] = await whep.leave()
     delete["join"] = await joiner.leave()
+    delete["listener"] = await listener.leave()
+    delete["whip2"] = await second.leave()
     result["delete"] = delete
     participants = result["participants"] if isinstance(result["participants"], list) else []
     ok = (
         result["whep"]["detected"]
         and result["join"]["detected"]
         and result["whep_from_joiner"]["detected"]
+        and sorted(h["tone_hz"] or 0 for h in heard) == [JOINER_HZ, SECOND_HZ]
         and len(participants) == 3
         and all(p["srtp_profile"] for p in participants)
         and all(s in (200, 204) for s in delete.values())

@@ -269,6 +269,15 @@ fn aiortc_hears_the_tone_through_whip_whep_and_a_room_join() {
         assert!((peak - hz).abs() <= 5.0, "{who}: peak at {peak} Hz");
         assert!(r["frames"].as_u64().unwrap_or(0) > 0, "{who}: frames");
     }
+    // Two talkers at once reach a listener with two receive slots, each on its own track.
+    let mut tones: Vec<f64> = v["slots"]
+        .as_array()
+        .expect("slots")
+        .iter()
+        .map(|s| s["tone_hz"].as_f64().unwrap_or(0.0))
+        .collect();
+    tones.sort_by(f64::total_cmp);
+    assert_eq!(tones, [660.0, 880.0], "one tone per receive slot: {v}");
     let parts = v["participants"].as_array().expect("participants");
     let mut kinds: Vec<&str> = parts.iter().filter_map(|p| p["kind"].as_str()).collect();
     kinds.sort_unstable();
@@ -284,6 +293,9 @@ fn aiortc_hears_the_tone_through_whip_whep_and_a_room_join() {
     assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
     assert_eq!(gw.metric("secrelay_participants"), 0.0);
     assert!(gw.metric("secrelay_handshakes_total{result=\"ok\"}") >= 3.0);
+    // The WHEP subscriber has one slot: while the participant held it, the second talker
+    // reached it outside a slot, and the gateway counted that.
+    assert!(gw.metric("secrelay_media_unslotted_total") > 0.0);
     assert_eq!(
         gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
         0.0

@@ -189,8 +189,8 @@ pub struct NegotiatedMedia {
     pub peer_sends: bool,
     /// Whether the participant receives on this section.
     pub peer_receives: bool,
-    /// An SSRC of our own for this section. Not announced in the answer: relayed streams get
-    /// theirs per source when forwarded.
+    /// The SSRC of what we send on this section (its receive slot, see [`crate::room`]),
+    /// announced in the answer when the participant receives on it.
     pub our_ssrc: u32,
 }
 
@@ -448,12 +448,11 @@ impl Participant {
                 } else {
                     chosen.iter().map(|(_, c)| (*c).clone()).collect()
                 },
-                // No a=ssrc: what we send on this section is relayed under SSRCs chosen per
-                // source stream when its first packet is forwarded (see `room`). A browser binds
-                // the receiver's track to an announced SSRC, so announcing one that never
-                // carries media leaves the track without frames (Chromium decodes the
-                // unannounced stream but never shows it in a <video>).
-                ssrc: None,
+                // The section is a receive slot (see `room`): the SSRC announced here is the
+                // one its stream is relayed under, so a browser binds the section's track to
+                // media that really comes (announcing an SSRC that never carries media leaves
+                // the track without frames).
+                ssrc: Some((our_ssrc, "secrelay".into())),
             });
         }
         if media.is_empty() {

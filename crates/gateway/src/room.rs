@@ -3,12 +3,25 @@
 //! that member's own keys (the K1/K2 scheme: no two members share SRTP keys, and the gateway
 //! holds every key).
 //!
-//! Per receiver, each forwarded stream (source member, source SSRC) gets an SSRC of its own,
-//! picked at random on its first packet, unique among that receiver's streams and stable for
-//! the room's life; the payload type becomes the receiver's negotiated payload type for the
-//! same codec (packets of a codec the receiver did not accept are dropped and counted).
-//! Sequence numbers and timestamps pass unchanged: each source stream maps to its own SSRC.
-//! RTCP is not forwarded (it is reported to the caller as [`Event::Rtcp`]).
+//! # Streams and receive slots
+//! A WebRTC endpoint plays one stream per media section (one transceiver, one track), so a
+//! receiver that wants to hear three others offers three receiving sections of that kind. Each
+//! receiving section is a *slot*: its answer announces the SSRC the gateway sends on it
+//! (`a=ssrc`, `a=msid`). A source stream (source member, source SSRC) takes the first free slot
+//! of its kind whose section accepted its codec, and keeps it while the source is in the room;
+//! its packets go out under the slot's SSRC and the section's payload type for the codec. When
+//! the source leaves, the slot is free again, and the next stream to take it continues the
+//! slot's sequence numbers and timestamps where the last one stopped (so the receiver's jitter
+//! buffer sees one continuous stream, not a jump). The first stream on a slot passes its
+//! sequence numbers and timestamps unchanged.
+//!
+//! A stream that finds no free slot (a receiver with one audio section in a room of three
+//! talkers) is still forwarded, as before slots existed, on the first section of its kind
+//! under an SSRC of its own that the answer does not announce, counted as
+//! [`RoomCounters::unslotted`]: endpoints that demultiplex by SSRC (the lab's simulated
+//! participants, SIP-style legs) get everything; a browser plays the announced stream.
+//! Packets of a codec the receiver did not accept are dropped and counted. RTCP is not
+//! forwarded (it is reported to the caller as [`Event::Rtcp`]).
 //!
 //! # Drive contract
 //! After every input ([`Room::handle_datagram`], [`Room::handle_timeout`]), call
@@ -18,12 +31,13 @@
 //! # Allocation
 //! Routing a packet copies it into one reusable scratch buffer and rewrites it there for each
 //! receiver; with the participants' buffer pools that keeps steady-state forwarding free of
-//! allocation. A new (receiver, stream) pair allocates its map entry once.
+//! allocation. Slots are made with the member; a stream forwarded outside a slot allocates its
+//! map entry once.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::participant::{Event, Output, Participant};
+use crate::participant::{CodecId, Event, Output, Participant};
 
 /// A member's handle in its room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,6 +84,9 @@ pub struct RoomCounters {
     pub dropped_not_ready: u64,
     /// Media from members that do not publish.
     pub dropped_not_publisher: u64,
+    /// Copies sent outside a receive slot (every slot of the kind taken): under an SSRC the
+    /// receiver's answer does not announce.
+    pub unslotted: u64,
 }
 
 /// What [`Room::poll_output`] hands back.
@@ -85,8 +102,101 @@ struct Member {
     id: MemberId,
     role: MemberRole,
     participant: Participant,
-    /// (source member, source SSRC) → the SSRC this member sees.
-    ssrc_map: Vec<(MemberId, u32, u32)>,
+    /// One per receiving section of the answer.
+    slots: Vec<Slot>,
+    /// Streams forwarded outside a slot: (source member, source SSRC) → the SSRC this member
+    /// sees.
+    unslotted: Vec<(MemberId, u32, u32)>,
+}
+
+/// A receiving section and the stream it carries.
+struct Slot {
+    /// Index of the section in the participant's negotiated media.
+    section: usize,
+    /// The SSRC announced for the section.
+    ssrc: u32,
+    /// The stream on it now: (source member, source SSRC).
+    source: Option<(MemberId, u32)>,
+    /// Added to the source's sequence numbers and timestamps.
+    seq_offset: u16,
+    ts_offset: u32,
+    /// The last sequence number and timestamp sent, once one was.
+    last: Option<(u16, u32)>,
+    /// The clock rate of what was sent last (for the gap left when a new stream takes over).
+    clock_rate: u32,
+}
+
+impl Member {
+    fn new(id: MemberId, role: MemberRole, participant: Participant) -> Member {
+        let slots = participant
+            .media()
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.peer_receives)
+            .map(|(section, m)| Slot {
+                section,
+                ssrc: m.our_ssrc,
+                source: None,
+                seq_offset: 0,
+                ts_offset: 0,
+                last: None,
+                clock_rate: 0,
+            })
+            .collect();
+        Member {
+            id,
+            role,
+            participant,
+            slots,
+            unslotted: Vec::new(),
+        }
+    }
+
+    /// The slot for a source stream of `codec`: the one it holds, else the first free one
+    /// whose section accepted the codec (taken, continuing its numbering at the packet's
+    /// `seq` and `ts`). The slot's index and the section's payload type for the codec.
+    fn slot_for(
+        &mut self,
+        source: (MemberId, u32),
+        codec: CodecId,
+        seq: u16,
+        ts: u32,
+    ) -> Option<(usize, u8)> {
+        let media = self.participant.media();
+        let pt_in = |slot: &Slot| {
+            media
+                .get(slot.section)?
+                .codecs
+                .iter()
+                .find(|(c, _)| *c == codec)
+                .map(|(_, pt)| *pt)
+        };
+        if let Some(k) = self.slots.iter().position(|s| s.source == Some(source)) {
+            return pt_in(&self.slots[k]).map(|pt| (k, pt));
+        }
+        let (k, pt) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.source.is_none())
+            .find_map(|(k, s)| pt_in(s).map(|pt| (k, pt)))?;
+        let slot = &mut self.slots[k];
+        slot.source = Some(source);
+        match slot.last {
+            // Continue one 20 ms frame after the last packet sent on the slot.
+            Some((last_seq, last_ts)) => {
+                slot.seq_offset = last_seq.wrapping_add(1).wrapping_sub(seq);
+                let gap = slot.clock_rate.max(codec.clock_rate()) / 50;
+                slot.ts_offset = last_ts.wrapping_add(gap).wrapping_sub(ts);
+            }
+            None => {
+                slot.seq_offset = 0;
+                slot.ts_offset = 0;
+            }
+        }
+        slot.clock_rate = codec.clock_rate();
+        Some((k, pt))
+    }
 }
 
 /// A room. See the [module documentation](self).
@@ -128,12 +238,7 @@ impl Room {
     pub fn add(&mut self, participant: Participant, role: MemberRole) -> MemberId {
         let id = MemberId(self.next_id);
         self.next_id += 1;
-        self.members.push(Member {
-            id,
-            role,
-            participant,
-            ssrc_map: Vec::new(),
-        });
+        self.members.push(Member::new(id, role, participant));
         id
     }
 
@@ -142,7 +247,12 @@ impl Room {
         let i = self.members.iter().position(|m| m.id == id)?;
         let m = self.members.remove(i);
         for other in &mut self.members {
-            other.ssrc_map.retain(|(src, _, _)| *src != id);
+            other.unslotted.retain(|(src, _, _)| *src != id);
+            for slot in &mut other.slots {
+                if slot.source.is_some_and(|(src, _)| src == id) {
+                    slot.source = None;
+                }
+            }
         }
         self.cursor = 0;
         Some(m.participant)
@@ -182,10 +292,25 @@ impl Room {
     /// The SSRC `receiver` sees for `source`'s stream `ssrc`, once one packet was forwarded.
     pub fn mapped_ssrc(&self, receiver: MemberId, source: MemberId, ssrc: u32) -> Option<u32> {
         let r = self.members.iter().find(|m| m.id == receiver)?;
-        r.ssrc_map
+        let key = (source, ssrc);
+        r.slots
             .iter()
-            .find(|(s, x, _)| *s == source && *x == ssrc)
-            .map(|e| e.2)
+            .find(|s| s.source == Some(key))
+            .map(|s| s.ssrc)
+            .or_else(|| {
+                r.unslotted
+                    .iter()
+                    .find(|(s, x, _)| (*s, *x) == key)
+                    .map(|e| e.2)
+            })
+    }
+
+    /// The section (mid) of `receiver` on which `source`'s stream `ssrc` is sent, while it
+    /// holds a receive slot there.
+    pub fn slot_mid(&self, receiver: MemberId, source: MemberId, ssrc: u32) -> Option<&str> {
+        let r = self.members.iter().find(|m| m.id == receiver)?;
+        let slot = r.slots.iter().find(|s| s.source == Some((source, ssrc)))?;
+        Some(r.participant.media().get(slot.section)?.mid.as_str())
     }
 
     /// The counters.
@@ -276,17 +401,13 @@ impl Room {
         }
         self.counters.routed_in += 1;
         let Some(now) = self.now else { return };
+        // The source's numbering, read once: each copy is rewritten in the same scratch.
+        let (seq_in, ts_in) = seq_ts(&self.scratch);
         for (j, r) in self.members.iter_mut().enumerate() {
             if j == i || !r.role.subscribes {
                 continue;
             }
-            let pt = codec.and_then(|c| {
-                r.participant
-                    .receives(c)
-                    .then(|| r.participant.payload_type_for(c))
-                    .flatten()
-            });
-            let Some(pt) = pt else {
+            let Some(c) = codec.filter(|c| r.participant.receives(*c)) else {
                 self.counters.dropped_no_codec += 1;
                 continue;
             };
@@ -294,22 +415,47 @@ impl Room {
                 self.counters.dropped_not_ready += 1;
                 continue;
             }
-            let mapped = match r
-                .ssrc_map
-                .iter()
-                .find(|(s, x, _)| *s == source && *x == ssrc)
-            {
-                Some(e) => e.2,
+            let (seq, ts) = (seq_in, ts_in);
+            let (pt, mapped, seq, ts) = match r.slot_for((source, ssrc), c, seq, ts) {
+                Some((k, pt)) => {
+                    let slot = &mut r.slots[k];
+                    let out = (
+                        seq.wrapping_add(slot.seq_offset),
+                        ts.wrapping_add(slot.ts_offset),
+                    );
+                    slot.last = Some(out);
+                    (pt, slot.ssrc, out.0, out.1)
+                }
                 None => {
-                    let mut n = random_ssrc();
-                    while n == 0 || r.ssrc_map.iter().any(|e| e.2 == n) {
-                        n = random_ssrc();
-                    }
-                    r.ssrc_map.push((source, ssrc, n));
-                    n
+                    let Some(pt) = r.participant.payload_type_for(c) else {
+                        self.counters.dropped_no_codec += 1;
+                        continue;
+                    };
+                    self.counters.unslotted += 1;
+                    let mapped = match r
+                        .unslotted
+                        .iter()
+                        .find(|(s, x, _)| *s == source && *x == ssrc)
+                    {
+                        Some(e) => e.2,
+                        None => {
+                            let taken = |n: u32| {
+                                n == 0
+                                    || r.unslotted.iter().any(|e| e.2 == n)
+                                    || r.slots.iter().any(|s| s.ssrc == n)
+                            };
+                            let mut n = random_ssrc();
+                            while taken(n) {
+                                n = random_ssrc();
+                            }
+                            r.unslotted.push((source, ssrc, n));
+                            n
+                        }
+                    };
+                    (pt, mapped, seq, ts)
                 }
             };
-            rewrite(&mut self.scratch, pt, mapped);
+            rewrite(&mut self.scratch, pt, mapped, seq, ts);
             match r.participant.send_rtp(now, &self.scratch) {
                 Ok(()) => self.counters.forwarded += 1,
                 Err(_) => self.counters.dropped_not_ready += 1,
@@ -318,11 +464,24 @@ impl Room {
     }
 }
 
-/// Sets the payload type (keeping the marker bit) and the SSRC of an RTP packet whose header
-/// has already been parsed (at least 12 bytes).
-fn rewrite(rtp: &mut [u8], pt: u8, ssrc: u32) {
+/// The sequence number and timestamp of an RTP packet whose header has already been parsed.
+fn seq_ts(rtp: &[u8]) -> (u16, u32) {
+    match (rtp.get(2..4), rtp.get(4..8)) {
+        (Some(s), Some(t)) => (
+            u16::from_be_bytes([s[0], s[1]]),
+            u32::from_be_bytes([t[0], t[1], t[2], t[3]]),
+        ),
+        _ => (0, 0),
+    }
+}
+
+/// Sets the payload type (keeping the marker bit), sequence number, timestamp and SSRC of an
+/// RTP packet whose header has already been parsed (at least 12 bytes).
+fn rewrite(rtp: &mut [u8], pt: u8, ssrc: u32, seq: u16, ts: u32) {
     if rtp.len() >= 12 {
         rtp[1] = (rtp[1] & 0x80) | (pt & 0x7f);
+        rtp[2..4].copy_from_slice(&seq.to_be_bytes());
+        rtp[4..8].copy_from_slice(&ts.to_be_bytes());
         rtp[8..12].copy_from_slice(&ssrc.to_be_bytes());
     }
 }
@@ -336,8 +495,9 @@ mod tests {
         let mut p = [0u8; 14];
         p[0] = 0x80;
         p[1] = 0x80 | 111;
-        rewrite(&mut p, 0, 0xaabb_ccdd);
+        rewrite(&mut p, 0, 0xaabb_ccdd, 0x0102, 0x0304_0506);
         assert_eq!(p[1], 0x80);
+        assert_eq!(&p[2..8], &[1, 2, 3, 4, 5, 6]);
         assert_eq!(&p[8..12], &[0xaa, 0xbb, 0xcc, 0xdd]);
     }
 }

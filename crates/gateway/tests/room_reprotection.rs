@@ -158,3 +158,115 @@ fn a_receiver_without_the_codec_gets_nothing() {
     assert_eq!(pump(&mut room, &mut clients, now), 0);
     assert_eq!(room.counters().dropped_no_codec, 1);
 }
+
+/// A client offer with `extra` more receive-only audio sections (receive slots), bundled.
+fn offer_with_slots(c: &SimClient, extra: usize) -> String {
+    let mut s = c.offer();
+    let mids: Vec<String> = (2..2 + extra).map(|m| m.to_string()).collect();
+    s = s.replace(
+        "a=group:BUNDLE 0 1",
+        &format!("a=group:BUNDLE 0 1 {}", mids.join(" ")),
+    );
+    let ice = format!("a=ice-ufrag:{}\r\na=ice-pwd:{}\r\n", c.ufrag, c.pwd);
+    let fp = format!("a=fingerprint:{}\r\n", c.cert.fingerprint());
+    for mid in &mids {
+        s.push_str(&format!(
+            "m=audio 9 UDP/TLS/RTP/SAVPF 111 0\r\nc=IN IP4 0.0.0.0\r\n{ice}{fp}a=setup:actpass\r\n\
+             a=mid:{mid}\r\na=recvonly\r\na=rtcp-mux\r\na=rtpmap:111 opus/48000/2\r\na=rtpmap:0 PCMU/8000\r\n"
+        ));
+    }
+    s
+}
+
+/// The SSRCs an answer announces, in section order.
+fn announced(answer: &str) -> Vec<u32> {
+    answer
+        .lines()
+        .filter_map(|l| l.strip_prefix("a=ssrc:"))
+        .filter_map(|l| l.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn each_sender_gets_a_receive_slot_of_its_own_and_a_freed_slot_continues_its_numbering() {
+    let mut now = Instant::now();
+    let mut room = Room::new();
+    let mut clients = Vec::new();
+    let mut ids = Vec::new();
+    // Member 0 listens with two audio sections (its sendrecv one and one recvonly); 1, 2 and 3
+    // talk.
+    for i in 0..4u8 {
+        let mut c = SimClient::new(i + 1);
+        let offer = if i == 0 {
+            offer_with_slots(&c, 1)
+        } else {
+            c.offer()
+        };
+        let mut p = participant_for(&offer, now);
+        let conn = connect(&mut c, &mut p, now);
+        assert!(conn.connected().is_some(), "{:?}", conn.events);
+        now = conn.now;
+        let role = if i == 0 {
+            MemberRole::SUBSCRIBER
+        } else {
+            MemberRole::PUBLISHER
+        };
+        ids.push(room.add(p, role));
+        clients.push(c);
+    }
+    let slots = announced(room.participant(ids[0]).unwrap().answer_sdp());
+    assert_eq!(slots.len(), 2, "one a=ssrc per receiving audio section");
+    assert_ne!(slots[0], slots[1]);
+
+    let send = |room: &mut Room, clients: &mut Vec<SimClient>, s: usize, now: Instant| {
+        let (_, p) = clients[s].srtp(&[s as u8; 40]);
+        let from = clients[s].addr;
+        assert!(room.handle_datagram(now, ids[s], from, &p));
+        pump(room, clients, now);
+    };
+    // 1 and 2 take the two slots, in order of arrival; 3 finds none and is forwarded outside.
+    for _ in 0..3 {
+        for s in 1..4 {
+            send(&mut room, &mut clients, s, now);
+            now += Duration::from_millis(20);
+        }
+    }
+    assert_eq!(room.slot_mid(ids[0], ids[1], 1001), Some("0"));
+    assert_eq!(room.slot_mid(ids[0], ids[2], 1001), Some("2"));
+    assert_eq!(room.slot_mid(ids[0], ids[3], 1001), None);
+    assert_eq!(room.counters().unslotted, 3);
+    let got: Vec<(u32, u16, u8)> = clients[0]
+        .received
+        .iter()
+        .map(|p| {
+            let (ssrc, _, seq, payload) = rtp_facts(p);
+            (ssrc, seq, payload[0])
+        })
+        .collect();
+    assert_eq!(got.len(), 9);
+    for (ssrc, _, from) in &got {
+        match from {
+            1 => assert_eq!(*ssrc, slots[0]),
+            2 => assert_eq!(*ssrc, slots[1]),
+            _ => assert!(
+                !slots.contains(ssrc),
+                "an unslotted stream is not announced"
+            ),
+        }
+    }
+    // The first stream on a slot keeps its numbering (SimClient starts at SEQ 1).
+    let last_on_slot0 = got.iter().filter(|g| g.2 == 1).map(|g| g.1).max().unwrap();
+    assert_eq!(last_on_slot0, 3);
+
+    // 1 leaves: its slot is free, and 3 takes it on its next packet, continuing the slot's
+    // sequence numbers and timestamps (one 20 ms Opus frame on).
+    room.remove(ids[1]);
+    clients[0].received.clear();
+    send(&mut room, &mut clients, 3, now);
+    assert_eq!(room.slot_mid(ids[0], ids[3], 1001), Some("0"));
+    let p = &clients[0].received[0];
+    let (ssrc, _, seq, payload) = rtp_facts(p);
+    assert_eq!((ssrc, seq, payload[0]), (slots[0], last_on_slot0 + 1, 3));
+    let ts = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
+    assert_eq!(ts, u32::from(last_on_slot0) * 960 + 960);
+}

@@ -433,7 +433,8 @@ pub struct MediaAnswer {
     pub direction: Option<Direction>,
     /// Codecs accepted, in our order of preference, with the offer's payload types.
     pub codecs: Vec<Codec>,
-    /// Our SSRC for what we send, with its CNAME.
+    /// Our SSRC for what we send, with its CNAME (written with an `a=msid` naming a stream and
+    /// track after the CNAME and mid, when the answer's direction sends).
     pub ssrc: Option<(u32, String)>,
 }
 
@@ -523,7 +524,12 @@ pub fn write_answer(p: &AnswerParams) -> String {
             }
         }
         if let (Some((ssrc, cname)), true) = (&m.ssrc, dir.sends()) {
-            let _ = write!(s, "a=ssrc:{ssrc} cname:{cname}\r\n");
+            // One media stream and track per section (RFC 8830), named after the CNAME and mid.
+            let _ = write!(
+                s,
+                "a=msid:{cname}-{mid} {cname}-{mid}\r\na=ssrc:{ssrc} cname:{cname}\r\n",
+                mid = m.mid
+            );
         }
         for (i, c) in p.candidates.iter().enumerate() {
             let ip = c.ip();

@@ -232,6 +232,8 @@ pub struct WorkerStats {
     pub media_routed: AtomicU64,
     /// Copies of media sent to receivers.
     pub media_forwarded: AtomicU64,
+    /// Of those, copies sent outside a receive slot (the receiver offered too few sections).
+    pub media_unslotted: AtomicU64,
     /// Datagrams received here but owned by another worker (handed over).
     pub handed_off: AtomicU64,
     /// Drops by reason.
@@ -300,6 +302,8 @@ pub struct Totals {
     pub media_routed: u64,
     /// Media copies forwarded.
     pub media_forwarded: u64,
+    /// Media copies forwarded outside a receive slot.
+    pub media_unslotted: u64,
     /// Datagrams handed between workers.
     pub handed_off: u64,
     /// Drops, all reasons.
@@ -367,6 +371,7 @@ impl GatewayStats {
             datagrams_out: load(|w| &w.datagrams_out),
             media_routed: load(|w| &w.media_routed),
             media_forwarded: load(|w| &w.media_forwarded),
+            media_unslotted: load(|w| &w.media_unslotted),
             handed_off: load(|w| &w.handed_off),
             drops: drops_by_reason.iter().map(|e| e.1).sum(),
             drops_by_reason: drops_by_reason.into_iter().filter(|e| e.1 > 0).collect(),
@@ -477,6 +482,12 @@ impl Collector for StatsCollector {
             "secrelay_media_forwarded",
             "Media copies re-protected and sent to receivers",
             t.media_forwarded,
+        )?;
+        counter(
+            e,
+            "secrelay_media_unslotted",
+            "Media copies sent outside a receive slot, under an SSRC the receiver's answer does not announce (it offered fewer receiving sections of the kind than the room has senders)",
+            t.media_unslotted,
         )?;
         counter(
             e,

@@ -276,6 +276,7 @@ pub struct Worker {
     retired_routed: u64,
     retired_forwarded: u64,
     retired_no_codec: u64,
+    retired_unslotted: u64,
     retired_not_ready: u64,
     draining: bool,
     last_publish: Instant,
@@ -400,6 +401,7 @@ impl Worker {
             retired_routed: 0,
             retired_forwarded: 0,
             retired_no_codec: 0,
+            retired_unslotted: 0,
             retired_not_ready: 0,
             draining: false,
             last_publish: now,
@@ -984,6 +986,7 @@ impl Worker {
                 self.retired_routed += c.routed_in;
                 self.retired_forwarded += c.forwarded;
                 self.retired_no_codec += c.dropped_no_codec;
+                self.retired_unslotted += c.unslotted;
                 self.retired_not_ready += c.dropped_not_ready;
                 self.room_index.remove(&s.name);
                 self.rooms[slot] = None;
@@ -1059,6 +1062,7 @@ impl Worker {
         let mut routed = self.retired_routed;
         let mut forwarded = self.retired_forwarded;
         let mut no_codec = self.retired_no_codec;
+        let mut unslotted = self.retired_unslotted;
         let mut not_ready = self.retired_not_ready;
         for s in self.rooms.iter().flatten() {
             for m in s.room.members() {
@@ -1070,6 +1074,7 @@ impl Worker {
             routed += rc.routed_in;
             forwarded += rc.forwarded;
             no_codec += rc.dropped_no_codec;
+            unslotted += rc.unslotted;
             not_ready += rc.dropped_not_ready;
         }
         let st = &self.stats;
@@ -1078,6 +1083,7 @@ impl Worker {
         set(&st.srtp_out, c.packets_out);
         set(&st.media_routed, routed);
         set(&st.media_forwarded, forwarded);
+        set(&st.media_unslotted, unslotted);
         set(&st.drops.auth_failed, c.auth_failures);
         set(&st.drops.replayed, c.replays);
         set(&st.drops.malformed, c.malformed);
