@@ -25,11 +25,15 @@ use crate::provider::KeyError;
 /// Jobs per pass (their tag masks are kept on the stack).
 const PASS: usize = 64;
 
-/// H¹⁶, H¹⁵, …, H¹ in POLYVAL form, then four zero blocks (multipliers of the unused slots of a
-/// group).
+/// Powers of the hash key kept per key: a message of up to this many blocks (AAD, data and
+/// lengths; 512 bytes) is hashed with one reduction.
+const NPOW: usize = 32;
+
+/// H³², H³¹, …, H¹ in POLYVAL form, then four zero blocks (multipliers of the unused lanes of
+/// a register).
 #[derive(Clone, Zeroize)]
 #[repr(C, align(64))]
-struct Powers([[u8; 16]; 20]);
+struct Powers([[u8; 16]; NPOW + 4]);
 
 /// The library's AES-GCM, for the portable path.
 enum Lib {
@@ -59,7 +63,7 @@ impl GcmKey {
             _ => return Err(KeyError("AES-GCM keys are 16 or 32 bytes")),
         };
         let aes = AesKey::new(key)?;
-        let mut powers = Powers([[0; 16]; 20]);
+        let mut powers = Powers([[0; 16]; NPOW + 4]);
         #[cfg(target_arch = "x86_64")]
         if accelerated() {
             let mut h = [0u8; 16];
@@ -316,7 +320,7 @@ mod x86 {
     use subtle::ConstantTimeEq;
 
     use super::{
-        aes_ctr, Backend, OpenData, OpenJob, OpenMasks, Powers, SealJob, SealStreams, PASS,
+        aes_ctr, Backend, OpenData, OpenJob, OpenMasks, Powers, SealJob, SealStreams, NPOW, PASS,
     };
 
     /// x¹²⁸ + x¹²⁷ + x¹²⁶ + x¹²¹ + 1 without its top term, as the reduction uses it.
@@ -363,7 +367,7 @@ mod x86 {
     }
 
     /// The hash key's powers for [`ghash`]: `H' = mulX_POLYVAL(ByteReverse(H))` (RFC 8452
-    /// Appendix A), `out[16 - k] = H'^k · x^(-128(k-1))` for k = 1..=16.
+    /// Appendix A), `out[NPOW - k] = H'^k · x^(-128(k-1))` for k = 1..=NPOW.
     ///
     /// # Safety
     /// The CPU must have PCLMULQDQ and SSE2.
@@ -373,11 +377,11 @@ mod x86 {
         let hx = (v << 1) ^ if v >> 127 == 1 { POLY } else { 0 };
         let h1 = load(&hx.to_le_bytes());
         let mut p = h1;
-        for k in 1..=16 {
-            out.0[16 - k] = store(p);
+        for k in 1..=NPOW {
+            out.0[NPOW - k] = store(p);
             p = polyval_mul(p, h1);
         }
-        out.0[16..].iter_mut().for_each(|b| *b = [0; 16]);
+        out.0[NPOW..].iter_mut().for_each(|b| *b = [0; 16]);
     }
 
     /// Blocks hashed per reduction.
@@ -402,14 +406,14 @@ mod x86 {
             0x0809_0a0b_0c0d_0e0f,
         );
         let gp = g.0.as_ptr() as *const __m512i;
-        // Block j is multiplied by H'^(m-j), at index 16 - m + j; blocks m.. meet the zeros.
-        let hp = powers.0[GROUP - m..].as_ptr() as *const __m128i;
+        // Block j is multiplied by H'^(m-j), at index NPOW - m + j; blocks m.. meet the zeros.
+        let hp = powers.0[NPOW - m..].as_ptr() as *const __m128i;
         let mut lo = _mm512_setzero_si512();
         let mut mid = _mm512_setzero_si512();
         let mut hi = _mm512_setzero_si512();
         for z in 0..m.div_ceil(4) {
             // SAFETY: z < ⌈m/4⌉ ≤ 4, so 4z ≤ m - 1: register z holds blocks 4z..4z + 4 ≤ 16
-            // of the group, and the powers read are indices 16 - m + 4z .. + 4 ≤ 19 of the 20.
+            // of the group, and the powers read are indices NPOW - m + 4z .. + 4 ≤ NPOW + 3.
             let (x, h) = unsafe {
                 (
                     _mm512_loadu_si512(gp.add(z) as *const _),
@@ -445,6 +449,72 @@ mod x86 {
     /// byte order.
     #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
     fn ghash(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
+        let na = aad.len().div_ceil(16);
+        let n = na + ct.len().div_ceil(16) + 1;
+        if n <= NPOW {
+            ghash_short(powers, aad, ct, na, n)
+        } else {
+            ghash_long(powers, aad, ct)
+        }
+    }
+
+    /// [`ghash`] of a message of `n` ≤ [`NPOW`] blocks: block b (of the whole message) times
+    /// H'^(n-b), summed unreduced, one reduction. The blocks are read straight from `aad` and
+    /// `ct`, four per load, the partial last load of each byte-masked (which zero-pads it).
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn ghash_short(powers: &Powers, aad: &[u8], ct: &[u8], na: usize, n: usize) -> [u8; 16] {
+        let rev = _mm512_set_epi64(
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+        );
+        let pp = powers.0.as_ptr() as *const __m128i;
+        let mut lo = _mm512_setzero_si512();
+        let mut mid = _mm512_setzero_si512();
+        let mut hi = _mm512_setzero_si512();
+        let mut mul = |x: __m512i, b: usize| {
+            // Block b needs H'^(n-b), at index NPOW - n + b; b < n ≤ NPOW, so the four read
+            // are within NPOW + 3.
+            // SAFETY: as just said, inside the NPOW + 4 blocks of `powers`.
+            let h = unsafe { _mm512_loadu_si512(pp.add(NPOW - n + b) as *const _) };
+            let x = _mm512_shuffle_epi8(x, rev);
+            lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128::<0x00>(x, h));
+            hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128::<0x11>(x, h));
+            mid = _mm512_ternarylogic_epi64::<0x96>(
+                mid,
+                _mm512_clmulepi64_epi128::<0x01>(x, h),
+                _mm512_clmulepi64_epi128::<0x10>(x, h),
+            );
+        };
+        for (seg, first) in [(aad, 0), (ct, na)] {
+            for (k, off) in (0..seg.len()).step_by(64).enumerate() {
+                let rem = (seg.len() - off).min(64);
+                let m: u64 = if rem == 64 { !0 } else { (1 << rem) - 1 };
+                // SAFETY: the mask covers bytes off..off + rem of `seg`, all inside it;
+                // masked-off bytes are not read (and come back zero).
+                let x = unsafe { _mm512_maskz_loadu_epi8(m, seg.as_ptr().add(off) as *const i8) };
+                mul(x, first + 4 * k);
+            }
+        }
+        let mut lens = [0u8; 16];
+        lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+        lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
+        mul(_mm512_zextsi128_si512(load(&lens)), n - 1);
+        let lo = _mm512_xor_si512(lo, _mm512_bslli_epi128::<8>(mid));
+        let hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128::<8>(mid));
+        let s = store(reduce(fold(lo), fold(hi)));
+        u128::from_le_bytes(s).to_be_bytes()
+    }
+
+    /// [`ghash`] of a longer message: copied 16 blocks at a time into a buffer, one reduction
+    /// per 16 blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn ghash_long(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
         let mut g = Group([[0; 16]; GROUP]);
         let mut n = 0;
         let mut acc = _mm_setzero_si128();
