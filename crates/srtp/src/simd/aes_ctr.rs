@@ -515,21 +515,21 @@ mod x86 {
     /// As [`flush_slots`], for slots `0..Z`.
     #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
     unsafe fn slot_kernel<const NR: usize, const Z: usize>(sl: &Slots) {
-        // SAFETY (all loads of round keys below): `rk[z]` points at 15 round keys, NR ≤ 14.
-        let key = |z: usize, r: usize| unsafe {
-            _mm512_broadcast_i32x4(_mm_loadu_si128(sl.rk[z].add(r) as *const __m128i))
+        let key = |z: usize, r: usize| {
+            // SAFETY: `rk[z]` points at 15 round keys and r ≤ NR ≤ 14.
+            unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(sl.rk[z].add(r) as *const __m128i)) }
         };
         let mut st = [_mm512_setzero_si512(); Z];
-        for z in 0..Z {
-            st[z] = _mm512_xor_si512(sl.ctr[z], key(z, 0));
+        for (z, s) in st.iter_mut().enumerate() {
+            *s = _mm512_xor_si512(sl.ctr[z], key(z, 0));
         }
         for r in 1..NR {
-            for z in 0..Z {
-                st[z] = _mm512_aesenc_epi128(st[z], key(z, r));
+            for (z, s) in st.iter_mut().enumerate() {
+                *s = _mm512_aesenc_epi128(*s, key(z, r));
             }
         }
-        for z in 0..Z {
-            let mut ks = _mm512_aesenclast_epi128(st[z], key(z, NR));
+        for (z, s) in st.iter().enumerate() {
+            let mut ks = _mm512_aesenclast_epi128(*s, key(z, NR));
             if !sl.mask[z].is_null() {
                 // SAFETY: `mask[z]` points at 16 writable bytes.
                 unsafe { _mm_storeu_si128(sl.mask[z] as *mut __m128i, _mm512_castsi512_si128(ks)) };
@@ -682,5 +682,118 @@ mod x86 {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    /// GCM's shape: some streams start with a mask block, some count in 32 bits only (with
+    /// counters about to wrap).
+    struct Shaped<'k> {
+        keys: Vec<&'k AesKey>,
+        ivs: Vec<([u8; 16], bool)>,
+        masks: Vec<[u8; 16]>,
+        data: Vec<Vec<u8>>,
+    }
+
+    impl<'k> Streams<'k> for Shaped<'k> {
+        fn count(&self) -> usize {
+            self.keys.len()
+        }
+        fn key(&self, i: usize) -> &'k AesKey {
+            self.keys[i]
+        }
+        fn counter(&self, i: usize) -> ([u8; 16], bool) {
+            self.ivs[i]
+        }
+        fn has_mask(&self, i: usize) -> bool {
+            !i.is_multiple_of(3)
+        }
+        fn len(&self, i: usize) -> usize {
+            self.data[i].len()
+        }
+        fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+            let mask = if !i.is_multiple_of(3) {
+                Some(&mut self.masks[i])
+            } else {
+                None
+            };
+            (mask, &mut self.data[i])
+        }
+    }
+
+    #[test]
+    fn masked_and_32_bit_streams_agree_on_every_backend() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let keys: Vec<AesKey> = (0..4)
+            .map(|i| {
+                let raw: Vec<u8> = (0..16 + 16 * (i % 2)).map(|_| rng.random()).collect();
+                AesKey::new(&raw).unwrap()
+            })
+            .collect();
+        for _ in 0..100 {
+            let n = rng.random_range(1..=40);
+            let make = |rng: &mut StdRng| Shaped {
+                keys: (0..n).map(|_| &keys[rng.random_range(0..4)]).collect(),
+                ivs: (0..n)
+                    .map(|_| {
+                        let mut iv: [u8; 16] = rng.random();
+                        if rng.random_bool(0.5) {
+                            iv[12..].copy_from_slice(
+                                &(u32::MAX - rng.random_range(0..20)).to_be_bytes(),
+                            );
+                        }
+                        (iv, rng.random_bool(0.5))
+                    })
+                    .collect(),
+                masks: vec![[0x55; 16]; n],
+                data: (0..n)
+                    .map(|_| {
+                        let len = rng.random_range(0..=300);
+                        (0..len).map(|_| rng.random()).collect()
+                    })
+                    .collect(),
+            };
+            let want = {
+                let mut s = make(&mut StdRng::seed_from_u64(n as u64));
+                run(&mut s, Backend::Portable);
+                (s.masks, s.data)
+            };
+            for b in [Backend::Vaes, Backend::AesNi] {
+                let mut s = make(&mut StdRng::seed_from_u64(n as u64));
+                run(&mut s, b);
+                assert_eq!((&s.masks, &s.data), (&want.0, &want.1), "{b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_block() {
+        // FIPS 197 Appendix C.1 and C.3.
+        let k = AesKey::new(&(0..16).collect::<Vec<u8>>()).unwrap();
+        let mut b: [u8; 16] = core::array::from_fn(|i| (i * 0x11) as u8);
+        k.encrypt_block(&mut b);
+        assert_eq!(
+            b,
+            [
+                0x69, 0xc4, 0xe0, 0xd8, 0x6a, 0x7b, 0x04, 0x30, 0xd8, 0xcd, 0xb7, 0x80, 0x70, 0xb4,
+                0xc5, 0x5a
+            ]
+        );
+        let k = AesKey::new(&(0..32).collect::<Vec<u8>>()).unwrap();
+        let mut b: [u8; 16] = core::array::from_fn(|i| (i * 0x11) as u8);
+        k.encrypt_block(&mut b);
+        assert_eq!(
+            b,
+            [
+                0x8e, 0xa2, 0xb7, 0xca, 0x51, 0x67, 0x45, 0xbf, 0xea, 0xfc, 0x49, 0x90, 0x4b, 0x49,
+                0x60, 0x89
+            ]
+        );
     }
 }
