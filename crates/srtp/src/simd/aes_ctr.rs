@@ -3,15 +3,19 @@
 //!
 //! One packet of 160 bytes is only ten AES blocks: encrypted one packet at a time, the AES
 //! pipeline (several cycles of latency per round, one or two rounds issued per cycle) stays
-//! mostly empty. Here the counter blocks of many packets are gathered into one array, 32 at a
-//! time, and encrypted together, every block with its own packet's round keys: with VAES a
-//! round is one instruction per four blocks, eight such registers in flight. The keystream is
-//! then XORed back into each packet.
+//! mostly empty. Here the blocks of many packets go through the rounds together. With VAES
+//! each 512-bit register holds four consecutive counter blocks of one packet (its round keys
+//! broadcast to the four lanes), eight registers from any packets of one key size are in
+//! flight at once, counters are made in the registers and the keystream is XORed straight
+//! into the packets with byte-masked loads and stores (so a 160-byte packet is three
+//! registers, the last half full). With AES-NI alone, the counter blocks of many packets are
+//! gathered 32 at a time into one array and encrypted eight in flight, each block with its
+//! own packet's round keys.
 //!
-//! [`apply_keystreams`] picks the fastest [`Backend`] this CPU has: VAES on 512-bit registers
-//! (AVX-512F + VAES), else AES-NI on 128-bit registers (eight blocks in flight), else the
-//! portable path, one packet at a time through RustCrypto's `aes` and `ctr` crates. All of
-//! them give identical output; the tests check the SIMD paths against the library.
+//! [`apply_keystreams`] picks the fastest [`Backend`] this CPU has: VAES (AVX-512F/BW + VAES),
+//! else AES-NI, else the portable path, one packet at a time through RustCrypto's `aes` and
+//! `ctr` crates. All of them give identical output; the tests check the SIMD paths against
+//! the library.
 #![allow(unsafe_code)]
 
 use aes::cipher::{InnerIvInit, KeyInit, StreamCipher};
@@ -115,7 +119,7 @@ pub struct CtrJob<'a> {
 /// Which code encrypts the blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// VAES on 512-bit registers (AVX-512F + VAES + AES-NI): four blocks per instruction.
+    /// VAES on 512-bit registers (AVX-512F/BW + VAES + AES-NI): four blocks per instruction.
     Vaes,
     /// AES-NI on 128-bit registers, eight blocks in flight.
     AesNi,
@@ -132,6 +136,7 @@ fn aesni_present() -> bool {
 fn vaes_present() -> bool {
     aesni_present()
         && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("vaes")
 }
 
@@ -239,7 +244,7 @@ impl<'k> Streams<'k> for [(&'k AesKey, OneBlock<'_>)] {
 pub(crate) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, backend: Backend) {
     #[cfg(target_arch = "x86_64")]
     {
-        if backend == Backend::Vaes && vaes_present() && avx512bw_present() {
+        if backend == Backend::Vaes && vaes_present() {
             // SAFETY: the CPU has AVX-512F/BW, VAES and AES-NI (just checked), the target
             // features of `run_vaes`.
             unsafe { x86::run_vaes(s) };
@@ -257,11 +262,6 @@ pub(crate) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, backend: Backend) {
         let (mask, data) = s.bufs(i);
         portable(key, &iv, inc32, mask, data);
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512bw_present() -> bool {
-    std::arch::is_x86_feature_detected!("avx512bw")
 }
 
 /// One stream through the library.
@@ -536,6 +536,12 @@ mod x86 {
                 ks = _mm512_alignr_epi32::<4>(_mm512_setzero_si512(), ks);
             }
             let len = sl.len[z];
+            if len == 0 {
+                // Nothing to XOR (a mask block alone, or an empty packet). Not even a fully
+                // masked access: its address may be a dangling empty slice's, and a masked
+                // access whose masked-off bytes would fault costs a microcode assist.
+                continue;
+            }
             let m: u64 = if len >= 64 { !0 } else { (1 << len) - 1 };
             // SAFETY: the byte mask covers the `len` bytes at `dst[z]`, which are writable;
             // masked-off bytes are not accessed.
