@@ -85,6 +85,13 @@ impl AesKey {
     }
 }
 
+impl core::fmt::Debug for AesKey {
+    /// The key size only: key material never goes to logs.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "AesKey({} bits)", self.bits())
+    }
+}
+
 impl Zeroize for AesKey {
     /// Wipes the round keys; the library's schedule is replaced by the all-zero key's (the old
     /// one wipes itself on drop).
@@ -376,6 +383,20 @@ mod x86 {
         n: usize,
     }
 
+    impl Slots {
+        #[target_feature(enable = "avx512f")]
+        fn new() -> Self {
+            Slots {
+                ctr: [_mm512_setzero_si512(); SLOTS],
+                rk: [core::ptr::null(); SLOTS],
+                dst: [core::ptr::null_mut(); SLOTS],
+                mask: [core::ptr::null_mut(); SLOTS],
+                len: [0; SLOTS],
+                n: 0,
+            }
+        }
+    }
+
     /// The VAES engine: every stream is cut into groups of four blocks, one 512-bit register
     /// each with the stream's round keys broadcast to its four lanes; eight registers (from as
     /// many groups, of any streams of one key size) go through the rounds together, and each
@@ -388,15 +409,7 @@ mod x86 {
     /// The CPU must have AVX-512F, AVX-512BW, VAES and AES-NI.
     #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
     pub(super) unsafe fn run_vaes<'k, S: Streams<'k> + ?Sized>(s: &mut S) {
-        let empty = || Slots {
-            ctr: [_mm512_setzero_si512(); SLOTS],
-            rk: [core::ptr::null(); SLOTS],
-            dst: [core::ptr::null_mut(); SLOTS],
-            mask: [core::ptr::null_mut(); SLOTS],
-            len: [0; SLOTS],
-            n: 0,
-        };
-        let (mut s128, mut s256) = (empty(), empty());
+        let (mut s128, mut s256) = (Slots::new(), Slots::new());
         // Byte-swaps the last 32-bit word of each block (the big-endian counter word).
         let swap = _mm512_set_epi64(
             0x0c0d_0e0f_0b0a_0908,

@@ -82,6 +82,13 @@ impl GcmKey {
     }
 }
 
+impl core::fmt::Debug for GcmKey {
+    /// The key size only: key material never goes to logs.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "GcmKey({} bits)", self.bits())
+    }
+}
+
 impl Zeroize for GcmKey {
     /// Wipes the key schedules and the hash key; the library's state is replaced by the
     /// all-zero key's (the old one wipes itself on drop).
@@ -474,22 +481,13 @@ mod x86 {
             0x0809_0a0b_0c0d_0e0f,
         );
         let pp = powers.0.as_ptr() as *const __m128i;
-        let mut lo = _mm512_setzero_si512();
-        let mut mid = _mm512_setzero_si512();
-        let mut hi = _mm512_setzero_si512();
-        let mut mul = |x: __m512i, b: usize| {
-            // Block b needs H'^(n-b), at index NPOW - n + b; b < n ≤ NPOW, so the four read
-            // are within NPOW + 3.
+        // Unreduced sums of the products' low, middle and high 64-bit parts.
+        let mut acc = [_mm512_setzero_si512(); 3];
+        // Block b needs H'^(n-b), at index NPOW - n + b; b < n ≤ NPOW, so the four powers read
+        // are within NPOW + 3.
+        let h = |b: usize| {
             // SAFETY: as just said, inside the NPOW + 4 blocks of `powers`.
-            let h = unsafe { _mm512_loadu_si512(pp.add(NPOW - n + b) as *const _) };
-            let x = _mm512_shuffle_epi8(x, rev);
-            lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128::<0x00>(x, h));
-            hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128::<0x11>(x, h));
-            mid = _mm512_ternarylogic_epi64::<0x96>(
-                mid,
-                _mm512_clmulepi64_epi128::<0x01>(x, h),
-                _mm512_clmulepi64_epi128::<0x10>(x, h),
-            );
+            unsafe { _mm512_loadu_si512(pp.add(NPOW - n + b) as *const _) }
         };
         for (seg, first) in [(aad, 0), (ct, na)] {
             for (k, off) in (0..seg.len()).step_by(64).enumerate() {
@@ -498,17 +496,31 @@ mod x86 {
                 // SAFETY: the mask covers bytes off..off + rem of `seg`, all inside it;
                 // masked-off bytes are not read (and come back zero).
                 let x = unsafe { _mm512_maskz_loadu_epi8(m, seg.as_ptr().add(off) as *const i8) };
-                mul(x, first + 4 * k);
+                mul_acc(&mut acc, _mm512_shuffle_epi8(x, rev), h(first + 4 * k));
             }
         }
         let mut lens = [0u8; 16];
         lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
         lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
-        mul(_mm512_zextsi128_si512(load(&lens)), n - 1);
+        let x = _mm512_shuffle_epi8(_mm512_zextsi128_si512(load(&lens)), rev);
+        mul_acc(&mut acc, x, h(n - 1));
+        let [lo, mid, hi] = acc;
         let lo = _mm512_xor_si512(lo, _mm512_bslli_epi128::<8>(mid));
         let hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128::<8>(mid));
         let s = store(reduce(fold(lo), fold(hi)));
         u128::from_le_bytes(s).to_be_bytes()
+    }
+
+    /// `acc += x · h` lane by lane, unreduced (schoolbook: low, middle, high parts).
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn mul_acc(acc: &mut [__m512i; 3], x: __m512i, h: __m512i) {
+        acc[0] = _mm512_xor_si512(acc[0], _mm512_clmulepi64_epi128::<0x00>(x, h));
+        acc[1] = _mm512_ternarylogic_epi64::<0x96>(
+            acc[1],
+            _mm512_clmulepi64_epi128::<0x01>(x, h),
+            _mm512_clmulepi64_epi128::<0x10>(x, h),
+        );
+        acc[2] = _mm512_xor_si512(acc[2], _mm512_clmulepi64_epi128::<0x11>(x, h));
     }
 
     /// [`ghash`] of a longer message: copied 16 blocks at a time into a buffer, one reduction
