@@ -256,13 +256,19 @@ impl<'k> Streams<'k> for SealStreams<'_, 'k> {
     }
 }
 
-/// Open's first pass: E(K, J0) of every job (into `masks`).
-struct OpenMasks<'s, 'k> {
+/// Data bytes whose keystream open's first pass makes (with E(K, J0) they fill one register).
+const HEAD: usize = 48;
+
+/// Open's first pass: E(K, J0) of every job into `masks`, and the keystream of its first
+/// [`HEAD`] data bytes into `heads` (zeros in), not into the data: nothing is decrypted
+/// before the tag is checked.
+struct OpenHeads<'s, 'k> {
     jobs: &'s [OpenJob<'k>],
     masks: &'s mut [[u8; 16]],
+    heads: &'s mut [[u8; HEAD]],
 }
 
-impl<'k> Streams<'k> for OpenMasks<'_, 'k> {
+impl<'k> Streams<'k> for OpenHeads<'_, 'k> {
     fn count(&self) -> usize {
         self.jobs.len()
     }
@@ -276,21 +282,23 @@ impl<'k> Streams<'k> for OpenMasks<'_, 'k> {
     fn has_mask(&self, _: usize) -> bool {
         true
     }
-    fn len(&self, _: usize) -> usize {
-        0
+    fn len(&self, i: usize) -> usize {
+        self.jobs[i].data.len().min(HEAD)
     }
     fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
-        (Some(&mut self.masks[i]), &mut [])
+        let len = self.jobs[i].data.len().min(HEAD);
+        (Some(&mut self.masks[i]), &mut self.heads[i][..len])
     }
 }
 
-/// Open's second pass: the data of the jobs whose tag verified (the others are left alone).
-struct OpenData<'s, 'k> {
+/// Open's second pass: the data after the first [`HEAD`] bytes (counter 2 + HEAD/16 on) of the
+/// jobs whose tag verified; the others are left alone.
+struct OpenTails<'s, 'k> {
     jobs: &'s mut [OpenJob<'k>],
     ok: &'s [bool],
 }
 
-impl<'k> Streams<'k> for OpenData<'_, 'k> {
+impl<'k> Streams<'k> for OpenTails<'_, 'k> {
     fn count(&self) -> usize {
         self.jobs.len()
     }
@@ -299,21 +307,25 @@ impl<'k> Streams<'k> for OpenData<'_, 'k> {
         &k.aes
     }
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
-        (counter_block(&self.jobs[i].nonce, 2), true)
+        (
+            counter_block(&self.jobs[i].nonce, 2 + HEAD as u32 / 16),
+            true,
+        )
     }
     fn has_mask(&self, _: usize) -> bool {
         false
     }
     fn len(&self, i: usize) -> usize {
         if self.ok[i] {
-            self.jobs[i].data.len()
+            self.jobs[i].data.len().saturating_sub(HEAD)
         } else {
             0
         }
     }
     fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
-        if self.ok[i] {
-            (None, self.jobs[i].data)
+        let d = &mut *self.jobs[i].data;
+        if self.ok[i] && d.len() > HEAD {
+            (None, &mut d[HEAD..])
         } else {
             (None, &mut [])
         }
@@ -327,7 +339,8 @@ mod x86 {
     use subtle::ConstantTimeEq;
 
     use super::{
-        aes_ctr, Backend, OpenData, OpenJob, OpenMasks, Powers, SealJob, SealStreams, NPOW, PASS,
+        aes_ctr, Backend, OpenHeads, OpenJob, OpenTails, Powers, SealJob, SealStreams, HEAD, NPOW,
+        PASS,
     };
 
     /// x¹²⁸ + x¹²⁷ + x¹²⁶ + x¹²¹ + 1 without its top term, as the reduction uses it.
@@ -581,26 +594,34 @@ mod x86 {
         }
     }
 
-    /// Opens up to [`PASS`] jobs: the tag masks in one multi-buffer pass, GHASH of each
-    /// ciphertext and a constant-time tag check, then counter mode over the jobs that passed.
+    /// Opens up to [`PASS`] jobs: the tag masks and the keystream of the first [`HEAD`] bytes
+    /// in one multi-buffer pass (one register per packet), GHASH of each ciphertext and a
+    /// constant-time tag check, then counter mode over the rest of the jobs that passed.
     pub(super) fn open(jobs: &mut [OpenJob<'_>], ok: &mut [bool]) {
         let mut masks = [[0u8; 16]; PASS];
+        let mut heads = [[0u8; HEAD]; PASS];
         let n = jobs.len();
         aes_ctr::run(
-            &mut OpenMasks {
+            &mut OpenHeads {
                 jobs: &*jobs,
                 masks: &mut masks[..n],
+                heads: &mut heads[..n],
             },
             Backend::Vaes,
         );
-        for ((j, mask), ok) in jobs.iter().zip(&masks).zip(ok.iter_mut()) {
+        for ((j, mask), (ok, head)) in jobs.iter_mut().zip(&masks).zip(ok.iter_mut().zip(&heads)) {
             // SAFETY: as in `seal`.
             let s = unsafe { ghash(&j.key.powers, j.aad, j.data) };
             // One 128-bit comparison (subtle's per-byte compare costs a call per byte).
             *ok = u128::from_ne_bytes(xor16(s, mask))
                 .ct_eq(&u128::from_ne_bytes(*j.tag))
                 .into();
+            if *ok {
+                for (d, k) in j.data.iter_mut().zip(head) {
+                    *d ^= k;
+                }
+            }
         }
-        aes_ctr::run(&mut OpenData { jobs, ok: &*ok }, Backend::Vaes);
+        aes_ctr::run(&mut OpenTails { jobs, ok: &*ok }, Backend::Vaes);
     }
 }
