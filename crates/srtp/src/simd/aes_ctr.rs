@@ -24,7 +24,7 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::provider::KeyError;
 
-/// Counter blocks encrypted per pass of the round loop (eight 512-bit registers).
+/// Counter blocks gathered per pass of the AES-NI engine (four rounds loops of eight).
 const CHUNK: usize = 32;
 
 /// Expanded round keys, FIPS 197 §5.2, round `r` in bytes `16r..16r + 16` (the byte order the

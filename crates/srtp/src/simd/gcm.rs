@@ -1,14 +1,20 @@
 //! AES-GCM seal and open for many packets at once (NIST SP 800-38D with a 12-byte nonce and a
 //! 16-byte tag, as SRTP uses it: RFC 7714), each packet with its own key, nonce and AAD.
 //!
-//! The counter-mode part runs on the multi-buffer AES kernel of [`super::aes_ctr`] (every
-//! packet's blocks and its tag mask E(K, J0) encrypted together, 32 blocks per pass). GHASH
-//! runs with VPCLMULQDQ on 512-bit registers: the hash key's powers H¹…H¹⁶ are computed once per
-//! key, and a packet's blocks (AAD, ciphertext, lengths; 12 blocks for a 160-byte SRTP payload
-//! with a 12-byte header) are multiplied four per instruction by the matching powers and summed
-//! unreduced, with one reduction per 16 blocks. The arithmetic is POLYVAL's (RFC 8452
-//! Appendix A: GHASH is POLYVAL on byte-reversed blocks with the key multiplied by x), which
-//! suits the carry-less multiply's bit order.
+//! The counter-mode part runs on the VAES engine of [`super::aes_ctr`]: a packet's tag mask
+//! E(K, J0) rides in the first lane of its first register, its data in the rest, registers of
+//! many packets in flight together. GHASH runs with VPCLMULQDQ on 512-bit registers: the hash
+//! key's powers H¹…H³² are computed once per key, and a packet's blocks (AAD, ciphertext,
+//! lengths; 12 blocks for a 160-byte SRTP payload with a 12-byte header) are read straight
+//! from the packet four per byte-masked load, multiplied by the powers counted from the
+//! message's end and summed unreduced, with a single reduction for messages of up to 32
+//! blocks (one per 16 blocks beyond). The arithmetic is POLYVAL's (RFC 8452 Appendix A: GHASH
+//! is POLYVAL on byte-reversed blocks with the key multiplied by x), which suits the carry-less
+//! multiply's bit order.
+//!
+//! Open computes every tag mask (and the keystream of the first 48 bytes, kept aside) first,
+//! checks every tag over the ciphertext in constant time, and only then decrypts, only the
+//! packets that verified: a packet that fails keeps its bytes as given.
 //!
 //! [`seal_many`] and [`open_many`] take that path when the CPU has AVX-512F/BW, VAES and
 //! VPCLMULQDQ, else they run RustCrypto's `aes-gcm` one packet at a time ([`seal_many_portable`],
