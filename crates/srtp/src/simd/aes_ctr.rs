@@ -168,6 +168,20 @@ pub fn accelerated() -> bool {
 
 /// XORs each job's keystream (128-bit big-endian counter starting at `iv`, as SRTP's AES-CM)
 /// into its data, on the fastest backend.
+///
+/// ```
+/// use secrelay_srtp::simd::aes_ctr::{apply_keystreams, AesKey, CtrJob};
+///
+/// let (k1, k2) = (AesKey::new(&[1; 16]).unwrap(), AesKey::new(&[2; 32]).unwrap());
+/// let (mut a, mut b) = (vec![0u8; 160], vec![0u8; 1200]);
+/// let mut jobs = [
+///     CtrJob { key: &k1, iv: [7; 16], data: &mut a },
+///     CtrJob { key: &k2, iv: [8; 16], data: &mut b },
+/// ];
+/// apply_keystreams(&mut jobs);
+/// apply_keystreams(&mut jobs); // the same keystream again: back to the input
+/// assert!(a.iter().chain(&b).all(|&x| x == 0));
+/// ```
 pub fn apply_keystreams(jobs: &mut [CtrJob<'_>]) {
     run(jobs, backend());
 }

@@ -163,6 +163,21 @@ pub fn accelerated() -> bool {
 }
 
 /// Encrypts each job's data in place and writes its tag.
+///
+/// ```
+/// use secrelay_srtp::simd::gcm::{open_many, seal_many, GcmKey, OpenJob, SealJob};
+///
+/// let key = GcmKey::new(&[3; 16]).unwrap();
+/// let header = [0x80u8, 0x60, 0, 1, 0, 0, 0, 160, 0xca, 0xfe, 0xba, 0xbe];
+/// let mut payload = vec![0x55u8; 160];
+/// let mut tag = [0u8; 16];
+/// seal_many(&mut [SealJob { key: &key, nonce: [9; 12], aad: &header, data: &mut payload, tag: &mut tag }]);
+///
+/// let mut ok = [false];
+/// open_many(&mut [OpenJob { key: &key, nonce: [9; 12], aad: &header, data: &mut payload, tag: &tag }], &mut ok);
+/// assert!(ok[0]);
+/// assert_eq!(payload, vec![0x55u8; 160]);
+/// ```
 pub fn seal_many(jobs: &mut [SealJob<'_>]) {
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
