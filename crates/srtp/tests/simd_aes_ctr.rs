@@ -107,6 +107,10 @@ fn key_lengths() {
     }
     assert_eq!(AesKey::new(&[0; 16]).unwrap().bits(), 128);
     assert_eq!(AesKey::new(&[0; 32]).unwrap().bits(), 256);
+    assert_eq!(
+        format!("{:?}", AesKey::new(&[0xab; 16]).unwrap()),
+        "AesKey(128 bits)"
+    );
 }
 
 #[test]

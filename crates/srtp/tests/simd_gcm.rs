@@ -180,6 +180,9 @@ fn path_in_use() {
     for n in [0, 12, 15, 17, 24, 31, 33] {
         assert!(GcmKey::new(&vec![0; n]).is_err(), "{n}-byte key");
     }
+    let k = GcmKey::new(&[0xab; 32]).unwrap();
+    assert_eq!(k.bits(), 256);
+    assert_eq!(format!("{k:?}"), "GcmKey(256 bits)");
 }
 
 #[test]

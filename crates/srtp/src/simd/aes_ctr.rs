@@ -3,15 +3,19 @@
 //!
 //! One packet of 160 bytes is only ten AES blocks: encrypted one packet at a time, the AES
 //! pipeline (several cycles of latency per round, one or two rounds issued per cycle) stays
-//! mostly empty. Here the counter blocks of many packets are gathered into one array, 32 at a
-//! time, and encrypted together, every block with its own packet's round keys: with VAES a
-//! round is one instruction per four blocks, eight such registers in flight. The keystream is
-//! then XORed back into each packet.
+//! mostly empty. Here the blocks of many packets go through the rounds together. With VAES
+//! each 512-bit register holds four consecutive counter blocks of one packet (its round keys
+//! broadcast to the four lanes), eight registers from any packets of one key size are in
+//! flight at once, counters are made in the registers and the keystream is XORed straight
+//! into the packets with byte-masked loads and stores (so a 160-byte packet is three
+//! registers, the last half full). With AES-NI alone, the counter blocks of many packets are
+//! gathered 32 at a time into one array and encrypted eight in flight, each block with its
+//! own packet's round keys.
 //!
-//! [`apply_keystreams`] picks the fastest [`Backend`] this CPU has: VAES on 512-bit registers
-//! (AVX-512F + VAES), else AES-NI on 128-bit registers (eight blocks in flight), else the
-//! portable path, one packet at a time through RustCrypto's `aes` and `ctr` crates. All of
-//! them give identical output; the tests check the SIMD paths against the library.
+//! [`apply_keystreams`] picks the fastest [`Backend`] this CPU has: VAES (AVX-512F/BW + VAES),
+//! else AES-NI, else the portable path, one packet at a time through RustCrypto's `aes` and
+//! `ctr` crates. All of them give identical output; the tests check the SIMD paths against
+//! the library.
 #![allow(unsafe_code)]
 
 use aes::cipher::{InnerIvInit, KeyInit, StreamCipher};
@@ -20,7 +24,7 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 
 use crate::provider::KeyError;
 
-/// Counter blocks encrypted per pass of the round loop (eight 512-bit registers).
+/// Counter blocks gathered per pass of the AES-NI engine (four rounds loops of eight).
 const CHUNK: usize = 32;
 
 /// Expanded round keys, FIPS 197 §5.2, round `r` in bytes `16r..16r + 16` (the byte order the
@@ -81,6 +85,13 @@ impl AesKey {
     }
 }
 
+impl core::fmt::Debug for AesKey {
+    /// The key size only: key material never goes to logs.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "AesKey({} bits)", self.bits())
+    }
+}
+
 impl Zeroize for AesKey {
     /// Wipes the round keys; the library's schedule is replaced by the all-zero key's (the old
     /// one wipes itself on drop).
@@ -115,7 +126,7 @@ pub struct CtrJob<'a> {
 /// Which code encrypts the blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
-    /// VAES on 512-bit registers (AVX-512F + VAES + AES-NI): four blocks per instruction.
+    /// VAES on 512-bit registers (AVX-512F/BW + VAES + AES-NI): four blocks per instruction.
     Vaes,
     /// AES-NI on 128-bit registers, eight blocks in flight.
     AesNi,
@@ -132,6 +143,7 @@ fn aesni_present() -> bool {
 fn vaes_present() -> bool {
     aesni_present()
         && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("vaes")
 }
 
@@ -156,6 +168,20 @@ pub fn accelerated() -> bool {
 
 /// XORs each job's keystream (128-bit big-endian counter starting at `iv`, as SRTP's AES-CM)
 /// into its data, on the fastest backend.
+///
+/// ```
+/// use secrelay_srtp::simd::aes_ctr::{apply_keystreams, AesKey, CtrJob};
+///
+/// let (k1, k2) = (AesKey::new(&[1; 16]).unwrap(), AesKey::new(&[2; 32]).unwrap());
+/// let (mut a, mut b) = (vec![0u8; 160], vec![0u8; 1200]);
+/// let mut jobs = [
+///     CtrJob { key: &k1, iv: [7; 16], data: &mut a },
+///     CtrJob { key: &k2, iv: [8; 16], data: &mut b },
+/// ];
+/// apply_keystreams(&mut jobs);
+/// apply_keystreams(&mut jobs); // the same keystream again: back to the input
+/// assert!(a.iter().chain(&b).all(|&x| x == 0));
+/// ```
 pub fn apply_keystreams(jobs: &mut [CtrJob<'_>]) {
     run(jobs, backend());
 }
@@ -239,7 +265,7 @@ impl<'k> Streams<'k> for [(&'k AesKey, OneBlock<'_>)] {
 pub(crate) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, backend: Backend) {
     #[cfg(target_arch = "x86_64")]
     {
-        if backend == Backend::Vaes && vaes_present() && avx512bw_present() {
+        if backend == Backend::Vaes && vaes_present() {
             // SAFETY: the CPU has AVX-512F/BW, VAES and AES-NI (just checked), the target
             // features of `run_vaes`.
             unsafe { x86::run_vaes(s) };
@@ -257,11 +283,6 @@ pub(crate) fn run<'k, S: Streams<'k> + ?Sized>(s: &mut S, backend: Backend) {
         let (mask, data) = s.bufs(i);
         portable(key, &iv, inc32, mask, data);
     }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512bw_present() -> bool {
-    std::arch::is_x86_feature_detected!("avx512bw")
 }
 
 /// One stream through the library.
@@ -376,6 +397,20 @@ mod x86 {
         n: usize,
     }
 
+    impl Slots {
+        #[target_feature(enable = "avx512f")]
+        fn new() -> Self {
+            Slots {
+                ctr: [_mm512_setzero_si512(); SLOTS],
+                rk: [core::ptr::null(); SLOTS],
+                dst: [core::ptr::null_mut(); SLOTS],
+                mask: [core::ptr::null_mut(); SLOTS],
+                len: [0; SLOTS],
+                n: 0,
+            }
+        }
+    }
+
     /// The VAES engine: every stream is cut into groups of four blocks, one 512-bit register
     /// each with the stream's round keys broadcast to its four lanes; eight registers (from as
     /// many groups, of any streams of one key size) go through the rounds together, and each
@@ -388,15 +423,7 @@ mod x86 {
     /// The CPU must have AVX-512F, AVX-512BW, VAES and AES-NI.
     #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
     pub(super) unsafe fn run_vaes<'k, S: Streams<'k> + ?Sized>(s: &mut S) {
-        let empty = || Slots {
-            ctr: [_mm512_setzero_si512(); SLOTS],
-            rk: [core::ptr::null(); SLOTS],
-            dst: [core::ptr::null_mut(); SLOTS],
-            mask: [core::ptr::null_mut(); SLOTS],
-            len: [0; SLOTS],
-            n: 0,
-        };
-        let (mut s128, mut s256) = (empty(), empty());
+        let (mut s128, mut s256) = (Slots::new(), Slots::new());
         // Byte-swaps the last 32-bit word of each block (the big-endian counter word).
         let swap = _mm512_set_epi64(
             0x0c0d_0e0f_0b0a_0908,
@@ -515,27 +542,33 @@ mod x86 {
     /// As [`flush_slots`], for slots `0..Z`.
     #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
     unsafe fn slot_kernel<const NR: usize, const Z: usize>(sl: &Slots) {
-        // SAFETY (all loads of round keys below): `rk[z]` points at 15 round keys, NR ≤ 14.
-        let key = |z: usize, r: usize| unsafe {
-            _mm512_broadcast_i32x4(_mm_loadu_si128(sl.rk[z].add(r) as *const __m128i))
+        let key = |z: usize, r: usize| {
+            // SAFETY: `rk[z]` points at 15 round keys and r ≤ NR ≤ 14.
+            unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(sl.rk[z].add(r) as *const __m128i)) }
         };
         let mut st = [_mm512_setzero_si512(); Z];
-        for z in 0..Z {
-            st[z] = _mm512_xor_si512(sl.ctr[z], key(z, 0));
+        for (z, s) in st.iter_mut().enumerate() {
+            *s = _mm512_xor_si512(sl.ctr[z], key(z, 0));
         }
         for r in 1..NR {
-            for z in 0..Z {
-                st[z] = _mm512_aesenc_epi128(st[z], key(z, r));
+            for (z, s) in st.iter_mut().enumerate() {
+                *s = _mm512_aesenc_epi128(*s, key(z, r));
             }
         }
-        for z in 0..Z {
-            let mut ks = _mm512_aesenclast_epi128(st[z], key(z, NR));
+        for (z, s) in st.iter().enumerate() {
+            let mut ks = _mm512_aesenclast_epi128(*s, key(z, NR));
             if !sl.mask[z].is_null() {
                 // SAFETY: `mask[z]` points at 16 writable bytes.
                 unsafe { _mm_storeu_si128(sl.mask[z] as *mut __m128i, _mm512_castsi512_si128(ks)) };
                 ks = _mm512_alignr_epi32::<4>(_mm512_setzero_si512(), ks);
             }
             let len = sl.len[z];
+            if len == 0 {
+                // Nothing to XOR (a mask block alone, or an empty packet). Not even a fully
+                // masked access: its address may be a dangling empty slice's, and a masked
+                // access whose masked-off bytes would fault costs a microcode assist.
+                continue;
+            }
             let m: u64 = if len >= 64 { !0 } else { (1 << len) - 1 };
             // SAFETY: the byte mask covers the `len` bytes at `dst[z]`, which are writable;
             // masked-off bytes are not accessed.
@@ -682,5 +715,118 @@ mod x86 {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    use super::*;
+
+    /// GCM's shape: some streams start with a mask block, some count in 32 bits only (with
+    /// counters about to wrap).
+    struct Shaped<'k> {
+        keys: Vec<&'k AesKey>,
+        ivs: Vec<([u8; 16], bool)>,
+        masks: Vec<[u8; 16]>,
+        data: Vec<Vec<u8>>,
+    }
+
+    impl<'k> Streams<'k> for Shaped<'k> {
+        fn count(&self) -> usize {
+            self.keys.len()
+        }
+        fn key(&self, i: usize) -> &'k AesKey {
+            self.keys[i]
+        }
+        fn counter(&self, i: usize) -> ([u8; 16], bool) {
+            self.ivs[i]
+        }
+        fn has_mask(&self, i: usize) -> bool {
+            !i.is_multiple_of(3)
+        }
+        fn len(&self, i: usize) -> usize {
+            self.data[i].len()
+        }
+        fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
+            let mask = if !i.is_multiple_of(3) {
+                Some(&mut self.masks[i])
+            } else {
+                None
+            };
+            (mask, &mut self.data[i])
+        }
+    }
+
+    #[test]
+    fn masked_and_32_bit_streams_agree_on_every_backend() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let keys: Vec<AesKey> = (0..4)
+            .map(|i| {
+                let raw: Vec<u8> = (0..16 + 16 * (i % 2)).map(|_| rng.random()).collect();
+                AesKey::new(&raw).unwrap()
+            })
+            .collect();
+        for _ in 0..100 {
+            let n = rng.random_range(1..=40);
+            let make = |rng: &mut StdRng| Shaped {
+                keys: (0..n).map(|_| &keys[rng.random_range(0..4)]).collect(),
+                ivs: (0..n)
+                    .map(|_| {
+                        let mut iv: [u8; 16] = rng.random();
+                        if rng.random_bool(0.5) {
+                            iv[12..].copy_from_slice(
+                                &(u32::MAX - rng.random_range(0..20)).to_be_bytes(),
+                            );
+                        }
+                        (iv, rng.random_bool(0.5))
+                    })
+                    .collect(),
+                masks: vec![[0x55; 16]; n],
+                data: (0..n)
+                    .map(|_| {
+                        let len = rng.random_range(0..=300);
+                        (0..len).map(|_| rng.random()).collect()
+                    })
+                    .collect(),
+            };
+            let want = {
+                let mut s = make(&mut StdRng::seed_from_u64(n as u64));
+                run(&mut s, Backend::Portable);
+                (s.masks, s.data)
+            };
+            for b in [Backend::Vaes, Backend::AesNi] {
+                let mut s = make(&mut StdRng::seed_from_u64(n as u64));
+                run(&mut s, b);
+                assert_eq!((&s.masks, &s.data), (&want.0, &want.1), "{b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_block() {
+        // FIPS 197 Appendix C.1 and C.3.
+        let k = AesKey::new(&(0..16).collect::<Vec<u8>>()).unwrap();
+        let mut b: [u8; 16] = core::array::from_fn(|i| (i * 0x11) as u8);
+        k.encrypt_block(&mut b);
+        assert_eq!(
+            b,
+            [
+                0x69, 0xc4, 0xe0, 0xd8, 0x6a, 0x7b, 0x04, 0x30, 0xd8, 0xcd, 0xb7, 0x80, 0x70, 0xb4,
+                0xc5, 0x5a
+            ]
+        );
+        let k = AesKey::new(&(0..32).collect::<Vec<u8>>()).unwrap();
+        let mut b: [u8; 16] = core::array::from_fn(|i| (i * 0x11) as u8);
+        k.encrypt_block(&mut b);
+        assert_eq!(
+            b,
+            [
+                0x8e, 0xa2, 0xb7, 0xca, 0x51, 0x67, 0x45, 0xbf, 0xea, 0xfc, 0x49, 0x90, 0x4b, 0x49,
+                0x60, 0x89
+            ]
+        );
     }
 }

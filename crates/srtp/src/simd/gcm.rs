@@ -1,14 +1,20 @@
 //! AES-GCM seal and open for many packets at once (NIST SP 800-38D with a 12-byte nonce and a
 //! 16-byte tag, as SRTP uses it: RFC 7714), each packet with its own key, nonce and AAD.
 //!
-//! The counter-mode part runs on the multi-buffer AES kernel of [`super::aes_ctr`] (every
-//! packet's blocks and its tag mask E(K, J0) encrypted together, 32 blocks per pass). GHASH
-//! runs with VPCLMULQDQ on 512-bit registers: the hash key's powers H¹…H¹⁶ are computed once per
-//! key, and a packet's blocks (AAD, ciphertext, lengths; 12 blocks for a 160-byte SRTP payload
-//! with a 12-byte header) are multiplied four per instruction by the matching powers and summed
-//! unreduced, with one reduction per 16 blocks. The arithmetic is POLYVAL's (RFC 8452
-//! Appendix A: GHASH is POLYVAL on byte-reversed blocks with the key multiplied by x), which
-//! suits the carry-less multiply's bit order.
+//! The counter-mode part runs on the VAES engine of [`super::aes_ctr`]: a packet's tag mask
+//! E(K, J0) rides in the first lane of its first register, its data in the rest, registers of
+//! many packets in flight together. GHASH runs with VPCLMULQDQ on 512-bit registers: the hash
+//! key's powers H¹…H³² are computed once per key, and a packet's blocks (AAD, ciphertext,
+//! lengths; 12 blocks for a 160-byte SRTP payload with a 12-byte header) are read straight
+//! from the packet four per byte-masked load, multiplied by the powers counted from the
+//! message's end and summed unreduced, with a single reduction for messages of up to 32
+//! blocks (one per 16 blocks beyond). The arithmetic is POLYVAL's (RFC 8452 Appendix A: GHASH
+//! is POLYVAL on byte-reversed blocks with the key multiplied by x), which suits the carry-less
+//! multiply's bit order.
+//!
+//! Open computes every tag mask (and the keystream of the first 48 bytes, kept aside) first,
+//! checks every tag over the ciphertext in constant time, and only then decrypts, only the
+//! packets that verified: a packet that fails keeps its bytes as given.
 //!
 //! [`seal_many`] and [`open_many`] take that path when the CPU has AVX-512F/BW, VAES and
 //! VPCLMULQDQ, else they run RustCrypto's `aes-gcm` one packet at a time ([`seal_many_portable`],
@@ -25,11 +31,15 @@ use crate::provider::KeyError;
 /// Jobs per pass (their tag masks are kept on the stack).
 const PASS: usize = 64;
 
-/// H¹⁶, H¹⁵, …, H¹ in POLYVAL form, then four zero blocks (multipliers of the unused slots of a
-/// group).
+/// Powers of the hash key kept per key: a message of up to this many blocks (AAD, data and
+/// lengths; 512 bytes) is hashed with one reduction.
+const NPOW: usize = 32;
+
+/// H³², H³¹, …, H¹ in POLYVAL form, then four zero blocks (multipliers of the unused lanes of
+/// a register).
 #[derive(Clone, Zeroize)]
 #[repr(C, align(64))]
-struct Powers([[u8; 16]; 20]);
+struct Powers([[u8; 16]; NPOW + 4]);
 
 /// The library's AES-GCM, for the portable path.
 enum Lib {
@@ -59,7 +69,7 @@ impl GcmKey {
             _ => return Err(KeyError("AES-GCM keys are 16 or 32 bytes")),
         };
         let aes = AesKey::new(key)?;
-        let mut powers = Powers([[0; 16]; 20]);
+        let mut powers = Powers([[0; 16]; NPOW + 4]);
         #[cfg(target_arch = "x86_64")]
         if accelerated() {
             let mut h = [0u8; 16];
@@ -75,6 +85,13 @@ impl GcmKey {
     /// Key length in bits (128 or 256).
     pub fn bits(&self) -> usize {
         self.aes.bits()
+    }
+}
+
+impl core::fmt::Debug for GcmKey {
+    /// The key size only: key material never goes to logs.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "GcmKey({} bits)", self.bits())
     }
 }
 
@@ -146,6 +163,21 @@ pub fn accelerated() -> bool {
 }
 
 /// Encrypts each job's data in place and writes its tag.
+///
+/// ```
+/// use secrelay_srtp::simd::gcm::{open_many, seal_many, GcmKey, OpenJob, SealJob};
+///
+/// let key = GcmKey::new(&[3; 16]).unwrap();
+/// let header = [0x80u8, 0x60, 0, 1, 0, 0, 0, 160, 0xca, 0xfe, 0xba, 0xbe];
+/// let mut payload = vec![0x55u8; 160];
+/// let mut tag = [0u8; 16];
+/// seal_many(&mut [SealJob { key: &key, nonce: [9; 12], aad: &header, data: &mut payload, tag: &mut tag }]);
+///
+/// let mut ok = [false];
+/// open_many(&mut [OpenJob { key: &key, nonce: [9; 12], aad: &header, data: &mut payload, tag: &tag }], &mut ok);
+/// assert!(ok[0]);
+/// assert_eq!(payload, vec![0x55u8; 160]);
+/// ```
 pub fn seal_many(jobs: &mut [SealJob<'_>]) {
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
@@ -245,13 +277,19 @@ impl<'k> Streams<'k> for SealStreams<'_, 'k> {
     }
 }
 
-/// Open's first pass: E(K, J0) of every job (into `masks`).
-struct OpenMasks<'s, 'k> {
+/// Data bytes whose keystream open's first pass makes (with E(K, J0) they fill one register).
+const HEAD: usize = 48;
+
+/// Open's first pass: E(K, J0) of every job into `masks`, and the keystream of its first
+/// [`HEAD`] data bytes into `heads` (zeros in), not into the data: nothing is decrypted
+/// before the tag is checked.
+struct OpenHeads<'s, 'k> {
     jobs: &'s [OpenJob<'k>],
     masks: &'s mut [[u8; 16]],
+    heads: &'s mut [[u8; HEAD]],
 }
 
-impl<'k> Streams<'k> for OpenMasks<'_, 'k> {
+impl<'k> Streams<'k> for OpenHeads<'_, 'k> {
     fn count(&self) -> usize {
         self.jobs.len()
     }
@@ -265,21 +303,23 @@ impl<'k> Streams<'k> for OpenMasks<'_, 'k> {
     fn has_mask(&self, _: usize) -> bool {
         true
     }
-    fn len(&self, _: usize) -> usize {
-        0
+    fn len(&self, i: usize) -> usize {
+        self.jobs[i].data.len().min(HEAD)
     }
     fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
-        (Some(&mut self.masks[i]), &mut [])
+        let len = self.jobs[i].data.len().min(HEAD);
+        (Some(&mut self.masks[i]), &mut self.heads[i][..len])
     }
 }
 
-/// Open's second pass: the data of the jobs whose tag verified (the others are left alone).
-struct OpenData<'s, 'k> {
+/// Open's second pass: the data after the first [`HEAD`] bytes (counter 2 + HEAD/16 on) of the
+/// jobs whose tag verified; the others are left alone.
+struct OpenTails<'s, 'k> {
     jobs: &'s mut [OpenJob<'k>],
     ok: &'s [bool],
 }
 
-impl<'k> Streams<'k> for OpenData<'_, 'k> {
+impl<'k> Streams<'k> for OpenTails<'_, 'k> {
     fn count(&self) -> usize {
         self.jobs.len()
     }
@@ -288,21 +328,25 @@ impl<'k> Streams<'k> for OpenData<'_, 'k> {
         &k.aes
     }
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
-        (counter_block(&self.jobs[i].nonce, 2), true)
+        (
+            counter_block(&self.jobs[i].nonce, 2 + HEAD as u32 / 16),
+            true,
+        )
     }
     fn has_mask(&self, _: usize) -> bool {
         false
     }
     fn len(&self, i: usize) -> usize {
         if self.ok[i] {
-            self.jobs[i].data.len()
+            self.jobs[i].data.len().saturating_sub(HEAD)
         } else {
             0
         }
     }
     fn bufs(&mut self, i: usize) -> (Option<&mut [u8; 16]>, &mut [u8]) {
-        if self.ok[i] {
-            (None, self.jobs[i].data)
+        let d = &mut *self.jobs[i].data;
+        if self.ok[i] && d.len() > HEAD {
+            (None, &mut d[HEAD..])
         } else {
             (None, &mut [])
         }
@@ -316,7 +360,8 @@ mod x86 {
     use subtle::ConstantTimeEq;
 
     use super::{
-        aes_ctr, Backend, OpenData, OpenJob, OpenMasks, Powers, SealJob, SealStreams, PASS,
+        aes_ctr, Backend, OpenHeads, OpenJob, OpenTails, Powers, SealJob, SealStreams, HEAD, NPOW,
+        PASS,
     };
 
     /// x¹²⁸ + x¹²⁷ + x¹²⁶ + x¹²¹ + 1 without its top term, as the reduction uses it.
@@ -363,7 +408,7 @@ mod x86 {
     }
 
     /// The hash key's powers for [`ghash`]: `H' = mulX_POLYVAL(ByteReverse(H))` (RFC 8452
-    /// Appendix A), `out[16 - k] = H'^k · x^(-128(k-1))` for k = 1..=16.
+    /// Appendix A), `out[NPOW - k] = H'^k · x^(-128(k-1))` for k = 1..=NPOW.
     ///
     /// # Safety
     /// The CPU must have PCLMULQDQ and SSE2.
@@ -373,11 +418,11 @@ mod x86 {
         let hx = (v << 1) ^ if v >> 127 == 1 { POLY } else { 0 };
         let h1 = load(&hx.to_le_bytes());
         let mut p = h1;
-        for k in 1..=16 {
-            out.0[16 - k] = store(p);
+        for k in 1..=NPOW {
+            out.0[NPOW - k] = store(p);
             p = polyval_mul(p, h1);
         }
-        out.0[16..].iter_mut().for_each(|b| *b = [0; 16]);
+        out.0[NPOW..].iter_mut().for_each(|b| *b = [0; 16]);
     }
 
     /// Blocks hashed per reduction.
@@ -402,14 +447,14 @@ mod x86 {
             0x0809_0a0b_0c0d_0e0f,
         );
         let gp = g.0.as_ptr() as *const __m512i;
-        // Block j is multiplied by H'^(m-j), at index 16 - m + j; blocks m.. meet the zeros.
-        let hp = powers.0[GROUP - m..].as_ptr() as *const __m128i;
+        // Block j is multiplied by H'^(m-j), at index NPOW - m + j; blocks m.. meet the zeros.
+        let hp = powers.0[NPOW - m..].as_ptr() as *const __m128i;
         let mut lo = _mm512_setzero_si512();
         let mut mid = _mm512_setzero_si512();
         let mut hi = _mm512_setzero_si512();
         for z in 0..m.div_ceil(4) {
             // SAFETY: z < ⌈m/4⌉ ≤ 4, so 4z ≤ m - 1: register z holds blocks 4z..4z + 4 ≤ 16
-            // of the group, and the powers read are indices 16 - m + 4z .. + 4 ≤ 19 of the 20.
+            // of the group, and the powers read are indices NPOW - m + 4z .. + 4 ≤ NPOW + 3.
             let (x, h) = unsafe {
                 (
                     _mm512_loadu_si512(gp.add(z) as *const _),
@@ -445,6 +490,77 @@ mod x86 {
     /// byte order.
     #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
     fn ghash(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
+        let na = aad.len().div_ceil(16);
+        let n = na + ct.len().div_ceil(16) + 1;
+        if n <= NPOW {
+            ghash_short(powers, aad, ct, na, n)
+        } else {
+            ghash_long(powers, aad, ct)
+        }
+    }
+
+    /// [`ghash`] of a message of `n` ≤ [`NPOW`] blocks: block b (of the whole message) times
+    /// H'^(n-b), summed unreduced, one reduction. The blocks are read straight from `aad` and
+    /// `ct`, four per load, the partial last load of each byte-masked (which zero-pads it).
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn ghash_short(powers: &Powers, aad: &[u8], ct: &[u8], na: usize, n: usize) -> [u8; 16] {
+        let rev = _mm512_set_epi64(
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+        );
+        let pp = powers.0.as_ptr() as *const __m128i;
+        // Unreduced sums of the products' low, middle and high 64-bit parts.
+        let mut acc = [_mm512_setzero_si512(); 3];
+        // Block b needs H'^(n-b), at index NPOW - n + b; b < n ≤ NPOW, so the four powers read
+        // are within NPOW + 3.
+        let h = |b: usize| {
+            // SAFETY: as just said, inside the NPOW + 4 blocks of `powers`.
+            unsafe { _mm512_loadu_si512(pp.add(NPOW - n + b) as *const _) }
+        };
+        for (seg, first) in [(aad, 0), (ct, na)] {
+            for (k, off) in (0..seg.len()).step_by(64).enumerate() {
+                let rem = (seg.len() - off).min(64);
+                let m: u64 = if rem == 64 { !0 } else { (1 << rem) - 1 };
+                // SAFETY: the mask covers bytes off..off + rem of `seg`, all inside it;
+                // masked-off bytes are not read (and come back zero).
+                let x = unsafe { _mm512_maskz_loadu_epi8(m, seg.as_ptr().add(off) as *const i8) };
+                mul_acc(&mut acc, _mm512_shuffle_epi8(x, rev), h(first + 4 * k));
+            }
+        }
+        let mut lens = [0u8; 16];
+        lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+        lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
+        let x = _mm512_shuffle_epi8(_mm512_zextsi128_si512(load(&lens)), rev);
+        mul_acc(&mut acc, x, h(n - 1));
+        let [lo, mid, hi] = acc;
+        let lo = _mm512_xor_si512(lo, _mm512_bslli_epi128::<8>(mid));
+        let hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128::<8>(mid));
+        let s = store(reduce(fold(lo), fold(hi)));
+        u128::from_le_bytes(s).to_be_bytes()
+    }
+
+    /// `acc += x · h` lane by lane, unreduced (schoolbook: low, middle, high parts).
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn mul_acc(acc: &mut [__m512i; 3], x: __m512i, h: __m512i) {
+        acc[0] = _mm512_xor_si512(acc[0], _mm512_clmulepi64_epi128::<0x00>(x, h));
+        acc[1] = _mm512_ternarylogic_epi64::<0x96>(
+            acc[1],
+            _mm512_clmulepi64_epi128::<0x01>(x, h),
+            _mm512_clmulepi64_epi128::<0x10>(x, h),
+        );
+        acc[2] = _mm512_xor_si512(acc[2], _mm512_clmulepi64_epi128::<0x11>(x, h));
+    }
+
+    /// [`ghash`] of a longer message: copied 16 blocks at a time into a buffer, one reduction
+    /// per 16 blocks.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn ghash_long(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
         let mut g = Group([[0; 16]; GROUP]);
         let mut n = 0;
         let mut acc = _mm_setzero_si128();
@@ -499,23 +615,34 @@ mod x86 {
         }
     }
 
-    /// Opens up to [`PASS`] jobs: the tag masks in one multi-buffer pass, GHASH of each
-    /// ciphertext and a constant-time tag check, then counter mode over the jobs that passed.
+    /// Opens up to [`PASS`] jobs: the tag masks and the keystream of the first [`HEAD`] bytes
+    /// in one multi-buffer pass (one register per packet), GHASH of each ciphertext and a
+    /// constant-time tag check, then counter mode over the rest of the jobs that passed.
     pub(super) fn open(jobs: &mut [OpenJob<'_>], ok: &mut [bool]) {
         let mut masks = [[0u8; 16]; PASS];
+        let mut heads = [[0u8; HEAD]; PASS];
         let n = jobs.len();
         aes_ctr::run(
-            &mut OpenMasks {
+            &mut OpenHeads {
                 jobs: &*jobs,
                 masks: &mut masks[..n],
+                heads: &mut heads[..n],
             },
             Backend::Vaes,
         );
-        for ((j, mask), ok) in jobs.iter().zip(&masks).zip(ok.iter_mut()) {
+        for ((j, mask), (ok, head)) in jobs.iter_mut().zip(&masks).zip(ok.iter_mut().zip(&heads)) {
             // SAFETY: as in `seal`.
             let s = unsafe { ghash(&j.key.powers, j.aad, j.data) };
-            *ok = xor16(s, mask).ct_eq(j.tag).into();
+            // One 128-bit comparison (subtle's per-byte compare costs a call per byte).
+            *ok = u128::from_ne_bytes(xor16(s, mask))
+                .ct_eq(&u128::from_ne_bytes(*j.tag))
+                .into();
+            if *ok {
+                for (d, k) in j.data.iter_mut().zip(head) {
+                    *d ^= k;
+                }
+            }
         }
-        aes_ctr::run(&mut OpenData { jobs, ok: &*ok }, Backend::Vaes);
+        aes_ctr::run(&mut OpenTails { jobs, ok: &*ok }, Backend::Vaes);
     }
 }
