@@ -53,7 +53,7 @@ pub const DEFAULT_GROUP: usize = 64;
 /// Whether AES-GCM goes to the GCM kernel by default: only where it was measured faster than
 /// the default provider's AES-GCM (aws-lc) one packet at a time (`cargo bench --bench engines`;
 /// docs/benchmarks.md).
-pub const DEFAULT_GCM_KERNEL: bool = false;
+pub const DEFAULT_GCM_KERNEL: bool = true;
 
 /// The multi-buffer engine (see the module docs).
 #[derive(Debug, Clone)]
@@ -334,6 +334,37 @@ fn flush(
     }
     // AEAD: seal, or open (checking the tag, decrypting only what verifies), in the GCM kernel.
     aead_group(waiting, packets, selected, seal_jobs, open_jobs, opened);
+    if waiting.iter().any(|w| !w.aead) {
+        hmac_group(waiting, packets, selected, tags);
+    }
+    for w in waiting.iter() {
+        let RtpSpan { len, tag_len, .. } = w.span;
+        results[w.packet] = if w.protect {
+            Ok(len + tag_len)
+        } else if w.authentic {
+            contexts[w.context]
+                .unprotect_rtp_commit(&w.span)
+                .map(|()| len - tag_len)
+        } else {
+            Err(Error::AuthFailed)
+        };
+    }
+    waiting.clear();
+    *generation = generation.wrapping_add(1);
+    if *generation == 0 {
+        busy.fill(0);
+        *generation = 1;
+    }
+}
+
+/// The HMAC-SHA1 profiles' part of a group: protect encrypts then tags; unprotect tags,
+/// compares and decrypts what authenticated.
+fn hmac_group(
+    waiting: &mut [Waiting],
+    packets: &mut [Packet<'_>],
+    selected: &mut Vec<u32>,
+    tags: &mut Vec<[u8; 20]>,
+) {
     // Protect: encrypt first (the tag covers the ciphertext).
     keystreams(waiting, selected, packets, |w| w.protect);
     // Every tag, in the lanes: over the packet as sent (protect: all of it; unprotect: all
@@ -372,24 +403,6 @@ fn flush(
     }
     // Unprotect: decrypt only what authenticated.
     keystreams(waiting, selected, packets, |w| !w.protect && w.authentic);
-    for w in waiting.iter() {
-        let RtpSpan { len, tag_len, .. } = w.span;
-        results[w.packet] = if w.protect {
-            Ok(len + tag_len)
-        } else if w.authentic {
-            contexts[w.context]
-                .unprotect_rtp_commit(&w.span)
-                .map(|()| len - tag_len)
-        } else {
-            Err(Error::AuthFailed)
-        };
-    }
-    waiting.clear();
-    *generation = generation.wrapping_add(1);
-    if *generation == 0 {
-        busy.fill(0);
-        *generation = 1;
-    }
 }
 
 /// Takes a job list's allocation over to a list of another lifetime (an empty `Vec` collected
