@@ -410,6 +410,21 @@ impl Context {
         self.provider.name()
     }
 
+    /// The context's master keys (those of its template and of streams not keyed apart).
+    pub(crate) fn master_keys(&self) -> &Arc<Keys> {
+        &self.keys
+    }
+
+    /// The keys of the stream for `ssrc`: the master keys unless `own` (the stream was keyed
+    /// apart, [`Self::add_stream_with_key`]).
+    pub(crate) fn rtp_keys_for(&self, ssrc: u32, own: bool) -> Option<&Keys> {
+        if own {
+            self.streams.get(&ssrc).map(|s| &*s.keys)
+        } else {
+            Some(&self.keys)
+        }
+    }
+
     /// Which multi-buffer kernels this context's RTP packets can go to (streams keyed apart
     /// share the context's profile).
     pub(crate) fn rtp_lanes(&self) -> Lanes {

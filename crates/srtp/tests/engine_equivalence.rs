@@ -585,3 +585,66 @@ fn every_engine_matches_the_serial_engine() {
         check_seed(seed, 100);
     }
 }
+
+/// Streams keyed apart from their context's master key (`add_stream_with_key`), mixed in one
+/// batch with streams on the master key, protected then unprotected: the multi-buffer engine
+/// (which finds each packet's keys again in its context) gives the serial engine's bytes and
+/// statuses, forged packets included.
+#[test]
+fn streams_keyed_apart_match_the_serial_engine() {
+    use secrelay_srtp::Direction;
+    for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
+        let own = master(profile, 1);
+        let make = || {
+            let mut tx = Context::new(Policy::new(master(profile, 0)).any_outbound()).unwrap();
+            tx.add_stream_with_key(7, Direction::Outbound, &own)
+                .unwrap();
+            let mut rx = Context::new(Policy::new(master(profile, 0)).any_inbound()).unwrap();
+            rx.add_stream_with_key(7, Direction::Inbound, &own).unwrap();
+            vec![tx, rx]
+        };
+        let mut rng = StdRng::seed_from_u64(7);
+        let plain: Vec<Input> = (0..40u16)
+            .map(|i| {
+                let ssrc = if i % 3 == 0 { 5 } else { 7 };
+                Input::new(0, Op::ProtectRtp, rtp(&mut rng, ssrc, i, 160), 32)
+            })
+            .collect();
+        let engines: [&dyn Engine; 2] = [&SerialEngine, &SimdEngine::new()];
+        let mut outs = Vec::new();
+        for engine in engines {
+            let mut ctx = make();
+            let (bufs, res) = run_batch(engine, &mut ctx, &plain);
+            // Unprotect what was protected; every fifth packet forged.
+            let protected: Vec<Input> = bufs
+                .iter()
+                .zip(&res)
+                .enumerate()
+                .map(|(i, (b, r))| {
+                    let mut pkt = b[..*r.as_ref().unwrap()].to_vec();
+                    if i % 5 == 4 {
+                        let last = pkt.len() - 1;
+                        pkt[last] ^= 1;
+                    }
+                    Input::new(1, Op::UnprotectRtp, pkt, 0)
+                })
+                .collect();
+            let (bufs2, res2) = run_batch(engine, &mut ctx, &protected);
+            outs.push((bufs, res, bufs2, res2));
+        }
+        let (a, b) = (&outs[0], &outs[1]);
+        assert_eq!(a.1, b.1, "{profile}: protect statuses");
+        assert_eq!(a.0, b.0, "{profile}: protected bytes");
+        assert_eq!(a.3, b.3, "{profile}: unprotect statuses");
+        let forged = a.3.iter().filter(|r| r.is_err()).count();
+        assert_eq!(
+            forged, 8,
+            "{profile}: the forged packets, and only they, fail"
+        );
+        for (i, r) in a.3.iter().enumerate() {
+            if r.is_ok() {
+                assert_eq!(a.2[i], b.2[i], "{profile}: packet {i}");
+            }
+        }
+    }
+}

@@ -104,7 +104,8 @@ struct Waiting {
     packet: usize,
     context: usize,
     span: RtpSpan,
-    keys: Arc<Keys>,
+    /// The packet's stream has keys of its own (else it uses its context's master keys).
+    own_keys: bool,
     protect: bool,
     /// An AEAD profile (AES-GCM): sealed or opened in the GCM kernel.
     aead: bool,
@@ -114,6 +115,14 @@ struct Waiting {
 }
 
 impl Waiting {
+    /// The packet's keys, found again in its context (cheaper than holding a reference count
+    /// per packet).
+    fn keys<'c>(&self, contexts: &'c [Context]) -> Option<&'c Keys> {
+        contexts
+            .get(self.context)?
+            .rtp_keys_for(self.span.ssrc, self.own_keys)
+    }
+
     /// The encrypted part of the packet: header to tag (protect: the input's end).
     fn payload(&self) -> core::ops::Range<usize> {
         let end = if self.protect {
@@ -127,6 +136,7 @@ impl Waiting {
 
 /// The keystreams of the selected waiting packets, as the AES kernel takes them.
 struct Keystreams<'s, 'p> {
+    contexts: &'s [Context],
     waiting: &'s [Waiting],
     /// Indices into `waiting` of the packets to encrypt or decrypt (each has an AES key).
     selected: &'s [u32],
@@ -144,14 +154,15 @@ impl<'s> Streams<'s> for Keystreams<'s, '_> {
         self.selected.len()
     }
     fn key(&self, i: usize) -> &'s AesKey {
-        match self.waiting(i).keys.cm_rtp().and_then(|k| k.ctr) {
+        let keys = self.waiting(i).keys(self.contexts);
+        match keys.and_then(|k| k.cm_rtp()).and_then(|k| k.ctr) {
             Some(k) => k,
             None => unreachable!("only packets with an AES key are selected"),
         }
     }
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
         let w = self.waiting(i);
-        let salt = match w.keys.cm_rtp() {
+        let salt = match w.keys(self.contexts).and_then(|k| k.cm_rtp()) {
             Some(k) => k.salt,
             None => unreachable!("only packets with AES-CM keys are selected"),
         };
@@ -172,6 +183,7 @@ impl<'s> Streams<'s> for Keystreams<'s, '_> {
 /// Encrypts (protect) or decrypts (authentic unprotect) the selected packets' payloads in
 /// the multi-buffer AES kernel.
 fn keystreams(
+    contexts: &[Context],
     waiting: &[Waiting],
     selected: &mut Vec<u32>,
     packets: &mut [Packet<'_>],
@@ -182,13 +194,19 @@ fn keystreams(
         waiting
             .iter()
             .enumerate()
-            .filter(|(_, w)| pick(w) && w.keys.cm_rtp().is_some_and(|k| k.ctr.is_some()))
+            .filter(|(_, w)| {
+                pick(w)
+                    && w.keys(contexts)
+                        .and_then(|k| k.cm_rtp())
+                        .is_some_and(|k| k.ctr.is_some())
+            })
             .map(|(i, _)| i as u32),
     );
     if selected.is_empty() {
         return;
     }
     let mut streams = Keystreams {
+        contexts,
         waiting,
         selected,
         packets,
@@ -281,6 +299,8 @@ impl SimdEngine {
                 continue;
             }
             let protect = p.op == Op::ProtectRtp;
+            // Only compared, never dereferenced: whether the stream uses the master keys.
+            let master = Arc::as_ptr(ctx.master_keys());
             let begun = if protect {
                 ctx.protect_rtp_begin(p.buf, p.len)
             } else {
@@ -293,7 +313,7 @@ impl SimdEngine {
                         packet: pi,
                         context: ci,
                         span,
-                        keys: keys.clone(),
+                        own_keys: !core::ptr::eq(Arc::as_ptr(keys), master),
                         protect,
                         aead: keys.gcm_rtp().is_some(),
                         roc: span.roc().to_be_bytes(),
@@ -333,9 +353,11 @@ fn flush(
         return;
     }
     // AEAD: seal, or open (checking the tag, decrypting only what verifies), in the GCM kernel.
-    aead_group(waiting, packets, selected, seal_jobs, open_jobs, opened);
+    aead_group(
+        contexts, waiting, packets, selected, seal_jobs, open_jobs, opened,
+    );
     if waiting.iter().any(|w| !w.aead) {
-        hmac_group(waiting, packets, selected, tags);
+        hmac_group(contexts, waiting, packets, selected, tags);
     }
     for w in waiting.iter() {
         let RtpSpan { len, tag_len, .. } = w.span;
@@ -360,13 +382,14 @@ fn flush(
 /// The HMAC-SHA1 profiles' part of a group: protect encrypts then tags; unprotect tags,
 /// compares and decrypts what authenticated.
 fn hmac_group(
+    contexts: &[Context],
     waiting: &mut [Waiting],
     packets: &mut [Packet<'_>],
     selected: &mut Vec<u32>,
     tags: &mut Vec<[u8; 20]>,
 ) {
     // Protect: encrypt first (the tag covers the ciphertext).
-    keystreams(waiting, selected, packets, |w| w.protect);
+    keystreams(contexts, waiting, selected, packets, |w| w.protect);
     // Every tag, in the lanes: over the packet as sent (protect: all of it; unprotect: all
     // but the received tag), followed by the ROC.
     if tags.len() < waiting.len() {
@@ -379,7 +402,7 @@ fn hmac_group(
             |i| {
                 let w = &waiting[i];
                 Some(HmacJob {
-                    key: w.keys.cm_rtp()?.auth,
+                    key: w.keys(contexts)?.cm_rtp()?.auth,
                     a: &packets[w.packet].buf[..w.payload().end],
                     b: &w.roc,
                 })
@@ -397,12 +420,14 @@ fn hmac_group(
         if w.protect {
             buf[len..len + tag_len].copy_from_slice(&tag[..tag_len]);
         } else {
-            w.authentic =
-                w.keys.cm_rtp().is_some() && tags_equal(&tag[..tag_len], &buf[len - tag_len..len]);
+            w.authentic = w.keys(contexts).and_then(|k| k.cm_rtp()).is_some()
+                && tags_equal(&tag[..tag_len], &buf[len - tag_len..len]);
         }
     }
     // Unprotect: decrypt only what authenticated.
-    keystreams(waiting, selected, packets, |w| !w.protect && w.authentic);
+    keystreams(contexts, waiting, selected, packets, |w| {
+        !w.protect && w.authentic
+    });
 }
 
 /// Takes a job list's allocation over to a list of another lifetime (an empty `Vec` collected
@@ -415,6 +440,7 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
 /// Seals the group's AEAD protects and opens its AEAD unprotects in the GCM kernel, marking
 /// each unprotect authentic or not.
 fn aead_group(
+    contexts: &[Context],
     waiting: &mut [Waiting],
     packets: &mut [Packet<'_>],
     opens: &mut Vec<u32>,
@@ -444,7 +470,7 @@ fn aead_group(
                 continue;
             }
             todo.next();
-            let Some((key, salt)) = w.keys.gcm_rtp() else {
+            let Some((key, salt)) = w.keys(contexts).and_then(|k| k.gcm_rtp()) else {
                 continue;
             };
             let RtpSpan {
