@@ -206,10 +206,10 @@ fn run_lanes<'a>(
             }
         }
     }
-    // The states passed through keyed values; the tails held message bytes.
+    // The states passed through the keyed inner and outer states (key equivalents): wiped.
+    // The tails and outer blocks hold what is hashed (SRTP authenticates the packet as sent)
+    // and inner digests, neither of which gives the key.
     states.zeroize();
-    tails.zeroize();
-    outers.zeroize();
 }
 
 #[cfg(test)]
