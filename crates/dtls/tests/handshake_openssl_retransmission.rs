@@ -1,0 +1,269 @@
+//! The OpenSSL engine's retransmissions on the injected clock are new records: every epoch-0
+//! record it sends carries a sequence number it never sent before (RFC 6347 §4.2.4), so a peer
+//! that saw and dropped an original (OpenSSL drops a ChangeCipherSpec that arrives before the
+//! handshake messages it follows) takes the retransmission instead of discarding it as a replay.
+//! And handshakes finish over lossy, reordering links for every engine pairing and suite family,
+//! over many seeds, on simulated time.
+
+mod handshake_support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use handshake_support::{run, Link, Rng, Run};
+use secrelay_dtls::{
+    Certificate, CipherSuite, EndpointConfig, EngineChoice, KeyType, LocalCertificate, Role,
+};
+
+const OSSL: EngineChoice = EngineChoice::Openssl;
+const DIMPL: EngineChoice = EngineChoice::Dimpl;
+
+/// Seeds per pairing.
+const SEEDS: u64 = 200;
+
+/// One DTLS record header: content type, epoch, sequence number; and the whole record.
+struct Rec<'a> {
+    content_type: u8,
+    epoch: u16,
+    seq: u64,
+    bytes: &'a [u8],
+}
+
+fn records(d: &[u8]) -> Vec<Rec<'_>> {
+    let mut out = Vec::new();
+    let mut rest = d;
+    while rest.len() >= 13 {
+        let len = 13 + usize::from(u16::from_be_bytes([rest[11], rest[12]]));
+        let len = len.min(rest.len());
+        out.push(Rec {
+            content_type: rest[0],
+            epoch: u16::from_be_bytes([rest[3], rest[4]]),
+            seq: u64::from_be_bytes([0, 0, rest[5], rest[6], rest[7], rest[8], rest[9], rest[10]]),
+            bytes: &rest[..len],
+        });
+        rest = &rest[len..];
+    }
+    out
+}
+
+/// Whether a record is a HelloVerifyRequest (its number echoes the ClientHello's).
+fn is_hello_verify_request(r: &Rec<'_>) -> bool {
+    r.epoch == 0 && r.content_type == 22 && r.bytes.get(13) == Some(&3)
+}
+
+/// What one side's datagrams show about its record numbers.
+#[derive(Debug, Default)]
+struct Numbering {
+    /// Epoch-0 records sent under a number already used for another epoch-0 record.
+    epoch0_reused: usize,
+    /// Epoch-0 records sent.
+    epoch0_records: usize,
+    /// Epoch-1 records resent as byte copies (same number): the engine cannot re-encrypt them.
+    epoch1_copies: usize,
+    /// Epoch-1 records sent under a number already used for a different record (never
+    /// allowed: that would be a nonce reuse).
+    epoch1_conflicts: usize,
+}
+
+/// Checks every record `sent` (one side's datagrams, in order) for reused numbers.
+fn numbering(sent: &[Vec<u8>]) -> Numbering {
+    let mut n = Numbering::default();
+    let mut seen: HashMap<(u16, u64), &[u8]> = HashMap::new();
+    for d in sent {
+        for r in records(d) {
+            if r.epoch == 0 {
+                n.epoch0_records += 1;
+            }
+            // A HelloVerifyRequest takes the ClientHello's number by rule (RFC 6347 §4.2.1),
+            // which the client may repeat; it is not one of our own numbers.
+            if is_hello_verify_request(&r) {
+                continue;
+            }
+            match seen.insert((r.epoch, r.seq), r.bytes) {
+                None => {}
+                Some(_) if r.epoch == 0 => n.epoch0_reused += 1,
+                Some(before) if before == r.bytes => n.epoch1_copies += 1,
+                Some(_) => n.epoch1_conflicts += 1,
+            }
+        }
+    }
+    n
+}
+
+/// A lossy, reordering link: 10–30 % loss each way (by seed), 40 ms RTT with up to 60 ms of
+/// jitter (so datagrams overtake each other), 5 % duplicated.
+fn lossy(seed: u64) -> Link {
+    Link {
+        delay: Duration::from_millis(20),
+        jitter: Duration::from_millis(60),
+        loss: 0.10 + 0.05 * (seed % 5) as f64,
+        duplicate: 0.05,
+        rng: Rng::new(seed),
+    }
+}
+
+/// One engine pairing with one suite family.
+struct Case {
+    name: &'static str,
+    client: EndpointConfig,
+    server: EndpointConfig,
+}
+
+fn case(
+    name: &'static str,
+    kind: KeyType,
+    client: EngineChoice,
+    server: EngineChoice,
+    suites: &[CipherSuite],
+) -> Case {
+    let cc = Certificate::self_signed(kind, "secrelay-retransmission-client").unwrap();
+    let sc = Certificate::self_signed(kind, "secrelay-retransmission-server").unwrap();
+    let mut c = EndpointConfig::new(Role::Client, LocalCertificate::from(&cc), sc.fingerprint());
+    let mut s = EndpointConfig::new(Role::Server, LocalCertificate::from(&sc), cc.fingerprint());
+    for (cfg, engine) in [(&mut c, client), (&mut s, server)] {
+        cfg.engine = engine;
+        cfg.cipher_suites = suites.to_vec();
+        // Enough retries that a run of bad luck at 30 % loss does not exhaust them: a failure
+        // here is a stall, not the link.
+        cfg.timers.max_retransmissions = 12;
+        cfg.timers.handshake_timeout = Duration::from_secs(600);
+    }
+    Case {
+        name,
+        client: c,
+        server: s,
+    }
+}
+
+/// What `SEEDS` runs of one case came to.
+struct Tally {
+    /// Handshakes that did not finish, with their seeds.
+    failures: Vec<String>,
+    /// Records an OpenSSL side sent under a number it had used before (epoch 0), or under the
+    /// number of a different record (epoch 1), with their seeds.
+    reused_numbers: Vec<String>,
+}
+
+/// Runs `SEEDS` handshakes of `case` over `lossy` links, checking the OpenSSL sides' record
+/// numbers.
+fn run_case(case: &Case) -> Tally {
+    let mut failures = Vec::new();
+    let mut reused_numbers = Vec::new();
+    let (mut lost, mut copies) = (0, 0);
+    for seed in 0..SEEDS {
+        let r: Run = run(
+            case.client.clone(),
+            case.server.clone(),
+            lossy(seed),
+            Duration::from_secs(1200),
+        );
+        lost += r.dropped;
+        match (&r.client.connected, &r.server.connected) {
+            (Some(_), Some(_)) => {
+                assert_eq!(
+                    r.client.keys().exported().as_bytes(),
+                    r.server.keys().exported().as_bytes(),
+                    "{} seed {seed}: keys differ",
+                    case.name
+                );
+            }
+            _ => failures.push(format!(
+                "seed {seed}: client {:?}, server {:?}",
+                r.client.failed, r.server.failed
+            )),
+        }
+        for (side, cfg, outcome) in [
+            ("client", &case.client, &r.client),
+            ("server", &case.server, &r.server),
+        ] {
+            if cfg.engine != OSSL && cfg.resolved_engine() != OSSL {
+                continue;
+            }
+            let n = numbering(&outcome.sent);
+            if n.epoch0_reused > 0 || n.epoch1_conflicts > 0 {
+                reused_numbers.push(format!("seed {seed} {side}: {n:?}"));
+            }
+            copies += n.epoch1_copies;
+        }
+    }
+    eprintln!(
+        "{}: {} of {SEEDS} failed, {} with reused record numbers, {lost} datagrams lost, \
+         {copies} epoch-1 Finished copies",
+        case.name,
+        failures.len(),
+        reused_numbers.len(),
+    );
+    assert!(lost > 0, "{}: the link lost nothing", case.name);
+    Tally {
+        failures,
+        reused_numbers,
+    }
+}
+
+fn assert_all_finish(case: Case) {
+    let t = run_case(&case);
+    assert!(
+        t.failures.is_empty() && t.reused_numbers.is_empty(),
+        "{}: {} of {SEEDS} handshakes failed: {}\nrecord numbers sent twice in {} runs: {}",
+        case.name,
+        t.failures.len(),
+        t.failures.join("; "),
+        t.reused_numbers.len(),
+        t.reused_numbers.join("; ")
+    );
+}
+
+#[test]
+fn ecdhe_ecdsa_openssl_to_openssl_finishes_under_loss() {
+    assert_all_finish(case(
+        "ECDHE-ECDSA openssl->openssl",
+        KeyType::EcdsaP256,
+        OSSL,
+        OSSL,
+        &[],
+    ));
+}
+
+#[test]
+fn ecdhe_ecdsa_openssl_client_dimpl_server_finishes_under_loss() {
+    assert_all_finish(case(
+        "ECDHE-ECDSA openssl->dimpl",
+        KeyType::EcdsaP256,
+        OSSL,
+        DIMPL,
+        &[],
+    ));
+}
+
+#[test]
+fn ecdhe_ecdsa_dimpl_client_openssl_server_finishes_under_loss() {
+    assert_all_finish(case(
+        "ECDHE-ECDSA dimpl->openssl",
+        KeyType::EcdsaP256,
+        DIMPL,
+        OSSL,
+        &[],
+    ));
+}
+
+#[test]
+fn ecdhe_rsa_openssl_to_openssl_finishes_under_loss() {
+    assert_all_finish(case(
+        "ECDHE-RSA openssl->openssl",
+        KeyType::Rsa2048,
+        OSSL,
+        OSSL,
+        &[CipherSuite::EcdheRsaAes128GcmSha256],
+    ));
+}
+
+#[test]
+fn dhe_rsa_openssl_to_openssl_finishes_under_loss() {
+    assert_all_finish(case(
+        "DHE-RSA openssl->openssl",
+        KeyType::Rsa2048,
+        OSSL,
+        OSSL,
+        &[CipherSuite::DheRsaAes128GcmSha256],
+    ));
+}
