@@ -10,9 +10,12 @@ mod handshake_support;
 use std::collections::HashMap;
 use std::time::Duration;
 
-use handshake_support::{run, Link, Rng, Run};
+use std::time::Instant;
+
+use handshake_support::{drain, run, Link, Outcome, Rng, Run};
 use secrelay_dtls::{
-    Certificate, CipherSuite, EndpointConfig, EngineChoice, KeyType, LocalCertificate, Role,
+    Certificate, CipherSuite, Endpoint, EndpointConfig, EngineChoice, KeyType, LocalCertificate,
+    Role,
 };
 
 const OSSL: EngineChoice = EngineChoice::Openssl;
@@ -211,6 +214,112 @@ fn assert_all_finish(case: Case) {
         t.reused_numbers.len(),
         t.reused_numbers.join("; ")
     );
+}
+
+/// `d` with the sequence number of every record zeroed: what a retransmission must repeat.
+fn without_numbers(d: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records(d) {
+        let mut b = r.bytes.to_vec();
+        b[5..11].fill(0);
+        out.extend(b);
+    }
+    out
+}
+
+/// Checks one side's datagrams: its epoch-0 record numbers rise strictly (so none was sent
+/// before), HelloVerifyRequests aside, and every datagram sent more than once repeats the same
+/// records under new epoch-0 numbers. Returns how many datagrams were retransmissions.
+fn assert_fresh_numbers(side: &str, sent: &[Vec<u8>]) -> usize {
+    let mut last: Option<u64> = None;
+    let mut originals: Vec<Vec<u8>> = Vec::new();
+    let mut resent = 0;
+    for d in sent {
+        for r in records(d) {
+            if r.epoch != 0 || is_hello_verify_request(&r) {
+                continue;
+            }
+            assert!(
+                last.is_none_or(|l| r.seq > l),
+                "{side}: epoch-0 record number {} after {last:?}",
+                r.seq
+            );
+            last = Some(r.seq);
+        }
+        let shape = without_numbers(d);
+        if originals.contains(&shape) {
+            resent += 1;
+        } else {
+            originals.push(shape);
+        }
+    }
+    resent
+}
+
+/// Every flight is lost `drops` times, then delivered: each retransmitted datagram carries the
+/// same records under epoch-0 numbers never sent before, and the handshake then finishes.
+/// Covers the client's ClientHello (before and after the cookie), the server's flight 4 and
+/// the client's flight 5, for ECDSA and RSA (two-datagram flights), with OpenSSL on both sides.
+#[test]
+fn every_retransmitted_datagram_carries_numbers_never_sent_before() {
+    for kind in [KeyType::EcdsaP256, KeyType::Rsa2048] {
+        let Case {
+            mut client,
+            mut server,
+            ..
+        } = case("fresh numbers", kind, OSSL, OSSL, &[]);
+        // Every timer is let run past the largest RTO below: no overall deadline in the way.
+        client.timers.handshake_timeout = Duration::from_secs(24 * 3600);
+        server.timers.handshake_timeout = Duration::from_secs(24 * 3600);
+        let mut now = Instant::now();
+        let mut c = Endpoint::new(client, now).unwrap();
+        let mut s = Endpoint::new(server, now).unwrap();
+        let (mut co, mut so) = (Outcome::default(), Outcome::default());
+        let (mut to_server, _) = drain(&mut c, &mut co);
+        drain(&mut s, &mut so);
+        let mut to_client: Vec<Vec<u8>> = Vec::new();
+        // Each step: the flight in the air is lost twice (both sides' timers fire), then
+        // delivered.
+        for _ in 0..8 {
+            if co.connected.is_some() && so.connected.is_some() {
+                break;
+            }
+            for _ in 0..2 {
+                now += Duration::from_secs(61);
+                for (ep, out) in [(&mut c, &mut co), (&mut s, &mut so)] {
+                    ep.handle_timeout(now);
+                    drain(ep, out);
+                }
+            }
+            now += Duration::from_millis(10);
+            let mut next_to_client = Vec::new();
+            for d in std::mem::take(&mut to_server) {
+                s.handle_datagram(now, &d);
+                next_to_client.extend(drain(&mut s, &mut so).0);
+            }
+            for d in std::mem::take(&mut to_client) {
+                c.handle_datagram(now, &d);
+                to_server.extend(drain(&mut c, &mut co).0);
+            }
+            to_client = next_to_client;
+        }
+        assert!(
+            co.connected.is_some() && so.connected.is_some(),
+            "{kind:?}: client {:?}, server {:?}",
+            co.failed,
+            so.failed
+        );
+        assert_eq!(
+            co.keys().exported().as_bytes(),
+            so.keys().exported().as_bytes()
+        );
+        let resent_c = assert_fresh_numbers("client", &co.sent);
+        let resent_s = assert_fresh_numbers("server", &so.sent);
+        assert!(
+            resent_c >= 4 && resent_s >= 2,
+            "{kind:?}: retransmissions client {resent_c}, server {resent_s}"
+        );
+    }
 }
 
 #[test]
