@@ -489,7 +489,16 @@ impl OpensslEngine {
         true
     }
 
-    /// Our timer fired: let OpenSSL retransmit if its own timer is due, else resend copies.
+    /// Queues the last flight again, every epoch-0 record of it under a new sequence number.
+    fn resend_flight(&mut self) {
+        for d in &self.flight {
+            let mut d = d.clone();
+            self.epoch0.renumber(&mut d);
+            self.out.push_back(EngineOutput::Transmit(d));
+        }
+    }
+
+    /// Our timer fired: let OpenSSL retransmit if its own timer is due, else resend the flight.
     fn retransmit(&mut self) -> Result<(), FailReason> {
         self.retries += 1;
         if self.retries > self.timers.max_retransmissions {
@@ -513,17 +522,6 @@ impl OpensslEngine {
             self.retransmit_at = Some(self.now + self.rto);
         }
         Ok(())
-    }
-}
-
-impl OpensslEngine {
-    /// Queues the last flight again, every epoch-0 record of it under a new sequence number.
-    fn resend_flight(&mut self) {
-        for d in &self.flight {
-            let mut d = d.clone();
-            self.epoch0.renumber(&mut d);
-            self.out.push_back(EngineOutput::Transmit(d));
-        }
     }
 }
 
@@ -608,8 +606,9 @@ impl Epoch0Numbering {
                 }
                 _ => {
                     let n = self.next;
-                    // Past 2^48 - 1 the number would wrap; a handshake sends a few dozen records,
-                    // so only a peer that forced a huge HelloVerifyRequest number gets here.
+                    // Past 2^48 - 1 the number would wrap: it stays there instead. A handshake
+                    // sends a few dozen records, so only a peer whose ClientHello carried a number
+                    // near the end gets here, and only it is hurt (its replay check drops them).
                     self.next = (self.next + 1).min(MAX_RECORD_SEQ);
                     n
                 }
