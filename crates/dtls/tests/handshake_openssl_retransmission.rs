@@ -376,3 +376,74 @@ fn dhe_rsa_openssl_to_openssl_finishes_under_loss() {
         &[CipherSuite::DheRsaAes128GcmSha256],
     ));
 }
+
+/// The stall itself, without a random link: the client's last flight spans several datagrams,
+/// the first is lost, so OpenSSL's server sees the ChangeCipherSpec before the handshake messages
+/// it follows and drops it. The client's retransmission (its timer fires) must bring a
+/// ChangeCipherSpec the server takes, for either client engine.
+#[test]
+fn a_change_cipher_spec_dropped_early_is_taken_from_the_retransmission() {
+    for client_engine in [OSSL, DIMPL] {
+        let Case {
+            mut client,
+            mut server,
+            ..
+        } = case("early CCS", KeyType::EcdsaP256, client_engine, OSSL, &[]);
+        // Small datagrams: every flight spans several.
+        client.mtu = 400;
+        server.mtu = 400;
+        server.server_cookies = false;
+        let mut now = Instant::now();
+        let mut c = Endpoint::new(client, now).unwrap();
+        let mut s = Endpoint::new(server, now).unwrap();
+        let (mut co, mut so) = (Outcome::default(), Outcome::default());
+        let deliver = |ep: &mut Endpoint, out: &mut Outcome, now, ds: &[Vec<u8>]| {
+            let mut tx = Vec::new();
+            for d in ds {
+                ep.handle_datagram(now, d);
+                tx.extend(drain(ep, out).0);
+            }
+            tx
+        };
+        let hello = drain(&mut c, &mut co).0;
+        drain(&mut s, &mut so);
+        let flight4 = deliver(&mut s, &mut so, now, &hello);
+        let flight5 = deliver(&mut c, &mut co, now, &flight4);
+        assert!(
+            flight5.len() >= 2,
+            "{client_engine:?}: flight 5 in one datagram"
+        );
+        let ccs_at = flight5
+            .iter()
+            .position(|d| records(d).iter().any(|r| r.content_type == 20))
+            .expect("a ChangeCipherSpec in flight 5");
+        assert!(
+            ccs_at > 0,
+            "{client_engine:?}: the CCS is in the first datagram"
+        );
+        // The first datagram is lost: the server takes the later ones, CCS included, early.
+        let answer = deliver(&mut s, &mut so, now, &flight5[1..]);
+        assert!(answer.is_empty() && so.connected.is_none() && so.failed.is_none());
+        // The client's timer fires; its retransmission arrives whole.
+        let mut last = Vec::new();
+        for _ in 0..6 {
+            if so.connected.is_some() {
+                break;
+            }
+            now += Duration::from_secs(61);
+            c.handle_timeout(now);
+            let again = drain(&mut c, &mut co).0;
+            last = deliver(&mut s, &mut so, now, &again);
+        }
+        assert!(
+            so.connected.is_some(),
+            "{client_engine:?}: the server never took the retransmitted flight: {so:?}"
+        );
+        deliver(&mut c, &mut co, now, &last);
+        assert!(co.connected.is_some(), "{client_engine:?}: client {co:?}");
+        assert_eq!(
+            co.keys().exported().as_bytes(),
+            so.keys().exported().as_bytes()
+        );
+    }
+}
