@@ -447,3 +447,14 @@ fn a_change_cipher_spec_dropped_early_is_taken_from_the_retransmission() {
         );
     }
 }
+
+#[test]
+fn ecdhe_ecdsa_ccm8_openssl_to_openssl_finishes_under_loss() {
+    assert_all_finish(case(
+        "ECDHE-ECDSA-CCM8 openssl->openssl",
+        KeyType::EcdsaP256,
+        OSSL,
+        OSSL,
+        &[CipherSuite::EcdheEcdsaAes128Ccm8],
+    ));
+}
