@@ -50,7 +50,7 @@ impl Rng {
 }
 
 /// What one side ended with.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Outcome {
     pub connected: Option<Event>,
     pub failed: Option<FailReason>,
@@ -59,6 +59,19 @@ pub struct Outcome {
     pub max_datagram: usize,
     /// Every datagram this side sent, in order.
     pub sent: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("connected", &self.connected)
+            .field("failed", &self.failed)
+            .field("closed", &self.closed)
+            .field("transmits", &self.transmits)
+            .field("max_datagram", &self.max_datagram)
+            .field("sent", &format_args!("{} datagrams", self.sent.len()))
+            .finish()
+    }
 }
 
 impl Outcome {
