@@ -29,6 +29,14 @@
 //! - `setup-overhead/*`: constructing one endpoint (no datagrams) — `dimpl::Config` building
 //!   alone, secrelay's `Endpoint::new`, OpenSSL's `SSL_new` + BIO.
 //!
+//! - `dhe-ffdhe2048/*`: OpenSSL's DH operations on the OpenSSL engine's RFC 7919 ffdhe2048 group:
+//!   `keygen` (a key pair with its public value), `agree-unchecked` (one agreement, the peer's
+//!   public value not validated) and `agree-validated` (the same with
+//!   `EVP_PKEY_derive_set_peer`'s full validation, y^q mod p = 1 with the 2047-bit q of a
+//!   safe-prime group). A DHE-RSA handshake on OpenSSL 3.0 validates three times (the client
+//!   twice, the server once): that, not the key generation or agreement, is what DHE adds to
+//!   the handshake (`docs/benchmarks.md`, the 002 d phase tables).
+//!
 //! Run: `cargo bench -p secrelay-dtls --bench handshake`. Read ratios, not absolute times
 //! (docs: `PERFORMANCE.md`, "side by side, one run, ratios").
 
@@ -688,8 +696,42 @@ fn bench_overhead(c: &mut Criterion) {
     g.finish();
 }
 
+/// OpenSSL's ffdhe2048 operations, with and without validating the peer's public value.
+fn bench_dhe(c: &mut Criterion) {
+    use openssl::derive::Deriver;
+    use openssl::dh::Dh;
+    use openssl::pkey::PKey;
+    let pem = secrelay_dtls::engine_openssl::FFDHE2048_PEM.as_bytes();
+    let params = Dh::params_from_pem(pem).expect("ffdhe2048 parameters");
+    let key = || {
+        let dh = Dh::from_pqg(
+            params.prime_p().to_owned().expect("p"),
+            params.prime_q().map(|q| q.to_owned().expect("q")),
+            params.generator().to_owned().expect("g"),
+        )
+        .and_then(|p| p.generate_key())
+        .expect("DH key");
+        PKey::from_dh(dh).expect("DH PKey")
+    };
+    let ours = key();
+    let peer = key();
+    let mut g = configure(c, "dhe-ffdhe2048");
+    g.bench_function("keygen", |b| b.iter(|| black_box(key())));
+    for (name, validate) in [("agree-unchecked", false), ("agree-validated", true)] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let mut d = Deriver::new(&ours).expect("deriver");
+                d.set_peer_ex(&peer, validate).expect("peer");
+                black_box(d.derive_to_vec().expect("derive"))
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    bench_dhe,
     bench_crypto_floor,
     bench_overhead,
     bench_handshakes,

@@ -18,17 +18,35 @@
 //! * the datagrams OpenSSL writes while answering one input form a *flight*; a new flight
 //!   replaces the last one and (re)starts the timer at `initial_rto`;
 //! * when the timer fires, OpenSSL is stepped first (if its own real-time timer has expired it
-//!   retransmits by itself, with fresh record numbers, and that counts as this retransmission);
-//!   otherwise the engine resends byte-for-byte copies of the last flight. A copy is what a
-//!   duplicating network would deliver: a peer that got the original drops it as a replay, a peer
-//!   that lost it takes it as the original. The RTO doubles per retry (capped at 60 s, OpenSSL's
-//!   own cap) and after `max_retransmissions` retries, or at `handshake_timeout` after the
-//!   start, the handshake fails with [`FailReason::HandshakeTimeout`];
+//!   retransmits by itself, and that counts as this retransmission); otherwise the engine resends
+//!   the last flight itself. The RTO doubles per retry (capped at 60 s, OpenSSL's own cap) and
+//!   after `max_retransmissions` retries, or at `handshake_timeout` after the start, the
+//!   handshake fails with [`FailReason::HandshakeTimeout`];
 //! * the last flight of a handshake (the server's ChangeCipherSpec + Finished) has no timer in
-//!   DTLS: it is resent when the peer retransmits its own flight. A copy of that flight would be
-//!   dropped as a replay by OpenSSL, so the engine does it itself: once connected, a datagram
+//!   DTLS: it is resent when the peer retransmits its own flight. OpenSSL would do that only for
+//!   a Finished it has not seen yet, so the engine does it itself: once connected, a datagram
 //!   from the peer that starts with a handshake or ChangeCipherSpec record makes it resend its
 //!   final flight (at most `max_retransmissions` times).
+//!
+//! # Record numbers: retransmissions are new records
+//! A resent flight must not reuse record sequence numbers (RFC 6347 §4.2.4): a peer that saw a
+//! record drops a second one with its number as a replay, even when it had to discard the first
+//! (OpenSSL drops a ChangeCipherSpec that arrives before the handshake messages it follows, as
+//! when the first datagram of a two-datagram flight is lost or overtaken; with byte copies such
+//! a handshake never finished). So the engine owns the epoch-0 write sequence space: every
+//! epoch-0 record it sends — plaintext handshake messages, ChangeCipherSpec, alerts before the
+//! handshake ends; OpenSSL's own records and the engine's resends alike — is renumbered from one
+//! monotone counter before it leaves. Epoch-0 records carry no MAC and the record number is not
+//! in the handshake transcript, so this changes nothing else. A server's HelloVerifyRequest
+//! echoes the number of the ClientHello it answers and its first ServerHello starts at that
+//! ClientHello's number (RFC 6347 §4.2.1), as OpenSSL's own numbering does.
+//!
+//! Epoch-1 records (the encrypted Finished) cannot be renumbered: the number is in the AEAD
+//! nonce and additional data. A resent Finished is a byte copy of OpenSSL's. That copy is only a
+//! replay to a peer that already has the original, and a DTLS receiver keeps such a record: one
+//! that arrives before the ChangeCipherSpec is buffered for the next epoch (OpenSSL and dimpl
+//! both do), one that arrives after is processed. The record that was dropped unprocessed is the
+//! early ChangeCipherSpec, which is epoch 0 and now renumbered.
 //!
 //! # Certificates, cookies, renegotiation
 //! The peer must present a certificate (`SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT`) and
@@ -163,6 +181,8 @@ pub struct OpensslEngine {
     closed: bool,
     /// A fatal error OpenSSL reported, handed out by `poll_output` after the alert it wrote.
     failure: Option<FailReason>,
+    /// Numbers every epoch-0 record we send (see the module docs).
+    epoch0: Epoch0Numbering,
 }
 
 impl core::fmt::Debug for OpensslEngine {
@@ -355,6 +375,7 @@ impl OpensslEngine {
             connected: false,
             closed: false,
             failure: None,
+            epoch0: Epoch0Numbering::new(config.role),
         };
         if config.role == Role::Client {
             engine
@@ -448,9 +469,12 @@ impl OpensslEngine {
     /// Moves what OpenSSL wrote to the outputs and keeps it as the flight to retransmit.
     /// Whether anything was written.
     fn collect(&mut self, written: Written) -> bool {
-        let datagrams = std::mem::take(&mut self.stream.get_mut().outgoing);
+        let mut datagrams = std::mem::take(&mut self.stream.get_mut().outgoing);
         if datagrams.is_empty() {
             return false;
+        }
+        for d in &mut datagrams {
+            self.epoch0.renumber(d);
         }
         self.flight.clone_from(&datagrams);
         if !self.connected {
@@ -465,7 +489,16 @@ impl OpensslEngine {
         true
     }
 
-    /// Our timer fired: let OpenSSL retransmit if its own timer is due, else resend copies.
+    /// Queues the last flight again, every epoch-0 record of it under a new sequence number.
+    fn resend_flight(&mut self) {
+        for d in &self.flight {
+            let mut d = d.clone();
+            self.epoch0.renumber(&mut d);
+            self.out.push_back(EngineOutput::Transmit(d));
+        }
+    }
+
+    /// Our timer fired: let OpenSSL retransmit if its own timer is due, else resend the flight.
     fn retransmit(&mut self) -> Result<(), FailReason> {
         self.retries += 1;
         if self.retries > self.timers.max_retransmissions {
@@ -483,14 +516,136 @@ impl OpensslEngine {
             return Ok(());
         }
         if !self.connected && !openssl_resent {
-            self.out
-                .extend(self.flight.iter().cloned().map(EngineOutput::Transmit));
+            self.resend_flight();
         }
         if !self.connected {
             self.retransmit_at = Some(self.now + self.rto);
         }
         Ok(())
     }
+}
+
+/// The largest DTLS record sequence number (48 bits).
+const MAX_RECORD_SEQ: u64 = (1 << 48) - 1;
+/// DTLS record header: type, version, epoch, 48-bit sequence number, length.
+const RECORD_HEADER: usize = 13;
+/// Record content types.
+const CHANGE_CIPHER_SPEC: u8 = 20;
+const HANDSHAKE: u8 = 22;
+/// Handshake message types.
+const CLIENT_HELLO: u8 = 1;
+const HELLO_VERIFY_REQUEST: u8 = 3;
+
+/// The engine's own write sequence space for epoch 0.
+///
+/// Epoch-0 records (plaintext handshake, ChangeCipherSpec, pre-handshake alerts) carry no MAC,
+/// and the record sequence number is not part of the handshake transcript, so the number OpenSSL
+/// wrote can be replaced. Every epoch-0 record we send — OpenSSL's own and our retransmitted
+/// copies alike — takes the next number of one monotone counter, so no two records we send in
+/// epoch 0 share a number (RFC 6347 §4.1, §4.2.4: a retransmission is a new record) and a copy is
+/// never a replay to a peer that saw, and dropped, the original.
+///
+/// The server follows RFC 6347 §4.2.1 on cookie exchanges: a HelloVerifyRequest carries the record
+/// sequence number of the ClientHello it answers, and the initial ServerHello that of the
+/// ClientHello it answers (the counter moves up to every ClientHello's number, and past every
+/// HelloVerifyRequest's). So the ServerHello and everything after it are above every
+/// HelloVerifyRequest sent, as long as the client numbers its records upwards.
+#[derive(Debug)]
+struct Epoch0Numbering {
+    role: Role,
+    next: u64,
+    /// Server: the record sequence number of the last ClientHello fed in.
+    client_hello: Option<u64>,
+}
+
+impl Epoch0Numbering {
+    fn new(role: Role) -> Self {
+        Epoch0Numbering {
+            role,
+            next: 0,
+            client_hello: None,
+        }
+    }
+
+    /// Notes the record sequence number of a ClientHello in a datagram from the peer (server
+    /// only), for the HelloVerifyRequest or ServerHello that may answer it.
+    fn saw_datagram(&mut self, datagram: &[u8]) {
+        if self.role != Role::Server {
+            return;
+        }
+        for r in records(datagram) {
+            if r.epoch == 0 && r.content_type == HANDSHAKE && r.body.first() == Some(&CLIENT_HELLO)
+            {
+                self.client_hello = Some(r.seq);
+                self.next = self.next.max(r.seq);
+            }
+        }
+    }
+
+    /// Gives every epoch-0 record of `datagram` (one we are about to send) its number.
+    fn renumber(&mut self, datagram: &mut [u8]) {
+        let mut at = 0;
+        loop {
+            let Some((len, epoch, hello_verify)) = records(&datagram[at..]).next().map(|r| {
+                let hvr =
+                    r.content_type == HANDSHAKE && r.body.first() == Some(&HELLO_VERIFY_REQUEST);
+                (r.len, r.epoch, hvr)
+            }) else {
+                return;
+            };
+            let start = at;
+            at += len;
+            if epoch != 0 {
+                continue;
+            }
+            let hello_verify = hello_verify && self.role == Role::Server;
+            let seq = match (hello_verify, self.client_hello) {
+                (true, Some(ch)) => {
+                    self.next = self.next.max(ch.saturating_add(1)).min(MAX_RECORD_SEQ);
+                    ch
+                }
+                _ => {
+                    let n = self.next;
+                    // Past 2^48 - 1 the number would wrap: it stays there instead. A handshake
+                    // sends a few dozen records, so only a peer whose ClientHello carried a number
+                    // near the end gets here, and only it is hurt (its replay check drops them).
+                    self.next = (self.next + 1).min(MAX_RECORD_SEQ);
+                    n
+                }
+            };
+            datagram[start + 5..start + 11].copy_from_slice(&seq.to_be_bytes()[2..]);
+        }
+    }
+}
+
+/// One DTLS 1.2 record of a datagram.
+struct Record<'a> {
+    content_type: u8,
+    epoch: u16,
+    seq: u64,
+    body: &'a [u8],
+    /// Header and body.
+    len: usize,
+}
+
+/// The whole DTLS records at the start of `datagram`, in order; stops at the first truncated
+/// one.
+fn records(datagram: &[u8]) -> impl Iterator<Item = Record<'_>> {
+    let mut rest = datagram;
+    std::iter::from_fn(move || {
+        let h = rest.get(..RECORD_HEADER)?;
+        let body_len = usize::from(u16::from_be_bytes([h[11], h[12]]));
+        let body = rest.get(RECORD_HEADER..RECORD_HEADER + body_len)?;
+        let r = Record {
+            content_type: h[0],
+            epoch: u16::from_be_bytes([h[3], h[4]]),
+            seq: u64::from_be_bytes([0, 0, h[5], h[6], h[7], h[8], h[9], h[10]]),
+            body,
+            len: RECORD_HEADER + body_len,
+        };
+        rest = &rest[r.len..];
+        Some(r)
+    })
 }
 
 /// Maps an OpenSSL failure to a reason from its error queue.
@@ -527,7 +682,7 @@ fn handshake_reason(e: &openssl::ssl::Error) -> FailReason {
 /// Whether a datagram starts with a handshake or ChangeCipherSpec record (a retransmitted
 /// flight, once we are connected).
 fn starts_with_handshake_record(d: &[u8]) -> bool {
-    d.len() >= 13 && matches!(d[0], 20 | 22)
+    d.len() >= RECORD_HEADER && matches!(d[0], CHANGE_CIPHER_SPEC | HANDSHAKE)
 }
 
 impl DtlsEngine for OpensslEngine {
@@ -556,6 +711,7 @@ impl DtlsEngine for OpensslEngine {
             return Ok(());
         }
         let was_connected = self.connected;
+        self.epoch0.saw_datagram(datagram);
         self.stream.get_mut().incoming.push_back(datagram.to_vec());
         self.step(Written::NewFlight)?;
         // Drop anything OpenSSL left unread (it reads one datagram per record layer call).
@@ -567,8 +723,7 @@ impl DtlsEngine for OpensslEngine {
             && self.final_resends < self.timers.max_retransmissions
         {
             self.final_resends += 1;
-            self.out
-                .extend(self.flight.iter().cloned().map(EngineOutput::Transmit));
+            self.resend_flight();
         }
         Ok(())
     }
@@ -605,5 +760,98 @@ impl DtlsEngine for OpensslEngine {
 
     fn protocol_version(&self) -> Option<&'static str> {
         self.connected.then_some("DTLS 1.2")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record: content type, epoch, sequence number, body.
+    fn record(content_type: u8, epoch: u16, seq: u64, body: &[u8]) -> Vec<u8> {
+        let mut r = vec![content_type, 0xfe, 0xfd];
+        r.extend_from_slice(&epoch.to_be_bytes());
+        r.extend_from_slice(&seq.to_be_bytes()[2..]);
+        r.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        r.extend_from_slice(body);
+        r
+    }
+
+    fn numbers(datagram: &[u8]) -> Vec<(u16, u64)> {
+        records(datagram).map(|r| (r.epoch, r.seq)).collect()
+    }
+
+    #[test]
+    fn every_epoch0_record_takes_the_next_number_and_epoch1_is_left_alone() {
+        let mut n = Epoch0Numbering::new(Role::Client);
+        let mut flight = [
+            record(HANDSHAKE, 0, 7, &[11, 0, 0, 1, 0]),
+            record(HANDSHAKE, 0, 8, &[16, 0, 0, 1, 0]),
+            record(CHANGE_CIPHER_SPEC, 0, 9, &[1]),
+            record(HANDSHAKE, 1, 0, &[0xaa; 40]),
+        ]
+        .concat();
+        let epoch1_before = flight[flight.len() - 53..].to_vec();
+        n.renumber(&mut flight);
+        assert_eq!(numbers(&flight), [(0, 0), (0, 1), (0, 2), (1, 0)]);
+        assert_eq!(&flight[flight.len() - 53..], &epoch1_before[..]);
+        // The same flight again: new numbers for epoch 0, epoch 1 untouched.
+        n.renumber(&mut flight);
+        assert_eq!(numbers(&flight), [(0, 3), (0, 4), (0, 5), (1, 0)]);
+    }
+
+    #[test]
+    fn a_hello_verify_request_echoes_the_client_hello_and_the_server_hello_follows_it() {
+        let mut n = Epoch0Numbering::new(Role::Server);
+        n.saw_datagram(&record(HANDSHAKE, 0, 5, &[CLIENT_HELLO, 0, 0, 0]));
+        let mut hvr = record(HANDSHAKE, 0, 0, &[HELLO_VERIFY_REQUEST, 0, 0, 3]);
+        n.renumber(&mut hvr);
+        assert_eq!(numbers(&hvr), [(0, 5)]);
+        // The client's retransmitted ClientHello, answered again.
+        n.saw_datagram(&record(HANDSHAKE, 0, 6, &[CLIENT_HELLO, 0, 0, 0]));
+        n.renumber(&mut hvr);
+        assert_eq!(numbers(&hvr), [(0, 6)]);
+        // The ClientHello with the cookie: the ServerHello flight starts at its number.
+        n.saw_datagram(&record(HANDSHAKE, 0, 9, &[CLIENT_HELLO, 0, 0, 0]));
+        let mut flight = [
+            record(HANDSHAKE, 0, 1, &[2, 0, 0, 0]),
+            record(HANDSHAKE, 0, 2, &[11, 0, 0, 0]),
+        ]
+        .concat();
+        n.renumber(&mut flight);
+        assert_eq!(numbers(&flight), [(0, 9), (0, 10)]);
+        // A client never echoes: a HelloVerifyRequest-like record from a client is numbered.
+        let mut c = Epoch0Numbering::new(Role::Client);
+        let mut odd = record(HANDSHAKE, 0, 40, &[HELLO_VERIFY_REQUEST, 0, 0, 3]);
+        c.renumber(&mut odd);
+        assert_eq!(numbers(&odd), [(0, 0)]);
+    }
+
+    #[test]
+    fn the_counter_stops_at_the_largest_number_and_truncated_records_are_left_alone() {
+        let mut n = Epoch0Numbering::new(Role::Server);
+        n.saw_datagram(&record(HANDSHAKE, 0, MAX_RECORD_SEQ, &[CLIENT_HELLO, 0]));
+        let mut hvr = record(HANDSHAKE, 0, 0, &[HELLO_VERIFY_REQUEST]);
+        n.renumber(&mut hvr);
+        let mut next = record(HANDSHAKE, 0, 0, &[2]);
+        n.renumber(&mut next);
+        assert_eq!(numbers(&next), [(0, MAX_RECORD_SEQ)]);
+        // A datagram whose second record is cut short: the whole first record is numbered,
+        // the rest is not touched, and nothing panics.
+        let mut cut = [
+            record(HANDSHAKE, 0, 3, &[2, 0]),
+            record(HANDSHAKE, 0, 4, &[11; 9]),
+        ]
+        .concat();
+        cut.truncate(cut.len() - 4);
+        let tail = cut[15..].to_vec();
+        let mut m = Epoch0Numbering::new(Role::Client);
+        m.renumber(&mut cut);
+        assert_eq!(numbers(&cut), [(0, 0)]);
+        assert_eq!(&cut[15..], &tail[..]);
+        for len in 0..cut.len() {
+            m.renumber(&mut cut[..len].to_vec());
+            m.saw_datagram(&cut[..len]);
+        }
     }
 }

@@ -521,8 +521,8 @@ fn deliver(
 }
 
 /// The server's last flight (ChangeCipherSpec + Finished) has no timer of its own: when it is
-/// lost, the client's retransmitted flight (byte copies, as OpenSSL's timer cannot be driven on
-/// the injected clock) must make the OpenSSL-engine server send it again.
+/// lost, the client's retransmitted flight (resent by the engine, as OpenSSL's timer cannot be
+/// driven on the injected clock) must make the OpenSSL-engine server send it again.
 #[test]
 fn lost_final_server_flight_is_resent_when_the_client_retransmits() {
     for client in [OSSL, DIMPL] {

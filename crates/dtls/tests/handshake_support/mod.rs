@@ -50,13 +50,28 @@ impl Rng {
 }
 
 /// What one side ended with.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Outcome {
     pub connected: Option<Event>,
     pub failed: Option<FailReason>,
     pub closed: bool,
     pub transmits: usize,
     pub max_datagram: usize,
+    /// Every datagram this side sent, in order.
+    pub sent: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("connected", &self.connected)
+            .field("failed", &self.failed)
+            .field("closed", &self.closed)
+            .field("transmits", &self.transmits)
+            .field("max_datagram", &self.max_datagram)
+            .field("sent", &format_args!("{} datagrams", self.sent.len()))
+            .finish()
+    }
 }
 
 impl Outcome {
@@ -92,6 +107,7 @@ pub fn drain(ep: &mut Endpoint, outcome: &mut Outcome) -> (Vec<Vec<u8>>, Option<
             Output::Transmit(d) => {
                 outcome.transmits += 1;
                 outcome.max_datagram = outcome.max_datagram.max(d.len());
+                outcome.sent.push(d.clone());
                 tx.push(d)
             }
             Output::Timeout(t) => {
@@ -365,7 +381,8 @@ pub fn describe(d: &[u8]) -> String {
             26 => "ack".to_string(),
             t => format!("ct{t}"),
         };
-        out.push_str(&format!(" [e{epoch} {what}]"));
+        let seq = u64::from_be_bytes([0, 0, rest[5], rest[6], rest[7], rest[8], rest[9], rest[10]]);
+        out.push_str(&format!(" [e{epoch}.{seq} {what}]"));
         rest = &rest[(13 + len).min(rest.len())..];
     }
     if !rest.is_empty() && d.len() >= 13 && (d[0] & 0xe0) == 0x20 {
