@@ -294,7 +294,7 @@ impl Study for CallsStudy {
         let srtp_ns: &[usize] = if quick {
             &[10, 140, 1000]
         } else {
-            &[10, 50, 100, 140, 500, 1000, 5000, 10000, 20000]
+            &[10, 50, 100, 140, 500, 1000, 2000, 3000, 4000, 5000, 7000, 10000, 20000]
         };
         let gateway_ns: &[usize] = if quick {
             &[10, 50]
