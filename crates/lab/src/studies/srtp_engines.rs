@@ -103,13 +103,13 @@ impl Run {
 /// An engine by name, or why it could not be made.
 type Named = (String, Result<Rc<dyn Engine>, String>);
 
-/// The engines measured: (name, engine). The multi-buffer engine says whether its lanes run in
-/// AVX-512; the threaded engine has one lane per available core.
+/// The engines measured: (name, engine; names fit a plot legend's 28 characters with a
+/// profile after them). The multi-buffer engine says whether its lanes run in AVX-512; the threaded engine has one lane per available core.
 fn engines() -> Vec<Named> {
     let simd = if SimdEngine::accelerated() {
-        "simd (AVX-512 lanes)"
+        "simd (AVX-512)"
     } else {
-        "simd (overlapped scalar lanes)"
+        "simd (scalar lanes)"
     };
     let mut v: Vec<Named> = vec![
         ("serial".into(), Ok(Rc::new(SerialEngine))),
