@@ -66,6 +66,18 @@ fn bench(c: &mut Criterion) {
         g.bench_function(name, |b| {
             b.iter(|| compress_x16(black_box(&mut states), black_box(&blocks)))
         });
+        // States kept word by word between calls (as the HMAC lane machine does): no gather
+        // or scatter of the states per call.
+        let mut soa = [[0x0123_4567u32; LANES]; 5];
+        let refs: [&[u8; 64]; LANES] = core::array::from_fn(|i| &blocks[i]);
+        g.bench_function(format!("{name}, word-by-word states"), |b| {
+            b.iter(|| {
+                secrelay_srtp::simd::sha1_x16::compress_x16_soa(
+                    black_box(&mut soa),
+                    black_box(&refs),
+                )
+            })
+        });
         // One message's blocks are a chain: each compression waits for the one before. This
         // is what a single packet's HMAC costs per block.
         g.bench_function("sha1 crate, one chain of 16", |b| {

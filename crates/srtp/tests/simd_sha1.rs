@@ -2,7 +2,9 @@
 //! by lane, on random states and blocks (and on the SHA-1 initial state with a padded "abc").
 
 use proptest::prelude::*;
-use secrelay_srtp::simd::sha1_x16::{accelerated, compress_portable, compress_x16, LANES};
+use secrelay_srtp::simd::sha1_x16::{
+    accelerated, compress_portable, compress_x16, compress_x16_soa, LANES,
+};
 
 const IV: [u32; 5] = [
     0x6745_2301,
@@ -58,5 +60,17 @@ proptest! {
         compress_portable(&mut expected, &blocks);
         compress_x16(&mut states, &blocks);
         prop_assert_eq!(states, expected);
+        // The same through word-by-word states.
+        let mut soa = [[0u32; LANES]; 5];
+        for (l, st) in seed_states.iter().enumerate() {
+            for j in 0..5 {
+                soa[j][l] = st[j];
+            }
+        }
+        compress_x16_soa(&mut soa, &core::array::from_fn(|i| &blocks[i]));
+        for l in 0..LANES {
+            let got: [u32; 5] = core::array::from_fn(|j| soa[j][l]);
+            prop_assert_eq!(got, expected[l]);
+        }
     }
 }

@@ -17,7 +17,7 @@
 
 use zeroize::Zeroize;
 
-use super::sha1_x16::{compress_x16_refs, LANES};
+use super::sha1_x16::{compress_x16_soa, StatesSoa, LANES};
 use crate::provider::HmacSha1State;
 
 /// Below this many busy lanes, a step compresses them one by one on the scalar function
@@ -83,6 +83,20 @@ fn digest_bytes(st: &[u32; 5], out: &mut [u8]) {
     }
 }
 
+/// Lane `l`'s state out of the word-by-word states.
+#[inline]
+fn lane_of(states: &StatesSoa, l: usize) -> [u32; 5] {
+    core::array::from_fn(|j| states[j][l])
+}
+
+/// Sets lane `l`'s state in the word-by-word states.
+#[inline]
+fn set_lane(states: &mut StatesSoa, l: usize, st: &[u32; 5]) {
+    for (row, w) in states.iter_mut().zip(st) {
+        row[l] = *w;
+    }
+}
+
 /// A lane's message and where it is in it. Steps `0..full` are the message's full blocks,
 /// compressed where they lie; steps `full..inner` the one or two padded last blocks, built
 /// when the lane takes the message; step `inner` the outer block.
@@ -133,7 +147,8 @@ fn run_lanes<'a>(
     simd: bool,
 ) {
     assert!(out.len() >= n, "output slice shorter than the jobs");
-    let mut states = [[0u32; 5]; LANES];
+    // Word by word (`states[j][lane]`), the layout the vector rounds work in.
+    let mut states: StatesSoa = [[0u32; LANES]; 5];
     // Per lane: its message's last one or two blocks, and its outer block.
     let mut tails = [[[0u8; 64]; 2]; LANES];
     let mut outers = [outer_template(); LANES];
@@ -145,7 +160,7 @@ fn run_lanes<'a>(
         for (l, lane) in lanes.iter_mut().enumerate() {
             while lane.is_none() && next < n {
                 if let Some(job) = job_at(next) {
-                    states[l] = job.key.inner_state();
+                    set_lane(&mut states, l, &job.key.inner_state());
                     let full = job.a.len() / 64;
                     let inner = job.inner_blocks();
                     for (t, tail) in tails[l].iter_mut().enumerate().take(inner - full) {
@@ -172,8 +187,8 @@ fn run_lanes<'a>(
             if let Some(ln) = lane {
                 if ln.step == ln.inner {
                     let (digest, _) = outers[l].split_at_mut(20);
-                    digest_bytes(&states[l], digest);
-                    states[l] = ln.key.outer_state();
+                    digest_bytes(&lane_of(&states, l), digest);
+                    set_lane(&mut states, l, &ln.key.outer_state());
                 }
             }
         }
@@ -186,13 +201,15 @@ fn run_lanes<'a>(
             _ => &outers[l],
         });
         if simd && active >= MIN_ACTIVE_LANES {
-            compress_x16_refs(&mut states, &blocks);
+            compress_x16_soa(&mut states, &blocks);
         } else {
             // Without AVX-512, or with too few busy lanes to fill the vectors: busy lanes one
             // by one (independent chains, which the core overlaps).
             for (l, lane) in lanes.iter().enumerate() {
                 if lane.is_some() {
-                    sha1::block_api::compress(&mut states[l], core::slice::from_ref(blocks[l]));
+                    let mut st = lane_of(&states, l);
+                    sha1::block_api::compress(&mut st, core::slice::from_ref(blocks[l]));
+                    set_lane(&mut states, l, &st);
                 }
             }
         }
@@ -200,7 +217,7 @@ fn run_lanes<'a>(
             if let Some(ln) = lane {
                 ln.step += 1;
                 if ln.step > ln.inner {
-                    digest_bytes(&states[l], &mut out[ln.out]);
+                    digest_bytes(&lane_of(&states, l), &mut out[ln.out]);
                     *lane = None;
                 }
             }

@@ -29,6 +29,32 @@ pub fn compress_x16(states: &mut [[u32; 5]; LANES], blocks: &[[u8; 64]; LANES]) 
     compress_x16_refs(states, &core::array::from_fn(|i| &blocks[i]));
 }
 
+/// The states of the 16 lanes word by word: `states[j][i]` is word j (A…E) of lane i, the
+/// layout the AVX-512 rounds work in, so a caller that keeps its states this way between calls
+/// spares the kernel a gather and a scatter per call.
+pub type StatesSoa = [[u32; LANES]; 5];
+
+/// [`compress_x16_refs`] on word-by-word states ([`StatesSoa`]).
+pub fn compress_x16_soa(states: &mut StatesSoa, blocks: &[&[u8; 64]; LANES]) {
+    #[cfg(target_arch = "x86_64")]
+    if accelerated() {
+        // SAFETY: the CPU has AVX-512F and AVX-512BW (checked just above), which is all the
+        // target features of `compress_soa` require.
+        unsafe { avx512::compress_soa(states, blocks) };
+        return;
+    }
+    for (l, block) in blocks.iter().enumerate() {
+        let mut st = [0u32; 5];
+        for (j, w) in st.iter_mut().enumerate() {
+            *w = states[j][l];
+        }
+        sha1::block_api::compress(&mut st, core::slice::from_ref(*block));
+        for (j, w) in st.iter().enumerate() {
+            states[j][l] = *w;
+        }
+    }
+}
+
 /// [`compress_x16`] on blocks wherever they lie (a message's full blocks are compressed where
 /// they are, without a copy).
 pub fn compress_x16_refs(states: &mut [[u32; 5]; LANES], blocks: &[&[u8; 64]; LANES]) {
@@ -99,13 +125,49 @@ mod avx512 {
         // Byte offset of lane i's state: states are 20 bytes apart.
         let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
         let state_off = _mm512_mullo_epi32(lane, _mm512_set1_epi32(20));
+        let sp = states.as_mut_ptr() as *mut u8;
+        let mut h = [_mm512_setzero_si512(); 5];
+        for (j, hj) in h.iter_mut().enumerate() {
+            let idx = _mm512_add_epi32(state_off, _mm512_set1_epi32(4 * j as i32));
+            // SAFETY: lane i reads word j of `states[i]`, at 20·i + 4·j ≤ 316, inside the
+            // 320-byte `states` array.
+            *hj = unsafe { _mm512_i32gather_epi32::<1>(idx, sp as *const i32) };
+        }
+        let out = rounds(h, blocks);
+        for (j, v) in out.into_iter().enumerate() {
+            let idx = _mm512_add_epi32(state_off, _mm512_set1_epi32(4 * j as i32));
+            // SAFETY: the same in-bounds offsets as the gather above, into the exclusively
+            // borrowed `states`.
+            unsafe { _mm512_i32scatter_epi32::<1>(sp as *mut i32, idx, v) };
+        }
+    }
+
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX-512BW.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn compress_soa(states: &mut super::StatesSoa, blocks: &[&[u8; 64]; LANES]) {
+        let mut h = [_mm512_setzero_si512(); 5];
+        for (hj, row) in h.iter_mut().zip(states.iter()) {
+            // SAFETY: a 64-byte unaligned load of the 16 words of `row`.
+            *hj = unsafe { _mm512_loadu_si512(row.as_ptr() as *const _) };
+        }
+        let out = rounds(h, blocks);
+        for (row, v) in states.iter_mut().zip(out) {
+            // SAFETY: a 64-byte unaligned store into the 16 words of `row`.
+            unsafe { _mm512_storeu_si512(row.as_mut_ptr() as *mut _, v) };
+        }
+    }
+
+    /// The 80 rounds on word-by-word states `h` (`h[j]` lane i = word j of lane i), the
+    /// feed-forward added: the new states.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    fn rounds(h: [__m512i; 5], blocks: &[&[u8; 64]; LANES]) -> [__m512i; 5] {
         // Reverses the bytes of each 32-bit word (message words are big-endian).
         let bswap = _mm512_set_epi8(
             12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11, 4,
             5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14,
             15, 8, 9, 10, 11, 4, 5, 6, 7, 0, 1, 2, 3,
         );
-        let sp = states.as_mut_ptr() as *mut u8;
         // One load per block (row i = lane i's 16 message words), then a 16×16 transpose of
         // 32-bit words so that w[t] holds word t of every lane (gathers are slow on some cores).
         let mut r = [_mm512_setzero_si512(); 16];
@@ -115,13 +177,6 @@ mod avx512 {
             *ri = _mm512_shuffle_epi8(v, bswap);
         }
         let mut w = transpose(&r);
-        let mut h = [_mm512_setzero_si512(); 5];
-        for (j, hj) in h.iter_mut().enumerate() {
-            let idx = _mm512_add_epi32(state_off, _mm512_set1_epi32(4 * j as i32));
-            // SAFETY: lane i reads word j of `states[i]`, at 20·i + 4·j ≤ 316, inside the
-            // 320-byte `states` array.
-            *hj = unsafe { _mm512_i32gather_epi32::<1>(idx, sp as *const i32) };
-        }
         let [mut a, mut b, mut c, mut d, mut e] = h;
         for t in 0..80 {
             if t >= 16 {
@@ -148,12 +203,10 @@ mod avx512 {
             b = a;
             a = tmp;
         }
+        let mut out = [_mm512_setzero_si512(); 5];
         for (j, v) in [a, b, c, d, e].into_iter().enumerate() {
-            let sum = _mm512_add_epi32(h[j], v);
-            let idx = _mm512_add_epi32(state_off, _mm512_set1_epi32(4 * j as i32));
-            // SAFETY: the same in-bounds offsets as the gather above, into the exclusively
-            // borrowed `states`.
-            unsafe { _mm512_i32scatter_epi32::<1>(sp as *mut i32, idx, sum) };
+            out[j] = _mm512_add_epi32(h[j], v);
         }
+        out
     }
 }
