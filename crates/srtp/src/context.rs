@@ -188,6 +188,7 @@ impl Keys {
 
 /// What the multi-buffer engines need to protect or unprotect an RTP packet of an AES-CM or
 /// NULL profile: the keystream primitive (none for NULL), the keyed HMAC-SHA1 states, the salt.
+#[derive(Clone, Copy)]
 pub(crate) struct CmRtpKeys<'a> {
     /// The AES-CM key for the multi-buffer keystream kernel (none for NULL).
     pub(crate) ctr: Option<&'a AesKey>,

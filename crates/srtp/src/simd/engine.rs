@@ -43,7 +43,7 @@ use super::aes_ctr::{self, AesKey, Streams};
 use super::gcm::{open_many, seal_many, OpenJob, SealJob};
 use super::hmac_sha1_mb::{hmac_sha1_many_by, HmacJob};
 use crate::batch::{check_results_len, process_on, Engine, Op, Packet, PacketResult};
-use crate::context::{cm_iv, gcm_rtp_iv, Context, Keys, Lanes, RtpSpan};
+use crate::context::{cm_iv, gcm_rtp_iv, CmRtpKeys, Context, Keys, Lanes, RtpSpan};
 use crate::error::Error;
 use crate::provider::tags_equal;
 
@@ -136,7 +136,8 @@ impl Waiting {
 
 /// The keystreams of the selected waiting packets, as the AES kernel takes them.
 struct Keystreams<'s, 'p> {
-    contexts: &'s [Context],
+    /// Per waiting packet, its HMAC-SHA1 profile keys (found once per flush).
+    keys: &'s [Option<CmRtpKeys<'s>>],
     waiting: &'s [Waiting],
     /// Indices into `waiting` of the packets to encrypt or decrypt (each has an AES key).
     selected: &'s [u32],
@@ -147,6 +148,10 @@ impl<'s> Keystreams<'s, '_> {
     fn waiting(&self, i: usize) -> &'s Waiting {
         &self.waiting[self.selected[i] as usize]
     }
+
+    fn cm_keys(&self, i: usize) -> Option<CmRtpKeys<'s>> {
+        *self.keys.get(self.selected[i] as usize)?
+    }
 }
 
 impl<'s> Streams<'s> for Keystreams<'s, '_> {
@@ -154,15 +159,14 @@ impl<'s> Streams<'s> for Keystreams<'s, '_> {
         self.selected.len()
     }
     fn key(&self, i: usize) -> &'s AesKey {
-        let keys = self.waiting(i).keys(self.contexts);
-        match keys.and_then(|k| k.cm_rtp()).and_then(|k| k.ctr) {
+        match self.cm_keys(i).and_then(|k| k.ctr) {
             Some(k) => k,
             None => unreachable!("only packets with an AES key are selected"),
         }
     }
     fn counter(&self, i: usize) -> ([u8; 16], bool) {
         let w = self.waiting(i);
-        let salt = match w.keys(self.contexts).and_then(|k| k.cm_rtp()) {
+        let salt = match self.cm_keys(i) {
             Some(k) => k.salt,
             None => unreachable!("only packets with AES-CM keys are selected"),
         };
@@ -182,9 +186,9 @@ impl<'s> Streams<'s> for Keystreams<'s, '_> {
 
 /// Encrypts (protect) or decrypts (authentic unprotect) the selected packets' payloads in
 /// the multi-buffer AES kernel.
-fn keystreams(
-    contexts: &[Context],
-    waiting: &[Waiting],
+fn keystreams<'s>(
+    keys: &'s [Option<CmRtpKeys<'s>>],
+    waiting: &'s [Waiting],
     selected: &mut Vec<u32>,
     packets: &mut [Packet<'_>],
     pick: impl Fn(&Waiting) -> bool,
@@ -194,11 +198,11 @@ fn keystreams(
         waiting
             .iter()
             .enumerate()
-            .filter(|(_, w)| {
+            .filter(|(i, w)| {
                 pick(w)
-                    && w.keys(contexts)
-                        .and_then(|k| k.cm_rtp())
-                        .is_some_and(|k| k.ctr.is_some())
+                    && keys
+                        .get(*i)
+                        .is_some_and(|k| k.is_some_and(|k| k.ctr.is_some()))
             })
             .map(|(i, _)| i as u32),
     );
@@ -206,7 +210,7 @@ fn keystreams(
         return;
     }
     let mut streams = Keystreams {
-        contexts,
+        keys,
         waiting,
         selected,
         packets,
@@ -220,6 +224,8 @@ struct Scratch {
     waiting: Vec<Waiting>,
     tags: Vec<[u8; 20]>,
     selected: Vec<u32>,
+    /// Per waiting packet of a flush, its HMAC-SHA1 profile keys; empty between flushes.
+    cm_keys: Vec<Option<CmRtpKeys<'static>>>,
     /// The GCM kernel's job lists, empty between flushes: only their allocations are kept
     /// (see [`recycle`]).
     seal_jobs: Vec<SealJob<'static>>,
@@ -343,6 +349,7 @@ fn flush(
         waiting,
         tags,
         selected,
+        cm_keys,
         seal_jobs,
         open_jobs,
         opened,
@@ -357,7 +364,15 @@ fn flush(
         contexts, waiting, packets, selected, seal_jobs, open_jobs, opened,
     );
     if waiting.iter().any(|w| !w.aead) {
-        hmac_group(contexts, waiting, packets, selected, tags);
+        // Each packet's keys, found once for the group's three passes.
+        let mut keys: Vec<Option<CmRtpKeys<'_>>> = recycle(core::mem::take(cm_keys));
+        keys.extend(
+            waiting
+                .iter()
+                .map(|w| w.keys(contexts).and_then(|k| k.cm_rtp())),
+        );
+        hmac_group(&keys, waiting, packets, selected, tags);
+        *cm_keys = recycle(keys);
     }
     for w in waiting.iter() {
         let RtpSpan { len, tag_len, .. } = w.span;
@@ -382,14 +397,14 @@ fn flush(
 /// The HMAC-SHA1 profiles' part of a group: protect encrypts then tags; unprotect tags,
 /// compares and decrypts what authenticated.
 fn hmac_group(
-    contexts: &[Context],
+    keys: &[Option<CmRtpKeys<'_>>],
     waiting: &mut [Waiting],
     packets: &mut [Packet<'_>],
     selected: &mut Vec<u32>,
     tags: &mut Vec<[u8; 20]>,
 ) {
     // Protect: encrypt first (the tag covers the ciphertext).
-    keystreams(contexts, waiting, selected, packets, |w| w.protect);
+    keystreams(keys, waiting, selected, packets, |w| w.protect);
     // Every tag, in the lanes: over the packet as sent (protect: all of it; unprotect: all
     // but the received tag), followed by the ROC.
     if tags.len() < waiting.len() {
@@ -402,7 +417,7 @@ fn hmac_group(
             |i| {
                 let w = &waiting[i];
                 Some(HmacJob {
-                    key: w.keys(contexts)?.cm_rtp()?.auth,
+                    key: (*keys.get(i)?)?.auth,
                     a: &packets[w.packet].buf[..w.payload().end],
                     b: &w.roc,
                 })
@@ -411,7 +426,7 @@ fn hmac_group(
         );
     }
     // Protect: append the tag. Unprotect: compare it (constant time).
-    for (w, tag) in waiting.iter_mut().zip(tags.iter()) {
+    for (i, (w, tag)) in waiting.iter_mut().zip(tags.iter()).enumerate() {
         if w.aead {
             continue;
         }
@@ -420,12 +435,12 @@ fn hmac_group(
         if w.protect {
             buf[len..len + tag_len].copy_from_slice(&tag[..tag_len]);
         } else {
-            w.authentic = w.keys(contexts).and_then(|k| k.cm_rtp()).is_some()
+            w.authentic = keys.get(i).is_some_and(Option::is_some)
                 && tags_equal(&tag[..tag_len], &buf[len - tag_len..len]);
         }
     }
     // Unprotect: decrypt only what authenticated.
-    keystreams(contexts, waiting, selected, packets, |w| {
+    keystreams(keys, waiting, selected, packets, |w| {
         !w.protect && w.authentic
     });
 }
