@@ -2,7 +2,7 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use zeroize::Zeroizing;
 
@@ -105,14 +105,51 @@ enum Cipher {
 struct DirKeys {
     cipher: Cipher,
     auth: Option<Box<dyn HmacSha1>>,
-    /// The keyed HMAC-SHA1 states again, in the form the multi-buffer kernels take (the
-    /// provider's primitive is opaque); 40 bytes, wiped on drop.
-    lanes_auth: Option<HmacSha1State>,
-    /// The AES-CM key expanded for the multi-buffer keystream kernel; wiped on drop.
-    lanes_ctr: Option<AesKey>,
-    /// The AES-GCM key (schedule, GHASH key powers) for the multi-buffer AEAD kernel.
-    lanes_gcm: Option<GcmKey>,
+    /// The session keys again, for the multi-buffer engines' forms of them (RTP only).
+    lanes_source: Option<LaneSource>,
+    /// Those forms, made the first time a multi-buffer engine asks (a context only ever used
+    /// one packet at a time never pays their ~0.5–1.5 KiB).
+    lanes: OnceLock<Option<LaneKeys>>,
     salt: Zeroizing<[u8; 14]>,
+}
+
+/// The raw session keys the multi-buffer forms are made from; wiped on drop.
+struct LaneSource {
+    profile: Profile,
+    enc: Zeroizing<Vec<u8>>,
+    auth: Zeroizing<Vec<u8>>,
+}
+
+/// The keys in the forms the multi-buffer kernels take (the provider's primitives are opaque);
+/// each wipes itself on drop.
+struct LaneKeys {
+    /// The keyed HMAC-SHA1 states (HMAC-SHA1 profiles).
+    auth: Option<HmacSha1State>,
+    /// The AES-CM key expanded for the keystream kernel.
+    ctr: Option<AesKey>,
+    /// The AES-GCM key (schedule, GHASH key powers) for the AEAD kernel.
+    gcm: Option<GcmKey>,
+}
+
+impl LaneKeys {
+    /// `None` if a kernel refuses the key (lengths were checked by the provider already).
+    fn new(src: &LaneSource) -> Option<LaneKeys> {
+        let (ctr, gcm) = match src.profile.cipher() {
+            CipherKind::AesCm => (Some(AesKey::new(&src.enc).ok()?), None),
+            CipherKind::AesGcm => (None, Some(GcmKey::new(&src.enc).ok()?)),
+            CipherKind::Null => (None, None),
+        };
+        let auth = (src.profile.auth_key_len() > 0).then(|| HmacSha1State::new(&src.auth));
+        Some(LaneKeys { auth, ctr, gcm })
+    }
+}
+
+impl DirKeys {
+    /// The multi-buffer forms of the keys, made on first use.
+    fn lanes(&self) -> Option<&LaneKeys> {
+        let src = self.lanes_source.as_ref()?;
+        self.lanes.get_or_init(|| LaneKeys::new(src)).as_ref()
+    }
 }
 
 /// Session keys derived from one master key.
@@ -137,19 +174,17 @@ impl DirKeys {
             CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
-        // The multi-buffer engines' forms of the keys (RTP only: SRTCP stays scalar).
-        let (lanes_ctr, lanes_gcm) = match (lanes, profile.cipher()) {
-            (true, CipherKind::AesCm) => (Some(AesKey::new(enc).map_err(pe)?), None),
-            (true, CipherKind::AesGcm) => (None, Some(GcmKey::new(enc).map_err(pe)?)),
-            _ => (None, None),
-        };
-        let (auth, lanes_auth) = if profile.auth_key_len() == 0 {
-            (None, None)
+        // What the multi-buffer engines' forms of the keys are made from (RTP only: SRTCP
+        // stays scalar).
+        let lanes_source = lanes.then(|| LaneSource {
+            profile,
+            enc: Zeroizing::new(enc.to_vec()),
+            auth: Zeroizing::new(auth.to_vec()),
+        });
+        let auth = if profile.auth_key_len() == 0 {
+            None
         } else {
-            (
-                Some(provider.hmac_sha1(auth).map_err(pe)?),
-                lanes.then(|| HmacSha1State::new(auth)),
-            )
+            Some(provider.hmac_sha1(auth).map_err(pe)?)
         };
         if salt.len() != profile.salt_len() {
             return Err(ConfigError::SaltLength {
@@ -163,9 +198,8 @@ impl DirKeys {
         Ok(DirKeys {
             cipher,
             auth,
-            lanes_auth,
-            lanes_ctr,
-            lanes_gcm,
+            lanes_source,
+            lanes: OnceLock::new(),
             salt: s,
         })
     }
@@ -204,16 +238,17 @@ impl Keys {
         if let Cipher::Gcm(_) = k.cipher {
             return None;
         }
+        let lanes = k.lanes()?;
         Some(CmRtpKeys {
-            ctr: k.lanes_ctr.as_ref(),
-            auth: k.lanes_auth.as_ref()?,
+            ctr: lanes.ctr.as_ref(),
+            auth: lanes.auth.as_ref()?,
             salt: &k.salt,
         })
     }
 
     /// The RTP keys of an AEAD profile in multi-buffer form, with the salt.
     pub(crate) fn gcm_rtp(&self) -> Option<(&GcmKey, &[u8; 14])> {
-        Some((self.rtp.lanes_gcm.as_ref()?, &self.rtp.salt))
+        Some((self.rtp.lanes()?.gcm.as_ref()?, &self.rtp.salt))
     }
 }
 
