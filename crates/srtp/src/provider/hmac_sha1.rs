@@ -16,6 +16,28 @@ const H0: [u32; 5] = [
     0xC3D2_E1F0,
 ];
 
+/// The outer hash's one block with room for the 20-byte inner digest, then its padding (0x80,
+/// zeros, the bit length of the keyed block and the digest).
+pub(crate) const OUTER_BLOCK: [u8; 64] = {
+    let mut b = [0u8; 64];
+    b[20] = 0x80;
+    let bits = ((64u64 + 20) * 8).to_be_bytes();
+    let mut i = 0;
+    while i < 8 {
+        b[56 + i] = bits[i];
+        i += 1;
+    }
+    b
+};
+
+/// A SHA-1 state as its big-endian digest bytes (the first 20 bytes of `out`).
+#[inline]
+pub(crate) fn digest_bytes(st: &[u32; 5], out: &mut [u8]) {
+    for (o, w) in out.chunks_exact_mut(4).zip(st.iter()) {
+        o.copy_from_slice(&w.to_be_bytes());
+    }
+}
+
 /// Precomputed HMAC-SHA1 key state.
 #[derive(Clone, Zeroize, ZeroizeOnDrop)]
 pub struct HmacSha1State {
@@ -41,9 +63,7 @@ impl HmacSha1State {
             compress(&mut st, blocks);
             tail.push(rest);
             tail.finish(&mut st, key.len() as u64);
-            for (i, w) in st.iter().enumerate() {
-                k0[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-            }
+            digest_bytes(&st, &mut k0[..20]);
             st.zeroize();
         } else {
             k0[..key.len()].copy_from_slice(key);
@@ -92,17 +112,11 @@ impl HmacSha1State {
         }
         tail.finish(&mut st, 64 + (a.len() + b.len()) as u64);
         // Outer hash: one block holding the 20-byte inner digest and the padding.
-        let mut block = [0u8; 64];
-        for (i, w) in st.iter().enumerate() {
-            block[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-        }
-        block[20] = 0x80;
-        block[56..].copy_from_slice(&((64u64 + 20) * 8).to_be_bytes());
+        let mut block = OUTER_BLOCK;
+        digest_bytes(&st, &mut block[..20]);
         let mut o = self.outer;
         compress(&mut o, &[block]);
-        for (i, w) in o.iter().enumerate() {
-            out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-        }
+        digest_bytes(&o, out);
     }
 }
 

@@ -20,7 +20,7 @@ use core::fmt;
 
 #[cfg(feature = "aws-lc")]
 mod aws_lc;
-mod hmac_sha1;
+pub(crate) mod hmac_sha1;
 mod rustcrypto;
 
 pub use hmac_sha1::HmacSha1State;

@@ -18,6 +18,7 @@
 use zeroize::Zeroize;
 
 use super::sha1_x16::{compress_x16_soa, StatesSoa, LANES};
+use crate::provider::hmac_sha1::{digest_bytes, OUTER_BLOCK};
 use crate::provider::HmacSha1State;
 
 /// Below this many busy lanes, a step compresses them one by one on the scalar function
@@ -66,20 +67,6 @@ impl HmacJob<'_> {
             // The key block counts in the length: 64 bytes before the message.
             block[56..].copy_from_slice(&((64 + total as u64) * 8).to_be_bytes());
         }
-    }
-}
-
-/// The outer block's fixed part: room for the 20-byte inner digest, then its padding.
-fn outer_template() -> [u8; 64] {
-    let mut block = [0u8; 64];
-    block[20] = 0x80;
-    block[56..].copy_from_slice(&((64u64 + 20) * 8).to_be_bytes());
-    block
-}
-
-fn digest_bytes(st: &[u32; 5], out: &mut [u8]) {
-    for (o, w) in out.chunks_exact_mut(4).zip(st.iter()) {
-        o.copy_from_slice(&w.to_be_bytes());
     }
 }
 
@@ -151,7 +138,7 @@ fn run_lanes<'a>(
     let mut states: StatesSoa = [[0u32; LANES]; 5];
     // Per lane: its message's last one or two blocks, and its outer block.
     let mut tails = [[[0u8; 64]; 2]; LANES];
-    let mut outers = [outer_template(); LANES];
+    let mut outers = [OUTER_BLOCK; LANES];
     let mut lanes: [Option<Lane<'a>>; LANES] = [None; LANES];
     let mut next = 0;
     loop {
