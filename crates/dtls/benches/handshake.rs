@@ -326,14 +326,15 @@ fn interleaved(s: &Setup, floor: &dyn Fn(), rounds: usize) {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     }
-    const NAMES: [&str; 4] = [
+    const NAMES: [&str; 5] = [
         "secrelay-dimpl",
         "openssl",
         "secrelay-client-openssl-server",
         "openssl-client-secrelay-server",
+        "secrelay-dimpl-cookies",
     ];
-    let mut total: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(rounds)).collect();
-    let mut server: Vec<Vec<f64>> = (0..4).map(|_| Vec::with_capacity(rounds)).collect();
+    let mut total: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(rounds)).collect();
+    let mut server: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(rounds)).collect();
     let mut floor_us = Vec::with_capacity(rounds);
     let mut new_us = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -364,6 +365,12 @@ fn interleaved(s: &Setup, floor: &dyn Fn(), rounds: usize) {
             &mut t1[2],
             &mut s1[2],
         );
+        time(
+            || Dimpl::new(&s.dimpl_client),
+            || Dimpl::new(&s.dimpl_server_cookies),
+            &mut t1[3],
+            &mut s1[3],
+        );
         let t = Instant::now();
         floor();
         floor_us.push(t.elapsed().as_secs_f64() * 1e6);
@@ -373,7 +380,7 @@ fn interleaved(s: &Setup, floor: &dyn Fn(), rounds: usize) {
     }
     let new = median(&mut new_us);
     let fl = median(&mut floor_us);
-    let med: Vec<(f64, f64)> = (0..4)
+    let med: Vec<(f64, f64)> = (0..5)
         .map(|i| (median(&mut total[i]), median(&mut server[i])))
         .collect();
     eprintln!("interleaved medians over {rounds} rounds (us per handshake):");

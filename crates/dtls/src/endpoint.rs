@@ -87,6 +87,9 @@ pub struct LocalCertificate {
     /// Whether the engine can load the key, checked once and shared by the clones (a server
     /// makes one endpoint per peer from one certificate; parsing the key each time cost ~10 µs).
     pub(crate) key_usable: Arc<OnceLock<bool>>,
+    /// The ECDSA key parsed once for every association made from this certificate (`None`
+    /// for other keys); see [`crate::key_cache`].
+    pub(crate) shared_key: Arc<OnceLock<Option<Arc<crate::key_cache::SharedKey>>>>,
     /// Whether the leaf carries an RSA key, checked once and shared by the clones.
     rsa: Arc<OnceLock<bool>>,
 }
@@ -98,6 +101,7 @@ impl LocalCertificate {
             chain_der,
             private_key_der: Zeroizing::new(private_key_der.to_vec()),
             key_usable: Arc::new(OnceLock::new()),
+            shared_key: Arc::new(OnceLock::new()),
             rsa: Arc::new(OnceLock::new()),
         }
     }

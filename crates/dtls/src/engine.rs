@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
 use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role};
+use crate::key_cache::{CachingKeyProvider, SharedKey};
 
 /// What an engine produced. Secrets travel in [`Zeroizing`] buffers.
 #[derive(Debug)]
@@ -157,6 +158,8 @@ const MAX_POLL_BUFFER: usize = 64 * 1024;
 pub struct DimplEngine {
     dtls: dimpl::Dtls,
     buf: Vec<u8>,
+    /// Keeps the certificate's parsed key registered while the association may load it.
+    _key: Option<Arc<SharedKey>>,
 }
 
 impl core::fmt::Debug for DimplEngine {
@@ -217,14 +220,21 @@ impl DimplEngine {
             return Err(EngineConfigError::EmptyCertificate);
         };
         let dcfg = shared_config(config)?;
+        // The key parsed once per certificate; dimpl's provider then answers from the cache
+        // (`key_cache`), where it used to parse the DER again for every association.
+        let shared_key = cert
+            .shared_key
+            .get_or_init(|| SharedKey::parse(&cert.private_key_der))
+            .clone();
         // dimpl `expect`s on an unparsable key inside `Dtls::new_*`: check it first (once per
         // certificate: the answer is shared by the certificate's clones).
-        let usable = *cert.key_usable.get_or_init(|| {
-            dcfg.crypto_provider()
-                .key_provider
-                .load_private_key(&cert.private_key_der)
-                .is_ok()
-        });
+        let usable = shared_key.is_some()
+            || *cert.key_usable.get_or_init(|| {
+                dcfg.crypto_provider()
+                    .key_provider
+                    .load_private_key(&cert.private_key_der)
+                    .is_ok()
+            });
         if !usable {
             return Err(EngineConfigError::PrivateKey);
         }
@@ -240,6 +250,7 @@ impl DimplEngine {
         dtls.set_active(config.role == Role::Client);
         Ok(DimplEngine {
             dtls,
+            _key: shared_key,
             buf: vec![0; config.mtu.max(2048)],
         })
     }
@@ -274,7 +285,15 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
     if let Some((_, c)) = list.iter().find(|(k, _)| *k == key) {
         return Ok(c.clone());
     }
+    static KEYS: OnceLock<CachingKeyProvider> = OnceLock::new();
+    let keys = KEYS.get_or_init(|| CachingKeyProvider {
+        fallback: dimpl::crypto::aws_lc_rs::default_provider().key_provider,
+    });
     let mut builder = dimpl::Config::builder()
+        .with_crypto_provider(dimpl::crypto::CryptoProvider {
+            key_provider: keys,
+            ..dimpl::crypto::aws_lc_rs::default_provider()
+        })
         .mtu(config.mtu)
         .flight_start_rto(t.initial_rto)
         .flight_retries(t.max_retransmissions)

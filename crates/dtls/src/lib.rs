@@ -14,6 +14,7 @@ pub mod engine;
 #[cfg(feature = "openssl")]
 pub mod engine_openssl;
 pub mod fingerprint;
+mod key_cache;
 pub mod keying;
 
 pub use ca::{CaDir, CaError, VerifyError};
