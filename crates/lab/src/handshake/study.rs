@@ -413,6 +413,20 @@ struct Figures {
     runs: usize,
 }
 
+/// The pairings' order in round `round`: a Fisher–Yates shuffle of `0..n` driven by a
+/// xorshift generator seeded with the round (reproducible; not for anything secret).
+fn round_order(n: usize, round: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = (round as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     super::quantile(v, 0.5)
@@ -654,10 +668,11 @@ impl Study for HandshakeStudy {
         let mut floor_ns: Vec<Vec<[f64; 4]>> =
             floors.iter().map(|_| Vec::with_capacity(rounds)).collect();
         for round in 0..warmup + rounds {
-            // Each round starts at another pairing, so that none always runs first (with
-            // caches and predictors cold from the previous round's RSA and floor work).
-            let n = pairings.len();
-            for i in (0..n).map(|k| (k + round) % n) {
+            // Each round runs the pairings in another order (a fixed pseudo-random shuffle),
+            // so that no pairing always follows the same one. Rotating the start was not
+            // enough: the first pairing then always came right after OpenSSL's RSA-3072
+            // handshake and paid for its cold caches and heap (~+100 µs on its server side).
+            for i in round_order(pairings.len(), round) {
                 let p = &pairings[i];
                 if ok[i].is_err() {
                     continue;
@@ -1006,7 +1021,7 @@ impl Study for HandshakeStudy {
                 "one whole DTLS 1.2 handshake, both sides in one thread over memory, with mutual ECDSA (or RSA server) certificate authentication, ECDHE, use_srtp, \
                  and the EXTRACTOR-dtls_srtp block exported on both sides and compared; endpoint construction included. Each side's calls are timed apart \
                  (Instant around every call); the total includes moving datagrams between them. {warmup} warm-up rounds, then {rounds} rounds, each running every \
-                 pairing once, starting at a different pairing each round, and the crypto floor once (interleaved, so drift cancels in the ratios); medians reported, spread = IQR of the totals. \
+                 pairing once in its own shuffled order (so that no pairing always follows the same one), and the crypto floor once (interleaved, so drift cancels in the ratios); medians reported, spread = IQR of the totals. \
                  Crypto floor: aws-lc-rs, one side's ECDSA sign + verify + ephemeral key pair + ECDH, each operation timed once per round (medians over the rounds, so that preemption on a busy machine does not inflate them). {pion_method}. \
                  Ratios vs OpenSSL use its ECDSA P-256 row. {}",
                 phase_report.method
