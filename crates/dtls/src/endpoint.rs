@@ -47,8 +47,8 @@ use secrelay_srtp::Profile;
 use zeroize::Zeroizing;
 
 use crate::engine::{
-    CipherSuite, DimplEngine, DtlsEngine, EngineChoice, EngineConfigError, EngineOutput,
-    DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_INITIAL_RTO, DEFAULT_MAX_RETRANSMISSIONS,
+    CipherSuite, DimplEngine, DtlsEngine, EcdheGroup, EngineChoice, EngineConfigError,
+    EngineOutput, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_INITIAL_RTO, DEFAULT_MAX_RETRANSMISSIONS,
 };
 use crate::fingerprint::Fingerprint;
 use crate::keying::{ExportedKeyingMaterial, SrtpKeys};
@@ -315,6 +315,12 @@ pub struct EndpointConfig {
     /// list. dimpl offers and accepts exactly the listed suites (in its own order of
     /// preference) and refuses a list naming one it lacks.
     pub cipher_suites: Vec<CipherSuite>,
+    /// ECDHE groups offered (client) and accepted (server), most preferred first; empty (the
+    /// default) for the engine's own list (X25519, P-256, P-384). The OpenSSL engine uses this
+    /// order; dimpl restricts to the list but keeps its own order. In DTLS 1.2 a client's
+    /// groups also name the curves it accepts in the server's ECDSA certificate, so a list
+    /// without the certificate's curve fails against OpenSSL peers.
+    pub ecdhe_groups: Vec<EcdheGroup>,
 }
 
 impl EndpointConfig {
@@ -332,6 +338,7 @@ impl EndpointConfig {
             server_cookies: true,
             engine: EngineChoice::Auto,
             cipher_suites: Vec::new(),
+            ecdhe_groups: Vec::new(),
         }
     }
 
@@ -372,6 +379,7 @@ impl fmt::Debug for EndpointConfig {
             .field("server_cookies", &self.server_cookies)
             .field("engine", &self.engine)
             .field("cipher_suites", &self.cipher_suites)
+            .field("ecdhe_groups", &self.ecdhe_groups)
             .finish_non_exhaustive()
     }
 }

@@ -141,6 +141,63 @@ impl CipherSuite {
     }
 }
 
+/// An ECDHE group for the handshake's key exchange. See
+/// [`EndpointConfig::ecdhe_groups`](crate::endpoint::EndpointConfig::ecdhe_groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EcdheGroup {
+    /// X25519 (RFC 7748): the fastest; both engines' first choice by default.
+    X25519,
+    /// NIST P-256 (secp256r1): what most WebRTC and SIP peers offer.
+    P256,
+    /// NIST P-384 (secp384r1).
+    P384,
+}
+
+impl EcdheGroup {
+    /// Every group, in the engines' default order of preference.
+    pub const ALL: [EcdheGroup; 3] = [EcdheGroup::X25519, EcdheGroup::P256, EcdheGroup::P384];
+
+    /// OpenSSL's name for the group (`X25519`, `P-256`, `P-384`).
+    pub fn openssl_name(self) -> &'static str {
+        match self {
+            EcdheGroup::X25519 => "X25519",
+            EcdheGroup::P256 => "P-256",
+            EcdheGroup::P384 => "P-384",
+        }
+    }
+
+    fn dimpl_group(self) -> dimpl::crypto::NamedGroup {
+        use dimpl::crypto::NamedGroup as G;
+        match self {
+            EcdheGroup::X25519 => G::X25519,
+            EcdheGroup::P256 => G::Secp256r1,
+            EcdheGroup::P384 => G::Secp384r1,
+        }
+    }
+}
+
+impl core::fmt::Display for EcdheGroup {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.openssl_name())
+    }
+}
+
+impl core::str::FromStr for EcdheGroup {
+    type Err = String;
+    /// `x25519`, `p-256`/`p256`/`secp256r1`, `p-384`/`p384`/`secp384r1` (any case).
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "x25519" => Ok(EcdheGroup::X25519),
+            "p-256" | "p256" | "secp256r1" | "prime256v1" => Ok(EcdheGroup::P256),
+            "p-384" | "p384" | "secp384r1" => Ok(EcdheGroup::P384),
+            other => Err(format!(
+                "unknown ECDHE group {other:?} (expected x25519, p-256 or p-384)"
+            )),
+        }
+    }
+}
+
 /// The largest datagram the engine may ask us to buffer before we call it a bug.
 const MAX_POLL_BUFFER: usize = 64 * 1024;
 
@@ -154,7 +211,10 @@ const MAX_POLL_BUFFER: usize = 64 * 1024;
 /// that order; SRTP_AES128_CM_SHA1_32 is never negotiated), a maximum RTO, certificate chains
 /// (only the leaf is sent), RSA keys. A non-empty
 /// [`EndpointConfig::cipher_suites`](crate::endpoint::EndpointConfig::cipher_suites) restricts
-/// the DTLS 1.2 suites dimpl offers and accepts to that list (dimpl's own preference order).
+/// the DTLS 1.2 suites dimpl offers and accepts to that list (dimpl's own preference order); a
+/// non-empty [`EndpointConfig::ecdhe_groups`](crate::endpoint::EndpointConfig::ecdhe_groups)
+/// restricts the ECDHE groups it offers and accepts (again in dimpl's own order: X25519, P-256,
+/// P-384).
 pub struct DimplEngine {
     dtls: dimpl::Dtls,
     buf: Vec<u8>,
@@ -257,7 +317,15 @@ impl DimplEngine {
 }
 
 /// The settings a dimpl `Config` is built from.
-type ConfigKey = (usize, Duration, usize, Duration, bool, Vec<CipherSuite>);
+type ConfigKey = (
+    usize,
+    Duration,
+    usize,
+    Duration,
+    bool,
+    Vec<CipherSuite>,
+    Vec<EcdheGroup>,
+);
 
 /// Built configurations with the settings they were built from.
 type ConfigCache = Mutex<Vec<(ConfigKey, Arc<dimpl::Config>)>>;
@@ -278,6 +346,7 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
         t.handshake_timeout,
         config.server_cookies,
         config.cipher_suites.clone(),
+        config.ecdhe_groups.clone(),
     );
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     // A poisoned lock only means another thread panicked while building; the list is intact.
@@ -309,6 +378,14 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
             .filter_map(|s| s.dimpl_suite())
             .collect();
         builder = builder.dtls12_cipher_suites(&suites);
+    }
+    if !config.ecdhe_groups.is_empty() {
+        let groups: Vec<dimpl::crypto::NamedGroup> = config
+            .ecdhe_groups
+            .iter()
+            .map(|g| g.dimpl_group())
+            .collect();
+        builder = builder.kx_groups(&groups);
     }
     let c = Arc::new(
         builder

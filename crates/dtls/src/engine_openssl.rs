@@ -76,7 +76,7 @@ use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
 use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role, Timers};
-use crate::engine::{CipherSuite, DtlsEngine, EngineConfigError, EngineOutput};
+use crate::engine::{CipherSuite, DtlsEngine, EcdheGroup, EngineConfigError, EngineOutput};
 
 /// RFC 5764 exporter label for the SRTP keying block.
 const EXPORTER_LABEL: &str = "EXTRACTOR-dtls_srtp";
@@ -217,8 +217,15 @@ fn srtp_list(profiles: &[Profile]) -> Result<String, EngineConfigError> {
 }
 
 /// The settings an `SslContext` is built from: a digest of our certificate chain and key, the
-/// role, the suites, the SRTP list, cookies.
-type ContextKey = ([u8; 32], Role, Vec<CipherSuite>, String, bool);
+/// role, the suites, the SRTP list, cookies, the ECDHE groups.
+type ContextKey = (
+    [u8; 32],
+    Role,
+    Vec<CipherSuite>,
+    String,
+    bool,
+    Vec<EcdheGroup>,
+);
 
 /// Contexts already built, by settings. Building one parses the certificate and the key (an
 /// RSA key costs far more than the lookup) and loads the suites; endpoints with the same
@@ -240,6 +247,7 @@ fn shared_context(config: &EndpointConfig, cookies: bool) -> Result<SslContext, 
         config.cipher_suites.clone(),
         srtp_list(&config.srtp_profiles)?,
         cookies,
+        config.ecdhe_groups.clone(),
     );
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     // A poisoned lock only means another thread panicked while building; the list is intact.
@@ -293,7 +301,17 @@ fn build_context(config: &EndpointConfig, cookies: bool) -> Result<SslContext, E
             .map_err(|e| setting("DH parameters", e))?;
         b.set_tmp_dh(&dh).map_err(|e| setting("DH parameters", e))?;
     }
-    b.set_groups_list(GROUPS)
+    let groups = if config.ecdhe_groups.is_empty() {
+        GROUPS.to_string()
+    } else {
+        let names: Vec<&str> = config
+            .ecdhe_groups
+            .iter()
+            .map(|g| g.openssl_name())
+            .collect();
+        names.join(":")
+    };
+    b.set_groups_list(&groups)
         .map_err(|e| setting("groups", e))?;
     b.set_tlsext_use_srtp(&srtp_list(&config.srtp_profiles)?)
         .map_err(|e| setting("SRTP profiles", e))?;

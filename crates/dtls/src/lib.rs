@@ -23,6 +23,6 @@ pub use endpoint::{
     Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
     PeerAuth, Role, State, Timers,
 };
-pub use engine::{CipherSuite, EngineChoice};
+pub use engine::{CipherSuite, EcdheGroup, EngineChoice};
 pub use fingerprint::{Fingerprint, FingerprintError, HashAlgorithm};
 pub use keying::{ExportedKeyingMaterial, SrtpKeys};

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use handshake_support::{drain, run, Link, Outcome, Rng};
 use proptest::prelude::*;
 use secrelay_dtls::{
-    Certificate, CipherSuite, Endpoint, EndpointConfig, EngineChoice, FailReason, Fingerprint,
-    KeyType, LocalCertificate, Role, State,
+    Certificate, CipherSuite, EcdheGroup, Endpoint, EndpointConfig, EngineChoice, FailReason,
+    Fingerprint, KeyType, LocalCertificate, Role, State,
 };
 use secrelay_srtp::Profile;
 
@@ -186,6 +186,39 @@ fn dimpl_offers_and_accepts_only_the_listed_suites() {
         "{:?}",
         r.server
     );
+}
+
+/// Both engines offer and accept only the listed ECDHE groups: P-256 alone connects across
+/// engines both ways, and disjoint lists fail instead of falling back to a default group.
+#[test]
+fn ecdhe_groups_are_offered_and_accepted_only_as_listed() {
+    for (client, server) in [(DIMPL, OSSL), (OSSL, DIMPL), (DIMPL, DIMPL)] {
+        let (mut c, mut s) = pair((KeyType::EcdsaP256, client), (KeyType::EcdsaP256, server));
+        c.ecdhe_groups = vec![EcdheGroup::P256];
+        s.ecdhe_groups = vec![EcdheGroup::P256];
+        assert_same_keys(
+            &perfect(c.clone(), s.clone()),
+            &format!("P-256 only, {client:?} → {server:?}"),
+        );
+        c.ecdhe_groups = vec![EcdheGroup::X25519];
+        s.ecdhe_groups = vec![EcdheGroup::P256, EcdheGroup::P384];
+        let r = perfect(c, s);
+        assert!(
+            r.client.connected.is_none() && r.server.connected.is_none(),
+            "X25519 client, P-256/P-384 server, {client:?} → {server:?}: connected"
+        );
+        assert!(
+            r.client.failed.is_some() || r.server.failed.is_some(),
+            "{client:?} → {server:?}: {:?} / {:?}",
+            r.client,
+            r.server
+        );
+    }
+    assert_eq!("P-256".parse::<EcdheGroup>(), Ok(EcdheGroup::P256));
+    assert_eq!("x25519".parse::<EcdheGroup>(), Ok(EcdheGroup::X25519));
+    assert_eq!("secp384r1".parse::<EcdheGroup>(), Ok(EcdheGroup::P384));
+    let e = "p-521".parse::<EcdheGroup>().unwrap_err();
+    assert!(e.contains("p-521") && e.contains("x25519"), "{e}");
 }
 
 #[test]
