@@ -23,7 +23,8 @@ use aws_lc_rs::signature::{
 };
 use secrelay_dtls::keying::keying_material_len;
 use secrelay_dtls::{
-    Certificate, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output, PeerAuth, Role,
+    Certificate, EcdheGroup, Endpoint, EndpointConfig, Event, KeyType, LocalCertificate, Output,
+    PeerAuth, Role,
 };
 use secrelay_peers::openssl_dtls::{DtlsRole, DtlsSettings, OpensslDtls, OpensslDtlsContext, Step};
 use secrelay_srtp::Profile;
@@ -150,6 +151,15 @@ impl Side for Ossl {
 }
 
 type MakeSide = Box<dyn Fn() -> Result<Box<dyn Side>, String>>;
+
+/// A pairing measured back to back: per-handshake samples (ns) and its floor's.
+#[derive(Debug, Default)]
+struct Storm {
+    kx: String,
+    server: Vec<f64>,
+    total: Vec<f64>,
+    floor: Vec<f64>,
+}
 
 /// One handshake's figures, ns.
 #[derive(Debug, Clone, Copy)]
@@ -596,6 +606,20 @@ impl Study for HandshakeStudy {
         pairings.push(secrelay("ECDSA P-256", true, 1, &c256, &s256));
         pairings.push(secrelay("ECDSA P-256", false, 1, &c256, &s256));
         pairings.push(secrelay("ECDSA P-384", true, 2, &c384, &s384));
+        // The issue's reference profile: ECDHE on P-256 (both ends restricted to it).
+        let p256_only = |role: Role, cert: &Certificate, cookies: bool| {
+            let mut c = ours_config(role, cert, cookies, &all_profiles);
+            c.ecdhe_groups = vec![EcdheGroup::P256];
+            ours(c)
+        };
+        pairings.push(Pairing {
+            kx: "P-256".into(),
+            floor: 0,
+            make_client: p256_only(Role::Client, &c256, false),
+            make_server: p256_only(Role::Server, &s256, true),
+            ..secrelay("ECDSA P-256", true, 0, &c256, &s256)
+        });
+        const P256_ECDHE_ROW: usize = 3;
         // secrelay's server with an OpenSSL client offering one SRTP profile (and P-256 only),
         // then secrelay's client against OpenSSL's server.
         for p in [
@@ -691,29 +715,37 @@ impl Study for HandshakeStudy {
             }
         }
         // Back to back, as a server meets a reconnect storm: blocks of secrelay's deployed
-        // pairing (P-256, cookies on) one after another, alternating with blocks of its crypto
-        // floor run the same way; the first of each block is dropped (it follows the other).
-        let mut storm_server: Vec<f64> = Vec::with_capacity(rounds);
-        let mut storm_total: Vec<f64> = Vec::with_capacity(rounds);
-        let mut storm_floor: Vec<f64> = Vec::with_capacity(rounds);
-        if ok[0].is_ok() {
+        // pairing (P-256 certificates, cookies on; ECDHE on X25519, then on P-256) one after
+        // another, alternating with blocks of its crypto floor run the same way; the first of
+        // each block is dropped (it follows the other kind of work).
+        let mut storms: Vec<Storm> = Vec::new();
+        for row in [0, P256_ECDHE_ROW] {
+            if ok[row].is_err() {
+                continue;
+            }
             const BLOCK: usize = 10;
+            let p = &pairings[row];
+            let mut st = Storm {
+                kx: p.kx.clone(),
+                ..Storm::default()
+            };
             for _ in 0..rounds.div_ceil(BLOCK - 1) {
                 for k in 0..BLOCK {
-                    let (s, _) = handshake(&pairings[0].make_client, &pairings[0].make_server)
+                    let (s, _) = handshake(&p.make_client, &p.make_server)
                         .map_err(|e| anyhow::anyhow!("back-to-back handshakes: {e}"))?;
                     if k > 0 {
-                        storm_server.push(s.server);
-                        storm_total.push(s.total);
+                        st.server.push(s.server);
+                        st.total.push(s.total);
                     }
                 }
                 for k in 0..BLOCK {
-                    let o = floors[pairings[0].floor].timed();
+                    let o = floors[p.floor].timed();
                     if k > 0 {
-                        storm_floor.push(o.iter().sum());
+                        st.floor.push(o.iter().sum());
                     }
                 }
             }
+            storms.push(st);
         }
         ctx.done();
 
@@ -1021,8 +1053,8 @@ impl Study for HandshakeStudy {
         }];
 
         let mut notes = vec![
-            "secrelay ↔ secrelay negotiates ECDHE on X25519 and SRTP_AEAD_AES_256_GCM: dimpl 0.9 prefers them and the endpoint cannot narrow its offer; \
-             the OpenSSL-client rows pin ECDHE to P-256 and one SRTP profile, to show secrelay's server on the issue's reference profile."
+            "secrelay ↔ secrelay negotiates SRTP_AEAD_AES_256_GCM (dimpl 0.9 prefers it and the endpoint cannot narrow its SRTP offer) and, by default, ECDHE on X25519; \
+             the P-256 row restricts both ends to ECDHE P-256 (EndpointConfig::ecdhe_groups), the issue's reference profile, as do the OpenSSL-client rows, which also pin one SRTP profile."
                 .to_string(),
             "Cookie exchange: secrelay's server deploys with it (one more round trip); OpenSSL over memory BIOs has none, pion does it by default. \
              The pion ratio compares rows with the same setting."
@@ -1038,21 +1070,19 @@ impl Study for HandshakeStudy {
                 s.server_us, s.server_us / floor_us[1], floor_us[1], o.server_us
             ));
         }
-        if !storm_server.is_empty() {
-            let (sv, fl) = (
-                median(&mut storm_server) / 1e3,
-                median(&mut storm_floor) / 1e3,
-            );
-            let total = median(&mut storm_total) / 1e3;
+        for st in &mut storms {
+            let (sv, fl) = (median(&mut st.server) / 1e3, median(&mut st.floor) / 1e3);
+            let total = median(&mut st.total) / 1e3;
             // pion/dtls runs back to back too (its own process), so this is its like-for-like.
             let vs_pion = pion_ref(true)
                 .map(|p| format!("; {:.2}× pion/dtls's handshakes/s with cookies ({:.0} µs, measured back to back in its own process)", p.total_us / total, p.total_us))
                 .unwrap_or_default();
             notes.push(format!(
-                "Back to back (a reconnect storm: {} handshakes in blocks of ten, alternating with blocks of the floor): secrelay's server (P-256, cookies on) \
+                "Back to back (a reconnect storm: {} handshakes in blocks of ten, alternating with blocks of the floor), ECDHE {}: secrelay's server (P-256 certificates, cookies on) \
                  {sv:.0} µs per handshake = {:.2}× its crypto floor run the same way ({fl:.0} µs); whole handshake {total:.0} µs = {:.0} handshakes/s on one core{vs_pion}. \
                  The table's rounds interleave every stack, so each handshake starts with caches another stack left; back to back is a server's steady state in a storm.",
-                storm_server.len(),
+                st.server.len(),
+                st.kx,
                 sv / fl,
                 1e6 / total
             ));
