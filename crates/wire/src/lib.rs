@@ -9,11 +9,14 @@
 //!   MESSAGE-INTEGRITY and FINGERPRINT checks, and building Binding responses.
 //! * [`sdp`]: WebRTC offers read (over Mozilla's webrtc-sdp) into what a gateway needs,
 //!   and answers written.
+//! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
+//!   replies decoded with bounded nesting.
 //!
 //! The crate is pure: no sockets, no clock. Parsers of network or file input
 //! never panic; they return errors that say what was wrong.
 #![forbid(unsafe_code)]
 
+pub mod bencode;
 pub mod pcap;
 pub mod rtp;
 pub mod sdp;

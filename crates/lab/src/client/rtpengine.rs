@@ -20,115 +20,25 @@ use secrelay_wire::rtp::RtpHeader;
 
 use super::StreamRx;
 
-/// Encodes a bencode value (what the ng protocol needs: strings, lists, dicts).
-#[derive(Debug, Clone)]
-pub enum Bencode {
-    /// A byte string.
-    Str(String),
-    /// A list.
-    List(Vec<Bencode>),
-    /// A dictionary (encoded with sorted keys).
-    Dict(Vec<(String, Bencode)>),
-}
-
-impl Bencode {
-    fn encode(&self, out: &mut Vec<u8>) {
-        match self {
-            Bencode::Str(s) => {
-                out.extend_from_slice(format!("{}:", s.len()).as_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
-            Bencode::List(l) => {
-                out.push(b'l');
-                for v in l {
-                    v.encode(out);
-                }
-                out.push(b'e');
-            }
-            Bencode::Dict(d) => {
-                let mut d = d.clone();
-                d.sort_by(|a, b| a.0.cmp(&b.0));
-                out.push(b'd');
-                for (k, v) in &d {
-                    Bencode::Str(k.clone()).encode(out);
-                    v.encode(out);
-                }
-                out.push(b'e');
-            }
-        }
-    }
-}
+pub use secrelay_wire::bencode::Bencode;
+use secrelay_wire::bencode::{ng_decode, ng_encode};
 
 fn s(v: &str) -> Bencode {
-    Bencode::Str(v.to_owned())
+    Bencode::str(v)
 }
 
 /// The string values of the top-level dictionary of an ng reply (`result`, `sdp`,
-/// `error-reason`, …); nested values are skipped.
+/// `error-reason`, …); other values are left out. The reply is decoded by
+/// `secrelay_wire::bencode` (bounded nesting, errors that say where).
 pub fn reply_strings(reply: &[u8]) -> anyhow::Result<HashMap<String, String>> {
-    fn string(b: &[u8], i: &mut usize) -> anyhow::Result<String> {
-        let colon = b[*i..]
-            .iter()
-            .position(|&c| c == b':')
-            .ok_or_else(|| anyhow!("bencode: no ':' in a string"))?;
-        let len: usize = std::str::from_utf8(&b[*i..*i + colon])?.parse()?;
-        let start = *i + colon + 1;
-        let end = start
-            .checked_add(len)
-            .filter(|&e| e <= b.len())
-            .ok_or_else(|| anyhow!("bencode: string past the end"))?;
-        *i = end;
-        Ok(String::from_utf8_lossy(&b[start..end]).into_owned())
-    }
-    fn skip(b: &[u8], i: &mut usize) -> anyhow::Result<()> {
-        match b.get(*i) {
-            Some(b'i') => {
-                let e = b[*i..]
-                    .iter()
-                    .position(|&c| c == b'e')
-                    .ok_or_else(|| anyhow!("bencode: unterminated integer"))?;
-                *i += e + 1;
-            }
-            Some(b'l') | Some(b'd') => {
-                *i += 1;
-                while b.get(*i) != Some(&b'e') {
-                    if *i >= b.len() {
-                        bail!("bencode: unterminated container");
-                    }
-                    skip(b, i)?;
-                }
-                *i += 1;
-            }
-            Some(c) if c.is_ascii_digit() => {
-                string(b, i)?;
-            }
-            _ => bail!("bencode: unexpected byte at {i}"),
-        }
-        Ok(())
-    }
-    let space = reply
-        .iter()
-        .position(|&c| c == b' ')
-        .ok_or_else(|| anyhow!("ng reply without a cookie"))?;
-    let b = &reply[space + 1..];
-    if b.first() != Some(&b'd') {
+    let (_, body) = ng_decode(reply).map_err(|e| anyhow!("ng reply: {e}"))?;
+    let Bencode::Dict(entries) = body else {
         bail!("ng reply is not a dictionary");
-    }
-    let mut i = 1;
-    let mut out = HashMap::new();
-    while b.get(i) != Some(&b'e') {
-        if i >= b.len() {
-            bail!("bencode: unterminated dictionary");
-        }
-        let k = string(b, &mut i)?;
-        if b.get(i).is_some_and(u8::is_ascii_digit) {
-            let v = string(b, &mut i)?;
-            out.insert(k, v);
-        } else {
-            skip(b, &mut i)?;
-        }
-    }
-    Ok(out)
+    };
+    Ok(entries
+        .iter()
+        .filter_map(|(k, v)| Some((String::from_utf8_lossy(k).into_owned(), v.as_text()?)))
+        .collect())
 }
 
 /// An ng control connection.
@@ -156,8 +66,8 @@ impl Ng {
         dict: Vec<(String, Bencode)>,
     ) -> anyhow::Result<HashMap<String, String>> {
         self.cookie += 1;
-        let mut msg = format!("{:x} ", self.cookie).into_bytes();
-        Bencode::Dict(dict).encode(&mut msg);
+        let body = Bencode::Dict(dict.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect());
+        let msg = ng_encode(&format!("{:x}", self.cookie), &body);
         self.socket.send_to(&msg, self.target)?;
         let mut buf = vec![0u8; 65536];
         let n = self
@@ -424,22 +334,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bencode_round_trip_of_what_ng_needs() {
-        let mut out = b"c1 ".to_vec();
-        Bencode::Dict(vec![
-            ("sdp".into(), s("v=0")),
-            ("command".into(), s("offer")),
-            ("flags".into(), Bencode::List(vec![s("a"), s("bc")])),
-        ])
-        .encode(&mut out);
-        assert_eq!(
-            out,
-            b"c1 d7:command5:offer5:flagsl1:a2:bce3:sdp3:v=0e".to_vec()
-        );
+    fn reply_strings_keeps_the_top_level_strings() {
         let r = reply_strings(b"x d3:sdp3:v=06:result2:ok4:listl1:ai3ee5:countd1:ai1eee").unwrap();
         assert_eq!(r["sdp"], "v=0");
         assert_eq!(r["result"], "ok");
+        assert_eq!(r.len(), 2);
         assert!(reply_strings(b"x d3:sdp99:short").is_err());
         assert!(reply_strings(b"nocookie").is_err());
+        assert!(reply_strings(b"x l1:ae").is_err());
     }
 }
