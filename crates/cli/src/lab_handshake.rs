@@ -11,7 +11,8 @@ use anyhow::{bail, Context as _};
 use clap::Args;
 use secrelay_dtls::{EngineChoice, Fingerprint, PeerAuth};
 use secrelay_lab::handshake::{
-    load as hload, parse_addr, parse_engine, parse_key_type, parse_profiles, server as hserver,
+    load as hload, parse_addr, parse_engine, parse_groups, parse_key_type, parse_profiles,
+    server as hserver,
 };
 
 use crate::lab::StudyArgs;
@@ -63,6 +64,9 @@ pub struct HandshakeArgs {
     /// Load mode: the server certificate's expected fingerprint ("sha-256 AB:CD:…"); default: any certificate.
     #[arg(long, value_name = "FP")]
     pub fingerprint: Option<String>,
+    /// Load mode: ECDHE groups to offer, most preferred first (comma-separated: x25519, p-256, p-384); default: the engine's (X25519, P-256, P-384).
+    #[arg(long, value_name = "LIST")]
+    pub groups: Option<String>,
     /// Load mode: seconds one handshake may take before it counts as failed.
     #[arg(long, value_name = "S", default_value_t = 10.0)]
     pub timeout: f64,
@@ -86,6 +90,9 @@ pub struct HandshakeServerArgs {
     /// SRTP profiles accepted, most preferred first (comma-separated, e.g. SRTP_AEAD_AES_128_GCM,SRTP_AES128_CM_SHA1_80).
     #[arg(long, value_name = "LIST")]
     pub srtp_profiles: Option<String>,
+    /// ECDHE groups to accept, most preferred first (comma-separated: x25519, p-256, p-384); default: the engine's (X25519, P-256, P-384).
+    #[arg(long, value_name = "LIST")]
+    pub groups: Option<String>,
     /// Append one JSON line per finished handshake (peer, srtp_profile, keying_material).
     #[arg(long, value_name = "FILE")]
     pub keylog: Option<PathBuf>,
@@ -132,6 +139,9 @@ pub fn server(a: &HandshakeServerArgs) -> anyhow::Result<()> {
         opts.srtp_profiles = parse_profiles(list)?;
     }
     opts.keylog = a.keylog.clone();
+    if let Some(list) = &a.groups {
+        opts.groups = parse_groups(list)?;
+    }
     if let Some(fp) = &a.fingerprint {
         opts.peer_auth = fingerprint(fp)?;
     }
@@ -172,6 +182,7 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<(StudyArgs, EngineChoice
             (a.fingerprint.is_some(), "--fingerprint"),
             (a.resume, "--resume"),
             (a.cert.is_some(), "--cert"),
+            (a.groups.is_some(), "--groups"),
         ];
         if let Some((_, flag)) = load_only.iter().find(|(set, _)| *set) {
             bail!("{flag} belongs to the load mode (--target ADDR), not to --in-memory");
@@ -190,6 +201,9 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<(StudyArgs, EngineChoice
     opts.cert_type = parse_key_type(&a.cert_type)?;
     opts.keylog = a.keylog.clone();
     opts.resume = a.resume;
+    if let Some(list) = &a.groups {
+        opts.groups = parse_groups(list)?;
+    }
     if let (Some(cert), Some(key)) = (&a.cert, &a.key) {
         opts.certificate = Some(secrelay_lab::handshake::load_certificate(
             engine, cert, key,

@@ -403,6 +403,43 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
     );
 }
 
+/// `--groups` on both commands: a P-256-only server takes P-256 clients and fails X25519-only
+/// ones (no common ECDHE group) instead of falling back.
+#[test]
+fn groups_flags_narrow_the_key_exchange_on_both_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut server, addr) =
+        start_server(dir.path(), &[OsStr::new("--groups"), OsStr::new("p-256")]);
+    let load = |groups: &str, handshakes: &str, report: &Path| {
+        let out = secrelay()
+            .args([
+                "lab",
+                "handshake",
+                "--target",
+                &addr,
+                "--handshakes",
+                handshakes,
+                "--groups",
+                groups,
+                "--timeout",
+                "1",
+                "--no-progress",
+                "--json",
+            ])
+            .arg(report)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        read_report(report)
+    };
+    let r = load("p-256", "3", &dir.path().join("p256.json"));
+    assert_eq!(r["completed"], 3, "{r}");
+    let r = load("x25519", "2", &dir.path().join("x25519.json"));
+    assert_eq!(r["completed"], 0, "{r}");
+    assert_eq!(r["failed"], 2, "{r}");
+    assert!(server.stop("-INT").success());
+}
+
 #[test]
 fn server_with_a_private_ca_takes_clients_it_issued() {
     let dir = tempfile::tempdir().unwrap();
@@ -634,6 +671,21 @@ fn refused(args: &[&str], says: &str) {
 
 #[test]
 fn bad_flags_are_named() {
+    refused(
+        &[
+            "lab",
+            "handshake-server",
+            "--listen",
+            "127.0.0.1:0",
+            "--groups",
+            "p-521",
+        ],
+        "--groups",
+    );
+    refused(
+        &["lab", "handshake", "--in-memory", "--groups", "p-256"],
+        "--groups belongs to the load mode",
+    );
     refused(
         &[
             "lab",

@@ -67,6 +67,8 @@ pub struct LoadOptions {
     pub resume: bool,
     /// Print a line every second to stderr.
     pub progress: bool,
+    /// ECDHE groups offered, most preferred first; empty for the engine's own list.
+    pub groups: Vec<secrelay_dtls::EcdheGroup>,
 }
 
 impl LoadOptions {
@@ -87,6 +89,7 @@ impl LoadOptions {
             keylog: None,
             resume: false,
             progress: true,
+            groups: Vec::new(),
         }
     }
 }
@@ -535,6 +538,7 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
     );
     config.timers.handshake_timeout = opts.timeout;
     config.engine = opts.engine;
+    config.ecdhe_groups = opts.groups.clone();
     let engine_used = config.resolved_engine();
     let keylog = opts
         .keylog

@@ -164,6 +164,27 @@ pub fn parse_profiles(list: &str) -> anyhow::Result<Vec<Profile>> {
     Ok(out)
 }
 
+/// `--groups LIST`: ECDHE groups (x25519, p-256, p-384), comma- or colon-separated, most
+/// preferred first.
+pub fn parse_groups(list: &str) -> anyhow::Result<Vec<secrelay_dtls::EcdheGroup>> {
+    let mut out = Vec::new();
+    for name in list
+        .split([',', ':'])
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        let g: secrelay_dtls::EcdheGroup =
+            name.parse().map_err(|e| anyhow::anyhow!("--groups: {e}"))?;
+        if !out.contains(&g) {
+            out.push(g);
+        }
+    }
+    if out.is_empty() {
+        bail!("--groups: the list {list:?} names no group");
+    }
+    Ok(out)
+}
+
 /// A profile's DTLS-SRTP name (`SRTP_AES128_CM_SHA1_80`, …), or its SDP name if it has none.
 pub fn dtls_name(p: Profile) -> &'static str {
     p.dtls_profile().map(|(n, _)| n).unwrap_or(p.sdp_name())

@@ -66,6 +66,8 @@ pub struct ServerOptions {
     pub duration: Option<Duration>,
     /// Print counters to stderr every second.
     pub print_stats: bool,
+    /// ECDHE groups accepted, most preferred first; empty for the engine's own list.
+    pub groups: Vec<secrelay_dtls::EcdheGroup>,
 }
 
 impl ServerOptions {
@@ -86,6 +88,7 @@ impl ServerOptions {
             handshake_timeout: Duration::from_secs(10),
             duration: None,
             print_stats: true,
+            groups: Vec::new(),
         }
     }
 }
@@ -361,6 +364,7 @@ pub fn run(
     config.timers.handshake_timeout = opts.handshake_timeout;
     config.server_cookies = true;
     config.engine = opts.engine;
+    config.ecdhe_groups = opts.groups.clone();
     if opts.max_in_flight == 0 {
         anyhow::bail!("--max-in-flight must be at least 1");
     }
