@@ -41,6 +41,47 @@ pub struct Packet<'a> {
 /// The result for one packet: the output length, or what went wrong.
 pub type PacketResult = Result<usize, Error>;
 
+/// The contexts a batch's packets name by index ([`Packet::context`]): a slice, or any store
+/// that finds a context by index without the contexts being side by side in memory, such as a
+/// gateway's, where each participant owns its own ([`Engine::process_in`]).
+pub trait Contexts {
+    /// How many contexts there are; indices from here on are unknown contexts.
+    fn len(&self) -> usize;
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Context `i`, if there is one.
+    fn get(&self, i: usize) -> Option<&Context>;
+    /// Context `i`, to update, if there is one.
+    fn get_mut(&mut self, i: usize) -> Option<&mut Context>;
+}
+
+impl Contexts for [Context] {
+    fn len(&self) -> usize {
+        <[Context]>::len(self)
+    }
+    fn get(&self, i: usize) -> Option<&Context> {
+        <[Context]>::get(self, i)
+    }
+    fn get_mut(&mut self, i: usize) -> Option<&mut Context> {
+        <[Context]>::get_mut(self, i)
+    }
+}
+
+/// Contexts borrowed from wherever they live, in the order the batch names them.
+impl Contexts for Vec<&mut Context> {
+    fn len(&self) -> usize {
+        <[&mut Context]>::len(self)
+    }
+    fn get(&self, i: usize) -> Option<&Context> {
+        <[&mut Context]>::get(self, i).map(|c| &**c)
+    }
+    fn get_mut(&mut self, i: usize) -> Option<&mut Context> {
+        <[&mut Context]>::get_mut(self, i).map(|c| &mut **c)
+    }
+}
+
 /// Something that processes batches of packets.
 pub trait Engine: Send + Sync {
     /// A short name for reports.
@@ -57,6 +98,25 @@ pub trait Engine: Send + Sync {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     );
+
+    /// [`Engine::process`] against contexts that are not in one slice (see [`Contexts`]), with
+    /// the same results. The default runs the packets one at a time on the calling thread, as
+    /// [`SerialEngine`] does; [`crate::SimdEngine`] runs its lanes here too. Engines that move
+    /// contexts to other threads ([`crate::ThreadedEngine`]) keep the default.
+    ///
+    /// # Panics
+    /// If `results` is shorter than `packets` (a caller's bug, never caused by packet data).
+    fn process_in(
+        &self,
+        contexts: &mut dyn Contexts,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        check_results_len(packets.len(), results.len());
+        for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
+            *r = process_one(contexts, p);
+        }
+    }
 }
 
 /// The caller's contract of [`Engine::process`]: one result slot per packet.
@@ -94,7 +154,10 @@ impl Engine for SerialEngine {
 
 /// Processes one batch packet with the scalar code.
 #[inline]
-pub(crate) fn process_one(contexts: &mut [Context], p: &mut Packet<'_>) -> PacketResult {
+pub(crate) fn process_one<C: Contexts + ?Sized>(
+    contexts: &mut C,
+    p: &mut Packet<'_>,
+) -> PacketResult {
     let ctx = contexts.get_mut(p.context).ok_or(Error::UnknownContext)?;
     process_on(ctx, p)
 }

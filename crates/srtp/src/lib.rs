@@ -50,7 +50,7 @@ pub mod replay;
 pub mod simd;
 pub mod threaded;
 
-pub use batch::{Engine, Op, Packet, SerialEngine};
+pub use batch::{Contexts, Engine, Op, Packet, SerialEngine};
 pub use context::{Context, Direction, Policy, DEFAULT_MAX_STREAMS};
 pub use error::{ConfigError, Error};
 pub use keys::MasterKey;

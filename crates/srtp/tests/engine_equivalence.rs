@@ -22,8 +22,8 @@ use rand::{Rng, SeedableRng};
 use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::pipeline::{Job, Pipeline, PipelineConfig};
 use secrelay_srtp::{
-    Context, Engine, Error, MasterKey, Op, Packet, Policy, Profile, SerialEngine, SimdEngine,
-    ThreadedConfig, ThreadedEngine,
+    Context, Contexts, Engine, Error, MasterKey, Op, Packet, Policy, Profile, SerialEngine,
+    SimdEngine, ThreadedConfig, ThreadedEngine,
 };
 
 /// Master keys per profile; each has a sending and a receiving context.
@@ -408,6 +408,35 @@ fn run_pipeline(p: &Pipeline, inputs: &[Input]) -> (Vec<Vec<u8>>, Vec<PacketResu
         .unzip()
 }
 
+/// An engine driven through [`Engine::process_in`] with its contexts borrowed one by one in
+/// reverse order (a store that is not the slice, indexed differently), as a gateway whose
+/// participants own their contexts drives it.
+struct ThroughRefs(Box<dyn Engine>);
+
+impl Engine for ThroughRefs {
+    fn name(&self) -> &'static str {
+        "through references"
+    }
+
+    fn process(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        let n = contexts.len();
+        let mut refs: Vec<&mut Context> = contexts.iter_mut().rev().collect();
+        assert_eq!(Contexts::len(&refs), n);
+        for p in packets.iter_mut() {
+            // Unknown contexts stay unknown (out of range either way).
+            if p.context < n {
+                p.context = n - 1 - p.context;
+            }
+        }
+        self.0.process_in(&mut refs, packets, results);
+    }
+}
+
 fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
     let mut v: Vec<(String, Box<dyn Engine>)> = vec![
         (
@@ -422,6 +451,22 @@ fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
             Box::new(SimdEngine::new()),
         ),
     ];
+    v.push((
+        "serial through process_in, contexts by reference".into(),
+        Box::new(ThroughRefs(Box::new(SerialEngine))),
+    ));
+    for gcm in [false, true] {
+        v.push((
+            format!("simd through process_in, contexts by reference, GCM kernel {gcm}"),
+            Box::new(ThroughRefs(Box::new(
+                SimdEngine::new().with_gcm_kernel(gcm),
+            ))),
+        ));
+    }
+    v.push((
+        "simd through process_in, groups of 5".into(),
+        Box::new(ThroughRefs(Box::new(SimdEngine::new().with_group(5)))),
+    ));
     // Groups that flush after every packet, on odd counts, at the lane count and past it.
     for group in [1, 5, 16, 17, 300] {
         for gcm in [false, true] {

@@ -42,7 +42,9 @@ use std::sync::Arc;
 use super::aes_ctr::{self, AesKey, Streams};
 use super::gcm::{open_many, seal_many, OpenJob, SealJob};
 use super::hmac_sha1_mb::{hmac_sha1_many_by, HmacJob};
-use crate::batch::{check_results_len, process_on, process_one, Engine, Op, Packet, PacketResult};
+use crate::batch::{
+    check_results_len, process_on, process_one, Contexts, Engine, Op, Packet, PacketResult,
+};
 use crate::context::{cm_iv, gcm_rtp_iv, CmRtpKeys, Context, Keys, Lanes, RtpSpan};
 use crate::error::Error;
 use crate::provider::tags_equal;
@@ -122,7 +124,7 @@ struct Waiting {
 impl Waiting {
     /// The packet's keys, found again in its context (cheaper than holding a reference count
     /// per packet).
-    fn keys<'c>(&self, contexts: &'c [Context]) -> Option<&'c Keys> {
+    fn keys<'c, C: Contexts + ?Sized>(&self, contexts: &'c C) -> Option<&'c Keys> {
         contexts
             .get(self.context)?
             .rtp_keys_for(self.span.ssrc, self.own_keys)
@@ -259,6 +261,28 @@ impl Engine for SimdEngine {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
+        self.process_generic(contexts, packets, results);
+    }
+
+    fn process_in(
+        &self,
+        contexts: &mut dyn Contexts,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        self.process_generic(contexts, packets, results);
+    }
+}
+
+impl SimdEngine {
+    /// [`Engine::process`] over any [`Contexts`]: a slice (monomorphised, as before) or a
+    /// store behind `dyn`.
+    fn process_generic<C: Contexts + ?Sized>(
+        &self,
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
         check_results_len(packets.len(), results.len());
         if packets.len() < SERIAL_BELOW {
             // Too few to fill the lanes: one by one, as the serial engine does.
@@ -285,10 +309,10 @@ impl Engine for SimdEngine {
 }
 
 impl SimdEngine {
-    fn run(
+    fn run<C: Contexts + ?Sized>(
         &self,
         scratch: &mut Scratch,
-        contexts: &mut [Context],
+        contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
@@ -304,7 +328,10 @@ impl SimdEngine {
             if scratch.busy[ci] == scratch.generation {
                 flush(scratch, contexts, packets, results);
             }
-            let ctx = &mut contexts[ci];
+            let Some(ctx) = contexts.get_mut(ci) else {
+                results[pi] = Err(Error::UnknownContext);
+                continue;
+            };
             let p = &mut packets[pi];
             let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp)
                 && match ctx.rtp_lanes() {
@@ -351,9 +378,9 @@ impl SimdEngine {
 }
 
 /// Runs the crypto of every waiting packet, then commits the unprotected ones in order.
-fn flush(
+fn flush<C: Contexts + ?Sized>(
     scratch: &mut Scratch,
-    contexts: &mut [Context],
+    contexts: &mut C,
     packets: &mut [Packet<'_>],
     results: &mut [PacketResult],
 ) {
@@ -391,9 +418,11 @@ fn flush(
         results[w.packet] = if w.protect {
             Ok(len + tag_len)
         } else if w.authentic {
-            contexts[w.context]
-                .unprotect_rtp_commit(&w.span)
-                .map(|()| len - tag_len)
+            match contexts.get_mut(w.context) {
+                Some(ctx) => ctx.unprotect_rtp_commit(&w.span).map(|()| len - tag_len),
+                // Checked when the packet was taken: the store does not shrink mid-batch.
+                None => Err(Error::UnknownContext),
+            }
         } else {
             Err(Error::AuthFailed)
         };
@@ -466,8 +495,8 @@ fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
 
 /// Seals the group's AEAD protects and opens its AEAD unprotects in the GCM kernel, marking
 /// each unprotect authentic or not.
-fn aead_group(
-    contexts: &[Context],
+fn aead_group<C: Contexts + ?Sized>(
+    contexts: &C,
     waiting: &mut [Waiting],
     packets: &mut [Packet<'_>],
     opens: &mut Vec<u32>,
