@@ -697,11 +697,60 @@ impl Participant {
         } else {
             srtp.inbound.unprotect_rtp(&mut buf, len)
         };
+        self.finish_unprotect(datagram.len(), rtcp, result, buf);
+    }
+
+    /// Whether an RTP datagram from `from` would be unprotected now (open, keyed, the source
+    /// validated by ICE): the worker's batch path takes only these, and hands the result to
+    /// [`Participant::accept_unprotected_rtp`].
+    pub(crate) fn takes_srtp_from(&self, from: SocketAddr) -> bool {
+        self.closed.is_none() && self.srtp.is_some() && self.ice.is_validated(from)
+    }
+
+    /// The context that unprotects what the peer sends (once keyed).
+    pub(crate) fn inbound_context(&mut self) -> Option<&mut Context> {
+        self.srtp.as_mut().map(|s| &mut s.inbound)
+    }
+
+    /// The context that protects what we send the peer (once keyed).
+    pub(crate) fn outbound_context(&mut self) -> Option<&mut Context> {
+        self.srtp.as_mut().map(|s| &mut s.outbound)
+    }
+
+    /// An RTP datagram of `datagram_len` bytes that the batch path unprotected (`result`, the
+    /// plaintext in `plain[..n]`): counted and queued exactly as [`Participant::handle_datagram`]
+    /// does with its own unprotect.
+    pub(crate) fn accept_unprotected_rtp(
+        &mut self,
+        datagram_len: usize,
+        result: Result<usize, SrtpError>,
+        plain: &[u8],
+    ) {
+        if self.closed.is_some() {
+            // Closed while the batch ran (an earlier datagram of the same batch closed it).
+            self.counters.after_close += 1;
+            return;
+        }
+        let mut buf = self.take_buffer();
+        if let Ok(n) = result {
+            buf.extend_from_slice(&plain[..n.min(plain.len())]);
+        }
+        self.finish_unprotect(datagram_len, false, result, buf);
+    }
+
+    /// What follows an unprotect, wherever it ran: counters, and the media or RTCP queued.
+    fn finish_unprotect(
+        &mut self,
+        datagram_len: usize,
+        rtcp: bool,
+        result: Result<usize, SrtpError>,
+        mut buf: Vec<u8>,
+    ) {
         match result {
             Ok(n) => {
                 buf.truncate(n);
                 self.counters.packets_in += 1;
-                self.counters.bytes_in += datagram.len() as u64;
+                self.counters.bytes_in += datagram_len as u64;
                 if rtcp {
                     self.queue.push_back(Pending::Rtcp(buf));
                     return;
@@ -869,16 +918,41 @@ impl Participant {
         r
     }
 
-    fn try_send(&mut self, packet: &[u8], rtcp: bool) -> Result<(), SendError> {
+    /// Where protected packets for the peer go, or why none can be sent now.
+    pub(crate) fn send_target(&self) -> Result<SocketAddr, SendError> {
         if self.closed.is_some() {
             return Err(SendError::Closed);
         }
-        let Some(dest) = self.ice.selected() else {
-            return Err(SendError::NotConnected);
-        };
-        if self.srtp.is_none() {
-            return Err(SendError::NotConnected);
+        match self.ice.selected() {
+            Some(dest) if self.srtp.is_some() => Ok(dest),
+            _ => Err(SendError::NotConnected),
         }
+    }
+
+    /// The batch path's [`Participant::send_rtp`], first half: where the protected copy will
+    /// go, or why it cannot be sent (counted as refused, as `send_rtp` counts it).
+    pub(crate) fn rtp_destination(&mut self) -> Result<SocketAddr, SendError> {
+        let r = self.send_target();
+        if r.is_err() {
+            self.counters.send_refused += 1;
+        }
+        r
+    }
+
+    /// The batch path's second half: the outbound context's result for a copy, counted as
+    /// `send_rtp` counts its own.
+    pub(crate) fn count_protected(&mut self, result: &Result<usize, SrtpError>) {
+        match result {
+            Ok(n) => {
+                self.counters.packets_out += 1;
+                self.counters.bytes_out += *n as u64;
+            }
+            Err(_) => self.counters.send_refused += 1,
+        }
+    }
+
+    fn try_send(&mut self, packet: &[u8], rtcp: bool) -> Result<(), SendError> {
+        let dest = self.send_target()?;
         let mut buf = self.take_buffer();
         buf.extend_from_slice(packet);
         buf.resize(packet.len() + SRTP_HEADROOM, 0);

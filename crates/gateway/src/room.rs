@@ -207,6 +207,13 @@ pub struct Room {
     now: Option<Instant>,
     scratch: Vec<u8>,
     counters: RoomCounters,
+    /// Media copies are left for the caller to protect in a batch (see
+    /// [`Room::defer_media_copies`]) instead of protected one by one.
+    defer: bool,
+    /// Deferred copies: receiver and plaintext RTP (header rewritten for it).
+    copies: Vec<(MemberId, Vec<u8>)>,
+    /// Buffers of copies already taken, for the next ones.
+    copy_pool: Vec<Vec<u8>>,
 }
 
 impl Default for Room {
@@ -214,6 +221,9 @@ impl Default for Room {
         Room::new()
     }
 }
+
+/// Copy buffers a room keeps between batches.
+const COPY_POOL_MAX: usize = 64;
 
 fn random_ssrc() -> u32 {
     let mut b = [0u8; 4];
@@ -231,6 +241,96 @@ impl Room {
             now: None,
             scratch: Vec::with_capacity(1500),
             counters: RoomCounters::default(),
+            defer: false,
+            copies: Vec::new(),
+            copy_pool: Vec::new(),
+        }
+    }
+
+    /// With `on`, a media packet's copy for each receiver is not protected here: it is kept,
+    /// with its header rewritten for the receiver, until [`Room::take_media_copies`], so that
+    /// the caller can protect the copies of many packets and rooms in one SRTP batch (and
+    /// count each with [`Room::count_protected`]). A copy is kept only for a receiver that can
+    /// be sent to now; the others are counted as before.
+    pub fn defer_media_copies(&mut self, on: bool) {
+        self.defer = on;
+    }
+
+    /// Moves the deferred copies into `out`, in the order they were made.
+    pub fn take_media_copies(&mut self, out: &mut Vec<(MemberId, Vec<u8>)>) {
+        out.append(&mut self.copies);
+    }
+
+    /// Gives back a copy's buffer once it is sent (kept for the next copies, up to a bound).
+    pub fn recycle_copy(&mut self, buf: Vec<u8>) {
+        if self.copy_pool.len() < COPY_POOL_MAX {
+            self.copy_pool.push(buf);
+        }
+    }
+
+    /// Where a deferred copy for `member` goes now, if it can be sent.
+    pub fn media_destination(&self, member: MemberId) -> Option<SocketAddr> {
+        self.participant(member).and_then(|p| p.send_target().ok())
+    }
+
+    /// Counts a deferred copy's protect result at its receiver.
+    pub fn count_protected(
+        &mut self,
+        member: MemberId,
+        result: &Result<usize, secrelay_srtp::Error>,
+    ) {
+        if let Some(p) = self.participant_mut(member) {
+            p.count_protected(result);
+        }
+    }
+
+    /// Whether an RTP datagram for `member` from `from` would be unprotected now (see
+    /// [`Participant::takes_srtp_from`]).
+    pub fn takes_srtp(&self, member: MemberId, from: SocketAddr) -> bool {
+        self.participant(member)
+            .is_some_and(|p| p.takes_srtp_from(from))
+    }
+
+    /// An RTP datagram for `member` unprotected by the caller's batch: handed to the member as
+    /// [`Room::handle_datagram`] would hand its own unprotect. `false` if there is no such
+    /// member.
+    pub fn accept_unprotected_rtp(
+        &mut self,
+        now: Instant,
+        member: MemberId,
+        datagram_len: usize,
+        result: Result<usize, secrelay_srtp::Error>,
+        plain: &[u8],
+    ) -> bool {
+        self.now = Some(now);
+        match self.participant_mut(member) {
+            Some(p) => {
+                p.accept_unprotected_rtp(datagram_len, result, plain);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The members' SRTP contexts (inbound or outbound), one entry per requested member in
+    /// the order asked (`None` for a member that is gone or not keyed). `members` must not
+    /// repeat a member.
+    pub fn contexts_of<'a>(
+        &'a mut self,
+        members: &[MemberId],
+        inbound: bool,
+        out: &mut Vec<Option<&'a mut secrelay_srtp::Context>>,
+    ) {
+        let first = out.len();
+        out.extend(members.iter().map(|_| None));
+        for m in self.members.iter_mut() {
+            if let Some(k) = members.iter().position(|id| *id == m.id) {
+                out[first + k] = if inbound {
+                    m.participant.inbound_context()
+                } else {
+                    m.participant.outbound_context()
+                };
+            }
         }
     }
 
@@ -456,6 +556,19 @@ impl Room {
                 }
             };
             rewrite(&mut self.scratch, pt, mapped, seq, ts);
+            if self.defer {
+                match r.participant.rtp_destination() {
+                    Ok(_) => {
+                        let mut b = self.copy_pool.pop().unwrap_or_default();
+                        b.clear();
+                        b.extend_from_slice(&self.scratch);
+                        self.copies.push((r.id, b));
+                        self.counters.forwarded += 1;
+                    }
+                    Err(_) => self.counters.dropped_not_ready += 1,
+                }
+                continue;
+            }
             match r.participant.send_rtp(now, &self.scratch) {
                 Ok(()) => self.counters.forwarded += 1,
                 Err(_) => self.counters.dropped_not_ready += 1,

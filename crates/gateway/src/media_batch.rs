@@ -1,0 +1,290 @@
+//! SRTP for many participants' media at once: the datagrams of a `recvmmsg` batch, across
+//! rooms, unprotected in one call of an SRTP [`Engine`], and the copies routed from them
+//! protected in another.
+//!
+//! A participant owns its SRTP contexts, so the batch finds them through the rooms
+//! ([`Room::contexts_of`]) and hands the engine a store of references
+//! ([`Engine::process_in`]); each stream's packets keep their order, so replay protection
+//! and index estimation see them as they would one at a time. The caller stages
+//! datagrams ([`MediaBatch::stage_inbound`]) that the member would unprotect now
+//! ([`Room::takes_srtp`]), runs [`MediaBatch::unprotect`], hands each result to its room
+//! ([`Room::accept_unprotected_rtp`]) and drains the room; the copies the room left
+//! ([`Room::defer_media_copies`]) are staged with [`MediaBatch::stage_outbound`], protected by
+//! [`MediaBatch::protect`], counted at their receivers and sent.
+
+use std::time::Instant;
+
+use secrelay_srtp::batch::PacketResult;
+use secrelay_srtp::{Context, Contexts, Engine, Error as SrtpError, Op, Packet};
+
+use crate::room::{MemberId, Room};
+
+/// Room for the SRTP tag (and the MKI some profiles carry) after a copy's plaintext.
+const TAG_ROOM: usize = 32;
+
+/// Rooms by slot, wherever the caller keeps them.
+pub trait Rooms {
+    /// The rooms at `slots` (ascending, distinct), each borrowed once, in that order; `None`
+    /// for a slot with no room.
+    fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>);
+}
+
+impl Rooms for [Room] {
+    fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>) {
+        walk(self.iter_mut(), slots, out);
+    }
+}
+
+/// Takes the items at the ascending, distinct `slots` from a slice iterator (O(1) per skip).
+pub fn walk<'a, T: 'a>(
+    mut it: std::slice::IterMut<'a, T>,
+    slots: &[usize],
+    out: &mut Vec<Option<&'a mut T>>,
+) {
+    let mut next = 0;
+    for &slot in slots {
+        match slot.checked_sub(next) {
+            Some(skip) => {
+                out.push(it.nth(skip));
+                next = slot + 1;
+            }
+            // Not ascending: a caller's bug; answered as "no room" rather than a panic.
+            None => out.push(None),
+        }
+    }
+}
+
+/// One staged packet and, once the engine ran, its result.
+#[derive(Debug)]
+pub struct Staged {
+    /// The room's slot.
+    pub slot: usize,
+    /// The room's generation when staged (the caller checks it is the same room).
+    pub room_gen: u64,
+    /// The member whose context processes the packet (the sender inbound, the receiver out).
+    pub member: MemberId,
+    /// When the datagram this came from was received.
+    pub received: Option<Instant>,
+    /// The packet; room for the tag after `len` when protecting.
+    pub buf: Vec<u8>,
+    /// Length of the input in `buf`.
+    pub len: usize,
+    /// The engine's result: the output length in `buf`, or why not.
+    pub result: PacketResult,
+}
+
+/// The staged packets of one batch, and the engine that runs them.
+pub struct MediaBatch {
+    engine: Box<dyn Engine>,
+    /// SRTP datagrams to unprotect, in arrival order.
+    pub inbound: Vec<Staged>,
+    /// Copies to protect, in the order they were routed.
+    pub outbound: Vec<Staged>,
+    pool: Vec<Vec<u8>>,
+    keys: Vec<(usize, MemberId)>,
+    slots: Vec<usize>,
+    members: Vec<MemberId>,
+    results: Vec<PacketResult>,
+    // Allocations kept between batches (always empty here; see `recycle`).
+    room_cache: Vec<Option<&'static mut Room>>,
+    context_cache: Vec<Option<&'static mut Context>>,
+    packet_cache: Vec<Packet<'static>>,
+}
+
+/// Takes a list's allocation over to a list of another lifetime (an empty `Vec` collected in
+/// place keeps its buffer), so no batch allocates once the lists have grown.
+fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+    v.clear();
+    v.into_iter().filter_map(|_| None).collect()
+}
+
+impl std::fmt::Debug for MediaBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MediaBatch")
+            .field("engine", &self.engine.name())
+            .field("inbound", &self.inbound.len())
+            .field("outbound", &self.outbound.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Buffers kept between batches.
+const POOL_MAX: usize = 256;
+
+impl MediaBatch {
+    /// A batch run by `engine`.
+    pub fn new(engine: Box<dyn Engine>) -> MediaBatch {
+        MediaBatch {
+            engine,
+            inbound: Vec::new(),
+            outbound: Vec::new(),
+            pool: Vec::new(),
+            keys: Vec::new(),
+            slots: Vec::new(),
+            members: Vec::new(),
+            results: Vec::new(),
+            room_cache: Vec::new(),
+            context_cache: Vec::new(),
+            packet_cache: Vec::new(),
+        }
+    }
+
+    /// The engine's name (for logs and metrics).
+    pub fn engine_name(&self) -> &'static str {
+        self.engine.name()
+    }
+
+    fn buffer(&mut self) -> Vec<u8> {
+        let mut b = self.pool.pop().unwrap_or_default();
+        b.clear();
+        b
+    }
+
+    /// Keeps a finished packet's buffer for the next ones.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        if self.pool.len() < POOL_MAX {
+            self.pool.push(buf);
+        }
+    }
+
+    /// Stages an SRTP datagram for `member` of the room at `slot`.
+    pub fn stage_inbound(
+        &mut self,
+        slot: usize,
+        room_gen: u64,
+        member: MemberId,
+        received: Instant,
+        datagram: &[u8],
+    ) {
+        let mut buf = self.buffer();
+        buf.extend_from_slice(datagram);
+        self.inbound.push(Staged {
+            slot,
+            room_gen,
+            member,
+            received: Some(received),
+            len: datagram.len(),
+            buf,
+            result: Err(SrtpError::UnknownContext),
+        });
+    }
+
+    /// Stages a copy (plaintext RTP in `buf`, from [`Room::take_media_copies`]) for
+    /// receiver `member`.
+    pub fn stage_outbound(
+        &mut self,
+        slot: usize,
+        room_gen: u64,
+        member: MemberId,
+        received: Option<Instant>,
+        mut buf: Vec<u8>,
+    ) {
+        let len = buf.len();
+        buf.resize(len + TAG_ROOM, 0);
+        self.outbound.push(Staged {
+            slot,
+            room_gen,
+            member,
+            received,
+            buf,
+            len,
+            result: Err(SrtpError::UnknownContext),
+        });
+    }
+
+    /// Unprotects every staged inbound datagram with its sender's context.
+    pub fn unprotect<R: Rooms + ?Sized>(&mut self, rooms: &mut R) {
+        let mut staged = std::mem::take(&mut self.inbound);
+        self.run(&mut staged, true, rooms);
+        self.inbound = staged;
+    }
+
+    /// Protects every staged copy with its receiver's context.
+    pub fn protect<R: Rooms + ?Sized>(&mut self, rooms: &mut R) {
+        let mut staged = std::mem::take(&mut self.outbound);
+        self.run(&mut staged, false, rooms);
+        self.outbound = staged;
+    }
+
+    fn run<R: Rooms + ?Sized>(&mut self, staged: &mut [Staged], inbound: bool, rooms: &mut R) {
+        if staged.is_empty() {
+            return;
+        }
+        let MediaBatch {
+            engine,
+            keys,
+            slots,
+            members,
+            results,
+            room_cache,
+            context_cache,
+            packet_cache,
+            ..
+        } = self;
+        keys.clear();
+        keys.extend(staged.iter().map(|s| (s.slot, s.member)));
+        keys.sort_unstable();
+        keys.dedup();
+        slots.clear();
+        slots.extend(keys.iter().map(|k| k.0));
+        slots.dedup();
+        let mut room_refs: Vec<Option<&mut Room>> = recycle(std::mem::take(room_cache));
+        rooms.rooms_at(slots, &mut room_refs);
+        // One context per distinct (slot, member), in `keys` order.
+        let mut contexts = Refs(recycle(std::mem::take(context_cache)));
+        let mut k = 0;
+        for (room, &slot) in room_refs.drain(..).zip(slots.iter()) {
+            let start = k;
+            while k < keys.len() && keys[k].0 == slot {
+                k += 1;
+            }
+            members.clear();
+            members.extend(keys[start..k].iter().map(|x| x.1));
+            match room {
+                Some(r) => r.contexts_of(members, inbound, &mut contexts.0),
+                None => contexts.0.extend(members.iter().map(|_| None)),
+            }
+        }
+        let op = if inbound {
+            Op::UnprotectRtp
+        } else {
+            Op::ProtectRtp
+        };
+        *room_cache = recycle(room_refs);
+        let mut packets: Vec<Packet<'_>> = recycle(std::mem::take(packet_cache));
+        packets.extend(staged.iter_mut().map(|s| {
+            Packet {
+                // Every staged key is in `keys`; a miss would read as an unknown context.
+                context: keys
+                    .binary_search(&(s.slot, s.member))
+                    .unwrap_or(usize::MAX),
+                op,
+                buf: &mut s.buf[..],
+                len: s.len,
+            }
+        }));
+        results.clear();
+        results.resize(packets.len(), Err(SrtpError::UnknownContext));
+        engine.process_in(&mut contexts, &mut packets, results);
+        *packet_cache = recycle(packets);
+        *context_cache = recycle(contexts.0);
+        for (s, r) in staged.iter_mut().zip(results.iter()) {
+            s.result = *r;
+        }
+    }
+}
+
+/// Contexts borrowed from their participants, `None` where a member is gone or not keyed.
+struct Refs<'a>(Vec<Option<&'a mut Context>>);
+
+impl Contexts for Refs<'_> {
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn get(&self, i: usize) -> Option<&Context> {
+        self.0.get(i)?.as_deref()
+    }
+    fn get_mut(&mut self, i: usize) -> Option<&mut Context> {
+        self.0.get_mut(i)?.as_deref_mut()
+    }
+}
