@@ -28,6 +28,9 @@ pub struct ServeArgs {
     /// Packet workers (0: one per core).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// SRTP engine for the workers' receive batches: simd (default) or serial.
+    #[arg(long)]
+    pub srtp_engine: Option<String>,
     /// Log filter (tracing's syntax, e.g. `info` or `secrelay_gateway=debug`).
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -50,6 +53,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(w) = a.workers {
         c.workers = w;
+    }
+    if let Some(e) = &a.srtp_engine {
+        c.srtp_engine = e.clone();
     }
     c.check().map_err(|e| anyhow!("{e}"))?;
     Ok(c)

@@ -127,6 +127,11 @@ fn whip_whep_and_join_legs_relay_media_both_ways() {
     assert_eq!(t.handshakes_ok, 4);
     assert_eq!(t.rooms, 0);
     assert!(t.media_forwarded >= 25 * 7, "{t:?}");
+    // The media went through the workers' SRTP batches, not one packet at a time.
+    assert!(
+        t.srtp_batches > 0 && t.srtp_batched >= t.media_routed,
+        "{t:?}"
+    );
     s.shutdown();
 }
 

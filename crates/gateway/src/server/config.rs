@@ -53,6 +53,9 @@ pub struct ServeConfig {
     pub drain_secs: f64,
     /// Rooms with settings of their own; other rooms are made on first use.
     pub rooms: BTreeMap<String, RoomConfig>,
+    /// The SRTP engine each worker hands its receive batches to: `simd` (multi-buffer lanes
+    /// where the CPU has them, one packet at a time below 8) or `serial`.
+    pub srtp_engine: String,
 }
 
 impl Default for ServeConfig {
@@ -76,6 +79,7 @@ impl Default for ServeConfig {
             token: None,
             drain_secs: 1.0,
             rooms: BTreeMap::new(),
+            srtp_engine: "simd".into(),
         }
     }
 }
@@ -111,6 +115,7 @@ impl ServeConfig {
     pub fn check(&self) -> Result<(), ConfigError> {
         self.key_type()?;
         self.profiles()?;
+        self.engine()?;
         if !(self.consent_timeout_secs.is_finite() && self.consent_timeout_secs > 0.0) {
             return Err(ConfigError(format!(
                 "consent_timeout_secs = {}: must be a positive number of seconds",
@@ -162,6 +167,17 @@ impl ServeConfig {
                     .map_err(|e| ConfigError(format!("srtp_profiles: {s:?}: {e}")))
             })
             .collect()
+    }
+
+    /// A fresh SRTP engine of the configured kind (one per worker).
+    pub fn engine(&self) -> Result<Box<dyn secrelay_srtp::Engine>, ConfigError> {
+        match self.srtp_engine.as_str() {
+            "simd" => Ok(Box::new(secrelay_srtp::SimdEngine::new())),
+            "serial" => Ok(Box::new(secrelay_srtp::SerialEngine)),
+            other => Err(ConfigError(format!(
+                "srtp_engine = {other:?}: unknown engine (valid: simd, serial)"
+            ))),
+        }
     }
 
     /// The consent timeout.
@@ -220,6 +236,10 @@ mod tests {
         assert!(e.contains("srtp_profiles") && e.contains("NOPE"), "{e}");
         let e = ServeConfig::from_toml("http = \"nowhere\"").unwrap_err().0;
         assert!(e.contains("http"), "{e}");
+        let e = ServeConfig::from_toml("srtp_engine = \"gpu\"")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("srtp_engine") && e.contains("simd"), "{e}");
         let e = ServeConfig::from_toml("cert = \"a.pem\"").unwrap_err().0;
         assert!(e.contains("key"), "{e}");
     }

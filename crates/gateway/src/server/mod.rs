@@ -158,17 +158,20 @@ impl Gateway {
             // pointers and never leave it.
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let (sh, st) = (shared.clone(), worker_stats[i].clone());
+            let engine = config.engine().map_err(|e| StartError(e.0))?;
             let t = std::thread::Builder::new()
                 .name(format!("secrelay-worker-{i}"))
-                .spawn(move || match Worker::new(i, socket, poll, inbox, sh, st) {
-                    Ok(w) => {
-                        let _ = ready_tx.send(Ok(()));
-                        w.run();
-                    }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                })
+                .spawn(
+                    move || match Worker::new(i, socket, poll, inbox, sh, st, engine) {
+                        Ok(w) => {
+                            let _ = ready_tx.send(Ok(()));
+                            w.run();
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                        }
+                    },
+                )
                 .map_err(|e| StartError(format!("worker {i} thread: {e}")))?;
             match ready_rx.recv() {
                 Ok(Ok(())) => threads.push(t),

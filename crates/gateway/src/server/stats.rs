@@ -236,6 +236,10 @@ pub struct WorkerStats {
     pub media_unslotted: AtomicU64,
     /// Datagrams received here but owned by another worker (handed over).
     pub handed_off: AtomicU64,
+    /// Engine calls that unprotected a receive batch's SRTP media.
+    pub srtp_batches: AtomicU64,
+    /// SRTP media datagrams unprotected in those calls.
+    pub srtp_batched: AtomicU64,
     /// Drops by reason.
     pub drops: Drops,
     /// Handshakes that finished.
@@ -306,6 +310,10 @@ pub struct Totals {
     pub media_unslotted: u64,
     /// Datagrams handed between workers.
     pub handed_off: u64,
+    /// Engine calls that unprotected receive batches.
+    pub srtp_batches: u64,
+    /// SRTP media datagrams unprotected in them.
+    pub srtp_batched: u64,
     /// Drops, all reasons.
     pub drops: u64,
     /// Drops by reason (only the non-zero ones).
@@ -373,6 +381,8 @@ impl GatewayStats {
             media_forwarded: load(|w| &w.media_forwarded),
             media_unslotted: load(|w| &w.media_unslotted),
             handed_off: load(|w| &w.handed_off),
+            srtp_batches: load(|w| &w.srtp_batches),
+            srtp_batched: load(|w| &w.srtp_batched),
             drops: drops_by_reason.iter().map(|e| e.1).sum(),
             drops_by_reason: drops_by_reason.into_iter().filter(|e| e.1 > 0).collect(),
             handshakes_ok: load(|w| &w.handshakes_ok),
@@ -494,6 +504,18 @@ impl Collector for StatsCollector {
             "secrelay_worker_handoffs",
             "Datagrams received on one worker's socket and handed to the worker that owns the participant",
             t.handed_off,
+        )?;
+        counter(
+            e,
+            "secrelay_srtp_batches",
+            "SRTP engine calls that unprotected a receive batch's media (the copies routed from each are protected in one more call)",
+            t.srtp_batches,
+        )?;
+        counter(
+            e,
+            "secrelay_srtp_batched_packets",
+            "SRTP media datagrams unprotected in those batch calls",
+            t.srtp_batched,
         )?;
         let drops = sum_named(s.workers.iter().map(|w| w.drops.values()));
         labelled_counters(

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mio::{Events, Interest, Poll, Token, Waker};
 use secrelay_dtls::LocalCertificate;
-use secrelay_srtp::Profile;
+use secrelay_srtp::{Engine, Profile};
 use secrelay_wire::rtp::{classify, PacketKind};
 use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
@@ -28,6 +28,7 @@ use super::directory::{stun_target_ufrag, Directory, Route};
 use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::ice_lite::Credentials;
+use crate::media_batch::{walk, MediaBatch, Rooms, Staged};
 use crate::participant::{
     CloseReason, Event, Output, Participant, ParticipantConfig, ParticipantCounters,
 };
@@ -284,6 +285,26 @@ pub struct Worker {
     to_remove: Vec<(usize, MemberId)>,
     /// Workers handed a datagram in this batch, to wake once it is read.
     wake_pending: Vec<bool>,
+    /// The receive batch's SRTP media, unprotected in one engine call, and the copies routed
+    /// from it, protected in another (see `crate::media_batch`).
+    media: MediaBatch,
+    /// Copies taken from a room, on their way into `media`.
+    copies: Vec<(MemberId, Vec<u8>)>,
+}
+
+/// The worker's rooms as the media batch sees them.
+struct SlotRooms<'r>(&'r mut [Option<RoomSlot>]);
+
+impl Rooms for SlotRooms<'_> {
+    fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>) {
+        let mut found: Vec<Option<&'a mut Option<RoomSlot>>> = Vec::with_capacity(slots.len());
+        walk(self.0.iter_mut(), slots, &mut found);
+        out.extend(
+            found
+                .into_iter()
+                .map(|s| s.and_then(Option::as_mut).map(|s| &mut s.room)),
+        );
+    }
 }
 
 /// The receiving ends of a worker's channels.
@@ -371,6 +392,7 @@ impl Worker {
         inbox: Inbox,
         shared: Arc<Shared>,
         stats: Arc<WorkerStats>,
+        engine: Box<dyn Engine>,
     ) -> std::io::Result<Worker> {
         let mut socket = mio::net::UdpSocket::from_std(socket);
         poll.registry()
@@ -407,6 +429,8 @@ impl Worker {
             last_publish: now,
             to_remove: Vec::new(),
             wake_pending: vec![false; peers],
+            media: MediaBatch::new(engine),
+            copies: Vec::new(),
         })
     }
 
@@ -564,7 +588,12 @@ impl Worker {
                 let s = RoomSlot {
                     name: room.clone(),
                     room_gen: gen,
-                    room: Room::new(),
+                    room: {
+                        let mut r = Room::new();
+                        // Copies are protected by the worker's media batch.
+                        r.defer_media_copies(true);
+                        r
+                    },
                     members: HashMap::new(),
                     deadline: None,
                 };
@@ -650,14 +679,15 @@ impl Worker {
         }
         let mut n: usize = 0;
         while let Ok(h) = self.handoffs.try_recv() {
-            let now = Instant::now();
-            self.deliver(now, h.route, h.from, &h.buf, h.received);
+            self.deliver_or_stage(h.received, h.route, h.from, &h.buf);
             let _ = self.shared.peers[h.origin].returns.send(h.buf);
             n += 1;
             if n.is_multiple_of(BATCH) {
+                self.run_media_inbound();
                 self.flush();
             }
         }
+        self.run_media_inbound();
         self.remove_closed();
     }
 
@@ -707,6 +737,7 @@ impl Worker {
                 };
                 self.dispatch(received, from, d);
             }
+            self.run_media_inbound();
             for (w, pending) in self.wake_pending.iter_mut().enumerate() {
                 if std::mem::take(pending) {
                     let _ = self.shared.peers[w].waker.wake();
@@ -741,7 +772,7 @@ impl Worker {
             return;
         };
         if route.worker == self.index {
-            self.deliver(received, route, from, d, received);
+            self.deliver_or_stage(received, route, from, d);
             return;
         }
         let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(1600));
@@ -769,6 +800,145 @@ impl Worker {
                     .fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// A datagram for one of our participants: SRTP media its member would unprotect now is
+    /// staged for the batch's engine call ([`Worker::run_media_inbound`]); anything else is
+    /// handled at once.
+    fn deliver_or_stage(&mut self, received: Instant, route: Route, from: SocketAddr, d: &[u8]) {
+        if classify(d) == PacketKind::Rtp {
+            let takes = self
+                .rooms
+                .get(route.slot)
+                .and_then(Option::as_ref)
+                .is_some_and(|s| {
+                    s.room_gen == route.room_gen && s.room.takes_srtp(route.member, from)
+                });
+            if takes {
+                self.media
+                    .stage_inbound(route.slot, route.room_gen, route.member, received, d);
+                return;
+            }
+        }
+        self.deliver(received, route, from, d, received);
+    }
+
+    /// Unprotects the staged media in one engine call, hands each result to its room in
+    /// arrival order and drains the room (whose copies are staged for [`Worker::flush`]).
+    fn run_media_inbound(&mut self) {
+        let n = self.media.inbound.len();
+        if n == 0 {
+            return;
+        }
+        let started = Instant::now();
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.media.unprotect(&mut SlotRooms(&mut self.rooms))
+        }));
+        let mut staged = std::mem::take(&mut self.media.inbound);
+        if ran.is_err() {
+            // Our SRTP code panicked: the batch's datagrams are dropped and counted.
+            tracing::error!(
+                worker = self.index,
+                packets = n,
+                "SRTP batch panicked; its datagrams are dropped"
+            );
+            self.stats
+                .drops
+                .unknown_source
+                .fetch_add(n as u64, Ordering::Relaxed);
+            for st in staged.drain(..) {
+                self.media.recycle(st.buf);
+            }
+            self.media.inbound = staged;
+            return;
+        }
+        for st in staged.drain(..) {
+            let Staged {
+                slot,
+                room_gen,
+                member,
+                received,
+                buf,
+                len,
+                result,
+                ..
+            } = st;
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let Some(s) = self
+                    .rooms
+                    .get_mut(slot)
+                    .and_then(Option::as_mut)
+                    .filter(|s| s.room_gen == room_gen)
+                else {
+                    return false;
+                };
+                let now = received.unwrap_or(started);
+                if !s
+                    .room
+                    .accept_unprotected_rtp(now, member, len, result, &buf)
+                {
+                    return false;
+                }
+                self.drain_room(slot, received);
+                true
+            }));
+            match r {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.stats
+                        .drops
+                        .unknown_source
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                Err(_) => self.abandon_room(slot, room_gen),
+            }
+            self.media.recycle(buf);
+        }
+        self.media.inbound = staged;
+        let per = started.elapsed() / n as u32;
+        self.stats.media_processing.record_n(per, n as u64);
+        self.stats.srtp_batches.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .srtp_batched
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Protects the staged copies in one engine call and queues each to its receiver.
+    fn run_media_outbound(&mut self) {
+        let n = self.media.outbound.len();
+        if n == 0 {
+            return;
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.media.protect(&mut SlotRooms(&mut self.rooms))
+        }));
+        let mut staged = std::mem::take(&mut self.media.outbound);
+        for st in staged.drain(..) {
+            let room = self
+                .rooms
+                .get_mut(st.slot)
+                .and_then(Option::as_mut)
+                .filter(|s| s.room_gen == st.room_gen)
+                .map(|s| &mut s.room);
+            match room {
+                Some(room) if ran.is_ok() => {
+                    room.count_protected(st.member, &st.result);
+                    if let (Ok(len), Some(dest)) = (st.result, room.media_destination(st.member)) {
+                        self.send.push(dest, &st.buf[..len]);
+                        self.send_origin.push(st.received);
+                    }
+                    room.recycle_copy(st.buf);
+                }
+                _ => {
+                    self.stats
+                        .drops
+                        .unknown_source
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.media.recycle(st.buf);
+                }
+            }
+        }
+        self.media.outbound = staged;
     }
 
     /// A datagram for one of our participants.
@@ -960,6 +1130,12 @@ impl Worker {
                 self.heap.push(Reverse((t, slot, s.room_gen)));
             }
         }
+        // The media copies the room routed, for the batch's protect call.
+        s.room.take_media_copies(&mut self.copies);
+        for (member, buf) in self.copies.drain(..) {
+            self.media
+                .stage_outbound(slot, s.room_gen, member, received, buf);
+        }
     }
 
     /// Removes the members that closed, and rooms left empty.
@@ -1022,6 +1198,7 @@ impl Worker {
     }
 
     fn flush(&mut self) {
+        self.run_media_outbound();
         if self.send.is_empty() {
             return;
         }
