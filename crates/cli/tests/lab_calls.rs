@@ -1,6 +1,6 @@
 //! `secrelay lab calls --quick --json`: a row per engine and N in the SRTP-only sweep and per N
 //! through the gateway, with ordered, positive percentiles; the gateway relays every call's
-//! packets to the other party.
+//! packets to the other party, on each of its SRTP engines.
 
 mod lab_support;
 
@@ -26,7 +26,15 @@ fn calls_quick_rows_and_facts() {
         assert_eq!(r["pps"].as_f64(), Some(n * 100.0));
     }
     let gw = rows(&study, "calls_gateway");
-    assert_eq!(gw.len(), 2);
+    // Two N (10, 50) for each of the gateway's SRTP engines.
+    assert_eq!(gw.len(), 4);
+    for engine in ["serial", "simd"] {
+        let n = gw
+            .iter()
+            .filter(|r| r["engine"].as_str().unwrap().starts_with(engine))
+            .count();
+        assert_eq!(n, 2, "{engine}");
+    }
     for r in gw {
         let calls = r["calls"].as_f64().unwrap();
         // Two participants per call, each hears the other: about 50 packets/s each.
