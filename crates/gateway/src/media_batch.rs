@@ -31,21 +31,23 @@ pub trait Rooms {
 
 impl Rooms for [Room] {
     fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>) {
-        walk(self.iter_mut(), slots, out);
+        walk(self.iter_mut(), slots, out, Some);
     }
 }
 
-/// Takes the items at the ascending, distinct `slots` from a slice iterator (O(1) per skip).
-pub fn walk<'a, T: 'a>(
+/// Takes the items at the ascending, distinct `slots` from a slice iterator (O(1) per skip),
+/// each through `pick` (to reach the room inside a caller's slot type).
+pub fn walk<'a, T: 'a, U: 'a>(
     mut it: std::slice::IterMut<'a, T>,
     slots: &[usize],
-    out: &mut Vec<Option<&'a mut T>>,
+    out: &mut Vec<Option<&'a mut U>>,
+    pick: impl Fn(&'a mut T) -> Option<&'a mut U>,
 ) {
     let mut next = 0;
     for &slot in slots {
         match slot.checked_sub(next) {
             Some(skip) => {
-                out.push(it.nth(skip));
+                out.push(it.nth(skip).and_then(&pick));
                 next = slot + 1;
             }
             // Not ascending: a caller's bug; answered as "no room" rather than a panic.

@@ -210,6 +210,8 @@ counters! {
         handoff_queue_full,
         /// `sendmmsg` failed for the datagram.
         send_failed,
+        /// Dropped because the gateway's own code panicked on them (a bug; the worker goes on).
+        internal_error,
     }
 }
 
@@ -253,8 +255,8 @@ pub struct WorkerStats {
     /// From the socket read that brought a packet in to the socket write that sent its copies
     /// out, per copy.
     pub relay_latency: LatencyHistogram,
-    /// Time to process one media packet in its room (unprotect, route, protect per receiver),
-    /// per packet received.
+    /// Time to process one media packet: its share of the receive batch's unprotect call and
+    /// its routing in its room (the copies' protect call runs with the send), per packet.
     pub media_processing: LatencyHistogram,
     /// Participants alive on this worker.
     pub participants: AtomicU64,
@@ -584,7 +586,7 @@ impl Collector for StatsCollector {
         histogram(
             e,
             "secrelay_media_processing_seconds",
-            "Per media packet received: SRTP unprotect, routing and SRTP protect for every receiver",
+            "Per media packet received: its share of the receive batch's SRTP unprotect call, and its routing (the copies' protect call runs with the send)",
             &processing,
         )?;
         Ok(())

@@ -297,13 +297,9 @@ struct SlotRooms<'r>(&'r mut [Option<RoomSlot>]);
 
 impl Rooms for SlotRooms<'_> {
     fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>) {
-        let mut found: Vec<Option<&'a mut Option<RoomSlot>>> = Vec::with_capacity(slots.len());
-        walk(self.0.iter_mut(), slots, &mut found);
-        out.extend(
-            found
-                .into_iter()
-                .map(|s| s.and_then(Option::as_mut).map(|s| &mut s.room)),
-        );
+        walk(self.0.iter_mut(), slots, out, |s| {
+            s.as_mut().map(|s| &mut s.room)
+        });
     }
 }
 
@@ -679,7 +675,7 @@ impl Worker {
         }
         let mut n: usize = 0;
         while let Ok(h) = self.handoffs.try_recv() {
-            self.deliver_or_stage(h.received, h.route, h.from, &h.buf);
+            self.deliver_or_stage(Instant::now(), h.route, h.from, &h.buf, h.received);
             let _ = self.shared.peers[h.origin].returns.send(h.buf);
             n += 1;
             if n.is_multiple_of(BATCH) {
@@ -772,7 +768,7 @@ impl Worker {
             return;
         };
         if route.worker == self.index {
-            self.deliver_or_stage(received, route, from, d);
+            self.deliver_or_stage(received, route, from, d, received);
             return;
         }
         let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(1600));
@@ -805,7 +801,14 @@ impl Worker {
     /// A datagram for one of our participants: SRTP media its member would unprotect now is
     /// staged for the batch's engine call ([`Worker::run_media_inbound`]); anything else is
     /// handled at once.
-    fn deliver_or_stage(&mut self, received: Instant, route: Route, from: SocketAddr, d: &[u8]) {
+    fn deliver_or_stage(
+        &mut self,
+        now: Instant,
+        route: Route,
+        from: SocketAddr,
+        d: &[u8],
+        received: Instant,
+    ) {
         if classify(d) == PacketKind::Rtp {
             let takes = self
                 .rooms
@@ -820,7 +823,7 @@ impl Worker {
                 return;
             }
         }
-        self.deliver(received, route, from, d, received);
+        self.deliver(now, route, from, d, received);
     }
 
     /// Unprotects the staged media in one engine call, hands each result to its room in
@@ -844,7 +847,7 @@ impl Worker {
             );
             self.stats
                 .drops
-                .unknown_source
+                .internal_error
                 .fetch_add(n as u64, Ordering::Relaxed);
             for st in staged.drain(..) {
                 self.media.recycle(st.buf);
@@ -872,7 +875,9 @@ impl Worker {
                 else {
                     return false;
                 };
-                let now = received.unwrap_or(started);
+                // The room's clock moves on from the batch's start (a handed-over datagram's
+                // receive instant can be older than what the room has seen).
+                let now = started;
                 if !s
                     .room
                     .accept_unprotected_rtp(now, member, len, result, &buf)
@@ -929,7 +934,16 @@ impl Worker {
                     }
                     room.recycle_copy(st.buf);
                 }
-                _ => {
+                Some(_) => {
+                    // Our SRTP code panicked on the batch: every copy is dropped and counted.
+                    self.stats
+                        .drops
+                        .internal_error
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.media.recycle(st.buf);
+                }
+                None => {
+                    // The room went (abandoned) after the copy was routed.
                     self.stats
                         .drops
                         .unknown_source
