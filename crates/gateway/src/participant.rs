@@ -718,23 +718,22 @@ impl Participant {
     }
 
     /// An RTP datagram of `datagram_len` bytes that the batch path unprotected (`result`, the
-    /// plaintext in `plain[..n]`): counted and queued exactly as [`Participant::handle_datagram`]
-    /// does with its own unprotect.
+    /// plaintext in `buf[..n]`): counted and queued exactly as [`Participant::handle_datagram`]
+    /// does with its own unprotect. The participant keeps `buf` (no copy) and leaves one of its
+    /// spare buffers in its place, so both pools stay as they were.
     pub(crate) fn accept_unprotected_rtp(
         &mut self,
         datagram_len: usize,
         result: Result<usize, SrtpError>,
-        plain: &[u8],
+        buf: &mut Vec<u8>,
     ) {
         if self.closed.is_some() {
             // Closed while the batch ran (an earlier datagram of the same batch closed it).
             self.counters.after_close += 1;
             return;
         }
-        let mut buf = self.take_buffer();
-        if let Ok(n) = result {
-            buf.extend_from_slice(&plain[..n.min(plain.len())]);
-        }
+        let spare = self.take_buffer();
+        let buf = std::mem::replace(buf, spare);
         self.finish_unprotect(datagram_len, false, result, buf);
     }
 

@@ -300,12 +300,12 @@ impl Room {
         member: MemberId,
         datagram_len: usize,
         result: Result<usize, secrelay_srtp::Error>,
-        plain: &[u8],
+        buf: &mut Vec<u8>,
     ) -> bool {
         self.now = Some(now);
         match self.participant_mut(member) {
             Some(p) => {
-                p.accept_unprotected_rtp(datagram_len, result, plain);
+                p.accept_unprotected_rtp(datagram_len, result, buf);
                 true
             }
             None => false,

@@ -76,10 +76,10 @@ fn run(engine: Box<dyn Engine>, rooms: usize, per_room: usize, batches: usize) {
         }
         mb.unprotect(&mut s.rooms[..]);
         let staged = std::mem::take(&mut mb.inbound);
-        for st in staged {
+        for mut st in staged {
             assert!(st.result.is_ok(), "batch {b}: {:?}", st.result);
             let room = &mut s.rooms[st.slot];
-            assert!(room.accept_unprotected_rtp(s.now, st.member, st.len, st.result, &st.buf));
+            assert!(room.accept_unprotected_rtp(s.now, st.member, st.len, st.result, &mut st.buf));
             drain(room);
             room.take_media_copies(&mut copies);
             for (member, buf) in copies.drain(..) {
@@ -176,8 +176,8 @@ fn a_forged_datagram_in_a_batch_is_refused_and_counted_and_the_rest_go_through()
     let staged = std::mem::take(&mut mb.inbound);
     let refused = staged.iter().filter(|st| st.result.is_err()).count();
     assert_eq!(refused, forged_seen);
-    for st in staged {
-        s.rooms[0].accept_unprotected_rtp(s.now, st.member, st.len, st.result, &st.buf);
+    for mut st in staged {
+        s.rooms[0].accept_unprotected_rtp(s.now, st.member, st.len, st.result, &mut st.buf);
     }
     let c = s.rooms[0].participant(s.ids[0][0]).unwrap().counters();
     assert_eq!(c.auth_failures as usize, forged_seen);

@@ -861,7 +861,7 @@ impl Worker {
                 room_gen,
                 member,
                 received,
-                buf,
+                mut buf,
                 len,
                 result,
                 ..
@@ -880,7 +880,7 @@ impl Worker {
                 let now = started;
                 if !s
                     .room
-                    .accept_unprotected_rtp(now, member, len, result, &buf)
+                    .accept_unprotected_rtp(now, member, len, result, &mut buf)
                 {
                     return false;
                 }
