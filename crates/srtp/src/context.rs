@@ -1,7 +1,5 @@
 //! SRTP/SRTCP contexts: streams per SSRC, protect and unprotect.
 
-use std::collections::hash_map::Entry;
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use zeroize::Zeroizing;
@@ -108,7 +106,8 @@ struct DirKeys {
     /// The session keys again, for the multi-buffer engines' forms of them (RTP only).
     lanes_source: Option<LaneSource>,
     /// Those forms, made the first time a multi-buffer engine asks (a context only ever used
-    /// one packet at a time never pays their ~0.5–1.5 KiB).
+    /// one packet at a time never pays their ~0.6–1.2 KiB). Boxed, so that the keys a packet
+    /// reads stay a few cache lines apart whether or not these were made.
     lanes: OnceLock<Option<LaneKeys>>,
     salt: Zeroizing<[u8; 14]>,
 }
@@ -122,29 +121,70 @@ struct LaneSource {
 
 /// The keys in the forms the multi-buffer kernels take (the provider's primitives are opaque);
 /// each wipes itself on drop.
-struct LaneKeys {
-    /// The keyed HMAC-SHA1 states (HMAC-SHA1 profiles).
-    auth: Option<HmacSha1State>,
-    /// The AES-CM key expanded for the keystream kernel.
+enum LaneKeys {
+    /// HMAC-SHA1 profiles.
+    Hmac(Box<HmacLaneKeys>),
+    /// AEAD profiles: the AES-GCM key (schedule, GHASH key powers) for the AEAD kernel.
+    Gcm(Box<GcmKey>),
+}
+
+/// The keyed HMAC-SHA1 states, and the AES-CM key expanded for the keystream kernel (none for
+/// NULL). `repr(C)`, the round keys first: see [`DirKeys::prefetch_lanes`].
+#[repr(C)]
+struct HmacLaneKeys {
     ctr: Option<AesKey>,
-    /// The AES-GCM key (schedule, GHASH key powers) for the AEAD kernel.
-    gcm: Option<GcmKey>,
+    auth: HmacSha1State,
 }
 
 impl LaneKeys {
-    /// `None` if a kernel refuses the key (lengths were checked by the provider already).
+    /// `None` if a kernel refuses the key (lengths were checked by the provider already), or
+    /// if the profile has neither an AEAD cipher nor an HMAC-SHA1 tag.
     fn new(src: &LaneSource) -> Option<LaneKeys> {
-        let (ctr, gcm) = match src.profile.cipher() {
-            CipherKind::AesCm => (Some(AesKey::new(&src.enc).ok()?), None),
-            CipherKind::AesGcm => (None, Some(GcmKey::new(&src.enc).ok()?)),
-            CipherKind::Null => (None, None),
-        };
-        let auth = (src.profile.auth_key_len() > 0).then(|| HmacSha1State::new(&src.auth));
-        Some(LaneKeys { auth, ctr, gcm })
+        Some(match src.profile.cipher() {
+            CipherKind::AesGcm => LaneKeys::Gcm(Box::new(GcmKey::new(&src.enc).ok()?)),
+            cipher if src.profile.auth_key_len() > 0 => LaneKeys::Hmac(Box::new(HmacLaneKeys {
+                auth: HmacSha1State::new(&src.auth),
+                ctr: match cipher {
+                    CipherKind::AesCm => Some(AesKey::new(&src.enc).ok()?),
+                    _ => None,
+                },
+            })),
+            _ => return None,
+        })
     }
 }
 
 impl DirKeys {
+    /// Starts loading the multi-buffer forms of the keys, if they were made (a hint): the
+    /// lines the kernels read, found from the boxes' addresses without reading them.
+    #[inline]
+    fn prefetch_lanes(&self) {
+        use crate::simd::prefetch;
+        match self.lanes.get() {
+            Some(Some(LaneKeys::Hmac(h))) => {
+                prefetch::prefetch_bytes((&raw const **h).cast(), AesKey::HOT_BYTES, 5);
+                prefetch::line((&raw const h.auth).cast());
+            }
+            Some(Some(LaneKeys::Gcm(g))) => prefetch::value(&**g, 8),
+            _ => {}
+        }
+    }
+
+    /// Starts loading the provider's keyed primitives, which the scalar path uses (a hint).
+    #[inline]
+    fn prefetch_scalar(&self) {
+        use crate::simd::prefetch;
+        let boxed = |p: *const u8, len: usize| prefetch::prefetch_bytes(p, len, 8);
+        match &self.cipher {
+            Cipher::Ctr(c) => boxed((&raw const **c).cast(), core::mem::size_of_val(&**c)),
+            Cipher::Gcm(g) => boxed((&raw const **g).cast(), core::mem::size_of_val(&**g)),
+            Cipher::Null => {}
+        }
+        if let Some(a) = &self.auth {
+            boxed((&raw const **a).cast(), core::mem::size_of_val(&**a));
+        }
+    }
+
     /// The multi-buffer forms of the keys, made on first use.
     fn lanes(&self) -> Option<&LaneKeys> {
         let src = self.lanes_source.as_ref()?;
@@ -152,11 +192,16 @@ impl DirKeys {
     }
 }
 
+/// The bytes from the start of [`Keys`] the RTP packet path reads: its RTP keys (`Keys` is
+/// `repr(C)`).
+const RTP_KEYS_BYTES: usize = core::mem::size_of::<DirKeys>();
+
 /// Session keys derived from one master key.
+#[repr(C)]
 pub(crate) struct Keys {
-    profile: Profile,
     rtp: DirKeys,
     rtcp: DirKeys,
+    profile: Profile,
 }
 
 impl DirKeys {
@@ -238,17 +283,22 @@ impl Keys {
         if let Cipher::Gcm(_) = k.cipher {
             return None;
         }
-        let lanes = k.lanes()?;
-        Some(CmRtpKeys {
-            ctr: lanes.ctr.as_ref(),
-            auth: lanes.auth.as_ref()?,
-            salt: &k.salt,
-        })
+        match k.lanes()? {
+            LaneKeys::Hmac(h) => Some(CmRtpKeys {
+                ctr: h.ctr.as_ref(),
+                auth: &h.auth,
+                salt: &k.salt,
+            }),
+            LaneKeys::Gcm(_) => None,
+        }
     }
 
     /// The RTP keys of an AEAD profile in multi-buffer form, with the salt.
     pub(crate) fn gcm_rtp(&self) -> Option<(&GcmKey, &[u8; 14])> {
-        Some((self.rtp.lanes()?.gcm.as_ref()?, &self.rtp.salt))
+        match self.rtp.lanes()? {
+            LaneKeys::Gcm(g) => Some((g, &self.rtp.salt)),
+            LaneKeys::Hmac(_) => None,
+        }
     }
 }
 
@@ -309,7 +359,7 @@ impl Stream {
     }
 }
 
-type StreamMap = HashMap<u32, Stream, foldhash::fast::RandomState>;
+type StreamMap = crate::ssrc_map::SsrcMap<Stream>;
 
 /// An SRTP/SRTCP context: one master key (or several, per stream), many SSRCs.
 ///
@@ -455,9 +505,40 @@ impl Context {
     /// apart, [`Self::add_stream_with_key`]).
     pub(crate) fn rtp_keys_for(&self, ssrc: u32, own: bool) -> Option<&Keys> {
         if own {
-            self.streams.get(&ssrc).map(|s| &*s.keys)
+            self.streams.get(ssrc).map(|s| &*s.keys)
         } else {
             Some(&self.keys)
+        }
+    }
+
+    /// Starts loading what a batch engine will read to protect or unprotect an RTP packet of
+    /// this context (hints: nothing changes), in two stages a few packets apart, each reading
+    /// only what the stage before asked for. First, from the context alone: its master keys
+    /// and its first stream (its only one, in most contexts).
+    #[inline]
+    pub(crate) fn prefetch_rtp_stream(&self) {
+        use crate::simd::prefetch;
+        prefetch::prefetch_bytes(Arc::as_ptr(&self.keys).cast(), RTP_KEYS_BYTES, 4);
+        if let Some((p, len)) = self.streams.first_entry_addr() {
+            prefetch::prefetch_bytes(p, len, 3);
+        }
+    }
+
+    /// Second stage of [`Self::prefetch_rtp_stream`], for a packet of `ssrc`: the stream's
+    /// replay window and the keys, in multi-buffer form if `lanes`, else the provider's.
+    #[inline]
+    pub(crate) fn prefetch_rtp_keys(&self, ssrc: u32, lanes: bool) {
+        let keys = match self.streams.get(ssrc) {
+            Some(s) => {
+                s.rtp_replay.prefetch();
+                &s.keys
+            }
+            None => &self.keys,
+        };
+        if lanes {
+            keys.rtp.prefetch_lanes();
+        } else {
+            keys.rtp.prefetch_scalar();
         }
     }
 
@@ -505,7 +586,7 @@ impl Context {
         direction: Direction,
         keys: Arc<Keys>,
     ) -> Result<(), Error> {
-        if !self.streams.contains_key(&ssrc) && self.streams.len() >= self.max_streams {
+        if !self.streams.contains_key(ssrc) && self.streams.len() >= self.max_streams {
             return Err(Error::StreamLimit);
         }
         // The window size was checked in `new`.
@@ -516,12 +597,12 @@ impl Context {
 
     /// Removes the stream for `ssrc`; returns whether there was one.
     pub fn remove_stream(&mut self, ssrc: u32) -> bool {
-        self.streams.remove(&ssrc).is_some()
+        self.streams.remove(ssrc).is_some()
     }
 
     /// The rollover counter of the stream for `ssrc`.
     pub fn roc(&self, ssrc: u32) -> Option<u32> {
-        self.streams.get(&ssrc).map(|s| s.rtp_index.roc())
+        self.streams.get(ssrc).map(|s| s.rtp_index.roc())
     }
 
     /// Sets the rollover counter of the stream for `ssrc` (making the stream from the template
@@ -532,13 +613,13 @@ impl Context {
             // ROC·2^16 must fit the 48-bit index.
             return Err(Error::KeyExhausted);
         }
-        if !self.streams.contains_key(&ssrc) {
+        if !self.streams.contains_key(ssrc) {
             let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
             self.add_stream(ssrc, dir)?;
         }
         let s = self
             .streams
-            .get_mut(&ssrc)
+            .get_mut(ssrc)
             .ok_or(Error::UnknownSsrc(ssrc))?;
         s.rtp_index = IndexState::Fresh { roc };
         s.rtp_replay.reset();
@@ -547,7 +628,7 @@ impl Context {
 
     /// The SRTCP index the stream for `ssrc` sends next (outbound streams).
     pub fn rtcp_index(&self, ssrc: u32) -> Option<u32> {
-        self.streams.get(&ssrc).map(|s| s.rtcp_next)
+        self.streams.get(ssrc).map(|s| s.rtcp_next)
     }
 
     /// Sets the SRTCP index an outbound stream sends next (making the stream from the template
@@ -556,13 +637,13 @@ impl Context {
         if index > MAX_SRTCP_INDEX {
             return Err(Error::KeyExhausted);
         }
-        if !self.streams.contains_key(&ssrc) {
+        if !self.streams.contains_key(ssrc) {
             let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
             self.add_stream(ssrc, dir)?;
         }
         let s = self
             .streams
-            .get_mut(&ssrc)
+            .get_mut(ssrc)
             .ok_or(Error::UnknownSsrc(ssrc))?;
         s.rtcp_next = index;
         Ok(())
@@ -591,29 +672,24 @@ impl Context {
     /// side, where packets are our own). One hash lookup.
     #[inline]
     fn stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
-        let count = self.streams.len();
-        match self.streams.entry(ssrc) {
-            Entry::Occupied(o) => {
-                let s = o.into_mut();
-                if s.direction != direction {
-                    return Err(Error::WrongDirection(ssrc));
-                }
-                Ok(s)
-            }
-            Entry::Vacant(v) => {
-                match self.template {
-                    Some(d) if d == direction => {}
-                    Some(_) => return Err(Error::WrongDirection(ssrc)),
-                    None => return Err(Error::UnknownSsrc(ssrc)),
-                }
-                if count >= self.max_streams {
-                    return Err(Error::StreamLimit);
-                }
-                let s = Stream::new(direction, self.keys.clone(), self.window)
-                    .map_err(|_| Error::StreamLimit)?;
-                Ok(v.insert(s))
-            }
+        if let Some(at) = self.streams.position(ssrc) {
+            return match self.streams.at_mut(at) {
+                Some(s) if s.direction == direction => Ok(s),
+                Some(_) => Err(Error::WrongDirection(ssrc)),
+                None => Err(Error::UnknownSsrc(ssrc)),
+            };
         }
+        match self.template {
+            Some(d) if d == direction => {}
+            Some(_) => return Err(Error::WrongDirection(ssrc)),
+            None => return Err(Error::UnknownSsrc(ssrc)),
+        }
+        if self.streams.len() >= self.max_streams {
+            return Err(Error::StreamLimit);
+        }
+        let s = Stream::new(direction, self.keys.clone(), self.window)
+            .map_err(|_| Error::StreamLimit)?;
+        Ok(self.streams.insert(ssrc, s))
     }
 
     /// Protects the RTP packet `buf[..len]` in place; `buf` must have room for the tag
@@ -668,8 +744,9 @@ impl Context {
         let seq = u16::from_be_bytes([buf[2], buf[3]]);
         let ssrc = be32(buf, 8);
         let allow_repeat = self.allow_repeat_tx;
+        // Streams keyed apart share the context's profile.
+        let tag_len = self.profile.rtp_tag_len();
         let s = self.stream(ssrc, Direction::Outbound)?;
-        let tag_len = s.keys.profile.rtp_tag_len();
         let out_len = len + tag_len;
         if buf.len() < out_len {
             return Err(Error::BufferTooSmall { needed: out_len });
@@ -726,7 +803,7 @@ impl Context {
         if len < hdr + tag_len {
             return Err(Error::TooShort);
         }
-        let (index, keys) = if let Some(s) = self.streams.get(&ssrc) {
+        let (index, keys) = if let Some(s) = self.streams.get(ssrc) {
             if s.direction != Direction::Inbound {
                 return Err(Error::WrongDirection(ssrc));
             }
@@ -754,12 +831,13 @@ impl Context {
     /// Moves the stream on past a packet that [`Self::unprotect_rtp_begin`] checked and that
     /// has authenticated, making the stream from the template if it is new.
     pub(crate) fn unprotect_rtp_commit(&mut self, span: &RtpSpan) -> Result<(), Error> {
-        let s = match self.streams.entry(span.ssrc) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(
-                Stream::new(Direction::Inbound, self.keys.clone(), self.window)
-                    .map_err(|_| Error::StreamLimit)?,
-            ),
+        if !self.streams.contains_key(span.ssrc) {
+            let s = Stream::new(Direction::Inbound, self.keys.clone(), self.window)
+                .map_err(|_| Error::StreamLimit)?;
+            self.streams.insert(span.ssrc, s);
+        }
+        let Some(s) = self.streams.get_mut(span.ssrc) else {
+            return Err(Error::UnknownSsrc(span.ssrc));
         };
         s.rtp_index.advance(span.index);
         s.rtp_replay.update(span.index);
@@ -786,7 +864,10 @@ impl Context {
     fn new_stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
         let s = Stream::new(direction, self.keys.clone(), self.window)
             .map_err(|_| Error::StreamLimit)?;
-        Ok(self.streams.entry(ssrc).or_insert(s))
+        if self.streams.contains_key(ssrc) {
+            return self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc));
+        }
+        Ok(self.streams.insert(ssrc, s))
     }
 
     /// Protects the (compound) RTCP packet `buf[..len]` in place; `buf` must have room for
@@ -857,7 +938,7 @@ impl Context {
             return Err(Error::BadHeader);
         }
         let ssrc = be32(buf, 4);
-        if let Some(s) = self.streams.get_mut(&ssrc) {
+        if let Some(s) = self.streams.get_mut(ssrc) {
             if s.direction != Direction::Inbound {
                 return Err(Error::WrongDirection(ssrc));
             }

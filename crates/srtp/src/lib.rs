@@ -48,6 +48,7 @@ pub mod profile;
 pub mod provider;
 pub mod replay;
 pub mod simd;
+mod ssrc_map;
 pub mod threaded;
 
 pub use batch::{Contexts, Engine, Op, Packet, SerialEngine};

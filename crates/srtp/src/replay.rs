@@ -59,6 +59,12 @@ impl ReplayWindow {
         (self.bits.len() as u64) * 64
     }
 
+    /// Starts loading the window's bits into the cache (a hint for the batch engines).
+    #[inline]
+    pub(crate) fn prefetch(&self) {
+        crate::simd::prefetch::prefetch_bytes(self.bits.as_ptr().cast(), self.bits.len() * 8, 3);
+    }
+
     #[inline]
     fn slot(&self, index: u64) -> (usize, u64) {
         let pos = index & (self.cap() - 1);

@@ -28,8 +28,9 @@ use secrelay_srtp::{
 
 /// Master keys per profile; each has a sending and a receiving context.
 const KEYS: usize = 2;
-/// SSRCs per sending key.
-const SSRCS: u32 = 3;
+/// SSRCs per sending key: more than a context finds by scanning (8), so the streams' hash
+/// index is exercised as well.
+const SSRCS: u32 = 11;
 
 fn tx_index(p: usize, k: usize) -> usize {
     (p * KEYS + k) * 2
@@ -70,7 +71,7 @@ fn contexts() -> Vec<Context> {
                     Policy::new(master(p, k))
                         .any_inbound()
                         .replay_window(window)
-                        .max_streams(8),
+                        .max_streams(12),
                 )
                 .unwrap(),
             );

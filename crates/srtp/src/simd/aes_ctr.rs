@@ -40,6 +40,10 @@ enum Lib {
 }
 
 /// An AES-128 or AES-256 encryption key, expanded once for every backend. Wiped on drop.
+///
+/// `repr(C)`: the round keys the kernels read come first, so that the batch engines can start
+/// loading them from the key's address alone ([`AesKey::HOT_BYTES`]).
+#[repr(C)]
 pub struct AesKey {
     /// Valid when the CPU has AES-NI (the SIMD backends are only used then).
     rk: RoundKeys,
@@ -49,6 +53,9 @@ pub struct AesKey {
 }
 
 impl AesKey {
+    /// The bytes from the start of the key that the SIMD backends read.
+    pub(crate) const HOT_BYTES: usize = core::mem::size_of::<RoundKeys>();
+
     /// Expands a 16-byte (AES-128) or 32-byte (AES-256) key.
     pub fn new(key: &[u8]) -> Result<Self, KeyError> {
         let lib = match key.len() {
