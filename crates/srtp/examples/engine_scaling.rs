@@ -2,7 +2,8 @@
 //! of 40 ms each), and first what the machine gives two threads right now (two serial engines
 //! at once on their own data: the ceiling for any 2-lane engine):
 //! `cargo run --release -p secrelay-srtp --example engine_scaling [LANES] [THRESHOLD] [caller-works]`
-//! (`NOPIN=1` leaves the pool threads unpinned, `SCOPED=1` replaces the engine by a thread
+//! (`NOPIN=1` leaves the pool threads unpinned, `SCALAR_LANES=1` runs the scalar code in the
+//! lanes instead of the multi-buffer engine, `SCOPED=1` replaces the engine by a thread
 //! spawned per batch).
 //! A quick look for a shared machine; `secrelay lab srtp` holds the measurement of record.
 
@@ -113,7 +114,8 @@ fn main() {
             .workers(lanes)
             .parallel_threshold(threshold)
             .caller_works(caller_works)
-            .pin_workers(pin),
+            .pin_workers(pin)
+            .multi_buffer(std::env::var_os("SCALAR_LANES").is_none()),
     )
     .expect("threads start");
     let profile = Profile::AesCm128HmacSha1_80;

@@ -617,10 +617,7 @@ impl Context {
             let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
             self.add_stream(ssrc, dir)?;
         }
-        let s = self
-            .streams
-            .get_mut(ssrc)
-            .ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
         s.rtp_index = IndexState::Fresh { roc };
         s.rtp_replay.reset();
         Ok(())
@@ -641,10 +638,7 @@ impl Context {
             let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
             self.add_stream(ssrc, dir)?;
         }
-        let s = self
-            .streams
-            .get_mut(ssrc)
-            .ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
         s.rtcp_next = index;
         Ok(())
     }

@@ -152,7 +152,11 @@ mod tests {
                 _ => assert_eq!(map.remove(ssrc), model.remove(&ssrc)),
             }
             assert_eq!(map.len(), model.len());
-            assert_eq!(map.index.is_some(), map.len() > SCAN, "index only past SCAN");
+            assert_eq!(
+                map.index.is_some(),
+                map.len() > SCAN,
+                "index only past SCAN"
+            );
             for k in 0..24 {
                 assert_eq!(map.get(k), model.get(&k), "step {step}, ssrc {k}");
                 assert_eq!(map.contains_key(k), model.contains_key(&k));

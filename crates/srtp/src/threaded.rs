@@ -11,11 +11,14 @@
 //! serial engine does.
 //!
 //! So a batch is split into *lanes* by context index: context `c` belongs to lane
-//! `c % lanes`. One pass over the context slice hands each lane `&mut` references to its own
-//! contexts (disjoint borrows from `iter_mut`, no `unsafe`), one pass over the batch hands each
-//! lane its packets and their result slots, in batch order. Each lane then runs the scalar code
-//! over its packets one after another. A packet naming a context out of range gets
-//! [`Error::UnknownContext`] on the calling thread.
+//! `c % lanes`. The contexts the batch names are handed to their lanes as `&mut` references
+//! (sorted, then one `split_at_mut` step each: disjoint borrows, no `unsafe`, and no walk over
+//! the contexts the batch does not name), and one pass over the batch hands each lane its
+//! packets, in batch order. Each lane then runs the multi-buffer engine
+//! ([`crate::SimdEngine`]) over its packets, through its own small store of contexts
+//! ([`Engine::process_in`]), so threads and SIMD lanes add up; [`ThreadedConfig::multi_buffer`]
+//! `(false)` runs the scalar code one packet at a time instead, for comparison. A packet
+//! naming a context out of range gets [`Error::UnknownContext`] on the calling thread.
 //!
 //! The lanes run on a pool of persistent worker threads (a `rayon` pool made once, in
 //! [`ThreadedEngine::new`]): handing a lane over costs a push onto the pool's lock-free
@@ -41,9 +44,8 @@
 //! Balance: lanes are as even as the batch's spread over context indices. A batch whose
 //! packets all belong to one context runs on one thread (it must, to keep their order); a
 //! gateway that gives each call or participant its own context spreads naturally. The
-//! per-batch set-up walks the context slice once (one pointer per context), so very large
-//! context slices with small batches are better served by [`crate::pipeline`], where each
-//! worker owns its contexts outright.
+//! per-batch set-up sorts the batch's context indices, so its cost follows the batch, not the
+//! number of contexts.
 //!
 //! For packets that arrive one by one (a gateway's sockets), [`crate::pipeline::Pipeline`] is
 //! the streaming form: workers that own their contexts, fed through lock-free queues, with a
@@ -53,9 +55,10 @@ use std::num::NonZeroUsize;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
-use crate::batch::{process_on, Engine, Packet, PacketResult};
+use crate::batch::{Engine, Packet, PacketResult, SerialEngine};
 use crate::context::Context;
 use crate::error::{ConfigError, Error};
+use crate::simd::engine::SimdEngine;
 
 /// Smallest batch split across workers by default: below it, the hand-over costs more than
 /// the work it would share. Measured on the 2-vCPU development VM: ~24 µs per hand-over,
@@ -110,6 +113,7 @@ pub struct ThreadedConfig {
     threshold: usize,
     caller_works: bool,
     pin: bool,
+    multi_buffer: bool,
 }
 
 impl Default for ThreadedConfig {
@@ -127,6 +131,7 @@ impl ThreadedConfig {
             threshold: DEFAULT_PARALLEL_THRESHOLD,
             caller_works: false,
             pin: true,
+            multi_buffer: true,
         }
     }
 
@@ -160,6 +165,19 @@ impl ThreadedConfig {
         self
     }
 
+    /// Whether each lane runs the multi-buffer engine ([`crate::SimdEngine`]: its SIMD lanes
+    /// and its cache hints; the default) or the scalar code one packet at a time (threads
+    /// alone, for comparison). Batches below the threshold run the same way on the caller.
+    pub fn multi_buffer(mut self, yes: bool) -> Self {
+        self.multi_buffer = yes;
+        self
+    }
+
+    /// Whether lanes run the multi-buffer engine.
+    pub fn multi_buffered(&self) -> bool {
+        self.multi_buffer
+    }
+
     /// Whether the pool threads are pinned.
     pub fn pinned(&self) -> bool {
         self.pin
@@ -182,6 +200,8 @@ pub struct ThreadedEngine {
     /// `None` when no lane runs off the calling thread (one lane, the caller working).
     pool: Option<ThreadPool>,
     config: ThreadedConfig,
+    /// What each lane runs.
+    lane: Box<dyn Engine>,
 }
 
 impl core::fmt::Debug for ThreadedEngine {
@@ -199,19 +219,32 @@ impl core::fmt::Debug for ThreadedEngine {
     }
 }
 
-/// One lane's share of a batch: its contexts (local index `c / lanes`) and its packets with
-/// their result slots, in batch order.
-struct Lane<'c, 'p, 'b> {
+/// One lane's share of a batch: the contexts its packets name (`globals`: their indices in
+/// the batch's slice, ascending), and its packets in batch order, each naming its context by
+/// position in that list, with the batch positions they came from.
+struct Lane<'c, 'p> {
+    globals: Vec<usize>,
     contexts: Vec<&'c mut Context>,
-    packets: Vec<(&'p mut Packet<'b>, &'p mut PacketResult)>,
+    packets: Vec<Packet<'p>>,
+    slots: Vec<usize>,
+    results: Vec<PacketResult>,
 }
 
-impl Lane<'_, '_, '_> {
-    fn run(&mut self, lanes: usize) {
-        for (p, r) in self.packets.iter_mut() {
-            let ctx = &mut self.contexts[p.context / lanes];
-            **r = process_on(ctx, p);
+impl Lane<'_, '_> {
+    fn new() -> Self {
+        Lane {
+            globals: Vec::new(),
+            contexts: Vec::new(),
+            packets: Vec::new(),
+            slots: Vec::new(),
+            results: Vec::new(),
         }
+    }
+
+    fn run(&mut self, engine: &dyn Engine) {
+        self.results.clear();
+        self.results.resize(self.packets.len(), Ok(0));
+        engine.process_in(&mut self.contexts, &mut self.packets, &mut self.results);
     }
 }
 
@@ -243,7 +276,12 @@ impl ThreadedEngine {
                     .map_err(|e| ConfigError::WorkerThreads(e.to_string()))?,
             )
         };
-        Ok(ThreadedEngine { pool, config })
+        let lane: Box<dyn Engine> = if config.multi_buffer {
+            Box::new(SimdEngine::new())
+        } else {
+            Box::new(SerialEngine)
+        };
+        Ok(ThreadedEngine { pool, config, lane })
     }
 
     /// An engine with the default configuration (one lane per available core).
@@ -257,7 +295,9 @@ impl ThreadedEngine {
     }
 
     /// Splits the batch into lanes and runs them, on the pool and (when it works) the
-    /// calling thread.
+    /// calling thread. Only the contexts the batch names are handed out (one `split_at_mut`
+    /// step each, in index order), so the cost of a batch does not grow with the contexts
+    /// around it.
     fn run_split(
         &self,
         pool: &ThreadPool,
@@ -267,26 +307,47 @@ impl ThreadedEngine {
     ) {
         let lanes = self.config.workers;
         let n_ctx = contexts.len();
-        let mut split: Vec<Lane<'_, '_, '_>> = (0..lanes)
-            .map(|_| Lane {
-                contexts: Vec::with_capacity(n_ctx / lanes + 1),
-                packets: Vec::with_capacity(packets.len() / lanes + 1),
-            })
+        let mut named: Vec<usize> = packets
+            .iter()
+            .map(|p| p.context)
+            .filter(|&c| c < n_ctx)
             .collect();
-        for (i, c) in contexts.iter_mut().enumerate() {
-            split[i % lanes].contexts.push(c);
+        named.sort_unstable();
+        named.dedup();
+        let mut split: Vec<Lane<'_, '_>> = (0..lanes).map(|_| Lane::new()).collect();
+        let mut rest: &mut [Context] = contexts;
+        let mut base = 0;
+        for &i in &named {
+            let (_, tail) = core::mem::take(&mut rest).split_at_mut(i - base);
+            let Some((c, tail)) = tail.split_first_mut() else {
+                break;
+            };
+            rest = tail;
+            base = i + 1;
+            let lane = &mut split[i % lanes];
+            lane.globals.push(i);
+            lane.contexts.push(c);
         }
-        for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
-            if p.context >= n_ctx {
-                *r = Err(Error::UnknownContext);
-            } else {
-                split[p.context % lanes].packets.push((p, r));
+        for (pi, (p, r)) in packets.iter_mut().zip(results.iter_mut()).enumerate() {
+            let lane = &mut split[p.context % lanes];
+            match lane.globals.binary_search(&p.context) {
+                Ok(local) => {
+                    lane.packets.push(Packet {
+                        context: local,
+                        op: p.op,
+                        buf: &mut *p.buf,
+                        len: p.len,
+                    });
+                    lane.slots.push(pi);
+                }
+                Err(_) => *r = Err(Error::UnknownContext),
             }
         }
         split.retain(|l| !l.packets.is_empty());
+        let engine = &*self.lane;
         match split.len() {
             0 => {}
-            1 if self.config.caller_works => split[0].run(lanes),
+            1 if self.config.caller_works => split[0].run(engine),
             _ => {
                 let (mine, theirs) = if self.config.caller_works {
                     let (first, rest) = split.split_at_mut(1);
@@ -296,12 +357,17 @@ impl ThreadedEngine {
                 };
                 pool.in_place_scope(|s| {
                     for lane in theirs.iter_mut() {
-                        s.spawn(move |_| lane.run(lanes));
+                        s.spawn(move |_| lane.run(engine));
                     }
                     if let Some(lane) = mine {
-                        lane.run(lanes);
+                        lane.run(engine);
                     }
                 });
+            }
+        }
+        for lane in split {
+            for (slot, r) in lane.slots.into_iter().zip(lane.results) {
+                results[slot] = r;
             }
         }
     }
@@ -323,11 +389,7 @@ impl Engine for ThreadedEngine {
             Some(pool) if packets.len() >= self.config.threshold => {
                 self.run_split(pool, contexts, packets, results)
             }
-            _ => {
-                for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
-                    *r = crate::batch::process_one(contexts, p);
-                }
-            }
+            _ => self.lane.process(contexts, packets, results),
         }
     }
 }

@@ -480,13 +480,16 @@ fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
     for workers in [1, 2, 4] {
         for caller_works in [true, false] {
             for threshold in [0, 32] {
+                // Lanes on the multi-buffer engine (the default) and on the scalar code.
+                let multi = !(caller_works && threshold == 0);
                 let cfg = ThreadedConfig::new()
                     .workers(workers)
                     .pin_workers(workers == 2)
                     .caller_works(caller_works)
-                    .parallel_threshold(threshold);
+                    .parallel_threshold(threshold)
+                    .multi_buffer(multi);
                 v.push((
-                    format!("threaded {workers} lanes, caller works {caller_works}, threshold {threshold}"),
+                    format!("threaded {workers} lanes, caller works {caller_works}, threshold {threshold}, multi-buffer lanes {multi}"),
                     Box::new(ThreadedEngine::new(cfg).unwrap()),
                 ));
             }

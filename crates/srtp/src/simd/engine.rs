@@ -414,12 +414,7 @@ fn prefetch_all<C: Contexts + ?Sized>(contexts: &C, packets: &[Packet<'_>]) {
 /// keys and first stream; 2, the rest of the packet, the stream's replay window and the keys
 /// (in multi-buffer form if `lanes`, else the provider's).
 #[inline]
-fn prefetch_stage<C: Contexts + ?Sized>(
-    contexts: &C,
-    p: &Packet<'_>,
-    stage: usize,
-    lanes: bool,
-) {
+fn prefetch_stage<C: Contexts + ?Sized>(contexts: &C, p: &Packet<'_>, stage: usize, lanes: bool) {
     use super::prefetch;
     let rtp = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp);
     match stage {
