@@ -495,7 +495,8 @@ impl Study for SrtpStudy {
              srtp_engines: one Engine::process call protecting a whole batch of 172-byte RTP packets spread over 64 \
              contexts (packet i to context i mod 64, one SSRC each), refilling the batch with plaintext outside the timing \
              and building its packet list inside; every engine and batch size of a profile interleaved run by run; \
-             the threaded engine has one lane per available core, the calling thread running one of them; \
+             the threaded engine has one lane per available core on pinned pool threads, each lane running the \
+             multi-buffer engine (threaded×N simd) or the scalar code (threaded×N scalar); \
              per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's; \
              srtp_engine_ceiling: N serial engines on N threads at once (own contexts, batches of 4,096, filling included) \
              against one, alternating, median ratio: what the machine gave N threads during the run",

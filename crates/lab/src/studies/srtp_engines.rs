@@ -10,7 +10,7 @@ use std::rc::Rc;
 use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::{
     Context, Engine, MasterKey, Op, Packet, Policy, Profile, SerialEngine, SimdEngine,
-    ThreadedEngine,
+    ThreadedConfig, ThreadedEngine,
 };
 
 use crate::frame::{Cell, Plot, PlotKind, Series, Table};
@@ -104,7 +104,9 @@ impl Run {
 type Named = (String, Result<Rc<dyn Engine>, String>);
 
 /// The engines measured: (name, engine; names fit a plot legend's 28 characters with a
-/// profile after them). The multi-buffer engine says whether its lanes run in AVX-512; the threaded engine has one lane per available core.
+/// profile after them). The multi-buffer engine says whether its lanes run in AVX-512; the
+/// threaded engine has one lane per available core, each running the multi-buffer engine or
+/// the scalar code.
 fn engines() -> Vec<Named> {
     let simd = if SimdEngine::accelerated() {
         "simd (AVX-512)"
@@ -115,12 +117,16 @@ fn engines() -> Vec<Named> {
         ("serial".into(), Ok(Rc::new(SerialEngine))),
         (simd.into(), Ok(Rc::new(SimdEngine::new()))),
     ];
-    match ThreadedEngine::with_default_workers() {
-        Ok(e) => {
-            let lanes = e.config().worker_count();
-            v.push((format!("threaded ({lanes} lanes)"), Ok(Rc::new(e))));
+    // Threads with the multi-buffer engine in each lane (the default), and threads alone.
+    for multi in [true, false] {
+        let kind = if multi { "simd" } else { "scalar" };
+        match ThreadedEngine::new(ThreadedConfig::new().multi_buffer(multi)) {
+            Ok(e) => {
+                let lanes = e.config().worker_count();
+                v.push((format!("threaded×{lanes} {kind}"), Ok(Rc::new(e))));
+            }
+            Err(e) => v.push((format!("threaded {kind}"), Err(e.to_string()))),
         }
-        Err(e) => v.push(("threaded".into(), Err(e.to_string()))),
     }
     v
 }
