@@ -171,6 +171,14 @@ impl MediaBatch {
         });
     }
 
+    /// Whether SRTP from `member` of the room at `slot` waits to be unprotected (a batch holds
+    /// a few dozen datagrams: a scan).
+    pub fn has_inbound_from(&self, slot: usize, member: MemberId) -> bool {
+        self.inbound
+            .iter()
+            .any(|s| s.slot == slot && s.member == member)
+    }
+
     /// Stages a copy (plaintext RTP in `buf`, from [`Room::take_media_copies`]) for
     /// receiver `member`.
     pub fn stage_outbound(

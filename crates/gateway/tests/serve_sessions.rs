@@ -167,6 +167,64 @@ fn replayed_and_forged_packets_are_dropped_and_counted() {
     s.shutdown();
 }
 
+/// Media a participant sends right before its close_notify is relayed, not dropped as arriving
+/// after the close, whether or not the worker reads them in one batch (where the media waits
+/// for the batch's SRTP call and the close would otherwise be handled first).
+#[test]
+fn media_sent_right_before_close_notify_is_relayed() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&sig, "tail", Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "tail", Leg::Join, LOCAL, epoch).unwrap(),
+    ];
+    let heard = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+        g.iter().all(|p| p.received() >= 10)
+    })
+    .unwrap();
+    assert!(heard, "{group:?}");
+    let g = s.gateway().clone();
+    let after_close = || {
+        g.stats()
+            .totals()
+            .drops_by_reason
+            .iter()
+            .find(|e| e.0 == "after_close")
+            .map_or(0, |e| e.1)
+    };
+    for round in 0..5 {
+        // A burst and the close, back to back, then only the other side is driven.
+        let mut sender = group.remove(0);
+        let before = group[0].received();
+        sender.send_audio_burst(40);
+        sender.close(Instant::now());
+        let all = SimParticipant::drive_until(&mut group, Duration::from_secs(5), |g| {
+            g[0].received() >= before + 40
+        })
+        .unwrap();
+        assert!(
+            all,
+            "round {round}: the receiver got {} of the burst's 40",
+            group[0].received() - before
+        );
+        assert_eq!(
+            after_close(),
+            0,
+            "round {round}: media dropped after the close"
+        );
+        // The next round's sender joins.
+        group.push(SimParticipant::join(&sig, "tail", Leg::Join, LOCAL, epoch).unwrap());
+        let up = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+            g.iter().all(|p| p.received() >= 10)
+        })
+        .unwrap();
+        assert!(up, "{group:?}");
+        group.swap(0, 1);
+    }
+    s.shutdown();
+}
+
 #[test]
 fn a_silent_participant_loses_consent_and_is_removed() {
     let s = start(1.0);

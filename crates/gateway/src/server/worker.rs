@@ -800,7 +800,7 @@ impl Worker {
 
     /// A datagram for one of our participants: SRTP media its member would unprotect now is
     /// staged for the batch's engine call ([`Worker::run_media_inbound`]); anything else is
-    /// handled at once.
+    /// handled at once (a DTLS record after the sender's staged media).
     fn deliver_or_stage(
         &mut self,
         now: Instant,
@@ -809,7 +809,8 @@ impl Worker {
         d: &[u8],
         received: Instant,
     ) {
-        if classify(d) == PacketKind::Rtp {
+        let kind = classify(d);
+        if kind == PacketKind::Rtp {
             let takes = self
                 .rooms
                 .get(route.slot)
@@ -822,6 +823,11 @@ impl Worker {
                     .stage_inbound(route.slot, route.room_gen, route.member, received, d);
                 return;
             }
+        }
+        // A DTLS record (close_notify, an alert) comes after the media its sender sent before
+        // it in this batch: that media is relayed first, not counted as arriving after a close.
+        if kind == PacketKind::Dtls && self.media.has_inbound_from(route.slot, route.member) {
+            self.run_media_inbound();
         }
         self.deliver(now, route, from, d, received);
     }
