@@ -31,6 +31,25 @@ fn signaling(s: &Server) -> Signaling {
     }
 }
 
+/// Datagrams the gateway dropped for `reason` so far.
+fn dropped(s: &Server, reason: &str) -> u64 {
+    s.gateway()
+        .stats()
+        .totals()
+        .drops_by_reason
+        .iter()
+        .find(|e| e.0 == reason)
+        .map_or(0, |e| e.1)
+}
+
+/// Drives the participants until each has received `packets`; whether they did in 20 s.
+fn until_all_hear(group: &mut [SimParticipant], packets: u64) -> bool {
+    SimParticipant::drive_until(group, Duration::from_secs(20), |g| {
+        g.iter().all(|p| p.received() >= packets)
+    })
+    .unwrap()
+}
+
 fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let end = Instant::now() + timeout;
     while !f() {
@@ -149,16 +168,8 @@ fn replayed_and_forged_packets_are_dropped_and_counted() {
         SimParticipant::drive_until(&mut group, Duration::from_secs(30), |g| g[0].bad_sent >= 4)
             .unwrap();
     assert!(done, "{group:?}");
-    let g = s.gateway().clone();
     wait("the drops to be counted", Duration::from_secs(5), || {
-        let t = g.stats().totals();
-        let by = |k: &str| {
-            t.drops_by_reason
-                .iter()
-                .find(|e| e.0 == k)
-                .map_or(0, |e| e.1)
-        };
-        by("replayed") >= 2 && by("auth_failed") >= 2
+        dropped(&s, "replayed") >= 2 && dropped(&s, "auth_failed") >= 2
     });
     // The receiver got only genuine packets.
     assert_eq!(group[1].rx_errors, 0);
@@ -179,20 +190,7 @@ fn media_sent_right_before_close_notify_is_relayed() {
         SimParticipant::join(&sig, "tail", Leg::Join, LOCAL, epoch).unwrap(),
         SimParticipant::join(&sig, "tail", Leg::Join, LOCAL, epoch).unwrap(),
     ];
-    let heard = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
-        g.iter().all(|p| p.received() >= 10)
-    })
-    .unwrap();
-    assert!(heard, "{group:?}");
-    let g = s.gateway().clone();
-    let after_close = || {
-        g.stats()
-            .totals()
-            .drops_by_reason
-            .iter()
-            .find(|e| e.0 == "after_close")
-            .map_or(0, |e| e.1)
-    };
+    assert!(until_all_hear(&mut group, 10), "{group:?}");
     for round in 0..5 {
         // A burst and the close, back to back, then only the other side is driven.
         let mut sender = group.remove(0);
@@ -209,17 +207,13 @@ fn media_sent_right_before_close_notify_is_relayed() {
             group[0].received() - before
         );
         assert_eq!(
-            after_close(),
+            dropped(&s, "after_close"),
             0,
             "round {round}: media dropped after the close"
         );
         // The next round's sender joins.
         group.push(SimParticipant::join(&sig, "tail", Leg::Join, LOCAL, epoch).unwrap());
-        let up = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
-            g.iter().all(|p| p.received() >= 10)
-        })
-        .unwrap();
-        assert!(up, "{group:?}");
+        assert!(until_all_hear(&mut group, 10), "{group:?}");
         group.swap(0, 1);
     }
     s.shutdown();
