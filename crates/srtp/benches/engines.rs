@@ -9,6 +9,10 @@
 //! batch's packet list inside it. Throughput is one element per packet, so criterion's time per
 //! element is the time per packet and its elements/s the engine's packets per second; the
 //! threaded engine's figure over the serial one's is the scaling over one core.
+//!
+//! `engines/contexts/16384/…`: batches of 64 spread over 16,384 contexts in a scattered order
+//! that moves on every batch, so each packet's context, stream and keys come from memory (a
+//! gateway's case): what the multi-buffer engine's cache hints are for.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -25,6 +29,10 @@ const SIZE: usize = 172;
 
 struct Batch {
     contexts: Vec<Context>,
+    /// Each packet's context in the current batch.
+    of: Vec<usize>,
+    /// Batches filled so far (the many-contexts case moves on by one batch each time).
+    filled: usize,
     bufs: Vec<Vec<u8>>,
     seqs: Vec<u16>,
     results: Vec<PacketResult>,
@@ -33,6 +41,10 @@ struct Batch {
 
 impl Batch {
     fn new(profile: Profile, n: usize) -> Self {
+        Self::with_contexts(profile, n, CONTEXTS)
+    }
+
+    fn with_contexts(profile: Profile, n: usize, contexts: usize) -> Self {
         let mk = MasterKey::new(
             profile,
             &vec![0x42; profile.key_len()],
@@ -45,21 +57,32 @@ impl Batch {
             *b = i as u8;
         }
         Batch {
-            contexts: (0..CONTEXTS)
+            contexts: (0..contexts)
                 .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).unwrap())
                 .collect(),
+            of: vec![0; n],
+            filled: 0,
             bufs: (0..n).map(|_| vec![0u8; SIZE + 32]).collect(),
-            seqs: vec![0; CONTEXTS],
+            seqs: vec![0; contexts],
             results: vec![Ok(0); n],
             plain,
         }
     }
 
     /// Plaintext in every buffer: packet i belongs to context i % CONTEXTS (one SSRC each),
-    /// with that context's next sequence number.
+    /// with that context's next sequence number; with more contexts than that, to the next
+    /// ones of a scattered walk over all of them (a stride coprime with their number).
     fn fill(&mut self) {
+        let n_ctx = self.contexts.len();
+        let base = self.filled * self.bufs.len();
+        self.filled += 1;
         for (i, b) in self.bufs.iter_mut().enumerate() {
-            let c = i % CONTEXTS;
+            let c = if n_ctx == CONTEXTS {
+                i % CONTEXTS
+            } else {
+                (base + i).wrapping_mul(7_919) % n_ctx
+            };
+            self.of[i] = c;
             b[..SIZE].copy_from_slice(&self.plain);
             b[2..4].copy_from_slice(&self.seqs[c].to_be_bytes());
             b[8..12].copy_from_slice(&(0x5EC0_0000 + c as u32).to_be_bytes());
@@ -73,7 +96,7 @@ impl Batch {
             .iter_mut()
             .enumerate()
             .map(|(i, b)| Packet {
-                context: i % CONTEXTS,
+                context: self.of[i],
                 op: Op::ProtectRtp,
                 buf: &mut b[..],
                 len: SIZE,
@@ -126,6 +149,29 @@ fn bench(c: &mut Criterion) {
             g.finish();
         }
     }
+    // Many contexts, cold: serial against multi-buffer (its cache hints).
+    let mut g = c.benchmark_group("engines/contexts/16384/AES_CM_128_HMAC_SHA1_80/64");
+    g.throughput(Throughput::Elements(64));
+    for (name, engine) in [("serial", &SerialEngine as &dyn Engine), ("simd", &simd)] {
+        let mut batch = Batch::with_contexts(Profile::AesCm128HmacSha1_80, 64, 16_384);
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    batch.fill();
+                    let t = Instant::now();
+                    batch.process(engine);
+                    total += t.elapsed();
+                }
+                total
+            })
+        });
+        assert!(
+            batch.results.iter().all(|r| r.is_ok()),
+            "{name} protects every packet"
+        );
+    }
+    g.finish();
     // The same split on one lane handed to one pool thread: the hand-over's own cost.
     let handed = ThreadedEngine::new(
         ThreadedConfig::new()
