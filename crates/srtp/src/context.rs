@@ -663,7 +663,8 @@ impl Context {
     }
 
     /// The stream for `ssrc`, made from the template if there is none (used on the sending
-    /// side, where packets are our own). One hash lookup.
+    /// side, where packets are our own). One scan of a few SSRCs (or one hash lookup past
+    /// [`crate::ssrc_map::SCAN`] streams).
     #[inline]
     fn stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
         if let Some(at) = self.streams.position(ssrc) {
@@ -825,12 +826,15 @@ impl Context {
     /// Moves the stream on past a packet that [`Self::unprotect_rtp_begin`] checked and that
     /// has authenticated, making the stream from the template if it is new.
     pub(crate) fn unprotect_rtp_commit(&mut self, span: &RtpSpan) -> Result<(), Error> {
-        if !self.streams.contains_key(span.ssrc) {
-            let s = Stream::new(Direction::Inbound, self.keys.clone(), self.window)
-                .map_err(|_| Error::StreamLimit)?;
-            self.streams.insert(span.ssrc, s);
-        }
-        let Some(s) = self.streams.get_mut(span.ssrc) else {
+        let s = match self.streams.position(span.ssrc) {
+            Some(at) => self.streams.at_mut(at),
+            None => {
+                let s = Stream::new(Direction::Inbound, self.keys.clone(), self.window)
+                    .map_err(|_| Error::StreamLimit)?;
+                Some(self.streams.insert(span.ssrc, s))
+            }
+        };
+        let Some(s) = s else {
             return Err(Error::UnknownSsrc(span.ssrc));
         };
         s.rtp_index.advance(span.index);
@@ -858,10 +862,10 @@ impl Context {
     fn new_stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
         let s = Stream::new(direction, self.keys.clone(), self.window)
             .map_err(|_| Error::StreamLimit)?;
-        if self.streams.contains_key(ssrc) {
-            return self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc));
+        match self.streams.position(ssrc) {
+            Some(at) => self.streams.at_mut(at).ok_or(Error::UnknownSsrc(ssrc)),
+            None => Ok(self.streams.insert(ssrc, s)),
         }
-        Ok(self.streams.insert(ssrc, s))
     }
 
     /// Protects the (compound) RTCP packet `buf[..len]` in place; `buf` must have room for
