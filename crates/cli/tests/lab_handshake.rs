@@ -22,6 +22,13 @@ fn secrelay() -> Command {
     Command::new(env!("CARGO_BIN_EXE_secrelay"))
 }
 
+/// `secrelay lab handshake --target TARGET`, the load tool, to which a test adds its flags.
+fn load_tool(target: &str) -> Command {
+    let mut cmd = secrelay();
+    cmd.args(["lab", "handshake", "--target", target]);
+    cmd
+}
+
 fn run(args: &[&str]) -> Output {
     secrelay().args(args).output().expect("run secrelay")
 }
@@ -201,12 +208,8 @@ fn load_generator_against_handshake_server_keys_match() {
         &[OsStr::new("--keylog"), server_log.as_os_str()],
     );
 
-    let out = secrelay()
+    let out = load_tool(&addr)
         .args([
-            "lab",
-            "handshake",
-            "--target",
-            &addr,
             "--handshakes",
             "50",
             "--connections",
@@ -313,12 +316,8 @@ fn rsa_certificates_run_on_the_openssl_engine_and_keys_match() {
             server_log.as_os_str(),
         ],
     );
-    let out = secrelay()
+    let out = load_tool(&addr)
         .args([
-            "lab",
-            "handshake",
-            "--target",
-            &addr,
             "--handshakes",
             "6",
             "--connections",
@@ -372,12 +371,8 @@ fn server_with_a_fingerprint_refuses_other_clients_and_counts_why() {
         ],
     );
     let report = dir.path().join("load.json");
-    let out = secrelay()
+    let out = load_tool(&addr)
         .args([
-            "lab",
-            "handshake",
-            "--target",
-            &addr,
             "--handshakes",
             "2",
             "--connections",
@@ -411,12 +406,8 @@ fn groups_flags_narrow_the_key_exchange_on_both_ends() {
     let (mut server, addr) =
         start_server(dir.path(), &[OsStr::new("--groups"), OsStr::new("p-256")]);
     let load = |groups: &str, handshakes: &str, report: &Path| {
-        let out = secrelay()
+        let out = load_tool(&addr)
             .args([
-                "lab",
-                "handshake",
-                "--target",
-                &addr,
                 "--handshakes",
                 handshakes,
                 "--groups",
@@ -453,12 +444,8 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     assert!(o.status.success(), "{}", text(&o));
     let (mut server, addr) = start_server(dir.path(), &[OsStr::new("--ca"), OsStr::new(ca_s)]);
     let report = dir.path().join("load.json");
-    let out = secrelay()
+    let out = load_tool(&addr)
         .args([
-            "lab",
-            "handshake",
-            "--target",
-            &addr,
             "--handshakes",
             "3",
             "--connections",
@@ -478,12 +465,8 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     assert_eq!(r["completed"], 3, "{r}\n{}", server.stderr());
     assert_eq!(r["failed"], 0, "{r}");
     // A self-signed client is refused by the CA check.
-    let out = secrelay()
+    let out = load_tool(&addr)
         .args([
-            "lab",
-            "handshake",
-            "--target",
-            &addr,
             "--handshakes",
             "1",
             "--timeout",
@@ -614,12 +597,8 @@ fn load_generator_against_openssl_s_server_keys_match() {
     }
     let (mut s_server, accept) = started.expect("openssl s_server did not start");
     let client_log = dir.path().join("client.keylog");
-    let out = secrelay()
+    let out = load_tool(&accept)
         .args([
-            "lab",
-            "handshake",
-            "--target",
-            &accept,
             "--handshakes",
             &N.to_string(),
             "--connections",
