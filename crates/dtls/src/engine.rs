@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use zeroize::Zeroizing;
 
 use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role};
-use crate::key_cache::{CachingKeyProvider, SharedKey};
+use crate::key_cache::SharedKey;
 
 /// What an engine produced. Secrets travel in [`Zeroizing`] buffers.
 #[derive(Debug)]
@@ -354,15 +354,8 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
     if let Some((_, c)) = list.iter().find(|(k, _)| *k == key) {
         return Ok(c.clone());
     }
-    static KEYS: OnceLock<CachingKeyProvider> = OnceLock::new();
-    let keys = KEYS.get_or_init(|| CachingKeyProvider {
-        fallback: dimpl::crypto::aws_lc_rs::default_provider().key_provider,
-    });
     let mut builder = dimpl::Config::builder()
-        .with_crypto_provider(dimpl::crypto::CryptoProvider {
-            key_provider: keys,
-            ..dimpl::crypto::aws_lc_rs::default_provider()
-        })
+        .with_crypto_provider(crate::provider::crypto_provider())
         .mtu(config.mtu)
         .flight_start_rto(t.initial_rto)
         .flight_retries(t.max_retransmissions)

@@ -16,6 +16,7 @@ pub mod engine_openssl;
 pub mod fingerprint;
 mod key_cache;
 pub mod keying;
+mod provider;
 
 pub use ca::{CaDir, CaError, VerifyError};
 pub use cert::{CertError, Certificate, KeyType};

@@ -1,0 +1,382 @@
+//! secrelay's pieces of dimpl's crypto provider: aws-lc's provider with three parts replaced
+//! where dimpl's own cost more than the cryptography they wrap (`docs/benchmarks.md`, the
+//! handshake lab, measured per part inside the handshake).
+//!
+//! - **Keys** (`key_cache`): the certificate's private key parsed once, not per association.
+//! - **The peer's signature** ([`FastVerifier`]). Every handshake verifies one signature from
+//!   the peer (its ServerKeyExchange, or its CertificateVerify) against the public key in the
+//!   peer's certificate. dimpl's aws-lc verifier decodes the certificate in full with
+//!   `x509-cert` (every field and extension, into owned structures) to reach that key, ~3 µs of
+//!   the ~45 µs verification on both sides of every handshake; [`FastVerifier`] reads the key
+//!   with `rustls-webpki`'s parser (borrowed slices, ~0.2 µs) and verifies with the same aws-lc
+//!   algorithms. It accepts exactly what dimpl's verifier accepts: ECDSA with SHA-256 or SHA-384
+//!   on a P-256 or P-384 key, the four pairings of dimpl's allow-list. A certificate webpki does
+//!   not parse (it is stricter about X.509 than the signature check needs), a key on neither
+//!   curve, or any other signature algorithm goes to dimpl's verifier unchanged: no certificate
+//!   dimpl took before is refused now, and every failure carries the error dimpl gives.
+//! - **HMAC** ([`RustCryptoHmac`]). DTLS 1.2's PRF (master secret, key block, both Finished
+//!   messages, the SRTP exporter) and the cookie run ~20 one-shot HMACs per side. aws-lc-rs
+//!   builds a keyed context, copies it and cleans both up for each one: ~390 ns for a 48-byte
+//!   key and 77 bytes of data, where RustCrypto's `hmac` over `sha2` (SHA-NI where the CPU has
+//!   it) takes ~230 ns for the same five SHA-256 blocks. Its state is zeroized on drop (the
+//!   crates' `zeroize` feature), as aws-lc cleanses its own.
+
+use dimpl::crypto::{
+    CryptoProvider, HashAlgorithm, HmacProvider, NamedGroup, SignatureAlgorithm, SignatureVerifier,
+};
+use dimpl::{CryptoError, CryptoOperation};
+use hmac::{Hmac, KeyInit, Mac};
+use rustls_pki_types::{CertificateDer, SignatureVerificationAlgorithm};
+use std::sync::OnceLock;
+
+use crate::key_cache::CachingKeyProvider;
+
+/// aws-lc's provider (dimpl's default) with secrelay's key cache, verifier and HMAC.
+pub(crate) fn crypto_provider() -> CryptoProvider {
+    static KEYS: OnceLock<CachingKeyProvider> = OnceLock::new();
+    static VERIFIER: OnceLock<FastVerifier> = OnceLock::new();
+    static HMAC: RustCryptoHmac = RustCryptoHmac;
+    let aws_lc = dimpl::crypto::aws_lc_rs::default_provider();
+    CryptoProvider {
+        key_provider: KEYS.get_or_init(|| CachingKeyProvider {
+            fallback: aws_lc.key_provider,
+        }),
+        signature_verification: VERIFIER.get_or_init(|| FastVerifier {
+            fallback: aws_lc.signature_verification,
+        }),
+        hmac_provider: &HMAC,
+        ..aws_lc
+    }
+}
+
+/// dimpl's `HmacProvider` on RustCrypto's `hmac` and `sha2`.
+#[derive(Debug)]
+pub(crate) struct RustCryptoHmac;
+
+/// One HMAC into `out`; an `out` too short for the tag is an error, not a panic.
+fn hmac_into<M: Mac + KeyInit>(
+    key: &[u8],
+    data: &[u8],
+    out: &mut [u8],
+) -> Result<usize, CryptoError> {
+    let failed = CryptoError::OperationFailed(CryptoOperation::ComputeHmac);
+    // HMAC takes keys of any length (longer ones are hashed first): this cannot fail.
+    let mut mac = <M as KeyInit>::new_from_slice(key).map_err(|_| failed.clone())?;
+    mac.update(data);
+    let tag = mac.finalize().into_bytes();
+    let n = tag.len();
+    out.get_mut(..n).ok_or(failed)?.copy_from_slice(&tag);
+    Ok(n)
+}
+
+impl HmacProvider for RustCryptoHmac {
+    fn hmac(
+        &self,
+        hash: HashAlgorithm,
+        key: &[u8],
+        data: &[u8],
+        out: &mut [u8],
+    ) -> Result<usize, CryptoError> {
+        match hash {
+            HashAlgorithm::SHA256 => hmac_into::<Hmac<sha2::Sha256>>(key, data, out),
+            HashAlgorithm::SHA384 => hmac_into::<Hmac<sha2::Sha384>>(key, data, out),
+            _ => Err(CryptoError::UnsupportedHmacHash(hash)),
+        }
+    }
+}
+
+/// dimpl's `SignatureVerifier` with the certificate read by webpki's parser.
+#[derive(Debug)]
+pub(crate) struct FastVerifier {
+    /// dimpl's aws-lc verifier, for what this one does not take.
+    pub(crate) fallback: &'static dyn SignatureVerifier,
+}
+
+/// The webpki (aws-lc) algorithm for an ECDSA key on `group` signing with `hash`, for the four
+/// pairings dimpl allows.
+fn ecdsa(
+    group: NamedGroup,
+    hash: HashAlgorithm,
+) -> Option<&'static dyn SignatureVerificationAlgorithm> {
+    use webpki::aws_lc_rs::{
+        ECDSA_P256_SHA256, ECDSA_P256_SHA384, ECDSA_P384_SHA256, ECDSA_P384_SHA384,
+    };
+    Some(match (group, hash) {
+        (NamedGroup::Secp256r1, HashAlgorithm::SHA256) => ECDSA_P256_SHA256,
+        (NamedGroup::Secp256r1, HashAlgorithm::SHA384) => ECDSA_P256_SHA384,
+        (NamedGroup::Secp384r1, HashAlgorithm::SHA256) => ECDSA_P384_SHA256,
+        (NamedGroup::Secp384r1, HashAlgorithm::SHA384) => ECDSA_P384_SHA384,
+        _ => return None,
+    })
+}
+
+impl SignatureVerifier for FastVerifier {
+    fn verify_signature(
+        &self,
+        cert_der: &[u8],
+        data: &[u8],
+        signature: &[u8],
+        hash_alg: HashAlgorithm,
+        sig_alg: SignatureAlgorithm,
+    ) -> Result<(), CryptoError> {
+        let fallback = || {
+            self.fallback
+                .verify_signature(cert_der, data, signature, hash_alg, sig_alg)
+        };
+        if sig_alg != SignatureAlgorithm::ECDSA {
+            return fallback();
+        }
+        let der = CertificateDer::from(cert_der);
+        let Ok(cert) = webpki::EndEntityCert::try_from(&der) else {
+            return fallback();
+        };
+        for group in [NamedGroup::Secp256r1, NamedGroup::Secp384r1] {
+            let Some(alg) = ecdsa(group, hash_alg) else {
+                return fallback();
+            };
+            match cert.verify_signature(alg, data, signature) {
+                Ok(()) => return Ok(()),
+                // The key is on this curve and the signature does not verify with it.
+                Err(webpki::Error::InvalidSignatureForPublicKey) => {
+                    return Err(CryptoError::SignatureVerificationFailed {
+                        signature: sig_alg,
+                        hash: hash_alg,
+                        group,
+                    })
+                }
+                // Another key type or curve: try the next curve.
+                Err(_) => continue,
+            }
+        }
+        fallback()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cert::{Certificate, KeyType};
+    use aws_lc_rs::rand::SystemRandom;
+    use aws_lc_rs::signature::{
+        EcdsaKeyPair, ECDSA_P256_SHA256_ASN1_SIGNING, ECDSA_P384_SHA384_ASN1_SIGNING,
+    };
+
+    fn ours() -> FastVerifier {
+        FastVerifier {
+            fallback: dimpl::crypto::aws_lc_rs::default_provider().signature_verification,
+        }
+    }
+
+    fn dimpls() -> &'static dyn SignatureVerifier {
+        dimpl::crypto::aws_lc_rs::default_provider().signature_verification
+    }
+
+    /// A signature by the certificate's key over `data` with `hash`: aws-lc for the curve's own
+    /// hash, OpenSSL for the two crossed pairings aws-lc does not sign with (`None` without it).
+    fn sign(cert: &Certificate, hash: HashAlgorithm, data: &[u8]) -> Option<Vec<u8>> {
+        let der = cert.private_key_der();
+        let native = match (cert.key_type(), hash) {
+            (KeyType::EcdsaP256, HashAlgorithm::SHA256) => Some(&ECDSA_P256_SHA256_ASN1_SIGNING),
+            (KeyType::EcdsaP384, HashAlgorithm::SHA384) => Some(&ECDSA_P384_SHA384_ASN1_SIGNING),
+            _ => None,
+        };
+        if let Some(alg) = native {
+            let key = EcdsaKeyPair::from_pkcs8(alg, der).expect("key");
+            let sig = key.sign(&SystemRandom::new(), data).expect("sign");
+            return Some(sig.as_ref().to_vec());
+        }
+        #[cfg(feature = "openssl")]
+        {
+            use openssl::hash::MessageDigest;
+            let key = openssl::pkey::PKey::private_key_from_pkcs8(der).expect("key");
+            let md = match hash {
+                HashAlgorithm::SHA256 => MessageDigest::sha256(),
+                _ => MessageDigest::sha384(),
+            };
+            let mut signer = openssl::sign::Signer::new(md, &key).expect("signer");
+            Some(signer.sign_oneshot_to_vec(data).expect("sign"))
+        }
+        #[cfg(not(feature = "openssl"))]
+        None
+    }
+
+    /// Both verifiers' answers, compared as text (dimpl's error has no `PartialEq`).
+    fn both(
+        cert: &[u8],
+        data: &[u8],
+        sig: &[u8],
+        hash: HashAlgorithm,
+        alg: SignatureAlgorithm,
+    ) -> String {
+        let a = format!("{:?}", ours().verify_signature(cert, data, sig, hash, alg));
+        let b = format!(
+            "{:?}",
+            dimpls().verify_signature(cert, data, sig, hash, alg)
+        );
+        assert_eq!(a, b, "FastVerifier and dimpl's verifier disagree");
+        a
+    }
+
+    #[test]
+    fn answers_as_dimpls_verifier_does_for_every_allowed_pairing() {
+        let data = vec![0x5a_u8; 1500];
+        let cases = [
+            (KeyType::EcdsaP256, HashAlgorithm::SHA256),
+            (KeyType::EcdsaP256, HashAlgorithm::SHA384),
+            (KeyType::EcdsaP384, HashAlgorithm::SHA256),
+            (KeyType::EcdsaP384, HashAlgorithm::SHA384),
+        ];
+        for (kt, hash) in cases {
+            let cert = Certificate::self_signed(kt, "verifier").expect("cert");
+            let Some(sig) = sign(&cert, hash, &data) else {
+                continue;
+            };
+            let ecdsa = SignatureAlgorithm::ECDSA;
+            assert_eq!(
+                both(cert.der(), &data, &sig, hash, ecdsa),
+                "Ok(())",
+                "{kt:?} {hash:?}"
+            );
+            // Tampered data, tampered signature, the other hash: the same errors as dimpl's.
+            let mut bad = data.clone();
+            bad[100] ^= 1;
+            assert!(
+                both(cert.der(), &bad, &sig, hash, ecdsa).contains("SignatureVerificationFailed")
+            );
+            let mut bad_sig = sig.clone();
+            let last = bad_sig.len() - 1;
+            bad_sig[last] ^= 1;
+            assert!(both(cert.der(), &data, &bad_sig, hash, ecdsa).starts_with("Err"));
+            let other = if hash == HashAlgorithm::SHA256 {
+                HashAlgorithm::SHA384
+            } else {
+                HashAlgorithm::SHA256
+            };
+            assert!(both(cert.der(), &data, &sig, other, ecdsa).starts_with("Err"));
+            // An empty signature, garbage for a signature.
+            assert!(both(cert.der(), &data, &[], hash, ecdsa).starts_with("Err"));
+            assert!(
+                both(cert.der(), &data, &[0x30, 0x03, 0x02, 0x01], hash, ecdsa).starts_with("Err")
+            );
+        }
+    }
+
+    #[test]
+    fn what_it_does_not_take_gets_dimpls_answer() {
+        let data = b"signed";
+        let p256 = Certificate::self_signed(KeyType::EcdsaP256, "verifier").expect("cert");
+        let sig = sign(&p256, HashAlgorithm::SHA256, data).expect("aws-lc signs P-256/SHA-256");
+        // Not a certificate; a truncated one; a certificate with a byte changed in its body.
+        assert!(both(
+            b"not a certificate",
+            data,
+            &sig,
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::ECDSA
+        )
+        .starts_with("Err"));
+        let der = p256.der();
+        assert!(both(
+            &der[..der.len() / 2],
+            data,
+            &sig,
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::ECDSA
+        )
+        .starts_with("Err"));
+        // Another signature algorithm, another hash, an RSA or Ed25519 key.
+        assert!(both(
+            der,
+            data,
+            &sig,
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::RSA
+        )
+        .starts_with("Err"));
+        assert!(both(
+            der,
+            data,
+            &sig,
+            HashAlgorithm::SHA512,
+            SignatureAlgorithm::ECDSA
+        )
+        .starts_with("Err"));
+        for kt in [KeyType::Rsa2048, KeyType::Ed25519] {
+            let cert = Certificate::self_signed(kt, "verifier").expect("cert");
+            assert!(both(
+                cert.der(),
+                data,
+                &sig,
+                HashAlgorithm::SHA256,
+                SignatureAlgorithm::ECDSA
+            )
+            .starts_with("Err"));
+        }
+    }
+
+    fn aws_lc_hmac() -> &'static dyn HmacProvider {
+        dimpl::crypto::aws_lc_rs::default_provider().hmac_provider
+    }
+
+    #[test]
+    fn hmac_matches_aws_lc_for_every_key_and_data_length_the_prf_can_pass() {
+        // Keys: empty, short, a 48-byte master secret, a block, longer than a block (hashed
+        // first); data around SHA-256's and SHA-384's block boundaries.
+        let mut x = 0x9e37_79b9_u32;
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    x as u8
+                })
+                .collect()
+        };
+        for hash in [HashAlgorithm::SHA256, HashAlgorithm::SHA384] {
+            for key_len in [0, 1, 32, 48, 64, 65, 128, 129, 200] {
+                for data_len in [0, 1, 55, 56, 63, 64, 77, 111, 112, 128, 300] {
+                    let (key, data) = (bytes(key_len), bytes(data_len));
+                    let (mut a, mut b) = ([0u8; 64], [0u8; 64]);
+                    let na = RustCryptoHmac
+                        .hmac(hash, &key, &data, &mut a)
+                        .expect("ours");
+                    let nb = aws_lc_hmac()
+                        .hmac(hash, &key, &data, &mut b)
+                        .expect("aws-lc");
+                    assert_eq!(na, nb);
+                    assert_eq!(a[..na], b[..nb], "{hash:?} key {key_len} data {data_len}");
+                }
+            }
+        }
+        // RFC 4231 test case 2, HMAC-SHA-256.
+        let mut out = [0u8; 32];
+        RustCryptoHmac
+            .hmac(
+                HashAlgorithm::SHA256,
+                b"Jefe",
+                b"what do ya want for nothing?",
+                &mut out,
+            )
+            .expect("hmac");
+        let hex: String = out.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            hex,
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn hmac_refuses_what_it_cannot_do_without_panicking() {
+        let mut short = [0u8; 16];
+        assert_eq!(
+            RustCryptoHmac.hmac(HashAlgorithm::SHA256, b"k", b"d", &mut short),
+            Err(CryptoError::OperationFailed(CryptoOperation::ComputeHmac))
+        );
+        let mut out = [0u8; 64];
+        assert_eq!(
+            RustCryptoHmac.hmac(HashAlgorithm::SHA512, b"k", b"d", &mut out),
+            aws_lc_hmac().hmac(HashAlgorithm::SHA512, b"k", b"d", &mut out)
+        );
+    }
+}
