@@ -875,6 +875,34 @@ fn in_memory_study_quick_has_every_stack() {
             num(r, k);
         }
     }
+    // The back-to-back server's time split, one row per ECDHE group: every part measured (a
+    // positive number), and the public-key column made of its four parts (a median of sums
+    // against a sum of medians: checked loosely).
+    let split = table("server_split")["rows"].as_array().unwrap();
+    assert_eq!(split.len(), 2, "{split:?}");
+    for r in split {
+        let parts = [
+            "sign_us",
+            "verify_us",
+            "key_pair_us",
+            "ecdh_us",
+            "hmac_us",
+            "hash_us",
+            "aead_us",
+        ];
+        for k in parts {
+            num(r, k);
+        }
+        let public_key = num(r, "public_key_us");
+        let sum: f64 = parts[..4].iter().map(|k| num(r, k)).sum();
+        assert!((public_key / sum - 1.0).abs() < 0.25, "{r}");
+        assert!(
+            num(r, "symmetric_us") > 0.0 && num(r, "floor_us") > 0.0,
+            "{r}"
+        );
+        num(r, "rest_us");
+        assert!(num(r, "timed_us") > public_key, "{r}");
+    }
     phase_tables_hold(
         &table("handshake_phases")["rows"],
         &table("handshake_links")["rows"],

@@ -325,6 +325,7 @@ type ConfigKey = (
     bool,
     Vec<CipherSuite>,
     Vec<EcdheGroup>,
+    bool,
 );
 
 /// Built configurations with the settings they were built from.
@@ -347,6 +348,7 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
         config.server_cookies,
         config.cipher_suites.clone(),
         config.ecdhe_groups.clone(),
+        config.time_crypto,
     );
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     // A poisoned lock only means another thread panicked while building; the list is intact.
@@ -355,7 +357,11 @@ fn shared_config(config: &EndpointConfig) -> Result<Arc<dimpl::Config>, EngineCo
         return Ok(c.clone());
     }
     let mut builder = dimpl::Config::builder()
-        .with_crypto_provider(crate::provider::crypto_provider())
+        .with_crypto_provider(if config.time_crypto {
+            crate::crypto_time::timed_provider()
+        } else {
+            crate::provider::crypto_provider()
+        })
         .mtu(config.mtu)
         .flight_start_rto(t.initial_rto)
         .flight_retries(t.max_retransmissions)

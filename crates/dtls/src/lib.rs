@@ -9,6 +9,7 @@
 pub mod ca;
 pub mod cert;
 pub mod cookie;
+pub mod crypto_time;
 pub mod endpoint;
 pub mod engine;
 #[cfg(feature = "openssl")]
@@ -20,6 +21,7 @@ mod provider;
 
 pub use ca::{CaDir, CaError, VerifyError};
 pub use cert::{CertError, Certificate, KeyType};
+pub use crypto_time::CryptoTime;
 pub use endpoint::{
     Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
     PeerAuth, Role, State, Timers,

@@ -156,3 +156,44 @@ fn endpoints_can_move_to_worker_threads() {
     assert_send::<secrelay_dtls::Endpoint>();
     assert_send::<secrelay_dtls::SrtpKeys>();
 }
+
+/// `time_crypto` counts the provider's calls by part for the endpoint that asks for it, and
+/// nothing for one that does not.
+#[test]
+fn crypto_time_counts_what_the_timed_side_did() {
+    use secrelay_dtls::crypto_time;
+    let handshake = |time_server: bool| {
+        let (c, mut s) = configs();
+        s.time_crypto = time_server;
+        let r = run(c, s, Link::perfect(), Duration::from_secs(10));
+        assert_eq!(r.server.failed, None);
+        assert_eq!(r.client.failed, None);
+    };
+    // The first timed endpoint builds (and dimpl validates) its configuration: not counted.
+    handshake(true);
+    crypto_time::take();
+    handshake(false);
+    assert_eq!(crypto_time::take(), secrelay_dtls::CryptoTime::default());
+    handshake(true);
+    let t = crypto_time::take();
+    let zero = Duration::ZERO;
+    for (part, d) in [
+        ("sign", t.sign),
+        ("verify", t.verify),
+        ("key pair", t.key_pair),
+        ("shared secret", t.shared_secret),
+        ("hmac", t.hmac),
+        ("hash", t.hash),
+        ("aead", t.aead),
+    ] {
+        assert!(d > zero, "{part} was not timed: {t:?}");
+    }
+    assert_eq!(
+        t.public_key(),
+        t.sign + t.verify + t.key_pair + t.shared_secret
+    );
+    assert_eq!(t.symmetric(), t.hmac + t.hash + t.aead);
+    // One server's calls: ~20 HMACs, a dozen hash updates, a handful of AEAD calls, one of each
+    // public-key operation.
+    assert!((20..200).contains(&t.calls), "{} calls", t.calls);
+}
