@@ -18,6 +18,8 @@ pub mod fingerprint;
 mod key_cache;
 pub mod keying;
 mod provider;
+#[cfg(fuzzing)]
+pub use provider::fuzzing;
 
 pub use ca::{CaDir, CaError, VerifyError};
 pub use cert::{CertError, Certificate, KeyType};

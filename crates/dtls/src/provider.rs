@@ -9,11 +9,16 @@
 //!   `x509-cert` (every field and extension, into owned structures) to reach that key, ~3 µs of
 //!   the ~45 µs verification on both sides of every handshake; [`FastVerifier`] reads the key
 //!   with `rustls-webpki`'s parser (borrowed slices, ~0.2 µs) and verifies with the same aws-lc
-//!   algorithms. It accepts exactly what dimpl's verifier accepts: ECDSA with SHA-256 or SHA-384
-//!   on a P-256 or P-384 key, the four pairings of dimpl's allow-list. A certificate webpki does
-//!   not parse (it is stricter about X.509 than the signature check needs), a key on neither
-//!   curve, or any other signature algorithm goes to dimpl's verifier unchanged: no certificate
-//!   dimpl took before is refused now, and every failure carries the error dimpl gives.
+//!   algorithms, for ECDSA with SHA-256 or SHA-384 on a P-256 or P-384 key (the four pairings of
+//!   dimpl's allow-list). Whatever that path does not verify (a certificate webpki refuses to
+//!   parse, a key on neither curve, any other algorithm, a signature that does not verify) goes
+//!   to dimpl's verifier, whose answer stands: nothing dimpl's verifier accepted is refused now,
+//!   and every failure carries its error. The one difference, found by the differential fuzz
+//!   target (`fuzz/fuzz_targets/dtls_verifier.rs`): a certificate that webpki decodes and
+//!   `x509-cert` does not (a GeneralizedTime year before 1970, say) now has its signature
+//!   checked against the key it carries, where dimpl's verifier stopped at decoding. The
+//!   certificate itself is authenticated by its fingerprint over the exact bytes (or the CA
+//!   check, which is webpki's), as before.
 //! - **HMAC** ([`RustCryptoHmac`]). DTLS 1.2's PRF (master secret, key block, both Finished
 //!   messages, the SRTP exporter) and the cookie run ~20 one-shot HMACs per side. aws-lc-rs
 //!   builds a keyed context, copies it and cleans both up for each one: ~390 ns for a 48-byte
@@ -130,25 +135,48 @@ impl SignatureVerifier for FastVerifier {
         let Ok(cert) = webpki::EndEntityCert::try_from(&der) else {
             return fallback();
         };
+        // The key's curve is not known without decoding its parameters: webpki refuses an
+        // algorithm whose key identifier differs, before any arithmetic.
         for group in [NamedGroup::Secp256r1, NamedGroup::Secp384r1] {
             let Some(alg) = ecdsa(group, hash_alg) else {
-                return fallback();
+                break;
             };
-            match cert.verify_signature(alg, data, signature) {
-                Ok(()) => return Ok(()),
-                // The key is on this curve and the signature does not verify with it.
-                Err(webpki::Error::InvalidSignatureForPublicKey) => {
-                    return Err(CryptoError::SignatureVerificationFailed {
-                        signature: sig_alg,
-                        hash: hash_alg,
-                        group,
-                    })
-                }
-                // Another key type or curve: try the next curve.
-                Err(_) => continue,
+            if cert.verify_signature(alg, data, signature).is_ok() {
+                return Ok(());
             }
         }
+        // Anything else gets dimpl's verdict: a bad signature (verified a second time, on the
+        // failure path only) and keys webpki refuses that aws-lc takes (the X9.62 hybrid point
+        // form, which RFC 5480 forbids).
         fallback()
+    }
+}
+
+/// For the differential fuzz target (`fuzz/fuzz_targets/dtls_verifier.rs`); built only under
+/// cargo-fuzz's `--cfg fuzzing`.
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    use super::*;
+
+    /// [`FastVerifier`]'s answer and dimpl's own verifier's, for one ECDSA signature.
+    pub fn verify_both(
+        cert_der: &[u8],
+        data: &[u8],
+        signature: &[u8],
+        sha384: bool,
+    ) -> (Result<(), CryptoError>, Result<(), CryptoError>) {
+        let dimpls = dimpl::crypto::aws_lc_rs::default_provider().signature_verification;
+        let ours = FastVerifier { fallback: dimpls };
+        let hash = if sha384 {
+            HashAlgorithm::SHA384
+        } else {
+            HashAlgorithm::SHA256
+        };
+        let ecdsa = SignatureAlgorithm::ECDSA;
+        (
+            ours.verify_signature(cert_der, data, signature, hash, ecdsa),
+            dimpls.verify_signature(cert_der, data, signature, hash, ecdsa),
+        )
     }
 }
 
@@ -312,6 +340,32 @@ mod tests {
             )
             .starts_with("Err"));
         }
+    }
+
+    /// Found by the fuzz target: the key's point in X9.62 hybrid form (0x06/0x07 instead of
+    /// 0x04). aws-lc takes it, webpki does not (RFC 5480 forbids it); dimpl's verdict stands.
+    #[test]
+    fn a_hybrid_form_key_gets_dimpls_answer() {
+        let data = b"signed";
+        let cert = Certificate::self_signed(KeyType::EcdsaP256, "verifier").expect("cert");
+        let sig = sign(&cert, HashAlgorithm::SHA256, data).expect("aws-lc signs P-256/SHA-256");
+        let mut der = cert.der().to_vec();
+        // The SPKI's BIT STRING: 66 bytes, no unused bits, then the point.
+        let at = der
+            .windows(4)
+            .position(|w| w == [0x03, 0x42, 0x00, 0x04])
+            .expect("an uncompressed P-256 point")
+            + 3;
+        let odd_y = cert.der()[at + 64] & 1;
+        der[at] = 0x06 | odd_y;
+        let ecdsa = SignatureAlgorithm::ECDSA;
+        assert_eq!(
+            both(&der, data, &sig, HashAlgorithm::SHA256, ecdsa),
+            "Ok(())",
+            "aws-lc takes a hybrid point with Y's parity right"
+        );
+        der[at] = 0x06 | (odd_y ^ 1);
+        assert!(both(&der, data, &sig, HashAlgorithm::SHA256, ecdsa).starts_with("Err"));
     }
 
     fn aws_lc_hmac() -> &'static dyn HmacProvider {
