@@ -1,6 +1,7 @@
 //! Serial, multi-buffer and threaded engine throughput at a few batch sizes (best of 7 interleaved runs
-//! of 40 ms each), and first what the machine gives two threads right now (two serial engines
-//! at once on their own data: the ceiling for any 2-lane engine):
+//! of 40 ms each), and first what the machine gives two threads right now (two serial engines,
+//! then two multi-buffer engines, at once on their own data: the ceilings for 2-lane engines
+//! with scalar and multi-buffer lanes):
 //! `cargo run --release -p secrelay-srtp --example engine_scaling [LANES] [THRESHOLD] [caller-works]`
 //! (`NOPIN=1` leaves the pool threads unpinned, `SCALAR_LANES=1` runs the scalar code in the
 //! lanes instead of the multi-buffer engine, `SCOPED=1` replaces the engine by a thread
@@ -20,11 +21,12 @@ const SIZE: usize = 172;
 
 /// The ceiling: two serial engines on two threads at once, each on its own contexts, 40
 /// batches of 2,048 packets each; overall time per packet.
-fn two_independent(mk: &MasterKey) -> f64 {
+fn two_independent(mk: &MasterKey, engine: fn() -> Box<dyn Engine>) -> f64 {
     let t = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..2 {
             s.spawn(|| {
+                let engine = engine();
                 let mut ctxs: Vec<Context> = (0..CONTEXTS)
                     .map(|_| Context::new(Policy::new(mk.clone()).any_outbound()).expect("ok"))
                     .collect();
@@ -47,7 +49,7 @@ fn two_independent(mk: &MasterKey) -> f64 {
                             len: SIZE,
                         })
                         .collect();
-                    SerialEngine.process(&mut ctxs, &mut packets, &mut results);
+                    engine.process(&mut ctxs, &mut packets, &mut results);
                     assert!(results.iter().all(|r| r.is_ok()));
                 }
             });
@@ -122,7 +124,11 @@ fn main() {
     let mk = MasterKey::new(profile, &[0x42; 16], &[0x17; 14]).expect("valid key");
     println!(
         "two serial engines on two threads at once: {:.1} ns/pkt overall",
-        two_independent(&mk)
+        two_independent(&mk, || Box::new(SerialEngine))
+    );
+    println!(
+        "two simd engines on two threads at once: {:.1} ns/pkt overall",
+        two_independent(&mk, || Box::new(SimdEngine::new()))
     );
     for batch in [16usize, 64, 256, 1024, 4096] {
         let scoped = ScopedSplit;

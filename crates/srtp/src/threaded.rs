@@ -10,11 +10,18 @@
 //! batch order, on one thread, for index estimation and replay protection to see them as the
 //! serial engine does.
 //!
-//! So a batch is split into *lanes* by context index: context `c` belongs to lane
-//! `c % lanes`. The contexts the batch names are handed to their lanes as `&mut` references
-//! (sorted, then one `split_at_mut` step each: disjoint borrows, no `unsafe`, and no walk over
-//! the contexts the batch does not name), and one pass over the batch hands each lane its
-//! packets, in batch order. Each lane then runs the multi-buffer engine
+//! So a batch is split into *lanes* by context: the contexts the batch names, in index order,
+//! are cut into `lanes` contiguous runs of equal size, one per lane (neighbours in memory stay
+//! on one thread, so no cache line of contexts or streams is written from two). They are handed
+//! to their lanes as `&mut` references (one `split_at_mut` step each: disjoint borrows, no
+//! `unsafe`), and one pass over the batch hands each lane its packets, in batch order, each
+//! finding its lane and its context's place there in O(1) (a per-thread scratch indexed by
+//! context: no sort, no search; a bit per context is scanned to list the named ones, so a
+//! batch's set-up grows with the batch and the context count / 64). Dealing contexts out by
+//! `c % lanes` after sorting the batch's indices cost ~46 µs of a 4,096-packet batch on the
+//! calling thread before any lane started: two multi-buffer lanes then ran at 0.51–0.69 of
+//! two independent multi-buffer engines, against 0.64–0.84 now (`examples/engine_scaling.rs`,
+//! `docs/benchmarks.md`). Each lane then runs the multi-buffer engine
 //! ([`crate::SimdEngine`]) over its packets, through its own small store of contexts
 //! ([`Engine::process_in`]), so threads and SIMD lanes add up; [`ThreadedConfig::multi_buffer`]
 //! `(false)` runs the scalar code one packet at a time instead, for comparison. A packet
@@ -51,6 +58,7 @@
 //! the streaming form: workers that own their contexts, fed through lock-free queues, with a
 //! batching window bounded in time.
 
+use std::cell::RefCell;
 use std::num::NonZeroUsize;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
@@ -219,11 +227,10 @@ impl core::fmt::Debug for ThreadedEngine {
     }
 }
 
-/// One lane's share of a batch: the contexts its packets name (`globals`: their indices in
-/// the batch's slice, ascending), and its packets in batch order, each naming its context by
-/// position in that list, with the batch positions they came from.
+/// One lane's share of a batch: the contexts its packets name (in index order), and its
+/// packets in batch order, each naming its context by position in that list, with the batch
+/// positions they came from.
 struct Lane<'c, 'p> {
-    globals: Vec<usize>,
     contexts: Vec<&'c mut Context>,
     packets: Vec<Packet<'p>>,
     slots: Vec<usize>,
@@ -233,7 +240,6 @@ struct Lane<'c, 'p> {
 impl Lane<'_, '_> {
     fn new() -> Self {
         Lane {
-            globals: Vec::new(),
             contexts: Vec::new(),
             packets: Vec::new(),
             slots: Vec::new(),
@@ -246,6 +252,21 @@ impl Lane<'_, '_> {
         self.results.resize(self.packets.len(), Ok(0));
         engine.process_in(&mut self.contexts, &mut self.packets, &mut self.results);
     }
+}
+
+/// The calling thread's scratch for splitting batches, kept between batches so that a split
+/// allocates nothing for it: a bit per context (cleared as it is read), each named context's
+/// lane and position in it (only read for contexts written in the same batch), and the named
+/// contexts in index order.
+#[derive(Default)]
+struct Split {
+    seen: Vec<u64>,
+    slot: Vec<(u32, u32)>,
+    named: Vec<usize>,
+}
+
+thread_local! {
+    static SPLIT: RefCell<Split> = RefCell::new(Split::default());
 }
 
 impl ThreadedEngine {
@@ -307,42 +328,61 @@ impl ThreadedEngine {
     ) {
         let lanes = self.config.workers;
         let n_ctx = contexts.len();
-        let mut named: Vec<usize> = packets
-            .iter()
-            .map(|p| p.context)
-            .filter(|&c| c < n_ctx)
-            .collect();
-        named.sort_unstable();
-        named.dedup();
         let mut split: Vec<Lane<'_, '_>> = (0..lanes).map(|_| Lane::new()).collect();
-        let mut rest: &mut [Context] = contexts;
-        let mut base = 0;
-        for &i in &named {
-            let (_, tail) = core::mem::take(&mut rest).split_at_mut(i - base);
-            let Some((c, tail)) = tail.split_first_mut() else {
-                break;
-            };
-            rest = tail;
-            base = i + 1;
-            let lane = &mut split[i % lanes];
-            lane.globals.push(i);
-            lane.contexts.push(c);
-        }
-        for (pi, (p, r)) in packets.iter_mut().zip(results.iter_mut()).enumerate() {
-            let lane = &mut split[p.context % lanes];
-            match lane.globals.binary_search(&p.context) {
-                Ok(local) => {
-                    lane.packets.push(Packet {
-                        context: local,
-                        op: p.op,
-                        buf: &mut *p.buf,
-                        len: p.len,
-                    });
-                    lane.slots.push(pi);
-                }
-                Err(_) => *r = Err(Error::UnknownContext),
+        SPLIT.with(|scratch| {
+            let mut scratch = scratch.borrow_mut();
+            let Split { seen, slot, named } = &mut *scratch;
+            // The contexts the batch names, in index order: one bit each, then a scan.
+            let words = n_ctx.div_ceil(64);
+            if seen.len() < words {
+                seen.resize(words, 0);
             }
-        }
+            if slot.len() < n_ctx {
+                slot.resize(n_ctx, (0, 0));
+            }
+            for p in packets.iter().filter(|p| p.context < n_ctx) {
+                seen[p.context / 64] |= 1 << (p.context % 64);
+            }
+            named.clear();
+            for (w, word) in seen[..words].iter_mut().enumerate() {
+                let mut bits = core::mem::take(word);
+                while bits != 0 {
+                    named.push(w * 64 + bits.trailing_zeros() as usize);
+                    bits &= bits - 1;
+                }
+            }
+            // Lane `l` takes the `l`-th run of them (contiguous, equal in number), and each
+            // context's lane and position there go in `slot` for the packets to find.
+            let mut rest: &mut [Context] = contexts;
+            let mut base = 0;
+            for (j, &i) in named.iter().enumerate() {
+                let (_, tail) = core::mem::take(&mut rest).split_at_mut(i - base);
+                let Some((c, tail)) = tail.split_first_mut() else {
+                    break;
+                };
+                rest = tail;
+                base = i + 1;
+                let l = j * lanes / named.len();
+                let lane = &mut split[l];
+                slot[i] = (l as u32, lane.contexts.len() as u32);
+                lane.contexts.push(c);
+            }
+            for (pi, (p, r)) in packets.iter_mut().zip(results.iter_mut()).enumerate() {
+                if p.context >= n_ctx {
+                    *r = Err(Error::UnknownContext);
+                    continue;
+                }
+                let (l, local) = slot[p.context];
+                let lane = &mut split[l as usize];
+                lane.packets.push(Packet {
+                    context: local as usize,
+                    op: p.op,
+                    buf: &mut *p.buf,
+                    len: p.len,
+                });
+                lane.slots.push(pi);
+            }
+        });
         split.retain(|l| !l.packets.is_empty());
         let engine = &*self.lane;
         match split.len() {

@@ -498,8 +498,8 @@ impl Study for SrtpStudy {
              the threaded engine has one lane per available core on pinned pool threads, each lane running the \
              multi-buffer engine (threaded×N simd) or the scalar code (threaded×N scalar); \
              per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's; \
-             srtp_engine_ceiling: N serial engines on N threads at once (own contexts, batches of 4,096, filling included) \
-             against one, alternating, median ratio: what the machine gave N threads during the run",
+             srtp_engine_ceiling: N serial (or multi-buffer) engines on N threads at once (own contexts, batches of 4,096, \
+             each thread filling its own) against one, alternating, median ratio: what the machine gave N threads during the run",
             instructions_method,
         );
         Ok(StudyReport {

@@ -134,17 +134,24 @@ fn engines() -> Vec<Named> {
 /// One measured cell: (profile, batch, engine, timing or why not).
 type Measured = (Profile, usize, String, Result<Timing, String>);
 
-/// Packets per second of `threads` serial engines running at once on their own threads, each
-/// on its own contexts, batches of 4,096 (filling included), for about `run`: what the machine
-/// gives that many threads right now, the ceiling of any engine with that many lanes.
-fn independent_rate(profile: Profile, threads: usize, run: std::time::Duration) -> f64 {
+/// Packets per second of `threads` serial (or multi-buffer, `simd`) engines running at once on
+/// their own threads, each on its own contexts, batches of 4,096 (filling included), for about
+/// `run`: what the machine gives that many threads right now, the ceiling of any engine with
+/// that many lanes of that kind. (Each thread fills its own batch, so no data crosses cores:
+/// the threaded engine's lanes pay for that on top, as a gateway's do.)
+fn independent_rate(profile: Profile, simd: bool, threads: usize, run: std::time::Duration) -> f64 {
     use std::time::Instant;
     let start = Instant::now();
     let packets: usize = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(move || {
-                    let mut r = Run::new(profile, Rc::new(SerialEngine), 4096);
+                    let engine: Rc<dyn Engine> = if simd {
+                        Rc::new(SimdEngine::new())
+                    } else {
+                        Rc::new(SerialEngine)
+                    };
+                    let mut r = Run::new(profile, engine, 4096);
                     let mut done = 0;
                     while start.elapsed() < run || done == 0 {
                         r.fill();
@@ -164,13 +171,13 @@ fn independent_rate(profile: Profile, threads: usize, run: std::time::Duration) 
 }
 
 /// The machine's ceiling for `threads` lanes: the median ratio of `threads` independent serial
-/// engines' packets/s over one's, one and many alternating run by run.
-fn ceiling(ctx: &Ctx, profile: Profile, threads: usize) -> f64 {
+/// (or multi-buffer) engines' packets/s over one's, one and many alternating run by run.
+fn ceiling(ctx: &Ctx, profile: Profile, simd: bool, threads: usize) -> f64 {
     let run = ctx.bench.run_time * 2;
     let mut ratios: Vec<f64> = (0..ctx.bench.runs.max(3))
         .map(|_| {
-            let one = independent_rate(profile, 1, run);
-            independent_rate(profile, threads, run) / one
+            let one = independent_rate(profile, simd, 1, run);
+            independent_rate(profile, simd, threads, run) / one
         })
         .collect();
     ratios.sort_by(f64::total_cmp);
@@ -235,20 +242,29 @@ pub fn sweep(ctx: &Ctx) -> EngineSweep {
             measured.push((profile, batch, name, r));
         }
         if lanes > 1 {
-            ceilings.push((profile, ceiling(ctx, profile, lanes)));
+            for simd in [false, true] {
+                ceilings.push((profile, simd, ceiling(ctx, profile, simd, lanes)));
+            }
         }
         ctx.done();
     }
     let mut sweep = report(&engines, &measured);
-    for (profile, ratio) in ceilings {
+    for (profile, simd, ratio) in ceilings {
+        let kind = if simd { "multi-buffer" } else { "serial" };
         sweep.ceiling.push([
             ("profile", Cell::text(profile.sdp_name())),
+            ("engine", Cell::text(kind)),
             ("threads", Cell::num(lanes as f64)),
             ("vs_one", Cell::num(ratio)),
         ]);
+        let lane = if simd {
+            "threaded×N simd"
+        } else {
+            "threaded×N scalar"
+        };
         sweep.notes.push(format!(
-            "{lanes} independent serial engines on {lanes} threads gave {ratio:.2}× one engine's packets/s ({}): \
-             the ceiling of any {lanes}-lane engine on this machine during the run",
+            "{lanes} independent {kind} engines on {lanes} threads gave {ratio:.2}× one engine's packets/s ({}): \
+             the ceiling of {lane} on this machine during the run",
             profile.sdp_name()
         ));
     }
@@ -390,9 +406,10 @@ fn report(engines: &[Named], m: &[Measured]) -> EngineSweep {
     }
     let ceiling = Table::new(
         "srtp_engine_ceiling",
-        "What the machine gives several threads during the run: independent serial engines at once, over one",
+        "What the machine gives several threads during the run: independent engines of each kind at once, over one",
     )
     .col("profile", "profile")
+    .col("engine", "engine")
     .col_unit("threads", "threads", "")
     .col_unit("vs_one", "packets/s vs one thread", "×");
     EngineSweep {
