@@ -19,10 +19,22 @@ const DATA: &[u8] = b"ServerKeyExchange params or the handshake transcript";
 /// the openssl CLI: P-256 and P-384, each as OpenSSL's default X.509 v3 (with extensions) and
 /// bare (v1, no extensions). Fixed bytes, so that a failing input reproduces.
 const TEMPLATES: [(&[u8], &[u8]); 4] = [
-    (include_bytes!("../fixtures/verifier-p256.der"), include_bytes!("../fixtures/verifier-p256.sig")),
-    (include_bytes!("../fixtures/verifier-p384.der"), include_bytes!("../fixtures/verifier-p384.sig")),
-    (include_bytes!("../fixtures/verifier-p256-bare.der"), include_bytes!("../fixtures/verifier-p256-bare.sig")),
-    (include_bytes!("../fixtures/verifier-p384-bare.der"), include_bytes!("../fixtures/verifier-p384-bare.sig")),
+    (
+        include_bytes!("../fixtures/verifier-p256.der"),
+        include_bytes!("../fixtures/verifier-p256.sig"),
+    ),
+    (
+        include_bytes!("../fixtures/verifier-p384.der"),
+        include_bytes!("../fixtures/verifier-p384.sig"),
+    ),
+    (
+        include_bytes!("../fixtures/verifier-p256-bare.der"),
+        include_bytes!("../fixtures/verifier-p256-bare.sig"),
+    ),
+    (
+        include_bytes!("../fixtures/verifier-p384-bare.der"),
+        include_bytes!("../fixtures/verifier-p384-bare.sig"),
+    ),
 ];
 
 fuzz_target!(|input: &[u8]| {
@@ -42,7 +54,11 @@ fuzz_target!(|input: &[u8]| {
         (false, false) => {
             for pair in rest.chunks_exact(3) {
                 let pos = usize::from(u16::from_be_bytes([pair[0], pair[1]]));
-                let target = if pos & 0x8000 != 0 { &mut sig } else { &mut cert };
+                let target = if pos & 0x8000 != 0 {
+                    &mut sig
+                } else {
+                    &mut cert
+                };
                 let len = target.len();
                 if len > 0 {
                     target[(pos & 0x7fff) % len] ^= pair[2];
