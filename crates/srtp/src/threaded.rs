@@ -209,7 +209,7 @@ pub struct ThreadedEngine {
     pool: Option<ThreadPool>,
     config: ThreadedConfig,
     /// What each lane runs.
-    lane: Box<dyn Engine>,
+    lane: LaneEngine,
 }
 
 impl core::fmt::Debug for ThreadedEngine {
@@ -225,6 +225,13 @@ impl core::fmt::Debug for ThreadedEngine {
             )
             .finish()
     }
+}
+
+/// What a lane runs: the multi-buffer engine (the default) or the scalar code.
+#[derive(Debug)]
+enum LaneEngine {
+    MultiBuffer(SimdEngine),
+    Scalar(SerialEngine),
 }
 
 /// One lane's share of a batch: the contexts its packets name (in index order), and its
@@ -247,10 +254,20 @@ impl Lane<'_, '_> {
         }
     }
 
-    fn run(&mut self, engine: &dyn Engine) {
+    fn run(&mut self, engine: &LaneEngine, hints: bool) {
         self.results.clear();
         self.results.resize(self.packets.len(), Ok(0));
-        engine.process_in(&mut self.contexts, &mut self.packets, &mut self.results);
+        match engine {
+            LaneEngine::MultiBuffer(e) => e.process_lane(
+                &mut self.contexts,
+                &mut self.packets,
+                &mut self.results,
+                hints,
+            ),
+            LaneEngine::Scalar(e) => {
+                e.process_in(&mut self.contexts, &mut self.packets, &mut self.results)
+            }
+        }
     }
 }
 
@@ -297,10 +314,10 @@ impl ThreadedEngine {
                     .map_err(|e| ConfigError::WorkerThreads(e.to_string()))?,
             )
         };
-        let lane: Box<dyn Engine> = if config.multi_buffer {
-            Box::new(SimdEngine::new())
+        let lane = if config.multi_buffer {
+            LaneEngine::MultiBuffer(SimdEngine::new())
         } else {
-            Box::new(SerialEngine)
+            LaneEngine::Scalar(SerialEngine)
         };
         Ok(ThreadedEngine { pool, config, lane })
     }
@@ -384,10 +401,13 @@ impl ThreadedEngine {
             }
         });
         split.retain(|l| !l.packets.is_empty());
-        let engine = &*self.lane;
+        let engine = &self.lane;
+        // The same rule as the multi-buffer engine's own `process`: a slice of a few hundred
+        // contexts stays in the caches, and hints would only cost.
+        let hints = n_ctx > crate::simd::engine::HINTS_ABOVE_CONTEXTS;
         match split.len() {
             0 => {}
-            1 if self.config.caller_works => split[0].run(engine),
+            1 if self.config.caller_works => split[0].run(engine, hints),
             _ => {
                 let (mine, theirs) = if self.config.caller_works {
                     let (first, rest) = split.split_at_mut(1);
@@ -397,10 +417,10 @@ impl ThreadedEngine {
                 };
                 pool.in_place_scope(|s| {
                     for lane in theirs.iter_mut() {
-                        s.spawn(move |_| lane.run(engine));
+                        s.spawn(move |_| lane.run(engine, hints));
                     }
                     if let Some(lane) = mine {
-                        lane.run(engine);
+                        lane.run(engine, hints);
                     }
                 });
             }
@@ -429,7 +449,10 @@ impl Engine for ThreadedEngine {
             Some(pool) if packets.len() >= self.config.threshold => {
                 self.run_split(pool, contexts, packets, results)
             }
-            _ => self.lane.process(contexts, packets, results),
+            _ => match &self.lane {
+                LaneEngine::MultiBuffer(e) => e.process(contexts, packets, results),
+                LaneEngine::Scalar(e) => e.process(contexts, packets, results),
+            },
         }
     }
 }

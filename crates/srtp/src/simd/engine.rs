@@ -279,6 +279,20 @@ impl Engine for SimdEngine {
 }
 
 impl SimdEngine {
+    /// A threaded lane's run: its share of a batch's contexts (monomorphised, no `dyn`), with
+    /// cache hints only when the slice the contexts came from is too large to stay cached
+    /// (`hints`, the rule [`Engine::process`] applies to a whole slice). On contexts that are
+    /// cached the hints cost ~14 % per GCM packet (60 → 69 ns).
+    pub(crate) fn process_lane(
+        &self,
+        contexts: &mut Vec<&mut Context>,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+        hints: bool,
+    ) {
+        self.process_generic(contexts, packets, results, hints);
+    }
+
     /// [`Engine::process`] over any [`Contexts`]: a slice (monomorphised, as before) or a
     /// store behind `dyn`.
     fn process_generic<C: Contexts + ?Sized>(
