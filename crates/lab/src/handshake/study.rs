@@ -529,18 +529,40 @@ fn part_us(st: &Storm, f: impl Fn(&CryptoTime) -> Duration) -> f64 {
     )
 }
 
-/// Median (µs) of what the timed server spent outside the provider, per handshake.
-fn rest_us(st: &Storm) -> f64 {
-    let rest = st
-        .timed_server
-        .iter()
-        .zip(&st.parts)
-        .map(|(total, p)| total / 1e3 - (p.public_key() + p.symmetric()).as_secs_f64() * 1e6);
-    median(&mut rest.collect::<Vec<_>>())
+/// One back-to-back row's split (µs per handshake, medians), computed once for the table and
+/// the note.
+struct Split {
+    server: f64,
+    timed: f64,
+    floor: f64,
+    public_key: f64,
+    symmetric: f64,
+    /// What the timed server spent outside the provider (median of the per-handshake rest).
+    rest: f64,
 }
 
-/// The back-to-back server's time split by where it goes, one row per ECDHE group.
-fn server_split(storms: &mut [Storm]) -> Table {
+impl Split {
+    fn of(st: &mut Storm) -> Split {
+        let mut rest = st
+            .timed_server
+            .iter()
+            .zip(&st.parts)
+            .map(|(total, p)| total / 1e3 - (p.public_key() + p.symmetric()).as_secs_f64() * 1e6)
+            .collect::<Vec<_>>();
+        Split {
+            server: median(&mut st.server) / 1e3,
+            timed: median(&mut st.timed_server) / 1e3,
+            floor: median(&mut st.floor) / 1e3,
+            public_key: part_us(st, CryptoTime::public_key),
+            symmetric: part_us(st, CryptoTime::symmetric),
+            rest: median(&mut rest),
+        }
+    }
+}
+
+/// The back-to-back server's time split by where it goes, one row per ECDHE group, and what
+/// the first (default) row says about the ≤ 1.15× target.
+fn server_split(storms: &mut [Storm]) -> (Table, Option<String>) {
     let mut t = Table::new(
         "server_split",
         "Where secrelay's server time goes, back to back (P-256 certificates, cookies on; µs per handshake, medians; provider calls timed in place)",
@@ -561,52 +583,48 @@ fn server_split(storms: &mut [Storm]) -> Table {
     .col_unit("floor_us", "crypto floor", "µs")
     .col_unit("in_place_ratio", "public-key ops ÷ floor", "×")
     .col_unit("server_ratio", "server ÷ floor", "×");
+    let mut note = None;
     for st in storms.iter_mut().filter(|st| !st.parts.is_empty()) {
-        let (server, floor) = (median(&mut st.server) / 1e3, median(&mut st.floor) / 1e3);
-        let timed = median(&mut st.timed_server) / 1e3;
-        let public_key = part_us(st, CryptoTime::public_key);
+        let sp = Split::of(st);
         t.push([
             ("kx", Cell::text(st.kx.clone())),
-            ("server_us", Cell::num(server)),
-            ("timed_us", Cell::num(timed)),
+            ("server_us", Cell::num(sp.server)),
+            ("timed_us", Cell::num(sp.timed)),
             ("sign_us", Cell::num(part_us(st, |p| p.sign))),
             ("verify_us", Cell::num(part_us(st, |p| p.verify))),
             ("key_pair_us", Cell::num(part_us(st, |p| p.key_pair))),
             ("ecdh_us", Cell::num(part_us(st, |p| p.shared_secret))),
-            ("public_key_us", Cell::num(public_key)),
+            ("public_key_us", Cell::num(sp.public_key)),
             ("hmac_us", Cell::num(part_us(st, |p| p.hmac))),
             ("hash_us", Cell::num(part_us(st, |p| p.hash))),
             ("aead_us", Cell::num(part_us(st, |p| p.aead))),
-            (
-                "symmetric_us",
-                Cell::num(part_us(st, CryptoTime::symmetric)),
-            ),
-            ("rest_us", Cell::num(rest_us(st))),
-            ("floor_us", Cell::num(floor)),
-            ("in_place_ratio", Cell::num(public_key / floor)),
-            ("server_ratio", Cell::num(server / floor)),
+            ("symmetric_us", Cell::num(sp.symmetric)),
+            ("rest_us", Cell::num(sp.rest)),
+            ("floor_us", Cell::num(sp.floor)),
+            ("in_place_ratio", Cell::num(sp.public_key / sp.floor)),
+            ("server_ratio", Cell::num(sp.server / sp.floor)),
         ]);
+        if note.is_none() {
+            let Split {
+                floor,
+                public_key,
+                symmetric,
+                rest,
+                ..
+            } = sp;
+            note = Some(format!(
+                "Where the server's time goes (ECDHE {}, table server_split): the four public-key operations cost {public_key:.0} µs where the handshake does them \
+                 ({:.2}× the floor's {floor:.0} µs run on their own), the symmetric crypto a DTLS 1.2 handshake cannot skip (PRF HMACs, transcript hash, record AEAD) {symmetric:.1} µs, \
+                 and everything else (dimpl's parsing, flights, buffers, the endpoint, and the clocks themselves) {rest:.1} µs. \
+                 A server at 1.15× its floor would have {:.1} µs above the floor for all of it; the symmetric crypto and the public-key operations' own excess in place take {:.1} µs of that before any protocol code runs.",
+                st.kx,
+                public_key / floor,
+                0.15 * floor,
+                symmetric + (public_key - floor).max(0.0),
+            ));
+        }
     }
-    t
-}
-
-/// What the split says about the ≤ 1.15× target, for the first (default) row.
-fn split_note(storms: &mut [Storm]) -> Option<String> {
-    let st = storms.iter_mut().find(|st| !st.parts.is_empty())?;
-    let floor = median(&mut st.floor) / 1e3;
-    let public_key = part_us(st, CryptoTime::public_key);
-    let symmetric = part_us(st, CryptoTime::symmetric);
-    let rest = rest_us(st);
-    Some(format!(
-        "Where the server's time goes (ECDHE {}, table server_split): the four public-key operations cost {public_key:.0} µs where the handshake does them \
-         ({:.2}× the floor's {floor:.0} µs run on their own), the symmetric crypto a DTLS 1.2 handshake cannot skip (PRF HMACs, transcript hash, record AEAD) {symmetric:.1} µs, \
-         and everything else (dimpl's parsing, flights, buffers, the endpoint, and the clocks themselves) {rest:.1} µs. \
-         A server at 1.15× its floor would have {:.1} µs above the floor for all of it; the symmetric crypto and the public-key operations' own excess in place take {:.1} µs of that before any protocol code runs.",
-        st.kx,
-        public_key / floor,
-        0.15 * floor,
-        symmetric + (public_key - floor).max(0.0),
-    ))
+    (t, note)
 }
 
 const COUNT_SECRELAY_COOKIES: &str = "secrelay|p256|cookies";
@@ -1208,10 +1226,8 @@ impl Study for HandshakeStudy {
                 1e6 / total
             ));
         }
-        let split_table = server_split(&mut storms);
-        if let Some(note) = split_note(&mut storms) {
-            notes.push(note);
-        }
+        let (split_table, split_note) = server_split(&mut storms);
+        notes.extend(split_note);
         let phase_report = super::phases::run(ctx, ctx.opts.engine)?;
         ctx.done();
         notes.extend(phase_report.notes);
