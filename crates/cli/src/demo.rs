@@ -15,8 +15,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use secrelay_gateway::server::stats::Totals;
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_lab::client::fleet::{self, FleetConfig, FleetProgress, FleetReport};
-use secrelay_lab::client::{Leg, Signaling};
+use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport};
+use secrelay_testkit::{Leg, Signaling};
 
 /// Flags of `secrelay demo`.
 #[derive(Args, Debug)]

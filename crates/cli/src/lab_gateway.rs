@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::Args;
-use secrelay_lab::client::fleet::{FleetConfig, FleetProgress};
 use secrelay_lab::client::load::{self, LoadOptions};
-use secrelay_lab::client::{Leg, Signaling};
+use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
+use secrelay_testkit::{Leg, Signaling};
 
 /// Flags of `secrelay lab gateway-load`.
 #[derive(Args, Debug)]

@@ -8,9 +8,13 @@ use clap::{Args, Parser, Subcommand};
 mod ca;
 mod capture;
 mod demo;
+#[cfg(feature = "lab")]
 mod lab;
+#[cfg(feature = "lab")]
 mod lab_compare;
+#[cfg(feature = "lab")]
 mod lab_gateway;
+#[cfg(feature = "lab")]
 mod lab_handshake;
 mod serve;
 
@@ -35,8 +39,16 @@ enum Command {
     #[command(subcommand)]
     Ca(ca::CaCommand),
     /// The studies, re-measured here beside the libraries people use: tables, JSON, HTML report.
+    #[cfg(feature = "lab")]
     #[command(subcommand)]
     Lab(lab::LabCommand),
+    /// The lab is not in this build (built without the `lab` cargo feature).
+    #[cfg(not(feature = "lab"))]
+    Lab {
+        /// Whatever followed `lab`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        rest: Vec<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -96,7 +108,13 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Ca(c) => ca::run(&c),
+        #[cfg(feature = "lab")]
         Command::Lab(c) => lab::run(c),
+        #[cfg(not(feature = "lab"))]
+        Command::Lab { .. } => Err(anyhow::anyhow!(
+            "this secrelay was built without the lab (cargo feature `lab`, on by default): \
+             build it with `cargo build --release -p secrelay` to run the studies"
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

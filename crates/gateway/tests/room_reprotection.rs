@@ -47,7 +47,7 @@ fn room_of(
     let mut ids = Vec::new();
     for (i, (role, pt)) in roles.iter().zip(opus_pts).enumerate() {
         let mut c = SimClient::new(i as u8 + 1);
-        c.opus_pt = *pt;
+        c.pt = *pt;
         let mut p = participant_for(&c.offer(), now);
         let conn = connect(&mut c, &mut p, now);
         assert!(conn.connected().is_some(), "{:?}", conn.events);

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use secrelay_dtls::{Certificate, KeyType};
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_lab::client::{audio_offer, Leg};
+use secrelay_testkit::browser::audio_offer;
+use secrelay_testkit::Leg;
 
 fn start(token_room: Option<(&str, &str)>) -> Server {
     let mut c = ServeConfig {
@@ -91,7 +92,7 @@ fn call(method: &str, url: &str, headers: &[(&str, &str)], body: Option<&str>) -
 fn offer(leg: Leg) -> String {
     let cert = Certificate::self_signed(KeyType::EcdsaP256, "http-test").unwrap();
     audio_offer(
-        leg,
+        leg.direction(),
         "abcd",
         "0123456789abcdefghijklmn",
         &cert.fingerprint(),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use secrelay_dtls::{Certificate, KeyType};
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_lab::client::{Leg, Phase, Signaling, SimParticipant};
+use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 

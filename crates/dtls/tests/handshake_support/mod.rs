@@ -1,5 +1,5 @@
 //! Shared helpers for the handshake tests: certificates, and a simulated link on simulated time.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
 use std::time::{Duration, Instant};
 
@@ -25,29 +25,8 @@ pub fn configs() -> (EndpointConfig, EndpointConfig) {
     )
 }
 
-/// Deterministic xorshift64* RNG.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    /// True with probability `p`.
-    pub fn chance(&mut self, p: f64) -> bool {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n.max(1)
-    }
-}
+/// The test kit's simulated link and its seeded generator.
+pub use secrelay_testkit::link::{Air, Link, Rng};
 
 /// What one side ended with.
 #[derive(Default)]
@@ -129,31 +108,6 @@ pub fn drain(ep: &mut Endpoint, outcome: &mut Outcome) -> (Vec<Vec<u8>>, Option<
     (tx, timer)
 }
 
-/// A simulated link between a client and a server.
-pub struct Link {
-    /// One-way delay.
-    pub delay: Duration,
-    /// Extra random delay up to this (reorders datagrams).
-    pub jitter: Duration,
-    /// Probability a datagram is lost.
-    pub loss: f64,
-    /// Probability a datagram is delivered twice.
-    pub duplicate: f64,
-    pub rng: Rng,
-}
-
-impl Link {
-    pub fn perfect() -> Self {
-        Link {
-            delay: Duration::from_millis(1),
-            jitter: Duration::ZERO,
-            loss: 0.0,
-            duplicate: 0.0,
-            rng: Rng::new(1),
-        }
-    }
-}
-
 pub struct Run {
     pub client: Outcome,
     pub server: Outcome,
@@ -173,61 +127,37 @@ pub fn run(client: EndpointConfig, server: EndpointConfig, mut link: Link, limit
     let mut s = Endpoint::new(server, now).expect("server config");
     let mut co = Outcome::default();
     let mut so = Outcome::default();
-    // (deliver_at, to_server, bytes)
-    let mut flight: Vec<(Instant, bool, Vec<u8>)> = Vec::new();
-    let (mut delivered, mut dropped) = (0, 0);
+    // Datagrams in flight, by destination: `true` for the server.
+    let mut air: Air<Instant, bool> = Air::new();
+    let trace = std::env::var_os("LINK_TRACE").is_some();
 
-    let send = |link: &mut Link,
-                now: Instant,
-                to_server: bool,
-                d: Vec<u8>,
-                flight: &mut Vec<(Instant, bool, Vec<u8>)>,
-                dropped: &mut usize| {
-        let lost = link.rng.chance(link.loss);
-        if std::env::var_os("LINK_TRACE").is_some() {
+    let mut send = |air: &mut Air<Instant, bool>, now: Instant, to_server: bool, d: Vec<u8>| {
+        let what = if trace { describe(&d) } else { String::new() };
+        let lost = air.send(&mut link, now, to_server, d);
+        if trace {
             eprintln!(
-                "{:>8.3}s {} {}{}",
+                "{:>8.3}s {} {what}{}",
                 (now - start).as_secs_f64(),
                 if to_server { "C->S" } else { "S->C" },
-                describe(&d),
                 if lost { "  LOST" } else { "" }
             );
-        }
-        if lost {
-            *dropped += 1;
-            return;
-        }
-        let copies = if link.rng.chance(link.duplicate) {
-            2
-        } else {
-            1
-        };
-        for _ in 0..copies {
-            let j = link.jitter.as_nanos() as u64;
-            let extra = Duration::from_nanos(if j > 0 { link.rng.below(j) } else { 0 });
-            flight.push((now + link.delay + extra, to_server, d.clone()));
         }
     };
 
     let (tx, mut ct) = drain(&mut c, &mut co);
     for d in tx {
-        send(&mut link, now, true, d, &mut flight, &mut dropped);
+        send(&mut air, now, true, d);
     }
     let (tx, mut st) = drain(&mut s, &mut so);
     for d in tx {
-        send(&mut link, now, false, d, &mut flight, &mut dropped);
+        send(&mut air, now, false, d);
     }
 
     let done = |o: &Outcome| o.connected.is_some() || o.failed.is_some() || o.closed;
-    while !(done(&co) && done(&so) && flight.is_empty()) && now - start < limit {
+    while !(done(&co) && done(&so) && air.is_empty()) && now - start < limit {
         // next thing to happen
-        let next_flight = flight
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, f)| f.0)
-            .map(|(i, f)| (i, f.0));
         let mut next = start + limit;
-        if let Some((_, t)) = next_flight {
+        if let Some(t) = air.next_arrival() {
             next = next.min(t);
         }
         for t in [ct, st].into_iter().flatten() {
@@ -237,31 +167,27 @@ pub fn run(client: EndpointConfig, server: EndpointConfig, mut link: Link, limit
         if now - start >= limit {
             break;
         }
-        if let Some((i, t)) = next_flight {
-            if t <= now {
-                let (_, to_server, d) = flight.swap_remove(i);
-                delivered += 1;
-                if std::env::var_os("LINK_TRACE").is_some() {
-                    eprintln!(
-                        "{:>8.3}s   deliver to {} {}",
-                        (now - start).as_secs_f64(),
-                        if to_server { "server" } else { "client" },
-                        describe(&d)
-                    );
-                }
-                let (ep, out, timer) = if to_server {
-                    (&mut s, &mut so, &mut st)
-                } else {
-                    (&mut c, &mut co, &mut ct)
-                };
-                ep.handle_datagram(now, &d);
-                let (tx, t2) = drain(ep, out);
-                *timer = t2;
-                for d in tx {
-                    send(&mut link, now, !to_server, d, &mut flight, &mut dropped);
-                }
-                continue;
+        if let Some((_, to_server, d)) = air.pop_due(now) {
+            if trace {
+                eprintln!(
+                    "{:>8.3}s   deliver to {} {}",
+                    (now - start).as_secs_f64(),
+                    if to_server { "server" } else { "client" },
+                    describe(&d)
+                );
             }
+            let (ep, out, timer) = if to_server {
+                (&mut s, &mut so, &mut st)
+            } else {
+                (&mut c, &mut co, &mut ct)
+            };
+            ep.handle_datagram(now, &d);
+            let (tx, t2) = drain(ep, out);
+            *timer = t2;
+            for d in tx {
+                send(&mut air, now, !to_server, d);
+            }
+            continue;
         }
         for to_server in [false, true] {
             let (ep, out, timer) = if to_server {
@@ -270,7 +196,7 @@ pub fn run(client: EndpointConfig, server: EndpointConfig, mut link: Link, limit
                 (&mut c, &mut co, &mut ct)
             };
             if timer.is_some_and(|t| t <= now) {
-                if std::env::var_os("LINK_TRACE").is_some() {
+                if trace {
                     eprintln!(
                         "{:>8.3}s   timer {}",
                         (now - start).as_secs_f64(),
@@ -281,11 +207,12 @@ pub fn run(client: EndpointConfig, server: EndpointConfig, mut link: Link, limit
                 let (tx, t2) = drain(ep, out);
                 *timer = t2;
                 for d in tx {
-                    send(&mut link, now, !to_server, d, &mut flight, &mut dropped);
+                    send(&mut air, now, !to_server, d);
                 }
             }
         }
     }
+    let (delivered, dropped) = (air.delivered, air.lost);
     Run {
         client: co,
         server: so,

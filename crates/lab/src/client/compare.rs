@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use serde::Serialize;
 
-use super::fleet::{FleetConfig, FleetProgress};
 use super::load::{self, proc_sample, LoadOptions};
 use super::rtpengine::{create_calls, delete_calls, drive, Ng};
-use super::{Leg, Signaling};
 use secrelay_srtp::Profile;
+use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
+use secrelay_testkit::{Leg, Signaling};
 
 /// One relay at one offered rate.
 #[derive(Debug, Clone, Serialize)]

@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use super::fleet::{self, FleetConfig, FleetProgress, FleetReport};
+use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport};
 
 /// CPU time and resident memory of a process, from `/proc/PID/stat` and `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, PartialEq)]

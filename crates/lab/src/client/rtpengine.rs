@@ -18,7 +18,7 @@ use mio::{Events, Interest, Poll, Token};
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 use secrelay_wire::rtp::RtpHeader;
 
-use super::StreamRx;
+use secrelay_testkit::StreamRx;
 
 pub use secrelay_wire::bencode::Bencode;
 use secrelay_wire::bencode::{ng_decode, ng_encode};

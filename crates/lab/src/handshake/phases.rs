@@ -116,24 +116,6 @@ pub fn not_applicable(suite: CipherSuite, cert: KeyType) -> Option<String> {
     }
 }
 
-/// SplitMix64: the seeded generator that decides which datagrams a link loses.
-struct Rng(u64);
-
-impl Rng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// True with probability `p`.
-    fn chance(&mut self, p: f64) -> bool {
-        p > 0.0 && ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-}
-
 /// One simulated handshake.
 #[derive(Debug, Clone, Copy)]
 pub struct SimRun {
@@ -149,14 +131,6 @@ pub struct SimRun {
     pub client_cpu: Duration,
     /// The server's CPU time, endpoint construction included.
     pub server_cpu: Duration,
-}
-
-/// A datagram in the air.
-struct InFlight {
-    at: Duration,
-    seq: u64,
-    to: usize,
-    datagram: Vec<u8>,
 }
 
 /// One side of the simulation.
@@ -182,9 +156,9 @@ pub fn simulate(
     const LIMIT: Duration = Duration::from_secs(120);
     let base = Instant::now();
     let one_way = link.rtt / 2;
-    let mut rng = Rng(seed);
-    let mut air: Vec<InFlight> = Vec::new();
-    let mut seq = 0u64;
+    // The test kit's link: each datagram takes half the round trip, or is lost.
+    let mut wire = secrelay_testkit::Link::lossy(one_way, link.loss, seed);
+    let mut air: secrelay_testkit::Air<Duration, usize> = secrelay_testkit::Air::new();
     let mut datagrams = 0u64;
     let mut first_round_trip = None;
 
@@ -216,15 +190,7 @@ pub fn simulate(
                 match o {
                     Output::Transmit(d) => {
                         datagrams += 1;
-                        if !rng.chance(link.loss) {
-                            seq += 1;
-                            air.push(InFlight {
-                                at: node.busy + one_way,
-                                seq,
-                                to: 1 - i,
-                                datagram: d,
-                            });
-                        }
+                        air.send(&mut wire, node.busy, 1 - i, d);
                     }
                     Output::Timeout(at) => node.timer = Some(at.saturating_duration_since(base)),
                     Output::Event(Event::Connected { keys, .. }) => {
@@ -253,19 +219,15 @@ pub fn simulate(
             });
         }
         // The next event: the earliest arrival or timer (arrivals first on a tie).
-        let arrival = air
-            .iter()
-            .enumerate()
-            .min_by_key(|(_, f)| (f.at, f.seq))
-            .map(|(k, f)| (f.at, k));
+        let arrival = air.next_arrival();
         let timer = (0..2).filter_map(|i| nodes[i].timer.map(|t| (t, i))).min();
         let (who, start, datagram) = match (arrival, timer) {
-            (Some((at, k)), t) if t.is_none_or(|(tt, _)| at <= tt) => {
-                let f = air.swap_remove(k);
-                if f.to == 0 && first_round_trip.is_none() {
-                    first_round_trip = Some(f.at);
+            (Some(at), t) if t.is_none_or(|(tt, _)| at <= tt) => {
+                let (at, to, d) = air.pop().expect("an arrival was just seen");
+                if to == 0 && first_round_trip.is_none() {
+                    first_round_trip = Some(at);
                 }
-                (f.to, f.at, Some(f.datagram))
+                (to, at, Some(d))
             }
             (_, Some((at, i))) => {
                 nodes[i].timer = None;
@@ -1227,16 +1189,6 @@ mod tests {
             &c,
             &s,
         )
-    }
-
-    #[test]
-    fn rng_is_seeded_and_near_its_rate() {
-        let mut a = Rng(7);
-        let mut b = Rng(7);
-        assert_eq!(a.next_u64(), b.next_u64());
-        let hits = (0..100_000).filter(|_| a.chance(0.01)).count();
-        assert!((700..1300).contains(&hits), "{hits}");
-        assert!(!(0..1000).any(|_| a.chance(0.0)));
     }
 
     #[test]

@@ -250,10 +250,10 @@ pub const GATEWAY_ENGINES: [&str; 2] = ["serial", "simd"];
 /// N calls (rooms of two simulated WebRTC participants) through an in-process gateway whose
 /// workers hand their receive batches to the SRTP engine `engine`, for `secs` seconds of media.
 pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<GatewayRun> {
-    use crate::client::fleet::{self, FleetConfig, FleetProgress};
-    use crate::client::{Leg, Signaling};
     use secrelay_gateway::server::stats::HistogramSnapshot;
     use secrelay_gateway::server::{ServeConfig, Server};
+    use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress};
+    use secrelay_testkit::{Leg, Signaling};
     let server = Server::start(ServeConfig {
         http: "127.0.0.1:0".parse().expect("a valid literal address"),
         udp: "127.0.0.1:0".parse().expect("a valid literal address"),

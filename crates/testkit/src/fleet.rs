@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use mio::{Events, Interest, Poll, Token};
 
-use super::{Leg, Phase, Signaling, SimParticipant};
+use crate::participant::{Phase, SimParticipant};
+use crate::signaling::{Leg, Signaling};
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -1,0 +1,25 @@
+//! secrelay's test kit: the simulated peers and links that the gateway's tests, the dtls tests,
+//! the lab and the demo share, so that each exists once.
+//!
+//! * [`browser`]: a simulated WebRTC browser, sans-IO (offers, ICE checks, a DTLS-SRTP
+//!   endpoint, SRTP in and out), the core of every simulated participant.
+//! * [`memory`]: a browser for tests in memory, at a made-up address, strict about what it gets.
+//! * [`participant`]: a browser on a real UDP socket with HTTP signaling (WHIP, WHEP, room
+//!   joins), sending a G.711 tone and measuring what it receives.
+//! * [`fleet`]: many socket participants in rooms on a few threads (the demo, `lab calls`,
+//!   `lab gateway-load`, `lab relay-compare`).
+//! * [`signaling`]: the gateway's HTTP side as a client sees it.
+//! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
+#![forbid(unsafe_code)]
+
+pub mod browser;
+pub mod fleet;
+pub mod link;
+pub mod memory;
+pub mod participant;
+pub mod signaling;
+
+pub use browser::{Browser, Inbound};
+pub use link::{Air, Link, Rng};
+pub use participant::{Phase, SimParticipant, StreamRx};
+pub use signaling::{Leg, Signaling};

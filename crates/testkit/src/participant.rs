@@ -1,0 +1,476 @@
+//! A simulated WebRTC participant on a real UDP socket, using a gateway exactly as an outside
+//! client would: HTTP signaling (WHIP, WHEP or a room join, with a one-section audio offer),
+//! ICE connectivity checks, a DTLS-SRTP handshake, then G.711 μ-law audio every 20 ms over
+//! SRTP, and SRTP in. The protocol work is a [`Browser`]; this adds the socket, the timers and
+//! what the demo and the lab count.
+//!
+//! The audio is a real G.711 tone; the first 8 bytes of each payload carry the send instant
+//! (nanoseconds since the fleet's epoch) so that a receiver in the same process measures the
+//! delay through the gateway. Loss is counted per received stream from RTP sequence numbers.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use secrelay_dtls::Fingerprint;
+use secrelay_media::g711::Pcmu;
+use secrelay_media::Codec as _;
+use secrelay_wire::rtp::RtpHeader;
+use secrelay_wire::sdp::parse_offer;
+
+use crate::browser::{answer_candidate, random_bytes, random_token, Browser, Inbound};
+use crate::signaling::{Leg, Signaling};
+
+/// Where a participant is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Phase {
+    /// ICE checks sent, no answer yet.
+    Checking,
+    /// ICE answered; DTLS in progress.
+    Handshaking,
+    /// DTLS-SRTP up: media flows.
+    Connected,
+    /// Failed (the reason).
+    Failed(String),
+}
+
+/// Per received stream: RTP sequence numbers seen, for loss.
+#[derive(Debug, Clone, Default)]
+pub struct StreamRx {
+    first: Option<u64>,
+    highest: u64,
+    cycles: u64,
+    last_seq: u16,
+    /// Packets received.
+    pub received: u64,
+}
+
+impl StreamRx {
+    /// One packet with sequence number `seq`.
+    pub fn on_seq(&mut self, seq: u16) {
+        self.received += 1;
+        match self.first {
+            None => {
+                self.first = Some(u64::from(seq));
+                self.highest = u64::from(seq);
+                self.last_seq = seq;
+            }
+            Some(_) => {
+                // RFC 3550 A.1 in short: a sequence number below the last by more than half
+                // the space is a wrap.
+                if seq < self.last_seq && self.last_seq - seq > 0x8000 {
+                    self.cycles += 1 << 16;
+                }
+                let ext = self.cycles + u64::from(seq);
+                if ext > self.highest {
+                    self.highest = ext;
+                }
+                self.last_seq = seq;
+            }
+        }
+    }
+
+    /// Packets expected (from the first to the highest sequence number seen).
+    pub fn expected(&self) -> u64 {
+        self.first.map_or(0, |f| self.highest + 1 - f)
+    }
+
+    /// Expected minus received (0 or more; duplicates can make received exceed expected).
+    pub fn lost(&self) -> u64 {
+        self.expected().saturating_sub(self.received)
+    }
+}
+
+/// One simulated participant.
+pub struct SimParticipant {
+    /// The room.
+    pub room: String,
+    /// Its leg.
+    pub leg: Leg,
+    /// The resource URL path the gateway gave (`Location`), for DELETE.
+    pub location: String,
+    socket: mio::net::UdpSocket,
+    gateway: SocketAddr,
+    browser: Browser,
+    dtls_started: bool,
+    /// Where it is.
+    pub phase: Phase,
+    next_send: Instant,
+    next_check: Instant,
+    /// Time from the POST to the keys.
+    pub setup_time: Option<Duration>,
+    started: Instant,
+    epoch: Instant,
+    payload: Vec<u8>,
+    /// Packets sent.
+    pub sent: u64,
+    /// Received streams by (mapped) SSRC.
+    pub streams: HashMap<u32, StreamRx>,
+    /// Packets that failed to unprotect.
+    pub rx_errors: u64,
+    /// End-to-end delays of received packets, in microseconds.
+    pub delays_us: Vec<u32>,
+    buf: Vec<u8>,
+    /// Every 50th packet (once a second) is followed by a replay of itself and a forged copy
+    /// (another sequence number under the same tag), as an attacker on the path would send:
+    /// the gateway must drop both.
+    pub inject_bad: bool,
+    /// Bad packets sent (replays + forgeries).
+    pub bad_sent: u64,
+}
+
+impl std::fmt::Debug for SimParticipant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimParticipant")
+            .field("room", &self.room)
+            .field("leg", &self.leg)
+            .field("phase", &self.phase)
+            .finish()
+    }
+}
+
+/// 20 ms of a 440 Hz tone in μ-law.
+fn tone() -> anyhow::Result<Vec<u8>> {
+    let pcm: Vec<i16> = (0..160)
+        .map(|i| ((i as f64 * 2.0 * std::f64::consts::PI * 440.0 / 8000.0).sin() * 8000.0) as i16)
+        .collect();
+    let mut payload = Vec::with_capacity(160);
+    Pcmu.from_pcm(&pcm, &mut payload)
+        .map_err(|e| anyhow!("encoding the tone: {e}"))?;
+    Ok(payload)
+}
+
+impl SimParticipant {
+    /// Sends the offer and builds the participant from the answer; the socket is bound on
+    /// `bind_ip` (port chosen by the OS). `epoch` is the instant send times are counted from.
+    pub fn join(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+    ) -> anyhow::Result<SimParticipant> {
+        Self::join_announcing(signaling, room, leg, bind_ip, epoch, None)
+    }
+
+    /// As [`SimParticipant::join`], announcing `fingerprint` in the offer instead of its own
+    /// certificate's (a test of the gateway's fingerprint check: the handshake must fail).
+    pub fn join_announcing(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+        fingerprint: Option<Fingerprint>,
+    ) -> anyhow::Result<SimParticipant> {
+        let mut browser = Browser::random(0);
+        browser.ts_step = 160;
+        let offer = browser.audio_offer(leg.direction(), fingerprint.as_ref());
+        let started = Instant::now();
+        let (status, location, body) = signaling.post_offer(&leg.path(room), &offer)?;
+        if status != 201 {
+            bail!("{} answered {status}: {}", leg.path(room), body.trim());
+        }
+        let location = location.ok_or_else(|| anyhow!("201 without a Location"))?;
+        let answer = parse_offer(&body).map_err(|e| anyhow!("the answer does not parse: {e}"))?;
+        let gateway =
+            answer_candidate(&body).ok_or_else(|| anyhow!("the answer has no host candidate"))?;
+        browser.set_answer(answer);
+        let now = Instant::now();
+        browser.start_dtls(now).map_err(|e| anyhow!(e))?;
+        let bind_ip = if bind_ip.is_unspecified() && gateway.ip().is_loopback() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            bind_ip
+        };
+        let socket = mio::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+            .context("binding the participant's UDP socket")?;
+        // Spread the senders over the 20 ms period.
+        let phase =
+            Duration::from_micros(u64::from(u16::from_be_bytes(random_bytes::<2>())) % 20_000);
+        Ok(SimParticipant {
+            room: room.to_owned(),
+            leg,
+            location,
+            socket,
+            gateway,
+            browser,
+            dtls_started: false,
+            phase: Phase::Checking,
+            next_send: now + phase,
+            next_check: now,
+            setup_time: None,
+            started,
+            epoch,
+            payload: tone()?,
+            sent: 0,
+            streams: HashMap::new(),
+            rx_errors: 0,
+            delays_us: Vec::new(),
+            buf: vec![0u8; 2048],
+            inject_bad: false,
+            bad_sent: 0,
+        })
+    }
+
+    /// Its socket, to register with a poll.
+    pub fn socket_mut(&mut self) -> &mut mio::net::UdpSocket {
+        &mut self.socket
+    }
+
+    fn send_to_gateway(&self, d: &[u8]) {
+        // UDP: a full buffer drops the datagram, as the network would.
+        let _ = self.socket.send_to(d, self.gateway);
+    }
+
+    /// The next instant it needs [`SimParticipant::on_timer`].
+    pub fn deadline(&self) -> Instant {
+        let mut t = self.next_check;
+        if let Some(d) = self.browser.dtls_timer.filter(|_| self.dtls_started) {
+            t = t.min(d);
+        }
+        if self.phase == Phase::Connected && self.leg.sends() {
+            t = t.min(self.next_send);
+        }
+        t
+    }
+
+    /// Timers: ICE checks (every 200 ms until answered, then consent every 2 s), DTLS
+    /// retransmissions, one audio packet per 20 ms.
+    pub fn on_timer(&mut self, now: Instant) {
+        if matches!(self.phase, Phase::Failed(_)) {
+            self.next_check = now + Duration::from_secs(3600);
+            return;
+        }
+        if now >= self.next_check {
+            if let Some(req) = self.browser.binding_request(true) {
+                self.send_to_gateway(&req);
+            }
+            self.next_check = now
+                + if self.phase == Phase::Checking {
+                    Duration::from_millis(200)
+                } else {
+                    Duration::from_secs(2)
+                };
+        }
+        if self.dtls_started && self.browser.dtls_timer.is_some_and(|t| now >= t) {
+            self.browser.handle_timeout(now);
+            self.drain_dtls(now);
+        }
+        if self.phase == Phase::Connected && self.leg.sends() {
+            // One packet per period; after a stall, catch up at most 5 so a slow loop shows as
+            // delay rather than as a burst.
+            let mut n = 0;
+            while now >= self.next_send && n < 5 {
+                self.send_audio();
+                self.next_send += Duration::from_millis(20);
+                n += 1;
+            }
+            if now >= self.next_send {
+                let behind = now.duration_since(self.next_send).as_micros() / 20_000 + 1;
+                self.next_send += Duration::from_millis(20) * behind as u32;
+            }
+        }
+    }
+
+    fn send_audio(&mut self) {
+        let mut payload = self.payload.clone();
+        let sent_at = self.epoch.elapsed().as_nanos() as u64;
+        payload[..8].copy_from_slice(&sent_at.to_be_bytes());
+        let Some((_, mut pkt)) = self.browser.srtp(&payload) else {
+            return;
+        };
+        self.send_to_gateway(&pkt);
+        self.sent += 1;
+        if self.inject_bad && self.sent.is_multiple_of(50) {
+            self.send_to_gateway(&pkt);
+            // A forgery: a sequence number not seen yet (so the replay check passes) on a
+            // packet whose tag was computed for another.
+            let forged_seq = self.browser.seq.wrapping_add(24);
+            pkt[2..4].copy_from_slice(&forged_seq.to_be_bytes());
+            self.send_to_gateway(&pkt);
+            self.bad_sent += 2;
+        }
+    }
+
+    /// Reads every datagram waiting on the socket.
+    pub fn on_readable(&mut self, now: Instant) -> io::Result<()> {
+        loop {
+            let (n, from) = match self.socket.recv_from(&mut self.buf) {
+                Ok(x) => x,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
+                Err(e) => return Err(e),
+            };
+            if from != self.gateway {
+                continue;
+            }
+            let mut d = std::mem::take(&mut self.buf);
+            self.on_datagram(now, &mut d, n);
+            self.buf = d;
+        }
+    }
+
+    fn on_datagram(&mut self, now: Instant, d: &mut [u8], n: usize) {
+        match self.browser.receive(now, d, n) {
+            Inbound::StunSuccess => {
+                if self.phase == Phase::Checking {
+                    self.phase = Phase::Handshaking;
+                    if !self.dtls_started {
+                        self.dtls_started = true;
+                        self.drain_dtls(now);
+                    }
+                }
+            }
+            Inbound::StunOther => {}
+            Inbound::Dtls => self.drain_dtls(now),
+            Inbound::Rtp(len) => {
+                let Ok(h) = RtpHeader::parse(&d[..len]) else {
+                    self.rx_errors += 1;
+                    return;
+                };
+                let p = h.payload();
+                if p.len() >= 8 {
+                    let sent = u64::from_be_bytes(p[..8].try_into().expect("8 bytes"));
+                    let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
+                    let us = now_ns.saturating_sub(sent) / 1_000;
+                    self.delays_us.push(us.min(u64::from(u32::MAX)) as u32);
+                }
+                self.streams
+                    .entry(h.ssrc())
+                    .or_default()
+                    .on_seq(h.sequence());
+            }
+            Inbound::Rtcp(_) => {}
+            Inbound::Refused(_) | Inbound::Other => self.rx_errors += 1,
+        }
+    }
+
+    fn drain_dtls(&mut self, now: Instant) {
+        if !self.dtls_started {
+            return;
+        }
+        let had_keys = self.browser.keys.is_some();
+        for d in self.browser.drain_dtls() {
+            self.send_to_gateway(&d);
+        }
+        if let Some(r) = self.browser.failed {
+            if !matches!(self.phase, Phase::Failed(_)) {
+                self.phase = Phase::Failed(format!("DTLS: {r}"));
+            }
+        } else if !had_keys && self.browser.keys.is_some() {
+            self.phase = Phase::Connected;
+            self.setup_time = Some(now.duration_since(self.started));
+            self.next_send = self.next_send.max(now);
+        }
+    }
+
+    /// ICE restart (RFC 9725 §4.3): new credentials of ours in a PATCH with `If-Match: *`;
+    /// the gateway's new ones from the answer fragment are used for every check after this.
+    pub fn ice_restart(&mut self, signaling: &Signaling) -> anyhow::Result<()> {
+        let ufrag = random_token(8);
+        let pwd = random_token(24);
+        let frag = format!("a=ice-ufrag:{ufrag}\r\na=ice-pwd:{pwd}\r\n");
+        let (status, _, body) = signaling.patch(&self.location, "*", &frag)?;
+        if status != 200 {
+            bail!("ICE restart answered {status}: {}", body.trim());
+        }
+        let field = |name: &str| {
+            body.lines()
+                .find_map(|l| l.trim().strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        let (Some(remote_ufrag), Some(remote_pwd)) = (field("a=ice-ufrag:"), field("a=ice-pwd:"))
+        else {
+            bail!("the ICE restart answer has no credentials: {body}");
+        };
+        self.browser.ufrag = ufrag;
+        self.browser.pwd = pwd;
+        if let Some(a) = self.browser.answer.as_mut() {
+            a.ice_ufrag = remote_ufrag;
+            a.ice_pwd = remote_pwd;
+        }
+        // Check with the new credentials at once.
+        self.next_check = Instant::now();
+        Ok(())
+    }
+
+    /// One step without a poll: reads what is waiting, runs the timers that are due.
+    pub fn step(&mut self, now: Instant) -> io::Result<()> {
+        self.on_readable(now)?;
+        if self.deadline() <= now {
+            self.on_timer(now);
+        }
+        Ok(())
+    }
+
+    /// Steps every participant (sleeping 1 ms between rounds) until `done` holds or `timeout`
+    /// passes; whether `done` held.
+    pub fn drive_until(
+        group: &mut [SimParticipant],
+        timeout: Duration,
+        mut done: impl FnMut(&[SimParticipant]) -> bool,
+    ) -> io::Result<bool> {
+        let end = Instant::now() + timeout;
+        loop {
+            let now = Instant::now();
+            for p in group.iter_mut() {
+                p.step(now)?;
+            }
+            if done(group) {
+                return Ok(true);
+            }
+            if now >= end {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Whether the DTLS association closed (close_notify sent or received).
+    pub fn peer_closed(&self) -> bool {
+        self.browser.closed
+    }
+
+    /// Packets received, all streams.
+    pub fn received(&self) -> u64 {
+        self.streams.values().map(|s| s.received).sum()
+    }
+
+    /// Sends `packets` audio packets at once, beside the 20 ms clock (tests: a burst right
+    /// before a close). Nothing is sent before the participant has its SRTP keys.
+    pub fn send_audio_burst(&mut self, packets: usize) {
+        for _ in 0..packets {
+            self.send_audio();
+        }
+    }
+
+    /// Sends close_notify.
+    pub fn close(&mut self, now: Instant) {
+        self.browser.close(now);
+        self.drain_dtls(now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_counts_gaps_and_wraps() {
+        let mut s = StreamRx::default();
+        for seq in [65530u16, 65531, 65533, 65535, 0, 1, 3] {
+            s.on_seq(seq);
+        }
+        assert_eq!(s.expected(), 10);
+        assert_eq!(s.received, 7);
+        assert_eq!(s.lost(), 3);
+    }
+
+    #[test]
+    fn the_tone_is_20_ms_of_mu_law() {
+        assert_eq!(tone().unwrap().len(), 160);
+    }
+}
