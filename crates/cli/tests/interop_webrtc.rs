@@ -7,7 +7,10 @@
 //!
 //! The Python environment comes from `scripts/setup` (a venv at `interop/webrtc/.venv`, or
 //! `$SECRELAY_INTEROP_PYTHON`), Chromium from Debian's package (or `$SECRELAY_CHROMIUM`). Where
-//! one is missing the test says SKIPPED, except under CI (`CI` set), where it fails.
+//! one is missing the test says SKIPPED, except under CI (`CI` set), where it fails
+//! (`lab_support::missing`).
+
+mod lab_support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -16,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use lab_support::missing;
 use serde_json::Value;
 
 /// The two tests share two cores with everything else: one at a time.
@@ -27,14 +31,6 @@ fn repo() -> PathBuf {
 
 fn script(name: &str) -> PathBuf {
     repo().join("interop/webrtc").join(name)
-}
-
-/// Says why the test cannot run: fails under CI, where `scripts/setup` provides everything.
-fn skip(test: &str, why: &str) {
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: {why} (scripts/setup installs it)");
-    }
-    eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
 }
 
 /// The Python with aiortc and numpy: `$SECRELAY_INTEROP_PYTHON`, else scripts/setup's venv.
@@ -51,7 +47,7 @@ fn python(test: &str) -> Option<PathBuf> {
     if ok {
         Some(p)
     } else {
-        skip(
+        missing(
             test,
             &format!("no Python with aiortc and numpy at {}", p.display()),
         );
@@ -66,7 +62,13 @@ fn chromium(test: &str) -> Option<PathBuf> {
     if p.exists() {
         Some(p)
     } else {
-        skip(test, &format!("no Chromium at {}", p.display()));
+        missing(
+            test,
+            &format!(
+                "no Chromium at {} (Debian package chromium, or set SECRELAY_CHROMIUM)",
+                p.display()
+            ),
+        );
         None
     }
 }

@@ -162,7 +162,8 @@ fn lab_crypto_quick() {
         assert!(v < s, "{lib}: RSA-2048 verify {v} ns vs sign {s} ns");
     }
 
-    // Instructions: counted when valgrind is here, else the reason is stated.
+    // Instructions: counted when valgrind is here, else the reason is stated (a failure under
+    // CI).
     let instr = table(study, "crypto_instructions");
     let method = study["method"]["instructions"]
         .as_str()
@@ -184,10 +185,12 @@ fn lab_crypto_quick() {
             assert!(rsa_kg["awslc_instr"]["not_offered"]
                 .as_str()
                 .is_some_and(|r| r.starts_with("not counted")));
+            lab_support::missing("lab_crypto_quick (instruction counts)", method);
         }
     }
 
-    // Heap per operation: measured when valgrind is here, else the reason is stated. OpenSSL
+    // Heap per operation: measured when valgrind is here, else the reason is stated (a failure
+    // under CI). OpenSSL
     // allocates while it signs (contexts, big numbers); a peak never exceeds what was allocated.
     let memory = table(study, "crypto_memory");
     for id in ["ecdsa-p256/sign", "rsa2048/sign"] {
@@ -210,6 +213,7 @@ fn lab_crypto_quick() {
             _ => {
                 let why = r["openssl_peak"]["not_offered"].as_str().expect("a reason");
                 assert!(why.starts_with("not measured"), "{id}: {why}");
+                lab_support::missing(&format!("lab_crypto_quick (heap per {id})"), why);
             }
         }
     }

@@ -4,11 +4,11 @@
 //! profile, the certificate each side saw, and fingerprint mismatches.
 //!
 //! The peer is built once per test process with `go build` into `CARGO_TARGET_TMPDIR`
-//! (`SECRELAY_PION_DTLS=/path/to/pion-dtls` uses a prebuilt binary instead). Skipped, with
-//! "skipped: …", when `go` is not on `PATH`, when the Go modules cannot be downloaded, or when
-//! the installed Go is too old; `SECRELAY_REQUIRE_PION=1` turns those skips into failures (for
-//! CI machines that are meant to have Go). Every child is killed when its guard drops; every
-//! wait is bounded.
+//! (`SECRELAY_PION_DTLS=/path/to/pion-dtls` uses a prebuilt binary instead), with the Go that
+//! `scripts/setup` provides (`$SECRELAY_GO`, `.tools/go/bin/go`, or `go` on `PATH`). When there
+//! is no Go, the Go modules cannot be downloaded, or the Go is too old, each test fails under
+//! CI (`CI` set) and says `SKIPPED <test>: <reason>` elsewhere. Every child is killed when its
+//! guard drops; every wait is bounded.
 
 mod interop_support;
 
@@ -19,8 +19,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use interop_support::{
-    assert_keys_match_peer_block, bind_loopback, find_on_path, identity, identity_of, ChildGuard,
-    DriveResult, Identity, UdpDriver, PEER_WAIT,
+    assert_keys_match_peer_block, bind_loopback, find_go, identity, identity_of, missing,
+    test_name, ChildGuard, DriveResult, Identity, UdpDriver, PEER_WAIT,
 };
 use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, EngineChoice, FailReason, KeyType, LocalCertificate,
@@ -77,8 +77,9 @@ fn build_pion() -> PionBinary {
             PionBinary::BuildFailed(format!("SECRELAY_PION_DTLS={} is not a file", p.display()))
         };
     }
-    let Some(go) = find_on_path("go") else {
-        return PionBinary::Unavailable("go not found on PATH".into());
+    let go = match find_go() {
+        Ok(go) => go,
+        Err(why) => return PionBinary::Unavailable(why),
     };
     let source = repo_root().join("peers/pion-dtls");
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pion-dtls");
@@ -124,16 +125,13 @@ fn build_pion() -> PionBinary {
     }
 }
 
-/// The pion peer binary, built on first use; `None` (after printing the skip notice) when it
-/// cannot be had on this machine.
+/// The pion peer binary, built on first use; `None` when it cannot be had on this machine
+/// (after [`missing`] failed the test under CI, or said SKIPPED).
 fn pion() -> Option<PathBuf> {
     match PION.get_or_init(build_pion) {
         PionBinary::Ready(p) => Some(p.clone()),
         PionBinary::Unavailable(why) => {
-            if std::env::var_os("SECRELAY_REQUIRE_PION").is_some() {
-                panic!("pion-dtls unavailable and SECRELAY_REQUIRE_PION is set: {why}");
-            }
-            println!("skipped: {why}");
+            missing(&test_name(), &format!("pion-dtls cannot be built: {why}"));
             None
         }
         PionBinary::BuildFailed(why) => panic!("{why}"),

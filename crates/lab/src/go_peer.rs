@@ -11,7 +11,11 @@ use std::time::{Duration, Instant};
 pub fn peers_dir() -> PathBuf {
     std::env::var_os("SECRELAY_PEERS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../peers"))
+        .unwrap_or_else(|| {
+            let lab = Path::new(env!("CARGO_MANIFEST_DIR"));
+            // crates/lab sits two levels below the checkout.
+            lab.ancestors().nth(2).unwrap_or(lab).join("peers")
+        })
 }
 
 static BUILT: Mutex<Vec<(String, Result<PathBuf, String>)>> = Mutex::new(Vec::new());
@@ -39,7 +43,7 @@ fn build_uncached(name: &str) -> Result<PathBuf, String> {
             src.display()
         ));
     }
-    let go = which("go").ok_or_else(|| "Go toolchain not found on PATH".to_string())?;
+    let go = go_toolchain()?;
     let out_dir = std::env::temp_dir().join(format!("secrelay-peers-{}", users_id()));
     std::fs::create_dir_all(&out_dir)
         .map_err(|e| format!("creating {}: {e}", out_dir.display()))?;
@@ -79,6 +83,36 @@ fn build_uncached(name: &str) -> Result<PathBuf, String> {
             Err(e) => return Err(format!("waiting for go build: {e}")),
         }
     }
+}
+
+/// The Go toolchain: `$SECRELAY_GO`, else `.tools/go/bin/go` beside the peers' folder (where
+/// `scripts/setup` puts Go 1.24 when the `go` on `PATH` is older), else `go` on `PATH`.
+pub fn go_toolchain() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SECRELAY_GO") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("SECRELAY_GO={} is not a file", p.display()))
+        };
+    }
+    let peers = peers_dir();
+    let local = peers
+        .parent()
+        .unwrap_or(&peers)
+        .join(".tools")
+        .join("go")
+        .join("bin")
+        .join("go");
+    if local.is_file() {
+        return Ok(local);
+    }
+    which("go").ok_or_else(|| {
+        format!(
+            "Go toolchain not found (no $SECRELAY_GO, no {}, no go on PATH; scripts/setup installs one)",
+            local.display()
+        )
+    })
 }
 
 fn users_id() -> String {

@@ -1,11 +1,24 @@
 //! Shared by the lab tests: run one study the way a user would (`secrelay lab STUDY --quick
-//! --json F`) and hand back its report.
+//! --json F`) and hand back its report; and, for every test of the `secrelay` binary that needs
+//! a peer or tool (openssl, pion, valgrind, aiortc, Chromium, rtpengine), what to do when it is
+//! missing ([`missing`]).
 
 #![allow(dead_code)]
 
 use std::process::Command;
 
 use serde_json::Value;
+
+/// A peer or tool the test needs is missing. Under CI (`CI` set, to any value), where
+/// `scripts/setup` has installed every peer, the test fails with the reason; elsewhere it
+/// prints `SKIPPED <test>: <reason>` and the caller returns (or, for a part of a test, goes on
+/// without checking that part).
+pub fn missing(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why} (CI is set, and scripts/setup installs it)");
+    }
+    eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
+}
 
 /// Every SRTP profile, by SDP name.
 pub const PROFILES: [&str; 7] = [

@@ -3,7 +3,8 @@
 //! process guard that always kills its child, and a line collector for the child's output.
 //!
 //! Every wait here is bounded by an explicit deadline, so a peer that never answers makes a
-//! test fail (or skip) within seconds rather than hang.
+//! test fail within seconds rather than hang. A peer that is not installed makes the test fail
+//! under CI and skip elsewhere ([`missing`]).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, ErrorKind, Read};
@@ -28,6 +29,67 @@ const MAX_DATAGRAM: usize = 65_535;
 
 /// Longest a single blocking `recv_from` waits, so deadlines are checked often.
 const MAX_RECV_WAIT: Duration = Duration::from_millis(50);
+
+/// A peer or tool the running test needs is missing. Under CI (`CI` set, to any value), where
+/// `scripts/setup` has installed every peer, the test fails with the reason; elsewhere it
+/// prints `SKIPPED <test>: <reason>` and the caller returns.
+pub fn missing(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why} (CI is set, and scripts/setup installs it)");
+    }
+    eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
+}
+
+/// The name of the running test: libtest runs each test on a thread named after it.
+pub fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_string()
+}
+
+/// `openssl` on `PATH`, or `None` after [`missing`] said why.
+pub fn openssl() -> Option<PathBuf> {
+    let p = find_on_path("openssl");
+    if p.is_none() {
+        missing(
+            &test_name(),
+            "no openssl command on PATH (Debian package openssl)",
+        );
+    }
+    p
+}
+
+/// The Go toolchain for the pion peers: `$SECRELAY_GO`, else `.tools/go/bin/go` (where
+/// `scripts/setup` puts Go 1.24 when the `go` on `PATH` is older), else `go` on `PATH`. Err:
+/// what was looked for.
+pub fn find_go() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("SECRELAY_GO") {
+        let p = PathBuf::from(p);
+        return if is_executable(&p) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "SECRELAY_GO={} is not an executable file",
+                p.display()
+            ))
+        };
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/dtls sits two levels below the repository root");
+    let local = repo.join(".tools/go/bin/go");
+    if is_executable(&local) {
+        return Ok(local);
+    }
+    find_on_path("go").ok_or_else(|| {
+        format!(
+            "no Go toolchain: no $SECRELAY_GO, no {}, no go on PATH",
+            local.display()
+        )
+    })
+}
 
 /// The path of `program` if it is an executable file on `PATH`.
 pub fn find_on_path(program: &str) -> Option<PathBuf> {

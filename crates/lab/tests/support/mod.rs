@@ -30,8 +30,18 @@ pub fn png_stats(path: &Path) -> (u32, u32, usize) {
     (info.width, info.height, distinct.len())
 }
 
+/// A peer or tool the test needs is missing. Under CI (`CI` set, to any value), where
+/// `scripts/setup` has installed every peer, the test fails with the reason; elsewhere it
+/// prints `SKIPPED <test>: <reason>` and the caller returns.
+pub fn missing(test: &str, why: &str) {
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: {why} (CI is set, and scripts/setup installs it)");
+    }
+    eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
+}
+
 /// The Chromium binary: `$SECRELAY_CHROMIUM`, else `/usr/bin/chromium` (Debian's package,
-/// installed by scripts/setup). None, with a clear message on stderr, when there is none.
+/// installed by scripts/setup). None when there is none (after [`missing`]).
 pub fn chromium(test: &str) -> Option<PathBuf> {
     let path = std::env::var_os("SECRELAY_CHROMIUM")
         .map(PathBuf::from)
@@ -39,10 +49,12 @@ pub fn chromium(test: &str) -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        eprintln!(
-            "SKIPPED {test}: no Chromium at {} (install the Debian package `chromium`: scripts/setup does, \
-             or set SECRELAY_CHROMIUM)",
-            path.display()
+        missing(
+            test,
+            &format!(
+                "no Chromium at {} (Debian package chromium, or set SECRELAY_CHROMIUM)",
+                path.display()
+            ),
         );
         None
     }
