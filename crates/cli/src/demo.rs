@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use secrelay_gateway::server::stats::Totals;
+use secrelay_gateway::server::Totals;
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport};
 use secrelay_testkit::{Leg, Signaling};

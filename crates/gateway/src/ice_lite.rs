@@ -7,9 +7,11 @@
 //! those requests: when none has authenticated for [`IceConfig::consent_timeout`] the
 //! participant is gone. ICE restart swaps in new credentials.
 //!
-//! Drive contract: call [`IceLite::handle_stun`] for every STUN datagram addressed to this
-//! participant (the gateway finds the participant by the USERNAME's first half), send what it
-//! writes, and call [`IceLite::handle_timeout`] at [`IceLite::poll_timeout`].
+//! Drive contract: call [`IceLite::handle_binding`] with every STUN message addressed to this
+//! participant, parsed once where the datagram was read (the gateway finds the participant by
+//! the USERNAME's first half; [`IceLite::handle_stun`] parses a datagram first, for callers
+//! that have not), send what it writes, and call [`IceLite::handle_timeout`] at
+//! [`IceLite::poll_timeout`].
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -198,6 +200,21 @@ impl IceLite {
             return Err(IceError::Expired);
         }
         let msg = Message::parse(datagram).map_err(IceError::Stun)?;
+        self.handle_binding(now, from, &msg, out)
+    }
+
+    /// Handles one parsed STUN message from `from`; on success writes the Binding success
+    /// response into `out`.
+    pub fn handle_binding(
+        &mut self,
+        now: Instant,
+        from: SocketAddr,
+        msg: &Message<'_>,
+        out: &mut [u8],
+    ) -> Result<CheckOutcome, IceError> {
+        if self.expired {
+            return Err(IceError::Expired);
+        }
         if msg.class() != Class::Request || msg.method() != BINDING {
             return Err(IceError::NotBindingRequest);
         }

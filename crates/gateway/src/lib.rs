@@ -1,20 +1,27 @@
-//! secrelay's media gateway. Sans-IO protocol state lives in its own modules (time and
-//! datagrams in, datagrams and events out); sockets and HTTP live at the edge.
+//! secrelay's media gateway. What the gateway decides is sans-IO (time and datagrams in,
+//! datagrams and events out); sockets, threads and HTTP live at the edge, in [`server`].
 //!
-//! * [`ice_lite`]: the ICE-lite agent of one participant (RFC 8445 §2.5, consent freshness
+//! * [`shard`]: everything one packet worker decides: rooms and their members, routes,
+//!   timers, the SRTP batches, counters. Driven with classified datagrams and injected time.
+//! * [`room`]: members whose media is routed to each other with SSRCs, payload types and
+//!   numbering mapped per receiver (receive slots).
+//! * [`leg`]: a room's members, of several kinds behind one interface ([`leg::Leg`]); today
+//!   WebRTC ([`leg::WebRtcLeg`]: offer/answer, ICE-lite, DTLS-SRTP).
+//! * [`ice_lite`]: the ICE-lite agent of one WebRTC leg (RFC 8445 §2.5, consent freshness
 //!   RFC 7675).
-//! * [`participant`]: one WebRTC participant: offer/answer, ICE-lite, DTLS-SRTP, SRTP in and
-//!   out, demultiplexed per RFC 7983.
-//! * [`room`]: participants whose media is re-protected for each receiver with its own keys,
-//!   with SSRCs and payload types mapped per receiver.
-//! * [`media_batch`]: the SRTP of many participants' media in one engine call (a receive
-//!   batch unprotected at once, the copies routed from it protected at once).
+//! * [`counters`]: the one counter model: per member, summed for rooms, shards and the server.
 //! * [`server`]: the edge: packet workers on one UDP port (recvmmsg/sendmmsg, SO_REUSEPORT),
-//!   HTTP signaling (WHIP, WHEP, room joins, JSON API), Prometheus metrics, graceful shutdown.
+//!   HTTP signaling (WHIP, WHEP, room joins, JSON API), Prometheus metrics, graceful shutdown,
+//!   configuration; a [`server::Server`] handle to start, query and stop it.
 #![forbid(unsafe_code)]
 
+pub mod counters;
 pub mod ice_lite;
-pub mod media_batch;
-pub mod participant;
+pub mod leg;
+mod media_batch;
 pub mod room;
 pub mod server;
+pub mod shard;
+
+pub use server::{ServeConfig, Server};
+pub use shard::{Datagram, Shard, ShardConfig};

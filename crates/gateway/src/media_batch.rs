@@ -1,21 +1,22 @@
-//! SRTP for many participants' media at once: the datagrams of a `recvmmsg` batch, across
-//! rooms, unprotected in one call of an SRTP [`Engine`], and the copies routed from them
+//! SRTP for many members' media at once: the datagrams a worker read in one `recvmmsg` batch,
+//! across rooms, unprotected in one call of an SRTP [`Engine`], and the copies routed from them
 //! protected in another.
 //!
-//! A participant owns its SRTP contexts, so the batch finds them through the rooms
+//! A leg owns its SRTP contexts, so the batch finds them through the rooms
 //! ([`Room::contexts_of`]) and hands the engine a store of references
 //! ([`Engine::process_in`]); each stream's packets keep their order, so replay protection
-//! and index estimation see them as they would one at a time. The caller stages
-//! datagrams ([`MediaBatch::stage_inbound`]) that the member would unprotect now
-//! ([`Room::takes_srtp`]), runs [`MediaBatch::unprotect`], hands each result to its room
-//! ([`Room::accept_unprotected_rtp`]) and drains the room; the copies the room left
-//! ([`Room::defer_media_copies`]) are staged with [`MediaBatch::stage_outbound`], protected by
-//! [`MediaBatch::protect`], counted at their receivers and sent.
+//! and index estimation see them as they would one at a time. The shard stages datagrams
+//! ([`MediaBatch::stage_inbound`]) that their member would unprotect now, runs
+//! [`MediaBatch::unprotect`], routes each packet in its room, stages the copies
+//! ([`MediaBatch::stage_outbound`]), runs [`MediaBatch::protect`] and sends what protected.
+//! This is the gateway's only media path.
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::{Context, Contexts, Engine, Error as SrtpError, Op, Packet};
+use secrelay_wire::demux::RtpFacts;
 
 use crate::room::{MemberId, Room};
 
@@ -23,21 +24,15 @@ use crate::room::{MemberId, Room};
 const TAG_ROOM: usize = 32;
 
 /// Rooms by slot, wherever the caller keeps them.
-pub trait Rooms {
+pub(crate) trait Rooms {
     /// The rooms at `slots` (ascending, distinct), each borrowed once, in that order; `None`
     /// for a slot with no room.
     fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>);
 }
 
-impl Rooms for [Room] {
-    fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>) {
-        walk(self.iter_mut(), slots, out, Some);
-    }
-}
-
 /// Takes the items at the ascending, distinct `slots` from a slice iterator (O(1) per skip),
 /// each through `pick` (to reach the room inside a caller's slot type).
-pub fn walk<'a, T: 'a, U: 'a>(
+pub(crate) fn walk<'a, T: 'a, U: 'a>(
     mut it: std::slice::IterMut<'a, T>,
     slots: &[usize],
     out: &mut Vec<Option<&'a mut U>>,
@@ -56,9 +51,22 @@ pub fn walk<'a, T: 'a, U: 'a>(
     }
 }
 
+/// What a staged packet is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum What {
+    /// SRTP received: its header's fields, read where it arrived.
+    Rtp(RtpFacts),
+    /// SRTCP received.
+    Rtcp,
+    /// A copy of media to protect and send there.
+    Copy(SocketAddr),
+    /// RTCP of the gateway's own to protect and send there.
+    RtcpOut(SocketAddr),
+}
+
 /// One staged packet and, once the engine ran, its result.
 #[derive(Debug)]
-pub struct Staged {
+pub(crate) struct Staged {
     /// The room's slot.
     pub slot: usize,
     /// The room's generation when staged (the caller checks it is the same room).
@@ -66,7 +74,9 @@ pub struct Staged {
     /// The member whose context processes the packet (the sender inbound, the receiver out).
     pub member: MemberId,
     /// When the datagram this came from was received.
-    pub received: Option<Instant>,
+    pub received: Instant,
+    /// What it is.
+    pub what: What,
     /// The packet; room for the tag after `len` when protecting.
     pub buf: Vec<u8>,
     /// Length of the input in `buf`.
@@ -76,7 +86,7 @@ pub struct Staged {
 }
 
 /// The staged packets of one batch, and the engine that runs them.
-pub struct MediaBatch {
+pub(crate) struct MediaBatch {
     engine: Box<dyn Engine>,
     /// SRTP datagrams to unprotect, in arrival order.
     pub inbound: Vec<Staged>,
@@ -136,7 +146,8 @@ impl MediaBatch {
         self.engine.name()
     }
 
-    fn buffer(&mut self) -> Vec<u8> {
+    /// A cleared buffer from the pool (or a new one).
+    pub fn buffer(&mut self) -> Vec<u8> {
         let mut b = self.pool.pop().unwrap_or_default();
         b.clear();
         b
@@ -149,13 +160,13 @@ impl MediaBatch {
         }
     }
 
-    /// Stages an SRTP datagram for `member` of the room at `slot`.
+    /// Stages an SRTP or SRTCP datagram from `member` of the room at `slot` (`what`: its
+    /// RTP header's facts, or RTCP).
     pub fn stage_inbound(
         &mut self,
-        slot: usize,
-        room_gen: u64,
-        member: MemberId,
+        (slot, room_gen, member): (usize, u64, MemberId),
         received: Instant,
+        what: What,
         datagram: &[u8],
     ) {
         let mut buf = self.buffer();
@@ -164,7 +175,8 @@ impl MediaBatch {
             slot,
             room_gen,
             member,
-            received: Some(received),
+            received,
+            what,
             len: datagram.len(),
             buf,
             result: Err(SrtpError::UnknownContext),
@@ -179,25 +191,26 @@ impl MediaBatch {
             .any(|s| s.slot == slot && s.member == member)
     }
 
-    /// Stages a copy (plaintext RTP in `buf`, from [`Room::take_media_copies`]) for
-    /// receiver `member`.
+    /// Stages a packet to protect for `member` of the room at `slot`: a copy of media
+    /// (plaintext RTP routed by [`Room::route`], `What::Copy`) or RTCP (`What::RtcpOut`).
     pub fn stage_outbound(
         &mut self,
-        slot: usize,
-        room_gen: u64,
-        member: MemberId,
-        received: Option<Instant>,
-        mut buf: Vec<u8>,
+        (slot, room_gen, member): (usize, u64, MemberId),
+        received: Instant,
+        what: What,
+        packet: &[u8],
     ) {
-        let len = buf.len();
-        buf.resize(len + TAG_ROOM, 0);
+        let mut buf = self.buffer();
+        buf.extend_from_slice(packet);
+        buf.resize(packet.len() + TAG_ROOM, 0);
         self.outbound.push(Staged {
             slot,
             room_gen,
             member,
             received,
+            what,
             buf,
-            len,
+            len: packet.len(),
             result: Err(SrtpError::UnknownContext),
         });
     }
@@ -255,11 +268,6 @@ impl MediaBatch {
                 None => contexts.0.extend(members.iter().map(|_| None)),
             }
         }
-        let op = if inbound {
-            Op::UnprotectRtp
-        } else {
-            Op::ProtectRtp
-        };
         *room_cache = recycle(room_refs);
         let mut packets: Vec<Packet<'_>> = recycle(std::mem::take(packet_cache));
         packets.extend(staged.iter_mut().map(|s| {
@@ -268,7 +276,12 @@ impl MediaBatch {
                 context: keys
                     .binary_search(&(s.slot, s.member))
                     .unwrap_or(usize::MAX),
-                op,
+                op: match s.what {
+                    What::Rtp(_) => Op::UnprotectRtp,
+                    What::Rtcp => Op::UnprotectRtcp,
+                    What::Copy(_) => Op::ProtectRtp,
+                    What::RtcpOut(_) => Op::ProtectRtcp,
+                },
                 buf: &mut s.buf[..],
                 len: s.len,
             }

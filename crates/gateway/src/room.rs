@@ -1,7 +1,7 @@
-//! A room of participants, sans-IO: media from one member is unprotected with that member's
-//! keys (by its [`Participant`]) and protected again for every other subscribed member with
-//! that member's own keys (the K1/K2 scheme: no two members share SRTP keys, and the gateway
-//! holds every key).
+//! A room of members, sans-IO: media from one member, unprotected with that member's keys, is
+//! routed to every other subscribed member, to be protected again with that member's own keys
+//! (the K1/K2 scheme: no two members share SRTP keys, and the gateway holds every key). The
+//! members are [`Leg`]s of any kind; the room sees only that interface.
 //!
 //! # Streams and receive slots
 //! A WebRTC endpoint plays one stream per media section (one transceiver, one track), so a
@@ -18,26 +18,36 @@
 //! A stream that finds no free slot (a receiver with one audio section in a room of three
 //! talkers) is still forwarded, as before slots existed, on the first section of its kind
 //! under an SSRC of its own that the answer does not announce, counted as
-//! [`RoomCounters::unslotted`]: endpoints that demultiplex by SSRC (the lab's simulated
+//! [`Counters::unslotted`]: endpoints that demultiplex by SSRC (the lab's simulated
 //! participants, SIP-style legs) get everything; a browser plays the announced stream.
-//! Packets of a codec the receiver did not accept are dropped and counted. RTCP is not
-//! forwarded (it is reported to the caller as [`Event::Rtcp`]).
+//! Packets of a codec the receiver did not accept are dropped and counted. RTCP is terminated
+//! at the gateway, not forwarded.
+//!
+//! # Media and control
+//! The room does no SRTP itself: the shard unprotects a batch of datagrams with the senders'
+//! contexts ([`Room::contexts_of`]), hands each packet to [`Room::route`], which makes the
+//! receivers' copies (header rewritten for each), and protects the copies of the whole batch
+//! with the receivers' contexts. That batched path is the only media path. Control traffic
+//! (STUN answers, DTLS flights) and the members' events come out of [`Room::poll_output`].
 //!
 //! # Drive contract
-//! After every input ([`Room::handle_datagram`], [`Room::handle_timeout`]), call
-//! [`Room::poll_output`] until it returns [`RoomOutput::Timeout`] or `None`. Media is routed
-//! inside `poll_output`; transmits and the other events come out tagged with their member.
+//! After every input to a member ([`Room::leg_mut`]) or [`Room::handle_timeout`], call
+//! [`Room::poll_output`] until it returns [`RoomOutput::Timeout`] or `None`.
 //!
 //! # Allocation
 //! Routing a packet copies it into one reusable scratch buffer and rewrites it there for each
-//! receiver; with the participants' buffer pools that keeps steady-state forwarding free of
-//! allocation. Slots are made with the member; a stream forwarded outside a slot allocates its
-//! map entry once.
+//! receiver, handing each copy to the caller, which copies it into its batch's pooled buffers:
+//! steady-state forwarding allocates nothing. Slots are made with the member; a stream
+//! forwarded outside a slot allocates its map entry once.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use crate::participant::{CodecId, Event, Output, Participant};
+use secrelay_srtp::Context;
+use secrelay_wire::demux::RtpFacts;
+
+use crate::counters::{Counters, DropReason};
+use crate::leg::{CodecId, Leg, LegOutput};
 
 /// A member's handle in its room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,30 +80,11 @@ impl MemberRole {
     };
 }
 
-/// Room-wide counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RoomCounters {
-    /// Packets received from publishers and routed.
-    pub routed_in: u64,
-    /// Copies sent to receivers.
-    pub forwarded: u64,
-    /// Copies not sent: the receiver did not negotiate the codec (or the payload type was not
-    /// negotiated by the sender).
-    pub dropped_no_codec: u64,
-    /// Copies not sent: the receiver was not connected yet, or refused the packet.
-    pub dropped_not_ready: u64,
-    /// Media from members that do not publish.
-    pub dropped_not_publisher: u64,
-    /// Copies sent outside a receive slot (every slot of the kind taken): under an SSRC the
-    /// receiver's answer does not announce.
-    pub unslotted: u64,
-}
-
 /// What [`Room::poll_output`] hands back.
 #[derive(Debug, Clone, Copy)]
 pub enum RoomOutput<'a> {
-    /// A member's output other than media (transmits, ICE/DTLS events, RTCP, closing).
-    Member(MemberId, Output<'a>),
+    /// A member's output: a control transmit (STUN, DTLS) or an event.
+    Member(MemberId, LegOutput<'a>),
     /// Call [`Room::handle_timeout`] at (or after) this instant. Ends a drain.
     Timeout(Instant),
 }
@@ -101,7 +92,7 @@ pub enum RoomOutput<'a> {
 struct Member {
     id: MemberId,
     role: MemberRole,
-    participant: Participant,
+    leg: Leg,
     /// One per receiving section of the answer.
     slots: Vec<Slot>,
     /// Streams forwarded outside a slot: (source member, source SSRC) → the SSRC this member
@@ -127,8 +118,8 @@ struct Slot {
 }
 
 impl Member {
-    fn new(id: MemberId, role: MemberRole, participant: Participant) -> Member {
-        let slots = participant
+    fn new(id: MemberId, role: MemberRole, leg: Leg) -> Member {
+        let slots = leg
             .media()
             .iter()
             .enumerate()
@@ -146,7 +137,7 @@ impl Member {
         Member {
             id,
             role,
-            participant,
+            leg,
             slots,
             unslotted: Vec::new(),
         }
@@ -162,7 +153,7 @@ impl Member {
         seq: u16,
         ts: u32,
     ) -> Option<(usize, u8)> {
-        let media = self.participant.media();
+        let media = self.leg.media();
         let pt_in = |slot: &Slot| {
             media
                 .get(slot.section)?
@@ -204,16 +195,9 @@ pub struct Room {
     members: Vec<Member>,
     next_id: u32,
     cursor: usize,
-    now: Option<Instant>,
     scratch: Vec<u8>,
-    counters: RoomCounters,
-    /// Media copies are left for the caller to protect in a batch (see
-    /// [`Room::defer_media_copies`]) instead of protected one by one.
-    defer: bool,
-    /// Deferred copies: receiver and plaintext RTP (header rewritten for it).
-    copies: Vec<(MemberId, Vec<u8>)>,
-    /// Buffers of copies already taken, for the next ones.
-    copy_pool: Vec<Vec<u8>>,
+    /// Counters of members that left, so the room's sums never go down.
+    retired: Counters,
 }
 
 impl Default for Room {
@@ -222,8 +206,13 @@ impl Default for Room {
     }
 }
 
-/// Copy buffers a room keeps between batches.
-const COPY_POOL_MAX: usize = 64;
+impl std::fmt::Debug for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Room")
+            .field("members", &self.members.len())
+            .finish_non_exhaustive()
+    }
+}
 
 fn random_ssrc() -> u32 {
     let mut b = [0u8; 4];
@@ -238,112 +227,21 @@ impl Room {
             members: Vec::new(),
             next_id: 1,
             cursor: 0,
-            now: None,
             scratch: Vec::with_capacity(1500),
-            counters: RoomCounters::default(),
-            defer: false,
-            copies: Vec::new(),
-            copy_pool: Vec::new(),
+            retired: Counters::default(),
         }
     }
 
-    /// With `on`, a media packet's copy for each receiver is not protected here: it is kept,
-    /// with its header rewritten for the receiver, until [`Room::take_media_copies`], so that
-    /// the caller can protect the copies of many packets and rooms in one SRTP batch (and
-    /// count each with [`Room::count_protected`]). A copy is kept only for a receiver that can
-    /// be sent to now; the others are counted as before.
-    pub fn defer_media_copies(&mut self, on: bool) {
-        self.defer = on;
-    }
-
-    /// Moves the deferred copies into `out`, in the order they were made.
-    pub fn take_media_copies(&mut self, out: &mut Vec<(MemberId, Vec<u8>)>) {
-        out.append(&mut self.copies);
-    }
-
-    /// Gives back a copy's buffer once it is sent (kept for the next copies, up to a bound).
-    pub fn recycle_copy(&mut self, buf: Vec<u8>) {
-        if self.copy_pool.len() < COPY_POOL_MAX {
-            self.copy_pool.push(buf);
-        }
-    }
-
-    /// Where a deferred copy for `member` goes now, if it can be sent.
-    pub fn media_destination(&self, member: MemberId) -> Option<SocketAddr> {
-        self.participant(member).and_then(|p| p.send_target().ok())
-    }
-
-    /// Counts a deferred copy's protect result at its receiver.
-    pub fn count_protected(
-        &mut self,
-        member: MemberId,
-        result: &Result<usize, secrelay_srtp::Error>,
-    ) {
-        if let Some(p) = self.participant_mut(member) {
-            p.count_protected(result);
-        }
-    }
-
-    /// Whether an RTP datagram for `member` from `from` would be unprotected now (see
-    /// [`Participant::takes_srtp_from`]).
-    pub fn takes_srtp(&self, member: MemberId, from: SocketAddr) -> bool {
-        self.participant(member)
-            .is_some_and(|p| p.takes_srtp_from(from))
-    }
-
-    /// An RTP datagram for `member` unprotected by the caller's batch: handed to the member as
-    /// [`Room::handle_datagram`] would hand its own unprotect. `false` if there is no such
-    /// member.
-    pub fn accept_unprotected_rtp(
-        &mut self,
-        now: Instant,
-        member: MemberId,
-        datagram_len: usize,
-        result: Result<usize, secrelay_srtp::Error>,
-        buf: &mut Vec<u8>,
-    ) -> bool {
-        self.now = Some(now);
-        match self.participant_mut(member) {
-            Some(p) => {
-                p.accept_unprotected_rtp(datagram_len, result, buf);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The members' SRTP contexts (inbound or outbound), one entry per requested member in
-    /// the order asked (`None` for a member that is gone or not keyed). `members` must not
-    /// repeat a member.
-    pub fn contexts_of<'a>(
-        &'a mut self,
-        members: &[MemberId],
-        inbound: bool,
-        out: &mut Vec<Option<&'a mut secrelay_srtp::Context>>,
-    ) {
-        let first = out.len();
-        out.extend(members.iter().map(|_| None));
-        for m in self.members.iter_mut() {
-            if let Some(k) = members.iter().position(|id| *id == m.id) {
-                out[first + k] = if inbound {
-                    m.participant.inbound_context()
-                } else {
-                    m.participant.outbound_context()
-                };
-            }
-        }
-    }
-
-    /// Adds a participant.
-    pub fn add(&mut self, participant: Participant, role: MemberRole) -> MemberId {
+    /// Adds a member.
+    pub fn add(&mut self, leg: impl Into<Leg>, role: MemberRole) -> MemberId {
         let id = MemberId(self.next_id);
         self.next_id += 1;
-        self.members.push(Member::new(id, role, participant));
+        self.members.push(Member::new(id, role, leg.into()));
         id
     }
 
-    /// Removes a member, handing back its participant.
-    pub fn remove(&mut self, id: MemberId) -> Option<Participant> {
+    /// Removes a member, handing back its leg (its counters stay in the room's sums).
+    pub fn remove(&mut self, id: MemberId) -> Option<Leg> {
         let i = self.members.iter().position(|m| m.id == id)?;
         let m = self.members.remove(i);
         for other in &mut self.members {
@@ -354,24 +252,22 @@ impl Room {
                 }
             }
         }
+        self.retired.add(m.leg.counters());
         self.cursor = 0;
-        Some(m.participant)
+        Some(m.leg)
     }
 
-    /// A member's participant.
-    pub fn participant(&self, id: MemberId) -> Option<&Participant> {
-        self.members
-            .iter()
-            .find(|m| m.id == id)
-            .map(|m| &m.participant)
+    /// A member's leg.
+    pub fn leg(&self, id: MemberId) -> Option<&Leg> {
+        self.members.iter().find(|m| m.id == id).map(|m| &m.leg)
     }
 
-    /// A member's participant, to change it (ICE restart, close).
-    pub fn participant_mut(&mut self, id: MemberId) -> Option<&mut Participant> {
+    /// A member's leg, to hand it input or change it (ICE restart, close).
+    pub fn leg_mut(&mut self, id: MemberId) -> Option<&mut Leg> {
         self.members
             .iter_mut()
             .find(|m| m.id == id)
-            .map(|m| &mut m.participant)
+            .map(|m| &mut m.leg)
     }
 
     /// The number of members.
@@ -387,6 +283,15 @@ impl Room {
     /// The members, in order of arrival.
     pub fn members(&self) -> impl Iterator<Item = MemberId> + '_ {
         self.members.iter().map(|m| m.id)
+    }
+
+    /// The members' counters summed, with those of members that left.
+    pub fn counters(&self) -> Counters {
+        let mut c = self.retired;
+        for m in &self.members {
+            c.add(m.leg.counters());
+        }
+        c
     }
 
     /// The SSRC `receiver` sees for `source`'s stream `ssrc`, once one packet was forwarded.
@@ -410,112 +315,70 @@ impl Room {
     pub fn slot_mid(&self, receiver: MemberId, source: MemberId, ssrc: u32) -> Option<&str> {
         let r = self.members.iter().find(|m| m.id == receiver)?;
         let slot = r.slots.iter().find(|s| s.source == Some((source, ssrc)))?;
-        Some(r.participant.media().get(slot.section)?.mid.as_str())
+        Some(r.leg.media().get(slot.section)?.mid.as_str())
     }
 
-    /// The counters.
-    pub fn counters(&self) -> &RoomCounters {
-        &self.counters
+    /// The members' SRTP contexts (inbound or outbound), one entry per requested member in
+    /// the order asked (`None` for a member that is gone or not keyed). `members` must not
+    /// repeat a member.
+    pub fn contexts_of<'a>(
+        &'a mut self,
+        members: &[MemberId],
+        inbound: bool,
+        out: &mut Vec<Option<&'a mut Context>>,
+    ) {
+        let first = out.len();
+        out.extend(members.iter().map(|_| None));
+        for m in self.members.iter_mut() {
+            if let Some(k) = members.iter().position(|id| *id == m.id) {
+                out[first + k] = if inbound {
+                    m.leg.inbound_context()
+                } else {
+                    m.leg.outbound_context()
+                };
+            }
+        }
     }
 
-    /// Hands a datagram to member `to` (the edge finds the member by address or ICE ufrag).
-    /// Returns `false` when no such member exists.
-    pub fn handle_datagram(
+    /// Routes one unprotected RTP packet from `source` (`rtp`, whose header `facts` were read
+    /// where the datagram arrived): each subscribed member that can take it gets a copy, with
+    /// the payload type, SSRC, sequence number and timestamp it sees, handed to `emit` with
+    /// the receiver and where its copy goes. Counted at the source (routed, or not a
+    /// publisher) and at each receiver (forwarded, unslotted, or why not). `false` if there is
+    /// no such member.
+    pub fn route(
         &mut self,
-        now: Instant,
-        to: MemberId,
-        from: SocketAddr,
-        datagram: &[u8],
+        source: MemberId,
+        rtp: &[u8],
+        facts: &RtpFacts,
+        emit: &mut dyn FnMut(MemberId, SocketAddr, &[u8]),
     ) -> bool {
-        self.now = Some(now);
-        match self.members.iter_mut().find(|m| m.id == to) {
-            Some(m) => {
-                m.participant.handle_datagram(now, from, datagram);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Advances time for every member whose deadline has come.
-    pub fn handle_timeout(&mut self, now: Instant) {
-        self.now = Some(now);
-        for m in &mut self.members {
-            if m.participant.poll_timeout().is_some_and(|t| now >= t) {
-                m.participant.handle_timeout(now);
-            }
-        }
-    }
-
-    /// The earliest deadline among the members.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        self.members
-            .iter()
-            .filter_map(|m| m.participant.poll_timeout())
-            .min()
-    }
-
-    /// The next output. Media is routed here, member by member; other outputs come out tagged.
-    pub fn poll_output(&mut self) -> Option<RoomOutput<'_>> {
-        loop {
-            if self.cursor >= self.members.len() {
-                self.cursor = 0;
-                return self.poll_timeout().map(RoomOutput::Timeout);
-            }
-            let i = self.cursor;
-            if self.members[i].participant.next_is_media() {
-                self.route_from(i);
-                // Copies were queued at members the scan may have passed: start over.
-                self.cursor = 0;
-                continue;
-            }
-            if !self.members[i].participant.has_output() {
-                self.cursor += 1;
-                continue;
-            }
-            let m = &mut self.members[i];
-            let id = m.id;
-            // `has_output` was true: this is a queued output, not the closing timeout.
-            return m
-                .participant
-                .poll_output()
-                .map(|o| RoomOutput::Member(id, o));
-        }
-    }
-
-    /// Takes the media at the front of member `i`'s queue and sends a copy to each receiver.
-    fn route_from(&mut self, i: usize) {
-        let source = self.members[i].id;
-        let publishes = self.members[i].role.publishes;
-        let (ssrc, codec) = match self.members[i].participant.poll_output() {
-            Some(Output::Event(Event::Media(media))) => {
-                self.scratch.clear();
-                self.scratch.extend_from_slice(media.rtp);
-                (media.ssrc, media.codec)
-            }
-            _ => return,
+        let Some(i) = self.members.iter().position(|m| m.id == source) else {
+            return false;
         };
-        if !publishes {
-            self.counters.dropped_not_publisher += 1;
-            return;
+        let src = &mut self.members[i];
+        if !src.role.publishes {
+            src.leg.counters_mut().drop(DropReason::NotPublisher);
+            return true;
         }
-        self.counters.routed_in += 1;
-        let Some(now) = self.now else { return };
-        // The source's numbering, read once: each copy is rewritten in the same scratch.
-        let (seq_in, ts_in) = seq_ts(&self.scratch);
+        src.leg.counters_mut().routed += 1;
+        let codec = src.leg.codec_for(facts.payload_type);
+        let ssrc = facts.ssrc;
+        self.scratch.clear();
+        self.scratch.extend_from_slice(rtp);
         for (j, r) in self.members.iter_mut().enumerate() {
             if j == i || !r.role.subscribes {
                 continue;
             }
-            let Some(c) = codec.filter(|c| r.participant.receives(*c)) else {
-                self.counters.dropped_no_codec += 1;
+            let Some(c) = codec.filter(|c| r.leg.receives(*c)) else {
+                r.leg.counters_mut().drop(DropReason::NoCodec);
                 continue;
             };
-            if !r.participant.is_connected() {
-                self.counters.dropped_not_ready += 1;
+            let Some(destination) = r.leg.media_destination() else {
+                r.leg.counters_mut().drop(DropReason::ReceiverNotReady);
                 continue;
-            }
-            let (seq, ts) = (seq_in, ts_in);
+            };
+            let (seq, ts) = (facts.sequence, facts.timestamp);
             let (pt, mapped, seq, ts) = match r.slot_for((source, ssrc), c, seq, ts) {
                 Some((k, pt)) => {
                     let slot = &mut r.slots[k];
@@ -527,11 +390,11 @@ impl Room {
                     (pt, slot.ssrc, out.0, out.1)
                 }
                 None => {
-                    let Some(pt) = r.participant.payload_type_for(c) else {
-                        self.counters.dropped_no_codec += 1;
+                    let Some(pt) = r.leg.payload_type_for(c) else {
+                        r.leg.counters_mut().drop(DropReason::NoCodec);
                         continue;
                     };
-                    self.counters.unslotted += 1;
+                    r.leg.counters_mut().unslotted += 1;
                     let mapped = match r
                         .unslotted
                         .iter()
@@ -556,35 +419,42 @@ impl Room {
                 }
             };
             rewrite(&mut self.scratch, pt, mapped, seq, ts);
-            if self.defer {
-                match r.participant.rtp_destination() {
-                    Ok(_) => {
-                        let mut b = self.copy_pool.pop().unwrap_or_default();
-                        b.clear();
-                        b.extend_from_slice(&self.scratch);
-                        self.copies.push((r.id, b));
-                        self.counters.forwarded += 1;
-                    }
-                    Err(_) => self.counters.dropped_not_ready += 1,
-                }
-                continue;
-            }
-            match r.participant.send_rtp(now, &self.scratch) {
-                Ok(()) => self.counters.forwarded += 1,
-                Err(_) => self.counters.dropped_not_ready += 1,
+            r.leg.counters_mut().forwarded += 1;
+            emit(r.id, destination, &self.scratch);
+        }
+        true
+    }
+
+    /// Advances time for every member whose deadline has come.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        for m in &mut self.members {
+            if m.leg.poll_timeout().is_some_and(|t| now >= t) {
+                m.leg.handle_timeout(now);
             }
         }
     }
-}
 
-/// The sequence number and timestamp of an RTP packet whose header has already been parsed.
-fn seq_ts(rtp: &[u8]) -> (u16, u32) {
-    match (rtp.get(2..4), rtp.get(4..8)) {
-        (Some(s), Some(t)) => (
-            u16::from_be_bytes([s[0], s[1]]),
-            u32::from_be_bytes([t[0], t[1], t[2], t[3]]),
-        ),
-        _ => (0, 0),
+    /// The earliest deadline among the members.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.members
+            .iter()
+            .filter_map(|m| m.leg.poll_timeout())
+            .min()
+    }
+
+    /// The members' next output, tagged with the member; then the room's next deadline.
+    pub fn poll_output(&mut self) -> Option<RoomOutput<'_>> {
+        while self.cursor < self.members.len() && !self.members[self.cursor].leg.has_output() {
+            self.cursor += 1;
+        }
+        if self.cursor >= self.members.len() {
+            self.cursor = 0;
+            return self.poll_timeout().map(RoomOutput::Timeout);
+        }
+        let m = &mut self.members[self.cursor];
+        let id = m.id;
+        // `has_output` was true: this is a queued output, not the closing timeout.
+        m.leg.poll_output().map(|o| RoomOutput::Member(id, o))
     }
 }
 

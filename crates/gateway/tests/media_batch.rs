@@ -1,116 +1,66 @@
-//! The batch media path across rooms: every member's SRTP of a round (two rounds per batch,
-//! so a sender appears twice in one engine call) unprotected in one `MediaBatch`, the copies
-//! the rooms left protected in another, and each receiver opening them with its own keys —
-//! as the worker runs its `recvmmsg` batches.
+//! The batched media path across rooms: every member's SRTP of a round (two rounds per batch,
+//! so a sender appears twice in one engine call) unprotected in one engine call of the shard,
+//! the copies routed from them protected in another, and each receiver opening them with its
+//! own keys — as a worker hands the shard its `recvmmsg` batches.
 
-mod sim_client;
+use std::time::Duration;
 
-use std::time::{Duration, Instant};
-
-use secrelay_gateway::media_batch::MediaBatch;
-use secrelay_gateway::room::{MemberId, MemberRole, Room, RoomOutput};
+use secrelay_gateway::counters::DropReason;
+use secrelay_gateway::shard::{Datagram, JoinKind};
 use secrelay_srtp::{Engine, SerialEngine, SimdEngine};
-use sim_client::{connect, participant_for, rtp_facts, SimClient};
+use secrelay_testkit::gateway::Harness;
+use secrelay_wire::RtpHeader;
 
-struct Setup {
-    rooms: Vec<Room>,
-    clients: Vec<Vec<SimClient>>,
-    ids: Vec<Vec<MemberId>>,
-    now: Instant,
-}
-
-/// `rooms` rooms of `per_room` connected members (client numbers unique across rooms).
-fn setup(rooms: usize, per_room: usize) -> Setup {
-    let mut now = Instant::now();
-    let mut s = Setup {
-        rooms: Vec::new(),
-        clients: Vec::new(),
-        ids: Vec::new(),
-        now,
-    };
+/// `rooms` rooms of `per_room` connected members (client numbers unique across rooms); the
+/// member at (room r, position m) is `r * per_room + m`.
+fn setup(engine: Box<dyn Engine>, rooms: usize, per_room: usize) -> Harness {
+    let mut h = Harness::new(engine);
     for r in 0..rooms {
-        let mut room = Room::new();
-        room.defer_media_copies(true);
-        let (mut clients, mut ids) = (Vec::new(), Vec::new());
         for m in 0..per_room {
-            let mut c = SimClient::new((r * per_room + m + 1) as u8);
-            let mut p = participant_for(&c.offer(), now);
-            let conn = connect(&mut c, &mut p, now);
-            assert!(conn.connected().is_some(), "{:?}", conn.events);
-            now = conn.now;
-            ids.push(room.add(p, MemberRole::BOTH));
-            clients.push(c);
-        }
-        s.rooms.push(room);
-        s.clients.push(clients);
-        s.ids.push(ids);
-    }
-    s.now = now;
-    s
-}
-
-/// Drains a room with deferred copies: nothing may be transmitted directly.
-fn drain(room: &mut Room) {
-    match room.poll_output() {
-        None | Some(RoomOutput::Timeout(_)) => {}
-        Some(RoomOutput::Member(id, o)) => {
-            panic!("{id:?}: output without the batch (a media copy sent directly?): {o:?}")
+            h.join_connected(
+                &format!("room{r}"),
+                (r * per_room + m + 1) as u8,
+                JoinKind::Join,
+            );
         }
     }
+    h
 }
 
 fn run(engine: Box<dyn Engine>, rooms: usize, per_room: usize, batches: usize) {
-    let mut s = setup(rooms, per_room);
-    let mut mb = MediaBatch::new(engine);
-    let mut copies = Vec::new();
+    let mut h = setup(engine, rooms, per_room);
+    let before = h.counters();
     for b in 0..batches {
-        // Two rounds per batch: each sender twice, in order.
+        // Two rounds per batch: each sender twice, in order; then one drain runs the batch.
         for round in 0..2u8 {
             for r in 0..rooms {
                 for m in 0..per_room {
                     let payload = [(b as u8) ^ (round * 16) ^ (r * per_room + m) as u8; 80];
-                    let (_, protected) = s.clients[r][m].srtp(&payload);
-                    mb.stage_inbound(r, 0, s.ids[r][m], s.now, &protected);
+                    let (_, protected) = h.srtp(r * per_room + m, &payload);
+                    h.send(r * per_room + m, &protected);
                 }
             }
         }
-        mb.unprotect(&mut s.rooms[..]);
-        let staged = std::mem::take(&mut mb.inbound);
-        for mut st in staged {
-            assert!(st.result.is_ok(), "batch {b}: {:?}", st.result);
-            let room = &mut s.rooms[st.slot];
-            assert!(room.accept_unprotected_rtp(s.now, st.member, st.len, st.result, &mut st.buf));
-            drain(room);
-            room.take_media_copies(&mut copies);
-            for (member, buf) in copies.drain(..) {
-                mb.stage_outbound(st.slot, 0, member, st.received, buf);
-            }
-            mb.recycle(st.buf);
-        }
-        mb.protect(&mut s.rooms[..]);
-        let staged = std::mem::take(&mut mb.outbound);
-        assert_eq!(staged.len(), 2 * rooms * per_room * (per_room - 1));
-        for st in staged {
-            let room = &mut s.rooms[st.slot];
-            room.count_protected(st.member, &st.result);
-            let n = st.result.expect("every copy protects");
-            let dest = room
-                .media_destination(st.member)
-                .expect("a receiver to send to");
-            let client = s.clients[st.slot]
-                .iter_mut()
-                .find(|c| c.addr == dest)
-                .expect("the destination is a member of the same room");
-            // Opened with the receiver's own keys (SimClient panics otherwise).
-            client.receive(s.now, &st.buf[..n]);
-            room.recycle_copy(st.buf);
-        }
-        s.now += Duration::from_millis(20);
+        assert_eq!(h.shard.staged(), 2 * rooms * per_room);
+        assert_eq!(h.pump(), 2 * rooms * per_room * (per_room - 1));
+        h.now += Duration::from_millis(20);
     }
+    let c = h.counters();
+    assert_eq!(
+        c.srtp_batches - before.srtp_batches,
+        batches as u64,
+        "one unprotect call per batch"
+    );
+    assert_eq!(
+        c.srtp_batched - before.srtp_batched,
+        (2 * batches * rooms * per_room) as u64
+    );
     for r in 0..rooms {
-        for (m, client) in s.clients[r].iter().enumerate() {
+        for m in 0..per_room {
+            let i = r * per_room + m;
+            let received = &h.members[i].client.received;
             assert_eq!(
-                client.received.len(),
+                received.len(),
                 2 * batches * (per_room - 1),
                 "room {r} member {m}"
             );
@@ -123,8 +73,8 @@ fn run(engine: Box<dyn Engine>, rooms: usize, per_room: usize, batches: usize) {
                         .map(move |k| x ^ (r * per_room + k) as u8)
                 })
                 .collect();
-            for pkt in &client.received {
-                let (_, _, _, payload) = rtp_facts(pkt);
+            for pkt in received {
+                let payload = RtpHeader::parse(pkt).unwrap().payload();
                 assert_eq!(payload.len(), 80);
                 assert!(
                     possible.contains(&payload[0]),
@@ -132,17 +82,20 @@ fn run(engine: Box<dyn Engine>, rooms: usize, per_room: usize, batches: usize) {
                     payload[0]
                 );
             }
-            let c = s.rooms[r].participant(s.ids[r][m]).unwrap().counters();
+            let c = h.member_counters(i).unwrap();
             assert_eq!(c.packets_in as usize, 2 * batches);
             assert_eq!(c.packets_out as usize, 2 * batches * (per_room - 1));
-            assert_eq!(c.auth_failures + c.replays + c.send_refused, 0);
+            assert_eq!(
+                c.drops[DropReason::AuthFailed]
+                    + c.drops[DropReason::Replayed]
+                    + c.drops[DropReason::ProtectFailed],
+                0
+            );
         }
+        let rc = h.room_of(r * per_room).counters();
+        assert_eq!(rc.routed as usize, 2 * batches * per_room);
         assert_eq!(
-            s.rooms[r].counters().routed_in as usize,
-            2 * batches * per_room
-        );
-        assert_eq!(
-            s.rooms[r].counters().forwarded as usize,
+            rc.forwarded as usize,
             2 * batches * per_room * (per_room - 1)
         );
     }
@@ -160,46 +113,32 @@ fn batches_across_rooms_reach_every_receiver_with_its_own_keys_on_the_serial_eng
 
 #[test]
 fn a_forged_datagram_in_a_batch_is_refused_and_counted_and_the_rest_go_through() {
-    let mut s = setup(1, 2);
-    let mut mb = MediaBatch::new(Box::new(SimdEngine::new().with_group(4)));
+    let mut h = setup(Box::new(SimdEngine::new().with_group(4)), 1, 2);
     let mut forged_seen = 0;
     for k in 0..10u8 {
-        let (_, mut protected) = s.clients[0][0].srtp(&[k; 40]);
+        let (_, mut protected) = h.srtp(0, &[k; 40]);
         if k % 3 == 0 {
             let last = protected.len() - 1;
             protected[last] ^= 1;
             forged_seen += 1;
         }
-        mb.stage_inbound(0, 0, s.ids[0][0], s.now, &protected);
+        h.send(0, &protected);
     }
-    mb.unprotect(&mut s.rooms[..]);
-    let staged = std::mem::take(&mut mb.inbound);
-    let refused = staged.iter().filter(|st| st.result.is_err()).count();
-    assert_eq!(refused, forged_seen);
-    for mut st in staged {
-        s.rooms[0].accept_unprotected_rtp(s.now, st.member, st.len, st.result, &mut st.buf);
-    }
-    let c = s.rooms[0].participant(s.ids[0][0]).unwrap().counters();
-    assert_eq!(c.auth_failures as usize, forged_seen);
+    assert_eq!(h.shard.staged(), 10, "all in one batch");
+    assert_eq!(h.pump(), 10 - forged_seen);
+    let c = h.member_counters(0).unwrap();
+    assert_eq!(c.drops[DropReason::AuthFailed] as usize, forged_seen);
     assert_eq!(c.packets_in as usize, 10 - forged_seen);
-    // A member that is not in the room: its packets come back as unknown contexts.
-    mb.stage_inbound(
-        0,
-        0,
-        MemberId(999),
-        s.now,
-        &[0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1],
-    );
-    mb.stage_inbound(
-        7,
-        0,
-        s.ids[0][0],
-        s.now,
-        &[0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1],
-    );
-    mb.unprotect(&mut s.rooms[..]);
-    assert!(mb
-        .inbound
-        .iter()
-        .all(|st| st.result == Err(secrelay_srtp::Error::UnknownContext)));
+    // A member that leaves while its datagram waits in the batch: its context is gone when
+    // the batch runs, and the datagram is counted, not routed.
+    let (_, p) = h.srtp(0, &[1; 40]);
+    let from = h.members[0].client.addr;
+    let now = h.now;
+    h.shard.handle(now, Datagram::classify(from, &p, now));
+    assert_eq!(h.shard.staged(), 1);
+    let (room, id) = (h.members[0].room.clone(), h.members[0].id.clone());
+    assert!(h.shard.leave(now, &room, &id));
+    h.pump();
+    assert_eq!(h.counters().media.drops[DropReason::UnknownSource], 1);
+    assert_eq!(h.members[1].client.received.len(), 10 - forged_seen);
 }

@@ -1,22 +1,26 @@
-//! Whatever arrives from the network, a participant never panics; garbage and bit-flipped SRTP
-//! never become media, and the browser's real stream keeps flowing afterwards.
-
-mod sim_client;
+//! Whatever arrives from the network, a shard never panics; garbage and bit-flipped SRTP never
+//! become media, and the browser's real stream keeps flowing afterwards.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
-use secrelay_gateway::participant::Participant;
-use sim_client::{connect, drain, participant_for, Ev, SimClient};
+use secrelay_gateway::counters::DropReason;
+use secrelay_gateway::shard::JoinKind;
+use secrelay_testkit::gateway::Harness;
+use secrelay_testkit::memory::SimClient;
 
-fn connected() -> (SimClient, Participant, Instant) {
-    let t0 = Instant::now();
-    let mut c = SimClient::new(1);
-    let mut p = participant_for(&c.offer(), t0);
-    let conn = connect(&mut c, &mut p, t0);
-    assert!(conn.connected().is_some());
-    (c, p, conn.now)
+/// A shard with a member that only joined (room "fresh", nothing validated), and a room
+/// ("live") with a connected member and a connected listener: (harness, fresh, live,
+/// listener).
+fn shard() -> (Harness, usize, usize, usize) {
+    let mut h = Harness::simd();
+    let fresh = h
+        .join("fresh", SimClient::new(2), JoinKind::Join, None)
+        .unwrap();
+    let live = h.join_connected("live", 1, JoinKind::Join);
+    let listener = h.join_connected("live", 3, JoinKind::Whep);
+    (h, fresh, live, listener)
 }
 
 /// Datagrams whose first byte lands in every RFC 7983 range.
@@ -39,23 +43,17 @@ proptest! {
         datagrams in proptest::collection::vec(datagram(), 1..12),
         validated in any::<bool>(),
     ) {
-        // A fresh participant (nothing validated) and a connected one.
-        let c = SimClient::new(2);
-        let t0 = Instant::now();
-        let mut fresh = participant_for(&c.offer(), t0);
-        let (client, mut live, now) = connected();
+        let (mut h, fresh, live, listener) = shard();
         let stranger: SocketAddr = "203.0.113.1:9".parse().unwrap();
-        let from = if validated { client.addr } else { stranger };
         for (i, d) in datagrams.iter().enumerate() {
-            let t = now + Duration::from_millis(i as u64);
-            fresh.handle_datagram(t, from, d);
-            live.handle_datagram(t, from, d);
-            for p in [&mut fresh, &mut live] {
-                let (_, evs, _) = drain(p);
-                prop_assert!(!evs.iter().any(|e| matches!(e, Ev::Media { .. })), "{evs:?}");
-                p.handle_timeout(t);
-                let _ = drain(p);
+            for member in [fresh, live] {
+                let from = if validated { h.members[member].client.addr } else { stranger };
+                h.send_from(from, d);
             }
+            h.pump();
+            prop_assert!(h.members[listener].client.received.is_empty());
+            let t = h.now + Duration::from_millis(i as u64);
+            h.advance_to(t);
         }
     }
 
@@ -63,8 +61,8 @@ proptest! {
     fn flipped_srtp_is_dropped_and_the_stream_goes_on(
         flips in proptest::collection::vec((any::<prop::sample::Index>(), 1u8..=255), 1..4),
     ) {
-        let (mut client, mut p, now) = connected();
-        let (_, good) = client.srtp(&[5; 50]);
+        let (mut h, _, live, listener) = shard();
+        let (_, good) = h.srtp(live, &[5; 50]);
         let mut bad = good.clone();
         for (at, mask) in &flips {
             // Keep the first two bytes so it still reads as RTP; flip anything after.
@@ -73,13 +71,19 @@ proptest! {
         }
         // Two flips of the same bits cancel out: that is the genuine packet, not a forgery.
         prop_assume!(bad != good);
-        p.handle_datagram(now, client.addr, &bad);
-        let (_, evs, _) = drain(&mut p);
-        prop_assert!(evs.is_empty(), "{evs:?}");
-        let c = p.counters();
-        prop_assert_eq!(c.auth_failures + c.replays + c.malformed + c.unknown, 1);
-        p.handle_datagram(now, client.addr, &good);
-        let (_, evs, _) = drain(&mut p);
-        prop_assert_eq!(evs.len(), 1);
+        h.send(live, &bad);
+        prop_assert_eq!(h.pump(), 0);
+        let c = h.member_counters(live).unwrap();
+        let refused = [
+            DropReason::AuthFailed,
+            DropReason::Replayed,
+            DropReason::Malformed,
+            DropReason::UnknownKind,
+            DropReason::SrtpOther,
+        ];
+        prop_assert_eq!(refused.iter().map(|r| c.drops[*r]).sum::<u64>(), 1);
+        h.send(live, &good);
+        prop_assert_eq!(h.pump(), 1);
+        prop_assert_eq!(h.members[listener].client.received.len(), 1);
     }
 }

@@ -1,62 +1,43 @@
 //! In a room, each member's SRTP is unprotected with its own keys and protected again for each
 //! receiver with that receiver's keys; every receiver sees the others' streams under SSRCs of
-//! its own (unique, stable) and with its own payload type for the codec.
-
-mod sim_client;
+//! its own (unique, stable) and with its own payload type for the codec. Driven through a
+//! shard, whose batched path is the gateway's only media path.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use secrelay_gateway::participant::CodecId;
-use secrelay_gateway::room::{MemberId, MemberRole, Room, RoomOutput};
-use sim_client::{connect, participant_for, rtp_facts, SimClient};
+use secrelay_gateway::counters::DropReason;
+use secrelay_gateway::shard::JoinKind;
+use secrelay_testkit::gateway::Harness;
+use secrelay_testkit::memory::SimClient;
+use secrelay_wire::RtpHeader;
 
-/// Drains the room, delivering each transmit to the client at its destination.
-fn pump(room: &mut Room, clients: &mut [SimClient], now: Instant) -> usize {
-    let mut n = 0;
-    while let Some(o) = room.poll_output() {
-        match o {
-            RoomOutput::Member(
-                _,
-                secrelay_gateway::participant::Output::Transmit {
-                    destination,
-                    contents,
-                },
-            ) => {
-                let c = clients
-                    .iter_mut()
-                    .find(|c| c.addr == destination)
-                    .expect("a transmit goes to a member's address");
-                c.receive(now, contents);
-                n += 1;
-            }
-            RoomOutput::Member(id, other) => panic!("{id:?}: unexpected {other:?}"),
-            RoomOutput::Timeout(_) => break,
-        }
-    }
-    n
+/// Header facts of an RTP packet: (ssrc, pt, seq, payload).
+fn rtp_facts(p: &[u8]) -> (u32, u8, u16, Vec<u8>) {
+    let h = RtpHeader::parse(p).unwrap();
+    (
+        h.ssrc(),
+        h.payload_type(),
+        h.sequence(),
+        h.payload().to_vec(),
+    )
 }
 
-fn room_of(
-    roles: &[MemberRole],
-    opus_pts: &[u8],
-) -> (Room, Vec<SimClient>, Vec<MemberId>, Instant) {
-    let mut now = Instant::now();
-    let mut room = Room::new();
-    let mut clients = Vec::new();
-    let mut ids = Vec::new();
-    for (i, (role, pt)) in roles.iter().zip(opus_pts).enumerate() {
+/// A room "r" of connected members joined as `kinds`, with these Opus payload types.
+fn room_of(kinds: &[JoinKind], opus_pts: &[u8]) -> Harness {
+    let mut h = Harness::simd();
+    for (i, (kind, pt)) in kinds.iter().zip(opus_pts).enumerate() {
         let mut c = SimClient::new(i as u8 + 1);
         c.pt = *pt;
-        let mut p = participant_for(&c.offer(), now);
-        let conn = connect(&mut c, &mut p, now);
-        assert!(conn.connected().is_some(), "{:?}", conn.events);
-        assert_eq!(p.payload_type_for(CodecId::Opus), Some(*pt));
-        now = conn.now;
-        ids.push(room.add(p, *role));
-        clients.push(c);
+        let m = h.join("r", c, *kind, None).unwrap();
+        assert!(h.connect(m), "member {m} connects");
+        let leg = h.room_of(m).leg(h.member_id(m)).unwrap();
+        assert_eq!(
+            leg.payload_type_for(secrelay_gateway::leg::CodecId::Opus),
+            Some(*pt)
+        );
     }
-    (room, clients, ids, now)
+    h
 }
 
 #[test]
@@ -64,28 +45,28 @@ fn three_members_each_receive_the_other_two_reprotected_with_their_own_keys() {
     // Every browser announces SSRC 1001 (as Chrome's offer does); the opus payload types
     // differ per member.
     let pts = [111u8, 109, 120];
-    let (mut room, mut clients, ids, mut now) = room_of(&[MemberRole::BOTH; 3], &pts);
+    let mut h = room_of(&[JoinKind::Join; 3], &pts);
 
     for round in 0..3u8 {
         for s in 0..3 {
             let payload = [round * 10 + s as u8; 60];
-            let (_, protected) = clients[s].srtp(&payload);
-            let from = clients[s].addr;
-            assert!(room.handle_datagram(now, ids[s], from, &protected));
-            let sent = pump(&mut room, &mut clients, now);
+            let (_, protected) = h.srtp(s, &payload);
+            h.send(s, &protected);
+            let sent = h.pump();
             assert_eq!(sent, 2, "one copy for each other member");
-            now += Duration::from_millis(20);
+            h.now += Duration::from_millis(20);
         }
     }
 
-    for (r, client) in clients.iter().enumerate() {
+    for (r, pt_r) in pts.iter().enumerate() {
         // Three rounds from each of the two others, all opened with this member's own keys
         // (SimClient::receive unprotects with its inbound context and panics otherwise).
-        assert_eq!(client.received.len(), 6, "member {r}");
+        let received = h.members[r].client.received.clone();
+        assert_eq!(received.len(), 6, "member {r}");
         let mut ssrcs = HashSet::new();
-        for (k, pkt) in client.received.iter().enumerate() {
+        for (k, pkt) in received.iter().enumerate() {
             let (ssrc, pt, _seq, payload) = rtp_facts(pkt);
-            assert_eq!(pt, pts[r], "member {r} gets its own opus payload type");
+            assert_eq!(pt, *pt_r, "member {r} gets its own opus payload type");
             let round = (k / 2) as u8;
             let s = [0, 1, 2]
                 .into_iter()
@@ -95,7 +76,8 @@ fn three_members_each_receive_the_other_two_reprotected_with_their_own_keys() {
             assert_eq!(payload, vec![round * 10 + s as u8; 60]);
             assert_eq!(
                 Some(ssrc),
-                room.mapped_ssrc(ids[r], ids[s], 1001),
+                h.room_of(r)
+                    .mapped_ssrc(h.member_id(r), h.member_id(s), 1001),
                 "stable SSRC per (receiver, source stream)"
             );
             ssrcs.insert(ssrc);
@@ -103,60 +85,66 @@ fn three_members_each_receive_the_other_two_reprotected_with_their_own_keys() {
         assert_eq!(ssrcs.len(), 2, "the two sources are told apart");
         assert!(!ssrcs.contains(&0));
     }
-    assert_eq!(room.counters().routed_in, 9);
-    assert_eq!(room.counters().forwarded, 18);
-    for id in &ids {
-        let c = room.participant(*id).unwrap().counters();
+    assert_eq!(h.room_of(0).counters().routed, 9);
+    assert_eq!(h.room_of(0).counters().forwarded, 18);
+    for i in 0..3 {
+        let c = h.member_counters(i).unwrap();
         assert_eq!(c.packets_in, 3);
         assert_eq!(c.packets_out, 6);
-        assert_eq!(c.auth_failures + c.replays, 0);
+        assert_eq!(
+            c.drops[DropReason::AuthFailed] + c.drops[DropReason::Replayed],
+            0
+        );
     }
 }
 
 #[test]
 fn sequence_numbers_pass_and_a_subscriber_only_member_is_not_forwarded() {
-    let roles = [
-        MemberRole::PUBLISHER,
-        MemberRole::SUBSCRIBER,
-        MemberRole::SUBSCRIBER,
-    ];
-    let (mut room, mut clients, ids, now) = room_of(&roles, &[111, 111, 111]);
-    clients[0].seq = 4000;
+    let kinds = [JoinKind::Whip, JoinKind::Whep, JoinKind::Whep];
+    let mut h = room_of(&kinds, &[111, 111, 111]);
+    h.client(0).seq = 4000;
+    h.client(0).ts = 4000 * 960;
     for _ in 0..2 {
-        let (_, p) = clients[0].srtp(b"pub");
-        room.handle_datagram(now, ids[0], clients[0].addr, &p);
-        assert_eq!(pump(&mut room, &mut clients, now), 2);
+        let (_, p) = h.srtp(0, b"pub");
+        h.send(0, &p);
+        assert_eq!(h.pump(), 2);
     }
-    for client in &clients[1..] {
-        let seqs: Vec<u16> = client.received.iter().map(|p| rtp_facts(p).2).collect();
+    for r in 1..3 {
+        let seqs: Vec<u16> = h.members[r]
+            .client
+            .received
+            .iter()
+            .map(|p| rtp_facts(p).2)
+            .collect();
         assert_eq!(seqs, vec![4000, 4001]);
     }
     // A subscriber's own media goes nowhere.
-    let (_, p) = clients[1].srtp(b"sub");
-    room.handle_datagram(now, ids[1], clients[1].addr, &p);
-    assert_eq!(pump(&mut room, &mut clients, now), 0);
-    assert_eq!(room.counters().dropped_not_publisher, 1);
-    assert!(clients[0].received.is_empty());
+    let (_, p) = h.srtp(1, b"sub");
+    h.send(1, &p);
+    assert_eq!(h.pump(), 0);
+    assert_eq!(h.room_of(0).counters().drops[DropReason::NotPublisher], 1);
+    assert!(h.members[0].client.received.is_empty());
 }
 
 #[test]
 fn a_receiver_without_the_codec_gets_nothing() {
-    let (mut room, mut clients, ids, now) = room_of(&[MemberRole::BOTH; 2], &[111, 111]);
+    let mut h = room_of(&[JoinKind::Join; 2], &[111, 111]);
     // PCMU (PT 0) is negotiated by both; G722 (PT 9) was offered but not accepted, so it has
     // no codec and cannot be mapped.
-    let mut pkt = clients[0].rtp(b"g722");
+    let mut pkt = h.client(0).rtp(b"g722");
     pkt[1] = 9;
     let mut buf = pkt.clone();
     buf.resize(pkt.len() + 32, 0);
-    let n = clients[0]
+    let n = h
+        .client(0)
         .tx
         .as_mut()
         .unwrap()
         .protect_rtp(&mut buf, pkt.len())
         .unwrap();
-    room.handle_datagram(now, ids[0], clients[0].addr, &buf[..n]);
-    assert_eq!(pump(&mut room, &mut clients, now), 0);
-    assert_eq!(room.counters().dropped_no_codec, 1);
+    h.send(0, &buf[..n]);
+    assert_eq!(h.pump(), 0);
+    assert_eq!(h.room_of(0).counters().drops[DropReason::NoCodec], 1);
 }
 
 /// A client offer with `extra` more receive-only audio sections (receive slots), bundled.
@@ -189,53 +177,52 @@ fn announced(answer: &str) -> Vec<u32> {
 
 #[test]
 fn each_sender_gets_a_receive_slot_of_its_own_and_a_freed_slot_continues_its_numbering() {
-    let mut now = Instant::now();
-    let mut room = Room::new();
-    let mut clients = Vec::new();
-    let mut ids = Vec::new();
+    let mut h = Harness::simd();
     // Member 0 listens with two audio sections (its sendrecv one and one recvonly); 1, 2 and 3
     // talk.
     for i in 0..4u8 {
-        let mut c = SimClient::new(i + 1);
+        let c = SimClient::new(i + 1);
         let offer = if i == 0 {
             offer_with_slots(&c, 1)
         } else {
             c.offer()
         };
-        let mut p = participant_for(&offer, now);
-        let conn = connect(&mut c, &mut p, now);
-        assert!(conn.connected().is_some(), "{:?}", conn.events);
-        now = conn.now;
-        let role = if i == 0 {
-            MemberRole::SUBSCRIBER
+        let kind = if i == 0 {
+            JoinKind::Whep
         } else {
-            MemberRole::PUBLISHER
+            JoinKind::Whip
         };
-        ids.push(room.add(p, role));
-        clients.push(c);
+        let m = h.join("r", c, kind, Some(&offer)).unwrap();
+        assert!(h.connect(m), "member {m} connects");
     }
-    let slots = announced(room.participant(ids[0]).unwrap().answer_sdp());
+    let slots = announced(&h.members[0].answer_sdp);
     assert_eq!(slots.len(), 2, "one a=ssrc per receiving audio section");
     assert_ne!(slots[0], slots[1]);
 
-    let send = |room: &mut Room, clients: &mut Vec<SimClient>, s: usize, now: Instant| {
-        let (_, p) = clients[s].srtp(&[s as u8; 40]);
-        let from = clients[s].addr;
-        assert!(room.handle_datagram(now, ids[s], from, &p));
-        pump(room, clients, now);
+    let send = |h: &mut Harness, s: usize| {
+        let (_, p) = h.srtp(s, &[s as u8; 40]);
+        h.send(s, &p);
+        h.pump();
     };
     // 1 and 2 take the two slots, in order of arrival; 3 finds none and is forwarded outside.
     for _ in 0..3 {
         for s in 1..4 {
-            send(&mut room, &mut clients, s, now);
-            now += Duration::from_millis(20);
+            send(&mut h, s);
+            h.now += Duration::from_millis(20);
         }
     }
-    assert_eq!(room.slot_mid(ids[0], ids[1], 1001), Some("0"));
-    assert_eq!(room.slot_mid(ids[0], ids[2], 1001), Some("2"));
-    assert_eq!(room.slot_mid(ids[0], ids[3], 1001), None);
-    assert_eq!(room.counters().unslotted, 3);
-    let got: Vec<(u32, u16, u8)> = clients[0]
+    let (m0, m1, m2, m3) = (
+        h.member_id(0),
+        h.member_id(1),
+        h.member_id(2),
+        h.member_id(3),
+    );
+    assert_eq!(h.room_of(0).slot_mid(m0, m1, 1001), Some("0"));
+    assert_eq!(h.room_of(0).slot_mid(m0, m2, 1001), Some("2"));
+    assert_eq!(h.room_of(0).slot_mid(m0, m3, 1001), None);
+    assert_eq!(h.room_of(0).counters().unslotted, 3);
+    let got: Vec<(u32, u16, u8)> = h.members[0]
+        .client
         .received
         .iter()
         .map(|p| {
@@ -260,12 +247,15 @@ fn each_sender_gets_a_receive_slot_of_its_own_and_a_freed_slot_continues_its_num
 
     // 1 leaves: its slot is free, and 3 takes it on its next packet, continuing the slot's
     // sequence numbers and timestamps (one 20 ms Opus frame on).
-    room.remove(ids[1]);
-    clients[0].received.clear();
-    send(&mut room, &mut clients, 3, now);
-    assert_eq!(room.slot_mid(ids[0], ids[3], 1001), Some("0"));
-    let p = &clients[0].received[0];
-    let (ssrc, _, seq, payload) = rtp_facts(p);
+    let (room, id) = (h.members[1].room.clone(), h.members[1].id.clone());
+    let now = h.now;
+    assert!(h.shard.leave(now, &room, &id));
+    h.pump();
+    h.members[0].client.received.clear();
+    send(&mut h, 3);
+    assert_eq!(h.room_of(0).slot_mid(m0, m3, 1001), Some("0"));
+    let p = h.members[0].client.received[0].clone();
+    let (ssrc, _, seq, payload) = rtp_facts(&p);
     assert_eq!((ssrc, seq, payload[0]), (slots[0], last_on_slot0 + 1, 3));
     let ts = u32::from_be_bytes([p[4], p[5], p[6], p[7]]);
     assert_eq!(ts, u32::from(last_on_slot0) * 960 + 960);

@@ -1,16 +1,14 @@
-//! Once connected and warmed up, receiving SRTP, unprotecting it into a Media event, protecting
-//! and queueing a packet out, and a room forwarding one member's packet to the others allocate
+//! Once connected and warmed up, a shard classifying a member's SRTP, unprotecting it,
+//! routing it, protecting a copy for each receiver and handing the copies out allocates
 //! nothing: a counting global allocator sees zero allocations on this thread across hundreds
-//! of packets. (The simulated browser's own packets are made before counting starts.)
-
-mod sim_client;
+//! of packets. (The simulated browsers' own packets are made before counting starts, and what
+//! the shard sends is not delivered to them while counting.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::time::Duration;
 
-use secrelay_gateway::participant::{Event, Output, Participant};
-use secrelay_gateway::room::{MemberRole, Room, RoomOutput};
-use sim_client::{connect, participant_for, SimClient};
+use secrelay_gateway::shard::{Datagram, JoinKind, Output, Shard};
+use secrelay_testkit::gateway::Harness;
 
 struct Counting;
 
@@ -49,98 +47,81 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// Drains without copying; returns (transmit bytes, media packets).
-fn drain_counting(p: &mut Participant) -> (usize, usize) {
-    let (mut bytes, mut media) = (0, 0);
-    while let Some(o) = p.poll_output() {
+/// Drains without copying; returns (datagrams, bytes) sent.
+fn drain_counting(shard: &mut Shard) -> (usize, usize) {
+    let (mut n, mut bytes) = (0, 0);
+    while let Some(o) = shard.poll_output() {
         match o {
-            Output::Transmit { contents, .. } => bytes += contents.len(),
-            Output::Event(Event::Media(m)) => {
-                assert!(m.rtp.len() > 12);
-                media += 1
+            Output::Transmit(t) => {
+                assert!(t.contents.len() > 12);
+                n += 1;
+                bytes += t.contents.len();
             }
             Output::Timeout(_) => break,
             Output::Event(_) => {}
         }
     }
-    (bytes, media)
+    (n, bytes)
+}
+
+/// `members` connected members of one room (all sending and receiving), 200 packets of each
+/// made up front; runs rounds `range` (each member's packet of the round, then one drain) and
+/// returns the datagrams sent.
+struct Setup {
+    h: Harness,
+    packets: Vec<Vec<Vec<u8>>>,
+}
+
+fn setup(members: u8) -> Setup {
+    let mut h = Harness::simd();
+    for i in 0..members {
+        h.join_connected("r", i + 1, JoinKind::Join);
+    }
+    let packets = (0..usize::from(members))
+        .map(|m| (0..200).map(|_| h.srtp(m, &[5; 160]).1).collect())
+        .collect();
+    Setup { h, packets }
+}
+
+fn rounds(s: &mut Setup, range: std::ops::Range<usize>) -> (usize, usize) {
+    let mut total = (0, 0);
+    for k in range {
+        for (m, p) in s.packets.iter().enumerate() {
+            let from = s.h.members[m].client.addr;
+            let now = s.h.now;
+            s.h.shard.handle(now, Datagram::classify(from, &p[k], now));
+        }
+        let (n, b) = drain_counting(&mut s.h.shard);
+        total = (total.0 + n, total.1 + b);
+        s.h.now += Duration::from_millis(20);
+    }
+    total
 }
 
 #[test]
-fn participant_in_and_out_allocates_nothing_per_packet() {
-    let t0 = std::time::Instant::now();
-    let mut client = SimClient::new(1);
-    let mut p = participant_for(&client.offer(), t0);
-    let c = connect(&mut client, &mut p, t0);
-    assert!(c.connected().is_some());
-    let packets: Vec<Vec<u8>> = (0..400).map(|_| client.srtp(&[3; 160]).1).collect();
-    let mut outgoing = client.rtp(&[4; 160]);
-    let mut seq = 0u16;
-    let mut now = c.now;
-    // Warm-up: the first packets make the SRTP streams and fill the buffer pool.
-    for pkt in &packets[..16] {
-        p.handle_datagram(now, client.addr, pkt);
-        seq += 1;
-        outgoing[2..4].copy_from_slice(&seq.to_be_bytes());
-        p.send_rtp(now, &outgoing).unwrap();
-        drain_counting(&mut p);
-    }
+fn a_member_in_and_its_copy_out_allocate_nothing_per_packet() {
+    let mut s = setup(2);
+    // Warm-up: the first packets make the SRTP streams and fill the buffer pools.
+    rounds(&mut s, 0..16);
     let before = allocs();
-    let mut total = (0, 0);
-    for pkt in &packets[16..] {
-        now += Duration::from_millis(20);
-        p.handle_datagram(now, client.addr, pkt);
-        seq += 1;
-        outgoing[2..4].copy_from_slice(&seq.to_be_bytes());
-        p.send_rtp(now, &outgoing).unwrap();
-        let (b, m) = drain_counting(&mut p);
-        total = (total.0 + b, total.1 + m);
-    }
+    let (n, bytes) = rounds(&mut s, 16..200);
     let during = allocs() - before;
-    assert_eq!(total.1, 384, "every packet became media");
-    assert!(total.0 > 384 * 160);
+    assert_eq!(
+        n,
+        184 * 2,
+        "every packet became a copy for the other member"
+    );
+    assert!(bytes > 184 * 2 * 160);
     assert_eq!(during, 0, "allocations in steady state");
 }
 
 #[test]
 fn room_forwarding_allocates_nothing_per_packet() {
-    let mut now = std::time::Instant::now();
-    let mut room = Room::new();
-    let mut clients = Vec::new();
-    let mut ids = Vec::new();
-    for i in 0..3u8 {
-        let mut c = SimClient::new(i + 1);
-        let mut p = participant_for(&c.offer(), now);
-        let conn = connect(&mut c, &mut p, now);
-        assert!(conn.connected().is_some());
-        now = conn.now;
-        ids.push(room.add(p, MemberRole::BOTH));
-        clients.push(c);
-    }
-    let packets: Vec<Vec<Vec<u8>>> = clients
-        .iter_mut()
-        .map(|c| (0..200).map(|_| c.srtp(&[5; 160]).1).collect())
-        .collect();
-    let mut forwarded = 0usize;
-    let mut run = |room: &mut Room, range: std::ops::Range<usize>, now: &mut std::time::Instant| {
-        for k in range {
-            for s in 0..3 {
-                room.handle_datagram(*now, ids[s], clients[s].addr, &packets[s][k]);
-                while let Some(o) = room.poll_output() {
-                    match o {
-                        RoomOutput::Member(_, Output::Transmit { .. }) => forwarded += 1,
-                        RoomOutput::Member(..) => {}
-                        RoomOutput::Timeout(_) => break,
-                    }
-                }
-            }
-            *now += Duration::from_millis(20);
-        }
-    };
-    run(&mut room, 0..16, &mut now);
+    let mut s = setup(3);
+    rounds(&mut s, 0..16);
     let before = allocs();
-    run(&mut room, 16..200, &mut now);
+    let (n, _) = rounds(&mut s, 16..200);
     let during = allocs() - before;
-    assert_eq!(forwarded, 200 * 3 * 2);
+    assert_eq!(n, 184 * 3 * 2);
     assert_eq!(during, 0, "allocations in steady state");
 }

@@ -4,6 +4,8 @@
 //! * [`browser`]: a simulated WebRTC browser, sans-IO (offers, ICE checks, a DTLS-SRTP
 //!   endpoint, SRTP in and out), the core of every simulated participant.
 //! * [`memory`]: a browser for tests in memory, at a made-up address, strict about what it gets.
+//! * [`gateway`]: such browsers wired to the gateway's sans-IO parts: one WebRTC leg, or a
+//!   whole shard with rooms of them ([`gateway::Harness`]).
 //! * [`participant`]: a browser on a real UDP socket with HTTP signaling (WHIP, WHEP, room
 //!   joins), sending a G.711 tone and measuring what it receives.
 //! * [`fleet`]: many socket participants in rooms on a few threads (the demo, `lab calls`,
@@ -14,6 +16,7 @@
 
 pub mod browser;
 pub mod fleet;
+pub mod gateway;
 pub mod link;
 pub mod memory;
 pub mod participant;

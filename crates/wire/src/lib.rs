@@ -2,6 +2,8 @@
 //!
 //! * [`rtp`]: zero-copy RTP/RTCP header views and RFC 7983 first-byte
 //!   demultiplexing of STUN, DTLS, RTP and RTCP.
+//! * [`demux`]: a datagram on a shared media port classified once, with what later stages
+//!   need from its parse (STUN's parsed message, RTP's header fields, RTCP's sender SSRC).
 //! * [`pcap`]: reading pcap/pcapng captures, locating UDP datagrams in them,
 //!   replacing UDP payloads (fixing lengths and checksums) and writing the
 //!   result back in the same format.
@@ -17,9 +19,12 @@
 #![forbid(unsafe_code)]
 
 pub mod bencode;
+pub mod demux;
+pub mod parse_count;
 pub mod pcap;
 pub mod rtp;
 pub mod sdp;
 pub mod stun;
 
+pub use demux::{demux, Class};
 pub use rtp::{classify, PacketKind, ParseError, RtcpHeader, RtpHeader};

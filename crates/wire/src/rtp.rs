@@ -92,6 +92,12 @@ impl<'a> RtpHeader<'a> {
     /// Checks the version, and that the CSRC list and (if the X bit is set)
     /// the header extension fit in `buf`.
     pub fn parse(buf: &'a [u8]) -> Result<Self, ParseError> {
+        crate::parse_count::count();
+        RtpHeader::parse_uncounted(buf)
+    }
+
+    /// [`RtpHeader::parse`] without counting (for [`crate::demux`], which counts itself).
+    pub(crate) fn parse_uncounted(buf: &'a [u8]) -> Result<Self, ParseError> {
         check_len(buf, RTP_FIXED_HEADER_LEN)?;
         let version = buf[0] >> 6;
         if version != RTP_VERSION {
@@ -277,6 +283,12 @@ impl<'a> RtcpHeader<'a> {
     /// that the first packet's declared length (`(length + 1) * 4` bytes)
     /// fits in `buf`. The SRTCP trailer after the compound is not inspected.
     pub fn parse(buf: &'a [u8]) -> Result<Self, ParseError> {
+        crate::parse_count::count();
+        RtcpHeader::parse_uncounted(buf)
+    }
+
+    /// [`RtcpHeader::parse`] without counting (for [`crate::demux`], which counts itself).
+    pub(crate) fn parse_uncounted(buf: &'a [u8]) -> Result<Self, ParseError> {
         check_len(buf, RTCP_HEADER_LEN)?;
         let version = buf[0] >> 6;
         if version != RTP_VERSION {
@@ -372,6 +384,12 @@ pub enum PacketKind {
 /// rest of the conflict range), anything else is RTP. A packet shorter than
 /// the minimal header (12 bytes RTP, 8 bytes RTCP) is [`PacketKind::Other`].
 pub fn classify(payload: &[u8]) -> PacketKind {
+    crate::parse_count::count();
+    classify_uncounted(payload)
+}
+
+/// [`classify`] without counting (for [`crate::demux`], which counts itself).
+pub(crate) fn classify_uncounted(payload: &[u8]) -> PacketKind {
     let Some(&first) = payload.first() else {
         return PacketKind::Other;
     };

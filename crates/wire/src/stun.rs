@@ -73,7 +73,7 @@ impl Class {
 }
 
 /// Why a datagram is not an acceptable STUN message.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StunError {
     /// Shorter than a header, or than the length the header states.
@@ -121,6 +121,16 @@ pub fn looks_like_stun(buf: &[u8]) -> bool {
     buf.len() >= HEADER_LEN && buf[0] & 0xC0 == 0 && buf[4..8] == MAGIC_COOKIE.to_be_bytes()
 }
 
+/// What [`Message::parse`] found in a datagram, without borrowing it (see [`Message::parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    len: usize,
+    class: Class,
+    method: u16,
+    integrity_at: Option<usize>,
+    has_fingerprint: bool,
+}
+
 /// A parsed STUN message borrowing its datagram.
 #[derive(Clone, Copy)]
 pub struct Message<'a> {
@@ -162,6 +172,12 @@ impl<'a> Message<'a> {
     /// present. MESSAGE-INTEGRITY is checked separately ([`Message::check_integrity`]),
     /// since the key depends on the USERNAME. Bytes after the stated length are refused.
     pub fn parse(buf: &'a [u8]) -> Result<Message<'a>, StunError> {
+        crate::parse_count::count();
+        Message::parse_uncounted(buf)
+    }
+
+    /// [`Message::parse`] without counting (for [`crate::demux`], which counts itself).
+    pub(crate) fn parse_uncounted(buf: &'a [u8]) -> Result<Message<'a>, StunError> {
         if buf.len() < HEADER_LEN {
             return Err(StunError::Truncated);
         }
@@ -234,6 +250,31 @@ impl<'a> Message<'a> {
             at += 4 + padded;
         }
         Ok(msg)
+    }
+
+    /// What the parse found, without the bytes: kept with a classified datagram (and handed
+    /// between threads with it) so that the message is read again without parsing again.
+    pub fn parts(&self) -> Parts {
+        Parts {
+            len: self.buf.len(),
+            class: self.class,
+            method: self.method,
+            integrity_at: self.integrity_at,
+            has_fingerprint: self.has_fingerprint,
+        }
+    }
+
+    /// The message [`Message::parts`] came from, over the same bytes; `None` if `buf` is not
+    /// as long as the parsed message was (not the same datagram). Nothing is validated again:
+    /// `buf` must be the bytes that were parsed.
+    pub fn from_parts(buf: &'a [u8], parts: Parts) -> Option<Message<'a>> {
+        (buf.len() == parts.len).then_some(Message {
+            buf,
+            class: parts.class,
+            method: parts.method,
+            integrity_at: parts.integrity_at,
+            has_fingerprint: parts.has_fingerprint,
+        })
     }
 
     /// The class.

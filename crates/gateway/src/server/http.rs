@@ -32,7 +32,7 @@ use secrelay_wire::sdp::parse_offer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::stats::StatsCollector;
-use super::{Gateway, JoinError, LegKind};
+use super::{Gateway, JoinError, JoinKind};
 use crate::ice_lite::Credentials;
 
 /// A resource made by a POST, as PATCH and DELETE find it.
@@ -78,7 +78,7 @@ impl AppState {
 }
 
 /// The router for a gateway.
-pub fn router(gateway: Arc<Gateway>) -> Router {
+pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
     let origins = &gateway.config().cors_origins;
@@ -119,9 +119,9 @@ pub fn router(gateway: Arc<Gateway>) -> Router {
         registry: Arc::new(registry),
     };
     Router::new()
-        .route("/whip/{room}", offer_route(LegKind::Whip))
-        .route("/whep/{room}", offer_route(LegKind::Whep))
-        .route("/rooms/{room}/join", offer_route(LegKind::Join))
+        .route("/whip/{room}", offer_route(JoinKind::Whip))
+        .route("/whep/{room}", offer_route(JoinKind::Whep))
+        .route("/rooms/{room}/join", offer_route(JoinKind::Join))
         .route(
             "/whip/{room}/{id}",
             delete(leave_resource).patch(patch_resource),
@@ -218,7 +218,7 @@ fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
 }
 
 /// `POST /whip/{room}`, `/whep/{room}`, `/rooms/{room}/join`: one handler per kind of leg.
-fn offer_route(kind: LegKind) -> axum::routing::MethodRouter<AppState> {
+fn offer_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
     post(
         move |State(s): State<AppState>,
               Path(room): Path<String>,
@@ -232,7 +232,7 @@ async fn offer(
     room: String,
     headers: HeaderMap,
     body: Bytes,
-    kind: LegKind,
+    kind: JoinKind,
 ) -> Response {
     if !valid_room(&room) {
         return refuse(
@@ -273,9 +273,9 @@ async fn offer(
         Ok(j) => {
             let etag = format!("\"{}\"", j.ice.ufrag);
             let location = match kind {
-                LegKind::Join => format!("/rooms/{room}/participants/{}", j.id),
-                LegKind::Whip => format!("/whip/{room}/{}", j.id),
-                LegKind::Whep => format!("/whep/{room}/{}", j.id),
+                JoinKind::Join => format!("/rooms/{room}/participants/{}", j.id),
+                JoinKind::Whip => format!("/whip/{room}/{}", j.id),
+                JoinKind::Whep => format!("/whep/{room}/{}", j.id),
             };
             s.resources().insert(
                 j.id.clone(),

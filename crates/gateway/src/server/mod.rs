@@ -1,19 +1,27 @@
 //! The server: packet workers on one UDP port, HTTP signaling and operations, shutdown.
 //!
 //! * [`Gateway`]: the workers (one per core by default, each a thread with its own
-//!   SO_REUSEPORT socket on the shared port, see [`worker`]) and the handle the control plane
-//!   talks to them through. Rooms are hashed to workers; a datagram the kernel delivers to
-//!   another worker's socket is handed to the owner through a bounded queue.
-//! * [`http`]: WHIP, WHEP, room joins, the JSON API, `/metrics` and `/healthz` (axum).
+//!   SO_REUSEPORT socket on the shared port and a [`Shard`] that decides everything about its
+//!   rooms) and the handle the control plane talks to them through. Rooms are hashed to
+//!   workers; a datagram the kernel delivers to another worker's socket is handed to the owner
+//!   through a bounded queue, with the class it was given when it was read.
+//! * `http`: WHIP, WHEP, room joins, the JSON API, `/metrics` and `/healthz` (axum).
 //! * [`Server`]: both, started together, stopped together (stop admitting, close_notify to
 //!   every participant, send it, exit).
+//! * [`ServeConfig`]: the configuration (TOML keys and command-line flags).
+//! * [`Totals`], [`HistogramSnapshot`]: what the server counted, summed over its workers.
+//!
+//! The workers, their UDP batches, the routing directory and the stats' internals are private:
+//! an embedder starts a [`Server`] (or a [`Gateway`] without HTTP), talks to it through these
+//! handles, and drives a [`Shard`] directly when it wants the gateway's decisions without its
+//! I/O.
 
 pub mod config;
-pub mod directory;
-pub mod http;
-pub mod stats;
-pub mod udp;
-pub mod worker;
+mod directory;
+mod http;
+mod stats;
+mod udp;
+mod worker;
 
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
@@ -27,12 +35,14 @@ use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
 use crate::ice_lite::{Credentials, IceConfig};
-use crate::participant::ParticipantConfig;
-pub use config::ServeConfig;
+use crate::leg::WebRtcConfig;
+pub use crate::shard::{JoinError, JoinKind, Joined, ParticipantSnapshot, RoomSnapshot};
+use crate::shard::{Shard, ShardConfig};
+pub use config::{RoomConfig, ServeConfig};
 use directory::Directory;
-use stats::{GatewayStats, WorkerStats};
+use stats::WorkerStats;
+pub use stats::{GatewayStats, HistogramSnapshot, Totals};
 use worker::{Command, Peer, Shared, Worker};
-pub use worker::{JoinError, Joined, LegKind, ParticipantSnapshot, RoomSnapshot};
 
 /// Why the server could not start.
 #[derive(Debug)]
@@ -122,14 +132,17 @@ impl Gateway {
                 .unwrap_or_else(|| default_announce(udp_addr)),
             udp_addr.port(),
         );
-        let participant = ParticipantConfig {
-            ice: IceConfig {
-                consent_timeout: config.consent_timeout(),
-                ..IceConfig::default()
+        let shard_config = ShardConfig {
+            certificate: LocalCertificate::from(&certificate),
+            webrtc: WebRtcConfig {
+                ice: IceConfig {
+                    consent_timeout: config.consent_timeout(),
+                    ..IceConfig::default()
+                },
+                candidates: vec![candidate],
+                srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
+                ..WebRtcConfig::default()
             },
-            candidates: vec![candidate],
-            srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
-            ..ParticipantConfig::default()
         };
         let mut peers = Vec::new();
         let mut inboxes = Vec::new();
@@ -140,8 +153,6 @@ impl Gateway {
             inboxes.push((inbox, poll));
         }
         let shared = Arc::new(Shared {
-            certificate: LocalCertificate::from(&certificate),
-            participant,
             directory: Directory::default(),
             peers,
             ended: std::sync::Mutex::default(),
@@ -158,11 +169,14 @@ impl Gateway {
             // pointers and never leave it.
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let (sh, st) = (shared.clone(), worker_stats[i].clone());
-            let engine = config.engine().map_err(|e| StartError(e.0))?;
+            let shard = Shard::new(
+                shard_config.clone(),
+                config.engine().map_err(|e| StartError(e.0))?,
+            );
             let t = std::thread::Builder::new()
                 .name(format!("secrelay-worker-{i}"))
                 .spawn(
-                    move || match Worker::new(i, socket, poll, inbox, sh, st, engine) {
+                    move || match Worker::new(i, socket, poll, inbox, sh, st, shard) {
                         Ok(w) => {
                             let _ = ready_tx.send(Ok(()));
                             w.run();
@@ -248,7 +262,12 @@ impl Gateway {
     }
 
     /// Makes a participant for `offer` in `room`.
-    pub async fn join(&self, room: &str, offer: Offer, kind: LegKind) -> Result<Joined, JoinError> {
+    pub async fn join(
+        &self,
+        room: &str,
+        offer: Offer,
+        kind: JoinKind,
+    ) -> Result<Joined, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }

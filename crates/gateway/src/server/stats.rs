@@ -1,14 +1,16 @@
-//! The server's counters and histograms, written by the workers and read by `/metrics`, the
-//! JSON API and the demo.
+//! The server's figures as `/metrics`, the JSON API and the demo read them: each worker's I/O
+//! counters and latency histograms, and its shard's counters (the one counter model of
+//! [`crate::counters`]) as the worker last published them.
 //!
-//! Each worker owns one [`WorkerStats`]: only that worker writes it (relaxed atomic adds on
-//! cache lines no other writer touches), readers sum over workers. Nothing on the packet path
-//! takes a lock.
+//! Each worker owns one [`WorkerStats`]: only that worker writes it, readers sum over workers.
+//! Nothing on the packet path takes a lock.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use crate::counters::ShardCounters;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -165,57 +167,10 @@ impl HistogramSnapshot {
     }
 }
 
-macro_rules! counters {
-    ($(#[$meta:meta])* pub struct $name:ident { $($(#[$fmeta:meta])* $field:ident,)* }) => {
-        $(#[$meta])*
-        #[derive(Debug, Default)]
-        pub struct $name {
-            $($(#[$fmeta])* pub $field: AtomicU64,)*
-        }
-        impl $name {
-            /// The field names and their current values.
-            pub fn values(&self) -> Vec<(&'static str, u64)> {
-                vec![$((stringify!($field), self.$field.load(Ordering::Relaxed)),)*]
-            }
-        }
-    };
-}
-
-counters! {
-    /// Why datagrams were dropped at the edge or inside a participant.
-    pub struct Drops {
-        /// From an address no participant owns, and not a STUN check naming one.
-        unknown_source,
-        /// SRTP/SRTCP with a wrong authentication tag.
-        auth_failed,
-        /// SRTP/SRTCP replayed or too old.
-        replayed,
-        /// Malformed SRTP/SRTCP.
-        malformed,
-        /// DTLS or SRTP from an address ICE has not validated.
-        unvalidated_source,
-        /// SRTP before the DTLS handshake finished.
-        before_keys,
-        /// STUN refused by the ICE agent (bad credentials or integrity).
-        stun_rejected,
-        /// Datagrams of an unknown kind.
-        unknown_kind,
-        /// Arrived for a participant that had closed.
-        after_close,
-        /// Copies not forwarded: the receiver did not negotiate the codec.
-        no_codec,
-        /// Copies not forwarded: the receiver was not connected yet.
-        receiver_not_ready,
-        /// Handed to another worker whose queue was full.
-        handoff_queue_full,
-        /// `sendmmsg` failed for the datagram.
-        send_failed,
-        /// Dropped because the gateway's own code panicked on them (a bug; the worker goes on).
-        internal_error,
-    }
-}
-
-/// What one worker counts. Written by that worker only.
+/// What one worker counts: its I/O here, its shard's counters as last published, and the
+/// latency histograms. Written by that worker only (relaxed atomic adds on cache lines no
+/// other writer touches; the shard's counters under a lock taken when they are published,
+/// every 200 ms and after each control command, never per packet); readers sum over workers.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     /// Datagrams received from the socket.
@@ -226,63 +181,29 @@ pub struct WorkerStats {
     pub datagrams_out: AtomicU64,
     /// Bytes sent.
     pub bytes_out: AtomicU64,
-    /// SRTP/SRTCP packets unprotected (all participants of this worker).
-    pub srtp_in: AtomicU64,
-    /// SRTP/SRTCP packets protected.
-    pub srtp_out: AtomicU64,
-    /// Media packets received from publishers and routed to their rooms.
-    pub media_routed: AtomicU64,
-    /// Copies of media sent to receivers.
-    pub media_forwarded: AtomicU64,
-    /// Of those, copies sent outside a receive slot (the receiver offered too few sections).
-    pub media_unslotted: AtomicU64,
-    /// Datagrams received here but owned by another worker (handed over).
+    /// Datagrams received here but owned by another worker's shard (handed over).
     pub handed_off: AtomicU64,
-    /// Engine calls that unprotected a receive batch's SRTP media.
-    pub srtp_batches: AtomicU64,
-    /// SRTP media datagrams unprotected in those calls.
-    pub srtp_batched: AtomicU64,
-    /// Drops by reason.
-    pub drops: Drops,
-    /// Handshakes that finished.
-    pub handshakes_ok: AtomicU64,
-    /// Handshakes that failed (DTLS failure or fingerprint mismatch before keys).
-    pub handshakes_failed: AtomicU64,
-    /// Sessions ended, by reason.
-    pub closed: Closed,
+    /// The shard's counters, as last published.
+    shard: Mutex<ShardCounters>,
     /// Handshake duration (first DTLS flight to keys).
     pub handshake_time: LatencyHistogram,
     /// From the socket read that brought a packet in to the socket write that sent its copies
     /// out, per copy.
     pub relay_latency: LatencyHistogram,
-    /// Time to process one media packet: its share of the receive batch's unprotect call and
-    /// its routing in its room (the copies' protect call runs with the send), per packet.
+    /// Time to process one media packet: its share of the batch's unprotect call, its routing
+    /// and its copies' protect call, per packet received.
     pub media_processing: LatencyHistogram,
-    /// Participants alive on this worker.
-    pub participants: AtomicU64,
-    /// Participants whose DTLS-SRTP is up.
-    pub connected: AtomicU64,
-    /// Rooms on this worker.
-    pub rooms: AtomicU64,
 }
 
-counters! {
-    /// Sessions ended, by reason.
-    pub struct Closed {
-        /// ICE consent expired.
-        consent_expired,
-        /// DTLS failed (timeout, alert, bad records).
-        dtls_failed,
-        /// The peer's certificate did not match its fingerprint.
-        fingerprint_mismatch,
-        /// The peer sent close_notify.
-        close_notify,
-        /// Removed through HTTP (DELETE).
-        deleted,
-        /// Closed by the server's shutdown.
-        shutdown,
-        /// Abandoned with its room after a panic in the gateway's own code (a bug).
-        internal_error,
+impl WorkerStats {
+    /// Publishes the shard's counters.
+    pub fn publish(&self, c: ShardCounters) {
+        *self.shard.lock().unwrap_or_else(|e| e.into_inner()) = c;
+    }
+
+    /// The shard's counters as last published.
+    pub fn shard(&self) -> ShardCounters {
+        *self.shard.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -338,38 +259,32 @@ pub struct Totals {
     pub handshake_time: HistogramSnapshot,
 }
 
-fn sum_named(rows: impl Iterator<Item = Vec<(&'static str, u64)>>) -> Vec<(&'static str, u64)> {
-    let mut out: Vec<(&'static str, u64)> = Vec::new();
-    for row in rows {
-        for (name, v) in row {
-            match out.iter_mut().find(|(n, _)| *n == name) {
-                Some(e) => e.1 += v,
-                None => out.push((name, v)),
-            }
-        }
-    }
-    out
-}
-
 impl GatewayStats {
-    /// Participants alive, summed over workers (one atomic each: cheap enough per request).
+    /// Participants alive, summed over workers as last published (the workers publish after
+    /// every join and leave).
     pub fn participants(&self) -> u64 {
+        self.workers.iter().map(|w| w.shard().members).sum()
+    }
+
+    /// The shards' counters summed.
+    pub fn shards(&self) -> ShardCounters {
+        let mut c = ShardCounters::default();
+        for w in &self.workers {
+            c.add(&w.shard());
+        }
+        c
+    }
+
+    fn io(&self, f: fn(&WorkerStats) -> &AtomicU64) -> u64 {
         self.workers
             .iter()
-            .map(|w| w.participants.load(Ordering::Relaxed))
+            .map(|w| f(w).load(Ordering::Relaxed))
             .sum()
     }
 
     /// The sums over workers.
     pub fn totals(&self) -> Totals {
-        let load = |f: fn(&WorkerStats) -> &AtomicU64| -> u64 {
-            self.workers
-                .iter()
-                .map(|w| f(w).load(Ordering::Relaxed))
-                .sum()
-        };
-        let drops_by_reason = sum_named(self.workers.iter().map(|w| w.drops.values()));
-        let closed_by_reason = sum_named(self.workers.iter().map(|w| w.closed.values()));
+        let s = self.shards();
         let mut relay_latency = HistogramSnapshot::default();
         let mut handshake_time = HistogramSnapshot::default();
         for w in &self.workers {
@@ -377,22 +292,33 @@ impl GatewayStats {
             handshake_time.add(&w.handshake_time);
         }
         Totals {
-            datagrams_in: load(|w| &w.datagrams_in),
-            datagrams_out: load(|w| &w.datagrams_out),
-            media_routed: load(|w| &w.media_routed),
-            media_forwarded: load(|w| &w.media_forwarded),
-            media_unslotted: load(|w| &w.media_unslotted),
-            handed_off: load(|w| &w.handed_off),
-            srtp_batches: load(|w| &w.srtp_batches),
-            srtp_batched: load(|w| &w.srtp_batched),
-            drops: drops_by_reason.iter().map(|e| e.1).sum(),
-            drops_by_reason: drops_by_reason.into_iter().filter(|e| e.1 > 0).collect(),
-            handshakes_ok: load(|w| &w.handshakes_ok),
-            handshakes_failed: load(|w| &w.handshakes_failed),
-            participants: load(|w| &w.participants),
-            connected: load(|w| &w.connected),
-            rooms: load(|w| &w.rooms),
-            closed_by_reason: closed_by_reason.into_iter().filter(|e| e.1 > 0).collect(),
+            datagrams_in: self.io(|w| &w.datagrams_in),
+            datagrams_out: self.io(|w| &w.datagrams_out),
+            media_routed: s.media.routed,
+            media_forwarded: s.media.forwarded,
+            media_unslotted: s.media.unslotted,
+            handed_off: self.io(|w| &w.handed_off),
+            srtp_batches: s.srtp_batches,
+            srtp_batched: s.srtp_batched,
+            drops: s.media.drops.total(),
+            drops_by_reason: s
+                .media
+                .drops
+                .iter()
+                .filter(|e| e.1 > 0)
+                .map(|(r, n)| (r.name(), n))
+                .collect(),
+            handshakes_ok: s.handshakes_ok,
+            handshakes_failed: s.handshakes_failed,
+            participants: s.members,
+            connected: s.connected,
+            rooms: s.rooms,
+            closed_by_reason: s
+                .ended
+                .iter()
+                .filter(|e| e.1 > 0)
+                .map(|(r, n)| (r.name(), n))
+                .collect(),
             relay_latency,
             handshake_time,
         }
@@ -457,69 +383,73 @@ fn histogram(
 impl Collector for StatsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let s = &self.0;
-        let t = s.totals();
+        let shards = s.shards();
+        let m = &shards.media;
         let e = &mut encoder;
-        let sum = |f: fn(&WorkerStats) -> &AtomicU64| -> u64 {
-            s.workers.iter().map(|w| f(w).load(Ordering::Relaxed)).sum()
-        };
         labelled_counters(
             e,
             "secrelay_datagrams",
             "UDP datagrams through the media socket, by direction",
             "direction",
-            &[("in", t.datagrams_in), ("out", t.datagrams_out)],
+            &[
+                ("in", s.io(|w| &w.datagrams_in)),
+                ("out", s.io(|w| &w.datagrams_out)),
+            ],
         )?;
         labelled_counters(
             e,
             "secrelay_bytes",
             "UDP payload bytes through the media socket, by direction",
             "direction",
-            &[("in", sum(|w| &w.bytes_in)), ("out", sum(|w| &w.bytes_out))],
+            &[
+                ("in", s.io(|w| &w.bytes_in)),
+                ("out", s.io(|w| &w.bytes_out)),
+            ],
         )?;
         labelled_counters(
             e,
             "secrelay_srtp_packets",
             "SRTP/SRTCP packets unprotected (in) and protected (out)",
             "direction",
-            &[("in", sum(|w| &w.srtp_in)), ("out", sum(|w| &w.srtp_out))],
+            &[("in", m.packets_in), ("out", m.packets_out)],
         )?;
         counter(
             e,
             "secrelay_media_routed",
             "Media packets received from publishers and routed to their rooms",
-            t.media_routed,
+            m.routed,
         )?;
         counter(
             e,
             "secrelay_media_forwarded",
-            "Media copies re-protected and sent to receivers",
-            t.media_forwarded,
+            "Media copies routed to receivers (re-protected and sent unless counted as dropped)",
+            m.forwarded,
         )?;
         counter(
             e,
             "secrelay_media_unslotted",
             "Media copies sent outside a receive slot, under an SSRC the receiver's answer does not announce (it offered fewer receiving sections of the kind than the room has senders)",
-            t.media_unslotted,
+            m.unslotted,
         )?;
         counter(
             e,
             "secrelay_worker_handoffs",
             "Datagrams received on one worker's socket and handed to the worker that owns the participant",
-            t.handed_off,
+            s.io(|w| &w.handed_off),
         )?;
         counter(
             e,
             "secrelay_srtp_batches",
             "SRTP engine calls that unprotected a receive batch's media (the copies routed from each are protected in one more call)",
-            t.srtp_batches,
+            shards.srtp_batches,
         )?;
         counter(
             e,
             "secrelay_srtp_batched_packets",
             "SRTP media datagrams unprotected in those batch calls",
-            t.srtp_batched,
+            shards.srtp_batched,
         )?;
-        let drops = sum_named(s.workers.iter().map(|w| w.drops.values()));
+        let drops: Vec<(&'static str, u64)> = m.drops.iter().map(|(r, n)| (r.name(), n)).collect();
         labelled_counters(
             e,
             "secrelay_drops",
@@ -532,9 +462,13 @@ impl Collector for StatsCollector {
             "secrelay_handshakes",
             "DTLS-SRTP handshakes, by result",
             "result",
-            &[("ok", t.handshakes_ok), ("failed", t.handshakes_failed)],
+            &[
+                ("ok", shards.handshakes_ok),
+                ("failed", shards.handshakes_failed),
+            ],
         )?;
-        let closed = sum_named(s.workers.iter().map(|w| w.closed.values()));
+        let closed: Vec<(&'static str, u64)> =
+            shards.ended.iter().map(|(r, n)| (r.name(), n)).collect();
         labelled_counters(
             e,
             "secrelay_sessions_closed",
@@ -558,35 +492,39 @@ impl Collector for StatsCollector {
             e,
             "secrelay_participants",
             "Participants alive",
-            t.participants,
+            shards.members,
         )?;
         gauge(
             e,
             "secrelay_participants_connected",
             "Participants with DTLS-SRTP up",
-            t.connected,
+            shards.connected,
         )?;
-        gauge(e, "secrelay_rooms", "Rooms", t.rooms)?;
+        gauge(e, "secrelay_rooms", "Rooms", shards.rooms)?;
+        let mut handshake_time = HistogramSnapshot::default();
+        let mut relay_latency = HistogramSnapshot::default();
+        let mut processing = HistogramSnapshot::default();
+        for w in &s.workers {
+            handshake_time.add(&w.handshake_time);
+            relay_latency.add(&w.relay_latency);
+            processing.add(&w.media_processing);
+        }
         histogram(
             e,
             "secrelay_handshake_duration_seconds",
             "DTLS-SRTP handshake duration, first flight to keys",
-            &t.handshake_time,
+            &handshake_time,
         )?;
         histogram(
             e,
             "secrelay_relay_latency_seconds",
             "Socket read to socket write, per forwarded media copy",
-            &t.relay_latency,
+            &relay_latency,
         )?;
-        let mut processing = HistogramSnapshot::default();
-        for w in &s.workers {
-            processing.add(&w.media_processing);
-        }
         histogram(
             e,
             "secrelay_media_processing_seconds",
-            "Per media packet received: its share of the receive batch's SRTP unprotect call, and its routing (the copies' protect call runs with the send)",
+            "Per media packet received: its share of the batch's SRTP unprotect call, its routing and its copies' protect call",
             &processing,
         )?;
         Ok(())

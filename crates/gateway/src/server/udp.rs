@@ -10,13 +10,13 @@ use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStora
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
-pub const BATCH: usize = 32;
+pub(crate) const BATCH: usize = 32;
 /// Receive buffer size: any Ethernet-MTU datagram, with room to tell an oversized one.
-pub const DATAGRAM_MAX: usize = 2048;
+pub(crate) const DATAGRAM_MAX: usize = 2048;
 
 /// A non-blocking UDP socket bound with SO_REUSEPORT (so every worker can bind the same port
 /// and the kernel spreads flows across them), with large kernel buffers.
-pub fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
+pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
     } else {
@@ -42,7 +42,7 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// Receive side: `BATCH` buffers and the headers `recvmmsg` fills.
-pub struct RecvBatch {
+pub(crate) struct RecvBatch {
     headers: MultiHeaders<SockaddrStorage>,
     bufs: Box<[[u8; DATAGRAM_MAX]; BATCH]>,
     meta: [(usize, Option<SocketAddr>); BATCH],
@@ -103,20 +103,10 @@ impl RecvBatch {
         let (len, from) = self.meta[i];
         (from, &self.bufs[i][..len.min(DATAGRAM_MAX)])
     }
-
-    /// How many datagrams the last `recv` read.
-    pub fn len(&self) -> usize {
-        self.count
-    }
-
-    /// Whether the last `recv` read nothing.
-    pub fn is_empty(&self) -> bool {
-        self.count == 0
-    }
 }
 
 /// Send side: datagrams packed into one slab, sent `BATCH` at a time.
-pub struct SendBatch {
+pub(crate) struct SendBatch {
     headers: MultiHeaders<SockaddrStorage>,
     slab: Vec<u8>,
     items: Vec<(SocketAddr, usize, usize)>,
@@ -142,7 +132,7 @@ impl std::fmt::Debug for SendBatch {
 
 /// What a flush did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Flushed {
+pub(crate) struct Flushed {
     /// Datagrams the kernel took.
     pub sent: usize,
     /// Their bytes.
@@ -157,17 +147,6 @@ impl SendBatch {
         let start = self.slab.len();
         self.slab.extend_from_slice(contents);
         self.items.push((to, start, contents.len()));
-    }
-
-    /// Drops everything queued without sending it.
-    pub fn clear(&mut self) {
-        self.items.clear();
-        self.slab.clear();
-    }
-
-    /// Datagrams queued.
-    pub fn len(&self) -> usize {
-        self.items.len()
     }
 
     /// Whether nothing is queued.

@@ -250,7 +250,7 @@ pub const GATEWAY_ENGINES: [&str; 2] = ["serial", "simd"];
 /// N calls (rooms of two simulated WebRTC participants) through an in-process gateway whose
 /// workers hand their receive batches to the SRTP engine `engine`, for `secs` seconds of media.
 pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<GatewayRun> {
-    use secrelay_gateway::server::stats::HistogramSnapshot;
+    use secrelay_gateway::server::HistogramSnapshot;
     use secrelay_gateway::server::{ServeConfig, Server};
     use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress};
     use secrelay_testkit::{Leg, Signaling};

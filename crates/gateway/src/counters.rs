@@ -1,0 +1,387 @@
+//! The gateway's one counter model.
+//!
+//! Every member of a room keeps one [`Counters`]; a room's, a shard's and the whole server's
+//! figures are sums of the same type (members that left are added to a retired set, so totals
+//! never go down), and `/api`, `/metrics` and the demo read those sums. A datagram or copy that
+//! is not delivered is counted once, under one [`DropReason`], at the member it concerns (or
+//! at the edge when no member does). Why a session ended is an [`EndReason`]. Both are enums
+//! matched exhaustively: a new reason is a compile error wherever reasons are shown.
+
+use std::fmt;
+use std::ops::{Index, IndexMut};
+
+/// Why a datagram, or a copy of one, was not delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// From an address no member owns, and not a STUN check naming one.
+    UnknownSource,
+    /// SRTP/SRTCP with a wrong authentication tag.
+    AuthFailed,
+    /// SRTP/SRTCP replayed or too old for the replay window.
+    Replayed,
+    /// Malformed: a header that does not parse, or SRTP too short for its tag.
+    Malformed,
+    /// DTLS or SRTP from an address ICE has not validated.
+    UnvalidatedSource,
+    /// SRTP before the DTLS handshake gave the keys.
+    BeforeKeys,
+    /// STUN refused by the ICE agent (not a Binding request, wrong credentials or integrity).
+    StunRejected,
+    /// A datagram of a kind the member does not take (not STUN, DTLS, RTP or RTCP; DTLS before
+    /// the member's DTLS starts).
+    UnknownKind,
+    /// Arrived for a member that had closed.
+    AfterClose,
+    /// A copy not forwarded: the receiver did not negotiate the codec.
+    NoCodec,
+    /// A copy not forwarded: the receiver was not connected yet.
+    ReceiverNotReady,
+    /// Media from a member that only subscribes.
+    NotPublisher,
+    /// A copy the receiver's SRTP context refused to protect (key exhausted, too large).
+    ProtectFailed,
+    /// Received by one worker for a member of another whose queue was full.
+    HandoffQueueFull,
+    /// `sendmmsg` failed for the datagram.
+    SendFailed,
+    /// Dropped because the gateway's own code panicked on it (a bug; the worker goes on).
+    InternalError,
+    /// An SRTP error of another kind (a context refusing the packet for a reason not above).
+    SrtpOther,
+}
+
+impl DropReason {
+    /// Every reason, in the order the metrics list them.
+    pub const ALL: [DropReason; 17] = [
+        DropReason::UnknownSource,
+        DropReason::AuthFailed,
+        DropReason::Replayed,
+        DropReason::Malformed,
+        DropReason::UnvalidatedSource,
+        DropReason::BeforeKeys,
+        DropReason::StunRejected,
+        DropReason::UnknownKind,
+        DropReason::AfterClose,
+        DropReason::NoCodec,
+        DropReason::ReceiverNotReady,
+        DropReason::NotPublisher,
+        DropReason::ProtectFailed,
+        DropReason::HandoffQueueFull,
+        DropReason::SendFailed,
+        DropReason::InternalError,
+        DropReason::SrtpOther,
+    ];
+
+    /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
+    pub fn name(self) -> &'static str {
+        match self {
+            DropReason::UnknownSource => "unknown_source",
+            DropReason::AuthFailed => "auth_failed",
+            DropReason::Replayed => "replayed",
+            DropReason::Malformed => "malformed",
+            DropReason::UnvalidatedSource => "unvalidated_source",
+            DropReason::BeforeKeys => "before_keys",
+            DropReason::StunRejected => "stun_rejected",
+            DropReason::UnknownKind => "unknown_kind",
+            DropReason::AfterClose => "after_close",
+            DropReason::NoCodec => "no_codec",
+            DropReason::ReceiverNotReady => "receiver_not_ready",
+            DropReason::NotPublisher => "not_publisher",
+            DropReason::ProtectFailed => "protect_failed",
+            DropReason::HandoffQueueFull => "handoff_queue_full",
+            DropReason::SendFailed => "send_failed",
+            DropReason::InternalError => "internal_error",
+            DropReason::SrtpOther => "srtp_other",
+        }
+    }
+
+    /// The reason an SRTP or SRTCP unprotect failed with.
+    pub fn of_unprotect(e: secrelay_srtp::Error) -> DropReason {
+        use secrelay_srtp::Error as E;
+        match e {
+            E::AuthFailed => DropReason::AuthFailed,
+            E::ReplayDuplicate | E::ReplayOld => DropReason::Replayed,
+            E::TooShort | E::BadHeader => DropReason::Malformed,
+            _ => DropReason::SrtpOther,
+        }
+    }
+
+    fn index(self) -> usize {
+        // `ALL` lists every variant once, in declaration order (a unit test checks).
+        self as usize
+    }
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Drops, one count per [`DropReason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drops([u64; DropReason::ALL.len()]);
+
+impl Index<DropReason> for Drops {
+    type Output = u64;
+    fn index(&self, r: DropReason) -> &u64 {
+        &self.0[r.index()]
+    }
+}
+
+impl IndexMut<DropReason> for Drops {
+    fn index_mut(&mut self, r: DropReason) -> &mut u64 {
+        &mut self.0[r.index()]
+    }
+}
+
+impl Drops {
+    /// Every reason with its count, zeros included, in [`DropReason::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::ALL.iter().map(|r| (*r, self[*r]))
+    }
+
+    /// All drops together.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// What one member counts; sums of it count rooms, shards and the server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// SRTP/SRTCP packets unprotected (received from the member).
+    pub packets_in: u64,
+    /// Their bytes, as received.
+    pub bytes_in: u64,
+    /// SRTP/SRTCP packets protected and queued (sent to the member).
+    pub packets_out: u64,
+    /// Their bytes, as sent.
+    pub bytes_out: u64,
+    /// STUN datagrams received from the member.
+    pub stun_in: u64,
+    /// DTLS datagrams handed to the member's DTLS endpoint.
+    pub dtls_in: u64,
+    /// Media packets from the member routed to its room.
+    pub routed: u64,
+    /// Copies of others' media routed to the member.
+    pub forwarded: u64,
+    /// Of those, copies sent outside a receive slot (under an SSRC its answer does not
+    /// announce: it offered fewer receiving sections of the kind than the room has senders).
+    pub unslotted: u64,
+    /// What was not delivered, by reason.
+    pub drops: Drops,
+}
+
+impl Counters {
+    /// Adds `other` into these.
+    pub fn add(&mut self, other: &Counters) {
+        let Counters {
+            packets_in,
+            bytes_in,
+            packets_out,
+            bytes_out,
+            stun_in,
+            dtls_in,
+            routed,
+            forwarded,
+            unslotted,
+            drops,
+        } = other;
+        self.packets_in += packets_in;
+        self.bytes_in += bytes_in;
+        self.packets_out += packets_out;
+        self.bytes_out += bytes_out;
+        self.stun_in += stun_in;
+        self.dtls_in += dtls_in;
+        self.routed += routed;
+        self.forwarded += forwarded;
+        self.unslotted += unslotted;
+        for (a, b) in self.drops.0.iter_mut().zip(drops.0) {
+            *a += b;
+        }
+    }
+
+    /// One drop for `reason`.
+    pub fn drop(&mut self, reason: DropReason) {
+        self.drops[reason] += 1;
+    }
+}
+
+/// Why a session (a member) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EndReason {
+    /// No authenticated ICE check within the consent timeout.
+    ConsentExpired,
+    /// The DTLS handshake or association failed.
+    DtlsFailed,
+    /// The peer's certificate did not match the offer's fingerprint.
+    FingerprintMismatch,
+    /// The peer sent close_notify.
+    CloseNotify,
+    /// Removed through the control plane (HTTP DELETE).
+    Deleted,
+    /// Closed by the server's shutdown.
+    Shutdown,
+    /// Abandoned with its room after a panic in the gateway's own code (a bug).
+    InternalError,
+}
+
+impl EndReason {
+    /// Every reason, in the order the metrics list them.
+    pub const ALL: [EndReason; 7] = [
+        EndReason::ConsentExpired,
+        EndReason::DtlsFailed,
+        EndReason::FingerprintMismatch,
+        EndReason::CloseNotify,
+        EndReason::Deleted,
+        EndReason::Shutdown,
+        EndReason::InternalError,
+    ];
+
+    /// The label in `/metrics` (`secrelay_sessions_closed_total{reason=…}`) and the API.
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::ConsentExpired => "consent_expired",
+            EndReason::DtlsFailed => "dtls_failed",
+            EndReason::FingerprintMismatch => "fingerprint_mismatch",
+            EndReason::CloseNotify => "close_notify",
+            EndReason::Deleted => "deleted",
+            EndReason::Shutdown => "shutdown",
+            EndReason::InternalError => "internal_error",
+        }
+    }
+}
+
+impl fmt::Display for EndReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Sessions ended, one count per [`EndReason`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Ends([u64; EndReason::ALL.len()]);
+
+impl Index<EndReason> for Ends {
+    type Output = u64;
+    fn index(&self, r: EndReason) -> &u64 {
+        &self.0[r as usize]
+    }
+}
+
+impl IndexMut<EndReason> for Ends {
+    fn index_mut(&mut self, r: EndReason) -> &mut u64 {
+        &mut self.0[r as usize]
+    }
+}
+
+impl Ends {
+    /// Every reason with its count, zeros included.
+    pub fn iter(&self) -> impl Iterator<Item = (EndReason, u64)> + '_ {
+        EndReason::ALL.iter().map(|r| (*r, self[*r]))
+    }
+}
+
+/// What a shard counts: its members' [`Counters`] summed (those that left included), the drops
+/// no member owns, and its sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShardCounters {
+    /// Media and drops, all members and the edge.
+    pub media: Counters,
+    /// DTLS-SRTP handshakes that finished.
+    pub handshakes_ok: u64,
+    /// Handshakes that failed (DTLS failure or fingerprint mismatch before keys).
+    pub handshakes_failed: u64,
+    /// Sessions ended, by reason.
+    pub ended: Ends,
+    /// Engine calls that unprotected a batch of received media.
+    pub srtp_batches: u64,
+    /// Datagrams unprotected in those calls.
+    pub srtp_batched: u64,
+    /// Members now.
+    pub members: u64,
+    /// Members whose DTLS-SRTP is up now.
+    pub connected: u64,
+    /// Rooms now.
+    pub rooms: u64,
+}
+
+impl ShardCounters {
+    /// Adds `other` (another shard) into these.
+    pub fn add(&mut self, other: &ShardCounters) {
+        self.media.add(&other.media);
+        self.handshakes_ok += other.handshakes_ok;
+        self.handshakes_failed += other.handshakes_failed;
+        for (a, b) in self.ended.0.iter_mut().zip(other.ended.0) {
+            *a += b;
+        }
+        self.srtp_batches += other.srtp_batches;
+        self.srtp_batched += other.srtp_batched;
+        self.members += other.members;
+        self.connected += other.connected;
+        self.rooms += other.rooms;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_reason_is_listed_once_in_declaration_order() {
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(r.index(), i, "{r}");
+        }
+        for (i, r) in EndReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{r}");
+        }
+        let mut names: Vec<&str> = DropReason::ALL.iter().map(|r| r.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), DropReason::ALL.len());
+    }
+
+    #[test]
+    fn sums_add_every_field() {
+        let mut a = Counters {
+            packets_in: 1,
+            bytes_in: 2,
+            packets_out: 3,
+            bytes_out: 4,
+            stun_in: 5,
+            dtls_in: 6,
+            routed: 7,
+            forwarded: 8,
+            unslotted: 9,
+            drops: Drops::default(),
+        };
+        a.drop(DropReason::Replayed);
+        let mut sum = Counters::default();
+        sum.add(&a);
+        sum.add(&a);
+        assert_eq!(sum.packets_in, 2);
+        assert_eq!(sum.unslotted, 18);
+        assert_eq!(sum.drops[DropReason::Replayed], 2);
+        assert_eq!(sum.drops.total(), 2);
+        let mut s = ShardCounters::default();
+        s.ended[EndReason::Deleted] += 1;
+        let mut t = ShardCounters::default();
+        t.add(&s);
+        t.add(&s);
+        assert_eq!(t.ended[EndReason::Deleted], 2);
+    }
+
+    #[test]
+    fn srtp_errors_map_to_reasons() {
+        use secrelay_srtp::Error as E;
+        assert_eq!(
+            DropReason::of_unprotect(E::AuthFailed),
+            DropReason::AuthFailed
+        );
+        assert_eq!(DropReason::of_unprotect(E::ReplayOld), DropReason::Replayed);
+        assert_eq!(DropReason::of_unprotect(E::TooShort), DropReason::Malformed);
+    }
+}

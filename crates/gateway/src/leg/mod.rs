@@ -1,0 +1,387 @@
+//! A room's members, of several kinds behind one interface: a [`Leg`].
+//!
+//! A leg terminates one participant's transport and security: for a WebRTC participant
+//! ([`WebRtcLeg`]) that is ICE-lite, DTLS-SRTP and the SRTP contexts its keys make. What the
+//! room and the shard need from any leg is here: the media sections it negotiated (codecs,
+//! payload types, receive slots), whether media from an address may be unprotected now and
+//! with which context, where protected copies go, its timers and control datagrams, and its
+//! [`Counters`]. Routing, batching and re-protection are written against [`Leg`] only, so a
+//! new kind of leg (SDES-SRTP, plain RTP, a trunk to another node) is a new variant here and
+//! touches no routing.
+//!
+//! Media itself never passes through a leg's own methods: the shard unprotects and protects
+//! it in batches with the leg's contexts ([`Leg::inbound_context`],
+//! [`Leg::outbound_context`]). A leg's control traffic (STUN answers, DTLS flights) and its
+//! events come out of [`Leg::poll_output`].
+//!
+//! # Drive contract
+//! After every input ([`Leg::handle_stun`], [`Leg::handle_dtls`], [`Leg::handle_timeout`],
+//! [`Leg::close`]), call [`Leg::poll_output`] until it returns [`LegOutput::Timeout`] or
+//! `None` (closed, nothing left to send).
+
+pub mod webrtc;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use secrelay_dtls::FailReason;
+use secrelay_srtp::{Context, Profile};
+use secrelay_wire::sdp::{Codec, MediaKind};
+use secrelay_wire::stun::Message;
+
+use crate::counters::{Counters, DropReason, EndReason};
+pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg};
+
+/// A codec the gateway forwards, identified independently of payload type numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CodecId {
+    /// Opus, 48 kHz.
+    Opus,
+    /// G.711 µ-law, 8 kHz.
+    Pcmu,
+    /// G.711 A-law, 8 kHz.
+    Pcma,
+    /// VP8, 90 kHz.
+    Vp8,
+    /// H.264, 90 kHz (any profile: the first offered H.264 payload type of our preference is
+    /// the one a receiver gets).
+    H264,
+}
+
+impl CodecId {
+    /// Every codec the gateway knows.
+    pub const ALL: [CodecId; 5] = [
+        CodecId::Opus,
+        CodecId::Pcmu,
+        CodecId::Pcma,
+        CodecId::Vp8,
+        CodecId::H264,
+    ];
+
+    /// The encoding name (as in `a=rtpmap`).
+    pub fn name(self) -> &'static str {
+        match self {
+            CodecId::Opus => "opus",
+            CodecId::Pcmu => "PCMU",
+            CodecId::Pcma => "PCMA",
+            CodecId::Vp8 => "VP8",
+            CodecId::H264 => "H264",
+        }
+    }
+
+    /// The RTP clock rate.
+    pub fn clock_rate(self) -> u32 {
+        match self {
+            CodecId::Opus => 48_000,
+            CodecId::Pcmu | CodecId::Pcma => 8_000,
+            CodecId::Vp8 | CodecId::H264 => 90_000,
+        }
+    }
+
+    /// Whether this is an audio codec (else video).
+    pub fn is_audio(self) -> bool {
+        matches!(self, CodecId::Opus | CodecId::Pcmu | CodecId::Pcma)
+    }
+
+    /// The codec an offered `a=rtpmap` names, if we know it.
+    pub fn of(codec: &Codec) -> Option<CodecId> {
+        CodecId::ALL
+            .into_iter()
+            .find(|c| codec.is(c.name(), c.clock_rate()))
+    }
+}
+
+/// One answered media section: what we agreed on.
+#[derive(Debug, Clone)]
+pub struct NegotiatedMedia {
+    /// The section's mid.
+    pub mid: String,
+    /// Audio or video.
+    pub kind: MediaKind,
+    /// Codecs accepted with the offerer's payload types, our preference first.
+    pub codecs: Vec<(CodecId, u8)>,
+    /// Whether the participant sends on this section.
+    pub peer_sends: bool,
+    /// Whether the participant receives on this section.
+    pub peer_receives: bool,
+    /// The SSRC of what we send on this section (its receive slot, see [`crate::room`]),
+    /// announced in the answer when the participant receives on it.
+    pub our_ssrc: u32,
+}
+
+/// The payload type `media` negotiated for `codec` (the first section's, our preference first).
+fn payload_type_in(media: &[NegotiatedMedia], codec: CodecId) -> Option<u8> {
+    media
+        .iter()
+        .flat_map(|m| m.codecs.iter())
+        .find(|(c, _)| *c == codec)
+        .map(|(_, pt)| *pt)
+}
+
+/// The codec `media` negotiated for payload type `pt`.
+fn codec_in(media: &[NegotiatedMedia], pt: u8) -> Option<CodecId> {
+    media
+        .iter()
+        .flat_map(|m| m.codecs.iter())
+        .find(|(_, p)| *p == pt)
+        .map(|(c, _)| *c)
+}
+
+/// Why a leg ended on its own (the control plane's reasons are [`EndReason`]s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// No authenticated ICE check within the consent timeout.
+    ConsentExpired,
+    /// The DTLS handshake or association failed (the reason).
+    DtlsFailed(FailReason),
+    /// The peer's certificate does not match the offer's fingerprint.
+    FingerprintMismatch,
+    /// The peer (or we, through [`Leg::close`]) sent `close_notify`.
+    CloseNotify,
+}
+
+impl CloseReason {
+    /// The session's end reason.
+    pub fn end_reason(self) -> EndReason {
+        match self {
+            CloseReason::ConsentExpired => EndReason::ConsentExpired,
+            CloseReason::DtlsFailed(_) => EndReason::DtlsFailed,
+            CloseReason::FingerprintMismatch => EndReason::FingerprintMismatch,
+            CloseReason::CloseNotify => EndReason::CloseNotify,
+        }
+    }
+
+    /// Whether it ends a handshake that never finished as a failure.
+    pub fn fails_handshake(self) -> bool {
+        match self {
+            CloseReason::DtlsFailed(_) | CloseReason::FingerprintMismatch => true,
+            CloseReason::ConsentExpired | CloseReason::CloseNotify => false,
+        }
+    }
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseReason::ConsentExpired => write!(f, "ICE consent expired"),
+            CloseReason::DtlsFailed(r) => write!(f, "DTLS failed: {r}"),
+            CloseReason::FingerprintMismatch => {
+                write!(f, "peer certificate does not match its fingerprint")
+            }
+            CloseReason::CloseNotify => write!(f, "DTLS close_notify"),
+        }
+    }
+}
+
+/// What a datagram the gateway sends is; set where it is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TransmitKind {
+    /// A STUN response.
+    Stun,
+    /// A DTLS flight or alert.
+    Dtls,
+    /// An SRTP copy of another member's media.
+    Media,
+    /// SRTCP the gateway sends.
+    Rtcp,
+}
+
+/// Something the owner of a leg must act on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LegEvent {
+    /// A check from this address authenticated for the first time: DTLS and media are
+    /// accepted from it, so datagrams from it are this leg's.
+    Validated(SocketAddr),
+    /// ICE nominated this remote address: media and DTLS go there.
+    IceSelected(SocketAddr),
+    /// DTLS-SRTP connected: keys are in place.
+    Connected {
+        /// The negotiated SRTP profile.
+        profile: Profile,
+        /// From the first DTLS datagram (or our ClientHello) to the keys.
+        handshake: Duration,
+    },
+    /// The leg is finished.
+    Closed(CloseReason),
+}
+
+/// What [`Leg::poll_output`] hands back.
+#[derive(Debug, Clone, Copy)]
+pub enum LegOutput<'a> {
+    /// Send `contents` to `destination`.
+    Transmit {
+        /// Where to.
+        destination: SocketAddr,
+        /// The datagram.
+        contents: &'a [u8],
+        /// What it is.
+        kind: TransmitKind,
+    },
+    /// Something happened.
+    Event(LegEvent),
+    /// Call [`Leg::handle_timeout`] at (or after) this instant. Ends a drain.
+    Timeout(Instant),
+}
+
+/// A member of a room. See the [module documentation](self).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Leg {
+    /// A WebRTC participant: ICE-lite, DTLS-SRTP.
+    WebRtc(WebRtcLeg),
+}
+
+impl From<WebRtcLeg> for Leg {
+    fn from(l: WebRtcLeg) -> Leg {
+        Leg::WebRtc(l)
+    }
+}
+
+impl Leg {
+    /// The WebRTC leg, if it is one.
+    pub fn as_webrtc(&self) -> Option<&WebRtcLeg> {
+        match self {
+            Leg::WebRtc(l) => Some(l),
+        }
+    }
+
+    /// The WebRTC leg, if it is one, to change it (ICE restart, a test's close).
+    pub fn as_webrtc_mut(&mut self) -> Option<&mut WebRtcLeg> {
+        match self {
+            Leg::WebRtc(l) => Some(l),
+        }
+    }
+
+    /// The accepted media sections.
+    pub fn media(&self) -> &[NegotiatedMedia] {
+        match self {
+            Leg::WebRtc(l) => l.media(),
+        }
+    }
+
+    /// The payload type negotiated for `codec` (our most preferred one if several were).
+    pub fn payload_type_for(&self, codec: CodecId) -> Option<u8> {
+        payload_type_in(self.media(), codec)
+    }
+
+    /// The codec negotiated for payload type `pt`.
+    pub fn codec_for(&self, pt: u8) -> Option<CodecId> {
+        codec_in(self.media(), pt)
+    }
+
+    /// Whether the participant receives media of this codec (a receiving section with it).
+    pub fn receives(&self, codec: CodecId) -> bool {
+        self.media()
+            .iter()
+            .any(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
+    }
+
+    /// Whether the keys are in place and the leg is open.
+    pub fn is_connected(&self) -> bool {
+        match self {
+            Leg::WebRtc(l) => l.is_connected(),
+        }
+    }
+
+    /// Why the leg ended, once it has.
+    pub fn closed(&self) -> Option<CloseReason> {
+        match self {
+            Leg::WebRtc(l) => l.closed(),
+        }
+    }
+
+    /// The leg's counters.
+    pub fn counters(&self) -> &Counters {
+        match self {
+            Leg::WebRtc(l) => l.counters(),
+        }
+    }
+
+    pub(crate) fn counters_mut(&mut self) -> &mut Counters {
+        match self {
+            Leg::WebRtc(l) => l.counters_mut(),
+        }
+    }
+
+    /// A STUN message from `from`, parsed where the datagram was read.
+    pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, msg: &Message<'_>) {
+        match self {
+            Leg::WebRtc(l) => l.handle_stun(now, from, msg),
+        }
+    }
+
+    /// A DTLS record from `from`.
+    pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        match self {
+            Leg::WebRtc(l) => l.handle_dtls(now, from, datagram),
+        }
+    }
+
+    /// Whether SRTP/SRTCP from `from` may be unprotected now, or the reason to drop it.
+    pub fn media_gate(&self, from: SocketAddr) -> Result<(), DropReason> {
+        match self {
+            Leg::WebRtc(l) => l.media_gate(from),
+        }
+    }
+
+    /// The context that unprotects what the participant sends, once keyed.
+    pub fn inbound_context(&mut self) -> Option<&mut Context> {
+        match self {
+            Leg::WebRtc(l) => l.inbound_context(),
+        }
+    }
+
+    /// The context that protects what the participant receives, once keyed.
+    pub fn outbound_context(&mut self) -> Option<&mut Context> {
+        match self {
+            Leg::WebRtc(l) => l.outbound_context(),
+        }
+    }
+
+    /// Where protected media for the participant goes now, if it can be sent.
+    pub fn media_destination(&self) -> Option<SocketAddr> {
+        match self {
+            Leg::WebRtc(l) => l.media_destination(),
+        }
+    }
+
+    /// Advances time.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        match self {
+            Leg::WebRtc(l) => l.handle_timeout(now),
+        }
+    }
+
+    /// When [`Leg::handle_timeout`] must next be called; `None` once closed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self {
+            Leg::WebRtc(l) => l.poll_timeout(),
+        }
+    }
+
+    /// Whether outputs other than the closing timeout are queued.
+    pub fn has_output(&self) -> bool {
+        match self {
+            Leg::WebRtc(l) => l.has_output(),
+        }
+    }
+
+    /// The next output (see the drive contract).
+    pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
+        match self {
+            Leg::WebRtc(l) => l.poll_output(),
+        }
+    }
+
+    /// Ends the leg (for WebRTC: close_notify), reported as [`CloseReason::CloseNotify`].
+    pub fn close(&mut self, now: Instant) {
+        match self {
+            Leg::WebRtc(l) => l.close(now),
+        }
+    }
+}

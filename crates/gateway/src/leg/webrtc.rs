@@ -1,0 +1,650 @@
+//! A WebRTC participant's leg, sans-IO: offer/answer, ICE-lite and DTLS-SRTP on one bundled,
+//! rtcp-muxed transport.
+//!
+//! A [`WebRtcLeg`] is built from a parsed [`Offer`], our certificate and a [`WebRtcConfig`];
+//! it chooses codecs and our DTLS role and writes the answer ([`WebRtcLeg::answer_sdp`]).
+//! Datagrams arrive classified where they were read: STUN messages (already parsed) go to the
+//! [`IceLite`] agent through [`WebRtcLeg::handle_stun`], whose responses are queued to the
+//! sender; DTLS records go to the DTLS-SRTP [`Endpoint`] through [`WebRtcLeg::handle_dtls`],
+//! but only from an address that passed an ICE check. Once DTLS has connected, the leg holds
+//! the SRTP contexts its keys make; the shard unprotects what the participant sends and
+//! protects what it receives with them, in batches ([`crate::leg`]), after asking
+//! [`WebRtcLeg::media_gate`] whether the source may send media now.
+//!
+//! # Drive contract
+//! After every input (`handle_stun`, `handle_dtls`, `handle_timeout`, `close`), call
+//! [`WebRtcLeg::poll_output`] until it returns [`LegOutput::Timeout`] (call
+//! [`WebRtcLeg::handle_timeout`] then) or `None` (the leg is closed and has nothing left to
+//! send).
+//!
+//! # Allocation
+//! Transmits are carried in byte buffers recycled through a small pool: a buffer lent by
+//! `poll_output` goes back to the pool on the next call. In steady state (connected, consent
+//! checks answered, outputs drained) nothing allocates. What allocates: construction and the
+//! answer; the DTLS handshake (the engine hands out its own `Vec`s); and the pool growing when
+//! outputs are left undrained.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use secrelay_dtls::fingerprint::FingerprintError;
+use secrelay_dtls::{
+    Endpoint, EndpointConfig, Event as DtlsEvent, FailReason, Fingerprint, HashAlgorithm,
+    LocalCertificate, Output as DtlsOutput, Role, Timers,
+};
+use secrelay_srtp::{Context, Policy, Profile};
+use secrelay_wire::sdp::{write_answer, AnswerParams, Codec, MediaAnswer, MediaKind, Offer, Setup};
+use secrelay_wire::stun::{Class as StunClass, Message};
+
+use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, TransmitKind};
+use crate::counters::{Counters, DropReason};
+use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
+
+/// How a WebRTC leg is set up.
+#[derive(Debug, Clone)]
+pub struct WebRtcConfig {
+    /// ICE-lite timers.
+    pub ice: IceConfig,
+    /// Our host candidates, written into the answer.
+    pub candidates: Vec<SocketAddr>,
+    /// Audio codecs we accept, most preferred first.
+    pub audio_codecs: Vec<CodecId>,
+    /// Video codecs we accept, most preferred first.
+    pub video_codecs: Vec<CodecId>,
+    /// SRTP profiles we accept from DTLS-SRTP, most preferred first.
+    pub srtp_profiles: Vec<Profile>,
+    /// DTLS retransmission timers and handshake deadline.
+    pub dtls_timers: Timers,
+    /// SRTP replay window in packets.
+    pub replay_window: usize,
+    /// CNAME announced with our SSRCs.
+    pub cname: String,
+}
+
+impl Default for WebRtcConfig {
+    fn default() -> WebRtcConfig {
+        WebRtcConfig {
+            ice: IceConfig::default(),
+            candidates: Vec::new(),
+            audio_codecs: vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            video_codecs: vec![CodecId::Vp8, CodecId::H264],
+            srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
+            dtls_timers: Timers::default(),
+            replay_window: 1024,
+            cname: "secrelay".into(),
+        }
+    }
+}
+
+/// Why a WebRTC leg cannot be made from an offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WebRtcError {
+    /// The offer says `a=setup:holdconn`: no DTLS role for us.
+    NoDtlsRole,
+    /// No offered section has a codec we accept.
+    NoCommonCodec,
+    /// The offer's fingerprint is unusable (its hash or length).
+    Fingerprint(FingerprintError),
+    /// Our certificate has no leaf.
+    NoCertificate,
+    /// The DTLS endpoint refused its configuration (the reason).
+    Dtls(String),
+    /// The SRTP context refused the keys (the reason).
+    Srtp(String),
+}
+
+impl fmt::Display for WebRtcError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WebRtcError::NoDtlsRole => write!(f, "offer says a=setup:holdconn"),
+            WebRtcError::NoCommonCodec => {
+                write!(f, "offer has no codec the gateway accepts")
+            }
+            WebRtcError::Fingerprint(e) => write!(f, "offer fingerprint unusable: {e}"),
+            WebRtcError::NoCertificate => write!(f, "our certificate chain is empty"),
+            WebRtcError::Dtls(e) => write!(f, "DTLS endpoint configuration: {e}"),
+            WebRtcError::Srtp(e) => write!(f, "SRTP context: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WebRtcError {}
+
+/// Pooled buffer capacity: a STUN response (512 bytes at most here) or a DTLS record.
+const BUFFER_CAPACITY: usize = 1500;
+/// Most buffers kept in the pool; more are freed.
+const POOL_MAX: usize = 64;
+
+#[derive(Debug)]
+enum Pending {
+    Transmit(SocketAddr, Vec<u8>, TransmitKind),
+    Event(LegEvent),
+}
+
+struct Srtp {
+    inbound: Context,
+    outbound: Context,
+}
+
+/// A WebRTC participant's leg. See the [module documentation](self) for the drive contract.
+pub struct WebRtcLeg {
+    config: WebRtcConfig,
+    ice: IceLite,
+    role: Role,
+    dtls: Option<Endpoint>,
+    dtls_config: Option<EndpointConfig>,
+    dtls_timeout: Option<Instant>,
+    dtls_started: Option<Instant>,
+    /// Where DTLS goes before ICE nominates: the last validated address that sent DTLS.
+    dtls_peer: Option<SocketAddr>,
+    srtp: Option<Srtp>,
+    media: Vec<NegotiatedMedia>,
+    answer: String,
+    queue: VecDeque<Pending>,
+    pool: Vec<Vec<u8>>,
+    /// The buffer lent by the last `poll_output`, returned to the pool on the next.
+    lent: Option<Vec<u8>>,
+    closed: Option<CloseReason>,
+    counters: Counters,
+    /// DTLS handshake time, once connected.
+    handshake_time: Option<Duration>,
+}
+
+impl fmt::Debug for WebRtcLeg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebRtcLeg")
+            .field("role", &self.role)
+            .field("selected", &self.ice.selected())
+            .field("connected", &self.srtp.is_some())
+            .field("closed", &self.closed)
+            .field("counters", &self.counters)
+            .finish()
+    }
+}
+
+fn random_u32() -> u32 {
+    let mut b = [0u8; 4];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    u32::from_be_bytes(b)
+}
+
+fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    u64::from_be_bytes(b) >> 2
+}
+
+impl WebRtcLeg {
+    /// A leg for `offer`, created at `now` (the ICE consent clock starts).
+    ///
+    /// Our DTLS role follows the offer's `a=setup`: `actpass` or `active` make us the DTLS
+    /// server (`passive`), `passive` makes us the client (`active`; the ClientHello leaves once
+    /// ICE nominates a pair).
+    pub fn new(
+        offer: &Offer,
+        certificate: LocalCertificate,
+        config: WebRtcConfig,
+        now: Instant,
+    ) -> Result<WebRtcLeg, WebRtcError> {
+        let (role, our_setup) = match offer.setup {
+            Setup::Actpass | Setup::Active => (Role::Server, Setup::Passive),
+            Setup::Passive => (Role::Client, Setup::Active),
+            Setup::Holdconn => return Err(WebRtcError::NoDtlsRole),
+        };
+        let algorithm: HashAlgorithm = offer
+            .fingerprint
+            .0
+            .parse()
+            .map_err(WebRtcError::Fingerprint)?;
+        let peer_fp = Fingerprint::from_digest(algorithm, &offer.fingerprint.1)
+            .map_err(WebRtcError::Fingerprint)?;
+        let our_fp = certificate
+            .fingerprint()
+            .ok_or(WebRtcError::NoCertificate)?;
+
+        let mut media = Vec::new();
+        let mut answers = Vec::new();
+        for m in &offer.media {
+            let prefs: &[CodecId] = match m.kind {
+                MediaKind::Audio => &config.audio_codecs,
+                MediaKind::Video => &config.video_codecs,
+                _ => &[],
+            };
+            let mut chosen: Vec<(CodecId, &Codec)> = Vec::new();
+            for want in prefs {
+                for c in &m.codecs {
+                    if CodecId::of(c) == Some(*want) {
+                        chosen.push((*want, c));
+                    }
+                }
+            }
+            let usable = m.port != 0 || offer.bundle.contains(&m.mid);
+            let direction = (usable && !chosen.is_empty()).then(|| m.direction.reversed());
+            let our_ssrc = random_u32().max(1);
+            if direction.is_some() {
+                media.push(NegotiatedMedia {
+                    mid: m.mid.clone(),
+                    kind: m.kind.clone(),
+                    codecs: chosen.iter().map(|(id, c)| (*id, c.pt)).collect(),
+                    peer_sends: m.direction.sends(),
+                    peer_receives: m.direction.receives(),
+                    our_ssrc,
+                });
+            }
+            answers.push(MediaAnswer {
+                mid: m.mid.clone(),
+                kind: m.kind.clone(),
+                direction,
+                codecs: if chosen.is_empty() {
+                    m.codecs.iter().take(1).cloned().collect()
+                } else {
+                    chosen.iter().map(|(_, c)| (*c).clone()).collect()
+                },
+                // The section is a receive slot (see `room`): the SSRC announced here is the
+                // one its stream is relayed under, so a browser binds the section's track to
+                // media that really comes (announcing an SSRC that never carries media leaves
+                // the track without frames).
+                ssrc: Some((our_ssrc, "secrelay".into())),
+            });
+        }
+        if media.is_empty() {
+            return Err(WebRtcError::NoCommonCodec);
+        }
+
+        let local = Credentials::random();
+        let answer = write_answer(&AnswerParams {
+            session_id: random_u64(),
+            ice_ufrag: local.ufrag.clone(),
+            ice_pwd: local.pwd.clone(),
+            fingerprint: our_fp.to_string(),
+            setup: our_setup,
+            candidates: config.candidates.clone(),
+            media: answers,
+        });
+        let ice = IceLite::new(
+            config.ice.clone(),
+            local,
+            Credentials {
+                ufrag: offer.ice_ufrag.clone(),
+                pwd: offer.ice_pwd.clone(),
+            },
+            now,
+        );
+        let mut dtls_config = EndpointConfig::new(role, certificate, peer_fp);
+        dtls_config.srtp_profiles = config.srtp_profiles.clone();
+        dtls_config.timers = config.dtls_timers;
+        let mut p = WebRtcLeg {
+            config,
+            ice,
+            role,
+            dtls: None,
+            dtls_config: Some(dtls_config),
+            dtls_timeout: None,
+            dtls_started: None,
+            dtls_peer: None,
+            srtp: None,
+            media,
+            answer,
+            queue: VecDeque::new(),
+            pool: Vec::new(),
+            lent: None,
+            closed: None,
+            counters: Counters::default(),
+            handshake_time: None,
+        };
+        if role == Role::Server {
+            // A server waits for the ClientHello; the clock of its handshake starts then.
+            p.start_dtls(now)?;
+        }
+        Ok(p)
+    }
+
+    fn start_dtls(&mut self, now: Instant) -> Result<(), WebRtcError> {
+        if let Some(cfg) = self.dtls_config.take() {
+            let ep = Endpoint::new(cfg, now).map_err(|e| WebRtcError::Dtls(e.to_string()))?;
+            self.dtls = Some(ep);
+            if self.role == Role::Client {
+                self.dtls_started = Some(now);
+            }
+            self.drain_dtls(now);
+        }
+        Ok(())
+    }
+
+    /// The answer SDP to send back to the offerer.
+    pub fn answer_sdp(&self) -> &str {
+        &self.answer
+    }
+
+    /// Our ICE credentials (as in the answer).
+    pub fn ice_credentials(&self) -> &Credentials {
+        self.ice.local()
+    }
+
+    /// The accepted media sections.
+    pub fn media(&self) -> &[NegotiatedMedia] {
+        &self.media
+    }
+
+    /// Our DTLS role.
+    pub fn dtls_role(&self) -> Role {
+        self.role
+    }
+
+    /// The payload type negotiated for `codec` (our most preferred one if several were).
+    pub fn payload_type_for(&self, codec: CodecId) -> Option<u8> {
+        super::payload_type_in(&self.media, codec)
+    }
+
+    /// The codec negotiated for payload type `pt`.
+    pub fn codec_for(&self, pt: u8) -> Option<CodecId> {
+        super::codec_in(&self.media, pt)
+    }
+
+    /// The ICE-selected remote address.
+    pub fn selected(&self) -> Option<SocketAddr> {
+        self.ice.selected()
+    }
+
+    /// Whether `from` passed an authenticated ICE check (DTLS and SRTP are accepted from it).
+    pub fn ice_validated(&self, from: SocketAddr) -> bool {
+        self.ice.is_validated(from)
+    }
+
+    /// ICE restart (RFC 8445 §9): the peer's new credentials in, our new ones out (to write
+    /// into the answer fragment). The selected pair and the DTLS association stay; consent
+    /// must be renewed with the new credentials.
+    pub fn restart_ice(&mut self, remote: Credentials, now: Instant) -> Credentials {
+        let local = Credentials::random();
+        self.ice.restart(local.clone(), remote, now);
+        local
+    }
+
+    /// Whether DTLS-SRTP keys are in place and the participant is not closed.
+    pub fn is_connected(&self) -> bool {
+        self.srtp.is_some() && self.closed.is_none()
+    }
+
+    /// Why the participant ended, once it has.
+    pub fn closed(&self) -> Option<CloseReason> {
+        self.closed
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub(crate) fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    /// The DTLS handshake's time, once connected.
+    pub fn handshake_time(&self) -> Option<Duration> {
+        self.handshake_time
+    }
+
+    fn take_buffer(&mut self) -> Vec<u8> {
+        let mut b = self
+            .pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUFFER_CAPACITY));
+        b.clear();
+        b
+    }
+
+    fn recycle(&mut self, b: Vec<u8>) {
+        if self.pool.len() < POOL_MAX && b.capacity() >= BUFFER_CAPACITY {
+            self.pool.push(b);
+        }
+    }
+
+    /// A STUN message from `from`, parsed where the datagram was read. Binding requests go to
+    /// the ICE agent (answered, or refused and counted); Binding indications are keepalives
+    /// (RFC 8489 §6.3.2 with no answer, nothing refused); anything else is refused.
+    pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, msg: &Message<'_>) {
+        if self.closed.is_some() {
+            self.counters.drop(DropReason::AfterClose);
+            return;
+        }
+        self.counters.stun_in += 1;
+        if msg.class() == StunClass::Indication {
+            return;
+        }
+        let was_validated = self.ice.is_validated(from);
+        let mut out = self.take_buffer();
+        out.resize(512, 0);
+        match self.ice.handle_binding(now, from, msg, &mut out) {
+            Ok(outcome) => {
+                out.truncate(outcome.response_len);
+                self.queue
+                    .push_back(Pending::Transmit(from, out, TransmitKind::Stun));
+                if !was_validated && self.ice.is_validated(from) {
+                    self.queue
+                        .push_back(Pending::Event(LegEvent::Validated(from)));
+                }
+                if let Some(IceEvent::Selected(addr)) = outcome.event {
+                    self.queue
+                        .push_back(Pending::Event(LegEvent::IceSelected(addr)));
+                    if self.role == Role::Client {
+                        // An engine refusing our own configuration is our bug, reported so.
+                        if self.start_dtls(now).is_err() {
+                            self.close_with(CloseReason::DtlsFailed(FailReason::Internal));
+                        }
+                    } else {
+                        self.drain_dtls(now);
+                    }
+                }
+            }
+            Err(IceError::Unauthenticated(Some(n)) | IceError::RoleConflict(n)) => {
+                self.counters.drop(DropReason::StunRejected);
+                out.truncate(n);
+                self.queue
+                    .push_back(Pending::Transmit(from, out, TransmitKind::Stun));
+            }
+            Err(_) => {
+                self.counters.drop(DropReason::StunRejected);
+                self.recycle(out);
+            }
+        }
+    }
+
+    /// A DTLS record from `from`: handed to the endpoint if ICE validated the address.
+    pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+        if self.closed.is_some() {
+            self.counters.drop(DropReason::AfterClose);
+            return;
+        }
+        if !self.ice.is_validated(from) {
+            self.counters.drop(DropReason::UnvalidatedSource);
+            return;
+        }
+        let Some(ep) = self.dtls.as_mut() else {
+            // A client before nomination: nothing to say to DTLS yet.
+            self.counters.drop(DropReason::UnknownKind);
+            return;
+        };
+        self.counters.dtls_in += 1;
+        if self.dtls_started.is_none() {
+            self.dtls_started = Some(now);
+        }
+        self.dtls_peer = Some(from);
+        ep.handle_datagram(now, datagram);
+        self.drain_dtls(now);
+    }
+
+    /// Whether SRTP/SRTCP from `from` may be unprotected now (open, keyed, the source
+    /// validated by ICE), or why not.
+    pub fn media_gate(&self, from: SocketAddr) -> Result<(), DropReason> {
+        if self.closed.is_some() {
+            Err(DropReason::AfterClose)
+        } else if !self.ice.is_validated(from) {
+            Err(DropReason::UnvalidatedSource)
+        } else if self.srtp.is_none() {
+            Err(DropReason::BeforeKeys)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The context that unprotects what the peer sends (once keyed).
+    pub fn inbound_context(&mut self) -> Option<&mut Context> {
+        self.srtp.as_mut().map(|s| &mut s.inbound)
+    }
+
+    /// The context that protects what we send the peer (once keyed).
+    pub fn outbound_context(&mut self) -> Option<&mut Context> {
+        self.srtp.as_mut().map(|s| &mut s.outbound)
+    }
+
+    /// Where protected media for the peer goes: the ICE-selected address, once keyed and open.
+    pub fn media_destination(&self) -> Option<SocketAddr> {
+        if self.closed.is_some() || self.srtp.is_none() {
+            return None;
+        }
+        self.ice.selected()
+    }
+
+    fn dtls_destination(&self) -> Option<SocketAddr> {
+        self.ice.selected().or(self.dtls_peer)
+    }
+
+    fn drain_dtls(&mut self, now: Instant) {
+        let Some(ep) = self.dtls.as_mut() else { return };
+        let mut transmits = Vec::new();
+        let mut events = Vec::new();
+        self.dtls_timeout = None;
+        while let Some(o) = ep.poll_output() {
+            match o {
+                DtlsOutput::Transmit(d) => transmits.push(d),
+                DtlsOutput::Timeout(t) => {
+                    self.dtls_timeout = Some(t);
+                    break;
+                }
+                DtlsOutput::Event(e) => events.push(e),
+            }
+        }
+        if let Some(dest) = self.dtls_destination() {
+            for d in transmits {
+                self.queue
+                    .push_back(Pending::Transmit(dest, d, TransmitKind::Dtls));
+            }
+        }
+        // With no destination yet (a client before nomination cannot have one: it starts on
+        // nomination), the engine retransmits on its timer.
+        for e in events {
+            match e {
+                DtlsEvent::Connected { profile, keys, .. } => {
+                    if let Err(reason) = self.install_keys(keys) {
+                        self.close_with(reason);
+                        return;
+                    }
+                    let handshake = now.saturating_duration_since(self.dtls_started.unwrap_or(now));
+                    self.handshake_time = Some(handshake);
+                    self.queue
+                        .push_back(Pending::Event(LegEvent::Connected { profile, handshake }));
+                }
+                DtlsEvent::Failed(FailReason::FingerprintMismatch) => {
+                    self.close_with(CloseReason::FingerprintMismatch)
+                }
+                DtlsEvent::Failed(r) => self.close_with(CloseReason::DtlsFailed(r)),
+                DtlsEvent::Closed => self.close_with(CloseReason::CloseNotify),
+                _ => {}
+            }
+        }
+    }
+
+    fn install_keys(&mut self, keys: secrelay_dtls::SrtpKeys) -> Result<(), CloseReason> {
+        let window = self.config.replay_window;
+        let make = |p: Policy| Context::new(p.replay_window(window));
+        let inbound = make(Policy::new(keys.remote.clone()).any_inbound());
+        let outbound = make(Policy::new(keys.local.clone()).any_outbound());
+        match (inbound, outbound) {
+            (Ok(inbound), Ok(outbound)) => {
+                self.srtp = Some(Srtp { inbound, outbound });
+                Ok(())
+            }
+            _ => Err(CloseReason::DtlsFailed(FailReason::Internal)),
+        }
+    }
+
+    fn close_with(&mut self, reason: CloseReason) {
+        if self.closed.is_none() {
+            self.closed = Some(reason);
+            self.srtp = None;
+            self.queue
+                .push_back(Pending::Event(LegEvent::Closed(reason)));
+        }
+    }
+
+    /// Ends the association: sends `close_notify` and reports [`CloseReason::CloseNotify`].
+    pub fn close(&mut self, now: Instant) {
+        if self.closed.is_some() {
+            return;
+        }
+        if let Some(ep) = self.dtls.as_mut() {
+            ep.close(now);
+            self.drain_dtls(now);
+        }
+        self.close_with(CloseReason::CloseNotify);
+    }
+
+    /// Advances time: ICE consent and DTLS retransmissions.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.closed.is_some() {
+            return;
+        }
+        if let Some(IceEvent::ConsentExpired) = self.ice.handle_timeout(now) {
+            self.close_with(CloseReason::ConsentExpired);
+            return;
+        }
+        if self.dtls_timeout.is_some_and(|t| now >= t) {
+            if let Some(ep) = self.dtls.as_mut() {
+                ep.handle_timeout(now);
+            }
+            self.drain_dtls(now);
+        }
+    }
+
+    /// When [`WebRtcLeg::handle_timeout`] must next be called; `None` once closed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        if self.closed.is_some() {
+            return None;
+        }
+        match (self.ice.poll_timeout(), self.dtls_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether outputs other than the closing timeout are queued.
+    pub fn has_output(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// The next output: queued transmits and events in order, then [`LegOutput::Timeout`]
+    /// (which ends a drain), or `None` once closed with nothing left. Borrowed bytes stay
+    /// valid until the next call.
+    pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
+        if let Some(b) = self.lent.take() {
+            self.recycle(b);
+        }
+        let Some(p) = self.queue.pop_front() else {
+            return self.poll_timeout().map(LegOutput::Timeout);
+        };
+        Some(match p {
+            Pending::Transmit(destination, buf, kind) => {
+                let contents = self.lent.insert(buf);
+                LegOutput::Transmit {
+                    destination,
+                    contents,
+                    kind,
+                }
+            }
+            Pending::Event(e) => LegOutput::Event(e),
+        })
+    }
+}

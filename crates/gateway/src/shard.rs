@@ -1,0 +1,1124 @@
+//! A shard: everything one packet worker decides, sans-IO.
+//!
+//! A [`Shard`] holds rooms and their members, the routes that find a member from a datagram
+//! (its validated source addresses, its local ICE ufrags), the members' timers, the batch in
+//! which their media is unprotected and re-protected, and the counters. It is driven with
+//! datagrams that were classified once where they were read ([`Datagram`], carrying a
+//! [`Class`]), with control calls ([`Shard::join`], [`Shard::leave`], …) and with injected
+//! time; it never touches a socket or reads a clock. The worker thread around it
+//! (`server::worker`) keeps only the sockets, `recvmmsg`/`sendmmsg`, its poll and the
+//! hand-off of datagrams to the worker that owns them; tests drive a shard directly.
+//!
+//! # Drive contract
+//! Feed it a batch of datagrams ([`Shard::handle`]) and control calls, then call
+//! [`Shard::poll_output`] until it returns [`Output::Timeout`] or `None`; call
+//! [`Shard::handle_timeout`] at that instant. Media staged by `handle` is unprotected and
+//! re-protected in one engine call each, when the output is first polled (or at
+//! [`Shard::flush`]): the datagrams of one `recvmmsg` batch share two engine calls. A DTLS
+//! record from a member whose media is staged runs the staged batch first, so what a sender
+//! sent before its close_notify is relayed before it closes.
+//!
+//! # One path per datagram
+//! STUN goes to its member's ICE agent as the message parsed at the edge; DTLS to its DTLS
+//! endpoint; SRTP and SRTCP to the batch, then (RTP) to its room's routing and the batch's
+//! protect call, then out. Every output is typed when it is made ([`TransmitKind`]).
+//!
+//! # Routes
+//! A datagram's member is found by its source address once ICE has validated that address,
+//! and by the USERNAME of a STUN check before that (its target ufrag, read at the edge). A
+//! datagram no member of this shard owns comes back as [`Handled::NotOurs`] (the worker asks
+//! the other workers' directory); the shard reports every route it gains or loses as an
+//! [`Event`] so the worker can keep that directory.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use secrelay_dtls::LocalCertificate;
+use secrelay_srtp::{Engine, Profile};
+use secrelay_wire::demux::{demux, Class};
+use secrelay_wire::sdp::Offer;
+
+use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
+use crate::ice_lite::Credentials;
+use crate::leg::{Leg, LegEvent, LegOutput, TransmitKind, WebRtcConfig, WebRtcLeg};
+use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
+use crate::room::{MemberId, MemberRole, Room, RoomOutput};
+
+/// A datagram as the shard takes it: read from a socket and classified once.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// Where it came from.
+    pub from: SocketAddr,
+    /// What it is, with what its parse found.
+    pub class: Class,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+    /// When it was read.
+    pub received: Instant,
+}
+
+impl<'a> Datagram<'a> {
+    /// Classifies `bytes` (the one parse a datagram gets, see [`secrelay_wire::demux`]).
+    pub fn classify(from: SocketAddr, bytes: &'a [u8], received: Instant) -> Datagram<'a> {
+        Datagram {
+            from,
+            class: demux(bytes),
+            bytes,
+            received,
+        }
+    }
+}
+
+/// Whether a datagram was this shard's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// Taken (delivered, staged, or dropped and counted at its member).
+    Taken,
+    /// No member of this shard owns its source or the ufrag it names: the caller finds the
+    /// owner elsewhere, or counts it with [`Shard::count_drop`].
+    NotOurs,
+}
+
+/// A datagram to send.
+#[derive(Debug, Clone, Copy)]
+pub struct Transmit<'a> {
+    /// Where to.
+    pub destination: SocketAddr,
+    /// The datagram.
+    pub contents: &'a [u8],
+    /// What it is.
+    pub kind: TransmitKind,
+    /// For a media copy: when the datagram it was made from was read.
+    pub received: Option<Instant>,
+}
+
+/// Something the shard's owner must act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// Datagrams from this address belong to this shard from now on.
+    AddressOwned(SocketAddr),
+    /// STUN checks naming this local ufrag belong to this shard.
+    UfragOwned(String),
+    /// A member left: its id, why, and the ufrags and addresses that no longer lead here.
+    MemberLeft {
+        /// Its id.
+        id: String,
+        /// Why it ended.
+        reason: EndReason,
+        /// Its local ICE ufrags.
+        ufrags: Vec<String>,
+        /// Its validated source addresses.
+        addrs: Vec<SocketAddr>,
+    },
+    /// A DTLS-SRTP handshake finished, in this long.
+    Connected {
+        /// From the first DTLS datagram (or our ClientHello) to the keys.
+        handshake: Duration,
+    },
+}
+
+/// What [`Shard::poll_output`] hands back.
+#[derive(Debug)]
+pub enum Output<'a> {
+    /// Send it.
+    Transmit(Transmit<'a>),
+    /// Act on it.
+    Event(Event),
+    /// Call [`Shard::handle_timeout`] at (or after) this instant. Ends a drain.
+    Timeout(Instant),
+}
+
+/// How a participant joined, as the signaling named it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JoinKind {
+    /// Publishes with WHIP.
+    Whip,
+    /// Subscribes with WHEP.
+    Whep,
+    /// Joined a conference: sends and receives.
+    Join,
+}
+
+impl JoinKind {
+    fn role(self) -> MemberRole {
+        match self {
+            JoinKind::Whip => MemberRole::PUBLISHER,
+            JoinKind::Whep => MemberRole::SUBSCRIBER,
+            JoinKind::Join => MemberRole::BOTH,
+        }
+    }
+}
+
+/// A participant made from an offer.
+#[derive(Debug, Clone)]
+pub struct Joined {
+    /// Its id (the last segment of its resource URL).
+    pub id: String,
+    /// The answer SDP.
+    pub answer: String,
+    /// Our ICE credentials (the answer's), for ICE restarts and ETags.
+    pub ice: Credentials,
+}
+
+/// Why an offer was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinError {
+    /// The offer cannot be answered (the reason).
+    Unacceptable(String),
+    /// The gateway is shutting down.
+    ShuttingDown,
+}
+
+/// A participant as the API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ParticipantSnapshot {
+    /// Its id (the last segment of its resource URL).
+    pub id: String,
+    /// WHIP, WHEP or join.
+    pub kind: JoinKind,
+    /// `new`, `connected` or the reason it is closing.
+    pub state: String,
+    /// The negotiated SRTP profile, once connected.
+    pub srtp_profile: Option<String>,
+    /// SRTP/SRTCP packets received and unprotected.
+    pub packets_in: u64,
+    /// Their bytes.
+    pub bytes_in: u64,
+    /// SRTP/SRTCP packets protected and sent.
+    pub packets_out: u64,
+    /// Their bytes.
+    pub bytes_out: u64,
+    /// Packets dropped for a wrong authentication tag.
+    pub auth_failures: u64,
+    /// Packets dropped as replays.
+    pub replays: u64,
+    /// Every drop at this participant by reason (the non-zero ones).
+    pub drops: BTreeMap<&'static str, u64>,
+    /// DTLS handshake time in milliseconds, once connected.
+    pub handshake_ms: Option<f64>,
+    /// Seconds since it joined.
+    pub age_secs: f64,
+}
+
+/// A room as the API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RoomSnapshot {
+    /// Its name.
+    pub name: String,
+    /// Media packets received from publishers and routed.
+    pub routed_in: u64,
+    /// Copies routed to receivers.
+    pub forwarded: u64,
+    /// Its participants.
+    pub participants: Vec<ParticipantSnapshot>,
+}
+
+/// What every member of a shard is made with.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Our DTLS certificate.
+    pub certificate: LocalCertificate,
+    /// The WebRTC legs' configuration.
+    pub webrtc: WebRtcConfig,
+}
+
+/// A member's place: its room's slot, the room's generation (slots are reused), the member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct MemberKey {
+    slot: usize,
+    room_gen: u64,
+    member: MemberId,
+}
+
+/// What the shard keeps about a member beside its leg.
+struct Meta {
+    id: String,
+    kind: JoinKind,
+    ufrags: Vec<String>,
+    addrs: Vec<SocketAddr>,
+    profile: Option<Profile>,
+    connected: bool,
+    closing: Option<EndReason>,
+    created: Instant,
+}
+
+struct RoomSlot {
+    name: String,
+    room_gen: u64,
+    room: Room,
+    members: HashMap<MemberId, Meta>,
+    deadline: Option<Instant>,
+}
+
+/// What the output queue holds.
+enum Queued {
+    Transmit {
+        destination: SocketAddr,
+        buf: Vec<u8>,
+        kind: TransmitKind,
+        received: Option<Instant>,
+    },
+    Event(Event),
+}
+
+/// The shard's rooms as the media batch sees them.
+struct SlotRooms<'r>(&'r mut [Option<RoomSlot>]);
+
+impl Rooms for SlotRooms<'_> {
+    fn rooms_at<'a>(&'a mut self, slots: &[usize], out: &mut Vec<Option<&'a mut Room>>) {
+        walk(self.0.iter_mut(), slots, out, |s| {
+            s.as_mut().map(|s| &mut s.room)
+        });
+    }
+}
+
+fn random_id() -> String {
+    let mut b = [0u8; 9];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A shard. See the [module documentation](self).
+pub struct Shard {
+    config: ShardConfig,
+    rooms: Vec<Option<RoomSlot>>,
+    room_index: HashMap<String, usize>,
+    next_gen: u64,
+    ids: HashMap<String, (usize, MemberId)>,
+    by_addr: HashMap<SocketAddr, MemberKey>,
+    by_ufrag: HashMap<String, MemberKey>,
+    heap: BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    media: MediaBatch,
+    queue: VecDeque<Queued>,
+    /// The buffer lent by the last `poll_output`, recycled on the next.
+    lent: Option<Vec<u8>>,
+    /// Rooms and members gone, and drops no member owns; sessions.
+    counters: ShardCounters,
+    draining: bool,
+    to_remove: Vec<(usize, MemberId)>,
+}
+
+impl std::fmt::Debug for Shard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shard")
+            .field("rooms", &self.room_index.len())
+            .field("members", &self.ids.len())
+            .field("engine", &self.media.engine_name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shard {
+    /// An empty shard whose members are made with `config`, its media batches run by `engine`.
+    pub fn new(config: ShardConfig, engine: Box<dyn Engine>) -> Shard {
+        Shard {
+            config,
+            rooms: Vec::new(),
+            room_index: HashMap::new(),
+            next_gen: 1,
+            ids: HashMap::new(),
+            by_addr: HashMap::new(),
+            by_ufrag: HashMap::new(),
+            heap: BinaryHeap::new(),
+            media: MediaBatch::new(engine),
+            queue: VecDeque::new(),
+            lent: None,
+            counters: ShardCounters::default(),
+            draining: false,
+            to_remove: Vec::new(),
+        }
+    }
+
+    /// The SRTP engine's name.
+    pub fn engine_name(&self) -> &'static str {
+        self.media.engine_name()
+    }
+
+    fn key_of(&self, d: &Datagram<'_>) -> Option<MemberKey> {
+        if let Some(k) = self.by_addr.get(&d.from) {
+            return Some(*k);
+        }
+        match d.class {
+            Class::Stun(facts) => facts
+                .target_ufrag(d.bytes)
+                .and_then(|u| self.by_ufrag.get(u))
+                .copied(),
+            _ => None,
+        }
+    }
+
+    /// Handles one datagram read at `now`. See the [module documentation](self).
+    pub fn handle(&mut self, now: Instant, d: Datagram<'_>) -> Handled {
+        let Some(key) = self.key_of(&d) else {
+            return Handled::NotOurs;
+        };
+        let r =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.deliver(now, key, &d)));
+        if r.is_err() {
+            self.count_drop(DropReason::InternalError);
+            self.abandon_room(key.slot, key.room_gen);
+        }
+        Handled::Taken
+    }
+
+    fn deliver(&mut self, now: Instant, key: MemberKey, d: &Datagram<'_>) {
+        let staged_from_member = match d.class {
+            Class::Dtls => self.media.has_inbound_from(key.slot, key.member),
+            _ => false,
+        };
+        if staged_from_member {
+            // What the sender sent before this record (a close_notify, an alert) is relayed
+            // first, not counted as arriving after a close.
+            self.run_inbound();
+        }
+        let Shard {
+            rooms,
+            media,
+            counters,
+            ..
+        } = self;
+        let Some(leg) = rooms
+            .get_mut(key.slot)
+            .and_then(Option::as_mut)
+            .filter(|s| s.room_gen == key.room_gen)
+            .and_then(|s| s.room.leg_mut(key.member))
+        else {
+            counters.media.drops[DropReason::UnknownSource] += 1;
+            return;
+        };
+        let control = match d.class {
+            Class::Rtp(facts) => {
+                match leg.media_gate(d.from) {
+                    Ok(()) => media.stage_inbound(
+                        (key.slot, key.room_gen, key.member),
+                        d.received,
+                        What::Rtp(facts),
+                        d.bytes,
+                    ),
+                    Err(reason) => leg.counters_mut().drop(reason),
+                }
+                false
+            }
+            Class::Rtcp(_) => {
+                match leg.media_gate(d.from) {
+                    Ok(()) => media.stage_inbound(
+                        (key.slot, key.room_gen, key.member),
+                        d.received,
+                        What::Rtcp,
+                        d.bytes,
+                    ),
+                    Err(reason) => leg.counters_mut().drop(reason),
+                }
+                false
+            }
+            Class::Stun(facts) => {
+                match facts.message(d.bytes) {
+                    Some(msg) => leg.handle_stun(now, d.from, &msg),
+                    // The facts of other bytes: the caller's bug, counted, not a panic.
+                    None => leg.counters_mut().drop(DropReason::InternalError),
+                }
+                true
+            }
+            Class::Dtls => {
+                leg.handle_dtls(now, d.from, d.bytes);
+                true
+            }
+            Class::Malformed(_) => {
+                leg.counters_mut().drop(DropReason::Malformed);
+                false
+            }
+            Class::Other => {
+                leg.counters_mut().drop(DropReason::UnknownKind);
+                false
+            }
+        };
+        if control {
+            self.drain_room(key.slot);
+        }
+    }
+
+    /// Counts a drop no member owns (the caller's: an unknown source, a full hand-off queue,
+    /// a failed send).
+    pub fn count_drop(&mut self, reason: DropReason) {
+        self.count_drops(reason, 1);
+    }
+
+    /// Counts `n` drops no member owns.
+    pub fn count_drops(&mut self, reason: DropReason, n: u64) {
+        self.counters.media.drops[reason] += n;
+    }
+
+    /// Datagrams staged for the next unprotect call.
+    pub fn staged(&self) -> usize {
+        self.media.inbound.len()
+    }
+
+    /// Runs the staged media: one engine call unprotects every staged datagram, each packet is
+    /// routed in its room, one more call protects every copy, and the copies are queued.
+    pub fn flush(&mut self) {
+        self.run_inbound();
+        self.run_outbound();
+        self.remove_closed();
+    }
+
+    fn run_inbound(&mut self) {
+        let n = self.media.inbound.len();
+        if n == 0 {
+            return;
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.media.unprotect(&mut SlotRooms(&mut self.rooms))
+        }));
+        let mut staged = std::mem::take(&mut self.media.inbound);
+        if ran.is_err() {
+            // Our SRTP code panicked: the batch's datagrams are dropped and counted.
+            tracing::error!(
+                packets = n,
+                "SRTP batch panicked; its datagrams are dropped"
+            );
+            self.count_drops(DropReason::InternalError, n as u64);
+            for st in staged.drain(..) {
+                self.media.recycle(st.buf);
+            }
+            self.media.inbound = staged;
+            return;
+        }
+        for st in staged.drain(..) {
+            let (slot, room_gen) = (st.slot, st.room_gen);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.accept_unprotected(&st)
+            }));
+            match r {
+                Ok(Some(reason)) => self.count_drop(reason),
+                Ok(None) => {}
+                Err(_) => {
+                    self.count_drop(DropReason::InternalError);
+                    self.abandon_room(slot, room_gen);
+                }
+            }
+            self.media.recycle(st.buf);
+        }
+        self.media.inbound = staged;
+        self.counters.srtp_batches += 1;
+        self.counters.srtp_batched += n as u64;
+    }
+
+    /// One unprotect result: counted at its member, and RTP routed in its room (the copies
+    /// staged for the protect call). `Some(reason)` for a drop no member owns.
+    fn accept_unprotected(&mut self, st: &Staged) -> Option<DropReason> {
+        let Shard { rooms, media, .. } = self;
+        let Some(s) = rooms
+            .get_mut(st.slot)
+            .and_then(Option::as_mut)
+            .filter(|s| s.room_gen == st.room_gen)
+        else {
+            return Some(DropReason::UnknownSource);
+        };
+        let Some(leg) = s.room.leg_mut(st.member) else {
+            return Some(DropReason::UnknownSource);
+        };
+        if leg.closed().is_some() {
+            // Closed while the batch ran (an earlier datagram of the same batch closed it).
+            leg.counters_mut().drop(DropReason::AfterClose);
+            return None;
+        }
+        let n = match st.result {
+            Ok(n) => n,
+            Err(e) => {
+                leg.counters_mut().drop(DropReason::of_unprotect(e));
+                return None;
+            }
+        };
+        let c = leg.counters_mut();
+        c.packets_in += 1;
+        c.bytes_in += st.len as u64;
+        if let What::Rtp(facts) = st.what {
+            let key = (st.slot, st.room_gen);
+            let received = st.received;
+            let plain = st.buf.get(..n).unwrap_or_default();
+            s.room.route(
+                st.member,
+                plain,
+                &facts,
+                &mut |receiver, destination, copy| {
+                    media.stage_outbound(
+                        (key.0, key.1, receiver),
+                        received,
+                        What::Copy(destination),
+                        copy,
+                    )
+                },
+            );
+        }
+        // SRTCP is terminated here: counted, not forwarded.
+        None
+    }
+
+    fn run_outbound(&mut self) {
+        let n = self.media.outbound.len();
+        if n == 0 {
+            return;
+        }
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.media.protect(&mut SlotRooms(&mut self.rooms))
+        }));
+        let mut staged = std::mem::take(&mut self.media.outbound);
+        for st in staged.drain(..) {
+            let Staged {
+                slot,
+                room_gen,
+                member,
+                received,
+                what,
+                mut buf,
+                result,
+                ..
+            } = st;
+            let leg = self.rooms[slot]
+                .as_mut()
+                .filter(|s| s.room_gen == room_gen)
+                .and_then(|s| s.room.leg_mut(member));
+            let out = match what {
+                What::Copy(d) => Some((d, TransmitKind::Media, Some(received))),
+                What::RtcpOut(d) => Some((d, TransmitKind::Rtcp, None)),
+                What::Rtp(_) | What::Rtcp => None,
+            };
+            match (leg, out) {
+                (Some(leg), Some((destination, kind, received))) if ran.is_ok() => match result {
+                    Ok(len) => {
+                        let c = leg.counters_mut();
+                        c.packets_out += 1;
+                        c.bytes_out += len as u64;
+                        buf.truncate(len);
+                        self.queue.push_back(Queued::Transmit {
+                            destination,
+                            buf,
+                            kind,
+                            received,
+                        });
+                        continue;
+                    }
+                    Err(_) => leg.counters_mut().drop(DropReason::ProtectFailed),
+                },
+                // Our SRTP code panicked on the batch: every copy is dropped and counted.
+                (Some(_), _) => self.counters.media.drops[DropReason::InternalError] += 1,
+                // The room (or the receiver) went after the copy was routed.
+                (None, _) => self.counters.media.drops[DropReason::UnknownSource] += 1,
+            }
+            self.media.recycle(buf);
+        }
+        self.media.outbound = staged;
+    }
+
+    /// Drains a room's control outputs into the queue, handles its members' events and notes
+    /// its next deadline.
+    fn drain_room(&mut self, slot: usize) {
+        let Shard {
+            rooms,
+            queue,
+            media,
+            counters,
+            to_remove,
+            heap,
+            by_addr,
+            ..
+        } = self;
+        let Some(s) = rooms.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let room_gen = s.room_gen;
+        let key = |member| MemberKey {
+            slot,
+            room_gen,
+            member,
+        };
+        let mut next = None;
+        while let Some(out) = s.room.poll_output() {
+            let (member, o) = match out {
+                RoomOutput::Timeout(t) => {
+                    next = Some(t);
+                    break;
+                }
+                RoomOutput::Member(m, o) => (m, o),
+            };
+            match o {
+                LegOutput::Transmit {
+                    destination,
+                    contents,
+                    kind,
+                } => {
+                    let mut buf = media.buffer();
+                    buf.extend_from_slice(contents);
+                    queue.push_back(Queued::Transmit {
+                        destination,
+                        buf,
+                        kind,
+                        received: None,
+                    });
+                }
+                LegOutput::Event(LegEvent::Validated(addr) | LegEvent::IceSelected(addr)) => {
+                    let Some(meta) = s.members.get_mut(&member) else {
+                        continue;
+                    };
+                    if !meta.addrs.contains(&addr) {
+                        meta.addrs.push(addr);
+                    }
+                    let k = key(member);
+                    if by_addr.insert(addr, k) != Some(k) {
+                        queue.push_back(Queued::Event(Event::AddressOwned(addr)));
+                    }
+                }
+                LegOutput::Event(LegEvent::Connected { profile, handshake }) => {
+                    if let Some(meta) = s.members.get_mut(&member) {
+                        meta.profile = Some(profile);
+                        meta.connected = true;
+                    }
+                    counters.handshakes_ok += 1;
+                    queue.push_back(Queued::Event(Event::Connected { handshake }));
+                    tracing::info!(
+                        room = %s.name,
+                        profile = %profile,
+                        handshake_ms = handshake.as_secs_f64() * 1e3,
+                        "participant connected"
+                    );
+                }
+                LegOutput::Event(LegEvent::Closed(reason)) => {
+                    if let Some(meta) = s.members.get_mut(&member) {
+                        if meta.closing.is_none() {
+                            let end = reason.end_reason();
+                            meta.closing = Some(end);
+                            counters.ended[end] += 1;
+                            if !meta.connected && reason.fails_handshake() {
+                                counters.handshakes_failed += 1;
+                            }
+                            tracing::info!(room = %s.name, reason = %reason, "participant closed");
+                        }
+                    }
+                    to_remove.push((slot, member));
+                }
+                LegOutput::Timeout(_) => {}
+            }
+        }
+        if next != s.deadline {
+            s.deadline = next;
+            if let Some(t) = next {
+                heap.push(Reverse((t, slot, s.room_gen)));
+            }
+        }
+    }
+
+    /// Removes the members that closed, and rooms left empty.
+    fn remove_closed(&mut self) {
+        while let Some((slot, member)) = self.to_remove.pop() {
+            let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
+                continue;
+            };
+            if s.room.remove(member).is_none() {
+                continue;
+            }
+            if let Some(meta) = s.members.remove(&member) {
+                for u in &meta.ufrags {
+                    self.by_ufrag.remove(u);
+                }
+                for a in &meta.addrs {
+                    self.by_addr.remove(a);
+                }
+                self.ids.remove(&meta.id);
+                self.queue.push_back(Queued::Event(Event::MemberLeft {
+                    id: meta.id,
+                    // A member is removed once it closed, and closing notes why.
+                    reason: meta.closing.unwrap_or(EndReason::CloseNotify),
+                    ufrags: meta.ufrags,
+                    addrs: meta.addrs,
+                }));
+            }
+            if s.room.is_empty() {
+                let c = s.room.counters();
+                self.counters.media.add(&c);
+                self.room_index.remove(&s.name);
+                self.rooms[slot] = None;
+            }
+        }
+    }
+
+    /// Tears down a room whose code panicked: every member is removed and counted as ended by
+    /// `internal_error`; nothing of it is driven again.
+    fn abandon_room(&mut self, slot: usize, room_gen: u64) {
+        let Some(s) = self.rooms.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        if s.room_gen != room_gen {
+            self.rooms[slot] = Some(s);
+            return;
+        }
+        tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
+        let c = s.room.counters();
+        self.counters.media.add(&c);
+        for (_, meta) in s.members {
+            for u in &meta.ufrags {
+                self.by_ufrag.remove(u);
+            }
+            for a in &meta.addrs {
+                self.by_addr.remove(a);
+            }
+            self.ids.remove(&meta.id);
+            self.counters.ended[EndReason::InternalError] += 1;
+            self.queue.push_back(Queued::Event(Event::MemberLeft {
+                id: meta.id,
+                reason: EndReason::InternalError,
+                ufrags: meta.ufrags,
+                addrs: meta.addrs,
+            }));
+        }
+        self.room_index.remove(&s.name);
+        self.to_remove.retain(|(sl, _)| *sl != slot);
+    }
+
+    /// Advances time: the members whose deadline has come.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse((t, slot, gen))) = self.heap.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.heap.pop();
+            let current = self.rooms[slot]
+                .as_ref()
+                .is_some_and(|s| s.room_gen == gen && s.deadline == Some(t));
+            if !current {
+                continue;
+            }
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some(s) = self.rooms[slot].as_mut() {
+                    s.deadline = None;
+                    s.room.handle_timeout(now);
+                }
+                self.drain_room(slot);
+            }));
+            if r.is_err() {
+                self.abandon_room(slot, gen);
+            }
+        }
+        self.remove_closed();
+    }
+
+    /// When [`Shard::handle_timeout`] must next be called (it may come early: a deadline that
+    /// moved is found stale then).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.heap.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    /// The next output (see the drive contract). Staged media is run first.
+    pub fn poll_output(&mut self) -> Option<Output<'_>> {
+        if let Some(b) = self.lent.take() {
+            self.media.recycle(b);
+        }
+        if !self.media.inbound.is_empty() || !self.media.outbound.is_empty() {
+            self.flush();
+        } else if !self.to_remove.is_empty() {
+            self.remove_closed();
+        }
+        let Some(q) = self.queue.pop_front() else {
+            return self.poll_timeout().map(Output::Timeout);
+        };
+        Some(match q {
+            Queued::Transmit {
+                destination,
+                buf,
+                kind,
+                received,
+            } => Output::Transmit(Transmit {
+                destination,
+                contents: self.lent.insert(buf),
+                kind,
+                received,
+            }),
+            Queued::Event(e) => Output::Event(e),
+        })
+    }
+
+    /// Makes a WebRTC participant for `offer` in `room` (made if it does not exist).
+    pub fn join(
+        &mut self,
+        now: Instant,
+        room: &str,
+        offer: &Offer,
+        kind: JoinKind,
+    ) -> Result<Joined, JoinError> {
+        if self.draining {
+            return Err(JoinError::ShuttingDown);
+        }
+        let leg = WebRtcLeg::new(
+            offer,
+            self.config.certificate.clone(),
+            self.config.webrtc.clone(),
+            now,
+        )
+        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        let ice = leg.ice_credentials().clone();
+        let answer = leg.answer_sdp().to_owned();
+        let slot = match self.room_index.get(room) {
+            Some(&s) => s,
+            None => {
+                let room_gen = self.next_gen;
+                self.next_gen += 1;
+                let s = RoomSlot {
+                    name: room.to_owned(),
+                    room_gen,
+                    room: Room::new(),
+                    members: HashMap::new(),
+                    deadline: None,
+                };
+                let slot = match self.rooms.iter().position(Option::is_none) {
+                    Some(i) => {
+                        self.rooms[i] = Some(s);
+                        i
+                    }
+                    None => {
+                        self.rooms.push(Some(s));
+                        self.rooms.len() - 1
+                    }
+                };
+                self.room_index.insert(room.to_owned(), slot);
+                slot
+            }
+        };
+        let s = self.rooms[slot]
+            .as_mut()
+            .expect("the slot was just found or made");
+        let member = s.room.add(leg, kind.role());
+        let id = random_id();
+        let key = MemberKey {
+            slot,
+            room_gen: s.room_gen,
+            member,
+        };
+        s.members.insert(
+            member,
+            Meta {
+                id: id.clone(),
+                kind,
+                ufrags: vec![ice.ufrag.clone()],
+                addrs: Vec::new(),
+                profile: None,
+                connected: false,
+                closing: None,
+                created: now,
+            },
+        );
+        self.by_ufrag.insert(ice.ufrag.clone(), key);
+        self.queue
+            .push_back(Queued::Event(Event::UfragOwned(ice.ufrag.clone())));
+        self.ids.insert(id.clone(), (slot, member));
+        self.drain_room(slot);
+        self.remove_closed();
+        Ok(Joined { id, answer, ice })
+    }
+
+    fn find(&self, room: &str, id: &str) -> Option<(usize, MemberId)> {
+        let &(slot, member) = self.ids.get(id)?;
+        self.rooms[slot]
+            .as_ref()
+            .filter(|s| s.name == room)
+            .map(|_| (slot, member))
+    }
+
+    /// Ends a participant with close_notify (counted as `deleted`); `false` if there is none
+    /// by that id in `room`.
+    pub fn leave(&mut self, now: Instant, room: &str, id: &str) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        self.close_member(now, slot, member, EndReason::Deleted);
+        true
+    }
+
+    /// ICE restart with the peer's new credentials: our new ones, or `None` for an unknown
+    /// participant (or one that is not a WebRTC leg).
+    pub fn ice_restart(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        remote: Credentials,
+    ) -> Option<Credentials> {
+        let (slot, member) = self.find(room, id)?;
+        let s = self.rooms[slot].as_mut()?;
+        let local = s
+            .room
+            .leg_mut(member)?
+            .as_webrtc_mut()?
+            .restart_ice(remote, now);
+        let meta = s.members.get_mut(&member)?;
+        meta.ufrags.push(local.ufrag.clone());
+        let key = MemberKey {
+            slot,
+            room_gen: s.room_gen,
+            member,
+        };
+        self.by_ufrag.insert(local.ufrag.clone(), key);
+        self.queue
+            .push_back(Queued::Event(Event::UfragOwned(local.ufrag.clone())));
+        Some(local)
+    }
+
+    /// Sends an RTCP compound of the gateway's own to a member: protected with its keys
+    /// (SRTCP) in the next batch's protect call. `false` if there is no such member or it
+    /// cannot be sent to yet (not keyed, no selected address).
+    pub fn send_rtcp(&mut self, now: Instant, room: &str, id: &str, rtcp: &[u8]) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return false;
+        };
+        let Some(destination) = s.room.leg(member).and_then(Leg::media_destination) else {
+            return false;
+        };
+        self.media.stage_outbound(
+            (slot, s.room_gen, member),
+            now,
+            What::RtcpOut(destination),
+            rtcp,
+        );
+        true
+    }
+
+    /// Stops admitting and closes every member with close_notify (counted as `shutdown`).
+    pub fn drain(&mut self, now: Instant) {
+        self.draining = true;
+        let all: Vec<(usize, MemberId)> = self
+            .rooms
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
+            .flat_map(|(i, s)| s.members.keys().map(move |m| (i, *m)))
+            .collect();
+        for (slot, member) in all {
+            self.close_member(now, slot, member, EndReason::Shutdown);
+        }
+    }
+
+    /// Closes a member with close_notify, counts why, and removes it.
+    fn close_member(&mut self, now: Instant, slot: usize, member: MemberId, why: EndReason) {
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return;
+        };
+        if let Some(meta) = s.members.get_mut(&member) {
+            if meta.closing.is_none() {
+                meta.closing = Some(why);
+                self.counters.ended[why] += 1;
+            }
+        }
+        if let Some(leg) = s.room.leg_mut(member) {
+            leg.close(now);
+        }
+        self.drain_room(slot);
+        self.to_remove.push((slot, member));
+        self.remove_closed();
+    }
+
+    /// The counters: every member's (those that left included), the drops no member owns, the
+    /// sessions, and the gauges.
+    pub fn counters(&self) -> ShardCounters {
+        let mut c = self.counters;
+        for s in self.rooms.iter().flatten() {
+            c.media.add(&s.room.counters());
+            c.rooms += 1;
+            c.members += s.members.len() as u64;
+            c.connected += s
+                .members
+                .values()
+                .filter(|m| m.connected && m.closing.is_none())
+                .count() as u64;
+        }
+        c
+    }
+
+    /// Members now.
+    pub fn members(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Routes held (ufrags, addresses): zero once everybody left.
+    pub fn route_sizes(&self) -> (usize, usize) {
+        (self.by_ufrag.len(), self.by_addr.len())
+    }
+
+    /// The rooms (all, or the one named), as the API shows them.
+    pub fn snapshot(&self, now: Instant, only: Option<&str>) -> Vec<RoomSnapshot> {
+        let mut out = Vec::new();
+        for s in self.rooms.iter().flatten() {
+            if only.is_some_and(|n| n != s.name) {
+                continue;
+            }
+            let mut participants = Vec::new();
+            for m in s.room.members() {
+                let (Some(leg), Some(meta)) = (s.room.leg(m), s.members.get(&m)) else {
+                    continue;
+                };
+                participants.push(participant_snapshot(now, leg, meta));
+            }
+            let c: Counters = s.room.counters();
+            out.push(RoomSnapshot {
+                name: s.name.clone(),
+                routed_in: c.routed,
+                forwarded: c.forwarded,
+                participants,
+            });
+        }
+        out
+    }
+
+    /// A member's counters, by its room and id (for tests and the API).
+    pub fn member_counters(&self, room: &str, id: &str) -> Option<Counters> {
+        let (slot, member) = self.find(room, id)?;
+        let s = self.rooms[slot].as_ref()?;
+        s.room.leg(member).map(|l| *l.counters())
+    }
+
+    /// A room, by name (for tests: its slots, mapped SSRCs and members).
+    pub fn room(&self, name: &str) -> Option<&Room> {
+        let slot = *self.room_index.get(name)?;
+        self.rooms[slot].as_ref().map(|s| &s.room)
+    }
+
+    /// A member's id in its room, by the id the signaling knows.
+    pub fn member_id(&self, id: &str) -> Option<MemberId> {
+        self.ids.get(id).map(|(_, m)| *m)
+    }
+}
+
+fn participant_snapshot(now: Instant, leg: &Leg, meta: &Meta) -> ParticipantSnapshot {
+    let c = leg.counters();
+    ParticipantSnapshot {
+        id: meta.id.clone(),
+        kind: meta.kind,
+        state: match (meta.closing, meta.connected) {
+            (Some(why), _) => why.name().to_owned(),
+            (None, true) => "connected".into(),
+            (None, false) => "new".into(),
+        },
+        srtp_profile: meta.profile.map(|p| p.to_string()),
+        packets_in: c.packets_in,
+        bytes_in: c.bytes_in,
+        packets_out: c.packets_out,
+        bytes_out: c.bytes_out,
+        auth_failures: c.drops[DropReason::AuthFailed],
+        replays: c.drops[DropReason::Replayed],
+        drops: c
+            .drops
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(r, n)| (r.name(), n))
+            .collect(),
+        handshake_ms: leg
+            .as_webrtc()
+            .and_then(WebRtcLeg::handshake_time)
+            .map(|d| d.as_secs_f64() * 1e3),
+        age_secs: now.saturating_duration_since(meta.created).as_secs_f64(),
+    }
+}

@@ -1,0 +1,171 @@
+//! A shard driven with a scripted sequence of datagrams and timer ticks, no socket: what comes
+//! out (transmits of each kind, to whom, events, counters) is exactly what the script implies.
+
+use std::time::Duration;
+
+use secrelay_gateway::counters::{DropReason, EndReason};
+use secrelay_gateway::leg::TransmitKind;
+use secrelay_gateway::shard::{Datagram, Event, Handled, JoinKind, Output, Shard};
+use secrelay_testkit::gateway::Harness;
+use secrelay_testkit::memory::SimClient;
+use secrelay_wire::sdp::parse_offer;
+
+/// Everything the shard puts out until its next deadline: (transmits as (destination, kind,
+/// media receive instant set), events).
+type Drained = (Vec<(std::net::SocketAddr, TransmitKind, bool)>, Vec<Event>);
+
+fn drain(shard: &mut Shard) -> Drained {
+    let (mut tx, mut ev) = (Vec::new(), Vec::new());
+    while let Some(o) = shard.poll_output() {
+        match o {
+            Output::Transmit(t) => tx.push((t.destination, t.kind, t.received.is_some())),
+            Output::Event(e) => ev.push(e),
+            Output::Timeout(_) => break,
+        }
+    }
+    (tx, ev)
+}
+
+#[test]
+fn a_scripted_call_from_first_check_to_consent_expiry() {
+    let mut h = Harness::simd();
+    let a_client = SimClient::new(1);
+    let a_addr = a_client.addr;
+    let a_ufrag_offer = parse_offer(&a_client.offer()).unwrap();
+    let joined = h
+        .shard
+        .join(h.now, "call", &a_ufrag_offer, JoinKind::Join)
+        .unwrap();
+    // The join makes one route: the member's ICE ufrag.
+    let (tx, ev) = drain(&mut h.shard);
+    assert!(tx.is_empty());
+    assert_eq!(ev, vec![Event::UfragOwned(joined.ice.ufrag.clone())]);
+    assert_eq!(h.shard.route_sizes(), (1, 0));
+
+    // A stranger's datagram is not the shard's.
+    let stranger: std::net::SocketAddr = "203.0.113.5:5000".parse().unwrap();
+    let now = h.now;
+    assert_eq!(
+        h.shard
+            .handle(now, Datagram::classify(stranger, &[0x80; 40], now)),
+        Handled::NotOurs
+    );
+
+    // The browser's first check (USE-CANDIDATE): one STUN answer to it, its address owned.
+    let mut a = a_client;
+    let answer = parse_offer(&joined.answer).unwrap();
+    let check = a.binding_request(&answer, true);
+    let now = h.now;
+    assert_eq!(
+        h.shard.handle(now, Datagram::classify(a_addr, &check, now)),
+        Handled::Taken
+    );
+    let (tx, ev) = drain(&mut h.shard);
+    assert_eq!(tx, vec![(a_addr, TransmitKind::Stun, false)]);
+    assert_eq!(ev, vec![Event::AddressOwned(a_addr)]);
+    assert_eq!(h.shard.route_sizes(), (1, 1));
+
+    // Hand the rest of the connection to the harness (DTLS, 5 ms per exchange), with a second
+    // member in the room.
+    h.members.push(secrelay_testkit::gateway::Member {
+        client: a,
+        room: "call".into(),
+        id: joined.id.clone(),
+        answer: answer.clone(),
+        answer_sdp: joined.answer.clone(),
+    });
+    assert!(h.connect(0));
+    let b = h.join_connected("call", 2, JoinKind::Join);
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Connected { handshake } if *handshake > Duration::ZERO)));
+    let c = h.counters();
+    assert_eq!((c.members, c.connected, c.rooms), (2, 2, 1));
+    assert_eq!(c.handshakes_ok, 2);
+
+    // One media packet from a: one media transmit, to b, tagged with when it was read.
+    let (_, p) = h.srtp(0, &[1; 100]);
+    let now = h.now;
+    h.shard.handle(now, Datagram::classify(a_addr, &p, now));
+    let (tx, ev) = drain(&mut h.shard);
+    let b_addr = h.members[b].client.addr;
+    assert_eq!(tx, vec![(b_addr, TransmitKind::Media, true)]);
+    assert!(ev.is_empty());
+    // The same packet again: a replay, dropped at a, nothing out.
+    h.shard.handle(now, Datagram::classify(a_addr, &p, now));
+    let (tx, _) = drain(&mut h.shard);
+    assert!(tx.is_empty());
+    let c = h.counters();
+    assert_eq!(c.media.routed, 1);
+    assert_eq!(c.media.forwarded, 1);
+    assert_eq!(c.media.packets_in, 1);
+    assert_eq!(c.media.packets_out, 1);
+    assert_eq!(c.media.drops[DropReason::Replayed], 1);
+    assert_eq!(c.srtp_batches, 2);
+
+    // Timer ticks: nobody checks any more. Before 30 s nothing ends; after, both members lose
+    // consent, leave with their routes, and the room goes.
+    let start = h.now;
+    while let Some(t) = h.shard.poll_timeout() {
+        if t > start + Duration::from_secs(29) {
+            break;
+        }
+        h.advance_to(t);
+    }
+    assert_eq!(h.counters().members, 2);
+    while let Some(t) = h.shard.poll_timeout() {
+        if t > start + Duration::from_secs(40) {
+            break;
+        }
+        h.advance_to(t);
+    }
+    let left: Vec<&Event> = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::MemberLeft { .. }))
+        .collect();
+    assert_eq!(left.len(), 2);
+    assert!(left.iter().all(|e| matches!(
+        e,
+        Event::MemberLeft {
+            reason: EndReason::ConsentExpired,
+            ..
+        }
+    )));
+    let c = h.counters();
+    assert_eq!((c.members, c.connected, c.rooms), (0, 0, 0));
+    assert_eq!(c.ended[EndReason::ConsentExpired], 2);
+    // Counters of members that left stay in the sums.
+    assert_eq!(c.media.routed, 1);
+    assert_eq!(c.media.drops[DropReason::Replayed], 1);
+    assert_eq!(h.shard.route_sizes(), (0, 0));
+    assert_eq!(h.shard.poll_timeout(), None, "no timers left");
+}
+
+#[test]
+fn a_draining_shard_closes_everybody_and_refuses_joins() {
+    let mut h = Harness::simd();
+    h.join_connected("r", 1, JoinKind::Join);
+    h.join_connected("r", 2, JoinKind::Join);
+    let now = h.now;
+    h.shard.drain(now);
+    let (tx, ev) = drain(&mut h.shard);
+    // One close_notify each.
+    assert_eq!(tx.iter().filter(|t| t.1 == TransmitKind::Dtls).count(), 2);
+    assert_eq!(
+        ev.iter()
+            .filter(|e| matches!(
+                e,
+                Event::MemberLeft {
+                    reason: EndReason::Shutdown,
+                    ..
+                }
+            ))
+            .count(),
+        2
+    );
+    let offer = parse_offer(&SimClient::new(3).offer()).unwrap();
+    assert!(h.shard.join(now, "r", &offer, JoinKind::Join).is_err());
+    assert_eq!(h.counters().ended[EndReason::Shutdown], 2);
+}
