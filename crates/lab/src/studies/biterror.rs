@@ -879,6 +879,12 @@ const SEED_002_BYTES: [(&str, &str, usize); 8] = [
     ("3DES", "*", 9),
 ];
 
+/// A row of the main table named by (cipher, mode).
+type RowName = (String, String);
+
+/// Rows grouped by the (fewest, most) bytes changed across the streams.
+type DamageGroups = Vec<((usize, usize), Vec<RowName>)>;
+
 /// The stream columns of the main table, by key prefix.
 const STREAM_KEYS: [&str; 3] = ["raw", "ulaw", "opus"];
 
@@ -925,7 +931,7 @@ fn row_outcome(row: &std::collections::BTreeMap<String, Cell>) -> RowOutcome {
 
 /// "AES-128/AES-256 OFB, 3DES (EDE3) OFB": (cipher, mode) pairs with the ciphers of one mode
 /// joined, modes in first-seen order.
-fn name_rows(rows: &[(String, String)]) -> String {
+fn name_rows(rows: &[RowName]) -> String {
     let mut modes: Vec<(&str, Vec<&str>)> = Vec::new();
     for (cipher, mode) in rows {
         match modes.iter_mut().find(|(m, _)| *m == mode.as_str()) {
@@ -957,8 +963,8 @@ fn count_label(lo: usize, hi: usize) -> String {
 pub fn conclusions(table: &Table, srtp: &Table) -> Vec<String> {
     let mut notes = Vec::new();
     // (min, max) bytes changed → rows.
-    let mut groups: Vec<((usize, usize), Vec<(String, String)>)> = Vec::new();
-    let mut refused: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    let mut groups: DamageGroups = Vec::new();
+    let mut refused: Vec<(String, Vec<RowName>)> = Vec::new();
     let mut exact = 0;
     let mut short = Vec::new();
     let mut unexpected = Vec::new();
@@ -1101,7 +1107,7 @@ pub fn conclusions(table: &Table, srtp: &Table) -> Vec<String> {
 fn srtp_conclusion(
     srtp: &Table,
     main_rows: &[&std::collections::BTreeMap<String, Cell>],
-    groups: &[((usize, usize), Vec<(String, String)>)],
+    groups: &DamageGroups,
 ) -> Option<String> {
     if srtp.rows.is_empty() {
         return None;
@@ -1178,13 +1184,12 @@ fn srtp_conclusion(
             count_label(*lo, *hi),
             if *hi == 1 { "byte" } else { "bytes" }
         ));
-        let like: Vec<&(String, String)> = groups
+        let like: Vec<RowName> = groups
             .iter()
             .filter(|((a, b), _)| a == lo && b == hi)
-            .flat_map(|(_, r)| r)
+            .flat_map(|(_, r)| r.iter().cloned())
             .collect();
         if !like.is_empty() {
-            let like: Vec<(String, String)> = like.into_iter().cloned().collect();
             s.push_str(&format!(", as with {}", name_rows(&like)));
         }
     }
