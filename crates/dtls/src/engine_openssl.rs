@@ -805,7 +805,8 @@ impl DtlsEngine for OpensslEngine {
     }
 
     /// The engine must have been built with the admission's cookie
-    /// ([`OpensslEngine::with_cookie`]): OpenSSL's cookie callbacks then issue and accept it.
+    /// (`OpensslEngine::with_cookie`, as `Endpoint::new_admitted` builds it): OpenSSL's cookie
+    /// callbacks then issue and accept it.
     fn take_over(&mut self, admission: &Admission) -> Result<(), FailReason> {
         let index = cookie_index().map_err(|_| FailReason::Internal)?;
         if self.stream.ssl().ex_data(index) != Some(admission.cookie()) {

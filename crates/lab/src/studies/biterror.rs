@@ -616,7 +616,7 @@ pub fn predicted_region(case: &Case) -> Vec<usize> {
     v
 }
 
-/// A library's whole-stream encryption (`true`) or decryption ([`rustcrypto`], [`openssl`]).
+/// A library's whole-stream encryption (`true`) or decryption ([`rustcrypto`], [`openssl()`]).
 pub type CipherFn = fn(&Case, &[u8], bool) -> Result<Vec<u8>, Refusal>;
 
 /// Encrypts `plain`, flips the bit, decrypts, and counts the damage.
