@@ -149,4 +149,63 @@ fn biterror_quick_json() {
         }
     }
     assert_eq!(rows.len(), expected.len() + profiles.len());
+
+    // The conclusions are read from the table: every decrypting row is named in the group of
+    // its measured byte count, every refusing row among the refusals, and the SRTP line
+    // counts the profiles.
+    let notes: Vec<&str> = study["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let note = |starts: &str| -> &str {
+        notes
+            .iter()
+            .find(|n| n.starts_with(starts))
+            .unwrap_or_else(|| panic!("no note {starts:?} in {notes:#?}"))
+    };
+    let groups = note("Plaintext bytes changed by one flipped ciphertext bit");
+    let refused = note("Refused the whole tampered stream");
+    for (cipher, mode, at_risk) in &expected {
+        let r = row(cipher, mode);
+        if at_risk.is_none() {
+            assert!(
+                refused.contains(mode) && refused.contains(cipher.split(' ').next().unwrap()),
+                "{cipher} {mode} missing from {refused}"
+            );
+            continue;
+        }
+        let counts: Vec<u64> = STREAMS
+            .iter()
+            .map(|s| num(&r, &format!("{s}_bytes")) as u64)
+            .collect();
+        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        let label = if lo == hi {
+            format!("{lo} byte")
+        } else {
+            format!("{lo}–{hi} byte")
+        };
+        // "… 1 byte: AES-128/AES-256 OFB, RC4-128/ChaCha20 stream; 8 bytes: …"
+        let (_, body) = groups.split_once("differ): ").expect("the groups");
+        let named = body
+            .trim_end_matches('.')
+            .split("; ")
+            .filter_map(|g| g.split_once(": "))
+            .filter(|(l, _)| *l == label || *l == format!("{label}s"))
+            .flat_map(|(_, items)| items.split(", "))
+            .filter_map(|item| item.rsplit_once(' '))
+            .any(|(ciphers, m)| m == *mode && ciphers.split('/').any(|c| c == *cipher));
+        assert!(
+            named,
+            "{cipher} {mode} ({counts:?}) not under {label} in {groups}"
+        );
+    }
+    assert!(
+        note("SRTP:").starts_with(&format!(
+            "SRTP: all {} profiles rejected exactly the tampered packet",
+            profiles.len()
+        )),
+        "{notes:#?}"
+    );
 }

@@ -491,8 +491,8 @@ fn server_with_a_private_ca_takes_clients_it_issued() {
     );
 }
 
-/// A real ClientHello (from secrelay's client endpoint) to replay from many sockets.
-fn client_hello() -> Vec<u8> {
+/// secrelay's client endpoint, for peers driven by hand.
+fn client_endpoint() -> secrelay_dtls::Endpoint {
     let cert = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "storm")
         .unwrap();
     let config = secrelay_dtls::EndpointConfig::new(
@@ -500,15 +500,39 @@ fn client_hello() -> Vec<u8> {
         secrelay_dtls::LocalCertificate::from(&cert),
         secrelay_dtls::PeerAuth::AnyCertificate,
     );
-    let mut ep = secrelay_dtls::Endpoint::new(config, Instant::now()).unwrap();
-    match ep.poll_output().expect("a first flight") {
-        secrelay_dtls::Output::Transmit(d) => d,
-        o => panic!("unexpected {o:?}"),
+    secrelay_dtls::Endpoint::new(config, Instant::now()).unwrap()
+}
+
+/// The next datagram the endpoint sends (its queue drained up to it).
+fn next_transmit(ep: &mut secrelay_dtls::Endpoint) -> Vec<u8> {
+    loop {
+        match ep.poll_output().expect("a flight") {
+            secrelay_dtls::Output::Transmit(d) => return d,
+            secrelay_dtls::Output::Timeout(_) => panic!("nothing to send"),
+            _ => {}
+        }
     }
 }
 
+/// A peer that sends its first ClientHello, answers the server's HelloVerifyRequest with the
+/// cookie, and then goes silent.
+fn cookie_then_silence(s: &UdpSocket, addr: &str) {
+    let mut ep = client_endpoint();
+    s.send_to(&next_transmit(&mut ep), addr).unwrap();
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = s.recv(&mut buf).expect("a HelloVerifyRequest");
+    assert_eq!(buf[13], 3, "hello_verify_request");
+    while ep.poll_output().is_some() {}
+    ep.handle_datagram(Instant::now(), &buf[..n]);
+    s.send_to(&next_transmit(&mut ep), addr).unwrap();
+}
+
+/// Peers that never answer the HelloVerifyRequest make no endpoint; of those that do and then
+/// fall silent, `--max-in-flight` get one, the others are refused at the cap, and the silent
+/// endpoints are dropped after `--idle-timeout`.
 #[test]
-fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
+fn server_makes_endpoints_only_for_returned_cookies_caps_them_and_drops_silent_ones() {
     let dir = tempfile::tempdir().unwrap();
     let (mut server, addr) = start_server(
         dir.path(),
@@ -519,15 +543,23 @@ fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
             OsStr::new("0.3"),
         ],
     );
-    let hello = client_hello();
-    // 20 peers send a ClientHello and never answer the HelloVerifyRequest; one more sends junk.
-    let sockets: Vec<UdpSocket> = (0..20)
+    // 20 peers send a ClientHello and never answer the HelloVerifyRequest; one sends junk.
+    let mut ep = client_endpoint();
+    let hello = next_transmit(&mut ep);
+    let spoofed: Vec<UdpSocket> = (0..20)
         .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
         .collect();
-    for s in &sockets {
+    for s in &spoofed {
         s.send_to(&hello, &addr).unwrap();
     }
-    sockets[0].send_to(b"not dtls", &addr).unwrap();
+    spoofed[0].send_to(b"not dtls", &addr).unwrap();
+    // 20 more return the cookie, then fall silent: 4 endpoints, 16 refused at the cap.
+    let returning: Vec<UdpSocket> = (0..20)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    for s in &returning {
+        cookie_then_silence(s, &addr);
+    }
     // Stats every second: wait for a line showing the silent ones dropped.
     let deadline = Instant::now() + WAIT;
     while !server.stderr().contains("endpoints 0  refused at cap 16") {
@@ -538,6 +570,11 @@ fn server_caps_handshakes_in_flight_and_drops_silent_ones() {
     let err = server.stderr();
     assert!(err.contains("(idle timeout): 4"), "{err}");
     assert!(err.contains("completed 0"), "{err}");
+    assert!(
+        err.contains("hello-verify 40  endpoints made 4"),
+        "a HelloVerifyRequest for each of the 40 first ClientHellos, an endpoint for the 4 \
+         returned cookies under the cap and none for the rest\n{err}"
+    );
 }
 
 fn find_on_path(program: &str) -> Option<PathBuf> {

@@ -9,10 +9,15 @@
 //!
 //! Groups (time per element = time per handshake):
 //! - `handshake/*`: a whole handshake, both sides, datagrams moved between them in memory.
-//!   `secrelay-dimpl` runs with server cookies off (OpenSSL's in-memory set-up has none) and
-//!   `secrelay-dimpl-cookies` with them on (one more round trip, as deployed).
+//!   `secrelay-dimpl` runs with server cookies off (OpenSSL's in-memory set-up has none),
+//!   `secrelay-dimpl-cookies` with dimpl's own cookie exchange on (one more round trip; the
+//!   endpoint is made at the first ClientHello), and `secrelay-dimpl-responder` behind the
+//!   stateless `CookieResponder` as `lab handshake-server` runs it (the responder answers the
+//!   first ClientHello; the endpoint is made with `Endpoint::new_admitted` at the second and
+//!   takes the handshake over).
 //! - `handshake-server-side/*`: only the time spent inside the server's calls (construction,
-//!   datagram handling, draining), summed with `Instant` around each call.
+//!   datagram handling, draining; the responder's checks for `secrelay-dimpl-responder`),
+//!   summed with `Instant` around each call.
 //! - `crypto-floor/*`: aws-lc-rs directly, one side's crypto for a mutual-auth ECDHE-ECDSA
 //!   handshake: one ECDSA P-256 sign, one ECDSA P-256 verify (the peer's
 //!   ServerKeyExchange/CertificateVerify; the peer's certificate signature is not verified —
@@ -47,6 +52,7 @@ use aws_lc_rs::agreement::{self, EphemeralPrivateKey, UnparsedPublicKey as Agree
 use aws_lc_rs::rand::SystemRandom;
 use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, UnparsedPublicKey};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use secrelay_dtls::cookie::{CookieResponder, CookieVerdict};
 use secrelay_dtls::keying::keying_material_len;
 use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, EngineChoice, Event, KeyType, LocalCertificate, Output,
@@ -111,6 +117,64 @@ impl Side for Dimpl {
 
     fn block(&self) -> Option<&[u8]> {
         self.block.as_deref()
+    }
+}
+
+/// secrelay's server behind the stateless cookie responder, as `lab handshake-server` runs it:
+/// no endpoint until a ClientHello returns a valid cookie, then `Endpoint::new_admitted`.
+struct Fronted<'a> {
+    responder: &'a CookieResponder,
+    config: &'a EndpointConfig,
+    ep: Option<Dimpl>,
+}
+
+impl<'a> Fronted<'a> {
+    /// The client's address, as the responder binds cookies to it.
+    const PEER: std::net::SocketAddr = std::net::SocketAddr::V4(std::net::SocketAddrV4::new(
+        std::net::Ipv4Addr::new(192, 0, 2, 7),
+        40_000,
+    ));
+
+    fn new(s: &'a Setup) -> Self {
+        Fronted {
+            responder: &s.responder,
+            config: &s.dimpl_server_cookies,
+            ep: None,
+        }
+    }
+}
+
+impl Side for Fronted<'_> {
+    fn start(&mut self, _out: &mut Vec<Vec<u8>>) {}
+
+    fn feed(&mut self, flight: &mut Vec<Vec<u8>>, out: &mut Vec<Vec<u8>>) {
+        for d in flight.drain(..) {
+            if let Some(ep) = self.ep.as_mut() {
+                ep.ep.handle_datagram(ep.now, &d);
+                ep.drain(out);
+                continue;
+            }
+            match self.responder.check(Self::PEER, &d) {
+                CookieVerdict::HelloVerifyRequest(hvr) => out.push(hvr),
+                CookieVerdict::Admit(a) => {
+                    let now = Instant::now();
+                    let ep = Endpoint::new_admitted(self.config.clone(), now, &a)
+                        .expect("endpoint config");
+                    let mut ep = Dimpl {
+                        ep,
+                        now,
+                        block: None,
+                    };
+                    ep.drain(out);
+                    self.ep = Some(ep);
+                }
+                v => panic!("the responder answered {v:?}"),
+            }
+        }
+    }
+
+    fn block(&self) -> Option<&[u8]> {
+        self.ep.as_ref().and_then(|e| e.block())
     }
 }
 
@@ -221,6 +285,7 @@ struct Setup {
     dimpl_client: EndpointConfig,
     dimpl_server: EndpointConfig,
     dimpl_server_cookies: EndpointConfig,
+    responder: CookieResponder,
     ossl_client: OpensslDtlsContext,
     ossl_server: OpensslDtlsContext,
     client_cert: Certificate,
@@ -258,6 +323,7 @@ fn setup() -> Setup {
         dimpl_client,
         dimpl_server,
         dimpl_server_cookies,
+        responder: CookieResponder::random().expect("randomness"),
         ossl_client,
         ossl_server,
         client_cert,
@@ -279,6 +345,9 @@ fn verify_once(s: &Setup) {
         || Dimpl::new(&s.dimpl_server_cookies),
     );
     assert_eq!(c.block(), sv.block());
+    let (c, sv, _) = handshake(|| Dimpl::new(&s.dimpl_client), || Fronted::new(s));
+    assert_eq!(c.block(), sv.block());
+    assert!(c.block().is_some());
     let (c, sv, _) = handshake(|| Ossl::new(&s.ossl_client), || Ossl::new(&s.ossl_server));
     assert_eq!(c.block(), sv.block());
     assert_eq!(sv.conn.version(), "DTLSv1.2");
@@ -326,15 +395,16 @@ fn interleaved(s: &Setup, floor: &dyn Fn(), rounds: usize) {
         v.sort_by(|a, b| a.total_cmp(b));
         v[v.len() / 2]
     }
-    const NAMES: [&str; 5] = [
+    const NAMES: [&str; 6] = [
         "secrelay-dimpl",
         "openssl",
         "secrelay-client-openssl-server",
         "openssl-client-secrelay-server",
         "secrelay-dimpl-cookies",
+        "secrelay-dimpl-responder",
     ];
-    let mut total: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(rounds)).collect();
-    let mut server: Vec<Vec<f64>> = (0..5).map(|_| Vec::with_capacity(rounds)).collect();
+    let mut total: Vec<Vec<f64>> = (0..6).map(|_| Vec::with_capacity(rounds)).collect();
+    let mut server: Vec<Vec<f64>> = (0..6).map(|_| Vec::with_capacity(rounds)).collect();
     let mut floor_us = Vec::with_capacity(rounds);
     let mut new_us = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -371,6 +441,12 @@ fn interleaved(s: &Setup, floor: &dyn Fn(), rounds: usize) {
             &mut t1[3],
             &mut s1[3],
         );
+        time(
+            || Dimpl::new(&s.dimpl_client),
+            || Fronted::new(s),
+            &mut t1[4],
+            &mut s1[4],
+        );
         let t = Instant::now();
         floor();
         floor_us.push(t.elapsed().as_secs_f64() * 1e6);
@@ -380,7 +456,7 @@ fn interleaved(s: &Setup, floor: &dyn Fn(), rounds: usize) {
     }
     let new = median(&mut new_us);
     let fl = median(&mut floor_us);
-    let med: Vec<(f64, f64)> = (0..5)
+    let med: Vec<(f64, f64)> = (0..6)
         .map(|i| (median(&mut total[i]), median(&mut server[i])))
         .collect();
     eprintln!("interleaved medians over {rounds} rounds (us per handshake):");
@@ -450,6 +526,9 @@ fn bench_handshakes(c: &mut Criterion) {
             )
         })
     });
+    g.bench_function("secrelay-dimpl-responder", |b| {
+        b.iter(|| checked(|| Dimpl::new(&s.dimpl_client), || Fronted::new(&s)))
+    });
     g.bench_function("openssl", |b| {
         b.iter(|| checked(|| Ossl::new(&s.ossl_client), || Ossl::new(&s.ossl_server)))
     });
@@ -471,6 +550,25 @@ fn bench_handshakes(c: &mut Criterion) {
                         || Dimpl::new(&s.dimpl_server),
                     )
                 })
+                .sum()
+        })
+    });
+    g.bench_function("secrelay-dimpl-cookies", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    checked(
+                        || Dimpl::new(&s.dimpl_client),
+                        || Dimpl::new(&s.dimpl_server_cookies),
+                    )
+                })
+                .sum()
+        })
+    });
+    g.bench_function("secrelay-dimpl-responder", |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| checked(|| Dimpl::new(&s.dimpl_client), || Fronted::new(&s)))
                 .sum()
         })
     });

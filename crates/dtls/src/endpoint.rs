@@ -304,9 +304,12 @@ pub struct EndpointConfig {
     /// Largest datagram the handshake may produce.
     pub mtu: usize,
     /// Server only: demand a cookie round trip (HelloVerifyRequest in DTLS 1.2,
-    /// HelloRetryRequest in 1.3) before any work. On by default; keep it on. (A server behind
-    /// a [`crate::cookie::CookieResponder`] would turn it off, but dimpl 0.9 cannot take over a
-    /// ClientHello the responder admitted — see that module.)
+    /// HelloRetryRequest in 1.3) before any work. On by default; keep it on. It is per
+    /// endpoint, so it saves no state by itself: a server that makes endpoints per source
+    /// address answers first ClientHellos with a stateless
+    /// [`crate::cookie::CookieResponder`] and makes the endpoint with
+    /// [`Endpoint::new_admitted`] (which runs the engine with its cookie exchange on whatever
+    /// this says).
     pub server_cookies: bool,
     /// Which DTLS engine to run on ([`EngineChoice::Auto`] by default: dimpl unless the
     /// configuration needs OpenSSL; see [`EndpointConfig::resolved_engine`]).
@@ -616,15 +619,19 @@ impl fmt::Debug for Endpoint {
 /// Why [`Endpoint::new`] refused a configuration.
 pub type ConfigError = EngineConfigError;
 
-/// Builds the engine `config` resolves to.
+/// Builds the engine `config` resolves to; `cookie`: the server's cookie, for an engine that
+/// takes over from a stateless responder (OpenSSL's is set at construction, dimpl's is pinned
+/// when it is fed).
 fn build_engine(
     config: &EndpointConfig,
     now: Instant,
+    cookie: Option<&[u8; crate::cookie::COOKIE_LEN]>,
 ) -> Result<Box<dyn DtlsEngine>, EngineConfigError> {
+    let _ = cookie;
     match config.resolved_engine() {
         #[cfg(feature = "openssl")]
-        EngineChoice::Openssl => Ok(Box::new(crate::engine_openssl::OpensslEngine::new(
-            config, now,
+        EngineChoice::Openssl => Ok(Box::new(crate::engine_openssl::OpensslEngine::with_cookie(
+            config, now, cookie,
         )?)),
         #[cfg(not(feature = "openssl"))]
         EngineChoice::Openssl => Err(EngineConfigError::Setting(
@@ -632,6 +639,11 @@ fn build_engine(
         )),
         _ => Ok(Box::new(DimplEngine::new(config, now)?)),
     }
+}
+
+/// Whether `d` starts with a plaintext HelloVerifyRequest record.
+fn starts_with_hello_verify_request(d: &[u8]) -> bool {
+    d.len() > 13 && d[0] == 22 && d[3..5] == [0, 0] && d[13] == 3
 }
 
 impl Endpoint {
@@ -644,9 +656,81 @@ impl Endpoint {
                 "the SRTP profile list is empty".into(),
             ));
         }
-        let engine = catch_unwind(AssertUnwindSafe(|| build_engine(&config, now)))
+        let engine = catch_unwind(AssertUnwindSafe(|| build_engine(&config, now, None)))
             .map_err(|_| EngineConfigError::Panicked)??;
         Ok(Endpoint::with_engine(&config, engine, now))
+    }
+
+    /// A server endpoint for a ClientHello a stateless
+    /// [`CookieResponder`](crate::cookie::CookieResponder) admitted
+    /// ([`CookieVerdict::Admit`](crate::cookie::CookieVerdict::Admit)), with that datagram
+    /// already fed: drain [`poll_output`](Self::poll_output) after this (the ServerHello
+    /// flight). The engine runs DTLS 1.2 with its own cookie exchange on, whatever
+    /// `config.version` and `config.server_cookies` say (the client is in DTLS 1.2 after a
+    /// HelloVerifyRequest), and takes the handshake over from the responder as the
+    /// [`cookie`](crate::cookie) module describes. Should the engine not take the admitted
+    /// ClientHello (answer it with another HelloVerifyRequest), the endpoint fails at once
+    /// with [`FailReason::Internal`] and sends nothing.
+    pub fn new_admitted(
+        config: EndpointConfig,
+        now: Instant,
+        admission: &crate::cookie::Admission,
+    ) -> Result<Endpoint, ConfigError> {
+        if config.role != Role::Server {
+            return Err(EngineConfigError::Setting(
+                "an admitted ClientHello is for a server endpoint".into(),
+            ));
+        }
+        if config.srtp_profiles.is_empty() {
+            return Err(EngineConfigError::Setting(
+                "the SRTP profile list is empty".into(),
+            ));
+        }
+        let mut config = config;
+        config.version = DtlsVersion::Dtls12;
+        config.server_cookies = true;
+        let cookie = admission.cookie();
+        let engine = catch_unwind(AssertUnwindSafe(|| {
+            build_engine(&config, now, Some(cookie))
+        }))
+        .map_err(|_| EngineConfigError::Panicked)??;
+        Ok(Endpoint::admitted_with_engine(
+            &config, engine, now, admission,
+        ))
+    }
+
+    /// [`Endpoint::new_admitted`] once the engine is built.
+    fn admitted_with_engine(
+        config: &EndpointConfig,
+        engine: Box<dyn DtlsEngine>,
+        now: Instant,
+        admission: &crate::cookie::Admission,
+    ) -> Endpoint {
+        let mut ep = Endpoint::with_engine(config, engine, now);
+        if ep.state == State::Finished {
+            return ep;
+        }
+        ep.counters.datagrams_in += 1;
+        if ep
+            .call(|e| {
+                e.handle_timeout(now)?;
+                e.take_over(admission)
+            })
+            .is_some()
+        {
+            ep.pump();
+        }
+        // Fail closed: an engine that answered the admitted ClientHello with another
+        // HelloVerifyRequest did not take it over (its cookie is not the responder's).
+        let refused = ep.out.iter().any(|o| match o {
+            Output::Transmit(d) => starts_with_hello_verify_request(d),
+            _ => false,
+        });
+        if refused {
+            ep.out.clear();
+            ep.fail(FailReason::Internal);
+        }
+        ep
     }
 
     /// An endpoint over any engine built for `config.role` (the seam for other DTLS stacks and
@@ -923,5 +1007,138 @@ impl Endpoint {
             keys,
             peer_certificate_der,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cookie::{Admission, CookieResponder, CookieVerdict};
+
+    /// An admission for a real client's second ClientHello.
+    fn admission() -> Admission {
+        let cert = crate::cert::Certificate::self_signed(crate::cert::KeyType::EcdsaP256, "t")
+            .expect("certificate");
+        let config = EndpointConfig::new(
+            Role::Client,
+            LocalCertificate::from(&cert),
+            PeerAuth::AnyCertificate,
+        );
+        let now = Instant::now();
+        let mut client = Endpoint::new(config, now).expect("client");
+        let Some(Output::Transmit(ch1)) = client.poll_output() else {
+            panic!("a ClientHello")
+        };
+        let responder = CookieResponder::new(&[5; 32]);
+        let peer: std::net::SocketAddr = "192.0.2.1:5000".parse().expect("address");
+        let CookieVerdict::HelloVerifyRequest(hvr) = responder.check(peer, &ch1) else {
+            panic!("a HelloVerifyRequest")
+        };
+        while client.poll_output().is_some() {}
+        client.handle_datagram(now, &hvr);
+        let Some(Output::Transmit(ch2)) = client.poll_output() else {
+            panic!("a second ClientHello")
+        };
+        match responder.check(peer, &ch2) {
+            CookieVerdict::Admit(a) => a,
+            v => panic!("{v:?}"),
+        }
+    }
+
+    /// A server engine that does not take the admitted ClientHello: it answers it with a
+    /// HelloVerifyRequest of its own (as dimpl would if its cookie were not the responder's).
+    #[derive(Debug)]
+    struct Refuses(VecDeque<EngineOutput>);
+
+    impl DtlsEngine for Refuses {
+        fn name(&self) -> &'static str {
+            "refuses"
+        }
+        fn handle_timeout(&mut self, _: Instant) -> Result<(), FailReason> {
+            Ok(())
+        }
+        fn handle_datagram(&mut self, _: &[u8]) -> Result<(), FailReason> {
+            Ok(())
+        }
+        fn poll_output(&mut self) -> Result<EngineOutput, FailReason> {
+            Ok(self
+                .0
+                .pop_front()
+                .unwrap_or_else(|| EngineOutput::Timeout(Instant::now())))
+        }
+        fn close(&mut self) -> Result<(), FailReason> {
+            Ok(())
+        }
+        fn protocol_version(&self) -> Option<&'static str> {
+            None
+        }
+        fn take_over(&mut self, _: &Admission) -> Result<(), FailReason> {
+            let mut hvr = vec![22, 0xfe, 0xff, 0, 0, 0, 0, 0, 0, 0, 1, 0, 47, 3];
+            hvr.resize(13 + 47, 0);
+            self.0.push_back(EngineOutput::Transmit(hvr));
+            Ok(())
+        }
+    }
+
+    #[derive(Debug)]
+    struct CannotTakeOver;
+
+    impl DtlsEngine for CannotTakeOver {
+        fn name(&self) -> &'static str {
+            "cannot"
+        }
+        fn handle_timeout(&mut self, _: Instant) -> Result<(), FailReason> {
+            Ok(())
+        }
+        fn handle_datagram(&mut self, _: &[u8]) -> Result<(), FailReason> {
+            Ok(())
+        }
+        fn poll_output(&mut self) -> Result<EngineOutput, FailReason> {
+            Ok(EngineOutput::Timeout(Instant::now()))
+        }
+        fn close(&mut self) -> Result<(), FailReason> {
+            Ok(())
+        }
+        fn protocol_version(&self) -> Option<&'static str> {
+            None
+        }
+    }
+
+    /// Fail closed: an engine that answers the admitted ClientHello with a HelloVerifyRequest,
+    /// or cannot take over at all, ends the endpoint with `Internal` and sends nothing.
+    #[test]
+    fn an_engine_that_does_not_take_over_fails_the_endpoint_and_sends_nothing() {
+        let a = admission();
+        let cert = crate::cert::Certificate::self_signed(crate::cert::KeyType::EcdsaP256, "s")
+            .expect("certificate");
+        let config = EndpointConfig::new(
+            Role::Server,
+            LocalCertificate::from(&cert),
+            PeerAuth::AnyCertificate,
+        );
+        let engines: [Box<dyn DtlsEngine>; 2] =
+            [Box::new(Refuses(VecDeque::new())), Box::new(CannotTakeOver)];
+        for engine in engines {
+            let mut ep = Endpoint::admitted_with_engine(&config, engine, Instant::now(), &a);
+            let mut outputs = Vec::new();
+            while let Some(o) = ep.poll_output() {
+                outputs.push(o);
+            }
+            assert!(
+                matches!(
+                    &outputs[..],
+                    [Output::Event(Event::Failed(FailReason::Internal))]
+                ),
+                "{outputs:?}"
+            );
+            assert_eq!(ep.state(), State::Finished);
+        }
+        // A client configuration is refused outright.
+        let client = EndpointConfig::new(
+            Role::Client,
+            LocalCertificate::from(&cert),
+            PeerAuth::AnyCertificate,
+        );
+        assert!(Endpoint::new_admitted(client, Instant::now(), &a).is_err());
     }
 }

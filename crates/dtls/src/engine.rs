@@ -65,6 +65,16 @@ pub trait DtlsEngine: Send + core::fmt::Debug {
     fn close(&mut self) -> Result<(), FailReason>;
     /// The negotiated protocol version, once known (`"DTLS 1.2"` or `"DTLS 1.3"`).
     fn protocol_version(&self) -> Option<&'static str>;
+    /// Server with its own cookie exchange on, DTLS 1.2, as its first input: takes over a
+    /// handshake whose cookie exchange a stateless
+    /// [`CookieResponder`](crate::cookie::CookieResponder) did, by being fed the admission's
+    /// earlier ClientHellos (dropping what it answers them with: HelloVerifyRequests carrying
+    /// the admission's cookie) and then the admitted ClientHello, whose cookie it must accept
+    /// (`cookie.rs`, "The hand-off"). Engines that cannot do this refuse (the default).
+    fn take_over(&mut self, admission: &crate::cookie::Admission) -> Result<(), FailReason> {
+        let _ = admission;
+        Err(FailReason::Internal)
+    }
 }
 
 /// Which DTLS engine an endpoint runs on.
@@ -488,6 +498,34 @@ impl DtlsEngine for DimplEngine {
             dimpl::ProtocolVersion::DTLS1_3 => Some("DTLS 1.3"),
             _ => None,
         }
+    }
+
+    /// dimpl's DTLS 1.2 server computes its cookie through secrelay's provider, which answers
+    /// with the admission's cookie for the admission's client random while the pin lives.
+    fn take_over(&mut self, admission: &crate::cookie::Admission) -> Result<(), FailReason> {
+        let _pin = crate::provider::pin_cookie(admission.client_random(), admission.cookie());
+        for hello in admission.earlier_hellos() {
+            self.dtls.handle_packet(hello).map_err(|e| reason(&e))?;
+            // Its HelloVerifyRequest: the client has the responder's, with the same cookie.
+            loop {
+                match self.dtls.poll_output(&mut self.buf) {
+                    dimpl::Output::Packet(_) => {}
+                    dimpl::Output::Timeout(_) => break,
+                    dimpl::Output::BufferTooSmall { needed } => {
+                        if needed > MAX_POLL_BUFFER || needed <= self.buf.len() {
+                            return Err(FailReason::Internal);
+                        }
+                        self.buf.resize(needed, 0);
+                    }
+                    // Nothing but a HelloVerifyRequest can come of a ClientHello without a
+                    // cookie.
+                    _ => return Err(FailReason::Internal),
+                }
+            }
+        }
+        self.dtls
+            .handle_packet(admission.hello())
+            .map_err(|e| reason(&e))
     }
 }
 

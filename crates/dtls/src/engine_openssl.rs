@@ -55,7 +55,10 @@
 //! handshake completes (before the keys are handed out). With `server_cookies` the server sends a
 //! HelloVerifyRequest (`SSL_OP_COOKIE_EXCHANGE`) whose cookie is a random per-connection value:
 //! the association is stateful anyway (one engine per peer), so this follows the protocol but
-//! saves no state. Renegotiation is refused (`SSL_OP_NO_RENEGOTIATION`), tickets and the session
+//! saves no state. An engine made for a ClientHello a stateless
+//! [`CookieResponder`](crate::cookie::CookieResponder) admitted issues and expects the
+//! responder's cookie instead, and takes the handshake over from there
+//! ([`DtlsEngine::take_over`]). Renegotiation is refused (`SSL_OP_NO_RENEGOTIATION`), tickets and the session
 //! cache are off (every handshake a full one, as in WebRTC).
 
 use std::collections::VecDeque;
@@ -75,6 +78,7 @@ use secrelay_srtp::Profile;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
+use crate::cookie::{Admission, COOKIE_LEN};
 use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role, Timers};
 use crate::engine::{CipherSuite, DtlsEngine, EcdheGroup, EngineConfigError, EngineOutput};
 
@@ -142,13 +146,16 @@ impl Write for Datagrams {
     }
 }
 
-/// The per-connection cookie secret, kept in the `Ssl`'s ex-data for the cookie callbacks.
-fn cookie_index() -> Result<openssl::ex_data::Index<Ssl, [u8; 16]>, ErrorStack> {
-    static INDEX: OnceLock<openssl::ex_data::Index<Ssl, [u8; 16]>> = OnceLock::new();
+/// The connection's cookie (random, or the one a stateless responder issued), kept in the
+/// `Ssl`'s ex-data for the cookie callbacks.
+type CookieValue = [u8; COOKIE_LEN];
+
+fn cookie_index() -> Result<openssl::ex_data::Index<Ssl, CookieValue>, ErrorStack> {
+    static INDEX: OnceLock<openssl::ex_data::Index<Ssl, CookieValue>> = OnceLock::new();
     if let Some(i) = INDEX.get() {
         return Ok(*i);
     }
-    let i = Ssl::new_ex_index::<[u8; 16]>()?;
+    let i = Ssl::new_ex_index::<CookieValue>()?;
     Ok(*INDEX.get_or_init(|| i))
 }
 
@@ -350,6 +357,16 @@ impl OpensslEngine {
     /// Builds an OpenSSL DTLS 1.2 association for `config`, with its clock at `now`. A client's
     /// ClientHello is queued at once.
     pub fn new(config: &EndpointConfig, now: Instant) -> Result<OpensslEngine, EngineConfigError> {
+        Self::with_cookie(config, now, None)
+    }
+
+    /// [`OpensslEngine::new`] for a server with cookies on whose cookie is `cookie` (the one a
+    /// stateless responder issued; see [`DtlsEngine::take_over`]) rather than a random one.
+    pub(crate) fn with_cookie(
+        config: &EndpointConfig,
+        now: Instant,
+        cookie: Option<&CookieValue>,
+    ) -> Result<OpensslEngine, EngineConfigError> {
         if config.version == DtlsVersion::Dtls13 {
             return Err(EngineConfigError::Setting(
                 "the OpenSSL engine speaks DTLS 1.2 only (OpenSSL 3.0 has no DTLS 1.3)".into(),
@@ -369,8 +386,15 @@ impl OpensslEngine {
         ssl.set_mtu(mtu)
             .map_err(|e| setting(&format!("MTU {mtu}"), e))?;
         if cookies {
-            let mut secret = [0u8; 16];
-            openssl::rand::rand_bytes(&mut secret).map_err(|e| setting("cookie secret", e))?;
+            let secret = match cookie {
+                Some(c) => *c,
+                None => {
+                    let mut secret = [0u8; COOKIE_LEN];
+                    openssl::rand::rand_bytes(&mut secret)
+                        .map_err(|e| setting("cookie secret", e))?;
+                    secret
+                }
+            };
             let index = cookie_index().map_err(|e| setting("cookie index", e))?;
             ssl.set_ex_data(index, secret);
         }
@@ -778,6 +802,28 @@ impl DtlsEngine for OpensslEngine {
 
     fn protocol_version(&self) -> Option<&'static str> {
         self.connected.then_some("DTLS 1.2")
+    }
+
+    /// The engine must have been built with the admission's cookie
+    /// (`OpensslEngine::with_cookie`, as `Endpoint::new_admitted` builds it): OpenSSL's cookie
+    /// callbacks then issue and accept it.
+    fn take_over(&mut self, admission: &Admission) -> Result<(), FailReason> {
+        let index = cookie_index().map_err(|_| FailReason::Internal)?;
+        if self.stream.ssl().ex_data(index) != Some(admission.cookie()) {
+            return Err(FailReason::Internal);
+        }
+        for hello in admission.earlier_hellos() {
+            self.handle_datagram(hello)?;
+            if let Some(reason) = self.failure {
+                return Err(reason);
+            }
+            // Its HelloVerifyRequest (the client has the responder's, with the same cookie),
+            // and with it that flight and its timer.
+            self.out.clear();
+            self.flight.clear();
+            self.retransmit_at = None;
+        }
+        self.handle_datagram(admission.hello())
     }
 }
 

@@ -25,6 +25,13 @@
 //!   key and 77 bytes of data, where RustCrypto's `hmac` over `sha2` (SHA-NI where the CPU has
 //!   it) takes ~230 ns for the same five SHA-256 blocks. Its state is zeroized on drop (the
 //!   crates' `zeroize` feature), as aws-lc cleanses its own.
+//!
+//!   It also carries the one hook the stateless cookie responder needs ([`pin_cookie`]): dimpl's
+//!   DTLS 1.2 server computes its cookie as HMAC-SHA256(a per-object secret, client random)
+//!   through this provider; while a [`CookiePin`] is alive on a thread, the HMAC of exactly
+//!   the pinned client random (32 bytes, with a 32-byte key, SHA-256) answers the pinned cookie
+//!   instead, so the engine accepts the cookie the responder issued and verified
+//!   (`cookie.rs`, "The hand-off").
 
 use dimpl::crypto::{
     CryptoProvider, HashAlgorithm, HmacProvider, NamedGroup, SignatureAlgorithm, SignatureVerifier,
@@ -32,6 +39,7 @@ use dimpl::crypto::{
 use dimpl::{CryptoError, CryptoOperation};
 use hmac::{Hmac, KeyInit, Mac};
 use rustls_pki_types::{CertificateDer, SignatureVerificationAlgorithm};
+use std::cell::Cell;
 use std::sync::OnceLock;
 
 use crate::key_cache::CachingKeyProvider;
@@ -58,6 +66,43 @@ pub(crate) fn crypto_provider() -> CryptoProvider {
 #[derive(Debug)]
 pub(crate) struct RustCryptoHmac;
 
+thread_local! {
+    /// The pinned (client random, cookie), while a [`CookiePin`] lives on this thread.
+    static COOKIE_PIN: Cell<Option<([u8; 32], [u8; 32])>> = const { Cell::new(None) };
+}
+
+/// While alive, dimpl's cookie for the ClientHello with this random is the pinned one, on this
+/// thread (see the module docs). Dropped (unwinding included), the pin is gone.
+#[must_use = "the pin holds only while the guard lives"]
+pub(crate) struct CookiePin(());
+
+/// Pins `cookie` as the cookie of the ClientHello with `client_random`, on this thread, until
+/// the guard drops. For [`crate::endpoint::Endpoint::new_admitted`] only.
+pub(crate) fn pin_cookie(client_random: &[u8; 32], cookie: &[u8; 32]) -> CookiePin {
+    COOKIE_PIN.with(|p| p.set(Some((*client_random, *cookie))));
+    CookiePin(())
+}
+
+impl Drop for CookiePin {
+    fn drop(&mut self) {
+        COOKIE_PIN.with(|p| p.set(None));
+    }
+}
+
+/// The pinned cookie, if `key`/`data` is dimpl's cookie HMAC of the pinned client random.
+/// Only that shape is looked at (SHA-256, a 32-byte key and 32 bytes of data), so the PRF's
+/// other HMACs never read the thread-local; one whose data equalled a client random would need
+/// a 256-bit collision.
+fn pinned_cookie(hash: HashAlgorithm, key: &[u8], data: &[u8]) -> Option<[u8; 32]> {
+    if hash != HashAlgorithm::SHA256 || key.len() != 32 || data.len() != 32 {
+        return None;
+    }
+    COOKIE_PIN
+        .with(Cell::get)
+        .filter(|(random, _)| random[..] == *data)
+        .map(|(_, cookie)| cookie)
+}
+
 /// One HMAC into `out`; an `out` too short for the tag is an error, not a panic.
 fn hmac_into<M: Mac + KeyInit>(
     key: &[u8],
@@ -82,6 +127,11 @@ impl HmacProvider for RustCryptoHmac {
         data: &[u8],
         out: &mut [u8],
     ) -> Result<usize, CryptoError> {
+        if let Some(cookie) = pinned_cookie(hash, key, data) {
+            let failed = CryptoError::OperationFailed(CryptoOperation::ComputeHmac);
+            out.get_mut(..32).ok_or(failed)?.copy_from_slice(&cookie);
+            return Ok(32);
+        }
         match hash {
             HashAlgorithm::SHA256 => hmac_into::<Hmac<sha2::Sha256>>(key, data, out),
             HashAlgorithm::SHA384 => hmac_into::<Hmac<sha2::Sha384>>(key, data, out),

@@ -3,12 +3,16 @@
 //!
 //! Datagrams are demultiplexed by source address, one [`Endpoint`] per peer, on one thread
 //! driven by `mio` (the handshake is CPU-bound; one core serves it). Memory stays bounded:
-//! - dimpl's cookie exchange (HelloVerifyRequest) is on, so a peer must receive at its
-//!   address before the server does any public-key work;
-//! - at most `max_in_flight` handshakes exist at once; a new address beyond that is refused
-//!   (its datagram dropped and counted);
-//! - a handshake that hears nothing from its peer for `idle_timeout` is dropped (a spoofed
-//!   ClientHello costs one endpoint for that long, no more);
+//! - a ClientHello from an address without an endpoint goes to a stateless
+//!   [`CookieResponder`]: without a valid cookie it is answered with a HelloVerifyRequest and
+//!   nothing is kept; an endpoint is made only for a ClientHello that returns a valid cookie
+//!   (proof that the peer receives at its address), with [`Endpoint::new_admitted`], which
+//!   takes the handshake over from the responder. A spoofed ClientHello costs one HMAC and one
+//!   small datagram, no state; the secret is rotated every [`COOKIE_ROTATION`] (a cookie stays
+//!   good for one rotation);
+//! - at most `max_in_flight` handshakes exist at once; an admitted ClientHello beyond that is
+//!   refused (dropped and counted; the client retransmits);
+//! - a handshake that hears nothing from its peer for `idle_timeout` is dropped;
 //! - a finished handshake's endpoint stays only to answer retransmissions of the client's
 //!   last flight: until the client's close_notify, a new ClientHello from the same address,
 //!   or `linger`, whichever comes first;
@@ -29,6 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use mio::net::UdpSocket;
 use mio::{Events, Interest, Poll, Token};
+use secrelay_dtls::cookie::{CookieResponder, CookieVerdict};
 use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, EngineChoice, Event, KeyType, LocalCertificate, Output,
     PeerAuth, Role,
@@ -37,6 +42,10 @@ use secrelay_srtp::Profile;
 use serde::Serialize;
 
 use super::keylog::Keylog;
+
+/// How often the cookie secret changes (a cookie is accepted under the current secret and the
+/// previous one, so for 30–60 s).
+pub const COOKIE_ROTATION: Duration = Duration::from_secs(30);
 
 /// Settings of the handshake server.
 #[derive(Debug, Clone)]
@@ -100,10 +109,15 @@ pub struct ServerCounters {
     pub completed: u64,
     /// Failed handshakes by reason.
     pub failed: BTreeMap<String, u64>,
-    /// Datagrams from new addresses dropped because `max_in_flight` handshakes were running.
+    /// Admitted ClientHellos dropped because `max_in_flight` handshakes were running.
     pub refused_at_cap: u64,
-    /// Datagrams from addresses without an endpoint that were no DTLS ClientHello.
+    /// Datagrams from addresses without an endpoint that were no (unfragmented) DTLS
+    /// ClientHello.
     pub dropped_not_dtls: u64,
+    /// ClientHellos without a valid cookie, answered statelessly with a HelloVerifyRequest.
+    pub hello_verify_requests: u64,
+    /// Endpoints made (one per admitted ClientHello).
+    pub endpoints_made: u64,
     /// Datagrams that could not be sent (socket buffer full, unreachable).
     pub send_errors: u64,
     /// Endpoints alive now.
@@ -152,6 +166,7 @@ fn is_client_hello(d: &[u8]) -> bool {
 struct Server {
     socket: UdpSocket,
     config: EndpointConfig,
+    responder: CookieResponder,
     peers: HashMap<SocketAddr, Peer>,
     timers: BinaryHeap<Reverse<(Instant, u64, SocketAddr)>>,
     next_id: u64,
@@ -184,12 +199,25 @@ impl Server {
                 self.c.dropped_not_dtls += 1;
                 return Ok(());
             }
+            let admission = match self.responder.check(from, d) {
+                CookieVerdict::Admit(a) => a,
+                CookieVerdict::HelloVerifyRequest(hvr) => {
+                    self.c.hello_verify_requests += 1;
+                    self.send(&hvr, from);
+                    return Ok(());
+                }
+                _ => {
+                    self.c.dropped_not_dtls += 1;
+                    return Ok(());
+                }
+            };
             if self.c.in_flight >= self.opts.max_in_flight {
                 self.c.refused_at_cap += 1;
                 return Ok(());
             }
-            let ep = Endpoint::new(self.config.clone(), now)
+            let ep = Endpoint::new_admitted(self.config.clone(), now, &admission)
                 .map_err(|e| anyhow::anyhow!("server endpoint: {e}"))?;
+            self.c.endpoints_made += 1;
             self.next_id += 1;
             self.peers.insert(
                 from,
@@ -204,11 +232,21 @@ impl Server {
             self.c.in_flight += 1;
             self.c.endpoints = self.peers.len();
             self.c.peak_endpoints = self.c.peak_endpoints.max(self.peers.len());
+            // The admitted ClientHello is in already.
+            return self.drain(now, from);
         }
-        let p = self.peers.get_mut(&from).expect("inserted above");
+        let p = self.peers.get_mut(&from).expect("present");
         p.last_heard = now;
         p.ep.handle_datagram(now, d);
         self.drain(now, from)
+    }
+
+    fn send(&mut self, d: &[u8], to: SocketAddr) {
+        match self.socket.send_to(d, to) {
+            Ok(_) => self.c.datagrams_out += 1,
+            // Loss, as far as the peer can tell; it retransmits.
+            Err(_) => self.c.send_errors += 1,
+        }
     }
 
     fn timeout(
@@ -333,13 +371,15 @@ fn stats_line(elapsed: Duration, c: &ServerCounters, per_s: f64) -> String {
         format!("{} ({})", c.total_failed(), parts.join("; "))
     };
     format!(
-        "[{:7.1} s] completed {} ({per_s:.0}/s)  failed {failed}  in flight {}  endpoints {}  refused at cap {}  send errors {}",
+        "[{:7.1} s] completed {} ({per_s:.0}/s)  failed {failed}  in flight {}  endpoints {}  refused at cap {}  send errors {}  hello-verify {}  endpoints made {}",
         elapsed.as_secs_f64(),
         c.completed,
         c.in_flight,
         c.endpoints,
         c.refused_at_cap,
-        c.send_errors
+        c.send_errors,
+        c.hello_verify_requests,
+        c.endpoints_made
     )
 }
 
@@ -362,6 +402,8 @@ pub fn run(
     );
     config.srtp_profiles = opts.srtp_profiles.clone();
     config.timers.handshake_timeout = opts.handshake_timeout;
+    // Endpoints are made for ClientHellos the responder admitted; `new_admitted` runs the
+    // engine's cookie exchange (replaying the responder's) whatever this says.
     config.server_cookies = true;
     config.engine = opts.engine;
     config.ecdhe_groups = opts.groups.clone();
@@ -381,6 +423,8 @@ pub fn run(
     let mut s = Server {
         socket,
         config,
+        responder: CookieResponder::random()
+            .map_err(|_| anyhow::anyhow!("no randomness for the cookie secret"))?,
         peers: HashMap::new(),
         timers: BinaryHeap::new(),
         next_id: 0,
@@ -393,6 +437,7 @@ pub fn run(
     let mut next_stats = start + Duration::from_secs(1);
     let mut last_completed = 0;
     let mut next_sweep = start + Duration::from_millis(100);
+    let mut next_rotation = start + COOKIE_ROTATION;
     let mut events = Events::with_capacity(64);
     let mut buf = vec![0u8; 65_536];
     while !stop.load(Ordering::Relaxed) {
@@ -440,6 +485,12 @@ pub fn run(
         if now >= next_sweep {
             s.sweep(now);
             next_sweep = now + Duration::from_millis(100);
+        }
+        if now >= next_rotation {
+            s.responder
+                .rotate_random()
+                .map_err(|_| anyhow::anyhow!("no randomness for the cookie secret"))?;
+            next_rotation = now + COOKIE_ROTATION;
         }
         if now >= next_stats {
             let per_s = (s.c.completed - last_completed) as f64

@@ -616,7 +616,7 @@ pub fn predicted_region(case: &Case) -> Vec<usize> {
     v
 }
 
-/// A library's whole-stream encryption (`true`) or decryption ([`rustcrypto`], [`openssl`]).
+/// A library's whole-stream encryption (`true`) or decryption ([`rustcrypto`], [`openssl()`]).
 pub type CipherFn = fn(&Case, &[u8], bool) -> Result<Vec<u8>, Refusal>;
 
 /// Encrypts `plain`, flips the bit, decrypts, and counts the damage.
@@ -862,6 +862,341 @@ fn agreement(rust: &[Damage], ossl: &[Damage]) -> Cell {
     Cell::text(if same { "yes" } else { "NO" })
 }
 
+// ---------------------------------------------------------------------------------------
+// Conclusions, read from the tables.
+
+/// What seed 002 printed for bytes changed per flipped bit: (cipher prefix, mode, bytes).
+/// `"*"` is any mode; a cipher prefix matches the start of the row's cipher name. Compared
+/// with this run's rows in [`conclusions`], never printed as a finding of its own.
+const SEED_002_BYTES: [(&str, &str, usize); 8] = [
+    ("AES-", "ECB", 16),
+    ("AES-", "CBC", 17),
+    ("AES-", "CFB-128", 17),
+    ("AES-", "OFB", 1),
+    ("AES-", "CTR", 1),
+    ("RC4", "*", 1),
+    ("ChaCha20", "stream", 1),
+    ("3DES", "*", 9),
+];
+
+/// A row of the main table named by (cipher, mode).
+type RowName = (String, String);
+
+/// Rows grouped by the (fewest, most) bytes changed across the streams.
+type DamageGroups = Vec<((usize, usize), Vec<RowName>)>;
+
+/// The stream columns of the main table, by key prefix.
+const STREAM_KEYS: [&str; 3] = ["raw", "ulaw", "opus"];
+
+/// One cipher-and-mode row of the main table, as measured.
+enum RowOutcome {
+    /// Decrypted on every stream: bytes changed per stream (raw, G.711, Opus).
+    Decrypted(Vec<usize>),
+    /// Refused on every stream; the reason from the verdict.
+    Refused(String),
+    /// Anything else (not offered by the library, or refused on some streams only).
+    Other,
+}
+
+fn text_of<'a>(row: &'a std::collections::BTreeMap<String, Cell>, key: &str) -> &'a str {
+    match row.get(key) {
+        Some(Cell::Text(t)) => t,
+        _ => "",
+    }
+}
+
+fn row_outcome(row: &std::collections::BTreeMap<String, Cell>) -> RowOutcome {
+    let cells: Vec<Option<&Cell>> = STREAM_KEYS
+        .iter()
+        .map(|k| row.get(&format!("{k}_bytes")))
+        .collect();
+    let counts: Vec<usize> = cells
+        .iter()
+        .filter_map(|c| c.and_then(Cell::as_f64))
+        .map(|v| v as usize)
+        .collect();
+    if counts.len() == STREAM_KEYS.len() {
+        return RowOutcome::Decrypted(counts);
+    }
+    let refused = cells
+        .iter()
+        .all(|c| matches!(c, Some(Cell::Text(t)) if t == "rejected"));
+    if refused {
+        let v = text_of(row, "verdict");
+        let why = v.strip_prefix("rejected: ").unwrap_or(v);
+        return RowOutcome::Refused(why.to_string());
+    }
+    RowOutcome::Other
+}
+
+/// "AES-128/AES-256 OFB, 3DES (EDE3) OFB": (cipher, mode) pairs with the ciphers of one mode
+/// joined, modes in first-seen order.
+fn name_rows(rows: &[RowName]) -> String {
+    let mut modes: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (cipher, mode) in rows {
+        match modes.iter_mut().find(|(m, _)| *m == mode.as_str()) {
+            Some((_, ciphers)) => ciphers.push(cipher),
+            None => modes.push((mode, vec![cipher])),
+        }
+    }
+    modes
+        .iter()
+        .map(|(m, c)| format!("{} {m}", c.join("/")))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "1" or "16–17": the range of a row's counts.
+fn count_label(lo: usize, hi: usize) -> String {
+    if lo == hi {
+        lo.to_string()
+    } else {
+        format!("{lo}–{hi}")
+    }
+}
+
+/// The study's findings, computed from its two tables (`biterror` and `biterror_srtp`): the
+/// cipher-and-mode rows grouped by the measured number of plaintext bytes one flipped
+/// ciphertext bit changed, how those counts compare with what each mode puts at risk and with
+/// seed 002's figures, which rows refused the stream and why, and what SRTP's receiver did.
+/// Nothing here is a fixed sentence about a mode: change a row and the text follows.
+pub fn conclusions(table: &Table, srtp: &Table) -> Vec<String> {
+    let mut notes = Vec::new();
+    // (min, max) bytes changed → rows.
+    let mut groups: DamageGroups = Vec::new();
+    let mut refused: Vec<(String, Vec<RowName>)> = Vec::new();
+    let mut exact = 0;
+    let mut short = Vec::new();
+    let mut unexpected = Vec::new();
+    let mut unpredicted = Vec::new();
+    let mut seed_same = Vec::new();
+    let mut seed_differs = Vec::new();
+    let mut srtp_rows = Vec::new();
+    for row in &table.rows {
+        let cipher = text_of(row, "cipher").to_string();
+        let mode = text_of(row, "mode").to_string();
+        if cipher.starts_with("SRTP ") {
+            srtp_rows.push(row);
+            continue;
+        }
+        let name = (cipher.clone(), mode.clone());
+        match row_outcome(row) {
+            RowOutcome::Decrypted(counts) => {
+                let lo = *counts.iter().min().expect("three streams");
+                let hi = *counts.iter().max().expect("three streams");
+                match groups.iter_mut().find(|(k, _)| *k == (lo, hi)) {
+                    Some((_, v)) => v.push(name.clone()),
+                    None => groups.push(((lo, hi), vec![name.clone()])),
+                }
+                match row
+                    .get("predicted")
+                    .and_then(Cell::as_f64)
+                    .map(|p| p as usize)
+                {
+                    Some(p) if hi > p || text_of(row, "verdict").starts_with("UNEXPECTED") => {
+                        unexpected.push(format!("{cipher} {mode} {} of {p}", count_label(lo, hi)));
+                    }
+                    Some(p) if lo == p => exact += 1,
+                    Some(p) => short.push(format!("{cipher} {mode} {lo} of {p}")),
+                    None => unpredicted.push(name.clone()),
+                }
+                let seed = SEED_002_BYTES
+                    .iter()
+                    .find(|(c, m, _)| cipher.starts_with(c) && (*m == "*" || *m == mode));
+                if let Some(&(_, _, n)) = seed {
+                    if (lo..=hi).contains(&n) {
+                        seed_same.push(name);
+                    } else {
+                        seed_differs.push(format!(
+                            "{cipher} {mode} {} here, {n} in the seed",
+                            count_label(lo, hi)
+                        ));
+                    }
+                }
+            }
+            RowOutcome::Refused(why) => match refused.iter_mut().find(|(w, _)| *w == why) {
+                Some((_, v)) => v.push(name),
+                None => refused.push((why, vec![name])),
+            },
+            RowOutcome::Other => {}
+        }
+    }
+    groups.sort_by_key(|(k, _)| *k);
+
+    if !groups.is_empty() {
+        let parts: Vec<String> = groups
+            .iter()
+            .map(|((lo, hi), rows)| {
+                let unit = if *hi == 1 { "byte" } else { "bytes" };
+                format!("{} {unit}: {}", count_label(*lo, *hi), name_rows(rows))
+            })
+            .collect();
+        notes.push(format!(
+            "Plaintext bytes changed by one flipped ciphertext bit (measured; a range when the three streams differ): {}.",
+            parts.join("; ")
+        ));
+        let mut s = format!(
+            "Against each mode's structure: {exact} of {} decrypting rows changed exactly the bytes the mode puts at risk",
+            groups.iter().map(|(_, r)| r.len()).sum::<usize>()
+        );
+        if !short.is_empty() {
+            s.push_str(&format!(
+                "; fewer on some stream (a garbled byte equal to the plaintext by chance): {}",
+                short.join(", ")
+            ));
+        }
+        if !unpredicted.is_empty() {
+            s.push_str(&format!(
+                "; an authenticated mode that decrypted (no region to compare with): {}",
+                name_rows(&unpredicted)
+            ));
+        }
+        if unexpected.is_empty() {
+            s.push_str("; none changed a byte outside that region.");
+        } else {
+            s.push_str(&format!(
+                "; UNEXPECTED, bytes changed outside the region: {}.",
+                unexpected.join(", ")
+            ));
+        }
+        notes.push(s);
+        if !seed_same.is_empty() || !seed_differs.is_empty() {
+            let mut s = String::from("Against seed 002's figures:");
+            if !seed_same.is_empty() {
+                s.push_str(&format!(" the same for {}", name_rows(&seed_same)));
+            }
+            if !seed_differs.is_empty() {
+                if !seed_same.is_empty() {
+                    s.push(';');
+                }
+                s.push_str(&format!(" different for {}", seed_differs.join(", ")));
+            }
+            s.push('.');
+            notes.push(s);
+        }
+    }
+
+    let (decrypted_rows, refused_rows): (usize, usize) = (
+        groups.iter().map(|(_, r)| r.len()).sum(),
+        refused.iter().map(|(_, r)| r.len()).sum(),
+    );
+    if refused.is_empty() {
+        notes.push(format!(
+            "No cipher and mode refused the tampered stream: all {decrypted_rows} measured rows decrypted it."
+        ));
+    } else {
+        let parts: Vec<String> = refused
+            .iter()
+            .map(|(why, rows)| format!("{} ({why})", name_rows(rows)))
+            .collect();
+        notes.push(format!(
+            "Refused the whole tampered stream, on every stream kind, so nothing of it decrypts: {}; {refused_rows} of {} rows.",
+            parts.join("; "),
+            refused_rows + decrypted_rows
+        ));
+    }
+
+    if let Some(s) = srtp_conclusion(srtp, &srtp_rows, &groups) {
+        notes.push(s);
+    }
+    notes
+}
+
+/// What the SRTP receiver did, from the `biterror_srtp` table (and the main table's SRTP rows
+/// for the profiles' names), set beside the unauthenticated rows with the same damage.
+fn srtp_conclusion(
+    srtp: &Table,
+    main_rows: &[&std::collections::BTreeMap<String, Cell>],
+    groups: &DamageGroups,
+) -> Option<String> {
+    if srtp.rows.is_empty() {
+        return None;
+    }
+    let num = |r: &std::collections::BTreeMap<String, Cell>, k: &str| {
+        r.get(k).and_then(Cell::as_f64).map(|v| v as usize)
+    };
+    let mut profiles: Vec<&str> = Vec::new();
+    let mut only_it = Vec::new();
+    let mut not_only = Vec::new();
+    let (mut untagged, mut dropped) = (Vec::new(), Vec::new());
+    for r in &srtp.rows {
+        let profile = text_of(r, "profile");
+        if !profiles.contains(&profile) {
+            profiles.push(profile);
+        }
+        let stream = text_of(r, "stream");
+        let rejected = num(r, "rejected");
+        let tampered_refused = text_of(r, "error").starts_with("rejected");
+        let others = text_of(r, "others_intact") == "yes";
+        if rejected == Some(1) && tampered_refused && others {
+            only_it.push(r);
+        } else {
+            not_only.push(format!(
+                "{profile} {stream}: {} packet(s) rejected, tampered one {}, others intact {}",
+                rejected
+                    .map(|v| v.to_string())
+                    .unwrap_or_else(|| "?".into()),
+                text_of(r, "error"),
+                text_of(r, "others_intact")
+            ));
+        }
+        untagged.extend(num(r, "untagged_bytes"));
+        dropped.extend(num(r, "dropped_samples"));
+    }
+    let packets: Vec<usize> = srtp.rows.iter().filter_map(|r| num(r, "packets")).collect();
+    let mut s = if not_only.is_empty() {
+        format!(
+            "SRTP: all {} profiles rejected exactly the tampered packet on every stream (1 of {} packets), every other packet intact",
+            profiles.len(),
+            count_label(
+                packets.iter().min().copied().unwrap_or(0),
+                packets.iter().max().copied().unwrap_or(0)
+            )
+        )
+    } else {
+        format!(
+            "SRTP: {} of {} profile-and-stream runs rejected exactly the tampered packet; NOT so: {}",
+            only_it.len(),
+            srtp.rows.len(),
+            not_only.join("; ")
+        )
+    };
+    let accepted: Vec<&str> = main_rows
+        .iter()
+        .filter(|r| !text_of(r, "verdict").starts_with("packet rejected"))
+        .map(|r| text_of(r, "cipher"))
+        .collect();
+    if !accepted.is_empty() {
+        s.push_str(&format!(
+            "; accepted the tampered packet: {}",
+            accepted.join(", ")
+        ));
+    }
+    if let (Some(lo), Some(hi)) = (dropped.iter().min(), dropped.iter().max()) {
+        s.push_str(&format!(
+            "; the receiver conceals the dropped packet: {} decoded samples changed",
+            count_label(*lo, *hi)
+        ));
+    }
+    if let (Some(lo), Some(hi)) = (untagged.iter().min(), untagged.iter().max()) {
+        s.push_str(&format!(
+            "; without the tag check the tampered packet would have decrypted with {} {} changed",
+            count_label(*lo, *hi),
+            if *hi == 1 { "byte" } else { "bytes" }
+        ));
+        let like: Vec<RowName> = groups
+            .iter()
+            .filter(|((a, b), _)| a == lo && b == hi)
+            .flat_map(|(_, r)| r.iter().cloned())
+            .collect();
+        if !like.is_empty() {
+            s.push_str(&format!(", as with {}", name_rows(&like)));
+        }
+    }
+    s.push('.');
+    Some(s)
+}
+
 impl Study for BiterrorStudy {
     fn name(&self) -> &'static str {
         "biterror"
@@ -1019,22 +1354,7 @@ impl Study for BiterrorStudy {
         }
 
         ctx.step("summary");
-        let ecb = table
-            .rows_where("mode", "ECB")
-            .next()
-            .and_then(|r| r.get("raw_bytes"))
-            .and_then(Cell::as_f64);
-        let cbc = table
-            .rows_where("mode", "CBC")
-            .next()
-            .and_then(|r| r.get("raw_bytes"))
-            .and_then(Cell::as_f64);
-        notes.push(format!(
-            "AES: ECB changed {} bytes (one block), CBC {} (one block + the flipped bit in the next), CFB-128 the flipped byte + the next block, OFB/CTR/stream ciphers 1 byte, as the seed found; 3DES blocks are 8 bytes, so 8 and 9 (the seed printed 9 for every 3DES mode).",
-            ecb.map(|v| v.to_string()).unwrap_or_else(|| "?".into()),
-            cbc.map(|v| v.to_string()).unwrap_or_else(|| "?".into())
-        ));
-        notes.push("AES-GCM and ChaCha20-Poly1305 refuse the whole stream; SRTP rejects only the one 20 ms packet and the receiver conceals it (last column of the SRTP table), where an unauthenticated counter-mode cipher would have passed the flipped bit through (1 byte).".into());
+        notes.extend(conclusions(&table, &srtp_table));
         notes.push(format!(
             "Opus runs narrowband at 8 kHz (no resampler) at a constant {} kbit/s, so each 20 ms frame is {} bytes and the stream needs no framing; a damaged frame that does not decode is concealed; the decoder's state carries damage past the frame (audio affected, ms).",
             OPUS_BITRATE / 1000,
@@ -1249,5 +1569,200 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Conclusions follow the tables.
+
+    /// A main-table row: three stream cells (bytes) and a verdict.
+    fn row(t: &mut Table, cipher: &str, mode: &str, predicted: Option<f64>, cells: [Cell; 3]) {
+        let verdict = match &cells[0] {
+            Cell::Text(_) => "rejected: tag check failed".to_string(),
+            _ => "decrypts".to_string(),
+        };
+        let mut r: Vec<(String, Cell)> = vec![
+            ("cipher".into(), Cell::text(cipher)),
+            ("mode".into(), Cell::text(mode)),
+            ("verdict".into(), Cell::text(verdict)),
+        ];
+        if let Some(p) = predicted {
+            r.push(("predicted".into(), Cell::num(p)));
+        }
+        for (k, c) in STREAM_KEYS.iter().zip(cells) {
+            r.push((format!("{k}_bytes"), c));
+        }
+        t.push(r);
+    }
+
+    fn n(v: f64) -> [Cell; 3] {
+        [Cell::num(v), Cell::num(v), Cell::num(v)]
+    }
+
+    fn rejected() -> [Cell; 3] {
+        [
+            Cell::text("rejected"),
+            Cell::text("rejected"),
+            Cell::text("rejected"),
+        ]
+    }
+
+    /// Rows shaped like a real run (the cases of [`cases`], each decrypting one with the bytes
+    /// its mode puts at risk), with `edit` applied to each (cipher, mode) before it goes in;
+    /// an SRTP table of two profiles.
+    fn tables(edit: impl Fn(&str, &str, [Cell; 3]) -> [Cell; 3]) -> (Table, Table) {
+        let mut t = Table::new("biterror", "t");
+        for c in cases() {
+            let (pred, cells) = if c.authenticated {
+                (None, rejected())
+            } else {
+                let p = predicted_region(&c).len() as f64;
+                (Some(p), n(p))
+            };
+            let cells = edit(c.cipher, c.mode, cells);
+            row(&mut t, c.cipher, c.mode, pred, cells);
+        }
+        let mut srtp = Table::new("biterror_srtp", "s");
+        for p in ["AES_CM_128_HMAC_SHA1_80", "AEAD_AES_128_GCM"] {
+            t.push([
+                ("cipher", Cell::text(format!("SRTP {p}"))),
+                ("mode", Cell::text("x")),
+                ("verdict", Cell::text("packet rejected (AuthFailed)")),
+            ]);
+            for s in ["raw PCM", "G.711 μ-law", "Opus 16 kbit/s"] {
+                srtp.push([
+                    ("profile", Cell::text(p)),
+                    ("stream", Cell::text(s)),
+                    ("packets", Cell::num(500.0)),
+                    ("rejected", Cell::num(1.0)),
+                    ("error", Cell::text("rejected (AuthFailed)")),
+                    ("others_intact", Cell::text("yes")),
+                    ("untagged_bytes", Cell::num(1.0)),
+                    ("dropped_samples", Cell::num(160.0)),
+                ]);
+            }
+        }
+        (t, srtp)
+    }
+
+    fn note<'a>(notes: &'a [String], starts: &str) -> &'a str {
+        notes
+            .iter()
+            .find(|n| n.starts_with(starts))
+            .unwrap_or_else(|| panic!("no note starting {starts:?} in {notes:#?}"))
+    }
+
+    /// The part of the grouping note for `label` bytes ("1 byte", "16 bytes").
+    fn group<'a>(notes: &'a [String], label: &str) -> &'a str {
+        let n = note(notes, "Plaintext bytes changed");
+        let at = n
+            .find(&format!("; {label}: "))
+            .map(|i| i + 2)
+            .or_else(|| n.find(&format!("): {label}: ")).map(|i| i + 3))
+            .unwrap_or_else(|| panic!("no group {label:?} in {n}"));
+        let rest = &n[at..];
+        &rest[..rest.find(';').unwrap_or(rest.len() - 1)]
+    }
+
+    #[test]
+    fn conclusions_group_modes_by_their_measured_damage() {
+        let (t, s) = tables(|_, _, c| c);
+        let notes = conclusions(&t, &s);
+        assert_eq!(
+            group(&notes, "1 byte"),
+            "1 byte: AES-128/AES-256/3DES (EDE3) OFB, AES-128/AES-256 CTR, RC4-128/ChaCha20 stream"
+        );
+        assert_eq!(group(&notes, "8 bytes"), "8 bytes: 3DES (EDE3) ECB");
+        assert_eq!(
+            group(&notes, "9 bytes"),
+            "9 bytes: 3DES (EDE3) CBC, 3DES (EDE3) CFB-64"
+        );
+        assert_eq!(group(&notes, "16 bytes"), "16 bytes: AES-128/AES-256 ECB");
+        assert_eq!(
+            group(&notes, "17 bytes"),
+            "17 bytes: AES-128/AES-256 CBC, AES-128/AES-256 CFB-128, AES-128/AES-256 CFB-8"
+        );
+        assert!(note(
+            &notes,
+            "Against each mode's structure: 18 of 18 decrypting rows"
+        )
+        .ends_with("none changed a byte outside that region."));
+        let seed = note(&notes, "Against seed 002's figures:");
+        assert!(
+            seed.contains(
+                "different for 3DES (EDE3) ECB 8 here, 9 in the seed, 3DES (EDE3) OFB 1 here, 9 in the seed"
+            ),
+            "{seed}"
+        );
+        assert_eq!(
+            note(&notes, "Refused"),
+            "Refused the whole tampered stream, on every stream kind, so nothing of it decrypts: AES-128/AES-256 GCM, ChaCha20-Poly1305 AEAD (tag check failed); 3 of 21 rows."
+        );
+        assert_eq!(
+            note(&notes, "SRTP"),
+            "SRTP: all 2 profiles rejected exactly the tampered packet on every stream (1 of 500 packets), every other packet intact; the receiver conceals the dropped packet: 160 decoded samples changed; without the tag check the tampered packet would have decrypted with 1 byte changed, as with AES-128/AES-256/3DES (EDE3) OFB, AES-128/AES-256 CTR, RC4-128/ChaCha20 stream."
+        );
+    }
+
+    #[test]
+    fn conclusions_change_when_the_rows_change() {
+        // CTR garbles a whole block, GCM decrypts with one byte changed, and one stream of
+        // AES-128 OFB lost its byte to chance.
+        let (t, s) = tables(|cipher, mode, c| match (cipher, mode) {
+            (_, "CTR") => n(16.0),
+            ("AES-128", "GCM") => n(1.0),
+            ("AES-128", "OFB") => [Cell::num(1.0), Cell::num(0.0), Cell::num(1.0)],
+            _ => c,
+        });
+        let notes = conclusions(&t, &s);
+        assert_eq!(group(&notes, "0–1 byte"), "0–1 byte: AES-128 OFB");
+        assert_eq!(
+            group(&notes, "1 byte"),
+            "1 byte: AES-128 GCM, AES-256/3DES (EDE3) OFB, RC4-128/ChaCha20 stream"
+        );
+        assert_eq!(
+            group(&notes, "16 bytes"),
+            "16 bytes: AES-128/AES-256 ECB, AES-128/AES-256 CTR"
+        );
+        let structure = note(&notes, "Against each mode's structure:");
+        assert!(
+            structure.starts_with("Against each mode's structure: 15 of 19 decrypting rows")
+                && structure.contains("by chance): AES-128 OFB 0 of 1;")
+                && structure.contains("no region to compare with): AES-128 GCM;")
+                && structure.ends_with(
+                    "UNEXPECTED, bytes changed outside the region: AES-128 CTR 16 of 1, AES-256 CTR 16 of 1."
+                ),
+            "{structure}"
+        );
+        assert!(note(&notes, "Against seed 002's figures:")
+            .contains("AES-128 CTR 16 here, 1 in the seed"));
+        assert_eq!(
+            note(&notes, "Refused"),
+            "Refused the whole tampered stream, on every stream kind, so nothing of it decrypts: AES-256 GCM, ChaCha20-Poly1305 AEAD (tag check failed); 2 of 21 rows."
+        );
+
+        // Nothing refuses; one SRTP profile lets the packet through, another loses a packet
+        // more on one stream.
+        let (mut t, mut s) = tables(|_, _, c| match c[0] {
+            Cell::Text(_) => n(1.0),
+            _ => c,
+        });
+        let last = t.rows.len() - 1;
+        t.rows[last].insert("verdict".into(), Cell::text("NOT rejected: accepted"));
+        s.rows[0].insert("rejected".into(), Cell::num(2.0));
+        s.rows[0].insert("untagged_bytes".into(), Cell::num(3.0));
+        let notes = conclusions(&t, &s);
+        assert_eq!(
+            note(&notes, "No cipher"),
+            "No cipher and mode refused the tampered stream: all 21 measured rows decrypted it."
+        );
+        let srtp = note(&notes, "SRTP");
+        assert!(
+            srtp.starts_with(
+                "SRTP: 5 of 6 profile-and-stream runs rejected exactly the tampered packet; NOT so: AES_CM_128_HMAC_SHA1_80 raw PCM: 2 packet(s) rejected"
+            ) && srtp.contains("accepted the tampered packet: SRTP AEAD_AES_128_GCM")
+                && srtp.contains("decrypted with 1–3 bytes changed.")
+                && !srtp.contains("as with"),
+            "{srtp}"
+        );
     }
 }
