@@ -137,6 +137,9 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     ) {
         println!("  gateway CPU        {cpu:.2} s: {pp:.2} µs per packet in or out, {pr:.2} µs per relayed copy");
     }
+    if let Some([user, kernel]) = r.gateway_cpu_us_per_relayed_split {
+        println!("                     per relayed copy: user {user:.2} µs, kernel {kernel:.2} µs");
+    }
     if let Some(m) = r.gateway_rss_per_participant {
         println!(
             "  gateway memory     {:.1} KiB resident per participant",

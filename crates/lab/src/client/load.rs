@@ -17,6 +17,11 @@ use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport};
 pub struct ProcSample {
     /// User + system CPU seconds.
     pub cpu_secs: f64,
+    /// Of those, in user space (`utime`).
+    pub user_secs: f64,
+    /// Of those, in the kernel on the process's behalf (`stime`: its system calls, and the
+    /// softirq work the kernel charges to it).
+    pub system_secs: f64,
     /// Resident set size in bytes.
     pub rss_bytes: u64,
 }
@@ -32,10 +37,10 @@ pub fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
         .context("unexpected /proc stat format")?;
     let f: Vec<&str> = rest.split_whitespace().collect();
     // utime and stime are fields 14 and 15 of stat; here indices 11 and 12.
-    let ticks: f64 = f
+    let (user, system): (f64, f64) = f
         .get(11)
         .zip(f.get(12))
-        .and_then(|(u, s)| Some(u.parse::<f64>().ok()? + s.parse::<f64>().ok()?))
+        .and_then(|(u, s)| Some((u.parse::<f64>().ok()?, s.parse::<f64>().ok()?)))
         .context("unexpected /proc stat format")?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("--server-pid {pid}: /proc/{pid}/status"))?;
@@ -46,7 +51,9 @@ pub fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
         .context("no VmRSS in /proc status")?;
     // USER_HZ is 100 on every Linux this runs on (sysconf(_SC_CLK_TCK)).
     Ok(ProcSample {
-        cpu_secs: ticks / 100.0,
+        cpu_secs: (user + system) / 100.0,
+        user_secs: user / 100.0,
+        system_secs: system / 100.0,
         rss_bytes: rss_kb * 1024,
     })
 }
@@ -159,6 +166,8 @@ pub struct LoadReport {
     pub gateway_cpu_us_per_packet: Option<f64>,
     /// Gateway CPU per relayed copy (forwarded), µs: the rtpengine comparison's unit.
     pub gateway_cpu_us_per_relayed: Option<f64>,
+    /// Of that, user and kernel time per relayed copy, µs.
+    pub gateway_cpu_us_per_relayed_split: Option<[f64; 2]>,
     /// Gateway resident memory growth per participant (before the joins → all connected), bytes.
     pub gateway_rss_per_participant: Option<f64>,
     /// Failures.
@@ -243,6 +252,15 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             .filter(|_| routed + forwarded > 0.0)
             .map(|c| c * 1e6 / (routed + forwarded)),
         gateway_cpu_us_per_relayed: cpu.filter(|_| forwarded > 0.0).map(|c| c * 1e6 / forwarded),
+        gateway_cpu_us_per_relayed_split: proc_before
+            .zip(proc_after)
+            .filter(|_| forwarded > 0.0)
+            .map(|(a, b)| {
+                [
+                    (b.user_secs - a.user_secs) * 1e6 / forwarded,
+                    (b.system_secs - a.system_secs) * 1e6 / forwarded,
+                ]
+            }),
         gateway_rss_per_participant: rss_before
             .zip(proc_before)
             .map(|(a, b)| (b.rss_bytes as f64 - a.rss_bytes as f64) / r.participants as f64),
