@@ -16,7 +16,24 @@ mod lab_compare;
 mod lab_gateway;
 #[cfg(feature = "lab")]
 mod lab_handshake;
+mod no_lab;
 mod serve;
+
+/// What `secrelay lab` takes: the studies, or (built without them) anything, refused.
+#[cfg(feature = "lab")]
+type LabCli = lab::LabCommand;
+#[cfg(not(feature = "lab"))]
+type LabCli = no_lab::NoLab;
+
+#[cfg(feature = "lab")]
+fn run_lab(c: LabCli) -> anyhow::Result<()> {
+    lab::run(c)
+}
+
+#[cfg(not(feature = "lab"))]
+fn run_lab(c: LabCli) -> anyhow::Result<()> {
+    no_lab::run(c)
+}
 
 /// secrelay: a secure real-time media gateway and the lab that measures what its security costs.
 #[derive(Parser, Debug)]
@@ -39,16 +56,8 @@ enum Command {
     #[command(subcommand)]
     Ca(ca::CaCommand),
     /// The studies, re-measured here beside the libraries people use: tables, JSON, HTML report.
-    #[cfg(feature = "lab")]
     #[command(subcommand)]
-    Lab(lab::LabCommand),
-    /// The lab is not in this build (built without the `lab` cargo feature).
-    #[cfg(not(feature = "lab"))]
-    Lab {
-        /// Whatever followed `lab`.
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        rest: Vec<String>,
-    },
+    Lab(LabCli),
 }
 
 #[derive(Subcommand, Debug)]
@@ -108,13 +117,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Ca(c) => ca::run(&c),
-        #[cfg(feature = "lab")]
-        Command::Lab(c) => lab::run(c),
-        #[cfg(not(feature = "lab"))]
-        Command::Lab { .. } => Err(anyhow::anyhow!(
-            "this secrelay was built without the lab (cargo feature `lab`, on by default): \
-             build it with `cargo build --release -p secrelay` to run the studies"
-        )),
+        Command::Lab(c) => run_lab(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
