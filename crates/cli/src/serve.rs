@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// SRTP engine for the workers' receive batches: simd (default) or serial.
     #[arg(long)]
     pub srtp_engine: Option<String>,
+    /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).
+    #[arg(long, value_name = "LOW-HIGH")]
+    pub rtp_ports: Option<String>,
     /// Log filter (tracing's syntax, e.g. `info` or `secrelay_gateway=debug`).
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -56,6 +59,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(e) = &a.srtp_engine {
         c.srtp_engine = e.clone();
+    }
+    if let Some(p) = &a.rtp_ports {
+        c.rtp_ports = p.clone();
     }
     c.check().map_err(|e| anyhow!("{e}"))?;
     Ok(c)

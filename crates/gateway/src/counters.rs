@@ -49,11 +49,13 @@ pub enum DropReason {
     InternalError,
     /// An SRTP error of another kind (a context refusing the packet for a reason not above).
     SrtpOther,
+    /// Media on a plain RTP leg from a source it has not latched to (the hijack guard).
+    UnlatchedSource,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 17] = [
+    pub const ALL: [DropReason; 18] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -71,6 +73,7 @@ impl DropReason {
         DropReason::SendFailed,
         DropReason::InternalError,
         DropReason::SrtpOther,
+        DropReason::UnlatchedSource,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -93,6 +96,7 @@ impl DropReason {
             DropReason::SendFailed => "send_failed",
             DropReason::InternalError => "internal_error",
             DropReason::SrtpOther => "srtp_other",
+            DropReason::UnlatchedSource => "unlatched_source",
         }
     }
 
@@ -227,11 +231,13 @@ pub enum EndReason {
     Shutdown,
     /// Abandoned with its room after a panic in the gateway's own code (a bug).
     InternalError,
+    /// A telephony leg received no media for its media timeout.
+    MediaTimeout,
 }
 
 impl EndReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [EndReason; 7] = [
+    pub const ALL: [EndReason; 8] = [
         EndReason::ConsentExpired,
         EndReason::DtlsFailed,
         EndReason::FingerprintMismatch,
@@ -239,6 +245,7 @@ impl EndReason {
         EndReason::Deleted,
         EndReason::Shutdown,
         EndReason::InternalError,
+        EndReason::MediaTimeout,
     ];
 
     /// The label in `/metrics` (`secrelay_sessions_closed_total{reason=…}`) and the API.
@@ -251,6 +258,7 @@ impl EndReason {
             EndReason::Deleted => "deleted",
             EndReason::Shutdown => "shutdown",
             EndReason::InternalError => "internal_error",
+            EndReason::MediaTimeout => "media_timeout",
         }
     }
 }

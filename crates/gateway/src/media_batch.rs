@@ -18,6 +18,7 @@ use secrelay_srtp::batch::PacketResult;
 use secrelay_srtp::{Context, Contexts, Engine, Error as SrtpError, Op, Packet};
 use secrelay_wire::demux::RtpFacts;
 
+use crate::leg::Via;
 use crate::room::{MemberId, Room};
 
 /// Room for the SRTP tag (and the MKI some profiles carry) after a copy's plaintext.
@@ -58,10 +59,10 @@ pub(crate) enum What {
     Rtp(RtpFacts),
     /// SRTCP received.
     Rtcp,
-    /// A copy of media to protect and send there.
-    Copy(SocketAddr),
-    /// RTCP of the gateway's own to protect and send there.
-    RtcpOut(SocketAddr),
+    /// A copy of media to protect and send there, from that socket.
+    Copy(SocketAddr, Via),
+    /// RTCP of the gateway's own to protect and send there, from that socket.
+    RtcpOut(SocketAddr, Via),
 }
 
 /// One staged packet and, once the engine ran, its result.
@@ -73,6 +74,8 @@ pub(crate) struct Staged {
     pub room_gen: u64,
     /// The member whose context processes the packet (the sender inbound, the receiver out).
     pub member: MemberId,
+    /// Where a received datagram came from (the latching source once it authenticates).
+    pub from: Option<SocketAddr>,
     /// When the datagram this came from was received.
     pub received: Instant,
     /// What it is.
@@ -165,6 +168,7 @@ impl MediaBatch {
     pub fn stage_inbound(
         &mut self,
         (slot, room_gen, member): (usize, u64, MemberId),
+        from: SocketAddr,
         received: Instant,
         what: What,
         datagram: &[u8],
@@ -175,6 +179,7 @@ impl MediaBatch {
             slot,
             room_gen,
             member,
+            from: Some(from),
             received,
             what,
             len: datagram.len(),
@@ -207,6 +212,7 @@ impl MediaBatch {
             slot,
             room_gen,
             member,
+            from: None,
             received,
             what,
             buf,
@@ -279,8 +285,8 @@ impl MediaBatch {
                 op: match s.what {
                     What::Rtp(_) => Op::UnprotectRtp,
                     What::Rtcp => Op::UnprotectRtcp,
-                    What::Copy(_) => Op::ProtectRtp,
-                    What::RtcpOut(_) => Op::ProtectRtcp,
+                    What::Copy(..) => Op::ProtectRtp,
+                    What::RtcpOut(..) => Op::ProtectRtcp,
                 },
                 buf: &mut s.buf[..],
                 len: s.len,

@@ -40,14 +40,13 @@
 //! steady-state forwarding allocates nothing. Slots are made with the member; a stream
 //! forwarded outside a slot allocates its map entry once.
 
-use std::net::SocketAddr;
 use std::time::Instant;
 
 use secrelay_srtp::Context;
 use secrelay_wire::demux::RtpFacts;
 
 use crate::counters::{Counters, DropReason};
-use crate::leg::{CodecId, Leg, LegOutput};
+use crate::leg::{CodecId, CopyTarget, Leg, LegOutput};
 
 /// A member's handle in its room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -343,15 +342,16 @@ impl Room {
     /// Routes one unprotected RTP packet from `source` (`rtp`, whose header `facts` were read
     /// where the datagram arrived): each subscribed member that can take it gets a copy, with
     /// the payload type, SSRC, sequence number and timestamp it sees, handed to `emit` with
-    /// the receiver and where its copy goes. Counted at the source (routed, or not a
-    /// publisher) and at each receiver (forwarded, unslotted, or why not). `false` if there is
-    /// no such member.
+    /// the receiver and where and how its copy goes. Counted at the source (routed, or not a
+    /// publisher) and at each receiver (forwarded, unslotted, or why not; a copy sent as it is
+    /// to a plain-RTP receiver is counted out here, a copy to protect once protected). `false`
+    /// if there is no such member.
     pub fn route(
         &mut self,
         source: MemberId,
         rtp: &[u8],
         facts: &RtpFacts,
-        emit: &mut dyn FnMut(MemberId, SocketAddr, &[u8]),
+        emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
     ) -> bool {
         let Some(i) = self.members.iter().position(|m| m.id == source) else {
             return false;
@@ -374,7 +374,7 @@ impl Room {
                 r.leg.counters_mut().drop(DropReason::NoCodec);
                 continue;
             };
-            let Some(destination) = r.leg.media_destination() else {
+            let Some(target) = r.leg.copy_target() else {
                 r.leg.counters_mut().drop(DropReason::ReceiverNotReady);
                 continue;
             };
@@ -419,8 +419,13 @@ impl Room {
                 }
             };
             rewrite(&mut self.scratch, pt, mapped, seq, ts);
-            r.leg.counters_mut().forwarded += 1;
-            emit(r.id, destination, &self.scratch);
+            let c = r.leg.counters_mut();
+            c.forwarded += 1;
+            if !target.protect {
+                c.packets_out += 1;
+                c.bytes_out += self.scratch.len() as u64;
+            }
+            emit(r.id, target, &self.scratch);
         }
         true
     }

@@ -42,13 +42,20 @@ use secrelay_wire::sdp::Offer;
 
 use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
-use crate::leg::{Leg, LegEvent, LegOutput, TransmitKind, WebRtcConfig, WebRtcLeg};
+pub use crate::leg::Via;
+use crate::leg::{
+    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, TransmitKind, WebRtcConfig,
+    WebRtcLeg,
+};
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
+use secrelay_wire::sdp_rtp::RtpDescription;
 
 /// A datagram as the shard takes it: read from a socket and classified once.
 #[derive(Debug, Clone, Copy)]
 pub struct Datagram<'a> {
+    /// The socket it came in on.
+    pub via: Via,
     /// Where it came from.
     pub from: SocketAddr,
     /// What it is, with what its parse found.
@@ -60,9 +67,21 @@ pub struct Datagram<'a> {
 }
 
 impl<'a> Datagram<'a> {
-    /// Classifies `bytes` (the one parse a datagram gets, see [`secrelay_wire::demux`]).
+    /// Classifies `bytes`, read on the shared media port (the one parse a datagram gets, see
+    /// [`secrelay_wire::demux`]).
     pub fn classify(from: SocketAddr, bytes: &'a [u8], received: Instant) -> Datagram<'a> {
+        Datagram::classify_on(Via::Shared, from, bytes, received)
+    }
+
+    /// Classifies `bytes`, read on the socket `via`.
+    pub fn classify_on(
+        via: Via,
+        from: SocketAddr,
+        bytes: &'a [u8],
+        received: Instant,
+    ) -> Datagram<'a> {
         Datagram {
+            via,
             from,
             class: demux(bytes),
             bytes,
@@ -86,6 +105,8 @@ pub enum Handled {
 pub struct Transmit<'a> {
     /// Where to.
     pub destination: SocketAddr,
+    /// Our socket it leaves from.
+    pub via: Via,
     /// The datagram.
     pub contents: &'a [u8],
     /// What it is.
@@ -102,7 +123,8 @@ pub enum Event {
     AddressOwned(SocketAddr),
     /// STUN checks naming this local ufrag belong to this shard.
     UfragOwned(String),
-    /// A member left: its id, why, and the ufrags and addresses that no longer lead here.
+    /// A member left: its id, why, and the ufrags, addresses and local ports that no longer
+    /// lead here (the ports' sockets can be closed).
     MemberLeft {
         /// Its id.
         id: String,
@@ -112,6 +134,8 @@ pub enum Event {
         ufrags: Vec<String>,
         /// Its validated source addresses.
         addrs: Vec<SocketAddr>,
+        /// Its own local ports (a telephony leg's RTP and RTCP).
+        ports: Vec<u16>,
     },
     /// A DTLS-SRTP handshake finished, in this long.
     Connected {
@@ -141,6 +165,8 @@ pub enum JoinKind {
     Whep,
     /// Joined a conference: sends and receives.
     Join,
+    /// A telephony leg (plain RTP or SDES-SRTP): sends and receives as its SDP says.
+    Rtp,
 }
 
 impl JoinKind {
@@ -148,7 +174,7 @@ impl JoinKind {
         match self {
             JoinKind::Whip => MemberRole::PUBLISHER,
             JoinKind::Whep => MemberRole::SUBSCRIBER,
-            JoinKind::Join => MemberRole::BOTH,
+            JoinKind::Join | JoinKind::Rtp => MemberRole::BOTH,
         }
     }
 }
@@ -164,6 +190,17 @@ pub struct Joined {
     pub ice: Credentials,
 }
 
+/// A telephony member made from an offer.
+#[derive(Debug, Clone)]
+pub struct JoinedRtp {
+    /// Its id (the last segment of its resource URL).
+    pub id: String,
+    /// The answer SDP.
+    pub answer: String,
+    /// The local ports it receives on (RTP, and RTCP unless muxed).
+    pub ports: Vec<u16>,
+}
+
 /// Why an offer was not taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinError {
@@ -171,6 +208,8 @@ pub enum JoinError {
     Unacceptable(String),
     /// The gateway is shutting down.
     ShuttingDown,
+    /// The gateway has no room for another leg now (no free port pair, the reason).
+    Full(String),
 }
 
 /// A participant as the API shows it.
@@ -178,8 +217,10 @@ pub enum JoinError {
 pub struct ParticipantSnapshot {
     /// Its id (the last segment of its resource URL).
     pub id: String,
-    /// WHIP, WHEP or join.
+    /// WHIP, WHEP, join (WebRTC), or rtp (telephony).
     pub kind: JoinKind,
+    /// The kind of leg: `webrtc`, `sdes` or `plain`.
+    pub leg: &'static str,
     /// `new`, `connected` or the reason it is closing.
     pub state: String,
     /// The negotiated SRTP profile, once connected.
@@ -224,6 +265,8 @@ pub struct ShardConfig {
     pub certificate: LocalCertificate,
     /// The WebRTC legs' configuration.
     pub webrtc: WebRtcConfig,
+    /// The telephony legs' configuration.
+    pub rtp: RtpConfig,
 }
 
 /// A member's place: its room's slot, the room's generation (slots are reused), the member.
@@ -240,6 +283,7 @@ struct Meta {
     kind: JoinKind,
     ufrags: Vec<String>,
     addrs: Vec<SocketAddr>,
+    ports: Vec<u16>,
     profile: Option<Profile>,
     connected: bool,
     closing: Option<EndReason>,
@@ -258,6 +302,7 @@ struct RoomSlot {
 enum Queued {
     Transmit {
         destination: SocketAddr,
+        via: Via,
         buf: Vec<u8>,
         kind: TransmitKind,
         received: Option<Instant>,
@@ -291,6 +336,7 @@ pub struct Shard {
     ids: HashMap<String, (usize, MemberId)>,
     by_addr: HashMap<SocketAddr, MemberKey>,
     by_ufrag: HashMap<String, MemberKey>,
+    by_port: HashMap<u16, MemberKey>,
     heap: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     media: MediaBatch,
     queue: VecDeque<Queued>,
@@ -323,6 +369,7 @@ impl Shard {
             ids: HashMap::new(),
             by_addr: HashMap::new(),
             by_ufrag: HashMap::new(),
+            by_port: HashMap::new(),
             heap: BinaryHeap::new(),
             media: MediaBatch::new(engine),
             queue: VecDeque::new(),
@@ -339,6 +386,10 @@ impl Shard {
     }
 
     fn key_of(&self, d: &Datagram<'_>) -> Option<MemberKey> {
+        if let Via::Port(p) = d.via {
+            // A telephony leg's own port: the port says whose, whatever the source.
+            return self.by_port.get(&p).copied();
+        }
         if let Some(k) = self.by_addr.get(&d.from) {
             return Some(*k);
         }
@@ -391,26 +442,28 @@ impl Shard {
             return;
         };
         let control = match d.class {
-            Class::Rtp(facts) => {
-                match leg.media_gate(d.from) {
-                    Ok(()) => media.stage_inbound(
+            Class::Rtp(_) | Class::Rtcp(_) => {
+                let rtcp = matches!(d.class, Class::Rtcp(_));
+                match leg.admit(d.from, rtcp, now) {
+                    Ok(true) => media.stage_inbound(
                         (key.slot, key.room_gen, key.member),
+                        d.from,
                         d.received,
-                        What::Rtp(facts),
+                        match d.class {
+                            Class::Rtp(facts) => What::Rtp(facts),
+                            _ => What::Rtcp,
+                        },
                         d.bytes,
                     ),
-                    Err(reason) => leg.counters_mut().drop(reason),
-                }
-                false
-            }
-            Class::Rtcp(_) => {
-                match leg.media_gate(d.from) {
-                    Ok(()) => media.stage_inbound(
-                        (key.slot, key.room_gen, key.member),
-                        d.received,
-                        What::Rtcp,
-                        d.bytes,
-                    ),
+                    // Plain RTP: taken as it is, routed now (nothing to batch).
+                    Ok(false) => {
+                        let c = leg.counters_mut();
+                        c.packets_in += 1;
+                        c.bytes_in += d.bytes.len() as u64;
+                        if let Class::Rtp(facts) = d.class {
+                            self.route_plain(key, &facts, d);
+                        }
+                    }
                     Err(reason) => leg.counters_mut().drop(reason),
                 }
                 false
@@ -439,6 +492,39 @@ impl Shard {
         if control {
             self.drain_room(key.slot);
         }
+    }
+
+    /// Routes a plain RTP packet at once (it needs no unprotect).
+    fn route_plain(
+        &mut self,
+        key: MemberKey,
+        facts: &secrelay_wire::demux::RtpFacts,
+        d: &Datagram<'_>,
+    ) {
+        let Shard {
+            rooms,
+            media,
+            queue,
+            ..
+        } = self;
+        let Some(s) = rooms
+            .get_mut(key.slot)
+            .and_then(Option::as_mut)
+            .filter(|s| s.room_gen == key.room_gen)
+        else {
+            return;
+        };
+        s.room
+            .route(key.member, d.bytes, facts, &mut |receiver, target, copy| {
+                emit_copy(
+                    media,
+                    queue,
+                    (key.slot, key.room_gen, receiver),
+                    d.received,
+                    target,
+                    copy,
+                )
+            });
     }
 
     /// Counts a drop no member owns (the caller's: an unknown source, a full hand-off queue,
@@ -510,7 +596,12 @@ impl Shard {
     /// One unprotect result: counted at its member, and RTP routed in its room (the copies
     /// staged for the protect call). `Some(reason)` for a drop no member owns.
     fn accept_unprotected(&mut self, st: &Staged) -> Option<DropReason> {
-        let Shard { rooms, media, .. } = self;
+        let Shard {
+            rooms,
+            media,
+            queue,
+            ..
+        } = self;
         let Some(s) = rooms
             .get_mut(st.slot)
             .and_then(Option::as_mut)
@@ -536,23 +627,24 @@ impl Shard {
         let c = leg.counters_mut();
         c.packets_in += 1;
         c.bytes_in += st.len as u64;
+        if let Some(from) = st.from {
+            leg.authenticated(from, matches!(st.what, What::Rtcp), st.received);
+        }
         if let What::Rtp(facts) = st.what {
             let key = (st.slot, st.room_gen);
             let received = st.received;
             let plain = st.buf.get(..n).unwrap_or_default();
-            s.room.route(
-                st.member,
-                plain,
-                &facts,
-                &mut |receiver, destination, copy| {
-                    media.stage_outbound(
+            s.room
+                .route(st.member, plain, &facts, &mut |receiver, target, copy| {
+                    emit_copy(
+                        media,
+                        queue,
                         (key.0, key.1, receiver),
                         received,
-                        What::Copy(destination),
+                        target,
                         copy,
                     )
-                },
-            );
+                });
         }
         // SRTCP is terminated here: counted, not forwarded.
         None
@@ -583,27 +675,30 @@ impl Shard {
                 .filter(|s| s.room_gen == room_gen)
                 .and_then(|s| s.room.leg_mut(member));
             let out = match what {
-                What::Copy(d) => Some((d, TransmitKind::Media, Some(received))),
-                What::RtcpOut(d) => Some((d, TransmitKind::Rtcp, None)),
+                What::Copy(d, via) => Some((d, via, TransmitKind::Media, Some(received))),
+                What::RtcpOut(d, via) => Some((d, via, TransmitKind::Rtcp, None)),
                 What::Rtp(_) | What::Rtcp => None,
             };
             match (leg, out) {
-                (Some(leg), Some((destination, kind, received))) if ran.is_ok() => match result {
-                    Ok(len) => {
-                        let c = leg.counters_mut();
-                        c.packets_out += 1;
-                        c.bytes_out += len as u64;
-                        buf.truncate(len);
-                        self.queue.push_back(Queued::Transmit {
-                            destination,
-                            buf,
-                            kind,
-                            received,
-                        });
-                        continue;
+                (Some(leg), Some((destination, via, kind, received))) if ran.is_ok() => {
+                    match result {
+                        Ok(len) => {
+                            let c = leg.counters_mut();
+                            c.packets_out += 1;
+                            c.bytes_out += len as u64;
+                            buf.truncate(len);
+                            self.queue.push_back(Queued::Transmit {
+                                destination,
+                                via,
+                                buf,
+                                kind,
+                                received,
+                            });
+                            continue;
+                        }
+                        Err(_) => leg.counters_mut().drop(DropReason::ProtectFailed),
                     }
-                    Err(_) => leg.counters_mut().drop(DropReason::ProtectFailed),
-                },
+                }
                 // Our SRTP code panicked on the batch: every copy is dropped and counted.
                 (Some(_), _) => self.counters.media.drops[DropReason::InternalError] += 1,
                 // The room (or the receiver) went after the copy was routed.
@@ -655,6 +750,8 @@ impl Shard {
                     buf.extend_from_slice(contents);
                     queue.push_back(Queued::Transmit {
                         destination,
+                        // Control traffic (STUN, DTLS) is WebRTC's, on the shared port.
+                        via: Via::Shared,
                         buf,
                         kind,
                         received: None,
@@ -727,6 +824,9 @@ impl Shard {
                 for a in &meta.addrs {
                     self.by_addr.remove(a);
                 }
+                for p in &meta.ports {
+                    self.by_port.remove(p);
+                }
                 self.ids.remove(&meta.id);
                 self.queue.push_back(Queued::Event(Event::MemberLeft {
                     id: meta.id,
@@ -734,6 +834,7 @@ impl Shard {
                     reason: meta.closing.unwrap_or(EndReason::CloseNotify),
                     ufrags: meta.ufrags,
                     addrs: meta.addrs,
+                    ports: meta.ports,
                 }));
             }
             if s.room.is_empty() {
@@ -765,6 +866,9 @@ impl Shard {
             for a in &meta.addrs {
                 self.by_addr.remove(a);
             }
+            for p in &meta.ports {
+                self.by_port.remove(p);
+            }
             self.ids.remove(&meta.id);
             self.counters.ended[EndReason::InternalError] += 1;
             self.queue.push_back(Queued::Event(Event::MemberLeft {
@@ -772,6 +876,7 @@ impl Shard {
                 reason: EndReason::InternalError,
                 ufrags: meta.ufrags,
                 addrs: meta.addrs,
+                ports: meta.ports,
             }));
         }
         self.room_index.remove(&s.name);
@@ -827,11 +932,13 @@ impl Shard {
         Some(match q {
             Queued::Transmit {
                 destination,
+                via,
                 buf,
                 kind,
                 received,
             } => Output::Transmit(Transmit {
                 destination,
+                via,
                 contents: self.lent.insert(buf),
                 kind,
                 received,
@@ -860,6 +967,63 @@ impl Shard {
         .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let ice = leg.ice_credentials().clone();
         let answer = leg.answer_sdp().to_owned();
+        let id = self.add_member(now, room, leg.into(), kind, vec![ice.ufrag.clone()]);
+        Ok(Joined { id, answer, ice })
+    }
+
+    /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, on the local
+    /// `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`): its id, the
+    /// answer, and the ports it uses (RTCP's is not used when the offer muxes RTCP: the caller
+    /// can close it).
+    pub fn join_rtp(
+        &mut self,
+        now: Instant,
+        room: &str,
+        offer: &RtpDescription,
+        ports: Ports,
+    ) -> Result<JoinedRtp, JoinError> {
+        if self.draining {
+            return Err(JoinError::ShuttingDown);
+        }
+        let leg = RtpLeg::new(offer, ports, self.config.rtp.clone(), now)
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        let answer = leg.answer_sdp().to_owned();
+        let used = leg.local_ports();
+        let role = match leg.media().first() {
+            Some(m) => MemberRole {
+                publishes: m.peer_sends,
+                subscribes: m.peer_receives,
+            },
+            None => MemberRole::BOTH,
+        };
+        let id = self.add_member_with_role(now, room, leg.into(), JoinKind::Rtp, role, Vec::new());
+        Ok(JoinedRtp {
+            id,
+            answer,
+            ports: used,
+        })
+    }
+
+    fn add_member(
+        &mut self,
+        now: Instant,
+        room: &str,
+        leg: Leg,
+        kind: JoinKind,
+        ufrags: Vec<String>,
+    ) -> String {
+        self.add_member_with_role(now, room, leg, kind, kind.role(), ufrags)
+    }
+
+    fn add_member_with_role(
+        &mut self,
+        now: Instant,
+        room: &str,
+        leg: Leg,
+        kind: JoinKind,
+        role: MemberRole,
+        ufrags: Vec<String>,
+    ) -> String {
         let slot = match self.room_index.get(room) {
             Some(&s) => s,
             None => {
@@ -889,7 +1053,8 @@ impl Shard {
         let s = self.rooms[slot]
             .as_mut()
             .expect("the slot was just found or made");
-        let member = s.room.add(leg, kind.role());
+        let ports = leg.local_ports();
+        let member = s.room.add(leg, role);
         let id = random_id();
         let key = MemberKey {
             slot,
@@ -901,21 +1066,26 @@ impl Shard {
             Meta {
                 id: id.clone(),
                 kind,
-                ufrags: vec![ice.ufrag.clone()],
+                ufrags: ufrags.clone(),
                 addrs: Vec::new(),
+                ports: ports.clone(),
                 profile: None,
                 connected: false,
                 closing: None,
                 created: now,
             },
         );
-        self.by_ufrag.insert(ice.ufrag.clone(), key);
-        self.queue
-            .push_back(Queued::Event(Event::UfragOwned(ice.ufrag.clone())));
+        for u in ufrags {
+            self.by_ufrag.insert(u.clone(), key);
+            self.queue.push_back(Queued::Event(Event::UfragOwned(u)));
+        }
+        for p in ports {
+            self.by_port.insert(p, key);
+        }
         self.ids.insert(id.clone(), (slot, member));
         self.drain_room(slot);
         self.remove_closed();
-        Ok(Joined { id, answer, ice })
+        id
     }
 
     fn find(&self, room: &str, id: &str) -> Option<(usize, MemberId)> {
@@ -975,15 +1145,32 @@ impl Shard {
         let Some(s) = self.rooms[slot].as_mut() else {
             return false;
         };
-        let Some(destination) = s.room.leg(member).and_then(Leg::media_destination) else {
+        let Some(t) = s.room.leg(member).and_then(Leg::rtcp_target) else {
             return false;
         };
-        self.media.stage_outbound(
-            (slot, s.room_gen, member),
-            now,
-            What::RtcpOut(destination),
-            rtcp,
-        );
+        if t.protect {
+            self.media.stage_outbound(
+                (slot, s.room_gen, member),
+                now,
+                What::RtcpOut(t.destination, t.via),
+                rtcp,
+            );
+        } else {
+            let mut buf = self.media.buffer();
+            buf.extend_from_slice(rtcp);
+            if let Some(leg) = s.room.leg_mut(member) {
+                let c = leg.counters_mut();
+                c.packets_out += 1;
+                c.bytes_out += rtcp.len() as u64;
+            }
+            self.queue.push_back(Queued::Transmit {
+                destination: t.destination,
+                via: t.via,
+                buf,
+                kind: TransmitKind::Rtcp,
+                received: None,
+            });
+        }
         true
     }
 
@@ -1097,12 +1284,13 @@ fn participant_snapshot(now: Instant, leg: &Leg, meta: &Meta) -> ParticipantSnap
     ParticipantSnapshot {
         id: meta.id.clone(),
         kind: meta.kind,
-        state: match (meta.closing, meta.connected) {
+        leg: leg.kind_name(),
+        state: match (meta.closing, meta.connected || leg.as_rtp().is_some()) {
             (Some(why), _) => why.name().to_owned(),
             (None, true) => "connected".into(),
             (None, false) => "new".into(),
         },
-        srtp_profile: meta.profile.map(|p| p.to_string()),
+        srtp_profile: leg.srtp_profile().map(|p| p.to_string()),
         packets_in: c.packets_in,
         bytes_in: c.bytes_in,
         packets_out: c.packets_out,
@@ -1120,5 +1308,35 @@ fn participant_snapshot(now: Instant, leg: &Leg, meta: &Meta) -> ParticipantSnap
             .and_then(WebRtcLeg::handshake_time)
             .map(|d| d.as_secs_f64() * 1e3),
         age_secs: now.saturating_duration_since(meta.created).as_secs_f64(),
+    }
+}
+
+/// One routed copy: staged for the protect call when its receiver's media is protected, queued
+/// as it is for a plain-RTP receiver (counted out by the room).
+fn emit_copy(
+    media: &mut MediaBatch,
+    queue: &mut VecDeque<Queued>,
+    key: (usize, u64, MemberId),
+    received: Instant,
+    target: CopyTarget,
+    copy: &[u8],
+) {
+    if target.protect {
+        media.stage_outbound(
+            key,
+            received,
+            What::Copy(target.destination, target.via),
+            copy,
+        );
+    } else {
+        let mut buf = media.buffer();
+        buf.extend_from_slice(copy);
+        queue.push_back(Queued::Transmit {
+            destination: target.destination,
+            via: target.via,
+            buf,
+            kind: TransmitKind::Media,
+            received: Some(received),
+        });
     }
 }

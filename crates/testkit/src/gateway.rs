@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use secrelay_dtls::{Certificate, KeyType, LocalCertificate};
 use secrelay_gateway::counters::{Counters, DropReason, ShardCounters};
-use secrelay_gateway::leg::{CloseReason, LegEvent, LegOutput, WebRtcConfig, WebRtcLeg};
+use secrelay_gateway::leg::{
+    CloseReason, LegEvent, LegOutput, Ports, RtpConfig, Via, WebRtcConfig, WebRtcLeg,
+};
 use secrelay_gateway::room::{MemberId, Room};
 use secrelay_gateway::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Output, Shard, ShardConfig,
@@ -21,8 +23,10 @@ use secrelay_gateway::shard::{
 use secrelay_srtp::{Engine, Profile, SimdEngine};
 use secrelay_wire::demux::{demux, Class};
 use secrelay_wire::sdp::{parse_offer, Offer};
+use secrelay_wire::sdp_rtp::parse_rtp;
 
 use crate::memory::SimClient;
+use crate::phone::SimPhone;
 
 /// The gateway's host candidate in these tests.
 pub const CANDIDATE: &str = "192.0.2.1:3478";
@@ -39,6 +43,17 @@ pub fn webrtc_config() -> WebRtcConfig {
     WebRtcConfig {
         candidates: vec![CANDIDATE.parse().expect("a literal address")],
         ..WebRtcConfig::default()
+    }
+}
+
+/// The telephony legs' configuration: defaults, announcing the candidate's address.
+pub fn rtp_config() -> RtpConfig {
+    RtpConfig {
+        announce: CANDIDATE
+            .parse::<SocketAddr>()
+            .expect("a literal address")
+            .ip(),
+        ..RtpConfig::default()
     }
 }
 
@@ -192,8 +207,20 @@ pub struct Member {
     pub answer_sdp: String,
 }
 
-/// A shard with simulated browsers as its members, on simulated time. Clients are addressed
-/// by their index in [`Harness::members`].
+/// A telephony member of a [`Harness`]: its phone, where it joined, and its local ports.
+pub struct PhoneMember {
+    /// The simulated phone.
+    pub phone: SimPhone,
+    /// Its room.
+    pub room: String,
+    /// Its id.
+    pub id: String,
+    /// The local ports the harness gave it (RTP, RTCP).
+    pub ports: Ports,
+}
+
+/// A shard with simulated browsers (and phones) as its members, on simulated time. Clients are
+/// addressed by their index in [`Harness::members`], phones by theirs in [`Harness::phones`].
 pub struct Harness {
     /// The shard under test.
     pub shard: Shard,
@@ -201,6 +228,8 @@ pub struct Harness {
     pub now: Instant,
     /// The members, in order of joining.
     pub members: Vec<Member>,
+    /// The telephony members, in order of joining.
+    pub phones: Vec<PhoneMember>,
     /// The shard's events so far.
     pub events: Vec<Event>,
     /// Datagrams the shard sent to an address no member has (delivered nowhere).
@@ -215,11 +244,13 @@ impl Harness {
                 ShardConfig {
                     certificate: gateway_cert(),
                     webrtc: webrtc_config(),
+                    rtp: rtp_config(),
                 },
                 engine,
             ),
             now: Instant::now(),
             members: Vec::new(),
+            phones: Vec::new(),
             events: Vec::new(),
             stray: Vec::new(),
         }
@@ -281,24 +312,89 @@ impl Harness {
         h
     }
 
-    /// Drains the shard: transmits delivered to the clients at their destinations, events
-    /// kept. The number of transmits delivered.
+    /// `phone` joins `room` as a telephony leg on ports 30000 + 2k (k: its index) of the
+    /// candidate's address, and takes the answer; its index in [`Harness::phones`].
+    pub fn join_phone(&mut self, room: &str, mut phone: SimPhone) -> Result<usize, JoinError> {
+        let ip = CANDIDATE
+            .parse::<SocketAddr>()
+            .expect("a literal address")
+            .ip();
+        let base = 30000 + 2 * self.phones.len() as u16;
+        let ports = Ports {
+            rtp: SocketAddr::new(ip, base),
+            rtcp: SocketAddr::new(ip, base + 1),
+        };
+        let offer = parse_rtp(&phone.offer()).expect("the phone's offer parses");
+        let joined = self.shard.join_rtp(self.now, room, &offer, ports)?;
+        phone
+            .accept_answer(&joined.answer)
+            .expect("the phone takes the gateway's answer");
+        self.phones.push(PhoneMember {
+            phone,
+            room: room.to_owned(),
+            id: joined.id,
+            ports,
+        });
+        self.pump();
+        Ok(self.phones.len() - 1)
+    }
+
+    /// A datagram from phone `i` to its RTP port, from its address.
+    pub fn send_phone(&mut self, i: usize, d: &[u8]) -> Handled {
+        let (from, port) = (self.phones[i].phone.addr, self.phones[i].ports.rtp.port());
+        self.send_phone_from(i, from, port, d)
+    }
+
+    /// A datagram to phone `i`'s port `port` (its RTP or RTCP port) from `from`.
+    pub fn send_phone_from(&mut self, _i: usize, from: SocketAddr, port: u16, d: &[u8]) -> Handled {
+        let h = self.shard.handle(
+            self.now,
+            Datagram::classify_on(Via::Port(port), from, d, self.now),
+        );
+        if h == Handled::NotOurs {
+            self.shard.count_drop(DropReason::UnknownSource);
+        }
+        h
+    }
+
+    /// Phone `i`'s counters, while it is a member.
+    pub fn phone_counters(&self, i: usize) -> Option<Counters> {
+        let m = &self.phones[i];
+        self.shard.member_counters(&m.room, &m.id)
+    }
+
+    /// Drains the shard: transmits delivered to the clients and phones at their destinations,
+    /// events kept. The number of transmits delivered.
     pub fn pump(&mut self) -> usize {
         let mut n = 0;
         let now = self.now;
         while let Some(o) = self.shard.poll_output() {
             match o {
                 Output::Transmit(t) => {
-                    match self
+                    if let Some(m) = self
                         .members
                         .iter_mut()
                         .find(|m| m.client.addr == t.destination)
                     {
-                        Some(m) => {
-                            m.client.receive(now, t.contents);
-                            n += 1;
-                        }
-                        None => self.stray.push((t.destination, t.contents.to_vec())),
+                        assert_eq!(
+                            t.via,
+                            Via::Shared,
+                            "a browser's datagrams use the shared port"
+                        );
+                        m.client.receive(now, t.contents);
+                        n += 1;
+                    } else if let Some(p) = self.phones.iter_mut().find(|p| {
+                        p.phone.addr == t.destination || p.phone.addr.ip() == t.destination.ip()
+                    }) {
+                        assert_eq!(
+                            t.via,
+                            Via::Port(p.ports.rtp.port()),
+                            "a phone's media leaves from its own port"
+                        );
+                        p.phone.receive(t.contents);
+                        n += 1;
+                    } else {
+                        self.stray.push((t.destination, t.contents.to_vec()))
                     }
                 }
                 Output::Event(e) => self.events.push(e),

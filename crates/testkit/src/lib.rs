@@ -8,6 +8,7 @@
 //!   whole shard with rooms of them ([`gateway::Harness`]).
 //! * [`participant`]: a browser on a real UDP socket with HTTP signaling (WHIP, WHEP, room
 //!   joins), sending a G.711 tone and measuring what it receives.
+//! * [`phone`]: a SIP phone's media side (plain RTP or SDES-SRTP), sans-IO.
 //! * [`fleet`]: many socket participants in rooms on a few threads (the demo, `lab calls`,
 //!   `lab gateway-load`, `lab relay-compare`).
 //! * [`signaling`]: the gateway's HTTP side as a client sees it.
@@ -20,6 +21,7 @@ pub mod gateway;
 pub mod link;
 pub mod memory;
 pub mod participant;
+pub mod phone;
 pub mod signaling;
 
 pub use browser::{Browser, Inbound};

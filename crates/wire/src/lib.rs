@@ -11,6 +11,8 @@
 //!   MESSAGE-INTEGRITY and FINGERPRINT checks, and building Binding responses.
 //! * [`sdp`]: WebRTC offers read (over Mozilla's webrtc-sdp) into what a gateway needs,
 //!   and answers written.
+//! * [`sdp_rtp`], [`sdes`]: telephony offers (plain RTP, SDES-SRTP with `a=crypto`) read
+//!   (over the `sdp` crate) and answered.
 //! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
 //!   replies decoded with bounded nesting.
 //!
@@ -23,7 +25,9 @@ pub mod demux;
 pub mod parse_count;
 pub mod pcap;
 pub mod rtp;
+pub mod sdes;
 pub mod sdp;
+pub mod sdp_rtp;
 pub mod stun;
 
 pub use demux::{demux, Class};

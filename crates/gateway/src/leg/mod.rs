@@ -19,6 +19,7 @@
 //! [`Leg::close`]), call [`Leg::poll_output`] until it returns [`LegOutput::Timeout`] or
 //! `None` (closed, nothing left to send).
 
+pub mod rtp;
 pub mod webrtc;
 
 use std::fmt;
@@ -31,6 +32,7 @@ use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
+pub use rtp::{Latch, Ports, RtpConfig, RtpLeg, RtpLegError};
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg};
 
 /// A codec the gateway forwards, identified independently of payload type numbers.
@@ -141,6 +143,10 @@ pub enum CloseReason {
     FingerprintMismatch,
     /// The peer (or we, through [`Leg::close`]) sent `close_notify`.
     CloseNotify,
+    /// A telephony leg received no media or RTCP for its media timeout.
+    MediaTimeout,
+    /// A telephony leg ended by the control plane ([`Leg::close`]).
+    Ended,
 }
 
 impl CloseReason {
@@ -151,6 +157,9 @@ impl CloseReason {
             CloseReason::DtlsFailed(_) => EndReason::DtlsFailed,
             CloseReason::FingerprintMismatch => EndReason::FingerprintMismatch,
             CloseReason::CloseNotify => EndReason::CloseNotify,
+            CloseReason::MediaTimeout => EndReason::MediaTimeout,
+            // Only the control plane ends a leg this way, and it names its own reason first.
+            CloseReason::Ended => EndReason::Deleted,
         }
     }
 
@@ -158,7 +167,10 @@ impl CloseReason {
     pub fn fails_handshake(self) -> bool {
         match self {
             CloseReason::DtlsFailed(_) | CloseReason::FingerprintMismatch => true,
-            CloseReason::ConsentExpired | CloseReason::CloseNotify => false,
+            CloseReason::ConsentExpired
+            | CloseReason::CloseNotify
+            | CloseReason::MediaTimeout
+            | CloseReason::Ended => false,
         }
     }
 }
@@ -172,8 +184,30 @@ impl fmt::Display for CloseReason {
                 write!(f, "peer certificate does not match its fingerprint")
             }
             CloseReason::CloseNotify => write!(f, "DTLS close_notify"),
+            CloseReason::MediaTimeout => write!(f, "no media within the media timeout"),
+            CloseReason::Ended => write!(f, "ended by the control plane"),
         }
     }
+}
+
+/// The local socket a datagram came in on or goes out from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Via {
+    /// The worker's shared media port (WebRTC legs: ICE demultiplexes).
+    Shared,
+    /// A telephony leg's own port.
+    Port(u16),
+}
+
+/// Where a copy of media for a member goes, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyTarget {
+    /// The member's address.
+    pub destination: SocketAddr,
+    /// Our socket it leaves from.
+    pub via: Via,
+    /// Whether it is protected with the member's keys (SRTP) or sent as it is (plain RTP).
+    pub protect: bool,
 }
 
 /// What a datagram the gateway sends is; set where it is made.
@@ -229,11 +263,16 @@ pub enum LegOutput<'a> {
 }
 
 /// A member of a room. See the [module documentation](self).
+// Inline, not boxed: a room keeps its members in one Vec and reaches a leg's SRTP contexts on
+// every packet; the smaller kinds' unused bytes cost less than a pointer chase per packet.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Leg {
     /// A WebRTC participant: ICE-lite, DTLS-SRTP.
     WebRtc(WebRtcLeg),
+    /// A telephony leg: plain RTP or SDES-SRTP on ports of its own.
+    Rtp(RtpLeg),
 }
 
 impl From<WebRtcLeg> for Leg {
@@ -242,11 +281,18 @@ impl From<WebRtcLeg> for Leg {
     }
 }
 
+impl From<RtpLeg> for Leg {
+    fn from(l: RtpLeg) -> Leg {
+        Leg::Rtp(l)
+    }
+}
+
 impl Leg {
     /// The WebRTC leg, if it is one.
     pub fn as_webrtc(&self) -> Option<&WebRtcLeg> {
         match self {
             Leg::WebRtc(l) => Some(l),
+            Leg::Rtp(_) => None,
         }
     }
 
@@ -254,6 +300,48 @@ impl Leg {
     pub fn as_webrtc_mut(&mut self) -> Option<&mut WebRtcLeg> {
         match self {
             Leg::WebRtc(l) => Some(l),
+            Leg::Rtp(_) => None,
+        }
+    }
+
+    /// The telephony leg, if it is one.
+    pub fn as_rtp(&self) -> Option<&RtpLeg> {
+        match self {
+            Leg::Rtp(l) => Some(l),
+            Leg::WebRtc(_) => None,
+        }
+    }
+
+    /// What kind of leg: `webrtc`, `sdes` or `plain` (for the API and logs).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Leg::WebRtc(_) => "webrtc",
+            Leg::Rtp(l) if l.sdes_profile().is_some() => "sdes",
+            Leg::Rtp(_) => "plain",
+        }
+    }
+
+    /// The negotiated SRTP profile, once there is one (`None` for plain RTP).
+    pub fn srtp_profile(&self) -> Option<Profile> {
+        match self {
+            Leg::WebRtc(l) => l.srtp_profile(),
+            Leg::Rtp(l) => l.sdes_profile(),
+        }
+    }
+
+    /// The answer SDP.
+    pub fn answer_sdp(&self) -> &str {
+        match self {
+            Leg::WebRtc(l) => l.answer_sdp(),
+            Leg::Rtp(l) => l.answer_sdp(),
+        }
+    }
+
+    /// The local ports of the leg's own sockets (none for WebRTC, on the shared port).
+    pub fn local_ports(&self) -> Vec<u16> {
+        match self {
+            Leg::WebRtc(_) => Vec::new(),
+            Leg::Rtp(l) => l.local_ports(),
         }
     }
 
@@ -261,6 +349,7 @@ impl Leg {
     pub fn media(&self) -> &[NegotiatedMedia] {
         match self {
             Leg::WebRtc(l) => l.media(),
+            Leg::Rtp(l) => l.media(),
         }
     }
 
@@ -285,6 +374,7 @@ impl Leg {
     pub fn is_connected(&self) -> bool {
         match self {
             Leg::WebRtc(l) => l.is_connected(),
+            Leg::Rtp(l) => l.is_connected(),
         }
     }
 
@@ -292,6 +382,7 @@ impl Leg {
     pub fn closed(&self) -> Option<CloseReason> {
         match self {
             Leg::WebRtc(l) => l.closed(),
+            Leg::Rtp(l) => l.closed(),
         }
     }
 
@@ -299,33 +390,86 @@ impl Leg {
     pub fn counters(&self) -> &Counters {
         match self {
             Leg::WebRtc(l) => l.counters(),
+            Leg::Rtp(l) => l.counters(),
         }
     }
 
     pub(crate) fn counters_mut(&mut self) -> &mut Counters {
         match self {
             Leg::WebRtc(l) => l.counters_mut(),
+            Leg::Rtp(l) => l.counters_mut(),
         }
     }
 
-    /// A STUN message from `from`, parsed where the datagram was read.
+    /// A STUN message from `from`, parsed where the datagram was read (a telephony leg
+    /// takes none: dropped as an unknown kind).
     pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, msg: &Message<'_>) {
         match self {
             Leg::WebRtc(l) => l.handle_stun(now, from, msg),
+            Leg::Rtp(l) => l.counters_mut().drop(DropReason::UnknownKind),
         }
     }
 
-    /// A DTLS record from `from`.
+    /// A DTLS record from `from` (a telephony leg takes none: dropped as an unknown kind).
     pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         match self {
             Leg::WebRtc(l) => l.handle_dtls(now, from, datagram),
+            Leg::Rtp(l) => l.counters_mut().drop(DropReason::UnknownKind),
         }
     }
 
-    /// Whether SRTP/SRTCP from `from` may be unprotected now, or the reason to drop it.
-    pub fn media_gate(&self, from: SocketAddr) -> Result<(), DropReason> {
+    /// Whether RTP (`rtcp` false) or RTCP from `from` is taken now: `Ok(true)` to unprotect
+    /// it first (SRTP), `Ok(false)` to take it as it is (plain RTP, latched here), or why it
+    /// is dropped.
+    pub fn admit(
+        &mut self,
+        from: SocketAddr,
+        rtcp: bool,
+        now: Instant,
+    ) -> Result<bool, DropReason> {
         match self {
-            Leg::WebRtc(l) => l.media_gate(from),
+            Leg::WebRtc(l) => l.media_gate(from).map(|()| true),
+            Leg::Rtp(l) => l.admit(from, rtcp, now),
+        }
+    }
+
+    /// An SRTP or SRTCP packet from `from` authenticated (a telephony leg latches to it).
+    pub fn authenticated(&mut self, from: SocketAddr, rtcp: bool, now: Instant) {
+        match self {
+            Leg::WebRtc(_) => {}
+            Leg::Rtp(l) => l.authenticated(from, rtcp, now),
+        }
+    }
+
+    /// Where a copy of media for this member goes now, if it can be sent.
+    pub fn copy_target(&self) -> Option<CopyTarget> {
+        match self {
+            Leg::WebRtc(l) => l.media_destination().map(|destination| CopyTarget {
+                destination,
+                via: Via::Shared,
+                protect: true,
+            }),
+            Leg::Rtp(l) => l.media_destination().map(|destination| CopyTarget {
+                destination,
+                via: Via::Port(l.ports().rtp.port()),
+                protect: l.protects(),
+            }),
+        }
+    }
+
+    /// Where RTCP of ours for this member goes now, and from which socket.
+    pub fn rtcp_target(&self) -> Option<CopyTarget> {
+        match self {
+            Leg::WebRtc(_) => self.copy_target(),
+            Leg::Rtp(l) => l.rtcp_destination().map(|destination| CopyTarget {
+                destination,
+                via: Via::Port(if l.rtcp_mux() {
+                    l.ports().rtp.port()
+                } else {
+                    l.ports().rtcp.port()
+                }),
+                protect: l.protects(),
+            }),
         }
     }
 
@@ -333,6 +477,7 @@ impl Leg {
     pub fn inbound_context(&mut self) -> Option<&mut Context> {
         match self {
             Leg::WebRtc(l) => l.inbound_context(),
+            Leg::Rtp(l) => l.inbound_context(),
         }
     }
 
@@ -340,6 +485,7 @@ impl Leg {
     pub fn outbound_context(&mut self) -> Option<&mut Context> {
         match self {
             Leg::WebRtc(l) => l.outbound_context(),
+            Leg::Rtp(l) => l.outbound_context(),
         }
     }
 
@@ -347,6 +493,7 @@ impl Leg {
     pub fn media_destination(&self) -> Option<SocketAddr> {
         match self {
             Leg::WebRtc(l) => l.media_destination(),
+            Leg::Rtp(l) => l.media_destination(),
         }
     }
 
@@ -354,6 +501,7 @@ impl Leg {
     pub fn handle_timeout(&mut self, now: Instant) {
         match self {
             Leg::WebRtc(l) => l.handle_timeout(now),
+            Leg::Rtp(l) => l.handle_timeout(now),
         }
     }
 
@@ -361,6 +509,7 @@ impl Leg {
     pub fn poll_timeout(&self) -> Option<Instant> {
         match self {
             Leg::WebRtc(l) => l.poll_timeout(),
+            Leg::Rtp(l) => l.poll_timeout(),
         }
     }
 
@@ -368,6 +517,7 @@ impl Leg {
     pub fn has_output(&self) -> bool {
         match self {
             Leg::WebRtc(l) => l.has_output(),
+            Leg::Rtp(l) => l.has_output(),
         }
     }
 
@@ -375,6 +525,7 @@ impl Leg {
     pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
         match self {
             Leg::WebRtc(l) => l.poll_output(),
+            Leg::Rtp(l) => l.poll_output(),
         }
     }
 
@@ -382,6 +533,7 @@ impl Leg {
     pub fn close(&mut self, now: Instant) {
         match self {
             Leg::WebRtc(l) => l.close(now),
+            Leg::Rtp(l) => l.close(now),
         }
     }
 }

@@ -151,6 +151,8 @@ pub struct WebRtcLeg {
     counters: Counters,
     /// DTLS handshake time, once connected.
     handshake_time: Option<Duration>,
+    /// The SRTP profile DTLS negotiated, once connected.
+    profile: Option<Profile>,
 }
 
 impl fmt::Debug for WebRtcLeg {
@@ -294,6 +296,7 @@ impl WebRtcLeg {
             closed: None,
             counters: Counters::default(),
             handshake_time: None,
+            profile: None,
         };
         if role == Role::Server {
             // A server waits for the ClientHello; the clock of its handshake starts then.
@@ -385,6 +388,11 @@ impl WebRtcLeg {
     /// The DTLS handshake's time, once connected.
     pub fn handshake_time(&self) -> Option<Duration> {
         self.handshake_time
+    }
+
+    /// The SRTP profile DTLS negotiated, once connected.
+    pub fn srtp_profile(&self) -> Option<Profile> {
+        self.profile
     }
 
     fn take_buffer(&mut self) -> Vec<u8> {
@@ -544,6 +552,7 @@ impl WebRtcLeg {
                     }
                     let handshake = now.saturating_duration_since(self.dtls_started.unwrap_or(now));
                     self.handshake_time = Some(handshake);
+                    self.profile = Some(profile);
                     self.queue
                         .push_back(Pending::Event(LegEvent::Connected { profile, handshake }));
                 }

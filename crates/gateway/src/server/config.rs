@@ -56,6 +56,20 @@ pub struct ServeConfig {
     /// The SRTP engine each worker hands its receive batches to: `simd` (multi-buffer lanes
     /// where the CPU has them, one packet at a time below 8) or `serial`.
     pub srtp_engine: String,
+    /// Local ports for telephony legs (plain RTP, SDES-SRTP), `"LOW-HIGH"`: each leg takes an
+    /// even port for RTP and the next one for RTCP (unless RTCP is muxed), bound on `udp`'s
+    /// address.
+    pub rtp_ports: String,
+    /// SDES suites accepted, most preferred first (RFC 4568 names).
+    pub sdes_suites: Vec<String>,
+    /// Where a plain RTP leg takes media from: `"signalled"` (only the address its SDP gives)
+    /// or `"first-packets"` (the first source within its first `nat_latch_packets` packets,
+    /// for phones behind NAT).
+    pub plain_latch: String,
+    /// Packets within which a plain leg latches to its first source (`first-packets`).
+    pub nat_latch_packets: u32,
+    /// Seconds without media before a telephony leg ends (rtpengine's timeout).
+    pub media_timeout_secs: f64,
 }
 
 impl Default for ServeConfig {
@@ -80,8 +94,21 @@ impl Default for ServeConfig {
             drain_secs: 1.0,
             rooms: BTreeMap::new(),
             srtp_engine: "simd".into(),
+            rtp_ports: "30000-39999".into(),
+            sdes_suites: secrelay_gateway_default_suites(),
+            plain_latch: "signalled".into(),
+            nat_latch_packets: 10,
+            media_timeout_secs: 60.0,
         }
     }
+}
+
+fn secrelay_gateway_default_suites() -> Vec<String> {
+    crate::leg::RtpConfig::default()
+        .sdes_suites
+        .iter()
+        .map(|p| p.sdp_name().to_owned())
+        .collect()
 }
 
 /// A configuration error, naming the field or file at fault.
@@ -133,6 +160,15 @@ impl ServeConfig {
                 "cert and key: give both (a PEM chain and its PKCS#8 key) or neither".into(),
             ));
         }
+        self.rtp_port_range()?;
+        self.sdes_profiles()?;
+        self.latch()?;
+        if !(self.media_timeout_secs.is_finite() && self.media_timeout_secs > 0.0) {
+            return Err(ConfigError(format!(
+                "media_timeout_secs = {}: must be a positive number of seconds",
+                self.media_timeout_secs
+            )));
+        }
         if self.max_body_bytes < 1024 {
             return Err(ConfigError(format!(
                 "max_body_bytes = {}: an SDP offer needs at least 1024",
@@ -176,6 +212,45 @@ impl ServeConfig {
             "serial" => Ok(Box::new(secrelay_srtp::SerialEngine)),
             other => Err(ConfigError(format!(
                 "srtp_engine = {other:?}: unknown engine (valid: simd, serial)"
+            ))),
+        }
+    }
+
+    /// The telephony legs' port range (inclusive), at least one even/odd pair.
+    pub fn rtp_port_range(&self) -> Result<(u16, u16), ConfigError> {
+        let bad = || {
+            ConfigError(format!(
+                "rtp_ports = {:?}: give LOW-HIGH, two ports with LOW < HIGH (e.g. \"30000-39999\")",
+                self.rtp_ports
+            ))
+        };
+        let (lo, hi) = self.rtp_ports.split_once('-').ok_or_else(bad)?;
+        let lo: u16 = lo.trim().parse().map_err(|_| bad())?;
+        let hi: u16 = hi.trim().parse().map_err(|_| bad())?;
+        if lo == 0 || lo >= hi {
+            return Err(bad());
+        }
+        Ok((lo, hi))
+    }
+
+    /// The SDES suites, parsed.
+    pub fn sdes_profiles(&self) -> Result<Vec<Profile>, ConfigError> {
+        self.sdes_suites
+            .iter()
+            .map(|s| {
+                s.parse::<Profile>()
+                    .map_err(|e| ConfigError(format!("sdes_suites: {s:?}: {e}")))
+            })
+            .collect()
+    }
+
+    /// Where plain legs latch.
+    pub fn latch(&self) -> Result<crate::leg::Latch, ConfigError> {
+        match self.plain_latch.as_str() {
+            "signalled" => Ok(crate::leg::Latch::Signalled),
+            "first-packets" => Ok(crate::leg::Latch::FirstPackets(self.nat_latch_packets)),
+            other => Err(ConfigError(format!(
+                "plain_latch = {other:?}: unknown (valid: signalled, first-packets)"
             ))),
         }
     }
@@ -242,5 +317,21 @@ mod tests {
         assert!(e.contains("srtp_engine") && e.contains("simd"), "{e}");
         let e = ServeConfig::from_toml("cert = \"a.pem\"").unwrap_err().0;
         assert!(e.contains("key"), "{e}");
+        for bad in [
+            "rtp_ports = \"9-3\"",
+            "rtp_ports = \"x\"",
+            "rtp_ports = \"0-10\"",
+        ] {
+            let e = ServeConfig::from_toml(bad).unwrap_err().0;
+            assert!(e.contains("rtp_ports"), "{e}");
+        }
+        let e = ServeConfig::from_toml("plain_latch = \"any\"")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("plain_latch") && e.contains("signalled"), "{e}");
+        let e = ServeConfig::from_toml("sdes_suites = [\"ROT13\"]")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("sdes_suites") && e.contains("ROT13"), "{e}");
     }
 }

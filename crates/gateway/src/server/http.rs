@@ -5,6 +5,7 @@
 //! | `POST /whip/{room}` | WHIP (RFC 9725): an `application/sdp` offer publishes into the room; 201, the answer, `Location`, `ETag` |
 //! | `POST /whep/{room}` | WHEP: a recvonly offer subscribes to what the room publishes, now and later |
 //! | `POST /rooms/{room}/join` | a conference participant: sends and receives |
+//! | `POST /rooms/{room}/rtp` | a telephony leg: a plain RTP or SDES-SRTP offer, answered from a port pair of its own; `DELETE` its `Location` to leave |
 //! | `PATCH {Location}` | trickle ICE (204) or ICE restart (200 with our new credentials), `If-Match` required |
 //! | `DELETE {Location}` | leave (close_notify) |
 //! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
@@ -29,6 +30,7 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use prometheus_client::registry::Registry;
 use secrelay_wire::sdp::parse_offer;
+use secrelay_wire::sdp_rtp::parse_rtp;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::stats::StatsCollector;
@@ -134,6 +136,8 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             "/rooms/{room}/participants/{id}",
             delete(leave_resource).patch(patch_resource),
         )
+        .route("/rooms/{room}/rtp", post(rtp_offer))
+        .route("/rooms/{room}/rtp/{id}", delete(leave_resource))
         .route("/api/rooms", get(api_rooms))
         .route("/api/rooms/{room}", get(api_room))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
@@ -276,6 +280,7 @@ async fn offer(
                 JoinKind::Join => format!("/rooms/{room}/participants/{}", j.id),
                 JoinKind::Whip => format!("/whip/{room}/{}", j.id),
                 JoinKind::Whep => format!("/whep/{room}/{}", j.id),
+                JoinKind::Rtp => format!("/rooms/{room}/rtp/{}", j.id),
             };
             s.resources().insert(
                 j.id.clone(),
@@ -304,16 +309,93 @@ async fn offer(
             );
             r
         }
-        Err(JoinError::Unacceptable(why)) => refuse(
-            &s,
+        Err(e) => join_refused(&s, e),
+    }
+}
+
+fn join_refused(s: &AppState, e: JoinError) -> Response {
+    match e {
+        JoinError::Unacceptable(why) => refuse(
+            s,
             StatusCode::UNPROCESSABLE_ENTITY,
             format!("cannot answer the offer: {why}"),
         ),
-        Err(JoinError::ShuttingDown) => refuse(
-            &s,
+        JoinError::ShuttingDown => refuse(
+            s,
             StatusCode::SERVICE_UNAVAILABLE,
             "the gateway is shutting down",
         ),
+        JoinError::Full(why) => refuse(
+            s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the gateway is full: {why}"),
+        ),
+    }
+}
+
+/// `POST /rooms/{room}/rtp`: a telephony leg (plain RTP or SDES-SRTP) from an SDP offer.
+async fn rtp_offer(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !valid_room(&room) {
+        return refuse(
+            &s,
+            StatusCode::NOT_FOUND,
+            "room names are 1-64 characters of A-Z a-z 0-9 - _ .",
+        );
+    }
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    if !content_type_is(&headers, "application/sdp") {
+        return refuse(
+            &s,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "the offer must be sent as Content-Type: application/sdp",
+        );
+    }
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return refuse(&s, StatusCode::BAD_REQUEST, "the offer is not UTF-8");
+    };
+    let offer = match parse_rtp(text) {
+        Ok(o) => o,
+        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
+    };
+    let alive = s.gateway.stats().participants();
+    if alive >= s.gateway.config().max_participants as u64 {
+        return refuse(
+            &s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the gateway is full ({alive} participants)"),
+        );
+    }
+    match s.gateway.join_rtp(&room, offer).await {
+        Ok(j) => {
+            let location = format!("/rooms/{room}/rtp/{}", j.id);
+            s.resources().insert(
+                j.id.clone(),
+                Resource {
+                    room,
+                    etag: String::new(),
+                    remote_ufrag: String::new(),
+                    ended: None,
+                },
+            );
+            let mut r = (StatusCode::CREATED, j.answer).into_response();
+            let h = r.headers_mut();
+            h.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/sdp"),
+            );
+            if let Ok(v) = HeaderValue::from_str(&location) {
+                h.insert(header::LOCATION, v);
+            }
+            r
+        }
+        Err(e) => join_refused(&s, e),
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod config;
 mod directory;
 mod http;
+mod ports;
 mod stats;
 mod udp;
 mod worker;
@@ -35,11 +36,13 @@ use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
 use crate::ice_lite::{Credentials, IceConfig};
-use crate::leg::WebRtcConfig;
-pub use crate::shard::{JoinError, JoinKind, Joined, ParticipantSnapshot, RoomSnapshot};
+use crate::leg::{RtpConfig, WebRtcConfig};
+pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
 use crate::shard::{Shard, ShardConfig};
 pub use config::{RoomConfig, ServeConfig};
 use directory::Directory;
+use ports::PortPool;
+use secrelay_wire::sdp_rtp::RtpDescription;
 use stats::WorkerStats;
 pub use stats::{GatewayStats, HistogramSnapshot, Totals};
 use worker::{Command, Peer, Shared, Worker};
@@ -143,6 +146,13 @@ impl Gateway {
                 srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
                 ..WebRtcConfig::default()
             },
+            rtp: RtpConfig {
+                announce: candidate.ip(),
+                sdes_suites: config.sdes_profiles().map_err(|e| StartError(e.0))?,
+                latch: config.latch().map_err(|e| StartError(e.0))?,
+                media_timeout: Duration::from_secs_f64(config.media_timeout_secs),
+                ..RtpConfig::default()
+            },
         };
         let mut peers = Vec::new();
         let mut inboxes = Vec::new();
@@ -152,8 +162,11 @@ impl Gateway {
             peers.push(peer);
             inboxes.push((inbox, poll));
         }
+        let (lo, hi) = config.rtp_port_range().map_err(|e| StartError(e.0))?;
         let shared = Arc::new(Shared {
             directory: Directory::default(),
+            ports: PortPool::new(lo, hi),
+            bind_ip: udp_addr.ip(),
             peers,
             ended: std::sync::Mutex::default(),
         });
@@ -286,6 +299,37 @@ impl Gateway {
             self.stats.joins.fetch_add(1, Ordering::Relaxed);
         }
         r
+    }
+
+    /// Makes a telephony participant (plain RTP or SDES-SRTP) for `offer` in `room`, on a port
+    /// pair of its own.
+    pub async fn join_rtp(
+        &self,
+        room: &str,
+        offer: RtpDescription,
+    ) -> Result<JoinedRtp, JoinError> {
+        if !self.admitting() {
+            return Err(JoinError::ShuttingDown);
+        }
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::JoinRtp {
+            room: room.to_owned(),
+            offer: Box::new(offer),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
+        if r.is_ok() {
+            self.stats.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Telephony ports in use (none once every telephony leg ended).
+    pub fn rtp_ports_in_use(&self) -> usize {
+        self.shared.ports.in_use()
     }
 
     /// Ends a participant with close_notify; `false` if there was none by that id in `room`.

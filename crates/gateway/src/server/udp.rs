@@ -33,6 +33,22 @@ pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
+/// A non-blocking UDP socket of a telephony leg's own (no SO_REUSEPORT: the port is this
+/// leg's alone), with the same kernel buffers as the shared one.
+pub(crate) fn bind_leg(addr: SocketAddr) -> io::Result<UdpSocket> {
+    let domain = if addr.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
+    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    s.set_nonblocking(true)?;
+    let _ = s.set_recv_buffer_size(1 << 20);
+    let _ = s.set_send_buffer_size(1 << 20);
+    s.bind(&addr.into())?;
+    Ok(s.into())
+}
+
 fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = a.as_sockaddr_in() {
         return Some(SocketAddr::from(*v4));

@@ -26,17 +26,21 @@ use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
 use super::directory::Directory;
+use super::ports::PortPool;
 use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::TransmitKind;
+use crate::leg::{Ports, TransmitKind, Via};
 use crate::shard::{
-    Datagram, Event, Handled, JoinError, JoinKind, Joined, Output, RoomSnapshot, Shard,
+    Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
 };
+use secrelay_wire::sdp_rtp::RtpDescription;
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
+/// Tokens of telephony legs' sockets: this plus the port.
+const LEG_TOKENS: usize = 2;
 /// Socket batches read before the loop looks at commands and timers again.
 const BATCHES_PER_TURN: usize = 16;
 /// How often the shard's counters are published for `/metrics` and the API.
@@ -60,6 +64,12 @@ pub(crate) enum Command {
         id: String,
         reply: oneshot::Sender<bool>,
     },
+    /// Make a telephony participant (plain RTP or SDES-SRTP) for an offer in a room.
+    JoinRtp {
+        room: String,
+        offer: Box<RtpDescription>,
+        reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
+    },
     /// ICE restart with the peer's new credentials; replies our new ones.
     IceRestart {
         room: String,
@@ -82,6 +92,7 @@ pub(crate) enum Command {
 /// the class it was given when it was read.
 #[derive(Debug)]
 pub(crate) struct Handoff {
+    via: Via,
     from: SocketAddr,
     class: Class,
     buf: Vec<u8>,
@@ -102,6 +113,10 @@ pub(crate) struct Peer {
 pub(crate) struct Shared {
     /// Which worker owns what.
     pub directory: Directory,
+    /// Telephony legs' local ports.
+    pub ports: PortPool,
+    /// The address telephony legs' sockets bind (the media port's).
+    pub bind_ip: std::net::IpAddr,
     /// All the workers, by index.
     pub peers: Vec<Peer>,
     /// Ids of participants that ended (for any reason), for the HTTP side to forget their
@@ -147,6 +162,19 @@ pub(crate) fn channels() -> std::io::Result<(Peer, Inbox, Poll)> {
     ))
 }
 
+/// Datagrams queued for one socket, with the receive instant of each that is a media copy.
+#[derive(Default)]
+struct Outbox {
+    batch: SendBatch,
+    origin: Vec<Option<Instant>>,
+}
+
+/// A telephony leg's socket and its queue.
+struct LegSocket {
+    socket: mio::net::UdpSocket,
+    out: Outbox,
+}
+
 /// A worker: its shard and its I/O. Built by the server, run with [`Worker::run`].
 pub(crate) struct Worker {
     index: usize,
@@ -161,9 +189,14 @@ pub(crate) struct Worker {
     remote: HashMap<SocketAddr, usize>,
     remote_gen: u64,
     recv: Option<RecvBatch>,
-    send: SendBatch,
-    /// The receive instant of each queued datagram that is a media copy (`None` otherwise).
-    send_origin: Vec<Option<Instant>>,
+    /// What goes out of the shared socket.
+    out: Outbox,
+    /// Telephony legs' sockets, by local port.
+    legs: HashMap<u16, LegSocket>,
+    /// Leg sockets that may have datagrams waiting.
+    ready_legs: Vec<u16>,
+    /// Leg sockets with datagrams queued to send.
+    dirty_legs: Vec<u16>,
     /// Handed-over datagram buffers to reuse.
     spare: Vec<Vec<u8>>,
     /// Workers handed a datagram in this batch, to wake once it is read.
@@ -197,8 +230,10 @@ impl Worker {
             remote: HashMap::new(),
             remote_gen: 0,
             recv: Some(RecvBatch::default()),
-            send: SendBatch::default(),
-            send_origin: Vec::with_capacity(BATCH * 4),
+            out: Outbox::default(),
+            legs: HashMap::new(),
+            ready_legs: Vec::new(),
+            dirty_legs: Vec::new(),
             spare: Vec::new(),
             wake_pending: vec![false; peers],
             last_publish: Instant::now(),
@@ -211,7 +246,7 @@ impl Worker {
         let mut socket_ready = true;
         loop {
             let now = Instant::now();
-            let timeout = if socket_ready {
+            let timeout = if socket_ready || !self.ready_legs.is_empty() {
                 Duration::ZERO
             } else {
                 let publish = self.last_publish + PUBLISH_EVERY;
@@ -225,8 +260,18 @@ impl Worker {
                     tracing::error!(worker = self.index, error = %e, "poll failed");
                 }
             }
-            if events.iter().any(|ev| ev.token() == SOCKET) {
-                socket_ready = true;
+            for ev in events.iter() {
+                match ev.token() {
+                    SOCKET => socket_ready = true,
+                    WAKER => {}
+                    Token(t) => {
+                        if let Ok(port) = u16::try_from(t - LEG_TOKENS) {
+                            if !self.ready_legs.contains(&port) {
+                                self.ready_legs.push(port);
+                            }
+                        }
+                    }
+                }
             }
             if self.take_commands() {
                 return;
@@ -234,6 +279,9 @@ impl Worker {
             self.take_handoffs();
             if socket_ready {
                 socket_ready = self.read_socket();
+            }
+            if !self.ready_legs.is_empty() {
+                self.read_legs();
             }
             let now = Instant::now();
             if self.shard.poll_timeout().is_some_and(|t| t <= now) {
@@ -291,6 +339,11 @@ impl Worker {
                 self.after_command();
                 let _ = reply.send(found);
             }
+            Command::JoinRtp { room, offer, reply } => {
+                let r = self.join_rtp(now, &room, &offer);
+                self.after_command();
+                let _ = reply.send(r);
+            }
             Command::IceRestart {
                 room,
                 id,
@@ -314,6 +367,63 @@ impl Worker {
         }
     }
 
+    /// Binds a port pair for a telephony leg, makes the leg, and keeps the sockets it uses.
+    fn join_rtp(
+        &mut self,
+        now: Instant,
+        room: &str,
+        offer: &RtpDescription,
+    ) -> Result<JoinedRtp, JoinError> {
+        let pair = self
+            .shared
+            .ports
+            .bind_pair(self.shared.bind_ip)
+            .map_err(|e| JoinError::Full(e.to_string()))?;
+        let ports = Ports {
+            rtp: pair.rtp_addr,
+            rtcp: pair.rtcp_addr,
+        };
+        let r = self.shard.join_rtp(now, room, offer, ports);
+        let used: &[u16] = r.as_ref().map_or(&[], |j| j.ports.as_slice());
+        for (addr, socket) in [(pair.rtp_addr, pair.rtp), (pair.rtcp_addr, pair.rtcp)] {
+            let port = addr.port();
+            if !used.contains(&port) {
+                self.shared.ports.release(port);
+                continue;
+            }
+            let mut socket = mio::net::UdpSocket::from_std(socket);
+            if let Err(e) = self.poll.registry().register(
+                &mut socket,
+                Token(LEG_TOKENS + usize::from(port)),
+                Interest::READABLE,
+            ) {
+                tracing::error!(worker = self.index, error = %e, "registering a leg socket");
+            }
+            self.legs.insert(
+                port,
+                LegSocket {
+                    socket,
+                    out: Outbox::default(),
+                },
+            );
+            // Anything that arrived before the registration is read on the next turn.
+            self.ready_legs.push(port);
+        }
+        r
+    }
+
+    /// Closes a leg's sockets and gives its ports back.
+    fn close_leg_ports(&mut self, ports: &[u16]) {
+        for p in ports {
+            if let Some(mut l) = self.legs.remove(p) {
+                let _ = self.poll.registry().deregister(&mut l.socket);
+            }
+            self.ready_legs.retain(|r| r != p);
+            self.dirty_legs.retain(|r| r != p);
+            self.shared.ports.release(*p);
+        }
+    }
+
     fn after_command(&mut self) {
         self.send_outputs();
         self.publish();
@@ -328,6 +438,7 @@ impl Worker {
         let mut n: usize = 0;
         while let Ok(h) = self.inbox.handoffs.try_recv() {
             let d = Datagram {
+                via: h.via,
                 from: h.from,
                 class: h.class,
                 bytes: &h.buf,
@@ -407,6 +518,62 @@ impl Worker {
         true
     }
 
+    /// Reads the leg sockets that are ready, up to `BATCHES_PER_TURN` batches each; those that
+    /// may have more stay ready.
+    fn read_legs(&mut self) {
+        let mut recv = self
+            .recv
+            .take()
+            .expect("the batch is in place between reads");
+        let ready = std::mem::take(&mut self.ready_legs);
+        for port in ready {
+            if self.read_leg(&mut recv, port) {
+                self.ready_legs.push(port);
+            }
+        }
+        self.recv = Some(recv);
+    }
+
+    /// `true` when the socket may have more.
+    fn read_leg(&mut self, recv: &mut RecvBatch, port: u16) -> bool {
+        for _ in 0..BATCHES_PER_TURN {
+            let Some(leg) = self.legs.get(&port) else {
+                return false;
+            };
+            let n = match recv.recv(&leg.socket) {
+                Ok(0) => return false,
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::debug!(worker = self.index, error = %e, "recvmmsg on a leg port");
+                    return true;
+                }
+            };
+            let received = Instant::now();
+            self.stats
+                .datagrams_in
+                .fetch_add(n as u64, Ordering::Relaxed);
+            for i in 0..n {
+                let (from, d) = recv.get(i);
+                self.stats
+                    .bytes_in
+                    .fetch_add(d.len() as u64, Ordering::Relaxed);
+                let Some(from) = from else {
+                    self.shard.count_drop(DropReason::UnknownSource);
+                    continue;
+                };
+                let d = Datagram::classify_on(Via::Port(port), from, d, received);
+                if self.shard.handle(received, d) == Handled::NotOurs {
+                    self.shard.count_drop(DropReason::UnknownSource);
+                }
+            }
+            self.send_outputs();
+            if n < BATCH {
+                return false;
+            }
+        }
+        true
+    }
+
     /// A datagram this worker's shard does not own: to the worker that does, or counted.
     fn hand_over(&mut self, d: Datagram<'_>) {
         let owner = match self.remote.get(&d.from) {
@@ -432,6 +599,7 @@ impl Worker {
         buf.clear();
         buf.extend_from_slice(d.bytes);
         let h = Handoff {
+            via: d.via,
             from: d.from,
             class: d.class,
             buf,
@@ -464,11 +632,28 @@ impl Worker {
         while let Some(out) = self.shard.poll_output() {
             match out {
                 Output::Transmit(t) => {
-                    self.send.push(t.destination, t.contents);
-                    self.send_origin.push(match t.kind {
+                    let origin = match t.kind {
                         TransmitKind::Media => t.received,
                         _ => None,
-                    });
+                    };
+                    let out = match t.via {
+                        Via::Shared => &mut self.out,
+                        Via::Port(p) => match self.legs.get_mut(&p) {
+                            Some(l) => {
+                                if l.out.batch.is_empty() {
+                                    self.dirty_legs.push(p);
+                                }
+                                &mut l.out
+                            }
+                            None => {
+                                // The leg's socket closed after the copy was made.
+                                self.shard.count_drop(DropReason::SendFailed);
+                                continue;
+                            }
+                        },
+                    };
+                    out.batch.push(t.destination, t.contents);
+                    out.origin.push(origin);
                 }
                 Output::Event(e) => self.on_event(e),
                 Output::Timeout(_) => break,
@@ -483,9 +668,14 @@ impl Worker {
             Event::AddressOwned(addr) => dir.add_addr(addr, self.index),
             Event::UfragOwned(u) => dir.add_ufrag(&u, self.index),
             Event::MemberLeft {
-                id, ufrags, addrs, ..
+                id,
+                ufrags,
+                addrs,
+                ports,
+                ..
             } => {
                 dir.remove(&ufrags, &addrs);
+                self.close_leg_ports(&ports);
                 self.shared
                     .ended
                     .lock()
@@ -497,37 +687,13 @@ impl Worker {
     }
 
     fn flush_send(&mut self) {
-        if self.send.is_empty() {
-            return;
+        if !self.out.batch.is_empty() {
+            flush_outbox(&mut self.out, &self.socket, &self.stats, &mut self.shard);
         }
-        let Flushed {
-            sent,
-            bytes,
-            failed,
-        } = self.send.flush(&self.socket);
-        let done = Instant::now();
-        let st = &self.stats;
-        st.datagrams_out.fetch_add(sent as u64, Ordering::Relaxed);
-        st.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
-        if failed > 0 {
-            self.shard
-                .count_drops(DropReason::SendFailed, failed as u64);
-        }
-        // One histogram update per distinct receive instant (a batch shares one).
-        let mut run: Option<(Instant, u64)> = None;
-        for origin in self.send_origin.drain(..).flatten() {
-            match &mut run {
-                Some((t, n)) if *t == origin => *n += 1,
-                _ => {
-                    if let Some((t, n)) = run {
-                        st.relay_latency.record_n(done.duration_since(t), n);
-                    }
-                    run = Some((origin, 1));
-                }
+        for p in std::mem::take(&mut self.dirty_legs) {
+            if let Some(l) = self.legs.get_mut(&p) {
+                flush_outbox(&mut l.out, &l.socket, &self.stats, &mut self.shard);
             }
-        }
-        if let Some((t, n)) = run {
-            st.relay_latency.record_n(done.duration_since(t), n);
         }
     }
 
@@ -535,5 +701,41 @@ impl Worker {
     fn publish(&mut self) {
         self.last_publish = Instant::now();
         self.stats.publish(self.shard.counters());
+    }
+}
+
+/// Sends what an outbox holds (`sendmmsg`), counts it, and records each media copy's relay
+/// latency (one histogram update per distinct receive instant: a batch shares one).
+fn flush_outbox(
+    out: &mut Outbox,
+    socket: &mio::net::UdpSocket,
+    st: &WorkerStats,
+    shard: &mut Shard,
+) {
+    let Flushed {
+        sent,
+        bytes,
+        failed,
+    } = out.batch.flush(socket);
+    let done = Instant::now();
+    st.datagrams_out.fetch_add(sent as u64, Ordering::Relaxed);
+    st.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);
+    if failed > 0 {
+        shard.count_drops(DropReason::SendFailed, failed as u64);
+    }
+    let mut run: Option<(Instant, u64)> = None;
+    for origin in out.origin.drain(..).flatten() {
+        match &mut run {
+            Some((t, n)) if *t == origin => *n += 1,
+            _ => {
+                if let Some((t, n)) = run {
+                    st.relay_latency.record_n(done.duration_since(t), n);
+                }
+                run = Some((origin, 1));
+            }
+        }
+    }
+    if let Some((t, n)) = run {
+        st.relay_latency.record_n(done.duration_since(t), n);
     }
 }

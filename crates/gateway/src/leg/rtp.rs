@@ -1,0 +1,588 @@
+//! A telephony leg, sans-IO: plain RTP (`RTP/AVP[F]`) or SDES-SRTP (`RTP/SAVP[F]`, keys in
+//! `a=crypto`, RFC 4568) on local ports of its own, as SIP phones, PBXs and SIP proxies use them.
+//!
+//! A [`RtpLeg`] is made from a parsed offer ([`RtpDescription`]), the local ports the worker
+//! bound for it ([`Ports`]: RTP on an even port, RTCP on the next one unless `a=rtcp-mux` is
+//! negotiated) and a [`RtpConfig`]. It takes the first audio section whose transport it
+//! serves (others are answered with port 0), chooses codecs by our preference and, for SDES,
+//! the first offered crypto line whose suite we serve in our preference order, makes a fresh
+//! key of ours for what we send (so no two legs share keys, even when their offers did: K1/K2)
+//! and writes the answer.
+//!
+//! # Symmetric RTP and latching
+//! Media goes back to where the leg's media comes from (symmetric RTP), guarded against
+//! hijacking:
+//! * an SDES leg accepts SRTP from any source, and latches to a source only once a packet from
+//!   it has authenticated (and re-latches when authenticated packets come from a new address:
+//!   a NAT rebinding); forged or replayed packets from elsewhere are dropped by SRTP and move
+//!   nothing;
+//! * a plain leg cannot tell a forgery from the real thing, so it takes media only from the
+//!   address the offer signalled ([`Latch::Signalled`], the default) or, configured for
+//!   phones behind NAT ([`Latch::FirstPackets`]), from the first source seen within its first
+//!   packets, and from nowhere else after that. Everything else is dropped and counted
+//!   ([`DropReason::UnlatchedSource`]).
+//!
+//! Until a source is latched, copies go to the signalled address (none while the offer holds
+//! with `0.0.0.0`). RTCP latches the same way, on its own port.
+//!
+//! # Session expiry
+//! A telephony leg has no consent checks: it ends ([`CloseReason::MediaTimeout`]) when no
+//! media or RTCP has been admitted for [`RtpConfig::media_timeout`], as rtpengine's sessions
+//! do.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use secrelay_srtp::{Context, MasterKey, Policy, Profile};
+use secrelay_wire::sdes::Crypto;
+use secrelay_wire::sdp::{Direction, MediaKind};
+use zeroize::Zeroize;
+
+use secrelay_wire::sdp_rtp::{
+    write_rtp_answer, RtcpAnswer, RtpDescription, RtpSection, RtpSectionAnswer,
+};
+
+use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia};
+use crate::counters::{Counters, DropReason};
+
+/// Where a plain leg takes media from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latch {
+    /// Only the address the offer signalled (the safe default).
+    Signalled,
+    /// The first source seen within the leg's first `n` packets (phones behind NAT send from
+    /// another address than they signal), then only that one.
+    FirstPackets(u32),
+}
+
+/// How telephony legs are set up.
+#[derive(Debug, Clone)]
+pub struct RtpConfig {
+    /// The address our answers announce (`c=`).
+    pub announce: IpAddr,
+    /// Audio codecs we accept, most preferred first.
+    pub audio_codecs: Vec<CodecId>,
+    /// SDES suites we accept, most preferred first.
+    pub sdes_suites: Vec<Profile>,
+    /// Where plain legs take media from.
+    pub latch: Latch,
+    /// No media or RTCP admitted for this long ends the leg.
+    pub media_timeout: Duration,
+    /// SRTP replay window in packets.
+    pub replay_window: usize,
+}
+
+impl Default for RtpConfig {
+    fn default() -> RtpConfig {
+        RtpConfig {
+            announce: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            audio_codecs: vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            sdes_suites: vec![
+                Profile::AeadAes256Gcm,
+                Profile::AeadAes128Gcm,
+                Profile::AesCm256HmacSha1_80,
+                Profile::AesCm128HmacSha1_80,
+                Profile::AesCm256HmacSha1_32,
+                Profile::AesCm128HmacSha1_32,
+            ],
+            latch: Latch::Signalled,
+            media_timeout: Duration::from_secs(60),
+            replay_window: 1024,
+        }
+    }
+}
+
+/// The local sockets the worker bound for a leg.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ports {
+    /// RTP (and RTCP when muxed).
+    pub rtp: SocketAddr,
+    /// RTCP, on RTP's port + 1 (unused when RTCP is muxed).
+    pub rtcp: SocketAddr,
+}
+
+/// Why a telephony leg cannot be made from an offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RtpLegError {
+    /// No section with port, an RTP or SDES-SRTP transport and audio.
+    NoServableSection,
+    /// No offered codec we accept.
+    NoCommonCodec,
+    /// An SDES section without a crypto line we can use (why, for each line).
+    NoUsableCrypto(String),
+    /// The SRTP context refused a key (the reason).
+    Srtp(String),
+}
+
+impl fmt::Display for RtpLegError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RtpLegError::NoServableSection => write!(
+                f,
+                "no audio section with RTP/AVP, RTP/AVPF, RTP/SAVP or RTP/SAVPF and a port"
+            ),
+            RtpLegError::NoCommonCodec => write!(f, "offer has no codec the gateway accepts"),
+            RtpLegError::NoUsableCrypto(why) => write!(f, "no usable a=crypto line: {why}"),
+            RtpLegError::Srtp(e) => write!(f, "SRTP context: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RtpLegError {}
+
+/// How a leg's media is protected.
+// Inline, not boxed: the contexts are read on every packet, and a plain leg's unused bytes
+// cost less than a pointer chase per packet on a secure one.
+#[allow(clippy::large_enum_variant)]
+enum Security {
+    Plain,
+    Sdes {
+        profile: Profile,
+        inbound: Context,
+        outbound: Context,
+    },
+}
+
+/// A source latched by a leg, for RTP or RTCP.
+#[derive(Debug, Clone, Copy, Default)]
+struct Source {
+    signalled: Option<SocketAddr>,
+    latched: Option<SocketAddr>,
+}
+
+impl Source {
+    fn destination(&self) -> Option<SocketAddr> {
+        self.latched.or(self.signalled)
+    }
+}
+
+/// A telephony leg. See the [module documentation](self).
+pub struct RtpLeg {
+    config: RtpConfig,
+    security: Security,
+    media: Vec<NegotiatedMedia>,
+    answer: String,
+    ports: Ports,
+    rtcp_mux: bool,
+    rtp: Source,
+    rtcp: Source,
+    /// Packets a plain leg has seen before latching (for [`Latch::FirstPackets`]).
+    seen: u32,
+    last_admitted: Instant,
+    closed: Option<CloseReason>,
+    counters: Counters,
+    queue: VecDeque<LegEvent>,
+}
+
+impl fmt::Debug for RtpLeg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RtpLeg")
+            .field("sdes", &self.sdes_profile())
+            .field("ports", &self.ports)
+            .field("rtcp_mux", &self.rtcp_mux)
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_bytes(n: usize) -> Vec<u8> {
+    let mut b = vec![0u8; n];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b
+}
+
+/// Chooses the crypto line: our most preferred suite among the offered lines that parse, carry
+/// one key without MKI, and no session parameter we cannot honour; the reasons otherwise.
+fn choose_crypto(
+    section: &RtpSection,
+    ours: &[Profile],
+) -> Result<(Crypto, Profile, MasterKey), RtpLegError> {
+    let mut why: Vec<String> = section.bad_crypto.iter().map(|e| e.to_string()).collect();
+    let mut usable = Vec::new();
+    for c in &section.crypto {
+        let Ok(profile) = c.suite.parse::<Profile>() else {
+            why.push(format!("tag {}: suite {} not supported", c.tag, c.suite));
+            continue;
+        };
+        if !ours.contains(&profile) {
+            why.push(format!("tag {}: suite {} not enabled", c.tag, c.suite));
+            continue;
+        }
+        if let Some(p) = c.unsupported_session_param() {
+            why.push(format!(
+                "tag {}: session parameter {p} not supported",
+                c.tag
+            ));
+            continue;
+        }
+        let [key] = c.keys.as_slice() else {
+            why.push(format!(
+                "tag {}: {} keys (one without MKI is supported)",
+                c.tag,
+                c.keys.len()
+            ));
+            continue;
+        };
+        match MasterKey::from_sdes_inline(profile, &key.inline()) {
+            Ok(k) => usable.push((c, profile, k)),
+            Err(e) => why.push(format!("tag {}: {e}", c.tag)),
+        }
+    }
+    let best = ours
+        .iter()
+        .find_map(|p| usable.iter().position(|(_, q, _)| q == p))
+        .ok_or_else(|| {
+            RtpLegError::NoUsableCrypto(if why.is_empty() {
+                "the section offers none".into()
+            } else {
+                why.join("; ")
+            })
+        })?;
+    let (c, profile, key) = usable.swap_remove(best);
+    Ok((c.clone(), profile, key))
+}
+
+impl RtpLeg {
+    /// A leg for `offer` on the local `ports`, created at `now` (the media timeout starts).
+    pub fn new(
+        offer: &RtpDescription,
+        ports: Ports,
+        config: RtpConfig,
+        now: Instant,
+    ) -> Result<RtpLeg, RtpLegError> {
+        let serves = |s: &RtpSection| {
+            s.port != 0
+                && s.kind == MediaKind::Audio
+                && (s.transport.is_plain() || s.transport.is_sdes())
+        };
+        let chosen = offer
+            .sections
+            .iter()
+            .position(serves)
+            .ok_or(RtpLegError::NoServableSection)?;
+        let section = &offer.sections[chosen];
+        let mut codecs = Vec::new();
+        for want in &config.audio_codecs {
+            for c in &section.codecs {
+                if CodecId::of(c) == Some(*want) {
+                    codecs.push((*want, c.clone()));
+                }
+            }
+        }
+        if codecs.is_empty() {
+            return Err(RtpLegError::NoCommonCodec);
+        }
+        let (security, answer_crypto) = if section.transport.is_sdes() {
+            let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
+            let raw = random_bytes(profile.key_len() + profile.salt_len());
+            let our_key = MasterKey::from_concatenated(profile, &raw)
+                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            let mut raw = raw;
+            raw.zeroize();
+            let window = config.replay_window;
+            let inbound = Context::new(Policy::new(their_key).any_inbound().replay_window(window))
+                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            let answer = Crypto {
+                tag: offered.tag,
+                suite: offered.suite.clone(),
+                keys: vec![secrelay_wire::sdes::KeyParam {
+                    key_salt: our_key
+                        .to_sdes_inline()
+                        .trim_start_matches("inline:")
+                        .to_owned(),
+                    lifetime: None,
+                    mki: None,
+                }],
+                session_params: Vec::new(),
+            };
+            let outbound = Context::new(Policy::new(our_key).any_outbound().replay_window(window))
+                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            (
+                Security::Sdes {
+                    profile,
+                    inbound,
+                    outbound,
+                },
+                Some(answer),
+            )
+        } else {
+            (Security::Plain, None)
+        };
+        let direction = section.direction.reversed();
+        let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
+        let media = vec![NegotiatedMedia {
+            mid: section.mid.clone().unwrap_or_else(|| chosen.to_string()),
+            kind: MediaKind::Audio,
+            codecs: codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
+            peer_sends: section.direction.sends(),
+            peer_receives: section.direction.receives(),
+            our_ssrc,
+        }];
+        let rtcp_mux = section.rtcp_mux;
+        let sections: Vec<RtpSectionAnswer> = offer
+            .sections
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if i == chosen {
+                    RtpSectionAnswer {
+                        kind: s.kind.clone(),
+                        port: Some(ports.rtp.port()),
+                        transport: s.transport.clone(),
+                        codecs: codecs.iter().map(|(_, c)| c.clone()).collect(),
+                        crypto: answer_crypto.clone(),
+                        rtcp: if rtcp_mux {
+                            RtcpAnswer::Mux
+                        } else {
+                            RtcpAnswer::NextPort
+                        },
+                        direction,
+                        ptime: s.ptime,
+                        mid: s.mid.clone(),
+                    }
+                } else {
+                    RtpSectionAnswer {
+                        kind: s.kind.clone(),
+                        port: None,
+                        transport: s.transport.clone(),
+                        codecs: s.codecs.iter().take(1).cloned().collect(),
+                        crypto: None,
+                        rtcp: RtcpAnswer::NextPort,
+                        direction: Direction::Inactive,
+                        ptime: None,
+                        mid: s.mid.clone(),
+                    }
+                }
+            })
+            .collect();
+        let session_id = u64::from_be_bytes(random_bytes(8).try_into().unwrap_or([1; 8])) >> 2;
+        let answer = write_rtp_answer(session_id, config.announce, &sections);
+        let signalled = section.address.map(|ip| SocketAddr::new(ip, section.port));
+        let signalled_rtcp = section.address.map(|ip| {
+            let port = if rtcp_mux {
+                section.port
+            } else {
+                section
+                    .rtcp_port
+                    .unwrap_or_else(|| section.port.wrapping_add(1))
+            };
+            SocketAddr::new(ip, port)
+        });
+        Ok(RtpLeg {
+            config,
+            security,
+            media,
+            answer,
+            ports,
+            rtcp_mux,
+            rtp: Source {
+                signalled,
+                latched: None,
+            },
+            rtcp: Source {
+                signalled: signalled_rtcp,
+                latched: None,
+            },
+            seen: 0,
+            last_admitted: now,
+            closed: None,
+            counters: Counters::default(),
+            queue: VecDeque::new(),
+        })
+    }
+
+    /// The answer SDP.
+    pub fn answer_sdp(&self) -> &str {
+        &self.answer
+    }
+
+    /// The accepted media section.
+    pub fn media(&self) -> &[NegotiatedMedia] {
+        &self.media
+    }
+
+    /// The SDES suite, for an SRTP leg; `None` for a plain one.
+    pub fn sdes_profile(&self) -> Option<Profile> {
+        match &self.security {
+            Security::Plain => None,
+            Security::Sdes { profile, .. } => Some(*profile),
+        }
+    }
+
+    /// The local ports; the RTCP one is unused when RTCP is muxed.
+    pub fn ports(&self) -> Ports {
+        self.ports
+    }
+
+    /// Whether RTCP is muxed with RTP on one port.
+    pub fn rtcp_mux(&self) -> bool {
+        self.rtcp_mux
+    }
+
+    /// The local ports this leg receives on (one when RTCP is muxed).
+    pub fn local_ports(&self) -> Vec<u16> {
+        if self.rtcp_mux {
+            vec![self.ports.rtp.port()]
+        } else {
+            vec![self.ports.rtp.port(), self.ports.rtcp.port()]
+        }
+    }
+
+    /// The source RTP is latched to, once one is.
+    pub fn latched(&self) -> Option<SocketAddr> {
+        self.rtp.latched
+    }
+
+    /// Whether the leg is open (a telephony leg is keyed from its start).
+    pub fn is_connected(&self) -> bool {
+        self.closed.is_none()
+    }
+
+    /// Why the leg ended, once it has.
+    pub fn closed(&self) -> Option<CloseReason> {
+        self.closed
+    }
+
+    /// The counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub(crate) fn counters_mut(&mut self) -> &mut Counters {
+        &mut self.counters
+    }
+
+    fn source_mut(&mut self, rtcp: bool) -> &mut Source {
+        if rtcp {
+            &mut self.rtcp
+        } else {
+            &mut self.rtp
+        }
+    }
+
+    /// Whether RTP (`rtcp` false) or RTCP from `from` is taken now: `Ok(true)` to unprotect it
+    /// first (SDES: latched only once it authenticates, see [`RtpLeg::authenticated`]),
+    /// `Ok(false)` to take it as it is (plain: latched here), or why it is dropped.
+    pub fn admit(
+        &mut self,
+        from: SocketAddr,
+        rtcp: bool,
+        now: Instant,
+    ) -> Result<bool, DropReason> {
+        if self.closed.is_some() {
+            return Err(DropReason::AfterClose);
+        }
+        if let Security::Sdes { .. } = self.security {
+            return Ok(true);
+        }
+        let latch = self.config.latch;
+        let seen = self.seen;
+        let src = self.source_mut(rtcp);
+        let ok = match (src.latched, latch) {
+            (Some(l), _) => l == from,
+            (None, Latch::Signalled) => src.signalled == Some(from),
+            (None, Latch::FirstPackets(n)) => seen < n || src.signalled == Some(from),
+        };
+        if !ok {
+            if !rtcp {
+                self.seen = self.seen.saturating_add(1);
+            }
+            return Err(DropReason::UnlatchedSource);
+        }
+        src.latched = Some(from);
+        if !rtcp {
+            self.seen = self.seen.saturating_add(1);
+        }
+        self.last_admitted = now;
+        Ok(false)
+    }
+
+    /// An SRTP (or SRTCP) packet from `from` authenticated: latch to its source.
+    pub fn authenticated(&mut self, from: SocketAddr, rtcp: bool, now: Instant) {
+        if self.closed.is_some() {
+            return;
+        }
+        self.source_mut(rtcp).latched = Some(from);
+        self.last_admitted = now;
+    }
+
+    /// The context that unprotects what the phone sends (SDES legs).
+    pub fn inbound_context(&mut self) -> Option<&mut Context> {
+        match &mut self.security {
+            Security::Plain => None,
+            Security::Sdes { inbound, .. } => Some(inbound),
+        }
+    }
+
+    /// The context that protects what we send the phone (SDES legs).
+    pub fn outbound_context(&mut self) -> Option<&mut Context> {
+        match &mut self.security {
+            Security::Plain => None,
+            Security::Sdes { outbound, .. } => Some(outbound),
+        }
+    }
+
+    /// Whether what we send is protected (SDES) or not (plain).
+    pub fn protects(&self) -> bool {
+        matches!(self.security, Security::Sdes { .. })
+    }
+
+    /// Where media for the phone goes now: the latched source, else the signalled address.
+    pub fn media_destination(&self) -> Option<SocketAddr> {
+        if self.closed.is_some() {
+            return None;
+        }
+        self.rtp.destination()
+    }
+
+    /// Where our RTCP for the phone goes now.
+    pub fn rtcp_destination(&self) -> Option<SocketAddr> {
+        if self.closed.is_some() {
+            return None;
+        }
+        self.rtcp.destination()
+    }
+
+    fn close_with(&mut self, reason: CloseReason) {
+        if self.closed.is_none() {
+            self.closed = Some(reason);
+            self.security = Security::Plain;
+            self.queue.push_back(LegEvent::Closed(reason));
+        }
+    }
+
+    /// Ends the leg (the control plane's), reported as [`CloseReason::Ended`].
+    pub fn close(&mut self, _now: Instant) {
+        self.close_with(CloseReason::Ended);
+    }
+
+    /// Advances time: the media timeout.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.closed.is_none() && now >= self.last_admitted + self.config.media_timeout {
+            self.close_with(CloseReason::MediaTimeout);
+        }
+    }
+
+    /// When [`RtpLeg::handle_timeout`] must next be called; `None` once closed.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.closed
+            .is_none()
+            .then(|| self.last_admitted + self.config.media_timeout)
+    }
+
+    /// Whether events are queued.
+    pub fn has_output(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// The next event, then [`LegOutput::Timeout`], or `None` once closed with nothing left.
+    pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
+        match self.queue.pop_front() {
+            Some(e) => Some(LegOutput::Event(e)),
+            None => self.poll_timeout().map(LegOutput::Timeout),
+        }
+    }
+}

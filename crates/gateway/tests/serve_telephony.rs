@@ -1,0 +1,263 @@
+//! Telephony legs through `secrelay serve` over real sockets: an SDES-SRTP phone whose SRTP is
+//! libsrtp's (the srtp2-sys peer), a plain RTP phone and a simulated WebRTC participant in one
+//! room, joined over HTTP (`POST /rooms/{room}/rtp`); each hears the others on its own port
+//! pair, libsrtp opens everything sent to the SDES phone, and leaving gives the ports back.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_peers::libsrtp::{Direction, LibSrtp, LibsrtpProfile};
+use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
+use secrelay_wire::sdp_rtp::parse_rtp;
+use secrelay_wire::RtpHeader;
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// POSTs an offer to `/rooms/{room}/rtp`: (status, Location, body).
+fn post_rtp(s: &Server, room: &str, sdp: &str) -> (u16, Option<String>, String) {
+    let mut r = agent()
+        .post(&format!("{}/rooms/{room}/rtp", s.url()))
+        .header("Content-Type", "application/sdp")
+        .send(sdp)
+        .unwrap();
+    let loc = r
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (
+        r.status().as_u16(),
+        loc,
+        r.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+/// A phone on a real socket: plain, or SDES with libsrtp sessions.
+struct Phone {
+    socket: UdpSocket,
+    gateway: SocketAddr,
+    tx: Option<LibSrtp>,
+    rx: Option<LibSrtp>,
+    seq: u16,
+    ssrc: u32,
+    location: String,
+    /// Packets received (opened), and those that failed to open.
+    received: Vec<Vec<u8>>,
+    failed: usize,
+}
+
+impl Phone {
+    fn join(s: &Server, room: &str, sdes: bool, ssrc: u32) -> Phone {
+        let socket = UdpSocket::bind((LOCAL, 0)).unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let profile = LibsrtpProfile::AesCm128HmacSha1_80;
+        let mut key = [0u8; 30];
+        getrandom::fill(&mut key).unwrap();
+        let mut sdp = format!(
+            "v=0\r\no=phone 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+             m=audio {port} {} 0\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n",
+            if sdes { "RTP/SAVP" } else { "RTP/AVP" }
+        );
+        let tx = sdes.then(|| {
+            use base64::Engine as _;
+            sdp.push_str(&format!(
+                "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{}\r\n",
+                base64::engine::general_purpose::STANDARD.encode(key)
+            ));
+            LibSrtp::new(
+                profile,
+                Direction::Outbound,
+                &key[..16],
+                &key[16..],
+                1024,
+                false,
+            )
+            .unwrap()
+        });
+        let (status, location, answer) = post_rtp(s, room, &sdp);
+        assert_eq!(status, 201, "{answer}");
+        let d = parse_rtp(&answer).unwrap();
+        let a = &d.sections[0];
+        let gateway = SocketAddr::new(a.address.unwrap(), a.port);
+        let rx = sdes.then(|| {
+            use base64::Engine as _;
+            let c = &a.crypto[0];
+            assert_eq!(c.suite, "AES_CM_128_HMAC_SHA1_80");
+            let k = base64::engine::general_purpose::STANDARD
+                .decode(&c.keys[0].key_salt)
+                .unwrap();
+            assert_ne!(&k[..], &key[..], "the gateway's key for us is its own");
+            LibSrtp::new(profile, Direction::Inbound, &k[..16], &k[16..], 1024, false).unwrap()
+        });
+        Phone {
+            socket,
+            gateway,
+            tx,
+            rx,
+            seq: 1,
+            ssrc,
+            location: location.unwrap(),
+            received: Vec::new(),
+            failed: 0,
+        }
+    }
+
+    fn send(&mut self, fill: u8) {
+        let mut p = vec![0u8; 12 + 160 + 16];
+        p[0] = 0x80;
+        p[2..4].copy_from_slice(&self.seq.to_be_bytes());
+        p[4..8].copy_from_slice(&(u32::from(self.seq) * 160).to_be_bytes());
+        p[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
+        p[12..172].fill(fill);
+        self.seq += 1;
+        let n = match self.tx.as_mut() {
+            Some(tx) => tx.protect(&mut p, 172).unwrap(),
+            None => 172,
+        };
+        self.socket.send_to(&p[..n], self.gateway).unwrap();
+    }
+
+    fn read(&mut self) {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = self.socket.recv_from(&mut buf) {
+            assert_eq!(from, self.gateway, "media comes from the leg's own port");
+            let n = match self.rx.as_mut() {
+                Some(rx) => match rx.unprotect(&mut buf, n) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.failed += 1;
+                        continue;
+                    }
+                },
+                None => n,
+            };
+            self.received.push(buf[..n].to_vec());
+        }
+    }
+}
+
+#[test]
+fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
+    let s = Server::start(ServeConfig {
+        http: "127.0.0.1:0".parse().unwrap(),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 2,
+        rtp_ports: "46000-46999".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let sig = Signaling {
+        base_url: s.url(),
+        token: None,
+    };
+    let mut web =
+        vec![SimParticipant::join(&sig, "mix", Leg::Join, LOCAL, Instant::now()).unwrap()];
+    assert!(
+        SimParticipant::drive_until(&mut web, Duration::from_secs(20), |g| {
+            g[0].phase == Phase::Connected
+        })
+        .unwrap()
+    );
+    let mut sdes = Phone::join(&s, "mix", true, 0x5d35);
+    let mut plain = Phone::join(&s, "mix", false, 0x9141);
+    assert_ne!(sdes.gateway.port(), plain.gateway.port());
+    assert_eq!(s.gateway().rtp_ports_in_use(), 4);
+
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut sent = 0u8;
+    loop {
+        if sent < 100 {
+            sdes.send(0xa1);
+            plain.send(0xb2);
+            sent += 1;
+        }
+        SimParticipant::drive_until(&mut web, Duration::from_millis(20), |_| false).unwrap();
+        sdes.read();
+        plain.read();
+        let heard = |p: &Phone, fill: u8| {
+            p.received
+                .iter()
+                .filter(|r| RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill)))
+                .count()
+        };
+        let web_streams = web[0].streams.len();
+        let done = sent >= 100
+            && web_streams == 2
+            && web[0].received() >= 150
+            && heard(&plain, 0xa1) >= 80
+            && heard(&sdes, 0xb2) >= 80
+            && plain.received.len() >= 150
+            && sdes.received.len() >= 150;
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "web streams {web_streams}, web received {}, plain {} ({} from sdes), sdes {} ({} from plain, {} failed)",
+            web[0].received(),
+            plain.received.len(),
+            heard(&plain, 0xa1),
+            sdes.received.len(),
+            heard(&sdes, 0xb2),
+            sdes.failed
+        );
+    }
+    assert_eq!(
+        sdes.failed, 0,
+        "libsrtp opens everything the gateway sends it"
+    );
+    assert_eq!(web[0].rx_errors, 0);
+
+    let snap = s.gateway().stats().totals();
+    assert!(snap.media_forwarded > 300, "{snap:?}");
+    for loc in [&sdes.location, &plain.location] {
+        let r = agent().delete(&format!("{}{loc}", s.url())).call().unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let wait_end = Instant::now() + Duration::from_secs(5);
+    while s.gateway().rtp_ports_in_use() > 0 {
+        assert!(Instant::now() < wait_end, "ports given back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    s.shutdown();
+}
+
+#[test]
+fn a_bad_telephony_offer_is_refused_with_its_reason() {
+    let s = Server::start(ServeConfig {
+        http: "127.0.0.1:0".parse().unwrap(),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 1,
+        rtp_ports: "47000-47099".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let (status, _, body) = post_rtp(&s, "r", "hello");
+    assert_eq!(status, 400, "{body}");
+    let g729 = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 4000 RTP/AVP 18\r\n";
+    let (status, _, body) = post_rtp(&s, "r", g729);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("codec"), "{body}");
+    let mki = "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 4000 RTP/SAVP 0\r\n\
+        a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz|1:4\r\n";
+    let (status, _, body) = post_rtp(&s, "r", mki);
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("MKI"), "{body}");
+    assert_eq!(
+        s.gateway().rtp_ports_in_use(),
+        0,
+        "refused offers hold no ports"
+    );
+    s.shutdown();
+}

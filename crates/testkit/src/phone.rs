@@ -1,0 +1,202 @@
+//! A simulated SIP phone's media side, sans-IO: an SDP offer for one audio section (plain RTP,
+//! or SDES-SRTP with a key of its own in `a=crypto`), the gateway's answer taken (where to send,
+//! and the gateway's key), G.711 packets out, and what comes back opened and kept. Strict, as
+//! [`crate::memory::SimClient`] is: SRTP from the gateway that its key does not open panics.
+
+use std::net::SocketAddr;
+
+use secrelay_srtp::{Context, MasterKey, Policy, Profile};
+use secrelay_wire::rtp::{classify, PacketKind};
+use secrelay_wire::sdp_rtp::parse_rtp;
+
+use crate::browser::random_bytes;
+
+/// A simulated phone.
+pub struct SimPhone {
+    /// Where it sends from and receives RTP.
+    pub addr: SocketAddr,
+    /// The SDES suite, or `None` for plain RTP.
+    pub sdes: Option<Profile>,
+    /// Offer `a=rtcp-mux`.
+    pub rtcp_mux: bool,
+    /// Its own key (what it sends is protected with it).
+    pub key: Option<MasterKey>,
+    /// Protects what it sends.
+    pub tx: Option<Context>,
+    /// Opens what the gateway sends (from the answer's key).
+    pub rx: Option<Context>,
+    /// The payload type it sends under (0, PCMU, by default).
+    pub pt: u8,
+    /// Its SSRC.
+    pub ssrc: u32,
+    /// The next sequence number.
+    pub seq: u16,
+    /// The next timestamp.
+    pub ts: u32,
+    /// The gateway's RTP address, from the answer.
+    pub gateway: Option<SocketAddr>,
+    /// RTP received (opened).
+    pub received: Vec<Vec<u8>>,
+    /// RTCP received (opened).
+    pub received_rtcp: Vec<Vec<u8>>,
+    /// Every datagram received, as it crossed the wire.
+    pub wire: Vec<Vec<u8>>,
+}
+
+impl SimPhone {
+    /// Phone `n` at 198.51.100.`100+n`:`20000+2n`, plain RTP.
+    pub fn plain(n: u8) -> SimPhone {
+        SimPhone {
+            addr: format!(
+                "198.51.100.{}:{}",
+                100 + u16::from(n),
+                20000 + 2 * u16::from(n)
+            )
+            .parse()
+            .expect("a literal address"),
+            sdes: None,
+            rtcp_mux: false,
+            key: None,
+            tx: None,
+            rx: None,
+            pt: 0,
+            ssrc: 0x5000_0000 | u32::from(n),
+            seq: 1,
+            ts: 160,
+            gateway: None,
+            received: Vec::new(),
+            received_rtcp: Vec::new(),
+            wire: Vec::new(),
+        }
+    }
+
+    /// Phone `n` with SDES-SRTP on `profile`, with a fresh key of its own.
+    pub fn sdes(n: u8, profile: Profile) -> SimPhone {
+        let raw = random_bytes::<64>();
+        let key =
+            MasterKey::from_concatenated(profile, &raw[..profile.key_len() + profile.salt_len()])
+                .expect("lengths from the profile");
+        SimPhone {
+            sdes: Some(profile),
+            tx: Some(
+                Context::new(Policy::new(key.clone()).any_outbound())
+                    .expect("a fresh key makes a context"),
+            ),
+            key: Some(key),
+            ..SimPhone::plain(n)
+        }
+    }
+
+    /// The offer: one audio section with PCMU (and PCMA, Opus for a room with browsers), its
+    /// crypto line when it is an SDES phone.
+    pub fn offer(&self) -> String {
+        let proto = if self.sdes.is_some() {
+            "RTP/SAVP"
+        } else {
+            "RTP/AVP"
+        };
+        let mut s = format!(
+            "v=0\r\no=phone 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
+             m=audio {port} {proto} 0 8 111\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
+             a=rtpmap:111 opus/48000/2\r\na=ptime:20\r\na=sendrecv\r\n",
+            ip = self.addr.ip(),
+            port = self.addr.port(),
+        );
+        if let (Some(p), Some(k)) = (self.sdes, &self.key) {
+            s.push_str(&format!(
+                "a=crypto:1 {} {}\r\n",
+                p.sdp_name(),
+                k.to_sdes_inline()
+            ));
+        }
+        if self.rtcp_mux {
+            s.push_str("a=rtcp-mux\r\n");
+        }
+        s
+    }
+
+    /// Takes the gateway's answer: where to send, and (SDES) its key. Err: what was wrong.
+    pub fn accept_answer(&mut self, answer: &str) -> Result<(), String> {
+        let d = parse_rtp(answer).map_err(|e| e.to_string())?;
+        let a = d
+            .sections
+            .iter()
+            .find(|s| s.port != 0)
+            .ok_or("the answer rejects every section")?;
+        let ip = a.address.ok_or("the answer has no address")?;
+        self.gateway = Some(SocketAddr::new(ip, a.port));
+        if let Some(p) = self.sdes {
+            let c = a.crypto.first().ok_or("an SDES answer without a=crypto")?;
+            if c.suite != p.sdp_name() {
+                return Err(format!(
+                    "answer chose {}, we offered {}",
+                    c.suite,
+                    p.sdp_name()
+                ));
+            }
+            let key = c.keys.first().ok_or("a=crypto without a key")?;
+            let k = MasterKey::from_sdes_inline(p, &key.inline()).map_err(|e| e.to_string())?;
+            self.rx = Some(Context::new(Policy::new(k).any_inbound()).map_err(|e| e.to_string())?);
+        }
+        Ok(())
+    }
+
+    /// An RTP packet of `payload` (the next sequence number and timestamp).
+    pub fn rtp(&mut self, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 12];
+        p[0] = 0x80;
+        p[1] = self.pt;
+        p[2..4].copy_from_slice(&self.seq.to_be_bytes());
+        p[4..8].copy_from_slice(&self.ts.to_be_bytes());
+        p[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
+        p.extend_from_slice(payload);
+        self.seq = self.seq.wrapping_add(1);
+        self.ts = self.ts.wrapping_add(160);
+        p
+    }
+
+    /// What it sends for `payload`: (plain, on the wire), SRTP for an SDES phone.
+    pub fn packet(&mut self, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let plain = self.rtp(payload);
+        let Some(tx) = self.tx.as_mut() else {
+            return (plain.clone(), plain);
+        };
+        let mut buf = plain.clone();
+        buf.resize(plain.len() + 32, 0);
+        let n = tx
+            .protect_rtp(&mut buf, plain.len())
+            .expect("our own context protects");
+        buf.truncate(n);
+        (plain, buf)
+    }
+
+    /// A datagram from the gateway: opened (SDES) and kept. Panics on what it cannot open.
+    pub fn receive(&mut self, d: &[u8]) {
+        self.wire.push(d.to_vec());
+        let kind = classify(d);
+        let rtcp = match kind {
+            PacketKind::Rtp => false,
+            PacketKind::Rtcp => true,
+            other => panic!("a phone got {other:?} from the gateway"),
+        };
+        let mut buf = d.to_vec();
+        if let Some(rx) = self.rx.as_mut() {
+            let n = if rtcp {
+                rx.unprotect_rtcp(&mut buf, d.len())
+            } else {
+                rx.unprotect_rtp(&mut buf, d.len())
+            }
+            .unwrap_or_else(|e| {
+                panic!("SRTP from the gateway that the answer's key does not open: {e}")
+            });
+            buf.truncate(n);
+        } else if self.sdes.is_some() {
+            panic!("SRTP before the answer");
+        }
+        if rtcp {
+            self.received_rtcp.push(buf);
+        } else {
+            self.received.push(buf);
+        }
+    }
+}
