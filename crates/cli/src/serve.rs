@@ -31,6 +31,9 @@ pub struct ServeArgs {
     /// SRTP engine for the workers' receive batches: simd (default) or serial.
     #[arg(long)]
     pub srtp_engine: Option<String>,
+    /// The ng control socket for SIP proxies (rtpengine's protocol, UDP), e.g. 127.0.0.1:2223.
+    #[arg(long, value_name = "ADDR")]
+    pub ng: Option<SocketAddr>,
     /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).
     #[arg(long, value_name = "LOW-HIGH")]
     pub rtp_ports: Option<String>,
@@ -60,6 +63,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     if let Some(e) = &a.srtp_engine {
         c.srtp_engine = e.clone();
     }
+    if let Some(n) = a.ng {
+        c.ng = Some(n);
+    }
     if let Some(p) = &a.rtp_ports {
         c.rtp_ports = p.clone();
     }
@@ -85,12 +91,16 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     let server = Server::start(c).map_err(|e| anyhow!("{e}"))?;
     let g = server.gateway();
     eprintln!(
-        "secrelay serve: HTTP on {}, media on UDP {} (announced as {}), {} worker(s), certificate {}",
+        "secrelay serve: HTTP on {}, media on UDP {} (announced as {}), {} worker(s), certificate {}{}",
         server.url(),
         g.udp_addr(),
         g.candidate(),
         g.config().worker_count(),
-        g.fingerprint()
+        g.fingerprint(),
+        server
+            .ng_addr()
+            .map(|a| format!(", ng control on UDP {a}"))
+            .unwrap_or_default()
     );
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {

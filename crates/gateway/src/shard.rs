@@ -44,8 +44,8 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, TransmitKind, WebRtcConfig,
-    WebRtcLeg,
+    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpOfferSpec, TransmitKind,
+    WebRtcConfig, WebRtcLeg,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
@@ -1002,6 +1002,53 @@ impl Shard {
             answer,
             ports: used,
         })
+    }
+
+    /// Makes a telephony member that offers `spec` to a phone (a SIP proxy's `offer`, towards
+    /// the callee) on the local `ports`: its id and our offer. Media waits for
+    /// [`Shard::answer_rtp`].
+    pub fn offer_rtp(
+        &mut self,
+        now: Instant,
+        room: &str,
+        spec: &RtpOfferSpec,
+        ports: Ports,
+    ) -> Result<JoinedRtp, JoinError> {
+        if self.draining {
+            return Err(JoinError::ShuttingDown);
+        }
+        let leg = RtpLeg::new_offer(spec, ports, self.config.rtp.clone(), now)
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        let answer = leg.answer_sdp().to_owned();
+        let used = leg.local_ports();
+        let id = self.add_member(now, room, leg.into(), JoinKind::Rtp, Vec::new());
+        Ok(JoinedRtp {
+            id,
+            answer,
+            ports: used,
+        })
+    }
+
+    /// The phone's answer to the offer a member made ([`Shard::offer_rtp`]): the codecs it
+    /// took (with their payload types), in order.
+    pub fn answer_rtp(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        answer: &RtpDescription,
+    ) -> Result<Vec<(crate::leg::CodecId, u8)>, JoinError> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
+        let leg = self.rooms[slot]
+            .as_mut()
+            .and_then(|s| s.room.leg_mut(member))
+            .and_then(Leg::as_rtp_mut)
+            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?;
+        leg.accept_answer(answer, now)
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        Ok(leg.media()[0].codecs.clone())
     }
 
     fn add_member(

@@ -12,6 +12,7 @@
 //! * [`fleet`]: many socket participants in rooms on a few threads (the demo, `lab calls`,
 //!   `lab gateway-load`, `lab relay-compare`).
 //! * [`signaling`]: the gateway's HTTP side as a client sees it.
+//! * [`ng`]: a SIP proxy's side of rtpengine's ng control protocol.
 //! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
 #![forbid(unsafe_code)]
 
@@ -20,6 +21,7 @@ pub mod fleet;
 pub mod gateway;
 pub mod link;
 pub mod memory;
+pub mod ng;
 pub mod participant;
 pub mod phone;
 pub mod signaling;

@@ -141,6 +141,56 @@ impl SimPhone {
         Ok(())
     }
 
+    /// Answers an offer made to the phone (by a gateway, for a SIP proxy): takes where to
+    /// send, PCMU, and (SDES) the offered line of its own suite with the gateway's key; the
+    /// answer names that line's tag with the phone's key. Err: what it cannot answer.
+    pub fn answer_offer(&mut self, offer: &str) -> Result<String, String> {
+        let d = parse_rtp(offer).map_err(|e| e.to_string())?;
+        let a = d
+            .sections
+            .iter()
+            .find(|s| s.port != 0)
+            .ok_or("the offer has no section with a port")?;
+        let ip = a.address.ok_or("the offer has no address")?;
+        self.gateway = Some(SocketAddr::new(ip, a.port));
+        if !a
+            .codecs
+            .iter()
+            .any(|c| c.pt == 0 && c.name.eq_ignore_ascii_case("PCMU"))
+        {
+            return Err("the offer has no PCMU on 0".into());
+        }
+        let mut crypto_line = String::new();
+        if let (Some(p), Some(k)) = (self.sdes, &self.key) {
+            let c = a
+                .crypto
+                .iter()
+                .find(|c| c.suite == p.sdp_name())
+                .ok_or_else(|| format!("the offer has no {} line", p.sdp_name()))?;
+            let theirs =
+                MasterKey::from_sdes_inline(p, &c.keys[0].inline()).map_err(|e| e.to_string())?;
+            self.rx =
+                Some(Context::new(Policy::new(theirs).any_inbound()).map_err(|e| e.to_string())?);
+            crypto_line = format!(
+                "a=crypto:{} {} {}\r\n",
+                c.tag,
+                p.sdp_name(),
+                k.to_sdes_inline()
+            );
+        }
+        Ok(format!(
+            "v=0\r\no=phone 2 2 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
+             m=audio {port} {proto} 0\r\na=rtpmap:0 PCMU/8000\r\n{crypto_line}a=sendrecv\r\n",
+            ip = self.addr.ip(),
+            port = self.addr.port(),
+            proto = if self.sdes.is_some() {
+                "RTP/SAVP"
+            } else {
+                "RTP/AVP"
+            },
+        ))
+    }
+
     /// An RTP packet of `payload` (the next sequence number and timestamp).
     pub fn rtp(&mut self, payload: &[u8]) -> Vec<u8> {
         let mut p = vec![0u8; 12];
@@ -197,6 +247,53 @@ impl SimPhone {
             self.received_rtcp.push(buf);
         } else {
             self.received.push(buf);
+        }
+    }
+}
+
+/// A [`SimPhone`] on a real UDP socket (loopback): its address is the socket's.
+pub struct SocketPhone {
+    /// The phone.
+    pub phone: SimPhone,
+    /// Its socket (non-blocking).
+    pub socket: std::net::UdpSocket,
+}
+
+impl SocketPhone {
+    /// A phone bound on `ip` (port chosen by the OS): plain, or SDES with `profile`.
+    pub fn bind(
+        ip: std::net::IpAddr,
+        sdes: Option<Profile>,
+        ssrc: u32,
+    ) -> std::io::Result<SocketPhone> {
+        let socket = std::net::UdpSocket::bind((ip, 0))?;
+        socket.set_nonblocking(true)?;
+        let mut phone = match sdes {
+            Some(p) => SimPhone::sdes(1, p),
+            None => SimPhone::plain(1),
+        };
+        phone.addr = socket.local_addr()?;
+        phone.ssrc = ssrc;
+        Ok(SocketPhone { phone, socket })
+    }
+
+    /// Sends one packet of `payload` to the gateway (once it answered).
+    pub fn send(&mut self, payload: &[u8]) -> std::io::Result<()> {
+        let to = self
+            .phone
+            .gateway
+            .ok_or_else(|| std::io::Error::other("no answer yet"))?;
+        let (_, wire) = self.phone.packet(payload);
+        self.socket.send_to(&wire, to).map(|_| ())
+    }
+
+    /// Reads what is waiting (only from the gateway's address).
+    pub fn read(&mut self) {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = self.socket.recv_from(&mut buf) {
+            if Some(from) == self.phone.gateway {
+                self.phone.receive(&buf[..n]);
+            }
         }
     }
 }

@@ -14,7 +14,7 @@
 //! * [`sdp_rtp`], [`sdes`]: telephony offers (plain RTP, SDES-SRTP with `a=crypto`) read
 //!   (over the `sdp` crate) and answered.
 //! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
-//!   replies decoded with bounded nesting.
+//!   replies decoded with bounded nesting; [`ng`]: its requests read as a gateway serves them.
 //!
 //! The crate is pure: no sockets, no clock. Parsers of network or file input
 //! never panic; they return errors that say what was wrong.
@@ -22,6 +22,7 @@
 
 pub mod bencode;
 pub mod demux;
+pub mod ng;
 pub mod parse_count;
 pub mod pcap;
 pub mod rtp;

@@ -259,8 +259,9 @@ pub struct RtpSectionAnswer {
     pub transport: Transport,
     /// The codecs accepted, with the offer's payload types, our preference first.
     pub codecs: Vec<Codec>,
-    /// The crypto line accepted (the offer's tag and suite, our key).
-    pub crypto: Option<Crypto>,
+    /// The crypto lines: the one accepted in an answer (the offer's tag and suite, our key),
+    /// or those we offer.
+    pub crypto: Vec<Crypto>,
     /// Our RTCP port when it is not RTP's + 1 (`a=rtcp`), or RTCP muxed (`a=rtcp-mux`).
     pub rtcp: RtcpAnswer,
     /// The answered direction.
@@ -280,7 +281,8 @@ pub enum RtcpAnswer {
     Mux,
 }
 
-/// Writes a telephony answer from `address` (the `o=` and `c=` lines).
+/// Writes our telephony SDP (an answer, or an offer of ours) from `address` (the `o=` and `c=`
+/// lines).
 pub fn write_rtp_answer(session_id: u64, address: IpAddr, sections: &[RtpSectionAnswer]) -> String {
     let ip = match address {
         IpAddr::V4(_) => "IP4",
@@ -327,7 +329,7 @@ pub fn write_rtp_answer(session_id: u64, address: IpAddr, sections: &[RtpSection
                 let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
             }
         }
-        if let Some(c) = &m.crypto {
+        for c in &m.crypto {
             let _ = write!(s, "a=crypto:{}\r\n", c.to_value());
         }
         if m.rtcp == RtcpAnswer::Mux {
@@ -403,7 +405,7 @@ mod tests {
                     port: Some(30000),
                     transport: a.transport.clone(),
                     codecs: vec![a.codecs[0].clone()],
-                    crypto: Some(a.crypto[0].clone()),
+                    crypto: vec![a.crypto[0].clone()],
                     rtcp: RtcpAnswer::Mux,
                     direction: Direction::SendRecv,
                     ptime: Some(20),
@@ -414,7 +416,7 @@ mod tests {
                     port: None,
                     transport: Transport::RtpAvp,
                     codecs: vec![],
-                    crypto: None,
+                    crypto: vec![],
                     rtcp: RtcpAnswer::NextPort,
                     direction: Direction::Inactive,
                     ptime: None,

@@ -32,7 +32,7 @@ use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
-pub use rtp::{Latch, Ports, RtpConfig, RtpLeg, RtpLegError};
+pub use rtp::{Latch, Ports, RtpConfig, RtpLeg, RtpLegError, RtpOfferSpec};
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg};
 
 /// A codec the gateway forwards, identified independently of payload type numbers.
@@ -306,6 +306,14 @@ impl Leg {
 
     /// The telephony leg, if it is one.
     pub fn as_rtp(&self) -> Option<&RtpLeg> {
+        match self {
+            Leg::Rtp(l) => Some(l),
+            Leg::WebRtc(_) => None,
+        }
+    }
+
+    /// The telephony leg, if it is one, to change it (an answer to our offer).
+    pub fn as_rtp_mut(&mut self) -> Option<&mut RtpLeg> {
         match self {
             Leg::Rtp(l) => Some(l),
             Leg::WebRtc(_) => None,

@@ -94,6 +94,21 @@ impl Default for RtpConfig {
     }
 }
 
+/// What our offer towards a phone carries.
+#[derive(Debug, Clone)]
+pub struct RtpOfferSpec {
+    /// `RTP/AVP[F]` or `RTP/SAVP[F]`.
+    pub transport: secrelay_wire::sdp_rtp::Transport,
+    /// The codecs, with the payload types and format parameters to offer.
+    pub codecs: Vec<(CodecId, secrelay_wire::sdp::Codec)>,
+    /// SDES suites to offer, in order (one crypto line each).
+    pub suites: Vec<Profile>,
+    /// Offer `a=rtcp-mux`.
+    pub rtcp_mux: bool,
+    /// `a=ptime`, if any.
+    pub ptime: Option<u32>,
+}
+
 /// The local sockets the worker bound for a leg.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ports {
@@ -115,6 +130,8 @@ pub enum RtpLegError {
     NoUsableCrypto(String),
     /// The SRTP context refused a key (the reason).
     Srtp(String),
+    /// An answer to our offer that cannot be used (why).
+    BadAnswer(String),
 }
 
 impl fmt::Display for RtpLegError {
@@ -127,6 +144,7 @@ impl fmt::Display for RtpLegError {
             RtpLegError::NoCommonCodec => write!(f, "offer has no codec the gateway accepts"),
             RtpLegError::NoUsableCrypto(why) => write!(f, "no usable a=crypto line: {why}"),
             RtpLegError::Srtp(e) => write!(f, "SRTP context: {e}"),
+            RtpLegError::BadAnswer(why) => write!(f, "the answer to our offer: {why}"),
         }
     }
 }
@@ -139,6 +157,8 @@ impl std::error::Error for RtpLegError {}
 #[allow(clippy::large_enum_variant)]
 enum Security {
     Plain,
+    /// Our offer's keys, one per offered suite, until the answer picks one.
+    Offered(Vec<(u32, Profile, MasterKey)>),
     Sdes {
         profile: Profile,
         inbound: Context,
@@ -163,6 +183,10 @@ impl Source {
 pub struct RtpLeg {
     config: RtpConfig,
     security: Security,
+    /// Our offer waits for the answer (no media either way until it comes).
+    awaiting: bool,
+    /// Made as an offer of ours (its ports were bound before anyone said whether RTCP muxes).
+    offerer: bool,
     media: Vec<NegotiatedMedia>,
     answer: String,
     ports: Ports,
@@ -333,7 +357,7 @@ impl RtpLeg {
                         port: Some(ports.rtp.port()),
                         transport: s.transport.clone(),
                         codecs: codecs.iter().map(|(_, c)| c.clone()).collect(),
-                        crypto: answer_crypto.clone(),
+                        crypto: answer_crypto.clone().into_iter().collect(),
                         rtcp: if rtcp_mux {
                             RtcpAnswer::Mux
                         } else {
@@ -349,7 +373,7 @@ impl RtpLeg {
                         port: None,
                         transport: s.transport.clone(),
                         codecs: s.codecs.iter().take(1).cloned().collect(),
-                        crypto: None,
+                        crypto: Vec::new(),
                         rtcp: RtcpAnswer::NextPort,
                         direction: Direction::Inactive,
                         ptime: None,
@@ -374,6 +398,8 @@ impl RtpLeg {
         Ok(RtpLeg {
             config,
             security,
+            awaiting: false,
+            offerer: false,
             media,
             answer,
             ports,
@@ -394,7 +420,190 @@ impl RtpLeg {
         })
     }
 
-    /// The answer SDP.
+    /// A leg that makes the offer (towards a callee, for a SIP proxy's `offer`): our SDP
+    /// offers `spec`'s codecs and, for SDES, one crypto line per suite with a fresh key of
+    /// ours for each; media waits for [`RtpLeg::accept_answer`].
+    pub fn new_offer(
+        spec: &RtpOfferSpec,
+        ports: Ports,
+        config: RtpConfig,
+        now: Instant,
+    ) -> Result<RtpLeg, RtpLegError> {
+        if spec.codecs.is_empty() {
+            return Err(RtpLegError::NoCommonCodec);
+        }
+        let (security, crypto) = if spec.transport.is_sdes() {
+            if spec.suites.is_empty() {
+                return Err(RtpLegError::NoUsableCrypto(
+                    "no SDES suite left to offer".into(),
+                ));
+            }
+            let mut keys = Vec::new();
+            let mut lines = Vec::new();
+            for (i, p) in spec.suites.iter().enumerate() {
+                let tag = i as u32 + 1;
+                let mut raw = random_bytes(p.key_len() + p.salt_len());
+                let key = MasterKey::from_concatenated(*p, &raw)
+                    .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+                raw.zeroize();
+                lines.push(Crypto {
+                    tag,
+                    suite: p.sdp_name().to_owned(),
+                    keys: vec![secrelay_wire::sdes::KeyParam {
+                        key_salt: key
+                            .to_sdes_inline()
+                            .trim_start_matches("inline:")
+                            .to_owned(),
+                        lifetime: None,
+                        mki: None,
+                    }],
+                    session_params: Vec::new(),
+                });
+                keys.push((tag, *p, key));
+            }
+            (Security::Offered(keys), lines)
+        } else if spec.transport.is_plain() {
+            (Security::Plain, Vec::new())
+        } else {
+            return Err(RtpLegError::NoServableSection);
+        };
+        let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
+        let media = vec![NegotiatedMedia {
+            mid: "0".into(),
+            kind: MediaKind::Audio,
+            codecs: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
+            peer_sends: true,
+            peer_receives: true,
+            our_ssrc,
+        }];
+        let section = RtpSectionAnswer {
+            kind: MediaKind::Audio,
+            port: Some(ports.rtp.port()),
+            transport: spec.transport.clone(),
+            codecs: spec.codecs.iter().map(|(_, c)| c.clone()).collect(),
+            crypto,
+            rtcp: if spec.rtcp_mux {
+                RtcpAnswer::Mux
+            } else {
+                RtcpAnswer::NextPort
+            },
+            direction: Direction::SendRecv,
+            ptime: spec.ptime,
+            mid: None,
+        };
+        let session_id = u64::from_be_bytes(random_bytes(8).try_into().unwrap_or([1; 8])) >> 2;
+        let sdp = write_rtp_answer(session_id, config.announce, &[section]);
+        Ok(RtpLeg {
+            config,
+            security,
+            awaiting: true,
+            offerer: true,
+            media,
+            answer: sdp,
+            ports,
+            rtcp_mux: false,
+            rtp: Source::default(),
+            rtcp: Source::default(),
+            seen: 0,
+            last_admitted: now,
+            closed: None,
+            counters: Counters::default(),
+            queue: VecDeque::new(),
+        })
+    }
+
+    /// The phone's answer to our offer: where it receives, the codecs it took, and (SDES) the
+    /// crypto line it accepted with its key. Media flows from then on.
+    pub fn accept_answer(
+        &mut self,
+        answer: &RtpDescription,
+        now: Instant,
+    ) -> Result<(), RtpLegError> {
+        if !self.awaiting {
+            return Err(RtpLegError::BadAnswer(
+                "no offer of ours waits for one".into(),
+            ));
+        }
+        let bad = |why: &str| RtpLegError::BadAnswer(why.to_owned());
+        let a = answer
+            .sections
+            .iter()
+            .find(|s| s.kind == MediaKind::Audio)
+            .ok_or_else(|| bad("no audio section"))?;
+        if a.port == 0 {
+            return Err(bad("the audio section is rejected (port 0)"));
+        }
+        let sdes = matches!(self.security, Security::Offered(_));
+        if sdes != a.transport.is_sdes() || (!sdes && !a.transport.is_plain()) {
+            return Err(bad(&format!(
+                "transport {} does not answer ours",
+                a.transport.as_str()
+            )));
+        }
+        let offered = &self.media[0].codecs;
+        let codecs: Vec<(CodecId, u8)> = a
+            .codecs
+            .iter()
+            .filter_map(|c| {
+                let id = CodecId::of(c)?;
+                offered.iter().any(|(o, _)| *o == id).then_some((id, c.pt))
+            })
+            .collect();
+        if codecs.is_empty() {
+            return Err(bad("no codec of our offer in the answer"));
+        }
+        if let Security::Offered(keys) = &mut self.security {
+            let c = a
+                .crypto
+                .first()
+                .ok_or_else(|| bad("no a=crypto in an SDES answer"))?;
+            let i = keys
+                .iter()
+                .position(|(tag, p, _)| {
+                    *tag == c.tag && p.sdp_name().eq_ignore_ascii_case(&c.suite)
+                })
+                .ok_or_else(|| {
+                    bad(&format!(
+                        "a=crypto tag {} {} was not offered",
+                        c.tag, c.suite
+                    ))
+                })?;
+            let [key] = c.keys.as_slice() else {
+                return Err(bad("the answer's crypto line has no single key"));
+            };
+            let (_, profile, ours) = keys.swap_remove(i);
+            let theirs = MasterKey::from_sdes_inline(profile, &key.inline())
+                .map_err(|e| bad(&format!("the answer's key: {e}")))?;
+            let window = self.config.replay_window;
+            let inbound = Context::new(Policy::new(theirs).any_inbound().replay_window(window))
+                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            let outbound = Context::new(Policy::new(ours).any_outbound().replay_window(window))
+                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            self.security = Security::Sdes {
+                profile,
+                inbound,
+                outbound,
+            };
+        }
+        self.media[0].codecs = codecs;
+        self.media[0].peer_sends = a.direction.sends();
+        self.media[0].peer_receives = a.direction.receives();
+        self.rtcp_mux = a.rtcp_mux;
+        self.rtp.signalled = a.address.map(|ip| SocketAddr::new(ip, a.port));
+        self.rtcp.signalled = a.address.map(|ip| {
+            let port = if a.rtcp_mux {
+                a.port
+            } else {
+                a.rtcp_port.unwrap_or_else(|| a.port.wrapping_add(1))
+            };
+            SocketAddr::new(ip, port)
+        });
+        self.awaiting = false;
+        self.last_admitted = now;
+        Ok(())
+    }
+
+    /// Our SDP: the answer to the phone's offer, or our offer to it.
     pub fn answer_sdp(&self) -> &str {
         &self.answer
     }
@@ -404,12 +613,19 @@ impl RtpLeg {
         &self.media
     }
 
-    /// The SDES suite, for an SRTP leg; `None` for a plain one.
+    /// The SDES suite, for an SRTP leg (the first offered one while our offer waits for its
+    /// answer); `None` for a plain one.
     pub fn sdes_profile(&self) -> Option<Profile> {
         match &self.security {
             Security::Plain => None,
+            Security::Offered(keys) => keys.first().map(|k| k.1),
             Security::Sdes { profile, .. } => Some(*profile),
         }
+    }
+
+    /// Whether this leg's offer (ours) still waits for the phone's answer.
+    pub fn awaiting_answer(&self) -> bool {
+        self.awaiting
     }
 
     /// The local ports; the RTCP one is unused when RTCP is muxed.
@@ -424,7 +640,8 @@ impl RtpLeg {
 
     /// The local ports this leg receives on (one when RTCP is muxed).
     pub fn local_ports(&self) -> Vec<u16> {
-        if self.rtcp_mux {
+        // A leg made as an offer keeps both: the answer decides about muxing later.
+        if self.rtcp_mux && !self.offerer {
             vec![self.ports.rtp.port()]
         } else {
             vec![self.ports.rtp.port(), self.ports.rtcp.port()]
@@ -475,8 +692,11 @@ impl RtpLeg {
         if self.closed.is_some() {
             return Err(DropReason::AfterClose);
         }
-        if let Security::Sdes { .. } = self.security {
-            return Ok(true);
+        match self.security {
+            Security::Sdes { .. } => return Ok(true),
+            Security::Offered(_) => return Err(DropReason::BeforeKeys),
+            Security::Plain if self.awaiting => return Err(DropReason::BeforeKeys),
+            Security::Plain => {}
         }
         let latch = self.config.latch;
         let seen = self.seen;
@@ -512,7 +732,7 @@ impl RtpLeg {
     /// The context that unprotects what the phone sends (SDES legs).
     pub fn inbound_context(&mut self) -> Option<&mut Context> {
         match &mut self.security {
-            Security::Plain => None,
+            Security::Plain | Security::Offered(_) => None,
             Security::Sdes { inbound, .. } => Some(inbound),
         }
     }
@@ -520,19 +740,20 @@ impl RtpLeg {
     /// The context that protects what we send the phone (SDES legs).
     pub fn outbound_context(&mut self) -> Option<&mut Context> {
         match &mut self.security {
-            Security::Plain => None,
+            Security::Plain | Security::Offered(_) => None,
             Security::Sdes { outbound, .. } => Some(outbound),
         }
     }
 
     /// Whether what we send is protected (SDES) or not (plain).
     pub fn protects(&self) -> bool {
-        matches!(self.security, Security::Sdes { .. })
+        !matches!(self.security, Security::Plain)
     }
 
-    /// Where media for the phone goes now: the latched source, else the signalled address.
+    /// Where media for the phone goes now: the latched source, else the signalled address
+    /// (nowhere while our offer waits for its answer).
     pub fn media_destination(&self) -> Option<SocketAddr> {
-        if self.closed.is_some() {
+        if self.closed.is_some() || self.awaiting {
             return None;
         }
         self.rtp.destination()

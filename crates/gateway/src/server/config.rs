@@ -26,6 +26,8 @@ pub struct ServeConfig {
     pub http: SocketAddr,
     /// The one UDP address every participant's ICE, DTLS and SRTP use.
     pub udp: SocketAddr,
+    /// The ng control socket for SIP proxies (rtpengine's protocol, UDP); none by default.
+    pub ng: Option<SocketAddr>,
     /// The address written as the host candidate in answers (default: `udp`'s address, or when
     /// that is unspecified, the address of the interface with the default route).
     pub announce: Option<IpAddr>,
@@ -77,6 +79,7 @@ impl Default for ServeConfig {
         ServeConfig {
             http: "127.0.0.1:8080".parse().expect("a valid literal address"),
             udp: "0.0.0.0:40000".parse().expect("a valid literal address"),
+            ng: None,
             announce: None,
             workers: 0,
             cert_type: KeyType::EcdsaP256.name().into(),

@@ -19,6 +19,7 @@
 pub mod config;
 mod directory;
 mod http;
+mod ng;
 mod ports;
 mod stats;
 mod udp;
@@ -36,7 +37,7 @@ use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
 use crate::ice_lite::{Credentials, IceConfig};
-use crate::leg::{RtpConfig, WebRtcConfig};
+use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig};
 pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
 use crate::shard::{Shard, ShardConfig};
 pub use config::{RoomConfig, ServeConfig};
@@ -327,6 +328,44 @@ impl Gateway {
         r
     }
 
+    /// Makes a telephony participant in `room` that offers `spec` to a phone (a SIP proxy's
+    /// `offer`): its id and our offer.
+    pub async fn offer_rtp(&self, room: &str, spec: RtpOfferSpec) -> Result<JoinedRtp, JoinError> {
+        if !self.admitting() {
+            return Err(JoinError::ShuttingDown);
+        }
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::OfferRtp {
+            room: room.to_owned(),
+            spec: Box::new(spec),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
+    /// The phone's answer to a telephony participant's offer: the codecs it took.
+    pub async fn answer_rtp(
+        &self,
+        room: &str,
+        id: &str,
+        answer: RtpDescription,
+    ) -> Result<Vec<(CodecId, u8)>, JoinError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::AnswerRtp {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            answer: Box::new(answer),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
     /// Telephony ports in use (none once every telephony leg ended).
     pub fn rtp_ports_in_use(&self) -> usize {
         self.shared.ports.in_use()
@@ -409,10 +448,12 @@ impl Gateway {
     }
 }
 
-/// The gateway and its HTTP server, running on their own threads.
+/// The gateway and its HTTP server (and ng control socket, when configured), running on their
+/// own threads.
 pub struct Server {
     gateway: Arc<Gateway>,
     http_addr: SocketAddr,
+    ng_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     http_thread: Option<JoinHandle<()>>,
 }
@@ -441,6 +482,28 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|e| StartError(format!("http {http}: {e}")))?;
+        let ng_socket = match gateway.config().ng {
+            Some(a) => {
+                let s = UdpSocket::bind(a).map_err(|e| {
+                    gateway.stop();
+                    StartError(format!("ng {a}: {e}"))
+                })?;
+                s.set_nonblocking(true)
+                    .map_err(|e| StartError(format!("ng {a}: {e}")))?;
+                Some(s)
+            }
+            None => None,
+        };
+        let ng_addr = ng_socket.as_ref().and_then(|s| s.local_addr().ok());
+        let ng = ng_socket.map(|s| {
+            (
+                s,
+                ng::Ng::new(
+                    gateway.clone(),
+                    gateway.config().sdes_profiles().unwrap_or_default(),
+                ),
+            )
+        });
         let (tx, rx) = oneshot::channel::<()>();
         let app = http::router(gateway.clone());
         let g = gateway.clone();
@@ -459,6 +522,14 @@ impl Server {
                     }
                 };
                 rt.block_on(async move {
+                    if let Some((socket, server)) = ng {
+                        match tokio::net::UdpSocket::from_std(socket) {
+                            Ok(s) => {
+                                tokio::spawn(server.serve(s));
+                            }
+                            Err(e) => tracing::error!(error = %e, "ng socket"),
+                        }
+                    }
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(l) => l,
                         Err(e) => {
@@ -479,10 +550,11 @@ impl Server {
                 });
             })
             .map_err(|e| StartError(format!("HTTP thread: {e}")))?;
-        tracing::info!(http = %http_addr, "signaling open");
+        tracing::info!(http = %http_addr, ng = ?ng_addr, "signaling open");
         Ok(Server {
             gateway,
             http_addr,
+            ng_addr,
             shutdown: Some(tx),
             http_thread: Some(t),
         })
@@ -491,6 +563,11 @@ impl Server {
     /// The HTTP address.
     pub fn http_addr(&self) -> SocketAddr {
         self.http_addr
+    }
+
+    /// The ng control socket's address, when one is configured.
+    pub fn ng_addr(&self) -> Option<SocketAddr> {
+        self.ng_addr
     }
 
     /// The base URL of the HTTP server (`http://ip:port`).

@@ -216,6 +216,10 @@ pub struct GatewayStats {
     pub http_refused: AtomicU64,
     /// Offers accepted (participants created).
     pub joins: AtomicU64,
+    /// ng requests received (the ng control socket).
+    pub ng_requests: AtomicU64,
+    /// Of those, answered with an error.
+    pub ng_errors: AtomicU64,
 }
 
 /// Sums of the workers' figures, for the demo and tests.
@@ -487,6 +491,17 @@ impl Collector for StatsCollector {
             "secrelay_joins",
             "Offers accepted (participants created)",
             s.joins.load(Ordering::Relaxed),
+        )?;
+        let (ng, ng_errors) = (
+            s.ng_requests.load(Ordering::Relaxed),
+            s.ng_errors.load(Ordering::Relaxed),
+        );
+        labelled_counters(
+            e,
+            "secrelay_ng_requests",
+            "Requests on the ng control socket (SIP proxies), by result",
+            "result",
+            &[("ok", ng.saturating_sub(ng_errors)), ("error", ng_errors)],
         )?;
         gauge(
             e,

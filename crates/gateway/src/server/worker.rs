@@ -31,7 +31,7 @@ use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::{Ports, TransmitKind, Via};
+use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via};
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
 };
@@ -69,6 +69,19 @@ pub(crate) enum Command {
         room: String,
         offer: Box<RtpDescription>,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
+    },
+    /// Make a telephony participant that offers to a phone (a SIP proxy's `offer`).
+    OfferRtp {
+        room: String,
+        spec: Box<RtpOfferSpec>,
+        reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
+    },
+    /// The phone's answer to that offer; replies the codecs it took.
+    AnswerRtp {
+        room: String,
+        id: String,
+        answer: Box<RtpDescription>,
+        reply: oneshot::Sender<Result<Vec<(CodecId, u8)>, JoinError>>,
     },
     /// ICE restart with the peer's new credentials; replies our new ones.
     IceRestart {
@@ -340,7 +353,22 @@ impl Worker {
                 let _ = reply.send(found);
             }
             Command::JoinRtp { room, offer, reply } => {
-                let r = self.join_rtp(now, &room, &offer);
+                let r = self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports));
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::OfferRtp { room, spec, reply } => {
+                let r = self.with_ports(|shard, ports| shard.offer_rtp(now, &room, &spec, ports));
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::AnswerRtp {
+                room,
+                id,
+                answer,
+                reply,
+            } => {
+                let r = self.shard.answer_rtp(now, &room, &id, &answer);
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -367,12 +395,11 @@ impl Worker {
         }
     }
 
-    /// Binds a port pair for a telephony leg, makes the leg, and keeps the sockets it uses.
-    fn join_rtp(
+    /// Binds a port pair for a telephony leg, makes the leg with `make`, and keeps the sockets
+    /// it uses.
+    fn with_ports(
         &mut self,
-        now: Instant,
-        room: &str,
-        offer: &RtpDescription,
+        make: impl FnOnce(&mut Shard, Ports) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
         let pair = self
             .shared
@@ -383,7 +410,7 @@ impl Worker {
             rtp: pair.rtp_addr,
             rtcp: pair.rtcp_addr,
         };
-        let r = self.shard.join_rtp(now, room, offer, ports);
+        let r = make(&mut self.shard, ports);
         let used: &[u16] = r.as_ref().map_or(&[], |j| j.ports.as_slice());
         for (addr, socket) in [(pair.rtp_addr, pair.rtp), (pair.rtcp_addr, pair.rtcp)] {
             let port = addr.port();

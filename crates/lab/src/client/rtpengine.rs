@@ -8,81 +8,22 @@
 //! key the relay announced. So a call offers 100 packets/s to the relay, and 1,000 calls offer
 //! 100,000 packets/s.
 
-use std::collections::HashMap;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::anyhow;
 use mio::{Events, Interest, Poll, Token};
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 use secrelay_wire::rtp::RtpHeader;
 
 use secrelay_testkit::StreamRx;
 
+pub use secrelay_testkit::ng::{reply_strings, Ng};
 pub use secrelay_wire::bencode::Bencode;
-use secrelay_wire::bencode::{ng_decode, ng_encode};
 
 fn s(v: &str) -> Bencode {
     Bencode::str(v)
-}
-
-/// The string values of the top-level dictionary of an ng reply (`result`, `sdp`,
-/// `error-reason`, …); other values are left out. The reply is decoded by
-/// `secrelay_wire::bencode` (bounded nesting, errors that say where).
-pub fn reply_strings(reply: &[u8]) -> anyhow::Result<HashMap<String, String>> {
-    let (_, body) = ng_decode(reply).map_err(|e| anyhow!("ng reply: {e}"))?;
-    let Bencode::Dict(entries) = body else {
-        bail!("ng reply is not a dictionary");
-    };
-    Ok(entries
-        .iter()
-        .filter_map(|(k, v)| Some((String::from_utf8_lossy(k).into_owned(), v.as_text()?)))
-        .collect())
-}
-
-/// An ng control connection.
-pub struct Ng {
-    socket: UdpSocket,
-    target: SocketAddr,
-    cookie: u64,
-}
-
-impl Ng {
-    /// A client of the ng port at `target`.
-    pub fn new(target: SocketAddr) -> anyhow::Result<Ng> {
-        let socket = UdpSocket::bind("127.0.0.1:0").context("ng socket")?;
-        socket.set_read_timeout(Some(Duration::from_secs(3)))?;
-        Ok(Ng {
-            socket,
-            target,
-            cookie: 1,
-        })
-    }
-
-    /// Sends a command, returns the reply's strings; an error result names its reason.
-    pub fn call(
-        &mut self,
-        dict: Vec<(String, Bencode)>,
-    ) -> anyhow::Result<HashMap<String, String>> {
-        self.cookie += 1;
-        let body = Bencode::Dict(dict.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect());
-        let msg = ng_encode(&format!("{:x}", self.cookie), &body);
-        self.socket.send_to(&msg, self.target)?;
-        let mut buf = vec![0u8; 65536];
-        let n = self
-            .socket
-            .recv(&mut buf)
-            .with_context(|| format!("no ng reply from {}", self.target))?;
-        let r = reply_strings(&buf[..n])?;
-        match r.get("result").map(String::as_str) {
-            Some("ok") | Some("pong") => Ok(r),
-            other => bail!(
-                "ng {other:?}: {}",
-                r.get("error-reason").cloned().unwrap_or_default()
-            ),
-        }
-    }
 }
 
 /// The audio port of an SDP, and the tag and inline key of its crypto line for `suite`.
@@ -327,20 +268,4 @@ pub fn drive(
         started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
         received_at_start,
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reply_strings_keeps_the_top_level_strings() {
-        let r = reply_strings(b"x d3:sdp3:v=06:result2:ok4:listl1:ai3ee5:countd1:ai1eee").unwrap();
-        assert_eq!(r["sdp"], "v=0");
-        assert_eq!(r["result"], "ok");
-        assert_eq!(r.len(), 2);
-        assert!(reply_strings(b"x d3:sdp99:short").is_err());
-        assert!(reply_strings(b"nocookie").is_err());
-        assert!(reply_strings(b"x l1:ae").is_err());
-    }
 }

@@ -1,0 +1,473 @@
+//! The ng control socket (`secrelay serve --ng ADDR`): rtpengine's protocol for SIP proxies
+//! (Kamailio's and OpenSIPS's `rtpengine` modules), over UDP.
+//!
+//! A call maps to a two-member room. `offer` carries the caller's SDP: the caller's side is
+//! remembered, and a member facing the callee is made as an *offer* of ours (a port pair of
+//! its own, our address, and for SDES a key of ours per suite) whose SDP is the reply, for the
+//! proxy to send on to the callee. `answer` carries the callee's SDP: the callee's member takes
+//! it, and a member facing the caller is made from the caller's SDP, restricted to the codecs
+//! the callee took, whose answer is the reply. So each side gets the kind of leg its SDP and
+//! the flags ask for (plain RTP, SDES-SRTP, or WebRTC on the caller's side), and media between
+//! them is unprotected with one side's keys and protected with the other's.
+//!
+//! Replies are cached by cookie for a while: a proxy retransmitting a request over UDP gets the
+//! same reply, not a second call. Malformed messages, unknown commands, missing keys, SDP
+//! without media and impossible transports get `result: error` with an `error-reason`, are
+//! counted, and never panic anything.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use secrelay_srtp::Profile;
+use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
+use secrelay_wire::sdp::parse_offer;
+use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
+
+use super::{Gateway, JoinError, JoinKind};
+use crate::leg::{CodecId, RtpOfferSpec};
+use secrelay_wire::ng::{error_reply, parse, reply, Flags, Ice, OfferAnswer, Request};
+
+/// How long a reply is kept for retransmissions of its request.
+const REPLY_CACHE_FOR: Duration = Duration::from_secs(30);
+/// Most replies kept.
+const REPLY_CACHE_MAX: usize = 16_384;
+
+/// One call: the caller's side as offered, the callee's member, and the caller's once made.
+#[derive(Debug, Clone)]
+struct Call {
+    room: String,
+    from_tag: String,
+    to_tag: Option<String>,
+    /// The caller's SDP and flags, for its member at `answer` time.
+    caller_sdp: String,
+    caller_flags: Flags,
+    /// The member facing the callee, and our offer to it.
+    callee_id: String,
+    callee_offer: String,
+    /// The member facing the caller, and our answer to it, once answered.
+    caller: Option<(String, String)>,
+    created: Instant,
+}
+
+/// The ng server's state.
+pub(crate) struct Ng {
+    gateway: Arc<Gateway>,
+    calls: HashMap<String, Call>,
+    replies: HashMap<(SocketAddr, Vec<u8>), (Vec<u8>, Instant)>,
+    reply_order: VecDeque<((SocketAddr, Vec<u8>), Instant)>,
+    sdes_suites: Vec<Profile>,
+}
+
+impl Ng {
+    pub fn new(gateway: Arc<Gateway>, sdes_suites: Vec<Profile>) -> Ng {
+        Ng {
+            gateway,
+            calls: HashMap::new(),
+            replies: HashMap::new(),
+            reply_order: VecDeque::new(),
+            sdes_suites,
+        }
+    }
+
+    /// Serves the socket until the runtime ends.
+    pub async fn serve(mut self, socket: tokio::net::UdpSocket) {
+        let mut buf = vec![0u8; 65_536];
+        let mut prune = tokio::time::interval(Duration::from_secs(30));
+        loop {
+            tokio::select! {
+                r = socket.recv_from(&mut buf) => {
+                    let Ok((n, from)) = r else { continue };
+                    let out = self.message(from, &buf[..n]).await;
+                    let _ = socket.send_to(&out, from).await;
+                }
+                _ = prune.tick() => self.prune().await,
+            }
+        }
+    }
+
+    /// One datagram in, its reply out.
+    pub async fn message(&mut self, from: SocketAddr, msg: &[u8]) -> Vec<u8> {
+        let stats = self.gateway.stats().clone();
+        stats.ng_requests.fetch_add(1, Ordering::Relaxed);
+        let (cookie, body) = match ng_decode(msg) {
+            Ok((c, b)) => (c.to_vec(), b),
+            Err(e) => {
+                stats.ng_errors.fetch_add(1, Ordering::Relaxed);
+                // A reply needs a cookie: the message's first word, when it has one.
+                let cookie = msg.split(|b| *b == b' ').next().unwrap_or(b"0");
+                let cookie = String::from_utf8_lossy(&cookie[..cookie.len().min(64)]);
+                return ng_encode(&cookie, &error_reply(&format!("malformed message: {e}")));
+            }
+        };
+        let key = (from, cookie.clone());
+        if let Some((r, _)) = self.replies.get(&key) {
+            return r.clone();
+        }
+        let reply_body = match parse(&body) {
+            Ok(req) => match self.request(req).await {
+                Ok(r) => r,
+                Err(why) => {
+                    stats.ng_errors.fetch_add(1, Ordering::Relaxed);
+                    error_reply(&why)
+                }
+            },
+            Err(e) => {
+                stats.ng_errors.fetch_add(1, Ordering::Relaxed);
+                error_reply(&e.to_string())
+            }
+        };
+        let out = ng_encode(&String::from_utf8_lossy(&cookie), &reply_body);
+        self.remember(key, out.clone());
+        out
+    }
+
+    fn remember(&mut self, key: (SocketAddr, Vec<u8>), out: Vec<u8>) {
+        let now = Instant::now();
+        while let Some((k, t)) = self.reply_order.front() {
+            if now.duration_since(*t) < REPLY_CACHE_FOR && self.replies.len() < REPLY_CACHE_MAX {
+                break;
+            }
+            self.replies.remove(k);
+            self.reply_order.pop_front();
+        }
+        self.replies.insert(key.clone(), (out, now));
+        self.reply_order.push_back((key, now));
+    }
+
+    /// Forgets calls whose members have all ended (a media timeout, a lost consent) without a
+    /// `delete`.
+    async fn prune(&mut self) {
+        let rooms: Vec<String> = self.calls.values().map(|c| c.room.clone()).collect();
+        for room in rooms {
+            if self.gateway.rooms(Some(&room)).await.is_empty() {
+                self.calls.retain(|_, c| c.room != room);
+            }
+        }
+    }
+
+    async fn request(&mut self, req: Request) -> Result<Bencode, String> {
+        match req {
+            Request::Ping => Ok(reply(vec![("result", Bencode::str("pong"))])),
+            Request::Offer(o) => self.offer(o).await,
+            Request::Answer(a) => self.answer(a).await,
+            Request::Delete {
+                call_id,
+                from_tag,
+                to_tag,
+            } => self.delete(&call_id, from_tag, to_tag).await,
+            Request::Query { call_id } => self.query(&call_id).await,
+            Request::List { limit } => {
+                let mut ids: Vec<&String> = self.calls.keys().collect();
+                ids.sort();
+                let calls = ids
+                    .into_iter()
+                    .take(limit.unwrap_or(usize::MAX))
+                    .map(|c| Bencode::str(c))
+                    .collect();
+                Ok(reply(vec![
+                    ("result", Bencode::str("ok")),
+                    ("calls", Bencode::List(calls)),
+                ]))
+            }
+            Request::Statistics => {
+                let t = self.gateway.stats().totals();
+                let current = reply(vec![
+                    ("sessionsown", Bencode::Int(self.calls.len() as i64)),
+                    ("sessionstotal", Bencode::Int(self.calls.len() as i64)),
+                    ("participants", Bencode::Int(t.participants as i64)),
+                ]);
+                let total = reply(vec![
+                    ("forwardedpackets", Bencode::Int(t.media_forwarded as i64)),
+                    ("routedpackets", Bencode::Int(t.media_routed as i64)),
+                    ("droppedpackets", Bencode::Int(t.drops as i64)),
+                ]);
+                Ok(reply(vec![
+                    ("result", Bencode::str("ok")),
+                    (
+                        "statistics",
+                        reply(vec![
+                            ("currentstatistics", current),
+                            ("totalstatistics", total),
+                        ]),
+                    ),
+                ]))
+            }
+            other => Err(format!("command not supported: {other:?}")),
+        }
+    }
+
+    /// `offer`: the member facing the callee, made as our offer.
+    async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
+        if let Some(c) = self.calls.get(&o.call_id) {
+            if c.from_tag == o.from_tag && c.caller_sdp == o.sdp {
+                // The same offer again (a retransmission under a new cookie): the same reply.
+                return Ok(sdp_reply(&c.callee_offer, &[]));
+            }
+            return Err(
+                "a new offer in an existing call (re-INVITE, re-keying) is not supported yet"
+                    .into(),
+            );
+        }
+        let caller = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let section = caller
+            .sections
+            .iter()
+            .find(|s| s.port != 0 && s.kind == secrelay_wire::sdp::MediaKind::Audio)
+            .ok_or("the offer's SDP has no audio section with a port")?;
+        let mut warnings = o.flags.ignored.clone();
+        let transport = match (&o.flags.transport, &section.transport) {
+            (Some(t), _) => t.clone(),
+            (None, t) if t.is_plain() || t.is_sdes() => t.clone(),
+            (None, t) => {
+                return Err(format!(
+                    "the caller speaks {}: say which transport the callee gets (transport-protocol: RTP/AVP or RTP/SAVP); offering WebRTC towards a callee is not supported yet",
+                    t.as_str()
+                ))
+            }
+        };
+        if transport.is_dtls() {
+            return Err(format!(
+                "transport-protocol {}: offering WebRTC towards a callee is not supported yet",
+                transport.as_str()
+            ));
+        }
+        if o.flags.ice == Some(Ice::Force) {
+            warnings.push("ICE=force: a telephony callee gets no ICE".into());
+        }
+        let suites: Vec<Profile> = if transport.is_sdes() {
+            if o.flags.sdes_off {
+                return Err(format!(
+                    "transport-protocol {} needs SDES, and SDES is off",
+                    transport.as_str()
+                ));
+            }
+            let named = |names: &[String]| {
+                names
+                    .iter()
+                    .map(|n| {
+                        n.parse::<Profile>()
+                            .map_err(|_| format!("SDES: unknown suite {n:?}"))
+                    })
+                    .collect::<Result<Vec<Profile>, String>>()
+            };
+            let only = named(&o.flags.sdes_only)?;
+            let no = named(&o.flags.sdes_no)?;
+            let base = if only.is_empty() {
+                self.sdes_suites.clone()
+            } else {
+                only
+            };
+            base.into_iter().filter(|p| !no.contains(p)).collect()
+        } else {
+            Vec::new()
+        };
+        let codecs: Vec<(CodecId, secrelay_wire::sdp::Codec)> = section
+            .codecs
+            .iter()
+            .filter_map(|c| CodecId::of(c).map(|id| (id, c.clone())))
+            .collect();
+        if codecs.is_empty() {
+            return Err("the offer has no codec the gateway relays (Opus, PCMU, PCMA)".into());
+        }
+        let spec = RtpOfferSpec {
+            transport,
+            codecs,
+            suites,
+            rtcp_mux: o.flags.rtcp_mux.offer || o.flags.rtcp_mux.require,
+            ptime: section.ptime,
+        };
+        let room = format!("call:{}", o.call_id);
+        let j = self
+            .gateway
+            .offer_rtp(&room, spec)
+            .await
+            .map_err(|e| join_reason(&e))?;
+        self.calls.insert(
+            o.call_id.clone(),
+            Call {
+                room,
+                from_tag: o.from_tag,
+                to_tag: None,
+                caller_sdp: o.sdp,
+                caller_flags: o.flags,
+                callee_id: j.id,
+                callee_offer: j.answer.clone(),
+                caller: None,
+                created: Instant::now(),
+            },
+        );
+        Ok(sdp_reply(&j.answer, &warnings))
+    }
+
+    /// `answer`: the callee's member takes its answer; the caller's member is made, with the
+    /// codecs the callee took.
+    async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
+        let call = self
+            .calls
+            .get(&a.call_id)
+            .cloned()
+            .ok_or_else(|| format!("unknown call-id {:?}", a.call_id))?;
+        if call.from_tag != a.from_tag {
+            return Err(format!(
+                "from-tag {:?} is not this call's caller",
+                a.from_tag
+            ));
+        }
+        if let Some((_, sdp)) = &call.caller {
+            // Answered already (a retransmission under a new cookie): the same reply.
+            return Ok(sdp_reply(sdp, &[]));
+        }
+        let callee = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+        let taken = self
+            .gateway
+            .answer_rtp(&call.room, &call.callee_id, callee)
+            .await
+            .map_err(|e| join_reason(&e))?;
+        let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
+        let mut warnings = a.flags.ignored.clone();
+        let caller_rtp =
+            parse_rtp(&call.caller_sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let dtls = caller_rtp
+            .sections
+            .iter()
+            .any(|s| s.port != 0 && s.transport.is_dtls());
+        let (id, sdp) = if dtls {
+            // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
+            let mut offer = parse_offer(&call.caller_sdp)
+                .map_err(|e| format!("the offer's WebRTC SDP: {e}"))?;
+            for m in &mut offer.media {
+                m.codecs
+                    .retain(|c| CodecId::of(c).is_some_and(|id| ids.contains(&id)));
+            }
+            let j = self
+                .gateway
+                .join(&call.room, offer, JoinKind::Join)
+                .await
+                .map_err(|e| join_reason(&e))?;
+            (j.id, j.answer)
+        } else {
+            let mut offer: RtpDescription = caller_rtp;
+            for s in &mut offer.sections {
+                s.codecs
+                    .retain(|c| CodecId::of(c).is_some_and(|id| ids.contains(&id)));
+                if call.caller_flags.has("SIP-source-address") {
+                    if let Some(ip) = call.caller_flags.received_from {
+                        s.address = Some(ip);
+                    }
+                }
+            }
+            if call.caller_flags.transport.is_some() {
+                warnings.push(
+                    "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
+                );
+            }
+            let j = self
+                .gateway
+                .join_rtp(&call.room, offer)
+                .await
+                .map_err(|e| join_reason(&e))?;
+            (j.id, j.answer)
+        };
+        if let Some(c) = self.calls.get_mut(&a.call_id) {
+            c.to_tag = a.to_tag.clone();
+            c.caller = Some((id, sdp.clone()));
+        }
+        Ok(sdp_reply(&sdp, &warnings))
+    }
+
+    async fn delete(
+        &mut self,
+        call_id: &str,
+        from_tag: Option<String>,
+        to_tag: Option<String>,
+    ) -> Result<Bencode, String> {
+        let call = self
+            .calls
+            .get(call_id)
+            .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
+        if from_tag
+            .as_ref()
+            .is_some_and(|t| *t != call.from_tag && Some(t) != call.to_tag.as_ref())
+            && to_tag
+                .as_ref()
+                .is_some_and(|t| *t != call.from_tag && Some(t) != call.to_tag.as_ref())
+        {
+            return Err("no such tag in this call".into());
+        }
+        let call = self.calls.remove(call_id).expect("the call was just found");
+        self.gateway.leave(&call.room, &call.callee_id).await;
+        if let Some((id, _)) = &call.caller {
+            self.gateway.leave(&call.room, id).await;
+        }
+        Ok(reply(vec![
+            ("result", Bencode::str("ok")),
+            (
+                "created",
+                Bencode::Int(call.created.elapsed().as_secs() as i64),
+            ),
+        ]))
+    }
+
+    async fn query(&mut self, call_id: &str) -> Result<Bencode, String> {
+        let call = self
+            .calls
+            .get(call_id)
+            .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
+        let rooms = self.gateway.rooms(Some(&call.room)).await;
+        let members = rooms
+            .first()
+            .map(|r| r.participants.clone())
+            .unwrap_or_default();
+        let side = |id: &str| {
+            members.iter().find(|p| p.id == id).map(|p| {
+                reply(vec![
+                    ("leg", Bencode::str(p.leg)),
+                    ("state", Bencode::str(&p.state)),
+                    ("packets-in", Bencode::Int(p.packets_in as i64)),
+                    ("bytes-in", Bencode::Int(p.bytes_in as i64)),
+                    ("packets-out", Bencode::Int(p.packets_out as i64)),
+                    ("bytes-out", Bencode::Int(p.bytes_out as i64)),
+                    ("errors", Bencode::Int(p.drops.values().sum::<u64>() as i64)),
+                ])
+            })
+        };
+        let mut tags = Vec::new();
+        if let Some((id, _)) = &call.caller {
+            if let Some(d) = side(id) {
+                tags.push((call.from_tag.as_str(), d));
+            }
+        }
+        if let Some(d) = side(&call.callee_id) {
+            tags.push((call.to_tag.as_deref().unwrap_or("callee"), d));
+        }
+        Ok(reply(vec![
+            ("result", Bencode::str("ok")),
+            (
+                "created",
+                Bencode::Int(call.created.elapsed().as_secs() as i64),
+            ),
+            ("tags", reply(tags)),
+        ]))
+    }
+}
+
+fn sdp_reply(sdp: &str, warnings: &[String]) -> Bencode {
+    let mut e = vec![("result", Bencode::str("ok")), ("sdp", Bencode::str(sdp))];
+    let joined;
+    if !warnings.is_empty() {
+        joined = format!("not acted on: {}", warnings.join(", "));
+        e.push(("warning", Bencode::str(&joined)));
+    }
+    reply(e)
+}
+
+fn join_reason(e: &JoinError) -> String {
+    match e {
+        JoinError::Unacceptable(why) => why.clone(),
+        JoinError::ShuttingDown => "the gateway is shutting down".into(),
+        JoinError::Full(why) => format!("the gateway is full: {why}"),
+    }
+}

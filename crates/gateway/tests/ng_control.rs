@@ -1,0 +1,249 @@
+//! A SIP proxy drives `secrelay serve --ng` with rtpengine's ng protocol over real sockets:
+//! a plain-RTP caller and an SDES-SRTP callee (turned so by `transport-protocol`) get their
+//! SDP rewritten to the gateway's ports, media flows both ways (decrypted and encrypted again
+//! at the gateway), `query`, `list` and `statistics` describe the call, `delete` ends it and
+//! gives its ports back; retransmitted requests get the same reply; bad requests get an error
+//! reply with the reason, are counted, and break nothing.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_srtp::Profile;
+use secrelay_testkit::ng::Ng;
+use secrelay_testkit::phone::SocketPhone;
+use secrelay_wire::bencode::{ng_encode, Bencode};
+use secrelay_wire::RtpHeader;
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+fn s(v: &str) -> Bencode {
+    Bencode::str(v)
+}
+
+fn start() -> (Server, Ng) {
+    let server = Server::start(ServeConfig {
+        http: "127.0.0.1:0".parse().unwrap(),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 2,
+        rtp_ports: "48000-48999".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    (server, ng)
+}
+
+fn text(b: &Bencode, key: &str) -> Option<String> {
+    b.get(key).and_then(Bencode::as_text)
+}
+
+#[test]
+fn a_plain_caller_and_an_sdes_callee_talk_through_an_ng_call() {
+    let (server, mut ng) = start();
+    let pong = ng.raw(vec![("command".into(), s("ping"))]).unwrap();
+    assert_eq!(text(&pong, "result").as_deref(), Some("pong"));
+
+    let mut caller = SocketPhone::bind(LOCAL, None, 0xca11).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0xca1e).unwrap();
+    let offer = ng
+        .call(vec![
+            ("command".into(), s("offer")),
+            ("call-id".into(), s("c1@proxy")),
+            ("from-tag".into(), s("alice")),
+            ("via-branch".into(), s("z9hG4bK-1")),
+            ("sdp".into(), s(&caller.phone.offer())),
+            ("transport-protocol".into(), s("RTP/SAVP")),
+            ("ICE".into(), s("remove")),
+            (
+                "replace".into(),
+                Bencode::List(vec![s("origin"), s("session-connection")]),
+            ),
+        ])
+        .unwrap();
+    let to_callee = &offer["sdp"];
+    assert!(to_callee.contains("RTP/SAVP"), "{to_callee}");
+    assert!(to_callee.contains("a=crypto:"), "{to_callee}");
+    assert!(to_callee.contains("c=IN IP4 127.0.0.1"), "{to_callee}");
+    let callee_answer = callee.phone.answer_offer(to_callee).unwrap();
+    let answer = ng
+        .call(vec![
+            ("command".into(), s("answer")),
+            ("call-id".into(), s("c1@proxy")),
+            ("from-tag".into(), s("alice")),
+            ("to-tag".into(), s("bob")),
+            ("sdp".into(), s(&callee_answer)),
+        ])
+        .unwrap();
+    let to_caller = &answer["sdp"];
+    assert!(to_caller.contains("RTP/AVP"), "{to_caller}");
+    assert!(!to_caller.contains("a=crypto"), "{to_caller}");
+    caller.phone.accept_answer(to_caller).unwrap();
+    assert_ne!(
+        caller.phone.gateway, callee.phone.gateway,
+        "a port pair per side"
+    );
+
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut sent = 0;
+    loop {
+        if sent < 60 {
+            caller.send(&[0xc1; 160]).unwrap();
+            callee.send(&[0xb0; 160]).unwrap();
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        caller.read();
+        callee.read();
+        let heard = |p: &SocketPhone, fill: u8| {
+            p.phone
+                .received
+                .iter()
+                .filter(|r| RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill)))
+                .count()
+        };
+        if heard(&caller, 0xb0) >= 50 && heard(&callee, 0xc1) >= 50 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "caller heard {}, callee heard {}",
+            heard(&caller, 0xb0),
+            heard(&callee, 0xc1)
+        );
+    }
+    // The callee's SRTP came from the gateway's key for it (its strict receiver opened every
+    // packet); the caller got RTP in the clear.
+
+    let q = ng
+        .raw(vec![
+            ("command".into(), s("query")),
+            ("call-id".into(), s("c1@proxy")),
+        ])
+        .unwrap();
+    assert_eq!(text(&q, "result").as_deref(), Some("ok"));
+    let tags = q.get("tags").expect("tags");
+    for (tag, leg) in [("alice", "plain"), ("bob", "sdes")] {
+        let t = tags
+            .get(tag)
+            .unwrap_or_else(|| panic!("tag {tag} in {q:?}"));
+        assert_eq!(text(t, "leg").as_deref(), Some(leg));
+        assert!(
+            matches!(t.get("packets-in"), Some(Bencode::Int(n)) if *n >= 50),
+            "{t:?}"
+        );
+    }
+    let list = ng.raw(vec![("command".into(), s("list"))]).unwrap();
+    assert_eq!(list.get("calls"), Some(&Bencode::List(vec![s("c1@proxy")])));
+    let stats = ng.raw(vec![("command".into(), s("statistics"))]).unwrap();
+    assert_eq!(text(&stats, "result").as_deref(), Some("ok"));
+
+    let del = ng
+        .call(vec![
+            ("command".into(), s("delete")),
+            ("call-id".into(), s("c1@proxy")),
+            ("from-tag".into(), s("alice")),
+        ])
+        .unwrap();
+    assert_eq!(del["result"], "ok");
+    let wait = Instant::now() + Duration::from_secs(5);
+    while server.gateway().rtp_ports_in_use() > 0 {
+        assert!(Instant::now() < wait, "ports given back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.shutdown();
+}
+
+#[test]
+fn bad_requests_get_error_replies_with_reasons_and_retransmissions_the_same_reply() {
+    let (server, mut ng) = start();
+    let err = |b: &Bencode| {
+        assert_eq!(text(b, "result").as_deref(), Some("error"), "{b:?}");
+        text(b, "error-reason").unwrap()
+    };
+    // Not bencode.
+    let r = ng.send_raw(b"7 d3:abce").unwrap();
+    assert!(err(&r).contains("malformed"));
+    // Unknown command, missing call-id, SDP without media, an impossible transport, an
+    // answer for a call nobody offered.
+    let r = ng.raw(vec![("command".into(), s("dance"))]).unwrap();
+    assert!(err(&r).contains("dance"));
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("offer")),
+            ("from-tag".into(), s("a")),
+            ("sdp".into(), s("v=0\r\n")),
+        ])
+        .unwrap();
+    assert!(err(&r).contains("call-id"));
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("offer")),
+            ("call-id".into(), s("x")),
+            ("from-tag".into(), s("a")),
+            (
+                "sdp".into(),
+                s("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\n"),
+            ),
+        ])
+        .unwrap();
+    assert!(
+        err(&r).contains("media") || err(&r).contains("SDP"),
+        "{r:?}"
+    );
+    let phone = SocketPhone::bind(LOCAL, None, 1).unwrap();
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("offer")),
+            ("call-id".into(), s("y")),
+            ("from-tag".into(), s("a")),
+            ("sdp".into(), s(&phone.phone.offer())),
+            ("transport-protocol".into(), s("TCP/MSRP")),
+        ])
+        .unwrap();
+    assert!(err(&r).contains("transport-protocol"));
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("answer")),
+            ("call-id".into(), s("nobody")),
+            ("from-tag".into(), s("a")),
+            ("to-tag".into(), s("b")),
+            ("sdp".into(), s(&phone.phone.offer())),
+        ])
+        .unwrap();
+    assert!(err(&r).contains("unknown call-id"));
+
+    // The same request bytes twice (a proxy's retransmission): one call, the same reply.
+    let body = Bencode::Dict(vec![
+        (b"command".to_vec(), s("offer")),
+        (b"call-id".to_vec(), s("r1")),
+        (b"from-tag".to_vec(), s("a")),
+        (b"sdp".to_vec(), s(&phone.phone.offer())),
+    ]);
+    let msg = ng_encode("retx1", &body);
+    let first = ng.send_raw(&msg).unwrap();
+    let second = ng.send_raw(&msg).unwrap();
+    assert_eq!(text(&first, "result").as_deref(), Some("ok"), "{first:?}");
+    assert_eq!(first, second);
+    assert_eq!(
+        server.gateway().rtp_ports_in_use(),
+        2,
+        "one leg, one port pair"
+    );
+
+    let metrics = ureq::get(&format!("{}/metrics", server.url()))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let errors: u64 = metrics
+        .lines()
+        .find(|l| l.starts_with("secrelay_ng_requests_total{result=\"error\"}"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap();
+    assert_eq!(errors, 6, "{metrics}");
+    server.shutdown();
+}

@@ -1,0 +1,493 @@
+//! rtpengine's "ng" control protocol, as SIP proxies speak it (Kamailio's and OpenSIPS's
+//! `rtpengine` modules): a cookie, a space and one bencoded dictionary per UDP datagram, the
+//! reply under the same cookie. This module reads a request's dictionary into a typed
+//! [`Request`] and builds replies; it is sans-IO (`server::ng` owns the socket).
+//!
+//! Keys are read as rtpengine reads them: case-insensitively, with `-`, `_` and spaces alike
+//! (`transport-protocol`, `transport protocol`, `transport_protocol`). Keys and flags it does
+//! not know are ignored as rtpengine ignores them; known ones it does not act on are reported
+//! back as a `warning`.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::bencode::Bencode;
+use crate::sdp_rtp::Transport;
+
+/// Why a request cannot be carried out; the reply's `error-reason`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NgError {
+    /// The message is not bencode, or has no cookie (the reason).
+    Malformed(String),
+    /// The body is not a dictionary.
+    NotADictionary,
+    /// No `command` key.
+    NoCommand,
+    /// A command this gateway does not know (named).
+    UnknownCommand(String),
+    /// A key the command needs is missing (named).
+    MissingKey(&'static str),
+    /// A key's value is of the wrong type or not understood (the key, what was wrong).
+    BadValue(&'static str, String),
+}
+
+impl fmt::Display for NgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NgError::Malformed(why) => write!(f, "malformed message: {why}"),
+            NgError::NotADictionary => write!(f, "the message is not a dictionary"),
+            NgError::NoCommand => write!(f, "no command"),
+            NgError::UnknownCommand(c) => write!(f, "unknown command {c:?}"),
+            NgError::MissingKey(k) => write!(f, "missing {k}"),
+            NgError::BadValue(k, why) => write!(f, "bad {k}: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for NgError {}
+
+/// `ICE` (`remove`, `force`, or left as the SDP says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ice {
+    /// Strip ICE towards the other side.
+    Remove,
+    /// Add ICE towards the other side.
+    Force,
+}
+
+/// `DTLS` (`off`, `passive`, `active`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dtls {
+    /// No DTLS towards the other side.
+    Off,
+    /// Our DTLS role towards the other side: server.
+    Passive,
+    /// Our DTLS role towards the other side: client.
+    Active,
+}
+
+/// `rtcp-mux` options.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RtcpMux {
+    /// Offer RTCP muxed towards the other side.
+    pub offer: bool,
+    /// Require it.
+    pub require: bool,
+    /// Accept it from this side.
+    pub accept: bool,
+    /// Do not mux towards the other side.
+    pub demux: bool,
+}
+
+/// What an `offer` or `answer` asks for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Flags {
+    /// `transport-protocol`: the transport towards the other side.
+    pub transport: Option<Transport>,
+    /// `ICE`.
+    pub ice: Option<Ice>,
+    /// `DTLS`.
+    pub dtls: Option<Dtls>,
+    /// `SDES: off`.
+    pub sdes_off: bool,
+    /// `SDES: only-<suite>` (the suites to offer, in order, as named), empty for all.
+    pub sdes_only: Vec<String>,
+    /// `SDES: no-<suite>` (as named).
+    pub sdes_no: Vec<String>,
+    /// `rtcp-mux`.
+    pub rtcp_mux: RtcpMux,
+    /// `received-from` (the SIP source address of the message), used with the
+    /// `SIP-source-address` flag.
+    pub received_from: Option<IpAddr>,
+    /// The `flags` list, lowercased.
+    pub flags: Vec<String>,
+    /// Known keys and flags this gateway does not act on (for the reply's `warning`).
+    pub ignored: Vec<String>,
+}
+
+impl Flags {
+    /// Whether a `flags` entry is present (case-insensitive).
+    pub fn has(&self, flag: &str) -> bool {
+        let want = norm(flag);
+        self.flags.contains(&want)
+    }
+}
+
+/// An `offer` or `answer`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferAnswer {
+    /// `call-id`.
+    pub call_id: String,
+    /// `from-tag`: the caller's.
+    pub from_tag: String,
+    /// `to-tag`: the callee's (required in an answer).
+    pub to_tag: Option<String>,
+    /// `via-branch`, if given.
+    pub via_branch: Option<String>,
+    /// `sdp`.
+    pub sdp: String,
+    /// What the proxy asks for.
+    pub flags: Flags,
+}
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request {
+    /// `ping`: liveness.
+    Ping,
+    /// `offer`: the caller's SDP; the reply is the SDP for the callee.
+    Offer(OfferAnswer),
+    /// `answer`: the callee's SDP; the reply is the SDP for the caller.
+    Answer(OfferAnswer),
+    /// `delete`: end a call (or one side of it, by tag).
+    Delete {
+        /// `call-id`.
+        call_id: String,
+        /// `from-tag`, if given.
+        from_tag: Option<String>,
+        /// `to-tag`, if given.
+        to_tag: Option<String>,
+    },
+    /// `query`: a call's figures.
+    Query {
+        /// `call-id`.
+        call_id: String,
+    },
+    /// `list`: the calls.
+    List {
+        /// `limit`, if given.
+        limit: Option<usize>,
+    },
+    /// `statistics`: the gateway's figures.
+    Statistics,
+}
+
+/// A key normalized as rtpengine compares them: lowercase, `_` and spaces as `-`.
+fn norm(k: &str) -> String {
+    k.trim()
+        .chars()
+        .map(|c| match c {
+            '_' | ' ' => '-',
+            c => c.to_ascii_lowercase(),
+        })
+        .collect()
+}
+
+/// The dictionary's entries with normalized keys.
+fn entries(body: &Bencode) -> Result<Vec<(String, &Bencode)>, NgError> {
+    match body {
+        Bencode::Dict(d) => Ok(d
+            .iter()
+            .map(|(k, v)| (norm(&String::from_utf8_lossy(k)), v))
+            .collect()),
+        _ => Err(NgError::NotADictionary),
+    }
+}
+
+fn text(key: &'static str, v: &Bencode) -> Result<String, NgError> {
+    match v {
+        Bencode::Str(s) => {
+            String::from_utf8(s.clone()).map_err(|_| NgError::BadValue(key, "not UTF-8".into()))
+        }
+        Bencode::Int(n) => Ok(n.to_string()),
+        _ => Err(NgError::BadValue(key, "not a string".into())),
+    }
+}
+
+/// A value that is a string or a list of strings, as a list.
+fn list(key: &'static str, v: &Bencode) -> Result<Vec<String>, NgError> {
+    match v {
+        Bencode::List(items) => items.iter().map(|i| text(key, i)).collect(),
+        other => Ok(vec![text(key, other)?]),
+    }
+}
+
+fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
+    let mut f = Flags::default();
+    for (k, v) in e {
+        match k.as_str() {
+            "transport-protocol" => {
+                let t = Transport::parse(&text("transport-protocol", v)?);
+                if let Transport::Other(s) = &t {
+                    return Err(NgError::BadValue(
+                        "transport-protocol",
+                        format!(
+                            "{s:?} (RTP/AVP, RTP/AVPF, RTP/SAVP, RTP/SAVPF, UDP/TLS/RTP/SAVP[F])"
+                        ),
+                    ));
+                }
+                f.transport = Some(t);
+            }
+            "ice" => {
+                f.ice = match norm(&text("ICE", v)?).as_str() {
+                    "remove" => Some(Ice::Remove),
+                    "force" | "force-relay" => Some(Ice::Force),
+                    "default" | "optional" => None,
+                    other => return Err(NgError::BadValue("ICE", other.into())),
+                }
+            }
+            "dtls" => {
+                f.dtls = match norm(&text("DTLS", v)?).as_str() {
+                    "off" | "no" | "disable" => Some(Dtls::Off),
+                    "passive" => Some(Dtls::Passive),
+                    "active" => Some(Dtls::Active),
+                    other => return Err(NgError::BadValue("DTLS", other.into())),
+                }
+            }
+            "sdes" => {
+                for item in list("SDES", v)? {
+                    let n = norm(&item);
+                    if n == "off" || n == "no" || n == "disable" {
+                        f.sdes_off = true;
+                    } else if let Some(s) = item.trim().strip_prefix("only-") {
+                        f.sdes_only.push(s.to_owned());
+                    } else if let Some(s) = item.trim().strip_prefix("no-") {
+                        f.sdes_no.push(s.to_owned());
+                    } else {
+                        f.ignored.push(format!("SDES: {item}"));
+                    }
+                }
+            }
+            "rtcp-mux" => {
+                for item in list("rtcp-mux", v)? {
+                    match norm(&item).as_str() {
+                        "offer" => f.rtcp_mux.offer = true,
+                        "require" => f.rtcp_mux.require = true,
+                        "accept" => f.rtcp_mux.accept = true,
+                        "demux" => f.rtcp_mux.demux = true,
+                        _ => f.ignored.push(format!("rtcp-mux: {item}")),
+                    }
+                }
+            }
+            "received-from" => {
+                // ["IP4", "192.0.2.1"]
+                let parts = list("received-from", v)?;
+                let ip = parts
+                    .last()
+                    .and_then(|a| a.parse::<IpAddr>().ok())
+                    .ok_or_else(|| NgError::BadValue("received-from", "no IP address".into()))?;
+                f.received_from = Some(ip);
+            }
+            "flags" => f.flags = list("flags", v)?.iter().map(|s| norm(s)).collect(),
+            "replace" => {
+                // We always write our own origin and connection lines.
+                for item in list("replace", v)? {
+                    match norm(&item).as_str() {
+                        "origin" | "session-connection" | "sdp-version" | "username"
+                        | "session-name" => {}
+                        _ => f.ignored.push(format!("replace: {item}")),
+                    }
+                }
+            }
+            "direction" | "record-call" | "metadata" | "media-address" | "address-family"
+            | "codec" | "ptime" | "label" | "set-label" | "from-label" | "to-label" => {
+                f.ignored.push(k.clone())
+            }
+            _ => {}
+        }
+    }
+    Ok(f)
+}
+
+fn offer_answer(e: &[(String, &Bencode)], answer: bool) -> Result<OfferAnswer, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let call_id = text(
+        "call-id",
+        get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+    )?;
+    let from_tag = text(
+        "from-tag",
+        get("from-tag").ok_or(NgError::MissingKey("from-tag"))?,
+    )?;
+    let to_tag = get("to-tag").map(|v| text("to-tag", v)).transpose()?;
+    if answer && to_tag.is_none() {
+        return Err(NgError::MissingKey("to-tag"));
+    }
+    let sdp = text("sdp", get("sdp").ok_or(NgError::MissingKey("sdp"))?)?;
+    Ok(OfferAnswer {
+        call_id,
+        from_tag,
+        to_tag,
+        via_branch: get("via-branch")
+            .map(|v| text("via-branch", v))
+            .transpose()?,
+        sdp,
+        flags: parse_flags(e)?,
+    })
+}
+
+/// Reads a request from its dictionary.
+pub fn parse(body: &Bencode) -> Result<Request, NgError> {
+    let e = entries(body)?;
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let command = norm(&text("command", get("command").ok_or(NgError::NoCommand)?)?);
+    Ok(match command.as_str() {
+        "ping" => Request::Ping,
+        "offer" => Request::Offer(offer_answer(&e, false)?),
+        "answer" => Request::Answer(offer_answer(&e, true)?),
+        "delete" => Request::Delete {
+            call_id: text(
+                "call-id",
+                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+            )?,
+            from_tag: get("from-tag").map(|v| text("from-tag", v)).transpose()?,
+            to_tag: get("to-tag").map(|v| text("to-tag", v)).transpose()?,
+        },
+        "query" => Request::Query {
+            call_id: text(
+                "call-id",
+                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+            )?,
+        },
+        "list" => Request::List {
+            limit: get("limit")
+                .map(|v| match v {
+                    Bencode::Int(n) if *n >= 0 => Ok(*n as usize),
+                    other => text("limit", other)?
+                        .parse()
+                        .map_err(|_| NgError::BadValue("limit", "not a number".into())),
+                })
+                .transpose()?,
+        },
+        "statistics" => Request::Statistics,
+        _ => return Err(NgError::UnknownCommand(command)),
+    })
+}
+
+/// A reply dictionary from its entries (keys as rtpengine writes them).
+pub fn reply(entries: Vec<(&str, Bencode)>) -> Bencode {
+    Bencode::Dict(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v))
+            .collect(),
+    )
+}
+
+/// `{"result": "error", "error-reason": …}`.
+pub fn error_reply(reason: &str) -> Bencode {
+    reply(vec![
+        ("result", Bencode::str("error")),
+        ("error-reason", Bencode::str(reason)),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dict(entries: &[(&str, Bencode)]) -> Bencode {
+        Bencode::Dict(
+            entries
+                .iter()
+                .map(|(k, v)| (k.as_bytes().to_vec(), v.clone()))
+                .collect(),
+        )
+    }
+
+    fn s(v: &str) -> Bencode {
+        Bencode::str(v)
+    }
+
+    #[test]
+    fn an_offer_as_kamailio_sends_it() {
+        let r = parse(&dict(&[
+            ("command", s("offer")),
+            ("call-id", s("abc@host")),
+            ("from-tag", s("caller")),
+            ("via-branch", s("z9hG4bK1")),
+            ("sdp", s("v=0\r\n")),
+            ("transport protocol", s("RTP/SAVP")),
+            ("ICE", s("remove")),
+            ("DTLS", s("off")),
+            (
+                "SDES",
+                Bencode::List(vec![
+                    s("only-AES_CM_128_HMAC_SHA1_80"),
+                    s("no-AEAD_AES_256_GCM"),
+                ]),
+            ),
+            ("rtcp-mux", Bencode::List(vec![s("demux")])),
+            (
+                "replace",
+                Bencode::List(vec![s("origin"), s("session-connection")]),
+            ),
+            (
+                "received-from",
+                Bencode::List(vec![s("IP4"), s("192.0.2.7")]),
+            ),
+            (
+                "flags",
+                Bencode::List(vec![s("SIP-source-address"), s("trust_address")]),
+            ),
+            (
+                "direction",
+                Bencode::List(vec![s("internal"), s("external")]),
+            ),
+        ]))
+        .unwrap();
+        let Request::Offer(o) = r else {
+            panic!("{r:?}")
+        };
+        assert_eq!(o.call_id, "abc@host");
+        assert_eq!(o.from_tag, "caller");
+        assert_eq!(o.via_branch.as_deref(), Some("z9hG4bK1"));
+        let f = &o.flags;
+        assert_eq!(f.transport, Some(Transport::RtpSavp));
+        assert_eq!(f.ice, Some(Ice::Remove));
+        assert_eq!(f.dtls, Some(Dtls::Off));
+        assert_eq!(f.sdes_only, vec!["AES_CM_128_HMAC_SHA1_80".to_owned()]);
+        assert_eq!(f.sdes_no, vec!["AEAD_AES_256_GCM".to_owned()]);
+        assert!(f.rtcp_mux.demux);
+        assert_eq!(f.received_from, Some("192.0.2.7".parse().unwrap()));
+        assert!(f.has("SIP-source-address") && f.has("trust-address"));
+        assert_eq!(f.ignored, vec!["direction".to_owned()]);
+    }
+
+    #[test]
+    fn each_bad_request_says_what_is_wrong() {
+        assert_eq!(parse(&s("x")), Err(NgError::NotADictionary));
+        assert_eq!(parse(&dict(&[])), Err(NgError::NoCommand));
+        assert_eq!(
+            parse(&dict(&[("command", s("dance"))])),
+            Err(NgError::UnknownCommand("dance".into()))
+        );
+        assert_eq!(
+            parse(&dict(&[
+                ("command", s("offer")),
+                ("from-tag", s("a")),
+                ("sdp", s(""))
+            ])),
+            Err(NgError::MissingKey("call-id"))
+        );
+        assert_eq!(
+            parse(&dict(&[
+                ("command", s("answer")),
+                ("call-id", s("c")),
+                ("from-tag", s("a")),
+                ("sdp", s(""))
+            ])),
+            Err(NgError::MissingKey("to-tag"))
+        );
+        assert!(matches!(
+            parse(&dict(&[
+                ("command", s("offer")),
+                ("call-id", s("c")),
+                ("from-tag", s("a")),
+                ("sdp", s("")),
+                ("transport-protocol", s("TCP/MSRP"))
+            ])),
+            Err(NgError::BadValue("transport-protocol", _))
+        ));
+        assert!(matches!(
+            parse(&dict(&[
+                ("command", s("delete")),
+                ("call-id", Bencode::List(vec![]))
+            ])),
+            Err(NgError::BadValue("call-id", _))
+        ));
+        assert_eq!(parse(&dict(&[("command", s("PING"))])), Ok(Request::Ping));
+    }
+}
