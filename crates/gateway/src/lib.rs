@@ -20,6 +20,7 @@ pub mod ice_lite;
 pub mod leg;
 mod media_batch;
 pub mod room;
+pub mod rtcp;
 pub mod server;
 pub mod shard;
 

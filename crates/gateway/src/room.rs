@@ -20,8 +20,15 @@
 //! under an SSRC of its own that the answer does not announce, counted as
 //! [`Counters::unslotted`]: endpoints that demultiplex by SSRC (the lab's simulated
 //! participants, SIP-style legs) get everything; a browser plays the announced stream.
-//! Packets of a codec the receiver did not accept are dropped and counted. RTCP is terminated
-//! at the gateway, not forwarded.
+//! Packets of a codec the receiver did not accept are dropped and counted.
+//!
+//! # RTCP
+//! RTCP is terminated at the gateway, not forwarded: each member gets the gateway's own
+//! sender and receiver reports, made from what the room really routed to it and received from
+//! it ([`crate::rtcp`]), and its own reports are read for its loss, jitter and round-trip
+//! time ([`Room::note_rtcp`], [`Room::rtcp_figures`]). Due reports are made in
+//! [`Room::handle_timeout`] and taken with [`Room::pop_report`], to be sent (protected on a
+//! secure leg) by the caller.
 //!
 //! # Media and control
 //! The room does no SRTP itself: the shard unprotects a batch of datagrams with the senders'
@@ -47,6 +54,7 @@ use secrelay_wire::demux::RtpFacts;
 
 use crate::counters::{Counters, DropReason};
 use crate::leg::{CodecId, CopyTarget, Leg, LegOutput};
+use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 
 /// A member's handle in its room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -97,6 +105,8 @@ struct Member {
     /// Streams forwarded outside a slot: (source member, source SSRC) → the SSRC this member
     /// sees.
     unslotted: Vec<(MemberId, u32, u32)>,
+    /// What it sent us and we sent it, for its RTCP reports.
+    rtcp: MemberRtcp,
 }
 
 /// A receiving section and the stream it carries.
@@ -117,7 +127,7 @@ struct Slot {
 }
 
 impl Member {
-    fn new(id: MemberId, role: MemberRole, leg: Leg) -> Member {
+    fn new(id: MemberId, role: MemberRole, leg: Leg, rtcp: MemberRtcp) -> Member {
         let slots = leg
             .media()
             .iter()
@@ -139,6 +149,7 @@ impl Member {
             leg,
             slots,
             unslotted: Vec::new(),
+            rtcp,
         }
     }
 
@@ -197,6 +208,9 @@ pub struct Room {
     scratch: Vec<u8>,
     /// Counters of members that left, so the room's sums never go down.
     retired: Counters,
+    rtcp: RtcpConfig,
+    /// Reports made by `handle_timeout`, not yet taken.
+    reports: Vec<(MemberId, Vec<u8>)>,
 }
 
 impl Default for Room {
@@ -220,22 +234,30 @@ fn random_ssrc() -> u32 {
 }
 
 impl Room {
-    /// An empty room.
+    /// An empty room, its RTCP made as [`RtcpConfig::default`] says.
     pub fn new() -> Room {
+        Room::with_rtcp(RtcpConfig::default())
+    }
+
+    /// An empty room whose members' RTCP is made as `rtcp` says.
+    pub fn with_rtcp(rtcp: RtcpConfig) -> Room {
         Room {
             members: Vec::new(),
             next_id: 1,
             cursor: 0,
             scratch: Vec::with_capacity(1500),
             retired: Counters::default(),
+            rtcp,
+            reports: Vec::new(),
         }
     }
 
-    /// Adds a member.
-    pub fn add(&mut self, leg: impl Into<Leg>, role: MemberRole) -> MemberId {
+    /// Adds a member at `now` (its first RTCP report is due about one interval later).
+    pub fn add(&mut self, leg: impl Into<Leg>, role: MemberRole, now: Instant) -> MemberId {
         let id = MemberId(self.next_id);
         self.next_id += 1;
-        self.members.push(Member::new(id, role, leg.into()));
+        let rtcp = MemberRtcp::new(&self.rtcp, now);
+        self.members.push(Member::new(id, role, leg.into(), rtcp));
         id
     }
 
@@ -252,6 +274,7 @@ impl Room {
             }
         }
         self.retired.add(m.leg.counters());
+        self.reports.retain(|(r, _)| *r != id);
         self.cursor = 0;
         Some(m.leg)
     }
@@ -340,7 +363,8 @@ impl Room {
     }
 
     /// Routes one unprotected RTP packet from `source` (`rtp`, whose header `facts` were read
-    /// where the datagram arrived): each subscribed member that can take it gets a copy, with
+    /// where the datagram arrived at `received`; noted for the source's RTCP reception
+    /// figures whether or not it publishes): each subscribed member that can take it gets a copy, with
     /// the payload type, SSRC, sequence number and timestamp it sees, handed to `emit` with
     /// the receiver and where and how its copy goes. Counted at the source (routed, or not a
     /// publisher) and at each receiver (forwarded, unslotted, or why not; a copy sent as it is
@@ -351,22 +375,32 @@ impl Room {
         source: MemberId,
         rtp: &[u8],
         facts: &RtpFacts,
+        received: Instant,
         emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
     ) -> bool {
-        let Some(i) = self.members.iter().position(|m| m.id == source) else {
+        let Room {
+            members,
+            scratch,
+            rtcp,
+            ..
+        } = self;
+        let Some(i) = members.iter().position(|m| m.id == source) else {
             return false;
         };
-        let src = &mut self.members[i];
+        let src = &mut members[i];
+        let codec = src.leg.codec_for(facts.payload_type);
+        let clock = codec.map_or(8_000, CodecId::clock_rate);
+        src.rtcp.on_rtp(rtcp, facts, clock, received);
         if !src.role.publishes {
             src.leg.counters_mut().drop(DropReason::NotPublisher);
             return true;
         }
         src.leg.counters_mut().routed += 1;
-        let codec = src.leg.codec_for(facts.payload_type);
         let ssrc = facts.ssrc;
-        self.scratch.clear();
-        self.scratch.extend_from_slice(rtp);
-        for (j, r) in self.members.iter_mut().enumerate() {
+        scratch.clear();
+        scratch.extend_from_slice(rtp);
+        let payload = rtp.len().saturating_sub(usize::from(facts.header_len));
+        for (j, r) in members.iter_mut().enumerate() {
             if j == i || !r.role.subscribes {
                 continue;
             }
@@ -418,32 +452,63 @@ impl Room {
                     (pt, mapped, seq, ts)
                 }
             };
-            rewrite(&mut self.scratch, pt, mapped, seq, ts);
+            rewrite(scratch, pt, mapped, seq, ts);
+            r.rtcp
+                .on_sent(mapped, c.clock_rate(), ts, payload, received);
             let c = r.leg.counters_mut();
             c.forwarded += 1;
             if !target.protect {
                 c.packets_out += 1;
-                c.bytes_out += self.scratch.len() as u64;
+                c.bytes_out += scratch.len() as u64;
             }
-            emit(r.id, target, &self.scratch);
+            emit(r.id, target, scratch);
         }
         true
     }
 
-    /// Advances time for every member whose deadline has come.
+    /// An RTCP compound received from `member`, authenticated and unprotected: its reports
+    /// are read for the member's figures. `false` if there is no such member.
+    pub fn note_rtcp(&mut self, member: MemberId, compound: &[u8], received: Instant) -> bool {
+        let Room { members, rtcp, .. } = self;
+        let Some(m) = members.iter_mut().find(|m| m.id == member) else {
+            return false;
+        };
+        m.rtcp.on_rtcp(rtcp, compound, received);
+        true
+    }
+
+    /// A member's RTCP figures: what it sent us, what it reported about what we sent it.
+    pub fn rtcp_figures(&self, member: MemberId) -> Option<RtcpFigures> {
+        let m = self.members.iter().find(|m| m.id == member)?;
+        Some(m.rtcp.figures())
+    }
+
+    /// The next RTCP report made by [`Room::handle_timeout`]: the member and the plain
+    /// compound, to be sent to it (protected with its keys on a secure leg).
+    pub fn pop_report(&mut self) -> Option<(MemberId, Vec<u8>)> {
+        self.reports.pop()
+    }
+
+    /// Advances time for every member whose deadline has come, and makes the RTCP reports
+    /// that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
         for m in &mut self.members {
             if m.leg.poll_timeout().is_some_and(|t| now >= t) {
                 m.leg.handle_timeout(now);
             }
+            let can_send = m.leg.closed().is_none() && m.leg.rtcp_target().is_some();
+            if let Some(report) = m.rtcp.report_due(&self.rtcp, now, can_send) {
+                self.reports.push((m.id, report));
+            }
         }
     }
 
-    /// The earliest deadline among the members.
+    /// The earliest deadline among the members, RTCP reports included.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.members
             .iter()
-            .filter_map(|m| m.leg.poll_timeout())
+            .flat_map(|m| [m.leg.poll_timeout(), m.rtcp.next_report()])
+            .flatten()
             .min()
     }
 

@@ -49,6 +49,7 @@ use crate::leg::{
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
+use crate::rtcp::{RtcpConfig, RtcpFigures};
 use secrelay_wire::sdp_rtp::RtpDescription;
 
 /// A datagram as the shard takes it: read from a socket and classified once.
@@ -243,6 +244,9 @@ pub struct ParticipantSnapshot {
     pub handshake_ms: Option<f64>,
     /// Seconds since it joined.
     pub age_secs: f64,
+    /// RTCP: what we received from it (loss, jitter), what it reported about what we sent
+    /// it, the round-trip time, reports both ways.
+    pub rtcp: RtcpFigures,
 }
 
 /// A room as the API shows it.
@@ -267,6 +271,8 @@ pub struct ShardConfig {
     pub webrtc: WebRtcConfig,
     /// The telephony legs' configuration.
     pub rtp: RtpConfig,
+    /// How the gateway's own RTCP reports are made.
+    pub rtcp: RtcpConfig,
 }
 
 /// A member's place: its room's slot, the room's generation (slots are reused), the member.
@@ -460,9 +466,7 @@ impl Shard {
                         let c = leg.counters_mut();
                         c.packets_in += 1;
                         c.bytes_in += d.bytes.len() as u64;
-                        if let Class::Rtp(facts) = d.class {
-                            self.route_plain(key, &facts, d);
-                        }
+                        self.route_plain(key, d);
                     }
                     Err(reason) => leg.counters_mut().drop(reason),
                 }
@@ -494,13 +498,9 @@ impl Shard {
         }
     }
 
-    /// Routes a plain RTP packet at once (it needs no unprotect).
-    fn route_plain(
-        &mut self,
-        key: MemberKey,
-        facts: &secrelay_wire::demux::RtpFacts,
-        d: &Datagram<'_>,
-    ) {
+    /// Routes a plain RTP packet at once, or reads a plain RTCP compound (neither needs an
+    /// unprotect).
+    fn route_plain(&mut self, key: MemberKey, d: &Datagram<'_>) {
         let Shard {
             rooms,
             media,
@@ -514,8 +514,19 @@ impl Shard {
         else {
             return;
         };
-        s.room
-            .route(key.member, d.bytes, facts, &mut |receiver, target, copy| {
+        let facts = match d.class {
+            Class::Rtp(facts) => facts,
+            _ => {
+                s.room.note_rtcp(key.member, d.bytes, d.received);
+                return;
+            }
+        };
+        s.room.route(
+            key.member,
+            d.bytes,
+            &facts,
+            d.received,
+            &mut |receiver, target, copy| {
                 emit_copy(
                     media,
                     queue,
@@ -524,7 +535,8 @@ impl Shard {
                     target,
                     copy,
                 )
-            });
+            },
+        );
     }
 
     /// Counts a drop no member owns (the caller's: an unknown source, a full hand-off queue,
@@ -630,23 +642,34 @@ impl Shard {
         if let Some(from) = st.from {
             leg.authenticated(from, matches!(st.what, What::Rtcp), st.received);
         }
-        if let What::Rtp(facts) = st.what {
-            let key = (st.slot, st.room_gen);
-            let received = st.received;
-            let plain = st.buf.get(..n).unwrap_or_default();
-            s.room
-                .route(st.member, plain, &facts, &mut |receiver, target, copy| {
-                    emit_copy(
-                        media,
-                        queue,
-                        (key.0, key.1, receiver),
-                        received,
-                        target,
-                        copy,
-                    )
-                });
+        let plain = st.buf.get(..n).unwrap_or_default();
+        let received = st.received;
+        match st.what {
+            What::Rtp(facts) => {
+                let key = (st.slot, st.room_gen);
+                s.room.route(
+                    st.member,
+                    plain,
+                    &facts,
+                    received,
+                    &mut |receiver, target, copy| {
+                        emit_copy(
+                            media,
+                            queue,
+                            (key.0, key.1, receiver),
+                            received,
+                            target,
+                            copy,
+                        )
+                    },
+                );
+            }
+            // SRTCP is terminated here: read for the member's figures, not forwarded.
+            What::Rtcp => {
+                s.room.note_rtcp(st.member, plain, received);
+            }
+            _ => {}
         }
-        // SRTCP is terminated here: counted, not forwarded.
         None
     }
 
@@ -901,6 +924,11 @@ impl Shard {
                     s.deadline = None;
                     s.room.handle_timeout(now);
                 }
+                while let Some((member, report)) =
+                    self.rooms[slot].as_mut().and_then(|s| s.room.pop_report())
+                {
+                    self.send_rtcp_to(now, slot, member, &report);
+                }
                 self.drain_room(slot);
             }));
             if r.is_err() {
@@ -1079,7 +1107,7 @@ impl Shard {
                 let s = RoomSlot {
                     name: room.to_owned(),
                     room_gen,
-                    room: Room::new(),
+                    room: Room::with_rtcp(self.config.rtcp.clone()),
                     members: HashMap::new(),
                     deadline: None,
                 };
@@ -1101,7 +1129,7 @@ impl Shard {
             .as_mut()
             .expect("the slot was just found or made");
         let ports = leg.local_ports();
-        let member = s.room.add(leg, role);
+        let member = s.room.add(leg, role, now);
         let id = random_id();
         let key = MemberKey {
             slot,
@@ -1189,6 +1217,10 @@ impl Shard {
         let Some((slot, member)) = self.find(room, id) else {
             return false;
         };
+        self.send_rtcp_to(now, slot, member, rtcp)
+    }
+
+    fn send_rtcp_to(&mut self, now: Instant, slot: usize, member: MemberId, rtcp: &[u8]) -> bool {
         let Some(s) = self.rooms[slot].as_mut() else {
             return false;
         };
@@ -1294,7 +1326,8 @@ impl Shard {
                 let (Some(leg), Some(meta)) = (s.room.leg(m), s.members.get(&m)) else {
                     continue;
                 };
-                participants.push(participant_snapshot(now, leg, meta));
+                let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
+                participants.push(participant_snapshot(now, leg, meta, rtcp));
             }
             let c: Counters = s.room.counters();
             out.push(RoomSnapshot {
@@ -1326,7 +1359,12 @@ impl Shard {
     }
 }
 
-fn participant_snapshot(now: Instant, leg: &Leg, meta: &Meta) -> ParticipantSnapshot {
+fn participant_snapshot(
+    now: Instant,
+    leg: &Leg,
+    meta: &Meta,
+    rtcp: RtcpFigures,
+) -> ParticipantSnapshot {
     let c = leg.counters();
     ParticipantSnapshot {
         id: meta.id.clone(),
@@ -1355,6 +1393,7 @@ fn participant_snapshot(now: Instant, leg: &Leg, meta: &Meta) -> ParticipantSnap
             .and_then(WebRtcLeg::handshake_time)
             .map(|d| d.as_secs_f64() * 1e3),
         age_secs: now.saturating_duration_since(meta.created).as_secs_f64(),
+        rtcp,
     }
 }
 

@@ -1,7 +1,9 @@
 //! Telephony legs through `secrelay serve` over real sockets: an SDES-SRTP phone whose SRTP is
 //! libsrtp's (the srtp2-sys peer), a plain RTP phone and a simulated WebRTC participant in one
 //! room, joined over HTTP (`POST /rooms/{room}/rtp`); each hears the others on its own port
-//! pair, libsrtp opens everything sent to the SDES phone, and leaving gives the ports back.
+//! pair, libsrtp opens everything sent to the SDES phone (its media and the gateway's RTCP
+//! reports, on the RTCP port the offer named with `a=rtcp`), the API shows each phone's RTCP
+//! figures, and leaving gives the ports back.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -9,6 +11,7 @@ use std::time::{Duration, Instant};
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_peers::libsrtp::{Direction, LibSrtp, LibsrtpProfile};
 use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
+use secrelay_wire::rtcp::reports;
 use secrelay_wire::sdp_rtp::parse_rtp;
 use secrelay_wire::RtpHeader;
 
@@ -52,6 +55,9 @@ struct Phone {
     /// Packets received (opened), and those that failed to open.
     received: Vec<Vec<u8>>,
     failed: usize,
+    /// The socket RTCP comes to (`a=rtcp`), and the compounds received there (opened).
+    rtcp: UdpSocket,
+    reports: Vec<Vec<u8>>,
 }
 
 impl Phone {
@@ -59,12 +65,15 @@ impl Phone {
         let socket = UdpSocket::bind((LOCAL, 0)).unwrap();
         socket.set_nonblocking(true).unwrap();
         let port = socket.local_addr().unwrap().port();
+        let rtcp = UdpSocket::bind((LOCAL, 0)).unwrap();
+        rtcp.set_nonblocking(true).unwrap();
+        let rtcp_port = rtcp.local_addr().unwrap().port();
         let profile = LibsrtpProfile::AesCm128HmacSha1_80;
         let mut key = [0u8; 30];
         getrandom::fill(&mut key).unwrap();
         let mut sdp = format!(
             "v=0\r\no=phone 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
-             m=audio {port} {} 0\r\na=rtpmap:0 PCMU/8000\r\na=sendrecv\r\n",
+             m=audio {port} {} 0\r\na=rtpmap:0 PCMU/8000\r\na=rtcp:{rtcp_port}\r\na=sendrecv\r\n",
             if sdes { "RTP/SAVP" } else { "RTP/AVP" }
         );
         let tx = sdes.then(|| {
@@ -108,6 +117,8 @@ impl Phone {
             location: location.unwrap(),
             received: Vec::new(),
             failed: 0,
+            rtcp,
+            reports: Vec::new(),
         }
     }
 
@@ -142,6 +153,19 @@ impl Phone {
             };
             self.received.push(buf[..n].to_vec());
         }
+        while let Ok((n, _)) = self.rtcp.recv_from(&mut buf) {
+            let n = match self.rx.as_mut() {
+                Some(rx) => match rx.unprotect_rtcp(&mut buf, n) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.failed += 1;
+                        continue;
+                    }
+                },
+                None => n,
+            };
+            self.reports.push(buf[..n].to_vec());
+        }
     }
 }
 
@@ -153,6 +177,7 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
         workers: 2,
         rtp_ports: "46000-46999".into(),
         drain_secs: 0.1,
+        rtcp_interval_secs: 0.5,
         ..ServeConfig::default()
     })
     .unwrap();
@@ -197,19 +222,23 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
             && heard(&plain, 0xa1) >= 80
             && heard(&sdes, 0xb2) >= 80
             && plain.received.len() >= 150
-            && sdes.received.len() >= 150;
+            && sdes.received.len() >= 150
+            && !plain.reports.is_empty()
+            && !sdes.reports.is_empty();
         if done {
             break;
         }
         assert!(
             Instant::now() < end,
-            "web streams {web_streams}, web received {}, plain {} ({} from sdes), sdes {} ({} from plain, {} failed)",
+            "web streams {web_streams}, web received {}, plain {} ({} from sdes, {} reports), sdes {} ({} from plain, {} failed, {} reports)",
             web[0].received(),
             plain.received.len(),
             heard(&plain, 0xa1),
+            plain.reports.len(),
             sdes.received.len(),
             heard(&sdes, 0xb2),
-            sdes.failed
+            sdes.failed,
+            sdes.reports.len()
         );
     }
     assert_eq!(
@@ -220,6 +249,35 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
 
     let snap = s.gateway().stats().totals();
     assert!(snap.media_forwarded > 300, "{snap:?}");
+
+    // The gateway's reports: SRs (each phone was sent media) for the stream the phone hears.
+    for p in [&sdes, &plain] {
+        let r = reports(p.reports.last().unwrap()).unwrap();
+        let info = r[0].sender.expect("an SR");
+        assert!(info.packets > 0 && info.octets > 0);
+        assert!(r[0]
+            .blocks
+            .iter()
+            .any(|b| b.ssrc == p.ssrc && b.cumulative_lost == 0));
+    }
+    // The API's RTCP figures for each phone: its 100 packets, none lost on loopback.
+    let body = agent()
+        .get(&format!("{}/api/rooms/mix", s.url()))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let room: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let parts = room["participants"].as_array().unwrap();
+    for (leg, ssrc) in [("sdes", sdes.ssrc), ("plain", plain.ssrc)] {
+        let p = parts.iter().find(|p| p["leg"] == leg).unwrap();
+        let got = &p["rtcp"]["received"][0];
+        assert_eq!(got["ssrc"], ssrc, "{p}");
+        assert_eq!(got["received"], 100, "{p}");
+        assert_eq!(got["lost"], 0, "{p}");
+        assert!(p["rtcp"]["reports_sent"].as_u64().unwrap() >= 1, "{p}");
+    }
     for loc in [&sdes.location, &plain.location] {
         let r = agent().delete(&format!("{}{loc}", s.url())).call().unwrap();
         assert_eq!(r.status().as_u16(), 200);

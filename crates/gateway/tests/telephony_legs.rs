@@ -284,6 +284,7 @@ fn a_phone_behind_nat_latches_within_its_first_packets_when_configured() {
             certificate: secrelay_testkit::gateway::gateway_cert(),
             webrtc: secrelay_testkit::gateway::webrtc_config(),
             rtp: cfg,
+            rtcp: secrelay_gateway::rtcp::RtcpConfig::default(),
         },
         Box::new(secrelay_srtp::SimdEngine::new()),
     );

@@ -25,6 +25,7 @@ pub mod demux;
 pub mod ng;
 pub mod parse_count;
 pub mod pcap;
+pub mod rtcp;
 pub mod rtp;
 pub mod sdes;
 pub mod sdp;

@@ -72,6 +72,9 @@ pub struct ServeConfig {
     pub nat_latch_packets: u32,
     /// Seconds without media before a telephony leg ends (rtpengine's timeout).
     pub media_timeout_secs: f64,
+    /// Mean seconds between the gateway's RTCP reports to each member (RFC 3550's 5 s for
+    /// small sessions; each randomized to 0.5–1.5 of it).
+    pub rtcp_interval_secs: f64,
 }
 
 impl Default for ServeConfig {
@@ -102,6 +105,7 @@ impl Default for ServeConfig {
             plain_latch: "signalled".into(),
             nat_latch_packets: 10,
             media_timeout_secs: 60.0,
+            rtcp_interval_secs: 5.0,
         }
     }
 }
@@ -170,6 +174,12 @@ impl ServeConfig {
             return Err(ConfigError(format!(
                 "media_timeout_secs = {}: must be a positive number of seconds",
                 self.media_timeout_secs
+            )));
+        }
+        if !(self.rtcp_interval_secs.is_finite() && self.rtcp_interval_secs >= 0.1) {
+            return Err(ConfigError(format!(
+                "rtcp_interval_secs = {}: must be at least 0.1 s",
+                self.rtcp_interval_secs
             )));
         }
         if self.max_body_bytes < 1024 {

@@ -38,6 +38,7 @@ use tokio::sync::oneshot;
 
 use crate::ice_lite::{Credentials, IceConfig};
 use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig};
+use crate::rtcp::RtcpConfig;
 pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
 use crate::shard::{Shard, ShardConfig};
 pub use config::{RoomConfig, ServeConfig};
@@ -153,6 +154,10 @@ impl Gateway {
                 latch: config.latch().map_err(|e| StartError(e.0))?,
                 media_timeout: Duration::from_secs_f64(config.media_timeout_secs),
                 ..RtpConfig::default()
+            },
+            rtcp: RtcpConfig {
+                interval: Duration::from_secs_f64(config.rtcp_interval_secs),
+                ..RtcpConfig::default()
             },
         };
         let mut peers = Vec::new();
