@@ -279,6 +279,18 @@ impl Room {
         Some(m.leg)
     }
 
+    /// Changes what a member does (a renegotiation put it on hold, or took it off). `false`
+    /// if there is no such member.
+    pub fn set_role(&mut self, id: MemberId, role: MemberRole) -> bool {
+        match self.members.iter_mut().find(|m| m.id == id) {
+            Some(m) => {
+                m.role = role;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A member's leg.
     pub fn leg(&self, id: MemberId) -> Option<&Leg> {
         self.members.iter().find(|m| m.id == id).map(|m| &m.leg)

@@ -1079,6 +1079,76 @@ impl Shard {
         Ok(leg.media()[0].codecs.clone())
     }
 
+    /// A telephony member's leg, by room and id.
+    fn find_rtp(&mut self, room: &str, id: &str) -> Result<(usize, MemberId), JoinError> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
+        let is_rtp = self.rooms[slot]
+            .as_ref()
+            .and_then(|s| s.room.leg(member))
+            .is_some_and(|l| l.as_rtp().is_some());
+        if !is_rtp {
+            return Err(JoinError::Unacceptable(format!(
+                "{id} is not a telephony leg"
+            )));
+        }
+        Ok((slot, member))
+    }
+
+    /// SDP for a telephony member from its phone, in the call: the answer to an offer of
+    /// ours when one waits for it (`None`), else a new offer (a re-INVITE: new address,
+    /// codecs, direction or keys) and our answer to it. The member's role in its room follows
+    /// the new direction (hold).
+    pub fn update_rtp(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        sdp: &RtpDescription,
+    ) -> Result<Option<String>, JoinError> {
+        let (slot, member) = self.find_rtp(room, id)?;
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return Err(JoinError::Unacceptable(format!("no member {id} in {room}")));
+        };
+        let Some(leg) = s.room.leg_mut(member).and_then(Leg::as_rtp_mut) else {
+            return Err(JoinError::Unacceptable(format!(
+                "{id} is not a telephony leg"
+            )));
+        };
+        let unacceptable = |e: crate::leg::RtpLegError| JoinError::Unacceptable(e.to_string());
+        if leg.awaiting_answer() {
+            leg.accept_answer(sdp, now).map_err(unacceptable)?;
+            return Ok(None);
+        }
+        leg.take_offer(sdp, now).map_err(unacceptable)?;
+        let answer = leg.answer_sdp().to_owned();
+        let role = leg
+            .media()
+            .first()
+            .map_or(MemberRole::BOTH, |m| MemberRole {
+                publishes: m.peer_sends,
+                subscribes: m.peer_receives,
+            });
+        s.room.set_role(member, role);
+        self.drain_room(slot);
+        Ok(Some(answer))
+    }
+
+    /// A new offer of ours to a telephony member's phone, in the call (the other side of a
+    /// re-INVITE); its answer comes through [`Shard::update_rtp`] or [`Shard::answer_rtp`].
+    pub fn reoffer_rtp(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
+        let (slot, member) = self.find_rtp(room, id)?;
+        self.rooms[slot]
+            .as_mut()
+            .and_then(|s| s.room.leg_mut(member))
+            .and_then(Leg::as_rtp_mut)
+            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?
+            .make_offer()
+            .map(str::to_owned)
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))
+    }
+
     fn add_member(
         &mut self,
         now: Instant,

@@ -40,6 +40,167 @@ fn text(b: &Bencode, key: &str) -> Option<String> {
     b.get(key).and_then(Bencode::as_text)
 }
 
+fn heard(p: &SocketPhone, fill: u8) -> usize {
+    p.phone
+        .received
+        .iter()
+        .filter(|r| RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill)))
+        .count()
+}
+
+/// The caller sends 60 packets of `up`, the callee 60 of `down`, until each heard 50 of the
+/// other's.
+fn talk(caller: &mut SocketPhone, callee: &mut SocketPhone, up: u8, down: u8) {
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut sent = 0;
+    loop {
+        if sent < 60 {
+            caller.send(&[up; 160]).unwrap();
+            callee.send(&[down; 160]).unwrap();
+            sent += 1;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        caller.read();
+        callee.read();
+        if heard(caller, down) >= 50 && heard(callee, up) >= 50 {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "caller heard {} of {down:#x}, callee heard {} of {up:#x}",
+            heard(caller, down),
+            heard(callee, up)
+        );
+    }
+}
+
+/// An ng `offer` or `answer` for call `c` from `from` (to `to`, when given) with `sdp`.
+fn offer_answer(
+    command: &str,
+    c: &str,
+    from: &str,
+    to: Option<&str>,
+    sdp: &str,
+) -> Vec<(String, Bencode)> {
+    let mut d = vec![
+        ("command".into(), s(command)),
+        ("call-id".into(), s(c)),
+        ("from-tag".into(), s(from)),
+        ("sdp".into(), s(sdp)),
+    ];
+    if let Some(t) = to {
+        d.push(("to-tag".into(), s(t)));
+    }
+    d
+}
+
+/// The `o=` version of an SDP.
+fn version(sdp: &str) -> u64 {
+    let o = sdp.lines().find(|l| l.starts_with("o=")).unwrap();
+    o.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+#[test]
+fn re_invites_from_either_side_move_media_and_keys_through_the_call() {
+    let (server, mut ng) = start();
+    let mut caller = SocketPhone::bind(LOCAL, None, 0xca11).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0xca1e).unwrap();
+    let mut offer = offer_answer("offer", "c2@proxy", "alice", None, &caller.phone.offer());
+    offer.push(("transport-protocol".into(), s("RTP/SAVP")));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    let callee_answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "c2@proxy",
+            "alice",
+            Some("bob"),
+            &callee_answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    talk(&mut caller, &mut callee, 0xc1, 0xb0);
+
+    // The caller moves to a new port (a re-INVITE); the callee answers with a new key.
+    caller.socket = std::net::UdpSocket::bind((LOCAL, 0)).unwrap();
+    caller.socket.set_nonblocking(true).unwrap();
+    caller.phone.addr = caller.socket.local_addr().unwrap();
+    let reoffer = ng
+        .call(offer_answer(
+            "offer",
+            "c2@proxy",
+            "alice",
+            None,
+            &caller.phone.offer(),
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    assert_eq!(version(&reoffer), version(&to_callee) + 1, "{reoffer}");
+    callee.phone.rekey();
+    let callee_answer = callee.phone.answer_offer(&reoffer).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "c2@proxy",
+            "alice",
+            Some("bob"),
+            &callee_answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    assert_eq!(version(&to_caller), 2, "{to_caller}");
+    caller.phone.accept_answer(&to_caller).unwrap();
+    talk(&mut caller, &mut callee, 0xc2, 0xb1);
+
+    // Now the callee re-INVITEs, with another new key; the caller (plain) gets our new offer.
+    callee.phone.rekey();
+    let to_caller = ng
+        .call(offer_answer(
+            "offer",
+            "c2@proxy",
+            "bob",
+            Some("alice"),
+            &callee.phone.offer(),
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    assert!(
+        to_caller.contains("RTP/AVP") && !to_caller.contains("a=crypto"),
+        "{to_caller}"
+    );
+    let caller_answer = caller.phone.answer_offer(&to_caller).unwrap();
+    let to_callee = ng
+        .call(offer_answer(
+            "answer",
+            "c2@proxy",
+            "bob",
+            Some("alice"),
+            &caller_answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    callee.phone.accept_answer(&to_callee).unwrap();
+    talk(&mut caller, &mut callee, 0xc3, 0xb2);
+
+    // A third party's tag is refused with the reason.
+    let e = ng
+        .raw(offer_answer(
+            "offer",
+            "c2@proxy",
+            "mallory",
+            None,
+            &caller.phone.offer(),
+        ))
+        .unwrap();
+    assert_eq!(text(&e, "result").as_deref(), Some("error"));
+    assert!(
+        text(&e, "error-reason").unwrap().contains("neither side"),
+        "{e:?}"
+    );
+    server.shutdown();
+}
+
 #[test]
 fn a_plain_caller_and_an_sdes_callee_talk_through_an_ng_call() {
     let (server, mut ng) = start();
@@ -86,34 +247,7 @@ fn a_plain_caller_and_an_sdes_callee_talk_through_an_ng_call() {
         "a port pair per side"
     );
 
-    let end = Instant::now() + Duration::from_secs(20);
-    let mut sent = 0;
-    loop {
-        if sent < 60 {
-            caller.send(&[0xc1; 160]).unwrap();
-            callee.send(&[0xb0; 160]).unwrap();
-            sent += 1;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-        caller.read();
-        callee.read();
-        let heard = |p: &SocketPhone, fill: u8| {
-            p.phone
-                .received
-                .iter()
-                .filter(|r| RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill)))
-                .count()
-        };
-        if heard(&caller, 0xb0) >= 50 && heard(&callee, 0xc1) >= 50 {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "caller heard {}, callee heard {}",
-            heard(&caller, 0xb0),
-            heard(&callee, 0xc1)
-        );
-    }
+    talk(&mut caller, &mut callee, 0xc1, 0xb0);
     // The callee's SRTP came from the gateway's key for it (its strict receiver opened every
     // packet); the caller got RTP in the clear.
 

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_peers::libsrtp::{Direction, LibSrtp, LibsrtpProfile};
+use secrelay_srtp::Profile;
+use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
 use secrelay_wire::rtcp::reports;
 use secrelay_wire::sdp_rtp::parse_rtp;
@@ -317,5 +319,134 @@ fn a_bad_telephony_offer_is_refused_with_its_reason() {
         0,
         "refused offers hold no ports"
     );
+    s.shutdown();
+}
+
+/// PUTs SDP to a telephony leg's URL: (status, body).
+fn put_sdp(s: &Server, location: &str, sdp: &str, content_type: &str) -> (u16, String) {
+    let mut r = agent()
+        .put(&format!("{}{location}", s.url()))
+        .header("Content-Type", content_type)
+        .send(sdp)
+        .unwrap();
+    (
+        r.status().as_u16(),
+        r.body_mut().read_to_string().unwrap_or_default(),
+    )
+}
+
+/// `a` and `b` send 40 packets each until each heard 30 of the other's.
+fn exchange(a: &mut SocketPhone, b: &mut SocketPhone, fill_a: u8, fill_b: u8) {
+    let heard = |p: &SocketPhone, fill: u8| {
+        p.phone
+            .received
+            .iter()
+            .filter(|r| RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill)))
+            .count()
+    };
+    let end = Instant::now() + Duration::from_secs(20);
+    for sent in 0.. {
+        if sent < 40 {
+            a.send(&[fill_a; 160]).unwrap();
+            b.send(&[fill_b; 160]).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        a.read();
+        b.read();
+        if heard(a, fill_b) >= 30 && heard(b, fill_a) >= 30 {
+            return;
+        }
+        assert!(
+            Instant::now() < end,
+            "a heard {}, b heard {}",
+            heard(a, fill_b),
+            heard(b, fill_a)
+        );
+    }
+}
+
+#[test]
+fn a_b2bua_offers_puts_the_answer_and_re_offers_over_http() {
+    let s = Server::start(ServeConfig {
+        http: "127.0.0.1:0".parse().unwrap(),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 1,
+        rtp_ports: "47000-47999".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    // Our offer towards an SDES callee, as a B2BUA asks for it.
+    let mut r = agent()
+        .post(&format!("{}/rooms/b2b/rtp/offer", s.url()))
+        .header("Content-Type", "application/json")
+        .send(r#"{"transport":"RTP/SAVP","codecs":["PCMU"],"suites":["AES_CM_128_HMAC_SHA1_80"]}"#)
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let callee_url = r
+        .headers()
+        .get("location")
+        .and_then(|v| v.to_str().ok())
+        .unwrap()
+        .to_owned();
+    let offer = r.body_mut().read_to_string().unwrap();
+    assert!(
+        offer.contains("RTP/SAVP 0") && offer.contains("a=crypto:1 AES_CM_128_HMAC_SHA1_80"),
+        "{offer}"
+    );
+    let mut callee = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0xb2b1).unwrap();
+    let answer = callee.phone.answer_offer(&offer).unwrap();
+    assert_eq!(put_sdp(&s, &callee_url, &answer, "application/sdp").0, 204);
+    // A plain caller joins the same room with its own offer.
+    let mut caller = SocketPhone::bind(LOCAL, None, 0xb2b2).unwrap();
+    let (status, caller_url, to_caller) = post_rtp(&s, "b2b", &caller.phone.offer());
+    assert_eq!(status, 201, "{to_caller}");
+    let caller_url = caller_url.unwrap();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    exchange(&mut caller, &mut callee, 0x11, 0x22);
+
+    // The caller moves to a new port: a new offer PUT on its URL, answered (one version on).
+    caller.socket = UdpSocket::bind((LOCAL, 0)).unwrap();
+    caller.socket.set_nonblocking(true).unwrap();
+    caller.phone.addr = caller.socket.local_addr().unwrap();
+    let (status, answer) = put_sdp(&s, &caller_url, &caller.phone.offer(), "application/sdp");
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        answer
+            .lines()
+            .any(|l| l.starts_with("o=secrelay ") && l.split(' ').nth(2) == Some("2")),
+        "{answer}"
+    );
+    caller.phone.accept_answer(&answer).unwrap();
+    exchange(&mut caller, &mut callee, 0x33, 0x44);
+
+    // Bad requests name what is wrong.
+    let post = |body: &str| {
+        let mut r = agent()
+            .post(&format!("{}/rooms/b2b/rtp/offer", s.url()))
+            .header("Content-Type", "application/json")
+            .send(body)
+            .unwrap();
+        (
+            r.status().as_u16(),
+            r.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    let (st, why) = post(r#"{"transport":"UDP/TLS/RTP/SAVPF"}"#);
+    assert_eq!(st, 400);
+    assert!(why.contains("UDP/TLS/RTP/SAVPF"), "{why}");
+    let (st, why) = post(r#"{"codec":["PCMU"]}"#);
+    assert_eq!(st, 400);
+    assert!(why.contains("codec"), "{why}");
+    let (st, why) = post(r#"{"codecs":["G729"]}"#);
+    assert_eq!(st, 400);
+    assert!(why.contains("G729"), "{why}");
+    assert_eq!(
+        put_sdp(&s, "/rooms/b2b/rtp/nobody", &answer, "application/sdp").0,
+        404
+    );
+    assert_eq!(put_sdp(&s, &caller_url, &answer, "text/plain").0, 415);
+    let (st, why) = put_sdp(&s, &caller_url, "v=0\r\n", "application/sdp");
+    assert_eq!(st, 400, "{why}");
     s.shutdown();
 }

@@ -14,6 +14,7 @@ use secrelay_srtp::Profile;
 use secrelay_testkit::gateway::Harness;
 use secrelay_testkit::memory::SimClient;
 use secrelay_testkit::phone::SimPhone;
+use secrelay_wire::sdp_rtp::parse_rtp;
 use secrelay_wire::RtpHeader;
 
 fn payload(p: &[u8]) -> Vec<u8> {
@@ -309,4 +310,142 @@ fn a_phone_behind_nat_latches_within_its_first_packets_when_configured() {
     h.send_phone(q, &pkt);
     assert_eq!(h.pump(), 1);
     assert_eq!(payload(h.phones[p].phone.received.last().unwrap())[0], 3);
+}
+
+/// Phone `i`'s new offer through the shard: our answer, which it takes.
+fn reoffer(h: &mut Harness, i: usize) -> String {
+    let offer = parse_rtp(&h.phones[i].phone.offer()).unwrap();
+    let (room, id) = (h.phones[i].room.clone(), h.phones[i].id.clone());
+    let answer = h
+        .shard
+        .update_rtp(h.now, &room, &id, &offer)
+        .unwrap()
+        .expect("an answer to a new offer");
+    h.phones[i].phone.accept_answer(&answer).unwrap();
+    h.pump();
+    answer
+}
+
+/// The `o=` version and the first crypto line's key of our SDP.
+fn version_and_key(sdp: &str) -> (String, Option<String>) {
+    let o = sdp.lines().find(|l| l.starts_with("o=")).unwrap();
+    let version = o.split_whitespace().nth(2).unwrap().to_owned();
+    let d = parse_rtp(sdp).unwrap();
+    let key = d.sections[0]
+        .crypto
+        .first()
+        .map(|c| c.keys[0].key_salt.clone());
+    (version, key)
+}
+
+#[test]
+fn a_new_offer_moves_a_phone_to_its_new_address_and_key_while_ours_stays() {
+    let (mut h, b, plain, sdes) = call();
+    let first = h
+        .shard
+        .room("call")
+        .unwrap()
+        .leg(h.shard.member_id(&h.phones[sdes].id).unwrap())
+        .unwrap()
+        .as_rtp()
+        .unwrap()
+        .answer_sdp()
+        .to_owned();
+    // The SDES phone moves (a new address) and re-keys: a re-INVITE.
+    let old_tx = h.phones[sdes].phone.rekey().unwrap();
+    h.phones[sdes].phone.addr = "198.51.100.150:22000".parse().unwrap();
+    let answer = reoffer(&mut h, sdes);
+    let (v1, k1) = version_and_key(&first);
+    let (v2, k2) = version_and_key(&answer);
+    assert_eq!(
+        (v1.as_str(), v2.as_str()),
+        ("1", "2"),
+        "the same session, one version on"
+    );
+    assert_eq!(k1, k2, "our key stays while the suite does");
+
+    // Its media under the new key is taken, from the new address, and heard by the others.
+    let (_, srtp) = h.phones[sdes].phone.packet(&[7; 160]);
+    h.send_phone(sdes, &srtp);
+    assert_eq!(h.pump(), 2);
+    // What it sent under the old key is not taken any more.
+    let mut tx = old_tx;
+    let plain_pkt = h.phones[sdes].phone.rtp(&[8; 160]);
+    let mut buf = plain_pkt.clone();
+    buf.resize(plain_pkt.len() + 32, 0);
+    let n = tx.protect_rtp(&mut buf, plain_pkt.len()).unwrap();
+    h.send_phone(sdes, &buf[..n]);
+    assert_eq!(h.pump(), 0);
+    assert_eq!(
+        h.phone_counters(sdes).unwrap().drops[DropReason::AuthFailed],
+        1
+    );
+    // Copies for it go to the new address (none stray to the old one), still under our key.
+    let (_, pkt) = h.phones[plain].phone.packet(&[9; 160]);
+    h.send_phone(plain, &pkt);
+    h.pump();
+    assert!(
+        h.stray.is_empty(),
+        "{} copies to the old address",
+        h.stray.len()
+    );
+    let got = |v: &Vec<Vec<u8>>| v.iter().map(|p| payload(p)[0]).collect::<Vec<u8>>();
+    assert_eq!(got(&h.phones[sdes].phone.received), vec![9]);
+    assert_eq!(got(&h.members[b].client.received), vec![7, 9]);
+}
+
+#[test]
+fn a_phone_on_hold_is_sent_nothing_and_hears_again_when_it_resumes() {
+    let (mut h, b, plain, _) = call();
+    h.phones[plain].phone.direction = "sendonly";
+    let answer = reoffer(&mut h, plain);
+    assert!(answer.contains("a=recvonly"), "{answer}");
+    let (_, web) = h.srtp(b, &[1; 160]);
+    h.send(b, &web);
+    h.pump();
+    assert!(
+        h.phones[plain].phone.received.is_empty(),
+        "on hold: nothing for it"
+    );
+    // It still speaks (music on hold), and the others hear it.
+    let (_, pkt) = h.phones[plain].phone.packet(&[2; 160]);
+    h.send_phone(plain, &pkt);
+    assert_eq!(h.pump(), 2);
+    h.phones[plain].phone.direction = "sendrecv";
+    reoffer(&mut h, plain);
+    let (_, web) = h.srtp(b, &[3; 160]);
+    h.send(b, &web);
+    h.pump();
+    let got: Vec<u8> = h.phones[plain]
+        .phone
+        .received
+        .iter()
+        .map(|p| payload(p)[0])
+        .collect();
+    assert_eq!(got, vec![3]);
+}
+
+#[test]
+fn a_new_offer_that_cannot_be_taken_is_refused_and_changes_nothing() {
+    let (mut h, _, plain, sdes) = call();
+    let (room, id) = (h.phones[sdes].room.clone(), h.phones[sdes].id.clone());
+    // A new offer with no codec we take: refused with the reason; the leg goes on as it was.
+    let bad = h.phones[sdes]
+        .phone
+        .offer()
+        .replace("m=audio 20004 RTP/SAVP 0 8 111", "m=audio 20004 RTP/SAVP 9")
+        .replace(
+            "a=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:111 opus/48000/2\r\n",
+            "a=rtpmap:9 G722/8000\r\n",
+        );
+    assert!(bad.contains("G722"), "{bad}");
+    let e = h
+        .shard
+        .update_rtp(h.now, &room, &id, &parse_rtp(&bad).unwrap())
+        .unwrap_err();
+    assert!(format!("{e:?}").contains("codec"), "{e:?}");
+    let (_, pkt) = h.phones[plain].phone.packet(&[4; 160]);
+    h.send_phone(plain, &pkt);
+    h.pump();
+    assert_eq!(h.phones[sdes].phone.received.len(), 1, "media as before");
 }

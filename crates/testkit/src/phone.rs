@@ -27,6 +27,9 @@ pub struct SimPhone {
     pub rx: Option<Context>,
     /// The payload type it sends under (0, PCMU, by default).
     pub pt: u8,
+    /// The direction its offers say (`sendrecv` by default; `sendonly` puts the call on
+    /// hold).
+    pub direction: &'static str,
     /// Its SSRC.
     pub ssrc: u32,
     /// The next sequence number.
@@ -60,6 +63,7 @@ impl SimPhone {
             tx: None,
             rx: None,
             pt: 0,
+            direction: "sendrecv",
             ssrc: 0x5000_0000 | u32::from(n),
             seq: 1,
             ts: 160,
@@ -98,9 +102,10 @@ impl SimPhone {
         let mut s = format!(
             "v=0\r\no=phone 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
              m=audio {port} {proto} 0 8 111\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
-             a=rtpmap:111 opus/48000/2\r\na=ptime:20\r\na=sendrecv\r\n",
+             a=rtpmap:111 opus/48000/2\r\na=ptime:20\r\na={dir}\r\n",
             ip = self.addr.ip(),
             port = self.addr.port(),
+            dir = self.direction,
         );
         if let (Some(p), Some(k)) = (self.sdes, &self.key) {
             s.push_str(&format!(
@@ -113,6 +118,19 @@ impl SimPhone {
             s.push_str("a=rtcp-mux\r\n");
         }
         s
+    }
+
+    /// A new key of its own (SDES), for what it sends from now on and offers next; the
+    /// context of the old one, to show what it sent is no longer taken.
+    pub fn rekey(&mut self) -> Option<Context> {
+        let p = self.sdes?;
+        let raw = random_bytes::<64>();
+        let key = MasterKey::from_concatenated(p, &raw[..p.key_len() + p.salt_len()])
+            .expect("lengths from the profile");
+        let tx = Context::new(Policy::new(key.clone()).any_outbound())
+            .expect("a fresh key makes a context");
+        self.key = Some(key);
+        self.tx.replace(tx)
     }
 
     /// Takes the gateway's answer: where to send, and (SDES) its key. Err: what was wrong.

@@ -282,8 +282,15 @@ pub enum RtcpAnswer {
 }
 
 /// Writes our telephony SDP (an answer, or an offer of ours) from `address` (the `o=` and `c=`
-/// lines).
+/// lines), as version 1 of session `session_id`.
 pub fn write_rtp_answer(session_id: u64, address: IpAddr, sections: &[RtpSectionAnswer]) -> String {
+    write_rtp_sdp((session_id, 1), address, sections)
+}
+
+/// [`write_rtp_answer`] for a given `o=` session id and version (a re-offer, or the answer to
+/// one, in a session that exists: the same id, the version one up).
+pub fn write_rtp_sdp(origin: (u64, u64), address: IpAddr, sections: &[RtpSectionAnswer]) -> String {
+    let (session_id, version) = origin;
     let ip = match address {
         IpAddr::V4(_) => "IP4",
         IpAddr::V6(_) => "IP6",
@@ -291,7 +298,7 @@ pub fn write_rtp_answer(session_id: u64, address: IpAddr, sections: &[RtpSection
     let mut s = String::new();
     let _ = write!(
         s,
-        "v=0\r\no=secrelay {session_id} 1 IN {ip} {address}\r\ns=-\r\nc=IN {ip} {address}\r\nt=0 0\r\n"
+        "v=0\r\no=secrelay {session_id} {version} IN {ip} {address}\r\ns=-\r\nc=IN {ip} {address}\r\nt=0 0\r\n"
     );
     for m in sections {
         let pts: Vec<String> = m.codecs.iter().map(|c| c.pt.to_string()).collect();

@@ -87,6 +87,29 @@ impl CodecId {
         matches!(self, CodecId::Opus | CodecId::Pcmu | CodecId::Pcma)
     }
 
+    /// How we offer it when nobody said: the static payload types of G.711 (0, 8), 111 for
+    /// Opus (stereo, in-band FEC), 96 and 102 for the video codecs.
+    pub fn offer_codec(self) -> Codec {
+        let (pt, channels, fmtp) = match self {
+            CodecId::Opus => (111, Some(2), Some("minptime=10;useinbandfec=1")),
+            CodecId::Pcmu => (0, None, None),
+            CodecId::Pcma => (8, None, None),
+            CodecId::Vp8 => (96, None, None),
+            CodecId::H264 => (
+                102,
+                None,
+                Some("level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"),
+            ),
+        };
+        Codec {
+            pt,
+            name: self.name().to_owned(),
+            clock_rate: self.clock_rate(),
+            channels,
+            fmtp: fmtp.map(str::to_owned),
+        }
+    }
+
     /// The codec an offered `a=rtpmap` names, if we know it.
     pub fn of(codec: &Codec) -> Option<CodecId> {
         CodecId::ALL

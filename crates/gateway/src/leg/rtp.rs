@@ -25,6 +25,14 @@
 //! Until a source is latched, copies go to the signalled address (none while the offer holds
 //! with `0.0.0.0`). RTCP latches the same way, on its own port.
 //!
+//! # Renegotiation
+//! A leg in a call takes a new offer from its phone ([`RtpLeg::take_offer`]: a re-INVITE: new
+//! address, codecs, direction or keys) and makes new offers of ours ([`RtpLeg::make_offer`],
+//! answered through [`RtpLeg::accept_answer`]) while media flows. A key that did not change
+//! keeps its SRTP context (its replay window and rollover counter go on); a new key of the
+//! phone's gets a new inbound context. Our key stays while the suite does (a fresh context
+//! for a key already used would reuse keystream), and is new with a new suite.
+//!
 //! # Session expiry
 //! A telephony leg has no consent checks: it ends ([`CloseReason::MediaTimeout`]) when no
 //! media or RTCP has been admitted for [`RtpConfig::media_timeout`], as rtpengine's sessions
@@ -38,10 +46,11 @@ use std::time::{Duration, Instant};
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 use secrelay_wire::sdes::Crypto;
 use secrelay_wire::sdp::{Direction, MediaKind};
-use zeroize::Zeroize;
+use zeroize::{Zeroize, Zeroizing};
 
+use secrelay_wire::sdp::Codec;
 use secrelay_wire::sdp_rtp::{
-    write_rtp_answer, RtcpAnswer, RtpDescription, RtpSection, RtpSectionAnswer,
+    write_rtp_sdp, RtcpAnswer, RtpDescription, RtpSection, RtpSectionAnswer,
 };
 
 use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia};
@@ -132,6 +141,8 @@ pub enum RtpLegError {
     Srtp(String),
     /// An answer to our offer that cannot be used (why).
     BadAnswer(String),
+    /// A new offer in the call that cannot be taken now (why).
+    Renegotiation(String),
 }
 
 impl fmt::Display for RtpLegError {
@@ -145,6 +156,7 @@ impl fmt::Display for RtpLegError {
             RtpLegError::NoUsableCrypto(why) => write!(f, "no usable a=crypto line: {why}"),
             RtpLegError::Srtp(e) => write!(f, "SRTP context: {e}"),
             RtpLegError::BadAnswer(why) => write!(f, "the answer to our offer: {why}"),
+            RtpLegError::Renegotiation(why) => write!(f, "the new offer: {why}"),
         }
     }
 }
@@ -163,6 +175,10 @@ enum Security {
         profile: Profile,
         inbound: Context,
         outbound: Context,
+        /// Our key and the phone's, as their `inline:` values (to tell a new key in a new
+        /// offer or answer from the same one, and to offer ours again).
+        ours: Zeroizing<String>,
+        theirs: Zeroizing<String>,
     },
 }
 
@@ -189,6 +205,11 @@ pub struct RtpLeg {
     offerer: bool,
     media: Vec<NegotiatedMedia>,
     answer: String,
+    /// The sections of our last SDP, and its `o=` session id and version.
+    sdp: Vec<RtpSectionAnswer>,
+    origin: (u64, u64),
+    /// Our new offer in the call waits for its answer (media flows meanwhile).
+    reoffered: bool,
     ports: Ports,
     rtcp_mux: bool,
     rtp: Source,
@@ -210,6 +231,11 @@ impl fmt::Debug for RtpLeg {
             .field("closed", &self.closed)
             .finish_non_exhaustive()
     }
+}
+
+/// An `o=` session id (positive in 62 bits, as RFC 4566 wants it to fit NTP-like numbers).
+fn random_session_id() -> u64 {
+    u64::from_be_bytes(random_bytes(8).try_into().unwrap_or([1; 8])) >> 2
 }
 
 fn random_bytes(n: usize) -> Vec<u8> {
@@ -301,6 +327,13 @@ impl RtpLeg {
         }
         let (security, answer_crypto) = if section.transport.is_sdes() {
             let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
+            let theirs = Zeroizing::new(
+                offered
+                    .keys
+                    .first()
+                    .map(|k| k.key_salt.clone())
+                    .unwrap_or_default(),
+            );
             let raw = random_bytes(profile.key_len() + profile.salt_len());
             let our_key = MasterKey::from_concatenated(profile, &raw)
                 .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
@@ -322,6 +355,7 @@ impl RtpLeg {
                 }],
                 session_params: Vec::new(),
             };
+            let ours = Zeroizing::new(answer.keys[0].key_salt.clone());
             let outbound = Context::new(Policy::new(our_key).any_outbound().replay_window(window))
                 .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
             (
@@ -329,6 +363,8 @@ impl RtpLeg {
                     profile,
                     inbound,
                     outbound,
+                    ours,
+                    theirs,
                 },
                 Some(answer),
             )
@@ -382,8 +418,8 @@ impl RtpLeg {
                 }
             })
             .collect();
-        let session_id = u64::from_be_bytes(random_bytes(8).try_into().unwrap_or([1; 8])) >> 2;
-        let answer = write_rtp_answer(session_id, config.announce, &sections);
+        let origin = (random_session_id(), 1);
+        let answer = write_rtp_sdp(origin, config.announce, &sections);
         let signalled = section.address.map(|ip| SocketAddr::new(ip, section.port));
         let signalled_rtcp = section.address.map(|ip| {
             let port = if rtcp_mux {
@@ -402,6 +438,9 @@ impl RtpLeg {
             offerer: false,
             media,
             answer,
+            sdp: sections,
+            origin,
+            reoffered: false,
             ports,
             rtcp_mux,
             rtp: Source {
@@ -491,8 +530,8 @@ impl RtpLeg {
             ptime: spec.ptime,
             mid: None,
         };
-        let session_id = u64::from_be_bytes(random_bytes(8).try_into().unwrap_or([1; 8])) >> 2;
-        let sdp = write_rtp_answer(session_id, config.announce, &[section]);
+        let origin = (random_session_id(), 1);
+        let sdp = write_rtp_sdp(origin, config.announce, std::slice::from_ref(&section));
         Ok(RtpLeg {
             config,
             security,
@@ -500,6 +539,9 @@ impl RtpLeg {
             offerer: true,
             media,
             answer: sdp,
+            sdp: vec![section],
+            origin,
+            reoffered: false,
             ports,
             rtcp_mux: false,
             rtp: Source::default(),
@@ -519,7 +561,7 @@ impl RtpLeg {
         answer: &RtpDescription,
         now: Instant,
     ) -> Result<(), RtpLegError> {
-        if !self.awaiting {
+        if !self.awaiting && !self.reoffered {
             return Err(RtpLegError::BadAnswer(
                 "no offer of ours waits for one".into(),
             ));
@@ -533,7 +575,7 @@ impl RtpLeg {
         if a.port == 0 {
             return Err(bad("the audio section is rejected (port 0)"));
         }
-        let sdes = matches!(self.security, Security::Offered(_));
+        let sdes = self.protects();
         if sdes != a.transport.is_sdes() || (!sdes && !a.transport.is_plain()) {
             return Err(bad(&format!(
                 "transport {} does not answer ours",
@@ -541,16 +583,45 @@ impl RtpLeg {
             )));
         }
         let offered = &self.media[0].codecs;
-        let codecs: Vec<(CodecId, u8)> = a
+        let answered: Vec<(CodecId, Codec)> = a
             .codecs
             .iter()
             .filter_map(|c| {
                 let id = CodecId::of(c)?;
-                offered.iter().any(|(o, _)| *o == id).then_some((id, c.pt))
+                offered
+                    .iter()
+                    .any(|(o, _)| *o == id)
+                    .then(|| (id, c.clone()))
             })
             .collect();
-        if codecs.is_empty() {
+        if answered.is_empty() {
             return Err(bad("no codec of our offer in the answer"));
+        }
+        let codecs: Vec<(CodecId, u8)> = answered.iter().map(|(id, c)| (*id, c.pt)).collect();
+        if let Security::Sdes {
+            profile,
+            inbound,
+            theirs,
+            ..
+        } = &mut self.security
+        {
+            // The answer to a new offer of ours: our key stays; theirs may be new.
+            let c = a
+                .crypto
+                .iter()
+                .find(|c| c.suite.eq_ignore_ascii_case(profile.sdp_name()))
+                .ok_or_else(|| bad(&format!("no a=crypto line for {profile}")))?;
+            let [key] = c.keys.as_slice() else {
+                return Err(bad("the answer's crypto line has no single key"));
+            };
+            if key.key_salt != **theirs {
+                let k = MasterKey::from_sdes_inline(*profile, &key.inline())
+                    .map_err(|e| bad(&format!("the answer's key: {e}")))?;
+                let window = self.config.replay_window;
+                *inbound = Context::new(Policy::new(k).any_inbound().replay_window(window))
+                    .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+                *theirs = Zeroizing::new(key.key_salt.clone());
+            }
         }
         if let Security::Offered(keys) = &mut self.security {
             let c = a
@@ -571,20 +642,34 @@ impl RtpLeg {
             let [key] = c.keys.as_slice() else {
                 return Err(bad("the answer's crypto line has no single key"));
             };
-            let (_, profile, ours) = keys.swap_remove(i);
-            let theirs = MasterKey::from_sdes_inline(profile, &key.inline())
+            let (tag, profile, our_key) = keys.swap_remove(i);
+            let their_key = MasterKey::from_sdes_inline(profile, &key.inline())
                 .map_err(|e| bad(&format!("the answer's key: {e}")))?;
             let window = self.config.replay_window;
-            let inbound = Context::new(Policy::new(theirs).any_inbound().replay_window(window))
+            let inbound = Context::new(Policy::new(their_key).any_inbound().replay_window(window))
                 .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
-            let outbound = Context::new(Policy::new(ours).any_outbound().replay_window(window))
+            let ours = Zeroizing::new(
+                self.sdp[0]
+                    .crypto
+                    .iter()
+                    .find(|c| c.tag == tag)
+                    .and_then(|c| c.keys.first())
+                    .map(|k| k.key_salt.clone())
+                    .unwrap_or_default(),
+            );
+            let outbound = Context::new(Policy::new(our_key).any_outbound().replay_window(window))
                 .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
             self.security = Security::Sdes {
                 profile,
                 inbound,
                 outbound,
+                ours,
+                theirs: Zeroizing::new(key.key_salt.clone()),
             };
+            // What we offer again from now on: the suite and key the answer took.
+            self.sdp[0].crypto.retain(|c| c.tag == tag);
         }
+        self.sdp[0].codecs = answered.into_iter().map(|(_, c)| c).collect();
         self.media[0].codecs = codecs;
         self.media[0].peer_sends = a.direction.sends();
         self.media[0].peer_receives = a.direction.receives();
@@ -599,8 +684,119 @@ impl RtpLeg {
             SocketAddr::new(ip, port)
         });
         self.awaiting = false;
+        self.reoffered = false;
         self.last_admitted = now;
         Ok(())
+    }
+
+    /// A new offer from the phone in the call (a re-INVITE): new address, codecs, direction or
+    /// keys, answered on the same ports ([`RtpLeg::answer_sdp`] is the new answer). The
+    /// stream we send keeps its SSRC; keys that did not change keep their contexts (see the
+    /// [module documentation](self)); the latch is kept while the address is.
+    pub fn take_offer(&mut self, offer: &RtpDescription, now: Instant) -> Result<(), RtpLegError> {
+        let refuse = |why: &str| Err(RtpLegError::Renegotiation(why.to_owned()));
+        if self.closed.is_some() {
+            return refuse("the leg has ended");
+        }
+        if self.awaiting || self.reoffered {
+            return refuse("an offer of ours waits for its answer");
+        }
+        let mut next = RtpLeg::new(offer, self.ports, self.config.clone(), now)?;
+        if !next.rtcp_mux && self.rtcp_mux && !self.offerer {
+            return refuse(
+                "RTCP was muxed, and no port of its own was set aside for it: keep a=rtcp-mux",
+            );
+        }
+        if let (
+            Security::Sdes {
+                profile: was,
+                inbound: old_in,
+                outbound: old_out,
+                ours: old_ours,
+                theirs: old_theirs,
+            },
+            Security::Sdes {
+                profile,
+                inbound,
+                outbound,
+                ours,
+                theirs,
+            },
+        ) = (&mut self.security, &mut next.security)
+        {
+            if was == profile {
+                std::mem::swap(outbound, old_out);
+                std::mem::swap(ours, old_ours);
+                for c in next.sdp.iter_mut().flat_map(|s| s.crypto.iter_mut()) {
+                    for k in &mut c.keys {
+                        k.key_salt = ours.to_string();
+                    }
+                }
+                if *theirs == *old_theirs {
+                    std::mem::swap(inbound, old_in);
+                }
+            }
+        }
+        next.origin = (self.origin.0, self.origin.1 + 1);
+        next.answer = write_rtp_sdp(next.origin, next.config.announce, &next.sdp);
+        next.media[0].our_ssrc = self.media[0].our_ssrc;
+        for (src, new) in [(&self.rtp, &mut next.rtp), (&self.rtcp, &mut next.rtcp)] {
+            if src.signalled == new.signalled {
+                new.latched = src.latched;
+            }
+        }
+        next.seen = if next.rtp.latched.is_some() {
+            self.seen
+        } else {
+            0
+        };
+        next.offerer = self.offerer;
+        next.counters = self.counters;
+        *self = next;
+        Ok(())
+    }
+
+    /// A new offer of ours in the call (a re-INVITE towards the phone): the codecs it
+    /// answered, our key and suite (SDES), the same ports; the next SDP version. Media keeps
+    /// flowing; the phone's answer comes to [`RtpLeg::accept_answer`].
+    pub fn make_offer(&mut self) -> Result<&str, RtpLegError> {
+        if self.closed.is_some() {
+            return Err(RtpLegError::Renegotiation("the leg has ended".into()));
+        }
+        if self.awaiting {
+            return Err(RtpLegError::Renegotiation(
+                "our first offer still waits for its answer".into(),
+            ));
+        }
+        let crypto = match &self.security {
+            Security::Sdes { profile, ours, .. } => vec![Crypto {
+                tag: 1,
+                suite: profile.sdp_name().to_owned(),
+                keys: vec![secrelay_wire::sdes::KeyParam {
+                    key_salt: ours.to_string(),
+                    lifetime: None,
+                    mki: None,
+                }],
+                session_params: Vec::new(),
+            }],
+            _ => Vec::new(),
+        };
+        let Some(section) = self.sdp.iter_mut().find(|s| s.port.is_some()) else {
+            return Err(RtpLegError::Renegotiation(
+                "the leg has no media section".into(),
+            ));
+        };
+        section.crypto = crypto;
+        section.direction = Direction::SendRecv;
+        section.rtcp = if self.rtcp_mux {
+            RtcpAnswer::Mux
+        } else {
+            RtcpAnswer::NextPort
+        };
+        self.origin.1 += 1;
+        self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+        self.reoffered = true;
+        Ok(&self.answer)
     }
 
     /// Our SDP: the answer to the phone's offer, or our offer to it.
@@ -623,9 +819,10 @@ impl RtpLeg {
         }
     }
 
-    /// Whether this leg's offer (ours) still waits for the phone's answer.
+    /// Whether an offer of ours (the first, or a new one in the call) waits for the phone's
+    /// answer.
     pub fn awaiting_answer(&self) -> bool {
-        self.awaiting
+        self.awaiting || self.reoffered
     }
 
     /// The local ports; the RTCP one is unused when RTCP is muxed.

@@ -6,6 +6,8 @@
 //! | `POST /whep/{room}` | WHEP: a recvonly offer subscribes to what the room publishes, now and later |
 //! | `POST /rooms/{room}/join` | a conference participant: sends and receives |
 //! | `POST /rooms/{room}/rtp` | a telephony leg: a plain RTP or SDES-SRTP offer, answered from a port pair of its own; `DELETE` its `Location` to leave |
+//! | `POST /rooms/{room}/rtp/offer` | a telephony leg that offers (a B2BUA's outgoing call): our SDP offer (an optional JSON body says `transport`, `codecs`, `suites`, `rtcp_mux`); `PUT` the answer on its `Location` |
+//! | `PUT /rooms/{room}/rtp/{id}` | `application/sdp`: the answer to our offer (204), or a new offer in the call (re-INVITE: new address, codecs, direction or keys; 200 with our answer) |
 //! | `PATCH {Location}` | trickle ICE (204) or ICE restart (200 with our new credentials), `If-Match` required |
 //! | `DELETE {Location}` | leave (close_notify) |
 //! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
@@ -30,12 +32,13 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use prometheus_client::registry::Registry;
 use secrelay_wire::sdp::parse_offer;
-use secrelay_wire::sdp_rtp::parse_rtp;
+use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::stats::StatsCollector;
 use super::{Gateway, JoinError, JoinKind};
 use crate::ice_lite::Credentials;
+use crate::leg::{CodecId, RtpOfferSpec};
 
 /// A resource made by a POST, as PATCH and DELETE find it.
 #[derive(Debug, Clone)]
@@ -137,7 +140,11 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             delete(leave_resource).patch(patch_resource),
         )
         .route("/rooms/{room}/rtp", post(rtp_offer))
-        .route("/rooms/{room}/rtp/{id}", delete(leave_resource))
+        .route("/rooms/{room}/rtp/offer", post(rtp_make_offer))
+        .route(
+            "/rooms/{room}/rtp/{id}",
+            delete(leave_resource).put(rtp_update),
+        )
         .route("/api/rooms", get(api_rooms))
         .route("/api/rooms/{room}", get(api_room))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
@@ -238,39 +245,20 @@ async fn offer(
     body: Bytes,
     kind: JoinKind,
 ) -> Response {
-    if !valid_room(&room) {
-        return refuse(
-            &s,
-            StatusCode::NOT_FOUND,
-            "room names are 1-64 characters of A-Z a-z 0-9 - _ .",
-        );
-    }
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = admit_to_room(&s, &room, &headers) {
         return *r;
     }
-    if !content_type_is(&headers, "application/sdp") {
-        return refuse(
-            &s,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "the offer must be sent as Content-Type: application/sdp",
-        );
-    }
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return refuse(&s, StatusCode::BAD_REQUEST, "the offer is not UTF-8");
+    let text = match sdp_body(&s, &headers, &body, "the offer") {
+        Ok(t) => t,
+        Err(r) => return *r,
     };
     let offer = match parse_offer(text) {
         Ok(o) => o,
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
     let g = &s.gateway;
-    // Only the gauge: `totals()` would copy every histogram for one number.
-    let alive = g.stats().participants();
-    if alive >= g.config().max_participants as u64 {
-        return refuse(
-            &s,
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the gateway is full ({alive} participants)"),
-        );
+    if let Err(r) = room_for_one_more(&s) {
+        return *r;
     }
     let remote_ufrag = offer.ice_ufrag.clone();
     match g.join(&room, offer, kind).await {
@@ -313,6 +301,55 @@ async fn offer(
     }
 }
 
+/// A request about `room`: the name is valid and the caller may use it.
+fn admit_to_room(s: &AppState, room: &str, headers: &HeaderMap) -> Result<(), Box<Response>> {
+    if !valid_room(room) {
+        return Err(Box::new(refuse(
+            s,
+            StatusCode::NOT_FOUND,
+            "room names are 1-64 characters of A-Z a-z 0-9 - _ .",
+        )));
+    }
+    authorize(s, room, headers)
+}
+
+/// The body as SDP text (`what`: how the refusal names it): `application/sdp`, UTF-8.
+fn sdp_body<'b>(
+    s: &AppState,
+    headers: &HeaderMap,
+    body: &'b Bytes,
+    what: &str,
+) -> Result<&'b str, Box<Response>> {
+    if !content_type_is(headers, "application/sdp") {
+        return Err(Box::new(refuse(
+            s,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("{what} must be sent as Content-Type: application/sdp"),
+        )));
+    }
+    std::str::from_utf8(body).map_err(|_| {
+        Box::new(refuse(
+            s,
+            StatusCode::BAD_REQUEST,
+            format!("{what} is not UTF-8"),
+        ))
+    })
+}
+
+/// Whether the gateway takes one more participant (`max_participants`).
+fn room_for_one_more(s: &AppState) -> Result<(), Box<Response>> {
+    // Only the gauge: `totals()` would copy every histogram for one number.
+    let alive = s.gateway.stats().participants();
+    if alive >= s.gateway.config().max_participants as u64 {
+        return Err(Box::new(refuse(
+            s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the gateway is full ({alive} participants)"),
+        )));
+    }
+    Ok(())
+}
+
 fn join_refused(s: &AppState, e: JoinError) -> Response {
     match e {
         JoinError::Unacceptable(why) => refuse(
@@ -340,59 +377,178 @@ async fn rtp_offer(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if !valid_room(&room) {
-        return refuse(
-            &s,
-            StatusCode::NOT_FOUND,
-            "room names are 1-64 characters of A-Z a-z 0-9 - _ .",
-        );
-    }
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = admit_to_room(&s, &room, &headers) {
         return *r;
     }
-    if !content_type_is(&headers, "application/sdp") {
-        return refuse(
-            &s,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "the offer must be sent as Content-Type: application/sdp",
-        );
-    }
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return refuse(&s, StatusCode::BAD_REQUEST, "the offer is not UTF-8");
+    let text = match sdp_body(&s, &headers, &body, "the offer") {
+        Ok(t) => t,
+        Err(r) => return *r,
     };
     let offer = match parse_rtp(text) {
         Ok(o) => o,
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
-    let alive = s.gateway.stats().participants();
-    if alive >= s.gateway.config().max_participants as u64 {
-        return refuse(
-            &s,
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the gateway is full ({alive} participants)"),
-        );
+    if let Err(r) = room_for_one_more(&s) {
+        return *r;
     }
     match s.gateway.join_rtp(&room, offer).await {
-        Ok(j) => {
-            let location = format!("/rooms/{room}/rtp/{}", j.id);
-            s.resources().insert(
-                j.id.clone(),
-                Resource {
-                    room,
-                    etag: String::new(),
-                    remote_ufrag: String::new(),
-                    ended: None,
-                },
-            );
-            let mut r = (StatusCode::CREATED, j.answer).into_response();
-            let h = r.headers_mut();
-            h.insert(
+        Ok(j) => rtp_created(&s, room, j.id, j.answer),
+        Err(e) => join_refused(&s, e),
+    }
+}
+
+/// What `POST /rooms/{room}/rtp/offer` may ask for (every key optional).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OfferRequest {
+    /// `RTP/AVP` (the default), `RTP/AVPF`, `RTP/SAVP` or `RTP/SAVPF`.
+    transport: Option<String>,
+    /// Codec names (`opus`, `PCMU`, `PCMA`), in order; the gateway's audio codecs by default.
+    codecs: Option<Vec<String>>,
+    /// SDES suites to offer, in order; the configured ones by default.
+    suites: Option<Vec<String>>,
+    /// Offer `a=rtcp-mux` (default false: RTCP on the next port).
+    rtcp_mux: Option<bool>,
+}
+
+impl OfferRequest {
+    fn spec(self, sdes_default: &[secrelay_srtp::Profile]) -> Result<RtpOfferSpec, String> {
+        let transport = Transport::parse(self.transport.as_deref().unwrap_or("RTP/AVP"));
+        if !(transport.is_plain() || transport.is_sdes()) {
+            return Err(format!(
+                "transport {}: RTP/AVP, RTP/AVPF, RTP/SAVP or RTP/SAVPF",
+                transport.as_str()
+            ));
+        }
+        let codecs = match self.codecs {
+            None => vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            Some(names) => names
+                .iter()
+                .map(|n| {
+                    CodecId::ALL
+                        .into_iter()
+                        .find(|c| c.is_audio() && c.name().eq_ignore_ascii_case(n))
+                        .ok_or_else(|| format!("codec {n:?}: opus, PCMU or PCMA"))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        if codecs.is_empty() {
+            return Err("codecs: name at least one".into());
+        }
+        let suites = match (transport.is_sdes(), self.suites) {
+            (false, _) => Vec::new(),
+            (true, None) => sdes_default.to_vec(),
+            (true, Some(names)) => names
+                .iter()
+                .map(|n| n.parse().map_err(|e| format!("suite {n:?}: {e}")))
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        Ok(RtpOfferSpec {
+            transport,
+            codecs: codecs.into_iter().map(|c| (c, c.offer_codec())).collect(),
+            suites,
+            rtcp_mux: self.rtcp_mux.unwrap_or(false),
+            ptime: None,
+        })
+    }
+}
+
+/// `POST /rooms/{room}/rtp/offer`: a telephony leg that makes the offer; 201 with it and the
+/// leg's `Location`, where the answer is `PUT`.
+async fn rtp_make_offer(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = admit_to_room(&s, &room, &headers) {
+        return *r;
+    }
+    let request = if body.iter().all(u8::is_ascii_whitespace) {
+        OfferRequest::default()
+    } else if !content_type_is(&headers, "application/json") {
+        return refuse(
+            &s,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "what to offer is sent as Content-Type: application/json (or nothing)",
+        );
+    } else {
+        match serde_json::from_slice::<OfferRequest>(&body) {
+            Ok(r) => r,
+            Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad request: {e}")),
+        }
+    };
+    let spec = match request.spec(&s.gateway.config().sdes_profiles().unwrap_or_default()) {
+        Ok(spec) => spec,
+        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad request: {why}")),
+    };
+    if let Err(r) = room_for_one_more(&s) {
+        return *r;
+    }
+    match s.gateway.offer_rtp(&room, spec).await {
+        Ok(j) => rtp_created(&s, room, j.id, j.answer),
+        Err(e) => join_refused(&s, e),
+    }
+}
+
+/// 201 for a new telephony leg: its SDP and `Location`, the resource noted for `DELETE`.
+fn rtp_created(s: &AppState, room: String, id: String, sdp: String) -> Response {
+    let location = format!("/rooms/{room}/rtp/{id}");
+    s.resources().insert(
+        id,
+        Resource {
+            room,
+            etag: String::new(),
+            remote_ufrag: String::new(),
+            ended: None,
+        },
+    );
+    let mut r = (StatusCode::CREATED, sdp).into_response();
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/sdp"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        h.insert(header::LOCATION, v);
+    }
+    r
+}
+
+/// `PUT /rooms/{room}/rtp/{id}`: the answer to our offer (204), or a new offer in the call
+/// (200 with our answer).
+async fn rtp_update(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    let known = s
+        .resources()
+        .get(&id)
+        .is_some_and(|r| r.room == room && r.ended.is_none());
+    if !known {
+        return refuse(&s, StatusCode::NOT_FOUND, "no such telephony leg");
+    }
+    let text = match sdp_body(&s, &headers, &body, "the SDP") {
+        Ok(t) => t,
+        Err(r) => return *r,
+    };
+    let sdp = match parse_rtp(text) {
+        Ok(o) => o,
+        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP: {e}")),
+    };
+    match s.gateway.update_rtp(&room, &id, sdp).await {
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(answer)) => {
+            let mut r = (StatusCode::OK, answer).into_response();
+            r.headers_mut().insert(
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/sdp"),
             );
-            if let Ok(v) = HeaderValue::from_str(&location) {
-                h.insert(header::LOCATION, v);
-            }
             r
         }
         Err(e) => join_refused(&s, e),

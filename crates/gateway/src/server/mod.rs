@@ -371,6 +371,43 @@ impl Gateway {
         rx.await.unwrap_or(Err(JoinError::ShuttingDown))
     }
 
+    /// SDP from a telephony participant's phone, in the call: the answer to our offer
+    /// (`None`), or a new offer (re-INVITE: new address, codecs, direction or keys) and our
+    /// answer to it.
+    pub async fn update_rtp(
+        &self,
+        room: &str,
+        id: &str,
+        sdp: RtpDescription,
+    ) -> Result<Option<String>, JoinError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::UpdateRtp {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            sdp: Box::new(sdp),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
+    /// A new offer of ours to a telephony participant's phone, in the call (the other side
+    /// of a re-INVITE); its answer comes to [`Gateway::update_rtp`].
+    pub async fn reoffer_rtp(&self, room: &str, id: &str) -> Result<String, JoinError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::ReofferRtp {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
     /// Telephony ports in use (none once every telephony leg ended).
     pub fn rtp_ports_in_use(&self) -> usize {
         self.shared.ports.in_use()

@@ -49,7 +49,24 @@ struct Call {
     callee_offer: String,
     /// The member facing the caller, and our answer to it, once answered.
     caller: Option<(String, String)>,
+    /// The last new offer in the answered call (a re-INVITE from either side).
+    reoffer: Option<Reoffer>,
     created: Instant,
+}
+
+/// A new offer in an answered call: from whom, and what each side gets.
+#[derive(Debug, Clone)]
+struct Reoffer {
+    /// The offering side's tag and SDP.
+    from_tag: String,
+    sdp: String,
+    /// Our new offer to the other side (the reply to the `offer`), and that side's member.
+    offer: String,
+    answerer: String,
+    /// Our answer to the offering side (the reply to the `answer`), and whether it was
+    /// answered.
+    answer: String,
+    answered: bool,
 }
 
 /// The ng server's state.
@@ -201,15 +218,12 @@ impl Ng {
 
     /// `offer`: the member facing the callee, made as our offer.
     async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
-        if let Some(c) = self.calls.get(&o.call_id) {
-            if c.from_tag == o.from_tag && c.caller_sdp == o.sdp {
+        if let Some(c) = self.calls.get(&o.call_id).cloned() {
+            if c.from_tag == o.from_tag && c.caller_sdp == o.sdp && c.reoffer.is_none() {
                 // The same offer again (a retransmission under a new cookie): the same reply.
                 return Ok(sdp_reply(&c.callee_offer, &[]));
             }
-            return Err(
-                "a new offer in an existing call (re-INVITE, re-keying) is not supported yet"
-                    .into(),
-            );
+            return self.reoffer(c, o).await;
         }
         let caller = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
         let section = caller
@@ -296,20 +310,108 @@ impl Ng {
                 callee_id: j.id,
                 callee_offer: j.answer.clone(),
                 caller: None,
+                reoffer: None,
                 created: Instant::now(),
             },
         );
         Ok(sdp_reply(&j.answer, &warnings))
     }
 
+    /// A new offer in an answered call (a re-INVITE from either side: new address, codecs,
+    /// direction or keys): the offering side's member takes it (its answer kept for the
+    /// `answer`), and the other side's member makes a new offer of ours, the reply. Telephony
+    /// members only.
+    async fn reoffer(&mut self, call: Call, o: OfferAnswer) -> Result<Bencode, String> {
+        if let Some(r) = &call.reoffer {
+            if r.from_tag == o.from_tag && r.sdp == o.sdp {
+                // A retransmission: the same reply.
+                return Ok(sdp_reply(&r.offer, &[]));
+            }
+            if !r.answered {
+                return Err("a new offer in this call still waits for its answer".into());
+            }
+        }
+        let Some((caller_id, _)) = &call.caller else {
+            return Err(
+                "a new offer before the call was answered (only the first offer's retransmissions are taken)"
+                    .into(),
+            );
+        };
+        let (offerer, answerer) = if o.from_tag == call.from_tag {
+            (caller_id.clone(), call.callee_id.clone())
+        } else if call.to_tag.as_deref() == Some(o.from_tag.as_str()) {
+            (call.callee_id.clone(), caller_id.clone())
+        } else {
+            return Err(format!(
+                "from-tag {:?} is neither side of this call",
+                o.from_tag
+            ));
+        };
+        let sdp = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        if sdp
+            .sections
+            .iter()
+            .any(|s| s.port != 0 && s.transport.is_dtls())
+        {
+            return Err(
+                "a new offer with DTLS (WebRTC) in an answered call is not supported yet".into(),
+            );
+        }
+        // Our offer to the other side first: if that side cannot take one (a WebRTC member),
+        // nothing has changed yet.
+        let offer = self
+            .gateway
+            .reoffer_rtp(&call.room, &answerer)
+            .await
+            .map_err(|e| join_reason(&e))?;
+        let answer = match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Err("the offering side had an offer of ours pending".into()),
+            Err(e) => return Err(join_reason(&e)),
+        };
+        if let Some(c) = self.calls.get_mut(&o.call_id) {
+            if o.from_tag == c.from_tag {
+                c.caller_sdp = o.sdp.clone();
+            }
+            c.reoffer = Some(Reoffer {
+                from_tag: o.from_tag,
+                sdp: o.sdp,
+                offer: offer.clone(),
+                answerer,
+                answer,
+                answered: false,
+            });
+        }
+        Ok(sdp_reply(&offer, &o.flags.ignored))
+    }
+
     /// `answer`: the callee's member takes its answer; the caller's member is made, with the
-    /// codecs the callee took.
+    /// codecs the callee took. After a new offer in the answered call, the other side's answer
+    /// to it.
     async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
         let call = self
             .calls
             .get(&a.call_id)
             .cloned()
             .ok_or_else(|| format!("unknown call-id {:?}", a.call_id))?;
+        if let Some(r) = call.reoffer.as_ref().filter(|r| r.from_tag == a.from_tag) {
+            if !r.answered {
+                let sdp = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+                match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => {
+                        return Err("the answering side had no offer of ours pending".into())
+                    }
+                    Err(e) => return Err(join_reason(&e)),
+                }
+                if let Some(c) = self.calls.get_mut(&a.call_id) {
+                    if let Some(r) = c.reoffer.as_mut() {
+                        r.answered = true;
+                    }
+                }
+            }
+            return Ok(sdp_reply(&r.answer, &a.flags.ignored));
+        }
         if call.from_tag != a.from_tag {
             return Err(format!(
                 "from-tag {:?} is not this call's caller",

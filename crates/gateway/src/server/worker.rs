@@ -83,6 +83,20 @@ pub(crate) enum Command {
         answer: Box<RtpDescription>,
         reply: oneshot::Sender<Result<Vec<(CodecId, u8)>, JoinError>>,
     },
+    /// SDP from a telephony participant's phone in the call: the answer to our offer
+    /// (replies `None`), or a new offer (replies our answer).
+    UpdateRtp {
+        room: String,
+        id: String,
+        sdp: Box<RtpDescription>,
+        reply: oneshot::Sender<Result<Option<String>, JoinError>>,
+    },
+    /// A new offer of ours to a telephony participant's phone, in the call.
+    ReofferRtp {
+        room: String,
+        id: String,
+        reply: oneshot::Sender<Result<String, JoinError>>,
+    },
     /// ICE restart with the peer's new credentials; replies our new ones.
     IceRestart {
         room: String,
@@ -369,6 +383,21 @@ impl Worker {
                 reply,
             } => {
                 let r = self.shard.answer_rtp(now, &room, &id, &answer);
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::UpdateRtp {
+                room,
+                id,
+                sdp,
+                reply,
+            } => {
+                let r = self.shard.update_rtp(now, &room, &id, &sdp);
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::ReofferRtp { room, id, reply } => {
+                let r = self.shard.reoffer_rtp(&room, &id);
                 self.after_command();
                 let _ = reply.send(r);
             }
