@@ -2,11 +2,14 @@
 //! outside clients would: HTTP room joins with SDP offers, ICE checks, DTLS-SRTP handshakes,
 //! then G.711 20 ms audio over SRTP on real UDP sockets, relayed and re-protected for each
 //! receiver with that receiver's own keys. Once a second each sender also injects a replayed
-//! and a forged packet, which the gateway must drop and count.
+//! and a forged packet, which the gateway must drop and count. Each room also has two SIP-style
+//! phones on ports of their own, joined with `POST /rooms/{room}/rtp`: one SDES-SRTP (a key of
+//! its own in `a=crypto`) and one plain RTP, so the three kinds of leg are at work together.
 
+use std::collections::BTreeSet;
 use std::io::IsTerminal;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,8 +18,11 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use secrelay_gateway::server::Totals;
 use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_srtp::Profile;
 use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport};
+use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::{Leg, Signaling};
+use secrelay_wire::RtpHeader;
 
 /// Flags of `secrelay demo`.
 #[derive(Args, Debug)]
@@ -54,6 +60,82 @@ fn progress_line(t: &Totals, p: &FleetProgress, total: usize) -> String {
         us(since.quantile(0.5)),
         us(since.quantile(0.99)),
     )
+}
+
+/// What the phones of one kind did.
+#[derive(Debug, Default, serde::Serialize)]
+struct PhoneTally {
+    /// `sdes` or `plain`.
+    leg: &'static str,
+    phones: usize,
+    sent: u64,
+    received: u64,
+    /// Distinct streams each phone heard, summed.
+    streams: usize,
+}
+
+/// One SDES-SRTP and one plain RTP phone in each room, joined over HTTP, each sending G.711
+/// 20 ms frames and reading what the gateway sends it until `stop`; then they leave.
+fn run_phones(sig: &Signaling, rooms: usize, stop: &AtomicBool) -> Result<Vec<PhoneTally>> {
+    let mut phones = Vec::new();
+    for r in 1..=rooms {
+        for (k, sdes) in [Some(Profile::AesCm128HmacSha1_80), None]
+            .into_iter()
+            .enumerate()
+        {
+            let ssrc = 0x7e1e_0000 | (r as u32) << 4 | k as u32;
+            let mut p = SocketPhone::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), sdes, ssrc)?;
+            let path = format!("/rooms/room-{r}/rtp");
+            let (status, location, answer) = sig.post_offer(&path, &p.phone.offer())?;
+            if status != 201 {
+                bail!("POST {path}: {status} {answer}");
+            }
+            p.phone
+                .accept_answer(&answer)
+                .map_err(|e| anyhow!("POST {path}: the answer: {e}"))?;
+            let location = location.ok_or_else(|| anyhow!("POST {path}: no Location"))?;
+            phones.push((p, location));
+        }
+    }
+    let mut next = Instant::now();
+    let mut sent = vec![0u64; phones.len()];
+    while !stop.load(Ordering::Relaxed) {
+        for (i, (p, _)) in phones.iter_mut().enumerate() {
+            // μ-law silence, one 20 ms frame.
+            p.send(&[0xff; 160])?;
+            sent[i] += 1;
+            p.read();
+        }
+        next += Duration::from_millis(20);
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut tallies = vec![
+        PhoneTally {
+            leg: "sdes",
+            ..PhoneTally::default()
+        },
+        PhoneTally {
+            leg: "plain",
+            ..PhoneTally::default()
+        },
+    ];
+    for (i, (p, location)) in phones.iter_mut().enumerate() {
+        p.read();
+        let _ = sig.delete(location);
+        let t = &mut tallies[if p.phone.sdes.is_some() { 0 } else { 1 }];
+        t.phones += 1;
+        t.sent += sent[i];
+        t.received += p.phone.received.len() as u64;
+        let ssrcs: BTreeSet<u32> = p
+            .phone
+            .received
+            .iter()
+            .filter_map(|r| RtpHeader::parse(r).ok().map(|h| h.ssrc()))
+            .collect();
+        t.streams += ssrcs.len();
+    }
+    Ok(tallies)
 }
 
 /// Runs the demo.
@@ -100,7 +182,12 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();
+    let phone_sig = fleet_config.signaling.clone();
     let runner = std::thread::spawn(move || fleet::run(&fleet_config, p2));
+    let stop_phones = Arc::new(AtomicBool::new(false));
+    let stop = stop_phones.clone();
+    let rooms = a.rooms;
+    let phones = std::thread::spawn(move || run_phones(&phone_sig, rooms, &stop));
     let tty = std::io::stderr().is_terminal();
     let bar = if tty {
         let b = ProgressBar::new_spinner();
@@ -135,14 +222,18 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     let report = runner
         .join()
         .map_err(|_| anyhow!("the simulated participants' thread panicked"))??;
+    stop_phones.store(true, Ordering::Relaxed);
+    let phones = phones.join().map_err(|_| {
+        anyhow!("the phones' thread panicked (SRTP from the gateway that did not open?)")
+    })??;
     // Give the DELETEs' close_notify a moment, then read the gateway's view.
     std::thread::sleep(Duration::from_millis(100));
     let totals = g.stats().totals();
     let sessions_left = totals.participants;
     server.shutdown();
-    print_summary(&report, &totals, sessions_left);
+    print_summary(&report, &totals, sessions_left, &phones);
     if let Some(path) = &a.json {
-        let v = summary_json(&report, &totals);
+        let v = summary_json(&report, &totals, &phones);
         std::fs::write(path, serde_json::to_string_pretty(&v)?)
             .map_err(|e| anyhow!("--json {}: {e}", path.display()))?;
     }
@@ -157,13 +248,16 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     if report.received == 0 {
         bail!("no media was relayed");
     }
+    if let Some(t) = phones.iter().find(|t| t.received == 0) {
+        bail!("the {} phones heard nothing", t.leg);
+    }
     if sessions_left > 0 {
         bail!("{sessions_left} sessions were left behind after every participant left");
     }
     Ok(())
 }
 
-fn print_summary(r: &FleetReport, t: &Totals, left: u64) {
+fn print_summary(r: &FleetReport, t: &Totals, left: u64, phones: &[PhoneTally]) {
     let q = |p: f64| us(t.relay_latency.quantile(p));
     println!("secrelay demo: summary");
     println!(
@@ -200,6 +294,27 @@ fn print_summary(r: &FleetReport, t: &Totals, left: u64) {
             "  end-to-end delay  p50 {p50} µs, p90 {p90} µs, p99 {p99} µs, max {max} µs (sender to receiver, both SRTP ends included)"
         );
     }
+    for p in phones {
+        println!(
+            "  {:<17} {} phones: {} packets sent, {} received from {} streams ({})",
+            format!("{} legs", p.leg),
+            p.phones,
+            p.sent,
+            p.received,
+            p.streams,
+            if p.leg == "sdes" {
+                "SRTP with keys of their own in a=crypto"
+            } else {
+                "RTP in the clear"
+            }
+        );
+    }
+    let by_leg: Vec<String> = t
+        .by_leg
+        .iter()
+        .map(|l| format!("{} {} in / {} out", l.leg, l.packets_in, l.packets_out))
+        .collect();
+    println!("  by kind of leg    {}", by_leg.join(", "));
     let drops: Vec<String> = t
         .drops_by_reason
         .iter()
@@ -229,7 +344,7 @@ fn print_summary(r: &FleetReport, t: &Totals, left: u64) {
     );
 }
 
-fn summary_json(r: &FleetReport, t: &Totals) -> serde_json::Value {
+fn summary_json(r: &FleetReport, t: &Totals, phones: &[PhoneTally]) -> serde_json::Value {
     let q = |p: f64| t.relay_latency.quantile(p).map(|d| d.as_secs_f64() * 1e6);
     serde_json::json!({
         "participants": r.participants,
@@ -245,6 +360,7 @@ fn summary_json(r: &FleetReport, t: &Totals) -> serde_json::Value {
         "media_secs": r.media_secs,
         "end_to_end_delay_us": r.delay_us.map(|d| serde_json::json!({"p50": d[0], "p90": d[1], "p99": d[2], "max": d[3]})),
         "setup_ms": r.setup_ms.map(|s| serde_json::json!({"p50": s[0], "p99": s[1]})),
+        "phones": phones,
         "gateway": {
             "handshakes_ok": t.handshakes_ok,
             "handshakes_failed": t.handshakes_failed,
@@ -254,6 +370,7 @@ fn summary_json(r: &FleetReport, t: &Totals) -> serde_json::Value {
             "drops": t.drops_by_reason.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
             "closed": t.closed_by_reason.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
             "relay_latency_us": {"p50": q(0.5), "p99": q(0.99), "p999": q(0.999)},
+            "by_leg": t.by_leg.iter().map(|l| (l.leg.to_string(), serde_json::json!({"participants": l.participants, "packets_in": l.packets_in, "packets_out": l.packets_out, "drops": l.drops}))).collect::<serde_json::Map<_, _>>(),
         },
     })
 }

@@ -49,6 +49,23 @@ fn demo_relays_every_participant_and_drops_the_attacks() {
     assert!(g["drops"]["replayed"].as_u64().unwrap() >= 6, "{v}");
     assert!(g["drops"]["auth_failed"].as_u64().unwrap() >= 6, "{v}");
     assert!(v["end_to_end_delay_us"]["p50"].as_u64().unwrap() > 0);
+    // An SDES and a plain phone in each room: each hears the three browsers and the other
+    // phone, and the gateway counts each kind of leg apart.
+    for (i, leg) in ["sdes", "plain"].into_iter().enumerate() {
+        let p = &v["phones"][i];
+        assert_eq!(p["leg"], leg, "{v}");
+        assert_eq!(p["phones"], 2, "{v}");
+        assert_eq!(p["streams"], 8, "{v}");
+        assert!(p["received"].as_u64().unwrap() >= 200, "{v}");
+        assert!(
+            g["by_leg"][leg]["packets_in"].as_u64().unwrap() >= 100,
+            "{v}"
+        );
+    }
+    assert!(
+        stdout.contains("sdes legs") && stdout.contains("plain legs"),
+        "{stdout}"
+    );
 }
 
 #[test]

@@ -315,9 +315,30 @@ pub struct ShardCounters {
     pub connected: u64,
     /// Rooms now.
     pub rooms: u64,
+    /// The members' part of `media`, and members now, by the kind each member joined as
+    /// ([`crate::leg::LegKind::index`]).
+    pub by_leg: [LegCounters; 3],
+}
+
+/// One kind of member's share of a shard's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LegCounters {
+    /// Members of this kind now.
+    pub members: u64,
+    /// Their counters (those that left included).
+    pub media: Counters,
 }
 
 impl ShardCounters {
+    /// Adds a room's counters (a room that went, or one summed into a snapshot), in all and by
+    /// kind of member.
+    pub fn add_room(&mut self, room: &crate::room::Room) {
+        for (k, c) in room.counters_by_kind().iter().enumerate() {
+            self.media.add(c);
+            self.by_leg[k].media.add(c);
+        }
+    }
+
     /// Adds `other` (another shard) into these.
     pub fn add(&mut self, other: &ShardCounters) {
         self.media.add(&other.media);
@@ -331,6 +352,10 @@ impl ShardCounters {
         self.members += other.members;
         self.connected += other.connected;
         self.rooms += other.rooms;
+        for (a, b) in self.by_leg.iter_mut().zip(&other.by_leg) {
+            a.members += b.members;
+            a.media.add(&b.media);
+        }
     }
 }
 

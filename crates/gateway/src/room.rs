@@ -53,7 +53,7 @@ use secrelay_srtp::Context;
 use secrelay_wire::demux::RtpFacts;
 
 use crate::counters::{Counters, DropReason};
-use crate::leg::{CodecId, CopyTarget, Leg, LegOutput};
+use crate::leg::{CodecId, CopyTarget, Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 
 /// A member's handle in its room.
@@ -99,6 +99,8 @@ pub enum RoomOutput<'a> {
 struct Member {
     id: MemberId,
     role: MemberRole,
+    /// The kind it joined as (its counters stay with it, whatever a renegotiation makes it).
+    kind: LegKind,
     leg: Leg,
     /// One per receiving section of the answer.
     slots: Vec<Slot>,
@@ -146,6 +148,7 @@ impl Member {
         Member {
             id,
             role,
+            kind: leg.kind(),
             leg,
             slots,
             unslotted: Vec::new(),
@@ -206,8 +209,9 @@ pub struct Room {
     next_id: u32,
     cursor: usize,
     scratch: Vec<u8>,
-    /// Counters of members that left, so the room's sums never go down.
-    retired: Counters,
+    /// Counters of members that left, by the kind they joined as, so the room's sums never go
+    /// down.
+    retired: [Counters; 3],
     rtcp: RtcpConfig,
     /// Reports made by `handle_timeout`, not yet taken.
     reports: Vec<(MemberId, Vec<u8>)>,
@@ -246,7 +250,7 @@ impl Room {
             next_id: 1,
             cursor: 0,
             scratch: Vec::with_capacity(1500),
-            retired: Counters::default(),
+            retired: [Counters::default(); 3],
             rtcp,
             reports: Vec::new(),
         }
@@ -273,7 +277,7 @@ impl Room {
                 }
             }
         }
-        self.retired.add(m.leg.counters());
+        self.retired[m.kind.index()].add(m.leg.counters());
         self.reports.retain(|(r, _)| *r != id);
         self.cursor = 0;
         Some(m.leg)
@@ -321,11 +325,29 @@ impl Room {
 
     /// The members' counters summed, with those of members that left.
     pub fn counters(&self) -> Counters {
-        let mut c = self.retired;
-        for m in &self.members {
-            c.add(m.leg.counters());
+        let mut c = Counters::default();
+        for k in &self.counters_by_kind() {
+            c.add(k);
         }
         c
+    }
+
+    /// [`Room::counters`] by the kind each member joined as ([`LegKind::index`]).
+    pub fn counters_by_kind(&self) -> [Counters; 3] {
+        let mut c = self.retired;
+        for m in &self.members {
+            c[m.kind.index()].add(m.leg.counters());
+        }
+        c
+    }
+
+    /// The members now, by the kind each joined as.
+    pub fn members_by_kind(&self) -> [u64; 3] {
+        let mut n = [0; 3];
+        for m in &self.members {
+            n[m.kind.index()] += 1;
+        }
+        n
     }
 
     /// The SSRC `receiver` sees for `source`'s stream `ssrc`, once one packet was forwarded.

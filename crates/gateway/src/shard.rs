@@ -861,8 +861,7 @@ impl Shard {
                 }));
             }
             if s.room.is_empty() {
-                let c = s.room.counters();
-                self.counters.media.add(&c);
+                self.counters.add_room(&s.room);
                 self.room_index.remove(&s.name);
                 self.rooms[slot] = None;
             }
@@ -880,8 +879,7 @@ impl Shard {
             return;
         }
         tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
-        let c = s.room.counters();
-        self.counters.media.add(&c);
+        self.counters.add_room(&s.room);
         for (_, meta) in s.members {
             for u in &meta.ufrags {
                 self.by_ufrag.remove(u);
@@ -1362,7 +1360,10 @@ impl Shard {
     pub fn counters(&self) -> ShardCounters {
         let mut c = self.counters;
         for s in self.rooms.iter().flatten() {
-            c.media.add(&s.room.counters());
+            c.add_room(&s.room);
+            for (k, n) in s.room.members_by_kind().into_iter().enumerate() {
+                c.by_leg[k].members += n;
+            }
             c.rooms += 1;
             c.members += s.members.len() as u64;
             c.connected += s

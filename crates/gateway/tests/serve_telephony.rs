@@ -280,6 +280,32 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
         assert_eq!(got["lost"], 0, "{p}");
         assert!(p["rtcp"]["reports_sent"].as_u64().unwrap() >= 1, "{p}");
     }
+    // The metrics split by kind of participant.
+    let metrics = agent()
+        .get(&format!("{}/metrics", s.url()))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let value = |series: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{series} in {metrics}"))
+    };
+    for leg in ["webrtc", "sdes", "plain"] {
+        assert_eq!(
+            value(&format!("secrelay_participants_by_leg{{leg=\"{leg}\"}}")),
+            1
+        );
+        let into = value(&format!(
+            "secrelay_leg_packets_total{{leg=\"{leg}\",direction=\"in\"}}"
+        ));
+        assert!(into >= 100, "{leg}: {into} packets in");
+        let forwarded = value(&format!("secrelay_leg_forwarded_total{{leg=\"{leg}\"}}"));
+        assert!(forwarded >= 150, "{leg}: {forwarded} copies");
+    }
     for loc in [&sdes.location, &plain.location] {
         let r = agent().delete(&format!("{}{loc}", s.url())).call().unwrap();
         assert_eq!(r.status().as_u16(), 200);

@@ -335,8 +335,12 @@ impl SimParticipant {
                 if p.len() >= 8 {
                     let sent = u64::from_be_bytes(p[..8].try_into().expect("8 bytes"));
                     let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
-                    let us = now_ns.saturating_sub(sent) / 1_000;
-                    self.delays_us.push(us.min(u64::from(u32::MAX)) as u32);
+                    // A stamp after now is not a fleet sender's (a phone's G.711 in the same
+                    // room): no delay from it.
+                    if sent <= now_ns {
+                        let us = (now_ns - sent) / 1_000;
+                        self.delays_us.push(us.min(u64::from(u32::MAX)) as u32);
+                    }
                 }
                 self.streams
                     .entry(h.ssrc())

@@ -285,6 +285,36 @@ pub enum LegOutput<'a> {
     Timeout(Instant),
 }
 
+/// The kinds of member, as the API and the metrics split them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LegKind {
+    /// WebRTC: ICE-lite, DTLS-SRTP.
+    WebRtc,
+    /// Telephony with SDES-SRTP.
+    Sdes,
+    /// Telephony with plain RTP.
+    Plain,
+}
+
+impl LegKind {
+    /// Every kind, in the order of [`LegKind::index`].
+    pub const ALL: [LegKind; 3] = [LegKind::WebRtc, LegKind::Sdes, LegKind::Plain];
+
+    /// `webrtc`, `sdes` or `plain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            LegKind::WebRtc => "webrtc",
+            LegKind::Sdes => "sdes",
+            LegKind::Plain => "plain",
+        }
+    }
+
+    /// Its place in [`LegKind::ALL`] (and in arrays indexed by kind).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// A member of a room. See the [module documentation](self).
 // Inline, not boxed: a room keeps its members in one Vec and reaches a leg's SRTP contexts on
 // every packet; the smaller kinds' unused bytes cost less than a pointer chase per packet.
@@ -343,13 +373,18 @@ impl Leg {
         }
     }
 
+    /// What kind of leg it is now (a renegotiation may turn a plain leg into an SDES one).
+    pub fn kind(&self) -> LegKind {
+        match self {
+            Leg::WebRtc(_) => LegKind::WebRtc,
+            Leg::Rtp(l) if l.sdes_profile().is_some() => LegKind::Sdes,
+            Leg::Rtp(_) => LegKind::Plain,
+        }
+    }
+
     /// What kind of leg: `webrtc`, `sdes` or `plain` (for the API and logs).
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            Leg::WebRtc(_) => "webrtc",
-            Leg::Rtp(l) if l.sdes_profile().is_some() => "sdes",
-            Leg::Rtp(_) => "plain",
-        }
+        self.kind().name()
     }
 
     /// The negotiated SRTP profile, once there is one (`None` for plain RTP).

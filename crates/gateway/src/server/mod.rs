@@ -46,7 +46,7 @@ use directory::Directory;
 use ports::PortPool;
 use secrelay_wire::sdp_rtp::RtpDescription;
 use stats::WorkerStats;
-pub use stats::{GatewayStats, HistogramSnapshot, Totals};
+pub use stats::{GatewayStats, HistogramSnapshot, LegTotals, Totals};
 use worker::{Command, Peer, Shared, Worker};
 
 /// Why the server could not start.

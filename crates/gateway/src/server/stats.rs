@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::counters::ShardCounters;
+use crate::leg::LegKind;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -257,6 +258,8 @@ pub struct Totals {
     pub rooms: u64,
     /// Sessions closed by reason (only the non-zero ones).
     pub closed_by_reason: Vec<(&'static str, u64)>,
+    /// By kind of participant (`webrtc`, `sdes`, `plain`, in that order).
+    pub by_leg: Vec<LegTotals>,
     /// Relay latency.
     pub relay_latency: HistogramSnapshot,
     /// Handshake durations.
@@ -325,6 +328,19 @@ impl GatewayStats {
                 .collect(),
             relay_latency,
             handshake_time,
+            by_leg: LegKind::ALL
+                .iter()
+                .map(|k| {
+                    let c = &s.by_leg[k.index()];
+                    LegTotals {
+                        leg: k.name(),
+                        participants: c.members,
+                        packets_in: c.media.packets_in,
+                        packets_out: c.media.packets_out,
+                        drops: c.media.drops.total(),
+                    }
+                })
+                .collect(),
         }
     }
 }
@@ -365,6 +381,36 @@ fn labelled_counters(
         let labels = [(label, *v)];
         let c = ConstCounter::new(*n);
         c.encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One kind of participant's figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LegTotals {
+    /// `webrtc`, `sdes` or `plain`.
+    pub leg: &'static str,
+    /// Participants of this kind now.
+    pub participants: u64,
+    /// Packets received from them and sent to them.
+    pub packets_in: u64,
+    /// Packets sent to them.
+    pub packets_out: u64,
+    /// Drops at them, all reasons.
+    pub drops: u64,
+}
+
+/// A counter family with several labels per series.
+fn counters_labelled<const N: usize>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    values: &[([(&'static str, &'static str); N], u64)],
+) -> Result<(), fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, n) in values {
+        let c = ConstCounter::new(*n);
+        c.encode(m.encode_family(labels)?)?;
     }
     Ok(())
 }
@@ -516,6 +562,57 @@ impl Collector for StatsCollector {
             shards.connected,
         )?;
         gauge(e, "secrelay_rooms", "Rooms", shards.rooms)?;
+        {
+            let mut g = e.encode_descriptor(
+                "secrelay_participants_by_leg",
+                "Participants alive, by the kind each joined as (webrtc, sdes, plain)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for k in LegKind::ALL {
+                let v = ConstGauge::new(shards.by_leg[k.index()].members as i64);
+                v.encode(g.encode_family(&[("leg", k.name())])?)?;
+            }
+        }
+        let per_leg = |f: fn(&crate::counters::Counters) -> u64| -> Vec<([(&'static str, &'static str); 1], u64)> {
+            LegKind::ALL
+                .iter()
+                .map(|k| ([("leg", k.name())], f(&shards.by_leg[k.index()].media)))
+                .collect()
+        };
+        let mut packets = Vec::new();
+        let mut bytes = Vec::new();
+        for k in LegKind::ALL {
+            let c = &shards.by_leg[k.index()].media;
+            packets.push(([("leg", k.name()), ("direction", "in")], c.packets_in));
+            packets.push(([("leg", k.name()), ("direction", "out")], c.packets_out));
+            bytes.push(([("leg", k.name()), ("direction", "in")], c.bytes_in));
+            bytes.push(([("leg", k.name()), ("direction", "out")], c.bytes_out));
+        }
+        counters_labelled(
+            e,
+            "secrelay_leg_packets",
+            "Media and RTCP packets received from (in) and sent to (out) participants, by the kind each joined as",
+            &packets,
+        )?;
+        counters_labelled(
+            e,
+            "secrelay_leg_bytes",
+            "Their bytes, as on the wire",
+            &bytes,
+        )?;
+        counters_labelled(
+            e,
+            "secrelay_leg_forwarded",
+            "Media copies routed to participants, by the kind each joined as",
+            &per_leg(|c| c.forwarded),
+        )?;
+        counters_labelled(
+            e,
+            "secrelay_leg_drops",
+            "Drops at participants (all reasons), by the kind each joined as",
+            &per_leg(|c| c.drops.total()),
+        )?;
         let mut handshake_time = HistogramSnapshot::default();
         let mut relay_latency = HistogramSnapshot::default();
         let mut processing = HistogramSnapshot::default();
