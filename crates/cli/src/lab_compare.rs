@@ -1,10 +1,14 @@
-//! `secrelay lab relay-compare`: secrelay and rtpengine relaying SRTP→SRTP at the same rates.
+//! `secrelay lab relay-compare`: secrelay and rtpengine relaying the same calls at the same
+//! rates: SDES-SRTP↔SDES-SRTP on different suites and plain RTP↔plain RTP, set up through
+//! each relay's ng socket; and secrelay's WebRTC participants beside them.
 
 use std::path::PathBuf;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use secrelay_lab::client::compare::{rtpengine_row, secrelay_row, RelayRow};
+use secrelay_lab::client::compare::{ng_row, secrelay_row, NgRelay, RelayRow};
+use secrelay_lab::client::rtpengine::Keying;
+use secrelay_srtp::Profile;
 
 /// Flags of `secrelay lab relay-compare`.
 #[derive(Args, Debug)]
@@ -15,6 +19,11 @@ pub struct RelayCompareArgs {
     /// Seconds measured per relay and rate.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
+    /// Which calls: `sdes` (SDES-SRTP on two suites, through ng, both relays), `plain` (plain
+    /// RTP through ng, both relays), `webrtc` (DTLS-SRTP participants, secrelay only),
+    /// comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "sdes,plain,webrtc")]
+    pub legs: Vec<String>,
     /// The rtpengine binary (Debian's rtpengine-daemon).
     #[arg(long, default_value = "/usr/bin/rtpengine")]
     pub rtpengine: PathBuf,
@@ -23,7 +32,15 @@ pub struct RelayCompareArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Runs both relays at each rate and prints the comparison.
+/// The rtpengine row a row is compared with: the same legs, or SDES for WebRTC (rtpengine
+/// gets no WebRTC participants here).
+fn baseline<'r>(rows: &'r [RelayRow], r: &RelayRow) -> Option<&'r RelayRow> {
+    let legs = if r.legs == "webrtc" { "sdes" } else { &r.legs };
+    rows.iter()
+        .find(|x| x.relay == "rtpengine" && x.legs == legs && x.offered_pps == r.offered_pps)
+}
+
+/// Runs the relays at each rate and prints the comparison.
 pub fn run(a: &RelayCompareArgs) -> Result<()> {
     if !a.rtpengine.exists() {
         return Err(anyhow!(
@@ -31,35 +48,59 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
             a.rtpengine.display()
         ));
     }
+    for l in &a.legs {
+        if !matches!(l.as_str(), "sdes" | "plain" | "webrtc") {
+            bail!("--legs {l}: sdes, plain or webrtc");
+        }
+    }
     let exe = std::env::current_exe()?;
+    let sdes = Keying::Sdes {
+        caller: Profile::AesCm128HmacSha1_80,
+        callee: Profile::AesCm128HmacSha1_32,
+    };
     let mut rows: Vec<RelayRow> = Vec::new();
     for &pps in &a.rates {
-        eprintln!("relay-compare: rtpengine at {pps} packets/s …");
-        rows.push(rtpengine_row(&a.rtpengine, pps, a.duration)?);
-        eprintln!("relay-compare: secrelay at {pps} packets/s …");
-        rows.push(secrelay_row(&exe, pps, a.duration)?);
+        for legs in &a.legs {
+            let keying = match legs.as_str() {
+                "sdes" => sdes,
+                "plain" => Keying::Plain,
+                _ => {
+                    eprintln!("relay-compare: secrelay, WebRTC, at {pps} packets/s …");
+                    rows.push(secrelay_row(&exe, pps, a.duration)?);
+                    continue;
+                }
+            };
+            for relay in [NgRelay::Rtpengine(&a.rtpengine), NgRelay::Secrelay(&exe)] {
+                let name = match relay {
+                    NgRelay::Rtpengine(_) => "rtpengine",
+                    NgRelay::Secrelay(_) => "secrelay",
+                };
+                eprintln!("relay-compare: {name}, {legs} calls through ng, at {pps} packets/s …");
+                rows.push(ng_row(relay, pps, a.duration, keying)?);
+            }
+        }
     }
     println!(
-        "{:<10} {:>12} {:>8} {:>10} {:>10} {:>8} {:>9} {:>9} {:>16} {:>12}",
+        "{:<10} {:<7} {:>10} {:>6} {:>9} {:>9} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8} {:>11}",
         "relay",
+        "legs",
         "offered/s",
         "secs",
         "sent",
         "relayed",
         "lost",
-        "rx errors",
+        "rx err",
         "CPU s",
-        "CPU µs/relayed",
+        "µs/pkt",
+        "user µs",
+        "kern µs",
         "÷ rtpengine"
     );
     for r in &rows {
-        let base = rows
-            .iter()
-            .find(|x| x.relay == "rtpengine" && x.offered_pps == r.offered_pps)
-            .map(|x| x.cpu_us_per_relayed);
         println!(
-            "{:<10} {:>12} {:>8.1} {:>10} {:>10} {:>8} {:>9} {:>9.2} {:>16.2} {:>12}",
+            "{:<10} {:<7} {:>10} {:>6.1} {:>9} {:>9} {:>7} {:>6} {:>7.2} {:>9.2} {:>8.2} {:>8.2} {:>11}",
             r.relay,
+            r.legs,
             r.offered_pps,
             r.secs,
             r.sent,
@@ -68,7 +109,12 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
             r.rx_errors,
             r.cpu_secs,
             r.cpu_us_per_relayed,
-            base.map_or("-".into(), |b| format!("{:.2}", r.cpu_us_per_relayed / b))
+            r.user_us_per_relayed,
+            r.kernel_us_per_relayed,
+            baseline(&rows, r).map_or("-".into(), |b| format!(
+                "{:.2}",
+                r.cpu_us_per_relayed / b.cpu_us_per_relayed
+            ))
         );
     }
     if let Some(p) = &a.json {

@@ -1,8 +1,9 @@
 //! `secrelay lab relay-compare` as a user runs it, against the real rtpengine (Debian's
 //! rtpengine-daemon, forwarding in userspace; `scripts/setup` installs it): briefly and at a
 //! low rate, so that it holds on a loaded 2-core machine. Checks the JSON rows, not the
-//! figures' size: both relays relayed, nothing failed to unprotect, CPU per relayed packet
-//! was measured, and little was lost.
+//! figures' size: both relays relayed the same SDES and plain calls set up through their ng
+//! sockets (and secrelay its WebRTC participants), nothing failed to unprotect, CPU per
+//! relayed packet (user and kernel) was measured, and little was lost.
 //!
 //! Without rtpengine the test fails under CI (`CI` set) and says SKIPPED elsewhere
 //! (`lab_support::missing`). The run is bounded; on overrun its whole process group (the
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// Offered packets per second (20 calls to rtpengine, 40 participants to secrelay).
+/// Offered packets per second (20 calls to each relay for SDES and for plain, 40 WebRTC
+/// participants to secrelay).
 const RATE: u64 = 2000;
 /// Seconds measured per relay (each relay also gets set-up and a 1 s warm-up).
 const SECS: &str = "2";
@@ -80,11 +82,25 @@ fn relay_compare_measures_both_relays_at_a_low_rate() {
     let rows: Value =
         serde_json::from_str(&read(&json)).unwrap_or_else(|e| panic!("{}: {e}", json.display()));
     let rows = rows.as_array().expect("an array of rows");
-    assert_eq!(rows.len(), 2, "one row per relay and rate: {rows:?}");
-    for relay in ["rtpengine", "secrelay"] {
-        let mine: Vec<&Value> = rows.iter().filter(|r| r["relay"] == relay).collect();
-        assert_eq!(mine.len(), 1, "{relay}: {rows:?}");
+    assert_eq!(
+        rows.len(),
+        5,
+        "a row per relay, kind of call and rate: {rows:?}"
+    );
+    for (relay, legs) in [
+        ("rtpengine", "sdes"),
+        ("secrelay", "sdes"),
+        ("rtpengine", "plain"),
+        ("secrelay", "plain"),
+        ("secrelay", "webrtc"),
+    ] {
+        let mine: Vec<&Value> = rows
+            .iter()
+            .filter(|r| r["relay"] == relay && r["legs"] == legs)
+            .collect();
+        assert_eq!(mine.len(), 1, "{relay} {legs}: {rows:?}");
         let r = mine[0];
+        let relay = format!("{relay} ({legs})");
         let n = |k: &str| {
             r[k].as_f64()
                 .unwrap_or_else(|| panic!("{relay}: {k} is not a number in {r}"))
@@ -99,6 +115,10 @@ fn relay_compare_measures_both_relays_at_a_low_rate() {
             "{relay}: packets that failed to unprotect: {r}"
         );
         let cpu = n("cpu_us_per_relayed");
+        assert!(
+            n("user_us_per_relayed") >= 0.0 && n("kernel_us_per_relayed") >= 0.0,
+            "{r}"
+        );
         assert!(
             cpu.is_finite() && cpu > 0.0,
             "{relay}: CPU µs per relayed packet {cpu}: {r}"

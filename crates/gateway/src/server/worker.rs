@@ -269,7 +269,8 @@ impl Worker {
 
     /// Runs until [`Command::Stop`].
     pub fn run(mut self) {
-        let mut events = Events::with_capacity(64);
+        // Room for every leg socket that a busy turn finds ready (each is read once per turn).
+        let mut events = Events::with_capacity(1024);
         let mut socket_ready = true;
         loop {
             let now = Instant::now();
@@ -622,7 +623,9 @@ impl Worker {
                     self.shard.count_drop(DropReason::UnknownSource);
                 }
             }
-            self.send_outputs();
+            // What every ready leg brought in this turn is staged, and runs through the SRTP
+            // engine together in the turn's `send_outputs` (one leg's socket seldom holds more
+            // than a packet or two: a flush per leg would make batches of one).
             if n < BATCH {
                 return false;
             }

@@ -2,12 +2,12 @@
 //! re-encryption at the same offered packet rates on this machine, one worker thread each,
 //! with each relay's CPU per relayed packet read from `/proc`.
 //!
-//! rtpengine gets SDES calls through its ng protocol (two legs on different suites, so every
-//! packet is decrypted and encrypted again); secrelay gets WebRTC participants in rooms of two
-//! (DTLS-SRTP keys, a different key per leg, so every packet is decrypted and encrypted
-//! again). Both load generators send G.711 20 ms packets from one UDP socket per leg and
-//! unprotect what comes back, so the relays see the same packet sizes, rates and socket
-//! counts; only the keying differs, and it is done before the window is measured.
+//! Both relays get the same calls through the same ng protocol from the same load generator:
+//! SDES-SRTP calls with the two legs on different suites (so every packet is decrypted and
+//! encrypted again), and plain RTP calls. secrelay also gets WebRTC participants in rooms of
+//! two (DTLS-SRTP keys, a different key per leg). Every load generator sends G.711 20 ms
+//! packets from one UDP socket per leg and opens what comes back, so the relays see the same
+//! packet sizes, rates and socket counts; keying is done before the window is measured.
 
 use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -20,8 +20,7 @@ use anyhow::{anyhow, bail, Context as _};
 use serde::Serialize;
 
 use super::load::{self, proc_sample, LoadOptions};
-use super::rtpengine::{create_calls, delete_calls, drive, Ng};
-use secrelay_srtp::Profile;
+use super::rtpengine::{create_calls, delete_calls, drive, Keying, Ng};
 use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
 use secrelay_testkit::{Leg, Signaling};
 
@@ -30,6 +29,9 @@ use secrelay_testkit::{Leg, Signaling};
 pub struct RelayRow {
     /// `secrelay` or `rtpengine`.
     pub relay: String,
+    /// The legs: `sdes` (SDES-SRTP on different suites, through ng), `plain` (plain RTP,
+    /// through ng) or `webrtc` (DTLS-SRTP participants over HTTP; secrelay only).
+    pub legs: String,
     /// Packets per second offered to the relay.
     pub offered_pps: u64,
     /// Seconds measured.
@@ -42,10 +44,17 @@ pub struct RelayRow {
     pub sent: u64,
     /// Packets that reached a leg and failed to unprotect.
     pub rx_errors: u64,
+    /// RTCP packets of the relay's own that reached the legs (secrelay's reports; rtpengine
+    /// sends none of its own). Not counted as relayed.
+    pub rtcp_from_relay: u64,
     /// Relay CPU seconds over the window.
     pub cpu_secs: f64,
     /// Relay CPU per relayed packet, µs.
     pub cpu_us_per_relayed: f64,
+    /// Of that, in user space (`utime`), µs.
+    pub user_us_per_relayed: f64,
+    /// Of that, in the kernel on the relay's behalf (`stime`), µs.
+    pub kernel_us_per_relayed: f64,
 }
 
 struct KillOnDrop(Child);
@@ -69,26 +78,62 @@ fn free_udp_port() -> anyhow::Result<u16> {
         .port())
 }
 
-/// Runs rtpengine at one rate.
-pub fn rtpengine_row(binary: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow> {
+/// Which relay an ng row runs.
+#[derive(Debug, Clone, Copy)]
+pub enum NgRelay<'a> {
+    /// rtpengine (Debian's rtpengine-daemon), userspace forwarding, one thread.
+    Rtpengine(&'a Path),
+    /// `secrelay serve --ng` (this executable), one worker.
+    Secrelay(&'a Path),
+}
+
+/// Runs one relay at one rate with calls set up through its ng socket, keyed as `keying`
+/// says; the relay's CPU (user and kernel) over the media window from `/proc`.
+pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow::Result<RelayRow> {
     let ng_port = free_udp_port()?;
-    let child = Command::new(binary)
-        .args([
-            "--config-file=none",
-            "--interface=127.0.0.1",
-            &format!("--listen-ng=127.0.0.1:{ng_port}"),
-            "--foreground",
-            "--log-stderr",
-            "--log-level=3",
-            "--table=-1",
-            "--num-threads=1",
-            "--port-min=20000",
-            "--port-max=29999",
-        ])
+    let ng_listen = format!("127.0.0.1:{ng_port}");
+    let (name, mut command) = match relay {
+        NgRelay::Rtpengine(binary) => {
+            let mut c = Command::new(binary);
+            c.args([
+                "--config-file=none",
+                "--interface=127.0.0.1",
+                &format!("--listen-ng={ng_listen}"),
+                "--foreground",
+                "--log-stderr",
+                "--log-level=3",
+                "--table=-1",
+                "--num-threads=1",
+                "--port-min=20000",
+                "--port-max=29999",
+            ]);
+            ("rtpengine", c)
+        }
+        NgRelay::Secrelay(exe) => {
+            let mut c = Command::new(exe);
+            c.args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--udp",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--log",
+                "warn",
+                "--ng",
+                &ng_listen,
+                "--rtp-ports",
+                "30000-39999",
+            ]);
+            ("secrelay", c)
+        }
+    };
+    let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .with_context(|| format!("starting {}", binary.display()))?;
+        .with_context(|| format!("starting {name}"))?;
     let child = KillOnDrop(child);
     let pid = child.0.id();
     let mut ng = Ng::new(SocketAddr::from(([127, 0, 0, 1], ng_port)))?;
@@ -101,40 +146,41 @@ pub fn rtpengine_row(binary: &Path, pps: u64, secs: f64) -> anyhow::Result<Relay
         .is_err()
     {
         if Instant::now() > up {
-            bail!("rtpengine did not answer ping on its ng port");
+            bail!("{name} did not answer ping on its ng port");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     let calls = (pps / 100).max(1) as usize;
-    let mut legs = create_calls(
-        &mut ng,
-        calls,
-        Profile::AesCm128HmacSha1_80,
-        Profile::AesCm128HmacSha1_32,
-    )?;
+    let mut legs = create_calls(&mut ng, calls, keying)?;
     let mut before = None;
     let (measured, received_at_start) = drive(&mut legs, Duration::from_secs_f64(secs), || {
         before = proc_sample(pid).ok();
     })?;
     let after = proc_sample(pid)?;
-    let before = before.ok_or_else(|| anyhow!("rtpengine's /proc could not be read"))?;
+    let before = before.ok_or_else(|| anyhow!("{name}'s /proc could not be read"))?;
     delete_calls(&mut ng, calls);
     let relayed: u64 = legs.iter().map(|l| l.stream.received).sum();
     let lost: u64 = legs.iter().map(|l| l.stream.lost()).sum();
     let sent: u64 = legs.iter().map(|l| l.sent).sum();
     let rx_errors: u64 = legs.iter().map(|l| l.rx_errors).sum();
-    let cpu = after.cpu_secs - before.cpu_secs;
+    let rtcp_from_relay: u64 = legs.iter().map(|l| l.rtcp_received).sum();
     let in_window = relayed.saturating_sub(received_at_start) as f64;
+    let per = |secs: f64| secs * 1e6 / in_window.max(1.0);
+    let cpu = after.cpu_secs - before.cpu_secs;
     Ok(RelayRow {
-        relay: "rtpengine".into(),
+        relay: name.into(),
+        legs: keying.name().into(),
         offered_pps: pps,
         secs: measured,
         relayed,
         lost,
         sent,
         rx_errors,
+        rtcp_from_relay,
         cpu_secs: cpu,
-        cpu_us_per_relayed: cpu * 1e6 / in_window.max(1.0),
+        cpu_us_per_relayed: per(cpu),
+        user_us_per_relayed: per(after.user_secs - before.user_secs),
+        kernel_us_per_relayed: per(after.system_secs - before.system_secs),
     })
 }
 
@@ -186,15 +232,20 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
         server_pid: Some(child.0.id()),
     };
     let r = load::run(&o, Arc::new(FleetProgress::default()))?;
+    let [user, kernel] = r.gateway_cpu_us_per_relayed_split.unwrap_or([f64::NAN; 2]);
     Ok(RelayRow {
         relay: "secrelay".into(),
+        legs: "webrtc".into(),
         offered_pps: pps,
         secs: r.media_secs,
         relayed: r.received,
         lost: r.lost,
         sent: r.sent,
         rx_errors: 0,
+        rtcp_from_relay: 0,
         cpu_secs: r.gateway_cpu_secs.unwrap_or(0.0),
         cpu_us_per_relayed: r.gateway_cpu_us_per_relayed.unwrap_or(f64::NAN),
+        user_us_per_relayed: user,
+        kernel_us_per_relayed: kernel,
     })
 }

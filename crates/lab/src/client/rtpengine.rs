@@ -1,12 +1,12 @@
-//! rtpengine beside secrelay: SDES-SRTP calls set up through rtpengine's ng control protocol
-//! (bencode over UDP: `offer` and `answer`, two legs on different crypto suites so that it
-//! must decrypt and re-encrypt every packet), driven at a fixed offered packet rate, with
-//! rtpengine's CPU time read from `/proc` over the media window.
+//! Calls set up through rtpengine's ng control protocol (bencode over UDP: `offer` and
+//! `answer`), on rtpengine or on secrelay (which speaks it too), driven at a fixed offered
+//! packet rate: SDES-SRTP calls with the two legs on different crypto suites (so the relay
+//! must decrypt and re-encrypt every packet), or plain RTP calls.
 //!
 //! Each call has two legs (caller and callee), each a UDP socket sending G.711 20 ms packets
-//! (50/s) protected with its own SDES key and unprotecting what the relay sends it with the
-//! key the relay announced. So a call offers 100 packets/s to the relay, and 1,000 calls offer
-//! 100,000 packets/s.
+//! (50/s), SDES legs protected with their own key and unprotecting what the relay sends with
+//! the key the relay announced. So a call offers 100 packets/s to the relay, and 1,000 calls
+//! offer 100,000 packets/s.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -26,14 +26,42 @@ fn s(v: &str) -> Bencode {
     Bencode::str(v)
 }
 
-/// The audio port of an SDP, and the tag and inline key of its crypto line for `suite`.
-fn sdp_port_and_crypto(sdp: &str, suite: &str) -> anyhow::Result<(u16, u32, String)> {
-    let port = sdp
-        .lines()
+/// How the calls' legs are keyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keying {
+    /// SDES-SRTP: the caller on one suite, the callee on another.
+    Sdes {
+        /// The caller's suite.
+        caller: Profile,
+        /// The callee's suite.
+        callee: Profile,
+    },
+    /// Plain RTP both sides.
+    Plain,
+}
+
+impl Keying {
+    /// `sdes` or `plain`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Keying::Sdes { .. } => "sdes",
+            Keying::Plain => "plain",
+        }
+    }
+}
+
+/// The audio port of an SDP.
+fn sdp_port(sdp: &str) -> anyhow::Result<u16> {
+    sdp.lines()
         .find_map(|l| l.strip_prefix("m=audio "))
         .and_then(|r| r.split_whitespace().next())
         .and_then(|p| p.parse().ok())
-        .ok_or_else(|| anyhow!("no m=audio port in rtpengine's SDP"))?;
+        .ok_or_else(|| anyhow!("no m=audio port in the relay's SDP"))
+}
+
+/// The audio port of an SDP, and the tag and inline key of its crypto line for `suite`.
+fn sdp_port_and_crypto(sdp: &str, suite: &str) -> anyhow::Result<(u16, u32, String)> {
+    let port = sdp_port(sdp)?;
     let (tag, key) = sdp
         .lines()
         .filter_map(|l| l.trim().strip_prefix("a=crypto:"))
@@ -41,8 +69,8 @@ fn sdp_port_and_crypto(sdp: &str, suite: &str) -> anyhow::Result<(u16, u32, Stri
             let f: Vec<&str> = r.split_whitespace().collect();
             (f.len() >= 3 && f[1] == suite).then(|| (f[0].parse().ok(), f[2].to_owned()))
         })
-        .ok_or_else(|| anyhow!("rtpengine's SDP has no {suite} crypto line"))?;
-    let tag = tag.ok_or_else(|| anyhow!("rtpengine's {suite} crypto line has no numeric tag"))?;
+        .ok_or_else(|| anyhow!("the relay's SDP has no {suite} crypto line"))?;
+    let tag = tag.ok_or_else(|| anyhow!("the relay's {suite} crypto line has no numeric tag"))?;
     Ok((port, tag, key))
 }
 
@@ -52,22 +80,31 @@ fn random_key(profile: Profile) -> MasterKey {
     MasterKey::from_concatenated(profile, &raw).expect("lengths from the profile")
 }
 
-fn sdes_sdp(port: u16, tag: u32, profile: Profile, key: &MasterKey) -> String {
+/// A leg's SDP: SDES with its crypto line, or plain.
+fn leg_sdp(port: u16, crypto: Option<(u32, Profile, &MasterKey)>) -> String {
+    let (proto, line) = match crypto {
+        Some((tag, profile, key)) => (
+            "RTP/SAVP",
+            format!(
+                "a=crypto:{tag} {} {}\r\n",
+                profile.sdp_name(),
+                key.to_sdes_inline()
+            ),
+        ),
+        None => ("RTP/AVP", String::new()),
+    };
     format!(
         "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
-         m=audio {port} RTP/SAVP 0\r\na=rtpmap:0 PCMU/8000\r\n\
-         a=crypto:{tag} {} {}\r\na=sendrecv\r\n",
-        profile.sdp_name(),
-        key.to_sdes_inline()
+         m=audio {port} {proto} 0\r\na=rtpmap:0 PCMU/8000\r\n{line}a=sendrecv\r\n"
     )
 }
 
-/// One leg of a call: its socket, where it sends, its keys.
-pub struct SdesLeg {
+/// One leg of a call: its socket, where it sends, its keys (none for plain RTP).
+pub struct CallLeg {
     socket: mio::net::UdpSocket,
     relay: SocketAddr,
-    tx: Context,
-    rx: Context,
+    tx: Option<Context>,
+    rx: Option<Context>,
     ssrc: u32,
     seq: u16,
     ts: u32,
@@ -78,68 +115,107 @@ pub struct SdesLeg {
     pub stream: StreamRx,
     /// Packets that failed to unprotect.
     pub rx_errors: u64,
+    /// RTCP the relay sent (its own reports; secrelay sends them, to the port after the
+    /// leg's, which may be another leg's socket here): counted apart, never as media.
+    pub rtcp_received: u64,
     buf: Vec<u8>,
 }
 
-/// Creates `calls` calls through rtpengine: caller on `caller_suite`, callee on
-/// `callee_suite`.
-pub fn create_calls(
-    ng: &mut Ng,
-    calls: usize,
-    caller_suite: Profile,
-    callee_suite: Profile,
-) -> anyhow::Result<Vec<SdesLeg>> {
+fn context(key: MasterKey, outbound: bool) -> anyhow::Result<Context> {
+    let p = Policy::new(key);
+    Context::new(if outbound {
+        p.any_outbound()
+    } else {
+        p.any_inbound()
+    })
+    .map_err(|e| anyhow!("SRTP context: {e}"))
+}
+
+/// The call-id of call `c` of a run.
+fn call_id(c: usize) -> String {
+    format!("secrelay-lab-{c}-{}", std::process::id())
+}
+
+/// Creates `calls` calls through a relay's ng socket, keyed as `keying` says.
+pub fn create_calls(ng: &mut Ng, calls: usize, keying: Keying) -> anyhow::Result<Vec<CallLeg>> {
     let mut legs = Vec::with_capacity(calls * 2);
     let now = Instant::now();
     for c in 0..calls {
         let a = UdpSocket::bind("127.0.0.1:0")?;
         let b = UdpSocket::bind("127.0.0.1:0")?;
-        let (ka, kb) = (random_key(caller_suite), random_key(callee_suite));
-        let call_id = format!("secrelay-lab-{c}-{}", std::process::id());
+        let call_id = call_id(c);
+        let keys = match keying {
+            Keying::Sdes { caller, callee } => {
+                Some(((caller, random_key(caller)), (callee, random_key(callee))))
+            }
+            Keying::Plain => None,
+        };
+        let caller_sdp = leg_sdp(
+            a.local_addr()?.port(),
+            keys.as_ref().map(|((p, k), _)| (1, *p, k)),
+        );
         let offer = ng.call(vec![
             ("command".into(), s("offer")),
             ("call-id".into(), s(&call_id)),
             ("from-tag".into(), s("caller")),
-            (
-                "sdp".into(),
-                s(&sdes_sdp(a.local_addr()?.port(), 1, caller_suite, &ka)),
-            ),
+            ("sdp".into(), s(&caller_sdp)),
         ])?;
         let to_callee = offer
             .get("sdp")
             .ok_or_else(|| anyhow!("offer reply without sdp"))?;
-        // rtpengine offers the callee every suite it has, with keys of its own; the callee
+        // The relay offers the callee every suite it has, with keys of its own; the callee
         // picks another suite than the caller's, so every packet is decrypted with one suite
         // and key and encrypted with another.
-        let (port_b, tag_b, key_to_b) = sdp_port_and_crypto(to_callee, callee_suite.sdp_name())?;
+        let (port_b, callee_crypto) = match &keys {
+            Some((_, (p, _))) => {
+                let (port, tag, key) = sdp_port_and_crypto(to_callee, p.sdp_name())?;
+                (port, Some((tag, key)))
+            }
+            None => (sdp_port(to_callee)?, None),
+        };
+        let callee_sdp = leg_sdp(
+            b.local_addr()?.port(),
+            keys.as_ref()
+                .zip(callee_crypto.as_ref())
+                .map(|((_, (p, k)), (tag, _))| (*tag, *p, k)),
+        );
         let answer = ng.call(vec![
             ("command".into(), s("answer")),
             ("call-id".into(), s(&call_id)),
             ("from-tag".into(), s("caller")),
             ("to-tag".into(), s("callee")),
-            (
-                "sdp".into(),
-                s(&sdes_sdp(b.local_addr()?.port(), tag_b, callee_suite, &kb)),
-            ),
+            ("sdp".into(), s(&callee_sdp)),
         ])?;
         let to_caller = answer
             .get("sdp")
             .ok_or_else(|| anyhow!("answer reply without sdp"))?;
-        let (port_a, _, key_to_a) = sdp_port_and_crypto(to_caller, caller_suite.sdp_name())?;
-        let rx_a = MasterKey::from_sdes_inline(caller_suite, &key_to_a)
-            .map_err(|e| anyhow!("rtpengine's key for the caller: {e}"))?;
-        let rx_b = MasterKey::from_sdes_inline(callee_suite, &key_to_b)
-            .map_err(|e| anyhow!("rtpengine's key for the callee: {e}"))?;
-        for (sock, port, tx, rx, i) in [(a, port_a, ka, rx_a, 0u32), (b, port_b, kb, rx_b, 1)] {
+        let contexts = match (keys, callee_crypto) {
+            (Some(((pa, ka), (pb, kb))), Some((_, key_to_b))) => {
+                let (port_a, _, key_to_a) = sdp_port_and_crypto(to_caller, pa.sdp_name())?;
+                let rx_a = MasterKey::from_sdes_inline(pa, &key_to_a)
+                    .map_err(|e| anyhow!("the relay's key for the caller: {e}"))?;
+                let rx_b = MasterKey::from_sdes_inline(pb, &key_to_b)
+                    .map_err(|e| anyhow!("the relay's key for the callee: {e}"))?;
+                (
+                    port_a,
+                    [
+                        Some((context(ka, true)?, context(rx_a, false)?)),
+                        Some((context(kb, true)?, context(rx_b, false)?)),
+                    ],
+                )
+            }
+            _ => (sdp_port(to_caller)?, [None, None]),
+        };
+        let (port_a, [ctx_a, ctx_b]) = contexts;
+        for (sock, port, ctx, i) in [(a, port_a, ctx_a, 0u32), (b, port_b, ctx_b, 1)] {
             sock.set_nonblocking(true)?;
             let phase = Duration::from_micros(((c as u64) * 7919 + u64::from(i) * 10_007) % 20_000);
-            legs.push(SdesLeg {
+            let (tx, rx) = ctx.unzip();
+            legs.push(CallLeg {
                 socket: mio::net::UdpSocket::from_std(sock),
                 relay: SocketAddr::from(([127, 0, 0, 1], port)),
-                tx: Context::new(Policy::new(tx).any_outbound())
-                    .map_err(|e| anyhow!("SRTP context: {e}"))?,
-                rx: Context::new(Policy::new(rx).any_inbound())
-                    .map_err(|e| anyhow!("SRTP context: {e}"))?,
+                tx,
+                rx,
                 ssrc: 0x5000_0000 + (c as u32) * 2 + i,
                 seq: 1,
                 ts: 0,
@@ -147,6 +223,7 @@ pub fn create_calls(
                 sent: 0,
                 stream: StreamRx::default(),
                 rx_errors: 0,
+                rtcp_received: 0,
                 buf: vec![0u8; 2048],
             });
         }
@@ -157,15 +234,15 @@ pub fn create_calls(
 /// Ends the calls.
 pub fn delete_calls(ng: &mut Ng, calls: usize) {
     for c in 0..calls {
-        let call_id = format!("secrelay-lab-{c}-{}", std::process::id());
         let _ = ng.call(vec![
             ("command".into(), s("delete")),
-            ("call-id".into(), s(&call_id)),
+            ("call-id".into(), s(&call_id(c))),
+            ("from-tag".into(), s("caller")),
         ]);
     }
 }
 
-impl SdesLeg {
+impl CallLeg {
     fn send(&mut self) {
         let mut pkt = [0u8; 12 + 160 + 16];
         pkt[0] = 0x80;
@@ -173,7 +250,11 @@ impl SdesLeg {
         pkt[4..8].copy_from_slice(&self.ts.to_be_bytes());
         pkt[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
         pkt[12..172].fill(0xff);
-        if let Ok(n) = self.tx.protect_rtp(&mut pkt, 172) {
+        let n = match self.tx.as_mut() {
+            Some(tx) => tx.protect_rtp(&mut pkt, 172).ok(),
+            None => Some(172),
+        };
+        if let Some(n) = n {
             let _ = self.socket.send_to(&pkt[..n], self.relay);
             self.sent += 1;
         }
@@ -189,7 +270,17 @@ impl SdesLeg {
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
                 Err(e) => return Err(e),
             };
-            match self.rx.unprotect_rtp(&mut self.buf, n) {
+            // RTCP (packet types 200-207, RFC 5761) before any key is tried: another leg's
+            // SRTCP is not this leg's failure.
+            if n >= 8 && (200..=207).contains(&self.buf[1]) {
+                self.rtcp_received += 1;
+                continue;
+            }
+            let opened = match self.rx.as_mut() {
+                Some(rx) => rx.unprotect_rtp(&mut self.buf, n),
+                None => Ok(n),
+            };
+            match opened {
                 Ok(len) => match RtpHeader::parse(&self.buf[..len]) {
                     Ok(h) => self.stream.on_seq(h.sequence()),
                     Err(_) => self.rx_errors += 1,
@@ -204,7 +295,7 @@ impl SdesLeg {
 /// `at_start` when the warm-up ends. Returns the seconds measured after that instant and the
 /// packets the legs had received by then.
 pub fn drive(
-    legs: &mut [SdesLeg],
+    legs: &mut [CallLeg],
     duration: Duration,
     mut at_start: impl FnMut(),
 ) -> anyhow::Result<(f64, u64)> {
