@@ -78,6 +78,19 @@ fn free_udp_port() -> anyhow::Result<u16> {
         .port())
 }
 
+/// `secrelay serve` on loopback with one worker, quiet.
+const SERVE_ONE_WORKER: [&str; 9] = [
+    "serve",
+    "--http",
+    "127.0.0.1:0",
+    "--udp",
+    "127.0.0.1:0",
+    "--workers",
+    "1",
+    "--log",
+    "warn",
+];
+
 /// Which relay an ng row runs.
 #[derive(Debug, Clone, Copy)]
 pub enum NgRelay<'a> {
@@ -111,21 +124,8 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
         }
         NgRelay::Secrelay(exe) => {
             let mut c = Command::new(exe);
-            c.args([
-                "serve",
-                "--http",
-                "127.0.0.1:0",
-                "--udp",
-                "127.0.0.1:0",
-                "--workers",
-                "1",
-                "--log",
-                "warn",
-                "--ng",
-                &ng_listen,
-                "--rtp-ports",
-                "30000-39999",
-            ]);
+            c.args(SERVE_ONE_WORKER)
+                .args(["--ng", &ng_listen, "--rtp-ports", "30000-39999"]);
             ("secrelay", c)
         }
     };
@@ -187,17 +187,7 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
 /// Runs `secrelay serve` (one worker) at one rate.
 pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow> {
     let mut child = Command::new(exe)
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--udp",
-            "127.0.0.1:0",
-            "--workers",
-            "1",
-            "--log",
-            "warn",
-        ])
+        .args(SERVE_ONE_WORKER)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
