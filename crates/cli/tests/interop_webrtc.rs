@@ -1,7 +1,8 @@
 //! Interop with WebRTC clients nobody here wrote, through `secrelay serve` as a user starts it:
 //! aiortc (Python) publishes a tone with WHIP that a WHEP subscriber and a room participant
 //! decode, and headless Chromium publishes its fake camera and microphone with WHIP to a page
-//! that plays them through WHEP. The clients are the scripts in `interop/webrtc/`; this test
+//! that plays them through WHEP; an aiortc participant, an SDES-SRTP phone whose SRTP is
+//! libsrtp's and a plain RTP phone share a room, and each hears the others' tones. The clients are the scripts in `interop/webrtc/`; this test
 //! starts the gateway, runs each script with a time limit, checks what it measured, then checks
 //! that the gateway kept no session (`GET /api/rooms`) and counted the handshakes (`/metrics`).
 //!
@@ -349,4 +350,261 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
         gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
         0.0
     );
+}
+
+/// A SIP-style phone on a real socket for the aiortc room test: G.711 μ-law 20 ms frames of a
+/// sine, SDES-SRTP by libsrtp or plain RTP, and the PCM of what it hears, by stream.
+struct TonePhone {
+    socket: std::net::UdpSocket,
+    gateway: std::net::SocketAddr,
+    tx: Option<secrelay_peers::libsrtp::LibSrtp>,
+    rx: Option<secrelay_peers::libsrtp::LibSrtp>,
+    ssrc: u32,
+    seq: u16,
+    hz: f64,
+    phase: usize,
+    location: String,
+    /// Decoded audio by SSRC.
+    heard: std::collections::BTreeMap<u32, Vec<i16>>,
+    failed: usize,
+}
+
+impl TonePhone {
+    fn join(base: &str, room: &str, sdes: bool, ssrc: u32, hz: f64) -> TonePhone {
+        use secrelay_peers::libsrtp::{Direction, LibSrtp, LibsrtpProfile};
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        socket.set_nonblocking(true).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        let profile = LibsrtpProfile::AesCm128HmacSha1_80;
+        let suite = secrelay_srtp::Profile::AesCm128HmacSha1_80;
+        let mut raw = [0u8; 30];
+        getrandom::fill(&mut raw).unwrap();
+        let key = secrelay_srtp::MasterKey::from_concatenated(suite, &raw).unwrap();
+        let mut sdp = format!(
+            "v=0\r\no=phone 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+             m=audio {port} {} 0\r\na=rtpmap:0 PCMU/8000\r\na=ptime:20\r\na=sendrecv\r\n",
+            if sdes { "RTP/SAVP" } else { "RTP/AVP" }
+        );
+        if sdes {
+            sdp.push_str(&format!(
+                "a=crypto:1 AES_CM_128_HMAC_SHA1_80 {}\r\n",
+                key.to_sdes_inline()
+            ));
+        }
+        let mut r = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent()
+            .post(&format!("{base}/rooms/{room}/rtp"))
+            .header("Content-Type", "application/sdp")
+            .send(&sdp)
+            .unwrap();
+        let location = r
+            .headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let answer = r.body_mut().read_to_string().unwrap();
+        assert_eq!(r.status().as_u16(), 201, "{answer}");
+        let d = secrelay_wire::sdp_rtp::parse_rtp(&answer).unwrap();
+        let a = &d.sections[0];
+        let gateway = std::net::SocketAddr::new(a.address.unwrap(), a.port);
+        let (tx, rx) = if sdes {
+            let theirs =
+                secrelay_srtp::MasterKey::from_sdes_inline(suite, &a.crypto[0].keys[0].inline())
+                    .unwrap();
+            let session = |dir, k: &secrelay_srtp::MasterKey| {
+                LibSrtp::new(profile, dir, k.key(), k.salt(), 1024, false).unwrap()
+            };
+            (
+                Some(session(Direction::Outbound, &key)),
+                Some(session(Direction::Inbound, &theirs)),
+            )
+        } else {
+            (None, None)
+        };
+        TonePhone {
+            socket,
+            gateway,
+            tx,
+            rx,
+            ssrc,
+            seq: 1,
+            hz,
+            phase: 0,
+            location: location.unwrap(),
+            heard: Default::default(),
+            failed: 0,
+        }
+    }
+
+    fn send_frame(&mut self) {
+        use secrelay_media::Codec as _;
+        let pcm: Vec<i16> = (0..160)
+            .map(|i| {
+                let t = (self.phase + i) as f64 / 8000.0;
+                (0.5 * 32767.0 * (2.0 * std::f64::consts::PI * self.hz * t).sin()) as i16
+            })
+            .collect();
+        self.phase += 160;
+        let mut pkt = vec![0x80, 0];
+        pkt.extend_from_slice(&self.seq.to_be_bytes());
+        pkt.extend_from_slice(&(u32::from(self.seq) * 160).to_be_bytes());
+        pkt.extend_from_slice(&self.ssrc.to_be_bytes());
+        secrelay_media::g711::Pcmu.from_pcm(&pcm, &mut pkt).unwrap();
+        self.seq = self.seq.wrapping_add(1);
+        let len = pkt.len();
+        pkt.resize(len + 16, 0);
+        let n = match self.tx.as_mut() {
+            Some(tx) => tx.protect(&mut pkt, len).unwrap(),
+            None => len,
+        };
+        let _ = self.socket.send_to(&pkt[..n], self.gateway);
+    }
+
+    fn read(&mut self) {
+        use secrelay_media::Codec as _;
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = self.socket.recv_from(&mut buf) {
+            if from != self.gateway || n < 12 || (200..=207).contains(&buf[1]) {
+                continue; // RTCP (with rtcp-mux off it would not come here) or strays
+            }
+            let n = match self.rx.as_mut() {
+                Some(rx) => match rx.unprotect(&mut buf, n) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.failed += 1;
+                        continue;
+                    }
+                },
+                None => n,
+            };
+            let Ok(h) = secrelay_wire::RtpHeader::parse(&buf[..n]) else {
+                continue;
+            };
+            if h.payload_type() != 0 {
+                continue;
+            }
+            let pcm = self.heard.entry(h.ssrc()).or_default();
+            secrelay_media::g711::Pcmu.to_pcm(h.payload(), pcm).unwrap();
+        }
+    }
+
+    /// The share of the last second's energy at `hz` (±15 Hz) in the loudest stream that holds
+    /// it best, with that stream's sample count.
+    fn tone_share(&self, hz: f64) -> (f64, usize) {
+        self.heard
+            .values()
+            .map(|pcm| {
+                let x = &pcm[pcm.len().saturating_sub(8000)..];
+                (band_share(x, hz), pcm.len())
+            })
+            .fold((0.0, 0), |a, b| if b.0 > a.0 { b } else { a })
+    }
+}
+
+/// The share of `x`'s energy (8 kHz samples) within ±15 Hz of `hz`, by a direct DFT over the
+/// band against the total (Parseval).
+fn band_share(x: &[i16], hz: f64) -> f64 {
+    if x.len() < 800 {
+        return 0.0;
+    }
+    let n = x.len() as f64;
+    let mean = x.iter().map(|v| f64::from(*v)).sum::<f64>() / n;
+    let total: f64 = x
+        .iter()
+        .map(|v| (f64::from(*v) - mean).powi(2))
+        .sum::<f64>()
+        * n;
+    let step = 8000.0 / n;
+    let mut band = 0.0;
+    let mut f = (hz - 15.0).max(step);
+    while f <= hz + 15.0 {
+        let (mut re, mut im) = (0.0, 0.0);
+        for (i, v) in x.iter().enumerate() {
+            let a = 2.0 * std::f64::consts::PI * f * i as f64 / 8000.0;
+            re += (f64::from(*v) - mean) * a.cos();
+            im -= (f64::from(*v) - mean) * a.sin();
+        }
+        // A real signal's energy sits in two mirrored bins.
+        band += 2.0 * (re * re + im * im);
+        f += step;
+    }
+    if total > 0.0 {
+        band / total
+    } else {
+        0.0
+    }
+}
+
+#[test]
+fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room() {
+    let test = "aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let mut phones = vec![
+        TonePhone::join(&gw.base, "mixed", true, 0x5de5, 1000.0),
+        TonePhone::join(&gw.base, "mixed", false, 0x9a1e, 1400.0),
+    ];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let talker = std::thread::spawn(move || {
+        let mut next = Instant::now();
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            for p in &mut phones {
+                p.send_frame();
+                p.read();
+            }
+            next += Duration::from_millis(20);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        phones
+    });
+    let (v, ok) = run_script(
+        &python,
+        "aiortc_phones.py",
+        &[
+            "--base",
+            &gw.base,
+            "--room",
+            "mixed",
+            "--expect",
+            "1000,1400",
+        ],
+        &gw,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let phones = talker.join().expect("the phones' thread");
+    assert!(ok, "aiortc_phones.py failed: {v}");
+    assert_eq!(v["codecs"][0], "PCMU", "{v}");
+    for (p, name, other_hz) in [(&phones[0], "sdes", 1400.0), (&phones[1], "plain", 1000.0)] {
+        assert_eq!(
+            p.failed, 0,
+            "{name}: libsrtp opens everything the gateway sends it"
+        );
+        let (share, samples) = p.tone_share(660.0);
+        assert!(
+            share >= 0.5,
+            "{name} phone: aiortc's 660 Hz holds {share:.2} of the energy of the best of {} streams ({samples} samples)",
+            p.heard.len()
+        );
+        let (share, _) = p.tone_share(other_hz);
+        assert!(
+            share >= 0.5,
+            "{name} phone: the other phone's {other_hz} Hz: {share:.2}"
+        );
+    }
+    for p in &phones {
+        let r = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent()
+            .delete(&format!("{}{}", gw.base, p.location))
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
 }
