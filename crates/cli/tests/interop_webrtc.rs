@@ -2,7 +2,9 @@
 //! aiortc (Python) publishes a tone with WHIP that a WHEP subscriber and a room participant
 //! decode, and headless Chromium publishes its fake camera and microphone with WHIP to a page
 //! that plays them through WHEP; an aiortc participant, an SDES-SRTP phone whose SRTP is
-//! libsrtp's and a plain RTP phone share a room, and each hears the others' tones. The clients are the scripts in `interop/webrtc/`; this test
+//! libsrtp's and a plain RTP phone share a room, and each hears the others' tones; and headless
+//! Chromium calls a plain RTP phone through secrelay's ng socket, as a SIP proxy sets such a
+//! call up, with audio both ways. The clients are the scripts in `interop/webrtc/`; this test
 //! starts the gateway, runs each script with a time limit, checks what it measured, then checks
 //! that the gateway kept no session (`GET /api/rooms`) and counted the handshakes (`/metrics`).
 //!
@@ -78,11 +80,18 @@ fn chromium(test: &str) -> Option<PathBuf> {
 struct Gateway {
     child: Child,
     base: String,
+    /// The ng control socket's address, when one was asked for.
+    ng: Option<String>,
     log: Arc<Mutex<String>>,
 }
 
 impl Gateway {
     fn start() -> Gateway {
+        Gateway::start_with(&[])
+    }
+
+    /// `secrelay serve` with `extra` flags.
+    fn start_with(extra: &[&str]) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
             .args([
                 "serve",
@@ -95,6 +104,7 @@ impl Gateway {
                 "--log",
                 "info",
             ])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -103,6 +113,7 @@ impl Gateway {
         let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
         let log = Arc::new(Mutex::new(String::new()));
         let mut base = None;
+        let mut ng = None;
         for line in lines.by_ref() {
             let line = line.expect("reading secrelay serve's stderr");
             log.lock().unwrap().push_str(&format!("{line}\n"));
@@ -110,6 +121,10 @@ impl Gateway {
                 let url = &line[at + "HTTP on ".len()..];
                 let end = url.find([',', ' ']).unwrap_or(url.len());
                 base = Some(url[..end].to_owned());
+                ng = line
+                    .split("ng control on UDP ")
+                    .nth(1)
+                    .map(|a| a.trim().to_owned());
                 break;
             }
         }
@@ -126,7 +141,12 @@ impl Gateway {
                 keep.lock().unwrap().push_str(&format!("{line}\n"));
             }
         });
-        Gateway { child, base, log }
+        Gateway {
+            child,
+            base,
+            ng,
+            log,
+        }
     }
 
     fn log(&self) -> String {
@@ -607,4 +627,59 @@ fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room
     }
     let rooms = gw.rooms_when_empty();
     assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+}
+
+#[test]
+fn chromium_calls_a_plain_rtp_phone_through_the_ng_protocol() {
+    let test = "chromium_calls_a_plain_rtp_phone_through_the_ng_protocol";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    // The driver (the SIP proxy's part and the phone) needs only Python's standard library.
+    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start_with(&["--ng", "127.0.0.1:0"]);
+    let ng = gw.ng.clone().expect("serve printed its ng address");
+    let chromium = chromium.to_string_lossy().into_owned();
+    let (v, ok) = run_script(
+        &python,
+        "chromium_ng.py",
+        &["--ng", &ng, "--chromium", &chromium],
+        &gw,
+    );
+    assert!(ok, "chromium_ng.py failed: {v}");
+    // The callee's side was plain RTP; the browser's DTLS-SRTP, both on PCMU (the codec the
+    // phone took), and audio went both ways.
+    assert_eq!(v["sdp_to_phone_transport"], "RTP/AVP", "{v}");
+    let b = &v["browser"];
+    assert_eq!(b["inbound"]["codec"], "audio/PCMU", "{v}");
+    assert_eq!(b["outbound"]["codec"], "audio/PCMU", "{v}");
+    assert!(
+        b["inbound"]["packetsReceived"].as_u64().unwrap_or(0) > 100,
+        "{v}"
+    );
+    assert!(
+        b["inbound"]["totalAudioEnergy"].as_f64().unwrap_or(0.0) > 0.0,
+        "{v}"
+    );
+    assert_eq!(b["transport"]["dtlsState"], "connected", "{v}");
+    let phone = &v["phone"];
+    assert!(phone["received"].as_u64().unwrap_or(0) > 100, "{v}");
+    assert!(phone["loudest_rms"].as_f64().unwrap_or(0.0) >= 300.0, "{v}");
+    assert_eq!(phone["other_payload_types"], 0, "{v}");
+    assert_eq!(
+        v["query_tags"],
+        serde_json::json!(["browser", "phone"]),
+        "{v}"
+    );
+    assert_eq!(v["delete"], "ok");
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+    assert!(gw.metric("secrelay_ng_requests_total{result=\"ok\"}") >= 4.0);
+    assert_eq!(
+        gw.metric("secrelay_ng_requests_total{result=\"error\"}"),
+        0.0
+    );
 }

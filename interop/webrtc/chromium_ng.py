@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""Headless Chromium calls a plain RTP phone through secrelay, set up with rtpengine's ng protocol.
+
+What a SIP proxy does with rtpengine for a WebRTC-to-SIP call, with this script in the proxy's
+place: a page in headless Chromium (fake microphone) makes a WebRTC offer (ICE, DTLS-SRTP) and
+posts it to this script's small HTTP server; the script sends it to secrelay's ng socket as an
+`offer` with `transport-protocol: RTP/AVP` (the callee is a plain RTP phone) and ICE removed
+towards the callee, hands secrelay's plain offer to a phone it runs itself (one UDP socket,
+G.711 μ-law, a 1000 Hz sine every 20 ms), sends the phone's answer to secrelay as the `answer`,
+and returns secrelay's WebRTC answer to the page. Then audio must arrive both ways: the page's
+`inbound-rtp` audio counts packets and audio energy from the phone, and the phone decodes
+Chromium's fake microphone (PCMU, the only codec the callee took) with audible energy. Then
+the page hangs up and the script sends `delete`.
+
+Prints one JSON line with what it measured; exit status 0 only when everything passed. Needs
+only Python's standard library (and Chromium).
+Usage: chromium_ng.py --ng 127.0.0.1:PORT [--chromium /usr/bin/chromium]
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from chromium_av import COMMON_JS, Pages, launch, stop, version
+
+CALL_HTML = """<!doctype html><html><head><title>call</title></head><body>
+<audio id="remote" autoplay></audio>
+<script>""" + COMMON_JS + r"""
+(async () => {
+  try {
+    const stream = await navigator.mediaDevices.getUserMedia({audio: true});
+    const pc = new RTCPeerConnection();
+    pc.addTransceiver(stream.getAudioTracks()[0], {direction: 'sendrecv', streams: [stream]});
+    pc.ontrack = e => { document.getElementById('remote').srcObject = new MediaStream([e.track]); };
+    await pc.setLocalDescription(await pc.createOffer());
+    await gathered(pc);
+    const r = await fetch('/offer', {method: 'POST', body: pc.localDescription.sdp});
+    const answer = await r.text();
+    if (r.status !== 200) throw new Error('the call: ' + r.status + ' ' + answer);
+    await pc.setRemoteDescription({type: 'answer', sdp: answer});
+    await connected(pc);
+    await report({state: 'connected'});
+    let last = null;
+    for (let i = 0; i < 80; i++) {
+      const stats = await pc.getStats();
+      const inb = {}, out = {};
+      for (const s of stats.values()) {
+        if (s.type === 'inbound-rtp' && s.kind === 'audio')
+          Object.assign(inb, {packetsReceived: s.packetsReceived, packetsLost: s.packetsLost, totalSamplesReceived: s.totalSamplesReceived, totalAudioEnergy: s.totalAudioEnergy, codec: codecOf(stats, s)});
+        if (s.type === 'outbound-rtp' && s.kind === 'audio')
+          Object.assign(out, {packetsSent: s.packetsSent, codec: codecOf(stats, s)});
+      }
+      last = {inbound: inb, outbound: out, transport: dtlsOf(stats)};
+      if (inb.packetsReceived > 100 && inb.totalAudioEnergy > 0 && out.packetsSent > 100) break;
+      await sleep(250);
+    }
+    await report({state: 'heard', call: last});
+    await waitFor('leave');
+    pc.close();
+    await report({state: 'left'});
+  } catch (e) {
+    await report({error: String(e && e.message || e)});
+  }
+})();
+</script></body></html>"""
+
+
+# --- bencode, as the ng protocol frames it -------------------------------------------------
+
+def benc(x):
+    if isinstance(x, int):
+        return b"i%de" % x
+    if isinstance(x, str):
+        x = x.encode()
+    if isinstance(x, bytes):
+        return b"%d:%s" % (len(x), x)
+    if isinstance(x, list):
+        return b"l" + b"".join(benc(i) for i in x) + b"e"
+    if isinstance(x, dict):
+        return b"d" + b"".join(benc(k) + benc(v) for k, v in sorted(x.items())) + b"e"
+    raise TypeError(type(x))
+
+
+def bdec(b, i=0):
+    c = b[i:i + 1]
+    if c == b"i":
+        j = b.index(b"e", i)
+        return int(b[i + 1:j]), j + 1
+    if c in (b"l", b"d"):
+        i += 1
+        items = []
+        while b[i:i + 1] != b"e":
+            v, i = bdec(b, i)
+            items.append(v)
+        if c == b"l":
+            return items, i + 1
+        return {items[k].decode(): items[k + 1] for k in range(0, len(items), 2)}, i + 1
+    j = b.index(b":", i)
+    n = int(b[i:j])
+    return b[j + 1:j + 1 + n], j + 1 + n
+
+
+class Ng:
+    """One ng control connection (UDP): a request, its reply."""
+
+    def __init__(self, addr):
+        host, port = addr.rsplit(":", 1)
+        self.addr = (host, int(port))
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.settimeout(5)
+        self.cookie = 0
+
+    def call(self, d):
+        self.cookie += 1
+        cookie = b"%x" % self.cookie
+        self.sock.sendto(cookie + b" " + benc(d), self.addr)
+        while True:
+            data, _ = self.sock.recvfrom(65536)
+            c, _, body = data.partition(b" ")
+            if c == cookie:
+                reply, _ = bdec(body)
+                if reply.get("result") != b"ok":
+                    reason = reply.get("error-reason", b"?").decode(errors="replace")
+                    raise RuntimeError(f"ng {d['command']}: {reason}")
+                return reply
+
+
+# --- the plain RTP phone ----------------------------------------------------------------------
+
+def ulaw_encode(s):
+    bias, clip = 0x84, 32635
+    sign = 0x80 if s < 0 else 0
+    s = min(abs(s), clip) + bias
+    exp, mask = 7, 0x4000
+    while exp > 0 and not (s & mask):
+        exp -= 1
+        mask >>= 1
+    mant = (s >> (exp + 3)) & 0x0F
+    return ~(sign | (exp << 4) | mant) & 0xFF
+
+
+def ulaw_decode(u):
+    u = ~u & 0xFF
+    s = (((u & 0x0F) << 3) + 0x84) << ((u >> 4) & 7)
+    s -= 0x84
+    return -s if u & 0x80 else s
+
+
+ULAW = [ulaw_decode(u) for u in range(256)]
+
+
+class Phone:
+    """A plain RTP phone: PCMU on one UDP socket, a 1000 Hz sine out, decoded energy in."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.005)
+        self.port = self.sock.getsockname()[1]
+        self.gateway = None
+        self.sent = 0
+        self.received = 0
+        self.other_pt = 0
+        self.loudest_rms = 0.0
+        self.stop = threading.Event()
+
+    def answer(self, offer):
+        """Takes secrelay's offer (where to send) and answers with PCMU on its socket."""
+        ip = next(l.split()[2] for l in offer.splitlines() if l.startswith("c=IN IP4"))
+        port = next(int(l.split()[1]) for l in offer.splitlines() if l.startswith("m=audio"))
+        self.gateway = (ip, port)
+        return (
+            "v=0\r\no=phone 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+            f"m=audio {self.port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=ptime:20\r\na=sendrecv\r\n"
+        )
+
+    def run(self):
+        seq, n = 1, 0
+        next_send = time.monotonic()
+        while not self.stop.is_set():
+            if time.monotonic() >= next_send:
+                payload = bytes(
+                    ulaw_encode(int(16000 * math.sin(2 * math.pi * 1000 * (n + i) / 8000))) for i in range(160)
+                )
+                hdr = bytes([0x80, 0]) + seq.to_bytes(2, "big") + (n & 0xFFFFFFFF).to_bytes(4, "big") + (0x7e1e).to_bytes(4, "big")
+                self.sock.sendto(hdr + payload, self.gateway)
+                self.sent += 1
+                seq = (seq + 1) & 0xFFFF
+                n += 160
+                next_send += 0.020
+            try:
+                data, src = self.sock.recvfrom(2048)
+            except socket.timeout:
+                continue
+            if src != self.gateway or len(data) < 12 or 200 <= data[1] <= 207:
+                continue
+            if data[1] & 0x7F != 0:
+                self.other_pt += 1
+                continue
+            self.received += 1
+            cc = data[0] & 0x0F
+            pcm = [ULAW[b] for b in data[12 + 4 * cc:]]
+            if pcm:
+                rms = math.sqrt(sum(x * x for x in pcm) / len(pcm))
+                self.loudest_rms = max(self.loudest_rms, rms)
+
+
+def serve(pages, handle_offer):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def send(self, code, body, ctype="text/plain"):
+            data = body.encode()
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(data)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(data)
+            except OSError:
+                pass
+
+        def do_GET(self):
+            path, _, query = self.path.partition("?")
+            if path == "/call.html":
+                self.send(200, CALL_HTML, "text/html")
+            elif path == "/control":
+                page = query.partition("page=")[2]
+                with pages.lock:
+                    self.send(200, pages.control.get(page, "wait"))
+            else:
+                self.send(404, "no such page")
+
+        def do_POST(self):
+            n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n)
+            if self.path == "/offer":
+                try:
+                    self.send(200, handle_offer(body.decode()))
+                except Exception as e:  # reported to the page, which reports it back
+                    self.send(502, f"{type(e).__name__}: {e}")
+                return
+            try:
+                pages.add(json.loads(body))
+            except ValueError:
+                pass
+            self.send(204, "")
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def run(args, result, work):
+    ng = Ng(args.ng)
+    phone = Phone()
+    call_id = f"chromium-{os.getpid()}@proxy"
+    sdp = {}
+
+    def handle_offer(browser_sdp):
+        offer = ng.call({
+            "command": "offer", "call-id": call_id, "from-tag": "browser", "sdp": browser_sdp,
+            "transport-protocol": "RTP/AVP", "ICE": "remove",
+        })
+        sdp["to_phone"] = offer["sdp"].decode()
+        phone_answer = phone.answer(sdp["to_phone"])
+        answer = ng.call({
+            "command": "answer", "call-id": call_id, "from-tag": "browser", "to-tag": "phone",
+            "sdp": phone_answer,
+        })
+        sdp["to_browser"] = answer["sdp"].decode()
+        threading.Thread(target=phone.run, daemon=True).start()
+        return sdp["to_browser"]
+
+    pages = Pages()
+    httpd = serve(pages, handle_offer)
+    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
+    proc = None
+    try:
+        t0 = time.monotonic()
+        log = open(os.path.join(work, "call.log"), "wb")
+        proc = launch(args.chromium, f"{origin}/call.html?room=ng", os.path.join(work, "profile"), log)
+        if pages.wait(lambda r: r.get("state") == "connected", args.timeout) is None:
+            raise RuntimeError(f"the browser did not connect in {args.timeout} s")
+        result["connected_s"] = round(time.monotonic() - t0, 2)
+        r = pages.wait(lambda r: r.get("state") == "heard", args.timeout)
+        if r is None:
+            raise RuntimeError("the page never reported what it heard")
+        result["browser"] = r["call"]
+        end = time.monotonic() + args.timeout
+        while (phone.received < 100 or phone.loudest_rms < 300) and time.monotonic() < end:
+            time.sleep(0.1)
+        query = ng.call({"command": "query", "call-id": call_id})
+        result["query_tags"] = sorted(query.get("tags", {}).keys())
+        with pages.lock:
+            pages.control["call"] = "leave"
+        pages.wait(lambda r: r.get("state") == "left", args.timeout)
+        result["delete"] = ng.call({"command": "delete", "call-id": call_id, "from-tag": "browser"})["result"].decode()
+    finally:
+        phone.stop.set()
+        if proc:
+            stop(proc)
+        httpd.shutdown()
+    result["phone"] = {"sent": phone.sent, "received": phone.received, "other_payload_types": phone.other_pt,
+                       "loudest_rms": round(phone.loudest_rms, 1)}
+    result["sdp_to_phone_transport"] = next((l.split()[2] for l in sdp.get("to_phone", "").splitlines() if l.startswith("m=audio")), None)
+    inb = result["browser"]["inbound"]
+    out = result["browser"]["outbound"]
+    result["ok"] = bool(
+        result["sdp_to_phone_transport"] == "RTP/AVP"
+        and inb.get("packetsReceived", 0) > 100
+        and inb.get("totalAudioEnergy", 0) > 0
+        and out.get("packetsSent", 0) > 100
+        and phone.received > 100
+        and phone.loudest_rms >= 300
+        and result["delete"] == "ok"
+    )
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ng", required=True, help="secrelay's ng control address, e.g. 127.0.0.1:2223")
+    ap.add_argument("--chromium", default=os.environ.get("SECRELAY_CHROMIUM", "/usr/bin/chromium"))
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")
+    ap.add_argument("--keep-logs", help="copy Chromium's log into this folder")
+    args = ap.parse_args()
+    result = {"chromium": version(args.chromium)}
+    work = tempfile.mkdtemp(prefix="secrelay-chromium-ng-")
+    try:
+        run(args, result, work)
+    except Exception as e:
+        result["ok"] = False
+        result["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if args.keep_logs:
+            os.makedirs(args.keep_logs, exist_ok=True)
+            if os.path.exists(os.path.join(work, "call.log")):
+                shutil.copy(os.path.join(work, "call.log"), args.keep_logs)
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result))
+    sys.exit(0 if result.get("ok") else 1)
+
+
+if __name__ == "__main__":
+    main()
