@@ -40,6 +40,12 @@ pub struct GatewayLoadArgs {
     /// Address the participants' sockets bind to.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
+    /// The kinds of leg in each room, cycled (comma-separated): `join` (a WebRTC conference
+    /// participant: ICE, DTLS-SRTP), `sdes` (a SIP phone's SDES-SRTP leg), `plain` (a SIP
+    /// phone's plain RTP leg). `join,join,sdes,plain` puts half of each room of 4 on
+    /// telephony legs.
+    #[arg(long, default_value = "join", value_delimiter = ',')]
+    pub legs: Vec<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -56,6 +62,17 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             a.target
         );
     }
+    let legs = a
+        .legs
+        .iter()
+        .map(|n| match Leg::from_name(n.trim()) {
+            Some(l @ (Leg::Join | Leg::Sdes | Leg::Plain)) => Ok(l),
+            _ => bail!("--legs {n:?}: each kind is one of join, sdes, plain"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if legs.is_empty() {
+        bail!("--legs: name at least one kind of leg");
+    }
     let rooms = a.participants / a.per_room;
     let o = LoadOptions {
         fleet: FleetConfig {
@@ -65,7 +82,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             },
             rooms,
             per_room: a.per_room,
-            legs: vec![Leg::Join],
+            legs,
             room_prefix: "load-".into(),
             duration: Duration::from_secs(a.duration),
             threads: a.threads,
@@ -118,6 +135,14 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             0.0
         }
     );
+    if r.by_leg.len() > 1 {
+        for t in &r.by_leg {
+            println!(
+                "    {:<6}           {} participants ({} connected), sent {}, received {}, lost {} of {}",
+                t.leg, t.participants, t.connected, t.sent, t.received, t.lost, t.expected
+            );
+        }
+    }
     println!(
         "  gateway            routed {:.0}, forwarded {:.0} ({:.0} packets/s through it)",
         r.gateway_routed,

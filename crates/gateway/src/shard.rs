@@ -1197,6 +1197,9 @@ impl Shard {
             .as_mut()
             .expect("the slot was just found or made");
         let ports = leg.local_ports();
+        // A telephony leg is keyed (or plain) from its start: connected at once, as the API
+        // already says; a WebRTC leg when its DTLS-SRTP handshake completes.
+        let connected = leg.as_rtp().is_some();
         let member = s.room.add(leg, role, now);
         let id = random_id();
         let key = MemberKey {
@@ -1213,7 +1216,7 @@ impl Shard {
                 addrs: Vec::new(),
                 ports: ports.clone(),
                 profile: None,
-                connected: false,
+                connected,
                 closing: None,
                 created: now,
             },
@@ -1441,7 +1444,7 @@ fn participant_snapshot(
         id: meta.id.clone(),
         kind: meta.kind,
         leg: leg.kind_name(),
-        state: match (meta.closing, meta.connected || leg.as_rtp().is_some()) {
+        state: match (meta.closing, meta.connected) {
             (Some(why), _) => why.name().to_owned(),
             (None, true) => "connected".into(),
             (None, false) => "new".into(),

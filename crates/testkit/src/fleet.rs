@@ -85,6 +85,28 @@ pub struct FleetReport {
     pub setup_ms: Option<[f64; 2]>,
     /// Seconds of media (from all connected to the end).
     pub media_secs: f64,
+    /// The same counts split by kind of leg ([`Leg::name`]), in the order the kinds first
+    /// appear.
+    pub by_leg: Vec<LegTally>,
+}
+
+/// What the participants of one kind of leg did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LegTally {
+    /// The kind ([`Leg::name`]).
+    pub leg: &'static str,
+    /// Participants of this kind.
+    pub participants: usize,
+    /// Of them, connected.
+    pub connected: usize,
+    /// Audio packets they sent.
+    pub sent: u64,
+    /// Audio packets they received.
+    pub received: u64,
+    /// Packets they expected.
+    pub expected: u64,
+    /// Expected minus received.
+    pub lost: u64,
 }
 
 fn percentile<T: Copy + Ord>(sorted: &[T], q: f64) -> T {
@@ -212,8 +234,29 @@ pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
     let mut delays: Vec<u32> = Vec::new();
     let mut setup: Vec<Duration> = Vec::new();
     for p in done {
+        let k = match r.by_leg.iter().position(|t| t.leg == p.leg.name()) {
+            Some(k) => k,
+            None => {
+                r.by_leg.push(LegTally {
+                    leg: p.leg.name(),
+                    ..LegTally::default()
+                });
+                r.by_leg.len() - 1
+            }
+        };
+        let tally = &mut r.by_leg[k];
+        tally.participants += 1;
+        tally.sent += p.sent;
+        for s in p.streams.values() {
+            tally.received += s.received;
+            tally.expected += s.expected();
+            tally.lost += s.lost();
+        }
         match &p.phase {
-            Phase::Connected => r.connected += 1,
+            Phase::Connected => {
+                r.connected += 1;
+                tally.connected += 1;
+            }
             Phase::Failed(why) => r.failures.push(format!("{} ({:?}): {why}", p.room, p.leg)),
             other => r
                 .failures

@@ -1,8 +1,10 @@
-//! A simulated WebRTC participant on a real UDP socket, using a gateway exactly as an outside
-//! client would: HTTP signaling (WHIP, WHEP or a room join, with a one-section audio offer),
-//! ICE connectivity checks, a DTLS-SRTP handshake, then G.711 μ-law audio every 20 ms over
-//! SRTP, and SRTP in. The protocol work is a [`Browser`]; this adds the socket, the timers and
-//! what the demo and the lab count.
+//! A simulated participant on a real UDP socket, using a gateway exactly as an outside client
+//! would. A WebRTC one: HTTP signaling (WHIP, WHEP or a room join, with a one-section audio
+//! offer), ICE connectivity checks, a DTLS-SRTP handshake, then G.711 μ-law audio every 20 ms
+//! over SRTP, and SRTP in; the protocol work is a [`Browser`]. A SIP phone's leg
+//! ([`Leg::Sdes`], [`Leg::Plain`]): its offer POSTed to the room's telephony endpoint, then
+//! the same audio over SDES-SRTP or plain RTP to the port the answer names; the protocol work
+//! is a [`SimPhone`]. This adds the socket, the timers and what the demo and the lab count.
 //!
 //! The audio is a real G.711 tone; the first 8 bytes of each payload carry the send instant
 //! (nanoseconds since the fleet's epoch) so that a receiver in the same process measures the
@@ -21,6 +23,7 @@ use secrelay_wire::rtp::RtpHeader;
 use secrelay_wire::sdp::parse_offer;
 
 use crate::browser::{answer_candidate, random_bytes, random_token, Browser, Inbound};
+use crate::phone::SimPhone;
 use crate::signaling::{Leg, Signaling};
 
 /// Where a participant is.
@@ -83,6 +86,17 @@ impl StreamRx {
     }
 }
 
+/// The protocol side of a participant.
+enum Transport {
+    /// A WebRTC browser: ICE checks, then DTLS-SRTP.
+    WebRtc {
+        browser: Box<Browser>,
+        dtls_started: bool,
+    },
+    /// A SIP phone: media from the answer on, no handshake.
+    Phone(Box<SimPhone>),
+}
+
 /// One simulated participant.
 pub struct SimParticipant {
     /// The room.
@@ -93,8 +107,7 @@ pub struct SimParticipant {
     pub location: String,
     socket: mio::net::UdpSocket,
     gateway: SocketAddr,
-    browser: Browser,
-    dtls_started: bool,
+    transport: Transport,
     /// Where it is.
     pub phase: Phase,
     next_send: Instant,
@@ -165,6 +178,12 @@ impl SimParticipant {
         epoch: Instant,
         fingerprint: Option<Fingerprint>,
     ) -> anyhow::Result<SimParticipant> {
+        if leg.is_phone() {
+            if fingerprint.is_some() {
+                bail!("a phone's leg ({leg:?}) has no fingerprint to announce");
+            }
+            return Self::join_phone(signaling, room, leg, bind_ip, epoch);
+        }
         let mut browser = Browser::random(0);
         browser.ts_step = 160;
         let offer = browser.audio_offer(leg.direction(), fingerprint.as_ref());
@@ -187,6 +206,79 @@ impl SimParticipant {
         };
         let socket = mio::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
             .context("binding the participant's UDP socket")?;
+        let transport = Transport::WebRtc {
+            browser: Box::new(browser),
+            dtls_started: false,
+        };
+        Self::new(room, leg, location, socket, gateway, transport, started, epoch)
+    }
+
+    /// A phone's leg: its socket bound first (the offer names its address), the offer POSTed
+    /// to the room's telephony endpoint, the answer's address and (SDES) key taken. It is
+    /// connected from then on: its media flows without a handshake.
+    fn join_phone(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+    ) -> anyhow::Result<SimParticipant> {
+        let bind_ip = if bind_ip.is_unspecified() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            bind_ip
+        };
+        let socket = mio::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+            .context("binding the phone's UDP socket")?;
+        let mut phone = match leg {
+            Leg::Sdes => SimPhone::sdes(1, secrelay_srtp::Profile::AesCm128HmacSha1_80),
+            _ => SimPhone::plain(1),
+        };
+        phone.addr = socket.local_addr().context("the phone's socket address")?;
+        phone.ssrc = u32::from_be_bytes(random_bytes::<4>());
+        phone.seq = u16::from_be_bytes(random_bytes::<2>());
+        // RTP and RTCP on one port: the gateway's reports come back to this socket.
+        phone.rtcp_mux = true;
+        let started = Instant::now();
+        let path = leg.path(room);
+        let (status, location, body) = signaling.post_offer(&path, &phone.offer())?;
+        if status != 201 {
+            bail!("{path} answered {status}: {}", body.trim());
+        }
+        let location = location.ok_or_else(|| anyhow!("201 without a Location"))?;
+        phone
+            .accept_answer(&body)
+            .map_err(|e| anyhow!("{path}: the answer: {e}"))?;
+        let gateway = phone
+            .gateway
+            .ok_or_else(|| anyhow!("{path}: the answer names no address"))?;
+        let mut p = Self::new(
+            room,
+            leg,
+            location,
+            socket,
+            gateway,
+            Transport::Phone(Box::new(phone)),
+            started,
+            epoch,
+        )?;
+        p.phase = Phase::Connected;
+        p.setup_time = Some(started.elapsed());
+        Ok(p)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        room: &str,
+        leg: Leg,
+        location: String,
+        socket: mio::net::UdpSocket,
+        gateway: SocketAddr,
+        transport: Transport,
+        started: Instant,
+        epoch: Instant,
+    ) -> anyhow::Result<SimParticipant> {
+        let now = Instant::now();
         // Spread the senders over the 20 ms period.
         let phase =
             Duration::from_micros(u64::from(u16::from_be_bytes(random_bytes::<2>())) % 20_000);
@@ -196,8 +288,7 @@ impl SimParticipant {
             location,
             socket,
             gateway,
-            browser,
-            dtls_started: false,
+            transport,
             phase: Phase::Checking,
             next_send: now + phase,
             next_check: now,
@@ -227,10 +318,20 @@ impl SimParticipant {
 
     /// The next instant it needs [`SimParticipant::on_timer`].
     pub fn deadline(&self) -> Instant {
-        let mut t = self.next_check;
-        if let Some(d) = self.browser.dtls_timer.filter(|_| self.dtls_started) {
-            t = t.min(d);
-        }
+        let mut t = match &self.transport {
+            Transport::WebRtc {
+                browser,
+                dtls_started,
+            } => {
+                let mut t = self.next_check;
+                if let Some(d) = browser.dtls_timer.filter(|_| *dtls_started) {
+                    t = t.min(d);
+                }
+                t
+            }
+            // A phone has no checks to make: only its media clock.
+            Transport::Phone(_) => Instant::now() + Duration::from_secs(3600),
+        };
         if self.phase == Phase::Connected && self.leg.sends() {
             t = t.min(self.next_send);
         }
@@ -244,20 +345,26 @@ impl SimParticipant {
             self.next_check = now + Duration::from_secs(3600);
             return;
         }
-        if now >= self.next_check {
-            if let Some(req) = self.browser.binding_request(true) {
-                self.send_to_gateway(&req);
+        if let Transport::WebRtc {
+            browser,
+            dtls_started,
+        } = &mut self.transport
+        {
+            if now >= self.next_check {
+                if let Some(req) = browser.binding_request(true) {
+                    let _ = self.socket.send_to(&req, self.gateway);
+                }
+                self.next_check = now
+                    + if self.phase == Phase::Checking {
+                        Duration::from_millis(200)
+                    } else {
+                        Duration::from_secs(2)
+                    };
             }
-            self.next_check = now
-                + if self.phase == Phase::Checking {
-                    Duration::from_millis(200)
-                } else {
-                    Duration::from_secs(2)
-                };
-        }
-        if self.dtls_started && self.browser.dtls_timer.is_some_and(|t| now >= t) {
-            self.browser.handle_timeout(now);
-            self.drain_dtls(now);
+            if *dtls_started && browser.dtls_timer.is_some_and(|t| now >= t) {
+                browser.handle_timeout(now);
+                self.drain_dtls(now);
+            }
         }
         if self.phase == Phase::Connected && self.leg.sends() {
             // One packet per period; after a stall, catch up at most 5 so a slow loop shows as
@@ -279,16 +386,23 @@ impl SimParticipant {
         let mut payload = self.payload.clone();
         let sent_at = self.epoch.elapsed().as_nanos() as u64;
         payload[..8].copy_from_slice(&sent_at.to_be_bytes());
-        let Some((_, mut pkt)) = self.browser.srtp(&payload) else {
-            return;
+        let (mut pkt, next_seq) = match &mut self.transport {
+            Transport::WebRtc { browser, .. } => {
+                let Some((_, pkt)) = browser.srtp(&payload) else {
+                    return;
+                };
+                (pkt, browser.seq)
+            }
+            Transport::Phone(phone) => (phone.packet(&payload).1, phone.seq),
         };
         self.send_to_gateway(&pkt);
         self.sent += 1;
         if self.inject_bad && self.sent.is_multiple_of(50) {
             self.send_to_gateway(&pkt);
             // A forgery: a sequence number not seen yet (so the replay check passes) on a
-            // packet whose tag was computed for another.
-            let forged_seq = self.browser.seq.wrapping_add(24);
+            // packet whose tag was computed for another (on a plain leg, from the signalled
+            // address, indistinguishable from the phone's own: the gateway relays it).
+            let forged_seq = next_seq.wrapping_add(24);
             pkt[2..4].copy_from_slice(&forged_seq.to_be_bytes());
             self.send_to_gateway(&pkt);
             self.bad_sent += 2;
@@ -314,13 +428,23 @@ impl SimParticipant {
     }
 
     fn on_datagram(&mut self, now: Instant, d: &mut [u8], n: usize) {
-        match self.browser.receive(now, d, n) {
+        let inbound = match &mut self.transport {
+            Transport::WebRtc { browser, .. } => browser.receive(now, d, n),
+            Transport::Phone(phone) => match phone.open(d, n) {
+                Ok((false, len)) => Inbound::Rtp(len),
+                Ok((true, len)) => Inbound::Rtcp(len),
+                Err(_) => Inbound::Other,
+            },
+        };
+        match inbound {
             Inbound::StunSuccess => {
                 if self.phase == Phase::Checking {
                     self.phase = Phase::Handshaking;
-                    if !self.dtls_started {
-                        self.dtls_started = true;
-                        self.drain_dtls(now);
+                    if let Transport::WebRtc { dtls_started, .. } = &mut self.transport {
+                        if !*dtls_started {
+                            *dtls_started = true;
+                            self.drain_dtls(now);
+                        }
                     }
                 }
             }
@@ -353,18 +477,22 @@ impl SimParticipant {
     }
 
     fn drain_dtls(&mut self, now: Instant) {
-        if !self.dtls_started {
+        let Transport::WebRtc {
+            browser,
+            dtls_started: true,
+        } = &mut self.transport
+        else {
             return;
+        };
+        let had_keys = browser.keys.is_some();
+        for d in browser.drain_dtls() {
+            let _ = self.socket.send_to(&d, self.gateway);
         }
-        let had_keys = self.browser.keys.is_some();
-        for d in self.browser.drain_dtls() {
-            self.send_to_gateway(&d);
-        }
-        if let Some(r) = self.browser.failed {
+        if let Some(r) = browser.failed {
             if !matches!(self.phase, Phase::Failed(_)) {
                 self.phase = Phase::Failed(format!("DTLS: {r}"));
             }
-        } else if !had_keys && self.browser.keys.is_some() {
+        } else if !had_keys && browser.keys.is_some() {
             self.phase = Phase::Connected;
             self.setup_time = Some(now.duration_since(self.started));
             self.next_send = self.next_send.max(now);
@@ -374,6 +502,9 @@ impl SimParticipant {
     /// ICE restart (RFC 9725 §4.3): new credentials of ours in a PATCH with `If-Match: *`;
     /// the gateway's new ones from the answer fragment are used for every check after this.
     pub fn ice_restart(&mut self, signaling: &Signaling) -> anyhow::Result<()> {
+        let Transport::WebRtc { browser, .. } = &mut self.transport else {
+            bail!("a phone's leg has no ICE to restart");
+        };
         let ufrag = random_token(8);
         let pwd = random_token(24);
         let frag = format!("a=ice-ufrag:{ufrag}\r\na=ice-pwd:{pwd}\r\n");
@@ -390,9 +521,9 @@ impl SimParticipant {
         else {
             bail!("the ICE restart answer has no credentials: {body}");
         };
-        self.browser.ufrag = ufrag;
-        self.browser.pwd = pwd;
-        if let Some(a) = self.browser.answer.as_mut() {
+        browser.ufrag = ufrag;
+        browser.pwd = pwd;
+        if let Some(a) = browser.answer.as_mut() {
             a.ice_ufrag = remote_ufrag;
             a.ice_pwd = remote_pwd;
         }
@@ -433,9 +564,13 @@ impl SimParticipant {
         }
     }
 
-    /// Whether the DTLS association closed (close_notify sent or received).
+    /// Whether the DTLS association closed (close_notify sent or received); a phone's leg
+    /// never does (it ends with its DELETE).
     pub fn peer_closed(&self) -> bool {
-        self.browser.closed
+        match &self.transport {
+            Transport::WebRtc { browser, .. } => browser.closed,
+            Transport::Phone(_) => false,
+        }
     }
 
     /// Packets received, all streams.
@@ -451,10 +586,12 @@ impl SimParticipant {
         }
     }
 
-    /// Sends close_notify.
+    /// Sends close_notify (a phone's leg has none: it ends with its DELETE).
     pub fn close(&mut self, now: Instant) {
-        self.browser.close(now);
-        self.drain_dtls(now);
+        if let Transport::WebRtc { browser, .. } = &mut self.transport {
+            browser.close(now);
+            self.drain_dtls(now);
+        }
     }
 }
 

@@ -238,29 +238,33 @@ impl SimPhone {
         (plain, buf)
     }
 
+    /// Opens a datagram from the gateway in place (SDES: with the answer's key): whether it
+    /// is RTCP, and the length of what it holds in the clear. Err: what was wrong with it.
+    pub fn open(&mut self, buf: &mut [u8], len: usize) -> Result<(bool, usize), String> {
+        let rtcp = match classify(&buf[..len]) {
+            PacketKind::Rtp => false,
+            PacketKind::Rtcp => true,
+            other => return Err(format!("a phone got {other:?} from the gateway")),
+        };
+        let n = match self.rx.as_mut() {
+            Some(rx) => if rtcp {
+                rx.unprotect_rtcp(buf, len)
+            } else {
+                rx.unprotect_rtp(buf, len)
+            }
+            .map_err(|e| format!("SRTP from the gateway that the answer's key does not open: {e}"))?,
+            None if self.sdes.is_some() => return Err("SRTP before the answer".into()),
+            None => len,
+        };
+        Ok((rtcp, n))
+    }
+
     /// A datagram from the gateway: opened (SDES) and kept. Panics on what it cannot open.
     pub fn receive(&mut self, d: &[u8]) {
         self.wire.push(d.to_vec());
-        let kind = classify(d);
-        let rtcp = match kind {
-            PacketKind::Rtp => false,
-            PacketKind::Rtcp => true,
-            other => panic!("a phone got {other:?} from the gateway"),
-        };
         let mut buf = d.to_vec();
-        if let Some(rx) = self.rx.as_mut() {
-            let n = if rtcp {
-                rx.unprotect_rtcp(&mut buf, d.len())
-            } else {
-                rx.unprotect_rtp(&mut buf, d.len())
-            }
-            .unwrap_or_else(|e| {
-                panic!("SRTP from the gateway that the answer's key does not open: {e}")
-            });
-            buf.truncate(n);
-        } else if self.sdes.is_some() {
-            panic!("SRTP before the answer");
-        }
+        let (rtcp, n) = self.open(&mut buf, d.len()).unwrap_or_else(|e| panic!("{e}"));
+        buf.truncate(n);
         if rtcp {
             self.received_rtcp.push(buf);
         } else {

@@ -14,6 +14,11 @@ pub enum Leg {
     Whep,
     /// `POST /rooms/{room}/join`: sends and receives.
     Join,
+    /// `POST /rooms/{room}/rtp`: a SIP phone's SDES-SRTP leg (AES_CM_128_HMAC_SHA1_80, a key
+    /// of its own in `a=crypto`) on a port pair of the gateway's; sends and receives.
+    Sdes,
+    /// `POST /rooms/{room}/rtp`: a SIP phone's plain RTP leg; sends and receives.
+    Plain,
 }
 
 impl Leg {
@@ -23,6 +28,7 @@ impl Leg {
             Leg::Whip => format!("/whip/{room}"),
             Leg::Whep => format!("/whep/{room}"),
             Leg::Join => format!("/rooms/{room}/join"),
+            Leg::Sdes | Leg::Plain => format!("/rooms/{room}/rtp"),
         }
     }
     /// The direction of its offer's audio section.
@@ -30,8 +36,28 @@ impl Leg {
         match self {
             Leg::Whip => crate::browser::Direction::SendOnly,
             Leg::Whep => crate::browser::Direction::RecvOnly,
-            Leg::Join => crate::browser::Direction::SendRecv,
+            Leg::Join | Leg::Sdes | Leg::Plain => crate::browser::Direction::SendRecv,
         }
+    }
+    /// Whether it is a telephony leg (a phone: plain RTP or SDES-SRTP), not WebRTC.
+    pub fn is_phone(self) -> bool {
+        matches!(self, Leg::Sdes | Leg::Plain)
+    }
+    /// Its name on a command line and in reports (`whip`, `whep`, `join`, `sdes`, `plain`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Leg::Whip => "whip",
+            Leg::Whep => "whep",
+            Leg::Join => "join",
+            Leg::Sdes => "sdes",
+            Leg::Plain => "plain",
+        }
+    }
+    /// The leg a name means; `None` for a name that is none of [`Leg::name`]'s.
+    pub fn from_name(name: &str) -> Option<Leg> {
+        [Leg::Whip, Leg::Whep, Leg::Join, Leg::Sdes, Leg::Plain]
+            .into_iter()
+            .find(|l| l.name() == name)
     }
     /// Whether it sends audio.
     pub fn sends(self) -> bool {

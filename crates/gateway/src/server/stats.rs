@@ -558,7 +558,7 @@ impl Collector for StatsCollector {
         gauge(
             e,
             "secrelay_participants_connected",
-            "Participants with DTLS-SRTP up",
+            "Participants whose security is up (WebRTC: DTLS-SRTP connected; telephony legs: from their start)",
             shards.connected,
         )?;
         gauge(e, "secrelay_rooms", "Rooms", shards.rooms)?;

@@ -69,6 +69,8 @@ pub struct Scrape {
     pub drops: Vec<(String, f64)>,
     /// `secrelay_relay_latency_seconds_bucket`: (upper bound in seconds, cumulative count).
     pub relay_buckets: Vec<(f64, f64)>,
+    /// `secrelay_participants_connected`: members whose security is up on the gateway's side.
+    pub connected: f64,
 }
 
 /// Parses the OpenMetrics text of secrelay's `/metrics`.
@@ -88,6 +90,8 @@ pub fn parse_metrics(text: &str) -> Scrape {
             s.forwarded = v;
         } else if name == "secrelay_media_routed_total" {
             s.routed = v;
+        } else if name == "secrelay_participants_connected" {
+            s.connected = v;
         } else if let Some(reason) = name
             .strip_prefix("secrelay_drops_total{reason=\"")
             .and_then(|r| r.strip_suffix("\"}"))
@@ -137,6 +141,10 @@ pub struct LoadReport {
     pub participants: usize,
     /// Participants per room.
     pub per_room: usize,
+    /// The kinds of leg in each room, cycled ([`secrelay_testkit::Leg::name`]).
+    pub legs: Vec<&'static str>,
+    /// The receivers' counts split by kind of leg.
+    pub by_leg: Vec<LegRow>,
     /// Connected.
     pub connected: usize,
     /// Seconds of media measured (all connected to the end).
@@ -174,6 +182,25 @@ pub struct LoadReport {
     pub failures: Vec<String>,
 }
 
+/// What the participants of one kind of leg sent, received and lost.
+#[derive(Debug, Clone, Serialize)]
+pub struct LegRow {
+    /// The kind (`join`, `whip`, `whep`, `sdes`, `plain`).
+    pub leg: &'static str,
+    /// Participants of this kind.
+    pub participants: usize,
+    /// Of them, connected.
+    pub connected: usize,
+    /// Audio packets they sent.
+    pub sent: u64,
+    /// Audio packets they received.
+    pub received: u64,
+    /// Packets they expected (sequence-number spans of the streams they got).
+    pub expected: u64,
+    /// Expected minus received.
+    pub lost: u64,
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -203,9 +230,23 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     let epoch = Instant::now();
     let group = fleet::join_all(&o.fleet, &progress, epoch)?;
     // The window opens when everybody is connected.
+    let p2 = progress.clone();
     let (done, media_secs, (before, proc_before)) =
         fleet::run_media_windowed(&o.fleet, group, progress, || {
-            Ok((scrape(&base)?, o.server_pid.map(proc_sample).transpose()?))
+            // A participant is up when its own side has its keys; the gateway's side of a
+            // handshake can finish a moment later (it reads the last flight after the client
+            // has what it needs), and copies to it meanwhile are dropped as
+            // `receiver_not_ready`. The window opens once the gateway says they are all up
+            // too (or after 2 s, then with those drops in it).
+            let want = p2.connected.load(std::sync::atomic::Ordering::Relaxed) as f64;
+            let until = Instant::now() + std::time::Duration::from_secs(2);
+            loop {
+                let s = scrape(&base)?;
+                if s.connected >= want || Instant::now() >= until {
+                    return Ok((s, o.server_pid.map(proc_sample).transpose()?));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
         })?;
     let after = scrape(&base)?;
     let proc_after = o.server_pid.map(proc_sample).transpose()?;
@@ -236,6 +277,20 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     Ok(LoadReport {
         participants: r.participants,
         per_room: o.fleet.per_room,
+        legs: o.fleet.legs.iter().map(|l| l.name()).collect(),
+        by_leg: r
+            .by_leg
+            .iter()
+            .map(|t| LegRow {
+                leg: t.leg,
+                participants: t.participants,
+                connected: t.connected,
+                sent: t.sent,
+                received: t.received,
+                expected: t.expected,
+                lost: t.lost,
+            })
+            .collect(),
         connected: r.connected,
         media_secs,
         sent: r.sent,

@@ -1,0 +1,89 @@
+//! `secrelay lab gateway-load` as a user runs it: a `secrelay serve` started on loopback, and
+//! a short run of simulated participants against it with rooms of four that mix the three kinds
+//! of leg (two WebRTC participants, an SDES-SRTP phone and a plain RTP phone). Checks the JSON
+//! report, not the figures' size: every participant connected, each kind heard the other three
+//! members of its room, little was lost, and the gateway's CPU per relayed copy was read from
+//! `/proc`.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Stops the server however the test ends.
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
+        .args(["--workers", "1", "--log", "warn"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the secrelay binary runs");
+    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
+    let server = Server(child);
+    let mut url = None;
+    let end = Instant::now() + Duration::from_secs(30);
+    while url.is_none() && Instant::now() < end {
+        let Some(Ok(line)) = lines.next() else { break };
+        url = secrelay_lab::client::compare::serve_banner_url(&line);
+    }
+    let url = url.expect("serve printed its HTTP address");
+    // Keep reading its log so that it never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("load.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["lab", "gateway-load", "--target", &url])
+        .args(["--participants", "16", "--per-room", "4", "--duration", "2"])
+        .args(["--legs", "join,join,sdes,plain"])
+        .args(["--server-pid", &server.0.id().to_string()])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("the secrelay binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "gateway-load: {}\n{stdout}\n{stderr}", out.status);
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+        .expect("the report is JSON");
+
+    assert_eq!(r["participants"], 16, "{r}");
+    assert_eq!(r["connected"], 16, "every participant connected: {r}");
+    assert_eq!(r["legs"], serde_json::json!(["join", "join", "sdes", "plain"]), "{r}");
+    let by_leg = r["by_leg"].as_array().expect("by_leg rows");
+    for (kind, n) in [("join", 8), ("sdes", 4), ("plain", 4)] {
+        let row = by_leg
+            .iter()
+            .find(|t| t["leg"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} row: {r}"));
+        assert_eq!(row["participants"], n, "{row}");
+        assert_eq!(row["connected"], n, "{row}");
+        let count = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("{kind} {k}: {row}"));
+        assert!(count("sent") > 0, "{kind} sent nothing: {row}");
+        // Each member hears the other three of its room: about three times what it sent.
+        assert!(
+            count("received") >= 2 * count("sent"),
+            "{kind} heard too little of its room: {row}"
+        );
+        assert!(
+            count("lost") * 20 <= count("expected"),
+            "{kind} lost more than 5 %: {row}"
+        );
+    }
+    let cpu = r["gateway_cpu_us_per_relayed"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no CPU per relayed copy: {r}"));
+    assert!(cpu.is_finite() && cpu > 0.0, "{r}");
+    assert!(stdout.contains("sdes") && stdout.contains("plain"), "{stdout}");
+}
