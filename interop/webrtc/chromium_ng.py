@@ -12,9 +12,16 @@ and returns secrelay's WebRTC answer to the page. Then audio must arrive both wa
 Chromium's fake microphone (PCMU, the only codec the callee took) with audible energy. Then
 the page hangs up and the script sends `delete`.
 
+With --callee the call goes the other way, as a proxy sets up a call from a SIP phone to a
+WebRTC user: the phone's plain RTP offer goes to secrelay as the `offer` with
+`transport-protocol: UDP/TLS/RTP/SAVPF` and ICE forced towards the callee; secrelay's WebRTC
+offer (ICE-lite, DTLS actpass) is handed to the page, which answers it (setRemoteDescription,
+createAnswer); the page's answer goes to secrelay as the `answer`, whose plain RTP answer the
+phone takes. The same audio checks follow.
+
 Prints one JSON line with what it measured; exit status 0 only when everything passed. Needs
 only Python's standard library (and Chromium).
-Usage: chromium_ng.py --ng 127.0.0.1:PORT [--chromium /usr/bin/chromium]
+Usage: chromium_ng.py --ng 127.0.0.1:PORT [--callee] [--chromium /usr/bin/chromium]
 """
 
 import argparse
@@ -71,6 +78,32 @@ CALL_HTML = """<!doctype html><html><head><title>call</title></head><body>
   }
 })();
 </script></body></html>"""
+
+
+# The page as the callee: it polls for secrelay's offer, answers it, and posts the answer.
+CALLEE_HTML = CALL_HTML.replace(r"""    pc.addTransceiver(stream.getAudioTracks()[0], {direction: 'sendrecv', streams: [stream]});
+    pc.ontrack = e => { document.getElementById('remote').srcObject = new MediaStream([e.track]); };
+    await pc.setLocalDescription(await pc.createOffer());
+    await gathered(pc);
+    const r = await fetch('/offer', {method: 'POST', body: pc.localDescription.sdp});
+    const answer = await r.text();
+    if (r.status !== 200) throw new Error('the call: ' + r.status + ' ' + answer);
+    await pc.setRemoteDescription({type: 'answer', sdp: answer});""", r"""    pc.ontrack = e => { document.getElementById('remote').srcObject = new MediaStream([e.track]); };
+    let offer = null;
+    for (let i = 0; i < 400 && !offer; i++) {
+      const r = await fetch('/incoming');
+      if (r.status === 200) offer = await r.text(); else await sleep(50);
+    }
+    if (!offer) throw new Error('no incoming call');
+    await pc.setRemoteDescription({type: 'offer', sdp: offer});
+    const tr = pc.getTransceivers()[0];
+    tr.direction = 'sendrecv';
+    await tr.sender.replaceTrack(stream.getAudioTracks()[0]);
+    await pc.setLocalDescription(await pc.createAnswer());
+    await gathered(pc);
+    const r = await fetch('/answer', {method: 'POST', body: pc.localDescription.sdp});
+    if (r.status !== 204) throw new Error('the answer: ' + r.status + ' ' + await r.text());""")
+assert CALLEE_HTML != CALL_HTML, "the callee page differs from the caller's"
 
 
 # --- bencode, as the ng protocol frames it -------------------------------------------------
@@ -172,15 +205,23 @@ class Phone:
         self.loudest_rms = 0.0
         self.stop = threading.Event()
 
-    def answer(self, offer):
-        """Takes secrelay's offer (where to send) and answers with PCMU on its socket."""
-        ip = next(l.split()[2] for l in offer.splitlines() if l.startswith("c=IN IP4"))
-        port = next(int(l.split()[1]) for l in offer.splitlines() if l.startswith("m=audio"))
-        self.gateway = (ip, port)
+    def sdp(self, version=1):
+        """Its SDP: PCMU on its socket (as an offer, or as the answer to secrelay's offer)."""
         return (
-            "v=0\r\no=phone 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+            f"v=0\r\no=phone 1 {version} IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
             f"m=audio {self.port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=ptime:20\r\na=sendrecv\r\n"
         )
+
+    def take(self, sdp):
+        """Where to send: the address and port of secrelay's SDP (its offer or its answer)."""
+        ip = next(l.split()[2] for l in sdp.splitlines() if l.startswith("c=IN IP4"))
+        port = next(int(l.split()[1]) for l in sdp.splitlines() if l.startswith("m=audio"))
+        self.gateway = (ip, port)
+
+    def answer(self, offer):
+        """Takes secrelay's offer (where to send) and answers with PCMU on its socket."""
+        self.take(offer)
+        return self.sdp()
 
     def run(self):
         seq, n = 1, 0
@@ -213,7 +254,7 @@ class Phone:
                 self.loudest_rms = max(self.loudest_rms, rms)
 
 
-def serve(pages, handle_offer):
+def serve(pages, handle_offer, page_html=CALL_HTML, incoming=None, handle_answer=None):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -233,7 +274,13 @@ def serve(pages, handle_offer):
         def do_GET(self):
             path, _, query = self.path.partition("?")
             if path == "/call.html":
-                self.send(200, CALL_HTML, "text/html")
+                self.send(200, page_html, "text/html")
+            elif path == "/incoming":
+                offer = incoming() if incoming else None
+                if offer:
+                    self.send(200, offer)
+                else:
+                    self.send(404, "no call yet")
             elif path == "/control":
                 page = query.partition("page=")[2]
                 with pages.lock:
@@ -248,6 +295,13 @@ def serve(pages, handle_offer):
                 try:
                     self.send(200, handle_offer(body.decode()))
                 except Exception as e:  # reported to the page, which reports it back
+                    self.send(502, f"{type(e).__name__}: {e}")
+                return
+            if self.path == "/answer" and handle_answer:
+                try:
+                    handle_answer(body.decode())
+                    self.send(204, "")
+                except Exception as e:
                     self.send(502, f"{type(e).__name__}: {e}")
                 return
             try:
@@ -283,8 +337,27 @@ def run(args, result, work):
         threading.Thread(target=phone.run, daemon=True).start()
         return sdp["to_browser"]
 
+    def handle_answer(browser_sdp):
+        # The browser answered secrelay's WebRTC offer: the answer towards the phone.
+        answer = ng.call({
+            "command": "answer", "call-id": call_id, "from-tag": "phone", "to-tag": "browser",
+            "sdp": browser_sdp, "ICE": "remove",
+        })
+        sdp["to_phone"] = answer["sdp"].decode()
+        phone.take(sdp["to_phone"])
+        threading.Thread(target=phone.run, daemon=True).start()
+
     pages = Pages()
-    httpd = serve(pages, handle_offer)
+    if args.callee:
+        # The phone calls: its offer, turned into a WebRTC offer for the browser.
+        offer = ng.call({
+            "command": "offer", "call-id": call_id, "from-tag": "phone", "sdp": phone.sdp(),
+            "transport-protocol": "UDP/TLS/RTP/SAVPF", "ICE": "force", "rtcp-mux": ["offer"],
+        })
+        sdp["to_browser"] = offer["sdp"].decode()
+        httpd = serve(pages, handle_offer, CALLEE_HTML, lambda: sdp["to_browser"], handle_answer)
+    else:
+        httpd = serve(pages, handle_offer)
     origin = f"http://127.0.0.1:{httpd.server_address[1]}"
     proc = None
     try:
@@ -306,7 +379,8 @@ def run(args, result, work):
         with pages.lock:
             pages.control["call"] = "leave"
         pages.wait(lambda r: r.get("state") == "left", args.timeout)
-        result["delete"] = ng.call({"command": "delete", "call-id": call_id, "from-tag": "browser"})["result"].decode()
+        caller = "phone" if args.callee else "browser"
+        result["delete"] = ng.call({"command": "delete", "call-id": call_id, "from-tag": caller})["result"].decode()
     finally:
         phone.stop.set()
         if proc:
@@ -315,6 +389,7 @@ def run(args, result, work):
     result["phone"] = {"sent": phone.sent, "received": phone.received, "other_payload_types": phone.other_pt,
                        "loudest_rms": round(phone.loudest_rms, 1)}
     result["sdp_to_phone_transport"] = next((l.split()[2] for l in sdp.get("to_phone", "").splitlines() if l.startswith("m=audio")), None)
+    result["direction"] = "phone calls browser" if args.callee else "browser calls phone"
     inb = result["browser"]["inbound"]
     out = result["browser"]["outbound"]
     result["ok"] = bool(
@@ -333,6 +408,8 @@ def main():
     ap.add_argument("--ng", required=True, help="secrelay's ng control address, e.g. 127.0.0.1:2223")
     ap.add_argument("--chromium", default=os.environ.get("SECRELAY_CHROMIUM", "/usr/bin/chromium"))
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")
+    ap.add_argument("--callee", action="store_true",
+                    help="the phone calls the browser (secrelay offers WebRTC to the page)")
     ap.add_argument("--keep-logs", help="copy Chromium's log into this folder")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium)}

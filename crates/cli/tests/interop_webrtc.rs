@@ -631,7 +631,23 @@ fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room
 
 #[test]
 fn chromium_calls_a_plain_rtp_phone_through_the_ng_protocol() {
-    let test = "chromium_calls_a_plain_rtp_phone_through_the_ng_protocol";
+    ng_call_between_chromium_and_a_phone(
+        "chromium_calls_a_plain_rtp_phone_through_the_ng_protocol",
+        false,
+    );
+}
+
+/// The other way: the phone calls, and secrelay offers WebRTC (ICE-lite, DTLS actpass) to the
+/// browser, which answers it.
+#[test]
+fn a_plain_rtp_phone_calls_chromium_through_the_ng_protocol() {
+    ng_call_between_chromium_and_a_phone(
+        "a_plain_rtp_phone_calls_chromium_through_the_ng_protocol",
+        true,
+    );
+}
+
+fn ng_call_between_chromium_and_a_phone(test: &str, callee: bool) {
     let Some(chromium) = chromium(test) else {
         return;
     };
@@ -643,12 +659,11 @@ fn chromium_calls_a_plain_rtp_phone_through_the_ng_protocol() {
     let gw = Gateway::start_with(&["--ng", "127.0.0.1:0"]);
     let ng = gw.ng.clone().expect("serve printed its ng address");
     let chromium = chromium.to_string_lossy().into_owned();
-    let (v, ok) = run_script(
-        &python,
-        "chromium_ng.py",
-        &["--ng", &ng, "--chromium", &chromium],
-        &gw,
-    );
+    let mut args = vec!["--ng", &ng, "--chromium", &chromium];
+    if callee {
+        args.push("--callee");
+    }
+    let (v, ok) = run_script(&python, "chromium_ng.py", &args, &gw);
     assert!(ok, "chromium_ng.py failed: {v}");
     // The callee's side was plain RTP; the browser's DTLS-SRTP, both on PCMU (the codec the
     // phone took), and audio went both ways.

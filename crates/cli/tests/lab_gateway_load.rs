@@ -54,13 +54,21 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
         .expect("the secrelay binary runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "gateway-load: {}\n{stdout}\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "gateway-load: {}\n{stdout}\n{stderr}",
+        out.status
+    );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
         .expect("the report is JSON");
 
     assert_eq!(r["participants"], 16, "{r}");
     assert_eq!(r["connected"], 16, "every participant connected: {r}");
-    assert_eq!(r["legs"], serde_json::json!(["join", "join", "sdes", "plain"]), "{r}");
+    assert_eq!(
+        r["legs"],
+        serde_json::json!(["join", "join", "sdes", "plain"]),
+        "{r}"
+    );
     let by_leg = r["by_leg"].as_array().expect("by_leg rows");
     for (kind, n) in [("join", 8), ("sdes", 4), ("plain", 4)] {
         let row = by_leg
@@ -69,7 +77,11 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
             .unwrap_or_else(|| panic!("no {kind} row: {r}"));
         assert_eq!(row["participants"], n, "{row}");
         assert_eq!(row["connected"], n, "{row}");
-        let count = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("{kind} {k}: {row}"));
+        let count = |k: &str| {
+            row[k]
+                .as_u64()
+                .unwrap_or_else(|| panic!("{kind} {k}: {row}"))
+        };
         assert!(count("sent") > 0, "{kind} sent nothing: {row}");
         // Each member hears the other three of its room: about three times what it sent.
         assert!(
@@ -85,5 +97,8 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
         .as_f64()
         .unwrap_or_else(|| panic!("no CPU per relayed copy: {r}"));
     assert!(cpu.is_finite() && cpu > 0.0, "{r}");
-    assert!(stdout.contains("sdes") && stdout.contains("plain"), "{stdout}");
+    assert!(
+        stdout.contains("sdes") && stdout.contains("plain"),
+        "{stdout}"
+    );
 }

@@ -7,6 +7,13 @@
 //! those requests: when none has authenticated for [`IceConfig::consent_timeout`] the
 //! participant is gone. ICE restart swaps in new credentials.
 //!
+//! When we made the offer ([`IceLite::offering`]), the peer's credentials come with its answer
+//! ([`IceLite::set_remote`]); its checks can arrive before that (it sends them as soon as it
+//! has our offer), and they are answered: a request is authenticated with *our* password, and
+//! the USERNAME's second half is taken as it comes until the answer names it. Until then,
+//! consent waits [`IceConfig::answer_timeout`] (a callee's phone may ring) instead of
+//! [`IceConfig::consent_timeout`].
+//!
 //! Drive contract: call [`IceLite::handle_binding`] with every STUN message addressed to this
 //! participant, parsed once where the datagram was read (the gateway finds the participant by
 //! the USERNAME's first half; [`IceLite::handle_stun`] parses a datagram first, for callers
@@ -26,6 +33,9 @@ pub struct IceConfig {
     pub consent_timeout: Duration,
     /// Remote addresses remembered per participant (a browser tries a few pairs).
     pub max_remote_candidates: usize,
+    /// How long an offer of ours waits for the answer (and its checks) before the session
+    /// ends: a SIP callee answers when its user picks up.
+    pub answer_timeout: Duration,
 }
 
 impl Default for IceConfig {
@@ -33,6 +43,7 @@ impl Default for IceConfig {
         IceConfig {
             consent_timeout: Duration::from_secs(30),
             max_remote_candidates: 16,
+            answer_timeout: Duration::from_secs(180),
         }
     }
 }
@@ -136,7 +147,8 @@ pub struct CheckOutcome {
 pub struct IceLite {
     config: IceConfig,
     local: Credentials,
-    remote: Credentials,
+    /// The peer's, once its offer or answer named them.
+    remote: Option<Credentials>,
     /// Remote addresses that passed a check, with when they last did.
     remotes: Vec<(SocketAddr, Instant)>,
     selected: Option<SocketAddr>,
@@ -156,12 +168,38 @@ impl IceLite {
         IceLite {
             config,
             local,
-            remote,
+            remote: Some(remote),
             remotes: Vec::new(),
             selected: None,
             last_consent: now,
             expired: false,
         }
+    }
+
+    /// A new agent for an offer of ours: the remote credentials come with the answer
+    /// ([`IceLite::set_remote`]); created at `now` (the answer clock starts).
+    pub fn offering(config: IceConfig, local: Credentials, now: Instant) -> IceLite {
+        IceLite {
+            config,
+            local,
+            remote: None,
+            remotes: Vec::new(),
+            selected: None,
+            last_consent: now,
+            expired: false,
+        }
+    }
+
+    /// The peer's credentials, from its answer to our offer, at `now`: checks must carry its
+    /// ufrag from now on, and the consent clock runs on [`IceConfig::consent_timeout`].
+    pub fn set_remote(&mut self, remote: Credentials, now: Instant) {
+        self.remote = Some(remote);
+        self.last_consent = self.last_consent.max(now);
+    }
+
+    /// Whether the peer's credentials are known (not an offer of ours still unanswered).
+    pub fn has_remote(&self) -> bool {
+        self.remote.is_some()
     }
 
     /// Our credentials (for the answer).
@@ -183,7 +221,7 @@ impl IceLite {
     /// the new credentials nominates one (RFC 8445 §9).
     pub fn restart(&mut self, local: Credentials, remote: Credentials, now: Instant) {
         self.local = local;
-        self.remote = remote;
+        self.remote = Some(remote);
         self.last_consent = now;
     }
 
@@ -221,12 +259,19 @@ impl IceLite {
         if !msg.has_fingerprint() {
             return Err(IceError::NoFingerprint);
         }
-        let expected_len = self.local.ufrag.len() + 1 + self.remote.ufrag.len();
+        let ours = self.local.ufrag.len();
         let username_ok = msg.username().is_some_and(|u| {
-            u.len() == expected_len
+            u.len() > ours + 1
                 && u.starts_with(self.local.ufrag.as_bytes())
-                && u[self.local.ufrag.len()] == b':'
-                && u.ends_with(self.remote.ufrag.as_bytes())
+                && u[ours] == b':'
+                && match &self.remote {
+                    Some(r) => {
+                        u.len() == ours + 1 + r.ufrag.len() && u.ends_with(r.ufrag.as_bytes())
+                    }
+                    // Before the answer: any ufrag of theirs (the request authenticates with
+                    // our password, which only our offer's reader has).
+                    None => true,
+                }
         });
         if !username_ok {
             return Err(IceError::WrongUsername);
@@ -285,14 +330,23 @@ impl IceLite {
         })
     }
 
+    /// How long consent lasts without a check: until the answer, the answer timeout.
+    fn consent_window(&self) -> Duration {
+        if self.remote.is_some() {
+            self.config.consent_timeout
+        } else {
+            self.config.answer_timeout
+        }
+    }
+
     /// When [`IceLite::handle_timeout`] must next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        (!self.expired).then(|| self.last_consent + self.config.consent_timeout)
+        (!self.expired).then(|| self.last_consent + self.consent_window())
     }
 
     /// Advances time: reports [`IceEvent::ConsentExpired`] once when consent has lapsed.
     pub fn handle_timeout(&mut self, now: Instant) -> Option<IceEvent> {
-        if !self.expired && now >= self.last_consent + self.config.consent_timeout {
+        if !self.expired && now >= self.last_consent + self.consent_window() {
             self.expired = true;
             self.selected = None;
             return Some(IceEvent::ConsentExpired);

@@ -45,7 +45,7 @@ use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
     CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpOfferSpec, TransmitKind,
-    WebRtcConfig, WebRtcLeg,
+    WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
@@ -995,6 +995,74 @@ impl Shard {
         let answer = leg.answer_sdp().to_owned();
         let id = self.add_member(now, room, leg.into(), kind, vec![ice.ufrag.clone()]);
         Ok(Joined { id, answer, ice })
+    }
+
+    /// Makes a WebRTC member in `room` that offers `sections` to its peer (a SIP proxy's call
+    /// towards a browser): its id, our offer (in [`Joined::answer`]) and our ICE credentials.
+    /// Media waits for [`Shard::answer_webrtc`]; the peer's checks are answered before that.
+    pub fn offer_webrtc(
+        &mut self,
+        now: Instant,
+        room: &str,
+        sections: &[WebRtcOfferSection],
+    ) -> Result<Joined, JoinError> {
+        if self.draining {
+            return Err(JoinError::ShuttingDown);
+        }
+        let leg = WebRtcLeg::new_offer(
+            sections,
+            self.config.certificate.clone(),
+            self.config.webrtc.clone(),
+            now,
+        )
+        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        let ice = leg.ice_credentials().clone();
+        let answer = leg.offer_sdp().to_owned();
+        let id = self.add_member(
+            now,
+            room,
+            leg.into(),
+            JoinKind::Join,
+            vec![ice.ufrag.clone()],
+        );
+        Ok(Joined { id, answer, ice })
+    }
+
+    /// The peer's answer to a WebRTC member's offer ([`Shard::offer_webrtc`]): the codecs it
+    /// took (with their payload types), in order. The member's role in its room follows the
+    /// directions the answer chose.
+    pub fn answer_webrtc(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        answer: &Offer,
+    ) -> Result<Vec<(crate::leg::CodecId, u8)>, JoinError> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return Err(JoinError::Unacceptable(format!("no member {id} in {room}")));
+        };
+        let leg = s
+            .room
+            .leg_mut(member)
+            .and_then(Leg::as_webrtc_mut)
+            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
+        leg.accept_answer(answer, now)
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        let media = leg.media();
+        let role = MemberRole {
+            publishes: media.iter().any(|m| m.peer_sends),
+            subscribes: media.iter().any(|m| m.peer_receives),
+        };
+        let codecs = media
+            .iter()
+            .flat_map(|m| m.codecs.iter().copied())
+            .collect();
+        s.room.set_role(member, role);
+        self.drain_room(slot);
+        Ok(codecs)
     }
 
     /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, on the local

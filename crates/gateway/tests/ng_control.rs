@@ -381,3 +381,107 @@ fn bad_requests_get_error_replies_with_reasons_and_retransmissions_the_same_repl
     assert_eq!(errors, 6, "{metrics}");
     server.shutdown();
 }
+
+/// A SIP phone calls a WebRTC user (what a proxy asks rtpengine for with `transport-protocol:
+/// UDP/TLS/RTP/SAVPF` and `ICE: force` on the offer towards the browser): the reply is a
+/// WebRTC offer of the gateway's (ICE-lite, DTLS `actpass`, its fingerprint and candidate);
+/// the simulated browser answers it (DTLS client), checks and handshakes against the gateway,
+/// and audio flows both ways between the plain phone and the browser; the phone's answer is
+/// plain RTP.
+#[test]
+fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
+    let (server, mut ng) = start();
+    let mut caller = SocketPhone::bind(LOCAL, None, 0xca11).unwrap();
+    let offer = ng
+        .call(vec![
+            ("command".into(), s("offer")),
+            ("call-id".into(), s("to-browser@proxy")),
+            ("from-tag".into(), s("phone")),
+            ("sdp".into(), s(&caller.phone.offer())),
+            ("transport-protocol".into(), s("UDP/TLS/RTP/SAVPF")),
+            ("ICE".into(), s("force")),
+            ("rtcp-mux".into(), Bencode::List(vec![s("offer")])),
+        ])
+        .unwrap();
+    let to_browser = &offer["sdp"];
+    for line in [
+        "UDP/TLS/RTP/SAVPF",
+        "a=ice-lite",
+        "a=setup:actpass",
+        "a=fingerprint:sha-256 ",
+        "a=rtcp-mux",
+        "a=rtpmap:0 PCMU/8000",
+        "typ host",
+    ] {
+        assert!(to_browser.contains(line), "{line} in {to_browser}");
+    }
+    let epoch = Instant::now();
+    let (browser, browser_answer) = secrelay_testkit::SimParticipant::answer_gateway_offer(
+        to_browser,
+        "to-browser",
+        LOCAL,
+        epoch,
+    )
+    .unwrap();
+    let answer = ng
+        .call(vec![
+            ("command".into(), s("answer")),
+            ("call-id".into(), s("to-browser@proxy")),
+            ("from-tag".into(), s("phone")),
+            ("to-tag".into(), s("browser")),
+            ("sdp".into(), s(&browser_answer)),
+            ("ICE".into(), s("remove")),
+        ])
+        .unwrap();
+    let to_phone = &answer["sdp"];
+    assert!(to_phone.contains("RTP/AVP"), "{to_phone}");
+    assert!(!to_phone.contains("a=ice"), "{to_phone}");
+    caller.phone.accept_answer(to_phone).unwrap();
+
+    let mut group = [browser];
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut next_send = Instant::now();
+    loop {
+        let now = Instant::now();
+        group[0].step(now).unwrap();
+        if now >= next_send {
+            caller.send(&[0x5a; 160]).unwrap();
+            next_send += Duration::from_millis(20);
+        }
+        caller.read();
+        let (b, p) = (group[0].received(), caller.phone.received.len());
+        if b >= 50 && p >= 50 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "browser {:?} heard {b} of the phone, the phone heard {p} of the browser",
+            group[0].phase
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(group[0].rx_errors, 0);
+
+    let q = ng
+        .raw(vec![
+            ("command".into(), s("query")),
+            ("call-id".into(), s("to-browser@proxy")),
+        ])
+        .unwrap();
+    let tags = q.get("tags").expect("tags");
+    for (tag, leg) in [("phone", "plain"), ("browser", "webrtc")] {
+        let t = tags
+            .get(tag)
+            .unwrap_or_else(|| panic!("tag {tag} in {q:?}"));
+        assert_eq!(text(t, "leg").as_deref(), Some(leg), "{q:?}");
+    }
+    let del = ng
+        .call(vec![
+            ("command".into(), s("delete")),
+            ("call-id".into(), s("to-browser@proxy")),
+            ("from-tag".into(), s("phone")),
+        ])
+        .unwrap();
+    assert_eq!(del["result"], "ok");
+    server.shutdown();
+}

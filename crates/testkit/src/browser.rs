@@ -17,7 +17,7 @@ use secrelay_dtls::{
 };
 use secrelay_srtp::{Context, Error as SrtpError, Policy};
 use secrelay_wire::rtp::{classify, PacketKind};
-use secrelay_wire::sdp::{Offer, Setup};
+use secrelay_wire::sdp::{MediaKind, Offer, Setup};
 use secrelay_wire::stun::{attr, Class, Message, MessageBuilder, BINDING};
 
 /// Chrome's offer (audio with Opus and the usual others, video with VP8), as captured.
@@ -252,6 +252,45 @@ impl Browser {
             fingerprint.unwrap_or(&own),
             self.ssrc,
         )
+    }
+
+    /// Answers an offer the gateway made (a SIP proxy's call towards this browser): takes the
+    /// offer as the gateway's description (its credentials, fingerprint and `actpass`, so that
+    /// we are the DTLS client) and writes our answer: the offer's first audio section with
+    /// PCMU at the offer's payload type (which we then send under), `a=setup:active`, our
+    /// credentials and fingerprint. Err: an offer without an audio section offering PCMU.
+    pub fn answer_offer(&mut self, offer: Offer, direction: Direction) -> Result<String, String> {
+        let section = offer
+            .media
+            .iter()
+            .find(|m| m.kind == MediaKind::Audio && m.port != 0)
+            .ok_or("the offer has no audio section")?;
+        let pcmu = section
+            .codecs
+            .iter()
+            .find(|c| c.is("PCMU", 8000))
+            .ok_or("the offer's audio section has no PCMU")?;
+        self.pt = pcmu.pt;
+        let answer = audio_offer(
+            direction,
+            &self.ufrag,
+            &self.pwd,
+            &self.cert.fingerprint(),
+            self.ssrc,
+        )
+        .replace("a=setup:actpass", "a=setup:active")
+        .replace("a=mid:0", &format!("a=mid:{}", section.mid))
+        .replace(
+            "a=group:BUNDLE 0",
+            &format!("a=group:BUNDLE {}", section.mid),
+        )
+        .replace(
+            "UDP/TLS/RTP/SAVPF 0",
+            &format!("UDP/TLS/RTP/SAVPF {}", pcmu.pt),
+        )
+        .replace("a=rtpmap:0 PCMU", &format!("a=rtpmap:{} PCMU", pcmu.pt));
+        self.answer = Some(offer);
+        Ok(answer)
     }
 
     /// Takes the gateway's answer (its credentials, fingerprint and DTLS role).

@@ -210,7 +210,50 @@ impl SimParticipant {
             browser: Box::new(browser),
             dtls_started: false,
         };
-        Self::new(room, leg, location, socket, gateway, transport, started, epoch)
+        Self::new(
+            room, leg, location, socket, gateway, transport, started, epoch,
+        )
+    }
+
+    /// A WebRTC participant that answers an offer the gateway made (a SIP proxy's call towards
+    /// a browser, set up through ng rather than HTTP): its socket bound on `bind_ip`, and its
+    /// answer SDP for the proxy to hand back. It is the DTLS client (`a=setup:active`) and
+    /// sends PCMU under the offer's payload type; `room` names it in reports, and it has no
+    /// HTTP resource to DELETE.
+    pub fn answer_gateway_offer(
+        offer_sdp: &str,
+        room: &str,
+        bind_ip: IpAddr,
+        epoch: Instant,
+    ) -> anyhow::Result<(SimParticipant, String)> {
+        let offer = parse_offer(offer_sdp)
+            .map_err(|e| anyhow!("the gateway's offer does not parse: {e}"))?;
+        let gateway = answer_candidate(offer_sdp)
+            .ok_or_else(|| anyhow!("the gateway's offer has no host candidate"))?;
+        let mut browser = Browser::random(0);
+        browser.ts_step = 160;
+        let started = Instant::now();
+        let answer = browser
+            .answer_offer(offer, Leg::Join.direction())
+            .map_err(|e| anyhow!("answering the gateway's offer: {e}"))?;
+        browser.start_dtls(started).map_err(|e| anyhow!(e))?;
+        let socket = mio::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+            .context("binding the participant's UDP socket")?;
+        let transport = Transport::WebRtc {
+            browser: Box::new(browser),
+            dtls_started: false,
+        };
+        let p = Self::new(
+            room,
+            Leg::Join,
+            String::new(),
+            socket,
+            gateway,
+            transport,
+            started,
+            epoch,
+        )?;
+        Ok((p, answer))
     }
 
     /// A phone's leg: its socket bound first (the offer names its address), the offer POSTed

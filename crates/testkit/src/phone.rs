@@ -252,7 +252,9 @@ impl SimPhone {
             } else {
                 rx.unprotect_rtp(buf, len)
             }
-            .map_err(|e| format!("SRTP from the gateway that the answer's key does not open: {e}"))?,
+            .map_err(|e| {
+                format!("SRTP from the gateway that the answer's key does not open: {e}")
+            })?,
             None if self.sdes.is_some() => return Err("SRTP before the answer".into()),
             None => len,
         };
@@ -263,7 +265,9 @@ impl SimPhone {
     pub fn receive(&mut self, d: &[u8]) {
         self.wire.push(d.to_vec());
         let mut buf = d.to_vec();
-        let (rtcp, n) = self.open(&mut buf, d.len()).unwrap_or_else(|e| panic!("{e}"));
+        let (rtcp, n) = self
+            .open(&mut buf, d.len())
+            .unwrap_or_else(|e| panic!("{e}"));
         buf.truncate(n);
         if rtcp {
             self.received_rtcp.push(buf);

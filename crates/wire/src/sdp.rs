@@ -438,7 +438,7 @@ pub struct MediaAnswer {
     pub ssrc: Option<(u32, String)>,
 }
 
-/// What an answer says about us.
+/// What an answer (or an offer, [`write_offer`]) of ours says about us.
 #[derive(Debug, Clone)]
 pub struct AnswerParams {
     /// Session id for o=.
@@ -455,6 +455,15 @@ pub struct AnswerParams {
     pub candidates: Vec<SocketAddr>,
     /// Answered sections, in the offer's order.
     pub media: Vec<MediaAnswer>,
+}
+
+/// Writes an ICE-lite offer of ours, for a WebRTC peer that will answer it (a SIP proxy's call
+/// towards a browser): the shape of [`write_answer`], every section offered (a section's
+/// `direction` is ours, its codecs with the payload types we chose) and `p.setup` =
+/// [`Setup::Actpass`] (RFC 5763 §5: the offerer lets the answerer choose its DTLS role).
+pub fn write_offer(p: &AnswerParams) -> String {
+    debug_assert_eq!(p.setup, Setup::Actpass, "an offer says a=setup:actpass");
+    write_answer(p)
 }
 
 /// Writes an ICE-lite answer: BUNDLE of every accepted section, rtcp-mux, our candidates in

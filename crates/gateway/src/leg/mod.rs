@@ -33,7 +33,7 @@ use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
 pub use rtp::{Latch, Ports, RtpConfig, RtpLeg, RtpLegError, RtpOfferSpec};
-pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg};
+pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 
 /// A codec the gateway forwards, identified independently of payload type numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,6 +3,12 @@
 //!
 //! A [`WebRtcLeg`] is built from a parsed [`Offer`], our certificate and a [`WebRtcConfig`];
 //! it chooses codecs and our DTLS role and writes the answer ([`WebRtcLeg::answer_sdp`]).
+//! Or we make the offer ([`WebRtcLeg::new_offer`]: a SIP proxy's call towards a WebRTC
+//! callee): our sections with `a=setup:actpass`, and the peer's answer
+//! ([`WebRtcLeg::accept_answer`]) decides the codecs, the directions and our DTLS role. The
+//! peer's ICE checks, and a ClientHello when it chose to be the DTLS client, can arrive before
+//! its answer reaches us: checks are answered, and the first DTLS records are kept and handed
+//! to the endpoint once the answer has named the fingerprint they must match.
 //! Datagrams arrive classified where they were read: STUN messages (already parsed) go to the
 //! [`IceLite`] agent through [`WebRtcLeg::handle_stun`], whose responses are queued to the
 //! sender; DTLS records go to the DTLS-SRTP [`Endpoint`] through [`WebRtcLeg::handle_dtls`],
@@ -35,7 +41,9 @@ use secrelay_dtls::{
     LocalCertificate, Output as DtlsOutput, Role, Timers,
 };
 use secrelay_srtp::{Context, Policy, Profile};
-use secrelay_wire::sdp::{write_answer, AnswerParams, Codec, MediaAnswer, MediaKind, Offer, Setup};
+use secrelay_wire::sdp::{
+    write_answer, write_offer, AnswerParams, Codec, Direction, MediaAnswer, MediaKind, Offer, Setup,
+};
 use secrelay_wire::stun::{Class as StunClass, Message};
 
 use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, TransmitKind};
@@ -94,6 +102,11 @@ pub enum WebRtcError {
     Dtls(String),
     /// The SRTP context refused the keys (the reason).
     Srtp(String),
+    /// An answer came for a leg that made no offer, or whose offer was answered already.
+    NotAwaitingAnswer,
+    /// The answer says `a=setup:actpass` (RFC 5763 §5: an answerer chooses `active` or
+    /// `passive`).
+    AnswerSetupActpass,
 }
 
 impl fmt::Display for WebRtcError {
@@ -107,6 +120,13 @@ impl fmt::Display for WebRtcError {
             WebRtcError::NoCertificate => write!(f, "our certificate chain is empty"),
             WebRtcError::Dtls(e) => write!(f, "DTLS endpoint configuration: {e}"),
             WebRtcError::Srtp(e) => write!(f, "SRTP context: {e}"),
+            WebRtcError::NotAwaitingAnswer => write!(f, "no offer of ours waits for an answer"),
+            WebRtcError::AnswerSetupActpass => {
+                write!(
+                    f,
+                    "the answer says a=setup:actpass (an answerer must choose)"
+                )
+            }
         }
     }
 }
@@ -117,6 +137,28 @@ impl std::error::Error for WebRtcError {}
 const BUFFER_CAPACITY: usize = 1500;
 /// Most buffers kept in the pool; more are freed.
 const POOL_MAX: usize = 64;
+/// DTLS records kept while an offer of ours waits for its answer (a ClientHello flight, and
+/// its retransmissions); more are dropped.
+const EARLY_DTLS_MAX: usize = 8;
+
+/// A section of an offer of ours to a WebRTC peer.
+#[derive(Debug, Clone)]
+pub struct WebRtcOfferSection {
+    /// Audio or video.
+    pub kind: MediaKind,
+    /// Our direction (`sendrecv`: we send and receive on it).
+    pub direction: Direction,
+    /// The codecs offered, our preference first, with the payload types we chose (codecs the
+    /// gateway does not relay are left out).
+    pub codecs: Vec<Codec>,
+}
+
+/// An offer of ours that waits for its answer.
+struct Awaiting {
+    certificate: LocalCertificate,
+    /// DTLS records from validated addresses that came before the answer.
+    early_dtls: Vec<(SocketAddr, Vec<u8>)>,
+}
 
 #[derive(Debug)]
 enum Pending {
@@ -142,7 +184,10 @@ pub struct WebRtcLeg {
     dtls_peer: Option<SocketAddr>,
     srtp: Option<Srtp>,
     media: Vec<NegotiatedMedia>,
-    answer: String,
+    /// Our SDP: the answer, or the offer of ours.
+    local_sdp: String,
+    /// Set while an offer of ours waits for the answer.
+    awaiting: Option<Awaiting>,
     queue: VecDeque<Pending>,
     pool: Vec<Vec<u8>>,
     /// The buffer lent by the last `poll_output`, returned to the pool on the next.
@@ -289,7 +334,8 @@ impl WebRtcLeg {
             dtls_peer: None,
             srtp: None,
             media,
-            answer,
+            local_sdp: answer,
+            awaiting: None,
             queue: VecDeque::new(),
             pool: Vec::new(),
             lent: None,
@@ -305,6 +351,177 @@ impl WebRtcLeg {
         Ok(p)
     }
 
+    /// A leg that offers `sections` to a WebRTC peer (a SIP proxy's call towards a browser),
+    /// created at `now`: ICE-lite with fresh credentials, `a=setup:actpass`, our candidates,
+    /// and an SSRC of ours on every section we send on ([`WebRtcLeg::offer_sdp`]). Media waits
+    /// for [`WebRtcLeg::accept_answer`]; until then the peer's checks are answered and its
+    /// first DTLS records kept, and the session ends if nothing comes for
+    /// [`IceConfig::answer_timeout`](crate::ice_lite::IceConfig::answer_timeout).
+    pub fn new_offer(
+        sections: &[WebRtcOfferSection],
+        certificate: LocalCertificate,
+        config: WebRtcConfig,
+        now: Instant,
+    ) -> Result<WebRtcLeg, WebRtcError> {
+        let our_fp = certificate
+            .fingerprint()
+            .ok_or(WebRtcError::NoCertificate)?;
+        let mut media = Vec::new();
+        let mut offered = Vec::new();
+        for (i, sec) in sections.iter().enumerate() {
+            let codecs: Vec<(CodecId, &Codec)> = sec
+                .codecs
+                .iter()
+                .filter_map(|c| CodecId::of(c).map(|id| (id, c)))
+                .filter(|(id, _)| id.is_audio() == (sec.kind == MediaKind::Audio))
+                .collect();
+            if codecs.is_empty() {
+                return Err(WebRtcError::NoCommonCodec);
+            }
+            let mid = i.to_string();
+            let our_ssrc = random_u32().max(1);
+            media.push(NegotiatedMedia {
+                mid: mid.clone(),
+                kind: sec.kind.clone(),
+                codecs: codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
+                // Provisional until the answer: what we offered to do.
+                peer_sends: sec.direction.receives(),
+                peer_receives: sec.direction.sends(),
+                our_ssrc,
+            });
+            offered.push(MediaAnswer {
+                mid,
+                kind: sec.kind.clone(),
+                direction: Some(sec.direction),
+                codecs: codecs.iter().map(|(_, c)| (*c).clone()).collect(),
+                ssrc: Some((our_ssrc, config.cname.clone())),
+            });
+        }
+        if media.is_empty() {
+            return Err(WebRtcError::NoCommonCodec);
+        }
+        let local = Credentials::random();
+        let offer = write_offer(&AnswerParams {
+            session_id: random_u64(),
+            ice_ufrag: local.ufrag.clone(),
+            ice_pwd: local.pwd.clone(),
+            fingerprint: our_fp.to_string(),
+            setup: Setup::Actpass,
+            candidates: config.candidates.clone(),
+            media: offered,
+        });
+        let ice = IceLite::offering(config.ice.clone(), local, now);
+        Ok(WebRtcLeg {
+            config,
+            ice,
+            // Provisional: the answer's a=setup decides.
+            role: Role::Server,
+            dtls: None,
+            dtls_config: None,
+            dtls_timeout: None,
+            dtls_started: None,
+            dtls_peer: None,
+            srtp: None,
+            media,
+            local_sdp: offer,
+            awaiting: Some(Awaiting {
+                certificate,
+                early_dtls: Vec::new(),
+            }),
+            queue: VecDeque::new(),
+            pool: Vec::new(),
+            lent: None,
+            closed: None,
+            counters: Counters::default(),
+            handshake_time: None,
+            profile: None,
+        })
+    }
+
+    /// The peer's answer to [`WebRtcLeg::new_offer`], at `now`: its ICE credentials, its
+    /// fingerprint, its DTLS role (`active` makes us the DTLS server, `passive` the client),
+    /// and per section (by `a=mid`) the codecs it took among ours and its direction; a
+    /// section it rejected (port 0, not bundled, or no codec of ours) carries nothing. DTLS
+    /// records that came early are handed to the endpoint now. Err: an answer that cannot be
+    /// taken (the leg is unchanged and still waits).
+    pub fn accept_answer(&mut self, answer: &Offer, now: Instant) -> Result<(), WebRtcError> {
+        if self.awaiting.is_none() || self.closed.is_some() {
+            return Err(WebRtcError::NotAwaitingAnswer);
+        }
+        let (role, _) = match answer.setup {
+            Setup::Active => (Role::Server, ()),
+            Setup::Passive => (Role::Client, ()),
+            Setup::Actpass => return Err(WebRtcError::AnswerSetupActpass),
+            Setup::Holdconn => return Err(WebRtcError::NoDtlsRole),
+        };
+        let algorithm: HashAlgorithm = answer
+            .fingerprint
+            .0
+            .parse()
+            .map_err(WebRtcError::Fingerprint)?;
+        let peer_fp = Fingerprint::from_digest(algorithm, &answer.fingerprint.1)
+            .map_err(WebRtcError::Fingerprint)?;
+        let mut media = self.media.clone();
+        for m in &mut media {
+            let a = answer
+                .media
+                .iter()
+                .find(|a| a.mid == m.mid)
+                .filter(|a| a.port != 0 || answer.bundle.contains(&a.mid));
+            let Some(a) = a else {
+                m.codecs.clear();
+                m.peer_sends = false;
+                m.peer_receives = false;
+                continue;
+            };
+            // RFC 3264 §6.1: the answer uses the offer's payload types.
+            m.codecs
+                .retain(|(_, pt)| a.codecs.iter().any(|c| c.pt == *pt));
+            let usable = !m.codecs.is_empty();
+            m.peer_sends = usable && a.direction.sends();
+            m.peer_receives = usable && a.direction.receives();
+        }
+        if media.iter().all(|m| m.codecs.is_empty()) {
+            return Err(WebRtcError::NoCommonCodec);
+        }
+        let awaiting = self.awaiting.take().expect("checked above");
+        self.media = media;
+        self.role = role;
+        self.ice.set_remote(
+            Credentials {
+                ufrag: answer.ice_ufrag.clone(),
+                pwd: answer.ice_pwd.clone(),
+            },
+            now,
+        );
+        let mut dtls_config = EndpointConfig::new(role, awaiting.certificate, peer_fp);
+        dtls_config.srtp_profiles = self.config.srtp_profiles.clone();
+        dtls_config.timers = self.config.dtls_timers;
+        self.dtls_config = Some(dtls_config);
+        // A server listens from now on; a client says its ClientHello once ICE has nominated
+        // (now, if it already has).
+        if role == Role::Server || self.ice.selected().is_some() {
+            if let Err(e) = self.start_dtls(now) {
+                self.close_with(CloseReason::DtlsFailed(FailReason::Internal));
+                return Err(e);
+            }
+        }
+        for (from, d) in awaiting.early_dtls {
+            self.handle_dtls(now, from, &d);
+        }
+        Ok(())
+    }
+
+    /// Whether an offer of ours waits for its answer.
+    pub fn awaiting_answer(&self) -> bool {
+        self.awaiting.is_some()
+    }
+
+    /// Our offer (from [`WebRtcLeg::new_offer`]): the SDP for the peer to answer.
+    pub fn offer_sdp(&self) -> &str {
+        &self.local_sdp
+    }
+
     fn start_dtls(&mut self, now: Instant) -> Result<(), WebRtcError> {
         if let Some(cfg) = self.dtls_config.take() {
             let ep = Endpoint::new(cfg, now).map_err(|e| WebRtcError::Dtls(e.to_string()))?;
@@ -317,9 +534,10 @@ impl WebRtcLeg {
         Ok(())
     }
 
-    /// The answer SDP to send back to the offerer.
+    /// The answer SDP to send back to the offerer (for a leg that made the offer, our offer:
+    /// [`WebRtcLeg::offer_sdp`]).
     pub fn answer_sdp(&self) -> &str {
-        &self.answer
+        &self.local_sdp
     }
 
     /// Our ICE credentials (as in the answer).
@@ -471,6 +689,16 @@ impl WebRtcLeg {
             return;
         }
         let Some(ep) = self.dtls.as_mut() else {
+            if let Some(a) = self.awaiting.as_mut() {
+                // Before the answer names the fingerprint: kept for the endpoint.
+                if a.early_dtls.len() < EARLY_DTLS_MAX {
+                    // Counted when the endpoint takes it.
+                    a.early_dtls.push((from, datagram.to_vec()));
+                } else {
+                    self.counters.drop(DropReason::UnknownKind);
+                }
+                return;
+            }
             // A client before nomination: nothing to say to DTLS yet.
             self.counters.drop(DropReason::UnknownKind);
             return;

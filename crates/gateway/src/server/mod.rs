@@ -37,7 +37,7 @@ use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
 use crate::ice_lite::{Credentials, IceConfig};
-use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig};
+use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection};
 use crate::rtcp::RtcpConfig;
 pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
 use crate::shard::{Shard, ShardConfig};
@@ -305,6 +305,52 @@ impl Gateway {
             self.stats.joins.fetch_add(1, Ordering::Relaxed);
         }
         r
+    }
+
+    /// Makes a WebRTC participant in `room` that offers `sections` to its peer (a SIP proxy's
+    /// call towards a browser): its id and our offer (in [`Joined::answer`]).
+    pub async fn offer_webrtc(
+        &self,
+        room: &str,
+        sections: Vec<WebRtcOfferSection>,
+    ) -> Result<Joined, JoinError> {
+        if !self.admitting() {
+            return Err(JoinError::ShuttingDown);
+        }
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::OfferWebRtc {
+            room: room.to_owned(),
+            sections,
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
+        if r.is_ok() {
+            self.stats.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// The peer's answer to a WebRTC participant's offer: the codecs it took.
+    pub async fn answer_webrtc(
+        &self,
+        room: &str,
+        id: &str,
+        answer: Offer,
+    ) -> Result<Vec<(CodecId, u8)>, JoinError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::AnswerWebRtc {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            answer: Box::new(answer),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// Makes a telephony participant (plain RTP or SDES-SRTP) for `offer` in `room`, on a port

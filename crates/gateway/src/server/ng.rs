@@ -3,12 +3,14 @@
 //!
 //! A call maps to a two-member room. `offer` carries the caller's SDP: the caller's side is
 //! remembered, and a member facing the callee is made as an *offer* of ours (a port pair of
-//! its own, our address, and for SDES a key of ours per suite) whose SDP is the reply, for the
-//! proxy to send on to the callee. `answer` carries the callee's SDP: the callee's member takes
-//! it, and a member facing the caller is made from the caller's SDP, restricted to the codecs
-//! the callee took, whose answer is the reply. So each side gets the kind of leg its SDP and
-//! the flags ask for (plain RTP, SDES-SRTP, or WebRTC on the caller's side), and media between
-//! them is unprotected with one side's keys and protected with the other's.
+//! its own, our address, and for SDES a key of ours per suite; or, with `transport-protocol:
+//! UDP/TLS/RTP/SAVPF`, a WebRTC offer: ICE-lite, DTLS `actpass`, on the shared UDP port) whose
+//! SDP is the reply, for the proxy to send on to the callee. `answer` carries the callee's SDP:
+//! the callee's member takes it, and a member facing the caller is made from the caller's SDP,
+//! restricted to the codecs the callee took, whose answer is the reply. So each side gets the
+//! kind of leg its SDP and the flags ask for (plain RTP, SDES-SRTP, or WebRTC, on either
+//! side), and media between them is unprotected with one side's keys and protected with the
+//! other's.
 //!
 //! Replies are cached by cookie for a while: a proxy retransmitting a request over UDP gets the
 //! same reply, not a second call. Malformed messages, unknown commands, missing keys, SDP
@@ -27,8 +29,8 @@ use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
 
 use super::{Gateway, JoinError, JoinKind};
-use crate::leg::{CodecId, RtpOfferSpec};
-use secrelay_wire::ng::{error_reply, parse, reply, Flags, Ice, OfferAnswer, Request};
+use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
+use secrelay_wire::ng::{error_reply, parse, reply, Dtls, Flags, Ice, OfferAnswer, Request};
 
 /// How long a reply is kept for retransmissions of its request.
 const REPLY_CACHE_FOR: Duration = Duration::from_secs(30);
@@ -47,6 +49,8 @@ struct Call {
     /// The member facing the callee, and our offer to it.
     callee_id: String,
     callee_offer: String,
+    /// Whether the callee's member is a WebRTC leg (its answer is WebRTC SDP).
+    callee_webrtc: bool,
     /// The member facing the caller, and our answer to it, once answered.
     caller: Option<(String, String)>,
     /// The last new offer in the answered call (a re-INVITE from either side).
@@ -243,10 +247,7 @@ impl Ng {
             }
         };
         if transport.is_dtls() {
-            return Err(format!(
-                "transport-protocol {}: offering WebRTC towards a callee is not supported yet",
-                transport.as_str()
-            ));
+            return self.offer_webrtc(o, section, warnings).await;
         }
         if o.flags.ice == Some(Ice::Force) {
             warnings.push("ICE=force: a telephony callee gets no ICE".into());
@@ -309,6 +310,64 @@ impl Ng {
                 caller_flags: o.flags,
                 callee_id: j.id,
                 callee_offer: j.answer.clone(),
+                callee_webrtc: false,
+                caller: None,
+                reoffer: None,
+                created: Instant::now(),
+            },
+        );
+        Ok(sdp_reply(&j.answer, &warnings))
+    }
+
+    /// `offer` towards a WebRTC callee (`transport-protocol: UDP/TLS/RTP/SAVPF`): a WebRTC
+    /// member that offers the caller's audio codecs we relay, ICE-lite and DTLS `actpass`.
+    async fn offer_webrtc(
+        &mut self,
+        o: OfferAnswer,
+        section: &secrelay_wire::sdp_rtp::RtpSection,
+        mut warnings: Vec<String>,
+    ) -> Result<Bencode, String> {
+        if o.flags.dtls == Some(Dtls::Off) {
+            return Err("transport-protocol UDP/TLS/RTP/SAVPF needs DTLS, and DTLS is off".into());
+        }
+        if let Some(d) = o.flags.dtls {
+            // An offer lets the answerer choose (RFC 5763 §5): ours says actpass.
+            warnings.push(format!("DTLS={d:?}: our WebRTC offer says actpass"));
+        }
+        if o.flags.ice == Some(Ice::Remove) {
+            warnings.push("ICE=remove: a WebRTC callee needs ICE".into());
+        }
+        let codecs: Vec<secrelay_wire::sdp::Codec> = section
+            .codecs
+            .iter()
+            .filter(|c| CodecId::of(c).is_some_and(CodecId::is_audio))
+            .cloned()
+            .collect();
+        if codecs.is_empty() {
+            return Err("the offer has no codec the gateway relays (Opus, PCMU, PCMA)".into());
+        }
+        let sections = vec![WebRtcOfferSection {
+            kind: secrelay_wire::sdp::MediaKind::Audio,
+            direction: secrelay_wire::sdp::Direction::SendRecv,
+            codecs,
+        }];
+        let room = format!("call:{}", o.call_id);
+        let j = self
+            .gateway
+            .offer_webrtc(&room, sections)
+            .await
+            .map_err(|e| join_reason(&e))?;
+        self.calls.insert(
+            o.call_id.clone(),
+            Call {
+                room,
+                from_tag: o.from_tag,
+                to_tag: None,
+                caller_sdp: o.sdp,
+                caller_flags: o.flags,
+                callee_id: j.id,
+                callee_offer: j.answer.clone(),
+                callee_webrtc: true,
                 caller: None,
                 reoffer: None,
                 created: Instant::now(),
@@ -422,12 +481,19 @@ impl Ng {
             // Answered already (a retransmission under a new cookie): the same reply.
             return Ok(sdp_reply(sdp, &[]));
         }
-        let callee = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
-        let taken = self
-            .gateway
-            .answer_rtp(&call.room, &call.callee_id, callee)
-            .await
-            .map_err(|e| join_reason(&e))?;
+        let taken = if call.callee_webrtc {
+            let callee =
+                parse_offer(&a.sdp).map_err(|e| format!("the answer's WebRTC SDP: {e}"))?;
+            self.gateway
+                .answer_webrtc(&call.room, &call.callee_id, callee)
+                .await
+        } else {
+            let callee = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+            self.gateway
+                .answer_rtp(&call.room, &call.callee_id, callee)
+                .await
+        }
+        .map_err(|e| join_reason(&e))?;
         let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
         let mut warnings = a.flags.ignored.clone();
         let caller_rtp =

@@ -31,7 +31,7 @@ use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via};
+use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
 };
@@ -63,6 +63,19 @@ pub(crate) enum Command {
         room: String,
         id: String,
         reply: oneshot::Sender<bool>,
+    },
+    /// Make a WebRTC participant that offers to its peer (a SIP proxy's call to a browser).
+    OfferWebRtc {
+        room: String,
+        sections: Vec<WebRtcOfferSection>,
+        reply: oneshot::Sender<Result<Joined, JoinError>>,
+    },
+    /// The peer's answer to that offer; replies the codecs it took.
+    AnswerWebRtc {
+        room: String,
+        id: String,
+        answer: Box<Offer>,
+        reply: oneshot::Sender<Result<Vec<(CodecId, u8)>, JoinError>>,
     },
     /// Make a telephony participant (plain RTP or SDES-SRTP) for an offer in a room.
     JoinRtp {
@@ -366,6 +379,25 @@ impl Worker {
                 let found = self.shard.leave(now, &room, &id);
                 self.after_command();
                 let _ = reply.send(found);
+            }
+            Command::OfferWebRtc {
+                room,
+                sections,
+                reply,
+            } => {
+                let r = self.shard.offer_webrtc(now, &room, &sections);
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::AnswerWebRtc {
+                room,
+                id,
+                answer,
+                reply,
+            } => {
+                let r = self.shard.answer_webrtc(now, &room, &id, &answer);
+                self.after_command();
+                let _ = reply.send(r);
             }
             Command::JoinRtp { room, offer, reply } => {
                 let r = self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports));
