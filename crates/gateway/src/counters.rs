@@ -51,11 +51,13 @@ pub enum DropReason {
     SrtpOther,
     /// Media on a plain RTP leg from a source it has not latched to (the hijack guard).
     UnlatchedSource,
+    /// A padding-only retransmission packet (a sender's bandwidth probe): nothing to forward.
+    PaddingOnly,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 18] = [
+    pub const ALL: [DropReason; 19] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -74,6 +76,7 @@ impl DropReason {
         DropReason::InternalError,
         DropReason::SrtpOther,
         DropReason::UnlatchedSource,
+        DropReason::PaddingOnly,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -97,6 +100,7 @@ impl DropReason {
             DropReason::InternalError => "internal_error",
             DropReason::SrtpOther => "srtp_other",
             DropReason::UnlatchedSource => "unlatched_source",
+            DropReason::PaddingOnly => "padding_only",
         }
     }
 
@@ -176,6 +180,55 @@ pub struct Counters {
     pub unslotted: u64,
     /// What was not delivered, by reason.
     pub drops: Drops,
+    /// RTCP feedback the member took part in.
+    pub feedback: FeedbackCounters,
+}
+
+/// RTCP feedback (RFC 4585, 4588, 5104) one member took part in, as a receiver (it asked) and
+/// as a publisher (it was asked).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FeedbackCounters {
+    /// Keyframe requests (PLI, FIR) the member sent about streams it receives.
+    pub keyframe_requests_in: u64,
+    /// Keyframe requests sent to the member for its streams (a receiver's, or a new
+    /// subscriber's), one per interval however many receivers asked.
+    pub keyframe_requests_out: u64,
+    /// Requests for the member's streams merged into one already sent within the interval.
+    pub keyframe_requests_merged: u64,
+    /// Packets the member asked for again (sequence numbers in its NACKs).
+    pub nacked: u64,
+    /// Packets sent to the member again from the retransmission buffer (RTX, or the packet
+    /// itself where RTX was not agreed).
+    pub retransmitted: u64,
+    /// Packets the member asked for that the buffer no longer holds.
+    pub nack_misses: u64,
+    /// Packets asked of the member: receivers NACKed what the gateway itself never got.
+    pub nacks_upstream: u64,
+    /// Retransmissions (RTX) received from the member, relayed as the packets they repair.
+    pub rtx_in: u64,
+}
+
+impl FeedbackCounters {
+    fn add(&mut self, o: &FeedbackCounters) {
+        let FeedbackCounters {
+            keyframe_requests_in,
+            keyframe_requests_out,
+            keyframe_requests_merged,
+            nacked,
+            retransmitted,
+            nack_misses,
+            nacks_upstream,
+            rtx_in,
+        } = o;
+        self.keyframe_requests_in += keyframe_requests_in;
+        self.keyframe_requests_out += keyframe_requests_out;
+        self.keyframe_requests_merged += keyframe_requests_merged;
+        self.nacked += nacked;
+        self.retransmitted += retransmitted;
+        self.nack_misses += nack_misses;
+        self.nacks_upstream += nacks_upstream;
+        self.rtx_in += rtx_in;
+    }
 }
 
 impl Counters {
@@ -192,6 +245,7 @@ impl Counters {
             forwarded,
             unslotted,
             drops,
+            feedback,
         } = other;
         self.packets_in += packets_in;
         self.bytes_in += bytes_in;
@@ -205,6 +259,7 @@ impl Counters {
         for (a, b) in self.drops.0.iter_mut().zip(drops.0) {
             *a += b;
         }
+        self.feedback.add(feedback);
     }
 
     /// One drop for `reason`.
@@ -390,6 +445,10 @@ mod tests {
             forwarded: 8,
             unslotted: 9,
             drops: Drops::default(),
+            feedback: FeedbackCounters {
+                retransmitted: 10,
+                ..FeedbackCounters::default()
+            },
         };
         a.drop(DropReason::Replayed);
         let mut sum = Counters::default();
@@ -397,6 +456,7 @@ mod tests {
         sum.add(&a);
         assert_eq!(sum.packets_in, 2);
         assert_eq!(sum.unslotted, 18);
+        assert_eq!(sum.feedback.retransmitted, 20);
         assert_eq!(sum.drops[DropReason::Replayed], 2);
         assert_eq!(sum.drops.total(), 2);
         let mut s = ShardCounters::default();

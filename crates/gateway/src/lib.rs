@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod counters;
+pub mod feedback;
 pub mod ice_lite;
 pub mod leg;
 mod media_batch;

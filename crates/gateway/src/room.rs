@@ -30,6 +30,23 @@
 //! [`Room::handle_timeout`] and taken with [`Room::pop_report`], to be sent (protected on a
 //! secure leg) by the caller.
 //!
+//! # Feedback
+//! A receiver's feedback about what it is sent is answered by the room, in the receiver's own
+//! numbering (its slot's SSRC and sequence numbers), where the section agreed on it:
+//! - **Keyframe requests** (PLI, FIR) are mapped to the publisher's stream and sent to the
+//!   publisher in the form its section agreed on (PLI, else FIR), at most one per
+//!   [`RtcpConfig::keyframe_interval`] per stream however many receivers ask; a video stream
+//!   that takes a receive slot or a new receiver asks the same way at once, so a viewer that
+//!   joins late does not wait for the publisher's next periodic keyframe.
+//! - **NACKs** are answered from the publisher stream's retransmission buffer
+//!   ([`crate::feedback`]): as RTX (RFC 4588) where the receiver's section agreed on it, else
+//!   as the very packet again (byte for byte, so its SRTP index never protects other bytes);
+//!   packets the gateway itself never received are asked of the publisher (a NACK
+//!   upstream), and its RTX answers are unwrapped and relayed as the packets they repair.
+//!
+//! Feedback to send comes out with the reports ([`Room::pop_report`]); retransmissions go
+//! through the same `emit` as routed copies.
+//!
 //! # Media and control
 //! The room does no SRTP itself: the shard unprotects a batch of datagrams with the senders'
 //! contexts ([`Room::contexts_of`]), hands each packet to [`Room::route`], which makes the
@@ -51,8 +68,11 @@ use std::time::Instant;
 
 use secrelay_srtp::Context;
 use secrelay_wire::demux::RtpFacts;
+use secrelay_wire::rtcp::{compound, write_empty_rr, write_fir, write_nack, write_pli, Feedback};
+use secrelay_wire::sdp::MediaKind;
 
 use crate::counters::{Counters, DropReason};
+use crate::feedback::{unwrap_rtx, write_rtx, KeyframeGate, Lookup, RetransmitBuffer};
 use crate::leg::{CodecId, CopyTarget, Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 
@@ -109,6 +129,15 @@ struct Member {
     unslotted: Vec<(MemberId, u32, u32)>,
     /// What it sent us and we sent it, for its RTCP reports.
     rtcp: MemberRtcp,
+    /// Its video streams: what receivers' NACKs and keyframe requests about them need.
+    video_in: Vec<VideoIn>,
+}
+
+/// A video stream received from a member.
+struct VideoIn {
+    ssrc: u32,
+    buffer: RetransmitBuffer,
+    keyframes: KeyframeGate,
 }
 
 /// A receiving section and the stream it carries.
@@ -126,6 +155,11 @@ struct Slot {
     last: Option<(u16, u32)>,
     /// The clock rate of what was sent last (for the gap left when a new stream takes over).
     clock_rate: u32,
+    /// The first sequence number the stream on it now was sent under: NACKs for earlier ones
+    /// were about another stream, and are not answered with this one's packets.
+    start: u16,
+    /// The next sequence number of our retransmissions (RTX) on the slot.
+    rtx_seq: u16,
 }
 
 impl Member {
@@ -143,6 +177,8 @@ impl Member {
                 ts_offset: 0,
                 last: None,
                 clock_rate: 0,
+                start: 0,
+                rtx_seq: random_ssrc() as u16,
             })
             .collect();
         Member {
@@ -153,19 +189,35 @@ impl Member {
             slots,
             unslotted: Vec::new(),
             rtcp,
+            video_in: Vec::new(),
         }
+    }
+
+    /// The stream a receiver knows as `ssrc` (a slot's, or one forwarded outside a slot): its
+    /// source, the slot's index if it has one, and the offset from the receiver's sequence
+    /// numbers back to the source's.
+    fn stream_of(&self, ssrc: u32) -> Option<((MemberId, u32), Option<usize>, u16)> {
+        if let Some(k) = self.slots.iter().position(|s| s.ssrc == ssrc) {
+            let slot = &self.slots[k];
+            return slot.source.map(|src| (src, Some(k), slot.seq_offset));
+        }
+        self.unslotted
+            .iter()
+            .find(|e| e.2 == ssrc)
+            .map(|e| ((e.0, e.1), None, 0))
     }
 
     /// The slot for a source stream of `codec`: the one it holds, else the first free one
     /// whose section accepted the codec (taken, continuing its numbering at the packet's
-    /// `seq` and `ts`). The slot's index and the section's payload type for the codec.
+    /// `seq` and `ts`). The slot's index, the section's payload type for the codec, and whether
+    /// the stream took the slot just now.
     fn slot_for(
         &mut self,
         source: (MemberId, u32),
         codec: CodecId,
         seq: u16,
         ts: u32,
-    ) -> Option<(usize, u8)> {
+    ) -> Option<(usize, u8, bool)> {
         let media = self.leg.media();
         let pt_in = |slot: &Slot| {
             media
@@ -176,7 +228,7 @@ impl Member {
                 .map(|(_, pt)| *pt)
         };
         if let Some(k) = self.slots.iter().position(|s| s.source == Some(source)) {
-            return pt_in(&self.slots[k]).map(|pt| (k, pt));
+            return pt_in(&self.slots[k]).map(|pt| (k, pt, false));
         }
         let (k, pt) = self
             .slots
@@ -198,8 +250,9 @@ impl Member {
                 slot.ts_offset = 0;
             }
         }
+        slot.start = seq.wrapping_add(slot.seq_offset);
         slot.clock_rate = codec.clock_rate();
-        Some((k, pt))
+        Some((k, pt, true))
     }
 }
 
@@ -213,8 +266,12 @@ pub struct Room {
     /// down.
     retired: [Counters; 3],
     rtcp: RtcpConfig,
-    /// Reports made by `handle_timeout`, not yet taken.
+    /// Reports made by `handle_timeout`, and feedback to send, not yet taken.
     reports: Vec<(MemberId, Vec<u8>)>,
+    /// Where an RTX packet from a publisher is unwrapped, and a retransmission is made.
+    rtx_scratch: Vec<u8>,
+    /// Keyframe requests decided while routing: (publisher, its stream).
+    keyframe_wanted: Vec<(MemberId, u32)>,
 }
 
 impl Default for Room {
@@ -237,6 +294,29 @@ fn random_ssrc() -> u32 {
     u32::from_be_bytes(b)
 }
 
+/// If `facts` is a retransmission (RTX) on one of `src`'s sections: the payload type and the
+/// SSRC of the stream it repairs (the SDP's `a=ssrc-group:FID`, else the section's one video
+/// stream seen so far).
+fn repaired_stream(src: &Member, facts: &RtpFacts) -> Option<(u8, u32)> {
+    let section = src
+        .leg
+        .media()
+        .iter()
+        .find(|m| m.feedback.repaired_pt(facts.payload_type).is_some())?;
+    let apt = section.feedback.repaired_pt(facts.payload_type)?;
+    let primary = section
+        .feedback
+        .peer_rtx
+        .iter()
+        .find(|(_, rtx)| *rtx == facts.ssrc)
+        .map(|(p, _)| *p)
+        .or(match src.video_in.as_slice() {
+            [only] => Some(only.ssrc),
+            _ => None,
+        })?;
+    Some((apt, primary))
+}
+
 impl Room {
     /// An empty room, its RTCP made as [`RtcpConfig::default`] says.
     pub fn new() -> Room {
@@ -253,6 +333,8 @@ impl Room {
             retired: [Counters::default(); 3],
             rtcp,
             reports: Vec::new(),
+            rtx_scratch: Vec::with_capacity(1500),
+            keyframe_wanted: Vec::new(),
         }
     }
 
@@ -402,8 +484,11 @@ impl Room {
     /// the payload type, SSRC, sequence number and timestamp it sees, handed to `emit` with
     /// the receiver and where and how its copy goes. Counted at the source (routed, or not a
     /// publisher) and at each receiver (forwarded, unslotted, or why not; a copy sent as it is
-    /// to a plain-RTP receiver is counted out here, a copy to protect once protected). `false`
-    /// if there is no such member.
+    /// to a plain-RTP receiver is counted out here, a copy to protect once protected). A
+    /// retransmission (RTX) from the source is unwrapped and routed as the packet it repairs;
+    /// a video packet is kept for receivers' NACKs; a video stream new to a receiver asks its
+    /// publisher for a keyframe (taken with [`Room::pop_report`]). `false` if there is no
+    /// such member.
     pub fn route(
         &mut self,
         source: MemberId,
@@ -412,25 +497,86 @@ impl Room {
         received: Instant,
         emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
     ) -> bool {
+        let Some(i) = self.members.iter().position(|m| m.id == source) else {
+            return false;
+        };
+        let src = &self.members[i];
+        if src.leg.codec_for(facts.payload_type).is_none() {
+            if let Some((apt, primary)) = repaired_stream(src, facts) {
+                // A retransmission the publisher sent (an upstream NACK's answer): the packet
+                // it repairs is routed as if it had come the first time.
+                let mut plain = std::mem::take(&mut self.rtx_scratch);
+                let header = usize::from(facts.header_len);
+                let src = &mut self.members[i];
+                if unwrap_rtx(&mut plain, rtp, header, apt, primary) {
+                    src.leg.counters_mut().feedback.rtx_in += 1;
+                    let facts = RtpFacts {
+                        ssrc: primary,
+                        payload_type: apt,
+                        sequence: u16::from_be_bytes([plain[2], plain[3]]),
+                        ..*facts
+                    };
+                    self.route_at(i, &plain, &facts, received, false, emit);
+                } else {
+                    src.leg.counters_mut().drop(DropReason::PaddingOnly);
+                }
+                self.rtx_scratch = plain;
+                return true;
+            }
+        }
+        self.route_at(i, rtp, facts, received, true, emit);
+        true
+    }
+
+    /// [`Room::route`] for the member at index `i`; `reception` notes the packet for the
+    /// source's reception figures (not for an unwrapped retransmission: its RTX packet was).
+    fn route_at(
+        &mut self,
+        i: usize,
+        rtp: &[u8],
+        facts: &RtpFacts,
+        received: Instant,
+        reception: bool,
+        emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
+    ) {
         let Room {
             members,
             scratch,
             rtcp,
+            keyframe_wanted,
             ..
         } = self;
-        let Some(i) = members.iter().position(|m| m.id == source) else {
-            return false;
-        };
         let src = &mut members[i];
+        let source = src.id;
         let codec = src.leg.codec_for(facts.payload_type);
         let clock = codec.map_or(8_000, CodecId::clock_rate);
-        src.rtcp.on_rtp(rtcp, facts, clock, received);
+        if reception {
+            src.rtcp.on_rtp(rtcp, facts, clock, received);
+        }
         if !src.role.publishes {
             src.leg.counters_mut().drop(DropReason::NotPublisher);
-            return true;
+            return;
         }
         src.leg.counters_mut().routed += 1;
         let ssrc = facts.ssrc;
+        let video = codec.is_some_and(|c| !c.is_audio());
+        if video {
+            // Kept for receivers' NACKs (one buffer per source stream, whatever the viewers).
+            let k = match src.video_in.iter().position(|v| v.ssrc == ssrc) {
+                Some(k) => k,
+                None => {
+                    src.video_in.push(VideoIn {
+                        ssrc,
+                        buffer: RetransmitBuffer::new(),
+                        keyframes: KeyframeGate::default(),
+                    });
+                    src.video_in.len() - 1
+                }
+            };
+            src.video_in[k]
+                .buffer
+                .store(facts.sequence, rtp, usize::from(facts.header_len));
+        }
         scratch.clear();
         scratch.extend_from_slice(rtp);
         let payload = rtp.len().saturating_sub(usize::from(facts.header_len));
@@ -448,7 +594,10 @@ impl Room {
             };
             let (seq, ts) = (facts.sequence, facts.timestamp);
             let (pt, mapped, seq, ts) = match r.slot_for((source, ssrc), c, seq, ts) {
-                Some((k, pt)) => {
+                Some((k, pt, new)) => {
+                    if new && video {
+                        keyframe_wanted.push((source, ssrc));
+                    }
                     let slot = &mut r.slots[k];
                     let out = (
                         seq.wrapping_add(slot.seq_offset),
@@ -480,6 +629,9 @@ impl Room {
                                 n = random_ssrc();
                             }
                             r.unslotted.push((source, ssrc, n));
+                            if video {
+                                keyframe_wanted.push((source, ssrc));
+                            }
                             n
                         }
                     };
@@ -497,18 +649,201 @@ impl Room {
             }
             emit(r.id, target, scratch);
         }
+        let wanted = std::mem::take(&mut self.keyframe_wanted);
+        for &(publisher, stream) in &wanted {
+            self.request_keyframe(publisher, stream, received);
+        }
+        self.keyframe_wanted = wanted;
+        self.keyframe_wanted.clear();
+    }
+
+    /// Asks `publisher` for a keyframe of its stream `ssrc`, in the form its section agreed on
+    /// (PLI, else FIR), unless one went less than the keyframe interval ago (then merged).
+    fn request_keyframe(&mut self, publisher: MemberId, ssrc: u32, now: Instant) {
+        let interval = self.rtcp.keyframe_interval;
+        let Some(p) = self.members.iter_mut().find(|m| m.id == publisher) else {
+            return;
+        };
+        let section = p
+            .leg
+            .media()
+            .iter()
+            .find(|m| m.peer_sends && m.kind == MediaKind::Video)
+            .map(|m| m.feedback.clone())
+            .unwrap_or_default();
+        if !section.pli && !section.fir {
+            // The publisher agreed on no way to be asked.
+            return;
+        }
+        let Some(v) = p.video_in.iter_mut().find(|v| v.ssrc == ssrc) else {
+            return;
+        };
+        if !v.keyframes.admit(now, interval) {
+            p.leg.counters_mut().feedback.keyframe_requests_merged += 1;
+            return;
+        }
+        let mut out = Vec::with_capacity(32);
+        let sender = p.rtcp.reporter();
+        write_empty_rr(&mut out, sender);
+        if section.pli {
+            write_pli(&mut out, sender, ssrc);
+        } else {
+            write_fir(&mut out, sender, ssrc, v.keyframes.fir_seq());
+        }
+        p.leg.counters_mut().feedback.keyframe_requests_out += 1;
+        self.reports.push((publisher, out));
+    }
+
+    /// An RTCP compound received from `member`, authenticated and unprotected, read once: its
+    /// reports for the member's figures, its feedback about what it receives answered (see
+    /// [Feedback](self#feedback)): keyframe requests passed to the publishers (taken with
+    /// [`Room::pop_report`]), NACKs answered with retransmissions handed to `emit` (as routed
+    /// copies are) or asked of the publishers. A compound that does not frame is ignored (it
+    /// authenticated: the member's own error). `false` if there is no such member.
+    pub fn note_rtcp(
+        &mut self,
+        member: MemberId,
+        compound_bytes: &[u8],
+        received: Instant,
+        emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
+    ) -> bool {
+        let Some(r) = self.members.iter().position(|m| m.id == member) else {
+            return false;
+        };
+        let Ok(c) = compound(compound_bytes) else {
+            return true;
+        };
+        let Room { members, rtcp, .. } = self;
+        members[r].rtcp.on_reports(rtcp, &c.reports, received);
+        for f in c.feedback {
+            match f {
+                Feedback::Pli { media, .. } => self.keyframe_asked(r, media, received),
+                Feedback::Fir { requests, .. } => {
+                    for (media, _) in requests {
+                        self.keyframe_asked(r, media, received);
+                    }
+                }
+                Feedback::Nack { media, lost, .. } => self.nacked(r, media, &lost, emit),
+                _ => {}
+            }
+        }
         true
     }
 
-    /// An RTCP compound received from `member`, authenticated and unprotected: its reports
-    /// are read for the member's figures. `false` if there is no such member.
-    pub fn note_rtcp(&mut self, member: MemberId, compound: &[u8], received: Instant) -> bool {
-        let Room { members, rtcp, .. } = self;
-        let Some(m) = members.iter_mut().find(|m| m.id == member) else {
-            return false;
+    /// The receiver at index `r` asked for a keyframe of the stream it knows as `ssrc`.
+    fn keyframe_asked(&mut self, r: usize, ssrc: u32, now: Instant) {
+        let m = &mut self.members[r];
+        m.leg.counters_mut().feedback.keyframe_requests_in += 1;
+        if let Some(((publisher, stream), _, _)) = m.stream_of(ssrc) {
+            self.request_keyframe(publisher, stream, now);
+        }
+    }
+
+    /// The receiver at index `r` lost `lost` of the stream it knows as `ssrc`: each packet
+    /// the publisher stream's buffer holds is sent again (RTX where the receiver's section
+    /// agreed on it, else the packet itself), the ones the gateway never received are asked of
+    /// the publisher, and the ones too old are counted.
+    fn nacked(
+        &mut self,
+        r: usize,
+        ssrc: u32,
+        lost: &[u16],
+        emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
+    ) {
+        let Room {
+            members,
+            scratch,
+            rtx_scratch,
+            reports,
+            ..
+        } = self;
+        members[r].leg.counters_mut().feedback.nacked += lost.len() as u64;
+        let Some(((publisher, stream), slot, offset)) = members[r].stream_of(ssrc) else {
+            members[r].leg.counters_mut().feedback.nack_misses += lost.len() as u64;
+            return;
         };
-        m.rtcp.on_rtcp(rtcp, compound, received);
-        true
+        let Some(p) = members.iter().position(|m| m.id == publisher) else {
+            return;
+        };
+        let Some(target) = members[r].leg.copy_target() else {
+            return;
+        };
+        let mut upstream: Vec<u16> = Vec::new();
+        let mut misses = 0u64;
+        let mut resent = 0u64;
+        for &seq in lost {
+            let start = slot.map(|k| members[r].slots[k].start);
+            if start.is_some_and(|st| seq.wrapping_sub(st) >= 0x8000) {
+                // Sent under this SSRC for a stream the slot carried before.
+                misses += 1;
+                continue;
+            }
+            let source_seq = seq.wrapping_sub(offset);
+            let Some(v) = members[p].video_in.iter().find(|v| v.ssrc == stream) else {
+                misses += 1;
+                continue;
+            };
+            match v.buffer.get(source_seq) {
+                Lookup::Found(packet, header) => {
+                    let facts_pt = packet.get(1).map_or(0, |b| b & 0x7f);
+                    let ts = packet
+                        .get(4..8)
+                        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+                    let recv = &members[r];
+                    let codec = members[p].leg.codec_for(facts_pt);
+                    let (Some(_), Some(pt)) =
+                        (codec, codec.and_then(|c| recv.leg.payload_type_for(c)))
+                    else {
+                        misses += 1;
+                        continue;
+                    };
+                    let ts_offset = slot.map_or(0, |k| recv.slots[k].ts_offset);
+                    scratch.clear();
+                    scratch.extend_from_slice(packet);
+                    rewrite(scratch, pt, ssrc, seq, ts.wrapping_add(ts_offset));
+                    let section = slot
+                        .map(|k| recv.slots[k].section)
+                        .and_then(|s| recv.leg.media().get(s))
+                        .map(|m| (m.feedback.rtx_pt(pt), m.feedback.rtx_ssrc));
+                    let recv = &mut members[r];
+                    match (section, slot) {
+                        (Some((Some(rtx_pt), rtx_ssrc)), Some(k)) => {
+                            let rtx_seq = recv.slots[k].rtx_seq;
+                            recv.slots[k].rtx_seq = rtx_seq.wrapping_add(1);
+                            write_rtx(rtx_scratch, scratch, header, rtx_pt, rtx_ssrc, rtx_seq);
+                            emit(recv.id, target, rtx_scratch);
+                        }
+                        // The packet again, byte for byte as it was first sent (same header,
+                        // same payload): its SRTP index protects the same bytes again.
+                        _ => emit(recv.id, target, scratch),
+                    }
+                    resent += 1;
+                }
+                Lookup::NeverReceived => upstream.push(source_seq),
+                Lookup::Gone => misses += 1,
+            }
+        }
+        let f = &mut members[r].leg.counters_mut().feedback;
+        f.retransmitted += resent;
+        f.nack_misses += misses;
+        if !upstream.is_empty() {
+            let pm = &mut members[p];
+            let nack_ok = pm
+                .leg
+                .media()
+                .iter()
+                .any(|m| m.peer_sends && m.feedback.nack);
+            if nack_ok {
+                let sender = pm.rtcp.reporter();
+                let mut out = Vec::with_capacity(16 + 4 * upstream.len());
+                write_empty_rr(&mut out, sender);
+                write_nack(&mut out, sender, stream, &upstream);
+                pm.leg.counters_mut().feedback.nacks_upstream += upstream.len() as u64;
+                reports.push((publisher, out));
+            } else {
+                members[r].leg.counters_mut().feedback.nack_misses += upstream.len() as u64;
+            }
+        }
     }
 
     /// A member's RTCP figures: what it sent us, what it reported about what we sent it.

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use secrelay_wire::demux::RtpFacts;
-use secrelay_wire::rtcp::{reports, write_report, ReportBlock, SenderInfo};
+use secrelay_wire::rtcp::{write_report, Report, ReportBlock, SenderInfo};
 
 /// How members' RTCP is made.
 #[derive(Debug, Clone)]
@@ -22,6 +22,9 @@ pub struct RtcpConfig {
     /// An instant and the NTP time (seconds since 1900, 32.32 fixed point) it corresponds to:
     /// the reports' NTP timestamps are counted from it.
     pub epoch: (Instant, u64),
+    /// Keyframe requests sent to a publisher stream at most this often, however many
+    /// receivers ask (the others are merged into the last one sent).
+    pub keyframe_interval: Duration,
 }
 
 impl Default for RtcpConfig {
@@ -44,6 +47,7 @@ impl RtcpConfig {
             interval: Duration::from_secs(5),
             cname: "secrelay".into(),
             epoch,
+            keyframe_interval: Duration::from_millis(500),
         }
     }
 
@@ -263,6 +267,11 @@ impl MemberRtcp {
         self.next_report = Some(now + config.interval.mul_f64(k));
     }
 
+    /// Our SSRC as the reporter towards this member (the sender of feedback we send it too).
+    pub fn reporter(&self) -> u32 {
+        self.reporter
+    }
+
     /// When the next report is due.
     pub fn next_report(&self) -> Option<Instant> {
         self.next_report
@@ -322,14 +331,10 @@ impl MemberRtcp {
         s.last_at = now;
     }
 
-    /// An RTCP compound received from the member (unprotected): its SRs note the LSR of the
-    /// member's streams, its report blocks about our streams give their loss, jitter and the
-    /// round-trip time. A compound that does not frame is ignored (it was authenticated, so it
-    /// is the member's own error).
-    pub fn on_rtcp(&mut self, config: &RtcpConfig, compound: &[u8], now: Instant) {
-        let Ok(reports) = reports(compound) else {
-            return;
-        };
+    /// The SRs and RRs of a compound received from the member (read once by the caller): its
+    /// SRs note the LSR of the member's streams, its report blocks about our streams give
+    /// their loss, jitter and the round-trip time.
+    pub fn on_reports(&mut self, config: &RtcpConfig, reports: &[Report], now: Instant) {
         let now_mid = middle(config.ntp(now));
         for r in reports {
             self.reports_received += 1;
@@ -338,7 +343,7 @@ impl MemberRtcp {
                     s.last_sr = Some((middle(info.ntp), now));
                 }
             }
-            for b in r.blocks {
+            for b in &r.blocks {
                 let Some(ours) = self.send.iter().find(|s| s.ssrc == b.ssrc) else {
                     continue;
                 };
@@ -440,6 +445,7 @@ impl MemberRtcp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use secrelay_wire::rtcp::reports;
 
     fn facts(seq: u16, ts: u32) -> RtpFacts {
         RtpFacts {
@@ -520,7 +526,11 @@ mod tests {
             }],
             "phone",
         );
-        m.on_rtcp(&cfg, &rr, t1 + Duration::from_millis(120));
+        m.on_reports(
+            &cfg,
+            &reports(&rr).unwrap(),
+            t1 + Duration::from_millis(120),
+        );
         let f = m.figures();
         let rtt = f.rtt_ms.unwrap();
         assert!((rtt - 100.0).abs() < 1.0, "{rtt}");

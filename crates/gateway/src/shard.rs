@@ -247,6 +247,8 @@ pub struct ParticipantSnapshot {
     /// RTCP: what we received from it (loss, jitter), what it reported about what we sent
     /// it, the round-trip time, reports both ways.
     pub rtcp: RtcpFigures,
+    /// RTCP feedback: keyframe requests and NACKs it sent and was sent, retransmissions.
+    pub feedback: crate::counters::FeedbackCounters,
 }
 
 /// A room as the API shows it.
@@ -514,29 +516,26 @@ impl Shard {
         else {
             return;
         };
-        let facts = match d.class {
-            Class::Rtp(facts) => facts,
-            _ => {
-                s.room.note_rtcp(key.member, d.bytes, d.received);
-                return;
-            }
+        let mut emit = |receiver, target, copy: &[u8]| {
+            emit_copy(
+                media,
+                queue,
+                (key.slot, key.room_gen, receiver),
+                d.received,
+                target,
+                copy,
+            )
         };
-        s.room.route(
-            key.member,
-            d.bytes,
-            &facts,
-            d.received,
-            &mut |receiver, target, copy| {
-                emit_copy(
-                    media,
-                    queue,
-                    (key.slot, key.room_gen, receiver),
-                    d.received,
-                    target,
-                    copy,
-                )
-            },
-        );
+        match d.class {
+            Class::Rtp(facts) => {
+                s.room
+                    .route(key.member, d.bytes, &facts, d.received, &mut emit);
+            }
+            _ => {
+                s.room.note_rtcp(key.member, d.bytes, d.received, &mut emit);
+            }
+        }
+        send_room_rtcp(media, queue, key.slot, s, d.received);
     }
 
     /// Counts a drop no member owns (the caller's: an unknown source, a full hand-off queue,
@@ -644,32 +643,30 @@ impl Shard {
         }
         let plain = st.buf.get(..n).unwrap_or_default();
         let received = st.received;
+        let key = (st.slot, st.room_gen);
+        let mut emit = |receiver, target, copy: &[u8]| {
+            emit_copy(
+                media,
+                queue,
+                (key.0, key.1, receiver),
+                received,
+                target,
+                copy,
+            )
+        };
         match st.what {
             What::Rtp(facts) => {
-                let key = (st.slot, st.room_gen);
-                s.room.route(
-                    st.member,
-                    plain,
-                    &facts,
-                    received,
-                    &mut |receiver, target, copy| {
-                        emit_copy(
-                            media,
-                            queue,
-                            (key.0, key.1, receiver),
-                            received,
-                            target,
-                            copy,
-                        )
-                    },
-                );
+                s.room.route(st.member, plain, &facts, received, &mut emit);
             }
-            // SRTCP is terminated here: read for the member's figures, not forwarded.
+            // SRTCP is terminated here: read for the member's figures and its feedback
+            // answered, not forwarded.
             What::Rtcp => {
-                s.room.note_rtcp(st.member, plain, received);
+                s.room.note_rtcp(st.member, plain, received, &mut emit);
             }
             _ => {}
         }
+        // Keyframe requests and NACKs the packet made for the publishers.
+        send_room_rtcp(media, queue, st.slot, s, received);
         None
     }
 
@@ -922,10 +919,8 @@ impl Shard {
                     s.deadline = None;
                     s.room.handle_timeout(now);
                 }
-                while let Some((member, report)) =
-                    self.rooms[slot].as_mut().and_then(|s| s.room.pop_report())
-                {
-                    self.send_rtcp_to(now, slot, member, &report);
+                if let Some(s) = self.rooms[slot].as_mut() {
+                    send_room_rtcp(&mut self.media, &mut self.queue, slot, s, now);
                 }
                 self.drain_room(slot);
             }));
@@ -1363,33 +1358,7 @@ impl Shard {
         let Some(s) = self.rooms[slot].as_mut() else {
             return false;
         };
-        let Some(t) = s.room.leg(member).and_then(Leg::rtcp_target) else {
-            return false;
-        };
-        if t.protect {
-            self.media.stage_outbound(
-                (slot, s.room_gen, member),
-                now,
-                What::RtcpOut(t.destination, t.via),
-                rtcp,
-            );
-        } else {
-            let mut buf = self.media.buffer();
-            buf.extend_from_slice(rtcp);
-            if let Some(leg) = s.room.leg_mut(member) {
-                let c = leg.counters_mut();
-                c.packets_out += 1;
-                c.bytes_out += rtcp.len() as u64;
-            }
-            self.queue.push_back(Queued::Transmit {
-                destination: t.destination,
-                via: t.via,
-                buf,
-                kind: TransmitKind::Rtcp,
-                received: None,
-            });
-        }
-        true
+        stage_rtcp(&mut self.media, &mut self.queue, slot, s, member, rtcp, now)
     }
 
     /// Stops admitting and closes every member with close_notify (counted as `shutdown`).
@@ -1536,6 +1505,62 @@ fn participant_snapshot(
             .map(|d| d.as_secs_f64() * 1e3),
         age_secs: now.saturating_duration_since(meta.created).as_secs_f64(),
         rtcp,
+        feedback: c.feedback,
+    }
+}
+
+/// An RTCP compound of the gateway's own for a member of the room in `slot`: staged for the
+/// protect call (SRTCP) on a secure leg, queued as it is on a plain one (counted out here).
+/// `false` if the member cannot be sent to yet (not keyed, no address).
+fn stage_rtcp(
+    media: &mut MediaBatch,
+    queue: &mut VecDeque<Queued>,
+    slot: usize,
+    s: &mut RoomSlot,
+    member: MemberId,
+    rtcp: &[u8],
+    now: Instant,
+) -> bool {
+    let Some(t) = s.room.leg(member).and_then(Leg::rtcp_target) else {
+        return false;
+    };
+    if t.protect {
+        media.stage_outbound(
+            (slot, s.room_gen, member),
+            now,
+            What::RtcpOut(t.destination, t.via),
+            rtcp,
+        );
+    } else {
+        let mut buf = media.buffer();
+        buf.extend_from_slice(rtcp);
+        if let Some(leg) = s.room.leg_mut(member) {
+            let c = leg.counters_mut();
+            c.packets_out += 1;
+            c.bytes_out += rtcp.len() as u64;
+        }
+        queue.push_back(Queued::Transmit {
+            destination: t.destination,
+            via: t.via,
+            buf,
+            kind: TransmitKind::Rtcp,
+            received: None,
+        });
+    }
+    true
+}
+
+/// Sends what the room in `slot` made to send: its due reports and its feedback for the
+/// publishers ([`Room::pop_report`]).
+fn send_room_rtcp(
+    media: &mut MediaBatch,
+    queue: &mut VecDeque<Queued>,
+    slot: usize,
+    s: &mut RoomSlot,
+    now: Instant,
+) {
+    while let Some((member, rtcp)) = s.room.pop_report() {
+        stage_rtcp(media, queue, slot, s, member, &rtcp, now);
     }
 }
 

@@ -46,10 +46,14 @@ fn answer_picks_our_codecs_and_passive_role_for_an_actpass_offer() {
     let pts: Vec<u8> = audio.codecs.iter().map(|c| c.pt).collect();
     assert_eq!(pts, vec![111, 0, 8]);
     let video = &answer.media[1];
+    // VP8, and its retransmission codec (the offer's RTX for 96, with NACKs).
     assert_eq!(
         video.codecs.iter().map(|c| c.pt).collect::<Vec<_>>(),
-        vec![96]
+        vec![96, 97]
     );
+    assert_eq!(video.rtx_for(96).map(|c| c.pt), Some(97));
+    assert!(video.offers_feedback(96, "nack"));
+    assert!(video.offers_feedback(96, "nack pli"));
     // The browser only sends video: we only receive it.
     assert_eq!(video.direction, secrelay_wire::sdp::Direction::RecvOnly);
     assert_eq!(p.payload_type_for(CodecId::Opus), Some(111));

@@ -1,7 +1,10 @@
-//! RTCP sender and receiver reports (RFC 3550 §6.4) and source descriptions (§6.5), as a
-//! media relay reads and writes them: the SR/RR packets of a compound read with their report
-//! blocks, other packets skipped; compounds written with one SR or RR, its report blocks, and
-//! an SDES CNAME. Untrusted input never panics; a compound that does not frame is an error.
+//! RTCP sender and receiver reports (RFC 3550 §6.4), source descriptions (§6.5) and feedback
+//! (RFC 4585, 5104), as a media relay reads and writes them: a compound read once
+//! ([`compound`]) into its SR/RR packets with their report blocks and its feedback messages
+//! (generic NACK, PLI, FIR, REMB, transport-wide congestion control), other packets skipped;
+//! compounds written with one SR or RR, its report blocks, and an SDES CNAME; feedback
+//! messages written ([`write_pli`], [`write_fir`], [`write_nack`], [`write_remb`]). Untrusted
+//! input never panics; a compound that does not frame is an error.
 
 use crate::rtp::{ParseError, RtcpPacketType, RTCP_HEADER_LEN, RTP_VERSION};
 
@@ -56,11 +59,80 @@ fn be32(b: &[u8], at: usize) -> u32 {
     }
 }
 
+/// A feedback message (RFC 4585 §6) read from a compound.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Feedback {
+    /// Generic NACK (RTPFB, FMT 1): the media source's packets the sender lost.
+    Nack {
+        /// The feedback's sender.
+        sender: u32,
+        /// The stream the packets belong to.
+        media: u32,
+        /// The lost sequence numbers, in the order the message lists them.
+        lost: Vec<u16>,
+    },
+    /// Picture Loss Indication (PSFB, FMT 1): the sender needs a keyframe of `media`.
+    Pli {
+        /// The feedback's sender.
+        sender: u32,
+        /// The stream whose picture was lost.
+        media: u32,
+    },
+    /// Full Intra Request (PSFB, FMT 4, RFC 5104 §4.3.1): keyframes asked of each stream.
+    Fir {
+        /// The feedback's sender.
+        sender: u32,
+        /// (stream, command sequence number) per request.
+        requests: Vec<(u32, u8)>,
+    },
+    /// Receiver Estimated Maximum Bitrate (PSFB, FMT 15, `REMB`).
+    Remb {
+        /// The feedback's sender.
+        sender: u32,
+        /// The estimate in bits per second.
+        bitrate: u64,
+        /// The streams it applies to.
+        ssrcs: Vec<u32>,
+    },
+    /// Transport-wide congestion control feedback (RTPFB, FMT 15): the feedback control
+    /// information as it came.
+    TransportCc {
+        /// The feedback's sender.
+        sender: u32,
+        /// The media source field (the first stream it covers).
+        media: u32,
+        /// The feedback control information.
+        fci: Vec<u8>,
+    },
+}
+
+/// What a compound carries: its reports and its feedback messages, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compound {
+    /// SR and RR packets.
+    pub reports: Vec<Report>,
+    /// Feedback messages (RTPFB and PSFB packets this module reads; others are skipped).
+    pub feedback: Vec<Feedback>,
+}
+
+/// RTPFB (transport layer feedback, RFC 4585).
+const RTPFB: u8 = 205;
+/// PSFB (payload-specific feedback, RFC 4585).
+const PSFB: u8 = 206;
+
 /// The SR and RR packets of a (plain, unprotected) compound, in order; other packets
 /// (SDES, BYE, feedback, …) are skipped. Err: a packet whose header or length does not fit.
 pub fn reports(compound: &[u8]) -> Result<Vec<Report>, ParseError> {
+    self::compound(compound).map(|c| c.reports)
+}
+
+/// Reads a (plain, unprotected) compound once: its SR/RR packets and its feedback messages.
+/// Other packets (SDES, BYE, APP, feedback of kinds not read here) are skipped. Err: a packet
+/// whose header or length does not fit.
+pub fn compound(compound: &[u8]) -> Result<Compound, ParseError> {
     crate::parse_count::count();
-    let mut out = Vec::new();
+    let mut out = Compound::default();
     let mut at = 0;
     while at < compound.len() {
         let rest = &compound[at..];
@@ -95,6 +167,9 @@ pub fn reports(compound: &[u8]) -> Result<Vec<Report>, ParseError> {
             ),
             RtcpPacketType::ReceiverReport => (None, 8),
             _ => {
+                if let Some(f) = feedback_of(pkt) {
+                    out.feedback.push(f);
+                }
                 at += len;
                 continue;
             }
@@ -121,7 +196,7 @@ pub fn reports(compound: &[u8]) -> Result<Vec<Report>, ParseError> {
                 dlsr: be32(pkt, b + 20),
             });
         }
-        out.push(Report {
+        out.reports.push(Report {
             ssrc: be32(pkt, 4),
             sender,
             blocks,
@@ -129,6 +204,142 @@ pub fn reports(compound: &[u8]) -> Result<Vec<Report>, ParseError> {
         at += len;
     }
     Ok(out)
+}
+
+/// A feedback message of a kind read here, from one framed RTCP packet; `None` for other
+/// packets and for feedback too short for its kind.
+fn feedback_of(pkt: &[u8]) -> Option<Feedback> {
+    if pkt.len() < 12 {
+        return None;
+    }
+    let fmt = pkt[0] & 0x1f;
+    let sender = be32(pkt, 4);
+    let media = be32(pkt, 8);
+    let fci = &pkt[12..];
+    match (pkt[1], fmt) {
+        (RTPFB, 1) => {
+            let mut lost = Vec::new();
+            for e in fci.chunks_exact(4) {
+                let pid = u16::from_be_bytes([e[0], e[1]]);
+                let blp = u16::from_be_bytes([e[2], e[3]]);
+                lost.push(pid);
+                for k in 0..16 {
+                    if blp & (1 << k) != 0 {
+                        lost.push(pid.wrapping_add(k + 1));
+                    }
+                }
+            }
+            Some(Feedback::Nack {
+                sender,
+                media,
+                lost,
+            })
+        }
+        (RTPFB, 15) => Some(Feedback::TransportCc {
+            sender,
+            media,
+            fci: fci.to_vec(),
+        }),
+        (PSFB, 1) => Some(Feedback::Pli { sender, media }),
+        (PSFB, 4) => Some(Feedback::Fir {
+            sender,
+            requests: fci.chunks_exact(8).map(|e| (be32(e, 0), e[4])).collect(),
+        }),
+        (PSFB, 15) if fci.len() >= 8 && &fci[..4] == b"REMB" => {
+            let n = usize::from(fci[4]);
+            let exp = u32::from(fci[5] >> 2);
+            let mantissa =
+                (u64::from(fci[5] & 3) << 16) | (u64::from(fci[6]) << 8) | u64::from(fci[7]);
+            let bitrate = mantissa.checked_shl(exp).unwrap_or(u64::MAX);
+            let ssrcs = fci[8..]
+                .chunks_exact(4)
+                .take(n)
+                .map(|e| be32(e, 0))
+                .collect();
+            Some(Feedback::Remb {
+                sender,
+                bitrate,
+                ssrcs,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Appends a feedback packet's common header (RFC 4585 §6.1) for `fci_len` bytes of FCI.
+fn feedback_header(out: &mut Vec<u8>, fmt: u8, pt: u8, sender: u32, media: u32, fci_len: usize) {
+    let words = 2 + fci_len / 4;
+    out.push(0x80 | (fmt & 0x1f));
+    out.push(pt);
+    out.extend_from_slice(&(words as u16).to_be_bytes());
+    out.extend_from_slice(&sender.to_be_bytes());
+    out.extend_from_slice(&media.to_be_bytes());
+}
+
+/// Appends an empty receiver report from `ssrc`: the first packet of a compound that carries
+/// only feedback (RFC 3550 §6.1 asks a compound to start with an SR or RR; RFC 5506's reduced
+/// size would allow feedback alone, where both sides negotiated it).
+pub fn write_empty_rr(out: &mut Vec<u8>, ssrc: u32) {
+    out.extend_from_slice(&[0x80, 201, 0, 1]);
+    out.extend_from_slice(&ssrc.to_be_bytes());
+}
+
+/// Appends a PLI from `sender` for stream `media`.
+pub fn write_pli(out: &mut Vec<u8>, sender: u32, media: u32) {
+    feedback_header(out, 1, PSFB, sender, media, 0);
+}
+
+/// Appends a FIR from `sender` asking stream `media` for a keyframe, with command sequence
+/// number `seq` (RFC 5104: the same number for a repetition, the next for a new request).
+pub fn write_fir(out: &mut Vec<u8>, sender: u32, media: u32, seq: u8) {
+    feedback_header(out, 4, PSFB, sender, 0, 8);
+    out.extend_from_slice(&media.to_be_bytes());
+    out.extend_from_slice(&[seq, 0, 0, 0]);
+}
+
+/// Appends a generic NACK from `sender` for stream `media`'s `lost` sequence numbers (each
+/// PID takes the 16 that follow it in its bitmask; at most 256 entries).
+pub fn write_nack(out: &mut Vec<u8>, sender: u32, media: u32, lost: &[u16]) {
+    let mut entries: Vec<(u16, u16)> = Vec::new();
+    for &seq in lost {
+        if let Some((pid, blp)) = entries.last_mut() {
+            let d = seq.wrapping_sub(*pid).wrapping_sub(1);
+            if d < 16 && seq != *pid {
+                *blp |= 1 << d;
+                continue;
+            }
+        }
+        if entries.len() >= 256 {
+            break;
+        }
+        entries.push((seq, 0));
+    }
+    feedback_header(out, 1, RTPFB, sender, media, 4 * entries.len());
+    for (pid, blp) in entries {
+        out.extend_from_slice(&pid.to_be_bytes());
+        out.extend_from_slice(&blp.to_be_bytes());
+    }
+}
+
+/// Appends a REMB from `sender`: an estimate of `bitrate` bits per second for `ssrcs` (at
+/// most 255).
+pub fn write_remb(out: &mut Vec<u8>, sender: u32, bitrate: u64, ssrcs: &[u32]) {
+    let ssrcs = &ssrcs[..ssrcs.len().min(255)];
+    // 18 bits of mantissa, 6 of exponent, rounded down.
+    let mut exp = 0u32;
+    let mut mantissa = bitrate;
+    while mantissa >= 1 << 18 && exp < 63 {
+        mantissa >>= 1;
+        exp += 1;
+    }
+    feedback_header(out, 15, PSFB, sender, 0, 8 + 4 * ssrcs.len());
+    out.extend_from_slice(b"REMB");
+    out.push(ssrcs.len() as u8);
+    out.push(((exp as u8) << 2) | ((mantissa >> 16) as u8 & 3));
+    out.extend_from_slice(&(mantissa as u16).to_be_bytes());
+    for s in ssrcs {
+        out.extend_from_slice(&s.to_be_bytes());
+    }
 }
 
 fn block_bytes(b: &ReportBlock, out: &mut Vec<u8>) {
@@ -231,6 +442,60 @@ mod tests {
         assert_eq!(r[0].blocks[0].cumulative_lost, -3);
         // Both are valid RTCP to the demultiplexer and the header view.
         assert!(crate::RtcpHeader::parse(&rr).is_ok());
+    }
+
+    #[test]
+    fn feedback_messages_written_read_back_beside_a_report() {
+        let mut c = Vec::new();
+        write_empty_rr(&mut c, 9);
+        write_pli(&mut c, 9, 0x1111);
+        write_fir(&mut c, 9, 0x2222, 7);
+        // 100..=116 fit one entry (PID 100, BLP for 101..116), 300 a second, a wrap a third.
+        let lost: Vec<u16> = (100..=116).chain([300, 65535, 0]).collect();
+        write_nack(&mut c, 9, 0x3333, &lost);
+        write_remb(&mut c, 9, 2_500_000, &[0x1111, 0x4444]);
+        assert_eq!(c.len() % 4, 0);
+        assert!(crate::RtcpHeader::parse(&c).is_ok());
+        let got = compound(&c).unwrap();
+        assert_eq!(got.reports.len(), 1);
+        assert_eq!(got.reports[0].ssrc, 9);
+        assert_eq!(
+            got.feedback[0],
+            Feedback::Pli {
+                sender: 9,
+                media: 0x1111
+            }
+        );
+        assert_eq!(
+            got.feedback[1],
+            Feedback::Fir {
+                sender: 9,
+                requests: vec![(0x2222, 7)]
+            }
+        );
+        let Feedback::Nack { media, lost: l, .. } = &got.feedback[2] else {
+            panic!("{:?}", got.feedback[2]);
+        };
+        assert_eq!(*media, 0x3333);
+        assert_eq!(l, &lost);
+        let Feedback::Remb { bitrate, ssrcs, .. } = &got.feedback[3] else {
+            panic!("{:?}", got.feedback[3]);
+        };
+        // 18 bits of mantissa: within 2^-17 of the estimate, never above it.
+        assert!(*bitrate <= 2_500_000 && *bitrate > 2_499_960, "{bitrate}");
+        assert_eq!(ssrcs, &vec![0x1111, 0x4444]);
+    }
+
+    #[test]
+    fn short_or_unknown_feedback_is_skipped_not_an_error() {
+        // A PSFB with no media SSRC, an RTPFB of an unknown FMT, a REMB cut short.
+        let c = [
+            0x81, 206, 0, 1, 0, 0, 0, 9, // PLI without its media field
+            0x83, 205, 0, 2, 0, 0, 0, 9, 0, 0, 0, 1, // RTPFB FMT 3
+            0x8f, 206, 0, 3, 0, 0, 0, 9, 0, 0, 0, 0, b'R', b'E', b'M', b'B',
+        ];
+        let got = compound(&c).unwrap();
+        assert!(got.feedback.is_empty(), "{got:?}");
     }
 
     #[test]

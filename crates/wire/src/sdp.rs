@@ -6,7 +6,8 @@ use std::fmt::{self, Write as _};
 use std::net::SocketAddr;
 
 use webrtc_sdp::attribute_type::{
-    SdpAttribute, SdpAttributeGroupSemantic, SdpAttributeSetup, SdpAttributeType,
+    SdpAttribute, SdpAttributeGroupSemantic, SdpAttributePayloadType, SdpAttributeSetup,
+    SdpAttributeType, SdpSsrcGroupSemantic,
 };
 use webrtc_sdp::media_type::{SdpFormatList, SdpMedia, SdpMediaValue};
 
@@ -184,6 +185,42 @@ pub struct MediaOffer {
     pub ssrcs: Vec<u32>,
     /// a=extmap lines as (id, uri).
     pub extmaps: Vec<(u16, String)>,
+    /// a=rtcp-fb lines as (payload type, `None` for `*`; the feedback, e.g. `nack pli`).
+    pub rtcp_fb: Vec<(Option<u8>, String)>,
+    /// a=rtcp-rsize (RFC 5506: reduced-size RTCP).
+    pub rtcp_rsize: bool,
+    /// `a=ssrc-group:FID` pairs: (primary SSRC, its retransmission SSRC).
+    pub fid: Vec<(u32, u32)>,
+}
+
+impl MediaOffer {
+    /// Whether the offer lists feedback `fb` (e.g. `nack`, `nack pli`, `ccm fir`,
+    /// `transport-cc`, `goog-remb`) for payload type `pt`, or for every payload type.
+    pub fn offers_feedback(&self, pt: u8, fb: &str) -> bool {
+        self.rtcp_fb
+            .iter()
+            .any(|(p, f)| p.is_none_or(|p| p == pt) && f.eq_ignore_ascii_case(fb))
+    }
+
+    /// The retransmission codec (RFC 4588 `rtx`, with `apt=`) offered for payload type `pt`.
+    pub fn rtx_for(&self, pt: u8) -> Option<&Codec> {
+        self.codecs.iter().find(|c| {
+            c.name.eq_ignore_ascii_case("rtx")
+                && c.fmtp.as_deref().is_some_and(|f| {
+                    f.split(';')
+                        .filter_map(|kv| kv.trim().split_once('='))
+                        .any(|(k, v)| k.trim() == "apt" && v.trim().parse::<u8>() == Ok(pt))
+                })
+        })
+    }
+
+    /// The id the offer gave header extension `uri`.
+    pub fn extmap_id(&self, uri: &str) -> Option<u16> {
+        self.extmaps
+            .iter()
+            .find(|(_, u)| u == uri)
+            .map(|(id, _)| *id)
+    }
 }
 
 /// An offer, reduced to what the gateway decides on.
@@ -313,6 +350,33 @@ fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
             }
         })
         .collect();
+    let rtcp_fb = attrs
+        .iter()
+        .filter_map(|a| {
+            let SdpAttribute::Rtcpfb(f) = a else {
+                return None;
+            };
+            let pt = match f.payload_type {
+                SdpAttributePayloadType::PayloadType(p) => Some(p),
+                SdpAttributePayloadType::Wildcard => None,
+            };
+            // The line without its payload type: `nack pli`, `ccm fir`, `transport-cc`.
+            let line = f.to_string();
+            let fb = line.split_once(' ').map_or("", |(_, rest)| rest).trim();
+            Some((pt, fb.to_owned()))
+        })
+        .collect();
+    let fid = attrs
+        .iter()
+        .filter_map(|a| match a {
+            SdpAttribute::SsrcGroup(SdpSsrcGroupSemantic::FlowIdentification, v)
+                if v.len() == 2 =>
+            {
+                Some((v[0].id, v[1].id))
+            }
+            _ => None,
+        })
+        .collect();
     Ok(MediaOffer {
         mid,
         kind,
@@ -322,6 +386,9 @@ fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
         rtcp_mux: m.get_attribute(SdpAttributeType::RtcpMux).is_some(),
         ssrcs,
         extmaps,
+        rtcp_fb,
+        rtcp_rsize: m.get_attribute(SdpAttributeType::RtcpRsize).is_some(),
+        fid,
     })
 }
 
@@ -436,6 +503,18 @@ pub struct MediaAnswer {
     /// Our SSRC for what we send, with its CNAME (written with an `a=msid` naming a stream and
     /// track after the CNAME and mid, when the answer's direction sends).
     pub ssrc: Option<(u32, String)>,
+    /// RTCP feedback we take for every codec in `codecs` (`a=rtcp-fb:PT …`: `nack`,
+    /// `nack pli`, `ccm fir`, `transport-cc`, …).
+    pub feedback: Vec<String>,
+    /// Retransmission codecs (`rtx` with `apt=`), written after `codecs`.
+    pub rtx: Vec<Codec>,
+    /// The SSRC of our retransmissions, grouped with `ssrc` (`a=ssrc-group:FID`), when
+    /// `rtx` is not empty and we send.
+    pub rtx_ssrc: Option<u32>,
+    /// Header extensions we use, with the offer's ids (`a=extmap`).
+    pub extmaps: Vec<(u16, String)>,
+    /// `a=rtcp-rsize`.
+    pub rtcp_rsize: bool,
 }
 
 /// What an answer (or an offer, [`write_offer`]) of ours says about us.
@@ -487,7 +566,12 @@ pub fn write_answer(p: &AnswerParams) -> String {
     s.push_str("a=msid-semantic: WMS *\r\n");
     let first_port = p.candidates.first().map(|c| c.port()).unwrap_or(9);
     for m in &p.media {
-        let pts: Vec<String> = m.codecs.iter().map(|c| c.pt.to_string()).collect();
+        let pts: Vec<String> = m
+            .codecs
+            .iter()
+            .chain(m.rtx.iter())
+            .map(|c| c.pt.to_string())
+            .collect();
         let profile = "UDP/TLS/RTP/SAVPF";
         let (port, fmts) = match (&m.direction, pts.is_empty()) {
             (Some(_), false) => (first_port, pts.join(" ")),
@@ -519,7 +603,13 @@ pub fn write_answer(p: &AnswerParams) -> String {
             p.setup.as_str(),
             dir.as_str()
         );
-        for c in &m.codecs {
+        if m.rtcp_rsize {
+            s.push_str("a=rtcp-rsize\r\n");
+        }
+        for (id, uri) in &m.extmaps {
+            let _ = write!(s, "a=extmap:{id} {uri}\r\n");
+        }
+        for (k, c) in m.codecs.iter().chain(m.rtx.iter()).enumerate() {
             match c.channels {
                 Some(ch) => {
                     let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
@@ -531,14 +621,26 @@ pub fn write_answer(p: &AnswerParams) -> String {
             if let Some(f) = &c.fmtp {
                 let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
             }
+            if k < m.codecs.len() {
+                for fb in &m.feedback {
+                    let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", c.pt);
+                }
+            }
         }
         if let (Some((ssrc, cname)), true) = (&m.ssrc, dir.sends()) {
             // One media stream and track per section (RFC 8830), named after the CNAME and mid.
-            let _ = write!(
-                s,
-                "a=msid:{cname}-{mid} {cname}-{mid}\r\na=ssrc:{ssrc} cname:{cname}\r\n",
-                mid = m.mid
-            );
+            let _ = write!(s, "a=msid:{cname}-{mid} {cname}-{mid}\r\n", mid = m.mid);
+            match m.rtx_ssrc.filter(|_| !m.rtx.is_empty()) {
+                Some(rtx) => {
+                    let _ = write!(
+                        s,
+                        "a=ssrc-group:FID {ssrc} {rtx}\r\na=ssrc:{ssrc} cname:{cname}\r\na=ssrc:{rtx} cname:{cname}\r\n"
+                    );
+                }
+                None => {
+                    let _ = write!(s, "a=ssrc:{ssrc} cname:{cname}\r\n");
+                }
+            }
         }
         for (i, c) in p.candidates.iter().enumerate() {
             let ip = c.ip();

@@ -59,6 +59,11 @@ fn answer_round_trips_through_the_parser() {
             direction: Some(m.direction.reversed()),
             codecs: m.codecs.iter().take(1).cloned().collect(),
             ssrc: Some((0x1234, "secrelay".into())),
+            feedback: Vec::new(),
+            rtx: Vec::new(),
+            rtx_ssrc: None,
+            extmaps: Vec::new(),
+            rtcp_rsize: false,
         })
         .collect();
     let fp = "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
@@ -98,6 +103,11 @@ fn rejected_section_has_port_zero() {
             direction: Some(Direction::SendRecv),
             codecs: o.media[0].codecs[..1].to_vec(),
             ssrc: None,
+            feedback: Vec::new(),
+            rtx: Vec::new(),
+            rtx_ssrc: None,
+            extmaps: Vec::new(),
+            rtcp_rsize: false,
         },
         MediaAnswer {
             mid: "1".into(),
@@ -105,6 +115,11 @@ fn rejected_section_has_port_zero() {
             direction: None,
             codecs: Vec::new(),
             ssrc: None,
+            feedback: Vec::new(),
+            rtx: Vec::new(),
+            rtx_ssrc: None,
+            extmaps: Vec::new(),
+            rtcp_rsize: false,
         },
     ];
     let answer = write_answer(&AnswerParams {
@@ -159,4 +174,66 @@ fn refusals_say_why() {
     );
     let session_only = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n";
     assert!(parse_offer(session_only).is_err());
+}
+
+#[test]
+fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer() {
+    let o = parse_offer(CHROME).unwrap();
+    let video = o.media.iter().find(|m| m.kind == MediaKind::Video).unwrap();
+    assert!(video.offers_feedback(96, "nack"));
+    assert!(video.offers_feedback(96, "nack pli"));
+    assert!(video.offers_feedback(96, "goog-remb"));
+    assert!(!video.offers_feedback(96, "ccm fir"), "not offered for 96");
+    assert!(video.rtcp_rsize);
+    let rtx = video.rtx_for(96).expect("rtx for 96");
+    assert_eq!(rtx.pt, 97);
+    assert!(video.rtx_for(97).is_none());
+    assert_eq!(video.fid, vec![(2001, 2002)]);
+    let audio = o.media.iter().find(|m| m.kind == MediaKind::Audio).unwrap();
+    assert!(audio.offers_feedback(111, "transport-cc"));
+    assert_eq!(
+        audio.extmap_id("http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time"),
+        Some(2)
+    );
+
+    let vp8 = video.codecs.iter().find(|c| c.pt == 96).unwrap().clone();
+    let answer = write_answer(&AnswerParams {
+        session_id: 1,
+        ice_ufrag: "srly".into(),
+        ice_pwd: "0123456789abcdefghijklmn".into(),
+        fingerprint: "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89".into(),
+        setup: Setup::Passive,
+        candidates: vec!["192.0.2.10:3478".parse().unwrap()],
+        media: vec![MediaAnswer {
+            mid: video.mid.clone(),
+            kind: MediaKind::Video,
+            direction: Some(Direction::SendOnly),
+            codecs: vec![vp8],
+            ssrc: Some((0x1234, "secrelay".into())),
+            feedback: vec!["nack".into(), "nack pli".into()],
+            rtx: vec![rtx.clone()],
+            rtx_ssrc: Some(0x5678),
+            extmaps: vec![(2, "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time".into())],
+            rtcp_rsize: true,
+        }],
+    });
+    for line in [
+        "UDP/TLS/RTP/SAVPF 96 97\r\n",
+        "a=rtcp-fb:96 nack\r\n",
+        "a=rtcp-fb:96 nack pli\r\n",
+        "a=rtpmap:97 rtx/90000\r\n",
+        "a=fmtp:97 apt=96\r\n",
+        "a=ssrc-group:FID 4660 22136\r\n",
+        "a=extmap:2 http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time\r\n",
+        "a=rtcp-rsize\r\n",
+    ] {
+        assert!(answer.contains(line), "{line:?} in {answer}");
+    }
+    assert!(
+        !answer.contains("a=rtcp-fb:97"),
+        "no feedback on the rtx codec"
+    );
+    let back = parse_offer(&answer).unwrap();
+    assert_eq!(back.media[0].ssrcs, vec![0x1234, 0x5678]);
+    assert!(back.media[0].offers_feedback(96, "nack pli"));
 }

@@ -134,6 +134,42 @@ pub struct NegotiatedMedia {
     /// The SSRC of what we send on this section (its receive slot, see [`crate::room`]),
     /// announced in the answer when the participant receives on it.
     pub our_ssrc: u32,
+    /// RTCP feedback and retransmission agreed on for the section.
+    pub feedback: SectionFeedback,
+}
+
+/// What a section agreed on beyond its codecs: RTCP feedback (RFC 4585, 5104) and
+/// retransmission (RFC 4588). Telephony legs agree on none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SectionFeedback {
+    /// Generic NACKs (`nack`): the peer asks for what it lost, answered from what we sent.
+    pub nack: bool,
+    /// Picture loss indications (`nack pli`).
+    pub pli: bool,
+    /// Full intra requests (`ccm fir`).
+    pub fir: bool,
+    /// Retransmission payload types: (`rtx` payload type, the payload type it repairs).
+    pub rtx: Vec<(u8, u8)>,
+    /// Our retransmission SSRC on the section (announced with `a=ssrc-group:FID`).
+    pub rtx_ssrc: u32,
+    /// The peer's retransmission SSRCs on the section, by the primary SSRC they repair
+    /// (`a=ssrc-group:FID` of its SDP).
+    pub peer_rtx: Vec<(u32, u32)>,
+}
+
+impl SectionFeedback {
+    /// The retransmission payload type that repairs `pt`, if RTX was agreed for it.
+    pub fn rtx_pt(&self, pt: u8) -> Option<u8> {
+        self.rtx.iter().find(|(_, apt)| *apt == pt).map(|(r, _)| *r)
+    }
+
+    /// The payload type a retransmission payload type `rtx` repairs.
+    pub fn repaired_pt(&self, rtx: u8) -> Option<u8> {
+        self.rtx
+            .iter()
+            .find(|(r, _)| *r == rtx)
+            .map(|(_, apt)| *apt)
+    }
 }
 
 /// The payload type `media` negotiated for `codec` (the first section's, our preference first).

@@ -53,7 +53,7 @@ use secrelay_wire::sdp_rtp::{
     write_rtp_sdp, RtcpAnswer, RtpDescription, RtpSection, RtpSectionAnswer,
 };
 
-use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia};
+use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback};
 use crate::counters::{Counters, DropReason};
 
 /// Where a plain leg takes media from.
@@ -380,6 +380,7 @@ impl RtpLeg {
             peer_sends: section.direction.sends(),
             peer_receives: section.direction.receives(),
             our_ssrc,
+            feedback: SectionFeedback::default(),
         }];
         let rtcp_mux = section.rtcp_mux;
         let sections: Vec<RtpSectionAnswer> = offer
@@ -514,6 +515,7 @@ impl RtpLeg {
             peer_sends: true,
             peer_receives: true,
             our_ssrc,
+            feedback: SectionFeedback::default(),
         }];
         let section = RtpSectionAnswer {
             kind: MediaKind::Audio,

@@ -46,7 +46,9 @@ use secrelay_wire::sdp::{
 };
 use secrelay_wire::stun::{Class as StunClass, Message};
 
-use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, TransmitKind};
+use super::{
+    CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback, TransmitKind,
+};
 use crate::counters::{Counters, DropReason};
 use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
 
@@ -212,6 +214,46 @@ impl fmt::Debug for WebRtcLeg {
     }
 }
 
+/// The feedback a video section takes (those of `nack`, `nack pli`, `ccm fir` the offer lists
+/// for every codec chosen) and the RTX codecs offered for the chosen ones once NACKs are on:
+/// what the leg agreed on, the `a=rtcp-fb` values to answer, and the RTX codecs to answer.
+/// Audio sections take none.
+fn video_feedback(
+    m: &secrelay_wire::sdp::MediaOffer,
+    chosen: &[(CodecId, &Codec)],
+) -> (SectionFeedback, Vec<String>, Vec<Codec>) {
+    let mut fb = SectionFeedback {
+        rtx_ssrc: random_u32().max(1),
+        peer_rtx: m.fid.clone(),
+        ..SectionFeedback::default()
+    };
+    if m.kind != MediaKind::Video || chosen.is_empty() {
+        return (fb, Vec::new(), Vec::new());
+    }
+    let all = |line: &str| chosen.iter().all(|(_, c)| m.offers_feedback(c.pt, line));
+    let mut lines = Vec::new();
+    for (line, on) in [
+        ("nack", &mut fb.nack),
+        ("nack pli", &mut fb.pli),
+        ("ccm fir", &mut fb.fir),
+    ] {
+        if all(line) {
+            *on = true;
+            lines.push(line.to_owned());
+        }
+    }
+    let mut rtx = Vec::new();
+    if fb.nack {
+        for (_, c) in chosen {
+            if let Some(r) = m.rtx_for(c.pt) {
+                fb.rtx.push((r.pt, c.pt));
+                rtx.push(r.clone());
+            }
+        }
+    }
+    (fb, lines, rtx)
+}
+
 fn random_u32() -> u32 {
     let mut b = [0u8; 4];
     getrandom::fill(&mut b).expect("the OS random source works");
@@ -271,6 +313,7 @@ impl WebRtcLeg {
             let usable = m.port != 0 || offer.bundle.contains(&m.mid);
             let direction = (usable && !chosen.is_empty()).then(|| m.direction.reversed());
             let our_ssrc = random_u32().max(1);
+            let (feedback, lines, rtx) = video_feedback(m, &chosen);
             if direction.is_some() {
                 media.push(NegotiatedMedia {
                     mid: m.mid.clone(),
@@ -279,6 +322,7 @@ impl WebRtcLeg {
                     peer_sends: m.direction.sends(),
                     peer_receives: m.direction.receives(),
                     our_ssrc,
+                    feedback: feedback.clone(),
                 });
             }
             answers.push(MediaAnswer {
@@ -295,6 +339,11 @@ impl WebRtcLeg {
                 // media that really comes (announcing an SSRC that never carries media leaves
                 // the track without frames).
                 ssrc: Some((our_ssrc, "secrelay".into())),
+                feedback: lines,
+                rtx,
+                rtx_ssrc: Some(feedback.rtx_ssrc),
+                extmaps: Vec::new(),
+                rtcp_rsize: m.rtcp_rsize,
             });
         }
         if media.is_empty() {
@@ -388,6 +437,8 @@ impl WebRtcLeg {
                 peer_sends: sec.direction.receives(),
                 peer_receives: sec.direction.sends(),
                 our_ssrc,
+                // Audio sections only, for now: no feedback offered.
+                feedback: SectionFeedback::default(),
             });
             offered.push(MediaAnswer {
                 mid,
@@ -395,6 +446,11 @@ impl WebRtcLeg {
                 direction: Some(sec.direction),
                 codecs: codecs.iter().map(|(_, c)| (*c).clone()).collect(),
                 ssrc: Some((our_ssrc, config.cname.clone())),
+                feedback: Vec::new(),
+                rtx: Vec::new(),
+                rtx_ssrc: None,
+                extmaps: Vec::new(),
+                rtcp_rsize: false,
             });
         }
         if media.is_empty() {
@@ -798,7 +854,13 @@ impl WebRtcLeg {
         let window = self.config.replay_window;
         let make = |p: Policy| Context::new(p.replay_window(window));
         let inbound = make(Policy::new(keys.remote.clone()).any_inbound());
-        let outbound = make(Policy::new(keys.local.clone()).any_outbound());
+        // A NACK answered without RTX sends a packet again under its index: byte for byte the
+        // packet first sent (the room makes it so), never other bytes under the same index.
+        let outbound = make(
+            Policy::new(keys.local.clone())
+                .any_outbound()
+                .allow_repeat_tx(true),
+        );
         match (inbound, outbound) {
             (Ok(inbound), Ok(outbound)) => {
                 self.srtp = Some(Srtp { inbound, outbound });

@@ -481,6 +481,23 @@ impl Collector for StatsCollector {
             "Media copies sent outside a receive slot, under an SSRC the receiver's answer does not announce (it offered fewer receiving sections of the kind than the room has senders)",
             m.unslotted,
         )?;
+        let f = &m.feedback;
+        labelled_counters(
+            e,
+            "secrelay_feedback",
+            "RTCP feedback: keyframe requests from receivers (requests_in), sent to publishers (requests_out) or merged into one sent within the interval (requests_merged); packets receivers NACKed (nacked), retransmitted from the buffer (retransmitted), no longer buffered (nack_misses), asked of publishers because the gateway never got them (nacks_upstream); retransmissions received from publishers (rtx_in)",
+            "event",
+            &[
+                ("keyframe_requests_in", f.keyframe_requests_in),
+                ("keyframe_requests_out", f.keyframe_requests_out),
+                ("keyframe_requests_merged", f.keyframe_requests_merged),
+                ("nacked", f.nacked),
+                ("retransmitted", f.retransmitted),
+                ("nack_misses", f.nack_misses),
+                ("nacks_upstream", f.nacks_upstream),
+                ("rtx_in", f.rtx_in),
+            ],
+        )?;
         counter(
             e,
             "secrelay_worker_handoffs",
