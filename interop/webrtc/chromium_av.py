@@ -10,15 +10,25 @@ later, and Chromium's first frame is a keyframe for it). The test passes when th
 video element has decoded frames and knows the picture size, and its audio inbound-rtp stream
 has received packets and samples. Then each page leaves with DELETE on its Location.
 
+With --late SECS the publisher comes first and the subscriber SECS seconds later (it must ask
+for a keyframe: the page reports the time from connecting to its first decoded frame). With
+--lossy-viewer PCT a second late subscriber plays through a UDP relay of this script's that
+drops PCT % of the media the gateway sends it at random (its answer's candidate is the
+relay's), and both subscribers watch for --watch SECS more: frames decoded, freezes, NACKs
+sent and packets lost from getStats at the start and the end of that window.
+
 The pages report to the local server (POST /report); this script waits for those reports and
 prints one JSON line with what they measured. Exit status 0 only when everything passed.
 Usage: chromium_av.py --base http://127.0.0.1:PORT [--chromium /usr/bin/chromium] [--room R]
+       [--late SECS [--lossy-viewer PCT] [--watch SECS]]
 """
 
 import argparse
 import json
 import os
+import random
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -51,7 +61,13 @@ async function signal(pc, path) {
   await pc.setLocalDescription(await pc.createOffer());
   await gathered(pc);
   const r = await fetch(gw + path, {method: 'POST', headers: {'Content-Type': 'application/sdp'}, body: pc.localDescription.sdp});
-  const body = await r.text();
+  let body = await r.text();
+  if (r.status === 201 && params.get('relay')) {
+    // Reach the gateway through the test's lossy relay: its candidate in place of the gateway's.
+    const rr = await fetch('/relay', {method: 'POST', body});
+    body = await rr.text();
+    if (rr.status !== 200) throw new Error('relay: ' + rr.status + ' ' + body);
+  }
   if (r.status !== 201) throw new Error('POST ' + path + ': ' + r.status + ' ' + body);
   const loc = r.headers.get('Location');
   if (!loc) throw new Error('POST ' + path + ': no Location exposed');
@@ -141,10 +157,16 @@ PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
       el.play().catch(err => report({note: e.track.kind + ' play(): ' + err}));
     };
     let callbacks = 0;
-    const onFrame = () => { callbacks++; v.requestVideoFrameCallback(onFrame); };
+    let connectedAt = null, firstFrameAt = null;
+    const onFrame = () => {
+      callbacks++;
+      if (firstFrameAt === null) firstFrameAt = performance.now();
+      v.requestVideoFrameCallback(onFrame);
+    };
     v.requestVideoFrameCallback(onFrame);
     const loc = await signal(pc, '/whep/' + room);
     await connected(pc);
+    connectedAt = performance.now();
     await report({state: 'connected'});
     let last = {};
     for (;;) {
@@ -155,6 +177,7 @@ PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
         if (s.type === 'inbound-rtp') inb[s.kind] = {framesReceived: s.framesReceived, framesDropped: s.framesDropped, freezeCount: s.freezeCount, jitterBufferDelay: s.jitterBufferDelay, jitterBufferEmittedCount: s.jitterBufferEmittedCount, estimatedPlayoutTimestamp: s.estimatedPlayoutTimestamp, packetsReceived: s.packetsReceived, packetsLost: s.packetsLost, codec: codecOf(stats, s), framesDecoded: s.framesDecoded, keyFramesDecoded: s.keyFramesDecoded, totalSamplesReceived: s.totalSamplesReceived, audioLevel: s.audioLevel, frameWidth: s.frameWidth, frameHeight: s.frameHeight};
       }
       last = {totalVideoFrames: q.totalVideoFrames, droppedVideoFrames: q.droppedVideoFrames, frameCallbacks: callbacks,
+              firstFrameAfterConnectMs: firstFrameAt === null ? null : Math.round(firstFrameAt - connectedAt),
               videoWidth: v.videoWidth, videoHeight: v.videoHeight, readyState: v.readyState, paused: v.paused,
               tracks: tracks.map(t => t.kind + ':' + t.readyState + (t.muted ? ':muted' : '')),
               inbound: inb, transport: dtlsOf(stats)};
@@ -164,6 +187,22 @@ PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
       await sleep(250);
     }
     await report({state: 'playing', playing: last});
+    const watch = Number(params.get('watch') || 0);
+    if (watch > 0) {
+      const video = async () => {
+        const stats = await pc.getStats();
+        for (const s of stats.values())
+          if (s.type === 'inbound-rtp' && s.kind === 'video')
+            return {framesDecoded: s.framesDecoded, keyFramesDecoded: s.keyFramesDecoded, freezeCount: s.freezeCount || 0,
+                    totalFreezesDuration: s.totalFreezesDuration || 0, nackCount: s.nackCount || 0, pliCount: s.pliCount || 0,
+                    packetsReceived: s.packetsReceived, packetsLost: s.packetsLost, retransmittedPacketsReceived: s.retransmittedPacketsReceived || 0};
+        return {};
+      };
+      const start = await video();
+      const samples = [];
+      for (let t = 0; t < watch; t++) { await sleep(1000); samples.push((await video()).framesDecoded); }
+      await report({state: 'watched', watched: {start, end: await video(), framesDecodedPerSecond: samples}});
+    }
     await waitFor('leave');
     const status = await leave(pc, loc);
     await report({state: 'left', deleteStatus: status});
@@ -177,11 +216,16 @@ PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
 class Pages:
     """The page server's shared state: reports from the pages and what each page should do."""
 
-    def __init__(self):
+    def __init__(self, loss=0.0):
         self.lock = threading.Condition()
         self.reports = []  # (seconds since start, report)
         self.control = {}
         self.t0 = time.monotonic()
+        self.loss = loss
+        self.relays = []
+
+    def relay_answer(self, answer):
+        return relay_answer(self, self.loss, answer)
 
     def add(self, report):
         if "offer" in report:
@@ -234,8 +278,10 @@ def serve_pages(pages):
             path, _, query = self.path.partition("?")
             if path == "/publish.html":
                 self.send(200, PUBLISH_HTML, "text/html")
-            elif path == "/play.html":
-                self.send(200, PLAY_HTML, "text/html")
+            elif path in ("/play.html", "/lossy.html"):
+                # The same player under another title, so its reports can be told apart.
+                html = PLAY_HTML if path == "/play.html" else PLAY_HTML.replace("<title>play</title>", "<title>lossy</title>")
+                self.send(200, html, "text/html")
             elif path == "/control":
                 page = query.partition("page=")[2]
                 with pages.lock:
@@ -245,8 +291,15 @@ def serve_pages(pages):
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(n)
+            if self.path == "/relay":
+                try:
+                    self.send(200, pages.relay_answer(body.decode()))
+                except Exception as e:
+                    self.send(502, f"{type(e).__name__}: {e}")
+                return
             try:
-                pages.add(json.loads(self.rfile.read(n)))
+                pages.add(json.loads(body))
             except ValueError:
                 pass
             self.send(204, "")
@@ -255,6 +308,69 @@ def serve_pages(pages):
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd
+
+
+class LossyRelay:
+    """A UDP relay between one browser and the gateway that drops a share of the media (RTP
+    and RTCP) the gateway sends the browser, at random; STUN and DTLS pass, so the call sets up
+    as it would on a lossy path that happens to spare its handshake."""
+
+    def __init__(self, gateway, loss):
+        self.gateway = gateway
+        self.loss = loss
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.browser = None
+        self.forwarded = 0
+        self.dropped = 0
+        self.stop = threading.Event()
+        threading.Thread(target=self.run, daemon=True).start()
+
+    def run(self):
+        rng = random.Random(7)
+        while not self.stop.is_set():
+            try:
+                data, src = self.sock.recvfrom(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            if src == self.gateway:
+                if self.browser is None:
+                    continue
+                media = len(data) > 1 and 128 <= data[0] <= 191
+                if media and rng.random() < self.loss:
+                    self.dropped += 1
+                    continue
+                self.forwarded += 1
+                self.sock.sendto(data, self.browser)
+            else:
+                self.browser = src
+                self.sock.sendto(data, self.gateway)
+
+
+def relay_answer(pages, loss, answer):
+    """The gateway's answer with a lossy relay's candidate in place of the gateway's (the first
+    host candidate; the others dropped)."""
+    lines = answer.split("\r\n")
+    cand = next(l for l in lines if l.startswith("a=candidate:"))
+    f = cand.split()
+    gateway = (f[4], int(f[5]))
+    relay = LossyRelay(gateway, loss)
+    pages.relays.append(relay)
+    out, done = [], False
+    for l in lines:
+        if l.startswith("a=candidate:"):
+            if done:
+                continue
+            g = l.split()
+            g[4], g[5] = "127.0.0.1", str(relay.port)
+            l = " ".join(g)
+            done = True
+        out.append(l)
+    return "\r\n".join(out)
 
 
 def launch(chromium, url, profile, log):
@@ -306,36 +422,54 @@ def version(chromium):
 
 
 def run(args, result, work):
-    pages = Pages()
+    pages = Pages(args.lossy_viewer / 100.0)
     httpd = serve_pages(pages)
     origin = f"http://127.0.0.1:{httpd.server_address[1]}"
-    q = urlencode({"gw": args.base.rstrip("/"), "room": args.room, "debug": "1" if args.debug else ""})
+    q = urlencode({"gw": args.base.rstrip("/"), "room": args.room, "debug": "1" if args.debug else "",
+                   "watch": args.watch})
     procs = []
+    players = ["play"] + (["lossy"] if args.lossy_viewer > 0 else [])
     try:
         t0 = time.monotonic()
-        # By default the subscriber comes first: the gateway forwards no PLI yet, so a
-        # subscriber that comes later waits for the publisher's next keyframe.
-        order = ("publish", "play") if args.publisher_first else ("play", "publish")
+        # By default the subscriber comes first (its first frame is the publisher's first
+        # keyframe); late subscribers must ask the publisher for one through the gateway.
+        late = args.late is not None or args.publisher_first
+        order = ["publish"] + players if late else players + ["publish"]
         for page in order:
+            if page != "publish" and late and args.late:
+                time.sleep(args.late if page == players[0] else 0)
             profile = os.path.join(work, f"profile-{page}")
             log = open(os.path.join(work, f"{page}.log"), "wb")
-            procs.append(launch(args.chromium, f"{origin}/{page}.html?{q}", profile, log))
+            url = f"{origin}/{page}.html?{q}" + ("&relay=1" if page == "lossy" else "")
+            procs.append(launch(args.chromium, url, profile, log))
             r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "connected", args.timeout)
             if r is None:
                 raise RuntimeError(f"{page}: not connected after {args.timeout} s")
             result[f"{page}_connected_s"] = round(time.monotonic() - t0, 2)
             result[f"{page}_connected"] = r
 
-        r = pages.wait(lambda r: r.get("page") == "play" and r.get("state") == "playing", args.timeout)
-        if r is None:
-            result["play_progress"] = pages.last_progress("play")
-            raise RuntimeError(f"play: no decoded video and audio after {args.timeout} s")
-        result["playing_s"] = round(time.monotonic() - t0, 2)
-        result["play"] = r["playing"]
+        for page in players:
+            r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "playing", args.timeout)
+            if r is None:
+                result[f"{page}_progress"] = pages.last_progress(page)
+                raise RuntimeError(f"{page}: no decoded video and audio after {args.timeout} s")
+            result[f"{page}_playing_s"] = round(time.monotonic() - t0, 2)
+            result[page] = r["playing"]
+        result["playing_s"] = result["play_playing_s"]
+        if args.watch > 0:
+            for page in players:
+                r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "watched",
+                               args.watch + args.timeout)
+                if r is None:
+                    raise RuntimeError(f"{page}: no stats after watching {args.watch} s")
+                result[f"{page}_watched"] = r["watched"]
+        if pages.relays:
+            result["relay"] = {"forwarded": sum(r.forwarded for r in pages.relays),
+                               "dropped": sum(r.dropped for r in pages.relays)}
 
         result["api_room"] = api_room(args.base, args.room)
 
-        for page in ("publish", "play"):
+        for page in ["publish"] + players:
             with pages.lock:
                 pages.control[page] = "leave"
             r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "left", args.timeout)
@@ -348,16 +482,20 @@ def run(args, result, work):
     finally:
         for p in procs:
             stop(p)
+        for r in pages.relays:
+            r.stop.set()
         httpd.shutdown()
-    play = result["play"]
-    audio = play["inbound"].get("audio", {})
-    result["ok"] = bool(
-        play["totalVideoFrames"] > 0
-        and play["videoWidth"] > 0
-        and audio.get("packetsReceived", 0) > 0
-        and result["publish_delete"] in (200, 204)
-        and result["play_delete"] in (200, 204)
-    )
+    ok = True
+    for page in players:
+        play = result[page]
+        audio = play["inbound"].get("audio", {})
+        ok = ok and bool(
+            play["totalVideoFrames"] > 0
+            and play["videoWidth"] > 0
+            and audio.get("packetsReceived", 0) > 0
+            and result[f"{page}_delete"] in (200, 204)
+        )
+    result["ok"] = bool(ok and result["publish_delete"] in (200, 204))
 
 
 def api_room(base, room):
@@ -381,6 +519,10 @@ def main():
     ap.add_argument("--room", default="chromium-av")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")
     ap.add_argument("--publisher-first", action="store_true", help="start the subscriber second")
+    ap.add_argument("--late", type=float, help="start the subscriber(s) this many seconds after the publisher")
+    ap.add_argument("--lossy-viewer", type=float, default=0.0,
+                    help="a second late subscriber behind a relay dropping this percentage of its media")
+    ap.add_argument("--watch", type=int, default=0, help="seconds the subscribers watch once playing")
     ap.add_argument("--debug", action="store_true", help="the pages report their SDP (on stderr)")
     ap.add_argument("--keep-logs", help="copy Chromium's logs into this folder")
     args = ap.parse_args()
@@ -394,7 +536,7 @@ def main():
     finally:
         if args.keep_logs:
             os.makedirs(args.keep_logs, exist_ok=True)
-            for f in ("play.log", "publish.log"):
+            for f in ("play.log", "lossy.log", "publish.log"):
                 if os.path.exists(os.path.join(work, f)):
                     shutil.copy(os.path.join(work, f), args.keep_logs)
         shutil.rmtree(work, ignore_errors=True)

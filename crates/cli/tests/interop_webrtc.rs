@@ -372,6 +372,86 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
     );
 }
 
+/// Viewers that come late and lose packets (issue 17): Chromium publishes; 5 s later one
+/// WHEP viewer joins directly and another through a relay that drops 5 % of the media the
+/// gateway sends it. Both must decode their first frame quickly (the gateway asks the publisher
+/// for a keyframe when a viewer takes the stream: the late viewer's within 1 s of connecting),
+/// and keep decoding for 8 s; the lossy one NACKs what it lost and gets it retransmitted from
+/// the gateway's buffer, with at most 2 freezes.
+#[test]
+fn chromium_viewers_that_join_late_and_lose_packets_keep_decoding() {
+    let test = "chromium_viewers_that_join_late_and_lose_packets_keep_decoding";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let chromium = chromium.to_string_lossy().into_owned();
+    let (v, ok) = run_script(
+        &python,
+        "chromium_av.py",
+        &[
+            "--base",
+            &gw.base,
+            "--room",
+            "late",
+            "--chromium",
+            &chromium,
+            "--late",
+            "5",
+            "--lossy-viewer",
+            "5",
+            "--watch",
+            "8",
+            "--timeout",
+            "30",
+        ],
+        &gw,
+    );
+    assert!(ok, "chromium_av.py failed: {v}");
+    let first = v["play"]["firstFrameAfterConnectMs"].as_f64();
+    assert!(
+        first.is_some_and(|ms| ms <= 1000.0),
+        "the late viewer's first frame {first:?} ms after connecting: {v}"
+    );
+    for page in ["play", "lossy"] {
+        let w = &v[format!("{page}_watched")];
+        let per_second: Vec<u64> = w["framesDecodedPerSecond"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{page}: no samples: {v}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap_or(0))
+            .collect();
+        assert_eq!(per_second.len(), 8, "{v}");
+        assert!(
+            per_second.windows(2).all(|p| p[1] > p[0]),
+            "{page} kept decoding every second: {per_second:?}"
+        );
+        let end = &w["end"];
+        assert!(end["freezeCount"].as_u64().unwrap_or(99) <= 2, "{page}: {w}");
+        assert!(
+            end["totalFreezesDuration"].as_f64().unwrap_or(99.0) <= 2.0,
+            "{page}: {w}"
+        );
+    }
+    let lossy = &v["lossy_watched"]["end"];
+    assert!(v["relay"]["dropped"].as_u64().unwrap_or(0) > 0, "{v}");
+    assert!(lossy["nackCount"].as_u64().unwrap_or(0) > 0, "{lossy}");
+    assert!(
+        lossy["retransmittedPacketsReceived"].as_u64().unwrap_or(0) > 0,
+        "the gateway answered the NACKs: {lossy}"
+    );
+    assert!(gw.metric("secrelay_feedback_total{event=\"retransmitted\"}") > 0.0);
+    assert!(gw.metric("secrelay_feedback_total{event=\"keyframe_requests_out\"}") >= 1.0);
+    assert_eq!(v["play_delete"], 200);
+    assert_eq!(v["lossy_delete"], 200);
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+}
+
 /// A SIP-style phone on a real socket for the aiortc room test: G.711 μ-law 20 ms frames of a
 /// sine, SDES-SRTP by libsrtp or plain RTP, and the PCM of what it hears, by stream.
 struct TonePhone {
