@@ -431,7 +431,10 @@ fn chromium_viewers_that_join_late_and_lose_packets_keep_decoding() {
             "{page} kept decoding every second: {per_second:?}"
         );
         let end = &w["end"];
-        assert!(end["freezeCount"].as_u64().unwrap_or(99) <= 2, "{page}: {w}");
+        assert!(
+            end["freezeCount"].as_u64().unwrap_or(99) <= 2,
+            "{page}: {w}"
+        );
         assert!(
             end["totalFreezesDuration"].as_f64().unwrap_or(99.0) <= 2.0,
             "{page}: {w}"

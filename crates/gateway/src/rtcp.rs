@@ -455,6 +455,7 @@ mod tests {
             sequence: seq,
             timestamp: ts,
             header_len: 12,
+            ..RtpFacts::default()
         }
     }
 

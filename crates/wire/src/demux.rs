@@ -64,9 +64,53 @@ impl StunFacts {
     }
 }
 
+/// Header extension elements read at the edge: up to [`ExtElements::MAX`] (id, where its data
+/// is in the datagram, its length). Ids are the sender's; their meaning is what its SDP
+/// negotiated (`a=extmap`), which the member that owns the datagram knows.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ExtElements {
+    n: u8,
+    items: [(u8, u16, u8); ExtElements::MAX],
+}
+
+impl ExtElements {
+    /// Most elements read (Chrome sends up to 6 on video).
+    pub const MAX: usize = 8;
+
+    fn push(&mut self, id: u8, at: usize, len: usize) {
+        let (Ok(at), Ok(len)) = (u16::try_from(at), u8::try_from(len)) else {
+            return;
+        };
+        if usize::from(self.n) < Self::MAX {
+            self.items[usize::from(self.n)] = (id, at, len);
+            self.n += 1;
+        }
+    }
+
+    /// The elements: (id, offset of its data in the packet, length).
+    pub fn iter(&self) -> impl Iterator<Item = (u8, usize, usize)> + '_ {
+        self.items[..usize::from(self.n)]
+            .iter()
+            .map(|(id, at, len)| (*id, usize::from(*at), usize::from(*len)))
+    }
+
+    /// Element `id`'s data in `packet` (the datagram these were read from, or the same packet
+    /// after SRTP, which leaves the header in place).
+    pub fn get<'a>(&self, packet: &'a [u8], id: u8) -> Option<&'a [u8]> {
+        self.iter()
+            .find(|(i, _, _)| *i == id)
+            .and_then(|(_, at, len)| packet.get(at..at + len))
+    }
+
+    /// Whether none were read.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+}
+
 /// An RTP header's fields. Unchanged by SRTP (which leaves the header in the clear), so they
 /// hold for the packet after it is unprotected too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct RtpFacts {
     /// The SSRC.
     pub ssrc: u32,
@@ -80,6 +124,8 @@ pub struct RtpFacts {
     pub timestamp: u32,
     /// The header's length: fixed part, CSRCs and extension.
     pub header_len: u16,
+    /// Its header extension's elements (RFC 8285), if it has one.
+    pub ext: ExtElements,
 }
 
 /// The first RTCP header of a compound.
@@ -116,6 +162,19 @@ pub fn demux(datagram: &[u8]) -> Class {
                 sequence: h.sequence(),
                 timestamp: h.timestamp(),
                 header_len: u16::try_from(h.header_len()).unwrap_or(u16::MAX),
+                ext: h
+                    .extension_header()
+                    .map(|e| {
+                        // Offsets from the datagram's start: the extension's data begins
+                        // 4 bytes into the block after the fixed header and CSRCs.
+                        let base = 12 + 4 * usize::from(h.csrc_count()) + 4;
+                        let mut x = ExtElements::default();
+                        for (id, data, at) in e.elements() {
+                            x.push(id, base + at, data.len());
+                        }
+                        x
+                    })
+                    .unwrap_or_default(),
             }),
             Err(e) => Class::Malformed(Malformed::Rtp(e)),
         },
@@ -166,7 +225,7 @@ mod tests {
     #[test]
     fn rtp_rtcp_dtls_and_the_rest() {
         let mut rtp = vec![0x90, 0x80 | 111, 0, 7, 0, 0, 3, 0xc0, 0, 0, 0x10, 0x01];
-        rtp.extend_from_slice(&[0xbe, 0xde, 0, 1, 1, 2, 3, 4, 9, 9]);
+        rtp.extend_from_slice(&[0xbe, 0xde, 0, 1, 0x12, 0xaa, 0xbb, 0xcc, 9, 9]);
         assert_eq!(
             demux(&rtp),
             Class::Rtp(RtpFacts {
@@ -176,8 +235,17 @@ mod tests {
                 sequence: 7,
                 timestamp: 960,
                 header_len: 20,
+                ext: {
+                    // Element 0x12: id 1, 3 bytes at 17.
+                    let mut x = ExtElements::default();
+                    x.push(1, 17, 3);
+                    x
+                },
             })
         );
+        let Class::Rtp(f) = demux(&rtp) else { panic!() };
+        assert_eq!(f.ext.get(&rtp, 1), Some(&[0xaa, 0xbb, 0xcc][..]));
+        assert_eq!(f.ext.get(&rtp, 2), None);
         let rr = [0x80, 201, 0, 1, 0, 0, 0x5e, 0xc0];
         assert_eq!(
             demux(&rr),

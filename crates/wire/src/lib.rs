@@ -13,6 +13,7 @@
 //!   and answers written.
 //! * [`sdp_rtp`], [`sdes`]: telephony offers (plain RTP, SDES-SRTP with `a=crypto`) read
 //!   (over the `sdp` crate) and answered.
+//! * [`twcc`]: transport-wide congestion control feedback, written and read.
 //! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
 //!   replies decoded with bounded nesting; [`ng`]: its requests read as a gateway serves them.
 //!
@@ -31,6 +32,7 @@ pub mod sdes;
 pub mod sdp;
 pub mod sdp_rtp;
 pub mod stun;
+pub mod twcc;
 
 pub use demux::{demux, Class};
 pub use rtp::{classify, PacketKind, ParseError, RtcpHeader, RtpHeader};

@@ -229,6 +229,109 @@ pub struct RtpExtension<'a> {
     pub data: &'a [u8],
 }
 
+impl<'a> RtpExtension<'a> {
+    /// The RFC 8285 elements of the extension: (id, data) for the one-byte form (profile
+    /// `0xBEDE`) and the two-byte form (`0x100x`); nothing for another profile. Padding is
+    /// skipped; an element that runs past the end, or id 15 in the one-byte form, ends it.
+    pub fn elements(&self) -> ExtensionElements<'a> {
+        let form = if self.profile == 0xBEDE {
+            1
+        } else if self.profile & 0xFFF0 == 0x1000 {
+            2
+        } else {
+            0
+        };
+        ExtensionElements {
+            data: self.data,
+            at: 0,
+            form,
+        }
+    }
+}
+
+/// The elements of a header extension (see [`RtpExtension::elements`]): (id, data, offset of
+/// the data within the extension's data).
+#[derive(Debug, Clone)]
+pub struct ExtensionElements<'a> {
+    data: &'a [u8],
+    at: usize,
+    form: u8,
+}
+
+impl<'a> Iterator for ExtensionElements<'a> {
+    type Item = (u8, &'a [u8], usize);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let b = *self.data.get(self.at)?;
+            match self.form {
+                1 => {
+                    if b == 0 {
+                        self.at += 1;
+                        continue;
+                    }
+                    let (id, len) = (b >> 4, usize::from(b & 0x0f) + 1);
+                    // 15 ends the list (RFC 8285 §4.2); 0 with a length is not padding: stop.
+                    if id == 15 || id == 0 {
+                        return None;
+                    }
+                    let start = self.at + 1;
+                    let data = self.data.get(start..start + len)?;
+                    self.at = start + len;
+                    return Some((id, data, start));
+                }
+                2 => {
+                    if b == 0 {
+                        self.at += 1;
+                        continue;
+                    }
+                    let len = usize::from(*self.data.get(self.at + 1)?);
+                    let start = self.at + 2;
+                    let data = self.data.get(start..start + len)?;
+                    self.at = start + len;
+                    return Some((b, data, start));
+                }
+                _ => return None,
+            }
+        }
+    }
+}
+
+/// Appends to `out` an RTP header extension holding `elements` (id, data), in the one-byte
+/// form (RFC 8285 §4.2) when every id is 1–14 and every element 1–16 bytes, else the two-byte
+/// form (§4.3), padded to a multiple of four bytes. Appends nothing for no elements. Elements
+/// with id 0 (or over 255 bytes) are left out.
+pub fn write_extension(out: &mut Vec<u8>, elements: &[(u8, &[u8])]) {
+    let elements = elements.iter().filter(|(id, d)| *id != 0 && d.len() <= 255);
+    let one_byte = elements
+        .clone()
+        .all(|(id, d)| *id <= 14 && (1..=16).contains(&d.len()));
+    if elements.clone().next().is_none() {
+        return;
+    }
+    let at = out.len();
+    out.extend_from_slice(if one_byte {
+        &[0xBE, 0xDE]
+    } else {
+        &[0x10, 0x00]
+    });
+    out.extend_from_slice(&[0, 0]);
+    for (id, d) in elements {
+        if one_byte {
+            out.push((id << 4) | (d.len() as u8 - 1));
+        } else {
+            out.push(*id);
+            out.push(d.len() as u8);
+        }
+        out.extend_from_slice(d);
+    }
+    while !(out.len() - at).is_multiple_of(4) {
+        out.push(0);
+    }
+    let words = ((out.len() - at) / 4 - 1) as u16;
+    out[at + 2..at + 4].copy_from_slice(&words.to_be_bytes());
+}
+
 /// Well-known RTCP packet types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -403,5 +506,51 @@ pub(crate) fn classify_uncounted(payload: &[u8]) -> PacketKind {
             _ => PacketKind::Other,
         },
         _ => PacketKind::Other,
+    }
+}
+
+#[cfg(test)]
+mod extension_tests {
+    use super::*;
+
+    #[test]
+    fn extensions_written_read_back_in_both_forms() {
+        let mut out = Vec::new();
+        write_extension(&mut out, &[(1, &[0xaa][..]), (3, &[1, 2, 3][..])]);
+        assert_eq!(&out[..2], &[0xbe, 0xde]);
+        assert_eq!(out.len() % 4, 0);
+        let e = RtpExtension {
+            profile: 0xbede,
+            data: &out[4..],
+        };
+        let got: Vec<(u8, Vec<u8>)> = e.elements().map(|(i, d, _)| (i, d.to_vec())).collect();
+        assert_eq!(got, vec![(1, vec![0xaa]), (3, vec![1, 2, 3])]);
+        // An id over 14 needs the two-byte form.
+        let mut out = Vec::new();
+        write_extension(&mut out, &[(20, &[7, 7][..]), (2, &[][..])]);
+        assert_eq!(&out[..2], &[0x10, 0x00]);
+        let e = RtpExtension {
+            profile: 0x1000,
+            data: &out[4..],
+        };
+        let got: Vec<(u8, Vec<u8>)> = e.elements().map(|(i, d, _)| (i, d.to_vec())).collect();
+        assert_eq!(got, vec![(20, vec![7, 7]), (2, vec![])]);
+        let mut none = Vec::new();
+        write_extension(&mut none, &[]);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn elements_that_run_past_the_end_stop_the_list() {
+        let e = RtpExtension {
+            profile: 0xbede,
+            data: &[0x10, 9, 0x23, 1],
+        };
+        assert_eq!(e.elements().count(), 1);
+        let other = RtpExtension {
+            profile: 0x1234,
+            data: &[1, 2, 3, 4],
+        };
+        assert_eq!(other.elements().count(), 0);
     }
 }
