@@ -127,9 +127,13 @@ PUBLISH_HTML = """<!doctype html><html><head><title>publish</title></head><body>
     await waitFor('leave');
     const stats = await pc.getStats();
     const out = {};
+    let availableOutgoingBitrate = null;
     for (const s of stats.values()) {
-      if (s.type === 'outbound-rtp') out[s.kind] = {packetsSent: s.packetsSent, codec: codecOf(stats, s), framesEncoded: s.framesEncoded, keyFramesEncoded: s.keyFramesEncoded, frameWidth: s.frameWidth};
+      if (s.type === 'outbound-rtp') out[s.kind] = {packetsSent: s.packetsSent, codec: codecOf(stats, s), framesEncoded: s.framesEncoded, keyFramesEncoded: s.keyFramesEncoded, frameWidth: s.frameWidth, targetBitrate: s.targetBitrate, bytesSent: s.bytesSent};
+      // The sender's bandwidth estimate (from the gateway's transport-cc feedback).
+      if (s.type === 'candidate-pair' && s.nominated && s.availableOutgoingBitrate) availableOutgoingBitrate = s.availableOutgoingBitrate;
     }
+    out.availableOutgoingBitrate = availableOutgoingBitrate;
     const status = await leave(pc, loc);
     await report({state: 'left', deleteStatus: status, outbound: out, transport: dtlsOf(stats)});
   } catch (e) {

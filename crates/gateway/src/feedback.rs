@@ -11,6 +11,8 @@
 
 use std::time::{Duration, Instant};
 
+use secrelay_wire::demux::RtpFacts;
+
 /// Packets kept per video stream: about two seconds of a 2.5 Mbit/s stream of 1,200-byte
 /// packets, more than a receiver's NACK history (Chrome asks for packets up to about a
 /// second old).
@@ -19,8 +21,8 @@ pub const BUFFER_PACKETS: usize = 512;
 /// What the buffer says of a sequence number.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Lookup<'a> {
-    /// The packet as received (plain RTP), and its header's length.
-    Found(&'a [u8], usize),
+    /// The packet as received (plain RTP), and its header as read where it arrived.
+    Found(&'a [u8], RtpFacts),
     /// Inside the window, but the gateway never received it: the publisher must be asked.
     NeverReceived,
     /// Older than the window (or ahead of anything received): nothing to do.
@@ -31,7 +33,7 @@ pub enum Lookup<'a> {
 struct Entry {
     seq: u16,
     valid: bool,
-    header_len: usize,
+    facts: RtpFacts,
     packet: Vec<u8>,
 }
 
@@ -82,8 +84,9 @@ impl RetransmitBuffer {
         }
     }
 
-    /// Keeps `packet` (plain RTP, its header `header_len` bytes) under `seq`.
-    pub fn store(&mut self, seq: u16, packet: &[u8], header_len: usize) {
+    /// Keeps `packet` (plain RTP, its header read as `facts`) under its sequence number.
+    pub fn store(&mut self, packet: &[u8], facts: &RtpFacts) {
+        let seq = facts.sequence;
         // Start high enough that the first wraps backwards stay positive.
         let ext = match self.highest {
             None => (1 << 32) | u64::from(seq),
@@ -113,7 +116,7 @@ impl RetransmitBuffer {
         let e = &mut self.entries[i];
         e.seq = seq;
         e.valid = true;
-        e.header_len = header_len.min(packet.len());
+        e.facts = *facts;
         e.packet.clear();
         e.packet.extend_from_slice(packet);
     }
@@ -128,7 +131,7 @@ impl RetransmitBuffer {
             return Lookup::Gone;
         }
         match self.entries.get(ext as usize % BUFFER_PACKETS) {
-            Some(e) if e.valid && e.seq == seq => Lookup::Found(&e.packet, e.header_len),
+            Some(e) if e.valid && e.seq == seq => Lookup::Found(&e.packet, e.facts),
             _ => Lookup::NeverReceived,
         }
     }
@@ -235,6 +238,18 @@ impl KeyframeGate {
 mod tests {
     use super::*;
 
+    fn facts(seq: u16) -> RtpFacts {
+        RtpFacts {
+            sequence: seq,
+            header_len: 12,
+            ..RtpFacts::default()
+        }
+    }
+
+    fn found(p: &[u8], seq: u16) -> Lookup<'_> {
+        Lookup::Found(p, facts(seq))
+    }
+
     fn pkt(seq: u16, payload: &[u8]) -> Vec<u8> {
         let mut p = vec![0x80, 96, 0, 0, 0, 0, 0, 1, 0, 0, 0, 7];
         p[2..4].copy_from_slice(&seq.to_be_bytes());
@@ -247,20 +262,20 @@ mod tests {
         let mut b = RetransmitBuffer::new();
         for seq in (65000u16..=65535).chain(0..100) {
             if seq != 5 {
-                b.store(seq, &pkt(seq, &[seq as u8]), 12);
+                b.store(&pkt(seq, &[seq as u8]), &facts(seq));
             }
         }
-        assert_eq!(b.get(99), Lookup::Found(&pkt(99, &[99])[..], 12));
-        assert_eq!(b.get(65535), Lookup::Found(&pkt(65535, &[255])[..], 12));
+        assert_eq!(b.get(99), found(&pkt(99, &[99]), 99));
+        assert_eq!(b.get(65535), found(&pkt(65535, &[255]), 65535));
         assert_eq!(b.get(5), Lookup::NeverReceived);
         // 636 packets stored: the first 124 are gone.
         assert_eq!(b.get(65000), Lookup::Gone);
         assert_eq!(b.get(100), Lookup::Gone, "ahead of what was received");
         // A late packet fills its gap.
-        b.store(5, &pkt(5, &[5]), 12);
+        b.store(&pkt(5, &[5]), &facts(5));
         assert!(matches!(b.get(5), Lookup::Found(..)));
         // A jump forward past the window leaves nothing old answering for new numbers.
-        b.store(2000, &pkt(2000, &[1]), 12);
+        b.store(&pkt(2000, &[1]), &facts(2000));
         assert_eq!(b.get(99), Lookup::Gone);
         assert_eq!(b.get(1999), Lookup::NeverReceived);
         assert!(b.bytes() > 0);

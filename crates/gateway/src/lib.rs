@@ -15,6 +15,7 @@
 //!   configuration; a [`server::Server`] handle to start, query and stop it.
 #![forbid(unsafe_code)]
 
+pub mod bwe;
 pub mod counters;
 pub mod feedback;
 pub mod ice_lite;

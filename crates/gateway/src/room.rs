@@ -47,6 +47,17 @@
 //! Feedback to send comes out with the reports ([`Room::pop_report`]); retransmissions go
 //! through the same `emit` as routed copies.
 //!
+//! # Header extensions and congestion control
+//! A receiver that agreed on header extensions gets them in its own ids, written per copy:
+//! its section's `mid`, the publisher's audio level, our send time (`abs-send-time`) and a
+//! transport-wide sequence number of its own (transport-cc); the publisher's other elements
+//! (its ids, its `rid`) are not passed on. A member that agreed on transport-cc is sent
+//! transport-wide feedback about what it sends us every [`TWCC_INTERVAL`], so its encoder
+//! follows its uplink; what we send it is estimated from its feedback ([`crate::bwe`]), and
+//! the estimate is in the API. A receiver that agreed on none gets the packet's header as the
+//! publisher wrote it (with its own SSRC, payload type and numbering): nothing is rewritten on
+//! that path.
+//!
 //! # Media and control
 //! The room does no SRTP itself: the shard unprotects a batch of datagrams with the senders'
 //! contexts ([`Room::contexts_of`]), hands each packet to [`Room::route`], which makes the
@@ -69,11 +80,14 @@ use std::time::Instant;
 use secrelay_srtp::Context;
 use secrelay_wire::demux::RtpFacts;
 use secrelay_wire::rtcp::{compound, write_empty_rr, write_fir, write_nack, write_pli, Feedback};
+use secrelay_wire::rtp::write_extension;
 use secrelay_wire::sdp::MediaKind;
+use secrelay_wire::twcc::{parse_feedback, write_feedback, Arrival};
 
+use crate::bwe::{Bwe, Usage};
 use crate::counters::{Counters, DropReason};
 use crate::feedback::{unwrap_rtx, write_rtx, KeyframeGate, Lookup, RetransmitBuffer};
-use crate::leg::{CodecId, CopyTarget, Leg, LegKind, LegOutput};
+use crate::leg::{CodecId, CopyTarget, ExtIds, Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 
 /// A member's handle in its room.
@@ -131,6 +145,44 @@ struct Member {
     rtcp: MemberRtcp,
     /// Its video streams: what receivers' NACKs and keyframe requests about them need.
     video_in: Vec<VideoIn>,
+    /// The header extension ids it agreed on.
+    ext: ExtIds,
+    /// Transport-wide congestion control, when it agreed on transport-cc.
+    cc: Option<Congestion>,
+}
+
+/// How often a member that agreed on transport-cc gets feedback on what it sends.
+pub const TWCC_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Transport-wide congestion control with one member, both ways.
+struct Congestion {
+    /// Its packets' transport-wide sequence numbers and arrival instants, not yet reported.
+    arrivals: Vec<(u16, Instant)>,
+    /// The last SSRC it sent on (the feedback's media field).
+    media_ssrc: u32,
+    /// When the next feedback is due (while arrivals wait).
+    next_feedback: Option<Instant>,
+    /// Feedback messages sent (their 8-bit count).
+    fb_count: u8,
+    /// The next transport-wide sequence number of what we send it.
+    out_seq: u16,
+    /// What we send it, estimated from its feedback.
+    bwe: Bwe,
+}
+
+/// A member's bandwidth estimate as the API shows it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BandwidthFigures {
+    /// What we can send it, bits per second (transport-cc feedback, [`crate::bwe`]).
+    pub estimate_bps: u64,
+    /// What it received of what we sent over the last second, bits per second.
+    pub received_bps: Option<u64>,
+    /// The delay trend: `normal`, `overusing` or `underusing`.
+    pub usage: &'static str,
+    /// Loss in its last feedback, percent.
+    pub loss_pct: f64,
+    /// Feedback messages it sent us.
+    pub feedbacks: u64,
 }
 
 /// A video stream received from a member.
@@ -181,16 +233,49 @@ impl Member {
                 rtx_seq: random_ssrc() as u16,
             })
             .collect();
+        let ext = ExtIds::of(leg.media());
         Member {
             id,
             role,
             kind: leg.kind(),
-            leg,
             slots,
             unslotted: Vec::new(),
             rtcp,
             video_in: Vec::new(),
+            cc: (ext.twcc != 0).then(|| Congestion {
+                arrivals: Vec::new(),
+                media_ssrc: 0,
+                next_feedback: None,
+                fb_count: 0,
+                out_seq: random_ssrc() as u16,
+                bwe: Bwe::new(),
+            }),
+            ext,
+            leg,
         }
+    }
+
+    /// The mid of the section a stream of `codec` is sent to the member on (its slot's, else
+    /// the first section that takes the codec).
+    fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &str {
+        let media = self.leg.media();
+        slot.and_then(|k| media.get(self.slots[k].section))
+            .or_else(|| {
+                media
+                    .iter()
+                    .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
+            })
+            .map_or("", |m| m.mid.as_str())
+    }
+
+    /// The next transport-wide sequence number of what we send the member, noted as sent at
+    /// `at` with `size` bytes; `None` if it agreed on no transport-cc.
+    fn next_twcc(&mut self, at: Instant, size: usize) -> Option<u16> {
+        let cc = self.cc.as_mut()?;
+        let seq = cc.out_seq;
+        cc.out_seq = seq.wrapping_add(1);
+        cc.bwe.on_sent(seq, at, size);
+        Some(seq)
     }
 
     /// The stream a receiver knows as `ssrc` (a slot's, or one forwarded outside a slot): its
@@ -270,6 +355,11 @@ pub struct Room {
     reports: Vec<(MemberId, Vec<u8>)>,
     /// Where an RTX packet from a publisher is unwrapped, and a retransmission is made.
     rtx_scratch: Vec<u8>,
+    /// Where a copy with the receiver's own header extensions is written.
+    copy_scratch: Vec<u8>,
+    /// A deadline routing set (a member's first transport-wide feedback), for the caller's
+    /// timer: [`Room::take_wake`].
+    wake: Option<Instant>,
     /// Keyframe requests decided while routing: (publisher, its stream).
     keyframe_wanted: Vec<(MemberId, u32)>,
 }
@@ -334,6 +424,8 @@ impl Room {
             rtcp,
             reports: Vec::new(),
             rtx_scratch: Vec::with_capacity(1500),
+            copy_scratch: Vec::with_capacity(1500),
+            wake: None,
             keyframe_wanted: Vec::new(),
         }
     }
@@ -500,6 +592,21 @@ impl Room {
         let Some(i) = self.members.iter().position(|m| m.id == source) else {
             return false;
         };
+        // Every packet the member sends counts for its transport-wide feedback, whatever
+        // becomes of it (its bandwidth probes too).
+        let src = &mut self.members[i];
+        let twcc_id = src.ext.twcc;
+        if let Some(cc) = src.cc.as_mut() {
+            if let Some(&[a, b]) = facts.ext.get(rtp, twcc_id) {
+                cc.arrivals.push((u16::from_be_bytes([a, b]), received));
+                cc.media_ssrc = facts.ssrc;
+                if cc.next_feedback.is_none() {
+                    let t = received + TWCC_INTERVAL;
+                    cc.next_feedback = Some(t);
+                    self.wake = Some(self.wake.map_or(t, |w| w.min(t)));
+                }
+            }
+        }
         let src = &self.members[i];
         if src.leg.codec_for(facts.payload_type).is_none() {
             if let Some((apt, primary)) = repaired_stream(src, facts) {
@@ -542,12 +649,15 @@ impl Room {
         let Room {
             members,
             scratch,
+            copy_scratch,
             rtcp,
             keyframe_wanted,
             ..
         } = self;
+        let abs_send = abs_send_time(rtcp.epoch.0, received);
         let src = &mut members[i];
         let source = src.id;
+        let src_ext = src.ext;
         let codec = src.leg.codec_for(facts.payload_type);
         let clock = codec.map_or(8_000, CodecId::clock_rate);
         if reception {
@@ -573,9 +683,7 @@ impl Room {
                     src.video_in.len() - 1
                 }
             };
-            src.video_in[k]
-                .buffer
-                .store(facts.sequence, rtp, usize::from(facts.header_len));
+            src.video_in[k].buffer.store(rtp, facts);
         }
         scratch.clear();
         scratch.extend_from_slice(rtp);
@@ -593,11 +701,13 @@ impl Room {
                 continue;
             };
             let (seq, ts) = (facts.sequence, facts.timestamp);
+            let mut slot_index = None;
             let (pt, mapped, seq, ts) = match r.slot_for((source, ssrc), c, seq, ts) {
                 Some((k, pt, new)) => {
                     if new && video {
                         keyframe_wanted.push((source, ssrc));
                     }
+                    slot_index = Some(k);
                     let slot = &mut r.slots[k];
                     let out = (
                         seq.wrapping_add(slot.seq_offset),
@@ -638,16 +748,33 @@ impl Room {
                     (pt, mapped, seq, ts)
                 }
             };
-            rewrite(scratch, pt, mapped, seq, ts);
             r.rtcp
                 .on_sent(mapped, c.clock_rate(), ts, payload, received);
+            let out: &mut Vec<u8> = if r.ext.rewritten() {
+                // Its own header extensions: mid, audio level, send time, transport-wide seq.
+                let twcc = r.next_twcc(received, rtp.len());
+                let mid = r.mid_for(slot_index, c);
+                write_copy(
+                    copy_scratch,
+                    rtp,
+                    facts,
+                    (src_ext, r.ext),
+                    mid,
+                    twcc,
+                    abs_send,
+                );
+                copy_scratch
+            } else {
+                scratch
+            };
+            rewrite(out, pt, mapped, seq, ts);
             let c = r.leg.counters_mut();
             c.forwarded += 1;
             if !target.protect {
                 c.packets_out += 1;
-                c.bytes_out += scratch.len() as u64;
+                c.bytes_out += out.len() as u64;
             }
-            emit(r.id, target, scratch);
+            emit(r.id, target, out);
         }
         let wanted = std::mem::take(&mut self.keyframe_wanted);
         for &(publisher, stream) in &wanted {
@@ -723,7 +850,14 @@ impl Room {
                         self.keyframe_asked(r, media, received);
                     }
                 }
-                Feedback::Nack { media, lost, .. } => self.nacked(r, media, &lost, emit),
+                Feedback::Nack { media, lost, .. } => self.nacked(r, media, &lost, received, emit),
+                Feedback::TransportCc { fci, .. } => {
+                    if let (Ok((_, arrivals)), Some(cc)) =
+                        (parse_feedback(&fci), self.members[r].cc.as_mut())
+                    {
+                        cc.bwe.on_feedback(&arrivals, received);
+                    }
+                }
                 _ => {}
             }
         }
@@ -748,6 +882,7 @@ impl Room {
         r: usize,
         ssrc: u32,
         lost: &[u16],
+        now: Instant,
         emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8]),
     ) {
         let Room {
@@ -755,8 +890,10 @@ impl Room {
             scratch,
             rtx_scratch,
             reports,
+            rtcp,
             ..
         } = self;
+        let abs_send = abs_send_time(rtcp.epoch.0, now);
         members[r].leg.counters_mut().feedback.nacked += lost.len() as u64;
         let Some(((publisher, stream), slot, offset)) = members[r].stream_of(ssrc) else {
             members[r].leg.counters_mut().feedback.nack_misses += lost.len() as u64;
@@ -768,54 +905,89 @@ impl Room {
         let Some(target) = members[r].leg.copy_target() else {
             return;
         };
+        if p == r {
+            return;
+        }
+        // The publisher (read) and the receiver (changed) apart.
+        let (pm, recv): (&Member, &mut Member) = if p < r {
+            let (a, b) = members.split_at_mut(r);
+            (&a[p], &mut b[0])
+        } else {
+            let (a, b) = members.split_at_mut(p);
+            (&b[0], &mut a[r])
+        };
+        let src_ext = pm.ext;
         let mut upstream: Vec<u16> = Vec::new();
         let mut misses = 0u64;
         let mut resent = 0u64;
         for &seq in lost {
-            let start = slot.map(|k| members[r].slots[k].start);
+            let start = slot.map(|k| recv.slots[k].start);
             if start.is_some_and(|st| seq.wrapping_sub(st) >= 0x8000) {
                 // Sent under this SSRC for a stream the slot carried before.
                 misses += 1;
                 continue;
             }
             let source_seq = seq.wrapping_sub(offset);
-            let Some(v) = members[p].video_in.iter().find(|v| v.ssrc == stream) else {
+            let Some(v) = pm.video_in.iter().find(|v| v.ssrc == stream) else {
                 misses += 1;
                 continue;
             };
             match v.buffer.get(source_seq) {
-                Lookup::Found(packet, header) => {
-                    let facts_pt = packet.get(1).map_or(0, |b| b & 0x7f);
-                    let ts = packet
-                        .get(4..8)
-                        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
-                    let recv = &members[r];
-                    let codec = members[p].leg.codec_for(facts_pt);
-                    let (Some(_), Some(pt)) =
+                Lookup::Found(packet, facts) => {
+                    let header = usize::from(facts.header_len);
+                    let ts = facts.timestamp;
+                    let codec = pm.leg.codec_for(facts.payload_type);
+                    let (Some(codec), Some(pt)) =
                         (codec, codec.and_then(|c| recv.leg.payload_type_for(c)))
                     else {
                         misses += 1;
                         continue;
                     };
                     let ts_offset = slot.map_or(0, |k| recv.slots[k].ts_offset);
-                    scratch.clear();
-                    scratch.extend_from_slice(packet);
-                    rewrite(scratch, pt, ssrc, seq, ts.wrapping_add(ts_offset));
                     let section = slot
                         .map(|k| recv.slots[k].section)
                         .and_then(|s| recv.leg.media().get(s))
                         .map(|m| (m.feedback.rtx_pt(pt), m.feedback.rtx_ssrc));
-                    let recv = &mut members[r];
                     match (section, slot) {
                         (Some((Some(rtx_pt), rtx_ssrc)), Some(k)) => {
                             let rtx_seq = recv.slots[k].rtx_seq;
                             recv.slots[k].rtx_seq = rtx_seq.wrapping_add(1);
+                            // An RTX packet is a new packet: its own transport-wide number.
+                            let header = if recv.ext.rewritten() {
+                                let twcc = recv.next_twcc(now, packet.len());
+                                let mid = recv.mid_for(slot, codec);
+                                write_copy(
+                                    scratch,
+                                    packet,
+                                    &facts,
+                                    (src_ext, recv.ext),
+                                    mid,
+                                    twcc,
+                                    abs_send,
+                                )
+                            } else {
+                                scratch.clear();
+                                scratch.extend_from_slice(packet);
+                                header
+                            };
+                            rewrite(scratch, pt, ssrc, seq, ts.wrapping_add(ts_offset));
                             write_rtx(rtx_scratch, scratch, header, rtx_pt, rtx_ssrc, rtx_seq);
                             emit(recv.id, target, rtx_scratch);
                         }
                         // The packet again, byte for byte as it was first sent (same header,
-                        // same payload): its SRTP index protects the same bytes again.
-                        _ => emit(recv.id, target, scratch),
+                        // same payload): its SRTP index protects the same bytes again. Not for
+                        // a receiver whose copies carry per-send extensions (its first copy's
+                        // header is not kept): that would protect other bytes under the index.
+                        _ if !recv.ext.rewritten() => {
+                            scratch.clear();
+                            scratch.extend_from_slice(packet);
+                            rewrite(scratch, pt, ssrc, seq, ts.wrapping_add(ts_offset));
+                            emit(recv.id, target, scratch);
+                        }
+                        _ => {
+                            misses += 1;
+                            continue;
+                        }
                     }
                     resent += 1;
                 }
@@ -846,6 +1018,29 @@ impl Room {
         }
     }
 
+    /// A deadline that routing set since the last call (a member's transport-wide feedback
+    /// became due then): the caller's timer must fire by then ([`Room::handle_timeout`]).
+    pub fn take_wake(&mut self) -> Option<Instant> {
+        self.wake.take()
+    }
+
+    /// A member's bandwidth estimate (what we can send it), when it agreed on transport-cc.
+    pub fn bandwidth(&self, member: MemberId) -> Option<BandwidthFigures> {
+        let m = self.members.iter().find(|m| m.id == member)?;
+        let b = &m.cc.as_ref()?.bwe;
+        Some(BandwidthFigures {
+            estimate_bps: b.estimate_bps(),
+            received_bps: b.received_bps().map(|r| r as u64),
+            usage: match b.usage() {
+                Usage::Normal => "normal",
+                Usage::Overusing => "overusing",
+                Usage::Underusing => "underusing",
+            },
+            loss_pct: b.loss() * 100.0,
+            feedbacks: b.feedbacks(),
+        })
+    }
+
     /// A member's RTCP figures: what it sent us, what it reported about what we sent it.
     pub fn rtcp_figures(&self, member: MemberId) -> Option<RtcpFigures> {
         let m = self.members.iter().find(|m| m.id == member)?;
@@ -861,9 +1056,13 @@ impl Room {
     /// Advances time for every member whose deadline has come, and makes the RTCP reports
     /// that are due.
     pub fn handle_timeout(&mut self, now: Instant) {
+        let epoch = self.rtcp.epoch.0;
         for m in &mut self.members {
             if m.leg.poll_timeout().is_some_and(|t| now >= t) {
                 m.leg.handle_timeout(now);
+            }
+            if let Some(report) = twcc_due(m, epoch, now) {
+                self.reports.push((m.id, report));
             }
             let can_send = m.leg.closed().is_none() && m.leg.rtcp_target().is_some();
             if let Some(report) = m.rtcp.report_due(&self.rtcp, now, can_send) {
@@ -876,7 +1075,13 @@ impl Room {
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.members
             .iter()
-            .flat_map(|m| [m.leg.poll_timeout(), m.rtcp.next_report()])
+            .flat_map(|m| {
+                [
+                    m.leg.poll_timeout(),
+                    m.rtcp.next_report(),
+                    m.cc.as_ref().and_then(|c| c.next_feedback),
+                ]
+            })
             .flatten()
             .min()
     }
@@ -895,6 +1100,120 @@ impl Room {
         // `has_output` was true: this is a queued output, not the closing timeout.
         m.leg.poll_output().map(|o| RoomOutput::Member(id, o))
     }
+}
+
+/// The `abs-send-time` of `at` (6.18 fixed-point seconds, 24 bits) on a clock from `epoch`.
+fn abs_send_time(epoch: Instant, at: Instant) -> u32 {
+    let us = at.saturating_duration_since(epoch).as_micros();
+    ((us << 18) / 1_000_000) as u32 & 0x00ff_ffff
+}
+
+/// Writes into `out` a copy of `rtp` (its header read as `facts`) with the header extensions a
+/// receiver agreed on, in its ids (`ext.1`; the source's are `ext.0`): its section's `mid`, the
+/// source's audio level, our send time and its transport-wide sequence number; the fixed
+/// header and CSRCs as they were (the caller sets SSRC, payload type and numbering). The new
+/// header's length.
+fn write_copy(
+    out: &mut Vec<u8>,
+    rtp: &[u8],
+    facts: &RtpFacts,
+    ext: (ExtIds, ExtIds),
+    mid: &str,
+    twcc: Option<u16>,
+    abs_send: u32,
+) -> usize {
+    let (src, dst) = ext;
+    out.clear();
+    let header_len = usize::from(facts.header_len).min(rtp.len());
+    let fixed = (12 + 4 * usize::from(rtp.first().map_or(0, |b| b & 0x0f))).min(header_len);
+    out.extend_from_slice(&rtp[..fixed]);
+    let abs = abs_send.to_be_bytes();
+    let seq = twcc.unwrap_or(0).to_be_bytes();
+    let mut els: [(u8, &[u8]); 4] = [(0, &[]); 4];
+    let mut n = 0;
+    if dst.mid != 0 && !mid.is_empty() && mid.len() <= 16 {
+        els[n] = (dst.mid, mid.as_bytes());
+        n += 1;
+    }
+    if dst.audio_level != 0 && src.audio_level != 0 {
+        if let Some(level) = facts.ext.get(rtp, src.audio_level) {
+            els[n] = (dst.audio_level, level);
+            n += 1;
+        }
+    }
+    if dst.abs_send_time != 0 {
+        els[n] = (dst.abs_send_time, &abs[1..]);
+        n += 1;
+    }
+    if dst.twcc != 0 && twcc.is_some() {
+        els[n] = (dst.twcc, &seq);
+        n += 1;
+    }
+    if let Some(b) = out.first_mut() {
+        if n > 0 {
+            *b |= 0x10;
+        } else {
+            *b &= !0x10;
+        }
+    }
+    write_extension(out, &els[..n]);
+    let new_header = out.len();
+    out.extend_from_slice(&rtp[header_len..]);
+    new_header
+}
+
+/// Transport-wide feedback for member `m` if it is due at `now`: every arrival noted since the
+/// last, in one compound (an empty RR, then feedback messages).
+fn twcc_due(m: &mut Member, epoch: Instant, now: Instant) -> Option<Vec<u8>> {
+    let sender = m.rtcp.reporter();
+    let cc = m.cc.as_mut()?;
+    if cc.next_feedback.is_none_or(|t| now < t) {
+        return None;
+    }
+    cc.next_feedback = None;
+    if cc.arrivals.is_empty() {
+        return None;
+    }
+    // In sequence order (arrivals can be reordered), each number once, gaps as losses.
+    let base = cc.arrivals[0].0;
+    cc.arrivals
+        .sort_by_key(|(seq, _)| seq.wrapping_sub(base.wrapping_sub(0x8000)));
+    cc.arrivals.dedup_by_key(|(seq, _)| *seq);
+    let mut list: Vec<Arrival> = Vec::with_capacity(cc.arrivals.len());
+    for &(seq, at) in &cc.arrivals {
+        if let Some(last) = list.last().map(|a| a.seq) {
+            let gap = seq.wrapping_sub(last);
+            // A gap longer than a feedback can say: start over from this packet.
+            if gap > 1000 {
+                list.clear();
+            } else {
+                for k in 1..gap {
+                    list.push(Arrival {
+                        seq: last.wrapping_add(k),
+                        at_us: None,
+                    });
+                }
+            }
+        }
+        let us = at.saturating_duration_since(epoch).as_micros() as i64;
+        list.push(Arrival {
+            seq,
+            at_us: Some(us),
+        });
+    }
+    cc.arrivals.clear();
+    let mut out = Vec::with_capacity(64 + list.len() * 2);
+    write_empty_rr(&mut out, sender);
+    let mut at = 0;
+    while at < list.len() {
+        let n = write_feedback(&mut out, sender, cc.media_ssrc, cc.fb_count, &list[at..]);
+        if n == 0 {
+            break;
+        }
+        cc.fb_count = cc.fb_count.wrapping_add(1);
+        at += n;
+    }
+    Some(out)
 }
 
 /// Sets the payload type (keeping the marker bit), sequence number, timestamp and SSRC of an

@@ -249,6 +249,8 @@ pub struct ParticipantSnapshot {
     pub rtcp: RtcpFigures,
     /// RTCP feedback: keyframe requests and NACKs it sent and was sent, retransmissions.
     pub feedback: crate::counters::FeedbackCounters,
+    /// What we can send it, estimated from its transport-cc feedback (when it agreed on it).
+    pub bandwidth: Option<crate::room::BandwidthFigures>,
 }
 
 /// A room as the API shows it.
@@ -507,6 +509,7 @@ impl Shard {
             rooms,
             media,
             queue,
+            heap,
             ..
         } = self;
         let Some(s) = rooms
@@ -536,6 +539,7 @@ impl Shard {
             }
         }
         send_room_rtcp(media, queue, key.slot, s, d.received);
+        schedule_wake(heap, key.slot, s);
     }
 
     /// Counts a drop no member owns (the caller's: an unknown source, a full hand-off queue,
@@ -611,6 +615,7 @@ impl Shard {
             rooms,
             media,
             queue,
+            heap,
             ..
         } = self;
         let Some(s) = rooms
@@ -667,6 +672,7 @@ impl Shard {
         }
         // Keyframe requests and NACKs the packet made for the publishers.
         send_room_rtcp(media, queue, st.slot, s, received);
+        schedule_wake(heap, st.slot, s);
         None
     }
 
@@ -1438,7 +1444,9 @@ impl Shard {
                     continue;
                 };
                 let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
-                participants.push(participant_snapshot(now, leg, meta, rtcp));
+                let mut p = participant_snapshot(now, leg, meta, rtcp);
+                p.bandwidth = s.room.bandwidth(m);
+                participants.push(p);
             }
             let c: Counters = s.room.counters();
             out.push(RoomSnapshot {
@@ -1506,6 +1514,7 @@ fn participant_snapshot(
         age_secs: now.saturating_duration_since(meta.created).as_secs_f64(),
         rtcp,
         feedback: c.feedback,
+        bandwidth: None,
     }
 }
 
@@ -1561,6 +1570,21 @@ fn send_room_rtcp(
 ) {
     while let Some((member, rtcp)) = s.room.pop_report() {
         stage_rtcp(media, queue, slot, s, member, &rtcp, now);
+    }
+}
+
+/// Puts a deadline routing set in the room (see [`Room::take_wake`]) on the shard's timer,
+/// when it comes before the room's next.
+fn schedule_wake(
+    heap: &mut BinaryHeap<Reverse<(Instant, usize, u64)>>,
+    slot: usize,
+    s: &mut RoomSlot,
+) {
+    if let Some(t) = s.room.take_wake() {
+        if s.deadline.is_none_or(|d| t < d) {
+            s.deadline = Some(t);
+            heap.push(Reverse((t, slot, s.room_gen)));
+        }
     }
 }
 

@@ -503,9 +503,9 @@ pub struct MediaAnswer {
     /// Our SSRC for what we send, with its CNAME (written with an `a=msid` naming a stream and
     /// track after the CNAME and mid, when the answer's direction sends).
     pub ssrc: Option<(u32, String)>,
-    /// RTCP feedback we take for every codec in `codecs` (`a=rtcp-fb:PT …`: `nack`,
-    /// `nack pli`, `ccm fir`, `transport-cc`, …).
-    pub feedback: Vec<String>,
+    /// RTCP feedback we take, by payload type (`a=rtcp-fb:PT …`: `nack`, `nack pli`,
+    /// `ccm fir`, `transport-cc`, …), written after that codec's `a=rtpmap`.
+    pub feedback: Vec<(u8, String)>,
     /// Retransmission codecs (`rtx` with `apt=`), written after `codecs`.
     pub rtx: Vec<Codec>,
     /// The SSRC of our retransmissions, grouped with `ssrc` (`a=ssrc-group:FID`), when
@@ -622,7 +622,7 @@ pub fn write_answer(p: &AnswerParams) -> String {
                 let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
             }
             if k < m.codecs.len() {
-                for fb in &m.feedback {
+                for (_, fb) in m.feedback.iter().filter(|(pt, _)| *pt == c.pt) {
                     let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", c.pt);
                 }
             }

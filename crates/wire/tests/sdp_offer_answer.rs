@@ -210,7 +210,7 @@ fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer
             direction: Some(Direction::SendOnly),
             codecs: vec![vp8],
             ssrc: Some((0x1234, "secrelay".into())),
-            feedback: vec!["nack".into(), "nack pli".into()],
+            feedback: vec![(96, "nack".into()), (96, "nack pli".into())],
             rtx: vec![rtx.clone()],
             rtx_ssrc: Some(0x5678),
             extmaps: vec![(2, "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time".into())],

@@ -136,6 +136,101 @@ pub struct NegotiatedMedia {
     pub our_ssrc: u32,
     /// RTCP feedback and retransmission agreed on for the section.
     pub feedback: SectionFeedback,
+    /// Header extensions agreed on for the section, with the ids the SDP gave them.
+    pub extmaps: Vec<(u8, HeaderExt)>,
+}
+
+/// The RTP header extensions the gateway reads or writes (RFC 8285 `a=extmap` URIs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum HeaderExt {
+    /// The media section a packet belongs to (RFC 8843 BUNDLE, `sdes:mid`).
+    Mid,
+    /// A simulcast layer's id (RFC 8852 `sdes:rtp-stream-id`).
+    Rid,
+    /// The layer a retransmission repairs (RFC 8852 `sdes:repaired-rtp-stream-id`).
+    RepairedRid,
+    /// The sender's send time (webrtc.org `abs-send-time`).
+    AbsSendTime,
+    /// A transport-wide sequence number (transport-cc).
+    TransportCc,
+    /// The audio level of the packet (RFC 6464).
+    AudioLevel,
+}
+
+impl HeaderExt {
+    /// Every extension the gateway negotiates.
+    pub const ALL: [HeaderExt; 6] = [
+        HeaderExt::Mid,
+        HeaderExt::Rid,
+        HeaderExt::RepairedRid,
+        HeaderExt::AbsSendTime,
+        HeaderExt::TransportCc,
+        HeaderExt::AudioLevel,
+    ];
+
+    /// Its URI in `a=extmap`.
+    pub fn uri(self) -> &'static str {
+        match self {
+            HeaderExt::Mid => "urn:ietf:params:rtp-hdrext:sdes:mid",
+            HeaderExt::Rid => "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id",
+            HeaderExt::RepairedRid => "urn:ietf:params:rtp-hdrext:sdes:repaired-rtp-stream-id",
+            HeaderExt::AbsSendTime => "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time",
+            HeaderExt::TransportCc => {
+                "http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01"
+            }
+            HeaderExt::AudioLevel => "urn:ietf:params:rtp-hdrext:ssrc-audio-level",
+        }
+    }
+
+    /// The extension an `a=extmap` URI names, if the gateway negotiates it.
+    pub fn of(uri: &str) -> Option<HeaderExt> {
+        HeaderExt::ALL.into_iter().find(|e| e.uri() == uri)
+    }
+}
+
+/// The ids a member's SDP gave the header extensions the gateway uses (0: not agreed on).
+/// WebRTC bundles its sections on one transport and gives each URI one id across them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ExtIds {
+    /// `sdes:mid`.
+    pub mid: u8,
+    /// `sdes:rtp-stream-id`.
+    pub rid: u8,
+    /// `sdes:repaired-rtp-stream-id`.
+    pub repaired_rid: u8,
+    /// `abs-send-time`.
+    pub abs_send_time: u8,
+    /// transport-cc.
+    pub twcc: u8,
+    /// `ssrc-audio-level`.
+    pub audio_level: u8,
+}
+
+impl ExtIds {
+    /// The ids of `media`'s sections (the first section that names an extension wins).
+    pub fn of(media: &[NegotiatedMedia]) -> ExtIds {
+        let mut ids = ExtIds::default();
+        for (id, e) in media.iter().flat_map(|m| m.extmaps.iter()) {
+            let slot = match e {
+                HeaderExt::Mid => &mut ids.mid,
+                HeaderExt::Rid => &mut ids.rid,
+                HeaderExt::RepairedRid => &mut ids.repaired_rid,
+                HeaderExt::AbsSendTime => &mut ids.abs_send_time,
+                HeaderExt::TransportCc => &mut ids.twcc,
+                HeaderExt::AudioLevel => &mut ids.audio_level,
+            };
+            if *slot == 0 {
+                *slot = *id;
+            }
+        }
+        ids
+    }
+
+    /// Whether the member agreed on any extension the gateway writes in what it sends it.
+    pub fn rewritten(&self) -> bool {
+        self.mid != 0 || self.abs_send_time != 0 || self.twcc != 0 || self.audio_level != 0
+    }
 }
 
 /// What a section agreed on beyond its codecs: RTCP feedback (RFC 4585, 5104) and

@@ -381,6 +381,7 @@ impl RtpLeg {
             peer_receives: section.direction.receives(),
             our_ssrc,
             feedback: SectionFeedback::default(),
+            extmaps: Vec::new(),
         }];
         let rtcp_mux = section.rtcp_mux;
         let sections: Vec<RtpSectionAnswer> = offer
@@ -516,6 +517,7 @@ impl RtpLeg {
             peer_receives: true,
             our_ssrc,
             feedback: SectionFeedback::default(),
+            extmaps: Vec::new(),
         }];
         let section = RtpSectionAnswer {
             kind: MediaKind::Audio,

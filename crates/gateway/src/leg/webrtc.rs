@@ -47,7 +47,8 @@ use secrelay_wire::sdp::{
 use secrelay_wire::stun::{Class as StunClass, Message};
 
 use super::{
-    CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback, TransmitKind,
+    CloseReason, CodecId, HeaderExt, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback,
+    TransmitKind,
 };
 use crate::counters::{Counters, DropReason};
 use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
@@ -216,12 +217,12 @@ impl fmt::Debug for WebRtcLeg {
 
 /// The feedback a video section takes (those of `nack`, `nack pli`, `ccm fir` the offer lists
 /// for every codec chosen) and the RTX codecs offered for the chosen ones once NACKs are on:
-/// what the leg agreed on, the `a=rtcp-fb` values to answer, and the RTX codecs to answer.
-/// Audio sections take none.
+/// what the leg agreed on, the `a=rtcp-fb` values to answer (by payload type), and the RTX
+/// codecs to answer. Audio sections take none.
 fn video_feedback(
     m: &secrelay_wire::sdp::MediaOffer,
     chosen: &[(CodecId, &Codec)],
-) -> (SectionFeedback, Vec<String>, Vec<Codec>) {
+) -> (SectionFeedback, Vec<(u8, String)>, Vec<Codec>) {
     let mut fb = SectionFeedback {
         rtx_ssrc: random_u32().max(1),
         peer_rtx: m.fid.clone(),
@@ -239,7 +240,7 @@ fn video_feedback(
     ] {
         if all(line) {
             *on = true;
-            lines.push(line.to_owned());
+            lines.extend(chosen.iter().map(|(_, c)| (c.pt, line.to_owned())));
         }
     }
     let mut rtx = Vec::new();
@@ -313,7 +314,23 @@ impl WebRtcLeg {
             let usable = m.port != 0 || offer.bundle.contains(&m.mid);
             let direction = (usable && !chosen.is_empty()).then(|| m.direction.reversed());
             let our_ssrc = random_u32().max(1);
-            let (feedback, lines, rtx) = video_feedback(m, &chosen);
+            let (feedback, mut lines, rtx) = video_feedback(m, &chosen);
+            // The header extensions we use, with the offer's ids; transport-cc feedback where
+            // its extension is agreed and the offer lists it for the codecs taken.
+            let extmaps: Vec<(u8, HeaderExt)> = m
+                .extmaps
+                .iter()
+                .filter_map(|(id, uri)| Some((u8::try_from(*id).ok()?, HeaderExt::of(uri)?)))
+                .filter(|(id, _)| (1..=255).contains(id))
+                .collect();
+            if extmaps.iter().any(|(_, e)| *e == HeaderExt::TransportCc) {
+                lines.extend(
+                    chosen
+                        .iter()
+                        .filter(|(_, c)| m.offers_feedback(c.pt, "transport-cc"))
+                        .map(|(_, c)| (c.pt, "transport-cc".to_owned())),
+                );
+            }
             if direction.is_some() {
                 media.push(NegotiatedMedia {
                     mid: m.mid.clone(),
@@ -323,6 +340,7 @@ impl WebRtcLeg {
                     peer_receives: m.direction.receives(),
                     our_ssrc,
                     feedback: feedback.clone(),
+                    extmaps: extmaps.clone(),
                 });
             }
             answers.push(MediaAnswer {
@@ -342,7 +360,10 @@ impl WebRtcLeg {
                 feedback: lines,
                 rtx,
                 rtx_ssrc: Some(feedback.rtx_ssrc),
-                extmaps: Vec::new(),
+                extmaps: extmaps
+                    .iter()
+                    .map(|(id, e)| (u16::from(*id), e.uri().to_owned()))
+                    .collect(),
                 rtcp_rsize: m.rtcp_rsize,
             });
         }
@@ -439,6 +460,7 @@ impl WebRtcLeg {
                 our_ssrc,
                 // Audio sections only, for now: no feedback offered.
                 feedback: SectionFeedback::default(),
+                extmaps: Vec::new(),
             });
             offered.push(MediaAnswer {
                 mid,
