@@ -102,7 +102,7 @@ const ULAW_TABLE: [i16; 256] = table(true);
 const ALAW_TABLE: [i16; 256] = table(false);
 
 /// G.711 μ-law (`PCMU/8000`, payload type 0). Sample by sample: any number of samples per
-/// payload; 20 ms is 160.
+/// payload; 20 ms is 160. No loss concealment of its own: a lost packet is silence.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pcmu;
 
@@ -130,11 +130,6 @@ impl Codec for Pcmu {
     fn from_pcm(&mut self, pcm: &[i16], out: &mut Vec<u8>) -> Result<usize, Error> {
         out.extend(pcm.iter().map(|&s| ulaw_encode(s)));
         Ok(pcm.len())
-    }
-    fn conceal(&mut self, pcm: &mut Vec<i16>) -> Result<usize, Error> {
-        // Silence, as the decoder of a 0xFF payload would give.
-        pcm.resize(pcm.len() + 160, ulaw_decode(0xFF));
-        Ok(160)
     }
 }
 
@@ -329,7 +324,66 @@ mod tests {
             ("PCMA", 8, 160)
         );
         let mut lost = Vec::new();
-        assert_eq!(Pcmu.conceal(&mut lost).unwrap(), 160);
+        assert_eq!(Pcmu.conceal(160, &mut lost).unwrap(), 160);
         assert!(lost.iter().all(|&s| s == 0));
+    }
+
+    /// The segment end points of G.711's Tables 1 and 2: the largest input magnitude of each
+    /// segment (A-law in the 12-bit magnitude domain of 13-bit PCM, μ-law in the 13-bit
+    /// magnitude domain of 14-bit PCM, both after the one's complement of negatives) and the
+    /// decoder output values of each segment's first and last step.
+    #[test]
+    fn segments_match_the_recommendations_tables() {
+        // A-law: segment ends 31, 63, 127, …, 4095; outputs (2·step + 1) in segment 0 and
+        // (2·step + 33)·2^(seg-1) above it: 1…31, 33…63, 66…126, …, 2112…4032.
+        let a_ends = [31, 63, 127, 255, 511, 1023, 2047, 4095];
+        let a_out = [
+            (1, 31),
+            (33, 63),
+            (66, 126),
+            (132, 252),
+            (264, 504),
+            (528, 1008),
+            (1056, 2016),
+            (2112, 4032),
+        ];
+        for seg in 0..8 {
+            let end = a_ends[seg];
+            let code = alaw_encode((end << 3) as i16) ^ 0x55;
+            assert_eq!(((code >> 4) & 7) as usize, seg, "A-law segment end {end}");
+            assert_eq!(code & 0x0F, 15, "A-law segment {seg} ends on step 15");
+            if seg < 7 {
+                let next = alaw_encode(((end + 1) << 3) as i16) ^ 0x55;
+                assert_eq!(((next >> 4) & 7) as usize, seg + 1, "A-law after {end}");
+            }
+            let first = alaw_decode(((seg as u8) << 4 | 0x80) ^ 0x55) as i32 >> 3;
+            let last = alaw_decode(((seg as u8) << 4 | 0x8F) ^ 0x55) as i32 >> 3;
+            assert_eq!((first, last), a_out[seg], "A-law segment {seg} outputs");
+        }
+        // μ-law: decision values end at 30, 94, 222, 478, 990, 2014, 4062, 8158 (input
+        // magnitude in 14-bit units); outputs ((2·step + 33)·2^seg − 33): 0…30, 33…93, …,
+        // 4191…8031.
+        let mu_ends = [30, 94, 222, 478, 990, 2014, 4062, 8158];
+        for seg in 0..8 {
+            let end = mu_ends[seg];
+            let code = !ulaw_encode((end << 2) as i16);
+            assert_eq!(((code >> 4) & 7) as usize, seg, "μ-law segment end {end}");
+            assert_eq!(code & 0x0F, 15, "μ-law segment {seg} ends on step 15");
+            if seg < 7 {
+                let next = !ulaw_encode(((end + 1) << 2) as i16);
+                assert_eq!(((next >> 4) & 7) as usize, seg + 1, "μ-law after {end}");
+            }
+            // Positive codes: the sign bit is 1 on the wire, 0 once the code is inverted.
+            let first = ulaw_decode(!((seg as u8) << 4)) as i32 >> 2;
+            let last = ulaw_decode(!((seg as u8) << 4 | 0x0F)) as i32 >> 2;
+            let expect = |q: i32| ((2 * q + 33) << seg) - 33;
+            assert_eq!(
+                (first, last),
+                (expect(0), expect(15)),
+                "μ-law segment {seg}"
+            );
+        }
+        assert_eq!(ulaw_decode(0x80) >> 2, 8031);
+        assert_eq!(alaw_decode(0xAA) >> 3, 4032);
     }
 }
