@@ -401,6 +401,52 @@ mod tests {
         assert!((f - 1234.0).abs() < 10.0, "zero crossings say {f:.1} Hz");
     }
 
+    /// Opus does not keep the waveform, so quality is SINAD: the tone over everything else,
+    /// after the codec's start-up. Floors set below what this libopus measures (printed).
+    #[test]
+    fn tone_sinad_floors() {
+        for (rate, channels, bitrate, freq, floor) in [
+            (8000, 1, 16_000, 1000.0, 25.0),
+            (16_000, 1, 24_000, 1000.0, 24.0),
+            (48_000, 1, 32_000, 1000.0, 12.0),
+            (48_000, 1, 64_000, 3000.0, 30.0),
+            (48_000, 2, 64_000, 440.0, 32.0),
+        ] {
+            let mut c = Opus::with_channels(rate, channels, bitrate).unwrap();
+            let mono = crate::tone::sine(rate, freq, 9000.0, rate as usize);
+            let pcm: Vec<i16> = mono
+                .iter()
+                .flat_map(|&s| std::iter::repeat_n(s, channels as usize))
+                .collect();
+            let frame = c.frame_samples() * channels as usize;
+            let mut out = Vec::new();
+            for f in pcm.chunks_exact(frame) {
+                let mut payload = Vec::new();
+                c.from_pcm(f, &mut payload).unwrap();
+                c.to_pcm(&payload, &mut out).unwrap();
+            }
+            let left: Vec<i16> = out.iter().step_by(channels as usize).copied().collect();
+            let sinad = crate::tone::sinad_db(&left[rate as usize / 5..], rate, freq);
+            eprintln!("Opus {rate} Hz ×{channels} {bitrate} bit/s, {freq} Hz: SINAD {sinad:.1} dB");
+            assert!(sinad > floor, "{rate} Hz ×{channels}: {sinad:.1} dB");
+        }
+    }
+
+    #[test]
+    fn thirty_ms_packets_and_stereo() {
+        let mut c = Opus::with_channels(48_000, 2, 64_000).unwrap();
+        assert_eq!(c.channels(), 2);
+        let pcm = vec![0i16; 1440 * 2];
+        let mut p = Vec::new();
+        c.from_pcm(&pcm, &mut p).unwrap();
+        // Code 3 (several frames), three of them.
+        assert_eq!(p[0] & 0x03, 3);
+        assert_eq!(p[1] & 0x3F, 3);
+        let mut back = Vec::new();
+        assert_eq!(c.to_pcm(&p, &mut back).unwrap(), 1440 * 2);
+        assert!(c.from_pcm(&pcm[..3], &mut p).is_err());
+    }
+
     #[test]
     fn cbr_packets_are_all_one_size() {
         let mut c = Opus::narrowband().unwrap();
