@@ -364,8 +364,7 @@ mod tests {
         // magnitude in 14-bit units); outputs ((2·step + 33)·2^seg − 33): 0…30, 33…93, …,
         // 4191…8031.
         let mu_ends = [30, 94, 222, 478, 990, 2014, 4062, 8158];
-        for seg in 0..8 {
-            let end = mu_ends[seg];
+        for (seg, &end) in mu_ends.iter().enumerate() {
             let code = !ulaw_encode((end << 2) as i16);
             assert_eq!(((code >> 4) & 7) as usize, seg, "μ-law segment end {end}");
             assert_eq!(code & 0x0F, 15, "μ-law segment {seg} ends on step 15");

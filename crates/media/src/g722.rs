@@ -158,10 +158,10 @@ impl Band {
         let step = if d == 0 { 0 } else { 128 };
         let sgd = d >> 15;
         let mut b = [0i32; 7];
-        for i in 1..7 {
+        for (i, bi) in b.iter_mut().enumerate().skip(1) {
             let sgi = self.d[i] >> 15;
             let w = if sgi == sgd { step } else { -step };
-            b[i] = sat16(w + ((self.b[i] * 32640) >> 15));
+            *bi = sat16(w + ((self.b[i] * 32640) >> 15));
         }
 
         // DELAYA: shift the histories, take the new coefficients.

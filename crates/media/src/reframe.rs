@@ -30,7 +30,7 @@ impl Reframer {
             )));
         }
         let per_channel = rate as u64 * ptime_ms as u64;
-        if per_channel % 1000 != 0 || per_channel == 0 {
+        if !per_channel.is_multiple_of(1000) || per_channel == 0 {
             return Err(Error::Setup(format!(
                 "{ptime_ms} ms at {rate} Hz is not a whole number of samples"
             )));

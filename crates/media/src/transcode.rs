@@ -793,7 +793,7 @@ mod tests {
         let events: Vec<&OutPacket> = out.iter().filter(|p| p.payload_type == 126).collect();
         assert_eq!(events.len(), 7);
         // Sequence numbers continue the audio's; one timestamp, mapped to the 48 kHz timeline.
-        let audio_last = out.iter().filter(|p| p.payload_type == 111).last().unwrap();
+        let audio_last = out.iter().rfind(|p| p.payload_type == 111).unwrap();
         assert_eq!(events[0].seq, audio_last.seq.wrapping_add(1));
         assert!(events.iter().all(|e| e.timestamp == 500_000 + 5 * 960));
         assert!(events[0].marker);

@@ -68,7 +68,7 @@ fn leg(
 #[test]
 fn three_codecs_mixed_n_minus_one() {
     let reg = Registry::standard();
-    let mut legs = vec![
+    let mut legs = [
         leg(&reg, "PCMU phone", "PCMU/8000", 440.0, 20, 30),
         leg(&reg, "G.722 phone", "G722/8000", 1000.0, 20, 20),
         leg(&reg, "Opus browser", "opus/48000/2", 1700.0, 20, 20),

@@ -49,6 +49,13 @@ fn voice(rate: u32, seconds: f64) -> Vec<i16> {
     out
 }
 
+/// Makes a codec instance.
+type MakeCodec = fn() -> Box<dyn Codec>;
+/// A codec with its frames, or why it could not be prepared.
+type Prepared<'a> = (&'a str, Result<(Box<dyn Codec>, Frames), String>);
+/// SRTP protect and unprotect ns, or why not.
+type SrtpPair = Result<(f64, f64), String>;
+
 /// One configuration of one codec: how to make it, at what rate, and its peer.
 struct Config {
     /// Row label.
@@ -59,7 +66,7 @@ struct Config {
     kbps: f64,
     complexity: Option<i32>,
     ours: fn() -> Box<dyn Codec>,
-    peer: Option<(&'static str, fn() -> Box<dyn Codec>)>,
+    peer: Option<(&'static str, MakeCodec)>,
     quick: bool,
 }
 
@@ -382,8 +389,7 @@ impl Study for CodecStudy {
     fn counted_ops(&self, quick: bool) -> anyhow::Result<Vec<CountedOp>> {
         let mut ops = Vec::new();
         for c in configs().into_iter().filter(|c| !quick || c.quick) {
-            let mut impls: Vec<(String, fn() -> Box<dyn Codec>)> =
-                vec![("secrelay".into(), c.ours)];
+            let mut impls: Vec<(String, MakeCodec)> = vec![("secrelay".into(), c.ours)];
             if let Some((name, make)) = c.peer {
                 impls.push((name.into(), make));
             }
@@ -457,7 +463,7 @@ impl Study for CodecStudy {
             if let Some((name, make)) = c.peer {
                 impls.push((name, make()));
             }
-            let mut prepared: Vec<(&str, Result<(Box<dyn Codec>, Frames), String>)> = Vec::new();
+            let mut prepared: Vec<Prepared<'_>> = Vec::new();
             for (name, mut codec) in impls {
                 let r = frames(c, codec.as_mut()).map(|f| (codec, f));
                 prepared.push((name, r));
@@ -622,7 +628,7 @@ fn report(
     codec_rows: &[CodecRow],
     legs: &[(&Pipeline, Result<Timing, String>)],
     mixes: &[(u32, usize, Timing)],
-    srtp: (Result<(f64, f64), String>, Result<(f64, f64), String>),
+    srtp: (SrtpPair, SrtpPair),
     counts: &std::collections::BTreeMap<String, f64>,
     instructions_method: String,
 ) -> StudyReport {
