@@ -4,12 +4,19 @@
 //! (μ-law) or 13-bit (A-law) range G.711 works in, negative samples by one's complement as
 //! in the ITU-T G.191 reference code (so the quantiser is symmetric around zero), then
 //! coded as sign, 3-bit segment and 4-bit step. Decoding reads a 256-entry table built at
-//! compile time and yields the midpoint of each step, scaled back to 16 bits.
+//! compile time and yields the midpoint of each step, scaled back to 16 bits; encoding reads
+//! a table of the codes by the sample's top 14 (μ-law) or 13 (A-law) bits, built at compile
+//! time from the same arithmetic (24 KiB together).
 
 use crate::{Codec, Error};
 
-/// Encodes one 16-bit sample as G.711 μ-law.
+/// Encodes one 16-bit sample as G.711 μ-law (a table lookup: the code depends only on the
+/// sample's 14 high bits).
 pub const fn ulaw_encode(x: i16) -> u8 {
+    ULAW_ENCODE[((x >> 2) as i32 + 8192) as usize]
+}
+
+const fn ulaw_encode_slow(x: i16) -> u8 {
     // 14-bit magnitude (one's complement for negatives), plus the μ-law bias of 33.
     let (mag, sign) = if x < 0 {
         ((!x) as i32 >> 2, 0x00)
@@ -44,8 +51,13 @@ const fn ulaw_decode_slow(code: u8) -> i16 {
     }
 }
 
-/// Encodes one 16-bit sample as G.711 A-law.
+/// Encodes one 16-bit sample as G.711 A-law (a table lookup: the code depends only on the
+/// sample's 13 high bits).
 pub const fn alaw_encode(x: i16) -> u8 {
+    ALAW_ENCODE[((x >> 3) as i32 + 4096) as usize]
+}
+
+const fn alaw_encode_slow(x: i16) -> u8 {
     // 12-bit magnitude (13-bit signed range), one's complement for negatives.
     let (mag, sign) = if x < 0 {
         ((!x) as i32 >> 3, 0x00)
@@ -100,6 +112,29 @@ const fn table(ulaw: bool) -> [i16; 256] {
 
 const ULAW_TABLE: [i16; 256] = table(true);
 const ALAW_TABLE: [i16; 256] = table(false);
+
+/// μ-law codes by the sample's top 14 bits (x >> 2, offset by 8192), computed at compile
+/// time from the arithmetic above (negatives in one's complement: !x >> 2 == !(x >> 2)).
+const ULAW_ENCODE: [u8; 16384] = {
+    let mut t = [0u8; 16384];
+    let mut i = 0;
+    while i < 16384 {
+        t[i] = ulaw_encode_slow(((i as i32 - 8192) << 2) as i16);
+        i += 1;
+    }
+    t
+};
+
+/// A-law codes by the sample's top 13 bits (x >> 3, offset by 4096).
+const ALAW_ENCODE: [u8; 8192] = {
+    let mut t = [0u8; 8192];
+    let mut i = 0;
+    while i < 8192 {
+        t[i] = alaw_encode_slow(((i as i32 - 4096) << 3) as i16);
+        i += 1;
+    }
+    t
+};
 
 /// G.711 μ-law (`PCMU/8000`, payload type 0). Sample by sample: any number of samples per
 /// payload; 20 ms is 160. No loss concealment of its own: a lost packet is silence.
@@ -207,6 +242,14 @@ mod tests {
         (12345, 0x97, 0xBD),
         (-12345, 0x17, 0x3D),
     ];
+
+    #[test]
+    fn encode_tables_are_the_arithmetic() {
+        for x in i16::MIN..=i16::MAX {
+            assert_eq!(ulaw_encode(x), ulaw_encode_slow(x), "μ-law {x}");
+            assert_eq!(alaw_encode(x), alaw_encode_slow(x), "A-law {x}");
+        }
+    }
 
     #[test]
     fn known_decoded_values() {

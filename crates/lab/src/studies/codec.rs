@@ -159,6 +159,18 @@ fn configs() -> Vec<Config> {
             quick: false,
         },
         Config {
+            codec: "Opus 48 kHz mono",
+            pcm_rate: 48_000,
+            channels: 1,
+            kbps: 64.0,
+            complexity: Some(COMPLEXITY),
+            ours: || opus(48_000, 1, 64_000, COMPLEXITY),
+            peer: Some(("libopus direct", || {
+                Box::new(peers::LibOpus::new(48_000, 1, 64_000, COMPLEXITY))
+            })),
+            quick: false,
+        },
+        Config {
             codec: "Opus 48 kHz stereo",
             pcm_rate: 48_000,
             channels: 2,
@@ -404,9 +416,10 @@ impl Study for CodecStudy {
                     let mut pcm = Vec::new();
                     ops.push(CountedOp::new(
                         format!(
-                            "{}|{}|{}|{}",
+                            "{}|{}|{}|{}|{}",
                             c.codec,
                             complexity_label(c.complexity),
+                            c.kbps,
                             name,
                             if encode { "enc" } else { "dec" }
                         ),
@@ -497,6 +510,10 @@ impl Study for CodecStudy {
             for (i, (name, r)) in prepared.iter().enumerate() {
                 codec_rows.push(CodecRow {
                     codec: c.codec,
+                    mode: match r {
+                        Ok((_, f)) if c.codec.starts_with("Opus") => Some(opus_mode(&f.coded)),
+                        _ => None,
+                    },
                     complexity: c.complexity,
                     pcm_rate: c.pcm_rate,
                     channels: c.channels,
@@ -557,12 +574,31 @@ impl Study for CodecStudy {
     }
 }
 
+/// The Opus mode most of `packets` were coded in, from the configuration number in their
+/// TOC byte: 0–11 SILK, 12–15 hybrid, 16–31 CELT (RFC 6716 §3.1).
+fn opus_mode(packets: &[Vec<u8>]) -> &'static str {
+    let mut n = [0usize; 3];
+    for p in packets {
+        if let Some(&toc) = p.first() {
+            n[match toc >> 3 {
+                0..=11 => 0,
+                12..=15 => 1,
+                _ => 2,
+            }] += 1;
+        }
+    }
+    let most = (0..3).max_by_key(|&i| n[i]).unwrap_or(0);
+    ["SILK", "hybrid", "CELT"][most]
+}
+
 fn complexity_label(c: Option<i32>) -> String {
     c.map(|c| format!("complexity {c}")).unwrap_or_default()
 }
 
 struct CodecRow {
     codec: &'static str,
+    /// Opus: the coding mode most packets used (from their TOC byte, RFC 6716 §3.1).
+    mode: Option<&'static str>,
     complexity: Option<i32>,
     pcm_rate: u32,
     channels: u8,
@@ -643,6 +679,7 @@ fn report(
     .col_unit("pcm_rate", "PCM", "Hz")
     .col_unit("channels", "channels", "")
     .col_unit("kbps", "bitrate", "kbit/s")
+    .col("mode", "mode")
     .col_unit("encode_us", "encode", "µs")
     .col_unit("decode_us", "decode", "µs")
     .col_unit("encode_spread_pct", "spread", "%")
@@ -661,6 +698,7 @@ fn report(
             ("pcm_rate", Cell::num(r.pcm_rate as f64)),
             ("channels", Cell::num(r.channels as f64)),
             ("kbps", Cell::num(r.kbps)),
+            ("mode", Cell::text(r.mode.unwrap_or(""))),
         ];
         match &r.timing {
             Ok((e, d)) => {
@@ -673,6 +711,7 @@ fn report(
                     let peer = codec_rows.iter().find(|p| {
                         p.codec == r.codec
                             && p.complexity == r.complexity
+                            && p.kbps == r.kbps
                             && p.implementation != "secrelay"
                     });
                     if let Some(Ok((pe, pd))) = peer.map(|p| &p.timing) {
@@ -686,7 +725,12 @@ fn report(
                 row.push(("decode_us", Cell::not_offered(why.clone())));
             }
         }
-        let key = |dir: &str| format!("{}|{}|{}|{}", r.codec, setting, r.implementation, dir);
+        let key = |dir: &str| {
+            format!(
+                "{}|{}|{}|{}|{}",
+                r.codec, setting, r.kbps, r.implementation, dir
+            )
+        };
         if let Some(n) = counts.get(&key("enc")) {
             row.push(("encode_instructions", Cell::num(*n)));
         }
@@ -800,6 +844,7 @@ fn report(
         .find(|r| {
             r.codec == "Opus 48 kHz mono"
                 && r.complexity == Some(COMPLEXITY)
+                && r.kbps == 32.0
                 && r.implementation == "secrelay"
         })
         .map(|r| &r.timing)
@@ -810,6 +855,25 @@ fn report(
             if rt >= 100.0 { "met" } else { "not met" },
             crate::frame::format_num(rt)
         ));
+    }
+    let opus_mono = |kbps: f64| {
+        codec_rows.iter().find(|r| {
+            r.codec == "Opus 48 kHz mono"
+                && r.complexity == Some(COMPLEXITY)
+                && r.kbps == kbps
+                && r.implementation == "secrelay"
+        })
+    };
+    if let (Some(a), Some(b)) = (opus_mono(32.0), opus_mono(64.0)) {
+        if let (Ok((ea, _)), Ok((eb, _))) = (&a.timing, &b.timing) {
+            notes.push(format!(
+                "Opus's encoding cost follows the mode libopus picks, not the bitrate: 48 kHz mono at 32 kbit/s was coded {} ({} µs per frame), at 64 kbit/s {} ({} µs).",
+                a.mode.unwrap_or("?"),
+                crate::frame::format_num(us(ea)),
+                b.mode.unwrap_or("?"),
+                crate::frame::format_num(us(eb))
+            ));
+        }
     }
     notes.push(
         "Peers: Opus is libopus either way; \"libopus direct\" calls the opus crate's Encoder/Decoder without secrelay's Codec layer, so its ratio is what the layer costs. \
