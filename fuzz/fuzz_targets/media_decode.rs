@@ -1,11 +1,13 @@
 #![no_main]
 
-//! Codec decoders on payloads from the network: G.711 decodes every byte to one sample;
-//! Opus (one decoder across the packets of one input, as for one stream) either decodes a
-//! packet to at most 120 ms or says the peer sent something malformed.
+//! Codec decoders on payloads from the network: G.711 and G.722 decode every byte (to one
+//! and two samples); Opus (one decoder across the packets of one input, as for one stream)
+//! either decodes a packet to at most 120 ms or says the peer sent something malformed,
+//! and appends nothing then.
 
 use libfuzzer_sys::fuzz_target;
 use secrelay_media::g711::{Pcma, Pcmu};
+use secrelay_media::g722::G722;
 use secrelay_media::opus::Opus;
 use secrelay_media::Codec;
 
@@ -14,6 +16,9 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(Pcmu.to_pcm(data, &mut pcm).unwrap(), data.len());
     assert_eq!(Pcma.to_pcm(data, &mut pcm).unwrap(), data.len());
     assert_eq!(pcm.len(), 2 * data.len());
+    pcm.clear();
+    let mut g722 = G722::new();
+    assert_eq!(g722.to_pcm(data, &mut pcm).unwrap(), 2 * data.len());
 
     // Packets: a length byte, then that many bytes.
     let mut opus = Opus::narrowband().expect("narrowband Opus sets up");
@@ -31,7 +36,10 @@ fuzz_target!(|data: &[u8]| {
             Err(e) => {
                 assert!(e.is_peer_fault(), "{e}");
                 assert!(pcm.is_empty());
-                assert_eq!(opus.conceal(&mut pcm).unwrap(), 160);
+                assert_eq!(opus.conceal(160, &mut pcm).unwrap(), 160);
+                // FEC from whatever came: rebuilt or concealed, never more than asked.
+                pcm.clear();
+                assert_eq!(opus.recover(packet, 160, &mut pcm).unwrap(), 160);
             }
         }
     }

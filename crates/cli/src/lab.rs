@@ -39,6 +39,8 @@ pub enum LabCommand {
     HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
     /// Concurrent G.711 calls: per-packet delay added by SRTP (per engine) and by the gateway (003).
     Calls(StudyArgs),
+    /// Codecs per 20 ms frame (G.711, G.722, Opus beside libopus direct), transcoding and N−1 mixing per leg, beside SRTP (002 c).
+    Codec(StudyArgs),
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
     /// latency, and the gateway's CPU per packet and memory per participant.
     GatewayLoad(crate::lab_gateway::GatewayLoadArgs),
@@ -89,6 +91,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
         LabCommand::Calls(a) => (vec!["calls".to_string()], a),
+        LabCommand::Codec(a) => (vec!["codec".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
     };

@@ -4,12 +4,19 @@
 //! (μ-law) or 13-bit (A-law) range G.711 works in, negative samples by one's complement as
 //! in the ITU-T G.191 reference code (so the quantiser is symmetric around zero), then
 //! coded as sign, 3-bit segment and 4-bit step. Decoding reads a 256-entry table built at
-//! compile time and yields the midpoint of each step, scaled back to 16 bits.
+//! compile time and yields the midpoint of each step, scaled back to 16 bits; encoding reads
+//! a table of the codes by the sample's top 14 (μ-law) or 13 (A-law) bits, built at compile
+//! time from the same arithmetic (24 KiB together).
 
 use crate::{Codec, Error};
 
-/// Encodes one 16-bit sample as G.711 μ-law.
+/// Encodes one 16-bit sample as G.711 μ-law (a table lookup: the code depends only on the
+/// sample's 14 high bits).
 pub const fn ulaw_encode(x: i16) -> u8 {
+    ULAW_ENCODE[((x >> 2) as i32 + 8192) as usize]
+}
+
+const fn ulaw_encode_slow(x: i16) -> u8 {
     // 14-bit magnitude (one's complement for negatives), plus the μ-law bias of 33.
     let (mag, sign) = if x < 0 {
         ((!x) as i32 >> 2, 0x00)
@@ -44,8 +51,13 @@ const fn ulaw_decode_slow(code: u8) -> i16 {
     }
 }
 
-/// Encodes one 16-bit sample as G.711 A-law.
+/// Encodes one 16-bit sample as G.711 A-law (a table lookup: the code depends only on the
+/// sample's 13 high bits).
 pub const fn alaw_encode(x: i16) -> u8 {
+    ALAW_ENCODE[((x >> 3) as i32 + 4096) as usize]
+}
+
+const fn alaw_encode_slow(x: i16) -> u8 {
     // 12-bit magnitude (13-bit signed range), one's complement for negatives.
     let (mag, sign) = if x < 0 {
         ((!x) as i32 >> 3, 0x00)
@@ -101,8 +113,31 @@ const fn table(ulaw: bool) -> [i16; 256] {
 const ULAW_TABLE: [i16; 256] = table(true);
 const ALAW_TABLE: [i16; 256] = table(false);
 
+/// μ-law codes by the sample's top 14 bits (x >> 2, offset by 8192), computed at compile
+/// time from the arithmetic above (negatives in one's complement: !x >> 2 == !(x >> 2)).
+const ULAW_ENCODE: [u8; 16384] = {
+    let mut t = [0u8; 16384];
+    let mut i = 0;
+    while i < 16384 {
+        t[i] = ulaw_encode_slow(((i as i32 - 8192) << 2) as i16);
+        i += 1;
+    }
+    t
+};
+
+/// A-law codes by the sample's top 13 bits (x >> 3, offset by 4096).
+const ALAW_ENCODE: [u8; 8192] = {
+    let mut t = [0u8; 8192];
+    let mut i = 0;
+    while i < 8192 {
+        t[i] = alaw_encode_slow(((i as i32 - 4096) << 3) as i16);
+        i += 1;
+    }
+    t
+};
+
 /// G.711 μ-law (`PCMU/8000`, payload type 0). Sample by sample: any number of samples per
-/// payload; 20 ms is 160.
+/// payload; 20 ms is 160. No loss concealment of its own: a lost packet is silence.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pcmu;
 
@@ -130,11 +165,6 @@ impl Codec for Pcmu {
     fn from_pcm(&mut self, pcm: &[i16], out: &mut Vec<u8>) -> Result<usize, Error> {
         out.extend(pcm.iter().map(|&s| ulaw_encode(s)));
         Ok(pcm.len())
-    }
-    fn conceal(&mut self, pcm: &mut Vec<i16>) -> Result<usize, Error> {
-        // Silence, as the decoder of a 0xFF payload would give.
-        pcm.resize(pcm.len() + 160, ulaw_decode(0xFF));
-        Ok(160)
     }
 }
 
@@ -212,6 +242,14 @@ mod tests {
         (12345, 0x97, 0xBD),
         (-12345, 0x17, 0x3D),
     ];
+
+    #[test]
+    fn encode_tables_are_the_arithmetic() {
+        for x in i16::MIN..=i16::MAX {
+            assert_eq!(ulaw_encode(x), ulaw_encode_slow(x), "μ-law {x}");
+            assert_eq!(alaw_encode(x), alaw_encode_slow(x), "A-law {x}");
+        }
+    }
 
     #[test]
     fn known_decoded_values() {
@@ -329,7 +367,65 @@ mod tests {
             ("PCMA", 8, 160)
         );
         let mut lost = Vec::new();
-        assert_eq!(Pcmu.conceal(&mut lost).unwrap(), 160);
+        assert_eq!(Pcmu.conceal(160, &mut lost).unwrap(), 160);
         assert!(lost.iter().all(|&s| s == 0));
+    }
+
+    /// The segment end points of G.711's Tables 1 and 2: the largest input magnitude of each
+    /// segment (A-law in the 12-bit magnitude domain of 13-bit PCM, μ-law in the 13-bit
+    /// magnitude domain of 14-bit PCM, both after the one's complement of negatives) and the
+    /// decoder output values of each segment's first and last step.
+    #[test]
+    fn segments_match_the_recommendations_tables() {
+        // A-law: segment ends 31, 63, 127, …, 4095; outputs (2·step + 1) in segment 0 and
+        // (2·step + 33)·2^(seg-1) above it: 1…31, 33…63, 66…126, …, 2112…4032.
+        let a_ends = [31, 63, 127, 255, 511, 1023, 2047, 4095];
+        let a_out = [
+            (1, 31),
+            (33, 63),
+            (66, 126),
+            (132, 252),
+            (264, 504),
+            (528, 1008),
+            (1056, 2016),
+            (2112, 4032),
+        ];
+        for seg in 0..8 {
+            let end = a_ends[seg];
+            let code = alaw_encode((end << 3) as i16) ^ 0x55;
+            assert_eq!(((code >> 4) & 7) as usize, seg, "A-law segment end {end}");
+            assert_eq!(code & 0x0F, 15, "A-law segment {seg} ends on step 15");
+            if seg < 7 {
+                let next = alaw_encode(((end + 1) << 3) as i16) ^ 0x55;
+                assert_eq!(((next >> 4) & 7) as usize, seg + 1, "A-law after {end}");
+            }
+            let first = alaw_decode(((seg as u8) << 4 | 0x80) ^ 0x55) as i32 >> 3;
+            let last = alaw_decode(((seg as u8) << 4 | 0x8F) ^ 0x55) as i32 >> 3;
+            assert_eq!((first, last), a_out[seg], "A-law segment {seg} outputs");
+        }
+        // μ-law: decision values end at 30, 94, 222, 478, 990, 2014, 4062, 8158 (input
+        // magnitude in 14-bit units); outputs ((2·step + 33)·2^seg − 33): 0…30, 33…93, …,
+        // 4191…8031.
+        let mu_ends = [30, 94, 222, 478, 990, 2014, 4062, 8158];
+        for (seg, &end) in mu_ends.iter().enumerate() {
+            let code = !ulaw_encode((end << 2) as i16);
+            assert_eq!(((code >> 4) & 7) as usize, seg, "μ-law segment end {end}");
+            assert_eq!(code & 0x0F, 15, "μ-law segment {seg} ends on step 15");
+            if seg < 7 {
+                let next = !ulaw_encode(((end + 1) << 2) as i16);
+                assert_eq!(((next >> 4) & 7) as usize, seg + 1, "μ-law after {end}");
+            }
+            // Positive codes: the sign bit is 1 on the wire, 0 once the code is inverted.
+            let first = ulaw_decode(!((seg as u8) << 4)) as i32 >> 2;
+            let last = ulaw_decode(!((seg as u8) << 4 | 0x0F)) as i32 >> 2;
+            let expect = |q: i32| ((2 * q + 33) << seg) - 33;
+            assert_eq!(
+                (first, last),
+                (expect(0), expect(15)),
+                "μ-law segment {seg}"
+            );
+        }
+        assert_eq!(ulaw_decode(0x80) >> 2, 8031);
+        assert_eq!(alaw_decode(0xAA) >> 3, 4032);
     }
 }

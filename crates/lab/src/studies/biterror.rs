@@ -223,7 +223,7 @@ impl Stream {
                     frame.clear();
                     if is_lost || o.to_pcm(f, &mut frame).is_err() || frame.len() != FRAME {
                         frame.clear();
-                        o.conceal(&mut frame)?;
+                        o.conceal(FRAME, &mut frame)?;
                     }
                     pcm.extend_from_slice(&frame);
                 }

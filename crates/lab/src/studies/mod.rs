@@ -3,6 +3,7 @@
 pub mod amortization;
 pub mod biterror;
 pub mod calls;
+pub mod codec;
 pub mod crypto;
 pub mod srtp;
 pub mod srtp_engines;
@@ -18,5 +19,6 @@ pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
         &biterror::BiterrorStudy,
         &crate::handshake::study::HandshakeStudy,
         &calls::CallsStudy,
+        &codec::CodecStudy,
     ]
 }

@@ -1,0 +1,141 @@
+//! `secrelay lab codec --quick --json`: every codec × implementation, pipeline and mixer row
+//! with finite positive figures, the arithmetic between the columns (real-time factors,
+//! ratios to the peer, SRTP share, legs per core), the plots and the target notes.
+//! Structure, never timings.
+
+mod lab_support;
+
+use lab_support::{rows, run_study};
+use serde_json::Value;
+
+fn num(r: &Value, key: &str) -> f64 {
+    let x = r[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is not a number in {r}"));
+    assert!(x.is_finite() && x > 0.0, "{key} = {x} in {r}");
+    x
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-6 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn lab_codec_quick_rows_arithmetic_and_plots() {
+    let (study, stdout) = run_study("codec");
+    assert!(
+        stdout.contains("Encode and decode per 20 ms frame"),
+        "{stdout}"
+    );
+
+    let codecs = rows(&study, "codec_per_frame");
+    let expect = [
+        ("PCMU", "", "secrelay"),
+        ("PCMU", "", "textbook G.711"),
+        ("PCMA", "", "secrelay"),
+        ("PCMA", "", "audio-codec"),
+        ("G.722", "", "secrelay"),
+        ("G.722", "", "audio-codec"),
+        ("Opus 48 kHz mono", "complexity 10", "secrelay"),
+        ("Opus 48 kHz mono", "complexity 10", "libopus direct"),
+    ];
+    for (codec, setting, imp) in expect {
+        let r = codecs
+            .iter()
+            .find(|r| r["codec"] == codec && r["setting"] == setting && r["implementation"] == imp)
+            .unwrap_or_else(|| panic!("no row {codec} {setting} {imp}"));
+        let (e, d) = (num(r, "encode_us"), num(r, "decode_us"));
+        assert!(close(num(r, "encode_rt"), 20_000.0 / e));
+        assert!(close(num(r, "decode_rt"), 20_000.0 / d));
+        if imp == "secrelay" {
+            let peer = codecs
+                .iter()
+                .find(|p| {
+                    p["codec"] == codec
+                        && p["setting"] == setting
+                        && p["implementation"] != "secrelay"
+                })
+                .unwrap();
+            assert!(close(num(r, "encode_vs_peer"), e / num(peer, "encode_us")));
+            assert!(close(num(r, "decode_vs_peer"), d / num(peer, "decode_us")));
+        }
+    }
+
+    let legs = rows(&study, "codec_transcode_per_leg");
+    for label in [
+        "PCMU → PCMA",
+        "PCMA → PCMU",
+        "G.722 → PCMU (16 → 8 kHz)",
+        "Opus 48 kHz → PCMU (48 → 8 kHz)",
+        "PCMU → Opus 48 kHz (8 → 48 kHz)",
+        "Opus 48 kHz → G.722 (48 → 16 kHz)",
+    ] {
+        let r = legs
+            .iter()
+            .find(|r| r["pipeline"] == label)
+            .unwrap_or_else(|| panic!("no pipeline {label}"));
+        let (t, s) = (num(r, "transcode_us"), num(r, "srtp_us"));
+        assert!(close(num(r, "rt"), 20_000.0 / t));
+        let share = num(r, "codec_share_pct");
+        assert!(close(share, t / (t + s) * 100.0) && share < 100.0);
+        assert!(close(num(r, "legs_per_core"), 20_000.0 / (t + s)));
+    }
+
+    let mixes = rows(&study, "codec_mix_per_leg");
+    assert_eq!(mixes.len(), 2);
+    for r in mixes {
+        let n = num(r, "members");
+        assert!(close(num(r, "per_leg_us"), num(r, "tick_us") / n));
+    }
+
+    let plots = study["plots"].as_array().unwrap();
+    for id in ["codec_vs_srtp_per_leg", "codec_realtime_factor"] {
+        let p = plots
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap_or_else(|| panic!("no plot {id}"));
+        assert_eq!(p["kind"], "bars");
+        assert!(!p["series"][0]["points"].as_array().unwrap().is_empty());
+    }
+    let vs = plots
+        .iter()
+        .find(|p| p["id"] == "codec_vs_srtp_per_leg")
+        .unwrap();
+    assert_eq!(vs["categories"][0], "relay only (G.711 172 B)");
+    assert_eq!(vs["categories"].as_array().unwrap().len(), 7);
+
+    let notes: Vec<&str> = study["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    for start in [
+        "Target G.711 transcoding",
+        "Target Opus 48 kHz mono encode",
+        "Peers:",
+        "Which dominates:",
+    ] {
+        assert!(
+            notes.iter().any(|n| n.starts_with(start)),
+            "no note {start}: {notes:?}"
+        );
+    }
+
+    let instr = study["method"]["instructions"].as_str().unwrap();
+    if instr.starts_with("callgrind") {
+        let r = codecs
+            .iter()
+            .find(|r| r["codec"] == "G.722" && r["implementation"] == "secrelay")
+            .unwrap();
+        assert!(num(r, "encode_instructions") > 1000.0);
+        assert!(num(&legs[0], "instructions") > 100.0);
+        assert!(num(&mixes[0], "instructions_per_leg") > 100.0);
+    } else {
+        assert!(instr.starts_with("not counted"), "{instr}");
+        lab_support::missing(
+            "lab_codec_quick_rows_arithmetic_and_plots (instruction counts)",
+            instr,
+        );
+    }
+}
