@@ -25,6 +25,7 @@ pub mod room;
 pub mod rtcp;
 pub mod server;
 pub mod shard;
+pub mod simulcast;
 
 pub use server::{ServeConfig, Server};
 pub use shard::{Datagram, Shard, ShardConfig};

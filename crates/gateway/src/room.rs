@@ -89,6 +89,8 @@ use crate::counters::{Counters, DropReason};
 use crate::feedback::{unwrap_rtx, write_rtx, KeyframeGate, Lookup, RetransmitBuffer};
 use crate::leg::{CodecId, CopyTarget, ExtIds, Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
+use crate::simulcast::{Decision, LayerInfo, LayerView, Layers, MAX_LAYERS};
+use secrelay_wire::video::{starts_keyframe, vp8_descriptor, vp8_rewrite, VideoFormat};
 
 /// A member's handle in its room.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -149,6 +151,10 @@ struct Member {
     ext: ExtIds,
     /// Transport-wide congestion control, when it agreed on transport-cc.
     cc: Option<Congestion>,
+    /// The simulcast layers it sends, per section that agreed on simulcast.
+    simulcast: Vec<Layers>,
+    /// Which layer of each simulcast publisher section it is sent.
+    views: Vec<LayerView>,
 }
 
 /// How often a member that agreed on transport-cc gets feedback on what it sends.
@@ -168,6 +174,35 @@ struct Congestion {
     out_seq: u16,
     /// What we send it, estimated from its feedback.
     bwe: Bwe,
+}
+
+/// A simulcast layer a member sends, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SentLayer {
+    /// Its rid.
+    pub rid: String,
+    /// Its SSRC, once seen.
+    pub ssrc: Option<u32>,
+    /// Its bitrate over the last second, bits per second.
+    pub bps: u64,
+}
+
+/// What a member is sent of a simulcast publisher's layers, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReceivedLayer {
+    /// The publisher (its handle in the room).
+    #[serde(skip)]
+    pub publisher: MemberId,
+    /// The publisher's id (as the signaling knows it; filled in by the shard).
+    pub publisher_id: String,
+    /// The layer sent now (its rid).
+    pub current: Option<String>,
+    /// The layer chosen for it (switched to at its next keyframe).
+    pub target: Option<String>,
+    /// Whether the choice was set through the API rather than made from the estimate.
+    pub manual: bool,
+    /// Switches so far.
+    pub switches: u64,
 }
 
 /// A member's bandwidth estimate as the API shows it.
@@ -207,6 +242,8 @@ struct Slot {
     last: Option<(u16, u32)>,
     /// The clock rate of what was sent last (for the gap left when a new stream takes over).
     clock_rate: u32,
+    /// When the last packet was sent on it.
+    last_at: Option<Instant>,
     /// The first sequence number the stream on it now was sent under: NACKs for earlier ones
     /// were about another stream, and are not answered with this one's packets.
     start: u16,
@@ -229,12 +266,22 @@ impl Member {
                 ts_offset: 0,
                 last: None,
                 clock_rate: 0,
+                last_at: None,
                 start: 0,
                 rtx_seq: random_ssrc() as u16,
             })
             .collect();
         let ext = ExtIds::of(leg.media());
+        let simulcast = leg
+            .media()
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.peer_sends && !m.simulcast.is_empty())
+            .map(|(k, m)| Layers::new(k, &m.simulcast))
+            .collect();
         Member {
+            simulcast,
+            views: Vec::new(),
             id,
             role,
             kind: leg.kind(),
@@ -266,6 +313,34 @@ impl Member {
                     .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
             })
             .map_or("", |m| m.mid.as_str())
+    }
+
+    /// Moves the slot that carries one of a publisher's simulcast layers (`layers`' SSRCs) to
+    /// the layer `to` (a switch at its keyframe whose first packet has `seq` and `ts`): the
+    /// slot's numbering carries on from its last packet (timestamps by the time between them at
+    /// `clock`). Nothing when no slot carries the publisher's layers yet.
+    fn rebase(
+        &mut self,
+        publisher: MemberId,
+        layers: &[LayerInfo; MAX_LAYERS],
+        to: u32,
+        (seq, ts): (u16, u32),
+        clock: u32,
+        now: Instant,
+    ) {
+        let ours = |src: Option<(MemberId, u32)>| {
+            src.is_some_and(|(p, x)| p == publisher && layers.iter().any(|l| l.ssrc == Some(x)))
+        };
+        let Some(slot) = self.slots.iter_mut().find(|s| ours(s.source)) else {
+            return;
+        };
+        slot.source = Some((publisher, to));
+        if let (Some((last_seq, last_ts)), Some(at)) = (slot.last, slot.last_at) {
+            slot.seq_offset = last_seq.wrapping_add(1).wrapping_sub(seq);
+            let gap = (now.saturating_duration_since(at).as_secs_f64() * f64::from(clock)) as u32;
+            slot.ts_offset = last_ts.wrapping_add(gap.max(1)).wrapping_sub(ts);
+            slot.start = last_seq.wrapping_add(1);
+        }
     }
 
     /// The next transport-wide sequence number of what we send the member, noted as sent at
@@ -384,26 +459,33 @@ fn random_ssrc() -> u32 {
     u32::from_be_bytes(b)
 }
 
-/// If `facts` is a retransmission (RTX) on one of `src`'s sections: the payload type and the
-/// SSRC of the stream it repairs (the SDP's `a=ssrc-group:FID`, else the section's one video
-/// stream seen so far).
-fn repaired_stream(src: &Member, facts: &RtpFacts) -> Option<(u8, u32)> {
-    let section = src
+/// If `facts` (of `rtp`) is a retransmission (RTX) on one of `src`'s sections: the payload type
+/// and the SSRC of the stream it repairs (the SDP's `a=ssrc-group:FID`; a simulcast layer's, by
+/// its `repaired-rtp-stream-id`; else the section's one video stream seen so far).
+fn repaired_stream(src: &mut Member, rtp: &[u8], facts: &RtpFacts) -> Option<(u8, u32)> {
+    let (k, section) = src
         .leg
         .media()
         .iter()
-        .find(|m| m.feedback.repaired_pt(facts.payload_type).is_some())?;
+        .enumerate()
+        .find(|(_, m)| m.feedback.repaired_pt(facts.payload_type).is_some())?;
     let apt = section.feedback.repaired_pt(facts.payload_type)?;
-    let primary = section
+    let fid = section
         .feedback
         .peer_rtx
         .iter()
         .find(|(_, rtx)| *rtx == facts.ssrc)
-        .map(|(p, _)| *p)
-        .or(match src.video_in.as_slice() {
-            [only] => Some(only.ssrc),
-            _ => None,
-        })?;
+        .map(|(p, _)| *p);
+    let repaired_rid = facts.ext.get(rtp, src.ext.repaired_rid);
+    let layer = src
+        .simulcast
+        .iter_mut()
+        .find(|l| l.section == k)
+        .and_then(|l| l.repaired_by(facts.ssrc, repaired_rid));
+    let primary = fid.or(layer).or(match src.video_in.as_slice() {
+        [only] => Some(only.ssrc),
+        _ => None,
+    })?;
     Some((apt, primary))
 }
 
@@ -445,6 +527,7 @@ impl Room {
         let m = self.members.remove(i);
         for other in &mut self.members {
             other.unslotted.retain(|(src, _, _)| *src != id);
+            other.views.retain(|v| v.publisher != id);
             for slot in &mut other.slots {
                 if slot.source.is_some_and(|(src, _)| src == id) {
                     slot.source = None;
@@ -607,9 +690,9 @@ impl Room {
                 }
             }
         }
-        let src = &self.members[i];
+        let src = &mut self.members[i];
         if src.leg.codec_for(facts.payload_type).is_none() {
-            if let Some((apt, primary)) = repaired_stream(src, facts) {
+            if let Some((apt, primary)) = repaired_stream(src, rtp, facts) {
                 // A retransmission the publisher sent (an upstream NACK's answer): the packet
                 // it repairs is routed as if it had come the first time.
                 let mut plain = std::mem::take(&mut self.rtx_scratch);
@@ -685,6 +768,32 @@ impl Room {
             };
             src.video_in[k].buffer.store(rtp, facts);
         }
+        // A simulcast layer's packet: which layer (its rid binds its SSRC the first time),
+        // what the layers look like now, whether it starts a keyframe.
+        let mut sim: Option<(usize, usize, [LayerInfo; MAX_LAYERS], bool)> = None;
+        if video && !src.simulcast.is_empty() {
+            let rid = facts.ext.get(rtp, src_ext.rid);
+            for (g, layers) in src.simulcast.iter_mut().enumerate() {
+                if let Some(k) = layers.layer_of(ssrc, rid) {
+                    layers.note(k, rtp.len(), received);
+                    let format = match codec {
+                        Some(CodecId::H264) => VideoFormat::H264,
+                        _ => VideoFormat::Vp8,
+                    };
+                    let body = rtp.get(usize::from(facts.header_len)..).unwrap_or_default();
+                    sim = Some((g, k, layers.info(received), starts_keyframe(format, body)));
+                    break;
+                }
+            }
+        }
+        // The VP8 descriptor as the publisher wrote it: each receiver's picture numbers are
+        // made from it (the shared copy is rewritten receiver by receiver).
+        let vp8 = if sim.is_some() && codec == Some(CodecId::Vp8) {
+            rtp.get(usize::from(facts.header_len)..)
+                .and_then(vp8_descriptor)
+        } else {
+            None
+        };
         scratch.clear();
         scratch.extend_from_slice(rtp);
         let payload = rtp.len().saturating_sub(usize::from(facts.header_len));
@@ -701,10 +810,45 @@ impl Room {
                 continue;
             };
             let (seq, ts) = (facts.sequence, facts.timestamp);
+            // Simulcast: one layer per receiver, switched at the target's keyframes.
+            let mut view = None;
+            let mut switched = false;
+            if let Some((g, k, info, key)) = sim {
+                let v = match r
+                    .views
+                    .iter()
+                    .position(|v| v.publisher == source && v.section == g)
+                {
+                    Some(v) => v,
+                    None => {
+                        r.views.push(LayerView::new(source, g));
+                        r.views.len() - 1
+                    }
+                };
+                let estimate = r.cc.as_ref().map(|c| c.bwe.estimate_bps());
+                r.views[v].evaluate(&info, estimate, received, false);
+                match r.views[v].decide(k, key, &info) {
+                    Decision::Forward => {}
+                    Decision::Switch => {
+                        switched = true;
+                        r.rebase(source, &info, ssrc, (seq, ts), c.clock_rate(), received);
+                    }
+                    Decision::Skip(target_ssrc) => {
+                        if let Some(t) = target_ssrc {
+                            if r.views[v].should_ask(received, rtcp.keyframe_interval) {
+                                keyframe_wanted.push((source, t));
+                            }
+                        }
+                        continue;
+                    }
+                }
+                view = Some(v);
+            }
             let mut slot_index = None;
             let (pt, mapped, seq, ts) = match r.slot_for((source, ssrc), c, seq, ts) {
                 Some((k, pt, new)) => {
-                    if new && video {
+                    // (A simulcast layer taken at its keyframe needs none.)
+                    if new && video && !switched {
                         keyframe_wanted.push((source, ssrc));
                     }
                     slot_index = Some(k);
@@ -714,6 +858,7 @@ impl Room {
                         ts.wrapping_add(slot.ts_offset),
                     );
                     slot.last = Some(out);
+                    slot.last_at = Some(received);
                     (pt, slot.ssrc, out.0, out.1)
                 }
                 None => {
@@ -750,11 +895,11 @@ impl Room {
             };
             r.rtcp
                 .on_sent(mapped, c.clock_rate(), ts, payload, received);
-            let out: &mut Vec<u8> = if r.ext.rewritten() {
+            let (out, header): (&mut Vec<u8>, usize) = if r.ext.rewritten() {
                 // Its own header extensions: mid, audio level, send time, transport-wide seq.
                 let twcc = r.next_twcc(received, rtp.len());
                 let mid = r.mid_for(slot_index, c);
-                write_copy(
+                let header = write_copy(
                     copy_scratch,
                     rtp,
                     facts,
@@ -763,11 +908,22 @@ impl Room {
                     twcc,
                     abs_send,
                 );
-                copy_scratch
+                (copy_scratch, header)
             } else {
-                scratch
+                (scratch, usize::from(facts.header_len))
             };
             rewrite(out, pt, mapped, seq, ts);
+            if let (Some(v), Some(d)) = (view, vp8) {
+                // VP8's picture numbering follows on across layer switches.
+                if let Some((id, fifteen, _)) = d.picture_id {
+                    let tl0 = d.tl0picidx.map_or(0, |t| t.0);
+                    let bits = if fifteen { 15 } else { 7 };
+                    let (id, tl0) = r.views[v].renumber(id, tl0, bits, switched);
+                    if let Some(body) = out.get_mut(header..) {
+                        vp8_rewrite(body, &d, id, tl0);
+                    }
+                }
+            }
             let c = r.leg.counters_mut();
             c.forwarded += 1;
             if !target.protect {
@@ -971,6 +1127,7 @@ impl Room {
                                 header
                             };
                             rewrite(scratch, pt, ssrc, seq, ts.wrapping_add(ts_offset));
+                            renumber_again(recv, publisher, codec, scratch, header);
                             write_rtx(rtx_scratch, scratch, header, rtx_pt, rtx_ssrc, rtx_seq);
                             emit(recv.id, target, rtx_scratch);
                         }
@@ -1016,6 +1173,104 @@ impl Room {
                 members[r].leg.counters_mut().feedback.nack_misses += upstream.len() as u64;
             }
         }
+    }
+
+    /// Sets which simulcast layer `receiver` is sent of `publisher`'s (of every publisher's
+    /// when `None`): the layer with rid `rid`, or the estimate's choice again with `None`. The
+    /// switch happens at the layer's next keyframe, which is asked for. Err: no such member,
+    /// or a rid no such publisher sends.
+    pub fn set_layer(
+        &mut self,
+        receiver: MemberId,
+        publisher: Option<MemberId>,
+        rid: Option<&str>,
+        now: Instant,
+    ) -> Result<(), String> {
+        let Some(r) = self.members.iter().position(|m| m.id == receiver) else {
+            return Err(format!("no member {}", receiver.0));
+        };
+        let mut found = false;
+        let mut ask = Vec::new();
+        let views = self.members[r].views.clone();
+        for (k, v) in views.iter().enumerate() {
+            if publisher.is_some_and(|p| p != v.publisher) {
+                continue;
+            }
+            let Some(p) = self.members.iter().find(|m| m.id == v.publisher) else {
+                continue;
+            };
+            let Some(layers) = p.simulcast.get(v.section) else {
+                continue;
+            };
+            let manual = match rid {
+                None => None,
+                Some(rid) => match layers.layers.iter().position(|l| l.rid == rid) {
+                    Some(i) => Some(i),
+                    None => continue,
+                },
+            };
+            found = true;
+            let info = layers.info(now);
+            let estimate = self.members[r].cc.as_ref().map(|c| c.bwe.estimate_bps());
+            let view = &mut self.members[r].views[k];
+            view.manual = manual;
+            if view.evaluate(&info, estimate, now, true) {
+                if let Some(ssrc) = info[view.target].ssrc {
+                    ask.push((view.publisher, ssrc));
+                }
+            }
+        }
+        for (p, ssrc) in ask {
+            self.request_keyframe(p, ssrc, now);
+        }
+        if found {
+            Ok(())
+        } else {
+            Err(match rid {
+                Some(rid) => format!("no simulcast publisher sends a layer {rid:?} to this member"),
+                None => "this member receives no simulcast publisher".into(),
+            })
+        }
+    }
+
+    /// The simulcast layers `member` sends, and what it is sent of others' (for the API).
+    pub fn layers(&self, member: MemberId) -> (Vec<SentLayer>, Vec<ReceivedLayer>) {
+        let Some(m) = self.members.iter().find(|m| m.id == member) else {
+            return (Vec::new(), Vec::new());
+        };
+        let sent = m
+            .simulcast
+            .iter()
+            .flat_map(|g| g.layers.iter())
+            .map(|l| SentLayer {
+                rid: l.rid.clone(),
+                ssrc: l.ssrc,
+                bps: l.bps,
+            })
+            .collect();
+        let received = m
+            .views
+            .iter()
+            .map(|v| {
+                let rid = |k: usize| {
+                    self.members
+                        .iter()
+                        .find(|p| p.id == v.publisher)
+                        .and_then(|p| p.simulcast.get(v.section))
+                        .and_then(|g| g.layers.get(k))
+                        .map(|l| l.rid.clone())
+                };
+                ReceivedLayer {
+                    publisher: v.publisher,
+                    publisher_id: String::new(),
+                    current: v.current.and_then(rid),
+                    target: rid(v.target),
+                    manual: v.manual.is_some(),
+                    switches: v.switches,
+                }
+            })
+            .collect();
+        (sent, received)
     }
 
     /// A deadline that routing set since the last call (a member's transport-wide feedback
@@ -1099,6 +1354,33 @@ impl Room {
         let id = m.id;
         // `has_output` was true: this is a queued output, not the closing timeout.
         m.leg.poll_output().map(|o| RoomOutput::Member(id, o))
+    }
+}
+
+/// A retransmitted VP8 packet of a simulcast layer gets the picture numbers its first copy got
+/// (the receiver's numbering as it stands: only packets of the layer sent now are retransmitted).
+fn renumber_again(
+    recv: &Member,
+    publisher: MemberId,
+    codec: CodecId,
+    copy: &mut [u8],
+    header: usize,
+) {
+    if codec != CodecId::Vp8 {
+        return;
+    }
+    let Some(v) = recv.views.iter().find(|v| v.publisher == publisher) else {
+        return;
+    };
+    let Some(body) = copy.get_mut(header..) else {
+        return;
+    };
+    if let Some(d) = vp8_descriptor(body) {
+        if let Some((id, fifteen, _)) = d.picture_id {
+            let tl0 = d.tl0picidx.map_or(0, |t| t.0);
+            let (id, tl0) = v.mapped(id, tl0, if fifteen { 15 } else { 7 });
+            vp8_rewrite(body, &d, id, tl0);
+        }
     }
 }
 

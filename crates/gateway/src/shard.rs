@@ -251,6 +251,10 @@ pub struct ParticipantSnapshot {
     pub feedback: crate::counters::FeedbackCounters,
     /// What we can send it, estimated from its transport-cc feedback (when it agreed on it).
     pub bandwidth: Option<crate::room::BandwidthFigures>,
+    /// The simulcast layers it sends.
+    pub layers_sent: Vec<crate::room::SentLayer>,
+    /// What it is sent of each simulcast publisher: the layer now, the layer chosen.
+    pub layers_received: Vec<crate::room::ReceivedLayer>,
 }
 
 /// A room as the API shows it.
@@ -1350,6 +1354,36 @@ impl Shard {
         Some(local)
     }
 
+    /// Sets which simulcast layer member `id` of `room` is sent of `publisher`'s (by its id;
+    /// every publisher's when `None`): the layer with rid `rid`, or the estimate's choice with
+    /// `None`. Err: the reason (no such member or publisher, or no such layer).
+    pub fn set_layer(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        publisher: Option<&str>,
+        rid: Option<&str>,
+    ) -> Result<(), String> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or_else(|| format!("no participant {id} in room {room}"))?;
+        let publisher = match publisher {
+            None => None,
+            Some(p) => Some(
+                self.find(room, p)
+                    .map(|(_, m)| m)
+                    .ok_or_else(|| format!("no participant {p} in room {room}"))?,
+            ),
+        };
+        let s = self.rooms[slot]
+            .as_mut()
+            .ok_or_else(|| format!("no room {room}"))?;
+        s.room.set_layer(member, publisher, rid, now)?;
+        send_room_rtcp(&mut self.media, &mut self.queue, slot, s, now);
+        Ok(())
+    }
+
     /// Sends an RTCP compound of the gateway's own to a member: protected with its keys
     /// (SRTCP) in the next batch's protect call. `false` if there is no such member or it
     /// cannot be sent to yet (not keyed, no selected address).
@@ -1446,6 +1480,16 @@ impl Shard {
                 let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
                 let mut p = participant_snapshot(now, leg, meta, rtcp);
                 p.bandwidth = s.room.bandwidth(m);
+                let (sent, mut received) = s.room.layers(m);
+                for r in &mut received {
+                    r.publisher_id = s
+                        .members
+                        .get(&r.publisher)
+                        .map(|meta| meta.id.clone())
+                        .unwrap_or_default();
+                }
+                p.layers_sent = sent;
+                p.layers_received = received;
                 participants.push(p);
             }
             let c: Counters = s.room.counters();
@@ -1515,6 +1559,8 @@ fn participant_snapshot(
         rtcp,
         feedback: c.feedback,
         bandwidth: None,
+        layers_sent: Vec::new(),
+        layers_received: Vec::new(),
     }
 }
 

@@ -14,6 +14,7 @@
 //! * [`sdp_rtp`], [`sdes`]: telephony offers (plain RTP, SDES-SRTP with `a=crypto`) read
 //!   (over the `sdp` crate) and answered.
 //! * [`twcc`]: transport-wide congestion control feedback, written and read.
+//! * [`video`]: keyframe starts in VP8 and H.264 payloads, VP8 picture IDs renumbered.
 //! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
 //!   replies decoded with bounded nesting; [`ng`]: its requests read as a gateway serves them.
 //!
@@ -33,6 +34,7 @@ pub mod sdp;
 pub mod sdp_rtp;
 pub mod stun;
 pub mod twcc;
+pub mod video;
 
 pub use demux::{demux, Class};
 pub use rtp::{classify, PacketKind, ParseError, RtcpHeader, RtpHeader};

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use webrtc_sdp::attribute_type::{
     SdpAttribute, SdpAttributeGroupSemantic, SdpAttributePayloadType, SdpAttributeSetup,
-    SdpAttributeType, SdpSsrcGroupSemantic,
+    SdpAttributeType, SdpSingleDirection, SdpSsrcGroupSemantic,
 };
 use webrtc_sdp::media_type::{SdpFormatList, SdpMedia, SdpMediaValue};
 
@@ -191,6 +191,10 @@ pub struct MediaOffer {
     pub rtcp_rsize: bool,
     /// `a=ssrc-group:FID` pairs: (primary SSRC, its retransmission SSRC).
     pub fid: Vec<(u32, u32)>,
+    /// Simulcast layers the offerer sends (RFC 8853 `a=simulcast:send`, each layer's first
+    /// alternative, paused ones left out), in the offer's order, when each has its
+    /// `a=rid:… send`.
+    pub simulcast_send: Vec<String>,
 }
 
 impl MediaOffer {
@@ -366,6 +370,27 @@ fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
             Some((pt, fb.to_owned()))
         })
         .collect();
+    let send_rids: Vec<&str> = attrs
+        .iter()
+        .filter_map(|a| match a {
+            SdpAttribute::Rid(r) if r.direction == SdpSingleDirection::Send => Some(r.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let simulcast_send = attrs
+        .iter()
+        .find_map(|a| match a {
+            SdpAttribute::Simulcast(sc) => Some(
+                sc.send
+                    .iter()
+                    .filter_map(|v| v.ids.iter().find(|id| !id.paused))
+                    .map(|id| id.id.clone())
+                    .filter(|id| send_rids.contains(&id.as_str()))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .unwrap_or_default();
     let fid = attrs
         .iter()
         .filter_map(|a| match a {
@@ -389,6 +414,7 @@ fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
         rtcp_fb,
         rtcp_rsize: m.get_attribute(SdpAttributeType::RtcpRsize).is_some(),
         fid,
+        simulcast_send,
     })
 }
 
@@ -515,6 +541,8 @@ pub struct MediaAnswer {
     pub extmaps: Vec<(u16, String)>,
     /// `a=rtcp-rsize`.
     pub rtcp_rsize: bool,
+    /// Simulcast layers we receive (`a=rid:… recv` and `a=simulcast:recv`), in order.
+    pub simulcast_recv: Vec<String>,
 }
 
 /// What an answer (or an offer, [`write_offer`]) of ours says about us.
@@ -608,6 +636,12 @@ pub fn write_answer(p: &AnswerParams) -> String {
         }
         for (id, uri) in &m.extmaps {
             let _ = write!(s, "a=extmap:{id} {uri}\r\n");
+        }
+        if !m.simulcast_recv.is_empty() {
+            for rid in &m.simulcast_recv {
+                let _ = write!(s, "a=rid:{rid} recv\r\n");
+            }
+            let _ = write!(s, "a=simulcast:recv {}\r\n", m.simulcast_recv.join(";"));
         }
         for (k, c) in m.codecs.iter().chain(m.rtx.iter()).enumerate() {
             match c.channels {

@@ -64,6 +64,7 @@ fn answer_round_trips_through_the_parser() {
             rtx_ssrc: None,
             extmaps: Vec::new(),
             rtcp_rsize: false,
+            simulcast_recv: Vec::new(),
         })
         .collect();
     let fp = "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
@@ -108,6 +109,7 @@ fn rejected_section_has_port_zero() {
             rtx_ssrc: None,
             extmaps: Vec::new(),
             rtcp_rsize: false,
+            simulcast_recv: Vec::new(),
         },
         MediaAnswer {
             mid: "1".into(),
@@ -120,6 +122,7 @@ fn rejected_section_has_port_zero() {
             rtx_ssrc: None,
             extmaps: Vec::new(),
             rtcp_rsize: false,
+            simulcast_recv: Vec::new(),
         },
     ];
     let answer = write_answer(&AnswerParams {
@@ -215,6 +218,7 @@ fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer
             rtx_ssrc: Some(0x5678),
             extmaps: vec![(2, "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time".into())],
             rtcp_rsize: true,
+            simulcast_recv: Vec::new(),
         }],
     });
     for line in [

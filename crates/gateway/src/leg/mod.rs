@@ -138,6 +138,9 @@ pub struct NegotiatedMedia {
     pub feedback: SectionFeedback,
     /// Header extensions agreed on for the section, with the ids the SDP gave them.
     pub extmaps: Vec<(u8, HeaderExt)>,
+    /// Simulcast layers the peer sends on the section (their rids, in its order: RFC 8853),
+    /// told apart by the `rid` header extension; empty without simulcast.
+    pub simulcast: Vec<String>,
 }
 
 /// The RTP header extensions the gateway reads or writes (RFC 8285 `a=extmap` URIs).

@@ -382,6 +382,7 @@ impl RtpLeg {
             our_ssrc,
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
+            simulcast: Vec::new(),
         }];
         let rtcp_mux = section.rtcp_mux;
         let sections: Vec<RtpSectionAnswer> = offer
@@ -518,6 +519,7 @@ impl RtpLeg {
             our_ssrc,
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
+            simulcast: Vec::new(),
         }];
         let section = RtpSectionAnswer {
             kind: MediaKind::Audio,

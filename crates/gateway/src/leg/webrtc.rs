@@ -323,6 +323,16 @@ impl WebRtcLeg {
                 .filter_map(|(id, uri)| Some((u8::try_from(*id).ok()?, HeaderExt::of(uri)?)))
                 .filter(|(id, _)| (1..=255).contains(id))
                 .collect();
+            // Simulcast where the layers can be told apart: the peer sends them and the rid
+            // extension is agreed.
+            let simulcast: Vec<String> = if m.direction.sends()
+                && m.kind == MediaKind::Video
+                && extmaps.iter().any(|(_, e)| *e == HeaderExt::Rid)
+            {
+                m.simulcast_send.clone()
+            } else {
+                Vec::new()
+            };
             if extmaps.iter().any(|(_, e)| *e == HeaderExt::TransportCc) {
                 lines.extend(
                     chosen
@@ -341,6 +351,7 @@ impl WebRtcLeg {
                     our_ssrc,
                     feedback: feedback.clone(),
                     extmaps: extmaps.clone(),
+                    simulcast: simulcast.clone(),
                 });
             }
             answers.push(MediaAnswer {
@@ -365,6 +376,7 @@ impl WebRtcLeg {
                     .map(|(id, e)| (u16::from(*id), e.uri().to_owned()))
                     .collect(),
                 rtcp_rsize: m.rtcp_rsize,
+                simulcast_recv: simulcast.clone(),
             });
         }
         if media.is_empty() {
@@ -461,6 +473,7 @@ impl WebRtcLeg {
                 // Audio sections only, for now: no feedback offered.
                 feedback: SectionFeedback::default(),
                 extmaps: Vec::new(),
+                simulcast: Vec::new(),
             });
             offered.push(MediaAnswer {
                 mid,
@@ -473,6 +486,7 @@ impl WebRtcLeg {
                 rtx_ssrc: None,
                 extmaps: Vec::new(),
                 rtcp_rsize: false,
+                simulcast_recv: Vec::new(),
             });
         }
         if media.is_empty() {

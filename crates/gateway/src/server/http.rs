@@ -103,6 +103,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             Method::GET,
             Method::POST,
             Method::PATCH,
+            Method::PUT,
             Method::DELETE,
             Method::OPTIONS,
         ])
@@ -148,6 +149,10 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
         .route("/api/rooms", get(api_rooms))
         .route("/api/rooms/{room}", get(api_room))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
+        .route(
+            "/api/rooms/{room}/participants/{id}/layer",
+            axum::routing::put(api_layer),
+        )
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(limit))
@@ -696,6 +701,49 @@ async fn api_remove(
         return *r;
     }
     remove(s, room, id, StatusCode::NO_CONTENT).await
+}
+
+/// The body of `PUT /api/rooms/{room}/participants/{id}/layer`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LayerChoice {
+    /// The simulcast publisher (its id); every publisher's when absent.
+    publisher: Option<String>,
+    /// The layer's rid; the bandwidth estimate's choice again when null or absent.
+    rid: Option<String>,
+}
+
+/// Sets which simulcast layer a participant is sent: 204, or 400/404 with the reason.
+async fn api_layer(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    let choice: LayerChoice = match serde_json::from_str(&body) {
+        Ok(c) => c,
+        Err(e) => {
+            return refuse(
+                &s,
+                StatusCode::BAD_REQUEST,
+                format!("the body must be JSON {{\"publisher\": id?, \"rid\": rid or null}}: {e}"),
+            )
+        }
+    };
+    match s
+        .gateway
+        .set_layer(&room, &id, choice.publisher, choice.rid)
+        .await
+    {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(why) if why.starts_with("no participant") || why.starts_with("no room") => {
+            refuse(&s, StatusCode::NOT_FOUND, why)
+        }
+        Err(why) => refuse(&s, StatusCode::BAD_REQUEST, why),
+    }
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {

@@ -454,6 +454,30 @@ impl Gateway {
         rx.await.unwrap_or(Err(JoinError::ShuttingDown))
     }
 
+    /// Sets which simulcast layer participant `id` is sent of `publisher`'s (all when `None`):
+    /// the layer `rid`, or the estimate's choice with `None`. Err: the reason.
+    pub async fn set_layer(
+        &self,
+        room: &str,
+        id: &str,
+        publisher: Option<String>,
+        rid: Option<String>,
+    ) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::SetLayer {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            publisher,
+            rid,
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err("the gateway is shutting down".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the gateway is shutting down".into()))
+    }
+
     /// Telephony ports in use (none once every telephony leg ended).
     pub fn rtp_ports_in_use(&self) -> usize {
         self.shared.ports.in_use()

@@ -110,6 +110,14 @@ pub(crate) enum Command {
         id: String,
         reply: oneshot::Sender<Result<String, JoinError>>,
     },
+    /// Which simulcast layer a participant is sent (of one publisher's, or all).
+    SetLayer {
+        room: String,
+        id: String,
+        publisher: Option<String>,
+        rid: Option<String>,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
     /// ICE restart with the peer's new credentials; replies our new ones.
     IceRestart {
         room: String,
@@ -431,6 +439,19 @@ impl Worker {
             }
             Command::ReofferRtp { room, id, reply } => {
                 let r = self.shard.reoffer_rtp(&room, &id);
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::SetLayer {
+                room,
+                id,
+                publisher,
+                rid,
+                reply,
+            } => {
+                let r = self
+                    .shard
+                    .set_layer(now, &room, &id, publisher.as_deref(), rid.as_deref());
                 self.after_command();
                 let _ = reply.send(r);
             }
