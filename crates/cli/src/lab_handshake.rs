@@ -56,6 +56,10 @@ pub struct HandshakeArgs {
     /// TLS load mode: pin the load threads to these cores (comma-separated, round robin).
     #[arg(long, value_name = "LIST", requires = "tls")]
     pub cpus: Option<String>,
+    /// TLS load mode: a new client key share per connection (default: one per thread, reused;
+    /// the server's key exchange is the same either way).
+    #[arg(long, requires = "tls")]
+    pub fresh_key_shares: bool,
     /// Load mode: stop after N handshakes.
     #[arg(long, value_name = "N", conflicts_with = "duration")]
     pub handshakes: Option<u64>,
@@ -256,6 +260,7 @@ fn tls_load(a: &HandshakeArgs, target: &str) -> anyhow::Result<()> {
     if let Some(c) = &a.cpus {
         opts.cpus = parse_cpus(c)?;
     }
+    opts.fresh_key_shares = a.fresh_key_shares;
     let report = t::run(opts, Arc::new(AtomicBool::new(false)), true)?;
     print!("{}", report.render_text());
     if let Some(path) = &a.study.json {

@@ -26,6 +26,7 @@ mod ng;
 mod ports;
 mod stats;
 pub mod tls;
+mod tls_hmac;
 mod udp;
 mod worker;
 

@@ -2,7 +2,8 @@
 //! comes from, its reload without a restart, and what a handshake's failure is called.
 //!
 //! * Versions: TLS 1.3 and 1.2 (`tls_versions`); the provider's cipher suites (AES-GCM and
-//!   ChaCha20-Poly1305 only, ECDHE only) and key exchange groups (`tls_groups`).
+//!   ChaCha20-Poly1305 only, ECDHE only; their key schedule's HMAC on RustCrypto with keys
+//!   prepared once, see `tls_hmac`) and key exchange groups (`tls_groups`).
 //! * Certificate: ECDSA P-256 unless told otherwise; from PEM files (`tls_cert`, `tls_key`),
 //!   or issued at start by a `secrelay ca` directory (`tls_ca_dir`), or by a throw-away private
 //!   CA made at start (its certificate written to a temporary `ca.pem` for clients to trust,
@@ -199,6 +200,8 @@ impl std::fmt::Debug for Tls {
 pub fn provider(config: &ServeConfig) -> Result<CryptoProvider, ConfigError> {
     use rustls::crypto::aws_lc_rs::{self as p, kx_group};
     let mut provider = p::default_provider();
+    // The same suites, their key schedule's HMAC with keys prepared once (`tls_hmac`).
+    provider.cipher_suites = with_fast_key_schedule(provider.cipher_suites);
     if !config.tls_groups.is_empty() {
         let mut groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup> = Vec::new();
         for g in &config.tls_groups {
@@ -220,6 +223,17 @@ pub fn provider(config: &ServeConfig) -> Result<CryptoProvider, ConfigError> {
         provider.kx_groups = groups;
     }
     Ok(provider)
+}
+
+/// `suites` with their key schedule's HMAC (TLS 1.3 HKDF, TLS 1.2 PRF) on RustCrypto with each
+/// key prepared once, as the HTTPS server runs them (the lab's load client uses them too).
+pub fn with_fast_key_schedule(
+    suites: Vec<rustls::SupportedCipherSuite>,
+) -> Vec<rustls::SupportedCipherSuite> {
+    suites
+        .into_iter()
+        .map(super::tls_hmac::with_fast_hmac)
+        .collect()
 }
 
 /// The rustls server configuration `secrelay serve` runs its HTTPS port with, around a

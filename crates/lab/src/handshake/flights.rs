@@ -298,3 +298,52 @@ pub fn dtls_handshake(
     }
     Err("the DTLS handshake did not finish in 12 exchanges".into())
 }
+
+/// The server side's time per handshake of rustls with `server`'s configuration, over memory
+/// (no sockets, no runtime): `n` handshakes against `client`, only the server's calls timed
+/// (ClientConnection work is outside), median over the handshakes, ns. With `resume`, each
+/// timed handshake resumes the session the previous one gave.
+pub fn tls_server_ns(
+    server: &Arc<ServerConfig>,
+    client: &Arc<ClientConfig>,
+    n: usize,
+    resume: bool,
+) -> Result<f64, String> {
+    let name = ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let mut times = Vec::with_capacity(n);
+    // One untimed handshake first: it leaves a session for the first resumption.
+    let _ = tls_handshake(server, client, 1500)?;
+    for _ in 0..n {
+        let mut c =
+            ClientConnection::new(client.clone(), name.clone()).map_err(|e| e.to_string())?;
+        let mut spent = std::time::Duration::ZERO;
+        let t = Instant::now();
+        let mut s = ServerConnection::new(server.clone()).map_err(|e| e.to_string())?;
+        spent += t.elapsed();
+        for _ in 0..10 {
+            let out = drain_client(&mut c);
+            let t = Instant::now();
+            if !out.is_empty() {
+                feed_server(&mut s, &out)?;
+            }
+            let back = drain_server(&mut s);
+            spent += t.elapsed();
+            if !back.is_empty() {
+                feed_client(&mut c, &back)?;
+            }
+            if !c.is_handshaking() && !s.is_handshaking() && !c.wants_write() && !s.wants_write() {
+                break;
+            }
+        }
+        if c.is_handshaking() || s.is_handshaking() {
+            return Err("the in-memory handshake did not finish".into());
+        }
+        let resumed = matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed));
+        if resumed != resume {
+            return Err(format!("expected resumed = {resume}, got {resumed}"));
+        }
+        times.push(spent.as_nanos() as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}

@@ -8,6 +8,13 @@
 //! `request`), and the connection is closed once the server has closed its side, so that the
 //! server has finished the handshake (and sent its tickets) before the next one starts on that
 //! slot. Latency runs from `connect()` to the client's side of the handshake being complete.
+//! When the run ends, no new connection starts and those in flight finish (none is abandoned),
+//! so the client's counts and the server's agree.
+//!
+//! The client offers a browser's suites in a browser's order ([`BROWSER_SUITE_ORDER`]) unless
+//! told otherwise, and by default makes its key share once per thread and reuses it (the
+//! server still makes and agrees a fresh one every time): the client's cost is kept low so
+//! that it is not what limits a fast server.
 //!
 //! Like tls-perf, the client does not verify the server's certificate unless `ca` is given
 //! (then its chain and name are checked against that CA): a load client that verifies spends
@@ -102,7 +109,9 @@ pub struct TlsLoadOptions {
     /// the version.
     pub suites: Vec<String>,
     /// Key exchange groups offered, most preferred first (`x25519`, `secp256r1`, `secp384r1`,
-    /// `x25519mlkem768`); a key share is sent for the first.
+    /// `x25519mlkem768`); a key share is sent for the first. The default, X25519 then P-256,
+    /// also names the curve of a P-256 certificate, which OpenSSL requires of a TLS 1.2 client
+    /// before it signs with an ECDSA key.
     pub groups: Vec<String>,
     /// Offer the sessions the server gave earlier connections.
     pub resume: bool,
@@ -118,11 +127,17 @@ pub struct TlsLoadOptions {
     pub progress: bool,
     /// Cores the threads are pinned to, round robin (none: not pinned).
     pub cpus: Vec<usize>,
+    /// A new client key share for every connection. Off by default: each thread makes one
+    /// share per group at the start and offers it on all its connections, which saves the
+    /// client a key generation per handshake and changes nothing of the server's work (it
+    /// makes its own ephemeral key and agrees with ours every time). Use it to measure a
+    /// client's own cost.
+    pub fresh_key_shares: bool,
 }
 
 impl TlsLoadOptions {
-    /// TLS 1.3 with X25519 against `target`: 1 connection, 1 thread, no verification, 10 s
-    /// per connection.
+    /// TLS 1.3 with X25519 (P-256 offered too) against `target`: 1 connection, 1 thread, no
+    /// verification, 10 s per connection.
     pub fn new(target: SocketAddr) -> TlsLoadOptions {
         TlsLoadOptions {
             target,
@@ -133,13 +148,14 @@ impl TlsLoadOptions {
             threads: 1,
             version: TlsVersion::Tls13,
             suites: Vec::new(),
-            groups: vec!["x25519".into()],
+            groups: vec!["x25519".into(), "secp256r1".into()],
             resume: false,
             ca: None,
             request: None,
             timeout: Duration::from_secs(10),
             progress: true,
             cpus: Vec::new(),
+            fresh_key_shares: false,
         }
     }
 }
@@ -187,8 +203,6 @@ pub struct TlsLoadReport {
     pub failures: BTreeMap<String, u64>,
     /// Connections whose handshake finished but whose close did not within the deadline.
     pub close_timeouts: u64,
-    /// Connections still open when the duration ended.
-    pub unfinished_at_end: u64,
     /// HTTP responses read (with `request`), by status code.
     pub responses: BTreeMap<String, u64>,
     /// What the finished handshakes negotiated: `version suite group`, counted.
@@ -357,8 +371,101 @@ pub fn kx_group(name: &str) -> anyhow::Result<&'static dyn rustls::crypto::Suppo
     })
 }
 
+/// The suites a browser offers, in its order (Chromium's and Firefox's: AES-128-GCM first),
+/// which the load tool offers by default, so that every server negotiates what it would with
+/// a browser (servers that honour the client's order pick the first).
+pub const BROWSER_SUITE_ORDER: [&str; 9] = [
+    "TLS13_AES_128_GCM_SHA256",
+    "TLS13_AES_256_GCM_SHA384",
+    "TLS13_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+    "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+    "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256",
+    "TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256",
+];
+
+/// A client key share made once and offered on every connection of a thread (see
+/// [`TlsLoadOptions::fresh_key_shares`]): the server's work is unchanged (it makes its own
+/// ephemeral key and agrees with ours); the client saves its key generation.
+#[derive(Debug)]
+struct ReusedShare {
+    group: rustls::NamedGroup,
+    alg: &'static aws_lc_rs::agreement::Algorithm,
+    private: Arc<aws_lc_rs::agreement::PrivateKey>,
+    public: Vec<u8>,
+}
+
+impl ReusedShare {
+    fn new(name: &str) -> anyhow::Result<Option<ReusedShare>> {
+        use aws_lc_rs::agreement::{PrivateKey, ECDH_P256, ECDH_P384, X25519};
+        let (group, alg) = match kx_group(name)?.name() {
+            rustls::NamedGroup::X25519 => (rustls::NamedGroup::X25519, &X25519),
+            rustls::NamedGroup::secp256r1 => (rustls::NamedGroup::secp256r1, &ECDH_P256),
+            rustls::NamedGroup::secp384r1 => (rustls::NamedGroup::secp384r1, &ECDH_P384),
+            // Hybrid groups keep their own (fresh) shares.
+            _ => return Ok(None),
+        };
+        let private = PrivateKey::generate(alg).map_err(|_| anyhow::anyhow!("key generation"))?;
+        let public = private
+            .compute_public_key()
+            .map_err(|_| anyhow::anyhow!("public key"))?
+            .as_ref()
+            .to_vec();
+        Ok(Some(ReusedShare {
+            group,
+            alg,
+            private: Arc::new(private),
+            public,
+        }))
+    }
+}
+
+impl rustls::crypto::SupportedKxGroup for ReusedShare {
+    fn start(&self) -> Result<Box<dyn rustls::crypto::ActiveKeyExchange>, rustls::Error> {
+        Ok(Box::new(ReusedActive {
+            group: self.group,
+            alg: self.alg,
+            private: self.private.clone(),
+            public: self.public.clone(),
+        }))
+    }
+    fn name(&self) -> rustls::NamedGroup {
+        self.group
+    }
+}
+
+struct ReusedActive {
+    group: rustls::NamedGroup,
+    alg: &'static aws_lc_rs::agreement::Algorithm,
+    private: Arc<aws_lc_rs::agreement::PrivateKey>,
+    public: Vec<u8>,
+}
+
+impl rustls::crypto::ActiveKeyExchange for ReusedActive {
+    fn complete(
+        self: Box<Self>,
+        peer_pub_key: &[u8],
+    ) -> Result<rustls::crypto::SharedSecret, rustls::Error> {
+        let peer = aws_lc_rs::agreement::UnparsedPublicKey::new(self.alg, peer_pub_key);
+        aws_lc_rs::agreement::agree(
+            &self.private,
+            &peer,
+            rustls::Error::PeerMisbehaved(rustls::PeerMisbehaved::InvalidKeyShare),
+            |secret| Ok(rustls::crypto::SharedSecret::from(secret)),
+        )
+    }
+    fn pub_key(&self) -> &[u8] {
+        &self.public
+    }
+    fn group(&self) -> rustls::NamedGroup {
+        self.group
+    }
+}
+
 /// The client's crypto provider: aws-lc-rs with the suites of `version` (those named, in
-/// that order) and the named groups.
+/// that order; by default those of [`BROWSER_SUITE_ORDER`]) and the named groups.
 pub fn client_provider(
     version: TlsVersion,
     suites: &[String],
@@ -371,9 +478,9 @@ pub fn client_provider(
         .filter(|s| s.version() == version.rustls())
         .collect();
     p.cipher_suites = if suites.is_empty() {
-        p.cipher_suites
-            .into_iter()
-            .filter(|s| s.version() == version.rustls())
+        BROWSER_SUITE_ORDER
+            .iter()
+            .filter_map(|n| all.iter().copied().find(|s| s.suite().as_str() == Some(*n)))
             .collect()
     } else {
         suites
@@ -405,12 +512,30 @@ pub fn client_provider(
             .map(|g| kx_group(g))
             .collect::<anyhow::Result<_>>()?;
     }
+    // The key schedule's HMAC as secrelay's server runs it (keys prepared once): a cheaper
+    // client, the same bytes on the wire.
+    p.cipher_suites = secrelay_gateway::server::tls::with_fast_key_schedule(p.cipher_suites);
     Ok(p)
 }
 
-/// The client configuration of a run (one per thread: each keeps its own sessions).
+/// The client configuration of a run (one per thread: each keeps its own sessions, and its
+/// key shares unless they are fresh per connection).
 fn client_config(opts: &TlsLoadOptions) -> anyhow::Result<ClientConfig> {
-    let provider = Arc::new(client_provider(opts.version, &opts.suites, &opts.groups)?);
+    let mut provider = client_provider(opts.version, &opts.suites, &opts.groups)?;
+    if !opts.fresh_key_shares {
+        let mut groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup> = Vec::new();
+        for (name, g) in opts.groups.iter().zip(provider.kx_groups.iter()) {
+            match ReusedShare::new(name)? {
+                // Leaked once per thread and run: a handful of small keys for the process.
+                Some(r) => groups.push(Box::leak(Box::new(r))),
+                None => groups.push(*g),
+            }
+        }
+        if !groups.is_empty() {
+            provider.kx_groups = groups;
+        }
+    }
+    let provider = Arc::new(provider);
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[opts.version.rustls()])
         .context("the offered version and suites")?;
@@ -495,7 +620,6 @@ struct ThreadResult {
     negotiated: BTreeMap<String, u64>,
     responses: BTreeMap<String, u64>,
     close_timeouts: u64,
-    unfinished: u64,
     bytes_out: u64,
     bytes_in: u64,
     server_cert: Option<(String, usize)>,
@@ -791,9 +915,10 @@ fn worker(shared: &Shared, slots: usize, index: usize) -> anyhow::Result<(Thread
                 }
             }
         }
+        // Once stopped, no new connection starts; those in flight finish (or reach their
+        // deadline), so that what the server counted is what was counted here.
         if shared.stop.load(Ordering::Relaxed) {
-            res.unfinished += conns.iter().filter(|c| c.is_some()).count() as u64;
-            break;
+            out_of_tickets = true;
         }
         if conns.iter().all(Option::is_none) {
             if out_of_tickets {
@@ -956,7 +1081,6 @@ pub fn run(
         client_cpu += cpu;
         total.full_ms.extend(r.full_ms);
         total.resumed_ms.extend(r.resumed_ms);
-        total.unfinished += r.unfinished;
         total.close_timeouts += r.close_timeouts;
         total.bytes_in += r.bytes_in;
         total.bytes_out += r.bytes_out;
@@ -1036,7 +1160,6 @@ pub fn run(
         failed,
         failures: total.failures,
         close_timeouts: total.close_timeouts,
-        unfinished_at_end: total.unfinished,
         responses: total.responses,
         negotiated: total.negotiated,
         handshakes_per_s: rates,
@@ -1055,7 +1178,11 @@ pub fn run(
                 opts.version.name(),
                 opts.target,
                 crate::versions().get("rustls").cloned().unwrap_or_default(),
-                if opts.resume { "offering the sessions earlier connections got" } else { "no resumption offered" },
+                format!(
+                    "{}; {}",
+                    if opts.resume { "offering the sessions earlier connections got" } else { "no resumption offered" },
+                    if opts.fresh_key_shares { "a fresh key share per connection" } else { "one key share per thread and group, reused (the server's key exchange is unchanged)" }
+                ),
                 match &opts.request {
                     Some(p) => format!("one GET {p}"),
                     None => "close_notify".into(),

@@ -337,8 +337,8 @@ pid {d}/nginx.pid;
 error_log {d}/error.log warn;
 events {{ worker_connections 8192; }}
 http {{
-    access_log {d}/access.log counted;
     log_format counted '$ssl_protocol $ssl_session_reused $status';
+    access_log {d}/access.log counted;
     client_body_temp_path {d}/body;
     proxy_temp_path {d}/proxy;
     fastcgi_temp_path {d}/fastcgi;

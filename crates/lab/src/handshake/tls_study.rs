@@ -147,6 +147,38 @@ fn floor_ops() -> anyhow::Result<Vec<(String, Box<dyn FnMut()>)>> {
     Ok(out)
 }
 
+/// This thread's CPU time, ns.
+fn thread_cpu_ns() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| t.tv_sec() as f64 * 1e9 + t.tv_nsec() as f64)
+        .unwrap_or(f64::NAN)
+}
+
+/// CPU time per call of `op` on this thread (not wall time: the servers' figures are CPU time
+/// from /proc, and on a shared machine other processes' time on the core must not count),
+/// median of runs of about 100 ms (20 ms with `--quick`) after a warm-up.
+fn cpu_ns_per_op(op: &mut dyn FnMut(), quick: bool) -> f64 {
+    for _ in 0..20 {
+        op();
+    }
+    let (runs, target) = if quick { (5, 20e6) } else { (11, 100e6) };
+    let mut per = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = thread_cpu_ns();
+        let mut n = 0u64;
+        loop {
+            op();
+            n += 1;
+            if thread_cpu_ns() - t0 >= target {
+                break;
+            }
+        }
+        per.push((thread_cpu_ns() - t0) / n as f64);
+    }
+    per.sort_by(f64::total_cmp);
+    per[per.len() / 2]
+}
+
 /// The library a server does its crypto with.
 fn library(kind: ServerKind) -> &'static str {
     match kind {
@@ -398,8 +430,10 @@ fn instructions_per_handshake(
         .map_err(|e| e.to_string())?
         .flatten()
     {
+        // The dump `-d` asked for (`cg.out.1`, "Trigger: dump"); the file of the final dump
+        // at exit is still empty while the server runs.
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-        if !text.contains("Dump triggered") && !text.contains("trigger: ") {
+        if !text.contains("Trigger:") {
             continue;
         }
         for l in text.lines() {
@@ -423,35 +457,44 @@ fn instructions_per_handshake(
 }
 
 /// Resident memory per handshake held half-open: `n` clients send a ClientHello (TLS) or
-/// get as far as the server's flight (DTLS) and then say nothing, twice (the first round
-/// warms the allocator); the server's RSS before and during the second round.
+/// get as far as the server's flight (DTLS) and then say nothing; the server's RSS before
+/// and while they wait, after a few complete handshakes; ÷ the clients it answered.
 fn half_open_kib(server: &ServerProc, n: usize, dtls: bool) -> anyhow::Result<(f64, usize)> {
-    let mut per = (f64::NAN, 0);
-    for _round in 0..2 {
-        let before = server.rss_kib();
-        let (held, count): (Vec<Box<dyn std::any::Any>>, usize) = if dtls {
-            let (s, n) = half_open_dtls(server.addr, n)?;
-            (
-                s.into_iter()
-                    .map(|x| Box::new(x) as Box<dyn std::any::Any>)
-                    .collect(),
-                n,
-            )
-        } else {
-            let (s, n) = half_open_tls(server.addr, n)?;
-            (
-                s.into_iter()
-                    .map(|x| Box::new(x) as Box<dyn std::any::Any>)
-                    .collect(),
-                n,
-            )
-        };
-        let during = server.rss_kib();
-        per = ((during - before) / count.max(1) as f64, count);
-        drop(held);
-        std::thread::sleep(Duration::from_millis(300));
+    // A few complete handshakes first, so that what is made once (tables, buffers' first
+    // growth) is not counted per handshake.
+    if dtls {
+        let mut o = super::load::LoadOptions::new(server.addr);
+        o.handshakes = Some(20);
+        o.progress = false;
+        let _ = super::load::run(o, Arc::new(AtomicBool::new(false)));
+    } else {
+        let mut o = TlsLoadOptions::new(server.addr);
+        o.handshakes = Some(20);
+        o.progress = false;
+        let _ = tls_load::run(o, Arc::new(AtomicBool::new(false)), false);
     }
-    Ok(per)
+    std::thread::sleep(Duration::from_millis(200));
+    let before = server.rss_kib();
+    let (held, count): (Vec<Box<dyn std::any::Any>>, usize) = if dtls {
+        let (s, n) = half_open_dtls(server.addr, n)?;
+        (
+            s.into_iter()
+                .map(|x| Box::new(x) as Box<dyn std::any::Any>)
+                .collect(),
+            n,
+        )
+    } else {
+        let (s, n) = half_open_tls(server.addr, n)?;
+        (
+            s.into_iter()
+                .map(|x| Box::new(x) as Box<dyn std::any::Any>)
+                .collect(),
+            n,
+        )
+    };
+    let during = server.rss_kib();
+    drop(held);
+    Ok(((during - before) / count.max(1) as f64, count))
 }
 
 /// `n` TCP connections that each sent a ClientHello and read the server's first flight (or
@@ -616,8 +659,7 @@ impl Study for TlsStudy {
         pin_self(server_core);
         let mut floor_ns = BTreeMap::new();
         for (id, mut op) in floor_ops()? {
-            let t = ctx.bench.time(&mut op);
-            floor_ns.insert(id, t.ns);
+            floor_ns.insert(id, cpu_ns_per_op(&mut op, quick));
         }
         let floor_us: BTreeMap<String, f64> =
             floor_ns.iter().map(|(k, v)| (k.clone(), v / 1e3)).collect();
@@ -663,6 +705,8 @@ impl Study for TlsStudy {
                 o
             };
             let _ = super::load::run(mk(load.warmup), Arc::new(AtomicBool::new(false)));
+            // The server prints its counters once a second: let the warm-up's be printed.
+            std::thread::sleep(Duration::from_millis(1200));
             let c0 = server.counted().map(|c| c.0).unwrap_or(0);
             let cpu0 = server.cpu_s();
             let r = super::load::run(mk(load.duration), Arc::new(AtomicBool::new(false)))?;
@@ -676,7 +720,7 @@ impl Study for TlsStudy {
 
         // Memory per half-open handshake, each server alone on its core.
         ctx.step("memory per half-open handshake");
-        let n_half = if quick { 100 } else { 400 };
+        let n_half = if quick { 200 } else { 1000 };
         let mut memory: Vec<(String, Result<(f64, usize), String>)> = Vec::new();
         for kind in [
             ServerKind::Secrelay,
@@ -724,18 +768,71 @@ impl Study for TlsStudy {
         let wire = wire_table(&ca, quick)?;
         ctx.done();
 
+        // secrelay's TLS stack alone (rustls with the gateway's configuration, over memory):
+        // what the server does per handshake without sockets or a runtime.
+        ctx.step("secrelay's TLS stack in memory");
+        pin_self(server_core);
+        let stack = stack_rows(&ca, quick)?;
+        pin_self(None);
+        ctx.done();
+
         // Tables.
         let rates = rates_table(&runs);
         let (ratio_t, ratio_notes) = ratios_table(&runs);
         notes.extend(ratio_notes);
-        let floor_t = floor_table(&runs, &floor_us, &instructions, &floor_instr, &dtls);
+        let mut floor_t = floor_table(&runs, &floor_us, &instructions, &floor_instr, &dtls);
+        for (scenario, us) in &stack {
+            let (cert, version, resume) = scenario_parts(scenario);
+            let parts = floor_parts(cert, version, resume);
+            let floor = floor_of(&floor_us, "aws-lc-rs", &parts);
+            let none = parts.is_empty();
+            floor_t.push([
+                (
+                    "server",
+                    Cell::text("secrelay's TLS stack alone (rustls, in memory)"),
+                ),
+                ("scenario", Cell::text(scenario.clone())),
+                (
+                    "floor_ops",
+                    Cell::text(if none {
+                        "none (symmetric crypto only)".to_string()
+                    } else {
+                        format!("aws-lc-rs: {}", parts.join(" + "))
+                    }),
+                ),
+                ("server_us", Cell::num(*us)),
+                ("floor_us", Cell::num(if none { 0.0 } else { floor })),
+                ("rest_us", Cell::num(us - if none { 0.0 } else { floor })),
+                (
+                    "ratio",
+                    if none {
+                        Cell::not_offered("not applicable: no public-key operation")
+                    } else {
+                        ratio(*us, floor)
+                    },
+                ),
+                (
+                    "instr",
+                    Cell::not_offered("not applicable: timed, not counted"),
+                ),
+                ("floor_instr", Cell::not_offered("not applicable")),
+                ("instr_ratio", Cell::not_offered("not applicable")),
+            ]);
+            if scenario == "TLS 1.3 full ecdsa-p256" {
+                notes.push(format!(
+                    "secrelay's TLS stack alone (rustls + aws-lc-rs, the gateway's configuration, in memory): {us:.0} µs of server time per full TLS 1.3 handshake = {:.2}× its crypto floor ({floor:.0} µs; target ≤ 1.3×: {}); the whole server over TCP: see the rows above.",
+                    us / floor,
+                    if us / floor <= 1.3 { "met" } else { "NOT met" }
+                ));
+            }
+        }
         let side = side_by_side(&runs, &dtls, &floor_us);
         let mem_t = memory_table(&memory, n_half);
         for (name, why) in &unavailable {
             notes.push(format!("{name}: {why}"));
         }
         notes.push(format!(
-            "Cores: servers pinned to {}, the load tool's thread to {} (taskset / sched_setaffinity); {} connections in flight, one client thread, {:.1} s per row after a {:.1} s warm-up per server; X25519 offered. The client does not verify certificates (tls-perf's practice; a verifying client spends an ECDSA verify per handshake). OpenSSL {}; nginx {}.",
+            "Cores: servers pinned to {}, the load tool's thread to {} (taskset / sched_setaffinity); {} connections in flight, one client thread, {:.1} s per row after a {:.1} s warm-up per server; X25519 offered. The client does not verify certificates (tls-perf's practice; a verifying client spends an ECDSA verify per handshake). {}; nginx {}.",
             server_core.map_or("any core".into(), |c| format!("core {c}")),
             client_core.map_or("any core".into(), |c| format!("core {c}")),
             load.connections,
@@ -768,6 +865,51 @@ impl Study for TlsStudy {
             notes,
         })
     }
+}
+
+/// `TLS 1.3 full ecdsa-p256` → its parts.
+fn scenario_parts(s: &str) -> (&str, TlsVersion, bool) {
+    let v = if s.starts_with("TLS 1.2") {
+        TlsVersion::Tls12
+    } else {
+        TlsVersion::Tls13
+    };
+    (s.rsplit(' ').next().unwrap_or(""), v, s.contains("resumed"))
+}
+
+/// Server-side µs per handshake of secrelay's TLS stack over memory, by scenario.
+fn stack_rows(ca: &CaDir, quick: bool) -> anyhow::Result<Vec<(String, f64)>> {
+    let cert = issue_certificate_for(
+        ca.certificate(),
+        &["localhost"],
+        Role::Server,
+        KeyType::EcdsaP256,
+    )?;
+    let server = flights::secrelay_server_config(&cert).map_err(|e| anyhow::anyhow!(e))?;
+    let n = if quick { 100 } else { 1000 };
+    let mut out = Vec::new();
+    for (version, suite) in [
+        (TlsVersion::Tls13, "TLS13_AES_128_GCM_SHA256"),
+        (TlsVersion::Tls12, "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"),
+    ] {
+        let resuming = flights::tls_client(ca.certificate().der(), version, suite, "x25519")?;
+        let mut fresh = (*resuming).clone();
+        fresh.resumption = rustls::client::Resumption::disabled();
+        let fresh = Arc::new(fresh);
+        for (client, resume) in [(&fresh, false), (&resuming, true)] {
+            let ns = flights::tls_server_ns(&server, client, n, resume)
+                .map_err(|e| anyhow::anyhow!("TLS {} in memory: {e}", version.name()))?;
+            out.push((
+                format!(
+                    "TLS {} {} ecdsa-p256",
+                    version.name(),
+                    if resume { "resumed" } else { "full" }
+                ),
+                ns / 1e3,
+            ));
+        }
+    }
+    Ok(out)
 }
 
 fn nginx_version() -> Option<String> {
@@ -826,6 +968,18 @@ fn rates_table(runs: &[Run]) -> Table {
     t
 }
 
+/// The scenarios of the runs, each once, in the order they ran.
+fn unique_scenarios(runs: &[Run]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for r in runs {
+        let sc = r.scenario();
+        if !out.contains(&sc) {
+            out.push(sc);
+        }
+    }
+    out
+}
+
 fn find<'a>(runs: &'a [Run], server: ServerKind, scenario: &str) -> Option<&'a Run> {
     runs.iter()
         .find(|r| r.server == server && r.scenario() == scenario)
@@ -843,8 +997,7 @@ fn ratios_table(runs: &[Run]) -> (Table, Vec<String>) {
     .col_unit("per_cpu", "per server CPU-second", "×")
     .col_unit("p95_latency", "p95 latency", "×");
     let mut notes = Vec::new();
-    let mut scenarios: Vec<String> = runs.iter().map(Run::scenario).collect();
-    scenarios.dedup();
+    let scenarios = unique_scenarios(runs);
     for sc in &scenarios {
         let Some(ours) = find(runs, ServerKind::Secrelay, sc) else {
             continue;
@@ -1068,11 +1221,23 @@ fn side_by_side(
         ("per_cpu_s", Cell::num(report.completed as f64 / cpu)),
         (
             "counted",
-            Cell::text(if *counted == report.completed {
-                format!("yes ({counted})")
-            } else {
-                format!("server {counted}, client {}", report.completed)
-            }),
+            // The DTLS load tool leaves the handshakes in flight at the end unfinished; the
+            // server may have finished some of them.
+            Cell::text(
+                if (report.completed..=report.completed + report.unfinished_at_end)
+                    .contains(counted)
+                {
+                    format!(
+                        "yes ({counted}; client {} + {} left in flight)",
+                        report.completed, report.unfinished_at_end
+                    )
+                } else {
+                    format!(
+                        "NO: server {counted}, client {} + {} left in flight",
+                        report.completed, report.unfinished_at_end
+                    )
+                },
+            ),
         ),
         ("floor_us", Cell::num(floor)),
     ]);
@@ -1082,7 +1247,7 @@ fn side_by_side(
 fn memory_table(memory: &[(String, Result<(f64, usize), String>)], n: usize) -> Table {
     let mut t = Table::new(
         "half_open_memory",
-        format!("Server memory per handshake held half-open ({n} clients that send their first flight and then nothing; resident memory, second of two rounds)"),
+        format!("Server memory per handshake held half-open ({n} clients that send their first flight and then nothing; the server's resident memory while they wait, less before, ÷ those it answered)"),
     )
     .col("server", "server")
     .col_unit("kib", "per half-open handshake", "KiB")
@@ -1223,8 +1388,7 @@ fn wire_table(ca: &CaDir, quick: bool) -> anyhow::Result<Table> {
 }
 
 fn plots(runs: &[Run]) -> Vec<Plot> {
-    let mut scenarios: Vec<String> = runs.iter().map(Run::scenario).collect();
-    scenarios.dedup();
+    let scenarios = unique_scenarios(runs);
     let series = |f: &dyn Fn(&Run) -> f64| -> Vec<Series> {
         [ServerKind::Secrelay, ServerKind::Nginx, ServerKind::SServer]
             .iter()
