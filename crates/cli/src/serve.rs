@@ -129,6 +129,17 @@ pub fn init_logs(filter: &str) -> Result<()> {
 pub fn run(a: &ServeArgs) -> Result<()> {
     init_logs(&a.log)?;
     let c = config(a)?;
+    // The handlers first: a signal that comes as soon as the start-up line is out (a
+    // supervisor's, a test's) must find them in place.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(sig, stop.clone())
+            .map_err(|e| anyhow!("installing the signal handler: {e}"))?;
+    }
+    // SIGHUP: the HTTPS certificate again from its source (files re-read, or issued afresh).
+    let reload = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
+        .map_err(|e| anyhow!("installing the SIGHUP handler: {e}"))?;
     let server = Server::start(c).map_err(|e| anyhow!("{e}"))?;
     let g = server.gateway();
     let mut signaling = Vec::new();
@@ -150,15 +161,6 @@ pub fn run(a: &ServeArgs) -> Result<()> {
             .map(|a| format!(", ng control on UDP {a}"))
             .unwrap_or_default()
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(sig, stop.clone())
-            .map_err(|e| anyhow!("installing the signal handler: {e}"))?;
-    }
-    // SIGHUP: the HTTPS certificate again from its source (files re-read, or issued afresh).
-    let reload = Arc::new(AtomicBool::new(false));
-    signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
-        .map_err(|e| anyhow!("installing the SIGHUP handler: {e}"))?;
     while !stop.load(Ordering::Relaxed) {
         if reload.swap(false, Ordering::Relaxed) {
             match server.reload_tls() {
