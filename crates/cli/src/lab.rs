@@ -22,6 +22,8 @@ pub struct StudyArgs {
 }
 
 /// The lab's studies.
+// Parsed once per process: the handshake variant's size (its many flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum LabCommand {
     /// Every study, then DIR/report.html (DIR defaults to ./lab-report).

@@ -141,8 +141,7 @@ fn s_client(addr: &str, ca: &Path, args: &[&str]) -> String {
         .unwrap()
         .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .unwrap();
-    let out = wait_output(child, Duration::from_secs(20));
-    out
+    wait_output(child, Duration::from_secs(20))
 }
 
 fn wait_output(mut child: Child, limit: Duration) -> String {

@@ -451,7 +451,7 @@ impl rustls::crypto::ActiveKeyExchange for ReusedActive {
         let peer = aws_lc_rs::agreement::UnparsedPublicKey::new(self.alg, peer_pub_key);
         aws_lc_rs::agreement::agree(
             &self.private,
-            &peer,
+            peer,
             rustls::Error::PeerMisbehaved(rustls::PeerMisbehaved::InvalidKeyShare),
             |secret| Ok(rustls::crypto::SharedSecret::from(secret)),
         )
@@ -731,26 +731,20 @@ fn drive(c: &mut Conn, shared: &Shared, res: &mut ThreadResult) -> Next {
         if let Err(e) = flush(c) {
             return lost(c, shared, res, &e);
         }
-        // Read what there is.
+        // Read what there is (rustls buffers a bounded amount: one read, processed, then the
+        // next turn of this loop reads again until the socket has nothing left).
         let mut eof = false;
         let mut read_any = false;
-        loop {
-            match c.tls.read_tls(&mut c.sock) {
-                Ok(0) => {
-                    eof = true;
-                    break;
+        match c.tls.read_tls(&mut c.sock) {
+            Ok(0) => eof = true,
+            Ok(n) => {
+                read_any = true;
+                if matches!(c.phase, Phase::Handshaking) {
+                    c.bytes_in += n as u64;
                 }
-                Ok(n) => {
-                    read_any = true;
-                    if matches!(c.phase, Phase::Handshaking) {
-                        c.bytes_in += n as u64;
-                    }
-                    // rustls buffers a bounded amount: process before reading more.
-                    break;
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e) => return lost(c, shared, res, &e),
             }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(e) => return lost(c, shared, res, &e),
         }
         if read_any || eof {
             match c.tls.process_new_packets() {
@@ -972,6 +966,23 @@ fn worker(shared: &Shared, slots: usize, index: usize) -> anyhow::Result<(Thread
     Ok((res, cpu))
 }
 
+/// What the client does about sessions and key shares, for the method.
+fn client_practice(opts: &TlsLoadOptions) -> String {
+    format!(
+        "{}; {}",
+        if opts.resume {
+            "offering the sessions earlier connections got"
+        } else {
+            "no resumption offered"
+        },
+        if opts.fresh_key_shares {
+            "a fresh key share per connection"
+        } else {
+            "one key share per thread and group, reused (the server's key exchange is unchanged)"
+        }
+    )
+}
+
 fn latency(mut v: Vec<f64>) -> Option<LatencyStats> {
     if v.is_empty() {
         return None;
@@ -1178,11 +1189,7 @@ pub fn run(
                 opts.version.name(),
                 opts.target,
                 crate::versions().get("rustls").cloned().unwrap_or_default(),
-                format!(
-                    "{}; {}",
-                    if opts.resume { "offering the sessions earlier connections got" } else { "no resumption offered" },
-                    if opts.fresh_key_shares { "a fresh key share per connection" } else { "one key share per thread and group, reused (the server's key exchange is unchanged)" }
-                ),
+                client_practice(&opts),
                 match &opts.request {
                     Some(p) => format!("one GET {p}"),
                     None => "close_notify".into(),

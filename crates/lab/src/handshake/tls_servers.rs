@@ -642,7 +642,7 @@ pub fn https_get(addr: SocketAddr, ca_der: &[u8], path: &str) -> anyhow::Result<
     let (head, body) = text
         .split_once("\r\n\r\n")
         .with_context(|| format!("GET https://{addr}{path}: no HTTP response"))?;
-    if !head.starts_with("HTTP/1.") || !head.split_whitespace().nth(1).is_some_and(|c| c == "200") {
+    if !head.starts_with("HTTP/1.") || head.split_whitespace().nth(1).is_none_or(|c| c != "200") {
         bail!(
             "GET https://{addr}{path}: {}",
             head.lines().next().unwrap_or("")

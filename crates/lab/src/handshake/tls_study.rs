@@ -137,8 +137,14 @@ fn openssl_ops() -> anyhow::Result<FloorOps> {
 }
 
 /// The floors' operations by id, for timing and counting.
-fn floor_ops() -> anyhow::Result<Vec<(String, Box<dyn FnMut()>)>> {
-    let mut out: Vec<(String, Box<dyn FnMut()>)> = Vec::new();
+/// One floor operation, by id.
+type FloorOp = (String, Box<dyn FnMut()>);
+
+/// A server's memory per half-open handshake (KiB, clients answered), or why there is none.
+type MemoryRow = (String, Result<(f64, usize), String>);
+
+fn floor_ops() -> anyhow::Result<Vec<FloorOp>> {
+    let mut out: Vec<FloorOp> = Vec::new();
     for (lib, ops) in [("aws-lc-rs", aws_lc_ops()?), ("OpenSSL", openssl_ops()?)] {
         out.push((format!("{lib}/sign-p256"), ops.sign_p256));
         out.push((format!("{lib}/sign-rsa2048"), ops.sign_rsa2048));
@@ -610,7 +616,7 @@ impl Study for TlsStudy {
     fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
         Ok(floor_ops()?
             .into_iter()
-            .map(|(id, mut op)| CountedOp::new(format!("floor/{id}"), 20, move || op()))
+            .map(|(id, op)| CountedOp::new(format!("floor/{id}"), 20, op))
             .collect())
     }
 
@@ -721,7 +727,7 @@ impl Study for TlsStudy {
         // Memory per half-open handshake, each server alone on its core.
         ctx.step("memory per half-open handshake");
         let n_half = if quick { 200 } else { 1000 };
-        let mut memory: Vec<(String, Result<(f64, usize), String>)> = Vec::new();
+        let mut memory: Vec<MemoryRow> = Vec::new();
         for kind in [
             ServerKind::Secrelay,
             ServerKind::Nginx,
@@ -1244,7 +1250,7 @@ fn side_by_side(
     t
 }
 
-fn memory_table(memory: &[(String, Result<(f64, usize), String>)], n: usize) -> Table {
+fn memory_table(memory: &[MemoryRow], n: usize) -> Table {
     let mut t = Table::new(
         "half_open_memory",
         format!("Server memory per handshake held half-open ({n} clients that send their first flight and then nothing; the server's resident memory while they wait, less before, ÷ those it answered)"),
