@@ -34,7 +34,7 @@ use anyhow::{bail, Context as _};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{ClientSessionMemoryCache, Resumption};
+use rustls::client::Resumption;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
@@ -518,6 +518,62 @@ pub fn client_provider(
     Ok(p)
 }
 
+/// The sessions a load thread keeps: every TLS 1.3 ticket the server gives, up to `cap`
+/// (rustls' own memory cache keeps 8 per server, fewer than a thread with dozens of
+/// connections in flight takes at once, which would turn resumptions into full handshakes
+/// for want of a ticket), the last TLS 1.2 session, the last key exchange group. One target
+/// per run, so the server name is not looked at.
+#[derive(Debug)]
+struct LoadSessions {
+    cap: usize,
+    tls13: std::sync::Mutex<std::collections::VecDeque<rustls::client::Tls13ClientSessionValue>>,
+    tls12: std::sync::Mutex<Option<rustls::client::Tls12ClientSessionValue>>,
+    kx: std::sync::Mutex<Option<rustls::NamedGroup>>,
+}
+
+fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl rustls::client::ClientSessionStore for LoadSessions {
+    fn set_kx_hint(&self, _: ServerName<'static>, group: rustls::NamedGroup) {
+        *locked(&self.kx) = Some(group);
+    }
+    fn kx_hint(&self, _: &ServerName<'_>) -> Option<rustls::NamedGroup> {
+        *locked(&self.kx)
+    }
+    fn set_tls12_session(
+        &self,
+        _: ServerName<'static>,
+        v: rustls::client::Tls12ClientSessionValue,
+    ) {
+        *locked(&self.tls12) = Some(v);
+    }
+    fn tls12_session(&self, _: &ServerName<'_>) -> Option<rustls::client::Tls12ClientSessionValue> {
+        locked(&self.tls12).clone()
+    }
+    fn remove_tls12_session(&self, _: &ServerName<'static>) {
+        *locked(&self.tls12) = None;
+    }
+    fn insert_tls13_ticket(
+        &self,
+        _: ServerName<'static>,
+        v: rustls::client::Tls13ClientSessionValue,
+    ) {
+        let mut q = locked(&self.tls13);
+        if q.len() >= self.cap {
+            q.pop_front();
+        }
+        q.push_back(v);
+    }
+    fn take_tls13_ticket(
+        &self,
+        _: &ServerName<'static>,
+    ) -> Option<rustls::client::Tls13ClientSessionValue> {
+        locked(&self.tls13).pop_back()
+    }
+}
+
 /// The client configuration of a run (one per thread: each keeps its own sessions, and its
 /// key shares unless they are fresh per connection).
 fn client_config(opts: &TlsLoadOptions) -> anyhow::Result<ClientConfig> {
@@ -557,9 +613,12 @@ fn client_config(opts: &TlsLoadOptions) -> anyhow::Result<ClientConfig> {
             .with_no_client_auth(),
     };
     c.resumption = if opts.resume {
-        Resumption::store(Arc::new(ClientSessionMemoryCache::new(
-            opts.connections.max(8) * 4,
-        )))
+        Resumption::store(Arc::new(LoadSessions {
+            cap: opts.connections.max(8) * 4,
+            tls13: Default::default(),
+            tls12: Default::default(),
+            kx: Default::default(),
+        }))
     } else {
         Resumption::disabled()
     };
