@@ -222,6 +222,12 @@ pub struct TlsLoadReport {
     pub bytes_server_to_client: f64,
     /// The load tool's own CPU time (user + system, all its threads), seconds.
     pub client_cpu_s: f64,
+    /// Every finished handshake's latency, ms (for merging runs; not written out).
+    #[serde(skip)]
+    pub latencies_ms: Vec<f64>,
+    /// Of those, the resumptions' (for merging runs; not written out).
+    #[serde(skip)]
+    pub resumed_latencies_ms: Vec<f64>,
     /// How it was measured.
     pub method: LoadMethod,
 }
@@ -1042,6 +1048,67 @@ fn client_practice(opts: &TlsLoadOptions) -> String {
     )
 }
 
+impl TlsLoadReport {
+    /// One report for runs of the same settings against the same server taken in turns
+    /// (interleaved with other servers' runs): counts and times summed, the per-second samples
+    /// and the latencies pooled, rates and percentiles computed again over them.
+    pub fn merge(mut runs: Vec<TlsLoadReport>) -> Option<TlsLoadReport> {
+        let mut out = runs.pop()?;
+        for r in runs {
+            out.elapsed_s += r.elapsed_s;
+            out.completed += r.completed;
+            out.full += r.full;
+            out.resumed += r.resumed;
+            out.failed += r.failed;
+            out.close_timeouts += r.close_timeouts;
+            out.client_cpu_s += r.client_cpu_s;
+            for (src, dst) in [
+                (r.failures, &mut out.failures),
+                (r.negotiated, &mut out.negotiated),
+                (r.responses, &mut out.responses),
+            ] {
+                for (k, v) in src {
+                    *dst.entry(k).or_default() += v;
+                }
+            }
+            let (a, b) = (out.completed - r.completed, r.completed);
+            let weigh = |x: f64, y: f64| {
+                if a + b == 0 {
+                    x
+                } else {
+                    (x * a as f64 + y * b as f64) / (a + b) as f64
+                }
+            };
+            out.bytes_client_to_server =
+                weigh(out.bytes_client_to_server, r.bytes_client_to_server);
+            out.bytes_server_to_client =
+                weigh(out.bytes_server_to_client, r.bytes_server_to_client);
+            out.handshakes_per_s
+                .samples
+                .extend(r.handshakes_per_s.samples);
+            out.latencies_ms.extend(r.latencies_ms);
+            out.resumed_latencies_ms.extend(r.resumed_latencies_ms);
+            if out.server_chain_len == 0 {
+                out.server_certificate = r.server_certificate;
+                out.server_chain_len = r.server_chain_len;
+            }
+        }
+        let mut sorted = out.handshakes_per_s.samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(hi)) = (sorted.first(), sorted.last()) {
+            out.handshakes_per_s.min = *lo;
+            out.handshakes_per_s.max = *hi;
+            out.handshakes_per_s.p95 = super::quantile(&sorted, 0.05);
+        }
+        out.handshakes_per_s.avg = out.completed as f64 / out.elapsed_s.max(1e-9);
+        if let Some(l) = latency(out.latencies_ms.clone()) {
+            out.latency_ms = l;
+        }
+        out.latency_resumed_ms = latency(out.resumed_latencies_ms.clone());
+        Some(out)
+    }
+}
+
 fn latency(mut v: Vec<f64>) -> Option<LatencyStats> {
     if v.is_empty() {
         return None;
@@ -1187,6 +1254,8 @@ pub fn run(
         .chain(&total.resumed_ms)
         .copied()
         .collect();
+    let all_kept = all.clone();
+    let resumed_kept = total.resumed_ms.clone();
     let nan = LatencyStats {
         p50: f64::NAN,
         p95: f64::NAN,
@@ -1239,6 +1308,8 @@ pub fn run(
         bytes_client_to_server: total.bytes_out as f64 / completed.max(1) as f64,
         bytes_server_to_client: total.bytes_in as f64 / completed.max(1) as f64,
         client_cpu_s: client_cpu,
+        latencies_ms: all_kept,
+        resumed_latencies_ms: resumed_kept,
         method: LoadMethod {
             timed: format!(
                 "TLS {} handshakes over TCP against {}, rustls {} on aws-lc-rs as the client ({}): a new connection each, \

@@ -230,6 +230,31 @@ struct Run {
 }
 
 impl Run {
+    /// One run of a server's rounds: the reports merged, CPU and counts summed.
+    fn merge(rounds: Vec<Run>) -> Option<Run> {
+        let first = rounds.first()?;
+        let (server, cert, version, resume) = (
+            first.server,
+            first.cert.clone(),
+            first.version,
+            first.resume,
+        );
+        let server_cpu_s = rounds.iter().map(|r| r.server_cpu_s).sum();
+        let counted = rounds.iter().try_fold((0u64, 0u64), |acc, r| {
+            r.counted.map(|(f, s)| (acc.0 + f, acc.1 + s))
+        });
+        let report = TlsLoadReport::merge(rounds.into_iter().map(|r| r.report).collect())?;
+        Some(Run {
+            server,
+            cert,
+            version,
+            resume,
+            report,
+            server_cpu_s,
+            counted,
+        })
+    }
+
     fn per_cpu_s(&self) -> f64 {
         self.report.completed as f64 / self.server_cpu_s
     }
@@ -267,6 +292,9 @@ impl Run {
 
 /// Settings of the load runs.
 struct Load {
+    /// Rounds per scenario (each server once per round).
+    rounds: usize,
+    /// Length of one server's turn in a round.
     duration: Duration,
     warmup: Duration,
     connections: usize,
@@ -634,7 +662,8 @@ impl Study for TlsStudy {
             (None, None)
         };
         let load = Load {
-            duration: Duration::from_secs_f64(if quick { 1.5 } else { 5.0 }),
+            rounds: if quick { 2 } else { 4 },
+            duration: Duration::from_secs_f64(if quick { 0.75 } else { 1.25 }),
             warmup: Duration::from_secs_f64(if quick { 0.5 } else { 1.0 }),
             connections: if quick { 8 } else { 32 },
             client_core,
@@ -675,7 +704,11 @@ impl Study for TlsStudy {
         pin_self(client_core);
         let mut runs: Vec<Run> = Vec::new();
         let mut unavailable: BTreeMap<&'static str, String> = BTreeMap::new();
+        // The three servers run at once (an idle one costs nothing), and each scenario is
+        // measured in rounds that take the servers in turn, each round in another order, so
+        // that load from elsewhere on the machine weighs on all of them alike.
         for f in &files {
+            let mut up = Vec::new();
             for kind in servers {
                 ctx.step(format!("{} with {}", kind.name(), f.key_type));
                 if let Some(why) = tls_servers::unavailable(kind) {
@@ -690,10 +723,20 @@ impl Study for TlsStudy {
                 }
                 .with_context(|| format!("starting {}", kind.name()))?;
                 warm(&server, &load);
-                for (version, resume) in scenarios {
-                    runs.push(measure(&server, &load, &f.key_type, version, resume)?);
-                }
+                up.push(server);
                 ctx.done();
+            }
+            for (version, resume) in scenarios {
+                let mut rounds: Vec<Vec<Run>> = up.iter().map(|_| Vec::new()).collect();
+                for round in 0..load.rounds {
+                    for k in 0..up.len() {
+                        let i = (k + round) % up.len();
+                        rounds[i].push(measure(&up[i], &load, &f.key_type, version, resume)?);
+                    }
+                }
+                for r in rounds {
+                    runs.extend(Run::merge(r));
+                }
             }
         }
 
@@ -838,10 +881,11 @@ impl Study for TlsStudy {
             notes.push(format!("{name}: {why}"));
         }
         notes.push(format!(
-            "Cores: servers pinned to {}, the load tool's thread to {} (taskset / sched_setaffinity); {} connections in flight, one client thread, {:.1} s per row after a {:.1} s warm-up per server; X25519 offered. The client does not verify certificates (tls-perf's practice; a verifying client spends an ECDSA verify per handshake). {}; nginx {}.",
+            "Cores: servers pinned to {}, the load tool's thread to {} (taskset / sched_setaffinity); {} connections in flight, one client thread; each row is {} turns of {:.2} s, the servers taking turns in a different order each round, after a {:.1} s warm-up per server; X25519 offered (P-256 listed too). The client does not verify certificates (tls-perf's practice; a verifying client spends an ECDSA verify per handshake). {}; nginx {}.",
             server_core.map_or("any core".into(), |c| format!("core {c}")),
             client_core.map_or("any core".into(), |c| format!("core {c}")),
             load.connections,
+            load.rounds,
             load.duration.as_secs_f64(),
             load.warmup.as_secs_f64(),
             openssl::version::version(),
@@ -860,7 +904,7 @@ impl Study for TlsStudy {
             title: self.title().into(),
             seeds: vec!["001_…".into(), "004_…".into()],
             method: ctx.method(
-                "Each row: the load tool (rustls on aws-lc-rs, one thread) against one server process for a fixed time, handshakes/s sampled every second \
+                "Each row: the load tool (rustls on aws-lc-rs, one thread) against one server process, in turns interleaved with the other servers' (rounds, each in another order), handshakes/s sampled every second \
                  (tls-perf's max / avg / 95th percentile / min), latency from connect() to the client's end of the handshake, the server's CPU time \
                  (user + system, from /proc) over the same window; the server's own counters read before and after. Crypto floors: the public-key \
                  operations one server-side handshake needs, timed in this process on the servers' core (median of runs).",
