@@ -19,8 +19,14 @@ sent and packets lost from getStats at the start and the end of that window.
 
 The pages report to the local server (POST /report); this script waits for those reports and
 prints one JSON line with what they measured. Exit status 0 only when everything passed.
-Usage: chromium_av.py --base http://127.0.0.1:PORT [--chromium /usr/bin/chromium] [--room R]
-       [--late SECS [--lossy-viewer PCT] [--watch SECS]]
+
+Over HTTPS (`--base https://…`), `--ca` names the private CA's certificate: it becomes the one
+added trust anchor of the browsers' NSS database (certutil, in a HOME of their own, trust
+flags "C,,"), so Chromium verifies the gateway's certificate against it like any other; no
+certificate error is ignored. With `--page-cert`/`--page-key` (a certificate from the same CA
+for 127.0.0.1) the pages are served over HTTPS too.
+Usage: chromium_av.py --base http(s)://127.0.0.1:PORT [--ca ca.pem [--page-cert C --page-key K]]
+       [--chromium /usr/bin/chromium] [--room R] [--late SECS [--lossy-viewer PCT] [--watch SECS]]
 """
 
 import argparse
@@ -261,7 +267,24 @@ class Pages:
         return None
 
 
-def serve_pages(pages):
+def trust_ca(work, ca):
+    """A HOME whose NSS database (Chromium's on Linux) trusts `ca` to issue server certificates."""
+    home = os.path.join(work, "home")
+    db = os.path.join(home, ".pki", "nssdb")
+    os.makedirs(db)
+    subprocess.run(["certutil", "-N", "-d", f"sql:{db}", "--empty-password"], check=True, capture_output=True)
+    subprocess.run(
+        ["certutil", "-A", "-d", f"sql:{db}", "-n", "secrelay private CA", "-t", "C,,", "-i", ca],
+        check=True,
+        capture_output=True,
+    )
+    listed = subprocess.run(["certutil", "-L", "-d", f"sql:{db}"], check=True, capture_output=True, text=True).stdout
+    if "secrelay private CA" not in listed:
+        raise RuntimeError(f"the CA is not in the NSS database:\n{listed}")
+    return home
+
+
+def serve_pages(pages, tls=None):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -310,6 +333,12 @@ def serve_pages(pages):
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     httpd.daemon_threads = True
+    if tls:
+        import ssl
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(tls[0], tls[1])
+        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd
 
@@ -377,7 +406,7 @@ def relay_answer(pages, loss, answer):
     return "\r\n".join(out)
 
 
-def launch(chromium, url, profile, log):
+def launch(chromium, url, profile, log, home=None):
     args = [
         chromium,
         "--headless",
@@ -401,7 +430,10 @@ def launch(chromium, url, profile, log):
         f"--user-data-dir={profile}",
         url,
     ]
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    env = dict(os.environ)
+    if home:
+        env["HOME"] = home
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
 
 
 def stop(proc):
@@ -427,8 +459,12 @@ def version(chromium):
 
 def run(args, result, work):
     pages = Pages(args.lossy_viewer / 100.0)
-    httpd = serve_pages(pages)
-    origin = f"http://127.0.0.1:{httpd.server_address[1]}"
+    page_tls = (args.page_cert, args.page_key) if args.page_cert else None
+    httpd = serve_pages(pages, page_tls)
+    origin = f"{'https' if page_tls else 'http'}://127.0.0.1:{httpd.server_address[1]}"
+    home = trust_ca(work, args.ca) if args.ca else None
+    result["trust"] = "the private CA in the NSS database" if home else "none (plain HTTP)"
+    result["page_origin"] = origin.split(":")[0]
     q = urlencode({"gw": args.base.rstrip("/"), "room": args.room, "debug": "1" if args.debug else "",
                    "watch": args.watch})
     procs = []
@@ -445,7 +481,7 @@ def run(args, result, work):
             profile = os.path.join(work, f"profile-{page}")
             log = open(os.path.join(work, f"{page}.log"), "wb")
             url = f"{origin}/{page}.html?{q}" + ("&relay=1" if page == "lossy" else "")
-            procs.append(launch(args.chromium, url, profile, log))
+            procs.append(launch(args.chromium, url, profile, log, home))
             r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "connected", args.timeout)
             if r is None:
                 raise RuntimeError(f"{page}: not connected after {args.timeout} s")
@@ -471,7 +507,7 @@ def run(args, result, work):
             result["relay"] = {"forwarded": sum(r.forwarded for r in pages.relays),
                                "dropped": sum(r.dropped for r in pages.relays)}
 
-        result["api_room"] = api_room(args.base, args.room)
+        result["api_room"] = api_room(args.base, args.room, args.ca)
 
         for page in ["publish"] + players:
             with pages.lock:
@@ -502,11 +538,13 @@ def run(args, result, work):
     result["ok"] = bool(ok and result["publish_delete"] in (200, 204))
 
 
-def api_room(base, room):
+def api_room(base, room, ca=None):
+    import ssl
     import urllib.request
 
+    ctx = ssl.create_default_context(cafile=ca) if ca else None
     try:
-        with urllib.request.urlopen(f"{base.rstrip('/')}/api/rooms/{room}", timeout=10) as r:
+        with urllib.request.urlopen(f"{base.rstrip('/')}/api/rooms/{room}", timeout=10, context=ctx) as r:
             snap = json.loads(r.read())
     except OSError as e:
         return {"error": str(e)}
@@ -518,7 +556,10 @@ def api_room(base, room):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=True, help="the gateway's HTTP URL, e.g. http://127.0.0.1:8080")
+    ap.add_argument("--base", required=True, help="the gateway's URL, e.g. https://127.0.0.1:8443")
+    ap.add_argument("--ca", help="the private CA's certificate (PEM) to trust, for an https:// base")
+    ap.add_argument("--page-cert", help="serve the pages over HTTPS with this certificate (PEM, for 127.0.0.1)")
+    ap.add_argument("--page-key", help="its key (PEM)")
     ap.add_argument("--chromium", default=os.environ.get("SECRELAY_CHROMIUM", "/usr/bin/chromium"))
     ap.add_argument("--room", default="chromium-av")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")

@@ -1,5 +1,6 @@
 //! `secrelay demo`: the gateway in-process and simulated participants that use it exactly as
-//! outside clients would: HTTP room joins with SDP offers, ICE checks, DTLS-SRTP handshakes,
+//! outside clients would: room joins over HTTPS (a throw-away private CA as the one trust
+//! anchor) with SDP offers, ICE checks, DTLS-SRTP handshakes,
 //! then G.711 20 ms audio over SRTP on real UDP sockets, relayed and re-protected for each
 //! receiver with that receiver's own keys. Once a second each sender also injects a replayed
 //! and a forged packet, which the gateway must drop and count. Each room also has two SIP-style
@@ -147,7 +148,9 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         bail!("--duration must be at least 1 second");
     }
     let config = ServeConfig {
-        http: "127.0.0.1:0".parse().expect("a valid literal address"),
+        // HTTPS, with a certificate from a throw-away private CA made at start: the
+        // participants trust that CA and nothing else.
+        https: Some("127.0.0.1:0".parse().expect("a valid literal address")),
         udp: "127.0.0.1:0".parse().expect("a valid literal address"),
         workers: a.workers,
         drain_secs: 0.2,
@@ -156,9 +159,15 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     let server = Server::start(config).map_err(|e| anyhow!("starting the gateway: {e}"))?;
     let g = server.gateway().clone();
     let total = a.rooms * a.per_room;
+    let ca = server
+        .tls()
+        .and_then(|t| t.trust_anchor())
+        .ok_or_else(|| anyhow!("the gateway has no throw-away CA to trust"))?;
+    let tls = server.tls().map(|t| t.info());
     eprintln!(
-        "secrelay demo: gateway on {} (HTTP) and UDP {} with {} worker(s); {} rooms × {} participants, G.711 20 ms, {} s of media",
+        "secrelay demo: gateway on {} ({}) and UDP {} with {} worker(s); {} rooms × {} participants, G.711 20 ms, {} s of media",
         server.url(),
+        tls.map_or_else(|| "HTTP".into(), |t| format!("HTTPS, {t}")),
         g.udp_addr(),
         g.config().worker_count(),
         a.rooms,
@@ -166,10 +175,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         a.duration
     );
     let fleet_config = FleetConfig {
-        signaling: Signaling {
-            base_url: server.url(),
-            token: None,
-        },
+        signaling: Signaling::new(server.url()).with_ca_file(&ca)?,
         rooms: a.rooms,
         per_room: a.per_room,
         legs: vec![Leg::Join],

@@ -22,6 +22,8 @@ pub struct StudyArgs {
 }
 
 /// The lab's studies.
+// Parsed once per process: the handshake variant's size (its many flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum LabCommand {
     /// Every study, then DIR/report.html (DIR defaults to ./lab-report).
@@ -33,7 +35,9 @@ pub enum LabCommand {
     /// One flipped bit per cipher and mode on raw, G.711 and Opus voice; SRTP rejects the packet (002 b).
     Biterror(StudyArgs),
     /// DTLS-SRTP handshakes: a load generator against a server (--target), or both sides in
-    /// memory beside OpenSSL and pion/dtls (--in-memory).
+    /// memory beside OpenSSL and pion/dtls (--in-memory); with --tls, TLS over TCP: the load
+    /// generator (--target), or the study of secrelay's HTTPS server beside nginx and
+    /// openssl s_server.
     Handshake(crate::lab_handshake::HandshakeArgs),
     /// A DTLS-SRTP server on one UDP socket for many clients at once, with a keylog.
     HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
@@ -83,11 +87,14 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Biterror(a) => (vec!["biterror".to_string()], a),
         LabCommand::HandshakeServer(a) => return crate::lab_handshake::server(&a),
         LabCommand::Handshake(a) => match crate::lab_handshake::load(&a)? {
-            Some((study_args, e)) => {
+            crate::lab_handshake::HandshakeRun::InMemory(study_args, e) => {
                 engine = e;
                 (vec!["handshake".to_string()], study_args)
             }
-            None => return Ok(()),
+            crate::lab_handshake::HandshakeRun::TlsStudy(study_args) => {
+                (vec!["tls".to_string()], study_args)
+            }
+            crate::lab_handshake::HandshakeRun::Done => return Ok(()),
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
         LabCommand::Calls(a) => (vec!["calls".to_string()], a),

@@ -16,9 +16,14 @@ use secrelay_testkit::{Leg, Signaling};
 /// Flags of `secrelay lab gateway-load`.
 #[derive(Args, Debug)]
 pub struct GatewayLoadArgs {
-    /// The gateway's HTTP base URL (e.g. http://127.0.0.1:8080).
+    /// The gateway's signaling base URL (e.g. https://127.0.0.1:8443, or http://… where plain
+    /// HTTP was asked for).
     #[arg(long)]
     pub target: String,
+    /// The private CA's certificate (PEM) that issued the gateway's HTTPS certificate (the
+    /// path `secrelay serve` prints, or a `secrelay ca` directory's ca.pem).
+    #[arg(long, value_name = "FILE")]
+    pub ca: Option<PathBuf>,
     /// Participants in all.
     #[arg(long, default_value_t = 1000)]
     pub participants: usize,
@@ -56,9 +61,16 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if a.per_room < 2 || a.participants < a.per_room {
         bail!("--per-room must be at least 2 and --participants at least --per-room");
     }
-    if !a.target.starts_with("http://") {
+    let https = a.target.starts_with("https://");
+    if !(https || a.target.starts_with("http://")) {
         bail!(
-            "--target {:?}: give the gateway's HTTP base URL, http://host:port",
+            "--target {:?}: give the gateway's signaling base URL, https://host:port (or http://host:port)",
+            a.target
+        );
+    }
+    if https && a.ca.is_none() {
+        bail!(
+            "--target {}: HTTPS needs --ca FILE, the CA certificate to trust",
             a.target
         );
     }
@@ -76,9 +88,13 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     let rooms = a.participants / a.per_room;
     let o = LoadOptions {
         fleet: FleetConfig {
-            signaling: Signaling {
-                base_url: a.target.trim_end_matches('/').to_owned(),
-                token: a.token.clone(),
+            signaling: {
+                let mut s = Signaling::new(a.target.trim_end_matches('/'));
+                s.token = a.token.clone();
+                match &a.ca {
+                    Some(ca) => s.with_ca_file(ca)?,
+                    None => s,
+                }
             },
             rooms,
             per_room: a.per_room,

@@ -20,17 +20,46 @@ use crate::lab::StudyArgs;
 /// Flags of `lab handshake`.
 #[derive(Args, Debug)]
 pub struct HandshakeArgs {
-    /// Load mode: the DTLS-SRTP server to open handshakes to (IP:PORT).
+    /// Load mode: the server to open handshakes to (IP:PORT): DTLS-SRTP over UDP, or with
+    /// --tls, TLS over TCP.
     #[arg(
         long,
         value_name = "ADDR",
-        required_unless_present = "in_memory",
+        required_unless_present_any = ["in_memory", "tls"],
         conflicts_with = "in_memory"
     )]
     pub target: Option<String>,
     /// Study mode: both sides in this process over memory, secrelay beside OpenSSL and pion/dtls.
     #[arg(long)]
     pub in_memory: bool,
+    /// TLS over TCP instead of DTLS: with --target, the load tool; without, the study
+    /// (secrelay's HTTPS server beside nginx and openssl s_server, and its DTLS server).
+    #[arg(long, conflicts_with = "in_memory")]
+    pub tls: bool,
+    /// TLS load mode: the version offered, 1.3 or 1.2.
+    #[arg(long, value_name = "V", default_value = "1.3", requires = "tls")]
+    pub tls_version: String,
+    /// TLS load mode: cipher suites offered, most preferred first (comma-separated IANA names,
+    /// e.g. TLS13_AES_128_GCM_SHA256); default: aws-lc-rs' for the version.
+    #[arg(long, value_name = "LIST", requires = "tls")]
+    pub suites: Option<String>,
+    /// TLS load mode: the name sent in SNI (and checked with --ca); default: the target's IP.
+    #[arg(long, value_name = "NAME", requires = "tls")]
+    pub server_name: Option<String>,
+    /// TLS load mode: verify the server's chain and name against this CA certificate (PEM);
+    /// default: no verification, as load tools do.
+    #[arg(long, value_name = "FILE", requires = "tls")]
+    pub ca: Option<PathBuf>,
+    /// TLS load mode: after each handshake, GET this path (HTTP/1.1) instead of closing.
+    #[arg(long, value_name = "PATH", requires = "tls")]
+    pub request: Option<String>,
+    /// TLS load mode: pin the load threads to these cores (comma-separated, round robin).
+    #[arg(long, value_name = "LIST", requires = "tls")]
+    pub cpus: Option<String>,
+    /// TLS load mode: a new client key share per connection (default: one per thread, reused;
+    /// the server's key exchange is the same either way).
+    #[arg(long, requires = "tls")]
+    pub fresh_key_shares: bool,
     /// Load mode: stop after N handshakes.
     #[arg(long, value_name = "N", conflicts_with = "duration")]
     pub handshakes: Option<u64>,
@@ -55,7 +84,8 @@ pub struct HandshakeArgs {
     /// Load mode: the private key (PKCS#8 PEM) of --cert.
     #[arg(long, value_name = "FILE", requires = "cert")]
     pub key: Option<PathBuf>,
-    /// Load mode: ask for session resumption (the engine has none; the report says so).
+    /// Load mode: resume sessions (TLS: offer the tickets or session ids the server gave; DTLS:
+    /// the engine has none, the report says so).
     #[arg(long)]
     pub resume: bool,
     /// Load mode: append one JSON line per finished handshake (peer, local, srtp_profile, keying_material).
@@ -64,7 +94,7 @@ pub struct HandshakeArgs {
     /// Load mode: the server certificate's expected fingerprint ("sha-256 AB:CD:…"); default: any certificate.
     #[arg(long, value_name = "FP")]
     pub fingerprint: Option<String>,
-    /// Load mode: ECDHE groups to offer, most preferred first (comma-separated: x25519, p-256, p-384); default: the engine's (X25519, P-256, P-384).
+    /// Load mode: ECDHE groups to offer, most preferred first (comma-separated: x25519, p-256, p-384; with --tls also x25519mlkem768); default: the engine's (X25519, P-256, P-384), with --tls x25519.
     #[arg(long, value_name = "LIST")]
     pub groups: Option<String>,
     /// Load mode: seconds one handshake may take before it counts as failed.
@@ -170,9 +200,112 @@ pub fn server(a: &HandshakeServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs `lab handshake`: the load generator (returns None), or hands the study's flags and the
-/// engine back for `--in-memory`.
-pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<(StudyArgs, EngineChoice)>> {
+/// `--cpus 0,1`.
+fn parse_cpus(s: &str) -> anyhow::Result<Vec<usize>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(|x| {
+            x.parse::<usize>()
+                .map_err(|_| anyhow::anyhow!("--cpus {s:?}: comma-separated core numbers"))
+        })
+        .collect()
+}
+
+fn list(s: &Option<String>) -> Vec<String> {
+    s.as_deref()
+        .unwrap_or("")
+        .split([',', ':'])
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `lab handshake --tls --target ADDR`.
+fn tls_load(a: &HandshakeArgs, target: &str) -> anyhow::Result<()> {
+    use secrelay_lab::handshake::tls_load as t;
+    let dtls_only = [
+        (a.keylog.is_some(), "--keylog"),
+        (a.fingerprint.is_some(), "--fingerprint"),
+        (a.cert.is_some(), "--cert"),
+        (a.engine != "auto", "--engine"),
+        (a.cert_type != "ecdsa-p256", "--cert-type"),
+    ];
+    if let Some((_, flag)) = dtls_only.iter().find(|(set, _)| *set) {
+        bail!("{flag} belongs to the DTLS load mode, not to --tls (the server's certificate is the server's choice)");
+    }
+    let mut opts = t::TlsLoadOptions::new(parse_addr("--target", target)?);
+    opts.handshakes = a.handshakes;
+    opts.duration = a.duration.map(|d| seconds("--duration", d)).transpose()?;
+    opts.connections = a.connections;
+    opts.threads = a.threads;
+    opts.version = t::TlsVersion::parse(&a.tls_version)?;
+    opts.suites = list(&a.suites);
+    if a.groups.is_some() {
+        opts.groups = list(&a.groups);
+    }
+    opts.resume = a.resume;
+    opts.server_name = a.server_name.clone();
+    if let Some(ca) = &a.ca {
+        let pem = std::fs::read_to_string(ca).with_context(|| format!("--ca {}", ca.display()))?;
+        let der = secrelay_dtls::cert::chain_from_pem(&pem)
+            .map_err(|e| anyhow::anyhow!("--ca {}: {e}", ca.display()))?
+            .remove(0);
+        opts.ca = Some(der);
+    }
+    opts.request = a.request.clone();
+    opts.timeout = seconds("--timeout", a.timeout)?;
+    opts.progress = !a.study.no_progress;
+    if let Some(c) = &a.cpus {
+        opts.cpus = parse_cpus(c)?;
+    }
+    opts.fresh_key_shares = a.fresh_key_shares;
+    let report = t::run(opts, Arc::new(AtomicBool::new(false)), true)?;
+    print!("{}", report.render_text());
+    if let Some(path) = &a.study.json {
+        secrelay_lab::write_json(path, &report)?;
+    }
+    Ok(())
+}
+
+/// What `lab handshake` turned out to be, for the caller.
+pub enum HandshakeRun {
+    /// A load run, done.
+    Done,
+    /// The in-memory DTLS study, with the engine.
+    InMemory(StudyArgs, EngineChoice),
+    /// The TLS study.
+    TlsStudy(StudyArgs),
+}
+
+/// Runs `lab handshake`: the load generators (DTLS, or TLS with `--tls`), or hands the study's
+/// flags back for `--in-memory` and for `--tls` without `--target`.
+pub fn load(a: &HandshakeArgs) -> anyhow::Result<HandshakeRun> {
+    if a.tls {
+        return match &a.target {
+            Some(target) => {
+                if a.study.quick || a.study.out.is_some() {
+                    bail!("--quick and --out belong to the TLS study (--tls without --target)");
+                }
+                tls_load(a, target).map(|()| HandshakeRun::Done)
+            }
+            None => {
+                let load_only = [
+                    (a.handshakes.is_some(), "--handshakes"),
+                    (a.duration.is_some(), "--duration"),
+                    (a.keylog.is_some(), "--keylog"),
+                    (a.ca.is_some(), "--ca"),
+                    (a.request.is_some(), "--request"),
+                    (a.resume, "--resume"),
+                ];
+                if let Some((_, flag)) = load_only.iter().find(|(set, _)| *set) {
+                    bail!("{flag} belongs to the load mode (--tls --target ADDR), not to the TLS study");
+                }
+                Ok(HandshakeRun::TlsStudy(a.study.clone()))
+            }
+        };
+    }
     let engine = parse_engine(&a.engine)?;
     let Some(target) = &a.target else {
         let load_only = [
@@ -187,7 +320,7 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<(StudyArgs, EngineChoice
         if let Some((_, flag)) = load_only.iter().find(|(set, _)| *set) {
             bail!("{flag} belongs to the load mode (--target ADDR), not to --in-memory");
         }
-        return Ok(Some((a.study.clone(), engine)));
+        return Ok(HandshakeRun::InMemory(a.study.clone(), engine));
     };
     if a.study.quick || a.study.out.is_some() {
         bail!("--quick and --out belong to --in-memory; the load mode takes --handshakes N or --duration S");
@@ -219,5 +352,5 @@ pub fn load(a: &HandshakeArgs) -> anyhow::Result<Option<(StudyArgs, EngineChoice
     if let Some(path) = &a.study.json {
         secrelay_lab::write_json(path, &report)?;
     }
-    Ok(None)
+    Ok(HandshakeRun::Done)
 }

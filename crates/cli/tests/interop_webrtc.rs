@@ -83,11 +83,66 @@ struct Gateway {
     /// The ng control socket's address, when one was asked for.
     ng: Option<String>,
     log: Arc<Mutex<String>>,
+    /// Over HTTPS: the private CA's certificate (DER) the gateway's certificate is checked
+    /// against.
+    ca: Option<Vec<u8>>,
 }
 
 impl Gateway {
     fn start() -> Gateway {
         Gateway::start_with(&[])
+    }
+
+    /// `secrelay serve` over HTTPS, its certificate issued by the private CA in `ca_dir`.
+    fn start_https(ca_dir: &Path) -> Gateway {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+            .args(["serve", "--https", "127.0.0.1:0", "--tls-ca"])
+            .arg(ca_dir)
+            .args([
+                "--udp",
+                "127.0.0.1:0",
+                "--announce",
+                "127.0.0.1",
+                "--log",
+                "info",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("secrelay serve starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut base = None;
+        for line in lines.by_ref() {
+            let line = line.expect("reading secrelay serve's stderr");
+            log.lock().unwrap().push_str(&format!("{line}\n"));
+            if let Some(rest) = line.split("HTTPS on ").nth(1) {
+                base = rest.split([',', ' ']).next().map(str::to_owned);
+                break;
+            }
+        }
+        let base = base.unwrap_or_else(|| {
+            panic!(
+                "secrelay serve printed no HTTPS address:\n{}",
+                log.lock().unwrap()
+            )
+        });
+        let keep = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                keep.lock().unwrap().push_str(&format!("{line}\n"));
+            }
+        });
+        let pem = std::fs::read_to_string(ca_dir.join("ca.pem")).unwrap();
+        let ca = secrelay_dtls::cert::chain_from_pem(&pem).unwrap().remove(0);
+        Gateway {
+            child,
+            base,
+            ng: None,
+            log,
+            ca: Some(ca),
+        }
     }
 
     /// `secrelay serve` with `extra` flags.
@@ -146,6 +201,7 @@ impl Gateway {
             base,
             ng,
             log,
+            ca: None,
         }
     }
 
@@ -155,6 +211,13 @@ impl Gateway {
 
     /// GET a path; returns the status and the body.
     fn get(&self, path: &str) -> (u16, String) {
+        if let Some(ca) = &self.ca {
+            let addr = self.base.trim_start_matches("https://").parse().unwrap();
+            return match secrelay_lab::handshake::tls_servers::https_get(addr, ca, path) {
+                Ok(body) => (200, body),
+                Err(e) => (0, format!("{e:#}")),
+            };
+        }
         let authority = self.base.trim_start_matches("http://");
         let mut s = TcpStream::connect(authority).expect("connect to the gateway's HTTP port");
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -370,6 +433,97 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
         gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
         0.0
     );
+}
+
+/// The same over HTTPS: the gateway's certificate from a private CA, which is the one trust
+/// anchor added to Chromium's NSS database; the pages come over HTTPS too.
+#[test]
+fn chromium_publishes_and_plays_over_https_with_the_private_ca_trusted() {
+    let test = "chromium_publishes_and_plays_over_https_with_the_private_ca_trusted";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    if Command::new("certutil").arg("-H").output().is_err() {
+        missing(test, "no certutil (Debian package libnss3-tools)");
+        return;
+    }
+    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let ok = |c: &mut Command| {
+        let out = c.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    ok(Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["ca", "init", "--dir"])
+        .arg(dir.path()));
+    ok(Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["ca", "issue", "--dir"])
+        .arg(dir.path())
+        .args(["--name", "127.0.0.1", "--server"]));
+    let gw = Gateway::start_https(dir.path());
+    assert!(gw.base.starts_with("https://"), "{}", gw.base);
+    let chromium = chromium.to_string_lossy().into_owned();
+    let ca = dir.path().join("ca.pem");
+    let page_cert = dir.path().join("127.0.0.1.pem");
+    let page_key = dir.path().join("127.0.0.1.key");
+    let (v, ok) = run_script(
+        &python,
+        "chromium_av.py",
+        &[
+            "--base",
+            &gw.base,
+            "--ca",
+            ca.to_str().unwrap(),
+            "--page-cert",
+            page_cert.to_str().unwrap(),
+            "--page-key",
+            page_key.to_str().unwrap(),
+            "--room",
+            "av-https",
+            "--chromium",
+            &chromium,
+        ],
+        &gw,
+    );
+    assert!(ok, "chromium_av.py failed: {v}");
+    assert_eq!(v["page_origin"], "https", "{v}");
+    let play = &v["play"];
+    assert!(play["totalVideoFrames"].as_u64().unwrap_or(0) > 0, "{play}");
+    assert!(
+        play["inbound"]["audio"]["packetsReceived"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "{play}"
+    );
+    assert_eq!(v["publish_delete"], 200);
+    assert_eq!(v["play_delete"], 200);
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+    // The signaling really went over TLS: the browsers' handshakes are counted, and none failed.
+    let (_, metrics) = gw.get("/metrics");
+    let handshakes: f64 = metrics
+        .lines()
+        .filter(|l| l.starts_with("secrelay_tls_handshakes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(handshakes >= 2.0, "{metrics}");
+    for reason in ["alert_received", "incompatible", "malformed"] {
+        assert_eq!(
+            gw.metric(&format!(
+                "secrelay_tls_handshake_failures_total{{reason=\"{reason}\"}}"
+            )),
+            0.0,
+            "Chromium refused something: {reason}"
+        );
+    }
 }
 
 /// Viewers that come late and lose packets (issue 17): Chromium publishes; 5 s later one

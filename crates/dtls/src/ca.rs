@@ -143,7 +143,27 @@ pub fn issue_certificate(
     role: Role,
     key_type: KeyType,
 ) -> Result<Certificate, CaError> {
-    check_name(name)?;
+    issue_certificate_for(ca, &[name], role, key_type)
+}
+
+/// Issues a certificate for several names (an HTTPS server reached as `localhost`, `127.0.0.1`
+/// and its DNS name), signed by `ca`, with a new key of `key_type`.
+///
+/// The first name is the subject common name; every name becomes a subject alternative name
+/// (an IP address if it parses as one, a DNS name otherwise), duplicates once. Otherwise as
+/// [`issue_certificate`].
+pub fn issue_certificate_for(
+    ca: &Certificate,
+    names: &[&str],
+    role: Role,
+    key_type: KeyType,
+) -> Result<Certificate, CaError> {
+    let Some(first) = names.first() else {
+        return Err(CaError::InvalidName("no name to issue for".into()));
+    };
+    for name in names {
+        check_name(name)?;
+    }
     ensure_ca(ca.der()).map_err(CaError::NotACa)?;
     let ca_key = ca.key_pair()?;
     let issuer = Issuer::from_ca_cert_der(&CertificateDer::from(ca.der()), ca_key)
@@ -151,14 +171,22 @@ pub fn issue_certificate(
 
     let key = key_type.generate()?;
     let mut params = CertificateParams::default();
-    params.distinguished_name = distinguished_name(name);
-    params.subject_alt_names = vec![match name.parse::<IpAddr>() {
-        Ok(ip) => SanType::IpAddress(ip),
-        Err(_) => SanType::DnsName(
-            name.try_into()
-                .map_err(|e| CaError::InvalidName(format!("{name:?}: {e}")))?,
-        ),
-    }];
+    params.distinguished_name = distinguished_name(first);
+    let mut sans = Vec::new();
+    for name in names {
+        let san = match name.parse::<IpAddr>() {
+            Ok(ip) => SanType::IpAddress(ip),
+            Err(_) => SanType::DnsName(
+                (*name)
+                    .try_into()
+                    .map_err(|e| CaError::InvalidName(format!("{name:?}: {e}")))?,
+            ),
+        };
+        if !sans.contains(&san) {
+            sans.push(san);
+        }
+    }
+    params.subject_alt_names = sans;
     params.is_ca = IsCa::ExplicitNoCa;
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
     if key_type.is_rsa() {

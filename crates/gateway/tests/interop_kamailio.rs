@@ -104,7 +104,7 @@ struct Proxy {
 impl Proxy {
     fn start(kamailio: &Path, callee: u16, offer_flags: &str, range: (u16, u16)) -> Proxy {
         let server = Server::start(ServeConfig {
-            http: "127.0.0.1:0".parse().unwrap(),
+            http: Some("127.0.0.1:0".parse().unwrap()),
             udp: "127.0.0.1:0".parse().unwrap(),
             ng: Some("127.0.0.1:0".parse().unwrap()),
             workers: 2,

@@ -23,7 +23,7 @@ fn s(v: &str) -> Bencode {
 
 fn start() -> (Server, Ng) {
     let server = Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
         workers: 2,

@@ -10,7 +10,7 @@ use secrelay_testkit::Leg;
 
 fn start(token_room: Option<(&str, &str)>) -> Server {
     let mut c = ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 2,
         drain_secs: 0.0,

@@ -14,7 +14,7 @@ const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 fn start(consent_secs: f64) -> Server {
     Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 2,
         consent_timeout_secs: consent_secs,
@@ -28,6 +28,7 @@ fn signaling(s: &Server) -> Signaling {
     Signaling {
         base_url: s.url(),
         token: None,
+        ca: None,
     }
 }
 

@@ -174,7 +174,7 @@ impl Phone {
 #[test]
 fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
     let s = Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 2,
         rtp_ports: "46000-46999".into(),
@@ -186,6 +186,7 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
     let sig = Signaling {
         base_url: s.url(),
         token: None,
+        ca: None,
     };
     let mut web =
         vec![SimParticipant::join(&sig, "mix", Leg::Join, LOCAL, Instant::now()).unwrap()];
@@ -321,7 +322,7 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
 #[test]
 fn a_bad_telephony_offer_is_refused_with_its_reason() {
     let s = Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 1,
         rtp_ports: "47000-47099".into(),
@@ -394,7 +395,7 @@ fn exchange(a: &mut SocketPhone, b: &mut SocketPhone, fill_a: u8, fill_b: u8) {
 #[test]
 fn a_b2bua_offers_puts_the_answer_and_re_offers_over_http() {
     let s = Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 1,
         rtp_ports: "47000-47999".into(),

@@ -69,22 +69,60 @@ impl Leg {
     }
 }
 
-/// How to reach the gateway's HTTP side.
+/// How to reach the gateway's signaling.
 #[derive(Debug, Clone)]
 pub struct Signaling {
-    /// `http://host:port`.
+    /// `https://host:port` (or `http://host:port` where plain HTTP was asked for).
     pub base_url: String,
     /// A Bearer token, if the rooms need one.
     pub token: Option<String>,
+    /// The certificate (DER) of the private CA that issued the gateway's HTTPS certificate:
+    /// the only trust anchor of an `https://` base URL (the gateway's certificate is verified
+    /// against it, name included).
+    pub ca: Option<Vec<u8>>,
 }
 
 impl Signaling {
-    fn agent() -> ureq::Agent {
-        ureq::Agent::config_builder()
+    /// Plain HTTP or HTTPS at `base_url`, no token, no CA.
+    pub fn new(base_url: impl Into<String>) -> Signaling {
+        Signaling {
+            base_url: base_url.into(),
+            token: None,
+            ca: None,
+        }
+    }
+
+    /// The same, trusting the CA whose certificate is in the PEM file `ca_pem` (the first
+    /// certificate in it).
+    pub fn with_ca_file(mut self, ca_pem: &std::path::Path) -> anyhow::Result<Signaling> {
+        let text = std::fs::read_to_string(ca_pem)
+            .with_context(|| format!("the CA certificate {}", ca_pem.display()))?;
+        let chain = secrelay_dtls::cert::chain_from_pem(&text)
+            .map_err(|e| anyhow::anyhow!("the CA certificate {}: {e}", ca_pem.display()))?;
+        self.ca = chain.into_iter().next();
+        Ok(self)
+    }
+
+    fn agent(&self) -> ureq::Agent {
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(10)))
-            .build()
-            .into()
+            .timeout_global(Some(Duration::from_secs(10)));
+        if let Some(ca) = &self.ca {
+            let roots =
+                ureq::tls::RootCerts::new_with_certs(&[
+                    ureq::tls::Certificate::from_der(ca).to_owned()
+                ]);
+            config = config.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .provider(ureq::tls::TlsProvider::Rustls)
+                    .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                        rustls::crypto::aws_lc_rs::default_provider(),
+                    ))
+                    .root_certs(roots)
+                    .build(),
+            );
+        }
+        config.build().into()
     }
 
     /// POSTs an offer: (status, Location, body).
@@ -94,7 +132,8 @@ impl Signaling {
         sdp: &str,
     ) -> anyhow::Result<(u16, Option<String>, String)> {
         let url = format!("{}{}", self.base_url, path);
-        let mut req = Self::agent()
+        let mut req = self
+            .agent()
             .post(&url)
             .header("Content-Type", "application/sdp");
         if let Some(t) = &self.token {
@@ -122,7 +161,8 @@ impl Signaling {
         fragment: &str,
     ) -> anyhow::Result<(u16, Option<String>, String)> {
         let url = format!("{}{}", self.base_url, location);
-        let mut req = Self::agent()
+        let mut req = self
+            .agent()
             .patch(&url)
             .header("Content-Type", "application/trickle-ice-sdpfrag")
             .header("If-Match", if_match);
@@ -146,7 +186,7 @@ impl Signaling {
     /// DELETEs a resource; the status.
     pub fn delete(&self, location: &str) -> anyhow::Result<u16> {
         let url = format!("{}{}", self.base_url, location);
-        let mut req = Self::agent().delete(&url);
+        let mut req = self.agent().delete(&url);
         if let Some(t) = &self.token {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }

@@ -22,8 +22,14 @@ pub struct RoomConfig {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
-    /// HTTP signaling and operations (WHIP, WHEP, rooms, /api, /metrics, /healthz).
-    pub http: SocketAddr,
+    /// Plain HTTP signaling and operations (WHIP, WHEP, rooms, /api, /metrics, /healthz): only
+    /// when asked for. With neither `http` nor `https` set, the gateway serves HTTPS on
+    /// [`DEFAULT_HTTPS`].
+    pub http: Option<SocketAddr>,
+    /// HTTPS for the same routes (TLS 1.3 and 1.2 with rustls on aws-lc-rs; ALPN `h2` and
+    /// `http/1.1`). The certificate comes from `tls_cert`/`tls_key`, or is issued at start by
+    /// the private CA in `tls_ca_dir`, or by a throw-away private CA made at start.
+    pub https: Option<SocketAddr>,
     /// The one UDP address every participant's ICE, DTLS and SRTP use.
     pub udp: SocketAddr,
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP); none by default.
@@ -75,12 +81,62 @@ pub struct ServeConfig {
     /// Mean seconds between the gateway's RTCP reports to each member (RFC 3550's 5 s for
     /// small sessions; each randomized to 0.5–1.5 of it).
     pub rtcp_interval_secs: f64,
+    /// The HTTPS certificate chain (PEM, leaf first); needs `tls_key`. Re-read on reload.
+    pub tls_cert: Option<PathBuf>,
+    /// Its private key (PEM: PKCS#8, SEC1 `EC PRIVATE KEY` or PKCS#1 `RSA PRIVATE KEY`).
+    pub tls_key: Option<PathBuf>,
+    /// A private CA made by `secrelay ca init` (its `ca.pem` and `ca.key`): at start and on
+    /// every reload the gateway issues itself a fresh server certificate for `tls_names`
+    /// (kept in memory). Clients trust the CA's `ca.pem`.
+    pub tls_ca_dir: Option<PathBuf>,
+    /// Key type of an issued HTTPS certificate (`ecdsa-p256` by default, `rsa-2048`, …).
+    pub tls_cert_type: String,
+    /// Names an issued HTTPS certificate is valid for (DNS names or IP addresses); empty:
+    /// `localhost`, `127.0.0.1`, `::1` and the HTTPS address's own IP when it is specific.
+    pub tls_names: Vec<String>,
+    /// TLS versions offered: `"1.3"` and/or `"1.2"`.
+    pub tls_versions: Vec<String>,
+    /// Key exchange groups, most preferred first (`x25519`, `secp256r1`, `secp384r1`,
+    /// `x25519mlkem768`); empty: rustls' defaults for aws-lc-rs.
+    pub tls_groups: Vec<String>,
+    /// TLS 1.3 session tickets sent after each handshake (stateless, encrypted under a key
+    /// that rotates); 0 turns tickets off (TLS 1.2 then resumes by session id only).
+    pub tls_tickets: u8,
+    /// Sessions kept for resumption by session id (TLS 1.2) or, without tickets, TLS 1.3.
+    pub tls_session_cache: usize,
+    /// Seconds a TLS handshake may take, from the accepted connection to the client's Finished;
+    /// a client that has not finished by then (slowloris) is cut off and counted.
+    pub tls_handshake_timeout_secs: f64,
+    /// TLS handshakes in progress at most; connections beyond it are closed at once and counted
+    /// (`busy`), so a flood of half-open handshakes costs a bounded amount of memory.
+    pub tls_max_handshakes: usize,
+    /// HTTP and HTTPS connections open at most (each costs buffers); more are closed at once.
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's headers, and between the chunks of its body.
+    pub http_request_timeout_secs: f64,
+    /// Offer HTTP/2 (ALPN `h2`) beside HTTP/1.1.
+    pub http2: bool,
+    /// Threads of the signaling runtime (HTTP, HTTPS, ng), apart from the media workers.
+    pub http_threads: usize,
+}
+
+/// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
+pub const DEFAULT_HTTPS: &str = "127.0.0.1:8443";
+
+/// The signaling listeners a configuration resolves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listeners {
+    /// Plain HTTP, when asked for.
+    pub http: Option<SocketAddr>,
+    /// HTTPS.
+    pub https: Option<SocketAddr>,
 }
 
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
-            http: "127.0.0.1:8080".parse().expect("a valid literal address"),
+            http: None,
+            https: None,
             udp: "0.0.0.0:40000".parse().expect("a valid literal address"),
             ng: None,
             announce: None,
@@ -106,6 +162,21 @@ impl Default for ServeConfig {
             nat_latch_packets: 10,
             media_timeout_secs: 60.0,
             rtcp_interval_secs: 5.0,
+            tls_cert: None,
+            tls_key: None,
+            tls_ca_dir: None,
+            tls_cert_type: KeyType::EcdsaP256.name().into(),
+            tls_names: Vec::new(),
+            tls_versions: vec!["1.3".into(), "1.2".into()],
+            tls_groups: Vec::new(),
+            tls_tickets: 2,
+            tls_session_cache: 4096,
+            tls_handshake_timeout_secs: 10.0,
+            tls_max_handshakes: 1024,
+            max_connections: 4096,
+            http_request_timeout_secs: 10.0,
+            http2: true,
+            http_threads: 1,
         }
     }
 }
@@ -182,6 +253,7 @@ impl ServeConfig {
                 self.rtcp_interval_secs
             )));
         }
+        self.tls_check()?;
         if self.max_body_bytes < 1024 {
             return Err(ConfigError(format!(
                 "max_body_bytes = {}: an SDP offer needs at least 1024",
@@ -189,6 +261,112 @@ impl ServeConfig {
             )));
         }
         Ok(())
+    }
+
+    /// The signaling listeners: what `http` and `https` say, or HTTPS on [`DEFAULT_HTTPS`]
+    /// when neither is set (plain HTTP only when asked for).
+    pub fn listeners(&self) -> Listeners {
+        match (self.http, self.https) {
+            (None, None) => Listeners {
+                http: None,
+                https: Some(DEFAULT_HTTPS.parse().expect("a valid literal address")),
+            },
+            (http, https) => Listeners { http, https },
+        }
+    }
+
+    fn tls_check(&self) -> Result<(), ConfigError> {
+        if self.tls_cert.is_some() != self.tls_key.is_some() {
+            return Err(ConfigError(
+                "tls_cert and tls_key: give both (a PEM chain and its key) or neither".into(),
+            ));
+        }
+        if self.tls_cert.is_some() && self.tls_ca_dir.is_some() {
+            return Err(ConfigError(
+                "tls_cert and tls_ca_dir: one source of the HTTPS certificate, not both".into(),
+            ));
+        }
+        self.tls_key_type()?;
+        if self.tls_versions.is_empty() {
+            return Err(ConfigError(
+                "tls_versions: name at least one of \"1.3\", \"1.2\"".into(),
+            ));
+        }
+        for v in &self.tls_versions {
+            if !matches!(v.as_str(), "1.3" | "1.2") {
+                return Err(ConfigError(format!(
+                    "tls_versions: {v:?}: unknown (valid: \"1.3\", \"1.2\")"
+                )));
+            }
+        }
+        for g in &self.tls_groups {
+            if !matches!(
+                g.to_ascii_lowercase().as_str(),
+                "x25519" | "secp256r1" | "p-256" | "secp384r1" | "p-384" | "x25519mlkem768"
+            ) {
+                return Err(ConfigError(format!(
+                    "tls_groups: {g:?}: unknown (valid: x25519, secp256r1, secp384r1, x25519mlkem768)"
+                )));
+            }
+        }
+        for (key, v, min) in [
+            (
+                "tls_handshake_timeout_secs",
+                self.tls_handshake_timeout_secs,
+                0.05,
+            ),
+            (
+                "http_request_timeout_secs",
+                self.http_request_timeout_secs,
+                0.05,
+            ),
+        ] {
+            if !(v.is_finite() && v >= min) {
+                return Err(ConfigError(format!(
+                    "{key} = {v}: must be at least {min} s"
+                )));
+            }
+        }
+        for (key, v) in [
+            ("tls_max_handshakes", self.tls_max_handshakes),
+            ("max_connections", self.max_connections),
+            ("http_threads", self.http_threads),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!("{key} = 0: must be at least 1")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The key type of an issued HTTPS certificate.
+    pub fn tls_key_type(&self) -> Result<KeyType, ConfigError> {
+        self.tls_cert_type.parse::<KeyType>().map_err(|e| {
+            ConfigError(format!(
+                "tls_cert_type = {:?}: {e} (valid: {})",
+                self.tls_cert_type,
+                KeyType::valid_names()
+            ))
+        })
+    }
+
+    /// The names an issued HTTPS certificate is for (see `tls_names`).
+    pub fn tls_names_or_default(&self) -> Vec<String> {
+        if !self.tls_names.is_empty() {
+            return self.tls_names.clone();
+        }
+        let mut names = vec!["localhost".to_string(), "127.0.0.1".into(), "::1".into()];
+        if let Some(a) = self.listeners().https {
+            if !a.ip().is_unspecified() && !names.contains(&a.ip().to_string()) {
+                names.push(a.ip().to_string());
+            }
+        }
+        if let Some(ip) = self.announce {
+            if !names.contains(&ip.to_string()) {
+                names.push(ip.to_string());
+            }
+        }
+        names
     }
 
     /// The certificate key type.
@@ -306,10 +484,51 @@ mod tests {
             "http = \"127.0.0.1:9000\"\nworkers = 3\ntoken = \"t0\"\n[rooms.board]\ntoken = \"secret\"\n",
         )
         .unwrap();
-        assert_eq!(c.http.port(), 9000);
+        assert_eq!(c.http.unwrap().port(), 9000);
+        // Plain HTTP asked for: no HTTPS beside it unless asked for too.
+        assert_eq!(c.listeners().https, None);
         assert_eq!(c.worker_count(), 3);
         assert_eq!(c.token_for("board"), Some("secret"));
         assert_eq!(c.token_for("other"), Some("t0"));
+    }
+
+    #[test]
+    fn https_is_the_default_and_http_only_when_asked_for() {
+        let l = ServeConfig::default().listeners();
+        assert_eq!(l.http, None);
+        assert_eq!(l.https, Some(DEFAULT_HTTPS.parse().unwrap()));
+        let c =
+            ServeConfig::from_toml("http = \"127.0.0.1:8080\"\nhttps = \"0.0.0.0:8443\"").unwrap();
+        let l = c.listeners();
+        assert_eq!(l.http.unwrap().port(), 8080);
+        assert_eq!(l.https.unwrap().port(), 8443);
+        assert_eq!(
+            ServeConfig::default().tls_names_or_default(),
+            ["localhost", "127.0.0.1", "::1"]
+        );
+    }
+
+    #[test]
+    fn bad_tls_settings_name_the_key() {
+        for (text, key) in [
+            ("tls_cert = \"a.pem\"", "tls_key"),
+            ("tls_versions = [\"1.1\"]", "tls_versions"),
+            ("tls_versions = []", "tls_versions"),
+            ("tls_groups = [\"ffdhe2048\"]", "tls_groups"),
+            ("tls_cert_type = \"dsa\"", "tls_cert_type"),
+            (
+                "tls_handshake_timeout_secs = 0",
+                "tls_handshake_timeout_secs",
+            ),
+            ("tls_max_handshakes = 0", "tls_max_handshakes"),
+            (
+                "tls_cert = \"a\"\ntls_key = \"b\"\ntls_ca_dir = \"c\"",
+                "tls_ca_dir",
+            ),
+        ] {
+            let e = ServeConfig::from_toml(text).unwrap_err().0;
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

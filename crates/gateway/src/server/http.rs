@@ -119,6 +119,8 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             HeaderName::from_static("accept-patch"),
         ]);
     let limit = gateway.config().max_body_bytes;
+    let body_timeout =
+        std::time::Duration::from_secs_f64(gateway.config().http_request_timeout_secs);
     let state = AppState {
         gateway,
         resources: Arc::default(),
@@ -156,6 +158,10 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(limit))
+        // A body that trickles in (slowloris after the headers) is cut off.
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
         .layer(cors)
         .with_state(state)
 }

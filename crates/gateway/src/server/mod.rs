@@ -5,7 +5,9 @@
 //!   rooms) and the handle the control plane talks to them through. Rooms are hashed to
 //!   workers; a datagram the kernel delivers to another worker's socket is handed to the owner
 //!   through a bounded queue, with the class it was given when it was read.
-//! * `http`: WHIP, WHEP, room joins, the JSON API, `/metrics` and `/healthz` (axum).
+//! * `http`: WHIP, WHEP, room joins, the JSON API, `/metrics` and `/healthz` (axum), served
+//!   over HTTPS ([`tls`]: rustls on aws-lc-rs) and, when asked for, plain HTTP, by accept loops
+//!   that bound and time out what a connection may cost before it is useful.
 //! * [`Server`]: both, started together, stopped together (stop admitting, close_notify to
 //!   every participant, send it, exit).
 //! * [`ServeConfig`]: the configuration (TOML keys and command-line flags).
@@ -19,9 +21,12 @@
 pub mod config;
 mod directory;
 mod http;
+mod listener;
 mod ng;
 mod ports;
 mod stats;
+pub mod tls;
+mod tls_hmac;
 mod udp;
 mod worker;
 
@@ -46,7 +51,10 @@ use directory::Directory;
 use ports::PortPool;
 use secrelay_wire::sdp_rtp::RtpDescription;
 use stats::WorkerStats;
-pub use stats::{GatewayStats, HistogramSnapshot, LegTotals, Totals};
+pub use stats::{
+    GatewayStats, HistogramSnapshot, LegTotals, TlsHandshakeLabels, TlsStats, TlsTotals, Totals,
+};
+pub use tls::{Tls, TlsCertificateInfo, TlsFailure};
 use worker::{Command, Peer, Shared, Worker};
 
 /// Why the server could not start.
@@ -560,12 +568,14 @@ impl Gateway {
     }
 }
 
-/// The gateway and its HTTP server (and ng control socket, when configured), running on their
-/// own threads.
+/// The gateway and its signaling server (HTTPS, and plain HTTP when asked for; the ng control
+/// socket when configured), the signaling on threads of its own.
 pub struct Server {
     gateway: Arc<Gateway>,
-    http_addr: SocketAddr,
+    http_addr: Option<SocketAddr>,
+    https_addr: Option<SocketAddr>,
     ng_addr: Option<SocketAddr>,
+    tls: Option<Arc<Tls>>,
     shutdown: Option<oneshot::Sender<()>>,
     http_thread: Option<JoinHandle<()>>,
 }
@@ -574,26 +584,54 @@ impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Server")
             .field("http", &self.http_addr)
+            .field("https", &self.https_addr)
             .field("gateway", &self.gateway)
             .finish()
     }
 }
 
+fn bind_tcp(
+    what: &str,
+    addr: SocketAddr,
+) -> Result<(std::net::TcpListener, SocketAddr), StartError> {
+    let l =
+        std::net::TcpListener::bind(addr).map_err(|e| StartError(format!("{what} {addr}: {e}")))?;
+    let bound = l
+        .local_addr()
+        .map_err(|e| StartError(format!("{what} {addr}: {e}")))?;
+    l.set_nonblocking(true)
+        .map_err(|e| StartError(format!("{what} {addr}: {e}")))?;
+    Ok((l, bound))
+}
+
 impl Server {
-    /// Starts the workers and the HTTP server.
+    /// Starts the workers and the signaling (HTTPS unless only plain HTTP is configured; see
+    /// [`ServeConfig::listeners`]).
     pub fn start(config: ServeConfig) -> Result<Server, StartError> {
-        let http = config.http;
+        let listeners = config.listeners();
+        config.check().map_err(|e| StartError(e.0))?;
+        let tls = match listeners.https {
+            Some(_) => Some(Arc::new(
+                Tls::new(&config).map_err(|e| StartError(format!("https: {e}")))?,
+            )),
+            None => None,
+        };
+        let signaling = Arc::new(config.clone());
         let gateway = Gateway::start(config)?;
-        let listener = std::net::TcpListener::bind(http).map_err(|e| {
+        let stop_on_error = |e: StartError| {
             gateway.stop();
-            StartError(format!("http {http}: {e}"))
-        })?;
-        let http_addr = listener
-            .local_addr()
-            .map_err(|e| StartError(format!("http {http}: {e}")))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| StartError(format!("http {http}: {e}")))?;
+            e
+        };
+        let http = listeners
+            .http
+            .map(|a| bind_tcp("http", a))
+            .transpose()
+            .map_err(stop_on_error)?;
+        let https = listeners
+            .https
+            .map(|a| bind_tcp("https", a))
+            .transpose()
+            .map_err(stop_on_error)?;
         let ng_socket = match gateway.config().ng {
             Some(a) => {
                 let s = UdpSocket::bind(a).map_err(|e| {
@@ -616,20 +654,35 @@ impl Server {
                 ),
             )
         });
+        let http_addr = http.as_ref().map(|(_, a)| *a);
+        let https_addr = https.as_ref().map(|(_, a)| *a);
+        let mut bound = Vec::new();
+        bound.extend(http.map(|(l, _)| (l, None)));
+        bound.extend(https.map(|(l, _)| (l, tls.clone())));
         let (tx, rx) = oneshot::channel::<()>();
         let app = http::router(gateway.clone());
         let g = gateway.clone();
+        let threads = signaling.http_threads.max(1);
         let t = std::thread::Builder::new()
             .name("secrelay-http".into())
             .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .enable_all()
-                    .build()
-                {
+                // One thread by default: the signaling's accept loops, handshakes and requests
+                // on a current-thread runtime, away from the media workers.
+                let rt = if threads == 1 {
+                    tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                } else {
+                    tokio::runtime::Builder::new_multi_thread()
+                        .worker_threads(threads)
+                        .thread_name("secrelay-http")
+                        .enable_all()
+                        .build()
+                };
+                let rt = match rt {
                     Ok(rt) => rt,
                     Err(e) => {
-                        tracing::error!(error = %e, "HTTP runtime did not start");
+                        tracing::error!(error = %e, "signaling runtime did not start");
                         return;
                     }
                 };
@@ -642,39 +695,53 @@ impl Server {
                             Err(e) => tracing::error!(error = %e, "ng socket"),
                         }
                     }
-                    let listener = match tokio::net::TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!(error = %e, "HTTP listener");
-                            return;
+                    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+                    let connections =
+                        Arc::new(tokio::sync::Semaphore::new(signaling.max_connections));
+                    let mut loops = tokio::task::JoinSet::new();
+                    for (l, tls) in bound {
+                        match tokio::net::TcpListener::from_std(l) {
+                            Ok(l) => {
+                                loops.spawn(listener::serve(
+                                    l,
+                                    app.clone(),
+                                    tls,
+                                    signaling.clone(),
+                                    g.stats().clone(),
+                                    connections.clone(),
+                                    stop_rx.clone(),
+                                ));
+                            }
+                            Err(e) => tracing::error!(error = %e, "signaling listener"),
                         }
-                    };
-                    let shutdown = async move {
-                        let _ = rx.await;
-                        g.drain().await;
-                    };
-                    if let Err(e) = axum::serve(listener, app)
-                        .with_graceful_shutdown(shutdown)
-                        .await
-                    {
-                        tracing::error!(error = %e, "HTTP server");
                     }
+                    let _ = rx.await;
+                    g.drain().await;
+                    let _ = stop_tx.send(true);
+                    while loops.join_next().await.is_some() {}
                 });
             })
             .map_err(|e| StartError(format!("HTTP thread: {e}")))?;
-        tracing::info!(http = %http_addr, ng = ?ng_addr, "signaling open");
+        tracing::info!(http = ?http_addr, https = ?https_addr, ng = ?ng_addr, "signaling open");
         Ok(Server {
             gateway,
             http_addr,
+            https_addr,
             ng_addr,
+            tls,
             shutdown: Some(tx),
             http_thread: Some(t),
         })
     }
 
-    /// The HTTP address.
-    pub fn http_addr(&self) -> SocketAddr {
+    /// The plain HTTP address, when plain HTTP was asked for.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
         self.http_addr
+    }
+
+    /// The HTTPS address, when HTTPS is served.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https_addr
     }
 
     /// The ng control socket's address, when one is configured.
@@ -682,9 +749,45 @@ impl Server {
         self.ng_addr
     }
 
-    /// The base URL of the HTTP server (`http://ip:port`).
+    /// The signaling's base URL: `https://ip:port` when HTTPS is served, else `http://ip:port`.
     pub fn url(&self) -> String {
-        format!("http://{}", self.http_addr)
+        match (self.https_addr, self.http_addr) {
+            (Some(a), _) => format!("https://{a}"),
+            (None, Some(a)) => format!("http://{a}"),
+            (None, None) => unreachable!("a server has at least one signaling listener"),
+        }
+    }
+
+    /// The plain HTTP base URL, when plain HTTP was asked for.
+    pub fn http_url(&self) -> Option<String> {
+        self.http_addr.map(|a| format!("http://{a}"))
+    }
+
+    /// The HTTPS side's TLS state (its certificate, its reload), when HTTPS is served.
+    pub fn tls(&self) -> Option<&Arc<Tls>> {
+        self.tls.as_ref()
+    }
+
+    /// Builds the HTTPS certificate again from its source (PEM files read again, or a fresh
+    /// certificate issued) and presents it from the next handshake on; counted in `/metrics`.
+    /// On error the certificate in use stays. Returns the new certificate's fingerprint.
+    pub fn reload_tls(&self) -> Result<String, String> {
+        let Some(tls) = &self.tls else {
+            return Err("no HTTPS listener to reload a certificate for".into());
+        };
+        let stats = &self.gateway.stats().tls;
+        match tls.reload() {
+            Ok(fp) => {
+                stats.reloads_ok.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(fingerprint = %fp, "HTTPS certificate reloaded");
+                Ok(fp)
+            }
+            Err(e) => {
+                stats.reloads_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "HTTPS certificate reload failed; the one in use stays");
+                Err(e)
+            }
+        }
     }
 
     /// The gateway.

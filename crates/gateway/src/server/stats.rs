@@ -5,6 +5,7 @@
 //! Each worker owns one [`WorkerStats`]: only that worker writes it, readers sum over workers.
 //! Nothing on the packet path takes a lock.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -208,9 +209,128 @@ impl WorkerStats {
     }
 }
 
+/// What one finished TLS handshake on the HTTPS port is counted under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TlsHandshakeLabels {
+    /// `1.3` or `1.2`.
+    pub version: &'static str,
+    /// Whether the session was resumed (a ticket or a session id).
+    pub resumed: bool,
+    /// The cipher suite (IANA name, e.g. `TLS13_AES_128_GCM_SHA256`).
+    pub suite: &'static str,
+    /// The key exchange group (`X25519`, `secp256r1`, …; `none` for a TLS 1.2 resumption).
+    pub group: &'static str,
+    /// The protocol ALPN chose (`h2`, `http/1.1`, or `none`).
+    pub alpn: &'static str,
+}
+
+/// The HTTPS port's counters (written by the signaling runtime, read by `/metrics` and tests).
+#[derive(Debug, Default)]
+pub struct TlsStats {
+    /// Handshakes in progress now.
+    pub in_flight: AtomicU64,
+    /// HTTP and HTTPS connections open now (handshakes included).
+    pub connections_open: AtomicU64,
+    /// Finished handshakes by what they negotiated.
+    pub handshakes: Mutex<BTreeMap<TlsHandshakeLabels, u64>>,
+    /// Handshakes that did not finish, by [`crate::server::TlsFailure::index`].
+    pub failures: [AtomicU64; 9],
+    /// Plain HTTP connections refused at accept (`max_connections` open).
+    pub http_refused_busy: AtomicU64,
+    /// Certificate reloads that took effect.
+    pub reloads_ok: AtomicU64,
+    /// Certificate reloads that failed (the certificate in use stayed).
+    pub reloads_failed: AtomicU64,
+    /// Handshake durations, accepted connection to the client's Finished.
+    pub handshake_time: LatencyHistogram,
+}
+
+/// A copy of [`TlsStats`]' counters.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TlsTotals {
+    /// Full handshakes finished.
+    pub full: u64,
+    /// Resumed handshakes finished.
+    pub resumed: u64,
+    /// Finished handshakes by what they negotiated.
+    pub by_labels: Vec<(TlsHandshakeLabels, u64)>,
+    /// Failures by reason name (every reason, zeros included).
+    pub failures: Vec<(&'static str, u64)>,
+    /// Handshakes in progress.
+    pub in_flight: u64,
+    /// Connections open.
+    pub connections_open: u64,
+    /// Reloads that took effect, and that failed.
+    pub reloads: (u64, u64),
+}
+
+impl TlsTotals {
+    /// Failures with this reason (`timeout`, `not_tls`, …).
+    pub fn failed(&self, reason: &str) -> u64 {
+        self.failures
+            .iter()
+            .find(|(r, _)| *r == reason)
+            .map_or(0, |(_, n)| *n)
+    }
+}
+
+impl TlsStats {
+    /// Counts a finished handshake.
+    pub fn finished(&self, labels: TlsHandshakeLabels, took: Duration) {
+        *self
+            .handshakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(labels)
+            .or_default() += 1;
+        self.handshake_time.record(took);
+    }
+
+    /// Counts a handshake that did not finish.
+    pub fn failed(&self, why: crate::server::TlsFailure) {
+        self.failures[why.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now.
+    pub fn totals(&self) -> TlsTotals {
+        let by_labels: Vec<(TlsHandshakeLabels, u64)> = self
+            .handshakes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(k, v)| (*k, *v))
+            .collect();
+        TlsTotals {
+            full: by_labels
+                .iter()
+                .filter(|(k, _)| !k.resumed)
+                .map(|(_, n)| n)
+                .sum(),
+            resumed: by_labels
+                .iter()
+                .filter(|(k, _)| k.resumed)
+                .map(|(_, n)| n)
+                .sum(),
+            by_labels,
+            failures: crate::server::TlsFailure::ALL
+                .iter()
+                .map(|r| (r.name(), self.failures[r.index()].load(Ordering::Relaxed)))
+                .collect(),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            connections_open: self.connections_open.load(Ordering::Relaxed),
+            reloads: (
+                self.reloads_ok.load(Ordering::Relaxed),
+                self.reloads_failed.load(Ordering::Relaxed),
+            ),
+        }
+    }
+}
+
 /// Stats of every worker, plus the control plane's own counters.
 #[derive(Debug, Default)]
 pub struct GatewayStats {
+    /// The HTTPS port's counters.
+    pub tls: TlsStats,
     /// One per worker.
     pub workers: Vec<Arc<WorkerStats>>,
     /// HTTP requests refused, by status class.
@@ -638,6 +758,65 @@ impl Collector for StatsCollector {
             relay_latency.add(&w.relay_latency);
             processing.add(&w.media_processing);
         }
+        let tls = s.tls.totals();
+        {
+            let mut f = e.encode_descriptor(
+                "secrelay_tls_handshakes",
+                "TLS handshakes finished on the HTTPS port, by version, full or resumed, cipher suite, key exchange group and ALPN protocol",
+                None,
+                MetricType::Counter,
+            )?;
+            for (l, n) in &tls.by_labels {
+                let labels = [
+                    ("version", l.version),
+                    ("kind", if l.resumed { "resumed" } else { "full" }),
+                    ("suite", l.suite),
+                    ("group", l.group),
+                    ("alpn", l.alpn),
+                ];
+                ConstCounter::new(*n).encode(f.encode_family(&labels)?)?;
+            }
+        }
+        labelled_counters(
+            e,
+            "secrelay_tls_handshake_failures",
+            "TLS handshakes on the HTTPS port that did not finish, by reason (not_tls: not a TLS record; malformed: a record or message that does not parse; incompatible: nothing in common; alert_received; protocol_violation; closed_early: closed or reset mid-handshake; timeout: not finished in tls_handshake_timeout_secs; busy: refused at accept, tls_max_handshakes or max_connections open; other)",
+            "reason",
+            &tls.failures,
+        )?;
+        gauge(
+            e,
+            "secrelay_tls_handshakes_in_flight",
+            "TLS handshakes in progress on the HTTPS port",
+            tls.in_flight,
+        )?;
+        gauge(
+            e,
+            "secrelay_http_connections_open",
+            "HTTP and HTTPS connections open (TLS handshakes in progress included)",
+            tls.connections_open,
+        )?;
+        counter(
+            e,
+            "secrelay_http_connections_refused",
+            "Plain HTTP connections closed at accept because max_connections were open",
+            s.tls.http_refused_busy.load(Ordering::Relaxed),
+        )?;
+        labelled_counters(
+            e,
+            "secrelay_tls_certificate_reloads",
+            "Reloads of the HTTPS certificate (SIGHUP), by result (a failed one keeps the certificate in use)",
+            "result",
+            &[("ok", tls.reloads.0), ("failed", tls.reloads.1)],
+        )?;
+        let mut tls_time = HistogramSnapshot::default();
+        tls_time.add(&s.tls.handshake_time);
+        histogram(
+            e,
+            "secrelay_tls_handshake_duration_seconds",
+            "TLS handshake duration on the HTTPS port, accepted connection to the client's Finished",
+            &tls_time,
+        )?;
         histogram(
             e,
             "secrelay_handshake_duration_seconds",

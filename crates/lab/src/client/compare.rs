@@ -208,6 +208,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
             signaling: Signaling {
                 base_url: url,
                 token: None,
+                ca: None,
             },
             rooms: participants / 2,
             per_room: 2,

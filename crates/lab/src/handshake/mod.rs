@@ -9,12 +9,22 @@
 //! - [`study`]: `secrelay lab handshake --in-memory`, both sides in one process over memory,
 //!   secrelay beside OpenSSL and pion/dtls, with the crypto floor measured in the same run.
 //! - [`keylog`]: the JSON-lines keylog both sides write, so a test can compare the keys.
+//! - [`tls_load`]: `secrelay lab handshake --tls --target …`, the same load generator for TLS
+//!   over TCP (full handshakes and resumptions, TLS 1.3 and 1.2).
+//! - [`tls_study`]: `secrelay lab handshake --tls`, the study: secrelay's HTTPS server beside
+//!   nginx and `openssl s_server` ([`tls_servers`]), and beside its DTLS server; crypto floors,
+//!   instructions per handshake, bytes per flight ([`flights`]), memory per half-open
+//!   handshake.
 
+pub mod flights;
 pub mod keylog;
 pub mod load;
 pub mod phases;
 pub mod server;
 pub mod study;
+pub mod tls_load;
+pub mod tls_servers;
+pub mod tls_study;
 
 use std::net::SocketAddr;
 

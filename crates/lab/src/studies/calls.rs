@@ -255,7 +255,7 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
     use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress};
     use secrelay_testkit::{Leg, Signaling};
     let server = Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().expect("a valid literal address"),
+        http: Some("127.0.0.1:0".parse().expect("a valid literal address")),
         udp: "127.0.0.1:0".parse().expect("a valid literal address"),
         drain_secs: 0.0,
         srtp_engine: engine.into(),
@@ -269,6 +269,7 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         signaling: Signaling {
             base_url: server.url(),
             token: None,
+            ca: None,
         },
         rooms: calls,
         per_room: 2,

@@ -18,6 +18,7 @@ pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
         &amortization::AmortizationStudy,
         &biterror::BiterrorStudy,
         &crate::handshake::study::HandshakeStudy,
+        &crate::handshake::tls_study::TlsStudy,
         &calls::CallsStudy,
         &codec::CodecStudy,
     ]

@@ -1,0 +1,224 @@
+//! The signaling's accept loops: plain HTTP and HTTPS on the signaling runtime's threads,
+//! apart from the media workers.
+//!
+//! Each accepted connection takes a slot of `max_connections`, else it is closed at once. On
+//! the HTTPS port it also takes a slot of `tls_max_handshakes` for its handshake, which must
+//! finish within `tls_handshake_timeout_secs`: a flood of half-open handshakes or a client that
+//! trickles its bytes (slowloris) costs at most that many handshakes' state for at most that
+//! long, and every handshake that does not finish is counted by reason. A finished
+//! connection is served by hyper (HTTP/1.1, or HTTP/2 when ALPN chose `h2`) with a deadline
+//! for each request's headers; the router adds one for the body.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
+
+use super::config::ServeConfig;
+use super::stats::{GatewayStats, TlsHandshakeLabels};
+use super::tls::{version_name, Tls, TlsFailure};
+
+/// What every connection of one listener shares.
+struct Shared {
+    app: Router,
+    stats: Arc<GatewayStats>,
+    builder: auto::Builder<TokioExecutor>,
+    connections: Arc<Semaphore>,
+    handshakes: Arc<Semaphore>,
+    handshake_timeout: Duration,
+    tls: Option<(TlsAcceptor, Arc<Tls>)>,
+}
+
+/// How long a shutdown waits for the connections in progress to finish their requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+fn builder(config: &ServeConfig) -> auto::Builder<TokioExecutor> {
+    let timeout = Duration::from_secs_f64(config.http_request_timeout_secs);
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout)
+        .keep_alive(true);
+    b.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(64)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    // Over TLS, whatever ALPN chose; on plain HTTP, HTTP/2 only with prior knowledge (h2c).
+    // hyper tells them apart by the preface. Without `http2`: HTTP/1.1 only.
+    if !config.http2 {
+        b = b.http1_only();
+    }
+    b
+}
+
+/// Serves `listener` until `shutdown` turns true, then lets the connections in progress
+/// finish (at most [`SHUTDOWN_GRACE`]).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<Arc<Tls>>,
+    config: Arc<ServeConfig>,
+    stats: Arc<GatewayStats>,
+    connections: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let shared = Arc::new(Shared {
+        app,
+        stats,
+        builder: builder(&config),
+        connections,
+        handshakes: Arc::new(Semaphore::new(config.tls_max_handshakes)),
+        handshake_timeout: Duration::from_secs_f64(config.tls_handshake_timeout_secs),
+        tls: tls.map(|t| (TlsAcceptor::from(t.server_config()), t)),
+    });
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = shutdown.wait_for(|stop| *stop) => break,
+            a = listener.accept() => a,
+        };
+        match accepted {
+            Ok((tcp, peer)) => admit(&shared, tcp, peer, graceful.watcher()),
+            Err(e) => {
+                // Out of file descriptors (EMFILE/ENFILE) or a connection reset before accept:
+                // nothing to do for that one; give the system a moment on resource errors.
+                tracing::debug!(error = %e, "accept");
+                if !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionAborted | std::io::ErrorKind::ConnectionReset
+                ) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP connections still open after the shutdown grace period");
+    }
+}
+
+/// Takes one accepted connection: a slot or a refusal, then a task of its own.
+fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watcher) {
+    let Ok(conn_slot) = shared.connections.clone().try_acquire_owned() else {
+        match shared.tls {
+            Some(_) => shared.stats.tls.failed(TlsFailure::Busy),
+            None => {
+                shared
+                    .stats
+                    .tls
+                    .http_refused_busy
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        return;
+    };
+    let _ = tcp.set_nodelay(true);
+    let shared = shared.clone();
+    shared
+        .stats
+        .tls
+        .connections_open
+        .fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(async move {
+        match &shared.tls {
+            None => serve_connection(&shared, TokioIo::new(tcp), watcher).await,
+            Some((acceptor, _)) => {
+                if let Some(stream) = handshake(&shared, acceptor, tcp, peer).await {
+                    serve_connection(&shared, TokioIo::new(stream), watcher).await;
+                }
+            }
+        }
+        shared
+            .stats
+            .tls
+            .connections_open
+            .fetch_sub(1, Ordering::Relaxed);
+        drop(conn_slot);
+    });
+}
+
+/// The TLS handshake of one connection, within its deadline; counted either way.
+async fn handshake(
+    shared: &Shared,
+    acceptor: &TlsAcceptor,
+    tcp: TcpStream,
+    peer: SocketAddr,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let tls = &shared.stats.tls;
+    let Ok(slot) = shared.handshakes.clone().try_acquire_owned() else {
+        tls.failed(TlsFailure::Busy);
+        return None;
+    };
+    tls.in_flight.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let r = tokio::time::timeout(shared.handshake_timeout, acceptor.accept(tcp)).await;
+    tls.in_flight.fetch_sub(1, Ordering::Relaxed);
+    drop(slot);
+    match r {
+        Ok(Ok(stream)) => {
+            let c = stream.get_ref().1;
+            let labels = TlsHandshakeLabels {
+                version: version_name(c.protocol_version()),
+                resumed: matches!(c.handshake_kind(), Some(rustls::HandshakeKind::Resumed)),
+                suite: c
+                    .negotiated_cipher_suite()
+                    .and_then(|s| s.suite().as_str())
+                    .unwrap_or("other"),
+                group: c
+                    .negotiated_key_exchange_group()
+                    .and_then(|g| g.name().as_str())
+                    .unwrap_or("none"),
+                alpn: match c.alpn_protocol() {
+                    Some(b"h2") => "h2",
+                    Some(b"http/1.1") => "http/1.1",
+                    Some(_) => "other",
+                    None => "none",
+                },
+            };
+            tls.finished(labels, started.elapsed());
+            Some(stream)
+        }
+        Ok(Err(e)) => {
+            let why = TlsFailure::of_io(&e);
+            tracing::debug!(%peer, reason = why.name(), error = %e, "TLS handshake failed");
+            tls.failed(why);
+            None
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            tls.failed(TlsFailure::Timeout);
+            None
+        }
+    }
+}
+
+/// Serves HTTP on one connection (plain or TLS) until it closes.
+async fn serve_connection<I>(shared: &Shared, io: TokioIo<I>, watcher: Watcher)
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let app = shared.app.clone();
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        app.clone().oneshot(req.map(axum::body::Body::new))
+    });
+    let conn = shared.builder.serve_connection(io, service).into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        tracing::debug!(error = %e, "HTTP connection ended with an error");
+    }
+}
