@@ -1273,6 +1273,80 @@ impl Room {
         (sent, received)
     }
 
+    /// The receive sections `member` lacks to be sent every publisher's streams at once: per
+    /// kind, how many more than it has slots for (one per publishing section of that kind of
+    /// every other member; a simulcast section counts once). Empty when it needs none (or does
+    /// not subscribe).
+    pub fn receive_needs(&self, member: MemberId) -> Vec<(MediaKind, usize)> {
+        let Some(m) = self.members.iter().find(|m| m.id == member) else {
+            return Vec::new();
+        };
+        if !m.role.subscribes {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for kind in [MediaKind::Audio, MediaKind::Video] {
+            let want: usize = self
+                .members
+                .iter()
+                .filter(|p| p.id != member && p.role.publishes)
+                .map(|p| {
+                    p.leg
+                        .media()
+                        .iter()
+                        .filter(|s| s.peer_sends && s.kind == kind)
+                        .count()
+                })
+                .sum();
+            let media = m.leg.media();
+            let have = m
+                .slots
+                .iter()
+                .filter(|s| media.get(s.section).is_some_and(|x| x.kind == kind))
+                .count();
+            if want > have {
+                out.push((kind, want - have));
+            }
+        }
+        out
+    }
+
+    /// Gives `member` a receive slot for each receiving section its leg gained (a
+    /// renegotiation added sections); streams waiting for a slot take them. The number added.
+    pub fn sync_slots(&mut self, member: MemberId) -> usize {
+        let Some(m) = self.members.iter_mut().find(|m| m.id == member) else {
+            return 0;
+        };
+        let have: Vec<usize> = m.slots.iter().map(|s| s.section).collect();
+        let new: Vec<(usize, u32)> = m
+            .leg
+            .media()
+            .iter()
+            .enumerate()
+            .filter(|(k, x)| x.peer_receives && !have.contains(k))
+            .map(|(k, x)| (k, x.our_ssrc))
+            .collect();
+        for (section, ssrc) in &new {
+            m.slots.push(Slot {
+                section: *section,
+                ssrc: *ssrc,
+                source: None,
+                seq_offset: 0,
+                ts_offset: 0,
+                last: None,
+                clock_rate: 0,
+                last_at: None,
+                start: 0,
+                rtx_seq: random_ssrc() as u16,
+            });
+        }
+        // Streams forwarded outside a slot take the new ones from their next packet.
+        if !new.is_empty() {
+            m.unslotted.clear();
+        }
+        new.len()
+    }
+
     /// A deadline that routing set since the last call (a member's transport-wide feedback
     /// became due then): the caller's timer must fire by then ([`Room::handle_timeout`]).
     pub fn take_wake(&mut self) -> Option<Instant> {

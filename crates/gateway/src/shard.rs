@@ -138,6 +138,16 @@ pub enum Event {
         /// Its own local ports (a telephony leg's RTP and RTCP).
         ports: Vec<u16>,
     },
+    /// A new offer of ours for a member that listens for them (its events channel): it lacks
+    /// receive sections for the room's senders. It answers with its revision.
+    Offer {
+        /// The member's id.
+        id: String,
+        /// The offer's revision (its `o=` version).
+        revision: u64,
+        /// The offer.
+        sdp: String,
+    },
     /// A DTLS-SRTP handshake finished, in this long.
     Connected {
         /// From the first DTLS datagram (or our ClientHello) to the keys.
@@ -302,6 +312,8 @@ struct Meta {
     connected: bool,
     closing: Option<EndReason>,
     created: Instant,
+    /// It listens for our new offers (renegotiation when senders arrive).
+    events: bool,
 }
 
 struct RoomSlot {
@@ -1292,6 +1304,7 @@ impl Shard {
                 connected,
                 closing: None,
                 created: now,
+                events: false,
             },
         );
         for u in ufrags {
@@ -1304,7 +1317,101 @@ impl Shard {
         self.ids.insert(id.clone(), (slot, member));
         self.drain_room(slot);
         self.remove_closed();
+        // Those who listen for new offers may lack a section for the newcomer's media.
+        self.renegotiate(slot);
         id
+    }
+
+    /// Makes a new offer for every member of the room in `slot` that listens for them, lacks
+    /// receive sections for the room's senders, and has no offer of ours waiting: queued as
+    /// [`Event::Offer`].
+    fn renegotiate(&mut self, slot: usize) {
+        let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let listening: Vec<MemberId> = s
+            .members
+            .iter()
+            .filter(|(_, m)| m.events && m.closing.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        for member in listening {
+            let needs = s.room.receive_needs(member);
+            if needs.is_empty() {
+                continue;
+            }
+            let Some(leg) = s.room.leg_mut(member).and_then(Leg::as_webrtc_mut) else {
+                continue;
+            };
+            if leg.reoffer_pending().is_some() || leg.awaiting_answer() || !leg.is_connected() {
+                continue;
+            }
+            match leg.reoffer(&needs) {
+                Ok((revision, sdp)) => {
+                    if let Some(meta) = s.members.get(&member) {
+                        tracing::info!(room = %s.name, revision, ?needs, "new offer to a member");
+                        self.queue.push_back(Queued::Event(Event::Offer {
+                            id: meta.id.clone(),
+                            revision,
+                            sdp,
+                        }));
+                    }
+                }
+                Err(e) => tracing::debug!(room = %s.name, error = %e, "no new offer"),
+            }
+        }
+    }
+
+    /// Member `id` of `room` listens for new offers of ours from now on (its events channel
+    /// opened): it gets one at once if it lacks receive sections. `false` if there is no such
+    /// WebRTC member.
+    pub fn listen(&mut self, room: &str, id: &str) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return false;
+        };
+        if s.room.leg(member).and_then(Leg::as_webrtc).is_none() {
+            return false;
+        }
+        if let Some(m) = s.members.get_mut(&member) {
+            m.events = true;
+        }
+        self.renegotiate(slot);
+        true
+    }
+
+    /// A member's answer to our new offer (revision `revision`, if it says): the sections it
+    /// took become receive slots, and streams waiting for one take them. Then, if it still
+    /// lacks sections (more senders came), another offer. The number of sections added.
+    pub fn answer_reoffer(
+        &mut self,
+        room: &str,
+        id: &str,
+        answer: &Offer,
+        revision: Option<u64>,
+    ) -> Result<usize, JoinError> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return Err(JoinError::Unacceptable(format!("no member {id} in {room}")));
+        };
+        let leg = s
+            .room
+            .leg_mut(member)
+            .and_then(Leg::as_webrtc_mut)
+            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
+        let n = leg.accept_reanswer(answer, revision).map_err(|_| {
+            JoinError::Unacceptable(match leg.reoffer_pending() {
+                Some(r) => format!("the answer's revision is not our offer's ({r})"),
+                None => "no offer of ours waits for an answer".into(),
+            })
+        })?;
+        s.room.sync_slots(member);
+        self.renegotiate(slot);
+        Ok(n)
     }
 
     fn find(&self, room: &str, id: &str) -> Option<(usize, MemberId)> {

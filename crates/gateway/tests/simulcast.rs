@@ -106,7 +106,11 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
         })
         .collect();
     // Round 35 sends q, then f's keyframe: both reach the viewer (q until the switch).
-    assert_eq!(got.len(), 41, "one layer's packets a round, two in the round of the switch");
+    assert_eq!(
+        got.len(),
+        41,
+        "one layer's packets a round, two in the round of the switch"
+    );
     assert!(got.iter().all(|g| g.0 == got[0].0), "one SSRC");
     let sizes: Vec<usize> = got.iter().map(|g| g.2).collect();
     assert_eq!(sizes[..36], [100; 36], "q first");
@@ -151,7 +155,9 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
     let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
     assert_eq!(
         seqs,
-        (1..=3).map(|k| last_seq.wrapping_add(k)).collect::<Vec<_>>(),
+        (1..=3)
+            .map(|k| last_seq.wrapping_add(k))
+            .collect::<Vec<_>>(),
         "sequence numbers follow on"
     );
     let pids: Vec<u16> = got.iter().map(|g| g.3).collect();
@@ -171,7 +177,11 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
         .iter()
         .find(|p| p.id == h.members[0].id)
         .unwrap();
-    let rids: Vec<&str> = publisher.layers_sent.iter().map(|l| l.rid.as_str()).collect();
+    let rids: Vec<&str> = publisher
+        .layers_sent
+        .iter()
+        .map(|l| l.rid.as_str())
+        .collect();
     assert_eq!(rids, vec!["q", "h", "f"]);
     assert!(publisher.layers_sent.iter().all(|l| l.ssrc.is_some()));
     // A rid nobody sends is refused.

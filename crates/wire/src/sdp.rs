@@ -550,6 +550,8 @@ pub struct MediaAnswer {
 pub struct AnswerParams {
     /// Session id for o=.
     pub session_id: u64,
+    /// Session version for o= (one more in each new description of the same session).
+    pub version: u64,
     /// Our ICE ufrag.
     pub ice_ufrag: String,
     /// Our ICE password.
@@ -579,8 +581,8 @@ pub fn write_answer(p: &AnswerParams) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "v=0\r\no=secrelay {} 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\na=ice-lite\r\n",
-        p.session_id
+        "v=0\r\no=secrelay {} {} IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\na=ice-lite\r\n",
+        p.session_id, p.version
     );
     let accepted: Vec<&str> = p
         .media

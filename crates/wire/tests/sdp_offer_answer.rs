@@ -70,6 +70,7 @@ fn answer_round_trips_through_the_parser() {
     let fp = "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
     let answer = write_answer(&AnswerParams {
         session_id: 42,
+        version: 1,
         ice_ufrag: "srly".into(),
         ice_pwd: "0123456789abcdefghijklmn".into(),
         fingerprint: fp.into(),
@@ -127,6 +128,7 @@ fn rejected_section_has_port_zero() {
     ];
     let answer = write_answer(&AnswerParams {
         session_id: 1,
+        version: 1,
         ice_ufrag: "u".into(),
         ice_pwd: "p".repeat(22),
         fingerprint: format!("sha-256 {}", vec!["00"; 32].join(":")),
@@ -202,6 +204,7 @@ fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer
     let vp8 = video.codecs.iter().find(|c| c.pt == 96).unwrap().clone();
     let answer = write_answer(&AnswerParams {
         session_id: 1,
+        version: 1,
         ice_ufrag: "srly".into(),
         ice_pwd: "0123456789abcdefghijklmn".into(),
         fingerprint: "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89".into(),

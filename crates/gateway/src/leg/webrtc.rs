@@ -156,6 +156,13 @@ pub struct WebRtcOfferSection {
     pub codecs: Vec<Codec>,
 }
 
+/// A new offer of ours in an established session: its revision, and the sections it adds
+/// (what each would be once answered).
+struct Reoffer {
+    revision: u64,
+    added: Vec<NegotiatedMedia>,
+}
+
 /// An offer of ours that waits for its answer.
 struct Awaiting {
     certificate: LocalCertificate,
@@ -189,6 +196,14 @@ pub struct WebRtcLeg {
     media: Vec<NegotiatedMedia>,
     /// Our SDP: the answer, or the offer of ours.
     local_sdp: String,
+    /// Our description's sections, in order (what a new offer of ours keeps), its `o=`
+    /// session id and version, and our fingerprint as SDP writes it.
+    sections: Vec<MediaAnswer>,
+    session: (u64, u64),
+    fingerprint: String,
+    /// A new offer of ours in the session (more sections to receive on), waiting for its
+    /// answer.
+    reoffer: Option<Reoffer>,
     /// Set while an offer of ours waits for the answer.
     awaiting: Option<Awaiting>,
     queue: VecDeque<Pending>,
@@ -384,14 +399,16 @@ impl WebRtcLeg {
         }
 
         let local = Credentials::random();
+        let session = (random_u64(), 1);
         let answer = write_answer(&AnswerParams {
-            session_id: random_u64(),
+            session_id: session.0,
+            version: session.1,
             ice_ufrag: local.ufrag.clone(),
             ice_pwd: local.pwd.clone(),
             fingerprint: our_fp.to_string(),
             setup: our_setup,
             candidates: config.candidates.clone(),
-            media: answers,
+            media: answers.clone(),
         });
         let ice = IceLite::new(
             config.ice.clone(),
@@ -417,6 +434,10 @@ impl WebRtcLeg {
             srtp: None,
             media,
             local_sdp: answer,
+            sections: answers,
+            session,
+            fingerprint: our_fp.to_string(),
+            reoffer: None,
             awaiting: None,
             queue: VecDeque::new(),
             pool: Vec::new(),
@@ -493,14 +514,16 @@ impl WebRtcLeg {
             return Err(WebRtcError::NoCommonCodec);
         }
         let local = Credentials::random();
+        let session = (random_u64(), 1);
         let offer = write_offer(&AnswerParams {
-            session_id: random_u64(),
+            session_id: session.0,
+            version: session.1,
             ice_ufrag: local.ufrag.clone(),
             ice_pwd: local.pwd.clone(),
             fingerprint: our_fp.to_string(),
             setup: Setup::Actpass,
             candidates: config.candidates.clone(),
-            media: offered,
+            media: offered.clone(),
         });
         let ice = IceLite::offering(config.ice.clone(), local, now);
         Ok(WebRtcLeg {
@@ -516,6 +539,10 @@ impl WebRtcLeg {
             srtp: None,
             media,
             local_sdp: offer,
+            sections: offered,
+            session,
+            fingerprint: our_fp.to_string(),
+            reoffer: None,
             awaiting: Some(Awaiting {
                 certificate,
                 early_dtls: Vec::new(),
@@ -607,6 +634,155 @@ impl WebRtcLeg {
     /// Whether an offer of ours waits for its answer.
     pub fn awaiting_answer(&self) -> bool {
         self.awaiting.is_some()
+    }
+
+    /// A new offer of ours in the established session, adding `add` sections the peer
+    /// receives on (kind, how many): every section so far as it stands (same mids, order,
+    /// codecs, directions), then the new ones, each with codecs, feedback and extensions
+    /// like the peer's section of that kind (our defaults where it has none), an SSRC of ours
+    /// and our direction `sendonly`; the same ICE credentials and fingerprint, `actpass`, one
+    /// `o=` version on. Its revision (for the answer) and its SDP. Err: an offer of ours
+    /// already waits for its answer, or the leg made the first offer and it is unanswered.
+    pub fn reoffer(&mut self, add: &[(MediaKind, usize)]) -> Result<(u64, String), WebRtcError> {
+        if self.awaiting.is_some() || self.reoffer.is_some() || self.closed.is_some() {
+            return Err(WebRtcError::NotAwaitingAnswer);
+        }
+        let mut sections = self.sections.clone();
+        let mut added = Vec::new();
+        let mut next_mid = 0u32;
+        for (kind, n) in add {
+            for _ in 0..*n {
+                while sections.iter().any(|m| m.mid == next_mid.to_string()) {
+                    next_mid += 1;
+                }
+                let mid = next_mid.to_string();
+                let our_ssrc = random_u32().max(1);
+                // Like the peer's section of this kind: its codecs, feedback and extensions.
+                let like = self
+                    .media
+                    .iter()
+                    .zip(self.sections.iter().filter(|s| s.direction.is_some()))
+                    .find(|(m, _)| m.kind == *kind);
+                let (codecs, rtx, feedback_lines, extmaps, fb, extmap_ids) = match like {
+                    Some((m, s)) => (
+                        s.codecs.clone(),
+                        s.rtx.clone(),
+                        s.feedback.clone(),
+                        s.extmaps.clone(),
+                        SectionFeedback {
+                            rtx_ssrc: random_u32().max(1),
+                            peer_rtx: Vec::new(),
+                            ..m.feedback.clone()
+                        },
+                        m.extmaps.clone(),
+                    ),
+                    None => {
+                        let prefs = match kind {
+                            MediaKind::Audio => &self.config.audio_codecs,
+                            _ => &self.config.video_codecs,
+                        };
+                        let codecs: Vec<Codec> = prefs.iter().map(|c| c.offer_codec()).collect();
+                        (
+                            codecs,
+                            Vec::new(),
+                            Vec::new(),
+                            Vec::new(),
+                            SectionFeedback::default(),
+                            Vec::new(),
+                        )
+                    }
+                };
+                if codecs.is_empty() {
+                    continue;
+                }
+                added.push(NegotiatedMedia {
+                    mid: mid.clone(),
+                    kind: kind.clone(),
+                    codecs: codecs
+                        .iter()
+                        .filter_map(|c| CodecId::of(c).map(|id| (id, c.pt)))
+                        .collect(),
+                    peer_sends: false,
+                    peer_receives: true,
+                    our_ssrc,
+                    feedback: fb.clone(),
+                    extmaps: extmap_ids,
+                    simulcast: Vec::new(),
+                });
+                sections.push(MediaAnswer {
+                    mid,
+                    kind: kind.clone(),
+                    direction: Some(Direction::SendOnly),
+                    codecs,
+                    ssrc: Some((our_ssrc, self.config.cname.clone())),
+                    feedback: feedback_lines,
+                    rtx_ssrc: (!rtx.is_empty()).then_some(fb.rtx_ssrc),
+                    rtx,
+                    extmaps,
+                    rtcp_rsize: true,
+                    simulcast_recv: Vec::new(),
+                });
+            }
+        }
+        self.session.1 += 1;
+        let local = self.ice.local().clone();
+        let sdp = write_offer(&AnswerParams {
+            session_id: self.session.0,
+            version: self.session.1,
+            ice_ufrag: local.ufrag,
+            ice_pwd: local.pwd,
+            fingerprint: self.fingerprint.clone(),
+            setup: Setup::Actpass,
+            candidates: self.config.candidates.clone(),
+            media: sections.clone(),
+        });
+        let revision = self.session.1;
+        self.reoffer = Some(Reoffer { revision, added });
+        self.sections = sections;
+        self.local_sdp = sdp.clone();
+        Ok((revision, sdp))
+    }
+
+    /// The revision of our new offer that waits for its answer, if one does.
+    pub fn reoffer_pending(&self) -> Option<u64> {
+        self.reoffer.as_ref().map(|r| r.revision)
+    }
+
+    /// The peer's answer to our new offer ([`WebRtcLeg::reoffer`]): the sections it added
+    /// that the peer took (it receives on them, with the codecs it kept of ours) join the
+    /// leg's media; the number that did. Err: no new offer of ours waits, or `revision` is
+    /// not its own (the leg is unchanged).
+    pub fn accept_reanswer(
+        &mut self,
+        answer: &Offer,
+        revision: Option<u64>,
+    ) -> Result<usize, WebRtcError> {
+        let Some(pending) = self.reoffer.as_ref() else {
+            return Err(WebRtcError::NotAwaitingAnswer);
+        };
+        if revision.is_some_and(|r| r != pending.revision) {
+            return Err(WebRtcError::NotAwaitingAnswer);
+        }
+        let pending = self.reoffer.take().expect("checked above");
+        let mut n = 0;
+        for mut m in pending.added {
+            let a = answer
+                .media
+                .iter()
+                .find(|a| a.mid == m.mid)
+                .filter(|a| a.port != 0 || answer.bundle.contains(&a.mid));
+            let Some(a) = a else { continue };
+            m.codecs
+                .retain(|(_, pt)| a.codecs.iter().any(|c| c.pt == *pt));
+            if m.codecs.is_empty() || !a.direction.receives() {
+                continue;
+            }
+            m.peer_sends = false;
+            m.peer_receives = true;
+            self.media.push(m);
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Our offer (from [`WebRtcLeg::new_offer`]): the SDP for the peer to answer.

@@ -132,15 +132,27 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
         .route("/rooms/{room}/join", offer_route(JoinKind::Join))
         .route(
             "/whip/{room}/{id}",
-            delete(leave_resource).patch(patch_resource),
+            delete(leave_resource)
+                .patch(patch_resource)
+                .put(reanswer_resource),
         )
         .route(
             "/whep/{room}/{id}",
-            delete(leave_resource).patch(patch_resource),
+            delete(leave_resource)
+                .patch(patch_resource)
+                .put(reanswer_resource),
         )
         .route(
             "/rooms/{room}/participants/{id}",
-            delete(leave_resource).patch(patch_resource),
+            delete(leave_resource)
+                .patch(patch_resource)
+                .put(reanswer_resource),
+        )
+        .route("/whip/{room}/{id}/events", get(resource_events))
+        .route("/whep/{room}/{id}/events", get(resource_events))
+        .route(
+            "/rooms/{room}/participants/{id}/events",
+            get(resource_events),
         )
         .route("/rooms/{room}/rtp", post(rtp_offer))
         .route("/rooms/{room}/rtp/offer", post(rtp_make_offer))
@@ -582,6 +594,93 @@ fn sdpfrag_credentials(body: &str) -> Option<Credentials> {
         ufrag: ufrag?,
         pwd: pwd?,
     })
+}
+
+/// `GET {Location}/events`: the participant's events channel (Server-Sent Events). While it
+/// is open the gateway renegotiates when senders arrive: each `offer` event's data is JSON
+/// `{"revision": N, "sdp": "…"}`, answered with `PUT {Location}`. The stream ends with the
+/// session.
+async fn resource_events(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    let known = s
+        .resources()
+        .get(&id)
+        .is_some_and(|r| r.room == room && r.ended.is_none());
+    if !known {
+        return refuse(&s, StatusCode::NOT_FOUND, "no such session");
+    }
+    let Some(rx) = s.gateway.listen(&room, &id).await else {
+        return refuse(&s, StatusCode::NOT_FOUND, "no such WebRTC session");
+    };
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let n = rx.recv().await?;
+        let e = axum::response::sse::Event::default()
+            .event(n.event)
+            .data(n.data);
+        Some((Ok::<_, std::convert::Infallible>(e), rx))
+    });
+    axum::response::sse::Sse::new(stream)
+        .keep_alive(axum::response::sse::KeepAlive::default())
+        .into_response()
+}
+
+/// `PUT {Location}` with `application/sdp`: the answer to our new offer (from the events
+/// channel), `If-Match` naming its revision if the client wants the check: 204, or 400 (not
+/// SDP), 409 (no offer of ours waits, or another revision), 415.
+async fn reanswer_resource(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    let known = s
+        .resources()
+        .get(&id)
+        .is_some_and(|r| r.room == room && r.ended.is_none());
+    if !known {
+        return refuse(&s, StatusCode::NOT_FOUND, "no such session");
+    }
+    if !content_type_is(&headers, "application/sdp") {
+        return refuse(
+            &s,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "PUT takes Content-Type: application/sdp (the answer to our offer)",
+        );
+    }
+    let revision = match headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
+        None => None,
+        Some(v) => match v.trim().trim_matches('"').parse::<u64>() {
+            Ok(r) => Some(r),
+            Err(_) => {
+                return refuse(
+                    &s,
+                    StatusCode::BAD_REQUEST,
+                    "If-Match names the offer's revision (a number)",
+                )
+            }
+        },
+    };
+    let Ok(text) = std::str::from_utf8(&body) else {
+        return refuse(&s, StatusCode::BAD_REQUEST, "the answer is not UTF-8");
+    };
+    let answer = match secrelay_wire::sdp::parse_offer(text) {
+        Ok(a) => a,
+        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("the answer: {e}")),
+    };
+    match s.gateway.answer_reoffer(&room, &id, answer, revision).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(JoinError::Unacceptable(why)) => refuse(&s, StatusCode::CONFLICT, why),
+        Err(e) => join_refused(&s, e),
+    }
 }
 
 async fn patch_resource(

@@ -30,6 +30,8 @@ mod tls_hmac;
 mod udp;
 mod worker;
 
+pub use worker::Notice;
+
 use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,6 +185,7 @@ impl Gateway {
             bind_ip: udp_addr.ip(),
             peers,
             ended: std::sync::Mutex::default(),
+            notices: std::sync::Mutex::default(),
         });
         let worker_stats: Vec<Arc<WorkerStats>> =
             (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
@@ -454,6 +457,61 @@ impl Gateway {
         let cmd = Command::ReofferRtp {
             room: room.to_owned(),
             id: id.to_owned(),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err(JoinError::ShuttingDown);
+        }
+        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
+    /// Opens participant `id`'s events channel: our new offers for it arrive on the receiver
+    /// (one channel per participant: a second replaces the first). `None` if there is no such
+    /// WebRTC participant.
+    pub async fn listen(
+        &self,
+        room: &str,
+        id: &str,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<worker::Notice>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.shared
+            .notices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_owned(), tx);
+        let (reply, done) = oneshot::channel();
+        let cmd = Command::Listen {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            reply,
+        };
+        let ok = self.send(self.worker_for(room), cmd) && done.await.unwrap_or(false);
+        if !ok {
+            self.shared
+                .notices
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(id);
+            return None;
+        }
+        Some(rx)
+    }
+
+    /// Participant `id`'s answer to our new offer (of revision `revision`, if it says): the
+    /// sections it took. Err: why it was not taken.
+    pub async fn answer_reoffer(
+        &self,
+        room: &str,
+        id: &str,
+        answer: Offer,
+        revision: Option<u64>,
+    ) -> Result<usize, JoinError> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::AnswerReoffer {
+            room: room.to_owned(),
+            id: id.to_owned(),
+            answer: Box::new(answer),
+            revision,
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {

@@ -110,6 +110,20 @@ pub(crate) enum Command {
         id: String,
         reply: oneshot::Sender<Result<String, JoinError>>,
     },
+    /// A participant listens for our new offers from now on.
+    Listen {
+        room: String,
+        id: String,
+        reply: oneshot::Sender<bool>,
+    },
+    /// A participant's answer to our new offer; replies the sections it took.
+    AnswerReoffer {
+        room: String,
+        id: String,
+        answer: Box<Offer>,
+        revision: Option<u64>,
+        reply: oneshot::Sender<Result<usize, JoinError>>,
+    },
     /// Which simulcast layer a participant is sent (of one publisher's, or all).
     SetLayer {
         room: String,
@@ -170,6 +184,17 @@ pub(crate) struct Shared {
     /// Ids of participants that ended (for any reason), for the HTTP side to forget their
     /// resources; appended on removal, taken by the control plane.
     pub ended: std::sync::Mutex<Vec<String>>,
+    /// The events channels participants listen on (by id): our new offers go there.
+    pub notices: std::sync::Mutex<HashMap<String, tokio::sync::mpsc::UnboundedSender<Notice>>>,
+}
+
+/// A message for a participant's events channel (Server-Sent Events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// The event's name (`offer`).
+    pub event: &'static str,
+    /// Its data: one JSON object.
+    pub data: String,
 }
 
 impl Shared {
@@ -439,6 +464,22 @@ impl Worker {
             }
             Command::ReofferRtp { room, id, reply } => {
                 let r = self.shard.reoffer_rtp(&room, &id);
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::Listen { room, id, reply } => {
+                let r = self.shard.listen(&room, &id);
+                self.after_command();
+                let _ = reply.send(r);
+            }
+            Command::AnswerReoffer {
+                room,
+                id,
+                answer,
+                revision,
+                reply,
+            } => {
+                let r = self.shard.answer_reoffer(&room, &id, &answer, revision);
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -788,6 +829,12 @@ impl Worker {
             } => {
                 dir.remove(&ufrags, &addrs);
                 self.close_leg_ports(&ports);
+                // Its events channel ends with it.
+                self.shared
+                    .notices
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
                 self.shared
                     .ended
                     .lock()
@@ -795,6 +842,20 @@ impl Worker {
                     .push(id);
             }
             Event::Connected { handshake } => self.stats.handshake_time.record(handshake),
+            Event::Offer { id, revision, sdp } => {
+                let notices = self
+                    .shared
+                    .notices
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                if let Some(tx) = notices.get(&id) {
+                    let data = serde_json::json!({ "revision": revision, "sdp": sdp }).to_string();
+                    let _ = tx.send(Notice {
+                        event: "offer",
+                        data,
+                    });
+                }
+            }
         }
     }
 
