@@ -526,6 +526,56 @@ fn chromium_publishes_and_plays_over_https_with_the_private_ca_trusted() {
     }
 }
 
+/// The gateway's own room page (`/room/{name}`) in five tabs of one headless Chromium: each
+/// publishes its fake camera and microphone when it loads, and the gateway's new offers (the
+/// page's events channel) give every page sections for those who come after it, so each plays
+/// the other four videos and four audios; a screenshot shows a remote video that is not black.
+#[test]
+fn five_room_pages_each_play_the_other_four_and_show_video() {
+    let test = "five_room_pages_each_play_the_other_four_and_show_video";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    // The driver needs websocket-client (DevTools protocol) and pillow (the screenshot), from
+    // scripts/setup's venv.
+    let Some(python) = python(test) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let chromium = chromium.to_string_lossy().into_owned();
+    let (v, ok) = run_script(
+        &python,
+        "chromium_room.py",
+        &[
+            "--base",
+            &gw.base,
+            "--pages",
+            "5",
+            "--room",
+            "five",
+            "--chromium",
+            &chromium,
+            "--timeout",
+            "60",
+        ],
+        &gw,
+    );
+    assert!(ok, "chromium_room.py failed: {v}");
+    let pages = v["pages"].as_array().expect("pages");
+    assert_eq!(pages.len(), 5, "{v}");
+    for p in pages {
+        assert_eq!(p["videos_decoding"], 4, "{p}");
+        assert_eq!(p["audios_playing"], 4, "{p}");
+        assert!(p["error"].is_null(), "{p}");
+    }
+    // The first page joined alone and was offered sections as the others came.
+    assert!(pages[0]["offers"].as_u64().unwrap_or(0) >= 1, "{v}");
+    assert!(v["screenshot"]["mean"].as_f64().unwrap_or(0.0) > 20.0, "{v}");
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+}
+
 /// Viewers that come late and lose packets (issue 17): Chromium publishes; 5 s later one
 /// WHEP viewer joins directly and another through a relay that drops 5 % of the media the
 /// gateway sends it. Both must decode their first frame quickly (the gateway asks the publisher

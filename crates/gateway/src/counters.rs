@@ -53,11 +53,14 @@ pub enum DropReason {
     UnlatchedSource,
     /// A padding-only retransmission packet (a sender's bandwidth probe): nothing to forward.
     PaddingOnly,
+    /// A copy not forwarded: the receiver demultiplexes by section (it agreed on `mid`) and has
+    /// no receive section free for the stream (one comes with a renegotiation).
+    NoSlot,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 19] = [
+    pub const ALL: [DropReason; 20] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -77,6 +80,7 @@ impl DropReason {
         DropReason::SrtpOther,
         DropReason::UnlatchedSource,
         DropReason::PaddingOnly,
+        DropReason::NoSlot,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -101,6 +105,7 @@ impl DropReason {
             DropReason::SrtpOther => "srtp_other",
             DropReason::UnlatchedSource => "unlatched_source",
             DropReason::PaddingOnly => "padding_only",
+            DropReason::NoSlot => "no_slot",
         }
     }
 

@@ -19,7 +19,10 @@
 //! talkers) is still forwarded, as before slots existed, on the first section of its kind
 //! under an SSRC of its own that the answer does not announce, counted as
 //! [`Counters::unslotted`]: endpoints that demultiplex by SSRC (the lab's simulated
-//! participants, SIP-style legs) get everything; a browser plays the announced stream.
+//! participants, SIP-style legs) get everything. A receiver that agreed on the `mid`
+//! extension (a browser) demultiplexes by section, and a stream under an occupied section's
+//! mid would take it over: it gets nothing outside its slots (`no_slot`), and a renegotiation
+//! gives it the sections it lacks.
 //! Packets of a codec the receiver did not accept are dropped and counted.
 //!
 //! # RTCP
@@ -862,6 +865,13 @@ impl Room {
                     (pt, slot.ssrc, out.0, out.1)
                 }
                 None => {
+                    // A browser binds each section's track by the `mid` of what comes: a stream
+                    // outside a slot under an occupied section's mid would take that section
+                    // over. It waits for a section of its own (a renegotiation gives one).
+                    if r.ext.mid != 0 {
+                        r.leg.counters_mut().drop(DropReason::NoSlot);
+                        continue;
+                    }
                     let Some(pt) = r.leg.payload_type_for(c) else {
                         r.leg.counters_mut().drop(DropReason::NoCodec);
                         continue;

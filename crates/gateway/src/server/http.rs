@@ -167,6 +167,8 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             "/api/rooms/{room}/participants/{id}/layer",
             axum::routing::put(api_layer),
         )
+        .route("/", get(index_page))
+        .route("/room/{room}", get(room_page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(limit))
@@ -849,6 +851,31 @@ async fn api_layer(
         }
         Err(why) => refuse(&s, StatusCode::BAD_REQUEST, why),
     }
+}
+
+/// `GET /`: a form that enters a room.
+async fn index_page() -> Response {
+    page(include_str!("index.html"))
+}
+
+/// `GET /room/{room}`: the room's page (publish camera and microphone, see the others, live
+/// statistics; no external assets).
+async fn room_page(State(s): State<AppState>, Path(room): Path<String>) -> Response {
+    if !valid_room(&room) {
+        return refuse(&s, StatusCode::BAD_REQUEST, "a room name is 1-64 characters of [A-Za-z0-9_.-]");
+    }
+    page(include_str!("room.html"))
+}
+
+fn page(html: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        html,
+    )
+        .into_response()
 }
 
 async fn metrics(State(s): State<AppState>) -> Response {
