@@ -254,6 +254,17 @@ impl Config {
             .filter(move |cs| has_psk || !cs.suite().is_psk())
     }
 
+    /// Whether RSA signatures from the peer are verified: an allowed DTLS 1.2
+    /// suite is ECDHE-RSA. The provider's validation checked its verifier on RSA
+    /// PKCS#1 v1.5 signatures for every such suite.
+    ///
+    /// secrelay patch (see `SECRELAY-PATCH.md`).
+    pub(crate) fn verifies_rsa(&self) -> bool {
+        self.dtls12_cipher_suites().any(|cs| {
+            cs.suite().signature_algorithm() == Some(crate::types::SignatureAlgorithm::RSA)
+        })
+    }
+
     /// Allowed DTLS 1.3 cipher suites, filtered by the config's allow-list.
     ///
     /// Returns all provider DTLS 1.3 cipher suites when no filter is set.

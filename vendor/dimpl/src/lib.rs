@@ -888,6 +888,31 @@ impl Dtls {
     }
 }
 
+impl Dtls {
+    /// Abandons the association and queues a fatal alert with `description`
+    /// (RFC 5246 §7.2), so that the peer stops retransmitting and learns why.
+    ///
+    /// For a failure found outside dimpl (the peer's certificate does not match
+    /// what signaling announced, say) or after dimpl returned an error. Pending
+    /// output (a flight not yet polled) is dropped. `encrypted`: send it in epoch 1,
+    /// under the negotiated keys, for a peer that already reads epoch 1 from us
+    /// (we sent our ChangeCipherSpec); otherwise it goes in plaintext, epoch 0. An
+    /// epoch-1 alert without keys is an error and nothing is queued. DTLS 1.3 and
+    /// an auto-sensing instance whose version is not known yet abort without an
+    /// alert, as [`Dtls::close`] does. Poll until [`Output::Timeout`] afterwards.
+    ///
+    /// secrelay patch (see `SECRELAY-PATCH.md`).
+    pub fn abort_with_alert(&mut self, description: u8, encrypted: bool) -> Result<(), Error> {
+        match self.inner.as_mut().unwrap() {
+            Inner::Client12(client) => client.abort_with_alert(description, encrypted),
+            Inner::Server12(server) => server.abort_with_alert(description, encrypted),
+            Inner::Client13(client) => client.close(),
+            Inner::Server13(server) => server.close(),
+            Inner::ClientPending(client) => client.close(),
+        }
+    }
+}
+
 impl Inner {
     fn is_pending(&self) -> bool {
         match self {

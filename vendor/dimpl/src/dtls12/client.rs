@@ -274,6 +274,21 @@ impl Client {
         Ok(())
     }
 
+    /// Abandons the association with a fatal alert (secrelay patch; see
+    /// [`crate::Dtls::abort_with_alert`]).
+    pub fn abort_with_alert(&mut self, description: u8, encrypted: bool) -> Result<(), Error> {
+        if self.state == State::Closed {
+            return Ok(());
+        }
+        self.engine.abort();
+        self.state = State::Closed;
+        self.engine
+            .create_record(ContentType::Alert, u16::from(encrypted), false, |body| {
+                body.push(2); // level: fatal
+                body.push(description);
+            })
+    }
+
     fn make_progress(&mut self) -> Result<(), InternalError> {
         loop {
             let prev_state = self.state;
@@ -493,11 +508,12 @@ impl State {
             .into());
         }
 
-        // Enforce cipher suite is compatible with our private key and allowed by config
+        // Enforce cipher suite is compatible with our auth mode and allowed by config
+        // (secrelay patch: the server's key authenticates the suite, not ours)
         let is_compatible = client
             .engine
             .crypto_context()
-            .is_cipher_suite_compatible(cs);
+            .is_cipher_suite_acceptable_from_server(cs);
 
         if !is_compatible {
             return Err(Error::SecurityError(
@@ -691,7 +707,8 @@ impl State {
         ))?;
 
         // Ensure the server's (hash, signature) pair was offered by the client
-        let offered = SignatureAndHashAlgorithm::supported().contains(&signature_algorithm);
+        let offered = SignatureAndHashAlgorithm::verifiable(client.engine.config())
+            .contains(&signature_algorithm);
         if !offered {
             return Err(Error::CryptoError(
                 crate::CryptoError::SignatureAlgorithmNotOfferedByClient,
@@ -822,8 +839,16 @@ impl State {
             .crypto_context()
             .private_key_default_hash_algorithm()
             .unwrap();
+        // secrelay patch: the pair with our key's algorithm, not only the hash (the
+        // request may now list RSA pairs, which our ECDSA key cannot sign).
+        let sig_algorithm = client
+            .engine
+            .crypto_context()
+            .signature_algorithm()
+            .unwrap();
+        let wanted = SignatureAndHashAlgorithm::new(hash_algorithm, sig_algorithm);
 
-        if !cr.supports_hash_algorithm(hash_algorithm) {
+        if !cr.supports(wanted) {
             return Err(Error::CertificateError(
                 crate::CertificateError::UnsupportedHashAlgorithm(hash_algorithm),
             )
@@ -1245,12 +1270,17 @@ fn handshake_create_client_hello(
 ) -> Result<(), Error> {
     let client_version = ProtocolVersion::DTLS1_2;
 
-    // Get cipher suites from config that are compatible with our key
+    // Get cipher suites from config that a server may authenticate (secrelay patch:
+    // upstream required our own key's algorithm here)
     let cipher_suites: CipherSuiteVec = engine
         .config()
         .dtls12_cipher_suites()
         .map(|cs| cs.suite())
-        .filter(|suite| engine.crypto_context().is_cipher_suite_compatible(*suite))
+        .filter(|suite| {
+            engine
+                .crypto_context()
+                .is_cipher_suite_acceptable_from_server(*suite)
+        })
         .take(Dtls12CipherSuite::supported().len())
         .collect();
 

@@ -582,6 +582,21 @@ impl CryptoContext {
         }
     }
 
+    /// Whether a client may offer and accept `cipher_suite`: a certificate suite
+    /// is authenticated by the server's key, whatever our own key is (the
+    /// configuration decides which suites are offered); PSK suites only in PSK
+    /// mode.
+    ///
+    /// secrelay patch: upstream used [`Self::is_cipher_suite_compatible`] (our
+    /// own key's algorithm) for the client too, so a dimpl client with an ECDSA
+    /// key never offered an ECDHE-RSA suite.
+    pub fn is_cipher_suite_acceptable_from_server(&self, cipher_suite: Dtls12CipherSuite) -> bool {
+        matches!(
+            (&self.auth, cipher_suite.signature_algorithm()),
+            (AuthMode::Certificate { .. }, Some(_)) | (AuthMode::Psk, None)
+        )
+    }
+
     /// Get the client write IV if derived.
     pub fn get_client_write_iv(&self) -> Option<Iv> {
         self.client_write_iv

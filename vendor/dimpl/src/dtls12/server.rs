@@ -279,6 +279,21 @@ impl Server {
         Ok(())
     }
 
+    /// Abandons the association with a fatal alert (secrelay patch; see
+    /// [`crate::Dtls::abort_with_alert`]).
+    pub fn abort_with_alert(&mut self, description: u8, encrypted: bool) -> Result<(), Error> {
+        if self.state == State::Closed {
+            return Ok(());
+        }
+        self.engine.abort();
+        self.state = State::Closed;
+        self.engine
+            .create_record(ContentType::Alert, u16::from(encrypted), false, |body| {
+                body.push(2); // level: fatal
+                body.push(description);
+            })
+    }
+
     fn make_progress(&mut self) -> Result<(), InternalError> {
         loop {
             let prev_state = self.state;
@@ -639,8 +654,9 @@ impl State {
     fn send_certificate_request(self, server: &mut Server) -> Result<Self, InternalError> {
         debug!("Sending CertificateRequest");
         // Select CertificateRequest.signature_algorithms as intersection of client's list and our supported
+        let ours = SignatureAndHashAlgorithm::verifiable(server.engine.config());
         let sig_algs =
-            select_certificate_request_sig_algs(server.client_signature_algorithms.as_ref());
+            select_certificate_request_sig_algs(server.client_signature_algorithms.as_ref(), &ours);
         debug!(
             "CertificateRequest will advertise {} signature algorithms",
             sig_algs.len()
@@ -649,7 +665,7 @@ impl State {
         server
             .engine
             .create_handshake(MessageType::CertificateRequest, move |body, _| {
-                handshake_serialize_certificate_request(body, &sig_algs)
+                handshake_serialize_certificate_request(body, &sig_algs, &ours)
             })?;
 
         Ok(Self::SendServerHelloDone)
@@ -922,6 +938,17 @@ impl State {
         if server.client_certificates.is_empty() {
             return Err(Error::CertificateError(
                 crate::CertificateError::NoClientCertificateForVerification,
+            )
+            .into());
+        }
+
+        // secrelay patch: the client must sign with a pair we can verify (what the
+        // CertificateRequest offered is a subset of these).
+        if !SignatureAndHashAlgorithm::verifiable(server.engine.config())
+            .contains(&signature_algorithm)
+        {
+            return Err(Error::CryptoError(
+                crate::CryptoError::SignatureAlgorithmNotOfferedByClient,
             )
             .into());
         }
@@ -1320,22 +1347,31 @@ fn handshake_create_server_key_exchange(
 fn handshake_serialize_certificate_request(
     body: &mut Buf,
     sig_algs: &SignatureAndHashAlgorithmVec,
+    verifiable: &SignatureAndHashAlgorithmVec,
 ) -> Result<(), Error> {
-    // Only advertise ECDSA_SIGN (the only supported client cert type)
-    let mut cert_types = CertificateTypeVec::new();
-    cert_types.push(ClientCertificateType::ECDSA_SIGN);
-
     // If intersection is empty (e.g., client didn't advertise), fall back to our supported set
     // Build the selected list with the capacity expected by CertificateRequest
     let mut selected = SignatureAndHashAlgorithmVec::new();
     if sig_algs.is_empty() {
-        let fallback = SignatureAndHashAlgorithm::supported();
-        for alg in fallback.iter() {
+        for alg in verifiable.iter() {
             selected.push(*alg);
         }
     } else {
         for alg in sig_algs.iter() {
             selected.push(*alg);
+        }
+    }
+
+    // secrelay patch: ask for each certificate type whose signatures we can verify
+    // (upstream: ECDSA_SIGN only)
+    let mut cert_types = CertificateTypeVec::new();
+    for t in ClientCertificateType::requested() {
+        let sig = match *t {
+            ClientCertificateType::RSA_SIGN => SignatureAlgorithm::RSA,
+            _ => SignatureAlgorithm::ECDSA,
+        };
+        if selected.iter().any(|a| a.signature == sig) {
+            cert_types.push(*t);
         }
     }
 
@@ -1399,9 +1435,10 @@ fn select_ske_signature_algorithm(
 
 fn select_certificate_request_sig_algs(
     client_algs: Option<&SignatureAndHashAlgorithmVec>,
+    ours: &SignatureAndHashAlgorithmVec,
 ) -> SignatureAndHashAlgorithmVec {
-    // Only select algorithms supported by dimpl's signature verifiers.
-    let ours = SignatureAndHashAlgorithm::supported();
+    // Only select algorithms supported by dimpl's signature verifiers (secrelay
+    // patch: as configured).
 
     // Build intersection preserving client preference order
     let mut out = ArrayVec::new();
@@ -1473,6 +1510,15 @@ mod tests {
         assert_eq!(selected, None);
     }
 
+    /// What a configuration without ECDHE-RSA suites verifies (upstream's fixed set).
+    fn ecdsa_only() -> SignatureAndHashAlgorithmVec {
+        SignatureAndHashAlgorithm::supported()
+            .iter()
+            .filter(|a| a.signature == SignatureAlgorithm::ECDSA)
+            .copied()
+            .collect()
+    }
+
     #[test]
     fn certificate_request_does_not_select_rsa_signatures() {
         let mut client = SignatureAndHashAlgorithmVec::new();
@@ -1485,7 +1531,7 @@ mod tests {
             SignatureAlgorithm::RSA,
         ));
 
-        let selected = select_certificate_request_sig_algs(Some(&client));
+        let selected = select_certificate_request_sig_algs(Some(&client), &ecdsa_only());
 
         assert_eq!(selected.len(), 1);
         assert_eq!(selected[0].signature, SignatureAlgorithm::ECDSA);
@@ -1500,8 +1546,42 @@ mod tests {
             SignatureAlgorithm::RSA,
         ));
 
-        let selected = select_certificate_request_sig_algs(Some(&client));
+        let selected = select_certificate_request_sig_algs(Some(&client), &ecdsa_only());
 
         assert!(selected.is_empty());
+    }
+
+    /// secrelay patch: a configuration that verifies RSA asks for RSA_SIGN too, in
+    /// the client's order, and an ECDSA-only one asks for ECDSA_SIGN alone.
+    #[test]
+    fn certificate_request_asks_for_rsa_when_rsa_is_verifiable() {
+        let mut client = SignatureAndHashAlgorithmVec::new();
+        client.push(SignatureAndHashAlgorithm::new(
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::RSA,
+        ));
+        client.push(SignatureAndHashAlgorithm::new(
+            HashAlgorithm::SHA256,
+            SignatureAlgorithm::ECDSA,
+        ));
+        let all: SignatureAndHashAlgorithmVec = SignatureAndHashAlgorithm::supported()
+            .iter()
+            .copied()
+            .collect();
+
+        let selected = select_certificate_request_sig_algs(Some(&client), &all);
+        assert_eq!(&selected[..], &client[..]);
+
+        let mut body = Buf::new();
+        handshake_serialize_certificate_request(&mut body, &selected, &all).unwrap();
+        // certificate_types: ECDSA_SIGN, RSA_SIGN; then the two pairs as selected.
+        assert_eq!(&body[..3], &[2, 64, 1]);
+        assert_eq!(&body[3..9], &[0, 4, 4, 1, 4, 3]);
+
+        let mut body = Buf::new();
+        let ecdsa = ecdsa_only();
+        let selected = select_certificate_request_sig_algs(Some(&client), &ecdsa);
+        handshake_serialize_certificate_request(&mut body, &selected, &ecdsa).unwrap();
+        assert_eq!(&body[..2], &[1, 64]);
     }
 }

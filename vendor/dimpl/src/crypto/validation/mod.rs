@@ -223,6 +223,17 @@ impl CryptoProvider {
                     VALIDATION_P384_SHA384_SIG,
                     VALIDATION_TEST_DATA,
                 ),
+                // secrelay patch: ECDHE-RSA suites (verification only).
+                (HashAlgorithm::SHA256, SignatureAlgorithm::RSA) => (
+                    VALIDATION_RSA2048_CERT,
+                    VALIDATION_RSA2048_SHA256_SIG,
+                    VALIDATION_TEST_DATA,
+                ),
+                (HashAlgorithm::SHA384, SignatureAlgorithm::RSA) => (
+                    VALIDATION_RSA2048_CERT,
+                    VALIDATION_RSA2048_SHA384_SIG,
+                    VALIDATION_TEST_DATA,
+                ),
                 _ => {
                     return Err(provider_error(
                         CryptoProviderValidationError::NoSignatureValidationVector {
@@ -483,6 +494,12 @@ const VALIDATION_P256_CERT: &[u8] = include_bytes!("p256_cert.der");
 const VALIDATION_P256_SHA256_SIG: &[u8] = include_bytes!("p256_sha256_sig.der");
 const VALIDATION_P384_CERT: &[u8] = include_bytes!("p384_cert.der");
 const VALIDATION_P384_SHA384_SIG: &[u8] = include_bytes!("p384_sha384_sig.der");
+// secrelay patch: a self-signed RSA-2048 certificate and RSASSA-PKCS1-v1_5 signatures of
+// the test data with SHA-256 and SHA-384 (made with `openssl req -x509 -newkey rsa:2048`
+// and `openssl dgst -sha256|-sha384 -sign`).
+const VALIDATION_RSA2048_CERT: &[u8] = include_bytes!("rsa2048_cert.der");
+const VALIDATION_RSA2048_SHA256_SIG: &[u8] = include_bytes!("rsa2048_sha256_sig.bin");
+const VALIDATION_RSA2048_SHA384_SIG: &[u8] = include_bytes!("rsa2048_sha384_sig.bin");
 
 // AEAD test vectors for DTLS 1.3 cipher suites
 struct AeadTestVector {

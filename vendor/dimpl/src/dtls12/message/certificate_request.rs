@@ -106,10 +106,10 @@ impl CertificateRequest {
     }
 
     /// Checks if the CertificateRequest supports a specific hash algorithm
-    pub fn supports_hash_algorithm(&self, hash_algorithm: super::HashAlgorithm) -> bool {
-        self.supported_signature_algorithms
-            .iter()
-            .any(|algo| algo.hash == hash_algorithm)
+    /// Whether the request lists `algorithm` (secrelay patch: the pair, where upstream
+    /// checked the hash alone; the list may now hold RSA pairs an ECDSA key cannot sign).
+    pub fn supports(&self, algorithm: SignatureAndHashAlgorithm) -> bool {
+        self.supported_signature_algorithms.contains(&algorithm)
     }
 }
 

@@ -86,7 +86,7 @@ impl ClientHello {
         }
 
         // Add signature algorithms extension (required for TLS 1.2+)
-        let signature_algorithms = SignatureAlgorithmsExtension::default();
+        let signature_algorithms = SignatureAlgorithmsExtension::for_config(config);
         let start_pos = buf.len();
         signature_algorithms.serialize(buf);
         ranges.push((ExtensionType::SignatureAlgorithms, start_pos, buf.len()));

@@ -72,6 +72,16 @@ impl Dtls12CipherSuite {
     pub const ECDHE_ECDSA_CHACHA20_POLY1305_SHA256: Self = Self(0xCCA9);
     /// PSK with AES-128-CCM-8 (8-byte tag), SHA-256.
     pub const PSK_AES128_CCM_8: Self = Self(0xC0A8);
+    /// ECDHE with RSA authentication, AES-256-GCM, SHA-384 (RFC 5289).
+    ///
+    /// secrelay patch: verification only. dimpl never signs with RSA, so a dimpl
+    /// server never selects this suite; a dimpl client offers it when the crypto
+    /// provider lists it (see `SECRELAY-PATCH.md`).
+    pub const ECDHE_RSA_AES256_GCM_SHA384: Self = Self(0xC030);
+    /// ECDHE with RSA authentication, AES-128-GCM, SHA-256 (RFC 5289).
+    ///
+    /// secrelay patch: verification only, as [`Self::ECDHE_RSA_AES256_GCM_SHA384`].
+    pub const ECDHE_RSA_AES128_GCM_SHA256: Self = Self(0xC02F);
 
     /// Convert the 16-bit IANA value to a `Dtls12CipherSuite`.
     pub const fn from_u16(value: u16) -> Self {
@@ -85,7 +95,10 @@ impl Dtls12CipherSuite {
 
     /// Returns true if this is not a known DTLS 1.2 cipher suite wire value.
     pub const fn is_unknown(&self) -> bool {
-        !matches!(*self, Self(0xC02B..=0xC02C | 0xC0A8 | 0xCCA9))
+        !matches!(
+            *self,
+            Self(0xC02B..=0xC02C | 0xC02F..=0xC030 | 0xC0A8 | 0xCCA9)
+        )
     }
 
     /// Parse a `Dtls12CipherSuite` from network byte order.
@@ -101,6 +114,8 @@ impl Dtls12CipherSuite {
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
             | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
             | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
             | Dtls12CipherSuite::PSK_AES128_CCM_8 => 12,
 
             _ => 12, // Default length for unknown cipher suites
@@ -113,9 +128,9 @@ impl Dtls12CipherSuite {
             // All ECDHE ciphers
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
             | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
-            | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256 => {
-                KeyExchangeAlgorithm::EECDH
-            }
+            | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256 => KeyExchangeAlgorithm::EECDH,
 
             Dtls12CipherSuite::PSK_AES128_CCM_8 => KeyExchangeAlgorithm::PSK,
 
@@ -130,6 +145,8 @@ impl Dtls12CipherSuite {
             Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
                 | Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
                 | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
+                | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+                | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
         )
     }
 
@@ -145,6 +162,8 @@ impl Dtls12CipherSuite {
             Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256,
             Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256,
             Dtls12CipherSuite::PSK_AES128_CCM_8,
+            Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384,
+            Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256,
         ]
     }
 
@@ -157,6 +176,10 @@ impl Dtls12CipherSuite {
                 Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384,
                 Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256,
                 Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256,
+            ],
+            SignatureAlgorithm::RSA => &[
+                Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384,
+                Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256,
             ],
             _ => panic!("Need either RSA or ECDSA certificate"),
         }
@@ -173,8 +196,10 @@ impl Dtls12CipherSuite {
     /// The hash algorithm used by this cipher suite.
     pub fn hash_algorithm(&self) -> HashAlgorithm {
         match *self {
-            Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384 => HashAlgorithm::SHA384,
+            Dtls12CipherSuite::ECDHE_ECDSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384 => HashAlgorithm::SHA384,
             Dtls12CipherSuite::ECDHE_ECDSA_AES128_GCM_SHA256
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256
             | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256
             | Dtls12CipherSuite::PSK_AES128_CCM_8 => HashAlgorithm::SHA256,
             _ => HashAlgorithm::UNKNOWN_DERIVED,
@@ -191,6 +216,8 @@ impl Dtls12CipherSuite {
             | Dtls12CipherSuite::ECDHE_ECDSA_CHACHA20_POLY1305_SHA256 => {
                 Some(SignatureAlgorithm::ECDSA)
             }
+            Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384
+            | Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256 => Some(SignatureAlgorithm::RSA),
             Dtls12CipherSuite::PSK_AES128_CCM_8 => None,
             _ => Some(SignatureAlgorithm::UNKNOWN_DERIVED),
         }
@@ -220,6 +247,12 @@ impl fmt::Debug for Dtls12CipherSuite {
                 f.write_str("ECDHE_ECDSA_CHACHA20_POLY1305_SHA256")
             }
             Dtls12CipherSuite::PSK_AES128_CCM_8 => f.write_str("PSK_AES128_CCM_8"),
+            Dtls12CipherSuite::ECDHE_RSA_AES256_GCM_SHA384 => {
+                f.write_str("ECDHE_RSA_AES256_GCM_SHA384")
+            }
+            Dtls12CipherSuite::ECDHE_RSA_AES128_GCM_SHA256 => {
+                f.write_str("ECDHE_RSA_AES128_GCM_SHA256")
+            }
             _ => f.debug_tuple("Unknown").field(&self.0).finish(),
         }
     }
@@ -238,7 +271,7 @@ pub enum KeyExchangeAlgorithm {
 }
 
 pub type CertificateTypeVec =
-    ArrayVec<ClientCertificateType, { ClientCertificateType::supported().len() }>;
+    ArrayVec<ClientCertificateType, { ClientCertificateType::requested().len() }>;
 
 #[repr(transparent)]
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -267,6 +300,18 @@ impl ClientCertificateType {
     /// Supported client certificate types.
     pub const fn supported() -> &'static [ClientCertificateType; 1] {
         &[ClientCertificateType::ECDSA_SIGN]
+    }
+
+    /// Client certificate types a server may ask for: the ones it can verify.
+    ///
+    /// secrelay patch: [`Self::supported`] stays what a dimpl client can present
+    /// (ECDSA); a server also asks for RSA_SIGN when RSA signatures can be
+    /// verified (see `SECRELAY-PATCH.md`).
+    pub const fn requested() -> &'static [ClientCertificateType; 2] {
+        &[
+            ClientCertificateType::ECDSA_SIGN,
+            ClientCertificateType::RSA_SIGN,
+        ]
     }
 
     pub const fn as_u8(&self) -> u8 {
@@ -350,13 +395,33 @@ impl SignatureAndHashAlgorithm {
     }
 
     /// Supported signature+hash combinations.
-    pub const fn supported() -> &'static [SignatureAndHashAlgorithm; 2] {
-        const SUPPORTED: &[SignatureAndHashAlgorithm; 2] = &[
+    ///
+    /// secrelay patch: RSA PKCS#1 v1.5 with SHA-256/SHA-384 is recognized for
+    /// verification. Which of these an endpoint offers and accepts depends on its
+    /// configuration ([`Self::verifiable`]); dimpl only ever signs with ECDSA.
+    pub const fn supported() -> &'static [SignatureAndHashAlgorithm; 4] {
+        const SUPPORTED: &[SignatureAndHashAlgorithm; 4] = &[
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::ECDSA),
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA384, SignatureAlgorithm::ECDSA),
+            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::RSA),
+            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA384, SignatureAlgorithm::RSA),
         ];
 
         SUPPORTED
+    }
+
+    /// The combinations `config` can verify: ECDSA always, RSA when the
+    /// configuration's DTLS 1.2 suites include an ECDHE-RSA suite (whose
+    /// signature verification the crypto provider's validation checked).
+    ///
+    /// secrelay patch (see `SECRELAY-PATCH.md`).
+    pub fn verifiable(config: &crate::Config) -> SignatureAndHashAlgorithmVec {
+        let rsa = config.verifies_rsa();
+        Self::supported()
+            .iter()
+            .filter(|a| a.signature == SignatureAlgorithm::ECDSA || rsa)
+            .copied()
+            .collect()
     }
 
     /// Returns true if this signature+hash combination is supported.
@@ -370,13 +435,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rsa_signature_algorithms_are_recognized_but_not_supported() {
+    fn rsa_signature_algorithms_are_recognized_and_supported_for_verification() {
+        // secrelay patch: upstream asserted RSA was not supported.
         let rsa_sha256 =
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::RSA);
 
         assert!(SignatureAndHashAlgorithm::all().contains(&rsa_sha256));
-        assert!(!rsa_sha256.is_supported());
-        assert_eq!(SignatureAndHashAlgorithm::supported().len(), 2);
+        assert!(rsa_sha256.is_supported());
+        assert_eq!(SignatureAndHashAlgorithm::supported().len(), 4);
+        let rsa_md5 = SignatureAndHashAlgorithm::new(HashAlgorithm::MD5, SignatureAlgorithm::RSA);
+        assert!(!rsa_md5.is_supported());
     }
 
     #[test]

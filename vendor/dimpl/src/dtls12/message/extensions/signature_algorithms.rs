@@ -21,6 +21,16 @@ impl SignatureAlgorithmsExtension {
         }
     }
 
+    /// What `config` can verify: [`Self::default`] without RSA unless configured (secrelay
+    /// patch).
+    pub fn for_config(config: &crate::Config) -> Self {
+        let mut ext = Self::default();
+        let verifiable = SignatureAndHashAlgorithm::verifiable(config);
+        ext.supported_signature_algorithms
+            .retain(|a| verifiable.contains(a));
+        ext
+    }
+
     pub fn parse(input: &[u8]) -> IResult<&[u8], SignatureAlgorithmsExtension> {
         let (input, list_len) = nom::number::complete::be_u16(input)?;
         if list_len == 0 || list_len % 2 != 0 {
@@ -101,16 +111,23 @@ mod tests {
 
         let (_, parsed) = SignatureAlgorithmsExtension::parse(&serialized).unwrap();
 
-        assert_eq!(parsed.supported_signature_algorithms.len(), 1);
+        // secrelay patch: RSA/SHA-256 is kept (upstream filtered it out).
+        assert_eq!(parsed.supported_signature_algorithms.len(), 2);
         assert_eq!(
             parsed.supported_signature_algorithms[0],
             SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::ECDSA,)
         );
+        assert_eq!(
+            parsed.supported_signature_algorithms[1],
+            SignatureAndHashAlgorithm::new(HashAlgorithm::SHA256, SignatureAlgorithm::RSA,)
+        );
     }
 
     #[test]
+    #[cfg(feature = "aws-lc-rs")]
     fn default_does_not_advertise_rsa() {
-        let extension = SignatureAlgorithmsExtension::default();
+        // secrelay patch: RSA only where the configuration verifies it (upstream: never).
+        let extension = SignatureAlgorithmsExtension::for_config(&crate::Config::default());
 
         assert!(
             extension
