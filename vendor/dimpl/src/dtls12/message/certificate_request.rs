@@ -135,27 +135,32 @@ mod test {
     ];
 
     #[test]
-    fn filters_unsupported_rsa_signature_algorithm() {
-        // Parse the message with base_offset 0
+    fn keeps_the_rsa_signature_algorithm() {
+        // secrelay patch: RSA/SHA-256 is recognised now (upstream filtered it out, as
+        // `filters_unsupported_rsa_signature_algorithm`); a dimpl client with an ECDSA key
+        // checks for its own (hash, ECDSA) pair (`CertificateRequest::supports`).
         let (rest, parsed) = CertificateRequest::parse(MESSAGE, 0).unwrap();
         assert!(rest.is_empty());
-        assert_eq!(parsed.supported_signature_algorithms.len(), 1);
-        assert_eq!(
-            parsed.supported_signature_algorithms[0],
-            SignatureAndHashAlgorithm::new(
-                super::super::HashAlgorithm::SHA256,
-                super::super::SignatureAlgorithm::ECDSA,
-            )
+        assert_eq!(parsed.supported_signature_algorithms.len(), 2);
+        let ecdsa = SignatureAndHashAlgorithm::new(
+            super::super::HashAlgorithm::SHA256,
+            super::super::SignatureAlgorithm::ECDSA,
         );
+        assert_eq!(parsed.supported_signature_algorithms[0], ecdsa);
+        assert!(parsed.supports(ecdsa));
+        assert!(!parsed.supports(SignatureAndHashAlgorithm::new(
+            super::super::HashAlgorithm::SHA384,
+            super::super::SignatureAlgorithm::ECDSA,
+        )));
 
-        // Serialization must not re-advertise the filtered RSA algorithm.
         let mut serialized = Buf::new();
         parsed.serialize(MESSAGE, &mut serialized);
         let expected = [
             0x01, // Certificate types length (1 byte)
             0x40, // Certificate type: ECDSA_SIGN
-            0x00, 0x02, // Signature algorithms length (2 bytes = 1 algorithm)
+            0x00, 0x04, // Signature algorithms length (4 bytes = 2 algorithms)
             0x04, 0x03, // SHA256/ECDSA
+            0x04, 0x01, // SHA256/RSA
             0x00, 0x0C, // Certificate authorities length
             0x00, 0x04, // Distinguished name 1 length
             0x01, 0x02, 0x03, 0x04, // Distinguished name 1 data
