@@ -78,6 +78,9 @@ pub struct Config {
     dtls13_cipher_suites: Option<Vec<Dtls13CipherSuite>>,
     kx_groups: Option<Vec<NamedGroup>>,
     psk: Option<Psk>,
+    /// secrelay patch: an allowed DTLS 1.2 suite is ECDHE-RSA (see [`Config::verifies_rsa`]),
+    /// decided once when the configuration is built.
+    verifies_rsa: bool,
 }
 
 impl Config {
@@ -260,9 +263,7 @@ impl Config {
     ///
     /// secrelay patch (see `SECRELAY-PATCH.md`).
     pub(crate) fn verifies_rsa(&self) -> bool {
-        self.dtls12_cipher_suites().any(|cs| {
-            cs.suite().signature_algorithm() == Some(crate::types::SignatureAlgorithm::RSA)
-        })
+        self.verifies_rsa
     }
 
     /// Allowed DTLS 1.3 cipher suites, filtered by the config's allow-list.
@@ -606,6 +607,10 @@ impl ConfigBuilder {
         // Any cert-based DTLS 1.2 suite left in the filter still needs a
         // compatible key exchange group, even when PSK is also configured.
         let has_non_psk_dtls12 = dtls12_suites.iter().any(|cs| !cs.suite().is_psk());
+        // secrelay patch: the suites `Config::dtls12_cipher_suites` will allow.
+        let verifies_rsa = dtls12_suites.iter().any(|cs| {
+            cs.suite().signature_algorithm() == Some(crate::types::SignatureAlgorithm::RSA)
+        });
 
         // Validate kx_groups filter: each enabled version needs compatible groups
         // (PSK-only DTLS 1.2 configs don't need key exchange groups)
@@ -654,6 +659,7 @@ impl ConfigBuilder {
             dtls13_cipher_suites: self.dtls13_cipher_suites,
             kx_groups: self.kx_groups,
             psk: self.psk,
+            verifies_rsa,
         })
     }
 }
