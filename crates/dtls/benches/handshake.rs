@@ -27,7 +27,7 @@
 //! - `handshake-engines/*`: secrelay's endpoint on each engine, with raw OpenSSL beside it:
 //!   `secrelay-dimpl` and `secrelay-openssl-engine` (ECDSA P-256 both sides, cookies off),
 //!   `openssl` (the same over `secrelay-peers`' wrapper), and with an RSA-2048 server certificate
-//!   (ECDHE-RSA; dimpl cannot) `secrelay-openssl-engine-rsa2048` and `openssl-rsa2048`. The
+//!   (ECDHE-RSA; dimpl cannot be an RSA server) `secrelay-openssl-engine-rsa2048` and `openssl-rsa2048`. The
 //!   difference between the engine and raw OpenSSL is the engine's own cost (datagram copies,
 //!   the endpoint's checks and key split).
 //!
