@@ -27,9 +27,16 @@
 //! - `handshake-engines/*`: secrelay's endpoint on each engine, with raw OpenSSL beside it:
 //!   `secrelay-dimpl` and `secrelay-openssl-engine` (ECDSA P-256 both sides, cookies off),
 //!   `openssl` (the same over `secrelay-peers`' wrapper), and with an RSA-2048 server certificate
-//!   (ECDHE-RSA; dimpl cannot) `secrelay-openssl-engine-rsa2048` and `openssl-rsa2048`. The
+//!   (ECDHE-RSA; dimpl cannot be an RSA server) `secrelay-openssl-engine-rsa2048` and `openssl-rsa2048`. The
 //!   difference between the engine and raw OpenSSL is the engine's own cost (datagram copies,
 //!   the endpoint's checks and key split).
+//!
+//! - `rsa-peer-server-side/*`: the server's calls only (as `handshake-server-side`), our server
+//!   with its ECDSA P-256 certificate and cookies off, the client secrelay's OpenSSL engine:
+//!   `dimpl-rsa2048-client` (the default: dimpl takes the RSA-2048 client certificate and
+//!   verifies its RSASSA-PKCS1-v1_5 CertificateVerify), `openssl-engine-rsa2048-client` (the
+//!   same client on an OpenSSL-engine server, the alternative of running RSA peers on OpenSSL),
+//!   and `dimpl-ecdsa-client` (an ECDSA P-256 client, for the difference RSA makes).
 //!
 //! - `setup-overhead/*`: constructing one endpoint (no datagrams) — `dimpl::Config` building
 //!   alone, secrelay's `Endpoint::new`, OpenSSL's `SSL_new` + BIO.
@@ -682,6 +689,77 @@ fn bench_engines(c: &mut Criterion) {
     g.finish();
 }
 
+/// What an RSA peer costs our server: dimpl (the default) against the OpenSSL engine.
+fn bench_rsa_peers(c: &mut Criterion) {
+    let s = setup();
+    let rsa = Certificate::self_signed(KeyType::Rsa2048, "bench-rsa-client").unwrap();
+    let client = |cert: &Certificate| {
+        let mut c = EndpointConfig::new(
+            Role::Client,
+            LocalCertificate::from(cert),
+            s.server_cert.fingerprint(),
+        );
+        c.engine = EngineChoice::Openssl;
+        c
+    };
+    let (rsa_client, ecdsa_client) = (client(&rsa), client(&s.client_cert));
+    let server = |peer: &Certificate, engine: EngineChoice| {
+        let mut c = s.dimpl_server.clone();
+        c.peer_auth = peer.fingerprint().into();
+        c.engine = engine;
+        c
+    };
+    let dimpl_rsa = server(&rsa, EngineChoice::Auto);
+    assert_eq!(dimpl_rsa.resolved_engine(), EngineChoice::Dimpl);
+    let ossl_rsa = server(&rsa, EngineChoice::Openssl);
+    let dimpl_ecdsa = server(&s.client_cert, EngineChoice::Auto);
+    let pairs = [
+        ("dimpl-rsa2048-client", &rsa_client, &dimpl_rsa),
+        ("openssl-engine-rsa2048-client", &rsa_client, &ossl_rsa),
+        ("dimpl-ecdsa-client", &ecdsa_client, &dimpl_ecdsa),
+    ];
+    // Every pairing completes with matching blocks before timing.
+    for (_, c, srv) in pairs {
+        checked(|| Dimpl::new(c), || Dimpl::new(srv));
+    }
+    // Interleaved medians first (one handshake of each pairing per round, so that a busy
+    // machine slows all three alike), then criterion's one-pairing runs.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); pairs.len()];
+    for _ in 0..300 {
+        for (i, (_, c, srv)) in pairs.iter().enumerate() {
+            let t = checked(|| Dimpl::new(c), || Dimpl::new(srv));
+            times[i].push(t.as_secs_f64() * 1e6);
+        }
+    }
+    eprintln!("rsa-peer-server-side, interleaved medians over 300 rounds (server side, µs):");
+    let med: Vec<f64> = times
+        .iter_mut()
+        .map(|v| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
+    for ((name, _, _), m) in pairs.iter().zip(&med) {
+        eprintln!("  {name:32} {m:8.1}");
+    }
+    eprintln!(
+        "  RSA-2048 client: OpenSSL engine / dimpl {:.2}x; dimpl RSA-2048 / dimpl ECDSA {:.2}x",
+        med[1] / med[0],
+        med[0] / med[2]
+    );
+    let mut g = configure(c, "rsa-peer-server-side");
+    for (name, c, srv) in pairs {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| checked(|| Dimpl::new(c), || Dimpl::new(srv)))
+                    .sum()
+            })
+        });
+    }
+    g.finish();
+}
+
 /// One side's crypto for a mutual-auth ECDHE-ECDSA P-256 handshake, with aws-lc-rs.
 struct Floor {
     rng: SystemRandom,
@@ -840,6 +918,7 @@ criterion_group!(
     bench_crypto_floor,
     bench_overhead,
     bench_handshakes,
-    bench_engines
+    bench_engines,
+    bench_rsa_peers
 );
 criterion_main!(benches);

@@ -35,7 +35,10 @@
 //! in [`Counters::panics_caught`]). Timer deadlines are handed out at least 1 ms after the
 //! input that produced them, and an engine that keeps asking to be woken at once is stopped
 //! ([`FailReason::Internal`], [`Counters::runaway_timers`]). Any failure is final: the engine is dropped and later input
-//! is counted in [`Counters::datagrams_ignored`].
+//! is counted in [`Counters::datagrams_ignored`]. Before it is dropped, a failure the peer can
+//! be told about ([`FailReason::alert`]: not a timeout, not the peer's own alert) is answered
+//! with a fatal alert ([`Counters::alerts_sent`]), queued before [`Event::Failed`], so the peer
+//! stops retransmitting and can say why.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -46,6 +49,7 @@ use std::time::{Duration, Instant, SystemTime};
 use secrelay_srtp::Profile;
 use zeroize::Zeroizing;
 
+use crate::alert::AlertDescription;
 use crate::engine::{
     CipherSuite, DimplEngine, DtlsEngine, EcdheGroup, EngineChoice, EngineConfigError,
     EngineOutput, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_INITIAL_RTO, DEFAULT_MAX_RETRANSMISSIONS,
@@ -237,7 +241,7 @@ impl PeerAuth {
     }
 
     /// Checks `peer_der`, the certificate of a peer playing `peer_role`.
-    fn check(&self, peer_der: &[u8], peer_role: Role) -> Result<(), FailReason> {
+    pub(crate) fn check(&self, peer_der: &[u8], peer_role: Role) -> Result<(), FailReason> {
         match self {
             PeerAuth::Fingerprint(fp) => {
                 if fp.matches(peer_der) {
@@ -316,7 +320,9 @@ pub struct EndpointConfig {
     pub engine: EngineChoice,
     /// DTLS 1.2 cipher suites, most preferred first; empty (the default) for the engine's own
     /// list. dimpl offers and accepts exactly the listed suites (in its own order of
-    /// preference) and refuses a list naming one it lacks.
+    /// preference) and refuses a list naming one it lacks; a list without an ECDHE-RSA suite
+    /// also stops a dimpl server asking for RSA client certificates (RSA peers are accepted
+    /// only where an ECDHE-RSA suite is configured, as it is by default).
     pub cipher_suites: Vec<CipherSuite>,
     /// ECDHE groups offered (client) and accepted (server), most preferred first; empty (the
     /// default) for the engine's own list (X25519, P-256, P-384). The OpenSSL engine uses this
@@ -351,8 +357,9 @@ impl EndpointConfig {
     }
 
     /// The engine [`EndpointConfig::engine`] resolves to: [`EngineChoice::Dimpl`] or
-    /// [`EngineChoice::Openssl`]. `Auto` picks OpenSSL when our certificate is RSA, when a
-    /// cipher suite dimpl lacks is listed (CCM_8, DHE-RSA, ECDHE-RSA), or when the SRTP
+    /// [`EngineChoice::Openssl`]. It depends on our own settings only: the peer's certificate
+    /// may be ECDSA or RSA on either engine. `Auto` picks OpenSSL when our certificate is RSA,
+    /// when a cipher suite dimpl lacks is listed (CCM_8, DHE-RSA), or when the SRTP
     /// profile preference is one dimpl's fixed behaviour would not honour
     /// ([`dimpl_honours_srtp_preference`]: e.g. SRTP_AES128_CM_SHA1_80 alone, or AES-128-GCM
     /// ranked above AES-256-GCM); dimpl otherwise (and always when the crate is built without
@@ -420,11 +427,15 @@ pub enum FailReason {
     Overloaded,
     /// A bug: our misuse of the engine, or a panic caught inside it.
     Internal,
+    /// The peer ended the handshake with this fatal alert (`handshake_failure` when it found
+    /// no cipher suite, SRTP profile or certificate type in common with us, for instance).
+    PeerAlert(AlertDescription),
 }
 
 impl FailReason {
-    /// Every reason, in counter order.
-    pub const ALL: [FailReason; 11] = [
+    /// Every reason, in counter order ([`FailReason::PeerAlert`] stands for every alert: one
+    /// counter).
+    pub const ALL: [FailReason; 12] = [
         FailReason::FingerprintMismatch,
         FailReason::NoPeerCertificate,
         FailReason::PeerCertificate,
@@ -436,6 +447,7 @@ impl FailReason {
         FailReason::Overloaded,
         FailReason::Internal,
         FailReason::UntrustedCertificate,
+        FailReason::PeerAlert(AlertDescription::HANDSHAKE_FAILURE),
     ];
 
     fn index(self) -> usize {
@@ -451,7 +463,26 @@ impl FailReason {
             FailReason::Overloaded => 8,
             FailReason::Internal => 9,
             FailReason::UntrustedCertificate => 10,
+            FailReason::PeerAlert(_) => 11,
         }
+    }
+
+    /// The fatal alert that tells the peer about this failure (RFC 5246 §7.2), or `None` where
+    /// there is nobody to tell (a timeout) or the peer already said it (its own alert).
+    pub fn alert(self) -> Option<AlertDescription> {
+        Some(match self {
+            FailReason::FingerprintMismatch | FailReason::UntrustedCertificate => {
+                AlertDescription::BAD_CERTIFICATE
+            }
+            FailReason::PeerCertificate => AlertDescription::UNSUPPORTED_CERTIFICATE,
+            FailReason::NoPeerCertificate
+            | FailReason::NoCommonSrtpProfile
+            | FailReason::NoCommonCipherSuite => AlertDescription::HANDSHAKE_FAILURE,
+            FailReason::HandshakeFailure => AlertDescription::DECRYPT_ERROR,
+            FailReason::Protocol => AlertDescription::UNEXPECTED_MESSAGE,
+            FailReason::Overloaded | FailReason::Internal => AlertDescription::INTERNAL_ERROR,
+            FailReason::HandshakeTimeout | FailReason::PeerAlert(_) => return None,
+        })
     }
 
     /// Whether the peer (or the network) caused this, as opposed to us.
@@ -462,6 +493,12 @@ impl FailReason {
 
 impl fmt::Display for FailReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let FailReason::PeerAlert(alert) = self {
+            return write!(
+                f,
+                "the peer ended the handshake with a fatal alert: {alert}"
+            );
+        }
         let s = match self {
             FailReason::FingerprintMismatch => "peer certificate fingerprint mismatch",
             FailReason::UntrustedCertificate => "peer certificate not trusted by the CA",
@@ -474,6 +511,7 @@ impl fmt::Display for FailReason {
             FailReason::Protocol => "peer violated the DTLS protocol",
             FailReason::Overloaded => "handshake queues overflowed",
             FailReason::Internal => "internal error",
+            FailReason::PeerAlert(_) => "the peer ended the handshake with a fatal alert",
         };
         f.write_str(s)
     }
@@ -528,6 +566,8 @@ pub struct Counters {
     pub panics_caught: u64,
     /// Engines stopped for asking to be woken at once, timer after timer.
     pub runaway_timers: u64,
+    /// Fatal alerts queued to tell the peer why the handshake failed.
+    pub alerts_sent: u64,
     failures: [u64; FailReason::ALL.len()],
 }
 
@@ -551,6 +591,7 @@ impl Counters {
         self.app_data_discarded += other.app_data_discarded;
         self.panics_caught += other.panics_caught;
         self.runaway_timers += other.runaway_timers;
+        self.alerts_sent += other.alerts_sent;
         for (a, b) in self.failures.iter_mut().zip(other.failures.iter()) {
             *a += b;
         }
@@ -639,6 +680,26 @@ fn build_engine(
         )),
         _ => Ok(Box::new(DimplEngine::new(config, now)?)),
     }
+}
+
+/// Whether `d` is one or more whole DTLS 1.0/1.2 alert records (a DTLS 1.3 ciphertext record
+/// hides its type: not one).
+fn only_alerts(d: &[u8]) -> bool {
+    let mut rest = d;
+    if rest.is_empty() {
+        return false;
+    }
+    while !rest.is_empty() {
+        if rest.len() < 13 || rest[0] != 21 || rest[1] != 0xfe {
+            return false;
+        }
+        let len = usize::from(u16::from_be_bytes([rest[11], rest[12]]));
+        let Some(next) = rest.get(13 + len..) else {
+            return false;
+        };
+        rest = next;
+    }
+    true
 }
 
 /// Whether `d` starts with a plaintext HelloVerifyRequest record.
@@ -890,7 +951,55 @@ impl Endpoint {
 
     fn fail(&mut self, reason: FailReason) {
         self.counters.failures[reason.index()] += 1;
+        self.send_alert(reason);
         self.finish(Event::Failed(reason));
+    }
+
+    /// Asks the engine, still alive, for the fatal alert that tells the peer about `reason`
+    /// ([`FailReason::alert`]), and queues what it writes. Nothing once connected with the
+    /// keys handed out (a later failure is the engine's own, and it said so), and nothing when
+    /// the engine fails again or panics: the endpoint is failing anyway.
+    fn send_alert(&mut self, reason: FailReason) {
+        let Some(alert) = reason.alert() else {
+            return;
+        };
+        if self.state != State::Handshaking {
+            return;
+        }
+        let Some(engine) = self.engine.as_mut() else {
+            return;
+        };
+        // Until the engine reported its handshake complete it may still hold the rest of a
+        // flight (a Finished after a wrong fingerprint): only alerts may leave then.
+        let any = self.engine_connected;
+        let written = catch_unwind(AssertUnwindSafe(|| {
+            engine.abort(alert)?;
+            let mut datagrams = Vec::new();
+            for _ in 0..MAX_DRAIN {
+                match engine.poll_output()? {
+                    // Nothing but alerts leaves a failed endpoint: never the rest of a flight
+                    // (a Finished after a wrong fingerprint) that an engine still had queued.
+                    EngineOutput::Transmit(d) if any || only_alerts(&d) => datagrams.push(d),
+                    EngineOutput::Transmit(_) => {}
+                    EngineOutput::Timeout(_) => break,
+                    _ => {}
+                }
+            }
+            Ok::<_, FailReason>(datagrams)
+        }));
+        match written {
+            Ok(Ok(datagrams)) => {
+                if !datagrams.is_empty() {
+                    self.counters.alerts_sent += 1;
+                }
+                for d in datagrams {
+                    self.counters.transmits += 1;
+                    self.out.push_back(Output::Transmit(d));
+                }
+            }
+            Ok(Err(_)) => {}
+            Err(_) => self.counters.panics_caught += 1,
+        }
     }
 
     /// Drops the engine (under `catch_unwind`: it may be inconsistent after a panic) and
@@ -954,13 +1063,8 @@ impl Endpoint {
                     self.out.push_back(Output::Event(event));
                 }
                 Err(reason) => {
-                    // Tell the peer (close_notify) rather than leave it waiting.
-                    if self.call(|e| e.close()).is_some() {
-                        self.drain_transmits();
-                    }
-                    if self.state != State::Finished {
-                        self.fail(reason);
-                    }
+                    // `fail` tells the peer (a fatal alert) rather than leave it waiting.
+                    self.fail(reason);
                     return;
                 }
             }

@@ -5,9 +5,10 @@
 //! the expected fingerprint, enforces the SRTP profile policy, splits the keys and turns any
 //! panic inside the engine into a failure. Engines therefore only translate.
 //!
-//! [`DimplEngine`] wraps the `dimpl` crate (DTLS 1.2 and 1.3, ECDSA certificates only, the
-//! fast default). `crate::engine_openssl::OpensslEngine` (feature `openssl`, on by default) wraps
-//! OpenSSL for what only it covers: RSA certificates, DHE-RSA, ECDHE-ECDSA-AES128-CCM8, every
+//! [`DimplEngine`] wraps the `dimpl` crate (DTLS 1.2 and 1.3, the fast default; our certificate
+//! ECDSA, the peer's ECDSA or RSA — dimpl is patched to verify RSA, `vendor/dimpl`).
+//! `crate::engine_openssl::OpensslEngine` (feature `openssl`, on by default) wraps OpenSSL for
+//! what only it covers: an RSA certificate of our own, DHE-RSA, ECDHE-ECDSA-AES128-CCM8, every
 //! SRTP profile in a chosen order. [`EngineChoice`] picks one per endpoint.
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use zeroize::Zeroizing;
 
+use crate::alert::AlertDescription;
 use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role};
 use crate::key_cache::SharedKey;
 
@@ -65,6 +67,14 @@ pub trait DtlsEngine: Send + core::fmt::Debug {
     fn close(&mut self) -> Result<(), FailReason>;
     /// The negotiated protocol version, once known (`"DTLS 1.2"` or `"DTLS 1.3"`).
     fn protocol_version(&self) -> Option<&'static str>;
+    /// The association failed (`alert` says why, RFC 5246 §7.2): give up the handshake and
+    /// queue a fatal alert, so that the peer stops retransmitting and can tell its user why.
+    /// Drain [`poll_output`](Self::poll_output) afterwards. The default queues nothing, for
+    /// an engine whose library already sent its own alert.
+    fn abort(&mut self, alert: AlertDescription) -> Result<(), FailReason> {
+        let _ = alert;
+        Ok(())
+    }
     /// Server with its own cookie exchange on, DTLS 1.2, as its first input: takes over a
     /// handshake whose cookie exchange a stateless
     /// [`CookieResponder`](crate::cookie::CookieResponder) did, by being fed the admission's
@@ -82,11 +92,13 @@ pub trait DtlsEngine: Send + core::fmt::Debug {
 #[non_exhaustive]
 pub enum EngineChoice {
     /// dimpl, unless the configuration needs OpenSSL: our certificate is RSA, a cipher suite
-    /// dimpl lacks is asked for (CCM_8, DHE, ECDHE-RSA), or SRTP_AES128_CM_SHA1_32 is the
-    /// preferred SRTP profile (dimpl never negotiates it). The default.
+    /// dimpl lacks is asked for (CCM_8, DHE), or SRTP_AES128_CM_SHA1_32 is the preferred SRTP
+    /// profile (dimpl never negotiates it). The peer's certificate may be ECDSA or RSA on
+    /// either engine. The default.
     #[default]
     Auto,
-    /// dimpl: DTLS 1.2 and 1.3, ECDSA certificates, fixed suites and SRTP profiles.
+    /// dimpl: DTLS 1.2 and 1.3, our certificate ECDSA (the peer's ECDSA or RSA), fixed suites
+    /// and SRTP profiles.
     Dimpl,
     /// OpenSSL (feature `openssl`): DTLS 1.2, RSA and ECDSA certificates, configurable suites
     /// and SRTP profiles.
@@ -102,9 +114,10 @@ pub enum CipherSuite {
     EcdheEcdsaAes128GcmSha256,
     /// TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384 (dimpl and OpenSSL).
     EcdheEcdsaAes256GcmSha384,
-    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 (OpenSSL).
+    /// TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256 (OpenSSL; dimpl as a client, verifying the
+    /// server's RSA signature).
     EcdheRsaAes128GcmSha256,
-    /// TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 (OpenSSL).
+    /// TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 (as TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256).
     EcdheRsaAes256GcmSha384,
     /// TLS_ECDHE_ECDSA_WITH_AES_128_CCM_8, the IoT suite (RFC 7251; OpenSSL).
     EcdheEcdsaAes128Ccm8,
@@ -135,7 +148,8 @@ impl CipherSuite {
         }
     }
 
-    /// Whether dimpl 0.9 implements the suite.
+    /// Whether dimpl (0.9, patched) implements the suite. The ECDHE-RSA suites only as a
+    /// client: dimpl never signs with RSA.
     pub fn dimpl_has(self) -> bool {
         self.dimpl_suite().is_some()
     }
@@ -146,6 +160,8 @@ impl CipherSuite {
         match self {
             CipherSuite::EcdheEcdsaAes128GcmSha256 => Some(D::ECDHE_ECDSA_AES128_GCM_SHA256),
             CipherSuite::EcdheEcdsaAes256GcmSha384 => Some(D::ECDHE_ECDSA_AES256_GCM_SHA384),
+            CipherSuite::EcdheRsaAes128GcmSha256 => Some(D::ECDHE_RSA_AES128_GCM_SHA256),
+            CipherSuite::EcdheRsaAes256GcmSha384 => Some(D::ECDHE_RSA_AES256_GCM_SHA384),
             _ => None,
         }
     }
@@ -211,7 +227,13 @@ impl core::str::FromStr for EcdheGroup {
 /// The largest datagram the engine may ask us to buffer before we call it a bug.
 const MAX_POLL_BUFFER: usize = 64 * 1024;
 
-/// [`DtlsEngine`] over `dimpl` 0.9.
+/// [`DtlsEngine`] over `dimpl` 0.9 (patched: `vendor/dimpl/SECRELAY-PATCH.md`).
+///
+/// Our certificate must be ECDSA; the peer's may be ECDSA or RSA (2048–8192 bits, RSASSA-PKCS1
+/// v1.5 with SHA-256 or SHA-384): as a client dimpl offers TLS_ECDHE_RSA_WITH_AES_256/128_GCM
+/// after its ECDHE-ECDSA suites, as a server its CertificateRequest asks for RSA_SIGN as well
+/// as ECDSA_SIGN. A failure found while the handshake runs is answered with a fatal alert
+/// ([`DtlsEngine::abort`]).
 ///
 /// What dimpl lets us set: DTLS version (1.2, 1.3, or auto-sensed), MTU, the initial
 /// retransmission timeout (doubled per retry with ±25% jitter), the retry count per flight, an
@@ -221,13 +243,19 @@ const MAX_POLL_BUFFER: usize = 64 * 1024;
 /// that order; SRTP_AES128_CM_SHA1_32 is never negotiated), a maximum RTO, certificate chains
 /// (only the leaf is sent), RSA keys. A non-empty
 /// [`EndpointConfig::cipher_suites`](crate::endpoint::EndpointConfig::cipher_suites) restricts
-/// the DTLS 1.2 suites dimpl offers and accepts to that list (dimpl's own preference order); a
+/// the DTLS 1.2 suites dimpl offers and accepts to that list (dimpl's own preference order; a
+/// list without an ECDHE-RSA suite also stops RSA client certificates being asked for); a
 /// non-empty [`EndpointConfig::ecdhe_groups`](crate::endpoint::EndpointConfig::ecdhe_groups)
 /// restricts the ECDHE groups it offers and accepts (again in dimpl's own order: X25519, P-256,
 /// P-384).
 pub struct DimplEngine {
     dtls: dimpl::Dtls,
     buf: Vec<u8>,
+    /// Whether a datagram we handed out carried an epoch-1 record (our ChangeCipherSpec went
+    /// out): the peer then reads our alerts under the new keys.
+    sent_epoch1: bool,
+    /// Whether dimpl reported the handshake complete.
+    connected: bool,
     /// Keeps the certificate's parsed key registered while the association may load it.
     _key: Option<Arc<SharedKey>>,
 }
@@ -320,6 +348,8 @@ impl DimplEngine {
         dtls.set_active(config.role == Role::Client);
         Ok(DimplEngine {
             dtls,
+            sent_epoch1: false,
+            connected: false,
             _key: shared_key,
             buf: vec![0; config.mtu.max(2048)],
         })
@@ -417,6 +447,13 @@ fn reason(e: &dimpl::Error) -> FailReason {
         E::SecurityError(dimpl::SecurityError::NoMutuallyAcceptableCipherSuite) => {
             FailReason::NoCommonCipherSuite
         }
+        E::SecurityError(dimpl::SecurityError::FatalAlert { description }) => {
+            FailReason::PeerAlert(AlertDescription::from_code(*description))
+        }
+        E::CertificateError(
+            dimpl::CertificateError::NoClientCertificateReceived
+            | dimpl::CertificateError::NoServerCertificateReceived,
+        ) => FailReason::NoPeerCertificate,
         E::CertificateError(_) => FailReason::PeerCertificate,
         E::CryptoError(_) => FailReason::HandshakeFailure,
         E::UnexpectedMessage(_)
@@ -457,7 +494,12 @@ impl DtlsEngine for DimplEngine {
     fn poll_output(&mut self) -> Result<EngineOutput, FailReason> {
         loop {
             let out = match self.dtls.poll_output(&mut self.buf) {
-                dimpl::Output::Packet(p) => EngineOutput::Transmit(p.to_vec()),
+                dimpl::Output::Packet(p) => {
+                    if !self.sent_epoch1 {
+                        self.sent_epoch1 = carries_epoch1(p);
+                    }
+                    EngineOutput::Transmit(p.to_vec())
+                }
                 dimpl::Output::BufferTooSmall { needed } => {
                     if needed > MAX_POLL_BUFFER || needed <= self.buf.len() {
                         return Err(FailReason::Internal);
@@ -466,7 +508,10 @@ impl DtlsEngine for DimplEngine {
                     continue;
                 }
                 dimpl::Output::Timeout(t) => EngineOutput::Timeout(t),
-                dimpl::Output::Connected => EngineOutput::Connected,
+                dimpl::Output::Connected => {
+                    self.connected = true;
+                    EngineOutput::Connected
+                }
                 dimpl::Output::PeerCert(der) => EngineOutput::PeerCertificate(der.to_vec()),
                 dimpl::Output::KeyingMaterial(km, profile) => {
                     let material = Zeroizing::new(km.to_vec());
@@ -490,6 +535,24 @@ impl DtlsEngine for DimplEngine {
 
     fn close(&mut self) -> Result<(), FailReason> {
         self.dtls.close().map_err(|e| reason(&e))
+    }
+
+    /// DTLS 1.2: a fatal alert in the epoch the peer reads from us (plaintext until our
+    /// ChangeCipherSpec went out, under the new keys after); what dimpl had queued and not yet
+    /// handed out (the rest of a flight) is dropped. DTLS 1.3: dimpl sends no fatal alert, and
+    /// cannot drop a queued flight (whose Finished must not go out): nothing during the
+    /// handshake, `close_notify` once dimpl reported it complete (the endpoint refused its
+    /// keys).
+    fn abort(&mut self, alert: AlertDescription) -> Result<(), FailReason> {
+        if self.dtls.protocol_version() == Some(dimpl::ProtocolVersion::DTLS1_2) {
+            self.dtls
+                .abort_with_alert(alert.code(), self.sent_epoch1)
+                .map_err(|e| reason(&e))
+        } else if self.connected {
+            self.dtls.close().map_err(|e| reason(&e))
+        } else {
+            Ok(())
+        }
     }
 
     fn protocol_version(&self) -> Option<&'static str> {
@@ -527,6 +590,20 @@ impl DtlsEngine for DimplEngine {
             .handle_packet(admission.hello())
             .map_err(|e| reason(&e))
     }
+}
+
+/// Whether the datagram holds a DTLS 1.2 record of epoch 1 or later (records walked by their
+/// length fields; a truncated one ends the walk).
+fn carries_epoch1(datagram: &[u8]) -> bool {
+    let mut rest = datagram;
+    while rest.len() >= 13 {
+        if u16::from_be_bytes([rest[3], rest[4]]) >= 1 {
+            return true;
+        }
+        let len = usize::from(u16::from_be_bytes([rest[11], rest[12]]));
+        rest = rest.get(13 + len..).unwrap_or_default();
+    }
+    false
 }
 
 /// Timer defaults: 1 s initial RTO (RFC 6347 §4.2.4.1), six retries per flight, a 30 s

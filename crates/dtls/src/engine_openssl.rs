@@ -49,10 +49,15 @@
 //! early ChangeCipherSpec, which is epoch 0 and now renumbered.
 //!
 //! # Certificates, cookies, renegotiation
-//! The peer must present a certificate (`SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT`) and
-//! any certificate is accepted by OpenSSL (a verify callback returning true): the endpoint checks
-//! it against the fingerprint or the CA from [`EngineOutput::PeerCertificate`], emitted when the
-//! handshake completes (before the keys are handed out). With `server_cookies` the server sends a
+//! The peer must present a certificate (`SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT`).
+//! OpenSSL's own chain verification is not used (WebRTC certificates are self-signed): a verify
+//! callback on each connection checks the leaf against the configuration's
+//! [`PeerAuth`](crate::endpoint::PeerAuth) (the fingerprint, or the private CA) while the
+//! handshake runs, so that a wrong certificate fails the handshake with OpenSSL's fatal alert
+//! (`handshake_failure`: the only alert a verify callback can choose through the `openssl`
+//! crate) and the failure is reported as the check's reason. The endpoint checks the
+//! certificate again from [`EngineOutput::PeerCertificate`], emitted when the handshake
+//! completes (before the keys are handed out). With `server_cookies` the server sends a
 //! HelloVerifyRequest (`SSL_OP_COOKIE_EXCHANGE`) whose cookie is a random per-connection value:
 //! the association is stateful anyway (one engine per peer), so this follows the protocol but
 //! saves no state. An engine made for a ClientHello a stateless
@@ -63,7 +68,7 @@
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use openssl::dh::Dh;
@@ -73,11 +78,12 @@ use openssl::ssl::{
     ErrorCode, Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslSessionCacheMode,
     SslStream, SslVerifyMode, SslVersion,
 };
-use openssl::x509::X509;
+use openssl::x509::{X509VerifyResult, X509};
 use secrelay_srtp::Profile;
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
+use crate::alert::AlertDescription;
 use crate::cookie::{Admission, COOKIE_LEN};
 use crate::endpoint::{DtlsVersion, EndpointConfig, FailReason, Role, Timers};
 use crate::engine::{CipherSuite, DtlsEngine, EcdheGroup, EngineConfigError, EngineOutput};
@@ -188,6 +194,8 @@ pub struct OpensslEngine {
     closed: bool,
     /// A fatal error OpenSSL reported, handed out by `poll_output` after the alert it wrote.
     failure: Option<FailReason>,
+    /// Why the verify callback refused the peer's certificate, if it did.
+    refused: Arc<OnceLock<FailReason>>,
     /// Numbers every epoch-0 record we send (see the module docs).
     epoch0: Epoch0Numbering,
 }
@@ -398,6 +406,36 @@ impl OpensslEngine {
             let index = cookie_index().map_err(|e| setting("cookie index", e))?;
             ssl.set_ex_data(index, secret);
         }
+        let refused = Arc::new(OnceLock::new());
+        let verdict = refused.clone();
+        let peer_auth = config.peer_auth.clone();
+        let peer_role = match config.role {
+            Role::Client => Role::Server,
+            Role::Server => Role::Client,
+        };
+        ssl.set_verify_callback(
+            SslVerifyMode::PEER | SslVerifyMode::FAIL_IF_NO_PEER_CERT,
+            move |_preverify_ok, ctx| {
+                // Chain certificates are not verified here (the leaf is what the peer
+                // announced); OpenSSL's own verdict on them (self-signed) is ignored.
+                if ctx.error_depth() != 0 {
+                    return true;
+                }
+                let Some(der) = ctx.current_cert().and_then(|c| c.to_der().ok()) else {
+                    let _ = verdict.set(FailReason::PeerCertificate);
+                    ctx.set_error(X509VerifyResult::APPLICATION_VERIFICATION);
+                    return false;
+                };
+                match peer_auth.check(&der, peer_role) {
+                    Ok(()) => true,
+                    Err(reason) => {
+                        let _ = verdict.set(reason);
+                        ctx.set_error(X509VerifyResult::APPLICATION_VERIFICATION);
+                        false
+                    }
+                }
+            },
+        );
         match config.role {
             Role::Client => ssl.set_connect_state(),
             Role::Server => ssl.set_accept_state(),
@@ -417,6 +455,7 @@ impl OpensslEngine {
             connected: false,
             closed: false,
             failure: None,
+            refused,
             epoch0: Epoch0Numbering::new(config.role),
         };
         if config.role == Role::Client {
@@ -456,7 +495,13 @@ impl OpensslEngine {
             match self.stream.do_handshake() {
                 Ok(()) => self.on_connected()?,
                 Err(e) if e.code() == ErrorCode::WANT_READ => return Ok(()),
-                Err(e) => return Err(handshake_reason(&e)),
+                Err(e) => {
+                    return Err(self
+                        .refused
+                        .get()
+                        .copied()
+                        .unwrap_or_else(|| handshake_reason(&e)))
+                }
             }
         }
         // Connected: application data (discarded by the endpoint) and close_notify.
@@ -690,10 +735,26 @@ fn records(datagram: &[u8]) -> impl Iterator<Item = Record<'_>> {
     })
 }
 
+/// OpenSSL's reason codes for a received alert are the alert's description plus this
+/// (`SSL_AD_REASON_OFFSET`: `SSL_R_SSLV3_ALERT_HANDSHAKE_FAILURE` is 1040).
+const ALERT_REASON_OFFSET: i32 = 1000;
+
 /// Maps an OpenSSL failure to a reason from its error queue.
 fn handshake_reason(e: &openssl::ssl::Error) -> FailReason {
     if e.code() == ErrorCode::SYSCALL && e.ssl_error().is_none() {
         return FailReason::Internal;
+    }
+    // The peer's fatal alert.
+    let alert = e.ssl_error().and_then(|stack| {
+        stack.errors().iter().find_map(|err| {
+            let code = err.reason_code() - ALERT_REASON_OFFSET;
+            u8::try_from(code)
+                .ok()
+                .filter(|c| *c > 0 && AlertDescription::from_code(*c).name().is_some())
+        })
+    });
+    if let Some(code) = alert {
+        return FailReason::PeerAlert(AlertDescription::from_code(code));
     }
     let text = e
         .ssl_error()
@@ -802,6 +863,14 @@ impl DtlsEngine for OpensslEngine {
 
     fn protocol_version(&self) -> Option<&'static str> {
         self.connected.then_some("DTLS 1.2")
+    }
+
+    /// OpenSSL has already sent its own fatal alert for a failure it found (the verify
+    /// callback's included), and the `openssl` crate cannot send another: a connected
+    /// association that the endpoint refuses after the handshake gets `close_notify`.
+    fn abort(&mut self, alert: AlertDescription) -> Result<(), FailReason> {
+        let _ = alert;
+        self.close()
     }
 
     /// The engine must have been built with the admission's cookie

@@ -6,6 +6,7 @@
 //! reason, closed).
 #![forbid(unsafe_code)]
 
+pub mod alert;
 pub mod ca;
 pub mod cert;
 pub mod cookie;
@@ -21,6 +22,7 @@ mod provider;
 #[cfg(fuzzing)]
 pub use provider::fuzzing;
 
+pub use alert::AlertDescription;
 pub use ca::{CaDir, CaError, VerifyError};
 pub use cert::{CertError, Certificate, KeyType};
 pub use crypto_time::CryptoTime;

@@ -19,6 +19,18 @@
 //!   checked against the key it carries, where dimpl's verifier stopped at decoding. The
 //!   certificate itself is authenticated by its fingerprint over the exact bytes (or the CA
 //!   check, which is webpki's), as before.
+//! - **RSA peers** ([`RsaSuite`], and [`FastVerifier`] for RSA signatures). Our certificate
+//!   is ECDSA and dimpl only ever signs with ECDSA, but a peer's certificate may be RSA-2048
+//!   (GStreamer's webrtcbin, many SIP stacks). The provider lists TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+//!   and TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384 after aws-lc's ECDHE-ECDSA suites, and
+//!   [`FastVerifier`] verifies RSASSA-PKCS1-v1_5 with SHA-256 or SHA-384 on 2048–8192-bit keys
+//!   (webpki's aws-lc algorithms). The patched dimpl (`vendor/dimpl/SECRELAY-PATCH.md`) reads
+//!   an ECDHE-RSA suite in the configuration as "RSA signatures are verified": a client then
+//!   offers those suites and RSA signature algorithms, and a server's CertificateRequest asks
+//!   for RSA client certificates as well. The record protection of an ECDHE-RSA suite is the
+//!   ECDHE-ECDSA suite's with the same AEAD and PRF hash: [`RsaSuite`] is that suite under
+//!   the ECDHE-RSA identifier. dimpl checks the verifier on RSA signatures with known answers
+//!   when a configuration is built, as it does for ECDSA.
 //! - **HMAC** ([`RustCryptoHmac`]). DTLS 1.2's PRF (master secret, key block, both Finished
 //!   messages, the SRTP exporter) and the cookie run ~20 one-shot HMACs per side. aws-lc-rs
 //!   builds a keyed context, copies it and cleans both up for each one: ~390 ns for a 48-byte
@@ -34,7 +46,8 @@
 //!   (`cookie.rs`, "The hand-off").
 
 use dimpl::crypto::{
-    CryptoProvider, HashAlgorithm, HmacProvider, NamedGroup, SignatureAlgorithm, SignatureVerifier,
+    Cipher, CryptoProvider, Dtls12CipherSuite, HashAlgorithm, HmacProvider, NamedGroup,
+    SignatureAlgorithm, SignatureVerifier, SupportedDtls12CipherSuite,
 };
 use dimpl::{CryptoError, CryptoOperation};
 use hmac::{Hmac, KeyInit, Mac};
@@ -44,13 +57,26 @@ use std::sync::OnceLock;
 
 use crate::key_cache::CachingKeyProvider;
 
-/// aws-lc's provider (dimpl's default) with secrelay's key cache, verifier and HMAC.
+/// aws-lc's provider (dimpl's default) with secrelay's key cache, verifier and HMAC, and the
+/// ECDHE-RSA suites after aws-lc's own.
 pub(crate) fn crypto_provider() -> CryptoProvider {
     static KEYS: OnceLock<CachingKeyProvider> = OnceLock::new();
     static VERIFIER: OnceLock<FastVerifier> = OnceLock::new();
     static HMAC: RustCryptoHmac = RustCryptoHmac;
+    static RSA: OnceLock<Vec<RsaSuite>> = OnceLock::new();
+    static SUITES: OnceLock<Vec<&'static dyn SupportedDtls12CipherSuite>> = OnceLock::new();
     let aws_lc = dimpl::crypto::aws_lc_rs::default_provider();
+    let suites = SUITES.get_or_init(|| {
+        let rsa = RSA.get_or_init(|| rsa_suites(aws_lc.cipher_suites));
+        let mut all: Vec<&'static dyn SupportedDtls12CipherSuite> = aws_lc.cipher_suites.to_vec();
+        all.extend(
+            rsa.iter()
+                .map(|s| s as &'static dyn SupportedDtls12CipherSuite),
+        );
+        all
+    });
     CryptoProvider {
+        cipher_suites: suites.as_slice(),
         key_provider: KEYS.get_or_init(|| CachingKeyProvider {
             fallback: aws_lc.key_provider,
         }),
@@ -59,6 +85,62 @@ pub(crate) fn crypto_provider() -> CryptoProvider {
         }),
         hmac_provider: &HMAC,
         ..aws_lc
+    }
+}
+
+/// An ECDHE-RSA suite: an ECDHE-ECDSA suite of the same AEAD and PRF hash under the ECDHE-RSA
+/// identifier (the suites differ only in the certificate that signs the key exchange).
+#[derive(Debug)]
+pub(crate) struct RsaSuite {
+    id: Dtls12CipherSuite,
+    same_protection: &'static dyn SupportedDtls12CipherSuite,
+}
+
+/// The ECDHE-RSA suites whose ECDHE-ECDSA twin is among `suites`, AES-256-GCM first (dimpl's
+/// own order for the ECDSA pair).
+fn rsa_suites(suites: &'static [&'static dyn SupportedDtls12CipherSuite]) -> Vec<RsaSuite> {
+    use Dtls12CipherSuite as D;
+    [
+        (
+            D::ECDHE_RSA_AES256_GCM_SHA384,
+            D::ECDHE_ECDSA_AES256_GCM_SHA384,
+        ),
+        (
+            D::ECDHE_RSA_AES128_GCM_SHA256,
+            D::ECDHE_ECDSA_AES128_GCM_SHA256,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(id, twin)| {
+        suites.iter().find(|s| s.suite() == twin).map(|s| RsaSuite {
+            id,
+            same_protection: *s,
+        })
+    })
+    .collect()
+}
+
+impl SupportedDtls12CipherSuite for RsaSuite {
+    fn suite(&self) -> Dtls12CipherSuite {
+        self.id
+    }
+    fn hash_algorithm(&self) -> HashAlgorithm {
+        self.same_protection.hash_algorithm()
+    }
+    fn key_lengths(&self) -> (usize, usize, usize) {
+        self.same_protection.key_lengths()
+    }
+    fn explicit_nonce_len(&self) -> usize {
+        self.same_protection.explicit_nonce_len()
+    }
+    fn tag_len(&self) -> usize {
+        self.same_protection.tag_len()
+    }
+    fn min_protected_fragment_len(&self) -> usize {
+        self.same_protection.min_protected_fragment_len()
+    }
+    fn create_cipher(&self, key: &[u8]) -> Result<Box<dyn Cipher>, CryptoError> {
+        self.same_protection.create_cipher(key)
     }
 }
 
@@ -178,6 +260,9 @@ impl SignatureVerifier for FastVerifier {
             self.fallback
                 .verify_signature(cert_der, data, signature, hash_alg, sig_alg)
         };
+        if sig_alg == SignatureAlgorithm::RSA {
+            return verify_rsa(cert_der, data, signature, hash_alg);
+        }
         if sig_alg != SignatureAlgorithm::ECDSA {
             return fallback();
         }
@@ -200,6 +285,43 @@ impl SignatureVerifier for FastVerifier {
         // form, which RFC 5480 forbids).
         fallback()
     }
+}
+
+/// RSASSA-PKCS1-v1_5 with SHA-256 or SHA-384 by the RSA key (2048 to 8192 bits) of `cert_der`,
+/// through webpki's aws-lc algorithms (which refuse a key that is not RSA, or is smaller).
+fn verify_rsa(
+    cert_der: &[u8],
+    data: &[u8],
+    signature: &[u8],
+    hash: HashAlgorithm,
+) -> Result<(), CryptoError> {
+    use webpki::aws_lc_rs::{RSA_PKCS1_2048_8192_SHA256, RSA_PKCS1_2048_8192_SHA384};
+    let rsa = SignatureAlgorithm::RSA;
+    let alg: &dyn SignatureVerificationAlgorithm = match hash {
+        HashAlgorithm::SHA256 => RSA_PKCS1_2048_8192_SHA256,
+        HashAlgorithm::SHA384 => RSA_PKCS1_2048_8192_SHA384,
+        _ => {
+            return Err(CryptoError::UnsupportedSignaturePair {
+                signature: rsa,
+                hash,
+            })
+        }
+    };
+    let der = CertificateDer::from(cert_der);
+    let cert =
+        webpki::EndEntityCert::try_from(&der).map_err(|_| CryptoError::CertificateParseFailed)?;
+    cert.verify_signature(alg, data, signature)
+        .map_err(|e| match e {
+            webpki::Error::InvalidSignatureForPublicKey => {
+                CryptoError::SignatureVerificationFailed {
+                    signature: rsa,
+                    hash,
+                    group: NamedGroup::from_u16(0),
+                }
+            }
+            // Not an RSA key, or one outside 2048–8192 bits.
+            _ => CryptoError::UnsupportedPublicKeyAlgorithm,
+        })
 }
 
 /// For the differential fuzz target (`fuzz/fuzz_targets/dtls_verifier.rs`); built only under
@@ -362,15 +484,7 @@ mod tests {
             SignatureAlgorithm::ECDSA
         )
         .starts_with("Err"));
-        // Another signature algorithm, another hash, an RSA or Ed25519 key.
-        assert!(both(
-            der,
-            data,
-            &sig,
-            HashAlgorithm::SHA256,
-            SignatureAlgorithm::RSA
-        )
-        .starts_with("Err"));
+        // Another hash, an RSA or Ed25519 key. (RSA signatures are ours: see below.)
         assert!(both(
             der,
             data,
@@ -390,6 +504,127 @@ mod tests {
             )
             .starts_with("Err"));
         }
+    }
+
+    /// RSASSA-PKCS1-v1_5 by an RSA key of 2048, 3072 or 4096 bits, with SHA-256 and SHA-384:
+    /// verified (dimpl's own verifier refuses every RSA signature); a changed byte of the data
+    /// or the signature, the other hash, an ECDSA key, or garbage fail with dimpl's errors.
+    #[test]
+    fn verifies_rsa_pkcs1_signatures_for_the_ecdhe_rsa_suites() {
+        use aws_lc_rs::signature::{RsaKeyPair, RSA_PKCS1_SHA256, RSA_PKCS1_SHA384};
+        let data = vec![0xa5_u8; 700];
+        let v = ours();
+        let rsa = SignatureAlgorithm::RSA;
+        for kt in [KeyType::Rsa2048, KeyType::Rsa3072, KeyType::Rsa4096] {
+            let cert = Certificate::self_signed(kt, "rsa-verifier").expect("cert");
+            let key = RsaKeyPair::from_pkcs8(cert.private_key_der()).expect("RSA key");
+            for (hash, alg) in [
+                (HashAlgorithm::SHA256, &RSA_PKCS1_SHA256),
+                (HashAlgorithm::SHA384, &RSA_PKCS1_SHA384),
+            ] {
+                let mut sig = vec![0u8; key.public_modulus_len()];
+                key.sign(alg, &SystemRandom::new(), &data, &mut sig)
+                    .expect("sign");
+                let what = format!("{kt:?} {hash:?}");
+                assert_eq!(
+                    v.verify_signature(cert.der(), &data, &sig, hash, rsa),
+                    Ok(()),
+                    "{what}"
+                );
+                assert!(
+                    dimpls()
+                        .verify_signature(cert.der(), &data, &sig, hash, rsa)
+                        .is_err(),
+                    "{what}: dimpl's verifier took RSA"
+                );
+                let mut bad = data.clone();
+                bad[7] ^= 1;
+                assert!(
+                    matches!(
+                        v.verify_signature(cert.der(), &bad, &sig, hash, rsa),
+                        Err(CryptoError::SignatureVerificationFailed { .. })
+                    ),
+                    "{what}"
+                );
+                let mut bad_sig = sig.clone();
+                bad_sig[0] ^= 0x40;
+                assert!(v
+                    .verify_signature(cert.der(), &data, &bad_sig, hash, rsa)
+                    .is_err());
+                let other = if hash == HashAlgorithm::SHA256 {
+                    HashAlgorithm::SHA384
+                } else {
+                    HashAlgorithm::SHA256
+                };
+                assert!(v
+                    .verify_signature(cert.der(), &data, &sig, other, rsa)
+                    .is_err());
+                assert_eq!(
+                    v.verify_signature(cert.der(), &data, &sig, HashAlgorithm::SHA512, rsa),
+                    Err(CryptoError::UnsupportedSignaturePair {
+                        signature: rsa,
+                        hash: HashAlgorithm::SHA512
+                    })
+                );
+                assert!(v
+                    .verify_signature(cert.der(), &data, &[], hash, rsa)
+                    .is_err());
+            }
+        }
+        // An ECDSA certificate claimed to sign with RSA; not a certificate at all.
+        let p256 = Certificate::self_signed(KeyType::EcdsaP256, "not-rsa").expect("cert");
+        assert_eq!(
+            v.verify_signature(p256.der(), &data, &[1; 256], HashAlgorithm::SHA256, rsa),
+            Err(CryptoError::UnsupportedPublicKeyAlgorithm)
+        );
+        assert_eq!(
+            v.verify_signature(b"junk", &data, &[1; 256], HashAlgorithm::SHA256, rsa),
+            Err(CryptoError::CertificateParseFailed)
+        );
+    }
+
+    /// The provider lists the ECDHE-RSA suites after aws-lc's own, with the record protection of
+    /// the ECDHE-ECDSA suite of the same AEAD and hash; dimpl validates it (RSA signatures
+    /// included) when a configuration is built.
+    #[test]
+    fn the_provider_lists_the_ecdhe_rsa_suites_after_the_ecdsa_ones() {
+        use dimpl::crypto::Dtls12CipherSuite as D;
+        let p = crypto_provider();
+        let ids: Vec<D> = p.cipher_suites.iter().map(|s| s.suite()).collect();
+        let aws_lc = dimpl::crypto::aws_lc_rs::default_provider();
+        let n = aws_lc.cipher_suites.len();
+        assert_eq!(
+            ids[..n],
+            aws_lc
+                .cipher_suites
+                .iter()
+                .map(|s| s.suite())
+                .collect::<Vec<_>>()[..]
+        );
+        assert_eq!(
+            ids[n..],
+            [
+                D::ECDHE_RSA_AES256_GCM_SHA384,
+                D::ECDHE_RSA_AES128_GCM_SHA256
+            ]
+        );
+        for s in &p.cipher_suites[n..] {
+            let twin = p
+                .cipher_suites
+                .iter()
+                .find(|t| {
+                    t.suite().signature_algorithm() == Some(SignatureAlgorithm::ECDSA)
+                        && t.hash_algorithm() == s.hash_algorithm()
+                        && t.key_lengths() == s.key_lengths()
+                })
+                .expect("an ECDSA twin");
+            assert_eq!(s.tag_len(), twin.tag_len());
+            assert_eq!(s.explicit_nonce_len(), twin.explicit_nonce_len());
+        }
+        dimpl::Config::builder()
+            .with_crypto_provider(p)
+            .build()
+            .expect("dimpl validates the provider, RSA vectors included");
     }
 
     /// Found by the fuzz target: the key's point in X9.62 hybrid form (0x06/0x07 instead of

@@ -106,9 +106,9 @@ fn server_cookie_exchange_works_with_the_openssl_engine_on_either_side() {
     }
 }
 
-/// dimpl 0.9 speaks ECDSA only (as a client it cannot verify an RSA server's signature), so RSA
-/// is OpenSSL on both sides; `Auto` picks OpenSSL for the RSA side by itself, and the ECDSA
-/// client is told to use OpenSSL.
+/// An RSA certificate of our own runs on OpenSSL (dimpl never signs with RSA): `Auto` picks
+/// OpenSSL for the RSA side by itself. The ECDSA client is told to use OpenSSL here
+/// (`handshake_rsa_peers.rs` has dimpl clients against RSA servers).
 #[test]
 fn rsa_2048_and_3072_servers_connect_and_agree_on_keys() {
     for kind in [KeyType::Rsa2048, KeyType::Rsa3072] {
@@ -126,16 +126,16 @@ fn rsa_2048_and_3072_servers_connect_and_agree_on_keys() {
     assert_same_keys(&perfect(c, s), "rsa-2048 both sides");
 }
 
+/// dimpl (patched) verifies an RSA server: it offers the ECDHE-RSA suites after its ECDHE-ECDSA
+/// ones. (Before, OpenSSL found no suite in dimpl's ECDSA-only offer.)
 #[test]
-fn dimpl_client_cannot_take_an_rsa_server_and_fails_with_a_reason() {
-    let (c, s) = pair((KeyType::EcdsaP256, DIMPL), (KeyType::Rsa2048, OSSL));
-    let r = perfect(c, s);
-    assert!(r.client.connected.is_none() && r.server.connected.is_none());
-    // OpenSSL finds no suite for dimpl's ECDSA-only offer and says so with an alert, so the
-    // dimpl client fails at once instead of waiting for its deadline.
-    assert_eq!(r.server.failed, Some(FailReason::NoCommonCipherSuite));
-    assert!(r.client.failed.is_some(), "{:?}", r.client);
-    assert!(r.elapsed < Duration::from_secs(1), "{:?}", r.elapsed);
+fn dimpl_client_takes_an_rsa_server() {
+    for kind in [KeyType::Rsa2048, KeyType::Rsa3072] {
+        let (c, s) = pair((KeyType::EcdsaP256, DIMPL), (kind, OSSL));
+        let r = perfect(c, s);
+        assert_same_keys(&r, kind.name());
+        assert_eq!(r.client_ep.engine_name(), Some("dimpl"));
+    }
 }
 
 #[test]
@@ -298,13 +298,13 @@ fn wrong_fingerprint_fails_with_fingerprint_mismatch_in_either_role() {
         let (c, mut s) = pair((KeyType::Rsa2048, OSSL), (KeyType::EcdsaP256, server));
         s.peer_auth = stranger.clone().into();
         let r = perfect(c, s);
-        if server == OSSL {
-            assert_eq!(r.server.failed, Some(FailReason::FingerprintMismatch));
-            assert!(r.server.connected.is_none());
-        } else {
-            // dimpl cannot take the RSA client at all.
-            assert!(r.server.connected.is_none());
-        }
+        // dimpl takes the RSA client's certificate, and refuses it as OpenSSL does.
+        assert_eq!(
+            r.server.failed,
+            Some(FailReason::FingerprintMismatch),
+            "{server:?}"
+        );
+        assert!(r.server.connected.is_none());
     }
 }
 
@@ -423,6 +423,9 @@ fn auto_picks_dimpl_for_ecdsa_and_openssl_for_what_only_it_covers() {
     assert_eq!(x.resolved_engine(), OSSL);
     let mut x = c.clone();
     x.cipher_suites = vec![CipherSuite::EcdheEcdsaAes256GcmSha384];
+    assert_eq!(x.resolved_engine(), DIMPL);
+    // ECDHE-RSA suites are dimpl's too now (it verifies RSA peers).
+    x.cipher_suites.push(CipherSuite::EcdheRsaAes128GcmSha256);
     assert_eq!(x.resolved_engine(), DIMPL);
     x.cipher_suites.push(CipherSuite::DheRsaAes128GcmSha256);
     assert_eq!(x.resolved_engine(), OSSL);

@@ -13,7 +13,7 @@ mod handshake_support;
 use std::time::Duration;
 
 use handshake_support::{configs, run, Link};
-use secrelay_dtls::{DtlsVersion, EngineChoice, FailReason};
+use secrelay_dtls::{AlertDescription, DtlsVersion, EngineChoice, FailReason};
 use secrelay_srtp::Profile;
 
 #[test]
@@ -28,7 +28,9 @@ fn negotiated_profile_is_accepted_when_both_lists_hold_it() {
 
 /// The brief asked for "server prefers GCM, client offers only CM_SHA1_80 → CM_SHA1_80". With
 /// dimpl on both sides that cannot happen (see the module docs): the client's policy rejects the
-/// AES-256-GCM that dimpl negotiates, and the server is told by close_notify. This pins that
+/// AES-256-GCM that dimpl negotiates, and tells the server: in DTLS 1.2 with a fatal
+/// `handshake_failure` alert under the new keys, in DTLS 1.3 (where dimpl has no fatal alert)
+/// with close_notify. This pins that
 /// behaviour so that a dimpl with profile configuration (or another engine) shows up here.
 #[test]
 fn client_offering_only_cm_sha1_80_is_not_honoured_by_dimpl() {
@@ -57,8 +59,19 @@ fn client_offering_only_cm_sha1_80_is_not_honoured_by_dimpl() {
                 .failures(FailReason::NoCommonSrtpProfile),
             1
         );
-        // The server connected, then got the client's close_notify.
-        assert!(r.server.closed, "{version:?}: {:?}", r.server);
+        // The server connected, then heard from the client.
+        assert!(r.server.connected.is_some(), "{version:?}: {:?}", r.server);
+        if version == DtlsVersion::Dtls12 {
+            assert_eq!(
+                r.server.failed,
+                Some(FailReason::PeerAlert(AlertDescription::HANDSHAKE_FAILURE)),
+                "{version:?}: {:?}",
+                r.server
+            );
+            assert_eq!(r.client_ep.counters().alerts_sent, 1);
+        } else {
+            assert!(r.server.closed, "{version:?}: {:?}", r.server);
+        }
     }
 }
 

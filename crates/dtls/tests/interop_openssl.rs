@@ -269,14 +269,15 @@ fn client_handshake_matches_s_server(srtp: &str, expected: Profile, version: Dtl
     );
 }
 
+/// Returns what openssl reported (`None` when the test is skipped: no openssl).
 fn client_handshake_matches_s_server_with(
     srtp: &str,
     expected: Profile,
     version: DtlsVersion,
     keys: (KeyType, KeyType),
     tweak: impl FnOnce(&mut EndpointConfig),
-) {
-    let openssl = require_openssl!();
+) -> Option<OpensslView> {
+    let openssl = interop_support::openssl()?;
     let len = keying_material_len(expected);
     let (result, mut child, client, server) = our_client_vs_s_server_with(
         &openssl,
@@ -306,6 +307,7 @@ fn client_handshake_matches_s_server_with(
     // Our close_notify ends s_server's only connection; it exits by itself.
     let code = child.wait_exit(PEER_WAIT);
     assert_eq!(code, Some(0), "s_server exit\n{}", child.transcript());
+    Some(view)
 }
 
 #[test]
@@ -524,14 +526,15 @@ fn server_handshake_matches_s_client(srtp: &str, expected: Profile, version: Dtl
     );
 }
 
+/// Returns what openssl reported (`None` when the test is skipped: no openssl).
 fn server_handshake_matches_s_client_with(
     srtp: &str,
     expected: Profile,
     version: DtlsVersion,
     keys: (KeyType, KeyType),
     tweak: impl FnOnce(&mut EndpointConfig),
-) {
-    let openssl = require_openssl!();
+) -> Option<OpensslView> {
+    let openssl = interop_support::openssl()?;
     let len = keying_material_len(expected);
     let (result, mut child, client, server) = s_client_vs_our_server_with(
         &openssl,
@@ -583,6 +586,7 @@ fn server_handshake_matches_s_client_with(
         "s_client did not exit\n{}",
         child.transcript()
     );
+    Some(view)
 }
 
 #[test]
@@ -709,7 +713,8 @@ fn openssl_engine_client_vs_s_server_ecdsa() {
     );
 }
 
-/// An RSA s_server, which a dimpl client cannot take: the OpenSSL engine can.
+/// An RSA s_server offering SRTP_AES128_CM_SHA1_32 only, which dimpl cannot negotiate: the
+/// OpenSSL engine can.
 #[test]
 fn openssl_engine_client_vs_rsa_s_server_with_cm_sha1_32() {
     client_handshake_matches_s_server_with(
@@ -742,6 +747,85 @@ fn openssl_engine_server_with_wrong_fingerprint_fails_against_s_client() {
         child.transcript()
     );
     assert!(result.connected.is_none());
+}
+
+// ---------------------------------------------------------------------------------------------
+// RSA-2048 peers offering only SRTP_AES128_CM_SHA1_80 (GStreamer's webrtcbin, on OpenSSL, is
+// so by default) against the default configuration: dimpl in both roles.
+
+fn on_dimpl(c: &mut EndpointConfig) {
+    assert_eq!(c.resolved_engine(), EngineChoice::Dimpl);
+}
+
+/// s_client with an RSA-2048 certificate: our default server (dimpl) asks for RSA as well as
+/// ECDSA client certificates and verifies the RSA CertificateVerify; the keys and certificates
+/// agree with what s_client printed.
+#[test]
+fn rsa_2048_s_client_offering_cm_sha1_80_only_vs_default_server() {
+    let Some(view) = server_handshake_matches_s_client_with(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Dtls12,
+        (KeyType::Rsa2048, KeyType::EcdsaP256),
+        on_dimpl,
+    ) else {
+        return;
+    };
+    // Our certificate is ECDSA: the suite is ECDHE-ECDSA whatever the client's key.
+    let cipher = view.cipher.unwrap_or_default();
+    assert!(cipher.starts_with("ECDHE-ECDSA-"), "{cipher}");
+}
+
+/// s_server with an RSA-2048 certificate: our default client (dimpl) offers the ECDHE-RSA
+/// suites, verifies the RSA-signed ServerKeyExchange, and answers the CertificateRequest with
+/// its ECDSA certificate.
+#[test]
+fn default_client_vs_rsa_2048_s_server_offering_cm_sha1_80_only() {
+    let Some(view) = client_handshake_matches_s_server_with(
+        "SRTP_AES128_CM_SHA1_80",
+        Profile::AesCm128HmacSha1_80,
+        DtlsVersion::Dtls12,
+        (KeyType::EcdsaP256, KeyType::Rsa2048),
+        on_dimpl,
+    ) else {
+        return;
+    };
+    let cipher = view.cipher.unwrap_or_default();
+    assert!(
+        cipher == "ECDHE-RSA-AES256-GCM-SHA384" || cipher == "ECDHE-RSA-AES128-GCM-SHA256",
+        "{cipher}"
+    );
+}
+
+/// s_client with an RSA-2048 certificate against a server expecting another fingerprint: our
+/// server (dimpl) refuses it with a fatal `bad_certificate` alert, which s_client reports,
+/// instead of leaving it to retransmit.
+#[test]
+fn default_server_refuses_a_wrong_rsa_client_certificate_with_an_alert() {
+    let openssl = require_openssl!();
+    let other = Certificate::self_signed(KeyType::Rsa2048, "someone-else").unwrap();
+    let expected = Profile::AesCm128HmacSha1_80;
+    let (result, child, _, _) = s_client_vs_our_server_with(
+        &openssl,
+        openssl_name(expected),
+        keying_material_len(expected),
+        DtlsVersion::Dtls12,
+        |_| PeerAuth::Fingerprint(other.fingerprint()),
+        (KeyType::Rsa2048, KeyType::EcdsaP256),
+        on_dimpl,
+    );
+    assert_eq!(
+        result.failed,
+        Some(FailReason::FingerprintMismatch),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let heard = child.wait_for_line(PEER_WAIT, |l| l.contains("alert bad certificate"));
+    assert!(
+        heard.is_some(),
+        "s_client did not report our alert\n{}",
+        child.transcript()
+    );
 }
 
 #[test]

@@ -515,15 +515,21 @@ fn pion_client_vs_our_server(
     Identity,
     tempfile::TempDir,
 ) {
-    pion_client_vs_our_server_with(pion, srtp, peer_auth, KeyType::EcdsaP256, &|_| {})
+    pion_client_vs_our_server_with(
+        pion,
+        srtp,
+        peer_auth,
+        (KeyType::EcdsaP256, KeyType::EcdsaP256),
+        &|_| {},
+    )
 }
 
-/// [`pion_client_vs_our_server`] with our key type and a last say on our config.
+/// [`pion_client_vs_our_server`] with the (pion, our) key types and a last say on our config.
 fn pion_client_vs_our_server_with(
     pion: &Path,
     srtp: &str,
     peer_auth: impl FnOnce(&Identity) -> PeerAuth,
-    our_key: KeyType,
+    (pion_key, our_key): (KeyType, KeyType),
     tweak: &dyn Fn(&mut EndpointConfig),
 ) -> (
     DriveResult,
@@ -534,7 +540,7 @@ fn pion_client_vs_our_server_with(
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
     let server = identity_of(dir.path(), "secrelay-server", our_key);
-    let client = identity(dir.path(), "pion-client");
+    let client = identity_of(dir.path(), "pion-client", pion_key);
     let socket = bind_loopback();
     let addr = socket.local_addr().unwrap();
     let start = Instant::now();
@@ -661,11 +667,11 @@ fn client_vs_pion_server_cm_sha1_32_only_has_no_common_profile() {
     );
     let code = child.wait_exit(PEER_WAIT);
     eprintln!("pion server exit {code:?}\n{}", child.transcript());
-    // We only see pion's fatal alert, hence `Protocol`.
+    // We only see pion's fatal alert, and report it as such.
     assert!(
         matches!(
             result.failed,
-            Some(FailReason::Protocol | FailReason::NoCommonSrtpProfile)
+            Some(FailReason::PeerAlert(_) | FailReason::NoCommonSrtpProfile)
         ),
         "{result:?}\n{}",
         child.transcript()
@@ -691,7 +697,7 @@ fn pion_client_cm_sha1_32_only_has_no_common_profile() {
     assert!(
         matches!(
             result.failed,
-            Some(FailReason::Protocol | FailReason::NoCommonSrtpProfile)
+            Some(FailReason::PeerAlert(_) | FailReason::NoCommonSrtpProfile)
         ),
         "{result:?}\n{}",
         child.transcript()
@@ -752,7 +758,7 @@ fn pion_client_matches_openssl_engine_server(srtp: &str, expected: Profile, our_
         &pion,
         srtp,
         |c| PeerAuth::Fingerprint(c.cert.fingerprint()),
-        our_key,
+        (KeyType::EcdsaP256, our_key),
         &|c| {
             c.engine = EngineChoice::Openssl;
             c.srtp_profiles = vec![
@@ -799,4 +805,79 @@ fn pion_client_vs_openssl_engine_server_with_rsa_2048() {
         Profile::AesCm128HmacSha1_80,
         KeyType::Rsa2048,
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// pion with an RSA-2048 certificate offering only SRTP_AES128_CM_SHA1_80, against the default
+// configuration: dimpl in both roles.
+
+fn on_dimpl(c: &mut EndpointConfig) {
+    assert_eq!(c.resolved_engine(), EngineChoice::Dimpl);
+}
+
+/// A pion client with an RSA-2048 certificate: our default server (dimpl) asks for RSA client
+/// certificates too and verifies pion's RSA CertificateVerify.
+#[test]
+fn rsa_2048_pion_client_offering_cm_sha1_80_only_vs_default_server() {
+    let pion = require_pion!();
+    let (result, mut child, client, server, _dir) = pion_client_vs_our_server_with(
+        &pion,
+        "SRTP_AES128_CM_SHA1_80",
+        |c| PeerAuth::Fingerprint(c.cert.fingerprint()),
+        (KeyType::Rsa2048, KeyType::EcdsaP256),
+        &on_dimpl,
+    );
+    assert!(
+        result.connected.is_some(),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let line = nth_json(&child, 0);
+    assert_agree(
+        Role::Server,
+        &result,
+        &line,
+        Profile::AesCm128HmacSha1_80,
+        &server,
+        &client,
+        &child.transcript(),
+    );
+    let code = child.wait_exit(PEER_WAIT);
+    assert_eq!(code, Some(0), "pion client exit\n{}", child.transcript());
+}
+
+/// A pion server with an RSA-2048 certificate: our default client (dimpl) takes an ECDHE-RSA
+/// suite and verifies pion's RSA-signed ServerKeyExchange.
+#[test]
+fn default_client_vs_rsa_2048_pion_server_offering_cm_sha1_80_only() {
+    let pion = require_pion!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let server = identity_of(dir.path(), "pion-server", KeyType::Rsa2048);
+    let client = identity(dir.path(), "secrelay-client");
+    let (mut child, addr) = pion_server(&pion, &server, "SRTP_AES128_CM_SHA1_80", 1);
+    let result = our_client_run_with(
+        &child,
+        addr,
+        &client,
+        PeerAuth::Fingerprint(server.cert.fingerprint()),
+        1,
+        &on_dimpl,
+    );
+    assert!(
+        result.connected.is_some(),
+        "{result:?}\n{}",
+        child.transcript()
+    );
+    let line = nth_json(&child, 0);
+    assert_agree(
+        Role::Client,
+        &result,
+        &line,
+        Profile::AesCm128HmacSha1_80,
+        &client,
+        &server,
+        &child.transcript(),
+    );
+    let code = child.wait_exit(PEER_WAIT);
+    assert_eq!(code, Some(0), "pion server exit\n{}", child.transcript());
 }

@@ -169,3 +169,63 @@ fn a_draining_shard_closes_everybody_and_refuses_joins() {
     assert!(h.shard.join(now, "r", &offer, JoinKind::Join).is_err());
     assert_eq!(h.counters().ended[EndReason::Shutdown], 2);
 }
+
+/// Binding indications are keepalives (RFC 8489 §6.3, RFC 8445 §11: libnice, hence GStreamer's
+/// webrtcbin, sends them on the selected pair): taken from a member's address, counted as STUN
+/// in, never answered and never counted as rejected requests. A Binding request whose integrity
+/// fails is, as the contrast.
+#[test]
+fn a_binding_indication_is_a_keepalive_not_a_rejected_request() {
+    use secrelay_wire::stun::{Class, MessageBuilder, BINDING};
+    let mut h = Harness::simd();
+    let i = h.join_connected("keepalive", 1, JoinKind::Join);
+    let (room, id) = (h.members[i].room.clone(), h.members[i].id.clone());
+    let stun_in = |h: &Harness| h.shard.member_counters(&room, &id).unwrap().stun_in;
+    let before = stun_in(&h);
+    let rejected_before = h.counters().media.drops[DropReason::StunRejected];
+    let _ = drain(&mut h.shard);
+
+    for (n, with_fingerprint) in [(1u8, true), (2, false)] {
+        let mut buf = [0u8; 64];
+        let b = MessageBuilder::new(&mut buf, Class::Indication, BINDING, [n; 12]);
+        let len = if with_fingerprint {
+            b.fingerprint()
+        } else {
+            b.finish()
+        }
+        .unwrap();
+        assert_eq!(h.send(i, &buf[..len]), Handled::Taken);
+        let (tx, ev) = drain(&mut h.shard);
+        assert!(tx.is_empty(), "an indication is never answered: {tx:?}");
+        assert!(ev.is_empty(), "{ev:?}");
+    }
+    assert_eq!(stun_in(&h), before + 2);
+    assert_eq!(
+        h.counters().media.drops[DropReason::StunRejected],
+        rejected_before
+    );
+    assert_eq!(h.counters().connected, 1, "the member is still there");
+
+    // A request whose MESSAGE-INTEGRITY does not verify (the wrong password) is rejected, and
+    // counted so.
+    use secrelay_wire::stun::attr;
+    let username = format!(
+        "{}:{}",
+        h.members[i].answer.ice_ufrag, h.members[i].client.ufrag
+    );
+    let mut buf = [0u8; 256];
+    let len = MessageBuilder::new(&mut buf, Class::Request, BINDING, [9; 12])
+        .attribute(attr::USERNAME, username.as_bytes())
+        .attribute(attr::PRIORITY, &1_845_501_695u32.to_be_bytes())
+        .attribute(attr::ICE_CONTROLLING, &7u64.to_be_bytes())
+        .integrity(b"not the gateway's password at all")
+        .fingerprint()
+        .unwrap();
+    assert_eq!(h.send(i, &buf[..len]), Handled::Taken);
+    let (tx, _) = drain(&mut h.shard);
+    assert_eq!(tx.len(), 1, "a 401 answers it");
+    assert_eq!(
+        h.counters().media.drops[DropReason::StunRejected],
+        rejected_before + 1
+    );
+}

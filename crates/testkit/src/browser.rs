@@ -15,7 +15,7 @@ use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, Event as DtlsEvent, FailReason, Fingerprint,
     HashAlgorithm, KeyType, LocalCertificate, Output as DtlsOutput, Role, SrtpKeys,
 };
-use secrelay_srtp::{Context, Error as SrtpError, Policy};
+use secrelay_srtp::{Context, Error as SrtpError, Policy, Profile};
 use secrelay_wire::rtp::{classify, PacketKind};
 use secrelay_wire::sdp::{MediaKind, Offer, Setup};
 use secrelay_wire::stun::{attr, Class, Message, MessageBuilder, BINDING};
@@ -147,6 +147,13 @@ pub struct Browser {
     pub ts: u32,
     /// Timestamp step per packet (960 for 20 ms of Opus, 160 for 20 ms of G.711).
     pub ts_step: u32,
+    /// The SRTP profiles our DTLS endpoint offers and accepts, most preferred first (the
+    /// endpoint's defaults; a test narrows them to play a peer that offers only
+    /// SRTP_AES128_CM_SHA1_80, as GStreamer's webrtcbin does).
+    pub srtp_profiles: Vec<Profile>,
+    /// The `a=setup` of our one-section offers: `actpass` (the gateway answers `passive` and
+    /// is the DTLS server), or `passive` (it answers `active` and is the client).
+    pub offer_setup: &'static str,
     /// The DTLS endpoint, once started.
     pub dtls: Option<Endpoint>,
     /// When the endpoint wants its timer.
@@ -193,6 +200,8 @@ impl Browser {
             seq: 1,
             ts: 0,
             ts_step: 960,
+            srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
+            offer_setup: "actpass",
             dtls: None,
             dtls_timer: None,
             keys: None,
@@ -245,13 +254,18 @@ impl Browser {
     /// `fingerprint` (ours unless a test says otherwise).
     pub fn audio_offer(&self, direction: Direction, fingerprint: Option<&Fingerprint>) -> String {
         let own = self.cert.fingerprint();
-        audio_offer(
+        let offer = audio_offer(
             direction,
             &self.ufrag,
             &self.pwd,
             fingerprint.unwrap_or(&own),
             self.ssrc,
-        )
+        );
+        if self.offer_setup == "actpass" {
+            offer
+        } else {
+            offer.replace("a=setup:actpass", &format!("a=setup:{}", self.offer_setup))
+        }
     }
 
     /// Answers an offer the gateway made (a SIP proxy's call towards this browser): takes the
@@ -340,7 +354,8 @@ impl Browser {
             Setup::Active => Role::Server,
             _ => Role::Client,
         };
-        let cfg = EndpointConfig::new(role, LocalCertificate::from(&self.cert), fp);
+        let mut cfg = EndpointConfig::new(role, LocalCertificate::from(&self.cert), fp);
+        cfg.srtp_profiles = self.srtp_profiles.clone();
         self.dtls = Some(Endpoint::new(cfg, now).map_err(|e| format!("DTLS endpoint: {e}"))?);
         Ok(())
     }

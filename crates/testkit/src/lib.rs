@@ -28,5 +28,5 @@ pub mod signaling;
 
 pub use browser::{Browser, Inbound};
 pub use link::{Air, Link, Rng};
-pub use participant::{Phase, SimParticipant, StreamRx};
+pub use participant::{PeerDtls, Phase, SimParticipant, StreamRx};
 pub use signaling::{Leg, Signaling};

@@ -16,9 +16,10 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
-use secrelay_dtls::Fingerprint;
+use secrelay_dtls::{Certificate, Fingerprint};
 use secrelay_media::g711::Pcmu;
 use secrelay_media::Codec as _;
+use secrelay_srtp::Profile;
 use secrelay_wire::rtp::RtpHeader;
 use secrelay_wire::sdp::parse_offer;
 
@@ -95,6 +96,21 @@ enum Transport {
     },
     /// A SIP phone: media from the answer on, no handshake.
     Phone(Box<SimPhone>),
+}
+
+/// How a simulated WebRTC participant's DTLS differs from the simulated browser's defaults
+/// (a fresh ECDSA P-256 certificate, the endpoint's SRTP profiles, `a=setup:actpass`).
+#[derive(Debug, Clone, Default)]
+pub struct PeerDtls {
+    /// Announce this fingerprint instead of the certificate's own (the handshake must fail).
+    pub announce: Option<Fingerprint>,
+    /// This certificate instead of a fresh ECDSA P-256 one. An RSA certificate runs the
+    /// participant's endpoint on the OpenSSL engine (`EngineChoice::Auto`).
+    pub certificate: Option<Certificate>,
+    /// Offer and accept only these SRTP profiles.
+    pub srtp_profiles: Option<Vec<Profile>>,
+    /// Offer `a=setup:passive`, so that the gateway is the DTLS client.
+    pub passive: bool,
 }
 
 /// One simulated participant.
@@ -178,15 +194,41 @@ impl SimParticipant {
         epoch: Instant,
         fingerprint: Option<Fingerprint>,
     ) -> anyhow::Result<SimParticipant> {
+        let dtls = PeerDtls {
+            announce: fingerprint,
+            ..PeerDtls::default()
+        };
+        Self::join_with(signaling, room, leg, bind_ip, epoch, dtls)
+    }
+
+    /// As [`SimParticipant::join`], with its DTLS set up as `dtls` says (another certificate,
+    /// fewer SRTP profiles, the gateway as the DTLS client).
+    pub fn join_with(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+        dtls: PeerDtls,
+    ) -> anyhow::Result<SimParticipant> {
         if leg.is_phone() {
-            if fingerprint.is_some() {
-                bail!("a phone's leg ({leg:?}) has no fingerprint to announce");
+            if dtls.announce.is_some() || dtls.certificate.is_some() {
+                bail!("a phone's leg ({leg:?}) has no DTLS");
             }
             return Self::join_phone(signaling, room, leg, bind_ip, epoch);
         }
         let mut browser = Browser::random(0);
         browser.ts_step = 160;
-        let offer = browser.audio_offer(leg.direction(), fingerprint.as_ref());
+        if let Some(cert) = dtls.certificate {
+            browser.cert = cert;
+        }
+        if let Some(profiles) = dtls.srtp_profiles {
+            browser.srtp_profiles = profiles;
+        }
+        if dtls.passive {
+            browser.offer_setup = "passive";
+        }
+        let offer = browser.audio_offer(leg.direction(), dtls.announce.as_ref());
         let started = Instant::now();
         let (status, location, body) = signaling.post_offer(&leg.path(room), &offer)?;
         if status != 201 {
@@ -613,6 +655,30 @@ impl SimParticipant {
         match &self.transport {
             Transport::WebRtc { browser, .. } => browser.closed,
             Transport::Phone(_) => false,
+        }
+    }
+
+    /// The DTLS engine its endpoint runs on (`"dimpl"`, `"openssl"`), while it is alive.
+    pub fn dtls_engine(&self) -> Option<&'static str> {
+        match &self.transport {
+            Transport::WebRtc { browser, .. } => browser.dtls.as_ref()?.engine_name(),
+            Transport::Phone(_) => None,
+        }
+    }
+
+    /// Its DTLS role (the gateway plays the other), once its endpoint exists.
+    pub fn dtls_role(&self) -> Option<secrelay_dtls::Role> {
+        match &self.transport {
+            Transport::WebRtc { browser, .. } => browser.dtls.as_ref().map(|ep| ep.role()),
+            Transport::Phone(_) => None,
+        }
+    }
+
+    /// The SRTP profile DTLS negotiated, once connected.
+    pub fn srtp_profile(&self) -> Option<Profile> {
+        match &self.transport {
+            Transport::WebRtc { browser, .. } => browser.keys.as_ref().map(|k| k.profile),
+            Transport::Phone(_) => None,
         }
     }
 

@@ -67,7 +67,8 @@ pub fn resolved_engine(engine: EngineChoice, key_type: KeyType) -> EngineChoice 
 /// Why the engine `engine` (after [`resolved_engine`]) cannot use a certificate type, if it
 /// cannot.
 ///
-/// dimpl 0.9 signs and verifies with ECDSA only; OpenSSL (3.0, DTLS 1.2) takes RSA and ECDSA
+/// dimpl 0.9 signs with ECDSA only (it verifies RSA peers too, patched: `vendor/dimpl`), so a
+/// certificate of our own must be ECDSA on it; OpenSSL (3.0, DTLS 1.2) takes RSA and ECDSA
 /// certificates. Ed25519 in DTLS 1.2 is left to OpenSSL: [`check_engine_takes`] builds an
 /// endpoint to find out.
 pub fn engine_refuses(engine: EngineChoice, key_type: KeyType) -> Option<&'static str> {
