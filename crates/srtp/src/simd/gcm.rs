@@ -496,7 +496,8 @@ mod x86 {
 
     /// [`ghash`] of a message of `n` ≤ [`NPOW`] blocks: block b (of the whole message) times
     /// H'^(n-b), summed unreduced, one reduction. The blocks are read straight from `aad` and
-    /// `ct`, four per load, the partial last load of each byte-masked (which zero-pads it).
+    /// `ct`, four per load, the partial last load of each byte-masked (which zero-pads it;
+    /// the full ones are plain loads, which cost less).
     #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
     fn ghash_short(powers: &Powers, aad: &[u8], ct: &[u8], na: usize, n: usize) -> [u8; 16] {
         let rev = _mm512_set_epi64(
@@ -519,13 +520,22 @@ mod x86 {
             unsafe { _mm512_loadu_si512(pp.add(NPOW - n + b) as *const _) }
         };
         for (seg, first) in [(aad, 0), (ct, na)] {
-            for (k, off) in (0..seg.len()).step_by(64).enumerate() {
-                let rem = (seg.len() - off).min(64);
-                let m: u64 = if rem == 64 { !0 } else { (1 << rem) - 1 };
-                // SAFETY: the mask covers bytes off..off + rem of `seg`, all inside it;
-                // masked-off bytes are not read (and come back zero).
-                let x = unsafe { _mm512_maskz_loadu_epi8(m, seg.as_ptr().add(off) as *const i8) };
+            let (full, tail) = seg.as_chunks::<64>();
+            for (k, c) in full.iter().enumerate() {
+                // SAFETY: a 64-byte load from a 64-byte array.
+                let x = unsafe { _mm512_loadu_si512(c.as_ptr() as *const _) };
                 mul_acc(&mut acc, _mm512_shuffle_epi8(x, rev), h(first + 4 * k));
+            }
+            if !tail.is_empty() {
+                let m: u64 = (1 << tail.len()) - 1;
+                // SAFETY: the mask covers the tail's bytes, all inside it; masked-off bytes
+                // are not read (and come back zero).
+                let x = unsafe { _mm512_maskz_loadu_epi8(m, tail.as_ptr() as *const i8) };
+                mul_acc(
+                    &mut acc,
+                    _mm512_shuffle_epi8(x, rev),
+                    h(first + 4 * full.len()),
+                );
             }
         }
         let mut lens = [0u8; 16];
@@ -562,13 +572,18 @@ mod x86 {
         lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
         let mut h = Horner::new(powers, aad.len(), ct.len());
         for seg in [aad, ct] {
-            for off in (0..seg.len()).step_by(64) {
-                let rem = (seg.len() - off).min(64);
-                let m: u64 = if rem == 64 { !0 } else { (1 << rem) - 1 };
-                // SAFETY: the mask covers bytes off..off + rem of `seg`, all inside it;
-                // masked-off bytes are not read (and come back zero).
-                let x = unsafe { _mm512_maskz_loadu_epi8(m, seg.as_ptr().add(off) as *const i8) };
-                h.feed(_mm512_shuffle_epi8(x, rev), rem.div_ceil(16));
+            let (full, tail) = seg.as_chunks::<64>();
+            for c in full {
+                // SAFETY: a 64-byte load from a 64-byte array.
+                let x = unsafe { _mm512_loadu_si512(c.as_ptr() as *const _) };
+                h.feed(_mm512_shuffle_epi8(x, rev), 4);
+            }
+            if !tail.is_empty() {
+                let m: u64 = (1 << tail.len()) - 1;
+                // SAFETY: the mask covers the tail's bytes, all inside it; masked-off bytes
+                // are not read (and come back zero).
+                let x = unsafe { _mm512_maskz_loadu_epi8(m, tail.as_ptr() as *const i8) };
+                h.feed(_mm512_shuffle_epi8(x, rev), tail.len().div_ceil(16));
             }
         }
         h.feed(
@@ -647,6 +662,7 @@ mod x86 {
         }
 
         /// Adds the next load, `x` (byte-reversed), of `blocks` blocks.
+        #[inline]
         #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
         fn feed(&mut self, x: __m512i, blocks: usize) {
             let x = if self.k == self.first {
