@@ -176,6 +176,21 @@ fn check_size_sweep(study: &serde_json::Value, stdout: &str) {
         "srtp_engine_sizes_aead_aes_128_gcm_unprotect",
     ] {
         assert!(plots.contains(&id), "no plot {id}: {plots:?}");
+        // Every engine and setup has its bars, under a legend entry the report draws whole
+        // (it cuts entries past 28 characters).
+        let plot = study["plots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap();
+        let series = plot["series"].as_array().unwrap();
+        assert!(series.len() >= 6, "{id}: {series:?}");
+        for s in series {
+            let name = s["name"].as_str().unwrap();
+            assert!(name.chars().count() <= 28, "{id}: legend entry {name:?}");
+            assert_eq!(s["points"].as_array().unwrap().len(), 4, "{id}: {name}");
+        }
     }
     let notes = study["notes"].as_array().unwrap();
     for engine in ["simd (", "threaded"] {

@@ -8,7 +8,9 @@
 //! broadcast to the four lanes), eight registers from any packets of one key size are in
 //! flight at once, counters are made in the registers and the keystream is XORed straight
 //! into the packets with byte-masked loads and stores (so a 160-byte packet is three
-//! registers, the last half full). With AES-NI alone, the counter blocks of many packets are
+//! registers, the last half full). A long stream (a video packet) goes 512 bytes at a time
+//! through eight registers of its own, its round keys loaded once per round for all eight;
+//! only its last registers share the slots. With AES-NI alone, the counter blocks of many packets are
 //! gathered 32 at a time into one array and encrypted eight in flight, each block with its
 //! own packet's round keys.
 //!

@@ -76,7 +76,7 @@ enum Lib {
 ///
 /// `repr(C)`, the powers first and the round keys right after them (an [`AesKey`] starts with
 /// them): what the kernel reads for one packet is one run of cache lines, the powers it needs
-/// (the last ones for a short packet) then the round keys, which [`GcmKey::prefetch`] asks
+/// (the last ones for a short packet) then the round keys, which `GcmKey::prefetch` asks
 /// for from the key's address alone.
 #[repr(C)]
 pub struct GcmKey {

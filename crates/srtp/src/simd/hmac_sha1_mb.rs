@@ -5,7 +5,8 @@
 //! runs it at the latency of its SHA-1 rounds. Sixteen messages in sixteen lanes are sixteen
 //! independent chains: the core runs at its throughput instead. A lane takes the next message
 //! as soon as its own is finished, so messages of different lengths share a batch (lanes
-//! simply finish at different steps). A message's full blocks are compressed where they lie;
+//! simply finish at different steps); the longest messages go first, so that the lanes
+//! finish nearly together. A message's full blocks are compressed where they lie;
 //! only its last blocks (padding, ROC) are built, once, when a lane takes the message. When
 //! fewer than [`MIN_ACTIVE_LANES`] lanes are busy, a step compresses them one by one on the
 //! scalar function (SHA-NI where present) rather than paying for sixteen lanes to run three.
