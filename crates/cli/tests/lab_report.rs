@@ -27,9 +27,10 @@ fn lab_srtp_writes_the_report() {
     let study = &results["studies"][0];
     assert_eq!(study["study"], "srtp");
     let plots = study["plots"].as_array().expect("plots");
-    // Cost against size and per stack for two profiles, the raw ciphers, and the batch-engine
-    // sweep's three (packets/s per batch size for two profiles, the machine's ceiling).
-    assert_eq!(plots.len(), 8, "lab srtp's plots");
+    // Cost against size and per stack for two profiles, the raw ciphers, the batch-engine
+    // sweep's three (packets/s per batch size for two profiles, the machine's ceiling), and
+    // the sweep by packet size's four (two profiles, protect and unprotect).
+    assert_eq!(plots.len(), 12, "lab srtp's plots");
 
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("id=\"study-srtp\""), "the srtp section");

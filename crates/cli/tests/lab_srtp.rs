@@ -1,6 +1,6 @@
 //! `secrelay lab srtp --quick --json`: every profile × size × stack has a row, figures are
 //! finite and positive (or the cell says why the stack lacks the profile), and the method is
-//! recorded.
+//! recorded; the batch engines' sweeps by batch size and by packet size have their rows.
 
 mod lab_support;
 
@@ -100,8 +100,112 @@ fn lab_srtp_quick_has_every_row_with_finite_figures() {
         );
     }
     assert!(study["plots"].as_array().unwrap().len() >= 4);
-    // One run of the study serves both checks (it takes a while).
+    // One run of the study serves every check (it takes a while).
     check_engine_sweep(study, &stdout);
+    check_size_sweep(study, &stdout);
+}
+
+/// The engines by packet size (issue 17): a row per profile × operation × packet size (100,
+/// 172, 1,200 bytes, the video-like mix) × batch and context count × engine (serial, simd,
+/// threaded, and simd with its GCM kernel off for the AEAD profiles), each with a finite,
+/// positive time per packet and ratio to the serial engine of the same runs; the plots and
+/// the lowest ratio per engine in the notes. Structure only: no figure is judged here.
+fn check_size_sweep(study: &serde_json::Value, stdout: &str) {
+    assert!(
+        stdout.contains("SRTP batch engines by packet size"),
+        "table printed:\n{stdout}"
+    );
+    let sweep = rows(study, "srtp_engine_sizes");
+    let setups = [(64.0, 64.0), (64.0, 4096.0), (1024.0, 4096.0)];
+    for p in PROFILES {
+        let aead = p.starts_with("AEAD");
+        for op in ["protect", "unprotect"] {
+            for packet in ["100 B", "172 B", "1200 B", "video mix"] {
+                for (batch, contexts) in setups {
+                    let mut engines = vec!["serial", "simd (", "threaded"];
+                    if aead {
+                        engines.push("simd, GCM kernel off");
+                    }
+                    for engine in engines {
+                        let row = sweep
+                            .iter()
+                            .find(|r| {
+                                r["profile"] == p
+                                    && r["op"] == op
+                                    && r["packet"] == packet
+                                    && r["batch"].as_f64() == Some(batch)
+                                    && r["contexts"].as_f64() == Some(contexts)
+                                    && r["engine"].as_str().unwrap().starts_with(engine)
+                            })
+                            .unwrap_or_else(|| {
+                                panic!("no row for {p} {op} {packet} {batch}/{contexts} {engine}")
+                            });
+                        for key in ["ns_per_packet", "vs_serial"] {
+                            let x = row[key].as_f64().unwrap_or_else(|| {
+                                panic!("{p} {op} {packet} {batch}/{contexts} {engine} {key}: {row}")
+                            });
+                            assert!(x.is_finite() && x > 0.0, "{row}");
+                        }
+                        if engine == "serial" {
+                            assert_eq!(row["vs_serial"].as_f64(), Some(1.0));
+                        }
+                    }
+                }
+            }
+        }
+        // The GCM kernel switch is measured for the AEAD profiles only.
+        if !aead {
+            assert!(
+                !sweep
+                    .iter()
+                    .any(|r| r["profile"] == p && r["engine"] == "simd, GCM kernel off"),
+                "{p}"
+            );
+        }
+    }
+    let plots: Vec<&str> = study["plots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_str().unwrap())
+        .collect();
+    for id in [
+        "srtp_engine_sizes_aes_cm_128_hmac_sha1_80_protect",
+        "srtp_engine_sizes_aes_cm_128_hmac_sha1_80_unprotect",
+        "srtp_engine_sizes_aead_aes_128_gcm_protect",
+        "srtp_engine_sizes_aead_aes_128_gcm_unprotect",
+    ] {
+        assert!(plots.contains(&id), "no plot {id}: {plots:?}");
+        // Every engine and setup has its bars, under a legend entry the report draws whole
+        // (it cuts entries past 28 characters).
+        let plot = study["plots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap();
+        let series = plot["series"].as_array().unwrap();
+        assert!(series.len() >= 6, "{id}: {series:?}");
+        for s in series {
+            let name = s["name"].as_str().unwrap();
+            assert!(name.chars().count() <= 28, "{id}: legend entry {name:?}");
+            assert_eq!(s["points"].as_array().unwrap().len(), 4, "{id}: {name}");
+        }
+    }
+    let notes = study["notes"].as_array().unwrap();
+    for engine in ["simd (", "threaded"] {
+        assert!(
+            notes.iter().any(|n| {
+                let n = n.as_str().unwrap();
+                n.starts_with(engine) && n.contains("lowest over every profile")
+            }),
+            "no lowest-ratio note for {engine}: {notes:?}"
+        );
+    }
+    assert!(study["method"]["timed"]
+        .as_str()
+        .unwrap()
+        .contains("srtp_engine_sizes"));
 }
 
 /// The batch engines' sweep: a row per engine (serial, simd, threaded) × batch size × profile, with

@@ -13,6 +13,11 @@
 //! `engines/contexts/16384/…`: batches of 64 spread over 16,384 contexts in a scattered order
 //! that moves on every batch, so each packet's context, stream and keys come from memory (a
 //! gateway's case): what the multi-buffer engine's cache hints are for.
+//!
+//! `engines/size/PROFILE/SIZE/64`: batches of 64 over 64 contexts at 100, 172 and 1,200 bytes
+//! and the video-like mix of `lab srtp` (issue 17: no engine slower than the serial one at
+//! any size); `examples/engine_sizes.rs` and `lab srtp` cover every profile, unprotect and
+//! cold contexts.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -27,6 +32,21 @@ use secrelay_srtp::{
 const CONTEXTS: usize = 64;
 const SIZE: usize = 172;
 
+/// Packet `i`'s length in the video-like mix of `lab srtp` (`srtp_engine_sizes`): of every 16
+/// packets, 12 of 1,100–1,200 bytes, 2 of 200–1,100, 2 of 60–200.
+fn video_mix(i: usize) -> usize {
+    let h = (i as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let r = (h >> 32) as usize;
+    match (h >> 16) % 16 {
+        0 | 1 => 60 + r % 141,
+        2 | 3 => 200 + r % 901,
+        _ => 1100 + r % 101,
+    }
+}
+
+/// A packet's length by its place in the run.
+type SizeOf = fn(usize) -> usize;
+
 struct Batch {
     contexts: Vec<Context>,
     /// Each packet's context in the current batch.
@@ -37,6 +57,9 @@ struct Batch {
     seqs: Vec<u16>,
     results: Vec<PacketResult>,
     plain: Vec<u8>,
+    /// Packet `i`'s length (`i` counted over the batches filled).
+    size: SizeOf,
+    lens: Vec<usize>,
 }
 
 impl Batch {
@@ -51,7 +74,7 @@ impl Batch {
             &vec![0x17; profile.salt_len()],
         )
         .unwrap();
-        let mut plain = vec![0u8; SIZE];
+        let mut plain = vec![0u8; 1200];
         plain[0] = 0x80;
         for (i, b) in plain[12..].iter_mut().enumerate() {
             *b = i as u8;
@@ -62,11 +85,19 @@ impl Batch {
                 .collect(),
             of: vec![0; n],
             filled: 0,
-            bufs: (0..n).map(|_| vec![0u8; SIZE + 32]).collect(),
+            bufs: (0..n).map(|_| vec![0u8; 1200 + 32]).collect(),
             seqs: vec![0; contexts],
             results: vec![Ok(0); n],
             plain,
+            size: |_| SIZE,
+            lens: vec![SIZE; n],
         }
+    }
+
+    /// Packets of `size(i)` bytes instead of 172.
+    fn sized(mut self, size: SizeOf) -> Self {
+        self.size = size;
+        self
     }
 
     /// Plaintext in every buffer: packet i belongs to context i % CONTEXTS (one SSRC each),
@@ -83,7 +114,9 @@ impl Batch {
                 (base + i).wrapping_mul(7_919) % n_ctx
             };
             self.of[i] = c;
-            b[..SIZE].copy_from_slice(&self.plain);
+            let len = (self.size)(base + i);
+            self.lens[i] = len;
+            b[..len].copy_from_slice(&self.plain[..len]);
             b[2..4].copy_from_slice(&self.seqs[c].to_be_bytes());
             b[8..12].copy_from_slice(&(0x5EC0_0000 + c as u32).to_be_bytes());
             self.seqs[c] = self.seqs[c].wrapping_add(1);
@@ -114,7 +147,7 @@ impl Batch {
                 context: self.of[i],
                 op: Op::ProtectRtp,
                 buf: &mut b[..],
-                len: SIZE,
+                len: self.lens[i],
             })
             .collect();
         engine.process(&mut self.contexts, &mut packets, &mut self.results);
@@ -126,11 +159,12 @@ fn bench(c: &mut Criterion) {
     let threaded = ThreadedEngine::with_default_workers().expect("worker threads start");
     let lanes = threaded.config().worker_count();
     let simd = SimdEngine::new();
-    let simd_gcm = SimdEngine::new().with_gcm_kernel(true);
+    // The GCM kernel is on by default; off, AEAD packets go through the provider one by one.
+    let simd_no_gcm = SimdEngine::new().with_gcm_kernel(false);
     let engines: [(String, &dyn Engine); 4] = [
         ("serial".into(), &SerialEngine),
         ("simd".into(), &simd),
-        ("simd-gcm-kernel".into(), &simd_gcm),
+        ("simd-no-gcm-kernel".into(), &simd_no_gcm),
         (format!("threaded-{lanes}"), &threaded),
     ];
     for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
@@ -149,6 +183,29 @@ fn bench(c: &mut Criterion) {
                     "{name} protects every packet"
                 );
                 g.bench_function(name.as_str(), |b| batch.time(b, *engine));
+            }
+            g.finish();
+        }
+    }
+    // Packet sizes (issue 17), batches of 64 over 64 contexts.
+    let sizes: [(&str, SizeOf); 4] = [
+        ("100", |_| 100),
+        ("172", |_| 172),
+        ("1200", |_| 1200),
+        ("video-mix", video_mix),
+    ];
+    for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
+        for (label, size) in sizes {
+            let mut g =
+                c.benchmark_group(format!("engines/size/{}/{label}/64", profile.sdp_name()));
+            g.throughput(Throughput::Elements(64));
+            for (name, engine) in &engines {
+                let mut batch = Batch::new(profile, 64).sized(size);
+                g.bench_function(name.as_str(), |b| batch.time(b, *engine));
+                assert!(
+                    batch.results.iter().all(|r| r.is_ok()),
+                    "{name} protects every packet"
+                );
             }
             g.finish();
         }

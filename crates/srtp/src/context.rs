@@ -156,16 +156,17 @@ impl LaneKeys {
 
 impl DirKeys {
     /// Starts loading the multi-buffer forms of the keys, if they were made (a hint): the
-    /// lines the kernels read, found from the boxes' addresses without reading them.
+    /// lines the kernels read for a packet of `len` bytes, found from the boxes' addresses
+    /// without reading them.
     #[inline]
-    fn prefetch_lanes(&self) {
+    fn prefetch_lanes(&self, len: usize) {
         use crate::simd::prefetch;
         match self.lanes.get() {
             Some(Some(LaneKeys::Hmac(h))) => {
                 prefetch::prefetch_bytes((&raw const **h).cast(), AesKey::HOT_BYTES, 5);
                 prefetch::line((&raw const h.auth).cast());
             }
-            Some(Some(LaneKeys::Gcm(g))) => prefetch::value(&**g, 8),
+            Some(Some(LaneKeys::Gcm(g))) => g.prefetch(len),
             _ => {}
         }
     }
@@ -524,10 +525,11 @@ impl Context {
         }
     }
 
-    /// Second stage of [`Self::prefetch_rtp_stream`], for a packet of `ssrc`: the stream's
-    /// replay window and the keys, in multi-buffer form if `lanes`, else the provider's.
+    /// Second stage of [`Self::prefetch_rtp_stream`], for a packet of `ssrc` and `len` bytes:
+    /// the stream's replay window and the keys, in multi-buffer form if `lanes`, else the
+    /// provider's.
     #[inline]
-    pub(crate) fn prefetch_rtp_keys(&self, ssrc: u32, lanes: bool) {
+    pub(crate) fn prefetch_rtp_keys(&self, ssrc: u32, len: usize, lanes: bool) {
         let keys = match self.streams.get(ssrc) {
             Some(s) => {
                 s.rtp_replay.prefetch();
@@ -536,7 +538,7 @@ impl Context {
             None => &self.keys,
         };
         if lanes {
-            keys.rtp.prefetch_lanes();
+            keys.rtp.prefetch_lanes(len);
         } else {
             keys.rtp.prefetch_scalar();
         }

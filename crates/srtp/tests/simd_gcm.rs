@@ -1,8 +1,9 @@
 //! The multi-buffer AES-GCM kernel gives exactly what RustCrypto's `aes-gcm` gives one packet
 //! at a time (the SIMD path and the portable path both): the GCM specification's test cases
 //! 1–4 and 13–16, every length 0..=64 with AAD 0..=64, random batches of mixed AES-128 and
-//! AES-256 keys up to 1,500 bytes. Open rejects a flipped bit of tag, AAD or ciphertext and
-//! leaves that packet's data as given, while the rest of its batch opens.
+//! AES-256 keys up to 1,500 bytes, long messages around every GHASH chunk and kernel pass
+//! boundary (to 2,100 bytes of data, 1,100 of AAD). Open rejects a flipped bit of tag, AAD or
+//! ciphertext and leaves that packet's data as given, while the rest of its batch opens.
 
 use aes_gcm::aead::AeadInOut;
 use aes_gcm::{Aes128Gcm, Aes256Gcm, KeyInit};
@@ -392,6 +393,44 @@ fn batches_larger_than_one_pass() {
         })
         .collect();
     check(&mut rng, &keys, &pkts);
+}
+
+#[test]
+fn long_messages_across_hash_chunks_and_passes() {
+    // Messages past 32 blocks are hashed in chunks of up to eight loads of four blocks, and
+    // data past 512 bytes goes through the counter-mode kernel eight registers at a time:
+    // lengths around each of those boundaries, AAD from none to several loads (a long header
+    // extension with no payload as well), in one batch of 180 packets (~115 KB: several passes
+    // of at most 64 jobs and 16 KiB), then in video-sized batches mixed with audio-sized ones.
+    let mut rng = StdRng::seed_from_u64(14);
+    let keys = key_pool(&mut rng);
+    let mut pkts = Vec::new();
+    for aad in [0, 1, 12, 16, 60, 64, 65, 200, 520, 1100] {
+        for len in [
+            0, 1, 400, 447, 448, 449, 496, 511, 512, 513, 1023, 1024, 1025, 1180, 1188, 1200, 1500,
+            2100,
+        ] {
+            let k = rng.random_range(0..keys.len());
+            pkts.push(random_pkt(&mut rng, k, len, aad));
+        }
+    }
+    check(&mut rng, &keys, &pkts);
+    for _ in 0..40 {
+        let n = rng.random_range(1..=100);
+        let pkts: Vec<Pkt> = (0..n)
+            .map(|_| {
+                let len = match rng.random_range(0..8) {
+                    0 => rng.random_range(40..200),
+                    1 => rng.random_range(200..1100),
+                    _ => rng.random_range(1100..1400),
+                };
+                let aad = [12, 16, 24, 36][rng.random_range(0..4)];
+                let k = rng.random_range(0..keys.len());
+                random_pkt(&mut rng, k, len, aad)
+            })
+            .collect();
+        check(&mut rng, &keys, &pkts);
+    }
 }
 
 #[test]

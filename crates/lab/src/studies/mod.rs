@@ -8,6 +8,7 @@ pub mod crypto;
 pub mod srtp;
 pub mod srtp_engines;
 pub mod srtp_peers;
+pub mod srtp_sizes;
 pub mod symmetric;
 
 /// Every study, in the order `lab all` runs them.

@@ -1,6 +1,8 @@
 //! `lab srtp` (`000_…`, `002_…` a): protect and unprotect cost per packet, every SRTP
 //! profile, audio (G.711 20 ms, 172 B), Opus (100 B) and video (1200 B) RTP packets, for
-//! secrelay (each crypto provider) and the SRTP stacks people use, in one run.
+//! secrelay (each crypto provider) and the SRTP stacks people use, in one run; then secrelay's
+//! batch engines against its serial engine by batch size ([`super::srtp_engines`]) and by
+//! packet size ([`super::srtp_sizes`]).
 
 use std::hint::black_box;
 
@@ -317,7 +319,12 @@ impl Study for SrtpStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let profiles: Vec<Profile> = Profile::ALL.to_vec();
-        ctx.steps((profiles.len() * SIZES.len() + super::srtp_engines::PROFILES.len()) as u64 + 3);
+        ctx.steps(
+            (profiles.len() * SIZES.len()
+                + super::srtp_engines::PROFILES.len()
+                + super::srtp_sizes::STEPS) as u64
+                + 3,
+        );
         let mut table = Table::new(
             "srtp_per_packet",
             "SRTP cost per RTP packet, one core (ns per packet, median)",
@@ -480,6 +487,9 @@ impl Study for SrtpStudy {
         // The batch engines (issue 5): serial against worker threads, batch sizes 1 to 4,096.
         let engines = super::srtp_engines::sweep(ctx);
         plots.extend(engines.plots);
+        // The engines by packet size (issue 17): 100, 172, 1,200 bytes and a video-like mix.
+        let sizes = super::srtp_sizes::sweep(ctx);
+        plots.extend(sizes.plots);
         // The raw ciphers beside SRTP's (002 a): what one packet's encryption costs per library.
         let cipher_table = super::symmetric::cipher_table(ctx);
         plots.push(super::symmetric::cipher_plot(&cipher_table, 172));
@@ -499,7 +509,16 @@ impl Study for SrtpStudy {
              multi-buffer engine (threaded×N simd) or the scalar code (threaded×N scalar); \
              per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's; \
              srtp_engine_ceiling: N serial (or multi-buffer) engines on N threads at once (own contexts, batches of 4,096, \
-             each thread filling its own) against one, alternating, median ratio: what the machine gave N threads during the run",
+             each thread filling its own) against one, alternating, median ratio: what the machine gave N threads during the run; \
+             srtp_engine_sizes: one Engine::process call on a batch of RTP packets of 100, 172 or 1,200 bytes or the video-like \
+             mix (of every 16 packets, 12 of 1,100–1,200 bytes, 2 of 200–1,100, 2 of 60–200, in a fixed pseudo-random order; \
+             ~960 bytes on average), protect or unprotect, batches of 64 over 64 contexts, of 64 over 4,096 and of 1,024 over \
+             4,096 (each context its own master key; packet i of the run to context 7,919·i mod N, so a batch over 4,096 \
+             contexts names contexts whose state has left the caches), every engine, size and setup of a profile and \
+             operation interleaved run by run, each engine's cell next to the serial engine's of the same size and setup \
+             (at most 9 runs, half the warm-up), refilling the \
+             batch outside the timing (unprotect: protected one by one by the serial senders, outside the timing); \
+             vs serial = serial time per packet ÷ the engine's in the same runs",
             instructions_method,
         );
         Ok(StudyReport {
@@ -507,9 +526,15 @@ impl Study for SrtpStudy {
             title: self.title().into(),
             seeds: vec!["000".into(), "002".into()],
             method,
-            tables: vec![table, engines.table, engines.ceiling, cipher_table],
+            tables: vec![
+                table,
+                engines.table,
+                engines.ceiling,
+                sizes.table,
+                cipher_table,
+            ],
             plots,
-            notes: engines.notes,
+            notes: engines.notes.into_iter().chain(sizes.notes).collect(),
         })
     }
 }

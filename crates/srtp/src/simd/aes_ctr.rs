@@ -8,7 +8,9 @@
 //! broadcast to the four lanes), eight registers from any packets of one key size are in
 //! flight at once, counters are made in the registers and the keystream is XORed straight
 //! into the packets with byte-masked loads and stores (so a 160-byte packet is three
-//! registers, the last half full). With AES-NI alone, the counter blocks of many packets are
+//! registers, the last half full). A long stream (a video packet) goes 512 bytes at a time
+//! through eight registers of its own, its round keys loaded once per round for all eight;
+//! only its last registers share the slots. With AES-NI alone, the counter blocks of many packets are
 //! gathered 32 at a time into one array and encrypted eight in flight, each block with its
 //! own packet's round keys.
 //!
@@ -472,6 +474,23 @@ mod x86 {
             };
             let (mut j, mut off) = (0, 0);
             while j < nblocks {
+                if in_regs && !(j == 0 && has_mask) && len - off >= RUN_BYTES {
+                    // A long stream: eight registers of it at once, its round keys loaded once
+                    // per round for all eight (the slots load them per register).
+                    let dst = dp.wrapping_add(off);
+                    // SAFETY: `dst` starts `RUN_BYTES` ≤ len - off writable bytes of the
+                    // stream's data; `rk` is its key's schedule. CPU features: ours.
+                    unsafe {
+                        if key.rounds == 10 {
+                            run8::<10>(rk, &mut v, swap, four, dst);
+                        } else {
+                            run8::<14>(rk, &mut v, swap, four, dst);
+                        }
+                    }
+                    off += RUN_BYTES;
+                    j += 4 * SLOTS;
+                    continue;
+                }
                 let ctr = if in_regs {
                     _mm512_shuffle_epi8(v, swap)
                 } else {
@@ -508,6 +527,54 @@ mod x86 {
         unsafe {
             flush_slots(&mut s128, 10);
             flush_slots(&mut s256, 14);
+        }
+    }
+
+    /// Bytes of one stream that [`run8`] takes at once.
+    const RUN_BYTES: usize = 64 * SLOTS;
+
+    /// Eight registers of one stream (32 consecutive counter blocks), its round keys loaded
+    /// once per round, the keystream XORed into the [`RUN_BYTES`] bytes at `dst`. `v` holds
+    /// the stream's next four counters with their counter words byte-swapped (as [`run_vaes`]
+    /// keeps them, the caller having checked that no carry leaves those words), and moves on
+    /// by 32.
+    ///
+    /// # Safety
+    /// AVX-512F/BW, VAES, AES-NI; `rk` points at 15 round keys, `dst` at [`RUN_BYTES`]
+    /// writable bytes.
+    #[target_feature(enable = "avx512f,avx512bw,vaes,aes")]
+    unsafe fn run8<const NR: usize>(
+        rk: *const [u8; 16],
+        v: &mut __m512i,
+        swap: __m512i,
+        four: __m512i,
+        dst: *mut u8,
+    ) {
+        let key = |r: usize| {
+            // SAFETY: `rk` points at 15 round keys and r ≤ NR ≤ 14.
+            unsafe { _mm512_broadcast_i32x4(_mm_loadu_si128(rk.add(r) as *const __m128i)) }
+        };
+        let k0 = key(0);
+        let mut st = [_mm512_setzero_si512(); SLOTS];
+        for s in st.iter_mut() {
+            *s = _mm512_xor_si512(_mm512_shuffle_epi8(*v, swap), k0);
+            *v = _mm512_add_epi32(*v, four);
+        }
+        for r in 1..NR {
+            let k = key(r);
+            for s in st.iter_mut() {
+                *s = _mm512_aesenc_epi128(*s, k);
+            }
+        }
+        let k = key(NR);
+        for (z, s) in st.iter().enumerate() {
+            let ks = _mm512_aesenclast_epi128(*s, k);
+            // SAFETY: bytes 64z..64z + 64 of the RUN_BYTES at `dst`.
+            unsafe {
+                let p = dst.add(64 * z);
+                let d = _mm512_loadu_si512(p as *const _);
+                _mm512_storeu_si512(p as *mut _, _mm512_xor_si512(d, ks));
+            }
         }
     }
 
@@ -794,7 +861,12 @@ mod tests {
                 masks: vec![[0x55; 16]; n],
                 data: (0..n)
                     .map(|_| {
-                        let len = rng.random_range(0..=300);
+                        // Short streams go through the shared slots; from 512 bytes on, runs of
+                        // eight registers of one stream (their 32-bit counters wrapping too).
+                        let len = match rng.random_range(0..4) {
+                            0 => rng.random_range(500..=1300),
+                            _ => rng.random_range(0..=300),
+                        };
                         (0..len).map(|_| rng.random()).collect()
                     })
                     .collect(),

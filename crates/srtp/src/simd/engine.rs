@@ -346,7 +346,7 @@ impl SimdEngine {
         }
         for pi in 0..packets.len() {
             if hints {
-                prefetch_ahead(contexts, packets, pi);
+                prefetch_ahead(contexts, packets, pi, self.gcm);
             }
             let ci = packets[pi].context;
             if ci >= contexts.len() {
@@ -361,7 +361,9 @@ impl SimdEngine {
                 continue;
             };
             let p = &mut packets[pi];
+            // With the GCM kernel off, an AEAD context's lane keys are neither made nor read.
             let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp)
+                && (self.gcm || !ctx.profile().is_aead())
                 && match ctx.rtp_lanes() {
                     Lanes::Cm => true,
                     Lanes::Gcm => self.gcm,
@@ -420,11 +422,19 @@ const PREFETCH_AHEAD: [usize; 3] = [12, 6, 3];
 /// contexts (a gateway's) they no longer fit in the caches, and each packet's chain of
 /// context → stream → keys would otherwise cost a few hundred nanoseconds. Each stage reads
 /// only lines an earlier stage asked for.
+///
+/// `gcm`: whether AEAD packets go to the GCM kernel (their lane keys are loaded then, else
+/// the provider's).
 #[inline]
-fn prefetch_ahead<C: Contexts + ?Sized>(contexts: &C, packets: &[Packet<'_>], pi: usize) {
+fn prefetch_ahead<C: Contexts + ?Sized>(
+    contexts: &C,
+    packets: &[Packet<'_>],
+    pi: usize,
+    gcm: bool,
+) {
     for (stage, ahead) in PREFETCH_AHEAD.into_iter().enumerate() {
         if let Some(p) = packets.get(pi + ahead) {
-            prefetch_stage(contexts, p, stage, true);
+            prefetch_stage(contexts, p, stage, true, gcm);
         }
     }
 }
@@ -434,16 +444,22 @@ fn prefetch_ahead<C: Contexts + ?Sized>(contexts: &C, packets: &[Packet<'_>], pi
 fn prefetch_all<C: Contexts + ?Sized>(contexts: &C, packets: &[Packet<'_>]) {
     for stage in 0..PREFETCH_AHEAD.len() {
         for p in packets {
-            prefetch_stage(contexts, p, stage, false);
+            prefetch_stage(contexts, p, stage, false, false);
         }
     }
 }
 
 /// One stage of the cache hints for packet `p`: 0, its header and context; 1, the context's
 /// keys and first stream; 2, the rest of the packet, the stream's replay window and the keys
-/// (in multi-buffer form if `lanes`, else the provider's).
+/// (in multi-buffer form if `lanes`, and for AEAD profiles `gcm` too; else the provider's).
 #[inline]
-fn prefetch_stage<C: Contexts + ?Sized>(contexts: &C, p: &Packet<'_>, stage: usize, lanes: bool) {
+fn prefetch_stage<C: Contexts + ?Sized>(
+    contexts: &C,
+    p: &Packet<'_>,
+    stage: usize,
+    lanes: bool,
+    gcm: bool,
+) {
     use super::prefetch;
     let rtp = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp);
     match stage {
@@ -462,7 +478,8 @@ fn prefetch_stage<C: Contexts + ?Sized>(contexts: &C, p: &Packet<'_>, stage: usi
             let len = p.len.min(p.buf.len());
             prefetch::prefetch_bytes(p.buf.as_ptr(), len, 4);
             if let (true, Some(b), Some(c)) = (rtp, p.buf.get(8..12), contexts.get(p.context)) {
-                c.prefetch_rtp_keys(u32::from_be_bytes([b[0], b[1], b[2], b[3]]), lanes);
+                let lanes = lanes && (gcm || !c.profile().is_aead());
+                c.prefetch_rtp_keys(u32::from_be_bytes([b[0], b[1], b[2], b[3]]), len, lanes);
             }
         }
     }

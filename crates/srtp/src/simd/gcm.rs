@@ -3,14 +3,18 @@
 //!
 //! The counter-mode part runs on the VAES engine of [`super::aes_ctr`]: a packet's tag mask
 //! E(K, J0) rides in the first lane of its first register, its data in the rest, registers of
-//! many packets in flight together. GHASH runs with VPCLMULQDQ on 512-bit registers: the hash
-//! key's powers H¹…H³² are computed once per key, and a packet's blocks (AAD, ciphertext,
-//! lengths; 12 blocks for a 160-byte SRTP payload with a 12-byte header) are read straight
-//! from the packet four per byte-masked load, multiplied by the powers counted from the
-//! message's end and summed unreduced, with a single reduction for messages of up to 32
-//! blocks (one per 16 blocks beyond). The arithmetic is POLYVAL's (RFC 8452 Appendix A: GHASH
-//! is POLYVAL on byte-reversed blocks with the key multiplied by x), which suits the carry-less
+//! many packets in flight together (a long packet's data eight registers of its own at a
+//! time). GHASH runs with VPCLMULQDQ on 512-bit registers: the hash key's powers H¹…H³² are
+//! computed once per key, and a packet's blocks (AAD, ciphertext, lengths; 12 blocks for a
+//! 160-byte SRTP payload with a 12-byte header) are read straight from the packet four per
+//! byte-masked load, multiplied by the powers counted from the end of their chunk of up to 32
+//! blocks and summed unreduced, one reduction per chunk (one for an audio packet, three for a
+//! 1,200-byte video packet). The arithmetic is POLYVAL's (RFC 8452 Appendix A: GHASH is
+//! POLYVAL on byte-reversed blocks with the key multiplied by x), which suits the carry-less
 //! multiply's bit order.
+//!
+//! Jobs go in passes of at most 64 jobs and 16 KiB of data, so that GHASH reads the
+//! ciphertext the counter-mode pass has just left in the first-level cache.
 //!
 //! Open computes every tag mask (and the keystream of the first 48 bytes, kept aside) first,
 //! checks every tag over the ciphertext in constant time, and only then decrypts, only the
@@ -28,8 +32,28 @@ use zeroize::{Zeroize, ZeroizeOnDrop};
 use super::aes_ctr::{self, AesKey, Backend, Streams};
 use crate::provider::KeyError;
 
-/// Jobs per pass (their tag masks are kept on the stack).
+/// Jobs per pass at most (their tag masks are kept on the stack).
 const PASS: usize = 64;
+
+/// Data bytes per pass at most (a pass takes at least one job, however long): the hash pass
+/// then reads the ciphertext that the counter-mode pass left in the first-level cache, and
+/// open's counter-mode pass the data its hash pass read. 64 video packets (~77 KB) would not
+/// stay there; 13 still keep the AES pipeline full.
+const PASS_BYTES: usize = 16 * 1024;
+
+/// Jobs in the next pass, given the data lengths of the jobs left (at least one if any).
+fn pass_len(lens: impl Iterator<Item = usize>) -> usize {
+    let mut bytes = 0;
+    let mut n = 0;
+    for len in lens.take(PASS) {
+        bytes += len;
+        if n > 0 && bytes > PASS_BYTES {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
 
 /// Powers of the hash key kept per key: a message of up to this many blocks (AAD, data and
 /// lengths; 512 bytes) is hashed with one reduction.
@@ -49,10 +73,16 @@ enum Lib {
 
 /// An AES-128-GCM or AES-256-GCM key: the AES key schedule, the GHASH key H and its powers.
 /// Wiped on drop.
+///
+/// `repr(C)`, the powers first and the round keys right after them (an [`AesKey`] starts with
+/// them): what the kernel reads for one packet is one run of cache lines, the powers it needs
+/// (the last ones for a short packet) then the round keys, which `GcmKey::prefetch` asks
+/// for from the key's address alone.
+#[repr(C)]
 pub struct GcmKey {
-    aes: AesKey,
     /// Valid when [`accelerated`].
     powers: Powers,
+    aes: AesKey,
     lib: Lib,
 }
 
@@ -79,7 +109,21 @@ impl GcmKey {
             unsafe { x86::powers(&h, &mut powers) };
             h.zeroize();
         }
-        Ok(Self { aes, powers, lib })
+        Ok(Self { powers, aes, lib })
+    }
+
+    /// Starts loading (a hint: nothing changes) the lines the kernel reads to seal or open a
+    /// message of `aad_and_data` bytes (header and payload) under this key: the powers of H
+    /// its blocks take, and the round keys.
+    #[inline]
+    pub(crate) fn prefetch(&self, aad_and_data: usize) {
+        // Blocks hashed: the header's, the payload's (a block more at most for the split
+        // between them) and the lengths block; past NPOW, every power.
+        let blocks = (aad_and_data.div_ceil(16) + 2).min(NPOW);
+        let first = NPOW - blocks;
+        let start = (&raw const self.powers.0[first]).cast::<u8>();
+        let len = (NPOW + 4 - first) * 16 + AesKey::HOT_BYTES;
+        super::prefetch::prefetch_bytes(start, len, 16);
     }
 
     /// Key length in bits (128 or 256).
@@ -181,8 +225,12 @@ pub fn accelerated() -> bool {
 pub fn seal_many(jobs: &mut [SealJob<'_>]) {
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
-        for pass in jobs.chunks_mut(PASS) {
+        let mut rest = jobs;
+        while !rest.is_empty() {
+            let n = pass_len(rest.iter().map(|j| j.data.len()));
+            let (pass, tail) = rest.split_at_mut(n);
             x86::seal(pass);
+            rest = tail;
         }
         return;
     }
@@ -198,8 +246,13 @@ pub fn open_many(jobs: &mut [OpenJob<'_>], ok: &mut [bool]) {
     assert_eq!(jobs.len(), ok.len(), "one result per job");
     #[cfg(target_arch = "x86_64")]
     if accelerated() {
-        for (pass, ok) in jobs.chunks_mut(PASS).zip(ok.chunks_mut(PASS)) {
-            x86::open(pass, ok);
+        let (mut rest, mut ok) = (jobs, ok);
+        while !rest.is_empty() {
+            let n = pass_len(rest.iter().map(|j| j.data.len()));
+            let (pass, tail) = rest.split_at_mut(n);
+            let (pass_ok, ok_tail) = ok.split_at_mut(n);
+            x86::open(pass, pass_ok);
+            (rest, ok) = (tail, ok_tail);
         }
         return;
     }
@@ -425,66 +478,8 @@ mod x86 {
         out.0[NPOW..].iter_mut().for_each(|b| *b = [0; 16]);
     }
 
-    /// Blocks hashed per reduction.
-    const GROUP: usize = 16;
-
-    #[repr(C, align(64))]
-    struct Group([[u8; 16]; GROUP]);
-
-    /// Sum of the `m` blocks of `g` times H'^m … H'^1, added to `acc` (first block), reduced
-    /// once: the POLYVAL state after those blocks.
-    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
-    fn group(acc: __m128i, g: &Group, m: usize, powers: &Powers) -> __m128i {
-        // Reverses the bytes of each block (GHASH's order to POLYVAL's).
-        let rev = _mm512_set_epi64(
-            0x0001_0203_0405_0607,
-            0x0809_0a0b_0c0d_0e0f,
-            0x0001_0203_0405_0607,
-            0x0809_0a0b_0c0d_0e0f,
-            0x0001_0203_0405_0607,
-            0x0809_0a0b_0c0d_0e0f,
-            0x0001_0203_0405_0607,
-            0x0809_0a0b_0c0d_0e0f,
-        );
-        let gp = g.0.as_ptr() as *const __m512i;
-        // Block j is multiplied by H'^(m-j), at index NPOW - m + j; blocks m.. meet the zeros.
-        let hp = powers.0[NPOW - m..].as_ptr() as *const __m128i;
-        let mut lo = _mm512_setzero_si512();
-        let mut mid = _mm512_setzero_si512();
-        let mut hi = _mm512_setzero_si512();
-        for z in 0..m.div_ceil(4) {
-            // SAFETY: z < ⌈m/4⌉ ≤ 4, so 4z ≤ m - 1: register z holds blocks 4z..4z + 4 ≤ 16
-            // of the group, and the powers read are indices NPOW - m + 4z .. + 4 ≤ NPOW + 3.
-            let (x, h) = unsafe {
-                (
-                    _mm512_loadu_si512(gp.add(z) as *const _),
-                    _mm512_loadu_si512(hp.add(4 * z) as *const _),
-                )
-            };
-            let mut x = _mm512_shuffle_epi8(x, rev);
-            if z == 0 {
-                x = _mm512_xor_si512(x, _mm512_zextsi128_si512(acc));
-            }
-            lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128::<0x00>(x, h));
-            hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128::<0x11>(x, h));
-            mid = _mm512_ternarylogic_epi64::<0x96>(
-                mid,
-                _mm512_clmulepi64_epi128::<0x01>(x, h),
-                _mm512_clmulepi64_epi128::<0x10>(x, h),
-            );
-        }
-        // Fold the 256-bit products into their 128-bit lanes' halves, then sum the lanes.
-        let lo = _mm512_xor_si512(lo, _mm512_bslli_epi128::<8>(mid));
-        let hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128::<8>(mid));
-        reduce(fold(lo), fold(hi))
-    }
-
-    /// XOR of the four 128-bit lanes.
-    #[target_feature(enable = "avx512f,avx2")]
-    fn fold(v: __m512i) -> __m128i {
-        let y = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
-        _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
-    }
+    /// Loads (of up to four blocks each) per reduction: at most 32 blocks, the powers kept.
+    const LOADS: usize = NPOW / 4;
 
     /// GHASH(H, A ‖ pad ‖ C ‖ pad ‖ len(A) ‖ len(C)) (SP 800-38D §7.1 steps 5–6), in GHASH's
     /// byte order.
@@ -501,7 +496,8 @@ mod x86 {
 
     /// [`ghash`] of a message of `n` ≤ [`NPOW`] blocks: block b (of the whole message) times
     /// H'^(n-b), summed unreduced, one reduction. The blocks are read straight from `aad` and
-    /// `ct`, four per load, the partial last load of each byte-masked (which zero-pads it).
+    /// `ct`, four per load, the partial last load of each byte-masked (which zero-pads it;
+    /// the full ones are plain loads, which cost less).
     #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
     fn ghash_short(powers: &Powers, aad: &[u8], ct: &[u8], na: usize, n: usize) -> [u8; 16] {
         let rev = _mm512_set_epi64(
@@ -524,13 +520,22 @@ mod x86 {
             unsafe { _mm512_loadu_si512(pp.add(NPOW - n + b) as *const _) }
         };
         for (seg, first) in [(aad, 0), (ct, na)] {
-            for (k, off) in (0..seg.len()).step_by(64).enumerate() {
-                let rem = (seg.len() - off).min(64);
-                let m: u64 = if rem == 64 { !0 } else { (1 << rem) - 1 };
-                // SAFETY: the mask covers bytes off..off + rem of `seg`, all inside it;
-                // masked-off bytes are not read (and come back zero).
-                let x = unsafe { _mm512_maskz_loadu_epi8(m, seg.as_ptr().add(off) as *const i8) };
+            let (full, tail) = seg.as_chunks::<64>();
+            for (k, c) in full.iter().enumerate() {
+                // SAFETY: a 64-byte load from a 64-byte array.
+                let x = unsafe { _mm512_loadu_si512(c.as_ptr() as *const _) };
                 mul_acc(&mut acc, _mm512_shuffle_epi8(x, rev), h(first + 4 * k));
+            }
+            if !tail.is_empty() {
+                let m: u64 = (1 << tail.len()) - 1;
+                // SAFETY: the mask covers the tail's bytes, all inside it; masked-off bytes
+                // are not read (and come back zero).
+                let x = unsafe { _mm512_maskz_loadu_epi8(m, tail.as_ptr() as *const i8) };
+                mul_acc(
+                    &mut acc,
+                    _mm512_shuffle_epi8(x, rev),
+                    h(first + 4 * full.len()),
+                );
             }
         }
         let mut lens = [0u8; 16];
@@ -545,6 +550,158 @@ mod x86 {
         u128::from_le_bytes(s).to_be_bytes()
     }
 
+    /// [`ghash`] of a message of more than [`NPOW`] blocks. Its blocks are read as in
+    /// [`ghash_short`], the loads in chunks of [`LOADS`] (at most [`NPOW`] blocks): in a chunk
+    /// of `m` blocks, block `p` is multiplied by H'^(m-p), the products summed unreduced and
+    /// reduced once per chunk; the state so far is added to the chunk's first block (Horner's
+    /// rule, with H'^m per step). A 1,200-byte packet's message is three chunks.
+    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+    fn ghash_long(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
+        let rev = _mm512_set_epi64(
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+            0x0001_0203_0405_0607,
+            0x0809_0a0b_0c0d_0e0f,
+        );
+        let mut lens = [0u8; 16];
+        lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
+        lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
+        let mut h = Horner::new(powers, aad.len(), ct.len());
+        for seg in [aad, ct] {
+            let (full, tail) = seg.as_chunks::<64>();
+            for c in full {
+                // SAFETY: a 64-byte load from a 64-byte array.
+                let x = unsafe { _mm512_loadu_si512(c.as_ptr() as *const _) };
+                h.feed(_mm512_shuffle_epi8(x, rev), 4);
+            }
+            if !tail.is_empty() {
+                let m: u64 = (1 << tail.len()) - 1;
+                // SAFETY: the mask covers the tail's bytes, all inside it; masked-off bytes
+                // are not read (and come back zero).
+                let x = unsafe { _mm512_maskz_loadu_epi8(m, tail.as_ptr() as *const i8) };
+                h.feed(_mm512_shuffle_epi8(x, rev), tail.len().div_ceil(16));
+            }
+        }
+        h.feed(
+            _mm512_shuffle_epi8(_mm512_zextsi128_si512(load(&lens)), rev),
+            1,
+        );
+        u128::from_le_bytes(store(h.state)).to_be_bytes()
+    }
+
+    /// [`ghash_long`]'s state: the loads of the message fed in order, [`LOADS`] to a chunk.
+    struct Horner<'p> {
+        powers: &'p Powers,
+        /// Loads of the message: AAD, data, the lengths block.
+        la: usize,
+        lc: usize,
+        total: usize,
+        /// Blocks in the last load of the AAD and of the data.
+        tail_a: usize,
+        tail_c: usize,
+        /// The POLYVAL state after the chunks done.
+        state: __m128i,
+        /// The chunk under way: unreduced sums, its first load, its end, its blocks, and the
+        /// blocks fed so far.
+        acc: [__m512i; 3],
+        first: usize,
+        end: usize,
+        m: usize,
+        p: usize,
+        /// Loads fed.
+        k: usize,
+    }
+
+    impl<'p> Horner<'p> {
+        #[target_feature(enable = "avx512f")]
+        fn new(powers: &'p Powers, aad: usize, ct: usize) -> Self {
+            let (la, lc) = (aad.div_ceil(64), ct.div_ceil(64));
+            let mut h = Horner {
+                powers,
+                la,
+                lc,
+                total: la + lc + 1,
+                tail_a: (aad - 64 * la.saturating_sub(1)).div_ceil(16),
+                tail_c: (ct - 64 * lc.saturating_sub(1)).div_ceil(16),
+                state: _mm_setzero_si128(),
+                acc: [_mm512_setzero_si512(); 3],
+                first: 0,
+                end: 0,
+                m: 0,
+                p: 0,
+                k: 0,
+            };
+            h.start();
+            h
+        }
+
+        /// Opens the chunk of loads `k..` (at most [`LOADS`]): its blocks are four per load
+        /// but for the last load of the AAD and of the data and the lengths block.
+        fn start(&mut self) {
+            let (k, end) = (self.k, (self.k + LOADS).min(self.total));
+            let mut m = 4 * (end - k);
+            // (whether the segment has loads, its last load, that load's blocks)
+            for (some, last, blocks) in [
+                (self.la > 0, self.la.wrapping_sub(1), self.tail_a),
+                (
+                    self.lc > 0,
+                    (self.la + self.lc).wrapping_sub(1),
+                    self.tail_c,
+                ),
+                (true, self.total - 1, 1),
+            ] {
+                if some && (k..end).contains(&last) {
+                    m -= 4 - blocks;
+                }
+            }
+            (self.first, self.end, self.m, self.p) = (k, end, m, 0);
+        }
+
+        /// Adds the next load, `x` (byte-reversed), of `blocks` blocks.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
+        fn feed(&mut self, x: __m512i, blocks: usize) {
+            let x = if self.k == self.first {
+                _mm512_xor_si512(x, _mm512_zextsi128_si512(self.state))
+            } else {
+                x
+            };
+            // SAFETY: block p of the chunk (p < m ≤ NPOW) takes H'^(m-p), at index NPOW - m + p;
+            // the four powers read end at NPOW - m + p + 3 ≤ NPOW + 3, inside the NPOW + 4
+            // blocks of `powers` (lanes past the load's blocks are zero, whatever they meet).
+            let h = unsafe {
+                _mm512_loadu_si512(
+                    (self.powers.0.as_ptr() as *const __m128i).add(NPOW - self.m + self.p)
+                        as *const _,
+                )
+            };
+            mul_acc(&mut self.acc, x, h);
+            self.p += blocks;
+            self.k += 1;
+            if self.k == self.end {
+                let [lo, mid, hi] = self.acc;
+                let lo = _mm512_xor_si512(lo, _mm512_bslli_epi128::<8>(mid));
+                let hi = _mm512_xor_si512(hi, _mm512_bsrli_epi128::<8>(mid));
+                self.state = reduce(fold(lo), fold(hi));
+                self.acc = [_mm512_setzero_si512(); 3];
+                if self.k < self.total {
+                    self.start();
+                }
+            }
+        }
+    }
+
+    /// XOR of the four 128-bit lanes.
+    #[target_feature(enable = "avx512f,avx2")]
+    fn fold(v: __m512i) -> __m128i {
+        let y = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v));
+        _mm_xor_si128(_mm256_castsi256_si128(y), _mm256_extracti128_si256::<1>(y))
+    }
+
     /// `acc += x · h` lane by lane, unreduced (schoolbook: low, middle, high parts).
     #[target_feature(enable = "avx512f,vpclmulqdq")]
     fn mul_acc(acc: &mut [__m512i; 3], x: __m512i, h: __m512i) {
@@ -555,40 +712,6 @@ mod x86 {
             _mm512_clmulepi64_epi128::<0x10>(x, h),
         );
         acc[2] = _mm512_xor_si512(acc[2], _mm512_clmulepi64_epi128::<0x11>(x, h));
-    }
-
-    /// [`ghash`] of a longer message: copied 16 blocks at a time into a buffer, one reduction
-    /// per 16 blocks.
-    #[target_feature(enable = "avx512f,avx512bw,avx2,vpclmulqdq,pclmulqdq")]
-    fn ghash_long(powers: &Powers, aad: &[u8], ct: &[u8]) -> [u8; 16] {
-        let mut g = Group([[0; 16]; GROUP]);
-        let mut n = 0;
-        let mut acc = _mm_setzero_si128();
-        let mut lens = [0u8; 16];
-        lens[..8].copy_from_slice(&(aad.len() as u64 * 8).to_be_bytes());
-        lens[8..].copy_from_slice(&(ct.len() as u64 * 8).to_be_bytes());
-        let blocks = aad
-            .chunks(16)
-            .chain(ct.chunks(16))
-            .chain(core::iter::once(&lens[..]));
-        for b in blocks {
-            if b.len() == 16 {
-                g.0[n].copy_from_slice(b);
-            } else {
-                g.0[n] = [0; 16];
-                g.0[n][..b.len()].copy_from_slice(b);
-            }
-            n += 1;
-            if n == GROUP {
-                acc = group(acc, &g, n, powers);
-                n = 0;
-            }
-        }
-        if n > 0 {
-            acc = group(acc, &g, n, powers);
-        }
-        let s = store(acc);
-        u128::from_le_bytes(s).to_be_bytes()
     }
 
     fn xor16(a: [u8; 16], b: &[u8; 16]) -> [u8; 16] {

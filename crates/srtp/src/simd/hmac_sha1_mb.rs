@@ -5,7 +5,8 @@
 //! runs it at the latency of its SHA-1 rounds. Sixteen messages in sixteen lanes are sixteen
 //! independent chains: the core runs at its throughput instead. A lane takes the next message
 //! as soon as its own is finished, so messages of different lengths share a batch (lanes
-//! simply finish at different steps). A message's full blocks are compressed where they lie;
+//! simply finish at different steps); the longest messages go first, so that the lanes
+//! finish nearly together. A message's full blocks are compressed where they lie;
 //! only its last blocks (padding, ROC) are built, once, when a lane takes the message. When
 //! fewer than [`MIN_ACTIVE_LANES`] lanes are busy, a step compresses them one by one on the
 //! scalar function (SHA-NI where present) rather than paying for sixteen lanes to run three.
@@ -97,6 +98,69 @@ struct Lane<'a> {
     inner: usize,
 }
 
+/// Jobs put in order at once ([`Order`]); a larger batch is ordered window by window.
+const ORDER_WINDOW: usize = 128;
+
+/// The order in which lanes take the jobs: longest first, window by window. A lane takes the
+/// next job when its own is done, so with jobs of mixed lengths in batch order (a video
+/// stream's full packets among short ones) the last long job to start would keep its lane
+/// running while the others sat idle; longest first, the short ones fill the lanes' ends and
+/// the lanes finish nearly together.
+struct Order {
+    n: usize,
+    /// Jobs `start..start + len` are ordered in `idx`; `pos` of them are taken.
+    start: usize,
+    len: usize,
+    pos: usize,
+    idx: [u16; ORDER_WINDOW],
+}
+
+impl Order {
+    fn new<'a>(n: usize, job_at: &impl Fn(usize) -> Option<HmacJob<'a>>) -> Self {
+        let mut o = Order {
+            n,
+            start: 0,
+            len: 0,
+            pos: 0,
+            idx: [0; ORDER_WINDOW],
+        };
+        o.fill(job_at);
+        o
+    }
+
+    /// Orders the window from `start + len` on.
+    fn fill<'a>(&mut self, job_at: &impl Fn(usize) -> Option<HmacJob<'a>>) {
+        self.start += self.len;
+        self.len = (self.n - self.start).min(ORDER_WINDOW);
+        self.pos = 0;
+        let mut steps = [0u32; ORDER_WINDOW];
+        for (k, (i, s)) in self.idx.iter_mut().zip(steps.iter_mut()).enumerate() {
+            if k >= self.len {
+                break;
+            }
+            *i = k as u16;
+            // A skipped job sorts last; a message's length bounds its steps.
+            *s = job_at(self.start + k)
+                .map_or(0, |j| u32::try_from(j.inner_blocks()).unwrap_or(u32::MAX));
+        }
+        // Unstable: no scratch memory (a batch allocates nothing once warm).
+        self.idx[..self.len].sort_unstable_by_key(|&k| core::cmp::Reverse(steps[k as usize]));
+    }
+
+    /// The next job to give a lane, if any is left.
+    fn next<'a>(&mut self, job_at: &impl Fn(usize) -> Option<HmacJob<'a>>) -> Option<usize> {
+        if self.pos == self.len {
+            if self.start + self.len >= self.n {
+                return None;
+            }
+            self.fill(job_at);
+        }
+        let k = self.idx[self.pos];
+        self.pos += 1;
+        Some(self.start + k as usize)
+    }
+}
+
 /// Computes HMAC-SHA1 of every job into `out[i]` (20 bytes each; callers truncate).
 ///
 /// # Panics
@@ -140,12 +204,15 @@ fn run_lanes<'a>(
     let mut tails = [[[0u8; 64]; 2]; LANES];
     let mut outers = [OUTER_BLOCK; LANES];
     let mut lanes: [Option<Lane<'a>>; LANES] = [None; LANES];
-    let mut next = 0;
+    let mut order = Order::new(n, &job_at);
     loop {
         // Give idle lanes the next messages.
         let mut active = 0;
         for (l, lane) in lanes.iter_mut().enumerate() {
-            while lane.is_none() && next < n {
+            while lane.is_none() {
+                let Some(next) = order.next(&job_at) else {
+                    break;
+                };
                 if let Some(job) = job_at(next) {
                     set_lane(&mut states, l, &job.key.inner_state());
                     let full = job.a.len() / 64;
@@ -162,7 +229,6 @@ fn run_lanes<'a>(
                         inner,
                     });
                 }
-                next += 1;
             }
             active += usize::from(lane.is_some());
         }
