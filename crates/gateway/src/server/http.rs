@@ -862,7 +862,11 @@ async fn index_page() -> Response {
 /// statistics; no external assets).
 async fn room_page(State(s): State<AppState>, Path(room): Path<String>) -> Response {
     if !valid_room(&room) {
-        return refuse(&s, StatusCode::BAD_REQUEST, "a room name is 1-64 characters of [A-Za-z0-9_.-]");
+        return refuse(
+            &s,
+            StatusCode::BAD_REQUEST,
+            "a room name is 1-64 characters of [A-Za-z0-9_.-]",
+        );
     }
     page(include_str!("room.html"))
 }
