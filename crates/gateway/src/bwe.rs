@@ -15,6 +15,14 @@
 //! - **Loss-based**: over each feedback, above 10 % loss the rate drops by half the loss
 //!   fraction; under 2 % it may grow 8 % a second; between, it holds.
 //!
+//! - **Probes**: the rate control grows only up to 1.5× what the receiver was seen to receive,
+//!   so a receiver sent a low simulcast layer would never be seen able to take a higher one.
+//!   The caller sends more for a short while (a probe: retransmissions of what it forwards) and
+//!   marks it ([`Bwe::begin_probe`], [`Bwe::end_probe`]); when the feedback on the probe's
+//!   packets is in, the rate they were delivered at (bytes over the longer of their send and
+//!   arrival spans, as GCC's probe estimator does) raises the estimate to 90 % of it if the
+//!   path neither queued (no overuse) nor lost more than 10 % of them ([`ProbeOutcome`]).
+//!
 //! The estimate is the smaller of the two. It starts at [`Bwe::START_BPS`] and stays within
 //! [`Bwe::MIN_BPS`]..[`Bwe::MAX_BPS`]. What it is used for is the caller's business (the room
 //! picks a simulcast layer that fits it).
@@ -60,6 +68,33 @@ struct Group {
     last_arrival_us: i64,
 }
 
+/// Packets of a probe, and what the feedback said of them so far.
+#[derive(Debug, Clone, Copy)]
+struct Probe {
+    /// The first transport-wide sequence number sent in it (extended).
+    first: u64,
+    /// The last one, once it has ended.
+    last: Option<u64>,
+    /// Bytes of the packets that arrived, but the first to arrive.
+    bytes: u64,
+    got: u32,
+    lost: u32,
+    /// Send instants of the first and last packets that arrived.
+    sent: Option<(Instant, Instant)>,
+    /// Arrival instants (µs) of the first and last packets that arrived.
+    arrived: Option<(i64, i64)>,
+}
+
+/// What a probe found, once the feedback on all its packets was in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ProbeOutcome {
+    /// Delivered at this rate (bits per second) without queueing or loss: the estimate was
+    /// raised to 90 % of it (if it was lower).
+    Delivered(f64),
+    /// The path queued or lost packets (or too few arrived to say): the estimate stays.
+    Failed,
+}
+
 /// A send-side bandwidth estimator for one receiver. See the [module documentation](self).
 #[derive(Debug)]
 pub struct Bwe {
@@ -86,6 +121,8 @@ pub struct Bwe {
     feedbacks: u64,
     /// Loss fraction of the last feedback.
     last_loss: f64,
+    probe: Option<Probe>,
+    outcome: Option<ProbeOutcome>,
 }
 
 impl Default for Bwe {
@@ -137,7 +174,48 @@ impl Bwe {
             last_update: None,
             feedbacks: 0,
             last_loss: 0.0,
+            probe: None,
+            outcome: None,
         }
+    }
+
+    /// What is sent from now on is a probe (until [`Bwe::end_probe`]). A probe still waiting
+    /// for its feedback is given up.
+    pub fn begin_probe(&mut self) {
+        let first = self.last_seq.map_or(0, |l| l + 1);
+        self.probe = Some(Probe {
+            first,
+            last: None,
+            bytes: 0,
+            got: 0,
+            lost: 0,
+            sent: None,
+            arrived: None,
+        });
+    }
+
+    /// The probe ends with what was sent so far; its outcome comes with the feedback.
+    pub fn end_probe(&mut self) {
+        if let Some(p) = self.probe.as_mut() {
+            if p.last.is_none() {
+                p.last = Some(self.last_seq.unwrap_or(0));
+            }
+        }
+    }
+
+    /// Whether a probe is being sent or waits for its feedback.
+    pub fn probing(&self) -> bool {
+        self.probe.is_some()
+    }
+
+    /// The outcome of the last probe, once (then `None` until the next one ends).
+    pub fn take_probe_outcome(&mut self) -> Option<ProbeOutcome> {
+        self.outcome.take()
+    }
+
+    /// Gives up a probe whose feedback never came (the receiver stopped reporting).
+    pub fn cancel_probe(&mut self) {
+        self.probe = None;
     }
 
     /// A packet of `size` bytes sent at `at` under transport-wide sequence number `seq`.
@@ -174,6 +252,31 @@ impl Bwe {
                 continue;
             };
             let sent = self.history[k];
+            if let Some(p) = self
+                .probe
+                .as_mut()
+                .filter(|p| seq >= p.first && p.last.is_none_or(|l| seq <= l))
+            {
+                match a.at_us {
+                    None => p.lost += 1,
+                    Some(at) => {
+                        p.got += 1;
+                        match (p.sent.as_mut(), p.arrived.as_mut()) {
+                            (Some(s), Some(r)) => {
+                                p.bytes += u64::from(sent.size);
+                                s.0 = s.0.min(sent.at);
+                                s.1 = s.1.max(sent.at);
+                                r.0 = r.0.min(at);
+                                r.1 = r.1.max(at);
+                            }
+                            _ => {
+                                p.sent = Some((sent.at, sent.at));
+                                p.arrived = Some((at, at));
+                            }
+                        }
+                    }
+                }
+            }
             match a.at_us {
                 None => lost += 1,
                 Some(at) => {
@@ -192,6 +295,35 @@ impl Bwe {
             self.last_loss = f64::from(lost) / f64::from(got + lost);
         }
         self.update(now);
+        // A probe whose packets have all been reported on.
+        let reported = arrivals.iter().map(|a| extend(last, a.seq)).max();
+        if let (Some(p), Some(max)) = (self.probe, reported) {
+            if p.last.is_some_and(|l| max >= l) {
+                self.probe = None;
+                self.outcome = Some(self.conclude(&p));
+            }
+        }
+    }
+
+    /// A probe's outcome, the estimate raised when it was delivered cleanly.
+    fn conclude(&mut self, p: &Probe) -> ProbeOutcome {
+        let (Some(sent), Some(arrived)) = (p.sent, p.arrived) else {
+            return ProbeOutcome::Failed;
+        };
+        let send_span = sent.1.saturating_duration_since(sent.0).as_secs_f64();
+        let arrival_span = (arrived.1 - arrived.0) as f64 / 1e6;
+        let span = send_span.max(arrival_span);
+        let clean = p.got >= 5
+            && u64::from(p.lost) * 10 <= u64::from(p.got + p.lost)
+            && self.usage != Usage::Overusing;
+        if !clean || span < 0.01 {
+            return ProbeOutcome::Failed;
+        }
+        let rate = p.bytes as f64 * 8.0 / span;
+        let (lo, hi) = (Self::MIN_BPS as f64, Self::MAX_BPS as f64);
+        self.delay_rate = self.delay_rate.max(0.9 * rate).clamp(lo, hi);
+        self.loss_rate = self.loss_rate.max(0.9 * rate).clamp(lo, hi);
+        ProbeOutcome::Delivered(rate)
     }
 
     fn on_arrival(&mut self, sent: Sent, arrival_us: i64) {
@@ -347,6 +479,127 @@ impl Bwe {
     }
 }
 
+/// When to probe a receiver that is sent less than a publisher's best layer, and how hard:
+/// sans-IO, driven by the caller's forwarding (see [`Prober::consider`] and [`Prober::copies`]).
+///
+/// A probe lasts [`Prober::LENGTH`]; the caller sends `copies` retransmissions of each video
+/// packet it forwards meanwhile, enough for about 1.25× what the next layer up needs. After a
+/// probe that was delivered cleanly the next may come [`Prober::MIN_BACKOFF`] later; each
+/// failure doubles the wait, up to [`Prober::MAX_BACKOFF`] (a receiver behind a narrow link is
+/// not flooded every other second).
+#[derive(Debug, Clone)]
+pub struct Prober {
+    until: Option<Instant>,
+    ended: Option<Instant>,
+    next_at: Option<Instant>,
+    backoff: Duration,
+    copies: u32,
+    /// Probes started.
+    pub started: u64,
+    /// Probes delivered cleanly (the estimate raised to what they showed).
+    pub delivered: u64,
+}
+
+impl Default for Prober {
+    fn default() -> Self {
+        Prober {
+            until: None,
+            ended: None,
+            next_at: None,
+            backoff: Self::MIN_BACKOFF,
+            copies: 0,
+            started: 0,
+            delivered: 0,
+        }
+    }
+}
+
+impl Prober {
+    /// How long a probe sends.
+    pub const LENGTH: Duration = Duration::from_millis(500);
+    /// The wait after a clean probe.
+    pub const MIN_BACKOFF: Duration = Duration::from_secs(2);
+    /// The longest wait after failures.
+    pub const MAX_BACKOFF: Duration = Duration::from_secs(8);
+    /// A probe whose feedback has not all come this long after it ended is given up.
+    const FEEDBACK_WAIT: Duration = Duration::from_millis(1500);
+    /// Retransmissions per forwarded packet, at most.
+    const MAX_COPIES: f64 = 8.0;
+
+    /// Takes the outcome of a finished probe, and starts one at `now` if the receiver is sent
+    /// `current_bps` (its layer's rate) and the next layer up needs `wanted_bps` (its margin
+    /// included; `None`: nothing higher to go to) that the estimate does not reach, the path is
+    /// clean (no overuse, under 2 % loss, feedback flowing) and the wait since the last probe
+    /// is over. `true` if a probe started.
+    pub fn consider(
+        &mut self,
+        bwe: &mut Bwe,
+        current_bps: f64,
+        wanted_bps: Option<f64>,
+        now: Instant,
+    ) -> bool {
+        if let Some(outcome) = bwe.take_probe_outcome() {
+            self.ended = None;
+            match outcome {
+                ProbeOutcome::Delivered(_) => {
+                    self.delivered += 1;
+                    self.backoff = Self::MIN_BACKOFF;
+                }
+                ProbeOutcome::Failed => self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF),
+            }
+            self.next_at = Some(now + self.backoff);
+        }
+        if self.until.is_some() {
+            return false;
+        }
+        if bwe.probing() {
+            if self
+                .ended
+                .is_some_and(|t| now.saturating_duration_since(t) > Self::FEEDBACK_WAIT)
+            {
+                bwe.cancel_probe();
+                self.ended = None;
+                self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
+                self.next_at = Some(now + self.backoff);
+            }
+            return false;
+        }
+        let Some(want) = wanted_bps else {
+            return false;
+        };
+        if bwe.estimate_bps() as f64 >= want
+            || self.next_at.is_some_and(|t| now < t)
+            || bwe.usage() != Usage::Normal
+            || bwe.loss() > 0.02
+            || bwe.feedbacks() < 10
+            || current_bps < 1.0
+        {
+            return false;
+        }
+        let copies = (want * 1.25 / current_bps - 1.0).ceil();
+        self.copies = copies.clamp(1.0, Self::MAX_COPIES) as u32;
+        self.until = Some(now + Self::LENGTH);
+        bwe.begin_probe();
+        self.started += 1;
+        true
+    }
+
+    /// Retransmissions to send now of each video packet forwarded (0 when no probe is
+    /// sending); ends the probe when its time is up.
+    pub fn copies(&mut self, bwe: &mut Bwe, now: Instant) -> u32 {
+        match self.until {
+            Some(t) if now < t => self.copies,
+            Some(_) => {
+                self.until = None;
+                self.ended = Some(now);
+                bwe.end_probe();
+                0
+            }
+            None => 0,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,6 +673,122 @@ mod tests {
                 "the estimate {x} near a 600 kbit/s bottleneck: {e:?}"
             );
         }
+    }
+
+    /// A probe of `n` packets of 1,200 bytes sent `spacing_us` apart after a second of clean
+    /// traffic at 200 kbit/s, through a link of `capacity` bits per second (arrivals no closer
+    /// than it allows); the outcome and the estimate after it.
+    fn probe_through(capacity: f64, n: u16, spacing_us: u64) -> (ProbeOutcome, u64) {
+        let mut b = Bwe::new();
+        let t0 = Instant::now();
+        let mut seq: u16 = 0;
+        let mut arrivals = Vec::new();
+        // A second of packets at 200 kbit/s (1,200 bytes every 48 ms), reported every 100 ms.
+        let mut t_us = 0u64;
+        let mut link_free = 0f64;
+        let mut send = |b: &mut Bwe, seq: &mut u16, t_us: u64, arrivals: &mut Vec<Arrival>| {
+            b.on_sent(*seq, t0 + Duration::from_micros(t_us), 1200);
+            let service = 1200.0 * 8.0 / capacity * 1e6;
+            let begin = link_free.max(t_us as f64);
+            link_free = begin + service;
+            arrivals.push(Arrival {
+                seq: *seq,
+                at_us: Some(link_free as i64 + 20_000),
+            });
+            *seq = seq.wrapping_add(1);
+        };
+        while t_us < 1_000_000 {
+            send(&mut b, &mut seq, t_us, &mut arrivals);
+            t_us += 48_000;
+            if arrivals.len() >= 2 {
+                b.on_feedback(&arrivals, t0 + Duration::from_micros(t_us));
+                arrivals.clear();
+            }
+        }
+        let before = b.estimate_bps();
+        b.begin_probe();
+        for _ in 0..n {
+            send(&mut b, &mut seq, t_us, &mut arrivals);
+            t_us += spacing_us;
+        }
+        b.end_probe();
+        assert!(b.probing());
+        b.on_feedback(&arrivals, t0 + Duration::from_micros(t_us + 200_000));
+        assert!(!b.probing(), "all reported: concluded");
+        let outcome = b.take_probe_outcome().expect("an outcome");
+        assert!(b.take_probe_outcome().is_none(), "once");
+        assert!(b.estimate_bps() >= before);
+        (outcome, b.estimate_bps())
+    }
+
+    #[test]
+    fn a_probe_on_a_clean_path_raises_the_estimate_to_what_it_delivered() {
+        // 40 packets 4 ms apart: 2.4 Mbit/s through a 10 Mbit/s link.
+        let (outcome, estimate) = probe_through(10_000_000.0, 40, 4_000);
+        match outcome {
+            ProbeOutcome::Delivered(rate) => {
+                assert!((2_000_000.0..2_600_000.0).contains(&rate), "{rate}")
+            }
+            ProbeOutcome::Failed => panic!("failed on a clean path"),
+        }
+        assert!(estimate >= 1_800_000, "{estimate}");
+    }
+
+    #[test]
+    fn a_probe_through_a_narrow_link_does_not_raise_the_estimate_past_it() {
+        // The same probe through a 400 kbit/s link: it queues.
+        let (outcome, estimate) = probe_through(400_000.0, 40, 4_000);
+        if let ProbeOutcome::Delivered(rate) = outcome {
+            assert!(rate <= 420_000.0, "{rate}");
+        }
+        assert!(estimate <= 420_000, "{estimate}");
+    }
+
+    #[test]
+    fn the_prober_probes_for_a_higher_layer_and_backs_off_after_failures() {
+        let mut b = Bwe::new();
+        let mut p = Prober::default();
+        let t0 = Instant::now();
+        // No feedback yet: no probe.
+        assert!(!p.consider(&mut b, 150_000.0, Some(600_000.0), t0));
+        for k in 0..20u16 {
+            b.on_sent(k, t0 + Duration::from_millis(u64::from(k) * 50), 1000);
+            b.on_feedback(
+                &[Arrival {
+                    seq: k,
+                    at_us: Some(i64::from(k) * 50_000 + 20_000),
+                }],
+                t0 + Duration::from_millis(u64::from(k) * 50 + 30),
+            );
+        }
+        let now = t0 + Duration::from_secs(1);
+        assert!(!p.consider(&mut b, 150_000.0, None, now), "nothing higher");
+        assert!(p.consider(&mut b, 150_000.0, Some(600_000.0), now));
+        // 600k × 1.25 / 150k − 1 = 4 copies per packet, for the probe's length.
+        assert_eq!(p.copies(&mut b, now), 4);
+        assert!(
+            !p.consider(&mut b, 150_000.0, Some(600_000.0), now),
+            "one at a time"
+        );
+        let end = now + Prober::LENGTH;
+        assert_eq!(p.copies(&mut b, end), 0, "over");
+        // Its feedback never comes: given up, and the next waits twice the backoff.
+        let later = end + Duration::from_secs(2);
+        assert!(!p.consider(&mut b, 150_000.0, Some(600_000.0), later));
+        assert!(!b.probing());
+        assert!(!p.consider(
+            &mut b,
+            150_000.0,
+            Some(600_000.0),
+            later + Prober::MIN_BACKOFF
+        ));
+        assert!(p.consider(
+            &mut b,
+            150_000.0,
+            Some(600_000.0),
+            later + 2 * Prober::MIN_BACKOFF
+        ));
+        assert_eq!(p.started, 2);
     }
 
     #[test]

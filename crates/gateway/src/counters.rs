@@ -211,6 +211,9 @@ pub struct FeedbackCounters {
     pub nacks_upstream: u64,
     /// Retransmissions (RTX) received from the member, relayed as the packets they repair.
     pub rtx_in: u64,
+    /// Retransmissions sent to the member as bandwidth probes (to see whether it can take a
+    /// higher simulcast layer).
+    pub probe_packets: u64,
 }
 
 impl FeedbackCounters {
@@ -224,6 +227,7 @@ impl FeedbackCounters {
             nack_misses,
             nacks_upstream,
             rtx_in,
+            probe_packets,
         } = o;
         self.keyframe_requests_in += keyframe_requests_in;
         self.keyframe_requests_out += keyframe_requests_out;
@@ -233,6 +237,7 @@ impl FeedbackCounters {
         self.nack_misses += nack_misses;
         self.nacks_upstream += nacks_upstream;
         self.rtx_in += rtx_in;
+        self.probe_packets += probe_packets;
     }
 }
 

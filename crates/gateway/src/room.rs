@@ -87,7 +87,7 @@ use secrelay_wire::rtp::write_extension;
 use secrelay_wire::sdp::MediaKind;
 use secrelay_wire::twcc::{parse_feedback, write_feedback, Arrival};
 
-use crate::bwe::{Bwe, Usage};
+use crate::bwe::{Bwe, Prober, Usage};
 use crate::counters::{Counters, DropReason};
 use crate::feedback::{unwrap_rtx, write_rtx, KeyframeGate, Lookup, RetransmitBuffer};
 use crate::leg::{CodecId, CopyTarget, ExtIds, Leg, LegKind, LegOutput};
@@ -177,6 +177,8 @@ struct Congestion {
     out_seq: u16,
     /// What we send it, estimated from its feedback.
     bwe: Bwe,
+    /// Probes for a higher simulcast layer than the estimate allows.
+    prober: Prober,
 }
 
 /// A simulcast layer a member sends, as the API shows it.
@@ -221,6 +223,10 @@ pub struct BandwidthFigures {
     pub loss_pct: f64,
     /// Feedback messages it sent us.
     pub feedbacks: u64,
+    /// Probes sent it for a higher simulcast layer.
+    pub probes: u64,
+    /// Of those, the ones it took cleanly (the estimate raised to what they showed).
+    pub probes_delivered: u64,
 }
 
 /// A video stream received from a member.
@@ -299,6 +305,7 @@ impl Member {
                 fb_count: 0,
                 out_seq: random_ssrc() as u16,
                 bwe: Bwe::new(),
+                prober: Prober::default(),
             }),
             ext,
             leg,
@@ -435,6 +442,8 @@ pub struct Room {
     rtx_scratch: Vec<u8>,
     /// Where a copy with the receiver's own header extensions is written.
     copy_scratch: Vec<u8>,
+    /// Where a probe's retransmission is made (its copy, then its RTX packet).
+    probe_scratch: (Vec<u8>, Vec<u8>),
     /// A deadline routing set (a member's first transport-wide feedback), for the caller's
     /// timer: [`Room::take_wake`].
     wake: Option<Instant>,
@@ -510,6 +519,7 @@ impl Room {
             reports: Vec::new(),
             rtx_scratch: Vec::with_capacity(1500),
             copy_scratch: Vec::with_capacity(1500),
+            probe_scratch: (Vec::with_capacity(1500), Vec::with_capacity(1500)),
             wake: None,
             keyframe_wanted: Vec::new(),
         }
@@ -736,6 +746,7 @@ impl Room {
             members,
             scratch,
             copy_scratch,
+            probe_scratch,
             rtcp,
             keyframe_wanted,
             ..
@@ -923,24 +934,69 @@ impl Room {
                 (scratch, usize::from(facts.header_len))
             };
             rewrite(out, pt, mapped, seq, ts);
+            let mut picture = None;
             if let (Some(v), Some(d)) = (view, vp8) {
                 // VP8's picture numbering follows on across layer switches.
                 if let Some((id, fifteen, _)) = d.picture_id {
                     let tl0 = d.tl0picidx.map_or(0, |t| t.0);
                     let bits = if fifteen { 15 } else { 7 };
                     let (id, tl0) = r.views[v].renumber(id, tl0, bits, switched);
+                    picture = Some((d, id, tl0));
                     if let Some(body) = out.get_mut(header..) {
                         vp8_rewrite(body, &d, id, tl0);
                     }
                 }
             }
-            let c = r.leg.counters_mut();
-            c.forwarded += 1;
+            let counters = r.leg.counters_mut();
+            counters.forwarded += 1;
             if !target.protect {
-                c.packets_out += 1;
-                c.bytes_out += out.len() as u64;
+                counters.packets_out += 1;
+                counters.bytes_out += out.len() as u64;
             }
             emit(r.id, target, out);
+            // A receiver sent less than the best layer: probe whether it can take more (the
+            // estimate grows only so far above what it receives). A probe is this packet
+            // again, as RTX, a few times over.
+            let (Some(v), Some((_, k, info, _)), Some(slot)) = (view, sim, slot_index) else {
+                continue;
+            };
+            let Some(cc) = r.cc.as_mut() else {
+                continue;
+            };
+            let current = info[k].bps as f64;
+            let wanted = info
+                .iter()
+                .filter(|l| l.active && l.ssrc.is_some() && l.bps as f64 > current)
+                .map(|l| l.bps as f64 * crate::simulcast::UP_MARGIN)
+                .min_by(f64::total_cmp)
+                .filter(|_| r.views[v].manual.is_none());
+            cc.prober.consider(&mut cc.bwe, current, wanted, received);
+            let copies = cc.prober.copies(&mut cc.bwe, received);
+            let rtx = r
+                .leg
+                .media()
+                .get(r.slots[slot].section)
+                .and_then(|m| Some((m.feedback.rtx_pt(pt)?, m.feedback.rtx_ssrc)));
+            let (Some((rtx_pt, rtx_ssrc)), true) = (rtx, r.ext.rewritten()) else {
+                continue;
+            };
+            let (copy, packet) = probe_scratch;
+            for _ in 0..copies {
+                let twcc = r.next_twcc(received, rtp.len() + 2);
+                let mid = r.mid_for(slot_index, c);
+                let header = write_copy(copy, rtp, facts, (src_ext, r.ext), mid, twcc, abs_send);
+                rewrite(copy, pt, mapped, seq, ts);
+                if let Some((d, id, tl0)) = picture {
+                    if let Some(body) = copy.get_mut(header..) {
+                        vp8_rewrite(body, &d, id, tl0);
+                    }
+                }
+                let rtx_seq = r.slots[slot].rtx_seq;
+                r.slots[slot].rtx_seq = rtx_seq.wrapping_add(1);
+                write_rtx(packet, copy, header, rtx_pt, rtx_ssrc, rtx_seq);
+                r.leg.counters_mut().feedback.probe_packets += 1;
+                emit(r.id, target, packet);
+            }
         }
         let wanted = std::mem::take(&mut self.keyframe_wanted);
         for &(publisher, stream) in &wanted {
@@ -1366,7 +1422,8 @@ impl Room {
     /// A member's bandwidth estimate (what we can send it), when it agreed on transport-cc.
     pub fn bandwidth(&self, member: MemberId) -> Option<BandwidthFigures> {
         let m = self.members.iter().find(|m| m.id == member)?;
-        let b = &m.cc.as_ref()?.bwe;
+        let cc = m.cc.as_ref()?;
+        let b = &cc.bwe;
         Some(BandwidthFigures {
             estimate_bps: b.estimate_bps(),
             received_bps: b.received_bps().map(|r| r as u64),
@@ -1377,6 +1434,8 @@ impl Room {
             },
             loss_pct: b.loss() * 100.0,
             feedbacks: b.feedbacks(),
+            probes: cc.prober.started,
+            probes_delivered: cc.prober.delivered,
         })
     }
 

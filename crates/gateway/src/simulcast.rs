@@ -20,7 +20,7 @@ const EVALUATE_EVERY: Duration = Duration::from_millis(250);
 /// it for its own bandwidth).
 const STOPPED_AFTER: Duration = Duration::from_millis(600);
 /// Up-switch only when the estimate exceeds the layer's rate by this factor (hysteresis).
-const UP_MARGIN: f64 = 1.15;
+pub const UP_MARGIN: f64 = 1.15;
 
 /// One layer a publisher sends.
 #[derive(Debug, Clone, Default)]

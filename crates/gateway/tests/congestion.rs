@@ -170,3 +170,138 @@ fn a_viewer_gets_its_own_extensions_and_its_feedback_drives_an_estimate() {
     assert!(bw.estimate_bps >= 30_000, "{bw:?}");
     assert_eq!(bw.loss_pct, 0.0);
 }
+
+/// A probe lifts a viewer to a higher simulcast layer than the estimate allowed (it grows only
+/// to 1.5× what the viewer receives, so a viewer sent the low layer would stay there): RTX
+/// copies of what it is sent, on a clean path, raise the estimate to what they were
+/// delivered at, and the viewer is switched at the next layer's keyframe.
+#[test]
+fn a_probe_lifts_a_viewer_on_a_clean_path_to_a_higher_simulcast_layer() {
+    const RID: &str = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id";
+    // q ~190 kbit/s, h ~580 kbit/s, f ~900 kbit/s: one packet of each a round, 100 rounds/s.
+    const LAYERS: [(&str, u32, usize); 3] = [("q", 3001, 200), ("h", 3002, 700), ("f", 3003, 1100)];
+    let mut h = Harness::new(Box::new(SimdEngine::new()));
+    let p = SimClient::new(1);
+    let o = p.offer().replace(
+        "a=ssrc-group:FID 2001 2002\r\na=ssrc:2001 cname:abc\r\na=ssrc:2002 cname:abc\r\n",
+        &format!("a=extmap:10 {RID}\r\na=rid:q send\r\na=rid:h send\r\na=rid:f send\r\na=simulcast:send q;h;f\r\n"),
+    );
+    let i = h.join("probe", p, JoinKind::Whip, Some(&o)).unwrap();
+    assert!(h.connect(i));
+    let v = SimClient::new(2);
+    let o = offer(&v, true);
+    let viewer = h.join("probe", v, JoinKind::Whep, Some(&o)).unwrap();
+    assert!(h.connect(viewer));
+    let answer = h.members[viewer].answer_sdp.clone();
+    let rtx_pt: u8 = answer
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("a=rtpmap:")?
+                .strip_suffix(" rtx/90000")?
+                .parse()
+                .ok()
+        })
+        .expect("RTX agreed");
+
+    let mut seq = [0u16; 3];
+    let mut reported = 0usize;
+    let mut fb_count = 0u8;
+    // When each packet the viewer got arrived (µs): the round it was sent in, 20 ms later.
+    let mut stamps: Vec<i64> = Vec::new();
+    for round in 0..400u32 {
+        // A keyframe on every layer every second.
+        let key = round % 100 == 0;
+        for (k, (rid, ssrc, size)) in LAYERS.iter().enumerate() {
+            let c = h.client(0);
+            let mut pkt = vec![0x90, 96];
+            pkt.extend_from_slice(&seq[k].to_be_bytes());
+            pkt.extend_from_slice(&(round * 900).to_be_bytes());
+            pkt.extend_from_slice(&ssrc.to_be_bytes());
+            write_extension(&mut pkt, &[(10, rid.as_bytes())]);
+            let mut vp8 = vec![
+                0x90,
+                0x80,
+                0x80,
+                (round & 0xff) as u8,
+                if key { 0x00 } else { 0x01 },
+            ];
+            vp8.resize(*size, k as u8 + 1);
+            pkt.extend_from_slice(&vp8);
+            seq[k] = seq[k].wrapping_add(1);
+            let len = pkt.len();
+            pkt.resize(len + 32, 0);
+            let n = c.tx.as_mut().unwrap().protect_rtp(&mut pkt, len).unwrap();
+            pkt.truncate(n);
+            h.send(0, &pkt);
+        }
+        h.pump();
+        let n = h.members[viewer].client.received.len();
+        stamps.resize(n, i64::from(round) * 10_000 + 20_000);
+        h.now += Duration::from_millis(10);
+        // Every 100 ms the viewer reports all it got as arrived 20 ms after now (a clean path).
+        if round % 10 == 9 {
+            let got = &h.members[viewer].client.received;
+            let arrivals: Vec<Arrival> = got[reported..]
+                .iter()
+                .zip(&stamps[reported..])
+                .filter_map(|(p, at)| {
+                    let r = RtpHeader::parse(p).ok()?;
+                    let ext = r.extension_header()?;
+                    let (_, d, _) = ext.elements().find(|(i, _, _)| *i == 3)?;
+                    Some(Arrival {
+                        seq: u16::from_be_bytes([d[0], d[1]]),
+                        at_us: Some(*at),
+                    })
+                })
+                .collect();
+            reported = got.len();
+            if !arrivals.is_empty() {
+                let mut fb = Vec::new();
+                secrelay_wire::rtcp::write_empty_rr(&mut fb, 0x55);
+                write_feedback(&mut fb, 0x55, 1, fb_count, &arrivals);
+                fb_count = fb_count.wrapping_add(1);
+                let wire = h.client(viewer).srtcp(&fb).unwrap();
+                h.send(viewer, &wire);
+                h.pump();
+            }
+        }
+    }
+    let received = &h.members[viewer].client.received;
+    let rtx = received
+        .iter()
+        .filter_map(|p| RtpHeader::parse(p).ok())
+        .filter(|r| r.payload_type() == rtx_pt)
+        .count();
+    assert!(rtx > 0, "probes: RTX copies of what the viewer was sent");
+    let video: Vec<usize> = received
+        .iter()
+        .filter_map(|p| RtpHeader::parse(p).ok())
+        .filter(|r| r.payload_type() == 96)
+        .map(|r| r.payload().len())
+        .collect();
+    assert_eq!(
+        video.first(),
+        Some(&200),
+        "q first: the estimate starts at 300 kbit/s"
+    );
+    assert!(
+        video.iter().rev().take(50).all(|s| *s > 200),
+        "a higher layer at the end: {:?}",
+        &video[video.len() - 50..]
+    );
+    let rooms = h.shard.snapshot(h.now, Some("probe"));
+    let me = rooms[0]
+        .participants
+        .iter()
+        .find(|p| p.id == h.members[viewer].id)
+        .unwrap();
+    let bw = me.bandwidth.expect("transport-cc agreed");
+    assert!(bw.probes >= 1 && bw.probes_delivered >= 1, "{bw:?}");
+    assert!(bw.estimate_bps > 660_000, "{bw:?}");
+    assert!(
+        me.feedback.probe_packets as usize >= rtx,
+        "{:?}",
+        me.feedback
+    );
+    assert!(me.layers_received[0].switches >= 1);
+}

@@ -605,7 +605,7 @@ impl Collector for StatsCollector {
         labelled_counters(
             e,
             "secrelay_feedback",
-            "RTCP feedback: keyframe requests from receivers (requests_in), sent to publishers (requests_out) or merged into one sent within the interval (requests_merged); packets receivers NACKed (nacked), retransmitted from the buffer (retransmitted), no longer buffered (nack_misses), asked of publishers because the gateway never got them (nacks_upstream); retransmissions received from publishers (rtx_in)",
+            "RTCP feedback: keyframe requests from receivers (requests_in), sent to publishers (requests_out) or merged into one sent within the interval (requests_merged); packets receivers NACKed (nacked), retransmitted from the buffer (retransmitted), no longer buffered (nack_misses), asked of publishers because the gateway never got them (nacks_upstream); retransmissions received from publishers (rtx_in); retransmissions sent as bandwidth probes for a higher simulcast layer (probe_packets)",
             "event",
             &[
                 ("keyframe_requests_in", f.keyframe_requests_in),
@@ -616,6 +616,7 @@ impl Collector for StatsCollector {
                 ("nack_misses", f.nack_misses),
                 ("nacks_upstream", f.nacks_upstream),
                 ("rtx_in", f.rtx_in),
+                ("probe_packets", f.probe_packets),
             ],
         )?;
         counter(
