@@ -284,7 +284,17 @@ def trust_ca(work, ca):
     return home
 
 
-def serve_pages(pages, tls=None):
+def serve_pages(pages, tls=None, html=None, relay=None):
+    """The pages' HTTP server on loopback: `html` maps paths to pages (by default this script's
+    publisher and players), `relay(answer)` makes the answer a page's `/relay` gets (by default
+    the lossy relay's)."""
+    if html is None:
+        # The lossy player is the same page under another title, so its reports can be told apart.
+        html = {"/publish.html": PUBLISH_HTML, "/play.html": PLAY_HTML,
+                "/lossy.html": PLAY_HTML.replace("<title>play</title>", "<title>lossy</title>")}
+    if relay is None:
+        relay = pages.relay_answer
+
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -303,12 +313,8 @@ def serve_pages(pages, tls=None):
 
         def do_GET(self):
             path, _, query = self.path.partition("?")
-            if path == "/publish.html":
-                self.send(200, PUBLISH_HTML, "text/html")
-            elif path in ("/play.html", "/lossy.html"):
-                # The same player under another title, so its reports can be told apart.
-                html = PLAY_HTML if path == "/play.html" else PLAY_HTML.replace("<title>play</title>", "<title>lossy</title>")
-                self.send(200, html, "text/html")
+            if path in html:
+                self.send(200, html[path], "text/html")
             elif path == "/control":
                 page = query.partition("page=")[2]
                 with pages.lock:
@@ -321,7 +327,7 @@ def serve_pages(pages, tls=None):
             body = self.rfile.read(n)
             if self.path == "/relay":
                 try:
-                    self.send(200, pages.relay_answer(body.decode()))
+                    self.send(200, relay(body.decode()))
                 except Exception as e:
                     self.send(502, f"{type(e).__name__}: {e}")
                 return
@@ -385,14 +391,21 @@ class LossyRelay:
 
 
 def relay_answer(pages, loss, answer):
-    """The gateway's answer with a lossy relay's candidate in place of the gateway's (the first
-    host candidate; the others dropped)."""
+    """The gateway's answer with a lossy relay's candidate in place of the gateway's."""
+    def make(gateway):
+        relay = LossyRelay(gateway, loss)
+        pages.relays.append(relay)
+        return relay
+    return through_relay(answer, make)
+
+
+def through_relay(answer, make):
+    """`answer` with the candidate of the relay `make(gateway address)` returns (it has a
+    `port` on 127.0.0.1) in place of the gateway's first host candidate; the others dropped."""
     lines = answer.split("\r\n")
     cand = next(l for l in lines if l.startswith("a=candidate:"))
     f = cand.split()
-    gateway = (f[4], int(f[5]))
-    relay = LossyRelay(gateway, loss)
-    pages.relays.append(relay)
+    relay = make((f[4], int(f[5])))
     out, done = [], False
     for l in lines:
         if l.startswith("a=candidate:"):

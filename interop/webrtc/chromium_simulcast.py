@@ -179,22 +179,11 @@ class LimitedRelay:
 
 def answer_through(relays, limit_bps, queue_ms, answer):
     """The gateway's answer with a limited relay's candidate in place of the gateway's."""
-    lines = answer.split("\r\n")
-    cand = next(l for l in lines if l.startswith("a=candidate:"))
-    f = cand.split()
-    relay = LimitedRelay((f[4], int(f[5])), limit_bps, queue_ms)
-    relays.append(relay)
-    out, done = [], False
-    for l in lines:
-        if l.startswith("a=candidate:"):
-            if done:
-                continue
-            g = l.split()
-            g[4], g[5] = "127.0.0.1", str(relay.port)
-            l = " ".join(g)
-            done = True
-        out.append(l)
-    return "\r\n".join(out)
+    def make(gateway):
+        relay = LimitedRelay(gateway, limit_bps, queue_ms)
+        relays.append(relay)
+        return relay
+    return av.through_relay(answer, make)
 
 
 def api_viewer(base, room, ca):
@@ -217,58 +206,6 @@ def api_viewer(base, room, ca):
     return {}
 
 
-def serve(pages, relays, limit_bps, queue_ms):
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def send(self, code, body, ctype="text/plain"):
-            data = body.encode()
-            try:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(data)
-            except OSError:
-                pass
-
-        def do_GET(self):
-            path, _, query = self.path.partition("?")
-            if path == "/publish.html":
-                self.send(200, PUBLISH_HTML, "text/html")
-            elif path == "/play.html":
-                self.send(200, PLAY_HTML, "text/html")
-            elif path == "/control":
-                page = query.partition("page=")[2]
-                with pages.lock:
-                    self.send(200, pages.control.get(page, "wait"))
-            else:
-                self.send(404, "no such page")
-
-        def do_POST(self):
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path == "/relay":
-                try:
-                    self.send(200, answer_through(relays, limit_bps, queue_ms, body.decode()))
-                except Exception as e:
-                    self.send(502, f"{type(e).__name__}: {e}")
-                return
-            try:
-                pages.add(json.loads(body))
-            except ValueError:
-                pass
-            self.send(204, "")
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd
-
-
 def latest(pages, page, key):
     with pages.lock:
         for _, r in reversed(pages.reports):
@@ -280,7 +217,8 @@ def latest(pages, page, key):
 def run(args, result, work):
     pages = av.Pages()
     relays = []
-    httpd = serve(pages, relays, args.limit * 1000, args.queue_ms)
+    httpd = av.serve_pages(pages, html={"/publish.html": PUBLISH_HTML, "/play.html": PLAY_HTML},
+                           relay=lambda answer: answer_through(relays, args.limit * 1000, args.queue_ms, answer))
     origin = f"http://127.0.0.1:{httpd.server_address[1]}"
     home = av.trust_ca(work, args.ca) if args.ca else None
     q = urlencode({"gw": args.base.rstrip("/"), "room": args.room})

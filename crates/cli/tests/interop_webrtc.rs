@@ -331,6 +331,24 @@ fn run_script(python: &Path, name: &str, args: &[&str], gw: &Gateway) -> (Value,
     (v, ok)
 }
 
+/// Runs a Chromium driver that needs only Python's standard library (any python3 does)
+/// against a gateway of its own: `--base` and `--chromium` first, then `args`. The script's JSON
+/// and the gateway (for its metrics); `None` when Chromium is missing outside CI.
+fn chromium_script(test: &str, script: &str, args: &[&str]) -> Option<(Value, Gateway)> {
+    let chromium = chromium(test)?;
+    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let chromium = chromium.to_string_lossy().into_owned();
+    let mut all = vec!["--base", gw.base.as_str(), "--chromium", chromium.as_str()];
+    all.extend_from_slice(args);
+    let (v, ok) = run_script(&python, script, &all, &gw);
+    assert!(ok, "{script} failed: {v}");
+    Some((v, gw))
+}
+
 #[test]
 fn aiortc_hears_the_tone_through_whip_whep_and_a_room_join() {
     let test = "aiortc_hears_the_tone_through_whip_whep_and_a_room_join";
@@ -392,23 +410,9 @@ fn aiortc_hears_the_tone_through_whip_whep_and_a_room_join() {
 #[test]
 fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
     let test = "chromium_plays_what_chromium_publishes_through_whip_and_whep";
-    let Some(chromium) = chromium(test) else {
+    let Some((v, gw)) = chromium_script(test, "chromium_av.py", &["--room", "av"]) else {
         return;
     };
-    // The driver needs only Python's standard library: any python3 does.
-    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"));
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start();
-    let chromium = chromium.to_string_lossy().into_owned();
-    let (v, ok) = run_script(
-        &python,
-        "chromium_av.py",
-        &["--base", &gw.base, "--room", "av", "--chromium", &chromium],
-        &gw,
-    );
-    assert!(ok, "chromium_av.py failed: {v}");
     let play = &v["play"];
     assert!(play["totalVideoFrames"].as_u64().unwrap_or(0) > 0, "{play}");
     assert!(play["videoWidth"].as_u64().unwrap_or(0) > 0, "{play}");
@@ -595,35 +599,19 @@ fn five_room_pages_each_play_the_other_four_and_show_video() {
 fn chromium_simulcast_viewer_behind_a_narrow_link_gets_the_low_layer_then_a_higher_one() {
     let test =
         "chromium_simulcast_viewer_behind_a_narrow_link_gets_the_low_layer_then_a_higher_one";
-    let Some(chromium) = chromium(test) else {
+    let args = [
+        "--limit",
+        "300",
+        "--limited",
+        "12",
+        "--after",
+        "30",
+        "--timeout",
+        "20",
+    ];
+    let Some((v, gw)) = chromium_script(test, "chromium_simulcast.py", &args) else {
         return;
     };
-    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"));
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start();
-    let chromium = chromium.to_string_lossy().into_owned();
-    let (v, ok) = run_script(
-        &python,
-        "chromium_simulcast.py",
-        &[
-            "--base",
-            &gw.base,
-            "--chromium",
-            &chromium,
-            "--limit",
-            "300",
-            "--limited",
-            "12",
-            "--after",
-            "30",
-            "--timeout",
-            "20",
-        ],
-        &gw,
-    );
-    assert!(ok, "chromium_simulcast.py failed: {v}");
     let checks = &v["checks"];
     for check in [
         "low_layer_while_limited",
@@ -656,37 +644,21 @@ fn chromium_simulcast_viewer_behind_a_narrow_link_gets_the_low_layer_then_a_high
 #[test]
 fn chromium_viewers_that_join_late_and_lose_packets_keep_decoding() {
     let test = "chromium_viewers_that_join_late_and_lose_packets_keep_decoding";
-    let Some(chromium) = chromium(test) else {
+    let args = [
+        "--room",
+        "late",
+        "--late",
+        "5",
+        "--lossy-viewer",
+        "5",
+        "--watch",
+        "8",
+        "--timeout",
+        "30",
+    ];
+    let Some((v, gw)) = chromium_script(test, "chromium_av.py", &args) else {
         return;
     };
-    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("python3"));
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start();
-    let chromium = chromium.to_string_lossy().into_owned();
-    let (v, ok) = run_script(
-        &python,
-        "chromium_av.py",
-        &[
-            "--base",
-            &gw.base,
-            "--room",
-            "late",
-            "--chromium",
-            &chromium,
-            "--late",
-            "5",
-            "--lossy-viewer",
-            "5",
-            "--watch",
-            "8",
-            "--timeout",
-            "30",
-        ],
-        &gw,
-    );
-    assert!(ok, "chromium_av.py failed: {v}");
     let first = v["play"]["firstFrameAfterConnectMs"].as_f64();
     assert!(
         first.is_some_and(|ms| ms <= 1000.0),
