@@ -43,6 +43,9 @@ const WAKER: Token = Token(1);
 const LEG_TOKENS: usize = 2;
 /// Socket batches read before the loop looks at commands and timers again.
 const BATCHES_PER_TURN: usize = 16;
+/// Ready leg sockets read before what they brought is processed and sent (a turn with many
+/// ready legs sends as it goes, so a datagram's relay latency does not grow with their number).
+const LEGS_PER_SEND: usize = 32;
 /// How often the shard's counters are published for `/metrics` and the API.
 const PUBLISH_EVERY: Duration = Duration::from_millis(200);
 /// Datagrams queued at a worker by the others before new ones are dropped.
@@ -355,6 +358,9 @@ impl Worker {
                 socket_ready = self.read_socket();
             }
             if !self.ready_legs.is_empty() {
+                // What the shared socket brought goes out before the legs are read: with
+                // hundreds of leg sockets ready, reading them all is a long part of a turn.
+                self.send_outputs();
                 self.read_legs();
             }
             let now = Instant::now();
@@ -677,7 +683,11 @@ impl Worker {
             .take()
             .expect("the batch is in place between reads");
         let ready = std::mem::take(&mut self.ready_legs);
-        for port in ready {
+        for (k, port) in ready.into_iter().enumerate() {
+            // A datagram waits for the legs read after it only up to a few dozen sockets.
+            if k > 0 && k % LEGS_PER_SEND == 0 {
+                self.send_outputs();
+            }
             if self.read_leg(&mut recv, port) {
                 self.ready_legs.push(port);
             }
