@@ -349,6 +349,15 @@ fn figure(f: &Figure) -> Markup {
     }
 }
 
+/// Text with `backticked` commands set as code.
+fn ticks(s: &str) -> Markup {
+    html! {
+        @for (i, part) in s.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
+        }
+    }
+}
+
 /// How the verdict's figures are named beside it.
 fn verdict_label(key: &str) -> String {
     match key {
@@ -368,7 +377,7 @@ fn sizing_section(s: &Sizing) -> Markup {
             h2 { "Sizing: what one core of this machine carries" }
             p.verdict {
                 @match s.verdict.figures.is_empty() {
-                    true => (s.verdict.sentence),
+                    true => (ticks(&s.verdict.sentence)),
                     false => {
                         (s.verdict.sentence) " "
                         span.sources {
@@ -384,7 +393,7 @@ fn sizing_section(s: &Sizing) -> Markup {
             }
             @for sec in &s.sections {
                 h3 id={ "sizing-" (sec.id) } { (sec.title) }
-                @if let Some(m) = &sec.missing { p.missing { (m) } }
+                @if let Some(m) = &sec.missing { p.missing { (ticks(m)) } }
                 @if !sec.lines.is_empty() {
                     div.table-wrap { table {
                         thead { tr {
