@@ -840,7 +840,7 @@ fn dtls(output: &LabOutput) -> Section {
         columns,
         lines: Vec::new(),
         missing: None,
-        how: "From lab handshake's phase table (DTLS 1.2, mutual authentication with both certificates of the row's type, in memory): per certificate type, the measured ECDHE suite with the least server CPU per handshake; handshakes per second per core = 1 s ÷ that; a storm of N reconnects costs N × that of one core (a cookie round trip and the client's side are not on this core).".into(),
+        how: "From lab handshake's phase table (DTLS 1.2, mutual authentication with both certificates of the row's type, in memory): per certificate type, the measured ECDHE suite with the least server CPU per handshake; handshakes per second per core = 1 s ÷ that; a storm of N reconnects costs N × that of one core (the server's cookie exchange included; the clients' side and the network's delay are not on this core).".into(),
     };
     let Some(t) = table(output, "handshake", "handshake_phases") else {
         section.missing = Some(missing(
