@@ -1,11 +1,12 @@
 //! `secrelay lab codec --quick --json`: every codec × implementation, pipeline and mixer row
 //! with finite positive figures, the arithmetic between the columns (real-time factors,
-//! ratios to the peer, SRTP share, legs per core), the plots and the target notes.
-//! Structure, never timings.
+//! ratios to the peer, SRTP share, legs per core), the plots and the target notes; the run's
+//! sizing summary (transcoded calls per core per codec pair from these rows). Structure, never
+//! timings.
 
 mod lab_support;
 
-use lab_support::{rows, run_study};
+use lab_support::{rows, run_lab};
 use serde_json::Value;
 
 fn num(r: &Value, key: &str) -> f64 {
@@ -22,7 +23,8 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn lab_codec_quick_rows_arithmetic_and_plots() {
-    let (study, stdout) = run_study("codec");
+    let (output, stdout) = run_lab("codec");
+    let study = output["studies"][0].clone();
     assert!(
         stdout.contains("Encode and decode per 20 ms frame"),
         "{stdout}"
@@ -122,6 +124,8 @@ fn lab_codec_quick_rows_arithmetic_and_plots() {
         );
     }
 
+    sizing_from_the_codec_rows(&output["sizing"], legs);
+
     let instr = study["method"]["instructions"].as_str().unwrap();
     if instr.starts_with("callgrind") {
         let r = codecs
@@ -138,4 +142,64 @@ fn lab_codec_quick_rows_arithmetic_and_plots() {
             instr,
         );
     }
+}
+
+/// The sizing summary of a `lab codec` run: a call between two codecs is the two pipelines'
+/// transcoding and SRTP per 20 ms; mixing needs lab srtp too and says so, and so does the
+/// verdict for lab handshake.
+fn sizing_from_the_codec_rows(sizing: &Value, legs: &[Value]) {
+    let section = |id: &str| {
+        sizing["sections"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("no sizing section {id}"))
+            .clone()
+    };
+    let leg = |label: &str| {
+        let r = legs.iter().find(|r| r["pipeline"] == label).unwrap();
+        num(r, "transcode_us") + num(r, "srtp_us")
+    };
+    let t = section("transcoding");
+    let lines = t["lines"].as_array().unwrap();
+    for (pair, a, b) in [
+        ("PCMU ↔ PCMA", "PCMU → PCMA", "PCMA → PCMU"),
+        (
+            "Opus 48 kHz ↔ PCMU",
+            "Opus 48 kHz → PCMU (48 → 8 kHz)",
+            "PCMU → Opus 48 kHz (8 → 48 kHz)",
+        ),
+    ] {
+        let l = lines
+            .iter()
+            .find(|l| l["label"] == pair)
+            .unwrap_or_else(|| panic!("no line {pair} in {t}"));
+        let calls = l["figures"]["calls"]["value"].as_f64().unwrap();
+        assert!(
+            close(calls, 20_000.0 / (leg(a) + leg(b))),
+            "{pair}: {calls}"
+        );
+        assert_eq!(
+            l["figures"]["calls"]["sources"].as_array().unwrap().len(),
+            3
+        );
+    }
+    let one_way = lines
+        .iter()
+        .find(|l| l["label"] == "G.722 → PCMU (one way)")
+        .expect("the one-way pipeline");
+    assert!(one_way["figures"]["calls"]["value"].is_null());
+    assert!(section("mixing")["missing"]
+        .as_str()
+        .unwrap()
+        .contains("secrelay lab srtp"));
+    assert!(section("relay")["missing"]
+        .as_str()
+        .unwrap()
+        .contains("secrelay lab srtp"));
+    assert!(sizing["verdict"]["missing"][0]
+        .as_str()
+        .unwrap()
+        .contains("secrelay lab handshake --in-memory"));
 }

@@ -818,6 +818,7 @@ fn in_memory_study_quick_has_every_stack() {
             .find(|t| t["id"] == id)
             .unwrap_or_else(|| panic!("no table {id}"))
     };
+    sizing_from_the_phase_rows(&v["sizing"], table("handshake_phases"));
     let rows = table("handshake_in_memory")["rows"].as_array().unwrap();
     let find = |stack: &str, cert: &str, cookies: &str| -> Vec<&Value> {
         rows.iter()
@@ -1069,4 +1070,44 @@ fn phase_tables_hold(phases: &Value, links: &Value) {
             "{r}"
         );
     }
+}
+
+/// The sizing summary of a `lab handshake --in-memory` run: per certificate type, the cheapest
+/// measured ECDHE suite's server CPU → handshakes per second per core and reconnect storms.
+fn sizing_from_the_phase_rows(sizing: &Value, phases: &Value) {
+    let dtls = sizing["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "dtls_handshakes")
+        .expect("the DTLS section");
+    let rows = phases["rows"].as_array().unwrap();
+    for cert in ["ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072"] {
+        let least = rows
+            .iter()
+            .filter(|r| {
+                r["cert"] == cert
+                    && r["status"] == "measured"
+                    && r["kx"].as_str().unwrap().starts_with("ECDHE")
+            })
+            .map(|r| r["server_us"].as_f64().unwrap())
+            .min_by(f64::total_cmp)
+            .unwrap_or_else(|| panic!("a measured ECDHE row for {cert}"));
+        let line = dtls["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["label"] == cert)
+            .unwrap_or_else(|| panic!("no sizing line for {cert}: {dtls}"));
+        let f = &line["figures"];
+        assert_eq!(f["server_us"]["value"].as_f64(), Some(least));
+        let per_s = f["per_s"]["value"].as_f64().unwrap();
+        assert!((per_s - 1e6 / least).abs() <= 1e-9 * per_s);
+        let storm = f["storm_10000_s"]["value"].as_f64().unwrap();
+        assert!((storm - 10_000.0 * least / 1e6).abs() <= 1e-9 * storm);
+    }
+    assert!(sizing["verdict"]["missing"][0]
+        .as_str()
+        .unwrap()
+        .contains("secrelay lab codec"));
 }

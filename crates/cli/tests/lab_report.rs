@@ -1,6 +1,8 @@
-//! `secrelay lab srtp --quick --out DIR` writes the HTML report: the srtp section with its
-//! table and its plots inline, the PNG copies, results.json; and the page renders in
-//! headless Chromium when it is installed.
+//! `secrelay lab srtp --quick --out DIR` writes the HTML report: the sizing summary first
+//! (calls per core per SRTP profile from this run, linked to the rows they come from, and the
+//! studies to run for the rest), then the srtp section with its table and its plots inline,
+//! the PNG copies, results.json (with the same summary); and the page renders in headless
+//! Chromium when it is installed.
 
 #[path = "../../lab/tests/support/mod.rs"]
 mod support;
@@ -78,9 +80,110 @@ fn lab_srtp_writes_the_report() {
         }
     }
 
+    sizing_opens_the_page(&results, &html);
+
     let Some(chromium) = support::chromium("lab_srtp_writes_the_report (browser part)") else {
         return;
     };
     let (check, _) = support::render_check(&chromium, &out.join("report.html"));
     support::assert_rendered(&check, plots.len());
+}
+
+/// The sizing summary: in results.json and at the top of the page, its SRTP figures from
+/// this run's rows (each link an id of the page), the other lines naming the study to run.
+fn sizing_opens_the_page(results: &serde_json::Value, html: &str) {
+    let sizing = &results["sizing"];
+    let at = |needle: &str| {
+        html.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} is in the page"))
+    };
+    assert!(
+        at("id=\"sizing\"") < at("class=\"toc\""),
+        "the summary precedes the contents"
+    );
+    assert!(at("id=\"sizing\"") < at("id=\"study-srtp\""));
+    // The verdict (here: which studies it needs; commands in backticks are set as code).
+    for part in sizing["verdict"]["sentence"].as_str().unwrap().split('`') {
+        assert!(
+            html.contains(part),
+            "{part:?} of the verdict is in the page"
+        );
+    }
+
+    let sections = sizing["sections"].as_array().expect("sections");
+    let section = |id: &str| {
+        sections
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("section {id}"))
+    };
+    // Relay: one line per profile lab srtp measured, each with calls per core.
+    let profiles: std::collections::BTreeSet<&str> = results["studies"][0]["tables"][0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["profile"].as_str().unwrap())
+        .collect();
+    let relay = section("relay");
+    assert!(relay.get("missing").is_none());
+    let lines = relay["lines"].as_array().unwrap();
+    assert_eq!(lines.len(), profiles.len(), "one line per profile");
+    for l in lines {
+        let calls = l["figures"]["calls_g711"]["value"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{}: calls per core", l["label"]));
+        let ns = l["figures"]["relay_ns"]["value"].as_f64().unwrap();
+        // 50 packets/s each way, unprotect + protect per packet.
+        assert!((calls - 1e9 / (100.0 * ns)).abs() < 1e-6 * calls);
+        let engine = l["figures"]["engine"]["text"].as_str().unwrap();
+        assert!(
+            engine.starts_with("secrelay") || engine.contains(" engine (batches of 64"),
+            "{engine}: one of secrelay's stacks or single-core engines"
+        );
+    }
+    // The studies this run did not have are named, with no figure.
+    for (id, command) in [
+        ("transcoding", "secrelay lab codec"),
+        ("mixing", "secrelay lab codec"),
+        ("dtls_handshakes", "secrelay lab handshake --in-memory"),
+        ("tls_handshakes", "secrelay lab handshake --tls"),
+    ] {
+        let s = section(id);
+        assert!(
+            s["lines"].as_array().unwrap().is_empty(),
+            "{id}: no figures"
+        );
+        assert!(
+            s["missing"].as_str().unwrap().contains(command),
+            "{id} names {command}"
+        );
+        assert!(html.contains(command), "the page names {command}");
+    }
+    assert!(sizing["verdict"].get("dominant").is_none());
+
+    // Every link of the summary points at an element of the page.
+    let mut links = 0;
+    for l in lines {
+        for f in l["figures"].as_object().unwrap().values() {
+            for src in f["sources"].as_array().unwrap() {
+                let anchor = src["anchor"].as_str().unwrap();
+                assert!(!anchor.is_empty(), "{src} has an anchor");
+                assert!(
+                    html.contains(&format!("href=\"#{anchor}\"")),
+                    "{anchor} is linked"
+                );
+                assert!(
+                    html.contains(&format!(" id=\"{anchor}\"")),
+                    "{anchor} is an id"
+                );
+                links += 1;
+            }
+        }
+    }
+    assert!(links >= 4 * profiles.len());
+    let summary = &html[at("id=\"sizing\"")..at("class=\"toc\"")];
+    for href in summary.split("href=\"#").skip(1) {
+        let id = &href[..href.find('"').unwrap()];
+        assert!(html.contains(&format!(" id=\"{id}\"")), "#{id} resolves");
+    }
 }

@@ -372,4 +372,8 @@ pub struct LabOutput {
     pub secrelay: String,
     /// One entry per study, in the order they ran.
     pub studies: Vec<StudyReport>,
+    /// What one core of this machine carries, computed from these studies (see
+    /// [`crate::sizing`]); absent in files written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizing: Option<crate::sizing::Sizing>,
 }

@@ -14,6 +14,7 @@ pub mod handshake;
 pub mod machine;
 pub mod measure;
 pub mod report;
+pub mod sizing;
 pub mod studies;
 
 use std::collections::BTreeMap;
@@ -205,8 +206,9 @@ pub fn mem_child(study_name: &str, id: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Runs the named studies (all of them for `["all"]`), prints their tables, writes JSON and,
-/// with `out`, the report. Returns what was measured.
+/// Runs the named studies (all of them for `["all"]`), prints their tables (and, for
+/// `["all"]`, the sizing summary), writes JSON and, with `out`, the report. Returns what was
+/// measured, with its sizing summary.
 pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
     let chosen: Vec<&'static dyn Study> = if names.iter().any(|n| n == "all") {
         studies()
@@ -224,7 +226,9 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
     let mut output = LabOutput {
         secrelay: env!("CARGO_PKG_VERSION").into(),
         studies: Vec::new(),
+        sizing: None,
     };
+    let every = names.iter().any(|n| n == "all");
     for s in chosen {
         let started = Instant::now();
         let mut ctx = Ctx::new(opts, s.name());
@@ -240,6 +244,11 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
         let _ = writeln!(stdout, "{}", report.render_text());
         output.studies.push(report);
     }
+    let sizing = sizing::summarize(&output);
+    if every {
+        let _ = writeln!(std::io::stdout().lock(), "{}", sizing.render_text());
+    }
+    output.sizing = Some(sizing);
     if let Some(path) = &opts.json {
         write_json(path, &output)?;
     }

@@ -14,6 +14,7 @@ use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use crate::frame::{format_num, Cell, LabOutput, Method, StudyReport, Table};
 use crate::machine::Machine;
+use crate::sizing::{Figure, Sizing};
 
 mod plot;
 
@@ -21,29 +22,130 @@ pub use plot::{render_png, render_svg};
 
 /// Writes `dir/report.html` and one `dir/<plot id>.png` per plot.
 pub fn write(dir: &Path, output: &LabOutput) -> anyhow::Result<()> {
-    let mut files = FileNames::default();
+    let plan = Anchors::plan(output);
     let mut sections = Vec::new();
-    for study in &output.studies {
+    for (study, names) in output.studies.iter().zip(&plan.studies) {
         let mut plots = Vec::new();
-        for p in &study.plots {
+        for (p, (png, anchor)) in study.plots.iter().zip(&names.plots) {
             let svg = render_svg(p).with_context(|| format!("drawing plot {:?} as SVG", p.id))?;
-            let png = files.unique(&p.id);
-            let path = dir.join(&png);
+            let path = dir.join(png);
             render_png(p, &path).with_context(|| format!("writing {}", path.display()))?;
             plots.push(RenderedPlot {
-                anchor: files.anchor("plot", &study.study, &p.id),
+                anchor: anchor.clone(),
                 title: &p.title,
                 svg,
-                png,
+                png: png.clone(),
             });
         }
-        sections.push(study_section(study, &plots, &mut files));
+        sections.push(study_section(study, &plots, names));
     }
-    let page = page(output, &sections);
+    let mut sizing = output
+        .sizing
+        .clone()
+        .unwrap_or_else(|| crate::sizing::compute(output));
+    sizing.link(&plan);
+    let page = page(output, &sizing, &sections);
     let path = dir.join("report.html");
     std::fs::write(&path, page.into_string())
         .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
+}
+
+/// The element ids (and PNG file names) the report gives every study, table, table row and
+/// plot of a run: computed from the run alone, so the sizing summary's links, made before
+/// the page is written, name the ids the page will carry.
+#[derive(Debug, Clone, Default)]
+pub struct Anchors {
+    studies: Vec<StudyAnchors>,
+}
+
+/// A table's ids: its own and one per row.
+#[derive(Debug, Clone)]
+struct TableAnchors {
+    id: String,
+    anchor: String,
+    rows: Vec<String>,
+}
+
+/// One study's ids.
+#[derive(Debug, Clone)]
+struct StudyAnchors {
+    study: String,
+    section: String,
+    tables: Vec<TableAnchors>,
+    /// Per plot: (PNG file name, anchor), in the study's order.
+    plots: Vec<(String, String)>,
+    plot_ids: Vec<String>,
+    method: String,
+}
+
+impl Anchors {
+    /// The ids of every element of `output`'s report.
+    pub fn plan(output: &LabOutput) -> Anchors {
+        let mut files = FileNames::default();
+        let studies = output
+            .studies
+            .iter()
+            .map(|s| {
+                let plots = s
+                    .plots
+                    .iter()
+                    .map(|p| (files.unique(&p.id), files.anchor("plot", &s.study, &p.id)))
+                    .collect();
+                let section = files.anchor("study", &s.study, "");
+                let tables = s
+                    .tables
+                    .iter()
+                    .map(|t| {
+                        let anchor = files.anchor("table", &s.study, &t.id);
+                        let rows = (0..t.rows.len())
+                            .map(|i| files.anchor("row", &s.study, &format!("{}-{i}", t.id)))
+                            .collect();
+                        TableAnchors {
+                            id: t.id.clone(),
+                            anchor,
+                            rows,
+                        }
+                    })
+                    .collect();
+                let method = files.anchor("method", &s.study, "");
+                StudyAnchors {
+                    study: s.study.clone(),
+                    section,
+                    tables,
+                    plots,
+                    plot_ids: s.plots.iter().map(|p| p.id.clone()).collect(),
+                    method,
+                }
+            })
+            .collect();
+        Anchors { studies }
+    }
+
+    fn study(&self, study: &str) -> Option<&StudyAnchors> {
+        self.studies.iter().find(|s| s.study == study)
+    }
+
+    /// The id of a study's section.
+    pub fn section(&self, study: &str) -> Option<&str> {
+        self.study(study).map(|s| s.section.as_str())
+    }
+
+    /// The id of a table, or of one of its rows (index in the table's rows).
+    pub fn table(&self, study: &str, table: &str, row: Option<usize>) -> Option<&str> {
+        let t = self.study(study)?.tables.iter().find(|t| t.id == table)?;
+        match row {
+            None => Some(&t.anchor),
+            Some(i) => t.rows.get(i).map(String::as_str),
+        }
+    }
+
+    /// The id of a plot's figure.
+    pub fn plot(&self, study: &str, plot: &str) -> Option<&str> {
+        let s = self.study(study)?;
+        let i = s.plot_ids.iter().position(|p| p == plot)?;
+        Some(s.plots[i].1.as_str())
+    }
 }
 
 /// A plot ready for the page.
@@ -116,27 +218,19 @@ struct Section {
     body: Markup,
 }
 
-fn study_section(
-    study: &StudyReport,
-    plots: &[RenderedPlot<'_>],
-    files: &mut FileNames,
-) -> Section {
-    let anchor = files.anchor("study", &study.study, "");
-    let tables: Vec<(String, &Table)> = study
-        .tables
-        .iter()
-        .map(|t| (files.anchor("table", &study.study, &t.id), t))
-        .collect();
+fn study_section(study: &StudyReport, plots: &[RenderedPlot<'_>], ids: &StudyAnchors) -> Section {
+    let anchor = ids.section.clone();
+    let tables: Vec<(&TableAnchors, &Table)> = ids.tables.iter().zip(&study.tables).collect();
     let mut entries: Vec<(String, String)> = tables
         .iter()
-        .map(|(a, t)| (a.clone(), t.title.clone()))
+        .map(|(a, t)| (a.anchor.clone(), t.title.clone()))
         .collect();
     entries.extend(
         plots
             .iter()
             .map(|p| (p.anchor.clone(), p.title.to_string())),
     );
-    let method_anchor = files.anchor("method", &study.study, "");
+    let method_anchor = ids.method.clone();
     entries.push((method_anchor.clone(), "Method".into()));
     let body = html! {
         section.study id=(anchor) {
@@ -149,7 +243,7 @@ fn study_section(
                 @if study.method.quick { " with " code { "--quick" } " (fewer, shorter runs: figures are noisier)" }
                 "."
             }
-            @for (a, t) in &tables { (table(a, t)) }
+            @for (a, t) in &tables { (table(&a.anchor, &a.rows, t)) }
             @for p in plots {
                 figure.plot id=(p.anchor) {
                     (PreEscaped(&p.svg))
@@ -174,7 +268,7 @@ fn study_section(
     }
 }
 
-fn table(anchor: &str, t: &Table) -> Markup {
+fn table(anchor: &str, row_ids: &[String], t: &Table) -> Markup {
     html! {
         h3 id=(anchor) { (t.title) }
         div.table-wrap {
@@ -188,7 +282,7 @@ fn table(anchor: &str, t: &Table) -> Markup {
                     }
                 } }
                 tbody {
-                    @for row in &t.rows { tr {
+                    @for (row, id) in t.rows.iter().zip(row_ids) { tr id=(id) {
                         @for c in &t.columns {
                             @match row.get(&c.key) {
                                 Some(Cell::Num(v)) => td.num title=(v) { (format_num(*v)) },
@@ -239,7 +333,100 @@ fn versions(v: &BTreeMap<String, String>) -> Markup {
     }
 }
 
-fn page(output: &LabOutput, sections: &[Section]) -> Markup {
+/// A figure of the sizing summary, linked to the row or plot it comes from (the first
+/// source on the figure itself, the others as numbered links after it).
+fn figure(f: &Figure) -> Markup {
+    let mut linked = f.sources.iter().filter(|s| !s.anchor.is_empty());
+    let first = linked.next();
+    html! {
+        @match first {
+            Some(s) => a href={ "#" (s.anchor) } title=(s.describe()) { (f.render()) },
+            None => (f.render()),
+        }
+        @for (i, s) in linked.enumerate() {
+            " " a.src href={ "#" (s.anchor) } title=(s.describe()) { "[" (i + 2) "]" }
+        }
+    }
+}
+
+/// Text with `backticked` commands set as code.
+fn ticks(s: &str) -> Markup {
+    html! {
+        @for (i, part) in s.split('`').enumerate() {
+            @if i % 2 == 1 { code { (part) } } @else { (part) }
+        }
+    }
+}
+
+/// How the verdict's figures are named beside it.
+fn verdict_label(key: &str) -> String {
+    match key {
+        "codec_us" => "transcoding µs".into(),
+        "cipher_us" => "SRTP µs".into(),
+        "handshake_us" => "handshake µs".into(),
+        "break_even_s" => "break-even s".into(),
+        k => k.replace('_', " "),
+    }
+}
+
+/// The first screen: the verdict, then what one core carries, each figure linked to its row
+/// or plot.
+fn sizing_section(s: &Sizing) -> Markup {
+    html! {
+        section.sizing #sizing {
+            h2 { "Sizing: what one core of this machine carries" }
+            p.verdict {
+                @match s.verdict.figures.is_empty() {
+                    true => (ticks(&s.verdict.sentence)),
+                    false => {
+                        (s.verdict.sentence) " "
+                        span.sources {
+                            "(from: "
+                            @for (i, (k, f)) in s.verdict.figures.iter().enumerate() {
+                                @if i > 0 { ", " }
+                                (verdict_label(k)) " " (figure(f))
+                            }
+                            ")"
+                        }
+                    }
+                }
+            }
+            @for sec in &s.sections {
+                h3 id={ "sizing-" (sec.id) } { (sec.title) }
+                @if let Some(m) = &sec.missing { p.missing { (ticks(m)) } }
+                @if !sec.lines.is_empty() {
+                    div.table-wrap { table {
+                        thead { tr {
+                            th { }
+                            @for c in &sec.columns {
+                                th.num[c.unit.is_some()] {
+                                    (c.label)
+                                    @if let Some(u) = c.unit.as_deref() { br; span.unit { (u) } }
+                                }
+                            }
+                        } }
+                        tbody { @for l in &sec.lines { tr {
+                            th { (l.label) }
+                            @for c in &sec.columns {
+                                @match l.figures.get(&c.key) {
+                                    Some(f) => td.num[f.value.is_some()] { (figure(f)) },
+                                    None => td.missing { },
+                                }
+                            }
+                        } } }
+                    } }
+                }
+                p.how { (sec.how) }
+            }
+            details.model {
+                summary { "The model" }
+                ul { @for m in &s.model { li { (m) } } }
+            }
+        }
+    }
+}
+
+fn page(output: &LabOutput, sizing: &Sizing, sections: &[Section]) -> Markup {
     let generated = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let machine = output
         .studies
@@ -270,6 +457,12 @@ fn page(output: &LabOutput, sections: &[Section]) -> Markup {
             body {
                 header {
                     h1 { "secrelay lab report" }
+                    p.meta { (machine_line(&machine)) ", " (output.studies.len()) " "
+                        @if output.studies.len() == 1 { "study" } @else { "studies" } ", generated " (generated) "." }
+                }
+                (sizing_section(sizing))
+                section.facts {
+                    h2 { "The run" }
                     dl.facts {
                         dt { "Generated" } dd { (generated) }
                         dt { "secrelay" } dd { (output.secrelay) }
@@ -344,6 +537,20 @@ figcaption { color: var(--muted); font-size: .85rem; margin-top: .3rem; }
 ul.notes li { margin: .2rem 0; }
 details.method { margin: 1.2rem 0; border: 1px solid var(--line); border-radius: 6px; padding: .4rem .9rem; background: var(--band); }
 details.method summary { cursor: pointer; font-weight: 600; }
+section.sizing { border: 2px solid var(--accent); border-radius: 8px; padding: .2rem 1.2rem 1rem; margin: 1.5rem 0; }
+section.sizing h2 { margin-top: .8rem; }
+section.sizing h3 { font-size: 1rem; margin: 1rem 0 .3rem; }
+section.sizing table { width: 100%; }
+section.sizing th, section.sizing td { white-space: normal; }
+section.sizing tbody th, section.sizing tbody td { vertical-align: top; }
+section.sizing thead th { font-weight: 600; font-size: .8rem; }
+section.sizing tbody th { background: none; position: static; font-weight: 600; white-space: nowrap; }
+p.verdict { font-size: 1.05rem; font-weight: 600; }
+p.verdict .sources { font-weight: 400; font-size: .85rem; color: var(--muted); }
+p.how, p.missing { color: var(--muted); font-size: .85rem; margin: .3rem 0; }
+p.missing { color: var(--na); }
+a.src { font-size: .75rem; vertical-align: super; }
+tr:target, figure:target { outline: 3px solid var(--accent); }
 footer { margin-top: 3rem; color: var(--muted); font-size: .8rem; }
 #render-check { background: var(--band); padding: .4rem; border-radius: 4px; white-space: pre-wrap; }
 "#;

@@ -185,6 +185,7 @@ fn synthetic() -> LabOutput {
     LabOutput {
         secrelay: "0.0.0-test".into(),
         studies: vec![first, second],
+        sizing: None,
     }
 }
 
@@ -282,6 +283,7 @@ fn report_of_nothing_is_still_a_page() {
     let output = LabOutput {
         secrelay: "0.0.0-test".into(),
         studies: Vec::new(),
+        sizing: None,
     };
     secrelay_lab::report::write(dir.path(), &output).expect("report written");
     let html = std::fs::read_to_string(dir.path().join("report.html")).unwrap();

@@ -34,6 +34,12 @@ pub const PROFILES: [&str; 7] = [
 /// Runs `secrelay lab STUDY --quick --no-progress --json F`, asserts it succeeded and that the
 /// JSON holds this one study; returns the study's report and what it printed on stdout.
 pub fn run_study(study: &str) -> (Value, String) {
+    let (v, stdout) = run_lab(study);
+    (v["studies"][0].clone(), stdout)
+}
+
+/// [`run_study`], returning the whole JSON (the study and the run's `sizing` summary).
+pub fn run_lab(study: &str) -> (Value, String) {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join(format!("{study}.json"));
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
@@ -48,9 +54,9 @@ pub fn run_study(study: &str) -> (Value, String) {
     );
     let v: Value =
         serde_json::from_slice(&std::fs::read(&json).expect("JSON written")).expect("valid JSON");
-    let report = v["studies"][0].clone();
-    assert_eq!(report["study"], study);
-    (report, String::from_utf8_lossy(&out.stdout).into_owned())
+    assert_eq!(v["studies"][0]["study"], study);
+    assert_eq!(v["studies"].as_array().map(Vec::len), Some(1));
+    (v, String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The rows of the study's table with this id.
