@@ -2,7 +2,8 @@
 //! channel) and lacks a receive section for a newcomer's video gets a new offer of ours (its
 //! sections as they were, one more to receive on); its answer makes the section a receive
 //! slot, and the newcomer's video reaches it there under the SSRC the offer announced. A member
-//! that does not listen gets no offer; an answer with the wrong revision changes nothing.
+//! that does not listen gets no offer; an answer with the wrong revision changes nothing; when
+//! the newcomer leaves, the next sender takes its section with no new offer.
 
 use secrelay_gateway::shard::{Event, JoinKind};
 use secrelay_srtp::SimdEngine;
@@ -143,4 +144,36 @@ fn a_listening_member_is_offered_a_section_for_a_newcomers_video_and_gets_it_the
         .filter(|e| matches!(e, Event::Offer { id, .. } if *id == a_id))
         .count();
     assert_eq!(offers, 1);
+
+    // B leaves and C arrives: C's video takes the section B's had (it is reused, no new
+    // offer), under the SSRC that section announced.
+    let now = h.now;
+    assert!(h.shard.leave(now, &room, &b_id));
+    h.pump();
+    let c = h.join_connected("r", 3, JoinKind::Join);
+    let cc = h.client(c);
+    let (pt, ssrc) = (cc.pt, cc.ssrc);
+    cc.pt = 96;
+    cc.ssrc = 3001;
+    let (_, wire) = h.srtp(c, &[0x90, 0x80, 0x80, 2, 0x00, 1, 2, 3]);
+    let cc = h.client(c);
+    (cc.pt, cc.ssrc) = (pt, ssrc);
+    h.members[a].client.received.clear();
+    h.send(c, &wire);
+    h.pump();
+    let got: Vec<u32> = h.members[a]
+        .client
+        .received
+        .iter()
+        .filter_map(|p| RtpHeader::parse(p).ok())
+        .filter(|r| r.payload_type() == 96)
+        .map(|r| r.ssrc())
+        .collect();
+    assert_eq!(got, vec![new_ssrc], "the section B left is C's now");
+    let offers = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Offer { id, .. } if *id == a_id))
+        .count();
+    assert_eq!(offers, 1, "no new offer: a free section was there");
 }
