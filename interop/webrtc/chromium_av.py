@@ -192,7 +192,10 @@ PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
               tracks: tracks.map(t => t.kind + ':' + t.readyState + (t.muted ? ':muted' : '')),
               inbound: inb, transport: dtlsOf(stats)};
       const a = inb.audio || {};
-      if (q.totalVideoFrames > 0 && callbacks > 0 && v.videoWidth > 0 && a.packetsReceived > 0 && a.totalSamplesReceived > 0) break;
+      // Frames shown (Firefox's playback quality counts none for a MediaStream: its decoded
+      // frames say it).
+      const shown = q.totalVideoFrames > 0 || (inb.video && inb.video.framesDecoded > 0);
+      if (shown && callbacks > 0 && v.videoWidth > 0 && a.packetsReceived > 0 && a.totalSamplesReceived > 0) break;
       await report({progress: last});
       await sleep(250);
     }
@@ -419,7 +422,43 @@ def through_relay(answer, make):
     return "\r\n".join(out)
 
 
+# Firefox (ESR) as a headless WebRTC peer: its own profile with fake camera and microphone,
+# no permission prompt, autoplay, host candidates under their real addresses. Firefox gathers
+# no loopback candidates: the gateway must listen on and announce the host's own address.
+FIREFOX_PREFS = {
+    "media.navigator.streams.fake": True,
+    "media.navigator.permission.disabled": True,
+    "media.autoplay.default": 0,
+    "media.autoplay.blocking_policy": 0,
+    "media.peerconnection.ice.loopback": True,
+    "media.peerconnection.ice.obfuscate_host_addresses": False,
+    "media.peerconnection.ice.default_address_only": False,
+    "browser.shell.checkDefaultBrowser": False,
+    "datareporting.policy.dataSubmissionEnabled": False,
+    "toolkit.telemetry.reportingpolicy.firstRun": False,
+    "app.update.disabledForTesting": True,
+    "network.captive-portal-service.enabled": False,
+    "network.connectivity-service.enabled": False,
+}
+
+
+def launch_firefox(firefox, url, profile, log, home=None):
+    os.makedirs(profile, exist_ok=True)
+    with open(os.path.join(profile, "user.js"), "w") as f:
+        for k, v in FIREFOX_PREFS.items():
+            f.write(f"user_pref({json.dumps(k)}, {json.dumps(v)});\n")
+    env = dict(os.environ, MOZ_HEADLESS="1")
+    if home:
+        env["HOME"] = home
+    args = [firefox, "--headless", "--no-remote", "--profile", profile, url]
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
+
+
 def launch(chromium, url, profile, log, home=None):
+    """A headless browser on `url`: Firefox when the binary is one (its name says so), else
+    Chromium."""
+    if "firefox" in os.path.basename(chromium):
+        return launch_firefox(chromium, url, profile, log, home)
     args = [
         chromium,
         "--headless",
@@ -542,8 +581,9 @@ def run(args, result, work):
     for page in players:
         play = result[page]
         audio = play["inbound"].get("audio", {})
+        shown = play["totalVideoFrames"] > 0 or play["inbound"].get("video", {}).get("framesDecoded", 0) > 0
         ok = ok and bool(
-            play["totalVideoFrames"] > 0
+            shown
             and play["videoWidth"] > 0
             and audio.get("packetsReceived", 0) > 0
             and result[f"{page}_delete"] in (200, 204)

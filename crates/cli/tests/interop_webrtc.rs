@@ -76,6 +76,38 @@ fn chromium(test: &str) -> Option<PathBuf> {
     }
 }
 
+fn firefox(test: &str) -> Option<PathBuf> {
+    let p = std::env::var_os("SECRELAY_FIREFOX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/firefox-esr"));
+    if p.exists() {
+        Some(p)
+    } else {
+        missing(
+            test,
+            &format!(
+                "no Firefox at {} (Debian package firefox-esr, or set SECRELAY_FIREFOX)",
+                p.display()
+            ),
+        );
+        None
+    }
+}
+
+/// The host's first global IPv4 address (`ip -4 -o addr show scope global`).
+fn host_ipv4() -> Option<String> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next())
+        .map(str::to_owned)
+}
+
 /// `secrelay serve` on loopback, killed on drop; keeps what it logs for failure messages.
 struct Gateway {
     child: Child,
@@ -147,15 +179,20 @@ impl Gateway {
 
     /// `secrelay serve` with `extra` flags.
     fn start_with(extra: &[&str]) -> Gateway {
+        Gateway::spawn("127.0.0.1:0", "127.0.0.1", extra)
+    }
+
+    /// `secrelay serve` with its media on `udp`, announced as `announce`.
+    fn spawn(udp: &str, announce: &str, extra: &[&str]) -> Gateway {
         let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
             .args([
                 "serve",
                 "--http",
                 "127.0.0.1:0",
                 "--udp",
-                "127.0.0.1:0",
+                udp,
                 "--announce",
-                "127.0.0.1",
+                announce,
                 "--log",
                 "info",
             ])
@@ -405,6 +442,61 @@ fn aiortc_hears_the_tone_through_whip_whep_and_a_room_join() {
         gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
         0.0
     );
+}
+
+/// Firefox ESR (headless, fake devices) publishes with WHIP and plays with WHEP through the
+/// gateway's defaults: its ECDSA certificate and its DTLS as Firefox makes it. Firefox gathers
+/// no loopback candidates, so this gateway listens on the host's own address.
+#[test]
+fn firefox_esr_publishes_and_plays_through_whip_and_whep() {
+    let test = "firefox_esr_publishes_and_plays_through_whip_and_whep";
+    let Some(firefox) = firefox(test) else {
+        return;
+    };
+    let Some(ip) = host_ipv4() else {
+        missing(
+            test,
+            "the host has no global IPv4 address for Firefox's candidates",
+        );
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::spawn(&format!("{ip}:0"), &ip, &[]);
+    let firefox = firefox.to_string_lossy().into_owned();
+    let args = [
+        "--base",
+        &gw.base,
+        "--chromium",
+        &firefox,
+        "--room",
+        "firefox",
+        "--timeout",
+        "40",
+    ];
+    let (v, ok) = run_script(Path::new("python3"), "chromium_av.py", &args, &gw);
+    assert!(ok, "chromium_av.py with Firefox failed: {v}");
+    assert!(
+        v["chromium"].as_str().unwrap_or("").contains("Firefox"),
+        "{v}"
+    );
+    let play = &v["play"];
+    let video = &play["inbound"]["video"];
+    assert!(video["framesDecoded"].as_u64().unwrap_or(0) > 0, "{play}");
+    assert!(play["videoWidth"].as_u64().unwrap_or(0) > 0, "{play}");
+    let audio = &play["inbound"]["audio"];
+    assert!(
+        audio["packetsReceived"].as_u64().unwrap_or(0) > 0,
+        "{audio}"
+    );
+    assert_eq!(play["transport"]["dtlsState"], "connected", "{play}");
+    assert_eq!(v["play_delete"], 200);
+    assert_eq!(v["publish_delete"], 200);
+    assert_eq!(
+        gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
+        0.0
+    );
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
 }
 
 #[test]
