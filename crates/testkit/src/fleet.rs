@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::participant::{Phase, SimParticipant};
+use crate::participant::{Media, Phase, SimParticipant};
 use crate::signaling::{Leg, Signaling};
+use crate::video;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -36,6 +37,9 @@ pub struct FleetConfig {
     pub connect_timeout: Duration,
     /// Senders also inject a replayed and a forged packet once a second.
     pub inject_bad: bool,
+    /// What the WebRTC participants offer and send: [`Media::Pcmu`] (every kind of leg), or
+    /// [`Media::SimulcastVideo`] (only [`Leg::Whip`] publishers and [`Leg::Whep`] viewers).
+    pub media: Media,
 }
 
 /// Live counters, readable while the fleet runs.
@@ -47,9 +51,9 @@ pub struct FleetProgress {
     pub connected: AtomicU64,
     /// Participants that failed.
     pub failed: AtomicU64,
-    /// Audio packets sent.
+    /// Media packets sent.
     pub sent: AtomicU64,
-    /// Audio packets received.
+    /// Media packets received.
     pub received: AtomicU64,
     /// Set to stop early.
     pub stop: AtomicBool,
@@ -88,6 +92,69 @@ pub struct FleetReport {
     /// The same counts split by kind of leg ([`Leg::name`]), in the order the kinds first
     /// appear.
     pub by_leg: Vec<LegTally>,
+    /// With [`Media::SimulcastVideo`]: what the publishers sent per layer and what each viewer
+    /// received.
+    pub video: Option<VideoReport>,
+}
+
+/// Received packets of one kind (audio or video streams) at the viewers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamCounts {
+    /// Streams (distinct SSRCs) received, all viewers.
+    pub streams: u64,
+    /// Packets received.
+    pub received: u64,
+    /// Packets expected (sequence-number span of each stream).
+    pub expected: u64,
+    /// Expected minus received.
+    pub lost: u64,
+}
+
+/// One simulcast layer: what the publishers sent on it and what the viewers got of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerTally {
+    /// Its rid.
+    pub rid: &'static str,
+    /// Its target bitrate, bits per second ([`video::LAYERS`]).
+    pub target_bps: u64,
+    /// Frames the publishers made on it.
+    pub frames: u64,
+    /// Of them, keyframes (every few seconds, and on request).
+    pub keyframes: u64,
+    /// Packets the publishers sent on it.
+    pub packets_sent: u64,
+    /// Packets of it the viewers received.
+    pub packets_received: u64,
+    /// Viewers whose last video packet was of this layer (the layer each was sent at the end).
+    pub viewers_at_end: usize,
+    /// Viewers that received any packet of it.
+    pub viewers_any: usize,
+}
+
+/// What a broadcast of simulcast video did: the publishers' layers and the viewers' streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VideoReport {
+    /// Publishers (WHIP).
+    pub publishers: usize,
+    /// Viewers (WHEP).
+    pub viewers: usize,
+    /// Keyframe requests (PLI, FIR) the publishers received from the gateway.
+    pub keyframe_requests: u64,
+    /// Per layer, in [`video::LAYERS`] order.
+    pub layers: Vec<LayerTally>,
+    /// Viewers that received audio.
+    pub viewers_with_audio: usize,
+    /// Viewers that received video.
+    pub viewers_with_video: usize,
+    /// Viewers that received exactly one video stream per publisher of their room (one SSRC:
+    /// the layers reach a viewer as one stream).
+    pub viewers_one_video_stream: usize,
+    /// Layer changes the viewers saw, all together.
+    pub switches: u64,
+    /// The viewers' audio streams.
+    pub audio: StreamCounts,
+    /// The viewers' video streams.
+    pub video: StreamCounts,
 }
 
 /// What the participants of one kind of leg did.
@@ -136,8 +203,15 @@ pub fn join_all(
         let room = format!("{}{}", config.room_prefix, r + 1);
         for i in 0..config.per_room {
             let leg = config.legs[i % config.legs.len().max(1)];
-            let mut p = SimParticipant::join(&config.signaling, &room, leg, config.bind_ip, epoch)
-                .with_context(|| format!("participant {} of room {room}", i + 1))?;
+            let mut p = SimParticipant::join_media(
+                &config.signaling,
+                &room,
+                leg,
+                config.bind_ip,
+                epoch,
+                config.media,
+            )
+            .with_context(|| format!("participant {} of room {room}", i + 1))?;
             p.inject_bad = config.inject_bad;
             progress.joined.fetch_add(1, Ordering::Relaxed);
             all.push(p);
@@ -289,6 +363,9 @@ pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
             *delays.last().expect("not empty"),
         ]);
     }
+    if done.iter().any(|p| p.media == Media::SimulcastVideo) {
+        r.video = Some(video_report(done));
+    }
     if !setup.is_empty() {
         setup.sort_unstable();
         r.setup_ms = Some([
@@ -297,6 +374,65 @@ pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
         ]);
     }
     r
+}
+
+/// The broadcast's side of the report: the publishers' layers, the viewers' streams.
+fn video_report(done: &[SimParticipant]) -> VideoReport {
+    let mut v = VideoReport {
+        layers: video::LAYERS
+            .iter()
+            .map(|l| LayerTally {
+                rid: l.rid,
+                target_bps: l.bps,
+                ..LayerTally::default()
+            })
+            .collect(),
+        ..VideoReport::default()
+    };
+    for p in done {
+        if let Some(sender) = &p.video {
+            v.publishers += 1;
+            v.keyframe_requests += sender.keyframe_requests;
+            for (t, l) in v.layers.iter_mut().zip(sender.sent()) {
+                t.frames += l.frames;
+                t.keyframes += l.keyframes;
+                t.packets_sent += l.packets;
+            }
+        }
+        if p.leg != Leg::Whep || p.media != Media::SimulcastVideo {
+            continue;
+        }
+        v.viewers += 1;
+        let mut video_streams = 0;
+        for s in p.streams.values() {
+            let c = if s.payload_type == Some(video::VP8_PT) {
+                video_streams += 1;
+                &mut v.video
+            } else {
+                &mut v.audio
+            };
+            c.streams += 1;
+            c.received += s.received;
+            c.expected += s.expected();
+            c.lost += s.lost();
+        }
+        let audio_streams = p.streams.len() - video_streams;
+        v.viewers_with_audio += usize::from(audio_streams > 0);
+        v.viewers_with_video += usize::from(video_streams > 0);
+        let publishers = done
+            .iter()
+            .filter(|q| q.room == p.room && q.leg == Leg::Whip)
+            .count();
+        v.viewers_one_video_stream += usize::from(video_streams == publishers);
+        v.switches += p.video_rx.switches;
+        for (k, t) in v.layers.iter_mut().enumerate() {
+            let n = p.video_rx.by_layer.get(k).copied().unwrap_or(0);
+            t.packets_received += n;
+            t.viewers_any += usize::from(n > 0);
+            t.viewers_at_end += usize::from(p.video_rx.last_layer == Some(k as u8));
+        }
+    }
+    v
 }
 
 fn drive(
