@@ -57,11 +57,17 @@ pub struct GatewayLoadArgs {
     /// packets/s) and VP8 in three simulcast layers told apart by the rid extension (q ~150
     /// kbit/s, h ~500 kbit/s, f ~1.8 Mbit/s at 30 frames/s, packets up to 1,200 bytes, paced,
     /// a keyframe every 3 s and on PLI/FIR), and its share of the viewers, each receiving the
-    /// audio and one video layer (the best: the simulated viewers send no bandwidth feedback).
+    /// audio and one video layer (the best, or with --transport-cc the one the gateway's
+    /// estimate for the viewer chooses).
     /// Reports per-layer counts, audio and video loss per viewer stream, and the gateway's
     /// retransmission buffer memory per stream.
     #[arg(long, value_name = "N", conflicts_with_all = ["participants", "per_room", "legs"])]
     pub viewers: Option<usize>,
+    /// With --viewers: the viewers offer transport-cc and send transport-cc feedback every
+    /// 100 ms, so that the gateway's bandwidth estimate for each chooses its layer (without it
+    /// they send no feedback and get the best layer).
+    #[arg(long, requires = "viewers")]
+    pub transport_cc: bool,
     /// With --viewers: publishers, each in a room of its own with an equal share of the
     /// viewers (N must be a multiple).
     #[arg(long, value_name = "P", default_value_t = 1, requires = "viewers")]
@@ -118,7 +124,9 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
                 a.publishers,
                 per_room,
                 legs,
-                Media::SimulcastVideo,
+                Media::SimulcastVideo {
+                    transport_cc: a.transport_cc,
+                },
                 "broadcast-",
             )
         }
@@ -231,6 +239,12 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             pct(b.video.lost, b.video.expected)
         );
         println!("  layer choice       {}", b.layer_choice);
+        if b.viewers_with_feedback > 0 {
+            println!(
+                "  viewer feedback    {} viewers sent {} transport-cc messages",
+                b.viewers_with_feedback, b.feedbacks_sent
+            );
+        }
         println!("    layer  target kbit/s  frames  keyframes  packets sent  received by viewers  viewers at end  viewers any");
         for l in &b.layers {
             println!(

@@ -111,20 +111,22 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
     );
 }
 
-#[test]
-fn broadcast_sends_each_viewer_audio_and_one_simulcast_layer() {
+/// `lab gateway-load --viewers 5` (plus `extra`) against a fresh `secrelay serve`: the JSON
+/// report and the table.
+fn broadcast(extra: &[&str]) -> (Value, String) {
     let (server, url) = serve();
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("broadcast.json");
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["lab", "gateway-load", "--target", &url])
         .args(["--viewers", "5", "--publishers", "1", "--duration", "3"])
+        .args(extra)
         .args(["--server-pid", &server.0.id().to_string()])
         .arg("--json")
         .arg(&json)
         .output()
         .expect("the secrelay binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
@@ -133,13 +135,22 @@ fn broadcast_sends_each_viewer_audio_and_one_simulcast_layer() {
     );
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
         .expect("the report is JSON");
+    (r, stdout)
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"))
+}
+
+/// What every broadcast report shows: all connected, each viewer got the audio and one video
+/// stream, every layer was sent with keyframes, each viewer ended on one layer, loss counted.
+fn check_broadcast(r: &Value) {
     assert_eq!(r["participants"], 6, "{r}");
     assert_eq!(
         r["connected"], 6,
         "the publisher and every viewer connected: {r}"
     );
     let b = &r["broadcast"];
-    let n = |v: &Value, k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
     assert_eq!(n(b, "publishers"), 1, "{b}");
     assert_eq!(n(b, "viewers"), 5, "{b}");
     // Each viewer got the audio and one video stream (one SSRC across the layers).
@@ -158,12 +169,6 @@ fn broadcast_sends_each_viewer_audio_and_one_simulcast_layer() {
             "{kind} lost more than 5 %: {s}"
         );
     }
-    assert!(
-        b["layer_choice"]
-            .as_str()
-            .is_some_and(|c| c.starts_with("best layer")),
-        "{b}"
-    );
     // The publisher sent all three layers with keyframes; each viewer ended on one layer,
     // and what it got of that layer is counted.
     let layers = b["layers"].as_array().expect("layer rows");
@@ -193,6 +198,36 @@ fn broadcast_sends_each_viewer_audio_and_one_simulcast_layer() {
     ] {
         assert!(!r[k].is_null(), "{k}: {r}");
     }
+}
+
+#[test]
+fn broadcast_sends_each_viewer_audio_and_one_simulcast_layer() {
+    let (r, stdout) = broadcast(&[]);
+    check_broadcast(&r);
+    let b = &r["broadcast"];
+    assert!(
+        b["layer_choice"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("best layer")),
+        "{b}"
+    );
+    assert_eq!(n(b, "viewers_with_feedback"), 0, "{b}");
     assert!(stdout.contains("layer choice"), "{stdout}");
     assert!(stdout.contains("retransmit buffer"), "{stdout}");
+}
+
+#[test]
+fn broadcast_viewers_with_transport_cc_have_the_estimate_choose() {
+    let (r, stdout) = broadcast(&["--transport-cc"]);
+    check_broadcast(&r);
+    let b = &r["broadcast"];
+    assert!(
+        b["layer_choice"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("estimate")),
+        "{b}"
+    );
+    assert_eq!(n(b, "viewers_with_feedback"), 5, "{b}");
+    assert!(n(b, "feedbacks_sent") >= 5, "{b}");
+    assert!(stdout.contains("viewer feedback"), "{stdout}");
 }

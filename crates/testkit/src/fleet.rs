@@ -151,6 +151,10 @@ pub struct VideoReport {
     pub viewers_one_video_stream: usize,
     /// Layer changes the viewers saw, all together.
     pub switches: u64,
+    /// Viewers that sent transport-cc feedback.
+    pub viewers_with_feedback: usize,
+    /// Transport-cc feedback messages they sent, all together.
+    pub feedbacks: u64,
     /// The viewers' audio streams.
     pub audio: StreamCounts,
     /// The viewers' video streams.
@@ -363,7 +367,7 @@ pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
             *delays.last().expect("not empty"),
         ]);
     }
-    if done.iter().any(|p| p.media == Media::SimulcastVideo) {
+    if done.iter().any(|p| p.media.is_video()) {
         r.video = Some(video_report(done));
     }
     if !setup.is_empty() {
@@ -399,7 +403,7 @@ fn video_report(done: &[SimParticipant]) -> VideoReport {
                 t.packets_sent += l.packets;
             }
         }
-        if p.leg != Leg::Whep || p.media != Media::SimulcastVideo {
+        if p.leg != Leg::Whep || !p.media.is_video() {
             continue;
         }
         v.viewers += 1;
@@ -425,6 +429,10 @@ fn video_report(done: &[SimParticipant]) -> VideoReport {
             .count();
         v.viewers_one_video_stream += usize::from(video_streams == publishers);
         v.switches += p.video_rx.switches;
+        if let Some(t) = &p.twcc {
+            v.viewers_with_feedback += 1;
+            v.feedbacks += t.feedbacks;
+        }
         for (k, t) in v.layers.iter_mut().enumerate() {
             let n = p.video_rx.by_layer.get(k).copied().unwrap_or(0);
             t.packets_received += n;

@@ -15,6 +15,7 @@
 //! * [`ng`]: a SIP proxy's side of rtpengine's ng control protocol.
 //! * [`video`]: a simulated VP8 simulcast sender (three `rid` layers, paced, keyframes on
 //!   request) and the offers of a WHIP publisher and a WHEP viewer of it.
+//! * [`twcc`]: a receiver's transport-cc feedback (what a browser reports of what arrived).
 //! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod ng;
 pub mod participant;
 pub mod phone;
 pub mod signaling;
+pub mod twcc;
 pub mod video;
 
 pub use browser::{Browser, Inbound};

@@ -32,6 +32,7 @@ use secrelay_wire::sdp::parse_offer;
 use crate::browser::{answer_candidate, random_bytes, random_token, Browser, Inbound};
 use crate::phone::SimPhone;
 use crate::signaling::{Leg, Signaling};
+use crate::twcc::TwccReceiver;
 use crate::video::{self, SimulcastSender};
 
 /// What a WebRTC participant offers and sends.
@@ -43,7 +44,19 @@ pub enum Media {
     /// Chrome's offer, Opus audio and VP8 video: a WHIP publisher sends Opus-sized audio every
     /// 20 ms and video in three simulcast layers ([`crate::video`]); a WHEP viewer receives
     /// both. Only for [`Leg::Whip`] and [`Leg::Whep`].
-    SimulcastVideo,
+    SimulcastVideo {
+        /// Viewers offer the transport-cc header extension and send transport-cc feedback
+        /// every 100 ms ([`crate::twcc`]), so the gateway's estimate chooses their layer;
+        /// without it they send no feedback and the gateway sends them its best layer.
+        transport_cc: bool,
+    },
+}
+
+impl Media {
+    /// Whether it is [`Media::SimulcastVideo`].
+    pub fn is_video(self) -> bool {
+        matches!(self, Media::SimulcastVideo { .. })
+    }
 }
 
 /// What a viewer received on video, per simulcast layer (from each payload's marker,
@@ -176,6 +189,8 @@ pub struct SimParticipant {
     pub video: Option<Box<SimulcastSender>>,
     /// What a viewer received on video, per layer.
     pub video_rx: VideoRx,
+    /// A viewer's transport-cc feedback ([`Media::SimulcastVideo`] with `transport_cc`).
+    pub twcc: Option<TwccReceiver>,
     /// Received streams by (mapped) SSRC.
     pub streams: HashMap<u32, StreamRx>,
     /// Packets that failed to unprotect.
@@ -285,7 +300,7 @@ impl SimParticipant {
         dtls: PeerDtls,
         media: Media,
     ) -> anyhow::Result<SimParticipant> {
-        if media == Media::SimulcastVideo && !matches!(leg, Leg::Whip | Leg::Whep) {
+        if media.is_video() && !matches!(leg, Leg::Whip | Leg::Whep) {
             bail!("simulcast video is sent by a WHIP publisher and received by WHEP viewers, not by a {} leg", leg.name());
         }
         if leg.is_phone() {
@@ -301,7 +316,7 @@ impl SimParticipant {
                 b
             }
             // 20 ms of Opus at 48 kHz per packet.
-            Media::SimulcastVideo => Browser::random(video::OPUS_PT),
+            Media::SimulcastVideo { .. } => Browser::random(video::OPUS_PT),
         };
         if let Some(cert) = dtls.certificate {
             browser.cert = cert;
@@ -314,19 +329,20 @@ impl SimParticipant {
         }
         let offer = match (media, leg) {
             (Media::Pcmu, _) => browser.audio_offer(leg.direction(), dtls.announce.as_ref()),
-            (Media::SimulcastVideo, Leg::Whip) => {
+            (Media::SimulcastVideo { .. }, Leg::Whip) => {
                 let own = browser.cert.fingerprint();
                 let chrome = browser
                     .chrome_offer_with(dtls.announce.as_ref().unwrap_or(&own), browser.offer_setup);
                 video::publisher_offer(&chrome, browser.ssrc, &video::LAYERS)
             }
-            (Media::SimulcastVideo, _) => {
+            (Media::SimulcastVideo { transport_cc }, _) => {
                 let own = browser.cert.fingerprint();
                 video::viewer_offer(
                     &browser.chrome_offer_with(
                         dtls.announce.as_ref().unwrap_or(&own),
                         browser.offer_setup,
                     ),
+                    transport_cc,
                 )
             }
         };
@@ -357,9 +373,12 @@ impl SimParticipant {
             room, leg, location, socket, gateway, transport, started, epoch,
         )?;
         p.media = media;
-        if media == Media::SimulcastVideo {
+        if let Media::SimulcastVideo { transport_cc } = media {
             // An Opus-sized payload (its first 8 bytes the send instant).
             p.payload = vec![0x78; video::OPUS_PAYLOAD];
+            if transport_cc && leg == Leg::Whep {
+                p.twcc = Some(TwccReceiver::new(video::TWCC_EXT_ID, Instant::now(), epoch));
+            }
             if leg == Leg::Whip {
                 p.video = Some(Box::new(SimulcastSender::new(
                     &video::LAYERS,
@@ -500,6 +519,7 @@ impl SimParticipant {
             media: Media::Pcmu,
             video: None,
             video_rx: VideoRx::default(),
+            twcc: None,
             streams: HashMap::new(),
             rx_errors: 0,
             delays_us: Vec::new(),
@@ -540,6 +560,13 @@ impl SimParticipant {
             if let Some(v) = &self.video {
                 t = t.min(v.deadline());
             }
+        }
+        if let Some(f) = self
+            .twcc
+            .as_ref()
+            .filter(|_| self.phase == Phase::Connected)
+        {
+            t = t.min(f.deadline());
         }
         t
     }
@@ -586,6 +613,22 @@ impl SimParticipant {
                 self.next_send += Duration::from_millis(20) * behind as u32;
             }
             self.send_video(now);
+        }
+        if self.phase == Phase::Connected {
+            self.send_feedback(now);
+        }
+    }
+
+    /// Sends a viewer's transport-cc feedback when it is due.
+    fn send_feedback(&mut self, now: Instant) {
+        let (Some(t), Transport::WebRtc { browser, .. }) = (&mut self.twcc, &mut self.transport)
+        else {
+            return;
+        };
+        if let Some(rtcp) = t.poll(now, browser.ssrc) {
+            if let Some(p) = browser.srtcp(&rtcp) {
+                let _ = self.socket.send_to(&p, self.gateway);
+            }
         }
     }
 
@@ -685,8 +728,17 @@ impl SimParticipant {
                     return;
                 };
                 let p = h.payload();
-                let video_marker = (self.media == Media::SimulcastVideo
-                    && h.payload_type() == video::VP8_PT)
+                if let Some(t) = &mut self.twcc {
+                    let seq = h.extension_header().and_then(|e| {
+                        e.elements()
+                            .find(|(id, d, _)| *id == t.ext_id && d.len() == 2)
+                            .map(|(_, d, _)| u16::from_be_bytes([d[0], d[1]]))
+                    });
+                    if let Some(seq) = seq {
+                        t.on_packet(h.ssrc(), seq, now);
+                    }
+                }
+                let video_marker = (self.media.is_video() && h.payload_type() == video::VP8_PT)
                     .then(|| video::read_marker(p))
                     .flatten();
                 if let Some((layer, _)) = video_marker {

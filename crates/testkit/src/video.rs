@@ -26,6 +26,8 @@ use secrelay_wire::rtp::write_extension;
 pub const RID_URI: &str = "urn:ietf:params:rtp-hdrext:sdes:rtp-stream-id";
 /// The extension id the publisher's offer gives it.
 pub const RID_EXT_ID: u8 = 10;
+/// The transport-cc extension's id in a viewer's offer (Chrome's).
+pub const TWCC_EXT_ID: u8 = 3;
 /// VP8's payload type in the offers (Chrome's).
 pub const VP8_PT: u8 = 96;
 /// Opus's payload type in the offers (Chrome's).
@@ -347,20 +349,28 @@ pub fn publisher_offer(chrome: &str, audio_ssrc: u32, layers: &[LayerSpec]) -> S
 }
 
 /// A WHEP viewer's offer: Chrome's, both sections receive-only, no `a=ssrc` lines (a
-/// receive-only browser announces none).
-pub fn viewer_offer(chrome: &str) -> String {
-    chrome
-        .lines()
-        .filter(|l| !l.starts_with("a=ssrc"))
-        .map(|l| match l {
+/// receive-only browser announces none); with `transport_cc`, the transport-cc header
+/// extension (id [`TWCC_EXT_ID`]) in both sections and `a=rtcp-fb:96 transport-cc` on VP8, as
+/// Chrome offers them.
+pub fn viewer_offer(chrome: &str, transport_cc: bool) -> String {
+    let mut s = String::new();
+    for l in chrome.lines().filter(|l| !l.starts_with("a=ssrc")) {
+        s.push_str(match l {
             "a=sendrecv" | "a=sendonly" => "a=recvonly",
             other => other,
-        })
-        .fold(String::new(), |mut s, l| {
-            s.push_str(l);
-            s.push_str("\r\n");
-            s
-        })
+        });
+        s.push_str("\r\n");
+        if transport_cc && l.starts_with("a=mid:") {
+            s.push_str(&format!(
+                "a=extmap:{TWCC_EXT_ID} {}\r\n",
+                crate::twcc::TWCC_URI
+            ));
+        }
+        if transport_cc && l == "a=rtcp-fb:96 nack pli" {
+            s.push_str("a=rtcp-fb:96 transport-cc\r\n");
+        }
+    }
+    s
 }
 
 #[cfg(test)]
@@ -459,9 +469,14 @@ mod tests {
         assert!(p.contains("a=simulcast:send q;h;f\r\n"));
         assert!(p.contains("a=ssrc:4242 cname:abc\r\n"));
         assert!(!p.contains("a=sendrecv"));
-        let v = viewer_offer(&b.chrome_offer());
+        let v = viewer_offer(&b.chrome_offer(), false);
         assert!(secrelay_wire::sdp::parse_offer(&v).is_ok());
         assert_eq!(v.matches("a=recvonly").count(), 2);
         assert!(!v.contains("a=ssrc"));
+        assert!(!v.contains("transport-wide-cc"));
+        let v = viewer_offer(&b.chrome_offer(), true);
+        assert!(secrelay_wire::sdp::parse_offer(&v).is_ok());
+        assert_eq!(v.matches("a=extmap:3 http://www.ietf.org/id/draft-holmer-rmcat-transport-wide-cc-extensions-01\r\n").count(), 2);
+        assert!(v.contains("a=rtcp-fb:96 transport-cc\r\n"));
     }
 }

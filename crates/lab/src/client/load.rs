@@ -17,7 +17,6 @@ use anyhow::{bail, Context as _};
 use serde::Serialize;
 
 use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport, StreamCounts};
-use secrelay_testkit::Media;
 
 /// CPU time and resident memory of a process, from `/proc/PID/stat` and `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -208,8 +207,10 @@ pub struct LoadReport {
     pub failures: Vec<String>,
 }
 
-/// How the gateway chose the layer each viewer is sent, as this run's viewers make it choose.
-pub const LAYER_CHOICE: &str = "best layer: the simulated viewers offer no transport-cc and send no bandwidth feedback, so the gateway sends each the best layer it has";
+/// How the gateway chose the layer each viewer is sent when the viewers send no feedback.
+pub const LAYER_CHOICE_BEST: &str = "best layer: the simulated viewers offer no transport-cc and send no bandwidth feedback, so the gateway sends each the best layer it has";
+/// How it chose with `--transport-cc`.
+pub const LAYER_CHOICE_ESTIMATE: &str = "estimate: the simulated viewers send transport-cc feedback every 100 ms, and the gateway's bandwidth estimate for each chooses its layer";
 
 /// A broadcast of simulcast video: what the publishers sent, what the viewers got, what the
 /// gateway's retransmission buffers held.
@@ -219,8 +220,12 @@ pub struct BroadcastReport {
     pub publishers: usize,
     /// Viewers (WHEP).
     pub viewers: usize,
-    /// How each viewer's layer was chosen ([`LAYER_CHOICE`]).
+    /// How each viewer's layer was chosen ([`LAYER_CHOICE_BEST`], [`LAYER_CHOICE_ESTIMATE`]).
     pub layer_choice: &'static str,
+    /// Viewers that sent transport-cc feedback.
+    pub viewers_with_feedback: usize,
+    /// Transport-cc feedback messages they sent.
+    pub feedbacks_sent: u64,
     /// Per layer: sent, received, viewers on it.
     pub layers: Vec<LayerRow>,
     /// Keyframe requests (PLI, FIR) the publishers got from the gateway.
@@ -395,11 +400,17 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     let broadcast = r
         .video
         .as_ref()
-        .filter(|_| o.fleet.media == Media::SimulcastVideo)
+        .filter(|_| o.fleet.media.is_video())
         .map(|v| BroadcastReport {
             publishers: v.publishers,
             viewers: v.viewers,
-            layer_choice: LAYER_CHOICE,
+            layer_choice: if v.viewers_with_feedback > 0 {
+                LAYER_CHOICE_ESTIMATE
+            } else {
+                LAYER_CHOICE_BEST
+            },
+            viewers_with_feedback: v.viewers_with_feedback,
+            feedbacks_sent: v.feedbacks,
             layers: v
                 .layers
                 .iter()
