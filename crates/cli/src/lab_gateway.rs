@@ -238,6 +238,16 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             b.video.expected,
             pct(b.video.lost, b.video.expected)
         );
+        for (kind, d) in [("audio", &b.audio_delivery), ("video", &b.video_delivery)] {
+            println!(
+                "  {kind} delivered    {} of {} sent in the viewers' windows ({} never arrived, {:.3} %){}",
+                d.delivered,
+                d.expected,
+                d.undelivered,
+                pct(d.undelivered, d.expected),
+                if kind == "video" { "; last layer each" } else { "" }
+            );
+        }
         println!("  layer choice       {}", b.layer_choice);
         if b.viewers_with_feedback > 0 {
             println!(

@@ -169,6 +169,17 @@ fn check_broadcast(r: &Value) {
             "{kind} lost more than 5 %: {s}"
         );
     }
+    // Delivery within the viewers' windows: counted, never more than was sent.
+    for kind in ["audio_delivery", "video_delivery"] {
+        let d = &b[kind];
+        assert!(n(d, "expected") > 0, "{kind}: {d}");
+        assert!(n(d, "delivered") <= n(d, "expected"), "{kind}: {d}");
+        assert_eq!(
+            n(d, "undelivered"),
+            n(d, "expected") - n(d, "delivered"),
+            "{kind}: {d}"
+        );
+    }
     // The publisher sent all three layers with keyframes; each viewer ended on one layer,
     // and what it got of that layer is counted.
     let layers = b["layers"].as_array().expect("layer rows");

@@ -110,6 +110,28 @@ pub struct StreamCounts {
     pub lost: u64,
 }
 
+/// Packets sent this close to a run's end are left out of the delivery figures (still in
+/// flight when the viewers stopped).
+pub const DELIVERY_GRACE: Duration = Duration::from_millis(250);
+
+/// Packets a publisher sent within a viewer's window, and those the viewer received: unlike
+/// loss from sequence numbers, this counts what never arrived at the end of the run too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivery {
+    /// Packets the publisher sent in the windows (summed over viewers).
+    pub expected: u64,
+    /// Of them, received.
+    pub delivered: u64,
+}
+
+/// The stamps in `sorted` within `[from, to]`.
+fn in_window(sorted: &[u64], from: u64, to: u64) -> u64 {
+    if from > to {
+        return 0;
+    }
+    (sorted.partition_point(|s| *s <= to) - sorted.partition_point(|s| *s < from)) as u64
+}
+
 /// One simulcast layer: what the publishers sent on it and what the viewers got of it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LayerTally {
@@ -155,6 +177,13 @@ pub struct VideoReport {
     pub viewers_with_feedback: usize,
     /// Transport-cc feedback messages they sent, all together.
     pub feedbacks: u64,
+    /// Audio delivery: at each viewer, from its first audio packet to [`DELIVERY_GRACE`]
+    /// before the publisher's last, the publisher's packets and those that arrived.
+    pub audio_delivery: Delivery,
+    /// Video delivery over each viewer's last layer: from its first packet after its last
+    /// change of layer to [`DELIVERY_GRACE`] before the publisher's last packet, the packets
+    /// the publisher sent on that layer and those that arrived.
+    pub video_delivery: Delivery,
     /// The viewers' audio streams.
     pub audio: StreamCounts,
     /// The viewers' video streams.
@@ -428,6 +457,37 @@ fn video_report(done: &[SimParticipant]) -> VideoReport {
             .filter(|q| q.room == p.room && q.leg == Leg::Whip)
             .count();
         v.viewers_one_video_stream += usize::from(video_streams == publishers);
+        // Delivery against the room's publisher (one per room in a broadcast).
+        if let Some(publisher) = done
+            .iter()
+            .find(|q| q.room == p.room && q.leg == Leg::Whip && q.video.is_some())
+        {
+            let sent = &publisher.sent_stamps;
+            let last = sent
+                .audio
+                .iter()
+                .chain(sent.video.iter().flatten())
+                .copied()
+                .max()
+                .unwrap_or(0);
+            let end = last.saturating_sub(DELIVERY_GRACE.as_nanos() as u64);
+            let mut audio = p.video_rx.audio_stamps.clone();
+            audio.sort_unstable();
+            if let Some(&first) = audio.first() {
+                v.audio_delivery.expected += in_window(&sent.audio, first, end);
+                v.audio_delivery.delivered += in_window(&audio, first, end);
+            }
+            if let Some(layer) = p.video_rx.last_layer {
+                let mut got = p.video_rx.video_stamps.clone();
+                got.sort_unstable();
+                if let (Some(&first), Some(sent)) =
+                    (got.first(), sent.video.get(usize::from(layer)))
+                {
+                    v.video_delivery.expected += in_window(sent, first, end);
+                    v.video_delivery.delivered += in_window(&got, first, end);
+                }
+            }
+        }
         v.switches += p.video_rx.switches;
         if let Some(t) = &p.twcc {
             v.viewers_with_feedback += 1;
@@ -470,8 +530,10 @@ fn drive(
             t.saturating_duration_since(now)
                 .min(Duration::from_millis(10))
         });
-        poll.poll(&mut events, Some(timeout))
-            .context("fleet poll")?;
+        match poll.poll(&mut events, Some(timeout)) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.context("fleet poll")?,
+        }
         let now = Instant::now();
         for ev in events.iter() {
             if let Some(p) = group.get_mut(ev.token().0) {
@@ -533,8 +595,10 @@ fn drive(
     // Let the last packets in flight arrive, then say goodbye.
     let end = Instant::now() + Duration::from_millis(60);
     while Instant::now() < end {
-        poll.poll(&mut events, Some(Duration::from_millis(5)))
-            .context("fleet poll")?;
+        match poll.poll(&mut events, Some(Duration::from_millis(5))) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.context("fleet poll")?,
+        }
         let now = Instant::now();
         for ev in events.iter() {
             if let Some(p) = group.get_mut(ev.token().0) {
@@ -547,4 +611,18 @@ fn drive(
         p.close(now);
     }
     Ok(group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_counts_the_stamps_inside_it_ends_included() {
+        let s = [10, 20, 20, 30, 40];
+        assert_eq!(in_window(&s, 20, 30), 3);
+        assert_eq!(in_window(&s, 0, 100), 5);
+        assert_eq!(in_window(&s, 41, 100), 0);
+        assert_eq!(in_window(&s, 30, 20), 0, "an empty window");
+    }
 }

@@ -33,5 +33,5 @@ pub mod video;
 
 pub use browser::{Browser, Inbound};
 pub use link::{Air, Link, Rng};
-pub use participant::{Media, PeerDtls, Phase, SimParticipant, StreamRx, VideoRx};
+pub use participant::{Media, PeerDtls, Phase, SentStamps, SimParticipant, StreamRx, VideoRx};
 pub use signaling::{Leg, Signaling};

@@ -69,6 +69,21 @@ pub struct VideoRx {
     pub last_layer: Option<u8>,
     /// Changes of layer seen (the gateway's switches, as the viewer sees them).
     pub switches: u64,
+    /// Send instants (ns since the epoch) of the audio packets received.
+    pub audio_stamps: Vec<u64>,
+    /// Send instants of the video packets received since the last change of layer (all of
+    /// [`VideoRx::last_layer`]).
+    pub video_stamps: Vec<u64>,
+}
+
+/// What a publisher of simulcast video sent, by send instant (ns since the epoch), for the
+/// viewers' delivery figures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentStamps {
+    /// Audio packets' send instants, in order.
+    pub audio: Vec<u64>,
+    /// Video packets' send instants, per layer, in order.
+    pub video: [Vec<u64>; video::MAX_LAYER_COUNT],
 }
 
 /// Where a participant is.
@@ -191,6 +206,8 @@ pub struct SimParticipant {
     pub video_rx: VideoRx,
     /// A viewer's transport-cc feedback ([`Media::SimulcastVideo`] with `transport_cc`).
     pub twcc: Option<TwccReceiver>,
+    /// A publisher's send instants ([`Media::SimulcastVideo`]).
+    pub sent_stamps: SentStamps,
     /// Received streams by (mapped) SSRC.
     pub streams: HashMap<u32, StreamRx>,
     /// Packets that failed to unprotect.
@@ -520,6 +537,7 @@ impl SimParticipant {
             video: None,
             video_rx: VideoRx::default(),
             twcc: None,
+            sent_stamps: SentStamps::default(),
             streams: HashMap::new(),
             rx_errors: 0,
             delays_us: Vec::new(),
@@ -642,6 +660,14 @@ impl SimParticipant {
             return;
         };
         while let Some(mut p) = v.poll(now) {
+            if let Some((layer, sent)) = RtpHeader::parse(&p)
+                .ok()
+                .and_then(|h| video::read_marker(h.payload()))
+            {
+                if let Some(s) = self.sent_stamps.video.get_mut(usize::from(layer)) {
+                    s.push(sent);
+                }
+            }
             let len = p.len();
             p.resize(len + 32, 0);
             let Ok(n) = tx.protect_rtp(&mut p, len) else {
@@ -669,6 +695,9 @@ impl SimParticipant {
         };
         self.send_to_gateway(&pkt);
         self.sent += 1;
+        if self.media.is_video() {
+            self.sent_stamps.audio.push(sent_at);
+        }
         if self.inject_bad && self.sent.is_multiple_of(50) {
             self.send_to_gateway(&pkt);
             // A forgery: a sequence number not seen yet (so the replay check passes) on a
@@ -741,15 +770,22 @@ impl SimParticipant {
                 let video_marker = (self.media.is_video() && h.payload_type() == video::VP8_PT)
                     .then(|| video::read_marker(p))
                     .flatten();
-                if let Some((layer, _)) = video_marker {
+                if let Some((layer, sent)) = video_marker {
                     let rx = &mut self.video_rx;
                     if let Some(n) = rx.by_layer.get_mut(usize::from(layer)) {
                         *n += 1;
                     }
                     if rx.last_layer.is_some_and(|l| l != layer) {
                         rx.switches += 1;
+                        rx.video_stamps.clear();
                     }
                     rx.last_layer = Some(layer);
+                    rx.video_stamps.push(sent);
+                } else if self.media.is_video() && h.payload_type() == video::OPUS_PT {
+                    if let Some(b) = p.get(..8) {
+                        let sent = u64::from_be_bytes(b.try_into().expect("8 bytes"));
+                        self.video_rx.audio_stamps.push(sent);
+                    }
                 }
                 let stamp = match video_marker {
                     Some((_, sent)) => Some(sent),

@@ -238,6 +238,12 @@ pub struct BroadcastReport {
     pub viewers_one_video_stream: usize,
     /// Layer changes the viewers saw, all together.
     pub switches: u64,
+    /// Audio delivered: at each viewer, the publisher's packets from the viewer's first to
+    /// 250 ms before the end of the run, and how many arrived (counts what never arrived at
+    /// the end too, which sequence numbers cannot).
+    pub audio_delivery: DeliveryRow,
+    /// Video delivered over each viewer's last layer, likewise.
+    pub video_delivery: DeliveryRow,
     /// The viewers' audio streams (loss from RTP sequence numbers).
     pub audio: StreamRow,
     /// The viewers' video streams (loss from RTP sequence numbers).
@@ -271,6 +277,27 @@ pub struct LayerRow {
     pub viewers_at_end: usize,
     /// Viewers that received any of it.
     pub viewers_any: usize,
+}
+
+/// Packets sent within the viewers' windows and those that arrived.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DeliveryRow {
+    /// Sent within the windows (summed over viewers).
+    pub expected: u64,
+    /// Of them, received.
+    pub delivered: u64,
+    /// Never received.
+    pub undelivered: u64,
+}
+
+impl From<secrelay_testkit::fleet::Delivery> for DeliveryRow {
+    fn from(d: secrelay_testkit::fleet::Delivery) -> DeliveryRow {
+        DeliveryRow {
+            expected: d.expected,
+            delivered: d.delivered,
+            undelivered: d.expected.saturating_sub(d.delivered),
+        }
+    }
 }
 
 /// Received packets of one kind at the viewers.
@@ -430,6 +457,8 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             viewers_with_video: v.viewers_with_video,
             viewers_one_video_stream: v.viewers_one_video_stream,
             switches: v.switches,
+            audio_delivery: v.audio_delivery.into(),
+            video_delivery: v.video_delivery.into(),
             audio: v.audio.into(),
             video: v.video.into(),
             retransmit_streams: after.retransmit_streams,
