@@ -185,6 +185,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         connect_timeout: Duration::from_secs(20),
         inject_bad: true,
+        media: secrelay_testkit::Media::Pcmu,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

@@ -1,5 +1,6 @@
 //! `secrelay lab gateway-load`: simulated participants against a running gateway, with the
-//! gateway's own relay latency, drops, CPU per packet and memory per participant.
+//! gateway's own relay latency, drops, CPU per packet and memory per participant; rooms of
+//! audio participants, or (`--viewers`) a broadcast of simulcast video to many viewers.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use anyhow::{bail, Result};
 use clap::Args;
 use secrelay_lab::client::load::{self, LoadOptions};
 use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
-use secrelay_testkit::{Leg, Signaling};
+use secrelay_testkit::{Leg, Media, Signaling};
 
 /// Flags of `secrelay lab gateway-load`.
 #[derive(Args, Debug)]
@@ -51,6 +52,26 @@ pub struct GatewayLoadArgs {
     /// telephony legs.
     #[arg(long, default_value = "join", value_delimiter = ',')]
     pub legs: Vec<String>,
+    /// The broadcast scenario instead of rooms of audio participants: N WHEP viewers of
+    /// simulcast video. Each room has one WHIP publisher sending Opus-sized audio (50
+    /// packets/s) and VP8 in three simulcast layers told apart by the rid extension (q ~150
+    /// kbit/s, h ~500 kbit/s, f ~1.8 Mbit/s at 30 frames/s, packets up to 1,200 bytes, paced,
+    /// a keyframe every 3 s and on PLI/FIR), and its share of the viewers, each receiving the
+    /// audio and one video layer (the best, or with --transport-cc the one the gateway's
+    /// estimate for the viewer chooses).
+    /// Reports per-layer counts, audio and video loss per viewer stream, and the gateway's
+    /// retransmission buffer memory per stream.
+    #[arg(long, value_name = "N", conflicts_with_all = ["participants", "per_room", "legs"])]
+    pub viewers: Option<usize>,
+    /// With --viewers: the viewers offer transport-cc and send transport-cc feedback every
+    /// 100 ms, so that the gateway's bandwidth estimate for each chooses its layer (without it
+    /// they send no feedback and get the best layer).
+    #[arg(long, requires = "viewers")]
+    pub transport_cc: bool,
+    /// With --viewers: publishers, each in a room of its own with an equal share of the
+    /// viewers (N must be a multiple).
+    #[arg(long, value_name = "P", default_value_t = 1, requires = "viewers")]
+    pub publishers: usize,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -58,8 +79,16 @@ pub struct GatewayLoadArgs {
 
 /// Runs the load and prints the report.
 pub fn run(a: &GatewayLoadArgs) -> Result<()> {
-    if a.per_room < 2 || a.participants < a.per_room {
+    if a.viewers.is_none() && (a.per_room < 2 || a.participants < a.per_room) {
         bail!("--per-room must be at least 2 and --participants at least --per-room");
+    }
+    if let Some(v) = a.viewers {
+        if a.publishers == 0 || v == 0 || v % a.publishers != 0 {
+            bail!(
+                "--viewers {v} --publishers {}: give at least one of each, the viewers a multiple of the publishers",
+                a.publishers
+            );
+        }
     }
     let https = a.target.starts_with("https://");
     if !(https || a.target.starts_with("http://")) {
@@ -85,7 +114,30 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if legs.is_empty() {
         bail!("--legs: name at least one kind of leg");
     }
-    let rooms = a.participants / a.per_room;
+    // The broadcast: per room, the publisher first, then its viewers.
+    let (rooms, per_room, legs, media, prefix) = match a.viewers {
+        Some(v) => {
+            let per_room = 1 + v / a.publishers;
+            let mut legs = vec![Leg::Whep; per_room];
+            legs[0] = Leg::Whip;
+            (
+                a.publishers,
+                per_room,
+                legs,
+                Media::SimulcastVideo {
+                    transport_cc: a.transport_cc,
+                },
+                "broadcast-",
+            )
+        }
+        None => (
+            a.participants / a.per_room,
+            a.per_room,
+            legs,
+            Media::Pcmu,
+            "load-",
+        ),
+    };
     let o = LoadOptions {
         fleet: FleetConfig {
             signaling: {
@@ -97,20 +149,21 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
                 }
             },
             rooms,
-            per_room: a.per_room,
+            per_room,
             legs,
-            room_prefix: "load-".into(),
+            room_prefix: prefix.into(),
             duration: Duration::from_secs(a.duration),
             threads: a.threads,
             bind_ip: a.bind,
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
+            media,
         },
         server_pid: a.server_pid,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();
-    let total = (rooms * a.per_room) as u64;
+    let total = (rooms * per_room) as u64;
     let watcher = std::thread::spawn(move || {
         let mut last = 0;
         while !p2.stop.load(Ordering::Relaxed) {
@@ -130,10 +183,16 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     progress.stop.store(true, Ordering::Relaxed);
     let _ = watcher.join();
     let r = report?;
-    println!(
-        "gateway-load: {} participants in rooms of {}, {:.1} s of media",
-        r.participants, r.per_room, r.media_secs
-    );
+    match &r.broadcast {
+        Some(b) => println!(
+            "gateway-load: broadcast, {} publisher(s) of audio and 3 simulcast video layers to {} viewers, {:.1} s of media",
+            b.publishers, b.viewers, r.media_secs
+        ),
+        None => println!(
+            "gateway-load: {} participants in rooms of {}, {:.1} s of media",
+            r.participants, r.per_room, r.media_secs
+        ),
+    }
     println!(
         "  connected          {} ({} failed)",
         r.connected,
@@ -151,7 +210,83 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             0.0
         }
     );
-    if r.by_leg.len() > 1 {
+    if let Some(b) = &r.broadcast {
+        let pct = |lost: u64, expected: u64| {
+            if expected > 0 {
+                lost as f64 * 100.0 / expected as f64
+            } else {
+                0.0
+            }
+        };
+        println!(
+            "  viewers            {} with audio, {} with video, {} with one video stream per publisher",
+            b.viewers_with_audio, b.viewers_with_video, b.viewers_one_video_stream
+        );
+        println!(
+            "  viewer audio       {} streams, received {}, lost {} of {} ({:.3} %)",
+            b.audio.streams,
+            b.audio.received,
+            b.audio.lost,
+            b.audio.expected,
+            pct(b.audio.lost, b.audio.expected)
+        );
+        println!(
+            "  viewer video       {} streams, received {}, lost {} of {} ({:.3} %)",
+            b.video.streams,
+            b.video.received,
+            b.video.lost,
+            b.video.expected,
+            pct(b.video.lost, b.video.expected)
+        );
+        for (kind, d) in [("audio", &b.audio_delivery), ("video", &b.video_delivery)] {
+            println!(
+                "  {kind} delivered    {} of {} sent in the viewers' windows ({} never arrived, {:.3} %){}",
+                d.delivered,
+                d.expected,
+                d.undelivered,
+                pct(d.undelivered, d.expected),
+                if kind == "video" { "; last layer each" } else { "" }
+            );
+        }
+        println!("  layer choice       {}", b.layer_choice);
+        if b.viewers_with_feedback > 0 {
+            println!(
+                "  viewer feedback    {} viewers sent {} transport-cc messages",
+                b.viewers_with_feedback, b.feedbacks_sent
+            );
+        }
+        println!("    layer  target kbit/s  frames  keyframes  packets sent  received by viewers  viewers at end  viewers any");
+        for l in &b.layers {
+            println!(
+                "    {:<5}  {:>13}  {:>6}  {:>9}  {:>12}  {:>19}  {:>14}  {:>11}",
+                l.rid,
+                l.target_kbps,
+                l.frames,
+                l.keyframes,
+                l.packets_sent,
+                l.packets_received,
+                l.viewers_at_end,
+                l.viewers_any
+            );
+        }
+        println!(
+            "  keyframes asked    {} (PLI/FIR at the publishers); layer changes seen by viewers {}",
+            b.keyframe_requests, b.switches
+        );
+        match b.retransmit_bytes_per_stream {
+            Some(per) => println!(
+                "  retransmit buffer  {:.0} streams, {:.1} KiB in all, {:.1} KiB per stream (gateway /metrics)",
+                b.retransmit_streams,
+                b.retransmit_bytes / 1024.0,
+                per / 1024.0
+            ),
+            None => println!("  retransmit buffer  none reported by the gateway"),
+        }
+        if !b.feedback.is_empty() {
+            println!("  gateway feedback   {:?}", b.feedback);
+        }
+    }
+    if r.by_leg.len() > 1 && r.broadcast.is_none() {
         for t in &r.by_leg {
             println!(
                 "    {:<6}           {} participants ({} connected), sent {}, received {}, lost {} of {}",
@@ -183,8 +318,11 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     }
     if let Some(m) = r.gateway_rss_per_participant {
         println!(
-            "  gateway memory     {:.1} KiB resident per participant",
-            m / 1024.0
+            "  gateway memory     {:.1} KiB resident per participant{}",
+            m / 1024.0,
+            r.gateway_rss_bytes
+                .map(|b| format!(", {:.1} MiB resident at the end", b as f64 / 1048576.0))
+                .unwrap_or_default()
         );
     }
     if !r.gateway_drops.is_empty() {

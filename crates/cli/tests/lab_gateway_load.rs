@@ -3,7 +3,9 @@
 //! of leg (two WebRTC participants, an SDES-SRTP phone and a plain RTP phone). Checks the JSON
 //! report, not the figures' size: every participant connected, each kind heard the other three
 //! members of its room, little was lost, and the gateway's CPU per relayed copy was read from
-//! `/proc`.
+//! `/proc`. And the broadcast scenario small: one simulcast publisher, five viewers, each
+//! viewer got audio and one video stream, every layer was sent, the loss and the
+//! retransmission buffer's memory per stream are in the report.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -21,8 +23,8 @@ impl Drop for Server {
     }
 }
 
-#[test]
-fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
+/// `secrelay serve` on loopback with one worker, and its HTTP base URL.
+fn serve() -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
         .args(["--workers", "1", "--log", "warn"])
@@ -40,6 +42,12 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
     let url = url.expect("serve printed its HTTP address");
     // Keep reading its log so that it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
+    (server, url)
+}
+
+#[test]
+fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
+    let (server, url) = serve();
 
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("load.json");
@@ -101,4 +109,136 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
         stdout.contains("sdes") && stdout.contains("plain"),
         "{stdout}"
     );
+}
+
+/// `lab gateway-load --viewers 5` (plus `extra`) against a fresh `secrelay serve`: the JSON
+/// report and the table.
+fn broadcast(extra: &[&str]) -> (Value, String) {
+    let (server, url) = serve();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("broadcast.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["lab", "gateway-load", "--target", &url])
+        .args(["--viewers", "5", "--publishers", "1", "--duration", "3"])
+        .args(extra)
+        .args(["--server-pid", &server.0.id().to_string()])
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("the secrelay binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "gateway-load --viewers: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+        .expect("the report is JSON");
+    (r, stdout)
+}
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"))
+}
+
+/// What every broadcast report shows: all connected, each viewer got the audio and one video
+/// stream, every layer was sent with keyframes, each viewer ended on one layer, loss counted.
+fn check_broadcast(r: &Value) {
+    assert_eq!(r["participants"], 6, "{r}");
+    assert_eq!(
+        r["connected"], 6,
+        "the publisher and every viewer connected: {r}"
+    );
+    let b = &r["broadcast"];
+    assert_eq!(n(b, "publishers"), 1, "{b}");
+    assert_eq!(n(b, "viewers"), 5, "{b}");
+    // Each viewer got the audio and one video stream (one SSRC across the layers).
+    assert_eq!(n(b, "viewers_with_audio"), 5, "{b}");
+    assert_eq!(n(b, "viewers_with_video"), 5, "{b}");
+    assert_eq!(n(b, "viewers_one_video_stream"), 5, "{b}");
+    assert_eq!(n(&b["audio"], "streams"), 5, "{b}");
+    assert_eq!(n(&b["video"], "streams"), 5, "{b}");
+    for kind in ["audio", "video"] {
+        let s = &b[kind];
+        assert!(n(s, "received") > 0, "{kind}: {s}");
+        // The loss figure is there, from sequence numbers (not more lost than expected).
+        assert!(n(s, "lost") <= n(s, "expected"), "{kind}: {s}");
+        assert!(
+            n(s, "lost") * 20 <= n(s, "expected"),
+            "{kind} lost more than 5 %: {s}"
+        );
+    }
+    // Delivery within the viewers' windows: counted, never more than was sent.
+    for kind in ["audio_delivery", "video_delivery"] {
+        let d = &b[kind];
+        assert!(n(d, "expected") > 0, "{kind}: {d}");
+        assert!(n(d, "delivered") <= n(d, "expected"), "{kind}: {d}");
+        assert_eq!(
+            n(d, "undelivered"),
+            n(d, "expected") - n(d, "delivered"),
+            "{kind}: {d}"
+        );
+    }
+    // The publisher sent all three layers with keyframes; each viewer ended on one layer,
+    // and what it got of that layer is counted.
+    let layers = b["layers"].as_array().expect("layer rows");
+    let rids: Vec<&str> = layers.iter().filter_map(|l| l["rid"].as_str()).collect();
+    assert_eq!(rids, ["q", "h", "f"], "{b}");
+    for l in layers {
+        assert!(n(l, "packets_sent") > 0, "{l}");
+        assert!(n(l, "keyframes") >= 1, "{l}");
+    }
+    let at_end: u64 = layers.iter().map(|l| n(l, "viewers_at_end")).sum();
+    assert_eq!(at_end, 5, "every viewer is on one layer at the end: {b}");
+    for l in layers.iter().filter(|l| n(l, "viewers_at_end") > 0) {
+        assert!(n(l, "packets_received") > 0, "{l}");
+    }
+    let received: u64 = layers.iter().map(|l| n(l, "packets_received")).sum();
+    assert_eq!(received, n(&b["video"], "received"), "{b}");
+    // One retransmission buffer per layer, its memory per stream reported.
+    assert_eq!(b["retransmit_streams"].as_f64(), Some(3.0), "{b}");
+    let per = b["retransmit_bytes_per_stream"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no buffer memory per stream: {b}"));
+    assert!(per > 0.0, "{b}");
+    for k in [
+        "relay_latency_us",
+        "gateway_cpu_us_per_relayed",
+        "gateway_rss_bytes",
+    ] {
+        assert!(!r[k].is_null(), "{k}: {r}");
+    }
+}
+
+#[test]
+fn broadcast_sends_each_viewer_audio_and_one_simulcast_layer() {
+    let (r, stdout) = broadcast(&[]);
+    check_broadcast(&r);
+    let b = &r["broadcast"];
+    assert!(
+        b["layer_choice"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("best layer")),
+        "{b}"
+    );
+    assert_eq!(n(b, "viewers_with_feedback"), 0, "{b}");
+    assert!(stdout.contains("layer choice"), "{stdout}");
+    assert!(stdout.contains("retransmit buffer"), "{stdout}");
+}
+
+#[test]
+fn broadcast_viewers_with_transport_cc_have_the_estimate_choose() {
+    let (r, stdout) = broadcast(&["--transport-cc"]);
+    check_broadcast(&r);
+    let b = &r["broadcast"];
+    assert!(
+        b["layer_choice"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("estimate")),
+        "{b}"
+    );
+    assert_eq!(n(b, "viewers_with_feedback"), 5, "{b}");
+    assert!(n(b, "feedbacks_sent") >= 5, "{b}");
+    assert!(stdout.contains("viewer feedback"), "{stdout}");
 }

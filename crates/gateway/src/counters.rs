@@ -380,6 +380,10 @@ pub struct ShardCounters {
     pub connected: u64,
     /// Rooms now.
     pub rooms: u64,
+    /// Video streams with a retransmission buffer now (one per publisher stream received).
+    pub retransmit_streams: u64,
+    /// Bytes those buffers hold now ([`crate::feedback::RetransmitBuffer::bytes`]).
+    pub retransmit_bytes: u64,
     /// The members' part of `media`, and members now, by the kind each member joined as
     /// ([`crate::leg::LegKind::index`]).
     pub by_leg: [LegCounters; 3],
@@ -417,6 +421,8 @@ impl ShardCounters {
         self.members += other.members;
         self.connected += other.connected;
         self.rooms += other.rooms;
+        self.retransmit_streams += other.retransmit_streams;
+        self.retransmit_bytes += other.retransmit_bytes;
         for (a, b) in self.by_leg.iter_mut().zip(&other.by_leg) {
             a.members += b.members;
             a.media.add(&b.media);

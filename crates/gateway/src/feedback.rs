@@ -136,9 +136,15 @@ impl RetransmitBuffer {
         }
     }
 
-    /// Bytes held (packet buffers' capacity), for the memory figures.
+    /// Bytes held: the slots (their headers' size, for every slot allocated) and the packet
+    /// buffers' capacity, for the memory figures (`secrelay_retransmit_buffer_bytes`).
     pub fn bytes(&self) -> usize {
-        self.entries.iter().map(|e| e.packet.capacity()).sum()
+        self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self
+                .entries
+                .iter()
+                .map(|e| e.packet.capacity())
+                .sum::<usize>()
     }
 }
 

@@ -611,6 +611,15 @@ impl Room {
         c
     }
 
+    /// The retransmission buffers held now: (video streams buffered, bytes held by all their
+    /// buffers, [`RetransmitBuffer::bytes`]).
+    pub fn retransmit_buffers(&self) -> (u64, u64) {
+        self.members
+            .iter()
+            .flat_map(|m| &m.video_in)
+            .fold((0, 0), |(n, b), v| (n + 1, b + v.buffer.bytes() as u64))
+    }
+
     /// The members now, by the kind each joined as.
     pub fn members_by_kind(&self) -> [u64; 3] {
         let mut n = [0; 3];

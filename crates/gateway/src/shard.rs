@@ -1552,6 +1552,9 @@ impl Shard {
                 c.by_leg[k].members += n;
             }
             c.rooms += 1;
+            let (streams, bytes) = s.room.retransmit_buffers();
+            c.retransmit_streams += streams;
+            c.retransmit_bytes += bytes;
             c.members += s.members.len() as u64;
             c.connected += s
                 .members

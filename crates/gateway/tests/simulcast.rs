@@ -186,4 +186,14 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
     assert!(publisher.layers_sent.iter().all(|l| l.ssrc.is_some()));
     // A rid nobody sends is refused.
     assert!(h.shard.set_layer(now, &room, &id, None, Some("x")).is_err());
+    // One retransmission buffer per layer the publisher sends, whatever the viewers; its
+    // memory is what the buffers hold: at least the packets kept (43 rounds of each layer).
+    let c = h.shard.counters();
+    assert_eq!(c.retransmit_streams, 3);
+    let kept: u64 = LAYERS.iter().map(|l| 43 * l.2 as u64).sum();
+    assert!(
+        c.retransmit_bytes >= kept,
+        "{} < {kept}",
+        c.retransmit_bytes
+    );
 }

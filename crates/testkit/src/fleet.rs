@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use mio::{Events, Interest, Poll, Token};
 
-use crate::participant::{Phase, SimParticipant};
+use crate::participant::{Media, Phase, SimParticipant};
 use crate::signaling::{Leg, Signaling};
+use crate::video;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -36,6 +37,9 @@ pub struct FleetConfig {
     pub connect_timeout: Duration,
     /// Senders also inject a replayed and a forged packet once a second.
     pub inject_bad: bool,
+    /// What the WebRTC participants offer and send: [`Media::Pcmu`] (every kind of leg), or
+    /// [`Media::SimulcastVideo`] (only [`Leg::Whip`] publishers and [`Leg::Whep`] viewers).
+    pub media: Media,
 }
 
 /// Live counters, readable while the fleet runs.
@@ -47,9 +51,9 @@ pub struct FleetProgress {
     pub connected: AtomicU64,
     /// Participants that failed.
     pub failed: AtomicU64,
-    /// Audio packets sent.
+    /// Media packets sent.
     pub sent: AtomicU64,
-    /// Audio packets received.
+    /// Media packets received.
     pub received: AtomicU64,
     /// Set to stop early.
     pub stop: AtomicBool,
@@ -88,6 +92,102 @@ pub struct FleetReport {
     /// The same counts split by kind of leg ([`Leg::name`]), in the order the kinds first
     /// appear.
     pub by_leg: Vec<LegTally>,
+    /// With [`Media::SimulcastVideo`]: what the publishers sent per layer and what each viewer
+    /// received.
+    pub video: Option<VideoReport>,
+}
+
+/// Received packets of one kind (audio or video streams) at the viewers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamCounts {
+    /// Streams (distinct SSRCs) received, all viewers.
+    pub streams: u64,
+    /// Packets received.
+    pub received: u64,
+    /// Packets expected (sequence-number span of each stream).
+    pub expected: u64,
+    /// Expected minus received.
+    pub lost: u64,
+}
+
+/// Packets sent this close to a run's end are left out of the delivery figures (still in
+/// flight when the viewers stopped).
+pub const DELIVERY_GRACE: Duration = Duration::from_millis(250);
+
+/// Packets a publisher sent within a viewer's window, and those the viewer received: unlike
+/// loss from sequence numbers, this counts what never arrived at the end of the run too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivery {
+    /// Packets the publisher sent in the windows (summed over viewers).
+    pub expected: u64,
+    /// Of them, received.
+    pub delivered: u64,
+}
+
+/// The stamps in `sorted` within `[from, to]`.
+fn in_window(sorted: &[u64], from: u64, to: u64) -> u64 {
+    if from > to {
+        return 0;
+    }
+    (sorted.partition_point(|s| *s <= to) - sorted.partition_point(|s| *s < from)) as u64
+}
+
+/// One simulcast layer: what the publishers sent on it and what the viewers got of it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayerTally {
+    /// Its rid.
+    pub rid: &'static str,
+    /// Its target bitrate, bits per second ([`video::LAYERS`]).
+    pub target_bps: u64,
+    /// Frames the publishers made on it.
+    pub frames: u64,
+    /// Of them, keyframes (every few seconds, and on request).
+    pub keyframes: u64,
+    /// Packets the publishers sent on it.
+    pub packets_sent: u64,
+    /// Packets of it the viewers received.
+    pub packets_received: u64,
+    /// Viewers whose last video packet was of this layer (the layer each was sent at the end).
+    pub viewers_at_end: usize,
+    /// Viewers that received any packet of it.
+    pub viewers_any: usize,
+}
+
+/// What a broadcast of simulcast video did: the publishers' layers and the viewers' streams.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VideoReport {
+    /// Publishers (WHIP).
+    pub publishers: usize,
+    /// Viewers (WHEP).
+    pub viewers: usize,
+    /// Keyframe requests (PLI, FIR) the publishers received from the gateway.
+    pub keyframe_requests: u64,
+    /// Per layer, in [`video::LAYERS`] order.
+    pub layers: Vec<LayerTally>,
+    /// Viewers that received audio.
+    pub viewers_with_audio: usize,
+    /// Viewers that received video.
+    pub viewers_with_video: usize,
+    /// Viewers that received exactly one video stream per publisher of their room (one SSRC:
+    /// the layers reach a viewer as one stream).
+    pub viewers_one_video_stream: usize,
+    /// Layer changes the viewers saw, all together.
+    pub switches: u64,
+    /// Viewers that sent transport-cc feedback.
+    pub viewers_with_feedback: usize,
+    /// Transport-cc feedback messages they sent, all together.
+    pub feedbacks: u64,
+    /// Audio delivery: at each viewer, from its first audio packet to [`DELIVERY_GRACE`]
+    /// before the publisher's last, the publisher's packets and those that arrived.
+    pub audio_delivery: Delivery,
+    /// Video delivery over each viewer's last layer: from its first packet after its last
+    /// change of layer to [`DELIVERY_GRACE`] before the publisher's last packet, the packets
+    /// the publisher sent on that layer and those that arrived.
+    pub video_delivery: Delivery,
+    /// The viewers' audio streams.
+    pub audio: StreamCounts,
+    /// The viewers' video streams.
+    pub video: StreamCounts,
 }
 
 /// What the participants of one kind of leg did.
@@ -136,8 +236,15 @@ pub fn join_all(
         let room = format!("{}{}", config.room_prefix, r + 1);
         for i in 0..config.per_room {
             let leg = config.legs[i % config.legs.len().max(1)];
-            let mut p = SimParticipant::join(&config.signaling, &room, leg, config.bind_ip, epoch)
-                .with_context(|| format!("participant {} of room {room}", i + 1))?;
+            let mut p = SimParticipant::join_media(
+                &config.signaling,
+                &room,
+                leg,
+                config.bind_ip,
+                epoch,
+                config.media,
+            )
+            .with_context(|| format!("participant {} of room {room}", i + 1))?;
             p.inject_bad = config.inject_bad;
             progress.joined.fetch_add(1, Ordering::Relaxed);
             all.push(p);
@@ -289,6 +396,9 @@ pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
             *delays.last().expect("not empty"),
         ]);
     }
+    if done.iter().any(|p| p.media.is_video()) {
+        r.video = Some(video_report(done));
+    }
     if !setup.is_empty() {
         setup.sort_unstable();
         r.setup_ms = Some([
@@ -297,6 +407,100 @@ pub fn summarize(done: &[SimParticipant], media_secs: f64) -> FleetReport {
         ]);
     }
     r
+}
+
+/// The broadcast's side of the report: the publishers' layers, the viewers' streams.
+fn video_report(done: &[SimParticipant]) -> VideoReport {
+    let mut v = VideoReport {
+        layers: video::LAYERS
+            .iter()
+            .map(|l| LayerTally {
+                rid: l.rid,
+                target_bps: l.bps,
+                ..LayerTally::default()
+            })
+            .collect(),
+        ..VideoReport::default()
+    };
+    for p in done {
+        if let Some(sender) = &p.video {
+            v.publishers += 1;
+            v.keyframe_requests += sender.keyframe_requests;
+            for (t, l) in v.layers.iter_mut().zip(sender.sent()) {
+                t.frames += l.frames;
+                t.keyframes += l.keyframes;
+                t.packets_sent += l.packets;
+            }
+        }
+        if p.leg != Leg::Whep || !p.media.is_video() {
+            continue;
+        }
+        v.viewers += 1;
+        let mut video_streams = 0;
+        for s in p.streams.values() {
+            let c = if s.payload_type == Some(video::VP8_PT) {
+                video_streams += 1;
+                &mut v.video
+            } else {
+                &mut v.audio
+            };
+            c.streams += 1;
+            c.received += s.received;
+            c.expected += s.expected();
+            c.lost += s.lost();
+        }
+        let audio_streams = p.streams.len() - video_streams;
+        v.viewers_with_audio += usize::from(audio_streams > 0);
+        v.viewers_with_video += usize::from(video_streams > 0);
+        let publishers = done
+            .iter()
+            .filter(|q| q.room == p.room && q.leg == Leg::Whip)
+            .count();
+        v.viewers_one_video_stream += usize::from(video_streams == publishers);
+        // Delivery against the room's publisher (one per room in a broadcast).
+        if let Some(publisher) = done
+            .iter()
+            .find(|q| q.room == p.room && q.leg == Leg::Whip && q.video.is_some())
+        {
+            let sent = &publisher.sent_stamps;
+            let last = sent
+                .audio
+                .iter()
+                .chain(sent.video.iter().flatten())
+                .copied()
+                .max()
+                .unwrap_or(0);
+            let end = last.saturating_sub(DELIVERY_GRACE.as_nanos() as u64);
+            let mut audio = p.video_rx.audio_stamps.clone();
+            audio.sort_unstable();
+            if let Some(&first) = audio.first() {
+                v.audio_delivery.expected += in_window(&sent.audio, first, end);
+                v.audio_delivery.delivered += in_window(&audio, first, end);
+            }
+            if let Some(layer) = p.video_rx.last_layer {
+                let mut got = p.video_rx.video_stamps.clone();
+                got.sort_unstable();
+                if let (Some(&first), Some(sent)) =
+                    (got.first(), sent.video.get(usize::from(layer)))
+                {
+                    v.video_delivery.expected += in_window(sent, first, end);
+                    v.video_delivery.delivered += in_window(&got, first, end);
+                }
+            }
+        }
+        v.switches += p.video_rx.switches;
+        if let Some(t) = &p.twcc {
+            v.viewers_with_feedback += 1;
+            v.feedbacks += t.feedbacks;
+        }
+        for (k, t) in v.layers.iter_mut().enumerate() {
+            let n = p.video_rx.by_layer.get(k).copied().unwrap_or(0);
+            t.packets_received += n;
+            t.viewers_any += usize::from(n > 0);
+            t.viewers_at_end += usize::from(p.video_rx.last_layer == Some(k as u8));
+        }
+    }
+    v
 }
 
 fn drive(
@@ -326,8 +530,10 @@ fn drive(
             t.saturating_duration_since(now)
                 .min(Duration::from_millis(10))
         });
-        poll.poll(&mut events, Some(timeout))
-            .context("fleet poll")?;
+        match poll.poll(&mut events, Some(timeout)) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.context("fleet poll")?,
+        }
         let now = Instant::now();
         for ev in events.iter() {
             if let Some(p) = group.get_mut(ev.token().0) {
@@ -389,8 +595,10 @@ fn drive(
     // Let the last packets in flight arrive, then say goodbye.
     let end = Instant::now() + Duration::from_millis(60);
     while Instant::now() < end {
-        poll.poll(&mut events, Some(Duration::from_millis(5)))
-            .context("fleet poll")?;
+        match poll.poll(&mut events, Some(Duration::from_millis(5))) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r.context("fleet poll")?,
+        }
         let now = Instant::now();
         for ev in events.iter() {
             if let Some(p) = group.get_mut(ev.token().0) {
@@ -403,4 +611,18 @@ fn drive(
         p.close(now);
     }
     Ok(group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_counts_the_stamps_inside_it_ends_included() {
+        let s = [10, 20, 20, 30, 40];
+        assert_eq!(in_window(&s, 20, 30), 3);
+        assert_eq!(in_window(&s, 0, 100), 5);
+        assert_eq!(in_window(&s, 41, 100), 0);
+        assert_eq!(in_window(&s, 30, 20), 0, "an empty window");
+    }
 }

@@ -13,6 +13,9 @@
 //!   `lab gateway-load`, `lab relay-compare`).
 //! * [`signaling`]: the gateway's HTTP side as a client sees it.
 //! * [`ng`]: a SIP proxy's side of rtpengine's ng control protocol.
+//! * [`video`]: a simulated VP8 simulcast sender (three `rid` layers, paced, keyframes on
+//!   request) and the offers of a WHIP publisher and a WHEP viewer of it.
+//! * [`twcc`]: a receiver's transport-cc feedback (what a browser reports of what arrived).
 //! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
 #![forbid(unsafe_code)]
 
@@ -25,8 +28,10 @@ pub mod ng;
 pub mod participant;
 pub mod phone;
 pub mod signaling;
+pub mod twcc;
+pub mod video;
 
 pub use browser::{Browser, Inbound};
 pub use link::{Air, Link, Rng};
-pub use participant::{PeerDtls, Phase, SimParticipant, StreamRx};
+pub use participant::{Media, PeerDtls, Phase, SentStamps, SimParticipant, StreamRx, VideoRx};
 pub use signaling::{Leg, Signaling};

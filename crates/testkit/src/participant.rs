@@ -9,6 +9,12 @@
 //! The audio is a real G.711 tone; the first 8 bytes of each payload carry the send instant
 //! (nanoseconds since the fleet's epoch) so that a receiver in the same process measures the
 //! delay through the gateway. Loss is counted per received stream from RTP sequence numbers.
+//!
+//! With [`Media::SimulcastVideo`] a WebRTC participant offers what a browser with a camera
+//! does (Chrome's offer: Opus audio, VP8 video): a WHIP publisher sends Opus-sized audio and
+//! VP8 in three simulcast layers ([`crate::video::SimulcastSender`], with keyframes on PLI and
+//! FIR from the gateway), and a WHEP viewer receives both and counts its video packets per
+//! layer ([`VideoRx`]).
 
 use std::collections::HashMap;
 use std::io;
@@ -26,6 +32,59 @@ use secrelay_wire::sdp::parse_offer;
 use crate::browser::{answer_candidate, random_bytes, random_token, Browser, Inbound};
 use crate::phone::SimPhone;
 use crate::signaling::{Leg, Signaling};
+use crate::twcc::TwccReceiver;
+use crate::video::{self, SimulcastSender};
+
+/// What a WebRTC participant offers and sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Media {
+    /// One audio section with PCMU; a G.711 tone every 20 ms.
+    #[default]
+    Pcmu,
+    /// Chrome's offer, Opus audio and VP8 video: a WHIP publisher sends Opus-sized audio every
+    /// 20 ms and video in three simulcast layers ([`crate::video`]); a WHEP viewer receives
+    /// both. Only for [`Leg::Whip`] and [`Leg::Whep`].
+    SimulcastVideo {
+        /// Viewers offer the transport-cc header extension and send transport-cc feedback
+        /// every 100 ms ([`crate::twcc`]), so the gateway's estimate chooses their layer;
+        /// without it they send no feedback and the gateway sends them its best layer.
+        transport_cc: bool,
+    },
+}
+
+impl Media {
+    /// Whether it is [`Media::SimulcastVideo`].
+    pub fn is_video(self) -> bool {
+        matches!(self, Media::SimulcastVideo { .. })
+    }
+}
+
+/// What a viewer received on video, per simulcast layer (from each payload's marker,
+/// [`crate::video::read_marker`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VideoRx {
+    /// Video packets received, per layer index (as [`crate::video::LAYERS`]).
+    pub by_layer: [u64; video::MAX_LAYER_COUNT],
+    /// The layer of the last video packet received.
+    pub last_layer: Option<u8>,
+    /// Changes of layer seen (the gateway's switches, as the viewer sees them).
+    pub switches: u64,
+    /// Send instants (ns since the epoch) of the audio packets received.
+    pub audio_stamps: Vec<u64>,
+    /// Send instants of the video packets received since the last change of layer (all of
+    /// [`VideoRx::last_layer`]).
+    pub video_stamps: Vec<u64>,
+}
+
+/// What a publisher of simulcast video sent, by send instant (ns since the epoch), for the
+/// viewers' delivery figures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SentStamps {
+    /// Audio packets' send instants, in order.
+    pub audio: Vec<u64>,
+    /// Video packets' send instants, per layer, in order.
+    pub video: [Vec<u64>; video::MAX_LAYER_COUNT],
+}
 
 /// Where a participant is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +108,8 @@ pub struct StreamRx {
     last_seq: u16,
     /// Packets received.
     pub received: u64,
+    /// The payload type of its first packet.
+    pub payload_type: Option<u8>,
 }
 
 impl StreamRx {
@@ -133,8 +194,20 @@ pub struct SimParticipant {
     started: Instant,
     epoch: Instant,
     payload: Vec<u8>,
-    /// Packets sent.
+    /// Media packets sent (audio and video).
     pub sent: u64,
+    /// Of them, video packets.
+    pub video_sent: u64,
+    /// What it offers and sends.
+    pub media: Media,
+    /// A publisher's video sender ([`Media::SimulcastVideo`] on [`Leg::Whip`]).
+    pub video: Option<Box<SimulcastSender>>,
+    /// What a viewer received on video, per layer.
+    pub video_rx: VideoRx,
+    /// A viewer's transport-cc feedback ([`Media::SimulcastVideo`] with `transport_cc`).
+    pub twcc: Option<TwccReceiver>,
+    /// A publisher's send instants ([`Media::SimulcastVideo`]).
+    pub sent_stamps: SentStamps,
     /// Received streams by (mapped) SSRC.
     pub streams: HashMap<u32, StreamRx>,
     /// Packets that failed to unprotect.
@@ -211,14 +284,57 @@ impl SimParticipant {
         epoch: Instant,
         dtls: PeerDtls,
     ) -> anyhow::Result<SimParticipant> {
+        Self::join_full(signaling, room, leg, bind_ip, epoch, dtls, Media::Pcmu)
+    }
+
+    /// As [`SimParticipant::join`], offering and sending `media` (a WHIP publisher of
+    /// simulcast video, or a WHEP viewer of it, with [`Media::SimulcastVideo`]).
+    pub fn join_media(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+        media: Media,
+    ) -> anyhow::Result<SimParticipant> {
+        Self::join_full(
+            signaling,
+            room,
+            leg,
+            bind_ip,
+            epoch,
+            PeerDtls::default(),
+            media,
+        )
+    }
+
+    fn join_full(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+        dtls: PeerDtls,
+        media: Media,
+    ) -> anyhow::Result<SimParticipant> {
+        if media.is_video() && !matches!(leg, Leg::Whip | Leg::Whep) {
+            bail!("simulcast video is sent by a WHIP publisher and received by WHEP viewers, not by a {} leg", leg.name());
+        }
         if leg.is_phone() {
             if dtls.announce.is_some() || dtls.certificate.is_some() {
                 bail!("a phone's leg ({leg:?}) has no DTLS");
             }
             return Self::join_phone(signaling, room, leg, bind_ip, epoch);
         }
-        let mut browser = Browser::random(0);
-        browser.ts_step = 160;
+        let mut browser = match media {
+            Media::Pcmu => {
+                let mut b = Browser::random(0);
+                b.ts_step = 160;
+                b
+            }
+            // 20 ms of Opus at 48 kHz per packet.
+            Media::SimulcastVideo { .. } => Browser::random(video::OPUS_PT),
+        };
         if let Some(cert) = dtls.certificate {
             browser.cert = cert;
         }
@@ -228,7 +344,25 @@ impl SimParticipant {
         if dtls.passive {
             browser.offer_setup = "passive";
         }
-        let offer = browser.audio_offer(leg.direction(), dtls.announce.as_ref());
+        let offer = match (media, leg) {
+            (Media::Pcmu, _) => browser.audio_offer(leg.direction(), dtls.announce.as_ref()),
+            (Media::SimulcastVideo { .. }, Leg::Whip) => {
+                let own = browser.cert.fingerprint();
+                let chrome = browser
+                    .chrome_offer_with(dtls.announce.as_ref().unwrap_or(&own), browser.offer_setup);
+                video::publisher_offer(&chrome, browser.ssrc, &video::LAYERS)
+            }
+            (Media::SimulcastVideo { transport_cc }, _) => {
+                let own = browser.cert.fingerprint();
+                video::viewer_offer(
+                    &browser.chrome_offer_with(
+                        dtls.announce.as_ref().unwrap_or(&own),
+                        browser.offer_setup,
+                    ),
+                    transport_cc,
+                )
+            }
+        };
         let started = Instant::now();
         let (status, location, body) = signaling.post_offer(&leg.path(room), &offer)?;
         if status != 201 {
@@ -252,9 +386,25 @@ impl SimParticipant {
             browser: Box::new(browser),
             dtls_started: false,
         };
-        Self::new(
+        let mut p = Self::new(
             room, leg, location, socket, gateway, transport, started, epoch,
-        )
+        )?;
+        p.media = media;
+        if let Media::SimulcastVideo { transport_cc } = media {
+            // An Opus-sized payload (its first 8 bytes the send instant).
+            p.payload = vec![0x78; video::OPUS_PAYLOAD];
+            if transport_cc && leg == Leg::Whep {
+                p.twcc = Some(TwccReceiver::new(video::TWCC_EXT_ID, Instant::now(), epoch));
+            }
+            if leg == Leg::Whip {
+                p.video = Some(Box::new(SimulcastSender::new(
+                    &video::LAYERS,
+                    Instant::now(),
+                    epoch,
+                )));
+            }
+        }
+        Ok(p)
     }
 
     /// A WebRTC participant that answers an offer the gateway made (a SIP proxy's call towards
@@ -382,6 +532,12 @@ impl SimParticipant {
             epoch,
             payload: tone()?,
             sent: 0,
+            video_sent: 0,
+            media: Media::Pcmu,
+            video: None,
+            video_rx: VideoRx::default(),
+            twcc: None,
+            sent_stamps: SentStamps::default(),
             streams: HashMap::new(),
             rx_errors: 0,
             delays_us: Vec::new(),
@@ -419,6 +575,16 @@ impl SimParticipant {
         };
         if self.phase == Phase::Connected && self.leg.sends() {
             t = t.min(self.next_send);
+            if let Some(v) = &self.video {
+                t = t.min(v.deadline());
+            }
+        }
+        if let Some(f) = self
+            .twcc
+            .as_ref()
+            .filter(|_| self.phase == Phase::Connected)
+        {
+            t = t.min(f.deadline());
         }
         t
     }
@@ -464,6 +630,53 @@ impl SimParticipant {
                 let behind = now.duration_since(self.next_send).as_micros() / 20_000 + 1;
                 self.next_send += Duration::from_millis(20) * behind as u32;
             }
+            self.send_video(now);
+        }
+        if self.phase == Phase::Connected {
+            self.send_feedback(now);
+        }
+    }
+
+    /// Sends a viewer's transport-cc feedback when it is due.
+    fn send_feedback(&mut self, now: Instant) {
+        let (Some(t), Transport::WebRtc { browser, .. }) = (&mut self.twcc, &mut self.transport)
+        else {
+            return;
+        };
+        if let Some(rtcp) = t.poll(now, browser.ssrc) {
+            if let Some(p) = browser.srtcp(&rtcp) {
+                let _ = self.socket.send_to(&p, self.gateway);
+            }
+        }
+    }
+
+    /// Sends the video packets the pacer lets out at `now` (a publisher of simulcast video).
+    fn send_video(&mut self, now: Instant) {
+        let (Some(v), Transport::WebRtc { browser, .. }) = (&mut self.video, &mut self.transport)
+        else {
+            return;
+        };
+        let Some(tx) = browser.tx.as_mut() else {
+            return;
+        };
+        while let Some(mut p) = v.poll(now) {
+            if let Some((layer, sent)) = RtpHeader::parse(&p)
+                .ok()
+                .and_then(|h| video::read_marker(h.payload()))
+            {
+                if let Some(s) = self.sent_stamps.video.get_mut(usize::from(layer)) {
+                    s.push(sent);
+                }
+            }
+            let len = p.len();
+            p.resize(len + 32, 0);
+            let Ok(n) = tx.protect_rtp(&mut p, len) else {
+                continue;
+            };
+            // UDP: a full buffer drops the datagram, as the network would.
+            let _ = self.socket.send_to(&p[..n], self.gateway);
+            self.sent += 1;
+            self.video_sent += 1;
         }
     }
 
@@ -482,6 +695,9 @@ impl SimParticipant {
         };
         self.send_to_gateway(&pkt);
         self.sent += 1;
+        if self.media.is_video() {
+            self.sent_stamps.audio.push(sent_at);
+        }
         if self.inject_bad && self.sent.is_multiple_of(50) {
             self.send_to_gateway(&pkt);
             // A forgery: a sequence number not seen yet (so the replay check passes) on a
@@ -541,8 +757,43 @@ impl SimParticipant {
                     return;
                 };
                 let p = h.payload();
-                if p.len() >= 8 {
-                    let sent = u64::from_be_bytes(p[..8].try_into().expect("8 bytes"));
+                if let Some(t) = &mut self.twcc {
+                    let seq = h.extension_header().and_then(|e| {
+                        e.elements()
+                            .find(|(id, d, _)| *id == t.ext_id && d.len() == 2)
+                            .map(|(_, d, _)| u16::from_be_bytes([d[0], d[1]]))
+                    });
+                    if let Some(seq) = seq {
+                        t.on_packet(h.ssrc(), seq, now);
+                    }
+                }
+                let video_marker = (self.media.is_video() && h.payload_type() == video::VP8_PT)
+                    .then(|| video::read_marker(p))
+                    .flatten();
+                if let Some((layer, sent)) = video_marker {
+                    let rx = &mut self.video_rx;
+                    if let Some(n) = rx.by_layer.get_mut(usize::from(layer)) {
+                        *n += 1;
+                    }
+                    if rx.last_layer.is_some_and(|l| l != layer) {
+                        rx.switches += 1;
+                        rx.video_stamps.clear();
+                    }
+                    rx.last_layer = Some(layer);
+                    rx.video_stamps.push(sent);
+                } else if self.media.is_video() && h.payload_type() == video::OPUS_PT {
+                    if let Some(b) = p.get(..8) {
+                        let sent = u64::from_be_bytes(b.try_into().expect("8 bytes"));
+                        self.video_rx.audio_stamps.push(sent);
+                    }
+                }
+                let stamp = match video_marker {
+                    Some((_, sent)) => Some(sent),
+                    None => p
+                        .get(..8)
+                        .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes"))),
+                };
+                if let Some(sent) = stamp {
                     let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
                     // A stamp after now is not a fleet sender's (a phone's G.711 in the same
                     // room): no delay from it.
@@ -551,12 +802,30 @@ impl SimParticipant {
                         self.delays_us.push(us.min(u64::from(u32::MAX)) as u32);
                     }
                 }
-                self.streams
-                    .entry(h.ssrc())
-                    .or_default()
-                    .on_seq(h.sequence());
+                let s = self.streams.entry(h.ssrc()).or_default();
+                s.payload_type.get_or_insert(h.payload_type());
+                s.on_seq(h.sequence());
             }
-            Inbound::Rtcp(_) => {}
+            Inbound::Rtcp(len) => {
+                // A publisher makes a keyframe of the layer a PLI or FIR names.
+                if let Some(v) = &mut self.video {
+                    if let Ok(c) = secrelay_wire::rtcp::compound(&d[..len]) {
+                        for f in c.feedback {
+                            match f {
+                                secrelay_wire::rtcp::Feedback::Pli { media, .. } => {
+                                    v.request_keyframe(media);
+                                }
+                                secrelay_wire::rtcp::Feedback::Fir { requests, .. } => {
+                                    for (media, _) in requests {
+                                        v.request_keyframe(media);
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
             Inbound::Refused(_) | Inbound::Other => self.rx_errors += 1,
         }
     }

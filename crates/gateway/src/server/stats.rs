@@ -700,6 +700,18 @@ impl Collector for StatsCollector {
             shards.connected,
         )?;
         gauge(e, "secrelay_rooms", "Rooms", shards.rooms)?;
+        gauge(
+            e,
+            "secrelay_retransmit_buffer_streams",
+            "Video streams received with a retransmission buffer (one per publisher stream, whatever the number of receivers)",
+            shards.retransmit_streams,
+        )?;
+        gauge(
+            e,
+            "secrelay_retransmit_buffer_bytes",
+            "Bytes held by all retransmission buffers (slots and packet buffers)",
+            shards.retransmit_bytes,
+        )?;
         {
             let mut g = e.encode_descriptor(
                 "secrelay_participants_by_leg",

@@ -3,6 +3,12 @@
 //! its `/metrics` (relay latency histogram, drops, packets) and, given its pid, its CPU time
 //! and resident memory from `/proc` — so CPU per relayed packet and memory per participant
 //! are the gateway's own, not the load generator's.
+//!
+//! Two scenarios: rooms of participants that all send and hear G.711 audio (conference and
+//! telephony legs mixed), and a broadcast ([`secrelay_testkit::Media::SimulcastVideo`]): per
+//! room one WHIP publisher sending Opus-sized audio and VP8 in three simulcast layers, and
+//! WHEP viewers that each receive the audio and one layer, with the retransmission buffers'
+//! memory read from the gateway's `/metrics`.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +16,7 @@ use std::time::Instant;
 use anyhow::{bail, Context as _};
 use serde::Serialize;
 
-use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport};
+use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport, StreamCounts};
 
 /// CPU time and resident memory of a process, from `/proc/PID/stat` and `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -71,6 +77,12 @@ pub struct Scrape {
     pub relay_buckets: Vec<(f64, f64)>,
     /// `secrelay_participants_connected`: members whose security is up on the gateway's side.
     pub connected: f64,
+    /// `secrelay_retransmit_buffer_streams`: video streams with a retransmission buffer.
+    pub retransmit_streams: f64,
+    /// `secrelay_retransmit_buffer_bytes`: bytes all those buffers hold.
+    pub retransmit_bytes: f64,
+    /// `secrelay_feedback_total` by event (keyframe requests, NACKs, retransmissions).
+    pub feedback: Vec<(String, f64)>,
 }
 
 /// Parses the OpenMetrics text of secrelay's `/metrics`.
@@ -92,6 +104,15 @@ pub fn parse_metrics(text: &str) -> Scrape {
             s.routed = v;
         } else if name == "secrelay_participants_connected" {
             s.connected = v;
+        } else if name == "secrelay_retransmit_buffer_streams" {
+            s.retransmit_streams = v;
+        } else if name == "secrelay_retransmit_buffer_bytes" {
+            s.retransmit_bytes = v;
+        } else if let Some(event) = name
+            .strip_prefix("secrelay_feedback_total{event=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+        {
+            s.feedback.push((event.to_owned(), v));
         } else if let Some(reason) = name
             .strip_prefix("secrelay_drops_total{reason=\"")
             .and_then(|r| r.strip_suffix("\"}"))
@@ -178,8 +199,129 @@ pub struct LoadReport {
     pub gateway_cpu_us_per_relayed_split: Option<[f64; 2]>,
     /// Gateway resident memory growth per participant (before the joins → all connected), bytes.
     pub gateway_rss_per_participant: Option<f64>,
+    /// Gateway resident memory at the end of the window, bytes.
+    pub gateway_rss_bytes: Option<u64>,
+    /// The broadcast scenario's figures; `None` in rooms of audio participants.
+    pub broadcast: Option<BroadcastReport>,
     /// Failures.
     pub failures: Vec<String>,
+}
+
+/// How the gateway chose the layer each viewer is sent when the viewers send no feedback.
+pub const LAYER_CHOICE_BEST: &str = "best layer: the simulated viewers offer no transport-cc and send no bandwidth feedback, so the gateway sends each the best layer it has";
+/// How it chose with `--transport-cc`.
+pub const LAYER_CHOICE_ESTIMATE: &str = "estimate: the simulated viewers send transport-cc feedback every 100 ms, and the gateway's bandwidth estimate for each chooses its layer";
+
+/// A broadcast of simulcast video: what the publishers sent, what the viewers got, what the
+/// gateway's retransmission buffers held.
+#[derive(Debug, Clone, Serialize)]
+pub struct BroadcastReport {
+    /// Publishers (one per room, WHIP).
+    pub publishers: usize,
+    /// Viewers (WHEP).
+    pub viewers: usize,
+    /// How each viewer's layer was chosen ([`LAYER_CHOICE_BEST`], [`LAYER_CHOICE_ESTIMATE`]).
+    pub layer_choice: &'static str,
+    /// Viewers that sent transport-cc feedback.
+    pub viewers_with_feedback: usize,
+    /// Transport-cc feedback messages they sent.
+    pub feedbacks_sent: u64,
+    /// Per layer: sent, received, viewers on it.
+    pub layers: Vec<LayerRow>,
+    /// Keyframe requests (PLI, FIR) the publishers got from the gateway.
+    pub keyframe_requests: u64,
+    /// Viewers that received audio.
+    pub viewers_with_audio: usize,
+    /// Viewers that received video.
+    pub viewers_with_video: usize,
+    /// Viewers that received exactly one video stream (one SSRC) per publisher.
+    pub viewers_one_video_stream: usize,
+    /// Layer changes the viewers saw, all together.
+    pub switches: u64,
+    /// Audio delivered: at each viewer, the publisher's packets from the viewer's first to
+    /// 250 ms before the end of the run, and how many arrived (counts what never arrived at
+    /// the end too, which sequence numbers cannot).
+    pub audio_delivery: DeliveryRow,
+    /// Video delivered over each viewer's last layer, likewise.
+    pub video_delivery: DeliveryRow,
+    /// The viewers' audio streams (loss from RTP sequence numbers).
+    pub audio: StreamRow,
+    /// The viewers' video streams (loss from RTP sequence numbers).
+    pub video: StreamRow,
+    /// The gateway's video streams with a retransmission buffer, at the end of the window.
+    pub retransmit_streams: f64,
+    /// Bytes all those buffers held then.
+    pub retransmit_bytes: f64,
+    /// Per stream: bytes / streams.
+    pub retransmit_bytes_per_stream: Option<f64>,
+    /// The gateway's feedback counters during the window (non-zero only).
+    pub feedback: Vec<(String, f64)>,
+}
+
+/// One simulcast layer in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerRow {
+    /// Its rid.
+    pub rid: &'static str,
+    /// Its target bitrate, kbit/s.
+    pub target_kbps: u64,
+    /// Frames the publishers made on it.
+    pub frames: u64,
+    /// Of them, keyframes.
+    pub keyframes: u64,
+    /// Packets the publishers sent on it.
+    pub packets_sent: u64,
+    /// Packets of it the viewers received.
+    pub packets_received: u64,
+    /// Viewers sent this layer at the end (their last video packet was of it).
+    pub viewers_at_end: usize,
+    /// Viewers that received any of it.
+    pub viewers_any: usize,
+}
+
+/// Packets sent within the viewers' windows and those that arrived.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DeliveryRow {
+    /// Sent within the windows (summed over viewers).
+    pub expected: u64,
+    /// Of them, received.
+    pub delivered: u64,
+    /// Never received.
+    pub undelivered: u64,
+}
+
+impl From<secrelay_testkit::fleet::Delivery> for DeliveryRow {
+    fn from(d: secrelay_testkit::fleet::Delivery) -> DeliveryRow {
+        DeliveryRow {
+            expected: d.expected,
+            delivered: d.delivered,
+            undelivered: d.expected.saturating_sub(d.delivered),
+        }
+    }
+}
+
+/// Received packets of one kind at the viewers.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct StreamRow {
+    /// Streams (distinct SSRCs), all viewers.
+    pub streams: u64,
+    /// Packets received.
+    pub received: u64,
+    /// Packets expected.
+    pub expected: u64,
+    /// Expected minus received.
+    pub lost: u64,
+}
+
+impl From<StreamCounts> for StreamRow {
+    fn from(c: StreamCounts) -> StreamRow {
+        StreamRow {
+            streams: c.streams,
+            received: c.received,
+            expected: c.expected,
+            lost: c.lost,
+        }
+    }
 }
 
 /// What the participants of one kind of leg sent, received and lost.
@@ -269,6 +411,62 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     let cpu = proc_before
         .zip(proc_after)
         .map(|(a, b)| b.cpu_secs - a.cpu_secs);
+    let feedback = after
+        .feedback
+        .iter()
+        .map(|(k, v)| {
+            let b = before
+                .feedback
+                .iter()
+                .find(|e| &e.0 == k)
+                .map_or(0.0, |e| e.1);
+            (k.clone(), v - b)
+        })
+        .filter(|e| e.1 > 0.0)
+        .collect();
+    let broadcast = r
+        .video
+        .as_ref()
+        .filter(|_| o.fleet.media.is_video())
+        .map(|v| BroadcastReport {
+            publishers: v.publishers,
+            viewers: v.viewers,
+            layer_choice: if v.viewers_with_feedback > 0 {
+                LAYER_CHOICE_ESTIMATE
+            } else {
+                LAYER_CHOICE_BEST
+            },
+            viewers_with_feedback: v.viewers_with_feedback,
+            feedbacks_sent: v.feedbacks,
+            layers: v
+                .layers
+                .iter()
+                .map(|l| LayerRow {
+                    rid: l.rid,
+                    target_kbps: l.target_bps / 1000,
+                    frames: l.frames,
+                    keyframes: l.keyframes,
+                    packets_sent: l.packets_sent,
+                    packets_received: l.packets_received,
+                    viewers_at_end: l.viewers_at_end,
+                    viewers_any: l.viewers_any,
+                })
+                .collect(),
+            keyframe_requests: v.keyframe_requests,
+            viewers_with_audio: v.viewers_with_audio,
+            viewers_with_video: v.viewers_with_video,
+            viewers_one_video_stream: v.viewers_one_video_stream,
+            switches: v.switches,
+            audio_delivery: v.audio_delivery.into(),
+            video_delivery: v.video_delivery.into(),
+            audio: v.audio.into(),
+            video: v.video.into(),
+            retransmit_streams: after.retransmit_streams,
+            retransmit_bytes: after.retransmit_bytes,
+            retransmit_bytes_per_stream: (after.retransmit_streams > 0.0)
+                .then(|| after.retransmit_bytes / after.retransmit_streams),
+            feedback,
+        });
     let q = |p| relay_quantile(&before, &after, p).map(|s| s * 1e6);
     let relay = match (q(0.5), q(0.9), q(0.99), q(0.999)) {
         (Some(a), Some(b), Some(c), Some(d)) => Some([a, b, c, d]),
@@ -319,6 +517,8 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
         gateway_rss_per_participant: rss_before
             .zip(proc_before)
             .map(|(a, b)| (b.rss_bytes as f64 - a.rss_bytes as f64) / r.participants as f64),
+        gateway_rss_bytes: proc_after.map(|p| p.rss_bytes),
+        broadcast,
         failures: r.failures,
     })
 }
@@ -340,6 +540,13 @@ mod tests {
              secrelay_relay_latency_seconds_bucket{le=\"+Inf\"} 110\n",
         );
         assert_eq!(before.forwarded, 10.0);
+        let gauges = parse_metrics(
+            "secrelay_retransmit_buffer_streams 3\nsecrelay_retransmit_buffer_bytes 1500000\n\
+             secrelay_feedback_total{event=\"nacked\"} 4\n",
+        );
+        assert_eq!(gauges.retransmit_streams, 3.0);
+        assert_eq!(gauges.retransmit_bytes, 1.5e6);
+        assert_eq!(gauges.feedback, vec![("nacked".to_string(), 4.0)]);
         assert_eq!(after.drops, vec![("replayed".to_string(), 3.0)]);
         // 100 new observations: 90 in (10 µs, 100 µs], 10 above.
         assert_eq!(relay_quantile(&before, &after, 0.5), Some(0.0001));
