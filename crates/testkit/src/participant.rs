@@ -74,6 +74,9 @@ pub struct VideoRx {
     /// Send instants of the video packets received since the last change of layer (all of
     /// [`VideoRx::last_layer`]).
     pub video_stamps: Vec<u64>,
+    /// Retransmissions received (RTX: answers to NACKs, the gateway's bandwidth probes); not
+    /// a stream of their own.
+    pub rtx: u64,
 }
 
 /// What a publisher of simulcast video sent, by send instant (ns since the epoch), for the
@@ -766,6 +769,11 @@ impl SimParticipant {
                     if let Some(seq) = seq {
                         t.on_packet(h.ssrc(), seq, now);
                     }
+                }
+                if self.media.is_video() && h.payload_type() == video::RTX_PT {
+                    // Reported on in transport-cc feedback (above), like any packet.
+                    self.video_rx.rtx += 1;
+                    return;
                 }
                 let video_marker = (self.media.is_video() && h.payload_type() == video::VP8_PT)
                     .then(|| video::read_marker(p))

@@ -32,6 +32,8 @@ pub const TWCC_EXT_ID: u8 = 3;
 pub const VP8_PT: u8 = 96;
 /// Opus's payload type in the offers (Chrome's).
 pub const OPUS_PT: u8 = 111;
+/// The RTX payload type of Chrome's offer (`apt=96`): retransmissions and bandwidth probes.
+pub const RTX_PT: u8 = 97;
 /// VP8 payload per packet at most: with the 12-byte header, the 8-byte `rid` extension and
 /// the 4-byte descriptor, RTP packets of at most 1,200 bytes before SRTP's tag.
 pub const MAX_PAYLOAD: usize = 1_176;
