@@ -22,7 +22,7 @@ const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// `secrelay serve` on its defaults, but for loopback addresses and two workers.
 fn start() -> Server {
     Server::start(ServeConfig {
-        http: "127.0.0.1:0".parse().unwrap(),
+        http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 2,
         drain_secs: 0.1,
@@ -48,6 +48,7 @@ fn rsa_peers_offering_cm_sha1_80_only_publish_and_play_in_both_dtls_roles() {
     let sig = Signaling {
         base_url: s.url(),
         token: None,
+        ca: None,
     };
     let epoch = Instant::now();
     // (room, publisher passive, viewer passive): the gateway as DTLS server for both, as client
