@@ -127,14 +127,14 @@ fn refusals_name_the_standard_status_and_a_reason() {
     assert!(r.body.starts_with("bad SDP offer"), "{}", r.body);
     assert_eq!(r.body.trim_end().lines().count(), 1, "one line: {}", r.body);
 
-    // Audio offered only as G.722: nothing the gateway forwards.
-    let g722 = offer(Leg::Whip)
+    // Audio offered only as G.729: nothing the gateway forwards.
+    let g729 = offer(Leg::Whip)
         .replace(
             "m=audio 9 UDP/TLS/RTP/SAVPF 0",
-            "m=audio 9 UDP/TLS/RTP/SAVPF 9",
+            "m=audio 9 UDP/TLS/RTP/SAVPF 18",
         )
-        .replace("a=rtpmap:0 PCMU/8000", "a=rtpmap:9 G722/8000");
-    let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&g722));
+        .replace("a=rtpmap:0 PCMU/8000", "a=rtpmap:18 G729/8000");
+    let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&g729));
     assert_eq!(r.status, 422, "{}", r.body);
     assert!(r.body.contains("codec"), "{}", r.body);
 

@@ -87,7 +87,7 @@ impl Default for RtpConfig {
     fn default() -> RtpConfig {
         RtpConfig {
             announce: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-            audio_codecs: vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            audio_codecs: CodecId::DEFAULT_AUDIO.to_vec(),
             sdes_suites: vec![
                 Profile::AeadAes256Gcm,
                 Profile::AeadAes128Gcm,
@@ -322,7 +322,7 @@ impl RtpLeg {
                 }
             }
         }
-        if codecs.is_empty() {
+        if codecs.iter().all(|(id, _)| id.is_event()) {
             return Err(RtpLegError::NoCommonCodec);
         }
         let (security, answer_crypto) = if section.transport.is_sdes() {
@@ -383,6 +383,7 @@ impl RtpLeg {
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
             simulcast: Vec::new(),
+            ptime: section.ptime,
         }];
         let rtcp_mux = section.rtcp_mux;
         let sections: Vec<RtpSectionAnswer> = offer
@@ -520,6 +521,7 @@ impl RtpLeg {
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
             simulcast: Vec::new(),
+            ptime: spec.ptime,
         }];
         let section = RtpSectionAnswer {
             kind: MediaKind::Audio,
@@ -677,6 +679,9 @@ impl RtpLeg {
         }
         self.sdp[0].codecs = answered.into_iter().map(|(_, c)| c).collect();
         self.media[0].codecs = codecs;
+        if a.ptime.is_some() {
+            self.media[0].ptime = a.ptime;
+        }
         self.media[0].peer_sends = a.direction.sends();
         self.media[0].peer_receives = a.direction.receives();
         self.rtcp_mux = a.rtcp_mux;

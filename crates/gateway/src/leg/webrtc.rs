@@ -79,7 +79,7 @@ impl Default for WebRtcConfig {
         WebRtcConfig {
             ice: IceConfig::default(),
             candidates: Vec::new(),
-            audio_codecs: vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            audio_codecs: CodecId::DEFAULT_AUDIO.to_vec(),
             video_codecs: vec![CodecId::Vp8, CodecId::H264],
             srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
             dtls_timers: Timers::default(),
@@ -367,6 +367,7 @@ impl WebRtcLeg {
                     feedback: feedback.clone(),
                     extmaps: extmaps.clone(),
                     simulcast: simulcast.clone(),
+                    ptime: None,
                 });
             }
             answers.push(MediaAnswer {
@@ -495,6 +496,7 @@ impl WebRtcLeg {
                 feedback: SectionFeedback::default(),
                 extmaps: Vec::new(),
                 simulcast: Vec::new(),
+                ptime: None,
             });
             offered.push(MediaAnswer {
                 mid,
@@ -708,6 +710,7 @@ impl WebRtcLeg {
                     feedback: fb.clone(),
                     extmaps: extmap_ids,
                     simulcast: Vec::new(),
+                    ptime: None,
                 });
                 sections.push(MediaAnswer {
                     mid,

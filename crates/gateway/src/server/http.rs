@@ -446,14 +446,13 @@ impl OfferRequest {
             ));
         }
         let codecs = match self.codecs {
-            None => vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            None => CodecId::DEFAULT_AUDIO.to_vec(),
             Some(names) => names
                 .iter()
                 .map(|n| {
-                    CodecId::ALL
-                        .into_iter()
-                        .find(|c| c.is_audio() && c.name().eq_ignore_ascii_case(n))
-                        .ok_or_else(|| format!("codec {n:?}: opus, PCMU or PCMA"))
+                    CodecId::by_name(n).filter(|c| c.is_audio()).ok_or_else(|| {
+                        format!("codec {n:?}: opus, PCMU, PCMA, G722 or telephone-event")
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
@@ -862,7 +861,11 @@ async fn index_page() -> Response {
 /// statistics; no external assets).
 async fn room_page(State(s): State<AppState>, Path(room): Path<String>) -> Response {
     if !valid_room(&room) {
-        return refuse(&s, StatusCode::BAD_REQUEST, "a room name is 1-64 characters of [A-Za-z0-9_.-]");
+        return refuse(
+            &s,
+            StatusCode::BAD_REQUEST,
+            "a room name is 1-64 characters of [A-Za-z0-9_.-]",
+        );
     }
     page(include_str!("room.html"))
 }
