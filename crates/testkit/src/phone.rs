@@ -192,8 +192,11 @@ impl SimPhone {
     }
 
     /// Answers an offer made to the phone (by a gateway, for a SIP proxy): takes where to
-    /// send, PCMU, and (SDES) the offered line of its own suite with the gateway's key; the
-    /// answer names that line's tag with the phone's key. Err: what it cannot answer.
+    /// send, the first of its [`SimPhone::formats`] the offer has (PCMU by default) and a
+    /// telephone-event of its own the offer has, under the offer's payload types (it sends
+    /// audio under that one from then on), and (SDES) the offered line of its own suite with
+    /// the gateway's key; the answer names that line's tag with the phone's key. Err: what it
+    /// cannot answer.
     pub fn answer_offer(&mut self, offer: &str) -> Result<String, String> {
         let d = parse_rtp(offer).map_err(|e| e.to_string())?;
         let a = d
@@ -203,12 +206,34 @@ impl SimPhone {
             .ok_or("the offer has no section with a port")?;
         let ip = a.address.ok_or("the offer has no address")?;
         self.gateway = Some(SocketAddr::new(ip, a.port));
-        if !a
-            .codecs
+        // (payload type in the offer, rtpmap) of each of our formats it has, ours in order.
+        let offered: Vec<(u8, String)> = self
+            .formats
             .iter()
-            .any(|c| c.pt == 0 && c.name.eq_ignore_ascii_case("PCMU"))
-        {
-            return Err("the offer has no PCMU on 0".into());
+            .filter_map(|(_, map)| {
+                let mut it = map.split('/');
+                let (name, clock) = (it.next()?, it.next()?.parse::<u32>().ok()?);
+                a.codecs
+                    .iter()
+                    .find(|c| c.name.eq_ignore_ascii_case(name) && c.clock_rate == clock)
+                    .map(|c| (c.pt, map.clone()))
+            })
+            .collect();
+        let audio = offered
+            .iter()
+            .find(|(_, m)| !m.starts_with("telephone-event"))
+            .cloned()
+            .ok_or("the offer has none of the phone's codecs")?;
+        let events = offered
+            .iter()
+            .find(|(_, m)| m.starts_with("telephone-event"))
+            .cloned();
+        self.pt = audio.0;
+        let mut formats = format!("{}", audio.0);
+        let mut maps = format!("a=rtpmap:{} {}\r\n", audio.0, audio.1);
+        if let Some((pt, map)) = &events {
+            formats.push_str(&format!(" {pt}"));
+            maps.push_str(&format!("a=rtpmap:{pt} {map}\r\na=fmtp:{pt} 0-16\r\n"));
         }
         let mut crypto_line = String::new();
         if let (Some(p), Some(k)) = (self.sdes, &self.key) {
@@ -230,7 +255,7 @@ impl SimPhone {
         }
         Ok(format!(
             "v=0\r\no=phone 2 2 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
-             m=audio {port} {proto} 0\r\na=rtpmap:0 PCMU/8000\r\n{crypto_line}a=sendrecv\r\n",
+             m=audio {port} {proto} {formats}\r\n{maps}{crypto_line}a=sendrecv\r\n",
             ip = self.addr.ip(),
             port = self.addr.port(),
             proto = if self.sdes.is_some() {
