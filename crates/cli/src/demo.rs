@@ -185,6 +185,8 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
         connect_timeout: Duration::from_secs(20),
         inject_bad: true,
+        transcode: false,
+        mix: false,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

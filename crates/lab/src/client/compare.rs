@@ -219,6 +219,8 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
             bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
+            transcode: false,
+            mix: false,
         },
         server_pid: Some(child.0.id()),
     };

@@ -280,6 +280,8 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         bind_ip: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
         connect_timeout: Duration::from_secs(60),
         inject_bad: false,
+        transcode: false,
+        mix: false,
     };
     let progress = std::sync::Arc::new(FleetProgress::default());
     let group = fleet::join_all(&cfg, &progress, Instant::now())?;
