@@ -140,8 +140,9 @@ pub fn join_all(
     let mut all = Vec::new();
     for r in 0..config.rooms {
         let room = format!("{}{}", config.room_prefix, r + 1);
-        if config.mix {
-            config.signaling.set_mixing(&room, true)?;
+        // A gateway keeps a room's setting by name: say it either way when it matters.
+        if config.mix || config.transcode {
+            config.signaling.set_mixing(&room, config.mix)?;
         }
         for i in 0..config.per_room {
             let leg = config.legs[i % config.legs.len().max(1)];
