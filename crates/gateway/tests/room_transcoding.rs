@@ -467,3 +467,31 @@ fn a_mixed_three_party_call_each_hears_the_other_two_and_not_itself() {
     let snap = h.shard.snapshot(h.now, Some("conf"));
     assert!(snap[0].mixing);
 }
+
+#[test]
+fn a_receiver_is_sent_transcoded_audio_in_the_codec_its_offer_prefers() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    // Both G.711 laws offered, A-law first; and the default phone (PCMU, PCMA, Opus), which
+    // takes the browser's Opus as it is.
+    let alaw_first = h
+        .join_phone(
+            "r",
+            SimPhone::plain(2).with_formats(&[(8, "PCMA/8000"), (0, "PCMU/8000")]),
+        )
+        .unwrap();
+    let any = h.join_phone("r", SimPhone::plain(3)).unwrap();
+    for p in opus_packets(900.0, 20) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let rx = phone_rx(&h, alaw_first);
+    assert!(rx.iter().all(|p| p.0 == 8), "PCMA, its first choice");
+    assert_tone(&decode(&mut Pcma, 8, &rx, 20), 8000, 900.0);
+    assert!(
+        phone_rx(&h, any).iter().all(|p| p.0 == 111),
+        "relayed as Opus"
+    );
+    assert_eq!(h.phone_counters(any).unwrap().transcoded, 0);
+}

@@ -194,7 +194,9 @@ pub struct NegotiatedMedia {
     pub mid: String,
     /// Audio or video.
     pub kind: MediaKind,
-    /// Codecs accepted with the offerer's payload types, our preference first.
+    /// Codecs accepted with the offerer's payload types, in the order of the peer's offer (or
+    /// answer): its preference first, what it is sent transcoded audio in
+    /// ([`crate::transcode::Format::for_receiver`]). The SDP answer lists them in ours.
     pub codecs: Vec<(CodecId, u8)>,
     /// Whether the participant sends on this section.
     pub peer_sends: bool,
@@ -342,7 +344,7 @@ impl SectionFeedback {
     }
 }
 
-/// The payload type `media` negotiated for `codec` (the first section's, our preference first).
+/// The payload type `media` negotiated for `codec` (the first section's).
 fn payload_type_in(media: &[NegotiatedMedia], codec: CodecId) -> Option<u8> {
     media
         .iter()

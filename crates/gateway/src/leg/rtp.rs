@@ -295,6 +295,13 @@ fn choose_crypto(
     Ok((c.clone(), profile, key))
 }
 
+/// `chosen` (in our order) as (codec, payload type) in the order `offered` lists them.
+pub(crate) fn in_offer_order(chosen: &[(CodecId, Codec)], offered: &[Codec]) -> Vec<(CodecId, u8)> {
+    let mut v: Vec<(CodecId, u8)> = chosen.iter().map(|(id, c)| (*id, c.pt)).collect();
+    v.sort_by_key(|(_, pt)| offered.iter().position(|c| c.pt == *pt));
+    v
+}
+
 impl RtpLeg {
     /// A leg for `offer` on the local `ports`, created at `now` (the media timeout starts).
     pub fn new(
@@ -376,7 +383,7 @@ impl RtpLeg {
         let media = vec![NegotiatedMedia {
             mid: section.mid.clone().unwrap_or_else(|| chosen.to_string()),
             kind: MediaKind::Audio,
-            codecs: codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
+            codecs: in_offer_order(&codecs, &section.codecs),
             peer_sends: section.direction.sends(),
             peer_receives: section.direction.receives(),
             our_ssrc,

@@ -357,10 +357,12 @@ impl WebRtcLeg {
                 );
             }
             if direction.is_some() {
+                let owned: Vec<(CodecId, Codec)> =
+                    chosen.iter().map(|(id, c)| (*id, (*c).clone())).collect();
                 media.push(NegotiatedMedia {
                     mid: m.mid.clone(),
                     kind: m.kind.clone(),
-                    codecs: chosen.iter().map(|(id, c)| (*id, c.pt)).collect(),
+                    codecs: super::rtp::in_offer_order(&owned, &m.codecs),
                     peer_sends: m.direction.sends(),
                     peer_receives: m.direction.receives(),
                     our_ssrc,
