@@ -5,13 +5,13 @@ The test that runs this script puts two telephony legs in the room first (`POST
 /rooms/{room}/rtp`): an SDES-SRTP phone whose SRTP is libsrtp's and a plain RTP phone, each
 sending its own G.711 tone. This script joins the room (`POST /rooms/{room}/join`) with one
 sendrecv audio transceiver that sends a 660 Hz sine and one recvonly transceiver (two receive
-slots: one track per phone), both limited to PCMU so that the phones can decode what it sends
-(the gateway does not transcode). It listens until each track holds `--seconds` of audio, finds
+slots: one track per phone), both limited to `--codec`: PCMU, which the phones take as it is,
+or Opus, which the phones do not take, so the gateway transcodes both ways. It listens until each track holds `--seconds` of audio, finds
 which of the `--expect` tones each track carries, keeps talking for `--talk` seconds more so the
 phones can hear it, and leaves with DELETE.
 
 Prints one JSON line and exits 0 only when every expected tone was heard, each on its own track.
-Usage: aiortc_phones.py --base http://127.0.0.1:PORT --room NAME --expect 1000,1400
+Usage: aiortc_phones.py --base http://127.0.0.1:PORT --room NAME --expect 1000,1400 [--codec opus]
 """
 
 import argparse
@@ -26,9 +26,10 @@ from aiortc.rtcrtpsender import RTCRtpSender
 from aiortc_tone import JOINER_HZ, Peer, Receiver, SineTrack
 
 
-def pcmu_only(transceiver):
+def only(transceiver, codec):
     caps = RTCRtpSender.getCapabilities("audio")
-    transceiver.setCodecPreferences([c for c in caps.codecs if c.mimeType.lower() == "audio/pcmu"])
+    want = f"audio/{codec.lower()}"
+    transceiver.setCodecPreferences([c for c in caps.codecs if c.mimeType.lower() == want])
 
 
 async def run(args):
@@ -36,8 +37,8 @@ async def run(args):
     expect = [float(x) for x in args.expect.split(",") if x]
     result = {"room": args.room, "expect": expect, "sends_hz": JOINER_HZ}
     peer = Peer(base, f"/rooms/{args.room}/join")
-    pcmu_only(peer.pc.addTransceiver(SineTrack(JOINER_HZ), direction="sendrecv"))
-    pcmu_only(peer.pc.addTransceiver("audio", direction="recvonly"))
+    only(peer.pc.addTransceiver(SineTrack(JOINER_HZ), direction="sendrecv"), args.codec)
+    only(peer.pc.addTransceiver("audio", direction="recvonly"), args.codec)
     slots = []
     tasks = []
 
@@ -83,6 +84,7 @@ def main():
     ap.add_argument("--base", required=True, help="the gateway's HTTP URL, e.g. http://127.0.0.1:8080")
     ap.add_argument("--room", required=True)
     ap.add_argument("--expect", required=True, help="the phones' tones in Hz, comma-separated")
+    ap.add_argument("--codec", default="PCMU", help="the one audio codec to offer: PCMU or opus")
     ap.add_argument("--seconds", type=float, default=1.5, help="audio each track analyses")
     ap.add_argument("--talk", type=float, default=3.0, help="seconds to go on talking after listening")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")

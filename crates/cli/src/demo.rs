@@ -186,6 +186,8 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         connect_timeout: Duration::from_secs(20),
         inject_bad: true,
         media: secrelay_testkit::Media::Pcmu,
+        transcode: false,
+        mix: false,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

@@ -72,6 +72,15 @@ pub struct GatewayLoadArgs {
     /// viewers (N must be a multiple).
     #[arg(long, value_name = "P", default_value_t = 1, requires = "viewers")]
     pub publishers: usize,
+    /// Codecs that make the gateway transcode: `join` participants offer and send only Opus,
+    /// phones (`sdes`, `plain`) only PCMU (no end-to-end delay is measured then: the send
+    /// instant stamped in the audio would not survive transcoding).
+    #[arg(long)]
+    pub transcode: bool,
+    /// Every room mixes its audio (N−1, `PATCH /api/rooms/{room}`): each participant receives
+    /// one stream, the others' sum.
+    #[arg(long)]
+    pub mix: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -158,6 +167,8 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
             media,
+            transcode: a.transcode,
+            mix: a.mix,
         },
         server_pid: a.server_pid,
     };
@@ -300,6 +311,12 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
         r.gateway_forwarded,
         (r.gateway_routed + r.gateway_forwarded) / r.media_secs.max(1e-9)
     );
+    if r.gateway_transcoded > 0.0 {
+        println!(
+            "  transcoding        {:.0} copies transcoded or mixed; {:.0} packets decoded, {:.0} encoded",
+            r.gateway_transcoded, r.gateway_decoded, r.gateway_encoded
+        );
+    }
     if let Some([p50, p90, p99, p999]) = r.relay_latency_us {
         println!("  relay latency      p50 ≤{p50:.0} µs, p90 ≤{p90:.0} µs, p99 ≤{p99:.0} µs, p99.9 ≤{p999:.0} µs (gateway histogram)");
     }

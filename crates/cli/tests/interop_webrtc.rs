@@ -1052,6 +1052,79 @@ fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room
 }
 
 #[test]
+fn aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded() {
+    let test = "aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    // Phones that offer PCMU only: an SDES one whose SRTP is libsrtp's, and a plain one.
+    let mut phones = vec![
+        TonePhone::join(&gw.base, "transcoded", true, 0x5de5, 1000.0),
+        TonePhone::join(&gw.base, "transcoded", false, 0x9a1e, 1400.0),
+    ];
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let talker = std::thread::spawn(move || {
+        let mut next = Instant::now();
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            for p in &mut phones {
+                p.send_frame();
+                p.read();
+            }
+            next += Duration::from_millis(20);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        phones
+    });
+    // aiortc offers Opus only: it hears the phones' PCMU as Opus, they hear its Opus as PCMU.
+    let (v, ok) = run_script(
+        &python,
+        "aiortc_phones.py",
+        &[
+            "--base",
+            &gw.base,
+            "--room",
+            "transcoded",
+            "--expect",
+            "1000,1400",
+            "--codec",
+            "opus",
+        ],
+        &gw,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let phones = talker.join().expect("the phones' thread");
+    assert!(ok, "aiortc_phones.py failed: {v}");
+    assert_eq!(v["codecs"][0], "opus", "{v}");
+    for (p, name) in [(&phones[0], "sdes"), (&phones[1], "plain")] {
+        assert_eq!(
+            p.failed, 0,
+            "{name}: libsrtp opens everything the gateway sends it"
+        );
+        let (share, samples) = p.tone_share(660.0);
+        assert!(
+            share >= 0.5,
+            "{name} phone: aiortc's 660 Hz, sent as Opus, holds {share:.2} of the energy of the best of {} PCMU streams ({samples} samples)",
+            p.heard.len()
+        );
+    }
+    assert!(gw.metric("secrelay_media_transcoded_total") > 100.0);
+    assert!(gw.metric("secrelay_media_decoded_total") > 100.0);
+    for p in &phones {
+        let r = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent()
+            .delete(&format!("{}{}", gw.base, p.location))
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+}
+
+#[test]
 fn chromium_calls_a_plain_rtp_phone_through_the_ng_protocol() {
     ng_call_between_chromium_and_a_phone(
         "chromium_calls_a_plain_rtp_phone_through_the_ng_protocol",

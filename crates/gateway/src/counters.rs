@@ -56,11 +56,13 @@ pub enum DropReason {
     /// A copy not forwarded: the receiver demultiplexes by section (it agreed on `mid`) and has
     /// no receive section free for the stream (one comes with a renegotiation).
     NoSlot,
+    /// Audio to transcode or mix whose payload did not decode (malformed or truncated).
+    Undecodable,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 20] = [
+    pub const ALL: [DropReason; 21] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -81,6 +83,7 @@ impl DropReason {
         DropReason::UnlatchedSource,
         DropReason::PaddingOnly,
         DropReason::NoSlot,
+        DropReason::Undecodable,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -106,6 +109,7 @@ impl DropReason {
             DropReason::UnlatchedSource => "unlatched_source",
             DropReason::PaddingOnly => "padding_only",
             DropReason::NoSlot => "no_slot",
+            DropReason::Undecodable => "undecodable",
         }
     }
 
@@ -183,6 +187,15 @@ pub struct Counters {
     /// Of those, copies sent outside a receive slot (under an SSRC its answer does not
     /// announce: it offered fewer receiving sections of the kind than the room has senders).
     pub unslotted: u64,
+    /// Of those, copies transcoded for it (or mixed): audio of a codec it did not take,
+    /// decoded and encoded again in one it did.
+    pub transcoded: u64,
+    /// Audio packets from the member decoded to be transcoded or mixed: once per packet,
+    /// however many receivers and formats.
+    pub decoded: u64,
+    /// Audio packets encoded from the member's decoded stream (or, in a mixing room, for the
+    /// member's mix): once per receiving format, not once per receiver.
+    pub encoded: u64,
     /// What was not delivered, by reason.
     pub drops: Drops,
     /// RTCP feedback the member took part in.
@@ -254,6 +267,9 @@ impl Counters {
             routed,
             forwarded,
             unslotted,
+            transcoded,
+            decoded,
+            encoded,
             drops,
             feedback,
         } = other;
@@ -266,6 +282,9 @@ impl Counters {
         self.routed += routed;
         self.forwarded += forwarded;
         self.unslotted += unslotted;
+        self.transcoded += transcoded;
+        self.decoded += decoded;
+        self.encoded += encoded;
         for (a, b) in self.drops.0.iter_mut().zip(drops.0) {
             *a += b;
         }
@@ -460,6 +479,9 @@ mod tests {
             routed: 7,
             forwarded: 8,
             unslotted: 9,
+            transcoded: 11,
+            decoded: 12,
+            encoded: 13,
             drops: Drops::default(),
             feedback: FeedbackCounters {
                 retransmitted: 10,
@@ -472,6 +494,7 @@ mod tests {
         sum.add(&a);
         assert_eq!(sum.packets_in, 2);
         assert_eq!(sum.unslotted, 18);
+        assert_eq!((sum.transcoded, sum.decoded, sum.encoded), (22, 24, 26));
         assert_eq!(sum.feedback.retransmitted, 20);
         assert_eq!(sum.drops[DropReason::Replayed], 2);
         assert_eq!(sum.drops.total(), 2);

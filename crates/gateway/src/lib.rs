@@ -9,6 +9,8 @@
 //!   WebRTC ([`leg::WebRtcLeg`]: offer/answer, ICE-lite, DTLS-SRTP).
 //! * [`ice_lite`]: the ICE-lite agent of one WebRTC leg (RFC 8445 §2.5, consent freshness
 //!   RFC 7675).
+//! * [`transcode`]: audio of a codec a receiver did not take, decoded once per sender and
+//!   encoded once per receiving format (and a mixing room's N−1 mixes).
 //! * [`counters`]: the one counter model: per member, summed for rooms, shards and the server.
 //! * [`server`]: the edge: packet workers on one UDP port (recvmmsg/sendmmsg, SO_REUSEPORT),
 //!   HTTP signaling (WHIP, WHEP, room joins, JSON API), Prometheus metrics, graceful shutdown,
@@ -26,6 +28,7 @@ pub mod rtcp;
 pub mod server;
 pub mod shard;
 pub mod simulcast;
+pub mod transcode;
 
 pub use server::{ServeConfig, Server};
 pub use shard::{Datagram, Shard, ShardConfig};

@@ -23,7 +23,24 @@
 //! extension (a browser) demultiplexes by section, and a stream under an occupied section's
 //! mid would take it over: it gets nothing outside its slots (`no_slot`), and a renegotiation
 //! gives it the sections it lacks.
-//! Packets of a codec the receiver did not accept are dropped and counted.
+//!
+//! # Transcoding
+//! Audio of a codec the receiver did not accept goes to it transcoded when it accepted one the
+//! gateway can encode ([`crate::transcode`]): the sender's stream is decoded once, encoded once
+//! per distinct receiving format (codec and `a=ptime`, [`Format::for_receiver`]), and each
+//! encoded packet takes the receiver's slot like a relayed stream (its own SSRC, payload type,
+//! numbering and keys). Telephone-events of a transcoded stream follow it, re-timed and
+//! numbered in the transcoded stream, under the receiver's telephone-event payload type of the
+//! output's clock. Same-codec audio and video are relayed as they are, never decoded. What
+//! cannot reach a receiver (a codec it did not take and none we can encode, events when it
+//! took none) is dropped and counted (`no_codec`); audio that does not decode is dropped and
+//! counted at its sender (`undecodable`).
+//!
+//! # Mixing
+//! A room set to mix ([`Room::set_mixing`]) decodes each member's audio once into an N−1
+//! mixer, and every 20 ms ([`Room::mix_due`], on the caller's clock) sends each receiving
+//! member the sum of the others, never itself, encoded in its own format on one stream: what
+//! telephones, which take one stream only, need in a conference. Video is relayed as always.
 //!
 //! # RTCP
 //! RTCP is terminated at the gateway, not forwarded: each member gets the gateway's own
@@ -93,6 +110,8 @@ use crate::feedback::{unwrap_rtx, write_rtx, KeyframeGate, Lookup, RetransmitBuf
 use crate::leg::{CodecId, CopyTarget, ExtIds, Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::simulcast::{Decision, LayerInfo, LayerView, Layers, MAX_LAYERS};
+use crate::transcode::{Format, Mixing, TranscodeError, Transcoding, Work};
+use secrelay_media::transcode::InPacket;
 use secrelay_wire::video::{starts_keyframe, vp8_descriptor, vp8_rewrite, VideoFormat};
 
 /// A member's handle in its room.
@@ -426,6 +445,245 @@ impl Member {
     }
 }
 
+impl Member {
+    /// The SSRC the member sees for `source`'s stream `ssrc` forwarded outside a slot (made
+    /// the first time, unlike any it sees), and whether it was made just now.
+    fn unslotted_ssrc(&mut self, source: MemberId, ssrc: u32) -> (u32, bool) {
+        if let Some(e) = self
+            .unslotted
+            .iter()
+            .find(|(s, x, _)| *s == source && *x == ssrc)
+        {
+            return (e.2, false);
+        }
+        let taken = |n: u32| {
+            n == 0
+                || self.unslotted.iter().any(|e| e.2 == n)
+                || self.slots.iter().any(|s| s.ssrc == n)
+        };
+        let mut n = random_ssrc();
+        while taken(n) {
+            n = random_ssrc();
+        }
+        self.unslotted.push((source, ssrc, n));
+        (n, true)
+    }
+
+    /// Sends the member a packet the gateway made for it (`pkt`, whose header is `facts`: a
+    /// transcoded or mixed stream of `codec`, keyed as `source`'s stream `ssrc`): on the slot
+    /// the stream holds (taken if free) or outside one, with the payload type, SSRC, numbering
+    /// and header extensions it sees, counted as forwarded and transcoded.
+    fn send_made(
+        &mut self,
+        (source, ssrc): (MemberId, u32),
+        codec: CodecId,
+        pkt: &mut Vec<u8>,
+        facts: &RtpFacts,
+        copy_scratch: &mut Vec<u8>,
+        env: &mut CopyEnv<'_, '_>,
+    ) {
+        let Some(target) = self.leg.copy_target() else {
+            self.leg.counters_mut().drop(DropReason::ReceiverNotReady);
+            return;
+        };
+        let (seq, ts) = (facts.sequence, facts.timestamp);
+        let (pt, mapped, seq, ts, slot_index) = match self.slot_for((source, ssrc), codec, seq, ts)
+        {
+            Some((k, pt, _)) => {
+                let slot = &mut self.slots[k];
+                let out = (
+                    seq.wrapping_add(slot.seq_offset),
+                    ts.wrapping_add(slot.ts_offset),
+                );
+                slot.last = Some(out);
+                slot.last_at = Some(env.received);
+                (pt, slot.ssrc, out.0, out.1, Some(k))
+            }
+            None => {
+                if self.ext.mid != 0 {
+                    self.leg.counters_mut().drop(DropReason::NoSlot);
+                    return;
+                }
+                let Some(pt) = self.leg.payload_type_for(codec) else {
+                    self.leg.counters_mut().drop(DropReason::NoCodec);
+                    return;
+                };
+                self.leg.counters_mut().unslotted += 1;
+                let (mapped, _) = self.unslotted_ssrc(source, ssrc);
+                (pt, mapped, seq, ts, None)
+            }
+        };
+        let payload = pkt.len().saturating_sub(usize::from(facts.header_len));
+        self.rtcp
+            .on_sent(mapped, codec.clock_rate(), ts, payload, env.received);
+        let out: &mut Vec<u8> = if self.ext.rewritten() {
+            let twcc = self.next_twcc(env.received, pkt.len());
+            let mid = self.mid_for(slot_index, codec);
+            write_copy(
+                copy_scratch,
+                pkt,
+                facts,
+                (ExtIds::default(), self.ext),
+                mid,
+                twcc,
+                env.abs_send,
+            );
+            copy_scratch
+        } else {
+            pkt
+        };
+        rewrite(out, pt, mapped, seq, ts);
+        let c = self.leg.counters_mut();
+        c.forwarded += 1;
+        c.transcoded += 1;
+        if !target.protect {
+            c.packets_out += 1;
+            c.bytes_out += out.len() as u64;
+        }
+        (env.emit)(self.id, target, out);
+    }
+}
+
+/// The source a mixing room's mixes are sent as (no member has id 0).
+const MIXER: MemberId = MemberId(0);
+/// The stream id of a member's mix.
+const MIX_SSRC: u32 = 0;
+
+/// What a copy made while routing needs from the routing call.
+struct CopyEnv<'e, 'f> {
+    received: Instant,
+    abs_send: u32,
+    emit: &'e mut (dyn FnMut(MemberId, CopyTarget, &[u8]) + 'f),
+}
+
+/// The payload of an RTP packet whose header is `facts`, without its padding (RFC 3550
+/// §5.1: the last byte counts the padding when the P bit is set); empty if that is wrong.
+fn payload_of<'a>(rtp: &'a [u8], facts: &RtpFacts) -> &'a [u8] {
+    let body = rtp.get(usize::from(facts.header_len)..).unwrap_or_default();
+    if rtp.first().is_some_and(|b| b & 0x20 != 0) {
+        let pad = usize::from(body.last().copied().unwrap_or(0));
+        return body
+            .get(..body.len().saturating_sub(pad.max(1)))
+            .unwrap_or_default();
+    }
+    body
+}
+
+/// Writes a plain RTP header and `payload` into `out` (version 2, no CSRCs or extension;
+/// the payload type, SSRC and numbering are rewritten per receiver); its header's facts.
+fn made_packet(
+    out: &mut Vec<u8>,
+    ssrc: u32,
+    seq: u16,
+    ts: u32,
+    marker: bool,
+    payload: &[u8],
+) -> RtpFacts {
+    out.clear();
+    out.push(0x80);
+    out.push(if marker { 0x80 } else { 0 });
+    out.extend_from_slice(&seq.to_be_bytes());
+    out.extend_from_slice(&ts.to_be_bytes());
+    out.extend_from_slice(&ssrc.to_be_bytes());
+    out.extend_from_slice(payload);
+    RtpFacts {
+        ssrc,
+        payload_type: 0,
+        marker,
+        sequence: seq,
+        timestamp: ts,
+        header_len: 12,
+        ext: Default::default(),
+    }
+}
+
+/// The transcoded copies of one packet from the member at index `i` (`rtp`, its header
+/// `facts`, of `codec`): decoded once, encoded once per distinct format in `to` (receivers by
+/// index and their formats; `formats` is scratch), and each encoded packet sent to each
+/// receiver of its format with that receiver's numbering and keys. Counted at the source
+/// (decoded, encoded, or undecodable) and at each receiver (forwarded and transcoded, or why
+/// not). `to` is empty afterwards.
+fn transcode_and_send(
+    members: &mut [Member],
+    i: usize,
+    (rtp, facts, codec): (&[u8], &RtpFacts, CodecId),
+    transcoding: &mut Transcoding,
+    (to, formats): (&mut Vec<(usize, Format)>, &mut Vec<Format>),
+    (scratch, copy_scratch): (&mut Vec<u8>, &mut Vec<u8>),
+    mut env: CopyEnv<'_, '_>,
+) {
+    formats.clear();
+    for (_, f) in to.iter() {
+        if !formats.contains(f) {
+            formats.push(*f);
+        }
+    }
+    let source = members[i].id;
+    let ssrc = facts.ssrc;
+    let pkt = InPacket {
+        seq: facts.sequence,
+        timestamp: facts.timestamp,
+        marker: facts.marker,
+        payload: payload_of(rtp, facts),
+    };
+    let done = if codec.is_event() {
+        transcoding
+            .event(source, ssrc, codec, &pkt, formats)
+            .map(|()| Work::default())
+    } else {
+        transcoding.audio(source, ssrc, codec, &pkt, formats)
+    };
+    match done {
+        Ok(w) => {
+            let c = members[i].leg.counters_mut();
+            c.decoded += w.decoded;
+            c.encoded += w.encoded;
+        }
+        Err(TranscodeError::Undecodable(_)) => {
+            members[i].leg.counters_mut().drop(DropReason::Undecodable);
+            to.clear();
+            return;
+        }
+        Err(TranscodeError::Codec(why)) => {
+            tracing::warn!(codec = codec.name(), %why, "transcoding failed; copies dropped");
+            for (j, _) in to.iter() {
+                members[*j].leg.counters_mut().drop(DropReason::NoCodec);
+            }
+            to.clear();
+            return;
+        }
+    }
+    for f in formats.iter() {
+        // Events go out in the telephone-event format of the output's clock.
+        let out_codec = if codec.is_event() {
+            CodecId::event_for_clock(f.codec.clock_rate())
+        } else {
+            Some(f.codec)
+        };
+        for out in transcoding.ready(source, ssrc, *f) {
+            // Made once; each receiver's copy overwrites its payload type, SSRC and numbering.
+            let made = made_packet(
+                scratch,
+                ssrc,
+                out.seq,
+                out.timestamp,
+                out.marker,
+                &out.payload,
+            );
+            for &(j, _) in to.iter().filter(|(_, g)| g == f) {
+                let r = &mut members[j];
+                let Some(oc) = out_codec.filter(|c| r.leg.receives(*c)) else {
+                    // A receiver that took no telephone-event of that clock.
+                    r.leg.counters_mut().drop(DropReason::NoCodec);
+                    continue;
+                };
+                r.send_made((source, ssrc), oc, scratch, &made, copy_scratch, &mut env);
+            }
+        }
+    }
+    to.clear();
+}
+
 /// A room. See the [module documentation](self).
 pub struct Room {
     members: Vec<Member>,
@@ -449,6 +707,14 @@ pub struct Room {
     wake: Option<Instant>,
     /// Keyframe requests decided while routing: (publisher, its stream).
     keyframe_wanted: Vec<(MemberId, u32)>,
+    /// Streams decoded and encoded again for receivers that did not take their codec.
+    transcoding: Transcoding,
+    /// Receivers (by index) of the packet being routed that get it transcoded, and in which
+    /// format; and the distinct formats among them.
+    transcode_to: Vec<(usize, Format)>,
+    formats: Vec<Format>,
+    /// The N−1 audio mix, when the room mixes ([`Room::set_mixing`]).
+    mixing: Option<Mixing>,
 }
 
 impl Default for Room {
@@ -522,7 +788,33 @@ impl Room {
             probe_scratch: (Vec::with_capacity(1500), Vec::with_capacity(1500)),
             wake: None,
             keyframe_wanted: Vec::new(),
+            transcoding: Transcoding::default(),
+            transcode_to: Vec::new(),
+            formats: Vec::new(),
+            mixing: None,
         }
+    }
+
+    /// Makes the room mix its audio (each member hears the sum of the others, not itself: see
+    /// [Mixing](self#mixing)), or relay (and transcode) it again. Video is relayed either way.
+    pub fn set_mixing(&mut self, mix: bool) {
+        match (mix, self.mixing.is_some()) {
+            (true, false) => {
+                self.mixing = Some(Mixing::new(self.transcoding.registry().clone()));
+            }
+            (false, true) => self.mixing = None,
+            _ => {}
+        }
+    }
+
+    /// Whether the room mixes its audio.
+    pub fn is_mixing(&self) -> bool {
+        self.mixing.is_some()
+    }
+
+    /// The room's mix, when it mixes (inputs decoded, encoders running).
+    pub fn mixing(&self) -> Option<&Mixing> {
+        self.mixing.as_ref()
     }
 
     /// Adds a member at `now` (its first RTCP report is due about one interval later).
@@ -550,6 +842,20 @@ impl Room {
         self.retired[m.kind.index()].add(m.leg.counters());
         self.reports.retain(|(r, _)| *r != id);
         self.cursor = 0;
+        // Its streams' codec state goes with it, and so do encoders only it received.
+        if let Some(mix) = &mut self.mixing {
+            mix.remove_member(id);
+        }
+        self.transcoding.remove_source(id);
+        let members = &self.members;
+        self.transcoding.retain(|source, codec, format| {
+            members.iter().any(|r| {
+                r.id != source
+                    && r.role.subscribes
+                    && !r.leg.receives(codec)
+                    && Format::for_receiver(r.leg.media()) == Some(format)
+            })
+        });
         Some(m.leg)
     }
 
@@ -651,6 +957,11 @@ impl Room {
         let r = self.members.iter().find(|m| m.id == receiver)?;
         let slot = r.slots.iter().find(|s| s.source == Some((source, ssrc)))?;
         Some(r.leg.media().get(slot.section)?.mid.as_str())
+    }
+
+    /// The room's transcoding state (streams decoded, encoders running).
+    pub fn transcoding(&self) -> &Transcoding {
+        &self.transcoding
     }
 
     /// The members' SRTP contexts (inbound or outbound), one entry per requested member in
@@ -758,6 +1069,11 @@ impl Room {
             probe_scratch,
             rtcp,
             keyframe_wanted,
+            transcoding,
+            transcode_to,
+            formats,
+            mixing,
+            wake,
             ..
         } = self;
         let abs_send = abs_send_time(rtcp.epoch.0, received);
@@ -775,6 +1091,30 @@ impl Room {
         }
         src.leg.counters_mut().routed += 1;
         let ssrc = facts.ssrc;
+        if let (Some(mix), Some(c)) = (mixing.as_mut(), codec.filter(|c| c.is_transcodable())) {
+            // A mixing room: the audio goes into the mix (sent on the room's ticks), not on.
+            let pkt = InPacket {
+                seq: facts.sequence,
+                timestamp: facts.timestamp,
+                marker: facts.marker,
+                payload: payload_of(rtp, facts),
+            };
+            let ticking = mix.next_tick().is_some();
+            match mix.audio(source, ssrc, c, &pkt, received) {
+                Ok(w) => src.leg.counters_mut().decoded += w.decoded,
+                Err(TranscodeError::Undecodable(_)) => {
+                    src.leg.counters_mut().drop(DropReason::Undecodable);
+                }
+                Err(TranscodeError::Codec(why)) => {
+                    tracing::warn!(codec = c.name(), %why, "mixing failed; packet dropped");
+                    src.leg.counters_mut().drop(DropReason::NoCodec);
+                }
+            }
+            if let (false, Some(t)) = (ticking, mix.next_tick()) {
+                *wake = Some(wake.map_or(t, |w| w.min(t)));
+            }
+            return;
+        }
         let video = codec.is_some_and(|c| !c.is_audio());
         if video {
             // Kept for receivers' NACKs (one buffer per source stream, whatever the viewers).
@@ -820,12 +1160,33 @@ impl Room {
         scratch.clear();
         scratch.extend_from_slice(rtp);
         let payload = rtp.len().saturating_sub(usize::from(facts.header_len));
+        // A telephone-event packet goes with its stream's audio: where that audio is
+        // transcoded for a receiver, so are its events (numbered in the transcoded stream).
+        let event_audio = match codec {
+            Some(c) if c.is_event() => transcoding.stream_codec(source, ssrc),
+            _ => None,
+        };
         for (j, r) in members.iter_mut().enumerate() {
             if j == i || !r.role.subscribes {
                 continue;
             }
-            let Some(c) = codec.filter(|c| r.leg.receives(*c)) else {
-                r.leg.counters_mut().drop(DropReason::NoCodec);
+            let transcoded_events = event_audio
+                .filter(|a| !r.leg.receives(*a))
+                .and_then(|_| Format::for_receiver(r.leg.media()));
+            let relayed = codec.filter(|c| r.leg.receives(*c) && transcoded_events.is_none());
+            let Some(c) = relayed else {
+                // Audio of a codec it did not take: decoded once and encoded in one it took
+                // (after this loop), when it took one the gateway can encode.
+                let format = transcoded_events.or_else(|| {
+                    codec
+                        .filter(|c| c.is_transcodable())
+                        .and_then(|_| Format::for_receiver(r.leg.media()))
+                });
+                match format {
+                    Some(f) if r.leg.copy_target().is_some() => transcode_to.push((j, f)),
+                    Some(_) => r.leg.counters_mut().drop(DropReason::ReceiverNotReady),
+                    None => r.leg.counters_mut().drop(DropReason::NoCodec),
+                }
                 continue;
             };
             let Some(target) = r.leg.copy_target() else {
@@ -897,29 +1258,10 @@ impl Room {
                         continue;
                     };
                     r.leg.counters_mut().unslotted += 1;
-                    let mapped = match r
-                        .unslotted
-                        .iter()
-                        .find(|(s, x, _)| *s == source && *x == ssrc)
-                    {
-                        Some(e) => e.2,
-                        None => {
-                            let taken = |n: u32| {
-                                n == 0
-                                    || r.unslotted.iter().any(|e| e.2 == n)
-                                    || r.slots.iter().any(|s| s.ssrc == n)
-                            };
-                            let mut n = random_ssrc();
-                            while taken(n) {
-                                n = random_ssrc();
-                            }
-                            r.unslotted.push((source, ssrc, n));
-                            if video {
-                                keyframe_wanted.push((source, ssrc));
-                            }
-                            n
-                        }
-                    };
+                    let (mapped, new) = r.unslotted_ssrc(source, ssrc);
+                    if new && video {
+                        keyframe_wanted.push((source, ssrc));
+                    }
                     (pt, mapped, seq, ts)
                 }
             };
@@ -1006,6 +1348,22 @@ impl Room {
                 r.leg.counters_mut().feedback.probe_packets += 1;
                 emit(r.id, target, packet);
             }
+        }
+        if let (Some(c), false) = (codec, transcode_to.is_empty()) {
+            let env = CopyEnv {
+                received,
+                abs_send,
+                emit,
+            };
+            transcode_and_send(
+                members,
+                i,
+                (rtp, facts, c),
+                transcoding,
+                (transcode_to, formats),
+                (scratch, copy_scratch),
+                env,
+            );
         }
         let wanted = std::mem::take(&mut self.keyframe_wanted);
         for &(publisher, stream) in &wanted {
@@ -1478,6 +1836,68 @@ impl Room {
         }
     }
 
+    /// Sends each member its mix for every tick due by `now` (a mixing room; nothing
+    /// otherwise): the sum of the others' audio, encoded in its own format and handed to `emit`
+    /// as routed copies are, on its first receiving audio section (one stream, as a telephone
+    /// takes). Counted as forwarded and transcoded at the receiver, encoded at the receiver
+    /// too (a mix is made for one receiver).
+    pub fn mix_due(&mut self, now: Instant, emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8])) {
+        let Room {
+            members,
+            mixing,
+            scratch,
+            copy_scratch,
+            rtcp,
+            ..
+        } = self;
+        let Some(mix) = mixing.as_mut() else {
+            return;
+        };
+        let mut receivers: Vec<(MemberId, Format)> = Vec::new();
+        while mix.next_tick().is_some_and(|t| t <= now) {
+            receivers.clear();
+            receivers.extend(members.iter().filter_map(|m| {
+                if !m.role.subscribes || m.leg.copy_target().is_none() {
+                    return None;
+                }
+                Format::for_receiver(m.leg.media()).map(|f| (m.id, f))
+            }));
+            if let Err(e) = mix.tick(now, &receivers) {
+                tracing::warn!(?e, "mixing tick failed");
+                continue;
+            }
+            let mut env = CopyEnv {
+                received: now,
+                abs_send: abs_send_time(rtcp.epoch.0, now),
+                emit: &mut *emit,
+            };
+            for &(id, format) in &receivers {
+                let Some(r) = members.iter_mut().find(|m| m.id == id) else {
+                    continue;
+                };
+                for out in mix.ready(id) {
+                    r.leg.counters_mut().encoded += 1;
+                    let made = made_packet(
+                        scratch,
+                        MIX_SSRC,
+                        out.seq,
+                        out.timestamp,
+                        out.marker,
+                        &out.payload,
+                    );
+                    r.send_made(
+                        (MIXER, MIX_SSRC),
+                        format.codec,
+                        scratch,
+                        &made,
+                        copy_scratch,
+                        &mut env,
+                    );
+                }
+            }
+        }
+    }
+
     /// The earliest deadline among the members, RTCP reports included.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.members
@@ -1490,6 +1910,7 @@ impl Room {
                 ]
             })
             .flatten()
+            .chain(self.mixing.as_ref().and_then(Mixing::next_tick))
             .min()
     }
 

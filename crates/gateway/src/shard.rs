@@ -276,6 +276,10 @@ pub struct RoomSnapshot {
     pub routed_in: u64,
     /// Copies routed to receivers.
     pub forwarded: u64,
+    /// Of those, copies transcoded or mixed.
+    pub transcoded: u64,
+    /// Whether it mixes its audio (N−1) rather than relaying it.
+    pub mixing: bool,
     /// Its participants.
     pub participants: Vec<ParticipantSnapshot>,
 }
@@ -358,6 +362,8 @@ pub struct Shard {
     config: ShardConfig,
     rooms: Vec<Option<RoomSlot>>,
     room_index: HashMap<String, usize>,
+    /// Rooms set to mix their audio (by name, set before or after they exist).
+    mixing: std::collections::HashSet<String>,
     next_gen: u64,
     ids: HashMap<String, (usize, MemberId)>,
     by_addr: HashMap<SocketAddr, MemberKey>,
@@ -391,6 +397,7 @@ impl Shard {
             config,
             rooms: Vec::new(),
             room_index: HashMap::new(),
+            mixing: std::collections::HashSet::new(),
             next_gen: 1,
             ids: HashMap::new(),
             by_addr: HashMap::new(),
@@ -937,9 +944,20 @@ impl Shard {
                 continue;
             }
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                if let Some(s) = self.rooms[slot].as_mut() {
+                let Shard {
+                    rooms,
+                    media,
+                    queue,
+                    ..
+                } = self;
+                if let Some(s) = rooms[slot].as_mut() {
                     s.deadline = None;
                     s.room.handle_timeout(now);
+                    // A mixing room's mixes due by now, protected and sent as routed copies.
+                    let mut emit = |receiver, target, copy: &[u8]| {
+                        emit_copy(media, queue, (slot, gen, receiver), now, target, copy)
+                    };
+                    s.room.mix_due(now, &mut emit);
                 }
                 if let Some(s) = self.rooms[slot].as_mut() {
                     send_room_rtcp(&mut self.media, &mut self.queue, slot, s, now);
@@ -1257,10 +1275,12 @@ impl Shard {
             None => {
                 let room_gen = self.next_gen;
                 self.next_gen += 1;
+                let mut made = Room::with_rtcp(self.config.rtcp.clone());
+                made.set_mixing(self.mixing.contains(room));
                 let s = RoomSlot {
                     name: room.to_owned(),
                     room_gen,
-                    room: Room::with_rtcp(self.config.rtcp.clone()),
+                    room: made,
                     members: HashMap::new(),
                     deadline: None,
                 };
@@ -1420,6 +1440,22 @@ impl Shard {
             .as_ref()
             .filter(|s| s.name == room)
             .map(|_| (slot, member))
+    }
+
+    /// Sets `room` to mix its audio (N−1: each member hears the sum of the others) or to relay
+    /// and transcode it: at once if it exists, and whenever it is made again.
+    pub fn set_mixing(&mut self, room: &str, mix: bool) {
+        if mix {
+            self.mixing.insert(room.to_owned());
+        } else {
+            self.mixing.remove(room);
+        }
+        if let Some(&slot) = self.room_index.get(room) {
+            if let Some(s) = self.rooms[slot].as_mut() {
+                // Its first tick comes with its first audio (the wake routing sets).
+                s.room.set_mixing(mix);
+            }
+        }
     }
 
     /// Ends a participant with close_notify (counted as `deleted`); `false` if there is none
@@ -1607,6 +1643,8 @@ impl Shard {
                 name: s.name.clone(),
                 routed_in: c.routed,
                 forwarded: c.forwarded,
+                transcoded: c.transcoded,
+                mixing: s.room.is_mixing(),
                 participants,
             });
         }

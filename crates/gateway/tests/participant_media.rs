@@ -71,9 +71,10 @@ fn answer_picks_our_codecs_and_passive_role_for_an_actpass_offer() {
     assert!(p.answer_sdp().contains("a=candidate:1 1 udp"));
     let audio = &answer.media[0];
     assert_eq!(audio.kind, MediaKind::Audio);
-    // Ours, in our order: opus, PCMU, PCMA; G722, red, CN and telephone-event left out.
+    // Ours, in our order: opus, PCMU, PCMA, G722, telephone-event at 48 and 8 kHz; red and
+    // CN left out.
     let pts: Vec<u8> = audio.codecs.iter().map(|c| c.pt).collect();
-    assert_eq!(pts, vec![111, 0, 8]);
+    assert_eq!(pts, vec![111, 0, 8, 9, 110, 126]);
     let video = &answer.media[1];
     // VP8, and its retransmission codec (the offer's RTX for 96, with NACKs).
     assert_eq!(

@@ -129,10 +129,10 @@ fn sequence_numbers_pass_and_a_subscriber_only_member_is_not_forwarded() {
 #[test]
 fn a_receiver_without_the_codec_gets_nothing() {
     let mut h = room_of(&[JoinKind::Join; 2], &[111, 111]);
-    // PCMU (PT 0) is negotiated by both; G722 (PT 9) was offered but not accepted, so it has
+    // PCMU (PT 0) is negotiated by both; red (PT 63) was offered but not accepted, so it has
     // no codec and cannot be mapped.
-    let mut pkt = h.client(0).rtp(b"g722");
-    pkt[1] = 9;
+    let mut pkt = h.client(0).rtp(b"red");
+    pkt[1] = 63;
     let mut buf = pkt.clone();
     buf.resize(pkt.len() + 32, 0);
     let n = h

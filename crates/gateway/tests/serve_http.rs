@@ -127,14 +127,14 @@ fn refusals_name_the_standard_status_and_a_reason() {
     assert!(r.body.starts_with("bad SDP offer"), "{}", r.body);
     assert_eq!(r.body.trim_end().lines().count(), 1, "one line: {}", r.body);
 
-    // Audio offered only as G.722: nothing the gateway forwards.
-    let g722 = offer(Leg::Whip)
+    // Audio offered only as G.729: nothing the gateway forwards.
+    let g729 = offer(Leg::Whip)
         .replace(
             "m=audio 9 UDP/TLS/RTP/SAVPF 0",
-            "m=audio 9 UDP/TLS/RTP/SAVPF 9",
+            "m=audio 9 UDP/TLS/RTP/SAVPF 18",
         )
-        .replace("a=rtpmap:0 PCMU/8000", "a=rtpmap:9 G722/8000");
-    let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&g722));
+        .replace("a=rtpmap:0 PCMU/8000", "a=rtpmap:18 G729/8000");
+    let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&g729));
     assert_eq!(r.status, 422, "{}", r.body);
     assert!(r.body.contains("codec"), "{}", r.body);
 
@@ -370,4 +370,57 @@ fn cors_preflight_health_and_metrics() {
     let start = Instant::now();
     s.shutdown();
     assert!(start.elapsed().as_secs() < 10);
+}
+
+#[test]
+fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
+    let s = start(Some(("private", "sesame")));
+    let u = s.url();
+    let json = [("Content-Type", "application/json")];
+    // Set before anyone joined: 204, and the room mixes once it is made.
+    let r = call(
+        "PATCH",
+        &format!("{u}/api/rooms/conf"),
+        &json,
+        Some(r#"{"mix": true}"#),
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = call(
+        "POST",
+        &format!("{u}/rooms/conf/join"),
+        &[("Content-Type", "application/sdp")],
+        Some(&offer(Leg::Join)),
+    );
+    assert_eq!(r.status, 201, "{}", r.body);
+    let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["mixing"], true, "{v}");
+    assert_eq!(v["transcoded"], 0, "{v}");
+    // And back.
+    let r = call(
+        "PATCH",
+        &format!("{u}/api/rooms/conf"),
+        &json,
+        Some(r#"{"mix": false}"#),
+    );
+    assert_eq!(r.status, 204);
+    let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["mixing"], false, "{v}");
+    // A body that is not the settings: 400 naming what is wrong; a room with a token needs it.
+    let r = call(
+        "PATCH",
+        &format!("{u}/api/rooms/conf"),
+        &json,
+        Some(r#"{"mixx": 1}"#),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("mixx"), "{}", r.body);
+    let r = call(
+        "PATCH",
+        &format!("{u}/api/rooms/private"),
+        &json,
+        Some(r#"{"mix": true}"#),
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
 }

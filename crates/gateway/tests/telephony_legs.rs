@@ -433,12 +433,15 @@ fn a_new_offer_that_cannot_be_taken_is_refused_and_changes_nothing() {
     let bad = h.phones[sdes]
         .phone
         .offer()
-        .replace("m=audio 20004 RTP/SAVP 0 8 111", "m=audio 20004 RTP/SAVP 9")
+        .replace(
+            "m=audio 20004 RTP/SAVP 0 8 111",
+            "m=audio 20004 RTP/SAVP 18",
+        )
         .replace(
             "a=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:111 opus/48000/2\r\n",
-            "a=rtpmap:9 G722/8000\r\n",
+            "a=rtpmap:18 G729/8000\r\n",
         );
-    assert!(bad.contains("G722"), "{bad}");
+    assert!(bad.contains("G729"), "{bad}");
     let e = h
         .shard
         .update_rtp(h.now, &room, &id, &parse_rtp(&bad).unwrap())

@@ -40,6 +40,12 @@ pub struct FleetConfig {
     /// What the WebRTC participants offer and send: [`Media::Pcmu`] (every kind of leg), or
     /// [`Media::SimulcastVideo`] (only [`Leg::Whip`] publishers and [`Leg::Whep`] viewers).
     pub media: Media,
+    /// Codecs that make the gateway transcode: WebRTC participants offer and send only Opus,
+    /// phones only PCMU (no send instant stamped into the audio: no end-to-end delay).
+    pub transcode: bool,
+    /// Every room mixes its audio (`PATCH /api/rooms/{room}` before anyone joins): each
+    /// receiver gets one stream, the others' sum.
+    pub mix: bool,
 }
 
 /// Live counters, readable while the fleet runs.
@@ -234,17 +240,25 @@ pub fn join_all(
     let mut all = Vec::new();
     for r in 0..config.rooms {
         let room = format!("{}{}", config.room_prefix, r + 1);
+        // A gateway keeps a room's setting by name: say it either way when it matters.
+        if config.mix || config.transcode {
+            config.signaling.set_mixing(&room, config.mix)?;
+        }
         for i in 0..config.per_room {
             let leg = config.legs[i % config.legs.len().max(1)];
-            let mut p = SimParticipant::join_media(
-                &config.signaling,
-                &room,
-                leg,
-                config.bind_ip,
-                epoch,
-                config.media,
-            )
-            .with_context(|| format!("participant {} of room {room}", i + 1))?;
+            let (s, ip) = (&config.signaling, config.bind_ip);
+            let joined = match (config.transcode, leg.is_phone()) {
+                (false, _) => SimParticipant::join_media(s, &room, leg, ip, epoch, config.media),
+                (true, true) => SimParticipant::join_pcmu_phone(s, &room, leg, ip, epoch),
+                (true, false) => {
+                    let dtls = crate::participant::PeerDtls {
+                        opus_only: true,
+                        ..Default::default()
+                    };
+                    SimParticipant::join_with(s, &room, leg, ip, epoch, dtls)
+                }
+            };
+            let mut p = joined.with_context(|| format!("participant {} of room {room}", i + 1))?;
             p.inject_bad = config.inject_bad;
             progress.joined.fetch_add(1, Ordering::Relaxed);
             all.push(p);

@@ -175,6 +175,10 @@ pub struct PeerDtls {
     pub srtp_profiles: Option<Vec<Profile>>,
     /// Offer `a=setup:passive`, so that the gateway is the DTLS client.
     pub passive: bool,
+    /// Offer and send Opus only (a 20 ms frame of a 440 Hz tone), not PCMU: in a room with
+    /// PCMU-only phones the gateway must transcode. No send instant is stamped into the payload
+    /// (it would not survive transcoding): no end-to-end delay is measured.
+    pub opus_only: bool,
 }
 
 /// One simulated participant.
@@ -197,6 +201,9 @@ pub struct SimParticipant {
     started: Instant,
     epoch: Instant,
     payload: Vec<u8>,
+    /// Whether the send instant is stamped into each payload's first 8 bytes (and read from
+    /// what arrives): not when the gateway transcodes.
+    stamp: bool,
     /// Media packets sent (audio and video).
     pub sent: u64,
     /// Of them, video packets.
@@ -234,6 +241,19 @@ impl std::fmt::Debug for SimParticipant {
             .field("phase", &self.phase)
             .finish()
     }
+}
+
+/// 20 ms of a 440 Hz tone in Opus (48 kHz, mono).
+fn opus_tone() -> anyhow::Result<Vec<u8>> {
+    let pcm: Vec<i16> = (0..960)
+        .map(|i| ((i as f64 * 2.0 * std::f64::consts::PI * 440.0 / 48_000.0).sin() * 8000.0) as i16)
+        .collect();
+    let mut enc = secrelay_media::opus::Opus::new(48_000, 32_000)
+        .map_err(|e| anyhow!("an Opus encoder: {e}"))?;
+    let mut payload = Vec::with_capacity(200);
+    enc.from_pcm(&pcm, &mut payload)
+        .map_err(|e| anyhow!("encoding the tone: {e}"))?;
+    Ok(payload)
 }
 
 /// 20 ms of a 440 Hz tone in μ-law.
@@ -327,9 +347,16 @@ impl SimParticipant {
             if dtls.announce.is_some() || dtls.certificate.is_some() {
                 bail!("a phone's leg ({leg:?}) has no DTLS");
             }
-            return Self::join_phone(signaling, room, leg, bind_ip, epoch);
+            return Self::join_phone(signaling, room, leg, bind_ip, epoch, false);
         }
+        let opus_only = dtls.opus_only;
         let mut browser = match media {
+            // Opus only (the gateway transcodes for PCMU phones): 20 ms at 48 kHz per packet.
+            Media::Pcmu if opus_only => {
+                let mut b = Browser::random(111);
+                b.ts_step = 960;
+                b
+            }
             Media::Pcmu => {
                 let mut b = Browser::random(0);
                 b.ts_step = 160;
@@ -347,7 +374,7 @@ impl SimParticipant {
         if dtls.passive {
             browser.offer_setup = "passive";
         }
-        let offer = match (media, leg) {
+        let mut offer = match (media, leg) {
             (Media::Pcmu, _) => browser.audio_offer(leg.direction(), dtls.announce.as_ref()),
             (Media::SimulcastVideo { .. }, Leg::Whip) => {
                 let own = browser.cert.fingerprint();
@@ -366,6 +393,11 @@ impl SimParticipant {
                 )
             }
         };
+        if opus_only && media == Media::Pcmu {
+            offer = offer
+                .replace("UDP/TLS/RTP/SAVPF 0\r\n", "UDP/TLS/RTP/SAVPF 111\r\n")
+                .replace("a=rtpmap:0 PCMU/8000", "a=rtpmap:111 opus/48000/2");
+        }
         let started = Instant::now();
         let (status, location, body) = signaling.post_offer(&leg.path(room), &offer)?;
         if status != 201 {
@@ -407,7 +439,27 @@ impl SimParticipant {
                 )));
             }
         }
+        if opus_only {
+            p.payload = opus_tone()?;
+            p.stamp = false;
+        }
         Ok(p)
+    }
+
+    /// A phone's leg (`leg` is [`Leg::Sdes`] or [`Leg::Plain`]) that offers PCMU only, and
+    /// stamps no send instant into its audio (so that the gateway transcodes for WebRTC
+    /// participants that offered Opus only: see [`PeerDtls::opus_only`]).
+    pub fn join_pcmu_phone(
+        signaling: &Signaling,
+        room: &str,
+        leg: Leg,
+        bind_ip: IpAddr,
+        epoch: Instant,
+    ) -> anyhow::Result<SimParticipant> {
+        if !leg.is_phone() {
+            bail!("{leg:?} is not a phone's leg");
+        }
+        Self::join_phone(signaling, room, leg, bind_ip, epoch, true)
     }
 
     /// A WebRTC participant that answers an offer the gateway made (a SIP proxy's call towards
@@ -460,6 +512,7 @@ impl SimParticipant {
         leg: Leg,
         bind_ip: IpAddr,
         epoch: Instant,
+        pcmu_only: bool,
     ) -> anyhow::Result<SimParticipant> {
         let bind_ip = if bind_ip.is_unspecified() {
             IpAddr::V4(Ipv4Addr::LOCALHOST)
@@ -472,6 +525,9 @@ impl SimParticipant {
             Leg::Sdes => SimPhone::sdes(1, secrelay_srtp::Profile::AesCm128HmacSha1_80),
             _ => SimPhone::plain(1),
         };
+        if pcmu_only {
+            phone = phone.with_formats(&[(0, "PCMU/8000")]);
+        }
         phone.addr = socket.local_addr().context("the phone's socket address")?;
         phone.ssrc = u32::from_be_bytes(random_bytes::<4>());
         phone.seq = u16::from_be_bytes(random_bytes::<2>());
@@ -502,6 +558,7 @@ impl SimParticipant {
         )?;
         p.phase = Phase::Connected;
         p.setup_time = Some(started.elapsed());
+        p.stamp = !pcmu_only;
         Ok(p)
     }
 
@@ -534,6 +591,7 @@ impl SimParticipant {
             started,
             epoch,
             payload: tone()?,
+            stamp: true,
             sent: 0,
             video_sent: 0,
             media: Media::Pcmu,
@@ -686,7 +744,9 @@ impl SimParticipant {
     fn send_audio(&mut self) {
         let mut payload = self.payload.clone();
         let sent_at = self.epoch.elapsed().as_nanos() as u64;
-        payload[..8].copy_from_slice(&sent_at.to_be_bytes());
+        if self.stamp && payload.len() >= 8 {
+            payload[..8].copy_from_slice(&sent_at.to_be_bytes());
+        }
         let (mut pkt, next_seq) = match &mut self.transport {
             Transport::WebRtc { browser, .. } => {
                 let Some((_, pkt)) = browser.srtp(&payload) else {
@@ -801,7 +861,7 @@ impl SimParticipant {
                         .get(..8)
                         .map(|b| u64::from_be_bytes(b.try_into().expect("8 bytes"))),
                 };
-                if let Some(sent) = stamp {
+                if let Some(sent) = stamp.filter(|_| self.stamp) {
                     let now_ns = now.duration_since(self.epoch).as_nanos() as u64;
                     // A stamp after now is not a fleet sender's (a phone's G.711 in the same
                     // room): no delay from it.

@@ -27,6 +27,13 @@ pub struct SimPhone {
     pub rx: Option<Context>,
     /// The payload type it sends under (0, PCMU, by default).
     pub pt: u8,
+    /// The formats its offers list, in order: (payload type, `a=rtpmap` value). PCMU, PCMA
+    /// and Opus by default; a test makes a PCMA-only phone, or adds telephone-event.
+    pub formats: Vec<(u8, String)>,
+    /// The `a=ptime` of its offers (20 by default; `None`: no line).
+    pub ptime: Option<u32>,
+    /// Timestamp step per packet (160: 20 ms of G.711).
+    pub ts_step: u32,
     /// The direction its offers say (`sendrecv` by default; `sendonly` puts the call on
     /// hold).
     pub direction: &'static str,
@@ -63,6 +70,13 @@ impl SimPhone {
             tx: None,
             rx: None,
             pt: 0,
+            formats: vec![
+                (0, "PCMU/8000".into()),
+                (8, "PCMA/8000".into()),
+                (111, "opus/48000/2".into()),
+            ],
+            ptime: Some(20),
+            ts_step: 160,
             direction: "sendrecv",
             ssrc: 0x5000_0000 | u32::from(n),
             seq: 1,
@@ -91,22 +105,40 @@ impl SimPhone {
         }
     }
 
-    /// The offer: one audio section with PCMU (and PCMA, Opus for a room with browsers), its
-    /// crypto line when it is an SDES phone.
+    /// The phone offering only `formats` ((payload type, `a=rtpmap` value), in order) and
+    /// sending under the first.
+    pub fn with_formats(mut self, formats: &[(u8, &str)]) -> SimPhone {
+        self.formats = formats.iter().map(|(pt, m)| (*pt, m.to_string())).collect();
+        self.pt = formats.first().map_or(0, |f| f.0);
+        self
+    }
+
+    /// The offer: one audio section with [`SimPhone::formats`] (PCMU, PCMA, Opus by default),
+    /// its `a=ptime`, and its crypto line when it is an SDES phone.
     pub fn offer(&self) -> String {
         let proto = if self.sdes.is_some() {
             "RTP/SAVP"
         } else {
             "RTP/AVP"
         };
+        let pts: Vec<String> = self.formats.iter().map(|(pt, _)| pt.to_string()).collect();
         let mut s = format!(
             "v=0\r\no=phone 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
-             m=audio {port} {proto} 0 8 111\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
-             a=rtpmap:111 opus/48000/2\r\na=ptime:20\r\na={dir}\r\n",
+             m=audio {port} {proto} {pts}\r\n",
             ip = self.addr.ip(),
             port = self.addr.port(),
-            dir = self.direction,
+            pts = pts.join(" "),
         );
+        for (pt, map) in &self.formats {
+            s.push_str(&format!("a=rtpmap:{pt} {map}\r\n"));
+            if map.starts_with("telephone-event") {
+                s.push_str(&format!("a=fmtp:{pt} 0-16\r\n"));
+            }
+        }
+        if let Some(p) = self.ptime {
+            s.push_str(&format!("a=ptime:{p}\r\n"));
+        }
+        s.push_str(&format!("a={}\r\n", self.direction));
         if let (Some(p), Some(k)) = (self.sdes, &self.key) {
             s.push_str(&format!(
                 "a=crypto:1 {} {}\r\n",
@@ -160,8 +192,11 @@ impl SimPhone {
     }
 
     /// Answers an offer made to the phone (by a gateway, for a SIP proxy): takes where to
-    /// send, PCMU, and (SDES) the offered line of its own suite with the gateway's key; the
-    /// answer names that line's tag with the phone's key. Err: what it cannot answer.
+    /// send, the first of its [`SimPhone::formats`] the offer has (PCMU by default) and a
+    /// telephone-event of its own the offer has, under the offer's payload types (it sends
+    /// audio under that one from then on), and (SDES) the offered line of its own suite with
+    /// the gateway's key; the answer names that line's tag with the phone's key. Err: what it
+    /// cannot answer.
     pub fn answer_offer(&mut self, offer: &str) -> Result<String, String> {
         let d = parse_rtp(offer).map_err(|e| e.to_string())?;
         let a = d
@@ -171,12 +206,34 @@ impl SimPhone {
             .ok_or("the offer has no section with a port")?;
         let ip = a.address.ok_or("the offer has no address")?;
         self.gateway = Some(SocketAddr::new(ip, a.port));
-        if !a
-            .codecs
+        // (payload type in the offer, rtpmap) of each of our formats it has, ours in order.
+        let offered: Vec<(u8, String)> = self
+            .formats
             .iter()
-            .any(|c| c.pt == 0 && c.name.eq_ignore_ascii_case("PCMU"))
-        {
-            return Err("the offer has no PCMU on 0".into());
+            .filter_map(|(_, map)| {
+                let mut it = map.split('/');
+                let (name, clock) = (it.next()?, it.next()?.parse::<u32>().ok()?);
+                a.codecs
+                    .iter()
+                    .find(|c| c.name.eq_ignore_ascii_case(name) && c.clock_rate == clock)
+                    .map(|c| (c.pt, map.clone()))
+            })
+            .collect();
+        let audio = offered
+            .iter()
+            .find(|(_, m)| !m.starts_with("telephone-event"))
+            .cloned()
+            .ok_or("the offer has none of the phone's codecs")?;
+        let events = offered
+            .iter()
+            .find(|(_, m)| m.starts_with("telephone-event"))
+            .cloned();
+        self.pt = audio.0;
+        let mut formats = format!("{}", audio.0);
+        let mut maps = format!("a=rtpmap:{} {}\r\n", audio.0, audio.1);
+        if let Some((pt, map)) = &events {
+            formats.push_str(&format!(" {pt}"));
+            maps.push_str(&format!("a=rtpmap:{pt} {map}\r\na=fmtp:{pt} 0-16\r\n"));
         }
         let mut crypto_line = String::new();
         if let (Some(p), Some(k)) = (self.sdes, &self.key) {
@@ -198,7 +255,7 @@ impl SimPhone {
         }
         Ok(format!(
             "v=0\r\no=phone 2 2 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
-             m=audio {port} {proto} 0\r\na=rtpmap:0 PCMU/8000\r\n{crypto_line}a=sendrecv\r\n",
+             m=audio {port} {proto} {formats}\r\n{maps}{crypto_line}a=sendrecv\r\n",
             ip = self.addr.ip(),
             port = self.addr.port(),
             proto = if self.sdes.is_some() {
@@ -211,23 +268,35 @@ impl SimPhone {
 
     /// An RTP packet of `payload` (the next sequence number and timestamp).
     pub fn rtp(&mut self, payload: &[u8]) -> Vec<u8> {
-        let mut p = vec![0u8; 12];
-        p[0] = 0x80;
-        p[1] = self.pt;
-        p[2..4].copy_from_slice(&self.seq.to_be_bytes());
-        p[4..8].copy_from_slice(&self.ts.to_be_bytes());
-        p[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
-        p.extend_from_slice(payload);
-        self.seq = self.seq.wrapping_add(1);
-        self.ts = self.ts.wrapping_add(160);
+        let p = self.rtp_with(self.pt, self.ts, false, payload);
+        self.ts = self.ts.wrapping_add(self.ts_step);
         p
     }
 
-    /// What it sends for `payload`: (plain, on the wire), SRTP for an SDES phone.
-    pub fn packet(&mut self, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
-        let plain = self.rtp(payload);
+    /// An RTP packet of `payload` under payload type `pt` with timestamp `ts` and the marker
+    /// bit `marker`, on the next sequence number (the timestamp does not move: a
+    /// telephone-event packet).
+    pub fn rtp_with(&mut self, pt: u8, ts: u32, marker: bool, payload: &[u8]) -> Vec<u8> {
+        let mut p = vec![0u8; 12];
+        p[0] = 0x80;
+        p[1] = pt | if marker { 0x80 } else { 0 };
+        p[2..4].copy_from_slice(&self.seq.to_be_bytes());
+        p[4..8].copy_from_slice(&ts.to_be_bytes());
+        p[8..12].copy_from_slice(&self.ssrc.to_be_bytes());
+        p.extend_from_slice(payload);
+        self.seq = self.seq.wrapping_add(1);
+        p
+    }
+
+    /// [`SimPhone::rtp_with`], protected for an SDES phone: what goes on the wire.
+    pub fn packet_with(&mut self, pt: u8, ts: u32, marker: bool, payload: &[u8]) -> Vec<u8> {
+        let plain = self.rtp_with(pt, ts, marker, payload);
+        self.protect(plain)
+    }
+
+    fn protect(&mut self, plain: Vec<u8>) -> Vec<u8> {
         let Some(tx) = self.tx.as_mut() else {
-            return (plain.clone(), plain);
+            return plain;
         };
         let mut buf = plain.clone();
         buf.resize(plain.len() + 32, 0);
@@ -235,7 +304,14 @@ impl SimPhone {
             .protect_rtp(&mut buf, plain.len())
             .expect("our own context protects");
         buf.truncate(n);
-        (plain, buf)
+        buf
+    }
+
+    /// What it sends for `payload`: (plain, on the wire), SRTP for an SDES phone.
+    pub fn packet(&mut self, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        let plain = self.rtp(payload);
+        let wire = self.protect(plain.clone());
+        (plain, wire)
     }
 
     /// Opens a datagram from the gateway in place (SDES: with the answer's key): whether it

@@ -183,6 +183,28 @@ impl Signaling {
         Ok((status, etag, body))
     }
 
+    /// Sets `room` to mix its audio or not (`PATCH /api/rooms/{room}`). Err: the status and
+    /// the gateway's reason when it is not 204.
+    pub fn set_mixing(&self, room: &str, mix: bool) -> anyhow::Result<()> {
+        let url = format!("{}/api/rooms/{room}", self.base_url);
+        let mut req = self
+            .agent()
+            .patch(&url)
+            .header("Content-Type", "application/json");
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req
+            .send(format!("{{\"mix\": {mix}}}"))
+            .with_context(|| format!("PATCH {url}"))?;
+        let status = resp.status().as_u16();
+        if status != 204 {
+            let body = resp.body_mut().read_to_string().unwrap_or_default();
+            anyhow::bail!("PATCH {url} answered {status}: {}", body.trim());
+        }
+        Ok(())
+    }
+
     /// DELETEs a resource; the status.
     pub fn delete(&self, location: &str) -> anyhow::Result<u16> {
         let url = format!("{}{}", self.base_url, location);

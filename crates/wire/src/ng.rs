@@ -80,6 +80,51 @@ pub struct RtcpMux {
     pub demux: bool,
 }
 
+/// The `codec` dictionary of an `offer` (and the `codec-<op>-<name>` flags that say the same),
+/// as rtpengine's users drive transcoding. Each list holds codec names as given: `NAME`,
+/// `NAME/CLOCK` or `NAME/CLOCK/CHANNELS` (matched case-insensitively by whoever applies
+/// them), or the keywords `all` and `full` where rtpengine takes them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CodecFlags {
+    /// `strip`: removed from the offer, as if never offered.
+    pub strip: Vec<String>,
+    /// `mask`: removed from the offer towards the other side, still accepted from this side
+    /// (to be transcoded).
+    pub mask: Vec<String>,
+    /// `consume`: as `mask`, and transcoding engaged.
+    pub consume: Vec<String>,
+    /// `accept`: kept in the offer, and accepted from this side even when the other side
+    /// rejects it (`all`: every codec; the `always transcode` flag says the same).
+    pub accept: Vec<String>,
+    /// `except`: kept even when `strip`/`mask` say `all`.
+    pub except: Vec<String>,
+    /// `offer`: as `except`, and put first, in this order.
+    pub offer: Vec<String>,
+    /// `transcode`: as `offer`, and added when this side did not offer it (transcoded).
+    pub transcode: Vec<String>,
+}
+
+impl CodecFlags {
+    /// Whether nothing is asked.
+    pub fn is_empty(&self) -> bool {
+        *self == CodecFlags::default()
+    }
+
+    /// The list of operation `op` (`strip`, `mask`, …), if it is one.
+    fn list_mut(&mut self, op: &str) -> Option<&mut Vec<String>> {
+        Some(match op {
+            "strip" => &mut self.strip,
+            "mask" => &mut self.mask,
+            "consume" => &mut self.consume,
+            "accept" => &mut self.accept,
+            "except" => &mut self.except,
+            "offer" => &mut self.offer,
+            "transcode" => &mut self.transcode,
+            _ => return None,
+        })
+    }
+}
+
 /// What an `offer` or `answer` asks for.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Flags {
@@ -100,6 +145,12 @@ pub struct Flags {
     /// `received-from` (the SIP source address of the message), used with the
     /// `SIP-source-address` flag.
     pub received_from: Option<IpAddr>,
+    /// The `codec` dictionary and `codec-…` flags (`always transcode` is `accept: all`).
+    pub codec: CodecFlags,
+    /// `ptime`: the packet time towards the other side, ms.
+    pub ptime: Option<u32>,
+    /// `ptime-reverse`: the packet time towards this side (in the answer to it), ms.
+    pub ptime_reverse: Option<u32>,
     /// The `flags` list, lowercased.
     pub flags: Vec<String>,
     /// Known keys and flags this gateway does not act on (for the reply's `warning`).
@@ -270,7 +321,56 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     .ok_or_else(|| NgError::BadValue("received-from", "no IP address".into()))?;
                 f.received_from = Some(ip);
             }
-            "flags" => f.flags = list("flags", v)?.iter().map(|s| norm(s)).collect(),
+            "flags" => {
+                for item in list("flags", v)? {
+                    let n = norm(&item);
+                    // `codec-<op>-<name>`: the codec dictionary's entries as flags (the name
+                    // kept as given).
+                    let rest = item.trim().get("codec-".len()..).unwrap_or_default();
+                    if let Some((op, name)) = n
+                        .strip_prefix("codec-")
+                        .and_then(|r| r.split_once('-'))
+                        .map(|(op, _)| {
+                            (op.to_owned(), rest.get(op.len() + 1..).unwrap_or_default())
+                        })
+                    {
+                        if let Some(l) = f.codec.list_mut(&op) {
+                            if !name.is_empty() {
+                                l.push(name.to_owned());
+                            }
+                            continue;
+                        }
+                    }
+                    if n == "always-transcode" {
+                        f.codec.accept.push("all".into());
+                    }
+                    f.flags.push(n);
+                }
+            }
+            "codec" => {
+                for (op, val) in
+                    entries(v).map_err(|_| NgError::BadValue("codec", "not a dictionary".into()))?
+                {
+                    let names = list("codec", val)?;
+                    match f.codec.list_mut(&op) {
+                        Some(l) => l.extend(names),
+                        None => f.ignored.push(format!("codec: {op}")),
+                    }
+                }
+            }
+            "ptime" | "ptime-reverse" => {
+                let ms = text("ptime", v)?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|p| (1..=1000).contains(p))
+                    .ok_or_else(|| NgError::BadValue("ptime", "not a packet time in ms".into()))?;
+                if k == "ptime" {
+                    f.ptime = Some(ms);
+                } else {
+                    f.ptime_reverse = Some(ms);
+                }
+            }
             "replace" => {
                 // We always write our own origin and connection lines.
                 for item in list("replace", v)? {
@@ -282,9 +382,7 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                 }
             }
             "direction" | "record-call" | "metadata" | "media-address" | "address-family"
-            | "codec" | "ptime" | "label" | "set-label" | "from-label" | "to-label" => {
-                f.ignored.push(k.clone())
-            }
+            | "label" | "set-label" | "from-label" | "to-label" => f.ignored.push(k.clone()),
             _ => {}
         }
     }
@@ -444,6 +542,69 @@ mod tests {
         assert_eq!(f.received_from, Some("192.0.2.7".parse().unwrap()));
         assert!(f.has("SIP-source-address") && f.has("trust-address"));
         assert_eq!(f.ignored, vec!["direction".to_owned()]);
+    }
+
+    #[test]
+    fn codec_manipulations_from_the_dictionary_and_from_flags() {
+        let r = parse(&dict(&[
+            ("command", s("offer")),
+            ("call-id", s("c")),
+            ("from-tag", s("a")),
+            ("sdp", s("v=0\r\n")),
+            (
+                "codec",
+                dict(&[
+                    ("strip", Bencode::List(vec![s("all")])),
+                    ("except", s("opus/48000/2")),
+                    ("set", s("opus/48000/2/32000")),
+                ]),
+            ),
+            (
+                "flags",
+                Bencode::List(vec![
+                    s("codec-transcode-PCMA"),
+                    s("codec_mask-opus"),
+                    s("always transcode"),
+                    s("codec-dance-PCMU"),
+                ]),
+            ),
+            ("ptime", Bencode::Int(30)),
+            ("ptime-reverse", s("20")),
+        ]))
+        .unwrap();
+        let Request::Offer(o) = r else {
+            panic!("{r:?}")
+        };
+        let c = &o.flags.codec;
+        assert_eq!(c.strip, vec!["all".to_owned()]);
+        assert_eq!(c.except, vec!["opus/48000/2".to_owned()]);
+        assert_eq!(c.transcode, vec!["PCMA".to_owned()]);
+        assert_eq!(c.mask, vec!["opus".to_owned()]);
+        assert_eq!(c.accept, vec!["all".to_owned()]);
+        assert_eq!((o.flags.ptime, o.flags.ptime_reverse), (Some(30), Some(20)));
+        // An operation we do not know is a plain flag; `set` is known and not acted on.
+        assert!(o.flags.has("codec-dance-pcmu"));
+        assert_eq!(o.flags.ignored, vec!["codec: set".to_owned()]);
+        assert!(matches!(
+            parse(&dict(&[
+                ("command", s("offer")),
+                ("call-id", s("c")),
+                ("from-tag", s("a")),
+                ("sdp", s("")),
+                ("ptime", s("soon"))
+            ])),
+            Err(NgError::BadValue("ptime", _))
+        ));
+        assert!(matches!(
+            parse(&dict(&[
+                ("command", s("offer")),
+                ("call-id", s("c")),
+                ("from-tag", s("a")),
+                ("sdp", s("")),
+                ("codec", s("transcode-PCMA"))
+            ])),
+            Err(NgError::BadValue("codec", _))
+        ));
     }
 
     #[test]

@@ -35,7 +35,8 @@ use crate::counters::{Counters, DropReason, EndReason};
 pub use rtp::{Latch, Ports, RtpConfig, RtpLeg, RtpLegError, RtpOfferSpec};
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 
-/// A codec the gateway forwards, identified independently of payload type numbers.
+/// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s
+/// registry), identified independently of payload type numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum CodecId {
@@ -45,6 +46,12 @@ pub enum CodecId {
     Pcmu,
     /// G.711 A-law, 8 kHz.
     Pcma,
+    /// G.722 (16 kHz audio, RTP clock 8000 as RFC 3551 says).
+    G722,
+    /// RFC 4733 telephone-events (DTMF) at 8000 Hz, beside G.711 and G.722.
+    TelephoneEvent,
+    /// RFC 4733 telephone-events at 48000 Hz, beside Opus.
+    TelephoneEvent48k,
     /// VP8, 90 kHz.
     Vp8,
     /// H.264, 90 kHz (any profile: the first offered H.264 payload type of our preference is
@@ -54,12 +61,25 @@ pub enum CodecId {
 
 impl CodecId {
     /// Every codec the gateway knows.
-    pub const ALL: [CodecId; 5] = [
+    pub const ALL: [CodecId; 8] = [
         CodecId::Opus,
         CodecId::Pcmu,
         CodecId::Pcma,
+        CodecId::G722,
+        CodecId::TelephoneEvent,
+        CodecId::TelephoneEvent48k,
         CodecId::Vp8,
         CodecId::H264,
+    ];
+
+    /// The audio codecs (and telephone-events) legs accept by default, most preferred first.
+    pub const DEFAULT_AUDIO: [CodecId; 6] = [
+        CodecId::Opus,
+        CodecId::Pcmu,
+        CodecId::Pcma,
+        CodecId::G722,
+        CodecId::TelephoneEvent48k,
+        CodecId::TelephoneEvent,
     ];
 
     /// The encoding name (as in `a=rtpmap`).
@@ -68,6 +88,8 @@ impl CodecId {
             CodecId::Opus => "opus",
             CodecId::Pcmu => "PCMU",
             CodecId::Pcma => "PCMA",
+            CodecId::G722 => "G722",
+            CodecId::TelephoneEvent | CodecId::TelephoneEvent48k => "telephone-event",
             CodecId::Vp8 => "VP8",
             CodecId::H264 => "H264",
         }
@@ -76,24 +98,52 @@ impl CodecId {
     /// The RTP clock rate.
     pub fn clock_rate(self) -> u32 {
         match self {
-            CodecId::Opus => 48_000,
-            CodecId::Pcmu | CodecId::Pcma => 8_000,
+            CodecId::Opus | CodecId::TelephoneEvent48k => 48_000,
+            CodecId::Pcmu | CodecId::Pcma | CodecId::G722 | CodecId::TelephoneEvent => 8_000,
             CodecId::Vp8 | CodecId::H264 => 90_000,
         }
     }
 
-    /// Whether this is an audio codec (else video).
+    /// Whether this is an audio codec or telephone-events (else video).
     pub fn is_audio(self) -> bool {
-        matches!(self, CodecId::Opus | CodecId::Pcmu | CodecId::Pcma)
+        !matches!(self, CodecId::Vp8 | CodecId::H264)
     }
 
-    /// How we offer it when nobody said: the static payload types of G.711 (0, 8), 111 for
-    /// Opus (stereo, in-band FEC), 96 and 102 for the video codecs.
+    /// Whether this is RFC 4733 telephone-events (carried beside audio, never decoded).
+    pub fn is_event(self) -> bool {
+        matches!(self, CodecId::TelephoneEvent | CodecId::TelephoneEvent48k)
+    }
+
+    /// Whether the gateway can decode and encode it (an audio codec of the media registry):
+    /// what transcoding and mixing can take and give.
+    pub fn is_transcodable(self) -> bool {
+        matches!(
+            self,
+            CodecId::Opus | CodecId::Pcmu | CodecId::Pcma | CodecId::G722
+        )
+    }
+
+    /// The telephone-event format at this audio codec's clock rate (RFC 4733 §2.1: events
+    /// use the clock of the audio they go with).
+    pub fn event_for_clock(clock_rate: u32) -> Option<CodecId> {
+        match clock_rate {
+            8_000 => Some(CodecId::TelephoneEvent),
+            48_000 => Some(CodecId::TelephoneEvent48k),
+            _ => None,
+        }
+    }
+
+    /// How we offer it when nobody said: the static payload types of G.711 and G.722 (0, 8,
+    /// 9), 111 for Opus (stereo, in-band FEC), 101 and 126 for telephone-events, 96 and 102
+    /// for the video codecs.
     pub fn offer_codec(self) -> Codec {
         let (pt, channels, fmtp) = match self {
             CodecId::Opus => (111, Some(2), Some("minptime=10;useinbandfec=1")),
             CodecId::Pcmu => (0, None, None),
             CodecId::Pcma => (8, None, None),
+            CodecId::G722 => (9, None, None),
+            CodecId::TelephoneEvent => (101, None, Some("0-16")),
+            CodecId::TelephoneEvent48k => (126, None, Some("0-16")),
             CodecId::Vp8 => (96, None, None),
             CodecId::H264 => (
                 102,
@@ -116,6 +166,25 @@ impl CodecId {
             .into_iter()
             .find(|c| codec.is(c.name(), c.clock_rate()))
     }
+
+    /// The codec an ng `codec` flag or an API request names (`opus`, `PCMU`, `G722`,
+    /// `telephone-event`; case-insensitive; an `/8000`-style clock rate may follow).
+    pub fn by_name(name: &str) -> Option<CodecId> {
+        let mut it = name.split('/');
+        let base = it.next()?.trim();
+        let clock: Option<u32> = match it.next() {
+            Some(c) => Some(c.trim().parse().ok()?),
+            None => None,
+        };
+        CodecId::ALL.into_iter().find(|c| {
+            c.name().eq_ignore_ascii_case(base)
+                && clock.map_or(
+                    // Bare `telephone-event` is the 8 kHz one.
+                    *c != CodecId::TelephoneEvent48k,
+                    |k| k == c.clock_rate(),
+                )
+        })
+    }
 }
 
 /// One answered media section: what we agreed on.
@@ -125,7 +194,9 @@ pub struct NegotiatedMedia {
     pub mid: String,
     /// Audio or video.
     pub kind: MediaKind,
-    /// Codecs accepted with the offerer's payload types, our preference first.
+    /// Codecs accepted with the offerer's payload types, in the order of the peer's offer (or
+    /// answer): its preference first, what it is sent transcoded audio in
+    /// ([`crate::transcode::Format::for_receiver`]). The SDP answer lists them in ours.
     pub codecs: Vec<(CodecId, u8)>,
     /// Whether the participant sends on this section.
     pub peer_sends: bool,
@@ -141,6 +212,9 @@ pub struct NegotiatedMedia {
     /// Simulcast layers the peer sends on the section (their rids, in its order: RFC 8853),
     /// told apart by the `rid` header extension; empty without simulcast.
     pub simulcast: Vec<String>,
+    /// The packet time the peer asked for (`a=ptime`, ms), if it did: what transcoded audio
+    /// for it is framed in (20 ms when it did not say).
+    pub ptime: Option<u32>,
 }
 
 /// The RTP header extensions the gateway reads or writes (RFC 8285 `a=extmap` URIs).
@@ -270,7 +344,7 @@ impl SectionFeedback {
     }
 }
 
-/// The payload type `media` negotiated for `codec` (the first section's, our preference first).
+/// The payload type `media` negotiated for `codec` (the first section's).
 fn payload_type_in(media: &[NegotiatedMedia], codec: CodecId) -> Option<u8> {
     media
         .iter()

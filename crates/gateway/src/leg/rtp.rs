@@ -87,7 +87,7 @@ impl Default for RtpConfig {
     fn default() -> RtpConfig {
         RtpConfig {
             announce: IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-            audio_codecs: vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            audio_codecs: CodecId::DEFAULT_AUDIO.to_vec(),
             sdes_suites: vec![
                 Profile::AeadAes256Gcm,
                 Profile::AeadAes128Gcm,
@@ -295,6 +295,13 @@ fn choose_crypto(
     Ok((c.clone(), profile, key))
 }
 
+/// `chosen` (in our order) as (codec, payload type) in the order `offered` lists them.
+pub(crate) fn in_offer_order(chosen: &[(CodecId, Codec)], offered: &[Codec]) -> Vec<(CodecId, u8)> {
+    let mut v: Vec<(CodecId, u8)> = chosen.iter().map(|(id, c)| (*id, c.pt)).collect();
+    v.sort_by_key(|(_, pt)| offered.iter().position(|c| c.pt == *pt));
+    v
+}
+
 impl RtpLeg {
     /// A leg for `offer` on the local `ports`, created at `now` (the media timeout starts).
     pub fn new(
@@ -322,7 +329,7 @@ impl RtpLeg {
                 }
             }
         }
-        if codecs.is_empty() {
+        if codecs.iter().all(|(id, _)| id.is_event()) {
             return Err(RtpLegError::NoCommonCodec);
         }
         let (security, answer_crypto) = if section.transport.is_sdes() {
@@ -376,13 +383,14 @@ impl RtpLeg {
         let media = vec![NegotiatedMedia {
             mid: section.mid.clone().unwrap_or_else(|| chosen.to_string()),
             kind: MediaKind::Audio,
-            codecs: codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
+            codecs: in_offer_order(&codecs, &section.codecs),
             peer_sends: section.direction.sends(),
             peer_receives: section.direction.receives(),
             our_ssrc,
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
             simulcast: Vec::new(),
+            ptime: section.ptime,
         }];
         let rtcp_mux = section.rtcp_mux;
         let sections: Vec<RtpSectionAnswer> = offer
@@ -520,6 +528,7 @@ impl RtpLeg {
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
             simulcast: Vec::new(),
+            ptime: spec.ptime,
         }];
         let section = RtpSectionAnswer {
             kind: MediaKind::Audio,
@@ -677,6 +686,9 @@ impl RtpLeg {
         }
         self.sdp[0].codecs = answered.into_iter().map(|(_, c)| c).collect();
         self.media[0].codecs = codecs;
+        if a.ptime.is_some() {
+            self.media[0].ptime = a.ptime;
+        }
         self.media[0].peer_sends = a.direction.sends();
         self.media[0].peer_receives = a.direction.receives();
         self.rtcp_mux = a.rtcp_mux;

@@ -79,7 +79,7 @@ impl Default for WebRtcConfig {
         WebRtcConfig {
             ice: IceConfig::default(),
             candidates: Vec::new(),
-            audio_codecs: vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            audio_codecs: CodecId::DEFAULT_AUDIO.to_vec(),
             video_codecs: vec![CodecId::Vp8, CodecId::H264],
             srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
             dtls_timers: Timers::default(),
@@ -357,16 +357,19 @@ impl WebRtcLeg {
                 );
             }
             if direction.is_some() {
+                let owned: Vec<(CodecId, Codec)> =
+                    chosen.iter().map(|(id, c)| (*id, (*c).clone())).collect();
                 media.push(NegotiatedMedia {
                     mid: m.mid.clone(),
                     kind: m.kind.clone(),
-                    codecs: chosen.iter().map(|(id, c)| (*id, c.pt)).collect(),
+                    codecs: super::rtp::in_offer_order(&owned, &m.codecs),
                     peer_sends: m.direction.sends(),
                     peer_receives: m.direction.receives(),
                     our_ssrc,
                     feedback: feedback.clone(),
                     extmaps: extmaps.clone(),
                     simulcast: simulcast.clone(),
+                    ptime: None,
                 });
             }
             answers.push(MediaAnswer {
@@ -495,6 +498,7 @@ impl WebRtcLeg {
                 feedback: SectionFeedback::default(),
                 extmaps: Vec::new(),
                 simulcast: Vec::new(),
+                ptime: None,
             });
             offered.push(MediaAnswer {
                 mid,
@@ -708,6 +712,7 @@ impl WebRtcLeg {
                     feedback: fb.clone(),
                     extmaps: extmap_ids,
                     simulcast: Vec::new(),
+                    ptime: None,
                 });
                 sections.push(MediaAnswer {
                     mid,

@@ -161,7 +161,7 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             delete(leave_resource).put(rtp_update),
         )
         .route("/api/rooms", get(api_rooms))
-        .route("/api/rooms/{room}", get(api_room))
+        .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
         .route(
             "/api/rooms/{room}/participants/{id}/layer",
@@ -446,14 +446,13 @@ impl OfferRequest {
             ));
         }
         let codecs = match self.codecs {
-            None => vec![CodecId::Opus, CodecId::Pcmu, CodecId::Pcma],
+            None => CodecId::DEFAULT_AUDIO.to_vec(),
             Some(names) => names
                 .iter()
                 .map(|n| {
-                    CodecId::ALL
-                        .into_iter()
-                        .find(|c| c.is_audio() && c.name().eq_ignore_ascii_case(n))
-                        .ok_or_else(|| format!("codec {n:?}: opus, PCMU or PCMA"))
+                    CodecId::by_name(n).filter(|c| c.is_audio()).ok_or_else(|| {
+                        format!("codec {n:?}: opus, PCMU, PCMA, G722 or telephone-event")
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
@@ -797,6 +796,42 @@ async fn api_room(State(s): State<AppState>, Path(room): Path<String>) -> Respon
         Some(r) => Json(r).into_response(),
         None => refuse(&s, StatusCode::NOT_FOUND, format!("no room {room:?}")),
     }
+}
+
+/// The body of `PATCH /api/rooms/{room}`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RoomSettings {
+    /// Mix the room's audio (N−1), or relay and transcode it.
+    mix: Option<bool>,
+}
+
+/// Changes a room's settings (made or not yet): 204, or 400 with the reason.
+async fn api_room_settings(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if let Err(r) = authorize(&s, &room, &headers) {
+        return *r;
+    }
+    let settings: RoomSettings = match serde_json::from_str(&body) {
+        Ok(c) => c,
+        Err(e) => {
+            return refuse(
+                &s,
+                StatusCode::BAD_REQUEST,
+                format!("the body must be JSON {{\"mix\": true or false}}: {e}"),
+            )
+        }
+    };
+    if let Some(mix) = settings.mix {
+        if let Err(why) = s.gateway.set_mixing(&room, mix).await {
+            return refuse(&s, StatusCode::SERVICE_UNAVAILABLE, why);
+        }
+    }
+    StatusCode::NO_CONTENT.into_response()
 }
 
 async fn api_remove(

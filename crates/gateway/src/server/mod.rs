@@ -23,6 +23,7 @@ mod directory;
 mod http;
 mod listener;
 mod ng;
+mod ng_codecs;
 mod ports;
 mod stats;
 pub mod tls;
@@ -518,6 +519,22 @@ impl Gateway {
             return Err(JoinError::ShuttingDown);
         }
         rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
+    /// Sets `room` to mix its audio (each member hears the sum of the others, N−1) or to relay
+    /// and transcode it; kept for the room if it is made later. Err: shutting down.
+    pub async fn set_mixing(&self, room: &str, mix: bool) -> Result<(), String> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::SetMixing {
+            room: room.to_owned(),
+            mix,
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Err("the gateway is shutting down".into());
+        }
+        rx.await
+            .map_err(|_| "the gateway is shutting down".to_owned())
     }
 
     /// Sets which simulcast layer participant `id` is sent of `publisher`'s (all when `None`):

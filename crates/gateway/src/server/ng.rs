@@ -28,9 +28,14 @@ use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
 use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
 
+use super::ng_codecs::{caller_keeps, plan};
 use super::{Gateway, JoinError, JoinKind};
 use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
 use secrelay_wire::ng::{error_reply, parse, reply, Dtls, Flags, Ice, OfferAnswer, Request};
+
+/// Why an offer has nothing for the callee.
+const NO_CODEC: &str =
+    "the offer has no codec the gateway relays or transcodes (opus, PCMU, PCMA, G722)";
 
 /// How long a reply is kept for retransmissions of its request.
 const REPLY_CACHE_FOR: Duration = Duration::from_secs(30);
@@ -51,6 +56,9 @@ struct Call {
     callee_offer: String,
     /// Whether the callee's member is a WebRTC leg (its answer is WebRTC SDP).
     callee_webrtc: bool,
+    /// The caller's codecs its side keeps to be transcoded, whatever the callee takes (the
+    /// `codec` manipulations).
+    caller_transcodes: Vec<CodecId>,
     /// The member facing the caller, and our answer to it, once answered.
     caller: Option<(String, String)>,
     /// The last new offer in the answered call (a re-INVITE from either side).
@@ -279,20 +287,17 @@ impl Ng {
         } else {
             Vec::new()
         };
-        let codecs: Vec<(CodecId, secrelay_wire::sdp::Codec)> = section
-            .codecs
-            .iter()
-            .filter_map(|c| CodecId::of(c).map(|id| (id, c.clone())))
-            .collect();
-        if codecs.is_empty() {
-            return Err("the offer has no codec the gateway relays (Opus, PCMU, PCMA)".into());
+        let plan = plan(&section.codecs, &o.flags.codec);
+        warnings.extend(plan.warnings);
+        if plan.towards_callee.is_empty() {
+            return Err(NO_CODEC.into());
         }
         let spec = RtpOfferSpec {
             transport,
-            codecs,
+            codecs: plan.towards_callee,
             suites,
             rtcp_mux: o.flags.rtcp_mux.offer || o.flags.rtcp_mux.require,
-            ptime: section.ptime,
+            ptime: o.flags.ptime.or(section.ptime),
         };
         let room = format!("call:{}", o.call_id);
         let j = self
@@ -311,6 +316,7 @@ impl Ng {
                 callee_id: j.id,
                 callee_offer: j.answer.clone(),
                 callee_webrtc: false,
+                caller_transcodes: plan.caller_transcodes,
                 caller: None,
                 reoffer: None,
                 created: Instant::now(),
@@ -337,19 +343,18 @@ impl Ng {
         if o.flags.ice == Some(Ice::Remove) {
             warnings.push("ICE=remove: a WebRTC callee needs ICE".into());
         }
-        let codecs: Vec<secrelay_wire::sdp::Codec> = section
-            .codecs
-            .iter()
-            .filter(|c| CodecId::of(c).is_some_and(CodecId::is_audio))
-            .cloned()
-            .collect();
-        if codecs.is_empty() {
-            return Err("the offer has no codec the gateway relays (Opus, PCMU, PCMA)".into());
+        let plan = plan(&section.codecs, &o.flags.codec);
+        warnings.extend(plan.warnings);
+        if plan.towards_callee.is_empty() {
+            return Err(NO_CODEC.into());
+        }
+        if o.flags.ptime.is_some() {
+            warnings.push("ptime: a WebRTC callee gets no a=ptime".into());
         }
         let sections = vec![WebRtcOfferSection {
             kind: secrelay_wire::sdp::MediaKind::Audio,
             direction: secrelay_wire::sdp::Direction::SendRecv,
-            codecs,
+            codecs: plan.towards_callee.into_iter().map(|(_, c)| c).collect(),
         }];
         let room = format!("call:{}", o.call_id);
         let j = self
@@ -368,6 +373,7 @@ impl Ng {
                 callee_id: j.id,
                 callee_offer: j.answer.clone(),
                 callee_webrtc: true,
+                caller_transcodes: plan.caller_transcodes,
                 caller: None,
                 reoffer: None,
                 created: Instant::now(),
@@ -507,8 +513,9 @@ impl Ng {
             let mut offer = parse_offer(&call.caller_sdp)
                 .map_err(|e| format!("the offer's WebRTC SDP: {e}"))?;
             for m in &mut offer.media {
-                m.codecs
-                    .retain(|c| CodecId::of(c).is_some_and(|id| ids.contains(&id)));
+                m.codecs.retain(|c| {
+                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
+                });
             }
             let j = self
                 .gateway
@@ -519,8 +526,12 @@ impl Ng {
         } else {
             let mut offer: RtpDescription = caller_rtp;
             for s in &mut offer.sections {
-                s.codecs
-                    .retain(|c| CodecId::of(c).is_some_and(|id| ids.contains(&id)));
+                s.codecs.retain(|c| {
+                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
+                });
+                if let Some(p) = call.caller_flags.ptime_reverse {
+                    s.ptime = Some(p);
+                }
                 if call.caller_flags.has("SIP-source-address") {
                     if let Some(ip) = call.caller_flags.received_from {
                         s.address = Some(ip);

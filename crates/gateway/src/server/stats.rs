@@ -356,6 +356,12 @@ pub struct Totals {
     pub media_forwarded: u64,
     /// Media copies forwarded outside a receive slot.
     pub media_unslotted: u64,
+    /// Media copies transcoded (or mixed) for their receivers.
+    pub media_transcoded: u64,
+    /// Audio packets decoded for transcoding or mixing.
+    pub media_decoded: u64,
+    /// Audio packets encoded for transcoding or mixing.
+    pub media_encoded: u64,
     /// Datagrams handed between workers.
     pub handed_off: u64,
     /// Engine calls that unprotected receive batches.
@@ -424,6 +430,9 @@ impl GatewayStats {
             media_routed: s.media.routed,
             media_forwarded: s.media.forwarded,
             media_unslotted: s.media.unslotted,
+            media_transcoded: s.media.transcoded,
+            media_decoded: s.media.decoded,
+            media_encoded: s.media.encoded,
             handed_off: self.io(|w| &w.handed_off),
             srtp_batches: s.srtp_batches,
             srtp_batched: s.srtp_batched,
@@ -600,6 +609,24 @@ impl Collector for StatsCollector {
             "secrelay_media_unslotted",
             "Media copies sent outside a receive slot, under an SSRC the receiver's answer does not announce (it offered fewer receiving sections of the kind than the room has senders)",
             m.unslotted,
+        )?;
+        counter(
+            e,
+            "secrelay_media_transcoded",
+            "Media copies transcoded or mixed for their receivers (audio of a codec the receiver did not take, decoded and encoded again)",
+            m.transcoded,
+        )?;
+        counter(
+            e,
+            "secrelay_media_decoded",
+            "Audio packets decoded for transcoding or mixing (once per packet, however many receivers)",
+            m.decoded,
+        )?;
+        counter(
+            e,
+            "secrelay_media_encoded",
+            "Audio packets encoded for transcoding or mixing (once per receiving format of a stream, not per receiver)",
+            m.encoded,
         )?;
         let f = &m.feedback;
         labelled_counters(

@@ -127,6 +127,12 @@ pub(crate) enum Command {
         revision: Option<u64>,
         reply: oneshot::Sender<Result<usize, JoinError>>,
     },
+    /// Whether a room mixes its audio (N−1) or relays and transcodes it.
+    SetMixing {
+        room: String,
+        mix: bool,
+        reply: oneshot::Sender<()>,
+    },
     /// Which simulcast layer a participant is sent (of one publisher's, or all).
     SetLayer {
         room: String,
@@ -488,6 +494,11 @@ impl Worker {
                 let r = self.shard.answer_reoffer(&room, &id, &answer, revision);
                 self.after_command();
                 let _ = reply.send(r);
+            }
+            Command::SetMixing { room, mix, reply } => {
+                self.shard.set_mixing(&room, mix);
+                self.after_command();
+                let _ = reply.send(());
             }
             Command::SetLayer {
                 room,

@@ -220,6 +220,8 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
             media: secrelay_testkit::Media::Pcmu,
+            transcode: false,
+            mix: false,
         },
         server_pid: Some(child.0.id()),
     };

@@ -83,6 +83,12 @@ pub struct Scrape {
     pub retransmit_bytes: f64,
     /// `secrelay_feedback_total` by event (keyframe requests, NACKs, retransmissions).
     pub feedback: Vec<(String, f64)>,
+    /// `secrelay_media_transcoded_total`: copies transcoded or mixed for their receivers.
+    pub transcoded: f64,
+    /// `secrelay_media_decoded_total`: audio packets decoded for transcoding or mixing.
+    pub decoded: f64,
+    /// `secrelay_media_encoded_total`: audio packets encoded for transcoding or mixing.
+    pub encoded: f64,
 }
 
 /// Parses the OpenMetrics text of secrelay's `/metrics`.
@@ -113,6 +119,12 @@ pub fn parse_metrics(text: &str) -> Scrape {
             .and_then(|r| r.strip_suffix("\"}"))
         {
             s.feedback.push((event.to_owned(), v));
+        } else if name == "secrelay_media_transcoded_total" {
+            s.transcoded = v;
+        } else if name == "secrelay_media_decoded_total" {
+            s.decoded = v;
+        } else if name == "secrelay_media_encoded_total" {
+            s.encoded = v;
         } else if let Some(reason) = name
             .strip_prefix("secrelay_drops_total{reason=\"")
             .and_then(|r| r.strip_suffix("\"}"))
@@ -182,6 +194,13 @@ pub struct LoadReport {
     pub gateway_routed: f64,
     /// Copies it forwarded during the window.
     pub gateway_forwarded: f64,
+    /// Of those, copies transcoded or mixed; and the audio packets it decoded and encoded for
+    /// them, during the window.
+    pub gateway_transcoded: f64,
+    /// Audio packets decoded for transcoding or mixing during the window.
+    pub gateway_decoded: f64,
+    /// Audio packets encoded for transcoding or mixing during the window.
+    pub gateway_encoded: f64,
     /// Its drops during the window, by reason (non-zero only).
     pub gateway_drops: Vec<(String, f64)>,
     /// Relay latency quantiles in µs (p50, p90, p99, p99.9) from the gateway's histogram
@@ -497,6 +516,9 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
         expected: r.expected,
         gateway_routed: routed,
         gateway_forwarded: forwarded,
+        gateway_transcoded: after.transcoded - before.transcoded,
+        gateway_decoded: after.decoded - before.decoded,
+        gateway_encoded: after.encoded - before.encoded,
         gateway_drops: drops,
         relay_latency_us: relay,
         end_to_end_us: r.delay_us,
@@ -547,6 +569,8 @@ mod tests {
         assert_eq!(gauges.retransmit_streams, 3.0);
         assert_eq!(gauges.retransmit_bytes, 1.5e6);
         assert_eq!(gauges.feedback, vec![("nacked".to_string(), 4.0)]);
+        let t = parse_metrics("secrelay_media_transcoded_total 7\nsecrelay_media_decoded_total 3\nsecrelay_media_encoded_total 2\n");
+        assert_eq!((t.transcoded, t.decoded, t.encoded), (7.0, 3.0, 2.0));
         assert_eq!(after.drops, vec![("replayed".to_string(), 3.0)]);
         // 100 new observations: 90 in (10 µs, 100 µs], 10 above.
         assert_eq!(relay_quantile(&before, &after, 0.5), Some(0.0001));

@@ -281,6 +281,8 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         connect_timeout: Duration::from_secs(60),
         inject_bad: false,
         media: secrelay_testkit::Media::Pcmu,
+        transcode: false,
+        mix: false,
     };
     let progress = std::sync::Arc::new(FleetProgress::default());
     let group = fleet::join_all(&cfg, &progress, Instant::now())?;

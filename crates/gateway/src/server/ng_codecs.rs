@@ -1,0 +1,363 @@
+//! The ng `codec` manipulations (`strip`, `mask`, `consume`, `accept`, `except`, `offer`,
+//! `transcode`, the `always transcode` flag) applied to a caller's offer, as rtpengine applies
+//! them: which codecs our offer to the callee lists, in which order, and which of the caller's
+//! codecs its side keeps for transcoding whatever the callee answers. The transcoding itself is
+//! the room's ([`crate::room`]): once each side's leg has its codecs, audio the other side did
+//! not take is decoded and encoded again.
+//!
+//! - `strip`: gone from both sides, as if never offered (`all`/`full`: every codec but those
+//!   `except`, `offer` or `transcode` name).
+//! - `mask` (and `consume`): gone from our offer to the callee, kept on the caller's side, so
+//!   the caller is transcoded to what the callee takes.
+//! - `accept` (`all` with `always transcode`): offered to the callee, and kept on the caller's
+//!   side even when the callee rejects it.
+//! - `offer`: the listed codecs first, in the listed order; `except`: kept despite `all`.
+//! - `transcode`: as `offer`, adding a codec the caller did not offer (one the gateway encodes):
+//!   then every codec of the caller's the gateway decodes is kept on its side.
+//!
+//! Names are `NAME[/CLOCK[/CHANNELS]]`, case-insensitive. A name that is neither in the offer nor
+//! a codec the gateway has is reported in the reply's `warning`, by name; so is a codec asked to
+//! be added that the gateway cannot encode. Stripping everything is refused the way rtpengine
+//! refuses it: the offer's codecs stay, with a warning.
+
+use secrelay_wire::ng::CodecFlags;
+use secrelay_wire::sdp::Codec;
+
+use crate::leg::CodecId;
+
+/// What the caller's offer becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CodecPlan {
+    /// Our offer to the callee: codecs with the payload types and parameters to offer.
+    pub towards_callee: Vec<(CodecId, Codec)>,
+    /// The caller's codecs its side keeps whatever the callee takes (to be transcoded), when
+    /// the callee takes one the gateway can encode.
+    pub caller_transcodes: Vec<CodecId>,
+    /// What the reply's `warning` says about the manipulations.
+    pub warnings: Vec<String>,
+}
+
+/// Whether `spec` (`NAME[/CLOCK[/CHANNELS]]`) names `c`.
+fn names(spec: &str, c: &Codec) -> bool {
+    let mut it = spec.trim().split('/');
+    let name = it.next().unwrap_or_default();
+    if !name.eq_ignore_ascii_case(&c.name) {
+        return false;
+    }
+    let clock = it.next().map(|x| x.trim().parse::<u32>());
+    let channels = it.next().map(|x| x.trim().parse::<u32>());
+    let clock_ok = match clock {
+        None => true,
+        Some(Ok(k)) => k == c.clock_rate,
+        Some(Err(_)) => false,
+    };
+    let channels_ok = match channels {
+        None => true,
+        Some(Ok(n)) => n == c.channels.unwrap_or(1),
+        Some(Err(_)) => false,
+    };
+    clock_ok && channels_ok
+}
+
+fn is_all(list: &[String]) -> bool {
+    list.iter()
+        .any(|n| n.eq_ignore_ascii_case("all") || n.eq_ignore_ascii_case("full"))
+}
+
+fn any_names(list: &[String], c: &Codec) -> bool {
+    list.iter().any(|n| names(n, c))
+}
+
+/// A payload type for a codec we add: its static one, else the first dynamic one (96–127) the
+/// offer does not use.
+fn free_pt(id: CodecId, used: &[u8]) -> Option<u8> {
+    let default = id.offer_codec().pt;
+    if default < 96 || !used.contains(&default) {
+        return Some(default).filter(|pt| !used.contains(pt));
+    }
+    (96..=127).find(|pt| !used.contains(pt))
+}
+
+/// Applies `flags` to the caller's offered `codecs` (its audio section's, in its order). See
+/// the [module documentation](self).
+pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
+    let mut warnings = Vec::new();
+    // Names no list can mean: neither offered nor ours.
+    let lists: [(&str, &Vec<String>); 7] = [
+        ("strip", &flags.strip),
+        ("mask", &flags.mask),
+        ("consume", &flags.consume),
+        ("accept", &flags.accept),
+        ("except", &flags.except),
+        ("offer", &flags.offer),
+        ("transcode", &flags.transcode),
+    ];
+    for (op, list) in lists {
+        for n in list.iter() {
+            let keyword = n.eq_ignore_ascii_case("all") || n.eq_ignore_ascii_case("full");
+            let offered = codecs.iter().any(|c| names(n, c));
+            if !keyword && !offered && CodecId::by_name(n).is_none() {
+                warnings.push(format!("codec-{op}: unknown codec {n:?} ignored"));
+            }
+        }
+    }
+    let strip_all = is_all(&flags.strip);
+    let mask_all = is_all(&flags.mask) || is_all(&flags.consume);
+    let accept_all = is_all(&flags.accept);
+    let kept_by_name = |c: &Codec| {
+        any_names(&flags.except, c) || any_names(&flags.offer, c) || any_names(&flags.transcode, c)
+    };
+    let mut towards: Vec<(CodecId, Codec)> = Vec::new();
+    let mut caller_transcodes: Vec<CodecId> = Vec::new();
+    let mut masked_any = false;
+    for c in codecs {
+        let Some(id) = CodecId::of(c).filter(|id| id.is_audio()) else {
+            continue;
+        };
+        let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
+        if stripped {
+            continue;
+        }
+        let masked = any_names(&flags.mask, c)
+            || any_names(&flags.consume, c)
+            || (mask_all && !kept_by_name(c));
+        if masked {
+            masked_any = true;
+            caller_transcodes.push(id);
+            continue;
+        }
+        if accept_all || any_names(&flags.accept, c) {
+            caller_transcodes.push(id);
+        }
+        towards.push((id, c.clone()));
+    }
+    // `offer` and `transcode` put their codecs first, in their order.
+    let firsts: Vec<&String> = flags.offer.iter().chain(&flags.transcode).collect();
+    let mut ordered: Vec<(CodecId, Codec)> = Vec::new();
+    for n in &firsts {
+        if let Some(k) = towards.iter().position(|(_, c)| names(n, c)) {
+            ordered.push(towards.remove(k));
+        }
+    }
+    ordered.append(&mut towards);
+    let mut towards = ordered;
+    // `transcode`: codecs the caller did not offer, added (and transcoded).
+    let mut added = false;
+    for (k, n) in flags.transcode.iter().enumerate() {
+        if towards.iter().any(|(_, c)| names(n, c)) {
+            continue;
+        }
+        let Some(id) = CodecId::by_name(n) else {
+            continue; // warned about above
+        };
+        if !id.is_transcodable() {
+            warnings.push(format!(
+                "codec-transcode: the gateway cannot encode {n:?}: not added"
+            ));
+            continue;
+        }
+        let used: Vec<u8> = codecs.iter().map(|c| c.pt).collect();
+        let Some(pt) = free_pt(id, &used) else {
+            warnings.push(format!("codec-transcode: no payload type left for {n:?}"));
+            continue;
+        };
+        let mut codec = id.offer_codec();
+        codec.pt = pt;
+        // Where `transcode` names the added codec among the first, it goes there.
+        let at = towards
+            .iter()
+            .take_while(|(_, c)| {
+                firsts
+                    .iter()
+                    .take(flags.offer.len() + k)
+                    .any(|f| names(f, c))
+            })
+            .count();
+        towards.insert(at, (id, codec));
+        added = true;
+    }
+    if added || masked_any {
+        // The caller's side keeps every codec of its own the gateway decodes.
+        for c in codecs {
+            if let Some(id) = CodecId::of(c).filter(|id| id.is_transcodable()) {
+                let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
+                if !stripped && !caller_transcodes.contains(&id) {
+                    caller_transcodes.push(id);
+                }
+            }
+        }
+        // Telephone-events at the clock of an added codec, when the caller sends events.
+        let caller_events = codecs
+            .iter()
+            .any(|c| CodecId::of(c).is_some_and(CodecId::is_event));
+        if caller_events {
+            let clocks: Vec<u32> = towards
+                .iter()
+                .filter(|(id, _)| id.is_transcodable())
+                .map(|(id, _)| id.clock_rate())
+                .collect();
+            for clock in clocks {
+                let Some(ev) = CodecId::event_for_clock(clock) else {
+                    continue;
+                };
+                if towards.iter().any(|(id, _)| *id == ev) {
+                    continue;
+                }
+                let mut used: Vec<u8> = codecs.iter().map(|c| c.pt).collect();
+                used.extend(towards.iter().map(|(_, c)| c.pt));
+                if let Some(pt) = free_pt(ev, &used) {
+                    let mut codec = ev.offer_codec();
+                    codec.pt = pt;
+                    towards.push((ev, codec));
+                }
+            }
+        }
+    }
+    if !towards.iter().any(|(id, _)| !id.is_event()) {
+        if !flags.is_empty() {
+            warnings.push(
+                "codec: the manipulations leave the callee no audio codec: the offer's codecs are kept"
+                    .into(),
+            );
+        }
+        towards = codecs
+            .iter()
+            .filter_map(|c| {
+                CodecId::of(c)
+                    .filter(|id| id.is_audio())
+                    .map(|id| (id, c.clone()))
+            })
+            .collect();
+        caller_transcodes.clear();
+    }
+    CodecPlan {
+        towards_callee: towards,
+        caller_transcodes,
+        warnings,
+    }
+}
+
+/// Whether the caller's side keeps its codec `id` once the callee took `taken`: the callee
+/// took it, or it is to be transcoded to an audio codec the callee took, or it is
+/// telephone-events and the callee took telephone-events too (carried across clocks).
+pub(crate) fn caller_keeps(id: CodecId, taken: &[CodecId], transcodes: &[CodecId]) -> bool {
+    taken.contains(&id)
+        || (transcodes.contains(&id) && taken.iter().any(|t| t.is_transcodable()))
+        || (id.is_event() && taken.iter().any(|t| t.is_event()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(pt: u8, name: &str, clock: u32, channels: Option<u32>) -> Codec {
+        Codec {
+            pt,
+            name: name.into(),
+            clock_rate: clock,
+            channels,
+            fmtp: None,
+        }
+    }
+
+    fn browser() -> Vec<Codec> {
+        vec![
+            c(111, "opus", 48_000, Some(2)),
+            c(110, "telephone-event", 48_000, None),
+        ]
+    }
+
+    fn names_of(p: &CodecPlan) -> Vec<(String, u8)> {
+        p.towards_callee
+            .iter()
+            .map(|(_, c)| (format!("{}/{}", c.name, c.clock_rate), c.pt))
+            .collect()
+    }
+
+    #[test]
+    fn transcode_adds_a_codec_and_keeps_the_callers_for_transcoding() {
+        let f = CodecFlags {
+            transcode: vec!["PCMA".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&browser(), &f);
+        assert_eq!(
+            names_of(&p),
+            vec![
+                ("PCMA/8000".into(), 8),
+                ("opus/48000".into(), 111),
+                ("telephone-event/48000".into(), 110),
+                ("telephone-event/8000".into(), 101),
+            ]
+        );
+        assert_eq!(p.caller_transcodes, vec![CodecId::Opus]);
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        // The callee took PCMA and 8 kHz events: the caller keeps Opus and its events.
+        let taken = [CodecId::Pcma, CodecId::TelephoneEvent];
+        assert!(caller_keeps(CodecId::Opus, &taken, &p.caller_transcodes));
+        assert!(caller_keeps(
+            CodecId::TelephoneEvent48k,
+            &taken,
+            &p.caller_transcodes
+        ));
+        // Without transcoding, Opus would go.
+        assert!(!caller_keeps(CodecId::Opus, &taken, &[]));
+    }
+
+    #[test]
+    fn mask_hides_from_the_callee_strip_from_both_except_and_offer_reorder() {
+        let offer = vec![
+            c(0, "PCMU", 8000, None),
+            c(8, "PCMA", 8000, None),
+            c(111, "opus", 48_000, Some(2)),
+            c(18, "G729", 8000, None),
+        ];
+        let f = CodecFlags {
+            mask: vec!["opus".into()],
+            transcode: vec!["G722".into()],
+            strip: vec!["PCMU".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&offer, &f);
+        assert_eq!(
+            names_of(&p),
+            vec![("G722/8000".into(), 9), ("PCMA/8000".into(), 8)]
+        );
+        // PCMU was stripped: not kept for transcoding either.
+        assert_eq!(p.caller_transcodes, vec![CodecId::Opus, CodecId::Pcma]);
+        let f = CodecFlags {
+            strip: vec!["all".into()],
+            offer: vec!["opus".into(), "PCMA/8000".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&offer, &f);
+        assert_eq!(
+            names_of(&p),
+            vec![("opus/48000".into(), 111), ("PCMA/8000".into(), 8)]
+        );
+        assert!(p.caller_transcodes.is_empty());
+        let f = CodecFlags {
+            accept: vec!["all".into()],
+            except: vec![],
+            ..CodecFlags::default()
+        };
+        let p = plan(&offer, &f);
+        assert_eq!(p.towards_callee.len(), 3);
+        assert_eq!(p.caller_transcodes.len(), 3);
+    }
+
+    #[test]
+    fn unknown_names_are_warned_about_and_stripping_everything_keeps_the_offer() {
+        let f = CodecFlags {
+            transcode: vec!["AMR-WB".into(), "telephone-event/8000".into()],
+            strip: vec!["opus".into(), "GSM".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&browser(), &f);
+        let w = p.warnings.join("; ");
+        assert!(w.contains("\"AMR-WB\"") && w.contains("\"GSM\""), "{w}");
+        assert!(w.contains("cannot encode \"telephone-event/8000\""), "{w}");
+        assert!(w.contains("no audio codec"), "{w}");
+        assert_eq!(names_of(&p)[0], ("opus/48000".into(), 111));
+    }
+}

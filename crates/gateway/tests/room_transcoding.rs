@@ -1,0 +1,497 @@
+//! Transcoding in a room, in memory through a shard: a browser that speaks only Opus and
+//! phones that speak only PCMU or PCMA hear each other, each in its own codec, payload type,
+//! packet time and keys; the tone arrives at its frequency (Goertzel and zero crossings from
+//! `secrelay_media::tone`); DTMF crosses with each leg's telephone-event payload type and clock;
+//! each sender is decoded once and encoded once per receiving format (the counters say so, not
+//! timings); undecodable audio is dropped and counted; codec state goes when its member does.
+
+use secrelay_gateway::counters::DropReason;
+use secrelay_gateway::shard::JoinKind;
+use secrelay_media::dtmf::{DtmfCollector, DtmfGenerator};
+use secrelay_media::g711::{Pcma, Pcmu};
+use secrelay_media::opus::Opus;
+use secrelay_media::{tone, Codec};
+use secrelay_srtp::Profile;
+use secrelay_testkit::gateway::Harness;
+use secrelay_testkit::memory::SimClient;
+use secrelay_testkit::phone::SimPhone;
+use secrelay_wire::RtpHeader;
+
+/// Chrome's offer narrowed to Opus and telephone-event/48000 (payload types 111 and 110).
+fn opus_only_offer(client: &SimClient) -> String {
+    let drop = ["63", "9", "0", "8", "13", "126"];
+    client
+        .offer()
+        .lines()
+        .filter(|l| {
+            !drop.iter().any(|pt| {
+                l.starts_with(&format!("a=rtpmap:{pt} "))
+                    || l.starts_with(&format!("a=fmtp:{pt} "))
+                    || l.starts_with(&format!("a=rtcp-fb:{pt} "))
+            })
+        })
+        .map(|l| {
+            if l.starts_with("m=audio") {
+                "m=audio 9 UDP/TLS/RTP/SAVPF 111 110".to_owned()
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\r\n")
+        + "\r\n"
+}
+
+/// An Opus-only browser, connected.
+fn opus_browser(h: &mut Harness, room: &str, n: u8) -> usize {
+    let client = SimClient::new(n);
+    let offer = opus_only_offer(&client);
+    let b = h
+        .join(room, client, JoinKind::Join, Some(&offer))
+        .expect("an Opus-only offer is answered");
+    assert!(h.connect(b));
+    let answer = &h.members[b].answer_sdp;
+    assert!(answer.contains("a=rtpmap:111 opus/48000/2"), "{answer}");
+    assert!(!answer.contains("PCMU"), "{answer}");
+    b
+}
+
+const PCMU_ONLY: &[(u8, &str)] = &[(0, "PCMU/8000"), (101, "telephone-event/8000")];
+const PCMA_ONLY: &[(u8, &str)] = &[(8, "PCMA/8000")];
+
+/// (payload type, payload) of what a phone received, in order.
+fn phone_rx(h: &Harness, p: usize) -> Vec<(u8, u16, u32, Vec<u8>)> {
+    h.phones[p]
+        .phone
+        .received
+        .iter()
+        .map(|d| {
+            let r = RtpHeader::parse(d).unwrap();
+            (
+                r.payload_type(),
+                r.sequence(),
+                r.timestamp(),
+                r.payload().to_vec(),
+            )
+        })
+        .collect()
+}
+
+fn browser_rx(h: &Harness, b: usize) -> Vec<(u8, u16, u32, Vec<u8>)> {
+    h.members[b]
+        .client
+        .received
+        .iter()
+        .map(|d| {
+            let r = RtpHeader::parse(d).unwrap();
+            (
+                r.payload_type(),
+                r.sequence(),
+                r.timestamp(),
+                r.payload().to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// Decodes a stream's payloads (those of payload type `pt`), checking it is one clean stream:
+/// consecutive sequence numbers, timestamps one packet apart.
+fn decode(codec: &mut dyn Codec, pt: u8, rx: &[(u8, u16, u32, Vec<u8>)], ptime: u32) -> Vec<i16> {
+    let audio: Vec<_> = rx.iter().filter(|p| p.0 == pt).collect();
+    assert!(!audio.is_empty(), "no packets of payload type {pt}");
+    let step = codec.clock_ticks(codec.samples_for_ptime(ptime));
+    let mut pcm = Vec::new();
+    for (k, p) in audio.iter().enumerate() {
+        assert_eq!(
+            p.1,
+            audio[0].1.wrapping_add(k as u16),
+            "sequence numbers run on"
+        );
+        assert_eq!(
+            p.2,
+            audio[0].2.wrapping_add(step * k as u32),
+            "timestamps run on"
+        );
+        let n = codec.to_pcm(&p.3, &mut pcm).unwrap();
+        assert_eq!(
+            n,
+            codec.samples_for_ptime(ptime) * codec.channels() as usize
+        );
+    }
+    if codec.channels() == 2 {
+        pcm = pcm.chunks_exact(2).map(|s| s[0]).collect();
+    }
+    pcm
+}
+
+fn assert_tone(pcm: &[i16], rate: u32, hz: f64) {
+    let skip = rate as usize / 10;
+    let tail = &pcm[skip..];
+    let f = tone::zero_crossing_hz(tail, rate);
+    assert!((f - hz).abs() < hz * 0.01 + 2.0, "{f:.1} Hz, want {hz}");
+    let share = tone::tone_share(tail, rate, hz);
+    assert!(share > 0.9, "{hz} Hz is {share:.2} of the signal");
+}
+
+/// 20 ms Opus packets of a tone.
+fn opus_packets(hz: f64, packets: usize) -> Vec<Vec<u8>> {
+    let mut enc = Opus::new(48_000, 32_000).unwrap();
+    tone::sine(48_000, hz, 9000.0, 960 * packets)
+        .chunks_exact(960)
+        .map(|f| {
+            let mut p = Vec::new();
+            enc.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect()
+}
+
+fn g711_packets(codec: &mut dyn Codec, hz: f64, packets: usize) -> Vec<Vec<u8>> {
+    tone::sine(8000, hz, 9000.0, 160 * packets)
+        .chunks_exact(160)
+        .map(|f| {
+            let mut p = Vec::new();
+            codec.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect()
+}
+
+#[test]
+fn an_opus_browser_is_heard_as_pcmu_on_an_sdes_leg_and_pcma_on_a_plain_leg_and_hears_them() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    let sdes = h
+        .join_phone(
+            "r",
+            SimPhone::sdes(2, Profile::AesCm128HmacSha1_80).with_formats(PCMU_ONLY),
+        )
+        .unwrap();
+    let plain = h
+        .join_phone("r", SimPhone::plain(3).with_formats(PCMA_ONLY))
+        .unwrap();
+
+    // The browser speaks: 1 kHz for 1 s of 20 ms Opus.
+    for p in opus_packets(1000.0, 50) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let pcmu = decode(&mut Pcmu, 0, &phone_rx(&h, sdes), 20);
+    assert_tone(&pcmu, 8000, 1000.0);
+    let pcma = decode(&mut Pcma, 8, &phone_rx(&h, plain), 20);
+    assert_tone(&pcma, 8000, 1000.0);
+
+    // The PCMU phone speaks 700 Hz: the browser hears Opus, the PCMA phone PCMA.
+    let mut ulaw = Pcmu;
+    for p in g711_packets(&mut ulaw, 700.0, 50) {
+        let (_, wire) = h.phones[sdes].phone.packet(&p);
+        h.send_phone(sdes, &wire);
+        h.pump();
+    }
+    let opus_rx = browser_rx(&h, b);
+    let mut dec = Opus::new(48_000, 32_000).unwrap();
+    let pcm = decode(&mut dec, 111, &opus_rx, 20);
+    assert_tone(&pcm, 48_000, 700.0);
+    let pcma: Vec<_> = phone_rx(&h, plain).into_iter().skip(50).collect();
+    assert_tone(&decode(&mut Pcma, 8, &pcma, 20), 8000, 700.0);
+
+    // The PCMA phone speaks 400 Hz, in 30 ms packets it does not have to match.
+    let mut alaw = Pcma;
+    h.phones[plain].phone.ts_step = 160;
+    for p in g711_packets(&mut alaw, 400.0, 50) {
+        let (_, wire) = h.phones[plain].phone.packet(&p);
+        h.send_phone(plain, &wire);
+        h.pump();
+    }
+    let pcmu: Vec<_> = phone_rx(&h, sdes).into_iter().skip(50).collect();
+    assert_tone(&decode(&mut Pcmu, 0, &pcmu, 20), 8000, 400.0);
+
+    // Nothing was dropped for want of a codec, and every copy to the phones was transcoded.
+    for p in [sdes, plain] {
+        let c = h.phone_counters(p).unwrap();
+        assert_eq!(c.drops[DropReason::NoCodec], 0);
+        assert_eq!(c.transcoded, c.forwarded);
+        assert_eq!(c.decoded, 50, "each of its packets decoded once");
+    }
+    let c = h.member_counters(b).unwrap();
+    assert_eq!(c.decoded, 50);
+    assert_eq!(c.drops.total(), 0, "{:?}", c.drops);
+}
+
+#[test]
+fn each_sender_is_decoded_once_and_encoded_once_per_receiving_format() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    // Three PCMU phones, two PCMA phones, one PCMU phone in 40 ms packets: three formats.
+    let mut phones = Vec::new();
+    for n in 2..5 {
+        phones.push(
+            h.join_phone("r", SimPhone::plain(n).with_formats(PCMU_ONLY))
+                .unwrap(),
+        );
+    }
+    for n in 5..7 {
+        phones.push(
+            h.join_phone("r", SimPhone::plain(n).with_formats(PCMA_ONLY))
+                .unwrap(),
+        );
+    }
+    let mut slow = SimPhone::plain(7).with_formats(PCMU_ONLY);
+    slow.ptime = Some(40);
+    let slow = h.join_phone("r", slow).unwrap();
+    for p in opus_packets(600.0, 60) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let c = h.member_counters(b).unwrap();
+    assert_eq!(c.decoded, 60, "decoded once per packet");
+    // 60 × 20 ms: 60 packets of PCMU/20, 60 of PCMA/20, 30 of PCMU/40, each encoded once.
+    assert_eq!(c.encoded, 60 + 60 + 30);
+    let room = h.shard.room("r").unwrap();
+    assert_eq!(room.transcoding().streams(), 1);
+    assert_eq!(room.transcoding().encoders(), 3);
+    let total: u64 = phones
+        .iter()
+        .chain([&slow])
+        .map(|p| h.phone_counters(*p).unwrap().transcoded)
+        .sum();
+    assert_eq!(total, 5 * 60 + 30, "a copy per receiver");
+    // The 40 ms phone gets 320-byte PCMU packets with the tone in them.
+    let rx = phone_rx(&h, slow);
+    assert!(rx.iter().all(|p| p.3.len() == 320));
+    assert_tone(&decode(&mut Pcmu, 0, &rx, 40), 8000, 600.0);
+    // Two receivers of one format share its payloads, each with its own numbering.
+    let (a, bb) = (phone_rx(&h, phones[0]), phone_rx(&h, phones[1]));
+    assert_eq!(a.len(), bb.len());
+    assert!(a.iter().zip(&bb).all(|(x, y)| x.3 == y.3));
+
+    // A PCMA phone leaves: its format has another receiver, so the encoder stays; when the
+    // other leaves, it goes; when the browser leaves, the stream goes.
+    let now = h.now;
+    for p in [phones[3], phones[4]] {
+        let id = h.phones[p].id.clone();
+        assert!(h.shard.leave(now, "r", &id));
+        h.pump();
+    }
+    assert_eq!(h.shard.room("r").unwrap().transcoding().encoders(), 2);
+    let id = h.members[b].id.clone();
+    assert!(h.shard.leave(now, "r", &id));
+    h.pump();
+    assert_eq!(h.shard.room("r").unwrap().transcoding().streams(), 0);
+}
+
+#[test]
+fn dtmf_arrives_as_sent_with_each_legs_payload_type_and_clock() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    let phone = h
+        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    let mute = h
+        .join_phone("r", SimPhone::plain(3).with_formats(PCMA_ONLY))
+        .unwrap();
+    let mut ulaw = Pcmu;
+    let audio = g711_packets(&mut ulaw, 500.0, 10);
+    for p in &audio {
+        let (_, wire) = h.phones[phone].phone.packet(p);
+        h.send_phone(phone, &wire);
+        h.pump();
+    }
+    // "1", "5", "#" at 8 kHz on payload type 101, 100 ms each, 20 ms apart.
+    let gen = DtmfGenerator::new(8000, 20, 10).unwrap();
+    let mut sent = 0;
+    for digit in ['1', '5', '#'] {
+        let start = h.phones[phone].phone.ts;
+        let ev = secrelay_media::dtmf::event_for_char(digit).unwrap();
+        for ep in gen.event_packets(ev, start, gen.ticks(100)) {
+            let wire = h.phones[phone].phone.packet_with(
+                101,
+                ep.timestamp,
+                ep.marker,
+                &ep.event.to_bytes(),
+            );
+            h.send_phone(phone, &wire);
+            h.pump();
+            sent += 1;
+        }
+        h.phones[phone].phone.ts = start.wrapping_add(gen.ticks(120));
+    }
+    // The browser gets them on its telephone-event/48000 payload type (110), at 48 kHz, in the
+    // transcoded stream's numbering (right after its audio).
+    let rx = browser_rx(&h, b);
+    let events: Vec<_> = rx.iter().filter(|p| p.0 == 110).collect();
+    assert_eq!(events.len(), sent);
+    let last_audio = rx.iter().rfind(|p| p.0 == 111).unwrap();
+    assert_eq!(events[0].1, last_audio.1.wrapping_add(1));
+    let mut c = DtmfCollector::new();
+    let mut digits = Vec::new();
+    for e in &events {
+        c.push(e.2, &e.3, &mut digits).unwrap();
+    }
+    let got: String = digits.iter().filter_map(|d| d.char()).collect();
+    assert_eq!(got, "15#");
+    assert!(
+        digits.iter().all(|d| d.duration == 4800 && d.complete),
+        "{digits:?}"
+    );
+    // 120 ms between starts at 8 kHz is 5760 ticks at 48 kHz.
+    assert_eq!(digits[1].timestamp.wrapping_sub(digits[0].timestamp), 5760);
+    // The PCMA phone took no telephone-event: each event packet dropped there, counted.
+    let m = h.phone_counters(mute).unwrap();
+    assert_eq!(m.drops[DropReason::NoCodec], sent as u64);
+    assert!(phone_rx(&h, mute).iter().all(|p| p.0 == 8));
+}
+
+#[test]
+fn undecodable_audio_is_dropped_and_counted_at_its_sender() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    let phone = h
+        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    let good = opus_packets(800.0, 5);
+    for p in &good {
+        let (_, srtp) = h.srtp(b, p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let before = h.phones[phone].phone.received.len();
+    // An Opus packet whose TOC says code 3 with no frame count byte, and an empty one.
+    for bad in [&[0x03u8][..], &[]] {
+        let (_, srtp) = h.srtp(b, bad);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let c = h.member_counters(b).unwrap();
+    assert_eq!(c.drops[DropReason::Undecodable], 2);
+    assert_eq!(c.decoded, 5);
+    assert_eq!(h.phones[phone].phone.received.len(), before);
+    // And the stream goes on afterwards.
+    for p in &good {
+        let (_, srtp) = h.srtp(b, p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    assert!(h.phones[phone].phone.received.len() > before);
+}
+
+/// Goertzel power at each of `freqs` over `pcm` (after its first 100 ms).
+fn powers(pcm: &[i16], rate: u32, freqs: &[f64]) -> Vec<f64> {
+    let tail = &pcm[rate as usize / 10..];
+    freqs
+        .iter()
+        .map(|f| tone::goertzel_power(tail, rate, *f))
+        .collect()
+}
+
+#[test]
+fn a_mixed_three_party_call_each_hears_the_other_two_and_not_itself() {
+    let mut h = Harness::simd();
+    h.shard.set_mixing("conf", true);
+    let b = opus_browser(&mut h, "conf", 1);
+    let pu = h
+        .join_phone("conf", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    let pa = h
+        .join_phone(
+            "conf",
+            SimPhone::sdes(3, Profile::AeadAes128Gcm).with_formats(PCMA_ONLY),
+        )
+        .unwrap();
+    let freqs = [600.0, 1000.0, 1500.0];
+    let opus = opus_packets(freqs[0], 60);
+    let ulaw = g711_packets(&mut Pcmu, freqs[1], 60);
+    let alaw = g711_packets(&mut Pcma, freqs[2], 60);
+    for k in 0..60 {
+        let (_, srtp) = h.srtp(b, &opus[k]);
+        h.send(b, &srtp);
+        let (_, w) = h.phones[pu].phone.packet(&ulaw[k]);
+        h.send_phone(pu, &w);
+        let (_, w) = h.phones[pa].phone.packet(&alaw[k]);
+        h.send_phone(pa, &w);
+        h.pump();
+        let t = h.now + std::time::Duration::from_millis(20);
+        h.advance_to(t);
+    }
+    // Nothing was relayed: every copy is a mix, on one stream per receiver.
+    let heard = [
+        {
+            let mut dec = Opus::new(48_000, 32_000).unwrap();
+            (decode(&mut dec, 111, &browser_rx(&h, b), 20), 48_000)
+        },
+        (decode(&mut Pcmu, 0, &phone_rx(&h, pu), 20), 8000),
+        (decode(&mut Pcma, 8, &phone_rx(&h, pa), 20), 8000),
+    ];
+    for (me, (pcm, rate)) in heard.iter().enumerate() {
+        assert!(
+            pcm.len() >= *rate as usize,
+            "member {me} heard {} samples",
+            pcm.len()
+        );
+        let p = powers(pcm, *rate, &freqs);
+        let others: Vec<f64> = (0..3).filter(|k| *k != me).map(|k| p[k]).collect();
+        for o in &others {
+            assert!(*o > 100.0 * p[me], "member {me}: powers {p:?}");
+        }
+        // The two others are heard about equally (a sum, not one of them).
+        assert!(
+            others[0] / others[1] < 4.0 && others[1] / others[0] < 4.0,
+            "{p:?}"
+        );
+    }
+    for p in [pu, pa] {
+        let ssrcs: std::collections::HashSet<u32> = h.phones[p]
+            .phone
+            .received
+            .iter()
+            .map(|d| RtpHeader::parse(d).unwrap().ssrc())
+            .collect();
+        assert_eq!(ssrcs.len(), 1, "one stream");
+        let c = h.phone_counters(p).unwrap();
+        assert_eq!(c.decoded, 60);
+        assert_eq!(c.transcoded, c.forwarded);
+        assert!(c.encoded >= 55, "{c:?}");
+    }
+    let room = h.shard.room("conf").unwrap();
+    let mix = room.mixing().unwrap();
+    assert_eq!((mix.inputs(), mix.encoders()), (3, 3));
+    // A member that leaves leaves the mix.
+    let now = h.now;
+    let id = h.phones[pa].id.clone();
+    assert!(h.shard.leave(now, "conf", &id));
+    h.pump();
+    let mix = h.shard.room("conf").unwrap().mixing().unwrap();
+    assert_eq!((mix.inputs(), mix.encoders()), (2, 2));
+    let snap = h.shard.snapshot(h.now, Some("conf"));
+    assert!(snap[0].mixing);
+}
+
+#[test]
+fn a_receiver_is_sent_transcoded_audio_in_the_codec_its_offer_prefers() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    // Both G.711 laws offered, A-law first; and the default phone (PCMU, PCMA, Opus), which
+    // takes the browser's Opus as it is.
+    let alaw_first = h
+        .join_phone(
+            "r",
+            SimPhone::plain(2).with_formats(&[(8, "PCMA/8000"), (0, "PCMU/8000")]),
+        )
+        .unwrap();
+    let any = h.join_phone("r", SimPhone::plain(3)).unwrap();
+    for p in opus_packets(900.0, 20) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let rx = phone_rx(&h, alaw_first);
+    assert!(rx.iter().all(|p| p.0 == 8), "PCMA, its first choice");
+    assert_tone(&decode(&mut Pcma, 8, &rx, 20), 8000, 900.0);
+    assert!(
+        phone_rx(&h, any).iter().all(|p| p.0 == 111),
+        "relayed as Opus"
+    );
+    assert_eq!(h.phone_counters(any).unwrap().transcoded, 0);
+}
