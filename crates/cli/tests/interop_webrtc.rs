@@ -718,8 +718,7 @@ fn chromium_simulcast_viewer_behind_a_narrow_link_gets_the_low_layer_then_a_high
     // delivered after the lift, and a higher layer chosen.
     let limited_end = timeline
         .iter()
-        .filter(|x| x["limited"] == true)
-        .next_back()
+        .rfind(|x| x["limited"] == true)
         .expect("a limited sample");
     assert_eq!(limited_end["gateway"]["current"], "q", "{v}");
     let last = timeline.last().expect("samples");
