@@ -978,15 +978,19 @@ fn band_share(x: &[i16], hz: f64) -> f64 {
     }
 }
 
-#[test]
-fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room() {
-    let test = "aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room";
-    let Some(python) = python(test) else { return };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start();
+/// Two phones in `room` that talk (and listen) every 20 ms on a thread of their own until
+/// `stop` is set: an SDES one on libsrtp at 1,000 Hz and a plain one at 1,400 Hz. The thread
+/// hands the phones back when it ends.
+fn talking_phones(
+    base: &str,
+    room: &str,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<Vec<TonePhone>>,
+) {
     let mut phones = vec![
-        TonePhone::join(&gw.base, "mixed", true, 0x5de5, 1000.0),
-        TonePhone::join(&gw.base, "mixed", false, 0x9a1e, 1400.0),
+        TonePhone::join(base, room, true, 0x5de5, 1000.0),
+        TonePhone::join(base, room, false, 0x9a1e, 1400.0),
     ];
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop2 = stop.clone();
@@ -1002,6 +1006,16 @@ fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room
         }
         phones
     });
+    (stop, talker)
+}
+
+#[test]
+fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room() {
+    let test = "aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let (stop, talker) = talking_phones(&gw.base, "mixed");
     let (v, ok) = run_script(
         &python,
         "aiortc_phones.py",
@@ -1057,24 +1071,7 @@ fn aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let gw = Gateway::start();
     // Phones that offer PCMU only: an SDES one whose SRTP is libsrtp's, and a plain one.
-    let mut phones = vec![
-        TonePhone::join(&gw.base, "transcoded", true, 0x5de5, 1000.0),
-        TonePhone::join(&gw.base, "transcoded", false, 0x9a1e, 1400.0),
-    ];
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let talker = std::thread::spawn(move || {
-        let mut next = Instant::now();
-        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            for p in &mut phones {
-                p.send_frame();
-                p.read();
-            }
-            next += Duration::from_millis(20);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        }
-        phones
-    });
+    let (stop, talker) = talking_phones(&gw.base, "transcoded");
     // aiortc offers Opus only: it hears the phones' PCMU as Opus, they hear its Opus as PCMU.
     let (v, ok) = run_script(
         &python,
