@@ -1323,6 +1323,9 @@ impl Room {
                 .filter(|_| r.views[v].manual.is_none());
             cc.prober.consider(&mut cc.bwe, current, wanted, received);
             let copies = cc.prober.copies(&mut cc.bwe, received);
+            if copies == 0 {
+                continue;
+            }
             let rtx = r
                 .leg
                 .media()

@@ -361,6 +361,31 @@ fn sdp_body<'b>(
     })
 }
 
+/// The request may act on resource `id` of `room`: authorized, and the resource is there and
+/// not ended (else 404 with `missing` as the reason).
+fn live_resource(
+    s: &AppState,
+    room: &str,
+    id: &str,
+    headers: &HeaderMap,
+    missing: &str,
+) -> Result<(), Box<Response>> {
+    authorize(s, room, headers)?;
+    let known = s
+        .resources()
+        .get(id)
+        .is_some_and(|r| r.room == room && r.ended.is_none());
+    if known {
+        Ok(())
+    } else {
+        Err(Box::new(refuse(
+            s,
+            StatusCode::NOT_FOUND,
+            missing.to_owned(),
+        )))
+    }
+}
+
 /// Whether the gateway takes one more participant (`max_participants`).
 fn room_for_one_more(s: &AppState) -> Result<(), Box<Response>> {
     // Only the gauge: `totals()` would copy every histogram for one number.
@@ -547,15 +572,8 @@ async fn rtp_update(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = live_resource(&s, &room, &id, &headers, "no such telephony leg") {
         return *r;
-    }
-    let known = s
-        .resources()
-        .get(&id)
-        .is_some_and(|r| r.room == room && r.ended.is_none());
-    if !known {
-        return refuse(&s, StatusCode::NOT_FOUND, "no such telephony leg");
     }
     let text = match sdp_body(&s, &headers, &body, "the SDP") {
         Ok(t) => t,
@@ -606,15 +624,8 @@ async fn resource_events(
     Path((room, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = live_resource(&s, &room, &id, &headers, "no such session") {
         return *r;
-    }
-    let known = s
-        .resources()
-        .get(&id)
-        .is_some_and(|r| r.room == room && r.ended.is_none());
-    if !known {
-        return refuse(&s, StatusCode::NOT_FOUND, "no such session");
     }
     let Some(rx) = s.gateway.listen(&room, &id).await else {
         return refuse(&s, StatusCode::NOT_FOUND, "no such WebRTC session");
@@ -640,23 +651,13 @@ async fn reanswer_resource(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = live_resource(&s, &room, &id, &headers, "no such session") {
         return *r;
     }
-    let known = s
-        .resources()
-        .get(&id)
-        .is_some_and(|r| r.room == room && r.ended.is_none());
-    if !known {
-        return refuse(&s, StatusCode::NOT_FOUND, "no such session");
-    }
-    if !content_type_is(&headers, "application/sdp") {
-        return refuse(
-            &s,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "PUT takes Content-Type: application/sdp (the answer to our offer)",
-        );
-    }
+    let text = match sdp_body(&s, &headers, &body, "the answer to our offer") {
+        Ok(t) => t,
+        Err(r) => return *r,
+    };
     let revision = match headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
         None => None,
         Some(v) => match v.trim().trim_matches('"').parse::<u64>() {
@@ -669,9 +670,6 @@ async fn reanswer_resource(
                 )
             }
         },
-    };
-    let Ok(text) = std::str::from_utf8(&body) else {
-        return refuse(&s, StatusCode::BAD_REQUEST, "the answer is not UTF-8");
     };
     let answer = match secrelay_wire::sdp::parse_offer(text) {
         Ok(a) => a,
