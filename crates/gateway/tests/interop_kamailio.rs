@@ -36,13 +36,34 @@ fn find(program: &str, also: &[&str]) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A free UDP port on loopback (bound and released: the caller binds it next).
+/// A free port on loopback for a SIP listener or an RTP range: UDP and TCP both free on it and
+/// on the port after it (baresip listens for SIP over UDP and TCP on its port and for SIP over
+/// TLS on the next one; RTP takes an even port and RTCP the odd one after it). Taken below the
+/// kernel's ephemeral range (32768 and up), so that no socket another test binds to port 0
+/// lands on it between this check and the peer's bind, and stepped by a process-wide counter,
+/// so that two tests of this binary never get the same one.
 fn free_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    let free = |p: u16| {
+        (0..2).all(|i| {
+            UdpSocket::bind(("127.0.0.1", p + i)).is_ok()
+                && TcpListener::bind(("127.0.0.1", p + i)).is_ok()
+        })
+    };
+    for _ in 0..2000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_add(seed / 4);
+        let port = 20_000 + (n % 3_000) as u16 * 4;
+        if free(port) {
+            return port;
+        }
+    }
+    panic!("no free pair of ports between 20000 and 32000 on loopback");
 }
 
 /// Kills a child (and its process group) when dropped.
@@ -175,7 +196,7 @@ impl Proxy {
             .arg("-sf")
             .arg(repo().join("interop/sip/uac.xml"))
             .args(["-i", "127.0.0.1", "-p", &free_port().to_string()])
-            .args(["-mp", &(free_port() & !1).to_string()])
+            .args(["-mp", &free_port().to_string()])
             .args(["-s", "callee", &format!("127.0.0.1:{}", self.sip)])
             .args(["-m", "1", "-nostdin", "-timeout", "40", "-timeout_error"])
             .args(["-trace_msg", "-message_file"])
@@ -275,7 +296,7 @@ fn kamailio_relays_a_sipp_call_through_secrelay_both_ways() {
             .arg("-sf")
             .arg(repo().join("interop/sip/uas.xml"))
             .args(["-i", "127.0.0.1", "-p", &callee.to_string()])
-            .args(["-mi", "127.0.0.1", "-mp", &(free_port() & !1).to_string()])
+            .args(["-mi", "127.0.0.1", "-mp", &free_port().to_string()])
             .args([
                 "-rtp_echo",
                 "-m",
@@ -331,7 +352,7 @@ fn kamailio_turns_the_callee_side_into_sdes_and_baresip_talks_srtp_through_secre
     std::fs::create_dir_all(&bs).unwrap();
     let tone = bs.join("tone.wav");
     write_tone(&tone);
-    let rtp = free_port() & !1;
+    let rtp = free_port();
     std::fs::write(
         bs.join("config"),
         format!(
@@ -409,7 +430,7 @@ fn baresip_ua(
     let source = dir.join("tone.wav");
     let channels: u16 = if codec.1.ends_with("/2") { 2 } else { 1 };
     write_wav(&source, tone.0, tone.1, channels);
-    let rtp = free_port() & !1;
+    let rtp = free_port();
     std::fs::write(
         dir.join("config"),
         format!(
