@@ -187,7 +187,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         inject_bad: true,
         media: secrelay_testkit::Media::Pcmu,
         transcode: false,
-        mix: false,
+        mix: None,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

@@ -81,6 +81,10 @@ pub struct GatewayLoadArgs {
     /// one stream, the others' sum.
     #[arg(long)]
     pub mix: bool,
+    /// With `--mix`: the most talkers summed at once, the loudest (0: every participant, as
+    /// all of them send audio all the time). Everyone else hears one shared mix.
+    #[arg(long, default_value_t = 0, requires = "mix")]
+    pub mix_speakers: u16,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -168,7 +172,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             inject_bad: false,
             media,
             transcode: a.transcode,
-            mix: a.mix,
+            mix: a.mix.then_some(a.mix_speakers),
         },
         server_pid: a.server_pid,
     };

@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).
     #[arg(long, value_name = "LOW-HIGH")]
     pub rtp_ports: Option<String>,
+    /// Complexity of the gateway's own Opus encoders, 0–10 (transcoding and mixing; default 10).
+    #[arg(long, value_name = "0-10")]
+    pub opus_complexity: Option<i32>,
     /// Log filter (tracing's syntax, e.g. `info` or `secrelay_gateway=debug`).
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -109,6 +112,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(p) = &a.rtp_ports {
         c.rtp_ports = p.clone();
+    }
+    if let Some(n) = a.opus_complexity {
+        c.opus_complexity = n;
     }
     c.check().map_err(|e| anyhow!("{e}"))?;
     Ok(c)

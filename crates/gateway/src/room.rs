@@ -110,7 +110,7 @@ use crate::feedback::{unwrap_rtx, write_rtx, KeyframeGate, Lookup, RetransmitBuf
 use crate::leg::{CodecId, CopyTarget, ExtIds, Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::simulcast::{Decision, LayerInfo, LayerView, Layers, MAX_LAYERS};
-use crate::transcode::{Format, Mixing, TranscodeError, Transcoding, Work};
+use crate::transcode::{Format, MixSettings, Mixing, TranscodeError, Transcoding, Work};
 use secrelay_media::transcode::InPacket;
 use secrelay_wire::video::{starts_keyframe, vp8_descriptor, vp8_rewrite, VideoFormat};
 
@@ -795,15 +795,24 @@ impl Room {
         }
     }
 
+    /// The room with its transcoding and mixing codecs made from `registry` (before anyone
+    /// sends audio).
+    pub fn with_codecs(mut self, registry: secrelay_media::Registry) -> Room {
+        self.transcoding = Transcoding::new(registry);
+        self
+    }
+
     /// Makes the room mix its audio (each member hears the sum of the others, not itself: see
-    /// [Mixing](self#mixing)), or relay (and transcode) it again. Video is relayed either way.
-    pub fn set_mixing(&mut self, mix: bool) {
-        match (mix, self.mixing.is_some()) {
-            (true, false) => {
-                self.mixing = Some(Mixing::new(self.transcoding.registry().clone()));
+    /// [Mixing](self#mixing)) as `mix` says, or relay (and transcode) it again with `None`.
+    /// Video is relayed either way. A room that mixes already takes the new settings at its
+    /// next tick.
+    pub fn set_mixing(&mut self, mix: Option<MixSettings>) {
+        match (mix, self.mixing.as_mut()) {
+            (Some(settings), Some(m)) => m.set_settings(settings),
+            (Some(settings), None) => {
+                self.mixing = Some(Mixing::new(self.transcoding.registry().clone(), settings));
             }
-            (false, true) => self.mixing = None,
-            _ => {}
+            (None, _) => self.mixing = None,
         }
     }
 
@@ -1842,8 +1851,9 @@ impl Room {
     /// Sends each member its mix for every tick due by `now` (a mixing room; nothing
     /// otherwise): the sum of the others' audio, encoded in its own format and handed to `emit`
     /// as routed copies are, on its first receiving audio section (one stream, as a telephone
-    /// takes). Counted as forwarded and transcoded at the receiver, encoded at the receiver
-    /// too (a mix is made for one receiver).
+    /// takes). Counted as forwarded and transcoded at the receiver; the encodes once each
+    /// ([`Mixing::encoded_for`]: a talker's own mix at the talker, a shared mix at one of its
+    /// receivers).
     pub fn mix_due(&mut self, now: Instant, emit: &mut dyn FnMut(MemberId, CopyTarget, &[u8])) {
         let Room {
             members,
@@ -1878,8 +1888,8 @@ impl Room {
                 let Some(r) = members.iter_mut().find(|m| m.id == id) else {
                     continue;
                 };
+                r.leg.counters_mut().encoded += mix.encoded_for(id);
                 for out in mix.ready(id) {
-                    r.leg.counters_mut().encoded += 1;
                     let made = made_packet(
                         scratch,
                         MIX_SSRC,

@@ -50,6 +50,7 @@ use crate::leg::{
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
 use crate::rtcp::{RtcpConfig, RtcpFigures};
+use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
 
 /// A datagram as the shard takes it: read from a socket and classified once.
@@ -280,8 +281,23 @@ pub struct RoomSnapshot {
     pub transcoded: u64,
     /// Whether it mixes its audio (N−1) rather than relaying it.
     pub mixing: bool,
+    /// Its mix, when it mixes.
+    pub mix: Option<MixSnapshot>,
     /// Its participants.
     pub participants: Vec<ParticipantSnapshot>,
+}
+
+/// A mixing room's mix as the API shows it.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct MixSnapshot {
+    /// The most talkers summed at once (0: every member who talks).
+    pub speakers: u16,
+    /// Members whose audio is decoded into the mix.
+    pub inputs: usize,
+    /// Members summed in the last tick.
+    pub talkers: usize,
+    /// Encoders the last tick ran (one per talker and format, one per format for the rest).
+    pub encoders: usize,
 }
 
 /// What every member of a shard is made with.
@@ -295,6 +311,8 @@ pub struct ShardConfig {
     pub rtp: RtpConfig,
     /// How the gateway's own RTCP reports are made.
     pub rtcp: RtcpConfig,
+    /// The codecs rooms transcode and mix with (and how their encoders are set up).
+    pub codecs: secrelay_media::Registry,
 }
 
 /// A member's place: its room's slot, the room's generation (slots are reused), the member.
@@ -362,8 +380,8 @@ pub struct Shard {
     config: ShardConfig,
     rooms: Vec<Option<RoomSlot>>,
     room_index: HashMap<String, usize>,
-    /// Rooms set to mix their audio (by name, set before or after they exist).
-    mixing: std::collections::HashSet<String>,
+    /// Rooms set to mix their audio, and how (by name, set before or after they exist).
+    mixing: HashMap<String, MixSettings>,
     next_gen: u64,
     ids: HashMap<String, (usize, MemberId)>,
     by_addr: HashMap<SocketAddr, MemberKey>,
@@ -397,7 +415,7 @@ impl Shard {
             config,
             rooms: Vec::new(),
             room_index: HashMap::new(),
-            mixing: std::collections::HashSet::new(),
+            mixing: HashMap::new(),
             next_gen: 1,
             ids: HashMap::new(),
             by_addr: HashMap::new(),
@@ -1275,8 +1293,9 @@ impl Shard {
             None => {
                 let room_gen = self.next_gen;
                 self.next_gen += 1;
-                let mut made = Room::with_rtcp(self.config.rtcp.clone());
-                made.set_mixing(self.mixing.contains(room));
+                let mut made = Room::with_rtcp(self.config.rtcp.clone())
+                    .with_codecs(self.config.codecs.clone());
+                made.set_mixing(self.mixing.get(room).copied());
                 let s = RoomSlot {
                     name: room.to_owned(),
                     room_gen,
@@ -1443,12 +1462,15 @@ impl Shard {
     }
 
     /// Sets `room` to mix its audio (N−1: each member hears the sum of the others) or to relay
-    /// and transcode it: at once if it exists, and whenever it is made again.
-    pub fn set_mixing(&mut self, room: &str, mix: bool) {
-        if mix {
-            self.mixing.insert(room.to_owned());
-        } else {
-            self.mixing.remove(room);
+    /// and transcode it (`None`): at once if it exists, and whenever it is made again.
+    pub fn set_mixing(&mut self, room: &str, mix: Option<MixSettings>) {
+        match mix {
+            Some(settings) => {
+                self.mixing.insert(room.to_owned(), settings);
+            }
+            None => {
+                self.mixing.remove(room);
+            }
         }
         if let Some(&slot) = self.room_index.get(room) {
             if let Some(s) = self.rooms[slot].as_mut() {
@@ -1645,6 +1667,12 @@ impl Shard {
                 forwarded: c.forwarded,
                 transcoded: c.transcoded,
                 mixing: s.room.is_mixing(),
+                mix: s.room.mixing().map(|m| MixSnapshot {
+                    speakers: m.settings().speakers,
+                    inputs: m.inputs(),
+                    talkers: m.talkers(),
+                    encoders: m.encoders(),
+                }),
                 participants,
             });
         }

@@ -371,6 +371,27 @@ const MIX_BACKLOG_MS: usize = 120;
 /// A mixing room stops ticking when no member sent audio for this long.
 const MIX_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// A frame is speech, for talk detection, when its level (RMS, dB relative to a full-scale
+/// square wave) reaches this, after smoothing ([`MIX_RELEASE_DB`]). Quieter members (silence,
+/// background noise) are not summed into anyone's mix.
+pub const MIX_TALK_DBOV: f32 = -50.0;
+/// How fast a member's smoothed level falls once it stops talking, dB per tick: a talker
+/// stays in the mix for about 400 ms after its level drops (the ends of words, short pauses),
+/// and rises at once when it speaks.
+pub const MIX_RELEASE_DB: f32 = 1.0;
+/// With a limit on talkers, a member already mixed keeps its place against a newcomer unless
+/// the newcomer is this much louder (no flapping between two talkers of one level), dB.
+pub const MIX_HOLD_DB: f32 = 3.0;
+
+/// How a room mixes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MixSettings {
+    /// The most talkers summed at once, the loudest (0: every member who talks). Large
+    /// conferences set a few: everyone who is not summed hears one shared mix, encoded once
+    /// per format (see [`Mixing`]).
+    pub speakers: u16,
+}
+
 /// One member's audio into the mix.
 struct MixInput {
     member: MemberId,
@@ -379,56 +400,129 @@ struct MixInput {
     decoder: StreamDecoder,
     /// Decoded, not yet mixed, at [`MIX_RATE`].
     fifo: Vec<i16>,
+    /// This tick's frame, when it had audio.
+    frame: Vec<i16>,
+    has_frame: bool,
+    /// Smoothed level, dB (talk detection).
+    level: f32,
+    /// Summed in the last tick.
+    talking: bool,
 }
 
-/// One member's mix out.
+/// Whose mix an encoder makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MixKey {
+    /// A talker's: everyone summed but itself.
+    Own(MemberId),
+    /// Everyone summed: what each member that is not summed hears.
+    All,
+}
+
+/// One encoder of a mix, in one format.
+struct MixEncoder {
+    key: MixKey,
+    format: Format,
+    encoder: StreamEncoder,
+    /// What it encoded in the current tick.
+    packets: Vec<OutPacket>,
+}
+
+/// One receiving member's stream of mixes: its own numbering and timeline, whichever encoder
+/// its packets come from from one tick to the next.
 struct MixOutput {
     member: MemberId,
     format: Format,
-    encoder: StreamEncoder,
+    seq: u16,
+    ts: u32,
+    /// RTP clock ticks per packet.
+    ticks: u32,
+    marker: bool,
     ready: Vec<OutPacket>,
 }
 
 /// A mixing room's audio, sans-IO: each member's audio decoded once into its input; every
-/// [`MIX_TICK`] one frame of every input goes into the N−1 mixer
-/// (`secrelay_media::mixer::Mixer`), and each receiving member's mix (everyone but itself) is
-/// encoded in its own format. Time comes from the caller ([`Mixing::audio`]'s arrival instant,
-/// [`Mixing::next_tick`]); a member with nothing buffered contributes silence.
+/// [`MIX_TICK`] one frame of each input goes into the N−1 mixer
+/// (`secrelay_media::mixer::Mixer`).
+///
+/// Only members that talk are summed (talk detection: [`MIX_TALK_DBOV`] on a smoothed level),
+/// and at most the loudest [`MixSettings::speakers`] of them when the room sets a limit. A
+/// talker hears everyone summed but itself, encoded for it alone; every other member hears the
+/// same sum of all talkers, so that mix is encoded **once per format** and shared. A tick then
+/// costs one decode per sender, and one encode per talker and format instead of one per member.
+/// Each receiver keeps its own sequence numbers and timeline as it moves between its own mix
+/// and the shared one; an encoder not used in a tick is dropped, so a returning talker starts
+/// from a fresh codec state rather than a stale one.
+///
+/// Time comes from the caller ([`Mixing::audio`]'s arrival instant, [`Mixing::next_tick`]); a
+/// member with nothing buffered contributes silence.
 pub struct Mixing {
     registry: Registry,
+    settings: MixSettings,
     mixer: secrelay_media::mixer::Mixer<i16>,
     inputs: Vec<MixInput>,
+    encoders: Vec<MixEncoder>,
     outputs: Vec<MixOutput>,
     next_tick: Option<std::time::Instant>,
     last_audio: Option<std::time::Instant>,
-    frame: Vec<i16>,
     pcm: Vec<i16>,
+    order: Vec<usize>,
+    /// Packets the last tick encoded, by the member each encode is counted at: a talker's own
+    /// mix at the talker, a shared one at the first receiver of its format.
+    charged: Vec<(MemberId, u64)>,
 }
 
 impl std::fmt::Debug for Mixing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Mixing")
+            .field("settings", &self.settings)
             .field("inputs", &self.inputs.len())
+            .field("encoders", &self.encoders.len())
             .field("outputs", &self.outputs.len())
             .field("next_tick", &self.next_tick)
             .finish_non_exhaustive()
     }
 }
 
+/// The level of a frame, dB relative to full scale (−100 for digital silence).
+fn level_db(frame: &[i16]) -> f32 {
+    if frame.is_empty() {
+        return -100.0;
+    }
+    let energy: f64 = frame.iter().map(|&s| f64::from(s) * f64::from(s)).sum();
+    let rms = (energy / frame.len() as f64).sqrt();
+    if rms < 1e-3 {
+        return -100.0;
+    }
+    (20.0 * (rms / 32768.0).log10()) as f32
+}
+
 impl Mixing {
     /// A mix with no members; codecs made from `registry`.
-    pub fn new(registry: Registry) -> Mixing {
+    pub fn new(registry: Registry, settings: MixSettings) -> Mixing {
         Mixing {
             registry,
+            settings,
             mixer: secrelay_media::mixer::Mixer::new(MIX_FRAME)
                 .expect("a 20 ms frame is not empty"),
             inputs: Vec::new(),
+            encoders: Vec::new(),
             outputs: Vec::new(),
             next_tick: None,
             last_audio: None,
-            frame: vec![0; MIX_FRAME],
             pcm: Vec::with_capacity(5760),
+            order: Vec::new(),
+            charged: Vec::new(),
         }
+    }
+
+    /// How the room mixes.
+    pub fn settings(&self) -> MixSettings {
+        self.settings
+    }
+
+    /// Changes how the room mixes (from the next tick).
+    pub fn set_settings(&mut self, settings: MixSettings) {
+        self.settings = settings;
     }
 
     /// Members whose audio is decoded into the mix now.
@@ -436,9 +530,15 @@ impl Mixing {
         self.inputs.len()
     }
 
-    /// Encoders of members' mixes now.
+    /// Members summed in the last tick (talking, and among the loudest when limited).
+    pub fn talkers(&self) -> usize {
+        self.inputs.iter().filter(|i| i.talking).count()
+    }
+
+    /// Encoders the last tick ran: one per talker and format it sent to, and one per format for
+    /// everyone else.
     pub fn encoders(&self) -> usize {
-        self.outputs.len()
+        self.encoders.len()
     }
 
     /// When the next tick is due (none while nobody sends audio).
@@ -468,6 +568,10 @@ impl Mixing {
                     codec,
                     decoder: StreamDecoder::new(c, MIX_RATE).map_err(setup)?,
                     fifo: Vec::with_capacity(MIX_FRAME * 8),
+                    frame: vec![0; MIX_FRAME],
+                    has_frame: false,
+                    level: -100.0,
+                    talking: false,
                 };
                 self.mixer.add(u64::from(member.0)).map_err(setup)?;
                 match found {
@@ -507,11 +611,54 @@ impl Mixing {
         })
     }
 
+    /// Takes each input's frame for this tick, updates its level, and decides who is summed
+    /// (`talking`).
+    fn choose_talkers(&mut self) {
+        for input in &mut self.inputs {
+            input.has_frame = !input.fifo.is_empty();
+            let mut level = input.level - MIX_RELEASE_DB;
+            if input.has_frame {
+                let n = input.fifo.len().min(MIX_FRAME);
+                input.frame[..n].copy_from_slice(&input.fifo[..n]);
+                input.frame[n..].fill(0);
+                input.fifo.drain(..n);
+                level = level.max(level_db(&input.frame));
+            }
+            input.level = level.max(-100.0);
+        }
+        self.order.clear();
+        self.order.extend(
+            (0..self.inputs.len())
+                .filter(|&k| self.inputs[k].has_frame && self.inputs[k].level >= MIX_TALK_DBOV),
+        );
+        let limit = usize::from(self.settings.speakers);
+        if limit > 0 && self.order.len() > limit {
+            let inputs = &self.inputs;
+            let rank = |k: usize| {
+                let i = &inputs[k];
+                i.level + if i.talking { MIX_HOLD_DB } else { 0.0 }
+            };
+            self.order.sort_by(|&a, &b| {
+                rank(b)
+                    .total_cmp(&rank(a))
+                    .then(inputs[a].member.0.cmp(&inputs[b].member.0))
+            });
+            self.order.truncate(limit);
+        }
+        for input in &mut self.inputs {
+            input.talking = false;
+        }
+        for &k in &self.order {
+            self.inputs[k].talking = true;
+        }
+    }
+
     /// One tick, due at [`Mixing::next_tick`] (called at `now`, on or after it): a frame of
-    /// every input into the mixer, and the mix of every one of `receivers` (member and
-    /// format) encoded; what each got is then in [`Mixing::ready`]. The next tick is one
-    /// [`MIX_TICK`] later (none after [`MIX_IDLE`] without audio; ticks missed by more than a
-    /// few frames are skipped, not made up). Encoded packets, all receivers together.
+    /// every talker into the mixer, and the mix each of `receivers` (member and format) hears
+    /// encoded (once per talker and format, once per format for the others); what each got is
+    /// then in [`Mixing::ready`]. The next tick is one [`MIX_TICK`] later (none after
+    /// [`MIX_IDLE`] without audio; ticks missed by more than a few frames are skipped, not made
+    /// up). Packets encoded, all encoders together.
     pub fn tick(
         &mut self,
         now: std::time::Instant,
@@ -533,27 +680,83 @@ impl Mixing {
             Some(next)
         };
         let codec = |e: secrelay_media::Error| TranscodeError::Codec(e.to_string());
-        for input in &mut self.inputs {
-            if input.fifo.is_empty() {
-                continue;
-            }
-            let n = input.fifo.len().min(MIX_FRAME);
-            self.frame[..n].copy_from_slice(&input.fifo[..n]);
-            self.frame[n..].fill(0);
-            input.fifo.drain(..n);
+        self.choose_talkers();
+        for input in self.inputs.iter().filter(|i| i.talking) {
             self.mixer
-                .put(u64::from(input.member.0), &self.frame)
+                .put(u64::from(input.member.0), &input.frame)
                 .map_err(codec)?;
         }
         for (m, _) in receivers {
             self.mixer.add(u64::from(m.0)).map_err(codec)?;
         }
         self.mixer.mix();
+        // The encoders this tick needs; the others are dropped (a returning talker, or the
+        // shared mix after a tick where everyone talked, starts from a fresh state).
+        let mut talkers: Vec<MemberId> = self
+            .inputs
+            .iter()
+            .filter(|i| i.talking)
+            .map(|i| i.member)
+            .collect();
+        talkers.sort_unstable_by_key(|m| m.0);
+        let key_of = |m: MemberId| {
+            if talkers.binary_search_by_key(&m.0, |t| t.0).is_ok() {
+                MixKey::Own(m)
+            } else {
+                MixKey::All
+            }
+        };
+        let mut wanted: Vec<(MixKey, Format, MemberId)> = Vec::new();
+        for &(m, format) in receivers {
+            let key = key_of(m);
+            if !wanted.iter().any(|&(k, f, _)| k == key && f == format) {
+                // (for the shared mix: any member that is not summed hears it)
+                wanted.push((key, format, m));
+            }
+        }
+        self.encoders
+            .retain(|e| wanted.iter().any(|&(k, f, _)| e.key == k && e.format == f));
         let mut encoded = 0;
+        self.charged.clear();
+        for &(key, format, pcm_of) in &wanted {
+            let k = match self
+                .encoders
+                .iter()
+                .position(|e| e.key == key && e.format == format)
+            {
+                Some(k) => k,
+                None => {
+                    let c = make_codec(&self.registry, format.codec).map_err(codec)?;
+                    self.encoders.push(MixEncoder {
+                        key,
+                        format,
+                        encoder: StreamEncoder::new(c, MIX_RATE, format.ptime, 0, 0)
+                            .map_err(codec)?,
+                        packets: Vec::new(),
+                    });
+                    self.encoders.len() - 1
+                }
+            };
+            let e = &mut self.encoders[k];
+            e.packets.clear();
+            let mix = self.mixer.output(u64::from(pcm_of.0)).unwrap_or(&[]);
+            e.encoder.push_pcm(mix, &mut e.packets).map_err(codec)?;
+            encoded += e.packets.len() as u64;
+            self.charged.push((pcm_of, e.packets.len() as u64));
+        }
+        // Each receiver's packets, numbered on its own timeline.
         for o in &mut self.outputs {
             o.ready.clear();
         }
         for &(member, format) in receivers {
+            let key = key_of(member);
+            let Some(e) = self
+                .encoders
+                .iter()
+                .find(|e| e.key == key && e.format == format)
+            else {
+                continue;
+            };
             let k = match self
                 .outputs
                 .iter()
@@ -561,28 +764,37 @@ impl Mixing {
             {
                 Some(k) => k,
                 None => {
-                    let c = make_codec(&self.registry, format.codec).map_err(codec)?;
                     let (seq, ts) = random_start();
                     self.outputs.retain(|o| o.member != member);
                     self.outputs.push(MixOutput {
                         member,
                         format,
-                        encoder: StreamEncoder::new(c, MIX_RATE, format.ptime, seq, ts)
-                            .map_err(codec)?,
+                        seq,
+                        ts,
+                        ticks: format.codec.clock_rate() / 1000 * format.ptime,
+                        marker: true,
                         ready: Vec::new(),
                     });
                     self.outputs.len() - 1
                 }
             };
             let o = &mut self.outputs[k];
-            let mix = self.mixer.output(u64::from(member.0)).unwrap_or(&[]);
-            o.encoder.push_pcm(mix, &mut o.ready).map_err(codec)?;
-            encoded += o.ready.len() as u64;
+            for p in &e.packets {
+                o.ready.push(OutPacket {
+                    seq: o.seq,
+                    timestamp: o.ts,
+                    marker: std::mem::take(&mut o.marker),
+                    payload_type: p.payload_type,
+                    payload: p.payload.clone(),
+                });
+                o.seq = o.seq.wrapping_add(1);
+                o.ts = o.ts.wrapping_add(o.ticks);
+            }
         }
         Ok(encoded)
     }
 
-    /// What the last [`Mixing::tick`] encoded for `member`.
+    /// What the last [`Mixing::tick`] made for `member`.
     pub fn ready(&self, member: MemberId) -> &[OutPacket] {
         self.outputs
             .iter()
@@ -590,10 +802,23 @@ impl Mixing {
             .map_or(&[], |o| o.ready.as_slice())
     }
 
-    /// Takes `member` out of the mix (it left): its input, its output, its place in the sums.
+    /// Packets the last [`Mixing::tick`] encoded that are counted at `member`: its own mix's,
+    /// and a shared mix's when it is the first receiver of that format (so that the members'
+    /// counts add up to the encodes the tick ran, once each).
+    pub fn encoded_for(&self, member: MemberId) -> u64 {
+        self.charged
+            .iter()
+            .filter(|(m, _)| *m == member)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Takes `member` out of the mix (it left): its input, its output, its encoders, its place
+    /// in the sums.
     pub fn remove_member(&mut self, member: MemberId) {
         self.inputs.retain(|m| m.member != member);
         self.outputs.retain(|o| o.member != member);
+        self.encoders.retain(|e| e.key != MixKey::Own(member));
         self.mixer.remove(u64::from(member.0));
     }
 }

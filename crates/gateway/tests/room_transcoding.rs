@@ -7,6 +7,7 @@
 
 use secrelay_gateway::counters::DropReason;
 use secrelay_gateway::shard::JoinKind;
+use secrelay_gateway::transcode::MixSettings;
 use secrelay_media::dtmf::{DtmfCollector, DtmfGenerator};
 use secrelay_media::g711::{Pcma, Pcmu};
 use secrelay_media::opus::Opus;
@@ -147,7 +148,12 @@ fn opus_packets(hz: f64, packets: usize) -> Vec<Vec<u8>> {
 }
 
 fn g711_packets(codec: &mut dyn Codec, hz: f64, packets: usize) -> Vec<Vec<u8>> {
-    tone::sine(8000, hz, 9000.0, 160 * packets)
+    g711_at(codec, hz, 9000.0, packets)
+}
+
+/// `packets` 20 ms G.711 packets of a tone of `hz` at `amplitude` (0: silence).
+fn g711_at(codec: &mut dyn Codec, hz: f64, amplitude: f64, packets: usize) -> Vec<Vec<u8>> {
+    tone::sine(8000, hz, amplitude, 160 * packets)
         .chunks_exact(160)
         .map(|f| {
             let mut p = Vec::new();
@@ -389,7 +395,7 @@ fn powers(pcm: &[i16], rate: u32, freqs: &[f64]) -> Vec<f64> {
 #[test]
 fn a_mixed_three_party_call_each_hears_the_other_two_and_not_itself() {
     let mut h = Harness::simd();
-    h.shard.set_mixing("conf", true);
+    h.shard.set_mixing("conf", Some(MixSettings::default()));
     let b = opus_browser(&mut h, "conf", 1);
     let pu = h
         .join_phone("conf", SimPhone::plain(2).with_formats(PCMU_ONLY))
@@ -494,4 +500,139 @@ fn a_receiver_is_sent_transcoded_audio_in_the_codec_its_offer_prefers() {
         "relayed as Opus"
     );
     assert_eq!(h.phone_counters(any).unwrap().transcoded, 0);
+}
+
+/// Each of `phones` sends its stream's packets, one each 20 ms tick of the shard's clock;
+/// `each_tick` looks at the harness after each tick.
+fn talk(
+    h: &mut Harness,
+    phones: &[usize],
+    streams: &[Vec<Vec<u8>>],
+    mut each_tick: impl FnMut(&Harness),
+) {
+    let ticks = streams.iter().map(Vec::len).min().unwrap_or(0);
+    for k in 0..ticks {
+        for (&p, stream) in phones.iter().zip(streams) {
+            let (_, w) = h.phones[p].phone.packet(&stream[k]);
+            h.send_phone(p, &w);
+        }
+        h.pump();
+        let t = h.now + std::time::Duration::from_millis(20);
+        h.advance_to(t);
+        each_tick(h);
+    }
+}
+
+/// Six PCMU phones in a room that sums at most two talkers: two loud tones, two quieter ones,
+/// two silent members. Each loud talker hears the other and not itself; everyone else hears
+/// the two loud ones and none of the rest; the tick runs two talkers' encoders and one shared
+/// one; and a member that starts talking late moves from the shared mix to its own on one
+/// unbroken stream (consecutive sequence numbers, one packet time apart).
+#[test]
+fn a_mix_limited_to_the_loudest_talkers_shares_one_encode_among_the_others() {
+    let mut h = Harness::simd();
+    h.shard.set_mixing("big", Some(MixSettings { speakers: 2 }));
+    let phones: Vec<usize> = (0..6u8)
+        .map(|n| {
+            h.join_phone("big", SimPhone::plain(10 + n).with_formats(PCMU_ONLY))
+                .unwrap()
+        })
+        .collect();
+    let freqs = [500.0, 900.0, 1300.0, 1700.0, 2100.0, 2500.0];
+    let amplitudes = [12_000.0, 11_000.0, 2_000.0, 1_500.0, 0.0, 0.0];
+    let ticks = 60;
+    let mut streams: Vec<Vec<Vec<u8>>> = freqs
+        .iter()
+        .zip(amplitudes)
+        .map(|(&f, a)| g711_at(&mut Pcmu, f, a, ticks))
+        .collect();
+    // The last member is silent for the first half and then louder than everyone.
+    let late = g711_at(&mut Pcmu, freqs[5], 20_000.0, ticks);
+    streams[5][ticks / 2..].clone_from_slice(&late[ticks / 2..]);
+    let mut encoders = Vec::new();
+    talk(&mut h, &phones, &streams, |h| {
+        let mix = h.shard.room("big").unwrap().mixing().unwrap();
+        encoders.push((mix.talkers(), mix.encoders()));
+    });
+    // Before the late talker: two talkers, two own encoders and one shared.
+    assert!(
+        encoders[5..ticks / 2].iter().all(|&e| e == (2, 3)),
+        "{encoders:?}"
+    );
+    let first_half = |p: usize| {
+        let rx = phone_rx(&h, phones[p]);
+        let half: Vec<_> = rx.into_iter().take(ticks / 2 - 2).collect();
+        decode(&mut Pcmu, 0, &half, 20)
+    };
+    for me in 0..6 {
+        let p = powers(&first_half(me), 8000, &freqs);
+        let (loud, rest) = (p[0].max(p[1]), p[2..].iter().copied().fold(0.0, f64::max));
+        assert!(loud > 100.0 * rest, "member {me}: {p:?}");
+        match me {
+            0 | 1 => {
+                let other = 1 - me;
+                assert!(p[other] > 100.0 * p[me], "member {me}: {p:?}");
+            }
+            _ => assert!(p[0] / p[1] < 4.0 && p[1] / p[0] < 4.0, "member {me}: {p:?}"),
+        }
+    }
+    // After it: the late talker and the loudest other are summed; everyone's stream is one
+    // unbroken sequence.
+    let mix = h.shard.room("big").unwrap().mixing().unwrap();
+    assert_eq!(mix.talkers(), 2);
+    for &p in &phones {
+        let rx = phone_rx(&h, p);
+        assert!(rx.len() >= ticks - 3, "{} packets", rx.len());
+        for w in rx.windows(2) {
+            assert_eq!(w[1].1, w[0].1.wrapping_add(1), "sequence numbers");
+            assert_eq!(w[1].2, w[0].2.wrapping_add(160), "timestamps");
+        }
+    }
+    let rx = phone_rx(&h, phones[0]);
+    let tail: Vec<_> = rx[rx.len() - 20..].to_vec();
+    let p = powers(&decode(&mut Pcmu, 0, &tail, 20), 8000, &freqs);
+    assert!(p[5] > 100.0 * p[0], "member 0 hears the late talker: {p:?}");
+    // Encodes counted once each: about three a tick (two talkers and the shared mix), against
+    // six copies sent a tick.
+    let (mut encoded, mut forwarded) = (0, 0);
+    for &p in &phones {
+        let c = h.phone_counters(p).unwrap();
+        encoded += c.encoded;
+        forwarded += c.forwarded;
+    }
+    assert!(encoded <= 3 * ticks as u64 + 3, "{encoded} encoded");
+    assert!(forwarded >= 6 * (ticks as u64 - 3), "{forwarded} forwarded");
+    let snap = h.shard.snapshot(h.now, Some("big"));
+    let m = snap[0].mix.unwrap();
+    assert_eq!((m.speakers, m.inputs, m.talkers), (2, 6, 2));
+}
+
+/// With no limit, members that send only silence are not summed: they all hear one shared
+/// mix, and the talkers their own.
+#[test]
+fn silent_members_of_a_mix_share_one_encode() {
+    let mut h = Harness::simd();
+    h.shard.set_mixing("quiet", Some(MixSettings::default()));
+    let phones: Vec<usize> = (0..5u8)
+        .map(|n| {
+            h.join_phone("quiet", SimPhone::plain(20 + n).with_formats(PCMU_ONLY))
+                .unwrap()
+        })
+        .collect();
+    let streams: Vec<Vec<Vec<u8>>> = [
+        (700.0, 9000.0),
+        (1100.0, 9000.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+        (0.0, 0.0),
+    ]
+    .iter()
+    .map(|&(f, a)| g711_at(&mut Pcmu, f, a, 20))
+    .collect();
+    talk(&mut h, &phones, &streams, |_| {});
+    let mix = h.shard.room("quiet").unwrap().mixing().unwrap();
+    assert_eq!((mix.inputs(), mix.talkers(), mix.encoders()), (5, 2, 3));
+    for &p in &phones {
+        assert!(phone_rx(&h, p).len() >= 17);
+    }
 }

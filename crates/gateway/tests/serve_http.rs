@@ -396,6 +396,24 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["mixing"], true, "{v}");
     assert_eq!(v["transcoded"], 0, "{v}");
+    assert_eq!(v["mix"]["speakers"], 0, "{v}");
+    // A limit on talkers, on the room that mixes already.
+    let r = call(
+        "PATCH",
+        &format!("{u}/api/rooms/conf"),
+        &json,
+        Some(r#"{"mix": true, "speakers": 3}"#),
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["mix"]["speakers"], 3, "{v}");
+    // A limit without mixing means nothing: 400 saying so.
+    for body in [r#"{"speakers": 3}"#, r#"{"mix": false, "speakers": 3}"#] {
+        let r = call("PATCH", &format!("{u}/api/rooms/conf"), &json, Some(body));
+        assert_eq!(r.status, 400, "{}", r.body);
+        assert!(r.body.contains("speakers"), "{}", r.body);
+    }
     // And back.
     let r = call(
         "PATCH",
@@ -407,6 +425,7 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
     let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["mixing"], false, "{v}");
+    assert!(v["mix"].is_null(), "{v}");
     // A body that is not the settings: 400 naming what is wrong; a room with a token needs it.
     let r = call(
         "PATCH",

@@ -286,6 +286,7 @@ fn a_phone_behind_nat_latches_within_its_first_packets_when_configured() {
             webrtc: secrelay_testkit::gateway::webrtc_config(),
             rtp: cfg,
             rtcp: secrelay_gateway::rtcp::RtcpConfig::default(),
+            codecs: secrelay_media::Registry::standard(),
         },
         Box::new(secrelay_srtp::SimdEngine::new()),
     );

@@ -44,8 +44,9 @@ pub struct FleetConfig {
     /// phones only PCMU (no send instant stamped into the audio: no end-to-end delay).
     pub transcode: bool,
     /// Every room mixes its audio (`PATCH /api/rooms/{room}` before anyone joins): each
-    /// receiver gets one stream, the others' sum.
-    pub mix: bool,
+    /// receiver gets one stream, the others' sum: `Some(speakers)`, the most talkers summed
+    /// at once (0: every member who talks).
+    pub mix: Option<u16>,
 }
 
 /// Live counters, readable while the fleet runs.
@@ -241,7 +242,7 @@ pub fn join_all(
     for r in 0..config.rooms {
         let room = format!("{}{}", config.room_prefix, r + 1);
         // A gateway keeps a room's setting by name: say it either way when it matters.
-        if config.mix || config.transcode {
+        if config.mix.is_some() || config.transcode {
             config.signaling.set_mixing(&room, config.mix)?;
         }
         for i in 0..config.per_room {

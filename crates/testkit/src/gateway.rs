@@ -246,6 +246,7 @@ impl Harness {
                     webrtc: webrtc_config(),
                     rtp: rtp_config(),
                     rtcp: secrelay_gateway::rtcp::RtcpConfig::default(),
+                    codecs: secrelay_media::Registry::standard(),
                 },
                 engine,
             ),

@@ -183,9 +183,10 @@ impl Signaling {
         Ok((status, etag, body))
     }
 
-    /// Sets `room` to mix its audio or not (`PATCH /api/rooms/{room}`). Err: the status and
-    /// the gateway's reason when it is not 204.
-    pub fn set_mixing(&self, room: &str, mix: bool) -> anyhow::Result<()> {
+    /// Sets `room` to mix its audio (`Some`: at most that many talkers summed, 0 for every one
+    /// who talks) or not (`PATCH /api/rooms/{room}`). Err: the status and the gateway's reason
+    /// when it is not 204.
+    pub fn set_mixing(&self, room: &str, mix: Option<u16>) -> anyhow::Result<()> {
         let url = format!("{}/api/rooms/{room}", self.base_url);
         let mut req = self
             .agent()
@@ -195,7 +196,10 @@ impl Signaling {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
         let mut resp = req
-            .send(format!("{{\"mix\": {mix}}}"))
+            .send(match mix {
+                Some(n) => format!("{{\"mix\": true, \"speakers\": {n}}}"),
+                None => "{\"mix\": false}".to_owned(),
+            })
             .with_context(|| format!("PATCH {url}"))?;
         let status = resp.status().as_u16();
         if status != 204 {

@@ -70,6 +70,11 @@ pub struct ServeConfig {
     /// even port for RTP and the next one for RTCP (unless RTCP is muxed), bound on `udp`'s
     /// address.
     pub rtp_ports: String,
+    /// Complexity of the gateway's own Opus encoders (transcoding and mixing), 0–10: libopus's
+    /// quality/CPU trade-off. 10 (libopus's default) costs about 2.5× the CPU of 5 per frame
+    /// (`secrelay lab codec`); a gateway encoding many Opus streams may trade some quality for
+    /// calls per core here.
+    pub opus_complexity: i32,
     /// SDES suites accepted, most preferred first (RFC 4568 names).
     pub sdes_suites: Vec<String>,
     /// Where a plain RTP leg takes media from: `"signalled"` (only the address its SDP gives)
@@ -159,6 +164,7 @@ impl Default for ServeConfig {
             rooms: BTreeMap::new(),
             srtp_engine: "simd".into(),
             rtp_ports: "30000-39999".into(),
+            opus_complexity: secrelay_media::opus::Opus::DEFAULT_COMPLEXITY,
             sdes_suites: secrelay_gateway_default_suites(),
             plain_latch: "signalled".into(),
             nat_latch_packets: 10,
@@ -241,6 +247,12 @@ impl ServeConfig {
             ));
         }
         self.rtp_port_range()?;
+        if !(0..=10).contains(&self.opus_complexity) {
+            return Err(ConfigError(format!(
+                "opus_complexity = {}: must be 0 to 10",
+                self.opus_complexity
+            )));
+        }
         self.sdes_profiles()?;
         self.latch()?;
         if !(self.media_timeout_secs.is_finite() && self.media_timeout_secs > 0.0) {
@@ -577,5 +589,18 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(e.contains("sdes_suites") && e.contains("ROT13"), "{e}");
+        for bad in ["opus_complexity = 11", "opus_complexity = -1"] {
+            let e = ServeConfig::from_toml(bad).unwrap_err().0;
+            assert!(
+                e.contains("opus_complexity") && e.contains("0 to 10"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            ServeConfig::from_toml("opus_complexity = 3")
+                .unwrap()
+                .opus_complexity,
+            3
+        );
     }
 }

@@ -39,6 +39,7 @@ use super::stats::StatsCollector;
 use super::{Gateway, JoinError, JoinKind};
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, RtpOfferSpec};
+use crate::transcode::MixSettings;
 
 /// A resource made by a POST, as PATCH and DELETE find it.
 #[derive(Debug, Clone)]
@@ -802,6 +803,9 @@ async fn api_room(State(s): State<AppState>, Path(room): Path<String>) -> Respon
 struct RoomSettings {
     /// Mix the room's audio (N−1), or relay and transcode it.
     mix: Option<bool>,
+    /// With `"mix": true`: the most talkers summed at once, the loudest (0 or absent: every
+    /// member who talks).
+    speakers: Option<u16>,
 }
 
 /// Changes a room's settings (made or not yet): 204, or 400 with the reason.
@@ -820,11 +824,28 @@ async fn api_room_settings(
             return refuse(
                 &s,
                 StatusCode::BAD_REQUEST,
-                format!("the body must be JSON {{\"mix\": true or false}}: {e}"),
+                format!(
+                    "the body must be JSON {{\"mix\": true or false, \"speakers\": N (with \
+                     \"mix\": true; optional)}}: {e}"
+                ),
             )
         }
     };
-    if let Some(mix) = settings.mix {
+    let mix = match (settings.mix, settings.speakers) {
+        (Some(true), speakers) => Some(Some(MixSettings {
+            speakers: speakers.unwrap_or(0),
+        })),
+        (Some(false), None) => Some(None),
+        (None, None) => None,
+        (_, Some(_)) => {
+            return refuse(
+                &s,
+                StatusCode::BAD_REQUEST,
+                "\"speakers\" is a setting of a mixing room: send it with \"mix\": true",
+            )
+        }
+    };
+    if let Some(mix) = mix {
         if let Err(why) = s.gateway.set_mixing(&room, mix).await {
             return refuse(&s, StatusCode::SERVICE_UNAVAILABLE, why);
         }

@@ -49,6 +49,7 @@ use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig, WebRtcOfferSect
 use crate::rtcp::RtcpConfig;
 pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
 use crate::shard::{Shard, ShardConfig};
+use crate::transcode::MixSettings;
 pub use config::{RoomConfig, ServeConfig};
 use directory::Directory;
 use ports::PortPool;
@@ -170,6 +171,10 @@ impl Gateway {
                 interval: Duration::from_secs_f64(config.rtcp_interval_secs),
                 ..RtcpConfig::default()
             },
+            codecs: secrelay_media::Registry::with_opus(secrelay_media::registry::OpusSettings {
+                complexity: config.opus_complexity,
+                ..Default::default()
+            }),
         };
         let mut peers = Vec::new();
         let mut inboxes = Vec::new();
@@ -523,7 +528,7 @@ impl Gateway {
 
     /// Sets `room` to mix its audio (each member hears the sum of the others, N−1) or to relay
     /// and transcode it; kept for the room if it is made later. Err: shutting down.
-    pub async fn set_mixing(&self, room: &str, mix: bool) -> Result<(), String> {
+    pub async fn set_mixing(&self, room: &str, mix: Option<MixSettings>) -> Result<(), String> {
         let (reply, rx) = oneshot::channel();
         let cmd = Command::SetMixing {
             room: room.to_owned(),

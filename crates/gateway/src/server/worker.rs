@@ -35,6 +35,7 @@ use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSec
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
 };
+use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
 
 const SOCKET: Token = Token(0);
@@ -130,7 +131,7 @@ pub(crate) enum Command {
     /// Whether a room mixes its audio (N−1) or relays and transcodes it.
     SetMixing {
         room: String,
-        mix: bool,
+        mix: Option<MixSettings>,
         reply: oneshot::Sender<()>,
     },
     /// Which simulcast layer a participant is sent (of one publisher's, or all).

@@ -221,7 +221,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
             inject_bad: false,
             media: secrelay_testkit::Media::Pcmu,
             transcode: false,
-            mix: false,
+            mix: None,
         },
         server_pid: Some(child.0.id()),
     };

@@ -282,7 +282,7 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         inject_bad: false,
         media: secrelay_testkit::Media::Pcmu,
         transcode: false,
-        mix: false,
+        mix: None,
     };
     let progress = std::sync::Arc::new(FleetProgress::default());
     let group = fleet::join_all(&cfg, &progress, Instant::now())?;
