@@ -43,6 +43,15 @@ pub struct DemoArgs {
     /// Write the summary as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
+    /// The gateway's log filter (tracing's syntax: `warn`, `info`, `trace`,
+    /// `secrelay_gateway=debug`, …), on stderr.
+    #[arg(long, default_value = "warn")]
+    pub log: String,
+    /// Append the simulated clients' SRTP keys to this file, a line per secret (their address,
+    /// the secret's label, profile and hex), as browsers write SSLKEYLOGFILE: to decrypt a
+    /// capture of the demo. The clients write it; the gateway never writes a key.
+    #[arg(long, value_name = "FILE")]
+    pub keylog: Option<std::path::PathBuf>,
 }
 
 fn us(d: Option<Duration>) -> String {
@@ -77,7 +86,12 @@ struct PhoneTally {
 
 /// One SDES-SRTP and one plain RTP phone in each room, joined over HTTP, each sending G.711
 /// 20 ms frames and reading what the gateway sends it until `stop`; then they leave.
-fn run_phones(sig: &Signaling, rooms: usize, stop: &AtomicBool) -> Result<Vec<PhoneTally>> {
+fn run_phones(
+    sig: &Signaling,
+    rooms: usize,
+    stop: &AtomicBool,
+    keylog: Option<&std::path::Path>,
+) -> Result<Vec<PhoneTally>> {
     let mut phones = Vec::new();
     for r in 1..=rooms {
         for (k, sdes) in [Some(Profile::AesCm128HmacSha1_80), None]
@@ -95,6 +109,10 @@ fn run_phones(sig: &Signaling, rooms: usize, stop: &AtomicBool) -> Result<Vec<Ph
                 .accept_answer(&answer)
                 .map_err(|e| anyhow!("POST {path}: the answer: {e}"))?;
             let location = location.ok_or_else(|| anyhow!("POST {path}: no Location"))?;
+            if let Some(file) = keylog {
+                secrelay_testkit::keylog::append(file, &p.phone.key_log())
+                    .map_err(|e| anyhow!("--keylog {}: {e}", file.display()))?;
+            }
             phones.push((p, location));
         }
     }
@@ -147,6 +165,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     if a.duration == 0 {
         bail!("--duration must be at least 1 second");
     }
+    crate::serve::init_logs(&a.log)?;
     let config = ServeConfig {
         // HTTPS, with a certificate from a throw-away private CA made at start: the
         // participants trust that CA and nothing else.
@@ -192,11 +211,24 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();
     let phone_sig = fleet_config.signaling.clone();
-    let runner = std::thread::spawn(move || fleet::run(&fleet_config, p2));
+    let keylog = a.keylog.clone();
+    let runner = std::thread::spawn(move || -> Result<FleetReport> {
+        let group = fleet::join_all(&fleet_config, &p2, Instant::now())?;
+        let (done, media_secs) = fleet::run_media(&fleet_config, group, p2)?;
+        if let Some(path) = &keylog {
+            let lines: Vec<_> = done.iter().flat_map(|p| p.key_log()).collect();
+            secrelay_testkit::keylog::append(path, &lines)
+                .map_err(|e| anyhow!("--keylog {}: {e}", path.display()))?;
+        }
+        fleet::leave_all(&fleet_config, &done);
+        Ok(fleet::summarize(&done, media_secs))
+    });
     let stop_phones = Arc::new(AtomicBool::new(false));
     let stop = stop_phones.clone();
     let rooms = a.rooms;
-    let phones = std::thread::spawn(move || run_phones(&phone_sig, rooms, &stop));
+    let keylog = a.keylog.clone();
+    let phones =
+        std::thread::spawn(move || run_phones(&phone_sig, rooms, &stop, keylog.as_deref()));
     let tty = std::io::stderr().is_terminal();
     let bar = if tty {
         let b = ProgressBar::new_spinner();

@@ -127,6 +127,7 @@ pub fn init_logs(filter: &str) -> Result<()> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
     Ok(())
 }

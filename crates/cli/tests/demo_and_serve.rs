@@ -68,6 +68,96 @@ fn demo_relays_every_participant_and_drops_the_attacks() {
     );
 }
 
+/// Standard base64 with padding (RFC 4648 §4), as SDES writes inline keys.
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in bytes.chunks(3) {
+        let n = (u32::from(c[0]) << 16)
+            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
+            | u32::from(*c.get(2).unwrap_or(&0));
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The demo with every kind of leg (WebRTC on DTLS-SRTP, SDES-SRTP, plain RTP) at the most
+/// verbose log level, every crate's: none of the secrets the clients' key log holds (SRTP
+/// master keys and salts both ways, the DTLS exporter's output, the SDES inline keys of both
+/// sides) appears in the logs in any usual spelling (hex either case, base64, key or salt
+/// alone, a byte list), and no client's address appears at the default level (info) or
+/// above.
+#[test]
+fn the_demo_logs_no_secret_at_trace_and_no_client_address_at_info() {
+    let dir = tempfile::tempdir().unwrap();
+    let keylog = dir.path().join("keys.log");
+    let out = secrelay()
+        .args(["demo", "--duration", "2", "--rooms", "1", "--per-room", "3"])
+        .args(["--log", "trace", "--keylog"])
+        .arg(&keylog)
+        .output()
+        .unwrap();
+    let logs = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{logs}");
+    // The logs are really the most verbose ones, from the gateway and its DTLS and TLS stacks.
+    let level = |l: &str| l.split_whitespace().nth(1).unwrap_or("").to_owned();
+    let count = |lv: &str| logs.lines().filter(|l| level(l) == lv).count();
+    assert!(count("TRACE") > 100 && count("DEBUG") > 20, "{logs}");
+    let lines = secrelay_testkit::keylog::read(&keylog).unwrap();
+    // Three WebRTC participants (send, receive, exporter) and the SDES phone (both keys).
+    assert_eq!(lines.len(), 3 * 3 + 2, "{lines:?}");
+    let lower = logs.to_lowercase();
+    for line in &lines {
+        let secret: &[u8] = &line.secret;
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let mut spellings = vec![hex.clone(), base64(secret)];
+        let list: Vec<String> = secret[..8].iter().map(|b| b.to_string()).collect();
+        spellings.push(list.join(", "));
+        if let Some(k) = line.as_master_key() {
+            for part in [k.key(), k.salt()] {
+                spellings.push(part.iter().map(|b| format!("{b:02x}")).collect());
+                spellings.push(base64(part));
+            }
+        }
+        for s in &spellings {
+            let found = if s.chars().all(|c| c.is_ascii_hexdigit()) {
+                lower.contains(s.as_str())
+            } else {
+                logs.contains(s.as_str())
+            };
+            assert!(
+                !found,
+                "{:?} of {} appears in the logs",
+                line.label, line.addr
+            );
+        }
+        // Not even part of it: the first 8 bytes in hex.
+        assert!(
+            !lower.contains(&hex[..16]),
+            "{:?} of {}",
+            line.label,
+            line.addr
+        );
+    }
+    for l in logs
+        .lines()
+        .filter(|l| ["INFO", "WARN", "ERROR"].contains(&level(l).as_str()))
+    {
+        for line in &lines {
+            assert!(
+                !l.contains(&line.addr.to_string()),
+                "a client's address at the default level: {l}"
+            );
+        }
+    }
+}
+
 #[test]
 fn demo_refuses_bad_flags_by_name() {
     let out = secrelay()

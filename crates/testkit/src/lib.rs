@@ -22,6 +22,7 @@
 pub mod browser;
 pub mod fleet;
 pub mod gateway;
+pub mod keylog;
 pub mod link;
 pub mod memory;
 pub mod ng;

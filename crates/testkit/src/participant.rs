@@ -1019,6 +1019,34 @@ impl SimParticipant {
         }
     }
 
+    /// Its key log ([`crate::keylog`]): the SRTP keys both ways and, for WebRTC, the DTLS
+    /// exporter output they came from; SDES keys for a phone; nothing before it has keys.
+    pub fn key_log(&self) -> Vec<crate::keylog::KeyLogLine> {
+        let Ok(addr) = self.socket.local_addr() else {
+            return Vec::new();
+        };
+        match &self.transport {
+            Transport::WebRtc { browser, .. } => browser
+                .keys
+                .as_ref()
+                .map(|k| {
+                    use crate::keylog::{KeyLabel, KeyLogLine};
+                    vec![
+                        KeyLogLine::master_key(addr, KeyLabel::SrtpSend, &k.local),
+                        KeyLogLine::master_key(addr, KeyLabel::SrtpReceive, &k.remote),
+                        KeyLogLine {
+                            addr,
+                            label: KeyLabel::DtlsExporter,
+                            profile: k.profile,
+                            secret: zeroize::Zeroizing::new(k.exported().as_bytes().to_vec()),
+                        },
+                    ]
+                })
+                .unwrap_or_default(),
+            Transport::Phone(p) => p.key_log(),
+        }
+    }
+
     /// Packets received, all streams.
     pub fn received(&self) -> u64 {
         self.streams.values().map(|s| s.received).sum()

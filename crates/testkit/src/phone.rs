@@ -21,6 +21,8 @@ pub struct SimPhone {
     pub rtcp_mux: bool,
     /// Its own key (what it sends is protected with it).
     pub key: Option<MasterKey>,
+    /// The gateway's key (what it is sent is protected with it), from the answer or offer.
+    pub gateway_key: Option<MasterKey>,
     /// Protects what it sends.
     pub tx: Option<Context>,
     /// Opens what the gateway sends (from the answer's key).
@@ -67,6 +69,7 @@ impl SimPhone {
             sdes: None,
             rtcp_mux: false,
             key: None,
+            gateway_key: None,
             tx: None,
             rx: None,
             pt: 0,
@@ -101,6 +104,7 @@ impl SimPhone {
                     .expect("a fresh key makes a context"),
             ),
             key: Some(key),
+            gateway_key: None,
             ..SimPhone::plain(n)
         }
     }
@@ -165,6 +169,22 @@ impl SimPhone {
         self.tx.replace(tx)
     }
 
+    /// Its key log ([`crate::keylog`]): its own SDES key and the gateway's, once known (none
+    /// for plain RTP).
+    pub fn key_log(&self) -> Vec<crate::keylog::KeyLogLine> {
+        use crate::keylog::{KeyLabel, KeyLogLine};
+        [
+            (KeyLabel::SrtpSend, &self.key),
+            (KeyLabel::SrtpReceive, &self.gateway_key),
+        ]
+        .into_iter()
+        .filter_map(|(label, k)| {
+            k.as_ref()
+                .map(|k| KeyLogLine::master_key(self.addr, label, k))
+        })
+        .collect()
+    }
+
     /// Takes the gateway's answer: where to send, and (SDES) its key. Err: what was wrong.
     pub fn accept_answer(&mut self, answer: &str) -> Result<(), String> {
         let d = parse_rtp(answer).map_err(|e| e.to_string())?;
@@ -186,7 +206,10 @@ impl SimPhone {
             }
             let key = c.keys.first().ok_or("a=crypto without a key")?;
             let k = MasterKey::from_sdes_inline(p, &key.inline()).map_err(|e| e.to_string())?;
-            self.rx = Some(Context::new(Policy::new(k).any_inbound()).map_err(|e| e.to_string())?);
+            self.rx = Some(
+                Context::new(Policy::new(k.clone()).any_inbound()).map_err(|e| e.to_string())?,
+            );
+            self.gateway_key = Some(k);
         }
         Ok(())
     }
@@ -244,8 +267,11 @@ impl SimPhone {
                 .ok_or_else(|| format!("the offer has no {} line", p.sdp_name()))?;
             let theirs =
                 MasterKey::from_sdes_inline(p, &c.keys[0].inline()).map_err(|e| e.to_string())?;
-            self.rx =
-                Some(Context::new(Policy::new(theirs).any_inbound()).map_err(|e| e.to_string())?);
+            self.rx = Some(
+                Context::new(Policy::new(theirs.clone()).any_inbound())
+                    .map_err(|e| e.to_string())?,
+            );
+            self.gateway_key = Some(theirs);
             crypto_line = format!(
                 "a=crypto:{} {} {}\r\n",
                 c.tag,
