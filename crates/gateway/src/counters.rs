@@ -58,11 +58,14 @@ pub enum DropReason {
     NoSlot,
     /// Audio to transcode or mix whose payload did not decode (malformed or truncated).
     Undecodable,
+    /// A new DTLS handshake not started because its worker is overloaded (admission control:
+    /// the peer retransmits, and it is taken once the load falls).
+    Overload,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 21] = [
+    pub const ALL: [DropReason; 22] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -84,6 +87,7 @@ impl DropReason {
         DropReason::PaddingOnly,
         DropReason::NoSlot,
         DropReason::Undecodable,
+        DropReason::Overload,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -110,6 +114,7 @@ impl DropReason {
             DropReason::PaddingOnly => "padding_only",
             DropReason::NoSlot => "no_slot",
             DropReason::Undecodable => "undecodable",
+            DropReason::Overload => "overload",
         }
     }
 

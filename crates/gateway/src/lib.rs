@@ -17,6 +17,7 @@
 //!   configuration; a [`server::Server`] handle to start, query and stop it.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod bwe;
 pub mod counters;
 pub mod feedback;

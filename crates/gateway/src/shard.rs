@@ -40,6 +40,7 @@ use secrelay_srtp::{Engine, Profile};
 use secrelay_wire::demux::{demux, Class};
 use secrelay_wire::sdp::Offer;
 
+use crate::admission::Shed;
 use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
@@ -396,6 +397,8 @@ pub struct Shard {
     counters: ShardCounters,
     draining: bool,
     to_remove: Vec<(usize, MemberId)>,
+    /// New DTLS handshakes are deferred (admission control: the worker is overloaded).
+    shed_handshakes: bool,
 }
 
 impl std::fmt::Debug for Shard {
@@ -428,6 +431,7 @@ impl Shard {
             counters: ShardCounters::default(),
             draining: false,
             to_remove: Vec::new(),
+            shed_handshakes: false,
         }
     }
 
@@ -481,6 +485,7 @@ impl Shard {
             rooms,
             media,
             counters,
+            shed_handshakes,
             ..
         } = self;
         let Some(leg) = rooms
@@ -524,6 +529,10 @@ impl Shard {
                     None => leg.counters_mut().drop(DropReason::InternalError),
                 }
                 true
+            }
+            Class::Dtls if *shed_handshakes && !leg.handshake_started() => {
+                leg.counters_mut().drop(DropReason::Overload);
+                false
             }
             Class::Dtls => {
                 leg.handle_dtls(now, d.from, d.bytes);
@@ -1459,6 +1468,13 @@ impl Shard {
             .as_ref()
             .filter(|s| s.name == room)
             .map(|_| (slot, member))
+    }
+
+    /// What admission control sheds here from now on ([`crate::admission`]): with
+    /// [`Shed::Handshakes`] or more, a DTLS record for a member whose handshake has not started
+    /// is dropped (`overload`) instead of starting one. Media is never shed.
+    pub fn set_shed(&mut self, shed: Shed) {
+        self.shed_handshakes = shed >= Shed::Handshakes;
     }
 
     /// Sets `room` to mix its audio (N−1: each member hears the sum of the others) or to relay

@@ -692,6 +692,14 @@ impl Leg {
         }
     }
 
+    /// Whether the member's DTLS handshake has started (a telephony leg has none to start).
+    pub fn handshake_started(&self) -> bool {
+        match self {
+            Leg::WebRtc(l) => l.handshake_started(),
+            Leg::Rtp(_) => true,
+        }
+    }
+
     /// Whether RTP (`rtcp` false) or RTCP from `from` is taken now: `Ok(true)` to unprotect
     /// it first (SRTP), `Ok(false)` to take it as it is (plain RTP, latched here), or why it
     /// is dropped.

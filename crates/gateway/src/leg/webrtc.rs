@@ -951,6 +951,11 @@ impl WebRtcLeg {
         }
     }
 
+    /// Whether a DTLS flight has been handled (or sent, as the client).
+    pub fn handshake_started(&self) -> bool {
+        self.dtls_started.is_some()
+    }
+
     /// A DTLS record from `from`: handed to the endpoint if ICE validated the address.
     pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         if self.closed.is_some() {

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use secrelay_dtls::KeyType;
+
+use crate::admission::AdmissionConfig;
 use secrelay_srtp::Profile;
 use serde::Deserialize;
 
@@ -51,6 +53,14 @@ pub struct ServeConfig {
     pub consent_timeout_secs: f64,
     /// Most participants at once; more are refused with 503.
     pub max_participants: usize,
+    /// Admission control (`secrelay_gateway::admission`): the load (share of a worker's time
+    /// spent working, 0.0–1.0) from which the worker defers new DTLS handshakes (their
+    /// ClientHellos are dropped and counted as `overload`; peers retransmit). Above 1: never.
+    pub shed_handshakes_at: f64,
+    /// The load from which new rooms and legs in the worker's rooms are refused: 503 with
+    /// `Retry-After` over HTTP(S), an ng `error` to SIP proxies. Established media is never
+    /// shed. Above 1: never.
+    pub shed_joins_at: f64,
     /// Largest HTTP body accepted, in bytes (413 above).
     pub max_body_bytes: usize,
     /// Origins allowed by CORS (`*` for any).
@@ -157,6 +167,8 @@ impl Default for ServeConfig {
                 .collect(),
             consent_timeout_secs: 30.0,
             max_participants: 10_000,
+            shed_handshakes_at: AdmissionConfig::default().shed_handshakes_at,
+            shed_joins_at: AdmissionConfig::default().shed_joins_at,
             max_body_bytes: 64 * 1024,
             cors_origins: vec!["*".into()],
             token: None,
@@ -247,6 +259,16 @@ impl ServeConfig {
             ));
         }
         self.rtp_port_range()?;
+        for (name, v) in [
+            ("shed_handshakes_at", self.shed_handshakes_at),
+            ("shed_joins_at", self.shed_joins_at),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ConfigError(format!(
+                    "{name} = {v}: a share of a worker's time, 0.0 to 1.0 (above 1: never)"
+                )));
+            }
+        }
         if !(0..=10).contains(&self.opus_complexity) {
             return Err(ConfigError(format!(
                 "opus_complexity = {}: must be 0 to 10",
@@ -418,6 +440,14 @@ impl ServeConfig {
             other => Err(ConfigError(format!(
                 "srtp_engine = {other:?}: unknown engine (valid: simd, serial)"
             ))),
+        }
+    }
+
+    /// The admission control thresholds.
+    pub fn admission(&self) -> AdmissionConfig {
+        AdmissionConfig {
+            shed_handshakes_at: self.shed_handshakes_at,
+            shed_joins_at: self.shed_joins_at,
         }
     }
 

@@ -283,7 +283,7 @@ async fn offer(
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
     let g = &s.gateway;
-    if let Err(r) = room_for_one_more(&s) {
+    if let Err(r) = room_for_one_more(&s, &room) {
         return *r;
     }
     let remote_ufrag = offer.ice_ufrag.clone();
@@ -387,18 +387,26 @@ fn live_resource(
     }
 }
 
-/// Whether the gateway takes one more participant (`max_participants`).
-fn room_for_one_more(s: &AppState) -> Result<(), Box<Response>> {
+/// Seconds a client refused for load is told to wait (`Retry-After`): a few of the workers'
+/// load intervals, so that the load it sees next is a new one.
+const RETRY_AFTER_SECS: u64 = 2;
+
+/// Whether the gateway takes one more participant in `room`: under `max_participants`, and
+/// the room's worker not shedding joins (admission control). 503 with `Retry-After` if not.
+fn room_for_one_more(s: &AppState, room: &str) -> Result<(), Box<Response>> {
     // Only the gauge: `totals()` would copy every histogram for one number.
     let alive = s.gateway.stats().participants();
-    if alive >= s.gateway.config().max_participants as u64 {
-        return Err(Box::new(refuse(
-            s,
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the gateway is full ({alive} participants)"),
-        )));
-    }
-    Ok(())
+    let why = if alive >= s.gateway.config().max_participants as u64 {
+        format!("the gateway is full ({alive} participants)")
+    } else if let Err(why) = s.gateway.admit(room) {
+        why
+    } else {
+        return Ok(());
+    };
+    let mut r = refuse(s, StatusCode::SERVICE_UNAVAILABLE, why);
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    Err(Box::new(r))
 }
 
 fn join_refused(s: &AppState, e: JoinError) -> Response {
@@ -439,7 +447,7 @@ async fn rtp_offer(
         Ok(o) => o,
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
-    if let Err(r) = room_for_one_more(&s) {
+    if let Err(r) = room_for_one_more(&s, &room) {
         return *r;
     }
     match s.gateway.join_rtp(&room, offer).await {
@@ -532,7 +540,7 @@ async fn rtp_make_offer(
         Ok(spec) => spec,
         Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad request: {why}")),
     };
-    if let Err(r) = room_for_one_more(&s) {
+    if let Err(r) = room_for_one_more(&s, &room) {
         return *r;
     }
     match s.gateway.offer_rtp(&room, spec).await {

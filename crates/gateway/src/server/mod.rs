@@ -44,6 +44,7 @@ use secrelay_dtls::{Certificate, LocalCertificate};
 use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
+use crate::admission::Shed;
 use crate::ice_lite::{Credentials, IceConfig};
 use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection};
 use crate::rtcp::RtcpConfig;
@@ -192,6 +193,7 @@ impl Gateway {
             peers,
             ended: std::sync::Mutex::default(),
             notices: std::sync::Mutex::default(),
+            admission: config.admission(),
         });
         let worker_stats: Vec<Arc<WorkerStats>> =
             (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
@@ -283,10 +285,29 @@ impl Gateway {
         self.shared.take_ended()
     }
 
-    fn worker_for(&self, room: &str) -> &Peer {
+    /// The index of the worker that owns `room`.
+    fn worker_index(&self, room: &str) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         room.hash(&mut h);
-        &self.shared.peers[(h.finish() % self.shared.peers.len() as u64) as usize]
+        (h.finish() % self.shared.peers.len() as u64) as usize
+    }
+
+    fn worker_for(&self, room: &str) -> &Peer {
+        &self.shared.peers[self.worker_index(room)]
+    }
+
+    /// Admission control for a new room or leg in `room` ([`crate::admission`]): Err with the
+    /// reason when the worker that owns it sheds joins (its load is past `shed_joins_at`).
+    pub fn admit(&self, room: &str) -> Result<(), String> {
+        let i = self.worker_index(room);
+        let w = &self.stats.workers[i];
+        if w.shed() >= Shed::Joins {
+            return Err(format!(
+                "the gateway is overloaded (the worker for this room is {:.0} % busy): retry later",
+                w.load() * 100.0
+            ));
+        }
+        Ok(())
     }
 
     fn send(&self, peer: &Peer, cmd: Command) -> bool {

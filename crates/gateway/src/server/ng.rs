@@ -237,6 +237,8 @@ impl Ng {
             }
             return self.reoffer(c, o).await;
         }
+        // A new call: a new room and two legs, refused while its worker sheds joins.
+        self.gateway.admit(&format!("call:{}", o.call_id))?;
         let caller = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
         let section = caller
             .sections

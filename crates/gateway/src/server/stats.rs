@@ -7,10 +7,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::admission::Shed;
 use crate::counters::ShardCounters;
 use crate::leg::LegKind;
 
@@ -195,9 +196,32 @@ pub struct WorkerStats {
     /// Time to process one media packet: its share of the batch's unprotect call, its routing
     /// and its copies' protect call, per packet received.
     pub media_processing: LatencyHistogram,
+    /// The worker's load (share of time busy, smoothed), in thousandths.
+    load_permille: AtomicU32,
+    /// What the worker sheds ([`Shed`]'s index).
+    shed: AtomicU8,
 }
 
 impl WorkerStats {
+    /// Publishes the worker's load and what it sheds for it.
+    pub fn set_load(&self, load: f64, shed: Shed) {
+        self.load_permille.store(
+            (load.clamp(0.0, 1.0) * 1000.0).round() as u32,
+            Ordering::Relaxed,
+        );
+        self.shed.store(shed as u8, Ordering::Relaxed);
+    }
+
+    /// The worker's load as last published (0.0–1.0).
+    pub fn load(&self) -> f64 {
+        f64::from(self.load_permille.load(Ordering::Relaxed)) / 1000.0
+    }
+
+    /// What the worker sheds, as last published.
+    pub fn shed(&self) -> Shed {
+        Shed::from_index(self.shed.load(Ordering::Relaxed))
+    }
+
     /// Publishes the shard's counters.
     pub fn publish(&self, c: ShardCounters) {
         *self.shard.lock().unwrap_or_else(|e| e.into_inner()) = c;
@@ -727,6 +751,30 @@ impl Collector for StatsCollector {
             shards.connected,
         )?;
         gauge(e, "secrelay_rooms", "Rooms", shards.rooms)?;
+        {
+            let mut m = e.encode_descriptor(
+                "secrelay_worker_load",
+                "Share of each packet worker's time spent working rather than waiting (smoothed, 0 to 1): what admission control sheds by",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, w) in s.workers.iter().enumerate() {
+                let labels = [("worker", i.to_string())];
+                ConstGauge::new(w.load()).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut m = e.encode_descriptor(
+                "secrelay_worker_shedding",
+                "What each packet worker sheds for its load (admission control): 0 nothing, 1 new DTLS handshakes, 2 new handshakes and new rooms and legs",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, w) in s.workers.iter().enumerate() {
+                let labels = [("worker", i.to_string())];
+                ConstGauge::new(w.shed() as i64).encode(m.encode_family(&labels)?)?;
+            }
+        }
         gauge(
             e,
             "secrelay_retransmit_buffer_streams",

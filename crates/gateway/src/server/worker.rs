@@ -29,6 +29,7 @@ use super::directory::Directory;
 use super::ports::PortPool;
 use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
+use crate::admission::{Admission, AdmissionConfig, LoadMeter};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
@@ -196,6 +197,8 @@ pub(crate) struct Shared {
     pub ended: std::sync::Mutex<Vec<String>>,
     /// The events channels participants listen on (by id): our new offers go there.
     pub notices: std::sync::Mutex<HashMap<String, tokio::sync::mpsc::UnboundedSender<Notice>>>,
+    /// When each worker sheds what (admission control).
+    pub admission: AdmissionConfig,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -285,6 +288,9 @@ pub(crate) struct Worker {
     /// Workers handed a datagram in this batch, to wake once it is read.
     wake_pending: Vec<bool>,
     last_publish: Instant,
+    /// The share of time this worker works, and what it sheds for it.
+    load: LoadMeter,
+    admission: Admission,
 }
 
 impl Worker {
@@ -302,6 +308,7 @@ impl Worker {
         poll.registry()
             .register(&mut socket, SOCKET, Interest::READABLE)?;
         let peers = shared.peers.len();
+        let admission = Admission::new(shared.admission);
         Ok(Worker {
             index,
             socket,
@@ -320,6 +327,8 @@ impl Worker {
             spare: Vec::new(),
             wake_pending: vec![false; peers],
             last_publish: Instant::now(),
+            load: LoadMeter::new(Instant::now()),
+            admission,
         })
     }
 
@@ -339,10 +348,15 @@ impl Worker {
                     .map_or(publish, |t| t.min(publish))
                     .saturating_duration_since(now)
             };
+            let waited = Instant::now();
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     tracing::error!(worker = self.index, error = %e, "poll failed");
                 }
+            }
+            if !timeout.is_zero() {
+                // Time waiting for work is the only time the worker is not busy.
+                self.load.idle(waited.elapsed());
             }
             for ev in events.iter() {
                 match ev.token() {
@@ -894,7 +908,12 @@ impl Worker {
 
     /// Publishes the shard's counters for `/metrics`, the API and the demo.
     fn publish(&mut self) {
-        self.last_publish = Instant::now();
+        let now = Instant::now();
+        self.last_publish = now;
+        let load = self.load.sample(now);
+        let shed = self.admission.update(load);
+        self.shard.set_shed(shed);
+        self.stats.set_load(load, shed);
         self.stats.publish(self.shard.counters());
     }
 }
