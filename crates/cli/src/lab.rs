@@ -48,6 +48,9 @@ pub enum LabCommand {
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
     /// latency, and the gateway's CPU per packet and memory per participant.
     GatewayLoad(crate::lab_gateway::GatewayLoadArgs),
+    /// More calls offered than a running gateway carries: what admission control sheds (503
+    /// with Retry-After, deferred handshakes) and whether established calls keep their quality.
+    Overload(crate::lab_overload::OverloadArgs),
     /// secrelay's gateway and rtpengine relaying SRTP→SRTP with re-encryption at the same
     /// offered packet rates: CPU per relayed packet, loss.
     RelayCompare(crate::lab_compare::RelayCompareArgs),
@@ -100,6 +103,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Calls(a) => (vec!["calls".to_string()], a),
         LabCommand::Codec(a) => (vec!["codec".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
+        LabCommand::Overload(a) => return crate::lab_overload::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
     };
     let opts = secrelay_lab::Options {

@@ -90,6 +90,45 @@ pub struct GatewayLoadArgs {
     pub json: Option<PathBuf>,
 }
 
+/// The signaling client of `--target` (an `http://` or `https://` base URL; HTTPS trusts the
+/// `--ca` certificate), with the rooms' `--token`.
+pub(crate) fn signaling(
+    target: &str,
+    ca: Option<&std::path::Path>,
+    token: Option<String>,
+) -> Result<Signaling> {
+    let https = target.starts_with("https://");
+    if !(https || target.starts_with("http://")) {
+        bail!(
+            "--target {target:?}: give the gateway's signaling base URL, https://host:port (or http://host:port)"
+        );
+    }
+    let mut s = Signaling::new(target.trim_end_matches('/'));
+    s.token = token;
+    match ca {
+        Some(ca) => Ok(s.with_ca_file(ca)?),
+        None if https => {
+            bail!("--target {target}: HTTPS needs --ca FILE, the CA certificate to trust")
+        }
+        None => Ok(s),
+    }
+}
+
+/// `--legs`: kinds of leg, each `join`, `sdes` or `plain`.
+pub(crate) fn parse_legs(names: &[String]) -> Result<Vec<Leg>> {
+    let legs = names
+        .iter()
+        .map(|n| match Leg::from_name(n.trim()) {
+            Some(l @ (Leg::Join | Leg::Sdes | Leg::Plain)) => Ok(l),
+            _ => bail!("--legs {n:?}: each kind is one of join, sdes, plain"),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if legs.is_empty() {
+        bail!("--legs: name at least one kind of leg");
+    }
+    Ok(legs)
+}
+
 /// Runs the load and prints the report.
 pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if a.viewers.is_none() && (a.per_room < 2 || a.participants < a.per_room) {
@@ -103,30 +142,8 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             );
         }
     }
-    let https = a.target.starts_with("https://");
-    if !(https || a.target.starts_with("http://")) {
-        bail!(
-            "--target {:?}: give the gateway's signaling base URL, https://host:port (or http://host:port)",
-            a.target
-        );
-    }
-    if https && a.ca.is_none() {
-        bail!(
-            "--target {}: HTTPS needs --ca FILE, the CA certificate to trust",
-            a.target
-        );
-    }
-    let legs = a
-        .legs
-        .iter()
-        .map(|n| match Leg::from_name(n.trim()) {
-            Some(l @ (Leg::Join | Leg::Sdes | Leg::Plain)) => Ok(l),
-            _ => bail!("--legs {n:?}: each kind is one of join, sdes, plain"),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    if legs.is_empty() {
-        bail!("--legs: name at least one kind of leg");
-    }
+    let signaling = signaling(&a.target, a.ca.as_deref(), a.token.clone())?;
+    let legs = parse_legs(&a.legs)?;
     // The broadcast: per room, the publisher first, then its viewers.
     let (rooms, per_room, legs, media, prefix) = match a.viewers {
         Some(v) => {
@@ -153,14 +170,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     };
     let o = LoadOptions {
         fleet: FleetConfig {
-            signaling: {
-                let mut s = Signaling::new(a.target.trim_end_matches('/'));
-                s.token = a.token.clone();
-                match &a.ca {
-                    Some(ca) => s.with_ca_file(ca)?,
-                    None => s,
-                }
-            },
+            signaling,
             rooms,
             per_room,
             legs,

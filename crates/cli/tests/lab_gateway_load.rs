@@ -7,43 +7,12 @@
 //! viewer got audio and one video stream, every layer was sent, the loss and the
 //! retransmission buffer's memory per stream are in the report.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde_json::Value;
 
-/// Stops the server however the test ends.
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `secrelay serve` on loopback with one worker, and its HTTP base URL.
-fn serve() -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
-        .args(["--workers", "1", "--log", "warn"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the secrelay binary runs");
-    let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
-    let server = Server(child);
-    let mut url = None;
-    let end = Instant::now() + Duration::from_secs(30);
-    while url.is_none() && Instant::now() < end {
-        let Some(Ok(line)) = lines.next() else { break };
-        url = secrelay_lab::client::compare::serve_banner_url(&line);
-    }
-    let url = url.expect("serve printed its HTTP address");
-    // Keep reading its log so that it never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (server, url)
-}
+mod lab_support;
+use lab_support::serve;
 
 #[test]
 fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {

@@ -232,7 +232,8 @@ pub fn run(config: &FleetConfig, progress: Arc<FleetProgress>) -> anyhow::Result
     Ok(summarize(&done, media_secs))
 }
 
-/// Sends every participant's offer (sequentially) and builds them from the answers.
+/// Sends every participant's offer (sequentially) and builds them from the answers; the first
+/// refusal ends it.
 pub fn join_all(
     config: &FleetConfig,
     progress: &FleetProgress,
@@ -240,32 +241,76 @@ pub fn join_all(
 ) -> anyhow::Result<Vec<SimParticipant>> {
     let mut all = Vec::new();
     for r in 0..config.rooms {
-        let room = format!("{}{}", config.room_prefix, r + 1);
-        // A gateway keeps a room's setting by name: say it either way when it matters.
-        if config.mix.is_some() || config.transcode {
-            config.signaling.set_mixing(&room, config.mix)?;
-        }
+        let room = prepare_room(config, r)?;
         for i in 0..config.per_room {
-            let leg = config.legs[i % config.legs.len().max(1)];
-            let (s, ip) = (&config.signaling, config.bind_ip);
-            let joined = match (config.transcode, leg.is_phone()) {
-                (false, _) => SimParticipant::join_media(s, &room, leg, ip, epoch, config.media),
-                (true, true) => SimParticipant::join_pcmu_phone(s, &room, leg, ip, epoch),
-                (true, false) => {
-                    let dtls = crate::participant::PeerDtls {
-                        opus_only: true,
-                        ..Default::default()
-                    };
-                    SimParticipant::join_with(s, &room, leg, ip, epoch, dtls)
-                }
-            };
-            let mut p = joined.with_context(|| format!("participant {} of room {room}", i + 1))?;
-            p.inject_bad = config.inject_bad;
-            progress.joined.fetch_add(1, Ordering::Relaxed);
-            all.push(p);
+            all.push(join_one(config, progress, &room, i, epoch)?);
         }
     }
     Ok(all)
+}
+
+/// Like [`join_all`], but every offer is sent whatever the others got: the participants that
+/// joined, and why each other one did not (a [`crate::participant::JoinRefused`] when the
+/// gateway answered with an error status). What a load beyond capacity looks like.
+pub fn join_some(
+    config: &FleetConfig,
+    progress: &FleetProgress,
+    epoch: Instant,
+) -> (Vec<SimParticipant>, Vec<anyhow::Error>) {
+    let (mut all, mut refused) = (Vec::new(), Vec::new());
+    for r in 0..config.rooms {
+        let room = match prepare_room(config, r) {
+            Ok(room) => room,
+            Err(e) => {
+                refused.push(e);
+                continue;
+            }
+        };
+        for i in 0..config.per_room {
+            match join_one(config, progress, &room, i, epoch) {
+                Ok(p) => all.push(p),
+                Err(e) => refused.push(e),
+            }
+        }
+    }
+    (all, refused)
+}
+
+/// Room `r`'s name, its mixing set when it matters.
+fn prepare_room(config: &FleetConfig, r: usize) -> anyhow::Result<String> {
+    let room = format!("{}{}", config.room_prefix, r + 1);
+    // A gateway keeps a room's setting by name: say it either way when it matters.
+    if config.mix.is_some() || config.transcode {
+        config.signaling.set_mixing(&room, config.mix)?;
+    }
+    Ok(room)
+}
+
+/// Participant `i` of `room` joins, with the leg and media the configuration gives it.
+fn join_one(
+    config: &FleetConfig,
+    progress: &FleetProgress,
+    room: &str,
+    i: usize,
+    epoch: Instant,
+) -> anyhow::Result<SimParticipant> {
+    let leg = config.legs[i % config.legs.len().max(1)];
+    let (s, ip) = (&config.signaling, config.bind_ip);
+    let joined = match (config.transcode, leg.is_phone()) {
+        (false, _) => SimParticipant::join_media(s, room, leg, ip, epoch, config.media),
+        (true, true) => SimParticipant::join_pcmu_phone(s, room, leg, ip, epoch),
+        (true, false) => {
+            let dtls = crate::participant::PeerDtls {
+                opus_only: true,
+                ..Default::default()
+            };
+            SimParticipant::join_with(s, room, leg, ip, epoch, dtls)
+        }
+    };
+    let mut p = joined.with_context(|| format!("participant {} of room {room}", i + 1))?;
+    p.inject_bad = config.inject_bad;
+    progress.joined.fetch_add(1, Ordering::Relaxed);
+    Ok(p)
 }
 
 /// Runs the participants on `threads` threads until `duration` of media has passed after all
@@ -560,21 +605,17 @@ fn drive(
                 p.on_timer(now);
             }
             if !up[i] {
-                match p.phase {
-                    Phase::Connected => {
-                        up[i] = true;
-                        progress.connected.fetch_add(1, Ordering::Relaxed);
-                        if all_up.fetch_add(1, Ordering::AcqRel) + 1 == total as u64 {
-                            *media_start.lock().unwrap_or_else(|e| e.into_inner()) =
-                                Some(Instant::now());
-                        }
-                    }
-                    Phase::Failed(_) => {
-                        up[i] = true;
-                        progress.failed.fetch_add(1, Ordering::Relaxed);
-                        all_up.fetch_add(1, Ordering::AcqRel);
-                    }
-                    _ => {}
+                let counter = match p.phase {
+                    Phase::Connected => &progress.connected,
+                    Phase::Failed(_) => &progress.failed,
+                    _ => continue,
+                };
+                up[i] = true;
+                counter.fetch_add(1, Ordering::Relaxed);
+                // The media window opens when the last participant is settled, connected or
+                // failed (a failure last must not leave the window unopened).
+                if all_up.fetch_add(1, Ordering::AcqRel) + 1 == total as u64 {
+                    *media_start.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
                 }
             }
         }

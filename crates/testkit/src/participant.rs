@@ -162,6 +162,26 @@ enum Transport {
     Phone(Box<SimPhone>),
 }
 
+/// The gateway answered a join with an error status (a 503 of admission control, a 422 of an
+/// offer it cannot take, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinRefused {
+    /// The path the offer went to.
+    pub path: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// The gateway's reason (the body).
+    pub reason: String,
+}
+
+impl std::fmt::Display for JoinRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} answered {}: {}", self.path, self.status, self.reason)
+    }
+}
+
+impl std::error::Error for JoinRefused {}
+
 /// How a simulated WebRTC participant's DTLS differs from the simulated browser's defaults
 /// (a fresh ECDSA P-256 certificate, the endpoint's SRTP profiles, `a=setup:actpass`).
 #[derive(Debug, Clone, Default)]
@@ -401,7 +421,12 @@ impl SimParticipant {
         let started = Instant::now();
         let (status, location, body) = signaling.post_offer(&leg.path(room), &offer)?;
         if status != 201 {
-            bail!("{} answered {status}: {}", leg.path(room), body.trim());
+            return Err(JoinRefused {
+                path: leg.path(room),
+                status,
+                reason: body.trim().to_owned(),
+            }
+            .into());
         }
         let location = location.ok_or_else(|| anyhow!("201 without a Location"))?;
         let answer = parse_offer(&body).map_err(|e| anyhow!("the answer does not parse: {e}"))?;
@@ -537,7 +562,12 @@ impl SimParticipant {
         let path = leg.path(room);
         let (status, location, body) = signaling.post_offer(&path, &phone.offer())?;
         if status != 201 {
-            bail!("{path} answered {status}: {}", body.trim());
+            return Err(JoinRefused {
+                path: path.clone(),
+                status,
+                reason: body.trim().to_owned(),
+            }
+            .into());
         }
         let location = location.ok_or_else(|| anyhow!("201 without a Location"))?;
         phone

@@ -89,6 +89,21 @@ pub struct Scrape {
     pub decoded: f64,
     /// `secrelay_media_encoded_total`: audio packets encoded for transcoding or mixing.
     pub encoded: f64,
+    /// The busiest worker's `secrelay_worker_load` (admission control's load, 0–1).
+    pub worker_load_max: f64,
+    /// The most any worker sheds, `secrelay_worker_shedding` (0 nothing, 1 new handshakes, 2
+    /// new handshakes and new rooms and legs).
+    pub shedding_max: f64,
+}
+
+impl Scrape {
+    /// `reason`'s drops.
+    pub fn drops_of(&self, reason: &str) -> f64 {
+        self.drops
+            .iter()
+            .find(|(r, _)| r == reason)
+            .map_or(0.0, |(_, n)| *n)
+    }
 }
 
 /// Parses the OpenMetrics text of secrelay's `/metrics`.
@@ -125,6 +140,10 @@ pub fn parse_metrics(text: &str) -> Scrape {
             s.decoded = v;
         } else if name == "secrelay_media_encoded_total" {
             s.encoded = v;
+        } else if name.starts_with("secrelay_worker_load{") {
+            s.worker_load_max = s.worker_load_max.max(v);
+        } else if name.starts_with("secrelay_worker_shedding{") {
+            s.shedding_max = s.shedding_max.max(v);
         } else if let Some(reason) = name
             .strip_prefix("secrelay_drops_total{reason=\"")
             .and_then(|r| r.strip_suffix("\"}"))
@@ -371,7 +390,8 @@ pub struct LoadOptions {
     pub server_pid: Option<u32>,
 }
 
-fn scrape(base: &str) -> anyhow::Result<Scrape> {
+/// Scrapes the gateway at `base` (its signaling URL, plain HTTP).
+pub fn scrape(base: &str) -> anyhow::Result<Scrape> {
     let url = format!("{base}/metrics");
     let mut r = ureq::get(&url)
         .call()
@@ -571,6 +591,11 @@ mod tests {
         assert_eq!(gauges.feedback, vec![("nacked".to_string(), 4.0)]);
         let t = parse_metrics("secrelay_media_transcoded_total 7\nsecrelay_media_decoded_total 3\nsecrelay_media_encoded_total 2\n");
         assert_eq!((t.transcoded, t.decoded, t.encoded), (7.0, 3.0, 2.0));
+        let w = parse_metrics(
+            "secrelay_worker_load{worker=\"0\"} 0.4\nsecrelay_worker_load{worker=\"1\"} 0.97\n\
+             secrelay_worker_shedding{worker=\"0\"} 0\nsecrelay_worker_shedding{worker=\"1\"} 2\n",
+        );
+        assert_eq!((w.worker_load_max, w.shedding_max), (0.97, 2.0));
         assert_eq!(after.drops, vec![("replayed".to_string(), 3.0)]);
         // 100 new observations: 90 in (10 µs, 100 µs], 10 above.
         assert_eq!(relay_quantile(&before, &after, 0.5), Some(0.0001));

@@ -7,4 +7,5 @@
 
 pub mod compare;
 pub mod load;
+pub mod overload;
 pub mod rtpengine;
