@@ -816,6 +816,27 @@ struct RoomSettings {
     speakers: Option<u16>,
 }
 
+/// A `PATCH /api/rooms/{room}` body: the mixing to set (`Some(None)`: relay again), nothing
+/// to change, or the reason it is refused (400).
+fn room_settings(body: &[u8]) -> Result<Option<Option<MixSettings>>, String> {
+    let settings: RoomSettings = serde_json::from_slice(body).map_err(|e| {
+        format!(
+            "the body must be JSON {{\"mix\": true or false, \"speakers\": N (with \
+             \"mix\": true; optional)}}: {e}"
+        )
+    })?;
+    match (settings.mix, settings.speakers) {
+        (Some(true), speakers) => Ok(Some(Some(MixSettings {
+            speakers: speakers.unwrap_or(0),
+        }))),
+        (Some(false), None) => Ok(Some(None)),
+        (None, None) => Ok(None),
+        (_, Some(_)) => {
+            Err("\"speakers\" is a setting of a mixing room: send it with \"mix\": true".into())
+        }
+    }
+}
+
 /// Changes a room's settings (made or not yet): 204, or 400 with the reason.
 async fn api_room_settings(
     State(s): State<AppState>,
@@ -826,32 +847,9 @@ async fn api_room_settings(
     if let Err(r) = authorize(&s, &room, &headers) {
         return *r;
     }
-    let settings: RoomSettings = match serde_json::from_str(&body) {
-        Ok(c) => c,
-        Err(e) => {
-            return refuse(
-                &s,
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "the body must be JSON {{\"mix\": true or false, \"speakers\": N (with \
-                     \"mix\": true; optional)}}: {e}"
-                ),
-            )
-        }
-    };
-    let mix = match (settings.mix, settings.speakers) {
-        (Some(true), speakers) => Some(Some(MixSettings {
-            speakers: speakers.unwrap_or(0),
-        })),
-        (Some(false), None) => Some(None),
-        (None, None) => None,
-        (_, Some(_)) => {
-            return refuse(
-                &s,
-                StatusCode::BAD_REQUEST,
-                "\"speakers\" is a setting of a mixing room: send it with \"mix\": true",
-            )
-        }
+    let mix = match room_settings(body.as_bytes()) {
+        Ok(mix) => mix,
+        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
     };
     if let Some(mix) = mix {
         if let Err(why) = s.gateway.set_mixing(&room, mix).await {
@@ -882,6 +880,13 @@ struct LayerChoice {
     rid: Option<String>,
 }
 
+/// A `PUT …/layer` body, or the reason it is refused (400).
+fn layer_choice(body: &[u8]) -> Result<LayerChoice, String> {
+    serde_json::from_slice(body).map_err(|e| {
+        format!("the body must be JSON {{\"publisher\": id?, \"rid\": rid or null}}: {e}")
+    })
+}
+
 /// Sets which simulcast layer a participant is sent: 204, or 400/404 with the reason.
 async fn api_layer(
     State(s): State<AppState>,
@@ -892,15 +897,9 @@ async fn api_layer(
     if let Err(r) = authorize(&s, &room, &headers) {
         return *r;
     }
-    let choice: LayerChoice = match serde_json::from_str(&body) {
+    let choice = match layer_choice(body.as_bytes()) {
         Ok(c) => c,
-        Err(e) => {
-            return refuse(
-                &s,
-                StatusCode::BAD_REQUEST,
-                format!("the body must be JSON {{\"publisher\": id?, \"rid\": rid or null}}: {e}"),
-            )
-        }
+        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
     };
     match s
         .gateway
@@ -999,5 +998,20 @@ mod tests {
         assert!(same_secret(b"abc", b"abc"));
         assert!(!same_secret(b"abc", b"abd"));
         assert!(!same_secret(b"abc", b"abcd"));
+    }
+}
+
+/// What the JSON bodies of the HTTP API go through before a handler acts on them, for the fuzz
+/// target `http_json_bodies`: `which` picks the body (0 `PATCH /api/rooms/{room}`, 1 `PUT
+/// …/layer`, 2 `POST /rooms/{room}/rtp/offer`); Ok with what it asks for, or the reason a
+/// client is answered 400.
+pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, String> {
+    match which % 3 {
+        0 => room_settings(body).map(|m| format!("{m:?}")),
+        1 => layer_choice(body).map(|c| format!("{c:?}")),
+        _ => serde_json::from_slice::<OfferRequest>(body)
+            .map_err(|e| format!("bad request: {e}"))?
+            .spec(&[secrelay_srtp::Profile::AesCm128HmacSha1_80])
+            .map(|spec| format!("{spec:?}")),
     }
 }

@@ -28,6 +28,105 @@ mod ports;
 mod stats;
 pub mod tls;
 mod tls_hmac;
+
+/// Entry points of the fuzz targets (`fuzz/`) into parsing that is otherwise private: not an
+/// API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::sync::{Arc, OnceLock};
+
+    /// The HTTP API's JSON request bodies, as the handlers parse and check them: `which`
+    /// picks one (0 `PATCH /api/rooms/{room}`, 1 `PUT …/layer`, 2 `POST
+    /// /rooms/{room}/rtp/offer`); what it asks for, or the reason a client gets 400.
+    pub fn http_json_body(which: u8, body: &[u8]) -> Result<String, String> {
+        super::http::parse_json_body(which, body)
+    }
+
+    /// Bytes from a TCP client into a fresh TLS server connection of the HTTPS front, made as
+    /// `secrelay serve` makes it (its default configuration: TLS 1.3 and 1.2, ECDSA P-256
+    /// from a throw-away CA, tickets, ALPN): records read and processed in the pieces `cuts`
+    /// gives, its replies drained. Ok with the handshake's state, or the failure's name as
+    /// the listener counts it (`secrelay_tls_handshake_failures_total{reason}`).
+    pub fn tls_front(data: &[u8], cuts: &[u8]) -> Result<&'static str, &'static str> {
+        static CONFIG: OnceLock<Arc<rustls::ServerConfig>> = OnceLock::new();
+        let config = CONFIG.get_or_init(|| {
+            super::tls::Tls::new(&super::ServeConfig::default())
+                .expect("the default HTTPS configuration builds")
+                .server_config()
+        });
+        let mut conn = rustls::ServerConnection::new(config.clone())
+            .map_err(|e| super::tls::TlsFailure::of_rustls(&e).name())?;
+        let mut rest = data;
+        let mut cut = cuts.iter().cycle();
+        let mut sink = Vec::new();
+        while !rest.is_empty() {
+            let n = match cut.next() {
+                Some(&c) => usize::from(c).clamp(1, rest.len()),
+                None => rest.len(),
+            };
+            let (piece, after) = rest.split_at(n);
+            rest = after;
+            let mut r = piece;
+            while !r.is_empty() {
+                match conn.read_tls(&mut r) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => return Err(super::tls::TlsFailure::of_io(&e).name()),
+                }
+                conn.process_new_packets()
+                    .map_err(|e| super::tls::TlsFailure::of_rustls(&e).name())?;
+                while conn.wants_write() {
+                    sink.clear();
+                    if conn.write_tls(&mut sink).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(if conn.is_handshaking() {
+            "handshaking"
+        } else {
+            "established"
+        })
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn json_bodies_parse_as_the_handlers_do_and_say_why_not() {
+            let ok = http_json_body(0, br#"{"mix": true, "speakers": 3}"#).unwrap();
+            assert!(ok.contains("speakers: 3"), "{ok}");
+            let e = http_json_body(0, br#"{"speakers": 3}"#).unwrap_err();
+            assert!(e.contains("speakers"), "{e}");
+            assert!(http_json_body(1, br#"{"rid": "h"}"#).is_ok());
+            let e = http_json_body(2, br#"{"transport": "UDP/TLS/RTP/SAVPF"}"#).unwrap_err();
+            assert!(e.contains("transport"), "{e}");
+            assert!(http_json_body(2, b"").is_err());
+        }
+
+        #[test]
+        fn the_tls_front_answers_a_client_hello_and_names_what_is_not_tls() {
+            let client = rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::aws_lc_rs::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+            let mut c =
+                rustls::ClientConnection::new(Arc::new(client), "localhost".try_into().unwrap())
+                    .unwrap();
+            let mut hello = Vec::new();
+            c.write_tls(&mut hello).unwrap();
+            assert_eq!(tls_front(&hello, &[]), Ok("handshaking"));
+            // In pieces of 7 and 1 bytes: the same.
+            assert_eq!(tls_front(&hello, &[7, 1]), Ok("handshaking"));
+            assert_eq!(tls_front(b"GET / HTTP/1.1\r\n\r\n", &[]), Err("not_tls"));
+        }
+    }
+}
 mod udp;
 mod worker;
 
