@@ -970,6 +970,21 @@ async fn healthz(State(s): State<AppState>) -> Response {
     }
 }
 
+/// What the JSON bodies of the HTTP API go through before a handler acts on them, for the fuzz
+/// target `http_json_bodies`: `which` picks the body (0 `PATCH /api/rooms/{room}`, 1 `PUT
+/// …/layer`, 2 `POST /rooms/{room}/rtp/offer`); Ok with what it asks for, or the reason a
+/// client is answered 400.
+pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, String> {
+    match which % 3 {
+        0 => room_settings(body).map(|m| format!("{m:?}")),
+        1 => layer_choice(body).map(|c| format!("{c:?}")),
+        _ => serde_json::from_slice::<OfferRequest>(body)
+            .map_err(|e| format!("bad request: {e}"))?
+            .spec(&[secrelay_srtp::Profile::AesCm128HmacSha1_80])
+            .map(|spec| format!("{spec:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -998,20 +1013,5 @@ mod tests {
         assert!(same_secret(b"abc", b"abc"));
         assert!(!same_secret(b"abc", b"abd"));
         assert!(!same_secret(b"abc", b"abcd"));
-    }
-}
-
-/// What the JSON bodies of the HTTP API go through before a handler acts on them, for the fuzz
-/// target `http_json_bodies`: `which` picks the body (0 `PATCH /api/rooms/{room}`, 1 `PUT
-/// …/layer`, 2 `POST /rooms/{room}/rtp/offer`); Ok with what it asks for, or the reason a
-/// client is answered 400.
-pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, String> {
-    match which % 3 {
-        0 => room_settings(body).map(|m| format!("{m:?}")),
-        1 => layer_choice(body).map(|c| format!("{c:?}")),
-        _ => serde_json::from_slice::<OfferRequest>(body)
-            .map_err(|e| format!("bad request: {e}"))?
-            .spec(&[secrelay_srtp::Profile::AesCm128HmacSha1_80])
-            .map(|spec| format!("{spec:?}")),
     }
 }
