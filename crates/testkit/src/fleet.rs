@@ -322,6 +322,10 @@ pub fn run_media(
     progress: Arc<FleetProgress>,
 ) -> anyhow::Result<(Vec<SimParticipant>, f64)> {
     let total = all.len();
+    if total == 0 {
+        // Nobody to settle, so no media window would ever open.
+        return Ok((all, 0.0));
+    }
     let threads = config.threads.clamp(1, total.max(1));
     let mut groups: Vec<Vec<SimParticipant>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, p) in all.into_iter().enumerate() {
