@@ -16,6 +16,8 @@ mod lab_compare;
 mod lab_gateway;
 #[cfg(feature = "lab")]
 mod lab_handshake;
+#[cfg(feature = "lab")]
+mod lab_soak;
 mod no_lab;
 mod serve;
 

@@ -35,7 +35,7 @@ use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use super::stats::StatsCollector;
+use super::stats::{StateCollector, StatsCollector};
 use super::{Gateway, JoinError, JoinKind};
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, RtpOfferSpec};
@@ -87,6 +87,7 @@ impl AppState {
 pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
+    registry.register_collector(Box::new(StateCollector(gateway.clone())));
     let origins = &gateway.config().cors_origins;
     let allow = if origins.iter().any(|o| o == "*") {
         AllowOrigin::any()

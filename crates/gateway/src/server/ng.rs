@@ -104,7 +104,12 @@ impl Ng {
     /// Serves the socket until the runtime ends.
     pub async fn serve(mut self, socket: tokio::net::UdpSocket) {
         let mut buf = vec![0u8; 65_536];
-        let mut prune = tokio::time::interval(Duration::from_secs(30));
+        // Calls whose members all ended on their own (media timeout, lost consent) are swept
+        // as often as a member can time out, at most every 30 s.
+        let every = Duration::from_secs_f64(
+            self.gateway.config().media_timeout_secs.clamp(1.0, 30.0),
+        );
+        let mut prune = tokio::time::interval(every);
         loop {
             tokio::select! {
                 r = socket.recv_from(&mut buf) => {
@@ -150,6 +155,9 @@ impl Ng {
         };
         let out = ng_encode(&String::from_utf8_lossy(&cookie), &reply_body);
         self.remember(key, out.clone());
+        stats
+            .ng_calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
         out
     }
 
@@ -175,6 +183,10 @@ impl Ng {
                 self.calls.retain(|_, c| c.room != room);
             }
         }
+        self.gateway
+            .stats()
+            .ng_calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
     }
 
     async fn request(&mut self, req: Request) -> Result<Bencode, String> {
