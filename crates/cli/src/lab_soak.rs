@@ -205,7 +205,8 @@ pub fn run(a: &SoakArgs) -> Result<()> {
         eprintln!("report: {}", dir.join("report.html").display());
     }
     if let Some(p) = &a.json {
-        secrelay_lab::write_json(p, &output).map_err(|e| anyhow!("--json {}: {e:#}", p.display()))?;
+        secrelay_lab::write_json(p, &output)
+            .map_err(|e| anyhow!("--json {}: {e:#}", p.display()))?;
     }
     if !failed.is_empty() {
         bail!("soak: {}", failed.join("; "));

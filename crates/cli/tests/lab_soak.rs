@@ -52,6 +52,7 @@ fn a_quick_soak_exercises_every_kind_of_call_and_leaves_nothing_behind() {
         "telephony ports in use",
         "ng calls held",
         "routing entries (ufrags, addresses)",
+        "HTTP resources (Location URLs) held",
         "open file descriptors",
         "resident memory after every call left",
         "failed offers, answers, DELETEs and ng commands",
@@ -74,13 +75,16 @@ fn a_quick_soak_exercises_every_kind_of_call_and_leaves_nothing_behind() {
         left += n(t, "left");
         vanished += n(t, "vanished");
     }
-    assert!(left >= 1.0 && vanished >= 1.0, "{left} left, {vanished} vanished");
+    assert!(
+        left >= 1.0 && vanished >= 1.0,
+        "{left} left, {vanished} vanished"
+    );
     assert_eq!(left + vanished, n(soak, "calls") as f64, "{soak}");
 
     // The samples: the gateway held participants of every kind of leg under load, and at the
     // end nothing, with the descriptors it had before the first call.
     let samples = soak["samples"].as_array().expect("samples");
-    let phase = |p: &str| samples.iter().filter(move |s| s["phase"] == p);
+    let phase = |p: &'static str| samples.iter().filter(move |s| s["phase"] == p);
     let baseline = phase("baseline").last().expect("a baseline sample");
     for leg in ["webrtc", "sdes", "plain"] {
         assert!(
@@ -91,7 +95,14 @@ fn a_quick_soak_exercises_every_kind_of_call_and_leaves_nothing_behind() {
     assert!(phase("load").any(|s| n(s, "ng_calls") > 0.0 && n(s, "rtp_ports") > 0.0));
     let end = samples.last().expect("samples");
     assert_eq!(end["phase"], "settle", "{end}");
-    for k in ["participants", "rooms", "rtp_ports", "ng_calls", "routes"] {
+    for k in [
+        "participants",
+        "rooms",
+        "rtp_ports",
+        "ng_calls",
+        "routes",
+        "http_resources",
+    ] {
         assert_eq!(n(end, k), 0.0, "{k} at the end: {end}");
     }
     assert_eq!(end["fds"], baseline["fds"], "{end} vs {baseline}");

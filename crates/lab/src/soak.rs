@@ -88,7 +88,9 @@ impl CallKind {
             CallKind::WhipWhep => "POST /whip/{room} + POST /whep/{room}: HTTP(S), ICE, DTLS-SRTP",
             CallKind::Sdes => "2 × POST /rooms/{room}/rtp with a=crypto (SDES-SRTP)",
             CallKind::Plain => "2 × POST /rooms/{room}/rtp, RTP/AVP (plain RTP)",
-            CallKind::Ng => "ng offer/answer: a phone (plain or SDES) to a plain, SDES or WebRTC callee",
+            CallKind::Ng => {
+                "ng offer/answer: a phone (plain or SDES) to a plain, SDES or WebRTC callee"
+            }
         }
     }
 }
@@ -224,6 +226,9 @@ pub struct Sample {
     pub routes: Option<f64>,
     /// HTTP(S) connections open (`secrelay_http_connections_open`).
     pub http_connections: Option<f64>,
+    /// Resources (`Location`s) the HTTP side holds, live and ended within their grace
+    /// (`secrelay_http_resources`).
+    pub http_resources: Option<f64>,
     /// Participants by kind of leg (webrtc, sdes, plain).
     pub by_leg: BTreeMap<String, f64>,
     /// Resident memory, MiB (`VmRSS`).
@@ -437,12 +442,8 @@ pub fn run(o: &SoakOptions) -> anyhow::Result<SoakReport> {
     let epoch = Instant::now();
     let mut workers = Vec::new();
     for i in 0..o.signaling_threads.max(1) {
-        let (jobs_rx, to_media, shared, o2) = (
-            jobs_rx.clone(),
-            to_media.clone(),
-            shared.clone(),
-            o.clone(),
-        );
+        let (jobs_rx, to_media, shared, o2) =
+            (jobs_rx.clone(), to_media.clone(), shared.clone(), o.clone());
         workers.push(
             std::thread::Builder::new()
                 .name(format!("soak-signaling-{i}"))
@@ -544,6 +545,7 @@ pub fn run(o: &SoakOptions) -> anyhow::Result<SoakReport> {
             && s.rtp_ports.unwrap_or(0.0) == 0.0
             && s.ng_calls.unwrap_or(0.0) == 0.0
             && s.routes.unwrap_or(0.0) == 0.0
+            && s.http_resources.unwrap_or(0.0) == 0.0
             && (s.fds.is_none() || s.fds == baseline.fds)
     };
     let mut clean_in_a_row = 0;
@@ -700,6 +702,13 @@ fn sample(sig: &Signaling, pid: Option<u32>, shared: &Shared, start: Instant) ->
                 _ => None,
             };
             s.http_connections = g("secrelay_http_connections_open");
+            s.http_resources = match (
+                g("secrelay_http_resources{state=\"live\"}"),
+                g("secrelay_http_resources{state=\"ended\"}"),
+            ) {
+                (Some(a), Some(b)) => Some(a + b),
+                _ => None,
+            };
             for (k, v) in &m {
                 if let Some(leg) = k
                     .strip_prefix("secrelay_participants_by_leg{leg=\"")
@@ -814,21 +823,51 @@ fn set_up(
         match spec.kind {
             CallKind::Webrtc => {
                 for _ in 0..2 {
-                    legs.push(SimParticipant::join(sig, &room, Leg::Join, o.bind_ip, epoch)?);
+                    legs.push(SimParticipant::join(
+                        sig,
+                        &room,
+                        Leg::Join,
+                        o.bind_ip,
+                        epoch,
+                    )?);
                 }
             }
             CallKind::WhipWhep => {
-                legs.push(SimParticipant::join(sig, &room, Leg::Whip, o.bind_ip, epoch)?);
-                legs.push(SimParticipant::join(sig, &room, Leg::Whep, o.bind_ip, epoch)?);
+                legs.push(SimParticipant::join(
+                    sig,
+                    &room,
+                    Leg::Whip,
+                    o.bind_ip,
+                    epoch,
+                )?);
+                legs.push(SimParticipant::join(
+                    sig,
+                    &room,
+                    Leg::Whep,
+                    o.bind_ip,
+                    epoch,
+                )?);
             }
             CallKind::Sdes => {
                 for _ in 0..2 {
-                    legs.push(SimParticipant::join(sig, &room, Leg::Sdes, o.bind_ip, epoch)?);
+                    legs.push(SimParticipant::join(
+                        sig,
+                        &room,
+                        Leg::Sdes,
+                        o.bind_ip,
+                        epoch,
+                    )?);
                 }
             }
             CallKind::Plain => {
                 for _ in 0..2 {
-                    legs.push(SimParticipant::join(sig, &room, Leg::Plain, o.bind_ip, epoch)?);
+                    legs.push(SimParticipant::join(
+                        sig,
+                        &room,
+                        Leg::Plain,
+                        o.bind_ip,
+                        epoch,
+                    )?);
                 }
             }
             CallKind::Ng => {
@@ -1117,6 +1156,11 @@ fn verdict(
     zero("telephony ports in use", end.rtp_ports, true);
     zero("ng calls held", end.ng_calls, o.ng.is_some());
     zero("routing entries (ufrags, addresses)", end.routes, true);
+    zero(
+        "HTTP resources (Location URLs) held",
+        end.http_resources,
+        true,
+    );
     if let (Some(b), Some(e)) = (baseline.fds, end.fds) {
         checks.push(Check {
             what: "open file descriptors".into(),
@@ -1150,8 +1194,15 @@ fn verdict(
     if let (Some(p), Some(e)) = (plateau, end.rss_mib) {
         checks.push(Check {
             what: "resident memory after every call left".into(),
-            expected: format!("≤ {:.1} MiB (plateau {p:.1} MiB + {:.1})", p + tolerance(p), tolerance(p)),
-            found: format!("{e:.1} MiB (at the start {:.1} MiB)", baseline.rss_mib.unwrap_or(0.0)),
+            expected: format!(
+                "≤ {:.1} MiB (plateau {p:.1} MiB + {:.1})",
+                p + tolerance(p),
+                tolerance(p)
+            ),
+            found: format!(
+                "{e:.1} MiB (at the start {:.1} MiB)",
+                baseline.rss_mib.unwrap_or(0.0)
+            ),
             pass: e <= p + tolerance(p),
         });
     }
@@ -1169,7 +1220,8 @@ fn verdict(
         if let (Some(second), Some(last)) = (median(&load[q..2 * q]), median(&load[3 * q..])) {
             let tol = (second * 0.10).max(4.0);
             checks.push(Check {
-                what: "resident memory under steady load (medians of the 2nd and 4th quarters)".into(),
+                what: "resident memory under steady load (medians of the 2nd and 4th quarters)"
+                    .into(),
                 expected: format!("last ≤ {:.1} MiB ({second:.1} + {tol:.1})", second + tol),
                 found: format!("{last:.1} MiB"),
                 pass: last <= second + tol,
@@ -1200,11 +1252,14 @@ impl SoakReport {
     /// The study report: the verdict, the kinds of call, the timeline (at most 60 rows), and
     /// plots of everything sampled.
     pub fn study(&self, o: &SoakOptions, elapsed_s: f64) -> StudyReport {
-        let mut verdict = Table::new("verdict", "Verdict: after every call has left, nothing remains")
-            .col("check", "check")
-            .col("expected", "expected")
-            .col("found", "found")
-            .col("result", "result");
+        let mut verdict = Table::new(
+            "verdict",
+            "Verdict: after every call has left, nothing remains",
+        )
+        .col("check", "check")
+        .col("expected", "expected")
+        .col("found", "found")
+        .col("result", "result");
         for c in &self.checks {
             verdict.push([
                 ("check", c.what.clone()),
@@ -1254,6 +1309,7 @@ impl SoakReport {
             .col_unit("rtp_ports", "ports in use", "")
             .col_unit("ng_calls", "ng calls", "")
             .col_unit("routes", "routes", "")
+            .col_unit("http_resources", "HTTP resources", "")
             .col_unit("rss", "RSS", "MiB")
             .col_unit("fds", "fds", "")
             .col_unit("threads", "threads", "")
@@ -1266,10 +1322,14 @@ impl SoakReport {
             if !(i % step == 0 || phase_change || i + 1 == n) {
                 continue;
             }
-            let opt = |v: Option<f64>| v.map_or(crate::frame::Cell::text("-"), crate::frame::Cell::num);
+            let opt =
+                |v: Option<f64>| v.map_or(crate::frame::Cell::text("-"), crate::frame::Cell::num);
             timeline.push([
                 ("t", crate::frame::Cell::num((s.t * 10.0).round() / 10.0)),
-                ("phase", crate::frame::Cell::text(s.phase.map_or("", |p| p.name()))),
+                (
+                    "phase",
+                    crate::frame::Cell::text(s.phase.map_or("", |p| p.name())),
+                ),
                 ("calls_live", (s.calls_live as f64).into()),
                 ("calls_done", (s.calls_done as f64).into()),
                 ("participants", opt(s.participants)),
@@ -1277,6 +1337,7 @@ impl SoakReport {
                 ("rtp_ports", opt(s.rtp_ports)),
                 ("ng_calls", opt(s.ng_calls)),
                 ("routes", opt(s.routes)),
+                ("http_resources", opt(s.http_resources)),
                 ("rss", opt(s.rss_mib.map(|v| (v * 10.0).round() / 10.0))),
                 ("fds", opt(s.fds.map(|v| v as f64))),
                 ("threads", opt(s.threads.map(|v| v as f64))),
@@ -1299,7 +1360,10 @@ impl SoakReport {
             y_label: y.to_owned(),
             log_y: false,
             categories: Vec::new(),
-            series: series.into_iter().filter(|s| !s.points.is_empty()).collect(),
+            series: series
+                .into_iter()
+                .filter(|s| !s.points.is_empty())
+                .collect(),
         };
         let plots = vec![
             line_plot(
@@ -1307,12 +1371,15 @@ impl SoakReport {
                 "Calls live and what the gateway holds",
                 "count",
                 vec![
-                    series("calls live (load generator)", &|s| Some(s.calls_live as f64)),
+                    series("calls live (load generator)", &|s| {
+                        Some(s.calls_live as f64)
+                    }),
                     series("participants", &|s| s.participants),
                     series("rooms", &|s| s.rooms),
                     series("telephony ports in use", &|s| s.rtp_ports),
                     series("ng calls", &|s| s.ng_calls),
                     series("routing entries", &|s| s.routes),
+                    series("HTTP resources", &|s| s.http_resources),
                 ],
             ),
             line_plot(
@@ -1371,14 +1438,19 @@ impl SoakReport {
         ];
         if let Some((consent, media)) = o.gateway_timeouts {
             notes.push(format!(
-                "The gateway ran with an ICE consent timeout of {consent} s and a telephony media timeout of {media} s (its ng sweep as often as the media timeout), so that calls that vanish end within the run."
+                "The gateway ran with an ICE consent timeout of {consent} s, a telephony media timeout of {media} s (its ng sweep as often as the media timeout) and the resources of sessions that ended on their own kept {consent} s for a late DELETE (ended_resource_grace_secs), so that calls that vanish end within the run."
             ));
         }
         if self.error_count > 0 {
             notes.push(format!(
                 "{} errors; the first: {}",
                 self.error_count,
-                self.errors.iter().take(5).cloned().collect::<Vec<_>>().join(" | ")
+                self.errors
+                    .iter()
+                    .take(5)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" | ")
             ));
         }
         if !self.extra_fds.is_empty() {
@@ -1439,26 +1511,38 @@ pub struct ChildGateway {
 impl ChildGateway {
     /// Starts `exe serve` on loopback with `workers` workers, the consent and media timeouts
     /// `timeout` seconds, and waits for its banner.
-    pub fn start(exe: &std::path::Path, workers: usize, timeout: f64) -> anyhow::Result<ChildGateway> {
+    pub fn start(
+        exe: &std::path::Path,
+        workers: usize,
+        timeout: f64,
+    ) -> anyhow::Result<ChildGateway> {
         let mut config = tempfile::NamedTempFile::new().context("the gateway's config file")?;
         use std::io::Write as _;
         writeln!(
             config,
-            "consent_timeout_secs = {timeout:?}\nmedia_timeout_secs = {timeout:?}\nrtp_ports = \"42000-45999\"\ndrain_secs = 0.2"
+            "consent_timeout_secs = {timeout:?}\nmedia_timeout_secs = {timeout:?}\nended_resource_grace_secs = {timeout:?}\nrtp_ports = \"42000-45999\"\ndrain_secs = 0.2"
         )
         .context("writing the gateway's config file")?;
         let mut child = Command::new(exe)
             .arg("serve")
             .arg("--config")
             .arg(config.path())
-            .args(["--https", "127.0.0.1:0", "--udp", "127.0.0.1:0", "--ng", "127.0.0.1:0"])
+            .args([
+                "--https",
+                "127.0.0.1:0",
+                "--udp",
+                "127.0.0.1:0",
+                "--ng",
+                "127.0.0.1:0",
+            ])
             .args(["--workers", &workers.to_string(), "--log", "warn"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {} serve", exe.display()))?;
-        let mut lines = BufReader::new(child.stderr.take().context("the gateway's stderr")?).lines();
+        let mut lines =
+            BufReader::new(child.stderr.take().context("the gateway's stderr")?).lines();
         let mut banner = None;
         let end = Instant::now() + Duration::from_secs(60);
         while banner.is_none() && Instant::now() < end {
@@ -1575,6 +1659,7 @@ mod tests {
             rtp_ports: Some(0.0),
             ng_calls: Some(0.0),
             routes: Some(0.0),
+            http_resources: Some(0.0),
             rss_mib: Some(rss),
             fds: Some(20),
             ..Sample::default()

@@ -106,9 +106,8 @@ impl Ng {
         let mut buf = vec![0u8; 65_536];
         // Calls whose members all ended on their own (media timeout, lost consent) are swept
         // as often as a member can time out, at most every 30 s.
-        let every = Duration::from_secs_f64(
-            self.gateway.config().media_timeout_secs.clamp(1.0, 30.0),
-        );
+        let every =
+            Duration::from_secs_f64(self.gateway.config().media_timeout_secs.clamp(1.0, 30.0));
         let mut prune = tokio::time::interval(every);
         loop {
             tokio::select! {
