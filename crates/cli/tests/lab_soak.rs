@@ -85,7 +85,7 @@ fn a_quick_soak_exercises_every_kind_of_call_and_leaves_nothing_behind() {
     // end nothing, with the descriptors it had before the first call.
     let samples = soak["samples"].as_array().expect("samples");
     let phase = |p: &'static str| samples.iter().filter(move |s| s["phase"] == p);
-    let baseline = phase("baseline").last().expect("a baseline sample");
+    let baseline = phase("baseline").next_back().expect("a baseline sample");
     for leg in ["webrtc", "sdes", "plain"] {
         assert!(
             phase("load").any(|s| s["by_leg"][leg].as_f64().unwrap_or(0.0) > 0.0),

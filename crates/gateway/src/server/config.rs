@@ -612,5 +612,15 @@ mod tests {
                 .opus_complexity,
             3
         );
+        let e = ServeConfig::from_toml("ended_resource_grace_secs = -1")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("ended_resource_grace_secs"), "{e}");
+        assert_eq!(
+            ServeConfig::from_toml("ended_resource_grace_secs = 0")
+                .unwrap()
+                .ended_resource_grace_secs,
+            0.0
+        );
     }
 }

@@ -162,6 +162,14 @@ impl Ng {
 
     fn remember(&mut self, key: (SocketAddr, Vec<u8>), out: Vec<u8>) {
         let now = Instant::now();
+        self.expire_replies(now);
+        self.replies.insert(key.clone(), (out, now));
+        self.reply_order.push_back((key, now));
+    }
+
+    /// Forgets replies older than [`REPLY_CACHE_FOR`], and the oldest beyond
+    /// [`REPLY_CACHE_MAX`].
+    fn expire_replies(&mut self, now: Instant) {
         while let Some((k, t)) = self.reply_order.front() {
             if now.duration_since(*t) < REPLY_CACHE_FOR && self.replies.len() < REPLY_CACHE_MAX {
                 break;
@@ -169,13 +177,13 @@ impl Ng {
             self.replies.remove(k);
             self.reply_order.pop_front();
         }
-        self.replies.insert(key.clone(), (out, now));
-        self.reply_order.push_back((key, now));
     }
 
     /// Forgets calls whose members have all ended (a media timeout, a lost consent) without a
-    /// `delete`.
+    /// `delete`, and replies kept past their time (a proxy that stopped sending would otherwise
+    /// leave the last 30 s of replies in memory until its next request).
     async fn prune(&mut self) {
+        self.expire_replies(Instant::now());
         let rooms: Vec<String> = self.calls.values().map(|c| c.room.clone()).collect();
         for room in rooms {
             if self.gateway.rooms(Some(&room)).await.is_empty() {
