@@ -54,6 +54,10 @@ pub enum LabCommand {
     /// secrelay's gateway and rtpengine relaying SRTP→SRTP with re-encryption at the same
     /// offered packet rates: CPU per relayed packet, loss.
     RelayCompare(crate::lab_compare::RelayCompareArgs),
+    /// Calls of every kind of leg (WebRTC, WHIP/WHEP, SDES and plain phones, ng calls)
+    /// joining and leaving a gateway for a while; its memory, descriptors, participants, rooms
+    /// and ports sampled every second; fails unless nothing remains after every call left.
+    Soak(crate::lab_soak::SoakArgs),
     /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
     Crypto(StudyArgs),
     /// Child process for heap per operation under DHAT (internal).
@@ -105,6 +109,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::Overload(a) => return crate::lab_overload::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
+        LabCommand::Soak(a) => return crate::lab_soak::run(&a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

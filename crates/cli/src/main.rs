@@ -18,6 +18,8 @@ mod lab_gateway;
 mod lab_handshake;
 #[cfg(feature = "lab")]
 mod lab_overload;
+#[cfg(feature = "lab")]
+mod lab_soak;
 mod no_lab;
 mod serve;
 

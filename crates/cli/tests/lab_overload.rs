@@ -10,7 +10,7 @@ mod lab_support;
 use lab_support::serve;
 
 /// `lab overload` against a gateway on its default admission thresholds (new handshakes shed
-/// from 85 % of its worker's time, new calls from 95 %): a storm of 30 transcoded calls (each
+/// from 85 % of its worker's time, new calls from 95 %): a storm of 80 transcoded calls (each
 /// an Opus encode and decode per 20 ms, in a debug build) saturates the one worker on any
 /// machine, three established calls do not. Some storm calls are refused with 503 for the
 /// overload and none for another reason, every established call is still connected at the end,
@@ -24,16 +24,8 @@ fn overload_sheds_new_calls_keeps_established_ones_and_recovers() {
     let json = dir.path().join("overload.json");
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["lab", "overload", "--target", &url, "--transcode"])
-        .args([
-            "--calls",
-            "3",
-            "--storm-calls",
-            "30",
-            "--waves",
-            "3",
-            "--window",
-            "2",
-        ])
+        .args(["--calls", "3", "--storm-calls", "80"])
+        .args(["--waves", "4", "--window", "4"])
         .args(["--server-pid", &server.0.id().to_string()])
         .arg("--json")
         .arg(&json)
@@ -48,7 +40,7 @@ fn overload_sheds_new_calls_keeps_established_ones_and_recovers() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(r["established"], 6, "{r}");
     assert_eq!(r["established_connected_at_end"], 6, "{r}");
-    assert_eq!(r["storm_offered"], 60, "{r}");
+    assert_eq!(r["storm_offered"], 160, "{r}");
     assert!(r["storm_refused_overload"].as_u64().unwrap() > 0, "{r}");
     assert_eq!(r["storm_refused_other"], 0, "{r}");
     assert!(

@@ -485,3 +485,106 @@ fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
     assert_eq!(del["result"], "ok");
     server.shutdown();
 }
+
+/// The gauges `/metrics` has for what the gateway holds, from the server's HTTP side.
+fn gauges(server: &Server) -> std::collections::HashMap<String, f64> {
+    ureq::get(&format!("{}/metrics", server.url()))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_owned(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+/// A call whose phones stop sending without a `delete` (the proxy lost it): the media timeout
+/// ends both legs, and the ng socket forgets the call within about one media timeout more, not
+/// the 30 s its sweep used to wait; `/metrics` shows the call, its ports and its participants
+/// while it lives (`secrelay_ng_calls`, `secrelay_rtp_ports_in_use`), and nothing after.
+#[test]
+fn a_call_that_goes_silent_is_swept_with_its_ports_and_metrics_say_so() {
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 2,
+        rtp_ports: "47000-47999".into(),
+        media_timeout_secs: 1.0,
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let mut ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    let mut caller = SocketPhone::bind(LOCAL, None, 0x5117).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0x5118).unwrap();
+    let mut offer = offer_answer("offer", "silent@proxy", "a", None, &caller.phone.offer());
+    offer.push(("transport-protocol".into(), s("RTP/SAVP")));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "silent@proxy",
+            "a",
+            Some("b"),
+            &answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    talk(&mut caller, &mut callee, 0x11, 0x22);
+
+    let g = gauges(&server);
+    assert_eq!(g["secrelay_ng_calls"], 1.0, "{g:?}");
+    assert_eq!(
+        g["secrelay_rtp_ports_in_use"], 4.0,
+        "two legs, a port pair each: {g:?}"
+    );
+    assert_eq!(g["secrelay_participants"], 2.0, "{g:?}");
+    assert_eq!(
+        g["secrelay_routes{key=\"ufrag\"}"], 0.0,
+        "no WebRTC leg: {g:?}"
+    );
+
+    // Silence: the media timeout (1 s) ends both legs, the next sweep forgets the call.
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let g = gauges(&server);
+        let left = [
+            "secrelay_ng_calls",
+            "secrelay_rtp_ports_in_use",
+            "secrelay_participants",
+            "secrelay_rooms",
+            "secrelay_routes{key=\"address\"}",
+        ]
+        .map(|k| (k, g[k]));
+        if left.iter().all(|(_, v)| *v == 0.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "still held 10 s after the call went silent: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let list = ng.raw(vec![("command".into(), s("list"))]).unwrap();
+    assert_eq!(list.get("calls"), Some(&Bencode::List(vec![])), "{list:?}");
+    // The two legs' ids, kept for the HTTP side to forget their resources, are taken by its
+    // sweep though no request that would take them comes (an ng-only gateway used to keep
+    // every id of every leg that ever ended).
+    let end = Instant::now() + Duration::from_secs(10);
+    while server.gateway().ended_backlog() > 0 {
+        assert!(
+            Instant::now() < end,
+            "ended ids never taken without HTTP requests"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.shutdown();
+}

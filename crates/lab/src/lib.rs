@@ -15,6 +15,7 @@ pub mod machine;
 pub mod measure;
 pub mod report;
 pub mod sizing;
+pub mod soak;
 pub mod studies;
 
 use std::collections::BTreeMap;

@@ -592,6 +592,46 @@ impl SimParticipant {
         Ok(p)
     }
 
+    /// A phone whose call was set up elsewhere (a SIP proxy's, through the ng control socket):
+    /// `phone` has taken the gateway's SDP (its [`SimPhone::gateway`] is set) and sends from
+    /// `socket` (its [`SimPhone::addr`]). Connected from the start, like a phone joined over
+    /// HTTP; `room` names it in reports, and it has no HTTP resource to DELETE.
+    pub fn from_phone(
+        room: &str,
+        phone: SimPhone,
+        socket: std::net::UdpSocket,
+        epoch: Instant,
+    ) -> anyhow::Result<SimParticipant> {
+        let gateway = phone
+            .gateway
+            .ok_or_else(|| anyhow!("the phone has no gateway address yet"))?;
+        if socket.local_addr().ok() != Some(phone.addr) {
+            bail!("the phone's socket is not at the address its SDP names");
+        }
+        socket
+            .set_nonblocking(true)
+            .context("making the phone's socket non-blocking")?;
+        let leg = if phone.sdes.is_some() {
+            Leg::Sdes
+        } else {
+            Leg::Plain
+        };
+        let started = Instant::now();
+        let mut p = Self::new(
+            room,
+            leg,
+            String::new(),
+            mio::net::UdpSocket::from_std(socket),
+            gateway,
+            Transport::Phone(Box::new(phone)),
+            started,
+            epoch,
+        )?;
+        p.phase = Phase::Connected;
+        p.setup_time = Some(Duration::ZERO);
+        Ok(p)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn new(
         room: &str,

@@ -209,6 +209,22 @@ impl Signaling {
         Ok(())
     }
 
+    /// GETs `path` (`/metrics`, `/api/rooms`): (status, body).
+    pub fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let url = format!("{}{}", self.base_url, path);
+        let mut req = self.agent().get(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut resp = req.call().with_context(|| format!("GET {url}"))?;
+        let status = resp.status().as_u16();
+        let body = resp
+            .body_mut()
+            .read_to_string()
+            .with_context(|| format!("GET {url}: reading the body"))?;
+        Ok((status, body))
+    }
+
     /// DELETEs a resource; the status.
     pub fn delete(&self, location: &str) -> anyhow::Result<u16> {
         let url = format!("{}{}", self.base_url, location);

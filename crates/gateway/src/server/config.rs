@@ -135,6 +135,9 @@ pub struct ServeConfig {
     pub http2: bool,
     /// Threads of the signaling runtime (HTTP, HTTPS, ng), apart from the media workers.
     pub http_threads: usize,
+    /// Seconds the resource (`Location`) of a session that ended on its own (close_notify,
+    /// lost consent, DTLS failure) still answers a DELETE with 200 before it is forgotten.
+    pub ended_resource_grace_secs: f64,
 }
 
 /// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
@@ -197,6 +200,7 @@ impl Default for ServeConfig {
             http_request_timeout_secs: 10.0,
             http2: true,
             http_threads: 1,
+            ended_resource_grace_secs: 60.0,
         }
     }
 }
@@ -241,6 +245,12 @@ impl ServeConfig {
         self.key_type()?;
         self.profiles()?;
         self.engine()?;
+        if !(self.ended_resource_grace_secs.is_finite() && self.ended_resource_grace_secs >= 0.0) {
+            return Err(ConfigError(format!(
+                "ended_resource_grace_secs = {}: must be 0 or a positive number of seconds",
+                self.ended_resource_grace_secs
+            )));
+        }
         if !(self.consent_timeout_secs.is_finite() && self.consent_timeout_secs > 0.0) {
             return Err(ConfigError(format!(
                 "consent_timeout_secs = {}: must be a positive number of seconds",
@@ -631,6 +641,16 @@ mod tests {
                 .unwrap()
                 .opus_complexity,
             3
+        );
+        let e = ServeConfig::from_toml("ended_resource_grace_secs = -1")
+            .unwrap_err()
+            .0;
+        assert!(e.contains("ended_resource_grace_secs"), "{e}");
+        assert_eq!(
+            ServeConfig::from_toml("ended_resource_grace_secs = 0")
+                .unwrap()
+                .ended_resource_grace_secs,
+            0.0
         );
     }
 }

@@ -35,7 +35,7 @@ use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
-use super::stats::StatsCollector;
+use super::stats::{StateCollector, StatsCollector};
 use super::{Gateway, JoinError, JoinKind};
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, RtpOfferSpec};
@@ -52,19 +52,25 @@ struct Resource {
     ended: Option<std::time::Instant>,
 }
 
-/// How long the resource of a session that ended on its own is kept for a DELETE.
-const ENDED_GRACE: std::time::Duration = std::time::Duration::from_secs(60);
+/// The most time between two sweeps of the resource table (and of the workers' list of ended
+/// participants) when no request comes.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+type Resources = Arc<Mutex<HashMap<String, Resource>>>;
 
 #[derive(Clone)]
 struct AppState {
     gateway: Arc<Gateway>,
-    resources: Arc<Mutex<HashMap<String, Resource>>>,
+    resources: Resources,
     registry: Arc<Registry>,
+    /// How long the resource of a session that ended on its own is kept for a DELETE
+    /// (`ended_resource_grace_secs`).
+    grace: std::time::Duration,
 }
 
 impl AppState {
     /// The resource table, first marking sessions that ended on their own (close_notify,
-    /// consent expiry, DTLS failure) and forgetting those ended longer than [`ENDED_GRACE`]
+    /// consent expiry, DTLS failure) and forgetting those ended longer than the grace
     /// ago, so it never outgrows the live sessions by more than a minute's worth.
     fn resources(&self) -> std::sync::MutexGuard<'_, HashMap<String, Resource>> {
         let ended = self.gateway.take_ended();
@@ -75,18 +81,58 @@ impl AppState {
                 res.ended.get_or_insert(now);
             }
         }
-        r.retain(|_, res| {
-            res.ended
-                .is_none_or(|t| now.duration_since(t) < ENDED_GRACE)
-        });
+        r.retain(|_, res| res.ended.is_none_or(|t| now.duration_since(t) < self.grace));
         r
     }
 }
 
-/// The router for a gateway.
-pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
+/// Resources in the table, live and ended (kept for a DELETE within the grace), as
+/// `/metrics` gauges.
+#[derive(Debug)]
+struct ResourcesCollector(Resources);
+
+impl prometheus_client::collector::Collector for ResourcesCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        let (mut live, mut ended) = (0i64, 0i64);
+        for r in self.0.lock().unwrap_or_else(|e| e.into_inner()).values() {
+            match r.ended {
+                Some(_) => ended += 1,
+                None => live += 1,
+            }
+        }
+        let mut g = encoder.encode_descriptor(
+            "secrelay_http_resources",
+            "Resources (Location URLs) the HTTP side holds: live, or ended on their own and kept for a DELETE within ended_resource_grace_secs",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for (state, n) in [("live", live), ("ended", ended)] {
+            prometheus_client::metrics::gauge::ConstGauge::new(n)
+                .encode(g.encode_family(&[("state", state)])?)?;
+        }
+        Ok(())
+    }
+}
+
+/// The router for a gateway, and the task that sweeps its resource table (run it on the
+/// signaling runtime): every few seconds it takes the workers' list of ended participants and
+/// forgets resources past their grace, so that neither grows while no request comes (a gateway
+/// that only takes ng calls, or one left idle).
+pub(crate) fn router(
+    gateway: Arc<Gateway>,
+) -> (
+    Router,
+    impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let resources = Resources::default();
     let mut registry = Registry::default();
     registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
+    registry.register_collector(Box::new(StateCollector(gateway.clone())));
+    registry.register_collector(Box::new(ResourcesCollector(resources.clone())));
     let origins = &gateway.config().cors_origins;
     let allow = if origins.iter().any(|o| o == "*") {
         AllowOrigin::any()
@@ -122,12 +168,27 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
     let limit = gateway.config().max_body_bytes;
     let body_timeout =
         std::time::Duration::from_secs_f64(gateway.config().http_request_timeout_secs);
+    let grace = std::time::Duration::from_secs_f64(gateway.config().ended_resource_grace_secs);
     let state = AppState {
         gateway,
-        resources: Arc::default(),
+        resources,
         registry: Arc::new(registry),
+        grace,
     };
-    Router::new()
+    let sweeper = {
+        let state = state.clone();
+        let every = SWEEP_EVERY
+            .min(grace / 2)
+            .max(std::time::Duration::from_millis(100));
+        async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                drop(state.resources());
+            }
+        }
+    };
+    let router = Router::new()
         .route("/whip/{room}", offer_route(JoinKind::Whip))
         .route("/whep/{room}", offer_route(JoinKind::Whep))
         .route("/rooms/{room}/join", offer_route(JoinKind::Join))
@@ -178,7 +239,8 @@ pub(crate) fn router(gateway: Arc<Gateway>) -> Router {
             body_timeout,
         ))
         .layer(cors)
-        .with_state(state)
+        .with_state(state);
+    (router, sweeper)
 }
 
 fn refuse(state: &AppState, status: StatusCode, reason: impl Into<String>) -> Response {

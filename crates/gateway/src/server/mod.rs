@@ -384,6 +384,16 @@ impl Gateway {
         self.shared.take_ended()
     }
 
+    /// Ids of ended participants not taken yet by [`Gateway::take_ended`]: a server's HTTP
+    /// side takes them every few seconds, so this stays small whatever the traffic.
+    pub fn ended_backlog(&self) -> usize {
+        self.shared
+            .ended
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
+    }
+
     /// The index of the worker that owns `room`.
     fn worker_index(&self, room: &str) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -860,7 +870,7 @@ impl Server {
         bound.extend(http.map(|(l, _)| (l, None)));
         bound.extend(https.map(|(l, _)| (l, tls.clone())));
         let (tx, rx) = oneshot::channel::<()>();
-        let app = http::router(gateway.clone());
+        let (app, sweeper) = http::router(gateway.clone());
         let g = gateway.clone();
         let threads = signaling.http_threads.max(1);
         let t = std::thread::Builder::new()
@@ -887,6 +897,7 @@ impl Server {
                     }
                 };
                 rt.block_on(async move {
+                    tokio::spawn(sweeper);
                     if let Some((socket, server)) = ng {
                         match tokio::net::UdpSocket::from_std(socket) {
                             Ok(s) => {

@@ -104,7 +104,11 @@ impl Ng {
     /// Serves the socket until the runtime ends.
     pub async fn serve(mut self, socket: tokio::net::UdpSocket) {
         let mut buf = vec![0u8; 65_536];
-        let mut prune = tokio::time::interval(Duration::from_secs(30));
+        // Calls whose members all ended on their own (media timeout, lost consent) are swept
+        // as often as a member can time out, at most every 30 s.
+        let every =
+            Duration::from_secs_f64(self.gateway.config().media_timeout_secs.clamp(1.0, 30.0));
+        let mut prune = tokio::time::interval(every);
         loop {
             tokio::select! {
                 r = socket.recv_from(&mut buf) => {
@@ -150,11 +154,22 @@ impl Ng {
         };
         let out = ng_encode(&String::from_utf8_lossy(&cookie), &reply_body);
         self.remember(key, out.clone());
+        stats
+            .ng_calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
         out
     }
 
     fn remember(&mut self, key: (SocketAddr, Vec<u8>), out: Vec<u8>) {
         let now = Instant::now();
+        self.expire_replies(now);
+        self.replies.insert(key.clone(), (out, now));
+        self.reply_order.push_back((key, now));
+    }
+
+    /// Forgets replies older than [`REPLY_CACHE_FOR`], and the oldest beyond
+    /// [`REPLY_CACHE_MAX`].
+    fn expire_replies(&mut self, now: Instant) {
         while let Some((k, t)) = self.reply_order.front() {
             if now.duration_since(*t) < REPLY_CACHE_FOR && self.replies.len() < REPLY_CACHE_MAX {
                 break;
@@ -162,19 +177,23 @@ impl Ng {
             self.replies.remove(k);
             self.reply_order.pop_front();
         }
-        self.replies.insert(key.clone(), (out, now));
-        self.reply_order.push_back((key, now));
     }
 
     /// Forgets calls whose members have all ended (a media timeout, a lost consent) without a
-    /// `delete`.
+    /// `delete`, and replies kept past their time (a proxy that stopped sending would otherwise
+    /// leave the last 30 s of replies in memory until its next request).
     async fn prune(&mut self) {
+        self.expire_replies(Instant::now());
         let rooms: Vec<String> = self.calls.values().map(|c| c.room.clone()).collect();
         for room in rooms {
             if self.gateway.rooms(Some(&room)).await.is_empty() {
                 self.calls.retain(|_, c| c.room != room);
             }
         }
+        self.gateway
+            .stats()
+            .ng_calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
     }
 
     async fn request(&mut self, req: Request) -> Result<Bencode, String> {

@@ -365,6 +365,9 @@ pub struct GatewayStats {
     pub ng_requests: AtomicU64,
     /// Of those, answered with an error.
     pub ng_errors: AtomicU64,
+    /// Calls the ng control socket holds (from `offer` until `delete`, or until the next
+    /// sweep after all their members ended).
+    pub ng_calls: AtomicU64,
 }
 
 /// Sums of the workers' figures, for the demo and tests.
@@ -583,6 +586,34 @@ fn histogram(
     )
 }
 
+/// The gateway's state that is not a counter of the workers: telephony ports held and the
+/// routing directory's entries (what must come back to zero once every participant left).
+#[derive(Debug)]
+pub(crate) struct StateCollector(pub Arc<super::Gateway>);
+
+impl Collector for StateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let e = &mut encoder;
+        gauge(
+            e,
+            "secrelay_rtp_ports_in_use",
+            "Local UDP ports held by telephony legs (RTP and RTCP; none once every telephony leg ended)",
+            self.0.rtp_ports_in_use() as u64,
+        )?;
+        let (ufrags, addrs) = self.0.directory_sizes();
+        let mut g = e.encode_descriptor(
+            "secrelay_routes",
+            "Entries of the routing directory that maps a datagram to its worker, by key (ICE ufrag, remote address)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (key, n) in [("ufrag", ufrags), ("address", addrs)] {
+            ConstGauge::new(n as i64).encode(g.encode_family(&[("key", key)])?)?;
+        }
+        Ok(())
+    }
+}
+
 impl Collector for StatsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let s = &self.0;
@@ -775,6 +806,12 @@ impl Collector for StatsCollector {
                 ConstGauge::new(w.shed() as i64).encode(m.encode_family(&labels)?)?;
             }
         }
+        gauge(
+            e,
+            "secrelay_ng_calls",
+            "Calls the ng control socket holds (from offer until delete, or until the sweep after all their members ended)",
+            s.ng_calls.load(Ordering::Relaxed),
+        )?;
         gauge(
             e,
             "secrelay_retransmit_buffer_streams",

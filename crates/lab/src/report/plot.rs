@@ -454,10 +454,17 @@ where
     for (j, pts) in data.series.iter().enumerate() {
         let c = color(j);
         chart.draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?;
-        draw_markers(&mut chart, j, pts)?;
+        // A marker per point where points are few; a long time series (a soak's samples) would
+        // be a smear of them.
+        if pts.len() <= MAX_MARKED_POINTS {
+            draw_markers(&mut chart, j, pts)?;
+        }
     }
     Ok(())
 }
+
+/// Most points of a line series that get a marker each.
+const MAX_MARKED_POINTS: usize = 60;
 
 /// Markers for series `j`: the shape changes every ten series so colors that repeat still differ.
 fn draw_markers<DB, X, Y>(
