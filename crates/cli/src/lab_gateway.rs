@@ -14,9 +14,10 @@ use secrelay_lab::client::load::{self, LoadOptions};
 use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
 use secrelay_testkit::{Leg, Media, Signaling};
 
-/// Flags of `secrelay lab gateway-load`.
+/// How the lab reaches a running gateway and drives its participants: the flags
+/// `gateway-load` and `overload` share.
 #[derive(Args, Debug)]
-pub struct GatewayLoadArgs {
+pub struct GatewayClientArgs {
     /// The gateway's signaling base URL (e.g. https://127.0.0.1:8443, or http://… where plain
     /// HTTP was asked for).
     #[arg(long)]
@@ -25,15 +26,6 @@ pub struct GatewayLoadArgs {
     /// path `secrelay serve` prints, or a `secrelay ca` directory's ca.pem).
     #[arg(long, value_name = "FILE")]
     pub ca: Option<PathBuf>,
-    /// Participants in all.
-    #[arg(long, default_value_t = 1000)]
-    pub participants: usize,
-    /// Participants per room (each sends G.711 20 ms audio and receives the others').
-    #[arg(long, default_value_t = 4)]
-    pub per_room: usize,
-    /// Seconds of media once everybody is connected.
-    #[arg(long, default_value_t = 30)]
-    pub duration: u64,
     /// Threads driving the participants.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
@@ -46,6 +38,31 @@ pub struct GatewayLoadArgs {
     /// Address the participants' sockets bind to.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
+}
+
+impl GatewayClientArgs {
+    /// The signaling client of `--target` (HTTPS trusts the `--ca` certificate), with the
+    /// rooms' `--token`.
+    pub(crate) fn signaling(&self) -> Result<Signaling> {
+        signaling(&self.target, self.ca.as_deref(), self.token.clone())
+    }
+}
+
+/// Flags of `secrelay lab gateway-load`.
+#[derive(Args, Debug)]
+pub struct GatewayLoadArgs {
+    /// The gateway and how its participants are driven.
+    #[command(flatten)]
+    pub client: GatewayClientArgs,
+    /// Participants in all.
+    #[arg(long, default_value_t = 1000)]
+    pub participants: usize,
+    /// Participants per room (each sends G.711 20 ms audio and receives the others').
+    #[arg(long, default_value_t = 4)]
+    pub per_room: usize,
+    /// Seconds of media once everybody is connected.
+    #[arg(long, default_value_t = 30)]
+    pub duration: u64,
     /// The kinds of leg in each room, cycled (comma-separated): `join` (a WebRTC conference
     /// participant: ICE, DTLS-SRTP), `sdes` (a SIP phone's SDES-SRTP leg), `plain` (a SIP
     /// phone's plain RTP leg). `join,join,sdes,plain` puts half of each room of 4 on
@@ -92,7 +109,7 @@ pub struct GatewayLoadArgs {
 
 /// The signaling client of `--target` (an `http://` or `https://` base URL; HTTPS trusts the
 /// `--ca` certificate), with the rooms' `--token`.
-pub(crate) fn signaling(
+fn signaling(
     target: &str,
     ca: Option<&std::path::Path>,
     token: Option<String>,
@@ -142,7 +159,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             );
         }
     }
-    let signaling = signaling(&a.target, a.ca.as_deref(), a.token.clone())?;
+    let signaling = a.client.signaling()?;
     let legs = parse_legs(&a.legs)?;
     // The broadcast: per room, the publisher first, then its viewers.
     let (rooms, per_room, legs, media, prefix) = match a.viewers {
@@ -176,15 +193,15 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             legs,
             room_prefix: prefix.into(),
             duration: Duration::from_secs(a.duration),
-            threads: a.threads,
-            bind_ip: a.bind,
+            threads: a.client.threads,
+            bind_ip: a.client.bind,
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
             media,
             transcode: a.transcode,
             mix: a.mix.then_some(a.mix_speakers),
         },
-        server_pid: a.server_pid,
+        server_pid: a.client.server_pid,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

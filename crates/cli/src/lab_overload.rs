@@ -1,7 +1,6 @@
 //! `secrelay lab overload`: more calls offered than a running gateway can carry; what its
 //! admission control sheds, and whether the calls it already carries keep their quality.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,12 +13,9 @@ use secrelay_testkit::Media;
 /// Flags of `secrelay lab overload`.
 #[derive(Args, Debug)]
 pub struct OverloadArgs {
-    /// The gateway's signaling base URL (http://… or https://… with --ca).
-    #[arg(long)]
-    pub target: String,
-    /// The private CA's certificate (PEM) that issued the gateway's HTTPS certificate.
-    #[arg(long, value_name = "FILE")]
-    pub ca: Option<PathBuf>,
+    /// The gateway and how its participants are driven.
+    #[command(flatten)]
+    pub client: crate::lab_gateway::GatewayClientArgs,
     /// Calls established before the storm (two participants each), running throughout.
     #[arg(long, default_value_t = 40)]
     pub calls: usize,
@@ -41,18 +37,6 @@ pub struct OverloadArgs {
     /// only (each call costs the gateway an Opus encode and decode per 20 ms).
     #[arg(long)]
     pub transcode: bool,
-    /// Threads driving the participants.
-    #[arg(long, default_value_t = 1)]
-    pub threads: usize,
-    /// The gateway's process id, for its CPU time (/proc).
-    #[arg(long)]
-    pub server_pid: Option<u32>,
-    /// Bearer token for the rooms.
-    #[arg(long)]
-    pub token: Option<String>,
-    /// Address the participants' sockets bind to.
-    #[arg(long, default_value = "127.0.0.1")]
-    pub bind: IpAddr,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -121,14 +105,14 @@ pub fn run(a: &OverloadArgs) -> Result<()> {
     }
     let o = OverloadOptions {
         established: FleetConfig {
-            signaling: crate::lab_gateway::signaling(&a.target, a.ca.as_deref(), a.token.clone())?,
+            signaling: a.client.signaling()?,
             rooms: a.calls,
             per_room: 2,
             legs: crate::lab_gateway::parse_legs(&a.legs)?,
             room_prefix: "established-".into(),
             duration: Duration::from_secs(a.window),
-            threads: a.threads,
-            bind_ip: a.bind,
+            threads: a.client.threads,
+            bind_ip: a.client.bind,
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
             media: Media::Pcmu,
@@ -138,7 +122,7 @@ pub fn run(a: &OverloadArgs) -> Result<()> {
         storm_participants: a.storm_calls * 2,
         waves: a.waves,
         window: Duration::from_secs(a.window),
-        server_pid: a.server_pid,
+        server_pid: a.client.server_pid,
     };
     let r = overload::run(&o)?;
     print(&r);

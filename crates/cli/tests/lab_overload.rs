@@ -10,7 +10,7 @@ mod lab_support;
 use lab_support::serve;
 
 /// `lab overload` against a gateway on its default admission thresholds (new handshakes shed
-/// from 85 % of its worker's time, new calls from 95 %): a storm of 80 transcoded calls (each
+/// from 85 % of its worker's CPU time, new calls from 95 %): a storm of 80 transcoded calls (each
 /// an Opus encode and decode per 20 ms, in a debug build) saturates the one worker on any
 /// machine, three established calls do not. Some storm calls are refused with 503 for the
 /// overload and none for another reason, every established call is still connected at the end,

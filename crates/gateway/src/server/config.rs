@@ -53,8 +53,8 @@ pub struct ServeConfig {
     pub consent_timeout_secs: f64,
     /// Most participants at once; more are refused with 503.
     pub max_participants: usize,
-    /// Admission control (`secrelay_gateway::admission`): the load (share of a worker's time
-    /// spent working, 0.0–1.0) from which the worker defers new DTLS handshakes (their
+    /// Admission control (`secrelay_gateway::admission`): the load (CPU time a worker's thread
+    /// used, as a share of wall time, 0.0–1.0) from which the worker defers new DTLS handshakes (their
     /// ClientHellos are dropped and counted as `overload`; peers retransmit). Above 1: never.
     pub shed_handshakes_at: f64,
     /// The load from which new rooms and legs in the worker's rooms are refused: 503 with
@@ -275,7 +275,7 @@ impl ServeConfig {
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return Err(ConfigError(format!(
-                    "{name} = {v}: a share of a worker's time, 0.0 to 1.0 (above 1: never)"
+                    "{name} = {v}: a share of a worker's CPU time, 0.0 to 1.0 (above 1: never)"
                 )));
             }
         }

@@ -785,7 +785,7 @@ impl Collector for StatsCollector {
         {
             let mut m = e.encode_descriptor(
                 "secrelay_worker_load",
-                "Share of each packet worker's time spent working rather than waiting (smoothed, 0 to 1): what admission control sheds by",
+                "CPU time each packet worker's thread used, as a share of wall time (smoothed, 0 to 1): what admission control sheds by",
                 None,
                 MetricType::Gauge,
             )?;

@@ -327,7 +327,7 @@ impl Worker {
             spare: Vec::new(),
             wake_pending: vec![false; peers],
             last_publish: Instant::now(),
-            load: LoadMeter::new(Instant::now()),
+            load: LoadMeter::new(Instant::now(), thread_cpu()),
             admission,
         })
     }
@@ -348,15 +348,10 @@ impl Worker {
                     .map_or(publish, |t| t.min(publish))
                     .saturating_duration_since(now)
             };
-            let waited = Instant::now();
             if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
                 if e.kind() != std::io::ErrorKind::Interrupted {
                     tracing::error!(worker = self.index, error = %e, "poll failed");
                 }
-            }
-            if !timeout.is_zero() {
-                // Time waiting for work is the only time the worker is not busy.
-                self.load.idle(waited.elapsed());
             }
             for ev in events.iter() {
                 match ev.token() {
@@ -910,12 +905,20 @@ impl Worker {
     fn publish(&mut self) {
         let now = Instant::now();
         self.last_publish = now;
-        let load = self.load.sample(now);
+        let load = self.load.sample(now, thread_cpu());
         let shed = self.admission.update(load);
         self.shard.set_shed(shed);
         self.stats.set_load(load, shed);
         self.stats.publish(self.shard.counters());
     }
+}
+
+/// CPU time the calling thread has used (zero where the clock cannot be read: the load then
+/// reads 0 and nothing is shed).
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(Duration::from)
+        .unwrap_or_default()
 }
 
 /// Sends what an outbox holds (`sendmmsg`), counts it, and records each media copy's relay
