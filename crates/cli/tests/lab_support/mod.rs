@@ -85,9 +85,15 @@ impl Drop for Server {
 
 /// `secrelay serve` on loopback with one worker, and its HTTP base URL.
 pub fn serve() -> (Server, String) {
+    serve_with(&[])
+}
+
+/// The same with more arguments (a `--config` file).
+pub fn serve_with(extra: &[&str]) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
         .args(["--workers", "1", "--log", "warn"])
+        .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .expect("the secrelay binary runs");
