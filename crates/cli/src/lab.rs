@@ -48,6 +48,10 @@ pub enum LabCommand {
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
     /// latency, and the gateway's CPU per packet and memory per participant.
     GatewayLoad(crate::lab_gateway::GatewayLoadArgs),
+    /// Hostile traffic at a gateway (started here, or --target) while established rooms relay
+    /// and new participants join, without and with the flood: DTLS ClientHello and STUN
+    /// floods (`handshake`), forged, replayed and garbage SRTP (`srtp`).
+    Flood(crate::lab_flood::FloodArgs),
     /// secrelay's gateway and rtpengine relaying SRTP→SRTP with re-encryption at the same
     /// offered packet rates: CPU per relayed packet, loss.
     RelayCompare(crate::lab_compare::RelayCompareArgs),
@@ -101,6 +105,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Codec(a) => (vec!["codec".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
+        LabCommand::Flood(a) => return crate::lab_flood::run(&a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

@@ -2,9 +2,11 @@
 //! simulated participants themselves are the test kit's ([`secrelay_testkit`]).
 //!
 //! * [`load`]: `lab gateway-load`, a fleet against `secrelay serve` with its CPU and memory.
+//! * [`flood`]: `lab flood`, hostile traffic at a gateway while calls relay and peers join.
 //! * [`compare`]: `lab relay-compare`, secrelay and rtpengine relaying at the same rates.
 //! * [`rtpengine`]: SDES calls through rtpengine's ng control protocol.
 
 pub mod compare;
+pub mod flood;
 pub mod load;
 pub mod rtpengine;

@@ -1,0 +1,131 @@
+//! `secrelay lab flood … --quick` as a user runs it: the lab starts `secrelay serve` itself,
+//! sets up established rooms, and measures an unloaded window and a flood window. Checks the
+//! JSON report for behaviour, not speed: every flood datagram was dropped and counted under the
+//! reason it should be, the flood created no participant, room, join or handshake, established
+//! rooms kept relaying and legitimate participants kept completing handshakes.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn flood(scenario: &str, extra: &[&str]) -> Value {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("flood.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["lab", "flood", scenario, "--quick", "--json"])
+        .arg(&json)
+        .args(extra)
+        .output()
+        .expect("the secrelay binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "lab flood {scenario}: {}\n{stdout}\n{stderr}",
+        out.status
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
+        .expect("the report is JSON")
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// The window named `name`.
+fn window<'a>(r: &'a Value, name: &str) -> &'a Value {
+    r["windows"]
+        .as_array()
+        .expect("windows")
+        .iter()
+        .find(|w| w["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} window: {r}"))
+}
+
+/// Every kind of flood datagram the gateway read was counted under its reason: what was
+/// counted beyond the unloaded window's rate is what was sent, less what the kernel dropped
+/// at the gateway's sockets, within a few stray datagrams (a joiner's late packet after it
+/// left counts as an unknown source too).
+fn assert_every_flood_datagram_counted(r: &Value) {
+    let fw = window(r, "flood");
+    let kernel = fw["kernel_drops"].as_f64().unwrap_or(0.0);
+    let accounted = r["accounted"].as_array().expect("accounted rows");
+    assert!(!accounted.is_empty(), "{r}");
+    for row in accounted {
+        let (kind, reason, sent, counted) = (&row[0], &row[1], f(&row[2]), f(&row[3]));
+        assert!(sent > 0.0, "{kind} sent nothing: {r}");
+        let slack = 10.0 + sent * 0.005;
+        assert!(
+            counted >= sent - kernel - slack && counted <= sent + slack,
+            "{kind}: {sent} sent, {counted} counted as {reason} ({kernel} dropped by the kernel): {r}"
+        );
+    }
+}
+
+/// Participants and rooms are the established ones before, during and after the flood.
+fn assert_no_state_for_the_flood(r: &Value, extra_at_once: f64) {
+    let n = f(&r["participants"]);
+    assert_eq!(
+        r["connected"], r["participants"],
+        "every participant connected: {r}"
+    );
+    for name in ["unloaded", "flood"] {
+        let w = window(r, name);
+        let p = &w["participants"];
+        assert_eq!(f(&p[0]), n, "{name}: participants at the start: {w}");
+        assert_eq!(f(&p[2]), n, "{name}: participants at the end: {w}");
+        assert!(
+            f(&p[1]) <= n + extra_at_once,
+            "{name}: participants while sampling: {w}"
+        );
+        assert_eq!(w["rooms"][0], w["rooms"][1], "{name}: rooms: {w}");
+        assert!(
+            w["relay_latency_us"].is_array(),
+            "{name}: established rooms relayed: {w}"
+        );
+        assert!(f(&w["forwarded"]) > 0.0, "{name}: {w}");
+        let rss = &w["rss_bytes"];
+        assert!(
+            f(&rss[2]) - f(&rss[0]) < 16.0 * 1048576.0,
+            "{name}: the gateway's memory grew by 16 MiB or more: {w}"
+        );
+    }
+}
+
+#[test]
+fn handshake_flood_makes_no_state_and_legitimate_peers_still_join() {
+    let r = flood("handshake", &[]);
+    assert_eq!(r["scenario"], "handshake", "{r}");
+    let fw = window(&r, "flood");
+    let kinds: Vec<&str> = fw["flood"]
+        .as_array()
+        .expect("flood rows")
+        .iter()
+        .map(|k| k["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["client_hello", "stun_unknown_ufrag", "stun_wrong_integrity"],
+        "{r}"
+    );
+    assert_every_flood_datagram_counted(&r);
+    // One joiner at a time: one participant beyond the established ones at most.
+    assert_no_state_for_the_flood(&r, 1.0);
+    for name in ["unloaded", "flood"] {
+        let w = window(&r, name);
+        let done = f(&w["handshakes_completed"]);
+        assert!(done > 0.0, "{name}: no legitimate handshake completed: {w}");
+        assert_eq!(f(&w["join_failures"]), 0.0, "{name}: {w}");
+        // Every join and handshake the gateway counted was a legitimate participant's: the
+        // flood started none.
+        assert_eq!(f(&w["gateway_joins"]), f(&w["joins_ok"]), "{name}: {w}");
+        assert_eq!(
+            f(&w["gateway_handshakes"][1]),
+            0.0,
+            "{name}: failed handshakes: {w}"
+        );
+        assert_eq!(f(&w["gateway_handshakes"][0]), done, "{name}: {w}");
+    }
+    assert!(f(&r["handshake_ratio"]) > 0.0, "{r}");
+    assert!(f(&r["relay_p99_ratio"]) > 0.0, "{r}");
+}
