@@ -64,7 +64,8 @@ fn assert_every_flood_datagram_counted(r: &Value) {
 
 /// Participants and rooms are the established ones before, during and after the flood.
 fn assert_no_state_for_the_flood(r: &Value, extra_at_once: f64) {
-    let n = f(&r["participants"]);
+    // The established participants, and the members the lab attacks from (SRTP scenario).
+    let n = f(&r["participants"]) + f(&r["attackers"]);
     assert_eq!(
         r["connected"], r["participants"],
         "every participant connected: {r}"
@@ -128,4 +129,58 @@ fn handshake_flood_makes_no_state_and_legitimate_peers_still_join() {
     }
     assert!(f(&r["handshake_ratio"]) > 0.0, "{r}");
     assert!(f(&r["relay_p99_ratio"]) > 0.0, "{r}");
+}
+
+#[test]
+fn forged_replayed_and_garbage_srtp_is_dropped_and_counted_on_every_kind_of_leg() {
+    let r = flood("srtp", &[]);
+    assert_eq!(r["scenario"], "srtp", "{r}");
+    assert_eq!(
+        r["attackers"], 3,
+        "a WebRTC member, an SDES and a plain phone: {r}"
+    );
+    let fw = window(&r, "flood");
+    let kinds: Vec<&str> = fw["flood"]
+        .as_array()
+        .expect("flood rows")
+        .iter()
+        .map(|k| k["kind"].as_str().expect("kind"))
+        .collect();
+    for k in [
+        "forged_srtp_member_address",
+        "replayed_srtp_member_address",
+        "forged_srtp_other_address",
+        "garbage_other_address",
+        "forged_sdes_other_address",
+        "replayed_sdes_other_address",
+        "rtp_plain_other_address",
+    ] {
+        assert!(kinds.contains(&k), "no {k} in the flood: {r}");
+    }
+    let reasons: Vec<&str> = r["accounted"]
+        .as_array()
+        .expect("accounted rows")
+        .iter()
+        .map(|a| a[1].as_str().expect("reason"))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            "auth_failed",
+            "replayed",
+            "unknown_source",
+            "unlatched_source"
+        ],
+        "{r}"
+    );
+    assert_every_flood_datagram_counted(&r);
+    assert_no_state_for_the_flood(&r, 0.0);
+    // Nothing forged reached a receiver: no copy failed to open at the established members,
+    // who lost nothing.
+    assert_eq!(
+        f(&r["established"][2]),
+        0.0,
+        "established members lost packets: {r}"
+    );
+    assert!(f(&r["drops_per_core_sec"]) > 0.0, "{r}");
 }

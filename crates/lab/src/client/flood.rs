@@ -164,6 +164,9 @@ pub struct FloodReport {
     pub connected: usize,
     /// Participants per room.
     pub per_room: usize,
+    /// Members the lab joined to the first room to attack from (SRTP scenario: a WebRTC
+    /// member, an SDES phone, a plain phone), beside the established participants.
+    pub attackers: usize,
     /// The load average when the run started (1, 5, 15 minutes).
     pub load_average: Option<[f64; 3]>,
     /// The two windows: `unloaded`, then `flood`.
@@ -644,6 +647,10 @@ fn quantile_ms(v: &mut [Duration], q: f64) -> f64 {
     v[i].as_secs_f64() * 1e3
 }
 
+/// How long the gateway may take to show a datagram it read in `/metrics`: its workers publish
+/// their counters every 200 ms.
+const PUBLISHED_WITHIN: Duration = Duration::from_millis(450);
+
 /// What a window runs beside the established calls.
 struct WindowWork<'a> {
     name: &'static str,
@@ -694,16 +701,14 @@ fn window(o: &FloodOptions, w: WindowWork<'_>, ports: &[u16]) -> anyhow::Result<
     let joined = joiners
         .map(|h| h.join().map_err(|_| anyhow!("a joiner thread panicked")))
         .transpose()?;
-    // The flood stops before the end figures, which are read once the gateway has had 100 ms
-    // to read what is in its socket: every datagram sent is in them (or in the kernel's drops).
+    // The flood stops before the end figures, which are read once the gateway has read what
+    // is in its sockets and published its counters (a worker publishes every 200 ms): every
+    // datagram sent is in them, or in the kernel's drops.
     let (flood_rows, flood_secs) = match flood {
-        Some(f) => {
-            let r = f.stop()?;
-            std::thread::sleep(Duration::from_millis(100));
-            r
-        }
+        Some(f) => f.stop()?,
         None => (Vec::new(), 0.0),
     };
+    std::thread::sleep(PUBLISHED_WITHIN);
     // The last joiner's DELETE is answered before the gateway's shard has removed it: wait
     // for the gauge to come back down (up to 2 s) so that the end figures are the fleet's.
     let baseline = m0.get("secrelay_participants");
@@ -906,7 +911,7 @@ pub fn run(o: &FloodOptions) -> anyhow::Result<FloodReport> {
     }
     let fr = fleet::summarize(&done, media_secs);
     failures.extend(fr.failures.iter().cloned());
-    Ok(report(
+    let mut r = report(
         o,
         windows,
         fr.participants,
@@ -914,7 +919,9 @@ pub fn run(o: &FloodOptions) -> anyhow::Result<FloodReport> {
         [fr.sent, fr.received, fr.lost],
         load_average,
         failures,
-    ))
+    );
+    r.attackers = held.len();
+    Ok(r)
 }
 
 fn report(
@@ -975,6 +982,7 @@ fn report(
         participants,
         connected,
         per_room: o.per_room,
+        attackers: 0,
         load_average,
         relay_p99_ratio,
         handshake_ratio,
