@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
+use secrelay_lab::client::control_flood::{self, ControlOptions, ControlReport};
 use secrelay_lab::client::flood::{self, FloodOptions, FloodReport, Scenario};
 use secrelay_testkit::Signaling;
 
@@ -20,6 +21,10 @@ pub enum ScenarioArg {
     /// Forged, replayed and garbage SRTP into a live room (from a member's own address and from
     /// others) and at an SDES-SRTP and a plain RTP leg's ports.
     Srtp,
+    /// The control surfaces: huge SDP bodies, slowloris headers and bodies, idle connections
+    /// past max_connections, half-open TLS, and bencode garbage, huge dictionaries and deep
+    /// nesting at the ng socket while a client pings it.
+    Control,
 }
 
 /// Flags of `secrelay lab flood`.
@@ -80,6 +85,26 @@ pub struct FloodArgs {
     /// A short run for tests: smaller defaults (flags given explicitly still win).
     #[arg(long)]
     pub quick: bool,
+    /// Control scenario: the gateway's ng control socket (with --target; the gateway the lab
+    /// starts has one).
+    #[arg(long, value_name = "ADDR")]
+    pub ng: Option<std::net::SocketAddr>,
+    /// Control scenario: the gateway's HTTPS address, for half-open TLS (with --target; the
+    /// gateway the lab starts serves HTTPS too).
+    #[arg(long, value_name = "ADDR")]
+    pub https: Option<std::net::SocketAddr>,
+    /// Control scenario: the gateway's http_request_timeout_secs and
+    /// tls_handshake_timeout_secs (the lab's own gateway is started with them). Default 10
+    /// (1 with --quick).
+    #[arg(long)]
+    pub timeout_secs: Option<f64>,
+    /// Control scenario: the gateway's max_connections (the lab's own gateway is started with
+    /// it); the idle part opens this many plus --connections. Default 256 (32 with --quick).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Control scenario: slow clients of each kind. Default 100 (10 with --quick).
+    #[arg(long)]
+    pub connections: Option<usize>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -87,12 +112,45 @@ pub struct FloodArgs {
 
 /// Runs the flood and prints the report.
 pub fn run(a: &FloodArgs) -> Result<()> {
-    let scenario = match a.scenario {
-        ScenarioArg::Handshake => Scenario::Handshake,
-        ScenarioArg::Srtp => Scenario::Srtp,
-    };
     if a.workers == 0 {
         bail!("--workers must be at least 1");
+    }
+    let timeout_secs = a.timeout_secs.unwrap_or(if a.quick { 1.0 } else { 10.0 });
+    if !(timeout_secs > 0.0 && timeout_secs <= 600.0) {
+        bail!("--timeout-secs {timeout_secs}: give seconds between 0 and 600");
+    }
+    let max_connections = a.max_connections.unwrap_or(if a.quick { 32 } else { 256 });
+    let control = matches!(a.scenario, ScenarioArg::Control);
+    // The lab's own gateway: for the control scenario with an ng socket, HTTPS beside HTTP,
+    // and the limits the slow clients are measured against.
+    let _config_dir;
+    let mut ng = a.ng;
+    let mut extra = Vec::new();
+    if control && a.target.is_none() {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        ng = Some(addr);
+        let dir = tempfile_dir()?;
+        let config = dir.join("gateway.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\n"
+            ),
+        )?;
+        extra.extend([
+            "--ng".to_string(),
+            addr.to_string(),
+            "--https".to_string(),
+            "127.0.0.1:0".to_string(),
+            "--config".to_string(),
+            config.display().to_string(),
+        ]);
+        _config_dir = Some(RemoveOnDrop(dir));
+    } else {
+        _config_dir = None;
     }
     let spawned = match &a.target {
         Some(_) => None,
@@ -102,6 +160,7 @@ pub fn run(a: &FloodArgs) -> Result<()> {
                 &exe,
                 a.workers,
                 a.gateway_cpus.as_deref(),
+                &extra,
             )?)
         }
     };
@@ -122,6 +181,33 @@ pub fn run(a: &FloodArgs) -> Result<()> {
     if let Some(ca) = &a.ca {
         signaling = signaling.with_ca_file(ca)?;
     }
+    if control {
+        let o = ControlOptions {
+            signaling,
+            https: a.https.or(spawned.as_ref().and_then(|g| g.https)),
+            ng,
+            server_pid: a.server_pid.or(spawned.as_ref().map(|g| g.pid())),
+            timeout_secs,
+            connections: a.connections.unwrap_or(if a.quick { 10 } else { 100 }),
+            idle_connections: max_connections,
+            big_requests: if a.quick { 4 } else { 50 },
+            big_body_bytes: 1024 * 1024,
+            ng_rate: a.rate.unwrap_or(if a.quick { 2000 } else { 20_000 }),
+            ng_secs: a.secs.unwrap_or(if a.quick { 1.5 } else { 10.0 }),
+        };
+        let r = control_flood::run(&o)?;
+        print_control(&r);
+        if let Some(p) = &a.json {
+            std::fs::write(p, serde_json::to_string_pretty(&r)?)
+                .map_err(|e| anyhow::anyhow!("--json {}: {e}", p.display()))?;
+        }
+        return Ok(());
+    }
+    let scenario = match a.scenario {
+        ScenarioArg::Handshake => Scenario::Handshake,
+        ScenarioArg::Srtp => Scenario::Srtp,
+        ScenarioArg::Control => unreachable!("the control scenario returned above"),
+    };
     let o = FloodOptions {
         scenario,
         signaling,
@@ -243,5 +329,91 @@ fn print(r: &FloodReport) {
     );
     for f in &r.failures {
         println!("  note               {f}");
+    }
+}
+
+/// A temporary directory of our own (the gateway's configuration), removed when dropped.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempfile_dir() -> Result<PathBuf> {
+    let mut r = [0u8; 8];
+    getrandom::fill(&mut r).map_err(|e| anyhow::anyhow!("random: {e}"))?;
+    let dir = std::env::temp_dir().join(format!(
+        "secrelay-flood-{}",
+        r.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    ));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn print_control(r: &ControlReport) {
+    println!(
+        "flood control: slow clients measured against a {:.1} s timeout{}",
+        r.timeout_secs,
+        r.load_average
+            .map(|l| format!("; load average {:.2} {:.2} {:.2}", l[0], l[1], l[2]))
+            .unwrap_or_default()
+    );
+    for (kind, t) in &r.big_bodies {
+        println!("  huge body ({kind:<8})  {t:?}");
+    }
+    for s in &r.slow {
+        println!(
+            "  {:<18} {} connections ended {:?}{}",
+            s.kind,
+            s.connections,
+            s.ended,
+            s.ended_after_secs
+                .map(|[a, m, b]| format!(" after {a:.2} / {m:.2} / {b:.2} s (min / median / max)"))
+                .unwrap_or_default()
+        );
+        if !s.healthz.is_empty() {
+            println!("  {:<18} GET /healthz meanwhile: {:?}", "", s.healthz);
+        }
+    }
+    println!("  gateway refused    {:?}", r.gateway_refused);
+    for n in &r.ng {
+        println!(
+            "  ng {:<8}        {:.1} s: pings {} answered of {}{}; gateway requests ok {:.0}, error {:.0}{}",
+            n.name,
+            n.secs,
+            n.pings[1],
+            n.pings[0],
+            n.ping_rtt_us
+                .map(|[a, b]| format!(" (p50 {a:.0} µs, p99 {b:.0} µs)"))
+                .unwrap_or_default(),
+            n.gateway_requests[0],
+            n.gateway_requests[1],
+            n.kernel_drops
+                .map(|k| format!("; {k} dropped by the kernel at the ng socket"))
+                .unwrap_or_default()
+        );
+        for f in &n.flood {
+            println!(
+                "    flood            {}: {} sent ({} send errors)",
+                f.kind, f.sent, f.send_errors
+            );
+        }
+        if let Some([a, b]) = n.rss_bytes {
+            println!(
+                "    gateway memory   {:.1} MiB → {:.1} MiB",
+                a as f64 / 1048576.0,
+                b as f64 / 1048576.0
+            );
+        }
+    }
+    if let Some([a, b]) = r.rss_bytes {
+        println!(
+            "  gateway memory     {:.1} MiB before, {:.1} MiB after",
+            a as f64 / 1048576.0,
+            b as f64 / 1048576.0
+        );
     }
 }

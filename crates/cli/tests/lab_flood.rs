@@ -184,3 +184,99 @@ fn forged_replayed_and_garbage_srtp_is_dropped_and_counted_on_every_kind_of_leg(
     );
     assert!(f(&r["drops_per_core_sec"]) > 0.0, "{r}");
 }
+
+fn tally(t: &Value) -> Vec<(String, f64)> {
+    t.as_array()
+        .expect("a tally")
+        .iter()
+        .map(|e| (e[0].as_str().expect("what").to_string(), f(&e[1])))
+        .collect()
+}
+
+#[test]
+fn control_floods_get_their_statuses_timeouts_and_error_replies() {
+    let r = flood("control", &[]);
+    let timeout = f(&r["timeout_secs"]);
+    for b in r["big_bodies"].as_array().expect("big bodies") {
+        let t = tally(&b[1]);
+        assert_eq!(t.len(), 1, "{b}");
+        assert_eq!(t[0].0, "413", "a huge {} body: {b}", b[0]);
+    }
+    let slow = |kind: &str| {
+        r["slow"]
+            .as_array()
+            .expect("slow rows")
+            .iter()
+            .find(|s| s["kind"] == kind)
+            .unwrap_or_else(|| panic!("no {kind} row: {r}"))
+            .clone()
+    };
+    for (kind, ended_as) in [
+        ("slow_headers", None),
+        ("slow_body", Some("408")),
+        ("idle", None),
+        ("idle_after_request", Some("200 then closed")),
+        ("tls_half_open", None),
+    ] {
+        let s = slow(kind);
+        let ended = tally(&s["ended"]);
+        assert!(
+            ended.iter().all(|(what, _)| !what.contains("open")),
+            "{kind}: the gateway kept some open: {s}"
+        );
+        if let Some(want) = ended_as {
+            assert!(ended.iter().all(|(what, _)| what == want), "{kind}: {s}");
+        }
+        // Ended by the gateway's timeout, not by the lab giving up (three times it).
+        assert!(f(&s["ended_after_secs"][2]) < 3.0 * timeout, "{kind}: {s}");
+    }
+    // Idle connections past max_connections: the excess refused at once, and a legitimate
+    // client served once the idle ones are closed.
+    let refused = |what: &str| {
+        r["gateway_refused"]
+            .as_array()
+            .expect("refusals")
+            .iter()
+            .find(|e| e[0] == what)
+            .map_or(0.0, |e| f(&e[1]))
+    };
+    let extra = f(&slow("slow_headers")["connections"]);
+    assert!(refused("http_connections_refused") >= extra, "{r}");
+    assert!(refused("http_idle_closed") > 0.0, "{r}");
+    assert!(refused("tls_timeout") >= extra, "{r}");
+    assert!(
+        tally(&slow("idle")["healthz"])
+            .iter()
+            .any(|(s, _)| s == "200"),
+        "{r}"
+    );
+    assert!(
+        tally(&slow("slow_headers")["healthz"])
+            .iter()
+            .all(|(s, _)| s == "200"),
+        "{r}"
+    );
+    // ng: every abusive message answered with an error (those the kernel did not drop), the
+    // pings answered.
+    let ng = r["ng"].as_array().expect("ng windows");
+    assert_eq!(ng.len(), 2, "{r}");
+    let (u, fl) = (&ng[0], &ng[1]);
+    assert_eq!(
+        u["pings"][0], u["pings"][1],
+        "unloaded pings all answered: {u}"
+    );
+    assert_eq!(f(&u["gateway_requests"][1]), 0.0, "{u}");
+    let sent = f(&fl["flood"][0]["sent"]);
+    let kernel = fl["kernel_drops"].as_f64().unwrap_or(0.0);
+    let errors = f(&fl["gateway_requests"][1]);
+    assert!(
+        errors >= sent - kernel - 5.0 && errors <= sent,
+        "ng: {sent} abusive messages sent, {kernel} dropped by the kernel, {errors} errors: {fl}"
+    );
+    assert!(
+        f(&fl["pings"][1]) > 0.0,
+        "no ping answered during the ng flood: {fl}"
+    );
+    let rss = &r["rss_bytes"];
+    assert!(f(&rss[1]) - f(&rss[0]) < 16.0 * 1048576.0, "{r}");
+}

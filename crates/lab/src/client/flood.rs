@@ -444,13 +444,13 @@ pub fn garbage(n: usize) -> Vec<Vec<u8>> {
 }
 
 /// The gateway's metrics text and its parse.
-struct Metrics {
+pub(crate) struct Metrics {
     text: String,
     scrape: Scrape,
 }
 
 impl Metrics {
-    fn get(&self, name: &str) -> f64 {
+    pub(crate) fn get(&self, name: &str) -> f64 {
         self.text
             .lines()
             .filter(|l| !l.starts_with('#'))
@@ -470,7 +470,7 @@ impl Metrics {
     }
 }
 
-fn metrics(s: &Signaling) -> anyhow::Result<Metrics> {
+pub(crate) fn metrics(s: &Signaling) -> anyhow::Result<Metrics> {
     let url = format!("{}/metrics", s.base_url);
     let mut r = ureq::get(&url)
         .call()
@@ -512,7 +512,7 @@ pub fn kernel_udp_drops(ports: &[u16]) -> Option<u64> {
     total
 }
 
-fn load_average() -> Option<[f64; 3]> {
+pub(crate) fn load_average() -> Option<[f64; 3]> {
     let t = std::fs::read_to_string("/proc/loadavg").ok()?;
     let mut it = t.split_whitespace().map(|v| v.parse::<f64>().ok());
     Some([it.next()??, it.next()??, it.next()??])
@@ -523,6 +523,8 @@ pub struct SpawnedGateway {
     child: Child,
     /// Its HTTP base URL.
     pub url: String,
+    /// Its HTTPS address, when it serves HTTPS too.
+    pub https: Option<SocketAddr>,
 }
 
 impl SpawnedGateway {
@@ -540,11 +542,13 @@ impl Drop for SpawnedGateway {
 }
 
 /// Starts `exe serve` on loopback with `workers` workers, quiet, on `cpus` if given (the
-/// child inherits the affinity of the thread that starts it: set here, then put back).
+/// child inherits the affinity of the thread that starts it: set here, then put back), with
+/// `extra` arguments.
 pub fn spawn_gateway(
     exe: &Path,
     workers: usize,
     cpus: Option<&[usize]>,
+    extra: &[String],
 ) -> anyhow::Result<SpawnedGateway> {
     let me = nix::unistd::Pid::from_raw(0);
     let saved = nix::sched::sched_getaffinity(me).ok();
@@ -554,6 +558,7 @@ pub fn spawn_gateway(
     let spawned = Command::new(exe)
         .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
         .args(["--workers", &workers.to_string(), "--log", "warn"])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn();
@@ -565,11 +570,18 @@ pub fn spawn_gateway(
     let mut g = SpawnedGateway {
         child,
         url: String::new(),
+        https: None,
     };
     let mut lines = BufReader::new(stderr).lines();
     for line in lines.by_ref() {
-        if let Some(u) = super::compare::serve_banner_url(&line?) {
+        let line = line?;
+        if let Some(u) = super::compare::serve_banner_url(&line) {
             g.url = u;
+            g.https = line
+                .split("HTTPS on https://")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|a| a.parse().ok());
             break;
         }
     }
