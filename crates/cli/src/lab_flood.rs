@@ -375,7 +375,12 @@ fn print_control(r: &ControlReport) {
                 .unwrap_or_default()
         );
         if !s.healthz.is_empty() {
-            println!("  {:<18} GET /healthz meanwhile: {:?}", "", s.healthz);
+            println!(
+                "  {:<18} GET /healthz meanwhile: {:?}; after: {}",
+                "",
+                s.healthz,
+                s.healthz_after.as_deref().unwrap_or("-")
+            );
         }
     }
     println!("  gateway refused    {:?}", r.gateway_refused);
@@ -395,6 +400,12 @@ fn print_control(r: &ControlReport) {
                 .map(|k| format!("; {k} dropped by the kernel at the ng socket"))
                 .unwrap_or_default()
         );
+        if !n.flood.is_empty() {
+            println!(
+                "    flood answered   {:.0} ({:.0} errors computed afresh, the rest repeats answered from the reply cache)",
+                n.flood_answered[0], n.flood_answered[1]
+            );
+        }
         for f in &n.flood {
             println!(
                 "    flood            {}: {} sent ({} send errors)",

@@ -85,6 +85,8 @@ pub struct SlowRow {
     pub ended_after_secs: Option<[f64; 3]>,
     /// `GET /healthz` from a legitimate client while they were open: status (or error) tally.
     pub healthz: Tally,
+    /// The same once they had all ended (or the lab gave up).
+    pub healthz_after: Option<String>,
 }
 
 /// The ng part.
@@ -100,8 +102,14 @@ pub struct NgRow {
     pub ping_rtt_us: Option<[f64; 2]>,
     /// What the flood sent.
     pub flood: Vec<SentRow>,
-    /// `secrelay_ng_requests_total` by result during the window (`ok`, `error`).
+    /// `secrelay_ng_requests_total` by result during the window (`ok`, `error`). A message
+    /// that repeats a cookie from the same source gets the reply cached for it (rtpengine's
+    /// rule for retransmissions), counted as `ok` even when that reply is an error: the flood
+    /// reuses its 4,096 messages from 16 sockets, so past 4,096 datagrams some are repeats.
     pub gateway_requests: [f64; 2],
+    /// Flood datagrams the gateway answered (its requests less the pings it answered), and of
+    /// those, answered with an error computed afresh (not from the reply cache).
+    pub flood_answered: [f64; 2],
     /// Datagrams the kernel dropped at the ng socket (its receive buffer full).
     pub kernel_drops: Option<u64>,
     /// Gateway resident memory at the start and the end.
@@ -285,17 +293,7 @@ fn run_slow(
         }
         if let Some(sig) = healthz.filter(|_| now >= next_health) {
             next_health = now + Duration::from_millis(200);
-            let url = format!("{}/healthz", sig.base_url);
-            let agent: ureq::Agent = ureq::Agent::config_builder()
-                .timeout_global(Some(Duration::from_secs(2)))
-                .http_status_as_error(false)
-                .build()
-                .into();
-            let got = match agent.get(&url).call() {
-                Ok(r) => r.status().as_u16().to_string(),
-                Err(e) => format!("error: {}", short(&e.to_string())),
-            };
-            tally(&mut health, got);
+            tally(&mut health, health_check(sig));
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -316,6 +314,7 @@ fn run_slow(
         }
     }
     times.sort_by(f64::total_cmp);
+    let healthz_after = healthz.map(health_check);
     SlowRow {
         kind,
         connections: n,
@@ -323,6 +322,21 @@ fn run_slow(
         ended_after_secs: (!times.is_empty())
             .then(|| [times[0], times[times.len() / 2], times[times.len() - 1]]),
         healthz: health,
+        healthz_after,
+    }
+}
+
+/// `GET /healthz`: the status, or the error.
+fn health_check(sig: &Signaling) -> String {
+    let url = format!("{}/healthz", sig.base_url);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(2)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    match agent.get(&url).call() {
+        Ok(r) => r.status().as_u16().to_string(),
+        Err(e) => format!("error: {}", short(&e.to_string())),
     }
 }
 
@@ -438,6 +452,12 @@ fn ng_window(
         ],
         kernel_drops: k0.zip(k1).map(|(a, b)| b.saturating_sub(a)),
         rss_bytes: p0.zip(p1).map(|(a, b)| [a.rss_bytes, b.rss_bytes]),
+        flood_answered: [
+            d("secrelay_ng_requests_total{result=\"ok\"}")
+                + d("secrelay_ng_requests_total{result=\"error\"}")
+                - answered as f64,
+            d("secrelay_ng_requests_total{result=\"error\"}"),
+        ],
     })
 }
 
