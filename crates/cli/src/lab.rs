@@ -51,6 +51,10 @@ pub enum LabCommand {
     /// More calls offered than a running gateway carries: what admission control sheds (503
     /// with Retry-After, deferred handshakes) and whether established calls keep their quality.
     Overload(crate::lab_overload::OverloadArgs),
+    /// Hostile traffic at a gateway (started here, or --target) while established rooms relay
+    /// and new participants join, without and with the flood: DTLS ClientHello and STUN
+    /// floods (`handshake`), forged, replayed and garbage SRTP (`srtp`).
+    Flood(crate::lab_flood::FloodArgs),
     /// secrelay's gateway and rtpengine relaying SRTP→SRTP with re-encryption at the same
     /// offered packet rates: CPU per relayed packet, loss.
     RelayCompare(crate::lab_compare::RelayCompareArgs),
@@ -110,6 +114,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Overload(a) => return crate::lab_overload::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
         LabCommand::Soak(a) => return crate::lab_soak::run(&a),
+        LabCommand::Flood(a) => return crate::lab_flood::run(&a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

@@ -13,6 +13,8 @@ mod lab;
 #[cfg(feature = "lab")]
 mod lab_compare;
 #[cfg(feature = "lab")]
+mod lab_flood;
+#[cfg(feature = "lab")]
 mod lab_gateway;
 #[cfg(feature = "lab")]
 mod lab_handshake;

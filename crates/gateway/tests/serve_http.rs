@@ -443,3 +443,102 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
     );
     assert_eq!(r.status, 401, "{}", r.body);
 }
+
+/// Whether the server ended the connection within `within`: EOF, a reset, or a status line
+/// (then returned).
+fn ended_within(s: &mut std::net::TcpStream, within: std::time::Duration) -> Option<String> {
+    use std::io::Read;
+    s.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 512];
+    match s.read(&mut buf) {
+        Ok(0) => Some("closed".into()),
+        Ok(n) => Some(
+            String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .next()?
+                .to_string(),
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => Some("reset".into()),
+        Err(_) => None,
+    }
+}
+
+/// Slowloris on plain HTTP: connections that send nothing cannot hold `max_connections` for
+/// ever (each is closed once `http_request_timeout_secs` passes with no request begun, and
+/// counted), and a body trickled in a little at a time, each part well within the timeout, is
+/// cut off with 408 once the timeout has passed since its headers.
+#[test]
+fn idle_connections_and_trickled_bodies_are_cut_off_and_the_slots_come_back() {
+    use std::io::Write;
+    use std::net::TcpStream;
+    use std::time::Duration;
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 1,
+        drain_secs: 0.0,
+        max_connections: 4,
+        http_request_timeout_secs: 1.0,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let base = server.http_url().unwrap();
+    let addr: std::net::SocketAddr = base.strip_prefix("http://").unwrap().parse().unwrap();
+    let stats = server.gateway().stats().clone();
+
+    // Four idle connections take every slot; a fifth is refused at once.
+    let mut idle: Vec<TcpStream> = (0..4).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut fifth = TcpStream::connect(addr).unwrap();
+    assert!(ended_within(&mut fifth, Duration::from_secs(2)).is_some());
+    // Then the idle ones are closed: nothing keeps them past the timeout.
+    for s in &mut idle {
+        let end = ended_within(s, Duration::from_secs(5));
+        assert_eq!(
+            end.as_deref(),
+            Some("closed"),
+            "an idle connection was kept"
+        );
+    }
+    let idle_closed = || {
+        stats
+            .tls
+            .http_idle_closed
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    while idle_closed() < 4 && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(idle_closed(), 4);
+    assert_eq!(
+        call("GET", &format!("{base}/healthz"), &[], None).status,
+        200
+    );
+    let metrics = call("GET", &format!("{base}/metrics"), &[], None).body;
+    assert!(
+        metrics.contains("secrelay_http_connections_idle_closed_total 4"),
+        "{metrics}"
+    );
+
+    // A slow POST: complete headers, then one short line of body every 200 ms, for 10 s if
+    // nothing stopped it.
+    let mut slow = TcpStream::connect(addr).unwrap();
+    slow.write_all(
+        b"POST /whip/slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\nContent-Length: 400\r\n\r\n",
+    )
+    .unwrap();
+    let mut status = None;
+    for _ in 0..50 {
+        if slow.write_all(b"a=x\r\n").is_err() {
+            break;
+        }
+        if let Some(s) = ended_within(&mut slow, Duration::from_millis(200)) {
+            status = Some(s);
+            break;
+        }
+    }
+    let status = status.expect("the trickled body was never cut off");
+    assert!(status.starts_with("HTTP/1.1 408"), "{status}");
+    server.shutdown();
+}

@@ -1117,6 +1117,47 @@ impl SimParticipant {
         }
     }
 
+    /// The gateway's address this participant sends to: the shared media port for a WebRTC
+    /// participant, its own leg's port for a phone.
+    pub fn gateway_addr(&self) -> SocketAddr {
+        self.gateway
+    }
+
+    /// The USERNAME its ICE checks carry (`gateway-ufrag:our-ufrag`), once it has the answer;
+    /// `None` for a phone (no ICE). A flood test sends checks under a member's USERNAME with
+    /// the wrong password, as an attacker who read the ufrags off the wire could.
+    pub fn ice_username(&self) -> Option<String> {
+        match &self.transport {
+            Transport::WebRtc { browser, .. } => browser
+                .answer
+                .as_ref()
+                .map(|a| format!("{}:{}", a.ice_ufrag, browser.ufrag)),
+            Transport::Phone(_) => None,
+        }
+    }
+
+    /// A second handle on its UDP socket, for sending datagrams from its own address (a flood
+    /// test's forged packets from a member's latched address). Reading stays with the
+    /// participant.
+    pub fn send_socket(&self) -> io::Result<std::net::UdpSocket> {
+        use std::os::fd::AsFd;
+        Ok(std::net::UdpSocket::from(
+            self.socket.as_fd().try_clone_to_owned()?,
+        ))
+    }
+
+    /// The next audio packet it would send (protected on an SRTP leg), made but not sent: it
+    /// counts as sent, and the caller sends it (from [`SimParticipant::send_socket`]), then
+    /// may replay it. `None` before it has keys.
+    pub fn next_audio_packet(&mut self) -> Option<Vec<u8>> {
+        let pkt = match &mut self.transport {
+            Transport::WebRtc { browser, .. } => browser.srtp(&self.payload)?.1,
+            Transport::Phone(phone) => phone.packet(&self.payload).1,
+        };
+        self.sent += 1;
+        Some(pkt)
+    }
+
     /// Packets received, all streams.
     pub fn received(&self) -> u64 {
         self.streams.values().map(|s| s.received).sum()

@@ -129,7 +129,9 @@ pub struct ServeConfig {
     pub tls_max_handshakes: usize,
     /// HTTP and HTTPS connections open at most (each costs buffers); more are closed at once.
     pub max_connections: usize,
-    /// Seconds a client has to send a request's headers, and between the chunks of its body.
+    /// Seconds a connection has to begin its first request (after its TLS handshake on HTTPS),
+    /// a request has to send its headers, and then to send its whole body and be answered
+    /// (408 after it).
     pub http_request_timeout_secs: f64,
     /// Offer HTTP/2 (ALPN `h2`) beside HTTP/1.1.
     pub http2: bool,

@@ -234,8 +234,11 @@ pub(crate) fn router(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .layer(DefaultBodyLimit::max(limit))
-        // A body that trickles in (slowloris after the headers) is cut off.
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        // The body and the answer within the timeout of the headers, however the body trickles
+        // in (a slow POST: a deadline per chunk would let one byte per chunk hold the
+        // connection for hours): 408 after it.
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
             body_timeout,
         ))
         .layer(cors)

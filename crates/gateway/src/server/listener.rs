@@ -7,11 +7,18 @@
 //! trickles its bytes (slowloris) costs at most that many handshakes' state for at most that
 //! long, and every handshake that does not finish is counted by reason. A finished
 //! connection is served by hyper (HTTP/1.1, or HTTP/2 when ALPN chose `h2`) with a deadline
-//! for each request's headers; the router adds one for the body.
+//! for each request's headers; the router adds one for the body and the answer. The first
+//! request must begin within `http_request_timeout_secs` of the connection (of its handshake
+//! on HTTPS), else the connection is closed and counted: hyper's header deadline starts only
+//! once it has told HTTP/1.1 from HTTP/2, which takes a first byte, so without it a client
+//! that connects and sends nothing would hold one of `max_connections` slots for ever.
 
+use std::future::Future as _;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -19,6 +26,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
@@ -36,6 +44,8 @@ struct Shared {
     connections: Arc<Semaphore>,
     handshakes: Arc<Semaphore>,
     handshake_timeout: Duration,
+    /// `http_request_timeout_secs`: also how long a connection may wait for its first byte.
+    request_timeout: Duration,
     tls: Option<(TlsAcceptor, Arc<Tls>)>,
 }
 
@@ -80,6 +90,7 @@ pub(crate) async fn serve(
         connections,
         handshakes: Arc::new(Semaphore::new(config.tls_max_handshakes)),
         handshake_timeout: Duration::from_secs_f64(config.tls_handshake_timeout_secs),
+        request_timeout: Duration::from_secs_f64(config.http_request_timeout_secs),
         tls: tls.map(|t| (TlsAcceptor::from(t.server_config()), t)),
     });
     let graceful = GracefulShutdown::new();
@@ -137,10 +148,10 @@ fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watche
         .fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
         match &shared.tls {
-            None => serve_connection(&shared, TokioIo::new(tcp), watcher).await,
+            None => serve_connection(&shared, first_byte_within(&shared, tcp), watcher).await,
             Some((acceptor, _)) => {
                 if let Some(stream) = handshake(&shared, acceptor, tcp, peer).await {
-                    serve_connection(&shared, TokioIo::new(stream), watcher).await;
+                    serve_connection(&shared, first_byte_within(&shared, stream), watcher).await;
                 }
             }
         }
@@ -205,6 +216,84 @@ async fn handshake(
             tls.failed(TlsFailure::Timeout);
             None
         }
+    }
+}
+
+fn first_byte_within<I>(shared: &Arc<Shared>, io: I) -> TokioIo<FirstByteDeadline<I>> {
+    TokioIo::new(FirstByteDeadline {
+        io,
+        deadline: Some(Box::pin(tokio::time::sleep(shared.request_timeout))),
+        shared: shared.clone(),
+    })
+}
+
+/// A connection whose reads fail with `TimedOut` if no byte has arrived by the deadline (then
+/// counted in `http_idle_closed`); after the first byte it is the connection itself.
+struct FirstByteDeadline<I> {
+    io: I,
+    deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    shared: Arc<Shared>,
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for FirstByteDeadline<I> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        let Some(deadline) = this.deadline.as_mut() else {
+            return r;
+        };
+        match r {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => this.deadline = None,
+            Poll::Pending if deadline.as_mut().poll(cx).is_ready() => {
+                this.deadline = None;
+                this.shared
+                    .stats
+                    .tls
+                    .http_idle_closed
+                    .fetch_add(1, Ordering::Relaxed);
+                return Poll::Ready(Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no request began within http_request_timeout_secs",
+                )));
+            }
+            _ => {}
+        }
+        r
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByteDeadline<I> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 

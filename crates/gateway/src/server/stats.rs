@@ -261,6 +261,9 @@ pub struct TlsStats {
     pub failures: [AtomicU64; 9],
     /// Plain HTTP connections refused at accept (`max_connections` open).
     pub http_refused_busy: AtomicU64,
+    /// HTTP and HTTPS connections closed because no request began within
+    /// `http_request_timeout_secs` of the connection (or of its TLS handshake).
+    pub http_idle_closed: AtomicU64,
     /// Certificate reloads that took effect.
     pub reloads_ok: AtomicU64,
     /// Certificate reloads that failed (the certificate in use stayed).
@@ -926,6 +929,12 @@ impl Collector for StatsCollector {
             "secrelay_http_connections_refused",
             "Plain HTTP connections closed at accept because max_connections were open",
             s.tls.http_refused_busy.load(Ordering::Relaxed),
+        )?;
+        counter(
+            e,
+            "secrelay_http_connections_idle_closed",
+            "HTTP and HTTPS connections closed because no request began within http_request_timeout_secs of the connection (or of its TLS handshake)",
+            s.tls.http_idle_closed.load(Ordering::Relaxed),
         )?;
         labelled_counters(
             e,

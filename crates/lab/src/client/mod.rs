@@ -2,10 +2,14 @@
 //! simulated participants themselves are the test kit's ([`secrelay_testkit`]).
 //!
 //! * [`load`]: `lab gateway-load`, a fleet against `secrelay serve` with its CPU and memory.
+//! * [`flood`]: `lab flood`, hostile traffic at a gateway while calls relay and peers join.
+//! * [`control_flood`]: `lab flood control`, the HTTP, HTTPS and ng control surfaces abused.
 //! * [`compare`]: `lab relay-compare`, secrelay and rtpengine relaying at the same rates.
 //! * [`rtpengine`]: SDES calls through rtpengine's ng control protocol.
 
 pub mod compare;
+pub mod control_flood;
+pub mod flood;
 pub mod load;
 pub mod overload;
 pub mod rtpengine;
