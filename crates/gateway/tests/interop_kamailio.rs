@@ -585,7 +585,15 @@ fn kamailio_transcodes_an_opus_only_caller_to_a_pcma_only_callee_and_back() {
     };
     // Each heard the other's tone, in its own codec.
     for (who, want, other) in [("callee", 1000.0, 450.0), ("caller", 450.0, 1000.0)] {
-        let (pcm, rate) = heard(&dir.join(who));
+        // The callee writes its dump out when the caller's BYE ends its call: give it a moment.
+        let until = Instant::now() + Duration::from_secs(10);
+        let (pcm, rate) = loop {
+            let (pcm, rate) = heard(&dir.join(who));
+            if pcm.len() > rate as usize * 2 || Instant::now() > until {
+                break (pcm, rate);
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        };
         assert!(
             pcm.len() > rate as usize * 2,
             "the {who} heard {} samples at {rate} Hz\n{}",
