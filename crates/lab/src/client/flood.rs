@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use serde::Serialize;
 
-use super::load::{parse_metrics, proc_sample, relay_quantile, ProcSample, Scrape};
+use super::load::{metrics_text, parse_metrics, proc_sample, relay_quantile, ProcSample, Scrape};
 use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, Fingerprint, HashAlgorithm, KeyType, LocalCertificate,
     Output as DtlsOutput, Role,
@@ -462,23 +462,12 @@ impl Metrics {
     }
 
     fn drop(&self, reason: &str) -> f64 {
-        self.scrape
-            .drops
-            .iter()
-            .find(|(r, _)| r == reason)
-            .map_or(0.0, |e| e.1)
+        self.scrape.drops_of(reason)
     }
 }
 
 pub(crate) fn metrics(s: &Signaling) -> anyhow::Result<Metrics> {
-    let url = format!("{}/metrics", s.base_url);
-    let mut r = ureq::get(&url)
-        .call()
-        .with_context(|| format!("GET {url}"))?;
-    let text = r
-        .body_mut()
-        .read_to_string()
-        .with_context(|| format!("GET {url}"))?;
+    let text = metrics_text(&s.base_url)?;
     let scrape = parse_metrics(&text);
     Ok(Metrics { text, scrape })
 }

@@ -390,17 +390,20 @@ pub struct LoadOptions {
     pub server_pid: Option<u32>,
 }
 
-/// Scrapes the gateway at `base` (its signaling URL, plain HTTP).
-pub fn scrape(base: &str) -> anyhow::Result<Scrape> {
+/// The text of the gateway's `/metrics` at `base` (its signaling URL, plain HTTP).
+pub fn metrics_text(base: &str) -> anyhow::Result<String> {
     let url = format!("{base}/metrics");
     let mut r = ureq::get(&url)
         .call()
         .with_context(|| format!("GET {url}"))?;
-    let text = r
-        .body_mut()
+    r.body_mut()
         .read_to_string()
-        .with_context(|| format!("GET {url}"))?;
-    Ok(parse_metrics(&text))
+        .with_context(|| format!("GET {url}"))
+}
+
+/// Scrapes the gateway at `base` (its signaling URL, plain HTTP).
+pub fn scrape(base: &str) -> anyhow::Result<Scrape> {
+    Ok(parse_metrics(&metrics_text(base)?))
 }
 
 /// Runs the load: joins, waits for all connected, measures the media window, leaves.
