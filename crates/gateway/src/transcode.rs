@@ -469,6 +469,10 @@ pub struct Mixing {
     /// Packets the last tick encoded, by the member each encode is counted at: a talker's own
     /// mix at the talker, a shared one at the first receiver of its format.
     charged: Vec<(MemberId, u64)>,
+    /// Scratch of each tick, kept so that a tick allocates nothing once warm: the talkers,
+    /// sorted; the encoders the receivers need.
+    talker_ids: Vec<MemberId>,
+    wanted: Vec<(MixKey, Format, MemberId)>,
 }
 
 impl std::fmt::Debug for Mixing {
@@ -512,6 +516,8 @@ impl Mixing {
             pcm: Vec::with_capacity(5760),
             order: Vec::new(),
             charged: Vec::new(),
+            talker_ids: Vec::new(),
+            wanted: Vec::new(),
         }
     }
 
@@ -692,12 +698,9 @@ impl Mixing {
         self.mixer.mix();
         // The encoders this tick needs; the others are dropped (a returning talker, or the
         // shared mix after a tick where everyone talked, starts from a fresh state).
-        let mut talkers: Vec<MemberId> = self
-            .inputs
-            .iter()
-            .filter(|i| i.talking)
-            .map(|i| i.member)
-            .collect();
+        let mut talkers = std::mem::take(&mut self.talker_ids);
+        talkers.clear();
+        talkers.extend(self.inputs.iter().filter(|i| i.talking).map(|i| i.member));
         talkers.sort_unstable_by_key(|m| m.0);
         let key_of = |m: MemberId| {
             if talkers.binary_search_by_key(&m.0, |t| t.0).is_ok() {
@@ -706,7 +709,8 @@ impl Mixing {
                 MixKey::All
             }
         };
-        let mut wanted: Vec<(MixKey, Format, MemberId)> = Vec::new();
+        let mut wanted = std::mem::take(&mut self.wanted);
+        wanted.clear();
         for &(m, format) in receivers {
             let key = key_of(m);
             if !wanted.iter().any(|&(k, f, _)| k == key && f == format) {
@@ -791,6 +795,8 @@ impl Mixing {
                 o.ts = o.ts.wrapping_add(o.ticks);
             }
         }
+        self.talker_ids = talkers;
+        self.wanted = wanted;
         Ok(encoded)
     }
 
