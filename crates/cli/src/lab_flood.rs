@@ -120,6 +120,12 @@ pub fn run(a: &FloodArgs) -> Result<()> {
         bail!("--timeout-secs {timeout_secs}: give seconds between 0 and 600");
     }
     let max_connections = a.max_connections.unwrap_or(if a.quick { 32 } else { 256 });
+    // The lab's own gateway's per-source limits: half the connections for one source, and a
+    // request rate its probes stay well under.
+    let per_source_connections = (max_connections / 2).max(1);
+    let (requests_per_source, request_burst) = if a.quick { (20.0, 20) } else { (50.0, 50) };
+    // An address the lab's gateway takes no ng commands from (ng_allow is 127.0.0.1).
+    let ng_outsider: std::net::IpAddr = [127, 0, 0, 50].into();
     let control = matches!(a.scenario, ScenarioArg::Control);
     // The lab's own gateway: for the control scenario with an ng socket, HTTPS beside HTTP,
     // and the limits the slow clients are measured against.
@@ -137,7 +143,7 @@ pub fn run(a: &FloodArgs) -> Result<()> {
         std::fs::write(
             &config,
             format!(
-                "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\n"
+                "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\nmax_connections_per_source = {per_source_connections}\nrequests_per_source = {requests_per_source:?}\nrequest_burst_per_source = {request_burst}\nng_allow = [\"127.0.0.1\"]\n"
             ),
         )?;
         extra.extend([
@@ -190,6 +196,20 @@ pub fn run(a: &FloodArgs) -> Result<()> {
             timeout_secs,
             connections: a.connections.unwrap_or(if a.quick { 10 } else { 100 }),
             idle_connections: max_connections,
+            // Against a --target gateway the lab does not know its limits: those parts are
+            // sized from the defaults and the request flood and ng_allow parts left out.
+            per_source_connections: if a.target.is_none() {
+                per_source_connections
+            } else {
+                secrelay_gateway::server::ServeConfig::default().max_connections_per_source
+            },
+            requests_per_source: if a.target.is_none() {
+                requests_per_source
+            } else {
+                0.0
+            },
+            request_burst,
+            ng_outsider: a.target.is_none().then_some(ng_outsider),
             big_requests: if a.quick { 4 } else { 50 },
             big_body_bytes: 1024 * 1024,
             ng_rate: a.rate.unwrap_or(if a.quick { 2000 } else { 20_000 }),
@@ -384,6 +404,12 @@ fn print_control(r: &ControlReport) {
         }
     }
     println!("  gateway refused    {:?}", r.gateway_refused);
+    if let Some(q) = &r.request_flood {
+        println!(
+            "  request flood      from {} for {:.1} s (limit {}/s, burst {}): {:?}, {} of the 429s with Retry-After; GET /healthz from elsewhere meanwhile: {:?}",
+            q.source, q.secs, q.limit[0], q.limit[1], q.answers, q.retry_after, q.healthz
+        );
+    }
     for n in &r.ng {
         println!(
             "  ng {:<8}        {:.1} s: pings {} answered of {}{}; gateway requests ok {:.0}, error {:.0}{}",
@@ -419,6 +445,12 @@ fn print_control(r: &ControlReport) {
                 b as f64 / 1048576.0
             );
         }
+    }
+    if let Some(x) = &r.ng_outsider {
+        println!(
+            "  ng from {}     {} pings from outside ng_allow: {} answered, {:.0} counted not_allowed",
+            x.source, x.sent, x.answered, x.not_allowed
+        );
     }
     if let Some([a, b]) = r.rss_bytes {
         println!(

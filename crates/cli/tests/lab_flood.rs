@@ -281,4 +281,35 @@ fn control_floods_get_their_statuses_timeouts_and_error_replies() {
     );
     let rss = &r["rss_bytes"];
     assert!(f(&rss[1]) - f(&rss[0]) < 16.0 * 1048576.0, "{r}");
+
+    // One source past max_connections_per_source (16 with --quick): the excess told 429 at
+    // once, the rest closed at the timeout, and another source served all along.
+    let one = slow("one_source");
+    let ended = tally(&one["ended"]);
+    let refused_429 = ended.iter().find(|e| e.0 == "429").map_or(0.0, |e| e.1);
+    assert_eq!(refused_429, extra, "{one}");
+    assert_eq!(refused("source_connections"), extra, "{r}");
+    assert!(
+        tally(&one["healthz"]).iter().all(|(s, _)| s == "200"),
+        "{one}"
+    );
+    // A request flood from one source: its bucket (20 at once, 20/s) answered, the rest 429
+    // with Retry-After, another source served meanwhile.
+    let q = &r["request_flood"];
+    let answers = tally(&q["answers"]);
+    let n = |status: &str| answers.iter().find(|e| e.0 == status).map_or(0.0, |e| e.1);
+    let allowed = f(&q["limit"][1]) + f(&q["limit"][0]) * f(&q["secs"]);
+    assert!(
+        n("200") >= 20.0 && n("200") <= allowed + 2.0,
+        "{} answered 200 where the bucket allows {allowed:.0}: {q}",
+        n("200")
+    );
+    assert!(n("429") > 0.0, "{q}");
+    assert_eq!(f(&q["retry_after"]), n("429"), "{q}");
+    assert_eq!(refused("source_requests"), n("429"), "{r}");
+    assert!(tally(&q["healthz"]).iter().all(|(s, _)| s == "200"), "{q}");
+    // ng from outside ng_allow: not one answer, every one counted.
+    let x = &r["ng_outsider"];
+    assert_eq!(f(&x["answered"]), 0.0, "{x}");
+    assert_eq!(f(&x["not_allowed"]), f(&x["sent"]), "{x}");
 }

@@ -36,6 +36,11 @@ pub struct ServeConfig {
     pub udp: SocketAddr,
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP); none by default.
     pub ng: Option<SocketAddr>,
+    /// The addresses and networks (`10.0.0.5`, `10.0.0.0/24`, `::1`) the ng control socket takes
+    /// commands from; a datagram from anywhere else is dropped unanswered and counted. ng
+    /// carries no authentication (as with rtpengine): set this whenever the socket is reachable
+    /// from beyond the SIP proxies. Empty (the default): any source.
+    pub ng_allow: Vec<String>,
     /// The address written as the host candidate in answers (default: `udp`'s address, or when
     /// that is unspecified, the address of the interface with the default route).
     pub announce: Option<IpAddr>,
@@ -129,6 +134,15 @@ pub struct ServeConfig {
     pub tls_max_handshakes: usize,
     /// HTTP and HTTPS connections open at most (each costs buffers); more are closed at once.
     pub max_connections: usize,
+    /// HTTP and HTTPS connections one source (an IPv4 address, an IPv6 /64) may hold open at
+    /// once; more from it are closed at accept (plain HTTP first gets `429` with
+    /// `Retry-After`), so one client cannot take the `max_connections` everyone shares.
+    pub max_connections_per_source: usize,
+    /// Requests per second one source may make on average, over all its connections; beyond
+    /// it `429 Too Many Requests` with `Retry-After`. 0 (the default): no limit.
+    pub requests_per_source: f64,
+    /// Requests a quiet source may make at once before `requests_per_source` applies.
+    pub request_burst_per_source: u32,
     /// Seconds a connection has to begin its first request (after its TLS handshake on HTTPS),
     /// a request has to send its headers, and then to send its whole body and be answered
     /// (408 after it).
@@ -161,6 +175,7 @@ impl Default for ServeConfig {
             https: None,
             udp: "0.0.0.0:40000".parse().expect("a valid literal address"),
             ng: None,
+            ng_allow: Vec::new(),
             announce: None,
             workers: 0,
             cert_type: KeyType::EcdsaP256.name().into(),
@@ -199,6 +214,9 @@ impl Default for ServeConfig {
             tls_handshake_timeout_secs: 10.0,
             tls_max_handshakes: 1024,
             max_connections: 4096,
+            max_connections_per_source: 256,
+            requests_per_source: 0.0,
+            request_burst_per_source: 50,
             http_request_timeout_secs: 10.0,
             http2: true,
             http_threads: 1,
@@ -271,6 +289,7 @@ impl ServeConfig {
             ));
         }
         self.rtp_port_range()?;
+        self.ng_allowed()?;
         for (name, v) in [
             ("shed_handshakes_at", self.shed_handshakes_at),
             ("shed_joins_at", self.shed_joins_at),
@@ -378,13 +397,53 @@ impl ServeConfig {
         for (key, v) in [
             ("tls_max_handshakes", self.tls_max_handshakes),
             ("max_connections", self.max_connections),
+            (
+                "max_connections_per_source",
+                self.max_connections_per_source,
+            ),
+            (
+                "request_burst_per_source",
+                self.request_burst_per_source as usize,
+            ),
             ("http_threads", self.http_threads),
         ] {
             if v == 0 {
                 return Err(ConfigError(format!("{key} = 0: must be at least 1")));
             }
         }
+        if !(self.requests_per_source.is_finite() && self.requests_per_source >= 0.0) {
+            return Err(ConfigError(format!(
+                "requests_per_source = {}: requests per second, 0 for no limit",
+                self.requests_per_source
+            )));
+        }
         Ok(())
+    }
+
+    /// `ng_allow` parsed: each entry a network, a bare address its own /32 or /128.
+    pub fn ng_allowed(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+        self.ng_allow
+            .iter()
+            .map(|a| {
+                a.parse::<ipnet::IpNet>()
+                    .or_else(|_| a.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map(|n| n.trunc())
+                    .map_err(|_| {
+                        ConfigError(format!(
+                            "ng_allow: {a:?}: not an address or a network (10.0.0.5, 10.0.0.0/24, fd00::/64)"
+                        ))
+                    })
+            })
+            .collect()
+    }
+
+    /// The per-source limits of the signaling listeners.
+    pub fn source_limits(&self) -> super::per_source::SourceLimits {
+        super::per_source::SourceLimits {
+            connections: self.max_connections_per_source,
+            requests_per_sec: self.requests_per_source,
+            burst: f64::from(self.request_burst_per_source),
+        }
     }
 
     /// The key type of an issued HTTPS certificate.
@@ -654,5 +713,36 @@ mod tests {
                 .ended_resource_grace_secs,
             0.0
         );
+    }
+
+    #[test]
+    fn source_limits_and_ng_allow_parse_and_name_their_key() {
+        let c = ServeConfig::from_toml(
+            "max_connections_per_source = 8\nrequests_per_source = 2.5\nrequest_burst_per_source = 5\nng_allow = [\"10.0.0.5\", \"192.0.2.77/24\", \"fd00::/64\"]",
+        )
+        .unwrap();
+        assert_eq!(c.source_limits().connections, 8);
+        assert_eq!(c.source_limits().requests_per_sec, 2.5);
+        assert_eq!(c.source_limits().burst, 5.0);
+        let nets: Vec<String> = c
+            .ng_allowed()
+            .unwrap()
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(nets, ["10.0.0.5/32", "192.0.2.0/24", "fd00::/64"]);
+        for (bad, key) in [
+            (
+                "max_connections_per_source = 0",
+                "max_connections_per_source",
+            ),
+            ("request_burst_per_source = 0", "request_burst_per_source"),
+            ("requests_per_source = -1.0", "requests_per_source"),
+            ("ng_allow = [\"10.0.0.0/33\"]", "10.0.0.0/33"),
+            ("ng_allow = [\"proxy.example\"]", "proxy.example"),
+        ] {
+            let e = ServeConfig::from_toml(bad).unwrap_err().0;
+            assert!(e.contains(key), "{bad}: {e}");
+        }
     }
 }

@@ -33,6 +33,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::config::ServeConfig;
+use super::per_source::{PerSource, SourceSlot};
 use super::stats::{GatewayStats, TlsHandshakeLabels};
 use super::tls::{version_name, Tls, TlsFailure};
 
@@ -42,6 +43,8 @@ struct Shared {
     stats: Arc<GatewayStats>,
     builder: auto::Builder<TokioExecutor>,
     connections: Arc<Semaphore>,
+    /// The per-source limits, shared with the server's other listener.
+    sources: Arc<PerSource>,
     handshakes: Arc<Semaphore>,
     handshake_timeout: Duration,
     /// `http_request_timeout_secs`: also how long a connection may wait for its first byte.
@@ -81,6 +84,7 @@ pub(crate) async fn serve(
     config: Arc<ServeConfig>,
     stats: Arc<GatewayStats>,
     connections: Arc<Semaphore>,
+    sources: Arc<PerSource>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let shared = Arc::new(Shared {
@@ -88,6 +92,7 @@ pub(crate) async fn serve(
         stats,
         builder: builder(&config),
         connections,
+        sources,
         handshakes: Arc::new(Semaphore::new(config.tls_max_handshakes)),
         handshake_timeout: Duration::from_secs_f64(config.tls_handshake_timeout_secs),
         request_timeout: Duration::from_secs_f64(config.http_request_timeout_secs),
@@ -124,8 +129,27 @@ pub(crate) async fn serve(
     }
 }
 
-/// Takes one accepted connection: a slot or a refusal, then a task of its own.
+/// What a plain HTTP connection over its source's limit is told before it is closed.
+const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n\
+Content-Type: text/plain; charset=utf-8\r\nContent-Length: 72\r\nConnection: close\r\n\r\n\
+too many connections open from this address (max_connections_per_source)";
+
+/// Takes one accepted connection: a slot of its source's and one of the server's, or a
+/// refusal, then a task of its own.
 fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watcher) {
+    let Some(source_slot) = shared.sources.connect(peer.ip()) else {
+        shared
+            .stats
+            .tls
+            .source_connections_refused
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(source = %peer.ip(), "connection over max_connections_per_source");
+        if shared.tls.is_none() {
+            // Best effort, never waiting: the socket's send buffer is empty.
+            let _ = tcp.try_write(TOO_MANY_CONNECTIONS);
+        }
+        return;
+    };
     let Ok(conn_slot) = shared.connections.clone().try_acquire_owned() else {
         match shared.tls {
             Some(_) => shared.stats.tls.failed(TlsFailure::Busy),
@@ -147,11 +171,16 @@ fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watche
         .connections_open
         .fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
+        let source = Arc::new(source_slot);
         match &shared.tls {
-            None => serve_connection(&shared, first_byte_within(&shared, tcp), watcher).await,
+            None => {
+                let io = first_byte_within(&shared, tcp);
+                serve_connection(&shared, io, source, watcher).await
+            }
             Some((acceptor, _)) => {
                 if let Some(stream) = handshake(&shared, acceptor, tcp, peer).await {
-                    serve_connection(&shared, first_byte_within(&shared, stream), watcher).await;
+                    let io = first_byte_within(&shared, stream);
+                    serve_connection(&shared, io, source, watcher).await;
                 }
             }
         }
@@ -297,17 +326,56 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for FirstByteDeadline<I> {
     }
 }
 
-/// Serves HTTP on one connection (plain or TLS) until it closes.
-async fn serve_connection<I>(shared: &Shared, io: TokioIo<I>, watcher: Watcher)
-where
+/// Serves HTTP on one connection (plain or TLS) until it closes; each request first takes a
+/// token of its source's (`requests_per_source`).
+async fn serve_connection<I>(
+    shared: &Shared,
+    io: TokioIo<I>,
+    source: Arc<SourceSlot>,
+    watcher: Watcher,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let app = shared.app.clone();
+    let sources = shared.sources.clone();
+    let stats = shared.stats.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        app.clone().oneshot(req.map(axum::body::Body::new))
+        let limited = sources.request(&source).err();
+        let app = app.clone();
+        let stats = stats.clone();
+        async move {
+            match limited {
+                None => app.oneshot(req.map(axum::body::Body::new)).await,
+                Some(wait) => {
+                    stats.http_refused.fetch_add(1, Ordering::Relaxed);
+                    stats
+                        .tls
+                        .source_requests_limited
+                        .fetch_add(1, Ordering::Relaxed);
+                    Ok(too_many_requests(wait))
+                }
+            }
+        }
     });
     let conn = shared.builder.serve_connection(io, service).into_owned();
     if let Err(e) = watcher.watch(conn).await {
         tracing::debug!(error = %e, "HTTP connection ended with an error");
     }
+}
+
+/// `429` for a source that spent its `requests_per_source`, with the whole seconds until it may
+/// ask again.
+fn too_many_requests(wait: Duration) -> axum::response::Response {
+    let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+    let mut r = axum::response::Response::new(axum::body::Body::from(
+        "too many requests from this address (requests_per_source)\n",
+    ));
+    *r.status_mut() = hyper::StatusCode::TOO_MANY_REQUESTS;
+    let h = r.headers_mut();
+    h.insert(hyper::header::RETRY_AFTER, secs.into());
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
 }

@@ -24,6 +24,7 @@ mod http;
 mod listener;
 mod ng;
 mod ng_codecs;
+pub mod per_source;
 mod ports;
 mod stats;
 pub mod tls;
@@ -855,6 +856,11 @@ impl Server {
             None => None,
         };
         let ng_addr = ng_socket.as_ref().and_then(|s| s.local_addr().ok());
+        if let Some(a) = ng_addr {
+            if !a.ip().is_loopback() && gateway.config().ng_allow.is_empty() {
+                tracing::warn!(ng = %a, "the ng socket takes commands from any source: set ng_allow to the SIP proxies' addresses");
+            }
+        }
         let ng = ng_socket.map(|s| {
             (
                 s,
@@ -909,6 +915,7 @@ impl Server {
                     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
                     let connections =
                         Arc::new(tokio::sync::Semaphore::new(signaling.max_connections));
+                    let sources = per_source::PerSource::new(signaling.source_limits());
                     let mut loops = tokio::task::JoinSet::new();
                     for (l, tls) in bound {
                         match tokio::net::TcpListener::from_std(l) {
@@ -920,6 +927,7 @@ impl Server {
                                     signaling.clone(),
                                     g.stats().clone(),
                                     connections.clone(),
+                                    sources.clone(),
                                     stop_rx.clone(),
                                 ));
                             }

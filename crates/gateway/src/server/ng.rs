@@ -81,6 +81,11 @@ struct Reoffer {
     answered: bool,
 }
 
+/// The configuration's `ng_allow` (checked when the configuration was).
+fn gateway_allow(gateway: &Gateway) -> Vec<ipnet::IpNet> {
+    gateway.config().ng_allowed().unwrap_or_default()
+}
+
 /// The ng server's state.
 pub(crate) struct Ng {
     gateway: Arc<Gateway>,
@@ -88,17 +93,31 @@ pub(crate) struct Ng {
     replies: HashMap<(SocketAddr, Vec<u8>), (Vec<u8>, Instant)>,
     reply_order: VecDeque<((SocketAddr, Vec<u8>), Instant)>,
     sdes_suites: Vec<Profile>,
+    /// `ng_allow`: the sources taken; empty: any.
+    allow: Vec<ipnet::IpNet>,
 }
 
 impl Ng {
     pub fn new(gateway: Arc<Gateway>, sdes_suites: Vec<Profile>) -> Ng {
         Ng {
-            gateway,
             calls: HashMap::new(),
             replies: HashMap::new(),
             reply_order: VecDeque::new(),
             sdes_suites,
+            allow: gateway_allow(&gateway),
+            gateway,
         }
+    }
+
+    /// Whether a datagram from `from` is taken (`ng_allow`).
+    fn allowed(&self, from: SocketAddr) -> bool {
+        let ip = match from.ip() {
+            std::net::IpAddr::V6(v6) => v6
+                .to_ipv4_mapped()
+                .map_or(std::net::IpAddr::V6(v6), std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        self.allow.is_empty() || self.allow.iter().any(|n| n.contains(&ip))
     }
 
     /// Serves the socket until the runtime ends.
@@ -113,6 +132,12 @@ impl Ng {
             tokio::select! {
                 r = socket.recv_from(&mut buf) => {
                     let Ok((n, from)) = r else { continue };
+                    if !self.allowed(from) {
+                        // Unanswered: a reply to a forged source would reflect at it.
+                        self.gateway.stats().ng_not_allowed.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(source = %from.ip(), "ng datagram from outside ng_allow");
+                        continue;
+                    }
                     let out = self.message(from, &buf[..n]).await;
                     let _ = socket.send_to(&out, from).await;
                 }

@@ -261,6 +261,11 @@ pub struct TlsStats {
     pub failures: [AtomicU64; 9],
     /// Plain HTTP connections refused at accept (`max_connections` open).
     pub http_refused_busy: AtomicU64,
+    /// HTTP and HTTPS connections refused at accept because their source held
+    /// `max_connections_per_source`.
+    pub source_connections_refused: AtomicU64,
+    /// Requests answered `429` because their source spent its `requests_per_source`.
+    pub source_requests_limited: AtomicU64,
     /// HTTP and HTTPS connections closed because no request began within
     /// `http_request_timeout_secs` of the connection (or of its TLS handshake).
     pub http_idle_closed: AtomicU64,
@@ -368,6 +373,8 @@ pub struct GatewayStats {
     pub ng_requests: AtomicU64,
     /// Of those, answered with an error.
     pub ng_errors: AtomicU64,
+    /// ng datagrams from sources outside `ng_allow`, dropped unanswered (not in `ng_requests`).
+    pub ng_not_allowed: AtomicU64,
     /// Calls the ng control socket holds (from `offer` until `delete`, or until the next
     /// sweep after all their members ended).
     pub ng_calls: AtomicU64,
@@ -768,9 +775,13 @@ impl Collector for StatsCollector {
         labelled_counters(
             e,
             "secrelay_ng_requests",
-            "Requests on the ng control socket (SIP proxies), by result",
+            "Datagrams on the ng control socket (SIP proxies), by result: ok, error (answered with result: error), not_allowed (from outside ng_allow, dropped unanswered)",
             "result",
-            &[("ok", ng.saturating_sub(ng_errors)), ("error", ng_errors)],
+            &[
+                ("ok", ng.saturating_sub(ng_errors)),
+                ("error", ng_errors),
+                ("not_allowed", s.ng_not_allowed.load(Ordering::Relaxed)),
+            ],
         )?;
         gauge(
             e,
@@ -929,6 +940,22 @@ impl Collector for StatsCollector {
             "secrelay_http_connections_refused",
             "Plain HTTP connections closed at accept because max_connections were open",
             s.tls.http_refused_busy.load(Ordering::Relaxed),
+        )?;
+        labelled_counters(
+            e,
+            "secrelay_http_source_limited",
+            "Refused for their source's limits: connections closed at accept (max_connections_per_source open from the source) and requests answered 429 (requests_per_source spent)",
+            "what",
+            &[
+                (
+                    "connection",
+                    s.tls.source_connections_refused.load(Ordering::Relaxed),
+                ),
+                (
+                    "request",
+                    s.tls.source_requests_limited.load(Ordering::Relaxed),
+                ),
+            ],
         )?;
         counter(
             e,

@@ -8,18 +8,23 @@
 //!   complete headers then a body trickled likewise. Both must be cut off once the timeout has
 //!   passed since the request began, whatever the trickle; meanwhile `GET /healthz` from a
 //!   legitimate client is answered.
-//! * **Idle connections** beyond `max_connections`: the excess is closed at once, the rest once
-//!   the timeout passes.
+//! * **Idle connections** beyond `max_connections`, from several source addresses: the excess
+//!   is closed at once, the rest once the timeout passes.
+//! * **One source** holding idle connections past `max_connections_per_source`: its excess is
+//!   refused at once with 429 while other sources are served.
+//! * **A request flood** from one source past `requests_per_source`: answered 429 with
+//!   `Retry-After` beyond its bucket while other sources are served.
 //! * **Half-open TLS** on the HTTPS port (when the gateway serves it): a record header and
 //!   nothing more; cut off after `tls_handshake_timeout_secs` and counted by reason.
 //! * **ng**: bencode garbage, a huge dictionary, lists nested past the decoder's limit and
 //!   unknown commands at the ng control socket at a rate, while a legitimate client pings it:
-//!   every one answered with an error and counted, the pings answered, the memory flat.
+//!   every one answered with an error and counted, the pings answered, the memory flat; and
+//!   commands from a source outside `ng_allow`, dropped unanswered and counted.
 //!
 //! All of it is plain TCP and UDP from this process (std sockets): the bytes are the attack.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +59,15 @@ pub struct ControlOptions {
     pub big_requests: usize,
     /// Bytes each huge body declares (or streams).
     pub big_body_bytes: usize,
+    /// The gateway's `max_connections_per_source`.
+    pub per_source_connections: usize,
+    /// The gateway's `requests_per_source` (0: the request-flood part is skipped).
+    pub requests_per_source: f64,
+    /// The gateway's `request_burst_per_source`.
+    pub request_burst: u32,
+    /// The gateway's `ng_allow` leaves out this address: commands from it must go unanswered
+    /// (part skipped without one).
+    pub ng_outsider: Option<IpAddr>,
     /// ng flood datagrams per second.
     pub ng_rate: u64,
     /// Seconds of each ng window (unloaded, flood).
@@ -116,6 +130,36 @@ pub struct NgRow {
     pub rss_bytes: Option<[u64; 2]>,
 }
 
+/// One source asking as fast as it can, over one keep-alive connection.
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestFloodRow {
+    /// The flooding source address.
+    pub source: IpAddr,
+    /// Seconds it asked for.
+    pub secs: f64,
+    /// The gateway's `requests_per_source` and `request_burst_per_source`.
+    pub limit: [f64; 2],
+    /// Answers by status (or what happened instead).
+    pub answers: Tally,
+    /// Of the 429s, those that carried a `Retry-After`.
+    pub retry_after: u64,
+    /// `GET /healthz` from another source meanwhile.
+    pub healthz: Tally,
+}
+
+/// ng commands from a source outside `ng_allow`.
+#[derive(Debug, Clone, Serialize)]
+pub struct NgOutsiderRow {
+    /// The source address.
+    pub source: IpAddr,
+    /// Commands sent (`ping`).
+    pub sent: u64,
+    /// Answers that came back (must be none).
+    pub answered: u64,
+    /// `secrelay_ng_requests_total{result="not_allowed"}` during the part.
+    pub not_allowed: f64,
+}
+
 /// The report.
 #[derive(Debug, Clone, Serialize)]
 pub struct ControlReport {
@@ -127,11 +171,17 @@ pub struct ControlReport {
     pub big_bodies: Vec<(String, Tally)>,
     /// The slow clients.
     pub slow: Vec<SlowRow>,
-    /// `secrelay_http_connections_refused_total`, `secrelay_http_connections_idle_closed_total`
-    /// and `secrelay_tls_handshake_failures_total` by reason, during the slow parts.
+    /// `secrelay_http_connections_refused_total`, `secrelay_http_connections_idle_closed_total`,
+    /// `secrelay_http_source_limited_total` by what (`source_connections`, `source_requests`)
+    /// and `secrelay_tls_handshake_failures_total` by reason, during the slow parts and the
+    /// request flood.
     pub gateway_refused: Vec<(String, f64)>,
+    /// One source's request flood (when the gateway limits requests per source).
+    pub request_flood: Option<RequestFloodRow>,
     /// The ng windows.
     pub ng: Vec<NgRow>,
+    /// ng from outside `ng_allow` (when the lab knows an address it leaves out).
+    pub ng_outsider: Option<NgOutsiderRow>,
     /// Gateway resident memory before and after everything.
     pub rss_bytes: Option<[u64; 2]>,
 }
@@ -146,6 +196,29 @@ fn http_addr(s: &Signaling) -> anyhow::Result<SocketAddr> {
     rest.trim_end_matches('/')
         .parse()
         .with_context(|| format!("{}: give http://IP:PORT", s.base_url))
+}
+
+/// A TCP connection to `addr` from `source` (any port), or from the default address.
+fn connect_from(source: Option<IpAddr>, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let Some(ip) = source else {
+        return TcpStream::connect_timeout(&addr, Duration::from_secs(5));
+    };
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    s.bind(&SocketAddr::new(ip, 0).into())?;
+    s.connect_timeout(&addr.into(), Duration::from_secs(5))?;
+    Ok(s.into())
+}
+
+/// Loopback addresses `127.0.0.first` onwards, `n` of them: sources of their own for the parts
+/// that need more than one client address (every 127/8 address is this host's).
+fn loopback_sources(first: u8, n: usize) -> Vec<IpAddr> {
+    (0..n)
+        .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, first.wrapping_add(i as u8))))
+        .collect()
 }
 
 /// The status code of the first response line in `buf`, if one is there.
@@ -215,8 +288,13 @@ struct Slow {
     answered: Option<String>,
 }
 
-fn open_slow(addr: SocketAddr, first: &[u8], trickle: &'static [u8]) -> Option<Slow> {
-    let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+fn open_slow(
+    source: Option<IpAddr>,
+    addr: SocketAddr,
+    first: &[u8],
+    trickle: &'static [u8],
+) -> Option<Slow> {
+    let mut c = connect_from(source, addr).ok()?;
     let opened = Instant::now();
     if !first.is_empty() {
         let _ = c.write_all(first);
@@ -235,10 +313,13 @@ fn open_slow(addr: SocketAddr, first: &[u8], trickle: &'static [u8]) -> Option<S
 
 /// Runs `n` slow clients, each sending a byte of its trickle every `every`, until the gateway
 /// has ended every one or `give_up` passes; a legitimate client asks for `/healthz` every
-/// 200 ms meanwhile.
+/// 200 ms meanwhile. The clients take their source addresses from `sources` in turn (the
+/// default address when it is empty).
+#[allow(clippy::too_many_arguments)]
 fn run_slow(
     kind: &'static str,
     addr: SocketAddr,
+    sources: &[IpAddr],
     n: usize,
     first: &[u8],
     trickle: &'static [u8],
@@ -247,8 +328,9 @@ fn run_slow(
 ) -> SlowRow {
     let mut conns: Vec<Slow> = Vec::new();
     let mut ended = Tally::new();
-    for _ in 0..n {
-        match open_slow(addr, first, trickle) {
+    for i in 0..n {
+        let source = (!sources.is_empty()).then(|| sources[i % sources.len()]);
+        match open_slow(source, addr, first, trickle) {
             Some(s) => conns.push(s),
             None => tally(&mut ended, "connect_failed".into()),
         }
@@ -324,6 +406,105 @@ fn run_slow(
         healthz: health,
         healthz_after,
     }
+}
+
+/// One source asks for `/healthz` as fast as one keep-alive connection goes, for twice the
+/// time its burst lasts at the limit (at least a second); another source asks every 200 ms.
+fn request_flood(
+    o: &ControlOptions,
+    addr: SocketAddr,
+    source: IpAddr,
+) -> anyhow::Result<RequestFloodRow> {
+    let secs = (2.0 * f64::from(o.request_burst) / o.requests_per_source).clamp(1.0, 10.0);
+    let mut answers = Tally::new();
+    let mut healthz = Tally::new();
+    let mut retry_after = 0;
+    let mut c = connect_from(Some(source), addr)
+        .with_context(|| format!("connecting from {source} to {addr}"))?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let start = Instant::now();
+    let mut next_health = start;
+    let mut buf = vec![0u8; 4096];
+    while start.elapsed().as_secs_f64() < secs {
+        if c.write_all(b"GET /healthz HTTP/1.1\r\nHost: flood\r\n\r\n")
+            .is_err()
+        {
+            tally(&mut answers, "write_failed".into());
+            break;
+        }
+        // One answer: headers, then the body its Content-Length says.
+        let mut got = Vec::new();
+        let answer = loop {
+            match c.read(&mut buf) {
+                Ok(0) => break None,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(_) => break None,
+            }
+            let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                break Some(head);
+            }
+        };
+        let Some(head) = answer else {
+            tally(&mut answers, "closed".into());
+            break;
+        };
+        let status =
+            status_of(head.to_ascii_uppercase().as_bytes()).unwrap_or_else(|| "not_http".into());
+        if status == "429" && head.lines().any(|l| l.starts_with("retry-after:")) {
+            retry_after += 1;
+        }
+        tally(&mut answers, status);
+        if Instant::now() >= next_health {
+            next_health += Duration::from_millis(200);
+            tally(&mut healthz, health_check(&o.signaling));
+        }
+    }
+    Ok(RequestFloodRow {
+        source,
+        secs: start.elapsed().as_secs_f64(),
+        limit: [o.requests_per_source, f64::from(o.request_burst)],
+        answers,
+        retry_after,
+        healthz,
+    })
+}
+
+/// ng pings from `source`, outside `ng_allow`: none may be answered, every one counted.
+fn ng_from_outside(
+    o: &ControlOptions,
+    ng: SocketAddr,
+    source: IpAddr,
+) -> anyhow::Result<NgOutsiderRow> {
+    let m0 = metrics(&o.signaling)?;
+    let s = UdpSocket::bind(SocketAddr::new(source, 0))
+        .with_context(|| format!("binding an ng client on {source}"))?;
+    let sent = 200u64;
+    for i in 0..sent {
+        s.send_to(format!("out{i} d7:command4:pinge").as_bytes(), ng)?;
+    }
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let mut answered = 0;
+    let mut buf = [0u8; 512];
+    while s.recv_from(&mut buf).is_ok() {
+        answered += 1;
+    }
+    let m1 = metrics(&o.signaling)?;
+    let n = "secrelay_ng_requests_total{result=\"not_allowed\"}";
+    Ok(NgOutsiderRow {
+        source,
+        sent,
+        answered,
+        not_allowed: m1.get(n) - m0.get(n),
+    })
 }
 
 /// `GET /healthz`: the status, or the error.
@@ -479,10 +660,14 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
     let timeout = Duration::from_secs_f64(o.timeout_secs);
     let every = timeout / 4;
     let give_up = timeout * 3 + Duration::from_secs(2);
+    let idle_total = o.connections + o.idle_connections;
+    let idle_sources =
+        loopback_sources(10, idle_total.div_ceil(o.per_source_connections.max(1)) + 1);
     let mut slow = vec![
         run_slow(
             "slow_headers",
             addr,
+            &[],
             o.connections,
             b"POST /whip/flood-slow HTTP/1.1\r\nHost: flood\r\n",
             b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
@@ -492,17 +677,19 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         run_slow(
             "slow_body",
             addr,
+            &[],
             o.connections,
             b"POST /whip/flood-slow HTTP/1.1\r\nHost: flood\r\nContent-Type: application/sdp\r\nContent-Length: 60000\r\n\r\nv=0\r\n",
             b"a=slow\r\n",
             (every, give_up),
             Some(&o.signaling),
         ),
-        // Idle past max_connections: a legitimate client meanwhile finds a slot only once
-        // the gateway has closed idle ones.
+        // Idle past max_connections, from enough sources that none reaches its own limit: a
+        // legitimate client meanwhile finds a slot only once the gateway has closed idle ones.
         run_slow(
             "idle",
             addr,
+            &idle_sources,
             o.connections + o.idle_connections,
             b"",
             b"",
@@ -513,6 +700,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         run_slow(
             "idle_after_request",
             addr,
+            &idle_sources,
             o.connections,
             b"GET /healthz HTTP/1.1\r\nHost: flood\r\n\r\n",
             b"",
@@ -525,6 +713,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         slow.push(run_slow(
             "tls_half_open",
             https,
+            &[],
             o.connections,
             &[22, 3, 1, 2, 0],
             b"",
@@ -532,6 +721,21 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
             None,
         ));
     }
+    // One source past its own limit: the excess refused at once while the lab's default
+    // address is served.
+    slow.push(run_slow(
+        "one_source",
+        addr,
+        &loopback_sources(30, 1),
+        o.per_source_connections + o.connections,
+        b"",
+        b"",
+        (every, give_up),
+        Some(&o.signaling),
+    ));
+    let request_flood = (o.requests_per_source > 0.0)
+        .then(|| request_flood(o, addr, loopback_sources(40, 1)[0]))
+        .transpose()?;
     let m1 = metrics(&o.signaling)?;
     let mut gateway_refused = Vec::new();
     for (name, metric) in [
@@ -542,6 +746,14 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         (
             "http_idle_closed",
             "secrelay_http_connections_idle_closed_total",
+        ),
+        (
+            "source_connections",
+            "secrelay_http_source_limited_total{what=\"connection\"}",
+        ),
+        (
+            "source_requests",
+            "secrelay_http_source_limited_total{what=\"request\"}",
         ),
     ] {
         gateway_refused.push((name.to_string(), m1.get(metric) - m0.get(metric)));
@@ -566,6 +778,10 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         }];
         ng.push(ng_window(o, ng_addr, "flood", Some(streams))?);
     }
+    let ng_outsider = match (o.ng, o.ng_outsider) {
+        (Some(ng_addr), Some(source)) => Some(ng_from_outside(o, ng_addr, source)?),
+        _ => None,
+    };
     let rss1 = o.server_pid.and_then(|p| proc_sample(p).ok());
     Ok(ControlReport {
         load_average,
@@ -573,7 +789,9 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         big_bodies,
         slow,
         gateway_refused,
+        request_flood,
         ng,
+        ng_outsider,
         rss_bytes: rss0.zip(rss1).map(|(a, b)| [a.rss_bytes, b.rss_bytes]),
     })
 }
