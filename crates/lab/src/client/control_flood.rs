@@ -230,8 +230,8 @@ fn status_of(buf: &[u8]) -> Option<String> {
 
 /// One request with a huge body: the headers, then the body as long as the gateway reads it;
 /// the status it answered, or what happened.
-fn big_body(addr: SocketAddr, chunked: bool, bytes: usize) -> String {
-    let Ok(mut c) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else {
+fn big_body(source: IpAddr, addr: SocketAddr, chunked: bool, bytes: usize) -> String {
+    let Ok(mut c) = connect_from(Some(source), addr) else {
         return "connect_failed".into();
     };
     let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
@@ -648,11 +648,14 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
     metrics(&o.signaling).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
     let load_average = load_average();
     let rss0 = o.server_pid.and_then(|p| proc_sample(p).ok());
+    // From sources of their own, 8 requests each, so that none reaches its request limit.
+    let big_sources = loopback_sources(60, (2 * o.big_requests).div_ceil(8));
     let mut big_bodies = Vec::new();
     for (kind, chunked) in [("declared", false), ("chunked", true)] {
         let mut t = Tally::new();
-        for _ in 0..o.big_requests {
-            tally(&mut t, big_body(addr, chunked, o.big_body_bytes));
+        for i in 0..o.big_requests {
+            let source = big_sources[(i + usize::from(chunked) * o.big_requests) / 8];
+            tally(&mut t, big_body(source, addr, chunked, o.big_body_bytes));
         }
         big_bodies.push((kind.to_string(), t));
     }
@@ -661,13 +664,18 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
     let every = timeout / 4;
     let give_up = timeout * 3 + Duration::from_secs(2);
     let idle_total = o.connections + o.idle_connections;
-    let idle_sources =
-        loopback_sources(10, idle_total.div_ceil(o.per_source_connections.max(1)) + 1);
+    // The slow and idle clients come from several addresses, as a real flood would, enough
+    // that none reaches its source's connection or request limit (those have parts of their
+    // own below).
+    let client_sources = loopback_sources(
+        100,
+        idle_total.div_ceil(o.per_source_connections.max(1)) + 1,
+    );
     let mut slow = vec![
         run_slow(
             "slow_headers",
             addr,
-            &[],
+            &client_sources,
             o.connections,
             b"POST /whip/flood-slow HTTP/1.1\r\nHost: flood\r\n",
             b"X-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
@@ -677,7 +685,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         run_slow(
             "slow_body",
             addr,
-            &[],
+            &client_sources,
             o.connections,
             b"POST /whip/flood-slow HTTP/1.1\r\nHost: flood\r\nContent-Type: application/sdp\r\nContent-Length: 60000\r\n\r\nv=0\r\n",
             b"a=slow\r\n",
@@ -689,7 +697,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         run_slow(
             "idle",
             addr,
-            &idle_sources,
+            &client_sources,
             o.connections + o.idle_connections,
             b"",
             b"",
@@ -700,7 +708,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         run_slow(
             "idle_after_request",
             addr,
-            &idle_sources,
+            &client_sources,
             o.connections,
             b"GET /healthz HTTP/1.1\r\nHost: flood\r\n\r\n",
             b"",
@@ -713,7 +721,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         slow.push(run_slow(
             "tls_half_open",
             https,
-            &[],
+            &client_sources,
             o.connections,
             &[22, 3, 1, 2, 0],
             b"",
