@@ -549,3 +549,49 @@ fn truncated_frames_are_counted_not_fatal() {
     // Written back as it was (orig_len > snaplen is fine).
     assert_eq!(capture.to_bytes().unwrap(), input);
 }
+
+/// The streaming reader buffers only as far as the next record or block needs: records far
+/// larger than its first 64 KiB read, many small ones across its chunk boundaries, read
+/// through a reader that hands out odd-sized pieces, in both formats, come out as the slice
+/// parser gives them.
+#[test]
+fn the_streaming_reader_grows_for_large_records_and_matches_the_slice_parser() {
+    struct Pieces<'a>(&'a [u8], usize);
+    impl std::io::Read for Pieces<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.1 = (self.1 * 7 + 3) % 5000 + 1;
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+    let mut ng = CaptureFormat::new_pcapng();
+    ng.add_interface(LinkType::RAW, 0).unwrap();
+    for format in [
+        CaptureFormat::new_pcap(LinkType::RAW, PcapPrecision::Nano, 0),
+        ng,
+    ] {
+        let mut packets = Vec::new();
+        for i in 0..2_000u64 {
+            let len = match i {
+                500 => 300_000,
+                1_500 => 70_000,
+                _ => 20 + (i as usize * 13) % 400,
+            };
+            let frame: Vec<u8> = (0..len).map(|b| (b as u64 ^ i) as u8).collect();
+            packets.push(CapturedPacket::new(LinkType::RAW, T0 + i * 1_000, frame));
+        }
+        let bytes = Capture { format, packets }.to_bytes().unwrap();
+        let sliced = Capture::parse(&bytes).unwrap();
+        let streamed: Vec<CapturedPacket> = CaptureReader::new(Pieces(&bytes, 0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(streamed.len(), 2_000);
+        for (a, b) in sliced.packets.iter().zip(&streamed) {
+            assert_eq!(a.data(), b.data());
+            assert_eq!(a.timestamp_ns(), b.timestamp_ns());
+        }
+    }
+}

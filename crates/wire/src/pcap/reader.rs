@@ -1,26 +1,24 @@
 //! Capture reading (pcap and pcapng), streaming or from a slice.
 
-use std::io::{Chain, Cursor, Read};
+use std::io::Read;
 
 use byteorder_slice::{BigEndian, LittleEndian};
-use pcap_file::pcap::{PcapParser, PcapReader, RawPcapPacket};
+use pcap_file::pcap::{PcapParser, RawPcapPacket};
 use pcap_file::pcapng::blocks::interface_description::InterfaceDescriptionBlock;
 use pcap_file::pcapng::blocks::{
     ENHANCED_PACKET_BLOCK, INTERFACE_DESCRIPTION_BLOCK, PACKET_BLOCK, SECTION_HEADER_BLOCK,
     SIMPLE_PACKET_BLOCK,
 };
-use pcap_file::pcapng::{Block, PcapNgParser, PcapNgReader, RawBlock};
+use pcap_file::pcapng::{Block, PcapNgParser, RawBlock};
 use pcap_file::{Endianness, PcapError, TsResolution};
 
 use super::format::{pcap_link_type, FormatInner, NgInterface};
 use super::{BlockOrigin, CaptureError, CaptureFormat, CapturedPacket, LinkType};
 
-type Source<R> = Chain<Cursor<[u8; 4]>, R>;
-
 enum Inner<R: Read> {
-    Pcap(PcapReader<Source<R>>),
+    Pcap(PcapStream<R>),
     PcapNg {
-        reader: PcapNgReader<Source<R>>,
+        reader: NgStream<R>,
         /// Global index of interface 0 of the current section.
         section_base: usize,
     },
@@ -56,40 +54,45 @@ const PCAP_MAGICS: [u32; 4] = [0xA1B2_C3D4, 0xD4C3_B2A1, 0xA1B2_3C4D, 0x4D3C_B2A
 impl<R: Read> CaptureReader<R> {
     /// Detects the format and reads the file header (pcap global header or
     /// first pcapng section header).
-    pub fn new(mut reader: R) -> Result<Self, CaptureError> {
-        let mut magic = [0u8; 4];
-        let mut filled = 0;
-        while filled < magic.len() {
-            match reader.read(&mut magic[filled..]) {
-                Ok(0) => return Err(CaptureError::TooShort),
-                Ok(n) => filled += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(CaptureError::Io(e)),
-            }
-        }
-        let source = Cursor::new(magic).chain(reader);
+    pub fn new(reader: R) -> Result<Self, CaptureError> {
+        let mut input = Buffered::new(reader);
+        input.fill(|b| b.len() < 4).map_err(CaptureError::Io)?;
+        let magic: [u8; 4] = match input.rest().get(..4) {
+            Some(&[a, b, c, d]) => [a, b, c, d],
+            _ => return Err(CaptureError::TooShort),
+        };
         let m = u32::from_be_bytes(magic);
         if PCAP_MAGICS.contains(&m) {
-            let reader = PcapReader::new(source).map_err(CaptureError::from_pcap)?;
+            input
+                .fill(|b| matches!(PcapParser::new(b), Err(PcapError::IncompleteBuffer)))
+                .map_err(CaptureError::Io)?;
+            let rest = input.rest();
+            let (rem, parser) = PcapParser::new(rest).map_err(CaptureError::from_pcap)?;
+            input.used = rest.len() - rem.len();
             let format = CaptureFormat {
-                inner: FormatInner::Pcap(reader.header()),
+                inner: FormatInner::Pcap(parser.header()),
             };
             Ok(CaptureReader {
-                inner: Inner::Pcap(reader),
+                inner: Inner::Pcap(PcapStream { parser, input }),
                 format,
                 done: false,
             })
         } else if m == SECTION_HEADER_BLOCK {
-            let reader = PcapNgReader::new(source).map_err(CaptureError::from_pcap)?;
+            input
+                .fill(|b| matches!(PcapNgParser::new(b), Err(PcapError::IncompleteBuffer)))
+                .map_err(CaptureError::Io)?;
+            let rest = input.rest();
+            let (rem, parser) = PcapNgParser::new(rest).map_err(CaptureError::from_pcap)?;
+            input.used = rest.len() - rem.len();
             let format = CaptureFormat {
                 inner: FormatInner::PcapNg {
-                    section: reader.section().clone(),
+                    section: parser.section().clone(),
                     interfaces: Vec::new(),
                 },
             };
             Ok(CaptureReader {
                 inner: Inner::PcapNg {
-                    reader,
+                    reader: NgStream { parser, input },
                     section_base: 0,
                 },
                 format,
@@ -150,9 +153,93 @@ trait PcapSource {
     fn next_raw(&mut self) -> Option<Result<RawPcapPacket<'_>, PcapError>>;
 }
 
-impl<R: Read> PcapSource for PcapReader<R> {
+/// A reader's bytes, buffered as far as the next record or block needs. pcap-file's own
+/// readers hold a buffer of 8 MB each, whatever the capture's size; this one grows from 64 KiB
+/// only as far as the largest record or block asks, and the slice parsers read from it.
+struct Buffered<R> {
+    reader: R,
+    buf: Vec<u8>,
+    /// Where the unread bytes start.
+    pos: usize,
+    /// Bytes the item last returned took: dropped at the next [`Buffered::fill`] (until then
+    /// the item borrows them).
+    used: usize,
+    eof: bool,
+}
+
+/// Most bytes buffered for one record or block: past it the parser is given what there is
+/// (and says the item is incomplete). pcap-file's readers stop at 8 MB.
+const MAX_ITEM: usize = 64 << 20;
+/// The least a read asks for.
+const READ_CHUNK: usize = 64 << 10;
+
+impl<R: Read> Buffered<R> {
+    fn new(reader: R) -> Self {
+        Buffered {
+            reader,
+            buf: Vec::new(),
+            pos: 0,
+            used: 0,
+            eof: false,
+        }
+    }
+
+    /// The bytes not yet taken.
+    fn rest(&self) -> &[u8] {
+        &self.buf[self.pos..]
+    }
+
+    /// Drops what the last item took, then reads until `incomplete` says the unread bytes
+    /// hold the next item, the input ends, or [`MAX_ITEM`] bytes are unread.
+    fn fill(&mut self, incomplete: impl Fn(&[u8]) -> bool) -> std::io::Result<()> {
+        self.pos += std::mem::take(&mut self.used);
+        loop {
+            let rest = &self.buf[self.pos..];
+            if self.eof || rest.len() >= MAX_ITEM || (!rest.is_empty() && !incomplete(rest)) {
+                return Ok(());
+            }
+            if self.pos > 0 {
+                self.buf.drain(..self.pos);
+                self.pos = 0;
+            }
+            let old = self.buf.len();
+            self.buf.resize(old + old.max(READ_CHUNK), 0);
+            let r = self.reader.read(&mut self.buf[old..]);
+            self.buf.truncate(old + *r.as_ref().unwrap_or(&0));
+            match r {
+                Ok(0) => self.eof = true,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Classic pcap records from a reader.
+struct PcapStream<R> {
+    parser: PcapParser,
+    input: Buffered<R>,
+}
+
+impl<R: Read> PcapSource for PcapStream<R> {
     fn next_raw(&mut self) -> Option<Result<RawPcapPacket<'_>, PcapError>> {
-        self.next_raw_packet()
+        let parser = &self.parser;
+        if let Err(e) = self
+            .input
+            .fill(|b| matches!(parser.next_raw_packet(b), Err(PcapError::IncompleteBuffer)))
+        {
+            return Some(Err(PcapError::IoError(e)));
+        }
+        let rest = &self.input.buf[self.input.pos..];
+        if rest.is_empty() {
+            return None;
+        }
+        let used = &mut self.input.used;
+        Some(self.parser.next_raw_packet(rest).map(|(rem, p)| {
+            *used = rest.len() - rem.len();
+            p
+        }))
     }
 }
 
@@ -181,15 +268,43 @@ trait NgSource {
     fn interfaces(&self) -> &[InterfaceDescriptionBlock<'static>];
 }
 
-impl<R: Read> NgSource for PcapNgReader<R> {
+/// pcapng blocks from a reader.
+struct NgStream<R> {
+    parser: PcapNgParser,
+    input: Buffered<R>,
+}
+
+impl<R: Read> NgSource for NgStream<R> {
     fn next_raw(&mut self) -> Option<Result<RawBlock<'_>, PcapError>> {
-        self.next_raw_block()
+        // Whether a block is all there, asked of the stateless block parser: the section's
+        // parser takes in each section and interface it returns.
+        let big = matches!(self.parser.section().endianness, Endianness::Big);
+        let incomplete = |b: &[u8]| {
+            let r = if big {
+                RawBlock::from_slice::<BigEndian>(b).map(|_| ())
+            } else {
+                RawBlock::from_slice::<LittleEndian>(b).map(|_| ())
+            };
+            matches!(r, Err(PcapError::IncompleteBuffer))
+        };
+        if let Err(e) = self.input.fill(incomplete) {
+            return Some(Err(PcapError::IoError(e)));
+        }
+        let rest = &self.input.buf[self.input.pos..];
+        if rest.is_empty() {
+            return None;
+        }
+        let used = &mut self.input.used;
+        Some(self.parser.next_raw_block(rest).map(|(rem, b)| {
+            *used = rest.len() - rem.len();
+            b
+        }))
     }
     fn endianness(&self) -> Endianness {
-        self.section().endianness
+        self.parser.section().endianness
     }
     fn interfaces(&self) -> &[InterfaceDescriptionBlock<'static>] {
-        PcapNgReader::interfaces(self)
+        self.parser.interfaces()
     }
 }
 
