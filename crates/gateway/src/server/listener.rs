@@ -37,6 +37,13 @@ use super::per_source::{PerSource, SourceSlot};
 use super::stats::{GatewayStats, TlsHandshakeLabels};
 use super::tls::{version_name, Tls, TlsFailure};
 
+/// What the server's listeners share: the `max_connections` slots and the per-source limits.
+#[derive(Clone)]
+pub(crate) struct Capacity {
+    pub connections: Arc<Semaphore>,
+    pub sources: Arc<PerSource>,
+}
+
 /// What every connection of one listener shares.
 struct Shared {
     app: Router,
@@ -83,8 +90,10 @@ pub(crate) async fn serve(
     tls: Option<Arc<Tls>>,
     config: Arc<ServeConfig>,
     stats: Arc<GatewayStats>,
-    connections: Arc<Semaphore>,
-    sources: Arc<PerSource>,
+    Capacity {
+        connections,
+        sources,
+    }: Capacity,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let shared = Arc::new(Shared {

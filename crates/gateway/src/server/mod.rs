@@ -913,9 +913,12 @@ impl Server {
                         }
                     }
                     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-                    let connections =
-                        Arc::new(tokio::sync::Semaphore::new(signaling.max_connections));
-                    let sources = per_source::PerSource::new(signaling.source_limits());
+                    let capacity = listener::Capacity {
+                        connections: Arc::new(tokio::sync::Semaphore::new(
+                            signaling.max_connections,
+                        )),
+                        sources: per_source::PerSource::new(signaling.source_limits()),
+                    };
                     let mut loops = tokio::task::JoinSet::new();
                     for (l, tls) in bound {
                         match tokio::net::TcpListener::from_std(l) {
@@ -926,8 +929,7 @@ impl Server {
                                     tls,
                                     signaling.clone(),
                                     g.stats().clone(),
-                                    connections.clone(),
-                                    sources.clone(),
+                                    capacity.clone(),
                                     stop_rx.clone(),
                                 ));
                             }

@@ -189,6 +189,25 @@ impl<R: Read> Buffered<R> {
         &self.buf[self.pos..]
     }
 
+    /// The next item `parse` reads, once `fill` has buffered it; `None` at the end.
+    fn next_item<'a, T>(
+        &'a mut self,
+        incomplete: impl Fn(&[u8]) -> bool,
+        parse: impl FnOnce(&'a [u8]) -> Result<(&'a [u8], T), PcapError>,
+    ) -> Option<Result<T, PcapError>> {
+        if let Err(e) = self.fill(incomplete) {
+            return Some(Err(PcapError::IoError(e)));
+        }
+        let rest = &self.buf[self.pos..];
+        if rest.is_empty() {
+            return None;
+        }
+        Some(parse(rest).map(|(rem, item)| {
+            self.used = rest.len() - rem.len();
+            item
+        }))
+    }
+
     /// Drops what the last item took, then reads until `incomplete` says the unread bytes
     /// hold the next item, the input ends, or [`MAX_ITEM`] bytes are unread.
     fn fill(&mut self, incomplete: impl Fn(&[u8]) -> bool) -> std::io::Result<()> {
@@ -225,21 +244,10 @@ struct PcapStream<R> {
 impl<R: Read> PcapSource for PcapStream<R> {
     fn next_raw(&mut self) -> Option<Result<RawPcapPacket<'_>, PcapError>> {
         let parser = &self.parser;
-        if let Err(e) = self
-            .input
-            .fill(|b| matches!(parser.next_raw_packet(b), Err(PcapError::IncompleteBuffer)))
-        {
-            return Some(Err(PcapError::IoError(e)));
-        }
-        let rest = &self.input.buf[self.input.pos..];
-        if rest.is_empty() {
-            return None;
-        }
-        let used = &mut self.input.used;
-        Some(self.parser.next_raw_packet(rest).map(|(rem, p)| {
-            *used = rest.len() - rem.len();
-            p
-        }))
+        self.input.next_item(
+            |b| matches!(parser.next_raw_packet(b), Err(PcapError::IncompleteBuffer)),
+            |b| parser.next_raw_packet(b),
+        )
     }
 }
 
@@ -287,18 +295,9 @@ impl<R: Read> NgSource for NgStream<R> {
             };
             matches!(r, Err(PcapError::IncompleteBuffer))
         };
-        if let Err(e) = self.input.fill(incomplete) {
-            return Some(Err(PcapError::IoError(e)));
-        }
-        let rest = &self.input.buf[self.input.pos..];
-        if rest.is_empty() {
-            return None;
-        }
-        let used = &mut self.input.used;
-        Some(self.parser.next_raw_block(rest).map(|(rem, b)| {
-            *used = rest.len() - rem.len();
-            b
-        }))
+        let parser = &mut self.parser;
+        self.input
+            .next_item(incomplete, |b| parser.next_raw_block(b))
     }
     fn endianness(&self) -> Endianness {
         self.parser.section().endianness
