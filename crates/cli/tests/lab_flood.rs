@@ -93,17 +93,22 @@ fn assert_no_state_for_the_flood(r: &Value, extra_at_once: f64) {
     }
 }
 
+/// The kinds of datagram a window's flood sent, in order.
+fn flood_kinds(w: &Value) -> Vec<&str> {
+    w["flood"]
+        .as_array()
+        .expect("flood rows")
+        .iter()
+        .map(|k| k["kind"].as_str().expect("kind"))
+        .collect()
+}
+
 #[test]
 fn handshake_flood_makes_no_state_and_legitimate_peers_still_join() {
     let r = flood("handshake", &[]);
     assert_eq!(r["scenario"], "handshake", "{r}");
     let fw = window(&r, "flood");
-    let kinds: Vec<&str> = fw["flood"]
-        .as_array()
-        .expect("flood rows")
-        .iter()
-        .map(|k| k["kind"].as_str().expect("kind"))
-        .collect();
+    let kinds = flood_kinds(fw);
     assert_eq!(
         kinds,
         ["client_hello", "stun_unknown_ufrag", "stun_wrong_integrity"],
@@ -141,12 +146,7 @@ fn forged_replayed_and_garbage_srtp_is_dropped_and_counted_on_every_kind_of_leg(
         "a WebRTC member, an SDES and a plain phone: {r}"
     );
     let fw = window(&r, "flood");
-    let kinds: Vec<&str> = fw["flood"]
-        .as_array()
-        .expect("flood rows")
-        .iter()
-        .map(|k| k["kind"].as_str().expect("kind"))
-        .collect();
+    let kinds = flood_kinds(fw);
     for k in [
         "forged_srtp_member_address",
         "replayed_srtp_member_address",
