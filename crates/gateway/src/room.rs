@@ -1867,14 +1867,20 @@ impl Room {
             return;
         };
         let mut receivers: Vec<(MemberId, Format)> = Vec::new();
+        // Where each receiver is in `members` (which a tick does not change).
+        let mut at: Vec<usize> = Vec::new();
         while mix.next_tick().is_some_and(|t| t <= now) {
             receivers.clear();
-            receivers.extend(members.iter().filter_map(|m| {
+            at.clear();
+            for (k, m) in members.iter().enumerate() {
                 if !m.role.subscribes || m.leg.copy_target().is_none() {
-                    return None;
+                    continue;
                 }
-                Format::for_receiver(m.leg.media()).map(|f| (m.id, f))
-            }));
+                if let Some(f) = Format::for_receiver(m.leg.media()) {
+                    receivers.push((m.id, f));
+                    at.push(k);
+                }
+            }
             if let Err(e) = mix.tick(now, &receivers) {
                 tracing::warn!(?e, "mixing tick failed");
                 continue;
@@ -1884,10 +1890,8 @@ impl Room {
                 abs_send: abs_send_time(rtcp.epoch.0, now),
                 emit: &mut *emit,
             };
-            for &(id, format) in &receivers {
-                let Some(r) = members.iter_mut().find(|m| m.id == id) else {
-                    continue;
-                };
+            for (&(id, format), &k) in receivers.iter().zip(&at) {
+                let r = &mut members[k];
                 r.leg.counters_mut().encoded += mix.encoded_for(id);
                 for out in mix.ready(id) {
                     let made = made_packet(
@@ -1896,7 +1900,7 @@ impl Room {
                         out.seq,
                         out.timestamp,
                         out.marker,
-                        &out.payload,
+                        out.payload,
                     );
                     r.send_made(
                         (MIXER, MIX_SSRC),

@@ -11,6 +11,8 @@
 //! Telephone-events (RFC 4733) of a transcoded stream are carried onto each output's timeline,
 //! their durations scaled to its clock, numbered in its sequence ([`Transcoding::event`]).
 
+use std::collections::HashMap;
+
 use secrelay_media::dtmf;
 use secrelay_media::transcode::{InPacket, OutPacket, StreamDecoder, StreamEncoder};
 use secrelay_media::{Codec, Registry};
@@ -430,14 +432,53 @@ struct MixEncoder {
 /// One receiving member's stream of mixes: its own numbering and timeline, whichever encoder
 /// its packets come from from one tick to the next.
 struct MixOutput {
-    member: MemberId,
     format: Format,
     seq: u16,
     ts: u32,
     /// RTP clock ticks per packet.
     ticks: u32,
     marker: bool,
-    ready: Vec<OutPacket>,
+    ready: Vec<MixReady>,
+}
+
+impl MixOutput {
+    /// A receiver's new stream in `format`: random numbering, a marker on its first packet.
+    fn new(format: Format) -> MixOutput {
+        let (seq, ts) = random_start();
+        MixOutput {
+            format,
+            seq,
+            ts,
+            ticks: format.codec.clock_rate() / 1000 * format.ptime,
+            marker: true,
+            ready: Vec::new(),
+        }
+    }
+}
+
+/// A packet of the last tick for one receiver: its numbering, and where its payload is (an
+/// encoder's packet, shared by every receiver of that mix and format: not copied per receiver).
+#[derive(Clone, Copy)]
+struct MixReady {
+    seq: u16,
+    timestamp: u32,
+    marker: bool,
+    encoder: usize,
+    packet: usize,
+}
+
+/// One packet of a receiver's mix ([`Mixing::ready`]): numbered on the receiver's own
+/// timeline, its payload borrowed from the encoder that made it.
+#[derive(Debug, Clone, Copy)]
+pub struct MixPacket<'a> {
+    /// Sequence number, on the receiver's stream.
+    pub seq: u16,
+    /// RTP timestamp, on the receiver's stream.
+    pub timestamp: u32,
+    /// Set on the stream's first packet.
+    pub marker: bool,
+    /// The encoded audio, as the encoder made it.
+    pub payload: &'a [u8],
 }
 
 /// A mixing room's audio, sans-IO: each member's audio decoded once into its input; every
@@ -461,7 +502,8 @@ pub struct Mixing {
     mixer: secrelay_media::mixer::Mixer<i16>,
     inputs: Vec<MixInput>,
     encoders: Vec<MixEncoder>,
-    outputs: Vec<MixOutput>,
+    /// By receiving member: looked up once per receiver and tick.
+    outputs: HashMap<MemberId, MixOutput>,
     next_tick: Option<std::time::Instant>,
     last_audio: Option<std::time::Instant>,
     pcm: Vec<i16>,
@@ -510,7 +552,7 @@ impl Mixing {
                 .expect("a 20 ms frame is not empty"),
             inputs: Vec::new(),
             encoders: Vec::new(),
-            outputs: Vec::new(),
+            outputs: HashMap::new(),
             next_tick: None,
             last_audio: None,
             pcm: Vec::with_capacity(5760),
@@ -749,47 +791,33 @@ impl Mixing {
             self.charged.push((pcm_of, e.packets.len() as u64));
         }
         // Each receiver's packets, numbered on its own timeline.
-        for o in &mut self.outputs {
+        for o in self.outputs.values_mut() {
             o.ready.clear();
         }
         for &(member, format) in receivers {
             let key = key_of(member);
-            let Some(e) = self
+            let Some(encoder) = self
                 .encoders
                 .iter()
-                .find(|e| e.key == key && e.format == format)
+                .position(|e| e.key == key && e.format == format)
             else {
                 continue;
             };
-            let k = match self
+            let o = self
                 .outputs
-                .iter()
-                .position(|o| o.member == member && o.format == format)
-            {
-                Some(k) => k,
-                None => {
-                    let (seq, ts) = random_start();
-                    self.outputs.retain(|o| o.member != member);
-                    self.outputs.push(MixOutput {
-                        member,
-                        format,
-                        seq,
-                        ts,
-                        ticks: format.codec.clock_rate() / 1000 * format.ptime,
-                        marker: true,
-                        ready: Vec::new(),
-                    });
-                    self.outputs.len() - 1
-                }
-            };
-            let o = &mut self.outputs[k];
-            for p in &e.packets {
-                o.ready.push(OutPacket {
+                .entry(member)
+                .or_insert_with(|| MixOutput::new(format));
+            if o.format != format {
+                // The member's format changed: a new stream, on a new timeline.
+                *o = MixOutput::new(format);
+            }
+            for packet in 0..self.encoders[encoder].packets.len() {
+                o.ready.push(MixReady {
                     seq: o.seq,
                     timestamp: o.ts,
                     marker: std::mem::take(&mut o.marker),
-                    payload_type: p.payload_type,
-                    payload: p.payload.clone(),
+                    encoder,
+                    packet,
                 });
                 o.seq = o.seq.wrapping_add(1);
                 o.ts = o.ts.wrapping_add(o.ticks);
@@ -801,11 +829,14 @@ impl Mixing {
     }
 
     /// What the last [`Mixing::tick`] made for `member`.
-    pub fn ready(&self, member: MemberId) -> &[OutPacket] {
-        self.outputs
-            .iter()
-            .find(|o| o.member == member)
-            .map_or(&[], |o| o.ready.as_slice())
+    pub fn ready(&self, member: MemberId) -> impl Iterator<Item = MixPacket<'_>> + '_ {
+        let ready = self.outputs.get(&member).map_or(&[][..], |o| &o.ready[..]);
+        ready.iter().map(|r| MixPacket {
+            seq: r.seq,
+            timestamp: r.timestamp,
+            marker: r.marker,
+            payload: &self.encoders[r.encoder].packets[r.packet].payload,
+        })
     }
 
     /// Packets the last [`Mixing::tick`] encoded that are counted at `member`: its own mix's,
@@ -823,7 +854,7 @@ impl Mixing {
     /// in the sums.
     pub fn remove_member(&mut self, member: MemberId) {
         self.inputs.retain(|m| m.member != member);
-        self.outputs.retain(|o| o.member != member);
+        self.outputs.remove(&member);
         self.encoders.retain(|e| e.key != MixKey::Own(member));
         self.mixer.remove(u64::from(member.0));
     }

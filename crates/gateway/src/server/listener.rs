@@ -138,10 +138,24 @@ pub(crate) async fn serve(
     }
 }
 
+/// The body of [`TOO_MANY_CONNECTIONS`]; a macro so that the response can be built with
+/// `concat!` and its length checked when compiling.
+macro_rules! too_many_connections_body {
+    () => {
+        "too many connections open from this address (max_connections_per_source)"
+    };
+}
+
 /// What a plain HTTP connection over its source's limit is told before it is closed.
-const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n\
-Content-Type: text/plain; charset=utf-8\r\nContent-Length: 72\r\nConnection: close\r\n\r\n\
-too many connections open from this address (max_connections_per_source)";
+const TOO_MANY_CONNECTIONS: &[u8] = concat!(
+    "HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\n",
+    "Content-Type: text/plain; charset=utf-8\r\nContent-Length: 72\r\n",
+    "Connection: close\r\n\r\n",
+    too_many_connections_body!()
+)
+.as_bytes();
+// The Content-Length above is written by hand: editing the body without it fails the build.
+const _: () = assert!(too_many_connections_body!().len() == 72);
 
 /// Takes one accepted connection: a slot of its source's and one of the server's, or a
 /// refusal, then a task of its own.
