@@ -124,6 +124,126 @@ pub struct LatencyStats {
     pub mean: f64,
 }
 
+impl LatencyStats {
+    /// Every figure not a number: no handshake finished.
+    pub const NONE: LatencyStats = LatencyStats {
+        p50: f64::NAN,
+        p95: f64::NAN,
+        p99: f64::NAN,
+        max: f64::NAN,
+        mean: f64::NAN,
+    };
+
+    /// The figures of these latencies (ms); none when there are none.
+    pub fn of(mut v: Vec<f64>) -> Option<LatencyStats> {
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        Some(LatencyStats {
+            p50: super::quantile(&v, 0.50),
+            p95: super::quantile(&v, 0.95),
+            p99: super::quantile(&v, 0.99),
+            max: v[v.len() - 1],
+            mean: v.iter().sum::<f64>() / v.len() as f64,
+        })
+    }
+}
+
+/// Samples a load run's completed count every second until all its `threads` are done, and
+/// sets `stop` once `duration` has passed; `line(seconds since start, rate, completed)` is
+/// called with each sample (for a progress line). The rates (the last, partial second included
+/// when it lasted ≥ 0.2 s; average = completed / elapsed) and the run's wall time.
+pub(crate) fn sample_rates(
+    start: Instant,
+    duration: Option<Duration>,
+    (threads, threads_done): (usize, &AtomicUsize),
+    completed: &AtomicU64,
+    stop: &AtomicBool,
+    mut line: impl FnMut(f64, f64, u64),
+) -> (RateStats, Duration) {
+    let mut samples = Vec::new();
+    let mut last = (start, 0u64);
+    let mut next = start + Duration::from_secs(1);
+    let end = duration.map(|d| start + d);
+    while threads_done.load(Ordering::Acquire) < threads {
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) {
+            stop.store(true, Ordering::Relaxed);
+        }
+        if now >= next {
+            let done = completed.load(Ordering::Relaxed);
+            let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
+            samples.push(rate);
+            line(now.duration_since(start).as_secs_f64(), rate, done);
+            last = (now, done);
+            next += Duration::from_secs(1);
+        }
+        let wake = end.map_or(next, |e| e.min(next));
+        std::thread::sleep(
+            wake.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(10)),
+        );
+    }
+    let elapsed = start.elapsed();
+    // Every thread is done: the count is final.
+    let completed = completed.load(Ordering::Acquire);
+    let tail = elapsed.saturating_sub(last.0.duration_since(start));
+    if tail >= Duration::from_millis(200) || samples.is_empty() {
+        samples.push((completed - last.1) as f64 / tail.as_secs_f64().max(1e-3));
+    }
+    let mut sorted = samples.clone();
+    sorted.sort_by(f64::total_cmp);
+    let rates = RateStats {
+        max: sorted[sorted.len() - 1],
+        avg: completed as f64 / elapsed.as_secs_f64(),
+        p95: super::quantile(&sorted, 0.05),
+        min: sorted[0],
+        samples,
+    };
+    (rates, elapsed)
+}
+
+/// The table of handshake rates and latencies that the DTLS and TLS load runs print, one
+/// row per kind of handshake ([`rate_row`]).
+pub(crate) fn rate_table(id: &str, title: String) -> Table {
+    Table::new(id, title)
+        .col("kind", "handshakes")
+        .col_unit("max", "max", "/s")
+        .col_unit("avg", "avg", "/s")
+        .col_unit("p95", "95P", "/s")
+        .col_unit("min", "min", "/s")
+        .col_unit("p50_ms", "latency p50", "ms")
+        .col_unit("p95_ms", "p95", "ms")
+        .col_unit("p99_ms", "p99", "ms")
+        .col_unit("max_ms", "max", "ms")
+        .col("completed", "completed")
+        .col("failed", "failed")
+}
+
+/// A row of [`rate_table`].
+pub(crate) fn rate_row(
+    kind: Cell,
+    r: &RateStats,
+    l: &LatencyStats,
+    completed: u64,
+    failed: u64,
+) -> [(&'static str, Cell); 11] {
+    [
+        ("kind", kind),
+        ("max", Cell::num(r.max)),
+        ("avg", Cell::num(r.avg)),
+        ("p95", Cell::num(r.p95)),
+        ("min", Cell::num(r.min)),
+        ("p50_ms", Cell::num(l.p50)),
+        ("p95_ms", Cell::num(l.p95)),
+        ("p99_ms", Cell::num(l.p99)),
+        ("max_ms", Cell::num(l.max)),
+        ("completed", Cell::text(completed.to_string())),
+        ("failed", Cell::text(failed.to_string())),
+    ]
+}
+
 /// How the run was measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadMethod {
@@ -181,39 +301,20 @@ pub struct LoadReport {
 impl LoadReport {
     /// The summary as tables for a terminal.
     pub fn tables(&self) -> Vec<Table> {
-        let mut rate = Table::new(
+        let mut rate = rate_table(
             "handshake_rate",
             format!(
                 "DTLS-SRTP handshakes against {} ({} connections in flight, {} threads)",
                 self.target, self.connections, self.threads
             ),
-        )
-        .col("kind", "handshakes")
-        .col_unit("max", "max", "/s")
-        .col_unit("avg", "avg", "/s")
-        .col_unit("p95", "95P", "/s")
-        .col_unit("min", "min", "/s")
-        .col_unit("p50_ms", "latency p50", "ms")
-        .col_unit("p95_ms", "p95", "ms")
-        .col_unit("p99_ms", "p99", "ms")
-        .col_unit("max_ms", "max", "ms")
-        .col("completed", "completed")
-        .col("failed", "failed");
-        let r = &self.handshakes_per_s;
-        let l = &self.latency_ms;
-        rate.push([
-            ("kind", Cell::text("full")),
-            ("max", Cell::num(r.max)),
-            ("avg", Cell::num(r.avg)),
-            ("p95", Cell::num(r.p95)),
-            ("min", Cell::num(r.min)),
-            ("p50_ms", Cell::num(l.p50)),
-            ("p95_ms", Cell::num(l.p95)),
-            ("p99_ms", Cell::num(l.p99)),
-            ("max_ms", Cell::num(l.max)),
-            ("completed", Cell::text(self.completed.to_string())),
-            ("failed", Cell::text(self.failed.to_string())),
-        ]);
+        );
+        rate.push(rate_row(
+            Cell::text("full"),
+            &self.handshakes_per_s,
+            &self.latency_ms,
+            self.completed,
+            self.failed,
+        ));
         let no = || Cell::not_offered(RESUMPTION_NOT_OFFERED);
         rate.push([
             ("kind", Cell::text("resumed")),
@@ -571,37 +672,21 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
                 })?,
         );
     }
-    // Sample the completed count every second.
-    let mut samples = Vec::new();
-    let mut last = (start, 0u64);
-    let mut next = start + Duration::from_secs(1);
-    let end = opts.duration.map(|d| start + d);
-    while shared.threads_done.load(Ordering::Acquire) < threads {
-        let now = Instant::now();
-        if end.is_some_and(|e| now >= e) {
-            shared.stop.store(true, Ordering::Relaxed);
-        }
-        if now >= next {
-            let done = shared.completed.load(Ordering::Relaxed);
-            let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-            samples.push(rate);
+    let (rates, elapsed) = sample_rates(
+        start,
+        opts.duration,
+        (threads, &shared.threads_done),
+        &shared.completed,
+        &shared.stop,
+        |at, rate, done| {
             if opts.progress {
                 eprintln!(
-                    "[{:6.1} s] {rate:8.0} handshakes/s  completed {done}  failed {}",
-                    now.duration_since(start).as_secs_f64(),
+                    "[{at:6.1} s] {rate:8.0} handshakes/s  completed {done}  failed {}",
                     shared.failed.load(Ordering::Relaxed)
                 );
             }
-            last = (now, done);
-            next += Duration::from_secs(1);
-        }
-        let wake = end.map_or(next, |e| e.min(next));
-        std::thread::sleep(
-            wake.saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(10)),
-        );
-    }
-    let elapsed = start.elapsed();
+        },
+    );
     let mut total = ThreadResult::default();
     for h in handles {
         let r = h
@@ -617,33 +702,7 @@ pub fn run(opts: LoadOptions, stop: Arc<AtomicBool>) -> anyhow::Result<LoadRepor
         }
     }
     let completed = shared.completed.load(Ordering::Relaxed);
-    // The last, partial second counts if it is long enough to say something.
-    let tail = elapsed.saturating_sub(last.0.duration_since(start));
-    if tail >= Duration::from_millis(200) || samples.is_empty() {
-        samples.push((completed - last.1) as f64 / tail.as_secs_f64().max(1e-3));
-    }
-    let mut sorted = samples.clone();
-    sorted.sort_by(f64::total_cmp);
-    let rates = RateStats {
-        max: sorted[sorted.len() - 1],
-        avg: completed as f64 / elapsed.as_secs_f64(),
-        p95: super::quantile(&sorted, 0.05),
-        min: sorted[0],
-        samples,
-    };
-    let mut lat = total.latencies_ms.clone();
-    lat.sort_by(f64::total_cmp);
-    let latency = LatencyStats {
-        p50: super::quantile(&lat, 0.50),
-        p95: super::quantile(&lat, 0.95),
-        p99: super::quantile(&lat, 0.99),
-        max: lat.last().copied().unwrap_or(f64::NAN),
-        mean: if lat.is_empty() {
-            f64::NAN
-        } else {
-            lat.iter().sum::<f64>() / lat.len() as f64
-        },
-    };
+    let latency = LatencyStats::of(total.latencies_ms).unwrap_or(LatencyStats::NONE);
     let failed = total.failures.values().sum();
     Ok(LoadReport {
         tool: "secrelay lab handshake".into(),

@@ -42,7 +42,7 @@ use rustls::{
 };
 use serde::Serialize;
 
-use super::load::{LatencyStats, LoadMethod, RateStats};
+use super::load::{rate_row, rate_table, sample_rates, LatencyStats, LoadMethod, RateStats};
 use crate::frame::{Cell, Table};
 
 /// A TLS version the load tool offers (one per run).
@@ -235,7 +235,7 @@ pub struct TlsLoadReport {
 impl TlsLoadReport {
     /// The summary as tables for a terminal.
     pub fn tables(&self) -> Vec<Table> {
-        let mut rate = Table::new(
+        let mut rate = rate_table(
             "tls_handshake_rate",
             format!(
                 "TLS {} handshakes against {} ({} connections in flight, {} threads{})",
@@ -245,36 +245,14 @@ impl TlsLoadReport {
                 self.threads,
                 if self.resume { ", resuming" } else { "" }
             ),
-        )
-        .col("kind", "handshakes")
-        .col_unit("max", "max", "/s")
-        .col_unit("avg", "avg", "/s")
-        .col_unit("p95", "95P", "/s")
-        .col_unit("min", "min", "/s")
-        .col_unit("p50_ms", "latency p50", "ms")
-        .col_unit("p95_ms", "p95", "ms")
-        .col_unit("p99_ms", "p99", "ms")
-        .col_unit("max_ms", "max", "ms")
-        .col("completed", "completed")
-        .col("failed", "failed");
-        let r = &self.handshakes_per_s;
-        let l = &self.latency_ms;
-        rate.push([
-            (
-                "kind",
-                Cell::text(format!("{} full + {} resumed", self.full, self.resumed)),
-            ),
-            ("max", Cell::num(r.max)),
-            ("avg", Cell::num(r.avg)),
-            ("p95", Cell::num(r.p95)),
-            ("min", Cell::num(r.min)),
-            ("p50_ms", Cell::num(l.p50)),
-            ("p95_ms", Cell::num(l.p95)),
-            ("p99_ms", Cell::num(l.p99)),
-            ("max_ms", Cell::num(l.max)),
-            ("completed", Cell::num(self.completed as f64)),
-            ("failed", Cell::num(self.failed as f64)),
-        ]);
+        );
+        rate.push(rate_row(
+            Cell::text(format!("{} full + {} resumed", self.full, self.resumed)),
+            &self.handshakes_per_s,
+            &self.latency_ms,
+            self.completed,
+            self.failed,
+        ));
         let mut neg = Table::new("tls_negotiated", "What the handshakes negotiated")
             .col("what", "version suite group")
             .col("count", "handshakes");
@@ -1101,26 +1079,12 @@ impl TlsLoadReport {
             out.handshakes_per_s.p95 = super::quantile(&sorted, 0.05);
         }
         out.handshakes_per_s.avg = out.completed as f64 / out.elapsed_s.max(1e-9);
-        if let Some(l) = latency(out.latencies_ms.clone()) {
+        if let Some(l) = LatencyStats::of(out.latencies_ms.clone()) {
             out.latency_ms = l;
         }
-        out.latency_resumed_ms = latency(out.resumed_latencies_ms.clone());
+        out.latency_resumed_ms = LatencyStats::of(out.resumed_latencies_ms.clone());
         Some(out)
     }
-}
-
-fn latency(mut v: Vec<f64>) -> Option<LatencyStats> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(LatencyStats {
-        p50: super::quantile(&v, 0.50),
-        p95: super::quantile(&v, 0.95),
-        p99: super::quantile(&v, 0.99),
-        max: v[v.len() - 1],
-        mean: v.iter().sum::<f64>() / v.len() as f64,
-    })
 }
 
 /// Runs a TLS load test; prints a progress line each second (if asked) and returns the
@@ -1178,37 +1142,22 @@ pub fn run(
                 })?,
         );
     }
-    let mut samples = Vec::new();
-    let mut last = (start, 0u64);
-    let mut next = start + Duration::from_secs(1);
-    let end = opts.duration.map(|d| start + d);
-    while shared.threads_done.load(Ordering::Acquire) < threads {
-        let now = Instant::now();
-        if end.is_some_and(|e| now >= e) {
-            shared.stop.store(true, Ordering::Relaxed);
-        }
-        if now >= next {
-            let done = shared.completed.load(Ordering::Relaxed);
-            let rate = (done - last.1) as f64 / now.duration_since(last.0).as_secs_f64();
-            samples.push(rate);
+    let (rates, elapsed) = sample_rates(
+        start,
+        opts.duration,
+        (threads, &shared.threads_done),
+        &shared.completed,
+        &shared.stop,
+        |at, rate, done| {
             if opts.progress {
                 eprintln!(
-                    "[{:6.1} s] {rate:8.0} handshakes/s  completed {done} (resumed {})  failed {}",
-                    now.duration_since(start).as_secs_f64(),
+                    "[{at:6.1} s] {rate:8.0} handshakes/s  completed {done} (resumed {})  failed {}",
                     shared.resumed.load(Ordering::Relaxed),
                     shared.failed.load(Ordering::Relaxed)
                 );
             }
-            last = (now, done);
-            next += Duration::from_secs(1);
-        }
-        let wake = end.map_or(next, |e| e.min(next));
-        std::thread::sleep(
-            wake.saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(10)),
-        );
-    }
-    let elapsed = start.elapsed();
+        },
+    );
     let mut total = ThreadResult::default();
     let mut client_cpu = 0.0;
     for h in handles {
@@ -1235,19 +1184,6 @@ pub fn run(
         }
     }
     let completed = shared.completed.load(Ordering::Relaxed);
-    let tail = elapsed.saturating_sub(last.0.duration_since(start));
-    if tail >= Duration::from_millis(200) || samples.is_empty() {
-        samples.push((completed - last.1) as f64 / tail.as_secs_f64().max(1e-3));
-    }
-    let mut sorted = samples.clone();
-    sorted.sort_by(f64::total_cmp);
-    let rates = RateStats {
-        max: sorted[sorted.len() - 1],
-        avg: completed as f64 / elapsed.as_secs_f64(),
-        p95: super::quantile(&sorted, 0.05),
-        min: sorted[0],
-        samples,
-    };
     let all: Vec<f64> = total
         .full_ms
         .iter()
@@ -1256,13 +1192,6 @@ pub fn run(
         .collect();
     let all_kept = all.clone();
     let resumed_kept = total.resumed_ms.clone();
-    let nan = LatencyStats {
-        p50: f64::NAN,
-        p95: f64::NAN,
-        p99: f64::NAN,
-        max: f64::NAN,
-        mean: f64::NAN,
-    };
     let failed = total.failures.values().sum();
     let full = total.full_ms.len() as u64;
     let resumed = total.resumed_ms.len() as u64;
@@ -1302,9 +1231,9 @@ pub fn run(
         responses: total.responses,
         negotiated: total.negotiated,
         handshakes_per_s: rates,
-        latency_ms: latency(all).unwrap_or(nan),
-        latency_full_ms: latency(total.full_ms),
-        latency_resumed_ms: latency(total.resumed_ms),
+        latency_ms: LatencyStats::of(all).unwrap_or(LatencyStats::NONE),
+        latency_full_ms: LatencyStats::of(total.full_ms),
+        latency_resumed_ms: LatencyStats::of(total.resumed_ms),
         bytes_client_to_server: total.bytes_out as f64 / completed.max(1) as f64,
         bytes_server_to_client: total.bytes_in as f64 / completed.max(1) as f64,
         client_cpu_s: client_cpu,
