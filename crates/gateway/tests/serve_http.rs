@@ -542,3 +542,63 @@ fn idle_connections_and_trickled_bodies_are_cut_off_and_the_slots_come_back() {
     assert!(status.starts_with("HTTP/1.1 408"), "{status}");
     server.shutdown();
 }
+
+#[test]
+fn a_source_over_its_request_rate_gets_a_429_a_browser_on_another_origin_can_read() {
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 1,
+        drain_secs: 0.0,
+        cors_origins: vec!["https://app.example".into()],
+        // One request, then one every 100 s: the next ones are refused.
+        requests_per_source: 0.01,
+        request_burst_per_source: 1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let url = format!("{}/healthz", server.http_url().unwrap());
+    let a = agent();
+    let get = |origin: &str| {
+        let r = a.get(&url).header("Origin", origin).call().unwrap();
+        let h = |name: &str| {
+            r.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        };
+        (
+            r.status().as_u16(),
+            h("access-control-allow-origin"),
+            h("access-control-expose-headers"),
+            h("retry-after"),
+            h("vary"),
+        )
+    };
+    let (status, allow, ..) = get("https://app.example");
+    assert_eq!(status, 200);
+    assert_eq!(allow.as_deref(), Some("https://app.example"));
+    // Refused before the router: the CORS headers are the router's all the same, and the
+    // script may read Retry-After.
+    let (status, allow, expose, retry, vary) = get("https://app.example");
+    assert_eq!(status, 429);
+    assert_eq!(allow.as_deref(), Some("https://app.example"));
+    assert!(
+        expose.is_some_and(|e| e.to_ascii_lowercase().contains("retry-after")),
+        "Retry-After not exposed"
+    );
+    let secs: u64 = retry.expect("Retry-After").parse().unwrap();
+    assert!((1..=100).contains(&secs), "Retry-After: {secs}");
+    assert_eq!(vary.as_deref(), Some("origin"));
+    // An origin that is not listed gets no CORS headers, as from the router.
+    let (status, allow, ..) = get("https://other.example");
+    assert_eq!((status, allow), (429, None));
+    let metrics = call(
+        "GET",
+        &format!("{}/metrics", server.http_url().unwrap()),
+        &[],
+        None,
+    );
+    assert_eq!(metrics.status, 429, "the limit is per source, /metrics too");
+    server.shutdown();
+}

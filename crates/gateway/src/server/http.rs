@@ -118,6 +118,59 @@ impl prometheus_client::collector::Collector for ResourcesCollector {
     }
 }
 
+/// The origins CORS allows (`cors_origins`): for the router's CORS layer, and for the answers
+/// made before the router (a source's `429`), so that a browser on another origin can read
+/// those too.
+#[derive(Debug, Clone)]
+pub(crate) enum CorsOrigins {
+    /// `*`: any origin.
+    Any,
+    /// These origins (entries that are not valid header values are left out).
+    List(Arc<[HeaderValue]>),
+}
+
+impl CorsOrigins {
+    pub(crate) fn new(origins: &[String]) -> CorsOrigins {
+        if origins.iter().any(|o| o == "*") {
+            CorsOrigins::Any
+        } else {
+            CorsOrigins::List(
+                origins
+                    .iter()
+                    .filter_map(|o| HeaderValue::from_str(o).ok())
+                    .collect(),
+            )
+        }
+    }
+
+    fn allow(&self) -> AllowOrigin {
+        match self {
+            CorsOrigins::Any => AllowOrigin::any(),
+            CorsOrigins::List(l) => AllowOrigin::list(l.iter().cloned()),
+        }
+    }
+
+    /// Adds to `headers` what the CORS layer would for a request from `origin`: the origin
+    /// allowed (`*`, or the request's when listed; nothing for another), `Vary: origin` for a
+    /// list, and `Retry-After` exposed to scripts.
+    pub(crate) fn add_headers(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
+        let allowed = match self {
+            CorsOrigins::Any => Some(HeaderValue::from_static("*")),
+            CorsOrigins::List(l) => {
+                headers.insert(header::VARY, HeaderValue::from_static("origin"));
+                origin.filter(|o| l.contains(o)).cloned()
+            }
+        };
+        if let Some(o) = allowed {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o);
+            headers.insert(
+                header::ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static("retry-after"),
+            );
+        }
+    }
+}
+
 /// The router for a gateway, and the task that sweeps its resource table (run it on the
 /// signaling runtime): every few seconds it takes the workers' list of ended participants and
 /// forgets resources past their grace, so that neither grows while no request comes (a gateway
@@ -133,19 +186,8 @@ pub(crate) fn router(
     registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
     registry.register_collector(Box::new(StateCollector(gateway.clone())));
     registry.register_collector(Box::new(ResourcesCollector(resources.clone())));
-    let origins = &gateway.config().cors_origins;
-    let allow = if origins.iter().any(|o| o == "*") {
-        AllowOrigin::any()
-    } else {
-        AllowOrigin::list(
-            origins
-                .iter()
-                .filter_map(|o| HeaderValue::from_str(o).ok())
-                .collect::<Vec<_>>(),
-        )
-    };
     let cors = CorsLayer::new()
-        .allow_origin(allow)
+        .allow_origin(CorsOrigins::new(&gateway.config().cors_origins).allow())
         .allow_methods([
             Method::GET,
             Method::POST,
@@ -163,6 +205,7 @@ pub(crate) fn router(
             header::LOCATION,
             header::ETAG,
             header::LINK,
+            header::RETRY_AFTER,
             HeaderName::from_static("accept-patch"),
         ]);
     let limit = gateway.config().max_body_bytes;

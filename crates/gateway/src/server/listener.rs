@@ -33,6 +33,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use super::config::ServeConfig;
+use super::http::CorsOrigins;
 use super::per_source::{PerSource, SourceSlot};
 use super::stats::{GatewayStats, TlsHandshakeLabels};
 use super::tls::{version_name, Tls, TlsFailure};
@@ -57,6 +58,8 @@ struct Shared {
     /// `http_request_timeout_secs`: also how long a connection may wait for its first byte.
     request_timeout: Duration,
     tls: Option<(TlsAcceptor, Arc<Tls>)>,
+    /// For the `429`s made here, before the router's CORS layer.
+    cors: CorsOrigins,
 }
 
 /// How long a shutdown waits for the connections in progress to finish their requests.
@@ -106,6 +109,7 @@ pub(crate) async fn serve(
         handshake_timeout: Duration::from_secs_f64(config.tls_handshake_timeout_secs),
         request_timeout: Duration::from_secs_f64(config.http_request_timeout_secs),
         tls: tls.map(|t| (TlsAcceptor::from(t.server_config()), t)),
+        cors: CorsOrigins::new(&config.cors_origins),
     });
     let graceful = GracefulShutdown::new();
     loop {
@@ -362,21 +366,23 @@ async fn serve_connection<I>(
     let app = shared.app.clone();
     let sources = shared.sources.clone();
     let stats = shared.stats.clone();
+    let cors = shared.cors.clone();
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
-        let limited = sources.request(&source).err();
+        let limited = sources.request(&source).err().map(|wait| {
+            stats.http_refused.fetch_add(1, Ordering::Relaxed);
+            stats
+                .tls
+                .source_requests_limited
+                .fetch_add(1, Ordering::Relaxed);
+            let mut r = too_many_requests(wait);
+            cors.add_headers(req.headers().get(hyper::header::ORIGIN), r.headers_mut());
+            r
+        });
         let app = app.clone();
-        let stats = stats.clone();
         async move {
             match limited {
                 None => app.oneshot(req.map(axum::body::Body::new)).await,
-                Some(wait) => {
-                    stats.http_refused.fetch_add(1, Ordering::Relaxed);
-                    stats
-                        .tls
-                        .source_requests_limited
-                        .fetch_add(1, Ordering::Relaxed);
-                    Ok(too_many_requests(wait))
-                }
+                Some(refused) => Ok(refused),
             }
         }
     });
