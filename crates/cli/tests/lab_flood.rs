@@ -4,28 +4,15 @@
 //! reason it should be, the flood created no participant, room, join or handshake, established
 //! rooms kept relaying and legitimate participants kept completing handshakes.
 
-use std::process::Command;
-
 use serde_json::Value;
 
+mod lab_support;
+use lab_support::lab_json;
+
 fn flood(scenario: &str, extra: &[&str]) -> Value {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("flood.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", "flood", scenario, "--quick", "--json"])
-        .arg(&json)
-        .args(extra)
-        .output()
-        .expect("the secrelay binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "lab flood {scenario}: {}\n{stdout}\n{stderr}",
-        out.status
-    );
-    serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
-        .expect("the report is JSON")
+    let mut args = vec!["flood", scenario, "--quick"];
+    args.extend_from_slice(extra);
+    lab_json(&args).0
 }
 
 fn f(v: &Value) -> f64 {

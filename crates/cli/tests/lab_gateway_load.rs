@@ -7,37 +7,31 @@
 //! viewer got audio and one video stream, every layer was sent, the loss and the
 //! retransmission buffer's memory per stream are in the report.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 mod lab_support;
-use lab_support::serve;
+use lab_support::{lab_json, serve};
 
 #[test]
 fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
     let (server, url) = serve();
 
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("load.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", "gateway-load", "--target", &url])
-        .args(["--participants", "16", "--per-room", "4", "--duration", "2"])
-        .args(["--legs", "join,join,sdes,plain"])
-        .args(["--server-pid", &server.0.id().to_string()])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("the secrelay binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "gateway-load: {}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
-        .expect("the report is JSON");
+    let pid = server.0.id().to_string();
+    let (r, stdout) = lab_json(&[
+        "gateway-load",
+        "--target",
+        &url,
+        "--participants",
+        "16",
+        "--per-room",
+        "4",
+        "--duration",
+        "2",
+        "--legs",
+        "join,join,sdes,plain",
+        "--server-pid",
+        &pid,
+    ]);
 
     assert_eq!(r["participants"], 16, "{r}");
     assert_eq!(r["connected"], 16, "every participant connected: {r}");
@@ -84,27 +78,12 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
 /// report and the table.
 fn broadcast(extra: &[&str]) -> (Value, String) {
     let (server, url) = serve();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("broadcast.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", "gateway-load", "--target", &url])
-        .args(["--viewers", "5", "--publishers", "1", "--duration", "3"])
-        .args(extra)
-        .args(["--server-pid", &server.0.id().to_string()])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .expect("the secrelay binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "gateway-load --viewers: {}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report"))
-        .expect("the report is JSON");
-    (r, stdout)
+    let pid = server.0.id().to_string();
+    let mut args = vec!["gateway-load", "--target", &url];
+    args.extend(["--viewers", "5", "--publishers", "1", "--duration", "3"]);
+    args.extend_from_slice(extra);
+    args.extend(["--server-pid", &pid]);
+    lab_json(&args)
 }
 
 fn n(v: &Value, k: &str) -> u64 {

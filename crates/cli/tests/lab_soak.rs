@@ -12,6 +12,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod lab_support;
+use lab_support::lab_json;
+
 fn n(v: &Value, k: &str) -> f64 {
     v[k].as_f64().unwrap_or_else(|| panic!("{k}: {v}"))
 }
@@ -19,24 +22,14 @@ fn n(v: &Value, k: &str) -> f64 {
 #[test]
 fn a_quick_soak_exercises_every_kind_of_call_and_leaves_nothing_behind() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("soak.json");
     let out_dir = dir.path().join("report");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", "soak", "--quick", "--no-progress", "--json"])
-        .arg(&json)
-        .arg("--out")
-        .arg(&out_dir)
-        .output()
-        .expect("the secrelay binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "lab soak --quick: {}\n{stdout}\n{stderr}",
-        out.status
-    );
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON"))
-        .expect("the JSON parses");
+    let (v, stdout) = lab_json(&[
+        "soak",
+        "--quick",
+        "--no-progress",
+        "--out",
+        out_dir.to_str().expect("a UTF-8 temporary path"),
+    ]);
     let soak = &v["soak"];
     assert_eq!(v["studies"][0]["study"], "soak", "{v}");
 
@@ -79,7 +72,7 @@ fn a_quick_soak_exercises_every_kind_of_call_and_leaves_nothing_behind() {
         left >= 1.0 && vanished >= 1.0,
         "{left} left, {vanished} vanished"
     );
-    assert_eq!(left + vanished, n(soak, "calls") as f64, "{soak}");
+    assert_eq!(left + vanished, n(soak, "calls"), "{soak}");
 
     // The samples: the gateway held participants of every kind of leg under load, and at the
     // end nothing, with the descriptors it had before the first call.

@@ -42,23 +42,35 @@ pub fn run_study(study: &str) -> (Value, String) {
 
 /// [`run_study`], returning the whole JSON (the study and the run's `sizing` summary).
 pub fn run_lab(study: &str) -> (Value, String) {
+    let (v, stdout) = lab_json(&[study, "--quick", "--no-progress"]);
+    assert_eq!(v["studies"][0]["study"], study);
+    assert_eq!(v["studies"].as_array().map(Vec::len), Some(1));
+    (v, stdout)
+}
+
+/// Runs `secrelay lab ARGS… --json F` as a user would, asserts that it succeeded (its output
+/// in the message if not), and returns the JSON report and what it printed on stdout.
+pub fn lab_json(args: &[&str]) -> (Value, String) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join(format!("{study}.json"));
+    let json = dir.path().join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["lab", study, "--quick", "--no-progress", "--json"])
+        .arg("lab")
+        .args(args)
+        .arg("--json")
         .arg(&json)
         .output()
         .expect("the secrelay binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "lab {study} failed: {}",
+        "lab {}: {}\n{stdout}\n{}",
+        args.join(" "),
+        out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("JSON written")).expect("valid JSON");
-    assert_eq!(v["studies"][0]["study"], study);
-    assert_eq!(v["studies"].as_array().map(Vec::len), Some(1));
-    (v, String::from_utf8_lossy(&out.stdout).into_owned())
+    let v = serde_json::from_slice(&std::fs::read(&json).expect("the JSON report written"))
+        .expect("the report is JSON");
+    (v, stdout)
 }
 
 /// The rows of the study's table with this id.
