@@ -1,6 +1,6 @@
 //! Test helpers for the HTML report: PNG decoding and headless Chromium (render check and
 //! screenshot). Shared by `crates/lab/tests/report_chromium.rs` and
-//! `crates/cli/tests/lab_report.rs` (included there by path).
+//! `crates/cli/tests/lab_srtp.rs` (included there by path).
 
 #![allow(dead_code)]
 
