@@ -831,11 +831,14 @@ impl Mixing {
     /// What the last [`Mixing::tick`] made for `member`.
     pub fn ready(&self, member: MemberId) -> impl Iterator<Item = MixPacket<'_>> + '_ {
         let ready = self.outputs.get(&member).map_or(&[][..], |o| &o.ready[..]);
-        ready.iter().map(|r| MixPacket {
-            seq: r.seq,
-            timestamp: r.timestamp,
-            marker: r.marker,
-            payload: &self.encoders[r.encoder].packets[r.packet].payload,
+        ready.iter().filter_map(|r| {
+            let p = self.encoders.get(r.encoder)?.packets.get(r.packet)?;
+            Some(MixPacket {
+                seq: r.seq,
+                timestamp: r.timestamp,
+                marker: r.marker,
+                payload: &p.payload,
+            })
         })
     }
 
@@ -856,6 +859,11 @@ impl Mixing {
         self.inputs.retain(|m| m.member != member);
         self.outputs.remove(&member);
         self.encoders.retain(|e| e.key != MixKey::Own(member));
+        // The ready packets point into the encoders, which have moved: the last tick's are
+        // gone (the next tick makes new ones).
+        for o in self.outputs.values_mut() {
+            o.ready.clear();
+        }
         self.mixer.remove(u64::from(member.0));
     }
 }

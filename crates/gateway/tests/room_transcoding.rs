@@ -636,3 +636,63 @@ fn silent_members_of_a_mix_share_one_encode() {
         assert!(phone_rx(&h, p).len() >= 17);
     }
 }
+
+/// A mix's packets for a receiver point into its encoders (shared, not copied per receiver):
+/// after a member leaves, its encoder is dropped and the others move, so the last tick's
+/// packets are gone rather than read from the wrong encoder (or past the end).
+#[test]
+fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
+    use secrelay_gateway::leg::CodecId;
+    use secrelay_gateway::room::MemberId;
+    use secrelay_gateway::transcode::{Format, Mixing};
+    use secrelay_media::transcode::InPacket;
+    use secrelay_media::Registry;
+
+    let mut mix = Mixing::new(Registry::standard(), MixSettings::default());
+    let pcmu = Format {
+        codec: CodecId::Pcmu,
+        ptime: 20,
+    };
+    let members: Vec<(MemberId, Format)> = (1..=3).map(|m| (MemberId(m), pcmu)).collect();
+    let t0 = std::time::Instant::now();
+    let freqs = [500.0, 900.0, 1300.0];
+    let mut made = 0;
+    for (k, &(m, _)) in members.iter().enumerate() {
+        for (i, p) in g711_packets(&mut Pcmu, freqs[k], 5).iter().enumerate() {
+            let pkt = InPacket {
+                seq: i as u16,
+                timestamp: 160 * i as u32,
+                marker: i == 0,
+                payload: p,
+            };
+            mix.audio(m, 100 + m.0, CodecId::Pcmu, &pkt, t0).unwrap();
+        }
+    }
+    while let Some(at) = mix.next_tick().filter(|&at| at <= t0 + MIX_WAIT) {
+        mix.tick(at, &members).unwrap();
+        made += mix.ready(MemberId(3)).count();
+    }
+    // Everyone talks: three mixes, each encoded for its talker.
+    assert!(made > 0, "member 3 heard the others");
+    assert_eq!(mix.talkers(), 3);
+    assert!(mix.ready(MemberId(3)).count() > 0);
+    mix.remove_member(MemberId(1));
+    assert_eq!(
+        mix.ready(MemberId(3)).count(),
+        0,
+        "no packets of a moved encoder"
+    );
+    assert_eq!(mix.ready(MemberId(2)).count(), 0);
+    // The next tick serves the two who are left.
+    let rest = &members[1..];
+    let at = mix.next_tick().expect("still ticking");
+    mix.tick(at, rest).unwrap();
+    let sizes: Vec<usize> = mix.ready(MemberId(3)).map(|p| p.payload.len()).collect();
+    assert!(
+        !sizes.is_empty() && sizes.iter().all(|&n| n == 160),
+        "{sizes:?}"
+    );
+}
+
+/// Long enough for a few ticks of the mix.
+const MIX_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
