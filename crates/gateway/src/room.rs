@@ -700,6 +700,9 @@ pub struct Room {
     rtx_scratch: Vec<u8>,
     /// Where a copy with the receiver's own header extensions is written.
     copy_scratch: Vec<u8>,
+    /// [`Room::mix_due`]'s receivers each tick, and where each is in `members`: kept so that
+    /// a tick allocates nothing once warm.
+    mix_receivers: (Vec<(MemberId, Format)>, Vec<usize>),
     /// Where a probe's retransmission is made (its copy, then its RTX packet).
     probe_scratch: (Vec<u8>, Vec<u8>),
     /// A deadline routing set (a member's first transport-wide feedback), for the caller's
@@ -785,6 +788,7 @@ impl Room {
             reports: Vec::new(),
             rtx_scratch: Vec::with_capacity(1500),
             copy_scratch: Vec::with_capacity(1500),
+            mix_receivers: (Vec::new(), Vec::new()),
             probe_scratch: (Vec::with_capacity(1500), Vec::with_capacity(1500)),
             wake: None,
             keyframe_wanted: Vec::new(),
@@ -1861,14 +1865,12 @@ impl Room {
             scratch,
             copy_scratch,
             rtcp,
+            mix_receivers: (receivers, at),
             ..
         } = self;
         let Some(mix) = mixing.as_mut() else {
             return;
         };
-        let mut receivers: Vec<(MemberId, Format)> = Vec::new();
-        // Where each receiver is in `members` (which a tick does not change).
-        let mut at: Vec<usize> = Vec::new();
         while mix.next_tick().is_some_and(|t| t <= now) {
             receivers.clear();
             at.clear();
@@ -1881,7 +1883,7 @@ impl Room {
                     at.push(k);
                 }
             }
-            if let Err(e) = mix.tick(now, &receivers) {
+            if let Err(e) = mix.tick(now, receivers) {
                 tracing::warn!(?e, "mixing tick failed");
                 continue;
             }
@@ -1890,7 +1892,7 @@ impl Room {
                 abs_send: abs_send_time(rtcp.epoch.0, now),
                 emit: &mut *emit,
             };
-            for (&(id, format), &k) in receivers.iter().zip(&at) {
+            for (&(id, format), &k) in receivers.iter().zip(at.iter()) {
                 let r = &mut members[k];
                 r.leg.counters_mut().encoded += mix.encoded_for(id);
                 for out in mix.ready(id) {
