@@ -203,6 +203,16 @@ pub(crate) struct Keys {
     rtp: DirKeys,
     rtcp: DirKeys,
     profile: Profile,
+    /// Unique for the process's life: names this key set to engines that keep keys elsewhere
+    /// (a GPU's key slots, [`crate::offload`]); an address could be reused after a drop.
+    id: u64,
+}
+
+/// The next [`Keys::id`].
+fn next_key_set_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 impl DirKeys {
@@ -252,6 +262,18 @@ impl DirKeys {
 }
 
 impl Keys {
+    /// The key set's process-unique name ([`Keys::id`]).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The RTP session keys in raw form (encryption key, authentication key, salt), which
+    /// every key set made by this crate keeps for the multi-buffer and offload engines.
+    pub(crate) fn rtp_raw(&self) -> Option<(&[u8], &[u8], &[u8; 14])> {
+        let src = self.rtp.lanes_source.as_ref()?;
+        Some((&src.enc, &src.auth, &self.rtp.salt))
+    }
+
     fn derive(provider: &dyn CryptoProvider, key: &MasterKey) -> Result<Self, ConfigError> {
         let p = key.profile();
         let mk = |rtcp: bool| -> Result<DirKeys, ConfigError> {
@@ -262,6 +284,7 @@ impl Keys {
             profile: p,
             rtp: mk(false)?,
             rtcp: mk(true)?,
+            id: next_key_set_id(),
         })
     }
 }
@@ -660,6 +683,7 @@ impl Context {
             profile: p,
             rtp: DirKeys::new(self.provider, p, enc, auth, salt, true)?,
             rtcp: DirKeys::new(self.provider, p, enc, auth, salt, false)?,
+            id: next_key_set_id(),
         });
         Ok(())
     }
@@ -693,36 +717,7 @@ impl Context {
     /// ([`Profile::rtp_overhead`] more bytes). Returns the SRTP packet's length.
     pub fn protect_rtp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
         let (span, keys) = self.protect_rtp_begin(buf, len)?;
-        let k = &keys.rtp;
-        let RtpSpan {
-            hdr,
-            ssrc,
-            seq,
-            index,
-            tag_len,
-            ..
-        } = span;
-        match &k.cipher {
-            Cipher::Gcm(g) => {
-                let nonce = gcm_rtp_iv(&k.salt, ssrc, span.roc(), seq);
-                let (aad, rest) = buf.split_at_mut(hdr);
-                let (data, tail) = rest.split_at_mut(len - hdr);
-                let mut tag = [0u8; 16];
-                g.seal(&nonce, aad, data, &mut tag);
-                tail[..16].copy_from_slice(&tag);
-            }
-            cipher => {
-                if let Cipher::Ctr(c) = cipher {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len]);
-                }
-                if let Some(auth) = &k.auth {
-                    let mut mac = [0u8; 20];
-                    auth.sign2(&buf[..len], &span.roc().to_be_bytes(), &mut mac);
-                    buf[len..len + tag_len].copy_from_slice(&mac[..tag_len]);
-                }
-            }
-        }
-        Ok(len + tag_len)
+        Ok(protect_rtp_with(keys, buf, &span))
     }
 
     /// Everything protecting an RTP packet does before its crypto: parse the header, find (or
@@ -988,9 +983,49 @@ fn copy_in(input: &[u8], output: &mut [u8], extra: usize) -> Result<usize, Error
     Ok(input.len())
 }
 
+/// The crypto of SRTP protect, after [`Context::protect_rtp_begin`] (which checked that `buf`
+/// holds the tag): encrypt or seal, append the tag. Returns the SRTP length.
+#[inline]
+pub(crate) fn protect_rtp_with(keys: &Keys, buf: &mut [u8], span: &RtpSpan) -> usize {
+    let RtpSpan {
+        hdr,
+        len,
+        ssrc,
+        seq,
+        index,
+        tag_len,
+    } = *span;
+    let k = &keys.rtp;
+    match &k.cipher {
+        Cipher::Gcm(g) => {
+            let nonce = gcm_rtp_iv(&k.salt, ssrc, span.roc(), seq);
+            let (aad, rest) = buf.split_at_mut(hdr);
+            let (data, tail) = rest.split_at_mut(len - hdr);
+            let mut tag = [0u8; 16];
+            g.seal(&nonce, aad, data, &mut tag);
+            tail[..16].copy_from_slice(&tag);
+        }
+        cipher => {
+            if let Cipher::Ctr(c) = cipher {
+                c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len]);
+            }
+            if let Some(auth) = &k.auth {
+                let mut mac = [0u8; 20];
+                auth.sign2(&buf[..len], &span.roc().to_be_bytes(), &mut mac);
+                buf[len..len + tag_len].copy_from_slice(&mac[..tag_len]);
+            }
+        }
+    }
+    len + tag_len
+}
+
 /// The crypto of SRTP unprotect: check the tag (constant time) or open the AEAD, decrypt.
 #[inline]
-fn unprotect_rtp_with(keys: &Keys, buf: &mut [u8], span: &RtpSpan) -> Result<usize, Error> {
+pub(crate) fn unprotect_rtp_with(
+    keys: &Keys,
+    buf: &mut [u8],
+    span: &RtpSpan,
+) -> Result<usize, Error> {
     let RtpSpan {
         hdr,
         len,

@@ -43,6 +43,7 @@ pub mod error;
 pub mod index;
 pub mod kdf;
 mod keys;
+pub mod offload;
 pub mod pipeline;
 pub mod profile;
 pub mod provider;

@@ -1,0 +1,278 @@
+//! Hooks for batch engines outside this crate that do the crypto of SRTP packets somewhere
+//! else (a GPU: `secrelay-srtp-gpu`).
+//!
+//! Protecting or unprotecting an RTP packet is split as the multi-buffer engine splits it
+//! ([`crate::SimdEngine`]), and through the same code as [`Context::protect_rtp`] and
+//! [`Context::unprotect_rtp`]:
+//! 1. *begin*, on the context, in batch order ([`Context::offload_protect_rtp_begin`],
+//!    [`Context::offload_unprotect_rtp_begin`]): the header, the stream, the index estimate
+//!    and the replay check. Protect moves the stream on here (its crypto cannot fail);
+//!    unprotect changes nothing. The result, an [`OffloadRtp`], says where the crypto works
+//!    in the packet (header length, tag length), with what IV inputs (SSRC, ROC, sequence
+//!    number) and under which key set ([`OffloadRtp::key_set`]).
+//! 2. the crypto, elsewhere. The key set's raw session keys ([`Context::offload_rtp_keys`])
+//!    are copied to the device once per key set, not per packet: [`OffloadRtp::key_set`] is
+//!    unique for the life of the process, so a cache keyed by it never confuses two key sets.
+//!    [`Context::offload_rtp_crypto`] does the same crypto on the CPU, through the context's
+//!    provider: for packets the device cannot take, or when the device fails.
+//! 3. *commit*, unprotect only, in batch order, for a packet that authenticated
+//!    ([`Context::offload_unprotect_rtp_commit`]): the stream moves on past it.
+//!
+//! An engine that has an unprotect of a context waiting for its crypto must not begin
+//! another packet of that context before committing it (the begin reads the state the
+//! commit changes): the engine keeps each context's packets in order.
+
+use crate::context::{protect_rtp_with, unprotect_rtp_with, Context, RtpSpan};
+use crate::error::Error;
+use crate::profile::Profile;
+
+/// One RTP packet begun for offloaded crypto: where the crypto works and with what.
+#[derive(Debug, Clone, Copy)]
+pub struct OffloadRtp {
+    span: RtpSpan,
+    protect: bool,
+    /// The stream has keys of its own (else its context's master keys).
+    own_keys: bool,
+    key_set: u64,
+}
+
+impl OffloadRtp {
+    /// Whether this is a protect (else an unprotect).
+    pub fn is_protect(&self) -> bool {
+        self.protect
+    }
+    /// The RTP header's length: the crypto encrypts from here.
+    pub fn header_len(&self) -> usize {
+        self.span.hdr
+    }
+    /// The input's length (RTP for protect, SRTP for unprotect).
+    pub fn len(&self) -> usize {
+        self.span.len
+    }
+    /// Whether the input is empty (never: an RTP header is 12 bytes at least).
+    pub fn is_empty(&self) -> bool {
+        self.span.len == 0
+    }
+    /// The tag's length: appended by protect, at the end of the input for unprotect.
+    pub fn tag_len(&self) -> usize {
+        self.span.tag_len
+    }
+    /// The output's length once the crypto succeeds.
+    pub fn output_len(&self) -> usize {
+        if self.protect {
+            self.span.len + self.span.tag_len
+        } else {
+            self.span.len - self.span.tag_len
+        }
+    }
+    /// The packet's SSRC.
+    pub fn ssrc(&self) -> u32 {
+        self.span.ssrc
+    }
+    /// The packet's sequence number.
+    pub fn seq(&self) -> u16 {
+        self.span.seq
+    }
+    /// The rollover counter estimated for the packet (authenticated, and in the IV).
+    pub fn roc(&self) -> u32 {
+        self.span.roc()
+    }
+    /// The packet's extended index, ROC ‖ SEQ.
+    pub fn index(&self) -> u64 {
+        self.span.index
+    }
+    /// The key set the crypto uses: unique for the life of the process (never reused, even
+    /// after the context is dropped).
+    pub fn key_set(&self) -> u64 {
+        self.key_set
+    }
+}
+
+/// The raw RTP session keys of a key set, borrowed from the context, for an engine to copy
+/// to its device. Never printed: `Debug` shows the profile only.
+#[derive(Clone, Copy)]
+pub struct RtpKeyMaterial<'a> {
+    profile: Profile,
+    enc: &'a [u8],
+    auth: &'a [u8],
+    salt: &'a [u8; 14],
+}
+
+impl core::fmt::Debug for RtpKeyMaterial<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RtpKeyMaterial")
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> RtpKeyMaterial<'a> {
+    /// The profile.
+    pub fn profile(&self) -> Profile {
+        self.profile
+    }
+    /// The encryption key (16 or 32 bytes; empty for the NULL cipher).
+    pub fn enc(&self) -> &'a [u8] {
+        self.enc
+    }
+    /// The HMAC-SHA1 key (20 bytes; empty for AEAD profiles).
+    pub fn auth(&self) -> &'a [u8] {
+        self.auth
+    }
+    /// The session salt: 14 bytes, of which AEAD profiles use the first 12.
+    pub fn salt(&self) -> &'a [u8; 14] {
+        self.salt
+    }
+}
+
+impl Context {
+    /// Whether this context's RTP packets can have their crypto offloaded: every context made
+    /// by this crate keeps its RTP session keys in the raw form an offload engine copies.
+    pub fn offload_rtp_supported(&self) -> bool {
+        self.master_keys().rtp_raw().is_some()
+    }
+
+    /// Step 1 of an offloaded protect (see the [module docs](crate::offload)): everything
+    /// [`Context::protect_rtp`] does before its crypto, which moves the stream on.
+    pub fn offload_protect_rtp_begin(
+        &mut self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<OffloadRtp, Error> {
+        let master = std::sync::Arc::as_ptr(self.master_keys());
+        let (span, keys) = self.protect_rtp_begin(buf, len)?;
+        Ok(OffloadRtp {
+            span,
+            protect: true,
+            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
+            key_set: keys.id(),
+        })
+    }
+
+    /// Step 1 of an offloaded unprotect: everything [`Context::unprotect_rtp`] does before its
+    /// crypto; nothing changes.
+    pub fn offload_unprotect_rtp_begin(&self, buf: &[u8], len: usize) -> Result<OffloadRtp, Error> {
+        let master = std::sync::Arc::as_ptr(self.master_keys());
+        let (span, keys) = self.unprotect_rtp_begin(buf, len)?;
+        Ok(OffloadRtp {
+            span,
+            protect: false,
+            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
+            key_set: keys.id(),
+        })
+    }
+
+    /// Step 3 of an offloaded unprotect, once `job`'s packet authenticated: the stream moves
+    /// on past it (and is made from the template if it is new), as [`Context::unprotect_rtp`]
+    /// does.
+    pub fn offload_unprotect_rtp_commit(&mut self, job: &OffloadRtp) -> Result<(), Error> {
+        self.unprotect_rtp_commit(&job.span)
+    }
+
+    /// The raw session keys `job`'s crypto uses (`None` only for a context not made by this
+    /// crate's constructors, or if `job` came from another context).
+    pub fn offload_rtp_keys(&self, job: &OffloadRtp) -> Option<RtpKeyMaterial<'_>> {
+        let keys = self.rtp_keys_for(job.span.ssrc, job.own_keys)?;
+        if keys.id() != job.key_set {
+            return None;
+        }
+        let (enc, auth, salt) = keys.rtp_raw()?;
+        Some(RtpKeyMaterial {
+            profile: self.profile(),
+            enc,
+            auth,
+            salt,
+        })
+    }
+
+    /// Step 2 on the CPU, through the context's provider, exactly as the one-packet methods do
+    /// it: protect writes the SRTP packet into `buf` and returns its length; unprotect checks
+    /// the tag in constant time, decrypts only if it matched and returns the RTP length (the
+    /// caller then commits). `buf` must be the buffer `job` was begun on.
+    pub fn offload_rtp_crypto(&self, job: &OffloadRtp, buf: &mut [u8]) -> Result<usize, Error> {
+        let keys = self
+            .rtp_keys_for(job.span.ssrc, job.own_keys)
+            .filter(|k| k.id() == job.key_set)
+            .ok_or(Error::UnknownContext)?;
+        let need = if job.protect {
+            job.span.len + job.span.tag_len
+        } else {
+            job.span.len
+        };
+        if buf.len() < need {
+            return Err(Error::BufferTooSmall { needed: need });
+        }
+        if job.protect {
+            Ok(protect_rtp_with(keys, buf, &job.span))
+        } else {
+            unprotect_rtp_with(keys, buf, &job.span)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MasterKey, Policy};
+
+    fn pair(p: Profile) -> (Context, Context) {
+        let key = MasterKey::new(p, &vec![3; p.key_len()], &vec![4; p.salt_len()]).unwrap();
+        (
+            Context::new(Policy::new(key.clone()).any_outbound()).unwrap(),
+            Context::new(Policy::new(key).any_inbound()).unwrap(),
+        )
+    }
+
+    fn rtp(seq: u16) -> Vec<u8> {
+        let mut b = vec![0u8; 12 + 50 + 16];
+        b[0] = 0x80;
+        b[2..4].copy_from_slice(&seq.to_be_bytes());
+        b[8..12].copy_from_slice(&0xabcdu32.to_be_bytes());
+        for (i, x) in b[12..62].iter_mut().enumerate() {
+            *x = i as u8;
+        }
+        b
+    }
+
+    #[test]
+    fn the_three_steps_give_the_one_packet_methods_bytes() {
+        for p in Profile::ALL {
+            let (mut tx, mut rx) = pair(p);
+            let (mut tx2, mut rx2) = pair(p);
+            assert!(tx.offload_rtp_supported());
+            for seq in [65_534u16, 65_535, 0, 1] {
+                let mut a = rtp(seq);
+                let n = tx.protect_rtp(&mut a, 62).unwrap();
+                let mut b = rtp(seq);
+                let job = tx2.offload_protect_rtp_begin(&b, 62).unwrap();
+                assert_eq!(job.key_set(), tx2.master_keys().id());
+                assert!(tx2.offload_rtp_keys(&job).is_some());
+                assert_eq!(tx2.offload_rtp_crypto(&job, &mut b), Ok(n));
+                assert_eq!(a, b, "{p}");
+
+                let job = rx2.offload_unprotect_rtp_begin(&b, n).unwrap();
+                assert_eq!(job.output_len(), 62);
+                let want = rx.unprotect_rtp(&mut a, n).unwrap();
+                assert_eq!(rx2.offload_rtp_crypto(&job, &mut b), Ok(want));
+                rx2.offload_unprotect_rtp_commit(&job).unwrap();
+                assert_eq!(a, b, "{p}");
+                assert_eq!(rx.roc(0xabcd), rx2.roc(0xabcd));
+            }
+        }
+    }
+
+    #[test]
+    fn key_sets_are_named_apart_and_keys_are_not_printed() {
+        let (a, _) = pair(Profile::AesCm128HmacSha1_80);
+        let (b, _) = pair(Profile::AesCm128HmacSha1_80);
+        assert_ne!(a.master_keys().id(), b.master_keys().id());
+        let (mut tx, _) = pair(Profile::AeadAes128Gcm);
+        let buf = rtp(1);
+        let job = tx.offload_protect_rtp_begin(&buf, 62).unwrap();
+        let m = tx.offload_rtp_keys(&job).unwrap();
+        assert_eq!((m.enc().len(), m.salt().len()), (16, 14));
+        assert!(!format!("{m:?}").contains('3'));
+        // A job from one context does not find keys in another.
+        assert!(a.offload_rtp_keys(&job).is_none());
+    }
+}
