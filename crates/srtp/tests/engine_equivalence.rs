@@ -12,6 +12,12 @@
 //! pipeline with 1, 2 and 4 workers (several batch sizes and windows). Batch engines added
 //! later join the list in `batch_engines`; the multi-buffer engine is checked with several group
 //! sizes (flushing after every packet, at and around the lane count, past the batch).
+//!
+//! The GPU engine (`secrelay-srtp-gpu`) is checked on its host emulation everywhere (the
+//! kernel source compiled for the CPU, so the engine's waves, lanes, key slots and CPU
+//! fallbacks and the kernels' arithmetic are all checked), and on a real GPU where one can be
+//! opened. With `SECRELAY_REQUIRE_GPU` set (the run on the device machine), a GPU that cannot
+//! be opened fails the suite with the reason instead of being left out.
 
 mod common;
 
@@ -438,6 +444,43 @@ impl Engine for ThroughRefs {
     }
 }
 
+/// The GPU engine in the configurations the suites check: on its host emulation with lanes of
+/// a few packets (several lanes per wave, reused within it), with only a few key slots (keys
+/// that find none fall back to the CPU, and the slots start over), and through a store of
+/// contexts; and on the GPU when there is one (required with `SECRELAY_REQUIRE_GPU`).
+fn gpu_engines() -> Vec<(String, Box<dyn Engine>)> {
+    use secrelay_srtp_gpu::{GpuConfig, GpuEngine};
+    let emulated = |cfg: GpuConfig| Box::new(GpuEngine::emulated(cfg).expect("host emulation"));
+    let mut v: Vec<(String, Box<dyn Engine>)> = vec![
+        (
+            "gpu (host emulation), lanes of 7 packets".into(),
+            emulated(GpuConfig::new().lanes(3).chunk(7)),
+        ),
+        (
+            "gpu (host emulation), 3 key slots".into(),
+            emulated(GpuConfig::new().key_slots(3)),
+        ),
+        (
+            "gpu (host emulation) through process_in".into(),
+            Box::new(ThroughRefs(emulated(GpuConfig::new()))),
+        ),
+    ];
+    match GpuEngine::open(GpuConfig::new()) {
+        Ok(gpu) => {
+            eprintln!("GPU engine on {}", gpu.device());
+            v.push((format!("gpu on {}", gpu.device()), Box::new(gpu)));
+            let small =
+                GpuEngine::open(GpuConfig::new().lanes(2).chunk(5)).expect("a second GPU engine");
+            v.push(("gpu, lanes of 5 packets".into(), Box::new(small)));
+        }
+        Err(e) if std::env::var_os("SECRELAY_REQUIRE_GPU").is_some() => {
+            panic!("SECRELAY_REQUIRE_GPU is set but {e}")
+        }
+        Err(e) => eprintln!("{e}: the GPU engine is checked on its host emulation only"),
+    }
+    v
+}
+
 fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
     let mut v: Vec<(String, Box<dyn Engine>)> = vec![
         (
@@ -495,6 +538,7 @@ fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
             }
         }
     }
+    v.extend(gpu_engines());
     v
 }
 
@@ -520,6 +564,20 @@ fn pipelines() -> Vec<(String, Pipeline)> {
         .inner_engine(std::sync::Arc::new(SimdEngine::new()));
     v.push((
         "pipeline 2 workers, simd inside".into(),
+        Pipeline::new(contexts(), cfg).unwrap(),
+    ));
+    // Workers gathering batches over a window for the GPU engine (`003_…`'s design), on its
+    // host emulation.
+    let gpu = secrelay_srtp_gpu::GpuEngine::emulated(secrelay_srtp_gpu::GpuConfig::new().chunk(16))
+        .expect("host emulation");
+    let cfg = PipelineConfig::new()
+        .workers(2)
+        .max_batch(64)
+        .window(Duration::from_micros(200))
+        .queue_capacity(64)
+        .inner_engine(std::sync::Arc::new(gpu));
+    v.push((
+        "pipeline 2 workers, gpu (host emulation) inside".into(),
         Pipeline::new(contexts(), cfg).unwrap(),
     ));
     v
@@ -659,7 +717,10 @@ fn streams_keyed_apart_match_the_serial_engine() {
                 Input::new(0, Op::ProtectRtp, rtp(&mut rng, ssrc, i, 160), 32)
             })
             .collect();
-        let engines: [&dyn Engine; 2] = [&SerialEngine, &SimdEngine::new()];
+        let gpus = gpu_engines();
+        let simd = SimdEngine::new();
+        let mut engines: Vec<&dyn Engine> = vec![&SerialEngine, &simd];
+        engines.extend(gpus.iter().map(|(_, e)| e.as_ref()));
         let mut outs = Vec::new();
         for engine in engines {
             let mut ctx = make();
@@ -681,18 +742,20 @@ fn streams_keyed_apart_match_the_serial_engine() {
             let (bufs2, res2) = run_batch(engine, &mut ctx, &protected);
             outs.push((bufs, res, bufs2, res2));
         }
-        let (a, b) = (&outs[0], &outs[1]);
-        assert_eq!(a.1, b.1, "{profile}: protect statuses");
-        assert_eq!(a.0, b.0, "{profile}: protected bytes");
-        assert_eq!(a.3, b.3, "{profile}: unprotect statuses");
-        let forged = a.3.iter().filter(|r| r.is_err()).count();
-        assert_eq!(
-            forged, 8,
-            "{profile}: the forged packets, and only they, fail"
-        );
-        for (i, r) in a.3.iter().enumerate() {
-            if r.is_ok() {
-                assert_eq!(a.2[i], b.2[i], "{profile}: packet {i}");
+        let a = &outs[0];
+        for b in &outs[1..] {
+            assert_eq!(a.1, b.1, "{profile}: protect statuses");
+            assert_eq!(a.0, b.0, "{profile}: protected bytes");
+            assert_eq!(a.3, b.3, "{profile}: unprotect statuses");
+            let forged = a.3.iter().filter(|r| r.is_err()).count();
+            assert_eq!(
+                forged, 8,
+                "{profile}: the forged packets, and only they, fail"
+            );
+            for (i, r) in a.3.iter().enumerate() {
+                if r.is_ok() {
+                    assert_eq!(a.2[i], b.2[i], "{profile}: packet {i}");
+                }
             }
         }
     }
@@ -754,6 +817,9 @@ fn video_batches_match_the_serial_engine() {
         ),
         contexts(),
     ));
+    for (name, e) in gpu_engines() {
+        engines.push((name, e, contexts()));
+    }
     let mut reference = contexts();
     let nkeys = Profile::ALL.len() * KEYS;
     let mut seqs = vec![vec![0u16; SSRCS as usize]; nkeys];

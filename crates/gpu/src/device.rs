@@ -1,0 +1,230 @@
+//! Where the kernels run: a CUDA device ([`crate::cuda`]) or, for tests on machines without
+//! one, the same kernel source compiled for the host ([`HostDevice`]).
+//!
+//! The engine sees a device as a few *lanes*, each a staging area in host memory (pinned, on a
+//! CUDA device) and a queue of work (a CUDA stream): it fills a lane's staging with packet
+//! descriptors and packets, [`Device::launch`]es it (copy in, kernel, copy out, in order on
+//! the lane's stream) and moves on to fill the next lane while that one runs, then
+//! [`Device::wait`]s for each in turn and reads the results back from its staging.
+
+use zeroize::Zeroizing;
+
+use crate::abi::{self, DESC_BYTES, KEY_SLOT_BYTES, RAW_KEY_BYTES, TABLE_WORDS};
+
+/// A device failed (a driver error, an out-of-memory, a kernel that did not finish).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceError(pub String);
+
+impl core::fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+/// What the engine needs from the place the kernels run.
+pub(crate) trait Device: Send {
+    /// A description for reports (the GPU's name, or the host emulation).
+    fn describe(&self) -> String;
+    /// How many lanes work can be spread over.
+    fn lanes(&self) -> usize;
+    /// Key slots the device holds now.
+    fn slot_capacity(&self) -> usize;
+    /// Grows the key slots to hold at least `slots`, keeping those uploaded.
+    fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError>;
+    /// Expands the raw key sets `raw` (`ids.len()` of [`RAW_KEY_BYTES`]) into the slots `ids`.
+    /// Work launched after this returns sees them.
+    fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError>;
+    /// Lane `lane`'s staging, at least `bytes` long (grown if needed, contents then lost).
+    /// The lane must not be running.
+    fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError>;
+    /// Starts lane `lane`: its staging's first `bytes` go to the device, the kernel does
+    /// `packets` packets (descriptors at 0, data at `data_at`), and the bytes come back.
+    fn launch(
+        &mut self,
+        lane: usize,
+        packets: u32,
+        data_at: usize,
+        bytes: usize,
+    ) -> Result<(), DeviceError>;
+    /// Waits for lane `lane`'s work; its staging then holds the results.
+    fn wait(&mut self, lane: usize) -> Result<(), DeviceError>;
+}
+
+/// Checks what a launch hands the kernel before it runs where a wrong offset would write
+/// outside the staging (the host emulation runs in this process): every packet's room inside
+/// the data area, every slot uploaded.
+pub(crate) fn check_launch(
+    staging: &[u8],
+    packets: u32,
+    data_at: usize,
+    bytes: usize,
+    slots: usize,
+) -> Result<(), DeviceError> {
+    let bad = |what: &str| Err(DeviceError(format!("launch refused: {what}")));
+    let descs = packets as usize * DESC_BYTES;
+    if descs > data_at || bytes > staging.len() || data_at > bytes {
+        return bad("descriptors or data outside the staging");
+    }
+    let data_len = bytes - data_at;
+    for d in staging[..descs].chunks_exact(DESC_BYTES) {
+        let offset = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as usize;
+        let slot = u32::from_le_bytes([d[4], d[5], d[6], d[7]]) as usize;
+        let len = u16::from_le_bytes([d[8], d[9]]) as usize;
+        let hdr = u16::from_le_bytes([d[10], d[11]]) as usize;
+        if !offset.is_multiple_of(abi::ALIGN) || offset + abi::packet_room(len) > data_len {
+            return bad("a packet outside the data area");
+        }
+        if slot >= slots || hdr > len {
+            return bad("a packet with an unknown key slot or a header past its end");
+        }
+    }
+    Ok(())
+}
+
+/// The kernels compiled for the host (`kernels/host_shim.cpp`, built by `build.rs`).
+#[allow(unsafe_code)]
+mod ffi {
+    extern "C" {
+        pub fn srtp_host_tables_init(tables: *mut u32);
+        pub fn srtp_host_keys_setup(
+            tables: *const u32,
+            raw: *const u8,
+            slot_ids: *const u32,
+            n: u32,
+            slots: *mut u8,
+        );
+        pub fn srtp_host_packets(
+            tables: *const u32,
+            slots: *const u8,
+            descs: *mut u8,
+            n: u32,
+            data: *mut u8,
+        );
+        pub fn srtp_host_abi(which: u32) -> u32;
+    }
+}
+
+/// The layout constants the host build of the kernels was compiled with:
+/// (`SRTP_TABLE_WORDS`, `SRTP_KEY_SLOT_BYTES`, descriptor bytes, raw key bytes).
+#[allow(unsafe_code)]
+pub fn host_kernel_abi() -> [u32; 4] {
+    // SAFETY: `srtp_host_abi` reads nothing and returns a constant for each argument.
+    [0, 1, 2, 3].map(|w| unsafe { ffi::srtp_host_abi(w) })
+}
+
+/// The device's kernels run on the calling thread, compiled for the host from the same
+/// source: slow, but what a test on a machine without a GPU can check the engine and the
+/// kernels' arithmetic with.
+pub(crate) struct HostDevice {
+    tables: Vec<u32>,
+    slots: Zeroizing<Vec<u8>>,
+    lanes: Vec<Vec<u8>>,
+}
+
+impl HostDevice {
+    /// A host device with `lanes` lanes.
+    #[allow(unsafe_code)]
+    pub(crate) fn new(lanes: usize) -> Result<Self, DeviceError> {
+        let abi = host_kernel_abi();
+        let want = [TABLE_WORDS, KEY_SLOT_BYTES, DESC_BYTES, RAW_KEY_BYTES].map(|v| v as u32);
+        if abi != want {
+            return Err(DeviceError(format!(
+                "the host kernels' layout {abi:?} is not the engine's {want:?}"
+            )));
+        }
+        let mut tables = vec![0u32; TABLE_WORDS];
+        // SAFETY: `tables` holds `SRTP_TABLE_WORDS` words (checked just above), all the
+        // function writes.
+        unsafe { ffi::srtp_host_tables_init(tables.as_mut_ptr()) };
+        Ok(HostDevice {
+            tables,
+            slots: Zeroizing::new(Vec::new()),
+            lanes: (0..lanes.max(1)).map(|_| Vec::new()).collect(),
+        })
+    }
+}
+
+impl Device for HostDevice {
+    fn describe(&self) -> String {
+        "host emulation of the GPU kernels (one CPU thread)".into()
+    }
+
+    fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    fn slot_capacity(&self) -> usize {
+        self.slots.len() / KEY_SLOT_BYTES
+    }
+
+    fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError> {
+        if slots > self.slot_capacity() {
+            // A new buffer and a copy: growing in place could free the old one unwiped.
+            let mut bigger = Zeroizing::new(vec![0u8; slots * KEY_SLOT_BYTES]);
+            bigger[..self.slots.len()].copy_from_slice(&self.slots);
+            self.slots = bigger;
+        }
+        Ok(())
+    }
+
+    #[allow(unsafe_code)]
+    fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
+        if raw.len() != ids.len() * RAW_KEY_BYTES
+            || ids.iter().any(|&i| i as usize >= self.slot_capacity())
+        {
+            return Err(DeviceError("key upload refused: bad slot or length".into()));
+        }
+        // SAFETY: `raw` holds `ids.len()` raw key sets, every id names a slot inside `slots`
+        // (checked above), and the tables hold `SRTP_TABLE_WORDS` words.
+        unsafe {
+            ffi::srtp_host_keys_setup(
+                self.tables.as_ptr(),
+                raw.as_ptr(),
+                ids.as_ptr(),
+                ids.len() as u32,
+                self.slots.as_mut_ptr(),
+            )
+        };
+        Ok(())
+    }
+
+    fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError> {
+        let s = &mut self.lanes[lane];
+        if s.len() < bytes {
+            s.resize(bytes.next_power_of_two(), 0);
+        }
+        Ok(&mut s[..])
+    }
+
+    #[allow(unsafe_code)]
+    fn launch(
+        &mut self,
+        lane: usize,
+        packets: u32,
+        data_at: usize,
+        bytes: usize,
+    ) -> Result<(), DeviceError> {
+        let slots = self.slot_capacity();
+        let s = &mut self.lanes[lane];
+        check_launch(s, packets, data_at, bytes, slots)?;
+        let (descs, data) = s.split_at_mut(data_at);
+        // SAFETY: `check_launch` found every descriptor's packet, with its tag room, inside
+        // `data`, and every slot inside `slots`; the tables hold `SRTP_TABLE_WORDS` words.
+        unsafe {
+            ffi::srtp_host_packets(
+                self.tables.as_ptr(),
+                self.slots.as_ptr(),
+                descs.as_mut_ptr(),
+                packets,
+                data.as_mut_ptr(),
+            )
+        };
+        Ok(())
+    }
+
+    fn wait(&mut self, _lane: usize) -> Result<(), DeviceError> {
+        Ok(())
+    }
+}

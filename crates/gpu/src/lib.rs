@@ -1,0 +1,888 @@
+//! # secrelay-srtp-gpu
+//!
+//! The GPU batch engine: SRTP packets of many contexts protected and unprotected on a CUDA
+//! GPU, behind the same [`Engine`] trait as the serial, multi-buffer and worker-thread
+//! engines, with their bytes and statuses (`tests/gpu_equivalence.rs`).
+//!
+//! # What runs where
+//! The checks before the crypto and the state changes after it stay on the CPU, on the
+//! contexts, through `secrelay-srtp`'s [`offload`](secrelay_srtp::offload) hooks, which share
+//! their code with the one-packet methods: header, stream, index (ROC) estimate and replay
+//! check (*begin*), and for unprotect the replay window and ROC update once the packet has
+//! authenticated (*commit*). The crypto of RTP packets runs on the device, one GPU thread per
+//! packet (`kernels/srtp.cu`): AES-CM keystreams and HMAC-SHA1 (80- and 32-bit tags, AES-128
+//! and AES-256, and the NULL cipher), AES-GCM 128 and 256; unprotect checks the tag in
+//! constant time and decrypts only what authenticated. SRTCP runs on the CPU through the
+//! scalar code, in batch order, as in the multi-buffer engine.
+//!
+//! # Waves: each context's packets in order
+//! Unprotecting a packet reads the stream state the previous packet of its context changes
+//! if it authenticates. So a batch goes to the device in *waves*: a wave takes every packet
+//! in batch order until a context has an unprotect waiting, and then that context's later
+//! packets wait for the next wave (every other context's carry on). A gateway's batch, with
+//! one context per participant and a few packets of each, is one or two waves; a batch of
+//! many packets of a single receiving context is as many waves as it has packets (the serial
+//! engine suits that better).
+//!
+//! # Lanes and keys
+//! A wave's packets are copied into the staging buffers of up to [`GpuConfig::lanes`] lanes,
+//! [`GpuConfig::chunk`] packets each; each lane is a CUDA stream whose staging is page-locked
+//! host memory, so that while one lane's packets are copied or processed, the host fills the
+//! next lane. Each key set is expanded on the device once (AES schedule, HMAC inner and outer
+//! states, GHASH key table) into a key slot that stays there, found again by the key set's
+//! process-unique name; when all [`GpuConfig::key_slots`] are taken, the slots are reused
+//! from the start at the next batch (packets whose keys found no slot in this one have their
+//! crypto done on the CPU).
+//!
+//! # Without a GPU
+//! [`GpuEngine::open`] fails with [`Unavailable`] (no CUDA driver, no device, NVRTC missing,
+//! or built without the `cuda` feature) and callers use a CPU engine. A device that fails
+//! while working (a driver error) makes the engine finish that batch's crypto on the CPU and
+//! every later batch too ([`GpuStats::device_errors`]). [`GpuEngine::emulated`] runs the same
+//! kernel source compiled for the host: slow, for tests on machines without a GPU.
+
+#![deny(unsafe_code)]
+
+pub mod abi;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod device;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use secrelay_srtp::batch::PacketResult;
+use secrelay_srtp::offload::OffloadRtp;
+use secrelay_srtp::{Context, Contexts, Engine, Error, Op, Packet};
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::abi::DESC_BYTES;
+use crate::device::{Device, DeviceError, HostDevice};
+
+/// Default lanes (CUDA streams).
+pub const DEFAULT_LANES: usize = 4;
+/// Default packets per lane launch.
+pub const DEFAULT_CHUNK: usize = 16_384;
+/// Default key slots on the device (1 KiB each).
+pub const DEFAULT_KEY_SLOTS: usize = 65_536;
+
+/// How to build a [`GpuEngine`].
+#[derive(Debug, Clone)]
+pub struct GpuConfig {
+    device: usize,
+    lanes: usize,
+    chunk: usize,
+    key_slots: usize,
+    cpu_below: usize,
+}
+
+impl Default for GpuConfig {
+    fn default() -> Self {
+        GpuConfig::new()
+    }
+}
+
+impl GpuConfig {
+    /// GPU 0, [`DEFAULT_LANES`] lanes of [`DEFAULT_CHUNK`] packets, [`DEFAULT_KEY_SLOTS`] key
+    /// slots, every batch on the device.
+    pub fn new() -> Self {
+        GpuConfig {
+            device: 0,
+            lanes: DEFAULT_LANES,
+            chunk: DEFAULT_CHUNK,
+            key_slots: DEFAULT_KEY_SLOTS,
+            cpu_below: 0,
+        }
+    }
+    /// Which GPU (CUDA ordinal).
+    pub fn device(mut self, ordinal: usize) -> Self {
+        self.device = ordinal;
+        self
+    }
+    /// Lanes (CUDA streams) a batch is spread over, at least 1.
+    pub fn lanes(mut self, n: usize) -> Self {
+        self.lanes = n.max(1);
+        self
+    }
+    /// Packets per lane launch, at least 1.
+    pub fn chunk(mut self, packets: usize) -> Self {
+        self.chunk = packets.max(1);
+        self
+    }
+    /// Key sets kept on the device at once, at least 1.
+    pub fn key_slots(mut self, n: usize) -> Self {
+        self.key_slots = n.clamp(1, u32::MAX as usize);
+        self
+    }
+    /// Batches of fewer packets than this run on the CPU (the serial engine's code): a device
+    /// round trip costs tens of microseconds whatever the batch. 0 sends every batch.
+    pub fn cpu_below(mut self, packets: usize) -> Self {
+        self.cpu_below = packets;
+        self
+    }
+}
+
+/// Why the GPU engine cannot run here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable(pub String);
+
+impl core::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "GPU engine unavailable: {}", self.0)
+    }
+}
+
+impl std::error::Error for Unavailable {}
+
+/// What the engine has done since it was made.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Batches processed.
+    pub batches: u64,
+    /// Waves sent to the device.
+    pub waves: u64,
+    /// Lane launches.
+    pub launches: u64,
+    /// Packets whose crypto ran on the device.
+    pub device_packets: u64,
+    /// RTP packets whose crypto ran on the CPU instead (no key slot free, too long, a failed
+    /// device, a batch under [`GpuConfig::cpu_below`]).
+    pub cpu_packets: u64,
+    /// Key sets expanded on the device.
+    pub key_uploads: u64,
+    /// Device failures (after the first, every batch runs on the CPU).
+    pub device_errors: u64,
+}
+
+/// Key set name → key slot.
+struct KeyCache {
+    slots: HashMap<u64, u32>,
+    next: u32,
+    max: u32,
+    /// A key set found no slot in the last batch: start over at the next.
+    full: bool,
+}
+
+impl KeyCache {
+    fn new(max: usize) -> Self {
+        KeyCache {
+            slots: HashMap::new(),
+            next: 0,
+            max: max as u32,
+            full: false,
+        }
+    }
+}
+
+/// A packet of a wave whose crypto is offloaded.
+struct Job {
+    packet: usize,
+    context: usize,
+    job: OffloadRtp,
+    /// Its key slot; [`NO_SLOT`]: its crypto runs on the CPU.
+    slot: u32,
+    /// Where its bytes are in its chunk's data area.
+    offset: u32,
+}
+
+const NO_SLOT: u32 = u32::MAX;
+
+struct Inner {
+    device: Box<dyn Device>,
+    cache: KeyCache,
+    failed: Option<DeviceError>,
+    stats: GpuStats,
+    // Scratch kept between batches.
+    jobs: Vec<Job>,
+    remaining: Vec<usize>,
+    next: Vec<usize>,
+    blocked: Vec<u32>,
+    generation: u32,
+    new_raw: Zeroizing<Vec<u8>>,
+    new_ids: Vec<u32>,
+}
+
+/// The GPU batch engine (see the [crate docs](crate)).
+pub struct GpuEngine {
+    inner: Mutex<Inner>,
+    config: GpuConfig,
+    describe: String,
+}
+
+impl core::fmt::Debug for GpuEngine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("GpuEngine")
+            .field("device", &self.describe)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl GpuEngine {
+    /// Opens the CUDA GPU the config names and loads the kernels.
+    #[cfg(feature = "cuda")]
+    pub fn open(config: GpuConfig) -> Result<Self, Unavailable> {
+        // A driver too old for a symbol cudarc expects panics inside cudarc: that too means
+        // "unavailable", not a crash.
+        let opened =
+            std::panic::catch_unwind(|| cuda::CudaDevice::open(config.device, config.lanes))
+                .map_err(|_| {
+                    Unavailable("the CUDA driver does not provide what cudarc needs".into())
+                })?
+                .map_err(|e| Unavailable(e.0))?;
+        Ok(Self::with_device(Box::new(opened), config))
+    }
+
+    /// Without the `cuda` feature there is no GPU engine.
+    #[cfg(not(feature = "cuda"))]
+    pub fn open(_config: GpuConfig) -> Result<Self, Unavailable> {
+        Err(Unavailable("built without the `cuda` feature".into()))
+    }
+
+    /// The engine on the host emulation of the device: the same kernel source compiled for
+    /// the CPU, run on the calling thread. Slow; for tests where there is no GPU.
+    pub fn emulated(config: GpuConfig) -> Result<Self, Unavailable> {
+        let d = HostDevice::new(config.lanes).map_err(|e| Unavailable(e.0))?;
+        Ok(Self::with_device(Box::new(d), config))
+    }
+
+    fn with_device(device: Box<dyn Device>, config: GpuConfig) -> Self {
+        let describe = device.describe();
+        GpuEngine {
+            inner: Mutex::new(Inner {
+                device,
+                cache: KeyCache::new(config.key_slots),
+                failed: None,
+                stats: GpuStats::default(),
+                jobs: Vec::new(),
+                remaining: Vec::new(),
+                next: Vec::new(),
+                blocked: Vec::new(),
+                generation: 0,
+                new_raw: Zeroizing::new(Vec::new()),
+                new_ids: Vec::new(),
+            }),
+            config,
+            describe,
+        }
+    }
+
+    /// The device it runs on, in words.
+    pub fn device(&self) -> &str {
+        &self.describe
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &GpuConfig {
+        &self.config
+    }
+
+    /// What it has done so far.
+    pub fn stats(&self) -> GpuStats {
+        self.lock().stats
+    }
+
+    /// The device failure that sent all work to the CPU, if one happened.
+    pub fn failure(&self) -> Option<String> {
+        self.lock().failed.as_ref().map(|e| e.0.clone())
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the scratch inconsistent in a way that
+        // matters: every batch starts by clearing it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn run<C: Contexts + ?Sized>(
+        &self,
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        assert!(
+            results.len() >= packets.len(),
+            "results slice ({}) shorter than the batch ({})",
+            results.len(),
+            packets.len()
+        );
+        let mut inner = self.lock();
+        inner.stats.batches += 1;
+        if packets.len() < self.config.cpu_below || inner.failed.is_some() {
+            for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
+                *r = one_on_cpu(contexts, p);
+                if matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp) {
+                    inner.stats.cpu_packets += 1;
+                }
+            }
+            return;
+        }
+        inner.process(&self.config, contexts, packets, results);
+    }
+}
+
+/// One packet through the scalar code, as the serial engine does it.
+fn one_on_cpu<C: Contexts + ?Sized>(contexts: &mut C, p: &mut Packet<'_>) -> PacketResult {
+    let Some(ctx) = contexts.get_mut(p.context) else {
+        return Err(Error::UnknownContext);
+    };
+    match p.op {
+        Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
+        Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),
+        Op::ProtectRtcp => ctx.protect_rtcp(p.buf, p.len),
+        Op::UnprotectRtcp => ctx.unprotect_rtcp(p.buf, p.len),
+    }
+}
+
+impl Inner {
+    fn process<C: Contexts + ?Sized>(
+        &mut self,
+        config: &GpuConfig,
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        if self.cache.full {
+            self.cache.slots.clear();
+            self.cache.next = 0;
+            self.cache.full = false;
+        }
+        if self.blocked.len() < contexts.len() {
+            self.blocked.resize(contexts.len(), 0);
+        }
+        self.remaining.clear();
+        self.remaining.extend(0..packets.len());
+        while !self.remaining.is_empty() {
+            self.generation = self.generation.wrapping_add(1);
+            if self.generation == 0 {
+                self.blocked.fill(0);
+                self.generation = 1;
+            }
+            self.begin_wave(contexts, packets, results);
+            if !self.jobs.is_empty() {
+                self.stats.waves += 1;
+                self.run_wave(config, contexts, packets, results);
+            }
+            core::mem::swap(&mut self.remaining, &mut self.next);
+        }
+    }
+
+    /// Takes the remaining packets in order: each begun (or, SRTCP and packets that fail
+    /// their checks, done at once), until its context has an unprotect waiting; the rest
+    /// go to `next`.
+    fn begin_wave<C: Contexts + ?Sized>(
+        &mut self,
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        self.jobs.clear();
+        self.next.clear();
+        // Wipes the last wave's raw keys (clearing alone would leave them in the capacity).
+        self.new_raw.zeroize();
+        self.new_ids.clear();
+        let generation = self.generation;
+        let remaining = core::mem::take(&mut self.remaining);
+        for &pi in &remaining {
+            let p = &mut packets[pi];
+            let ci = p.context;
+            if ci >= contexts.len() {
+                results[pi] = Err(Error::UnknownContext);
+                continue;
+            }
+            if self.blocked[ci] == generation {
+                self.next.push(pi);
+                continue;
+            }
+            let Some(ctx) = contexts.get_mut(ci) else {
+                results[pi] = Err(Error::UnknownContext);
+                continue;
+            };
+            let protect = match p.op {
+                Op::ProtectRtp => true,
+                Op::UnprotectRtp => false,
+                Op::ProtectRtcp => {
+                    results[pi] = ctx.protect_rtcp(p.buf, p.len);
+                    continue;
+                }
+                Op::UnprotectRtcp => {
+                    results[pi] = ctx.unprotect_rtcp(p.buf, p.len);
+                    continue;
+                }
+            };
+            if !ctx.offload_rtp_supported() {
+                results[pi] = if protect {
+                    ctx.protect_rtp(p.buf, p.len)
+                } else {
+                    ctx.unprotect_rtp(p.buf, p.len)
+                };
+                self.stats.cpu_packets += 1;
+                continue;
+            }
+            let begun = if protect {
+                ctx.offload_protect_rtp_begin(p.buf, p.len)
+            } else {
+                ctx.offload_unprotect_rtp_begin(p.buf, p.len)
+            };
+            let job = match begun {
+                Ok(j) => j,
+                Err(e) => {
+                    results[pi] = Err(e);
+                    continue;
+                }
+            };
+            if !protect {
+                self.blocked[ci] = generation;
+            }
+            let slot = if abi::fits(&job) {
+                self.slot_for(&job, ctx)
+            } else {
+                NO_SLOT
+            };
+            self.jobs.push(Job {
+                packet: pi,
+                context: ci,
+                job,
+                slot,
+                offset: 0,
+            });
+        }
+        self.remaining = remaining;
+    }
+
+    /// The key slot for `job`'s key set: the one it has, or a free one with its keys queued
+    /// for upload; [`NO_SLOT`] when none is free (or the profile is not one the kernels do).
+    fn slot_for(&mut self, job: &OffloadRtp, ctx: &Context) -> u32 {
+        if let Some(&s) = self.cache.slots.get(&job.key_set()) {
+            return s;
+        }
+        if self.cache.next >= self.cache.max {
+            self.cache.full = true;
+            return NO_SLOT;
+        }
+        let Some(m) = ctx.offload_rtp_keys(job).filter(abi::supported) else {
+            return NO_SLOT;
+        };
+        let s = self.cache.next;
+        self.cache.next += 1;
+        self.cache.slots.insert(job.key_set(), s);
+        self.new_raw.extend_from_slice(&abi::raw_keys(&m)[..]);
+        self.new_ids.push(s);
+        s
+    }
+
+    /// Sends the wave's jobs to the device lane by lane and finishes every job (device
+    /// results, or the CPU where the device could not take it or failed).
+    fn run_wave<C: Contexts + ?Sized>(
+        &mut self,
+        config: &GpuConfig,
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        let done_on_device = match self.upload() {
+            Ok(()) => self.launch_all(config, contexts, packets, results),
+            Err(e) => {
+                self.fail(e);
+                Vec::new()
+            }
+        };
+        // What the device did not finish: on the CPU, through the context's provider.
+        for (i, j) in self.jobs.iter().enumerate() {
+            if done_on_device.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            self.stats.cpu_packets += 1;
+            results[j.packet] = finish_on_cpu(contexts, j, &mut packets[j.packet]);
+        }
+    }
+
+    fn upload(&mut self) -> Result<(), DeviceError> {
+        if self.new_ids.is_empty() {
+            return Ok(());
+        }
+        let need = self.cache.next as usize;
+        if need > self.device.slot_capacity() {
+            let grow = need
+                .next_power_of_two()
+                .min(self.cache.max as usize)
+                .max(need);
+            self.device.reserve_slots(grow)?;
+        }
+        let uploaded = self.device.upload_keys(&self.new_raw, &self.new_ids);
+        self.new_raw.zeroize();
+        uploaded?;
+        self.stats.key_uploads += self.new_ids.len() as u64;
+        Ok(())
+    }
+
+    fn fail(&mut self, e: DeviceError) {
+        self.stats.device_errors += 1;
+        if self.failed.is_none() {
+            self.failed = Some(e);
+        }
+    }
+
+    /// Fills, launches and collects the lanes; returns, per job, whether the device finished
+    /// it (its result is written).
+    fn launch_all<C: Contexts + ?Sized>(
+        &mut self,
+        config: &GpuConfig,
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) -> Vec<bool> {
+        let mut done = vec![false; self.jobs.len()];
+        let on_device: Vec<usize> = (0..self.jobs.len())
+            .filter(|&i| self.jobs[i].slot != NO_SLOT)
+            .collect();
+        let lanes = self.device.lanes();
+        let chunks: Vec<&[usize]> = on_device.chunks(config.chunk).collect();
+        // Chunk c runs on lane c % lanes; a lane is collected before it is filled again.
+        let mut running: Vec<Option<usize>> = vec![None; lanes];
+        for (c, chunk) in chunks.iter().enumerate() {
+            let lane = c % lanes;
+            if let Some(prev) = running[lane].take() {
+                if let Err(e) =
+                    self.collect(lane, chunks[prev], contexts, packets, results, &mut done)
+                {
+                    self.fail(e);
+                    return done;
+                }
+            }
+            if let Err(e) = self.fill_and_launch(lane, chunk, packets) {
+                self.fail(e);
+                return done;
+            }
+            running[lane] = Some(c);
+        }
+        // The lanes still running, in chunk order.
+        let mut tail: Vec<(usize, usize)> = running
+            .iter()
+            .enumerate()
+            .filter_map(|(lane, c)| c.map(|c| (c, lane)))
+            .collect();
+        tail.sort_unstable();
+        for (c, lane) in tail {
+            if let Err(e) = self.collect(lane, chunks[c], contexts, packets, results, &mut done) {
+                self.fail(e);
+                return done;
+            }
+        }
+        done
+    }
+
+    fn fill_and_launch(
+        &mut self,
+        lane: usize,
+        chunk: &[usize],
+        packets: &[Packet<'_>],
+    ) -> Result<(), DeviceError> {
+        let data_at = (chunk.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
+        let mut offset = 0usize;
+        for &i in chunk {
+            let j = &mut self.jobs[i];
+            j.offset = offset as u32;
+            offset += abi::packet_room(j.job.len());
+        }
+        let bytes = data_at + offset;
+        let staging = self.device.staging(lane, bytes)?;
+        let (descs, data) = staging.split_at_mut(data_at);
+        for (k, &i) in chunk.iter().enumerate() {
+            let j = &self.jobs[i];
+            abi::put_desc(&mut descs[k * DESC_BYTES..], &j.job, j.offset, j.slot);
+            let at = j.offset as usize;
+            let len = j.job.len();
+            data[at..at + len].copy_from_slice(&packets[j.packet].buf[..len]);
+        }
+        self.device
+            .launch(lane, chunk.len() as u32, data_at, bytes)?;
+        self.stats.launches += 1;
+        Ok(())
+    }
+
+    /// Waits for a lane and finishes its jobs from the device's results: outputs copied into
+    /// the packets' buffers, unprotects committed.
+    #[allow(clippy::too_many_arguments)]
+    fn collect<C: Contexts + ?Sized>(
+        &mut self,
+        lane: usize,
+        chunk: &[usize],
+        contexts: &mut C,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+        done: &mut [bool],
+    ) -> Result<(), DeviceError> {
+        self.device.wait(lane)?;
+        let data_at = (chunk.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
+        let bytes = data_at
+            + chunk
+                .iter()
+                .map(|&i| abi::packet_room(self.jobs[i].job.len()))
+                .sum::<usize>();
+        let staging = self.device.staging(lane, bytes)?;
+        let (descs, data) = staging.split_at(data_at);
+        for (k, &i) in chunk.iter().enumerate() {
+            let j = &self.jobs[i];
+            let status = abi::status(&descs[k * DESC_BYTES..]);
+            let p = &mut packets[j.packet];
+            let at = j.offset as usize;
+            let r = match status {
+                abi::STATUS_DONE if j.job.is_protect() => {
+                    let n = j.job.output_len();
+                    p.buf[..n].copy_from_slice(&data[at..at + n]);
+                    Ok(n)
+                }
+                abi::STATUS_DONE => {
+                    let committed = contexts
+                        .get_mut(j.context)
+                        .ok_or(Error::UnknownContext)
+                        .and_then(|ctx| ctx.offload_unprotect_rtp_commit(&j.job));
+                    committed.map(|()| {
+                        let (hdr, n) = (j.job.header_len(), j.job.output_len());
+                        p.buf[hdr..n].copy_from_slice(&data[at + hdr..at + n]);
+                        n
+                    })
+                }
+                abi::STATUS_AUTH_FAILED if !j.job.is_protect() => Err(Error::AuthFailed),
+                // Not done: the CPU does it.
+                _ => continue,
+            };
+            results[j.packet] = r;
+            done[i] = true;
+            self.stats.device_packets += 1;
+        }
+        Ok(())
+    }
+}
+
+/// The crypto of a begun packet on the CPU, then the commit (unprotect), as the serial engine
+/// would have done it.
+fn finish_on_cpu<C: Contexts + ?Sized>(
+    contexts: &mut C,
+    j: &Job,
+    p: &mut Packet<'_>,
+) -> PacketResult {
+    let ctx = contexts.get_mut(j.context).ok_or(Error::UnknownContext)?;
+    let n = ctx.offload_rtp_crypto(&j.job, p.buf)?;
+    if !j.job.is_protect() {
+        ctx.offload_unprotect_rtp_commit(&j.job)?;
+    }
+    Ok(n)
+}
+
+impl Engine for GpuEngine {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn process(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        self.run(contexts, packets, results);
+    }
+
+    fn process_in(
+        &self,
+        contexts: &mut dyn Contexts,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        self.run(contexts, packets, results);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrelay_srtp::{MasterKey, Policy, Profile, SerialEngine};
+
+    /// The host emulation, failing from the `fail_at`-th launch on.
+    struct Failing {
+        inner: HostDevice,
+        launches: usize,
+        fail_at: usize,
+    }
+
+    impl Device for Failing {
+        fn describe(&self) -> String {
+            "failing".into()
+        }
+        fn lanes(&self) -> usize {
+            self.inner.lanes()
+        }
+        fn slot_capacity(&self) -> usize {
+            self.inner.slot_capacity()
+        }
+        fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError> {
+            self.inner.reserve_slots(slots)
+        }
+        fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
+            self.inner.upload_keys(raw, ids)
+        }
+        fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError> {
+            self.inner.staging(lane, bytes)
+        }
+        fn launch(
+            &mut self,
+            lane: usize,
+            n: u32,
+            at: usize,
+            bytes: usize,
+        ) -> Result<(), DeviceError> {
+            self.launches += 1;
+            if self.launches >= self.fail_at {
+                return Err(DeviceError("injected failure".into()));
+            }
+            self.inner.launch(lane, n, at, bytes)
+        }
+        fn wait(&mut self, lane: usize) -> Result<(), DeviceError> {
+            self.inner.wait(lane)
+        }
+    }
+
+    fn contexts() -> Vec<Context> {
+        let mut v = Vec::new();
+        for p in [Profile::AesCm128HmacSha1_80, Profile::AeadAes256Gcm] {
+            let key = MasterKey::new(p, &vec![9; p.key_len()], &vec![5; p.salt_len()]).unwrap();
+            v.push(Context::new(Policy::new(key.clone()).any_outbound()).unwrap());
+            v.push(Context::new(Policy::new(key).any_inbound()).unwrap());
+        }
+        v
+    }
+
+    /// `n` RTP packets over both senders (contexts 0 and 2), 3 SSRCs each.
+    fn plain(n: usize) -> Vec<(usize, Vec<u8>)> {
+        (0..n)
+            .map(|i| {
+                let mut b = vec![0u8; 12 + 100 + 16];
+                b[0] = 0x80;
+                b[2..4].copy_from_slice(&(i as u16 / 6).to_be_bytes());
+                b[8..12].copy_from_slice(&(i as u32 % 3).to_be_bytes());
+                b[12..112].fill(i as u8);
+                (if i % 2 == 0 { 0 } else { 2 }, b)
+            })
+            .collect()
+    }
+
+    fn run(
+        e: &dyn Engine,
+        ctxs: &mut [Context],
+        input: &[(usize, Vec<u8>)],
+        op: Op,
+        len: impl Fn(usize) -> usize,
+    ) -> (Vec<Vec<u8>>, Vec<PacketResult>) {
+        let mut bufs: Vec<Vec<u8>> = input.iter().map(|(_, b)| b.clone()).collect();
+        let mut pk: Vec<Packet<'_>> = bufs
+            .iter_mut()
+            .zip(input)
+            .enumerate()
+            .map(|(i, (b, (c, _)))| Packet {
+                context: *c,
+                op,
+                len: len(i),
+                buf: &mut b[..],
+            })
+            .collect();
+        let mut res = vec![Ok(0); input.len()];
+        e.process(ctxs, &mut pk, &mut res);
+        drop(pk);
+        (bufs, res)
+    }
+
+    /// Protect then unprotect (every fourth packet forged) on `engine`, against the serial
+    /// engine.
+    fn check(engine: &GpuEngine) {
+        let input = plain(60);
+        let (mut a, mut b) = (contexts(), contexts());
+        let want = run(&SerialEngine, &mut a, &input, Op::ProtectRtp, |_| 112);
+        let got = run(engine, &mut b, &input, Op::ProtectRtp, |_| 112);
+        assert_eq!(want, got);
+        let sealed: Vec<(usize, Vec<u8>)> = want
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, buf)| {
+                let mut buf = buf.clone();
+                if i % 4 == 3 {
+                    buf[20] ^= 0x40;
+                }
+                (input[i].0 + 1, buf)
+            })
+            .collect();
+        let lens: Vec<usize> = want.1.iter().map(|r| *r.as_ref().unwrap()).collect();
+        let want = run(&SerialEngine, &mut a, &sealed, Op::UnprotectRtp, |i| {
+            lens[i]
+        });
+        let got = run(engine, &mut b, &sealed, Op::UnprotectRtp, |i| lens[i]);
+        assert_eq!(want.1, got.1);
+        assert_eq!(want.1.iter().filter(|r| r.is_err()).count(), 15);
+        for (i, (_, given)) in sealed.iter().enumerate() {
+            if want.1[i].is_ok() {
+                assert_eq!(want.0[i], got.0[i], "packet {i}");
+            } else {
+                // As given (the device decrypts only what verified), or as the serial engine
+                // left it (the CPU fallback: aws-lc's GCM wipes a forged payload).
+                assert!(
+                    got.0[i] == *given || got.0[i] == want.0[i],
+                    "forged packet {i}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_emulated_device_gives_the_serial_engines_results() {
+        let e = GpuEngine::emulated(GpuConfig::new().lanes(2).chunk(8)).unwrap();
+        check(&e);
+        let s = e.stats();
+        assert_eq!(s.device_packets, 120);
+        assert_eq!((s.cpu_packets, s.device_errors), (0, 0));
+        // Two contexts' keys each way: uploaded once.
+        assert_eq!(s.key_uploads, 4);
+        // Unprotect: one packet per receiving context per wave.
+        assert!(s.waves >= 30, "{s:?}");
+        assert!(s.launches >= 8 + 30, "{s:?}");
+    }
+
+    #[test]
+    fn keys_that_find_no_slot_run_on_the_cpu() {
+        let e = GpuEngine::emulated(GpuConfig::new().key_slots(1)).unwrap();
+        check(&e);
+        let s = e.stats();
+        assert!(s.cpu_packets > 0 && s.device_packets > 0, "{s:?}");
+        assert_eq!(s.device_packets + s.cpu_packets, 120);
+    }
+
+    #[test]
+    fn a_failing_device_hands_its_work_to_the_cpu() {
+        for fail_at in [1, 2, 5] {
+            let d = Failing {
+                inner: HostDevice::new(2).unwrap(),
+                launches: 0,
+                fail_at,
+            };
+            let e = GpuEngine::with_device(Box::new(d), GpuConfig::new().lanes(2).chunk(4));
+            check(&e);
+            let s = e.stats();
+            assert_eq!(s.device_errors, 1, "{s:?}");
+            assert!(e.failure().unwrap().contains("injected"));
+            assert_eq!(s.device_packets + s.cpu_packets, 120, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn without_a_gpu_the_engine_says_why() {
+        // On a machine with a GPU this opens it; without one the reason names what is missing.
+        match GpuEngine::open(GpuConfig::new()) {
+            Ok(e) => assert!(!e.device().is_empty()),
+            Err(e) => {
+                let s = e.to_string();
+                assert!(s.starts_with("GPU engine unavailable: "), "{s}");
+                assert!(s.len() > "GPU engine unavailable: ".len() + 5, "{s}");
+            }
+        }
+    }
+}
