@@ -43,6 +43,9 @@ pub enum LabCommand {
     HandshakeServer(crate::lab_handshake::HandshakeServerArgs),
     /// Concurrent G.711 calls: per-packet delay added by SRTP (per engine) and by the gateway (003).
     Calls(StudyArgs),
+    /// The GPU engine alone: `lab srtp`'s GPU rows and `lab calls`' SRTP-only curves of the GPU
+    /// and threaded engines, without the rest of those studies (for a session on a GPU machine).
+    Gpu(StudyArgs),
     /// Codecs per 20 ms frame (G.711, G.722, Opus beside libopus direct), transcoding and N−1 mixing per leg, beside SRTP (002 c).
     Codec(StudyArgs),
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
@@ -109,6 +112,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
         LabCommand::Calls(a) => (vec!["calls".to_string()], a),
+        LabCommand::Gpu(a) => (vec!["gpu".to_string()], a),
         LabCommand::Codec(a) => (vec!["codec".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::Overload(a) => return crate::lab_overload::run(&a),

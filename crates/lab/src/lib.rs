@@ -56,7 +56,10 @@ pub fn studies() -> Vec<&'static dyn Study> {
 
 /// Looks a study up by name.
 pub fn study(name: &str) -> Option<&'static dyn Study> {
-    studies().into_iter().find(|s| s.name() == name)
+    studies()
+        .into_iter()
+        .chain(studies::by_name_only())
+        .find(|s| s.name() == name)
 }
 
 /// Options shared by every study.

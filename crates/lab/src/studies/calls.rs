@@ -207,21 +207,39 @@ pub fn srtp_only(
     Ok(delays)
 }
 
+/// An engine and its name in the tables.
+pub type NamedEngine = (&'static str, Box<dyn Engine>);
+
 /// The engines this machine has, by name: serial, multi-buffer (HMAC-SHA1 tags in SIMD lanes,
 /// AES-CM and AES-GCM in the VAES kernels, cache hints across the batch), and worker threads
 /// (one pinned lane per core, each running the multi-buffer engine; batches under its
-/// threshold run that engine on the caller).
-pub fn engines() -> Vec<(&'static str, Box<dyn Engine>)> {
-    let mut v: Vec<(&'static str, Box<dyn Engine>)> = vec![
+/// threshold run that engine on the caller), and the GPU engine where there is a GPU.
+///
+/// The notes say which engines could not be made, and why.
+pub fn engines() -> (Vec<NamedEngine>, Vec<String>) {
+    let mut notes = Vec::new();
+    let mut v: Vec<NamedEngine> = vec![
         ("serial", Box::new(SerialEngine)),
         ("simd", Box::new(secrelay_srtp::SimdEngine::new())),
     ];
     match secrelay_srtp::ThreadedEngine::with_default_workers() {
         Ok(t) => v.push(("threaded", Box::new(t))),
-        Err(e) => eprintln!("lab calls: no threaded engine: {e}"),
+        Err(e) => notes.push(format!("no threaded engine: {e}")),
     }
-    v
+    // The GPU engine (`003_…`'s GPU curve) where a CUDA GPU can be opened.
+    match secrelay_srtp_gpu::GpuEngine::open(secrelay_srtp_gpu::GpuConfig::new()) {
+        Ok(g) => {
+            notes.push(format!("gpu engine on {}", g.device()));
+            v.push(("gpu", Box::new(g)));
+        }
+        Err(e) => notes.push(format!("no GPU curve: {e}")),
+    }
+    (v, notes)
 }
+
+/// Call counts added to the full SRTP-only sweep when a GPU engine runs: past what the CPU
+/// engines of a many-core machine hold.
+const GPU_NS: [usize; 4] = [30_000, 50_000, 75_000, 100_000];
 
 /// What one gateway run found.
 #[derive(Debug, Clone)]
@@ -307,6 +325,77 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
     })
 }
 
+/// The SRTP-only sweep: each engine at each N, a row per (engine, N), p50 and p99 series for
+/// the plot, a note per engine with the most calls it held at p99 ≤ 1 ms.
+pub(crate) fn srtp_sweep(
+    ctx: &Ctx,
+    engines: &[NamedEngine],
+    srtp_ns: &[usize],
+    rounds: usize,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<(Table, Vec<Series>)> {
+    let mut table = Table::new(
+        "calls_srtp",
+        "SRTP only: delay per packet (unprotect K1 + protect K2) against concurrent calls, per engine",
+    )
+    .col("engine", "engine")
+    .col_unit("calls", "calls", "calls")
+    .col_unit("pps", "packets/s", "packets/s")
+    .col_unit("p50", "p50", "µs")
+    .col_unit("p90", "p90", "µs")
+    .col_unit("p99", "p99", "µs")
+    .col_unit("max", "max", "µs")
+    .col_unit("mean", "mean", "µs");
+    let mut plot_series = Vec::new();
+    for (name, engine) in engines {
+        let mut p50 = Vec::new();
+        let mut p99 = Vec::new();
+        let mut largest_ok = None;
+        for &n in srtp_ns {
+            ctx.step(format!("{name}: {n} calls"));
+            let d = Delays::of(srtp_only(
+                engine.as_ref(),
+                n,
+                rounds,
+                Profile::AesCm128HmacSha1_80,
+            )?)
+            .context("no packets measured")?;
+            table.push([
+                ("engine", Cell::text(*name)),
+                ("calls", Cell::num(n as f64)),
+                ("pps", Cell::num((n * 100) as f64)),
+                ("p50", Cell::num(d.p50)),
+                ("p90", Cell::num(d.p90)),
+                ("p99", Cell::num(d.p99)),
+                ("max", Cell::num(d.max)),
+                ("mean", Cell::num(d.mean)),
+            ]);
+            p50.push((n as f64, d.p50));
+            p99.push((n as f64, d.p99));
+            if d.p99 <= 1000.0 {
+                largest_ok = Some(n);
+            }
+            ctx.done();
+        }
+        notes.push(match largest_ok {
+            Some(n) => format!(
+                "SRTP only, {name} engine: the largest number of calls measured with p99 ≤ 1 ms is {n} (of {:?})",
+                srtp_ns
+            ),
+            None => format!("SRTP only, {name} engine: p99 above 1 ms at every N measured"),
+        });
+        plot_series.push(Series {
+            name: format!("{name} p50"),
+            points: p50,
+        });
+        plot_series.push(Series {
+            name: format!("{name} p99"),
+            points: p99,
+        });
+    }
+    Ok((table, plot_series))
+}
+
 impl Study for CallsStudy {
     fn name(&self) -> &'static str {
         "calls"
@@ -333,70 +422,17 @@ impl Study for CallsStudy {
         };
         let rounds = if quick { 2 } else { 10 };
         let gateway_secs = if quick { 1.0 } else { 5.0 };
-        let engines = engines();
+        let (engines, engine_notes) = engines();
+        let mut srtp_ns = srtp_ns.to_vec();
+        if !quick && engines.iter().any(|(n, _)| *n == "gpu") {
+            srtp_ns.extend(GPU_NS);
+        }
+        let srtp_ns = &srtp_ns[..];
         ctx.steps(
             (engines.len() * srtp_ns.len() + GATEWAY_ENGINES.len() * gateway_ns.len()) as u64,
         );
-        let mut table = Table::new(
-            "calls_srtp",
-            "SRTP only: delay per packet (unprotect K1 + protect K2) against concurrent calls, per engine",
-        )
-        .col("engine", "engine")
-        .col_unit("calls", "calls", "calls")
-        .col_unit("pps", "packets/s", "packets/s")
-        .col_unit("p50", "p50", "µs")
-        .col_unit("p90", "p90", "µs")
-        .col_unit("p99", "p99", "µs")
-        .col_unit("max", "max", "µs")
-        .col_unit("mean", "mean", "µs");
-        let mut plot_series = Vec::new();
-        let mut notes = Vec::new();
-        for (name, engine) in &engines {
-            let mut p50 = Vec::new();
-            let mut p99 = Vec::new();
-            let mut largest_ok = None;
-            for &n in srtp_ns {
-                ctx.step(format!("{name}: {n} calls"));
-                let d = Delays::of(srtp_only(
-                    engine.as_ref(),
-                    n,
-                    rounds,
-                    Profile::AesCm128HmacSha1_80,
-                )?)
-                .context("no packets measured")?;
-                table.push([
-                    ("engine", Cell::text(*name)),
-                    ("calls", Cell::num(n as f64)),
-                    ("pps", Cell::num((n * 100) as f64)),
-                    ("p50", Cell::num(d.p50)),
-                    ("p90", Cell::num(d.p90)),
-                    ("p99", Cell::num(d.p99)),
-                    ("max", Cell::num(d.max)),
-                    ("mean", Cell::num(d.mean)),
-                ]);
-                p50.push((n as f64, d.p50));
-                p99.push((n as f64, d.p99));
-                if d.p99 <= 1000.0 {
-                    largest_ok = Some(n);
-                }
-                ctx.done();
-            }
-            notes.push(match largest_ok {
-                Some(n) => format!(
-                    "SRTP only, {name} engine: the largest number of calls measured with p99 ≤ 1 ms is {n} (of {:?})",
-                    srtp_ns
-                ),
-                None => format!("SRTP only, {name} engine: p99 above 1 ms at every N measured"),
-            });
-            plot_series.push(Series {
-                name: format!("{name} p50"),
-                points: p50,
-            });
-            plot_series.push(Series {
-                name: format!("{name} p99"),
-                points: p99,
-            });
-        }
+        let mut notes = engine_notes;
+        let (table, mut plot_series) = srtp_sweep(ctx, &engines, srtp_ns, rounds, &mut notes)?;
         let mut gw = Table::new(
             "calls_gateway",
             "Through the gateway over loopback: relay latency (socket read to socket write) against concurrent calls",

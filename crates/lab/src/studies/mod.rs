@@ -7,6 +7,7 @@ pub mod codec;
 pub mod crypto;
 pub mod srtp;
 pub mod srtp_engines;
+pub mod srtp_gpu;
 pub mod srtp_peers;
 pub mod srtp_sizes;
 pub mod symmetric;
@@ -23,4 +24,9 @@ pub(crate) fn all() -> Vec<&'static dyn crate::Study> {
         &calls::CallsStudy,
         &codec::CodecStudy,
     ]
+}
+
+/// Studies run by name only, not by `lab all` (their rows are parts of studies it runs).
+pub(crate) fn by_name_only() -> Vec<&'static dyn crate::Study> {
+    vec![&srtp_gpu::GpuStudy]
 }

@@ -487,6 +487,8 @@ impl Study for SrtpStudy {
         // The batch engines (issue 5): serial against worker threads, batch sizes 1 to 4,096.
         let engines = super::srtp_engines::sweep(ctx);
         plots.extend(engines.plots);
+        // The GPU engine (issue 18): batches of 1,024 to 262,144 over up to 65,536 contexts.
+        let gpu = super::srtp_gpu::sweep(ctx);
         // The engines by packet size (issue 17): 100, 172, 1,200 bytes and a video-like mix.
         let sizes = super::srtp_sizes::sweep(ctx);
         plots.extend(sizes.plots);
@@ -518,7 +520,14 @@ impl Study for SrtpStudy {
              operation interleaved run by run, each engine's cell next to the serial engine's of the same size and setup \
              (at most 9 runs, half the warm-up), refilling the \
              batch outside the timing (unprotect: protected one by one by the serial senders, outside the timing); \
-             vs serial = serial time per packet ÷ the engine's in the same runs",
+             vs serial = serial time per packet ÷ the engine's in the same runs; \
+             srtp_gpu: one Engine::process call over a batch of 172-byte RTP packets spread over min(batch, 65,536) \
+             contexts (packet i to context i mod N, each context its own master key), host memory to host memory: \
+             the packets' copies to and from the GPU, the checks before the crypto and the commits after it are timed; \
+             refilling the batch (and, for unprotect, protecting it with the same engine) is outside the timing; \
+             batches for about 4× the run time per cell after one untimed batch, throughput = packets ÷ the batches' summed \
+             time, batch time percentiles over the batches; the worker-thread engine on every core in the same run; \
+             vs threaded = the GPU's throughput ÷ the threaded engine's",
             instructions_method,
         );
         Ok(StudyReport {
@@ -530,6 +539,7 @@ impl Study for SrtpStudy {
                 table,
                 engines.table,
                 engines.ceiling,
+                gpu,
                 sizes.table,
                 cipher_table,
             ],

@@ -1,0 +1,308 @@
+//! The GPU rows of `lab srtp` (issue 18, `003_…`'s parallel SRTP on a GPU): the GPU engine
+//! protecting and unprotecting batches of 1,024 to 262,144 RTP packets of 172 bytes spread
+//! over up to 65,536 contexts, host memory to host memory (the copies to and from the device
+//! are inside the timing, as are the checks before the crypto and the commits after it);
+//! packets per second and the time of one batch (median and 99th percentile), beside the
+//! worker-thread engine on all cores in the same run.
+//!
+//! Where the GPU engine cannot be opened (no driver, no GPU, a build without the `cuda`
+//! feature), the table says why in one row per profile, and nothing else runs.
+
+use std::time::{Duration, Instant};
+
+use secrelay_srtp::batch::PacketResult;
+use secrelay_srtp::{Context, Engine, MasterKey, Op, Packet, Policy, Profile, ThreadedEngine};
+use secrelay_srtp_gpu::{GpuConfig, GpuEngine};
+
+use crate::frame::{Cell, Plot, PlotKind, StudyReport, Table};
+use crate::{Ctx, Study};
+
+/// Batch sizes swept (`--quick`: the first and the fourth).
+pub const BATCHES: [usize; 5] = [1_024, 4_096, 16_384, 65_536, 262_144];
+/// Profiles swept.
+pub const PROFILES: [Profile; 2] = [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm];
+/// Most contexts a batch is spread over (one SSRC each; packet i to context i mod N).
+pub const MAX_CONTEXTS: usize = 65_536;
+/// RTP packet size (G.711, 20 ms).
+pub const SIZE: usize = 172;
+
+/// One batch, its contexts both ways and its buffers.
+struct Run {
+    senders: Vec<Context>,
+    receivers: Vec<Context>,
+    bufs: Vec<Vec<u8>>,
+    lens: Vec<usize>,
+    results: Vec<PacketResult>,
+    seqs: Vec<u16>,
+    contexts: usize,
+    tag: usize,
+}
+
+impl Run {
+    fn new(profile: Profile, batch: usize) -> Run {
+        let contexts = batch.min(MAX_CONTEXTS);
+        let key = |i: usize| {
+            let mut k = vec![0x42u8; profile.key_len()];
+            k[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            MasterKey::new(profile, &k, &vec![0x17; profile.salt_len()])
+                .expect("key and salt lengths come from the profile")
+        };
+        let keys: Vec<MasterKey> = (0..contexts).map(key).collect();
+        Run {
+            senders: keys
+                .iter()
+                .map(|k| Context::new(Policy::new(k.clone()).any_outbound()).expect("valid"))
+                .collect(),
+            receivers: keys
+                .into_iter()
+                .map(|k| Context::new(Policy::new(k).any_inbound()).expect("valid"))
+                .collect(),
+            bufs: (0..batch).map(|_| vec![0u8; SIZE + 32]).collect(),
+            lens: vec![SIZE; batch],
+            results: vec![Ok(0); batch],
+            seqs: vec![0; contexts],
+            contexts,
+            tag: profile.rtp_tag_len(),
+        }
+    }
+
+    /// Plaintext in every buffer, each context's sequence numbers rising.
+    fn fill(&mut self) {
+        for (i, b) in self.bufs.iter_mut().enumerate() {
+            let c = i % self.contexts;
+            b[..SIZE].fill(i as u8);
+            b[0] = 0x80;
+            b[1] = 0;
+            b[2..4].copy_from_slice(&self.seqs[c].to_be_bytes());
+            b[8..12].copy_from_slice(&(0x5EC0_0000 + c as u32).to_be_bytes());
+            self.seqs[c] = self.seqs[c].wrapping_add(1);
+        }
+        self.lens.fill(SIZE);
+    }
+
+    /// One `Engine::process` call over the batch; returns how many packets did not give the
+    /// expected length.
+    fn process(&mut self, engine: &dyn Engine, op: Op) -> usize {
+        let contexts = self.contexts;
+        let mut packets: Vec<Packet<'_>> = self
+            .bufs
+            .iter_mut()
+            .zip(&self.lens)
+            .enumerate()
+            .map(|(i, (b, &len))| Packet {
+                context: i % contexts,
+                op,
+                buf: &mut b[..],
+                len,
+            })
+            .collect();
+        let ctxs = if op == Op::ProtectRtp {
+            &mut self.senders
+        } else {
+            &mut self.receivers
+        };
+        engine.process(ctxs, &mut packets, &mut self.results);
+        drop(packets);
+        let want = if op == Op::ProtectRtp {
+            SIZE + self.tag
+        } else {
+            SIZE
+        };
+        let bad = self.results.iter().filter(|r| **r != Ok(want)).count();
+        for (l, r) in self.lens.iter_mut().zip(&self.results) {
+            *l = *r.as_ref().unwrap_or(l);
+        }
+        bad
+    }
+}
+
+/// Batch times of one engine on one cell, for about `run`.
+fn measure(engine: &dyn Engine, run: &mut Run, op: Op, time: Duration) -> Result<Vec<f64>, String> {
+    let mut times = Vec::new();
+    let start = Instant::now();
+    // One untimed batch first: streams are made, keys reach the device.
+    while times.len() < 3 + 1 || start.elapsed() < time {
+        run.fill();
+        let t0;
+        let bad;
+        if op == Op::ProtectRtp {
+            t0 = Instant::now();
+            bad = run.process(engine, op);
+        } else {
+            // The receivers unprotect what the senders just protected (protect untimed).
+            let b = run.process(engine, Op::ProtectRtp);
+            if b > 0 {
+                return Err(format!("{b} packets failed to protect"));
+            }
+            t0 = Instant::now();
+            bad = run.process(engine, op);
+        }
+        let dt = t0.elapsed().as_secs_f64();
+        if bad > 0 {
+            return Err(format!("{bad} packets failed"));
+        }
+        times.push(dt);
+    }
+    times.remove(0);
+    Ok(times)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// The GPU table of `lab srtp`.
+pub fn sweep(ctx: &Ctx) -> Table {
+    let mut table = Table::new(
+        "srtp_gpu",
+        format!(
+            "SRTP on the GPU: {SIZE}-byte RTP packets in batches over up to {MAX_CONTEXTS} contexts, host memory to host memory"
+        ),
+    )
+    .col("profile", "profile")
+    .col("op", "operation")
+    .col("engine", "engine")
+    .col_unit("batch", "batch", "packets")
+    .col_unit("contexts", "contexts", "")
+    .col_unit("packets_per_s", "throughput", "packets/s")
+    .col_unit("batch_p50_us", "batch time p50", "µs")
+    .col_unit("batch_p99_us", "batch time p99", "µs")
+    .col_unit("vs_threaded", "throughput vs threaded", "×");
+    let gpu = match GpuEngine::open(GpuConfig::new()) {
+        Ok(g) => g,
+        Err(e) => {
+            for p in PROFILES {
+                table.push([
+                    ("profile", Cell::text(p.sdp_name())),
+                    ("engine", Cell::text("gpu")),
+                    ("packets_per_s", Cell::not_offered(e.to_string())),
+                ]);
+            }
+            return table;
+        }
+    };
+    let threaded = ThreadedEngine::with_default_workers().ok();
+    let batches: Vec<usize> = if ctx.opts.quick {
+        vec![BATCHES[0], BATCHES[3]]
+    } else {
+        BATCHES.to_vec()
+    };
+    let time = ctx.bench.run_time * 4;
+    let cores = secrelay_srtp::threaded::available_cores();
+    for profile in PROFILES {
+        for op in [Op::ProtectRtp, Op::UnprotectRtp] {
+            let opname = if op == Op::ProtectRtp {
+                "protect"
+            } else {
+                "unprotect"
+            };
+            ctx.step(format!("gpu, {} {opname}", profile.sdp_name()));
+            for &batch in &batches {
+                let mut run = Run::new(profile, batch);
+                let mut engines: Vec<(String, &dyn Engine)> =
+                    vec![(format!("gpu ({})", gpu.device()), &gpu)];
+                if let Some(t) = &threaded {
+                    engines.push((format!("threaded×{cores} simd"), t));
+                }
+                let measured: Vec<(String, Result<Vec<f64>, String>)> = engines
+                    .into_iter()
+                    .map(|(name, engine)| {
+                        let t = measure(engine, &mut run, op, time).map(|mut t| {
+                            t.sort_by(f64::total_cmp);
+                            t
+                        });
+                        (name, t)
+                    })
+                    .collect();
+                let rate = |t: &[f64]| batch as f64 * t.len() as f64 / t.iter().sum::<f64>();
+                let threaded_rate = measured
+                    .get(1)
+                    .and_then(|(_, t)| t.as_ref().ok())
+                    .map(|t| rate(t));
+                for (i, (name, t)) in measured.into_iter().enumerate() {
+                    let mut row: Vec<(&str, Cell)> = vec![
+                        ("profile", Cell::text(profile.sdp_name())),
+                        ("op", Cell::text(opname)),
+                        ("engine", Cell::text(name)),
+                        ("batch", Cell::num(batch as f64)),
+                        ("contexts", Cell::num(run.contexts as f64)),
+                    ];
+                    match t {
+                        Ok(t) => {
+                            row.push(("packets_per_s", Cell::num(rate(&t))));
+                            row.push(("batch_p50_us", Cell::num(percentile(&t, 0.5) * 1e6)));
+                            row.push(("batch_p99_us", Cell::num(percentile(&t, 0.99) * 1e6)));
+                            if let (0, Some(th)) = (i, threaded_rate) {
+                                row.push(("vs_threaded", Cell::num(rate(&t) / th)));
+                            }
+                        }
+                        Err(why) => row.push(("packets_per_s", Cell::not_offered(why))),
+                    }
+                    table.push(row);
+                }
+            }
+        }
+    }
+    table
+}
+
+/// `lab gpu`: the GPU rows of `lab srtp` and the SRTP-only curves of `lab calls` for the GPU and
+/// worker-thread engines, without the rest of those studies: what a session on a GPU machine
+/// runs in its few minutes of device time. Not part of `lab all` (those studies have these
+/// rows already).
+pub struct GpuStudy;
+
+impl Study for GpuStudy {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn title(&self) -> &'static str {
+        "SRTP on the GPU: throughput by batch size and delay against concurrent calls (003)"
+    }
+
+    fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
+        let table = sweep(ctx);
+        let (engines, mut notes) = super::calls::engines();
+        let engines: Vec<_> = engines
+            .into_iter()
+            .filter(|(n, _)| matches!(*n, "threaded" | "gpu"))
+            .collect();
+        let ns: Vec<usize> = if ctx.opts.quick {
+            vec![1_000, 10_000]
+        } else {
+            vec![
+                1_000, 5_000, 10_000, 20_000, 30_000, 50_000, 75_000, 100_000,
+            ]
+        };
+        let rounds = if ctx.opts.quick { 2 } else { 5 };
+        ctx.steps((engines.len() * ns.len()) as u64);
+        let (calls, series) = super::calls::srtp_sweep(ctx, &engines, &ns, rounds, &mut notes)?;
+        let method = ctx.method(
+            format!(
+                "srtp_gpu: as in lab srtp; calls_srtp: as in lab calls (SRTP only), {rounds} rounds per N after a warm-up round, \
+                 the GPU engine and the worker-thread engine (a lane per core) only"
+            ),
+            "not counted: throughput and delays are measured, not instructions",
+        );
+        Ok(StudyReport {
+            study: self.name().into(),
+            title: self.title().into(),
+            seeds: vec!["003".into()],
+            method,
+            tables: vec![table, calls],
+            plots: vec![Plot {
+                id: "gpu_calls_delay".into(),
+                title: "Per-packet delay against concurrent G.711 calls: GPU and worker threads"
+                    .into(),
+                kind: PlotKind::Lines,
+                x_label: "concurrent calls".into(),
+                y_label: "delay (µs)".into(),
+                log_y: true,
+                categories: Vec::new(),
+                series,
+            }],
+            notes,
+        })
+    }
+}
