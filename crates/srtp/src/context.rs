@@ -208,11 +208,11 @@ pub(crate) struct Keys {
     id: u64,
 }
 
-/// The next [`Keys::id`].
+/// The next [`Keys::id`]: even numbers, so that a key set's SRTCP keys can be named `id + 1`.
 fn next_key_set_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
+    static NEXT: AtomicU64 = AtomicU64::new(2);
+    NEXT.fetch_add(2, Ordering::Relaxed)
 }
 
 impl DirKeys {
@@ -231,7 +231,7 @@ impl DirKeys {
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
         // What the multi-buffer engines' forms of the keys are made from (RTP only: SRTCP
-        // stays scalar).
+        // stays scalar there), and what offload engines copy to their device (RTP and SRTCP).
         let lanes_source = lanes.then(|| LaneSource {
             profile,
             enc: Zeroizing::new(enc.to_vec()),
@@ -274,11 +274,17 @@ impl Keys {
         Some((&src.enc, &src.auth, &self.rtp.salt))
     }
 
+    /// The SRTCP session keys in raw form, for the offload engines.
+    pub(crate) fn rtcp_raw(&self) -> Option<(&[u8], &[u8], &[u8; 14])> {
+        let src = self.rtcp.lanes_source.as_ref()?;
+        Some((&src.enc, &src.auth, &self.rtcp.salt))
+    }
+
     fn derive(provider: &dyn CryptoProvider, key: &MasterKey) -> Result<Self, ConfigError> {
         let p = key.profile();
         let mk = |rtcp: bool| -> Result<DirKeys, ConfigError> {
             let s = derive_session(provider, key, rtcp)?;
-            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt, !rtcp)
+            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt, true)
         };
         Ok(Keys {
             profile: p,
@@ -356,6 +362,28 @@ impl RtpSpan {
     /// The rollover counter, authenticated after the packet.
     pub(crate) fn roc(&self) -> u32 {
         (self.index >> 16) as u32
+    }
+}
+
+/// Where the crypto of one SRTCP packet works, found by the checks that come before it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RtcpSpan {
+    /// Input length.
+    pub(crate) len: usize,
+    pub(crate) ssrc: u32,
+    /// The E‖SRTCP index word (E: the payload is encrypted).
+    pub(crate) trailer: u32,
+    pub(crate) tag_len: usize,
+}
+
+impl RtcpSpan {
+    /// The SRTCP index.
+    pub(crate) fn index(&self) -> u32 {
+        self.trailer & MAX_SRTCP_INDEX
+    }
+    /// Whether the payload is (to be) encrypted.
+    pub(crate) fn encrypted(&self) -> bool {
+        self.trailer & E_BIT != 0
     }
 }
 
@@ -682,7 +710,7 @@ impl Context {
         self.keys = Arc::new(Keys {
             profile: p,
             rtp: DirKeys::new(self.provider, p, enc, auth, salt, true)?,
-            rtcp: DirKeys::new(self.provider, p, enc, auth, salt, false)?,
+            rtcp: DirKeys::new(self.provider, p, enc, auth, salt, true)?,
             id: next_key_set_id(),
         });
         Ok(())
@@ -868,6 +896,18 @@ impl Context {
     /// Protects the (compound) RTCP packet `buf[..len]` in place; `buf` must have room for
     /// [`Profile::rtcp_overhead`] more bytes. Returns the SRTCP packet's length.
     pub fn protect_rtcp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        let (span, keys) = self.protect_rtcp_begin(buf, len)?;
+        Ok(protect_rtcp_with(keys, buf, &span))
+    }
+
+    /// Everything protecting an RTCP packet does before its crypto: the header, the stream,
+    /// the room for the trailer and tag, the next SRTCP index, which it takes (the crypto that
+    /// follows cannot fail). Shared by [`Self::protect_rtcp`] and the offload engines.
+    pub(crate) fn protect_rtcp_begin(
+        &mut self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<(RtcpSpan, &Arc<Keys>), Error> {
         if len > buf.len() || len < 8 {
             return Err(Error::TooShort);
         }
@@ -887,41 +927,34 @@ impl Context {
             return Err(Error::KeyExhausted);
         }
         let e = profile.encrypts();
-        let trailer = (if e { E_BIT } else { 0 } | index).to_be_bytes();
-        let k = &s.keys.rtcp;
-        match &k.cipher {
-            Cipher::Gcm(g) => {
-                let nonce = gcm_rtcp_iv(&k.salt, ssrc, index);
-                let mut aad = [0u8; 12];
-                aad[..8].copy_from_slice(&buf[..8]);
-                aad[8..].copy_from_slice(&trailer);
-                let (hdr, rest) = buf.split_at_mut(8);
-                let _ = hdr;
-                let (data, tail) = rest.split_at_mut(len - 8);
-                let mut tag = [0u8; 16];
-                g.seal(&nonce, &aad, data, &mut tag);
-                tail[..16].copy_from_slice(&tag);
-                tail[16..20].copy_from_slice(&trailer);
-            }
-            cipher => {
-                if let Cipher::Ctr(c) = cipher {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..len]);
-                }
-                buf[len..len + 4].copy_from_slice(&trailer);
-                if let Some(auth) = &k.auth {
-                    let mut mac = [0u8; 20];
-                    auth.sign2(&buf[..len + 4], &[], &mut mac);
-                    buf[len + 4..out_len].copy_from_slice(&mac[..tag_len]);
-                }
-            }
-        }
         s.rtcp_next = index + 1;
-        Ok(out_len)
+        let span = RtcpSpan {
+            len,
+            ssrc,
+            trailer: if e { E_BIT } else { 0 } | index,
+            tag_len,
+        };
+        Ok((span, &s.keys))
     }
 
     /// Unprotects the SRTCP packet `buf[..len]` in place. Returns the RTCP packet's length.
     /// As for SRTP, nothing changes unless the packet authenticates.
     pub fn unprotect_rtcp(&mut self, buf: &mut [u8], len: usize) -> Result<usize, Error> {
+        let (span, keys) = self.unprotect_rtcp_begin(buf, len)?;
+        let n = unprotect_rtcp_with(keys, buf, &span)?;
+        self.unprotect_rtcp_commit(&span)?;
+        Ok(n)
+    }
+
+    /// Everything unprotecting an SRTCP packet does before its crypto, changing nothing: the
+    /// lengths and header, the stream (or that the template may make one), the E‖index word
+    /// and, for a known stream, the replay check. Shared by [`Self::unprotect_rtcp`] and the
+    /// offload engines, which call [`Self::unprotect_rtcp_commit`] once it authenticated.
+    pub(crate) fn unprotect_rtcp_begin(
+        &self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<(RtcpSpan, &Arc<Keys>), Error> {
         if len > buf.len() {
             return Err(Error::TooShort);
         }
@@ -933,19 +966,44 @@ impl Context {
             return Err(Error::BadHeader);
         }
         let ssrc = be32(buf, 4);
-        if let Some(s) = self.streams.get_mut(ssrc) {
+        // Layout: CM/NULL [rtcp][E|index][tag]; AEAD [rtcp'][tag][E|index].
+        let trailer_at = if self.profile.is_aead() {
+            len - 4
+        } else {
+            len - tag_len - 4
+        };
+        let span = RtcpSpan {
+            len,
+            ssrc,
+            trailer: be32(buf, trailer_at),
+            tag_len,
+        };
+        if let Some(s) = self.streams.get(ssrc) {
             if s.direction != Direction::Inbound {
                 return Err(Error::WrongDirection(ssrc));
             }
-            let (n, index) = unprotect_rtcp_with(&s.keys, buf, len, ssrc, Some(&s.rtcp_replay))?;
-            s.rtcp_replay.update(index as u64);
-            return Ok(n);
+            s.rtcp_replay
+                .check(span.index() as u64)
+                .map_err(replay_err)?;
+            return Ok((span, &s.keys));
         }
         self.check_template(ssrc, Direction::Inbound)?;
-        let (n, index) = unprotect_rtcp_with(&self.keys, buf, len, ssrc, None)?;
-        let s = self.new_stream(ssrc, Direction::Inbound)?;
-        s.rtcp_replay.update(index as u64);
-        Ok(n)
+        Ok((span, &self.keys))
+    }
+
+    /// Moves the stream's SRTCP replay window past a packet that
+    /// [`Self::unprotect_rtcp_begin`] checked and that authenticated, making the stream from
+    /// the template if it is new.
+    pub(crate) fn unprotect_rtcp_commit(&mut self, span: &RtcpSpan) -> Result<(), Error> {
+        let s = match self.streams.position(span.ssrc) {
+            Some(at) => self
+                .streams
+                .at_mut(at)
+                .ok_or(Error::UnknownSsrc(span.ssrc))?,
+            None => self.new_stream(span.ssrc, Direction::Inbound)?,
+        };
+        s.rtcp_replay.update(span.index() as u64);
+        Ok(())
     }
 
     /// Protects `input` (an RTP packet) into `output`. Returns the SRTP packet's length.
@@ -1060,26 +1118,60 @@ pub(crate) fn unprotect_rtp_with(
     Ok(body_end)
 }
 
-/// The crypto of SRTCP unprotect, after a replay check against `replay` when the stream
-/// exists. Returns the RTCP length and the SRTCP index.
+/// The crypto of SRTCP protect, after [`Context::protect_rtcp_begin`] (which checked that
+/// `buf` holds the trailer and tag): encrypt or seal, append the E‖index word and the tag (in
+/// RFC 3711's order, or RFC 7714's for AEAD). Returns the SRTCP length.
 #[inline]
-fn unprotect_rtcp_with(
+pub(crate) fn protect_rtcp_with(keys: &Keys, buf: &mut [u8], span: &RtcpSpan) -> usize {
+    let RtcpSpan {
+        len, ssrc, tag_len, ..
+    } = *span;
+    let out_len = len + 4 + tag_len;
+    let trailer = span.trailer.to_be_bytes();
+    let k = &keys.rtcp;
+    match &k.cipher {
+        Cipher::Gcm(g) => {
+            let nonce = gcm_rtcp_iv(&k.salt, ssrc, span.index());
+            let mut aad = [0u8; 12];
+            aad[..8].copy_from_slice(&buf[..8]);
+            aad[8..].copy_from_slice(&trailer);
+            let (_, rest) = buf.split_at_mut(8);
+            let (data, tail) = rest.split_at_mut(len - 8);
+            let mut tag = [0u8; 16];
+            g.seal(&nonce, &aad, data, &mut tag);
+            tail[..16].copy_from_slice(&tag);
+            tail[16..20].copy_from_slice(&trailer);
+        }
+        cipher => {
+            if let Cipher::Ctr(c) = cipher {
+                c.apply_keystream(&cm_iv(&k.salt, ssrc, span.index() as u64), &mut buf[8..len]);
+            }
+            buf[len..len + 4].copy_from_slice(&trailer);
+            if let Some(auth) = &k.auth {
+                let mut mac = [0u8; 20];
+                auth.sign2(&buf[..len + 4], &[], &mut mac);
+                buf[len + 4..out_len].copy_from_slice(&mac[..tag_len]);
+            }
+        }
+    }
+    out_len
+}
+
+/// The crypto of SRTCP unprotect, after [`Context::unprotect_rtcp_begin`]: check the tag
+/// (constant time) or open the AEAD, decrypt what was encrypted. Returns the RTCP length.
+#[inline]
+pub(crate) fn unprotect_rtcp_with(
     keys: &Keys,
     buf: &mut [u8],
-    len: usize,
-    ssrc: u32,
-    replay: Option<&ReplayWindow>,
-) -> Result<(usize, u32), Error> {
-    let tag_len = keys.profile.rtcp_tag_len();
+    span: &RtcpSpan,
+) -> Result<usize, Error> {
+    let RtcpSpan {
+        len, ssrc, tag_len, ..
+    } = *span;
+    let index = span.index();
+    let encrypted = span.encrypted();
     let aead = keys.profile.is_aead();
-    // Layout: CM/NULL [rtcp][E|index][tag]; AEAD [rtcp'][tag][E|index].
     let trailer_at = if aead { len - 4 } else { len - tag_len - 4 };
-    let word = be32(buf, trailer_at);
-    let encrypted = word & E_BIT != 0;
-    let index = word & MAX_SRTCP_INDEX;
-    if let Some(w) = replay {
-        w.check(index as u64).map_err(replay_err)?;
-    }
     let k = &keys.rtcp;
     let rtcp_len = len - 4 - tag_len;
     match &k.cipher {
@@ -1094,13 +1186,12 @@ fn unprotect_rtcp_with(
             } else {
                 // Authenticated only: the AAD is the whole RTCP packet and the trailer, which
                 // sit on either side of the tag. Swap tag and trailer so both are contiguous,
-                // and swap back if the tag does not verify.
+                // and swap back afterwards, verified or not.
                 buf[rtcp_len..len].rotate_right(4);
                 let (aad, tag) = buf[..len].split_at_mut(rtcp_len + 4);
-                if g.open(&nonce, aad, tag).is_err() {
-                    buf[rtcp_len..len].rotate_left(4);
-                    return Err(Error::AuthFailed);
-                }
+                let opened = g.open(&nonce, aad, tag);
+                buf[rtcp_len..len].rotate_left(4);
+                opened.map_err(|_| Error::AuthFailed)?;
             }
         }
         cipher => {
@@ -1116,5 +1207,5 @@ fn unprotect_rtcp_with(
             }
         }
     }
-    Ok((rtcp_len, index))
+    Ok(rtcp_len)
 }

@@ -21,8 +21,16 @@
 //! An engine that has an unprotect of a context waiting for its crypto must not begin
 //! another packet of that context before committing it (the begin reads the state the
 //! commit changes): the engine keeps each context's packets in order.
+//!
+//! SRTCP has the same three steps ([`OffloadRtcp`]): protect takes the next SRTCP index at
+//! begin; unprotect checks the E‖index word against the replay window at begin and moves the
+//! window at commit. Its keys are a key set of their own ([`OffloadRtcp::key_set`]: the RTP
+//! keys' name + 1).
 
-use crate::context::{protect_rtp_with, unprotect_rtp_with, Context, RtpSpan};
+use crate::context::{
+    protect_rtcp_with, protect_rtp_with, unprotect_rtcp_with, unprotect_rtp_with, Context,
+    RtcpSpan, RtpSpan,
+};
 use crate::error::Error;
 use crate::profile::Profile;
 
@@ -88,8 +96,57 @@ impl OffloadRtp {
     }
 }
 
-/// The raw RTP session keys of a key set, borrowed from the context, for an engine to copy
-/// to its device. Never printed: `Debug` shows the profile only.
+/// One SRTCP packet begun for offloaded crypto: where the crypto works and with what.
+#[derive(Debug, Clone, Copy)]
+pub struct OffloadRtcp {
+    span: RtcpSpan,
+    protect: bool,
+    own_keys: bool,
+    key_set: u64,
+}
+
+impl OffloadRtcp {
+    /// Whether this is a protect (else an unprotect).
+    pub fn is_protect(&self) -> bool {
+        self.protect
+    }
+    /// The input's length (RTCP for protect, SRTCP for unprotect).
+    pub fn len(&self) -> usize {
+        self.span.len
+    }
+    /// Whether the input is empty (never: an RTCP header is 8 bytes).
+    pub fn is_empty(&self) -> bool {
+        self.span.len == 0
+    }
+    /// The SRTCP tag's length.
+    pub fn tag_len(&self) -> usize {
+        self.span.tag_len
+    }
+    /// The output's length once the crypto succeeds: protect adds the E‖index word and the
+    /// tag, unprotect takes them off.
+    pub fn output_len(&self) -> usize {
+        if self.protect {
+            self.span.len + 4 + self.span.tag_len
+        } else {
+            self.span.len - 4 - self.span.tag_len
+        }
+    }
+    /// The packet's SSRC (its first report's sender).
+    pub fn ssrc(&self) -> u32 {
+        self.span.ssrc
+    }
+    /// The E‖SRTCP index word, as sent (E, the top bit: the payload is encrypted).
+    pub fn trailer(&self) -> u32 {
+        self.span.trailer
+    }
+    /// The SRTCP keys' name: unique for the life of the process, never the RTP keys' name.
+    pub fn key_set(&self) -> u64 {
+        self.key_set
+    }
+}
+
+/// The raw session keys of a key set (RTP's or SRTCP's), borrowed from the context, for an
+/// engine to copy to its device. Never printed: `Debug` shows the profile only.
 #[derive(Clone, Copy)]
 pub struct RtpKeyMaterial<'a> {
     profile: Profile,
@@ -210,6 +267,85 @@ impl Context {
     }
 }
 
+impl Context {
+    /// Step 1 of an offloaded SRTCP protect: everything [`Context::protect_rtcp`] does before
+    /// its crypto, which takes the stream's next SRTCP index.
+    pub fn offload_protect_rtcp_begin(
+        &mut self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<OffloadRtcp, Error> {
+        let master = std::sync::Arc::as_ptr(self.master_keys());
+        let (span, keys) = self.protect_rtcp_begin(buf, len)?;
+        Ok(OffloadRtcp {
+            span,
+            protect: true,
+            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
+            key_set: keys.id() + 1,
+        })
+    }
+
+    /// Step 1 of an offloaded SRTCP unprotect: everything [`Context::unprotect_rtcp`] does
+    /// before its crypto; nothing changes.
+    pub fn offload_unprotect_rtcp_begin(
+        &self,
+        buf: &[u8],
+        len: usize,
+    ) -> Result<OffloadRtcp, Error> {
+        let master = std::sync::Arc::as_ptr(self.master_keys());
+        let (span, keys) = self.unprotect_rtcp_begin(buf, len)?;
+        Ok(OffloadRtcp {
+            span,
+            protect: false,
+            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
+            key_set: keys.id() + 1,
+        })
+    }
+
+    /// Step 3 of an offloaded SRTCP unprotect, once it authenticated: the replay window moves
+    /// on (the stream is made from the template if it is new).
+    pub fn offload_unprotect_rtcp_commit(&mut self, job: &OffloadRtcp) -> Result<(), Error> {
+        self.unprotect_rtcp_commit(&job.span)
+    }
+
+    /// The raw SRTCP session keys `job`'s crypto uses.
+    pub fn offload_rtcp_keys(&self, job: &OffloadRtcp) -> Option<RtpKeyMaterial<'_>> {
+        let keys = self.rtp_keys_for(job.span.ssrc, job.own_keys)?;
+        if keys.id() + 1 != job.key_set {
+            return None;
+        }
+        let (enc, auth, salt) = keys.rtcp_raw()?;
+        Some(RtpKeyMaterial {
+            profile: self.profile(),
+            enc,
+            auth,
+            salt,
+        })
+    }
+
+    /// Step 2 of SRTCP on the CPU, through the context's provider, as the one-packet methods
+    /// do it (unprotect: the caller then commits).
+    pub fn offload_rtcp_crypto(&self, job: &OffloadRtcp, buf: &mut [u8]) -> Result<usize, Error> {
+        let keys = self
+            .rtp_keys_for(job.span.ssrc, job.own_keys)
+            .filter(|k| k.id() + 1 == job.key_set)
+            .ok_or(Error::UnknownContext)?;
+        let need = if job.protect {
+            job.output_len()
+        } else {
+            job.span.len
+        };
+        if buf.len() < need {
+            return Err(Error::BufferTooSmall { needed: need });
+        }
+        if job.protect {
+            Ok(protect_rtcp_with(keys, buf, &job.span))
+        } else {
+            unprotect_rtcp_with(keys, buf, &job.span)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +382,7 @@ mod tests {
                 let mut b = rtp(seq);
                 let job = tx2.offload_protect_rtp_begin(&b, 62).unwrap();
                 assert_eq!(job.key_set(), tx2.master_keys().id());
+                assert_eq!(job.key_set() % 2, 0, "RTP names are even");
                 assert!(tx2.offload_rtp_keys(&job).is_some());
                 assert_eq!(tx2.offload_rtp_crypto(&job, &mut b), Ok(n));
                 assert_eq!(a, b, "{p}");
@@ -274,5 +411,50 @@ mod tests {
         assert!(!format!("{m:?}").contains('3'));
         // A job from one context does not find keys in another.
         assert!(a.offload_rtp_keys(&job).is_none());
+    }
+
+    fn rtcp(n: usize) -> Vec<u8> {
+        let mut b = vec![0u8; n + 4 + 16];
+        b[0] = 0x81;
+        b[1] = 200;
+        b[4..8].copy_from_slice(&0xabcdu32.to_be_bytes());
+        for (i, x) in b[8..n].iter_mut().enumerate() {
+            *x = i as u8 ^ 0x5a;
+        }
+        b
+    }
+
+    #[test]
+    fn srtcp_in_three_steps_gives_the_one_packet_methods_bytes() {
+        for p in Profile::ALL {
+            let (mut tx, mut rx) = pair(p);
+            let (mut tx2, mut rx2) = pair(p);
+            for n in [8usize, 28, 61] {
+                let mut a = rtcp(n);
+                let out = tx.protect_rtcp(&mut a, n).unwrap();
+                let mut b = rtcp(n);
+                let job = tx2.offload_protect_rtcp_begin(&b, n).unwrap();
+                assert_eq!(job.output_len(), out);
+                assert_eq!(job.key_set() % 2, 1, "SRTCP names are odd");
+                assert!(tx2.offload_rtcp_keys(&job).is_some());
+                assert_eq!(tx2.offload_rtcp_crypto(&job, &mut b), Ok(out));
+                assert_eq!(a, b, "{p}");
+
+                let job = rx2.offload_unprotect_rtcp_begin(&b, out).unwrap();
+                assert_eq!(
+                    job.trailer() & 0x7fff_ffff,
+                    tx.rtcp_index(0xabcd).unwrap() - 1
+                );
+                let want = rx.unprotect_rtcp(&mut a, out).unwrap();
+                assert_eq!(rx2.offload_rtcp_crypto(&job, &mut b), Ok(want));
+                rx2.offload_unprotect_rtcp_commit(&job).unwrap();
+                assert_eq!(a, b, "{p}");
+                // Replayed: refused at begin, as by the one-packet method.
+                assert_eq!(
+                    rx2.offload_unprotect_rtcp_begin(&b, out).err(),
+                    Some(Error::ReplayDuplicate)
+                );
+            }
+        }
     }
 }

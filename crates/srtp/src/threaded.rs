@@ -227,11 +227,22 @@ impl core::fmt::Debug for ThreadedEngine {
     }
 }
 
-/// What a lane runs: the multi-buffer engine (the default) or the scalar code.
-#[derive(Debug)]
+/// What a lane runs: the multi-buffer engine (the default), the scalar code, or an engine
+/// given by the caller ([`ThreadedEngine::with_lane_engine`]).
 enum LaneEngine {
     MultiBuffer(SimdEngine),
     Scalar(SerialEngine),
+    Given(std::sync::Arc<dyn Engine>),
+}
+
+impl core::fmt::Debug for LaneEngine {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LaneEngine::MultiBuffer(e) => e.fmt(f),
+            LaneEngine::Scalar(e) => e.fmt(f),
+            LaneEngine::Given(e) => f.write_str(e.name()),
+        }
+    }
 }
 
 /// One lane's share of a batch: the contexts its packets name (in index order), and its
@@ -265,6 +276,9 @@ impl Lane<'_, '_> {
                 hints,
             ),
             LaneEngine::Scalar(e) => {
+                e.process_in(&mut self.contexts, &mut self.packets, &mut self.results)
+            }
+            LaneEngine::Given(e) => {
                 e.process_in(&mut self.contexts, &mut self.packets, &mut self.results)
             }
         }
@@ -320,6 +334,20 @@ impl ThreadedEngine {
             LaneEngine::Scalar(SerialEngine)
         };
         Ok(ThreadedEngine { pool, config, lane })
+    }
+
+    /// Lanes that run `engine` (through [`Engine::process_in`], on their share of the batch's
+    /// contexts) instead of the multi-buffer or scalar code; batches under the threshold go
+    /// to `engine` whole, on the calling thread. For an engine whose per-packet work on the
+    /// host is to be spread over cores, such as the GPU engine's checks, copies and commits.
+    /// `engine` is called from several threads at once.
+    pub fn with_lane_engine(
+        config: ThreadedConfig,
+        engine: std::sync::Arc<dyn Engine>,
+    ) -> Result<Self, ConfigError> {
+        let mut e = Self::new(config)?;
+        e.lane = LaneEngine::Given(engine);
+        Ok(e)
     }
 
     /// An engine with the default configuration (one lane per available core).
@@ -452,6 +480,7 @@ impl Engine for ThreadedEngine {
             _ => match &self.lane {
                 LaneEngine::MultiBuffer(e) => e.process(contexts, packets, results),
                 LaneEngine::Scalar(e) => e.process(contexts, packets, results),
+                LaneEngine::Given(e) => e.process(contexts, packets, results),
             },
         }
     }
