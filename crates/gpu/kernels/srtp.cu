@@ -3,6 +3,7 @@
  *
  *   kind 0: RFC 3711 SRTP, AES-CM (128/256) or NULL cipher + HMAC-SHA1 (tag 4/10)
  *   kind 1: RFC 7714 SRTP AES-GCM (128/256), 16-byte tag
+ * and the same for SRTCP (RFC 3711 §3.4, RFC 7714 §9): PacketDesc.op 2/3.
  *
  * This file is compiled two ways:
  *   - by NVRTC for the GPU (no system headers: nothing is #included);
@@ -16,7 +17,7 @@
  * ld32/st32/ld64/ld128 (memcpy on the host, so no strict-aliasing or
  * alignment problems there).
  *
- * Kernels (see NOTES.md for the launch shapes):
+ * Kernels (see README.md for the launch shapes):
  *   srtp_tables_init  — computes AES T-tables and the GHASH reduction table
  *   srtp_keys_setup   — expands RawKeys into 1024-byte device key slots
  *   srtp_packets      — protects / unprotects a batch of packets in place
@@ -74,15 +75,15 @@ struct RawKeys {  /* 80 bytes */
 struct PacketDesc { /* 32 bytes */
   u32 offset;       /* byte offset of the packet in `data` (multiple of 16) */
   u32 slot;         /* key slot index */
-  u16 len;          /* input length (RTP for protect, SRTP for unprotect) */
-  u16 hdr;          /* RTP header length = start of the encrypted part */
-  u8 op;            /* 0 = protect, 1 = unprotect */
+  u16 len;          /* input length (RTP/RTCP for protect, SRTP/SRTCP for unprotect) */
+  u16 hdr;          /* RTP header length = start of the encrypted part (SRTCP: 8) */
+  u8 op;            /* 0 = SRTP protect, 1 = SRTP unprotect, 2 = SRTCP protect, 3 = SRTCP unprotect */
   u8 tag_len;       /* 4 or 10 (kind 0), 16 (kind 1) */
   u8 status;        /* OUT */
   u8 pad0;
   u32 ssrc;
-  u32 roc;
-  u16 seq;
+  u32 roc;          /* SRTP: ROC. SRTCP: the trailer word E || index (E = bit 31) */
+  u16 seq;          /* SRTP: SEQ. SRTCP: unused */
   u16 pad1;
   u32 pad2;
 };
@@ -449,7 +450,8 @@ struct Sha1Out {
 };
 
 /* HMAC-SHA1(auth_key, p[0..L) || roc_be32) from the slot's precomputed inner
- * and outer states. p must be 16-byte aligned (it is a packet start).
+ * and outer states (SRTCP passes its trailer word E || index as `roc`).
+ * p must be 16-byte aligned (it is a packet start).
  *
  * The inner message after the key block is M = p[0..L) || roc || 0x80 ||
  * 0.. || bitlen64, bitlen = (64 + L + 4) * 8, in nblocks blocks. Blocks lying
@@ -603,6 +605,31 @@ __device__ __forceinline__ void ghash_range(const u8* ht, const u8* p, u32 a, u3
   }
 }
 
+/* GHASH-absorb the AAD p[0..b) || tr, zero-padded to whole blocks, where tr
+ * is the 4 bytes of the big-endian word `tr` when tn == 4 (the SRTCP trailer
+ * E || index, which is not stored right after p[0..b)) and nothing when
+ * tn == 0 (SRTP; tr must then be 0). p is 16-aligned, so every word is read
+ * aligned; the last partial one reads up to 3 bytes past b (inside the
+ * packet or its room) and masks them off. */
+__device__ __forceinline__ void ghash_aad(const u8* ht, const u8* p, u32 b, u32 tr, u32 tn, u64& xh, u64& xl) {
+  for (u32 pos = 0; pos < b + tn; pos += 16) {
+    u32 w[4];
+    SRTP_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int o = (int)pos + 4 * i, r = o - (int)b; /* r: position of this word relative to tr */
+      u32 x = ld_be_part(p + o, -r, true);
+      if (r > -4 && r < 0)
+        x |= tr >> (-8 * r); /* the word straddles b: data bytes, then the first trailer bytes */
+      else if (r >= 0 && r < 4)
+        x |= tr << (8 * r); /* the remaining trailer bytes, then zeros */
+      w[i] = x;
+    }
+    const G128 z = gmul(ht, xh ^ (((u64)w[0] << 32) | w[1]), xl ^ (((u64)w[2] << 32) | w[3]));
+    xh = z.h;
+    xl = z.l;
+  }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Counter mode                                                              */
 /* ------------------------------------------------------------------------ */
@@ -646,11 +673,11 @@ __device__ __forceinline__ void ctr_range(const u8* rk, u32 nr, u8* p, u32 start
   }
 }
 
-/* GCM tag = E_K(J0) ^ GHASH after the length block (AAD = hdr bytes,
+/* GCM tag = E_K(J0) ^ GHASH after the length block (AAD = alen bytes,
  * ciphertext = clen bytes), J0 = IV || 1. */
-__device__ __forceinline__ U4 gcm_tag(const u8* rk, u32 nr, const u8* ht, u32 hdr, u32 clen, u32 i0, u32 i1, u32 i2, u64 xh,
+__device__ __forceinline__ U4 gcm_tag(const u8* rk, u32 nr, const u8* ht, u32 alen, u32 clen, u32 i0, u32 i1, u32 i2, u64 xh,
                                       u64 xl) {
-  const G128 z = gmul(ht, xh ^ ((u64)hdr * 8), xl ^ ((u64)clen * 8));
+  const G128 z = gmul(ht, xh ^ ((u64)alen * 8), xl ^ ((u64)clen * 8));
   const U4 e = aes_nr(rk, nr, make_u4(i0, i1, i2, 1u));
   return make_u4((u32)(z.h >> 32) ^ e.x, (u32)z.h ^ e.y, (u32)(z.l >> 32) ^ e.z, (u32)z.l ^ e.w);
 }
@@ -658,19 +685,33 @@ __device__ __forceinline__ U4 gcm_tag(const u8* rk, u32 nr, const u8* ht, u32 hd
 /* ------------------------------------------------------------------------ */
 /* Packet processing                                                         */
 /*                                                                           */
-/* Written as one flow for both kinds so that every heavy step (counter      */
-/* pass, tag compare, tag write) has a single call site: small code.         */
+/* Written as one flow for both kinds and for SRTP and SRTCP so that every   */
+/* heavy step (counter pass, HMAC, tag compare, tag write) has a single call */
+/* site: small code.                                                         */
+/*                                                                           */
+/* Packet layouts (hdr = 8 for SRTCP, tx = 4 trailer bytes E || index):      */
+/*   SRTP          [hdr][payload][tag]                                       */
+/*   SRTCP kind 0  [hdr][payload][E||index][tag]   MAC over all but the tag  */
+/*   SRTCP kind 1  [hdr][payload][tag][E||index]   AAD = hdr || E||index     */
+/*                 (E clear: AAD = hdr || payload || E||index, no ciphertext)*/
+/* `end` is the end of the payload, `cs` the start of the encrypted part:    */
+/* hdr, or end when nothing is encrypted (NULL cipher, SRTCP with E clear).  */
 /* ------------------------------------------------------------------------ */
 __device__ __forceinline__ u8 process_packet(const u8* slots, const PacketDesc& d, u8* data) {
   const u8* slot = slots + (u64)d.slot * SRTP_KEY_SLOT_BYTES;
   const u32 kind = ld32(slot + SLOT_KIND), nr = ld32(slot + SLOT_NR);
   const u32 len = d.len, hdr = d.hdr, tl = d.tag_len;
+  const bool rtcp = d.op >= 2;
+  const bool protect = (d.op & 1u) == 0;
+  const u32 tx = rtcp ? 4u : 0u; /* SRTCP trailer bytes */
 
   /* Reject what the host promises never to send; the buffer is not touched. */
-  if (d.op > 1 || hdr > len) return SRTP_STATUS_BAD_DESC;
-  if (d.op == 1 && len < hdr + tl) return SRTP_STATUS_BAD_DESC;
+  if (d.op > 3 || hdr > len) return SRTP_STATUS_BAD_DESC;
+  if (rtcp && hdr != 8) return SRTP_STATUS_BAD_DESC;
+  if (!protect && len < hdr + tx + tl) return SRTP_STATUS_BAD_DESC;
   if (kind == SRTP_KIND_HMAC) {
-    if (tl == 0 || tl > 16) return SRTP_STATUS_BAD_DESC; /* the tag must fit the len+16 room */
+    /* the tag must fit the room (len+16, SRTCP protect len+4+16) */
+    if (tl == 0 || tl > 16 || (rtcp && tl < 4)) return SRTP_STATUS_BAD_DESC;
   } else if (kind == SRTP_KIND_GCM) {
     if (tl != 16) return SRTP_STATUS_BAD_DESC;
   } else {
@@ -678,10 +719,32 @@ __device__ __forceinline__ u8 process_packet(const u8* slots, const PacketDesc& 
   }
 
   const bool gcm = kind == SRTP_KIND_GCM;
-  const bool protect = d.op == 0;
-  const u32 end = protect ? len : len - tl; /* end of the (to be) encrypted part */
-  const int n = (int)tl;
+  /* SRTCP: the trailer word E || index. The IV formulas below take the SRTP
+   * (roc, seq) pair; the 31-bit SRTCP index maps to roc = index >> 16,
+   * seq = index & 0xffff in both kinds (kind 0: index << 16 spans words 2
+   * and 3 like the 48-bit SRTP index; GCM: 00 00 || index in the last 6 IV
+   * bytes, since index >> 16 < 2^15 leaves the top half of roc zero). */
+  const u32 tr = rtcp ? d.roc : 0u;
+  const u32 roc = rtcp ? (tr & 0x7fffffffu) >> 16 : d.roc;
+  const u32 seq = rtcp ? tr & 0xffffu : (u32)d.seq;
+  const bool e_bit = (tr >> 31) != 0;
+  if (rtcp && protect && e_bit && nr == 0) return SRTP_STATUS_BAD_DESC; /* E set without a cipher */
+  const bool enc = nr != 0 && (!rtcp || e_bit);
+  if (rtcp && !protect) {
+    /* SRTCP unprotect: the descriptor's word must be the packet's own trailer
+     * (the host reads it from there); anything else is a host bug. Byte
+     * loads: the trailer need not be 4-aligned. */
+    const u8* q = data + d.offset + (len - 4u - (gcm ? 0u : tl));
+    if ((((u32)q[0] << 24) | ((u32)q[1] << 16) | ((u32)q[2] << 8) | q[3]) != tr) return SRTP_STATUS_BAD_DESC;
+  }
+
   u8* p = data + d.offset;
+  const u32 end = protect ? len : len - tl - tx; /* end of the payload */
+  const u32 cs = enc ? hdr : end;                /* start of the encrypted part */
+  const u32 tag_at = end + (gcm ? 0u : tx);      /* tag position */
+  const u32 tr_at = end + (gcm ? 16u : 0u);      /* SRTCP trailer position */
+
+  const int n = (int)tl;
   const u8* rk = slot + SLOT_RK;
   const u8* ht = slot + SLOT_HTABLE;
 
@@ -689,62 +752,68 @@ __device__ __forceinline__ u8 process_packet(const u8* slots, const PacketDesc& 
   const u32 b0 = ld32(slot + SLOT_IV + 0), b1 = ld32(slot + SLOT_IV + 4), b2 = ld32(slot + SLOT_IV + 8);
   u32 v0, v1, v2, v3;
   if (gcm) {
-    /* RFC 7714: IV = salt[0..12] ^ (00 00 || ssrc || roc || seq) */
+    /* RFC 7714: IV = salt[0..12] ^ (00 00 || ssrc || roc || seq);
+     * SRTCP (§9.1): salt[0..12] ^ (00 00 || ssrc || 00 00 || index) */
     v0 = b0 ^ (d.ssrc >> 16);
-    v1 = b1 ^ ((d.ssrc << 16) | (d.roc >> 16));
-    v2 = b2 ^ ((d.roc << 16) | (u32)d.seq);
+    v1 = b1 ^ ((d.ssrc << 16) | (roc >> 16));
+    v2 = b2 ^ ((roc << 16) | seq);
     v3 = 2u;
   } else {
     /* RFC 3711 §4.1.1: IV = (salt << 16) ^ (ssrc << 64) ^ (index << 16);
      * index << 16 puts roc in word 2 and seq in the top half of word 3. */
     v0 = b0;
     v1 = b1 ^ d.ssrc;
-    v2 = b2 ^ d.roc;
-    v3 = ld32(slot + SLOT_IV + 12) ^ ((u32)d.seq << 16);
+    v2 = b2 ^ roc;
+    v3 = ld32(slot + SLOT_IV + 12) ^ (seq << 16);
   }
 
   u64 xh = 0, xl = 0; /* GHASH accumulator */
-  if (gcm) ghash_range(ht, p, 0, hdr, xh, xl); /* AAD = the RTP header */
+  if (gcm) ghash_aad(ht, p, cs, tr, tx, xh, xl); /* AAD = p[0..cs) || SRTCP trailer */
 
+  /* Kind 0 MAC input: p[0..end) || word, word = the ROC (SRTP) or the
+   * trailer E || index (SRTCP; for unprotect these are the packet's own
+   * trailer bytes, checked above). Both are d.roc. */
   if (!protect) {
     /* Authenticate first; nothing is written unless the tag matches. */
     U4 e;
     if (gcm) {
-      ghash_range(ht, p, hdr, end, xh, xl);
-      e = gcm_tag(rk, nr, ht, hdr, end - hdr, v0, v1, v2, xh, xl);
+      ghash_range(ht, p, cs, end, xh, xl);
+      e = gcm_tag(rk, nr, ht, cs + tx, end - cs, v0, v1, v2, xh, xl);
     } else {
       const Sha1Out m = hmac_sha1(slot, p, end, d.roc);
       e = make_u4(m.h0, m.h1, m.h2, m.h3);
     }
     /* constant-time compare of the first tl bytes: OR of XORs, no early exit */
-    const bool al = (end & 3u) == 0;
+    const bool al = (tag_at & 3u) == 0;
     u32 diff = 0;
-    diff |= (ld_be_part(p + end, n, al) ^ e.x) & mask_n(n);
-    diff |= (ld_be_part(p + end + 4, n - 4, al) ^ e.y) & mask_n(n - 4);
-    diff |= (ld_be_part(p + end + 8, n - 8, al) ^ e.z) & mask_n(n - 8);
-    diff |= (ld_be_part(p + end + 12, n - 12, al) ^ e.w) & mask_n(n - 12);
+    diff |= (ld_be_part(p + tag_at, n, al) ^ e.x) & mask_n(n);
+    diff |= (ld_be_part(p + tag_at + 4, n - 4, al) ^ e.y) & mask_n(n - 4);
+    diff |= (ld_be_part(p + tag_at + 8, n - 8, al) ^ e.z) & mask_n(n - 8);
+    diff |= (ld_be_part(p + tag_at + 12, n - 12, al) ^ e.w) & mask_n(n - 12);
     if (diff != 0) return SRTP_STATUS_AUTH_FAIL;
   }
 
-  /* Encrypt or decrypt in place (NULL cipher: nothing to do). GCM protect
-   * GHASHes the ciphertext in the same pass. */
-  if (nr != 0) ctr_range(rk, nr, p, hdr, end, v0, v1, v2, v3, ht, gcm && protect, xh, xl);
+  /* Encrypt or decrypt in place (NULL cipher, SRTCP with E clear: nothing to
+   * do). GCM protect GHASHes the ciphertext in the same pass. */
+  if (enc) ctr_range(rk, nr, p, cs, end, v0, v1, v2, v3, ht, gcm && protect, xh, xl);
 
   if (protect) {
     U4 t;
     if (gcm) {
-      t = gcm_tag(rk, nr, ht, hdr, len - hdr, v0, v1, v2, xh, xl);
+      t = gcm_tag(rk, nr, ht, cs + tx, end - cs, v0, v1, v2, xh, xl);
     } else {
-      const Sha1Out m = hmac_sha1(slot, p, len, d.roc);
+      const Sha1Out m = hmac_sha1(slot, p, end, d.roc);
       t = make_u4(m.h0, m.h1, m.h2, m.h3);
     }
-    /* tag -> p[len..len+tl); tl <= 16 keeps even the read-modify-write of an
-       aligned partial last word inside the len+16 room */
-    const bool al = (len & 3u) == 0;
-    st_be_part(p + len, t.x, n, al);
-    st_be_part(p + len + 4, t.y, n - 4, al);
-    st_be_part(p + len + 8, t.z, n - 8, al);
-    st_be_part(p + len + 12, t.w, n - 12, al);
+    /* tag -> p[tag_at..tag_at+tl); tl <= 16 keeps even the read-modify-write
+       of an aligned partial last word inside the room (len+16, or len+4+16
+       for SRTCP kind 0) */
+    const bool al = (tag_at & 3u) == 0;
+    st_be_part(p + tag_at, t.x, n, al);
+    st_be_part(p + tag_at + 4, t.y, n - 4, al);
+    st_be_part(p + tag_at + 8, t.z, n - 8, al);
+    st_be_part(p + tag_at + 12, t.w, n - 12, al);
+    if (rtcp) st_be_part(p + tr_at, tr, 4, (tr_at & 3u) == 0); /* SRTCP trailer */
   }
   return SRTP_STATUS_DONE;
 }

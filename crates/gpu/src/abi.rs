@@ -2,7 +2,8 @@
 //! raw key sets, the sizes of the key slots and tables. Everything is written and read as
 //! little-endian bytes, so no Rust struct is handed to the device as memory.
 
-use secrelay_srtp::offload::{OffloadRtp, RtpKeyMaterial};
+use secrelay_srtp::offload::{OffloadRtcp, OffloadRtp, RtpKeyMaterial};
+use secrelay_srtp::{Context, Error};
 use zeroize::Zeroizing;
 
 /// Bytes of one packet descriptor (`PacketDesc`).
@@ -14,8 +15,8 @@ pub const KEY_SLOT_BYTES: usize = 1024;
 /// 32-bit words of the tables buffer (`SRTP_TABLE_WORDS`): the four AES T-tables and the
 /// GHASH reduction constants.
 pub const TABLE_WORDS: usize = 4 * 256 + 16;
-/// Room after each packet's input: the longest tag (GCM's 16 bytes).
-pub const TAG_ROOM: usize = 16;
+/// Room after each packet's input: the longest tag (GCM's 16 bytes) and SRTCP's E‖index word.
+pub const TAG_ROOM: usize = 20;
 /// Packets start on 16-byte boundaries in the data area.
 pub const ALIGN: usize = 16;
 
@@ -31,27 +32,110 @@ pub fn packet_room(len: usize) -> usize {
     (len + TAG_ROOM).next_multiple_of(ALIGN)
 }
 
-/// Whether the kernels can take a packet of this length (the descriptor's lengths are 16-bit).
-pub fn fits(job: &OffloadRtp) -> bool {
-    job.len() <= u16::MAX as usize
+/// A packet begun for the device: SRTP or SRTCP.
+#[derive(Debug, Clone, Copy)]
+pub enum Work {
+    /// An RTP packet.
+    Rtp(OffloadRtp),
+    /// An RTCP packet.
+    Rtcp(OffloadRtcp),
 }
 
-/// Writes the descriptor of `job`'s packet, at `offset` in the data area, keyed by `slot`.
+impl Work {
+    /// Whether it is a protect.
+    pub fn is_protect(&self) -> bool {
+        match self {
+            Work::Rtp(j) => j.is_protect(),
+            Work::Rtcp(j) => j.is_protect(),
+        }
+    }
+    /// The input's length.
+    pub fn len(&self) -> usize {
+        match self {
+            Work::Rtp(j) => j.len(),
+            Work::Rtcp(j) => j.len(),
+        }
+    }
+    /// Whether the input is empty (never).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The output's length once the crypto succeeds.
+    pub fn output_len(&self) -> usize {
+        match self {
+            Work::Rtp(j) => j.output_len(),
+            Work::Rtcp(j) => j.output_len(),
+        }
+    }
+    /// Where the encrypted part starts: the RTP header's end, or SRTCP's 8 bytes.
+    pub fn header_len(&self) -> usize {
+        match self {
+            Work::Rtp(j) => j.header_len(),
+            Work::Rtcp(_) => 8,
+        }
+    }
+    /// The name of the key set its crypto uses.
+    pub fn key_set(&self) -> u64 {
+        match self {
+            Work::Rtp(j) => j.key_set(),
+            Work::Rtcp(j) => j.key_set(),
+        }
+    }
+    /// Its raw keys, from its context.
+    pub fn keys<'c>(&self, ctx: &'c Context) -> Option<RtpKeyMaterial<'c>> {
+        match self {
+            Work::Rtp(j) => ctx.offload_rtp_keys(j),
+            Work::Rtcp(j) => ctx.offload_rtcp_keys(j),
+        }
+    }
+    /// Its crypto on the CPU (the context's provider).
+    pub fn crypto_on_cpu(&self, ctx: &Context, buf: &mut [u8]) -> Result<usize, Error> {
+        match self {
+            Work::Rtp(j) => ctx.offload_rtp_crypto(j, buf),
+            Work::Rtcp(j) => ctx.offload_rtcp_crypto(j, buf),
+        }
+    }
+    /// The commit of an unprotect that authenticated.
+    pub fn commit(&self, ctx: &mut Context) -> Result<(), Error> {
+        match self {
+            Work::Rtp(j) => ctx.offload_unprotect_rtp_commit(j),
+            Work::Rtcp(j) => ctx.offload_unprotect_rtcp_commit(j),
+        }
+    }
+    /// Whether the kernels can take it: the descriptor's lengths are 16-bit.
+    pub fn fits(&self) -> bool {
+        self.len() <= u16::MAX as usize
+    }
+}
+
+/// Writes the descriptor of `work`'s packet, at `offset` in the data area, keyed by `slot`.
 /// The status byte starts at zero: a packet the kernel never reached reads as not done.
-pub fn put_desc(out: &mut [u8], job: &OffloadRtp, offset: u32, slot: u32) {
+pub fn put_desc(out: &mut [u8], work: &Work, offset: u32, slot: u32) {
     let d = &mut out[..DESC_BYTES];
     d[0..4].copy_from_slice(&offset.to_le_bytes());
     d[4..8].copy_from_slice(&slot.to_le_bytes());
-    d[8..10].copy_from_slice(&(job.len() as u16).to_le_bytes());
-    d[10..12].copy_from_slice(&(job.header_len() as u16).to_le_bytes());
-    d[12] = u8::from(!job.is_protect());
-    d[13] = job.tag_len() as u8;
+    d[8..10].copy_from_slice(&(work.len() as u16).to_le_bytes());
+    d[10..12].copy_from_slice(&(work.header_len() as u16).to_le_bytes());
     d[STATUS_AT] = 0;
     d[15] = 0;
-    d[16..20].copy_from_slice(&job.ssrc().to_le_bytes());
-    d[20..24].copy_from_slice(&job.roc().to_le_bytes());
-    d[24..26].copy_from_slice(&job.seq().to_le_bytes());
     d[26..32].fill(0);
+    match work {
+        Work::Rtp(j) => {
+            d[12] = u8::from(!j.is_protect());
+            d[13] = j.tag_len() as u8;
+            d[16..20].copy_from_slice(&j.ssrc().to_le_bytes());
+            d[20..24].copy_from_slice(&j.roc().to_le_bytes());
+            d[24..26].copy_from_slice(&j.seq().to_le_bytes());
+        }
+        Work::Rtcp(j) => {
+            // SRTCP: ops 2 and 3, the E‖index word where SRTP has its ROC.
+            d[12] = 2 + u8::from(!j.is_protect());
+            d[13] = j.tag_len() as u8;
+            d[16..20].copy_from_slice(&j.ssrc().to_le_bytes());
+            d[20..24].copy_from_slice(&j.trailer().to_le_bytes());
+            d[24..26].fill(0);
+        }
+    }
 }
 
 /// The status the kernel wrote into a descriptor.

@@ -15,19 +15,16 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
+    PinnedHostSlice, PushKernelArg,
 };
 use cudarc::nvrtc::CompileOptions;
 
 use crate::abi::{KEY_SLOT_BYTES, TABLE_WORDS};
-use crate::device::{Device, DeviceError};
+use crate::device::{Device, DeviceError, Lanes};
 
 /// The kernels' source, compiled by NVRTC when a device is opened.
 pub const KERNEL_SOURCE: &str = include_str!("../kernels/srtp.cu");
-
-/// Threads per block of the packet kernel.
-pub const PACKET_BLOCK: u32 = 256;
 
 fn err(what: &str) -> impl Fn(cudarc::driver::DriverError) -> DeviceError + '_ {
     move |e| DeviceError(format!("{what}: {e}"))
@@ -46,17 +43,26 @@ pub fn nvrtc_present() -> bool {
 }
 
 /// Compiles the kernels with NVRTC for the virtual architecture `compute_{major}{minor}`,
-/// returning the PTX (needs NVRTC, not a GPU).
-pub fn compile_kernels(major: i32, minor: i32) -> Result<cudarc::nvrtc::Ptx, DeviceError> {
+/// returning the PTX (needs NVRTC, not a GPU). `max_registers` caps the registers per thread
+/// (`--maxrregcount`): fewer registers let more blocks share an SM, at the cost of spills.
+pub fn compile_kernels(
+    major: i32,
+    minor: i32,
+    max_registers: Option<u32>,
+) -> Result<cudarc::nvrtc::Ptx, DeviceError> {
     if !nvrtc_present() {
         return Err(DeviceError("NVRTC (libnvrtc) not found".into()));
     }
+    let mut options = vec![
+        format!("--gpu-architecture=compute_{major}{minor}"),
+        "--std=c++17".into(),
+        "-default-device".into(),
+    ];
+    if let Some(r) = max_registers {
+        options.push(format!("--maxrregcount={r}"));
+    }
     let opts = CompileOptions {
-        options: vec![
-            format!("--gpu-architecture=compute_{major}{minor}"),
-            "--std=c++17".into(),
-            "-default-device".into(),
-        ],
+        options,
         name: Some("srtp.cu".into()),
         ..Default::default()
     };
@@ -69,21 +75,26 @@ pub fn compile_kernels(major: i32, minor: i32) -> Result<cudarc::nvrtc::Ptx, Dev
     })
 }
 
-struct Lane {
-    stream: Arc<CudaStream>,
-    host: PinnedHostSlice<u8>,
-    dev: CudaSlice<u8>,
+/// A CUDA GPU with the kernels loaded, its tables and its key slots: shared by every host
+/// thread's lanes.
+pub(crate) struct CudaDevice {
+    shared: Arc<CudaShared>,
 }
 
-/// A CUDA GPU with the kernels loaded.
-pub(crate) struct CudaDevice {
+struct CudaShared {
     ctx: Arc<CudaContext>,
     _module: Arc<CudaModule>,
     packets: CudaFunction,
     setup: CudaFunction,
     tables: CudaSlice<u32>,
-    slots: CudaSlice<u8>,
-    lanes: Vec<Lane>,
+    /// Written only by the key kernel, on `upload`'s stream, under the lock (which also keeps
+    /// uploads one at a time); read by every lane's kernels through its device address.
+    slots: std::sync::Mutex<CudaSlice<u8>>,
+    /// The slots' device address and size, fixed when the device is opened.
+    slots_ptr: u64,
+    slot_count: usize,
+    upload: Arc<CudaStream>,
+    block: u32,
     name: String,
 }
 
@@ -99,9 +110,14 @@ fn pinned(ctx: &Arc<CudaContext>, bytes: usize) -> Result<PinnedHostSlice<u8>, D
 }
 
 impl CudaDevice {
-    /// Opens GPU `ordinal`, compiles and loads the kernels, fills the tables, makes `lanes`
-    /// streams.
-    pub(crate) fn open(ordinal: usize, lanes: usize) -> Result<Self, DeviceError> {
+    /// Opens GPU `ordinal`, compiles and loads the kernels, fills the tables, allocates
+    /// `slots` key slots; the packet kernel runs in blocks of `block` threads.
+    pub(crate) fn open(
+        ordinal: usize,
+        slots: usize,
+        block: u32,
+        max_registers: Option<u32>,
+    ) -> Result<Self, DeviceError> {
         if !driver_present() {
             return Err(DeviceError(
                 "the CUDA driver (libcuda) was not found".into(),
@@ -116,7 +132,7 @@ impl CudaDevice {
             .compute_capability()
             .map_err(err("compute capability"))?;
         let name = ctx.name().unwrap_or_else(|_| "CUDA device".into());
-        let ptx = compile_kernels(major, minor)?;
+        let ptx = compile_kernels(major, minor, max_registers)?;
         let module = ctx.load_module(ptx).map_err(err("loading the kernels"))?;
         let f = |n: &str| module.load_function(n).map_err(err("a kernel is missing"));
         let (packets, setup, init) = (
@@ -124,11 +140,11 @@ impl CudaDevice {
             f("srtp_keys_setup")?,
             f("srtp_tables_init")?,
         );
-        let s0 = ctx.default_stream();
-        let mut tables = s0
+        let upload = ctx.new_stream().map_err(err("a CUDA stream"))?;
+        let mut tables = upload
             .alloc_zeros::<u32>(TABLE_WORDS)
             .map_err(err("device memory"))?;
-        let mut b = s0.launch_builder(&init);
+        let mut b = upload.launch_builder(&init);
         b.arg(&mut tables);
         // SAFETY: `srtp_tables_init(u32*)` fills `SRTP_TABLE_WORDS` words, one block of 256.
         unsafe {
@@ -139,82 +155,61 @@ impl CudaDevice {
             })
         }
         .map_err(err("the table kernel"))?;
-        let slots = s0
-            .alloc_zeros::<u8>(KEY_SLOT_BYTES)
-            .map_err(err("device memory"))?;
-        s0.synchronize().map_err(err("the table kernel"))?;
-        let mut v = Vec::new();
-        for _ in 0..lanes.max(1) {
-            let stream = ctx.new_stream().map_err(err("a CUDA stream"))?;
-            let dev = stream
-                .alloc_zeros::<u8>(1 << 16)
-                .map_err(err("device memory"))?;
-            v.push(Lane {
-                host: pinned(&ctx, 1 << 16)?,
-                dev,
-                stream,
-            });
-        }
+        let slots_buf = upload
+            .alloc_zeros::<u8>(slots.max(1) * KEY_SLOT_BYTES)
+            .map_err(err("device memory for key slots"))?;
+        let (slots_ptr, _) = slots_buf.device_ptr(&upload);
+        upload.synchronize().map_err(err("the table kernel"))?;
         Ok(CudaDevice {
-            ctx,
-            _module: module,
-            packets,
-            setup,
-            tables,
-            slots,
-            lanes: v,
-            name: format!("{name} (compute {major}.{minor})"),
+            shared: Arc::new(CudaShared {
+                _module: module,
+                packets,
+                setup,
+                tables,
+                slots_ptr,
+                slot_count: slots.max(1),
+                slots: std::sync::Mutex::new(slots_buf),
+                upload,
+                block,
+                name: format!("{name} (compute {major}.{minor})"),
+                ctx,
+            }),
         })
     }
 }
 
 impl Device for CudaDevice {
     fn describe(&self) -> String {
-        self.name.clone()
-    }
-
-    fn lanes(&self) -> usize {
-        self.lanes.len()
+        self.shared.name.clone()
     }
 
     fn slot_capacity(&self) -> usize {
-        self.slots.len() / KEY_SLOT_BYTES
+        self.shared.slot_count
     }
 
-    fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError> {
-        if slots <= self.slot_capacity() {
-            return Ok(());
-        }
-        let s0 = self.ctx.default_stream();
-        let mut bigger = s0
-            .alloc_zeros::<u8>(slots * KEY_SLOT_BYTES)
-            .map_err(err("device memory for key slots"))?;
-        let old = self.slots.len();
-        s0.memcpy_dtod(&self.slots, &mut bigger.slice_mut(..old))
-            .map_err(err("moving key slots"))?;
-        s0.memset_zeros(&mut self.slots)
-            .map_err(err("wiping key slots"))?;
-        s0.synchronize().map_err(err("moving key slots"))?;
-        self.slots = bigger;
-        Ok(())
-    }
-
-    fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
+    fn upload_keys(&self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
         if ids.is_empty() {
             return Ok(());
         }
-        let s0 = self.ctx.default_stream();
-        let mut raw_dev = s0.clone_htod(raw).map_err(err("uploading keys"))?;
-        let ids_dev = s0.clone_htod(ids).map_err(err("uploading keys"))?;
+        if raw.len() != ids.len() * crate::abi::RAW_KEY_BYTES
+            || ids.iter().any(|&i| i as usize >= self.shared.slot_count)
+        {
+            return Err(DeviceError("key upload refused: bad slot or length".into()));
+        }
+        let sh = &self.shared;
+        let mut slots = sh.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let s = &sh.upload;
+        let mut raw_dev = s.clone_htod(raw).map_err(err("uploading keys"))?;
+        let ids_dev = s.clone_htod(ids).map_err(err("uploading keys"))?;
         let n = ids.len() as u32;
-        let mut b = s0.launch_builder(&self.setup);
-        b.arg(&self.tables)
+        let mut b = s.launch_builder(&sh.setup);
+        b.arg(&sh.tables)
             .arg(&raw_dev)
             .arg(&ids_dev)
             .arg(&n)
-            .arg(&mut self.slots);
+            .arg(&mut *slots);
         // SAFETY: `srtp_keys_setup(tables, raw, ids, n, slots)`: `raw` holds n raw key sets,
-        // `ids` n slot numbers below the slot count (the engine's cache hands out no other).
+        // `ids` n slot numbers below the slot count (checked above).
         unsafe {
             b.launch(LaunchConfig {
                 grid_dim: (n.div_ceil(128), 1, 1),
@@ -224,10 +219,58 @@ impl Device for CudaDevice {
         }
         .map_err(err("the key kernel"))?;
         // The raw keys leave no copy on the device, and every lane sees the slots.
-        s0.memset_zeros(&mut raw_dev)
+        s.memset_zeros(&mut raw_dev)
             .map_err(err("wiping raw keys"))?;
-        s0.synchronize().map_err(err("the key kernel"))?;
+        s.synchronize().map_err(err("the key kernel"))?;
         Ok(())
+    }
+
+    fn new_lanes(&self, n: usize) -> Result<Box<dyn Lanes>, DeviceError> {
+        let sh = &self.shared;
+        let mut lanes = Vec::new();
+        for _ in 0..n.max(1) {
+            let stream = sh.ctx.new_stream().map_err(err("a CUDA stream"))?;
+            let dev = stream
+                .alloc_zeros::<u8>(1 << 16)
+                .map_err(err("device memory"))?;
+            lanes.push(Lane {
+                host: pinned(&sh.ctx, 1 << 16)?,
+                dev,
+                stream,
+            });
+        }
+        Ok(Box::new(CudaLanes {
+            shared: sh.clone(),
+            lanes,
+        }))
+    }
+}
+
+impl Drop for CudaShared {
+    fn drop(&mut self) {
+        // Key schedules do not outlive the engine in device memory. Nothing to do on failure:
+        // the context is going away.
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = self.upload.memset_zeros(&mut *slots);
+        let _ = self.upload.synchronize();
+    }
+}
+
+struct Lane {
+    stream: Arc<CudaStream>,
+    host: PinnedHostSlice<u8>,
+    dev: CudaSlice<u8>,
+}
+
+/// One host thread's lanes: a CUDA stream each, with page-locked staging and a device buffer.
+struct CudaLanes {
+    shared: Arc<CudaShared>,
+    lanes: Vec<Lane>,
+}
+
+impl Lanes for CudaLanes {
+    fn count(&self) -> usize {
+        self.lanes.len()
     }
 
     fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError> {
@@ -237,7 +280,7 @@ impl Device for CudaDevice {
         l.stream.synchronize().map_err(err("the packet kernel"))?;
         if l.host.len() < bytes {
             let size = bytes.next_power_of_two();
-            l.host = pinned(&self.ctx, size)?;
+            l.host = pinned(&self.shared.ctx, size)?;
             l.dev = l
                 .stream
                 .alloc_zeros::<u8>(size)
@@ -253,6 +296,7 @@ impl Device for CudaDevice {
         data_at: usize,
         bytes: usize,
     ) -> Result<(), DeviceError> {
+        let sh = &self.shared;
         let l = &mut self.lanes[lane];
         if bytes > l.host.len() || data_at > bytes {
             return Err(DeviceError("launch refused: outside the staging".into()));
@@ -265,20 +309,21 @@ impl Device for CudaDevice {
         }
         {
             let (mut descs, mut data) = l.dev.split_at_mut(data_at);
-            let mut b = l.stream.launch_builder(&self.packets);
-            b.arg(&self.tables)
-                .arg(&self.slots)
+            let mut b = l.stream.launch_builder(&sh.packets);
+            b.arg(&sh.tables)
+                .arg(&sh.slots_ptr)
                 .arg(&mut descs)
                 .arg(&packets)
                 .arg(&mut data);
-            let blocks = packets.div_ceil(PACKET_BLOCK).max(1);
+            let blocks = packets.div_ceil(sh.block).max(1);
             // SAFETY: `srtp_packets(tables, slots, descs, n, data)`; the engine wrote `packets`
             // descriptors whose packets (with tag room) lie inside the data area, with slots
-            // it uploaded.
+            // it uploaded (below the slot count); `slots_ptr` is the slots' device address,
+            // alive as long as `shared`.
             unsafe {
                 b.launch(LaunchConfig {
                     grid_dim: (blocks, 1, 1),
-                    block_dim: (PACKET_BLOCK, 1, 1),
+                    block_dim: (sh.block, 1, 1),
                     shared_mem_bytes: 0,
                 })
             }
@@ -299,15 +344,11 @@ impl Device for CudaDevice {
     }
 }
 
-impl Drop for CudaDevice {
+impl Drop for CudaLanes {
     fn drop(&mut self) {
-        // Key schedules do not outlive the engine in device memory. Nothing to do on failure:
-        // the context is going away.
+        // Copies in flight read and write the staging: they finish before it is freed.
         for l in &self.lanes {
             let _ = l.stream.synchronize();
         }
-        let s0 = self.ctx.default_stream();
-        let _ = s0.memset_zeros(&mut self.slots);
-        let _ = s0.synchronize();
     }
 }

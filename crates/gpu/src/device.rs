@@ -23,21 +23,26 @@ impl core::fmt::Display for DeviceError {
 
 impl std::error::Error for DeviceError {}
 
-/// What the engine needs from the place the kernels run.
-pub(crate) trait Device: Send {
+/// What the engine needs from the place the kernels run: what every caller shares (the
+/// tables, the key slots), and lanes of its own for each host thread working at once.
+pub(crate) trait Device: Send + Sync {
     /// A description for reports (the GPU's name, or the host emulation).
     fn describe(&self) -> String;
-    /// How many lanes work can be spread over.
-    fn lanes(&self) -> usize;
-    /// Key slots the device holds now.
+    /// Key slots the device holds (fixed when it is opened).
     fn slot_capacity(&self) -> usize;
-    /// Grows the key slots to hold at least `slots`, keeping those uploaded.
-    fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError>;
-    /// Expands the raw key sets `raw` (`ids.len()` of [`RAW_KEY_BYTES`]) into the slots `ids`.
-    /// Work launched after this returns sees them.
-    fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError>;
+    /// Expands the raw key sets `raw` (`ids.len()` of [`RAW_KEY_BYTES`]) into the slots `ids`;
+    /// done when it returns, so work launched afterwards, on any lane, sees them.
+    fn upload_keys(&self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError>;
+    /// `n` new lanes, for one host thread.
+    fn new_lanes(&self, n: usize) -> Result<Box<dyn Lanes>, DeviceError>;
+}
+
+/// One host thread's lanes: staging areas and queues of work on the device.
+pub(crate) trait Lanes: Send {
+    /// How many.
+    fn count(&self) -> usize;
     /// Lane `lane`'s staging, at least `bytes` long (grown if needed, contents then lost).
-    /// The lane must not be running.
+    /// Waits for the lane's earlier work first.
     fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError>;
     /// Starts lane `lane`: its staging's first `bytes` go to the device, the kernel does
     /// `packets` packets (descriptors at 0, data at `data_at`), and the bytes come back.
@@ -118,15 +123,28 @@ pub fn host_kernel_abi() -> [u32; 4] {
 /// source: slow, but what a test on a machine without a GPU can check the engine and the
 /// kernels' arithmetic with.
 pub(crate) struct HostDevice {
+    shared: std::sync::Arc<HostShared>,
+}
+
+struct HostShared {
     tables: Vec<u32>,
-    slots: Zeroizing<Vec<u8>>,
-    lanes: Vec<Vec<u8>>,
+    /// Slots the device offers.
+    capacity: usize,
+    /// Written by uploads, read by every lane's kernels; grown to the highest slot uploaded
+    /// (a GPU allocates them all at once, but a test's emulated device need not hold 64 MiB).
+    slots: std::sync::RwLock<Zeroizing<Vec<u8>>>,
+}
+
+impl HostShared {
+    fn slots(&self) -> std::sync::RwLockReadGuard<'_, Zeroizing<Vec<u8>>> {
+        self.slots.read().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl HostDevice {
-    /// A host device with `lanes` lanes.
+    /// A host device with `slots` key slots.
     #[allow(unsafe_code)]
-    pub(crate) fn new(lanes: usize) -> Result<Self, DeviceError> {
+    pub(crate) fn new(slots: usize) -> Result<Self, DeviceError> {
         let abi = host_kernel_abi();
         let want = [TABLE_WORDS, KEY_SLOT_BYTES, DESC_BYTES, RAW_KEY_BYTES].map(|v| v as u32);
         if abi != want {
@@ -139,59 +157,73 @@ impl HostDevice {
         // function writes.
         unsafe { ffi::srtp_host_tables_init(tables.as_mut_ptr()) };
         Ok(HostDevice {
-            tables,
-            slots: Zeroizing::new(Vec::new()),
-            lanes: (0..lanes.max(1)).map(|_| Vec::new()).collect(),
+            shared: std::sync::Arc::new(HostShared {
+                tables,
+                capacity: slots.max(1),
+                slots: std::sync::RwLock::new(Zeroizing::new(Vec::new())),
+            }),
         })
     }
 }
 
 impl Device for HostDevice {
     fn describe(&self) -> String {
-        "host emulation of the GPU kernels (one CPU thread)".into()
-    }
-
-    fn lanes(&self) -> usize {
-        self.lanes.len()
+        "host emulation of the GPU kernels (on the calling threads)".into()
     }
 
     fn slot_capacity(&self) -> usize {
-        self.slots.len() / KEY_SLOT_BYTES
-    }
-
-    fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError> {
-        if slots > self.slot_capacity() {
-            // A new buffer and a copy: growing in place could free the old one unwiped.
-            let mut bigger = Zeroizing::new(vec![0u8; slots * KEY_SLOT_BYTES]);
-            bigger[..self.slots.len()].copy_from_slice(&self.slots);
-            self.slots = bigger;
-        }
-        Ok(())
+        self.shared.capacity
     }
 
     #[allow(unsafe_code)]
-    fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
-        if raw.len() != ids.len() * RAW_KEY_BYTES
-            || ids.iter().any(|&i| i as usize >= self.slot_capacity())
-        {
+    fn upload_keys(&self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
+        let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
+        let capacity = self.shared.capacity;
+        if raw.len() != ids.len() * RAW_KEY_BYTES || ids.iter().any(|&i| i as usize >= capacity) {
             return Err(DeviceError("key upload refused: bad slot or length".into()));
+        }
+        let need = ids.iter().map(|&i| i as usize + 1).max().unwrap_or(0) * KEY_SLOT_BYTES;
+        if need > slots.len() {
+            // A new buffer and a copy: growing in place could free the old one unwiped.
+            let mut bigger = Zeroizing::new(vec![0u8; need.next_power_of_two()]);
+            bigger[..slots.len()].copy_from_slice(&slots);
+            *slots = bigger;
         }
         // SAFETY: `raw` holds `ids.len()` raw key sets, every id names a slot inside `slots`
         // (checked above), and the tables hold `SRTP_TABLE_WORDS` words.
         unsafe {
             ffi::srtp_host_keys_setup(
-                self.tables.as_ptr(),
+                self.shared.tables.as_ptr(),
                 raw.as_ptr(),
                 ids.as_ptr(),
                 ids.len() as u32,
-                self.slots.as_mut_ptr(),
+                slots.as_mut_ptr(),
             )
         };
         Ok(())
     }
 
+    fn new_lanes(&self, n: usize) -> Result<Box<dyn Lanes>, DeviceError> {
+        Ok(Box::new(HostLanes {
+            shared: self.shared.clone(),
+            staging: (0..n.max(1)).map(|_| Vec::new()).collect(),
+        }))
+    }
+}
+
+/// A host thread's lanes on the host emulation: staging buffers, each run at launch.
+struct HostLanes {
+    shared: std::sync::Arc<HostShared>,
+    staging: Vec<Vec<u8>>,
+}
+
+impl Lanes for HostLanes {
+    fn count(&self) -> usize {
+        self.staging.len()
+    }
+
     fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError> {
-        let s = &mut self.lanes[lane];
+        let s = &mut self.staging[lane];
         if s.len() < bytes {
             s.resize(bytes.next_power_of_two(), 0);
         }
@@ -206,16 +238,17 @@ impl Device for HostDevice {
         data_at: usize,
         bytes: usize,
     ) -> Result<(), DeviceError> {
-        let slots = self.slot_capacity();
-        let s = &mut self.lanes[lane];
-        check_launch(s, packets, data_at, bytes, slots)?;
+        let slots = self.shared.slots();
+        let s = &mut self.staging[lane];
+        check_launch(s, packets, data_at, bytes, slots.len() / KEY_SLOT_BYTES)?;
         let (descs, data) = s.split_at_mut(data_at);
         // SAFETY: `check_launch` found every descriptor's packet, with its tag room, inside
         // `data`, and every slot inside `slots`; the tables hold `SRTP_TABLE_WORDS` words.
+        // The slots are only read (the read guard keeps uploads out meanwhile).
         unsafe {
             ffi::srtp_host_packets(
-                self.tables.as_ptr(),
-                self.slots.as_ptr(),
+                self.shared.tables.as_ptr(),
+                slots.as_ptr(),
                 descs.as_mut_ptr(),
                 packets,
                 data.as_mut_ptr(),

@@ -2,7 +2,7 @@
 //!
 //! The GPU batch engine: SRTP packets of many contexts protected and unprotected on a CUDA
 //! GPU, behind the same [`Engine`] trait as the serial, multi-buffer and worker-thread
-//! engines, with their bytes and statuses (`tests/gpu_equivalence.rs`).
+//! engines, with their bytes and statuses (`crates/srtp/tests/engine_equivalence.rs`).
 //!
 //! # What runs where
 //! The checks before the crypto and the state changes after it stay on the CPU, on the
@@ -12,8 +12,8 @@
 //! authenticated (*commit*). The crypto of RTP packets runs on the device, one GPU thread per
 //! packet (`kernels/srtp.cu`): AES-CM keystreams and HMAC-SHA1 (80- and 32-bit tags, AES-128
 //! and AES-256, and the NULL cipher), AES-GCM 128 and 256; unprotect checks the tag in
-//! constant time and decrypts only what authenticated. SRTCP runs on the CPU through the
-//! scalar code, in batch order, as in the multi-buffer engine.
+//! constant time and decrypts only what authenticated. SRTCP goes the same way (its own key
+//! set per context, the E‖index word in the descriptor).
 //!
 //! # Waves: each context's packets in order
 //! Unprotecting a packet reads the stream state the previous packet of its context changes
@@ -23,6 +23,14 @@
 //! one context per participant and a few packets of each, is one or two waves; a batch of
 //! many packets of a single receiving context is as many waves as it has packets (the serial
 //! engine suits that better).
+//!
+//! # Host threads
+//! The host's share of a packet (its checks and commit, and copying it into the staging and
+//! back) costs tens of nanoseconds, so one host thread cannot feed a GPU at 100 million
+//! packets a second. With [`GpuConfig::host_threads`] above one, a batch is split by context
+//! over that many threads (the worker-thread engine's split, [`ThreadedEngine`], with this
+//! engine in its lanes), each with lanes of its own on the same device; the key slots are
+//! shared.
 //!
 //! # Lanes and keys
 //! A wave's packets are copied into the staging buffers of up to [`GpuConfig::lanes`] lanes,
@@ -49,22 +57,26 @@ pub mod cuda;
 pub mod device;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use secrelay_srtp::batch::PacketResult;
-use secrelay_srtp::offload::OffloadRtp;
-use secrelay_srtp::{Context, Contexts, Engine, Error, Op, Packet};
+use secrelay_srtp::{Context, Contexts, Engine, Error, Op, Packet, ThreadedConfig, ThreadedEngine};
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::abi::DESC_BYTES;
-use crate::device::{Device, DeviceError, HostDevice};
+use crate::abi::{Work, DESC_BYTES};
+use crate::device::{Device, DeviceError, HostDevice, Lanes};
 
-/// Default lanes (CUDA streams).
+/// Default lanes (CUDA streams) per host thread.
 pub const DEFAULT_LANES: usize = 4;
 /// Default packets per lane launch.
 pub const DEFAULT_CHUNK: usize = 16_384;
-/// Default key slots on the device (1 KiB each).
+/// Default key slots on the device (1 KiB each: 64 MiB).
 pub const DEFAULT_KEY_SLOTS: usize = 65_536;
+/// Default threads per block of the packet kernel.
+pub const DEFAULT_BLOCK: u32 = 256;
+/// Default smallest batch split over host threads (when there are several).
+pub const DEFAULT_SPLIT_ABOVE: usize = 4_096;
 
 /// How to build a [`GpuEngine`].
 #[derive(Debug, Clone)]
@@ -74,6 +86,10 @@ pub struct GpuConfig {
     chunk: usize,
     key_slots: usize,
     cpu_below: usize,
+    block: u32,
+    max_registers: Option<u32>,
+    host_threads: usize,
+    split_above: usize,
 }
 
 impl Default for GpuConfig {
@@ -83,8 +99,9 @@ impl Default for GpuConfig {
 }
 
 impl GpuConfig {
-    /// GPU 0, [`DEFAULT_LANES`] lanes of [`DEFAULT_CHUNK`] packets, [`DEFAULT_KEY_SLOTS`] key
-    /// slots, every batch on the device.
+    /// GPU 0, one host thread with [`DEFAULT_LANES`] lanes of [`DEFAULT_CHUNK`] packets,
+    /// [`DEFAULT_KEY_SLOTS`] key slots, blocks of [`DEFAULT_BLOCK`] threads, every batch on
+    /// the device.
     pub fn new() -> Self {
         GpuConfig {
             device: 0,
@@ -92,6 +109,10 @@ impl GpuConfig {
             chunk: DEFAULT_CHUNK,
             key_slots: DEFAULT_KEY_SLOTS,
             cpu_below: 0,
+            block: DEFAULT_BLOCK,
+            max_registers: None,
+            host_threads: 1,
+            split_above: DEFAULT_SPLIT_ABOVE,
         }
     }
     /// Which GPU (CUDA ordinal).
@@ -99,7 +120,7 @@ impl GpuConfig {
         self.device = ordinal;
         self
     }
-    /// Lanes (CUDA streams) a batch is spread over, at least 1.
+    /// Lanes (CUDA streams) per host thread, at least 1.
     pub fn lanes(mut self, n: usize) -> Self {
         self.lanes = n.max(1);
         self
@@ -109,9 +130,31 @@ impl GpuConfig {
         self.chunk = packets.max(1);
         self
     }
-    /// Key sets kept on the device at once, at least 1.
+    /// Key sets kept on the device at once, at least 1 (1 KiB of device memory each).
     pub fn key_slots(mut self, n: usize) -> Self {
-        self.key_slots = n.clamp(1, u32::MAX as usize);
+        self.key_slots = n.clamp(1, u32::MAX as usize / 2);
+        self
+    }
+    /// Threads per block of the packet kernel (32 to 1,024, a multiple of 32).
+    pub fn block_threads(mut self, threads: u32) -> Self {
+        self.block = (threads.clamp(32, 1024) / 32) * 32;
+        self
+    }
+    /// A cap on the packet kernel's registers per thread (NVRTC's `--maxrregcount`); `None`
+    /// leaves the compiler's choice.
+    pub fn max_registers(mut self, registers: Option<u32>) -> Self {
+        self.max_registers = registers;
+        self
+    }
+    /// Host threads a batch is split over (by context) for the host's share of the work, at
+    /// least 1; batches of fewer than [`GpuConfig::split_above`] packets stay on one.
+    pub fn host_threads(mut self, n: usize) -> Self {
+        self.host_threads = n.max(1);
+        self
+    }
+    /// The smallest batch split over host threads.
+    pub fn split_above(mut self, packets: usize) -> Self {
+        self.split_above = packets;
         self
     }
     /// Batches of fewer packets than this run on the CPU (the serial engine's code): a device
@@ -119,6 +162,18 @@ impl GpuConfig {
     pub fn cpu_below(mut self, packets: usize) -> Self {
         self.cpu_below = packets;
         self
+    }
+    /// A short description of the settings, for tables: host threads, lanes × chunk, block,
+    /// register cap.
+    pub fn label(&self) -> String {
+        let regs = match self.max_registers {
+            Some(r) => format!(", ≤{r} regs"),
+            None => String::new(),
+        };
+        format!(
+            "{} host × {} lanes × {}, block {}{regs}",
+            self.host_threads, self.lanes, self.chunk, self.block
+        )
     }
 }
 
@@ -137,7 +192,7 @@ impl std::error::Error for Unavailable {}
 /// What the engine has done since it was made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct GpuStats {
-    /// Batches processed.
+    /// Batches processed (each host thread's share counts once).
     pub batches: u64,
     /// Waves sent to the device.
     pub waves: u64,
@@ -145,7 +200,7 @@ pub struct GpuStats {
     pub launches: u64,
     /// Packets whose crypto ran on the device.
     pub device_packets: u64,
-    /// RTP packets whose crypto ran on the CPU instead (no key slot free, too long, a failed
+    /// Packets whose crypto ran on the CPU instead (no key slot free, too long, a failed
     /// device, a batch under [`GpuConfig::cpu_below`]).
     pub cpu_packets: u64,
     /// Key sets expanded on the device.
@@ -154,31 +209,33 @@ pub struct GpuStats {
     pub device_errors: u64,
 }
 
-/// Key set name → key slot.
-struct KeyCache {
-    slots: HashMap<u64, u32>,
-    next: u32,
-    max: u32,
-    /// A key set found no slot in the last batch: start over at the next.
-    full: bool,
+impl GpuStats {
+    fn add(&mut self, o: &GpuStats) {
+        self.batches += o.batches;
+        self.waves += o.waves;
+        self.launches += o.launches;
+        self.device_packets += o.device_packets;
+        self.cpu_packets += o.cpu_packets;
+        self.key_uploads += o.key_uploads;
+        self.device_errors += o.device_errors;
+    }
 }
 
-impl KeyCache {
-    fn new(max: usize) -> Self {
-        KeyCache {
-            slots: HashMap::new(),
-            next: 0,
-            max: max as u32,
-            full: false,
-        }
-    }
+/// Key set name → key slot, shared by the host threads.
+struct KeyCache {
+    /// The slot, and whether its keys are on the device yet.
+    slots: HashMap<u64, (u32, bool)>,
+    next: u32,
+    max: u32,
+    /// A key set found no slot: start over when no batch is running.
+    full: bool,
 }
 
 /// A packet of a wave whose crypto is offloaded.
 struct Job {
     packet: usize,
     context: usize,
-    job: OffloadRtp,
+    job: Work,
     /// Its key slot; [`NO_SLOT`]: its crypto runs on the CPU.
     slot: u32,
     /// Where its bytes are in its chunk's data area.
@@ -187,12 +244,32 @@ struct Job {
 
 const NO_SLOT: u32 = u32::MAX;
 
-struct Inner {
+/// What the host threads share: the device, the key slots' names, the counters.
+struct Core {
     device: Box<dyn Device>,
-    cache: KeyCache,
-    failed: Option<DeviceError>,
+    config: GpuConfig,
+    describe: String,
+    keys: Mutex<KeyCache>,
+    /// Bumped whenever the key slots start over: host threads' own copies of the names are
+    /// then stale.
+    key_epoch: AtomicU64,
+    /// Held (read) by every batch while it runs; the key slots start over only under the
+    /// write side, when nothing runs.
+    active: RwLock<()>,
+    /// Host states not in use (one per host thread working at once).
+    idle: Mutex<Vec<Host>>,
+    stats: Mutex<GpuStats>,
+    failed: Mutex<Option<DeviceError>>,
+    has_failed: AtomicBool,
+}
+
+/// One host thread's lanes and scratch, kept between batches.
+struct Host {
+    lanes: Box<dyn Lanes>,
+    /// This thread's copy of the key slots' names it has used, valid for `epoch`.
+    known: HashMap<u64, u32>,
+    epoch: u64,
     stats: GpuStats,
-    // Scratch kept between batches.
     jobs: Vec<Job>,
     remaining: Vec<usize>,
     next: Vec<usize>,
@@ -200,20 +277,21 @@ struct Inner {
     generation: u32,
     new_raw: Zeroizing<Vec<u8>>,
     new_ids: Vec<u32>,
+    new_names: Vec<u64>,
 }
 
 /// The GPU batch engine (see the [crate docs](crate)).
 pub struct GpuEngine {
-    inner: Mutex<Inner>,
-    config: GpuConfig,
-    describe: String,
+    core: Arc<Core>,
+    /// The split over host threads, when there are several.
+    split: Option<ThreadedEngine>,
 }
 
 impl core::fmt::Debug for GpuEngine {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("GpuEngine")
-            .field("device", &self.describe)
-            .field("config", &self.config)
+            .field("device", &self.core.describe)
+            .field("config", &self.core.config)
             .finish_non_exhaustive()
     }
 }
@@ -224,13 +302,17 @@ impl GpuEngine {
     pub fn open(config: GpuConfig) -> Result<Self, Unavailable> {
         // A driver too old for a symbol cudarc expects panics inside cudarc: that too means
         // "unavailable", not a crash.
-        let opened =
-            std::panic::catch_unwind(|| cuda::CudaDevice::open(config.device, config.lanes))
-                .map_err(|_| {
-                    Unavailable("the CUDA driver does not provide what cudarc needs".into())
-                })?
-                .map_err(|e| Unavailable(e.0))?;
-        Ok(Self::with_device(Box::new(opened), config))
+        let opened = std::panic::catch_unwind(|| {
+            cuda::CudaDevice::open(
+                config.device,
+                config.key_slots,
+                config.block,
+                config.max_registers,
+            )
+        })
+        .map_err(|_| Unavailable("the CUDA driver does not provide what cudarc needs".into()))?
+        .map_err(|e| Unavailable(e.0))?;
+        Self::with_device(Box::new(opened), config)
     }
 
     /// Without the `cuda` feature there is no GPU engine.
@@ -240,59 +322,121 @@ impl GpuEngine {
     }
 
     /// The engine on the host emulation of the device: the same kernel source compiled for
-    /// the CPU, run on the calling thread. Slow; for tests where there is no GPU.
+    /// the CPU, run on the calling threads. Slow; for tests where there is no GPU.
     pub fn emulated(config: GpuConfig) -> Result<Self, Unavailable> {
-        let d = HostDevice::new(config.lanes).map_err(|e| Unavailable(e.0))?;
-        Ok(Self::with_device(Box::new(d), config))
+        let d = HostDevice::new(config.key_slots).map_err(|e| Unavailable(e.0))?;
+        Self::with_device(Box::new(d), config)
     }
 
-    fn with_device(device: Box<dyn Device>, config: GpuConfig) -> Self {
+    fn with_device(device: Box<dyn Device>, config: GpuConfig) -> Result<Self, Unavailable> {
         let describe = device.describe();
-        GpuEngine {
-            inner: Mutex::new(Inner {
-                device,
-                cache: KeyCache::new(config.key_slots),
-                failed: None,
-                stats: GpuStats::default(),
-                jobs: Vec::new(),
-                remaining: Vec::new(),
-                next: Vec::new(),
-                blocked: Vec::new(),
-                generation: 0,
-                new_raw: Zeroizing::new(Vec::new()),
-                new_ids: Vec::new(),
-            }),
-            config,
+        let max = device.slot_capacity().min(config.key_slots) as u32;
+        let core = Arc::new(Core {
+            device,
             describe,
-        }
+            keys: Mutex::new(KeyCache {
+                slots: HashMap::new(),
+                next: 0,
+                max,
+                full: false,
+            }),
+            key_epoch: AtomicU64::new(0),
+            active: RwLock::new(()),
+            idle: Mutex::new(Vec::new()),
+            stats: Mutex::new(GpuStats::default()),
+            failed: Mutex::new(None),
+            has_failed: AtomicBool::new(false),
+            config,
+        });
+        let split = if core.config.host_threads > 1 {
+            let cfg = ThreadedConfig::new()
+                .workers(core.config.host_threads)
+                .parallel_threshold(core.config.split_above);
+            Some(
+                ThreadedEngine::with_lane_engine(cfg, core.clone() as Arc<dyn Engine>)
+                    .map_err(|e| Unavailable(format!("host threads: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(GpuEngine { core, split })
     }
 
     /// The device it runs on, in words.
     pub fn device(&self) -> &str {
-        &self.describe
+        &self.core.describe
     }
 
     /// The configuration.
     pub fn config(&self) -> &GpuConfig {
-        &self.config
+        &self.core.config
     }
 
     /// What it has done so far.
     pub fn stats(&self) -> GpuStats {
-        self.lock().stats
+        *lock(&self.core.stats)
     }
 
     /// The device failure that sent all work to the CPU, if one happened.
     pub fn failure(&self) -> Option<String> {
-        self.lock().failed.as_ref().map(|e| e.0.clone())
+        lock(&self.core.failed).as_ref().map(|e| e.0.clone())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every user leaves the state consistent between statements; a panic elsewhere while
+    // holding the lock does not make it unusable.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn read(l: &RwLock<()>) -> std::sync::RwLockReadGuard<'_, ()> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One packet through the scalar code, as the serial engine does it.
+fn one_on_cpu<C: Contexts + ?Sized>(contexts: &mut C, p: &mut Packet<'_>) -> PacketResult {
+    let Some(ctx) = contexts.get_mut(p.context) else {
+        return Err(Error::UnknownContext);
+    };
+    one_on_cpu_ctx(ctx, p)
+}
+
+/// [`one_on_cpu`] on its context, found already.
+fn one_on_cpu_ctx(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
+    match p.op {
+        Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
+        Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),
+        Op::ProtectRtcp => ctx.protect_rtcp(p.buf, p.len),
+        Op::UnprotectRtcp => ctx.unprotect_rtcp(p.buf, p.len),
+    }
+}
+
+impl Core {
+    /// When a key set found no slot, the slots start over, but only while no batch runs (a
+    /// running batch's packets name slots).
+    fn start_over_if_full(&self) {
+        if !lock(&self.keys).full {
+            return;
+        }
+        if let Ok(_quiet) = self.active.try_write() {
+            let mut k = lock(&self.keys);
+            k.slots.clear();
+            k.next = 0;
+            k.full = false;
+            self.key_epoch.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the scratch inconsistent in a way that
-        // matters: every batch starts by clearing it.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn fail(&self, e: DeviceError, stats: &mut GpuStats) {
+        stats.device_errors += 1;
+        let mut f = lock(&self.failed);
+        if f.is_none() {
+            *f = Some(e);
+        }
+        self.has_failed.store(true, Ordering::Release);
     }
 
+    /// One host thread's batch (the whole batch, or its share of a split one).
     fn run<C: Contexts + ?Sized>(
         &self,
         contexts: &mut C,
@@ -305,46 +449,100 @@ impl GpuEngine {
             results.len(),
             packets.len()
         );
-        let mut inner = self.lock();
-        inner.stats.batches += 1;
-        if packets.len() < self.config.cpu_below || inner.failed.is_some() {
-            for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
-                *r = one_on_cpu(contexts, p);
-                if matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp) {
-                    inner.stats.cpu_packets += 1;
+        let _active = read(&self.active);
+        let mut stats = GpuStats {
+            batches: 1,
+            ..GpuStats::default()
+        };
+        let on_cpu =
+            packets.len() < self.config.cpu_below || self.has_failed.load(Ordering::Acquire);
+        let host = if on_cpu {
+            None
+        } else {
+            self.take_host(&mut stats)
+        };
+        match host {
+            Some(mut h) => {
+                h.process(self, contexts, packets, results);
+                stats.add(&h.stats);
+                h.stats = GpuStats::default();
+                lock(&self.idle).push(h);
+            }
+            None => {
+                for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
+                    *r = one_on_cpu(contexts, p);
+                    stats.cpu_packets += 1;
                 }
             }
-            return;
         }
-        inner.process(&self.config, contexts, packets, results);
+        lock(&self.stats).add(&stats);
+    }
+
+    /// An idle host state, or a new one (new lanes on the device); `None` if the device
+    /// cannot make lanes (it has failed).
+    fn take_host(&self, stats: &mut GpuStats) -> Option<Host> {
+        if let Some(h) = lock(&self.idle).pop() {
+            return Some(h);
+        }
+        match self.device.new_lanes(self.config.lanes) {
+            Ok(lanes) => Some(Host {
+                lanes,
+                known: HashMap::new(),
+                epoch: u64::MAX,
+                stats: GpuStats::default(),
+                jobs: Vec::new(),
+                remaining: Vec::new(),
+                next: Vec::new(),
+                blocked: Vec::new(),
+                generation: 0,
+                new_raw: Zeroizing::new(Vec::new()),
+                new_ids: Vec::new(),
+                new_names: Vec::new(),
+            }),
+            Err(e) => {
+                self.fail(e, stats);
+                None
+            }
+        }
     }
 }
 
-/// One packet through the scalar code, as the serial engine does it.
-fn one_on_cpu<C: Contexts + ?Sized>(contexts: &mut C, p: &mut Packet<'_>) -> PacketResult {
-    let Some(ctx) = contexts.get_mut(p.context) else {
-        return Err(Error::UnknownContext);
-    };
-    match p.op {
-        Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
-        Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),
-        Op::ProtectRtcp => ctx.protect_rtcp(p.buf, p.len),
-        Op::UnprotectRtcp => ctx.unprotect_rtcp(p.buf, p.len),
+impl Engine for Core {
+    fn name(&self) -> &'static str {
+        "gpu"
+    }
+
+    fn process(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        self.run(contexts, packets, results);
+    }
+
+    fn process_in(
+        &self,
+        contexts: &mut dyn Contexts,
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+    ) {
+        self.run(contexts, packets, results);
     }
 }
 
-impl Inner {
+impl Host {
     fn process<C: Contexts + ?Sized>(
         &mut self,
-        config: &GpuConfig,
+        core: &Core,
         contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        if self.cache.full {
-            self.cache.slots.clear();
-            self.cache.next = 0;
-            self.cache.full = false;
+        let epoch = core.key_epoch.load(Ordering::Acquire);
+        if epoch != self.epoch {
+            self.known.clear();
+            self.epoch = epoch;
         }
         if self.blocked.len() < contexts.len() {
             self.blocked.resize(contexts.len(), 0);
@@ -357,10 +555,10 @@ impl Inner {
                 self.blocked.fill(0);
                 self.generation = 1;
             }
-            self.begin_wave(contexts, packets, results);
+            self.begin_wave(core, contexts, packets, results);
             if !self.jobs.is_empty() {
                 self.stats.waves += 1;
-                self.run_wave(config, contexts, packets, results);
+                self.run_wave(core, contexts, packets, results);
             }
             core::mem::swap(&mut self.remaining, &mut self.next);
         }
@@ -371,6 +569,7 @@ impl Inner {
     /// go to `next`.
     fn begin_wave<C: Contexts + ?Sized>(
         &mut self,
+        core: &Core,
         contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
@@ -380,6 +579,7 @@ impl Inner {
         // Wipes the last wave's raw keys (clearing alone would leave them in the capacity).
         self.new_raw.zeroize();
         self.new_ids.clear();
+        self.new_names.clear();
         let generation = self.generation;
         let remaining = core::mem::take(&mut self.remaining);
         for &pi in &remaining {
@@ -397,31 +597,18 @@ impl Inner {
                 results[pi] = Err(Error::UnknownContext);
                 continue;
             };
-            let protect = match p.op {
-                Op::ProtectRtp => true,
-                Op::UnprotectRtp => false,
-                Op::ProtectRtcp => {
-                    results[pi] = ctx.protect_rtcp(p.buf, p.len);
-                    continue;
-                }
-                Op::UnprotectRtcp => {
-                    results[pi] = ctx.unprotect_rtcp(p.buf, p.len);
-                    continue;
-                }
-            };
             if !ctx.offload_rtp_supported() {
-                results[pi] = if protect {
-                    ctx.protect_rtp(p.buf, p.len)
-                } else {
-                    ctx.unprotect_rtp(p.buf, p.len)
-                };
+                results[pi] = one_on_cpu_ctx(ctx, p);
                 self.stats.cpu_packets += 1;
                 continue;
             }
-            let begun = if protect {
-                ctx.offload_protect_rtp_begin(p.buf, p.len)
-            } else {
-                ctx.offload_unprotect_rtp_begin(p.buf, p.len)
+            let begun = match p.op {
+                Op::ProtectRtp => ctx.offload_protect_rtp_begin(p.buf, p.len).map(Work::Rtp),
+                Op::UnprotectRtp => ctx.offload_unprotect_rtp_begin(p.buf, p.len).map(Work::Rtp),
+                Op::ProtectRtcp => ctx.offload_protect_rtcp_begin(p.buf, p.len).map(Work::Rtcp),
+                Op::UnprotectRtcp => ctx
+                    .offload_unprotect_rtcp_begin(p.buf, p.len)
+                    .map(Work::Rtcp),
             };
             let job = match begun {
                 Ok(j) => j,
@@ -430,11 +617,11 @@ impl Inner {
                     continue;
                 }
             };
-            if !protect {
+            if !job.is_protect() {
                 self.blocked[ci] = generation;
             }
-            let slot = if abi::fits(&job) {
-                self.slot_for(&job, ctx)
+            let slot = if job.fits() {
+                self.slot_for(core, &job, ctx)
             } else {
                 NO_SLOT
             };
@@ -451,22 +638,35 @@ impl Inner {
 
     /// The key slot for `job`'s key set: the one it has, or a free one with its keys queued
     /// for upload; [`NO_SLOT`] when none is free (or the profile is not one the kernels do).
-    fn slot_for(&mut self, job: &OffloadRtp, ctx: &Context) -> u32 {
-        if let Some(&s) = self.cache.slots.get(&job.key_set()) {
+    fn slot_for(&mut self, core: &Core, job: &Work, ctx: &Context) -> u32 {
+        if let Some(&s) = self.known.get(&job.key_set()) {
             return s;
         }
-        if self.cache.next >= self.cache.max {
-            self.cache.full = true;
+        let mut keys = lock(&core.keys);
+        if let Some(&(s, ready)) = keys.slots.get(&job.key_set()) {
+            // Not ready: another thread is uploading it (a key set only ever belongs to one
+            // context, so this does not happen; the CPU would do it right anyway).
+            if !ready {
+                return NO_SLOT;
+            }
+            self.known.insert(job.key_set(), s);
+            return s;
+        }
+        if keys.next >= keys.max {
+            keys.full = true;
             return NO_SLOT;
         }
-        let Some(m) = ctx.offload_rtp_keys(job).filter(abi::supported) else {
+        let Some(m) = job.keys(ctx).filter(abi::supported) else {
             return NO_SLOT;
         };
-        let s = self.cache.next;
-        self.cache.next += 1;
-        self.cache.slots.insert(job.key_set(), s);
+        let s = keys.next;
+        keys.next += 1;
+        keys.slots.insert(job.key_set(), (s, false));
+        drop(keys);
         self.new_raw.extend_from_slice(&abi::raw_keys(&m)[..]);
         self.new_ids.push(s);
+        self.new_names.push(job.key_set());
+        self.known.insert(job.key_set(), s);
         s
     }
 
@@ -474,15 +674,15 @@ impl Inner {
     /// results, or the CPU where the device could not take it or failed).
     fn run_wave<C: Contexts + ?Sized>(
         &mut self,
-        config: &GpuConfig,
+        core: &Core,
         contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        let done_on_device = match self.upload() {
-            Ok(()) => self.launch_all(config, contexts, packets, results),
+        let done_on_device = match self.upload(core) {
+            Ok(()) => self.launch_all(core, contexts, packets, results),
             Err(e) => {
-                self.fail(e);
+                core.fail(e, &mut self.stats);
                 Vec::new()
             }
         };
@@ -496,37 +696,28 @@ impl Inner {
         }
     }
 
-    fn upload(&mut self) -> Result<(), DeviceError> {
+    fn upload(&mut self, core: &Core) -> Result<(), DeviceError> {
         if self.new_ids.is_empty() {
             return Ok(());
         }
-        let need = self.cache.next as usize;
-        if need > self.device.slot_capacity() {
-            let grow = need
-                .next_power_of_two()
-                .min(self.cache.max as usize)
-                .max(need);
-            self.device.reserve_slots(grow)?;
-        }
-        let uploaded = self.device.upload_keys(&self.new_raw, &self.new_ids);
+        let uploaded = core.device.upload_keys(&self.new_raw, &self.new_ids);
         self.new_raw.zeroize();
         uploaded?;
+        let mut keys = lock(&core.keys);
+        for name in &self.new_names {
+            if let Some(e) = keys.slots.get_mut(name) {
+                e.1 = true;
+            }
+        }
         self.stats.key_uploads += self.new_ids.len() as u64;
         Ok(())
-    }
-
-    fn fail(&mut self, e: DeviceError) {
-        self.stats.device_errors += 1;
-        if self.failed.is_none() {
-            self.failed = Some(e);
-        }
     }
 
     /// Fills, launches and collects the lanes; returns, per job, whether the device finished
     /// it (its result is written).
     fn launch_all<C: Contexts + ?Sized>(
         &mut self,
-        config: &GpuConfig,
+        core: &Core,
         contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
@@ -535,8 +726,8 @@ impl Inner {
         let on_device: Vec<usize> = (0..self.jobs.len())
             .filter(|&i| self.jobs[i].slot != NO_SLOT)
             .collect();
-        let lanes = self.device.lanes();
-        let chunks: Vec<&[usize]> = on_device.chunks(config.chunk).collect();
+        let lanes = self.lanes.count();
+        let chunks: Vec<&[usize]> = on_device.chunks(core.config.chunk).collect();
         // Chunk c runs on lane c % lanes; a lane is collected before it is filled again.
         let mut running: Vec<Option<usize>> = vec![None; lanes];
         for (c, chunk) in chunks.iter().enumerate() {
@@ -545,12 +736,12 @@ impl Inner {
                 if let Err(e) =
                     self.collect(lane, chunks[prev], contexts, packets, results, &mut done)
                 {
-                    self.fail(e);
+                    core.fail(e, &mut self.stats);
                     return done;
                 }
             }
             if let Err(e) = self.fill_and_launch(lane, chunk, packets) {
-                self.fail(e);
+                core.fail(e, &mut self.stats);
                 return done;
             }
             running[lane] = Some(c);
@@ -564,7 +755,7 @@ impl Inner {
         tail.sort_unstable();
         for (c, lane) in tail {
             if let Err(e) = self.collect(lane, chunks[c], contexts, packets, results, &mut done) {
-                self.fail(e);
+                core.fail(e, &mut self.stats);
                 return done;
             }
         }
@@ -585,7 +776,7 @@ impl Inner {
             offset += abi::packet_room(j.job.len());
         }
         let bytes = data_at + offset;
-        let staging = self.device.staging(lane, bytes)?;
+        let staging = self.lanes.staging(lane, bytes)?;
         let (descs, data) = staging.split_at_mut(data_at);
         for (k, &i) in chunk.iter().enumerate() {
             let j = &self.jobs[i];
@@ -594,7 +785,7 @@ impl Inner {
             let len = j.job.len();
             data[at..at + len].copy_from_slice(&packets[j.packet].buf[..len]);
         }
-        self.device
+        self.lanes
             .launch(lane, chunk.len() as u32, data_at, bytes)?;
         self.stats.launches += 1;
         Ok(())
@@ -602,7 +793,6 @@ impl Inner {
 
     /// Waits for a lane and finishes its jobs from the device's results: outputs copied into
     /// the packets' buffers, unprotects committed.
-    #[allow(clippy::too_many_arguments)]
     fn collect<C: Contexts + ?Sized>(
         &mut self,
         lane: usize,
@@ -612,14 +802,14 @@ impl Inner {
         results: &mut [PacketResult],
         done: &mut [bool],
     ) -> Result<(), DeviceError> {
-        self.device.wait(lane)?;
+        self.lanes.wait(lane)?;
         let data_at = (chunk.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
         let bytes = data_at
             + chunk
                 .iter()
                 .map(|&i| abi::packet_room(self.jobs[i].job.len()))
                 .sum::<usize>();
-        let staging = self.device.staging(lane, bytes)?;
+        let staging = self.lanes.staging(lane, bytes)?;
         let (descs, data) = staging.split_at(data_at);
         for (k, &i) in chunk.iter().enumerate() {
             let j = &self.jobs[i];
@@ -636,7 +826,7 @@ impl Inner {
                     let committed = contexts
                         .get_mut(j.context)
                         .ok_or(Error::UnknownContext)
-                        .and_then(|ctx| ctx.offload_unprotect_rtp_commit(&j.job));
+                        .and_then(|ctx| j.job.commit(ctx));
                     committed.map(|()| {
                         let (hdr, n) = (j.job.header_len(), j.job.output_len());
                         p.buf[hdr..n].copy_from_slice(&data[at + hdr..at + n]);
@@ -663,9 +853,9 @@ fn finish_on_cpu<C: Contexts + ?Sized>(
     p: &mut Packet<'_>,
 ) -> PacketResult {
     let ctx = contexts.get_mut(j.context).ok_or(Error::UnknownContext)?;
-    let n = ctx.offload_rtp_crypto(&j.job, p.buf)?;
+    let n = j.job.crypto_on_cpu(ctx, p.buf)?;
     if !j.job.is_protect() {
-        ctx.offload_unprotect_rtp_commit(&j.job)?;
+        j.job.commit(ctx)?;
     }
     Ok(n)
 }
@@ -681,7 +871,19 @@ impl Engine for GpuEngine {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        self.run(contexts, packets, results);
+        match &self.split {
+            Some(t) if packets.len() >= self.core.config.split_above => {
+                // Each host thread's share runs under its own hold on `active` and names only
+                // slots it found or filled in that run: the slots may start over between
+                // shares, never during one.
+                self.core.start_over_if_full();
+                t.process(contexts, packets, results)
+            }
+            _ => {
+                self.core.start_over_if_full();
+                self.core.run(contexts, packets, results)
+            }
+        }
     }
 
     fn process_in(
@@ -690,7 +892,10 @@ impl Engine for GpuEngine {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        self.run(contexts, packets, results);
+        // A store of contexts is not split (the worker-thread engine splits slices): one host
+        // thread.
+        self.core.start_over_if_full();
+        self.core.run(contexts, packets, results);
     }
 }
 
@@ -699,10 +904,19 @@ mod tests {
     use super::*;
     use secrelay_srtp::{MasterKey, Policy, Profile, SerialEngine};
 
-    /// The host emulation, failing from the `fail_at`-th launch on.
+    use std::sync::atomic::AtomicUsize;
+
+    /// The host emulation, failing from the `fail_at`-th launch on (counted over every
+    /// host thread's lanes).
     struct Failing {
         inner: HostDevice,
-        launches: usize,
+        launches: Arc<AtomicUsize>,
+        fail_at: usize,
+    }
+
+    struct FailingLanes {
+        inner: Box<dyn Lanes>,
+        launches: Arc<AtomicUsize>,
         fail_at: usize,
     }
 
@@ -710,17 +924,24 @@ mod tests {
         fn describe(&self) -> String {
             "failing".into()
         }
-        fn lanes(&self) -> usize {
-            self.inner.lanes()
-        }
         fn slot_capacity(&self) -> usize {
             self.inner.slot_capacity()
         }
-        fn reserve_slots(&mut self, slots: usize) -> Result<(), DeviceError> {
-            self.inner.reserve_slots(slots)
-        }
-        fn upload_keys(&mut self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
+        fn upload_keys(&self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
             self.inner.upload_keys(raw, ids)
+        }
+        fn new_lanes(&self, n: usize) -> Result<Box<dyn Lanes>, DeviceError> {
+            Ok(Box::new(FailingLanes {
+                inner: self.inner.new_lanes(n)?,
+                launches: self.launches.clone(),
+                fail_at: self.fail_at,
+            }))
+        }
+    }
+
+    impl Lanes for FailingLanes {
+        fn count(&self) -> usize {
+            self.inner.count()
         }
         fn staging(&mut self, lane: usize, bytes: usize) -> Result<&mut [u8], DeviceError> {
             self.inner.staging(lane, bytes)
@@ -732,8 +953,7 @@ mod tests {
             at: usize,
             bytes: usize,
         ) -> Result<(), DeviceError> {
-            self.launches += 1;
-            if self.launches >= self.fail_at {
+            if self.launches.fetch_add(1, Ordering::SeqCst) + 1 >= self.fail_at {
                 return Err(DeviceError("injected failure".into()));
             }
             self.inner.launch(lane, n, at, bytes)
@@ -848,6 +1068,75 @@ mod tests {
     }
 
     #[test]
+    fn host_threads_split_the_batch_and_share_the_key_slots() {
+        let e = GpuEngine::emulated(
+            GpuConfig::new()
+                .host_threads(3)
+                .split_above(8)
+                .lanes(2)
+                .chunk(4),
+        )
+        .unwrap();
+        check(&e);
+        let s = e.stats();
+        assert_eq!(s.device_packets, 120, "{s:?}");
+        assert_eq!((s.cpu_packets, s.device_errors), (0, 0));
+        // Each key set once, whichever thread met it first.
+        assert_eq!(s.key_uploads, 4);
+        // The protect batch (60 packets over two contexts) went to two host threads.
+        assert!(s.batches >= 3, "{s:?}");
+    }
+
+    #[test]
+    fn srtcp_runs_on_the_device() {
+        // Compound-RTCP-sized packets from both senders, protected then unprotected (every
+        // third forged), on the device and against the serial engine.
+        let input: Vec<(usize, Vec<u8>)> = (0..24)
+            .map(|i| {
+                let mut b = vec![0u8; 8 + 52 + 4 + 16];
+                b[0] = 0x81;
+                b[1] = 200;
+                b[4..8].copy_from_slice(&(i as u32 % 3).to_be_bytes());
+                b[8..60].fill(i as u8);
+                (if i % 2 == 0 { 0 } else { 2 }, b)
+            })
+            .collect();
+        let e = GpuEngine::emulated(GpuConfig::new().chunk(5)).unwrap();
+        let (mut a, mut b) = (contexts(), contexts());
+        let want = run(&SerialEngine, &mut a, &input, Op::ProtectRtcp, |_| 60);
+        let got = run(&e, &mut b, &input, Op::ProtectRtcp, |_| 60);
+        assert_eq!(want, got);
+        let sealed: Vec<(usize, Vec<u8>)> = want
+            .0
+            .iter()
+            .enumerate()
+            .map(|(i, buf)| {
+                let mut buf = buf.clone();
+                if i % 3 == 2 {
+                    buf[30] ^= 1;
+                }
+                (input[i].0 + 1, buf)
+            })
+            .collect();
+        let lens: Vec<usize> = want.1.iter().map(|r| *r.as_ref().unwrap()).collect();
+        let want = run(&SerialEngine, &mut a, &sealed, Op::UnprotectRtcp, |i| {
+            lens[i]
+        });
+        let got = run(&e, &mut b, &sealed, Op::UnprotectRtcp, |i| lens[i]);
+        assert_eq!(want.1, got.1);
+        assert_eq!(want.1.iter().filter(|r| r.is_err()).count(), 8);
+        for i in 0..sealed.len() {
+            if want.1[i].is_ok() {
+                assert_eq!(want.0[i], got.0[i], "packet {i}");
+            }
+        }
+        let s = e.stats();
+        assert_eq!((s.device_packets, s.cpu_packets), (48, 0), "{s:?}");
+        // SRTCP keys are key sets of their own: two contexts' each way.
+        assert_eq!(s.key_uploads, 4);
+    }
+
+    #[test]
     fn keys_that_find_no_slot_run_on_the_cpu() {
         let e = GpuEngine::emulated(GpuConfig::new().key_slots(1)).unwrap();
         check(&e);
@@ -860,11 +1149,12 @@ mod tests {
     fn a_failing_device_hands_its_work_to_the_cpu() {
         for fail_at in [1, 2, 5] {
             let d = Failing {
-                inner: HostDevice::new(2).unwrap(),
-                launches: 0,
+                inner: HostDevice::new(64).unwrap(),
+                launches: Arc::new(AtomicUsize::new(0)),
                 fail_at,
             };
-            let e = GpuEngine::with_device(Box::new(d), GpuConfig::new().lanes(2).chunk(4));
+            let e =
+                GpuEngine::with_device(Box::new(d), GpuConfig::new().lanes(2).chunk(4)).unwrap();
             check(&e);
             let s = e.stats();
             assert_eq!(s.device_errors, 1, "{s:?}");

@@ -446,8 +446,9 @@ impl Engine for ThroughRefs {
 
 /// The GPU engine in the configurations the suites check: on its host emulation with lanes of
 /// a few packets (several lanes per wave, reused within it), with only a few key slots (keys
-/// that find none fall back to the CPU, and the slots start over), and through a store of
-/// contexts; and on the GPU when there is one (required with `SECRELAY_REQUIRE_GPU`).
+/// that find none fall back to the CPU, and the slots start over), through a store of
+/// contexts, and with host threads splitting batches; and on the GPU when there is one
+/// (required with `SECRELAY_REQUIRE_GPU`).
 fn gpu_engines() -> Vec<(String, Box<dyn Engine>)> {
     use secrelay_srtp_gpu::{GpuConfig, GpuEngine};
     let emulated = |cfg: GpuConfig| Box::new(GpuEngine::emulated(cfg).expect("host emulation"));
@@ -464,6 +465,10 @@ fn gpu_engines() -> Vec<(String, Box<dyn Engine>)> {
             "gpu (host emulation) through process_in".into(),
             Box::new(ThroughRefs(emulated(GpuConfig::new()))),
         ),
+        (
+            "gpu (host emulation), 3 host threads splitting batches of 16 or more".into(),
+            emulated(GpuConfig::new().host_threads(3).split_above(16).chunk(9)),
+        ),
     ];
     match GpuEngine::open(GpuConfig::new()) {
         Ok(gpu) => {
@@ -472,6 +477,18 @@ fn gpu_engines() -> Vec<(String, Box<dyn Engine>)> {
             let small =
                 GpuEngine::open(GpuConfig::new().lanes(2).chunk(5)).expect("a second GPU engine");
             v.push(("gpu, lanes of 5 packets".into(), Box::new(small)));
+            let threads = GpuEngine::open(
+                GpuConfig::new()
+                    .host_threads(4)
+                    .split_above(16)
+                    .chunk(9)
+                    .key_slots(5),
+            )
+            .expect("a third GPU engine");
+            v.push((
+                "gpu, 4 host threads splitting batches of 16 or more, 5 key slots".into(),
+                Box::new(threads),
+            ));
         }
         Err(e) if std::env::var_os("SECRELAY_REQUIRE_GPU").is_some() => {
             panic!("SECRELAY_REQUIRE_GPU is set but {e}")
