@@ -2,7 +2,8 @@
 //! (the study takes a while, so one run serves every check):
 //! - the JSON: every profile × size × stack has a row, figures are finite and positive (or the
 //!   cell says why the stack lacks the profile), and the method is recorded; the batch
-//!   engines' sweeps by batch size and by packet size have their rows;
+//!   engines' sweeps by batch size and by packet size have their rows, and the GPU rows say why
+//!   there are no figures where no GPU opens;
 //! - the HTML report: the sizing summary first (calls per core per SRTP profile from this run,
 //!   linked to the rows they come from, and the studies to run for the rest), then the srtp
 //!   section with its table and its plots inline, the PNG copies, results.json (with the same
@@ -115,6 +116,7 @@ fn lab_srtp_quick_has_every_row_with_finite_figures_and_writes_the_report() {
     }
     assert!(study["plots"].as_array().unwrap().len() >= 4);
     check_engine_sweep(study, &stdout);
+    check_gpu_rows(study);
     check_size_sweep(study, &stdout);
     check_report(&out);
 }
@@ -352,6 +354,51 @@ fn check_engine_sweep(study: &serde_json::Value, stdout: &str) {
             .any(|n| n.as_str().unwrap().contains("÷ serial throughput")),
         "{notes:?}"
     );
+}
+
+/// The GPU rows (issue 18): where a GPU opens (the device machine), every profile, operation
+/// and quick batch size for the GPU and the threaded engine with finite figures; elsewhere one
+/// row per profile saying why not, and no settings rows.
+fn check_gpu_rows(study: &serde_json::Value) {
+    let gpu = rows(study, "srtp_gpu");
+    let variants = rows(study, "srtp_gpu_variants");
+    assert!(
+        variants.is_empty(),
+        "--quick times no settings: {variants:?}"
+    );
+    let unavailable: Vec<&serde_json::Value> = gpu
+        .iter()
+        .filter(|r| r["packets_per_s"]["not_offered"].is_string())
+        .collect();
+    if !unavailable.is_empty() {
+        assert_eq!(gpu.len(), 2, "one row per profile: {gpu:?}");
+        for r in unavailable {
+            let why = r["packets_per_s"]["not_offered"].as_str().unwrap();
+            assert!(why.starts_with("GPU engine unavailable: "), "{why}");
+        }
+        return;
+    }
+    for p in ["AES_CM_128_HMAC_SHA1_80", "AEAD_AES_128_GCM"] {
+        for op in ["protect", "unprotect"] {
+            for batch in [1024.0, 65536.0] {
+                for engine in ["gpu", "threaded"] {
+                    let row = gpu
+                        .iter()
+                        .find(|r| {
+                            r["profile"] == p
+                                && r["op"] == op
+                                && r["batch"].as_f64() == Some(batch)
+                                && r["engine"].as_str().unwrap().starts_with(engine)
+                        })
+                        .unwrap_or_else(|| panic!("no row for {p} {op} {batch} {engine}"));
+                    for key in ["packets_per_s", "batch_p50_us", "batch_p99_us"] {
+                        let x = row[key].as_f64().unwrap_or_else(|| panic!("{row}"));
+                        assert!(x.is_finite() && x > 0.0, "{row}");
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The sizing summary: in results.json and at the top of the page, its SRTP figures from

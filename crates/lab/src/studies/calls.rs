@@ -227,7 +227,7 @@ pub fn engines() -> (Vec<NamedEngine>, Vec<String>) {
         Err(e) => notes.push(format!("no threaded engine: {e}")),
     }
     // The GPU engine (`003_…`'s GPU curve) where a CUDA GPU can be opened.
-    match secrelay_srtp_gpu::GpuEngine::open(secrelay_srtp_gpu::GpuConfig::new()) {
+    match secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::lab_config()) {
         Ok(g) => {
             notes.push(format!("gpu engine on {}", g.device()));
             v.push(("gpu", Box::new(g)));

@@ -151,8 +151,121 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
 
-/// The GPU table of `lab srtp`.
-pub fn sweep(ctx: &Ctx) -> Table {
+/// The engine settings timed against each other at batches of 65,536 (protect), beside the
+/// lab's defaults (the first): host threads (all cores, one, half), lanes per host thread and
+/// packets per lane launch, threads per block, registers capped so that more blocks share an
+/// SM. (host threads as a share of the cores: 0 = one, 1 = half, 2 = all; lanes; chunk; block
+/// threads; register cap).
+pub const VARIANTS: [(u8, usize, usize, u32, Option<u32>); 10] = [
+    (2, 4, 1_024, 256, None),
+    (0, 4, 16_384, 256, None),
+    (1, 4, 2_048, 256, None),
+    (2, 1, 4_096, 256, None),
+    (2, 2, 2_048, 256, None),
+    (2, 8, 512, 256, None),
+    (2, 4, 1_024, 128, None),
+    (2, 4, 1_024, 512, None),
+    (2, 4, 1_024, 256, Some(80)),
+    (2, 4, 1_024, 256, Some(64)),
+];
+
+/// The GPU engine as the lab runs it by default: a host thread per core, four lanes each of
+/// 1,024 packets per launch (so a 65,536-packet batch on 16 cores fills every lane once).
+pub fn lab_config() -> GpuConfig {
+    GpuConfig::new()
+        .host_threads(secrelay_srtp::threaded::available_cores())
+        .lanes(4)
+        .chunk(1_024)
+}
+
+/// Batch size of the variants' runs.
+pub const VARIANT_BATCH: usize = 65_536;
+
+/// The settings of [`VARIANTS`] against each other (protect, batches of [`VARIANT_BATCH`]):
+/// one row per profile and setting, or none where there is no GPU.
+fn variants(ctx: &Ctx) -> Table {
+    let mut table = Table::new(
+        "srtp_gpu_variants",
+        format!(
+            "The GPU engine's settings: protect {VARIANT_BATCH} packets of {SIZE} bytes per batch, host memory to host memory"
+        ),
+    )
+    .col("profile", "profile")
+    .col("settings", "host threads × lanes × chunk, block, registers")
+    .col_unit("packets_per_s", "throughput", "packets/s")
+    .col_unit("batch_p50_us", "batch time p50", "µs")
+    .col_unit("batch_p99_us", "batch time p99", "µs")
+    .col_unit("vs_default", "throughput vs the defaults", "×");
+    let time = ctx.bench.run_time * 4;
+    for profile in PROFILES {
+        ctx.step(format!("gpu settings, {}", profile.sdp_name()));
+        let mut run = Run::new(profile, VARIANT_BATCH);
+        let mut default_rate = None;
+        let cores = secrelay_srtp::threaded::available_cores();
+        for (share, lanes, chunk, block, regs) in VARIANTS {
+            let hosts = match share {
+                0 => 1,
+                1 => (cores / 2).max(1),
+                _ => cores,
+            };
+            let cfg = GpuConfig::new()
+                .host_threads(hosts)
+                .lanes(lanes)
+                .chunk(chunk)
+                .block_threads(block)
+                .max_registers(regs);
+            let label = cfg.label();
+            let measured = GpuEngine::open(cfg)
+                .map_err(|e| e.to_string())
+                .and_then(|g| measure(&g, &mut run, Op::ProtectRtp, time));
+            let mut row: Vec<(&str, Cell)> = vec![
+                ("profile", Cell::text(profile.sdp_name())),
+                ("settings", Cell::text(label)),
+            ];
+            match measured {
+                Ok(mut t) => {
+                    t.sort_by(f64::total_cmp);
+                    let rate = VARIANT_BATCH as f64 * t.len() as f64 / t.iter().sum::<f64>();
+                    let base = *default_rate.get_or_insert(rate);
+                    row.push(("packets_per_s", Cell::num(rate)));
+                    row.push(("batch_p50_us", Cell::num(percentile(&t, 0.5) * 1e6)));
+                    row.push(("batch_p99_us", Cell::num(percentile(&t, 0.99) * 1e6)));
+                    row.push(("vs_default", Cell::num(rate / base)));
+                }
+                Err(why) => row.push(("packets_per_s", Cell::not_offered(why))),
+            }
+            table.push(row);
+        }
+        ctx.done();
+    }
+    table
+}
+
+/// The GPU tables of `lab srtp`: by batch size beside the threaded engine, and the engine's
+/// settings against each other (empty where there is no GPU, or with `--quick`).
+pub fn sweep(ctx: &Ctx) -> (Table, Table) {
+    let t = by_batch(ctx);
+    let gpu_ran = GpuEngine::open(GpuConfig::new().key_slots(1)).is_ok();
+    let v = if gpu_ran && !ctx.opts.quick {
+        variants(ctx)
+    } else {
+        variants_header()
+    };
+    (t, v)
+}
+
+/// The variants' table with no rows.
+fn variants_header() -> Table {
+    Table::new(
+        "srtp_gpu_variants",
+        "The GPU engine's settings: not measured (no GPU, or --quick)",
+    )
+    .col("profile", "profile")
+    .col("settings", "host threads × lanes × chunk, block, registers")
+}
+
+/// Throughput by batch size, GPU beside the threaded engine.
+fn by_batch(ctx: &Ctx) -> Table {
     let mut table = Table::new(
         "srtp_gpu",
         format!(
@@ -168,7 +281,7 @@ pub fn sweep(ctx: &Ctx) -> Table {
     .col_unit("batch_p50_us", "batch time p50", "µs")
     .col_unit("batch_p99_us", "batch time p99", "µs")
     .col_unit("vs_threaded", "throughput vs threaded", "×");
-    let gpu = match GpuEngine::open(GpuConfig::new()) {
+    let gpu = match GpuEngine::open(lab_config()) {
         Ok(g) => g,
         Err(e) => {
             for p in PROFILES {
@@ -262,7 +375,7 @@ impl Study for GpuStudy {
     }
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
-        let table = sweep(ctx);
+        let (table, variants) = sweep(ctx);
         let (engines, mut notes) = super::calls::engines();
         let engines: Vec<_> = engines
             .into_iter()
@@ -290,7 +403,7 @@ impl Study for GpuStudy {
             title: self.title().into(),
             seeds: vec!["003".into()],
             method,
-            tables: vec![table, calls],
+            tables: vec![table, variants, calls],
             plots: vec![Plot {
                 id: "gpu_calls_delay".into(),
                 title: "Per-packet delay against concurrent G.711 calls: GPU and worker threads"
