@@ -191,11 +191,7 @@ impl Device for CudaDevice {
         if ids.is_empty() {
             return Ok(());
         }
-        if raw.len() != ids.len() * crate::abi::RAW_KEY_BYTES
-            || ids.iter().any(|&i| i as usize >= self.shared.slot_count)
-        {
-            return Err(DeviceError("key upload refused: bad slot or length".into()));
-        }
+        crate::device::check_upload(raw, ids, self.shared.slot_count)?;
         let sh = &self.shared;
         let mut slots = sh.slots.lock().unwrap_or_else(|p| p.into_inner());
         let s = &sh.upload;

@@ -57,6 +57,15 @@ pub(crate) trait Lanes: Send {
     fn wait(&mut self, lane: usize) -> Result<(), DeviceError>;
 }
 
+/// Checks a key upload before it runs: one raw key set per slot id, every id below the
+/// device's slot count.
+pub(crate) fn check_upload(raw: &[u8], ids: &[u32], capacity: usize) -> Result<(), DeviceError> {
+    if raw.len() != ids.len() * RAW_KEY_BYTES || ids.iter().any(|&i| i as usize >= capacity) {
+        return Err(DeviceError("key upload refused: bad slot or length".into()));
+    }
+    Ok(())
+}
+
 /// Checks what a launch hands the kernel before it runs where a wrong offset would write
 /// outside the staging (the host emulation runs in this process): every packet's room inside
 /// the data area, every slot uploaded.
@@ -178,10 +187,7 @@ impl Device for HostDevice {
     #[allow(unsafe_code)]
     fn upload_keys(&self, raw: &[u8], ids: &[u32]) -> Result<(), DeviceError> {
         let mut slots = self.shared.slots.write().unwrap_or_else(|p| p.into_inner());
-        let capacity = self.shared.capacity;
-        if raw.len() != ids.len() * RAW_KEY_BYTES || ids.iter().any(|&i| i as usize >= capacity) {
-            return Err(DeviceError("key upload refused: bad slot or length".into()));
-        }
+        check_upload(raw, ids, self.shared.capacity)?;
         let need = ids.iter().map(|&i| i as usize + 1).max().unwrap_or(0) * KEY_SLOT_BYTES;
         if need > slots.len() {
             // A new buffer and a copy: growing in place could free the old one unwiped.

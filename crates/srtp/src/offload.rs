@@ -229,17 +229,8 @@ impl Context {
     /// The raw session keys `job`'s crypto uses (`None` only for a context not made by this
     /// crate's constructors, or if `job` came from another context).
     pub fn offload_rtp_keys(&self, job: &OffloadRtp) -> Option<RtpKeyMaterial<'_>> {
-        let keys = self.rtp_keys_for(job.span.ssrc, job.own_keys)?;
-        if keys.id() != job.key_set {
-            return None;
-        }
-        let (enc, auth, salt) = keys.rtp_raw()?;
-        Some(RtpKeyMaterial {
-            profile: self.profile(),
-            enc,
-            auth,
-            salt,
-        })
+        let keys = self.offload_key_set(job.span.ssrc, job.own_keys, false, job.key_set)?;
+        self.offload_material(keys.rtp_raw()?)
     }
 
     /// Step 2 on the CPU, through the context's provider, exactly as the one-packet methods do
@@ -248,8 +239,7 @@ impl Context {
     /// caller then commits). `buf` must be the buffer `job` was begun on.
     pub fn offload_rtp_crypto(&self, job: &OffloadRtp, buf: &mut [u8]) -> Result<usize, Error> {
         let keys = self
-            .rtp_keys_for(job.span.ssrc, job.own_keys)
-            .filter(|k| k.id() == job.key_set)
+            .offload_key_set(job.span.ssrc, job.own_keys, false, job.key_set)
             .ok_or(Error::UnknownContext)?;
         let need = if job.protect {
             job.span.len + job.span.tag_len
@@ -310,11 +300,27 @@ impl Context {
 
     /// The raw SRTCP session keys `job`'s crypto uses.
     pub fn offload_rtcp_keys(&self, job: &OffloadRtcp) -> Option<RtpKeyMaterial<'_>> {
-        let keys = self.rtp_keys_for(job.span.ssrc, job.own_keys)?;
-        if keys.id() + 1 != job.key_set {
-            return None;
-        }
-        let (enc, auth, salt) = keys.rtcp_raw()?;
+        let keys = self.offload_key_set(job.span.ssrc, job.own_keys, true, job.key_set)?;
+        self.offload_material(keys.rtcp_raw()?)
+    }
+
+    /// The keys of the stream a job names (its own, or its context's master keys), if they
+    /// are the key set the job was begun with (`rtcp`: named by their SRTCP name).
+    fn offload_key_set(
+        &self,
+        ssrc: u32,
+        own: bool,
+        rtcp: bool,
+        name: u64,
+    ) -> Option<&crate::context::Keys> {
+        self.rtp_keys_for(ssrc, own)
+            .filter(|k| k.id() + u64::from(rtcp) == name)
+    }
+
+    fn offload_material<'a>(
+        &'a self,
+        (enc, auth, salt): (&'a [u8], &'a [u8], &'a [u8; 14]),
+    ) -> Option<RtpKeyMaterial<'a>> {
         Some(RtpKeyMaterial {
             profile: self.profile(),
             enc,
@@ -327,8 +333,7 @@ impl Context {
     /// do it (unprotect: the caller then commits).
     pub fn offload_rtcp_crypto(&self, job: &OffloadRtcp, buf: &mut [u8]) -> Result<usize, Error> {
         let keys = self
-            .rtp_keys_for(job.span.ssrc, job.own_keys)
-            .filter(|k| k.id() + 1 == job.key_set)
+            .offload_key_set(job.span.ssrc, job.own_keys, true, job.key_set)
             .ok_or(Error::UnknownContext)?;
         let need = if job.protect {
             job.output_len()
