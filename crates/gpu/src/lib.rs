@@ -276,6 +276,11 @@ struct Host {
     lanes: Box<dyn Lanes>,
     /// This thread's copy of the key slots' names it has used, valid for `epoch`.
     known: HashMap<u64, u32>,
+    /// The last key set and slot met per context index and kind (SRTP, SRTCP), valid for
+    /// `epoch`: most packets of a batch find their slot here without hashing. An entry is
+    /// used only if the packet's key set is the one recorded (names are never reused), so a
+    /// batch whose contexts sit at other indices than the last one's just misses.
+    by_context: Vec<(u64, u32)>,
     epoch: u64,
     stats: GpuStats,
     jobs: Vec<Job>,
@@ -496,6 +501,7 @@ impl Core {
             Ok(lanes) => Some(Host {
                 lanes,
                 known: HashMap::default(),
+                by_context: Vec::new(),
                 epoch: u64::MAX,
                 stats: GpuStats::default(),
                 jobs: Vec::new(),
@@ -550,6 +556,7 @@ impl Host {
         let epoch = core.key_epoch.load(Ordering::Acquire);
         if epoch != self.epoch {
             self.known.clear();
+            self.by_context.clear();
             self.epoch = epoch;
         }
         if self.blocked.len() < contexts.len() {
@@ -629,7 +636,20 @@ impl Host {
                 self.blocked[ci] = generation;
             }
             let slot = if job.fits() {
-                self.slot_for(core, &job, ctx)
+                let at = ci * 2 + usize::from(matches!(job, Work::Rtcp(_)));
+                match self.by_context.get(at) {
+                    Some(&(name, slot)) if name == job.key_set() => slot,
+                    _ => {
+                        let slot = self.slot_for(core, &job, ctx);
+                        if slot != NO_SLOT {
+                            if self.by_context.len() <= at {
+                                self.by_context.resize(at + 1, (u64::MAX, NO_SLOT));
+                            }
+                            self.by_context[at] = (job.key_set(), slot);
+                        }
+                        slot
+                    }
+                }
             } else {
                 NO_SLOT
             };
