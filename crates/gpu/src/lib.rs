@@ -68,7 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use foldhash::HashMap;
-use secrelay_srtp::batch::PacketResult;
+use secrelay_srtp::batch::{process_on, process_one, PacketResult};
 use secrelay_srtp::{Context, Contexts, Engine, Error, Op, Packet, ThreadedConfig, ThreadedEngine};
 use zeroize::{Zeroize, Zeroizing};
 
@@ -235,8 +235,6 @@ struct KeyCache {
     slots: HashMap<u64, (u32, bool)>,
     next: u32,
     max: u32,
-    /// A key set found no slot: start over when no batch is running.
-    full: bool,
 }
 
 /// A packet of a wave whose crypto is offloaded.
@@ -248,6 +246,8 @@ struct Job {
     slot: u32,
     /// Where its bytes are in its chunk's data area.
     offset: u32,
+    /// The device finished it (its result is written).
+    done: bool,
 }
 
 const NO_SLOT: u32 = u32::MAX;
@@ -258,6 +258,9 @@ struct Core {
     config: GpuConfig,
     describe: String,
     keys: Mutex<KeyCache>,
+    /// A key set found no slot: the slots start over when no batch runs (read without the
+    /// lock at every batch).
+    keys_full: AtomicBool,
     /// Bumped whenever the key slots start over: host threads' own copies of the names are
     /// then stale.
     key_epoch: AtomicU64,
@@ -283,7 +286,13 @@ struct Host {
     by_context: Vec<(u64, u32)>,
     epoch: u64,
     stats: GpuStats,
+    /// The wave's packets whose crypto goes to the device, in batch order.
     jobs: Vec<Job>,
+    /// The wave's packets whose keys found no slot: their crypto runs on the CPU. (A
+    /// context's packets may be split between the two lists: protects moved their stream on
+    /// at begin, and a context has at most one unprotect in a wave, its last packet there, so
+    /// the order of the crypto across the lists does not matter.)
+    cpu_jobs: Vec<Job>,
     remaining: Vec<usize>,
     next: Vec<usize>,
     blocked: Vec<u32>,
@@ -351,8 +360,8 @@ impl GpuEngine {
                 slots: HashMap::default(),
                 next: 0,
                 max,
-                full: false,
             }),
+            keys_full: AtomicBool::new(false),
             key_epoch: AtomicU64::new(0),
             active: RwLock::new(()),
             idle: Mutex::new(Vec::new()),
@@ -406,36 +415,18 @@ fn read(l: &RwLock<()>) -> std::sync::RwLockReadGuard<'_, ()> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
 
-/// One packet through the scalar code, as the serial engine does it.
-fn one_on_cpu<C: Contexts + ?Sized>(contexts: &mut C, p: &mut Packet<'_>) -> PacketResult {
-    let Some(ctx) = contexts.get_mut(p.context) else {
-        return Err(Error::UnknownContext);
-    };
-    one_on_cpu_ctx(ctx, p)
-}
-
-/// [`one_on_cpu`] on its context, found already.
-fn one_on_cpu_ctx(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
-    match p.op {
-        Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
-        Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),
-        Op::ProtectRtcp => ctx.protect_rtcp(p.buf, p.len),
-        Op::UnprotectRtcp => ctx.unprotect_rtcp(p.buf, p.len),
-    }
-}
-
 impl Core {
     /// When a key set found no slot, the slots start over, but only while no batch runs (a
     /// running batch's packets name slots).
     fn start_over_if_full(&self) {
-        if !lock(&self.keys).full {
+        if !self.keys_full.load(Ordering::Acquire) {
             return;
         }
         if let Ok(_quiet) = self.active.try_write() {
             let mut k = lock(&self.keys);
             k.slots.clear();
             k.next = 0;
-            k.full = false;
+            self.keys_full.store(false, Ordering::Release);
             self.key_epoch.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -483,7 +474,7 @@ impl Core {
             }
             None => {
                 for (p, r) in packets.iter_mut().zip(results.iter_mut()) {
-                    *r = one_on_cpu(contexts, p);
+                    *r = process_one(contexts, p);
                     stats.cpu_packets += 1;
                 }
             }
@@ -505,6 +496,7 @@ impl Core {
                 epoch: u64::MAX,
                 stats: GpuStats::default(),
                 jobs: Vec::new(),
+                cpu_jobs: Vec::new(),
                 remaining: Vec::new(),
                 next: Vec::new(),
                 blocked: Vec::new(),
@@ -571,7 +563,7 @@ impl Host {
                 self.generation = 1;
             }
             self.begin_wave(core, contexts, packets, results);
-            if !self.jobs.is_empty() {
+            if !self.jobs.is_empty() || !self.cpu_jobs.is_empty() {
                 self.stats.waves += 1;
                 self.run_wave(core, contexts, packets, results);
             }
@@ -590,6 +582,7 @@ impl Host {
         results: &mut [PacketResult],
     ) {
         self.jobs.clear();
+        self.cpu_jobs.clear();
         self.next.clear();
         // Wipes the last wave's raw keys (clearing alone would leave them in the capacity).
         self.new_raw.zeroize();
@@ -613,7 +606,7 @@ impl Host {
                 continue;
             };
             if !ctx.offload_rtp_supported() {
-                results[pi] = one_on_cpu_ctx(ctx, p);
+                results[pi] = process_on(ctx, p);
                 self.stats.cpu_packets += 1;
                 continue;
             }
@@ -653,13 +646,19 @@ impl Host {
             } else {
                 NO_SLOT
             };
-            self.jobs.push(Job {
+            let j = Job {
                 packet: pi,
                 context: ci,
                 job,
                 slot,
                 offset: 0,
-            });
+                done: false,
+            };
+            if slot == NO_SLOT {
+                self.cpu_jobs.push(j);
+            } else {
+                self.jobs.push(j);
+            }
         }
         self.remaining = remaining;
     }
@@ -681,7 +680,7 @@ impl Host {
             return s;
         }
         if keys.next >= keys.max {
-            keys.full = true;
+            core.keys_full.store(true, Ordering::Release);
             return NO_SLOT;
         }
         let Some(m) = job.keys(ctx).filter(abi::supported) else {
@@ -707,18 +706,15 @@ impl Host {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        let done_on_device = match self.upload(core) {
-            Ok(()) => self.launch_all(core, contexts, packets, results),
-            Err(e) => {
-                core.fail(e, &mut self.stats);
-                Vec::new()
-            }
-        };
-        // What the device did not finish: on the CPU, through the context's provider.
-        for (i, j) in self.jobs.iter().enumerate() {
-            if done_on_device.get(i).copied().unwrap_or(false) {
-                continue;
-            }
+        let ran = self
+            .upload(core)
+            .and_then(|()| self.launch_all(core, contexts, packets, results));
+        if let Err(e) = ran {
+            core.fail(e, &mut self.stats);
+        }
+        // What the device did not finish or could not take: on the CPU, through the
+        // context's provider.
+        for j in self.jobs.iter().chain(&self.cpu_jobs).filter(|j| !j.done) {
             self.stats.cpu_packets += 1;
             results[j.packet] = finish_on_cpu(contexts, j, &mut packets[j.packet]);
         }
@@ -741,80 +737,62 @@ impl Host {
         Ok(())
     }
 
-    /// Fills, launches and collects the lanes; returns, per job, whether the device finished
-    /// it (its result is written).
+    /// The jobs of chunk `c`: [`GpuConfig::chunk`] at a time, in order.
+    fn chunk_range(&self, core: &Core, c: usize) -> core::ops::Range<usize> {
+        let size = core.config.chunk;
+        c * size..((c + 1) * size).min(self.jobs.len())
+    }
+
+    /// Fills, launches and collects the lanes: chunk `c` on lane `c % lanes`, each lane
+    /// collected before it is filled again, the last ones in chunk order at the end. On a
+    /// device error the jobs not finished stay for the CPU.
     fn launch_all<C: Contexts + ?Sized>(
         &mut self,
         core: &Core,
         contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
-    ) -> Vec<bool> {
-        let mut done = vec![false; self.jobs.len()];
-        let on_device: Vec<usize> = (0..self.jobs.len())
-            .filter(|&i| self.jobs[i].slot != NO_SLOT)
-            .collect();
+    ) -> Result<(), DeviceError> {
         let lanes = self.lanes.count();
-        let chunks: Vec<&[usize]> = on_device.chunks(core.config.chunk).collect();
-        // Chunk c runs on lane c % lanes; a lane is collected before it is filled again.
-        let mut running: Vec<Option<usize>> = vec![None; lanes];
-        for (c, chunk) in chunks.iter().enumerate() {
-            let lane = c % lanes;
-            if let Some(prev) = running[lane].take() {
-                if let Err(e) =
-                    self.collect(lane, chunks[prev], contexts, packets, results, &mut done)
-                {
-                    core.fail(e, &mut self.stats);
-                    return done;
-                }
+        let chunks = self.jobs.len().div_ceil(core.config.chunk);
+        for c in 0..chunks {
+            if c >= lanes {
+                let prev = self.chunk_range(core, c - lanes);
+                self.collect(c % lanes, prev, contexts, packets, results)?;
             }
-            if let Err(e) = self.fill_and_launch(lane, chunk, packets) {
-                core.fail(e, &mut self.stats);
-                return done;
-            }
-            running[lane] = Some(c);
+            let range = self.chunk_range(core, c);
+            self.fill_and_launch(c % lanes, range, packets)?;
         }
-        // The lanes still running, in chunk order.
-        let mut tail: Vec<(usize, usize)> = running
-            .iter()
-            .enumerate()
-            .filter_map(|(lane, c)| c.map(|c| (c, lane)))
-            .collect();
-        tail.sort_unstable();
-        for (c, lane) in tail {
-            if let Err(e) = self.collect(lane, chunks[c], contexts, packets, results, &mut done) {
-                core.fail(e, &mut self.stats);
-                return done;
-            }
+        for c in chunks.saturating_sub(lanes)..chunks {
+            let range = self.chunk_range(core, c);
+            self.collect(c % lanes, range, contexts, packets, results)?;
         }
-        done
+        Ok(())
     }
 
     fn fill_and_launch(
         &mut self,
         lane: usize,
-        chunk: &[usize],
+        chunk: core::ops::Range<usize>,
         packets: &[Packet<'_>],
     ) -> Result<(), DeviceError> {
-        let data_at = (chunk.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
+        let jobs = &mut self.jobs[chunk];
+        let data_at = (jobs.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
         let mut offset = 0usize;
-        for &i in chunk {
-            let j = &mut self.jobs[i];
+        for j in jobs.iter_mut() {
             j.offset = offset as u32;
             offset += abi::packet_room(j.job.len());
         }
         let bytes = data_at + offset;
         let staging = self.lanes.staging(lane, bytes)?;
         let (descs, data) = staging.split_at_mut(data_at);
-        for (k, &i) in chunk.iter().enumerate() {
-            let j = &self.jobs[i];
-            abi::put_desc(&mut descs[k * DESC_BYTES..], &j.job, j.offset, j.slot);
+        for (j, desc) in jobs.iter().zip(descs.chunks_exact_mut(DESC_BYTES)) {
+            abi::put_desc(desc, &j.job, j.offset, j.slot);
             let at = j.offset as usize;
             let len = j.job.len();
             data[at..at + len].copy_from_slice(&packets[j.packet].buf[..len]);
         }
-        self.lanes
-            .launch(lane, chunk.len() as u32, data_at, bytes)?;
+        self.lanes.launch(lane, jobs.len() as u32, data_at, bytes)?;
         self.stats.launches += 1;
         Ok(())
     }
@@ -824,27 +802,24 @@ impl Host {
     fn collect<C: Contexts + ?Sized>(
         &mut self,
         lane: usize,
-        chunk: &[usize],
+        chunk: core::ops::Range<usize>,
         contexts: &mut C,
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
-        done: &mut [bool],
     ) -> Result<(), DeviceError> {
         self.lanes.wait(lane)?;
-        let data_at = (chunk.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
-        let bytes = data_at
-            + chunk
-                .iter()
-                .map(|&i| abi::packet_room(self.jobs[i].job.len()))
-                .sum::<usize>();
+        let jobs = &mut self.jobs[chunk];
+        let data_at = (jobs.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
+        // The chunk's packets lie back to back: its data ends with its last packet's room.
+        let bytes = jobs.last().map_or(data_at, |j| {
+            data_at + j.offset as usize + abi::packet_room(j.job.len())
+        });
         let staging = self.lanes.staging(lane, bytes)?;
         let (descs, data) = staging.split_at(data_at);
-        for (k, &i) in chunk.iter().enumerate() {
-            let j = &self.jobs[i];
-            let status = abi::status(&descs[k * DESC_BYTES..]);
+        for (j, desc) in jobs.iter_mut().zip(descs.chunks_exact(DESC_BYTES)) {
             let p = &mut packets[j.packet];
             let at = j.offset as usize;
-            let r = match status {
+            let r = match abi::status(desc) {
                 abi::STATUS_DONE if j.job.is_protect() => {
                     let n = j.job.output_len();
                     p.buf[..n].copy_from_slice(&data[at..at + n]);
@@ -866,7 +841,7 @@ impl Host {
                 _ => continue,
             };
             results[j.packet] = r;
-            done[i] = true;
+            j.done = true;
             self.stats.device_packets += 1;
         }
         Ok(())

@@ -152,19 +152,18 @@ impl Engine for SerialEngine {
     }
 }
 
-/// Processes one batch packet with the scalar code.
+/// Processes one batch packet with the scalar code, as [`SerialEngine`] does (for engines,
+/// in this crate or outside it, that send some packets down the serial path).
 #[inline]
-pub(crate) fn process_one<C: Contexts + ?Sized>(
-    contexts: &mut C,
-    p: &mut Packet<'_>,
-) -> PacketResult {
+pub fn process_one<C: Contexts + ?Sized>(contexts: &mut C, p: &mut Packet<'_>) -> PacketResult {
     let ctx = contexts.get_mut(p.context).ok_or(Error::UnknownContext)?;
     process_on(ctx, p)
 }
 
-/// Processes one batch packet against `ctx` (its context, already looked up).
+/// Processes one batch packet against `ctx` (its context, already looked up), as
+/// [`process_one`] does.
 #[inline]
-pub(crate) fn process_on(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
+pub fn process_on(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
     match p.op {
         Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
         Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),
