@@ -332,11 +332,10 @@ impl Lanes for CudaLanes {
         Ok(())
     }
 
-    fn wait(&mut self, lane: usize) -> Result<(), DeviceError> {
-        self.lanes[lane]
-            .stream
-            .synchronize()
-            .map_err(err("the packet kernel"))
+    fn wait(&mut self, lane: usize) -> Result<&[u8], DeviceError> {
+        let l = &mut self.lanes[lane];
+        l.stream.synchronize().map_err(err("the packet kernel"))?;
+        l.host.as_slice().map_err(err("staging"))
     }
 }
 

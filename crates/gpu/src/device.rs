@@ -53,8 +53,8 @@ pub(crate) trait Lanes: Send {
         data_at: usize,
         bytes: usize,
     ) -> Result<(), DeviceError>;
-    /// Waits for lane `lane`'s work; its staging then holds the results.
-    fn wait(&mut self, lane: usize) -> Result<(), DeviceError>;
+    /// Waits for lane `lane`'s work and returns its staging, which then holds the results.
+    fn wait(&mut self, lane: usize) -> Result<&[u8], DeviceError>;
 }
 
 /// Checks a key upload before it runs: one raw key set per slot id, every id below the
@@ -263,7 +263,7 @@ impl Lanes for HostLanes {
         Ok(())
     }
 
-    fn wait(&mut self, _lane: usize) -> Result<(), DeviceError> {
-        Ok(())
+    fn wait(&mut self, lane: usize) -> Result<&[u8], DeviceError> {
+        Ok(&self.staging[lane])
     }
 }

@@ -807,14 +807,9 @@ impl Host {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) -> Result<(), DeviceError> {
-        self.lanes.wait(lane)?;
+        let staging = self.lanes.wait(lane)?;
         let jobs = &mut self.jobs[chunk];
         let data_at = (jobs.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
-        // The chunk's packets lie back to back: its data ends with its last packet's room.
-        let bytes = jobs.last().map_or(data_at, |j| {
-            data_at + j.offset as usize + abi::packet_room(j.job.len())
-        });
-        let staging = self.lanes.staging(lane, bytes)?;
         let (descs, data) = staging.split_at(data_at);
         for (j, desc) in jobs.iter_mut().zip(descs.chunks_exact(DESC_BYTES)) {
             let p = &mut packets[j.packet];
@@ -961,7 +956,7 @@ mod tests {
             }
             self.inner.launch(lane, n, at, bytes)
         }
-        fn wait(&mut self, lane: usize) -> Result<(), DeviceError> {
+        fn wait(&mut self, lane: usize) -> Result<&[u8], DeviceError> {
             self.inner.wait(lane)
         }
     }
@@ -1225,8 +1220,8 @@ mod tests {
                 }
                 Ok(())
             }
-            fn wait(&mut self, _: usize) -> Result<(), DeviceError> {
-                Ok(())
+            fn wait(&mut self, lane: usize) -> Result<&[u8], DeviceError> {
+                Ok(&self.0[lane])
             }
         }
 
