@@ -197,36 +197,44 @@ fn variants(ctx: &Ctx) -> Table {
     .col_unit("batch_p99_us", "batch time p99", "µs")
     .col_unit("vs_default", "throughput vs the defaults", "×");
     let time = ctx.bench.run_time * 4;
-    for profile in PROFILES {
-        ctx.step(format!("gpu settings, {}", profile.sdp_name()));
-        let mut run = Run::new(profile, VARIANT_BATCH);
-        let mut default_rate = None;
-        let cores = secrelay_srtp::threaded::available_cores();
-        for (share, lanes, chunk, block, regs) in VARIANTS {
-            let hosts = match share {
-                0 => 1,
-                1 => (cores / 2).max(1),
-                _ => cores,
-            };
-            let cfg = GpuConfig::new()
-                .host_threads(hosts)
-                .lanes(lanes)
-                .chunk(chunk)
-                .block_threads(block)
-                .max_registers(regs);
-            let label = cfg.label();
-            let measured = GpuEngine::open(cfg)
-                .map_err(|e| e.to_string())
-                .and_then(|g| measure(&g, &mut run, Op::ProtectRtp, time));
+    let cores = secrelay_srtp::threaded::available_cores();
+    // One engine per setting (each compiles its kernels), both profiles on it; the rows are
+    // kept per profile so the table reads profile by profile.
+    let mut runs: Vec<Run> = PROFILES
+        .iter()
+        .map(|&p| Run::new(p, VARIANT_BATCH))
+        .collect();
+    let mut rows: Vec<Vec<Vec<(&str, Cell)>>> = vec![Vec::new(); PROFILES.len()];
+    let mut default_rate = [None; PROFILES.len()];
+    for (share, lanes, chunk, block, regs) in VARIANTS {
+        let hosts = match share {
+            0 => 1,
+            1 => (cores / 2).max(1),
+            _ => cores,
+        };
+        let cfg = GpuConfig::new()
+            .host_threads(hosts)
+            .lanes(lanes)
+            .chunk(chunk)
+            .block_threads(block)
+            .max_registers(regs);
+        let label = cfg.label();
+        ctx.step(format!("gpu settings: {label}"));
+        let engine = GpuEngine::open(cfg).map_err(|e| e.to_string());
+        for (i, profile) in PROFILES.iter().enumerate() {
+            let measured = engine
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|g| measure(g, &mut runs[i], Op::ProtectRtp, time));
             let mut row: Vec<(&str, Cell)> = vec![
                 ("profile", Cell::text(profile.sdp_name())),
-                ("settings", Cell::text(label)),
+                ("settings", Cell::text(label.clone())),
             ];
             match measured {
                 Ok(mut t) => {
                     t.sort_by(f64::total_cmp);
                     let rate = VARIANT_BATCH as f64 * t.len() as f64 / t.iter().sum::<f64>();
-                    let base = *default_rate.get_or_insert(rate);
+                    let base = *default_rate[i].get_or_insert(rate);
                     row.push(("packets_per_s", Cell::num(rate)));
                     row.push(("batch_p50_us", Cell::num(percentile(&t, 0.5) * 1e6)));
                     row.push(("batch_p99_us", Cell::num(percentile(&t, 0.99) * 1e6)));
@@ -234,9 +242,12 @@ fn variants(ctx: &Ctx) -> Table {
                 }
                 Err(why) => row.push(("packets_per_s", Cell::not_offered(why))),
             }
-            table.push(row);
+            rows[i].push(row);
         }
         ctx.done();
+    }
+    for row in rows.into_iter().flatten() {
+        table.push(row);
     }
     table
 }
@@ -244,8 +255,7 @@ fn variants(ctx: &Ctx) -> Table {
 /// The GPU tables of `lab srtp`: by batch size beside the threaded engine, and the engine's
 /// settings against each other (empty where there is no GPU, or with `--quick`).
 pub fn sweep(ctx: &Ctx) -> (Table, Table) {
-    let t = by_batch(ctx);
-    let gpu_ran = GpuEngine::open(GpuConfig::new().key_slots(1)).is_ok();
+    let (t, gpu_ran) = by_batch(ctx);
     let v = if gpu_ran && !ctx.opts.quick {
         variants(ctx)
     } else {
@@ -264,8 +274,8 @@ fn variants_header() -> Table {
     .col("settings", "host threads × lanes × chunk, block, registers")
 }
 
-/// Throughput by batch size, GPU beside the threaded engine.
-fn by_batch(ctx: &Ctx) -> Table {
+/// Throughput by batch size, GPU beside the threaded engine; and whether a GPU opened.
+fn by_batch(ctx: &Ctx) -> (Table, bool) {
     let mut table = Table::new(
         "srtp_gpu",
         format!(
@@ -291,7 +301,7 @@ fn by_batch(ctx: &Ctx) -> Table {
                     ("packets_per_s", Cell::not_offered(e.to_string())),
                 ]);
             }
-            return table;
+            return (table, false);
         }
     };
     let threaded = ThreadedEngine::with_default_workers().ok();
@@ -356,7 +366,7 @@ fn by_batch(ctx: &Ctx) -> Table {
             }
         }
     }
-    table
+    (table, true)
 }
 
 /// `lab gpu`: the GPU rows of `lab srtp` and the SRTP-only curves of `lab calls` for the GPU and
