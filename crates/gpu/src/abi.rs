@@ -27,6 +27,12 @@ pub const STATUS_AUTH_FAILED: u8 = 2;
 /// Byte offset of `status` in a descriptor.
 const STATUS_AT: usize = 14;
 
+/// Where a chunk of `packets` packets' data starts in its staging: after the descriptors,
+/// aligned (the engine fills and reads a chunk with the same figure).
+pub fn data_at(packets: usize) -> usize {
+    (packets * DESC_BYTES).next_multiple_of(ALIGN)
+}
+
 /// The bytes a packet of input length `len` takes in the data area.
 pub fn packet_room(len: usize) -> usize {
     (len + TAG_ROOM).next_multiple_of(ALIGN)
@@ -106,6 +112,14 @@ impl Work {
     pub fn fits(&self) -> bool {
         self.len() <= u16::MAX as usize
     }
+}
+
+/// What [`put_desc`] wrote of a descriptor's placing: the packet's offset in the data area, its
+/// key slot, its length and its header's length.
+pub fn desc_place(d: &[u8]) -> (usize, usize, usize, usize) {
+    let u32_at = |i: usize| u32::from_le_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]) as usize;
+    let u16_at = |i: usize| u16::from_le_bytes([d[i], d[i + 1]]) as usize;
+    (u32_at(0), u32_at(4), u16_at(8), u16_at(10))
 }
 
 /// Writes the descriptor of `work`'s packet, at `offset` in the data area, keyed by `slot`.

@@ -206,17 +206,18 @@ impl Device for CudaDevice {
             .arg(&mut *slots);
         // SAFETY: `srtp_keys_setup(tables, raw, ids, n, slots)`: `raw` holds n raw key sets,
         // `ids` n slot numbers below the slot count (checked above).
-        unsafe {
+        let launched = unsafe {
             b.launch(LaunchConfig {
                 grid_dim: (n.div_ceil(128), 1, 1),
                 block_dim: (128, 1, 1),
                 shared_mem_bytes: 0,
             })
-        }
-        .map_err(err("the key kernel"))?;
-        // The raw keys leave no copy on the device, and every lane sees the slots.
-        s.memset_zeros(&mut raw_dev)
-            .map_err(err("wiping raw keys"))?;
+        };
+        // The raw keys leave no copy on the device (also when the launch failed), and every
+        // lane sees the slots.
+        let wiped = s.memset_zeros(&mut raw_dev);
+        launched.map_err(err("the key kernel"))?;
+        wiped.map_err(err("wiping raw keys"))?;
         s.synchronize().map_err(err("the key kernel"))?;
         Ok(())
     }
@@ -276,11 +277,12 @@ impl Lanes for CudaLanes {
         l.stream.synchronize().map_err(err("the packet kernel"))?;
         if l.host.len() < bytes {
             let size = bytes.next_power_of_two();
-            l.host = pinned(&self.shared.ctx, size)?;
+            // The device buffer first: a failure then leaves the two the same size.
             l.dev = l
                 .stream
                 .alloc_zeros::<u8>(size)
                 .map_err(err("device memory"))?;
+            l.host = pinned(&self.shared.ctx, size)?;
         }
         l.host.as_mut_slice().map_err(err("staging"))
     }
@@ -294,7 +296,7 @@ impl Lanes for CudaLanes {
     ) -> Result<(), DeviceError> {
         let sh = &self.shared;
         let l = &mut self.lanes[lane];
-        if bytes > l.host.len() || data_at > bytes {
+        if bytes > l.host.len() || bytes > l.dev.len() || data_at > bytes {
             return Err(DeviceError("launch refused: outside the staging".into()));
         }
         {

@@ -83,10 +83,7 @@ pub(crate) fn check_launch(
     }
     let data_len = bytes - data_at;
     for d in staging[..descs].chunks_exact(DESC_BYTES) {
-        let offset = u32::from_le_bytes([d[0], d[1], d[2], d[3]]) as usize;
-        let slot = u32::from_le_bytes([d[4], d[5], d[6], d[7]]) as usize;
-        let len = u16::from_le_bytes([d[8], d[9]]) as usize;
-        let hdr = u16::from_le_bytes([d[10], d[11]]) as usize;
+        let (offset, slot, len, hdr) = abi::desc_place(d);
         if !offset.is_multiple_of(abi::ALIGN) || offset + abi::packet_room(len) > data_len {
             return bad("a packet outside the data area");
         }

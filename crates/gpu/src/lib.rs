@@ -68,7 +68,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use foldhash::HashMap;
-use secrelay_srtp::batch::{process_on, process_one, PacketResult};
+use secrelay_srtp::batch::{process_one, PacketResult};
 use secrelay_srtp::{Context, Contexts, Engine, Error, Op, Packet, ThreadedConfig, ThreadedEngine};
 use zeroize::{Zeroize, Zeroizing};
 
@@ -133,9 +133,10 @@ impl GpuConfig {
         self.lanes = n.max(1);
         self
     }
-    /// Packets per lane launch, at least 1.
+    /// Packets per lane launch, 1 to 32,768 (a lane's packet offsets are 32-bit: 32,768
+    /// packets of the largest size stay under 4 GiB).
     pub fn chunk(mut self, packets: usize) -> Self {
-        self.chunk = packets.max(1);
+        self.chunk = packets.clamp(1, 32_768);
         self
     }
     /// Key sets kept on the device at once, at least 1 (1 KiB of device memory each).
@@ -447,12 +448,7 @@ impl Core {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        assert!(
-            results.len() >= packets.len(),
-            "results slice ({}) shorter than the batch ({})",
-            results.len(),
-            packets.len()
-        );
+        secrelay_srtp::batch::check_results_len(packets.len(), results.len());
         let _active = read(&self.active);
         let mut stats = GpuStats {
             batches: 1,
@@ -571,9 +567,8 @@ impl Host {
         }
     }
 
-    /// Takes the remaining packets in order: each begun (or, SRTCP and packets that fail
-    /// their checks, done at once), until its context has an unprotect waiting; the rest
-    /// go to `next`.
+    /// Takes the remaining packets in order: each begun (or, packets that fail their checks,
+    /// done at once), until its context has an unprotect waiting; the rest go to `next`.
     fn begin_wave<C: Contexts + ?Sized>(
         &mut self,
         core: &Core,
@@ -584,8 +579,11 @@ impl Host {
         self.jobs.clear();
         self.cpu_jobs.clear();
         self.next.clear();
-        // Wipes the last wave's raw keys (clearing alone would leave them in the capacity).
-        self.new_raw.zeroize();
+        // The last wave's upload wiped its raw keys; should any be left, they are wiped here
+        // (not on every wave: `zeroize` writes the whole capacity, empty or not).
+        if !self.new_raw.is_empty() {
+            self.new_raw.zeroize();
+        }
         self.new_ids.clear();
         self.new_names.clear();
         let generation = self.generation;
@@ -605,11 +603,6 @@ impl Host {
                 results[pi] = Err(Error::UnknownContext);
                 continue;
             };
-            if !ctx.offload_rtp_supported() {
-                results[pi] = process_on(ctx, p);
-                self.stats.cpu_packets += 1;
-                continue;
-            }
             let begun = match p.op {
                 Op::ProtectRtp => ctx.offload_protect_rtp_begin(p.buf, p.len).map(Work::Rtp),
                 Op::UnprotectRtp => ctx.offload_unprotect_rtp_begin(p.buf, p.len).map(Work::Rtp),
@@ -690,7 +683,15 @@ impl Host {
         keys.next += 1;
         keys.slots.insert(job.key_set(), (s, false));
         drop(keys);
-        self.new_raw.extend_from_slice(&abi::raw_keys(&m)[..]);
+        let raw = abi::raw_keys(&m);
+        if self.new_raw.capacity() - self.new_raw.len() < raw.len() {
+            // A new buffer and a copy: growing in place could free the old one unwiped.
+            let cap = (2 * self.new_raw.capacity()).max(16 * raw.len());
+            let mut grown = Zeroizing::new(Vec::with_capacity(cap));
+            grown.extend_from_slice(&self.new_raw);
+            self.new_raw = grown;
+        }
+        self.new_raw.extend_from_slice(&raw[..]);
         self.new_ids.push(s);
         self.new_names.push(job.key_set());
         self.known.insert(job.key_set(), s);
@@ -777,7 +778,7 @@ impl Host {
         packets: &[Packet<'_>],
     ) -> Result<(), DeviceError> {
         let jobs = &mut self.jobs[chunk];
-        let data_at = (jobs.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
+        let data_at = abi::data_at(jobs.len());
         let mut offset = 0usize;
         for j in jobs.iter_mut() {
             j.offset = offset as u32;
@@ -809,7 +810,7 @@ impl Host {
     ) -> Result<(), DeviceError> {
         let staging = self.lanes.wait(lane)?;
         let jobs = &mut self.jobs[chunk];
-        let data_at = (jobs.len() * DESC_BYTES).next_multiple_of(abi::ALIGN);
+        let data_at = abi::data_at(jobs.len());
         let (descs, data) = staging.split_at(data_at);
         for (j, desc) in jobs.iter_mut().zip(descs.chunks_exact(DESC_BYTES)) {
             let p = &mut packets[j.packet];
@@ -869,18 +870,14 @@ impl Engine for GpuEngine {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
+        self.core.start_over_if_full();
         match &self.split {
-            Some(t) if packets.len() >= self.core.config.split_above => {
-                // Each host thread's share runs under its own hold on `active` and names only
-                // slots it found or filled in that run: the slots may start over between
-                // shares, never during one.
-                self.core.start_over_if_full();
-                t.process(contexts, packets, results)
-            }
-            _ => {
-                self.core.start_over_if_full();
-                self.core.run(contexts, packets, results)
-            }
+            // Batches of `split_above` packets or more are split over the host threads (below
+            // that the worker-thread engine runs them on this one). Each thread's share runs
+            // under its own hold on `active` and names only slots it found or filled in that
+            // run: the slots may start over between shares, never during one.
+            Some(t) => t.process(contexts, packets, results),
+            None => self.core.run(contexts, packets, results),
         }
     }
 

@@ -123,7 +123,7 @@ pub trait Engine: Send + Sync {
 ///
 /// # Panics
 /// If `results` is shorter than `packets` (a caller's bug, never caused by packet data).
-pub(crate) fn check_results_len(packets: usize, results: usize) {
+pub fn check_results_len(packets: usize, results: usize) {
     assert!(
         results >= packets,
         "results slice ({results}) shorter than the batch ({packets})"
@@ -163,7 +163,7 @@ pub fn process_one<C: Contexts + ?Sized>(contexts: &mut C, p: &mut Packet<'_>) -
 /// Processes one batch packet against `ctx` (its context, already looked up), as
 /// [`process_one`] does.
 #[inline]
-pub fn process_on(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
+pub(crate) fn process_on(ctx: &mut Context, p: &mut Packet<'_>) -> PacketResult {
     match p.op {
         Op::ProtectRtp => ctx.protect_rtp(p.buf, p.len),
         Op::UnprotectRtp => ctx.unprotect_rtp(p.buf, p.len),

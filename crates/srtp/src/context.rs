@@ -103,8 +103,10 @@ enum Cipher {
 struct DirKeys {
     cipher: Cipher,
     auth: Option<Box<dyn HmacSha1>>,
-    /// The session keys again, for the multi-buffer engines' forms of them (RTP only).
-    lanes_source: Option<LaneSource>,
+    /// The session keys again: what the multi-buffer engines' forms of them are made from
+    /// (RTP), and what offload engines copy to their device (RTP and SRTCP). Kept by every key
+    /// set, a few dozen bytes in two small allocations made once.
+    raw: RawKeys,
     /// Those forms, made the first time a multi-buffer engine asks (a context only ever used
     /// one packet at a time never pays their ~0.6–1.2 KiB). Boxed, so that the keys a packet
     /// reads stay a few cache lines apart whether or not these were made.
@@ -113,7 +115,7 @@ struct DirKeys {
 }
 
 /// The raw session keys the multi-buffer forms are made from; wiped on drop.
-struct LaneSource {
+struct RawKeys {
     profile: Profile,
     enc: Zeroizing<Vec<u8>>,
     auth: Zeroizing<Vec<u8>>,
@@ -139,7 +141,7 @@ struct HmacLaneKeys {
 impl LaneKeys {
     /// `None` if a kernel refuses the key (lengths were checked by the provider already), or
     /// if the profile has neither an AEAD cipher nor an HMAC-SHA1 tag.
-    fn new(src: &LaneSource) -> Option<LaneKeys> {
+    fn new(src: &RawKeys) -> Option<LaneKeys> {
         Some(match src.profile.cipher() {
             CipherKind::AesGcm => LaneKeys::Gcm(Box::new(GcmKey::new(&src.enc).ok()?)),
             cipher if src.profile.auth_key_len() > 0 => LaneKeys::Hmac(Box::new(HmacLaneKeys {
@@ -186,10 +188,14 @@ impl DirKeys {
         }
     }
 
+    /// The session keys in raw form: encryption key, authentication key, salt.
+    fn raw_keys(&self) -> (&[u8], &[u8], &[u8; 14]) {
+        (&self.raw.enc, &self.raw.auth, &self.salt)
+    }
+
     /// The multi-buffer forms of the keys, made on first use.
     fn lanes(&self) -> Option<&LaneKeys> {
-        let src = self.lanes_source.as_ref()?;
-        self.lanes.get_or_init(|| LaneKeys::new(src)).as_ref()
+        self.lanes.get_or_init(|| LaneKeys::new(&self.raw)).as_ref()
     }
 }
 
@@ -222,7 +228,6 @@ impl DirKeys {
         enc: &[u8],
         auth: &[u8],
         salt: &[u8],
-        lanes: bool,
     ) -> Result<Self, ConfigError> {
         let pe = |e: provider::KeyError| ConfigError::Provider(e.0);
         let cipher = match profile.cipher() {
@@ -230,13 +235,11 @@ impl DirKeys {
             CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
-        // What the multi-buffer engines' forms of the keys are made from (RTP only: SRTCP
-        // stays scalar there), and what offload engines copy to their device (RTP and SRTCP).
-        let lanes_source = lanes.then(|| LaneSource {
+        let raw = RawKeys {
             profile,
             enc: Zeroizing::new(enc.to_vec()),
             auth: Zeroizing::new(auth.to_vec()),
-        });
+        };
         let auth = if profile.auth_key_len() == 0 {
             None
         } else {
@@ -254,7 +257,7 @@ impl DirKeys {
         Ok(DirKeys {
             cipher,
             auth,
-            lanes_source,
+            raw,
             lanes: OnceLock::new(),
             salt: s,
         })
@@ -267,24 +270,22 @@ impl Keys {
         self.id
     }
 
-    /// The RTP session keys in raw form (encryption key, authentication key, salt), which
-    /// every key set made by this crate keeps for the multi-buffer and offload engines.
-    pub(crate) fn rtp_raw(&self) -> Option<(&[u8], &[u8], &[u8; 14])> {
-        let src = self.rtp.lanes_source.as_ref()?;
-        Some((&src.enc, &src.auth, &self.rtp.salt))
+    /// The RTP session keys in raw form (encryption key, authentication key, salt), for the
+    /// offload engines.
+    pub(crate) fn rtp_raw(&self) -> (&[u8], &[u8], &[u8; 14]) {
+        self.rtp.raw_keys()
     }
 
     /// The SRTCP session keys in raw form, for the offload engines.
-    pub(crate) fn rtcp_raw(&self) -> Option<(&[u8], &[u8], &[u8; 14])> {
-        let src = self.rtcp.lanes_source.as_ref()?;
-        Some((&src.enc, &src.auth, &self.rtcp.salt))
+    pub(crate) fn rtcp_raw(&self) -> (&[u8], &[u8], &[u8; 14]) {
+        self.rtcp.raw_keys()
     }
 
     fn derive(provider: &dyn CryptoProvider, key: &MasterKey) -> Result<Self, ConfigError> {
         let p = key.profile();
         let mk = |rtcp: bool| -> Result<DirKeys, ConfigError> {
             let s = derive_session(provider, key, rtcp)?;
-            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt, true)
+            DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt)
         };
         Ok(Keys {
             profile: p,
@@ -709,8 +710,8 @@ impl Context {
         let p = self.profile;
         self.keys = Arc::new(Keys {
             profile: p,
-            rtp: DirKeys::new(self.provider, p, enc, auth, salt, true)?,
-            rtcp: DirKeys::new(self.provider, p, enc, auth, salt, true)?,
+            rtp: DirKeys::new(self.provider, p, enc, auth, salt)?,
+            rtcp: DirKeys::new(self.provider, p, enc, auth, salt)?,
             id: next_key_set_id(),
         });
         Ok(())
@@ -851,17 +852,7 @@ impl Context {
     /// Moves the stream on past a packet that [`Self::unprotect_rtp_begin`] checked and that
     /// has authenticated, making the stream from the template if it is new.
     pub(crate) fn unprotect_rtp_commit(&mut self, span: &RtpSpan) -> Result<(), Error> {
-        let s = match self.streams.position(span.ssrc) {
-            Some(at) => self.streams.at_mut(at),
-            None => {
-                let s = Stream::new(Direction::Inbound, self.keys.clone(), self.window)
-                    .map_err(|_| Error::StreamLimit)?;
-                Some(self.streams.insert(span.ssrc, s))
-            }
-        };
-        let Some(s) = s else {
-            return Err(Error::UnknownSsrc(span.ssrc));
-        };
+        let s = self.inbound_stream_to_commit(span.ssrc)?;
         s.rtp_index.advance(span.index);
         s.rtp_replay.update(span.index);
         Ok(())
@@ -883,13 +874,16 @@ impl Context {
         }
     }
 
-    /// Makes a stream from the template (after [`Self::check_template`]).
-    fn new_stream(&mut self, ssrc: u32, direction: Direction) -> Result<&mut Stream, Error> {
-        let s = Stream::new(direction, self.keys.clone(), self.window)
-            .map_err(|_| Error::StreamLimit)?;
+    /// The inbound stream a packet that authenticated moves on: `ssrc`'s, or one made from the
+    /// template if it is new (its begin checked that the template may).
+    fn inbound_stream_to_commit(&mut self, ssrc: u32) -> Result<&mut Stream, Error> {
         match self.streams.position(ssrc) {
             Some(at) => self.streams.at_mut(at).ok_or(Error::UnknownSsrc(ssrc)),
-            None => Ok(self.streams.insert(ssrc, s)),
+            None => {
+                let s = Stream::new(Direction::Inbound, self.keys.clone(), self.window)
+                    .map_err(|_| Error::StreamLimit)?;
+                Ok(self.streams.insert(ssrc, s))
+            }
         }
     }
 
@@ -995,13 +989,7 @@ impl Context {
     /// [`Self::unprotect_rtcp_begin`] checked and that authenticated, making the stream from
     /// the template if it is new.
     pub(crate) fn unprotect_rtcp_commit(&mut self, span: &RtcpSpan) -> Result<(), Error> {
-        let s = match self.streams.position(span.ssrc) {
-            Some(at) => self
-                .streams
-                .at_mut(at)
-                .ok_or(Error::UnknownSsrc(span.ssrc))?,
-            None => self.new_stream(span.ssrc, Direction::Inbound)?,
-        };
+        let s = self.inbound_stream_to_commit(span.ssrc)?;
         s.rtcp_replay.update(span.index() as u64);
         Ok(())
     }

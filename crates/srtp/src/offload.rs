@@ -28,7 +28,7 @@
 //! keys' name + 1).
 
 use crate::context::{
-    protect_rtcp_with, protect_rtp_with, unprotect_rtcp_with, unprotect_rtp_with, Context,
+    protect_rtcp_with, protect_rtp_with, unprotect_rtcp_with, unprotect_rtp_with, Context, Keys,
     RtcpSpan, RtpSpan,
 };
 use crate::error::Error;
@@ -183,12 +183,6 @@ impl<'a> RtpKeyMaterial<'a> {
 }
 
 impl Context {
-    /// Whether this context's RTP packets can have their crypto offloaded: every context made
-    /// by this crate keeps its RTP session keys in the raw form an offload engine copies.
-    pub fn offload_rtp_supported(&self) -> bool {
-        self.master_keys().rtp_raw().is_some()
-    }
-
     /// Step 1 of an offloaded protect (see the [module docs](crate::offload)): everything
     /// [`Context::protect_rtp`] does before its crypto, which moves the stream on.
     pub fn offload_protect_rtp_begin(
@@ -198,11 +192,12 @@ impl Context {
     ) -> Result<OffloadRtp, Error> {
         let master = std::sync::Arc::as_ptr(self.master_keys());
         let (span, keys) = self.protect_rtp_begin(buf, len)?;
+        let (own_keys, key_set) = job_keys(master, keys, false);
         Ok(OffloadRtp {
             span,
             protect: true,
-            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
-            key_set: keys.id(),
+            own_keys,
+            key_set,
         })
     }
 
@@ -211,11 +206,12 @@ impl Context {
     pub fn offload_unprotect_rtp_begin(&self, buf: &[u8], len: usize) -> Result<OffloadRtp, Error> {
         let master = std::sync::Arc::as_ptr(self.master_keys());
         let (span, keys) = self.unprotect_rtp_begin(buf, len)?;
+        let (own_keys, key_set) = job_keys(master, keys, false);
         Ok(OffloadRtp {
             span,
             protect: false,
-            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
-            key_set: keys.id(),
+            own_keys,
+            key_set,
         })
     }
 
@@ -230,7 +226,7 @@ impl Context {
     /// crate's constructors, or if `job` came from another context).
     pub fn offload_rtp_keys(&self, job: &OffloadRtp) -> Option<RtpKeyMaterial<'_>> {
         let keys = self.offload_key_set(job.span.ssrc, job.own_keys, false, job.key_set)?;
-        self.offload_material(keys.rtp_raw()?)
+        Some(self.offload_material(keys.rtp_raw()))
     }
 
     /// Step 2 on the CPU, through the context's provider, exactly as the one-packet methods do
@@ -242,9 +238,9 @@ impl Context {
             .offload_key_set(job.span.ssrc, job.own_keys, false, job.key_set)
             .ok_or(Error::UnknownContext)?;
         let need = if job.protect {
-            job.span.len + job.span.tag_len
+            job.output_len()
         } else {
-            job.span.len
+            job.len()
         };
         if buf.len() < need {
             return Err(Error::BufferTooSmall { needed: need });
@@ -267,11 +263,12 @@ impl Context {
     ) -> Result<OffloadRtcp, Error> {
         let master = std::sync::Arc::as_ptr(self.master_keys());
         let (span, keys) = self.protect_rtcp_begin(buf, len)?;
+        let (own_keys, key_set) = job_keys(master, keys, true);
         Ok(OffloadRtcp {
             span,
             protect: true,
-            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
-            key_set: keys.id() + 1,
+            own_keys,
+            key_set,
         })
     }
 
@@ -284,11 +281,12 @@ impl Context {
     ) -> Result<OffloadRtcp, Error> {
         let master = std::sync::Arc::as_ptr(self.master_keys());
         let (span, keys) = self.unprotect_rtcp_begin(buf, len)?;
+        let (own_keys, key_set) = job_keys(master, keys, true);
         Ok(OffloadRtcp {
             span,
             protect: false,
-            own_keys: !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
-            key_set: keys.id() + 1,
+            own_keys,
+            key_set,
         })
     }
 
@@ -301,18 +299,12 @@ impl Context {
     /// The raw SRTCP session keys `job`'s crypto uses.
     pub fn offload_rtcp_keys(&self, job: &OffloadRtcp) -> Option<RtpKeyMaterial<'_>> {
         let keys = self.offload_key_set(job.span.ssrc, job.own_keys, true, job.key_set)?;
-        self.offload_material(keys.rtcp_raw()?)
+        Some(self.offload_material(keys.rtcp_raw()))
     }
 
     /// The keys of the stream a job names (its own, or its context's master keys), if they
     /// are the key set the job was begun with (`rtcp`: named by their SRTCP name).
-    fn offload_key_set(
-        &self,
-        ssrc: u32,
-        own: bool,
-        rtcp: bool,
-        name: u64,
-    ) -> Option<&crate::context::Keys> {
+    fn offload_key_set(&self, ssrc: u32, own: bool, rtcp: bool, name: u64) -> Option<&Keys> {
         self.rtp_keys_for(ssrc, own)
             .filter(|k| k.id() + u64::from(rtcp) == name)
     }
@@ -320,13 +312,13 @@ impl Context {
     fn offload_material<'a>(
         &'a self,
         (enc, auth, salt): (&'a [u8], &'a [u8], &'a [u8; 14]),
-    ) -> Option<RtpKeyMaterial<'a>> {
-        Some(RtpKeyMaterial {
+    ) -> RtpKeyMaterial<'a> {
+        RtpKeyMaterial {
             profile: self.profile(),
             enc,
             auth,
             salt,
-        })
+        }
     }
 
     /// Step 2 of SRTCP on the CPU, through the context's provider, as the one-packet methods
@@ -338,7 +330,7 @@ impl Context {
         let need = if job.protect {
             job.output_len()
         } else {
-            job.span.len
+            job.len()
         };
         if buf.len() < need {
             return Err(Error::BufferTooSmall { needed: need });
@@ -349,6 +341,15 @@ impl Context {
             unprotect_rtcp_with(keys, buf, &job.span)
         }
     }
+}
+
+/// A begun job's key set: whether it is its stream's own (not the context's master keys,
+/// `master`, only compared), and its name (the SRTCP keys' is the RTP keys' + 1).
+fn job_keys(master: *const Keys, keys: &std::sync::Arc<Keys>, rtcp: bool) -> (bool, u64) {
+    (
+        !core::ptr::eq(std::sync::Arc::as_ptr(keys), master),
+        keys.id() + u64::from(rtcp),
+    )
 }
 
 #[cfg(test)]
@@ -380,7 +381,6 @@ mod tests {
         for p in Profile::ALL {
             let (mut tx, mut rx) = pair(p);
             let (mut tx2, mut rx2) = pair(p);
-            assert!(tx.offload_rtp_supported());
             for seq in [65_534u16, 65_535, 0, 1] {
                 let mut a = rtp(seq);
                 let n = tx.protect_rtp(&mut a, 62).unwrap();
