@@ -217,17 +217,29 @@ pub type NamedEngine = (&'static str, Box<dyn Engine>);
 ///
 /// The notes say which engines could not be made, and why.
 pub fn engines() -> (Vec<NamedEngine>, Vec<String>) {
+    // The GPU engine (`003_…`'s GPU curve) where a CUDA GPU can be opened.
+    let gpu = secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::lab_config())
+        .map_err(|e| e.to_string());
+    engines_with(gpu, true)
+}
+
+/// The worker-thread engine and `gpu` (an engine already open, or why there is none), after
+/// the serial and multi-buffer engines if `all`; and the notes.
+pub fn engines_with(
+    gpu: Result<secrelay_srtp_gpu::GpuEngine, String>,
+    all: bool,
+) -> (Vec<NamedEngine>, Vec<String>) {
     let mut notes = Vec::new();
-    let mut v: Vec<NamedEngine> = vec![
-        ("serial", Box::new(SerialEngine)),
-        ("simd", Box::new(secrelay_srtp::SimdEngine::new())),
-    ];
+    let mut v: Vec<NamedEngine> = Vec::new();
+    if all {
+        v.push(("serial", Box::new(SerialEngine)));
+        v.push(("simd", Box::new(secrelay_srtp::SimdEngine::new())));
+    }
     match secrelay_srtp::ThreadedEngine::with_default_workers() {
         Ok(t) => v.push(("threaded", Box::new(t))),
         Err(e) => notes.push(format!("no threaded engine: {e}")),
     }
-    // The GPU engine (`003_…`'s GPU curve) where a CUDA GPU can be opened.
-    match secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::lab_config()) {
+    match gpu {
         Ok(g) => {
             notes.push(format!("gpu engine on {}", g.device()));
             v.push(("gpu", Box::new(g)));
@@ -239,7 +251,7 @@ pub fn engines() -> (Vec<NamedEngine>, Vec<String>) {
 
 /// Call counts added to the full SRTP-only sweep when a GPU engine runs: past what the CPU
 /// engines of a many-core machine hold.
-const GPU_NS: [usize; 4] = [30_000, 50_000, 75_000, 100_000];
+pub(crate) const GPU_NS: [usize; 4] = [30_000, 50_000, 75_000, 100_000];
 
 /// What one gateway run found.
 #[derive(Debug, Clone)]

@@ -488,7 +488,7 @@ impl Study for SrtpStudy {
         let engines = super::srtp_engines::sweep(ctx);
         plots.extend(engines.plots);
         // The GPU engine (issue 18): batches of 1,024 to 262,144 over up to 65,536 contexts.
-        let (gpu, gpu_variants) = super::srtp_gpu::sweep(ctx);
+        let (gpu, gpu_variants, _) = super::srtp_gpu::sweep(ctx);
         // The engines by packet size (issue 17): 100, 172, 1,200 bytes and a video-like mix.
         let sizes = super::srtp_sizes::sweep(ctx);
         plots.extend(sizes.plots);
@@ -524,13 +524,19 @@ impl Study for SrtpStudy {
              srtp_gpu: one Engine::process call over a batch of 172-byte RTP packets spread over min(batch, 65,536) \
              contexts (packet i to context i mod N, each context its own master key), host memory to host memory: \
              the packets' copies to and from the GPU, the checks before the crypto and the commits after it are timed; \
-             the GPU engine with a host thread per core (the batch split by context), 4 lanes each, 1,024 packets per launch; \
-             refilling the batch (and, for unprotect, protecting it with the same engine) is outside the timing; \
-             batches for about 4× the run time per cell after one untimed batch, throughput = packets ÷ the batches' summed \
-             time, batch time percentiles over the batches; the worker-thread engine on every core in the same run; \
+             the GPU engine with a host thread per core (the batch split by context), 4 lanes each, 1,024 packets per launch, \
+             524,288 key slots (every key set of the sweep's cells fits); \
+             refilling the batch, making its packet list, checking the results (and, for unprotect, protecting it with the \
+             same engine) are outside the timing; \
+             batches for about 4× the run time per cell (3 at least) after one untimed batch, and for the GPU after untimed \
+             batches until one uploads no key and sends no packet to the CPU (at most 8); a GPU cell whose timed batches \
+             still did either fails with the counts; throughput = packets ÷ the batches' summed \
+             time, batch time percentiles over the batches (with few batches p99 is their slowest); \
+             the worker-thread engine on every core in the same run; \
              vs threaded = the GPU's throughput ÷ the threaded engine's; \
              srtp_gpu_variants: the same at batches of 65,536, protect, one GPU engine per setting (host threads, lanes × packets per launch, \
-             threads per block, a register cap given to NVRTC), vs the defaults (the first row) in the same run",
+             threads per block, a register cap given to NVRTC), vs the first setting that ran (the defaults, \
+             unless they failed) in the same run",
             instructions_method,
         );
         Ok(StudyReport {

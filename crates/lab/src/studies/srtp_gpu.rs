@@ -81,8 +81,9 @@ impl Run {
     }
 
     /// One `Engine::process` call over the batch; returns how many packets did not give the
-    /// expected length.
-    fn process(&mut self, engine: &dyn Engine, op: Op) -> usize {
+    /// expected length, and the time of that call alone (not the packet list made for it,
+    /// nor the checks of its results).
+    fn process(&mut self, engine: &dyn Engine, op: Op) -> (usize, f64) {
         let contexts = self.contexts;
         let mut packets: Vec<Packet<'_>> = self
             .bufs
@@ -101,7 +102,9 @@ impl Run {
         } else {
             &mut self.receivers
         };
+        let t0 = Instant::now();
         engine.process(ctxs, &mut packets, &mut self.results);
+        let dt = t0.elapsed().as_secs_f64();
         drop(packets);
         let want = if op == Op::ProtectRtp {
             SIZE + self.tag
@@ -112,38 +115,69 @@ impl Run {
         for (l, r) in self.lens.iter_mut().zip(&self.results) {
             *l = *r.as_ref().unwrap_or(l);
         }
-        bad
+        (bad, dt)
     }
 }
 
-/// Batch times of one engine on one cell, for about `run`.
-fn measure(engine: &dyn Engine, run: &mut Run, op: Op, time: Duration) -> Result<Vec<f64>, String> {
+/// One batch of `op` (an unprotect takes what the senders just protected, untimed): its
+/// time.
+fn one_batch(engine: &dyn Engine, run: &mut Run, op: Op) -> Result<f64, String> {
+    run.fill();
+    if op == Op::UnprotectRtp {
+        let (b, _) = run.process(engine, Op::ProtectRtp);
+        if b > 0 {
+            return Err(format!("{b} packets failed to protect"));
+        }
+    }
+    match run.process(engine, op) {
+        (0, dt) => Ok(dt),
+        (bad, _) => Err(format!("{bad} packets failed")),
+    }
+}
+
+/// Batch times of one engine on one cell, for about `time` (3 batches at least).
+///
+/// For the GPU engine (`gpu`), untimed batches come first until one needs no key upload and
+/// sends no packet to the CPU (streams made, every key set in a slot on the device), at most
+/// 8; a timed batch that then still sends packets to the CPU fails the cell with the reason,
+/// as its time would not be the device's.
+fn measure(
+    engine: &dyn Engine,
+    gpu: Option<&GpuEngine>,
+    run: &mut Run,
+    op: Op,
+    time: Duration,
+) -> Result<Vec<f64>, String> {
+    let settled = |before: secrelay_srtp_gpu::GpuStats, after: secrelay_srtp_gpu::GpuStats| {
+        after.key_uploads == before.key_uploads && after.cpu_packets == before.cpu_packets
+    };
+    one_batch(engine, run, op)?;
+    if let Some(g) = gpu {
+        for _ in 0..8 {
+            let before = g.stats();
+            one_batch(engine, run, op)?;
+            if settled(before, g.stats()) {
+                break;
+            }
+        }
+    }
+    let before = gpu.map(GpuEngine::stats);
     let mut times = Vec::new();
     let start = Instant::now();
-    // One untimed batch first: streams are made, keys reach the device.
-    while times.len() < 3 + 1 || start.elapsed() < time {
-        run.fill();
-        let t0;
-        let bad;
-        if op == Op::ProtectRtp {
-            t0 = Instant::now();
-            bad = run.process(engine, op);
-        } else {
-            // The receivers unprotect what the senders just protected (protect untimed).
-            let b = run.process(engine, Op::ProtectRtp);
-            if b > 0 {
-                return Err(format!("{b} packets failed to protect"));
-            }
-            t0 = Instant::now();
-            bad = run.process(engine, op);
-        }
-        let dt = t0.elapsed().as_secs_f64();
-        if bad > 0 {
-            return Err(format!("{bad} packets failed"));
-        }
-        times.push(dt);
+    while times.len() < 3 || start.elapsed() < time {
+        times.push(one_batch(engine, run, op)?);
     }
-    times.remove(0);
+    if let (Some(g), Some(before)) = (gpu, before) {
+        let after = g.stats();
+        if !settled(before, after) {
+            return Err(format!(
+                "{} packets went to the CPU and {} key sets were uploaded during the timed batches \
+                 (key slots: too few for the cell's contexts?)",
+                after.cpu_packets - before.cpu_packets,
+                after.key_uploads - before.key_uploads
+            ));
+        }
+    }
     Ok(times)
 }
 
@@ -170,20 +204,24 @@ pub const VARIANTS: [(u8, usize, usize, u32, Option<u32>); 10] = [
 ];
 
 /// The GPU engine as the lab runs it by default: a host thread per core, four lanes each of
-/// 1,024 packets per launch (so a 65,536-packet batch on 16 cores fills every lane once).
+/// 1,024 packets per launch (so a 65,536-packet batch on 16 cores fills every lane once), and
+/// room on the device for every key set of the largest runs (2 × 65,536 contexts of each
+/// profile in `lab srtp`; 100,000 calls of 4 key sets in `lab calls`): 512 MiB.
 pub fn lab_config() -> GpuConfig {
     GpuConfig::new()
         .host_threads(secrelay_srtp::threaded::available_cores())
         .lanes(4)
         .chunk(1_024)
+        .key_slots(1 << 19)
 }
 
 /// Batch size of the variants' runs.
 pub const VARIANT_BATCH: usize = 65_536;
 
 /// The settings of [`VARIANTS`] against each other (protect, batches of [`VARIANT_BATCH`]):
-/// one row per profile and setting, or none where there is no GPU.
-fn variants(ctx: &Ctx) -> Table {
+/// one row per profile and setting. `defaults`: the engine of the first setting, the lab's
+/// defaults ([`lab_config`]), already open.
+fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
     let mut table = Table::new(
         "srtp_gpu_variants",
         format!(
@@ -206,13 +244,13 @@ fn variants(ctx: &Ctx) -> Table {
         .collect();
     let mut rows: Vec<Vec<Vec<(&str, Cell)>>> = vec![Vec::new(); PROFILES.len()];
     let mut default_rate = [None; PROFILES.len()];
-    for (share, lanes, chunk, block, regs) in VARIANTS {
+    for (v, (share, lanes, chunk, block, regs)) in VARIANTS.into_iter().enumerate() {
         let hosts = match share {
             0 => 1,
             1 => (cores / 2).max(1),
             _ => cores,
         };
-        let cfg = GpuConfig::new()
+        let cfg = lab_config()
             .host_threads(hosts)
             .lanes(lanes)
             .chunk(chunk)
@@ -220,12 +258,17 @@ fn variants(ctx: &Ctx) -> Table {
             .max_registers(regs);
         let label = cfg.label();
         ctx.step(format!("gpu settings: {label}"));
-        let engine = GpuEngine::open(cfg).map_err(|e| e.to_string());
+        let opened;
+        let engine: Result<&GpuEngine, String> = if v == 0 {
+            Ok(defaults)
+        } else {
+            opened = GpuEngine::open(cfg);
+            opened.as_ref().map_err(|e| e.to_string())
+        };
         for (i, profile) in PROFILES.iter().enumerate() {
             let measured = engine
-                .as_ref()
-                .map_err(Clone::clone)
-                .and_then(|g| measure(g, &mut runs[i], Op::ProtectRtp, time));
+                .clone()
+                .and_then(|g| measure(g, Some(g), &mut runs[i], Op::ProtectRtp, time));
             let mut row: Vec<(&str, Cell)> = vec![
                 ("profile", Cell::text(profile.sdp_name())),
                 ("settings", Cell::text(label.clone())),
@@ -253,15 +296,15 @@ fn variants(ctx: &Ctx) -> Table {
 }
 
 /// The GPU tables of `lab srtp`: by batch size beside the threaded engine, and the engine's
-/// settings against each other (empty where there is no GPU, or with `--quick`).
-pub fn sweep(ctx: &Ctx) -> (Table, Table) {
-    let (t, gpu_ran) = by_batch(ctx);
-    let v = if gpu_ran && !ctx.opts.quick {
-        variants(ctx)
-    } else {
-        variants_header()
+/// settings against each other (empty where there is no GPU, or with `--quick`); and the GPU
+/// engine with the lab's defaults, or why there is none.
+pub fn sweep(ctx: &Ctx) -> (Table, Table, Result<GpuEngine, String>) {
+    let (t, gpu) = by_batch(ctx);
+    let v = match &gpu {
+        Ok(g) if !ctx.opts.quick => variants(ctx, g),
+        _ => variants_header(),
     };
-    (t, v)
+    (t, v, gpu)
 }
 
 /// The variants' table with no rows.
@@ -274,8 +317,9 @@ fn variants_header() -> Table {
     .col("settings", "host threads × lanes × chunk, block, registers")
 }
 
-/// Throughput by batch size, GPU beside the threaded engine; and whether a GPU opened.
-fn by_batch(ctx: &Ctx) -> (Table, bool) {
+/// Throughput by batch size, GPU beside the threaded engine; and the GPU engine, or why none
+/// opened.
+fn by_batch(ctx: &Ctx) -> (Table, Result<GpuEngine, String>) {
     let mut table = Table::new(
         "srtp_gpu",
         format!(
@@ -301,7 +345,7 @@ fn by_batch(ctx: &Ctx) -> (Table, bool) {
                     ("packets_per_s", Cell::not_offered(e.to_string())),
                 ]);
             }
-            return (table, false);
+            return (table, Err(e.to_string()));
         }
     };
     let threaded = ThreadedEngine::with_default_workers().ok();
@@ -322,15 +366,15 @@ fn by_batch(ctx: &Ctx) -> (Table, bool) {
             ctx.step(format!("gpu, {} {opname}", profile.sdp_name()));
             for &batch in &batches {
                 let mut run = Run::new(profile, batch);
-                let mut engines: Vec<(String, &dyn Engine)> =
-                    vec![(format!("gpu ({})", gpu.device()), &gpu)];
+                let mut engines: Vec<(String, &dyn Engine, Option<&GpuEngine>)> =
+                    vec![(format!("gpu ({})", gpu.device()), &gpu, Some(&gpu))];
                 if let Some(t) = &threaded {
-                    engines.push((format!("threaded×{cores} simd"), t));
+                    engines.push((format!("threaded×{cores} simd"), t, None));
                 }
                 let measured: Vec<(String, Result<Vec<f64>, String>)> = engines
                     .into_iter()
-                    .map(|(name, engine)| {
-                        let t = measure(engine, &mut run, op, time).map(|mut t| {
+                    .map(|(name, engine, gpu)| {
+                        let t = measure(engine, gpu, &mut run, op, time).map(|mut t| {
                             t.sort_by(f64::total_cmp);
                             t
                         });
@@ -366,7 +410,7 @@ fn by_batch(ctx: &Ctx) -> (Table, bool) {
             }
         }
     }
-    (table, true)
+    (table, Ok(gpu))
 }
 
 /// `lab gpu`: the GPU rows of `lab srtp` and the SRTP-only curves of `lab calls` for the GPU and
@@ -385,18 +429,15 @@ impl Study for GpuStudy {
     }
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
-        let (table, variants) = sweep(ctx);
-        let (engines, mut notes) = super::calls::engines();
-        let engines: Vec<_> = engines
-            .into_iter()
-            .filter(|(n, _)| matches!(*n, "threaded" | "gpu"))
-            .collect();
+        let (table, variants, gpu) = sweep(ctx);
+        let (engines, mut notes) = super::calls::engines_with(gpu, false);
         let ns: Vec<usize> = if ctx.opts.quick {
             vec![1_000, 10_000]
         } else {
-            vec![
-                1_000, 5_000, 10_000, 20_000, 30_000, 50_000, 75_000, 100_000,
-            ]
+            [1_000, 5_000, 10_000, 20_000]
+                .into_iter()
+                .chain(super::calls::GPU_NS)
+                .collect()
         };
         let rounds = if ctx.opts.quick { 2 } else { 5 };
         ctx.steps((engines.len() * ns.len()) as u64);
