@@ -884,6 +884,11 @@ impl Room {
         }
     }
 
+    /// What a member does (sends, receives).
+    pub fn role(&self, id: MemberId) -> Option<MemberRole> {
+        self.members.iter().find(|m| m.id == id).map(|m| m.role)
+    }
+
     /// A member's leg.
     pub fn leg(&self, id: MemberId) -> Option<&Leg> {
         self.members.iter().find(|m| m.id == id).map(|m| &m.leg)

@@ -155,6 +155,67 @@ pub enum Event {
         /// From the first DTLS datagram (or our ClientHello) to the keys.
         handshake: Duration,
     },
+    /// A room or a member started or ended (for webhooks and the signaling's own records).
+    Lifecycle(Lifecycle),
+}
+
+/// What happened to a room or a member, in the order it happened: a room starts before its
+/// first member joins and finishes after its last one leaves; a member joins, connects, may
+/// start publishing, stops publishing when it leaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lifecycle {
+    /// A room was made (its first member is joining).
+    RoomStarted {
+        /// The room.
+        room: String,
+    },
+    /// A room's last member left.
+    RoomFinished {
+        /// The room.
+        room: String,
+    },
+    /// A member was made.
+    Joined {
+        /// Its room.
+        room: String,
+        /// Its id.
+        id: String,
+        /// The identity it joined with (an access token's subject), if any.
+        name: Option<String>,
+        /// How it joined.
+        kind: JoinKind,
+        /// `webrtc`, `sdes` or `plain`.
+        leg: &'static str,
+    },
+    /// A member's security is up (WebRTC: DTLS-SRTP done; telephony legs: at once).
+    Connected {
+        /// Its room.
+        room: String,
+        /// Its id.
+        id: String,
+    },
+    /// A connected member that sends media started (`started`) or stopped doing so.
+    Publishing {
+        /// Its room.
+        room: String,
+        /// Its id.
+        id: String,
+        /// Its identity, if any.
+        name: Option<String>,
+        /// Started, or stopped.
+        started: bool,
+    },
+    /// A member was removed.
+    Left {
+        /// Its room.
+        room: String,
+        /// Its id.
+        id: String,
+        /// Its identity, if any.
+        name: Option<String>,
+        /// Why it ended.
+        reason: EndReason,
+    },
 }
 
 /// What [`Shard::poll_output`] hands back.
@@ -230,6 +291,8 @@ pub enum JoinError {
 pub struct ParticipantSnapshot {
     /// Its id (the last segment of its resource URL).
     pub id: String,
+    /// The identity it joined with (an access token's subject), if any.
+    pub name: Option<String>,
     /// WHIP, WHEP, join (WebRTC), or rtp (telephony).
     pub kind: JoinKind,
     /// The kind of leg: `webrtc`, `sdes` or `plain`.
@@ -314,6 +377,82 @@ pub struct ShardConfig {
     pub rtcp: RtcpConfig,
     /// The codecs rooms transcode and mix with (and how their encoders are set up).
     pub codecs: secrelay_media::Registry,
+    /// How many members a room takes.
+    pub limits: RoomLimits,
+}
+
+/// Who is joining, as the signaling vouches for them: named in the API and webhooks, and
+/// counted against the places of a room.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Who {
+    /// The identity (an access token's subject).
+    pub name: Option<String>,
+    /// It joined without a credential (an open room): it takes none of the places kept for
+    /// callers with one.
+    pub anonymous: bool,
+}
+
+impl Who {
+    /// A caller with a credential, named `name`.
+    pub fn named(name: Option<String>) -> Who {
+        Who {
+            name,
+            anonymous: false,
+        }
+    }
+}
+
+/// How a member joins: how the signaling named it, what it does, its ICE ufrags, who it is.
+struct Joining<'a> {
+    kind: JoinKind,
+    role: MemberRole,
+    ufrags: Vec<String>,
+    who: &'a Who,
+}
+
+impl<'a> Joining<'a> {
+    /// Doing what `kind` implies.
+    fn new(kind: JoinKind, ufrags: Vec<String>, who: &'a Who) -> Joining<'a> {
+        Joining {
+            kind,
+            role: kind.role(),
+            ufrags,
+            who,
+        }
+    }
+}
+
+/// How many members a room takes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoomLimits {
+    /// Members at most.
+    pub members: usize,
+    /// The share (0–1) of `members` anonymous members cannot take.
+    pub reserved_for_authenticated: f64,
+    /// Rooms whose settings ([`Shard::set_mixing`]) the shard keeps at most.
+    pub settings: usize,
+}
+
+impl Default for RoomLimits {
+    fn default() -> Self {
+        RoomLimits {
+            members: usize::MAX,
+            reserved_for_authenticated: 0.0,
+            settings: usize::MAX,
+        }
+    }
+}
+
+impl RoomLimits {
+    /// The members at or past which `who` is refused.
+    pub fn cap_for(&self, who: &Who) -> usize {
+        if who.anonymous {
+            let keep = (self.members as f64 * self.reserved_for_authenticated).ceil() as usize;
+            self.members.saturating_sub(keep)
+        } else {
+            self.members
+        }
+    }
 }
 
 /// A member's place: its room's slot, the room's generation (slots are reused), the member.
@@ -327,6 +466,8 @@ struct MemberKey {
 /// What the shard keeps about a member beside its leg.
 struct Meta {
     id: String,
+    /// The identity it joined with, if any.
+    name: Option<String>,
     kind: JoinKind,
     ufrags: Vec<String>,
     addrs: Vec<SocketAddr>,
@@ -337,6 +478,8 @@ struct Meta {
     created: Instant,
     /// It listens for our new offers (renegotiation when senders arrive).
     events: bool,
+    /// It was told to have started publishing ([`Lifecycle::Publishing`]).
+    publishing: bool,
 }
 
 struct RoomSlot {
@@ -852,6 +995,7 @@ impl Shard {
                     }
                     counters.handshakes_ok += 1;
                     queue.push_back(Queued::Event(Event::Connected { handshake }));
+                    Shard::note_connected(queue, s, member);
                     tracing::info!(
                         room = %s.name,
                         profile = %profile,
@@ -884,6 +1028,48 @@ impl Shard {
         }
     }
 
+    /// Notes that `member` of the room in `s` connected: [`Lifecycle::Connected`], and
+    /// [`Lifecycle::Publishing`] when it sends media.
+    fn note_connected(queue: &mut VecDeque<Queued>, s: &mut RoomSlot, member: MemberId) {
+        let publishes = s.room.role(member).is_some_and(|r| r.publishes);
+        let Some(meta) = s.members.get_mut(&member) else {
+            return;
+        };
+        let (room, id) = (s.name.clone(), meta.id.clone());
+        queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Connected {
+            room: room.clone(),
+            id: id.clone(),
+        })));
+        if publishes && !meta.publishing {
+            meta.publishing = true;
+            queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Publishing {
+                room,
+                id,
+                name: meta.name.clone(),
+                started: true,
+            })));
+        }
+    }
+
+    /// Notes that a member of `room` was removed: [`Lifecycle::Publishing`] stopped if it had
+    /// started, then [`Lifecycle::Left`].
+    fn note_left(queue: &mut VecDeque<Queued>, room: &str, meta: &Meta, reason: EndReason) {
+        if meta.publishing {
+            queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Publishing {
+                room: room.to_owned(),
+                id: meta.id.clone(),
+                name: meta.name.clone(),
+                started: false,
+            })));
+        }
+        queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Left {
+            room: room.to_owned(),
+            id: meta.id.clone(),
+            name: meta.name.clone(),
+            reason,
+        })));
+    }
+
     /// Removes the members that closed, and rooms left empty.
     fn remove_closed(&mut self) {
         while let Some((slot, member)) = self.to_remove.pop() {
@@ -904,10 +1090,12 @@ impl Shard {
                     self.by_port.remove(p);
                 }
                 self.ids.remove(&meta.id);
+                // A member is removed once it closed, and closing notes why.
+                let reason = meta.closing.unwrap_or(EndReason::CloseNotify);
+                Self::note_left(&mut self.queue, &s.name, &meta, reason);
                 self.queue.push_back(Queued::Event(Event::MemberLeft {
                     id: meta.id,
-                    // A member is removed once it closed, and closing notes why.
-                    reason: meta.closing.unwrap_or(EndReason::CloseNotify),
+                    reason,
                     ufrags: meta.ufrags,
                     addrs: meta.addrs,
                     ports: meta.ports,
@@ -916,6 +1104,10 @@ impl Shard {
             if s.room.is_empty() {
                 self.counters.add_room(&s.room);
                 self.room_index.remove(&s.name);
+                self.queue
+                    .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                        room: s.name.clone(),
+                    })));
                 self.rooms[slot] = None;
             }
         }
@@ -945,6 +1137,7 @@ impl Shard {
             }
             self.ids.remove(&meta.id);
             self.counters.ended[EndReason::InternalError] += 1;
+            Self::note_left(&mut self.queue, &s.name, &meta, EndReason::InternalError);
             self.queue.push_back(Queued::Event(Event::MemberLeft {
                 id: meta.id,
                 reason: EndReason::InternalError,
@@ -954,6 +1147,10 @@ impl Shard {
             }));
         }
         self.room_index.remove(&s.name);
+        self.queue
+            .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                room: s.name,
+            })));
         self.to_remove.retain(|(sl, _)| *sl != slot);
     }
 
@@ -1042,10 +1239,12 @@ impl Shard {
         room: &str,
         offer: &Offer,
         kind: JoinKind,
+        who: &Who,
     ) -> Result<Joined, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
+        self.admit_member(room, who)?;
         let leg = WebRtcLeg::new(
             offer,
             self.config.certificate.clone(),
@@ -1055,7 +1254,12 @@ impl Shard {
         .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let ice = leg.ice_credentials().clone();
         let answer = leg.answer_sdp().to_owned();
-        let id = self.add_member(now, room, leg.into(), kind, vec![ice.ufrag.clone()]);
+        let id = self.add_member(
+            now,
+            room,
+            leg.into(),
+            Joining::new(kind, vec![ice.ufrag.clone()], who),
+        );
         Ok(Joined { id, answer, ice })
     }
 
@@ -1067,10 +1271,12 @@ impl Shard {
         now: Instant,
         room: &str,
         sections: &[WebRtcOfferSection],
+        who: &Who,
     ) -> Result<Joined, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
+        self.admit_member(room, who)?;
         let leg = WebRtcLeg::new_offer(
             sections,
             self.config.certificate.clone(),
@@ -1084,8 +1290,7 @@ impl Shard {
             now,
             room,
             leg.into(),
-            JoinKind::Join,
-            vec![ice.ufrag.clone()],
+            Joining::new(JoinKind::Join, vec![ice.ufrag.clone()], who),
         );
         Ok(Joined { id, answer, ice })
     }
@@ -1137,10 +1342,12 @@ impl Shard {
         room: &str,
         offer: &RtpDescription,
         ports: Ports,
+        who: &Who,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
+        self.admit_member(room, who)?;
         let leg = RtpLeg::new(offer, ports, self.config.rtp.clone(), now)
             .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
@@ -1152,7 +1359,11 @@ impl Shard {
             },
             None => MemberRole::BOTH,
         };
-        let id = self.add_member_with_role(now, room, leg.into(), JoinKind::Rtp, role, Vec::new());
+        let j = Joining {
+            role,
+            ..Joining::new(JoinKind::Rtp, Vec::new(), who)
+        };
+        let id = self.add_member(now, room, leg.into(), j);
         Ok(JoinedRtp {
             id,
             answer,
@@ -1169,15 +1380,22 @@ impl Shard {
         room: &str,
         spec: &RtpOfferSpec,
         ports: Ports,
+        who: &Who,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
+        self.admit_member(room, who)?;
         let leg = RtpLeg::new_offer(spec, ports, self.config.rtp.clone(), now)
             .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
-        let id = self.add_member(now, room, leg.into(), JoinKind::Rtp, Vec::new());
+        let id = self.add_member(
+            now,
+            room,
+            leg.into(),
+            Joining::new(JoinKind::Rtp, Vec::new(), who),
+        );
         Ok(JoinedRtp {
             id,
             answer,
@@ -1277,26 +1495,35 @@ impl Shard {
             .map_err(|e| JoinError::Unacceptable(e.to_string()))
     }
 
-    fn add_member(
-        &mut self,
-        now: Instant,
-        room: &str,
-        leg: Leg,
-        kind: JoinKind,
-        ufrags: Vec<String>,
-    ) -> String {
-        self.add_member_with_role(now, room, leg, kind, kind.role(), ufrags)
+    /// Whether `room` has a place for `who` (its limits), or [`JoinError::Full`].
+    fn admit_member(&self, room: &str, who: &Who) -> Result<(), JoinError> {
+        let members = self
+            .room_index
+            .get(room)
+            .and_then(|&s| self.rooms[s].as_ref())
+            .map_or(0, |s| s.room.len());
+        let cap = self.config.limits.cap_for(who);
+        if members >= cap {
+            return Err(JoinError::Full(format!(
+                "the room is full ({members} participants{})",
+                if who.anonymous && cap < self.config.limits.members {
+                    "; the rest is kept for participants with a token"
+                } else {
+                    ""
+                }
+            )));
+        }
+        Ok(())
     }
 
-    fn add_member_with_role(
-        &mut self,
-        now: Instant,
-        room: &str,
-        leg: Leg,
-        kind: JoinKind,
-        role: MemberRole,
-        ufrags: Vec<String>,
-    ) -> String {
+    /// Makes a member of `room` (made if it does not exist) with `leg`: its id.
+    fn add_member(&mut self, now: Instant, room: &str, leg: Leg, j: Joining<'_>) -> String {
+        let Joining {
+            kind,
+            role,
+            ufrags,
+            who,
+        } = j;
         let slot = match self.room_index.get(room) {
             Some(&s) => s,
             None => {
@@ -1323,6 +1550,10 @@ impl Shard {
                     }
                 };
                 self.room_index.insert(room.to_owned(), slot);
+                self.queue
+                    .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomStarted {
+                        room: room.to_owned(),
+                    })));
                 slot
             }
         };
@@ -1333,6 +1564,7 @@ impl Shard {
         // A telephony leg is keyed (or plain) from its start: connected at once, as the API
         // already says; a WebRTC leg when its DTLS-SRTP handshake completes.
         let connected = leg.as_rtp().is_some();
+        let leg_name = leg.kind_name();
         let member = s.room.add(leg, role, now);
         let id = random_id();
         let key = MemberKey {
@@ -1344,6 +1576,7 @@ impl Shard {
             member,
             Meta {
                 id: id.clone(),
+                name: who.name.clone(),
                 kind,
                 ufrags: ufrags.clone(),
                 addrs: Vec::new(),
@@ -1353,8 +1586,20 @@ impl Shard {
                 closing: None,
                 created: now,
                 events: false,
+                publishing: false,
             },
         );
+        self.queue
+            .push_back(Queued::Event(Event::Lifecycle(Lifecycle::Joined {
+                room: room.to_owned(),
+                id: id.clone(),
+                name: who.name.clone(),
+                kind,
+                leg: leg_name,
+            })));
+        if connected {
+            Self::note_connected(&mut self.queue, s, member);
+        }
         for u in ufrags {
             self.by_ufrag.insert(u.clone(), key);
             self.queue.push_back(Queued::Event(Event::UfragOwned(u)));
@@ -1479,9 +1724,15 @@ impl Shard {
 
     /// Sets `room` to mix its audio (N−1: each member hears the sum of the others) or to relay
     /// and transcode it (`None`): at once if it exists, and whenever it is made again.
-    pub fn set_mixing(&mut self, room: &str, mix: Option<MixSettings>) {
+    pub fn set_mixing(&mut self, room: &str, mix: Option<MixSettings>) -> Result<(), String> {
         match mix {
             Some(settings) => {
+                let kept = self.mixing.len();
+                if kept >= self.config.limits.settings && !self.mixing.contains_key(room) {
+                    return Err(format!(
+                        "settings are kept for {kept} rooms already (max_room_settings)"
+                    ));
+                }
                 self.mixing.insert(room.to_owned(), settings);
             }
             None => {
@@ -1494,6 +1745,7 @@ impl Shard {
                 s.room.set_mixing(mix);
             }
         }
+        Ok(())
     }
 
     /// Ends a participant with close_notify (counted as `deleted`); `false` if there is none
@@ -1723,6 +1975,7 @@ fn participant_snapshot(
     let c = leg.counters();
     ParticipantSnapshot {
         id: meta.id.clone(),
+        name: meta.name.clone(),
         kind: meta.kind,
         leg: leg.kind_name(),
         state: match (meta.closing, meta.connected) {

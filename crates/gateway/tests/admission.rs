@@ -118,9 +118,13 @@ fn join_phone(url: &str) -> (u16, Option<String>, String) {
     )
 }
 
-fn metrics(url: &str) -> String {
+fn metrics(s: &Server) -> String {
     agent()
-        .get(&format!("{url}/metrics"))
+        .get(&format!("{}/metrics", s.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", s.admin_key().expose()),
+        )
         .call()
         .unwrap()
         .body_mut()
@@ -154,7 +158,7 @@ fn an_overloaded_gateway_refuses_new_legs_with_retry_after_and_an_ng_error() {
     ];
     let e = ng.call(offer).unwrap_err().to_string();
     assert!(e.contains("error") && e.contains("overloaded"), "{e}");
-    let m = metrics(&url);
+    let m = metrics(&s);
     assert!(
         m.contains("secrelay_worker_shedding{worker=\"0\"} 2"),
         "{m}"
@@ -171,7 +175,7 @@ fn an_overloaded_gateway_refuses_new_legs_with_retry_after_and_an_ng_error() {
     let (status, retry, body) = join_phone(&s.url());
     assert_eq!(status, 201, "{body}");
     assert_eq!(retry, None);
-    let m = metrics(&s.url());
+    let m = metrics(&s);
     assert!(
         m.contains("secrelay_worker_shedding{worker=\"0\"} 0"),
         "{m}"

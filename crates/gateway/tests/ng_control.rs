@@ -368,6 +368,10 @@ fn bad_requests_get_error_replies_with_reasons_and_retransmissions_the_same_repl
     );
 
     let metrics = ureq::get(&format!("{}/metrics", server.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", server.admin_key().expose()),
+        )
         .call()
         .unwrap()
         .body_mut()
@@ -489,6 +493,10 @@ fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
 /// The gauges `/metrics` has for what the gateway holds, from the server's HTTP side.
 fn gauges(server: &Server) -> std::collections::HashMap<String, f64> {
     ureq::get(&format!("{}/metrics", server.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", server.admin_key().expose()),
+        )
         .call()
         .unwrap()
         .body_mut()

@@ -395,7 +395,9 @@ fn powers(pcm: &[i16], rate: u32, freqs: &[f64]) -> Vec<f64> {
 #[test]
 fn a_mixed_three_party_call_each_hears_the_other_two_and_not_itself() {
     let mut h = Harness::simd();
-    h.shard.set_mixing("conf", Some(MixSettings::default()));
+    h.shard
+        .set_mixing("conf", Some(MixSettings::default()))
+        .unwrap();
     let b = opus_browser(&mut h, "conf", 1);
     let pu = h
         .join_phone("conf", SimPhone::plain(2).with_formats(PCMU_ONLY))
@@ -531,7 +533,9 @@ fn talk(
 #[test]
 fn a_mix_limited_to_the_loudest_talkers_shares_one_encode_among_the_others() {
     let mut h = Harness::simd();
-    h.shard.set_mixing("big", Some(MixSettings { speakers: 2 }));
+    h.shard
+        .set_mixing("big", Some(MixSettings { speakers: 2 }))
+        .unwrap();
     let phones: Vec<usize> = (0..6u8)
         .map(|n| {
             h.join_phone("big", SimPhone::plain(10 + n).with_formats(PCMU_ONLY))
@@ -612,7 +616,9 @@ fn a_mix_limited_to_the_loudest_talkers_shares_one_encode_among_the_others() {
 #[test]
 fn silent_members_of_a_mix_share_one_encode() {
     let mut h = Harness::simd();
-    h.shard.set_mixing("quiet", Some(MixSettings::default()));
+    h.shard
+        .set_mixing("quiet", Some(MixSettings::default()))
+        .unwrap();
     let phones: Vec<usize> = (0..5u8)
         .map(|n| {
             h.join_phone("quiet", SimPhone::plain(20 + n).with_formats(PCMU_ONLY))

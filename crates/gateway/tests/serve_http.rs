@@ -8,6 +8,14 @@ use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_testkit::browser::audio_offer;
 use secrelay_testkit::Leg;
 
+/// The admin key the tests' gateways are given.
+const ADMIN_KEY: &str = "admin-key-of-the-http-tests-0123456789";
+/// Its header.
+const ADMIN: (&str, &str) = (
+    "Authorization",
+    "Bearer admin-key-of-the-http-tests-0123456789",
+);
+
 fn start(token_room: Option<(&str, &str)>) -> Server {
     let mut c = ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
@@ -15,6 +23,8 @@ fn start(token_room: Option<(&str, &str)>) -> Server {
         workers: 2,
         drain_secs: 0.0,
         max_body_bytes: 4096,
+        admin_key: Some(ADMIN_KEY.into()),
+        cors_origins: vec!["https://app.example".into()],
         ..ServeConfig::default()
     };
     if let Some((room, token)) = token_room {
@@ -22,6 +32,7 @@ fn start(token_room: Option<(&str, &str)>) -> Server {
             room.into(),
             secrelay_gateway::server::config::RoomConfig {
                 token: Some(token.into()),
+                ..Default::default()
             },
         );
     }
@@ -146,13 +157,22 @@ fn refusals_name_the_standard_status_and_a_reason() {
     let r = call("POST", &format!("{u}/whip/a"), &[SDP], Some(&big));
     assert_eq!(r.status, 413, "{}", r.body);
 
-    let r = call(
-        "POST",
-        &format!("{u}/whip/bad%2Fname"),
-        &[SDP],
-        Some(&offer(Leg::Whip)),
-    );
-    assert_eq!(r.status, 404, "{}", r.body);
+    // A name outside the rule: 400 saying the rule, on every route.
+    for (method, path) in [
+        ("POST", "/whip/bad%2Fname"),
+        ("POST", "/whep/caf%C3%A9"),
+        ("POST", "/rooms/my%20room/join"),
+        ("GET", "/room/my%20room"),
+    ] {
+        let r = call(
+            method,
+            &format!("{u}{path}"),
+            &[SDP],
+            Some(&offer(Leg::Whip)),
+        );
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.body);
+        assert!(r.body.contains("1-64 characters"), "{}", r.body);
+    }
 
     // The locked room: no token, a wrong one, the right one.
     let r = call(
@@ -178,7 +198,10 @@ fn refusals_name_the_standard_status_and_a_reason() {
     );
     assert_eq!(r.status, 201, "{}", r.body);
 
+    // The operator's routes need the admin key; with it, unknown things are 404.
     let r = call("GET", &format!("{u}/api/rooms/nowhere"), &[], None);
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = call("GET", &format!("{u}/api/rooms/nowhere"), &[ADMIN], None);
     assert_eq!(r.status, 404, "{}", r.body);
     let r = call("DELETE", &format!("{u}/whip/a/0123456789"), &[], None);
     assert_eq!(r.status, 404, "{}", r.body);
@@ -186,6 +209,13 @@ fn refusals_name_the_standard_status_and_a_reason() {
         "DELETE",
         &format!("{u}/api/rooms/a/participants/0123456789"),
         &[],
+        None,
+    );
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = call(
+        "DELETE",
+        &format!("{u}/api/rooms/a/participants/0123456789"),
+        &[ADMIN],
         None,
     );
     assert_eq!(r.status, 404, "{}", r.body);
@@ -258,7 +288,7 @@ fn whip_resource_lifecycle_etag_patch_delete() {
     let new_etag = r.etag.expect("a new ETag");
     assert_ne!(new_etag, etag);
 
-    let room = call("GET", &format!("{u}/api/rooms/stage"), &[], None);
+    let room = call("GET", &format!("{u}/api/rooms/stage"), &[ADMIN], None);
     assert_eq!(room.status, 200);
     let v: serde_json::Value = serde_json::from_str(&room.body).unwrap();
     let p = &v["participants"][0];
@@ -278,7 +308,7 @@ fn whip_resource_lifecycle_etag_patch_delete() {
     ] {
         assert_eq!(p[f], 0, "{f}");
     }
-    let all = call("GET", &format!("{u}/api/rooms"), &[], None);
+    let all = call("GET", &format!("{u}/api/rooms"), &[ADMIN], None);
     let v: serde_json::Value = serde_json::from_str(&all.body).unwrap();
     assert_eq!(v["rooms"].as_array().unwrap().len(), 1);
 
@@ -286,7 +316,7 @@ fn whip_resource_lifecycle_etag_patch_delete() {
     assert_eq!(r.status, 200, "{}", r.body);
     let r = call("DELETE", &resource, &[], None);
     assert_eq!(r.status, 404, "deleted twice: {}", r.body);
-    let all = call("GET", &format!("{u}/api/rooms"), &[], None);
+    let all = call("GET", &format!("{u}/api/rooms"), &[ADMIN], None);
     let v: serde_json::Value = serde_json::from_str(&all.body).unwrap();
     assert!(v["rooms"].as_array().unwrap().is_empty(), "{v}");
     assert_eq!(
@@ -319,8 +349,16 @@ fn cors_preflight_health_and_metrics() {
             .unwrap()
             .to_str()
             .unwrap(),
-        "*"
+        "https://app.example"
     );
+    // An origin that is not configured gets nothing a browser would accept.
+    let r = a
+        .options(&format!("{u}/whip/x"))
+        .header("Origin", "https://evil.example")
+        .header("Access-Control-Request-Method", "DELETE")
+        .call()
+        .unwrap();
+    assert!(r.headers().get("access-control-allow-origin").is_none());
     let r = call("GET", &format!("{u}/healthz"), &[], None);
     assert_eq!((r.status, r.body.trim()), (200, "ok"));
     let _ = call(
@@ -330,6 +368,8 @@ fn cors_preflight_health_and_metrics() {
         Some("x"),
     );
     let r = call("GET", &format!("{u}/metrics"), &[], None);
+    assert_eq!(r.status, 401, "metrics need the admin key");
+    let r = call("GET", &format!("{u}/metrics"), &[ADMIN], None);
     assert_eq!(r.status, 200);
     for name in [
         "secrelay_datagrams_total{direction=\"in\"}",
@@ -347,8 +387,14 @@ fn cors_preflight_health_and_metrics() {
         );
     }
     assert!(
-        r.body.contains("secrelay_http_refused_total 1"),
-        "the 415 was counted:\n{}",
+        r.body.contains("secrelay_http_refused_total 2"),
+        "the 415 and the 401 were counted:\n{}",
+        r.body
+    );
+    assert!(
+        r.body
+            .contains("secrelay_auth_failures_total{reason=\"missing\"} 1"),
+        "the 401 was counted by reason:\n{}",
         r.body
     );
     // Histogram buckets are cumulative and end at the count.
@@ -376,7 +422,7 @@ fn cors_preflight_health_and_metrics() {
 fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
     let s = start(Some(("private", "sesame")));
     let u = s.url();
-    let json = [("Content-Type", "application/json")];
+    let json = [("Content-Type", "application/json"), ADMIN];
     // Set before anyone joined: 204, and the room mixes once it is made.
     let r = call(
         "PATCH",
@@ -392,7 +438,7 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
         Some(&offer(Leg::Join)),
     );
     assert_eq!(r.status, 201, "{}", r.body);
-    let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
+    let r = call("GET", &format!("{u}/api/rooms/conf"), &[ADMIN], None);
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["mixing"], true, "{v}");
     assert_eq!(v["transcoded"], 0, "{v}");
@@ -405,7 +451,7 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
         Some(r#"{"mix": true, "speakers": 3}"#),
     );
     assert_eq!(r.status, 204, "{}", r.body);
-    let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
+    let r = call("GET", &format!("{u}/api/rooms/conf"), &[ADMIN], None);
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["mix"]["speakers"], 3, "{v}");
     // A limit without mixing means nothing: 400 saying so.
@@ -422,11 +468,12 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
         Some(r#"{"mix": false}"#),
     );
     assert_eq!(r.status, 204);
-    let r = call("GET", &format!("{u}/api/rooms/conf"), &[], None);
+    let r = call("GET", &format!("{u}/api/rooms/conf"), &[ADMIN], None);
     let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(v["mixing"], false, "{v}");
     assert!(v["mix"].is_null(), "{v}");
-    // A body that is not the settings: 400 naming what is wrong; a room with a token needs it.
+    // A body that is not the settings: 400 naming what is wrong; without the admin key (or the
+    // room's token) the settings are not the caller's to change.
     let r = call(
         "PATCH",
         &format!("{u}/api/rooms/conf"),
@@ -438,10 +485,20 @@ fn a_room_is_set_to_mix_before_it_exists_and_says_so() {
     let r = call(
         "PATCH",
         &format!("{u}/api/rooms/private"),
-        &json,
+        &[("Content-Type", "application/json")],
         Some(r#"{"mix": true}"#),
     );
     assert_eq!(r.status, 401, "{}", r.body);
+    let r = call(
+        "PATCH",
+        &format!("{u}/api/rooms/private"),
+        &[
+            ("Content-Type", "application/json"),
+            ("Authorization", "Bearer sesame"),
+        ],
+        Some(r#"{"mix": true}"#),
+    );
+    assert_eq!(r.status, 204, "the room's token is its admin: {}", r.body);
 }
 
 /// Whether the server ended the connection within `within`: EOF, a reset, or a status line
@@ -515,7 +572,14 @@ fn idle_connections_and_trickled_bodies_are_cut_off_and_the_slots_come_back() {
         call("GET", &format!("{base}/healthz"), &[], None).status,
         200
     );
-    let metrics = call("GET", &format!("{base}/metrics"), &[], None).body;
+    let admin = format!("Bearer {}", server.admin_key().expose());
+    let metrics = call(
+        "GET",
+        &format!("{base}/metrics"),
+        &[("Authorization", &admin)],
+        None,
+    )
+    .body;
     assert!(
         metrics.contains("secrelay_http_connections_idle_closed_total 4"),
         "{metrics}"

@@ -15,12 +15,16 @@ use secrelay_dtls::ca::{CaDir, Role};
 use secrelay_dtls::KeyType;
 use secrelay_gateway::server::{ServeConfig, Server};
 
+/// The admin key of the tests' gateways (`/metrics` needs it).
+const ADMIN_KEY: &str = "admin-key-of-the-https-tests-0123456789";
+
 fn https_config() -> ServeConfig {
     ServeConfig {
         https: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 1,
         drain_secs: 0.0,
+        admin_key: Some(ADMIN_KEY.into()),
         ..ServeConfig::default()
     }
 }
@@ -76,7 +80,7 @@ fn get(
     }
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {ADMIN_KEY}\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
     let mut out = Vec::new();

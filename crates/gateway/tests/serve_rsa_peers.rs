@@ -45,11 +45,7 @@ fn webrtcbin_like(passive: bool) -> PeerDtls {
 #[test]
 fn rsa_peers_offering_cm_sha1_80_only_publish_and_play_in_both_dtls_roles() {
     let s = start();
-    let sig = Signaling {
-        base_url: s.url(),
-        token: None,
-        ca: None,
-    };
+    let sig = Signaling::new(s.url()).with_admin(s.admin_key().expose());
     let epoch = Instant::now();
     // (room, publisher passive, viewer passive): the gateway as DTLS server for both, as client
     // for both, and one of each in one room.
@@ -131,6 +127,10 @@ fn rsa_peers_offering_cm_sha1_80_only_publish_and_play_in_both_dtls_roles() {
     // The gateway's view: six connected participants on SRTP_AES128_CM_SHA1_80, no failure.
     for (room, _, _) in rooms {
         let body = ureq::get(&format!("{}/api/rooms/{room}", s.url()))
+            .header(
+                "Authorization",
+                &format!("Bearer {}", s.admin_key().expose()),
+            )
             .call()
             .unwrap()
             .body_mut()

@@ -25,11 +25,7 @@ fn start(consent_secs: f64) -> Server {
 }
 
 fn signaling(s: &Server) -> Signaling {
-    Signaling {
-        base_url: s.url(),
-        token: None,
-        ca: None,
-    }
+    Signaling::new(s.url()).with_admin(s.admin_key().expose())
 }
 
 /// Datagrams the gateway dropped for `reason` so far.
@@ -108,6 +104,10 @@ fn whip_whep_and_join_legs_relay_media_both_ways() {
 
     // The API sees the four, connected, with a DTLS-SRTP profile and counters.
     let body = ureq::get(&format!("{}/api/rooms/hall", s.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", s.admin_key().expose()),
+        )
         .call()
         .unwrap()
         .body_mut()

@@ -183,11 +183,7 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
         ..ServeConfig::default()
     })
     .unwrap();
-    let sig = Signaling {
-        base_url: s.url(),
-        token: None,
-        ca: None,
-    };
+    let sig = Signaling::new(s.url()).with_admin(s.admin_key().expose());
     let mut web =
         vec![SimParticipant::join(&sig, "mix", Leg::Join, LOCAL, Instant::now()).unwrap()];
     assert!(
@@ -266,6 +262,10 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
     // The API's RTCP figures for each phone: its 100 packets, none lost on loopback.
     let body = agent()
         .get(&format!("{}/api/rooms/mix", s.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", s.admin_key().expose()),
+        )
         .call()
         .unwrap()
         .body_mut()
@@ -284,6 +284,10 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
     // The metrics split by kind of participant.
     let metrics = agent()
         .get(&format!("{}/metrics", s.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", s.admin_key().expose()),
+        )
         .call()
         .unwrap()
         .body_mut()

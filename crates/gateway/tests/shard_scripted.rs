@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use secrelay_gateway::counters::{DropReason, EndReason};
 use secrelay_gateway::leg::TransmitKind;
-use secrelay_gateway::shard::{Datagram, Event, Handled, JoinKind, Output, Shard};
+use secrelay_gateway::shard::{Datagram, Event, Handled, JoinKind, Lifecycle, Output, Shard};
 use secrelay_testkit::gateway::Harness;
 use secrelay_testkit::memory::SimClient;
 use secrelay_wire::sdp::parse_offer;
@@ -34,12 +34,34 @@ fn a_scripted_call_from_first_check_to_consent_expiry() {
     let a_ufrag_offer = parse_offer(&a_client.offer()).unwrap();
     let joined = h
         .shard
-        .join(h.now, "call", &a_ufrag_offer, JoinKind::Join)
+        .join(
+            h.now,
+            "call",
+            &a_ufrag_offer,
+            JoinKind::Join,
+            &Default::default(),
+        )
         .unwrap();
-    // The join makes one route: the member's ICE ufrag.
+    // The join makes one route, the member's ICE ufrag, and says the room started and the
+    // member joined.
     let (tx, ev) = drain(&mut h.shard);
     assert!(tx.is_empty());
-    assert_eq!(ev, vec![Event::UfragOwned(joined.ice.ufrag.clone())]);
+    assert_eq!(
+        ev,
+        vec![
+            Event::Lifecycle(Lifecycle::RoomStarted {
+                room: "call".into()
+            }),
+            Event::Lifecycle(Lifecycle::Joined {
+                room: "call".into(),
+                id: joined.id.clone(),
+                name: None,
+                kind: JoinKind::Join,
+                leg: "webrtc",
+            }),
+            Event::UfragOwned(joined.ice.ufrag.clone()),
+        ]
+    );
     assert_eq!(h.shard.route_sizes(), (1, 0));
 
     // A stranger's datagram is not the shard's.
@@ -133,6 +155,47 @@ fn a_scripted_call_from_first_check_to_consent_expiry() {
             ..
         }
     )));
+    // And the lifecycle in order: each connected and, sending, published; each stopped and
+    // left; then the room finished.
+    let life: Vec<&Lifecycle> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Lifecycle(l) => Some(l),
+            _ => None,
+        })
+        .collect();
+    let kinds: Vec<&str> = life
+        .iter()
+        .map(|l| match l {
+            Lifecycle::RoomStarted { .. } => "started",
+            Lifecycle::RoomFinished { .. } => "finished",
+            Lifecycle::Joined { .. } => "joined",
+            Lifecycle::Connected { .. } => "connected",
+            Lifecycle::Publishing { started: true, .. } => "publishing",
+            Lifecycle::Publishing { started: false, .. } => "stopped",
+            Lifecycle::Left { .. } => "left",
+        })
+        .collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k != "started" && **k != "joined")
+            .copied()
+            .collect::<Vec<_>>(),
+        [
+            "connected",
+            "publishing",
+            "connected",
+            "publishing",
+            "stopped",
+            "left",
+            "stopped",
+            "left",
+            "finished"
+        ],
+        "{life:?}"
+    );
     let c = h.counters();
     assert_eq!((c.members, c.connected, c.rooms), (0, 0, 0));
     assert_eq!(c.ended[EndReason::ConsentExpired], 2);
@@ -166,7 +229,10 @@ fn a_draining_shard_closes_everybody_and_refuses_joins() {
         2
     );
     let offer = parse_offer(&SimClient::new(3).offer()).unwrap();
-    assert!(h.shard.join(now, "r", &offer, JoinKind::Join).is_err());
+    assert!(h
+        .shard
+        .join(now, "r", &offer, JoinKind::Join, &Default::default())
+        .is_err());
     assert_eq!(h.counters().ended[EndReason::Shutdown], 2);
 }
 

@@ -18,7 +18,7 @@ use secrelay_gateway::leg::{
 };
 use secrelay_gateway::room::{MemberId, Room};
 use secrelay_gateway::shard::{
-    Datagram, Event, Handled, JoinError, JoinKind, Output, Shard, ShardConfig,
+    Datagram, Event, Handled, JoinError, JoinKind, Output, Shard, ShardConfig, Who,
 };
 use secrelay_srtp::{Engine, Profile, SimdEngine};
 use secrelay_wire::demux::{demux, Class};
@@ -247,6 +247,7 @@ impl Harness {
                     rtp: rtp_config(),
                     rtcp: secrelay_gateway::rtcp::RtcpConfig::default(),
                     codecs: secrelay_media::Registry::standard(),
+                    limits: Default::default(),
                 },
                 engine,
             ),
@@ -273,7 +274,9 @@ impl Harness {
     ) -> Result<usize, JoinError> {
         let sdp = offer.map_or_else(|| client.offer(), str::to_owned);
         let parsed = parse_offer(&sdp).expect("the offer parses");
-        let joined = self.shard.join(self.now, room, &parsed, kind)?;
+        let joined = self
+            .shard
+            .join(self.now, room, &parsed, kind, &Who::default())?;
         let answer = parse_offer(&joined.answer).expect("our answer parses");
         self.members.push(Member {
             client,
@@ -327,7 +330,9 @@ impl Harness {
             rtcp: SocketAddr::new(ip, base + 1),
         };
         let offer = parse_rtp(&phone.offer()).expect("the phone's offer parses");
-        let joined = self.shard.join_rtp(self.now, room, &offer, ports)?;
+        let joined = self
+            .shard
+            .join_rtp(self.now, room, &offer, ports, &Who::default())?;
         phone
             .accept_answer(&joined.answer)
             .expect("the phone takes the gateway's answer");

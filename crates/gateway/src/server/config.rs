@@ -12,12 +12,35 @@ use crate::admission::AdmissionConfig;
 use secrelay_srtp::Profile;
 use serde::Deserialize;
 
+pub use super::auth::Secret;
+
 /// A room's settings.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RoomConfig {
-    /// Bearer token required to publish, subscribe or join (WHIP/WHEP `Authorization`).
-    pub token: Option<String>,
+    /// The room's own token (the simple mode, `Authorization: Bearer <token>`): whoever holds
+    /// it may publish, view, end sessions and change the room's settings. Access tokens signed
+    /// with `api_keys` work beside it.
+    pub token: Option<Secret>,
+    /// Anyone may publish and view in this room without a credential, even on a gateway whose
+    /// `api_keys` or `token` close every other room.
+    #[serde(default)]
+    pub open: bool,
+}
+
+/// Where the gateway posts its webhooks.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The receiver: `http://…` or `https://…` (checked against `webhook_ca`).
+    pub url: String,
+    /// The `api_keys` entry whose secret signs each request (a JWT in `Authorization` whose
+    /// `sha256` claim is the body's hash).
+    pub key: String,
+    /// The events to send (`room_started`, `room_finished`, `participant_joined`,
+    /// `participant_left`, `publishing_started`, `publishing_stopped`); empty: every event.
+    #[serde(default)]
+    pub events: Vec<String>,
 }
 
 /// Everything `secrelay serve` can be told.
@@ -68,10 +91,56 @@ pub struct ServeConfig {
     pub shed_joins_at: f64,
     /// Largest HTTP body accepted, in bytes (413 above).
     pub max_body_bytes: usize,
-    /// Origins allowed by CORS (`*` for any).
+    /// Origins whose pages may call the gateway from a browser (CORS), e.g.
+    /// `"https://app.example.com"`; `"*"` for any. Empty (the default): none but the gateway's
+    /// own pages, which need no CORS.
     pub cors_origins: Vec<String>,
-    /// Bearer token for rooms that have none of their own (none: open).
-    pub token: Option<String>,
+    /// A token for every room that has none of its own (the simple mode; see `rooms`). Setting
+    /// it closes the rooms to anonymous callers.
+    pub token: Option<Secret>,
+    /// API keys: key id → secret (at least 32 bytes). Access tokens (JWTs, HS256) signed with
+    /// one of them, naming it in their `kid` header or `iss` claim, admit their holder with the
+    /// grants they carry (`secrelay token create`). Setting any closes the rooms to anonymous
+    /// callers (bar rooms marked `open`). Re-read on SIGHUP: add a key, mint with it, remove
+    /// the old one, and tokens signed with the old one are refused from then on.
+    pub api_keys: BTreeMap<String, Secret>,
+    /// The operator's credential (`Authorization: Bearer <admin_key>`, at least 32 bytes):
+    /// every room, the calls of the ng socket, the room list and `/metrics`. Re-read on
+    /// SIGHUP. When unset, `secrelay serve` makes one at start and writes it to a file only its
+    /// user can read.
+    pub admin_key: Option<Secret>,
+    /// Seconds of clock difference allowed when checking a token's `exp` and `nbf`.
+    pub token_leeway_secs: u64,
+    /// A plain HTTP listener for `/metrics` and `/healthz` only, with no credential (for a
+    /// Prometheus scraper on a private network or loopback). Without it, `/metrics` on the
+    /// signaling listeners needs the admin key.
+    pub metrics: Option<SocketAddr>,
+    /// Most participants in one room; more are refused with 503.
+    pub max_participants_per_room: usize,
+    /// The share (0.0–1.0) of `max_participants`, and of `max_participants_per_room`, that
+    /// anonymous callers (in open rooms) cannot take: kept for callers with a credential, so
+    /// that anonymous offers cannot lock protected rooms out.
+    pub reserved_for_authenticated: f64,
+    /// Sessions one source address (an IPv4 address, an IPv6 /64) may have made that are not
+    /// connected yet (an offer answered, no ICE and DTLS-SRTP done); more offers from it are
+    /// refused with 429 until some connect or time out.
+    pub max_pending_offers_per_source: usize,
+    /// Rooms whose settings (`PATCH /api/rooms/{room}`) each worker keeps, whether the room
+    /// exists yet or not; settings for more rooms are refused with 503.
+    pub max_room_settings: usize,
+    /// Webhooks: signed HTTP POSTs of room and participant events, retried with backoff.
+    pub webhooks: Vec<WebhookConfig>,
+    /// Events queued for the webhooks at most; past it new events are dropped and counted
+    /// (media is never held up by a slow receiver).
+    pub webhook_queue: usize,
+    /// Attempts per event and receiver before it is given up and counted (backoff doubling from
+    /// half a second).
+    pub webhook_attempts: u32,
+    /// Seconds a webhook receiver has to answer one attempt.
+    pub webhook_timeout_secs: f64,
+    /// CA certificates (PEM) that `https://` webhook receivers are checked against; default:
+    /// `$SSL_CERT_FILE`, else `/etc/ssl/certs/ca-certificates.crt`.
+    pub webhook_ca: Option<PathBuf>,
     /// Seconds a shutdown waits for close_notify to leave before exiting.
     pub drain_secs: f64,
     /// Rooms with settings of their own; other rooms are made on first use.
@@ -190,8 +259,21 @@ impl Default for ServeConfig {
             shed_handshakes_at: AdmissionConfig::default().shed_handshakes_at,
             shed_joins_at: AdmissionConfig::default().shed_joins_at,
             max_body_bytes: 64 * 1024,
-            cors_origins: vec!["*".into()],
+            cors_origins: Vec::new(),
             token: None,
+            api_keys: BTreeMap::new(),
+            admin_key: None,
+            token_leeway_secs: 5,
+            metrics: None,
+            max_participants_per_room: 1000,
+            reserved_for_authenticated: 0.2,
+            max_pending_offers_per_source: 16,
+            max_room_settings: 1000,
+            webhooks: Vec::new(),
+            webhook_queue: 10_000,
+            webhook_attempts: 6,
+            webhook_timeout_secs: 5.0,
+            webhook_ca: None,
             drain_secs: 1.0,
             rooms: BTreeMap::new(),
             srtp_engine: "simd".into(),
@@ -321,6 +403,7 @@ impl ServeConfig {
             )));
         }
         self.tls_check()?;
+        self.auth_check()?;
         if self.max_body_bytes < 1024 {
             return Err(ConfigError(format!(
                 "max_body_bytes = {}: an SDP offer needs at least 1024",
@@ -575,12 +658,89 @@ impl ServeConfig {
         }
     }
 
-    /// The token a room needs, if any.
+    /// The room token that covers `room`, if any (its own, else `token`).
     pub fn token_for(&self, room: &str) -> Option<&str> {
         self.rooms
             .get(room)
-            .and_then(|r| r.token.as_deref())
-            .or(self.token.as_deref())
+            .and_then(|r| r.token.as_ref())
+            .or(self.token.as_ref())
+            .map(Secret::expose)
+    }
+
+    /// Checks the access-control keys: API key ids and secrets, the admin key, the share kept
+    /// for authenticated callers, the webhooks.
+    fn auth_check(&self) -> Result<(), ConfigError> {
+        use super::auth::MIN_SECRET_LEN;
+        for (id, secret) in &self.api_keys {
+            if id.is_empty()
+                || id.len() > 64
+                || id.chars().any(|c| c.is_control() || c.is_whitespace())
+            {
+                return Err(ConfigError(format!(
+                    "api_keys: key id {id:?}: 1-64 characters, no spaces"
+                )));
+            }
+            if secret.expose().len() < MIN_SECRET_LEN {
+                return Err(ConfigError(format!(
+                    "api_keys.{id}: the secret is {} bytes: at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)",
+                    secret.expose().len()
+                )));
+            }
+        }
+        if let Some(k) = &self.admin_key {
+            if k.expose().len() < MIN_SECRET_LEN {
+                return Err(ConfigError(format!(
+                    "admin_key: {} bytes: at least {MIN_SECRET_LEN} (e.g. `openssl rand -hex 32`)",
+                    k.expose().len()
+                )));
+            }
+        }
+        if !(self.reserved_for_authenticated.is_finite()
+            && (0.0..=1.0).contains(&self.reserved_for_authenticated))
+        {
+            return Err(ConfigError(format!(
+                "reserved_for_authenticated = {}: a share, 0.0 to 1.0",
+                self.reserved_for_authenticated
+            )));
+        }
+        for (key, v) in [
+            ("max_participants_per_room", self.max_participants_per_room),
+            (
+                "max_pending_offers_per_source",
+                self.max_pending_offers_per_source,
+            ),
+            ("webhook_queue", self.webhook_queue),
+            ("webhook_attempts", self.webhook_attempts as usize),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!("{key} = 0: must be at least 1")));
+            }
+        }
+        if !(self.webhook_timeout_secs.is_finite() && self.webhook_timeout_secs >= 0.05) {
+            return Err(ConfigError(format!(
+                "webhook_timeout_secs = {}: must be at least 0.05 s",
+                self.webhook_timeout_secs
+            )));
+        }
+        for (i, w) in self.webhooks.iter().enumerate() {
+            super::webhooks::Target::parse(&w.url)
+                .map_err(|e| ConfigError(format!("webhooks[{i}].url = {:?}: {e}", w.url)))?;
+            if !self.api_keys.contains_key(&w.key) {
+                return Err(ConfigError(format!(
+                    "webhooks[{i}].key = {:?}: not a key of api_keys (it signs the requests)",
+                    w.key
+                )));
+            }
+            for e in &w.events {
+                if super::webhooks::HookEvent::from_name(e).is_none() {
+                    return Err(ConfigError(format!(
+                        "webhooks[{i}].events: {e:?}: unknown (valid: {})",
+                        super::webhooks::HookEvent::NAMES.join(", ")
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

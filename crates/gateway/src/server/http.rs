@@ -10,15 +10,26 @@
 //! | `PUT /rooms/{room}/rtp/{id}` | `application/sdp`: the answer to our offer (204), or a new offer in the call (re-INVITE: new address, codecs, direction or keys; 200 with our answer) |
 //! | `PATCH {Location}` | trickle ICE (204) or ICE restart (200 with our new credentials), `If-Match` required |
 //! | `DELETE {Location}` | leave (close_notify) |
+//! | `GET {Location}/room` | the room as the participant sees it: who is in it (by name), its own layers |
 //! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
+//! | `PATCH /api/rooms/{room}` | the room's settings (mixing) |
 //! | `DELETE /api/rooms/{room}/participants/{id}` | remove a participant |
+//! | `PUT /api/rooms/{room}/participants/{id}/layer` | the simulcast layer a participant is sent |
 //! | `GET /metrics` | Prometheus (OpenMetrics text) |
 //! | `GET /healthz` | 200 while admitting, 503 while draining |
 //!
-//! Errors are the status the standard names with a one-line `text/plain` reason: 400 bad SDP,
-//! 401 missing or wrong Bearer token, 404 unknown room or resource, 412 stale `If-Match`, 413
-//! oversized body, 415 wrong content type, 422 an offer with nothing we can answer, 428 PATCH
-//! without `If-Match`, 503 full or shutting down.
+//! Every route but `/`, `/room/{room}` and `/healthz` checks who asks ([`super::auth`]): WHIP
+//! needs `publish` in the room, WHEP `subscribe`, joins and telephony legs both; a session's
+//! own routes (`{Location}…`) its holder (the same identity, or in the simple mode the room's
+//! token, or in an open room whoever holds its URL) or the room's admin, and only through the
+//! path it was made on; `/api/…` an `admin` or `list` grant; `/metrics` the admin key (or its
+//! own listener, `metrics`). Room names are checked the same way on every route.
+//!
+//! Errors are the status the standard names with a one-line `text/plain` reason: 400 bad SDP or
+//! room name, 401 no usable credential, 403 a credential that does not reach, 404 unknown room
+//! or resource, 412 stale `If-Match`, 413 oversized body, 415 wrong content type, 422 an offer
+//! with nothing we can answer, 428 PATCH without `If-Match`, 429 too many unfinished offers from
+//! one source, 503 full or shutting down.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -35,8 +46,10 @@ use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use super::auth::{Caller, Failure, Need, Policy};
+use super::per_source::SourceKey;
 use super::stats::{StateCollector, StatsCollector};
-use super::{Gateway, JoinError, JoinKind};
+use super::{Gateway, JoinError, JoinKind, Lifecycle, Who};
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, RtpOfferSpec};
 use crate::transcode::MixSettings;
@@ -45,11 +58,53 @@ use crate::transcode::MixSettings;
 #[derive(Debug, Clone)]
 struct Resource {
     room: String,
+    /// The POST that made it (its path family: a WHIP session is reached only under `/whip`).
+    kind: JoinKind,
+    /// The identity of the token it was made with; `None` without one.
+    owner: Option<String>,
+    /// Where its offer came from, for the unfinished offers each source may have.
+    source: Option<SourceKey>,
+    /// Its security is up (telephony legs at once; WebRTC once DTLS-SRTP is done).
+    connected: bool,
     etag: String,
     remote_ufrag: String,
     /// When the session ended on its own (close_notify, consent, DTLS failure): a DELETE that
     /// follows (a client closes its peer connection, then deletes) still gets 200 for a while.
     ended: Option<std::time::Instant>,
+}
+
+/// The address a request came from (set by the listener).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientAddr(pub std::net::IpAddr);
+
+/// The credentials in force, replaced whole on reload, and the refusals counted.
+#[derive(Debug)]
+pub(crate) struct Access {
+    policy: std::sync::RwLock<Arc<Policy>>,
+    /// Refusals by reason.
+    pub stats: super::auth::AuthStats,
+}
+
+impl Access {
+    pub(crate) fn new(policy: Policy) -> Access {
+        Access {
+            policy: std::sync::RwLock::new(Arc::new(policy)),
+            stats: super::auth::AuthStats::default(),
+        }
+    }
+
+    /// The policy now.
+    pub(crate) fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Puts `policy` in force from the next request on.
+    pub(crate) fn replace(&self, policy: Policy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+    }
 }
 
 /// The most time between two sweeps of the resource table (and of the workers' list of ended
@@ -63,6 +118,7 @@ struct AppState {
     gateway: Arc<Gateway>,
     resources: Resources,
     registry: Arc<Registry>,
+    access: Arc<Access>,
     /// How long the resource of a session that ended on its own is kept for a DELETE
     /// (`ended_resource_grace_secs`).
     grace: std::time::Duration,
@@ -171,21 +227,113 @@ impl CorsOrigins {
     }
 }
 
-/// The router for a gateway, and the task that sweeps its resource table (run it on the
-/// signaling runtime): every few seconds it takes the workers' list of ended participants and
-/// forgets resources past their grace, so that neither grows while no request comes (a gateway
-/// that only takes ng calls, or one left idle).
-pub(crate) fn router(
+/// Refusals by reason, webhooks by result, lifecycle events dropped, as `/metrics` families.
+#[derive(Debug)]
+struct AccessCollector {
+    access: Arc<Access>,
+    hooks: Arc<super::webhooks::HookStats>,
     gateway: Arc<Gateway>,
-) -> (
-    Router,
-    impl std::future::Future<Output = ()> + Send + 'static,
-) {
+}
+
+impl prometheus_client::collector::Collector for AccessCollector {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        use prometheus_client::metrics::counter::ConstCounter;
+        let mut family = |name: &str, help: &str, label: &str, values: &[(&str, u64)]| {
+            let mut f = encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (l, n) in values {
+                ConstCounter::new(*n).encode(f.encode_family(&[(label, *l)])?)?;
+            }
+            Ok::<_, std::fmt::Error>(())
+        };
+        family(
+            "secrelay_auth_failures",
+            "Signaling requests refused for their credentials, by reason (401: missing, malformed, unknown_key, bad_signature, expired, not_yet_valid, wrong_token; 403: other_room, not_granted)",
+            "reason",
+            &self.access.stats.by_reason(),
+        )?;
+        let h = &self.hooks;
+        let load = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        family(
+            "secrelay_webhooks",
+            "Webhook events by result: sent (2xx), retried (attempts that failed and were tried again), failed (given up), dropped (a receiver's queue was full)",
+            "result",
+            &[
+                ("sent", load(&h.sent)),
+                ("retried", load(&h.retried)),
+                ("failed", load(&h.failed)),
+                ("dropped", load(&h.dropped)),
+            ],
+        )?;
+        family(
+            "secrelay_lifecycle_events_dropped",
+            "Room and participant events the workers could not hand to the signaling (its queue, webhook_queue, was full)",
+            "queue",
+            &[("signaling", self.gateway.lifecycle_dropped())],
+        )
+    }
+}
+
+/// A task of the signaling runtime.
+pub(crate) type Task = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'static>>;
+
+/// What [`router`] gives the server: the routes, and the tasks to run beside them on the
+/// signaling runtime.
+pub(crate) struct Signaling {
+    pub router: Router,
+    /// The routes of the metrics listener (`metrics`): `/metrics` and `/healthz`, no
+    /// credential.
+    pub metrics: Router,
+    /// Sweeps the resource table, follows the rooms' lifecycle (sessions connecting, webhooks)
+    /// and posts the webhooks.
+    pub tasks: Vec<Task>,
+}
+
+/// The router for a gateway, and the tasks to run on the signaling runtime: one sweeps the
+/// resource table (every few seconds it takes the workers' list of ended participants and
+/// forgets resources past their grace, so that neither grows while no request comes); one
+/// follows the rooms' lifecycle (marks sessions connected, hands events to the webhooks); one
+/// per webhook receiver posts its events.
+pub(crate) fn router(gateway: Arc<Gateway>, access: Arc<Access>) -> Result<Signaling, String> {
     let resources = Resources::default();
+    let hook_stats = Arc::new(super::webhooks::HookStats::default());
+    let (hooks, deliveries) = super::webhooks::start(gateway.config(), hook_stats.clone())?;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
     registry.register_collector(Box::new(StateCollector(gateway.clone())));
     registry.register_collector(Box::new(ResourcesCollector(resources.clone())));
+    registry.register_collector(Box::new(AccessCollector {
+        access: access.clone(),
+        hooks: hook_stats,
+        gateway: gateway.clone(),
+    }));
+    let lifecycle = {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Lifecycle>(gateway.config().webhook_queue);
+        gateway.watch_lifecycle(tx);
+        let resources = resources.clone();
+        async move {
+            while let Some(l) = rx.recv().await {
+                if let Lifecycle::Connected { id, .. } = &l {
+                    if let Some(r) = resources
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .get_mut(id)
+                    {
+                        r.connected = true;
+                    }
+                }
+                hooks.notify(&l);
+            }
+        }
+    };
     let cors = CorsLayer::new()
         .allow_origin(CorsOrigins::new(&gateway.config().cors_origins).allow())
         .allow_methods([
@@ -216,6 +364,7 @@ pub(crate) fn router(
         gateway,
         resources,
         registry: Arc::new(registry),
+        access,
         grace,
     };
     let sweeper = {
@@ -235,35 +384,36 @@ pub(crate) fn router(
         .route("/whip/{room}", offer_route(JoinKind::Whip))
         .route("/whep/{room}", offer_route(JoinKind::Whep))
         .route("/rooms/{room}/join", offer_route(JoinKind::Join))
-        .route(
-            "/whip/{room}/{id}",
-            delete(leave_resource)
-                .patch(patch_resource)
-                .put(reanswer_resource),
-        )
-        .route(
-            "/whep/{room}/{id}",
-            delete(leave_resource)
-                .patch(patch_resource)
-                .put(reanswer_resource),
-        )
+        .route("/whip/{room}/{id}", session_route(JoinKind::Whip))
+        .route("/whep/{room}/{id}", session_route(JoinKind::Whep))
         .route(
             "/rooms/{room}/participants/{id}",
-            delete(leave_resource)
-                .patch(patch_resource)
-                .put(reanswer_resource),
+            session_route(JoinKind::Join),
         )
-        .route("/whip/{room}/{id}/events", get(resource_events))
-        .route("/whep/{room}/{id}/events", get(resource_events))
+        .route("/whip/{room}/{id}/events", events_route(JoinKind::Whip))
+        .route("/whep/{room}/{id}/events", events_route(JoinKind::Whep))
         .route(
             "/rooms/{room}/participants/{id}/events",
-            get(resource_events),
+            events_route(JoinKind::Join),
+        )
+        .route("/whip/{room}/{id}/room", room_view_route(JoinKind::Whip))
+        .route("/whep/{room}/{id}/room", room_view_route(JoinKind::Whep))
+        .route(
+            "/rooms/{room}/participants/{id}/room",
+            room_view_route(JoinKind::Join),
         )
         .route("/rooms/{room}/rtp", post(rtp_offer))
         .route("/rooms/{room}/rtp/offer", post(rtp_make_offer))
         .route(
             "/rooms/{room}/rtp/{id}",
-            delete(leave_resource).put(rtp_update),
+            delete(
+                |State(s): State<AppState>,
+                 Path((room, id)): Path<(String, String)>,
+                 headers: HeaderMap| {
+                    leave_resource(s, room, id, headers, JoinKind::Rtp)
+                },
+            )
+            .put(rtp_update),
         )
         .route("/api/rooms", get(api_rooms))
         .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
@@ -285,8 +435,21 @@ pub(crate) fn router(
             body_timeout,
         ))
         .layer(cors)
+        .with_state(state.clone());
+    let metrics = Router::new()
+        .route(
+            "/metrics",
+            get(|State(s): State<AppState>| async move { metrics_text(&s) }),
+        )
+        .route("/healthz", get(healthz))
         .with_state(state);
-    (router, sweeper)
+    let mut tasks: Vec<Task> = vec![Box::pin(sweeper), Box::pin(lifecycle)];
+    tasks.extend(deliveries.into_iter().map(|d| Box::pin(d) as Task));
+    Ok(Signaling {
+        router,
+        metrics,
+        tasks,
+    })
 }
 
 fn refuse(state: &AppState, status: StatusCode, reason: impl Into<String>) -> Response {
@@ -317,41 +480,106 @@ fn refuse(state: &AppState, status: StatusCode, reason: impl Into<String>) -> Re
     r
 }
 
-/// Compares without stopping at the first difference (the token is a secret).
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Checks the room's Bearer token, if it has one.
-fn authorize(state: &AppState, room: &str, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    let Some(want) = state.gateway.config().token_for(room) else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        Some(t) if same_secret(t.trim().as_bytes(), want.as_bytes()) => Ok(()),
-        Some(_) => Err(Box::new(refuse(
-            state,
-            StatusCode::UNAUTHORIZED,
-            "wrong bearer token",
-        ))),
-        None => Err(Box::new(refuse(
-            state,
-            StatusCode::UNAUTHORIZED,
-            "this room needs Authorization: Bearer <token>",
-        ))),
-    }
-}
-
-/// Room names: 1–64 of `[A-Za-z0-9_.-]`.
+/// Room names: 1–64 of `[A-Za-z0-9_.-]`, the same on every route and in the room page.
 fn valid_room(room: &str) -> bool {
     (1..=64).contains(&room.len())
         && room
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+/// The name of a call the ng socket made (`call:` and its SIP Call-ID: 1–256 printable ASCII
+/// characters without spaces).
+fn valid_call_room(room: &str) -> bool {
+    room.strip_prefix(super::auth::CALL_ROOM_PREFIX)
+        .is_some_and(|id| (1..=256).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_graphic()))
+}
+
+/// What a refused room name is told, everywhere.
+const ROOM_NAME_RULE: &str = "a room name is 1-64 characters of A-Z a-z 0-9 - _ .";
+
+/// 400 unless `room` is a room name (or, where `calls` says so, an ng call's).
+fn room_name(s: &AppState, room: &str, calls: bool) -> Result<(), Box<Response>> {
+    if valid_room(room) || (calls && valid_call_room(room)) {
+        Ok(())
+    } else {
+        Err(Box::new(refuse(s, StatusCode::BAD_REQUEST, ROOM_NAME_RULE)))
+    }
+}
+
+impl AppState {
+    /// Counts a refusal and answers it (401 with `WWW-Authenticate`, or 403).
+    fn deny(&self, f: Failure) -> Box<Response> {
+        self.access.stats.count(f);
+        let status = if f.status() == 403 {
+            StatusCode::FORBIDDEN
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        Box::new(refuse(self, status, f.reason()))
+    }
+
+    /// Who sent the request, its credential checked against `room` when it names one.
+    fn caller(
+        &self,
+        headers: &HeaderMap,
+        room: Option<&str>,
+    ) -> Result<(Arc<Policy>, Caller), Box<Response>> {
+        let policy = self.access.policy();
+        let credential = headers
+            .get(header::AUTHORIZATION)
+            .map(HeaderValue::as_bytes);
+        match policy.identify(credential, room) {
+            Ok(c) => Ok((policy, c)),
+            Err(f) => Err(self.deny(f)),
+        }
+    }
+
+    /// The caller, if it may do `need` in `room`.
+    fn allow(
+        &self,
+        headers: &HeaderMap,
+        room: &str,
+        need: Need<'_>,
+    ) -> Result<Caller, Box<Response>> {
+        let (policy, caller) = self.caller(headers, Some(room))?;
+        policy
+            .allow(&caller, room, need)
+            .map_err(|f| self.deny(f))?;
+        Ok(caller)
+    }
+
+    /// The session `id` of `room`, made by a POST of `kind`, if the caller may act on it: its
+    /// holder or the room's admin. Whether the session exists is said only to a caller that
+    /// reaches the room. Ended sessions (within their grace) only when `ended_too`.
+    fn own_resource(
+        &self,
+        headers: &HeaderMap,
+        kind: JoinKind,
+        room: &str,
+        id: &str,
+        ended_too: bool,
+    ) -> Result<Resource, Box<Response>> {
+        room_name(self, room, false)?;
+        let (policy, caller) = self.caller(headers, Some(room))?;
+        policy.reach(&caller, room).map_err(|f| self.deny(f))?;
+        let found = self
+            .resources()
+            .get(id)
+            .filter(|r| r.room == room && r.kind == kind && (ended_too || r.ended.is_none()))
+            .cloned();
+        let Some(res) = found else {
+            return Err(Box::new(refuse(
+                self,
+                StatusCode::NOT_FOUND,
+                "no such session",
+            )));
+        };
+        policy
+            .allow(&caller, room, Need::Own(res.owner.as_deref()))
+            .map_err(|f| self.deny(f))?;
+        Ok(res)
+    }
 }
 
 fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
@@ -362,26 +590,90 @@ fn content_type_is(headers: &HeaderMap, want: &str) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case(want))
 }
 
+/// `DELETE`, `PATCH` and `PUT` on `{Location}` of a session made by a POST of `kind`.
+fn session_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
+    delete(
+        move |State(s): State<AppState>,
+              Path((room, id)): Path<(String, String)>,
+              headers: HeaderMap| leave_resource(s, room, id, headers, kind),
+    )
+    .patch(
+        move |State(s): State<AppState>,
+              Path((room, id)): Path<(String, String)>,
+              headers: HeaderMap,
+              body: Bytes| patch_resource(s, room, id, headers, body, kind),
+    )
+    .put(
+        move |State(s): State<AppState>,
+              Path((room, id)): Path<(String, String)>,
+              headers: HeaderMap,
+              body: Bytes| reanswer_resource(s, room, id, headers, body, kind),
+    )
+}
+
+/// `GET {Location}/events` of a session made by a POST of `kind`.
+fn events_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
+    get(
+        move |State(s): State<AppState>,
+              Path((room, id)): Path<(String, String)>,
+              headers: HeaderMap| resource_events(s, room, id, headers, kind),
+    )
+}
+
+/// `GET {Location}/room` of a session made by a POST of `kind`.
+fn room_view_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
+    get(
+        move |State(s): State<AppState>,
+              Path((room, id)): Path<(String, String)>,
+              headers: HeaderMap| resource_room(s, room, id, headers, kind),
+    )
+}
+
 /// `POST /whip/{room}`, `/whep/{room}`, `/rooms/{room}/join`: one handler per kind of leg.
 fn offer_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
     post(
         move |State(s): State<AppState>,
               Path(room): Path<String>,
+              client: Option<axum::Extension<ClientAddr>>,
               headers: HeaderMap,
-              body: Bytes| { offer(s, room, headers, body, kind) },
+              body: Bytes| {
+            let source = client.map(|c| SourceKey::of(c.0 .0));
+            offer(s, room, headers, source, body, kind)
+        },
     )
+}
+
+/// What a new session of `kind` needs in its room.
+fn need_of(kind: JoinKind) -> Need<'static> {
+    match kind {
+        JoinKind::Whip => Need::Publish,
+        JoinKind::Whep => Need::Subscribe,
+        JoinKind::Join | JoinKind::Rtp => Need::Join,
+    }
+}
+
+/// The path of a session of `kind`.
+fn location(kind: JoinKind, room: &str, id: &str) -> String {
+    match kind {
+        JoinKind::Join => format!("/rooms/{room}/participants/{id}"),
+        JoinKind::Whip => format!("/whip/{room}/{id}"),
+        JoinKind::Whep => format!("/whep/{room}/{id}"),
+        JoinKind::Rtp => format!("/rooms/{room}/rtp/{id}"),
+    }
 }
 
 async fn offer(
     s: AppState,
     room: String,
     headers: HeaderMap,
+    source: Option<SourceKey>,
     body: Bytes,
     kind: JoinKind,
 ) -> Response {
-    if let Err(r) = admit_to_room(&s, &room, &headers) {
-        return *r;
-    }
+    let caller = match admit_to_room(&s, &room, &headers, need_of(kind)) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
     let text = match sdp_body(&s, &headers, &body, "the offer") {
         Ok(t) => t,
         Err(r) => return *r,
@@ -390,24 +682,22 @@ async fn offer(
         Ok(o) => o,
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
-    let g = &s.gateway;
-    if let Err(r) = room_for_one_more(&s, &room) {
+    if let Err(r) = room_for_one_more(&s, &room, &caller, source) {
         return *r;
     }
     let remote_ufrag = offer.ice_ufrag.clone();
-    match g.join(&room, offer, kind).await {
+    match s.gateway.join(&room, offer, kind, who(&caller)).await {
         Ok(j) => {
             let etag = format!("\"{}\"", j.ice.ufrag);
-            let location = match kind {
-                JoinKind::Join => format!("/rooms/{room}/participants/{}", j.id),
-                JoinKind::Whip => format!("/whip/{room}/{}", j.id),
-                JoinKind::Whep => format!("/whep/{room}/{}", j.id),
-                JoinKind::Rtp => format!("/rooms/{room}/rtp/{}", j.id),
-            };
+            let location = location(kind, &room, &j.id);
             s.resources().insert(
                 j.id.clone(),
                 Resource {
                     room,
+                    kind,
+                    owner: caller.identity().map(str::to_owned),
+                    source,
+                    connected: false,
                     etag: etag.clone(),
                     remote_ufrag,
                     ended: None,
@@ -435,16 +725,23 @@ async fn offer(
     }
 }
 
-/// A request about `room`: the name is valid and the caller may use it.
-fn admit_to_room(s: &AppState, room: &str, headers: &HeaderMap) -> Result<(), Box<Response>> {
-    if !valid_room(room) {
-        return Err(Box::new(refuse(
-            s,
-            StatusCode::NOT_FOUND,
-            "room names are 1-64 characters of A-Z a-z 0-9 - _ .",
-        )));
+/// Who a caller joins as: named by its token, anonymous without a credential.
+fn who(caller: &Caller) -> Who {
+    Who {
+        name: caller.identity().map(str::to_owned),
+        anonymous: !caller.authenticated(),
     }
-    authorize(s, room, headers)
+}
+
+/// A new session in `room`: the name is valid and the caller may do `need` there.
+fn admit_to_room(
+    s: &AppState,
+    room: &str,
+    headers: &HeaderMap,
+    need: Need<'_>,
+) -> Result<Caller, Box<Response>> {
+    room_name(s, room, false)?;
+    s.allow(headers, room, need)
 }
 
 /// The body as SDP text (`what`: how the refusal names it): `application/sdp`, UTF-8.
@@ -470,42 +767,57 @@ fn sdp_body<'b>(
     })
 }
 
-/// The request may act on resource `id` of `room`: authorized, and the resource is there and
-/// not ended (else 404 with `missing` as the reason).
-fn live_resource(
-    s: &AppState,
-    room: &str,
-    id: &str,
-    headers: &HeaderMap,
-    missing: &str,
-) -> Result<(), Box<Response>> {
-    authorize(s, room, headers)?;
-    let known = s
-        .resources()
-        .get(id)
-        .is_some_and(|r| r.room == room && r.ended.is_none());
-    if known {
-        Ok(())
-    } else {
-        Err(Box::new(refuse(
-            s,
-            StatusCode::NOT_FOUND,
-            missing.to_owned(),
-        )))
-    }
-}
-
 /// Seconds a client refused for load is told to wait (`Retry-After`): a few of the workers'
 /// load intervals, so that the load it sees next is a new one.
 const RETRY_AFTER_SECS: u64 = 2;
 
-/// Whether the gateway takes one more participant in `room`: under `max_participants`, and
-/// the room's worker not shedding joins (admission control). 503 with `Retry-After` if not.
-fn room_for_one_more(s: &AppState, room: &str) -> Result<(), Box<Response>> {
-    // Only the gauge: `totals()` would copy every histogram for one number.
-    let alive = s.gateway.stats().participants();
-    let why = if alive >= s.gateway.config().max_participants as u64 {
-        format!("the gateway is full ({alive} participants)")
+/// Whether the gateway takes one more participant from `caller` (at `source`) in `room`: the
+/// source has fewer than `max_pending_offers_per_source` sessions not connected yet (else
+/// 429), the gateway is under `max_participants` (an anonymous caller under the share not
+/// kept for callers with a credential), and the room's worker is not shedding joins (else 503
+/// with `Retry-After`). The room's own limit is the shard's to check, exactly.
+fn room_for_one_more(
+    s: &AppState,
+    room: &str,
+    caller: &Caller,
+    source: Option<SourceKey>,
+) -> Result<(), Box<Response>> {
+    let config = s.gateway.config();
+    let (live, pending) = {
+        let r = s.resources();
+        let live = r.values().filter(|r| r.ended.is_none());
+        live.fold((0u64, 0usize), |(n, p), r| {
+            let mine = source.is_some() && r.source == source && !r.connected;
+            (n + 1, p + usize::from(mine))
+        })
+    };
+    if pending >= config.max_pending_offers_per_source {
+        let mut r = refuse(
+            s,
+            StatusCode::TOO_MANY_REQUESTS,
+            format!("{pending} sessions from this address are not connected yet (max_pending_offers_per_source)"),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        return Err(Box::new(r));
+    }
+    // The gauge (workers publish it a few times a second) or the sessions made here, whichever
+    // is higher: a burst of offers between two publications is counted too.
+    let alive = s.gateway.stats().participants().max(live);
+    let limits = super::RoomLimits {
+        members: config.max_participants,
+        reserved_for_authenticated: config.reserved_for_authenticated,
+        settings: config.max_room_settings,
+    };
+    let who = who(caller);
+    let cap = limits.cap_for(&who) as u64;
+    let why = if alive >= cap {
+        let kept = if who.anonymous && cap < limits.members as u64 {
+            "; the rest is kept for participants with a token"
+        } else {
+            ""
+        };
+        format!("the gateway is full ({alive} participants{kept})")
     } else if let Err(why) = s.gateway.admit(room) {
         why
     } else {
@@ -529,11 +841,16 @@ fn join_refused(s: &AppState, e: JoinError) -> Response {
             StatusCode::SERVICE_UNAVAILABLE,
             "the gateway is shutting down",
         ),
-        JoinError::Full(why) => refuse(
-            s,
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the gateway is full: {why}"),
-        ),
+        JoinError::Full(why) => {
+            let mut r = refuse(
+                s,
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("no place for another participant: {why}"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+            r
+        }
     }
 }
 
@@ -541,12 +858,15 @@ fn join_refused(s: &AppState, e: JoinError) -> Response {
 async fn rtp_offer(
     State(s): State<AppState>,
     Path(room): Path<String>,
+    client: Option<axum::Extension<ClientAddr>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = admit_to_room(&s, &room, &headers) {
-        return *r;
-    }
+    let caller = match admit_to_room(&s, &room, &headers, Need::Join) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let source = client.map(|c| SourceKey::of(c.0 .0));
     let text = match sdp_body(&s, &headers, &body, "the offer") {
         Ok(t) => t,
         Err(r) => return *r,
@@ -555,11 +875,11 @@ async fn rtp_offer(
         Ok(o) => o,
         Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
     };
-    if let Err(r) = room_for_one_more(&s, &room) {
+    if let Err(r) = room_for_one_more(&s, &room, &caller, source) {
         return *r;
     }
-    match s.gateway.join_rtp(&room, offer).await {
-        Ok(j) => rtp_created(&s, room, j.id, j.answer),
+    match s.gateway.join_rtp(&room, offer, who(&caller)).await {
+        Ok(j) => rtp_created(&s, room, &caller, source, j.id, j.answer),
         Err(e) => join_refused(&s, e),
     }
 }
@@ -624,12 +944,15 @@ impl OfferRequest {
 async fn rtp_make_offer(
     State(s): State<AppState>,
     Path(room): Path<String>,
+    client: Option<axum::Extension<ClientAddr>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = admit_to_room(&s, &room, &headers) {
-        return *r;
-    }
+    let caller = match admit_to_room(&s, &room, &headers, Need::Join) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let source = client.map(|c| SourceKey::of(c.0 .0));
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         OfferRequest::default()
     } else if !content_type_is(&headers, "application/json") {
@@ -648,22 +971,34 @@ async fn rtp_make_offer(
         Ok(spec) => spec,
         Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad request: {why}")),
     };
-    if let Err(r) = room_for_one_more(&s, &room) {
+    if let Err(r) = room_for_one_more(&s, &room, &caller, source) {
         return *r;
     }
-    match s.gateway.offer_rtp(&room, spec).await {
-        Ok(j) => rtp_created(&s, room, j.id, j.answer),
+    match s.gateway.offer_rtp(&room, spec, who(&caller)).await {
+        Ok(j) => rtp_created(&s, room, &caller, source, j.id, j.answer),
         Err(e) => join_refused(&s, e),
     }
 }
 
 /// 201 for a new telephony leg: its SDP and `Location`, the resource noted for `DELETE`.
-fn rtp_created(s: &AppState, room: String, id: String, sdp: String) -> Response {
-    let location = format!("/rooms/{room}/rtp/{id}");
+fn rtp_created(
+    s: &AppState,
+    room: String,
+    caller: &Caller,
+    source: Option<SourceKey>,
+    id: String,
+    sdp: String,
+) -> Response {
+    let location = location(JoinKind::Rtp, &room, &id);
     s.resources().insert(
         id,
         Resource {
             room,
+            kind: JoinKind::Rtp,
+            owner: caller.identity().map(str::to_owned),
+            source,
+            // A telephony leg's media is keyed (or plain) from its start.
+            connected: true,
             etag: String::new(),
             remote_ufrag: String::new(),
             ended: None,
@@ -689,7 +1024,7 @@ async fn rtp_update(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = live_resource(&s, &room, &id, &headers, "no such telephony leg") {
+    if let Err(r) = s.own_resource(&headers, JoinKind::Rtp, &room, &id, false) {
         return *r;
     }
     let text = match sdp_body(&s, &headers, &body, "the SDP") {
@@ -737,11 +1072,13 @@ fn sdpfrag_credentials(body: &str) -> Option<Credentials> {
 /// `{"revision": N, "sdp": "…"}`, answered with `PUT {Location}`. The stream ends with the
 /// session.
 async fn resource_events(
-    State(s): State<AppState>,
-    Path((room, id)): Path<(String, String)>,
+    s: AppState,
+    room: String,
+    id: String,
     headers: HeaderMap,
+    kind: JoinKind,
 ) -> Response {
-    if let Err(r) = live_resource(&s, &room, &id, &headers, "no such session") {
+    if let Err(r) = s.own_resource(&headers, kind, &room, &id, false) {
         return *r;
     }
     let Some(rx) = s.gateway.listen(&room, &id).await else {
@@ -763,12 +1100,14 @@ async fn resource_events(
 /// channel), `If-Match` naming its revision if the client wants the check: 204, or 400 (not
 /// SDP), 409 (no offer of ours waits, or another revision), 415.
 async fn reanswer_resource(
-    State(s): State<AppState>,
-    Path((room, id)): Path<(String, String)>,
+    s: AppState,
+    room: String,
+    id: String,
     headers: HeaderMap,
     body: Bytes,
+    kind: JoinKind,
 ) -> Response {
-    if let Err(r) = live_resource(&s, &room, &id, &headers, "no such session") {
+    if let Err(r) = s.own_resource(&headers, kind, &room, &id, false) {
         return *r;
     }
     let text = match sdp_body(&s, &headers, &body, "the answer to our offer") {
@@ -800,21 +1139,16 @@ async fn reanswer_resource(
 }
 
 async fn patch_resource(
-    State(s): State<AppState>,
-    Path((room, id)): Path<(String, String)>,
+    s: AppState,
+    room: String,
+    id: String,
     headers: HeaderMap,
     body: Bytes,
+    kind: JoinKind,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
-        return *r;
-    }
-    let Some(res) = s
-        .resources()
-        .get(&id)
-        .cloned()
-        .filter(|r| r.room == room && r.ended.is_none())
-    else {
-        return refuse(&s, StatusCode::NOT_FOUND, "no such session");
+    let res = match s.own_resource(&headers, kind, &room, &id, false) {
+        Ok(r) => r,
+        Err(r) => return *r,
     };
     if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
         return refuse(
@@ -881,19 +1215,28 @@ async fn patch_resource(
     }
 }
 
+/// `DELETE {Location}`: the session's holder (or the room's admin) ends it; 200, also for a
+/// session that ended on its own within `ended_resource_grace_secs`.
 async fn leave_resource(
-    State(s): State<AppState>,
-    Path((room, id)): Path<(String, String)>,
+    s: AppState,
+    room: String,
+    id: String,
     headers: HeaderMap,
+    kind: JoinKind,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = s.own_resource(&headers, kind, &room, &id, true) {
         return *r;
     }
     remove(s, room, id, StatusCode::OK).await
 }
 
+/// Ends participant `id` of `room` and forgets its resource, if the resource is of that room.
 async fn remove(s: AppState, room: String, id: String, ok: StatusCode) -> Response {
-    let known = s.resources().remove(&id).is_some();
+    let known = {
+        let mut r = s.resources();
+        let ours = r.get(&id).is_some_and(|res| res.room == room);
+        ours && r.remove(&id).is_some()
+    };
     if s.gateway.leave(&room, &id).await || known {
         ok.into_response()
     } else {
@@ -901,15 +1244,98 @@ async fn remove(s: AppState, room: String, id: String, ok: StatusCode) -> Respon
     }
 }
 
-async fn api_rooms(State(s): State<AppState>) -> Response {
-    let rooms = s.gateway.rooms(None).await;
+/// `GET {Location}/room`: the room as its participant sees it: who is in it (names, kinds of
+/// leg, states, round-trip times; the others' ids are not shown: in an open room a session's
+/// URL is what lets one end it), and the simulcast layers it is sent.
+async fn resource_room(
+    s: AppState,
+    room: String,
+    id: String,
+    headers: HeaderMap,
+    kind: JoinKind,
+) -> Response {
+    if let Err(r) = s.own_resource(&headers, kind, &room, &id, false) {
+        return *r;
+    }
+    let Some(snapshot) = s.gateway.rooms(Some(&room)).await.into_iter().next() else {
+        return refuse(&s, StatusCode::NOT_FOUND, "no such room");
+    };
+    Json(member_view(&snapshot, &id)).into_response()
+}
+
+/// What [`resource_room`] shows participant `me` of a room.
+fn member_view(room: &super::RoomSnapshot, me: &str) -> serde_json::Value {
+    // Publishers are named by identity, else by their place in the list.
+    let label = |pid: &str| {
+        room.participants.iter().position(|p| p.id == pid).map(|i| {
+            room.participants[i]
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("participant {}", i + 1))
+        })
+    };
+    let participants: Vec<serde_json::Value> = room
+        .participants
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let you = p.id == me;
+            let mut v = serde_json::json!({
+                "name": p.name.clone().unwrap_or_else(|| format!("participant {}", i + 1)),
+                "named": p.name.is_some(),
+                "you": you,
+                "kind": p.kind,
+                "leg": p.leg,
+                "state": p.state,
+                "rtt_ms": p.rtcp.rtt_ms,
+            });
+            if you {
+                v["layers_received"] = p
+                    .layers_received
+                    .iter()
+                    .map(|l| {
+                        serde_json::json!({
+                            "publisher": label(&l.publisher_id),
+                            "current": l.current,
+                            "target": l.target,
+                        })
+                    })
+                    .collect();
+            }
+            v
+        })
+        .collect();
+    serde_json::json!({ "name": room.name, "participants": participants })
+}
+
+/// `GET /api/rooms`: the rooms the caller's grant covers (every room for the admin key).
+async fn api_rooms(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let (policy, caller) = match s.caller(&headers, None) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    if let Err(f) = policy.allow_room_list(&caller) {
+        return *s.deny(f);
+    }
+    let mut rooms = s.gateway.rooms(None).await;
+    rooms.retain(|r| policy.lists(&caller, &r.name));
     Json(serde_json::json!({ "rooms": rooms })).into_response()
 }
 
-async fn api_room(State(s): State<AppState>, Path(room): Path<String>) -> Response {
+async fn api_room(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(r) = room_name(&s, &room, true) {
+        return *r;
+    }
+    if let Err(r) = s.allow(&headers, &room, Need::List) {
+        return *r;
+    }
     match s.gateway.rooms(Some(&room)).await.into_iter().next() {
         Some(r) => Json(r).into_response(),
-        None => refuse(&s, StatusCode::NOT_FOUND, format!("no room {room:?}")),
+        None => refuse(&s, StatusCode::NOT_FOUND, "no such room"),
     }
 }
 
@@ -952,7 +1378,10 @@ async fn api_room_settings(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = room_name(&s, &room, true) {
+        return *r;
+    }
+    if let Err(r) = s.allow(&headers, &room, Need::Admin) {
         return *r;
     }
     let mix = match room_settings(body.as_bytes()) {
@@ -972,7 +1401,10 @@ async fn api_remove(
     Path((room, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = room_name(&s, &room, true) {
+        return *r;
+    }
+    if let Err(r) = s.allow(&headers, &room, Need::Admin) {
         return *r;
     }
     remove(s, room, id, StatusCode::NO_CONTENT).await
@@ -1002,7 +1434,20 @@ async fn api_layer(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(r) = authorize(&s, &room, &headers) {
+    if let Err(r) = room_name(&s, &room, true) {
+        return *r;
+    }
+    // The room's admin, or the participant's own holder (its session made over HTTP).
+    let owner = s
+        .resources()
+        .get(&id)
+        .filter(|r| r.room == room && r.ended.is_none())
+        .map(|r| r.owner.clone());
+    let need = match &owner {
+        Some(o) => Need::Own(o.as_deref()),
+        None => Need::Admin,
+    };
+    if let Err(r) = s.allow(&headers, &room, need) {
         return *r;
     }
     let choice = match layer_choice(body.as_bytes()) {
@@ -1030,12 +1475,8 @@ async fn index_page() -> Response {
 /// `GET /room/{room}`: the room's page (publish camera and microphone, see the others, live
 /// statistics; no external assets).
 async fn room_page(State(s): State<AppState>, Path(room): Path<String>) -> Response {
-    if !valid_room(&room) {
-        return refuse(
-            &s,
-            StatusCode::BAD_REQUEST,
-            "a room name is 1-64 characters of [A-Za-z0-9_.-]",
-        );
+    if let Err(r) = room_name(&s, &room, false) {
+        return *r;
     }
     page(include_str!("room.html"))
 }
@@ -1051,11 +1492,24 @@ fn page(html: &'static str) -> Response {
         .into_response()
 }
 
-async fn metrics(State(s): State<AppState>) -> Response {
+/// `GET /metrics` on the signaling listeners: the admin key (or an admin token over every room).
+async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let (policy, caller) = match s.caller(&headers, None) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    if let Err(f) = policy.allow_metrics(&caller) {
+        return *s.deny(f);
+    }
+    metrics_text(&s)
+}
+
+/// The metrics in OpenMetrics text.
+fn metrics_text(s: &AppState) -> Response {
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &s.registry) {
         return refuse(
-            &s,
+            s,
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("encoding metrics: {e}"),
         );
@@ -1117,9 +1571,11 @@ mod tests {
     }
 
     #[test]
-    fn secrets_compare() {
-        assert!(same_secret(b"abc", b"abc"));
-        assert!(!same_secret(b"abc", b"abd"));
-        assert!(!same_secret(b"abc", b"abcd"));
+    fn call_rooms_are_named_apart() {
+        assert!(valid_call_room("call:a84b4c76e66710@pc33.atlanta.com"));
+        assert!(!valid_call_room("call:"));
+        assert!(!valid_call_room("call:with space"));
+        assert!(!valid_call_room("lobby"));
+        assert!(!valid_room("call:abc"));
     }
 }

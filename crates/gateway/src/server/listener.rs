@@ -202,12 +202,12 @@ fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watche
         match &shared.tls {
             None => {
                 let io = first_byte_within(&shared, tcp);
-                serve_connection(&shared, io, source, watcher).await
+                serve_connection(&shared, io, source, peer, watcher).await
             }
             Some((acceptor, _)) => {
                 if let Some(stream) = handshake(&shared, acceptor, tcp, peer).await {
                     let io = first_byte_within(&shared, stream);
-                    serve_connection(&shared, io, source, watcher).await;
+                    serve_connection(&shared, io, source, peer, watcher).await;
                 }
             }
         }
@@ -359,6 +359,7 @@ async fn serve_connection<I>(
     shared: &Shared,
     io: TokioIo<I>,
     source: Arc<SourceSlot>,
+    peer: SocketAddr,
     watcher: Watcher,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -367,7 +368,9 @@ async fn serve_connection<I>(
     let sources = shared.sources.clone();
     let stats = shared.stats.clone();
     let cors = shared.cors.clone();
-    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+    let client = super::http::ClientAddr(peer.ip());
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(client);
         let limited = sources.request(&source).err().map(|wait| {
             stats.http_refused.fetch_add(1, Ordering::Relaxed);
             stats

@@ -18,6 +18,7 @@
 //! handles, and drives a [`Shard`] directly when it wants the gateway's decisions without its
 //! I/O.
 
+pub mod auth;
 pub mod config;
 mod directory;
 mod http;
@@ -29,6 +30,7 @@ mod ports;
 mod stats;
 pub mod tls;
 mod tls_hmac;
+pub mod webhooks;
 
 /// Entry points of the fuzz targets (`fuzz/`) into parsing that is otherwise private: not an
 /// API.
@@ -42,6 +44,51 @@ pub mod fuzzing {
     pub fn http_json_body(which: u8, body: &[u8]) -> Result<String, String> {
         super::http::parse_json_body(which, body)
     }
+
+    /// An `Authorization` value as the signaling resolves it, against a policy with one API
+    /// key (`fuzz` = [`FUZZ_API_SECRET`]), an admin key and a room token (room `tokened`,
+    /// token `room-token`): the caller it names (its identity and grants), or the refusal's
+    /// reason. `room` is the room the request names, if any.
+    pub fn access_credential(value: &[u8], room: Option<&str>) -> Result<String, &'static str> {
+        static POLICY: OnceLock<super::auth::Policy> = OnceLock::new();
+        let policy = POLICY.get_or_init(|| {
+            let mut c = super::ServeConfig::default();
+            c.api_keys.insert("fuzz".into(), FUZZ_API_SECRET.into());
+            c.admin_key = Some("fuzz-admin-key-0123456789abcdef0123".into());
+            c.rooms.insert(
+                "tokened".into(),
+                super::RoomConfig {
+                    token: Some("room-token".into()),
+                    open: false,
+                },
+            );
+            super::auth::Policy::new(&c)
+        });
+        let caller = policy.identify(Some(value), room).map_err(|f| f.name())?;
+        if let Some(r) = room {
+            // Every decision answers, whatever the caller.
+            for need in [
+                super::auth::Need::Publish,
+                super::auth::Need::Subscribe,
+                super::auth::Need::Join,
+                super::auth::Need::Admin,
+                super::auth::Need::List,
+                super::auth::Need::Own(Some("x")),
+                super::auth::Need::Own(None),
+            ] {
+                let _ = policy.allow(&caller, r, need);
+            }
+            let _ = policy.reach(&caller, r);
+        }
+        let _ = (
+            policy.allow_room_list(&caller),
+            policy.allow_metrics(&caller),
+        );
+        Ok(format!("{caller:?}"))
+    }
+
+    /// The secret of the fuzz target's API key (`fuzz`), for seeds signed with it.
+    pub const FUZZ_API_SECRET: &str = "fuzz-secret-0123456789abcdef0123456789";
 
     /// Bytes from a TCP client into a fresh TLS server connection of the HTTPS front, made as
     /// `secrelay serve` makes it (its default configuration: TLS 1.3 and 1.2, ECDSA P-256
@@ -94,6 +141,29 @@ pub mod fuzzing {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        /// The fuzz target's seeds reach past the parsing: a signed token names its caller,
+        /// the admin key and the room token theirs.
+        #[test]
+        fn the_access_fuzz_seeds_name_callers() {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fuzz/seeds/access_token");
+            let room = |pick: u8| match pick {
+                0 => None,
+                1 => Some("lobby"),
+                _ => Some("tokened"),
+            };
+            for (file, want) in [
+                ("valid-token-lobby", "seed"),
+                ("admin-key", "Admin"),
+                ("room-token", "RoomToken"),
+            ] {
+                let data = std::fs::read(dir.join(file)).unwrap();
+                let got = access_credential(&data[1..], room(data[0])).unwrap();
+                assert!(got.contains(want), "{file}: {got}");
+            }
+            assert_eq!(access_credential(b"Bearer x.y.z", None), Err("malformed"));
+        }
 
         #[test]
         fn json_bodies_parse_as_the_handlers_do_and_say_why_not() {
@@ -148,7 +218,10 @@ use crate::admission::Shed;
 use crate::ice_lite::{Credentials, IceConfig};
 use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection};
 use crate::rtcp::RtcpConfig;
-pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
+pub use crate::shard::{
+    JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, ParticipantSnapshot, RoomLimits,
+    RoomSnapshot, Who,
+};
 use crate::shard::{Shard, ShardConfig};
 use crate::transcode::MixSettings;
 pub use config::{RoomConfig, ServeConfig};
@@ -276,6 +349,12 @@ impl Gateway {
                 complexity: config.opus_complexity,
                 ..Default::default()
             }),
+            limits: RoomLimits {
+                members: config.max_participants_per_room,
+                reserved_for_authenticated: config.reserved_for_authenticated,
+                // Per worker: each keeps the settings of the rooms it owns.
+                settings: config.max_room_settings,
+            },
         };
         let mut peers = Vec::new();
         let mut inboxes = Vec::new();
@@ -293,6 +372,8 @@ impl Gateway {
             peers,
             ended: std::sync::Mutex::default(),
             notices: std::sync::Mutex::default(),
+            lifecycle: std::sync::OnceLock::new(),
+            lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
             admission: config.admission(),
         });
         let worker_stats: Vec<Arc<WorkerStats>> =
@@ -379,6 +460,18 @@ impl Gateway {
         self.shared.directory.sizes()
     }
 
+    /// Sends the rooms' and members' lifecycle ([`Lifecycle`]) to `tx` from now on; `false`
+    /// if something already watches it. An event that finds `tx` full is dropped and counted
+    /// ([`Gateway::lifecycle_dropped`]): the workers never wait for a watcher.
+    pub(crate) fn watch_lifecycle(&self, tx: tokio::sync::mpsc::Sender<Lifecycle>) -> bool {
+        self.shared.lifecycle.set(tx).is_ok()
+    }
+
+    /// Lifecycle events dropped because their watcher's queue was full.
+    pub fn lifecycle_dropped(&self) -> u64 {
+        self.shared.lifecycle_dropped.load(Ordering::Relaxed)
+    }
+
     /// Ids of the participants that ended since the last call (any reason: DELETE, consent,
     /// DTLS failure, shutdown).
     pub fn take_ended(&self) -> Vec<String> {
@@ -428,12 +521,13 @@ impl Gateway {
         true
     }
 
-    /// Makes a participant for `offer` in `room`.
+    /// Makes a participant for `offer` in `room`, for `who`.
     pub async fn join(
         &self,
         room: &str,
         offer: Offer,
         kind: JoinKind,
+        who: Who,
     ) -> Result<Joined, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
@@ -443,6 +537,7 @@ impl Gateway {
             room: room.to_owned(),
             offer: Box::new(offer),
             kind,
+            who,
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -461,6 +556,7 @@ impl Gateway {
         &self,
         room: &str,
         sections: Vec<WebRtcOfferSection>,
+        who: Who,
     ) -> Result<Joined, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
@@ -469,6 +565,7 @@ impl Gateway {
         let cmd = Command::OfferWebRtc {
             room: room.to_owned(),
             sections,
+            who,
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -507,6 +604,7 @@ impl Gateway {
         &self,
         room: &str,
         offer: RtpDescription,
+        who: Who,
     ) -> Result<JoinedRtp, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
@@ -515,6 +613,7 @@ impl Gateway {
         let cmd = Command::JoinRtp {
             room: room.to_owned(),
             offer: Box::new(offer),
+            who,
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -529,7 +628,12 @@ impl Gateway {
 
     /// Makes a telephony participant in `room` that offers `spec` to a phone (a SIP proxy's
     /// `offer`): its id and our offer.
-    pub async fn offer_rtp(&self, room: &str, spec: RtpOfferSpec) -> Result<JoinedRtp, JoinError> {
+    pub async fn offer_rtp(
+        &self,
+        room: &str,
+        spec: RtpOfferSpec,
+        who: Who,
+    ) -> Result<JoinedRtp, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }
@@ -537,6 +641,7 @@ impl Gateway {
         let cmd = Command::OfferRtp {
             room: room.to_owned(),
             spec: Box::new(spec),
+            who,
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -670,7 +775,7 @@ impl Gateway {
             return Err("the gateway is shutting down".into());
         }
         rx.await
-            .map_err(|_| "the gateway is shutting down".to_owned())
+            .unwrap_or_else(|_| Err("the gateway is shutting down".to_owned()))
     }
 
     /// Sets which simulcast layer participant `id` is sent of `publisher`'s (all when `None`):
@@ -755,9 +860,22 @@ impl Gateway {
         out
     }
 
-    /// Stops admitting and closes every participant with close_notify.
+    /// Stops admitting and closes every participant with close_notify; those listening on
+    /// their events channel are told why first (`closing`).
     pub async fn drain(&self) {
         self.admitting.store(false, Ordering::Release);
+        for tx in self
+            .shared
+            .notices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            let _ = tx.send(Notice {
+                event: "closing",
+                data: r#"{"reason": "the gateway is shutting down"}"#.into(),
+            });
+        }
         for p in &self.shared.peers {
             let (reply, rx) = oneshot::channel();
             if self.send(p, Command::Drain { reply }) {
@@ -783,8 +901,10 @@ impl Gateway {
 /// socket when configured), the signaling on threads of its own.
 pub struct Server {
     gateway: Arc<Gateway>,
+    access: Arc<http::Access>,
     http_addr: Option<SocketAddr>,
     https_addr: Option<SocketAddr>,
+    metrics_addr: Option<SocketAddr>,
     ng_addr: Option<SocketAddr>,
     tls: Option<Arc<Tls>>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -817,10 +937,13 @@ fn bind_tcp(
 
 impl Server {
     /// Starts the workers and the signaling (HTTPS unless only plain HTTP is configured; see
-    /// [`ServeConfig::listeners`]).
-    pub fn start(config: ServeConfig) -> Result<Server, StartError> {
+    /// [`ServeConfig::listeners`]). Without an `admin_key` one is made ([`Server::admin_key`]).
+    pub fn start(mut config: ServeConfig) -> Result<Server, StartError> {
         let listeners = config.listeners();
         config.check().map_err(|e| StartError(e.0))?;
+        if config.admin_key.is_none() {
+            config.admin_key = Some(auth::Secret::random());
+        }
         let tls = match listeners.https {
             Some(_) => Some(Arc::new(
                 Tls::new(&config).map_err(|e| StartError(format!("https: {e}")))?,
@@ -841,6 +964,11 @@ impl Server {
         let https = listeners
             .https
             .map(|a| bind_tcp("https", a))
+            .transpose()
+            .map_err(stop_on_error)?;
+        let metrics_listener = signaling
+            .metrics
+            .map(|a| bind_tcp("metrics", a))
             .transpose()
             .map_err(stop_on_error)?;
         let ng_socket = match gateway.config().ng {
@@ -872,11 +1000,20 @@ impl Server {
         });
         let http_addr = http.as_ref().map(|(_, a)| *a);
         let https_addr = https.as_ref().map(|(_, a)| *a);
+        let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
         let mut bound = Vec::new();
         bound.extend(http.map(|(l, _)| (l, None)));
         bound.extend(https.map(|(l, _)| (l, tls.clone())));
         let (tx, rx) = oneshot::channel::<()>();
-        let (app, sweeper) = http::router(gateway.clone());
+        let access = Arc::new(http::Access::new(auth::Policy::new(&signaling)));
+        let http::Signaling {
+            router: app,
+            tasks,
+            metrics,
+        } = http::router(gateway.clone(), access.clone()).map_err(|e| {
+            gateway.stop();
+            StartError(e)
+        })?;
         let g = gateway.clone();
         let threads = signaling.http_threads.max(1);
         let t = std::thread::Builder::new()
@@ -903,7 +1040,9 @@ impl Server {
                     }
                 };
                 rt.block_on(async move {
-                    tokio::spawn(sweeper);
+                    for t in tasks {
+                        tokio::spawn(t);
+                    }
                     if let Some((socket, server)) = ng {
                         match tokio::net::UdpSocket::from_std(socket) {
                             Ok(s) => {
@@ -920,6 +1059,22 @@ impl Server {
                         sources: per_source::PerSource::new(signaling.source_limits()),
                     };
                     let mut loops = tokio::task::JoinSet::new();
+                    if let Some((l, _)) = metrics_listener {
+                        match tokio::net::TcpListener::from_std(l) {
+                            Ok(l) => {
+                                loops.spawn(listener::serve(
+                                    l,
+                                    metrics,
+                                    None,
+                                    signaling.clone(),
+                                    g.stats().clone(),
+                                    capacity.clone(),
+                                    stop_rx.clone(),
+                                ));
+                            }
+                            Err(e) => tracing::error!(error = %e, "metrics listener"),
+                        }
+                    }
                     for (l, tls) in bound {
                         match tokio::net::TcpListener::from_std(l) {
                             Ok(l) => {
@@ -943,11 +1098,16 @@ impl Server {
                 });
             })
             .map_err(|e| StartError(format!("HTTP thread: {e}")))?;
-        tracing::info!(http = ?http_addr, https = ?https_addr, ng = ?ng_addr, "signaling open");
+        tracing::info!(http = ?http_addr, https = ?https_addr, metrics = ?metrics_addr, ng = ?ng_addr, "signaling open");
+        if !access.policy().closes_rooms() {
+            tracing::warn!("no api_keys, admin_key or token configured: anyone who reaches the signaling may publish and view in any room (docs/security.md)");
+        }
         Ok(Server {
             gateway,
+            access,
             http_addr,
             https_addr,
+            metrics_addr,
             ng_addr,
             tls,
             shutdown: Some(tx),
@@ -968,6 +1128,39 @@ impl Server {
     /// The ng control socket's address, when one is configured.
     pub fn ng_addr(&self) -> Option<SocketAddr> {
         self.ng_addr
+    }
+
+    /// The admin key in force (configured, or made at start), for the operator's tools.
+    pub fn admin_key(&self) -> auth::Secret {
+        self.access
+            .policy()
+            .admin_key()
+            .cloned()
+            .expect("Server::start always sets an admin key")
+    }
+
+    /// The metrics listener's address (`metrics`), when one is configured.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// Puts the credentials of `config` in force from the next request on: `api_keys`,
+    /// `admin_key`, `token`, the rooms' tokens and `open` (the rest of `config` is not
+    /// re-read). Err: `config` does not check; the credentials in force stay.
+    pub fn reload_access(&self, config: &ServeConfig) -> Result<(), String> {
+        config.check().map_err(|e| e.0)?;
+        let mut config = config.clone();
+        if config.admin_key.is_none() {
+            // The key made at start stays: the file the operator was given still works.
+            config.admin_key = Some(self.admin_key());
+        }
+        self.access.replace(auth::Policy::new(&config));
+        tracing::info!(
+            keys = config.api_keys.len(),
+            admin_key = config.admin_key.is_some(),
+            "access credentials reloaded"
+        );
+        Ok(())
     }
 
     /// The signaling's base URL: `https://ip:port` when HTTPS is served, else `http://ip:port`.

@@ -29,7 +29,7 @@ use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
 
 use super::ng_codecs::{caller_keeps, plan};
-use super::{Gateway, JoinError, JoinKind};
+use super::{Gateway, JoinError, JoinKind, Who};
 use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
 use secrelay_wire::ng::{error_reply, parse, reply, Dtls, Flags, Ice, OfferAnswer, Request};
 
@@ -348,7 +348,7 @@ impl Ng {
         let room = format!("call:{}", o.call_id);
         let j = self
             .gateway
-            .offer_rtp(&room, spec)
+            .offer_rtp(&room, spec, Who::default())
             .await
             .map_err(|e| join_reason(&e))?;
         self.calls.insert(
@@ -405,7 +405,7 @@ impl Ng {
         let room = format!("call:{}", o.call_id);
         let j = self
             .gateway
-            .offer_webrtc(&room, sections)
+            .offer_webrtc(&room, sections, Who::default())
             .await
             .map_err(|e| join_reason(&e))?;
         self.calls.insert(
@@ -565,7 +565,7 @@ impl Ng {
             }
             let j = self
                 .gateway
-                .join(&call.room, offer, JoinKind::Join)
+                .join(&call.room, offer, JoinKind::Join, Who::default())
                 .await
                 .map_err(|e| join_reason(&e))?;
             (j.id, j.answer)
@@ -591,7 +591,7 @@ impl Ng {
             }
             let j = self
                 .gateway
-                .join_rtp(&call.room, offer)
+                .join_rtp(&call.room, offer, Who::default())
                 .await
                 .map_err(|e| join_reason(&e))?;
             (j.id, j.answer)

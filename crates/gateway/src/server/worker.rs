@@ -34,7 +34,8 @@ use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
 use crate::shard::{
-    Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
+    Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, Output,
+    RoomSnapshot, Shard, Who,
 };
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -61,6 +62,7 @@ pub(crate) enum Command {
         room: String,
         offer: Box<Offer>,
         kind: JoinKind,
+        who: Who,
         reply: oneshot::Sender<Result<Joined, JoinError>>,
     },
     /// End a participant (close_notify); replies whether it existed.
@@ -73,6 +75,7 @@ pub(crate) enum Command {
     OfferWebRtc {
         room: String,
         sections: Vec<WebRtcOfferSection>,
+        who: Who,
         reply: oneshot::Sender<Result<Joined, JoinError>>,
     },
     /// The peer's answer to that offer; replies the codecs it took.
@@ -86,12 +89,14 @@ pub(crate) enum Command {
     JoinRtp {
         room: String,
         offer: Box<RtpDescription>,
+        who: Who,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
     },
     /// Make a telephony participant that offers to a phone (a SIP proxy's `offer`).
     OfferRtp {
         room: String,
         spec: Box<RtpOfferSpec>,
+        who: Who,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
     },
     /// The phone's answer to that offer; replies the codecs it took.
@@ -133,7 +138,7 @@ pub(crate) enum Command {
     SetMixing {
         room: String,
         mix: Option<MixSettings>,
-        reply: oneshot::Sender<()>,
+        reply: oneshot::Sender<Result<(), String>>,
     },
     /// Which simulcast layer a participant is sent (of one publisher's, or all).
     SetLayer {
@@ -199,6 +204,11 @@ pub(crate) struct Shared {
     pub notices: std::sync::Mutex<HashMap<String, tokio::sync::mpsc::UnboundedSender<Notice>>>,
     /// When each worker sheds what (admission control).
     pub admission: AdmissionConfig,
+    /// Where rooms' and members' lifecycle goes (the signaling's records, webhooks), once the
+    /// server watches it.
+    pub lifecycle: std::sync::OnceLock<tokio::sync::mpsc::Sender<Lifecycle>>,
+    /// Lifecycle events dropped because the watcher's queue was full.
+    pub lifecycle_dropped: std::sync::atomic::AtomicU64,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -424,9 +434,10 @@ impl Worker {
                 room,
                 offer,
                 kind,
+                who,
                 reply,
             } => {
-                let r = self.shard.join(now, &room, &offer, kind);
+                let r = self.shard.join(now, &room, &offer, kind, &who);
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -438,9 +449,10 @@ impl Worker {
             Command::OfferWebRtc {
                 room,
                 sections,
+                who,
                 reply,
             } => {
-                let r = self.shard.offer_webrtc(now, &room, &sections);
+                let r = self.shard.offer_webrtc(now, &room, &sections, &who);
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -454,13 +466,25 @@ impl Worker {
                 self.after_command();
                 let _ = reply.send(r);
             }
-            Command::JoinRtp { room, offer, reply } => {
-                let r = self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports));
+            Command::JoinRtp {
+                room,
+                offer,
+                who,
+                reply,
+            } => {
+                let r =
+                    self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports, &who));
                 self.after_command();
                 let _ = reply.send(r);
             }
-            Command::OfferRtp { room, spec, reply } => {
-                let r = self.with_ports(|shard, ports| shard.offer_rtp(now, &room, &spec, ports));
+            Command::OfferRtp {
+                room,
+                spec,
+                who,
+                reply,
+            } => {
+                let r =
+                    self.with_ports(|shard, ports| shard.offer_rtp(now, &room, &spec, ports, &who));
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -506,9 +530,9 @@ impl Worker {
                 let _ = reply.send(r);
             }
             Command::SetMixing { room, mix, reply } => {
-                self.shard.set_mixing(&room, mix);
+                let r = self.shard.set_mixing(&room, mix);
                 self.after_command();
-                let _ = reply.send(());
+                let _ = reply.send(r);
             }
             Command::SetLayer {
                 room,
@@ -873,6 +897,15 @@ impl Worker {
                     .push(id);
             }
             Event::Connected { handshake } => self.stats.handshake_time.record(handshake),
+            Event::Lifecycle(l) => {
+                if let Some(tx) = self.shared.lifecycle.get() {
+                    if tx.try_send(l).is_err() {
+                        self.shared
+                            .lifecycle_dropped
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
             Event::Offer { id, revision, sdp } => {
                 let notices = self
                     .shared
