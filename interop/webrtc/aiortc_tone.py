@@ -28,6 +28,7 @@ import fractions
 import json
 import logging
 import math
+import os
 import sys
 import time
 import urllib.error
@@ -90,9 +91,9 @@ class SineTrack(MediaStreamTrack):
         return frame
 
 
-def http(method, url, body=None, content_type=None):
+def http(method, url, body=None, content_type=None, headers=None):
     """One HTTP request (blocking; run it in a thread). Returns (status, headers, body)."""
-    req = urllib.request.Request(url, data=body, method=method)
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     if content_type:
         req.add_header("Content-Type", content_type)
     try:
@@ -228,7 +229,11 @@ class Peer:
 
 
 async def room_snapshot(base, room):
-    status, _, body = await asyncio.to_thread(http, "GET", f"{base}/api/rooms/{room}")
+    # The room's participants are the operator's to see: the gateway's admin key, which the
+    # test hands over in the environment.
+    admin = os.environ.get("SECRELAY_ADMIN_KEY")
+    headers = {"Authorization": f"Bearer {admin}"} if admin else {}
+    status, _, body = await asyncio.to_thread(http, "GET", f"{base}/api/rooms/{room}", None, None, headers)
     if status != 200:
         return {"status": status}
     return [

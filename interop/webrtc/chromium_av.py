@@ -597,7 +597,10 @@ def api_room(base, room, ca=None):
 
     ctx = ssl.create_default_context(cafile=ca) if ca else None
     try:
-        with urllib.request.urlopen(f"{base.rstrip('/')}/api/rooms/{room}", timeout=10, context=ctx) as r:
+        admin = os.environ.get("SECRELAY_ADMIN_KEY")  # the operator's view: the gateway's admin key
+        req = urllib.request.Request(f"{base.rstrip('/')}/api/rooms/{room}",
+                                     headers={"Authorization": f"Bearer {admin}"} if admin else {})
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
             snap = json.loads(r.read())
     except OSError as e:
         return {"error": str(e)}

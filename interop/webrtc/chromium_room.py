@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 import websocket  # websocket-client
@@ -94,7 +95,7 @@ def new_tab(port, url):
         return json.loads(r.read())["webSocketDebuggerUrl"]
 
 
-SNAPSHOT = """window.secrelay ? window.secrelay.stats().then(s => JSON.stringify({state: window.secrelay.state, stats: s})) : null"""
+SNAPSHOT = """window.secrelay ? window.secrelay.stats().then(s => JSON.stringify({state: window.secrelay.state, stats: s, href: location.href})) : null"""
 
 
 def summary(raw):
@@ -108,6 +109,8 @@ def summary(raw):
         "answers": st.get("answers"), "videos_decoding": len(videos), "audios_playing": len(audios),
         "frames": sorted(x.get("framesDecoded") or 0 for x in videos),
         "sizes": sorted({f"{x.get('width')}x{x.get('height')}" for x in videos}),
+        "members": [m.get("name") for m in (st.get("members") or [])],
+        "token_in_address": "token" in (v.get("href") or ""),
     }
 
 
@@ -143,8 +146,15 @@ def run(args, result, work):
     try:
         port = devtools_port(profile, args.timeout)
         url = f"{args.base.rstrip('/')}/room/{args.room}?autojoin=1&low=1"
+        if args.token:
+            # In the fragment, as a user is told to: the page takes it out of the address.
+            url += "#token=" + urllib.parse.quote(args.token, safe="")
         for _ in range(args.pages):
-            tabs.append(Tab(new_tab(port, url)))
+            # A blank tab, then navigated: the DevTools endpoint that opens a tab takes the URL
+            # as its query and would drop the fragment (the token).
+            tab = Tab(new_tab(port, "about:blank"))
+            tab.call("Page.navigate", url=url)
+            tabs.append(tab)
             time.sleep(1.5)
         want = args.pages - 1
         end = time.monotonic() + args.timeout
@@ -181,6 +191,7 @@ def main():
     ap.add_argument("--room", default="page-room")
     ap.add_argument("--chromium", default=os.environ.get("SECRELAY_CHROMIUM", "/usr/bin/chromium"))
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--token", help="an access token for the room, given to each page in its address's fragment")
     ap.add_argument("--screenshot", help="keep the screenshot here")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium), "room": args.room}

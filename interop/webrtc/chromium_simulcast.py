@@ -190,7 +190,10 @@ def api_viewer(base, room, ca):
     """The gateway's view of the room's WHEP viewer: the layer it is sent, its estimate."""
     ctx = ssl.create_default_context(cafile=ca) if ca else None
     try:
-        with urllib.request.urlopen(f"{base.rstrip('/')}/api/rooms/{room}", timeout=5, context=ctx) as r:
+        admin = os.environ.get("SECRELAY_ADMIN_KEY")  # the operator's view: the gateway's admin key
+        req = urllib.request.Request(f"{base.rstrip('/')}/api/rooms/{room}",
+                                     headers={"Authorization": f"Bearer {admin}"} if admin else {})
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as r:
             snap = json.loads(r.read())
     except OSError as e:
         return {"error": str(e)}

@@ -157,6 +157,27 @@ fn run_phones(
     Ok(tallies)
 }
 
+/// The participants' access token: publish and subscribe in the demo's rooms (`room-…`), for
+/// the run and a minute more.
+fn demo_token(secret: &secrelay_gateway::server::auth::Secret, secs: u64) -> Result<String> {
+    use secrelay_gateway::server::auth::{mint, unix_now, Claims, Grants};
+    let now = unix_now();
+    let claims = Claims {
+        iss: None,
+        sub: "demo-participant".into(),
+        exp: now + secs + 60,
+        nbf: None,
+        iat: Some(now),
+        grants: Grants {
+            room_prefix: Some("room-".into()),
+            publish: true,
+            subscribe: true,
+            ..Grants::default()
+        },
+    };
+    mint("demo", secret.expose().as_bytes(), &claims).map_err(|e| anyhow!("the demo's token: {e}"))
+}
+
 /// Runs the demo.
 pub fn run(a: &DemoArgs) -> Result<()> {
     if a.rooms == 0 || a.per_room < 2 {
@@ -166,7 +187,11 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         bail!("--duration must be at least 1 second");
     }
     crate::serve::init_logs(&a.log)?;
+    // Rooms closed to anonymous callers, as a deployment's are: the participants join with an
+    // access token minted here with a key made for this run.
+    let secret = secrelay_gateway::server::auth::Secret::random();
     let config = ServeConfig {
+        api_keys: [("demo".to_owned(), secret.clone())].into(),
         // HTTPS, with a certificate from a throw-away private CA made at start: the
         // participants trust that CA and nothing else.
         https: Some("127.0.0.1:0".parse().expect("a valid literal address")),
@@ -193,8 +218,10 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         a.per_room,
         a.duration
     );
+    let mut signaling = Signaling::new(server.url()).with_ca_file(&ca)?;
+    signaling.token = Some(demo_token(&secret, a.duration)?);
     let fleet_config = FleetConfig {
-        signaling: Signaling::new(server.url()).with_ca_file(&ca)?,
+        signaling,
         rooms: a.rooms,
         per_room: a.per_room,
         legs: vec![Leg::Join],

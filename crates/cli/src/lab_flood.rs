@@ -43,6 +43,9 @@ pub struct FloodArgs {
     /// Bearer token for the rooms.
     #[arg(long)]
     pub token: Option<String>,
+    /// With --target: the gateway's admin key.
+    #[command(flatten)]
+    pub admin: crate::lab_gateway::AdminKeyArg,
     /// The gateway's process id, for its CPU time and memory (/proc); known when the lab
     /// starts it.
     #[arg(long)]
@@ -184,6 +187,10 @@ pub fn run(a: &FloodArgs) -> Result<()> {
     }
     let mut signaling = Signaling::new(target.as_str());
     signaling.token = a.token.clone();
+    signaling.admin = match &spawned {
+        Some(g) => Some(g.admin.key().to_owned()),
+        None => a.admin.key()?,
+    };
     if let Some(ca) = &a.ca {
         signaling = signaling.with_ca_file(ca)?;
     }

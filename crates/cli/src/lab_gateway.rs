@@ -14,6 +14,30 @@ use secrelay_lab::client::load::{self, LoadOptions};
 use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
 use secrelay_testkit::{Leg, Media, Signaling};
 
+/// The admin key of a running gateway, for its `/metrics`: the flag every lab tool aimed at
+/// one (`--target`) takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct AdminKeyArg {
+    /// A file holding the gateway's admin key (the file `secrelay serve` printed, or its
+    /// --admin-key-file); else $SECRELAY_ADMIN_KEY.
+    #[arg(long, value_name = "FILE")]
+    pub admin_key_file: Option<PathBuf>,
+}
+
+impl AdminKeyArg {
+    /// The key, if one was given.
+    pub(crate) fn key(&self) -> Result<Option<String>> {
+        if let Some(path) = &self.admin_key_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--admin-key-file {}: {e}", path.display()))?;
+            return Ok(Some(text.trim().to_owned()));
+        }
+        Ok(std::env::var("SECRELAY_ADMIN_KEY")
+            .ok()
+            .filter(|k| !k.is_empty()))
+    }
+}
+
 /// How the lab reaches a running gateway and drives its participants: the flags
 /// `gateway-load` and `overload` share.
 #[derive(Args, Debug)]
@@ -35,6 +59,9 @@ pub struct GatewayClientArgs {
     /// Bearer token for the rooms.
     #[arg(long)]
     pub token: Option<String>,
+    /// The gateway's admin key.
+    #[command(flatten)]
+    pub admin: AdminKeyArg,
     /// Address the participants' sockets bind to.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: IpAddr,
@@ -42,9 +69,11 @@ pub struct GatewayClientArgs {
 
 impl GatewayClientArgs {
     /// The signaling client of `--target` (HTTPS trusts the `--ca` certificate), with the
-    /// rooms' `--token`.
+    /// rooms' `--token` and the gateway's admin key.
     pub(crate) fn signaling(&self) -> Result<Signaling> {
-        signaling(&self.target, self.ca.as_deref(), self.token.clone())
+        let mut s = signaling(&self.target, self.ca.as_deref(), self.token.clone())?;
+        s.admin = self.admin.key()?;
+        Ok(s)
     }
 }
 

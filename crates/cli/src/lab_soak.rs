@@ -54,6 +54,9 @@ pub struct SoakArgs {
     /// With --target: a Bearer token for its rooms.
     #[arg(long, requires = "target")]
     pub token: Option<String>,
+    /// With --target: the gateway's admin key.
+    #[command(flatten)]
+    pub admin: crate::lab_gateway::AdminKeyArg,
     /// The started gateway's packet workers.
     #[arg(long, default_value_t = 2, conflicts_with = "target")]
     pub workers: usize,
@@ -131,6 +134,7 @@ pub fn run(a: &SoakArgs) -> Result<()> {
             }
             let mut s = Signaling::new(url.trim_end_matches('/'));
             s.token = a.token.clone();
+            s.admin = a.admin.key()?;
             if let Some(ca) = &a.ca {
                 s = s.with_ca_file(ca)?;
             }
@@ -140,7 +144,9 @@ pub fn run(a: &SoakArgs) -> Result<()> {
             let exe = std::env::current_exe()
                 .map_err(|e| anyhow!("finding the secrelay binary to start the gateway: {e}"))?;
             let g = ChildGateway::start(&exe, a.workers, timeout)?;
-            let s = Signaling::new(g.url.clone()).with_ca_file(&g.ca)?;
+            let s = Signaling::new(g.url.clone())
+                .with_ca_file(&g.ca)?
+                .with_admin(g.admin.key());
             let (ng, pid, t) = (Some(g.ng), Some(g.pid()), Some(g.timeouts));
             (Some(g), s, ng, pid, t)
         }

@@ -24,6 +24,7 @@ mod lab_overload;
 mod lab_soak;
 mod no_lab;
 mod serve;
+mod token;
 
 /// What `secrelay lab` takes: the studies, or (built without them) anything, refused.
 #[cfg(feature = "lab")]
@@ -61,6 +62,9 @@ enum Command {
     /// Private CA for lab set-ups, and certificate fingerprints for SDP.
     #[command(subcommand)]
     Ca(ca::CaCommand),
+    /// Access tokens for the gateway's signaling, signed with one of its API keys.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
     /// The studies, re-measured here beside the libraries people use: tables, JSON, HTML report.
     #[command(subcommand)]
     Lab(LabCli),
@@ -123,6 +127,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Ca(c) => ca::run(&c),
+        Command::Token(c) => token::run(c),
         Command::Lab(c) => run_lab(c),
     };
     match result {

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, Result};
 use clap::Args;
+use secrelay_gateway::server::auth::Secret;
 use secrelay_gateway::server::{ServeConfig, Server};
 
 /// Flags of `secrelay serve`; each one overrides the same key of the config file.
@@ -65,9 +66,72 @@ pub struct ServeArgs {
     /// Complexity of the gateway's own Opus encoders, 0–10 (transcoding and mixing; default 10).
     #[arg(long, value_name = "0-10")]
     pub opus_complexity: Option<i32>,
+    /// The admin key (the operator's credential for /api and /metrics) is read from this file;
+    /// if it does not exist, a fresh key is written there (readable by its owner only).
+    /// Without this flag or `admin_key` in the config, a key is made at start and written to a
+    /// temporary file whose path is printed. Re-read on SIGHUP.
+    #[arg(long, value_name = "FILE")]
+    pub admin_key_file: Option<PathBuf>,
+    /// An origin whose pages may call the gateway from a browser (CORS), e.g.
+    /// https://app.example.com, or * for any; repeat for more. Replaces the config's
+    /// `cors_origins`. Default: none but the gateway's own pages.
+    #[arg(long = "cors-origin", value_name = "ORIGIN")]
+    pub cors_origins: Vec<String>,
+    /// A plain HTTP listener for /metrics and /healthz only, with no credential: ADDR, or a
+    /// port (on 127.0.0.1). Without it /metrics needs the admin key.
+    #[arg(long, value_name = "ADDR|PORT", value_parser = parse_metrics_addr)]
+    pub metrics: Option<SocketAddr>,
     /// Log filter (tracing's syntax, e.g. `info` or `secrelay_gateway=debug`).
     #[arg(long, default_value = "info")]
     pub log: String,
+}
+
+/// `--metrics`: an address, or a port on loopback.
+fn parse_metrics_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse()
+        .map_err(|_| format!("{s:?}: an address (127.0.0.1:9464) or a port"))
+}
+
+/// The admin key in `path`, or a fresh one written there (mode 0600) when the file does not
+/// exist.
+pub fn admin_key_from(path: &std::path::Path) -> Result<Secret> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let key = text.trim();
+            if key.len() < secrelay_gateway::server::auth::MIN_SECRET_LEN {
+                return Err(anyhow!(
+                    "--admin-key-file {}: the key is {} bytes: at least {}",
+                    path.display(),
+                    key.len(),
+                    secrelay_gateway::server::auth::MIN_SECRET_LEN
+                ));
+            }
+            Ok(Secret::from(key))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key = Secret::random();
+            write_private(path, key.expose())
+                .map_err(|e| anyhow!("--admin-key-file {}: {e}", path.display()))?;
+            Ok(key)
+        }
+        Err(e) => Err(anyhow!("--admin-key-file {}: {e}", path.display())),
+    }
+}
+
+/// Writes `text` to a new file only its owner can read.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(text.as_bytes())?;
+    f.write_all(b"\n")
 }
 
 /// Builds the configuration from the file and the flags.
@@ -116,6 +180,15 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     if let Some(n) = a.opus_complexity {
         c.opus_complexity = n;
     }
+    if let Some(m) = a.metrics {
+        c.metrics = Some(m);
+    }
+    if !a.cors_origins.is_empty() {
+        c.cors_origins = a.cors_origins.clone();
+    }
+    if let Some(path) = &a.admin_key_file {
+        c.admin_key = Some(admin_key_from(path)?);
+    }
     c.check().map_err(|e| anyhow!("{e}"))?;
     Ok(c)
 }
@@ -143,11 +216,30 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| anyhow!("installing the signal handler: {e}"))?;
     }
-    // SIGHUP: the HTTPS certificate again from its source (files re-read, or issued afresh).
+    // SIGHUP: the HTTPS certificate again from its source (files re-read, or issued afresh),
+    // and the credentials (the config file and --admin-key-file read again).
     let reload = Arc::new(AtomicBool::new(false));
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
         .map_err(|e| anyhow!("installing the SIGHUP handler: {e}"))?;
+    let made_admin_key = c.admin_key.is_none();
     let server = Server::start(c).map_err(|e| anyhow!("{e}"))?;
+    // A key made at start goes to a file only this user can read, gone at exit.
+    let _admin_key_dir = if made_admin_key {
+        let dir = tempfile::Builder::new()
+            .prefix("secrelay-admin-")
+            .tempdir()
+            .map_err(|e| anyhow!("a directory for the admin key: {e}"))?;
+        let path = dir.path().join("admin.key");
+        write_private(&path, server.admin_key().expose())
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        eprintln!(
+            "secrelay serve: admin key (for /api and /metrics: Authorization: Bearer <key>) in {}",
+            path.display()
+        );
+        Some(dir)
+    } else {
+        None
+    };
     let g = server.gateway();
     let mut signaling = Vec::new();
     if let (Some(a), Some(tls)) = (server.https_addr(), server.tls()) {
@@ -174,6 +266,12 @@ pub fn run(a: &ServeArgs) -> Result<()> {
                 Ok(fp) => eprintln!("secrelay serve: HTTPS certificate reloaded ({fp})"),
                 Err(e) => eprintln!(
                     "secrelay serve: HTTPS certificate reload failed, the one in use stays: {e}"
+                ),
+            }
+            match config(a).and_then(|c| server.reload_access(&c).map_err(|e| anyhow!("{e}"))) {
+                Ok(()) => eprintln!("secrelay serve: credentials reloaded"),
+                Err(e) => eprintln!(
+                    "secrelay serve: credentials reload failed, the ones in force stay: {e}"
                 ),
             }
         }

@@ -118,6 +118,8 @@ struct Gateway {
     /// Over HTTPS: the private CA's certificate (DER) the gateway's certificate is checked
     /// against.
     ca: Option<Vec<u8>>,
+    /// Its admin key (`/api/…` and `/metrics`).
+    admin: secrelay_testkit::AdminKeyFile,
 }
 
 impl Gateway {
@@ -127,9 +129,13 @@ impl Gateway {
 
     /// `secrelay serve` over HTTPS, its certificate issued by the private CA in `ca_dir`.
     fn start_https(ca_dir: &Path) -> Gateway {
+        let admin = secrelay_testkit::AdminKeyFile::new().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
             .args(["serve", "--https", "127.0.0.1:0", "--tls-ca"])
             .arg(ca_dir)
+            .arg("--admin-key-file")
+            .arg(admin.path())
+            .args(["--cors-origin", "*"])
             .args([
                 "--udp",
                 "127.0.0.1:0",
@@ -174,6 +180,7 @@ impl Gateway {
             ng: None,
             log,
             ca: Some(ca),
+            admin,
         }
     }
 
@@ -184,6 +191,7 @@ impl Gateway {
 
     /// `secrelay serve` with its media on `udp`, announced as `announce`.
     fn spawn(udp: &str, announce: &str, extra: &[&str]) -> Gateway {
+        let admin = secrelay_testkit::AdminKeyFile::new().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
             .args([
                 "serve",
@@ -196,6 +204,11 @@ impl Gateway {
                 "--log",
                 "info",
             ])
+            .arg("--admin-key-file")
+            .arg(admin.path())
+            // The drivers' pages are served from an origin of their own (CORS as any web
+            // application sees it): this gateway lets any origin call it.
+            .args(["--cors-origin", "*"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -239,6 +252,7 @@ impl Gateway {
             ng,
             log,
             ca: None,
+            admin,
         }
     }
 
@@ -250,7 +264,12 @@ impl Gateway {
     fn get(&self, path: &str) -> (u16, String) {
         if let Some(ca) = &self.ca {
             let addr = self.base.trim_start_matches("https://").parse().unwrap();
-            return match secrelay_lab::handshake::tls_servers::https_get(addr, ca, path) {
+            return match secrelay_lab::handshake::tls_servers::https_get(
+                addr,
+                ca,
+                path,
+                Some(self.admin.key()),
+            ) {
                 Ok(body) => (200, body),
                 Err(e) => (0, format!("{e:#}")),
             };
@@ -260,7 +279,8 @@ impl Gateway {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         write!(
             s,
-            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+            "GET {path} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            self.admin.key()
         )
         .unwrap();
         let mut raw = Vec::new();
@@ -347,6 +367,7 @@ fn run_script(python: &Path, name: &str, args: &[&str], gw: &Gateway) -> (Value,
         .arg(python)
         .arg(script(name))
         .args(args)
+        .env("SECRELAY_ADMIN_KEY", gw.admin.key())
         .output()
         .expect("running timeout(1) with python");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -693,6 +714,69 @@ fn five_room_pages_each_play_the_other_four_and_show_video() {
     );
     let rooms = gw.rooms_when_empty();
     assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+}
+
+/// The room page in a room that needs a token: three headless Chromium pages given an access
+/// token in their address's fragment each play the other two (renegotiating as the others
+/// arrive), list the others by the token's identity, and keep the token out of the address.
+#[test]
+fn three_room_pages_in_a_token_room_each_play_the_other_two() {
+    let test = "three_room_pages_in_a_token_room_each_play_the_other_two";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    let Some(python) = python(test) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gw.toml");
+    std::fs::write(
+        &config,
+        "[api_keys]\npages = \"0123456789abcdef0123456789abcdef-pages\"\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["token", "create", "--config", &config, "--key", "pages"])
+        .args(["--identity", "page", "--room", "locked", "--publish", "--subscribe"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let gw = Gateway::start_with(&["--config", &config]);
+    let chromium = chromium.to_string_lossy().into_owned();
+    let (v, ok) = run_script(
+        &python,
+        "chromium_room.py",
+        &[
+            "--base", &gw.base, "--pages", "3", "--room", "locked", "--token", &token,
+            "--chromium", &chromium, "--timeout", "60",
+        ],
+        &gw,
+    );
+    assert!(ok, "chromium_room.py failed: {v}");
+    let pages = v["pages"].as_array().expect("pages");
+    assert_eq!(pages.len(), 3, "{v}");
+    for p in pages {
+        assert_eq!(p["videos_decoding"], 2, "{p}");
+        assert_eq!(p["audios_playing"], 2, "{p}");
+        assert!(p["error"].is_null(), "{p}");
+        assert_eq!(p["token_in_address"], false, "{p}");
+        assert_eq!(p["members"], serde_json::json!(["page", "page", "page"]), "{p}");
+    }
+    assert!(pages[0]["offers"].as_u64().unwrap_or(0) >= 1, "renegotiated: {v}");
+    // Without the token the room refuses a join.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let r = agent
+        .post(&format!("{}/rooms/locked/join", gw.base))
+        .header("Content-Type", "application/sdp")
+        .send("v=0\r\n")
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401);
 }
 
 /// Viewers that come late and lose packets (issue 17): Chromium publishes; 5 s later one

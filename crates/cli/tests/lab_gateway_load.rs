@@ -31,6 +31,8 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
         "join,join,sdes,plain",
         "--server-pid",
         &pid,
+        "--admin-key-file",
+        server.admin_key_file(),
     ]);
 
     assert_eq!(r["participants"], 16, "{r}");
@@ -83,6 +85,7 @@ fn broadcast(extra: &[&str]) -> (Value, String) {
     args.extend(["--viewers", "5", "--publishers", "1", "--duration", "3"]);
     args.extend_from_slice(extra);
     args.extend(["--server-pid", &pid]);
+    args.extend(["--admin-key-file", server.admin_key_file()]);
     lab_json(&args)
 }
 

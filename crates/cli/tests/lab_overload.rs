@@ -31,6 +31,7 @@ fn overload_sheds_new_calls_keeps_established_ones_and_recovers() {
         .args(["--calls", "3", "--storm-calls", "80"])
         .args(["--waves", "4", "--window", "4"])
         .args(["--server-pid", &server.0.id().to_string()])
+        .args(["--admin-key-file", server.admin_key_file()])
         .arg("--json")
         .arg(&json)
         .output()

@@ -39,12 +39,17 @@ struct Serve {
     child: Child,
     https: String,
     log: Arc<Mutex<String>>,
+    /// Its admin key (`/metrics`).
+    admin: secrelay_testkit::AdminKeyFile,
 }
 
 impl Serve {
     fn start(extra: &[&str]) -> Serve {
+        let admin = secrelay_testkit::AdminKeyFile::new().unwrap();
         let mut child = secrelay()
             .args(["serve", "--udp", "127.0.0.1:0", "--log", "info"])
+            .arg("--admin-key-file")
+            .arg(admin.path())
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -74,7 +79,12 @@ impl Serve {
                 keep.lock().unwrap().push_str(&format!("{line}\n"));
             }
         });
-        Serve { child, https, log }
+        Serve {
+            child,
+            https,
+            log,
+            admin,
+        }
     }
 
     fn log(&self) -> String {
@@ -162,11 +172,13 @@ fn wait_output(mut child: Child, limit: Duration) -> String {
 }
 
 /// A counter from /metrics, read with curl over HTTPS.
-fn metric(https: &str, ca: &Path, sample_prefix: &str) -> u64 {
+fn metric(serve: &Serve, ca: &Path, sample_prefix: &str) -> u64 {
     let (ok, body, err) = curl(&[
         "--cacert",
         ca.to_str().unwrap(),
-        &format!("https://{https}/metrics"),
+        "-H",
+        &format!("Authorization: Bearer {}", serve.admin.key()),
+        &format!("https://{}/metrics", serve.https),
     ]);
     assert!(ok, "{err}");
     body.lines()
@@ -250,18 +262,18 @@ fn curl_and_openssl_complete_tls13_and_tls12_and_resume_sessions() {
     }
     // The server counted the resumptions as such.
     let resumed = metric(
-        &https,
+        &serve,
         &ca,
         "secrelay_tls_handshakes_total{version=\"1.3\",kind=\"resumed\"",
     ) + metric(
-        &https,
+        &serve,
         &ca,
         "secrelay_tls_handshakes_total{version=\"1.2\",kind=\"resumed\"",
     );
     assert_eq!(resumed, 2, "{}", serve.log());
     assert_eq!(
         metric(
-            &https,
+            &serve,
             &ca,
             "secrelay_tls_handshake_failures_total{reason=\"alert_received\"}"
         ),

@@ -1509,6 +1509,8 @@ pub struct ChildGateway {
     pub ng: SocketAddr,
     /// ICE consent and telephony media timeouts, seconds.
     pub timeouts: (f64, f64),
+    /// Its admin key (for `/metrics`).
+    pub admin: secrelay_testkit::AdminKeyFile,
     _config: tempfile::NamedTempFile,
 }
 
@@ -1527,10 +1529,13 @@ impl ChildGateway {
             "consent_timeout_secs = {timeout:?}\nmedia_timeout_secs = {timeout:?}\nended_resource_grace_secs = {timeout:?}\nrtp_ports = \"42000-45999\"\ndrain_secs = 0.2"
         )
         .context("writing the gateway's config file")?;
+        let admin = secrelay_testkit::AdminKeyFile::new()?;
         let mut child = Command::new(exe)
             .arg("serve")
             .arg("--config")
             .arg(config.path())
+            .arg("--admin-key-file")
+            .arg(admin.path())
             .args([
                 "--https",
                 "127.0.0.1:0",
@@ -1591,6 +1596,7 @@ impl ChildGateway {
             ca,
             ng,
             timeouts: (timeout, timeout),
+            admin,
             _config: config,
         })
     }

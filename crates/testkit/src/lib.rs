@@ -35,4 +35,4 @@ pub mod video;
 pub use browser::{Browser, Inbound};
 pub use link::{Air, Link, Rng};
 pub use participant::{Media, PeerDtls, Phase, SentStamps, SimParticipant, StreamRx, VideoRx};
-pub use signaling::{Leg, Signaling};
+pub use signaling::{AdminKeyFile, Leg, Signaling};

@@ -76,6 +76,9 @@ pub struct Signaling {
     pub base_url: String,
     /// A Bearer token, if the rooms need one.
     pub token: Option<String>,
+    /// The gateway's admin key, for `/api/…` and `/metrics` (the room token is sent there
+    /// when there is none).
+    pub admin: Option<String>,
     /// The certificate (DER) of the private CA that issued the gateway's HTTPS certificate:
     /// the only trust anchor of an `https://` base URL (the gateway's certificate is verified
     /// against it, name included).
@@ -88,6 +91,7 @@ impl Signaling {
         Signaling {
             base_url: base_url.into(),
             token: None,
+            admin: None,
             ca: None,
         }
     }
@@ -101,6 +105,21 @@ impl Signaling {
             .map_err(|e| anyhow::anyhow!("the CA certificate {}: {e}", ca_pem.display()))?;
         self.ca = chain.into_iter().next();
         Ok(self)
+    }
+
+    /// The same, sending `admin` (the gateway's admin key) to `/api/…` and `/metrics`.
+    pub fn with_admin(mut self, admin: impl Into<String>) -> Signaling {
+        self.admin = Some(admin.into());
+        self
+    }
+
+    /// The credential for `path`: the admin key for the operator's routes, else the token.
+    fn credential(&self, path: &str) -> Option<&str> {
+        let operator = path.starts_with("/api/") || path.starts_with("/metrics");
+        match (&self.admin, &self.token) {
+            (Some(a), _) if operator => Some(a),
+            (_, t) => t.as_deref(),
+        }
     }
 
     fn agent(&self) -> ureq::Agent {
@@ -192,7 +211,7 @@ impl Signaling {
             .agent()
             .patch(&url)
             .header("Content-Type", "application/json");
-        if let Some(t) = &self.token {
+        if let Some(t) = self.credential("/api/") {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
         let mut resp = req
@@ -213,7 +232,7 @@ impl Signaling {
     pub fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
         let url = format!("{}{}", self.base_url, path);
         let mut req = self.agent().get(&url);
-        if let Some(t) = &self.token {
+        if let Some(t) = self.credential(path) {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
         let mut resp = req.call().with_context(|| format!("GET {url}"))?;
@@ -237,5 +256,50 @@ impl Signaling {
             .with_context(|| format!("DELETE {url}"))?
             .status()
             .as_u16())
+    }
+}
+
+/// An admin key for a `secrelay serve` the lab or a test starts: made fresh, written to a file
+/// only this user can read (`--admin-key-file`), the file removed on drop.
+#[derive(Debug)]
+pub struct AdminKeyFile {
+    path: std::path::PathBuf,
+    key: String,
+}
+
+impl AdminKeyFile {
+    /// A fresh key in a new file under the temporary directory.
+    pub fn new() -> anyhow::Result<AdminKeyFile> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut b = [0u8; 32];
+        getrandom::fill(&mut b).map_err(|e| anyhow::anyhow!("random bytes: {e}"))?;
+        let key: String = b.iter().map(|x| format!("{x:02x}")).collect();
+        let path = std::env::temp_dir().join(format!("secrelay-admin-{}.key", &key[..16]));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("the admin key file {}", path.display()))?;
+        f.write_all(key.as_bytes())
+            .with_context(|| format!("the admin key file {}", path.display()))?;
+        Ok(AdminKeyFile { path, key })
+    }
+
+    /// The file (for `--admin-key-file`).
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Drop for AdminKeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
 }

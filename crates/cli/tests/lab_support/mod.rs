@@ -85,8 +85,16 @@ pub fn rows<'a>(study: &'a Value, id: &str) -> &'a [Value] {
         .expect("rows")
 }
 
-/// Stops the server however the test ends.
-pub struct Server(pub Child);
+/// Stops the server however the test ends; its admin key (`--admin-key-file` for the lab
+/// tools aimed at it).
+pub struct Server(pub Child, pub secrelay_testkit::AdminKeyFile);
+
+impl Server {
+    /// The file holding its admin key, for a lab tool's `--admin-key-file`.
+    pub fn admin_key_file(&self) -> &str {
+        self.1.path().to_str().expect("a UTF-8 temporary path")
+    }
+}
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -102,15 +110,18 @@ pub fn serve() -> (Server, String) {
 
 /// The same with more arguments (a `--config` file).
 pub fn serve_with(extra: &[&str]) -> (Server, String) {
+    let admin = secrelay_testkit::AdminKeyFile::new().expect("an admin key file");
     let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
         .args(["--workers", "1", "--log", "warn"])
+        .arg("--admin-key-file")
+        .arg(admin.path())
         .args(extra)
         .stderr(Stdio::piped())
         .spawn()
         .expect("the secrelay binary runs");
     let mut lines = BufReader::new(child.stderr.take().expect("piped stderr")).lines();
-    let server = Server(child);
+    let server = Server(child, admin);
     let mut url = None;
     let end = Instant::now() + Duration::from_secs(30);
     while url.is_none() && Instant::now() < end {

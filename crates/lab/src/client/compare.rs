@@ -186,8 +186,11 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
 
 /// Runs `secrelay serve` (one worker) at one rate.
 pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow> {
+    let admin = secrelay_testkit::AdminKeyFile::new()?;
     let mut child = Command::new(exe)
         .args(SERVE_ONE_WORKER)
+        .arg("--admin-key-file")
+        .arg(admin.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -205,11 +208,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
     let participants = (pps / 50).max(2) as usize;
     let o = LoadOptions {
         fleet: FleetConfig {
-            signaling: Signaling {
-                base_url: url,
-                token: None,
-                ca: None,
-            },
+            signaling: Signaling::new(url).with_admin(admin.key()),
             rooms: participants / 2,
             per_room: 2,
             legs: vec![Leg::Join],

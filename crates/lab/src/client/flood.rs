@@ -467,7 +467,7 @@ impl Metrics {
 }
 
 pub(crate) fn metrics(s: &Signaling) -> anyhow::Result<Metrics> {
-    let text = metrics_text(&s.base_url)?;
+    let text = metrics_text(s)?;
     let scrape = parse_metrics(&text);
     Ok(Metrics { text, scrape })
 }
@@ -514,6 +514,8 @@ pub struct SpawnedGateway {
     pub url: String,
     /// Its HTTPS address, when it serves HTTPS too.
     pub https: Option<SocketAddr>,
+    /// Its admin key (for `/metrics`).
+    pub admin: secrelay_testkit::AdminKeyFile,
 }
 
 impl SpawnedGateway {
@@ -544,8 +546,11 @@ pub fn spawn_gateway(
     if let Some(c) = cpus {
         pin_current_thread(c);
     }
+    let admin = secrelay_testkit::AdminKeyFile::new()?;
     let spawned = Command::new(exe)
         .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
+        .arg("--admin-key-file")
+        .arg(admin.path())
         .args(["--workers", &workers.to_string(), "--log", "warn"])
         .args(extra)
         .stdout(Stdio::null())
@@ -560,6 +565,7 @@ pub fn spawn_gateway(
         child,
         url: String::new(),
         https: None,
+        admin,
     };
     let mut lines = BufReader::new(stderr).lines();
     for line in lines.by_ref() {

@@ -17,6 +17,7 @@ use anyhow::{bail, Context as _};
 use serde::Serialize;
 
 use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress, FleetReport, StreamCounts};
+use secrelay_testkit::Signaling;
 
 /// CPU time and resident memory of a process, from `/proc/PID/stat` and `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -390,26 +391,28 @@ pub struct LoadOptions {
     pub server_pid: Option<u32>,
 }
 
-/// The text of the gateway's `/metrics` at `base` (its signaling URL, plain HTTP).
-pub fn metrics_text(base: &str) -> anyhow::Result<String> {
-    let url = format!("{base}/metrics");
-    let mut r = ureq::get(&url)
-        .call()
-        .with_context(|| format!("GET {url}"))?;
-    r.body_mut()
-        .read_to_string()
-        .with_context(|| format!("GET {url}"))
+/// The text of the gateway's `/metrics` (with the signaling's admin key).
+pub fn metrics_text(signaling: &Signaling) -> anyhow::Result<String> {
+    let (status, body) = signaling.get("/metrics")?;
+    if status != 200 {
+        bail!(
+            "GET {}/metrics answered {status}: {} (the gateway's admin key: --admin-key-file)",
+            signaling.base_url,
+            body.trim()
+        );
+    }
+    Ok(body)
 }
 
-/// Scrapes the gateway at `base` (its signaling URL, plain HTTP).
-pub fn scrape(base: &str) -> anyhow::Result<Scrape> {
-    Ok(parse_metrics(&metrics_text(base)?))
+/// Scrapes the gateway's `/metrics`.
+pub fn scrape(signaling: &Signaling) -> anyhow::Result<Scrape> {
+    Ok(parse_metrics(&metrics_text(signaling)?))
 }
 
 /// Runs the load: joins, waits for all connected, measures the media window, leaves.
 pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<LoadReport> {
-    let base = o.fleet.signaling.base_url.clone();
-    scrape(&base).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
+    let base = &o.fleet.signaling;
+    scrape(base).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
     let rss_before = o.server_pid.map(proc_sample).transpose()?;
     let epoch = Instant::now();
     let group = fleet::join_all(&o.fleet, &progress, epoch)?;
@@ -425,14 +428,14 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             let want = p2.connected.load(std::sync::atomic::Ordering::Relaxed) as f64;
             let until = Instant::now() + std::time::Duration::from_secs(2);
             loop {
-                let s = scrape(&base)?;
+                let s = scrape(base)?;
                 if s.connected >= want || Instant::now() >= until {
                     return Ok((s, o.server_pid.map(proc_sample).transpose()?));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         })?;
-    let after = scrape(&base)?;
+    let after = scrape(base)?;
     let proc_after = o.server_pid.map(proc_sample).transpose()?;
     fleet::leave_all(&o.fleet, &done);
     let r: FleetReport = fleet::summarize(&done, media_secs);

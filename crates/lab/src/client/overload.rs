@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress};
 use secrelay_testkit::participant::{JoinRefused, Phase};
+use secrelay_testkit::Signaling;
 
 use super::load::{proc_sample, relay_quantile, scrape, Scrape};
 
@@ -105,9 +106,9 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn start(base: &str) -> Sampler {
+    fn start(base: &Signaling) -> Sampler {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (base, flag) = (base.to_owned(), stop.clone());
+        let (base, flag) = (base.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             let (mut load, mut shed) = (0.0f64, 0.0f64);
             loop {
@@ -133,7 +134,7 @@ impl Sampler {
 }
 
 /// Waits `d` with a sampler running: the highest load and shedding seen.
-fn sample_for(base: &str, d: Duration) -> anyhow::Result<(f64, f64)> {
+fn sample_for(base: &Signaling, d: Duration) -> anyhow::Result<(f64, f64)> {
     let s = Sampler::start(base);
     std::thread::sleep(d);
     s.stop()
@@ -147,7 +148,7 @@ struct Mark {
     cpu: Option<f64>,
 }
 
-fn mark(base: &str, progress: &FleetProgress, pid: Option<u32>) -> anyhow::Result<Mark> {
+fn mark(base: &Signaling, progress: &FleetProgress, pid: Option<u32>) -> anyhow::Result<Mark> {
     Ok(Mark {
         at: Instant::now(),
         scrape: scrape(base)?,
@@ -182,7 +183,7 @@ fn window(name: &'static str, a: &Mark, b: &Mark, load_shed: (f64, f64)) -> Wind
 
 /// Runs the scenario against the gateway the established configuration's signaling names.
 pub fn run(o: &OverloadOptions) -> anyhow::Result<OverloadReport> {
-    let base = o.established.signaling.base_url.clone();
+    let base = o.established.signaling.clone();
     scrape(&base).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
     if o.waves == 0 || o.storm_participants == 0 {
         bail!("the storm needs at least one call and one wave");

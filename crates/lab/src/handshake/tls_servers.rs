@@ -97,6 +97,8 @@ pub struct ServerProc {
     child: Child,
     log: Arc<Mutex<String>>,
     ca_der: Vec<u8>,
+    /// secrelay's admin key (its `/metrics` needs it).
+    admin: Option<secrelay_testkit::AdminKeyFile>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -269,6 +271,7 @@ impl ServerProc {
             }
             None => pinned(core, exe),
         };
+        let admin = secrelay_testkit::AdminKeyFile::new()?;
         cmd.args([
             "serve",
             "--https",
@@ -280,6 +283,8 @@ impl ServerProc {
             "--log",
             "warn",
         ])
+        .arg("--admin-key-file")
+        .arg(admin.path())
         .arg("--tls-cert")
         .arg(&files.cert)
         .arg("--tls-key")
@@ -310,6 +315,7 @@ impl ServerProc {
             child,
             log,
             ca_der: files.ca_der.clone(),
+            admin: Some(admin),
             _dir: None,
         })
     }
@@ -399,6 +405,7 @@ http {{
             child,
             log,
             ca_der: files.ca_der.clone(),
+            admin: None,
             _dir: Some(dir),
         })
     }
@@ -448,6 +455,7 @@ http {{
             child,
             log,
             ca_der: files.ca_der.clone(),
+            admin: None,
             _dir: None,
         })
     }
@@ -500,6 +508,7 @@ http {{
             child,
             log,
             ca_der: Vec::new(),
+            admin: None,
             _dir: None,
         })
     }
@@ -532,6 +541,11 @@ http {{
         std::fs::read_to_string(dir.path().join("access.log")).ok()
     }
 
+    /// secrelay's admin key, for its `/metrics`.
+    fn admin_key(&self) -> Option<&str> {
+        self.admin.as_ref().map(secrelay_testkit::AdminKeyFile::key)
+    }
+
     /// What it logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -545,7 +559,7 @@ http {{
     pub fn counted(&self) -> anyhow::Result<(u64, u64)> {
         match self.kind {
             ServerKind::Secrelay => {
-                let m = https_get(self.addr, &self.ca_der, "/metrics")?;
+                let m = https_get(self.addr, &self.ca_der, "/metrics", self.admin_key())?;
                 let mut full = 0;
                 let mut resumed = 0;
                 for l in m
@@ -566,7 +580,7 @@ http {{
                 Ok((full, resumed))
             }
             ServerKind::SServer => {
-                let page = https_get(self.addr, &self.ca_der, "/")?;
+                let page = https_get(self.addr, &self.ca_der, "/", None)?;
                 let num = |what: &str| -> anyhow::Result<u64> {
                     page.lines()
                         .find(|l| l.trim_end().ends_with(what))
@@ -579,7 +593,7 @@ http {{
                 Ok((finished.saturating_sub(hits), hits))
             }
             ServerKind::Nginx => {
-                let page = https_get(self.addr, &self.ca_der, "/nginx_status")?;
+                let page = https_get(self.addr, &self.ca_der, "/nginx_status", None)?;
                 // "Active connections: N\nserver accepts handled requests\n A H R\n…"
                 let accepts = page
                     .lines()
@@ -611,7 +625,12 @@ http {{
 
 /// One HTTPS GET over HTTP/1.1 (`Connection: close`), the server verified against `ca_der`
 /// under its IP address; the body.
-pub fn https_get(addr: SocketAddr, ca_der: &[u8], path: &str) -> anyhow::Result<String> {
+pub fn https_get(
+    addr: SocketAddr,
+    ca_der: &[u8],
+    path: &str,
+    bearer: Option<&str>,
+) -> anyhow::Result<String> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from(ca_der.to_vec()))
@@ -628,9 +647,12 @@ pub fn https_get(addr: SocketAddr, ca_der: &[u8], path: &str) -> anyhow::Result<
     let conn =
         rustls::ClientConnection::new(Arc::new(config), ServerName::IpAddress(addr.ip().into()))?;
     let mut s = rustls::StreamOwned::new(conn, tcp);
+    let auth = bearer
+        .map(|b| format!("Authorization: Bearer {b}\r\n"))
+        .unwrap_or_default();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
     )?;
     let mut out = Vec::new();
     match s.read_to_end(&mut out) {

@@ -296,11 +296,7 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
     })
     .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))?;
     let cfg = FleetConfig {
-        signaling: Signaling {
-            base_url: server.url(),
-            token: None,
-            ca: None,
-        },
+        signaling: Signaling::new(server.url()).with_admin(server.admin_key().expose()),
         rooms: calls,
         per_room: 2,
         legs: vec![Leg::Join],
