@@ -22,6 +22,7 @@ mod lab_handshake;
 mod lab_overload;
 #[cfg(feature = "lab")]
 mod lab_soak;
+mod logs;
 mod no_lab;
 mod serve;
 

@@ -28,6 +28,7 @@ pub mod per_source;
 mod ports;
 mod stats;
 pub mod tls;
+pub mod process;
 mod tls_hmac;
 
 /// Entry points of the fuzz targets (`fuzz/`) into parsing that is otherwise private: not an
@@ -157,6 +158,7 @@ use ports::PortPool;
 use secrelay_wire::sdp_rtp::RtpDescription;
 use stats::WorkerStats;
 pub use stats::{
+pub use process::BuildInfo;
     GatewayStats, HistogramSnapshot, LegTotals, TlsHandshakeLabels, TlsStats, TlsTotals, Totals,
 };
 pub use tls::{Tls, TlsCertificateInfo, TlsFailure};
