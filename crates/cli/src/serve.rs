@@ -14,7 +14,7 @@ use secrelay_gateway::server::{ServeConfig, Server};
 /// Flags of `secrelay serve`; each one overrides the same key of the config file.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// TOML configuration (every key optional; see docs/gateway.md).
+    /// TOML configuration (every key optional; docs/configuration.md lists them).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Plain HTTP for signaling, the API and metrics, on this address: only when asked for
@@ -65,9 +65,9 @@ pub struct ServeArgs {
     /// Complexity of the gateway's own Opus encoders, 0–10 (transcoding and mixing; default 10).
     #[arg(long, value_name = "0-10")]
     pub opus_complexity: Option<i32>,
-    /// Log filter (tracing's syntax, e.g. `info` or `secrelay_gateway=debug`).
-    #[arg(long, default_value = "info")]
-    pub log: String,
+    /// Logs on stderr: `--log FILTER` (else RUST_LOG, else info) and `--log-format text|json`.
+    #[command(flatten)]
+    pub logs: crate::logs::LogArgs,
 }
 
 /// Builds the configuration from the file and the flags.
@@ -120,21 +120,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     Ok(c)
 }
 
-/// Installs the log subscriber (stderr, no ANSI when not a terminal).
-pub fn init_logs(filter: &str) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .map_err(|e| anyhow!("--log {filter:?}: {e}"))?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-    Ok(())
-}
-
 /// Runs the gateway until SIGTERM or SIGINT, then shuts down gracefully.
 pub fn run(a: &ServeArgs) -> Result<()> {
-    init_logs(&a.log)?;
+    a.logs.init("info")?;
     let c = config(a)?;
     // The handlers first: a signal that comes as soon as the start-up line is out (a
     // supervisor's, a test's) must find them in place.
@@ -148,44 +136,77 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone())
         .map_err(|e| anyhow!("installing the SIGHUP handler: {e}"))?;
     let server = Server::start(c).map_err(|e| anyhow!("{e}"))?;
-    let g = server.gateway();
-    let mut signaling = Vec::new();
-    if let (Some(a), Some(tls)) = (server.https_addr(), server.tls()) {
-        signaling.push(format!("HTTPS on https://{a}, {}", tls.info()));
-    }
-    if let Some(url) = server.http_url() {
-        signaling.push(format!("HTTP on {url}"));
-    }
-    eprintln!(
-        "secrelay serve: {}, media on UDP {} (announced as {}), {} worker(s), certificate {}{}",
-        signaling.join(", "),
-        g.udp_addr(),
-        g.candidate(),
-        g.config().worker_count(),
-        g.fingerprint(),
-        server
-            .ng_addr()
-            .map(|a| format!(", ng control on UDP {a}"))
-            .unwrap_or_default()
-    );
+    announce(&server, a.logs.log_format);
     while !stop.load(Ordering::Relaxed) {
         if reload.swap(false, Ordering::Relaxed) {
-            match server.reload_tls() {
-                Ok(fp) => eprintln!("secrelay serve: HTTPS certificate reloaded ({fp})"),
-                Err(e) => eprintln!(
-                    "secrelay serve: HTTPS certificate reload failed, the one in use stays: {e}"
-                ),
-            }
+            // The server logs the outcome (`HTTPS certificate reloaded`, or why not).
+            let _ = server.reload_tls();
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!("secrelay serve: shutting down (close_notify to every participant)");
+    let format = a.logs.log_format;
+    say(
+        format,
+        "shutting down (close_notify to every participant)",
+        serde_json::json!({}),
+    );
     let stats = server.gateway().stats().clone();
     server.shutdown();
     let t = stats.totals();
-    eprintln!(
-        "secrelay serve: stopped; {} handshakes, {} media packets relayed, {} drops",
-        t.handshakes_ok, t.media_forwarded, t.drops
+    say(
+        format,
+        &format!(
+            "stopped; {} handshakes, {} media packets relayed, {} drops",
+            t.handshakes_ok, t.media_forwarded, t.drops
+        ),
+        serde_json::json!({
+            "handshakes": t.handshakes_ok,
+            "relayed": t.media_forwarded,
+            "drops": t.drops,
+        }),
     );
     Ok(())
+}
+
+/// A line of the gateway's life (start, shutdown, stop), never filtered out like the banner:
+/// `secrelay serve: MESSAGE` in text, a JSON line with `fields` in JSON.
+fn say(format: crate::logs::LogFormat, message: &str, fields: serde_json::Value) {
+    match format {
+        crate::logs::LogFormat::Text => eprintln!("secrelay serve: {message}"),
+        crate::logs::LogFormat::Json => {
+            let mut f = fields;
+            f["message"] = message.into();
+            eprintln!(
+                "{}",
+                serde_json::json!({"level": "INFO", "target": "secrelay::serve", "fields": f})
+            );
+        }
+    }
+}
+
+/// The start-up banner, never filtered out: a few lines for a person (text logs), or one JSON
+/// line among the others (`"message": "ready"` with the same facts).
+fn announce(server: &Server, format: crate::logs::LogFormat) {
+    let b = server.banner();
+    match format {
+        crate::logs::LogFormat::Text => eprint!("{b}"),
+        crate::logs::LogFormat::Json => {
+            say(
+                format,
+                "ready",
+                serde_json::json!({
+                    "url": b.url(),
+                    "https": b.https.as_ref().map(|(a, _)| a.to_string()),
+                    "http": b.http.map(|a| a.to_string()),
+                    "ca": b.trust.as_ref().map(|t| t.path().display().to_string()),
+                    "names": b.names,
+                    "udp": b.udp.to_string(),
+                    "announced": b.candidate.to_string(),
+                    "workers": b.workers,
+                    "ng": b.ng.map(|a| a.to_string()),
+                    "build": b.build,
+                }),
+            );
+        }
+    }
 }

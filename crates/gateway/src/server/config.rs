@@ -113,8 +113,11 @@ pub struct ServeConfig {
     pub tls_ca_dir: Option<PathBuf>,
     /// Key type of an issued HTTPS certificate (`ecdsa-p256` by default, `rsa-2048`, …).
     pub tls_cert_type: String,
-    /// Names an issued HTTPS certificate is valid for (DNS names or IP addresses); empty:
-    /// `localhost`, `127.0.0.1`, `::1` and the HTTPS address's own IP when it is specific.
+    /// Names an issued HTTPS certificate is valid for (DNS names or IP addresses). Empty:
+    /// `localhost`, `127.0.0.1`, `::1`, the HTTPS address's own IP when it is specific, the
+    /// `announce` address, and when HTTPS listens on every address (`0.0.0.0`, `::`) the
+    /// machine's addresses (the one toward the default route, every interface's) and its host
+    /// name.
     pub tls_names: Vec<String>,
     /// TLS versions offered: `"1.3"` and/or `"1.2"`.
     pub tls_versions: Vec<String>,
