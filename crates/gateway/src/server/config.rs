@@ -10,10 +10,10 @@ use secrelay_dtls::KeyType;
 
 use crate::admission::AdmissionConfig;
 use secrelay_srtp::Profile;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// A room's settings.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RoomConfig {
     /// Bearer token required to publish, subscribe or join (WHIP/WHEP `Authorization`).
@@ -21,12 +21,16 @@ pub struct RoomConfig {
 }
 
 /// Everything `secrelay serve` can be told.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+///
+/// `docs/configuration.md` and `packaging/secrelay.toml` are generated from these fields, their
+/// doc comments and [`ServeConfig::default`] (`tests/config_reference.rs`): a doc comment here
+/// is what an operator reads.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     /// Plain HTTP signaling and operations (WHIP, WHEP, rooms, /api, /metrics, /healthz): only
     /// when asked for. With neither `http` nor `https` set, the gateway serves HTTPS on
-    /// [`DEFAULT_HTTPS`].
+    /// `127.0.0.1:8443`.
     pub http: Option<SocketAddr>,
     /// HTTPS for the same routes (TLS 1.3 and 1.2 with rustls on aws-lc-rs; ALPN `h2` and
     /// `http/1.1`). The certificate comes from `tls_cert`/`tls_key`, or is issued at start by
@@ -58,7 +62,7 @@ pub struct ServeConfig {
     pub consent_timeout_secs: f64,
     /// Most participants at once; more are refused with 503.
     pub max_participants: usize,
-    /// Admission control (`secrelay_gateway::admission`): the load (CPU time a worker's thread
+    /// Admission control: the load (CPU time a worker's thread
     /// used, as a share of wall time, 0.0–1.0) from which the worker defers new DTLS handshakes (their
     /// ClientHellos are dropped and counted as `overload`; peers retransmit). Above 1: never.
     pub shed_handshakes_at: f64,
