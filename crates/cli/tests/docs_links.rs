@@ -101,10 +101,8 @@ fn read(path: &Path) -> Doc {
                 link_type,
                 dest_url,
                 ..
-            }) => {
-                if !matches!(link_type, LinkType::Email) {
-                    doc.links.push((dest_url.to_string(), line_of(range.start)));
-                }
+            }) if !matches!(link_type, LinkType::Email) => {
+                doc.links.push((dest_url.to_string(), line_of(range.start)));
             }
             Event::Start(Tag::Image { dest_url, .. }) => {
                 doc.links.push((dest_url.to_string(), line_of(range.start)));

@@ -180,7 +180,7 @@ where
             let frame = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
             match frame {
                 Some(Ok(f)) => {
-                    read += f.data_ref().map_or(0, |d| hyper::body::Buf::remaining(d));
+                    read += f.data_ref().map_or(0, hyper::body::Buf::remaining);
                 }
                 _ => break,
             }

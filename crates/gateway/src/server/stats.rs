@@ -621,7 +621,6 @@ impl Collector for StateCollector {
         for (key, n) in [("ufrag", ufrags), ("address", addrs)] {
             ConstGauge::new(n as i64).encode(g.encode_family(&[("key", key)])?)?;
         }
-        drop(g);
         super::process::encode(e)
     }
 }
