@@ -163,7 +163,8 @@ def run(args, result, work):
             errors = [s["error"] for s in snaps if s["error"]]
             if errors:
                 raise RuntimeError(f"a page failed: {errors[0]}")
-            done = all(s["videos_decoding"] >= want and s["audios_playing"] >= want for s in snaps)
+            done = all(s["videos_decoding"] >= want and s["audios_playing"] >= want
+                       and len(s["members"]) == args.pages for s in snaps)
             if done or time.monotonic() > end:
                 break
             time.sleep(1)

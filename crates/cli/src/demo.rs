@@ -43,10 +43,9 @@ pub struct DemoArgs {
     /// Write the summary as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
-    /// The gateway's log filter (tracing's syntax: `warn`, `info`, `trace`,
-    /// `secrelay_gateway=debug`, …), on stderr.
-    #[arg(long, default_value = "warn")]
-    pub log: String,
+    /// The gateway's logs, on stderr (`--log trace`, `--log secrelay_gateway=debug`, …).
+    #[command(flatten)]
+    pub logs: crate::logs::LogArgs,
     /// Append the simulated clients' SRTP keys to this file, a line per secret (their address,
     /// the secret's label, profile and hex), as browsers write SSLKEYLOGFILE: to decrypt a
     /// capture of the demo. The clients write it; the gateway never writes a key.
@@ -186,7 +185,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     if a.duration == 0 {
         bail!("--duration must be at least 1 second");
     }
-    crate::serve::init_logs(&a.log)?;
+    a.logs.init("warn")?;
     // Rooms closed to anonymous callers, as a deployment's are: the participants join with an
     // access token minted here with a key made for this run.
     let secret = secrelay_gateway::server::auth::Secret::random();

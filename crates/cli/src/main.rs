@@ -22,6 +22,7 @@ mod lab_handshake;
 mod lab_overload;
 #[cfg(feature = "lab")]
 mod lab_soak;
+mod logs;
 mod no_lab;
 mod serve;
 mod token;
@@ -42,9 +43,29 @@ fn run_lab(c: LabCli) -> anyhow::Result<()> {
     no_lab::run(c)
 }
 
+/// `secrelay --version`: the version, the git commit it was built from and the cargo profile
+/// (`build.rs`).
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SECRELAY_COMMIT"),
+    ", ",
+    env!("SECRELAY_PROFILE"),
+    " build)"
+);
+
+/// The build, as `/metrics` reports it (`secrelay_build_info`).
+fn build_info() -> secrelay_gateway::server::BuildInfo {
+    secrelay_gateway::server::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        commit: env!("SECRELAY_COMMIT").into(),
+        profile: env!("SECRELAY_PROFILE").into(),
+    }
+}
+
 /// secrelay: a secure real-time media gateway and the lab that measures what its security costs.
 #[derive(Parser, Debug)]
-#[command(name = "secrelay", version, about)]
+#[command(name = "secrelay", version = LONG_VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -68,6 +89,31 @@ enum Command {
     /// The studies, re-measured here beside the libraries people use: tables, JSON, HTML report.
     #[command(subcommand)]
     Lab(LabCli),
+    /// Write the manual pages (roff): secrelay.1 on stdout, or with --dir one page per command.
+    Manpage {
+        /// Write secrelay.1 and secrelay-COMMAND.1 for every command into this directory.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// The manual pages of the command line as built (`lab` only with the lab).
+fn manpage(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use clap::CommandFactory as _;
+    let cmd = Cli::command();
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d)
+                .map_err(|e| anyhow::anyhow!("--dir {}: {e}", d.display()))?;
+            clap_mangen::generate_to(cmd, d)
+                .map_err(|e| anyhow::anyhow!("--dir {}: {e}", d.display()))
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            clap_mangen::Man::new(cmd).render(&mut out)?;
+            Ok(())
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,6 +161,7 @@ pub struct CaptureArgs {
 }
 
 fn main() -> ExitCode {
+    secrelay_gateway::server::BuildInfo::set(build_info());
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Srtp(SrtpCommand::Decrypt(a)) => capture::run(capture::Mode::Decrypt, &a),
@@ -129,6 +176,7 @@ fn main() -> ExitCode {
         Command::Ca(c) => ca::run(&c),
         Command::Token(c) => token::run(c),
         Command::Lab(c) => run_lab(c),
+        Command::Manpage { dir } => manpage(dir.as_deref()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

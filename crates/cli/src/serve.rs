@@ -15,7 +15,7 @@ use secrelay_gateway::server::{ServeConfig, Server};
 /// Flags of `secrelay serve`; each one overrides the same key of the config file.
 #[derive(Args, Debug)]
 pub struct ServeArgs {
-    /// TOML configuration (every key optional; see docs/gateway.md).
+    /// TOML configuration (every key optional; docs/configuration.md lists them).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// Plain HTTP for signaling, the API and metrics, on this address: only when asked for
@@ -81,9 +81,9 @@ pub struct ServeArgs {
     /// port (on 127.0.0.1). Without it /metrics needs the admin key.
     #[arg(long, value_name = "ADDR|PORT", value_parser = parse_metrics_addr)]
     pub metrics: Option<SocketAddr>,
-    /// Log filter (tracing's syntax, e.g. `info` or `secrelay_gateway=debug`).
-    #[arg(long, default_value = "info")]
-    pub log: String,
+    /// Logs on stderr: `--log FILTER` (else RUST_LOG, else info) and `--log-format text|json`.
+    #[command(flatten)]
+    pub logs: crate::logs::LogArgs,
 }
 
 /// `--metrics`: an address, or a port on loopback.
@@ -193,21 +193,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     Ok(c)
 }
 
-/// Installs the log subscriber (stderr, no ANSI when not a terminal).
-pub fn init_logs(filter: &str) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .map_err(|e| anyhow!("--log {filter:?}: {e}"))?;
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-    Ok(())
-}
-
 /// Runs the gateway until SIGTERM or SIGINT, then shuts down gracefully.
 pub fn run(a: &ServeArgs) -> Result<()> {
-    init_logs(&a.log)?;
+    a.logs.init("info")?;
     let c = config(a)?;
     // The handlers first: a signal that comes as soon as the start-up line is out (a
     // supervisor's, a test's) must find them in place.
@@ -224,7 +212,7 @@ pub fn run(a: &ServeArgs) -> Result<()> {
     let made_admin_key = c.admin_key.is_none();
     let server = Server::start(c).map_err(|e| anyhow!("{e}"))?;
     // A key made at start goes to a file only this user can read, gone at exit.
-    let _admin_key_dir = if made_admin_key {
+    let admin_key_dir = if made_admin_key {
         let dir = tempfile::Builder::new()
             .prefix("secrelay-admin-")
             .tempdir()
@@ -232,58 +220,91 @@ pub fn run(a: &ServeArgs) -> Result<()> {
         let path = dir.path().join("admin.key");
         write_private(&path, server.admin_key().expose())
             .map_err(|e| anyhow!("{}: {e}", path.display()))?;
-        eprintln!(
-            "secrelay serve: admin key (for /api and /metrics: Authorization: Bearer <key>) in {}",
-            path.display()
-        );
         Some(dir)
     } else {
         None
     };
-    let g = server.gateway();
-    let mut signaling = Vec::new();
-    if let (Some(a), Some(tls)) = (server.https_addr(), server.tls()) {
-        signaling.push(format!("HTTPS on https://{a}, {}", tls.info()));
-    }
-    if let Some(url) = server.http_url() {
-        signaling.push(format!("HTTP on {url}"));
-    }
-    eprintln!(
-        "secrelay serve: {}, media on UDP {} (announced as {}), {} worker(s), certificate {}{}",
-        signaling.join(", "),
-        g.udp_addr(),
-        g.candidate(),
-        g.config().worker_count(),
-        g.fingerprint(),
-        server
-            .ng_addr()
-            .map(|a| format!(", ng control on UDP {a}"))
-            .unwrap_or_default()
-    );
+    let mut banner = server.banner();
+    banner.admin_key_file = admin_key_dir.as_ref().map(|d| d.path().join("admin.key"));
+    announce(&banner, a.logs.log_format);
     while !stop.load(Ordering::Relaxed) {
         if reload.swap(false, Ordering::Relaxed) {
-            match server.reload_tls() {
-                Ok(fp) => eprintln!("secrelay serve: HTTPS certificate reloaded ({fp})"),
-                Err(e) => eprintln!(
-                    "secrelay serve: HTTPS certificate reload failed, the one in use stays: {e}"
-                ),
-            }
-            match config(a).and_then(|c| server.reload_access(&c).map_err(|e| anyhow!("{e}"))) {
-                Ok(()) => eprintln!("secrelay serve: credentials reloaded"),
-                Err(e) => eprintln!(
-                    "secrelay serve: credentials reload failed, the ones in force stay: {e}"
-                ),
+            // The server logs the outcomes (`HTTPS certificate reloaded`, `access credentials
+            // reloaded`, or why not).
+            let _ = server.reload_tls();
+            if let Err(e) =
+                config(a).and_then(|c| server.reload_access(&c).map_err(|e| anyhow!("{e}")))
+            {
+                tracing::warn!(error = %e, "credentials reload failed; the ones in force stay");
             }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    eprintln!("secrelay serve: shutting down (close_notify to every participant)");
+    let format = a.logs.log_format;
+    say(
+        format,
+        "shutting down (close_notify to every participant)",
+        serde_json::json!({}),
+    );
     let stats = server.gateway().stats().clone();
     server.shutdown();
     let t = stats.totals();
-    eprintln!(
-        "secrelay serve: stopped; {} handshakes, {} media packets relayed, {} drops",
-        t.handshakes_ok, t.media_forwarded, t.drops
+    say(
+        format,
+        &format!(
+            "stopped; {} handshakes, {} media packets relayed, {} drops",
+            t.handshakes_ok, t.media_forwarded, t.drops
+        ),
+        serde_json::json!({
+            "handshakes": t.handshakes_ok,
+            "relayed": t.media_forwarded,
+            "drops": t.drops,
+        }),
     );
     Ok(())
+}
+
+/// A line of the gateway's life (start, shutdown, stop), never filtered out like the banner:
+/// `secrelay serve: MESSAGE` in text, a JSON line with `fields` in JSON.
+fn say(format: crate::logs::LogFormat, message: &str, fields: serde_json::Value) {
+    match format {
+        crate::logs::LogFormat::Text => eprintln!("secrelay serve: {message}"),
+        crate::logs::LogFormat::Json => {
+            let mut f = fields;
+            f["message"] = message.into();
+            eprintln!(
+                "{}",
+                serde_json::json!({"level": "INFO", "target": "secrelay::serve", "fields": f})
+            );
+        }
+    }
+}
+
+/// The start-up banner, never filtered out: a few lines for a person (text logs), or one JSON
+/// line among the others (`"message": "ready"` with the same facts).
+fn announce(b: &secrelay_gateway::server::banner::Banner, format: crate::logs::LogFormat) {
+    match format {
+        crate::logs::LogFormat::Text => eprint!("{b}"),
+        crate::logs::LogFormat::Json => {
+            say(
+                format,
+                "ready",
+                serde_json::json!({
+                    "url": b.url(),
+                    "https": b.https.as_ref().map(|(a, _)| a.to_string()),
+                    "http": b.http.map(|a| a.to_string()),
+                    "ca": b.trust.as_ref().map(|t| t.path().display().to_string()),
+                    "names": b.names,
+                    "udp": b.udp.to_string(),
+                    "announced": b.candidate.to_string(),
+                    "workers": b.workers,
+                    "ng": b.ng.map(|a| a.to_string()),
+                    "metrics": b.metrics.map(|a| a.to_string()),
+                    "admin_key_file": b.admin_key_file.as_ref().map(|p| p.display().to_string()),
+                    "rooms_open": b.rooms_open,
+                    "build": b.build,
+                }),
+            );
+        }
+    }
 }

@@ -237,3 +237,43 @@ fn serve_answers_health_and_stops_cleanly_on_sigterm() {
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:?}");
 }
+
+/// A second `secrelay serve` on the media port a first one holds does not start (the kernel
+/// would let it share the port and take half the first one's flows): it exits at once with an
+/// error that names the port. The first one goes on serving.
+#[test]
+fn a_second_serve_on_the_same_udp_port_refuses_to_start() {
+    let mut first = secrelay()
+        .args(["serve", "--http", "127.0.0.1:0", "--udp", "127.0.0.1:0"])
+        .args(["--workers", "2", "--log", "warn"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(first.stderr.take().unwrap()).lines();
+    let banner = secrelay_gateway::server::BannerReader::read(&mut lines, |_| {});
+    std::thread::spawn(move || lines.for_each(drop));
+    let (udp, url) = banner
+        .and_then(|b| Some((b.udp?, b.url()?)))
+        .expect("the first gateway's banner");
+    let out = secrelay()
+        .args(["serve", "--http", "127.0.0.1:0", "--udp", &udp.to_string()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a second gateway started: {err}");
+    assert!(
+        err.contains(&udp.to_string()) && err.contains("already in use"),
+        "{err}"
+    );
+    let ok = ureq::get(&format!("{url}/healthz"))
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    assert_eq!(ok.trim(), "ok");
+    let _ = first.kill();
+    let _ = first.wait();
+}

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lab_support::missing;
+use secrelay_gateway::server::BannerReader;
 use serde_json::Value;
 
 /// The two tests share two cores with everything else: one at a time.
@@ -151,16 +152,10 @@ impl Gateway {
             .expect("secrelay serve starts");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
         let log = Arc::new(Mutex::new(String::new()));
-        let mut base = None;
-        for line in lines.by_ref() {
-            let line = line.expect("reading secrelay serve's stderr");
+        let banner = BannerReader::read(&mut lines, |line| {
             log.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(rest) = line.split("HTTPS on ").nth(1) {
-                base = rest.split([',', ' ']).next().map(str::to_owned);
-                break;
-            }
-        }
-        let base = base.unwrap_or_else(|| {
+        });
+        let base = banner.and_then(|b| b.url()).unwrap_or_else(|| {
             panic!(
                 "secrelay serve printed no HTTPS address:\n{}",
                 log.lock().unwrap()
@@ -217,23 +212,11 @@ impl Gateway {
             .expect("secrelay serve starts");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
         let log = Arc::new(Mutex::new(String::new()));
-        let mut base = None;
-        let mut ng = None;
-        for line in lines.by_ref() {
-            let line = line.expect("reading secrelay serve's stderr");
+        let banner = BannerReader::read(&mut lines, |line| {
             log.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(at) = line.find("HTTP on http://") {
-                let url = &line[at + "HTTP on ".len()..];
-                let end = url.find([',', ' ']).unwrap_or(url.len());
-                base = Some(url[..end].to_owned());
-                ng = line
-                    .split("ng control on UDP ")
-                    .nth(1)
-                    .map(|a| a.trim().to_owned());
-                break;
-            }
-        }
-        let base = base.unwrap_or_else(|| {
+        });
+        let ng = banner.as_ref().and_then(|b| b.ng).map(|a| a.to_string());
+        let base = banner.and_then(|b| b.url()).unwrap_or_else(|| {
             panic!(
                 "secrelay serve printed no HTTP address:\n{}",
                 log.lock().unwrap()

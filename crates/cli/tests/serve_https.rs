@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lab_support::missing;
+use secrelay_gateway::server::BannerReader;
 
 fn secrelay() -> Command {
     Command::new(env!("CARGO_BIN_EXE_secrelay"))
@@ -58,15 +59,10 @@ impl Serve {
             .expect("secrelay serve starts");
         let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
         let log = Arc::new(Mutex::new(String::new()));
-        let mut https = None;
-        for line in lines.by_ref() {
-            let line = line.unwrap();
+        let banner = BannerReader::read(&mut lines, |line| {
             log.lock().unwrap().push_str(&format!("{line}\n"));
-            if let Some(rest) = line.split("HTTPS on https://").nth(1) {
-                https = Some(rest.split([',', ' ']).next().unwrap().to_owned());
-                break;
-            }
-        }
+        });
+        let https = banner.and_then(|b| b.https).map(|a| a.to_string());
         let https = https.unwrap_or_else(|| {
             panic!(
                 "secrelay serve printed no HTTPS address:\n{}",
@@ -372,18 +368,28 @@ fn serve_without_flags_serves_https_on_8443() {
     let serve = Serve::start(&[]);
     assert_eq!(serve.https, "127.0.0.1:8443");
     let log = serve.log();
-    assert!(
-        !log.contains("HTTP on http://"),
-        "plain HTTP was not asked for: {log}"
-    );
+    let mut banner = BannerReader::default();
+    for line in log.lines() {
+        banner.feed(line);
+    }
+    assert!(banner.done(), "{log}");
+    assert_eq!(banner.http, None, "plain HTTP was not asked for: {log}");
     assert!(log.contains("throw-away private CA"), "{log}");
+    // The banner says where the room page is, and how to trust the CA.
+    for want in [
+        "https://127.0.0.1:8443/room/NAME",
+        "https://127.0.0.1:8443/whip/NAME",
+        "https://127.0.0.1:8443/whep/NAME",
+        "curl --cacert ",
+    ] {
+        assert!(log.contains(want), "{want}: {log}");
+    }
     // The throw-away CA's certificate is where the banner says, and it verifies the server.
-    let anchor = log
-        .split("clients trust ")
-        .nth(1)
-        .and_then(|r| r.split([',', ' ', '\n']).next())
+    let anchor = banner
+        .ca
         .expect("the CA certificate's path")
-        .to_owned();
+        .display()
+        .to_string();
     assert!(Path::new(&anchor).exists(), "{anchor}");
     if Command::new("curl").arg("--version").output().is_ok() {
         let (ok, body, err) = curl(&["--cacert", &anchor, "https://127.0.0.1:8443/healthz"]);

@@ -5,15 +5,17 @@
 //!   timers, the SRTP batches, counters. Driven with classified datagrams and injected time.
 //! * [`room`]: members whose media is routed to each other with SSRCs, payload types and
 //!   numbering mapped per receiver (receive slots).
-//! * [`leg`]: a room's members, of several kinds behind one interface ([`leg::Leg`]); today
-//!   WebRTC ([`leg::WebRtcLeg`]: offer/answer, ICE-lite, DTLS-SRTP).
+//! * [`leg`]: a room's members, of several kinds behind one interface ([`leg::Leg`]): WebRTC
+//!   ([`leg::WebRtcLeg`]: offer/answer, ICE-lite, DTLS-SRTP) and telephony
+//!   ([`leg::RtpLeg`]: plain RTP or SDES-SRTP on a port pair of its own).
 //! * [`ice_lite`]: the ICE-lite agent of one WebRTC leg (RFC 8445 §2.5, consent freshness
 //!   RFC 7675).
 //! * [`transcode`]: audio of a codec a receiver did not take, decoded once per sender and
 //!   encoded once per receiving format (and a mixing room's N−1 mixes).
 //! * [`counters`]: the one counter model: per member, summed for rooms, shards and the server.
 //! * [`server`]: the edge: packet workers on one UDP port (recvmmsg/sendmmsg, SO_REUSEPORT),
-//!   HTTP signaling (WHIP, WHEP, room joins, JSON API), Prometheus metrics, graceful shutdown,
+//!   telephony legs' own ports, HTTP(S) signaling (WHIP, WHEP, room joins, telephony legs,
+//!   JSON API), rtpengine's ng control protocol, Prometheus metrics, graceful shutdown,
 //!   configuration; a [`server::Server`] handle to start, query and stop it.
 #![forbid(unsafe_code)]
 

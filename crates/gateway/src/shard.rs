@@ -244,6 +244,16 @@ pub enum JoinKind {
 }
 
 impl JoinKind {
+    /// As the API and the logs name it (`whip`, `whep`, `join`, `rtp`).
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinKind::Whip => "whip",
+            JoinKind::Whep => "whep",
+            JoinKind::Join => "join",
+            JoinKind::Rtp => "rtp",
+        }
+    }
+
     fn role(self) -> MemberRole {
         match self {
             JoinKind::Whip => MemberRole::PUBLISHER,
@@ -989,19 +999,22 @@ impl Shard {
                     }
                 }
                 LegOutput::Event(LegEvent::Connected { profile, handshake }) => {
+                    let mut session = "";
                     if let Some(meta) = s.members.get_mut(&member) {
                         meta.profile = Some(profile);
                         meta.connected = true;
+                        session = &meta.id;
                     }
                     counters.handshakes_ok += 1;
                     queue.push_back(Queued::Event(Event::Connected { handshake }));
-                    Shard::note_connected(queue, s, member);
                     tracing::info!(
                         room = %s.name,
+                        session,
                         profile = %profile,
                         handshake_ms = handshake.as_secs_f64() * 1e3,
                         "participant connected"
                     );
+                    Shard::note_connected(queue, s, member);
                 }
                 LegOutput::Event(LegEvent::Closed(reason)) => {
                     if let Some(meta) = s.members.get_mut(&member) {
@@ -1012,7 +1025,7 @@ impl Shard {
                             if !meta.connected && reason.fails_handshake() {
                                 counters.handshakes_failed += 1;
                             }
-                            tracing::info!(room = %s.name, reason = %reason, "participant closed");
+                            tracing::debug!(room = %s.name, session = %meta.id, reason = %reason, "participant closed");
                         }
                     }
                     to_remove.push((slot, member));
@@ -1092,6 +1105,13 @@ impl Shard {
                 self.ids.remove(&meta.id);
                 // A member is removed once it closed, and closing notes why.
                 let reason = meta.closing.unwrap_or(EndReason::CloseNotify);
+                tracing::info!(
+                    room = %s.name,
+                    session = %meta.id,
+                    kind = meta.kind.name(),
+                    reason = reason.name(),
+                    "session ended"
+                );
                 Self::note_left(&mut self.queue, &s.name, &meta, reason);
                 self.queue.push_back(Queued::Event(Event::MemberLeft {
                     id: meta.id,
@@ -1608,6 +1628,7 @@ impl Shard {
             self.by_port.insert(p, key);
         }
         self.ids.insert(id.clone(), (slot, member));
+        tracing::info!(room = %s.name, session = %id, kind = kind.name(), "session started");
         self.drain_room(slot);
         self.remove_closed();
         // Those who listen for new offers may lack a section for the newcomer's media.

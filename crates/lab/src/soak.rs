@@ -1552,43 +1552,22 @@ impl ChildGateway {
             .with_context(|| format!("starting {} serve", exe.display()))?;
         let mut lines =
             BufReader::new(child.stderr.take().context("the gateway's stderr")?).lines();
-        let mut banner = None;
-        let end = Instant::now() + Duration::from_secs(60);
-        while banner.is_none() && Instant::now() < end {
-            match lines.next() {
-                Some(Ok(l)) if l.contains("HTTPS on ") && l.contains("ng control on UDP ") => {
-                    banner = Some(l)
-                }
-                Some(Ok(_)) => {}
-                _ => break,
-            }
-        }
+        let mut seen = String::new();
+        let banner = secrelay_gateway::server::BannerReader::read(&mut lines, |l| {
+            seen.push_str(l);
+            seen.push('\n');
+        });
         // Keep reading its log so that it never blocks on a full pipe; warnings go to ours.
         std::thread::spawn(move || {
             for l in lines.map_while(Result::ok) {
                 eprintln!("gateway: {l}");
             }
         });
-        let Some(b) = banner else {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("the gateway did not print its addresses");
-        };
-        let between = |from: &str, to: &str| {
-            let rest = b.split(from).nth(1)?;
-            Some(rest.split(to).next().unwrap_or(rest).trim().to_owned())
-        };
-        let parsed = (|| {
-            Some((
-                between("HTTPS on ", ",")?,
-                PathBuf::from(between("clients trust ", ", media on UDP")?),
-                between("ng control on UDP ", ",")?.parse().ok()?,
-            ))
-        })();
+        let parsed = banner.and_then(|b| Some((b.url()?, b.ca?, b.ng?)));
         let Some((url, ca, ng)) = parsed else {
             let _ = child.kill();
             let _ = child.wait();
-            bail!("the gateway's banner did not name its HTTPS URL, CA and ng address: {b}");
+            bail!("the gateway's banner did not name its HTTPS URL, CA and ng address: {seen}");
         };
         Ok(ChildGateway {
             child,

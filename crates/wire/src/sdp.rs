@@ -418,6 +418,22 @@ fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
     })
 }
 
+/// Lines webrtc-sdp did not understand and skipped (browsers' `a=rtcp-xr`, `a=extmap-allow-mixed`
+/// on older parsers, …): routine, so at DEBUG, naming the attribute and the line number only
+/// (a line's value may hold a participant's address). webrtc-sdp logs the same lines whole at
+/// WARN through the `log` crate; `secrelay serve` turns that target off.
+fn log_unsupported(warnings: &[webrtc_sdp::error::SdpParserError]) {
+    for w in warnings {
+        if let webrtc_sdp::error::SdpParserError::Unsupported {
+            line, line_number, ..
+        } = w
+        {
+            let attribute = line.split(':').next().unwrap_or_default();
+            tracing::debug!(attribute, line_number, "SDP line not understood, ignored");
+        }
+    }
+}
+
 /// ICE ufrag, ICE password, fingerprint and setup of the first non-rejected section.
 type Transport = (String, String, (String, Vec<u8>), Option<Setup>);
 
@@ -426,6 +442,7 @@ type Transport = (String, String, (String, Vec<u8>), Option<Setup>);
 /// sections must agree.
 pub fn parse_offer(sdp: &str) -> Result<Offer, SdpError> {
     let session = webrtc_sdp::parse_sdp(sdp, false).map_err(|e| SdpError::Parse(e.to_string()))?;
+    log_unsupported(&session.warnings);
     if session.media.is_empty() {
         return Err(SdpError::NoMedia);
     }

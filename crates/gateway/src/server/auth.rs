@@ -320,6 +320,14 @@ pub enum Need<'a> {
 #[derive(Clone, Default)]
 pub struct Secret(Zeroizing<String>);
 
+/// Written out as `"<redacted>"`: a configuration serialized (its reference, a dump) never
+/// carries a secret.
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str("<redacted>")
+    }
+}
+
 impl<'de> Deserialize<'de> for Secret {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Secret, D::Error> {
         String::deserialize(d).map(Secret::from)

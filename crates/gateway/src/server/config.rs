@@ -10,12 +10,12 @@ use secrelay_dtls::KeyType;
 
 use crate::admission::AdmissionConfig;
 use secrelay_srtp::Profile;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 pub use super::auth::Secret;
 
 /// A room's settings.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct RoomConfig {
     /// The room's own token (the simple mode, `Authorization: Bearer <token>`): whoever holds
@@ -29,7 +29,7 @@ pub struct RoomConfig {
 }
 
 /// Where the gateway posts its webhooks.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     /// The receiver: `http://…` or `https://…` (checked against `webhook_ca`).
@@ -44,12 +44,16 @@ pub struct WebhookConfig {
 }
 
 /// Everything `secrelay serve` can be told.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+///
+/// `docs/configuration.md` and `packaging/secrelay.toml` are generated from these fields, their
+/// doc comments and [`ServeConfig::default`] (`tests/config_reference.rs`): a doc comment here
+/// is what an operator reads.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServeConfig {
     /// Plain HTTP signaling and operations (WHIP, WHEP, rooms, /api, /metrics, /healthz): only
     /// when asked for. With neither `http` nor `https` set, the gateway serves HTTPS on
-    /// [`DEFAULT_HTTPS`].
+    /// `127.0.0.1:8443`.
     pub http: Option<SocketAddr>,
     /// HTTPS for the same routes (TLS 1.3 and 1.2 with rustls on aws-lc-rs; ALPN `h2` and
     /// `http/1.1`). The certificate comes from `tls_cert`/`tls_key`, or is issued at start by
@@ -81,7 +85,7 @@ pub struct ServeConfig {
     pub consent_timeout_secs: f64,
     /// Most participants at once; more are refused with 503.
     pub max_participants: usize,
-    /// Admission control (`secrelay_gateway::admission`): the load (CPU time a worker's thread
+    /// Admission control: the load (CPU time a worker's thread
     /// used, as a share of wall time, 0.0–1.0) from which the worker defers new DTLS handshakes (their
     /// ClientHellos are dropped and counted as `overload`; peers retransmit). Above 1: never.
     pub shed_handshakes_at: f64,
@@ -182,8 +186,11 @@ pub struct ServeConfig {
     pub tls_ca_dir: Option<PathBuf>,
     /// Key type of an issued HTTPS certificate (`ecdsa-p256` by default, `rsa-2048`, …).
     pub tls_cert_type: String,
-    /// Names an issued HTTPS certificate is valid for (DNS names or IP addresses); empty:
-    /// `localhost`, `127.0.0.1`, `::1` and the HTTPS address's own IP when it is specific.
+    /// Names an issued HTTPS certificate is valid for (DNS names or IP addresses). Empty:
+    /// `localhost`, `127.0.0.1`, `::1`, the HTTPS address's own IP when it is specific, the
+    /// `announce` address, and when HTTPS listens on every address (`0.0.0.0`, `::`) the
+    /// machine's addresses (the one toward the default route, every interface's) and its host
+    /// name.
     pub tls_names: Vec<String>,
     /// TLS versions offered: `"1.3"` and/or `"1.2"`.
     pub tls_versions: Vec<String>,

@@ -11,7 +11,10 @@
 //! request must begin within `http_request_timeout_secs` of the connection (of its handshake
 //! on HTTPS), else the connection is closed and counted: hyper's header deadline starts only
 //! once it has told HTTP/1.1 from HTTP/2, which takes a first byte, so without it a client
-//! that connects and sends nothing would hold one of `max_connections` slots for ever.
+//! that connects and sends nothing would hold one of `max_connections` slots for ever. A
+//! connection hyper is done with drains what its client still sends before it closes
+//! ([`super::linger`]), so an answer sent before the request was read (`413`) is not lost to
+//! a reset.
 
 use std::future::Future as _;
 use std::net::SocketAddr;
@@ -34,6 +37,7 @@ use tower::ServiceExt as _;
 
 use super::config::ServeConfig;
 use super::http::CorsOrigins;
+use super::linger::{self, Linger};
 use super::per_source::{PerSource, SourceSlot};
 use super::stats::{GatewayStats, TlsHandshakeLabels};
 use super::tls::{version_name, Tls, TlsFailure};
@@ -60,6 +64,11 @@ struct Shared {
     tls: Option<(TlsAcceptor, Arc<Tls>)>,
     /// For the `429`s made here, before the router's CORS layer.
     cors: CorsOrigins,
+    /// Closed connections draining what their clients still send (`linger`), at most
+    /// `max_connections` at once.
+    lingering: Arc<Semaphore>,
+    /// `max_body_bytes`: an HTTP/2 request declaring more is drained, then refused here.
+    max_body: usize,
 }
 
 /// How long a shutdown waits for the connections in progress to finish their requests.
@@ -110,6 +119,8 @@ pub(crate) async fn serve(
         request_timeout: Duration::from_secs_f64(config.http_request_timeout_secs),
         tls: tls.map(|t| (TlsAcceptor::from(t.server_config()), t)),
         cors: CorsOrigins::new(&config.cors_origins),
+        lingering: Arc::new(Semaphore::new(config.max_connections)),
+        max_body: config.max_body_bytes,
     });
     let graceful = GracefulShutdown::new();
     loop {
@@ -201,11 +212,12 @@ fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watche
         let source = Arc::new(source_slot);
         match &shared.tls {
             None => {
-                let io = first_byte_within(&shared, tcp);
+                let io = first_byte_within(&shared, Linger::new(tcp, shared.lingering.clone()));
                 serve_connection(&shared, io, source, peer, watcher).await
             }
             Some((acceptor, _)) => {
                 if let Some(stream) = handshake(&shared, acceptor, tcp, peer).await {
+                    let stream = Linger::new(stream, shared.lingering.clone());
                     let io = first_byte_within(&shared, stream);
                     serve_connection(&shared, io, source, peer, watcher).await;
                 }
@@ -368,6 +380,7 @@ async fn serve_connection<I>(
     let sources = shared.sources.clone();
     let stats = shared.stats.clone();
     let cors = shared.cors.clone();
+    let (max_body, deadline) = (shared.max_body, shared.request_timeout);
     let client = super::http::ClientAddr(peer.ip());
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(client);
@@ -381,11 +394,20 @@ async fn serve_connection<I>(
             cors.add_headers(req.headers().get(hyper::header::ORIGIN), r.headers_mut());
             r
         });
-        let app = app.clone();
+        let oversized = linger::oversized_h2(&req, max_body);
+        let (app, stats, cors) = (app.clone(), stats.clone(), cors.clone());
         async move {
-            match limited {
-                None => app.oneshot(req.map(axum::body::Body::new)).await,
-                Some(refused) => Ok(refused),
+            match (limited, oversized) {
+                (Some(refused), _) => Ok(refused),
+                (None, Some(declared)) => {
+                    stats.http_refused.fetch_add(1, Ordering::Relaxed);
+                    let origin = req.headers().get(hyper::header::ORIGIN).cloned();
+                    linger::drain_body(req.into_body(), deadline).await;
+                    let mut r = linger::too_large(max_body, declared);
+                    cors.add_headers(origin.as_ref(), r.headers_mut());
+                    Ok(r)
+                }
+                (None, None) => app.oneshot(req.map(axum::body::Body::new)).await,
             }
         }
     });

@@ -19,14 +19,17 @@
 //! I/O.
 
 pub mod auth;
+pub mod banner;
 pub mod config;
 mod directory;
 mod http;
+mod linger;
 mod listener;
 mod ng;
 mod ng_codecs;
 pub mod per_source;
 mod ports;
+pub mod process;
 mod stats;
 pub mod tls;
 mod tls_hmac;
@@ -224,9 +227,11 @@ pub use crate::shard::{
 };
 use crate::shard::{Shard, ShardConfig};
 use crate::transcode::MixSettings;
+pub use banner::{Banner, BannerReader, Trust};
 pub use config::{RoomConfig, ServeConfig};
 use directory::Directory;
 use ports::PortPool;
+pub use process::BuildInfo;
 use secrelay_wire::sdp_rtp::RtpDescription;
 use stats::WorkerStats;
 pub use stats::{
@@ -305,6 +310,17 @@ impl Gateway {
         };
         let fingerprint = certificate.fingerprint().to_string();
         let n = config.worker_count();
+        udp::ensure_free(config.udp).map_err(|e| {
+            StartError(if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!(
+                    "udp {}: the port is already in use by another process (another \
+                     secrelay serve?); give this gateway a media port of its own (--udp, `udp`)",
+                    config.udp
+                )
+            } else {
+                format!("udp {}: {e}", config.udp)
+            })
+        })?;
         let first = udp::bind_reuseport(config.udp)
             .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
         let udp_addr = first
@@ -1113,6 +1129,42 @@ impl Server {
             shutdown: Some(tx),
             http_thread: Some(t),
         })
+    }
+
+    /// What `secrelay serve` prints once it is up: the URLs to use, the CA to trust, the
+    /// media port ([`banner`]).
+    pub fn banner(&self) -> Banner {
+        let g = &self.gateway;
+        let b = BuildInfo::get();
+        let tls = self.tls.as_ref().filter(|_| self.https_addr.is_some());
+        let info = tls.map(|t| t.info());
+        let trust = match (&info, &g.config().tls_ca_dir) {
+            (Some(i), _) if i.trust_anchor.is_some() => {
+                i.trust_anchor.clone().map(Trust::Throwaway)
+            }
+            (Some(_), Some(dir)) => Some(Trust::CaDir(dir.join(secrelay_dtls::ca::CA_CERT_FILE))),
+            _ => None,
+        };
+        Banner {
+            build: format!(
+                "secrelay {}, commit {}, {} build",
+                b.version, b.commit, b.profile
+            ),
+            https: self
+                .https_addr
+                .zip(info.as_ref())
+                .map(|(a, i)| (a, format!("{} certificate from {}", i.key, i.source))),
+            names: info.map(|i| i.names).unwrap_or_default(),
+            trust,
+            http: self.http_addr,
+            udp: g.udp_addr(),
+            candidate: g.candidate(),
+            workers: g.config().worker_count(),
+            ng: self.ng_addr,
+            metrics: self.metrics_addr,
+            admin_key_file: None,
+            rooms_open: !self.access.policy().closes_rooms(),
+        }
     }
 
     /// The plain HTTP address, when plain HTTP was asked for.

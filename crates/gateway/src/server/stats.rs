@@ -597,7 +597,8 @@ fn histogram(
 }
 
 /// The gateway's state that is not a counter of the workers: telephony ports held and the
-/// routing directory's entries (what must come back to zero once every participant left).
+/// routing directory's entries (what must come back to zero once every participant left);
+/// and the process's (`secrelay_build_info`, `process_*`: [`super::process`]).
 #[derive(Debug)]
 pub(crate) struct StateCollector(pub Arc<super::Gateway>);
 
@@ -620,7 +621,7 @@ impl Collector for StateCollector {
         for (key, n) in [("ufrag", ufrags), ("address", addrs)] {
             ConstGauge::new(n as i64).encode(g.encode_family(&[("key", key)])?)?;
         }
-        Ok(())
+        super::process::encode(e)
     }
 }
 

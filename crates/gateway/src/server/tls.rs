@@ -151,11 +151,16 @@ pub struct TlsCertificateInfo {
     /// The certificate a client should trust, when it is the throw-away CA's (written at start,
     /// removed at exit).
     pub trust_anchor: Option<PathBuf>,
+    /// The names and addresses an issued certificate is valid for (empty for PEM files).
+    pub names: Vec<String>,
 }
 
 impl std::fmt::Display for TlsCertificateInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} certificate from {}", self.key, self.source)?;
+        if !self.names.is_empty() {
+            write!(f, " for {}", self.names.join(", "))?;
+        }
         if let Some(p) = &self.trust_anchor {
             write!(f, "; clients trust {}", p.display())?;
         }
@@ -351,6 +356,84 @@ fn fingerprint(ck: &CertifiedKey) -> String {
         .unwrap_or_default()
 }
 
+/// The names an issued HTTPS certificate is for: `tls_names` when set; else
+/// [`ServeConfig::tls_names_or_default`] (loopback, the HTTPS address, the announced one) and,
+/// when HTTPS listens on every address (`0.0.0.0`, `::`), the addresses clients may reach it
+/// by: the one toward the default route, every interface's (link-local ones aside), and the
+/// machine's host name. `curl https://203.0.113.7:8443/` from another host then verifies
+/// without `--announce` or `tls_names`.
+pub fn certificate_names(config: &ServeConfig) -> Vec<String> {
+    let mut names = config.tls_names_or_default();
+    if !config.tls_names.is_empty() {
+        return names;
+    }
+    let Some(https) = config.listeners().https else {
+        return names;
+    };
+    if !https.ip().is_unspecified() {
+        return names;
+    }
+    let mut add = |n: String| {
+        if !names.contains(&n) {
+            names.push(n);
+        }
+    };
+    add(super::default_announce(https).to_string());
+    for ip in interface_addresses() {
+        // An IPv4 wildcard listens on IPv4 only; `::` on both (dual stack by default).
+        if ip.is_ipv4() || https.is_ipv6() {
+            add(ip.to_string());
+        }
+    }
+    if let Some(host) = host_name() {
+        add(host);
+    }
+    names
+}
+
+/// Every interface's addresses, link-local IPv6 ones aside (they need a zone to be reached).
+fn interface_addresses() -> Vec<std::net::IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for a in addrs {
+        let Some(sa) = a.address else { continue };
+        let ip = if let Some(v4) = sa.as_sockaddr_in() {
+            std::net::IpAddr::V4(v4.ip())
+        } else if let Some(v6) = sa.as_sockaddr_in6() {
+            let ip = v6.ip();
+            if (ip.segments()[0] & 0xffc0) == 0xfe80 {
+                continue;
+            }
+            std::net::IpAddr::V6(ip)
+        } else {
+            continue;
+        };
+        if !ip.is_unspecified() && !out.contains(&ip) {
+            out.push(ip);
+        }
+    }
+    out
+}
+
+/// The host name, when it is a name a certificate can carry (letters, digits, `-`, `.`).
+fn host_name() -> Option<String> {
+    let h = nix::unistd::gethostname().ok()?.into_string().ok()?;
+    let ok = !h.is_empty()
+        && h.len() <= 253
+        && h != "localhost"
+        && h.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+        && h.parse::<std::net::IpAddr>().is_err();
+    ok.then(|| h.to_ascii_lowercase())
+}
+
 impl Source {
     /// Builds the certificate: reads the files again, or issues a fresh one.
     fn make(&self) -> Result<(Arc<CertifiedKey>, String), String> {
@@ -380,7 +463,7 @@ impl Tls {
     /// configuration around it.
     pub fn new(config: &ServeConfig) -> Result<Tls, String> {
         let key_type = config.tls_key_type().map_err(|e| e.0)?;
-        let names = config.tls_names_or_default();
+        let names = certificate_names(config);
         let mut throwaway = None;
         let (source, source_name, trust_anchor) = match (&config.tls_cert, &config.tls_key) {
             (Some(cert), Some(key)) => (
@@ -400,11 +483,7 @@ impl Tls {
                             names: names.clone(),
                             key_type,
                         },
-                        format!(
-                            "the private CA in {} for {}",
-                            dir.display(),
-                            names.join(", ")
-                        ),
+                        format!("the private CA in {}", dir.display()),
                         None,
                     )
                 }
@@ -425,7 +504,7 @@ impl Tls {
                             names: names.clone(),
                             key_type,
                         },
-                        format!("a throw-away private CA for {}", names.join(", ")),
+                        "a throw-away private CA".to_string(),
                         Some(path),
                     )
                 }
@@ -437,6 +516,10 @@ impl Tls {
             key,
             fingerprint: fingerprint(&ck),
             trust_anchor,
+            names: match &source {
+                Source::Issued { names, .. } => names.clone(),
+                Source::Files { .. } => Vec::new(),
+            },
         };
         let resolver = Arc::new(Resolver {
             current: RwLock::new(ck),

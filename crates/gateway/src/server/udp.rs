@@ -14,8 +14,20 @@ pub(crate) const BATCH: usize = 32;
 /// Receive buffer size: any Ethernet-MTU datagram, with room to tell an oversized one.
 pub(crate) const DATAGRAM_MAX: usize = 2048;
 
+/// Fails with `AddrInUse` when any socket already holds `addr` (a specific port): bound
+/// without SO_REUSEPORT, the probe cannot join another process's SO_REUSEPORT group, as the
+/// workers' sockets could (the kernel lets every socket of the same user share the port, and
+/// a second gateway would silently take half of the first one's flows). Port 0 is always free.
+pub(crate) fn ensure_free(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    UdpSocket::bind(addr).map(drop)
+}
+
 /// A non-blocking UDP socket bound with SO_REUSEPORT (so every worker can bind the same port
-/// and the kernel spreads flows across them), with large kernel buffers.
+/// and the kernel spreads flows across them), with large kernel buffers. No SO_REUSEADDR: on
+/// UDP it would let any process that sets it too bind the same port.
 pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     let domain = if addr.is_ipv4() {
         Domain::IPV4
@@ -24,7 +36,6 @@ pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     };
     let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_port(true)?;
-    s.set_reuse_address(true)?;
     s.set_nonblocking(true)?;
     // Bursts from many participants at once: keep them in the kernel rather than drop them.
     let _ = s.set_recv_buffer_size(8 << 20);

@@ -66,10 +66,12 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// The HTTP base URL in `secrelay serve`'s start-up line (`… HTTP on http://ip:port, …`).
+/// The plain HTTP base URL (`http://ip:port`) in one line of `secrelay serve`'s start-up
+/// banner (its `HTTP` line), or `None` for any other line.
 pub fn serve_banner_url(line: &str) -> Option<String> {
-    let rest = line.split("HTTP on ").nth(1)?;
-    rest.split(',').next().map(str::to_owned)
+    secrelay_gateway::server::BannerReader::of_line(line)
+        .http
+        .map(|a| format!("http://{a}"))
 }
 
 fn free_udp_port() -> anyhow::Result<u16> {

@@ -568,21 +568,12 @@ pub fn spawn_gateway(
         admin,
     };
     let mut lines = BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        let line = line?;
-        if let Some(u) = super::compare::serve_banner_url(&line) {
-            g.url = u;
-            g.https = line
-                .split("HTTPS on https://")
-                .nth(1)
-                .and_then(|r| r.split(',').next())
-                .and_then(|a| a.parse().ok());
-            break;
-        }
+    let banner = secrelay_gateway::server::BannerReader::read(&mut lines, |_| {});
+    match banner.as_ref().and_then(|b| b.http) {
+        Some(a) => g.url = format!("http://{a}"),
+        None => bail!("secrelay serve did not print its HTTP address"),
     }
-    if g.url.is_empty() {
-        bail!("secrelay serve did not print its HTTP address");
-    }
+    g.https = banner.and_then(|b| b.https);
     // Keep reading its log so that it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
     Ok(g)

@@ -297,10 +297,7 @@ impl ServerProc {
         let rx = follow(
             child.stderr.take().context("stderr piped")?,
             log.clone(),
-            |line| {
-                let rest = line.split("HTTPS on https://").nth(1)?;
-                rest.split([',', ' ']).next()?.parse::<SocketAddr>().ok()
-            },
+            |line| secrelay_gateway::server::BannerReader::of_line(line).https,
         );
         let addr = rx.recv_timeout(Duration::from_secs(120)).map_err(|_| {
             anyhow::anyhow!(
