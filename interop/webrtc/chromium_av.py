@@ -287,7 +287,7 @@ def trust_ca(work, ca):
     return home
 
 
-def serve_pages(pages, tls=None, html=None, relay=None):
+def serve_pages(pages, tls=None, html=None, relay=None, port=0):
     """The pages' HTTP server on loopback: `html` maps paths to pages (by default this script's
     publisher and players), `relay(answer)` makes the answer a page's `/relay` gets (by default
     the lossy relay's)."""
@@ -340,7 +340,7 @@ def serve_pages(pages, tls=None, html=None, relay=None):
                 pass
             self.send(204, "")
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     httpd.daemon_threads = True
     if tls:
         import ssl
@@ -512,7 +512,7 @@ def version(chromium):
 def run(args, result, work):
     pages = Pages(args.lossy_viewer / 100.0)
     page_tls = (args.page_cert, args.page_key) if args.page_cert else None
-    httpd = serve_pages(pages, page_tls)
+    httpd = serve_pages(pages, page_tls, port=args.page_port)
     origin = f"{'https' if page_tls else 'http'}://127.0.0.1:{httpd.server_address[1]}"
     home = trust_ca(work, args.ca) if args.ca else None
     result["trust"] = "the private CA in the NSS database" if home else "none (plain HTTP)"
@@ -618,6 +618,9 @@ def main():
     ap.add_argument("--page-key", help="its key (PEM)")
     ap.add_argument("--chromium", default=os.environ.get("SECRELAY_CHROMIUM", "/usr/bin/chromium"))
     ap.add_argument("--room", default="chromium-av")
+    ap.add_argument("--page-port", type=int, default=0,
+                    help="serve the pages on this port of 127.0.0.1 (default: any free one); the gateway must allow "
+                         "their origin, http://127.0.0.1:PORT, by CORS (serve --cors-origin)")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")
     ap.add_argument("--publisher-first", action="store_true", help="start the subscriber second")
     ap.add_argument("--late", type=float, help="start the subscriber(s) this many seconds after the publisher")

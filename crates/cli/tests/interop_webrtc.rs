@@ -722,10 +722,21 @@ fn three_room_pages_in_a_token_room_each_play_the_other_two() {
     let config = config.to_str().unwrap().to_owned();
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["token", "create", "--config", &config, "--key", "pages"])
-        .args(["--identity", "page", "--room", "locked", "--publish", "--subscribe"])
+        .args([
+            "--identity",
+            "page",
+            "--room",
+            "locked",
+            "--publish",
+            "--subscribe",
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let token = String::from_utf8(out.stdout).unwrap().trim().to_owned();
     let gw = Gateway::start_with(&["--config", &config]);
     let chromium = chromium.to_string_lossy().into_owned();
@@ -733,8 +744,18 @@ fn three_room_pages_in_a_token_room_each_play_the_other_two() {
         &python,
         "chromium_room.py",
         &[
-            "--base", &gw.base, "--pages", "3", "--room", "locked", "--token", &token,
-            "--chromium", &chromium, "--timeout", "60",
+            "--base",
+            &gw.base,
+            "--pages",
+            "3",
+            "--room",
+            "locked",
+            "--token",
+            &token,
+            "--chromium",
+            &chromium,
+            "--timeout",
+            "60",
         ],
         &gw,
     );
@@ -746,9 +767,16 @@ fn three_room_pages_in_a_token_room_each_play_the_other_two() {
         assert_eq!(p["audios_playing"], 2, "{p}");
         assert!(p["error"].is_null(), "{p}");
         assert_eq!(p["token_in_address"], false, "{p}");
-        assert_eq!(p["members"], serde_json::json!(["page", "page", "page"]), "{p}");
+        assert_eq!(
+            p["members"],
+            serde_json::json!(["page", "page", "page"]),
+            "{p}"
+        );
     }
-    assert!(pages[0]["offers"].as_u64().unwrap_or(0) >= 1, "renegotiated: {v}");
+    assert!(
+        pages[0]["offers"].as_u64().unwrap_or(0) >= 1,
+        "renegotiated: {v}"
+    );
     // Without the token the room refuses a join.
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)

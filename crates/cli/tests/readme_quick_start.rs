@@ -6,9 +6,10 @@
 //! other), and headless Chromium publishes with WHIP while a WHEP viewer decodes the video.
 //! Each other command must exit 0.
 //!
-//! Two liberties, both about ports other tests may hold: the README's `127.0.0.1:8080` becomes
-//! an ephemeral port (every command is given the address the gateway bound), and a `serve`
-//! without `--udp` (media on UDP 40000) gets `--udp 0.0.0.0:0`.
+//! Three liberties, all about ports other tests may hold: the README's `127.0.0.1:8080` becomes
+//! an ephemeral port (every command is given the address the gateway bound), the test pages'
+//! port 8081 a free one (in the gateway's `--cors-origin` and the driver's `--page-port`
+//! alike), and a `serve` without `--udp` (media on UDP 40000) gets `--udp 0.0.0.0:0`.
 //!
 //! The metrics `docs/operations.md` tells operators to watch must exist in this gateway's
 //! `/metrics`, checked on the same gateway.
@@ -30,6 +31,8 @@ use secrelay_gateway::server::BannerReader;
 const TEST: &str = "the_readme_quick_start_runs_as_written";
 /// The address the README's commands use for the gateway.
 const README_ADDR: &str = "127.0.0.1:8080";
+/// The port the README's WHIP/WHEP test pages are served on (the origin the gateway allows).
+const README_PAGE_PORT: &str = "8081";
 const PREFIX: &str = "cargo run --release -p secrelay --";
 
 fn repo() -> PathBuf {
@@ -74,6 +77,10 @@ struct Gateway {
     child: Child,
     url: String,
     log: Arc<Mutex<String>>,
+    /// The admin key it made and wrote to the file its banner names.
+    admin: String,
+    /// The port the test pages are served on in place of the README's.
+    page_port: String,
 }
 
 impl Drop for Gateway {
@@ -84,9 +91,19 @@ impl Drop for Gateway {
 }
 
 fn start_gateway(command: &str) -> Gateway {
+    let page_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port for the test pages")
+        .port()
+        .to_string();
     let mut args: Vec<String> = command[PREFIX.len()..]
         .split_whitespace()
-        .map(|a| a.replace(README_ADDR, "127.0.0.1:0"))
+        .map(|a| {
+            a.replace(README_ADDR, "127.0.0.1:0").replace(
+                &format!("127.0.0.1:{README_PAGE_PORT}"),
+                &format!("127.0.0.1:{page_port}"),
+            )
+        })
         .collect();
     assert_eq!(args.first().map(String::as_str), Some("serve"), "{command}");
     if !args.iter().any(|a| a == "--udp") {
@@ -111,9 +128,19 @@ fn start_gateway(command: &str) -> Gateway {
         }
     });
     let text = log.lock().unwrap().clone();
+    let banner =
+        banner.unwrap_or_else(|| panic!("`{command}` printed no banner with its address:\n{text}"));
     let url = banner
-        .and_then(|b| b.url())
+        .url()
         .unwrap_or_else(|| panic!("`{command}` printed no banner with its address:\n{text}"));
+    // The operator's routes take the admin key the banner names the file of.
+    let key_file = banner
+        .admin_key_file
+        .unwrap_or_else(|| panic!("the banner names no admin key file:\n{text}"));
+    let admin = std::fs::read_to_string(&key_file)
+        .unwrap_or_else(|e| panic!("{}: {e}", key_file.display()))
+        .trim()
+        .to_owned();
     // What the README promises the banner says.
     for path in ["/room/NAME", "/whip/NAME", "/whep/NAME"] {
         assert!(
@@ -121,12 +148,23 @@ fn start_gateway(command: &str) -> Gateway {
             "the banner has no {url}{path}:\n{text}"
         );
     }
-    Gateway { child, url, log }
+    Gateway {
+        child,
+        url,
+        log,
+        admin,
+        page_port,
+    }
 }
 
 /// Runs one README command (the gateway's address put in), within `limit`; its output.
 fn run(command: &str, gateway: &Gateway, limit: Duration) -> Result<String, String> {
-    let command = command.replace(&format!("http://{README_ADDR}"), &gateway.url);
+    let command = command
+        .replace(&format!("http://{README_ADDR}"), &gateway.url)
+        .replace(
+            &format!("--page-port {README_PAGE_PORT}"),
+            &format!("--page-port {}", gateway.page_port),
+        );
     let mut words = command.split_whitespace();
     let program = words.next().expect("a command");
     let mut child = Command::new(program)
@@ -208,8 +246,10 @@ fn peers_present(commands: &[String]) -> bool {
     true
 }
 
-fn get(url: &str) -> String {
+/// GETs an operator's route with the gateway's admin key.
+fn get(url: &str, admin: &str) -> String {
     ureq::get(url)
+        .header("Authorization", &format!("Bearer {admin}"))
         .call()
         .unwrap_or_else(|e| panic!("GET {url}: {e}"))
         .body_mut()
@@ -272,14 +312,14 @@ fn the_readme_quick_start_runs_as_written() {
     // The scripts left; the gateway kept nothing, and did the handshakes.
     let end = Instant::now() + Duration::from_secs(10);
     loop {
-        let rooms = get(&format!("{}/api/rooms", gateway.url));
+        let rooms = get(&format!("{}/api/rooms", gateway.url), &gateway.admin);
         if rooms.contains("\"rooms\":[]") {
             break;
         }
         assert!(Instant::now() < end, "rooms left behind: {rooms}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let metrics = get(&format!("{}/metrics", gateway.url));
+    let metrics = get(&format!("{}/metrics", gateway.url), &gateway.admin);
     let ok = metrics
         .lines()
         .find_map(|l| l.strip_prefix("secrelay_handshakes_total{result=\"ok\"} "))

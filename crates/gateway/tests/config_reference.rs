@@ -180,10 +180,7 @@ enum Nesting {
 
 /// The struct a key's type nests as tables, and how, when it is a struct of the crate with
 /// named fields (a configuration table; `Secret`, a string, is not).
-fn nested(
-    rust: &str,
-    structs: &BTreeMap<String, syn::ItemStruct>,
-) -> Option<(String, Nesting)> {
+fn nested(rust: &str, structs: &BTreeMap<String, syn::ItemStruct>) -> Option<(String, Nesting)> {
     let is_table = |x: &str| {
         structs
             .get(x)

@@ -226,10 +226,16 @@ impl fmt::Display for Banner {
             },
         )?;
         match self.metrics {
-            Some(a) => line(f, "metrics", &format!("http://{a}/metrics  (no credential)"))?,
-            None if !url.is_empty() => {
-                line(f, "metrics", &format!("{url}/metrics  (with the admin key)"))?
-            }
+            Some(a) => line(
+                f,
+                "metrics",
+                &format!("http://{a}/metrics  (no credential)"),
+            )?,
+            None if !url.is_empty() => line(
+                f,
+                "metrics",
+                &format!("{url}/metrics  (with the admin key)"),
+            )?,
             None => {}
         }
         line(
@@ -253,6 +259,8 @@ pub struct BannerReader {
     pub udp: Option<SocketAddr>,
     /// The ng control socket.
     pub ng: Option<SocketAddr>,
+    /// The file holding the admin key made at start.
+    pub admin_key_file: Option<PathBuf>,
     started: bool,
     done: bool,
 }
@@ -290,6 +298,12 @@ impl BannerReader {
                 self.ng = value
                     .strip_prefix("UDP ")
                     .and_then(|v| first_of(v).parse().ok())
+            }
+            "admin" => {
+                self.admin_key_file = value
+                    .strip_prefix("key in ")
+                    .and_then(|v| v.split("  (").next())
+                    .map(PathBuf::from)
             }
             "stop" => self.done = true,
             _ => {}
@@ -379,6 +393,7 @@ mod tests {
         assert_eq!(r.ca, Some(PathBuf::from("/tmp/x y/ca.pem")));
         assert_eq!(r.udp, Some("0.0.0.0:40000".parse().unwrap()));
         assert_eq!(r.ng, Some("127.0.0.1:2223".parse().unwrap()));
+        assert_eq!(r.admin_key_file, Some(PathBuf::from("/tmp/a/admin.key")));
         let http = text.lines().find(|l| l.starts_with("  HTTP ")).unwrap();
         assert_eq!(
             BannerReader::of_line(http).url().as_deref(),
