@@ -135,6 +135,14 @@ pub fn run(a: &FloodArgs) -> Result<()> {
     let _config_dir;
     let mut ng = a.ng;
     let mut extra = Vec::new();
+    // The lab's own gateway closes its rooms with an API key (tokens on, as a deployment's
+    // are), bar one open room: the credentials part measures forged tokens and joins with both.
+    let lab_key = secrelay_lab::client::credentials::ApiKey {
+        id: "lab".into(),
+        secret: secrelay_gateway::server::auth::Secret::random()
+            .expose()
+            .to_owned(),
+    };
     if control && a.target.is_none() {
         let port = std::net::UdpSocket::bind("127.0.0.1:0")?
             .local_addr()?
@@ -146,7 +154,8 @@ pub fn run(a: &FloodArgs) -> Result<()> {
         std::fs::write(
             &config,
             format!(
-                "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\nmax_connections_per_source = {per_source_connections}\nrequests_per_source = {requests_per_source:?}\nrequest_burst_per_source = {request_burst}\nng_allow = [\"127.0.0.1\"]\n"
+                "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\nmax_connections_per_source = {per_source_connections}\nrequests_per_source = {requests_per_source:?}\nrequest_burst_per_source = {request_burst}\nng_allow = [\"127.0.0.1\"]\n[api_keys]\n{} = \"{}\"\n[rooms.flood-open]\nopen = true\n",
+                lab_key.id, lab_key.secret
             ),
         )?;
         extra.extend([
@@ -221,6 +230,16 @@ pub fn run(a: &FloodArgs) -> Result<()> {
             big_body_bytes: 1024 * 1024,
             ng_rate: a.rate.unwrap_or(if a.quick { 2000 } else { 20_000 }),
             ng_secs: a.secs.unwrap_or(if a.quick { 1.5 } else { 10.0 }),
+            credentials: Some(secrelay_lab::client::credentials::CredentialOptions {
+                requests: if a.quick { 200 } else { 4000 },
+                per_source: request_burst as usize,
+                key: a.target.is_none().then(|| lab_key.clone()),
+                rooms: a
+                    .target
+                    .is_none()
+                    .then(|| ("flood-open".to_owned(), "flood-closed".to_owned())),
+                joins: if a.quick { 20 } else { 200 },
+            }),
         };
         let r = control_flood::run(&o)?;
         print_control(&r);
@@ -380,6 +399,38 @@ fn tempfile_dir() -> Result<PathBuf> {
     Ok(dir)
 }
 
+fn print_credentials(c: &secrelay_lab::client::credentials::CredentialReport) {
+    let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.1} µs"));
+    for r in &c.costs {
+        println!(
+            "  credential {:<17} {} requests {:?}; gateway CPU {} each (the check {}); counted {} {:.0}",
+            r.kind,
+            r.requests,
+            r.statuses,
+            us(r.gateway_us_per_request),
+            us(r.check_us_per_request),
+            r.counted.0,
+            r.counted.1
+        );
+    }
+    if let Some(j) = &c.joins {
+        println!(
+            "  joins              {} each: anonymous p50 {:.0} µs p99 {:.0} µs; with a token p50 {:.0} µs p99 {:.0} µs (p99 × {:.2}){}",
+            j.joins,
+            j.anonymous_us[0],
+            j.anonymous_us[1],
+            j.token_us[0],
+            j.token_us[1],
+            j.p99_ratio,
+            if j.refused.is_empty() {
+                String::new()
+            } else {
+                format!("; refused {:?}", j.refused)
+            }
+        );
+    }
+}
+
 fn print_control(r: &ControlReport) {
     println!(
         "flood control: slow clients measured against a {:.1} s timeout{}",
@@ -458,6 +509,9 @@ fn print_control(r: &ControlReport) {
             "  ng from {}     {} pings from outside ng_allow: {} answered, {:.0} counted not_allowed",
             x.source, x.sent, x.answered, x.not_allowed
         );
+    }
+    if let Some(c) = &r.credentials {
+        print_credentials(c);
     }
     if let Some([a, b]) = r.rss_bytes {
         println!(

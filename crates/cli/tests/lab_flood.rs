@@ -299,4 +299,36 @@ fn control_floods_get_their_statuses_timeouts_and_error_replies() {
     let x = &r["ng_outsider"];
     assert_eq!(f(&x["answered"]), 0.0, "{x}");
     assert_eq!(f(&x["not_allowed"]), f(&x["sent"]), "{x}");
+    // Credentials: every forged kind refused with 401 and counted under its reason, one by
+    // one; the joins with a token as successful as those without (their latency is reported,
+    // not asserted: it is the machine's).
+    let c = &r["credentials"];
+    let costs = c["costs"].as_array().expect("credential rows");
+    let kinds: Vec<&str> = costs.iter().map(|k| k["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "none",
+            "forged signature",
+            "unknown key",
+            "expired",
+            "not a token"
+        ],
+        "{c}"
+    );
+    for k in costs {
+        let sent = f(&k["requests"]);
+        assert_eq!(tally(&k["statuses"]), [("401".to_string(), sent)], "{k}");
+        assert_eq!(
+            f(&k["counted"][1]),
+            sent,
+            "each counted under its reason: {k}"
+        );
+    }
+    let j = &c["joins"];
+    assert_eq!(j["refused"], serde_json::json!([]), "{j}");
+    assert!(
+        f(&j["anonymous_us"][1]) > 0.0 && f(&j["token_us"][1]) > 0.0,
+        "{j}"
+    );
 }

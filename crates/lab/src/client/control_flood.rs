@@ -70,6 +70,8 @@ pub struct ControlOptions {
     pub ng_outsider: Option<IpAddr>,
     /// ng flood datagrams per second.
     pub ng_rate: u64,
+    /// The credentials part (forged tokens, joins with and without a token); skipped without.
+    pub credentials: Option<super::credentials::CredentialOptions>,
     /// Seconds of each ng window (unloaded, flood).
     pub ng_secs: f64,
 }
@@ -184,6 +186,8 @@ pub struct ControlReport {
     pub ng_outsider: Option<NgOutsiderRow>,
     /// Gateway resident memory before and after everything.
     pub rss_bytes: Option<[u64; 2]>,
+    /// Forged tokens and joins with tokens, when asked for.
+    pub credentials: Option<super::credentials::CredentialReport>,
 }
 
 fn http_addr(s: &Signaling) -> anyhow::Result<SocketAddr> {
@@ -744,6 +748,11 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
     let request_flood = (o.requests_per_source > 0.0)
         .then(|| request_flood(o, addr, loopback_sources(40, 1)[0]))
         .transpose()?;
+    let credentials = o
+        .credentials
+        .as_ref()
+        .map(|c| super::credentials::run(c, &o.signaling, addr, o.server_pid))
+        .transpose()?;
     let m1 = metrics(&o.signaling)?;
     let mut gateway_refused = Vec::new();
     for (name, metric) in [
@@ -801,6 +810,7 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         ng,
         ng_outsider,
         rss_bytes: rss0.zip(rss1).map(|(a, b)| [a.rss_bytes, b.rss_bytes]),
+        credentials,
     })
 }
 

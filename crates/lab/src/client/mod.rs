@@ -9,6 +9,7 @@
 
 pub mod compare;
 pub mod control_flood;
+pub mod credentials;
 pub mod flood;
 pub mod load;
 pub mod overload;
