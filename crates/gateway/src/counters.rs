@@ -61,11 +61,15 @@ pub enum DropReason {
     /// A new DTLS handshake not started because its worker is overloaded (admission control:
     /// the peer retransmits, and it is taken once the load falls).
     Overload,
+    /// Media on a telephony leg's port from a remote address the port's previous leg latched
+    /// to or sent to, within the quarantine after that leg ended (a phone that never got the
+    /// BYE, or someone who learnt the port): neither latched nor relayed.
+    StaleSource,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 23] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -88,6 +92,7 @@ impl DropReason {
         DropReason::NoSlot,
         DropReason::Undecodable,
         DropReason::Overload,
+        DropReason::StaleSource,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -115,6 +120,7 @@ impl DropReason {
             DropReason::NoSlot => "no_slot",
             DropReason::Undecodable => "undecodable",
             DropReason::Overload => "overload",
+            DropReason::StaleSource => "stale_source",
         }
     }
 

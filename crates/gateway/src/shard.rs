@@ -45,8 +45,8 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpOfferSpec, TransmitKind,
-    WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
+    CopyTarget, Leg, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, RtpLeg, RtpOfferSpec,
+    TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
@@ -139,6 +139,9 @@ pub enum Event {
         addrs: Vec<SocketAddr>,
         /// Its own local ports (a telephony leg's RTP and RTCP).
         ports: Vec<u16>,
+        /// The remote addresses a telephony leg latched to or sent to ([`RtpLeg::peers`]):
+        /// its ports' next leg refuses them for a while.
+        peers: Vec<SocketAddr>,
     },
     /// A new offer of ours for a member that listens for them (its events channel): it lacks
     /// receive sections for the room's senders. It answers with its revision.
@@ -890,9 +893,9 @@ impl Shard {
             let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            if s.room.remove(member).is_none() {
+            let Some(leg) = s.room.remove(member) else {
                 continue;
-            }
+            };
             if let Some(meta) = s.members.remove(&member) {
                 for u in &meta.ufrags {
                     self.by_ufrag.remove(u);
@@ -911,6 +914,7 @@ impl Shard {
                     ufrags: meta.ufrags,
                     addrs: meta.addrs,
                     ports: meta.ports,
+                    peers: leg.as_rtp().map(RtpLeg::peers).unwrap_or_default(),
                 }));
             }
             if s.room.is_empty() {
@@ -933,7 +937,13 @@ impl Shard {
         }
         tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
         self.counters.add_room(&s.room);
-        for (_, meta) in s.members {
+        for (member, meta) in s.members {
+            let peers = s
+                .room
+                .leg(member)
+                .and_then(Leg::as_rtp)
+                .map(RtpLeg::peers)
+                .unwrap_or_default();
             for u in &meta.ufrags {
                 self.by_ufrag.remove(u);
             }
@@ -951,6 +961,7 @@ impl Shard {
                 ufrags: meta.ufrags,
                 addrs: meta.addrs,
                 ports: meta.ports,
+                peers,
             }));
         }
         self.room_index.remove(&s.name);
@@ -1128,21 +1139,23 @@ impl Shard {
     }
 
     /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, on the local
-    /// `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`): its id, the
-    /// answer, and the ports it uses (RTCP's is not used when the offer muxes RTCP: the caller
-    /// can close it).
+    /// `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`), refusing
+    /// what `quarantine` holds (the ports' previous peers): its id, the answer, and the ports
+    /// it uses (RTCP's is not used when the offer muxes RTCP: the caller can close it).
     pub fn join_rtp(
         &mut self,
         now: Instant,
         room: &str,
         offer: &RtpDescription,
         ports: Ports,
+        quarantine: Quarantine,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
         let leg = RtpLeg::new(offer, ports, self.config.rtp.clone(), now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?
+            .with_quarantine(quarantine);
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let role = match leg.media().first() {
@@ -1161,20 +1174,22 @@ impl Shard {
     }
 
     /// Makes a telephony member that offers `spec` to a phone (a SIP proxy's `offer`, towards
-    /// the callee) on the local `ports`: its id and our offer. Media waits for
-    /// [`Shard::answer_rtp`].
+    /// the callee) on the local `ports`, refusing what `quarantine` holds: its id and our
+    /// offer. Media waits for [`Shard::answer_rtp`].
     pub fn offer_rtp(
         &mut self,
         now: Instant,
         room: &str,
         spec: &RtpOfferSpec,
         ports: Ports,
+        quarantine: Quarantine,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
         let leg = RtpLeg::new_offer(spec, ports, self.config.rtp.clone(), now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?
+            .with_quarantine(quarantine);
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let id = self.add_member(now, room, leg.into(), JoinKind::Rtp, Vec::new());

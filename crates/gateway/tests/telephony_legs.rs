@@ -118,7 +118,10 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
         rtp: "192.0.2.1:31000".parse().unwrap(),
         rtcp: "192.0.2.1:31001".parse().unwrap(),
     };
-    let j = h.shard.join_rtp(h.now, "r", &desc, ports).unwrap();
+    let j = h
+        .shard
+        .join_rtp(h.now, "r", &desc, ports, Default::default())
+        .unwrap();
     assert!(j
         .answer
         .contains("a=crypto:1 AES_CM_128_HMAC_SHA1_32 inline:"));
@@ -131,7 +134,10 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
         a=crypto:2 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz|1:4\r\n\
         a=crypto:3 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz UNENCRYPTED_SRTP\r\n";
     let desc = secrelay_wire::sdp_rtp::parse_rtp(only_bad).unwrap();
-    let err = h.shard.join_rtp(h.now, "r", &desc, ports).unwrap_err();
+    let err = h
+        .shard
+        .join_rtp(h.now, "r", &desc, ports, Default::default())
+        .unwrap_err();
     let JoinError::Unacceptable(why) = err else {
         panic!("{err:?}")
     };
@@ -141,7 +147,10 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
     // No codec in common.
     let g729 = "v=0\r\no=- 1 1 IN IP4 192.0.2.9\r\ns=-\r\nc=IN IP4 192.0.2.9\r\nt=0 0\r\nm=audio 4000 RTP/AVP 18\r\n";
     let desc = secrelay_wire::sdp_rtp::parse_rtp(g729).unwrap();
-    assert!(h.shard.join_rtp(h.now, "r", &desc, ports).is_err());
+    assert!(h
+        .shard
+        .join_rtp(h.now, "r", &desc, ports, Default::default())
+        .is_err());
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use secrelay_dtls::{Certificate, KeyType, LocalCertificate};
 use secrelay_gateway::counters::{Counters, DropReason, ShardCounters};
 use secrelay_gateway::leg::{
-    CloseReason, LegEvent, LegOutput, Ports, RtpConfig, Via, WebRtcConfig, WebRtcLeg,
+    CloseReason, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, Via, WebRtcConfig, WebRtcLeg,
 };
 use secrelay_gateway::room::{MemberId, Room};
 use secrelay_gateway::shard::{
@@ -316,18 +316,33 @@ impl Harness {
 
     /// `phone` joins `room` as a telephony leg on ports 30000 + 2k (k: its index) of the
     /// candidate's address, and takes the answer; its index in [`Harness::phones`].
-    pub fn join_phone(&mut self, room: &str, mut phone: SimPhone) -> Result<usize, JoinError> {
+    pub fn join_phone(&mut self, room: &str, phone: SimPhone) -> Result<usize, JoinError> {
+        let base = 30000 + 2 * self.phones.len() as u16;
+        self.join_phone_on(room, phone, base, Quarantine::default())
+    }
+
+    /// `phone` joins `room` as a telephony leg on ports `base` and `base + 1` of the
+    /// candidate's address (a pair another leg may have had: its previous peers in
+    /// `quarantine`), and takes the answer; its index in [`Harness::phones`].
+    pub fn join_phone_on(
+        &mut self,
+        room: &str,
+        mut phone: SimPhone,
+        base: u16,
+        quarantine: Quarantine,
+    ) -> Result<usize, JoinError> {
         let ip = CANDIDATE
             .parse::<SocketAddr>()
             .expect("a literal address")
             .ip();
-        let base = 30000 + 2 * self.phones.len() as u16;
         let ports = Ports {
             rtp: SocketAddr::new(ip, base),
             rtcp: SocketAddr::new(ip, base + 1),
         };
         let offer = parse_rtp(&phone.offer()).expect("the phone's offer parses");
-        let joined = self.shard.join_rtp(self.now, room, &offer, ports)?;
+        let joined = self
+            .shard
+            .join_rtp(self.now, room, &offer, ports, quarantine)?;
         phone
             .accept_answer(&joined.answer)
             .expect("the phone takes the gateway's answer");

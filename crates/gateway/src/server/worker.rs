@@ -32,7 +32,7 @@ use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::admission::{Admission, AdmissionConfig, LoadMeter};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
+use crate::leg::{CodecId, Ports, Quarantine, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
 };
@@ -455,12 +455,16 @@ impl Worker {
                 let _ = reply.send(r);
             }
             Command::JoinRtp { room, offer, reply } => {
-                let r = self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports));
+                let r = self.with_ports(now, |shard, ports, q| {
+                    shard.join_rtp(now, &room, &offer, ports, q)
+                });
                 self.after_command();
                 let _ = reply.send(r);
             }
             Command::OfferRtp { room, spec, reply } => {
-                let r = self.with_ports(|shard, ports| shard.offer_rtp(now, &room, &spec, ports));
+                let r = self.with_ports(now, |shard, ports, q| {
+                    shard.offer_rtp(now, &room, &spec, ports, q)
+                });
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -546,27 +550,34 @@ impl Worker {
         }
     }
 
-    /// Binds a port pair for a telephony leg, makes the leg with `make`, and keeps the sockets
-    /// it uses.
+    /// Binds a port pair for a telephony leg, makes the leg with `make` (given the pair's
+    /// previous peers to refuse), and keeps the sockets it uses.
     fn with_ports(
         &mut self,
-        make: impl FnOnce(&mut Shard, Ports) -> Result<JoinedRtp, JoinError>,
+        now: Instant,
+        make: impl FnOnce(&mut Shard, Ports, Quarantine) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
         let pair = self
             .shared
             .ports
-            .bind_pair(self.shared.bind_ip)
+            .bind_pair(self.shared.bind_ip, now)
             .map_err(|e| JoinError::Full(e.to_string()))?;
         let ports = Ports {
             rtp: pair.rtp_addr,
             rtcp: pair.rtcp_addr,
         };
-        let r = make(&mut self.shard, ports);
-        let used: &[u16] = r.as_ref().map_or(&[], |j| j.ports.as_slice());
+        // A leg that was not made leaves the pair's previous peers remembered, as they were.
+        let remembered = pair.quarantine.sources.clone();
+        let r = make(&mut self.shard, ports, pair.quarantine);
+        let (used, peers): (&[u16], &[SocketAddr]) = match &r {
+            Ok(j) => (&j.ports, &[]),
+            Err(_) => (&[], &remembered),
+        };
         for (addr, socket) in [(pair.rtp_addr, pair.rtp), (pair.rtcp_addr, pair.rtcp)] {
             let port = addr.port();
             if !used.contains(&port) {
-                self.shared.ports.release(port);
+                drop(socket);
+                self.shared.ports.release(port, peers, now);
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
@@ -590,15 +601,17 @@ impl Worker {
         r
     }
 
-    /// Closes a leg's sockets and gives its ports back.
-    fn close_leg_ports(&mut self, ports: &[u16]) {
+    /// Closes a leg's sockets and gives its ports back, with the remote addresses it used
+    /// them with (`peers`: refused by the ports' next leg for a while).
+    fn close_leg_ports(&mut self, ports: &[u16], peers: &[SocketAddr]) {
+        let now = Instant::now();
         for p in ports {
             if let Some(mut l) = self.legs.remove(p) {
                 let _ = self.poll.registry().deregister(&mut l.socket);
             }
             self.ready_legs.retain(|r| r != p);
             self.dirty_legs.retain(|r| r != p);
-            self.shared.ports.release(*p);
+            self.shared.ports.release(*p, peers, now);
         }
     }
 
@@ -856,10 +869,11 @@ impl Worker {
                 ufrags,
                 addrs,
                 ports,
+                peers,
                 ..
             } => {
                 dir.remove(&ufrags, &addrs);
-                self.close_leg_ports(&ports);
+                self.close_leg_ports(&ports, &peers);
                 // Its events channel ends with it.
                 self.shared
                     .notices
