@@ -549,6 +549,10 @@ impl Shard {
                 leg.counters_mut().drop(DropReason::UnknownKind);
                 false
             }
+            Class::Unclassified => {
+                leg.counters_mut().drop(DropReason::Unclassified);
+                false
+            }
         };
         if control {
             self.drain_room(key.slot);

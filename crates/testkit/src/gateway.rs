@@ -234,6 +234,9 @@ pub struct Harness {
     pub events: Vec<Event>,
     /// Datagrams the shard sent to an address no member has (delivered nowhere).
     pub stray: Transmits,
+    /// The DTLS datagrams each member's client sent while [`Harness::connect`] ran (member
+    /// index, datagram), in order: what a test replays.
+    pub client_dtls: Vec<(usize, Vec<u8>)>,
 }
 
 impl Harness {
@@ -255,6 +258,7 @@ impl Harness {
             phones: Vec::new(),
             events: Vec::new(),
             stray: Vec::new(),
+            client_dtls: Vec::new(),
         }
     }
 
@@ -438,6 +442,7 @@ impl Harness {
             for d in &out {
                 self.send(i, d);
             }
+            self.client_dtls.extend(out.into_iter().map(|d| (i, d)));
             let c = &self.members[i].client;
             let up = c.keys.is_some() && self.leg_connected(i);
             if (up && moved == 0) || c.failed.is_some() || self.now > deadline {

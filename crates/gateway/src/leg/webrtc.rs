@@ -986,7 +986,9 @@ impl WebRtcLeg {
             self.dtls_started = Some(now);
         }
         self.dtls_peer = Some(from);
-        ep.handle_datagram(now, datagram);
+        if let secrelay_dtls::Verdict::Discarded(d) = ep.handle_datagram(now, datagram) {
+            self.counters.drop(DropReason::of_dtls(d));
+        }
         self.drain_dtls(now);
     }
 
