@@ -448,16 +448,21 @@ impl Shard {
             // A telephony leg's own port: the port says whose, whatever the source.
             return self.by_port.get(&p).copied();
         }
-        if let Some(k) = self.by_addr.get(&d.from) {
-            return Some(*k);
-        }
-        match d.class {
+        // A check goes to the member it names, whoever owns its source address now (a new
+        // session from an address an old one validated takes the address over once its check
+        // authenticates); anything else by its source.
+        let named = match d.class {
             Class::Stun(facts) => facts
                 .target_ufrag(d.bytes)
-                .and_then(|u| self.by_ufrag.get(u))
-                .copied(),
+                .and_then(|u| self.by_ufrag.get(u)),
             _ => None,
-        }
+        };
+        named.or_else(|| self.by_addr.get(&d.from)).copied()
+    }
+
+    /// Whether a member of this shard has the local ICE ufrag `ufrag`.
+    pub fn owns_ufrag(&self, ufrag: &str) -> bool {
+        self.by_ufrag.contains_key(ufrag)
     }
 
     /// Handles one datagram read at `now`. See the [module documentation](self).
@@ -808,6 +813,8 @@ impl Shard {
         let Some(s) = rooms.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
+        // Addresses another member validated before one of this room's did now.
+        let mut displaced = Vec::new();
         let room_gen = s.room_gen;
         let key = |member| MemberKey {
             slot,
@@ -848,8 +855,12 @@ impl Shard {
                         meta.addrs.push(addr);
                     }
                     let k = key(member);
-                    if by_addr.insert(addr, k) != Some(k) {
-                        queue.push_back(Queued::Event(Event::AddressOwned(addr)));
+                    match by_addr.insert(addr, k) {
+                        Some(old) if old == k => {}
+                        previous => {
+                            displaced.extend(previous.map(|old| (addr, old)));
+                            queue.push_back(Queued::Event(Event::AddressOwned(addr)));
+                        }
                     }
                 }
                 LegOutput::Event(LegEvent::Connected { profile, handshake }) => {
@@ -888,6 +899,42 @@ impl Shard {
             if let Some(t) = next {
                 heap.push(Reverse((t, slot, s.room_gen)));
             }
+        }
+        for (addr, old) in displaced {
+            self.displace(addr, old);
+        }
+    }
+
+    /// Member `key` gives up `addr`, which another member validated after it: one remote
+    /// address belongs to one member, so a retried or duplicated session never makes two
+    /// routes to one receiver. Its leg sends nothing to the address and takes nothing from it
+    /// until a check of its own validates it again (and takes it back).
+    fn displace(&mut self, addr: SocketAddr, key: MemberKey) {
+        let Some(s) = self.rooms[key.slot]
+            .as_mut()
+            .filter(|s| s.room_gen == key.room_gen)
+        else {
+            return;
+        };
+        if let Some(meta) = s.members.get_mut(&key.member) {
+            meta.addrs.retain(|a| *a != addr);
+        }
+        if let Some(leg) = s.room.leg_mut(key.member).and_then(Leg::as_webrtc_mut) {
+            leg.yield_address(addr);
+        }
+        tracing::info!(room = %s.name, %addr, "an address moved to another session");
+    }
+
+    /// `addr` now belongs to a member of another shard (its check authenticated there after
+    /// ours): the member here that had it gives it up, as [`Shard::displace`] says. Whether
+    /// one did.
+    pub fn yield_address(&mut self, addr: SocketAddr) -> bool {
+        match self.by_addr.remove(&addr) {
+            Some(key) => {
+                self.displace(addr, key);
+                true
+            }
+            None => false,
         }
     }
 

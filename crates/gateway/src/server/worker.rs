@@ -157,6 +157,9 @@ pub(crate) enum Command {
     },
     /// Stop admitting, close every participant with close_notify, send what is queued.
     Drain { reply: oneshot::Sender<()> },
+    /// A remote address a member here validated is another worker's member's now (its check
+    /// authenticated there later): the member here gives it up.
+    AddressTaken(SocketAddr),
     /// End the thread.
     Stop,
 }
@@ -546,6 +549,12 @@ impl Worker {
                 self.after_command();
                 let _ = reply.send(());
             }
+            Command::AddressTaken(addr) => {
+                // Unless one of ours took it back since.
+                if self.shared.directory.by_addr(&addr) != Some(self.index) {
+                    self.shard.yield_address(addr);
+                }
+            }
             Command::Stop => unreachable!("handled by take_commands"),
         }
     }
@@ -692,7 +701,9 @@ impl Worker {
                     continue;
                 };
                 let d = Datagram::classify(from, d, received);
-                if self.shard.handle(received, d) == Handled::NotOurs {
+                if let Some(w) = self.named_elsewhere(&d) {
+                    self.hand_to(w, d);
+                } else if self.shard.handle(received, d) == Handled::NotOurs {
                     self.hand_over(d);
                 }
             }
@@ -771,6 +782,22 @@ impl Worker {
         true
     }
 
+    /// The other worker whose member a STUN check names, when none of this worker's has the
+    /// ufrag it names: the check goes to its member, whoever owns its source address.
+    fn named_elsewhere(&self, d: &Datagram<'_>) -> Option<usize> {
+        let Class::Stun(facts) = d.class else {
+            return None;
+        };
+        let ufrag = facts.target_ufrag(d.bytes)?;
+        if self.shard.owns_ufrag(ufrag) {
+            return None;
+        }
+        self.shared
+            .directory
+            .by_ufrag(ufrag)
+            .filter(|w| *w != self.index)
+    }
+
     /// A datagram this worker's shard does not own: to the worker that does, or counted.
     fn hand_over(&mut self, d: Datagram<'_>) {
         let owner = match self.remote.get(&d.from) {
@@ -788,10 +815,14 @@ impl Worker {
                 },
             },
         };
-        let Some(worker) = owner.filter(|w| *w != self.index) else {
-            self.shard.count_drop(DropReason::UnknownSource);
-            return;
-        };
+        match owner.filter(|w| *w != self.index) {
+            Some(worker) => self.hand_to(worker, d),
+            None => self.shard.count_drop(DropReason::UnknownSource),
+        }
+    }
+
+    /// Queues `d` for `worker`'s shard (woken once the batch is read).
+    fn hand_to(&mut self, worker: usize, d: Datagram<'_>) {
         let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(1600));
         buf.clear();
         buf.extend_from_slice(d.bytes);
@@ -862,7 +893,14 @@ impl Worker {
     fn on_event(&mut self, e: Event) {
         let dir = &self.shared.directory;
         match e {
-            Event::AddressOwned(addr) => dir.add_addr(addr, self.index),
+            Event::AddressOwned(addr) => {
+                if let Some(old) = dir.add_addr(addr, self.index) {
+                    let peer = &self.shared.peers[old];
+                    if peer.commands.send(Command::AddressTaken(addr)).is_ok() {
+                        let _ = peer.waker.wake();
+                    }
+                }
+            }
             Event::UfragOwned(u) => dir.add_ufrag(&u, self.index),
             Event::MemberLeft {
                 id,
@@ -872,7 +910,7 @@ impl Worker {
                 peers,
                 ..
             } => {
-                dir.remove(&ufrags, &addrs);
+                dir.remove(&ufrags, &addrs, self.index);
                 self.close_leg_ports(&ports, &peers);
                 // Its events channel ends with it.
                 self.shared
