@@ -44,6 +44,13 @@ fuzz_target!(|data: &[u8]| {
             kind,
             PacketKind::Stun | PacketKind::Rtp | PacketKind::Rtcp
         )),
-        Class::Other => assert_eq!(kind, PacketKind::Other),
+        Class::Other => {
+            assert_eq!(kind, PacketKind::Other);
+            assert!(matches!(data[0], 16..=19 | 64..=79 | 128..=191));
+        }
+        Class::Unclassified => {
+            assert_eq!(kind, PacketKind::Other);
+            assert!(!matches!(data.first(), Some(0..=3 | 16..=79 | 128..=191)));
+        }
     }
 });

@@ -549,6 +549,60 @@ pub enum Output {
     Event(Event),
 }
 
+/// What [`Endpoint::handle_datagram`] did with a datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// The association took it: it moved the handshake on, closed or ended the association,
+    /// or was a retransmission answered with our last flight.
+    Taken,
+    /// Dropped, and why.
+    Discarded(Discard),
+}
+
+/// Why [`Endpoint::handle_datagram`] dropped a datagram. Every datagram it is given is
+/// [`Verdict::Taken`] or one of these, so a caller can count every one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Discard {
+    /// The endpoint had finished (failed or closed): input is ignored.
+    Finished,
+    /// Not DTLS records: a header, version, type or length that does not parse
+    /// ([`crate::record::inspect`]), or a DTLS 1.3 record header where the association is DTLS
+    /// 1.2. Never handed to the engine.
+    Malformed,
+    /// A ClientHello once the handshake is done: a new handshake is never started on a live
+    /// association, nor is it answered with our last flight. Never handed to the engine.
+    ClientHelloAfterHandshake,
+    /// Once the handshake is done, records of a handshake that the association took nothing
+    /// from: plaintext ones (alerts, change_cipher_spec, handshake messages), which nothing
+    /// authenticates any more, or a protected handshake message not answered: stale,
+    /// duplicated or forged.
+    AfterHandshake,
+    /// Once the handshake is done, protected records the association took nothing from: they
+    /// failed authentication or were replays (or carried nothing it uses, such as a warning
+    /// alert).
+    Unauthenticated,
+    /// Application data (DTLS-SRTP carries none).
+    ApplicationData,
+    /// Once the handshake is done, a datagram that made the engine send its last flight again
+    /// less than one retransmission interval ([`Timers::initial_rto`]) after the last time
+    /// that happened: what the engine wrote is not sent.
+    RetransmitLimited,
+}
+
+impl Discard {
+    /// Every reason, in counter order.
+    pub const ALL: [Discard; 7] = [
+        Discard::Finished,
+        Discard::Malformed,
+        Discard::ClientHelloAfterHandshake,
+        Discard::AfterHandshake,
+        Discard::Unauthenticated,
+        Discard::ApplicationData,
+        Discard::RetransmitLimited,
+    ];
+}
+
 /// Per-endpoint counters; [`Counters::add`] sums them across endpoints.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -569,6 +623,7 @@ pub struct Counters {
     /// Fatal alerts queued to tell the peer why the handshake failed.
     pub alerts_sent: u64,
     failures: [u64; FailReason::ALL.len()],
+    discards: [u64; Discard::ALL.len()],
 }
 
 impl Counters {
@@ -582,6 +637,11 @@ impl Counters {
         self.failures.iter().sum()
     }
 
+    /// Datagrams dropped for this reason ([`Verdict::Discarded`]).
+    pub fn discarded(&self, reason: Discard) -> u64 {
+        self.discards[reason as usize]
+    }
+
     /// Adds `other` into `self`.
     pub fn add(&mut self, other: &Counters) {
         self.datagrams_in += other.datagrams_in;
@@ -593,6 +653,9 @@ impl Counters {
         self.runaway_timers += other.runaway_timers;
         self.alerts_sent += other.alerts_sent;
         for (a, b) in self.failures.iter_mut().zip(other.failures.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.discards.iter_mut().zip(other.discards.iter()) {
             *a += b;
         }
     }
@@ -643,6 +706,13 @@ pub struct Endpoint {
     peer_closed: bool,
     last_now: Instant,
     counters: Counters,
+    /// Once connected, the least time between two answers to the peer's datagrams (our last
+    /// flight sent again).
+    answer_interval: Duration,
+    /// When such an answer last went out.
+    last_answer: Option<Instant>,
+    /// The versions it may speak (DTLS 1.2 has no records with the unified header).
+    version: DtlsVersion,
 }
 
 impl fmt::Debug for Endpoint {
@@ -680,26 +750,6 @@ fn build_engine(
         )),
         _ => Ok(Box::new(DimplEngine::new(config, now)?)),
     }
-}
-
-/// Whether `d` is one or more whole DTLS 1.0/1.2 alert records (a DTLS 1.3 ciphertext record
-/// hides its type: not one).
-fn only_alerts(d: &[u8]) -> bool {
-    let mut rest = d;
-    if rest.is_empty() {
-        return false;
-    }
-    while !rest.is_empty() {
-        if rest.len() < 13 || rest[0] != 21 || rest[1] != 0xfe {
-            return false;
-        }
-        let len = usize::from(u16::from_be_bytes([rest[11], rest[12]]));
-        let Some(next) = rest.get(13 + len..) else {
-            return false;
-        };
-        rest = next;
-    }
-    true
 }
 
 /// Whether `d` starts with a plaintext HelloVerifyRequest record.
@@ -814,6 +864,9 @@ impl Endpoint {
             peer_closed: false,
             last_now: now,
             counters: Counters::default(),
+            answer_interval: config.timers.initial_rto,
+            last_answer: None,
+            version: config.version,
         };
         if ep.call(|e| e.handle_timeout(now)).is_some() {
             ep.pump();
@@ -821,14 +874,29 @@ impl Endpoint {
         ep
     }
 
-    /// Feeds one datagram received from the peer at `now`.
-    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) {
+    /// Feeds one datagram received from the peer at `now`, and says what became of it.
+    ///
+    /// A datagram that is not DTLS records is dropped before the engine sees it. Once the
+    /// handshake is done, what the engine made of a datagram is read from what it did (closed,
+    /// failed, answered, handed out application data, or nothing) and from the datagram's
+    /// record headers; a ClientHello is not handed to the engine at all, and an answer (our
+    /// last flight again) goes out at most once per retransmission interval. See [`Discard`].
+    pub fn handle_datagram(&mut self, now: Instant, datagram: &[u8]) -> Verdict {
         if self.state == State::Finished {
             self.counters.datagrams_ignored += 1;
-            return;
+            return self.discard(Discard::Finished);
         }
         self.counters.datagrams_in += 1;
+        let shape = match crate::record::inspect(datagram) {
+            Ok(s) if !s.hidden_type || self.may_be_dtls13() => s,
+            _ => return self.discard(Discard::Malformed),
+        };
+        let established = self.state == State::Connected;
+        if established && shape.client_hello {
+            return self.discard(Discard::ClientHelloAfterHandshake);
+        }
         let now = self.advance(now);
+        let (queued, app_data) = (self.out.len(), self.counters.app_data_discarded);
         if self
             .call(|e| {
                 e.handle_timeout(now)?;
@@ -838,6 +906,71 @@ impl Endpoint {
         {
             self.pump();
         }
+        if !established || self.state == State::Finished {
+            // The handshake moved on, or the association closed or failed on it.
+            return Verdict::Taken;
+        }
+        self.verdict_once_connected(now, shape, queued, app_data)
+    }
+
+    /// What became of a datagram fed once connected, from what the engine did with it: the
+    /// outputs from `queued` on, application data counted past `app_data`.
+    fn verdict_once_connected(
+        &mut self,
+        now: Instant,
+        shape: crate::record::Shape,
+        queued: usize,
+        app_data: u64,
+    ) -> Verdict {
+        let answered = self
+            .out
+            .iter()
+            .skip(queued)
+            .any(|o| matches!(o, Output::Transmit(_)));
+        if answered {
+            if self
+                .last_answer
+                .is_some_and(|t| now < t + self.answer_interval)
+            {
+                let written: Vec<Output> = self.out.drain(queued..).collect();
+                for o in written {
+                    match o {
+                        Output::Transmit(_) => self.counters.transmits -= 1,
+                        other => self.out.push_back(other),
+                    }
+                }
+                return self.discard(Discard::RetransmitLimited);
+            }
+            self.last_answer = Some(now);
+            return Verdict::Taken;
+        }
+        if self.counters.app_data_discarded > app_data {
+            self.discard(Discard::ApplicationData)
+        } else if shape.plaintext || shape.protected_handshake {
+            self.discard(Discard::AfterHandshake)
+        } else if shape.hidden_type {
+            // DTLS 1.3 hides what a protected record is (an ACK, a KeyUpdate): the engine
+            // took it, whatever it was.
+            Verdict::Taken
+        } else {
+            self.discard(Discard::Unauthenticated)
+        }
+    }
+
+    /// Whether the association may be DTLS 1.3 (whose protected records have the unified
+    /// header): configured for it, or for either and not known to be DTLS 1.2.
+    fn may_be_dtls13(&self) -> bool {
+        match self.version {
+            DtlsVersion::Dtls12 => false,
+            DtlsVersion::Dtls13 => true,
+            _ => self.protocol_version() != Some("DTLS 1.2"),
+        }
+    }
+
+    /// Counts a dropped datagram.
+    fn discard(&mut self, reason: Discard) -> Verdict {
+        self.counters.discards[reason as usize] += 1;
+        Verdict::Discarded(reason)
     }
 
     /// Fires due timers (retransmissions, the handshake deadline) at `now`.
@@ -979,7 +1112,9 @@ impl Endpoint {
                 match engine.poll_output()? {
                     // Nothing but alerts leaves a failed endpoint: never the rest of a flight
                     // (a Finished after a wrong fingerprint) that an engine still had queued.
-                    EngineOutput::Transmit(d) if any || only_alerts(&d) => datagrams.push(d),
+                    EngineOutput::Transmit(d) if any || crate::record::only_alerts(&d) => {
+                        datagrams.push(d)
+                    }
                     EngineOutput::Transmit(_) => {}
                     EngineOutput::Timeout(_) => break,
                     _ => {}

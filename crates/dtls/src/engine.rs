@@ -496,7 +496,7 @@ impl DtlsEngine for DimplEngine {
             let out = match self.dtls.poll_output(&mut self.buf) {
                 dimpl::Output::Packet(p) => {
                     if !self.sent_epoch1 {
-                        self.sent_epoch1 = carries_epoch1(p);
+                        self.sent_epoch1 = crate::record::carries_epoch1(p);
                     }
                     EngineOutput::Transmit(p.to_vec())
                 }
@@ -590,20 +590,6 @@ impl DtlsEngine for DimplEngine {
             .handle_packet(admission.hello())
             .map_err(|e| reason(&e))
     }
-}
-
-/// Whether the datagram holds a DTLS 1.2 record of epoch 1 or later (records walked by their
-/// length fields; a truncated one ends the walk).
-fn carries_epoch1(datagram: &[u8]) -> bool {
-    let mut rest = datagram;
-    while rest.len() >= 13 {
-        if u16::from_be_bytes([rest[3], rest[4]]) >= 1 {
-            return true;
-        }
-        let len = usize::from(u16::from_be_bytes([rest[11], rest[12]]));
-        rest = rest.get(13 + len..).unwrap_or_default();
-    }
-    false
 }
 
 /// Timer defaults: 1 s initial RTO (RFC 6347 §4.2.4.1), six retries per flight, a 30 s

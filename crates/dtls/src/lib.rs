@@ -19,6 +19,7 @@ pub mod fingerprint;
 mod key_cache;
 pub mod keying;
 mod provider;
+pub mod record;
 #[cfg(fuzzing)]
 pub use provider::fuzzing;
 
@@ -27,8 +28,8 @@ pub use ca::{CaDir, CaError, VerifyError};
 pub use cert::{CertError, Certificate, KeyType};
 pub use crypto_time::CryptoTime;
 pub use endpoint::{
-    Counters, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate, Output,
-    PeerAuth, Role, State, Timers,
+    Counters, Discard, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate,
+    Output, PeerAuth, Role, State, Timers, Verdict,
 };
 pub use engine::{CipherSuite, EcdheGroup, EngineChoice};
 pub use fingerprint::{Fingerprint, FingerprintError, HashAlgorithm};

@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 use handshake_support::{configs, drain, exchange, Outcome};
 use proptest::prelude::*;
 use secrelay_dtls::engine::{DtlsEngine, EngineOutput};
-use secrelay_dtls::{DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, Output, State};
+use secrelay_dtls::{
+    Discard, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, Output, State, Verdict,
+};
 
 fn cfgs() -> &'static (EndpointConfig, EndpointConfig) {
     static C: OnceLock<(EndpointConfig, EndpointConfig)> = OnceLock::new();
@@ -165,7 +167,17 @@ fn a_panicking_engine_becomes_failed_internal() {
     let now = Instant::now();
     let mut ep = Endpoint::with_engine(&cfgs().1, Box::new(PanickyEngine), now);
     assert!(matches!(ep.poll_output(), Some(Output::Timeout(_))));
-    ep.handle_datagram(now, b"boom");
+    // Bytes that are not DTLS records never reach the engine.
+    assert_eq!(
+        ep.handle_datagram(now, b"boom"),
+        Verdict::Discarded(Discard::Malformed)
+    );
+    assert_eq!(ep.state(), State::Handshaking);
+    // A record does.
+    let record = [
+        22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, b'b', b'o', b'o', b'm',
+    ];
+    ep.handle_datagram(now, &record);
     assert!(matches!(
         ep.poll_output(),
         Some(Output::Event(Event::Failed(FailReason::Internal)))
@@ -175,7 +187,10 @@ fn a_panicking_engine_becomes_failed_internal() {
     assert_eq!(ep.counters().panics_caught, 1);
     assert_eq!(ep.counters().failures(FailReason::Internal), 1);
     // Dead: further input is ignored, not fed to the engine.
-    ep.handle_datagram(now, b"boom");
+    assert_eq!(
+        ep.handle_datagram(now, &record),
+        Verdict::Discarded(Discard::Finished)
+    );
     ep.handle_timeout(now + Duration::from_secs(5));
     assert!(ep.poll_output().is_none());
     assert_eq!(ep.counters().datagrams_ignored, 1);

@@ -28,8 +28,8 @@ pub enum DropReason {
     BeforeKeys,
     /// STUN refused by the ICE agent (not a Binding request, wrong credentials or integrity).
     StunRejected,
-    /// A datagram of a kind the member does not take (not STUN, DTLS, RTP or RTCP; DTLS before
-    /// the member's DTLS starts).
+    /// A datagram of a kind the member does not take (ZRTP, TURN channel data, RTP too short
+    /// for a header; STUN or DTLS on a telephony leg; DTLS before the member's DTLS starts).
     UnknownKind,
     /// Arrived for a member that had closed.
     AfterClose,
@@ -61,11 +61,33 @@ pub enum DropReason {
     /// A new DTLS handshake not started because its worker is overloaded (admission control:
     /// the peer retransmits, and it is taken once the load falls).
     Overload,
+    /// Media on a telephony leg's port from a remote address the port's previous leg latched
+    /// to or sent to, within the quarantine after that leg ended (a phone that never got the
+    /// BYE, or someone who learnt the port): neither latched nor relayed.
+    StaleSource,
+    /// In the DTLS range but not DTLS records (a header, version, type or length that does not
+    /// parse), or, once the member's handshake is done, protected records its association
+    /// took nothing from (failing authentication, replayed).
+    DtlsBadRecord,
+    /// Once the member's handshake is done, a record of a handshake its association took
+    /// nothing from: a plaintext alert, change_cipher_spec or handshake message (nothing
+    /// authenticates those any more), a protected handshake message not answered,
+    /// application data (DTLS-SRTP carries none): stale, duplicated or forged.
+    DtlsAfterHandshake,
+    /// A ClientHello once the member's handshake is done: no new handshake on a live
+    /// association, and no answer.
+    ClientHelloAfterHandshake,
+    /// Once the member's handshake is done, a datagram that would have our last flight sent
+    /// again within one retransmission interval of the last time it was: answered at most once
+    /// per interval (no reflector).
+    DtlsRetransmitLimited,
+    /// Empty, or a first byte in none of RFC 7983's ranges: no protocol a media port carries.
+    Unclassified,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 22] = [
+    pub const ALL: [DropReason; 28] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -88,6 +110,12 @@ impl DropReason {
         DropReason::NoSlot,
         DropReason::Undecodable,
         DropReason::Overload,
+        DropReason::StaleSource,
+        DropReason::DtlsBadRecord,
+        DropReason::DtlsAfterHandshake,
+        DropReason::ClientHelloAfterHandshake,
+        DropReason::DtlsRetransmitLimited,
+        DropReason::Unclassified,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -115,6 +143,25 @@ impl DropReason {
             DropReason::NoSlot => "no_slot",
             DropReason::Undecodable => "undecodable",
             DropReason::Overload => "overload",
+            DropReason::StaleSource => "stale_source",
+            DropReason::DtlsBadRecord => "dtls_bad_record",
+            DropReason::DtlsAfterHandshake => "dtls_after_handshake",
+            DropReason::ClientHelloAfterHandshake => "client_hello_after_handshake",
+            DropReason::DtlsRetransmitLimited => "dtls_retransmit_limited",
+            DropReason::Unclassified => "unclassified",
+        }
+    }
+
+    /// The reason a DTLS endpoint dropped a datagram for.
+    pub fn of_dtls(d: secrelay_dtls::Discard) -> DropReason {
+        use secrelay_dtls::Discard as D;
+        match d {
+            D::Finished => DropReason::AfterClose,
+            D::Malformed | D::Unauthenticated => DropReason::DtlsBadRecord,
+            D::ClientHelloAfterHandshake => DropReason::ClientHelloAfterHandshake,
+            D::AfterHandshake | D::ApplicationData => DropReason::DtlsAfterHandshake,
+            D::RetransmitLimited => DropReason::DtlsRetransmitLimited,
+            _ => DropReason::DtlsBadRecord,
         }
     }
 

@@ -217,6 +217,13 @@ impl IceLite {
         self.remotes.iter().any(|(a, _)| *a == from)
     }
 
+    /// Forgets that `addr` passed a check (another session on the same port validated it
+    /// since: one remote address belongs to one session). The selected pair stays selected,
+    /// unused until a check of this session's validates the address again.
+    pub fn forget(&mut self, addr: SocketAddr) {
+        self.remotes.retain(|(a, _)| *a != addr);
+    }
+
     /// ICE restart: new credentials on both sides; the selected pair stays until a check with
     /// the new credentials nominates one (RFC 8445 §9).
     pub fn restart(&mut self, local: Credentials, remote: Credentials, now: Instant) {

@@ -45,8 +45,8 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpOfferSpec, TransmitKind,
-    WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
+    CopyTarget, Leg, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, RtpLeg, RtpOfferSpec,
+    TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
@@ -139,6 +139,9 @@ pub enum Event {
         addrs: Vec<SocketAddr>,
         /// Its own local ports (a telephony leg's RTP and RTCP).
         ports: Vec<u16>,
+        /// The remote addresses a telephony leg latched to or sent to ([`RtpLeg::peers`]):
+        /// its ports' next leg refuses them for a while.
+        peers: Vec<SocketAddr>,
     },
     /// A new offer of ours for a member that listens for them (its events channel): it lacks
     /// receive sections for the room's senders. It answers with its revision.
@@ -598,16 +601,21 @@ impl Shard {
             // A telephony leg's own port: the port says whose, whatever the source.
             return self.by_port.get(&p).copied();
         }
-        if let Some(k) = self.by_addr.get(&d.from) {
-            return Some(*k);
-        }
-        match d.class {
+        // A check goes to the member it names, whoever owns its source address now (a new
+        // session from an address an old one validated takes the address over once its check
+        // authenticates); anything else by its source.
+        let named = match d.class {
             Class::Stun(facts) => facts
                 .target_ufrag(d.bytes)
-                .and_then(|u| self.by_ufrag.get(u))
-                .copied(),
+                .and_then(|u| self.by_ufrag.get(u)),
             _ => None,
-        }
+        };
+        named.or_else(|| self.by_addr.get(&d.from)).copied()
+    }
+
+    /// Whether a member of this shard has the local ICE ufrag `ufrag`.
+    pub fn owns_ufrag(&self, ufrag: &str) -> bool {
+        self.by_ufrag.contains_key(ufrag)
     }
 
     /// Handles one datagram read at `now`. See the [module documentation](self).
@@ -697,6 +705,10 @@ impl Shard {
             }
             Class::Other => {
                 leg.counters_mut().drop(DropReason::UnknownKind);
+                false
+            }
+            Class::Unclassified => {
+                leg.counters_mut().drop(DropReason::Unclassified);
                 false
             }
         };
@@ -954,6 +966,8 @@ impl Shard {
         let Some(s) = rooms.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
+        // Addresses another member validated before one of this room's did now.
+        let mut displaced = Vec::new();
         let room_gen = s.room_gen;
         let key = |member| MemberKey {
             slot,
@@ -994,8 +1008,12 @@ impl Shard {
                         meta.addrs.push(addr);
                     }
                     let k = key(member);
-                    if by_addr.insert(addr, k) != Some(k) {
-                        queue.push_back(Queued::Event(Event::AddressOwned(addr)));
+                    match by_addr.insert(addr, k) {
+                        Some(old) if old == k => {}
+                        previous => {
+                            displaced.extend(previous.map(|old| (addr, old)));
+                            queue.push_back(Queued::Event(Event::AddressOwned(addr)));
+                        }
                     }
                 }
                 LegOutput::Event(LegEvent::Connected { profile, handshake }) => {
@@ -1038,6 +1056,42 @@ impl Shard {
             if let Some(t) = next {
                 heap.push(Reverse((t, slot, s.room_gen)));
             }
+        }
+        for (addr, old) in displaced {
+            self.displace(addr, old);
+        }
+    }
+
+    /// Member `key` gives up `addr`, which another member validated after it: one remote
+    /// address belongs to one member, so a retried or duplicated session never makes two
+    /// routes to one receiver. Its leg sends nothing to the address and takes nothing from it
+    /// until a check of its own validates it again (and takes it back).
+    fn displace(&mut self, addr: SocketAddr, key: MemberKey) {
+        let Some(s) = self.rooms[key.slot]
+            .as_mut()
+            .filter(|s| s.room_gen == key.room_gen)
+        else {
+            return;
+        };
+        if let Some(meta) = s.members.get_mut(&key.member) {
+            meta.addrs.retain(|a| *a != addr);
+        }
+        if let Some(leg) = s.room.leg_mut(key.member).and_then(Leg::as_webrtc_mut) {
+            leg.yield_address(addr);
+        }
+        tracing::info!(room = %s.name, %addr, "an address moved to another session");
+    }
+
+    /// `addr` now belongs to a member of another shard (its check authenticated there after
+    /// ours): the member here that had it gives it up, as [`Shard::displace`] says. Whether
+    /// one did.
+    pub fn yield_address(&mut self, addr: SocketAddr) -> bool {
+        match self.by_addr.remove(&addr) {
+            Some(key) => {
+                self.displace(addr, key);
+                true
+            }
+            None => false,
         }
     }
 
@@ -1089,9 +1143,9 @@ impl Shard {
             let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            if s.room.remove(member).is_none() {
+            let Some(leg) = s.room.remove(member) else {
                 continue;
-            }
+            };
             if let Some(meta) = s.members.remove(&member) {
                 for u in &meta.ufrags {
                     self.by_ufrag.remove(u);
@@ -1119,6 +1173,7 @@ impl Shard {
                     ufrags: meta.ufrags,
                     addrs: meta.addrs,
                     ports: meta.ports,
+                    peers: leg.as_rtp().map(RtpLeg::peers).unwrap_or_default(),
                 }));
             }
             if s.room.is_empty() {
@@ -1145,7 +1200,13 @@ impl Shard {
         }
         tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
         self.counters.add_room(&s.room);
-        for (_, meta) in s.members {
+        for (member, meta) in s.members {
+            let peers = s
+                .room
+                .leg(member)
+                .and_then(Leg::as_rtp)
+                .map(RtpLeg::peers)
+                .unwrap_or_default();
             for u in &meta.ufrags {
                 self.by_ufrag.remove(u);
             }
@@ -1164,6 +1225,7 @@ impl Shard {
                 ufrags: meta.ufrags,
                 addrs: meta.addrs,
                 ports: meta.ports,
+                peers,
             }));
         }
         self.room_index.remove(&s.name);
@@ -1353,15 +1415,16 @@ impl Shard {
     }
 
     /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, on the local
-    /// `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`): its id, the
-    /// answer, and the ports it uses (RTCP's is not used when the offer muxes RTCP: the caller
-    /// can close it).
+    /// `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`), refusing
+    /// what `quarantine` holds (the ports' previous peers): its id, the answer, and the ports
+    /// it uses (RTCP's is not used when the offer muxes RTCP: the caller can close it).
     pub fn join_rtp(
         &mut self,
         now: Instant,
         room: &str,
         offer: &RtpDescription,
         ports: Ports,
+        quarantine: Quarantine,
         who: &Who,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
@@ -1369,7 +1432,8 @@ impl Shard {
         }
         self.admit_member(room, who)?;
         let leg = RtpLeg::new(offer, ports, self.config.rtp.clone(), now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?
+            .with_quarantine(quarantine);
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let role = match leg.media().first() {
@@ -1392,14 +1456,15 @@ impl Shard {
     }
 
     /// Makes a telephony member that offers `spec` to a phone (a SIP proxy's `offer`, towards
-    /// the callee) on the local `ports`: its id and our offer. Media waits for
-    /// [`Shard::answer_rtp`].
+    /// the callee) on the local `ports`, refusing what `quarantine` holds: its id and our
+    /// offer. Media waits for [`Shard::answer_rtp`].
     pub fn offer_rtp(
         &mut self,
         now: Instant,
         room: &str,
         spec: &RtpOfferSpec,
         ports: Ports,
+        quarantine: Quarantine,
         who: &Who,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
@@ -1407,7 +1472,8 @@ impl Shard {
         }
         self.admit_member(room, who)?;
         let leg = RtpLeg::new_offer(spec, ports, self.config.rtp.clone(), now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?
+            .with_quarantine(quarantine);
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let id = self.add_member(

@@ -251,10 +251,10 @@ fn forged_replayed_and_stray_srtp_is_dropped_and_counted() {
     let (_, fine) = h.srtp(a, &[1; 10]);
     assert_eq!(h.send_from(elsewhere, &fine), Handled::NotOurs);
     assert_eq!(h.counters().media.drops[DropReason::UnknownSource], 2);
-    // Not STUN, DTLS or RTP at all.
+    // Not STUN, DTLS or RTP at all: in no range of RFC 7983.
     h.send(a, &[0x70; 40]);
     assert_eq!(
-        h.member_counters(a).unwrap().drops[DropReason::UnknownKind],
+        h.member_counters(a).unwrap().drops[DropReason::Unclassified],
         1
     );
     // None of it became media, and the stream goes on.

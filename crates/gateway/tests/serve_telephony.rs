@@ -45,6 +45,30 @@ fn post_rtp(s: &Server, room: &str, sdp: &str) -> (u16, Option<String>, String) 
     )
 }
 
+/// The participant of room `room` whose leg is `leg` (`plain`, `sdes`, `webrtc`) as the API
+/// shows it (null if there is none).
+fn api_leg(s: &Server, room: &str, leg: &str) -> serde_json::Value {
+    let body = agent()
+        .get(&format!("{}/api/rooms/{room}", s.url()))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", s.admin_key().expose()),
+        )
+        .call()
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let room: serde_json::Value = serde_json::from_str(&body).unwrap();
+    room["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["leg"] == leg)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// A phone on a real socket: plain, or SDES with libsrtp sessions.
 struct Phone {
     socket: UdpSocket,
@@ -260,21 +284,8 @@ fn an_sdes_phone_on_libsrtp_a_plain_phone_and_a_browser_hear_each_other() {
             .any(|b| b.ssrc == p.ssrc && b.cumulative_lost == 0));
     }
     // The API's RTCP figures for each phone: its 100 packets, none lost on loopback.
-    let body = agent()
-        .get(&format!("{}/api/rooms/mix", s.url()))
-        .header(
-            "Authorization",
-            &format!("Bearer {}", s.admin_key().expose()),
-        )
-        .call()
-        .unwrap()
-        .body_mut()
-        .read_to_string()
-        .unwrap();
-    let room: serde_json::Value = serde_json::from_str(&body).unwrap();
-    let parts = room["participants"].as_array().unwrap();
     for (leg, ssrc) in [("sdes", sdes.ssrc), ("plain", plain.ssrc)] {
-        let p = parts.iter().find(|p| p["leg"] == leg).unwrap();
+        let p = api_leg(&s, "mix", leg);
         let got = &p["rtcp"]["received"][0];
         assert_eq!(got["ssrc"], ssrc, "{p}");
         assert_eq!(got["received"], 100, "{p}");
@@ -479,5 +490,112 @@ fn a_b2bua_offers_puts_the_answer_and_re_offers_over_http() {
     assert_eq!(put_sdp(&s, &caller_url, &answer, "text/plain").0, 415);
     let (st, why) = put_sdp(&s, &caller_url, "v=0\r\n", "application/sdp");
     assert_eq!(st, 400, "{why}");
+    s.shutdown();
+}
+
+/// An even port whose next one is free too, a moment ago.
+fn free_pair() -> u16 {
+    loop {
+        let probe = UdpSocket::bind((LOCAL, 0)).unwrap();
+        let base = probe.local_addr().unwrap().port() & !1;
+        drop(probe);
+        if base > 1024 && base < u16::MAX - 1 && UdpSocket::bind((LOCAL, base + 1)).is_ok() {
+            return base;
+        }
+    }
+}
+
+/// A gateway with one telephony port pair (`rtp_ports = "P-P+1"`), so the second leg takes
+/// the first one's ports: the first leg's phone, still sending after its leg ended, is
+/// dropped and counted (`stale_source`) by the second, never latched (the second leg latches
+/// on first packets, as for phones behind NAT, and X sends first) and never relayed; the
+/// second leg's phone is heard, and the browser's media goes to it alone.
+#[test]
+fn the_next_leg_on_a_freed_port_refuses_the_previous_phone() {
+    let base = free_pair();
+    let s = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        workers: 2,
+        rtp_ports: format!("{base}-{}", base + 1),
+        plain_latch: "first-packets".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let sig = Signaling::new(s.url());
+    let mut web =
+        vec![SimParticipant::join(&sig, "reuse", Leg::Join, LOCAL, Instant::now()).unwrap()];
+    let drive = |web: &mut Vec<SimParticipant>| {
+        SimParticipant::drive_until(web, Duration::from_millis(20), |_| false).unwrap();
+    };
+    assert!(
+        SimParticipant::drive_until(&mut web, Duration::from_secs(20), |g| {
+            g[0].phase == Phase::Connected
+        })
+        .unwrap()
+    );
+
+    // Leg 1: phone X, heard by the browser, then ended.
+    let mut x = Phone::join(&s, "reuse", false, 0x0a01);
+    assert_eq!(x.gateway.port(), base);
+    let end = Instant::now() + Duration::from_secs(20);
+    while web[0].received() < 10 {
+        x.send(0xa1);
+        drive(&mut web);
+        assert!(Instant::now() < end, "the browser hears X");
+    }
+    let r = agent()
+        .delete(&format!("{}{}", s.url(), x.location))
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(s.gateway().rtp_ports_in_use(), 0);
+    drive(&mut web);
+    let heard_before = web[0].received();
+
+    // Leg 2: phone Y on the same pair; X sends to it first, and goes on.
+    let mut y = Phone::join(&s, "reuse", false, 0x0b02);
+    assert_eq!(y.gateway.port(), base, "one pair: taken again");
+    let (mut stale, mut from_y) = (0u64, 0u64);
+    for _ in 0..10 {
+        x.send(0xa2);
+        stale += 1;
+    }
+    let end = Instant::now() + Duration::from_secs(20);
+    while web[0].received() < heard_before + 20 {
+        x.send(0xa3);
+        y.send(0xb1);
+        (stale, from_y) = (stale + 1, from_y + 1);
+        drive(&mut web);
+        assert!(Instant::now() < end, "the browser hears Y");
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    let leg = loop {
+        let leg = api_leg(&s, "reuse", "plain");
+        if leg["packets_in"] == from_y && leg["drops"]["stale_source"] == stale {
+            break leg;
+        }
+        assert!(Instant::now() < end, "{leg}");
+        drive(&mut web);
+    };
+    assert_eq!(leg["drops"].as_object().unwrap().len(), 1, "{leg}");
+    // Everything the browser heard since is Y's (X's would be more than Y sent).
+    drive(&mut web);
+    assert!(web[0].received() - heard_before <= from_y);
+    // Y was latched, not X: the browser's media goes to Y alone.
+    let end = Instant::now() + Duration::from_secs(20);
+    while y.received.is_empty() {
+        drive(&mut web);
+        y.read();
+        assert!(Instant::now() < end, "Y hears the browser");
+    }
+    x.read();
+    let x_had = x.received.len();
+    for _ in 0..5 {
+        drive(&mut web);
+    }
+    x.read();
+    assert_eq!(x.received.len(), x_had, "X is sent nothing");
     s.shutdown();
 }

@@ -233,7 +233,8 @@ pub fn run(config: &FleetConfig, progress: Arc<FleetProgress>) -> anyhow::Result
 }
 
 /// Sends every participant's offer (sequentially) and builds them from the answers; the first
-/// refusal ends it.
+/// refusal ends it, and those that joined before it leave (DELETE) rather than stay behind in
+/// the gateway's rooms, where the next run against the same gateway would find them.
 pub fn join_all(
     config: &FleetConfig,
     progress: &FleetProgress,
@@ -241,9 +242,15 @@ pub fn join_all(
 ) -> anyhow::Result<Vec<SimParticipant>> {
     let mut all = Vec::new();
     for r in 0..config.rooms {
-        let room = prepare_room(config, r)?;
-        for i in 0..config.per_room {
-            all.push(join_one(config, progress, &room, i, epoch)?);
+        let joined = prepare_room(config, r).and_then(|room| {
+            (0..config.per_room).try_for_each(|i| {
+                all.push(join_one(config, progress, &room, i, epoch)?);
+                Ok(())
+            })
+        });
+        if let Err(e) = joined {
+            leave_all(config, &all);
+            return Err(e);
         }
     }
     Ok(all)

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use secrelay_dtls::{Certificate, KeyType, LocalCertificate};
 use secrelay_gateway::counters::{Counters, DropReason, ShardCounters};
 use secrelay_gateway::leg::{
-    CloseReason, LegEvent, LegOutput, Ports, RtpConfig, Via, WebRtcConfig, WebRtcLeg,
+    CloseReason, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, Via, WebRtcConfig, WebRtcLeg,
 };
 use secrelay_gateway::room::{MemberId, Room};
 use secrelay_gateway::shard::{
@@ -234,6 +234,9 @@ pub struct Harness {
     pub events: Vec<Event>,
     /// Datagrams the shard sent to an address no member has (delivered nowhere).
     pub stray: Transmits,
+    /// The DTLS datagrams each member's client sent while [`Harness::connect`] ran (member
+    /// index, datagram), in order: what a test replays.
+    pub client_dtls: Vec<(usize, Vec<u8>)>,
 }
 
 impl Harness {
@@ -256,6 +259,7 @@ impl Harness {
             phones: Vec::new(),
             events: Vec::new(),
             stray: Vec::new(),
+            client_dtls: Vec::new(),
         }
     }
 
@@ -319,12 +323,25 @@ impl Harness {
 
     /// `phone` joins `room` as a telephony leg on ports 30000 + 2k (k: its index) of the
     /// candidate's address, and takes the answer; its index in [`Harness::phones`].
-    pub fn join_phone(&mut self, room: &str, mut phone: SimPhone) -> Result<usize, JoinError> {
+    pub fn join_phone(&mut self, room: &str, phone: SimPhone) -> Result<usize, JoinError> {
+        let base = 30000 + 2 * self.phones.len() as u16;
+        self.join_phone_on(room, phone, base, Quarantine::default())
+    }
+
+    /// `phone` joins `room` as a telephony leg on ports `base` and `base + 1` of the
+    /// candidate's address (a pair another leg may have had: its previous peers in
+    /// `quarantine`), and takes the answer; its index in [`Harness::phones`].
+    pub fn join_phone_on(
+        &mut self,
+        room: &str,
+        mut phone: SimPhone,
+        base: u16,
+        quarantine: Quarantine,
+    ) -> Result<usize, JoinError> {
         let ip = CANDIDATE
             .parse::<SocketAddr>()
             .expect("a literal address")
             .ip();
-        let base = 30000 + 2 * self.phones.len() as u16;
         let ports = Ports {
             rtp: SocketAddr::new(ip, base),
             rtcp: SocketAddr::new(ip, base + 1),
@@ -332,7 +349,7 @@ impl Harness {
         let offer = parse_rtp(&phone.offer()).expect("the phone's offer parses");
         let joined = self
             .shard
-            .join_rtp(self.now, room, &offer, ports, &Who::default())?;
+            .join_rtp(self.now, room, &offer, ports, quarantine, &Who::default())?;
         phone
             .accept_answer(&joined.answer)
             .expect("the phone takes the gateway's answer");
@@ -428,6 +445,7 @@ impl Harness {
             for d in &out {
                 self.send(i, d);
             }
+            self.client_dtls.extend(out.into_iter().map(|d| (i, d)));
             let c = &self.members[i].client;
             let up = c.keys.is_some() && self.leg_connected(i);
             if (up && moved == 0) || c.failed.is_some() || self.now > deadline {

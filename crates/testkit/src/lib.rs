@@ -17,10 +17,12 @@
 //!   request) and the offers of a WHIP publisher and a WHEP viewer of it.
 //! * [`twcc`]: a receiver's transport-cc feedback (what a browser reports of what arrived).
 //! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
+//! * [`forged_dtls`]: DTLS records a forger without keys can send to a live association.
 #![forbid(unsafe_code)]
 
 pub mod browser;
 pub mod fleet;
+pub mod forged_dtls;
 pub mod gateway;
 pub mod keylog;
 pub mod link;

@@ -26,8 +26,12 @@ pub enum Class {
     Rtcp(RtcpFacts),
     /// In the STUN, RTP or RTCP range, but not well formed.
     Malformed(Malformed),
-    /// Anything else: empty, ZRTP, TURN channel data, a first byte no protocol here uses.
+    /// In a range of RFC 7983 the gateway does not speak (ZRTP, TURN channel data), or in the
+    /// RTP range but shorter than a header.
     Other,
+    /// Empty, or a first byte in none of RFC 7983's ranges: no protocol multiplexed on a media
+    /// port.
+    Unclassified,
 }
 
 /// Why a datagram in the STUN, RTP or RTCP range is not well formed.
@@ -185,7 +189,10 @@ pub fn demux(datagram: &[u8]) -> Class {
             }),
             Err(e) => Class::Malformed(Malformed::Rtcp(e)),
         },
-        PacketKind::Other => Class::Other,
+        PacketKind::Other => match datagram.first() {
+            Some(16..=19 | 64..=79 | 128..=191) => Class::Other,
+            _ => Class::Unclassified,
+        },
     }
 }
 
@@ -255,8 +262,15 @@ mod tests {
             })
         );
         assert_eq!(demux(&[22, 254, 253, 0]), Class::Dtls);
-        assert_eq!(demux(&[]), Class::Other);
-        assert_eq!(demux(&[0x70; 40]), Class::Other);
+        // Ranges no protocol of the gateway's: ZRTP, TURN channel data, RTP too short.
+        assert_eq!(demux(&[0x10; 40]), Class::Other);
+        assert_eq!(demux(&[0x40; 40]), Class::Other);
+        assert_eq!(demux(&[0x80; 8]), Class::Other);
+        // In no range at all.
+        assert_eq!(demux(&[]), Class::Unclassified);
+        assert_eq!(demux(&[0x70; 40]), Class::Unclassified);
+        assert_eq!(demux(&[0x04; 40]), Class::Unclassified);
+        assert_eq!(demux(&[0xc0; 40]), Class::Unclassified);
         // An extension that runs past the end.
         let mut bad = rtp.clone();
         bad.truncate(17);

@@ -32,7 +32,7 @@ use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
-pub use rtp::{Latch, Ports, RtpConfig, RtpLeg, RtpLegError, RtpOfferSpec};
+pub use rtp::{Latch, Ports, Quarantine, RtpConfig, RtpLeg, RtpLegError, RtpOfferSpec};
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 
 /// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s

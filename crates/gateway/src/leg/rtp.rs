@@ -20,7 +20,19 @@
 //!   address the offer signalled ([`Latch::Signalled`], the default) or, configured for
 //!   phones behind NAT ([`Latch::FirstPackets`]), from the first source seen within its first
 //!   packets, and from nowhere else after that. Everything else is dropped and counted
-//!   ([`DropReason::UnlatchedSource`]).
+//!   ([`DropReason::UnlatchedSource`]). A plain leg is strict about its source once latched,
+//!   whatever the configuration: it cannot tell its phone's packets from another's;
+//! * with [`RtpConfig::strict_source`] an SDES leg is strict too: once latched, packets from
+//!   any other source are dropped ([`DropReason::UnlatchedSource`]) before they are
+//!   unprotected, authentic or not (rtpengine's `strict-source`); without it the leg follows its
+//!   phone to a new address, as rtpengine's `media-handover` does.
+//!
+//! # A port's previous peers
+//! Local ports are re-used once their leg ends. A leg made on a re-used pair is given the
+//! remote addresses the pair's last leg latched to or sent to ([`Quarantine`]), and drops what
+//! they send until the quarantine ends ([`DropReason::StaleSource`]), before any latching
+//! (so they count towards no first packets), unless one is exactly the address this leg's own
+//! SDP signals (the same phone calling again).
 //!
 //! Until a source is latched, copies go to the signalled address (none while the offer holds
 //! with `0.0.0.0`). RTCP latches the same way, on its own port.
@@ -66,6 +78,27 @@ pub enum Latch {
     FirstPackets(u32),
 }
 
+/// The remote addresses the legs before a leg used its local ports with, and until when the
+/// leg drops what they send ([`DropReason::StaleSource`]). See the
+/// [module documentation](self).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Quarantine {
+    /// The addresses.
+    pub sources: Vec<SocketAddr>,
+    /// Until when they are refused (`None`: nothing is).
+    pub until: Option<Instant>,
+}
+
+impl Quarantine {
+    /// Whether `from` is refused at `now`.
+    pub fn holds(&self, from: SocketAddr, now: Instant) -> bool {
+        self.until.is_some_and(|t| now < t) && self.sources.contains(&from)
+    }
+}
+
+/// Most remote addresses a leg remembers having latched to (for [`RtpLeg::peers`]).
+const MAX_PEERS: usize = 8;
+
 /// How telephony legs are set up.
 #[derive(Debug, Clone)]
 pub struct RtpConfig {
@@ -81,6 +114,9 @@ pub struct RtpConfig {
     pub media_timeout: Duration,
     /// SRTP replay window in packets.
     pub replay_window: usize,
+    /// SDES legs too keep to the source they latched to (see the
+    /// [module documentation](self)); plain legs always do.
+    pub strict_source: bool,
 }
 
 impl Default for RtpConfig {
@@ -99,6 +135,7 @@ impl Default for RtpConfig {
             latch: Latch::Signalled,
             media_timeout: Duration::from_secs(60),
             replay_window: 1024,
+            strict_source: false,
         }
     }
 }
@@ -216,6 +253,10 @@ pub struct RtpLeg {
     rtcp: Source,
     /// Packets a plain leg has seen before latching (for [`Latch::FirstPackets`]).
     seen: u32,
+    /// What the legs before this one on its ports used them with.
+    quarantine: Quarantine,
+    /// Sources it latched to, the first first (at most [`MAX_PEERS`]).
+    latched_peers: Vec<SocketAddr>,
     last_admitted: Instant,
     closed: Option<CloseReason>,
     counters: Counters,
@@ -463,6 +504,8 @@ impl RtpLeg {
                 latched: None,
             },
             seen: 0,
+            quarantine: Quarantine::default(),
+            latched_peers: Vec::new(),
             last_admitted: now,
             closed: None,
             counters: Counters::default(),
@@ -562,6 +605,8 @@ impl RtpLeg {
             rtp: Source::default(),
             rtcp: Source::default(),
             seen: 0,
+            quarantine: Quarantine::default(),
+            latched_peers: Vec::new(),
             last_admitted: now,
             closed: None,
             counters: Counters::default(),
@@ -770,6 +815,8 @@ impl RtpLeg {
         };
         next.offerer = self.offerer;
         next.counters = self.counters;
+        next.quarantine = std::mem::take(&mut self.quarantine);
+        next.latched_peers = std::mem::take(&mut self.latched_peers);
         *self = next;
         Ok(())
     }
@@ -868,6 +915,44 @@ impl RtpLeg {
         self.rtp.latched
     }
 
+    /// The leg refuses what the legs before it on its ports used them with, as `quarantine`
+    /// says (see the [module documentation](self)).
+    pub fn with_quarantine(mut self, quarantine: Quarantine) -> RtpLeg {
+        self.quarantine = quarantine;
+        self
+    }
+
+    /// The remote addresses the leg used its ports with: every source it latched to (RTP and
+    /// RTCP, the last [`MAX_PEERS`]) and the addresses its SDP signalled. What its ports'
+    /// next leg refuses for a while.
+    pub fn peers(&self) -> Vec<SocketAddr> {
+        let mut v = self.latched_peers.clone();
+        for a in [self.rtp.signalled, self.rtcp.signalled]
+            .into_iter()
+            .flatten()
+        {
+            if !v.contains(&a) {
+                v.push(a);
+            }
+        }
+        v
+    }
+
+    /// Latches RTP or RTCP to `from`, remembering it among the leg's peers.
+    fn latch_to(&mut self, from: SocketAddr, rtcp: bool) {
+        let src = self.source_mut(rtcp);
+        if src.latched == Some(from) {
+            return;
+        }
+        src.latched = Some(from);
+        if !self.latched_peers.contains(&from) {
+            if self.latched_peers.len() >= MAX_PEERS {
+                self.latched_peers.remove(0);
+            }
+            self.latched_peers.push(from);
+        }
+    }
+
     /// Whether the leg is open (a telephony leg is keyed from its start).
     pub fn is_connected(&self) -> bool {
         self.closed.is_none()
@@ -907,19 +992,26 @@ impl RtpLeg {
         if self.closed.is_some() {
             return Err(DropReason::AfterClose);
         }
+        let src = *self.source_mut(rtcp);
+        if self.quarantine.holds(from, now) && src.signalled != Some(from) {
+            return Err(DropReason::StaleSource);
+        }
         match self.security {
-            Security::Sdes { .. } => return Ok(true),
+            Security::Sdes { .. } => {
+                let strict = self.config.strict_source;
+                return match src.latched {
+                    Some(l) if strict && l != from => Err(DropReason::UnlatchedSource),
+                    _ => Ok(true),
+                };
+            }
             Security::Offered(_) => return Err(DropReason::BeforeKeys),
             Security::Plain if self.awaiting => return Err(DropReason::BeforeKeys),
             Security::Plain => {}
         }
-        let latch = self.config.latch;
-        let seen = self.seen;
-        let src = self.source_mut(rtcp);
-        let ok = match (src.latched, latch) {
+        let ok = match (src.latched, self.config.latch) {
             (Some(l), _) => l == from,
             (None, Latch::Signalled) => src.signalled == Some(from),
-            (None, Latch::FirstPackets(n)) => seen < n || src.signalled == Some(from),
+            (None, Latch::FirstPackets(n)) => self.seen < n || src.signalled == Some(from),
         };
         if !ok {
             if !rtcp {
@@ -927,7 +1019,7 @@ impl RtpLeg {
             }
             return Err(DropReason::UnlatchedSource);
         }
-        src.latched = Some(from);
+        self.latch_to(from, rtcp);
         if !rtcp {
             self.seen = self.seen.saturating_add(1);
         }
@@ -940,7 +1032,7 @@ impl RtpLeg {
         if self.closed.is_some() {
             return;
         }
-        self.source_mut(rtcp).latched = Some(from);
+        self.latch_to(from, rtcp);
         self.last_admitted = now;
     }
 

@@ -986,7 +986,9 @@ impl WebRtcLeg {
             self.dtls_started = Some(now);
         }
         self.dtls_peer = Some(from);
-        ep.handle_datagram(now, datagram);
+        if let secrelay_dtls::Verdict::Discarded(d) = ep.handle_datagram(now, datagram) {
+            self.counters.drop(DropReason::of_dtls(d));
+        }
         self.drain_dtls(now);
     }
 
@@ -1014,16 +1016,35 @@ impl WebRtcLeg {
         self.srtp.as_mut().map(|s| &mut s.outbound)
     }
 
-    /// Where protected media for the peer goes: the ICE-selected address, once keyed and open.
+    /// Where protected media for the peer goes: the ICE-selected address, once keyed and open,
+    /// while it is this leg's (validated, not given up to another session).
     pub fn media_destination(&self) -> Option<SocketAddr> {
         if self.closed.is_some() || self.srtp.is_none() {
             return None;
         }
-        self.ice.selected()
+        self.selected_own()
+    }
+
+    /// The selected address while it is validated for this leg.
+    fn selected_own(&self) -> Option<SocketAddr> {
+        self.ice.selected().filter(|a| self.ice.is_validated(*a))
     }
 
     fn dtls_destination(&self) -> Option<SocketAddr> {
-        self.ice.selected().or(self.dtls_peer)
+        match self.ice.selected() {
+            Some(_) => self.selected_own(),
+            None => self.dtls_peer,
+        }
+    }
+
+    /// Gives `addr` up: another session on the shared port validated it since (one remote
+    /// address belongs to one session). Nothing is sent to it, and nothing from it is taken,
+    /// until a check of this leg's validates it again.
+    pub fn yield_address(&mut self, addr: SocketAddr) {
+        self.ice.forget(addr);
+        if self.dtls_peer == Some(addr) {
+            self.dtls_peer = None;
+        }
     }
 
     fn drain_dtls(&mut self, now: Instant) {

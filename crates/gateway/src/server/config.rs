@@ -230,6 +230,15 @@ pub struct ServeConfig {
     /// Seconds the resource (`Location`) of a session that ended on its own (close_notify,
     /// lost consent, DTLS failure) still answers a DELETE with 200 before it is forgotten.
     pub ended_resource_grace_secs: f64,
+    /// SDES-SRTP legs keep to the source they latched to: authenticated packets from any
+    /// other source are dropped (`unlatched_source`) instead of moving the latch (rtpengine's
+    /// `strict-source`; off: an SDES leg follows its phone to a new address, as after a NAT
+    /// rebinding). Plain RTP legs always keep to theirs.
+    pub strict_source: bool,
+    /// Seconds after a telephony leg ends during which the next leg on its ports drops media
+    /// from the remote addresses it latched to or sent to (`stale_source`), unless one is
+    /// that leg's own signalled address; 0: none.
+    pub rtp_port_quarantine_secs: f64,
 }
 
 /// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
@@ -310,6 +319,8 @@ impl Default for ServeConfig {
             http2: true,
             http_threads: 1,
             ended_resource_grace_secs: 60.0,
+            strict_source: false,
+            rtp_port_quarantine_secs: 60.0,
         }
     }
 }
@@ -397,6 +408,12 @@ impl ServeConfig {
         }
         self.sdes_profiles()?;
         self.latch()?;
+        if !(self.rtp_port_quarantine_secs.is_finite() && self.rtp_port_quarantine_secs >= 0.0) {
+            return Err(ConfigError(format!(
+                "rtp_port_quarantine_secs = {}: must be 0 or a positive number of seconds",
+                self.rtp_port_quarantine_secs
+            )));
+        }
         if !(self.media_timeout_secs.is_finite() && self.media_timeout_secs > 0.0) {
             return Err(ConfigError(format!(
                 "media_timeout_secs = {}: must be a positive number of seconds",

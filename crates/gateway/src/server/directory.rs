@@ -49,26 +49,29 @@ impl Directory {
         self.write().by_ufrag.insert(ufrag.to_owned(), worker);
     }
 
-    /// Routes a validated source address to `worker`.
-    pub fn add_addr(&self, addr: SocketAddr, worker: usize) {
+    /// Routes a validated source address to `worker`; the worker that had it before, if
+    /// another (its member must give it up: one remote address belongs to one member).
+    pub fn add_addr(&self, addr: SocketAddr, worker: usize) -> Option<usize> {
         let mut m = self.write();
-        if m.by_addr
-            .insert(addr, worker)
-            .is_some_and(|old| old != worker)
-        {
+        let moved = m.by_addr.insert(addr, worker).filter(|old| *old != worker);
+        if moved.is_some() {
             // The address moved to another worker: cached copies are stale.
             self.generation.fetch_add(1, Ordering::AcqRel);
         }
+        moved
     }
 
-    /// Removes a member's ufrags and addresses.
-    pub fn remove(&self, ufrags: &[String], addrs: &[SocketAddr]) {
+    /// Removes the ufrags and addresses of a member of `worker`'s (an address that moved to
+    /// another worker since stays routed there).
+    pub fn remove(&self, ufrags: &[String], addrs: &[SocketAddr], worker: usize) {
         let mut m = self.write();
         for u in ufrags {
             m.by_ufrag.remove(u);
         }
         for a in addrs {
-            m.by_addr.remove(a);
+            if m.by_addr.get(a) == Some(&worker) {
+                m.by_addr.remove(a);
+            }
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -87,5 +90,26 @@ impl Directory {
     pub fn sizes(&self) -> (usize, usize) {
         let m = self.read();
         (m.by_ufrag.len(), m.by_addr.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_that_moves_names_its_old_worker_and_is_not_removed_by_it() {
+        let d = Directory::default();
+        let a: SocketAddr = "192.0.2.1:5000".parse().unwrap();
+        assert_eq!(d.add_addr(a, 0), None);
+        assert_eq!(d.add_addr(a, 0), None);
+        let g = d.generation();
+        assert_eq!(d.add_addr(a, 1), Some(0));
+        assert_ne!(d.generation(), g, "cached routes are dropped");
+        // Worker 0's member leaves: the address stays worker 1's.
+        d.remove(&[], &[a], 0);
+        assert_eq!(d.by_addr(&a), Some(1));
+        d.remove(&[], &[a], 1);
+        assert_eq!(d.sizes(), (0, 0));
     }
 }

@@ -355,6 +355,7 @@ impl Gateway {
                 sdes_suites: config.sdes_profiles().map_err(|e| StartError(e.0))?,
                 latch: config.latch().map_err(|e| StartError(e.0))?,
                 media_timeout: Duration::from_secs_f64(config.media_timeout_secs),
+                strict_source: config.strict_source,
                 ..RtpConfig::default()
             },
             rtcp: RtcpConfig {
@@ -383,7 +384,11 @@ impl Gateway {
         let (lo, hi) = config.rtp_port_range().map_err(|e| StartError(e.0))?;
         let shared = Arc::new(Shared {
             directory: Directory::default(),
-            ports: PortPool::new(lo, hi),
+            ports: PortPool::new(
+                lo,
+                hi,
+                Duration::from_secs_f64(config.rtp_port_quarantine_secs),
+            ),
             bind_ip: udp_addr.ip(),
             peers,
             ended: std::sync::Mutex::default(),

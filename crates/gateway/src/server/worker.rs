@@ -32,7 +32,7 @@ use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::admission::{Admission, AdmissionConfig, LoadMeter};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
+use crate::leg::{CodecId, Ports, Quarantine, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, Output,
     RoomSnapshot, Shard, Who,
@@ -162,6 +162,9 @@ pub(crate) enum Command {
     },
     /// Stop admitting, close every participant with close_notify, send what is queued.
     Drain { reply: oneshot::Sender<()> },
+    /// A remote address a member here validated is another worker's member's now (its check
+    /// authenticated there later): the member here gives it up.
+    AddressTaken(SocketAddr),
     /// End the thread.
     Stop,
 }
@@ -472,8 +475,9 @@ impl Worker {
                 who,
                 reply,
             } => {
-                let r =
-                    self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports, &who));
+                let r = self.with_ports(now, |shard, ports, q| {
+                    shard.join_rtp(now, &room, &offer, ports, q, &who)
+                });
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -483,8 +487,9 @@ impl Worker {
                 who,
                 reply,
             } => {
-                let r =
-                    self.with_ports(|shard, ports| shard.offer_rtp(now, &room, &spec, ports, &who));
+                let r = self.with_ports(now, |shard, ports, q| {
+                    shard.offer_rtp(now, &room, &spec, ports, q, &who)
+                });
                 self.after_command();
                 let _ = reply.send(r);
             }
@@ -566,31 +571,44 @@ impl Worker {
                 self.after_command();
                 let _ = reply.send(());
             }
+            Command::AddressTaken(addr) => {
+                // Unless one of ours took it back since.
+                if self.shared.directory.by_addr(&addr) != Some(self.index) {
+                    self.shard.yield_address(addr);
+                }
+            }
             Command::Stop => unreachable!("handled by take_commands"),
         }
     }
 
-    /// Binds a port pair for a telephony leg, makes the leg with `make`, and keeps the sockets
-    /// it uses.
+    /// Binds a port pair for a telephony leg, makes the leg with `make` (given the pair's
+    /// previous peers to refuse), and keeps the sockets it uses.
     fn with_ports(
         &mut self,
-        make: impl FnOnce(&mut Shard, Ports) -> Result<JoinedRtp, JoinError>,
+        now: Instant,
+        make: impl FnOnce(&mut Shard, Ports, Quarantine) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
         let pair = self
             .shared
             .ports
-            .bind_pair(self.shared.bind_ip)
+            .bind_pair(self.shared.bind_ip, now)
             .map_err(|e| JoinError::Full(e.to_string()))?;
         let ports = Ports {
             rtp: pair.rtp_addr,
             rtcp: pair.rtcp_addr,
         };
-        let r = make(&mut self.shard, ports);
-        let used: &[u16] = r.as_ref().map_or(&[], |j| j.ports.as_slice());
+        // A leg that was not made leaves the pair's previous peers remembered, as they were.
+        let remembered = pair.quarantine.sources.clone();
+        let r = make(&mut self.shard, ports, pair.quarantine);
+        let (used, peers): (&[u16], &[SocketAddr]) = match &r {
+            Ok(j) => (&j.ports, &[]),
+            Err(_) => (&[], &remembered),
+        };
         for (addr, socket) in [(pair.rtp_addr, pair.rtp), (pair.rtcp_addr, pair.rtcp)] {
             let port = addr.port();
             if !used.contains(&port) {
-                self.shared.ports.release(port);
+                drop(socket);
+                self.shared.ports.release(port, peers, now);
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
@@ -614,15 +632,17 @@ impl Worker {
         r
     }
 
-    /// Closes a leg's sockets and gives its ports back.
-    fn close_leg_ports(&mut self, ports: &[u16]) {
+    /// Closes a leg's sockets and gives its ports back, with the remote addresses it used
+    /// them with (`peers`: refused by the ports' next leg for a while).
+    fn close_leg_ports(&mut self, ports: &[u16], peers: &[SocketAddr]) {
+        let now = Instant::now();
         for p in ports {
             if let Some(mut l) = self.legs.remove(p) {
                 let _ = self.poll.registry().deregister(&mut l.socket);
             }
             self.ready_legs.retain(|r| r != p);
             self.dirty_legs.retain(|r| r != p);
-            self.shared.ports.release(*p);
+            self.shared.ports.release(*p, peers, now);
         }
     }
 
@@ -703,7 +723,9 @@ impl Worker {
                     continue;
                 };
                 let d = Datagram::classify(from, d, received);
-                if self.shard.handle(received, d) == Handled::NotOurs {
+                if let Some(w) = self.named_elsewhere(&d) {
+                    self.hand_to(w, d);
+                } else if self.shard.handle(received, d) == Handled::NotOurs {
                     self.hand_over(d);
                 }
             }
@@ -782,6 +804,22 @@ impl Worker {
         true
     }
 
+    /// The other worker whose member a STUN check names, when none of this worker's has the
+    /// ufrag it names: the check goes to its member, whoever owns its source address.
+    fn named_elsewhere(&self, d: &Datagram<'_>) -> Option<usize> {
+        let Class::Stun(facts) = d.class else {
+            return None;
+        };
+        let ufrag = facts.target_ufrag(d.bytes)?;
+        if self.shard.owns_ufrag(ufrag) {
+            return None;
+        }
+        self.shared
+            .directory
+            .by_ufrag(ufrag)
+            .filter(|w| *w != self.index)
+    }
+
     /// A datagram this worker's shard does not own: to the worker that does, or counted.
     fn hand_over(&mut self, d: Datagram<'_>) {
         let owner = match self.remote.get(&d.from) {
@@ -799,10 +837,14 @@ impl Worker {
                 },
             },
         };
-        let Some(worker) = owner.filter(|w| *w != self.index) else {
-            self.shard.count_drop(DropReason::UnknownSource);
-            return;
-        };
+        match owner.filter(|w| *w != self.index) {
+            Some(worker) => self.hand_to(worker, d),
+            None => self.shard.count_drop(DropReason::UnknownSource),
+        }
+    }
+
+    /// Queues `d` for `worker`'s shard (woken once the batch is read).
+    fn hand_to(&mut self, worker: usize, d: Datagram<'_>) {
         let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(1600));
         buf.clear();
         buf.extend_from_slice(d.bytes);
@@ -873,17 +915,25 @@ impl Worker {
     fn on_event(&mut self, e: Event) {
         let dir = &self.shared.directory;
         match e {
-            Event::AddressOwned(addr) => dir.add_addr(addr, self.index),
+            Event::AddressOwned(addr) => {
+                if let Some(old) = dir.add_addr(addr, self.index) {
+                    let peer = &self.shared.peers[old];
+                    if peer.commands.send(Command::AddressTaken(addr)).is_ok() {
+                        let _ = peer.waker.wake();
+                    }
+                }
+            }
             Event::UfragOwned(u) => dir.add_ufrag(&u, self.index),
             Event::MemberLeft {
                 id,
                 ufrags,
                 addrs,
                 ports,
+                peers,
                 ..
             } => {
-                dir.remove(&ufrags, &addrs);
-                self.close_leg_ports(&ports);
+                dir.remove(&ufrags, &addrs, self.index);
+                self.close_leg_ports(&ports, &peers);
                 // Its events channel ends with it.
                 self.shared
                     .notices

@@ -246,7 +246,9 @@ pub fn simulate(
         let now = base + start;
         let t = Instant::now();
         match &datagram {
-            Some(d) => node.ep.handle_datagram(now, d),
+            Some(d) => {
+                node.ep.handle_datagram(now, d);
+            }
             None => node.ep.handle_timeout(now),
         }
         let outs = drain(&mut node.ep);

@@ -612,7 +612,9 @@ fn half_open_dtls(
                     got_hello = true;
                     break;
                 }
-                Ok(k) => ep.handle_datagram(Instant::now(), &buf[..k]),
+                Ok(k) => {
+                    ep.handle_datagram(Instant::now(), &buf[..k]);
+                }
                 Err(_) => break,
             }
         }
