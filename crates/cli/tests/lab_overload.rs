@@ -23,7 +23,13 @@ use lab_support::serve_with;
 fn overload_sheds_new_calls_keeps_established_ones_and_recovers() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("gw.toml");
-    std::fs::write(&config, "shed_handshakes_at = 0.4\nshed_joins_at = 0.5\n").unwrap();
+    // The storm's anonymous offers all come from this host: its cap on unconnected anonymous
+    // sessions per source would refuse them before the shedding does.
+    std::fs::write(
+        &config,
+        "shed_handshakes_at = 0.4\nshed_joins_at = 0.5\nmax_pending_offers_per_source = 100000\n",
+    )
+    .unwrap();
     let (server, url) = serve_with(&["--config", config.to_str().unwrap()]);
     let json = dir.path().join("overload.json");
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))

@@ -704,6 +704,20 @@ fn one_source_cannot_pile_up_offers_that_never_connect() {
         })
         .collect();
     assert_eq!(statuses, [201, 201, 201, 429]);
+    // A caller with a credential is accountable for its own: not counted, not capped.
+    let t = bearer(&token("loadtest", room_grants("lobby", false, true, false)));
+    let statuses: Vec<u16> = (0..4)
+        .map(|_| {
+            call(
+                "POST",
+                &format!("{u}/whep/lobby"),
+                &[SDP, ("Authorization", &t)],
+                Some(&offer(Leg::Whep)),
+            )
+            .status
+        })
+        .collect();
+    assert_eq!(statuses, [201, 201, 201, 201]);
     s.shutdown();
 }
 

@@ -130,7 +130,10 @@ fn two_sessions_from_one_address_never_both_send_to_it() {
     assert_eq!(heard(&mut h, p, i), 1);
 
     // The same offer again: a second session, which the client goes on with.
-    let joined = h.shard.join(h.now, "r", &offer, JoinKind::Whep, &Default::default()).unwrap();
+    let joined = h
+        .shard
+        .join(h.now, "r", &offer, JoinKind::Whep, &Default::default())
+        .unwrap();
     let second = parse_offer(&joined.answer).unwrap();
     h.members[i].id = joined.id.clone();
     h.members[i].answer = second.clone();

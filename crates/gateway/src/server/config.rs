@@ -125,9 +125,10 @@ pub struct ServeConfig {
     /// anonymous callers (in open rooms) cannot take: kept for callers with a credential, so
     /// that anonymous offers cannot lock protected rooms out.
     pub reserved_for_authenticated: f64,
-    /// Sessions one source address (an IPv4 address, an IPv6 /64) may have made that are not
-    /// connected yet (an offer answered, no ICE and DTLS-SRTP done); more offers from it are
-    /// refused with 429 until some connect or time out.
+    /// Sessions one source address (an IPv4 address, an IPv6 /64) may have made without a
+    /// credential (in open rooms) that are not connected yet (an offer answered, no ICE and
+    /// DTLS-SRTP done); more anonymous offers from it are refused with 429 until some connect
+    /// or time out. Callers with a credential are not counted.
     pub max_pending_offers_per_source: usize,
     /// Rooms whose settings (`PATCH /api/rooms/{room}`) each worker keeps, whether the room
     /// exists yet or not; settings for more rooms are refused with 503.

@@ -771,11 +771,12 @@ fn sdp_body<'b>(
 /// load intervals, so that the load it sees next is a new one.
 const RETRY_AFTER_SECS: u64 = 2;
 
-/// Whether the gateway takes one more participant from `caller` (at `source`) in `room`: the
-/// source has fewer than `max_pending_offers_per_source` sessions not connected yet (else
-/// 429), the gateway is under `max_participants` (an anonymous caller under the share not
-/// kept for callers with a credential), and the room's worker is not shedding joins (else 503
-/// with `Retry-After`). The room's own limit is the shard's to check, exactly.
+/// Whether the gateway takes one more participant from `caller` (at `source`) in `room`: an
+/// anonymous caller's source has fewer than `max_pending_offers_per_source` anonymous sessions
+/// not connected yet (else 429; callers with a credential are accountable for theirs), the
+/// gateway is under `max_participants` (an anonymous caller under the share not kept for
+/// callers with a credential), and the room's worker is not shedding joins (else 503 with
+/// `Retry-After`). The room's own limit is the shard's to check, exactly.
 fn room_for_one_more(
     s: &AppState,
     room: &str,
@@ -783,15 +784,20 @@ fn room_for_one_more(
     source: Option<SourceKey>,
 ) -> Result<(), Box<Response>> {
     let config = s.gateway.config();
+    let anonymous = !caller.authenticated();
     let (live, pending) = {
         let r = s.resources();
         let live = r.values().filter(|r| r.ended.is_none());
         live.fold((0u64, 0usize), |(n, p), r| {
-            let mine = source.is_some() && r.source == source && !r.connected;
+            let mine = anonymous
+                && source.is_some()
+                && r.source == source
+                && r.owner.is_none()
+                && !r.connected;
             (n + 1, p + usize::from(mine))
         })
     };
-    if pending >= config.max_pending_offers_per_source {
+    if anonymous && pending >= config.max_pending_offers_per_source {
         let mut r = refuse(
             s,
             StatusCode::TOO_MANY_REQUESTS,

@@ -189,10 +189,20 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
 /// Runs `secrelay serve` (one worker) at one rate.
 pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow> {
     let admin = secrelay_testkit::AdminKeyFile::new()?;
+    // The load's participants all offer from this host, without a credential: the cap on
+    // unconnected anonymous sessions per source is lifted for it.
+    let mut config = tempfile::NamedTempFile::new().context("the gateway's config file")?;
+    {
+        use std::io::Write as _;
+        writeln!(config, "max_pending_offers_per_source = 1000000")
+            .context("writing the gateway's config file")?;
+    }
     let mut child = Command::new(exe)
         .args(SERVE_ONE_WORKER)
         .arg("--admin-key-file")
         .arg(admin.path())
+        .arg("--config")
+        .arg(config.path())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -292,6 +292,9 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         // The simulated participants run on one thread in this process: the gateway gets the
         // other cores (one worker each), as it would on a machine of its own.
         workers: gateway_workers(),
+        // Every call offers from this host without a credential: the cap on unconnected
+        // anonymous sessions per source is lifted for the load.
+        max_pending_offers_per_source: 1_000_000,
         ..ServeConfig::default()
     })
     .map_err(|e| anyhow::anyhow!("starting the gateway: {e}"))?;
