@@ -82,6 +82,11 @@ impl CodecId {
         CodecId::TelephoneEvent,
     ];
 
+    /// Its place in [`CodecId::ALL`] (and in tables indexed by codec).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The encoding name (as in `a=rtpmap`).
     pub fn name(self) -> &'static str {
         match self {
