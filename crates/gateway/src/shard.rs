@@ -979,7 +979,13 @@ impl Shard {
     /// acted on, deadlines put on the timer.
     fn dispatch(&mut self, slot: usize) {
         let mut displaced = Vec::new();
-        while let Some(o) = self.out.pop() {
+        let room_gen = self.rooms[slot].as_ref().map(|s| s.room_gen);
+        while let Some((tag, o)) = self.out.pop() {
+            if Some(tag) != room_gen {
+                // Left by a call into another room that did not finish (a panic): dropped.
+                self.discard(o);
+                continue;
+            }
             match o {
                 Out::Send {
                     to,
@@ -1013,6 +1019,15 @@ impl Shard {
         }
         for (addr, old) in displaced {
             self.displace(addr, old);
+        }
+    }
+
+    /// An output that is not sent (its room is gone, or it was left by a call that did not
+    /// finish), counted.
+    fn discard(&mut self, o: Out) {
+        if let Out::Send { buf, .. } | Out::Control { buf, .. } = o {
+            self.out.recycle(buf);
+            self.counters.media.drops[DropReason::InternalError] += 1;
         }
     }
 
@@ -1302,10 +1317,8 @@ impl Shard {
         }
         tracing::error!(room = %s.name, members = s.room.len(), "room abandoned after a panic in its code");
         // Whatever it put out before it panicked goes with it.
-        while let Some(o) = self.out.pop() {
-            if let Out::Send { buf, .. } | Out::Control { buf, .. } = o {
-                self.out.recycle(buf);
-            }
+        while let Some((_, o)) = self.out.pop() {
+            self.discard(o);
         }
         self.counters.add_room(&s.room);
         let members: Vec<MemberId> = s.room.members().collect();
@@ -1709,7 +1722,8 @@ impl Shard {
                 let room_gen = self.next_gen;
                 self.next_gen += 1;
                 let mut made = Room::with_rtcp(self.config.rtcp.clone())
-                    .with_codecs(self.config.codecs.clone());
+                    .with_codecs(self.config.codecs.clone())
+                    .tagged(room_gen);
                 made.set_mixing(self.mixing.get(room).copied());
                 let s = RoomSlot {
                     name: room.to_owned(),

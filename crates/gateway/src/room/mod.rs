@@ -234,6 +234,8 @@ pub struct Room {
     /// The N−1 audio mix, when the room mixes ([`Room::set_mixing`]).
     mixing: Option<Mixing>,
     scratch: Scratch,
+    /// What every output of the room is tagged with ([`Room::tagged`]).
+    tag: u64,
 }
 
 impl Default for Room {
@@ -275,7 +277,16 @@ impl Room {
                 rtx: Vec::with_capacity(1500),
                 ..Scratch::default()
             },
+            tag: 0,
         }
+    }
+
+    /// The room with its outputs tagged `tag` on the queues it is handed (the caller's name
+    /// for it): a caller that takes outputs of several rooms off one queue tells them apart,
+    /// whatever a call that did not finish left there.
+    pub fn tagged(mut self, tag: u64) -> Room {
+        self.tag = tag;
+        self
     }
 
     /// The room with its transcoding and mixing codecs made from `registry` (before anyone
@@ -428,6 +439,7 @@ impl Room {
         out: &mut RoomOut,
         f: impl FnOnce(&mut Leg) -> R,
     ) -> Option<R> {
+        out.begin(self.tag);
         let m = self.member_at(at)?;
         let r = f(&mut m.leg);
         collect(m, out);
@@ -592,6 +604,7 @@ impl Room {
     /// Sends member `at` an RTCP compound of the gateway's own (protected with its keys on a
     /// secure leg). `false` if it cannot be sent to yet (not keyed, no address).
     pub fn send_rtcp(&mut self, at: MemberAt, compound: &[u8], out: &mut RoomOut) -> bool {
+        out.begin(self.tag);
         self.member_at(at)
             .is_some_and(|m| rtcp_to(m, compound, out))
     }
@@ -647,6 +660,7 @@ impl Room {
         now: Instant,
         out: &mut RoomOut,
     ) -> Result<(), String> {
+        out.begin(self.tag);
         let Some(&r) = self.by_id.get(&receiver) else {
             return Err(format!("no member {}", receiver.0));
         };
@@ -765,6 +779,7 @@ impl Room {
     /// Advances time for every member whose deadline has come (what its leg makes goes on
     /// `out`), and sends the RTCP reports and transport-wide feedback that are due.
     pub fn handle_timeout(&mut self, now: Instant, out: &mut RoomOut) {
+        out.begin(self.tag);
         let epoch = self.rtcp.epoch.0;
         for &ix in &self.order {
             let m = &mut self.members[ix];

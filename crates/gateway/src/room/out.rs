@@ -62,11 +62,14 @@ pub enum Sent {
     Rtcp,
 }
 
-/// The queue of what rooms put out, and the pool of buffers copies are written in.
+/// The queue of what rooms put out, each output tagged with its room's tag
+/// ([`crate::room::Room::tagged`]), and the pool of buffers copies are written in.
 #[derive(Debug, Default)]
 pub struct RoomOut {
-    items: VecDeque<Out>,
+    items: VecDeque<(u64, Out)>,
     pool: Vec<Vec<u8>>,
+    /// The tag of the room putting out now.
+    room: u64,
 }
 
 impl RoomOut {
@@ -84,13 +87,18 @@ impl RoomOut {
         }
     }
 
-    /// Queues an output.
-    pub fn push(&mut self, out: Out) {
-        self.items.push_back(out);
+    /// The room tagged `room` puts out from now on.
+    pub(crate) fn begin(&mut self, room: u64) {
+        self.room = room;
     }
 
-    /// The oldest output not taken yet.
-    pub fn pop(&mut self) -> Option<Out> {
+    /// Queues an output of the room putting out now.
+    pub fn push(&mut self, out: Out) {
+        self.items.push_back((self.room, out));
+    }
+
+    /// The oldest output not taken yet, with its room's tag.
+    pub fn pop(&mut self) -> Option<(u64, Out)> {
         self.items.pop_front()
     }
 

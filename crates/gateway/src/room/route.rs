@@ -51,6 +51,7 @@ impl Room {
         received: Instant,
         out: &mut RoomOut,
     ) -> bool {
+        out.begin(self.tag);
         let Some(src) = self.member_at(at) else {
             return false;
         };
@@ -122,11 +123,15 @@ impl Room {
             return;
         }
         src.leg.counters_mut().routed += 1;
+        let Some(codec) = codec else {
+            // A payload type it did not negotiate: no receiver can take it.
+            return self.no_codec(ix);
+        };
         let abs_send = abs_send_time(self.rtcp.epoch.0, received);
         let level = src.neg.ext.audio_level;
         let mut pkt = SourcePacket::read(rtp, facts, codec, level, (received, abs_send));
-        if let (true, Some(c)) = (self.mixing.is_some(), codec.filter(|c| c.is_transcodable())) {
-            return self.mix_in(ix, &pkt, c, out);
+        if self.mixing.is_some() && codec.is_transcodable() {
+            return self.mix_in(ix, &pkt, codec, out);
         }
         let k = self.stream_of(ix, &pkt);
         let src = &mut self.members[ix];
@@ -148,6 +153,16 @@ impl Room {
         self.fan_out(feed, &pkt, out);
     }
 
+    /// A packet of no codec from the member at place `ix`: dropped, counted at each receiver.
+    fn no_codec(&mut self, ix: u32) {
+        for &r in &self.order {
+            let m = &mut self.members[r];
+            if r != ix && m.role.subscribes {
+                m.leg.counters_mut().drop(DropReason::NoCodec);
+            }
+        }
+    }
+
     /// Hands `pkt` to each subscription of feed `f`: relayed, or collected for transcoding
     /// (then decoded once and encoded once per format), or dropped and counted at the
     /// receiver; then the keyframes it made necessary are asked for.
@@ -165,7 +180,7 @@ impl Room {
         // A telephone-event packet goes with its stream's audio: where that audio is
         // transcoded for a receiver, so are its events (numbered in the transcoded stream).
         let event_audio = match pkt.codec {
-            Some(c) if c.is_event() => transcoding.stream_codec(feed.publisher.id, pkt.facts.ssrc),
+            c if c.is_event() => transcoding.stream_codec(feed.publisher.id, pkt.facts.ssrc),
             _ => None,
         };
         let mut cx = Cx {
@@ -188,8 +203,8 @@ impl Room {
             }
         }
         let publisher = feed.publisher;
-        if let (Some(c), false) = (pkt.codec, self.scratch.transcode_to.is_empty()) {
-            self.transcode(publisher, pkt, c, out);
+        if !self.scratch.transcode_to.is_empty() {
+            self.transcode(publisher, pkt, out);
         }
         self.ask_keyframes(pkt.received, out);
     }
@@ -270,13 +285,8 @@ impl Room {
     /// collected in the scratch list: decoded once, encoded once per distinct format, and each
     /// encoded packet sent by each subscription of its format. Counted at the source (decoded,
     /// encoded, or undecodable) and at each receiver (forwarded and transcoded, or why not).
-    fn transcode(
-        &mut self,
-        publisher: MemberAt,
-        pkt: &SourcePacket<'_>,
-        codec: CodecId,
-        out: &mut RoomOut,
-    ) {
+    fn transcode(&mut self, publisher: MemberAt, pkt: &SourcePacket<'_>, out: &mut RoomOut) {
+        let codec = pkt.codec;
         let Room {
             members,
             subs,
@@ -376,6 +386,7 @@ impl Room {
     /// ([`crate::transcode::Mixing::encoded_for`]: a talker's own mix at the talker, a shared
     /// mix at one of its receivers).
     pub fn mix_due(&mut self, now: Instant, out: &mut RoomOut) {
+        out.begin(self.tag);
         let Room {
             members,
             subs,
@@ -429,15 +440,14 @@ impl Room {
 
 /// What receiver `r` gets of a packet of `codec` (`event_audio`: the codec of the audio a
 /// telephone-event packet goes with, when that audio is transcoded here).
-fn plan(codec: Option<CodecId>, event_audio: Option<CodecId>, r: &Member) -> Plan {
+fn plan(codec: CodecId, event_audio: Option<CodecId>, r: &Member) -> Plan {
     let transcoded_events = event_audio.filter(|a| !r.neg.takes(*a)).and(r.neg.format);
-    if let Some(c) = codec.filter(|c| r.neg.takes(*c) && transcoded_events.is_none()) {
-        return Plan::Relay(c);
+    if r.neg.takes(codec) && transcoded_events.is_none() {
+        return Plan::Relay(codec);
     }
     // Audio of a codec it did not take: decoded once and encoded in one it took, when it took
     // one the gateway can encode.
-    let format =
-        transcoded_events.or_else(|| codec.filter(|c| c.is_transcodable()).and(r.neg.format));
+    let format = transcoded_events.or_else(|| r.neg.format.filter(|_| codec.is_transcodable()));
     match format {
         Some(f) if r.leg.copy_target().is_some() => Plan::Transcode(f),
         Some(_) => Plan::Drop(DropReason::ReceiverNotReady),

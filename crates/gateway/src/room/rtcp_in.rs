@@ -27,6 +27,7 @@ impl Room {
         received: Instant,
         out: &mut RoomOut,
     ) -> bool {
+        out.begin(self.tag);
         if self.member_at(at).is_none() {
             return false;
         }

@@ -21,7 +21,7 @@ pub(crate) struct SourcePacket<'a> {
     /// Its header, read where it arrived.
     pub facts: RtpFacts,
     /// Its codec, by the publisher's payload types.
-    pub codec: Option<CodecId>,
+    pub codec: CodecId,
     /// Whether it is video.
     pub video: bool,
     /// When it was received.
@@ -53,18 +53,18 @@ impl<'a> SourcePacket<'a> {
     pub fn read(
         rtp: &'a [u8],
         facts: &RtpFacts,
-        codec: Option<CodecId>,
+        codec: CodecId,
         audio_level_id: u8,
         (received, abs_send): (Instant, u32),
     ) -> SourcePacket<'a> {
-        let video = codec.is_some_and(|c| !c.is_audio());
+        let video = !codec.is_audio();
         let body = rtp.get(usize::from(facts.header_len)..).unwrap_or_default();
         let (keyframe, vp8) = match codec {
-            Some(CodecId::Vp8) => (
+            CodecId::Vp8 => (
                 starts_keyframe(VideoFormat::Vp8, body),
                 vp8_descriptor(body),
             ),
-            Some(CodecId::H264) => (starts_keyframe(VideoFormat::H264, body), None),
+            CodecId::H264 => (starts_keyframe(VideoFormat::H264, body), None),
             _ => (false, None),
         };
         SourcePacket {

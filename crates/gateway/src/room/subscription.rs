@@ -542,7 +542,7 @@ impl Subscription {
         else {
             return;
         };
-        let codec = pkt.codec.unwrap_or(CodecId::Vp8);
+        let codec = pkt.codec;
         for _ in 0..copies {
             let twcc = r.next_twcc(pkt.received, pkt.rtp.len() + 2);
             let seq = r.slots[k].next_rtx_seq();
