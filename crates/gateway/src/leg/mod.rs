@@ -82,11 +82,6 @@ impl CodecId {
         CodecId::TelephoneEvent,
     ];
 
-    /// Its place in [`CodecId::ALL`] (and in tables indexed by codec).
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
     /// The encoding name (as in `a=rtpmap`).
     pub fn name(self) -> &'static str {
         match self {

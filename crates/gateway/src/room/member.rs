@@ -138,12 +138,12 @@ pub struct Session {
 pub(crate) struct Negotiated {
     /// The header extension ids it agreed on.
     pub ext: ExtIds,
-    /// The codec of each payload type it negotiated.
-    codec_of: [Option<CodecId>; 128],
-    /// Its payload type for each codec (the first section's).
-    pt_of: [Option<u8>; CodecId::ALL.len()],
-    /// The codecs it receives (a receiving section with them), as bits by codec index.
-    takes: u16,
+    /// The codecs it negotiated, each once: its payload type for it (the first section's) and
+    /// whether it receives it (a receiving section with it).
+    codecs: Vec<(CodecId, u8, bool)>,
+    /// By payload type, the codec's place in `codecs` plus one (0: a type it did not
+    /// negotiate).
+    by_pt: [u8; 128],
     /// What it is sent transcoded (or mixed) audio in.
     pub format: Option<Format>,
 }
@@ -153,20 +153,23 @@ impl Negotiated {
     pub fn of(media: &[NegotiatedMedia]) -> Negotiated {
         let mut n = Negotiated {
             ext: ExtIds::of(media),
-            codec_of: [None; 128],
-            pt_of: [None; CodecId::ALL.len()],
-            takes: 0,
+            codecs: Vec::new(),
+            by_pt: [0; 128],
             format: Format::for_receiver(media),
         };
         for m in media {
             for &(c, pt) in &m.codecs {
-                let at = &mut n.codec_of[usize::from(pt & 0x7f)];
-                if at.is_none() {
-                    *at = Some(c);
-                }
-                n.pt_of[c.index()].get_or_insert(pt);
-                if m.peer_receives {
-                    n.takes |= 1 << c.index();
+                let k = match n.codecs.iter().position(|x| x.0 == c) {
+                    Some(k) => k,
+                    None => {
+                        n.codecs.push((c, pt, false));
+                        n.codecs.len() - 1
+                    }
+                };
+                n.codecs[k].2 |= m.peer_receives;
+                let at = &mut n.by_pt[usize::from(pt & 0x7f)];
+                if *at == 0 {
+                    *at = u8::try_from(k + 1).unwrap_or(0);
                 }
             }
         }
@@ -175,17 +178,18 @@ impl Negotiated {
 
     /// The codec of payload type `pt`.
     pub fn codec(&self, pt: u8) -> Option<CodecId> {
-        self.codec_of[usize::from(pt & 0x7f)]
+        let k = usize::from(self.by_pt[usize::from(pt & 0x7f)]);
+        Some(self.codecs.get(k.checked_sub(1)?)?.0)
     }
 
-    /// Its payload type for `codec`.
+    /// Its payload type for `codec` (a scan of its few codecs).
     pub fn pt(&self, codec: CodecId) -> Option<u8> {
-        self.pt_of[codec.index()]
+        self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
     }
 
     /// Whether it receives `codec`.
     pub fn takes(&self, codec: CodecId) -> bool {
-        self.takes & (1 << codec.index()) != 0
+        self.codecs.iter().any(|x| x.0 == codec && x.2)
     }
 }
 
@@ -197,8 +201,8 @@ pub(crate) struct Slot {
     pub section: usize,
     /// The SSRC announced for the section.
     pub ssrc: u32,
-    /// The section's payload type for each codec it accepted.
-    pub pts: [Option<u8>; CodecId::ALL.len()],
+    /// The codecs the section accepted, with its payload type for each.
+    pub codecs: Vec<(CodecId, u8)>,
     /// The subscription on it now.
     pub holder: Option<u32>,
     /// Where the last stream on it stopped: what the next one continues from.
@@ -221,7 +225,7 @@ impl Slot {
         let mut s = Slot {
             section,
             ssrc: m.our_ssrc,
-            pts: [None; CodecId::ALL.len()],
+            codecs: Vec::new(),
             holder: None,
             tail: None,
             rtx_seq: random_u32() as u16,
@@ -230,17 +234,14 @@ impl Slot {
         s
     }
 
-    /// Reads the section's payload types again.
+    /// Reads the section's codecs again.
     fn read(&mut self, m: &NegotiatedMedia) {
-        self.pts = [None; CodecId::ALL.len()];
-        for &(c, pt) in &m.codecs {
-            self.pts[c.index()].get_or_insert(pt);
-        }
+        self.codecs.clone_from(&m.codecs);
     }
 
-    /// The section's payload type for `codec`, if it accepted it.
+    /// The section's payload type for `codec`, if it accepted it (its first).
     pub fn pt(&self, codec: CodecId) -> Option<u8> {
-        self.pts[codec.index()]
+        self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
     }
 
     /// The next sequence number on the section's RTX stream.
@@ -576,11 +577,43 @@ pub(crate) fn random_u32() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use secrelay_wire::sdp::MediaKind;
+
+    fn section(codecs: &[(CodecId, u8)], receives: bool) -> NegotiatedMedia {
+        NegotiatedMedia {
+            mid: "0".into(),
+            kind: MediaKind::Audio,
+            codecs: codecs.to_vec(),
+            peer_sends: true,
+            peer_receives: receives,
+            our_ssrc: 1,
+            feedback: Default::default(),
+            extmaps: Vec::new(),
+            simulcast: Vec::new(),
+            ptime: None,
+        }
+    }
 
     #[test]
-    fn codec_indexes_are_their_places() {
-        for (i, c) in CodecId::ALL.into_iter().enumerate() {
-            assert_eq!(c.index(), i);
-        }
+    fn the_tables_say_what_the_sdp_said() {
+        let media = [
+            section(&[(CodecId::Opus, 111), (CodecId::Pcmu, 0)], false),
+            section(&[(CodecId::Pcmu, 100), (CodecId::Pcma, 8)], true),
+        ];
+        let n = Negotiated::of(&media);
+        assert_eq!(n.codec(111), Some(CodecId::Opus));
+        assert_eq!(
+            n.codec(100),
+            Some(CodecId::Pcmu),
+            "a second type for a codec"
+        );
+        assert_eq!(n.codec(9), None);
+        assert_eq!(n.pt(CodecId::Pcmu), Some(0), "the first section's");
+        assert_eq!(n.pt(CodecId::G722), None);
+        assert!(n.takes(CodecId::Pcmu) && n.takes(CodecId::Pcma));
+        assert!(
+            !n.takes(CodecId::Opus),
+            "only sent on a section it does not receive on"
+        );
     }
 }
