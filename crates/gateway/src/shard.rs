@@ -45,8 +45,8 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpOfferSpec, TransmitKind,
-    WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
+    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec,
+    TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 use crate::room::{MemberId, MemberRole, Room, RoomOutput};
@@ -1138,10 +1138,22 @@ impl Shard {
         offer: &RtpDescription,
         ports: Ports,
     ) -> Result<JoinedRtp, JoinError> {
+        self.join_rtp_with(now, room, offer, ports, &RtpLegOptions::default())
+    }
+
+    /// [`Shard::join_rtp`] with `options` for the leg.
+    pub fn join_rtp_with(
+        &mut self,
+        now: Instant,
+        room: &str,
+        offer: &RtpDescription,
+        ports: Ports,
+        options: &RtpLegOptions,
+    ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
-        let leg = RtpLeg::new(offer, ports, self.config.rtp.clone(), now)
+        let leg = RtpLeg::new(offer, ports, options.apply(self.config.rtp.clone()), now)
             .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
@@ -1170,10 +1182,23 @@ impl Shard {
         spec: &RtpOfferSpec,
         ports: Ports,
     ) -> Result<JoinedRtp, JoinError> {
+        self.offer_rtp_with(now, room, spec, ports, &RtpLegOptions::default())
+    }
+
+    /// [`Shard::offer_rtp`] with `options` for the leg.
+    pub fn offer_rtp_with(
+        &mut self,
+        now: Instant,
+        room: &str,
+        spec: &RtpOfferSpec,
+        ports: Ports,
+        options: &RtpLegOptions,
+    ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
-        let leg = RtpLeg::new_offer(spec, ports, self.config.rtp.clone(), now)
+        let config = options.apply(self.config.rtp.clone());
+        let leg = RtpLeg::new_offer_of(options.kind.clone(), spec, ports, config, now)
             .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();

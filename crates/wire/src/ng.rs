@@ -153,6 +153,9 @@ pub struct Flags {
     pub ptime_reverse: Option<u32>,
     /// The `flags` list, lowercased.
     pub flags: Vec<String>,
+    /// `replace` (normalized: `origin`, `session-connection`, `sdp-version`, `username`,
+    /// `session-name`, `zero-address`).
+    pub replace: Vec<String>,
     /// Known keys and flags this gateway does not act on (for the reply's `warning`).
     pub ignored: Vec<String>,
 }
@@ -162,6 +165,11 @@ impl Flags {
     pub fn has(&self, flag: &str) -> bool {
         let want = norm(flag);
         self.flags.contains(&want)
+    }
+
+    /// Whether `replace` names `what` (normalized).
+    pub fn replaces(&self, what: &str) -> bool {
+        self.replace.iter().any(|r| r == what)
     }
 }
 
@@ -372,11 +380,11 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                 }
             }
             "replace" => {
-                // We always write our own origin and connection lines.
                 for item in list("replace", v)? {
-                    match norm(&item).as_str() {
+                    let n = norm(&item);
+                    match n.as_str() {
                         "origin" | "session-connection" | "sdp-version" | "username"
-                        | "session-name" => {}
+                        | "session-name" | "zero-address" => f.replace.push(n),
                         _ => f.ignored.push(format!("replace: {item}")),
                     }
                 }

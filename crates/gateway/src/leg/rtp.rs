@@ -81,6 +81,44 @@ pub struct RtpConfig {
     pub media_timeout: Duration,
     /// SRTP replay window in packets.
     pub replay_window: usize,
+    /// Relay every offered format, known or not, in the offer's order, on a section of any
+    /// media type (the ng protocol's legs, as rtpengine relays): transcoding still needs a
+    /// codec the gateway has. Otherwise only the first audio section, and only
+    /// `audio_codecs`, in our preference.
+    pub passthrough: bool,
+}
+
+/// How one telephony leg differs from the gateway's telephony defaults ([`RtpConfig`]): the
+/// ng protocol's legs relay every format, and take the SDES suites the call's flags leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RtpLegOptions {
+    /// [`RtpConfig::passthrough`].
+    pub passthrough: bool,
+    /// The media type of the section a leg offers (audio by default).
+    pub kind: MediaKind,
+    /// The SDES suites the leg takes, most preferred first, instead of the configured ones.
+    pub sdes_suites: Option<Vec<Profile>>,
+}
+
+impl Default for RtpLegOptions {
+    fn default() -> RtpLegOptions {
+        RtpLegOptions {
+            passthrough: false,
+            kind: MediaKind::Audio,
+            sdes_suites: None,
+        }
+    }
+}
+
+impl RtpLegOptions {
+    /// `config` as this leg has it.
+    pub fn apply(&self, mut config: RtpConfig) -> RtpConfig {
+        config.passthrough = self.passthrough;
+        if let Some(s) = &self.sdes_suites {
+            config.sdes_suites = s.clone();
+        }
+        config
+    }
 }
 
 impl Default for RtpConfig {
@@ -99,6 +137,7 @@ impl Default for RtpConfig {
             latch: Latch::Signalled,
             media_timeout: Duration::from_secs(60),
             replay_window: 1024,
+            passthrough: false,
         }
     }
 }
@@ -312,7 +351,7 @@ impl RtpLeg {
     ) -> Result<RtpLeg, RtpLegError> {
         let serves = |s: &RtpSection| {
             s.port != 0
-                && s.kind == MediaKind::Audio
+                && (config.passthrough || s.kind == MediaKind::Audio)
                 && (s.transport.is_plain() || s.transport.is_sdes())
         };
         let chosen = offer
@@ -321,17 +360,30 @@ impl RtpLeg {
             .position(serves)
             .ok_or(RtpLegError::NoServableSection)?;
         let section = &offer.sections[chosen];
-        let mut codecs = Vec::new();
-        for want in &config.audio_codecs {
-            for c in &section.codecs {
-                if CodecId::of(c) == Some(*want) {
-                    codecs.push((*want, c.clone()));
+        let codecs = if config.passthrough {
+            let all: Vec<(CodecId, Codec)> = section
+                .codecs
+                .iter()
+                .map(|c| (CodecId::passthrough(c), c.clone()))
+                .collect();
+            if all.is_empty() {
+                return Err(RtpLegError::NoCommonCodec);
+            }
+            all
+        } else {
+            let mut codecs = Vec::new();
+            for want in &config.audio_codecs {
+                for c in &section.codecs {
+                    if CodecId::of(c) == Some(*want) {
+                        codecs.push((*want, c.clone()));
+                    }
                 }
             }
-        }
-        if codecs.iter().all(|(id, _)| id.is_event()) {
-            return Err(RtpLegError::NoCommonCodec);
-        }
+            if codecs.iter().all(|(id, _)| id.is_event()) {
+                return Err(RtpLegError::NoCommonCodec);
+            }
+            codecs
+        };
         let (security, answer_crypto) = if section.transport.is_sdes() {
             let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
             let theirs = Zeroizing::new(
@@ -382,7 +434,7 @@ impl RtpLeg {
         let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
         let media = vec![NegotiatedMedia {
             mid: section.mid.clone().unwrap_or_else(|| chosen.to_string()),
-            kind: MediaKind::Audio,
+            kind: section.kind.clone(),
             codecs: in_offer_order(&codecs, &section.codecs),
             peer_sends: section.direction.sends(),
             peer_receives: section.direction.receives(),
@@ -479,6 +531,17 @@ impl RtpLeg {
         config: RtpConfig,
         now: Instant,
     ) -> Result<RtpLeg, RtpLegError> {
+        RtpLeg::new_offer_of(MediaKind::Audio, spec, ports, config, now)
+    }
+
+    /// [`RtpLeg::new_offer`] for a section of media type `kind`.
+    pub fn new_offer_of(
+        kind: MediaKind,
+        spec: &RtpOfferSpec,
+        ports: Ports,
+        config: RtpConfig,
+        now: Instant,
+    ) -> Result<RtpLeg, RtpLegError> {
         if spec.codecs.is_empty() {
             return Err(RtpLegError::NoCommonCodec);
         }
@@ -520,7 +583,7 @@ impl RtpLeg {
         let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
         let media = vec![NegotiatedMedia {
             mid: "0".into(),
-            kind: MediaKind::Audio,
+            kind: kind.clone(),
             codecs: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
             peer_sends: true,
             peer_receives: true,
@@ -531,7 +594,7 @@ impl RtpLeg {
             ptime: spec.ptime,
         }];
         let section = RtpSectionAnswer {
-            kind: MediaKind::Audio,
+            kind,
             port: Some(ports.rtp.port()),
             transport: spec.transport.clone(),
             codecs: spec.codecs.iter().map(|(_, c)| c.clone()).collect(),
@@ -582,13 +645,17 @@ impl RtpLeg {
             ));
         }
         let bad = |why: &str| RtpLegError::BadAnswer(why.to_owned());
+        let kind = self.media[0].kind.clone();
         let a = answer
             .sections
             .iter()
-            .find(|s| s.kind == MediaKind::Audio)
-            .ok_or_else(|| bad("no audio section"))?;
+            .find(|s| s.kind == kind)
+            .ok_or_else(|| bad(&format!("no {} section", kind.as_str())))?;
         if a.port == 0 {
-            return Err(bad("the audio section is rejected (port 0)"));
+            return Err(bad(&format!(
+                "the {} section is rejected (port 0)",
+                kind.as_str()
+            )));
         }
         let sdes = self.protects();
         if sdes != a.transport.is_sdes() || (!sdes && !a.transport.is_plain()) {
@@ -602,7 +669,11 @@ impl RtpLeg {
             .codecs
             .iter()
             .filter_map(|c| {
-                let id = CodecId::of(c)?;
+                let id = if self.config.passthrough {
+                    CodecId::passthrough(c)
+                } else {
+                    CodecId::of(c)?
+                };
                 offered
                     .iter()
                     .any(|(o, _)| *o == id)

@@ -23,7 +23,10 @@ mod directory;
 mod http;
 mod listener;
 mod ng;
+mod ng_call;
 mod ng_codecs;
+mod ng_sdp;
+mod ng_webrtc;
 pub mod per_source;
 mod ports;
 mod stats;
@@ -146,7 +149,9 @@ use tokio::sync::oneshot;
 
 use crate::admission::Shed;
 use crate::ice_lite::{Credentials, IceConfig};
-use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection};
+use crate::leg::{
+    CodecId, RtpConfig, RtpLegOptions, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection,
+};
 use crate::rtcp::RtcpConfig;
 pub use crate::shard::{JoinError, JoinKind, Joined, JoinedRtp, ParticipantSnapshot, RoomSnapshot};
 use crate::shard::{Shard, ShardConfig};
@@ -508,6 +513,17 @@ impl Gateway {
         room: &str,
         offer: RtpDescription,
     ) -> Result<JoinedRtp, JoinError> {
+        self.join_rtp_with(room, offer, RtpLegOptions::default())
+            .await
+    }
+
+    /// [`Gateway::join_rtp`] with `options` for the leg (the ng protocol's legs).
+    pub async fn join_rtp_with(
+        &self,
+        room: &str,
+        offer: RtpDescription,
+        options: RtpLegOptions,
+    ) -> Result<JoinedRtp, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }
@@ -515,6 +531,7 @@ impl Gateway {
         let cmd = Command::JoinRtp {
             room: room.to_owned(),
             offer: Box::new(offer),
+            options: Box::new(options),
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -530,6 +547,17 @@ impl Gateway {
     /// Makes a telephony participant in `room` that offers `spec` to a phone (a SIP proxy's
     /// `offer`): its id and our offer.
     pub async fn offer_rtp(&self, room: &str, spec: RtpOfferSpec) -> Result<JoinedRtp, JoinError> {
+        self.offer_rtp_with(room, spec, RtpLegOptions::default())
+            .await
+    }
+
+    /// [`Gateway::offer_rtp`] with `options` for the leg (the ng protocol's legs).
+    pub async fn offer_rtp_with(
+        &self,
+        room: &str,
+        spec: RtpOfferSpec,
+        options: RtpLegOptions,
+    ) -> Result<JoinedRtp, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }
@@ -537,6 +565,7 @@ impl Gateway {
         let cmd = Command::OfferRtp {
             room: room.to_owned(),
             spec: Box::new(spec),
+            options: Box::new(options),
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {

@@ -78,8 +78,9 @@ fn free_pt(id: CodecId, used: &[u8]) -> Option<u8> {
     (96..=127).find(|pt| !used.contains(pt))
 }
 
-/// Applies `flags` to the caller's offered `codecs` (its audio section's, in its order). See
-/// the [module documentation](self).
+/// Applies `flags` to the caller's offered `codecs` (a section's, in its order): every format
+/// is kept, known to the gateway or not (relaying needs no decoder), unless the flags say
+/// otherwise. See the [module documentation](self).
 pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     let mut warnings = Vec::new();
     // Names no list can mean: neither offered nor ours.
@@ -111,9 +112,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     let mut caller_transcodes: Vec<CodecId> = Vec::new();
     let mut masked_any = false;
     for c in codecs {
-        let Some(id) = CodecId::of(c).filter(|id| id.is_audio()) else {
-            continue;
-        };
+        let id = CodecId::passthrough(c);
         let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
         if stripped {
             continue;
@@ -222,11 +221,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         }
         towards = codecs
             .iter()
-            .filter_map(|c| {
-                CodecId::of(c)
-                    .filter(|id| id.is_audio())
-                    .map(|id| (id, c.clone()))
-            })
+            .map(|c| (CodecId::passthrough(c), c.clone()))
             .collect();
         caller_transcodes.clear();
     }
@@ -319,9 +314,14 @@ mod tests {
             ..CodecFlags::default()
         };
         let p = plan(&offer, &f);
+        // G.729, which the gateway cannot decode, passes through untouched.
         assert_eq!(
             names_of(&p),
-            vec![("G722/8000".into(), 9), ("PCMA/8000".into(), 8)]
+            vec![
+                ("G722/8000".into(), 9),
+                ("PCMA/8000".into(), 8),
+                ("G729/8000".into(), 18)
+            ]
         );
         // PCMU was stripped: not kept for transcoding either.
         assert_eq!(p.caller_transcodes, vec![CodecId::Opus, CodecId::Pcma]);
@@ -342,8 +342,8 @@ mod tests {
             ..CodecFlags::default()
         };
         let p = plan(&offer, &f);
-        assert_eq!(p.towards_callee.len(), 3);
-        assert_eq!(p.caller_transcodes.len(), 3);
+        assert_eq!(p.towards_callee.len(), 4);
+        assert_eq!(p.caller_transcodes.len(), 4);
     }
 
     #[test]

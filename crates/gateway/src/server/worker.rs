@@ -32,7 +32,9 @@ use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::admission::{Admission, AdmissionConfig, LoadMeter};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::{CodecId, Ports, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
+use crate::leg::{
+    CodecId, Ports, RtpLegOptions, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection,
+};
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
 };
@@ -86,12 +88,14 @@ pub(crate) enum Command {
     JoinRtp {
         room: String,
         offer: Box<RtpDescription>,
+        options: Box<RtpLegOptions>,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
     },
     /// Make a telephony participant that offers to a phone (a SIP proxy's `offer`).
     OfferRtp {
         room: String,
         spec: Box<RtpOfferSpec>,
+        options: Box<RtpLegOptions>,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
     },
     /// The phone's answer to that offer; replies the codecs it took.
@@ -454,13 +458,27 @@ impl Worker {
                 self.after_command();
                 let _ = reply.send(r);
             }
-            Command::JoinRtp { room, offer, reply } => {
-                let r = self.with_ports(|shard, ports| shard.join_rtp(now, &room, &offer, ports));
+            Command::JoinRtp {
+                room,
+                offer,
+                options,
+                reply,
+            } => {
+                let r = self.with_ports(|shard, ports| {
+                    shard.join_rtp_with(now, &room, &offer, ports, &options)
+                });
                 self.after_command();
                 let _ = reply.send(r);
             }
-            Command::OfferRtp { room, spec, reply } => {
-                let r = self.with_ports(|shard, ports| shard.offer_rtp(now, &room, &spec, ports));
+            Command::OfferRtp {
+                room,
+                spec,
+                options,
+                reply,
+            } => {
+                let r = self.with_ports(|shard, ports| {
+                    shard.offer_rtp_with(now, &room, &spec, ports, &options)
+                });
                 self.after_command();
                 let _ = reply.send(r);
             }
