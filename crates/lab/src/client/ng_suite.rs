@@ -262,11 +262,13 @@ fn value(c: &mut Cursor<'_>) -> Option<Value> {
                 "qw" => {
                     c.skip_ws();
                     let open = c.bump()?;
+                    // Any delimiter: brackets close with their pair, others with themselves.
                     let close = match open {
                         '(' => ')',
                         '[' => ']',
                         '{' => '}',
-                        '/' => '/',
+                        '<' => '>',
+                        c if c.is_ascii_punctuation() => c,
                         _ => return None,
                     };
                     let end = c.rest().find(close)?;
@@ -506,8 +508,9 @@ fn word_at(line: &str, name: &str) -> Vec<usize> {
     hits
 }
 
-const HELPERS: [&str; 7] = [
+const HELPERS: [&str; 8] = [
     "new_call",
+    "new_call_nc",
     "reverse_tags",
     "new_ft",
     "new_tt",
@@ -591,7 +594,7 @@ impl Reader<'_> {
         hits.sort();
         for (at, helper) in hits {
             match helper {
-                "new_call" => {
+                "new_call" | "new_call_nc" => {
                     self.tags.new_call();
                     self.broken = false;
                 }
@@ -768,7 +771,7 @@ sub offer {\n\treturn offer_answer('offer', @_);\n}\n\
 new_call;\n\
 \n\
 offer('first, plain', { ICE => 'remove', flags => [qw(trust-address)],\n\
-\t\t'transport-protocol' => 'RTP/AVP', ptime => '30', codec => { strip => ['all'], offer => ['PCMA'] } }, <<SDP);\n\
+\t\t'transport-protocol' => 'RTP/AVP', ptime => '30', codec => { strip => ['all'], offer => [qw,PCMA,] } }, <<SDP);\n\
 v=0\n\
 o=- 100 1 IN IP4 192.0.2.1\n\
 s=x\n\
