@@ -1198,8 +1198,15 @@ impl Shard {
             return Err(JoinError::ShuttingDown);
         }
         let config = options.apply(self.config.rtp.clone());
-        let leg = RtpLeg::new_offer_of(options.kind.clone(), spec, ports, config, now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        let leg = RtpLeg::new_offer_of(
+            options.kind.clone(),
+            &options.sdes_tags,
+            spec,
+            ports,
+            config,
+            now,
+        )
+        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let id = self.add_member(now, room, leg.into(), JoinKind::Rtp, Vec::new());

@@ -98,6 +98,9 @@ pub struct RtpLegOptions {
     pub kind: MediaKind,
     /// The SDES suites the leg takes, most preferred first, instead of the configured ones.
     pub sdes_suites: Option<Vec<Profile>>,
+    /// The tags of the crypto lines a leg offers, one per suite of its offer (empty: 1, 2,
+    /// …): rtpengine keeps the tags of the suites the other side offered.
+    pub sdes_tags: Vec<u32>,
 }
 
 impl Default for RtpLegOptions {
@@ -106,6 +109,7 @@ impl Default for RtpLegOptions {
             passthrough: false,
             kind: MediaKind::Audio,
             sdes_suites: None,
+            sdes_tags: Vec::new(),
         }
     }
 }
@@ -242,6 +246,9 @@ pub struct RtpLeg {
     awaiting: bool,
     /// Made as an offer of ours (its ports were bound before anyone said whether RTCP muxes).
     offerer: bool,
+    /// The codecs of our last offer, which an answer may take (a later answer to the same
+    /// offer may take others than the first did).
+    offered: Vec<(CodecId, u8)>,
     media: Vec<NegotiatedMedia>,
     answer: String,
     /// The sections of our last SDP, and its `o=` session id and version.
@@ -499,6 +506,7 @@ impl RtpLeg {
             security,
             awaiting: false,
             offerer: false,
+            offered: Vec::new(),
             media,
             answer,
             sdp: sections,
@@ -531,12 +539,14 @@ impl RtpLeg {
         config: RtpConfig,
         now: Instant,
     ) -> Result<RtpLeg, RtpLegError> {
-        RtpLeg::new_offer_of(MediaKind::Audio, spec, ports, config, now)
+        RtpLeg::new_offer_of(MediaKind::Audio, &[], spec, ports, config, now)
     }
 
-    /// [`RtpLeg::new_offer`] for a section of media type `kind`.
+    /// [`RtpLeg::new_offer`] for a section of media type `kind`, its crypto lines tagged
+    /// `tags` (one per suite; 1, 2, … where not given).
     pub fn new_offer_of(
         kind: MediaKind,
+        tags: &[u32],
         spec: &RtpOfferSpec,
         ports: Ports,
         config: RtpConfig,
@@ -554,7 +564,7 @@ impl RtpLeg {
             let mut keys = Vec::new();
             let mut lines = Vec::new();
             for (i, p) in spec.suites.iter().enumerate() {
-                let tag = i as u32 + 1;
+                let tag = tags.get(i).copied().unwrap_or(i as u32 + 1);
                 let mut raw = random_bytes(p.key_len() + p.salt_len());
                 let key = MasterKey::from_concatenated(*p, &raw)
                     .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
@@ -615,6 +625,7 @@ impl RtpLeg {
             security,
             awaiting: true,
             offerer: true,
+            offered: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
             media,
             answer: sdp,
             sdp: vec![section],
@@ -639,7 +650,9 @@ impl RtpLeg {
         answer: &RtpDescription,
         now: Instant,
     ) -> Result<(), RtpLegError> {
-        if !self.awaiting && !self.reoffered {
+        // A leg made as an offer also takes a later answer to it: a SIP proxy passes on every
+        // answer an early dialog gets (a 183, then the 200 with other codecs or keys).
+        if !self.awaiting && !self.reoffered && !self.offerer {
             return Err(RtpLegError::BadAnswer(
                 "no offer of ours waits for one".into(),
             ));
@@ -664,7 +677,7 @@ impl RtpLeg {
                 a.transport.as_str()
             )));
         }
-        let offered = &self.media[0].codecs;
+        let offered = &self.offered;
         let answered: Vec<(CodecId, Codec)> = a
             .codecs
             .iter()
@@ -714,11 +727,14 @@ impl RtpLeg {
                 .crypto
                 .first()
                 .ok_or_else(|| bad("no a=crypto in an SDES answer"))?;
+            // The tag and suite we offered; else the suite under another tag (rtpengine takes
+            // an answer that names an offered suite by another tag, and proxies' answers are
+            // written for its tags).
+            let named = |p: &Profile| p.sdp_name().eq_ignore_ascii_case(&c.suite);
             let i = keys
                 .iter()
-                .position(|(tag, p, _)| {
-                    *tag == c.tag && p.sdp_name().eq_ignore_ascii_case(&c.suite)
-                })
+                .position(|(tag, p, _)| *tag == c.tag && named(p))
+                .or_else(|| keys.iter().position(|(_, p, _)| named(p)))
                 .ok_or_else(|| {
                     bad(&format!(
                         "a=crypto tag {} {} was not offered",
@@ -840,6 +856,7 @@ impl RtpLeg {
             0
         };
         next.offerer = self.offerer;
+        next.offered = std::mem::take(&mut self.offered);
         next.counters = self.counters;
         *self = next;
         Ok(())
@@ -884,6 +901,7 @@ impl RtpLeg {
         };
         self.origin.1 += 1;
         self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+        self.offered = self.media[0].codecs.clone();
         self.reoffered = true;
         Ok(&self.answer)
     }

@@ -41,8 +41,8 @@ const REPLY_CACHE_MAX: usize = 16_384;
 /// A call: between telephony sides, section by section; or with a WebRTC side.
 #[derive(Debug, Clone)]
 pub(super) enum Call {
-    Sections(SectionCall),
-    WebRtc(WebRtcCall),
+    Sections(Box<SectionCall>),
+    WebRtc(Box<WebRtcCall>),
 }
 
 impl Call {
@@ -302,17 +302,34 @@ impl Ng {
 
     /// `offer`: a new call, or a new offer in one.
     async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
-        let existing = self.calls.get(&o.call_id).cloned();
-        let mut call = match existing {
-            Some(Call::WebRtc(_)) => return self.webrtc_offer(o).await,
+        let mut call = match self.calls.remove(&o.call_id) {
             Some(Call::Sections(c)) => c,
+            Some(webrtc @ Call::WebRtc(_)) => {
+                self.calls.insert(o.call_id.clone(), webrtc);
+                return self.webrtc_offer(o).await;
+            }
             None if wants_webrtc(&o) => return self.webrtc_offer(o).await,
             None => {
                 // A new call, refused while its worker sheds joins.
                 self.gateway.admit(&format!("call:{}", o.call_id))?;
-                SectionCall::new(&o.call_id, &o.from_tag)
+                Box::new(SectionCall::new(&o.call_id, &o.from_tag))
             }
         };
+        let fresh = call.to_tag.is_none() && call.members().is_empty();
+        let r = self.section_offer(&mut call, &o).await;
+        if r.is_err() && fresh {
+            call.drop_members(&self.ctx()).await;
+        } else {
+            self.calls.insert(o.call_id.clone(), Call::Sections(call));
+        }
+        r
+    }
+
+    async fn section_offer(
+        &self,
+        call: &mut SectionCall,
+        o: &OfferAnswer,
+    ) -> Result<Bencode, String> {
         let side = match call.side_of(&o.from_tag) {
             Some(s) => s,
             None if call.to_tag.is_none() => {
@@ -328,34 +345,38 @@ impl Ng {
                 ))
             }
         };
-        if let Some(sdp) = call.repeated(false, &o.from_tag, &o.sdp) {
+        if let Some(sdp) = call.repeated(false, &o.from_tag, &o.sdp, &o.flags) {
             return Ok(sdp_reply(&sdp, &[]));
         }
-        let ctx = self.ctx();
-        let fresh = !self.calls.contains_key(&o.call_id);
-        let sdp = match call.offer(&ctx, side, &o.from_tag, &o.sdp, &o.flags).await {
-            Ok(sdp) => sdp,
-            Err(why) => {
-                if fresh {
-                    call.drop_members(&ctx).await;
-                }
-                return Err(why);
-            }
-        };
+        let sdp = call
+            .offer(&self.ctx(), side, &o.from_tag, &o.sdp, &o.flags)
+            .await?;
         let mut warnings = o.flags.ignored.clone();
         warnings.extend(call.warnings.iter().cloned());
         warnings.extend(SectionCall::ice_warning(&o.flags));
-        self.calls.insert(o.call_id.clone(), Call::Sections(call));
         Ok(sdp_reply(&sdp, &warnings))
     }
 
     /// `answer`: the answer to the offer that waits.
     async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
-        let mut call = match self.calls.get(&a.call_id).cloned() {
+        let mut call = match self.calls.remove(&a.call_id) {
             Some(Call::Sections(c)) => c,
-            Some(Call::WebRtc(_)) => return self.webrtc_answer(a).await,
+            Some(webrtc @ Call::WebRtc(_)) => {
+                self.calls.insert(a.call_id.clone(), webrtc);
+                return self.webrtc_answer(a).await;
+            }
             None => return Err(format!("unknown call-id {:?}", a.call_id)),
         };
+        let r = self.section_answer(&mut call, &a).await;
+        self.calls.insert(a.call_id.clone(), Call::Sections(call));
+        r
+    }
+
+    async fn section_answer(
+        &self,
+        call: &mut SectionCall,
+        a: &OfferAnswer,
+    ) -> Result<Bencode, String> {
         // The answer's from-tag is the offerer's (side A's for the first offer, either side's
         // for a new one); its to-tag is the answerer's.
         let answerer = a.to_tag.clone().unwrap_or_default();
@@ -365,18 +386,18 @@ impl Ng {
                 a.from_tag
             ));
         }
-        if let Some(sdp) = call.repeated(true, &answerer, &a.sdp) {
+        if let Some(sdp) = call.repeated(true, &answerer, &a.sdp, &a.flags) {
             return Ok(sdp_reply(&sdp, &[]));
         }
-        let ctx = self.ctx();
-        let sdp = call.answer(&ctx, &answerer, &a.sdp, &a.flags).await?;
-        self.calls.insert(a.call_id.clone(), Call::Sections(call));
+        let sdp = call
+            .answer(&self.ctx(), &answerer, &a.sdp, &a.flags)
+            .await?;
         Ok(sdp_reply(&sdp, &a.flags.ignored))
     }
 
     pub(super) fn webrtc_mut(&mut self, call_id: &str) -> Option<&mut WebRtcCall> {
         match self.calls.get_mut(call_id) {
-            Some(Call::WebRtc(c)) => Some(c),
+            Some(Call::WebRtc(c)) => Some(c.as_mut()),
             _ => None,
         }
     }

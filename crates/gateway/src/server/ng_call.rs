@@ -123,6 +123,15 @@ struct Pending {
     renegotiated: Vec<Option<Local>>,
 }
 
+/// A request as it came (tag, SDP, flags) and our reply to it.
+#[derive(Debug, Clone)]
+struct Repeat {
+    tag: String,
+    sdp: String,
+    flags: Flags,
+    reply: String,
+}
+
 /// What the ng server gives a call to act with.
 pub(crate) struct Ctx<'a> {
     pub gateway: &'a Gateway,
@@ -140,11 +149,14 @@ pub(crate) struct SectionCall {
     pub to_tag: Option<String>,
     sections: Vec<Section>,
     pending: Option<Pending>,
+    /// The last offer answered (a later answer to it is taken too).
+    answered: Option<Pending>,
     /// What the last offer's reply warns of (flags not acted on).
     pub warnings: Vec<String>,
-    /// The last offer and answer (tag, SDP) and our reply, for retransmissions.
-    last_offer: Option<(String, String, String)>,
-    last_answer: Option<(String, String, String)>,
+    /// The last offer and answer and our reply to each, for a request sent again under a new
+    /// cookie (a SIP retransmission the proxy passes on): the same reply, the same ports.
+    last_offer: Option<Repeat>,
+    last_answer: Option<Repeat>,
 }
 
 fn join_reason(e: &JoinError) -> String {
@@ -184,6 +196,7 @@ impl SectionCall {
             to_tag: None,
             sections: Vec::new(),
             pending: None,
+            answered: None,
             warnings: Vec::new(),
             last_offer: None,
             last_answer: None,
@@ -218,16 +231,16 @@ impl SectionCall {
         format!("call:{}:{i}", self.call_id)
     }
 
-    /// A retransmitted offer or answer: our reply again.
-    pub fn repeated(&self, answer: bool, tag: &str, sdp: &str) -> Option<String> {
+    /// An offer or answer sent again (the same tag, SDP and flags): our reply again.
+    pub fn repeated(&self, answer: bool, tag: &str, sdp: &str, flags: &Flags) -> Option<String> {
         let last = if answer {
             &self.last_answer
         } else {
             &self.last_offer
         };
         last.as_ref()
-            .filter(|(t, s, _)| t == tag && s == sdp)
-            .map(|(_, _, r)| r.clone())
+            .filter(|r| r.tag == tag && r.sdp == sdp && r.flags == *flags)
+            .map(|r| r.reply.clone())
     }
 }
 
@@ -258,19 +271,18 @@ fn codec_outs(m: &Media, chosen: &[(CodecId, secrelay_wire::sdp::Codec)]) -> Vec
 
 /// The direction a section's SDP states, as rtpengine passes it on: a section on hold by the
 /// old convention (`c=0.0.0.0`) receives nothing, whatever its attribute says.
-fn direction_passed(doc: &SdpDoc, i: usize) -> Direction {
+fn direction_passed(doc: &SdpDoc, i: usize, flags: &Flags) -> Option<Direction> {
+    if flags.has("original-sendrecv") {
+        return None;
+    }
     let m = &doc.media[i];
     let d = direction_of(doc, m);
-    let held = doc.address_of(i).is_none()
-        && m.connection()
-            .or_else(|| doc.session_line('c'))
-            .and_then(secrelay_wire::sdp_doc::connection_address)
-            .is_some_and(|ip| ip.is_unspecified());
-    match (held, d) {
+    let held = doc.address_of(i).is_some_and(|ip| ip.is_unspecified());
+    Some(match (held, d) {
         (true, Direction::SendRecv) => Direction::SendOnly,
         (true, Direction::RecvOnly) => Direction::Inactive,
         (_, d) => d,
-    }
+    })
 }
 
 fn ptime_of(m: &Media) -> Option<u32> {
@@ -293,14 +305,42 @@ fn rtp_section_kind(name: &str) -> secrelay_wire::sdp::MediaKind {
     }
 }
 
-/// The SDES suites our offer towards the other side carries, in order.
+/// rtpengine's SDES suites, most preferred first: what it appends to an offer after the
+/// suites the other side offered (those of them the gateway has and the configuration enables
+/// are offered here; AES-192, F8 and the 32-bit NULL suite are not implemented).
+const SUITE_ORDER: [&str; 12] = [
+    "AEAD_AES_256_GCM",
+    "AEAD_AES_128_GCM",
+    "AES_256_CM_HMAC_SHA1_80",
+    "AES_256_CM_HMAC_SHA1_32",
+    "AES_192_CM_HMAC_SHA1_80",
+    "AES_192_CM_HMAC_SHA1_32",
+    "AES_CM_128_HMAC_SHA1_80",
+    "AES_CM_128_HMAC_SHA1_32",
+    "F8_128_HMAC_SHA1_80",
+    "F8_128_HMAC_SHA1_32",
+    "NULL_HMAC_SHA1_80",
+    "NULL_HMAC_SHA1_32",
+];
+
+/// A crypto line's tag and suite name.
+fn crypto_tag_suite(value: &str) -> Option<(u32, &str)> {
+    let mut f = value.split_whitespace();
+    Some((f.next()?.parse().ok()?, f.next()?))
+}
+
+/// The SDES suites our offer towards the other side carries, and their tags, as rtpengine
+/// offers them: the suites the offering side offered (section `m`) first, with its tags, then
+/// the others in rtpengine's order, numbered on from the highest tag of the offer; `SDES:
+/// no-…` and `only-…` leave suites out.
 fn offered_suites(
     ctx: &Ctx<'_>,
+    m: &Media,
     towards: &Transport,
     flags: &Flags,
-) -> Result<Vec<Profile>, String> {
+) -> Result<(Vec<Profile>, Vec<u32>), String> {
     if !towards.is_sdes() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     if flags.sdes_off {
         return Err(format!(
@@ -308,20 +348,55 @@ fn offered_suites(
             towards.as_str()
         ));
     }
-    let named = |names: &[String]| {
+    // Tags are numbered as rtpengine numbers them, over every suite it knows that the flags
+    // leave (so an answer written for rtpengine's offer names the same tags); the suites the
+    // gateway does not have, or that its configuration does not enable, are then left out.
+    let named = |names: &[String]| -> Vec<String> {
         names
             .iter()
-            .filter_map(|n| n.parse::<Profile>().ok())
-            .collect::<Vec<Profile>>()
+            .map(|n| n.trim().to_ascii_uppercase())
+            .collect()
     };
-    let only = named(&flags.sdes_only);
-    let no = named(&flags.sdes_no);
-    let base = if only.is_empty() {
-        ctx.sdes_suites.to_vec()
-    } else {
-        only
+    let (only, no) = (named(&flags.sdes_only), named(&flags.sdes_no));
+    let wanted = |name: &str| {
+        let name = name.to_ascii_uppercase();
+        !no.contains(&name) && (only.is_empty() || only.contains(&name))
     };
-    Ok(base.into_iter().filter(|p| !no.contains(p)).collect())
+    let ours = |name: &str| {
+        name.parse::<Profile>()
+            .ok()
+            .filter(|p| ctx.sdes_suites.contains(p))
+    };
+    let (mut suites, mut tags) = (Vec::new(), Vec::new());
+    let mut seen: Vec<String> = Vec::new();
+    let mut next = 1;
+    if Transport::parse(&m.proto).is_sdes() {
+        for (tag, suite) in m
+            .attributes("crypto")
+            .flatten()
+            .filter_map(crypto_tag_suite)
+        {
+            next = next.max(tag.saturating_add(1));
+            let up = suite.to_ascii_uppercase();
+            if wanted(&up) && !seen.contains(&up) {
+                seen.push(up.clone());
+                if let Some(p) = ours(&up) {
+                    suites.push(p);
+                    tags.push(tag);
+                }
+            }
+        }
+    }
+    for name in SUITE_ORDER {
+        if wanted(name) && !seen.iter().any(|s| s == name) {
+            if let Some(p) = ours(name) {
+                suites.push(p);
+                tags.push(next);
+            }
+            next += 1;
+        }
+    }
+    Ok((suites, tags))
 }
 
 /// The SDES suites a member answering side `m`'s offer prefers: the one the other side took
@@ -427,7 +502,12 @@ impl SectionCall {
             fates,
             renegotiated,
         });
-        self.last_offer = Some((tag.to_owned(), sdp.to_owned(), text.clone()));
+        self.last_offer = Some(Repeat {
+            tag: tag.to_owned(),
+            sdp: sdp.to_owned(),
+            flags: flags.clone(),
+            reply: text.clone(),
+        });
         Ok(text)
     }
 
@@ -442,7 +522,19 @@ impl SectionCall {
         flags: &Flags,
     ) -> Result<(SectionOut, Fate, Option<Local>), String> {
         let m = &doc.media[i];
-        let towards = transport_towards(m, flags);
+        // The flag's transport, else the one the other side already has, else the offer's.
+        let towards = match (&flags.transport, self.sections.get(i)) {
+            (None, Some(s)) => match by {
+                Side::A => &s.b,
+                Side::B => &s.a,
+            }
+            .as_ref()
+            .map_or_else(
+                || transport_towards(m, flags),
+                |y| Transport::parse(&y.local.proto),
+            ),
+            _ => transport_towards(m, flags),
+        };
         if m.port == 0 {
             self.drop_section(ctx, i).await;
             return Ok((SectionOut::Rejected, Fate::Rejected, None));
@@ -454,9 +546,17 @@ impl SectionCall {
             self.drop_section(ctx, i).await;
             return Ok((SectionOut::Rejected, Fate::Rejected, None));
         }
-        let s = self.section(i);
-        if s.a.is_some() && s.b.is_some() {
-            return self.renegotiate(ctx, by, doc, i).await;
+        // Both members there, the other side's on the same transport: a renegotiation on
+        // their ports; else the section starts over (a new transport towards the other side
+        // needs a new leg).
+        let s = self.section(i).clone();
+        let same_transport = s
+            .clone()
+            .facing(by.other())
+            .as_ref()
+            .is_some_and(|y| Transport::parse(&y.local.proto) == towards);
+        if s.a.is_some() && s.b.is_some() && same_transport {
+            return self.renegotiate(ctx, by, doc, i, flags).await;
         }
         self.drop_section(ctx, i).await;
         let codecs = rtp_section(doc, m).codecs;
@@ -471,10 +571,11 @@ impl SectionCall {
         let rtcp_mux = (m.has("rtcp-mux") && !flags.rtcp_mux.demux)
             || flags.rtcp_mux.offer
             || flags.rtcp_mux.require;
+        let (suites, sdes_tags) = offered_suites(ctx, m, &towards, flags)?;
         let spec = RtpOfferSpec {
             transport: towards.clone(),
             codecs: p.towards_callee.clone(),
-            suites: offered_suites(ctx, &towards, flags)?,
+            suites,
             rtcp_mux,
             ptime: flags.ptime.or(ptime_of(m)),
         };
@@ -482,6 +583,7 @@ impl SectionCall {
             passthrough: true,
             kind: media_kind(m),
             sdes_suites: None,
+            sdes_tags,
         };
         let room = self.section(i).room.clone();
         let j = ctx
@@ -499,7 +601,7 @@ impl SectionCall {
             rtcp_port: Some(local.port.wrapping_add(1)),
             proto: towards.as_str().to_owned(),
             codecs: Some(codec_outs(m, &p.towards_callee)),
-            direction: direction_passed(doc, i),
+            direction: direction_passed(doc, i, flags),
             rtcp_mux,
             crypto: local.crypto,
             dtls: None,
@@ -517,6 +619,7 @@ impl SectionCall {
         by: Side,
         doc: &SdpDoc,
         i: usize,
+        flags: &Flags,
     ) -> Result<(SectionOut, Fate, Option<Local>), String> {
         let m = &doc.media[i];
         let s = self.section(i).clone();
@@ -555,7 +658,7 @@ impl SectionCall {
             rtcp_port: Some(y_local.port.wrapping_add(1)),
             proto: y_local.proto.clone(),
             codecs: Some(codecs_of(m)),
-            direction: direction_passed(doc, i),
+            direction: direction_passed(doc, i, flags),
             rtcp_mux: y_local.rtcp_mux,
             crypto: y_local.crypto,
             dtls: None,
@@ -576,9 +679,12 @@ impl SectionCall {
         sdp: &str,
         flags: &Flags,
     ) -> Result<String, String> {
+        // Without an offer waiting, a later answer to the last one (an early dialog's 183,
+        // then its 200 with other codecs; a fork's answer under a new to-tag) is taken again.
         let pending = self
             .pending
             .clone()
+            .or_else(|| self.answered.clone())
             .ok_or("no offer in this call waits for an answer")?;
         let doc = SdpDoc::parse(sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
         let mut outs = Vec::new();
@@ -586,7 +692,7 @@ impl SectionCall {
             let out = match (fate, doc.media.get(i)) {
                 (Fate::AsIs, Some(_)) => SectionOut::AsIs,
                 (Fate::Relayed(transcodes), Some(_)) => {
-                    self.answer_section(ctx, &pending, &doc, i, transcodes)
+                    self.answer_section(ctx, &pending, &doc, i, transcodes, flags)
                         .await?
                 }
                 _ => {
@@ -604,11 +710,21 @@ impl SectionCall {
                 sections: &outs,
             },
         );
-        if self.to_tag.is_none() {
+        if self.pending.is_none() || self.to_tag.is_none() {
+            // The first answer, or a later one under a new to-tag: that branch answers now.
             self.to_tag = Some(tag.to_owned());
         }
-        self.pending = None;
-        self.last_answer = Some((tag.to_owned(), sdp.to_owned(), text.clone()));
+        self.answered = self.pending.take().or(self.answered.take());
+        // A renegotiation is done once answered: a later answer is taken as a first one.
+        if let Some(a) = self.answered.as_mut() {
+            a.renegotiated.iter_mut().for_each(|r| *r = None);
+        }
+        self.last_answer = Some(Repeat {
+            tag: tag.to_owned(),
+            sdp: sdp.to_owned(),
+            flags: flags.clone(),
+            reply: text.clone(),
+        });
         Ok(text)
     }
 
@@ -621,6 +737,7 @@ impl SectionCall {
         doc: &SdpDoc,
         i: usize,
         transcodes: &[CodecId],
+        flags: &Flags,
     ) -> Result<SectionOut, String> {
         let m = &doc.media[i];
         let by = pending.by;
@@ -669,7 +786,7 @@ impl SectionCall {
             }),
             proto: xm.proto.clone(),
             codecs: Some(codecs),
-            direction: direction_passed(doc, i),
+            direction: direction_passed(doc, i, flags),
             rtcp_mux: x_local.rtcp_mux,
             crypto: x_local.crypto,
             dtls: None,
@@ -707,6 +824,10 @@ impl SectionCall {
             if let Some(p) = pending.flags.ptime_reverse {
                 s.ptime = Some(p);
             }
+            // RTCP is muxed towards the offerer as the answerer took it, unless this side's
+            // flags accept or require it regardless.
+            let mux = pending.flags.rtcp_mux;
+            s.rtcp_mux &= m.has("rtcp-mux") || mux.accept || mux.require;
             if pending.flags.has("SIP-source-address") {
                 if let Some(ip) = pending.flags.received_from {
                     s.address = Some(ip);
@@ -717,15 +838,29 @@ impl SectionCall {
             passthrough: true,
             kind: media_kind(xm),
             sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
+            sdes_tags: Vec::new(),
         };
-        let j = ctx
-            .gateway
-            .join_rtp_with(room, desc, options)
-            .await
-            .map_err(|e| join_reason(&e))?;
-        let local = local_of(&j.answer)?;
+        let existing = self.section(i).facing(pending.by).clone();
+        let (id, answer) = match existing {
+            // A later answer to the same offer: the offerer's member answers it again, on its
+            // ports, with what this answer took.
+            Some(x) => match ctx.gateway.update_rtp(room, &x.id, desc).await {
+                Ok(Some(answer)) => (x.id, answer),
+                Ok(None) => return Err("the offering side had an offer of ours pending".into()),
+                Err(e) => return Err(join_reason(&e)),
+            },
+            None => {
+                let j = ctx
+                    .gateway
+                    .join_rtp_with(room, desc, options)
+                    .await
+                    .map_err(|e| join_reason(&e))?;
+                (j.id, j.answer)
+            }
+        };
+        let local = local_of(&answer)?;
         *self.section(i).facing(pending.by) = Some(Member {
-            id: j.id,
+            id,
             local: local.clone(),
         });
         let codecs = if transcodes.is_empty() {

@@ -58,8 +58,9 @@ pub(crate) struct Relayed {
     /// The formats with their lines; `None` for a protocol that is not RTP (its formats as
     /// they came, no `a=rtpmap`).
     pub codecs: Option<Vec<CodecOut>>,
-    /// The direction.
-    pub direction: Direction,
+    /// The direction; `None` keeps the section's direction lines where they stood
+    /// (`original sendrecv`).
+    pub direction: Option<Direction>,
     /// `a=rtcp-mux`.
     pub rtcp_mux: bool,
     /// `a=crypto` values.
@@ -118,6 +119,8 @@ const WRITTEN: [&str; 21] = [
     "end-of-candidates",
     "mid",
 ];
+
+const DIRECTIONS: [&str; 4] = ["sendrecv", "sendonly", "recvonly", "inactive"];
 
 /// Session attributes not passed on.
 const SESSION_DROPPED: [&str; 12] = [
@@ -234,10 +237,14 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
         None => m.formats.iter().map(String::as_str).collect(),
     };
     media_line(out, m, s.port, &s.proto, &formats);
+    let kept = |l: &Line| {
+        s.direction.is_none() && DIRECTIONS.iter().any(|d| l.is_attribute(d))
+            || !WRITTEN.iter().any(|n| l.is_attribute(n))
+    };
     for l in &m.lines {
         match l.kind {
             'c' => line(out, 'c', &connection(&l.value, ours)),
-            'a' if WRITTEN.iter().any(|n| l.is_attribute(n)) => {}
+            'a' if !kept(l) => {}
             _ => line(out, l.kind, &l.value),
         }
     }
@@ -255,7 +262,9 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
             attr(out, "rtcp-fb", format_args!("{} {fb}", c.pt));
         }
     }
-    let _ = write!(out, "a={}\r\n", s.direction.as_str());
+    if let Some(d) = s.direction {
+        let _ = write!(out, "a={}\r\n", d.as_str());
+    }
     if let Some(p) = s.rtcp_port {
         attr(out, "rtcp", p);
     }
@@ -371,7 +380,7 @@ mod tests {
                 rtcp_port: Some(30001),
                 proto: m.proto.clone(),
                 codecs: Some(codecs_of(m)),
-                direction: direction_of(&doc, m),
+                direction: Some(direction_of(&doc, m)),
                 rtcp_mux: false,
                 crypto: vec![],
                 dtls: None,

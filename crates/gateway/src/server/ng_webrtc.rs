@@ -66,7 +66,7 @@ impl Ng {
                 // The same offer again (a retransmission under a new cookie): the same reply.
                 return Ok(sdp_reply(&c.callee_offer, &[]));
             }
-            return self.webrtc_reoffer(c, o).await;
+            return self.webrtc_reoffer(*c, o).await;
         }
         // A new call: a new room and two legs, refused while its worker sheds joins.
         self.gateway.admit(&format!("call:{}", o.call_id))?;
@@ -140,7 +140,7 @@ impl Ng {
             .map_err(|e| join_reason(&e))?;
         self.calls.insert(
             o.call_id.clone(),
-            Call::WebRtc(WebRtcCall {
+            Call::WebRtc(Box::new(WebRtcCall {
                 room,
                 from_tag: o.from_tag,
                 to_tag: None,
@@ -153,7 +153,7 @@ impl Ng {
                 caller: None,
                 reoffer: None,
                 created: Instant::now(),
-            }),
+            })),
         );
         Ok(sdp_reply(&j.answer, &warnings))
     }
@@ -197,7 +197,7 @@ impl Ng {
             .map_err(|e| join_reason(&e))?;
         self.calls.insert(
             o.call_id.clone(),
-            Call::WebRtc(WebRtcCall {
+            Call::WebRtc(Box::new(WebRtcCall {
                 room,
                 from_tag: o.from_tag,
                 to_tag: None,
@@ -210,7 +210,7 @@ impl Ng {
                 caller: None,
                 reoffer: None,
                 created: Instant::now(),
-            }),
+            })),
         );
         Ok(sdp_reply(&j.answer, &warnings))
     }
