@@ -589,3 +589,79 @@ fn a_call_that_goes_silent_is_swept_with_its_ports_and_metrics_say_so() {
     }
     server.shutdown();
 }
+
+#[test]
+fn a_codec_the_gateway_cannot_decode_is_relayed_byte_for_byte() {
+    let (_server, mut ng) = start();
+    let mut caller = SocketPhone::bind(LOCAL, None, 0x729a).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, None, 0x729b).unwrap();
+    // G.729 and AMR: the gateway has no decoder for either; relaying needs none.
+    for p in [&mut caller, &mut callee] {
+        let phone = std::mem::replace(&mut p.phone, secrelay_testkit::phone::SimPhone::plain(0));
+        p.phone = phone.with_formats(&[(18, "G729/8000"), (96, "AMR/8000")]);
+        p.phone.addr = p.socket.local_addr().unwrap();
+    }
+    let to_callee = ng
+        .call(offer_answer(
+            "offer",
+            "g729@proxy",
+            "alice",
+            None,
+            &caller.phone.offer(),
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    assert!(to_callee.contains("RTP/AVP 18 96"), "{to_callee}");
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "g729@proxy",
+            "alice",
+            Some("bob"),
+            &answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    // Each G.729 packet (two 10-byte frames) arrives with the payload it was sent with.
+    let frames: Vec<[u8; 20]> = (0..40u8).map(|i| [i ^ 0xa5; 20]).collect();
+    let end = Instant::now() + Duration::from_secs(10);
+    for f in &frames {
+        caller.send(f).unwrap();
+        callee.send(&f.map(|b| !b)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let payloads = |p: &SocketPhone| -> Vec<Vec<u8>> {
+        p.phone
+            .received
+            .iter()
+            .filter_map(|r| RtpHeader::parse(r).ok())
+            .filter(|h| h.payload_type() == 18)
+            .map(|h| h.payload().to_vec())
+            .collect()
+    };
+    while payloads(&callee).len() < 30 || payloads(&caller).len() < 30 {
+        assert!(
+            Instant::now() < end,
+            "{} and {} arrived",
+            payloads(&callee).len(),
+            payloads(&caller).len()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+        caller.read();
+        callee.read();
+    }
+    for got in payloads(&callee) {
+        assert!(
+            frames.iter().any(|f| f[..] == got[..]),
+            "{got:02x?} was not sent"
+        );
+    }
+    for got in payloads(&caller) {
+        assert!(
+            frames.iter().any(|f| f.map(|b| !b)[..] == got[..]),
+            "{got:02x?} was not sent"
+        );
+    }
+}
