@@ -259,30 +259,53 @@ fn a_plain_caller_and_an_sdes_callee_talk_through_an_ng_call() {
         ])
         .unwrap();
     assert_eq!(text(&q, "result").as_deref(), Some("ok"));
+    // rtpengine's structure: per tag its medias, per media its RTP and RTCP streams with what
+    // the side sent on each; and the call's totals.
     let tags = q.get("tags").expect("tags");
-    for (tag, leg) in [("alice", "plain"), ("bob", "sdes")] {
+    for (tag, protocol) in [("alice", "RTP/AVP"), ("bob", "RTP/SAVP")] {
         let t = tags
             .get(tag)
             .unwrap_or_else(|| panic!("tag {tag} in {q:?}"));
-        assert_eq!(text(t, "leg").as_deref(), Some(leg));
+        let Some(Bencode::List(medias)) = t.get("medias") else {
+            panic!("medias in {t:?}")
+        };
+        assert_eq!(text(&medias[0], "protocol").as_deref(), Some(protocol));
+        let Some(Bencode::List(streams)) = medias[0].get("streams") else {
+            panic!("streams in {t:?}")
+        };
+        let rtp = streams[0].get("stats").expect("stats");
         assert!(
-            matches!(t.get("packets-in"), Some(Bencode::Int(n)) if *n >= 50),
+            matches!(rtp.get("packets"), Some(Bencode::Int(n)) if *n >= 50),
             "{t:?}"
         );
+        assert_eq!(
+            streams[1].get("flags"),
+            Some(&Bencode::List(vec![s("RTCP"), s("filled")]))
+        );
     }
+    let totals = q.get("totals").and_then(|t| t.get("RTP")).expect("totals");
+    assert!(
+        matches!(totals.get("packets"), Some(Bencode::Int(n)) if *n >= 100),
+        "{totals:?}"
+    );
     let list = ng.raw(vec![("command".into(), s("list"))]).unwrap();
     assert_eq!(list.get("calls"), Some(&Bencode::List(vec![s("c1@proxy")])));
     let stats = ng.raw(vec![("command".into(), s("statistics"))]).unwrap();
     assert_eq!(text(&stats, "result").as_deref(), Some("ok"));
 
     let del = ng
-        .call(vec![
+        .raw(vec![
             ("command".into(), s("delete")),
             ("call-id".into(), s("c1@proxy")),
             ("from-tag".into(), s("alice")),
         ])
         .unwrap();
-    assert_eq!(del["result"], "ok");
+    assert_eq!(text(&del, "result").as_deref(), Some("ok"));
+    // The delete reply carries the call's final figures, as rtpengine's does.
+    assert!(
+        del.get("totals").and_then(|t| t.get("RTP")).is_some(),
+        "{del:?}"
+    );
     let wait = Instant::now() + Duration::from_secs(5);
     while server.gateway().rtp_ports_in_use() > 0 {
         assert!(Instant::now() < wait, "ports given back");

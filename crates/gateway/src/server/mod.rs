@@ -26,6 +26,7 @@ mod ng;
 mod ng_call;
 mod ng_codecs;
 mod ng_sdp;
+mod ng_stats;
 mod ng_webrtc;
 pub mod per_source;
 mod ports;

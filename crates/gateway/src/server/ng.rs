@@ -26,6 +26,7 @@ use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
 use super::ng_call::{Ctx, SectionCall, Side};
+use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
 use super::{Gateway, JoinError};
 
@@ -421,16 +422,46 @@ impl Ng {
             return Err("no such tag in this call".into());
         }
         let call = self.calls.remove(call_id).expect("the call was just found");
+        // The figures as they stand when the call ends: what a CDR script reads.
+        let mut entries = vec![("result", Bencode::str("ok"))];
+        match &call {
+            Call::Sections(c) => entries.extend(self.section_report(c).await),
+            Call::WebRtc(c) => entries.push((
+                "created",
+                Bencode::Int(c.created.elapsed().as_secs() as i64),
+            )),
+        }
         for (room, id, _) in call.members() {
             self.gateway.leave(&room, &id).await;
         }
-        Ok(reply(vec![
-            ("result", Bencode::str("ok")),
-            (
-                "created",
-                Bencode::Int(call.created().elapsed().as_secs() as i64),
-            ),
-        ]))
+        Ok(reply(entries))
+    }
+
+    /// A telephony call's figures in rtpengine's structure ([`ng_stats`]).
+    async fn section_report(&self, c: &SectionCall) -> Vec<(&'static str, Bencode)> {
+        let sections = c.report_sections();
+        let mut rooms: Vec<String> = sections
+            .iter()
+            .flat_map(|s| [&s.a, &s.b])
+            .flatten()
+            .map(|m| m.room.clone())
+            .collect();
+        rooms.dedup();
+        let mut snapshots = HashMap::new();
+        for room in rooms {
+            for r in self.gateway.rooms(Some(&room)).await {
+                for p in r.participants {
+                    snapshots.insert((room.clone(), p.id.clone()), p);
+                }
+            }
+        }
+        ng_stats::report(
+            &sections,
+            &snapshots,
+            (&c.from_tag, c.to_tag.as_deref()),
+            (c.created_at, c.last_signal),
+            self.gateway.udp_addr().ip(),
+        )
     }
 
     async fn query(&mut self, call_id: &str) -> Result<Bencode, String> {
@@ -439,6 +470,11 @@ impl Ng {
             .get(call_id)
             .cloned()
             .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
+        if let Call::Sections(c) = &call {
+            let mut entries = vec![("result", Bencode::str("ok"))];
+            entries.extend(self.section_report(c).await);
+            return Ok(reply(entries));
+        }
         let mut tags: Vec<(String, Bencode)> = Vec::new();
         for (room, id, tag) in call.members() {
             let rooms = self.gateway.rooms(Some(&room)).await;

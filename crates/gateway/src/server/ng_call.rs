@@ -81,6 +81,14 @@ fn local_of(sdp: &str) -> Result<Local, String> {
 struct Member {
     id: String,
     local: Local,
+    /// Where its side said it receives (the section's address and port), if it said.
+    endpoint: Option<std::net::SocketAddr>,
+}
+
+/// Where section `m` (the `i`th of `doc`) receives, if it says.
+fn endpoint_of(doc: &SdpDoc, i: usize) -> Option<std::net::SocketAddr> {
+    let ip = doc.address_of(i).filter(|ip| !ip.is_unspecified())?;
+    Some(std::net::SocketAddr::new(ip, doc.media.get(i)?.port))
 }
 
 /// A media section of the call.
@@ -132,6 +140,26 @@ struct Repeat {
     reply: String,
 }
 
+/// A section as the call's statistics report it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReportSection {
+    pub index: usize,
+    pub media: String,
+    pub a: Option<ReportMember>,
+    pub b: Option<ReportMember>,
+}
+
+/// A member as the call's statistics report it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReportMember {
+    pub room: String,
+    pub id: String,
+    pub local_port: u16,
+    pub rtcp_mux: bool,
+    pub protocol: String,
+    pub endpoint: Option<std::net::SocketAddr>,
+}
+
 /// What the ng server gives a call to act with.
 pub(crate) struct Ctx<'a> {
     pub gateway: &'a Gateway,
@@ -143,6 +171,9 @@ pub(crate) struct Ctx<'a> {
 #[derive(Debug, Clone)]
 pub(crate) struct SectionCall {
     pub created: Instant,
+    /// When the call was made, and last signalled (an offer or answer), on the wall clock.
+    pub created_at: std::time::SystemTime,
+    pub last_signal: std::time::SystemTime,
     call_id: String,
     /// Side A's tag, and side B's once it answered.
     pub from_tag: String,
@@ -191,6 +222,8 @@ impl SectionCall {
     pub fn new(call_id: &str, from_tag: &str) -> SectionCall {
         SectionCall {
             created: Instant::now(),
+            created_at: std::time::SystemTime::now(),
+            last_signal: std::time::SystemTime::now(),
             call_id: call_id.to_owned(),
             from_tag: from_tag.to_owned(),
             to_tag: None,
@@ -212,6 +245,35 @@ impl SectionCall {
         } else {
             None
         }
+    }
+
+    /// What the call's statistics report: per section its index (from 1), media type,
+    /// protocol and, per side, its member (room, id, local port, and where the side receives).
+    pub fn report_sections(&self) -> Vec<ReportSection> {
+        let doc = self.answered.as_ref().or(self.pending.as_ref());
+        self.sections
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let m = doc.and_then(|p| p.offer.media.get(i));
+                let side = |member: &Option<Member>| {
+                    member.as_ref().map(|m| ReportMember {
+                        room: s.room.clone(),
+                        id: m.id.clone(),
+                        local_port: m.local.port,
+                        rtcp_mux: m.local.rtcp_mux,
+                        protocol: m.local.proto.clone(),
+                        endpoint: m.endpoint,
+                    })
+                };
+                ReportSection {
+                    index: i + 1,
+                    media: m.map_or_else(|| "audio".to_owned(), |m| m.media.clone()),
+                    a: side(&s.a),
+                    b: side(&s.b),
+                }
+            })
+            .collect()
     }
 
     /// Every member, by room.
@@ -495,6 +557,7 @@ impl SectionCall {
                 sections: &outs,
             },
         );
+        self.last_signal = std::time::SystemTime::now();
         self.pending = Some(Pending {
             by,
             offer: doc,
@@ -595,6 +658,7 @@ impl SectionCall {
         *self.section(i).facing(by.other()) = Some(Member {
             id: j.id,
             local: local.clone(),
+            endpoint: None,
         });
         let out = SectionOut::Relayed(Box::new(Relayed {
             port: local.port,
@@ -710,6 +774,7 @@ impl SectionCall {
                 sections: &outs,
             },
         );
+        self.last_signal = std::time::SystemTime::now();
         if self.pending.is_none() || self.to_tag.is_none() {
             // The first answer, or a later one under a new to-tag: that branch answers now.
             self.to_tag = Some(tag.to_owned());
@@ -811,6 +876,9 @@ impl SectionCall {
     ) -> Result<(Local, Vec<CodecOut>), String> {
         let m = &doc.media[i];
         let xm = &pending.offer.media[i];
+        if let Some(y) = self.section(i).facing(pending.by.other()) {
+            y.endpoint = endpoint_of(doc, i);
+        }
         let taken = ctx
             .gateway
             .answer_rtp(room, &y.id, description_of(doc, m))
@@ -862,6 +930,7 @@ impl SectionCall {
         *self.section(i).facing(pending.by) = Some(Member {
             id,
             local: local.clone(),
+            endpoint: endpoint_of(&pending.offer, i),
         });
         let codecs = if transcodes.is_empty() {
             codecs_of(m)
