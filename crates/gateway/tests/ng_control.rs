@@ -688,3 +688,85 @@ fn a_codec_the_gateway_cannot_decode_is_relayed_byte_for_byte() {
         );
     }
 }
+
+/// secrelay with the media interfaces `interfaces` and its ng socket.
+fn start_with_interfaces(interfaces: &[&str]) -> (Server, Ng) {
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 2,
+        rtp_ports: "47000-47999".into(),
+        drain_secs: 0.1,
+        interfaces: interfaces.iter().map(|s| (*s).to_owned()).collect(),
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    (server, ng)
+}
+
+/// The `c=` address of an SDP.
+fn connection(sdp: &str) -> String {
+    sdp.lines()
+        .find_map(|l| l.strip_prefix("c="))
+        .unwrap()
+        .to_owned()
+}
+
+#[test]
+fn a_call_bridges_two_named_interfaces_chosen_by_direction() {
+    let (_server, mut ng) = start_with_interfaces(&["internal/127.0.0.1", "external/127.0.0.2"]);
+    let mut caller = SocketPhone::bind(LOCAL, None, 0x1111).unwrap();
+    let mut callee = SocketPhone::bind("127.0.0.2".parse().unwrap(), None, 0x2222).unwrap();
+    let mut offer = offer_answer("offer", "if@proxy", "alice", None, &caller.phone.offer());
+    offer.push((
+        "direction".into(),
+        Bencode::List(vec![s("internal"), s("external")]),
+    ));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    // The callee is offered the external interface, the caller answered on the internal one.
+    assert_eq!(connection(&to_callee), "IN IP4 127.0.0.2", "{to_callee}");
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "if@proxy",
+            "alice",
+            Some("bob"),
+            &answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    assert_eq!(connection(&to_caller), "IN IP4 127.0.0.1", "{to_caller}");
+    caller.phone.accept_answer(&to_caller).unwrap();
+    talk(&mut caller, &mut callee, 0x31, 0x32);
+}
+
+#[test]
+fn an_ipv6_caller_reaches_an_ipv4_callee_through_the_interfaces_of_each_family() {
+    let v6: IpAddr = "::1".parse().unwrap();
+    let (_server, mut ng) = start_with_interfaces(&["127.0.0.1", "::1"]);
+    let mut caller = SocketPhone::bind(v6, None, 0x6666).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, None, 0x4444).unwrap();
+    let sdp = caller.phone.offer().replace("IN IP4 ::1", "IN IP6 ::1");
+    let mut offer = offer_answer("offer", "v6@proxy", "alice", None, &sdp);
+    offer.push(("address-family".into(), s("IP4")));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    assert_eq!(connection(&to_callee), "IN IP4 127.0.0.1", "{to_callee}");
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "v6@proxy",
+            "alice",
+            Some("bob"),
+            &answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    // The caller is answered on the IPv6 interface, in IPv6.
+    assert_eq!(connection(&to_caller), "IN IP6 ::1", "{to_caller}");
+    caller.phone.accept_answer(&to_caller).unwrap();
+    talk(&mut caller, &mut callee, 0x61, 0x41);
+}

@@ -156,6 +156,11 @@ pub struct Flags {
     /// `replace` (normalized: `origin`, `session-connection`, `sdp-version`, `username`,
     /// `session-name`, `zero-address`).
     pub replace: Vec<String>,
+    /// `direction`: the media interface (by name) of the side the request comes from, then of
+    /// the other side.
+    pub direction: Vec<String>,
+    /// `address-family` (`IP4`, `IP6`): the family towards the other side.
+    pub address_family: Option<String>,
     /// Known keys and flags this gateway does not act on (for the reply's `warning`).
     pub ignored: Vec<String>,
 }
@@ -389,8 +394,19 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     }
                 }
             }
-            "direction" | "record-call" | "metadata" | "media-address" | "address-family"
-            | "label" | "set-label" | "from-label" | "to-label" => f.ignored.push(k.clone()),
+            "direction" => f.direction = list("direction", v)?,
+            "address-family" => {
+                let fam = text("address-family", v)?.trim().to_ascii_uppercase();
+                if fam != "IP4" && fam != "IP6" {
+                    return Err(NgError::BadValue(
+                        "address-family",
+                        format!("{fam:?} (IP4 or IP6)"),
+                    ));
+                }
+                f.address_family = Some(fam);
+            }
+            "record-call" | "metadata" | "media-address" | "label" | "set-label" | "from-label"
+            | "to-label" => f.ignored.push(k.clone()),
             _ => {}
         }
     }
@@ -549,7 +565,11 @@ mod tests {
         assert!(f.rtcp_mux.demux);
         assert_eq!(f.received_from, Some("192.0.2.7".parse().unwrap()));
         assert!(f.has("SIP-source-address") && f.has("trust-address"));
-        assert_eq!(f.ignored, vec!["direction".to_owned()]);
+        assert_eq!(
+            f.direction,
+            vec!["internal".to_owned(), "external".to_owned()]
+        );
+        assert!(f.ignored.is_empty(), "{:?}", f.ignored);
     }
 
     #[test]

@@ -101,6 +101,9 @@ pub struct RtpLegOptions {
     /// The tags of the crypto lines a leg offers, one per suite of its offer (empty: 1, 2,
     /// …): rtpengine keeps the tags of the suites the other side offered.
     pub sdes_tags: Vec<u32>,
+    /// The local address its ports are bound on (a media interface's), instead of the
+    /// gateway's UDP address.
+    pub bind: Option<IpAddr>,
 }
 
 impl Default for RtpLegOptions {
@@ -110,6 +113,7 @@ impl Default for RtpLegOptions {
             kind: MediaKind::Audio,
             sdes_suites: None,
             sdes_tags: Vec::new(),
+            bind: None,
         }
     }
 }

@@ -154,6 +154,13 @@ pub struct ServeConfig {
     /// Seconds the resource (`Location`) of a session that ended on its own (close_notify,
     /// lost consent, DTLS failure) still answers a DELETE with 200 before it is forgotten.
     pub ended_resource_grace_secs: f64,
+    /// Media interfaces for telephony legs, as rtpengine's `--interface` writes them:
+    /// `[NAME/]LOCAL[!ADVERTISED]` (`internal/10.0.0.5`, `external/192.168.1.5!203.0.113.7`,
+    /// `::1`). Legs' ports are bound on LOCAL and their SDP announces ADVERTISED; the ng
+    /// protocol's `direction` flag picks an interface per side by NAME, `address-family` or
+    /// the side's own address picks IPv4 or IPv6 within it. Empty: one interface, the `udp`
+    /// address announced as `announce`.
+    pub interfaces: Vec<String>,
 }
 
 /// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
@@ -221,6 +228,7 @@ impl Default for ServeConfig {
             http2: true,
             http_threads: 1,
             ended_resource_grace_secs: 60.0,
+            interfaces: Vec::new(),
         }
     }
 }

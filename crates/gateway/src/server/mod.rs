@@ -21,6 +21,7 @@
 pub mod config;
 mod directory;
 mod http;
+mod interfaces;
 mod listener;
 mod ng;
 mod ng_call;
@@ -206,6 +207,8 @@ pub struct Gateway {
     candidate: SocketAddr,
     admitting: AtomicBool,
     fingerprint: String,
+    /// Telephony legs' media interfaces (`interfaces`), the first the default.
+    interfaces: Vec<interfaces::Interface>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -256,6 +259,8 @@ impl Gateway {
                 .unwrap_or_else(|| default_announce(udp_addr)),
             udp_addr.port(),
         );
+        let interfaces = interfaces::configured(&config.interfaces, udp_addr.ip(), candidate.ip())
+            .map_err(|e| StartError(e.to_string()))?;
         let shard_config = ShardConfig {
             certificate: LocalCertificate::from(&certificate),
             webrtc: WebRtcConfig {
@@ -347,7 +352,13 @@ impl Gateway {
             candidate,
             admitting: AtomicBool::new(true),
             fingerprint,
+            interfaces,
         }))
+    }
+
+    /// Telephony legs' media interfaces, the first the default.
+    pub(crate) fn interfaces(&self) -> &[interfaces::Interface] {
+        &self.interfaces
     }
 
     /// The bound media address.

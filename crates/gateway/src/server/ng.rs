@@ -297,6 +297,7 @@ impl Ng {
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             gateway: &self.gateway,
+            interfaces: self.gateway.interfaces(),
             sdes_suites: &self.sdes_suites,
         }
     }

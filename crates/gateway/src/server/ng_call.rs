@@ -20,6 +20,7 @@ use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
 use secrelay_wire::sdp_rtp::{rtp_section, RtpDescription, Transport};
 
+use super::interfaces::{choose, Interface};
 use super::ng_codecs::{caller_keeps, plan};
 use super::ng_sdp::{codecs_of, direction_of, rewrite, CodecOut, Relayed, Rewrite, SectionOut};
 use super::{Gateway, JoinError};
@@ -163,6 +164,8 @@ pub(crate) struct ReportMember {
 /// What the ng server gives a call to act with.
 pub(crate) struct Ctx<'a> {
     pub gateway: &'a Gateway,
+    /// The media interfaces, the first the default.
+    pub interfaces: &'a [Interface],
     /// The SDES suites the gateway takes, most preferred first.
     pub sdes_suites: &'a [Profile],
 }
@@ -179,6 +182,9 @@ pub(crate) struct SectionCall {
     pub from_tag: String,
     pub to_tag: Option<String>,
     sections: Vec<Section>,
+    /// The media interface (index) each side's members are on, once chosen.
+    iface_a: Option<usize>,
+    iface_b: Option<usize>,
     pending: Option<Pending>,
     /// The last offer answered (a later answer to it is taken too).
     answered: Option<Pending>,
@@ -228,6 +234,8 @@ impl SectionCall {
             from_tag: from_tag.to_owned(),
             to_tag: None,
             sections: Vec::new(),
+            iface_a: None,
+            iface_b: None,
             pending: None,
             answered: None,
             warnings: Vec::new(),
@@ -489,7 +497,42 @@ fn first_suite(m: &Media) -> Option<Profile> {
         .and_then(|c| c.split_whitespace().nth(1)?.parse().ok())
 }
 
+/// The address family an SDP's sections receive on: IPv6 or not (`None`: it names none).
+fn family_of(doc: &SdpDoc) -> Option<bool> {
+    (0..doc.media.len()).find_map(|i| doc.address_of(i).map(|ip| ip.is_ipv6()))
+}
+
 impl SectionCall {
+    /// The interface of `side`'s members: kept once chosen unless the request names one (its
+    /// `direction` entry `at`, `address-family`); else chosen by name and by the family of
+    /// `doc` (the SDP whose side the members face, when known).
+    fn interface(
+        &mut self,
+        ctx: &Ctx<'_>,
+        side: Side,
+        flags: &Flags,
+        at: usize,
+        family: Option<bool>,
+    ) -> usize {
+        let slot = match side {
+            Side::A => &mut self.iface_a,
+            Side::B => &mut self.iface_b,
+        };
+        let name = flags.direction.get(at).map(String::as_str);
+        // `address-family` is the family towards the other side (the offer's recipient).
+        let asked = flags
+            .address_family
+            .as_deref()
+            .filter(|_| at == 1)
+            .map(|f| f == "IP6");
+        if let (Some(k), None, None) = (*slot, name, asked) {
+            return k;
+        }
+        let k = choose(ctx.interfaces, name, asked.or(family));
+        *slot = Some(k);
+        k
+    }
+
     fn section(&mut self, i: usize) -> &mut Section {
         while self.sections.len() <= i {
             let room = self.room(self.sections.len());
@@ -540,8 +583,12 @@ impl SectionCall {
         let mut fates = Vec::new();
         let mut renegotiated = Vec::new();
         self.warnings.clear();
+        let k = self.interface(ctx, by.other(), flags, 1, family_of(&doc));
+        let iface = ctx.interfaces.get(k).cloned();
         for i in 0..doc.media.len() {
-            let (out, fate, local) = self.offer_section(ctx, by, &doc, i, flags).await?;
+            let (out, fate, local) = self
+                .offer_section(ctx, by, &doc, i, flags, iface.as_ref())
+                .await?;
             outs.push(out);
             fates.push(fate);
             renegotiated.push(local);
@@ -552,7 +599,7 @@ impl SectionCall {
         let text = rewrite(
             &doc,
             &Rewrite {
-                address: ctx.gateway.candidate().ip(),
+                address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
                 replace_origin: flags.replaces("origin"),
                 sections: &outs,
             },
@@ -583,6 +630,7 @@ impl SectionCall {
         doc: &SdpDoc,
         i: usize,
         flags: &Flags,
+        iface: Option<&Interface>,
     ) -> Result<(SectionOut, Fate, Option<Local>), String> {
         let m = &doc.media[i];
         // The flag's transport, else the one the other side already has, else the offer's.
@@ -647,6 +695,7 @@ impl SectionCall {
             kind: media_kind(m),
             sdes_suites: None,
             sdes_tags,
+            bind: iface.map(|i| i.local),
         };
         let room = self.section(i).room.clone();
         let j = ctx
@@ -751,12 +800,21 @@ impl SectionCall {
             .or_else(|| self.answered.clone())
             .ok_or("no offer in this call waits for an answer")?;
         let doc = SdpDoc::parse(sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+        let k = self.interface(
+            ctx,
+            pending.by,
+            &pending.flags,
+            0,
+            family_of(&pending.offer),
+        );
+        let iface = ctx.interfaces.get(k).cloned();
         let mut outs = Vec::new();
         for (i, fate) in pending.fates.iter().enumerate() {
             let out = match (fate, doc.media.get(i)) {
                 (Fate::AsIs, Some(_)) => SectionOut::AsIs,
                 (Fate::Relayed(transcodes), Some(_)) => {
-                    self.answer_section(ctx, &pending, &doc, i, transcodes, flags)
+                    let to = (transcodes.as_slice(), iface.as_ref());
+                    self.answer_section(ctx, &pending, &doc, i, to, flags)
                         .await?
                 }
                 _ => {
@@ -769,7 +827,7 @@ impl SectionCall {
         let text = rewrite(
             &doc,
             &Rewrite {
-                address: ctx.gateway.candidate().ip(),
+                address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
                 replace_origin: flags.replaces("origin"),
                 sections: &outs,
             },
@@ -801,7 +859,7 @@ impl SectionCall {
         pending: &Pending,
         doc: &SdpDoc,
         i: usize,
-        transcodes: &[CodecId],
+        (transcodes, iface): (&[CodecId], Option<&Interface>),
         flags: &Flags,
     ) -> Result<SectionOut, String> {
         let m = &doc.media[i];
@@ -838,7 +896,7 @@ impl SectionCall {
                 (local, codecs_of(m))
             }
             None => {
-                self.answer_first(ctx, pending, doc, i, transcodes, &room, &y)
+                self.answer_first(ctx, pending, doc, i, (transcodes, iface), &room, &y)
                     .await?
             }
         };
@@ -870,7 +928,7 @@ impl SectionCall {
         pending: &Pending,
         doc: &SdpDoc,
         i: usize,
-        transcodes: &[CodecId],
+        (transcodes, iface): (&[CodecId], Option<&Interface>),
         room: &str,
         y: &Member,
     ) -> Result<(Local, Vec<CodecOut>), String> {
@@ -907,6 +965,7 @@ impl SectionCall {
             kind: media_kind(xm),
             sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
             sdes_tags: Vec::new(),
+            bind: iface.map(|i| i.local),
         };
         let existing = self.section(i).facing(pending.by).clone();
         let (id, answer) = match existing {

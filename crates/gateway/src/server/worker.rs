@@ -464,7 +464,7 @@ impl Worker {
                 options,
                 reply,
             } => {
-                let r = self.with_ports(|shard, ports| {
+                let r = self.with_ports(options.bind, |shard, ports| {
                     shard.join_rtp_with(now, &room, &offer, ports, &options)
                 });
                 self.after_command();
@@ -476,7 +476,7 @@ impl Worker {
                 options,
                 reply,
             } => {
-                let r = self.with_ports(|shard, ports| {
+                let r = self.with_ports(options.bind, |shard, ports| {
                     shard.offer_rtp_with(now, &room, &spec, ports, &options)
                 });
                 self.after_command();
@@ -564,16 +564,17 @@ impl Worker {
         }
     }
 
-    /// Binds a port pair for a telephony leg, makes the leg with `make`, and keeps the sockets
-    /// it uses.
+    /// Binds a port pair for a telephony leg on `bind` (else the gateway's UDP address), makes
+    /// the leg with `make`, and keeps the sockets it uses.
     fn with_ports(
         &mut self,
+        bind: Option<std::net::IpAddr>,
         make: impl FnOnce(&mut Shard, Ports) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
         let pair = self
             .shared
             .ports
-            .bind_pair(self.shared.bind_ip)
+            .bind_pair(bind.unwrap_or(self.shared.bind_ip))
             .map_err(|e| JoinError::Full(e.to_string()))?;
         let ports = Ports {
             rtp: pair.rtp_addr,

@@ -144,6 +144,9 @@ impl Daemons {
         if let Some(i) = first {
             c.args(["--announce", &i.advertised.to_string()]);
         }
+        for i in &self.interfaces {
+            c.arg(format!("--interface={}!{}", i.local, i.advertised));
+        }
         c.args(&self.secrelay_args);
         c
     }
