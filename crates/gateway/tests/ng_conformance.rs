@@ -294,3 +294,55 @@ fn rtcp_mux_towards_the_caller_follows_the_callees_answer() {
     // The callee did not mux: neither is the caller answered with it.
     assert_eq!(got[7..], ["a=sendrecv", "a=rtcp:PORT"]);
 }
+
+#[test]
+fn transcoding_appends_its_codecs_after_the_callers_and_answers_the_caller_in_its_own() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 101\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\n";
+    let flags = [(
+        "codec",
+        Bencode::Dict(vec![(
+            b"transcode".to_vec(),
+            Bencode::List(vec![s("PCMA")]),
+        )]),
+    )];
+    // rtpengine: the caller's codecs first, the transcoding target after its audio codecs and
+    // before its telephone-events.
+    let got = sdp_of(&mut ng, request("offer", "t1", offer, &flags));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0 8 101");
+    // The callee takes only PCMA: the caller is answered in its own PCMU (transcoded).
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8\r\n";
+    let got = sdp_of(&mut ng, request("answer", "t1", answer, &[]));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0");
+    // A callee that takes a codec the caller offered is answered as it answered: no
+    // transcoding.
+    sdp_of(&mut ng, request("offer", "t2", offer, &flags));
+    let answer = answer.replace(
+        "RTP/AVP 8\r\n",
+        "RTP/AVP 0 101\r\na=rtpmap:101 telephone-event/8000\r\n",
+    );
+    let got = sdp_of(&mut ng, request("answer", "t2", &answer, &[]));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0 101");
+}
+
+#[test]
+fn loop_protect_marks_our_sdp_and_passes_it_on_when_it_comes_back() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0\r\n";
+    let flags = [("flags", Bencode::List(vec![s("loop-protect")]))];
+    let r = ng.call(request("offer", "l1", offer, &flags)).unwrap();
+    let ours = r["sdp"].clone();
+    // rtpengine: `a=rtpengine:` and 12 hex digits, the last session line.
+    let mark = lines(&ours)
+        .into_iter()
+        .find(|l| l.starts_with("a=rtpengine:"))
+        .expect("the mark");
+    assert_eq!(mark.len(), "a=rtpengine:".len() + 12, "{mark}");
+    assert_eq!(lines(&ours)[5], mark);
+    // Our SDP offered back to us (a proxy looping the call): passed on untouched.
+    let again = ng.call(request("offer", "l2", &ours, &flags)).unwrap();
+    assert_eq!(again["sdp"], ours);
+}

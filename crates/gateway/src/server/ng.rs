@@ -86,6 +86,13 @@ impl Call {
     }
 }
 
+/// A random mark of 12 hex digits for `loop-protect`.
+fn loop_mark() -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
 /// The configuration's `ng_allow` (checked when the configuration was).
 fn gateway_allow(gateway: &Gateway) -> Vec<ipnet::IpNet> {
     gateway.config().ng_allowed().unwrap_or_default()
@@ -100,6 +107,8 @@ pub(crate) struct Ng {
     pub(super) sdes_suites: Vec<Profile>,
     /// `ng_allow`: the sources taken; empty: any.
     allow: Vec<ipnet::IpNet>,
+    /// The `a=rtpengine:` mark `loop-protect` writes, to know our own SDP coming back.
+    loop_mark: String,
 }
 
 impl Ng {
@@ -110,6 +119,7 @@ impl Ng {
             reply_order: VecDeque::new(),
             sdes_suites,
             allow: gateway_allow(&gateway),
+            loop_mark: loop_mark(),
             gateway,
         }
     }
@@ -298,6 +308,7 @@ impl Ng {
         Ctx {
             gateway: &self.gateway,
             interfaces: self.gateway.interfaces(),
+            loop_mark: &self.loop_mark,
             sdes_suites: &self.sdes_suites,
         }
     }
@@ -332,6 +343,11 @@ impl Ng {
         call: &mut SectionCall,
         o: &OfferAnswer,
     ) -> Result<Bencode, String> {
+        if self.looped(o) {
+            // Our own SDP back (a proxy that routes the call through itself): passed on as it
+            // came, as rtpengine passes it.
+            return Ok(sdp_reply(&o.sdp, &[]));
+        }
         let side = match call.side_of(&o.from_tag) {
             Some(s) => s,
             None if call.to_tag.is_none() => {
@@ -379,6 +395,9 @@ impl Ng {
         call: &mut SectionCall,
         a: &OfferAnswer,
     ) -> Result<Bencode, String> {
+        if self.looped(a) {
+            return Ok(sdp_reply(&a.sdp, &[]));
+        }
         // The answer's from-tag is the offerer's (side A's for the first offer, either side's
         // for a new one); its to-tag is the answerer's.
         let answerer = a.to_tag.clone().unwrap_or_default();
@@ -395,6 +414,13 @@ impl Ng {
             .answer(&self.ctx(), &answerer, &a.sdp, &a.flags)
             .await?;
         Ok(sdp_reply(&sdp, &a.flags.ignored))
+    }
+
+    /// Whether a `loop-protect` request carries our own mark: the SDP came from us.
+    fn looped(&self, r: &OfferAnswer) -> bool {
+        r.flags.has("loop-protect")
+            && SdpDoc::parse(&r.sdp)
+                .is_ok_and(|d| d.session_attribute("rtpengine") == Some(self.loop_mark.as_str()))
     }
 
     pub(super) fn webrtc_mut(&mut self, call_id: &str) -> Option<&mut WebRtcCall> {

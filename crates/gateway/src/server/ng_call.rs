@@ -168,6 +168,8 @@ pub(crate) struct Ctx<'a> {
     pub interfaces: &'a [Interface],
     /// The SDES suites the gateway takes, most preferred first.
     pub sdes_suites: &'a [Profile],
+    /// This gateway's `loop-protect` mark.
+    pub loop_mark: &'a str,
 }
 
 /// A call.
@@ -602,6 +604,7 @@ impl SectionCall {
                 address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
                 replace_origin: flags.replaces("origin"),
                 sections: &outs,
+                loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
             },
         );
         self.last_signal = std::time::SystemTime::now();
@@ -830,6 +833,7 @@ impl SectionCall {
                 address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
                 replace_origin: flags.replaces("origin"),
                 sections: &outs,
+                loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
             },
         );
         self.last_signal = std::time::SystemTime::now();
@@ -944,9 +948,23 @@ impl SectionCall {
             .map_err(|e| join_reason(&e))?;
         let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
         let mut desc = description_of(&pending.offer, xm);
+        // What the answer took of the offer's own formats is relayed as it is: no transcoding
+        // unless the answer took no audio codec the offer had.
+        let offered: Vec<CodecId> = desc.sections[0]
+            .codecs
+            .iter()
+            .map(CodecId::passthrough)
+            .collect();
+        let direct = ids.iter().any(|id| !id.is_event() && offered.contains(id));
         for s in &mut desc.sections {
-            s.codecs
-                .retain(|c| caller_keeps(CodecId::passthrough(c), &ids, transcodes));
+            s.codecs.retain(|c| {
+                let id = CodecId::passthrough(c);
+                if direct {
+                    ids.contains(&id)
+                } else {
+                    caller_keeps(id, &ids, transcodes)
+                }
+            });
             if let Some(p) = pending.flags.ptime_reverse {
                 s.ptime = Some(p);
             }
@@ -991,8 +1009,12 @@ impl SectionCall {
             local: local.clone(),
             endpoint: endpoint_of(&pending.offer, i),
         });
-        let codecs = if transcodes.is_empty() {
+        let codecs = if direct {
+            // The answer's formats the offer had, as the answer wrote them.
             codecs_of(m)
+                .into_iter()
+                .filter(|c| local.formats.contains(&c.pt))
+                .collect()
         } else {
             let offered = codecs_of(xm);
             local

@@ -93,6 +93,8 @@ pub(crate) struct Rewrite<'a> {
     pub replace_origin: bool,
     /// Each section's fate, in order.
     pub sections: &'a [SectionOut],
+    /// `loop-protect`: our mark (`a=rtpengine:ID` at the end of the session part).
+    pub loop_mark: Option<&'a str>,
 }
 
 /// Attributes a section's rewrite writes itself (so not passed through).
@@ -217,6 +219,9 @@ fn session(out: &mut String, doc: &SdpDoc, r: &Rewrite<'_>) {
             'a' if SESSION_DROPPED.iter().any(|n| l.is_attribute(n)) => {}
             _ => line(out, l.kind, &l.value),
         }
+    }
+    if let Some(mark) = r.loop_mark {
+        attr(out, "rtpengine", mark);
     }
 }
 
@@ -396,6 +401,7 @@ mod tests {
                 address: "203.0.113.1".parse().unwrap(),
                 replace_origin: false,
                 sections: &sections,
+                loop_mark: None,
             },
         );
         assert_eq!(
@@ -441,9 +447,14 @@ mod tests {
                 address: "2001:db8::1".parse().unwrap(),
                 replace_origin: true,
                 sections: &[SectionOut::Rejected],
+                loop_mark: Some("0123456789ab"),
             },
         );
         assert!(out.contains("o=- 1 2 IN IP6 2001:db8::1\r\n"), "{out}");
+        assert!(
+            out.contains("t=0 0\r\na=rtpengine:0123456789ab\r\nm="),
+            "{out}"
+        );
         assert!(
             out.contains("m=audio 0 RTP/AVP 8\r\nc=IN IP4 0.0.0.0\r\n"),
             "{out}"
