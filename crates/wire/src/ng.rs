@@ -30,6 +30,9 @@ pub enum NgError {
     MissingKey(&'static str),
     /// A key's value is of the wrong type or not understood (the key, what was wrong).
     BadValue(&'static str, String),
+    /// A command or flag of rtpengine's this gateway does not do (what it asks for, and
+    /// which command or flag asked).
+    Unsupported(&'static str, String),
 }
 
 impl fmt::Display for NgError {
@@ -41,6 +44,9 @@ impl fmt::Display for NgError {
             NgError::UnknownCommand(c) => write!(f, "unknown command {c:?}"),
             NgError::MissingKey(k) => write!(f, "missing {k}"),
             NgError::BadValue(k, why) => write!(f, "bad {k}: {why}"),
+            NgError::Unsupported(what, asked) => {
+                write!(f, "{asked}: {what} is not supported by this media relay")
+            }
         }
     }
 }
@@ -405,8 +411,18 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                 }
                 f.address_family = Some(fam);
             }
-            "record-call" | "metadata" | "media-address" | "label" | "set-label" | "from-label"
-            | "to-label" => f.ignored.push(k.clone()),
+            "t.38" | "t38" => {
+                return Err(NgError::Unsupported("T.38 gatewaying", "T.38".into()));
+            }
+            "record-call" => {
+                let v = norm(&text("record-call", v)?);
+                if matches!(v.as_str(), "yes" | "on" | "true") {
+                    return Err(NgError::Unsupported("call recording", "record-call".into()));
+                }
+            }
+            "metadata" | "media-address" | "label" | "set-label" | "from-label" | "to-label" => {
+                f.ignored.push(k.clone())
+            }
             _ => {}
         }
     }
@@ -474,7 +490,27 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
                 .transpose()?,
         },
         "statistics" => Request::Statistics,
-        _ => return Err(NgError::UnknownCommand(command)),
+        other => match unsupported(other) {
+            Some(what) => return Err(NgError::Unsupported(what, other.to_owned())),
+            None => return Err(NgError::UnknownCommand(command)),
+        },
+    })
+}
+
+/// What an rtpengine command this gateway does not do asks for (recording, media playback,
+/// DTMF injection, …), by its normalized name.
+fn unsupported(command: &str) -> Option<&'static str> {
+    Some(match command {
+        "start-recording" | "stop-recording" | "pause-recording" | "start-forwarding"
+        | "stop-forwarding" => "call recording",
+        "play-media" | "stop-media" => "media playback",
+        "play-dtmf" => "DTMF injection",
+        "block-dtmf" | "unblock-dtmf" | "block-media" | "unblock-media" | "silence-media"
+        | "unsilence-media" => "blocking media or DTMF",
+        "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
+            "rtpengine's media subscriptions"
+        }
+        _ => return None,
     })
 }
 
@@ -678,5 +714,20 @@ mod tests {
             Err(NgError::BadValue("call-id", _))
         ));
         assert_eq!(parse(&dict(&[("command", s("PING"))])), Ok(Request::Ping));
+        // rtpengine's commands and flags this gateway does not do say so.
+        let e = parse(&dict(&[("command", s("start recording"))])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "start-recording: call recording is not supported by this media relay"
+        );
+        let e = parse(&dict(&[
+            ("command", s("offer")),
+            ("call-id", s("c")),
+            ("from-tag", s("a")),
+            ("sdp", s("")),
+            ("T.38", Bencode::List(vec![s("decode")])),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("T.38 gatewaying"), "{e}");
     }
 }
