@@ -121,7 +121,7 @@ pub struct RtpDescription {
 
 /// RFC 3551's static payload types (audio and video), which a section may name without an
 /// `a=rtpmap`.
-fn static_codec(pt: u8) -> Option<Codec> {
+pub fn static_codec(pt: u8) -> Option<Codec> {
     let (name, rate, channels) = match pt {
         0 => ("PCMU", 8000, None),
         3 => ("GSM", 8000, None),
@@ -155,6 +155,16 @@ fn static_codec(pt: u8) -> Option<Codec> {
         clock_rate: rate,
         channels,
         fmtp: None,
+    })
+}
+
+/// The `a=rtpmap` encoding (`PCMU/8000`, `L16/44100/2`) RFC 3551 gives a static payload type
+/// written as a format (`"0"`).
+pub fn static_rtpmap(format: &str) -> Option<String> {
+    let c = static_codec(format.parse().ok()?)?;
+    Some(match c.channels {
+        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
+        None => format!("{}/{}", c.name, c.clock_rate),
     })
 }
 

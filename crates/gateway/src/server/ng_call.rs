@@ -499,6 +499,26 @@ fn first_suite(m: &Media) -> Option<Profile> {
         .and_then(|c| c.split_whitespace().nth(1)?.parse().ok())
 }
 
+/// Our reply's SDP: `doc` rewritten with `outs`, announcing `iface` (else the gateway's
+/// address), as the request's `flags` ask.
+fn reply_sdp(
+    ctx: &Ctx<'_>,
+    doc: &SdpDoc,
+    iface: Option<&Interface>,
+    flags: &Flags,
+    outs: &[SectionOut],
+) -> String {
+    rewrite(
+        doc,
+        &Rewrite {
+            address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
+            replace_origin: flags.replaces("origin"),
+            sections: outs,
+            loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
+        },
+    )
+}
+
 /// The address family an SDP's sections receive on: IPv6 or not (`None`: it names none).
 fn family_of(doc: &SdpDoc) -> Option<bool> {
     (0..doc.media.len()).find_map(|i| doc.address_of(i).map(|ip| ip.is_ipv6()))
@@ -598,15 +618,7 @@ impl SectionCall {
         for i in doc.media.len()..self.sections.len() {
             self.drop_section(ctx, i).await;
         }
-        let text = rewrite(
-            &doc,
-            &Rewrite {
-                address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
-                replace_origin: flags.replaces("origin"),
-                sections: &outs,
-                loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
-            },
-        );
+        let text = reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs);
         self.last_signal = std::time::SystemTime::now();
         self.pending = Some(Pending {
             by,
@@ -827,15 +839,7 @@ impl SectionCall {
             };
             outs.push(out);
         }
-        let text = rewrite(
-            &doc,
-            &Rewrite {
-                address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
-                replace_origin: flags.replaces("origin"),
-                sections: &outs,
-                loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
-            },
-        );
+        let text = reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs);
         self.last_signal = std::time::SystemTime::now();
         if self.pending.is_none() || self.to_tag.is_none() {
             // The first answer, or a later one under a new to-tag: that branch answers now.

@@ -21,6 +21,7 @@ use std::net::IpAddr;
 
 use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{connection_address, Line, Media, SdpDoc};
+use secrelay_wire::sdp_rtp::static_rtpmap;
 
 /// One format as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -171,37 +172,6 @@ fn origin(value: &str, ours: IpAddr) -> String {
     )
 }
 
-/// RFC 3551's static payload types, as rtpengine names them.
-pub(crate) fn static_rtpmap(pt: &str) -> Option<&'static str> {
-    Some(match pt {
-        "0" => "PCMU/8000",
-        "3" => "GSM/8000",
-        "4" => "G723/8000",
-        "5" => "DVI4/8000",
-        "6" => "DVI4/16000",
-        "7" => "LPC/8000",
-        "8" => "PCMA/8000",
-        "9" => "G722/8000",
-        "10" => "L16/44100/2",
-        "11" => "L16/44100",
-        "12" => "QCELP/8000",
-        "13" => "CN/8000",
-        "14" => "MPA/90000",
-        "15" => "G728/8000",
-        "16" => "DVI4/11025",
-        "17" => "DVI4/22050",
-        "18" => "G729/8000",
-        "25" => "CelB/90000",
-        "26" => "JPEG/90000",
-        "28" => "nv/90000",
-        "31" => "H261/90000",
-        "32" => "MPV/90000",
-        "33" => "MP2T/90000",
-        "34" => "H263/90000",
-        _ => return None,
-    })
-}
-
 fn line(out: &mut String, kind: char, value: &str) {
     let _ = write!(out, "{kind}={value}\r\n");
 }
@@ -257,7 +227,7 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
         attr(out, "mid", mid);
     }
     for c in s.codecs.iter().flatten() {
-        if let Some(map) = c.rtpmap.as_deref().or_else(|| static_rtpmap(&c.pt)) {
+        if let Some(map) = c.rtpmap.clone().or_else(|| static_rtpmap(&c.pt)) {
             attr(out, "rtpmap", format_args!("{} {map}", c.pt));
         }
         if let Some(f) = &c.fmtp {

@@ -18,6 +18,8 @@
 
 use std::collections::BTreeMap;
 
+use secrelay_wire::sdp_rtp::static_rtpmap;
+
 /// How far two SDPs agree.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Agreement {
@@ -201,35 +203,6 @@ fn parse(sdp: &str) -> Parsed {
     p
 }
 
-/// RFC 3551's static audio and video payload types.
-fn static_rtpmap(pt: &str) -> Option<&'static str> {
-    Some(match pt {
-        "0" => "PCMU/8000",
-        "3" => "GSM/8000",
-        "4" => "G723/8000",
-        "5" => "DVI4/8000",
-        "6" => "DVI4/16000",
-        "7" => "LPC/8000",
-        "8" => "PCMA/8000",
-        "9" => "G722/8000",
-        "10" => "L16/44100/2",
-        "11" => "L16/44100",
-        "12" => "QCELP/8000",
-        "13" => "CN/8000",
-        "14" => "MPA/90000",
-        "15" => "G728/8000",
-        "16" => "DVI4/11025",
-        "17" => "DVI4/22050",
-        "18" => "G729/8000",
-        "26" => "JPEG/90000",
-        "31" => "H261/90000",
-        "32" => "MPV/90000",
-        "33" => "MP2T/90000",
-        "34" => "H263/90000",
-        _ => return None,
-    })
-}
-
 /// A section as level 1 sees it.
 fn summary(s: &Section, session_direction: Option<&str>) -> String {
     let f: Vec<&str> = s.m[2..].split(' ').collect();
@@ -246,7 +219,7 @@ fn summary(s: &Section, session_direction: Option<&str>) -> String {
                 .rtpmap
                 .get(*pt)
                 .map(|m| m.to_ascii_lowercase())
-                .or_else(|| static_rtpmap(pt).map(str::to_ascii_lowercase))
+                .or_else(|| static_rtpmap(pt).map(|m| m.to_ascii_lowercase()))
                 .unwrap_or_default();
             format!("{pt}={map}")
         })
