@@ -32,6 +32,10 @@ pub struct NgCompareArgs {
         default_value = "127.0.0.1!203.0.113.1,::1!2001:db8:4321::1"
     )]
     pub interfaces: Vec<String>,
+    /// Do not pass the interfaces to secrelay (a build older than `serve --interface`: it gets
+    /// the first interface's addresses only).
+    #[arg(long)]
+    pub no_secrelay_interfaces: bool,
     /// More arguments for rtpengine (repeat the flag).
     #[arg(long = "rtpengine-arg", allow_hyphen_values = true)]
     pub rtpengine_args: Vec<String>,
@@ -77,6 +81,7 @@ fn daemons(a: &NgCompareArgs) -> Result<Daemons> {
         interfaces,
         rtpengine_args: a.rtpengine_args.clone(),
         secrelay_args: a.secrelay_args.clone(),
+        secrelay_interfaces: !a.no_secrelay_interfaces,
     })
 }
 

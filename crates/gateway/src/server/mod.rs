@@ -754,6 +754,20 @@ impl Gateway {
         self.send(self.worker_for(room), cmd) && rx.await.unwrap_or(false)
     }
 
+    /// Ends every member of `room` and gives their last figures (an ng call's media section
+    /// ending), in one trip to the room's worker.
+    pub(crate) async fn end_room(&self, room: &str) -> Vec<ParticipantSnapshot> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::EndRoom {
+            room: room.to_owned(),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
     /// ICE restart with the peer's new credentials: our new ones, or `None` for an unknown
     /// participant.
     pub async fn ice_restart(

@@ -452,20 +452,23 @@ impl Ng {
         // The figures as they stand when the call ends: what a CDR script reads.
         let mut entries = vec![("result", Bencode::str("ok"))];
         match &call {
-            Call::Sections(c) => entries.extend(self.section_report(c).await),
-            Call::WebRtc(c) => entries.push((
-                "created",
-                Bencode::Int(c.created.elapsed().as_secs() as i64),
-            )),
-        }
-        for (room, id, _) in call.members() {
-            self.gateway.leave(&room, &id).await;
+            Call::Sections(c) => entries.extend(self.section_report(c, true).await),
+            Call::WebRtc(c) => {
+                entries.push((
+                    "created",
+                    Bencode::Int(c.created.elapsed().as_secs() as i64),
+                ));
+                for (room, id, _) in call.members() {
+                    self.gateway.leave(&room, &id).await;
+                }
+            }
         }
         Ok(reply(entries))
     }
 
-    /// A telephony call's figures in rtpengine's structure ([`ng_stats`]).
-    async fn section_report(&self, c: &SectionCall) -> Vec<(&'static str, Bencode)> {
+    /// A telephony call's figures in rtpengine's structure ([`ng_stats`]); with `end`, its
+    /// members are ended as their figures are taken (one trip per section).
+    async fn section_report(&self, c: &SectionCall, end: bool) -> Vec<(&'static str, Bencode)> {
         let sections = c.report_sections();
         let mut rooms: Vec<String> = sections
             .iter()
@@ -476,10 +479,18 @@ impl Ng {
         rooms.dedup();
         let mut snapshots = HashMap::new();
         for room in rooms {
-            for r in self.gateway.rooms(Some(&room)).await {
-                for p in r.participants {
-                    snapshots.insert((room.clone(), p.id.clone()), p);
-                }
+            let members = if end {
+                self.gateway.end_room(&room).await
+            } else {
+                self.gateway
+                    .rooms(Some(&room))
+                    .await
+                    .into_iter()
+                    .flat_map(|r| r.participants)
+                    .collect()
+            };
+            for p in members {
+                snapshots.insert((room.clone(), p.id.clone()), p);
             }
         }
         ng_stats::report(
@@ -499,7 +510,7 @@ impl Ng {
             .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
         if let Call::Sections(c) = &call {
             let mut entries = vec![("result", Bencode::str("ok"))];
-            entries.extend(self.section_report(c).await);
+            entries.extend(self.section_report(c, false).await);
             return Ok(reply(entries));
         }
         let mut tags: Vec<(String, Bencode)> = Vec::new();

@@ -57,24 +57,34 @@ struct Local {
     formats: Vec<String>,
 }
 
+/// What our leg wrote for its section: a scan of its own SDP (one section with a port, as the
+/// leg writes it), not a full parse, as it runs for every member made.
 fn local_of(sdp: &str) -> Result<Local, String> {
-    let doc = SdpDoc::parse(sdp).map_err(|e| format!("a leg's own SDP: {e}"))?;
-    let m = doc
-        .media
-        .iter()
-        .find(|m| m.port != 0)
-        .ok_or("a leg's own SDP has no section with a port")?;
-    Ok(Local {
-        port: m.port,
-        proto: m.proto.clone(),
-        rtcp_mux: m.has("rtcp-mux"),
-        crypto: m
-            .attributes("crypto")
-            .flatten()
-            .map(str::to_owned)
-            .collect(),
-        formats: m.formats.clone(),
-    })
+    let mut local: Option<Local> = None;
+    for line in sdp.lines() {
+        if let Some(m) = line.strip_prefix("m=") {
+            if local.is_some() {
+                break;
+            }
+            let mut f = m.split_whitespace();
+            let port: u16 = f.nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+            if port != 0 {
+                local = Some(Local {
+                    port,
+                    proto: f.next().unwrap_or_default().to_owned(),
+                    formats: f.map(str::to_owned).collect(),
+                    ..Local::default()
+                });
+            }
+        } else if let Some(l) = local.as_mut() {
+            if line == "a=rtcp-mux" {
+                l.rtcp_mux = true;
+            } else if let Some(c) = line.strip_prefix("a=crypto:") {
+                l.crypto.push(c.to_owned());
+            }
+        }
+    }
+    local.ok_or_else(|| "a leg's own SDP has no section with a port".into())
 }
 
 /// A member of a section's room.

@@ -172,12 +172,33 @@ fn origin(value: &str, ours: IpAddr) -> String {
     )
 }
 
+// Lines are appended piece by piece, not through `write!`: every ng reply is written here.
 fn line(out: &mut String, kind: char, value: &str) {
-    let _ = write!(out, "{kind}={value}\r\n");
+    out.push(kind);
+    out.push('=');
+    out.push_str(value);
+    out.push_str("\r\n");
 }
 
-fn attr(out: &mut String, name: &str, value: impl std::fmt::Display) {
-    let _ = write!(out, "a={name}:{value}\r\n");
+fn attr(out: &mut String, name: &str, value: &str) {
+    attr_pt(out, name, "", value);
+}
+
+/// `a=NAME:PT VALUE` (`pt` empty: `a=NAME:VALUE`).
+fn attr_pt(out: &mut String, name: &str, pt: &str, value: &str) {
+    out.push_str("a=");
+    out.push_str(name);
+    out.push(':');
+    if !pt.is_empty() {
+        out.push_str(pt);
+        out.push(' ');
+    }
+    out.push_str(value);
+    out.push_str("\r\n");
+}
+
+fn attr_num(out: &mut String, name: &str, n: impl Into<u32>) {
+    attr(out, name, &n.into().to_string());
 }
 
 /// Writes the session part.
@@ -228,20 +249,20 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
     }
     for c in s.codecs.iter().flatten() {
         if let Some(map) = c.rtpmap.clone().or_else(|| static_rtpmap(&c.pt)) {
-            attr(out, "rtpmap", format_args!("{} {map}", c.pt));
+            attr_pt(out, "rtpmap", &c.pt, &map);
         }
         if let Some(f) = &c.fmtp {
-            attr(out, "fmtp", format_args!("{} {f}", c.pt));
+            attr_pt(out, "fmtp", &c.pt, f);
         }
         for fb in &c.rtcp_fb {
-            attr(out, "rtcp-fb", format_args!("{} {fb}", c.pt));
+            attr_pt(out, "rtcp-fb", &c.pt, fb);
         }
     }
     if let Some(d) = s.direction {
         let _ = write!(out, "a={}\r\n", d.as_str());
     }
     if let Some(p) = s.rtcp_port {
-        attr(out, "rtcp", p);
+        attr_num(out, "rtcp", p);
     }
     if s.rtcp_mux {
         out.push_str("a=rtcp-mux\r\n");
@@ -254,7 +275,7 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
         attr(out, "fingerprint", fingerprint);
     }
     if let Some(p) = s.ptime {
-        attr(out, "ptime", p);
+        attr_num(out, "ptime", p);
     }
     if let Some(ice) = &s.ice {
         attr(out, "ice-ufrag", &ice.ufrag);

@@ -78,10 +78,11 @@ impl Stats {
     }
 }
 
-/// A side's streams in one section, and what they add to the totals (RTP, RTCP).
+/// A side's streams in one section, and what they add to the totals (RTP, RTCP); `bind` is
+/// the local address and its family as the report writes them.
 fn streams(
     m: &ReportMember,
-    bind: IpAddr,
+    bind: &(Bencode, Bencode),
     p: Option<&ParticipantSnapshot>,
 ) -> (Bencode, Stats, Stats) {
     let rtp = p.map_or_else(Stats::default, |p| Stats {
@@ -96,12 +97,11 @@ fn streams(
     let stream = |port: u16, kind: &str, stats: Stats, peer: Option<SocketAddr>| {
         let mut e = vec![
             ("local port", int(u64::from(port))),
-            ("local address", text(&bind.to_string())),
-            ("family", text(family(bind))),
+            ("local address", bind.0.clone()),
+            ("family", bind.1.clone()),
         ];
         if let Some(a) = peer {
             e.push(("endpoint", endpoint(a)));
-            e.push(("advertised endpoint", endpoint(a)));
         }
         e.push(("flags", Bencode::List(vec![text(kind), text("filled")])));
         e.push(("stats", stats.bencode()));
@@ -137,6 +137,7 @@ pub(crate) fn report(
     bind: IpAddr,
 ) -> Vec<(&'static str, Bencode)> {
     let (created, created_us) = unix(times.0);
+    let bind = (text(&bind.to_string()), text(family(bind)));
     let mut totals = (Stats::default(), Stats::default());
     let mut tag_entries: Vec<(Vec<u8>, Bencode)> = Vec::new();
     for (tag, which) in [(Some(tags.0), 0), (tags.1, 1)] {
@@ -146,7 +147,7 @@ pub(crate) fn report(
             let m = if which == 0 { &s.a } else { &s.b };
             let Some(m) = m else { continue };
             let p = snapshots.get(&(m.room.clone(), m.id.clone()));
-            let (list, rtp, rtcp) = streams(m, bind, p);
+            let (list, rtp, rtcp) = streams(m, &bind, p);
             totals.0.add(rtp);
             totals.1.add(rtcp);
             medias.push(reply(vec![

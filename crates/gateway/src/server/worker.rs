@@ -36,7 +36,8 @@ use crate::leg::{
     CodecId, Ports, RtpLegOptions, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection,
 };
 use crate::shard::{
-    Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, RoomSnapshot, Shard,
+    Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Output, ParticipantSnapshot,
+    RoomSnapshot, Shard,
 };
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -158,6 +159,12 @@ pub(crate) enum Command {
     Snapshot {
         room: Option<String>,
         reply: oneshot::Sender<Vec<RoomSnapshot>>,
+    },
+    /// A room's members' figures, then each member ended (an ng call's media section ends:
+    /// its figures for the `delete` reply and its end in one trip).
+    EndRoom {
+        room: String,
+        reply: oneshot::Sender<Vec<ParticipantSnapshot>>,
     },
     /// Stop admitting, close every participant with close_notify, send what is queued.
     Drain { reply: oneshot::Sender<()> },
@@ -554,6 +561,19 @@ impl Worker {
             Command::Snapshot { room, reply } => {
                 self.publish();
                 let _ = reply.send(self.shard.snapshot(now, room.as_deref()));
+            }
+            Command::EndRoom { room, reply } => {
+                let members: Vec<ParticipantSnapshot> = self
+                    .shard
+                    .snapshot(now, Some(&room))
+                    .into_iter()
+                    .flat_map(|r| r.participants)
+                    .collect();
+                for p in &members {
+                    self.shard.leave(now, &room, &p.id);
+                }
+                self.after_command();
+                let _ = reply.send(members);
             }
             Command::Drain { reply } => {
                 self.shard.drain(now);

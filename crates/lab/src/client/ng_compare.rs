@@ -63,6 +63,9 @@ pub struct Daemons {
     pub rtpengine_args: Vec<String>,
     /// More arguments for `secrelay serve`.
     pub secrelay_args: Vec<String>,
+    /// Give secrelay the interfaces (`--interface`); off for a build older than that flag,
+    /// which then gets the first interface's addresses only.
+    pub secrelay_interfaces: bool,
 }
 
 struct KillOnDrop(Child);
@@ -144,8 +147,10 @@ impl Daemons {
         if let Some(i) = first {
             c.args(["--announce", &i.advertised.to_string()]);
         }
-        for i in &self.interfaces {
-            c.arg(format!("--interface={}!{}", i.local, i.advertised));
+        if self.secrelay_interfaces {
+            for i in &self.interfaces {
+                c.arg(format!("--interface={}!{}", i.local, i.advertised));
+            }
         }
         c.args(&self.secrelay_args);
         c
