@@ -300,25 +300,7 @@ fn kamailio_relays_a_sipp_call_through_secrelay_both_ways() {
     let dir = proxy.dir.path().to_path_buf();
     let uas_log = dir.join("uas.msg");
     let uac_log = dir.join("uac.msg");
-    let _uas = spawn(
-        Command::new(&sipp)
-            .arg("-sf")
-            .arg(repo().join("interop/sip/uas.xml"))
-            .args(["-i", "127.0.0.1", "-p", &callee.to_string()])
-            .args(["-mi", "127.0.0.1", "-mp", &free_port().to_string()])
-            .args([
-                "-rtp_echo",
-                "-m",
-                "1",
-                "-nostdin",
-                "-trace_msg",
-                "-message_file",
-            ])
-            .arg(&uas_log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    let _uas = echo_callee(&sipp, &repo().join("interop/sip/uas.xml"), callee, &uas_log);
     proxy.call(&sipp, &uac_log);
 
     // Both sides' SDP pointed at secrelay: the callee's INVITE and the caller's 200 OK.

@@ -178,6 +178,14 @@ fn direction_attribute(lines: &[Line]) -> Option<Direction> {
     })
 }
 
+/// The direction section `m` of `doc` states: its own attribute, else the session's, else
+/// `sendrecv`.
+pub fn section_direction(doc: &SdpDoc, m: &Media) -> Direction {
+    direction_attribute(&m.lines)
+        .or_else(|| direction_attribute(&doc.session))
+        .unwrap_or(Direction::SendRecv)
+}
+
 /// A `c=` value's address; `None` for none, a name, or `0.0.0.0` (hold).
 fn address_of(c: Option<&str>) -> Option<IpAddr> {
     let ip = connection_address(c?)?;
@@ -264,9 +272,7 @@ pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
         bad_crypto,
         rtcp_port: value("rtcp").find_map(|v| v.split_whitespace().next()?.parse().ok()),
         rtcp_mux: m.has("rtcp-mux"),
-        direction: direction_attribute(&m.lines)
-            .or_else(|| direction_attribute(&doc.session))
-            .unwrap_or(Direction::SendRecv),
+        direction: section_direction(doc, m),
         ptime: value("ptime").find_map(|v| v.trim().parse().ok()),
         mid: value("mid").next().map(str::to_owned),
     }

@@ -21,7 +21,7 @@ use std::net::IpAddr;
 
 use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{connection_address, Line, Media, SdpDoc};
-use secrelay_wire::sdp_rtp::static_rtpmap;
+use secrelay_wire::sdp_rtp::{section_direction, static_rtpmap};
 
 /// One format as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -340,18 +340,7 @@ pub(crate) fn codecs_of(m: &Media) -> Vec<CodecOut> {
 
 /// The direction a section states: its own attribute, else the session's, else `sendrecv`.
 pub(crate) fn direction_of(doc: &SdpDoc, m: &Media) -> Direction {
-    let of = |lines: &[Line]| {
-        lines.iter().rev().find_map(|l| match l.attribute() {
-            Some(("sendrecv", None)) => Some(Direction::SendRecv),
-            Some(("sendonly", None)) => Some(Direction::SendOnly),
-            Some(("recvonly", None)) => Some(Direction::RecvOnly),
-            Some(("inactive", None)) => Some(Direction::Inactive),
-            _ => None,
-        })
-    };
-    of(&m.lines)
-        .or_else(|| of(&doc.session))
-        .unwrap_or(Direction::SendRecv)
+    section_direction(doc, m)
 }
 
 #[cfg(test)]
