@@ -240,6 +240,13 @@ pub struct ServeConfig {
     /// from the remote addresses it latched to or sent to (`stale_source`), unless one is
     /// that leg's own signalled address; 0: none.
     pub rtp_port_quarantine_secs: f64,
+    /// Media interfaces for telephony legs, as rtpengine's `--interface` writes them:
+    /// `[NAME/]LOCAL[!ADVERTISED]` (`internal/10.0.0.5`, `external/192.168.1.5!203.0.113.7`,
+    /// `::1`). Legs' ports are bound on LOCAL and their SDP announces ADVERTISED; the ng
+    /// protocol's `direction` flag picks an interface per side by NAME, `address-family` or
+    /// the side's own address picks IPv4 or IPv6 within it. Empty: one interface, the `udp`
+    /// address announced as `announce`.
+    pub interfaces: Vec<String>,
 }
 
 /// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
@@ -322,6 +329,7 @@ impl Default for ServeConfig {
             ended_resource_grace_secs: 60.0,
             strict_source: false,
             rtp_port_quarantine_secs: 60.0,
+            interfaces: Vec::new(),
         }
     }
 }
