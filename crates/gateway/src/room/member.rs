@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use secrelay_srtp::Profile;
 use secrelay_wire::demux::RtpFacts;
 use secrelay_wire::rtcp::write_empty_rr;
-use secrelay_wire::twcc::{write_feedback, Arrival};
+use secrelay_wire::twcc::{arrival_list, write_feedback};
 
 use crate::bwe::{Bwe, Prober};
 use crate::counters::EndReason;
@@ -340,7 +340,9 @@ impl Congestion {
         if self.arrivals.is_empty() {
             return None;
         }
-        let list = self.arrival_list(epoch);
+        let list = arrival_list(&mut self.arrivals, |at: Instant| {
+            at.saturating_duration_since(epoch).as_micros() as i64
+        });
         let mut out = Vec::with_capacity(64 + list.len() * 2);
         write_empty_rr(&mut out, sender);
         let mut at = 0;
@@ -359,37 +361,6 @@ impl Congestion {
             at += n;
         }
         Some(out)
-    }
-
-    /// The arrivals in sequence order (they can be reordered), each number once, gaps as
-    /// losses; emptied.
-    fn arrival_list(&mut self, epoch: Instant) -> Vec<Arrival> {
-        let base = self.arrivals[0].0;
-        self.arrivals
-            .sort_by_key(|(seq, _)| seq.wrapping_sub(base.wrapping_sub(0x8000)));
-        self.arrivals.dedup_by_key(|(seq, _)| *seq);
-        let mut list: Vec<Arrival> = Vec::with_capacity(self.arrivals.len());
-        for &(seq, at) in &self.arrivals {
-            if let Some(last) = list.last().map(|a| a.seq) {
-                let gap = seq.wrapping_sub(last);
-                // A gap longer than a feedback can say: start over from this packet.
-                if gap > 1000 {
-                    list.clear();
-                } else {
-                    list.extend((1..gap).map(|k| Arrival {
-                        seq: last.wrapping_add(k),
-                        at_us: None,
-                    }));
-                }
-            }
-            let us = at.saturating_duration_since(epoch).as_micros() as i64;
-            list.push(Arrival {
-                seq,
-                at_us: Some(us),
-            });
-        }
-        self.arrivals.clear();
-        list
     }
 }
 
