@@ -297,7 +297,11 @@ fn the_debian_package_installs_the_binary_unit_configuration_and_pages() {
         "{unit}"
     );
     assert!(!unit.contains("/usr/local"), "{unit}");
-    for page in ["secrelay.1.gz", "secrelay-serve.1.gz", "secrelay-token-create.1.gz"] {
+    for page in [
+        "secrelay.1.gz",
+        "secrelay-serve.1.gz",
+        "secrelay-token-create.1.gz",
+    ] {
         let path = root.join("usr/share/man/man1").join(page);
         assert!(path.is_file(), "no {page} in the package");
     }
