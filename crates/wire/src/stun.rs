@@ -251,7 +251,7 @@ impl<'a> Message<'a> {
                 }
                 attr::MESSAGE_INTEGRITY_SHA256 => {
                     // 16 to 32 bytes, a multiple of 4 (a truncated HMAC-SHA256).
-                    if !(16..=32).contains(&l) || l % 4 != 0 {
+                    if !(16..=32).contains(&l) || !l.is_multiple_of(4) {
                         return Err(StunError::BadAttribute(t));
                     }
                     msg.integrity_sha256_at = Some(at);
