@@ -116,11 +116,16 @@ impl std::fmt::Debug for Shared {
 
 /// What the core needs the I/O to do while it decides.
 pub trait Io<R, C> {
-    /// Opens a relay socket (IPv6 when `v6`) for `client`'s new allocation, numbered
-    /// `relay_id`: its handle and the local address it is bound to, or `None` when no port is
-    /// free.
-    fn open_relay(&mut self, v6: bool, client: ClientKey, relay_id: u64)
-        -> Option<(R, SocketAddr)>;
+    /// Opens a relay socket (IPv6 when `v6`, on an even port when `even`) for `client`'s new
+    /// allocation, numbered `relay_id`: its handle and the local address it is bound to, or
+    /// `None` when no port is free.
+    fn open_relay(
+        &mut self,
+        v6: bool,
+        even: bool,
+        client: ClientKey,
+        relay_id: u64,
+    ) -> Option<(R, SocketAddr)>;
     /// The sink that reaches `client` (what its peers send goes there).
     fn sink(&mut self, client: &Client) -> C;
 }
@@ -452,6 +457,13 @@ impl<R, C> Core<R, C> {
             Some([2, ..]) => true,
             Some(_) => return Err((440, Refusal::AddressFamily)),
         };
+        let even = match msg.get(attr::EVEN_PORT) {
+            None => false,
+            // No port is reserved for a later allocation (RESERVATION-TOKEN is not served).
+            Some([r, ..]) if r & 0x80 != 0 => return Err((508, Refusal::NoRelayPort)),
+            Some([_, ..]) => true,
+            Some([]) => return Err((400, Refusal::BadRequest)),
+        };
         let config = &self.shared.config;
         if !config.peers.iter().any(|p| p.advertised.is_ipv6() == v6) {
             return Err((440, Refusal::AddressFamily));
@@ -467,7 +479,7 @@ impl<R, C> Core<R, C> {
         let relay_id = self.next_relay;
         self.next_relay += 1;
         let (relay, bound) = io
-            .open_relay(v6, client.key, relay_id)
+            .open_relay(v6, even, client.key, relay_id)
             .ok_or((508, Refusal::NoRelayPort))?;
         let relayed = match (config.relayed_ip, v6) {
             (Some(ip), false) => SocketAddr::new(ip, bound.port()),

@@ -44,7 +44,7 @@ pub mod attr {
     pub const XOR_RELAYED_ADDRESS: u16 = 0x0016;
     /// REQUESTED-ADDRESS-FAMILY.
     pub const REQUESTED_ADDRESS_FAMILY: u16 = 0x0017;
-    /// EVEN-PORT (not served: answered 420).
+    /// EVEN-PORT (an even relay port; reserving the next one, its R bit, is not served).
     pub const EVEN_PORT: u16 = 0x0018;
     /// REQUESTED-TRANSPORT.
     pub const REQUESTED_TRANSPORT: u16 = 0x0019;
@@ -76,6 +76,7 @@ pub const UNDERSTOOD: &[u16] = &[
     attr::NONCE,
     attr::XOR_RELAYED_ADDRESS,
     attr::REQUESTED_ADDRESS_FAMILY,
+    attr::EVEN_PORT,
     attr::REQUESTED_TRANSPORT,
     attr::DONT_FRAGMENT,
     stun_attr::MESSAGE_INTEGRITY_SHA256,
@@ -88,8 +89,9 @@ pub const UNDERSTOOD: &[u16] = &[
 
 /// The lowest channel number (RFC 8656 §12).
 pub const CHANNEL_MIN: u16 = 0x4000;
-/// The highest.
-pub const CHANNEL_MAX: u16 = 0x4FFF;
+/// The highest: RFC 5766's 0x7FFF, not RFC 8656's 0x4FFF, because clients of the older RFC
+/// still pick from the whole range (libwebrtc, so Chromium, and coturn's client do).
+pub const CHANNEL_MAX: u16 = 0x7FFF;
 /// An allocation's lifetime when the client asks for less or none (RFC 8656 §3.2).
 pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(600);
 /// A permission's lifetime (RFC 8656 §9).

@@ -118,10 +118,13 @@ struct Ports {
 }
 
 impl Ports {
-    fn bind(&self, ip: IpAddr) -> Option<std::net::UdpSocket> {
+    fn bind(&self, ip: IpAddr, even: bool) -> Option<std::net::UdpSocket> {
         let span = u32::from(self.high - self.low) + 1;
         for _ in 0..span {
             let port = self.low + (self.next.fetch_add(1, Ordering::Relaxed) % span) as u16;
+            if even && port % 2 == 1 {
+                continue;
+            }
             if let Ok(s) = std::net::UdpSocket::bind((ip, port)) {
                 return Some(s);
             }
@@ -184,6 +187,7 @@ impl<F: FnMut(&Client) -> Sink> Io<Relay, Sink> for ShardIo<'_, F> {
     fn open_relay(
         &mut self,
         v6: bool,
+        even: bool,
         client: ClientKey,
         relay_id: u64,
     ) -> Option<(Relay, SocketAddr)> {
@@ -192,7 +196,7 @@ impl<F: FnMut(&Client) -> Sink> Io<Relay, Sink> for ShardIo<'_, F> {
         } else {
             self.inner.relay_ips.0
         }?;
-        let std = self.inner.ports.bind(ip)?;
+        let std = self.inner.ports.bind(ip, even)?;
         std.set_nonblocking(true).ok()?;
         let local = std.local_addr().ok()?;
         let socket = {

@@ -36,20 +36,30 @@ struct FakeIo {
     open: Arc<AtomicUsize>,
 }
 impl Io<FakeRelay, SocketAddr> for FakeIo {
-    fn open_relay(&mut self, _v6: bool, _c: ClientKey, id: u64) -> Option<(FakeRelay, SocketAddr)> {
+    fn open_relay(
+        &mut self,
+        _v6: bool,
+        even: bool,
+        _c: ClientKey,
+        id: u64,
+    ) -> Option<(FakeRelay, SocketAddr)> {
         if !self.free_ports {
             return None;
         }
         self.open.fetch_add(1, Ordering::Relaxed);
+        let port = 50_001 + id as u16 * 2 - u16::from(even);
         Some((
             FakeRelay(id, self.open.clone()),
-            SocketAddr::from(([127, 0, 0, 1], 50_000 + id as u16)),
+            SocketAddr::from(([127, 0, 0, 1], port)),
         ))
     }
     fn sink(&mut self, client: &Client) -> SocketAddr {
         client.addr
     }
 }
+
+/// A forward the core asked for: the relay, the peer, the payload.
+type Forward = (u64, SocketAddr, Vec<u8>);
 
 struct World {
     core: Core<FakeRelay, SocketAddr>,
@@ -119,11 +129,7 @@ impl World {
     }
 
     /// What the core does with `data` from `from` (UDP): the reply, or the forward.
-    fn send(
-        &mut self,
-        from: SocketAddr,
-        data: &[u8],
-    ) -> Result<Vec<u8>, Option<(u64, SocketAddr, Vec<u8>)>> {
+    fn send(&mut self, from: SocketAddr, data: &[u8]) -> Result<Vec<u8>, Option<Forward>> {
         let client = Client {
             key: ClientKey::Udp {
                 client: from,
@@ -641,7 +647,11 @@ fn unknown_attributes_families_transports_and_malformed_requests() {
     let r = w.signed(&s, alice(), method::ALLOCATE, |b| {
         client::allocate_body(b).attribute(0x0018, &[0x80])
     });
-    assert_eq!(code(&r), 420, "EVEN-PORT is not served");
+    assert_eq!(code(&r), 508, "EVEN-PORT with R: no port is reserved");
+    let r = w.signed(&s, alice(), method::ALLOCATE, |b| {
+        client::allocate_body(b).attribute(0x0022, &[0; 8])
+    });
+    assert_eq!(code(&r), 420, "RESERVATION-TOKEN is not served");
     let r = w.signed(&s, alice(), method::ALLOCATE, |b| {
         b.attribute(attr::REQUESTED_TRANSPORT, &[6, 0, 0, 0])
     });
@@ -655,9 +665,18 @@ fn unknown_attributes_families_transports_and_malformed_requests() {
         400,
         "no REQUESTED-TRANSPORT"
     );
-    let r = w.signed(&s, alice(), method::ALLOCATE, client::allocate_body);
-    assert!(matches!(r, Reply::Success { .. }));
-    for number in [[0x3f, 0xff, 0, 0], [0x50, 0x00, 0, 0]] {
+    let r = w.signed(&s, alice(), method::ALLOCATE, |b| {
+        client::allocate_body(b).attribute(0x0018, &[0])
+    });
+    let Reply::Success {
+        relayed: Some(relayed),
+        ..
+    } = r
+    else {
+        panic!("{r:?}")
+    };
+    assert_eq!(relayed.port() % 2, 0, "EVEN-PORT");
+    for number in [[0x3f, 0xff, 0, 0], [0x80, 0x00, 0, 0]] {
         let r = w.signed(&s, alice(), method::CHANNEL_BIND, |b| {
             b.attribute(attr::CHANNEL_NUMBER, &number)
                 .xor_address(attr::XOR_PEER_ADDRESS, media())
