@@ -85,6 +85,25 @@ pub fn allocate_body(b: MessageBuilder<'_>) -> MessageBuilder<'_> {
     b.attribute(attr::REQUESTED_TRANSPORT, &[crate::proto::UDP, 0, 0, 0])
 }
 
+/// A ChannelBind's attributes: channel `number` to `peer`.
+pub fn channel_bind_body(
+    number: u16,
+    peer: SocketAddr,
+) -> impl for<'b> FnOnce(MessageBuilder<'b>) -> MessageBuilder<'b> {
+    move |b| {
+        let n = number.to_be_bytes();
+        b.attribute(attr::CHANNEL_NUMBER, &[n[0], n[1], 0, 0])
+            .xor_address(attr::XOR_PEER_ADDRESS, peer)
+    }
+}
+
+/// A CreatePermission's attributes: `peer`.
+pub fn permission_body(
+    peer: SocketAddr,
+) -> impl for<'b> FnOnce(MessageBuilder<'b>) -> MessageBuilder<'b> {
+    move |b| b.xor_address(attr::XOR_PEER_ADDRESS, peer)
+}
+
 /// A Send indication of `data` to `peer`.
 pub fn send_indication(
     buf: &mut [u8],

@@ -22,6 +22,8 @@ pub mod auth;
 pub mod client;
 pub mod core;
 pub mod framing;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod proto;
 pub mod quota;
 pub mod server;
