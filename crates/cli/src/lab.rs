@@ -61,6 +61,10 @@ pub enum LabCommand {
     /// secrelay's gateway and rtpengine relaying SRTP→SRTP with re-encryption at the same
     /// offered packet rates: CPU per relayed packet, loss.
     RelayCompare(crate::lab_compare::RelayCompareArgs),
+    /// rtpengine and secrelay answering the same ng requests: rtpengine's own test scripts'
+    /// offers and answers replayed against both and the SDPs compared (the same media
+    /// sections, lines, text), or offer/answer/delete at rising rates (--load).
+    NgCompare(crate::lab_ng_compare::NgCompareArgs),
     /// Calls of every kind of leg (WebRTC, WHIP/WHEP, SDES and plain phones, ng calls)
     /// joining and leaving a gateway for a while; its memory, descriptors, participants, rooms
     /// and ports sampled every second; fails unless nothing remains after every call left.
@@ -117,6 +121,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::Overload(a) => return crate::lab_overload::run(&a),
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
+        LabCommand::NgCompare(a) => return crate::lab_ng_compare::run(&a),
         LabCommand::Soak(a) => return crate::lab_soak::run(&a),
         LabCommand::Flood(a) => return crate::lab_flood::run(&a),
     };

@@ -231,7 +231,7 @@ pub fn run(a: &FloodArgs) -> Result<()> {
             ng_rate: a.rate.unwrap_or(if a.quick { 2000 } else { 20_000 }),
             ng_secs: a.secs.unwrap_or(if a.quick { 1.5 } else { 10.0 }),
             credentials: Some(secrelay_lab::client::credentials::CredentialOptions {
-                requests: if a.quick { 200 } else { 4000 },
+                requests: if a.quick { 200 } else { 10_000 },
                 per_source: request_burst as usize,
                 key: a.target.is_none().then(|| lab_key.clone()),
                 rooms: a

@@ -19,6 +19,8 @@ mod lab_gateway;
 #[cfg(feature = "lab")]
 mod lab_handshake;
 #[cfg(feature = "lab")]
+mod lab_ng_compare;
+#[cfg(feature = "lab")]
 mod lab_overload;
 #[cfg(feature = "lab")]
 mod lab_soak;

@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).
     #[arg(long, value_name = "LOW-HIGH")]
     pub rtp_ports: Option<String>,
+    /// A media interface for telephony legs, `[NAME/]LOCAL[!ADVERTISED]` as rtpengine's
+    /// `--interface` (repeat the flag for more; the ng `direction` flag picks one by NAME).
+    #[arg(long = "interface", value_name = "SPEC")]
+    pub interfaces: Vec<String>,
     /// Complexity of the gateway's own Opus encoders, 0–10 (transcoding and mixing; default 10).
     #[arg(long, value_name = "0-10")]
     pub opus_complexity: Option<i32>,
@@ -188,6 +192,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(path) = &a.admin_key_file {
         c.admin_key = Some(admin_key_from(path)?);
+    }
+    if !a.interfaces.is_empty() {
+        c.interfaces = a.interfaces.clone();
     }
     c.check().map_err(|e| anyhow!("{e}"))?;
     Ok(c)

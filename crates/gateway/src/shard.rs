@@ -45,7 +45,7 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    CopyTarget, Leg, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, RtpLeg, RtpOfferSpec,
+    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec,
     TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
@@ -1414,26 +1414,39 @@ impl Shard {
         Ok(codecs)
     }
 
-    /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, on the local
-    /// `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`), refusing
-    /// what `quarantine` holds (the ports' previous peers): its id, the answer, and the ports
-    /// it uses (RTCP's is not used when the offer muxes RTCP: the caller can close it).
+    /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, for `who`, on
+    /// the local `ports` the caller bound for it (RTP on `ports.rtp`, RTCP on `ports.rtcp`):
+    /// its id, the answer, and the ports it uses (RTCP's is not used when the offer muxes
+    /// RTCP: the caller can close it).
     pub fn join_rtp(
         &mut self,
         now: Instant,
         room: &str,
         offer: &RtpDescription,
         ports: Ports,
-        quarantine: Quarantine,
+        who: &Who,
+    ) -> Result<JoinedRtp, JoinError> {
+        self.join_rtp_with(now, room, offer, ports, &RtpLegOptions::default(), who)
+    }
+
+    /// [`Shard::join_rtp`] with `options` for the leg (the ng protocol's choices, and the
+    /// ports' previous peers it refuses: [`RtpLegOptions::quarantine`]).
+    pub fn join_rtp_with(
+        &mut self,
+        now: Instant,
+        room: &str,
+        offer: &RtpDescription,
+        ports: Ports,
+        options: &RtpLegOptions,
         who: &Who,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
         self.admit_member(room, who)?;
-        let leg = RtpLeg::new(offer, ports, self.config.rtp.clone(), now)
+        let leg = RtpLeg::new(offer, ports, options.apply(self.config.rtp.clone()), now)
             .map_err(|e| JoinError::Unacceptable(e.to_string()))?
-            .with_quarantine(quarantine);
+            .with_quarantine(options.quarantine.clone());
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let role = match leg.media().first() {
@@ -1456,24 +1469,44 @@ impl Shard {
     }
 
     /// Makes a telephony member that offers `spec` to a phone (a SIP proxy's `offer`, towards
-    /// the callee) on the local `ports`, refusing what `quarantine` holds: its id and our
-    /// offer. Media waits for [`Shard::answer_rtp`].
+    /// the callee), for `who`, on the local `ports`: its id and our offer. Media waits for
+    /// [`Shard::answer_rtp`].
     pub fn offer_rtp(
         &mut self,
         now: Instant,
         room: &str,
         spec: &RtpOfferSpec,
         ports: Ports,
-        quarantine: Quarantine,
+        who: &Who,
+    ) -> Result<JoinedRtp, JoinError> {
+        self.offer_rtp_with(now, room, spec, ports, &RtpLegOptions::default(), who)
+    }
+
+    /// [`Shard::offer_rtp`] with `options` for the leg.
+    pub fn offer_rtp_with(
+        &mut self,
+        now: Instant,
+        room: &str,
+        spec: &RtpOfferSpec,
+        ports: Ports,
+        options: &RtpLegOptions,
         who: &Who,
     ) -> Result<JoinedRtp, JoinError> {
         if self.draining {
             return Err(JoinError::ShuttingDown);
         }
         self.admit_member(room, who)?;
-        let leg = RtpLeg::new_offer(spec, ports, self.config.rtp.clone(), now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?
-            .with_quarantine(quarantine);
+        let config = options.apply(self.config.rtp.clone());
+        let leg = RtpLeg::new_offer_of(
+            options.kind.clone(),
+            &options.sdes_tags,
+            spec,
+            ports,
+            config,
+            now,
+        )
+        .map_err(|e| JoinError::Unacceptable(e.to_string()))?
+        .with_quarantine(options.quarantine.clone());
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let id = self.add_member(

@@ -506,7 +506,8 @@ fn ng_calls_are_out_of_reach_of_the_http_api_unless_a_grant_names_them() {
         ])
         .unwrap();
     assert!(reply.contains_key("sdp"));
-    let room = "call:c1@proxy";
+    // Each media section of a call is a room of its own: "call:<call-id>:<index>".
+    let room = "call:c1@proxy:0";
     let every_room_admin = bearer(&token(
         "ops",
         Grants {
@@ -852,6 +853,15 @@ fn routes() -> Vec<Route> {
             headers: SDP_H,
             session: false,
             want: [401, 403, 201, 403, 201, 401, 403, 401],
+        },
+        Route {
+            name: "GET /rooms/{room}/ice-servers",
+            method: "GET",
+            path: "/rooms/r/ice-servers",
+            body: None,
+            headers: &[],
+            session: false,
+            want: [401, 200, 200, 403, 200, 401, 403, 401],
         },
         Route {
             name: "PATCH /whip/{room}/{id} (the publisher's)",

@@ -7,7 +7,10 @@
 //! ports, the media goes through secrelay both ways, and the BYE's `delete` gives the ports
 //! back. A third call transcodes: baresip offering only Opus calls a baresip that answers only
 //! PCMA, Kamailio asking for `codec-mask=opus codec-transcode=PCMA` as rtpengine's users do, and
-//! each side hears the other's tone (decoded by baresip, dumped to WAV, found by Goertzel).
+//! each side hears the other's tone (decoded by baresip, dumped to WAV, found by Goertzel). A
+//! fourth call is G.729, which secrelay cannot decode: relayed both ways untouched. A fifth is
+//! put on hold by a re-INVITE (`a=sendonly`) and taken back (`a=sendrecv`), each re-INVITE
+//! offered through secrelay and reaching the callee as the caller wrote it.
 //! Scenarios and the proxy's configuration: `interop/sip/`.
 //!
 //! Kamailio, SIPp and baresip are installed by `scripts/setup`; with `CI` set their absence
@@ -19,6 +22,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_wire::pcap::Capture;
 
 /// A peer or tool is missing: a failure under CI, a skip elsewhere.
 fn missing(test: &str, why: &str) {
@@ -192,9 +196,14 @@ impl Proxy {
 
     /// The SIPp caller's call through the proxy: plays g711a.pcap, hangs up after 4 s.
     fn call(&self, sipp: &Path, msg_log: &Path) {
+        self.call_with(sipp, &repo().join("interop/sip/uac.xml"), msg_log);
+    }
+
+    /// The SIPp caller's call of `scenario` through the proxy.
+    fn call_with(&self, sipp: &Path, scenario: &Path, msg_log: &Path) {
         let out = Command::new(sipp)
             .arg("-sf")
-            .arg(repo().join("interop/sip/uac.xml"))
+            .arg(scenario)
             .args(["-i", "127.0.0.1", "-p", &free_port().to_string()])
             .args(["-mp", &free_port().to_string()])
             .args(["-s", "callee", &format!("127.0.0.1:{}", self.sip)])
@@ -291,25 +300,7 @@ fn kamailio_relays_a_sipp_call_through_secrelay_both_ways() {
     let dir = proxy.dir.path().to_path_buf();
     let uas_log = dir.join("uas.msg");
     let uac_log = dir.join("uac.msg");
-    let _uas = spawn(
-        Command::new(&sipp)
-            .arg("-sf")
-            .arg(repo().join("interop/sip/uas.xml"))
-            .args(["-i", "127.0.0.1", "-p", &callee.to_string()])
-            .args(["-mi", "127.0.0.1", "-mp", &free_port().to_string()])
-            .args([
-                "-rtp_echo",
-                "-m",
-                "1",
-                "-nostdin",
-                "-trace_msg",
-                "-message_file",
-            ])
-            .arg(&uas_log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    let _uas = echo_callee(&sipp, &repo().join("interop/sip/uas.xml"), callee, &uas_log);
     proxy.call(&sipp, &uac_log);
 
     // Both sides' SDP pointed at secrelay: the callee's INVITE and the caller's 200 OK.
@@ -671,4 +662,125 @@ fn write_tone(path: &Path) {
         w.extend_from_slice(&v.to_le_bytes());
     }
     std::fs::write(path, w).unwrap();
+}
+
+/// A SIPp callee of `scenario` on `port`, echoing the media it receives.
+fn echo_callee(sipp: &Path, scenario: &Path, port: u16, log: &Path) -> Reap {
+    let r = spawn(
+        Command::new(sipp)
+            .arg("-sf")
+            .arg(scenario)
+            .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-mi", "127.0.0.1", "-mp", &free_port().to_string()])
+            .args([
+                "-rtp_echo",
+                "-m",
+                "1",
+                "-nostdin",
+                "-trace_msg",
+                "-message_file",
+            ])
+            .arg(log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    r
+}
+
+#[test]
+fn kamailio_relays_a_g729_call_it_cannot_decode_without_touching_it() {
+    let test = "kamailio_relays_a_g729_call_it_cannot_decode_without_touching_it";
+    let Some((kamailio, sipp)) = tools(test) else {
+        return;
+    };
+    let callee = free_port();
+    let proxy = Proxy::start(
+        &kamailio,
+        callee,
+        "replace-origin replace-session-connection ICE=remove",
+        (49400, 49599),
+        "signalled",
+    );
+    let dir = proxy.dir.path().to_path_buf();
+    // SIPp's A-law recording relabelled G.729 (payload type 18): to a relay, payload is bytes.
+    let mut capture =
+        Capture::parse(&std::fs::read("/usr/share/sip-tester/g711a.pcap").unwrap()).unwrap();
+    for p in &mut capture.packets {
+        let Some(mut rtp) = p.udp_payload().map(<[u8]>::to_vec) else {
+            continue;
+        };
+        if rtp.len() > 12 {
+            rtp[1] = (rtp[1] & 0x80) | 18;
+            p.replace_udp_payload(&rtp).unwrap();
+        }
+    }
+    let pcap = dir.join("g729.pcap");
+    std::fs::write(&pcap, capture.to_bytes().unwrap()).unwrap();
+    let g729 = |name: &str| {
+        let xml = std::fs::read_to_string(repo().join("interop/sip").join(name))
+            .unwrap()
+            .replace("RTP/AVP 8", "RTP/AVP 18")
+            .replace("a=rtpmap:8 PCMA/8000", "a=rtpmap:18 G729/8000")
+            .replace("/usr/share/sip-tester/g711a.pcap", pcap.to_str().unwrap());
+        let path = dir.join(name);
+        std::fs::write(&path, xml).unwrap();
+        path
+    };
+    let uas_log = dir.join("uas.msg");
+    let _uas = echo_callee(&sipp, &g729("uas.xml"), callee, &uas_log);
+    proxy.call_with(&sipp, &g729("uac.xml"), &dir.join("uac.msg"));
+    let uas = std::fs::read_to_string(&uas_log).unwrap();
+    assert!(
+        uas.contains("m=audio") && uas.contains("RTP/AVP 18"),
+        "{uas}"
+    );
+    // Relayed both ways, and never decoded or encoded on the way.
+    proxy.check(200, 0);
+    let t = proxy.server.gateway().stats().totals();
+    assert_eq!((t.media_decoded, t.media_transcoded), (0, 0), "{t:?}");
+    proxy.server.shutdown();
+}
+
+#[test]
+fn kamailio_puts_a_call_on_hold_through_secrelay_and_takes_it_back() {
+    let test = "kamailio_puts_a_call_on_hold_through_secrelay_and_takes_it_back";
+    let Some((kamailio, sipp)) = tools(test) else {
+        return;
+    };
+    let callee = free_port();
+    let proxy = Proxy::start(
+        &kamailio,
+        callee,
+        "replace-origin replace-session-connection ICE=remove",
+        (49600, 49799),
+        "signalled",
+    );
+    let dir = proxy.dir.path().to_path_buf();
+    let uas_log = dir.join("uas.msg");
+    let _uas = echo_callee(
+        &sipp,
+        &repo().join("interop/sip/uas_hold.xml"),
+        callee,
+        &uas_log,
+    );
+    proxy.call_with(
+        &sipp,
+        &repo().join("interop/sip/uac_hold.xml"),
+        &dir.join("uac.msg"),
+    );
+    // The hold reached the callee as the caller wrote it, through secrelay's ports, and so
+    // did the resume.
+    let uas = std::fs::read_to_string(&uas_log).unwrap();
+    let invites: Vec<&str> = uas.split("INVITE sip:").skip(1).collect();
+    assert_eq!(invites.len(), 3, "{uas}");
+    assert!(invites[1].contains("a=sendonly"), "{}", invites[1]);
+    assert!(invites[2].contains("a=sendrecv"), "{}", invites[2]);
+    let announce = proxy.server.gateway().candidate().ip().to_string();
+    for i in &invites {
+        assert!(i.contains(&format!("c=IN IP4 {announce}")), "{i}");
+    }
+    // The recording played twice, before the hold and after it, and echoed: both relayed.
+    proxy.check(400, 0);
+    proxy.server.shutdown();
 }

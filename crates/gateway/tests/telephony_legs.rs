@@ -120,14 +120,7 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
     };
     let j = h
         .shard
-        .join_rtp(
-            h.now,
-            "r",
-            &desc,
-            ports,
-            Default::default(),
-            &Default::default(),
-        )
+        .join_rtp(h.now, "r", &desc, ports, &Default::default())
         .unwrap();
     assert!(j
         .answer
@@ -143,14 +136,7 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
     let desc = secrelay_wire::sdp_rtp::parse_rtp(only_bad).unwrap();
     let err = h
         .shard
-        .join_rtp(
-            h.now,
-            "r",
-            &desc,
-            ports,
-            Default::default(),
-            &Default::default(),
-        )
+        .join_rtp(h.now, "r", &desc, ports, &Default::default())
         .unwrap_err();
     let JoinError::Unacceptable(why) = err else {
         panic!("{err:?}")
@@ -163,14 +149,7 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
     let desc = secrelay_wire::sdp_rtp::parse_rtp(g729).unwrap();
     assert!(h
         .shard
-        .join_rtp(
-            h.now,
-            "r",
-            &desc,
-            ports,
-            Default::default(),
-            &Default::default()
-        )
+        .join_rtp(h.now, "r", &desc, ports, &Default::default())
         .is_err());
 }
 

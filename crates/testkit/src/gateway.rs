@@ -347,9 +347,13 @@ impl Harness {
             rtcp: SocketAddr::new(ip, base + 1),
         };
         let offer = parse_rtp(&phone.offer()).expect("the phone's offer parses");
+        let options = secrelay_gateway::leg::RtpLegOptions {
+            quarantine,
+            ..Default::default()
+        };
         let joined =
             self.shard
-                .join_rtp(self.now, room, &offer, ports, quarantine, &Who::default())?;
+                .join_rtp_with(self.now, room, &offer, ports, &options, &Who::default())?;
         phone
             .accept_answer(&joined.answer)
             .expect("the phone takes the gateway's answer");

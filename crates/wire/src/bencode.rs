@@ -69,7 +69,10 @@ impl Bencode {
         match self {
             Bencode::Int(n) => {
                 out.push(b'i');
-                out.extend_from_slice(n.to_string().as_bytes());
+                if *n < 0 {
+                    out.push(b'-');
+                }
+                push_decimal(n.unsigned_abs(), out);
                 out.push(b'e');
             }
             Bencode::Str(s) => encode_str(s, out),
@@ -124,9 +127,24 @@ impl Bencode {
 }
 
 fn encode_str(s: &[u8], out: &mut Vec<u8>) {
-    out.extend_from_slice(s.len().to_string().as_bytes());
+    push_decimal(s.len() as u64, out);
     out.push(b':');
     out.extend_from_slice(s);
+}
+
+/// Appends `n` in decimal, without an allocation (replies are encoded per request).
+fn push_decimal(mut n: u64, out: &mut Vec<u8>) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// The decimal digits (with an optional leading '-' when `signed`) from `*i` up to `end`

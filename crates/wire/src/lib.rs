@@ -13,6 +13,8 @@
 //!   and answers written.
 //! * [`sdp_rtp`], [`sdes`]: telephony offers (plain RTP, SDES-SRTP with `a=crypto`) read
 //!   (over the `sdp` crate) and answered.
+//! * [`sdp_doc`]: an SDP kept whole, line by line, read as leniently as rtpengine reads it,
+//!   for the ng server's rewrites.
 //! * [`twcc`]: transport-wide congestion control feedback, written and read.
 //! * [`video`]: keyframe starts in VP8 and H.264 payloads, VP8 picture IDs renumbered.
 //! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
@@ -31,6 +33,7 @@ pub mod rtcp;
 pub mod rtp;
 pub mod sdes;
 pub mod sdp;
+pub mod sdp_doc;
 pub mod sdp_rtp;
 pub mod stun;
 pub mod twcc;

@@ -30,6 +30,9 @@ pub enum NgError {
     MissingKey(&'static str),
     /// A key's value is of the wrong type or not understood (the key, what was wrong).
     BadValue(&'static str, String),
+    /// A command or flag of rtpengine's this gateway does not do (what it asks for, and
+    /// which command or flag asked).
+    Unsupported(&'static str, String),
 }
 
 impl fmt::Display for NgError {
@@ -41,6 +44,9 @@ impl fmt::Display for NgError {
             NgError::UnknownCommand(c) => write!(f, "unknown command {c:?}"),
             NgError::MissingKey(k) => write!(f, "missing {k}"),
             NgError::BadValue(k, why) => write!(f, "bad {k}: {why}"),
+            NgError::Unsupported(what, asked) => {
+                write!(f, "{asked}: {what} is not supported by this media relay")
+            }
         }
     }
 }
@@ -153,6 +159,14 @@ pub struct Flags {
     pub ptime_reverse: Option<u32>,
     /// The `flags` list, lowercased.
     pub flags: Vec<String>,
+    /// `replace` (normalized: `origin`, `session-connection`, `sdp-version`, `username`,
+    /// `session-name`, `zero-address`).
+    pub replace: Vec<String>,
+    /// `direction`: the media interface (by name) of the side the request comes from, then of
+    /// the other side.
+    pub direction: Vec<String>,
+    /// `address-family` (`IP4`, `IP6`): the family towards the other side.
+    pub address_family: Option<String>,
     /// Known keys and flags this gateway does not act on (for the reply's `warning`).
     pub ignored: Vec<String>,
 }
@@ -162,6 +176,11 @@ impl Flags {
     pub fn has(&self, flag: &str) -> bool {
         let want = norm(flag);
         self.flags.contains(&want)
+    }
+
+    /// Whether `replace` names `what` (normalized).
+    pub fn replaces(&self, what: &str) -> bool {
+        self.replace.iter().any(|r| r == what)
     }
 }
 
@@ -372,17 +391,38 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                 }
             }
             "replace" => {
-                // We always write our own origin and connection lines.
                 for item in list("replace", v)? {
-                    match norm(&item).as_str() {
+                    let n = norm(&item);
+                    match n.as_str() {
                         "origin" | "session-connection" | "sdp-version" | "username"
-                        | "session-name" => {}
+                        | "session-name" | "zero-address" => f.replace.push(n),
                         _ => f.ignored.push(format!("replace: {item}")),
                     }
                 }
             }
-            "direction" | "record-call" | "metadata" | "media-address" | "address-family"
-            | "label" | "set-label" | "from-label" | "to-label" => f.ignored.push(k.clone()),
+            "direction" => f.direction = list("direction", v)?,
+            "address-family" => {
+                let fam = text("address-family", v)?.trim().to_ascii_uppercase();
+                if fam != "IP4" && fam != "IP6" {
+                    return Err(NgError::BadValue(
+                        "address-family",
+                        format!("{fam:?} (IP4 or IP6)"),
+                    ));
+                }
+                f.address_family = Some(fam);
+            }
+            "t.38" | "t38" => {
+                return Err(NgError::Unsupported("T.38 gatewaying", "T.38".into()));
+            }
+            "record-call" => {
+                let v = norm(&text("record-call", v)?);
+                if matches!(v.as_str(), "yes" | "on" | "true") {
+                    return Err(NgError::Unsupported("call recording", "record-call".into()));
+                }
+            }
+            "metadata" | "media-address" | "label" | "set-label" | "from-label" | "to-label" => {
+                f.ignored.push(k.clone())
+            }
             _ => {}
         }
     }
@@ -450,7 +490,27 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
                 .transpose()?,
         },
         "statistics" => Request::Statistics,
-        _ => return Err(NgError::UnknownCommand(command)),
+        other => match unsupported(other) {
+            Some(what) => return Err(NgError::Unsupported(what, other.to_owned())),
+            None => return Err(NgError::UnknownCommand(command)),
+        },
+    })
+}
+
+/// What an rtpengine command this gateway does not do asks for (recording, media playback,
+/// DTMF injection, …), by its normalized name.
+fn unsupported(command: &str) -> Option<&'static str> {
+    Some(match command {
+        "start-recording" | "stop-recording" | "pause-recording" | "start-forwarding"
+        | "stop-forwarding" => "call recording",
+        "play-media" | "stop-media" => "media playback",
+        "play-dtmf" => "DTMF injection",
+        "block-dtmf" | "unblock-dtmf" | "block-media" | "unblock-media" | "silence-media"
+        | "unsilence-media" => "blocking media or DTMF",
+        "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
+            "rtpengine's media subscriptions"
+        }
+        _ => return None,
     })
 }
 
@@ -541,7 +601,11 @@ mod tests {
         assert!(f.rtcp_mux.demux);
         assert_eq!(f.received_from, Some("192.0.2.7".parse().unwrap()));
         assert!(f.has("SIP-source-address") && f.has("trust-address"));
-        assert_eq!(f.ignored, vec!["direction".to_owned()]);
+        assert_eq!(
+            f.direction,
+            vec!["internal".to_owned(), "external".to_owned()]
+        );
+        assert!(f.ignored.is_empty(), "{:?}", f.ignored);
     }
 
     #[test]
@@ -650,5 +714,20 @@ mod tests {
             Err(NgError::BadValue("call-id", _))
         ));
         assert_eq!(parse(&dict(&[("command", s("PING"))])), Ok(Request::Ping));
+        // rtpengine's commands and flags this gateway does not do say so.
+        let e = parse(&dict(&[("command", s("start recording"))])).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "start-recording: call recording is not supported by this media relay"
+        );
+        let e = parse(&dict(&[
+            ("command", s("offer")),
+            ("call-id", s("c")),
+            ("from-tag", s("a")),
+            ("sdp", s("")),
+            ("T.38", Bencode::List(vec![s("decode")])),
+        ]))
+        .unwrap_err();
+        assert!(e.to_string().contains("T.38 gatewaying"), "{e}");
     }
 }

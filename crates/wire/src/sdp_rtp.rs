@@ -3,16 +3,17 @@
 //! write them: a connection address (`c=`) and a port per section, static or mapped payload
 //! types, RTCP on the next port (or `a=rtcp`, or `a=rtcp-mux`).
 //!
-//! Parsing is done by the `sdp` crate (a faithful syntax layer over RFC 8866), and reduced here
-//! to what a gateway decides on ([`RtpDescription`]); [`write_rtp_answer`] writes the answer.
+//! Parsing is done by [`crate::sdp_doc`] (as lenient as rtpengine: SIP peers write lines out of
+//! RFC 8866's order), and reduced here to what a gateway decides on ([`RtpDescription`]);
+//! [`write_rtp_answer`] writes the answer.
 //! Untrusted input never panics: every error says what was wrong.
 
 use std::fmt::Write as _;
-use std::io::Cursor;
 use std::net::IpAddr;
 
 use crate::sdes::{Crypto, SdesError};
 use crate::sdp::{Codec, Direction, MediaKind, SdpError};
+use crate::sdp_doc::{connection_address, Line, Media, SdpDoc, SdpDocError};
 
 /// The transport a media section names (`m=<media> <port> <proto> …`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,8 +91,8 @@ pub struct RtpSection {
     /// neither, or `0.0.0.0`: on hold).
     pub address: Option<IpAddr>,
     /// The codecs in the offer's order: `a=rtpmap` where given, RFC 3551's static payload
-    /// types otherwise (0 PCMU, 8 PCMA, 9 G722, 18 G729, …); formats neither names are left
-    /// out.
+    /// types otherwise (0 PCMU, 8 PCMA, 9 G722, 18 G729, …); a dynamic type neither names has
+    /// an empty name and clock 0.
     pub codecs: Vec<Codec>,
     /// The `a=crypto` lines that parsed, in the offer's order.
     pub crypto: Vec<Crypto>,
@@ -118,134 +119,182 @@ pub struct RtpDescription {
     pub sections: Vec<RtpSection>,
 }
 
-/// RFC 3551's static audio payload types a section may name without an `a=rtpmap`.
-fn static_codec(pt: u8) -> Option<Codec> {
-    let (name, rate) = match pt {
-        0 => ("PCMU", 8000),
-        3 => ("GSM", 8000),
-        4 => ("G723", 8000),
-        8 => ("PCMA", 8000),
-        9 => ("G722", 8000),
-        13 => ("CN", 8000),
-        18 => ("G729", 8000),
+/// RFC 3551's static payload types (audio and video), which a section may name without an
+/// `a=rtpmap`.
+pub fn static_codec(pt: u8) -> Option<Codec> {
+    let (name, rate, channels) = match pt {
+        0 => ("PCMU", 8000, None),
+        3 => ("GSM", 8000, None),
+        4 => ("G723", 8000, None),
+        5 => ("DVI4", 8000, None),
+        6 => ("DVI4", 16000, None),
+        7 => ("LPC", 8000, None),
+        8 => ("PCMA", 8000, None),
+        9 => ("G722", 8000, None),
+        10 => ("L16", 44100, Some(2)),
+        11 => ("L16", 44100, None),
+        12 => ("QCELP", 8000, None),
+        13 => ("CN", 8000, None),
+        14 => ("MPA", 90000, None),
+        15 => ("G728", 8000, None),
+        16 => ("DVI4", 11025, None),
+        17 => ("DVI4", 22050, None),
+        18 => ("G729", 8000, None),
+        25 => ("CelB", 90000, None),
+        26 => ("JPEG", 90000, None),
+        28 => ("nv", 90000, None),
+        31 => ("H261", 90000, None),
+        32 => ("MPV", 90000, None),
+        33 => ("MP2T", 90000, None),
+        34 => ("H263", 90000, None),
         _ => return None,
     };
     Some(Codec {
         pt,
         name: name.into(),
         clock_rate: rate,
-        channels: None,
+        channels,
         fmtp: None,
     })
 }
 
-fn direction_of(attrs: &[sdp::description::common::Attribute]) -> Option<Direction> {
-    attrs.iter().find_map(|a| match a.key.as_str() {
-        "sendrecv" => Some(Direction::SendRecv),
-        "sendonly" => Some(Direction::SendOnly),
-        "recvonly" => Some(Direction::RecvOnly),
-        "inactive" => Some(Direction::Inactive),
+/// The `a=rtpmap` encoding (`PCMU/8000`, `L16/44100/2`) RFC 3551 gives a static payload type
+/// written as a format (`"0"`).
+pub fn static_rtpmap(format: &str) -> Option<String> {
+    let c = static_codec(format.parse().ok()?)?;
+    Some(match c.channels {
+        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
+        None => format!("{}/{}", c.name, c.clock_rate),
+    })
+}
+
+fn direction_attribute(lines: &[Line]) -> Option<Direction> {
+    lines.iter().rev().find_map(|l| match l.attribute() {
+        Some(("sendrecv", None)) => Some(Direction::SendRecv),
+        Some(("sendonly", None)) => Some(Direction::SendOnly),
+        Some(("recvonly", None)) => Some(Direction::RecvOnly),
+        Some(("inactive", None)) => Some(Direction::Inactive),
         _ => None,
     })
 }
 
-fn address_of(c: &Option<sdp::description::common::ConnectionInformation>) -> Option<IpAddr> {
-    let ip: IpAddr = c.as_ref()?.address.as_ref()?.address.parse().ok()?;
+/// The direction section `m` of `doc` states: its own attribute, else the session's, else
+/// `sendrecv`.
+pub fn section_direction(doc: &SdpDoc, m: &Media) -> Direction {
+    direction_attribute(&m.lines)
+        .or_else(|| direction_attribute(&doc.session))
+        .unwrap_or(Direction::SendRecv)
+}
+
+/// A `c=` value's address; `None` for none, a name, or `0.0.0.0` (hold).
+fn address_of(c: Option<&str>) -> Option<IpAddr> {
+    let ip = connection_address(c?)?;
     (!ip.is_unspecified()).then_some(ip)
 }
 
-/// Parses a telephony offer (or answer). Sections of any transport are returned (the caller
-/// decides what it takes); an SDP without media is an error.
-pub fn parse_rtp(text: &str) -> Result<RtpDescription, SdpError> {
-    let desc = sdp::SessionDescription::unmarshal(&mut Cursor::new(text.as_bytes()))
-        .map_err(|e| SdpError::Parse(e.to_string().chars().take(200).collect()))?;
-    if desc.media_descriptions.is_empty() {
-        return Err(SdpError::NoMedia);
+fn media_kind(name: &str) -> MediaKind {
+    match name {
+        "audio" => MediaKind::Audio,
+        "video" => MediaKind::Video,
+        "application" => MediaKind::Application,
+        other => MediaKind::Other(other.to_owned()),
     }
-    let session_address = address_of(&desc.connection_information);
-    let session_direction = direction_of(&desc.attributes);
-    let mut sections = Vec::new();
-    for m in &desc.media_descriptions {
-        let kind = match m.media_name.media.as_str() {
-            "audio" => MediaKind::Audio,
-            "video" => MediaKind::Video,
-            "application" => MediaKind::Application,
-            other => MediaKind::Other(other.to_owned()),
-        };
-        let port = u16::try_from(m.media_name.port.value)
-            .map_err(|_| SdpError::Parse(format!("m= port {}", m.media_name.port.value)))?;
-        let transport = Transport::parse(&m.media_name.protos.join("/"));
-        let value = |key: &'static str| {
-            m.attributes
-                .iter()
-                .filter(move |a| a.key.eq_ignore_ascii_case(key))
-                .filter_map(|a| a.value.as_deref())
-        };
-        let mut codecs = Vec::new();
-        for f in &m.media_name.formats {
-            let Ok(pt) = f.parse::<u8>() else { continue };
-            let rtpmap = value("rtpmap").find_map(|v| {
-                let (p, rest) = v.split_once(' ')?;
-                (p.parse::<u8>().ok()? == pt).then_some(rest.trim())
-            });
-            let fmtp = value("fmtp").find_map(|v| {
-                let (p, rest) = v.split_once(' ')?;
-                (p.parse::<u8>().ok()? == pt).then(|| rest.trim().to_owned())
-            });
-            let codec = match rtpmap {
-                Some(map) => {
-                    let mut parts = map.split('/');
-                    let name = parts.next().unwrap_or("").to_owned();
-                    let Some(clock_rate) = parts.next().and_then(|r| r.parse().ok()) else {
-                        continue;
-                    };
-                    Codec {
-                        pt,
-                        name,
-                        clock_rate,
-                        channels: parts.next().and_then(|c| c.parse().ok()),
-                        fmtp,
-                    }
+}
+
+/// A section's formats as codecs, in the `m=` line's order: `a=rtpmap` where given, RFC 3551's
+/// static payload types otherwise; a dynamic type without `a=rtpmap` is kept nameless (clock
+/// 0), for a relay to pass on as it came.
+fn codecs_of(m: &Media) -> Vec<Codec> {
+    let for_pt = |name: &'static str, pt: u8| {
+        m.attributes(name).flatten().find_map(|v| {
+            let (p, rest) = v.split_once(' ')?;
+            (p.parse::<u8>().ok()? == pt).then(|| rest.trim())
+        })
+    };
+    let mut codecs = Vec::new();
+    for f in &m.formats {
+        let Ok(pt) = f.parse::<u8>() else { continue };
+        let fmtp = for_pt("fmtp", pt).map(str::to_owned);
+        let codec = match for_pt("rtpmap", pt) {
+            Some(map) => {
+                let mut parts = map.split('/');
+                let name = parts.next().unwrap_or("").trim().to_owned();
+                let clock_rate = parts
+                    .next()
+                    .and_then(|r| r.trim().parse().ok())
+                    .unwrap_or(0);
+                Codec {
+                    pt,
+                    name,
+                    clock_rate,
+                    channels: parts.next().and_then(|c| c.trim().parse().ok()),
+                    fmtp,
                 }
-                None => match static_codec(pt) {
-                    Some(c) => Codec { fmtp, ..c },
-                    None => continue,
-                },
-            };
-            codecs.push(codec);
-        }
-        let (mut crypto, mut bad_crypto) = (Vec::new(), Vec::new());
-        for v in value("crypto") {
-            match Crypto::parse(v) {
-                Ok(c) => crypto.push(c),
-                Err(e) => bad_crypto.push(e),
             }
-        }
-        sections.push(RtpSection {
-            kind,
-            port,
-            transport,
-            // A section's own c= wins, 0.0.0.0 (hold) included.
-            address: match m.connection_information {
-                Some(_) => address_of(&m.connection_information),
-                None => session_address,
+            None => match static_codec(pt) {
+                Some(c) => Codec { fmtp, ..c },
+                None => Codec {
+                    pt,
+                    name: String::new(),
+                    clock_rate: 0,
+                    channels: None,
+                    fmtp,
+                },
             },
-            codecs,
-            crypto,
-            bad_crypto,
-            rtcp_port: value("rtcp").find_map(|v| v.split_whitespace().next()?.parse().ok()),
-            rtcp_mux: m.has_attribute("rtcp-mux"),
-            direction: direction_of(&m.attributes)
-                .or(session_direction)
-                .unwrap_or(Direction::SendRecv),
-            ptime: value("ptime").find_map(|v| v.trim().parse().ok()),
-            mid: value("mid").next().map(str::to_owned),
-        });
+        };
+        codecs.push(codec);
     }
-    Ok(RtpDescription {
-        session_address,
-        sections,
-    })
+    codecs
+}
+
+/// Section `m` of `doc` as a gateway decides on it.
+pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
+    let session_address = address_of(doc.session_line('c'));
+    let value = |key: &'static str| m.attributes(key).flatten();
+    let (mut crypto, mut bad_crypto) = (Vec::new(), Vec::new());
+    for v in value("crypto") {
+        match Crypto::parse(v) {
+            Ok(c) => crypto.push(c),
+            Err(e) => bad_crypto.push(e),
+        }
+    }
+    RtpSection {
+        kind: media_kind(&m.media),
+        port: m.port,
+        transport: Transport::parse(&m.proto),
+        // A section's own c= wins, 0.0.0.0 (hold) included.
+        address: match m.connection() {
+            Some(c) => address_of(Some(c)),
+            None => session_address,
+        },
+        codecs: codecs_of(m),
+        crypto,
+        bad_crypto,
+        rtcp_port: value("rtcp").find_map(|v| v.split_whitespace().next()?.parse().ok()),
+        rtcp_mux: m.has("rtcp-mux"),
+        direction: section_direction(doc, m),
+        ptime: value("ptime").find_map(|v| v.trim().parse().ok()),
+        mid: value("mid").next().map(str::to_owned),
+    }
+}
+
+/// `doc` as a gateway decides on it.
+pub fn rtp_description(doc: &SdpDoc) -> RtpDescription {
+    RtpDescription {
+        session_address: address_of(doc.session_line('c')),
+        sections: doc.media.iter().map(|m| rtp_section(doc, m)).collect(),
+    }
+}
+
+/// Parses a telephony offer (or answer), as leniently as rtpengine does ([`SdpDoc`]).
+/// Sections of any transport are returned (the caller decides what it takes); an SDP without
+/// media is an error.
+pub fn parse_rtp(text: &str) -> Result<RtpDescription, SdpError> {
+    let doc = SdpDoc::parse(text).map_err(|e| match e {
+        SdpDocError::NoMedia => SdpError::NoMedia,
+        other => SdpError::Parse(other.to_string()),
+    })?;
+    Ok(rtp_description(&doc))
 }
 
 /// One answered section.
@@ -437,6 +486,22 @@ mod tests {
         assert!(back.sections[0].rtcp_mux);
         assert_eq!(back.sections[0].crypto[0].tag, 1);
         assert_eq!(back.sections[1].port, 0);
+    }
+
+    #[test]
+    fn lines_out_of_order_and_unnamed_formats_are_read_as_rtpengine_reads_them() {
+        // The session c= after t=, a dynamic type without a=rtpmap.
+        let d = parse_rtp(
+            "v=0\no=- 1 1 IN IP4 192.0.2.1\ns=-\nt=0 0\nc=IN IP4 192.0.2.1\n\
+             m=audio 0 RTP/AVP 8 101\nm=image 4000 udptl t38\nm=audio 4002 RTP/AVP 31 97\n",
+        )
+        .unwrap();
+        assert_eq!(d.session_address, Some("192.0.2.1".parse().unwrap()));
+        assert_eq!(d.sections.len(), 3);
+        assert_eq!(d.sections[1].kind, MediaKind::Other("image".into()));
+        let c = &d.sections[2].codecs;
+        assert_eq!((c[0].name.as_str(), c[0].clock_rate), ("H261", 90000));
+        assert_eq!((c[1].pt, c[1].name.as_str(), c[1].clock_rate), (97, "", 0));
     }
 
     #[test]

@@ -32,7 +32,9 @@ use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
-pub use rtp::{Latch, Ports, Quarantine, RtpConfig, RtpLeg, RtpLegError, RtpOfferSpec};
+pub use rtp::{
+    Latch, Ports, Quarantine, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec,
+};
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 
 /// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s
@@ -57,6 +59,11 @@ pub enum CodecId {
     /// H.264, 90 kHz (any profile: the first offered H.264 payload type of our preference is
     /// the one a receiver gets).
     H264,
+    /// A format the gateway relays without knowing it (AMR, G.729, EVS, CN, H.263,
+    /// telephone-events at another clock, …): relaying needs no decoder. Told apart by a hash
+    /// of its encoding name (case-insensitive), clock rate and channels ([`CodecId::passthrough`]);
+    /// never transcoded.
+    Other(u64),
 }
 
 impl CodecId {
@@ -92,6 +99,7 @@ impl CodecId {
             CodecId::TelephoneEvent | CodecId::TelephoneEvent48k => "telephone-event",
             CodecId::Vp8 => "VP8",
             CodecId::H264 => "H264",
+            CodecId::Other(_) => "passthrough",
         }
     }
 
@@ -101,10 +109,14 @@ impl CodecId {
             CodecId::Opus | CodecId::TelephoneEvent48k => 48_000,
             CodecId::Pcmu | CodecId::Pcma | CodecId::G722 | CodecId::TelephoneEvent => 8_000,
             CodecId::Vp8 | CodecId::H264 => 90_000,
+            // Not known here: the SDP that named it says.
+            CodecId::Other(_) => 0,
         }
     }
 
-    /// Whether this is an audio codec or telephone-events (else video).
+    /// Whether this is an audio codec or telephone-events (else video). A passthrough format
+    /// counts as audio: it is relayed as it is, with none of the video handling (keyframe
+    /// requests, simulcast layers) the gateway gives the video codecs it knows.
     pub fn is_audio(self) -> bool {
         !matches!(self, CodecId::Vp8 | CodecId::H264)
     }
@@ -150,6 +162,7 @@ impl CodecId {
                 None,
                 Some("level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"),
             ),
+            CodecId::Other(_) => (96, None, None),
         };
         Codec {
             pt,
@@ -165,6 +178,31 @@ impl CodecId {
         CodecId::ALL
             .into_iter()
             .find(|c| codec.is(c.name(), c.clock_rate()))
+    }
+
+    /// The codec an offered format is, known or not: [`CodecId::of`], else
+    /// [`CodecId::Other`] keyed by its name (case-insensitive), clock rate and channels (one
+    /// when not given); a format without a name by its payload type.
+    pub fn passthrough(codec: &Codec) -> CodecId {
+        if let Some(id) = CodecId::of(codec) {
+            return id;
+        }
+        // FNV-1a: stable across runs and processes, so both sides of a call agree.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for b in bytes {
+                h ^= u64::from(*b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        if codec.name.is_empty() {
+            eat(&[b'#', codec.pt]);
+        } else {
+            eat(codec.name.to_ascii_lowercase().as_bytes());
+            eat(&codec.clock_rate.to_be_bytes());
+            eat(&codec.channels.unwrap_or(1).to_be_bytes());
+        }
+        CodecId::Other(h)
     }
 
     /// The codec an ng `codec` flag or an API request names (`opus`, `PCMU`, `G722`,

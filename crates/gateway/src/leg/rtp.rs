@@ -117,6 +117,56 @@ pub struct RtpConfig {
     /// SDES legs too keep to the source they latched to (see the
     /// [module documentation](self)); plain legs always do.
     pub strict_source: bool,
+    /// Relay every offered format, known or not, in the offer's order, on a section of any
+    /// media type (the ng protocol's legs, as rtpengine relays): transcoding still needs a
+    /// codec the gateway has. Otherwise only the first audio section, and only
+    /// `audio_codecs`, in our preference.
+    pub passthrough: bool,
+}
+
+/// How one telephony leg differs from the gateway's telephony defaults ([`RtpConfig`]): the
+/// ng protocol's legs relay every format, and take the SDES suites the call's flags leave.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RtpLegOptions {
+    /// [`RtpConfig::passthrough`].
+    pub passthrough: bool,
+    /// The media type of the section a leg offers (audio by default).
+    pub kind: MediaKind,
+    /// The SDES suites the leg takes, most preferred first, instead of the configured ones.
+    pub sdes_suites: Option<Vec<Profile>>,
+    /// The tags of the crypto lines a leg offers, one per suite of its offer (empty: 1, 2,
+    /// …): rtpengine keeps the tags of the suites the other side offered.
+    pub sdes_tags: Vec<u32>,
+    /// The local address its ports are bound on (a media interface's), instead of the
+    /// gateway's UDP address.
+    pub bind: Option<IpAddr>,
+    /// The remote addresses the leg refuses at first: its ports' previous peers, as the
+    /// server's port pool remembers them (filled in by the worker that binds the ports).
+    pub quarantine: Quarantine,
+}
+
+impl Default for RtpLegOptions {
+    fn default() -> RtpLegOptions {
+        RtpLegOptions {
+            passthrough: false,
+            kind: MediaKind::Audio,
+            sdes_suites: None,
+            sdes_tags: Vec::new(),
+            bind: None,
+            quarantine: Quarantine::default(),
+        }
+    }
+}
+
+impl RtpLegOptions {
+    /// `config` as this leg has it.
+    pub fn apply(&self, mut config: RtpConfig) -> RtpConfig {
+        config.passthrough = self.passthrough;
+        if let Some(s) = &self.sdes_suites {
+            config.sdes_suites = s.clone();
+        }
+        config
+    }
 }
 
 impl Default for RtpConfig {
@@ -136,6 +186,7 @@ impl Default for RtpConfig {
             media_timeout: Duration::from_secs(60),
             replay_window: 1024,
             strict_source: false,
+            passthrough: false,
         }
     }
 }
@@ -240,6 +291,9 @@ pub struct RtpLeg {
     awaiting: bool,
     /// Made as an offer of ours (its ports were bound before anyone said whether RTCP muxes).
     offerer: bool,
+    /// The codecs of our last offer, which an answer may take (a later answer to the same
+    /// offer may take others than the first did).
+    offered: Vec<(CodecId, u8)>,
     media: Vec<NegotiatedMedia>,
     answer: String,
     /// The sections of our last SDP, and its `o=` session id and version.
@@ -353,7 +407,7 @@ impl RtpLeg {
     ) -> Result<RtpLeg, RtpLegError> {
         let serves = |s: &RtpSection| {
             s.port != 0
-                && s.kind == MediaKind::Audio
+                && (config.passthrough || s.kind == MediaKind::Audio)
                 && (s.transport.is_plain() || s.transport.is_sdes())
         };
         let chosen = offer
@@ -362,17 +416,30 @@ impl RtpLeg {
             .position(serves)
             .ok_or(RtpLegError::NoServableSection)?;
         let section = &offer.sections[chosen];
-        let mut codecs = Vec::new();
-        for want in &config.audio_codecs {
-            for c in &section.codecs {
-                if CodecId::of(c) == Some(*want) {
-                    codecs.push((*want, c.clone()));
+        let codecs = if config.passthrough {
+            let all: Vec<(CodecId, Codec)> = section
+                .codecs
+                .iter()
+                .map(|c| (CodecId::passthrough(c), c.clone()))
+                .collect();
+            if all.is_empty() {
+                return Err(RtpLegError::NoCommonCodec);
+            }
+            all
+        } else {
+            let mut codecs = Vec::new();
+            for want in &config.audio_codecs {
+                for c in &section.codecs {
+                    if CodecId::of(c) == Some(*want) {
+                        codecs.push((*want, c.clone()));
+                    }
                 }
             }
-        }
-        if codecs.iter().all(|(id, _)| id.is_event()) {
-            return Err(RtpLegError::NoCommonCodec);
-        }
+            if codecs.iter().all(|(id, _)| id.is_event()) {
+                return Err(RtpLegError::NoCommonCodec);
+            }
+            codecs
+        };
         let (security, answer_crypto) = if section.transport.is_sdes() {
             let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
             let theirs = Zeroizing::new(
@@ -423,7 +490,7 @@ impl RtpLeg {
         let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
         let media = vec![NegotiatedMedia {
             mid: section.mid.clone().unwrap_or_else(|| chosen.to_string()),
-            kind: MediaKind::Audio,
+            kind: section.kind.clone(),
             codecs: in_offer_order(&codecs, &section.codecs),
             peer_sends: section.direction.sends(),
             peer_receives: section.direction.receives(),
@@ -488,6 +555,7 @@ impl RtpLeg {
             security,
             awaiting: false,
             offerer: false,
+            offered: Vec::new(),
             media,
             answer,
             sdp: sections,
@@ -522,6 +590,19 @@ impl RtpLeg {
         config: RtpConfig,
         now: Instant,
     ) -> Result<RtpLeg, RtpLegError> {
+        RtpLeg::new_offer_of(MediaKind::Audio, &[], spec, ports, config, now)
+    }
+
+    /// [`RtpLeg::new_offer`] for a section of media type `kind`, its crypto lines tagged
+    /// `tags` (one per suite; 1, 2, … where not given).
+    pub fn new_offer_of(
+        kind: MediaKind,
+        tags: &[u32],
+        spec: &RtpOfferSpec,
+        ports: Ports,
+        config: RtpConfig,
+        now: Instant,
+    ) -> Result<RtpLeg, RtpLegError> {
         if spec.codecs.is_empty() {
             return Err(RtpLegError::NoCommonCodec);
         }
@@ -534,7 +615,7 @@ impl RtpLeg {
             let mut keys = Vec::new();
             let mut lines = Vec::new();
             for (i, p) in spec.suites.iter().enumerate() {
-                let tag = i as u32 + 1;
+                let tag = tags.get(i).copied().unwrap_or(i as u32 + 1);
                 let mut raw = random_bytes(p.key_len() + p.salt_len());
                 let key = MasterKey::from_concatenated(*p, &raw)
                     .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
@@ -563,7 +644,7 @@ impl RtpLeg {
         let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
         let media = vec![NegotiatedMedia {
             mid: "0".into(),
-            kind: MediaKind::Audio,
+            kind: kind.clone(),
             codecs: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
             peer_sends: true,
             peer_receives: true,
@@ -574,7 +655,7 @@ impl RtpLeg {
             ptime: spec.ptime,
         }];
         let section = RtpSectionAnswer {
-            kind: MediaKind::Audio,
+            kind,
             port: Some(ports.rtp.port()),
             transport: spec.transport.clone(),
             codecs: spec.codecs.iter().map(|(_, c)| c.clone()).collect(),
@@ -595,6 +676,7 @@ impl RtpLeg {
             security,
             awaiting: true,
             offerer: true,
+            offered: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
             media,
             answer: sdp,
             sdp: vec![section],
@@ -621,19 +703,25 @@ impl RtpLeg {
         answer: &RtpDescription,
         now: Instant,
     ) -> Result<(), RtpLegError> {
-        if !self.awaiting && !self.reoffered {
+        // A leg made as an offer also takes a later answer to it: a SIP proxy passes on every
+        // answer an early dialog gets (a 183, then the 200 with other codecs or keys).
+        if !self.awaiting && !self.reoffered && !self.offerer {
             return Err(RtpLegError::BadAnswer(
                 "no offer of ours waits for one".into(),
             ));
         }
         let bad = |why: &str| RtpLegError::BadAnswer(why.to_owned());
+        let kind = self.media[0].kind.clone();
         let a = answer
             .sections
             .iter()
-            .find(|s| s.kind == MediaKind::Audio)
-            .ok_or_else(|| bad("no audio section"))?;
+            .find(|s| s.kind == kind)
+            .ok_or_else(|| bad(&format!("no {} section", kind.as_str())))?;
         if a.port == 0 {
-            return Err(bad("the audio section is rejected (port 0)"));
+            return Err(bad(&format!(
+                "the {} section is rejected (port 0)",
+                kind.as_str()
+            )));
         }
         let sdes = self.protects();
         if sdes != a.transport.is_sdes() || (!sdes && !a.transport.is_plain()) {
@@ -642,12 +730,16 @@ impl RtpLeg {
                 a.transport.as_str()
             )));
         }
-        let offered = &self.media[0].codecs;
+        let offered = &self.offered;
         let answered: Vec<(CodecId, Codec)> = a
             .codecs
             .iter()
             .filter_map(|c| {
-                let id = CodecId::of(c)?;
+                let id = if self.config.passthrough {
+                    CodecId::passthrough(c)
+                } else {
+                    CodecId::of(c)?
+                };
                 offered
                     .iter()
                     .any(|(o, _)| *o == id)
@@ -688,11 +780,14 @@ impl RtpLeg {
                 .crypto
                 .first()
                 .ok_or_else(|| bad("no a=crypto in an SDES answer"))?;
+            // The tag and suite we offered; else the suite under another tag (rtpengine takes
+            // an answer that names an offered suite by another tag, and proxies' answers are
+            // written for its tags).
+            let named = |p: &Profile| p.sdp_name().eq_ignore_ascii_case(&c.suite);
             let i = keys
                 .iter()
-                .position(|(tag, p, _)| {
-                    *tag == c.tag && p.sdp_name().eq_ignore_ascii_case(&c.suite)
-                })
+                .position(|(tag, p, _)| *tag == c.tag && named(p))
+                .or_else(|| keys.iter().position(|(_, p, _)| named(p)))
                 .ok_or_else(|| {
                     bad(&format!(
                         "a=crypto tag {} {} was not offered",
@@ -814,6 +909,7 @@ impl RtpLeg {
             0
         };
         next.offerer = self.offerer;
+        next.offered = std::mem::take(&mut self.offered);
         next.counters = self.counters;
         next.quarantine = std::mem::take(&mut self.quarantine);
         next.latched_peers = std::mem::take(&mut self.latched_peers);
@@ -860,6 +956,7 @@ impl RtpLeg {
         };
         self.origin.1 += 1;
         self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+        self.offered = self.media[0].codecs.clone();
         self.reoffered = true;
         Ok(&self.answer)
     }

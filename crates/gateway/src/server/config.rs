@@ -283,6 +283,13 @@ pub struct ServeConfig {
     /// TURN threads, each with its own SO_REUSEPORT socket on `turn_udp` and the relays of its
     /// allocations.
     pub turn_threads: usize,
+    /// Media interfaces for telephony legs, as rtpengine's `--interface` writes them:
+    /// `[NAME/]LOCAL[!ADVERTISED]` (`internal/10.0.0.5`, `external/192.168.1.5!203.0.113.7`,
+    /// `::1`). Legs' ports are bound on LOCAL and their SDP announces ADVERTISED; the ng
+    /// protocol's `direction` flag picks an interface per side by NAME, `address-family` or
+    /// the side's own address picks IPv4 or IPv6 within it. Empty: one interface, the `udp`
+    /// address announced as `announce`.
+    pub interfaces: Vec<String>,
 }
 
 /// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
@@ -378,6 +385,7 @@ impl Default for ServeConfig {
             turn_allocations_per_source: 256,
             turn_max_lifetime_secs: 3600,
             turn_threads: 1,
+            interfaces: Vec::new(),
         }
     }
 }

@@ -11,7 +11,7 @@
 //! | `PATCH {Location}` | trickle ICE (204) or ICE restart (200 with our new credentials), `If-Match` required |
 //! | `DELETE {Location}` | leave (close_notify) |
 //! | `GET {Location}/room` | the room as the participant sees it: who is in it (by name), its own layers |
-//! | `GET /rooms/{room}/ice-servers` | JSON: the TURN servers and a fresh credential (`iceServers` for `RTCPeerConnection`), needs `join`; with no TURN configured, none |
+//! | `GET /rooms/{room}/ice-servers` | JSON: the TURN servers and a fresh credential (`iceServers` for `RTCPeerConnection`), needs the right to publish or to subscribe there; with no TURN configured, none |
 //! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
 //! | `PATCH /api/rooms/{room}` | the room's settings (mixing) |
 //! | `DELETE /api/rooms/{room}/participants/{id}` | remove a participant |
@@ -765,7 +765,7 @@ async fn ice_servers(
     uri: axum::http::Uri,
     headers: HeaderMap,
 ) -> Response {
-    let caller = match admit_to_room(&s, &room, &headers, Need::Join) {
+    let caller = match admit_to_room(&s, &room, &headers, Need::Media) {
         Ok(c) => c,
         Err(r) => return *r,
     };

@@ -23,10 +23,15 @@ pub mod banner;
 pub mod config;
 mod directory;
 mod http;
+mod interfaces;
 mod linger;
 mod listener;
 mod ng;
+mod ng_call;
 mod ng_codecs;
+mod ng_sdp;
+mod ng_stats;
+mod ng_webrtc;
 pub mod per_source;
 mod ports;
 pub mod process;
@@ -220,7 +225,9 @@ use tokio::sync::oneshot;
 
 use crate::admission::Shed;
 use crate::ice_lite::{Credentials, IceConfig};
-use crate::leg::{CodecId, RtpConfig, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection};
+use crate::leg::{
+    CodecId, RtpConfig, RtpLegOptions, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection,
+};
 use crate::rtcp::RtcpConfig;
 pub use crate::shard::{
     JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, ParticipantSnapshot, RoomLimits,
@@ -279,6 +286,8 @@ pub struct Gateway {
     candidate: SocketAddr,
     admitting: AtomicBool,
     fingerprint: String,
+    /// Telephony legs' media interfaces (`interfaces`), the first the default.
+    interfaces: Vec<interfaces::Interface>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -340,6 +349,8 @@ impl Gateway {
                 .unwrap_or_else(|| default_announce(udp_addr)),
             udp_addr.port(),
         );
+        let interfaces = interfaces::configured(&config.interfaces, udp_addr.ip(), candidate.ip())
+            .map_err(|e| StartError(e.to_string()))?;
         let shard_config = ShardConfig {
             certificate: LocalCertificate::from(&certificate),
             webrtc: WebRtcConfig {
@@ -444,7 +455,13 @@ impl Gateway {
             candidate,
             admitting: AtomicBool::new(true),
             fingerprint,
+            interfaces,
         }))
+    }
+
+    /// Telephony legs' media interfaces, the first the default.
+    pub(crate) fn interfaces(&self) -> &[interfaces::Interface] {
+        &self.interfaces
     }
 
     /// The bound media address.
@@ -628,6 +645,18 @@ impl Gateway {
         offer: RtpDescription,
         who: Who,
     ) -> Result<JoinedRtp, JoinError> {
+        self.join_rtp_with(room, offer, RtpLegOptions::default(), who)
+            .await
+    }
+
+    /// [`Gateway::join_rtp`] with `options` for the leg (the ng protocol's legs).
+    pub async fn join_rtp_with(
+        &self,
+        room: &str,
+        offer: RtpDescription,
+        options: RtpLegOptions,
+        who: Who,
+    ) -> Result<JoinedRtp, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }
@@ -636,6 +665,7 @@ impl Gateway {
             room: room.to_owned(),
             offer: Box::new(offer),
             who,
+            options: Box::new(options),
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -656,6 +686,18 @@ impl Gateway {
         spec: RtpOfferSpec,
         who: Who,
     ) -> Result<JoinedRtp, JoinError> {
+        self.offer_rtp_with(room, spec, RtpLegOptions::default(), who)
+            .await
+    }
+
+    /// [`Gateway::offer_rtp`] with `options` for the leg (the ng protocol's legs).
+    pub async fn offer_rtp_with(
+        &self,
+        room: &str,
+        spec: RtpOfferSpec,
+        options: RtpLegOptions,
+        who: Who,
+    ) -> Result<JoinedRtp, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }
@@ -664,6 +706,7 @@ impl Gateway {
             room: room.to_owned(),
             spec: Box::new(spec),
             who,
+            options: Box::new(options),
             reply,
         };
         if !self.send(self.worker_for(room), cmd) {
@@ -838,6 +881,20 @@ impl Gateway {
             reply,
         };
         self.send(self.worker_for(room), cmd) && rx.await.unwrap_or(false)
+    }
+
+    /// Ends every member of `room` and gives their last figures (an ng call's media section
+    /// ending), in one trip to the room's worker.
+    pub(crate) async fn end_room(&self, room: &str) -> Vec<ParticipantSnapshot> {
+        let (reply, rx) = oneshot::channel();
+        let cmd = Command::EndRoom {
+            room: room.to_owned(),
+            reply,
+        };
+        if !self.send(self.worker_for(room), cmd) {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
     }
 
     /// ICE restart with the peer's new credentials: our new ones, or `None` for an unknown

@@ -1,16 +1,12 @@
 //! The ng control socket (`secrelay serve --ng ADDR`): rtpengine's protocol for SIP proxies
 //! (Kamailio's and OpenSIPS's `rtpengine` modules), over UDP.
 //!
-//! A call maps to a two-member room. `offer` carries the caller's SDP: the caller's side is
-//! remembered, and a member facing the callee is made as an *offer* of ours (a port pair of
-//! its own, our address, and for SDES a key of ours per suite; or, with `transport-protocol:
-//! UDP/TLS/RTP/SAVPF`, a WebRTC offer: ICE-lite, DTLS `actpass`, on the shared UDP port) whose
-//! SDP is the reply, for the proxy to send on to the callee. `answer` carries the callee's SDP:
-//! the callee's member takes it, and a member facing the caller is made from the caller's SDP,
-//! restricted to the codecs the callee took, whose answer is the reply. So each side gets the
-//! kind of leg its SDP and the flags ask for (plain RTP, SDES-SRTP, or WebRTC, on either
-//! side), and media between them is unprotected with one side's keys and protected with the
-//! other's.
+//! A call between telephony sides (plain RTP, SDES-SRTP) is kept as rtpengine keeps one, media
+//! section by media section ([`super::ng_call`]): every format passes through as it came
+//! unless the flags ask for transcoding, and each reply is the request's own SDP rewritten as
+//! rtpengine rewrites it ([`super::ng_sdp`]), so a proxy that swaps rtpengine for secrelay
+//! keeps the SDP its phones saw. A call with a WebRTC side (DTLS-SRTP) is one room of two
+//! members ([`super::ng_webrtc`]).
 //!
 //! Replies are cached by cookie for a while: a proxy retransmitting a request over UDP gets the
 //! same reply, not a second call. Malformed messages, unknown commands, missing keys, SDP
@@ -25,16 +21,17 @@ use std::time::{Duration, Instant};
 
 use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
-use secrelay_wire::sdp::parse_offer;
-use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
+use secrelay_wire::ng::{error_reply, parse, reply, OfferAnswer, Request};
+use secrelay_wire::sdp_doc::SdpDoc;
+use secrelay_wire::sdp_rtp::Transport;
 
-use super::ng_codecs::{caller_keeps, plan};
-use super::{Gateway, JoinError, JoinKind, Who};
-use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
-use secrelay_wire::ng::{error_reply, parse, reply, Dtls, Flags, Ice, OfferAnswer, Request};
+use super::ng_call::{Ctx, SectionCall, Side};
+use super::ng_stats;
+use super::ng_webrtc::WebRtcCall;
+use super::{Gateway, JoinError};
 
 /// Why an offer has nothing for the callee.
-const NO_CODEC: &str =
+pub(super) const NO_CODEC: &str =
     "the offer has no codec the gateway relays or transcodes (opus, PCMU, PCMA, G722)";
 
 /// How long a reply is kept for retransmissions of its request.
@@ -42,43 +39,58 @@ const REPLY_CACHE_FOR: Duration = Duration::from_secs(30);
 /// Most replies kept.
 const REPLY_CACHE_MAX: usize = 16_384;
 
-/// One call: the caller's side as offered, the callee's member, and the caller's once made.
+/// A call: between telephony sides, section by section; or with a WebRTC side.
 #[derive(Debug, Clone)]
-struct Call {
-    room: String,
-    from_tag: String,
-    to_tag: Option<String>,
-    /// The caller's SDP and flags, for its member at `answer` time.
-    caller_sdp: String,
-    caller_flags: Flags,
-    /// The member facing the callee, and our offer to it.
-    callee_id: String,
-    callee_offer: String,
-    /// Whether the callee's member is a WebRTC leg (its answer is WebRTC SDP).
-    callee_webrtc: bool,
-    /// The caller's codecs its side keeps to be transcoded, whatever the callee takes (the
-    /// `codec` manipulations).
-    caller_transcodes: Vec<CodecId>,
-    /// The member facing the caller, and our answer to it, once answered.
-    caller: Option<(String, String)>,
-    /// The last new offer in the answered call (a re-INVITE from either side).
-    reoffer: Option<Reoffer>,
-    created: Instant,
+pub(super) enum Call {
+    Sections(Box<SectionCall>),
+    WebRtc(Box<WebRtcCall>),
 }
 
-/// A new offer in an answered call: from whom, and what each side gets.
-#[derive(Debug, Clone)]
-struct Reoffer {
-    /// The offering side's tag and SDP.
-    from_tag: String,
-    sdp: String,
-    /// Our new offer to the other side (the reply to the `offer`), and that side's member.
-    offer: String,
-    answerer: String,
-    /// Our answer to the offering side (the reply to the `answer`), and whether it was
-    /// answered.
-    answer: String,
-    answered: bool,
+impl Call {
+    fn created(&self) -> Instant {
+        match self {
+            Call::Sections(c) => c.created,
+            Call::WebRtc(c) => c.created,
+        }
+    }
+
+    fn tags(&self) -> (String, Option<String>) {
+        match self {
+            Call::Sections(c) => (c.from_tag.clone(), c.to_tag.clone()),
+            Call::WebRtc(c) => (c.from_tag.clone(), c.to_tag.clone()),
+        }
+    }
+
+    /// The members, with their rooms and the tag of the side each faces.
+    fn members(&self) -> Vec<(String, String, Option<String>)> {
+        match self {
+            Call::Sections(c) => c
+                .members()
+                .into_iter()
+                .map(|(room, id, side)| {
+                    let tag = match side {
+                        Side::A => Some(c.from_tag.clone()),
+                        Side::B => c.to_tag.clone(),
+                    };
+                    (room, id, tag)
+                })
+                .collect(),
+            Call::WebRtc(c) => {
+                let mut v = vec![(c.room.clone(), c.callee_id.clone(), c.to_tag.clone())];
+                if let Some((id, _)) = &c.caller {
+                    v.push((c.room.clone(), id.clone(), Some(c.from_tag.clone())));
+                }
+                v
+            }
+        }
+    }
+}
+
+/// A random mark of 12 hex digits for `loop-protect`.
+fn loop_mark() -> String {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).expect("the OS random source works");
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// The configuration's `ng_allow` (checked when the configuration was).
@@ -88,13 +100,15 @@ fn gateway_allow(gateway: &Gateway) -> Vec<ipnet::IpNet> {
 
 /// The ng server's state.
 pub(crate) struct Ng {
-    gateway: Arc<Gateway>,
-    calls: HashMap<String, Call>,
+    pub(super) gateway: Arc<Gateway>,
+    pub(super) calls: HashMap<String, Call>,
     replies: HashMap<(SocketAddr, Vec<u8>), (Vec<u8>, Instant)>,
     reply_order: VecDeque<((SocketAddr, Vec<u8>), Instant)>,
-    sdes_suites: Vec<Profile>,
+    pub(super) sdes_suites: Vec<Profile>,
     /// `ng_allow`: the sources taken; empty: any.
     allow: Vec<ipnet::IpNet>,
+    /// The `a=rtpengine:` mark `loop-protect` writes, to know our own SDP coming back.
+    loop_mark: String,
 }
 
 impl Ng {
@@ -105,6 +119,7 @@ impl Ng {
             reply_order: VecDeque::new(),
             sdes_suites,
             allow: gateway_allow(&gateway),
+            loop_mark: loop_mark(),
             gateway,
         }
     }
@@ -209,11 +224,26 @@ impl Ng {
     /// leave the last 30 s of replies in memory until its next request).
     async fn prune(&mut self) {
         self.expire_replies(Instant::now());
-        let rooms: Vec<String> = self.calls.values().map(|c| c.room.clone()).collect();
-        for room in rooms {
-            if self.gateway.rooms(Some(&room)).await.is_empty() {
-                self.calls.retain(|_, c| c.room != room);
+        let mut gone = Vec::new();
+        for (id, call) in &self.calls {
+            let members = call.members();
+            let mut alive = members.is_empty();
+            for (room, member, _) in &members {
+                let rooms = self.gateway.rooms(Some(room)).await;
+                if rooms
+                    .iter()
+                    .any(|r| r.participants.iter().any(|p| p.id == *member))
+                {
+                    alive = true;
+                    break;
+                }
             }
+            if !alive {
+                gone.push(id.clone());
+            }
+        }
+        for id in gone {
+            self.calls.remove(&id);
         }
         self.gateway
             .stats()
@@ -245,362 +275,159 @@ impl Ng {
                     ("calls", Bencode::List(calls)),
                 ]))
             }
-            Request::Statistics => {
-                let t = self.gateway.stats().totals();
-                let current = reply(vec![
-                    ("sessionsown", Bencode::Int(self.calls.len() as i64)),
-                    ("sessionstotal", Bencode::Int(self.calls.len() as i64)),
-                    ("participants", Bencode::Int(t.participants as i64)),
-                ]);
-                let total = reply(vec![
-                    ("forwardedpackets", Bencode::Int(t.media_forwarded as i64)),
-                    ("routedpackets", Bencode::Int(t.media_routed as i64)),
-                    ("droppedpackets", Bencode::Int(t.drops as i64)),
-                ]);
-                Ok(reply(vec![
-                    ("result", Bencode::str("ok")),
-                    (
-                        "statistics",
-                        reply(vec![
-                            ("currentstatistics", current),
-                            ("totalstatistics", total),
-                        ]),
-                    ),
-                ]))
-            }
+            Request::Statistics => Ok(self.statistics()),
             other => Err(format!("command not supported: {other:?}")),
         }
     }
 
-    /// `offer`: the member facing the callee, made as our offer.
-    async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
-        if let Some(c) = self.calls.get(&o.call_id).cloned() {
-            if c.from_tag == o.from_tag && c.caller_sdp == o.sdp && c.reoffer.is_none() {
-                // The same offer again (a retransmission under a new cookie): the same reply.
-                return Ok(sdp_reply(&c.callee_offer, &[]));
-            }
-            return self.reoffer(c, o).await;
+    fn statistics(&self) -> Bencode {
+        let t = self.gateway.stats().totals();
+        let current = reply(vec![
+            ("sessionsown", Bencode::Int(self.calls.len() as i64)),
+            ("sessionstotal", Bencode::Int(self.calls.len() as i64)),
+            ("participants", Bencode::Int(t.participants as i64)),
+        ]);
+        let total = reply(vec![
+            ("forwardedpackets", Bencode::Int(t.media_forwarded as i64)),
+            ("routedpackets", Bencode::Int(t.media_routed as i64)),
+            ("droppedpackets", Bencode::Int(t.drops as i64)),
+        ]);
+        reply(vec![
+            ("result", Bencode::str("ok")),
+            (
+                "statistics",
+                reply(vec![
+                    ("currentstatistics", current),
+                    ("totalstatistics", total),
+                ]),
+            ),
+        ])
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            gateway: &self.gateway,
+            interfaces: self.gateway.interfaces(),
+            loop_mark: &self.loop_mark,
+            sdes_suites: &self.sdes_suites,
         }
-        // A new call: a new room and two legs, refused while its worker sheds joins.
-        self.gateway.admit(&format!("call:{}", o.call_id))?;
-        let caller = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
-        let section = caller
-            .sections
-            .iter()
-            .find(|s| s.port != 0 && s.kind == secrelay_wire::sdp::MediaKind::Audio)
-            .ok_or("the offer's SDP has no audio section with a port")?;
-        let mut warnings = o.flags.ignored.clone();
-        let transport = match (&o.flags.transport, &section.transport) {
-            (Some(t), _) => t.clone(),
-            (None, t) if t.is_plain() || t.is_sdes() => t.clone(),
-            (None, t) => {
+    }
+
+    /// `offer`: a new call, or a new offer in one.
+    async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
+        let mut call = match self.calls.remove(&o.call_id) {
+            Some(Call::Sections(c)) => c,
+            Some(webrtc @ Call::WebRtc(_)) => {
+                self.calls.insert(o.call_id.clone(), webrtc);
+                return self.webrtc_offer(o).await;
+            }
+            None if wants_webrtc(&o) => return self.webrtc_offer(o).await,
+            None => {
+                // A new call, refused while its worker sheds joins.
+                self.gateway.admit(&format!("call:{}", o.call_id))?;
+                Box::new(SectionCall::new(&o.call_id, &o.from_tag))
+            }
+        };
+        let fresh = call.to_tag.is_none() && call.members().is_empty();
+        let r = self.section_offer(&mut call, &o).await;
+        if r.is_err() && fresh {
+            call.drop_members(&self.ctx()).await;
+        } else {
+            self.calls.insert(o.call_id.clone(), Call::Sections(call));
+        }
+        r
+    }
+
+    async fn section_offer(
+        &self,
+        call: &mut SectionCall,
+        o: &OfferAnswer,
+    ) -> Result<Bencode, String> {
+        if self.looped(o) {
+            // Our own SDP back (a proxy that routes the call through itself): passed on as it
+            // came, as rtpengine passes it.
+            return Ok(sdp_reply(&o.sdp, &[]));
+        }
+        let side = match call.side_of(&o.from_tag) {
+            Some(s) => s,
+            None if call.to_tag.is_none() => {
                 return Err(format!(
-                    "the caller speaks {}: say which transport the callee gets (transport-protocol: RTP/AVP or RTP/SAVP); offering WebRTC towards a callee is not supported yet",
-                    t.as_str()
+                    "from-tag {:?}: this call's offer waits for its answer",
+                    o.from_tag
+                ))
+            }
+            None => {
+                return Err(format!(
+                    "from-tag {:?} is neither side of this call",
+                    o.from_tag
                 ))
             }
         };
-        if transport.is_dtls() {
-            return self.offer_webrtc(o, section, warnings).await;
+        if let Some(sdp) = call.repeated(false, &o.from_tag, &o.sdp, &o.flags) {
+            return Ok(sdp_reply(&sdp, &[]));
         }
-        if o.flags.ice == Some(Ice::Force) {
-            warnings.push("ICE=force: a telephony callee gets no ICE".into());
-        }
-        let suites: Vec<Profile> = if transport.is_sdes() {
-            if o.flags.sdes_off {
-                return Err(format!(
-                    "transport-protocol {} needs SDES, and SDES is off",
-                    transport.as_str()
-                ));
-            }
-            let named = |names: &[String]| {
-                names
-                    .iter()
-                    .map(|n| {
-                        n.parse::<Profile>()
-                            .map_err(|_| format!("SDES: unknown suite {n:?}"))
-                    })
-                    .collect::<Result<Vec<Profile>, String>>()
-            };
-            let only = named(&o.flags.sdes_only)?;
-            let no = named(&o.flags.sdes_no)?;
-            let base = if only.is_empty() {
-                self.sdes_suites.clone()
-            } else {
-                only
-            };
-            base.into_iter().filter(|p| !no.contains(p)).collect()
-        } else {
-            Vec::new()
-        };
-        let plan = plan(&section.codecs, &o.flags.codec);
-        warnings.extend(plan.warnings);
-        if plan.towards_callee.is_empty() {
-            return Err(NO_CODEC.into());
-        }
-        let spec = RtpOfferSpec {
-            transport,
-            codecs: plan.towards_callee,
-            suites,
-            rtcp_mux: o.flags.rtcp_mux.offer || o.flags.rtcp_mux.require,
-            ptime: o.flags.ptime.or(section.ptime),
-        };
-        let room = format!("call:{}", o.call_id);
-        let j = self
-            .gateway
-            .offer_rtp(&room, spec, Who::default())
-            .await
-            .map_err(|e| join_reason(&e))?;
-        self.calls.insert(
-            o.call_id.clone(),
-            Call {
-                room,
-                from_tag: o.from_tag,
-                to_tag: None,
-                caller_sdp: o.sdp,
-                caller_flags: o.flags,
-                callee_id: j.id,
-                callee_offer: j.answer.clone(),
-                callee_webrtc: false,
-                caller_transcodes: plan.caller_transcodes,
-                caller: None,
-                reoffer: None,
-                created: Instant::now(),
-            },
-        );
-        Ok(sdp_reply(&j.answer, &warnings))
+        let sdp = call
+            .offer(&self.ctx(), side, &o.from_tag, &o.sdp, &o.flags)
+            .await?;
+        let mut warnings = o.flags.ignored.clone();
+        warnings.extend(call.warnings.iter().cloned());
+        warnings.extend(SectionCall::ice_warning(&o.flags));
+        Ok(sdp_reply(&sdp, &warnings))
     }
 
-    /// `offer` towards a WebRTC callee (`transport-protocol: UDP/TLS/RTP/SAVPF`): a WebRTC
-    /// member that offers the caller's audio codecs we relay, ICE-lite and DTLS `actpass`.
-    async fn offer_webrtc(
-        &mut self,
-        o: OfferAnswer,
-        section: &secrelay_wire::sdp_rtp::RtpSection,
-        mut warnings: Vec<String>,
+    /// `answer`: the answer to the offer that waits.
+    async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
+        let mut call = match self.calls.remove(&a.call_id) {
+            Some(Call::Sections(c)) => c,
+            Some(webrtc @ Call::WebRtc(_)) => {
+                self.calls.insert(a.call_id.clone(), webrtc);
+                return self.webrtc_answer(a).await;
+            }
+            None => return Err(format!("unknown call-id {:?}", a.call_id)),
+        };
+        let r = self.section_answer(&mut call, &a).await;
+        self.calls.insert(a.call_id.clone(), Call::Sections(call));
+        r
+    }
+
+    async fn section_answer(
+        &self,
+        call: &mut SectionCall,
+        a: &OfferAnswer,
     ) -> Result<Bencode, String> {
-        if o.flags.dtls == Some(Dtls::Off) {
-            return Err("transport-protocol UDP/TLS/RTP/SAVPF needs DTLS, and DTLS is off".into());
+        if self.looped(a) {
+            return Ok(sdp_reply(&a.sdp, &[]));
         }
-        if let Some(d) = o.flags.dtls {
-            // An offer lets the answerer choose (RFC 5763 §5): ours says actpass.
-            warnings.push(format!("DTLS={d:?}: our WebRTC offer says actpass"));
-        }
-        if o.flags.ice == Some(Ice::Remove) {
-            warnings.push("ICE=remove: a WebRTC callee needs ICE".into());
-        }
-        let plan = plan(&section.codecs, &o.flags.codec);
-        warnings.extend(plan.warnings);
-        if plan.towards_callee.is_empty() {
-            return Err(NO_CODEC.into());
-        }
-        if o.flags.ptime.is_some() {
-            warnings.push("ptime: a WebRTC callee gets no a=ptime".into());
-        }
-        let sections = vec![WebRtcOfferSection {
-            kind: secrelay_wire::sdp::MediaKind::Audio,
-            direction: secrelay_wire::sdp::Direction::SendRecv,
-            codecs: plan.towards_callee.into_iter().map(|(_, c)| c).collect(),
-        }];
-        let room = format!("call:{}", o.call_id);
-        let j = self
-            .gateway
-            .offer_webrtc(&room, sections, Who::default())
-            .await
-            .map_err(|e| join_reason(&e))?;
-        self.calls.insert(
-            o.call_id.clone(),
-            Call {
-                room,
-                from_tag: o.from_tag,
-                to_tag: None,
-                caller_sdp: o.sdp,
-                caller_flags: o.flags,
-                callee_id: j.id,
-                callee_offer: j.answer.clone(),
-                callee_webrtc: true,
-                caller_transcodes: plan.caller_transcodes,
-                caller: None,
-                reoffer: None,
-                created: Instant::now(),
-            },
-        );
-        Ok(sdp_reply(&j.answer, &warnings))
-    }
-
-    /// A new offer in an answered call (a re-INVITE from either side: new address, codecs,
-    /// direction or keys): the offering side's member takes it (its answer kept for the
-    /// `answer`), and the other side's member makes a new offer of ours, the reply. Telephony
-    /// members only.
-    async fn reoffer(&mut self, call: Call, o: OfferAnswer) -> Result<Bencode, String> {
-        if let Some(r) = &call.reoffer {
-            if r.from_tag == o.from_tag && r.sdp == o.sdp {
-                // A retransmission: the same reply.
-                return Ok(sdp_reply(&r.offer, &[]));
-            }
-            if !r.answered {
-                return Err("a new offer in this call still waits for its answer".into());
-            }
-        }
-        let Some((caller_id, _)) = &call.caller else {
-            return Err(
-                "a new offer before the call was answered (only the first offer's retransmissions are taken)"
-                    .into(),
-            );
-        };
-        let (offerer, answerer) = if o.from_tag == call.from_tag {
-            (caller_id.clone(), call.callee_id.clone())
-        } else if call.to_tag.as_deref() == Some(o.from_tag.as_str()) {
-            (call.callee_id.clone(), caller_id.clone())
-        } else {
+        // The answer's from-tag is the offerer's (side A's for the first offer, either side's
+        // for a new one); its to-tag is the answerer's.
+        let answerer = a.to_tag.clone().unwrap_or_default();
+        if call.side_of(&a.from_tag).is_none() {
             return Err(format!(
                 "from-tag {:?} is neither side of this call",
-                o.from_tag
-            ));
-        };
-        let sdp = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
-        if sdp
-            .sections
-            .iter()
-            .any(|s| s.port != 0 && s.transport.is_dtls())
-        {
-            return Err(
-                "a new offer with DTLS (WebRTC) in an answered call is not supported yet".into(),
-            );
-        }
-        // Our offer to the other side first: if that side cannot take one (a WebRTC member),
-        // nothing has changed yet.
-        let offer = self
-            .gateway
-            .reoffer_rtp(&call.room, &answerer)
-            .await
-            .map_err(|e| join_reason(&e))?;
-        let answer = match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
-            Ok(Some(answer)) => answer,
-            Ok(None) => return Err("the offering side had an offer of ours pending".into()),
-            Err(e) => return Err(join_reason(&e)),
-        };
-        if let Some(c) = self.calls.get_mut(&o.call_id) {
-            if o.from_tag == c.from_tag {
-                c.caller_sdp = o.sdp.clone();
-            }
-            c.reoffer = Some(Reoffer {
-                from_tag: o.from_tag,
-                sdp: o.sdp,
-                offer: offer.clone(),
-                answerer,
-                answer,
-                answered: false,
-            });
-        }
-        Ok(sdp_reply(&offer, &o.flags.ignored))
-    }
-
-    /// `answer`: the callee's member takes its answer; the caller's member is made, with the
-    /// codecs the callee took. After a new offer in the answered call, the other side's answer
-    /// to it.
-    async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
-        let call = self
-            .calls
-            .get(&a.call_id)
-            .cloned()
-            .ok_or_else(|| format!("unknown call-id {:?}", a.call_id))?;
-        if let Some(r) = call.reoffer.as_ref().filter(|r| r.from_tag == a.from_tag) {
-            if !r.answered {
-                let sdp = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
-                match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
-                    Ok(None) => {}
-                    Ok(Some(_)) => {
-                        return Err("the answering side had no offer of ours pending".into())
-                    }
-                    Err(e) => return Err(join_reason(&e)),
-                }
-                if let Some(c) = self.calls.get_mut(&a.call_id) {
-                    if let Some(r) = c.reoffer.as_mut() {
-                        r.answered = true;
-                    }
-                }
-            }
-            return Ok(sdp_reply(&r.answer, &a.flags.ignored));
-        }
-        if call.from_tag != a.from_tag {
-            return Err(format!(
-                "from-tag {:?} is not this call's caller",
                 a.from_tag
             ));
         }
-        if let Some((_, sdp)) = &call.caller {
-            // Answered already (a retransmission under a new cookie): the same reply.
-            return Ok(sdp_reply(sdp, &[]));
+        if let Some(sdp) = call.repeated(true, &answerer, &a.sdp, &a.flags) {
+            return Ok(sdp_reply(&sdp, &[]));
         }
-        let taken = if call.callee_webrtc {
-            let callee =
-                parse_offer(&a.sdp).map_err(|e| format!("the answer's WebRTC SDP: {e}"))?;
-            self.gateway
-                .answer_webrtc(&call.room, &call.callee_id, callee)
-                .await
-        } else {
-            let callee = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
-            self.gateway
-                .answer_rtp(&call.room, &call.callee_id, callee)
-                .await
+        let sdp = call
+            .answer(&self.ctx(), &answerer, &a.sdp, &a.flags)
+            .await?;
+        Ok(sdp_reply(&sdp, &a.flags.ignored))
+    }
+
+    /// Whether a `loop-protect` request carries our own mark: the SDP came from us.
+    fn looped(&self, r: &OfferAnswer) -> bool {
+        r.flags.has("loop-protect")
+            && SdpDoc::parse(&r.sdp)
+                .is_ok_and(|d| d.session_attribute("rtpengine") == Some(self.loop_mark.as_str()))
+    }
+
+    pub(super) fn webrtc_mut(&mut self, call_id: &str) -> Option<&mut WebRtcCall> {
+        match self.calls.get_mut(call_id) {
+            Some(Call::WebRtc(c)) => Some(c.as_mut()),
+            _ => None,
         }
-        .map_err(|e| join_reason(&e))?;
-        let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
-        let mut warnings = a.flags.ignored.clone();
-        let caller_rtp =
-            parse_rtp(&call.caller_sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
-        let dtls = caller_rtp
-            .sections
-            .iter()
-            .any(|s| s.port != 0 && s.transport.is_dtls());
-        let (id, sdp) = if dtls {
-            // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
-            let mut offer = parse_offer(&call.caller_sdp)
-                .map_err(|e| format!("the offer's WebRTC SDP: {e}"))?;
-            for m in &mut offer.media {
-                m.codecs.retain(|c| {
-                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
-                });
-            }
-            let j = self
-                .gateway
-                .join(&call.room, offer, JoinKind::Join, Who::default())
-                .await
-                .map_err(|e| join_reason(&e))?;
-            (j.id, j.answer)
-        } else {
-            let mut offer: RtpDescription = caller_rtp;
-            for s in &mut offer.sections {
-                s.codecs.retain(|c| {
-                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
-                });
-                if let Some(p) = call.caller_flags.ptime_reverse {
-                    s.ptime = Some(p);
-                }
-                if call.caller_flags.has("SIP-source-address") {
-                    if let Some(ip) = call.caller_flags.received_from {
-                        s.address = Some(ip);
-                    }
-                }
-            }
-            if call.caller_flags.transport.is_some() {
-                warnings.push(
-                    "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
-                );
-            }
-            let j = self
-                .gateway
-                .join_rtp(&call.room, offer, Who::default())
-                .await
-                .map_err(|e| join_reason(&e))?;
-            (j.id, j.answer)
-        };
-        if let Some(c) = self.calls.get_mut(&a.call_id) {
-            c.to_tag = a.to_tag.clone();
-            c.caller = Some((id, sdp.clone()));
-        }
-        Ok(sdp_reply(&sdp, &warnings))
     }
 
     async fn delete(
@@ -613,73 +440,127 @@ impl Ng {
             .calls
             .get(call_id)
             .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
-        if from_tag
-            .as_ref()
-            .is_some_and(|t| *t != call.from_tag && Some(t) != call.to_tag.as_ref())
-            && to_tag
-                .as_ref()
-                .is_some_and(|t| *t != call.from_tag && Some(t) != call.to_tag.as_ref())
-        {
+        let (from, to) = call.tags();
+        let known = |t: &Option<String>| {
+            t.as_ref()
+                .is_none_or(|t| *t == from || Some(t) == to.as_ref())
+        };
+        if !known(&from_tag) && !known(&to_tag) {
             return Err("no such tag in this call".into());
         }
         let call = self.calls.remove(call_id).expect("the call was just found");
-        self.gateway.leave(&call.room, &call.callee_id).await;
-        if let Some((id, _)) = &call.caller {
-            self.gateway.leave(&call.room, id).await;
+        // The figures as they stand when the call ends: what a CDR script reads.
+        let mut entries = vec![("result", Bencode::str("ok"))];
+        match &call {
+            Call::Sections(c) => entries.extend(self.section_report(c, true).await),
+            Call::WebRtc(c) => {
+                entries.push((
+                    "created",
+                    Bencode::Int(c.created.elapsed().as_secs() as i64),
+                ));
+                for (room, id, _) in call.members() {
+                    self.gateway.leave(&room, &id).await;
+                }
+            }
         }
-        Ok(reply(vec![
-            ("result", Bencode::str("ok")),
-            (
-                "created",
-                Bencode::Int(call.created.elapsed().as_secs() as i64),
-            ),
-        ]))
+        Ok(reply(entries))
+    }
+
+    /// A telephony call's figures in rtpengine's structure ([`ng_stats`]); with `end`, its
+    /// members are ended as their figures are taken (one trip per section).
+    async fn section_report(&self, c: &SectionCall, end: bool) -> Vec<(&'static str, Bencode)> {
+        let sections = c.report_sections();
+        let mut rooms: Vec<String> = sections
+            .iter()
+            .flat_map(|s| [&s.a, &s.b])
+            .flatten()
+            .map(|m| m.room.clone())
+            .collect();
+        rooms.dedup();
+        let mut snapshots = HashMap::new();
+        for room in rooms {
+            let members = if end {
+                self.gateway.end_room(&room).await
+            } else {
+                self.gateway
+                    .rooms(Some(&room))
+                    .await
+                    .into_iter()
+                    .flat_map(|r| r.participants)
+                    .collect()
+            };
+            for p in members {
+                snapshots.insert((room.clone(), p.id.clone()), p);
+            }
+        }
+        ng_stats::report(
+            &sections,
+            &snapshots,
+            (&c.from_tag, c.to_tag.as_deref()),
+            (c.created_at, c.last_signal),
+            self.gateway.udp_addr().ip(),
+        )
     }
 
     async fn query(&mut self, call_id: &str) -> Result<Bencode, String> {
         let call = self
             .calls
             .get(call_id)
+            .cloned()
             .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
-        let rooms = self.gateway.rooms(Some(&call.room)).await;
-        let members = rooms
-            .first()
-            .map(|r| r.participants.clone())
-            .unwrap_or_default();
-        let side = |id: &str| {
-            members.iter().find(|p| p.id == id).map(|p| {
-                reply(vec![
-                    ("leg", Bencode::str(p.leg)),
-                    ("state", Bencode::str(&p.state)),
-                    ("packets-in", Bencode::Int(p.packets_in as i64)),
-                    ("bytes-in", Bencode::Int(p.bytes_in as i64)),
-                    ("packets-out", Bencode::Int(p.packets_out as i64)),
-                    ("bytes-out", Bencode::Int(p.bytes_out as i64)),
-                    ("errors", Bencode::Int(p.drops.values().sum::<u64>() as i64)),
-                ])
-            })
-        };
-        let mut tags = Vec::new();
-        if let Some((id, _)) = &call.caller {
-            if let Some(d) = side(id) {
-                tags.push((call.from_tag.as_str(), d));
-            }
+        if let Call::Sections(c) = &call {
+            let mut entries = vec![("result", Bencode::str("ok"))];
+            entries.extend(self.section_report(c, false).await);
+            return Ok(reply(entries));
         }
-        if let Some(d) = side(&call.callee_id) {
-            tags.push((call.to_tag.as_deref().unwrap_or("callee"), d));
+        let mut tags: Vec<(String, Bencode)> = Vec::new();
+        for (room, id, tag) in call.members() {
+            let rooms = self.gateway.rooms(Some(&room)).await;
+            let Some(p) = rooms
+                .first()
+                .and_then(|r| r.participants.iter().find(|p| p.id == id))
+            else {
+                continue;
+            };
+            let d = reply(vec![
+                ("leg", Bencode::str(p.leg)),
+                ("state", Bencode::str(&p.state)),
+                ("packets-in", Bencode::Int(p.packets_in as i64)),
+                ("bytes-in", Bencode::Int(p.bytes_in as i64)),
+                ("packets-out", Bencode::Int(p.packets_out as i64)),
+                ("bytes-out", Bencode::Int(p.bytes_out as i64)),
+                ("errors", Bencode::Int(p.drops.values().sum::<u64>() as i64)),
+            ]);
+            tags.push((tag.unwrap_or_else(|| "callee".into()), d));
         }
         Ok(reply(vec![
             ("result", Bencode::str("ok")),
             (
                 "created",
-                Bencode::Int(call.created.elapsed().as_secs() as i64),
+                Bencode::Int(call.created().elapsed().as_secs() as i64),
             ),
-            ("tags", reply(tags)),
+            (
+                "tags",
+                Bencode::Dict(tags.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect()),
+            ),
         ]))
     }
 }
 
-fn sdp_reply(sdp: &str, warnings: &[String]) -> Bencode {
+/// Whether an offer makes a call with a WebRTC side: the flags ask for DTLS-SRTP towards the
+/// callee, or the caller offers it.
+fn wants_webrtc(o: &OfferAnswer) -> bool {
+    if o.flags.transport.as_ref().is_some_and(Transport::is_dtls) {
+        return true;
+    }
+    SdpDoc::parse(&o.sdp).is_ok_and(|d| {
+        d.media
+            .iter()
+            .any(|m| m.port != 0 && Transport::parse(&m.proto).is_dtls())
+    })
+}
+
+pub(super) fn sdp_reply(sdp: &str, warnings: &[String]) -> Bencode {
     let mut e = vec![("result", Bencode::str("ok")), ("sdp", Bencode::str(sdp))];
     let joined;
     if !warnings.is_empty() {
@@ -689,7 +570,7 @@ fn sdp_reply(sdp: &str, warnings: &[String]) -> Bencode {
     reply(e)
 }
 
-fn join_reason(e: &JoinError) -> String {
+pub(super) fn join_reason(e: &JoinError) -> String {
     match e {
         JoinError::Unacceptable(why) => why.clone(),
         JoinError::ShuttingDown => "the gateway is shutting down".into(),

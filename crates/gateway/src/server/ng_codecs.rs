@@ -12,8 +12,9 @@
 //! - `accept` (`all` with `always transcode`): offered to the callee, and kept on the caller's
 //!   side even when the callee rejects it.
 //! - `offer`: the listed codecs first, in the listed order; `except`: kept despite `all`.
-//! - `transcode`: as `offer`, adding a codec the caller did not offer (one the gateway encodes):
-//!   then every codec of the caller's the gateway decodes is kept on its side.
+//! - `transcode`: kept like `except`, adding a codec the caller did not offer (one the gateway
+//!   encodes) after the caller's audio codecs, before its telephone-events: then every codec
+//!   of the caller's the gateway decodes is kept on its side.
 //!
 //! Names are `NAME[/CLOCK[/CHANNELS]]`, case-insensitive. A name that is neither in the offer nor
 //! a codec the gateway has is reported in the reply's `warning`, by name; so is a codec asked to
@@ -59,6 +60,11 @@ fn names(spec: &str, c: &Codec) -> bool {
     clock_ok && channels_ok
 }
 
+/// Telephone-events (at any clock) and comfort noise: carried beside the audio codecs.
+fn is_event_like(c: &Codec) -> bool {
+    c.name.eq_ignore_ascii_case("telephone-event") || c.name.eq_ignore_ascii_case("CN")
+}
+
 fn is_all(list: &[String]) -> bool {
     list.iter()
         .any(|n| n.eq_ignore_ascii_case("all") || n.eq_ignore_ascii_case("full"))
@@ -78,8 +84,9 @@ fn free_pt(id: CodecId, used: &[u8]) -> Option<u8> {
     (96..=127).find(|pt| !used.contains(pt))
 }
 
-/// Applies `flags` to the caller's offered `codecs` (its audio section's, in its order). See
-/// the [module documentation](self).
+/// Applies `flags` to the caller's offered `codecs` (a section's, in its order): every format
+/// is kept, known to the gateway or not (relaying needs no decoder), unless the flags say
+/// otherwise. See the [module documentation](self).
 pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     let mut warnings = Vec::new();
     // Names no list can mean: neither offered nor ours.
@@ -111,9 +118,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     let mut caller_transcodes: Vec<CodecId> = Vec::new();
     let mut masked_any = false;
     for c in codecs {
-        let Some(id) = CodecId::of(c).filter(|id| id.is_audio()) else {
-            continue;
-        };
+        let id = CodecId::passthrough(c);
         let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
         if stripped {
             continue;
@@ -131,19 +136,23 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         }
         towards.push((id, c.clone()));
     }
-    // `offer` and `transcode` put their codecs first, in their order.
-    let firsts: Vec<&String> = flags.offer.iter().chain(&flags.transcode).collect();
+    // `offer` puts its codecs first, in its order.
     let mut ordered: Vec<(CodecId, Codec)> = Vec::new();
-    for n in &firsts {
+    for n in &flags.offer {
         if let Some(k) = towards.iter().position(|(_, c)| names(n, c)) {
             ordered.push(towards.remove(k));
         }
     }
     ordered.append(&mut towards);
     let mut towards = ordered;
-    // `transcode`: codecs the caller did not offer, added (and transcoded).
+    // `transcode`: codecs the caller did not offer, added (and transcoded) after the caller's
+    // audio codecs, before its telephone-events and comfort noise, as rtpengine adds them.
     let mut added = false;
-    for (k, n) in flags.transcode.iter().enumerate() {
+    let mut at = towards
+        .iter()
+        .position(|(_, c)| is_event_like(c))
+        .unwrap_or(towards.len());
+    for n in &flags.transcode {
         if towards.iter().any(|(_, c)| names(n, c)) {
             continue;
         }
@@ -163,17 +172,8 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         };
         let mut codec = id.offer_codec();
         codec.pt = pt;
-        // Where `transcode` names the added codec among the first, it goes there.
-        let at = towards
-            .iter()
-            .take_while(|(_, c)| {
-                firsts
-                    .iter()
-                    .take(flags.offer.len() + k)
-                    .any(|f| names(f, c))
-            })
-            .count();
         towards.insert(at, (id, codec));
+        at += 1;
         added = true;
     }
     if added || masked_any {
@@ -222,11 +222,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         }
         towards = codecs
             .iter()
-            .filter_map(|c| {
-                CodecId::of(c)
-                    .filter(|id| id.is_audio())
-                    .map(|id| (id, c.clone()))
-            })
+            .map(|c| (CodecId::passthrough(c), c.clone()))
             .collect();
         caller_transcodes.clear();
     }
@@ -284,8 +280,8 @@ mod tests {
         assert_eq!(
             names_of(&p),
             vec![
-                ("PCMA/8000".into(), 8),
                 ("opus/48000".into(), 111),
+                ("PCMA/8000".into(), 8),
                 ("telephone-event/48000".into(), 110),
                 ("telephone-event/8000".into(), 101),
             ]
@@ -319,9 +315,14 @@ mod tests {
             ..CodecFlags::default()
         };
         let p = plan(&offer, &f);
+        // G.729, which the gateway cannot decode, passes through untouched.
         assert_eq!(
             names_of(&p),
-            vec![("G722/8000".into(), 9), ("PCMA/8000".into(), 8)]
+            vec![
+                ("PCMA/8000".into(), 8),
+                ("G729/8000".into(), 18),
+                ("G722/8000".into(), 9)
+            ]
         );
         // PCMU was stripped: not kept for transcoding either.
         assert_eq!(p.caller_transcodes, vec![CodecId::Opus, CodecId::Pcma]);
@@ -342,8 +343,8 @@ mod tests {
             ..CodecFlags::default()
         };
         let p = plan(&offer, &f);
-        assert_eq!(p.towards_callee.len(), 3);
-        assert_eq!(p.caller_transcodes.len(), 3);
+        assert_eq!(p.towards_callee.len(), 4);
+        assert_eq!(p.caller_transcodes.len(), 4);
     }
 
     #[test]

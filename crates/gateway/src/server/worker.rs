@@ -32,10 +32,12 @@ use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::admission::{Admission, AdmissionConfig, LoadMeter};
 use crate::counters::DropReason;
 use crate::ice_lite::Credentials;
-use crate::leg::{CodecId, Ports, Quarantine, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection};
+use crate::leg::{
+    CodecId, Ports, Quarantine, RtpLegOptions, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection,
+};
 use crate::shard::{
     Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, Output,
-    RoomSnapshot, Shard, Who,
+    ParticipantSnapshot, RoomSnapshot, Shard, Who,
 };
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -90,6 +92,7 @@ pub(crate) enum Command {
         room: String,
         offer: Box<RtpDescription>,
         who: Who,
+        options: Box<RtpLegOptions>,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
     },
     /// Make a telephony participant that offers to a phone (a SIP proxy's `offer`).
@@ -97,6 +100,7 @@ pub(crate) enum Command {
         room: String,
         spec: Box<RtpOfferSpec>,
         who: Who,
+        options: Box<RtpLegOptions>,
         reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
     },
     /// The phone's answer to that offer; replies the codecs it took.
@@ -159,6 +163,12 @@ pub(crate) enum Command {
     Snapshot {
         room: Option<String>,
         reply: oneshot::Sender<Vec<RoomSnapshot>>,
+    },
+    /// A room's members' figures, then each member ended (an ng call's media section ends:
+    /// its figures for the `delete` reply and its end in one trip).
+    EndRoom {
+        room: String,
+        reply: oneshot::Sender<Vec<ParticipantSnapshot>>,
     },
     /// Stop admitting, close every participant with close_notify, send what is queued.
     Drain { reply: oneshot::Sender<()> },
@@ -473,10 +483,15 @@ impl Worker {
                 room,
                 offer,
                 who,
+                options,
                 reply,
             } => {
-                let r = self.with_ports(now, |shard, ports, q| {
-                    shard.join_rtp(now, &room, &offer, ports, q, &who)
+                let r = self.with_ports(options.bind, now, |shard, ports, quarantine| {
+                    let options = RtpLegOptions {
+                        quarantine,
+                        ..*options
+                    };
+                    shard.join_rtp_with(now, &room, &offer, ports, &options, &who)
                 });
                 self.after_command();
                 let _ = reply.send(r);
@@ -485,10 +500,15 @@ impl Worker {
                 room,
                 spec,
                 who,
+                options,
                 reply,
             } => {
-                let r = self.with_ports(now, |shard, ports, q| {
-                    shard.offer_rtp(now, &room, &spec, ports, q, &who)
+                let r = self.with_ports(options.bind, now, |shard, ports, quarantine| {
+                    let options = RtpLegOptions {
+                        quarantine,
+                        ..*options
+                    };
+                    shard.offer_rtp_with(now, &room, &spec, ports, &options, &who)
                 });
                 self.after_command();
                 let _ = reply.send(r);
@@ -566,6 +586,19 @@ impl Worker {
                 self.publish();
                 let _ = reply.send(self.shard.snapshot(now, room.as_deref()));
             }
+            Command::EndRoom { room, reply } => {
+                let members: Vec<ParticipantSnapshot> = self
+                    .shard
+                    .snapshot(now, Some(&room))
+                    .into_iter()
+                    .flat_map(|r| r.participants)
+                    .collect();
+                for p in &members {
+                    self.shard.leave(now, &room, &p.id);
+                }
+                self.after_command();
+                let _ = reply.send(members);
+            }
             Command::Drain { reply } => {
                 self.shard.drain(now);
                 self.after_command();
@@ -581,17 +614,19 @@ impl Worker {
         }
     }
 
-    /// Binds a port pair for a telephony leg, makes the leg with `make` (given the pair's
-    /// previous peers to refuse), and keeps the sockets it uses.
+    /// Binds a port pair for a telephony leg on `bind` (else the gateway's UDP address), makes
+    /// the leg with `make` (given the pair's previous peers to refuse), and keeps the sockets
+    /// it uses.
     fn with_ports(
         &mut self,
+        bind: Option<std::net::IpAddr>,
         now: Instant,
         make: impl FnOnce(&mut Shard, Ports, Quarantine) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
         let pair = self
             .shared
             .ports
-            .bind_pair(self.shared.bind_ip, now)
+            .bind_pair(bind.unwrap_or(self.shared.bind_ip), now)
             .map_err(|e| JoinError::Full(e.to_string()))?;
         let ports = Ports {
             rtp: pair.rtp_addr,

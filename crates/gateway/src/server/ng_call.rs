@@ -1,0 +1,1049 @@
+//! An ng call between plain-RTP and SDES-SRTP sides, kept as rtpengine keeps one: every media
+//! section of the SDP (audio, video, any other RTP section) is relayed between the same section
+//! of the two sides, as a room of its own with one member facing each side, on ports of its
+//! own, every format passed on as it came unless the flags ask for transcoding. Each reply is
+//! the request's own SDP rewritten ([`super::ng_sdp`]): our ports, address and keys, the rest
+//! as the peer wrote it.
+//!
+//! Side A made the call's first offer (its `from-tag`), side B answered it (its `to-tag`).
+//! An offer waits in [`Pending`] for its answer. The offer makes the members facing the side
+//! it goes to; the answer makes the members facing the offering side, answering its offer
+//! with the formats the other side took. A new offer in an answered call (a re-INVITE from
+//! either side: hold, a new address, new keys) renegotiates the members it finds, on their
+//! ports; a section it adds gets a room of its own.
+
+use std::time::Instant;
+
+use secrelay_srtp::Profile;
+use secrelay_wire::ng::{Flags, Ice};
+use secrelay_wire::sdp::Direction;
+use secrelay_wire::sdp_doc::{Media, SdpDoc};
+use secrelay_wire::sdp_rtp::{rtp_section, RtpDescription, Transport};
+
+use super::interfaces::{choose, Interface};
+use super::ng_codecs::{caller_keeps, plan};
+use super::ng_sdp::{codecs_of, direction_of, rewrite, CodecOut, Relayed, Rewrite, SectionOut};
+use super::{Gateway, JoinError, Who};
+use crate::leg::{CodecId, RtpLegOptions, RtpOfferSpec};
+
+/// Which side of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The side of the call's first offer.
+    A,
+    /// The side that answered it.
+    B,
+}
+
+impl Side {
+    fn other(self) -> Side {
+        match self {
+            Side::A => Side::B,
+            Side::B => Side::A,
+        }
+    }
+}
+
+/// What a member's own SDP says of it: what ours towards its side writes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Local {
+    port: u16,
+    /// The transport towards its side.
+    proto: String,
+    rtcp_mux: bool,
+    /// Its `a=crypto` values (our offer's, one per suite; or the one our answer took).
+    crypto: Vec<String>,
+    /// The formats its SDP lists.
+    formats: Vec<String>,
+}
+
+/// What our leg wrote for its section: a scan of its own SDP (one section with a port, as the
+/// leg writes it), not a full parse, as it runs for every member made.
+fn local_of(sdp: &str) -> Result<Local, String> {
+    let mut local: Option<Local> = None;
+    for line in sdp.lines() {
+        if let Some(m) = line.strip_prefix("m=") {
+            if local.is_some() {
+                break;
+            }
+            let mut f = m.split_whitespace();
+            let port: u16 = f.nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+            if port != 0 {
+                local = Some(Local {
+                    port,
+                    proto: f.next().unwrap_or_default().to_owned(),
+                    formats: f.map(str::to_owned).collect(),
+                    ..Local::default()
+                });
+            }
+        } else if let Some(l) = local.as_mut() {
+            if line == "a=rtcp-mux" {
+                l.rtcp_mux = true;
+            } else if let Some(c) = line.strip_prefix("a=crypto:") {
+                l.crypto.push(c.to_owned());
+            }
+        }
+    }
+    local.ok_or_else(|| "a leg's own SDP has no section with a port".into())
+}
+
+/// A member of a section's room.
+#[derive(Debug, Clone)]
+struct Member {
+    id: String,
+    local: Local,
+    /// Where its side said it receives (the section's address and port), if it said.
+    endpoint: Option<std::net::SocketAddr>,
+}
+
+/// Where section `m` (the `i`th of `doc`) receives, if it says.
+fn endpoint_of(doc: &SdpDoc, i: usize) -> Option<std::net::SocketAddr> {
+    let ip = doc.address_of(i).filter(|ip| !ip.is_unspecified())?;
+    Some(std::net::SocketAddr::new(ip, doc.media.get(i)?.port))
+}
+
+/// A media section of the call.
+#[derive(Debug, Clone)]
+struct Section {
+    room: String,
+    /// The member facing side A, and the one facing side B.
+    a: Option<Member>,
+    b: Option<Member>,
+}
+
+impl Section {
+    fn facing(&mut self, side: Side) -> &mut Option<Member> {
+        match side {
+            Side::A => &mut self.a,
+            Side::B => &mut self.b,
+        }
+    }
+}
+
+/// What became of a section in an offer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Fate {
+    /// Passed on as it came (not relayed over UDP).
+    AsIs,
+    /// Rejected (port 0).
+    Rejected,
+    /// Relayed; the offerer's formats its member keeps to be transcoded (empty: none).
+    Relayed(Vec<CodecId>),
+}
+
+/// An offer that waits for its answer.
+#[derive(Debug, Clone)]
+struct Pending {
+    by: Side,
+    offer: SdpDoc,
+    flags: Flags,
+    fates: Vec<Fate>,
+    /// For a new offer in an answered call: each section's offerer member as renegotiated.
+    renegotiated: Vec<Option<Local>>,
+}
+
+/// A request as it came (tag, SDP, flags) and our reply to it.
+#[derive(Debug, Clone)]
+struct Repeat {
+    tag: String,
+    sdp: String,
+    flags: Flags,
+    reply: String,
+}
+
+/// A section as the call's statistics report it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReportSection {
+    pub index: usize,
+    pub media: String,
+    pub a: Option<ReportMember>,
+    pub b: Option<ReportMember>,
+}
+
+/// A member as the call's statistics report it.
+#[derive(Debug, Clone)]
+pub(crate) struct ReportMember {
+    pub room: String,
+    pub id: String,
+    pub local_port: u16,
+    pub rtcp_mux: bool,
+    pub protocol: String,
+    pub endpoint: Option<std::net::SocketAddr>,
+}
+
+/// What the ng server gives a call to act with.
+pub(crate) struct Ctx<'a> {
+    pub gateway: &'a Gateway,
+    /// The media interfaces, the first the default.
+    pub interfaces: &'a [Interface],
+    /// The SDES suites the gateway takes, most preferred first.
+    pub sdes_suites: &'a [Profile],
+    /// This gateway's `loop-protect` mark.
+    pub loop_mark: &'a str,
+}
+
+/// A call.
+#[derive(Debug, Clone)]
+pub(crate) struct SectionCall {
+    pub created: Instant,
+    /// When the call was made, and last signalled (an offer or answer), on the wall clock.
+    pub created_at: std::time::SystemTime,
+    pub last_signal: std::time::SystemTime,
+    call_id: String,
+    /// Side A's tag, and side B's once it answered.
+    pub from_tag: String,
+    pub to_tag: Option<String>,
+    sections: Vec<Section>,
+    /// The media interface (index) each side's members are on, once chosen.
+    iface_a: Option<usize>,
+    iface_b: Option<usize>,
+    pending: Option<Pending>,
+    /// The last offer answered (a later answer to it is taken too).
+    answered: Option<Pending>,
+    /// What the last offer's reply warns of (flags not acted on).
+    pub warnings: Vec<String>,
+    /// The last offer and answer and our reply to each, for a request sent again under a new
+    /// cookie (a SIP retransmission the proxy passes on): the same reply, the same ports.
+    last_offer: Option<Repeat>,
+    last_answer: Option<Repeat>,
+}
+
+fn join_reason(e: &JoinError) -> String {
+    super::ng::join_reason(e)
+}
+
+/// The transport towards the other side: the flag's, else the section's.
+fn transport_towards(m: &Media, flags: &Flags) -> Transport {
+    flags
+        .transport
+        .clone()
+        .unwrap_or_else(|| Transport::parse(&m.proto))
+}
+
+/// Whether the gateway relays a section on its own ports.
+fn relayable(m: &Media, towards: &Transport) -> bool {
+    let from = Transport::parse(&m.proto);
+    m.port != 0 && (from.is_plain() || from.is_sdes()) && (towards.is_plain() || towards.is_sdes())
+}
+
+/// A section of a peer's SDP as a leg takes it (that section alone).
+fn description_of(doc: &SdpDoc, m: &Media) -> RtpDescription {
+    let s = rtp_section(doc, m);
+    RtpDescription {
+        session_address: s.address,
+        sections: vec![s],
+    }
+}
+
+impl SectionCall {
+    /// A call side A (`from_tag`) opens with its first offer.
+    pub fn new(call_id: &str, from_tag: &str) -> SectionCall {
+        SectionCall {
+            created: Instant::now(),
+            created_at: std::time::SystemTime::now(),
+            last_signal: std::time::SystemTime::now(),
+            call_id: call_id.to_owned(),
+            from_tag: from_tag.to_owned(),
+            to_tag: None,
+            sections: Vec::new(),
+            iface_a: None,
+            iface_b: None,
+            pending: None,
+            answered: None,
+            warnings: Vec::new(),
+            last_offer: None,
+            last_answer: None,
+        }
+    }
+
+    /// The side a tag is, if it is one of the call's.
+    pub fn side_of(&self, tag: &str) -> Option<Side> {
+        if tag == self.from_tag {
+            Some(Side::A)
+        } else if self.to_tag.as_deref() == Some(tag) {
+            Some(Side::B)
+        } else {
+            None
+        }
+    }
+
+    /// What the call's statistics report: per section its index (from 1), media type,
+    /// protocol and, per side, its member (room, id, local port, and where the side receives).
+    pub fn report_sections(&self) -> Vec<ReportSection> {
+        let doc = self.answered.as_ref().or(self.pending.as_ref());
+        self.sections
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let m = doc.and_then(|p| p.offer.media.get(i));
+                let side = |member: &Option<Member>| {
+                    member.as_ref().map(|m| ReportMember {
+                        room: s.room.clone(),
+                        id: m.id.clone(),
+                        local_port: m.local.port,
+                        rtcp_mux: m.local.rtcp_mux,
+                        protocol: m.local.proto.clone(),
+                        endpoint: m.endpoint,
+                    })
+                };
+                ReportSection {
+                    index: i + 1,
+                    media: m.map_or_else(|| "audio".to_owned(), |m| m.media.clone()),
+                    a: side(&s.a),
+                    b: side(&s.b),
+                }
+            })
+            .collect()
+    }
+
+    /// Every member, by room.
+    pub fn members(&self) -> Vec<(String, String, Side)> {
+        let mut v = Vec::new();
+        for s in &self.sections {
+            for (m, side) in [(&s.a, Side::A), (&s.b, Side::B)] {
+                if let Some(m) = m {
+                    v.push((s.room.clone(), m.id.clone(), side));
+                }
+            }
+        }
+        v
+    }
+
+    fn room(&self, i: usize) -> String {
+        format!("call:{}:{i}", self.call_id)
+    }
+
+    /// An offer or answer sent again (the same tag, SDP and flags): our reply again.
+    pub fn repeated(&self, answer: bool, tag: &str, sdp: &str, flags: &Flags) -> Option<String> {
+        let last = if answer {
+            &self.last_answer
+        } else {
+            &self.last_offer
+        };
+        last.as_ref()
+            .filter(|r| r.tag == tag && r.sdp == sdp && r.flags == *flags)
+            .map(|r| r.reply.clone())
+    }
+}
+
+/// The formats our SDP lists for a section: those of `plan` (the offer's, and any added for
+/// transcoding), each with the lines the offer gave it, else our own.
+fn codec_outs(m: &Media, chosen: &[(CodecId, secrelay_wire::sdp::Codec)]) -> Vec<CodecOut> {
+    let offered = codecs_of(m);
+    chosen
+        .iter()
+        .map(|(_, c)| {
+            let pt = c.pt.to_string();
+            offered
+                .iter()
+                .find(|o| o.pt == pt)
+                .cloned()
+                .unwrap_or_else(|| CodecOut {
+                    rtpmap: Some(match c.channels {
+                        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
+                        None => format!("{}/{}", c.name, c.clock_rate),
+                    }),
+                    fmtp: c.fmtp.clone(),
+                    rtcp_fb: Vec::new(),
+                    pt,
+                })
+        })
+        .collect()
+}
+
+/// The direction a section's SDP states, as rtpengine passes it on: a section on hold by the
+/// old convention (`c=0.0.0.0`) receives nothing, whatever its attribute says.
+fn direction_passed(doc: &SdpDoc, i: usize, flags: &Flags) -> Option<Direction> {
+    if flags.has("original-sendrecv") {
+        return None;
+    }
+    let m = &doc.media[i];
+    let d = direction_of(doc, m);
+    let held = doc.address_of(i).is_some_and(|ip| ip.is_unspecified());
+    Some(match (held, d) {
+        (true, Direction::SendRecv) => Direction::SendOnly,
+        (true, Direction::RecvOnly) => Direction::Inactive,
+        (_, d) => d,
+    })
+}
+
+fn ptime_of(m: &Media) -> Option<u32> {
+    m.attributes("ptime")
+        .flatten()
+        .find_map(|v| v.trim().parse().ok())
+}
+
+fn media_kind(m: &Media) -> secrelay_wire::sdp::MediaKind {
+    rtp_section_kind(&m.media)
+}
+
+fn rtp_section_kind(name: &str) -> secrelay_wire::sdp::MediaKind {
+    use secrelay_wire::sdp::MediaKind;
+    match name {
+        "audio" => MediaKind::Audio,
+        "video" => MediaKind::Video,
+        "application" => MediaKind::Application,
+        other => MediaKind::Other(other.to_owned()),
+    }
+}
+
+/// rtpengine's SDES suites, most preferred first: what it appends to an offer after the
+/// suites the other side offered (those of them the gateway has and the configuration enables
+/// are offered here; AES-192, F8 and the 32-bit NULL suite are not implemented).
+const SUITE_ORDER: [&str; 12] = [
+    "AEAD_AES_256_GCM",
+    "AEAD_AES_128_GCM",
+    "AES_256_CM_HMAC_SHA1_80",
+    "AES_256_CM_HMAC_SHA1_32",
+    "AES_192_CM_HMAC_SHA1_80",
+    "AES_192_CM_HMAC_SHA1_32",
+    "AES_CM_128_HMAC_SHA1_80",
+    "AES_CM_128_HMAC_SHA1_32",
+    "F8_128_HMAC_SHA1_80",
+    "F8_128_HMAC_SHA1_32",
+    "NULL_HMAC_SHA1_80",
+    "NULL_HMAC_SHA1_32",
+];
+
+/// A crypto line's tag and suite name.
+fn crypto_tag_suite(value: &str) -> Option<(u32, &str)> {
+    let mut f = value.split_whitespace();
+    Some((f.next()?.parse().ok()?, f.next()?))
+}
+
+/// The SDES suites our offer towards the other side carries, and their tags, as rtpengine
+/// offers them: the suites the offering side offered (section `m`) first, with its tags, then
+/// the others in rtpengine's order, numbered on from the highest tag of the offer; `SDES:
+/// no-…` and `only-…` leave suites out.
+fn offered_suites(
+    ctx: &Ctx<'_>,
+    m: &Media,
+    towards: &Transport,
+    flags: &Flags,
+) -> Result<(Vec<Profile>, Vec<u32>), String> {
+    if !towards.is_sdes() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    if flags.sdes_off {
+        return Err(format!(
+            "transport-protocol {} needs SDES, and SDES is off",
+            towards.as_str()
+        ));
+    }
+    // Tags are numbered as rtpengine numbers them, over every suite it knows that the flags
+    // leave (so an answer written for rtpengine's offer names the same tags); the suites the
+    // gateway does not have, or that its configuration does not enable, are then left out.
+    let named = |names: &[String]| -> Vec<String> {
+        names
+            .iter()
+            .map(|n| n.trim().to_ascii_uppercase())
+            .collect()
+    };
+    let (only, no) = (named(&flags.sdes_only), named(&flags.sdes_no));
+    let wanted = |name: &str| {
+        let name = name.to_ascii_uppercase();
+        !no.contains(&name) && (only.is_empty() || only.contains(&name))
+    };
+    let ours = |name: &str| {
+        name.parse::<Profile>()
+            .ok()
+            .filter(|p| ctx.sdes_suites.contains(p))
+    };
+    let (mut suites, mut tags) = (Vec::new(), Vec::new());
+    let mut seen: Vec<String> = Vec::new();
+    let mut next = 1;
+    if Transport::parse(&m.proto).is_sdes() {
+        for (tag, suite) in m
+            .attributes("crypto")
+            .flatten()
+            .filter_map(crypto_tag_suite)
+        {
+            next = next.max(tag.saturating_add(1));
+            let up = suite.to_ascii_uppercase();
+            if wanted(&up) && !seen.contains(&up) {
+                seen.push(up.clone());
+                if let Some(p) = ours(&up) {
+                    suites.push(p);
+                    tags.push(tag);
+                }
+            }
+        }
+    }
+    for name in SUITE_ORDER {
+        if wanted(name) && !seen.iter().any(|s| s == name) {
+            if let Some(p) = ours(name) {
+                suites.push(p);
+                tags.push(next);
+            }
+            next += 1;
+        }
+    }
+    Ok((suites, tags))
+}
+
+/// The SDES suites a member answering side `m`'s offer prefers: the one the other side took
+/// (`took`), then the offer's own in its order, then the gateway's.
+fn answer_suites(ctx: &Ctx<'_>, m: &Media, took: Option<Profile>) -> Vec<Profile> {
+    let mut v: Vec<Profile> = took.into_iter().collect();
+    for c in m.attributes("crypto").flatten() {
+        let suite = c.split_whitespace().nth(1).unwrap_or("");
+        if let Ok(p) = suite.parse::<Profile>() {
+            if ctx.sdes_suites.contains(&p) && !v.contains(&p) {
+                v.push(p);
+            }
+        }
+    }
+    for p in ctx.sdes_suites {
+        if !v.contains(p) {
+            v.push(*p);
+        }
+    }
+    v
+}
+
+/// The suite of the first `a=crypto` line of section `m`, if the gateway has it.
+fn first_suite(m: &Media) -> Option<Profile> {
+    m.attributes("crypto")
+        .flatten()
+        .next()
+        .and_then(|c| c.split_whitespace().nth(1)?.parse().ok())
+}
+
+/// Our reply's SDP: `doc` rewritten with `outs`, announcing `iface` (else the gateway's
+/// address), as the request's `flags` ask.
+fn reply_sdp(
+    ctx: &Ctx<'_>,
+    doc: &SdpDoc,
+    iface: Option<&Interface>,
+    flags: &Flags,
+    outs: &[SectionOut],
+) -> String {
+    rewrite(
+        doc,
+        &Rewrite {
+            address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
+            replace_origin: flags.replaces("origin"),
+            sections: outs,
+            loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
+        },
+    )
+}
+
+/// The address family an SDP's sections receive on: IPv6 or not (`None`: it names none).
+fn family_of(doc: &SdpDoc) -> Option<bool> {
+    (0..doc.media.len()).find_map(|i| doc.address_of(i).map(|ip| ip.is_ipv6()))
+}
+
+impl SectionCall {
+    /// The interface of `side`'s members: kept once chosen unless the request names one (its
+    /// `direction` entry `at`, `address-family`); else chosen by name and by the family of
+    /// `doc` (the SDP whose side the members face, when known).
+    fn interface(
+        &mut self,
+        ctx: &Ctx<'_>,
+        side: Side,
+        flags: &Flags,
+        at: usize,
+        family: Option<bool>,
+    ) -> usize {
+        let slot = match side {
+            Side::A => &mut self.iface_a,
+            Side::B => &mut self.iface_b,
+        };
+        let name = flags.direction.get(at).map(String::as_str);
+        // `address-family` is the family towards the other side (the offer's recipient).
+        let asked = flags
+            .address_family
+            .as_deref()
+            .filter(|_| at == 1)
+            .map(|f| f == "IP6");
+        if let (Some(k), None, None) = (*slot, name, asked) {
+            return k;
+        }
+        let k = choose(ctx.interfaces, name, asked.or(family));
+        *slot = Some(k);
+        k
+    }
+
+    fn section(&mut self, i: usize) -> &mut Section {
+        while self.sections.len() <= i {
+            let room = self.room(self.sections.len());
+            self.sections.push(Section {
+                room,
+                a: None,
+                b: None,
+            });
+        }
+        &mut self.sections[i]
+    }
+
+    /// Takes both members of section `i` out of its room.
+    async fn drop_section(&mut self, ctx: &Ctx<'_>, i: usize) {
+        let Some(s) = self.sections.get_mut(i) else {
+            return;
+        };
+        let room = s.room.clone();
+        for m in [s.a.take(), s.b.take()].into_iter().flatten() {
+            ctx.gateway.leave(&room, &m.id).await;
+        }
+    }
+
+    /// Takes every member out of its room (the call ends, or starts over).
+    pub async fn drop_members(&mut self, ctx: &Ctx<'_>) {
+        for i in 0..self.sections.len() {
+            self.drop_section(ctx, i).await;
+        }
+    }
+
+    /// An offer from side `by` (tag `tag`): our offer to the other side (the reply's SDP).
+    pub async fn offer(
+        &mut self,
+        ctx: &Ctx<'_>,
+        by: Side,
+        tag: &str,
+        sdp: &str,
+        flags: &Flags,
+    ) -> Result<String, String> {
+        let doc = SdpDoc::parse(sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        if self.to_tag.is_none() {
+            // An offer before any answer (the first, or one that replaces it while it is
+            // open: a fork, an early re-offer): the call starts over with it.
+            self.drop_members(ctx).await;
+            self.sections.clear();
+        }
+        let mut outs = Vec::new();
+        let mut fates = Vec::new();
+        let mut renegotiated = Vec::new();
+        self.warnings.clear();
+        let k = self.interface(ctx, by.other(), flags, 1, family_of(&doc));
+        let iface = ctx.interfaces.get(k).cloned();
+        for i in 0..doc.media.len() {
+            let (out, fate, local) = self
+                .offer_section(ctx, by, &doc, i, flags, iface.as_ref())
+                .await?;
+            outs.push(out);
+            fates.push(fate);
+            renegotiated.push(local);
+        }
+        for i in doc.media.len()..self.sections.len() {
+            self.drop_section(ctx, i).await;
+        }
+        let text = reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs);
+        self.last_signal = std::time::SystemTime::now();
+        self.pending = Some(Pending {
+            by,
+            offer: doc,
+            flags: flags.clone(),
+            fates,
+            renegotiated,
+        });
+        self.last_offer = Some(Repeat {
+            tag: tag.to_owned(),
+            sdp: sdp.to_owned(),
+            flags: flags.clone(),
+            reply: text.clone(),
+        });
+        Ok(text)
+    }
+
+    /// Section `i` of an offer from `by`: what our offer writes, its fate and (a new offer in
+    /// an answered call) the offerer's member as renegotiated.
+    async fn offer_section(
+        &mut self,
+        ctx: &Ctx<'_>,
+        by: Side,
+        doc: &SdpDoc,
+        i: usize,
+        flags: &Flags,
+        iface: Option<&Interface>,
+    ) -> Result<(SectionOut, Fate, Option<Local>), String> {
+        let m = &doc.media[i];
+        // The flag's transport, else the one the other side already has, else the offer's.
+        let towards = match (&flags.transport, self.sections.get(i)) {
+            (None, Some(s)) => match by {
+                Side::A => &s.b,
+                Side::B => &s.a,
+            }
+            .as_ref()
+            .map_or_else(
+                || transport_towards(m, flags),
+                |y| Transport::parse(&y.local.proto),
+            ),
+            _ => transport_towards(m, flags),
+        };
+        if m.port == 0 {
+            self.drop_section(ctx, i).await;
+            return Ok((SectionOut::Rejected, Fate::Rejected, None));
+        }
+        if m.proto.to_ascii_uppercase().starts_with("TCP") {
+            return Ok((SectionOut::AsIs, Fate::AsIs, None));
+        }
+        if !relayable(m, &towards) {
+            self.drop_section(ctx, i).await;
+            return Ok((SectionOut::Rejected, Fate::Rejected, None));
+        }
+        // Both members there, the other side's on the same transport: a renegotiation on
+        // their ports; else the section starts over (a new transport towards the other side
+        // needs a new leg).
+        let s = self.section(i).clone();
+        let same_transport = s
+            .clone()
+            .facing(by.other())
+            .as_ref()
+            .is_some_and(|y| Transport::parse(&y.local.proto) == towards);
+        if s.a.is_some() && s.b.is_some() && same_transport {
+            return self.renegotiate(ctx, by, doc, i, flags).await;
+        }
+        self.drop_section(ctx, i).await;
+        let codecs = rtp_section(doc, m).codecs;
+        let empty = Default::default();
+        let audio = m.media.eq_ignore_ascii_case("audio");
+        let p = plan(&codecs, if audio { &flags.codec } else { &empty });
+        for w in &p.warnings {
+            if !self.warnings.contains(w) {
+                self.warnings.push(w.clone());
+            }
+        }
+        let rtcp_mux = (m.has("rtcp-mux") && !flags.rtcp_mux.demux)
+            || flags.rtcp_mux.offer
+            || flags.rtcp_mux.require;
+        let (suites, sdes_tags) = offered_suites(ctx, m, &towards, flags)?;
+        let spec = RtpOfferSpec {
+            transport: towards.clone(),
+            codecs: p.towards_callee.clone(),
+            suites,
+            rtcp_mux,
+            ptime: flags.ptime.or(ptime_of(m)),
+        };
+        let options = RtpLegOptions {
+            passthrough: true,
+            kind: media_kind(m),
+            sdes_suites: None,
+            sdes_tags,
+            bind: iface.map(|i| i.local),
+            ..RtpLegOptions::default()
+        };
+        let room = self.section(i).room.clone();
+        let j = ctx
+            .gateway
+            .offer_rtp_with(&room, spec.clone(), options, Who::default())
+            .await
+            .map_err(|e| join_reason(&e))?;
+        let local = local_of(&j.answer)?;
+        *self.section(i).facing(by.other()) = Some(Member {
+            id: j.id,
+            local: local.clone(),
+            endpoint: None,
+        });
+        let out = SectionOut::Relayed(Box::new(Relayed {
+            port: local.port,
+            rtcp_port: Some(local.port.wrapping_add(1)),
+            proto: towards.as_str().to_owned(),
+            codecs: Some(codec_outs(m, &p.towards_callee)),
+            direction: direction_passed(doc, i, flags),
+            rtcp_mux,
+            crypto: local.crypto,
+            dtls: None,
+            ptime: spec.ptime,
+            ice: None,
+        }));
+        Ok((out, Fate::Relayed(p.caller_transcodes), None))
+    }
+
+    /// Section `i` of a new offer from `by` in an answered call: the offerer's member takes
+    /// it, the other side's makes a new offer of ours, on the same ports.
+    async fn renegotiate(
+        &mut self,
+        ctx: &Ctx<'_>,
+        by: Side,
+        doc: &SdpDoc,
+        i: usize,
+        flags: &Flags,
+    ) -> Result<(SectionOut, Fate, Option<Local>), String> {
+        let m = &doc.media[i];
+        let s = self.section(i).clone();
+        let (Some(x), Some(y)) = (
+            s.clone().facing(by).clone(),
+            s.clone().facing(by.other()).clone(),
+        ) else {
+            return Err("a section without its members".into());
+        };
+        // Our offer to the other side first: if it cannot take one, nothing has changed yet.
+        let offer = ctx
+            .gateway
+            .reoffer_rtp(&s.room, &y.id)
+            .await
+            .map_err(|e| join_reason(&e))?;
+        let y_local = local_of(&offer)?;
+        let answer = match ctx
+            .gateway
+            .update_rtp(&s.room, &x.id, description_of(doc, m))
+            .await
+        {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Err("the offering side had an offer of ours pending".into()),
+            Err(e) => return Err(join_reason(&e)),
+        };
+        let x_local = local_of(&answer)?;
+        let sec = self.section(i);
+        if let Some(mm) = sec.facing(by.other()) {
+            mm.local = y_local.clone();
+        }
+        if let Some(mm) = sec.facing(by) {
+            mm.local = x_local.clone();
+        }
+        let out = SectionOut::Relayed(Box::new(Relayed {
+            port: y_local.port,
+            rtcp_port: Some(y_local.port.wrapping_add(1)),
+            proto: y_local.proto.clone(),
+            codecs: Some(codecs_of(m)),
+            direction: direction_passed(doc, i, flags),
+            rtcp_mux: y_local.rtcp_mux,
+            crypto: y_local.crypto,
+            dtls: None,
+            ptime: ptime_of(m),
+            ice: None,
+        }));
+        Ok((out, Fate::Relayed(Vec::new()), Some(x_local)))
+    }
+}
+
+impl SectionCall {
+    /// The answer (tag `tag`) to the offer that waits: our answer to the offerer (the reply's
+    /// SDP).
+    pub async fn answer(
+        &mut self,
+        ctx: &Ctx<'_>,
+        tag: &str,
+        sdp: &str,
+        flags: &Flags,
+    ) -> Result<String, String> {
+        // Without an offer waiting, a later answer to the last one (an early dialog's 183,
+        // then its 200 with other codecs; a fork's answer under a new to-tag) is taken again.
+        let pending = self
+            .pending
+            .clone()
+            .or_else(|| self.answered.clone())
+            .ok_or("no offer in this call waits for an answer")?;
+        let doc = SdpDoc::parse(sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+        let k = self.interface(
+            ctx,
+            pending.by,
+            &pending.flags,
+            0,
+            family_of(&pending.offer),
+        );
+        let iface = ctx.interfaces.get(k).cloned();
+        let mut outs = Vec::new();
+        for (i, fate) in pending.fates.iter().enumerate() {
+            let out = match (fate, doc.media.get(i)) {
+                (Fate::AsIs, Some(_)) => SectionOut::AsIs,
+                (Fate::Relayed(transcodes), Some(_)) => {
+                    let to = (transcodes.as_slice(), iface.as_ref());
+                    self.answer_section(ctx, &pending, &doc, i, to, flags)
+                        .await?
+                }
+                _ => {
+                    self.drop_section(ctx, i).await;
+                    SectionOut::Rejected
+                }
+            };
+            outs.push(out);
+        }
+        let text = reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs);
+        self.last_signal = std::time::SystemTime::now();
+        if self.pending.is_none() || self.to_tag.is_none() {
+            // The first answer, or a later one under a new to-tag: that branch answers now.
+            self.to_tag = Some(tag.to_owned());
+        }
+        self.answered = self.pending.take().or(self.answered.take());
+        // A renegotiation is done once answered: a later answer is taken as a first one.
+        if let Some(a) = self.answered.as_mut() {
+            a.renegotiated.iter_mut().for_each(|r| *r = None);
+        }
+        self.last_answer = Some(Repeat {
+            tag: tag.to_owned(),
+            sdp: sdp.to_owned(),
+            flags: flags.clone(),
+            reply: text.clone(),
+        });
+        Ok(text)
+    }
+
+    /// Section `i` of the answer: the answering side's member takes it, the offerer's member
+    /// is made (or, renegotiated, already was) with the formats the answer took.
+    async fn answer_section(
+        &mut self,
+        ctx: &Ctx<'_>,
+        pending: &Pending,
+        doc: &SdpDoc,
+        i: usize,
+        (transcodes, iface): (&[CodecId], Option<&Interface>),
+        flags: &Flags,
+    ) -> Result<SectionOut, String> {
+        let m = &doc.media[i];
+        let by = pending.by;
+        let room = self.section(i).room.clone();
+        let Some(y) = self.section(i).facing(by.other()).clone() else {
+            return Ok(SectionOut::Rejected);
+        };
+        if m.port == 0 {
+            self.drop_section(ctx, i).await;
+            return Ok(SectionOut::Rejected);
+        }
+        let xm = &pending.offer.media[i];
+        let reverse = pending.flags.ptime_reverse;
+        // The offer's ptime flag changed the packet time towards the answerer: the offerer is
+        // answered with its own.
+        let ptime = match (reverse, pending.flags.ptime) {
+            (Some(p), _) => Some(p),
+            (None, Some(_)) => ptime_of(xm),
+            (None, None) => ptime_of(m),
+        };
+        let renegotiated = pending.renegotiated.get(i).cloned().flatten();
+        let (x_local, codecs) = match renegotiated {
+            Some(local) => {
+                match ctx
+                    .gateway
+                    .update_rtp(&room, &y.id, description_of(doc, m))
+                    .await
+                {
+                    Ok(None) => {}
+                    Ok(Some(_)) => return Err("the answering side had no offer of ours".into()),
+                    Err(e) => return Err(join_reason(&e)),
+                }
+                (local, codecs_of(m))
+            }
+            None => {
+                self.answer_first(ctx, pending, doc, i, (transcodes, iface), &room, &y)
+                    .await?
+            }
+        };
+        Ok(SectionOut::Relayed(Box::new(Relayed {
+            port: x_local.port,
+            rtcp_port: Some(if x_local.rtcp_mux {
+                x_local.port
+            } else {
+                x_local.port.wrapping_add(1)
+            }),
+            proto: xm.proto.clone(),
+            codecs: Some(codecs),
+            direction: direction_passed(doc, i, flags),
+            rtcp_mux: x_local.rtcp_mux,
+            crypto: x_local.crypto,
+            dtls: None,
+            ptime,
+            ice: None,
+        })))
+    }
+
+    /// The first answer in section `i`: the answering side's member `y` takes it; the
+    /// offerer's member answers the offer with the formats that answer took (and those kept
+    /// to be transcoded). Its SDP, and the formats our answer lists.
+    #[allow(clippy::too_many_arguments)]
+    async fn answer_first(
+        &mut self,
+        ctx: &Ctx<'_>,
+        pending: &Pending,
+        doc: &SdpDoc,
+        i: usize,
+        (transcodes, iface): (&[CodecId], Option<&Interface>),
+        room: &str,
+        y: &Member,
+    ) -> Result<(Local, Vec<CodecOut>), String> {
+        let m = &doc.media[i];
+        let xm = &pending.offer.media[i];
+        if let Some(y) = self.section(i).facing(pending.by.other()) {
+            y.endpoint = endpoint_of(doc, i);
+        }
+        let taken = ctx
+            .gateway
+            .answer_rtp(room, &y.id, description_of(doc, m))
+            .await
+            .map_err(|e| join_reason(&e))?;
+        let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
+        let mut desc = description_of(&pending.offer, xm);
+        // What the answer took of the offer's own formats is relayed as it is: no transcoding
+        // unless the answer took no audio codec the offer had.
+        let offered: Vec<CodecId> = desc.sections[0]
+            .codecs
+            .iter()
+            .map(CodecId::passthrough)
+            .collect();
+        let direct = ids.iter().any(|id| !id.is_event() && offered.contains(id));
+        for s in &mut desc.sections {
+            s.codecs.retain(|c| {
+                let id = CodecId::passthrough(c);
+                if direct {
+                    ids.contains(&id)
+                } else {
+                    caller_keeps(id, &ids, transcodes)
+                }
+            });
+            if let Some(p) = pending.flags.ptime_reverse {
+                s.ptime = Some(p);
+            }
+            // RTCP is muxed towards the offerer as the answerer took it, unless this side's
+            // flags accept or require it regardless.
+            let mux = pending.flags.rtcp_mux;
+            s.rtcp_mux &= m.has("rtcp-mux") || mux.accept || mux.require;
+            if pending.flags.has("SIP-source-address") {
+                if let Some(ip) = pending.flags.received_from {
+                    s.address = Some(ip);
+                }
+            }
+        }
+        let options = RtpLegOptions {
+            passthrough: true,
+            kind: media_kind(xm),
+            sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
+            sdes_tags: Vec::new(),
+            bind: iface.map(|i| i.local),
+            ..RtpLegOptions::default()
+        };
+        let existing = self.section(i).facing(pending.by).clone();
+        let (id, answer) = match existing {
+            // A later answer to the same offer: the offerer's member answers it again, on its
+            // ports, with what this answer took.
+            Some(x) => match ctx.gateway.update_rtp(room, &x.id, desc).await {
+                Ok(Some(answer)) => (x.id, answer),
+                Ok(None) => return Err("the offering side had an offer of ours pending".into()),
+                Err(e) => return Err(join_reason(&e)),
+            },
+            None => {
+                let j = ctx
+                    .gateway
+                    .join_rtp_with(room, desc, options, Who::default())
+                    .await
+                    .map_err(|e| join_reason(&e))?;
+                (j.id, j.answer)
+            }
+        };
+        let local = local_of(&answer)?;
+        *self.section(i).facing(pending.by) = Some(Member {
+            id,
+            local: local.clone(),
+            endpoint: endpoint_of(&pending.offer, i),
+        });
+        let codecs = if direct {
+            // The answer's formats the offer had, as the answer wrote them.
+            codecs_of(m)
+                .into_iter()
+                .filter(|c| local.formats.contains(&c.pt))
+                .collect()
+        } else {
+            let offered = codecs_of(xm);
+            local
+                .formats
+                .iter()
+                .filter_map(|f| offered.iter().find(|c| c.pt == *f).cloned())
+                .collect()
+        };
+        Ok((local, codecs))
+    }
+
+    /// Whether ICE was asked for that the call does not give (for the reply's warning).
+    pub fn ice_warning(flags: &Flags) -> Option<String> {
+        (flags.ice == Some(Ice::Force)).then(|| "ICE=force: telephony sides get no ICE".into())
+    }
+}

@@ -1,0 +1,394 @@
+//! ng calls with a WebRTC side (DTLS-SRTP, `UDP/TLS/RTP/SAVP[F]`): a browser calling a phone,
+//! or a phone's call offered to a browser (`transport-protocol: UDP/TLS/RTP/SAVPF`). The call
+//! is one room of two members: the member facing the callee made as an offer of ours (a port
+//! pair of its own, or, for a WebRTC callee, ICE-lite and DTLS `actpass` on the shared UDP
+//! port), the member facing the caller made at `answer` from the caller's SDP, restricted to the
+//! codecs the callee took. Audio only; the replies are the legs' own SDP. Calls between
+//! telephony sides are kept section by section ([`super::ng_call`]).
+
+use std::time::Instant;
+
+use secrelay_srtp::Profile;
+use secrelay_wire::bencode::Bencode;
+use secrelay_wire::ng::{Dtls, Flags, Ice, OfferAnswer};
+use secrelay_wire::sdp::parse_offer;
+use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
+
+use super::ng::{join_reason, sdp_reply, Call, Ng, NO_CODEC};
+use super::ng_codecs::{caller_keeps, plan};
+use super::{JoinKind, Who};
+use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
+
+/// One call: the caller's side as offered, the callee's member, and the caller's once made.
+#[derive(Debug, Clone)]
+pub(crate) struct WebRtcCall {
+    pub(crate) room: String,
+    pub(crate) from_tag: String,
+    pub(crate) to_tag: Option<String>,
+    /// The caller's SDP and flags, for its member at `answer` time.
+    pub(crate) caller_sdp: String,
+    pub(crate) caller_flags: Flags,
+    /// The member facing the callee, and our offer to it.
+    pub(crate) callee_id: String,
+    pub(crate) callee_offer: String,
+    /// Whether the callee's member is a WebRTC leg (its answer is WebRTC SDP).
+    pub(crate) callee_webrtc: bool,
+    /// The caller's codecs its side keeps to be transcoded, whatever the callee takes (the
+    /// `codec` manipulations).
+    pub(crate) caller_transcodes: Vec<CodecId>,
+    /// The member facing the caller, and our answer to it, once answered.
+    pub(crate) caller: Option<(String, String)>,
+    /// The last new offer in the answered call (a re-INVITE from either side).
+    pub(crate) reoffer: Option<Reoffer>,
+    pub(crate) created: Instant,
+}
+
+/// A new offer in an answered call: from whom, and what each side gets.
+#[derive(Debug, Clone)]
+pub(crate) struct Reoffer {
+    /// The offering side's tag and SDP.
+    pub(crate) from_tag: String,
+    pub(crate) sdp: String,
+    /// Our new offer to the other side (the reply to the `offer`), and that side's member.
+    pub(crate) offer: String,
+    pub(crate) answerer: String,
+    /// Our answer to the offering side (the reply to the `answer`), and whether it was
+    /// answered.
+    pub(crate) answer: String,
+    pub(crate) answered: bool,
+}
+
+impl Ng {
+    /// `offer`: the member facing the callee, made as our offer.
+    pub(super) async fn webrtc_offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
+        if let Some(Call::WebRtc(c)) = self.calls.get(&o.call_id).cloned() {
+            if c.from_tag == o.from_tag && c.caller_sdp == o.sdp && c.reoffer.is_none() {
+                // The same offer again (a retransmission under a new cookie): the same reply.
+                return Ok(sdp_reply(&c.callee_offer, &[]));
+            }
+            return self.webrtc_reoffer(*c, o).await;
+        }
+        // A new call: a new room and two legs, refused while its worker sheds joins.
+        self.gateway.admit(&format!("call:{}", o.call_id))?;
+        let caller = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let section = caller
+            .sections
+            .iter()
+            .find(|s| s.port != 0 && s.kind == secrelay_wire::sdp::MediaKind::Audio)
+            .ok_or("the offer's SDP has no audio section with a port")?;
+        let mut warnings = o.flags.ignored.clone();
+        let transport = match (&o.flags.transport, &section.transport) {
+            (Some(t), _) => t.clone(),
+            (None, t) if t.is_plain() || t.is_sdes() => t.clone(),
+            (None, t) => {
+                return Err(format!(
+                    "the caller speaks {}: say which transport the callee gets (transport-protocol: RTP/AVP or RTP/SAVP); offering WebRTC towards a callee is not supported yet",
+                    t.as_str()
+                ))
+            }
+        };
+        if transport.is_dtls() {
+            return self.offer_webrtc_callee(o, section, warnings).await;
+        }
+        if o.flags.ice == Some(Ice::Force) {
+            warnings.push("ICE=force: a telephony callee gets no ICE".into());
+        }
+        let suites: Vec<Profile> = if transport.is_sdes() {
+            if o.flags.sdes_off {
+                return Err(format!(
+                    "transport-protocol {} needs SDES, and SDES is off",
+                    transport.as_str()
+                ));
+            }
+            let named = |names: &[String]| {
+                names
+                    .iter()
+                    .map(|n| {
+                        n.parse::<Profile>()
+                            .map_err(|_| format!("SDES: unknown suite {n:?}"))
+                    })
+                    .collect::<Result<Vec<Profile>, String>>()
+            };
+            let only = named(&o.flags.sdes_only)?;
+            let no = named(&o.flags.sdes_no)?;
+            let base = if only.is_empty() {
+                self.sdes_suites.clone()
+            } else {
+                only
+            };
+            base.into_iter().filter(|p| !no.contains(p)).collect()
+        } else {
+            Vec::new()
+        };
+        let plan = plan(&section.codecs, &o.flags.codec);
+        warnings.extend(plan.warnings);
+        if plan.towards_callee.is_empty() {
+            return Err(NO_CODEC.into());
+        }
+        let spec = RtpOfferSpec {
+            transport,
+            codecs: plan.towards_callee,
+            suites,
+            rtcp_mux: o.flags.rtcp_mux.offer || o.flags.rtcp_mux.require,
+            ptime: o.flags.ptime.or(section.ptime),
+        };
+        let room = format!("call:{}", o.call_id);
+        let j = self
+            .gateway
+            .offer_rtp(&room, spec, Who::default())
+            .await
+            .map_err(|e| join_reason(&e))?;
+        self.calls.insert(
+            o.call_id.clone(),
+            Call::WebRtc(Box::new(WebRtcCall {
+                room,
+                from_tag: o.from_tag,
+                to_tag: None,
+                caller_sdp: o.sdp,
+                caller_flags: o.flags,
+                callee_id: j.id,
+                callee_offer: j.answer.clone(),
+                callee_webrtc: false,
+                caller_transcodes: plan.caller_transcodes,
+                caller: None,
+                reoffer: None,
+                created: Instant::now(),
+            })),
+        );
+        Ok(sdp_reply(&j.answer, &warnings))
+    }
+
+    /// `offer` towards a WebRTC callee (`transport-protocol: UDP/TLS/RTP/SAVPF`): a WebRTC
+    /// member that offers the caller's audio codecs we relay, ICE-lite and DTLS `actpass`.
+    async fn offer_webrtc_callee(
+        &mut self,
+        o: OfferAnswer,
+        section: &secrelay_wire::sdp_rtp::RtpSection,
+        mut warnings: Vec<String>,
+    ) -> Result<Bencode, String> {
+        if o.flags.dtls == Some(Dtls::Off) {
+            return Err("transport-protocol UDP/TLS/RTP/SAVPF needs DTLS, and DTLS is off".into());
+        }
+        if let Some(d) = o.flags.dtls {
+            // An offer lets the answerer choose (RFC 5763 §5): ours says actpass.
+            warnings.push(format!("DTLS={d:?}: our WebRTC offer says actpass"));
+        }
+        if o.flags.ice == Some(Ice::Remove) {
+            warnings.push("ICE=remove: a WebRTC callee needs ICE".into());
+        }
+        let plan = plan(&section.codecs, &o.flags.codec);
+        warnings.extend(plan.warnings);
+        if plan.towards_callee.is_empty() {
+            return Err(NO_CODEC.into());
+        }
+        if o.flags.ptime.is_some() {
+            warnings.push("ptime: a WebRTC callee gets no a=ptime".into());
+        }
+        let sections = vec![WebRtcOfferSection {
+            kind: secrelay_wire::sdp::MediaKind::Audio,
+            direction: secrelay_wire::sdp::Direction::SendRecv,
+            codecs: plan.towards_callee.into_iter().map(|(_, c)| c).collect(),
+        }];
+        let room = format!("call:{}", o.call_id);
+        let j = self
+            .gateway
+            .offer_webrtc(&room, sections, Who::default())
+            .await
+            .map_err(|e| join_reason(&e))?;
+        self.calls.insert(
+            o.call_id.clone(),
+            Call::WebRtc(Box::new(WebRtcCall {
+                room,
+                from_tag: o.from_tag,
+                to_tag: None,
+                caller_sdp: o.sdp,
+                caller_flags: o.flags,
+                callee_id: j.id,
+                callee_offer: j.answer.clone(),
+                callee_webrtc: true,
+                caller_transcodes: plan.caller_transcodes,
+                caller: None,
+                reoffer: None,
+                created: Instant::now(),
+            })),
+        );
+        Ok(sdp_reply(&j.answer, &warnings))
+    }
+
+    /// A new offer in an answered call (a re-INVITE from either side: new address, codecs,
+    /// direction or keys): the offering side's member takes it (its answer kept for the
+    /// `answer`), and the other side's member makes a new offer of ours, the reply. Telephony
+    /// members only.
+    async fn webrtc_reoffer(
+        &mut self,
+        call: WebRtcCall,
+        o: OfferAnswer,
+    ) -> Result<Bencode, String> {
+        if let Some(r) = &call.reoffer {
+            if r.from_tag == o.from_tag && r.sdp == o.sdp {
+                // A retransmission: the same reply.
+                return Ok(sdp_reply(&r.offer, &[]));
+            }
+            if !r.answered {
+                return Err("a new offer in this call still waits for its answer".into());
+            }
+        }
+        let Some((caller_id, _)) = &call.caller else {
+            return Err(
+                "a new offer before the call was answered (only the first offer's retransmissions are taken)"
+                    .into(),
+            );
+        };
+        let (offerer, answerer) = if o.from_tag == call.from_tag {
+            (caller_id.clone(), call.callee_id.clone())
+        } else if call.to_tag.as_deref() == Some(o.from_tag.as_str()) {
+            (call.callee_id.clone(), caller_id.clone())
+        } else {
+            return Err(format!(
+                "from-tag {:?} is neither side of this call",
+                o.from_tag
+            ));
+        };
+        let sdp = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        if sdp
+            .sections
+            .iter()
+            .any(|s| s.port != 0 && s.transport.is_dtls())
+        {
+            return Err(
+                "a new offer with DTLS (WebRTC) in an answered call is not supported yet".into(),
+            );
+        }
+        // Our offer to the other side first: if that side cannot take one (a WebRTC member),
+        // nothing has changed yet.
+        let offer = self
+            .gateway
+            .reoffer_rtp(&call.room, &answerer)
+            .await
+            .map_err(|e| join_reason(&e))?;
+        let answer = match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
+            Ok(Some(answer)) => answer,
+            Ok(None) => return Err("the offering side had an offer of ours pending".into()),
+            Err(e) => return Err(join_reason(&e)),
+        };
+        if let Some(c) = self.webrtc_mut(&o.call_id) {
+            if o.from_tag == c.from_tag {
+                c.caller_sdp = o.sdp.clone();
+            }
+            c.reoffer = Some(Reoffer {
+                from_tag: o.from_tag,
+                sdp: o.sdp,
+                offer: offer.clone(),
+                answerer,
+                answer,
+                answered: false,
+            });
+        }
+        Ok(sdp_reply(&offer, &o.flags.ignored))
+    }
+
+    /// `answer`: the callee's member takes its answer; the caller's member is made, with the
+    /// codecs the callee took. After a new offer in the answered call, the other side's answer
+    /// to it.
+    pub(super) async fn webrtc_answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
+        let Some(Call::WebRtc(call)) = self.calls.get(&a.call_id).cloned() else {
+            return Err(format!("unknown call-id {:?}", a.call_id));
+        };
+        if let Some(r) = call.reoffer.as_ref().filter(|r| r.from_tag == a.from_tag) {
+            if !r.answered {
+                let sdp = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+                match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
+                    Ok(None) => {}
+                    Ok(Some(_)) => {
+                        return Err("the answering side had no offer of ours pending".into())
+                    }
+                    Err(e) => return Err(join_reason(&e)),
+                }
+                if let Some(c) = self.webrtc_mut(&a.call_id) {
+                    if let Some(r) = c.reoffer.as_mut() {
+                        r.answered = true;
+                    }
+                }
+            }
+            return Ok(sdp_reply(&r.answer, &a.flags.ignored));
+        }
+        if call.from_tag != a.from_tag {
+            return Err(format!(
+                "from-tag {:?} is not this call's caller",
+                a.from_tag
+            ));
+        }
+        if let Some((_, sdp)) = &call.caller {
+            // Answered already (a retransmission under a new cookie): the same reply.
+            return Ok(sdp_reply(sdp, &[]));
+        }
+        let taken = if call.callee_webrtc {
+            let callee =
+                parse_offer(&a.sdp).map_err(|e| format!("the answer's WebRTC SDP: {e}"))?;
+            self.gateway
+                .answer_webrtc(&call.room, &call.callee_id, callee)
+                .await
+        } else {
+            let callee = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+            self.gateway
+                .answer_rtp(&call.room, &call.callee_id, callee)
+                .await
+        }
+        .map_err(|e| join_reason(&e))?;
+        let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
+        let mut warnings = a.flags.ignored.clone();
+        let caller_rtp =
+            parse_rtp(&call.caller_sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let dtls = caller_rtp
+            .sections
+            .iter()
+            .any(|s| s.port != 0 && s.transport.is_dtls());
+        let (id, sdp) = if dtls {
+            // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
+            let mut offer = parse_offer(&call.caller_sdp)
+                .map_err(|e| format!("the offer's WebRTC SDP: {e}"))?;
+            for m in &mut offer.media {
+                m.codecs.retain(|c| {
+                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
+                });
+            }
+            let j = self
+                .gateway
+                .join(&call.room, offer, JoinKind::Join, Who::default())
+                .await
+                .map_err(|e| join_reason(&e))?;
+            (j.id, j.answer)
+        } else {
+            let mut offer: RtpDescription = caller_rtp;
+            for s in &mut offer.sections {
+                s.codecs.retain(|c| {
+                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
+                });
+                if let Some(p) = call.caller_flags.ptime_reverse {
+                    s.ptime = Some(p);
+                }
+                if call.caller_flags.has("SIP-source-address") {
+                    if let Some(ip) = call.caller_flags.received_from {
+                        s.address = Some(ip);
+                    }
+                }
+            }
+            if call.caller_flags.transport.is_some() {
+                warnings.push(
+                    "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
+                );
+            }
+            let j = self
+                .gateway
+                .join_rtp(&call.room, offer, Who::default())
+                .await
+                .map_err(|e| join_reason(&e))?;
+            (j.id, j.answer)
+        };
+        if let Some(c) = self.webrtc_mut(&a.call_id) {
+            c.to_tag = a.to_tag.clone();
+            c.caller = Some((id, sdp.clone()));
+        }
+        Ok(sdp_reply(&sdp, &warnings))
+    }
+}

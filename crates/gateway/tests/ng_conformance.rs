@@ -1,0 +1,348 @@
+//! What secrelay's ng socket writes, line by line, beside what rtpengine's documentation (its
+//! `ng_control_protocol.md` and man page) says rtpengine writes for the same request. Each test
+//! is one behaviour, with SDP of our own; ports, keys and ICE credentials (which differ from
+//! run to run) are compared as placeholders.
+
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_testkit::ng::Ng;
+use secrelay_wire::bencode::Bencode;
+
+fn s(v: &str) -> Bencode {
+    Bencode::str(v)
+}
+
+fn start() -> (Server, Ng) {
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        announce: Some("203.0.113.1".parse().unwrap()),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 1,
+        rtp_ports: "46000-46999".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    (server, ng)
+}
+
+/// A request: `command` for call `call` with `sdp` and more `flags`; the answer's to-tag is
+/// `b`, the offerer's `a`.
+fn request(
+    command: &str,
+    call: &str,
+    sdp: &str,
+    flags: &[(&str, Bencode)],
+) -> Vec<(String, Bencode)> {
+    let mut d = vec![
+        ("command".to_owned(), s(command)),
+        ("call-id".to_owned(), s(call)),
+        ("from-tag".to_owned(), s("a")),
+        ("sdp".to_owned(), s(sdp)),
+    ];
+    if command == "answer" {
+        d.push(("to-tag".into(), s("b")));
+    }
+    d.extend(flags.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+    d
+}
+
+/// Our SDP, its lines with ports and keys as placeholders.
+fn lines(sdp: &str) -> Vec<String> {
+    sdp.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            // (A TCP section passes through with its own port.)
+            if l.starts_with("m=") && f.len() > 2 && f[1] != "0" && !f[2].starts_with("TCP") {
+                let mut f = f.clone();
+                f[1] = "PORT";
+                return f.join(" ");
+            }
+            if let Some(rest) = l.strip_prefix("a=rtcp:") {
+                let tail: Vec<&str> = rest.split(' ').skip(1).collect();
+                return std::iter::once("a=rtcp:PORT")
+                    .chain(tail)
+                    .collect::<Vec<_>>()
+                    .join(" ");
+            }
+            if l.starts_with("a=crypto:") && f.len() > 2 {
+                return format!("{} {} inline:KEY", f[0], f[1]);
+            }
+            l.to_owned()
+        })
+        .collect()
+}
+
+fn sdp_of(ng: &mut Ng, req: Vec<(String, Bencode)>) -> Vec<String> {
+    let r = ng.call(req).unwrap();
+    lines(&r["sdp"])
+}
+
+#[test]
+fn every_format_passes_through_in_order_with_its_lines_and_a_static_rtpmap() {
+    let (_server, mut ng) = start();
+    // AMR, G.729, 16 kHz events and comfort noise: none decoded by the gateway, all relayed.
+    let offer =
+        "v=0\r\no=phone 7 7 IN IP4 192.0.2.10\r\ns=call\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 96 18 0 100 13\r\na=x-vendor:1\r\na=rtpmap:96 AMR/8000\r\n\
+        a=fmtp:96 octet-align=1\r\na=fmtp:18 annexb=no\r\na=rtpmap:100 telephone-event/16000\r\n\
+        a=ptime:20\r\na=sendrecv\r\n";
+    // rtpengine: o=, s= and c= where they stood (c= ours); unknown attributes first, then each
+    // format's rtpmap (RFC 3551's for a static type) and fmtp, the direction, a=rtcp, a=ptime.
+    assert_eq!(
+        sdp_of(&mut ng, request("offer", "f1", offer, &[])),
+        [
+            "v=0",
+            "o=phone 7 7 IN IP4 192.0.2.10",
+            "s=call",
+            "c=IN IP4 203.0.113.1",
+            "t=0 0",
+            "m=audio PORT RTP/AVP 96 18 0 100 13",
+            "a=x-vendor:1",
+            "a=rtpmap:96 AMR/8000",
+            "a=fmtp:96 octet-align=1",
+            "a=rtpmap:18 G729/8000",
+            "a=fmtp:18 annexb=no",
+            "a=rtpmap:0 PCMU/8000",
+            "a=rtpmap:100 telephone-event/16000",
+            "a=rtpmap:13 CN/8000",
+            "a=sendrecv",
+            "a=rtcp:PORT",
+            "a=ptime:20",
+        ]
+    );
+    // The answer passes on what the callee took, AMR included.
+    let answer = "v=0\r\no=pbx 1 1 IN IP4 192.0.2.20\r\ns=pbx\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 96 100\r\na=rtpmap:96 AMR/8000\r\na=fmtp:96 octet-align=1\r\n\
+        a=rtpmap:100 telephone-event/16000\r\na=sendrecv\r\n";
+    assert_eq!(
+        sdp_of(&mut ng, request("answer", "f1", answer, &[])),
+        [
+            "v=0",
+            "o=pbx 1 1 IN IP4 192.0.2.20",
+            "s=pbx",
+            "c=IN IP4 203.0.113.1",
+            "t=0 0",
+            "m=audio PORT RTP/AVP 96 100",
+            "a=rtpmap:96 AMR/8000",
+            "a=fmtp:96 octet-align=1",
+            "a=rtpmap:100 telephone-event/16000",
+            "a=sendrecv",
+            "a=rtcp:PORT",
+        ]
+    );
+}
+
+#[test]
+fn rejected_sections_keep_port_zero_and_tcp_sections_pass_through() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nc=IN IP4 192.0.2.10\r\n\
+        m=audio 5004 RTP/AVP 8\r\nm=video 0 RTP/AVP 96\r\n\
+        m=message 5010 TCP/MSRP *\r\na=path:msrp://192.0.2.10:5010/x;tcp\r\n";
+    // rtpengine: the session c= after t= is kept where it stood; the rejected video stays
+    // rejected in its place (RFC 3264); MSRP over TCP is not relayed: passed on as it came.
+    assert_eq!(
+        sdp_of(&mut ng, request("offer", "r1", offer, &[])),
+        [
+            "v=0",
+            "o=- 1 1 IN IP4 192.0.2.10",
+            "s=-",
+            "t=0 0",
+            "c=IN IP4 203.0.113.1",
+            "m=audio PORT RTP/AVP 8",
+            "a=rtpmap:8 PCMA/8000",
+            "a=sendrecv",
+            "a=rtcp:PORT",
+            "m=video 0 RTP/AVP 96",
+            "m=message 5010 TCP/MSRP *",
+            "a=path:msrp://192.0.2.10:5010/x;tcp",
+        ]
+    );
+}
+
+#[test]
+fn origin_is_replaced_only_when_asked() {
+    let (_server, mut ng) = start();
+    let offer =
+        "v=0\r\no=alice 5 6 IN IP4 192.0.2.10\r\ns=x\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    let flags = [("replace", Bencode::List(vec![s("origin")]))];
+    let got = sdp_of(&mut ng, request("offer", "o1", offer, &flags));
+    // `replace: origin`: the o= line's address is ours, the rest of it the caller's.
+    assert_eq!(got[1], "o=alice 5 6 IN IP4 203.0.113.1");
+    assert_eq!(got[2], "s=x");
+}
+
+#[test]
+fn a_hold_with_a_zero_address_keeps_it_and_receives_nothing() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 0.0.0.0\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0\r\na=sendrecv\r\n";
+    // rtpengine keeps 0.0.0.0 and writes the old-style hold as the direction it means.
+    assert_eq!(
+        sdp_of(&mut ng, request("offer", "h1", offer, &[])),
+        [
+            "v=0",
+            "o=- 1 1 IN IP4 192.0.2.10",
+            "s=-",
+            "c=IN IP4 0.0.0.0",
+            "t=0 0",
+            "m=audio PORT RTP/AVP 0",
+            "a=rtpmap:0 PCMU/8000",
+            "a=sendonly",
+            "a=rtcp:PORT",
+        ]
+    );
+    // `original sendrecv`: the direction passes through where it stood.
+    let flags = [("flags", Bencode::List(vec![s("original sendrecv")]))];
+    let got = sdp_of(&mut ng, request("offer", "h2", offer, &flags));
+    assert_eq!(
+        got[5..],
+        [
+            "m=audio PORT RTP/AVP 0",
+            "a=sendrecv",
+            "a=rtpmap:0 PCMU/8000",
+            "a=rtcp:PORT"
+        ]
+    );
+}
+
+#[test]
+fn sdes_keeps_the_callers_suites_and_tags_first_and_takes_an_answer_by_suite() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/SAVP 0\r\n\
+        c=IN IP4 192.0.2.10\r\n\
+        a=crypto:3 AES_CM_128_HMAC_SHA1_32 inline:VAzLKvoE3jG9cdH/AZsl/ZqWNXrUzyM4Gw6chrFr\r\n\
+        a=crypto:7 AES_CM_128_HMAC_SHA1_80 inline:cJOJ7kxQjhFBp2fP6AYjs3vKw7CeBdWZCj0isbJv\r\n";
+    let flags = [("SDES", Bencode::List(vec![s("no-AEAD_AES_128_GCM")]))];
+    let got = sdp_of(&mut ng, request("offer", "s1", offer, &flags));
+    // rtpengine: the caller's suites with the caller's tags, then its own suites in its order,
+    // numbered on from the highest tag (tags 11 to 16 go to the AES-192, F8 and NULL suites,
+    // which the gateway does not offer); `no-…` leaves a suite out.
+    let crypto: Vec<&str> = got
+        .iter()
+        .filter(|l| l.starts_with("a=crypto"))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        crypto,
+        [
+            "a=crypto:3 AES_CM_128_HMAC_SHA1_32 inline:KEY",
+            "a=crypto:7 AES_CM_128_HMAC_SHA1_80 inline:KEY",
+            "a=crypto:8 AEAD_AES_256_GCM inline:KEY",
+            "a=crypto:9 AES_256_CM_HMAC_SHA1_80 inline:KEY",
+            "a=crypto:10 AES_256_CM_HMAC_SHA1_32 inline:KEY",
+        ]
+    );
+    // An answer naming a suite we offered under another tag is taken, and the caller is
+    // answered in that suite under its own tag.
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/SAVP 0\r\n\
+        c=IN IP4 192.0.2.20\r\n\
+        a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:dfgadgdfgdfgdfgd6AYjs3vKw7CeBdWZCj0isbJv\r\n";
+    let got = sdp_of(&mut ng, request("answer", "s1", answer, &[]));
+    assert_eq!(
+        got.iter()
+            .filter(|l| l.starts_with("a=crypto"))
+            .collect::<Vec<_>>(),
+        ["a=crypto:7 AES_CM_128_HMAC_SHA1_80 inline:KEY"]
+    );
+}
+
+#[test]
+fn a_later_answer_to_the_same_offer_is_taken_with_its_codecs() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 8 9\r\n";
+    sdp_of(&mut ng, request("offer", "d1", offer, &[]));
+    let answer = |pt: &str| {
+        format!(
+            "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+             m=audio 6000 RTP/AVP {pt}\r\n"
+        )
+    };
+    // An early answer (a 183) with PCMU, then the final one (the 200) with PCMA: rtpengine
+    // takes both, and answers the caller with each.
+    let first = sdp_of(&mut ng, request("answer", "d1", &answer("0"), &[]));
+    assert!(
+        first.contains(&"m=audio PORT RTP/AVP 0".to_owned()),
+        "{first:?}"
+    );
+    let second = sdp_of(&mut ng, request("answer", "d1", &answer("8"), &[]));
+    assert_eq!(
+        second[5..],
+        [
+            "m=audio PORT RTP/AVP 8",
+            "a=rtpmap:8 PCMA/8000",
+            "a=sendrecv",
+            "a=rtcp:PORT"
+        ]
+    );
+}
+
+#[test]
+fn rtcp_mux_towards_the_caller_follows_the_callees_answer() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0\r\na=rtcp-mux\r\n";
+    let got = sdp_of(&mut ng, request("offer", "m1", offer, &[]));
+    // Offered on to the callee, with a=rtcp for a callee that does not mux.
+    assert_eq!(got[7..], ["a=sendrecv", "a=rtcp:PORT", "a=rtcp-mux"]);
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 0\r\n";
+    let got = sdp_of(&mut ng, request("answer", "m1", answer, &[]));
+    // The callee did not mux: neither is the caller answered with it.
+    assert_eq!(got[7..], ["a=sendrecv", "a=rtcp:PORT"]);
+}
+
+#[test]
+fn transcoding_appends_its_codecs_after_the_callers_and_answers_the_caller_in_its_own() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 101\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\n";
+    let flags = [(
+        "codec",
+        Bencode::Dict(vec![(
+            b"transcode".to_vec(),
+            Bencode::List(vec![s("PCMA")]),
+        )]),
+    )];
+    // rtpengine: the caller's codecs first, the transcoding target after its audio codecs and
+    // before its telephone-events.
+    let got = sdp_of(&mut ng, request("offer", "t1", offer, &flags));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0 8 101");
+    // The callee takes only PCMA: the caller is answered in its own PCMU (transcoded).
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8\r\n";
+    let got = sdp_of(&mut ng, request("answer", "t1", answer, &[]));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0");
+    // A callee that takes a codec the caller offered is answered as it answered: no
+    // transcoding.
+    sdp_of(&mut ng, request("offer", "t2", offer, &flags));
+    let answer = answer.replace(
+        "RTP/AVP 8\r\n",
+        "RTP/AVP 0 101\r\na=rtpmap:101 telephone-event/8000\r\n",
+    );
+    let got = sdp_of(&mut ng, request("answer", "t2", &answer, &[]));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0 101");
+}
+
+#[test]
+fn loop_protect_marks_our_sdp_and_passes_it_on_when_it_comes_back() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0\r\n";
+    let flags = [("flags", Bencode::List(vec![s("loop-protect")]))];
+    let r = ng.call(request("offer", "l1", offer, &flags)).unwrap();
+    let ours = r["sdp"].clone();
+    // rtpengine: `a=rtpengine:` and 12 hex digits, the last session line.
+    let mark = lines(&ours)
+        .into_iter()
+        .find(|l| l.starts_with("a=rtpengine:"))
+        .expect("the mark");
+    assert_eq!(mark.len(), "a=rtpengine:".len() + 12, "{mark}");
+    assert_eq!(lines(&ours)[5], mark);
+    // Our SDP offered back to us (a proxy looping the call): passed on untouched.
+    let again = ng.call(request("offer", "l2", &ours, &flags)).unwrap();
+    assert_eq!(again["sdp"], ours);
+}
