@@ -14,14 +14,13 @@
 
 mod lab_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use lab_support::missing;
-use secrelay_gateway::server::BannerReader;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
@@ -143,17 +142,7 @@ impl Gateway {
             .stderr(Stdio::piped())
             .spawn()
             .expect("secrelay serve starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-        let log = Arc::new(Mutex::new(String::new()));
-        let banner = BannerReader::read(&mut lines, |line| {
-            log.lock().unwrap().push_str(&format!("{line}\n"));
-        });
-        let keep = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                keep.lock().unwrap().push_str(&format!("{line}\n"));
-            }
-        });
+        let (banner, log) = lab_support::serve_banner(&mut child);
         let base = banner
             .and_then(|b| b.url())
             .unwrap_or_else(|| panic!("no HTTPS address:\n{}", log.lock().unwrap()));
