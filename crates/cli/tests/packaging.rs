@@ -1,6 +1,7 @@
 //! What `packaging/` ships and the binary says about itself: the systemd unit passes
 //! `systemd-analyze verify` and its hardening scores as "OK" or better in `systemd-analyze
-//! security`; the container image builds and its binary runs; `secrelay manpage` renders pages
+//! security`; the container image builds and its binary runs; `scripts/package-deb` makes a
+//! Debian package holding the binary, the unit, the configuration and the pages; `secrelay manpage` renders pages
 //! `man` reads; `secrelay --version` names the version, the commit and the build profile.
 //!
 //! systemd-analyze is Debian's (the systemd package); where it is missing the unit's test says
@@ -214,5 +215,94 @@ fn version_names_the_commit_and_the_profile() {
             assert_eq!(commit, String::from_utf8_lossy(&h.stdout).trim(), "{v}");
         }
         _ => assert!(!commit.is_empty(), "{v}"),
+    }
+}
+
+/// `dpkg-deb -f DEB FIELD`.
+fn deb_field(deb: &Path, field: &str) -> String {
+    let out = Command::new("dpkg-deb")
+        .arg("-f")
+        .arg(deb)
+        .arg(field)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dpkg-deb -f {field}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_debian_package_installs_the_binary_unit_configuration_and_pages() {
+    if !tool("dpkg-deb", "--version") || !tool("dpkg-shlibdeps", "--version") {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "dpkg-deb and dpkg-shlibdeps are missing (scripts/setup installs dpkg-dev)"
+        );
+        eprintln!("SKIPPED the_debian_package_…: no dpkg-deb or dpkg-shlibdeps");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(repo().join("scripts/package-deb"))
+        .arg("--binary")
+        .arg(env!("CARGO_BIN_EXE_secrelay"))
+        .arg("--out")
+        .arg(dir.path())
+        .arg("--fast")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "package-deb: {}", text(&out));
+    let deb = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(deb.is_file(), "package-deb named {deb:?}");
+    assert_eq!(deb_field(&deb, "Package"), "secrelay");
+    assert_eq!(deb_field(&deb, "Version"), env!("CARGO_PKG_VERSION"));
+    // The libraries the binary links, as the packages that hold them.
+    let depends = deb_field(&deb, "Depends");
+    for lib in ["libc6", "libssl3"] {
+        assert!(depends.contains(lib), "Depends: {depends}");
+    }
+    let control = dir.path().join("DEBIAN");
+    let out = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dpkg-deb -e: {}", text(&out));
+    // An upgrade keeps the operator's configuration.
+    assert_eq!(
+        std::fs::read_to_string(control.join("conffiles")).unwrap(),
+        "/etc/secrelay/secrelay.toml\n"
+    );
+    let root = dir.path().join("root");
+    let out = Command::new("dpkg-deb")
+        .arg("-x")
+        .arg(&deb)
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "dpkg-deb -x: {}", text(&out));
+    // The binary runs from where the package puts it.
+    let out = Command::new(root.join("usr/bin/secrelay"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).starts_with(concat!("secrelay ", env!("CARGO_PKG_VERSION"))));
+    assert_eq!(
+        std::fs::read(root.join("etc/secrelay/secrelay.toml")).unwrap(),
+        std::fs::read(repo().join("packaging/secrelay.toml")).unwrap()
+    );
+    let unit = std::fs::read_to_string(root.join("lib/systemd/system/secrelay.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/usr/bin/secrelay serve --config /etc/secrelay/secrelay.toml"),
+        "{unit}"
+    );
+    assert!(!unit.contains("/usr/local"), "{unit}");
+    for page in [
+        "secrelay.1.gz",
+        "secrelay-serve.1.gz",
+        "secrelay-token-create.1.gz",
+    ] {
+        let path = root.join("usr/share/man/man1").join(page);
+        assert!(path.is_file(), "no {page} in the package");
     }
 }
