@@ -95,7 +95,7 @@ pub enum Sink {
 impl Sink {
     fn send(&self, bytes: &[u8], stats: &Stats) {
         let ok = match self {
-            Sink::Udp { socket, to } => socket.try_send_to(bytes, *to).is_ok(),
+            Sink::Udp { socket, to } => send_now(socket, bytes, *to),
             Sink::Stream(tx) => match tx.try_send(bytes.to_vec()) {
                 Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
@@ -240,7 +240,7 @@ impl Inner {
         match core.handle_client(Now::current(), client, data, out, &mut io) {
             Out::Reply(bytes) => reply(bytes),
             Out::ToPeer { relay, to, payload } => {
-                if relay.socket.try_send_to(payload, to).is_err() {
+                if !send_now(&relay.socket, payload, to) {
                     self.shared.stats.dropped(Dropped::SendFailed);
                 }
             }
@@ -296,6 +296,16 @@ async fn relay_loop(
     }
 }
 
+/// Sends a datagram now, or drops it (false) when the socket's buffer is full. The system call
+/// is made whatever tokio last saw of the socket's writability: `try_send_to` refuses until
+/// the reactor has reported a new socket writable, which dropped the first packet relayed
+/// through an allocation made a moment before.
+fn send_now(socket: &UdpSocket, bytes: &[u8], to: SocketAddr) -> bool {
+    socket2::SockRef::from(socket)
+        .send_to(bytes, &to.into())
+        .is_ok()
+}
+
 /// A shard's UDP listener: every datagram through the core.
 async fn udp_loop(
     inner: Arc<Inner>,
@@ -330,7 +340,7 @@ async fn udp_loop(
                 to: c.addr,
             };
             inner.on_client(&shard, client, &buf[..n], &mut out, sink, |reply| {
-                let _ = socket.try_send_to(reply, from);
+                let _ = send_now(&socket, reply, from);
             });
         }
     }
