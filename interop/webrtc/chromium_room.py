@@ -11,7 +11,9 @@ video and plays audio from all the others, then takes a screenshot of the first 
 that a remote video tile is not black. Each page then leaves (DELETE).
 
 Prints one JSON line with what it measured; exit status 0 only when everything passed.
-Usage: chromium_room.py --base http://127.0.0.1:PORT [--pages 5] [--room R]
+Over HTTPS, `--ca` names the private CA's certificate, the one added trust anchor of
+Chromium's NSS database (as in chromium_av.py): for the pages and for TURN over TLS alike.
+Usage: chromium_room.py --base http(s)://HOST:PORT [--pages 5] [--room R] [--ca ca.pem]
        [--chromium /usr/bin/chromium] [--screenshot out.png]
 """
 
@@ -31,7 +33,7 @@ import urllib.request
 import websocket  # websocket-client
 from PIL import Image
 
-from chromium_av import stop, version
+from chromium_av import stop, trust_ca, version
 
 
 class Tab:
@@ -58,7 +60,7 @@ class Tab:
         return r["result"].get("value")
 
 
-def launch(chromium, profile, log):
+def launch(chromium, profile, log, home=None):
     args = [
         chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--no-first-run", "--no-default-browser-check", "--disable-extensions",
@@ -74,7 +76,10 @@ def launch(chromium, profile, log):
         "--window-size=1280,1000", "--remote-debugging-port=0",
         f"--user-data-dir={profile}", "about:blank",
     ]
-    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    env = dict(os.environ)
+    if home:
+        env["HOME"] = home
+    return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
 
 
 def devtools_port(profile, timeout):
@@ -141,7 +146,8 @@ def non_black(tab, shot_path):
 def run(args, result, work):
     profile = os.path.join(work, "profile")
     log = open(os.path.join(work, "chromium.log"), "wb")
-    proc = launch(args.chromium, profile, log)
+    home = trust_ca(work, args.ca) if args.ca else None
+    proc = launch(args.chromium, profile, log, home)
     tabs = []
     try:
         port = devtools_port(profile, args.timeout)
@@ -161,6 +167,7 @@ def run(args, result, work):
         while True:
             snaps = [summary(t.eval(SNAPSHOT)) for t in tabs]
             errors = [s["error"] for s in snaps if s["error"]]
+            result["pages"] = snaps
             if errors:
                 raise RuntimeError(f"a page failed: {errors[0]}")
             done = all(s["videos_decoding"] >= want and s["audios_playing"] >= want
@@ -194,6 +201,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--token", help="an access token for the room, given to each page in its address's fragment")
     ap.add_argument("--screenshot", help="keep the screenshot here")
+    ap.add_argument("--ca", help="a private CA's certificate (PEM) Chromium trusts, for an https:// base")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium), "room": args.room}
     work = tempfile.mkdtemp(prefix="secrelay-chromium-room-")

@@ -65,12 +65,18 @@ pub enum LabCommand {
     /// offers and answers replayed against both and the SDPs compared (the same media
     /// sections, lines, text), or offer/answer/delete at rising rates (--load).
     NgCompare(crate::lab_ng_compare::NgCompareArgs),
+    /// secrelay's TURN server beside coturn's in the same run, one relay thread each:
+    /// allocations and relayed packets per CPU-second of each server's process.
+    Turn(crate::lab_turn::TurnArgs),
     /// Calls of every kind of leg (WebRTC, WHIP/WHEP, SDES and plain phones, ng calls)
     /// joining and leaving a gateway for a while; its memory, descriptors, participants, rooms
     /// and ports sampled every second; fails unless nothing remains after every call left.
     Soak(crate::lab_soak::SoakArgs),
     /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
     Crypto(StudyArgs),
+    /// secrelay's TURN server alone, for `lab turn` (internal).
+    #[command(name = "__turn-server", hide = true)]
+    TurnServer(crate::lab_turn::TurnServerArgs),
     /// Child process for heap per operation under DHAT (internal).
     #[command(name = "__mem", hide = true)]
     Mem {
@@ -124,6 +130,8 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::NgCompare(a) => return crate::lab_ng_compare::run(&a),
         LabCommand::Soak(a) => return crate::lab_soak::run(&a),
         LabCommand::Flood(a) => return crate::lab_flood::run(&a),
+        LabCommand::Turn(a) => return crate::lab_turn::run(&a),
+        LabCommand::TurnServer(a) => return crate::lab_turn::server(&a),
     };
     let opts = secrelay_lab::Options {
         quick: args.quick,

@@ -24,6 +24,8 @@ mod lab_ng_compare;
 mod lab_overload;
 #[cfg(feature = "lab")]
 mod lab_soak;
+#[cfg(feature = "lab")]
+mod lab_turn;
 mod logs;
 mod no_lab;
 mod serve;

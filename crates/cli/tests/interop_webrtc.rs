@@ -15,7 +15,7 @@
 
 mod lab_support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,7 +23,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lab_support::missing;
-use secrelay_gateway::server::BannerReader;
 use serde_json::Value;
 
 /// The two tests share two cores with everything else: one at a time.
@@ -150,22 +149,12 @@ impl Gateway {
             .stderr(Stdio::piped())
             .spawn()
             .expect("secrelay serve starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-        let log = Arc::new(Mutex::new(String::new()));
-        let banner = BannerReader::read(&mut lines, |line| {
-            log.lock().unwrap().push_str(&format!("{line}\n"));
-        });
+        let (banner, log) = lab_support::serve_banner(&mut child);
         let base = banner.and_then(|b| b.url()).unwrap_or_else(|| {
             panic!(
                 "secrelay serve printed no HTTPS address:\n{}",
                 log.lock().unwrap()
             )
-        });
-        let keep = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                keep.lock().unwrap().push_str(&format!("{line}\n"));
-            }
         });
         let pem = std::fs::read_to_string(ca_dir.join("ca.pem")).unwrap();
         let ca = secrelay_dtls::cert::chain_from_pem(&pem).unwrap().remove(0);
@@ -210,24 +199,13 @@ impl Gateway {
             .stderr(Stdio::piped())
             .spawn()
             .expect("secrelay serve starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-        let log = Arc::new(Mutex::new(String::new()));
-        let banner = BannerReader::read(&mut lines, |line| {
-            log.lock().unwrap().push_str(&format!("{line}\n"));
-        });
+        let (banner, log) = lab_support::serve_banner(&mut child);
         let ng = banner.as_ref().and_then(|b| b.ng).map(|a| a.to_string());
         let base = banner.and_then(|b| b.url()).unwrap_or_else(|| {
             panic!(
                 "secrelay serve printed no HTTP address:\n{}",
                 log.lock().unwrap()
             )
-        });
-        // Keep reading, so that the pipe never fills.
-        let keep = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                keep.lock().unwrap().push_str(&format!("{line}\n"));
-            }
         });
         Gateway {
             child,

@@ -9,7 +9,7 @@
 
 mod lab_support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -57,23 +57,13 @@ impl Serve {
             .stderr(Stdio::piped())
             .spawn()
             .expect("secrelay serve starts");
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log = Arc::new(Mutex::new(String::new()));
-        let banner = BannerReader::read(&mut lines, |line| {
-            log.lock().unwrap().push_str(&format!("{line}\n"));
-        });
+        let (banner, log) = lab_support::serve_banner(&mut child);
         let https = banner.and_then(|b| b.https).map(|a| a.to_string());
         let https = https.unwrap_or_else(|| {
             panic!(
                 "secrelay serve printed no HTTPS address:\n{}",
                 log.lock().unwrap()
             )
-        });
-        let keep = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                keep.lock().unwrap().push_str(&format!("{line}\n"));
-            }
         });
         Serve {
             child,

@@ -855,6 +855,15 @@ fn routes() -> Vec<Route> {
             want: [401, 403, 201, 403, 201, 401, 403, 401],
         },
         Route {
+            name: "GET /rooms/{room}/ice-servers",
+            method: "GET",
+            path: "/rooms/r/ice-servers",
+            body: None,
+            headers: &[],
+            session: false,
+            want: [401, 200, 200, 403, 200, 401, 403, 401],
+        },
+        Route {
             name: "PATCH /whip/{room}/{id} (the publisher's)",
             method: "PATCH",
             path: "/whip/r/{id}",

@@ -1,6 +1,8 @@
 //! STUN (RFC 8489) as ICE-lite needs it: Binding requests, responses and indications with
 //! USERNAME, PRIORITY, USE-CANDIDATE, ICE-CONTROLLING/-CONTROLLED, XOR-MAPPED-ADDRESS,
-//! ERROR-CODE, MESSAGE-INTEGRITY (short-term credentials, HMAC-SHA1) and FINGERPRINT.
+//! ERROR-CODE, MESSAGE-INTEGRITY (HMAC-SHA1) and FINGERPRINT; and for TURN's long-term
+//! credentials MESSAGE-INTEGRITY-SHA256 (HMAC-SHA256, after or instead of MESSAGE-INTEGRITY).
+//! Attributes of any other type are framed and handed out as bytes ([`Message::get`]).
 //!
 //! [`Message::parse`] borrows the datagram and never panics; the integrity check is
 //! constant-time. [`MessageBuilder`] writes into a caller's buffer without allocating.
@@ -10,6 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use hmac::{Hmac, KeyInit, Mac};
 use sha1::Sha1;
+use sha2::Sha256;
 use subtle::ConstantTimeEq;
 
 /// The magic cookie of every RFC 5389/8489 message.
@@ -27,6 +30,8 @@ pub mod attr {
     pub const USERNAME: u16 = 0x0006;
     /// MESSAGE-INTEGRITY (HMAC-SHA1).
     pub const MESSAGE_INTEGRITY: u16 = 0x0008;
+    /// MESSAGE-INTEGRITY-SHA256 (HMAC-SHA256, RFC 8489 §14.6).
+    pub const MESSAGE_INTEGRITY_SHA256: u16 = 0x001C;
     /// ERROR-CODE.
     pub const ERROR_CODE: u16 = 0x0009;
     /// XOR-MAPPED-ADDRESS.
@@ -84,8 +89,9 @@ pub enum StunError {
     BadLength,
     /// An attribute's value is malformed (named).
     BadAttribute(u16),
-    /// An attribute follows FINGERPRINT, or something other than FINGERPRINT follows
-    /// MESSAGE-INTEGRITY.
+    /// An attribute follows FINGERPRINT, or something other than MESSAGE-INTEGRITY-SHA256 or
+    /// FINGERPRINT follows MESSAGE-INTEGRITY, or other than FINGERPRINT follows
+    /// MESSAGE-INTEGRITY-SHA256.
     BadOrder,
     /// FINGERPRINT present but wrong.
     BadFingerprint,
@@ -128,6 +134,7 @@ pub struct Parts {
     class: Class,
     method: u16,
     integrity_at: Option<usize>,
+    integrity_sha256_at: Option<usize>,
     has_fingerprint: bool,
 }
 
@@ -139,6 +146,8 @@ pub struct Message<'a> {
     method: u16,
     /// Offset of MESSAGE-INTEGRITY's attribute header, if present.
     integrity_at: Option<usize>,
+    /// Offset of MESSAGE-INTEGRITY-SHA256's attribute header, if present.
+    integrity_sha256_at: Option<usize>,
     has_fingerprint: bool,
 }
 
@@ -150,6 +159,7 @@ impl fmt::Debug for Message<'_> {
             .field("method", &self.method)
             .field("len", &self.buf.len())
             .field("integrity", &self.integrity_at.is_some())
+            .field("integrity_sha256", &self.integrity_sha256_at.is_some())
             .field("fingerprint", &self.has_fingerprint)
             .finish()
     }
@@ -207,6 +217,7 @@ impl<'a> Message<'a> {
             class,
             method,
             integrity_at: None,
+            integrity_sha256_at: None,
             has_fingerprint: false,
         };
         let mut at = HEADER_LEN;
@@ -223,7 +234,12 @@ impl<'a> Message<'a> {
             if msg.has_fingerprint {
                 return Err(StunError::BadOrder);
             }
-            if msg.integrity_at.is_some() && t != attr::FINGERPRINT {
+            if msg.integrity_sha256_at.is_some() && t != attr::FINGERPRINT {
+                return Err(StunError::BadOrder);
+            }
+            if msg.integrity_at.is_some()
+                && !matches!(t, attr::FINGERPRINT | attr::MESSAGE_INTEGRITY_SHA256)
+            {
                 return Err(StunError::BadOrder);
             }
             match t {
@@ -232,6 +248,13 @@ impl<'a> Message<'a> {
                         return Err(StunError::BadAttribute(t));
                     }
                     msg.integrity_at = Some(at);
+                }
+                attr::MESSAGE_INTEGRITY_SHA256 => {
+                    // 16 to 32 bytes, a multiple of 4 (a truncated HMAC-SHA256).
+                    if !(16..=32).contains(&l) || !l.is_multiple_of(4) {
+                        return Err(StunError::BadAttribute(t));
+                    }
+                    msg.integrity_sha256_at = Some(at);
                 }
                 attr::FINGERPRINT => {
                     if l != 4 {
@@ -260,6 +283,7 @@ impl<'a> Message<'a> {
             class: self.class,
             method: self.method,
             integrity_at: self.integrity_at,
+            integrity_sha256_at: self.integrity_sha256_at,
             has_fingerprint: self.has_fingerprint,
         }
     }
@@ -273,6 +297,7 @@ impl<'a> Message<'a> {
             class: parts.class,
             method: parts.method,
             integrity_at: parts.integrity_at,
+            integrity_sha256_at: parts.integrity_sha256_at,
             has_fingerprint: parts.has_fingerprint,
         })
     }
@@ -298,6 +323,14 @@ impl<'a> Message<'a> {
     /// Whether MESSAGE-INTEGRITY is present (not yet checked).
     pub fn has_integrity(&self) -> bool {
         self.integrity_at.is_some()
+    }
+    /// Whether MESSAGE-INTEGRITY-SHA256 is present (not yet checked).
+    pub fn has_integrity_sha256(&self) -> bool {
+        self.integrity_sha256_at.is_some()
+    }
+    /// The whole message as parsed.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.buf
     }
 
     /// Iterates over (type, value) of the attributes, in order.
@@ -354,25 +387,23 @@ impl<'a> Message<'a> {
     }
     /// XOR-MAPPED-ADDRESS, if present and well formed.
     pub fn xor_mapped_address(&self) -> Option<SocketAddr> {
-        let v = self.get(attr::XOR_MAPPED_ADDRESS)?;
-        if v.len() < 4 {
-            return None;
-        }
-        let port = be16(&v[2..]) ^ (MAGIC_COOKIE >> 16) as u16;
-        let ip = match (v[1], v.len()) {
-            (0x01, 8) => IpAddr::V4(Ipv4Addr::from(be32(&v[4..]) ^ MAGIC_COOKIE)),
-            (0x02, 20) => {
-                let mut x = [0u8; 16];
-                x[..4].copy_from_slice(&MAGIC_COOKIE.to_be_bytes());
-                x[4..].copy_from_slice(&self.buf[8..20]);
-                for (b, k) in x.iter_mut().zip(&v[4..20]) {
-                    *b ^= k;
-                }
-                IpAddr::V6(Ipv6Addr::from(x))
-            }
-            _ => return None,
-        };
-        Some(SocketAddr::new(ip, port))
+        self.xor_address(attr::XOR_MAPPED_ADDRESS)
+    }
+
+    /// The first attribute of type `ty` read as an XOR'ed address (XOR-MAPPED-ADDRESS, and
+    /// TURN's XOR-PEER-ADDRESS and XOR-RELAYED-ADDRESS), if present and well formed.
+    pub fn xor_address(&self, ty: u16) -> Option<SocketAddr> {
+        self.get(ty)
+            .and_then(|v| xor_address_value(v, self.transaction_id()))
+    }
+
+    /// Every attribute of type `ty` read as an XOR'ed address, in order; `None` for one that
+    /// is malformed.
+    pub fn xor_addresses(&self, ty: u16) -> impl Iterator<Item = Option<SocketAddr>> + 'a {
+        let tid = self.transaction_id();
+        self.attributes()
+            .filter(move |(t, _)| *t == ty)
+            .map(move |(_, v)| xor_address_value(v, tid))
     }
 
     /// Checks MESSAGE-INTEGRITY with a short-term credential key (the password), in
@@ -386,6 +417,55 @@ impl<'a> Message<'a> {
             Err(StunError::BadIntegrity)
         }
     }
+
+    /// Checks MESSAGE-INTEGRITY-SHA256 with `key` (for long-term credentials, the key RFC 8489
+    /// §9.2.2 derives), in constant time, over as many bytes as the attribute carries.
+    pub fn check_integrity_sha256(&self, key: &[u8]) -> Result<(), StunError> {
+        let at = self.integrity_sha256_at.ok_or(StunError::NoIntegrity)?;
+        let l = be16(&self.buf[at + 2..]) as usize;
+        let expected = integrity_sha256(self.buf, at, 4 + l, key);
+        if bool::from(expected[..l].ct_eq(&self.buf[at + 4..at + 4 + l])) {
+            Ok(())
+        } else {
+            Err(StunError::BadIntegrity)
+        }
+    }
+}
+
+/// HMAC-SHA256 over the message up to the MESSAGE-INTEGRITY-SHA256 attribute at `at` (of
+/// `attr_len` bytes with its header), the header's length set to end just after it.
+fn integrity_sha256(buf: &[u8], at: usize, attr_len: usize, key: &[u8]) -> [u8; 32] {
+    let mut mac =
+        <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes keys of any length");
+    let len = (at + attr_len - HEADER_LEN) as u16;
+    mac.update(&buf[0..2]);
+    mac.update(&len.to_be_bytes());
+    mac.update(&buf[4..at]);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&mac.finalize().into_bytes());
+    out
+}
+
+/// An XOR'ed address attribute's value (RFC 8489 §14.2) under `transaction_id`.
+pub fn xor_address_value(v: &[u8], transaction_id: [u8; 12]) -> Option<SocketAddr> {
+    if v.len() < 4 {
+        return None;
+    }
+    let port = be16(&v[2..]) ^ (MAGIC_COOKIE >> 16) as u16;
+    let ip = match (v[1], v.len()) {
+        (0x01, 8) => IpAddr::V4(Ipv4Addr::from(be32(&v[4..]) ^ MAGIC_COOKIE)),
+        (0x02, 20) => {
+            let mut x = [0u8; 16];
+            x[..4].copy_from_slice(&MAGIC_COOKIE.to_be_bytes());
+            x[4..].copy_from_slice(&transaction_id);
+            for (b, k) in x.iter_mut().zip(&v[4..20]) {
+                *b ^= k;
+            }
+            IpAddr::V6(Ipv6Addr::from(x))
+        }
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, port))
 }
 
 /// HMAC-SHA1 over the message up to the MESSAGE-INTEGRITY attribute at `at`, with the
@@ -460,14 +540,17 @@ impl<'b> MessageBuilder<'b> {
 
     /// XOR-MAPPED-ADDRESS of `addr`.
     pub fn xor_mapped_address(self, addr: SocketAddr) -> Self {
+        self.xor_address(attr::XOR_MAPPED_ADDRESS, addr)
+    }
+
+    /// An attribute of type `ty` holding `addr` XOR'ed (XOR-MAPPED-ADDRESS, XOR-PEER-ADDRESS,
+    /// XOR-RELAYED-ADDRESS).
+    pub fn xor_address(self, ty: u16, addr: SocketAddr) -> Self {
         let port = (addr.port() ^ (MAGIC_COOKIE >> 16) as u16).to_be_bytes();
         match addr.ip() {
             IpAddr::V4(ip) => {
                 let x = (u32::from(ip) ^ MAGIC_COOKIE).to_be_bytes();
-                self.attribute(
-                    attr::XOR_MAPPED_ADDRESS,
-                    &[0, 1, port[0], port[1], x[0], x[1], x[2], x[3]],
-                )
+                self.attribute(ty, &[0, 1, port[0], port[1], x[0], x[1], x[2], x[3]])
             }
             IpAddr::V6(ip) => {
                 let mut v = [0u8; 20];
@@ -481,7 +564,7 @@ impl<'b> MessageBuilder<'b> {
                 for (i, b) in ip.octets().iter().enumerate() {
                     v[4 + i] = b ^ k[i];
                 }
-                self.attribute(attr::XOR_MAPPED_ADDRESS, &v)
+                self.attribute(ty, &v)
             }
         }
     }
@@ -509,6 +592,30 @@ impl<'b> MessageBuilder<'b> {
         self.buf[at + 4..at + 24].copy_from_slice(&mac);
         self.at += 24;
         self
+    }
+
+    /// Appends MESSAGE-INTEGRITY-SHA256 (the full 32 bytes) computed with `key`.
+    pub fn integrity_sha256(mut self, key: &[u8]) -> Self {
+        if self.overflow || self.buf.len() - self.at < 36 {
+            self.overflow = true;
+            return self;
+        }
+        let at = self.at;
+        let mac = integrity_sha256(self.buf, at, 36, key);
+        self.buf[at..at + 2].copy_from_slice(&attr::MESSAGE_INTEGRITY_SHA256.to_be_bytes());
+        self.buf[at + 2..at + 4].copy_from_slice(&32u16.to_be_bytes());
+        self.buf[at + 4..at + 36].copy_from_slice(&mac);
+        self.at += 36;
+        self
+    }
+
+    /// The transaction id this message was started with.
+    pub fn transaction_id(&self) -> [u8; 12] {
+        let mut t = [0u8; 12];
+        if !self.overflow {
+            t.copy_from_slice(&self.buf[8..20]);
+        }
+        t
     }
 
     /// Appends FINGERPRINT and returns the message's length.

@@ -7,8 +7,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use secrelay_gateway::server::BannerReader;
 use serde_json::Value;
 
 /// A peer or tool the test needs is missing. Under CI (`CI` set, to any value), where
@@ -132,4 +134,22 @@ pub fn serve_with(extra: &[&str]) -> (Server, String) {
     // Keep reading its log so that it never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
     (server, url)
+}
+
+/// The banner of a `secrelay serve` spawned with its stderr piped, and its log: what it printed
+/// so far and, from a thread that keeps reading (so that the pipe never fills), all it prints
+/// after.
+pub fn serve_banner(child: &mut Child) -> (Option<BannerReader>, Arc<Mutex<String>>) {
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let log = Arc::new(Mutex::new(String::new()));
+    let banner = BannerReader::read(&mut lines, |line| {
+        log.lock().unwrap().push_str(&format!("{line}\n"));
+    });
+    let keep = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep.lock().unwrap().push_str(&format!("{line}\n"));
+        }
+    });
+    (banner, log)
 }

@@ -307,6 +307,8 @@ pub enum Need<'a> {
     Subscribe,
     /// Both (room joins, telephony legs).
     Join,
+    /// Either (the TURN servers a session of either kind needs before it offers).
+    Media,
     /// Act on a session made by `owner` (its identity; `None` when made without a token):
     /// its holder, or the room's admin.
     Own(Option<&'a str>),
@@ -581,7 +583,13 @@ impl Policy {
             Caller::Anonymous => {
                 let open = self.room_open(room);
                 match need {
-                    Need::Publish | Need::Subscribe | Need::Join | Need::Own(None) if open => {
+                    Need::Publish
+                    | Need::Subscribe
+                    | Need::Join
+                    | Need::Media
+                    | Need::Own(None)
+                        if open =>
+                    {
                         Ok(())
                     }
                     _ => Err(Failure::Missing),
@@ -596,6 +604,7 @@ impl Policy {
                     Need::Publish => g.publish,
                     Need::Subscribe => g.subscribe,
                     Need::Join => g.publish && g.subscribe,
+                    Need::Media => g.publish || g.subscribe,
                     Need::Own(owner) => g.admin || owner == Some(v.identity.as_str()),
                     Need::Admin => g.admin,
                     Need::List => g.list || g.admin,

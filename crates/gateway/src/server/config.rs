@@ -240,6 +240,49 @@ pub struct ServeConfig {
     /// from the remote addresses it latched to or sent to (`stale_source`), unless one is
     /// that leg's own signalled address; 0: none.
     pub rtp_port_quarantine_secs: f64,
+    /// TURN (RFC 8656) over UDP on this address, for browsers that cannot reach `udp` directly
+    /// (the relay goes only to the gateway's own media address); none by default. WHIP, WHEP
+    /// and room answers then carry the TURN servers and a credential in `Link` headers, and
+    /// `GET /rooms/{room}/ice-servers` hands them out as JSON (the room page's way).
+    pub turn_udp: Option<SocketAddr>,
+    /// TURN over TCP on this address; none by default.
+    pub turn_tcp: Option<SocketAddr>,
+    /// TURN over TLS on the HTTPS listener (`https`): after the TLS handshake, a connection
+    /// that chose ALPN `stun.turn`, or chose none and begins with a STUN message, is served as
+    /// TURN, anything else as HTTPS. With HTTPS on port 443, browsers behind firewalls that let
+    /// only TCP 443 out reach the media through it.
+    pub turn_tls: bool,
+    /// The secret TURN credentials are minted with, at least 16 bytes (the TURN REST API's:
+    /// username `EXPIRY:IDENTITY`, password base64(HMAC-SHA1(secret, username)); coturn's
+    /// `static-auth-secret`). Unset: a random one made at start, so that only this gateway
+    /// mints credentials. Read at start.
+    pub turn_secret: Option<Secret>,
+    /// The realm of TURN's long-term credentials.
+    pub turn_realm: String,
+    /// The host named in the TURN URLs handed to clients. Unset: the host the client's request
+    /// named (its `Host`), else the `announce` address.
+    pub turn_host: Option<String>,
+    /// Seconds a minted TURN credential stays valid; an allocation cannot be refreshed with an
+    /// expired one, so this bounds how long one session can use the relay.
+    pub turn_credential_ttl_secs: u64,
+    /// Ports the TURN relay sockets take, `"LOW-HIGH"`, one per allocation, bound on the host
+    /// address the media socket is reached at from this machine (loopback when `udp` listens
+    /// on every address).
+    pub turn_relay_ports: String,
+    /// TURN allocations at once, at most (more are refused with 486); also the most TURN TCP
+    /// connections open at once.
+    pub turn_max_allocations: usize,
+    /// TURN allocations one credential's identity may hold at once.
+    pub turn_allocations_per_credential: usize,
+    /// TURN allocations one source (an IPv4 address, an IPv6 /64) may hold at once; also the
+    /// most TURN TCP connections it may hold open.
+    pub turn_allocations_per_source: usize,
+    /// The longest lifetime a TURN allocation is granted per Refresh, in seconds (at least
+    /// 600, the protocol's default).
+    pub turn_max_lifetime_secs: u64,
+    /// TURN threads, each with its own SO_REUSEPORT socket on `turn_udp` and the relays of its
+    /// allocations.
+    pub turn_threads: usize,
     /// Media interfaces for telephony legs, as rtpengine's `--interface` writes them:
     /// `[NAME/]LOCAL[!ADVERTISED]` (`internal/10.0.0.5`, `external/192.168.1.5!203.0.113.7`,
     /// `::1`). Legs' ports are bound on LOCAL and their SDP announces ADVERTISED; the ng
@@ -329,6 +372,19 @@ impl Default for ServeConfig {
             ended_resource_grace_secs: 60.0,
             strict_source: false,
             rtp_port_quarantine_secs: 60.0,
+            turn_udp: None,
+            turn_tcp: None,
+            turn_tls: false,
+            turn_secret: None,
+            turn_realm: "secrelay".into(),
+            turn_host: None,
+            turn_credential_ttl_secs: 86_400,
+            turn_relay_ports: "50000-59999".into(),
+            turn_max_allocations: 10_000,
+            turn_allocations_per_credential: 10,
+            turn_allocations_per_source: 256,
+            turn_max_lifetime_secs: 3600,
+            turn_threads: 1,
             interfaces: Vec::new(),
         }
     }
@@ -353,6 +409,22 @@ impl std::fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// `"LOW-HIGH"`: two ports, LOW < HIGH, neither 0; the error names `key`.
+fn port_range(key: &str, value: &str) -> Result<(u16, u16), ConfigError> {
+    let bad = || {
+        ConfigError(format!(
+            "{key} = {value:?}: give LOW-HIGH, two ports with LOW < HIGH (e.g. \"30000-39999\")"
+        ))
+    };
+    let (lo, hi) = value.split_once('-').ok_or_else(bad)?;
+    let lo: u16 = lo.trim().parse().map_err(|_| bad())?;
+    let hi: u16 = hi.trim().parse().map_err(|_| bad())?;
+    if lo == 0 || lo >= hi {
+        return Err(bad());
+    }
+    Ok((lo, hi))
+}
 
 impl ServeConfig {
     /// Reads a TOML file.
@@ -437,6 +509,7 @@ impl ServeConfig {
         }
         self.tls_check()?;
         self.auth_check()?;
+        self.turn_check()?;
         if self.max_body_bytes < 1024 {
             return Err(ConfigError(format!(
                 "max_body_bytes = {}: an SDP offer needs at least 1024",
@@ -640,19 +713,66 @@ impl ServeConfig {
 
     /// The telephony legs' port range (inclusive), at least one even/odd pair.
     pub fn rtp_port_range(&self) -> Result<(u16, u16), ConfigError> {
-        let bad = || {
-            ConfigError(format!(
-                "rtp_ports = {:?}: give LOW-HIGH, two ports with LOW < HIGH (e.g. \"30000-39999\")",
-                self.rtp_ports
-            ))
-        };
-        let (lo, hi) = self.rtp_ports.split_once('-').ok_or_else(bad)?;
-        let lo: u16 = lo.trim().parse().map_err(|_| bad())?;
-        let hi: u16 = hi.trim().parse().map_err(|_| bad())?;
-        if lo == 0 || lo >= hi {
-            return Err(bad());
+        port_range("rtp_ports", &self.rtp_ports)
+    }
+
+    /// The TURN relay port range, parsed.
+    pub fn turn_relay_port_range(&self) -> Result<(u16, u16), ConfigError> {
+        port_range("turn_relay_ports", &self.turn_relay_ports)
+    }
+
+    /// Whether a TURN listener is configured.
+    pub fn turn_enabled(&self) -> bool {
+        self.turn_udp.is_some() || self.turn_tcp.is_some() || self.turn_tls
+    }
+
+    fn turn_check(&self) -> Result<(), ConfigError> {
+        self.turn_relay_port_range()?;
+        if self.turn_tls && self.listeners().https.is_none() {
+            return Err(ConfigError(
+                "turn_tls: TURN over TLS shares the HTTPS listener, and none is configured (set https, or leave http unset)".into(),
+            ));
         }
-        Ok((lo, hi))
+        if let Some(s) = &self.turn_secret {
+            if s.expose().len() < 16 {
+                return Err(ConfigError(
+                    "turn_secret: at least 16 bytes (a random one is made at start when unset)"
+                        .into(),
+                ));
+            }
+        }
+        if self.turn_max_lifetime_secs < 600 {
+            return Err(ConfigError(format!(
+                "turn_max_lifetime_secs = {}: at least 600 (TURN's default lifetime)",
+                self.turn_max_lifetime_secs
+            )));
+        }
+        if self.turn_credential_ttl_secs < 60 {
+            return Err(ConfigError(format!(
+                "turn_credential_ttl_secs = {}: at least 60",
+                self.turn_credential_ttl_secs
+            )));
+        }
+        if self.turn_realm.is_empty() || self.turn_realm.len() > 127 {
+            return Err(ConfigError("turn_realm: 1 to 127 characters".into()));
+        }
+        for (key, v) in [
+            ("turn_max_allocations", self.turn_max_allocations),
+            (
+                "turn_allocations_per_credential",
+                self.turn_allocations_per_credential,
+            ),
+            (
+                "turn_allocations_per_source",
+                self.turn_allocations_per_source,
+            ),
+            ("turn_threads", self.turn_threads),
+        ] {
+            if v == 0 {
+                return Err(ConfigError(format!("{key} = 0: must be at least 1")));
+            }
+        }
+        Ok(())
     }
 
     /// The SDES suites, parsed.

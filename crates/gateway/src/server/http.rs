@@ -11,6 +11,7 @@
 //! | `PATCH {Location}` | trickle ICE (204) or ICE restart (200 with our new credentials), `If-Match` required |
 //! | `DELETE {Location}` | leave (close_notify) |
 //! | `GET {Location}/room` | the room as the participant sees it: who is in it (by name), its own layers |
+//! | `GET /rooms/{room}/ice-servers` | JSON: the TURN servers and a fresh credential (`iceServers` for `RTCPeerConnection`), needs the right to publish or to subscribe there; with no TURN configured, none |
 //! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
 //! | `PATCH /api/rooms/{room}` | the room's settings (mixing) |
 //! | `DELETE /api/rooms/{room}/participants/{id}` | remove a participant |
@@ -122,6 +123,8 @@ struct AppState {
     /// How long the resource of a session that ended on its own is kept for a DELETE
     /// (`ended_resource_grace_secs`).
     grace: std::time::Duration,
+    /// The embedded TURN server, whose servers and credentials answers carry.
+    turn: Option<Arc<super::turn::TurnService>>,
 }
 
 impl AppState {
@@ -302,7 +305,11 @@ pub(crate) struct Signaling {
 /// forgets resources past their grace, so that neither grows while no request comes); one
 /// follows the rooms' lifecycle (marks sessions connected, hands events to the webhooks); one
 /// per webhook receiver posts its events.
-pub(crate) fn router(gateway: Arc<Gateway>, access: Arc<Access>) -> Result<Signaling, String> {
+pub(crate) fn router(
+    gateway: Arc<Gateway>,
+    access: Arc<Access>,
+    turn: Option<Arc<super::turn::TurnService>>,
+) -> Result<Signaling, String> {
     let resources = Resources::default();
     let hook_stats = Arc::new(super::webhooks::HookStats::default());
     let (hooks, deliveries) = super::webhooks::start(gateway.config(), hook_stats.clone())?;
@@ -315,6 +322,9 @@ pub(crate) fn router(gateway: Arc<Gateway>, access: Arc<Access>) -> Result<Signa
         hooks: hook_stats,
         gateway: gateway.clone(),
     }));
+    if let Some(t) = &turn {
+        registry.register_collector(Box::new(super::turn::TurnCollector(t.clone())));
+    }
     let lifecycle = {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Lifecycle>(gateway.config().webhook_queue);
         gateway.watch_lifecycle(tx);
@@ -366,6 +376,7 @@ pub(crate) fn router(gateway: Arc<Gateway>, access: Arc<Access>) -> Result<Signa
         registry: Arc::new(registry),
         access,
         grace,
+        turn,
     };
     let sweeper = {
         let state = state.clone();
@@ -402,6 +413,7 @@ pub(crate) fn router(gateway: Arc<Gateway>, access: Arc<Access>) -> Result<Signa
             "/rooms/{room}/participants/{id}/room",
             room_view_route(JoinKind::Join),
         )
+        .route("/rooms/{room}/ice-servers", get(ice_servers))
         .route("/rooms/{room}/rtp", post(rtp_offer))
         .route("/rooms/{room}/rtp/offer", post(rtp_make_offer))
         .route(
@@ -635,10 +647,12 @@ fn offer_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
         move |State(s): State<AppState>,
               Path(room): Path<String>,
               client: Option<axum::Extension<ClientAddr>>,
+              uri: axum::http::Uri,
               headers: HeaderMap,
               body: Bytes| {
             let source = client.map(|c| SourceKey::of(c.0 .0));
-            offer(s, room, headers, source, body, kind)
+            let host = request_host(&uri, &headers);
+            offer(s, room, headers, source, body, kind, host)
         },
     )
 }
@@ -669,6 +683,7 @@ async fn offer(
     source: Option<SourceKey>,
     body: Bytes,
     kind: JoinKind,
+    host: Option<String>,
 ) -> Response {
     let caller = match admit_to_room(&s, &room, &headers, need_of(kind)) {
         Ok(c) => c,
@@ -719,10 +734,51 @@ async fn offer(
                 HeaderName::from_static("accept-patch"),
                 HeaderValue::from_static("application/trickle-ice-sdpfrag"),
             );
+            // The TURN servers and a credential for this participant (RFC 9725 §4.6).
+            if let Some(t) = &s.turn {
+                for link in t.ice_servers(host.as_deref(), &j.id).links() {
+                    if let Ok(v) = HeaderValue::from_str(&link) {
+                        h.append(header::LINK, v);
+                    }
+                }
+            }
             r
         }
         Err(e) => join_refused(&s, e),
     }
+}
+
+/// The host a request named: its URI's authority (HTTP/2), else its `Host`.
+fn request_host(uri: &axum::http::Uri, headers: &HeaderMap) -> Option<String> {
+    let authority = uri
+        .authority()
+        .map(|a| a.as_str().to_owned())
+        .or_else(|| headers.get(header::HOST)?.to_str().ok().map(str::to_owned))?;
+    super::turn::request_host(&authority)
+}
+
+/// `GET /rooms/{room}/ice-servers`: the TURN servers and a fresh credential for the caller, as
+/// `RTCPeerConnection` takes them (none without TURN).
+async fn ice_servers(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
+    let caller = match admit_to_room(&s, &room, &headers, Need::Media) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    let body = match &s.turn {
+        Some(t) => t
+            .ice_servers(
+                request_host(&uri, &headers).as_deref(),
+                &super::turn::identity(caller.identity()),
+            )
+            .json(),
+        None => serde_json::json!({ "iceServers": [] }),
+    };
+    ([(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
 }
 
 /// Who a caller joins as: named by its token, anonymous without a credential.

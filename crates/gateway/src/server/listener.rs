@@ -14,7 +14,9 @@
 //! that connects and sends nothing would hold one of `max_connections` slots for ever. A
 //! connection hyper is done with drains what its client still sends before it closes
 //! ([`super::linger`]), so an answer sent before the request was read (`413`) is not lost to
-//! a reset.
+//! a reset. On an HTTPS listener shared with TURN (`turn_tls`), a finished handshake is first
+//! told apart ([`super::turn::tell_apart`]): a TURN client's connection goes to the TURN
+//! server, still holding its connection slots.
 
 use std::future::Future as _;
 use std::net::SocketAddr;
@@ -41,6 +43,7 @@ use super::linger::{self, Linger};
 use super::per_source::{PerSource, SourceSlot};
 use super::stats::{GatewayStats, TlsHandshakeLabels};
 use super::tls::{version_name, Tls, TlsFailure};
+use super::turn::{tell_apart, Hello, TurnService};
 
 /// What the server's listeners share: the `max_connections` slots and the per-source limits.
 #[derive(Clone)]
@@ -69,6 +72,8 @@ struct Shared {
     lingering: Arc<Semaphore>,
     /// `max_body_bytes`: an HTTP/2 request declaring more is drained, then refused here.
     max_body: usize,
+    /// The TURN server TLS connections that speak TURN go to (`turn_tls`).
+    turn: Option<Arc<TurnService>>,
 }
 
 /// How long a shutdown waits for the connections in progress to finish their requests.
@@ -94,12 +99,13 @@ fn builder(config: &ServeConfig) -> auto::Builder<TokioExecutor> {
     b
 }
 
-/// Serves `listener` until `shutdown` turns true, then lets the connections in progress
-/// finish (at most [`SHUTDOWN_GRACE`]).
+/// Serves `listener` (over TLS when `tls` says so, sharing it with TURN when it names a TURN
+/// server) until `shutdown` turns true, then lets the connections in progress finish (at most
+/// [`SHUTDOWN_GRACE`]).
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
-    tls: Option<Arc<Tls>>,
+    tls: Option<(Arc<Tls>, Option<Arc<TurnService>>)>,
     config: Arc<ServeConfig>,
     stats: Arc<GatewayStats>,
     Capacity {
@@ -117,7 +123,8 @@ pub(crate) async fn serve(
         handshakes: Arc::new(Semaphore::new(config.tls_max_handshakes)),
         handshake_timeout: Duration::from_secs_f64(config.tls_handshake_timeout_secs),
         request_timeout: Duration::from_secs_f64(config.http_request_timeout_secs),
-        tls: tls.map(|t| (TlsAcceptor::from(t.server_config()), t)),
+        turn: tls.as_ref().and_then(|(_, turn)| turn.clone()),
+        tls: tls.map(|(t, _)| (TlsAcceptor::from(t.server_config()), t)),
         cors: CorsOrigins::new(&config.cors_origins),
         lingering: Arc::new(Semaphore::new(config.max_connections)),
         max_body: config.max_body_bytes,
@@ -217,9 +224,7 @@ fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watche
             }
             Some((acceptor, _)) => {
                 if let Some(stream) = handshake(&shared, acceptor, tcp, peer).await {
-                    let stream = Linger::new(stream, shared.lingering.clone());
-                    let io = first_byte_within(&shared, stream);
-                    serve_connection(&shared, io, source, peer, watcher).await;
+                    serve_tls(&shared, stream, source, peer, watcher).await;
                 }
             }
         }
@@ -230,6 +235,44 @@ fn admit(shared: &Arc<Shared>, tcp: TcpStream, peer: SocketAddr, watcher: Watche
             .fetch_sub(1, Ordering::Relaxed);
         drop(conn_slot);
     });
+}
+
+/// A finished TLS connection: HTTPS, or on a listener shared with TURN, TURN when it speaks it.
+async fn serve_tls(
+    shared: &Arc<Shared>,
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    source: Arc<SourceSlot>,
+    peer: SocketAddr,
+    watcher: Watcher,
+) {
+    let stream = match &shared.turn {
+        None => stream,
+        Some(turn) => {
+            let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+            match tell_apart(stream, alpn.as_deref(), shared.request_timeout).await {
+                Hello::Turn(stream, prefix) => {
+                    turn.serve_stream(stream, peer, &prefix).await;
+                    return;
+                }
+                Hello::Http(stream) => {
+                    let stream = Linger::new(stream, shared.lingering.clone());
+                    let io = first_byte_within(shared, stream);
+                    return serve_connection(shared, io, source, peer, watcher).await;
+                }
+                Hello::Closed => {
+                    shared
+                        .stats
+                        .tls
+                        .http_idle_closed
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    };
+    let stream = Linger::new(stream, shared.lingering.clone());
+    let io = first_byte_within(shared, stream);
+    serve_connection(shared, io, source, peer, watcher).await;
 }
 
 /// The TLS handshake of one connection, within its deadline; counted either way.
@@ -266,6 +309,7 @@ async fn handshake(
                 alpn: match c.alpn_protocol() {
                     Some(b"h2") => "h2",
                     Some(b"http/1.1") => "http/1.1",
+                    Some(b"stun.turn") => "stun.turn",
                     Some(_) => "other",
                     None => "none",
                 },

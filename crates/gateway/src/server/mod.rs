@@ -38,6 +38,7 @@ pub mod process;
 mod stats;
 pub mod tls;
 mod tls_hmac;
+mod turn;
 pub mod webhooks;
 
 /// Entry points of the fuzz targets (`fuzz/`) into parsing that is otherwise private: not an
@@ -985,6 +986,7 @@ pub struct Server {
     metrics_addr: Option<SocketAddr>,
     ng_addr: Option<SocketAddr>,
     tls: Option<Arc<Tls>>,
+    turn: Option<Arc<turn::TurnService>>,
     shutdown: Option<oneshot::Sender<()>>,
     http_thread: Option<JoinHandle<()>>,
 }
@@ -1079,16 +1081,19 @@ impl Server {
         let http_addr = http.as_ref().map(|(_, a)| *a);
         let https_addr = https.as_ref().map(|(_, a)| *a);
         let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
+        let turn =
+            turn::TurnService::start(&signaling, &gateway, https_addr).map_err(stop_on_error)?;
+        let turn_tls = turn.clone().filter(|_| signaling.turn_tls);
         let mut bound = Vec::new();
         bound.extend(http.map(|(l, _)| (l, None)));
-        bound.extend(https.map(|(l, _)| (l, tls.clone())));
+        bound.extend(https.map(|(l, _)| (l, tls.clone().map(|t| (t, turn_tls)))));
         let (tx, rx) = oneshot::channel::<()>();
         let access = Arc::new(http::Access::new(auth::Policy::new(&signaling)));
         let http::Signaling {
             router: app,
             tasks,
             metrics,
-        } = http::router(gateway.clone(), access.clone()).map_err(|e| {
+        } = http::router(gateway.clone(), access.clone(), turn.clone()).map_err(|e| {
             gateway.stop();
             StartError(e)
         })?;
@@ -1188,6 +1193,7 @@ impl Server {
             metrics_addr,
             ng_addr,
             tls,
+            turn,
             shutdown: Some(tx),
             http_thread: Some(t),
         })
@@ -1296,6 +1302,12 @@ impl Server {
         self.tls.as_ref()
     }
 
+    /// The embedded TURN server (its addresses, counters, credentials), when one is
+    /// configured.
+    pub fn turn(&self) -> Option<&secrelay_turn::TurnServer> {
+        self.turn.as_deref().map(turn::TurnService::server)
+    }
+
     /// Builds the HTTPS certificate again from its source (PEM files read again, or a fresh
     /// certificate issued) and presents it from the next handshake on; counted in `/metrics`.
     /// On error the certificate in use stays. Returns the new certificate's fingerprint.
@@ -1335,6 +1347,9 @@ impl Server {
         }
         if let Some(t) = self.http_thread.take() {
             let _ = t.join();
+        }
+        if let Some(t) = &self.turn {
+            t.stop();
         }
         std::thread::sleep(Duration::from_secs_f64(
             self.gateway.config().drain_secs.min(10.0),

@@ -515,7 +515,7 @@ impl GatewayStats {
 #[derive(Debug)]
 pub struct StatsCollector(pub Arc<GatewayStats>);
 
-fn counter(
+pub(super) fn counter(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -525,7 +525,7 @@ fn counter(
     c.encode(encoder.encode_descriptor(name, help, None, c.metric_type())?)
 }
 
-fn gauge(
+pub(super) fn gauge(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -535,7 +535,7 @@ fn gauge(
     g.encode(encoder.encode_descriptor(name, help, None, g.metric_type())?)
 }
 
-fn labelled_counters(
+pub(super) fn labelled_counters(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,

@@ -271,6 +271,12 @@ pub fn server_config(
     } else {
         vec![b"http/1.1".to_vec()]
     };
+    if config.turn_tls {
+        // TURN over TLS on this port (RFC 7443's ALPN), first: a client that offers it beside
+        // `http/1.1` (coturn's does) is a TURN client, and browsers' HTTPS never offers it.
+        // Clients that offer none are told apart after the handshake (`server::turn`).
+        sc.alpn_protocols.insert(0, b"stun.turn".to_vec());
+    }
     // 0-RTT off: early data is replayable, and nothing here needs it.
     sc.max_early_data_size = 0;
     sc.session_storage = ServerSessionMemoryCache::new(config.tls_session_cache.max(1));

@@ -19,3 +19,4 @@ pub mod ng_suite;
 pub mod overload;
 pub mod rtpengine;
 pub mod sdp_compare;
+pub mod turn;

@@ -1,0 +1,297 @@
+//! Chromium behind a firewall that lets no UDP out reaches the media only through secrelay's
+//! TURN server over TLS on the HTTPS port. The browser runs in a network namespace of its own,
+//! joined to this one by a veth pair, with an iptables rule in it that drops every outgoing
+//! UDP datagram; the gateway serves HTTPS (its certificate from a private CA that Chromium's
+//! NSS database trusts), its media and TURN over TLS (`turn_tls`, no UDP or TCP TURN) on the
+//! veth's address. Two room pages (`interop/webrtc/chromium_room.py`) join one room and must
+//! each play the other's video and audio: ICE to the gateway's UDP host candidate cannot
+//! succeed, so every packet went through a `turns:` allocation, which the gateway's TURN
+//! counters (allocations made, packets relayed both ways, TLS connections) show.
+//!
+//! Needs root (a network namespace, a veth pair, iptables), `ip` and `iptables`, Chromium,
+//! certutil and the interop venv (`scripts/setup`). Where one is missing the test says
+//! SKIPPED, except under CI (`CI` set), where it fails (`lab_support::missing`).
+
+mod lab_support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use lab_support::missing;
+use serde_json::Value;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Runs a command; its stderr when it fails.
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// A network namespace joined to this one by a veth pair (`host` here, `.2` in it), with
+/// every outgoing UDP datagram dropped in it; removed when dropped.
+struct Firewalled {
+    name: String,
+    veth: String,
+    host: String,
+}
+
+impl Firewalled {
+    fn new() -> Result<Firewalled, String> {
+        let id = std::process::id();
+        let net = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
+        let ns = Firewalled {
+            name: format!("secrelay-turn-{id}"),
+            veth: format!("srt{}", id % 1_000_000),
+            host: format!("{net}.1"),
+        };
+        let inner = format!("{}n", ns.veth);
+        sh(&["ip", "netns", "add", &ns.name])?;
+        // No IPv6 in it: a link-local address appearing a moment after the link comes up
+        // would be a network change to Chromium, which aborts the requests in flight.
+        for key in ["all", "default"] {
+            let k = format!("net.ipv6.conf.{key}.disable_ipv6=1");
+            sh(&["ip", "netns", "exec", &ns.name, "sysctl", "-qw", &k])?;
+        }
+        sh(&[
+            "ip", "link", "add", &ns.veth, "type", "veth", "peer", "name", &inner,
+        ])?;
+        sh(&["ip", "link", "set", &inner, "netns", &ns.name])?;
+        sh(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{}/30", ns.host),
+            "dev",
+            &ns.veth,
+        ])?;
+        sh(&["ip", "link", "set", &ns.veth, "up"])?;
+        let inside = |args: &[&str]| {
+            let mut all = vec!["ip", "netns", "exec", ns.name.as_str()];
+            all.extend_from_slice(args);
+            sh(&all)
+        };
+        inside(&["ip", "addr", "add", &format!("{net}.2/30"), "dev", &inner])?;
+        inside(&["ip", "link", "set", &inner, "up"])?;
+        inside(&["ip", "link", "set", "lo", "up"])?;
+        // Loopback stays open (DevTools); everything else over UDP is dropped.
+        inside(&["iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"])?;
+        inside(&["iptables", "-A", "OUTPUT", "-p", "udp", "-j", "DROP"])?;
+        Ok(ns)
+    }
+
+    /// UDP datagrams the rule dropped.
+    fn dropped_udp(&self) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &self.name, "iptables", "-L", "OUTPUT", "-v", "-x", "-n",
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        out.lines()
+            .filter(|l| l.contains("DROP"))
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+impl Drop for Firewalled {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.name]);
+        let _ = sh(&["ip", "link", "del", &self.veth]);
+    }
+}
+
+/// `secrelay serve` with `config`; its HTTPS URL, its metrics listener and its log.
+struct Gateway {
+    child: Child,
+    base: String,
+    metrics: SocketAddr,
+    log: Arc<Mutex<String>>,
+}
+
+impl Gateway {
+    fn start(config: &Path) -> Gateway {
+        // The banner does not name the metrics listener: a port free a moment ago.
+        let metrics = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+            .args(["serve", "--log", "info", "--metrics", &metrics.to_string()])
+            .arg("--config")
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("secrelay serve starts");
+        let (banner, log) = lab_support::serve_banner(&mut child);
+        let base = banner
+            .and_then(|b| b.url())
+            .unwrap_or_else(|| panic!("no HTTPS address:\n{}", log.lock().unwrap()));
+        Gateway {
+            child,
+            base,
+            metrics,
+            log,
+        }
+    }
+
+    /// A sample's value from `/metrics` (0 when absent).
+    fn metric(&self, sample: &str) -> f64 {
+        let mut s = TcpStream::connect(self.metrics).expect("metrics listener");
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.metrics
+        )
+        .unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body.lines()
+            .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the test needs: Chromium, the venv's Python with the driver's modules, certutil, and
+/// a firewalled namespace.
+fn needs(test: &str) -> Option<(PathBuf, PathBuf, Firewalled)> {
+    let chromium = std::env::var_os("SECRELAY_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("interop/webrtc/.venv/bin/python"));
+    let py_ok = Command::new(&python)
+        .args(["-c", "import websocket, PIL"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let why = if !chromium.exists() {
+        format!("no Chromium at {}", chromium.display())
+    } else if !py_ok {
+        format!(
+            "no Python with websocket-client and Pillow at {}",
+            python.display()
+        )
+    } else if Command::new("certutil").arg("-H").output().is_err() {
+        "no certutil (Debian package libnss3-tools)".into()
+    } else {
+        match Firewalled::new() {
+            Ok(ns) => return Some((chromium, python, ns)),
+            Err(e) => format!("no network namespace with iptables (needs root): {e}"),
+        }
+    };
+    missing(test, &why);
+    None
+}
+
+#[test]
+fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port() {
+    let test = "chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port";
+    let Some((chromium, python, ns)) = needs(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca");
+    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["ca", "init", "--dir"])
+        .arg(&ca)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = dir.path().join("secrelay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "https = \"{h}:0\"\nudp = \"{h}:0\"\nannounce = \"{h}\"\ntls_ca_dir = {ca:?}\n\
+             turn_tls = true\nturn_secret = \"a secret of this test only, 32 bytes\"\n",
+            h = ns.host,
+            ca = ca.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let gw = Gateway::start(&config);
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            "timeout",
+            "--kill-after=5",
+            "150",
+        ])
+        .arg(&python)
+        .arg(repo().join("interop/webrtc/chromium_room.py"))
+        .args([
+            "--base",
+            &gw.base,
+            "--pages",
+            "2",
+            "--room",
+            "behind-firewall",
+        ])
+        .args(["--timeout", "90", "--chromium"])
+        .arg(&chromium)
+        .arg("--ca")
+        .arg(ca.join("ca.pem"))
+        .output()
+        .expect("ip netns exec runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "chromium_room.py printed no JSON ({}):\n{stdout}\n{}\ngateway:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr),
+                gw.log.lock().unwrap()
+            )
+        });
+    eprintln!("chromium_room.py: {v}");
+    assert!(
+        out.status.success(),
+        "the pages did not play each other through TURN: {v}\ngateway:\n{}",
+        gw.log.lock().unwrap()
+    );
+    // Only TURN over TLS could carry it: the browser's UDP was dropped, the gateway offers no
+    // other TURN.
+    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
+    assert!(gw.metric("secrelay_turn_allocations_made_total") >= 2.0);
+    for direction in ["to_peer", "to_client"] {
+        let n = gw.metric(&format!(
+            "secrelay_turn_relayed_packets_total{{direction=\"{direction}\"}}"
+        ));
+        assert!(n > 100.0, "{direction}: {n} packets relayed");
+    }
+}

@@ -1,0 +1,191 @@
+//! The server on real sockets: a client allocates over UDP and over TCP, binds a channel to the
+//! "gateway" (here an echo socket on loopback, the only peer configured), and what it sends
+//! comes back relayed; a stream's allocation ends with its connection.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use secrelay_turn::auth::Credentials;
+use secrelay_turn::client::{self, Reply, Signer};
+use secrelay_turn::core::{CoreConfig, Peer};
+use secrelay_turn::proto::{attr, method};
+use secrelay_turn::{QuotaLimits, TurnConfig, TurnServer};
+use zeroize::Zeroizing;
+
+const SECRET: &[u8] = b"the test's shared secret, long enough";
+
+/// An echo "media socket": what it gets, it sends back to where it came from.
+fn echo() -> SocketAddr {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let a = s.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut b = [0u8; 2048];
+        while let Ok((n, from)) = s.recv_from(&mut b) {
+            let _ = s.send_to(&b[..n], from);
+        }
+    });
+    a
+}
+
+fn server(peer: SocketAddr, threads: usize) -> TurnServer {
+    TurnServer::start(TurnConfig {
+        udp: Some("127.0.0.1:0".parse().unwrap()),
+        tcp: Some("127.0.0.1:0".parse().unwrap()),
+        threads,
+        relay_ports: (20_000, 29_999),
+        core: CoreConfig {
+            peers: vec![Peer {
+                advertised: peer,
+                local: peer,
+            }],
+            relayed_ip: None,
+            max_lifetime: Duration::from_secs(3600),
+            max_permissions: 8,
+            max_channels: 8,
+        },
+        quotas: QuotaLimits {
+            total: 100,
+            per_identity: 10,
+            per_source: 100,
+        },
+        secret: Zeroizing::new(SECRET.to_vec()),
+        realm: "test".into(),
+        stream_queue: 64,
+    })
+    .unwrap()
+}
+
+/// One transport's way of exchanging messages with the server.
+trait Link {
+    fn send(&mut self, b: &[u8]);
+    fn recv(&mut self) -> Vec<u8>;
+}
+
+impl Link for UdpSocket {
+    fn send(&mut self, b: &[u8]) {
+        UdpSocket::send(self, b).unwrap();
+    }
+    fn recv(&mut self) -> Vec<u8> {
+        let mut b = [0u8; 2048];
+        let n = UdpSocket::recv(self, &mut b).expect("an answer within the timeout");
+        b[..n].to_vec()
+    }
+}
+
+impl Link for TcpStream {
+    fn send(&mut self, b: &[u8]) {
+        self.write_all(b).unwrap();
+    }
+    fn recv(&mut self) -> Vec<u8> {
+        let mut head = [0u8; 4];
+        self.read_exact(&mut head)
+            .expect("a frame within the timeout");
+        let len = usize::from(u16::from_be_bytes([head[2], head[3]]));
+        let rest = if head[0] & 0xC0 == 0x40 {
+            (len + 3) & !3
+        } else {
+            16 + len
+        };
+        let mut b = head.to_vec();
+        b.resize(4 + rest, 0);
+        self.read_exact(&mut b[4..]).unwrap();
+        b
+    }
+}
+
+/// A request's attributes.
+type Body<'a> =
+    dyn Fn(secrelay_wire::stun::MessageBuilder<'_>) -> secrelay_wire::stun::MessageBuilder<'_> + 'a;
+
+/// Allocates, binds channel 0x4000 to `peer`, sends three payloads; returns what came back.
+fn relay_through(link: &mut dyn Link, peer: SocketAddr, pad: bool) -> Vec<Vec<u8>> {
+    let mut buf = [0u8; 1500];
+    let n =
+        client::bare_request(&mut buf, method::ALLOCATE, [1; 12], client::allocate_body).unwrap();
+    link.send(&buf[..n]);
+    let Some(Reply::Error {
+        code: 401,
+        realm: Some(realm),
+        nonce: Some(nonce),
+        ..
+    }) = client::read(&link.recv(), None)
+    else {
+        panic!("a challenge")
+    };
+    let m = Credentials::new(SECRET, "test").mint("tester", now() + 60);
+    let s = Signer::new(&m.username, &m.password, &realm, &nonce);
+    let requests: [(u16, &Body<'_>); 2] = [
+        (method::ALLOCATE, &client::allocate_body),
+        (method::CHANNEL_BIND, &|b| {
+            b.attribute(attr::CHANNEL_NUMBER, &[0x40, 0, 0, 0])
+                .xor_address(attr::XOR_PEER_ADDRESS, peer)
+        }),
+    ];
+    for (i, (m, body)) in requests.into_iter().enumerate() {
+        let n = s.request(&mut buf, m, [2 + i as u8; 12], body).unwrap();
+        link.send(&buf[..n]);
+        let r = client::read(&link.recv(), Some(s.key()));
+        assert!(matches!(r, Some(Reply::Success { .. })), "{r:?}");
+    }
+    let mut got = Vec::new();
+    for payload in [&b"one"[..], b"two!", b"three"] {
+        let n = client::channel_data(&mut buf, 0x4000, payload, pad).unwrap();
+        link.send(&buf[..n]);
+        match client::read(&link.recv(), None) {
+            Some(Reply::Channel {
+                number: 0x4000,
+                data,
+            }) => got.push(data),
+            other => panic!("{other:?}"),
+        }
+    }
+    got
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn relayed_over_udp_and_tcp_and_a_closed_stream_ends_its_allocation() {
+    let peer = echo();
+    let turn = server(peer, 2);
+    let want = vec![b"one".to_vec(), b"two!".to_vec(), b"three".to_vec()];
+    let mut udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    udp.connect(turn.udp_addr().unwrap()).unwrap();
+    assert_eq!(relay_through(&mut udp, peer, false), want);
+    let mut tcp = TcpStream::connect(turn.tcp_addr().unwrap()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert_eq!(relay_through(&mut tcp, peer, true), want);
+    assert_eq!(turn.allocations(), 2);
+    assert_eq!(
+        turn.stats()
+            .to_peer_packets
+            .load(std::sync::atomic::Ordering::Relaxed),
+        6
+    );
+    assert_eq!(
+        turn.stats()
+            .to_client_packets
+            .load(std::sync::atomic::Ordering::Relaxed),
+        6
+    );
+    drop(tcp);
+    let until = Instant::now() + Duration::from_secs(5);
+    while turn.allocations() != 1 {
+        assert!(
+            Instant::now() < until,
+            "the TCP client's allocation outlived its connection"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(
+        turn.stats().ends(),
+        vec![("expired", 0), ("deleted", 0), ("closed", 1)]
+    );
+}
