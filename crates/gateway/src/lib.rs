@@ -3,8 +3,9 @@
 //!
 //! * [`shard`]: everything one packet worker decides: rooms and their members, routes,
 //!   timers, the SRTP batches, counters. Driven with classified datagrams and injected time.
-//! * [`room`]: members whose media is routed to each other with SSRCs, payload types and
-//!   numbering mapped per receiver (receive slots).
+//! * [`room`]: members whose media is routed to each other: each packet read once, handed to
+//!   one subscription per receiver (its slot, SSRC, numbering, simulcast layer, answers to its
+//!   feedback), every copy written once and put out by the room's one queue.
 //! * [`leg`]: a room's members, of several kinds behind one interface ([`leg::Leg`]): WebRTC
 //!   ([`leg::WebRtcLeg`]: offer/answer, ICE-lite, DTLS-SRTP) and telephony
 //!   ([`leg::RtpLeg`]: plain RTP or SDES-SRTP on a port pair of its own).
@@ -21,6 +22,7 @@
 
 pub mod admission;
 pub mod bwe;
+pub mod copy_count;
 pub mod counters;
 pub mod feedback;
 pub mod ice_lite;
@@ -31,6 +33,7 @@ pub mod rtcp;
 pub mod server;
 pub mod shard;
 pub mod simulcast;
+mod slab;
 pub mod transcode;
 
 pub use server::{ServeConfig, Server};

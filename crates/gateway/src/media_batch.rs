@@ -8,8 +8,9 @@
 //! and index estimation see them as they would one at a time. The shard stages datagrams
 //! ([`MediaBatch::stage_inbound`]) that their member would unprotect now, runs
 //! [`MediaBatch::unprotect`], routes each packet in its room, stages the copies
-//! ([`MediaBatch::stage_outbound`]), runs [`MediaBatch::protect`] and sends what protected.
-//! This is the gateway's only media path.
+//! ([`MediaBatch::stage_outbound`]: the buffer a copy was written in, moved, not copied), runs
+//! [`MediaBatch::protect`] and sends what protected, each from its own buffer. This is the
+//! gateway's only media path.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -19,7 +20,7 @@ use secrelay_srtp::{Context, Contexts, Engine, Error as SrtpError, Op, Packet};
 use secrelay_wire::demux::RtpFacts;
 
 use crate::leg::Via;
-use crate::room::{MemberId, Room};
+use crate::room::{MemberAt, Room};
 
 /// Room for the SRTP tag (and the MKI some profiles carry) after a copy's plaintext.
 const TAG_ROOM: usize = 32;
@@ -73,11 +74,11 @@ pub(crate) struct Staged {
     /// The room's generation when staged (the caller checks it is the same room).
     pub room_gen: u64,
     /// The member whose context processes the packet (the sender inbound, the receiver out).
-    pub member: MemberId,
+    pub member: MemberAt,
     /// Where a received datagram came from (the latching source once it authenticates).
     pub from: Option<SocketAddr>,
-    /// When the datagram this came from was received.
-    pub received: Instant,
+    /// When the datagram this came from was received (a received datagram, a copy of media).
+    pub received: Option<Instant>,
     /// What it is.
     pub what: What,
     /// The packet; room for the tag after `len` when protecting.
@@ -95,10 +96,9 @@ pub(crate) struct MediaBatch {
     pub inbound: Vec<Staged>,
     /// Copies to protect, in the order they were routed.
     pub outbound: Vec<Staged>,
-    pool: Vec<Vec<u8>>,
-    keys: Vec<(usize, MemberId)>,
+    keys: Vec<(usize, MemberAt)>,
     slots: Vec<usize>,
-    members: Vec<MemberId>,
+    members: Vec<MemberAt>,
     results: Vec<PacketResult>,
     // Allocations kept between batches (always empty here; see `recycle`).
     room_cache: Vec<Option<&'static mut Room>>,
@@ -123,9 +123,6 @@ impl std::fmt::Debug for MediaBatch {
     }
 }
 
-/// Buffers kept between batches.
-const POOL_MAX: usize = 256;
-
 impl MediaBatch {
     /// A batch run by `engine`.
     pub fn new(engine: Box<dyn Engine>) -> MediaBatch {
@@ -133,7 +130,6 @@ impl MediaBatch {
             engine,
             inbound: Vec::new(),
             outbound: Vec::new(),
-            pool: Vec::new(),
             keys: Vec::new(),
             slots: Vec::new(),
             members: Vec::new(),
@@ -149,40 +145,24 @@ impl MediaBatch {
         self.engine.name()
     }
 
-    /// A cleared buffer from the pool (or a new one).
-    pub fn buffer(&mut self) -> Vec<u8> {
-        let mut b = self.pool.pop().unwrap_or_default();
-        b.clear();
-        b
-    }
-
-    /// Keeps a finished packet's buffer for the next ones.
-    pub fn recycle(&mut self, buf: Vec<u8>) {
-        if self.pool.len() < POOL_MAX {
-            self.pool.push(buf);
-        }
-    }
-
     /// Stages an SRTP or SRTCP datagram from `member` of the room at `slot` (`what`: its
-    /// RTP header's facts, or RTCP).
+    /// RTP header's facts, or RTCP), held in `buf` (its whole length).
     pub fn stage_inbound(
         &mut self,
-        (slot, room_gen, member): (usize, u64, MemberId),
+        (slot, room_gen, member): (usize, u64, MemberAt),
         from: SocketAddr,
         received: Instant,
         what: What,
-        datagram: &[u8],
+        buf: Vec<u8>,
     ) {
-        let mut buf = self.buffer();
-        buf.extend_from_slice(datagram);
         self.inbound.push(Staged {
             slot,
             room_gen,
             member,
             from: Some(from),
-            received,
+            received: Some(received),
             what,
-            len: datagram.len(),
+            len: buf.len(),
             buf,
             result: Err(SrtpError::UnknownContext),
         });
@@ -190,24 +170,24 @@ impl MediaBatch {
 
     /// Whether SRTP from `member` of the room at `slot` waits to be unprotected (a batch holds
     /// a few dozen datagrams: a scan).
-    pub fn has_inbound_from(&self, slot: usize, member: MemberId) -> bool {
+    pub fn has_inbound_from(&self, slot: usize, member: MemberAt) -> bool {
         self.inbound
             .iter()
             .any(|s| s.slot == slot && s.member == member)
     }
 
     /// Stages a packet to protect for `member` of the room at `slot`: a copy of media
-    /// (plaintext RTP routed by [`Room::route`], `What::Copy`) or RTCP (`What::RtcpOut`).
+    /// (plaintext RTP routed by [`Room::route`], `What::Copy`) or RTCP (`What::RtcpOut`),
+    /// written in `buf` (its whole length), which takes the tag after it.
     pub fn stage_outbound(
         &mut self,
-        (slot, room_gen, member): (usize, u64, MemberId),
-        received: Instant,
+        (slot, room_gen, member): (usize, u64, MemberAt),
+        received: Option<Instant>,
         what: What,
-        packet: &[u8],
+        mut buf: Vec<u8>,
     ) {
-        let mut buf = self.buffer();
-        buf.extend_from_slice(packet);
-        buf.resize(packet.len() + TAG_ROOM, 0);
+        let len = buf.len();
+        buf.resize(len + TAG_ROOM, 0);
         self.outbound.push(Staged {
             slot,
             room_gen,
@@ -216,7 +196,7 @@ impl MediaBatch {
             received,
             what,
             buf,
-            len: packet.len(),
+            len,
             result: Err(SrtpError::UnknownContext),
         });
     }

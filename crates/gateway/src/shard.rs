@@ -23,6 +23,14 @@
 //! endpoint; SRTP and SRTCP to the batch, then (RTP) to its room's routing and the batch's
 //! protect call, then out. Every output is typed when it is made ([`TransmitKind`]).
 //!
+//! # One way out of a room
+//! Whatever a room makes (copies, RTCP, its members' control datagrams and events, deadlines)
+//! comes out on the shard's one [`RoomOut`] queue, and is taken off it in one place
+//! (`Shard::dispatch`): copies to protect go to the batch (their buffers moved, not copied),
+//! plain ones and control datagrams to the send queue, events to the routes and the
+//! lifecycle, deadlines to the timer. A copy's bytes are written once by the room; the edge
+//! sends them from the same buffer ([`Shard::take_sent_buffer`]).
+//!
 //! # Routes
 //! A datagram's member is found by its source address once ICE has validated that address,
 //! and by the USERNAME of a STUN check before that (its target ufrag, read at the edge). A
@@ -36,7 +44,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use secrelay_dtls::LocalCertificate;
-use secrelay_srtp::{Engine, Profile};
+use secrelay_srtp::Engine;
 use secrelay_wire::demux::{demux, Class};
 use secrelay_wire::sdp::Offer;
 
@@ -45,11 +53,12 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    CopyTarget, Leg, LegEvent, LegOutput, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec,
-    TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
+    Leg, LegEvent, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec, TransmitKind,
+    WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
-use crate::room::{MemberId, MemberRole, Room, RoomOutput};
+pub use crate::room::JoinKind;
+use crate::room::{MemberAt, MemberId, MemberRole, Out, Room, RoomOut, Sent, Session};
 use crate::rtcp::{RtcpConfig, RtcpFigures};
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -89,6 +98,55 @@ impl<'a> Datagram<'a> {
             class: demux(bytes),
             bytes,
             received,
+        }
+    }
+}
+
+/// A datagram's particulars besides its bytes.
+#[derive(Debug, Clone, Copy)]
+struct Head {
+    via: Via,
+    from: SocketAddr,
+    class: Class,
+    received: Instant,
+}
+
+impl Head {
+    fn of(d: &Datagram<'_>) -> Head {
+        Head {
+            via: d.via,
+            from: d.from,
+            class: d.class,
+            received: d.received,
+        }
+    }
+}
+
+/// A datagram's bytes: lent (copied once if staged), or in a buffer the caller hands over.
+enum Bytes<'a> {
+    Lent(&'a [u8]),
+    Owned(&'a mut Vec<u8>),
+}
+
+impl Bytes<'_> {
+    fn get(&self) -> &[u8] {
+        match self {
+            Bytes::Lent(b) => b,
+            Bytes::Owned(b) => b,
+        }
+    }
+
+    /// A buffer of the shard's holding the bytes: a pooled one they are copied into, or the
+    /// caller's own (which gets a pooled one in its place).
+    fn into_buf(self, pool: &mut RoomOut) -> Vec<u8> {
+        match self {
+            Bytes::Lent(b) => {
+                crate::copy_count::count();
+                let mut buf = pool.buffer();
+                buf.extend_from_slice(b);
+                buf
+            }
+            Bytes::Owned(b) => std::mem::replace(b, pool.buffer()),
         }
     }
 }
@@ -230,40 +288,6 @@ pub enum Output<'a> {
     Event(Event),
     /// Call [`Shard::handle_timeout`] at (or after) this instant. Ends a drain.
     Timeout(Instant),
-}
-
-/// How a participant joined, as the signaling named it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum JoinKind {
-    /// Publishes with WHIP.
-    Whip,
-    /// Subscribes with WHEP.
-    Whep,
-    /// Joined a conference: sends and receives.
-    Join,
-    /// A telephony leg (plain RTP or SDES-SRTP): sends and receives as its SDP says.
-    Rtp,
-}
-
-impl JoinKind {
-    /// As the API and the logs name it (`whip`, `whep`, `join`, `rtp`).
-    pub fn name(self) -> &'static str {
-        match self {
-            JoinKind::Whip => "whip",
-            JoinKind::Whep => "whep",
-            JoinKind::Join => "join",
-            JoinKind::Rtp => "rtp",
-        }
-    }
-
-    fn role(self) -> MemberRole {
-        match self {
-            JoinKind::Whip => MemberRole::PUBLISHER,
-            JoinKind::Whep => MemberRole::SUBSCRIBER,
-            JoinKind::Join | JoinKind::Rtp => MemberRole::BOTH,
-        }
-    }
 }
 
 /// A participant made from an offer.
@@ -468,38 +492,20 @@ impl RoomLimits {
     }
 }
 
-/// A member's place: its room's slot, the room's generation (slots are reused), the member.
+/// A member's place: its room's slot, the room's generation (slots are reused), and where the
+/// member is in the room: found by index, no search.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct MemberKey {
     slot: usize,
     room_gen: u64,
-    member: MemberId,
+    member: MemberAt,
 }
 
-/// What the shard keeps about a member beside its leg.
-struct Meta {
-    id: String,
-    /// The identity it joined with, if any.
-    name: Option<String>,
-    kind: JoinKind,
-    ufrags: Vec<String>,
-    addrs: Vec<SocketAddr>,
-    ports: Vec<u16>,
-    profile: Option<Profile>,
-    connected: bool,
-    closing: Option<EndReason>,
-    created: Instant,
-    /// It listens for our new offers (renegotiation when senders arrive).
-    events: bool,
-    /// It was told to have started publishing ([`Lifecycle::Publishing`]).
-    publishing: bool,
-}
-
+/// A room and what the shard keeps beside it (its members' state is the room's).
 struct RoomSlot {
     name: String,
     room_gen: u64,
     room: Room,
-    members: HashMap<MemberId, Meta>,
     deadline: Option<Instant>,
 }
 
@@ -540,19 +546,22 @@ pub struct Shard {
     /// Rooms set to mix their audio, and how (by name, set before or after they exist).
     mixing: HashMap<String, MixSettings>,
     next_gen: u64,
-    ids: HashMap<String, (usize, MemberId)>,
+    ids: HashMap<String, (usize, MemberAt)>,
     by_addr: HashMap<SocketAddr, MemberKey>,
     by_ufrag: HashMap<String, MemberKey>,
     by_port: HashMap<u16, MemberKey>,
     heap: BinaryHeap<Reverse<(Instant, usize, u64)>>,
     media: MediaBatch,
+    /// What rooms put out, taken off in one place (`dispatch`), and the buffer pool.
+    out: RoomOut,
     queue: VecDeque<Queued>,
-    /// The buffer lent by the last `poll_output`, recycled on the next.
+    /// The buffer lent by the last `poll_output`, recycled on the next (unless the edge took
+    /// it to send from: [`Shard::take_sent_buffer`]).
     lent: Option<Vec<u8>>,
     /// Rooms and members gone, and drops no member owns; sessions.
     counters: ShardCounters,
     draining: bool,
-    to_remove: Vec<(usize, MemberId)>,
+    to_remove: Vec<(usize, MemberAt)>,
     /// New DTLS handshakes are deferred (admission control: the worker is overloaded).
     shed_handshakes: bool,
 }
@@ -582,6 +591,7 @@ impl Shard {
             by_port: HashMap::new(),
             heap: BinaryHeap::new(),
             media: MediaBatch::new(engine),
+            out: RoomOut::default(),
             queue: VecDeque::new(),
             lent: None,
             counters: ShardCounters::default(),
@@ -596,7 +606,7 @@ impl Shard {
         self.media.engine_name()
     }
 
-    fn key_of(&self, d: &Datagram<'_>) -> Option<MemberKey> {
+    fn key_of(&self, d: &Head, bytes: &[u8]) -> Option<MemberKey> {
         if let Via::Port(p) = d.via {
             // A telephony leg's own port: the port says whose, whatever the source.
             return self.by_port.get(&p).copied();
@@ -605,9 +615,7 @@ impl Shard {
         // session from an address an old one validated takes the address over once its check
         // authenticates); anything else by its source.
         let named = match d.class {
-            Class::Stun(facts) => facts
-                .target_ufrag(d.bytes)
-                .and_then(|u| self.by_ufrag.get(u)),
+            Class::Stun(facts) => facts.target_ufrag(bytes).and_then(|u| self.by_ufrag.get(u)),
             _ => None,
         };
         named.or_else(|| self.by_addr.get(&d.from)).copied()
@@ -620,11 +628,37 @@ impl Shard {
 
     /// Handles one datagram read at `now`. See the [module documentation](self).
     pub fn handle(&mut self, now: Instant, d: Datagram<'_>) -> Handled {
-        let Some(key) = self.key_of(&d) else {
+        let head = Head::of(&d);
+        self.handle_bytes(now, head, Bytes::Lent(d.bytes))
+    }
+
+    /// [`Shard::handle`] for a datagram held in a buffer of the caller's (`buf`: one another
+    /// worker handed over, whose class `class` was read there): staged for its unprotect call,
+    /// the buffer itself is taken rather than its bytes copied, and `buf` gets one of the
+    /// shard's in its place.
+    pub fn handle_owned(
+        &mut self,
+        now: Instant,
+        (via, from, class): (Via, SocketAddr, Class),
+        buf: &mut Vec<u8>,
+        received: Instant,
+    ) -> Handled {
+        let head = Head {
+            via,
+            from,
+            class,
+            received,
+        };
+        self.handle_bytes(now, head, Bytes::Owned(buf))
+    }
+
+    fn handle_bytes(&mut self, now: Instant, head: Head, bytes: Bytes<'_>) -> Handled {
+        let Some(key) = self.key_of(&head, bytes.get()) else {
             return Handled::NotOurs;
         };
-        let r =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.deliver(now, key, &d)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.deliver(now, key, head, bytes)
+        }));
         if r.is_err() {
             self.count_drop(DropReason::InternalError);
             self.abandon_room(key.slot, key.room_gen);
@@ -632,71 +666,92 @@ impl Shard {
         Handled::Taken
     }
 
-    fn deliver(&mut self, now: Instant, key: MemberKey, d: &Datagram<'_>) {
-        let staged_from_member = match d.class {
-            Class::Dtls => self.media.has_inbound_from(key.slot, key.member),
-            _ => false,
-        };
-        if staged_from_member {
+    /// The room of `key`, while it is the same room.
+    fn room_of(&mut self, key: MemberKey) -> Option<&mut RoomSlot> {
+        self.rooms
+            .get_mut(key.slot)
+            .and_then(Option::as_mut)
+            .filter(|s| s.room_gen == key.room_gen)
+    }
+
+    fn deliver(&mut self, now: Instant, key: MemberKey, d: Head, bytes: Bytes<'_>) {
+        if matches!(d.class, Class::Dtls) && self.media.has_inbound_from(key.slot, key.member) {
             // What the sender sent before this record (a close_notify, an alert) is relayed
             // first, not counted as arriving after a close.
             self.run_inbound();
         }
-        let Shard {
-            rooms,
-            media,
-            counters,
-            shed_handshakes,
-            ..
-        } = self;
-        let Some(leg) = rooms
-            .get_mut(key.slot)
-            .and_then(Option::as_mut)
-            .filter(|s| s.room_gen == key.room_gen)
-            .and_then(|s| s.room.leg_mut(key.member))
-        else {
-            counters.media.drops[DropReason::UnknownSource] += 1;
+        if self.room_of(key).is_none() {
+            self.counters.media.drops[DropReason::UnknownSource] += 1;
+            return;
+        }
+        match d.class {
+            Class::Rtp(_) | Class::Rtcp(_) => self.media_in(now, key, d, bytes),
+            _ => self.control_in(now, key, d, bytes.get()),
+        }
+    }
+
+    /// SRTP or SRTCP staged for the batch's unprotect call (its buffer taken or its bytes
+    /// copied once), or plain RTP routed at once, or dropped, as the member's leg admits it.
+    fn media_in(&mut self, now: Instant, key: MemberKey, d: Head, bytes: Bytes<'_>) {
+        let rtcp = matches!(d.class, Class::Rtcp(_));
+        let len = bytes.get().len() as u64;
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[key.slot].as_mut() else {
             return;
         };
-        let control = match d.class {
-            Class::Rtp(_) | Class::Rtcp(_) => {
-                let rtcp = matches!(d.class, Class::Rtcp(_));
-                match leg.admit(d.from, rtcp, now) {
-                    Ok(true) => media.stage_inbound(
-                        (key.slot, key.room_gen, key.member),
-                        d.from,
-                        d.received,
-                        match d.class {
-                            Class::Rtp(facts) => What::Rtp(facts),
-                            _ => What::Rtcp,
-                        },
-                        d.bytes,
-                    ),
-                    // Plain RTP: taken as it is, routed now (nothing to batch).
-                    Ok(false) => {
-                        let c = leg.counters_mut();
-                        c.packets_in += 1;
-                        c.bytes_in += d.bytes.len() as u64;
-                        self.route_plain(key, d);
-                    }
-                    Err(reason) => leg.counters_mut().drop(reason),
+        let admitted = s.room.with_leg(key.member, out, |leg| {
+            let admitted = leg.admit(d.from, rtcp, now);
+            match admitted {
+                // Plain RTP: taken as it is, routed now (nothing to batch).
+                Ok(false) => {
+                    let c = leg.counters_mut();
+                    c.packets_in += 1;
+                    c.bytes_in += len;
                 }
-                false
+                Err(reason) => leg.counters_mut().drop(reason),
+                Ok(true) => {}
             }
+            admitted
+        });
+        match admitted {
+            None => self.counters.media.drops[DropReason::UnknownSource] += 1,
+            Some(Ok(true)) => {
+                let what = match d.class {
+                    Class::Rtp(facts) => What::Rtp(facts),
+                    _ => What::Rtcp,
+                };
+                let buf = bytes.into_buf(&mut self.out);
+                let at = (key.slot, key.room_gen, key.member);
+                self.media.stage_inbound(at, d.from, d.received, what, buf);
+            }
+            Some(Ok(false)) => self.route_plain(key, d, bytes.get()),
+            Some(Err(_)) => {}
+        }
+        self.dispatch(key.slot);
+    }
+
+    /// A control datagram (STUN, DTLS) to its member's leg, or one it cannot take counted.
+    fn control_in(&mut self, now: Instant, key: MemberKey, d: Head, bytes: &[u8]) {
+        let shed = self.shed_handshakes;
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[key.slot].as_mut() else {
+            return;
+        };
+        let control = s.room.with_leg(key.member, out, |leg| match d.class {
             Class::Stun(facts) => {
-                match facts.message(d.bytes) {
+                match facts.message(bytes) {
                     Some(msg) => leg.handle_stun(now, d.from, &msg),
                     // The facts of other bytes: the caller's bug, counted, not a panic.
                     None => leg.counters_mut().drop(DropReason::InternalError),
                 }
                 true
             }
-            Class::Dtls if *shed_handshakes && !leg.handshake_started() => {
+            Class::Dtls if shed && !leg.handshake_started() => {
                 leg.counters_mut().drop(DropReason::Overload);
                 false
             }
             Class::Dtls => {
-                leg.handle_dtls(now, d.from, d.bytes);
+                leg.handle_dtls(now, d.from, bytes);
                 true
             }
             Class::Malformed(_) => {
@@ -707,54 +762,30 @@ impl Shard {
                 leg.counters_mut().drop(DropReason::UnknownKind);
                 false
             }
-            Class::Unclassified => {
+            Class::Unclassified | Class::Rtp(_) | Class::Rtcp(_) => {
                 leg.counters_mut().drop(DropReason::Unclassified);
                 false
             }
-        };
-        if control {
-            self.drain_room(key.slot);
+        });
+        match control {
+            Some(true) => self.settle(key.slot),
+            Some(false) => self.dispatch(key.slot),
+            None => self.counters.media.drops[DropReason::UnknownSource] += 1,
         }
     }
 
     /// Routes a plain RTP packet at once, or reads a plain RTCP compound (neither needs an
     /// unprotect).
-    fn route_plain(&mut self, key: MemberKey, d: &Datagram<'_>) {
-        let Shard {
-            rooms,
-            media,
-            queue,
-            heap,
-            ..
-        } = self;
-        let Some(s) = rooms
-            .get_mut(key.slot)
-            .and_then(Option::as_mut)
-            .filter(|s| s.room_gen == key.room_gen)
-        else {
+    fn route_plain(&mut self, key: MemberKey, d: Head, bytes: &[u8]) {
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[key.slot].as_mut() else {
             return;
         };
-        let mut emit = |receiver, target, copy: &[u8]| {
-            emit_copy(
-                media,
-                queue,
-                (key.slot, key.room_gen, receiver),
-                d.received,
-                target,
-                copy,
-            )
-        };
         match d.class {
-            Class::Rtp(facts) => {
-                s.room
-                    .route(key.member, d.bytes, &facts, d.received, &mut emit);
-            }
-            _ => {
-                s.room.note_rtcp(key.member, d.bytes, d.received, &mut emit);
-            }
-        }
-        send_room_rtcp(media, queue, key.slot, s, d.received);
-        schedule_wake(heap, key.slot, s);
+            Class::Rtp(facts) => s.room.route(key.member, bytes, &facts, d.received, out),
+            _ => s.room.note_rtcp(key.member, bytes, d.received, out),
+        };
+        self.dispatch(key.slot);
     }
 
     /// Counts a drop no member owns (the caller's: an unknown source, a full hand-off queue,
@@ -798,7 +829,7 @@ impl Shard {
             );
             self.count_drops(DropReason::InternalError, n as u64);
             for st in staged.drain(..) {
-                self.media.recycle(st.buf);
+                self.out.recycle(st.buf);
             }
             self.media.inbound = staged;
             return;
@@ -816,7 +847,7 @@ impl Shard {
                     self.abandon_room(slot, room_gen);
                 }
             }
-            self.media.recycle(st.buf);
+            self.out.recycle(st.buf);
         }
         self.media.inbound = staged;
         self.counters.srtp_batches += 1;
@@ -826,74 +857,67 @@ impl Shard {
     /// One unprotect result: counted at its member, and RTP routed in its room (the copies
     /// staged for the protect call). `Some(reason)` for a drop no member owns.
     fn accept_unprotected(&mut self, st: &Staged) -> Option<DropReason> {
-        let Shard {
-            rooms,
-            media,
-            queue,
-            heap,
-            ..
-        } = self;
+        let key = MemberKey {
+            slot: st.slot,
+            room_gen: st.room_gen,
+            member: st.member,
+        };
+        let Shard { rooms, out, .. } = self;
         let Some(s) = rooms
-            .get_mut(st.slot)
+            .get_mut(key.slot)
             .and_then(Option::as_mut)
-            .filter(|s| s.room_gen == st.room_gen)
+            .filter(|s| s.room_gen == key.room_gen)
         else {
             return Some(DropReason::UnknownSource);
         };
-        let Some(leg) = s.room.leg_mut(st.member) else {
-            return Some(DropReason::UnknownSource);
+        let rtcp = matches!(st.what, What::Rtcp);
+        let Some(received) = st.received else {
+            return Some(DropReason::InternalError);
         };
-        if leg.closed().is_some() {
-            // Closed while the batch ran (an earlier datagram of the same batch closed it).
-            leg.counters_mut().drop(DropReason::AfterClose);
-            return None;
-        }
-        let n = match st.result {
-            Ok(n) => n,
-            Err(e) => {
-                leg.counters_mut().drop(DropReason::of_unprotect(e));
+        let taken = s.room.with_leg(key.member, out, |leg| {
+            if leg.closed().is_some() {
+                // Closed while the batch ran (an earlier datagram of the same batch closed it).
+                leg.counters_mut().drop(DropReason::AfterClose);
                 return None;
             }
-        };
-        let c = leg.counters_mut();
-        c.packets_in += 1;
-        c.bytes_in += st.len as u64;
-        if let Some(from) = st.from {
-            leg.authenticated(from, matches!(st.what, What::Rtcp), st.received);
-        }
-        let plain = st.buf.get(..n).unwrap_or_default();
-        let received = st.received;
-        let key = (st.slot, st.room_gen);
-        let mut emit = |receiver, target, copy: &[u8]| {
-            emit_copy(
-                media,
-                queue,
-                (key.0, key.1, receiver),
-                received,
-                target,
-                copy,
-            )
-        };
-        match st.what {
-            What::Rtp(facts) => {
-                s.room.route(st.member, plain, &facts, received, &mut emit);
+            let n = match st.result {
+                Ok(n) => n,
+                Err(e) => {
+                    leg.counters_mut().drop(DropReason::of_unprotect(e));
+                    return None;
+                }
+            };
+            let c = leg.counters_mut();
+            c.packets_in += 1;
+            c.bytes_in += st.len as u64;
+            if let Some(from) = st.from {
+                leg.authenticated(from, rtcp, received);
             }
-            // SRTCP is terminated here: read for the member's figures and its feedback
-            // answered, not forwarded.
-            What::Rtcp => {
-                s.room.note_rtcp(st.member, plain, received, &mut emit);
+            Some(n)
+        });
+        let Some(taken) = taken else {
+            return Some(DropReason::UnknownSource);
+        };
+        if let Some(n) = taken {
+            let plain = st.buf.get(..n).unwrap_or_default();
+            match st.what {
+                What::Rtp(facts) => {
+                    s.room.route(key.member, plain, &facts, received, out);
+                }
+                // SRTCP is terminated here: read for the member's figures and its feedback
+                // answered, not forwarded.
+                What::Rtcp => {
+                    s.room.note_rtcp(key.member, plain, received, out);
+                }
+                _ => {}
             }
-            _ => {}
         }
-        // Keyframe requests and NACKs the packet made for the publishers.
-        send_room_rtcp(media, queue, st.slot, s, received);
-        schedule_wake(heap, st.slot, s);
+        self.dispatch(key.slot);
         None
     }
 
     fn run_outbound(&mut self) {
-        let n = self.media.outbound.len();
-        if n == 0 {
+        if self.media.outbound.is_empty() {
             return;
         }
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -911,20 +935,19 @@ impl Shard {
                 result,
                 ..
             } = st;
-            let leg = self.rooms[slot]
+            let counters = self.rooms[slot]
                 .as_mut()
                 .filter(|s| s.room_gen == room_gen)
-                .and_then(|s| s.room.leg_mut(member));
+                .and_then(|s| s.room.counters_mut(member));
             let out = match what {
-                What::Copy(d, via) => Some((d, via, TransmitKind::Media, Some(received))),
+                What::Copy(d, via) => Some((d, via, TransmitKind::Media, received)),
                 What::RtcpOut(d, via) => Some((d, via, TransmitKind::Rtcp, None)),
                 What::Rtp(_) | What::Rtcp => None,
             };
-            match (leg, out) {
-                (Some(leg), Some((destination, via, kind, received))) if ran.is_ok() => {
+            match (counters, out) {
+                (Some(c), Some((destination, via, kind, received))) if ran.is_ok() => {
                     match result {
                         Ok(len) => {
-                            let c = leg.counters_mut();
                             c.packets_out += 1;
                             c.bytes_out += len as u64;
                             buf.truncate(len);
@@ -937,7 +960,7 @@ impl Shard {
                             });
                             continue;
                         }
-                        Err(_) => leg.counters_mut().drop(DropReason::ProtectFailed),
+                        Err(_) => c.drop(DropReason::ProtectFailed),
                     }
                 }
                 // Our SRTP code panicked on the batch: every copy is dropped and counted.
@@ -945,120 +968,195 @@ impl Shard {
                 // The room (or the receiver) went after the copy was routed.
                 (None, _) => self.counters.media.drops[DropReason::UnknownSource] += 1,
             }
-            self.media.recycle(buf);
+            self.out.recycle(buf);
         }
         self.media.outbound = staged;
     }
 
-    /// Drains a room's control outputs into the queue, handles its members' events and notes
-    /// its next deadline.
-    fn drain_room(&mut self, slot: usize) {
-        let Shard {
-            rooms,
-            queue,
-            media,
-            counters,
-            to_remove,
-            heap,
-            by_addr,
-            ..
-        } = self;
-        let Some(s) = rooms.get_mut(slot).and_then(Option::as_mut) else {
-            return;
-        };
-        // Addresses another member validated before one of this room's did now.
+    /// Takes everything the room in `slot` put out off the queue, in the order it was made:
+    /// the one place a room's output goes where it must. Copies and RTCP to protect are staged
+    /// for the batch's protect call, plain ones and control datagrams queued to send, events
+    /// acted on, deadlines put on the timer.
+    fn dispatch(&mut self, slot: usize) {
         let mut displaced = Vec::new();
-        let room_gen = s.room_gen;
-        let key = |member| MemberKey {
-            slot,
-            room_gen,
-            member,
-        };
-        let mut next = None;
-        while let Some(out) = s.room.poll_output() {
-            let (member, o) = match out {
-                RoomOutput::Timeout(t) => {
-                    next = Some(t);
-                    break;
-                }
-                RoomOutput::Member(m, o) => (m, o),
-            };
-            match o {
-                LegOutput::Transmit {
-                    destination,
-                    contents,
-                    kind,
-                } => {
-                    let mut buf = media.buffer();
-                    buf.extend_from_slice(contents);
-                    queue.push_back(Queued::Transmit {
-                        destination,
-                        // Control traffic (STUN, DTLS) is WebRTC's, on the shared port.
-                        via: Via::Shared,
-                        buf,
-                        kind,
-                        received: None,
-                    });
-                }
-                LegOutput::Event(LegEvent::Validated(addr) | LegEvent::IceSelected(addr)) => {
-                    let Some(meta) = s.members.get_mut(&member) else {
-                        continue;
-                    };
-                    if !meta.addrs.contains(&addr) {
-                        meta.addrs.push(addr);
-                    }
-                    let k = key(member);
-                    match by_addr.insert(addr, k) {
-                        Some(old) if old == k => {}
-                        previous => {
-                            displaced.extend(previous.map(|old| (addr, old)));
-                            queue.push_back(Queued::Event(Event::AddressOwned(addr)));
-                        }
-                    }
-                }
-                LegOutput::Event(LegEvent::Connected { profile, handshake }) => {
-                    let mut session = "";
-                    if let Some(meta) = s.members.get_mut(&member) {
-                        meta.profile = Some(profile);
-                        meta.connected = true;
-                        session = &meta.id;
-                    }
-                    counters.handshakes_ok += 1;
-                    queue.push_back(Queued::Event(Event::Connected { handshake }));
-                    tracing::info!(
-                        room = %s.name,
-                        session,
-                        profile = %profile,
-                        handshake_ms = handshake.as_secs_f64() * 1e3,
-                        "participant connected"
-                    );
-                    Shard::note_connected(queue, s, member);
-                }
-                LegOutput::Event(LegEvent::Closed(reason)) => {
-                    if let Some(meta) = s.members.get_mut(&member) {
-                        if meta.closing.is_none() {
-                            let end = reason.end_reason();
-                            meta.closing = Some(end);
-                            counters.ended[end] += 1;
-                            if !meta.connected && reason.fails_handshake() {
-                                counters.handshakes_failed += 1;
-                            }
-                            tracing::debug!(room = %s.name, session = %meta.id, reason = %reason, "participant closed");
-                        }
-                    }
-                    to_remove.push((slot, member));
-                }
-                LegOutput::Timeout(_) => {}
+        let room_gen = self.rooms[slot].as_ref().map(|s| s.room_gen);
+        while let Some((tag, o)) = self.out.pop() {
+            if Some(tag) != room_gen {
+                // Left by a call into another room that did not finish (a panic): dropped.
+                self.discard(o);
+                continue;
             }
-        }
-        if next != s.deadline {
-            s.deadline = next;
-            if let Some(t) = next {
-                heap.push(Reverse((t, slot, s.room_gen)));
+            match o {
+                Out::Send {
+                    to,
+                    target,
+                    what,
+                    buf,
+                } => self.send_out(slot, to, target, what, buf),
+                Out::Control {
+                    destination,
+                    kind,
+                    buf,
+                    ..
+                } => self.queue.push_back(Queued::Transmit {
+                    destination,
+                    // Control traffic (STUN, DTLS) is WebRTC's, on the shared port.
+                    via: Via::Shared,
+                    buf,
+                    kind,
+                    received: None,
+                }),
+                Out::Event { to, event } => self.on_leg_event(slot, to, event, &mut displaced),
+                Out::Wake(t) => {
+                    if let Some(s) = self.rooms[slot].as_mut() {
+                        if s.deadline.is_none_or(|d| t < d) {
+                            s.deadline = Some(t);
+                            self.heap.push(Reverse((t, slot, s.room_gen)));
+                        }
+                    }
+                }
             }
         }
         for (addr, old) in displaced {
             self.displace(addr, old);
+        }
+    }
+
+    /// An output that is not sent (its room is gone, or it was left by a call that did not
+    /// finish), counted.
+    fn discard(&mut self, o: Out) {
+        if let Out::Send { buf, .. } | Out::Control { buf, .. } = o {
+            self.out.recycle(buf);
+            self.counters.media.drops[DropReason::InternalError] += 1;
+        }
+    }
+
+    /// One datagram for a member's media transport: staged for the protect call when its
+    /// target is protected, queued as it is (and counted out) for a plain-RTP member.
+    fn send_out(
+        &mut self,
+        slot: usize,
+        to: MemberAt,
+        target: crate::leg::CopyTarget,
+        what: Sent,
+        buf: Vec<u8>,
+    ) {
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return self.out.recycle(buf);
+        };
+        let (kind, received, staged) = match what {
+            Sent::Media(at) => (
+                TransmitKind::Media,
+                Some(at),
+                What::Copy(target.destination, target.via),
+            ),
+            Sent::Rtcp => (
+                TransmitKind::Rtcp,
+                None,
+                What::RtcpOut(target.destination, target.via),
+            ),
+        };
+        if target.protect {
+            let key = (slot, s.room_gen, to);
+            self.media.stage_outbound(key, received, staged, buf);
+            return;
+        }
+        if let Some(c) = s.room.counters_mut(to) {
+            c.packets_out += 1;
+            c.bytes_out += buf.len() as u64;
+        }
+        self.queue.push_back(Queued::Transmit {
+            destination: target.destination,
+            via: target.via,
+            buf,
+            kind,
+            received,
+        });
+    }
+
+    /// What a member's leg reported: its routes (an address validated), its connection, its
+    /// end. Addresses another member had are put in `displaced`.
+    fn on_leg_event(
+        &mut self,
+        slot: usize,
+        member: MemberAt,
+        event: LegEvent,
+        displaced: &mut Vec<(SocketAddr, MemberKey)>,
+    ) {
+        let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let k = MemberKey {
+            slot,
+            room_gen: s.room_gen,
+            member,
+        };
+        match event {
+            LegEvent::Validated(addr) | LegEvent::IceSelected(addr) => {
+                let Some(session) = s.room.session_mut(member) else {
+                    return;
+                };
+                if !session.addrs.contains(&addr) {
+                    session.addrs.push(addr);
+                }
+                match self.by_addr.insert(addr, k) {
+                    Some(old) if old == k => {}
+                    previous => {
+                        displaced.extend(previous.map(|old| (addr, old)));
+                        self.queue
+                            .push_back(Queued::Event(Event::AddressOwned(addr)));
+                    }
+                }
+            }
+            LegEvent::Connected { profile, handshake } => {
+                let mut id = "";
+                if let Some(session) = s.room.session_mut(member) {
+                    session.profile = Some(profile);
+                    session.connected = true;
+                    id = &session.id;
+                }
+                tracing::info!(
+                    room = %s.name,
+                    session = id,
+                    profile = %profile,
+                    handshake_ms = handshake.as_secs_f64() * 1e3,
+                    "participant connected"
+                );
+                self.counters.handshakes_ok += 1;
+                self.queue
+                    .push_back(Queued::Event(Event::Connected { handshake }));
+                Shard::note_connected(&mut self.queue, s, member);
+            }
+            LegEvent::Closed(reason) => {
+                if let Some(session) = s.room.session_mut(member) {
+                    if session.closing.is_none() {
+                        let end = reason.end_reason();
+                        session.closing = Some(end);
+                        self.counters.ended[end] += 1;
+                        if !session.connected && reason.fails_handshake() {
+                            self.counters.handshakes_failed += 1;
+                        }
+                        tracing::debug!(room = %s.name, session = %session.id, reason = %reason, "participant closed");
+                    }
+                }
+                self.to_remove.push((slot, member));
+            }
+        }
+    }
+
+    /// [`Shard::dispatch`], then the room's next deadline on the timer (after control input
+    /// to a member, or a timeout: its timers may have moved).
+    fn settle(&mut self, slot: usize) {
+        self.dispatch(slot);
+        let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let next = s.room.poll_timeout();
+        if next != s.deadline {
+            s.deadline = next;
+            if let Some(t) = next {
+                self.heap.push(Reverse((t, slot, s.room_gen)));
+            }
         }
     }
 
@@ -1067,19 +1165,23 @@ impl Shard {
     /// routes to one receiver. Its leg sends nothing to the address and takes nothing from it
     /// until a check of its own validates it again (and takes it back).
     fn displace(&mut self, addr: SocketAddr, key: MemberKey) {
-        let Some(s) = self.rooms[key.slot]
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[key.slot]
             .as_mut()
             .filter(|s| s.room_gen == key.room_gen)
         else {
             return;
         };
-        if let Some(meta) = s.members.get_mut(&key.member) {
-            meta.addrs.retain(|a| *a != addr);
+        if let Some(session) = s.room.session_mut(key.member) {
+            session.addrs.retain(|a| *a != addr);
         }
-        if let Some(leg) = s.room.leg_mut(key.member).and_then(Leg::as_webrtc_mut) {
-            leg.yield_address(addr);
-        }
+        s.room.with_leg(key.member, out, |leg| {
+            if let Some(leg) = leg.as_webrtc_mut() {
+                leg.yield_address(addr);
+            }
+        });
         tracing::info!(room = %s.name, %addr, "an address moved to another session");
+        self.dispatch(key.slot);
     }
 
     /// `addr` now belongs to a member of another shard (its check authenticated there after
@@ -1097,22 +1199,23 @@ impl Shard {
 
     /// Notes that `member` of the room in `s` connected: [`Lifecycle::Connected`], and
     /// [`Lifecycle::Publishing`] when it sends media.
-    fn note_connected(queue: &mut VecDeque<Queued>, s: &mut RoomSlot, member: MemberId) {
-        let publishes = s.room.role(member).is_some_and(|r| r.publishes);
-        let Some(meta) = s.members.get_mut(&member) else {
+    fn note_connected(queue: &mut VecDeque<Queued>, s: &mut RoomSlot, member: MemberAt) {
+        let publishes = s.room.role(member.id()).is_some_and(|r| r.publishes);
+        let room = s.name.clone();
+        let Some(session) = s.room.session_mut(member) else {
             return;
         };
-        let (room, id) = (s.name.clone(), meta.id.clone());
+        let id = session.id.clone();
         queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Connected {
             room: room.clone(),
             id: id.clone(),
         })));
-        if publishes && !meta.publishing {
-            meta.publishing = true;
+        if publishes && !session.publishing {
+            session.publishing = true;
             queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Publishing {
                 room,
                 id,
-                name: meta.name.clone(),
+                name: session.name.clone(),
                 started: true,
             })));
         }
@@ -1120,21 +1223,35 @@ impl Shard {
 
     /// Notes that a member of `room` was removed: [`Lifecycle::Publishing`] stopped if it had
     /// started, then [`Lifecycle::Left`].
-    fn note_left(queue: &mut VecDeque<Queued>, room: &str, meta: &Meta, reason: EndReason) {
-        if meta.publishing {
+    fn note_left(queue: &mut VecDeque<Queued>, room: &str, session: &Session, reason: EndReason) {
+        if session.publishing {
             queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Publishing {
                 room: room.to_owned(),
-                id: meta.id.clone(),
-                name: meta.name.clone(),
+                id: session.id.clone(),
+                name: session.name.clone(),
                 started: false,
             })));
         }
         queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Left {
             room: room.to_owned(),
-            id: meta.id.clone(),
-            name: meta.name.clone(),
+            id: session.id.clone(),
+            name: session.name.clone(),
             reason,
         })));
+    }
+
+    /// A member's routes go: its ufrags, addresses, ports and id.
+    fn forget_routes(&mut self, session: &Session) {
+        for u in &session.ufrags {
+            self.by_ufrag.remove(u);
+        }
+        for a in &session.addrs {
+            self.by_addr.remove(a);
+        }
+        for p in &session.ports {
+            self.by_port.remove(p);
+        }
+        self.ids.remove(&session.id);
     }
 
     /// Removes the members that closed, and rooms left empty.
@@ -1143,89 +1260,82 @@ impl Shard {
             let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
                 continue;
             };
-            let Some(leg) = s.room.remove(member) else {
+            if s.room.at(member.id()) != Some(member) {
+                continue;
+            }
+            let Some((leg, session)) = s.room.remove(member.id()) else {
                 continue;
             };
-            if let Some(meta) = s.members.remove(&member) {
-                for u in &meta.ufrags {
-                    self.by_ufrag.remove(u);
-                }
-                for a in &meta.addrs {
-                    self.by_addr.remove(a);
-                }
-                for p in &meta.ports {
-                    self.by_port.remove(p);
-                }
-                self.ids.remove(&meta.id);
-                // A member is removed once it closed, and closing notes why.
-                let reason = meta.closing.unwrap_or(EndReason::CloseNotify);
-                tracing::info!(
-                    room = %s.name,
-                    session = %meta.id,
-                    kind = meta.kind.name(),
-                    reason = reason.name(),
-                    "session ended"
-                );
-                Self::note_left(&mut self.queue, &s.name, &meta, reason);
-                self.queue.push_back(Queued::Event(Event::MemberLeft {
-                    id: meta.id,
-                    reason,
-                    ufrags: meta.ufrags,
-                    addrs: meta.addrs,
-                    ports: meta.ports,
-                    peers: leg.as_rtp().map(RtpLeg::peers).unwrap_or_default(),
-                }));
-            }
-            if s.room.is_empty() {
-                self.counters.add_room(&s.room);
-                self.room_index.remove(&s.name);
-                self.queue
-                    .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
-                        room: s.name.clone(),
-                    })));
-                self.rooms[slot] = None;
+            // A member is removed once it closed, and closing notes why.
+            let reason = session.closing.unwrap_or(EndReason::CloseNotify);
+            tracing::info!(
+                room = %s.name,
+                session = %session.id,
+                kind = session.kind.name(),
+                reason = reason.name(),
+                "session ended"
+            );
+            Self::note_left(&mut self.queue, &s.name, &session, reason);
+            let empty = s.room.is_empty();
+            self.forget_routes(&session);
+            self.queue.push_back(Queued::Event(Event::MemberLeft {
+                id: session.id,
+                reason,
+                ufrags: session.ufrags,
+                addrs: session.addrs,
+                ports: session.ports,
+                peers: leg.as_rtp().map(RtpLeg::peers).unwrap_or_default(),
+            }));
+            if empty {
+                self.finish_room(slot);
             }
         }
+    }
+
+    /// The room in `slot` is empty: its counters are kept, it is gone.
+    fn finish_room(&mut self, slot: usize) {
+        let Some(s) = self.rooms[slot].take() else {
+            return;
+        };
+        self.counters.add_room(&s.room);
+        self.room_index.remove(&s.name);
+        self.queue
+            .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                room: s.name,
+            })));
     }
 
     /// Tears down a room whose code panicked: every member is removed and counted as ended by
     /// `internal_error`; nothing of it is driven again.
     fn abandon_room(&mut self, slot: usize, room_gen: u64) {
-        let Some(s) = self.rooms.get_mut(slot).and_then(Option::take) else {
+        let Some(mut s) = self.rooms.get_mut(slot).and_then(Option::take) else {
             return;
         };
         if s.room_gen != room_gen {
             self.rooms[slot] = Some(s);
             return;
         }
-        tracing::error!(room = %s.name, members = s.members.len(), "room abandoned after a panic in its code");
+        tracing::error!(room = %s.name, members = s.room.len(), "room abandoned after a panic in its code");
+        // Whatever it put out before it panicked goes with it.
+        while let Some((_, o)) = self.out.pop() {
+            self.discard(o);
+        }
         self.counters.add_room(&s.room);
-        for (member, meta) in s.members {
-            let peers = s
-                .room
-                .leg(member)
-                .and_then(Leg::as_rtp)
-                .map(RtpLeg::peers)
-                .unwrap_or_default();
-            for u in &meta.ufrags {
-                self.by_ufrag.remove(u);
-            }
-            for a in &meta.addrs {
-                self.by_addr.remove(a);
-            }
-            for p in &meta.ports {
-                self.by_port.remove(p);
-            }
-            self.ids.remove(&meta.id);
+        let members: Vec<MemberId> = s.room.members().collect();
+        for member in members {
+            let Some((leg, session)) = s.room.remove(member) else {
+                continue;
+            };
+            self.forget_routes(&session);
             self.counters.ended[EndReason::InternalError] += 1;
-            Self::note_left(&mut self.queue, &s.name, &meta, EndReason::InternalError);
+            Self::note_left(&mut self.queue, &s.name, &session, EndReason::InternalError);
             self.queue.push_back(Queued::Event(Event::MemberLeft {
-                id: meta.id,
+                id: session.id,
                 reason: EndReason::InternalError,
-                ufrags: meta.ufrags,
-                addrs: meta.addrs,
-                ports: meta.ports,
-                peers,
+                ufrags: session.ufrags,
+                addrs: session.addrs,
+                ports: session.ports,
+                peers: leg.as_rtp().map(RtpLeg::peers).unwrap_or_default(),
             }));
         }
         self.room_index.remove(&s.name);
@@ -1250,25 +1360,14 @@ impl Shard {
                 continue;
             }
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let Shard {
-                    rooms,
-                    media,
-                    queue,
-                    ..
-                } = self;
+                let Shard { rooms, out, .. } = self;
                 if let Some(s) = rooms[slot].as_mut() {
                     s.deadline = None;
-                    s.room.handle_timeout(now);
+                    s.room.handle_timeout(now, out);
                     // A mixing room's mixes due by now, protected and sent as routed copies.
-                    let mut emit = |receiver, target, copy: &[u8]| {
-                        emit_copy(media, queue, (slot, gen, receiver), now, target, copy)
-                    };
-                    s.room.mix_due(now, &mut emit);
+                    s.room.mix_due(now, out);
                 }
-                if let Some(s) = self.rooms[slot].as_mut() {
-                    send_room_rtcp(&mut self.media, &mut self.queue, slot, s, now);
-                }
-                self.drain_room(slot);
+                self.settle(slot);
             }));
             if r.is_err() {
                 self.abandon_room(slot, gen);
@@ -1286,7 +1385,7 @@ impl Shard {
     /// The next output (see the drive contract). Staged media is run first.
     pub fn poll_output(&mut self) -> Option<Output<'_>> {
         if let Some(b) = self.lent.take() {
-            self.media.recycle(b);
+            self.out.recycle(b);
         }
         if !self.media.inbound.is_empty() || !self.media.outbound.is_empty() {
             self.flush();
@@ -1312,6 +1411,19 @@ impl Shard {
             }),
             Queued::Event(e) => Output::Event(e),
         })
+    }
+
+    /// The buffer of the datagram the last [`Shard::poll_output`] lent as a [`Transmit`],
+    /// handed over: the edge sends from it as it is (no copy into a send batch) and gives it
+    /// back with [`Shard::recycle`] once sent. `None` if the last output was no transmit.
+    pub fn take_sent_buffer(&mut self) -> Option<Vec<u8>> {
+        self.lent.take()
+    }
+
+    /// A buffer taken with [`Shard::take_sent_buffer`] (or a handed-over datagram's), sent:
+    /// kept for the next copies.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.out.recycle(buf);
     }
 
     /// Makes a WebRTC participant for `offer` in `room` (made if it does not exist).
@@ -1387,31 +1499,49 @@ impl Shard {
         id: &str,
         answer: &Offer,
     ) -> Result<Vec<(crate::leg::CodecId, u8)>, JoinError> {
-        let (slot, member) = self
-            .find(room, id)
-            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
-        let Some(s) = self.rooms[slot].as_mut() else {
-            return Err(JoinError::Unacceptable(format!("no member {id} in {room}")));
-        };
-        let leg = s
-            .room
-            .leg_mut(member)
-            .and_then(Leg::as_webrtc_mut)
-            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
-        leg.accept_answer(answer, now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
-        let media = leg.media();
-        let role = MemberRole {
-            publishes: media.iter().any(|m| m.peer_sends),
-            subscribes: media.iter().any(|m| m.peer_receives),
-        };
-        let codecs = media
-            .iter()
-            .flat_map(|m| m.codecs.iter().copied())
-            .collect();
-        s.room.set_role(member, role);
-        self.drain_room(slot);
+        let (_, _, codecs) = self.change_leg(room, id, |leg| {
+            let leg = leg
+                .as_webrtc_mut()
+                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
+            leg.accept_answer(answer, now)
+                .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            let media = leg.media();
+            let role = MemberRole {
+                publishes: media.iter().any(|m| m.peer_sends),
+                subscribes: media.iter().any(|m| m.peer_receives),
+            };
+            let codecs = media
+                .iter()
+                .flat_map(|m| m.codecs.iter().copied())
+                .collect();
+            Ok((Some(role), codecs))
+        })?;
         Ok(codecs)
+    }
+
+    /// Runs `f` on the leg of member `id` of `room` (a renegotiation, an answer), then reads
+    /// what the leg negotiated again ([`Room::media_changed`]), gives the member the role `f`
+    /// says (if it says one), and takes what the leg made off the queue. Err when there is no
+    /// such member, or `f`'s.
+    fn change_leg<R>(
+        &mut self,
+        room: &str,
+        id: &str,
+        f: impl FnOnce(&mut Leg) -> Result<(Option<MemberRole>, R), JoinError>,
+    ) -> Result<(usize, MemberAt, R), JoinError> {
+        let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
+        let (slot, member) = self.find(room, id).ok_or_else(missing)?;
+        let Shard { rooms, out, .. } = self;
+        let s = rooms[slot].as_mut().ok_or_else(missing)?;
+        let done = s.room.with_leg(member, out, f).ok_or_else(missing)?;
+        if done.is_ok() {
+            s.room.media_changed(member.id());
+        }
+        if let Ok((Some(role), _)) = &done {
+            s.room.set_role(member.id(), *role);
+        }
+        self.settle(slot);
+        done.map(|(_, r)| (slot, member, r))
     }
 
     /// Makes a telephony member (plain RTP or SDES-SRTP) for `offer` in `room`, for `who`, on
@@ -1531,34 +1661,15 @@ impl Shard {
         id: &str,
         answer: &RtpDescription,
     ) -> Result<Vec<(crate::leg::CodecId, u8)>, JoinError> {
-        let (slot, member) = self
-            .find(room, id)
-            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
-        let leg = self.rooms[slot]
-            .as_mut()
-            .and_then(|s| s.room.leg_mut(member))
-            .and_then(Leg::as_rtp_mut)
-            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?;
-        leg.accept_answer(answer, now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
-        Ok(leg.media()[0].codecs.clone())
-    }
-
-    /// A telephony member's leg, by room and id.
-    fn find_rtp(&mut self, room: &str, id: &str) -> Result<(usize, MemberId), JoinError> {
-        let (slot, member) = self
-            .find(room, id)
-            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
-        let is_rtp = self.rooms[slot]
-            .as_ref()
-            .and_then(|s| s.room.leg(member))
-            .is_some_and(|l| l.as_rtp().is_some());
-        if !is_rtp {
-            return Err(JoinError::Unacceptable(format!(
-                "{id} is not a telephony leg"
-            )));
-        }
-        Ok((slot, member))
+        let (_, _, codecs) = self.change_leg(room, id, |leg| {
+            let leg = leg
+                .as_rtp_mut()
+                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?;
+            leg.accept_answer(answer, now)
+                .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            Ok((None, leg.media()[0].codecs.clone()))
+        })?;
+        Ok(codecs)
     }
 
     /// SDP for a telephony member from its phone, in the call: the answer to an offer of
@@ -1572,46 +1683,47 @@ impl Shard {
         id: &str,
         sdp: &RtpDescription,
     ) -> Result<Option<String>, JoinError> {
-        let (slot, member) = self.find_rtp(room, id)?;
-        let Some(s) = self.rooms[slot].as_mut() else {
-            return Err(JoinError::Unacceptable(format!("no member {id} in {room}")));
-        };
-        let Some(leg) = s.room.leg_mut(member).and_then(Leg::as_rtp_mut) else {
-            return Err(JoinError::Unacceptable(format!(
-                "{id} is not a telephony leg"
-            )));
-        };
-        let unacceptable = |e: crate::leg::RtpLegError| JoinError::Unacceptable(e.to_string());
-        if leg.awaiting_answer() {
-            leg.accept_answer(sdp, now).map_err(unacceptable)?;
-            return Ok(None);
-        }
-        leg.take_offer(sdp, now).map_err(unacceptable)?;
-        let answer = leg.answer_sdp().to_owned();
-        let role = leg
-            .media()
-            .first()
-            .map_or(MemberRole::BOTH, |m| MemberRole {
-                publishes: m.peer_sends,
-                subscribes: m.peer_receives,
-            });
-        s.room.set_role(member, role);
-        self.drain_room(slot);
-        Ok(Some(answer))
+        let (_, _, answer) = self.change_leg(room, id, |leg| {
+            let Some(leg) = leg.as_rtp_mut() else {
+                return Err(JoinError::Unacceptable(format!(
+                    "{id} is not a telephony leg"
+                )));
+            };
+            let unacceptable = |e: crate::leg::RtpLegError| JoinError::Unacceptable(e.to_string());
+            if leg.awaiting_answer() {
+                leg.accept_answer(sdp, now).map_err(unacceptable)?;
+                return Ok((None, None));
+            }
+            leg.take_offer(sdp, now).map_err(unacceptable)?;
+            let answer = leg.answer_sdp().to_owned();
+            let role = leg
+                .media()
+                .first()
+                .map_or(MemberRole::BOTH, |m| MemberRole {
+                    publishes: m.peer_sends,
+                    subscribes: m.peer_receives,
+                });
+            Ok((Some(role), Some(answer)))
+        })?;
+        Ok(answer)
     }
 
     /// A new offer of ours to a telephony member's phone, in the call (the other side of a
     /// re-INVITE); its answer comes through [`Shard::update_rtp`] or [`Shard::answer_rtp`].
     pub fn reoffer_rtp(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
-        let (slot, member) = self.find_rtp(room, id)?;
-        self.rooms[slot]
-            .as_mut()
-            .and_then(|s| s.room.leg_mut(member))
-            .and_then(Leg::as_rtp_mut)
-            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?
-            .make_offer()
-            .map(str::to_owned)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))
+        let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
+        let (slot, member) = self.find(room, id).ok_or_else(missing)?;
+        let Shard { rooms, out, .. } = self;
+        let s = rooms[slot].as_mut().ok_or_else(missing)?;
+        let offer = s.room.with_leg(member, out, |leg| {
+            leg.as_rtp_mut()
+                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?
+                .make_offer()
+                .map(str::to_owned)
+                .map_err(|e| JoinError::Unacceptable(e.to_string()))
+        });
+        self.dispatch(slot);
+        offer.ok_or_else(missing)?
     }
 
     /// Whether `room` has a place for `who` (its limits), or [`JoinError::Full`].
@@ -1635,27 +1747,21 @@ impl Shard {
         Ok(())
     }
 
-    /// Makes a member of `room` (made if it does not exist) with `leg`: its id.
-    fn add_member(&mut self, now: Instant, room: &str, leg: Leg, j: Joining<'_>) -> String {
-        let Joining {
-            kind,
-            role,
-            ufrags,
-            who,
-        } = j;
-        let slot = match self.room_index.get(room) {
+    /// The slot of `room`, made (and its start told) if it does not exist.
+    fn room_slot(&mut self, room: &str) -> usize {
+        match self.room_index.get(room) {
             Some(&s) => s,
             None => {
                 let room_gen = self.next_gen;
                 self.next_gen += 1;
                 let mut made = Room::with_rtcp(self.config.rtcp.clone())
-                    .with_codecs(self.config.codecs.clone());
+                    .with_codecs(self.config.codecs.clone())
+                    .tagged(room_gen);
                 made.set_mixing(self.mixing.get(room).copied());
                 let s = RoomSlot {
                     name: room.to_owned(),
                     room_gen,
                     room: made,
-                    members: HashMap::new(),
                     deadline: None,
                 };
                 let slot = match self.rooms.iter().position(Option::is_none) {
@@ -1675,7 +1781,18 @@ impl Shard {
                     })));
                 slot
             }
-        };
+        }
+    }
+
+    /// Makes a member of `room` (made if it does not exist) with `leg`: its id.
+    fn add_member(&mut self, now: Instant, room: &str, leg: Leg, j: Joining<'_>) -> String {
+        let Joining {
+            kind,
+            role,
+            ufrags,
+            who,
+        } = j;
+        let slot = self.room_slot(room);
         let s = self.rooms[slot]
             .as_mut()
             .expect("the slot was just found or made");
@@ -1684,30 +1801,29 @@ impl Shard {
         // already says; a WebRTC leg when its DTLS-SRTP handshake completes.
         let connected = leg.as_rtp().is_some();
         let leg_name = leg.kind_name();
-        let member = s.room.add(leg, role, now);
         let id = random_id();
+        let session = Session {
+            id: id.clone(),
+            name: who.name.clone(),
+            kind,
+            ufrags: ufrags.clone(),
+            addrs: Vec::new(),
+            ports: ports.clone(),
+            profile: None,
+            connected,
+            closing: None,
+            created: now,
+            events: false,
+            publishing: false,
+        };
+        let member = s.room.add(leg, role, session, now);
+        // Whatever the new leg has to send already.
+        s.room.with_leg(member, &mut self.out, |_| ());
         let key = MemberKey {
             slot,
             room_gen: s.room_gen,
             member,
         };
-        s.members.insert(
-            member,
-            Meta {
-                id: id.clone(),
-                name: who.name.clone(),
-                kind,
-                ufrags: ufrags.clone(),
-                addrs: Vec::new(),
-                ports: ports.clone(),
-                profile: None,
-                connected,
-                closing: None,
-                created: now,
-                events: false,
-                publishing: false,
-            },
-        );
         self.queue
             .push_back(Queued::Event(Event::Lifecycle(Lifecycle::Joined {
                 room: room.to_owned(),
@@ -1728,7 +1844,7 @@ impl Shard {
         }
         self.ids.insert(id.clone(), (slot, member));
         tracing::info!(room = %s.name, session = %id, kind = kind.name(), "session started");
-        self.drain_room(slot);
+        self.settle(slot);
         self.remove_closed();
         // Those who listen for new offers may lack a section for the newcomer's media.
         self.renegotiate(slot);
@@ -1739,40 +1855,47 @@ impl Shard {
     /// receive sections for the room's senders, and has no offer of ours waiting: queued as
     /// [`Event::Offer`].
     fn renegotiate(&mut self, slot: usize) {
-        let Some(s) = self.rooms.get_mut(slot).and_then(Option::as_mut) else {
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms.get_mut(slot).and_then(Option::as_mut) else {
             return;
         };
         let listening: Vec<MemberId> = s
-            .members
-            .iter()
-            .filter(|(_, m)| m.events && m.closing.is_none())
-            .map(|(id, _)| *id)
+            .room
+            .members()
+            .filter(|&m| {
+                s.room
+                    .session(m)
+                    .is_some_and(|x| x.events && x.closing.is_none())
+            })
             .collect();
         for member in listening {
             let needs = s.room.receive_needs(member);
-            if needs.is_empty() {
-                continue;
-            }
-            let Some(leg) = s.room.leg_mut(member).and_then(Leg::as_webrtc_mut) else {
+            let Some(at) = s.room.at(member).filter(|_| !needs.is_empty()) else {
                 continue;
             };
-            if leg.reoffer_pending().is_some() || leg.awaiting_answer() || !leg.is_connected() {
-                continue;
-            }
-            match leg.reoffer(&needs) {
-                Ok((revision, sdp)) => {
-                    if let Some(meta) = s.members.get(&member) {
+            let offer = s.room.with_leg(at, out, |leg| {
+                let leg = leg.as_webrtc_mut()?;
+                if leg.reoffer_pending().is_some() || leg.awaiting_answer() || !leg.is_connected() {
+                    return None;
+                }
+                Some(leg.reoffer(&needs))
+            });
+            match offer.flatten() {
+                Some(Ok((revision, sdp))) => {
+                    if let Some(session) = s.room.session(member) {
                         tracing::info!(room = %s.name, revision, ?needs, "new offer to a member");
                         self.queue.push_back(Queued::Event(Event::Offer {
-                            id: meta.id.clone(),
+                            id: session.id.clone(),
                             revision,
                             sdp,
                         }));
                     }
                 }
-                Err(e) => tracing::debug!(room = %s.name, error = %e, "no new offer"),
+                Some(Err(e)) => tracing::debug!(room = %s.name, error = %e, "no new offer"),
+                None => {}
             }
         }
+        self.dispatch(slot);
     }
 
     /// Member `id` of `room` listens for new offers of ours from now on (its events channel
@@ -1785,11 +1908,11 @@ impl Shard {
         let Some(s) = self.rooms[slot].as_mut() else {
             return false;
         };
-        if s.room.leg(member).and_then(Leg::as_webrtc).is_none() {
+        if s.room.leg(member.id()).and_then(Leg::as_webrtc).is_none() {
             return false;
         }
-        if let Some(m) = s.members.get_mut(&member) {
-            m.events = true;
+        if let Some(session) = s.room.session_mut(member) {
+            session.events = true;
         }
         self.renegotiate(slot);
         true
@@ -1805,29 +1928,23 @@ impl Shard {
         answer: &Offer,
         revision: Option<u64>,
     ) -> Result<usize, JoinError> {
-        let (slot, member) = self
-            .find(room, id)
-            .ok_or_else(|| JoinError::Unacceptable(format!("no member {id} in {room}")))?;
-        let Some(s) = self.rooms[slot].as_mut() else {
-            return Err(JoinError::Unacceptable(format!("no member {id} in {room}")));
-        };
-        let leg = s
-            .room
-            .leg_mut(member)
-            .and_then(Leg::as_webrtc_mut)
-            .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
-        let n = leg.accept_reanswer(answer, revision).map_err(|_| {
-            JoinError::Unacceptable(match leg.reoffer_pending() {
-                Some(r) => format!("the answer's revision is not our offer's ({r})"),
-                None => "no offer of ours waits for an answer".into(),
-            })
+        let (slot, _, n) = self.change_leg(room, id, |leg| {
+            let leg = leg
+                .as_webrtc_mut()
+                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
+            let n = leg.accept_reanswer(answer, revision).map_err(|_| {
+                JoinError::Unacceptable(match leg.reoffer_pending() {
+                    Some(r) => format!("the answer's revision is not our offer's ({r})"),
+                    None => "no offer of ours waits for an answer".into(),
+                })
+            })?;
+            Ok((None, n))
         })?;
-        s.room.sync_slots(member);
         self.renegotiate(slot);
         Ok(n)
     }
 
-    fn find(&self, room: &str, id: &str) -> Option<(usize, MemberId)> {
+    fn find(&self, room: &str, id: &str) -> Option<(usize, MemberAt)> {
         let &(slot, member) = self.ids.get(id)?;
         self.rooms[slot]
             .as_ref()
@@ -1888,14 +2005,18 @@ impl Shard {
         remote: Credentials,
     ) -> Option<Credentials> {
         let (slot, member) = self.find(room, id)?;
-        let s = self.rooms[slot].as_mut()?;
+        let Shard { rooms, out, .. } = self;
+        let s = rooms[slot].as_mut()?;
         let local = s
             .room
-            .leg_mut(member)?
-            .as_webrtc_mut()?
-            .restart_ice(remote, now);
-        let meta = s.members.get_mut(&member)?;
-        meta.ufrags.push(local.ufrag.clone());
+            .with_leg(member, out, |leg| {
+                leg.as_webrtc_mut().map(|l| l.restart_ice(remote, now))
+            })
+            .flatten();
+        self.dispatch(slot);
+        let local = local?;
+        let s = self.rooms[slot].as_mut()?;
+        s.room.session_mut(member)?.ufrags.push(local.ufrag.clone());
         let key = MemberKey {
             slot,
             room_gen: s.room_gen,
@@ -1925,44 +2046,48 @@ impl Shard {
             None => None,
             Some(p) => Some(
                 self.find(room, p)
-                    .map(|(_, m)| m)
+                    .map(|(_, m)| m.id())
                     .ok_or_else(|| format!("no participant {p} in room {room}"))?,
             ),
         };
-        let s = self.rooms[slot]
+        let Shard { rooms, out, .. } = self;
+        let s = rooms[slot]
             .as_mut()
             .ok_or_else(|| format!("no room {room}"))?;
-        s.room.set_layer(member, publisher, rid, now)?;
-        send_room_rtcp(&mut self.media, &mut self.queue, slot, s, now);
-        Ok(())
+        let set = s.room.set_layer(member.id(), publisher, rid, now, out);
+        self.dispatch(slot);
+        set
     }
 
     /// Sends an RTCP compound of the gateway's own to a member: protected with its keys
     /// (SRTCP) in the next batch's protect call. `false` if there is no such member or it
     /// cannot be sent to yet (not keyed, no selected address).
-    pub fn send_rtcp(&mut self, now: Instant, room: &str, id: &str, rtcp: &[u8]) -> bool {
+    pub fn send_rtcp(&mut self, _now: Instant, room: &str, id: &str, rtcp: &[u8]) -> bool {
         let Some((slot, member)) = self.find(room, id) else {
             return false;
         };
-        self.send_rtcp_to(now, slot, member, rtcp)
-    }
-
-    fn send_rtcp_to(&mut self, now: Instant, slot: usize, member: MemberId, rtcp: &[u8]) -> bool {
-        let Some(s) = self.rooms[slot].as_mut() else {
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[slot].as_mut() else {
             return false;
         };
-        stage_rtcp(&mut self.media, &mut self.queue, slot, s, member, rtcp, now)
+        let sent = s.room.send_rtcp(member, rtcp, out);
+        self.dispatch(slot);
+        sent
     }
 
     /// Stops admitting and closes every member with close_notify (counted as `shutdown`).
     pub fn drain(&mut self, now: Instant) {
         self.draining = true;
-        let all: Vec<(usize, MemberId)> = self
+        let all: Vec<(usize, MemberAt)> = self
             .rooms
             .iter()
             .enumerate()
             .filter_map(|(i, s)| s.as_ref().map(|s| (i, s)))
-            .flat_map(|(i, s)| s.members.keys().map(move |m| (i, *m)))
+            .flat_map(|(i, s)| {
+                s.room
+                    .members()
+                    .filter_map(move |m| Some((i, s.room.at(m)?)))
+            })
             .collect();
         for (slot, member) in all {
             self.close_member(now, slot, member, EndReason::Shutdown);
@@ -1970,20 +2095,24 @@ impl Shard {
     }
 
     /// Closes a member with close_notify, counts why, and removes it.
-    fn close_member(&mut self, now: Instant, slot: usize, member: MemberId, why: EndReason) {
-        let Some(s) = self.rooms[slot].as_mut() else {
+    fn close_member(&mut self, now: Instant, slot: usize, member: MemberAt, why: EndReason) {
+        let Shard {
+            rooms,
+            out,
+            counters,
+            ..
+        } = self;
+        let Some(s) = rooms[slot].as_mut() else {
             return;
         };
-        if let Some(meta) = s.members.get_mut(&member) {
-            if meta.closing.is_none() {
-                meta.closing = Some(why);
-                self.counters.ended[why] += 1;
+        if let Some(session) = s.room.session_mut(member) {
+            if session.closing.is_none() {
+                session.closing = Some(why);
+                counters.ended[why] += 1;
             }
         }
-        if let Some(leg) = s.room.leg_mut(member) {
-            leg.close(now);
-        }
-        self.drain_room(slot);
+        s.room.with_leg(member, out, |leg| leg.close(now));
+        self.settle(slot);
         self.to_remove.push((slot, member));
         self.remove_closed();
     }
@@ -2001,10 +2130,11 @@ impl Shard {
             let (streams, bytes) = s.room.retransmit_buffers();
             c.retransmit_streams += streams;
             c.retransmit_bytes += bytes;
-            c.members += s.members.len() as u64;
+            c.members += s.room.len() as u64;
             c.connected += s
-                .members
-                .values()
+                .room
+                .members()
+                .filter_map(|m| s.room.session(m))
                 .filter(|m| m.connected && m.closing.is_none())
                 .count() as u64;
         }
@@ -2030,18 +2160,18 @@ impl Shard {
             }
             let mut participants = Vec::new();
             for m in s.room.members() {
-                let (Some(leg), Some(meta)) = (s.room.leg(m), s.members.get(&m)) else {
+                let (Some(leg), Some(session)) = (s.room.leg(m), s.room.session(m)) else {
                     continue;
                 };
                 let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
-                let mut p = participant_snapshot(now, leg, meta, rtcp);
+                let mut p = participant_snapshot(now, leg, session, rtcp);
                 p.bandwidth = s.room.bandwidth(m);
                 let (sent, mut received) = s.room.layers(m);
                 for r in &mut received {
                     r.publisher_id = s
-                        .members
-                        .get(&r.publisher)
-                        .map(|meta| meta.id.clone())
+                        .room
+                        .session(r.publisher)
+                        .map(|p| p.id.clone())
                         .unwrap_or_default();
                 }
                 p.layers_sent = sent;
@@ -2071,7 +2201,7 @@ impl Shard {
     pub fn member_counters(&self, room: &str, id: &str) -> Option<Counters> {
         let (slot, member) = self.find(room, id)?;
         let s = self.rooms[slot].as_ref()?;
-        s.room.leg(member).map(|l| *l.counters())
+        s.room.member_counters(member.id()).copied()
     }
 
     /// A room, by name (for tests: its slots, mapped SSRCs and members).
@@ -2082,14 +2212,14 @@ impl Shard {
 
     /// A member's id in its room, by the id the signaling knows.
     pub fn member_id(&self, id: &str) -> Option<MemberId> {
-        self.ids.get(id).map(|(_, m)| *m)
+        self.ids.get(id).map(|(_, m)| m.id())
     }
 }
 
 fn participant_snapshot(
     now: Instant,
     leg: &Leg,
-    meta: &Meta,
+    meta: &Session,
     rtcp: RtcpFigures,
 ) -> ParticipantSnapshot {
     let c = leg.counters();
@@ -2126,105 +2256,5 @@ fn participant_snapshot(
         bandwidth: None,
         layers_sent: Vec::new(),
         layers_received: Vec::new(),
-    }
-}
-
-/// An RTCP compound of the gateway's own for a member of the room in `slot`: staged for the
-/// protect call (SRTCP) on a secure leg, queued as it is on a plain one (counted out here).
-/// `false` if the member cannot be sent to yet (not keyed, no address).
-fn stage_rtcp(
-    media: &mut MediaBatch,
-    queue: &mut VecDeque<Queued>,
-    slot: usize,
-    s: &mut RoomSlot,
-    member: MemberId,
-    rtcp: &[u8],
-    now: Instant,
-) -> bool {
-    let Some(t) = s.room.leg(member).and_then(Leg::rtcp_target) else {
-        return false;
-    };
-    if t.protect {
-        media.stage_outbound(
-            (slot, s.room_gen, member),
-            now,
-            What::RtcpOut(t.destination, t.via),
-            rtcp,
-        );
-    } else {
-        let mut buf = media.buffer();
-        buf.extend_from_slice(rtcp);
-        if let Some(leg) = s.room.leg_mut(member) {
-            let c = leg.counters_mut();
-            c.packets_out += 1;
-            c.bytes_out += rtcp.len() as u64;
-        }
-        queue.push_back(Queued::Transmit {
-            destination: t.destination,
-            via: t.via,
-            buf,
-            kind: TransmitKind::Rtcp,
-            received: None,
-        });
-    }
-    true
-}
-
-/// Sends what the room in `slot` made to send: its due reports and its feedback for the
-/// publishers ([`Room::pop_report`]).
-fn send_room_rtcp(
-    media: &mut MediaBatch,
-    queue: &mut VecDeque<Queued>,
-    slot: usize,
-    s: &mut RoomSlot,
-    now: Instant,
-) {
-    while let Some((member, rtcp)) = s.room.pop_report() {
-        stage_rtcp(media, queue, slot, s, member, &rtcp, now);
-    }
-}
-
-/// Puts a deadline routing set in the room (see [`Room::take_wake`]) on the shard's timer,
-/// when it comes before the room's next.
-fn schedule_wake(
-    heap: &mut BinaryHeap<Reverse<(Instant, usize, u64)>>,
-    slot: usize,
-    s: &mut RoomSlot,
-) {
-    if let Some(t) = s.room.take_wake() {
-        if s.deadline.is_none_or(|d| t < d) {
-            s.deadline = Some(t);
-            heap.push(Reverse((t, slot, s.room_gen)));
-        }
-    }
-}
-
-/// One routed copy: staged for the protect call when its receiver's media is protected, queued
-/// as it is for a plain-RTP receiver (counted out by the room).
-fn emit_copy(
-    media: &mut MediaBatch,
-    queue: &mut VecDeque<Queued>,
-    key: (usize, u64, MemberId),
-    received: Instant,
-    target: CopyTarget,
-    copy: &[u8],
-) {
-    if target.protect {
-        media.stage_outbound(
-            key,
-            received,
-            What::Copy(target.destination, target.via),
-            copy,
-        );
-    } else {
-        let mut buf = media.buffer();
-        buf.extend_from_slice(copy);
-        queue.push_back(Queued::Transmit {
-            destination: target.destination,
-            via: target.via,
-            buf,
-            kind: TransmitKind::Media,
-            received: Some(received),
-        });
     }
 }

@@ -702,3 +702,61 @@ fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
 
 /// Long enough for a few ticks of the mix.
 const MIX_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A receiver sent transcoded audio holds its receive slot as a relayed stream's receiver
+/// does: a PCMU phone hears an Opus browser under one SSRC; when that browser leaves, the next
+/// one's transcoded stream takes the same slot, and its numbering follows on from the last
+/// packet there (one 20 ms frame on), so the phone's jitter buffer sees one stream.
+#[test]
+fn a_transcoded_receiver_keeps_its_slot_and_numbering_when_the_talker_changes() {
+    let mut h = Harness::simd();
+    let first = opus_browser(&mut h, "r", 1);
+    let phone = h
+        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    let talk = |h: &mut Harness, b: usize, packets: usize| {
+        for p in opus_packets(600.0, packets) {
+            let (_, srtp) = h.srtp(b, &p);
+            h.send(b, &srtp);
+            h.pump();
+        }
+    };
+    talk(&mut h, first, 10);
+    let ssrcs = |h: &Harness| -> Vec<u32> {
+        h.phones[phone]
+            .phone
+            .received
+            .iter()
+            .map(|d| RtpHeader::parse(d).unwrap().ssrc())
+            .collect()
+    };
+    let heard = phone_rx(&h, phone);
+    assert!(heard.len() >= 5, "{}", heard.len());
+    let slot = ssrcs(&h)[0];
+    let phone_id = h.shard.member_id(&h.phones[phone].id).unwrap();
+    let mapped = |h: &Harness, b: usize| {
+        h.shard
+            .room("r")
+            .unwrap()
+            .mapped_ssrc(phone_id, h.member_id(b), 1001)
+    };
+    assert_eq!(mapped(&h, first), Some(slot));
+    let (last_seq, last_ts) = (heard.last().unwrap().1, heard.last().unwrap().2);
+
+    let (room, id) = (h.members[first].room.clone(), h.members[first].id.clone());
+    let now = h.now;
+    assert!(h.shard.leave(now, &room, &id));
+    h.pump();
+    let second = opus_browser(&mut h, "r", 3);
+    talk(&mut h, second, 10);
+    assert_eq!(mapped(&h, second), Some(slot), "the same slot");
+    let after: Vec<_> = phone_rx(&h, phone).into_iter().skip(heard.len()).collect();
+    assert!(after.len() >= 5, "{}", after.len());
+    assert!(ssrcs(&h).iter().all(|s| *s == slot), "one SSRC throughout");
+    assert_eq!(after[0].1, last_seq.wrapping_add(1), "numbers follow on");
+    assert_eq!(after[0].2, last_ts.wrapping_add(160), "one 20 ms frame on");
+    assert_eq!(decode(&mut Pcmu, 0, &after, 20).len(), after.len() * 160);
+    let c = h.phone_counters(phone).unwrap();
+    assert_eq!(c.transcoded, c.forwarded);
+    assert_eq!(c.unslotted, 0);
+}

@@ -10,7 +10,7 @@ use secrelay_gateway::shard::JoinKind;
 use secrelay_srtp::SimdEngine;
 use secrelay_testkit::gateway::Harness;
 use secrelay_testkit::memory::SimClient;
-use secrelay_wire::rtcp::{compound, Feedback};
+use secrelay_wire::rtcp::{compound, write_empty_rr, write_nack, Feedback};
 use secrelay_wire::rtp::write_extension;
 use secrelay_wire::video::vp8_descriptor;
 use secrelay_wire::RtpHeader;
@@ -67,8 +67,8 @@ fn round(h: &mut Harness, n: u16, key: bool) {
     h.now += Duration::from_millis(33);
 }
 
-#[test]
-fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_follows_on() {
+/// A simulcast publisher (member 0) and a viewer (its index), both connected.
+fn publisher_and_viewer() -> (Harness, usize) {
     let mut h = Harness::new(Box::new(SimdEngine::new()));
     let p = SimClient::new(1);
     let offer = publisher_offer(&p);
@@ -87,15 +87,12 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
     let offer = v.offer().replace("a=sendonly", "a=recvonly");
     let viewer = h.join("sc", v, JoinKind::Whep, Some(&offer)).unwrap();
     assert!(h.connect(viewer));
+    (h, viewer)
+}
 
-    // Keyframes on every layer, then deltas. The viewer starts on the layer seen first (q);
-    // once the layers' rates are known (a second) its target is the best one (it agreed on no
-    // transport-cc: no limit known), taken at f's next keyframe (round 35, 1.16 s in).
-    round(&mut h, 0, true);
-    for n in 1..40 {
-        round(&mut h, n, n == 35);
-    }
-    let got: Vec<(u32, u16, usize, u16)> = h.members[viewer]
+/// What the viewer received: (SSRC, sequence number, payload length, VP8 picture ID).
+fn received(h: &Harness, viewer: usize) -> Vec<(u32, u16, usize, u16)> {
+    h.members[viewer]
         .client
         .received
         .iter()
@@ -104,7 +101,21 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
             let pid = vp8_descriptor(r.payload())?.picture_id?.0;
             Some((r.ssrc(), r.sequence(), r.payload().len(), pid))
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_follows_on() {
+    let (mut h, viewer) = publisher_and_viewer();
+
+    // Keyframes on every layer, then deltas. The viewer starts on the layer seen first (q);
+    // once the layers' rates are known (a second) its target is the best one (it agreed on no
+    // transport-cc: no limit known), taken at f's next keyframe (round 35, 1.16 s in).
+    round(&mut h, 0, true);
+    for n in 1..40 {
+        round(&mut h, n, n == 35);
+    }
+    let got = received(&h, viewer);
     // Round 35 sends q, then f's keyframe: both reach the viewer (q until the switch).
     assert_eq!(
         got.len(),
@@ -140,16 +151,7 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
     round(&mut h, 40, false);
     round(&mut h, 41, true);
     round(&mut h, 42, false);
-    let got: Vec<(u32, u16, usize, u16)> = h.members[viewer]
-        .client
-        .received
-        .iter()
-        .filter_map(|p| {
-            let r = RtpHeader::parse(p).ok()?;
-            let pid = vp8_descriptor(r.payload())?.picture_id?.0;
-            Some((r.ssrc(), r.sequence(), r.payload().len(), pid))
-        })
-        .collect();
+    let got = received(&h, viewer);
     let sizes: Vec<usize> = got.iter().map(|g| g.2).collect();
     assert_eq!(sizes, vec![1000, 100, 100], "f until q's keyframe, then q");
     let seqs: Vec<u16> = got.iter().map(|g| g.1).collect();
@@ -196,4 +198,47 @@ fn a_viewer_gets_one_layer_and_switches_at_its_keyframe_with_numbering_that_foll
         "{} < {kept}",
         c.retransmit_bytes
     );
+}
+
+/// After a switch the viewer's subscription carries the new layer: a NACK for one of its
+/// packets is answered from that layer's buffer (as RTX, with the picture numbers it was first
+/// sent with), while a NACK for a number sent before the switch, on the old layer, is a miss:
+/// never answered with the new layer's packet of the same number.
+#[test]
+fn after_a_layer_switch_nacks_are_answered_from_the_layer_sent() {
+    let (mut h, viewer) = publisher_and_viewer();
+    round(&mut h, 0, true);
+    for n in 1..40 {
+        round(&mut h, n, n == 35);
+    }
+    let got = received(&h, viewer);
+    assert_eq!(got.len(), 41);
+    let (ssrc, f, q) = (got[0].0, got[38], got[30]);
+    assert_eq!(
+        (f.2, q.2),
+        (1000, 100),
+        "one of f, one of q from before the switch"
+    );
+    let (me, publisher) = (h.member_id(viewer), h.member_id(0));
+    let room = h.room_of(viewer);
+    assert_eq!(room.mapped_ssrc(me, publisher, LAYERS[2].1), Some(ssrc));
+    assert_eq!(room.mapped_ssrc(me, publisher, LAYERS[0].1), None);
+
+    let before = h.members[viewer].client.received.len();
+    let mut nack = Vec::new();
+    write_empty_rr(&mut nack, 0x77);
+    write_nack(&mut nack, 0x77, ssrc, &[q.1, f.1]);
+    let wire = h.client(viewer).srtcp(&nack).unwrap();
+    h.send(viewer, &wire);
+    h.pump();
+    let answered = &h.members[viewer].client.received[before..];
+    assert_eq!(answered.len(), 1, "f's packet again, nothing for q's");
+    let r = RtpHeader::parse(&answered[0]).unwrap();
+    assert_ne!(r.ssrc(), ssrc, "on the RTX stream");
+    assert_eq!(&r.payload()[..2], &f.1.to_be_bytes());
+    let body = &r.payload()[2..];
+    assert_eq!(body.len(), f.2, "f's packet");
+    assert_eq!(vp8_descriptor(body).unwrap().picture_id.unwrap().0, f.3);
+    let fb = h.member_counters(viewer).unwrap().feedback;
+    assert_eq!((fb.nacked, fb.retransmitted, fb.nack_misses), (2, 1, 1));
 }

@@ -43,16 +43,21 @@ fn room(viewers: u8) -> Harness {
 
 /// The publisher sends one VP8 packet (payload `payload`); returns its sequence number.
 fn send_video(h: &mut Harness, payload: &[u8]) -> u16 {
-    let c = h.client(0);
+    send_video_from(h, 0, payload)
+}
+
+/// Member `i` sends one VP8 packet (payload `payload`) on its video SSRC; its sequence number.
+fn send_video_from(h: &mut Harness, i: usize, payload: &[u8]) -> u16 {
+    let c = h.client(i);
     let (audio_pt, audio_ssrc, audio_step) = (c.pt, c.ssrc, c.ts_step);
     c.pt = 96;
     c.ssrc = VIDEO_SSRC;
     c.ts_step = 3000;
     let seq = c.seq;
-    let (_, wire) = h.srtp(0, payload);
-    let c = h.client(0);
+    let (_, wire) = h.srtp(i, payload);
+    let c = h.client(i);
     (c.pt, c.ssrc, c.ts_step) = (audio_pt, audio_ssrc, audio_step);
-    h.send(0, &wire);
+    h.send(i, &wire);
     h.pump();
     seq
 }
@@ -69,9 +74,36 @@ fn feedback_at_publisher(h: &Harness) -> Vec<Feedback> {
 
 /// The SSRC viewer `i` receives the video under (its slot's).
 fn viewer_ssrc(h: &Harness, i: usize) -> u32 {
+    viewer_ssrc_of(h, i, 0)
+}
+
+/// The SSRC viewer `i` receives publisher `p`'s video under.
+fn viewer_ssrc_of(h: &Harness, i: usize, p: usize) -> u32 {
     h.room_of(i)
-        .mapped_ssrc(h.member_id(i), h.member_id(0), VIDEO_SSRC)
+        .mapped_ssrc(h.member_id(i), h.member_id(p), VIDEO_SSRC)
         .expect("the viewer gets the video")
+}
+
+/// The RTX SSRC an answer groups with `ssrc` (`a=ssrc-group:FID`).
+fn rtx_of(answer: &str, ssrc: u32) -> Option<u32> {
+    answer.lines().find_map(|l| {
+        let rest = l.strip_prefix("a=ssrc-group:FID ")?;
+        let mut it = rest.split_whitespace();
+        (it.next()?.parse::<u32>().ok()? == ssrc).then(|| it.next()?.parse::<u32>().ok())?
+    })
+}
+
+/// What viewer `i` received under `ssrc`: (sequence number, payload).
+fn received_on(h: &Harness, i: usize, ssrc: u32) -> Vec<(u16, Vec<u8>)> {
+    h.members[i]
+        .client
+        .received
+        .iter()
+        .filter_map(|p| {
+            let r = RtpHeader::parse(p).ok()?;
+            (r.ssrc() == ssrc).then(|| (r.sequence(), r.payload().to_vec()))
+        })
+        .collect()
 }
 
 /// Viewer `i` sends an RTCP compound.
@@ -146,15 +178,7 @@ fn nacks_are_answered_with_rtx_from_the_buffer() {
     }
     let ssrc = viewer_ssrc(&h, 1);
     // The viewer's numbering of packets 3 and 4.
-    let got: Vec<(u16, Vec<u8>)> = h.members[1]
-        .client
-        .received
-        .iter()
-        .filter_map(|p| {
-            let r = RtpHeader::parse(p).ok()?;
-            (r.ssrc() == ssrc).then(|| (r.sequence(), r.payload().to_vec()))
-        })
-        .collect();
+    let got = received_on(&h, 1, ssrc);
     assert_eq!(got.len(), 10);
     let before = h.members[1].client.received.len();
     let mut nack = Vec::new();
@@ -164,11 +188,7 @@ fn nacks_are_answered_with_rtx_from_the_buffer() {
 
     let answer = &h.members[1].client.received[before..];
     assert_eq!(answer.len(), 2, "two retransmissions");
-    let rtx_ssrc = h.members[1].answer_sdp.lines().find_map(|l| {
-        let rest = l.strip_prefix("a=ssrc-group:FID ")?;
-        let mut it = rest.split_whitespace();
-        (it.next()?.parse::<u32>().ok()? == ssrc).then(|| it.next()?.parse::<u32>().ok())?
-    });
+    let rtx_ssrc = rtx_of(&h.members[1].answer_sdp, ssrc);
     let rtx_ssrc = rtx_ssrc.expect("the answer groups an RTX SSRC with the viewer's video SSRC");
     for (k, p) in answer.iter().enumerate() {
         let r = RtpHeader::parse(p).unwrap();
@@ -269,4 +289,70 @@ fn audio_keeps_no_buffer_and_asks_for_no_keyframes() {
     assert!(feedback_at_publisher(&h).is_empty());
     let f = h.member_counters(0).unwrap().feedback;
     assert_eq!(f, Default::default());
+}
+
+/// A viewer's offer with two video sections to receive on (Chrome's, its video section
+/// receiving, and one more like it): a slot for each of two publishers' video.
+fn two_slot_viewer_offer(c: &SimClient) -> String {
+    let offer = viewer_offer(c);
+    let at = offer.find("m=video").expect("Chrome's offer has video");
+    let second: String = offer[at..]
+        .lines()
+        .filter(|l| !l.starts_with("a=ssrc") && !l.starts_with("a=msid:"))
+        .map(|l| match l {
+            "a=mid:1" => "a=mid:2\r\n".to_owned(),
+            _ => format!("{l}\r\n"),
+        })
+        .collect();
+    offer.replace("a=group:BUNDLE 0 1", "a=group:BUNDLE 0 1 2") + &second
+}
+
+/// Two publishers send video under the same SSRC (each its own Chrome's 2001) to a viewer
+/// that receives both, each on a slot of its own: a NACK is answered from the stream of the
+/// subscription its SSRC names, never from the other publisher's stream of the same number.
+#[test]
+fn a_nack_is_answered_from_the_stream_its_ssrc_names() {
+    let mut h = Harness::new(Box::new(SimdEngine::new()));
+    let (p1, p2) = (
+        h.join_connected("two", 1, JoinKind::Whip),
+        h.join_connected("two", 2, JoinKind::Whip),
+    );
+    let c = SimClient::new(3);
+    let offer = two_slot_viewer_offer(&c);
+    let v = h.join("two", c, JoinKind::Whep, Some(&offer)).unwrap();
+    assert!(h.connect(v));
+    for k in 0..5u8 {
+        send_video_from(&mut h, p1, &[b'A', k, 1, 2, 3]);
+        send_video_from(&mut h, p2, &[b'B', k, 4, 5, 6]);
+    }
+    let (s1, s2) = (viewer_ssrc_of(&h, v, p1), viewer_ssrc_of(&h, v, p2));
+    assert_ne!(s1, s2, "a slot each");
+    let answer = h.members[v].answer_sdp.clone();
+    for (ssrc, tag) in [(s2, b'B'), (s1, b'A')] {
+        let got = received_on(&h, v, ssrc);
+        assert_eq!(got.len(), 5);
+        assert!(got.iter().all(|g| g.1[0] == tag));
+        let before = h.members[v].client.received.len();
+        let mut nack = Vec::new();
+        write_empty_rr(&mut nack, 0x77);
+        write_nack(&mut nack, 0x77, ssrc, &[got[2].0]);
+        viewer_rtcp(&mut h, v, &nack);
+        let answered = &h.members[v].client.received[before..];
+        assert_eq!(answered.len(), 1, "one retransmission");
+        let r = RtpHeader::parse(&answered[0]).unwrap();
+        assert_eq!(r.payload_type(), 97);
+        assert_eq!(
+            Some(r.ssrc()),
+            rtx_of(&answer, ssrc),
+            "on that slot's RTX SSRC"
+        );
+        assert_eq!(&r.payload()[..2], &got[2].0.to_be_bytes());
+        assert_eq!(
+            &r.payload()[2..],
+            &got[2].1[..],
+            "the named stream's packet"
+        );
+    }
+    let f = h.member_counters(v).unwrap().feedback;
+    assert_eq!((f.nacked, f.retransmitted, f.nack_misses), (2, 2, 0));
 }

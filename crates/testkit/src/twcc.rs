@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use secrelay_wire::rtcp::write_empty_rr;
-use secrelay_wire::twcc::{write_feedback, Arrival};
+use secrelay_wire::twcc::{arrival_list, write_feedback};
 
 /// The transport-cc header extension's URI.
 pub const TWCC_URI: &str =
@@ -66,31 +66,10 @@ impl TwccReceiver {
         if self.arrivals.is_empty() {
             return None;
         }
-        // In sequence order (arrivals can be reordered), each number once, gaps as losses.
-        let base = self.arrivals[0].0;
-        self.arrivals
-            .sort_by_key(|(seq, _)| seq.wrapping_sub(base.wrapping_sub(0x8000)));
-        self.arrivals.dedup_by_key(|(seq, _)| *seq);
-        let mut list: Vec<Arrival> = Vec::with_capacity(self.arrivals.len());
-        for &(seq, at) in &self.arrivals {
-            if let Some(last) = list.last().map(|a| a.seq) {
-                let gap = seq.wrapping_sub(last);
-                if gap > 1000 {
-                    // More than one message can say: start over from this packet.
-                    list.clear();
-                } else {
-                    list.extend((1..gap).map(|k| Arrival {
-                        seq: last.wrapping_add(k),
-                        at_us: None,
-                    }));
-                }
-            }
-            list.push(Arrival {
-                seq,
-                at_us: Some(at.saturating_duration_since(self.epoch).as_micros() as i64),
-            });
-        }
-        self.arrivals.clear();
+        let epoch = self.epoch;
+        let list = arrival_list(&mut self.arrivals, |at: Instant| {
+            at.saturating_duration_since(epoch).as_micros() as i64
+        });
         let mut out = Vec::with_capacity(64 + 2 * list.len());
         write_empty_rr(&mut out, sender);
         let mut at = 0;

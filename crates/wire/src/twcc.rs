@@ -200,10 +200,68 @@ pub fn write_feedback(
     n
 }
 
+/// What a receiver's feedback says of `arrivals` (transport-wide number, arrival time):
+/// in sequence order (arrivals can be reordered), each number once, the numbers missing
+/// between them as losses, each time in microseconds by `at_us`. After a gap longer than a
+/// feedback can say, the list starts over from the packet after it. `arrivals` is emptied.
+pub fn arrival_list<T: Copy>(
+    arrivals: &mut Vec<(u16, T)>,
+    at_us: impl Fn(T) -> i64,
+) -> Vec<Arrival> {
+    let Some(&(base, _)) = arrivals.first() else {
+        return Vec::new();
+    };
+    arrivals.sort_by_key(|(seq, _)| seq.wrapping_sub(base.wrapping_sub(0x8000)));
+    arrivals.dedup_by_key(|(seq, _)| *seq);
+    let mut list: Vec<Arrival> = Vec::with_capacity(arrivals.len());
+    for &(seq, at) in arrivals.iter() {
+        if let Some(last) = list.last().map(|a| a.seq) {
+            let gap = seq.wrapping_sub(last);
+            if gap > 1000 {
+                list.clear();
+            } else {
+                list.extend((1..gap).map(|k| Arrival {
+                    seq: last.wrapping_add(k),
+                    at_us: None,
+                }));
+            }
+        }
+        list.push(Arrival {
+            seq,
+            at_us: Some(at_us(at)),
+        });
+    }
+    arrivals.clear();
+    list
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rtcp::{compound, Feedback};
+
+    #[test]
+    fn arrival_lists_are_in_order_once_with_losses_and_restart_after_a_long_gap() {
+        let mut a = vec![(2u16, 20i64), (65535, 5), (1, 10), (1, 11), (4, 40)];
+        let list = arrival_list(&mut a, |t| t);
+        let seqs: Vec<(u16, Option<i64>)> = list.iter().map(|a| (a.seq, a.at_us)).collect();
+        assert_eq!(
+            seqs,
+            [
+                (65535, Some(5)),
+                (0, None),
+                (1, Some(10)),
+                (2, Some(20)),
+                (3, None),
+                (4, Some(40))
+            ]
+        );
+        assert!(a.is_empty());
+        let mut a = vec![(10u16, 1i64), (11, 2), (3000, 3), (3001, 4)];
+        let list = arrival_list(&mut a, |t| t);
+        assert_eq!(list.iter().map(|a| a.seq).collect::<Vec<_>>(), [3000, 3001]);
+        assert!(arrival_list(&mut Vec::<(u16, i64)>::new(), |t| t).is_empty());
+    }
 
     #[test]
     fn arrivals_written_read_back_with_gaps_runs_and_large_deltas() {

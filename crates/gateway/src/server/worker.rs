@@ -693,15 +693,15 @@ impl Worker {
             }
         }
         let mut n: usize = 0;
-        while let Ok(h) = self.inbox.handoffs.try_recv() {
-            let d = Datagram {
-                via: h.via,
-                from: h.from,
-                class: h.class,
-                bytes: &h.buf,
-                received: h.received,
-            };
-            if self.shard.handle(Instant::now(), d) == Handled::NotOurs {
+        while let Ok(mut h) = self.inbox.handoffs.try_recv() {
+            // SRTP the shard stages keeps the handed-over buffer (one of the shard's goes back
+            // in its place): its bytes are not copied again.
+            let head = (h.via, h.from, h.class);
+            if self
+                .shard
+                .handle_owned(Instant::now(), head, &mut h.buf, h.received)
+                == Handled::NotOurs
+            {
                 // The member left between the hand-off and now.
                 self.shard.count_drop(DropReason::UnknownSource);
             }
@@ -882,6 +882,7 @@ impl Worker {
     fn hand_to(&mut self, worker: usize, d: Datagram<'_>) {
         let mut buf = self.spare.pop().unwrap_or_else(|| Vec::with_capacity(1600));
         buf.clear();
+        crate::copy_count::count();
         buf.extend_from_slice(d.bytes);
         let h = Handoff {
             via: d.via,
@@ -921,7 +922,12 @@ impl Worker {
                         TransmitKind::Media => t.received,
                         _ => None,
                     };
-                    let out = match t.via {
+                    let (destination, via) = (t.destination, t.via);
+                    // Sent from the shard's buffer itself (given back once sent).
+                    let Some(buf) = self.shard.take_sent_buffer() else {
+                        continue;
+                    };
+                    let out = match via {
                         Via::Shared => &mut self.out,
                         Via::Port(p) => match self.legs.get_mut(&p) {
                             Some(l) => {
@@ -933,11 +939,12 @@ impl Worker {
                             None => {
                                 // The leg's socket closed after the copy was made.
                                 self.shard.count_drop(DropReason::SendFailed);
+                                self.shard.recycle(buf);
                                 continue;
                             }
                         },
                     };
-                    out.batch.push(t.destination, t.contents);
+                    out.batch.push(destination, buf);
                     out.origin.push(origin);
                 }
                 Output::Event(e) => self.on_event(e),
@@ -1051,7 +1058,7 @@ fn flush_outbox(
         sent,
         bytes,
         failed,
-    } = out.batch.flush(socket);
+    } = out.batch.flush(socket, |buf| shard.recycle(buf));
     let done = Instant::now();
     st.datagrams_out.fetch_add(sent as u64, Ordering::Relaxed);
     st.bytes_out.fetch_add(bytes as u64, Ordering::Relaxed);

@@ -1,0 +1,514 @@
+//! Routing: a publisher's packet is noted at its publisher (reception figures, transport-wide
+//! arrivals, its retransmission buffer, its simulcast layer's rate), read once into a
+//! [`SourcePacket`], and handed to each subscription of its stream's feed; what goes to a
+//! receiver transcoded is decoded once and encoded once per format after the loop; keyframes
+//! the packet made necessary are asked for last. A mixing room's audio goes into the mix
+//! instead, and comes out on the room's ticks ([`Room::mix_due`]).
+
+use std::time::Instant;
+
+use secrelay_media::transcode::InPacket;
+use secrelay_wire::demux::RtpFacts;
+
+use crate::counters::DropReason;
+use crate::feedback::unwrap_rtx;
+use crate::leg::CodecId;
+use crate::room::member::{Member, Stream, VideoIn};
+use crate::room::out::{Out, RoomOut};
+use crate::room::source::{abs_send_time, LayerOf, MadePacket, SourcePacket};
+use crate::room::subscription::{Cx, Source, Subscription};
+use crate::room::{Feed, MemberAt, Room};
+use crate::transcode::{Format, TranscodeError, Work};
+
+/// The stream id of a member's mix.
+const MIX_SSRC: u32 = 0;
+
+/// What a receiver gets of one packet.
+enum Plan {
+    /// The packet relayed, as this codec.
+    Relay(CodecId),
+    /// Transcoded into this format.
+    Transcode(Format),
+    /// Nothing, for this reason.
+    Drop(DropReason),
+}
+
+impl Room {
+    /// Routes one unprotected RTP packet from the member at `at` (`rtp`, whose header `facts`
+    /// were read where the datagram arrived at `received`; noted for the source's RTCP
+    /// reception figures whether or not it publishes): each subscribed member that can take
+    /// it gets a copy, with the payload type, SSRC, sequence number and timestamp it sees, put
+    /// on `out` with where and how it goes. Counted at the source (routed, or not a
+    /// publisher) and at each receiver (forwarded, unslotted, or why not). A retransmission
+    /// (RTX) from the source is unwrapped and routed as the packet it repairs; a video packet
+    /// is kept for receivers' NACKs; a video stream new to a receiver asks its publisher for a
+    /// keyframe. `false` if there is no such member.
+    pub fn route(
+        &mut self,
+        at: MemberAt,
+        rtp: &[u8],
+        facts: &RtpFacts,
+        received: Instant,
+        out: &mut RoomOut,
+    ) -> bool {
+        out.begin(self.tag);
+        let Some(src) = self.member_at(at) else {
+            return false;
+        };
+        // Every packet the member sends counts for its transport-wide feedback, whatever
+        // becomes of it (its bandwidth probes too).
+        if let (Some(cc), Some(&[a, b])) = (src.cc.as_mut(), facts.ext.get(rtp, src.neg.ext.twcc)) {
+            if let Some(t) = cc.arrived(u16::from_be_bytes([a, b]), facts.ssrc, received) {
+                out.push(Out::Wake(t));
+            }
+        }
+        if src.neg.codec(facts.payload_type).is_none() {
+            if let Some((apt, primary)) = src.repaired_stream(rtp, facts) {
+                self.route_repair(at.ix, rtp, facts, (apt, primary), received, out);
+                return true;
+            }
+        }
+        self.route_at(at.ix, rtp, facts, received, true, out);
+        true
+    }
+
+    /// A retransmission the publisher sent (an upstream NACK's answer, payload type `apt` of
+    /// stream `primary`): the packet it repairs is routed as if it had come the first time.
+    fn route_repair(
+        &mut self,
+        ix: u32,
+        rtx: &[u8],
+        facts: &RtpFacts,
+        (apt, primary): (u8, u32),
+        received: Instant,
+        out: &mut RoomOut,
+    ) {
+        let mut plain = std::mem::take(&mut self.scratch.rtx);
+        crate::copy_count::count();
+        if unwrap_rtx(&mut plain, rtx, usize::from(facts.header_len), apt, primary) {
+            self.members[ix].leg.counters_mut().feedback.rtx_in += 1;
+            let facts = RtpFacts {
+                ssrc: primary,
+                payload_type: apt,
+                sequence: u16::from_be_bytes([plain[2], plain[3]]),
+                ..*facts
+            };
+            self.route_at(ix, &plain, &facts, received, false, out);
+        } else {
+            let c = self.members[ix].leg.counters_mut();
+            c.drop(DropReason::PaddingOnly);
+        }
+        self.scratch.rtx = plain;
+    }
+
+    /// [`Room::route`] for the member at place `ix`; `reception` notes the packet for the
+    /// source's reception figures (not for an unwrapped retransmission: its RTX packet was).
+    fn route_at(
+        &mut self,
+        ix: u32,
+        rtp: &[u8],
+        facts: &RtpFacts,
+        received: Instant,
+        reception: bool,
+        out: &mut RoomOut,
+    ) {
+        let src = &mut self.members[ix];
+        let codec = src.neg.codec(facts.payload_type);
+        if reception {
+            let clock = codec.map_or(8_000, CodecId::clock_rate);
+            src.rtcp.on_rtp(&self.rtcp, facts, clock, received);
+        }
+        if !src.role.publishes {
+            src.leg.counters_mut().drop(DropReason::NotPublisher);
+            return;
+        }
+        src.leg.counters_mut().routed += 1;
+        let Some(codec) = codec else {
+            // A payload type it did not negotiate: no receiver can take it.
+            return self.no_codec(ix);
+        };
+        let abs_send = abs_send_time(self.rtcp.epoch.0, received);
+        let level = src.neg.ext.audio_level;
+        let mut pkt = SourcePacket::read(rtp, facts, codec, level, (received, abs_send));
+        if self.mixing.is_some() && codec.is_transcodable() {
+            return self.mix_in(ix, &pkt, codec, out);
+        }
+        let k = self.stream_of(ix, &pkt);
+        let src = &mut self.members[ix];
+        let stream = &mut src.streams[k];
+        if pkt.video {
+            // Kept for receivers' NACKs (one buffer per source stream, whatever the viewers).
+            let v = stream.video.get_or_insert_with(VideoIn::default);
+            v.buffer.store(rtp, facts);
+        }
+        if let Some((g, l)) = stream.layer {
+            let layers = &mut src.simulcast[g];
+            layers.note(l, rtp.len(), received);
+            pkt.layer = Some(LayerOf {
+                k: l,
+                info: layers.info(received),
+            });
+        }
+        let feed = stream.feed;
+        self.fan_out(feed, &pkt, out);
+    }
+
+    /// A packet of no codec from the member at place `ix`: dropped, counted at each receiver.
+    fn no_codec(&mut self, ix: u32) {
+        for &r in &self.order {
+            let m = &mut self.members[r];
+            if r != ix && m.role.subscribes {
+                m.leg.counters_mut().drop(DropReason::NoCodec);
+            }
+        }
+    }
+
+    /// Hands `pkt` to each subscription of feed `f`: relayed, or collected for transcoding
+    /// (then decoded once and encoded once per format), or dropped and counted at the
+    /// receiver; then the keyframes it made necessary are asked for.
+    fn fan_out(&mut self, f: u32, pkt: &SourcePacket<'_>, out: &mut RoomOut) {
+        let Room {
+            members,
+            feeds,
+            subs,
+            scratch,
+            rtcp,
+            transcoding,
+            ..
+        } = self;
+        let feed = &feeds[f];
+        // A telephone-event packet goes with its stream's audio: where that audio is
+        // transcoded for a receiver, so are its events (numbered in the transcoded stream).
+        let event_audio = match pkt.codec {
+            c if c.is_event() => transcoding.stream_codec(feed.publisher.id, pkt.facts.ssrc),
+            _ => None,
+        };
+        let mut cx = Cx {
+            out,
+            keyframes: &mut scratch.keyframes,
+            keyframe_interval: rtcp.keyframe_interval,
+        };
+        for &s in &feed.subs {
+            let Some(sub) = subs.get_mut(s) else { continue };
+            let Some(r) = members.get_mut(sub.receiver) else {
+                continue;
+            };
+            if !r.role.subscribes {
+                continue;
+            }
+            match plan(pkt.codec, event_audio, r) {
+                Plan::Relay(c) => sub.forward(s, pkt, c, r, &mut cx),
+                Plan::Transcode(format) => scratch.transcode_to.push((s, format)),
+                Plan::Drop(why) => r.leg.counters_mut().drop(why),
+            }
+        }
+        let publisher = feed.publisher;
+        if !self.scratch.transcode_to.is_empty() {
+            self.transcode(publisher, pkt, out);
+        }
+        self.ask_keyframes(pkt.received, out);
+    }
+
+    /// The place in the publisher's streams of `pkt`'s stream: made the first time (with its
+    /// feed, subscribed by every subscriber), moved to its simulcast section's feed when its
+    /// `rid` names a layer only after its first packets.
+    fn stream_of(&mut self, ix: u32, pkt: &SourcePacket<'_>) -> usize {
+        let ssrc = pkt.facts.ssrc;
+        let src = &mut self.members[ix];
+        let known = src.by_ssrc.get(&ssrc).copied();
+        if let Some(k) = known.filter(|&k| src.streams[k].layer.is_some() || !pkt.video) {
+            return k;
+        }
+        let layer = match pkt.video && !src.simulcast.is_empty() {
+            true => layer_of(src, pkt),
+            false => None,
+        };
+        if let Some(k) = known.filter(|_| layer.is_none()) {
+            return k;
+        }
+        let feed = match layer {
+            Some((g, _)) => match self.members[ix].layer_feeds[g] {
+                Some(f) => f,
+                None => {
+                    let f = self.make_feed(ix, Some(g), ssrc);
+                    self.members[ix].layer_feeds[g] = Some(f);
+                    f
+                }
+            },
+            None => self.make_feed(ix, None, ssrc),
+        };
+        let src = &mut self.members[ix];
+        match known {
+            // Its first packets named no layer: it leaves the feed they made for its layer's.
+            Some(k) => {
+                let old = std::mem::replace(&mut src.streams[k].feed, feed);
+                src.streams[k].layer = layer;
+                self.drop_feed(old);
+                k
+            }
+            None => {
+                src.streams.push(Stream {
+                    ssrc,
+                    feed,
+                    layer,
+                    video: None,
+                });
+                src.by_ssrc.insert(ssrc, src.streams.len() - 1);
+                src.streams.len() - 1
+            }
+        }
+    }
+
+    /// A feed of the publisher at place `ix` (its simulcast section `group`, or one stream),
+    /// made for `ssrc`: every other member that subscribes is subscribed to it.
+    fn make_feed(&mut self, ix: u32, group: Option<usize>, ssrc: u32) -> u32 {
+        let publisher = self.members[ix].at;
+        let f = self.feeds.insert(Feed {
+            publisher,
+            group,
+            ssrc,
+            subs: Vec::new(),
+        });
+        let receivers: Vec<u32> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&r| r != ix && self.members[r].role.subscribes)
+            .collect();
+        for r in receivers {
+            self.subscribe(r, f);
+        }
+        f
+    }
+
+    /// The transcoded copies of `pkt` (of `codec`, from `publisher`) for the subscriptions
+    /// collected in the scratch list: decoded once, encoded once per distinct format, and each
+    /// encoded packet sent by each subscription of its format. Counted at the source (decoded,
+    /// encoded, or undecodable) and at each receiver (forwarded and transcoded, or why not).
+    fn transcode(&mut self, publisher: MemberAt, pkt: &SourcePacket<'_>, out: &mut RoomOut) {
+        let codec = pkt.codec;
+        let Room {
+            members,
+            subs,
+            transcoding,
+            scratch,
+            ..
+        } = self;
+        let (to, formats) = (&mut scratch.transcode_to, &mut scratch.formats);
+        formats.clear();
+        for (_, f) in to.iter() {
+            if !formats.contains(f) {
+                formats.push(*f);
+            }
+        }
+        let (source, ssrc) = (publisher.id, pkt.facts.ssrc);
+        let input = InPacket {
+            seq: pkt.facts.sequence,
+            timestamp: pkt.facts.timestamp,
+            marker: pkt.facts.marker,
+            payload: pkt.original().unpadded(),
+        };
+        let done = if codec.is_event() {
+            transcoding
+                .event(source, ssrc, codec, &input, formats)
+                .map(|()| Work::default())
+        } else {
+            transcoding.audio(source, ssrc, codec, &input, formats)
+        };
+        if !note_work(done, codec, publisher, members, subs, to) {
+            to.clear();
+            return;
+        }
+        for f in formats.iter() {
+            // Events go out in the telephone-event format of the output's clock.
+            let out_codec = match codec.is_event() {
+                true => CodecId::event_for_clock(f.codec.clock_rate()),
+                false => Some(f.codec),
+            };
+            for p in transcoding.ready(source, ssrc, *f) {
+                let made = MadePacket {
+                    seq: p.seq,
+                    ts: p.timestamp,
+                    marker: p.marker,
+                    payload: &p.payload,
+                    received: pkt.received,
+                    abs_send: pkt.abs_send,
+                };
+                for &(s, _) in to.iter().filter(|(_, g)| g == f) {
+                    let Some(sub) = subs.get_mut(s) else { continue };
+                    let Some(r) = members.get_mut(sub.receiver) else {
+                        continue;
+                    };
+                    // A receiver that took no telephone-event of that clock gets none.
+                    match out_codec.filter(|c| r.neg.takes(*c)) {
+                        Some(oc) => sub.send_made(s, &made, oc, r, out),
+                        None => r.leg.counters_mut().drop(DropReason::NoCodec),
+                    }
+                }
+            }
+        }
+        to.clear();
+    }
+
+    /// A mixing room: the audio of the member at place `ix` goes into the mix (sent on the
+    /// room's ticks), not on; the first audio starts the ticks.
+    fn mix_in(&mut self, ix: u32, pkt: &SourcePacket<'_>, codec: CodecId, out: &mut RoomOut) {
+        let Some(mix) = self.mixing.as_mut() else {
+            return;
+        };
+        let src = &mut self.members[ix];
+        let input = InPacket {
+            seq: pkt.facts.sequence,
+            timestamp: pkt.facts.timestamp,
+            marker: pkt.facts.marker,
+            payload: pkt.original().unpadded(),
+        };
+        let ticking = mix.next_tick().is_some();
+        match mix.audio(src.at.id, pkt.facts.ssrc, codec, &input, pkt.received) {
+            Ok(w) => src.leg.counters_mut().decoded += w.decoded,
+            Err(TranscodeError::Undecodable(_)) => {
+                src.leg.counters_mut().drop(DropReason::Undecodable);
+            }
+            Err(TranscodeError::Codec(why)) => {
+                tracing::warn!(codec = codec.name(), %why, "mixing failed; packet dropped");
+                src.leg.counters_mut().drop(DropReason::NoCodec);
+            }
+        }
+        if let (false, Some(t)) = (ticking, mix.next_tick()) {
+            out.push(Out::Wake(t));
+        }
+    }
+
+    /// Sends each member its mix for every tick due by `now` (a mixing room; nothing
+    /// otherwise): the sum of the others' audio, encoded in its own format and put on `out` as
+    /// routed copies are, by its subscription to the mix (one stream, as a telephone takes).
+    /// Counted as forwarded and transcoded at the receiver; the encodes once each
+    /// ([`crate::transcode::Mixing::encoded_for`]: a talker's own mix at the talker, a shared
+    /// mix at one of its receivers).
+    pub fn mix_due(&mut self, now: Instant, out: &mut RoomOut) {
+        out.begin(self.tag);
+        let Room {
+            members,
+            subs,
+            mixing,
+            scratch,
+            rtcp,
+            order,
+            ..
+        } = self;
+        let Some(mix) = mixing.as_mut() else {
+            return;
+        };
+        let (receivers, at) = (&mut scratch.mix_receivers, &mut scratch.mix_at);
+        while mix.next_tick().is_some_and(|t| t <= now) {
+            receivers.clear();
+            at.clear();
+            for &ix in order.iter() {
+                let m = &members[ix];
+                if !m.role.subscribes || m.leg.copy_target().is_none() {
+                    continue;
+                }
+                if let Some(f) = m.neg.format {
+                    receivers.push((m.at.id, f));
+                    at.push(ix);
+                }
+            }
+            if let Err(e) = mix.tick(now, receivers) {
+                tracing::warn!(?e, "mixing tick failed");
+                continue;
+            }
+            let abs_send = abs_send_time(rtcp.epoch.0, now);
+            for (&(id, format), &ix) in receivers.iter().zip(at.iter()) {
+                let r = &mut members[ix];
+                r.leg.counters_mut().encoded += mix.encoded_for(id);
+                for p in mix.ready(id) {
+                    let s = mix_subscription(r, subs);
+                    let made = MadePacket {
+                        seq: p.seq,
+                        ts: p.timestamp,
+                        marker: p.marker,
+                        payload: p.payload,
+                        received: now,
+                        abs_send,
+                    };
+                    subs[s].send_made(s, &made, format.codec, r, out);
+                }
+            }
+        }
+    }
+}
+
+/// What receiver `r` gets of a packet of `codec` (`event_audio`: the codec of the audio a
+/// telephone-event packet goes with, when that audio is transcoded here).
+fn plan(codec: CodecId, event_audio: Option<CodecId>, r: &Member) -> Plan {
+    let transcoded_events = event_audio.filter(|a| !r.neg.takes(*a)).and(r.neg.format);
+    if r.neg.takes(codec) && transcoded_events.is_none() {
+        return Plan::Relay(codec);
+    }
+    // Audio of a codec it did not take: decoded once and encoded in one it took, when it took
+    // one the gateway can encode.
+    let format = transcoded_events.or_else(|| r.neg.format.filter(|_| codec.is_transcodable()));
+    match format {
+        Some(f) if r.leg.copy_target().is_some() => Plan::Transcode(f),
+        Some(_) => Plan::Drop(DropReason::ReceiverNotReady),
+        None => Plan::Drop(DropReason::NoCodec),
+    }
+}
+
+/// The simulcast layer of `pkt` among `src`'s sections (its `rid` binds its SSRC the first
+/// time): (section, layer).
+fn layer_of(src: &mut Member, pkt: &SourcePacket<'_>) -> Option<(usize, usize)> {
+    let rid = pkt.facts.ext.get(pkt.rtp, src.neg.ext.rid);
+    src.simulcast
+        .iter_mut()
+        .enumerate()
+        .find_map(|(g, layers)| Some((g, layers.layer_of(pkt.facts.ssrc, rid)?)))
+}
+
+/// Counts what transcoding one packet did (at the source: decoded, encoded; or why nothing:
+/// undecodable at the source, a codec failure at each receiver). Whether it made anything.
+fn note_work(
+    done: Result<Work, TranscodeError>,
+    codec: CodecId,
+    publisher: MemberAt,
+    members: &mut crate::slab::Slab<Member>,
+    subs: &crate::slab::Slab<Subscription>,
+    to: &[(u32, Format)],
+) -> bool {
+    match done {
+        Ok(w) => {
+            if let Some(m) = members.get_mut(publisher.ix) {
+                let c = m.leg.counters_mut();
+                c.decoded += w.decoded;
+                c.encoded += w.encoded;
+            }
+            true
+        }
+        Err(TranscodeError::Undecodable(_)) => {
+            if let Some(m) = members.get_mut(publisher.ix) {
+                m.leg.counters_mut().drop(DropReason::Undecodable);
+            }
+            false
+        }
+        Err(TranscodeError::Codec(why)) => {
+            tracing::warn!(codec = codec.name(), %why, "transcoding failed; copies dropped");
+            for (s, _) in to {
+                if let Some(r) = subs.get(*s).and_then(|s| members.get_mut(s.receiver)) {
+                    r.leg.counters_mut().drop(DropReason::NoCodec);
+                }
+            }
+            false
+        }
+    }
+}
+
+/// Receiver `r`'s subscription to the room's mix (made with its first mix packet).
+fn mix_subscription(r: &mut Member, subs: &mut crate::slab::Slab<Subscription>) -> u32 {
+    if let Some(s) = r.mix_sub {
+        return s;
+    }
+    let s = subs.insert(Subscription::new(r.at.ix, Source::Mix, MIX_SSRC, None));
+    r.mix_sub = Some(s);
+    r.subs.push(s);
+    s
+}
