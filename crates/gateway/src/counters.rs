@@ -83,11 +83,14 @@ pub enum DropReason {
     DtlsRetransmitLimited,
     /// Empty, or a first byte in none of RFC 7983's ranges: no protocol a media port carries.
     Unclassified,
+    /// Media of a new SSRC from a member that already publishes as many streams as a member
+    /// may ([`crate::room::MAX_STREAMS`]), none of them idle long enough to give up.
+    TooManyStreams,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 28] = [
+    pub const ALL: [DropReason; 29] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -116,6 +119,7 @@ impl DropReason {
         DropReason::ClientHelloAfterHandshake,
         DropReason::DtlsRetransmitLimited,
         DropReason::Unclassified,
+        DropReason::TooManyStreams,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -149,6 +153,7 @@ impl DropReason {
             DropReason::ClientHelloAfterHandshake => "client_hello_after_handshake",
             DropReason::DtlsRetransmitLimited => "dtls_retransmit_limited",
             DropReason::Unclassified => "unclassified",
+            DropReason::TooManyStreams => "too_many_streams",
         }
     }
 

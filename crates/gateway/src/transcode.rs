@@ -345,6 +345,12 @@ impl Transcoding {
             .map_or(&[], |o| o.ready.as_slice())
     }
 
+    /// Frees `source`'s stream `ssrc` (given up).
+    pub fn remove_stream(&mut self, source: MemberId, ssrc: u32) {
+        self.streams
+            .retain(|s| s.source != source || s.ssrc != ssrc);
+    }
+
     /// Frees every stream `source` sent (it left).
     pub fn remove_source(&mut self, source: MemberId) {
         self.streams.retain(|s| s.source != source);

@@ -477,6 +477,15 @@ impl Browser {
         Some((plain, buf))
     }
 
+    /// [`Browser::srtp`] under another SSRC (the sequence number and timestamp go on as ours):
+    /// (plain, protected). `None` before our keys.
+    pub fn srtp_as(&mut self, ssrc: u32, payload: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+        let ours = std::mem::replace(&mut self.ssrc, ssrc);
+        let made = self.srtp(payload);
+        self.ssrc = ours;
+        made
+    }
+
     /// An RTCP compound packet protected with our outbound context. `None` before our keys.
     pub fn srtcp(&mut self, rtcp: &[u8]) -> Option<Vec<u8>> {
         let mut buf = rtcp.to_vec();

@@ -112,4 +112,9 @@ impl SimClient {
     pub fn srtp(&mut self, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
         self.browser.srtp(payload).expect("connected")
     }
+
+    /// [`Browser::srtp_as`] once connected: (plain, protected).
+    pub fn srtp_as(&mut self, ssrc: u32, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
+        self.browser.srtp_as(ssrc, payload).expect("connected")
+    }
 }

@@ -264,7 +264,19 @@ pub(crate) struct Stream {
     pub layer: Option<(usize, usize)>,
     /// For video: its retransmission buffer and keyframe requests.
     pub video: Option<VideoIn>,
+    /// When its last packet arrived.
+    pub last: Instant,
 }
+
+/// The most streams (SSRCs) one member publishes at once. Each has a feed, a subscription per
+/// receiver and, for video, a retransmission buffer: a member sending under ever new SSRCs
+/// would otherwise take memory without end. Simulcast's three layers with their
+/// retransmissions, audio and a screen share come to about ten.
+pub const MAX_STREAMS: usize = 32;
+
+/// A stream whose last packet is this old is given up when a new SSRC of its member needs its
+/// place (a phone that changed SSRC, a track replaced): its feed and subscriptions go.
+pub const STREAM_IDLE: Duration = Duration::from_secs(5);
 
 /// A video stream received from a member.
 #[derive(Debug, Default)]

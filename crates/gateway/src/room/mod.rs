@@ -131,7 +131,9 @@ use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::slab::Slab;
 use crate::transcode::{Format, MixSettings, Mixing, Transcoding};
 
-pub use member::{JoinKind, MemberAt, MemberId, MemberRole, Session, TWCC_INTERVAL};
+pub use member::{
+    JoinKind, MemberAt, MemberId, MemberRole, Session, MAX_STREAMS, STREAM_IDLE, TWCC_INTERVAL,
+};
 pub use out::{Out, RoomOut, Sent};
 
 use member::Member;
@@ -541,6 +543,12 @@ impl Room {
             .iter()
             .filter_map(|&s| self.subs.get(s))
             .find(|s| s.publisher().is_some_and(|p| p.id == source) && s.source_ssrc == ssrc)
+    }
+
+    /// Whether `receiver` is subscribed to `source`'s stream `ssrc` (the stream exists: a packet
+    /// of it was routed, and it was not given up since).
+    pub fn subscribed(&self, receiver: MemberId, source: MemberId, ssrc: u32) -> bool {
+        self.subscription(receiver, source, ssrc).is_some()
     }
 
     /// The SSRC `receiver` sees for `source`'s stream `ssrc`, once one packet was forwarded.

@@ -13,7 +13,7 @@ use secrelay_wire::demux::RtpFacts;
 use crate::counters::DropReason;
 use crate::feedback::unwrap_rtx;
 use crate::leg::CodecId;
-use crate::room::member::{Member, Stream, VideoIn};
+use crate::room::member::{Member, Stream, VideoIn, MAX_STREAMS, STREAM_IDLE};
 use crate::room::out::{Out, RoomOut};
 use crate::room::source::{abs_send_time, LayerOf, MadePacket, SourcePacket};
 use crate::room::subscription::{Cx, Source, Subscription};
@@ -133,9 +133,13 @@ impl Room {
         if self.mixing.is_some() && codec.is_transcodable() {
             return self.mix_in(ix, &pkt, codec, out);
         }
-        let k = self.stream_of(ix, &pkt);
+        let Some(k) = self.stream_of(ix, &pkt) else {
+            let src = &mut self.members[ix];
+            return src.leg.counters_mut().drop(DropReason::TooManyStreams);
+        };
         let src = &mut self.members[ix];
         let stream = &mut src.streams[k];
+        stream.last = received;
         if pkt.video {
             // Kept for receivers' NACKs (one buffer per source stream, whatever the viewers).
             let v = stream.video.get_or_insert_with(VideoIn::default);
@@ -211,20 +215,28 @@ impl Room {
 
     /// The place in the publisher's streams of `pkt`'s stream: made the first time (with its
     /// feed, subscribed by every subscriber), moved to its simulcast section's feed when its
-    /// `rid` names a layer only after its first packets.
-    fn stream_of(&mut self, ix: u32, pkt: &SourcePacket<'_>) -> usize {
+    /// `rid` names a layer only after its first packets. `None` for a new stream of a member
+    /// at [`MAX_STREAMS`] none of whose streams is idle.
+    fn stream_of(&mut self, ix: u32, pkt: &SourcePacket<'_>) -> Option<usize> {
         let ssrc = pkt.facts.ssrc;
         let src = &mut self.members[ix];
         let known = src.by_ssrc.get(&ssrc).copied();
         if let Some(k) = known.filter(|&k| src.streams[k].layer.is_some() || !pkt.video) {
-            return k;
+            return Some(k);
         }
+        if known.is_none()
+            && src.streams.len() >= MAX_STREAMS
+            && !self.give_up_idle_stream(ix, pkt.received)
+        {
+            return None;
+        }
+        let src = &mut self.members[ix];
         let layer = match pkt.video && !src.simulcast.is_empty() {
             true => layer_of(src, pkt),
             false => None,
         };
         if let Some(k) = known.filter(|_| layer.is_none()) {
-            return k;
+            return Some(k);
         }
         let feed = match layer {
             Some((g, _)) => match self.members[ix].layer_feeds[g] {
@@ -244,7 +256,7 @@ impl Room {
                 let old = std::mem::replace(&mut src.streams[k].feed, feed);
                 src.streams[k].layer = layer;
                 self.drop_feed(old);
-                k
+                Some(k)
             }
             None => {
                 src.streams.push(Stream {
@@ -252,11 +264,39 @@ impl Room {
                     feed,
                     layer,
                     video: None,
+                    last: pkt.received,
                 });
                 src.by_ssrc.insert(ssrc, src.streams.len() - 1);
-                src.streams.len() - 1
+                Some(src.streams.len() - 1)
             }
         }
+    }
+
+    /// Gives up the stream of the member at place `ix` whose last packet is oldest, if that is
+    /// [`STREAM_IDLE`] before `now`: its feed and subscriptions (unless a simulcast layer
+    /// still on the feed keeps them) and its transcoding go. Whether one was given up.
+    fn give_up_idle_stream(&mut self, ix: u32, now: Instant) -> bool {
+        let src = &mut self.members[ix];
+        let Some(k) = (0..src.streams.len()).min_by_key(|&k| src.streams[k].last) else {
+            return false;
+        };
+        if now.saturating_duration_since(src.streams[k].last) < STREAM_IDLE {
+            return false;
+        }
+        let gone = src.streams.swap_remove(k);
+        src.by_ssrc.remove(&gone.ssrc);
+        if let Some(moved) = src.streams.get(k) {
+            src.by_ssrc.insert(moved.ssrc, k);
+        }
+        let publisher = src.at.id;
+        if !src.streams.iter().any(|s| s.feed == gone.feed) {
+            if let Some((g, _)) = gone.layer {
+                src.layer_feeds[g] = None;
+            }
+            self.drop_feed(gone.feed);
+        }
+        self.transcoding.remove_stream(publisher, gone.ssrc);
+        true
     }
 
     /// A feed of the publisher at place `ix` (its simulcast section `group`, or one stream),
