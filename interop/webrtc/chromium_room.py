@@ -115,6 +115,9 @@ def summary(raw):
         "frames": sorted(x.get("framesDecoded") or 0 for x in videos),
         "sizes": sorted({f"{x.get('width')}x{x.get('height')}" for x in videos}),
         "members": [m.get("name") for m in (st.get("members") or [])],
+        "me": next((m.get("name") for m in (st.get("members") or []) if m.get("you")), None),
+        # Who each remote tile is labelled with: "name kind", sorted.
+        "tiles": sorted(f"{t.get('who')} {t.get('kind')}" for t in (st.get("tiles") or {}).values()),
         "token_in_address": "token" in (v.get("href") or ""),
     }
 
@@ -171,7 +174,8 @@ def run(args, result, work):
             if errors:
                 raise RuntimeError(f"a page failed: {errors[0]}")
             done = all(s["videos_decoding"] >= want and s["audios_playing"] >= want
-                       and len(s["members"]) == args.pages for s in snaps)
+                       and len(s["members"]) == args.pages and len(s["tiles"]) >= 2 * want
+                       for s in snaps)
             if done or time.monotonic() > end:
                 break
             time.sleep(1)

@@ -666,6 +666,19 @@ fn five_room_pages_each_play_the_other_four_and_show_video() {
         assert_eq!(p["videos_decoding"], 4, "{p}");
         assert_eq!(p["audios_playing"], 4, "{p}");
         assert!(p["error"].is_null(), "{p}");
+        // Each remote tile is labelled with who is on it: every other participant's video
+        // and audio, and never the page's own name.
+        let me = p["me"].as_str().expect("the page knows its name");
+        let mut want: Vec<String> = p["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m.as_str())
+            .filter(|m| *m != me)
+            .flat_map(|m| [format!("{m} audio"), format!("{m} video")])
+            .collect();
+        want.sort();
+        assert_eq!(p["tiles"], serde_json::json!(want), "{p}");
     }
     // The first page joined alone and was offered sections as the others came.
     assert!(pages[0]["offers"].as_u64().unwrap_or(0) >= 1, "{v}");

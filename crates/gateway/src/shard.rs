@@ -367,6 +367,8 @@ pub struct ParticipantSnapshot {
     pub layers_sent: Vec<crate::room::SentLayer>,
     /// What it is sent of each simulcast publisher: the layer now, the layer chosen.
     pub layers_received: Vec<crate::room::ReceivedLayer>,
+    /// Its receive sections that carry a stream now, and whose.
+    pub receiving: Vec<crate::room::SlotUse>,
 }
 
 /// A room as the API shows it.
@@ -2176,6 +2178,14 @@ impl Shard {
                 }
                 p.layers_sent = sent;
                 p.layers_received = received;
+                p.receiving = s.room.receiving(m);
+                for r in &mut p.receiving {
+                    r.publisher_id = s
+                        .room
+                        .session(r.publisher)
+                        .map(|p| p.id.clone())
+                        .unwrap_or_default();
+                }
                 participants.push(p);
             }
             let c: Counters = s.room.counters();
@@ -2256,5 +2266,6 @@ fn participant_snapshot(
         bandwidth: None,
         layers_sent: Vec::new(),
         layers_received: Vec::new(),
+        receiving: Vec::new(),
     }
 }

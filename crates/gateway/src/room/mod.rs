@@ -168,6 +168,18 @@ pub struct ReceivedLayer {
     pub switches: u64,
 }
 
+/// A receive section of a member and whose stream it plays now, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SlotUse {
+    /// The section's mid.
+    pub mid: String,
+    /// The publisher whose stream the section carries (its handle in the room).
+    #[serde(skip)]
+    pub publisher: MemberId,
+    /// The publisher's id (as the signaling knows it; filled in by the shard).
+    pub publisher_id: String,
+}
+
 /// A member's bandwidth estimate as the API shows it.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct BandwidthFigures {
@@ -558,6 +570,26 @@ impl Room {
             Some(k) => Some(self.member(receiver)?.slots[k].ssrc),
             None => s.outside,
         }
+    }
+
+    /// The receive sections of `member` that carry a stream now, and whose (for the page's
+    /// tiles: who is on which track).
+    pub fn receiving(&self, member: MemberId) -> Vec<SlotUse> {
+        let Some(r) = self.member(member) else {
+            return Vec::new();
+        };
+        r.subs
+            .iter()
+            .filter_map(|&s| self.subs.get(s))
+            .filter_map(|s| {
+                let section = r.slots.get(s.slot?)?.section;
+                Some(SlotUse {
+                    mid: r.leg.media().get(section)?.mid.clone(),
+                    publisher: s.publisher()?.id,
+                    publisher_id: String::new(),
+                })
+            })
+            .collect()
     }
 
     /// The section (mid) of `receiver` on which `source`'s stream `ssrc` is sent, while it

@@ -1363,6 +1363,12 @@ fn member_view(room: &super::RoomSnapshot, me: &str) -> serde_json::Value {
                         })
                     })
                     .collect();
+                // Who is on each of its receive sections (the page labels its tiles so).
+                v["receiving"] = p
+                    .receiving
+                    .iter()
+                    .map(|r| serde_json::json!({"mid": r.mid, "publisher": label(&r.publisher_id)}))
+                    .collect();
             }
             v
         })
