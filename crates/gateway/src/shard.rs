@@ -2168,23 +2168,22 @@ impl Shard {
                 let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
                 let mut p = participant_snapshot(now, leg, session, rtcp);
                 p.bandwidth = s.room.bandwidth(m);
+                // A publisher's id as the signaling knows it.
+                let id_of = |who| {
+                    s.room
+                        .session(who)
+                        .map(|p| p.id.clone())
+                        .unwrap_or_default()
+                };
                 let (sent, mut received) = s.room.layers(m);
                 for r in &mut received {
-                    r.publisher_id = s
-                        .room
-                        .session(r.publisher)
-                        .map(|p| p.id.clone())
-                        .unwrap_or_default();
+                    r.publisher_id = id_of(r.publisher);
                 }
                 p.layers_sent = sent;
                 p.layers_received = received;
                 p.receiving = s.room.receiving(m);
                 for r in &mut p.receiving {
-                    r.publisher_id = s
-                        .room
-                        .session(r.publisher)
-                        .map(|p| p.id.clone())
-                        .unwrap_or_default();
+                    r.publisher_id = id_of(r.publisher);
                 }
                 participants.push(p);
             }
