@@ -90,12 +90,17 @@ struct PacketDesc { /* 32 bytes */
 
 static_assert(sizeof(RawKeys) == 80, "RawKeys must be 80 bytes");
 static_assert(sizeof(PacketDesc) == 32, "PacketDesc must be 32 bytes");
+/* Field offsets (abi.rs writes these bytes): checked by the host C++ build, which the emulated
+   engine's tests run. NVRTC 13.0, the one that comes with CUDA 13.0 drivers, has no
+   __builtin_offsetof; the layout is the same plain C struct layout there. */
+#ifndef __CUDACC_RTC__
 static_assert(__builtin_offsetof(RawKeys, enc_len) == 66 && __builtin_offsetof(RawKeys, kind) == 67,
               "RawKeys layout");
 static_assert(__builtin_offsetof(PacketDesc, len) == 8 && __builtin_offsetof(PacketDesc, op) == 12 &&
                   __builtin_offsetof(PacketDesc, status) == 14 && __builtin_offsetof(PacketDesc, ssrc) == 16 &&
                   __builtin_offsetof(PacketDesc, roc) == 20 && __builtin_offsetof(PacketDesc, seq) == 24,
               "PacketDesc layout");
+#endif
 
 /* ------------------------------------------------------------------------ */
 /* Key slot layout (internal: only these kernels read or write it).          */
