@@ -238,6 +238,12 @@ struct KeyCache {
     max: u32,
 }
 
+/// A tag for [`Core::key_owner`] no engine in the process had before (0 is never one).
+fn next_owner() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
 /// A packet of a wave whose crypto is offloaded.
 struct Job {
     packet: usize,
@@ -262,9 +268,10 @@ struct Core {
     /// A key set found no slot: the slots start over when no batch runs (read without the
     /// lock at every batch).
     keys_full: AtomicBool,
-    /// Bumped whenever the key slots start over: host threads' own copies of the names are
-    /// then stale.
-    key_epoch: AtomicU64,
+    /// The tag this engine's notes on the contexts carry ([`Context::offload_note`]): unique
+    /// in the process, and new whenever the key slots start over (the old notes then answer
+    /// to no one).
+    key_owner: AtomicU64,
     /// Held (read) by every batch while it runs; the key slots start over only under the
     /// write side, when nothing runs.
     active: RwLock<()>,
@@ -278,14 +285,8 @@ struct Core {
 /// One host thread's lanes and scratch, kept between batches.
 struct Host {
     lanes: Box<dyn Lanes>,
-    /// This thread's copy of the key slots' names it has used, valid for `epoch`.
-    known: HashMap<u64, u32>,
-    /// The last key set and slot met per context index and kind (SRTP, SRTCP), valid for
-    /// `epoch`: most packets of a batch find their slot here without hashing. An entry is
-    /// used only if the packet's key set is the one recorded (names are never reused), so a
-    /// batch whose contexts sit at other indices than the last one's just misses.
-    by_context: Vec<(u64, u32)>,
-    epoch: u64,
+    /// [`Core::key_owner`] when this batch began.
+    owner: u64,
     stats: GpuStats,
     /// The wave's packets whose crypto goes to the device, in batch order.
     jobs: Vec<Job>,
@@ -363,7 +364,7 @@ impl GpuEngine {
                 max,
             }),
             keys_full: AtomicBool::new(false),
-            key_epoch: AtomicU64::new(0),
+            key_owner: AtomicU64::new(next_owner()),
             active: RwLock::new(()),
             idle: Mutex::new(Vec::new()),
             stats: Mutex::new(GpuStats::default()),
@@ -428,7 +429,7 @@ impl Core {
             k.slots.clear();
             k.next = 0;
             self.keys_full.store(false, Ordering::Release);
-            self.key_epoch.fetch_add(1, Ordering::AcqRel);
+            self.key_owner.store(next_owner(), Ordering::Release);
         }
     }
 
@@ -487,9 +488,7 @@ impl Core {
         match self.device.new_lanes(self.config.lanes) {
             Ok(lanes) => Some(Host {
                 lanes,
-                known: HashMap::default(),
-                by_context: Vec::new(),
-                epoch: u64::MAX,
+                owner: 0,
                 stats: GpuStats::default(),
                 jobs: Vec::new(),
                 cpu_jobs: Vec::new(),
@@ -541,12 +540,7 @@ impl Host {
         packets: &mut [Packet<'_>],
         results: &mut [PacketResult],
     ) {
-        let epoch = core.key_epoch.load(Ordering::Acquire);
-        if epoch != self.epoch {
-            self.known.clear();
-            self.by_context.clear();
-            self.epoch = epoch;
-        }
+        self.owner = core.key_owner.load(Ordering::Acquire);
         if self.blocked.len() < contexts.len() {
             self.blocked.resize(contexts.len(), 0);
         }
@@ -621,21 +615,17 @@ impl Host {
             if !job.is_protect() {
                 self.blocked[ci] = generation;
             }
+            // The slot noted on the context (no table shared with the other host threads),
+            // else one found or given in the shared table, then noted.
             let slot = if job.fits() {
-                let at = ci * 2 + usize::from(matches!(job, Work::Rtcp(_)));
-                match self.by_context.get(at) {
-                    Some(&(name, slot)) if name == job.key_set() => slot,
-                    _ => {
-                        let slot = self.slot_for(core, &job, ctx);
-                        if slot != NO_SLOT {
-                            if self.by_context.len() <= at {
-                                self.by_context.resize(at + 1, (u64::MAX, NO_SLOT));
-                            }
-                            self.by_context[at] = (job.key_set(), slot);
-                        }
-                        slot
+                let key_set = job.key_set();
+                ctx.offload_note(key_set, self.owner).unwrap_or_else(|| {
+                    let slot = self.slot_for(core, &job, ctx);
+                    if slot != NO_SLOT {
+                        ctx.set_offload_note(key_set, self.owner, slot);
                     }
-                }
+                    slot
+                })
             } else {
                 NO_SLOT
             };
@@ -659,9 +649,6 @@ impl Host {
     /// The key slot for `job`'s key set: the one it has, or a free one with its keys queued
     /// for upload; [`NO_SLOT`] when none is free (or the profile is not one the kernels do).
     fn slot_for(&mut self, core: &Core, job: &Work, ctx: &Context) -> u32 {
-        if let Some(&s) = self.known.get(&job.key_set()) {
-            return s;
-        }
         let mut keys = lock(&core.keys);
         if let Some(&(s, ready)) = keys.slots.get(&job.key_set()) {
             // Not ready: another thread is uploading it (a key set only ever belongs to one
@@ -669,7 +656,6 @@ impl Host {
             if !ready {
                 return NO_SLOT;
             }
-            self.known.insert(job.key_set(), s);
             return s;
         }
         if keys.next >= keys.max {
@@ -694,7 +680,6 @@ impl Host {
         self.new_raw.extend_from_slice(&raw[..]);
         self.new_ids.push(s);
         self.new_names.push(job.key_set());
-        self.known.insert(job.key_set(), s);
         s
     }
 
@@ -1101,6 +1086,28 @@ mod tests {
     }
 
     #[test]
+    fn engines_taking_turns_on_the_same_contexts_use_their_own_slots() {
+        // Each engine notes its slots on the contexts. Here the second engine puts the GCM
+        // sender's keys in its slot 0 and the first the CM sender's: a note taken by the wrong
+        // engine would run one sender's packets under the other's keys.
+        let (e1, e2) = (
+            GpuEngine::emulated(GpuConfig::new().chunk(8)).unwrap(),
+            GpuEngine::emulated(GpuConfig::new().chunk(8)).unwrap(),
+        );
+        let all = plain(60);
+        let (mut want, mut got) = (contexts(), contexts());
+        let gcm_only: Vec<(usize, Vec<u8>)> =
+            all.iter().filter(|(c, _)| *c == 2).cloned().collect();
+        let turns = [(&e2, &gcm_only[..3]), (&e1, &all[..20]), (&e2, &all[20..])];
+        for (turn, (engine, batch)) in turns.into_iter().enumerate() {
+            let w = run(&SerialEngine, &mut want, batch, Op::ProtectRtp, |_| 112);
+            let g = run(engine, &mut got, batch, Op::ProtectRtp, |_| 112);
+            assert_eq!(w, g, "turn {turn}");
+        }
+        assert_eq!(e1.stats().cpu_packets + e2.stats().cpu_packets, 0);
+    }
+
+    #[test]
     fn srtcp_runs_on_the_device() {
         // Compound-RTCP-sized packets from both senders, protected then unprotected (every
         // third forged), on the device and against the serial engine.
@@ -1231,6 +1238,7 @@ mod tests {
                 (Profile::AeadAes128Gcm, 4096, 65536, 1),
                 (Profile::AesCm128HmacSha1_80, 65536, 65536, 1),
                 (Profile::AesCm128HmacSha1_80, 4096, 65536, cores),
+                (Profile::AesCm128HmacSha1_80, 65536, 65536, cores),
             ] {
                 let e = GpuEngine::with_device(
                     Box::new(Null),

@@ -430,6 +430,9 @@ pub struct Context {
     max_streams: usize,
     provider: &'static dyn CryptoProvider,
     streams: StreamMap,
+    /// Where an offload engine keeps this context's key sets on its device
+    /// ([`crate::offload::OffloadNote`]; the RTP keys' and the SRTCP keys').
+    pub(crate) offload_notes: [crate::offload::OffloadNote; 2],
 }
 
 impl core::fmt::Debug for Context {
@@ -536,6 +539,7 @@ impl Context {
             max_streams: policy.max_streams,
             provider: policy.provider,
             streams: StreamMap::default(),
+            offload_notes: Default::default(),
         })
     }
 

@@ -145,6 +145,19 @@ impl OffloadRtcp {
     }
 }
 
+/// An offload engine's note, kept on the context, of where one of its key sets lives on the
+/// engine's device (a key slot): the engine finds it with the packet it is beginning, in the
+/// context it already touches, instead of in a table shared by its host threads. The note
+/// names the key set and the engine's own `owner` tag (unique to an engine and to each
+/// filling of its slots); it answers only to both, so a note left by another engine, by an
+/// earlier filling of the slots or for keys since replaced is never taken for a slot.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct OffloadNote {
+    key_set: u64,
+    owner: u64,
+    slot: u32,
+}
+
 /// The raw session keys of a key set (RTP's or SRTCP's), borrowed from the context, for an
 /// engine to copy to its device. Never printed: `Debug` shows the profile only.
 #[derive(Clone, Copy)]
@@ -220,6 +233,23 @@ impl Context {
     /// does.
     pub fn offload_unprotect_rtp_commit(&mut self, job: &OffloadRtp) -> Result<(), Error> {
         self.unprotect_rtp_commit(&job.span)
+    }
+
+    /// The slot an offload engine noted for `key_set` under `owner`
+    /// ([`Context::set_offload_note`]), if that note is still the context's.
+    pub fn offload_note(&self, key_set: u64, owner: u64) -> Option<u32> {
+        let n = &self.offload_notes[(key_set & 1) as usize];
+        (n.key_set == key_set && n.owner == owner && owner != 0).then_some(n.slot)
+    }
+
+    /// Notes that `key_set` is in slot `slot` of the engine whose tag is `owner` (not 0),
+    /// replacing the note of the key set's kind (RTP or SRTCP) that was there.
+    pub fn set_offload_note(&mut self, key_set: u64, owner: u64, slot: u32) {
+        self.offload_notes[(key_set & 1) as usize] = OffloadNote {
+            key_set,
+            owner,
+            slot,
+        };
     }
 
     /// The raw session keys `job`'s crypto uses (`None` only for a context not made by this
