@@ -11,7 +11,9 @@
 use std::time::{Duration, Instant};
 
 use secrelay_srtp::batch::PacketResult;
-use secrelay_srtp::{Context, Engine, MasterKey, Op, Packet, Policy, Profile, ThreadedEngine};
+use secrelay_srtp::{
+    Context, Engine, MasterKey, Op, Packet, Policy, Profile, SimdEngine, ThreadedEngine,
+};
 use secrelay_srtp_gpu::{GpuConfig, GpuEngine};
 
 use crate::frame::{Cell, Plot, PlotKind, StudyReport, Table};
@@ -298,13 +300,162 @@ fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
 /// The GPU tables of `lab srtp`: by batch size beside the threaded engine, and the engine's
 /// settings against each other (empty where there is no GPU, or with `--quick`); and the GPU
 /// engine with the lab's defaults, or why there is none.
-pub fn sweep(ctx: &Ctx) -> (Table, Table, Result<GpuEngine, String>) {
+pub fn sweep(ctx: &Ctx) -> (Table, Table, Table, Result<GpuEngine, String>) {
     let (t, gpu) = by_batch(ctx);
-    let v = match &gpu {
-        Ok(g) if !ctx.opts.quick => variants(ctx, g),
-        _ => variants_header(),
+    let (v, c) = match &gpu {
+        Ok(g) if !ctx.opts.quick => (variants(ctx, g), callers(ctx)),
+        _ => (
+            variants_header(),
+            callers_header("not measured (no GPU, or --quick)"),
+        ),
     };
-    (t, v, gpu)
+    (t, v, c, gpu)
+}
+
+/// Packets per caller's batch in `srtp_gpu_callers`, over as many contexts of its own.
+pub const CALLER_BATCH: usize = 16_384;
+
+fn callers_header(state: &str) -> Table {
+    Table::new(
+        "srtp_gpu_callers",
+        format!(
+            "Callers at once, each protecting batches of {CALLER_BATCH} packets of {SIZE} bytes over contexts of its own \
+             (as the gateway's workers call an engine): one GPU engine shared by all, or a multi-buffer engine per caller; {state}"
+        ),
+    )
+    .col("profile", "profile")
+    .col("engine", "engine")
+    .col_unit("callers", "callers", "threads")
+    .col_unit("packets_per_s", "throughput, all callers (sum)", "packets/s")
+    .col_unit("batch_p50_us", "batch time p50", "µs")
+    .col_unit("batch_p99_us", "batch time p99", "µs")
+    .col_unit("vs_cpu", "throughput vs multi-buffer per caller", "×")
+}
+
+/// The engines side by side as the gateway would use them: each of `callers` threads with its
+/// own contexts and batches, no split of one batch over threads. The GPU engine runs one host
+/// thread per caller (each caller is one); the CPU row gives each caller a multi-buffer engine
+/// on its own core.
+fn callers(ctx: &Ctx) -> Table {
+    let mut table = callers_header("host memory to host memory");
+    let cores = secrelay_srtp::threaded::available_cores();
+    let mut counts = vec![1, cores / 4, cores / 2, cores];
+    counts.retain(|&n| n > 0);
+    counts.dedup();
+    let time = ctx.bench.run_time * 4;
+    for profile in PROFILES {
+        // An engine per profile: the cells' key sets (up to all cores × the batch) fit its
+        // slots, so no timed phase meets the slots starting over.
+        let gpu = GpuEngine::open(
+            lab_config()
+                .host_threads(1)
+                .lanes(4)
+                .chunk(CALLER_BATCH / 4),
+        );
+        for &n in &counts {
+            ctx.step(format!("gpu callers: {} × {n}", profile.sdp_name()));
+            let on_gpu = match &gpu {
+                Ok(g) => callers_cell(profile, n, CALLER_BATCH, time, |_| g, Some(g)),
+                Err(e) => Err(e.to_string()),
+            };
+            let simd: Vec<SimdEngine> = (0..n).map(|_| SimdEngine::new()).collect();
+            let on_cpu = callers_cell(profile, n, CALLER_BATCH, time, |i| &simd[i], None);
+            let cpu_rate = on_cpu.as_ref().ok().map(|c| c.0);
+            for (name, cell) in [("gpu", on_gpu), ("multi-buffer per caller", on_cpu)] {
+                let mut row: Vec<(&str, Cell)> = vec![
+                    ("profile", Cell::text(profile.sdp_name())),
+                    ("engine", Cell::text(name)),
+                    ("callers", Cell::num(n as f64)),
+                ];
+                match cell {
+                    Ok((rate, p50, p99)) => {
+                        row.push(("packets_per_s", Cell::num(rate)));
+                        row.push(("batch_p50_us", Cell::num(p50 * 1e6)));
+                        row.push(("batch_p99_us", Cell::num(p99 * 1e6)));
+                        if let (true, Some(c)) = (name == "gpu", cpu_rate) {
+                            row.push(("vs_cpu", Cell::num(rate / c)));
+                        }
+                    }
+                    Err(why) => row.push(("packets_per_s", Cell::not_offered(why))),
+                }
+                table.push(row);
+            }
+            ctx.done();
+        }
+    }
+    table
+}
+
+/// `callers` threads protecting batches at once for about `time` after three untimed batches
+/// each, from a common start: the sum of the callers' rates (each one's packets over its time
+/// inside `Engine::process`, as in the other tables), and the batch times' p50 and p99 over
+/// every caller. For the GPU engine (`gpu`), a timed
+/// phase that uploads keys or sends packets to the CPU fails, as in [`measure`].
+fn callers_cell<'e, E: Engine + 'e>(
+    profile: Profile,
+    callers: usize,
+    batch: usize,
+    time: Duration,
+    engine: impl Fn(usize) -> &'e E + Sync,
+    gpu: Option<&GpuEngine>,
+) -> Result<(f64, f64, f64), String> {
+    let barrier = std::sync::Barrier::new(callers + 1);
+    let (per_caller, before) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..callers)
+            .map(|i| {
+                let (barrier, engine) = (&barrier, &engine);
+                s.spawn(move || {
+                    let mut run = Run::new(profile, batch);
+                    let e = engine(i);
+                    // Errors are kept, not returned: every caller meets every barrier.
+                    let mut failed = None;
+                    for _ in 0..3 {
+                        if let Err(why) = one_batch(e, &mut run, Op::ProtectRtp) {
+                            failed.get_or_insert(why);
+                        }
+                    }
+                    barrier.wait();
+                    barrier.wait();
+                    let (start, mut times) = (Instant::now(), Vec::new());
+                    while failed.is_none() && (times.len() < 3 || start.elapsed() < time) {
+                        match one_batch(e, &mut run, Op::ProtectRtp) {
+                            Ok(t) => times.push(t),
+                            Err(why) => failed = Some(why),
+                        }
+                    }
+                    barrier.wait();
+                    failed.map_or(Ok(times), Err)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let before = gpu.map(GpuEngine::stats);
+        barrier.wait();
+        barrier.wait();
+        let per_caller: Vec<Result<Vec<f64>, String>> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a caller panicked".into())))
+            .collect();
+        (per_caller, before)
+    });
+    if let (Some(g), Some(before)) = (gpu, before) {
+        let after = g.stats();
+        if after.key_uploads != before.key_uploads || after.cpu_packets != before.cpu_packets {
+            return Err(format!(
+                "{} packets went to the CPU and {} key sets were uploaded during the timed batches",
+                after.cpu_packets - before.cpu_packets,
+                after.key_uploads - before.key_uploads
+            ));
+        }
+    }
+    let (mut all, mut rate) = (Vec::new(), 0.0);
+    for times in per_caller {
+        let times = times?;
+        rate += (times.len() * batch) as f64 / times.iter().sum::<f64>();
+        all.extend(times);
+    }
+    all.sort_by(f64::total_cmp);
+    Ok((rate, percentile(&all, 0.5), percentile(&all, 0.99)))
 }
 
 /// The variants' table with no rows.
@@ -429,7 +580,7 @@ impl Study for GpuStudy {
     }
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
-        let (table, variants, gpu) = sweep(ctx);
+        let (table, variants, callers, gpu) = sweep(ctx);
         let (engines, mut notes) = super::calls::engines_with(gpu, false);
         let ns: Vec<usize> = if ctx.opts.quick {
             vec![1_000, 10_000]
@@ -454,7 +605,7 @@ impl Study for GpuStudy {
             title: self.title().into(),
             seeds: vec!["003".into()],
             method,
-            tables: vec![table, variants, calls],
+            tables: vec![table, variants, callers, calls],
             plots: vec![Plot {
                 id: "gpu_calls_delay".into(),
                 title: "Per-packet delay against concurrent G.711 calls: GPU and worker threads"
@@ -468,5 +619,27 @@ impl Study for GpuStudy {
             }],
             notes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn callers_share_one_gpu_engine_and_their_rates_add_up() {
+        // The host emulation of the device: the same engine code, the kernels on the CPU.
+        let g = GpuEngine::emulated(GpuConfig::new().chunk(64)).unwrap();
+        let time = Duration::from_millis(30);
+        let (rate, p50, p99) =
+            callers_cell(Profile::AesCm128HmacSha1_80, 3, 256, time, |_| &g, Some(&g))
+                .expect("three callers on the emulated device");
+        assert!(rate > 0.0 && p50 > 0.0 && p99 >= p50);
+        let s = g.stats();
+        // Every packet on the device: 3 callers' keys uploaded once each, nothing on the CPU.
+        assert_eq!((s.cpu_packets, s.key_uploads), (0, 3 * 256));
+        assert!(s.device_packets >= 3 * 6 * 256, "{s:?}");
+        let simd: Vec<SimdEngine> = (0..2).map(|_| SimdEngine::new()).collect();
+        assert!(callers_cell(Profile::AeadAes128Gcm, 2, 256, time, |i| &simd[i], None).is_ok());
     }
 }
