@@ -72,6 +72,16 @@ pub enum LabCommand {
     /// joining and leaving a gateway for a while; its memory, descriptors, participants, rooms
     /// and ports sampled every second; fails unless nothing remains after every call left.
     Soak(crate::lab_soak::SoakArgs),
+    /// The HTML report (report.html, PNG plots, results.json) in --out DIR from results that
+    /// `--json` wrote, on this machine or another (a GPU machine's `lab gpu`).
+    Report {
+        /// The results files (`--json` output or an earlier report's results.json), in order.
+        #[arg(required = true, value_name = "FILE")]
+        files: Vec<PathBuf>,
+        /// Where report.html, its plots and results.json go.
+        #[arg(long, value_name = "DIR", default_value = "lab-report")]
+        out: PathBuf,
+    },
     /// Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) key generation, sign, verify, exchange, in aws-lc-rs, OpenSSL and RustCrypto.
     Crypto(StudyArgs),
     /// secrelay's TURN server alone, for `lab turn` (internal).
@@ -131,6 +141,11 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Soak(a) => return crate::lab_soak::run(&a),
         LabCommand::Flood(a) => return crate::lab_flood::run(&a),
         LabCommand::Turn(a) => return crate::lab_turn::run(&a),
+        LabCommand::Report { files, out } => {
+            secrelay_lab::report_from(&files, &out)?;
+            eprintln!("report: {}", out.join("report.html").display());
+            return Ok(());
+        }
         LabCommand::TurnServer(a) => return crate::lab_turn::server(&a),
     };
     let opts = secrelay_lab::Options {

@@ -266,6 +266,29 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
     Ok(output)
 }
 
+/// The report (report.html, its plots, results.json) in `dir` from results that `--json` or
+/// `--out` wrote earlier, here or on another machine (a GPU machine's run): the files'
+/// studies in the order given, the sizing summary computed again from them.
+pub fn report_from(files: &[PathBuf], dir: &Path) -> anyhow::Result<LabOutput> {
+    let mut output = LabOutput {
+        secrelay: env!("CARGO_PKG_VERSION").into(),
+        studies: Vec::new(),
+        sizing: None,
+    };
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let one: LabOutput = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not the lab's JSON results", f.display()))?;
+        output.studies.extend(one.studies);
+    }
+    output.sizing = Some(sizing::summarize(&output));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating --out {}", dir.display()))?;
+    write_json(&dir.join("results.json"), &output)?;
+    report::write(dir, &output).context("writing the HTML report")?;
+    Ok(output)
+}
+
 /// States the harness's own per-op cost against the smallest time the study reports (the
 /// lab must not be what it measures).
 fn overhead_note(report: &StudyReport) -> Option<String> {

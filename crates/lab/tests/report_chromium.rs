@@ -290,3 +290,26 @@ fn report_of_nothing_is_still_a_page() {
     assert!(html.contains("No study ran."));
     assert!(html.contains("id=\"render-check\""));
 }
+
+#[test]
+fn a_report_is_made_again_from_saved_results() {
+    // As from a GPU machine's `lab gpu --json`: two files, their studies in the order given.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let mut first = synthetic();
+    first.studies.truncate(1);
+    secrelay_lab::write_json(&a, &first).unwrap();
+    secrelay_lab::write_json(&b, &synthetic()).unwrap();
+    let out = dir.path().join("report");
+    let made = secrelay_lab::report_from(&[a.clone(), b], &out).expect("report made");
+    assert_eq!(made.studies.len(), 1 + synthetic().studies.len());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("Cost per operation"));
+    let saved: LabOutput =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    assert_eq!(saved.studies.len(), made.studies.len());
+    // A file that is not the lab's results is named in the error.
+    std::fs::write(&a, "{}").unwrap();
+    let err = secrelay_lab::report_from(std::slice::from_ref(&a), &out).unwrap_err();
+    assert!(format!("{err:#}").contains("a.json"), "{err:#}");
+}
