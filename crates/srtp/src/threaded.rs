@@ -11,16 +11,21 @@
 //! serial engine does.
 //!
 //! So a batch is split into *lanes* by context: the contexts the batch names, in index order,
-//! are cut into `lanes` contiguous runs of equal size, one per lane (neighbours in memory stay
-//! on one thread, so no cache line of contexts or streams is written from two). They are handed
-//! to their lanes as `&mut` references (one `split_at_mut` step each: disjoint borrows, no
-//! `unsafe`), and one pass over the batch hands each lane its packets, in batch order, each
-//! finding its lane and its context's place there in O(1) (a per-thread scratch indexed by
-//! context: no sort, no search; a bit per context is scanned to list the named ones, so a
-//! batch's set-up grows with the batch and the context count / 64). Dealing contexts out by
+//! are cut into `lanes` runs holding as many named contexts each, one per lane (neighbours in
+//! memory stay on one thread, so no cache line of contexts or streams is written from two).
+//! Each lane gets its run as one slice (a `split_at_mut` per lane: disjoint borrows, no
+//! `unsafe`; the contexts between named ones ride along untouched), and each packet finds its
+//! lane by a search among the runs' starts and its context by subtracting its run's start (a
+//! bit per context is scanned to find the runs, so a batch's set-up grows with the batch and
+//! the context count / 64, and nothing is done per context). The packets are dealt to their
+//! lanes in batch order by the calling thread, or, from [`PARALLEL_DEAL_ABOVE`] packets, by the
+//! pool: each worker deals a chunk of the batch, a lane joins its parts in chunk order (so its
+//! packets keep batch order), and the results go back a chunk per worker. On a 16-core machine
+//! the calling thread's pass had cost 18–24 ns a packet whatever the number of lanes, capping a
+//! split batch near 50 M packets/s. Dealing contexts out by
 //! `c % lanes` after sorting the batch's indices cost ~46 µs of a 4,096-packet batch on the
 //! calling thread before any lane started: two multi-buffer lanes then ran at 0.51–0.69 of
-//! two independent multi-buffer engines, against 0.64–0.84 now (`examples/engine_scaling.rs`,
+//! two independent multi-buffer engines, against 0.64–0.84 with the runs (`examples/engine_scaling.rs`,
 //! `docs/benchmarks.md`). Each lane then runs the multi-buffer engine
 //! ([`crate::SimdEngine`]) over its packets, through its own small store of contexts
 //! ([`Engine::process_in`]), so threads and SIMD lanes add up; [`ThreadedConfig::multi_buffer`]
@@ -51,8 +56,8 @@
 //! Balance: lanes are as even as the batch's spread over context indices. A batch whose
 //! packets all belong to one context runs on one thread (it must, to keep their order); a
 //! gateway that gives each call or participant its own context spreads naturally. The
-//! per-batch set-up sorts the batch's context indices, so its cost follows the batch, not the
-//! number of contexts.
+//! per-batch set-up marks the batch's context indices in a bitmap, so its cost follows the
+//! batch and the number of contexts / 64.
 //!
 //! For packets that arrive one by one (a gateway's sockets), [`crate::pipeline::Pipeline`] is
 //! the streaming form: workers that own their contexts, fed through lock-free queues, with a
@@ -119,6 +124,7 @@ fn pin_current_thread(core: usize) {
 pub struct ThreadedConfig {
     workers: usize,
     threshold: usize,
+    deal_above: usize,
     caller_works: bool,
     pin: bool,
     multi_buffer: bool,
@@ -137,6 +143,7 @@ impl ThreadedConfig {
         ThreadedConfig {
             workers: available_cores(),
             threshold: DEFAULT_PARALLEL_THRESHOLD,
+            deal_above: PARALLEL_DEAL_ABOVE,
             caller_works: false,
             pin: true,
             multi_buffer: true,
@@ -152,6 +159,14 @@ impl ThreadedConfig {
     /// Batches with fewer packets than this run on the calling thread (0: always split).
     pub fn parallel_threshold(mut self, packets: usize) -> Self {
         self.threshold = packets;
+        self
+    }
+
+    /// Split batches of at least this many packets are dealt to their lanes by the pool, a
+    /// chunk of the batch per worker, rather than by the calling thread (default
+    /// [`PARALLEL_DEAL_ABOVE`]).
+    pub fn parallel_deal_above(mut self, packets: usize) -> Self {
+        self.deal_above = packets;
         self
     }
 
@@ -249,8 +264,13 @@ impl core::fmt::Debug for LaneEngine {
 /// packets in batch order, each naming its context by position in that list, with the batch
 /// positions they came from.
 struct Lane<'c, 'p> {
-    contexts: Vec<&'c mut Context>,
+    /// Its run of the batch's contexts (index order), the first at index `base`.
+    contexts: &'c mut [Context],
+    base: usize,
     packets: Vec<Packet<'p>>,
+    /// Packets dealt by the pool, a part per chunk of the batch in chunk order, joined into
+    /// `packets` by the lane's own thread before it runs.
+    parts: Vec<Vec<Packet<'p>>>,
     slots: Vec<usize>,
     results: Vec<PacketResult>,
 }
@@ -258,42 +278,46 @@ struct Lane<'c, 'p> {
 impl Lane<'_, '_> {
     fn new() -> Self {
         Lane {
-            contexts: Vec::new(),
+            contexts: &mut [],
+            base: 0,
             packets: Vec::new(),
+            parts: Vec::new(),
             slots: Vec::new(),
             results: Vec::new(),
         }
     }
 
+    fn has_work(&self) -> bool {
+        !self.packets.is_empty() || self.parts.iter().any(|p| !p.is_empty())
+    }
+
     fn run(&mut self, engine: &LaneEngine, hints: bool) {
+        if !self.parts.is_empty() {
+            self.packets
+                .reserve(self.parts.iter().map(Vec::len).sum::<usize>());
+            for part in self.parts.drain(..) {
+                self.packets.extend(part);
+            }
+        }
         self.results.clear();
         self.results.resize(self.packets.len(), Ok(0));
         match engine {
-            LaneEngine::MultiBuffer(e) => e.process_lane(
-                &mut self.contexts,
-                &mut self.packets,
-                &mut self.results,
-                hints,
-            ),
-            LaneEngine::Scalar(e) => {
-                e.process_in(&mut self.contexts, &mut self.packets, &mut self.results)
+            LaneEngine::MultiBuffer(e) => {
+                e.process_lane(self.contexts, &mut self.packets, &mut self.results, hints)
             }
-            LaneEngine::Given(e) => {
-                e.process_in(&mut self.contexts, &mut self.packets, &mut self.results)
-            }
+            LaneEngine::Scalar(e) => e.process(self.contexts, &mut self.packets, &mut self.results),
+            LaneEngine::Given(e) => e.process(self.contexts, &mut self.packets, &mut self.results),
         }
     }
 }
 
 /// The calling thread's scratch for splitting batches, kept between batches so that a split
-/// allocates nothing for it: a bit per context (cleared as it is read), each named context's
-/// lane and position in it (only read for contexts written in the same batch), and the named
-/// contexts in index order.
+/// allocates nothing for it: a bit per context (cleared as it is read), and where each lane's
+/// run of contexts starts (with the context count last).
 #[derive(Default)]
 struct Split {
     seen: Vec<u64>,
-    slot: Vec<(u32, u32)>,
-    named: Vec<usize>,
+    bounds: Vec<usize>,
 }
 
 thread_local! {
@@ -363,7 +387,9 @@ impl ThreadedEngine {
     /// Splits the batch into lanes and runs them, on the pool and (when it works) the
     /// calling thread. Only the contexts the batch names are handed out (one `split_at_mut`
     /// step each, in index order), so the cost of a batch does not grow with the contexts
-    /// around it.
+    /// around it. The packets are dealt to their lanes by the calling thread, or, from
+    /// [`PARALLEL_DEAL_ABOVE`] packets, by the pool in chunks of the batch (and their results
+    /// put back the same way).
     fn run_split(
         &self,
         pool: &ThreadPool,
@@ -374,74 +400,33 @@ impl ThreadedEngine {
         let lanes = self.config.workers;
         let n_ctx = contexts.len();
         let mut split: Vec<Lane<'_, '_>> = (0..lanes).map(|_| Lane::new()).collect();
-        SPLIT.with(|scratch| {
+        let dealt = SPLIT.with(|scratch| {
             let mut scratch = scratch.borrow_mut();
-            let Split { seen, slot, named } = &mut *scratch;
-            // The contexts the batch names, in index order: one bit each, then a scan.
-            let words = n_ctx.div_ceil(64);
-            if seen.len() < words {
-                seen.resize(words, 0);
-            }
-            if slot.len() < n_ctx {
-                slot.resize(n_ctx, (0, 0));
-            }
-            for p in packets.iter().filter(|p| p.context < n_ctx) {
-                seen[p.context / 64] |= 1 << (p.context % 64);
-            }
-            named.clear();
-            for (w, word) in seen[..words].iter_mut().enumerate() {
-                let mut bits = core::mem::take(word);
-                while bits != 0 {
-                    named.push(w * 64 + bits.trailing_zeros() as usize);
-                    bits &= bits - 1;
-                }
-            }
-            // Lane `l` takes the `l`-th run of them (contiguous, equal in number), and each
-            // context's lane and position there go in `slot` for the packets to find.
-            let mut rest: &mut [Context] = contexts;
-            let mut base = 0;
-            for (j, &i) in named.iter().enumerate() {
-                let (_, tail) = core::mem::take(&mut rest).split_at_mut(i - base);
-                let Some((c, tail)) = tail.split_first_mut() else {
-                    break;
-                };
-                rest = tail;
-                base = i + 1;
-                let l = j * lanes / named.len();
-                let lane = &mut split[l];
-                slot[i] = (l as u32, lane.contexts.len() as u32);
-                lane.contexts.push(c);
-            }
-            for (pi, (p, r)) in packets.iter_mut().zip(results.iter_mut()).enumerate() {
-                if p.context >= n_ctx {
-                    *r = Err(Error::UnknownContext);
-                    continue;
-                }
-                let (l, local) = slot[p.context];
-                let lane = &mut split[l as usize];
-                lane.packets.push(Packet {
-                    context: local as usize,
-                    op: p.op,
-                    buf: &mut *p.buf,
-                    len: p.len,
-                });
-                lane.slots.push(pi);
+            let Split { seen, bounds } = &mut *scratch;
+            hand_out_contexts(contexts, packets, seen, bounds, &mut split);
+            if packets.len() >= self.config.deal_above {
+                Some(deal_in_chunks(
+                    pool, bounds, n_ctx, packets, results, &mut split,
+                ))
+            } else {
+                deal(bounds, n_ctx, packets, results, &mut split);
+                None
             }
         });
-        split.retain(|l| !l.packets.is_empty());
         let engine = &self.lane;
         // The same rule as the multi-buffer engine's own `process`: a slice of a few hundred
         // contexts stays in the caches, and hints would only cost.
         let hints = n_ctx > crate::simd::engine::HINTS_ABOVE_CONTEXTS;
-        match split.len() {
+        let mut busy: Vec<&mut Lane<'_, '_>> = split.iter_mut().filter(|l| l.has_work()).collect();
+        match busy.len() {
             0 => {}
-            1 if self.config.caller_works => split[0].run(engine, hints),
+            1 if self.config.caller_works => busy[0].run(engine, hints),
             _ => {
                 let (mine, theirs) = if self.config.caller_works {
-                    let (first, rest) = split.split_at_mut(1);
+                    let (first, rest) = busy.split_at_mut(1);
                     (first.first_mut(), rest)
                 } else {
-                    (None, &mut split[..])
+                    (None, &mut busy[..])
                 };
                 pool.in_place_scope(|s| {
                     for lane in theirs.iter_mut() {
@@ -453,12 +438,205 @@ impl ThreadedEngine {
                 });
             }
         }
-        for lane in split {
-            for (slot, r) in lane.slots.into_iter().zip(lane.results) {
-                results[slot] = r;
+        match dealt {
+            Some(places) => put_back_in_chunks(pool, &places, &mut split, results),
+            None => {
+                for lane in split {
+                    for (slot, r) in lane.slots.into_iter().zip(lane.results) {
+                        results[slot] = r;
+                    }
+                }
             }
         }
     }
+}
+
+/// Batches of at least this many packets are dealt to their lanes by the pool, a chunk of the
+/// batch per worker, instead of by the calling thread: that pass costs ~20 ns a packet
+/// whatever the number of lanes (18–24 ns on a 16-core machine, 1 to 16 lanes), which capped
+/// a split batch near 50 M packets/s there. Below it, the two more hand-overs it takes
+/// (~24 µs each on the development VM) cost more than they share.
+pub const PARALLEL_DEAL_ABOVE: usize = 16_384;
+
+/// The contexts the batch names, in index order (one bit each, then a count per word), cut
+/// into runs holding as many named contexts each: lane `l` takes the contexts from
+/// `bounds[l]` to `bounds[l + 1]` as one slice (the unnamed ones between them untouched). A
+/// packet finds its lane by a search in `bounds`, its context by subtracting the lane's base.
+fn hand_out_contexts<'c>(
+    contexts: &'c mut [Context],
+    packets: &[Packet<'_>],
+    seen: &mut Vec<u64>,
+    bounds: &mut Vec<usize>,
+    split: &mut [Lane<'c, '_>],
+) {
+    let lanes = split.len();
+    let n_ctx = contexts.len();
+    let words = n_ctx.div_ceil(64);
+    if seen.len() < words {
+        seen.resize(words, 0);
+    }
+    for p in packets.iter().filter(|p| p.context < n_ctx) {
+        seen[p.context / 64] |= 1 << (p.context % 64);
+    }
+    let named: usize = seen[..words].iter().map(|w| w.count_ones() as usize).sum();
+    // Lane `l` starts at the named context numbered `l * named / lanes` (from 0).
+    bounds.clear();
+    bounds.push(0);
+    let mut counted = 0;
+    for (w, word) in seen[..words].iter_mut().enumerate() {
+        let mut bits = core::mem::take(word);
+        while bounds.len() < lanes {
+            let want = bounds.len() * named / lanes;
+            let here = bits.count_ones() as usize;
+            if counted + here <= want {
+                counted += here;
+                break;
+            }
+            // The (want - counted)-th set bit of this word, from 0, starts the next lane.
+            for _ in 0..want - counted {
+                bits &= bits - 1;
+            }
+            counted = want;
+            bounds.push(w * 64 + bits.trailing_zeros() as usize);
+        }
+    }
+    bounds.resize(lanes + 1, n_ctx);
+    let mut rest: &mut [Context] = contexts;
+    for (l, lane) in split.iter_mut().enumerate() {
+        let (mine, tail) = core::mem::take(&mut rest).split_at_mut(bounds[l + 1] - bounds[l]);
+        lane.contexts = mine;
+        lane.base = bounds[l];
+        rest = tail;
+    }
+}
+
+/// A named context's lane: the last whose run starts at or before it.
+fn lane_of(bounds: &[usize], context: usize) -> usize {
+    bounds[1..bounds.len() - 1].partition_point(|&b| b <= context)
+}
+
+/// One packet as its lane sees it: its context by position in the lane's run.
+fn for_lane<'p>(p: &'p mut Packet<'_>, local: usize) -> Packet<'p> {
+    Packet {
+        context: local,
+        op: p.op,
+        buf: &mut *p.buf,
+        len: p.len,
+    }
+}
+
+/// The calling thread deals the packets to their lanes, in batch order.
+fn deal<'p>(
+    bounds: &[usize],
+    n_ctx: usize,
+    packets: &'p mut [Packet<'_>],
+    results: &mut [PacketResult],
+    split: &mut [Lane<'_, 'p>],
+) {
+    for (pi, (p, r)) in packets.iter_mut().zip(results.iter_mut()).enumerate() {
+        if p.context >= n_ctx {
+            *r = Err(Error::UnknownContext);
+            continue;
+        }
+        let lane = &mut split[lane_of(bounds, p.context)];
+        lane.packets.push(for_lane(p, p.context - lane.base));
+        lane.slots.push(pi);
+    }
+}
+
+/// One chunk of a batch dealt by a worker: per lane, its packets from the chunk (in batch
+/// order), and where in the batch they came from.
+struct Dealt<'p> {
+    packets: Vec<Vec<Packet<'p>>>,
+    places: Vec<Vec<u32>>,
+}
+
+/// Where a batch dealt in chunks came from: the chunk size, and per chunk and lane the batch
+/// positions of the lane's packets.
+struct Places {
+    per: usize,
+    by_chunk: Vec<Vec<Vec<u32>>>,
+}
+
+/// The pool deals the packets, a chunk of the batch per lane; each lane then takes its parts
+/// in chunk order, so its packets stay in batch order.
+fn deal_in_chunks<'p>(
+    pool: &ThreadPool,
+    bounds: &[usize],
+    n_ctx: usize,
+    packets: &'p mut [Packet<'_>],
+    results: &mut [PacketResult],
+    split: &mut [Lane<'_, 'p>],
+) -> Places {
+    let lanes = split.len();
+    let per = packets.len().div_ceil(lanes).max(1);
+    let mut dealt: Vec<Option<Dealt<'p>>> =
+        (0..packets.len().div_ceil(per)).map(|_| None).collect();
+    pool.in_place_scope(|s| {
+        let chunks = packets.chunks_mut(per).zip(results.chunks_mut(per));
+        for (w, ((chunk, res), out)) in chunks.zip(dealt.iter_mut()).enumerate() {
+            s.spawn(move |_| {
+                let mut d = Dealt {
+                    packets: (0..lanes)
+                        .map(|_| Vec::with_capacity(per / lanes + 8))
+                        .collect(),
+                    places: (0..lanes)
+                        .map(|_| Vec::with_capacity(per / lanes + 8))
+                        .collect(),
+                };
+                for (i, (p, r)) in chunk.iter_mut().zip(res.iter_mut()).enumerate() {
+                    if p.context >= n_ctx {
+                        *r = Err(Error::UnknownContext);
+                        continue;
+                    }
+                    let l = lane_of(bounds, p.context);
+                    d.packets[l].push(for_lane(p, p.context - bounds[l]));
+                    d.places[l].push((w * per + i) as u32);
+                }
+                *out = Some(d);
+            });
+        }
+    });
+    let mut by_chunk = Vec::with_capacity(dealt.len());
+    for d in dealt.into_iter().flatten() {
+        for (lane, part) in split.iter_mut().zip(d.packets) {
+            lane.parts.push(part);
+        }
+        by_chunk.push(d.places);
+    }
+    Places { per, by_chunk }
+}
+
+/// The lanes' results back in batch order, a chunk of the batch per worker: chunk `w`'s
+/// packets in lane `l` are the run of that lane's results after the earlier chunks'.
+fn put_back_in_chunks(
+    pool: &ThreadPool,
+    places: &Places,
+    split: &mut [Lane<'_, '_>],
+    results: &mut [PacketResult],
+) {
+    let lane_results: Vec<Vec<PacketResult>> = split
+        .iter_mut()
+        .map(|l| core::mem::take(&mut l.results))
+        .collect();
+    let per = places.per;
+    let mut offsets = vec![0usize; split.len()];
+    pool.in_place_scope(|s| {
+        for ((w, chunk), by_lane) in results.chunks_mut(per).enumerate().zip(&places.by_chunk) {
+            let starts = offsets.clone();
+            for (o, p) in offsets.iter_mut().zip(by_lane) {
+                *o += p.len();
+            }
+            let lane_results = &lane_results;
+            s.spawn(move |_| {
+                for ((from, start), theirs) in by_lane.iter().zip(starts).zip(lane_results) {
+                    for (&at, r) in from.iter().zip(&theirs[start..]) {
+                        chunk[at as usize - w * per] = *r;
+                    }
+                }
+            });
+        }
+    });
 }
 
 impl Engine for ThreadedEngine {

@@ -555,6 +555,19 @@ fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
             }
         }
     }
+    // Packets dealt to the lanes by the pool, in chunks of the batch (every split batch here;
+    // by default only the large ones).
+    for (workers, caller_works) in [(3, false), (2, true)] {
+        let cfg = ThreadedConfig::new()
+            .workers(workers)
+            .caller_works(caller_works)
+            .parallel_threshold(0)
+            .parallel_deal_above(0);
+        v.push((
+            format!("threaded {workers} lanes, caller works {caller_works}, dealt by the pool"),
+            Box::new(ThreadedEngine::new(cfg).unwrap()),
+        ));
+    }
     v.extend(gpu_engines());
     v
 }
