@@ -33,8 +33,9 @@
 //! shared. Several callers (a gateway's workers, each with its own contexts) may also call
 //! one engine at once: each gets a host state of its own, and no batch is split. On an H200
 //! machine with 16 cores the second way went further (about 53 M packets/s from 16 callers
-//! against about 23 M from one caller split over 16 threads): the split is a serial pass of
-//! about 20 ns per packet on the calling thread (docs/benchmarks.md).
+//! against about 23 M from one caller split over 16 threads): the split was then a serial pass
+//! of about 20 ns per packet on the calling thread, since dealt by the worker threads for
+//! large batches (docs/benchmarks.md).
 //!
 //! # Lanes and keys
 //! A wave's packets are copied into the staging buffers of up to [`GpuConfig::lanes`] lanes,
