@@ -25,12 +25,13 @@
 //! split batch near 50 M packets/s. Dealing contexts out by
 //! `c % lanes` after sorting the batch's indices cost ~46 µs of a 4,096-packet batch on the
 //! calling thread before any lane started: two multi-buffer lanes then ran at 0.51–0.69 of
-//! two independent multi-buffer engines, against 0.64–0.84 with the runs (`examples/engine_scaling.rs`,
+//! two independent multi-buffer engines, against 0.64–0.84 with a table of each context's lane
+//! and place, the method before the runs (`examples/engine_scaling.rs`,
 //! `docs/benchmarks.md`). Each lane then runs the multi-buffer engine
-//! ([`crate::SimdEngine`]) over its packets, through its own small store of contexts
-//! ([`Engine::process_in`]), so threads and SIMD lanes add up; [`ThreadedConfig::multi_buffer`]
-//! `(false)` runs the scalar code one packet at a time instead, for comparison. A packet
-//! naming a context out of range gets [`Error::UnknownContext`] on the calling thread.
+//! ([`crate::SimdEngine`]) over its packets and its run of contexts, so threads and SIMD lanes
+//! add up; [`ThreadedConfig::multi_buffer`] `(false)` runs the scalar code one packet at a time
+//! instead, for comparison. A packet naming a context out of range gets
+//! [`Error::UnknownContext`] where it is dealt, and goes to no lane.
 //!
 //! The lanes run on a pool of persistent worker threads (a `rayon` pool made once, in
 //! [`ThreadedEngine::new`]): handing a lane over costs a push onto the pool's lock-free
@@ -360,7 +361,7 @@ impl ThreadedEngine {
         Ok(ThreadedEngine { pool, config, lane })
     }
 
-    /// Lanes that run `engine` (through [`Engine::process_in`], on their share of the batch's
+    /// Lanes that run `engine` (through [`Engine::process`], on their run of the batch's
     /// contexts) instead of the multi-buffer or scalar code; batches under the threshold go
     /// to `engine` whole, on the calling thread. For an engine whose per-packet work on the
     /// host is to be spread over cores, such as the GPU engine's checks, copies and commits.
