@@ -265,6 +265,37 @@ struct CudaLanes {
     lanes: Vec<Lane>,
 }
 
+/// Queues the packet kernel on lane `l`'s stream over the device copy of its staging:
+/// `packets` descriptors at 0, their data at `data_at` (the engine checked both).
+fn launch_kernel(
+    sh: &CudaShared,
+    l: &mut Lane,
+    packets: u32,
+    data_at: usize,
+) -> Result<(), DeviceError> {
+    let (mut descs, mut data) = l.dev.split_at_mut(data_at);
+    let mut b = l.stream.launch_builder(&sh.packets);
+    b.arg(&sh.tables)
+        .arg(&sh.slots_ptr)
+        .arg(&mut descs)
+        .arg(&packets)
+        .arg(&mut data);
+    let blocks = packets.div_ceil(sh.block).max(1);
+    // SAFETY: `srtp_packets(tables, slots, descs, n, data)`; the engine wrote `packets`
+    // descriptors whose packets (with tag room) lie inside the data area, with slots
+    // it uploaded (below the slot count); `slots_ptr` is the slots' device address,
+    // alive as long as `shared`.
+    unsafe {
+        b.launch(LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (sh.block, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }
+    .map_err(err("the packet kernel"))?;
+    Ok(())
+}
+
 impl Lanes for CudaLanes {
     fn count(&self) -> usize {
         self.lanes.len()
@@ -305,28 +336,7 @@ impl Lanes for CudaLanes {
                 .memcpy_htod(&host[..bytes], &mut l.dev.slice_mut(..bytes))
                 .map_err(err("copy to the device"))?;
         }
-        {
-            let (mut descs, mut data) = l.dev.split_at_mut(data_at);
-            let mut b = l.stream.launch_builder(&sh.packets);
-            b.arg(&sh.tables)
-                .arg(&sh.slots_ptr)
-                .arg(&mut descs)
-                .arg(&packets)
-                .arg(&mut data);
-            let blocks = packets.div_ceil(sh.block).max(1);
-            // SAFETY: `srtp_packets(tables, slots, descs, n, data)`; the engine wrote `packets`
-            // descriptors whose packets (with tag room) lie inside the data area, with slots
-            // it uploaded (below the slot count); `slots_ptr` is the slots' device address,
-            // alive as long as `shared`.
-            unsafe {
-                b.launch(LaunchConfig {
-                    grid_dim: (blocks, 1, 1),
-                    block_dim: (sh.block, 1, 1),
-                    shared_mem_bytes: 0,
-                })
-            }
-            .map_err(err("the packet kernel"))?;
-        }
+        launch_kernel(sh, l, packets, data_at)?;
         let host = l.host.as_mut_slice().map_err(err("staging"))?;
         l.stream
             .memcpy_dtoh(&l.dev.slice(..bytes), &mut host[..bytes])
@@ -338,6 +348,27 @@ impl Lanes for CudaLanes {
         let l = &mut self.lanes[lane];
         l.stream.synchronize().map_err(err("the packet kernel"))?;
         l.host.as_slice().map_err(err("staging"))
+    }
+
+    fn relaunch(
+        &mut self,
+        lane: usize,
+        packets: u32,
+        data_at: usize,
+        bytes: usize,
+        times: u32,
+    ) -> Result<(), DeviceError> {
+        let sh = &self.shared;
+        let l = &mut self.lanes[lane];
+        if bytes > l.dev.len() || data_at > bytes {
+            return Err(DeviceError(
+                "relaunch refused: outside the device buffer".into(),
+            ));
+        }
+        for _ in 0..times {
+            launch_kernel(sh, l, packets, data_at)?;
+        }
+        Ok(())
     }
 }
 

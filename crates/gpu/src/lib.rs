@@ -311,6 +311,8 @@ struct Host {
     new_raw: Zeroizing<Vec<u8>>,
     new_ids: Vec<u32>,
     new_names: Vec<u64>,
+    /// Each lane's last launch (packets, data offset, bytes), for [`GpuEngine::time_kernels`].
+    last_launch: Vec<Option<(u32, usize, usize)>>,
 }
 
 /// The GPU batch engine (see the [crate docs](crate)).
@@ -414,6 +416,44 @@ impl GpuEngine {
     pub fn failure(&self) -> Option<String> {
         lock(&self.core.failed).as_ref().map(|e| e.0.clone())
     }
+
+    /// The kernels alone, for measuring (`lab gpu`): processes the batch as
+    /// [`Engine::process`] does (its results are the engine's), then runs the packet kernel
+    /// `times` more over what each lane's last launch left on the device, with no copy either
+    /// way and no work on the host, and times that. Returns the packets the device ran and
+    /// the time from the first of those launches to the end of the last. An engine with one
+    /// host thread only (the lanes of a split batch belong to several).
+    pub fn time_kernels(
+        &self,
+        contexts: &mut [Context],
+        packets: &mut [Packet<'_>],
+        results: &mut [PacketResult],
+        times: u32,
+    ) -> Result<(u64, std::time::Duration), String> {
+        if self.split.is_some() {
+            return Err("the kernels are timed with one host thread".into());
+        }
+        self.core.run(contexts, packets, results);
+        let mut host = lock(&self.core.idle)
+            .pop()
+            .ok_or("the batch did not run on the device")?;
+        let started = std::time::Instant::now();
+        let mut ran = 0u64;
+        let mut timed = Ok(());
+        for (lane, last) in host.last_launch.iter().enumerate() {
+            if let Some((n, data_at, bytes)) = *last {
+                timed = timed.and_then(|()| host.lanes.relaunch(lane, n, data_at, bytes, times));
+                ran += u64::from(n) * u64::from(times);
+            }
+        }
+        for lane in 0..host.last_launch.len() {
+            timed = timed.and_then(|()| host.lanes.wait(lane).map(|_| ()));
+        }
+        let elapsed = started.elapsed();
+        lock(&self.core.idle).push(host);
+        timed.map_err(|e| e.to_string())?;
+        Ok((ran, elapsed))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -508,6 +548,7 @@ impl Core {
                 new_raw: Zeroizing::new(Vec::new()),
                 new_ids: Vec::new(),
                 new_names: Vec::new(),
+                last_launch: Vec::new(),
             }),
             Err(e) => {
                 self.fail(e, stats);
@@ -550,6 +591,7 @@ impl Host {
         results: &mut [PacketResult],
     ) {
         self.owner = core.key_owner.load(Ordering::Acquire);
+        self.last_launch.clear();
         if self.blocked.len() < contexts.len() {
             self.blocked.resize(contexts.len(), 0);
         }
@@ -788,6 +830,10 @@ impl Host {
             data[at..at + len].copy_from_slice(&packets[j.packet].buf[..len]);
         }
         self.lanes.launch(lane, jobs.len() as u32, data_at, bytes)?;
+        if self.last_launch.len() <= lane {
+            self.last_launch.resize(lane + 1, None);
+        }
+        self.last_launch[lane] = Some((jobs.len() as u32, data_at, bytes));
         self.stats.launches += 1;
         Ok(())
     }
@@ -1114,6 +1160,36 @@ mod tests {
             assert_eq!(w, g, "turn {turn}");
         }
         assert_eq!(e1.stats().cpu_packets + e2.stats().cpu_packets, 0);
+    }
+
+    #[test]
+    fn the_kernels_alone_run_again_on_what_the_lanes_left() {
+        let e = GpuEngine::emulated(GpuConfig::new().lanes(2).chunk(16)).unwrap();
+        let input = plain(60);
+        let (mut want, mut got) = (contexts(), contexts());
+        let w = run(&SerialEngine, &mut want, &input, Op::ProtectRtp, |_| 112);
+        let mut bufs: Vec<Vec<u8>> = input.iter().map(|(_, b)| b.clone()).collect();
+        let mut pk: Vec<Packet<'_>> = bufs
+            .iter_mut()
+            .zip(&input)
+            .map(|(b, (c, _))| Packet {
+                context: *c,
+                op: Op::ProtectRtp,
+                len: 112,
+                buf: &mut b[..],
+            })
+            .collect();
+        let mut res = vec![Ok(0); input.len()];
+        let (ran, _) = e.time_kernels(&mut got, &mut pk, &mut res, 3).unwrap();
+        drop(pk);
+        // The batch itself as the engine does it; then the last chunk of each lane (60 packets
+        // in chunks of 16 over 2 lanes: chunks 2 and 3, 16 and 12 packets) three times more.
+        assert_eq!((bufs, res), w);
+        assert_eq!(ran, 3 * (16 + 12));
+        // The split engine's lanes are not one host thread's.
+        let split = GpuEngine::emulated(GpuConfig::new().host_threads(2)).unwrap();
+        let mut none: Vec<Packet<'_>> = Vec::new();
+        assert!(split.time_kernels(&mut got, &mut none, &mut [], 1).is_err());
     }
 
     #[test]

@@ -488,7 +488,7 @@ impl Study for SrtpStudy {
         let engines = super::srtp_engines::sweep(ctx);
         plots.extend(engines.plots);
         // The GPU engine (issue 18): batches of 1,024 to 262,144 over up to 65,536 contexts.
-        let (gpu, gpu_variants, _, _) = super::srtp_gpu::sweep(ctx);
+        let (gpu, gpu_variants, _, _, _) = super::srtp_gpu::sweep(ctx);
         // The engines by packet size (issue 17): 100, 172, 1,200 bytes and a video-like mix.
         let sizes = super::srtp_sizes::sweep(ctx);
         plots.extend(sizes.plots);

@@ -86,6 +86,21 @@ impl Run {
     /// expected length, and the time of that call alone (not the packet list made for it,
     /// nor the checks of its results).
     fn process(&mut self, engine: &dyn Engine, op: Op) -> (usize, f64) {
+        let dt = self.with_batch(op, |ctxs, packets, results| {
+            let t0 = Instant::now();
+            engine.process(ctxs, packets, results);
+            t0.elapsed().as_secs_f64()
+        });
+        (self.check(op), dt)
+    }
+
+    /// `f` on the batch as packets of `op` (each naming its context, its buffer and length),
+    /// the contexts that do `op`, and the results.
+    fn with_batch<R>(
+        &mut self,
+        op: Op,
+        f: impl FnOnce(&mut [Context], &mut [Packet<'_>], &mut [PacketResult]) -> R,
+    ) -> R {
         let contexts = self.contexts;
         let mut packets: Vec<Packet<'_>> = self
             .bufs
@@ -104,10 +119,12 @@ impl Run {
         } else {
             &mut self.receivers
         };
-        let t0 = Instant::now();
-        engine.process(ctxs, &mut packets, &mut self.results);
-        let dt = t0.elapsed().as_secs_f64();
-        drop(packets);
+        f(ctxs, &mut packets, &mut self.results)
+    }
+
+    /// How many packets of the last batch of `op` did not give the expected length; the
+    /// lengths then become the results'.
+    fn check(&mut self, op: Op) -> usize {
         let want = if op == Op::ProtectRtp {
             SIZE + self.tag
         } else {
@@ -117,7 +134,7 @@ impl Run {
         for (l, r) in self.lens.iter_mut().zip(&self.results) {
             *l = *r.as_ref().unwrap_or(l);
         }
-        (bad, dt)
+        bad
     }
 }
 
@@ -300,16 +317,77 @@ fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
 /// The GPU tables of `lab srtp`: by batch size beside the threaded engine, and the engine's
 /// settings against each other (empty where there is no GPU, or with `--quick`); and the GPU
 /// engine with the lab's defaults, or why there is none.
-pub fn sweep(ctx: &Ctx) -> (Table, Table, Table, Result<GpuEngine, String>) {
+pub fn sweep(ctx: &Ctx) -> (Table, Table, Table, Table, Result<GpuEngine, String>) {
     let (t, gpu) = by_batch(ctx);
-    let (v, c) = match &gpu {
-        Ok(g) if !ctx.opts.quick => (variants(ctx, g), callers(ctx)),
+    let (v, c, k) = match &gpu {
+        Ok(g) if !ctx.opts.quick => (variants(ctx, g), callers(ctx), kernels(ctx)),
         _ => (
             variants_header(),
             callers_header("not measured (no GPU, or --quick)"),
+            kernels_header("not measured (no GPU, or --quick)"),
         ),
     };
-    (t, v, c, gpu)
+    (t, v, c, k, gpu)
+}
+
+/// Packets per launch in `srtp_gpu_kernels` (a lane's chunk), over four lanes.
+pub const KERNEL_CHUNK: usize = 16_384;
+/// Kernel runs timed per lane.
+const KERNEL_RUNS: u32 = 50;
+
+fn kernels_header(state: &str) -> Table {
+    Table::new(
+        "srtp_gpu_kernels",
+        format!(
+            "The kernels alone: protect {SIZE}-byte packets already on the device, {KERNEL_CHUNK} per launch on each of 4 lanes, \
+             {} contexts, no copy and no host work; {state}",
+            4 * KERNEL_CHUNK
+        ),
+    )
+    .col("profile", "profile")
+    .col_unit("packets_per_s", "throughput", "packets/s")
+    .col_unit("gbit_per_s", "packet bytes through the kernels", "Gbit/s")
+    .col_unit("launch_us", "time per launch (4 lanes at once)", "µs")
+}
+
+/// What the kernels sustain with the host out of the way: a batch of 4 chunks run as the
+/// engine runs it (keys uploaded, packets copied in and out), then each lane's chunk run
+/// [`KERNEL_RUNS`] more times where it lies on the device ([`GpuEngine::time_kernels`]).
+fn kernels(ctx: &Ctx) -> Table {
+    let mut table = kernels_header("after one batch as the engine runs it, untimed");
+    for profile in PROFILES {
+        ctx.step(format!("gpu kernels: {}", profile.sdp_name()));
+        let engine = GpuEngine::open(lab_config().host_threads(1).lanes(4).chunk(KERNEL_CHUNK));
+        let mut run = Run::new(profile, 4 * KERNEL_CHUNK);
+        let timed = engine.map_err(|e| e.to_string()).and_then(|g| {
+            // Keys on the device and the lanes' buffers grown first.
+            one_batch(&g, &mut run, Op::ProtectRtp)?;
+            run.fill();
+            let t = run.with_batch(Op::ProtectRtp, |c, p, r| {
+                g.time_kernels(c, p, r, KERNEL_RUNS)
+            })?;
+            match run.check(Op::ProtectRtp) {
+                0 => Ok(t),
+                bad => Err(format!("{bad} packets failed")),
+            }
+        });
+        let mut row: Vec<(&str, Cell)> = vec![("profile", Cell::text(profile.sdp_name()))];
+        match timed {
+            Ok((ran, took)) => {
+                let rate = ran as f64 / took.as_secs_f64();
+                row.push(("packets_per_s", Cell::num(rate)));
+                row.push(("gbit_per_s", Cell::num(rate * SIZE as f64 * 8.0 / 1e9)));
+                row.push((
+                    "launch_us",
+                    Cell::num(took.as_secs_f64() * 1e6 / f64::from(KERNEL_RUNS)),
+                ));
+            }
+            Err(why) => row.push(("packets_per_s", Cell::not_offered(why))),
+        }
+        table.push(row);
+        ctx.done();
+    }
+    table
 }
 
 /// Packets per caller's batch in `srtp_gpu_callers`, over as many contexts of its own.
@@ -580,7 +658,7 @@ impl Study for GpuStudy {
     }
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
-        let (table, variants, callers, gpu) = sweep(ctx);
+        let (table, variants, callers, kernels, gpu) = sweep(ctx);
         let (engines, mut notes) = super::calls::engines_with(gpu, false);
         let ns: Vec<usize> = if ctx.opts.quick {
             vec![1_000, 10_000]
@@ -605,7 +683,7 @@ impl Study for GpuStudy {
             title: self.title().into(),
             seeds: vec!["003".into()],
             method,
-            tables: vec![table, variants, callers, calls],
+            tables: vec![table, variants, callers, kernels, calls],
             plots: vec![Plot {
                 id: "gpu_calls_delay".into(),
                 title: "Per-packet delay against concurrent G.711 calls: GPU and worker threads"
@@ -639,6 +717,15 @@ mod tests {
         // Every packet on the device: 3 callers' keys uploaded once each, nothing on the CPU.
         assert_eq!((s.cpu_packets, s.key_uploads), (0, 3 * 256));
         assert!(s.device_packets >= 3 * 6 * 256, "{s:?}");
+        // The kernels alone, as `srtp_gpu_kernels` times them: the batch comes out right.
+        let g = GpuEngine::emulated(GpuConfig::new().lanes(2).chunk(16)).unwrap();
+        let mut run = Run::new(Profile::AeadAes128Gcm, 64);
+        one_batch(&g, &mut run, Op::ProtectRtp).unwrap();
+        run.fill();
+        let (ran, _) = run
+            .with_batch(Op::ProtectRtp, |c, p, r| g.time_kernels(c, p, r, 2))
+            .unwrap();
+        assert_eq!((ran, run.check(Op::ProtectRtp)), (2 * 2 * 16, 0));
         let simd: Vec<SimdEngine> = (0..2).map(|_| SimdEngine::new()).collect();
         assert!(callers_cell(Profile::AeadAes128Gcm, 2, 256, time, |i| &simd[i], None).is_ok());
     }
