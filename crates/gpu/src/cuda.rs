@@ -283,8 +283,9 @@ fn launch_kernel(
     let blocks = packets.div_ceil(sh.block).max(1);
     // SAFETY: `srtp_packets(tables, slots, descs, n, data)`; the engine wrote `packets`
     // descriptors whose packets (with tag room) lie inside the data area, with slots
-    // it uploaded (below the slot count); `slots_ptr` is the slots' device address,
-    // alive as long as `shared`.
+    // it uploaded (below the slot count), for this launch or, relaunched, for the lane's
+    // last one (the kernel changes no offset, slot or length, and the buffer was not grown
+    // since); `slots_ptr` is the slots' device address, alive as long as `shared`.
     unsafe {
         b.launch(LaunchConfig {
             grid_dim: (blocks, 1, 1),
