@@ -257,13 +257,17 @@ pub fn run(names: &[String], opts: &Options) -> anyhow::Result<LabOutput> {
         write_json(path, &output)?;
     }
     if let Some(dir) = &opts.out {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating --out {}", dir.display()))?;
-        write_json(&dir.join("results.json"), &output)?;
-        report::write(dir, &output).context("writing the HTML report")?;
+        write_out(dir, &output)?;
         eprintln!("report: {}", dir.join("report.html").display());
     }
     Ok(output)
+}
+
+/// `dir` made if need be, with `results.json` and the HTML report (report.html, its plots).
+fn write_out(dir: &Path, output: &LabOutput) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating --out {}", dir.display()))?;
+    write_json(&dir.join("results.json"), output)?;
+    report::write(dir, output).context("writing the HTML report")
 }
 
 /// The report (report.html, its plots, results.json) in `dir` from results that `--json` or
@@ -283,9 +287,7 @@ pub fn report_from(files: &[PathBuf], dir: &Path) -> anyhow::Result<LabOutput> {
         output.studies.extend(one.studies);
     }
     output.sizing = Some(sizing::summarize(&output));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating --out {}", dir.display()))?;
-    write_json(&dir.join("results.json"), &output)?;
-    report::write(dir, &output).context("writing the HTML report")?;
+    write_out(dir, &output)?;
     Ok(output)
 }
 
