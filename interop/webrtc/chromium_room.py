@@ -8,7 +8,9 @@ receiving every other page's audio and video, N-1 of each, without having offere
 for them when it joined. The script drives the tabs over the DevTools protocol (read only:
 `window.secrelay.stats()` and `state`, which the page exposes), waits until each page decodes
 video and plays audio from all the others, then takes a screenshot of the first page and checks
-that a remote video tile is not black. Each page then leaves (DELETE).
+that a remote video tile is not black. With the admin key in SECRELAY_ADMIN_KEY it also reads
+which transport each participant's media takes (`transports`: udp, or tcp for ICE-TCP) from the
+gateway's API. Each page then leaves (DELETE).
 
 Prints one JSON line with what it measured; exit status 0 only when everything passed.
 Over HTTPS, `--ca` names the private CA's certificate, the one added trust anchor of
@@ -23,6 +25,7 @@ import io
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -146,6 +149,18 @@ def non_black(tab, shot_path):
     return {"tile": box, "mean": round(mean, 1), "stddev": round(var ** 0.5, 1)}
 
 
+def transports(args):
+    """The transport the gateway's API reports for each participant's media (`udp`, `tcp`),
+    read with the admin key in SECRELAY_ADMIN_KEY while the pages play."""
+    req = urllib.request.Request(
+        f"{args.base.rstrip('/')}/api/rooms/{args.room}",
+        headers={"Authorization": "Bearer " + os.environ["SECRELAY_ADMIN_KEY"]})
+    ctx = ssl.create_default_context(cafile=args.ca) if args.ca else None
+    with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+        room = json.load(r)
+    return sorted((p.get("path") or {}).get("transport", "none") for p in room["participants"])
+
+
 def run(args, result, work):
     profile = os.path.join(work, "profile")
     log = open(os.path.join(work, "chromium.log"), "wb")
@@ -183,6 +198,8 @@ def run(args, result, work):
         if not done:
             raise RuntimeError(f"after {args.timeout} s not every page plays {want} videos and {want} audios")
         result["screenshot"] = non_black(tabs[0], args.screenshot)
+        if os.environ.get("SECRELAY_ADMIN_KEY"):
+            result["transports"] = transports(args)
         for t in tabs:
             t.eval("window.secrelay.leave()")
     finally:

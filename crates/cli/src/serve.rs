@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// UDP address every participant's media uses.
     #[arg(long)]
     pub udp: Option<SocketAddr>,
+    /// ICE over TCP (passive, RFC 6544) on this address, for browsers that can send no UDP.
+    #[arg(long, value_name = "ADDR")]
+    pub ice_tcp: Option<SocketAddr>,
     /// Address announced as the host candidate.
     #[arg(long)]
     pub announce: Option<IpAddr>,
@@ -165,6 +168,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(u) = a.udp {
         c.udp = u;
+    }
+    if let Some(t) = a.ice_tcp {
+        c.ice_tcp = Some(t);
     }
     if let Some(ip) = a.announce {
         c.announce = Some(ip);

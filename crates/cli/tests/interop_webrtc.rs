@@ -628,6 +628,7 @@ fn chromium_publishes_and_plays_over_https_with_the_private_ca_trusted() {
 /// publishes its fake camera and microphone when it loads, and the gateway's new offers (the
 /// page's events channel) give every page sections for those who come after it, so each plays
 /// the other four videos and four audios; a screenshot shows a remote video that is not black.
+/// The gateway offers ICE-TCP too, and every page's media takes UDP (the API says so).
 #[test]
 fn five_room_pages_each_play_the_other_four_and_show_video() {
     let test = "five_room_pages_each_play_the_other_four_and_show_video";
@@ -640,7 +641,7 @@ fn five_room_pages_each_play_the_other_four_and_show_video() {
         return;
     };
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start();
+    let gw = Gateway::start_with(&["--ice-tcp", "127.0.0.1:0"]);
     let chromium = chromium.to_string_lossy().into_owned();
     let (v, ok) = run_script(
         &python,
@@ -682,6 +683,8 @@ fn five_room_pages_each_play_the_other_four_and_show_video() {
     }
     // The first page joined alone and was offered sections as the others came.
     assert!(pages[0]["offers"].as_u64().unwrap_or(0) >= 1, "{v}");
+    // Offered both, each browser nominated UDP (the TCP candidate's priority is lower).
+    assert_eq!(v["transports"], serde_json::json!(["udp", "udp", "udp", "udp", "udp"]), "{v}");
     assert!(
         v["screenshot"]["mean"].as_f64().unwrap_or(0.0) > 20.0,
         "{v}"

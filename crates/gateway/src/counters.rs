@@ -86,11 +86,15 @@ pub enum DropReason {
     /// Media of a new SSRC from a member that already publishes as many streams as a member
     /// may ([`crate::room::MAX_STREAMS`]), none of them idle long enough to give up.
     TooManyStreams,
+    /// For a browser reached over ICE-TCP whose connection's send queue was full (it reads
+    /// slower than its media comes): the datagram dropped whole, never part of one, so the
+    /// stream stays framed; the receiver learns of it as of any loss.
+    TcpQueueFull,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 29] = [
+    pub const ALL: [DropReason; 30] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -120,6 +124,7 @@ impl DropReason {
         DropReason::DtlsRetransmitLimited,
         DropReason::Unclassified,
         DropReason::TooManyStreams,
+        DropReason::TcpQueueFull,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -154,6 +159,7 @@ impl DropReason {
             DropReason::DtlsRetransmitLimited => "dtls_retransmit_limited",
             DropReason::Unclassified => "unclassified",
             DropReason::TooManyStreams => "too_many_streams",
+            DropReason::TcpQueueFull => "tcp_queue_full",
         }
     }
 

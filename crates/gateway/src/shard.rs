@@ -369,6 +369,19 @@ pub struct ParticipantSnapshot {
     pub layers_received: Vec<crate::room::ReceivedLayer>,
     /// Its receive sections that carry a stream now, and whose.
     pub receiving: Vec<crate::room::SlotUse>,
+    /// Where its media goes now: the remote address of the ICE pair in use (a telephony
+    /// leg's: the address it sends to), and over what.
+    pub path: Option<MediaPath>,
+}
+
+/// Where a participant's media goes, and over what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct MediaPath {
+    /// The remote address.
+    pub remote: SocketAddr,
+    /// `udp`, or `tcp` for a browser reached over ICE-TCP (RFC 6544). The core sees
+    /// addresses only: the server's worker, which holds the connections, says `tcp`.
+    pub transport: &'static str,
 }
 
 /// A room as the API shows it.
@@ -2266,5 +2279,9 @@ fn participant_snapshot(
         layers_sent: Vec::new(),
         layers_received: Vec::new(),
         receiving: Vec::new(),
+        path: leg.media_destination().map(|remote| MediaPath {
+            remote,
+            transport: "udp",
+        }),
     }
 }

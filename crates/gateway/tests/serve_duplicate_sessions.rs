@@ -4,7 +4,6 @@
 //! authenticates, the address is B's: the worker of A is told, its session stops sending there,
 //! and everything that reaches the socket opens with B's keys.
 
-use std::hash::{Hash, Hasher};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
@@ -14,14 +13,7 @@ use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
 use secrelay_wire::sdp::parse_offer;
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-const WORKERS: u64 = 2;
-
-/// The worker a room is hashed to, as the gateway hashes it (`Gateway::worker_index`).
-fn worker_of(room: &str) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    room.hash(&mut h);
-    h.finish() % WORKERS
-}
+const WORKERS: usize = 2;
 
 /// What one session's browser made of the datagrams that reached the socket.
 #[derive(Debug, Default)]
@@ -86,7 +78,7 @@ fn a_socket_in_a_second_session_on_another_worker_hears_only_that_session() {
     let s = Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
-        workers: WORKERS as usize,
+        workers: WORKERS,
         drain_secs: 0.1,
         ..ServeConfig::default()
     })
@@ -95,7 +87,7 @@ fn a_socket_in_a_second_session_on_another_worker_hears_only_that_session() {
     let room_a = "dup-a".to_string();
     let room_b = (0..)
         .map(|k| format!("dup-b{k}"))
-        .find(|r| worker_of(r) != worker_of(&room_a))
+        .find(|r| s.gateway().worker_index(r) != s.gateway().worker_index(&room_a))
         .unwrap();
     let mut publishers = vec![
         SimParticipant::join(&sig, &room_a, Leg::Whip, LOCAL, Instant::now()).unwrap(),

@@ -96,10 +96,22 @@ pub fn audio_offer(
 
 /// The first UDP host candidate in an answer.
 pub fn answer_candidate(answer: &str) -> Option<SocketAddr> {
+    candidate_of(answer, "udp")
+}
+
+/// The first passive ICE-TCP host candidate in an answer (RFC 6544).
+pub fn answer_tcp_candidate(answer: &str) -> Option<SocketAddr> {
+    candidate_of(answer, "tcp")
+}
+
+fn candidate_of(answer: &str, transport: &str) -> Option<SocketAddr> {
     answer.lines().find_map(|l| {
         let rest = l.trim().strip_prefix("a=candidate:")?;
         let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() < 6 || !f[2].eq_ignore_ascii_case("udp") {
+        if f.len() < 6 || !f[2].eq_ignore_ascii_case(transport) {
+            return None;
+        }
+        if transport == "tcp" && !rest.contains(" tcptype passive") {
             return None;
         }
         let ip: IpAddr = f[4].parse().ok()?;
@@ -518,6 +530,12 @@ mod tests {
             answer_candidate("a=candidate:1 1 tcp 1 1.2.3.4 5 typ host"),
             None
         );
+        let both = format!("{a}a=candidate:2 1 tcp 1 1.2.3.4 5 typ host tcptype passive\r\n");
+        assert_eq!(
+            answer_tcp_candidate(&both),
+            Some("1.2.3.4:5".parse().unwrap())
+        );
+        assert_eq!(answer_tcp_candidate(a), None);
     }
 
     #[test]

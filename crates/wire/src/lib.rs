@@ -15,6 +15,7 @@
 //!   (over the `sdp` crate) and answered.
 //! * [`sdp_doc`]: an SDP kept whole, line by line, read as leniently as rtpengine reads it,
 //!   for the ng server's rewrites.
+//! * [`framing`]: RFC 4571 framing, datagrams over TCP as ICE-TCP carries them.
 //! * [`twcc`]: transport-wide congestion control feedback, written and read.
 //! * [`video`]: keyframe starts in VP8 and H.264 payloads, VP8 picture IDs renumbered.
 //! * [`bencode`]: rtpengine's ng control protocol (bencode over UDP), commands encoded and
@@ -26,6 +27,7 @@
 
 pub mod bencode;
 pub mod demux;
+pub mod framing;
 pub mod ng;
 pub mod parse_count;
 pub mod pcap;

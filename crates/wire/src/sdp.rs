@@ -579,6 +579,8 @@ pub struct AnswerParams {
     pub setup: Setup,
     /// Our host candidates (ICE-lite: host only).
     pub candidates: Vec<SocketAddr>,
+    /// Our passive ICE-TCP host candidates (RFC 6544), after the UDP ones.
+    pub tcp_candidates: Vec<SocketAddr>,
     /// Answered sections, in the offer's order.
     pub media: Vec<MediaAnswer>,
 }
@@ -695,18 +697,38 @@ pub fn write_answer(p: &AnswerParams) -> String {
                 }
             }
         }
-        for (i, c) in p.candidates.iter().enumerate() {
-            let ip = c.ip();
-            // Host candidate priority (RFC 8445 §5.1.2.1): type pref 126, local pref by order.
-            let prio = (126u32 << 24) | ((65535 - i as u32) << 8) | 255;
-            let _ = write!(
-                s,
-                "a=candidate:{} 1 udp {prio} {ip} {} typ host\r\n",
-                i + 1,
-                c.port()
-            );
-        }
+        write_candidates(&mut s, &p.candidates, &p.tcp_candidates);
         s.push_str("a=end-of-candidates\r\n");
     }
     s
+}
+
+/// Writes our host candidates' `a=candidate` lines: the UDP ones (`udp`), then the passive
+/// ICE-TCP ones (`tcp`, RFC 6544), numbered from 1 in that order. Priorities (RFC 8445
+/// §5.1.2.1): type preference 126 (host); local preference by order, UDP's above every
+/// TCP one's (RFC 6544 §4.2: direction preference 4 for passive, times 2^13), so that a peer
+/// that can reach both prefers UDP.
+pub fn write_candidates(s: &mut String, udp: &[SocketAddr], tcp: &[SocketAddr]) {
+    let mut foundation = 0;
+    for (i, c) in udp.iter().enumerate() {
+        foundation += 1;
+        let prio = (126u32 << 24) | ((65535 - i as u32) << 8) | 255;
+        let _ = write!(
+            s,
+            "a=candidate:{foundation} 1 udp {prio} {} {} typ host\r\n",
+            c.ip(),
+            c.port()
+        );
+    }
+    for (i, c) in tcp.iter().enumerate() {
+        foundation += 1;
+        let local = (4u32 << 13) | (8191 - (i as u32).min(8191));
+        let prio = (126u32 << 24) | (local << 8) | 255;
+        let _ = write!(
+            s,
+            "a=candidate:{foundation} 1 tcp {prio} {} {} typ host tcptype passive\r\n",
+            c.ip(),
+            c.port()
+        );
+    }
 }

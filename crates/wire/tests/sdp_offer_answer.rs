@@ -76,12 +76,24 @@ fn answer_round_trips_through_the_parser() {
         fingerprint: fp.into(),
         setup: Setup::Passive,
         candidates: vec!["192.0.2.10:3478".parse().unwrap()],
+        tcp_candidates: vec!["192.0.2.10:443".parse().unwrap()],
         media,
     });
     assert!(answer.contains("a=ice-lite\r\n"));
     assert!(answer.contains("a=group:BUNDLE 0 1\r\n"));
     assert!(answer.contains("a=candidate:1 1 udp "));
     assert!(answer.contains(" 192.0.2.10 3478 typ host\r\n"));
+    // The passive ICE-TCP candidate after it, at a lower priority (UDP preferred).
+    let priority = |transport: &str| -> u32 {
+        let line = answer
+            .lines()
+            .find(|l| l.starts_with("a=candidate:") && l.contains(transport))
+            .unwrap_or_else(|| panic!("no {transport} candidate in\n{answer}"));
+        line.split(' ').nth(3).unwrap().parse().unwrap()
+    };
+    assert!(answer.contains("a=candidate:2 1 tcp "));
+    assert!(answer.contains(" 192.0.2.10 443 typ host tcptype passive\r\n"));
+    assert!(priority(" tcp ") < priority(" udp "));
     // Our answer is a valid offer-shaped SDP for the same parser: read it back.
     let back = parse_offer(&answer).expect("answer parses");
     assert_eq!(back.ice_ufrag, "srly");
@@ -134,6 +146,7 @@ fn rejected_section_has_port_zero() {
         fingerprint: format!("sha-256 {}", vec!["00"; 32].join(":")),
         setup: Setup::Passive,
         candidates: vec!["127.0.0.1:5000".parse().unwrap()],
+        tcp_candidates: Vec::new(),
         media,
     });
     assert!(answer.contains("m=video 0 "));
@@ -210,6 +223,7 @@ fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer
         fingerprint: "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89".into(),
         setup: Setup::Passive,
         candidates: vec!["192.0.2.10:3478".parse().unwrap()],
+        tcp_candidates: Vec::new(),
         media: vec![MediaAnswer {
             mid: video.mid.clone(),
             kind: MediaKind::Video,

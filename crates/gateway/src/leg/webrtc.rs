@@ -60,6 +60,8 @@ pub struct WebRtcConfig {
     pub ice: IceConfig,
     /// Our host candidates, written into the answer.
     pub candidates: Vec<SocketAddr>,
+    /// Our passive ICE-TCP host candidates (RFC 6544), written after the UDP ones.
+    pub tcp_candidates: Vec<SocketAddr>,
     /// Audio codecs we accept, most preferred first.
     pub audio_codecs: Vec<CodecId>,
     /// Video codecs we accept, most preferred first.
@@ -79,6 +81,7 @@ impl Default for WebRtcConfig {
         WebRtcConfig {
             ice: IceConfig::default(),
             candidates: Vec::new(),
+            tcp_candidates: Vec::new(),
             audio_codecs: CodecId::DEFAULT_AUDIO.to_vec(),
             video_codecs: vec![CodecId::Vp8, CodecId::H264],
             srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
@@ -411,6 +414,7 @@ impl WebRtcLeg {
             fingerprint: our_fp.to_string(),
             setup: our_setup,
             candidates: config.candidates.clone(),
+            tcp_candidates: config.tcp_candidates.clone(),
             media: answers.clone(),
         });
         let ice = IceLite::new(
@@ -527,6 +531,7 @@ impl WebRtcLeg {
             fingerprint: our_fp.to_string(),
             setup: Setup::Actpass,
             candidates: config.candidates.clone(),
+            tcp_candidates: config.tcp_candidates.clone(),
             media: offered.clone(),
         });
         let ice = IceLite::offering(config.ice.clone(), local, now);
@@ -739,6 +744,7 @@ impl WebRtcLeg {
             fingerprint: self.fingerprint.clone(),
             setup: Setup::Actpass,
             candidates: self.config.candidates.clone(),
+            tcp_candidates: self.config.tcp_candidates.clone(),
             media: sections.clone(),
         });
         let revision = self.session.1;

@@ -61,6 +61,13 @@ pub struct ServeConfig {
     pub https: Option<SocketAddr>,
     /// The one UDP address every participant's ICE, DTLS and SRTP use.
     pub udp: SocketAddr,
+    /// ICE over TCP (RFC 6544, passive; datagrams framed as RFC 4571 says) on this address,
+    /// for browsers on networks that let no UDP out: answers carry a `tcptype passive` host
+    /// candidate (the `announce` address, this port) after the UDP one and at a lower
+    /// priority, so a browser that can use UDP still does. The same ICE checks, DTLS-SRTP and
+    /// media as over UDP; a connection that reads slower than its media comes has datagrams
+    /// dropped whole (`tcp_queue_full`), never the worker held up. None by default.
+    pub ice_tcp: Option<SocketAddr>,
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP); none by default.
     pub ng: Option<SocketAddr>,
     /// The addresses and networks (`10.0.0.5`, `10.0.0.0/24`, `::1`) the ng control socket takes
@@ -313,6 +320,7 @@ impl Default for ServeConfig {
             ng: None,
             ng_allow: Vec::new(),
             announce: None,
+            ice_tcp: None,
             workers: 0,
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,

@@ -1252,14 +1252,13 @@ async fn patch_resource(
                 r.etag = etag.clone();
                 r.remote_ufrag = remote_ufrag;
             }
-            let c = s.gateway.candidate();
-            let frag = format!(
-                "a=ice-lite\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=candidate:1 1 udp 2130706431 {} {} typ host\r\na=end-of-candidates\r\n",
-                local.ufrag,
-                local.pwd,
-                c.ip(),
-                c.port()
+            let mut frag = format!(
+                "a=ice-lite\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\n",
+                local.ufrag, local.pwd
             );
+            let tcp: Vec<std::net::SocketAddr> = s.gateway.tcp_candidate().into_iter().collect();
+            secrelay_wire::sdp::write_candidates(&mut frag, &[s.gateway.candidate()], &tcp);
+            frag.push_str("a=end-of-candidates\r\n");
             let mut r = (StatusCode::OK, frag).into_response();
             let h = r.headers_mut();
             h.insert(

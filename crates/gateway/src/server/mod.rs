@@ -284,6 +284,8 @@ pub struct Gateway {
     threads: Mutex<Vec<JoinHandle<()>>>,
     udp_addr: SocketAddr,
     candidate: SocketAddr,
+    /// The passive ICE-TCP candidate, when `ice_tcp` is set.
+    tcp_candidate: Option<SocketAddr>,
     admitting: AtomicBool,
     fingerprint: String,
     /// Telephony legs' media interfaces (`interfaces`), the first the default.
@@ -349,6 +351,21 @@ impl Gateway {
                 .unwrap_or_else(|| default_announce(udp_addr)),
             udp_addr.port(),
         );
+        let ice_tcp = config
+            .ice_tcp
+            .map(|a| {
+                let l = std::net::TcpListener::bind(a)
+                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                    .map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?;
+                let port = l
+                    .local_addr()
+                    .map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?
+                    .port();
+                Ok::<_, StartError>((l, SocketAddr::new(candidate.ip(), port)))
+            })
+            .transpose()?;
+        let tcp_candidate = ice_tcp.as_ref().map(|(_, c)| *c);
+        let mut ice_tcp = ice_tcp.map(|(l, _)| l);
         let interfaces = interfaces::configured(&config.interfaces, udp_addr.ip(), candidate.ip())
             .map_err(|e| StartError(e.to_string()))?;
         let shard_config = ShardConfig {
@@ -359,6 +376,7 @@ impl Gateway {
                     ..IceConfig::default()
                 },
                 candidates: vec![candidate],
+                tcp_candidates: tcp_candidate.into_iter().collect(),
                 srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
                 ..WebRtcConfig::default()
             },
@@ -407,6 +425,7 @@ impl Gateway {
             notices: std::sync::Mutex::default(),
             lifecycle: std::sync::OnceLock::new(),
             lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
+            ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
             admission: config.admission(),
         });
         let worker_stats: Vec<Arc<WorkerStats>> =
@@ -421,6 +440,8 @@ impl Gateway {
             // pointers and never leave it.
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let (sh, st) = (shared.clone(), worker_stats[i].clone());
+            // The first worker listens for ICE-TCP (connections go on to their members').
+            let listener = ice_tcp.take();
             let shard = Shard::new(
                 shard_config.clone(),
                 config.engine().map_err(|e| StartError(e.0))?,
@@ -428,7 +449,7 @@ impl Gateway {
             let t = std::thread::Builder::new()
                 .name(format!("secrelay-worker-{i}"))
                 .spawn(
-                    move || match Worker::new(i, socket, poll, inbox, sh, st, shard) {
+                    move || match Worker::new(i, socket, listener, poll, inbox, sh, st, shard) {
                         Ok(w) => {
                             let _ = ready_tx.send(Ok(()));
                             w.run();
@@ -446,6 +467,9 @@ impl Gateway {
             }
         }
         tracing::info!(udp = %udp_addr, candidate = %candidate, workers = n, "media port open");
+        if let Some(c) = tcp_candidate {
+            tracing::info!(candidate = %c, "ICE-TCP port open");
+        }
         Ok(Arc::new(Gateway {
             config,
             shared,
@@ -453,6 +477,7 @@ impl Gateway {
             threads: Mutex::new(threads),
             udp_addr,
             candidate,
+            tcp_candidate,
             admitting: AtomicBool::new(true),
             fingerprint,
             interfaces,
@@ -472,6 +497,11 @@ impl Gateway {
     /// The host candidate written into answers.
     pub fn candidate(&self) -> SocketAddr {
         self.candidate
+    }
+
+    /// The passive ICE-TCP candidate written into answers, when `ice_tcp` is set.
+    pub fn tcp_candidate(&self) -> Option<SocketAddr> {
+        self.tcp_candidate
     }
 
     /// Our certificate's fingerprint (`sha-256 AB:…`).
@@ -527,8 +557,8 @@ impl Gateway {
             .len()
     }
 
-    /// The index of the worker that owns `room`.
-    fn worker_index(&self, room: &str) -> usize {
+    /// The index of the worker that owns `room` (rooms are hashed to workers by name).
+    pub fn worker_index(&self, room: &str) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         room.hash(&mut h);
         (h.finish() % self.shared.peers.len() as u64) as usize

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::admission::Shed;
 use crate::counters::ShardCounters;
 use crate::leg::LegKind;
+use super::worker::TcpClose;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -186,6 +187,10 @@ pub struct WorkerStats {
     pub bytes_out: AtomicU64,
     /// Datagrams received here but owned by another worker's shard (handed over).
     pub handed_off: AtomicU64,
+    /// ICE-TCP connections accepted (by the listening worker).
+    pub ice_tcp_accepted: AtomicU64,
+    /// ICE-TCP connections closed (or refused at accept), by reason (`TcpClose::ALL`'s order).
+    ice_tcp_closed: [AtomicU64; TcpClose::ALL.len()],
     /// The shard's counters, as last published.
     shard: Mutex<ShardCounters>,
     /// Handshake duration (first DTLS flight to keys).
@@ -203,6 +208,13 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
+    /// Counts an ICE-TCP connection closed (or refused) for `why`.
+    pub(crate) fn ice_tcp_closed(&self, why: TcpClose) {
+        if let Some(i) = TcpClose::ALL.iter().position(|w| *w == why) {
+            self.ice_tcp_closed[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Publishes the worker's load and what it sheds for it.
     pub fn set_load(&self, load: f64, shed: Shed) {
         self.load_permille.store(
@@ -450,6 +462,47 @@ impl GatewayStats {
             .iter()
             .map(|w| f(w).load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// ICE-TCP connections closed (or refused) for `why`, all workers.
+    fn ice_tcp_closed(&self, why: TcpClose) -> u64 {
+        let i = TcpClose::ALL.iter().position(|w| *w == why).unwrap_or(0);
+        self.workers
+            .iter()
+            .map(|w| w.ice_tcp_closed[i].load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn encode_ice_tcp(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let accepted = self.io(|w| &w.ice_tcp_accepted);
+        let closed: Vec<(&'static str, u64)> = TcpClose::ALL
+            .iter()
+            .map(|w| (w.name(), self.ice_tcp_closed(*w)))
+            .collect();
+        let ended: u64 = closed
+            .iter()
+            .filter(|(n, _)| *n != TcpClose::Refused.name())
+            .map(|(_, v)| v)
+            .sum();
+        counter(
+            e,
+            "secrelay_ice_tcp_connections_accepted",
+            "ICE-TCP connections accepted (browsers that reach the media over TCP)",
+            accepted,
+        )?;
+        labelled_counters(
+            e,
+            "secrelay_ice_tcp_connections_closed",
+            "ICE-TCP connections closed: by the browser or failed (peer), first datagram not a check naming a participant (no_check), no check validated within 10 s (unvalidated), silent for 30 s (idle), participant ended (ended); or refused at accept over the limits (refused)",
+            "reason",
+            &closed,
+        )?;
+        gauge(
+            e,
+            "secrelay_ice_tcp_connections_open",
+            "ICE-TCP connections open now",
+            accepted.saturating_sub(ended),
+        )
     }
 
     /// The sums over workers.
@@ -712,6 +765,7 @@ impl Collector for StatsCollector {
                 ("probe_packets", f.probe_packets),
             ],
         )?;
+        s.encode_ice_tcp(e)?;
         counter(
             e,
             "secrelay_worker_handoffs",

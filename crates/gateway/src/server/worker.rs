@@ -42,6 +42,10 @@ use crate::shard::{
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
 
+mod ice_tcp;
+use ice_tcp::IceTcp;
+pub(crate) use ice_tcp::TcpClose;
+
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
 /// Tokens of telephony legs' sockets: this plus the port.
@@ -175,6 +179,9 @@ pub(crate) enum Command {
     /// A remote address a member here validated is another worker's member's now (its check
     /// authenticated there later): the member here gives it up.
     AddressTaken(SocketAddr),
+    /// An ICE-TCP connection the listening worker accepted, whose first check names a
+    /// participant of this worker: read here from now on.
+    AdoptTcp(Box<ice_tcp::Conn>),
     /// End the thread.
     Stop,
 }
@@ -222,6 +229,8 @@ pub(crate) struct Shared {
     pub lifecycle: std::sync::OnceLock<tokio::sync::mpsc::Sender<Lifecycle>>,
     /// Lifecycle events dropped because the watcher's queue was full.
     pub lifecycle_dropped: std::sync::atomic::AtomicU64,
+    /// ICE-TCP connections open, all workers together.
+    pub ice_tcp_open: std::sync::atomic::AtomicUsize,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -314,13 +323,18 @@ pub(crate) struct Worker {
     /// The share of time this worker works, and what it sheds for it.
     load: LoadMeter,
     admission: Admission,
+    /// ICE-TCP: the listener (the first worker's) and the connections read here.
+    tcp: IceTcp,
 }
 
 impl Worker {
-    /// A worker on `socket` driving `shard`.
+    /// A worker on `socket` driving `shard`; the one given `ice_tcp` accepts ICE-TCP
+    /// connections.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
         socket: UdpSocket,
+        ice_tcp: Option<std::net::TcpListener>,
         poll: Poll,
         inbox: Inbox,
         shared: Arc<Shared>,
@@ -330,6 +344,11 @@ impl Worker {
         let mut socket = mio::net::UdpSocket::from_std(socket);
         poll.registry()
             .register(&mut socket, SOCKET, Interest::READABLE)?;
+        let mut tcp = IceTcp::new(ice_tcp.map(mio::net::TcpListener::from_std));
+        if let Some(l) = tcp.listener_mut() {
+            poll.registry()
+                .register(l, ice_tcp::LISTENER, Interest::READABLE)?;
+        }
         let peers = shared.peers.len();
         let admission = Admission::new(shared.admission);
         Ok(Worker {
@@ -352,6 +371,7 @@ impl Worker {
             last_publish: Instant::now(),
             load: LoadMeter::new(Instant::now(), thread_cpu()),
             admission,
+            tcp,
         })
     }
 
@@ -362,7 +382,7 @@ impl Worker {
         let mut socket_ready = true;
         loop {
             let now = Instant::now();
-            let timeout = if socket_ready || !self.ready_legs.is_empty() {
+            let timeout = if socket_ready || !self.ready_legs.is_empty() || self.tcp.busy() {
                 Duration::ZERO
             } else {
                 let publish = self.last_publish + PUBLISH_EVERY;
@@ -380,6 +400,7 @@ impl Worker {
                 match ev.token() {
                     SOCKET => socket_ready = true,
                     WAKER => {}
+                    _ if self.tcp.on_event(ev) => {}
                     Token(t) => {
                         if let Ok(port) = u16::try_from(t - LEG_TOKENS) {
                             if !self.ready_legs.contains(&port) {
@@ -401,6 +422,9 @@ impl Worker {
                 // hundreds of leg sockets ready, reading them all is a long part of a turn.
                 self.send_outputs();
                 self.read_legs();
+            }
+            if self.tcp.busy() {
+                self.tcp_turn();
             }
             let now = Instant::now();
             if self.shard.poll_timeout().is_some_and(|t| t <= now) {
@@ -584,7 +608,9 @@ impl Worker {
             }
             Command::Snapshot { room, reply } => {
                 self.publish();
-                let _ = reply.send(self.shard.snapshot(now, room.as_deref()));
+                let mut rooms = self.shard.snapshot(now, room.as_deref());
+                self.tcp_mark_paths(&mut rooms);
+                let _ = reply.send(rooms);
             }
             Command::EndRoom { room, reply } => {
                 let members: Vec<ParticipantSnapshot> = self
@@ -604,6 +630,7 @@ impl Worker {
                 self.after_command();
                 let _ = reply.send(());
             }
+            Command::AdoptTcp(conn) => self.tcp_adopt(*conn),
             Command::AddressTaken(addr) => {
                 // Unless one of ours took it back since.
                 if self.shared.directory.by_addr(&addr) != Some(self.index) {
@@ -928,6 +955,11 @@ impl Worker {
                         continue;
                     };
                     let out = match via {
+                        // A browser reached over ICE-TCP: framed on its connection.
+                        Via::Shared if self.tcp_send(destination, &buf) => {
+                            self.shard.recycle(buf);
+                            continue;
+                        }
                         Via::Shared => &mut self.out,
                         Via::Port(p) => match self.legs.get_mut(&p) {
                             Some(l) => {
@@ -964,6 +996,7 @@ impl Worker {
                         let _ = peer.waker.wake();
                     }
                 }
+                self.tcp_validated(addr);
             }
             Event::UfragOwned(u) => dir.add_ufrag(&u, self.index),
             Event::MemberLeft {
@@ -976,6 +1009,7 @@ impl Worker {
             } => {
                 dir.remove(&ufrags, &addrs, self.index);
                 self.close_leg_ports(&ports, &peers);
+                self.tcp_ended(&addrs);
                 // Its events channel ends with it.
                 self.shared
                     .notices
@@ -1016,6 +1050,7 @@ impl Worker {
     }
 
     fn flush_send(&mut self) {
+        self.tcp_flush();
         if !self.out.batch.is_empty() {
             flush_outbox(&mut self.out, &self.socket, &self.stats, &mut self.shard);
         }
@@ -1031,6 +1066,7 @@ impl Worker {
         let now = Instant::now();
         self.last_publish = now;
         let load = self.load.sample(now, thread_cpu());
+        self.tcp_expire(now);
         let shed = self.admission.update(load);
         self.shard.set_shed(shed);
         self.stats.set_load(load, shed);

@@ -1,12 +1,13 @@
-//! Chromium behind a firewall that lets no UDP out reaches the media only through secrelay's
-//! TURN server over TLS on the HTTPS port. The browser runs in a network namespace of its own,
-//! joined to this one by a veth pair, with an iptables rule in it that drops every outgoing
-//! UDP datagram; the gateway serves HTTPS (its certificate from a private CA that Chromium's
-//! NSS database trusts), its media and TURN over TLS (`turn_tls`, no UDP or TCP TURN) on the
-//! veth's address. Two room pages (`interop/webrtc/chromium_room.py`) join one room and must
-//! each play the other's video and audio: ICE to the gateway's UDP host candidate cannot
-//! succeed, so every packet went through a `turns:` allocation, which the gateway's TURN
-//! counters (allocations made, packets relayed both ways, TLS connections) show.
+//! Chromium behind a firewall that lets no UDP out still reaches the media: over ICE-TCP
+//! (`ice_tcp`: the answer's passive TCP candidate), or through secrelay's TURN server over TLS
+//! on the HTTPS port (`turn_tls`). The browser runs in a network namespace of its own, joined to
+//! this one by a veth pair, with an iptables rule in it that drops every outgoing UDP datagram;
+//! the gateway serves HTTPS (its certificate from a private CA that Chromium's NSS database
+//! trusts) and its media on the veth's address. Two room pages
+//! (`interop/webrtc/chromium_room.py`) join one room and must each play the other's video and
+//! audio: ICE to the gateway's UDP host candidate cannot succeed, so every packet went over the
+//! pages' TCP connections (the API reports `tcp` for both while they play), or through `turns:`
+//! allocations (the gateway's TURN counters: allocations made, packets relayed both ways).
 //!
 //! Needs root (a network namespace, a veth pair, iptables), `ip` and `iptables`, Chromium,
 //! certutil and the interop venv (`scripts/setup`). Where one is missing the test says
@@ -18,6 +19,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use lab_support::missing;
@@ -54,12 +56,15 @@ struct Firewalled {
 
 impl Firewalled {
     fn new() -> Result<Firewalled, String> {
+        static MADE: AtomicU32 = AtomicU32::new(0);
+        let k = MADE.fetch_add(1, Ordering::Relaxed) % 60;
         let id = std::process::id();
+        // A /30 of its own: this process's /24, the k-th namespace's four addresses in it.
         let net = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
         let ns = Firewalled {
-            name: format!("secrelay-turn-{id}"),
-            veth: format!("srt{}", id % 1_000_000),
-            host: format!("{net}.1"),
+            name: format!("secrelay-fw-{id}-{k}"),
+            veth: format!("srt{}x{k}", id % 100_000),
+            host: format!("{net}.{}", 4 * k + 1),
         };
         let inner = format!("{}n", ns.veth);
         sh(&["ip", "netns", "add", &ns.name])?;
@@ -87,7 +92,14 @@ impl Firewalled {
             all.extend_from_slice(args);
             sh(&all)
         };
-        inside(&["ip", "addr", "add", &format!("{net}.2/30"), "dev", &inner])?;
+        inside(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{net}.{}/30", 4 * k + 2),
+            "dev",
+            &inner,
+        ])?;
         inside(&["ip", "link", "set", &inner, "up"])?;
         inside(&["ip", "link", "set", "lo", "up"])?;
         // Loopback stays open (DevTools); everything else over UDP is dropped.
@@ -178,6 +190,12 @@ impl Drop for Gateway {
     }
 }
 
+/// One test at a time: two Chromiums would share this machine's cores and slow each other.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// What the test needs: Chromium, the venv's Python with the driver's modules, certutil, and
 /// a firewalled namespace.
 fn needs(test: &str) -> Option<(PathBuf, PathBuf, Firewalled)> {
@@ -210,14 +228,10 @@ fn needs(test: &str) -> Option<(PathBuf, PathBuf, Firewalled)> {
     None
 }
 
-#[test]
-fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port() {
-    let test = "chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port";
-    let Some((chromium, python, ns)) = needs(test) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca");
+/// Writes a private CA into `dir` and a configuration of the gateway on the namespace's
+/// veth address, HTTPS from that CA, with `extra` lines; the configuration's path.
+fn configure(dir: &Path, ns: &Firewalled, extra: &str) -> PathBuf {
+    let ca = dir.join("ca");
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["ca", "init", "--dir"])
         .arg(&ca)
@@ -228,18 +242,25 @@ fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port()
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let config = dir.path().join("secrelay.toml");
+    let config = dir.join("secrelay.toml");
     std::fs::write(
         &config,
         format!(
             "https = \"{h}:0\"\nudp = \"{h}:0\"\nannounce = \"{h}\"\ntls_ca_dir = {ca:?}\n\
-             turn_tls = true\nturn_secret = \"a secret of this test only, 32 bytes\"\n",
+             admin_key = \"{ADMIN_KEY}\"\n{extra}",
             h = ns.host,
             ca = ca.to_str().unwrap()
         ),
     )
     .unwrap();
-    let gw = Gateway::start(&config);
+    config
+}
+
+const ADMIN_KEY: &str = "the admin key of the firewalled Chromium tests";
+
+/// Runs two room pages in the namespace against `gw`; the script's JSON, after checking it
+/// passed and that the firewall dropped UDP.
+fn two_pages(ns: &Firewalled, gw: &Gateway, python: &Path, chromium: &Path, ca: &Path) -> Value {
     let out = Command::new("ip")
         .args([
             "netns",
@@ -249,7 +270,7 @@ fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port()
             "--kill-after=5",
             "150",
         ])
-        .arg(&python)
+        .arg(python)
         .arg(repo().join("interop/webrtc/chromium_room.py"))
         .args([
             "--base",
@@ -260,9 +281,10 @@ fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port()
             "behind-firewall",
         ])
         .args(["--timeout", "90", "--chromium"])
-        .arg(&chromium)
+        .arg(chromium)
         .arg("--ca")
-        .arg(ca.join("ca.pem"))
+        .arg(ca)
+        .env("SECRELAY_ADMIN_KEY", ADMIN_KEY)
         .output()
         .expect("ip netns exec runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -281,12 +303,46 @@ fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port()
     eprintln!("chromium_room.py: {v}");
     assert!(
         out.status.success(),
-        "the pages did not play each other through TURN: {v}\ngateway:\n{}",
+        "the pages did not play each other: {v}\ngateway:\n{}",
         gw.log.lock().unwrap()
     );
+    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
+    v
+}
+
+#[test]
+fn chromium_that_can_send_no_udp_plays_over_ice_tcp() {
+    let test = "chromium_that_can_send_no_udp_plays_over_ice_tcp";
+    let _one = one_at_a_time();
+    let Some((chromium, python, ns)) = needs(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = configure(dir.path(), &ns, &format!("ice_tcp = \"{}:0\"\n", ns.host));
+    let gw = Gateway::start(&config);
+    let v = two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
+    // Both pages' media over their TCP connections, as the API reported while they played.
+    assert_eq!(v["transports"], serde_json::json!(["tcp", "tcp"]), "{v}");
+    assert!(gw.metric("secrelay_ice_tcp_connections_accepted_total") >= 2.0);
+}
+
+#[test]
+fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port() {
+    let test = "chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port";
+    let _one = one_at_a_time();
+    let Some((chromium, python, ns)) = needs(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = configure(
+        dir.path(),
+        &ns,
+        "turn_tls = true\nturn_secret = \"a secret of this test only, 32 bytes\"\n",
+    );
+    let gw = Gateway::start(&config);
+    two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
     // Only TURN over TLS could carry it: the browser's UDP was dropped, the gateway offers no
     // other TURN.
-    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
     assert!(gw.metric("secrelay_turn_allocations_made_total") >= 2.0);
     for direction in ["to_peer", "to_client"] {
         let n = gw.metric(&format!(

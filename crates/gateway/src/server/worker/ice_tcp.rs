@@ -1,0 +1,624 @@
+//! ICE over TCP (RFC 6544), passive: the browsers that can send no UDP connect to the
+//! `ice_tcp` port and send the same datagrams (STUN checks, DTLS, SRTP) framed as RFC 4571
+//! says. A datagram read from a connection takes the walk a UDP one does: classified once,
+//! handed to the shard with the connection's remote address as its source; what the shard
+//! sends to that address goes back framed on the connection instead of `sendmmsg`.
+//!
+//! One worker (the first) listens. A new connection stays with it until its first datagram:
+//! a STUN check naming, by its USERNAME, a participant's ICE ufrag. The connection then goes
+//! to the worker that owns that participant (the stream itself, with what was read of it),
+//! so every later datagram is read where its member is. Anything else first, or silence, and
+//! the connection is closed.
+//!
+//! Nothing here blocks a worker: sockets are non-blocking, each connection is read a bounded
+//! amount per turn, and what it is sent waits in a bounded queue. A browser that reads slower
+//! than its media comes has datagrams dropped whole (`tcp_queue_full`, counted at the shard),
+//! so the stream stays framed and its RTCP reports the loss. Connections are bounded in all
+//! (`MAX_CONNECTIONS`), those not validated yet per listener and per source address, and
+//! closed when their check is not validated within 10 s, when nothing comes for 30 s, and when
+//! their participant ends.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use mio::{Interest, Token};
+use secrelay_wire::demux::Class;
+use secrelay_wire::framing::{next_frame, write_frame, MAX_FRAME};
+
+use super::{Command, Worker};
+use crate::counters::DropReason;
+use crate::shard::{Datagram, Handled, RoomSnapshot};
+
+/// The listener's token (in the first worker's poll).
+pub(super) const LISTENER: Token = Token(1 << 20);
+/// Connections' tokens: this plus the connection's number.
+const CONN_TOKENS: usize = (1 << 20) + 1;
+/// Bytes waiting to be sent on one connection before datagrams for it are dropped: about a
+/// second of a 2 Mbit/s video.
+const MAX_QUEUED: usize = 256 * 1024;
+/// Bytes read from one connection per turn before the others get theirs.
+const READ_PER_TURN: usize = 64 * 1024;
+/// Bytes read per system call.
+const READ_CHUNK: usize = 16 * 1024;
+/// Connections accepted per turn (the rest wait for the next).
+const ACCEPTS_PER_TURN: usize = 64;
+/// Time a connection has to get a check validated.
+const UNVALIDATED_FOR: Duration = Duration::from_secs(10);
+/// Time without a datagram from the browser (its consent checks come every few seconds)
+/// after which its connection is closed.
+const IDLE_FOR: Duration = Duration::from_secs(30);
+/// How long sends to the remote address of a closed connection are dropped rather than sent
+/// over UDP to the browser's TCP port (until its member's consent expires).
+const GONE_FOR: Duration = Duration::from_secs(60);
+/// Connections whose first check has not been seen yet, at most, and per source address.
+const MAX_UNCLAIMED: usize = 256;
+const MAX_UNCLAIMED_PER_IP: usize = 8;
+/// Connections open in the whole gateway at most.
+pub(crate) const MAX_CONNECTIONS: usize = 16_384;
+
+/// Why a connection was closed (`secrelay_ice_tcp_connections_closed_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TcpClose {
+    /// The browser closed it, or it failed.
+    Peer,
+    /// Its first datagram was not a STUN check naming a participant.
+    NoCheck,
+    /// No check of it validated within 10 s.
+    Unvalidated,
+    /// Nothing came on it for 30 s.
+    Idle,
+    /// Its participant ended.
+    Ended,
+    /// Refused at accept: too many connections open, or waiting for their first check.
+    Refused,
+}
+
+impl TcpClose {
+    /// Every reason, in the order the metrics list them.
+    pub(crate) const ALL: [TcpClose; 6] = [
+        TcpClose::Peer,
+        TcpClose::NoCheck,
+        TcpClose::Unvalidated,
+        TcpClose::Idle,
+        TcpClose::Ended,
+        TcpClose::Refused,
+    ];
+
+    /// Its label.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TcpClose::Peer => "peer",
+            TcpClose::NoCheck => "no_check",
+            TcpClose::Unvalidated => "unvalidated",
+            TcpClose::Idle => "idle",
+            TcpClose::Ended => "ended",
+            TcpClose::Refused => "refused",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Accepted; its first datagram not read yet.
+    Unclaimed,
+    /// With the worker of the participant its first check named.
+    Claimed,
+    /// A check on it validated: its address is its participant's.
+    Validated,
+}
+
+/// One browser's connection.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    stream: mio::net::TcpStream,
+    peer: SocketAddr,
+    /// What was read and not yet taken as frames.
+    rbuf: Vec<u8>,
+    /// Frames waiting to be written, from `written` on.
+    wbuf: Vec<u8>,
+    written: usize,
+    state: State,
+    opened: Instant,
+    last_in: Instant,
+    /// Registered for writable events (a write found the socket full).
+    want_write: bool,
+    /// Listed in `IceTcp::dirty`.
+    dirty: bool,
+}
+
+/// How a read of a connection ended.
+enum ReadEnd {
+    /// Nothing more now.
+    Drained,
+    /// It may have more (its share of the turn was read).
+    More,
+    /// The browser closed it, or it failed.
+    Closed,
+}
+
+impl Conn {
+    fn new(stream: mio::net::TcpStream, peer: SocketAddr, now: Instant) -> Conn {
+        Conn {
+            stream,
+            peer,
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+            written: 0,
+            state: State::Unclaimed,
+            opened: now,
+            last_in: now,
+            want_write: false,
+            dirty: false,
+        }
+    }
+
+    /// Reads up to its share of the turn, never past one whole frame's room.
+    fn read(&mut self) -> ReadEnd {
+        let mut total = 0;
+        while total < READ_PER_TURN && self.rbuf.len() < 2 + MAX_FRAME {
+            let at = self.rbuf.len();
+            let want = READ_CHUNK.min(2 + MAX_FRAME - at);
+            self.rbuf.resize(at + want, 0);
+            let r = self.stream.read(&mut self.rbuf[at..]);
+            self.rbuf.truncate(at + *r.as_ref().unwrap_or(&0));
+            match r {
+                Ok(0) => return ReadEnd::Closed,
+                Ok(n) => total += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Drained,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return ReadEnd::Closed,
+            }
+        }
+        ReadEnd::More
+    }
+
+    /// Queues `datagram`, framed; `false` when the queue has no room for it (dropped whole).
+    fn queue(&mut self, datagram: &[u8]) -> bool {
+        if self.wbuf.len() - self.written + 2 + datagram.len() > MAX_QUEUED {
+            return false;
+        }
+        write_frame(&mut self.wbuf, datagram).is_ok()
+    }
+
+    /// Writes what is queued until the socket is full.
+    fn flush(&mut self) -> io::Result<()> {
+        while self.written < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[self.written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if self.written == self.wbuf.len() {
+            self.wbuf.clear();
+            self.written = 0;
+        } else if self.written >= MAX_QUEUED / 4 {
+            self.wbuf.drain(..self.written);
+            self.written = 0;
+        }
+        Ok(())
+    }
+
+    fn waiting(&self) -> bool {
+        self.written < self.wbuf.len()
+    }
+}
+
+/// A worker's ICE-TCP side: the listener (first worker only) and its connections.
+#[derive(Debug, Default)]
+pub(super) struct IceTcp {
+    listener: Option<mio::net::TcpListener>,
+    listener_ready: bool,
+    conns: HashMap<usize, Conn>,
+    by_peer: HashMap<SocketAddr, usize>,
+    /// Remote addresses of connections closed lately, and when.
+    gone: HashMap<SocketAddr, Instant>,
+    next: usize,
+    /// Connections that may have bytes to read.
+    ready: Vec<usize>,
+    /// Connections with frames to write.
+    dirty: Vec<usize>,
+}
+
+impl IceTcp {
+    /// With `listener` (registered in the worker's poll by [`Worker::new`]).
+    pub(super) fn new(listener: Option<mio::net::TcpListener>) -> IceTcp {
+        IceTcp {
+            listener_ready: listener.is_some(),
+            listener,
+            ..IceTcp::default()
+        }
+    }
+
+    /// The listener, to register.
+    pub(super) fn listener_mut(&mut self) -> Option<&mut mio::net::TcpListener> {
+        self.listener.as_mut()
+    }
+
+    /// Whether this turn has ICE-TCP work waiting (the poll must not sleep).
+    pub(super) fn busy(&self) -> bool {
+        self.listener_ready || !self.ready.is_empty()
+    }
+
+    /// Whether datagrams to `addr` go over one of this worker's connections (or are dropped:
+    /// its connection closed lately).
+    fn carries(&self, addr: &SocketAddr) -> bool {
+        (!self.by_peer.is_empty() && self.by_peer.contains_key(addr))
+            || (!self.gone.is_empty() && self.gone.contains_key(addr))
+    }
+
+    /// Marks a poll event's connection (or the listener) ready; `false` for another token.
+    pub(super) fn on_event(&mut self, ev: &mio::event::Event) -> bool {
+        let Token(t) = ev.token();
+        if ev.token() == LISTENER {
+            self.listener_ready = true;
+            return true;
+        }
+        let Some(id) = t.checked_sub(CONN_TOKENS) else {
+            return false;
+        };
+        if let Some(c) = self.conns.get_mut(&id) {
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                self.ready.push(id);
+            }
+            if ev.is_writable() && !c.dirty {
+                c.dirty = true;
+                self.dirty.push(id);
+            }
+        }
+        true
+    }
+}
+
+impl Worker {
+    /// Accepts new connections and reads the ready ones.
+    pub(super) fn tcp_turn(&mut self) {
+        if self.tcp.listener_ready {
+            self.tcp_accept();
+        }
+        let ready = std::mem::take(&mut self.tcp.ready);
+        for id in ready {
+            self.tcp_read(id);
+        }
+    }
+
+    fn tcp_accept(&mut self) {
+        let now = Instant::now();
+        for _ in 0..ACCEPTS_PER_TURN {
+            let Some(listener) = self.tcp.listener.as_ref() else {
+                return;
+            };
+            let (stream, peer) = match listener.accept() {
+                Ok(a) => a,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.tcp.listener_ready = false;
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // Out of descriptors and the like: the next readiness tries again.
+                    tracing::warn!(worker = self.index, error = %e, "ICE-TCP accept");
+                    self.tcp.listener_ready = false;
+                    return;
+                }
+            };
+            if !self.tcp_admits(peer) {
+                self.stats.ice_tcp_closed(TcpClose::Refused);
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            self.shared.ice_tcp_open.fetch_add(1, Ordering::Relaxed);
+            self.stats.ice_tcp_accepted.fetch_add(1, Ordering::Relaxed);
+            self.tcp_insert(Conn::new(stream, peer, now));
+        }
+    }
+
+    /// Whether a new connection from `peer` is within the limits.
+    fn tcp_admits(&self, peer: SocketAddr) -> bool {
+        if self.shared.ice_tcp_open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
+            return false;
+        }
+        let unclaimed = self
+            .tcp
+            .conns
+            .values()
+            .filter(|c| c.state == State::Unclaimed);
+        let (all, same_ip) = unclaimed.fold((0, 0), |(a, s), c| {
+            (a + 1, s + usize::from(c.peer.ip() == peer.ip()))
+        });
+        all < MAX_UNCLAIMED && same_ip < MAX_UNCLAIMED_PER_IP
+    }
+
+    /// Takes `conn` into this worker's poll; it is read this turn (what it holds first).
+    fn tcp_insert(&mut self, mut conn: Conn) {
+        let id = self.tcp.next;
+        self.tcp.next += 1;
+        if let Err(e) = self.poll.registry().register(
+            &mut conn.stream,
+            Token(CONN_TOKENS + id),
+            Interest::READABLE,
+        ) {
+            tracing::error!(worker = self.index, error = %e, "registering an ICE-TCP connection");
+            self.tcp_closed(conn, TcpClose::Peer);
+            return;
+        }
+        self.tcp.gone.remove(&conn.peer);
+        self.tcp.by_peer.insert(conn.peer, id);
+        let dirty = conn.waiting();
+        self.tcp.conns.insert(id, conn);
+        self.tcp.ready.push(id);
+        if dirty {
+            self.tcp_mark_dirty(id);
+        }
+    }
+
+    /// A connection another worker accepted, for a participant of this one.
+    pub(super) fn tcp_adopt(&mut self, mut conn: Conn) {
+        conn.state = State::Claimed;
+        self.tcp_insert(conn);
+    }
+
+    fn tcp_read(&mut self, id: usize) {
+        let Some(mut conn) = self.tcp.conns.remove(&id) else {
+            return;
+        };
+        let end = conn.read();
+        let now = Instant::now();
+        let next = self.tcp_frames(&mut conn, now);
+        self.tcp.conns.insert(id, conn);
+        match (next, end) {
+            (Some(Next::HandTo(w)), _) => self.tcp_hand_to(id, w),
+            (Some(Next::Close(why)), _) => self.tcp_close(id, why),
+            (None, ReadEnd::Closed) => self.tcp_close(id, TcpClose::Peer),
+            (None, ReadEnd::More) => self.tcp.ready.push(id),
+            (None, ReadEnd::Drained) => {}
+        }
+    }
+
+    /// Hands each complete frame of `conn` to the shard; what becomes of the connection when
+    /// it is not kept here as it is.
+    fn tcp_frames(&mut self, conn: &mut Conn, now: Instant) -> Option<Next> {
+        let rbuf = std::mem::take(&mut conn.rbuf);
+        let mut taken = 0;
+        let mut next = None;
+        while let Some((frame, n)) = next_frame(&rbuf[taken..]) {
+            let d = Datagram::classify(conn.peer, frame, now);
+            if conn.state == State::Unclaimed {
+                match self.tcp_owner(&d) {
+                    Some(w) if w == self.index => conn.state = State::Claimed,
+                    // Read again there, first frame included.
+                    Some(w) => {
+                        next = Some(Next::HandTo(w));
+                        break;
+                    }
+                    None => {
+                        next = Some(Next::Close(TcpClose::NoCheck));
+                        break;
+                    }
+                }
+            }
+            taken += n;
+            conn.last_in = now;
+            self.stats.datagrams_in.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_in
+                .fetch_add(frame.len() as u64, Ordering::Relaxed);
+            if self.shard.handle(now, d) == Handled::NotOurs {
+                self.shard.count_drop(DropReason::UnknownSource);
+            }
+        }
+        conn.rbuf = rbuf;
+        conn.rbuf.drain(..taken);
+        next
+    }
+
+    /// The worker whose participant a connection's first datagram names, if it is a check.
+    fn tcp_owner(&self, d: &Datagram<'_>) -> Option<usize> {
+        let Class::Stun(facts) = d.class else {
+            return None;
+        };
+        let ufrag = facts.target_ufrag(d.bytes)?;
+        if self.shard.owns_ufrag(ufrag) {
+            return Some(self.index);
+        }
+        self.shared.directory.by_ufrag(ufrag)
+    }
+
+    /// Moves connection `id` to `worker`, with what was read of it.
+    fn tcp_hand_to(&mut self, id: usize, worker: usize) {
+        let Some(mut conn) = self.tcp_forget(id) else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let peer = &self.shared.peers[worker];
+        match peer.commands.send(Command::AdoptTcp(Box::new(conn))) {
+            Ok(()) => {
+                let _ = peer.waker.wake();
+            }
+            Err(e) => {
+                if let Command::AdoptTcp(conn) = e.into_inner() {
+                    self.tcp_closed(*conn, TcpClose::Peer);
+                }
+            }
+        }
+    }
+
+    /// Removes connection `id` from the tables (still open).
+    fn tcp_forget(&mut self, id: usize) -> Option<Conn> {
+        let conn = self.tcp.conns.remove(&id)?;
+        self.tcp.by_peer.remove(&conn.peer);
+        self.tcp.ready.retain(|r| *r != id);
+        self.tcp.dirty.retain(|r| *r != id);
+        Some(conn)
+    }
+
+    /// Closes connection `id`, counted under `why`.
+    fn tcp_close(&mut self, id: usize, why: TcpClose) {
+        if let Some(mut conn) = self.tcp_forget(id) {
+            let _ = self.poll.registry().deregister(&mut conn.stream);
+            if conn.state == State::Validated {
+                self.tcp.gone.insert(conn.peer, Instant::now());
+            }
+            self.tcp_closed(conn, why);
+        }
+    }
+
+    fn tcp_closed(&self, conn: Conn, why: TcpClose) {
+        drop(conn);
+        self.shared.ice_tcp_open.fetch_sub(1, Ordering::Relaxed);
+        self.stats.ice_tcp_closed(why);
+    }
+
+    /// Queues a datagram for `destination` if this worker reaches it over TCP: `false` when it
+    /// goes over UDP. One that finds its queue full, or its connection closed, is dropped and
+    /// counted.
+    pub(super) fn tcp_send(&mut self, destination: SocketAddr, datagram: &[u8]) -> bool {
+        if !self.tcp.carries(&destination) {
+            return false;
+        }
+        let Some(&id) = self.tcp.by_peer.get(&destination) else {
+            self.shard.count_drop(DropReason::SendFailed);
+            return true;
+        };
+        let queued = self
+            .tcp
+            .conns
+            .get_mut(&id)
+            .is_some_and(|c| c.queue(datagram));
+        if queued {
+            self.stats.datagrams_out.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .bytes_out
+                .fetch_add(datagram.len() as u64, Ordering::Relaxed);
+            self.tcp_mark_dirty(id);
+        } else {
+            self.shard.count_drop(DropReason::TcpQueueFull);
+        }
+        true
+    }
+
+    fn tcp_mark_dirty(&mut self, id: usize) {
+        if let Some(c) = self.tcp.conns.get_mut(&id) {
+            if !c.dirty {
+                c.dirty = true;
+                self.tcp.dirty.push(id);
+            }
+        }
+    }
+
+    /// Writes what the connections have queued, as far as their sockets take it.
+    pub(super) fn tcp_flush(&mut self) {
+        for id in std::mem::take(&mut self.tcp.dirty) {
+            let Some(c) = self.tcp.conns.get_mut(&id) else {
+                continue;
+            };
+            c.dirty = false;
+            if c.flush().is_err() {
+                self.tcp_close(id, TcpClose::Peer);
+                continue;
+            }
+            let want = c.waiting();
+            if want != c.want_write {
+                c.want_write = want;
+                let interest = if want {
+                    Interest::READABLE | Interest::WRITABLE
+                } else {
+                    Interest::READABLE
+                };
+                let token = Token(CONN_TOKENS + id);
+                if self
+                    .poll
+                    .registry()
+                    .reregister(&mut c.stream, token, interest)
+                    .is_err()
+                {
+                    self.tcp_close(id, TcpClose::Peer);
+                }
+            }
+        }
+    }
+
+    /// A check from `addr` validated: if it came over a connection of ours, the connection is
+    /// its participant's.
+    pub(super) fn tcp_validated(&mut self, addr: SocketAddr) {
+        if let Some(c) = self
+            .tcp
+            .by_peer
+            .get(&addr)
+            .and_then(|id| self.tcp.conns.get_mut(id))
+        {
+            c.state = State::Validated;
+        }
+    }
+
+    /// A participant ended: the connections from the addresses it used are closed, after
+    /// what was queued for them (its close_notify) is written as far as it goes.
+    pub(super) fn tcp_ended(&mut self, addrs: &[SocketAddr]) {
+        if self.tcp.by_peer.is_empty() {
+            return;
+        }
+        for a in addrs {
+            if let Some(&id) = self.tcp.by_peer.get(a) {
+                if let Some(c) = self.tcp.conns.get_mut(&id) {
+                    let _ = c.flush();
+                }
+                self.tcp_close(id, TcpClose::Ended);
+            }
+        }
+    }
+
+    /// Closes the connections that waited too long for a validated check or went silent.
+    pub(super) fn tcp_expire(&mut self, now: Instant) {
+        let expired: Vec<(usize, TcpClose)> = self
+            .tcp
+            .conns
+            .iter()
+            .filter_map(|(id, c)| match c.state {
+                State::Validated if now.saturating_duration_since(c.last_in) >= IDLE_FOR => {
+                    Some((*id, TcpClose::Idle))
+                }
+                State::Unclaimed | State::Claimed
+                    if now.saturating_duration_since(c.opened) >= UNVALIDATED_FOR =>
+                {
+                    Some((*id, TcpClose::Unvalidated))
+                }
+                _ => None,
+            })
+            .collect();
+        for (id, why) in expired {
+            self.tcp_close(id, why);
+        }
+        self.tcp
+            .gone
+            .retain(|_, t| now.saturating_duration_since(*t) < GONE_FOR);
+    }
+
+    /// Says `tcp` for the participants whose media goes over a connection of this worker.
+    pub(super) fn tcp_mark_paths(&self, rooms: &mut [RoomSnapshot]) {
+        if self.tcp.by_peer.is_empty() {
+            return;
+        }
+        let paths = rooms
+            .iter_mut()
+            .flat_map(|r| r.participants.iter_mut())
+            .filter_map(|p| p.path.as_mut());
+        for path in paths {
+            if self.tcp.by_peer.contains_key(&path.remote) {
+                path.transport = "tcp";
+            }
+        }
+    }
+}
+
+/// What becomes of a connection after its frames were read.
+enum Next {
+    /// It goes to this worker.
+    HandTo(usize),
+    /// It is closed.
+    Close(TcpClose),
+}
