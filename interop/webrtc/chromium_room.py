@@ -10,7 +10,7 @@ for them when it joined. The script drives the tabs over the DevTools protocol (
 video and plays audio from all the others, then takes a screenshot of the first page and checks
 that a remote video tile is not black. With the admin key in SECRELAY_ADMIN_KEY it also reads
 which transport each participant's media takes (`transports`: udp, or tcp for ICE-TCP) from the
-gateway's API. Each page then leaves (DELETE).
+gateway's API, and the remote address it goes to (`remotes`). Each page then leaves (DELETE).
 
 Prints one JSON line with what it measured; exit status 0 only when everything passed.
 Over HTTPS, `--ca` names the private CA's certificate, the one added trust anchor of
@@ -149,16 +149,16 @@ def non_black(tab, shot_path):
     return {"tile": box, "mean": round(mean, 1), "stddev": round(var ** 0.5, 1)}
 
 
-def transports(args):
-    """The transport the gateway's API reports for each participant's media (`udp`, `tcp`),
-    read with the admin key in SECRELAY_ADMIN_KEY while the pages play."""
+def media_paths(args):
+    """Where the gateway's API says each participant's media goes (`remote`, `transport`: udp,
+    or tcp for ICE-TCP), read with the admin key in SECRELAY_ADMIN_KEY while the pages play."""
     req = urllib.request.Request(
         f"{args.base.rstrip('/')}/api/rooms/{args.room}",
         headers={"Authorization": "Bearer " + os.environ["SECRELAY_ADMIN_KEY"]})
     ctx = ssl.create_default_context(cafile=args.ca) if args.ca else None
     with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
         room = json.load(r)
-    return sorted((p.get("path") or {}).get("transport", "none") for p in room["participants"])
+    return [p.get("path") or {} for p in room["participants"]]
 
 
 def run(args, result, work):
@@ -199,7 +199,9 @@ def run(args, result, work):
             raise RuntimeError(f"after {args.timeout} s not every page plays {want} videos and {want} audios")
         result["screenshot"] = non_black(tabs[0], args.screenshot)
         if os.environ.get("SECRELAY_ADMIN_KEY"):
-            result["transports"] = transports(args)
+            paths = media_paths(args)
+            result["transports"] = sorted(p.get("transport", "none") for p in paths)
+            result["remotes"] = sorted(p.get("remote", "") for p in paths)
         for t in tabs:
             t.eval("window.secrelay.leave()")
     finally:

@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// UDP address every participant's media uses.
     #[arg(long)]
     pub udp: Option<SocketAddr>,
+    /// An IPv6 address announced as a second host candidate (needs --udp [::]:PORT).
+    #[arg(long, value_name = "IPV6")]
+    pub announce_ipv6: Option<std::net::Ipv6Addr>,
     /// ICE over TCP (passive, RFC 6544) on this address, for browsers that can send no UDP.
     #[arg(long, value_name = "ADDR")]
     pub ice_tcp: Option<SocketAddr>,
@@ -168,6 +171,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(u) = a.udp {
         c.udp = u;
+    }
+    if let Some(ip) = a.announce_ipv6 {
+        c.announce_ipv6 = Some(ip);
     }
     if let Some(t) = a.ice_tcp {
         c.ice_tcp = Some(t);

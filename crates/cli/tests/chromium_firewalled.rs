@@ -46,8 +46,17 @@ fn sh(args: &[&str]) -> Result<(), String> {
     }
 }
 
-/// A network namespace joined to this one by a veth pair (`host` here, `.2` in it), with
-/// every outgoing UDP datagram dropped in it; removed when dropped.
+/// What the browser's network lets through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Net {
+    /// IPv4, every outgoing UDP datagram dropped.
+    NoUdp,
+    /// IPv6 only: no IPv4 address but loopback.
+    Ipv6Only,
+}
+
+/// A network namespace joined to this one by a veth pair (`host` here, the next address in
+/// it), with `Net`'s rules; removed when dropped.
 struct Firewalled {
     name: String,
     veth: String,
@@ -55,57 +64,85 @@ struct Firewalled {
 }
 
 impl Firewalled {
-    fn new() -> Result<Firewalled, String> {
+    fn new(net: Net) -> Result<Firewalled, String> {
         static MADE: AtomicU32 = AtomicU32::new(0);
         let k = MADE.fetch_add(1, Ordering::Relaxed) % 60;
         let id = std::process::id();
-        // A /30 of its own: this process's /24, the k-th namespace's four addresses in it.
-        let net = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
+        // IPv4: a /30 of its own, this process's /24, the k-th namespace's four addresses in
+        // it. IPv6: a /64 of its own under a unique-local prefix.
+        let v4 = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
+        let v6 = format!("fd5e:{:x}:{k:x}:", id % 0xffff);
+        let (host, inner_addr) = match net {
+            Net::NoUdp => (
+                format!("{v4}.{}", 4 * k + 1),
+                format!("{v4}.{}/30", 4 * k + 2),
+            ),
+            Net::Ipv6Only => (format!("{v6}:1"), format!("{v6}:2/64")),
+        };
         let ns = Firewalled {
             name: format!("secrelay-fw-{id}-{k}"),
             veth: format!("srt{}x{k}", id % 100_000),
-            host: format!("{net}.{}", 4 * k + 1),
+            host,
         };
         let inner = format!("{}n", ns.veth);
         sh(&["ip", "netns", "add", &ns.name])?;
-        // No IPv6 in it: a link-local address appearing a moment after the link comes up
-        // would be a network change to Chromium, which aborts the requests in flight.
-        for key in ["all", "default"] {
-            let k = format!("net.ipv6.conf.{key}.disable_ipv6=1");
-            sh(&["ip", "netns", "exec", &ns.name, "sysctl", "-qw", &k])?;
-        }
-        sh(&[
-            "ip", "link", "add", &ns.veth, "type", "veth", "peer", "name", &inner,
-        ])?;
-        sh(&["ip", "link", "set", &inner, "netns", &ns.name])?;
-        sh(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{}/30", ns.host),
-            "dev",
-            &ns.veth,
-        ])?;
-        sh(&["ip", "link", "set", &ns.veth, "up"])?;
         let inside = |args: &[&str]| {
             let mut all = vec!["ip", "netns", "exec", ns.name.as_str()];
             all.extend_from_slice(args);
             sh(&all)
         };
-        inside(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("{net}.{}/30", 4 * k + 2),
-            "dev",
-            &inner,
+        // No address may appear once Chromium runs: a link-local address coming up a moment
+        // after the link would be a network change to it, which aborts the requests in
+        // flight. IPv4 only: no IPv6 at all; IPv6 only: no link-local address and no
+        // duplicate address detection (addresses usable at once).
+        let sysctls: &[&str] = match net {
+            Net::NoUdp => &[
+                "net.ipv6.conf.all.disable_ipv6=1",
+                "net.ipv6.conf.default.disable_ipv6=1",
+            ],
+            Net::Ipv6Only => &[
+                "net.ipv6.conf.all.accept_dad=0",
+                "net.ipv6.conf.default.accept_dad=0",
+                "net.ipv6.conf.default.addr_gen_mode=1",
+            ],
+        };
+        for k in sysctls {
+            inside(&["sysctl", "-qw", k])?;
+        }
+        sh(&[
+            "ip", "link", "add", &ns.veth, "type", "veth", "peer", "name", &inner,
         ])?;
+        sh(&["ip", "link", "set", &inner, "netns", &ns.name])?;
+        let host_prefix = match net {
+            Net::NoUdp => format!("{}/30", ns.host),
+            Net::Ipv6Only => {
+                for k in ["addr_gen_mode=1", "accept_dad=0"] {
+                    sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.{k}", ns.veth)])?;
+                    inside(&["sysctl", "-qw", &format!("net.ipv6.conf.{inner}.{k}")])?;
+                }
+                format!("{}/64", ns.host)
+            }
+        };
+        sh(&["ip", "addr", "add", &host_prefix, "dev", &ns.veth, "nodad"])?;
+        sh(&["ip", "link", "set", &ns.veth, "up"])?;
+        inside(&["ip", "addr", "add", &inner_addr, "dev", &inner, "nodad"])?;
         inside(&["ip", "link", "set", &inner, "up"])?;
         inside(&["ip", "link", "set", "lo", "up"])?;
-        // Loopback stays open (DevTools); everything else over UDP is dropped.
-        inside(&["iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"])?;
-        inside(&["iptables", "-A", "OUTPUT", "-p", "udp", "-j", "DROP"])?;
+        if net == Net::NoUdp {
+            // Loopback stays open (DevTools); everything else over UDP is dropped.
+            inside(&["iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"])?;
+            inside(&["iptables", "-A", "OUTPUT", "-p", "udp", "-j", "DROP"])?;
+        }
         Ok(ns)
+    }
+
+    /// `host:port` (with brackets around an IPv6 host).
+    fn host_port(&self, port: u16) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{port}", self.host)
+        } else {
+            format!("{}:{port}", self.host)
+        }
     }
 
     /// UDP datagrams the rule dropped.
@@ -198,7 +235,7 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 
 /// What the test needs: Chromium, the venv's Python with the driver's modules, certutil, and
 /// a firewalled namespace.
-fn needs(test: &str) -> Option<(PathBuf, PathBuf, Firewalled)> {
+fn needs(test: &str, net: Net) -> Option<(PathBuf, PathBuf, Firewalled)> {
     let chromium = std::env::var_os("SECRELAY_CHROMIUM")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
@@ -219,7 +256,7 @@ fn needs(test: &str) -> Option<(PathBuf, PathBuf, Firewalled)> {
     } else if Command::new("certutil").arg("-H").output().is_err() {
         "no certutil (Debian package libnss3-tools)".into()
     } else {
-        match Firewalled::new() {
+        match Firewalled::new(net) {
             Ok(ns) => return Some((chromium, python, ns)),
             Err(e) => format!("no network namespace with iptables (needs root): {e}"),
         }
@@ -246,9 +283,8 @@ fn configure(dir: &Path, ns: &Firewalled, extra: &str) -> PathBuf {
     std::fs::write(
         &config,
         format!(
-            "https = \"{h}:0\"\nudp = \"{h}:0\"\nannounce = \"{h}\"\ntls_ca_dir = {ca:?}\n\
-             admin_key = \"{ADMIN_KEY}\"\n{extra}",
-            h = ns.host,
+            "https = \"{hp}\"\ntls_ca_dir = {ca:?}\nadmin_key = \"{ADMIN_KEY}\"\n{extra}",
+            hp = ns.host_port(0),
             ca = ca.to_str().unwrap()
         ),
     )
@@ -259,7 +295,7 @@ fn configure(dir: &Path, ns: &Firewalled, extra: &str) -> PathBuf {
 const ADMIN_KEY: &str = "the admin key of the firewalled Chromium tests";
 
 /// Runs two room pages in the namespace against `gw`; the script's JSON, after checking it
-/// passed and that the firewall dropped UDP.
+/// passed.
 fn two_pages(ns: &Firewalled, gw: &Gateway, python: &Path, chromium: &Path, ca: &Path) -> Value {
     let out = Command::new("ip")
         .args([
@@ -306,21 +342,47 @@ fn two_pages(ns: &Firewalled, gw: &Gateway, python: &Path, chromium: &Path, ca: 
         "the pages did not play each other: {v}\ngateway:\n{}",
         gw.log.lock().unwrap()
     );
-    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
     v
+}
+
+#[test]
+fn chromium_on_an_ipv6_only_network_plays_through_a_dual_stack_gateway() {
+    let test = "chromium_on_an_ipv6_only_network_plays_through_a_dual_stack_gateway";
+    let _one = one_at_a_time();
+    let Some((chromium, python, ns)) = needs(test, Net::Ipv6Only) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // One dual-stack socket; the IPv4 candidate (this machine's default address) is out of
+    // the namespace's reach, the IPv6 one is the veth's.
+    let media = format!("udp = \"[::]:0\"\nannounce_ipv6 = \"{}\"\n", ns.host);
+    let config = configure(dir.path(), &ns, &media);
+    let gw = Gateway::start(&config);
+    let v = two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
+    assert_eq!(v["transports"], serde_json::json!(["udp", "udp"]), "{v}");
+    for r in v["remotes"].as_array().expect("remotes") {
+        let remote: SocketAddr = r.as_str().unwrap().parse().unwrap();
+        assert!(remote.is_ipv6(), "{v}");
+    }
 }
 
 #[test]
 fn chromium_that_can_send_no_udp_plays_over_ice_tcp() {
     let test = "chromium_that_can_send_no_udp_plays_over_ice_tcp";
     let _one = one_at_a_time();
-    let Some((chromium, python, ns)) = needs(test) else {
+    let Some((chromium, python, ns)) = needs(test, Net::NoUdp) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = configure(dir.path(), &ns, &format!("ice_tcp = \"{}:0\"\n", ns.host));
+    let media = format!(
+        "udp = \"{h}\"\nannounce = \"{}\"\nice_tcp = \"{h}\"\n",
+        ns.host,
+        h = ns.host_port(0)
+    );
+    let config = configure(dir.path(), &ns, &media);
     let gw = Gateway::start(&config);
     let v = two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
+    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
     // Both pages' media over their TCP connections, as the API reported while they played.
     assert_eq!(v["transports"], serde_json::json!(["tcp", "tcp"]), "{v}");
     assert!(gw.metric("secrelay_ice_tcp_connections_accepted_total") >= 2.0);
@@ -330,17 +392,20 @@ fn chromium_that_can_send_no_udp_plays_over_ice_tcp() {
 fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port() {
     let test = "chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port";
     let _one = one_at_a_time();
-    let Some((chromium, python, ns)) = needs(test) else {
+    let Some((chromium, python, ns)) = needs(test, Net::NoUdp) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let config = configure(
-        dir.path(),
-        &ns,
-        "turn_tls = true\nturn_secret = \"a secret of this test only, 32 bytes\"\n",
+    let media = format!(
+        "udp = \"{}\"\nannounce = \"{}\"\nturn_tls = true\n\
+         turn_secret = \"a secret of this test only, 32 bytes\"\n",
+        ns.host_port(0),
+        ns.host
     );
+    let config = configure(dir.path(), &ns, &media);
     let gw = Gateway::start(&config);
     two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
+    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
     // Only TURN over TLS could carry it: the browser's UDP was dropped, the gateway offers no
     // other TURN.
     assert!(gw.metric("secrelay_turn_allocations_made_total") >= 2.0);

@@ -7,13 +7,11 @@
 //! another viewer of the same room, on the same worker, hears everything.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_testkit::browser::{
-    answer_candidate, answer_tcp_candidate, Browser, Direction, Inbound,
-};
+use secrelay_testkit::browser::{Browser, Direction, Inbound};
 use secrelay_testkit::Signaling;
 use secrelay_wire::framing::{next_frame, write_frame};
 use secrelay_wire::sdp::parse_offer;
@@ -33,14 +31,15 @@ enum Wire {
 
 impl Wire {
     fn udp(gateway: SocketAddr) -> Wire {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let socket = UdpSocket::bind(SocketAddr::new(loopback(gateway.ip()), 0)).unwrap();
         socket.set_nonblocking(true).unwrap();
         Wire::Udp { socket, gateway }
     }
 
     /// A connection to `gateway` whose receive buffer is `rcvbuf` bytes when given.
     fn tcp(gateway: SocketAddr, rcvbuf: Option<usize>) -> Wire {
-        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let s = socket2::Socket::new(socket2::Domain::for_address(gateway), socket2::Type::STREAM, None)
+            .unwrap();
         if let Some(n) = rcvbuf {
             s.set_recv_buffer_size(n).unwrap();
         }
@@ -107,6 +106,47 @@ impl Wire {
     }
 }
 
+/// The loopback address of `ip`'s family.
+fn loopback(ip: IpAddr) -> IpAddr {
+    if ip.is_ipv4() {
+        Ipv4Addr::LOCALHOST.into()
+    } else {
+        Ipv6Addr::LOCALHOST.into()
+    }
+}
+
+/// How a simulated browser reaches the gateway: which of the answer's candidates it uses.
+#[derive(Debug, Clone, Copy, Default)]
+struct Way {
+    /// Over TCP (the passive candidate), else UDP.
+    tcp: bool,
+    /// To the IPv6 candidate, else the IPv4 one.
+    v6: bool,
+    /// The TCP connection's receive buffer, when set.
+    rcvbuf: Option<usize>,
+}
+
+const UDP: Way = Way {
+    tcp: false,
+    v6: false,
+    rcvbuf: None,
+};
+const TCP: Way = Way {
+    tcp: true,
+    v6: false,
+    rcvbuf: None,
+};
+
+/// The answer's candidate for `way`.
+fn candidate(answer: &str, way: Way) -> Option<SocketAddr> {
+    answer.lines().find_map(|l| {
+        let f: Vec<&str> = l.strip_prefix("a=candidate:")?.split(' ').collect();
+        let addr = SocketAddr::new(f.get(4)?.parse().ok()?, f.get(5)?.parse().ok()?);
+        let transport = if way.tcp { "tcp" } else { "udp" };
+        (f.get(2) == Some(&transport) && addr.is_ipv6() == way.v6).then_some(addr)
+    })
+}
+
 /// A simulated browser in a room, over UDP or TCP.
 struct Client {
     browser: Browser,
@@ -119,8 +159,8 @@ struct Client {
 }
 
 impl Client {
-    /// Joins `room` by WHIP (sends) or WHEP (receives), over TCP when `tcp`.
-    fn join(sig: &Signaling, room: &str, sends: bool, tcp: Option<Option<usize>>) -> Client {
+    /// Joins `room` by WHIP (sends) or WHEP (receives), the way `way` says.
+    fn join(sig: &Signaling, room: &str, sends: bool, way: Way) -> Client {
         let mut browser = Browser::random(0);
         let (path, direction) = if sends {
             (format!("/whip/{room}"), Direction::SendOnly)
@@ -131,12 +171,12 @@ impl Client {
         let (status, location, body) = sig.post_offer(&path, &offer).unwrap();
         assert_eq!(status, 201, "{body}");
         browser.set_answer(parse_offer(&body).unwrap());
-        let wire = match tcp {
-            Some(rcvbuf) => Wire::tcp(
-                answer_tcp_candidate(&body).expect("a passive TCP candidate in the answer"),
-                rcvbuf,
-            ),
-            None => Wire::udp(answer_candidate(&body).unwrap()),
+        let to = candidate(&body, way)
+            .unwrap_or_else(|| panic!("no candidate for {way:?} in the answer:\n{body}"));
+        let wire = if way.tcp {
+            Wire::tcp(to, way.rcvbuf)
+        } else {
+            Wire::udp(to)
         };
         Client {
             browser,
@@ -206,6 +246,21 @@ fn start() -> Server {
     .unwrap()
 }
 
+/// A gateway on dual-stack sockets, announcing 127.0.0.1 and ::1 over UDP and TCP.
+fn start_dual_stack() -> Server {
+    Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "[::]:0".parse().unwrap(),
+        announce: Some(Ipv4Addr::LOCALHOST.into()),
+        announce_ipv6: Some(Ipv6Addr::LOCALHOST),
+        ice_tcp: Some("[::]:0".parse().unwrap()),
+        workers: 2,
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap()
+}
+
 fn admin(s: &Server) -> Signaling {
     Signaling::new(s.url()).with_admin(s.admin_key().expose())
 }
@@ -259,8 +314,8 @@ fn a_browser_that_speaks_only_tcp_hears_rooms_of_both_workers() {
     };
     let rooms = [room_of(0), room_of(1)];
     for room in &rooms {
-        let mut publisher = Client::join(&sig, room, true, None);
-        let mut viewer = Client::join(&sig, room, false, Some(None));
+        let mut publisher = Client::join(&sig, room, true, UDP);
+        let mut viewer = Client::join(&sig, room, false, TCP);
         connect(&mut [&mut publisher, &mut viewer]);
         let end = Instant::now() + Duration::from_secs(2);
         let mut sent = 0;
@@ -306,10 +361,74 @@ fn a_browser_that_speaks_only_tcp_hears_rooms_of_both_workers() {
 }
 
 #[test]
+fn browsers_of_both_families_over_udp_and_tcp_hear_each_other_on_a_dual_stack_gateway() {
+    let s = start_dual_stack();
+    let sig = Signaling::new(s.url());
+    let admin = admin(&s);
+    let room = "dual-stack";
+    // One publisher on IPv4 and one on IPv6 (UDP); viewers of each family over UDP and TCP.
+    let mut publishers = [
+        Client::join(&sig, room, true, UDP),
+        Client::join(&sig, room, true, Way { v6: true, ..UDP }),
+    ];
+    let ways = [UDP, Way { v6: true, ..UDP }, TCP, Way { v6: true, ..TCP }];
+    let mut viewers: Vec<Client> = ways
+        .iter()
+        .map(|w| Client::join(&sig, room, false, *w))
+        .collect();
+    {
+        let mut all: Vec<&mut Client> = publishers.iter_mut().chain(viewers.iter_mut()).collect();
+        connect(&mut all);
+    }
+    let mut sent = 0;
+    for _ in 0..100 {
+        for p in publishers.iter_mut() {
+            p.send_media(160);
+            p.drive();
+        }
+        sent += 2;
+        for v in viewers.iter_mut() {
+            v.drive();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for _ in 0..25 {
+        viewers.iter_mut().for_each(|v| {
+            v.drive();
+        });
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for (v, way) in viewers.iter().zip(ways) {
+        // Both publishers' packets: an offer without `a=mid` extensions gets every stream on
+        // its one section.
+        eprintln!("{way:?}: heard {} of {sent}", v.rtp);
+        assert!(v.rtp * 10 >= sent * 9, "{way:?}: heard {} of {sent}", v.rtp);
+        let (status, body) = admin.get(&format!("/api/rooms/{room}")).unwrap();
+        assert_eq!(status, 200);
+        let room_v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let id = v.location.rsplit('/').next().unwrap();
+        let p = room_v["participants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["id"] == id)
+            .unwrap();
+        let remote: SocketAddr = p["path"]["remote"].as_str().unwrap().parse().unwrap();
+        // Each by its own family's address (an IPv4 browser is not `::ffff:127.0.0.1`).
+        assert_eq!(remote.is_ipv6(), way.v6, "{way:?}: {remote}");
+        assert_eq!(
+            p["path"]["transport"],
+            if way.tcp { "tcp" } else { "udp" },
+            "{way:?}"
+        );
+    }
+}
+
+#[test]
 fn a_connection_that_is_not_a_browser_is_closed() {
     let s = start();
     let admin = admin(&s);
-    let tcp = s.gateway().tcp_candidate().unwrap();
+    let tcp = s.gateway().tcp_candidates()[0];
     // Something that is not a check: closed at once.
     let mut c = TcpStream::connect(tcp).unwrap();
     c.write_all(b"\x00\x05hello").unwrap();
@@ -354,9 +473,17 @@ fn a_stalled_tcp_reader_loses_datagrams_whole_and_holds_up_no_one() {
     let sig = Signaling::new(s.url());
     let admin = admin(&s);
     let room = "tcp-stall";
-    let mut publisher = Client::join(&sig, room, true, None);
-    let mut reader = Client::join(&sig, room, false, Some(None));
-    let mut stalled = Client::join(&sig, room, false, Some(Some(4096)));
+    let mut publisher = Client::join(&sig, room, true, UDP);
+    let mut reader = Client::join(&sig, room, false, TCP);
+    let mut stalled = Client::join(
+        &sig,
+        room,
+        false,
+        Way {
+            rcvbuf: Some(4096),
+            ..TCP
+        },
+    );
     connect(&mut [&mut publisher, &mut reader, &mut stalled]);
     stalled.reading = false;
     // 1,000-byte packets, as fast as the publisher goes, until the stalled viewer's queue at

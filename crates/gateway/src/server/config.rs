@@ -78,6 +78,11 @@ pub struct ServeConfig {
     /// The address written as the host candidate in answers (default: `udp`'s address, or when
     /// that is unspecified, the address of the interface with the default route).
     pub announce: Option<IpAddr>,
+    /// An IPv6 address written as a second host candidate, beside `announce`'s, for browsers
+    /// that reach the gateway over IPv6: needs `udp` on `[::]` (one dual-stack socket takes
+    /// both families; IPv4 peers keep their IPv4 addresses). ICE-TCP on `[::]` announces both
+    /// too. None by default.
+    pub announce_ipv6: Option<std::net::Ipv6Addr>,
     /// Packet workers (each with its own SO_REUSEPORT socket on `udp`); 0 = one per core.
     pub workers: usize,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
@@ -320,6 +325,7 @@ impl Default for ServeConfig {
             ng: None,
             ng_allow: Vec::new(),
             announce: None,
+            announce_ipv6: None,
             ice_tcp: None,
             workers: 0,
             cert_type: KeyType::EcdsaP256.name().into(),
@@ -479,6 +485,14 @@ impl ServeConfig {
         }
         self.rtp_port_range()?;
         self.ng_allowed()?;
+        if let Some(ip) = self.announce_ipv6 {
+            if !(self.udp.is_ipv6() && self.udp.ip().is_unspecified()) {
+                return Err(ConfigError(format!(
+                    "announce_ipv6 = \"{ip}\": udp {} takes no IPv6 peers beside IPv4 ones; bind it on [::]:PORT (dual-stack)",
+                    self.udp
+                )));
+            }
+        }
         for (name, v) in [
             ("shed_handshakes_at", self.shed_handshakes_at),
             ("shed_joins_at", self.shed_joins_at),

@@ -1256,8 +1256,11 @@ async fn patch_resource(
                 "a=ice-lite\r\na=ice-ufrag:{}\r\na=ice-pwd:{}\r\n",
                 local.ufrag, local.pwd
             );
-            let tcp: Vec<std::net::SocketAddr> = s.gateway.tcp_candidate().into_iter().collect();
-            secrelay_wire::sdp::write_candidates(&mut frag, &[s.gateway.candidate()], &tcp);
+            secrelay_wire::sdp::write_candidates(
+                &mut frag,
+                s.gateway.candidates(),
+                s.gateway.tcp_candidates(),
+            );
             frag.push_str("a=end-of-candidates\r\n");
             let mut r = (StatusCode::OK, frag).into_response();
             let h = r.headers_mut();

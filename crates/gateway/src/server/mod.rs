@@ -263,6 +263,15 @@ impl std::error::Error for StartError {}
 /// The address the host candidate announces when none is configured: the UDP address if it is
 /// specific, else the source address the kernel would use toward the default route (no packet
 /// is sent), else loopback.
+/// Whether a socket bound on `bound` takes peers that reach it at `ip`: an unspecified IPv6
+/// address is dual-stack, an unspecified IPv4 one takes IPv4, a specific one its own family.
+fn reaches(bound: IpAddr, ip: IpAddr) -> bool {
+    match bound {
+        IpAddr::V6(b) if b.is_unspecified() => true,
+        b => b.is_ipv4() == ip.is_ipv4(),
+    }
+}
+
 fn default_announce(udp: SocketAddr) -> IpAddr {
     if !udp.ip().is_unspecified() {
         return udp.ip();
@@ -284,8 +293,10 @@ pub struct Gateway {
     threads: Mutex<Vec<JoinHandle<()>>>,
     udp_addr: SocketAddr,
     candidate: SocketAddr,
-    /// The passive ICE-TCP candidate, when `ice_tcp` is set.
-    tcp_candidate: Option<SocketAddr>,
+    /// Every UDP host candidate (`candidate` first).
+    candidates: Vec<SocketAddr>,
+    /// The passive ICE-TCP candidates, when `ice_tcp` is set.
+    tcp_candidates: Vec<SocketAddr>,
     admitting: AtomicBool,
     fingerprint: String,
     /// Telephony legs' media interfaces (`interfaces`), the first the default.
@@ -351,21 +362,27 @@ impl Gateway {
                 .unwrap_or_else(|| default_announce(udp_addr)),
             udp_addr.port(),
         );
-        let ice_tcp = config
-            .ice_tcp
-            .map(|a| {
-                let l = std::net::TcpListener::bind(a)
-                    .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        // The host candidates: `announce`'s, and `announce_ipv6`'s on a dual-stack socket.
+        let mut candidates = vec![candidate];
+        candidates.extend(
+            config
+                .announce_ipv6
+                .map(|ip| SocketAddr::new(ip.into(), udp_addr.port()))
+                .filter(|c| *c != candidate),
+        );
+        let (mut ice_tcp, tcp_candidates) = match config.ice_tcp {
+            Some(a) => {
+                let (l, port) = worker::bind_ice_tcp(a)
                     .map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?;
-                let port = l
-                    .local_addr()
-                    .map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?
-                    .port();
-                Ok::<_, StartError>((l, SocketAddr::new(candidate.ip(), port)))
-            })
-            .transpose()?;
-        let tcp_candidate = ice_tcp.as_ref().map(|(_, c)| *c);
-        let mut ice_tcp = ice_tcp.map(|(l, _)| l);
+                let tcp = candidates
+                    .iter()
+                    .filter(|c| reaches(a.ip(), c.ip()))
+                    .map(|c| SocketAddr::new(c.ip(), port))
+                    .collect();
+                (Some(l), tcp)
+            }
+            None => (None, Vec::new()),
+        };
         let interfaces = interfaces::configured(&config.interfaces, udp_addr.ip(), candidate.ip())
             .map_err(|e| StartError(e.to_string()))?;
         let shard_config = ShardConfig {
@@ -375,8 +392,8 @@ impl Gateway {
                     consent_timeout: config.consent_timeout(),
                     ..IceConfig::default()
                 },
-                candidates: vec![candidate],
-                tcp_candidates: tcp_candidate.into_iter().collect(),
+                candidates: candidates.clone(),
+                tcp_candidates: tcp_candidates.clone(),
                 srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
                 ..WebRtcConfig::default()
             },
@@ -467,7 +484,10 @@ impl Gateway {
             }
         }
         tracing::info!(udp = %udp_addr, candidate = %candidate, workers = n, "media port open");
-        if let Some(c) = tcp_candidate {
+        for c in &candidates[1..] {
+            tracing::info!(candidate = %c, "media port announced also");
+        }
+        for c in &tcp_candidates {
             tracing::info!(candidate = %c, "ICE-TCP port open");
         }
         Ok(Arc::new(Gateway {
@@ -477,7 +497,8 @@ impl Gateway {
             threads: Mutex::new(threads),
             udp_addr,
             candidate,
-            tcp_candidate,
+            candidates,
+            tcp_candidates,
             admitting: AtomicBool::new(true),
             fingerprint,
             interfaces,
@@ -499,9 +520,14 @@ impl Gateway {
         self.candidate
     }
 
-    /// The passive ICE-TCP candidate written into answers, when `ice_tcp` is set.
-    pub fn tcp_candidate(&self) -> Option<SocketAddr> {
-        self.tcp_candidate
+    /// Every UDP host candidate written into answers (the first is [`Gateway::candidate`]).
+    pub fn candidates(&self) -> &[SocketAddr] {
+        &self.candidates
+    }
+
+    /// The passive ICE-TCP candidates written into answers (none without `ice_tcp`).
+    pub fn tcp_candidates(&self) -> &[SocketAddr] {
+        &self.tcp_candidates
     }
 
     /// Our certificate's fingerprint (`sha-256 AB:…`).

@@ -27,14 +27,13 @@ pub(crate) fn ensure_free(addr: SocketAddr) -> io::Result<()> {
 
 /// A non-blocking UDP socket bound with SO_REUSEPORT (so every worker can bind the same port
 /// and the kernel spreads flows across them), with large kernel buffers. No SO_REUSEADDR: on
-/// UDP it would let any process that sets it too bind the same port.
+/// UDP it would let any process that sets it too bind the same port. On `[::]` it is
+/// dual-stack: IPv4 peers reach it too (their addresses read as IPv4 ones, see [`to_std`]).
 pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let domain = if addr.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        s.set_only_v6(false)?;
+    }
     s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;
     // Bursts from many participants at once: keep them in the kernel rather than drop them.
@@ -45,14 +44,12 @@ pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
 }
 
 /// A non-blocking UDP socket of a telephony leg's own (no SO_REUSEPORT: the port is this
-/// leg's alone), with the same kernel buffers as the shared one.
+/// leg's alone), with the same kernel buffers as the shared one; dual-stack on `[::]` too.
 pub(crate) fn bind_leg(addr: SocketAddr) -> io::Result<UdpSocket> {
-    let domain = if addr.is_ipv4() {
-        Domain::IPV4
-    } else {
-        Domain::IPV6
-    };
-    let s = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        s.set_only_v6(false)?;
+    }
     s.set_nonblocking(true)?;
     let _ = s.set_recv_buffer_size(1 << 20);
     let _ = s.set_send_buffer_size(1 << 20);
@@ -60,12 +57,35 @@ pub(crate) fn bind_leg(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
+/// A source address as the gateway keeps it: an IPv4 peer of a dual-stack socket (which the
+/// kernel names `::ffff:a.b.c.d`) as the IPv4 address it is, so that it is one peer whichever
+/// socket it reached, and ICE answers it with its IPv4 address.
 fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = a.as_sockaddr_in() {
         return Some(SocketAddr::from(*v4));
     }
     a.as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6(std::net::SocketAddrV6::from(*v6)))
+        .map(|v6| canonical(SocketAddr::V6(std::net::SocketAddrV6::from(*v6))))
+}
+
+/// `addr` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) read as the IPv4 one.
+pub(crate) fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
+    }
+}
+
+/// The address to send to `to` from a socket of the family `v6` says: an IPv4 peer of an IPv6
+/// (dual-stack) socket by its IPv4-mapped address.
+fn on_family(to: SocketAddr, v6: bool) -> SocketAddr {
+    match to {
+        SocketAddr::V4(v4) if v6 => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
+        other => other,
+    }
 }
 
 /// Receive side: `BATCH` buffers and the headers `recvmmsg` fills.
@@ -137,6 +157,8 @@ impl RecvBatch {
 pub(crate) struct SendBatch {
     headers: MultiHeaders<SockaddrStorage>,
     items: Vec<(SocketAddr, Vec<u8>)>,
+    /// The socket it is flushed to is IPv6 (IPv4 peers are sent to by mapped address).
+    v6: bool,
 }
 
 impl Default for SendBatch {
@@ -144,6 +166,7 @@ impl Default for SendBatch {
         SendBatch {
             headers: MultiHeaders::preallocate(BATCH, None),
             items: Vec::with_capacity(BATCH),
+            v6: false,
         }
     }
 }
@@ -168,6 +191,16 @@ pub(crate) struct Flushed {
 }
 
 impl SendBatch {
+    /// A batch for `socket`, sent to by the addresses its family takes.
+    pub fn for_socket(socket: &impl AsRawFd) -> SendBatch {
+        let v6 = nix::sys::socket::getsockname::<SockaddrStorage>(socket.as_raw_fd())
+            .is_ok_and(|a| a.as_sockaddr_in6().is_some());
+        SendBatch {
+            v6,
+            ..SendBatch::default()
+        }
+    }
+
     /// Queues the datagram in `buf` (the buffer itself: its bytes are sent from there).
     pub fn push(&mut self, to: SocketAddr, buf: Vec<u8>) {
         self.items.push((to, buf));
@@ -190,8 +223,11 @@ impl SendBatch {
                 Some((_, buf)) => [IoSlice::new(buf)],
                 None => [IoSlice::new(&[])],
             });
-            let addrs: [Option<SockaddrStorage>; BATCH] =
-                std::array::from_fn(|i| chunk.get(i).map(|(to, _)| SockaddrStorage::from(*to)));
+            let addrs: [Option<SockaddrStorage>; BATCH] = std::array::from_fn(|i| {
+                chunk
+                    .get(i)
+                    .map(|(to, _)| SockaddrStorage::from(on_family(*to, self.v6)))
+            });
             let n = chunk.len();
             match sendmmsg(
                 socket.as_raw_fd(),
@@ -234,6 +270,39 @@ impl SendBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dual_stack_socket_talks_to_ipv4_and_ipv6_peers_by_their_own_addresses() {
+        let gw = bind_reuseport("[::]:0".parse().unwrap()).unwrap();
+        let port = gw.local_addr().unwrap().port();
+        let mut out = SendBatch::for_socket(&gw);
+        let mut rx = RecvBatch::default();
+        for (peer, gw_addr) in [
+            ("127.0.0.1:0", SocketAddr::from(([127, 0, 0, 1], port))),
+            ("[::1]:0", SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port))),
+        ] {
+            let p = UdpSocket::bind(peer).unwrap();
+            p.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            p.send_to(b"check", gw_addr).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let from = loop {
+                if rx.recv(&gw).unwrap() > 0 {
+                    break rx.get(0).0.unwrap();
+                }
+                assert!(std::time::Instant::now() < deadline, "nothing from {peer}");
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            };
+            // The peer's own address, of its own family (not `::ffff:127.0.0.1`).
+            assert_eq!(from, p.local_addr().unwrap());
+            out.push(from, b"answer".to_vec());
+            assert_eq!(out.flush(&gw, drop).sent, 1);
+            let mut buf = [0u8; 16];
+            let (n, src) = p.recv_from(&mut buf).unwrap();
+            assert_eq!(&buf[..n], b"answer");
+            assert_eq!(src.port(), port);
+        }
+    }
 
     #[test]
     fn a_batch_goes_out_and_comes_back_in() {

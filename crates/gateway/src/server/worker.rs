@@ -44,7 +44,7 @@ use secrelay_wire::sdp_rtp::RtpDescription;
 
 mod ice_tcp;
 use ice_tcp::IceTcp;
-pub(crate) use ice_tcp::TcpClose;
+pub(crate) use ice_tcp::{bind_ice_tcp, TcpClose};
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
@@ -287,6 +287,15 @@ struct Outbox {
     origin: Vec<Option<Instant>>,
 }
 
+impl Outbox {
+    fn for_socket(socket: &mio::net::UdpSocket) -> Outbox {
+        Outbox {
+            batch: SendBatch::for_socket(socket),
+            origin: Vec::new(),
+        }
+    }
+}
+
 /// A telephony leg's socket and its queue.
 struct LegSocket {
     socket: mio::net::UdpSocket,
@@ -349,6 +358,7 @@ impl Worker {
             poll.registry()
                 .register(l, ice_tcp::LISTENER, Interest::READABLE)?;
         }
+        let out = Outbox::for_socket(&socket);
         let peers = shared.peers.len();
         let admission = Admission::new(shared.admission);
         Ok(Worker {
@@ -362,7 +372,7 @@ impl Worker {
             remote: HashMap::new(),
             remote_gen: 0,
             recv: Some(RecvBatch::default()),
-            out: Outbox::default(),
+            out,
             legs: HashMap::new(),
             ready_legs: Vec::new(),
             dirty_legs: Vec::new(),
@@ -684,8 +694,8 @@ impl Worker {
             self.legs.insert(
                 port,
                 LegSocket {
+                    out: Outbox::for_socket(&socket),
                     socket,
-                    out: Outbox::default(),
                 },
             );
             // Anything that arrived before the registration is read on the next turn.

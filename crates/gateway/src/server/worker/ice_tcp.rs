@@ -76,6 +76,26 @@ pub(crate) enum TcpClose {
     Refused,
 }
 
+/// The non-blocking listener for `addr` (on `[::]` dual-stack: IPv4 browsers too) and its port.
+pub(crate) fn bind_ice_tcp(addr: SocketAddr) -> io::Result<(std::net::TcpListener, u16)> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if addr.is_ipv6() && addr.ip().is_unspecified() {
+        s.set_only_v6(false)?;
+    }
+    // A restarted gateway binds again at once, its old connections in TIME_WAIT or not.
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    let l = std::net::TcpListener::from(s);
+    let port = l.local_addr()?.port();
+    Ok((l, port))
+}
+
 impl TcpClose {
     /// Every reason, in the order the metrics list them.
     pub(crate) const ALL: [TcpClose; 6] = [
@@ -294,7 +314,8 @@ impl Worker {
                 return;
             };
             let (stream, peer) = match listener.accept() {
-                Ok(a) => a,
+                // An IPv4 browser on a dual-stack listener: by its IPv4 address, as over UDP.
+                Ok((stream, peer)) => (stream, super::super::udp::canonical(peer)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     self.tcp.listener_ready = false;
                     return;
