@@ -43,7 +43,7 @@ pub struct DemoArgs {
     /// Write the summary as JSON to this file.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
-    /// The gateway's logs, on stderr (`--log trace`, `--log secrelay_gateway=debug`, …).
+    /// The gateway's logs, on stderr (`--log trace`, `--log secrelay_core=debug`, …).
     #[command(flatten)]
     pub logs: crate::logs::LogArgs,
     /// Append the simulated clients' SRTP keys to this file, a line per secret (their address,

@@ -18,7 +18,7 @@ pub enum LogFormat {
 /// `--log` and `--log-format`.
 #[derive(Args, Debug, Clone)]
 pub struct LogArgs {
-    /// Log filter in tracing's syntax (`info`, `warn,secrelay_gateway=debug`). Given, it wins
+    /// Log filter in tracing's syntax (`info`, `warn,secrelay_core=debug`). Given, it wins
     /// over RUST_LOG; without it RUST_LOG is used when set, else the command's default
     /// (serve: info, demo: warn).
     #[arg(long, value_name = "FILTER")]

@@ -7,6 +7,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod ca;
 mod capture;
+#[cfg(feature = "demo")]
 mod demo;
 #[cfg(feature = "lab")]
 mod lab;
@@ -36,6 +37,22 @@ mod token;
 type LabCli = lab::LabCommand;
 #[cfg(not(feature = "lab"))]
 type LabCli = no_lab::NoLab;
+
+/// What `secrelay demo` takes: the demo's flags, or (built without it) anything, refused.
+#[cfg(feature = "demo")]
+type DemoCli = demo::DemoArgs;
+#[cfg(not(feature = "demo"))]
+type DemoCli = no_lab::NoDemo;
+
+#[cfg(feature = "demo")]
+fn run_demo(a: &DemoCli) -> anyhow::Result<()> {
+    demo::run(a)
+}
+
+#[cfg(not(feature = "demo"))]
+fn run_demo(a: &DemoCli) -> anyhow::Result<()> {
+    no_lab::run_demo(a)
+}
 
 #[cfg(feature = "lab")]
 fn run_lab(c: LabCli) -> anyhow::Result<()> {
@@ -75,6 +92,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 enum Command {
     /// SRTP tools: decrypt or encrypt captures, make keys, list profiles.
@@ -83,7 +102,7 @@ enum Command {
     /// The gateway: WebRTC participants over WHIP, WHEP and room joins on one UDP port.
     Serve(serve::ServeArgs),
     /// A gateway in-process with simulated participants calling through it over real sockets.
-    Demo(demo::DemoArgs),
+    Demo(DemoCli),
     /// Private CA for lab set-ups, and certificate fingerprints for SDP.
     #[command(subcommand)]
     Ca(ca::CaCommand),
@@ -176,7 +195,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Serve(a) => serve::run(&a),
-        Command::Demo(a) => demo::run(&a),
+        Command::Demo(a) => run_demo(&a),
         Command::Ca(c) => ca::run(&c),
         Command::Token(c) => token::run(c),
         Command::Lab(c) => run_lab(c),

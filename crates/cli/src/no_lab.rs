@@ -1,9 +1,10 @@
-//! `secrelay lab …` in a build without the lab (`--no-default-features`): every study is
-//! refused with a message that says how the binary was built. Compiled in every build (and
-//! tested in the default one), so the lab-less binary's only code of its own cannot rot.
-#![cfg_attr(feature = "lab", allow(dead_code))]
+//! `secrelay lab …` and `secrelay demo` in the deployment build (`--no-default-features`),
+//! which leaves out the lab and the demo's simulated participants (the test kit): refused
+//! with a message that says how the binary was built. Compiled in every build (and tested in
+//! the default one), so the deployment binary's only code of its own cannot rot.
+#![cfg_attr(all(feature = "lab", feature = "demo"), allow(dead_code))]
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 
 /// Whatever follows `lab` in a build without it.
 #[derive(Subcommand, Debug)]
@@ -24,6 +25,21 @@ pub fn run(c: NoLab) -> anyhow::Result<()> {
     ))
 }
 
+/// Whatever follows `demo` in a build without it.
+#[derive(Args, Debug)]
+pub struct NoDemo {
+    /// The demo's flags.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<String>,
+}
+
+/// Refuses the demo, naming the build.
+pub fn run_demo(_: &NoDemo) -> anyhow::Result<()> {
+    Err(anyhow::anyhow!(
+        "demo: this secrelay was built without the demo (cargo feature `demo`, on by default; a          deployment build leaves it and its simulated participants out); build it with `cargo          build --release -p secrelay` to run the demo"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -33,6 +49,20 @@ mod tests {
     struct Cli {
         #[command(subcommand)]
         lab: NoLab,
+    }
+
+    #[derive(Parser, Debug)]
+    struct DemoCli {
+        #[command(flatten)]
+        demo: NoDemo,
+    }
+
+    #[test]
+    fn the_demo_is_refused_with_the_build_named() {
+        let cli = DemoCli::try_parse_from(["secrelay-demo", "--seconds", "3"]).unwrap();
+        let e = run_demo(&cli.demo).unwrap_err().to_string();
+        assert!(e.starts_with("demo: "), "{e}");
+        assert!(e.contains("without the demo"), "{e}");
     }
 
     #[test]

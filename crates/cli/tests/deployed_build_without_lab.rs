@@ -1,10 +1,11 @@
-//! The binary operators deploy (`serve`, `srtp`, `ca`, `demo`) builds without the lab and links
-//! none of the weak or pre-release crypto the lab measures, nor its plotting or peer stacks.
+//! The binary operators deploy (`serve`, `srtp`, `ca`, `token`) builds without the lab and the
+//! demo, and links none of the weak or pre-release crypto the lab measures, nor its plotting
+//! or peer stacks, nor the test kit's simulated clients.
 
 use std::process::Command;
 
-/// The crates the lab brings that a deployed gateway must not link.
-const LAB_ONLY: [&str; 8] = [
+/// The crates the lab and the demo bring that a deployed gateway must not link.
+const LAB_ONLY: [&str; 9] = [
     "des",
     "rc4",
     "p192",
@@ -13,6 +14,7 @@ const LAB_ONLY: [&str; 8] = [
     "plotters",
     "webrtc-srtp",
     "secrelay-lab",
+    "secrelay-testkit",
 ];
 
 /// The package names in `cargo tree -p secrelay` (normal dependencies) with these flags.

@@ -178,7 +178,6 @@ pub struct Transmit<'a> {
 
 /// Something the shard's owner must act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Event {
     /// Datagrams from this address belong to this shard from now on.
     AddressOwned(SocketAddr),

@@ -10,9 +10,10 @@ thread_local! {
     static COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// One more copy of packet bytes on this thread.
+/// One more copy of packet bytes on this thread (the core's copies, and a server's: a
+/// worker handing a datagram to another copies it).
 #[inline]
-pub(crate) fn count() {
+pub fn count() {
     #[cfg(feature = "copy-count")]
     COPIES.with(|c| c.set(c.get() + 1));
 }
