@@ -220,7 +220,7 @@ impl Room {
     fn stream_of(&mut self, ix: u32, pkt: &SourcePacket<'_>) -> Option<usize> {
         let ssrc = pkt.facts.ssrc;
         let src = &mut self.members[ix];
-        let known = src.by_ssrc.get(&ssrc).copied();
+        let known = src.stream_index(ssrc);
         if let Some(k) = known.filter(|&k| src.streams[k].layer.is_some() || !pkt.video) {
             return Some(k);
         }
@@ -258,17 +258,13 @@ impl Room {
                 self.drop_feed(old);
                 Some(k)
             }
-            None => {
-                src.streams.push(Stream {
-                    ssrc,
-                    feed,
-                    layer,
-                    video: None,
-                    last: pkt.received,
-                });
-                src.by_ssrc.insert(ssrc, src.streams.len() - 1);
-                Some(src.streams.len() - 1)
-            }
+            None => Some(src.add_stream(Stream {
+                ssrc,
+                feed,
+                layer,
+                video: None,
+                last: pkt.received,
+            })),
         }
     }
 
@@ -283,11 +279,7 @@ impl Room {
         if now.saturating_duration_since(src.streams[k].last) < STREAM_IDLE {
             return false;
         }
-        let gone = src.streams.swap_remove(k);
-        src.by_ssrc.remove(&gone.ssrc);
-        if let Some(moved) = src.streams.get(k) {
-            src.by_ssrc.insert(moved.ssrc, k);
-        }
+        let gone = src.remove_stream(k);
         let publisher = src.at.id;
         if !src.streams.iter().any(|s| s.feed == gone.feed) {
             if let Some((g, _)) = gone.layer {

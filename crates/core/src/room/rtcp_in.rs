@@ -163,7 +163,7 @@ impl Room {
             // The publisher agreed on no way to be asked.
             return;
         }
-        let Some(k) = p.by_ssrc.get(&ssrc).copied() else {
+        let Some(k) = p.stream_index(ssrc) else {
             return;
         };
         let Some(v) = p.streams[k].video.as_mut() else {
