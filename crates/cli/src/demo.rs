@@ -233,6 +233,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         media: secrelay_testkit::Media::Pcmu,
         transcode: false,
         mix: None,
+        ice_tcp: false,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

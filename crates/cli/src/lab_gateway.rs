@@ -131,6 +131,10 @@ pub struct GatewayLoadArgs {
     /// all of them send audio all the time). Everyone else hears one shared mix.
     #[arg(long, default_value_t = 0, requires = "mix")]
     pub mix_speakers: u16,
+    /// WebRTC participants reach the gateway over ICE-TCP (a connection each to the answer's
+    /// passive TCP candidate; the gateway needs `ice_tcp`) instead of UDP.
+    #[arg(long)]
+    pub ice_tcp: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -229,6 +233,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             media,
             transcode: a.transcode,
             mix: a.mix.then_some(a.mix_speakers),
+            ice_tcp: a.ice_tcp,
         },
         server_pid: a.client.server_pid,
     };

@@ -118,6 +118,7 @@ pub fn run(a: &OverloadArgs) -> Result<()> {
             media: Media::Pcmu,
             transcode: a.transcode,
             mix: None,
+            ice_tcp: false,
         },
         storm_participants: a.storm_calls * 2,
         waves: a.waves,

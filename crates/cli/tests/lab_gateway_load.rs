@@ -10,7 +10,7 @@
 use serde_json::Value;
 
 mod lab_support;
-use lab_support::{lab_json, serve};
+use lab_support::{lab_json, serve, serve_with};
 
 #[test]
 fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
@@ -74,6 +74,51 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
         stdout.contains("sdes") && stdout.contains("plain"),
         "{stdout}"
     );
+}
+
+/// `--ice-tcp`: the WebRTC participants connect to the gateway's passive TCP candidate and
+/// every packet of theirs goes over TCP; the phones stay on UDP. Each hears its room.
+#[test]
+fn gateway_load_over_ice_tcp_hears_every_room() {
+    let (server, url) = serve_with(&["--ice-tcp", "127.0.0.1:0"]);
+    let pid = server.0.id().to_string();
+    let (r, _) = lab_json(&[
+        "gateway-load",
+        "--target",
+        &url,
+        "--participants",
+        "8",
+        "--per-room",
+        "4",
+        "--duration",
+        "2",
+        "--legs",
+        "join,join,join,sdes",
+        "--ice-tcp",
+        "--server-pid",
+        &pid,
+        "--admin-key-file",
+        server.admin_key_file(),
+    ]);
+    assert_eq!(r["connected"], 8, "every participant connected: {r}");
+    for row in r["by_leg"].as_array().expect("by_leg rows") {
+        let count = |k: &str| row[k].as_u64().unwrap_or_else(|| panic!("{k}: {row}"));
+        assert!(count("sent") > 0, "{row}");
+        assert!(count("received") >= 2 * count("sent"), "{row}");
+        assert!(count("lost") * 20 <= count("expected"), "{row}");
+    }
+    let metrics = ureq::get(&format!("{url}/metrics"))
+        .header("Authorization", &format!("Bearer {}", server.1.key()))
+        .call()
+        .expect("/metrics answers")
+        .body_mut()
+        .read_to_string()
+        .expect("/metrics body");
+    let accepted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("secrelay_ice_tcp_connections_accepted_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert_eq!(accepted, Some(6.0), "the six WebRTC participants over TCP");
 }
 
 /// `lab gateway-load --viewers 5` (plus `extra`) against a fresh `secrelay serve`: the JSON

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Poll, Token};
 
 use crate::participant::{Media, Phase, SimParticipant};
 use crate::signaling::{Leg, Signaling};
@@ -47,6 +47,9 @@ pub struct FleetConfig {
     /// receiver gets one stream, the others' sum: `Some(speakers)`, the most talkers summed
     /// at once (0: every member who talks).
     pub mix: Option<u16>,
+    /// WebRTC participants reach the gateway over ICE-TCP (its passive candidate) instead of
+    /// UDP.
+    pub ice_tcp: bool,
 }
 
 /// Live counters, readable while the fleet runs.
@@ -303,15 +306,18 @@ fn join_one(
 ) -> anyhow::Result<SimParticipant> {
     let leg = config.legs[i % config.legs.len().max(1)];
     let (s, ip) = (&config.signaling, config.bind_ip);
-    let joined = match (config.transcode, leg.is_phone()) {
-        (false, _) => SimParticipant::join_media(s, room, leg, ip, epoch, config.media),
-        (true, true) => SimParticipant::join_pcmu_phone(s, room, leg, ip, epoch),
-        (true, false) => {
+    let joined = match (config.transcode, config.ice_tcp, leg.is_phone()) {
+        (false, false, _) | (false, true, true) => {
+            SimParticipant::join_media(s, room, leg, ip, epoch, config.media)
+        }
+        (true, _, true) => SimParticipant::join_pcmu_phone(s, room, leg, ip, epoch),
+        (opus_only, ice_tcp, false) => {
             let dtls = crate::participant::PeerDtls {
-                opus_only: true,
+                opus_only,
+                ice_tcp,
                 ..Default::default()
             };
-            SimParticipant::join_with(s, room, leg, ip, epoch, dtls)
+            SimParticipant::join_full(s, room, leg, ip, epoch, dtls, config.media)
         }
     };
     let mut p = joined.with_context(|| format!("participant {} of room {room}", i + 1))?;
@@ -584,8 +590,9 @@ fn drive(
 ) -> anyhow::Result<Vec<SimParticipant>> {
     let mut poll = Poll::new().context("fleet poll")?;
     for (i, p) in group.iter_mut().enumerate() {
+        let interest = p.interest();
         poll.registry()
-            .register(p.socket_mut(), Token(i), Interest::READABLE)
+            .register(p.socket_mut(), Token(i), interest)
             .context("registering a participant socket")?;
     }
     let mut events = Events::with_capacity(1024);

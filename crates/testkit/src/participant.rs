@@ -29,7 +29,9 @@ use secrelay_srtp::Profile;
 use secrelay_wire::rtp::RtpHeader;
 use secrelay_wire::sdp::parse_offer;
 
-use crate::browser::{answer_candidate, random_bytes, random_token, Browser, Inbound};
+use crate::browser::{
+    answer_candidate, answer_tcp_candidate, random_bytes, random_token, Browser, Inbound,
+};
 use crate::phone::SimPhone;
 use crate::signaling::{Leg, Signaling};
 use crate::twcc::TwccReceiver;
@@ -199,6 +201,9 @@ pub struct PeerDtls {
     /// PCMU-only phones the gateway must transcode. No send instant is stamped into the payload
     /// (it would not survive transcoding): no end-to-end delay is measured.
     pub opus_only: bool,
+    /// Reach the gateway over ICE-TCP (a connection to the answer's passive TCP candidate,
+    /// RFC 4571 frames) instead of UDP.
+    pub ice_tcp: bool,
 }
 
 /// One simulated participant.
@@ -209,7 +214,7 @@ pub struct SimParticipant {
     pub leg: Leg,
     /// The resource URL path the gateway gave (`Location`), for DELETE.
     pub location: String,
-    socket: mio::net::UdpSocket,
+    socket: Wire,
     gateway: SocketAddr,
     transport: Transport,
     /// Where it is.
@@ -351,7 +356,7 @@ impl SimParticipant {
         )
     }
 
-    fn join_full(
+    pub(crate) fn join_full(
         signaling: &Signaling,
         room: &str,
         leg: Leg,
@@ -369,7 +374,7 @@ impl SimParticipant {
             }
             return Self::join_phone(signaling, room, leg, bind_ip, epoch, false);
         }
-        let opus_only = dtls.opus_only;
+        let (opus_only, ice_tcp) = (dtls.opus_only, dtls.ice_tcp);
         let mut browser = match media {
             // Opus only (the gateway transcodes for PCMU phones): 20 ms at 48 kHz per packet.
             Media::Pcmu if opus_only => {
@@ -430,8 +435,12 @@ impl SimParticipant {
         }
         let location = location.ok_or_else(|| anyhow!("201 without a Location"))?;
         let answer = parse_offer(&body).map_err(|e| anyhow!("the answer does not parse: {e}"))?;
-        let gateway =
-            answer_candidate(&body).ok_or_else(|| anyhow!("the answer has no host candidate"))?;
+        let gateway = match ice_tcp {
+            true => answer_tcp_candidate(&body)
+                .ok_or_else(|| anyhow!("the answer has no passive ICE-TCP candidate"))?,
+            false => answer_candidate(&body)
+                .ok_or_else(|| anyhow!("the answer has no host candidate"))?,
+        };
         browser.set_answer(answer);
         let now = Instant::now();
         browser.start_dtls(now).map_err(|e| anyhow!(e))?;
@@ -440,8 +449,22 @@ impl SimParticipant {
         } else {
             bind_ip
         };
-        let socket = mio::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
-            .context("binding the participant's UDP socket")?;
+        let socket = match ice_tcp {
+            // A browser's first check follows its connection at once: the gateway keeps a
+            // connection that names no participant only briefly, and few of them per address.
+            true => {
+                let mut w =
+                    Wire::connect(gateway).context("connecting to the ICE-TCP candidate")?;
+                if let Some(req) = browser.binding_request(true) {
+                    w.send(&req, gateway);
+                }
+                w
+            }
+            false => Wire::Udp(
+                mio::net::UdpSocket::bind(SocketAddr::new(bind_ip, 0))
+                    .context("binding the participant's UDP socket")?,
+            ),
+        };
         let transport = Transport::WebRtc {
             browser: Box::new(browser),
             dtls_started: false,
@@ -519,7 +542,7 @@ impl SimParticipant {
             room,
             Leg::Join,
             String::new(),
-            socket,
+            Wire::Udp(socket),
             gateway,
             transport,
             started,
@@ -580,7 +603,7 @@ impl SimParticipant {
             room,
             leg,
             location,
-            socket,
+            Wire::Udp(socket),
             gateway,
             Transport::Phone(Box::new(phone)),
             started,
@@ -621,7 +644,7 @@ impl SimParticipant {
             room,
             leg,
             String::new(),
-            mio::net::UdpSocket::from_std(socket),
+            Wire::Udp(mio::net::UdpSocket::from_std(socket)),
             gateway,
             Transport::Phone(Box::new(phone)),
             started,
@@ -637,7 +660,7 @@ impl SimParticipant {
         room: &str,
         leg: Leg,
         location: String,
-        socket: mio::net::UdpSocket,
+        socket: Wire,
         gateway: SocketAddr,
         transport: Transport,
         started: Instant,
@@ -678,14 +701,20 @@ impl SimParticipant {
         })
     }
 
-    /// Its socket, to register with a poll.
-    pub fn socket_mut(&mut self) -> &mut mio::net::UdpSocket {
-        &mut self.socket
+    /// Its socket (UDP, or its ICE-TCP connection), to register with a poll with
+    /// [`SimParticipant::interest`].
+    pub fn socket_mut(&mut self) -> &mut dyn mio::event::Source {
+        self.socket.source_mut()
     }
 
-    fn send_to_gateway(&self, d: &[u8]) {
-        // UDP: a full buffer drops the datagram, as the network would.
-        let _ = self.socket.send_to(d, self.gateway);
+    /// The readiness to register its socket for (a connection also for writable: what waits
+    /// in its send buffer goes out then).
+    pub fn interest(&self) -> mio::Interest {
+        self.socket.interest()
+    }
+
+    fn send_to_gateway(&mut self, d: &[u8]) {
+        self.socket.send(d, self.gateway);
     }
 
     /// The next instant it needs [`SimParticipant::on_timer`].
@@ -734,7 +763,7 @@ impl SimParticipant {
         {
             if now >= self.next_check {
                 if let Some(req) = browser.binding_request(true) {
-                    let _ = self.socket.send_to(&req, self.gateway);
+                    self.socket.send(&req, self.gateway);
                 }
                 self.next_check = now
                     + if self.phase == Phase::Checking {
@@ -776,7 +805,7 @@ impl SimParticipant {
         };
         if let Some(rtcp) = t.poll(now, browser.ssrc) {
             if let Some(p) = browser.srtcp(&rtcp) {
-                let _ = self.socket.send_to(&p, self.gateway);
+                self.socket.send(&p, self.gateway);
             }
         }
     }
@@ -804,8 +833,7 @@ impl SimParticipant {
             let Ok(n) = tx.protect_rtp(&mut p, len) else {
                 continue;
             };
-            // UDP: a full buffer drops the datagram, as the network would.
-            let _ = self.socket.send_to(&p[..n], self.gateway);
+            self.socket.send(&p[..n], self.gateway);
             self.sent += 1;
             self.video_sent += 1;
         }
@@ -843,10 +871,34 @@ impl SimParticipant {
         }
     }
 
-    /// Reads every datagram waiting on the socket.
+    /// Reads every datagram waiting on the socket (and, on a connection, writes what waits
+    /// to be sent).
     pub fn on_readable(&mut self, now: Instant) -> io::Result<()> {
+        if let Wire::Tcp(c) = &mut self.socket {
+            let got = c.flush().and_then(|()| c.read());
+            let rbuf = std::mem::take(&mut c.rbuf);
+            let mut at = 0;
+            while let Some((d, n)) = secrelay_wire::framing::next_frame(&rbuf[at..]) {
+                at += n;
+                let len = d.len();
+                if let Some(b) = self.buf.get_mut(..len) {
+                    b.copy_from_slice(d);
+                    let mut b = std::mem::take(&mut self.buf);
+                    self.on_datagram(now, &mut b, len);
+                    self.buf = b;
+                }
+            }
+            if let Wire::Tcp(c) = &mut self.socket {
+                c.rbuf = rbuf;
+                c.rbuf.drain(..at);
+            }
+            return got;
+        }
         loop {
-            let (n, from) = match self.socket.recv_from(&mut self.buf) {
+            let Wire::Udp(socket) = &self.socket else {
+                return Ok(());
+            };
+            let (n, from) = match socket.recv_from(&mut self.buf) {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
@@ -978,7 +1030,7 @@ impl SimParticipant {
         };
         let had_keys = browser.keys.is_some();
         for d in browser.drain_dtls() {
-            let _ = self.socket.send_to(&d, self.gateway);
+            self.socket.send(&d, self.gateway);
         }
         if let Some(r) = browser.failed {
             if !matches!(self.phase, Phase::Failed(_)) {
@@ -1141,8 +1193,14 @@ impl SimParticipant {
     /// participant.
     pub fn send_socket(&self) -> io::Result<std::net::UdpSocket> {
         use std::os::fd::AsFd;
+        let Wire::Udp(socket) = &self.socket else {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "an ICE-TCP participant has no UDP socket",
+            ));
+        };
         Ok(std::net::UdpSocket::from(
-            self.socket.as_fd().try_clone_to_owned()?,
+            socket.as_fd().try_clone_to_owned()?,
         ))
     }
 
@@ -1176,6 +1234,115 @@ impl SimParticipant {
         if let Transport::WebRtc { browser, .. } = &mut self.transport {
             browser.close(now);
             self.drain_dtls(now);
+        }
+    }
+}
+
+/// How a participant's datagrams reach the gateway.
+enum Wire {
+    /// Its UDP socket (a full buffer drops a datagram, as the network would).
+    Udp(mio::net::UdpSocket),
+    /// An ICE-TCP connection (RFC 6544 active), datagrams framed as RFC 4571 says.
+    Tcp(TcpWire),
+}
+
+/// An ICE-TCP connection and what waits in it both ways.
+struct TcpWire {
+    stream: mio::net::TcpStream,
+    rbuf: Vec<u8>,
+    wbuf: Vec<u8>,
+}
+
+/// Bytes waiting to be written on a participant's connection before its datagrams are dropped
+/// (a browser's socket buffer, as a browser would lose them).
+const TCP_SEND_BUFFER: usize = 1 << 20;
+
+impl Wire {
+    /// A connection to `gateway`'s passive ICE-TCP candidate (made before it is handed to a
+    /// poll: loopback and lab networks connect at once).
+    fn connect(gateway: SocketAddr) -> io::Result<Wire> {
+        let stream = std::net::TcpStream::connect_timeout(&gateway, Duration::from_secs(5))?;
+        stream.set_nodelay(true)?;
+        stream.set_nonblocking(true)?;
+        Ok(Wire::Tcp(TcpWire {
+            stream: mio::net::TcpStream::from_std(stream),
+            rbuf: Vec::new(),
+            wbuf: Vec::new(),
+        }))
+    }
+
+    fn send(&mut self, d: &[u8], gateway: SocketAddr) {
+        match self {
+            Wire::Udp(s) => {
+                let _ = s.send_to(d, gateway);
+            }
+            Wire::Tcp(c) => {
+                if c.wbuf.len() + d.len() + 2 <= TCP_SEND_BUFFER
+                    && secrelay_wire::framing::write_frame(&mut c.wbuf, d).is_ok()
+                {
+                    let _ = c.flush();
+                }
+            }
+        }
+    }
+
+    fn source_mut(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Wire::Udp(s) => s,
+            Wire::Tcp(c) => &mut c.stream,
+        }
+    }
+
+    fn interest(&self) -> mio::Interest {
+        match self {
+            Wire::Udp(_) => mio::Interest::READABLE,
+            Wire::Tcp(_) => mio::Interest::READABLE | mio::Interest::WRITABLE,
+        }
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        match self {
+            Wire::Udp(s) => s.local_addr(),
+            Wire::Tcp(c) => c.stream.local_addr(),
+        }
+    }
+}
+
+impl TcpWire {
+    /// Writes what waits, as far as the socket takes it.
+    fn flush(&mut self) -> io::Result<()> {
+        use std::io::Write as _;
+        let mut at = 0;
+        while at < self.wbuf.len() {
+            match self.stream.write(&self.wbuf[at..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => at += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.wbuf.drain(..at);
+        Ok(())
+    }
+
+    /// Reads what arrived into `rbuf`.
+    fn read(&mut self) -> io::Result<()> {
+        use std::io::Read as _;
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the gateway closed the ICE-TCP connection",
+                    ))
+                }
+                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 }

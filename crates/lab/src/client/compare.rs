@@ -233,6 +233,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
             media: secrelay_testkit::Media::Pcmu,
             transcode: false,
             mix: None,
+            ice_tcp: false,
         },
         server_pid: Some(child.0.id()),
     };

@@ -821,6 +821,7 @@ pub fn run(o: &FloodOptions) -> anyhow::Result<FloodReport> {
         media: Media::Pcmu,
         transcode: false,
         mix: None,
+        ice_tcp: false,
     };
     let progress = Arc::new(FleetProgress::default());
     let epoch = Instant::now();

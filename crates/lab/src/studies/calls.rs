@@ -312,6 +312,7 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         media: secrelay_testkit::Media::Pcmu,
         transcode: false,
         mix: None,
+        ice_tcp: false,
     };
     let progress = std::sync::Arc::new(FleetProgress::default());
     let group = fleet::join_all(&cfg, &progress, Instant::now())?;

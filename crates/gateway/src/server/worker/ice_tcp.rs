@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Interest, Token};
 use secrelay_wire::demux::Class;
-use secrelay_wire::framing::{next_frame, write_frame, MAX_FRAME};
+use secrelay_wire::framing::{next_frame, write_frame};
 
 use super::{Command, Worker};
 use crate::counters::DropReason;
@@ -41,8 +41,6 @@ const CONN_TOKENS: usize = (1 << 20) + 1;
 const MAX_QUEUED: usize = 256 * 1024;
 /// Bytes read from one connection per turn before the others get theirs.
 const READ_PER_TURN: usize = 64 * 1024;
-/// Bytes read per system call.
-const READ_CHUNK: usize = 16 * 1024;
 /// Connections accepted per turn (the rest wait for the next).
 const ACCEPTS_PER_TURN: usize = 64;
 /// Time a connection has to get a check validated.
@@ -175,24 +173,18 @@ impl Conn {
         }
     }
 
-    /// Reads up to its share of the turn, never past one whole frame's room.
+    /// Reads up to its share of the turn into `rbuf` (appended without zeroing the room
+    /// first: `read_to_end` on a bounded reader, which stops at the limit, at the end of the
+    /// stream, or when the socket has nothing more now).
     fn read(&mut self) -> ReadEnd {
-        let mut total = 0;
-        while total < READ_PER_TURN && self.rbuf.len() < 2 + MAX_FRAME {
-            let at = self.rbuf.len();
-            let want = READ_CHUNK.min(2 + MAX_FRAME - at);
-            self.rbuf.resize(at + want, 0);
-            let r = self.stream.read(&mut self.rbuf[at..]);
-            self.rbuf.truncate(at + *r.as_ref().unwrap_or(&0));
-            match r {
-                Ok(0) => return ReadEnd::Closed,
-                Ok(n) => total += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Drained,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return ReadEnd::Closed,
-            }
+        let limit = READ_PER_TURN as u64;
+        match (&mut self.stream).take(limit).read_to_end(&mut self.rbuf) {
+            Ok(n) if n as u64 == limit => ReadEnd::More,
+            // Short of the limit without an error: the browser closed its side.
+            Ok(_) => ReadEnd::Closed,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => ReadEnd::Drained,
+            Err(_) => ReadEnd::Closed,
         }
-        ReadEnd::More
     }
 
     /// Queues `datagram`, framed; `false` when the queue has no room for it (dropped whole).
