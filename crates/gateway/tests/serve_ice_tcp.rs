@@ -358,6 +358,11 @@ fn a_browser_that_speaks_only_tcp_hears_rooms_of_both_workers() {
         2.0
     );
     assert_eq!(metric(&admin, "secrelay_ice_tcp_connections_open"), 0.0);
+    // Every copy went to a viewer over TCP, and each is in the relay latency histogram.
+    assert!(
+        metric(&admin, "secrelay_relay_latency_seconds_count") >= 150.0,
+        "relay latency recorded for copies over TCP"
+    );
 }
 
 #[test]

@@ -966,7 +966,7 @@ impl Worker {
                     };
                     let out = match via {
                         // A browser reached over ICE-TCP: framed on its connection.
-                        Via::Shared if self.tcp_send(destination, &buf) => {
+                        Via::Shared if self.tcp_send(destination, &buf, origin) => {
                             self.shard.recycle(buf);
                             continue;
                         }

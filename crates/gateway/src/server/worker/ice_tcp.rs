@@ -489,8 +489,14 @@ impl Worker {
 
     /// Queues a datagram for `destination` if this worker reaches it over TCP: `false` when it
     /// goes over UDP. One that finds its queue full, or its connection closed, is dropped and
-    /// counted.
-    pub(super) fn tcp_send(&mut self, destination: SocketAddr, datagram: &[u8]) -> bool {
+    /// counted. A media copy's relay latency (from `origin`, when its packet was read) is
+    /// recorded as it is queued: the connection is written before the worker polls again.
+    pub(super) fn tcp_send(
+        &mut self,
+        destination: SocketAddr,
+        datagram: &[u8],
+        origin: Option<Instant>,
+    ) -> bool {
         if !self.tcp.carries(&destination) {
             return false;
         }
@@ -504,6 +510,9 @@ impl Worker {
             .get_mut(&id)
             .is_some_and(|c| c.queue(datagram));
         if queued {
+            if let Some(t) = origin {
+                self.stats.relay_latency.record(t.elapsed());
+            }
             self.stats.datagrams_out.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .bytes_out
