@@ -274,6 +274,15 @@ fn metric(sig: &Signaling, sample: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Whether the gateway closed `c` (end of stream, or reset) before its read timeout.
+fn closed(c: &mut TcpStream) -> bool {
+    match c.read(&mut [0u8; 16]) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => !matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+    }
+}
+
 /// Drives every client until all are connected (at most 10 s).
 fn connect(clients: &mut [&mut Client]) {
     let end = Instant::now() + Duration::from_secs(10);
@@ -438,7 +447,7 @@ fn a_connection_that_is_not_a_browser_is_closed() {
     let mut c = TcpStream::connect(tcp).unwrap();
     c.write_all(b"\x00\x05hello").unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    assert_eq!(c.read(&mut [0u8; 16]).unwrap_or(0), 0, "closed");
+    assert!(closed(&mut c), "the gateway closed it");
     // A check naming nobody: closed too.
     let mut c = TcpStream::connect(tcp).unwrap();
     let mut nobody = Browser::random(0);
@@ -449,7 +458,7 @@ fn a_connection_that_is_not_a_browser_is_closed() {
     write_frame(&mut framed, &nobody.binding_request(true).unwrap()).unwrap();
     c.write_all(&framed).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    assert_eq!(c.read(&mut [0u8; 16]).unwrap_or(0), 0, "closed");
+    assert!(closed(&mut c), "the gateway closed it");
     assert_eq!(
         metric(
             &admin,
@@ -461,7 +470,7 @@ fn a_connection_that_is_not_a_browser_is_closed() {
     let mut c = TcpStream::connect(tcp).unwrap();
     c.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     let started = Instant::now();
-    assert_eq!(c.read(&mut [0u8; 16]).unwrap_or(0), 0, "closed");
+    assert!(closed(&mut c), "the gateway closed it");
     assert!(started.elapsed() >= Duration::from_secs(8));
     assert_eq!(
         metric(
@@ -470,6 +479,30 @@ fn a_connection_that_is_not_a_browser_is_closed() {
         ),
         1.0
     );
+}
+
+#[test]
+fn connections_waiting_for_their_first_check_are_bounded_per_address() {
+    let s = start();
+    let admin = admin(&s);
+    let tcp = s.gateway().tcp_candidates()[0];
+    // Eight silent connections from one address wait for their check; the ninth is refused.
+    let waiting: Vec<TcpStream> = (0..8).map(|_| TcpStream::connect(tcp).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut ninth = TcpStream::connect(tcp).unwrap();
+    ninth
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    assert!(closed(&mut ninth), "refused: closed at once");
+    assert_eq!(
+        metric(
+            &admin,
+            "secrelay_ice_tcp_connections_closed_total{reason=\"refused\"}"
+        ),
+        1.0
+    );
+    assert_eq!(metric(&admin, "secrelay_ice_tcp_connections_open"), 8.0);
+    drop(waiting);
 }
 
 #[test]
