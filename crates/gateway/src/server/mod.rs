@@ -608,12 +608,39 @@ impl Gateway {
         Ok(())
     }
 
-    fn send(&self, peer: &Peer, cmd: Command) -> bool {
-        if peer.commands.send(cmd).is_err() {
-            return false;
+    /// Runs `f` on the worker that owns `room` (given the worker, the instant and the room's
+    /// name): every control operation on a room goes this way, one shard method each. `None`
+    /// when the worker is gone (shutting down).
+    async fn on_room<T: Send + 'static>(
+        &self,
+        room: &str,
+        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> T + Send + 'static,
+    ) -> Option<T> {
+        let name = room.to_owned();
+        self.worker_for(room)
+            .run(move |w, now| f(w, now, &name))
+            .await
+    }
+
+    /// A join-like operation: refused while shutting down, counted when it made a participant.
+    async fn join_on<T: Send + 'static>(
+        &self,
+        room: &str,
+        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> Result<T, JoinError>
+            + Send
+            + 'static,
+    ) -> Result<T, JoinError> {
+        if !self.admitting() {
+            return Err(JoinError::ShuttingDown);
         }
-        let _ = peer.waker.wake();
-        true
+        let r = self
+            .on_room(room, f)
+            .await
+            .unwrap_or(Err(JoinError::ShuttingDown));
+        if r.is_ok() {
+            self.stats.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Makes a participant for `offer` in `room`, for `who`.
@@ -624,25 +651,10 @@ impl Gateway {
         kind: JoinKind,
         who: Who,
     ) -> Result<Joined, JoinError> {
-        if !self.admitting() {
-            return Err(JoinError::ShuttingDown);
-        }
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::Join {
-            room: room.to_owned(),
-            offer: Box::new(offer),
-            kind,
-            who,
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
-        if r.is_ok() {
-            self.stats.joins.fetch_add(1, Ordering::Relaxed);
-        }
-        r
+        self.join_on(room, move |w, now, room| {
+            w.shard_mut().join(now, room, &offer, kind, &who)
+        })
+        .await
     }
 
     /// Makes a WebRTC participant in `room` that offers `sections` to its peer (a SIP proxy's
@@ -653,24 +665,10 @@ impl Gateway {
         sections: Vec<WebRtcOfferSection>,
         who: Who,
     ) -> Result<Joined, JoinError> {
-        if !self.admitting() {
-            return Err(JoinError::ShuttingDown);
-        }
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::OfferWebRtc {
-            room: room.to_owned(),
-            sections,
-            who,
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
-        if r.is_ok() {
-            self.stats.joins.fetch_add(1, Ordering::Relaxed);
-        }
-        r
+        self.join_on(room, move |w, now, room| {
+            w.shard_mut().offer_webrtc(now, room, &sections, &who)
+        })
+        .await
     }
 
     /// The peer's answer to a WebRTC participant's offer: the codecs it took.
@@ -680,17 +678,12 @@ impl Gateway {
         id: &str,
         answer: Offer,
     ) -> Result<Vec<(CodecId, u8)>, JoinError> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::AnswerWebRtc {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            answer: Box::new(answer),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+        let id = id.to_owned();
+        self.on_room(room, move |w, now, room| {
+            w.shard_mut().answer_webrtc(now, room, &id, &answer)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// Makes a telephony participant (plain RTP or SDES-SRTP) for `offer` in `room`, on a port
@@ -713,25 +706,12 @@ impl Gateway {
         options: RtpLegOptions,
         who: Who,
     ) -> Result<JoinedRtp, JoinError> {
-        if !self.admitting() {
-            return Err(JoinError::ShuttingDown);
-        }
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::JoinRtp {
-            room: room.to_owned(),
-            offer: Box::new(offer),
-            who,
-            options: Box::new(options),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
-        if r.is_ok() {
-            self.stats.joins.fetch_add(1, Ordering::Relaxed);
-        }
-        r
+        self.join_on(room, move |w, now, room| {
+            w.with_leg_ports(now, options, |shard, ports, options| {
+                shard.join_rtp_with(now, room, &offer, ports, options, &who)
+            })
+        })
+        .await
     }
 
     /// Makes a telephony participant in `room` that offers `spec` to a phone (a SIP proxy's
@@ -757,18 +737,13 @@ impl Gateway {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
         }
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::OfferRtp {
-            room: room.to_owned(),
-            spec: Box::new(spec),
-            who,
-            options: Box::new(options),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+        self.on_room(room, move |w, now, room| {
+            w.with_leg_ports(now, options, |shard, ports, options| {
+                shard.offer_rtp_with(now, room, &spec, ports, options, &who)
+            })
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// The phone's answer to a telephony participant's offer: the codecs it took.
@@ -778,17 +753,12 @@ impl Gateway {
         id: &str,
         answer: RtpDescription,
     ) -> Result<Vec<(CodecId, u8)>, JoinError> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::AnswerRtp {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            answer: Box::new(answer),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+        let id = id.to_owned();
+        self.on_room(room, move |w, now, room| {
+            w.shard_mut().answer_rtp(now, room, &id, &answer)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// SDP from a telephony participant's phone, in the call: the answer to our offer
@@ -800,32 +770,21 @@ impl Gateway {
         id: &str,
         sdp: RtpDescription,
     ) -> Result<Option<String>, JoinError> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::UpdateRtp {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            sdp: Box::new(sdp),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+        let id = id.to_owned();
+        self.on_room(room, move |w, now, room| {
+            w.shard_mut().update_rtp(now, room, &id, &sdp)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// A new offer of ours to a telephony participant's phone, in the call (the other side
     /// of a re-INVITE); its answer comes to [`Gateway::update_rtp`].
     pub async fn reoffer_rtp(&self, room: &str, id: &str) -> Result<String, JoinError> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::ReofferRtp {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+        let id = id.to_owned();
+        self.on_room(room, move |w, _, room| w.shard_mut().reoffer_rtp(room, &id))
+            .await
+            .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// Opens participant `id`'s events channel: our new offers for it arrive on the receiver
@@ -842,13 +801,11 @@ impl Gateway {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id.to_owned(), tx);
-        let (reply, done) = oneshot::channel();
-        let cmd = Command::Listen {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            reply,
-        };
-        let ok = self.send(self.worker_for(room), cmd) && done.await.unwrap_or(false);
+        let who = id.to_owned();
+        let ok = self
+            .on_room(room, move |w, _, room| w.shard_mut().listen(room, &who))
+            .await
+            .unwrap_or(false);
         if !ok {
             self.shared
                 .notices
@@ -869,34 +826,20 @@ impl Gateway {
         answer: Offer,
         revision: Option<u64>,
     ) -> Result<usize, JoinError> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::AnswerReoffer {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            answer: Box::new(answer),
-            revision,
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err(JoinError::ShuttingDown);
-        }
-        rx.await.unwrap_or(Err(JoinError::ShuttingDown))
+        let id = id.to_owned();
+        self.on_room(room, move |w, _, room| {
+            w.shard_mut().answer_reoffer(room, &id, &answer, revision)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// Sets `room` to mix its audio (each member hears the sum of the others, N−1) or to relay
     /// and transcode it; kept for the room if it is made later. Err: shutting down.
     pub async fn set_mixing(&self, room: &str, mix: Option<MixSettings>) -> Result<(), String> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::SetMixing {
-            room: room.to_owned(),
-            mix,
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err("the gateway is shutting down".into());
-        }
-        rx.await
-            .unwrap_or_else(|_| Err("the gateway is shutting down".to_owned()))
+        self.on_room(room, move |w, _, room| w.shard_mut().set_mixing(room, mix))
+            .await
+            .unwrap_or_else(|| Err("the gateway is shutting down".to_owned()))
     }
 
     /// Sets which simulcast layer participant `id` is sent of `publisher`'s (all when `None`):
@@ -908,19 +851,13 @@ impl Gateway {
         publisher: Option<String>,
         rid: Option<String>,
     ) -> Result<(), String> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::SetLayer {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            publisher,
-            rid,
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Err("the gateway is shutting down".into());
-        }
-        rx.await
-            .unwrap_or_else(|_| Err("the gateway is shutting down".into()))
+        let id = id.to_owned();
+        self.on_room(room, move |w, now, room| {
+            w.shard_mut()
+                .set_layer(now, room, &id, publisher.as_deref(), rid.as_deref())
+        })
+        .await
+        .unwrap_or_else(|| Err("the gateway is shutting down".into()))
     }
 
     /// Telephony ports in use (none once every telephony leg ended).
@@ -930,27 +867,18 @@ impl Gateway {
 
     /// Ends a participant with close_notify; `false` if there was none by that id in `room`.
     pub async fn leave(&self, room: &str, id: &str) -> bool {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::Leave {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            reply,
-        };
-        self.send(self.worker_for(room), cmd) && rx.await.unwrap_or(false)
+        let id = id.to_owned();
+        self.on_room(room, move |w, now, room| w.shard_mut().leave(now, room, &id))
+            .await
+            .unwrap_or(false)
     }
 
     /// Ends every member of `room` and gives their last figures (an ng call's media section
     /// ending), in one trip to the room's worker.
     pub(crate) async fn end_room(&self, room: &str) -> Vec<ParticipantSnapshot> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::EndRoom {
-            room: room.to_owned(),
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return Vec::new();
-        }
-        rx.await.unwrap_or_default()
+        self.on_room(room, |w, now, room| w.end_room(now, room))
+            .await
+            .unwrap_or_default()
     }
 
     /// ICE restart with the peer's new credentials: our new ones, or `None` for an unknown
@@ -961,17 +889,12 @@ impl Gateway {
         id: &str,
         remote: Credentials,
     ) -> Option<Credentials> {
-        let (reply, rx) = oneshot::channel();
-        let cmd = Command::IceRestart {
-            room: room.to_owned(),
-            id: id.to_owned(),
-            remote,
-            reply,
-        };
-        if !self.send(self.worker_for(room), cmd) {
-            return None;
-        }
-        rx.await.ok().flatten()
+        let id = id.to_owned();
+        self.on_room(room, move |w, now, room| {
+            w.shard_mut().ice_restart(now, room, &id, remote)
+        })
+        .await
+        .flatten()
     }
 
     /// Every room (sorted by name), or one.
@@ -982,14 +905,9 @@ impl Gateway {
         };
         let mut out = Vec::new();
         for p in peers {
-            let (reply, rx) = oneshot::channel();
-            let cmd = Command::Snapshot {
-                room: only.map(str::to_owned),
-                reply,
-            };
-            if self.send(p, cmd) {
-                out.extend(rx.await.unwrap_or_default());
-            }
+            let room = only.map(str::to_owned);
+            let rooms = p.run(move |w, now| w.snapshot(now, room.as_deref()));
+            out.extend(rooms.await.unwrap_or_default());
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
@@ -1012,10 +930,7 @@ impl Gateway {
             });
         }
         for p in &self.shared.peers {
-            let (reply, rx) = oneshot::channel();
-            if self.send(p, Command::Drain { reply }) {
-                let _ = rx.await;
-            }
+            let _ = p.run(|w, now| w.shard_mut().drain(now)).await;
         }
     }
 
@@ -1023,7 +938,9 @@ impl Gateway {
     pub fn stop(&self) {
         self.admitting.store(false, Ordering::Release);
         for p in &self.shared.peers {
-            self.send(p, Command::Stop);
+            if p.commands.send(Command::Stop).is_ok() {
+                let _ = p.waker.wake();
+            }
         }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for t in threads {

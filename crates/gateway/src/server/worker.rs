@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use mio::{Events, Interest, Poll, Token, Waker};
 use secrelay_wire::demux::Class;
-use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
 use super::directory::Directory;
@@ -31,16 +30,11 @@ use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
 use crate::admission::{Admission, AdmissionConfig, LoadMeter};
 use crate::counters::DropReason;
-use crate::ice_lite::Credentials;
-use crate::leg::{
-    CodecId, Ports, Quarantine, RtpLegOptions, RtpOfferSpec, TransmitKind, Via, WebRtcOfferSection,
-};
+use crate::leg::{Ports, Quarantine, RtpLegOptions, TransmitKind, Via};
 use crate::shard::{
-    Datagram, Event, Handled, JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, Output,
-    ParticipantSnapshot, RoomSnapshot, Shard, Who,
+    Datagram, Event, Handled, JoinError, JoinedRtp, Lifecycle, Output, ParticipantSnapshot,
+    RoomSnapshot, Shard,
 };
-use crate::transcode::MixSettings;
-use secrelay_wire::sdp_rtp::RtpDescription;
 
 mod ice_tcp;
 use ice_tcp::IceTcp;
@@ -60,122 +54,16 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(200);
 /// Datagrams queued at a worker by the others before new ones are dropped.
 const HANDOFF_QUEUE: usize = 65_536;
 
-/// A request from the control plane.
-#[derive(Debug)]
+/// A control operation on the rooms a worker owns, run on its thread with the worker and
+/// the instant ([`Peer::run`]): it calls a [`Shard`] method and replies itself, after the
+/// worker sent what the shard queued and wrote its routes into the directory.
+pub(crate) type Work = Box<dyn FnOnce(&mut Worker, Instant) + Send>;
+
+/// A request to a worker.
 pub(crate) enum Command {
-    /// Make a participant for an offer in a room.
-    Join {
-        room: String,
-        offer: Box<Offer>,
-        kind: JoinKind,
-        who: Who,
-        reply: oneshot::Sender<Result<Joined, JoinError>>,
-    },
-    /// End a participant (close_notify); replies whether it existed.
-    Leave {
-        room: String,
-        id: String,
-        reply: oneshot::Sender<bool>,
-    },
-    /// Make a WebRTC participant that offers to its peer (a SIP proxy's call to a browser).
-    OfferWebRtc {
-        room: String,
-        sections: Vec<WebRtcOfferSection>,
-        who: Who,
-        reply: oneshot::Sender<Result<Joined, JoinError>>,
-    },
-    /// The peer's answer to that offer; replies the codecs it took.
-    AnswerWebRtc {
-        room: String,
-        id: String,
-        answer: Box<Offer>,
-        reply: oneshot::Sender<Result<Vec<(CodecId, u8)>, JoinError>>,
-    },
-    /// Make a telephony participant (plain RTP or SDES-SRTP) for an offer in a room.
-    JoinRtp {
-        room: String,
-        offer: Box<RtpDescription>,
-        who: Who,
-        options: Box<RtpLegOptions>,
-        reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
-    },
-    /// Make a telephony participant that offers to a phone (a SIP proxy's `offer`).
-    OfferRtp {
-        room: String,
-        spec: Box<RtpOfferSpec>,
-        who: Who,
-        options: Box<RtpLegOptions>,
-        reply: oneshot::Sender<Result<JoinedRtp, JoinError>>,
-    },
-    /// The phone's answer to that offer; replies the codecs it took.
-    AnswerRtp {
-        room: String,
-        id: String,
-        answer: Box<RtpDescription>,
-        reply: oneshot::Sender<Result<Vec<(CodecId, u8)>, JoinError>>,
-    },
-    /// SDP from a telephony participant's phone in the call: the answer to our offer
-    /// (replies `None`), or a new offer (replies our answer).
-    UpdateRtp {
-        room: String,
-        id: String,
-        sdp: Box<RtpDescription>,
-        reply: oneshot::Sender<Result<Option<String>, JoinError>>,
-    },
-    /// A new offer of ours to a telephony participant's phone, in the call.
-    ReofferRtp {
-        room: String,
-        id: String,
-        reply: oneshot::Sender<Result<String, JoinError>>,
-    },
-    /// A participant listens for our new offers from now on.
-    Listen {
-        room: String,
-        id: String,
-        reply: oneshot::Sender<bool>,
-    },
-    /// A participant's answer to our new offer; replies the sections it took.
-    AnswerReoffer {
-        room: String,
-        id: String,
-        answer: Box<Offer>,
-        revision: Option<u64>,
-        reply: oneshot::Sender<Result<usize, JoinError>>,
-    },
-    /// Whether a room mixes its audio (N−1) or relays and transcodes it.
-    SetMixing {
-        room: String,
-        mix: Option<MixSettings>,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
-    /// Which simulcast layer a participant is sent (of one publisher's, or all).
-    SetLayer {
-        room: String,
-        id: String,
-        publisher: Option<String>,
-        rid: Option<String>,
-        reply: oneshot::Sender<Result<(), String>>,
-    },
-    /// ICE restart with the peer's new credentials; replies our new ones.
-    IceRestart {
-        room: String,
-        id: String,
-        remote: Credentials,
-        reply: oneshot::Sender<Option<Credentials>>,
-    },
-    /// The rooms (one room, or all of them).
-    Snapshot {
-        room: Option<String>,
-        reply: oneshot::Sender<Vec<RoomSnapshot>>,
-    },
-    /// A room's members' figures, then each member ended (an ng call's media section ends:
-    /// its figures for the `delete` reply and its end in one trip).
-    EndRoom {
-        room: String,
-        reply: oneshot::Sender<Vec<ParticipantSnapshot>>,
-    },
-    /// Stop admitting, close every participant with close_notify, send what is queued.
-    Drain { reply: oneshot::Sender<()> },
+    /// A control operation ([`Peer::run`]: one shard method per operation, no variant of its
+    /// own).
+    Run(Work),
     /// A remote address a member here validated is another worker's member's now (its check
     /// authenticated there later): the member here gives it up.
     AddressTaken(SocketAddr),
@@ -184,6 +72,17 @@ pub(crate) enum Command {
     AdoptTcp(Box<ice_tcp::Conn>),
     /// End the thread.
     Stop,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Run(_) => f.write_str("Run"),
+            Command::AddressTaken(a) => f.debug_tuple("AddressTaken").field(a).finish(),
+            Command::AdoptTcp(c) => f.debug_tuple("AdoptTcp").field(c).finish(),
+            Command::Stop => f.write_str("Stop"),
+        }
+    }
 }
 
 /// A datagram received by one worker for a member another worker's shard owns: its bytes and
@@ -205,6 +104,26 @@ pub(crate) struct Peer {
     pub handoffs: Sender<Handoff>,
     pub returns: Sender<Vec<u8>>,
     pub waker: Arc<Waker>,
+}
+
+impl Peer {
+    /// Runs `f` on this worker's thread with the worker; what it returned, once the worker has
+    /// sent what its shard queued and written its routes (so that a participant's first check
+    /// finds its route). `None` when the worker is gone, or `f` panicked (the worker goes on).
+    pub(crate) async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Worker, Instant) -> T + Send + 'static,
+    ) -> Option<T> {
+        let (tx, rx) = oneshot::channel();
+        let work: Work = Box::new(move |w, now| {
+            let r = f(w, now);
+            w.after_command();
+            let _ = tx.send(r);
+        });
+        self.commands.send(Command::Run(work)).ok()?;
+        let _ = self.waker.wake();
+        rx.await.ok()
+    }
 }
 
 /// What every worker shares.
@@ -472,174 +391,10 @@ impl Worker {
         }
     }
 
-    /// Answers a command. The shard's outputs are sent (and its routes written into the
-    /// directory) before the reply, so a participant's first check finds its route.
+    /// Answers a command.
     fn command(&mut self, cmd: Command) {
-        let now = Instant::now();
         match cmd {
-            Command::Join {
-                room,
-                offer,
-                kind,
-                who,
-                reply,
-            } => {
-                let r = self.shard.join(now, &room, &offer, kind, &who);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::Leave { room, id, reply } => {
-                let found = self.shard.leave(now, &room, &id);
-                self.after_command();
-                let _ = reply.send(found);
-            }
-            Command::OfferWebRtc {
-                room,
-                sections,
-                who,
-                reply,
-            } => {
-                let r = self.shard.offer_webrtc(now, &room, &sections, &who);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::AnswerWebRtc {
-                room,
-                id,
-                answer,
-                reply,
-            } => {
-                let r = self.shard.answer_webrtc(now, &room, &id, &answer);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::JoinRtp {
-                room,
-                offer,
-                who,
-                options,
-                reply,
-            } => {
-                let r = self.with_ports(options.bind, now, |shard, ports, quarantine| {
-                    let options = RtpLegOptions {
-                        quarantine,
-                        ..*options
-                    };
-                    shard.join_rtp_with(now, &room, &offer, ports, &options, &who)
-                });
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::OfferRtp {
-                room,
-                spec,
-                who,
-                options,
-                reply,
-            } => {
-                let r = self.with_ports(options.bind, now, |shard, ports, quarantine| {
-                    let options = RtpLegOptions {
-                        quarantine,
-                        ..*options
-                    };
-                    shard.offer_rtp_with(now, &room, &spec, ports, &options, &who)
-                });
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::AnswerRtp {
-                room,
-                id,
-                answer,
-                reply,
-            } => {
-                let r = self.shard.answer_rtp(now, &room, &id, &answer);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::UpdateRtp {
-                room,
-                id,
-                sdp,
-                reply,
-            } => {
-                let r = self.shard.update_rtp(now, &room, &id, &sdp);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::ReofferRtp { room, id, reply } => {
-                let r = self.shard.reoffer_rtp(&room, &id);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::Listen { room, id, reply } => {
-                let r = self.shard.listen(&room, &id);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::AnswerReoffer {
-                room,
-                id,
-                answer,
-                revision,
-                reply,
-            } => {
-                let r = self.shard.answer_reoffer(&room, &id, &answer, revision);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::SetMixing { room, mix, reply } => {
-                let r = self.shard.set_mixing(&room, mix);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::SetLayer {
-                room,
-                id,
-                publisher,
-                rid,
-                reply,
-            } => {
-                let r = self
-                    .shard
-                    .set_layer(now, &room, &id, publisher.as_deref(), rid.as_deref());
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::IceRestart {
-                room,
-                id,
-                remote,
-                reply,
-            } => {
-                let r = self.shard.ice_restart(now, &room, &id, remote);
-                self.after_command();
-                let _ = reply.send(r);
-            }
-            Command::Snapshot { room, reply } => {
-                self.publish();
-                let mut rooms = self.shard.snapshot(now, room.as_deref());
-                self.tcp_mark_paths(&mut rooms);
-                let _ = reply.send(rooms);
-            }
-            Command::EndRoom { room, reply } => {
-                let members: Vec<ParticipantSnapshot> = self
-                    .shard
-                    .snapshot(now, Some(&room))
-                    .into_iter()
-                    .flat_map(|r| r.participants)
-                    .collect();
-                for p in &members {
-                    self.shard.leave(now, &room, &p.id);
-                }
-                self.after_command();
-                let _ = reply.send(members);
-            }
-            Command::Drain { reply } => {
-                self.shard.drain(now);
-                self.after_command();
-                let _ = reply.send(());
-            }
+            Command::Run(work) => work(self, Instant::now()),
             Command::AdoptTcp(conn) => self.tcp_adopt(*conn),
             Command::AddressTaken(addr) => {
                 // Unless one of ours took it back since.
@@ -649,6 +404,51 @@ impl Worker {
             }
             Command::Stop => unreachable!("handled by take_commands"),
         }
+    }
+
+    /// Its shard, for a control operation ([`Peer::run`]).
+    pub(crate) fn shard_mut(&mut self) -> &mut Shard {
+        &mut self.shard
+    }
+
+    /// The rooms (one room, or all of this worker's), their figures just published, and
+    /// which participants' media goes over TCP.
+    pub(crate) fn snapshot(&mut self, now: Instant, room: Option<&str>) -> Vec<RoomSnapshot> {
+        self.publish();
+        let mut rooms = self.shard.snapshot(now, room);
+        self.tcp_mark_paths(&mut rooms);
+        rooms
+    }
+
+    /// Ends every member of `room`; their figures just before.
+    pub(crate) fn end_room(&mut self, now: Instant, room: &str) -> Vec<ParticipantSnapshot> {
+        let members: Vec<ParticipantSnapshot> = self
+            .shard
+            .snapshot(now, Some(room))
+            .into_iter()
+            .flat_map(|r| r.participants)
+            .collect();
+        for p in &members {
+            self.shard.leave(now, room, &p.id);
+        }
+        members
+    }
+
+    /// A telephony leg made by `make` on a port pair of its own ([`Worker::with_ports`]), with
+    /// `options`'s interface and the pair's quarantine.
+    pub(crate) fn with_leg_ports(
+        &mut self,
+        now: Instant,
+        options: RtpLegOptions,
+        make: impl FnOnce(&mut Shard, Ports, &RtpLegOptions) -> Result<JoinedRtp, JoinError>,
+    ) -> Result<JoinedRtp, JoinError> {
+        self.with_ports(options.bind, now, |shard, ports, quarantine| {
+            let options = RtpLegOptions {
+                quarantine,
+                ..options
+            };
+            make(shard, ports, &options)
+        })
     }
 
     /// Binds a port pair for a telephony leg on `bind` (else the gateway's UDP address), makes
