@@ -322,6 +322,39 @@ pub enum JoinError {
     Full(String),
 }
 
+/// Why a control operation on a room or a participant was not done.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControlError {
+    /// No participant by that id in that room (or no such room).
+    NoParticipant {
+        /// The room.
+        room: String,
+        /// The id asked for.
+        id: String,
+    },
+    /// The request names what the participant does not have (a layer no publisher it is sent
+    /// has): the reason.
+    Invalid(String),
+    /// A limit is reached (the reason).
+    Full(String),
+    /// The gateway is shutting down.
+    ShuttingDown,
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::NoParticipant { room, id } => {
+                write!(f, "no participant {id} in room {room}")
+            }
+            ControlError::Invalid(why) | ControlError::Full(why) => f.write_str(why),
+            ControlError::ShuttingDown => f.write_str("the gateway is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
 /// A participant as the API shows it.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ParticipantSnapshot {
@@ -1975,14 +2008,18 @@ impl Shard {
 
     /// Sets `room` to mix its audio (N−1: each member hears the sum of the others) or to relay
     /// and transcode it (`None`): at once if it exists, and whenever it is made again.
-    pub fn set_mixing(&mut self, room: &str, mix: Option<MixSettings>) -> Result<(), String> {
+    pub fn set_mixing(
+        &mut self,
+        room: &str,
+        mix: Option<MixSettings>,
+    ) -> Result<(), ControlError> {
         match mix {
             Some(settings) => {
                 let kept = self.mixing.len();
                 if kept >= self.config.limits.settings && !self.mixing.contains_key(room) {
-                    return Err(format!(
+                    return Err(ControlError::Full(format!(
                         "settings are kept for {kept} rooms already (max_room_settings)"
-                    ));
+                    )));
                 }
                 self.mixing.insert(room.to_owned(), settings);
             }
@@ -2052,25 +2089,21 @@ impl Shard {
         id: &str,
         publisher: Option<&str>,
         rid: Option<&str>,
-    ) -> Result<(), String> {
-        let (slot, member) = self
-            .find(room, id)
-            .ok_or_else(|| format!("no participant {id} in room {room}"))?;
+    ) -> Result<(), ControlError> {
+        let missing = |id: &str| ControlError::NoParticipant {
+            room: room.to_owned(),
+            id: id.to_owned(),
+        };
+        let (slot, member) = self.find(room, id).ok_or_else(|| missing(id))?;
         let publisher = match publisher {
             None => None,
-            Some(p) => Some(
-                self.find(room, p)
-                    .map(|(_, m)| m.id())
-                    .ok_or_else(|| format!("no participant {p} in room {room}"))?,
-            ),
+            Some(p) => Some(self.find(room, p).map(|(_, m)| m.id()).ok_or_else(|| missing(p))?),
         };
         let Shard { rooms, out, .. } = self;
-        let s = rooms[slot]
-            .as_mut()
-            .ok_or_else(|| format!("no room {room}"))?;
+        let s = rooms[slot].as_mut().ok_or_else(|| missing(id))?;
         let set = s.room.set_layer(member.id(), publisher, rid, now, out);
         self.dispatch(slot);
-        set
+        set.map_err(ControlError::Invalid)
     }
 
     /// Sends an RTCP compound of the gateway's own to a member: protected with its keys

@@ -354,3 +354,31 @@ fn ice_restart_keeps_the_session_and_its_media() {
     assert_eq!(g.directory_sizes(), (0, 0));
     s.shutdown();
 }
+
+/// A refused control operation answers with what its refusal is: an unknown participant 404,
+/// a layer the participant is not sent 400 (typed errors, not matched on their text).
+#[test]
+fn a_layer_for_nobody_is_404_and_a_layer_nobody_sends_is_400() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let room = "layers";
+    let mut p = vec![SimParticipant::join(&sig, room, Leg::Whep, LOCAL, Instant::now()).unwrap()];
+    assert!(SimParticipant::drive_until(&mut p, Duration::from_secs(10), |g| g
+        .iter()
+        .all(|p| p.phase == Phase::Connected))
+    .unwrap());
+    let id = p[0].location.rsplit('/').next().unwrap().to_owned();
+    let put = |who: &str| {
+        ureq::put(&format!("{}/api/rooms/{room}/participants/{who}/layer", s.url()))
+            .header("Authorization", &format!("Bearer {}", s.admin_key().expose()))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .send("{\"rid\": \"h\"}")
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(put("nobody"), 404);
+    assert_eq!(put(&id), 400);
+}

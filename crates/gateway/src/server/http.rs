@@ -1459,8 +1459,8 @@ async fn api_room_settings(
         Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
     };
     if let Some(mix) = mix {
-        if let Err(why) = s.gateway.set_mixing(&room, mix).await {
-            return refuse(&s, StatusCode::SERVICE_UNAVAILABLE, why);
+        if let Err(e) = s.gateway.set_mixing(&room, mix).await {
+            return refuse(&s, control_status(&e), e.to_string());
         }
     }
     StatusCode::NO_CONTENT.into_response()
@@ -1530,10 +1530,17 @@ async fn api_layer(
         .await
     {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(why) if why.starts_with("no participant") || why.starts_with("no room") => {
-            refuse(&s, StatusCode::NOT_FOUND, why)
-        }
-        Err(why) => refuse(&s, StatusCode::BAD_REQUEST, why),
+        Err(e) => refuse(&s, control_status(&e), e.to_string()),
+    }
+}
+
+/// The status a refused control operation answers with.
+fn control_status(e: &crate::shard::ControlError) -> StatusCode {
+    use crate::shard::ControlError;
+    match e {
+        ControlError::NoParticipant { .. } => StatusCode::NOT_FOUND,
+        ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
+        ControlError::Full(_) | ControlError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
     }
 }
 

@@ -233,7 +233,7 @@ pub use crate::shard::{
     JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, ParticipantSnapshot, RoomLimits,
     RoomSnapshot, Who,
 };
-use crate::shard::{Shard, ShardConfig};
+use crate::shard::{ControlError, Shard, ShardConfig};
 use crate::transcode::MixSettings;
 pub use banner::{Banner, BannerReader, Trust};
 pub use config::{RoomConfig, ServeConfig};
@@ -835,11 +835,16 @@ impl Gateway {
     }
 
     /// Sets `room` to mix its audio (each member hears the sum of the others, N−1) or to relay
-    /// and transcode it; kept for the room if it is made later. Err: shutting down.
-    pub async fn set_mixing(&self, room: &str, mix: Option<MixSettings>) -> Result<(), String> {
+    /// and transcode it; kept for the room if it is made later. Err: too many rooms' settings
+    /// kept, or shutting down.
+    pub async fn set_mixing(
+        &self,
+        room: &str,
+        mix: Option<MixSettings>,
+    ) -> Result<(), ControlError> {
         self.on_room(room, move |w, _, room| w.shard_mut().set_mixing(room, mix))
             .await
-            .unwrap_or_else(|| Err("the gateway is shutting down".to_owned()))
+            .unwrap_or(Err(ControlError::ShuttingDown))
     }
 
     /// Sets which simulcast layer participant `id` is sent of `publisher`'s (all when `None`):
@@ -850,14 +855,14 @@ impl Gateway {
         id: &str,
         publisher: Option<String>,
         rid: Option<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ControlError> {
         let id = id.to_owned();
         self.on_room(room, move |w, now, room| {
             w.shard_mut()
                 .set_layer(now, room, &id, publisher.as_deref(), rid.as_deref())
         })
         .await
-        .unwrap_or_else(|| Err("the gateway is shutting down".into()))
+        .unwrap_or(Err(ControlError::ShuttingDown))
     }
 
     /// Telephony ports in use (none once every telephony leg ended).
