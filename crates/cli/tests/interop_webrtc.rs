@@ -684,7 +684,11 @@ fn five_room_pages_each_play_the_other_four_and_show_video() {
     // The first page joined alone and was offered sections as the others came.
     assert!(pages[0]["offers"].as_u64().unwrap_or(0) >= 1, "{v}");
     // Offered both, each browser nominated UDP (the TCP candidate's priority is lower).
-    assert_eq!(v["transports"], serde_json::json!(["udp", "udp", "udp", "udp", "udp"]), "{v}");
+    assert_eq!(
+        v["transports"],
+        serde_json::json!(["udp", "udp", "udp", "udp", "udp"]),
+        "{v}"
+    );
     assert!(
         v["screenshot"]["mean"].as_f64().unwrap_or(0.0) > 20.0,
         "{v}"

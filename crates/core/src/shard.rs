@@ -2008,11 +2008,7 @@ impl Shard {
 
     /// Sets `room` to mix its audio (N−1: each member hears the sum of the others) or to relay
     /// and transcode it (`None`): at once if it exists, and whenever it is made again.
-    pub fn set_mixing(
-        &mut self,
-        room: &str,
-        mix: Option<MixSettings>,
-    ) -> Result<(), ControlError> {
+    pub fn set_mixing(&mut self, room: &str, mix: Option<MixSettings>) -> Result<(), ControlError> {
         match mix {
             Some(settings) => {
                 let kept = self.mixing.len();
@@ -2097,7 +2093,11 @@ impl Shard {
         let (slot, member) = self.find(room, id).ok_or_else(|| missing(id))?;
         let publisher = match publisher {
             None => None,
-            Some(p) => Some(self.find(room, p).map(|(_, m)| m.id()).ok_or_else(|| missing(p))?),
+            Some(p) => Some(
+                self.find(room, p)
+                    .map(|(_, m)| m.id())
+                    .ok_or_else(|| missing(p))?,
+            ),
         };
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(|| missing(id))?;

@@ -38,8 +38,12 @@ impl Wire {
 
     /// A connection to `gateway` whose receive buffer is `rcvbuf` bytes when given.
     fn tcp(gateway: SocketAddr, rcvbuf: Option<usize>) -> Wire {
-        let s = socket2::Socket::new(socket2::Domain::for_address(gateway), socket2::Type::STREAM, None)
-            .unwrap();
+        let s = socket2::Socket::new(
+            socket2::Domain::for_address(gateway),
+            socket2::Type::STREAM,
+            None,
+        )
+        .unwrap();
         if let Some(n) = rcvbuf {
             s.set_recv_buffer_size(n).unwrap();
         }
@@ -289,7 +293,10 @@ fn connect(clients: &mut [&mut Client]) {
     while !clients.iter().all(|c| c.connected()) {
         assert!(Instant::now() < end, "not every client connected in 10 s");
         for c in clients.iter_mut() {
-            assert!(c.drive(), "the gateway closed a connection while connecting");
+            assert!(
+                c.drive(),
+                "the gateway closed a connection while connecting"
+            );
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -306,7 +313,10 @@ fn transport(sig: &Signaling, room: &str, location: &str) -> String {
         .iter()
         .find(|p| p["id"] == id)
         .unwrap_or_else(|| panic!("no participant {id} in {body}"));
-    p["path"]["transport"].as_str().unwrap_or_default().to_owned()
+    p["path"]["transport"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 #[test]
@@ -568,9 +578,15 @@ fn a_stalled_tcp_reader_loses_datagrams_whole_and_holds_up_no_one() {
     let before = stalled.rtp;
     let end = Instant::now() + Duration::from_secs(5);
     while stalled.rtp < before + 10 {
-        assert!(Instant::now() < end, "the stalled viewer heard nothing more");
+        assert!(
+            Instant::now() < end,
+            "the stalled viewer heard nothing more"
+        );
         publisher.send_media(1000);
-        assert!(stalled.drive(), "the stalled viewer's connection was closed");
+        assert!(
+            stalled.drive(),
+            "the stalled viewer's connection was closed"
+        );
         std::thread::sleep(Duration::from_millis(2));
     }
 }

@@ -363,21 +363,29 @@ fn a_layer_for_nobody_is_404_and_a_layer_nobody_sends_is_400() {
     let sig = signaling(&s);
     let room = "layers";
     let mut p = vec![SimParticipant::join(&sig, room, Leg::Whep, LOCAL, Instant::now()).unwrap()];
-    assert!(SimParticipant::drive_until(&mut p, Duration::from_secs(10), |g| g
-        .iter()
-        .all(|p| p.phase == Phase::Connected))
-    .unwrap());
+    assert!(
+        SimParticipant::drive_until(&mut p, Duration::from_secs(10), |g| g
+            .iter()
+            .all(|p| p.phase == Phase::Connected))
+        .unwrap()
+    );
     let id = p[0].location.rsplit('/').next().unwrap().to_owned();
     let put = |who: &str| {
-        ureq::put(&format!("{}/api/rooms/{room}/participants/{who}/layer", s.url()))
-            .header("Authorization", &format!("Bearer {}", s.admin_key().expose()))
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .send("{\"rid\": \"h\"}")
-            .unwrap()
-            .status()
-            .as_u16()
+        ureq::put(&format!(
+            "{}/api/rooms/{room}/participants/{who}/layer",
+            s.url()
+        ))
+        .header(
+            "Authorization",
+            &format!("Bearer {}", s.admin_key().expose()),
+        )
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send("{\"rid\": \"h\"}")
+        .unwrap()
+        .status()
+        .as_u16()
     };
     assert_eq!(put("nobody"), 404);
     assert_eq!(put(&id), 400);

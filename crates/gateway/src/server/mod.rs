@@ -229,11 +229,11 @@ use crate::leg::{
     CodecId, RtpConfig, RtpLegOptions, RtpOfferSpec, WebRtcConfig, WebRtcOfferSection,
 };
 use crate::rtcp::RtcpConfig;
+use crate::shard::{ControlError, Shard, ShardConfig};
 pub use crate::shard::{
     JoinError, JoinKind, Joined, JoinedRtp, Lifecycle, ParticipantSnapshot, RoomLimits,
     RoomSnapshot, Who,
 };
-use crate::shard::{ControlError, Shard, ShardConfig};
 use crate::transcode::MixSettings;
 pub use banner::{Banner, BannerReader, Trust};
 pub use config::{RoomConfig, ServeConfig};
@@ -372,8 +372,8 @@ impl Gateway {
         );
         let (mut ice_tcp, tcp_candidates) = match config.ice_tcp {
             Some(a) => {
-                let (l, port) = worker::bind_ice_tcp(a)
-                    .map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?;
+                let (l, port) =
+                    worker::bind_ice_tcp(a).map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?;
                 let tcp = candidates
                     .iter()
                     .filter(|c| reaches(a.ip(), c.ip()))
@@ -626,9 +626,7 @@ impl Gateway {
     async fn join_on<T: Send + 'static>(
         &self,
         room: &str,
-        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> Result<T, JoinError>
-            + Send
-            + 'static,
+        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> Result<T, JoinError> + Send + 'static,
     ) -> Result<T, JoinError> {
         if !self.admitting() {
             return Err(JoinError::ShuttingDown);
@@ -873,9 +871,11 @@ impl Gateway {
     /// Ends a participant with close_notify; `false` if there was none by that id in `room`.
     pub async fn leave(&self, room: &str, id: &str) -> bool {
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| w.shard_mut().leave(now, room, &id))
-            .await
-            .unwrap_or(false)
+        self.on_room(room, move |w, now, room| {
+            w.shard_mut().leave(now, room, &id)
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// Ends every member of `room` and gives their last figures (an ng call's media section

@@ -11,10 +11,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::worker::TcpClose;
 use crate::admission::Shed;
 use crate::counters::ShardCounters;
 use crate::leg::LegKind;
-use super::worker::TcpClose;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};

@@ -279,7 +279,10 @@ mod tests {
         let mut rx = RecvBatch::default();
         for (peer, gw_addr) in [
             ("127.0.0.1:0", SocketAddr::from(([127, 0, 0, 1], port))),
-            ("[::1]:0", SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port))),
+            (
+                "[::1]:0",
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)),
+            ),
         ] {
             let p = UdpSocket::bind(peer).unwrap();
             p.set_read_timeout(Some(std::time::Duration::from_secs(5)))
