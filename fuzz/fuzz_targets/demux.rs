@@ -38,7 +38,12 @@ fuzz_target!(|data: &[u8]| {
         }
         Class::Rtcp(f) => {
             assert_eq!(kind, PacketKind::Rtcp);
-            assert_eq!(f.ssrc, RtcpHeader::parse(data).expect("demux parsed it").sender_ssrc());
+            assert_eq!(
+                f.ssrc,
+                RtcpHeader::parse(data)
+                    .expect("demux parsed it")
+                    .sender_ssrc()
+            );
         }
         Class::Malformed(_) => assert!(matches!(
             kind,

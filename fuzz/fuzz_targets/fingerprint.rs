@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use secrelay_dtls::Fingerprint;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(fp) = text.parse::<Fingerprint>() {
         let again: Fingerprint = fp.to_string().parse().unwrap();
         assert_eq!(again.bytes(), fp.bytes());

@@ -7,7 +7,10 @@ fuzz_target!(|data: &[u8]| {
     // An rtpengine ng reply off the network: decoding never panics, never recurses without
     // bound, and what decodes re-encodes to something that decodes to the same value.
     if let Ok((cookie, body)) = ng_decode(data) {
-        let _ = (body.get("result"), body.get("sdp").and_then(Bencode::as_text));
+        let _ = (
+            body.get("result"),
+            body.get("sdp").and_then(Bencode::as_text),
+        );
         let cookie = String::from_utf8_lossy(cookie).replace(' ', "_");
         let again = ng_encode(&cookie, &body);
         let (_, back) = ng_decode(&again).expect("our own encoding decodes");

@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
             Feedback::Fir { sender, requests } if requests.len() == 1 => {
                 write_fir(&mut out, *sender, requests[0].0, requests[0].1)
             }
-            Feedback::Nack { sender, media, lost } if !lost.is_empty() && lost.len() <= 17 * 64 => {
+            Feedback::Nack {
+                sender,
+                media,
+                lost,
+            } if !lost.is_empty() && lost.len() <= 17 * 64 => {
                 write_nack(&mut out, *sender, *media, lost);
                 let again = compound(&out).expect("what was written reads");
                 let Some(Feedback::Nack { lost: back, .. }) = again.feedback.first() else {

@@ -6,7 +6,9 @@ use libfuzzer_sys::fuzz_target;
 use secrelay_srtp::{MasterKey, Profile};
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let _ = text.parse::<Profile>();
     for profile in Profile::ALL {
         if let Ok(k) = MasterKey::from_sdes_inline(profile, text) {

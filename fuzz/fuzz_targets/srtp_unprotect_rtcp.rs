@@ -5,9 +5,16 @@ use libfuzzer_sys::fuzz_target;
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let profile = Profile::ALL[sel as usize % Profile::ALL.len()];
-    let key = MasterKey::new(profile, &vec![0x11; profile.key_len()], &vec![0x22; profile.salt_len()]).unwrap();
+    let key = MasterKey::new(
+        profile,
+        &vec![0x11; profile.key_len()],
+        &vec![0x22; profile.salt_len()],
+    )
+    .unwrap();
     let mut rx = Context::new(Policy::new(key.clone()).any_inbound()).unwrap();
     let mut tx = Context::new(Policy::new(key).any_outbound()).unwrap();
     let mut input = rest;

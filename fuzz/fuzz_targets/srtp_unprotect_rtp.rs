@@ -6,10 +6,22 @@ use libfuzzer_sys::fuzz_target;
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&sel, rest)) = data.split_first() else { return };
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
     let profile = Profile::ALL[sel as usize % Profile::ALL.len()];
-    let key = MasterKey::new(profile, &vec![0x2b; profile.key_len()], &vec![0x5a; profile.salt_len()]).unwrap();
-    let mut rx = Context::new(Policy::new(key.clone()).any_inbound().replay_window(64 + (sel as usize >> 3) * 64)).unwrap();
+    let key = MasterKey::new(
+        profile,
+        &vec![0x2b; profile.key_len()],
+        &vec![0x5a; profile.salt_len()],
+    )
+    .unwrap();
+    let mut rx = Context::new(
+        Policy::new(key.clone())
+            .any_inbound()
+            .replay_window(64 + (sel as usize >> 3) * 64),
+    )
+    .unwrap();
     let mut tx = Context::new(Policy::new(key).any_outbound()).unwrap();
     // Packets are length-prefixed (one byte); a leftover tail is one more packet.
     let mut input = rest;

@@ -37,5 +37,9 @@ fuzz_target!(|data: &[u8]| {
     }
     c.finish(&mut digits);
     // Each block starts at most one event, reported at most once.
-    assert!(digits.len() <= blocks, "{} digits from {blocks} blocks", digits.len());
+    assert!(
+        digits.len() <= blocks,
+        "{} digits from {blocks} blocks",
+        digits.len()
+    );
 });

@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     };
     let (cuts, records) = rest.split_at(usize::from(n % 8).min(rest.len()));
     match tls_front(records, cuts) {
-        Ok(state) => assert_eq!(state, "handshaking", "no handshake completes without a client"),
+        Ok(state) => assert_eq!(
+            state, "handshaking",
+            "no handshake completes without a client"
+        ),
         Err(reason) => assert!(!reason.is_empty()),
     }
 });

@@ -36,7 +36,12 @@ fuzz_target!(|data: &[u8]| {
         let n = usize::from(rest[7]).min(rest.len() - 8);
         let payload = &rest[8..8 + n];
         rest = &rest[8 + n..];
-        let pkt = InPacket { seq, timestamp: ts, marker: flags & 1 != 0, payload };
+        let pkt = InPacket {
+            seq,
+            timestamp: ts,
+            marker: flags & 1 != 0,
+            payload,
+        };
         let r = match flags >> 6 {
             0 => a.push(&pkt, &mut out),
             1 => a.push_event(&pkt, &mut out),
