@@ -76,6 +76,32 @@ pub struct WebRtcConfig {
     pub cname: String,
 }
 
+impl WebRtcConfig {
+    /// The session description of ours for `media` (an answer, or an offer with
+    /// `Setup::Actpass`): session id and version `session`, our ICE credentials `local`, our
+    /// fingerprint, our candidates.
+    fn description(
+        &self,
+        session: (u64, u64),
+        local: &Credentials,
+        fingerprint: String,
+        setup: Setup,
+        media: Vec<MediaAnswer>,
+    ) -> AnswerParams {
+        AnswerParams {
+            session_id: session.0,
+            version: session.1,
+            ice_ufrag: local.ufrag.clone(),
+            ice_pwd: local.pwd.clone(),
+            fingerprint,
+            setup,
+            candidates: self.candidates.clone(),
+            tcp_candidates: self.tcp_candidates.clone(),
+            media,
+        }
+    }
+}
+
 impl Default for WebRtcConfig {
     fn default() -> WebRtcConfig {
         WebRtcConfig {
@@ -406,17 +432,13 @@ impl WebRtcLeg {
 
         let local = Credentials::random();
         let session = (random_u64(), 1);
-        let answer = write_answer(&AnswerParams {
-            session_id: session.0,
-            version: session.1,
-            ice_ufrag: local.ufrag.clone(),
-            ice_pwd: local.pwd.clone(),
-            fingerprint: our_fp.to_string(),
-            setup: our_setup,
-            candidates: config.candidates.clone(),
-            tcp_candidates: config.tcp_candidates.clone(),
-            media: answers.clone(),
-        });
+        let answer = write_answer(&config.description(
+            session,
+            &local,
+            our_fp.to_string(),
+            our_setup,
+            answers.clone(),
+        ));
         let ice = IceLite::new(
             config.ice.clone(),
             local,
@@ -523,17 +545,13 @@ impl WebRtcLeg {
         }
         let local = Credentials::random();
         let session = (random_u64(), 1);
-        let offer = write_offer(&AnswerParams {
-            session_id: session.0,
-            version: session.1,
-            ice_ufrag: local.ufrag.clone(),
-            ice_pwd: local.pwd.clone(),
-            fingerprint: our_fp.to_string(),
-            setup: Setup::Actpass,
-            candidates: config.candidates.clone(),
-            tcp_candidates: config.tcp_candidates.clone(),
-            media: offered.clone(),
-        });
+        let offer = write_offer(&config.description(
+            session,
+            &local,
+            our_fp.to_string(),
+            Setup::Actpass,
+            offered.clone(),
+        ));
         let ice = IceLite::offering(config.ice.clone(), local, now);
         Ok(WebRtcLeg {
             config,
@@ -736,17 +754,13 @@ impl WebRtcLeg {
         }
         self.session.1 += 1;
         let local = self.ice.local().clone();
-        let sdp = write_offer(&AnswerParams {
-            session_id: self.session.0,
-            version: self.session.1,
-            ice_ufrag: local.ufrag,
-            ice_pwd: local.pwd,
-            fingerprint: self.fingerprint.clone(),
-            setup: Setup::Actpass,
-            candidates: self.config.candidates.clone(),
-            tcp_candidates: self.config.tcp_candidates.clone(),
-            media: sections.clone(),
-        });
+        let sdp = write_offer(&self.config.description(
+            self.session,
+            &local,
+            self.fingerprint.clone(),
+            Setup::Actpass,
+            sections.clone(),
+        ));
         let revision = self.session.1;
         self.reoffer = Some(Reoffer { revision, added });
         self.sections = sections;

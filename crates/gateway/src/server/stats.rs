@@ -210,9 +210,7 @@ pub struct WorkerStats {
 impl WorkerStats {
     /// Counts an ICE-TCP connection closed (or refused) for `why`.
     pub(crate) fn ice_tcp_closed(&self, why: TcpClose) {
-        if let Some(i) = TcpClose::ALL.iter().position(|w| *w == why) {
-            self.ice_tcp_closed[i].fetch_add(1, Ordering::Relaxed);
-        }
+        self.ice_tcp_closed[why.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Publishes the worker's load and what it sheds for it.
@@ -466,10 +464,9 @@ impl GatewayStats {
 
     /// ICE-TCP connections closed (or refused) for `why`, all workers.
     fn ice_tcp_closed(&self, why: TcpClose) -> u64 {
-        let i = TcpClose::ALL.iter().position(|w| *w == why).unwrap_or(0);
         self.workers
             .iter()
-            .map(|w| w.ice_tcp_closed[i].load(Ordering::Relaxed))
+            .map(|w| w.ice_tcp_closed[why.index()].load(Ordering::Relaxed))
             .sum()
     }
 

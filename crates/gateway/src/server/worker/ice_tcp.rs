@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,11 @@ impl TcpClose {
         TcpClose::Ended,
         TcpClose::Refused,
     ];
+
+    /// Its place in [`TcpClose::ALL`] (the declaration order; a test checks).
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
 
     /// Its label.
     pub(crate) fn name(self) -> &'static str {
@@ -235,6 +240,9 @@ pub(super) struct IceTcp {
     ready: Vec<usize>,
     /// Connections with frames to write.
     dirty: Vec<usize>,
+    /// Connections waiting for their first check, in all and by source address.
+    unclaimed: usize,
+    unclaimed_by_ip: HashMap<IpAddr, usize>,
 }
 
 impl IceTcp {
@@ -257,11 +265,21 @@ impl IceTcp {
         self.listener_ready || !self.ready.is_empty()
     }
 
-    /// Whether datagrams to `addr` go over one of this worker's connections (or are dropped:
-    /// its connection closed lately).
-    fn carries(&self, addr: &SocketAddr) -> bool {
-        (!self.by_peer.is_empty() && self.by_peer.contains_key(addr))
-            || (!self.gone.is_empty() && self.gone.contains_key(addr))
+    /// A connection from `ip` waits for its first check.
+    fn unclaimed_added(&mut self, ip: IpAddr) {
+        self.unclaimed += 1;
+        *self.unclaimed_by_ip.entry(ip).or_default() += 1;
+    }
+
+    /// A connection from `ip` waits no more (claimed, handed over or closed).
+    fn unclaimed_gone(&mut self, ip: IpAddr) {
+        self.unclaimed = self.unclaimed.saturating_sub(1);
+        if let std::collections::hash_map::Entry::Occupied(mut e) = self.unclaimed_by_ip.entry(ip) {
+            *e.get_mut() -= 1;
+            if *e.get() == 0 {
+                e.remove();
+            }
+        }
     }
 
     /// Marks a poll event's connection (or the listener) ready; `false` for another token.
@@ -327,24 +345,22 @@ impl Worker {
             let _ = stream.set_nodelay(true);
             self.shared.ice_tcp_open.fetch_add(1, Ordering::Relaxed);
             self.stats.ice_tcp_accepted.fetch_add(1, Ordering::Relaxed);
+            self.tcp.unclaimed_added(peer.ip());
             self.tcp_insert(Conn::new(stream, peer, now));
         }
     }
 
     /// Whether a new connection from `peer` is within the limits.
     fn tcp_admits(&self, peer: SocketAddr) -> bool {
-        if self.shared.ice_tcp_open.load(Ordering::Relaxed) >= MAX_CONNECTIONS {
-            return false;
-        }
-        let unclaimed = self
+        let same_ip = self
             .tcp
-            .conns
-            .values()
-            .filter(|c| c.state == State::Unclaimed);
-        let (all, same_ip) = unclaimed.fold((0, 0), |(a, s), c| {
-            (a + 1, s + usize::from(c.peer.ip() == peer.ip()))
-        });
-        all < MAX_UNCLAIMED && same_ip < MAX_UNCLAIMED_PER_IP
+            .unclaimed_by_ip
+            .get(&peer.ip())
+            .copied()
+            .unwrap_or(0);
+        self.shared.ice_tcp_open.load(Ordering::Relaxed) < MAX_CONNECTIONS
+            && self.tcp.unclaimed < MAX_UNCLAIMED
+            && same_ip < MAX_UNCLAIMED_PER_IP
     }
 
     /// Takes `conn` into this worker's poll; it is read this turn (what it holds first).
@@ -377,13 +393,26 @@ impl Worker {
     }
 
     fn tcp_read(&mut self, id: usize) {
-        let Some(mut conn) = self.tcp.conns.remove(&id) else {
+        let Some(conn) = self.tcp.conns.get_mut(&id) else {
             return;
         };
         let end = conn.read();
+        // The frames are read out of the connection's buffer while the shard takes them.
+        let (peer, was, rbuf) = (conn.peer, conn.state, std::mem::take(&mut conn.rbuf));
         let now = Instant::now();
-        let next = self.tcp_frames(&mut conn, now);
-        self.tcp.conns.insert(id, conn);
+        let mut state = was;
+        let (taken, next) = self.tcp_frames(peer, &mut state, &rbuf, now);
+        if was == State::Unclaimed && state != was {
+            self.tcp.unclaimed_gone(peer.ip());
+        }
+        if let Some(conn) = self.tcp.conns.get_mut(&id) {
+            conn.state = state;
+            if taken > 0 {
+                conn.last_in = now;
+            }
+            conn.rbuf = rbuf;
+            conn.rbuf.drain(..taken);
+        }
         match (next, end) {
             (Some(Next::HandTo(w)), _) => self.tcp_hand_to(id, w),
             (Some(Next::Close(why)), _) => self.tcp_close(id, why),
@@ -393,17 +422,23 @@ impl Worker {
         }
     }
 
-    /// Hands each complete frame of `conn` to the shard; what becomes of the connection when
-    /// it is not kept here as it is.
-    fn tcp_frames(&mut self, conn: &mut Conn, now: Instant) -> Option<Next> {
-        let rbuf = std::mem::take(&mut conn.rbuf);
+    /// Hands each complete frame at the start of `rbuf` (read from the connection of `peer`,
+    /// in `state`) to the shard: the bytes taken, and what becomes of the connection when it is
+    /// not kept here as it is.
+    fn tcp_frames(
+        &mut self,
+        peer: SocketAddr,
+        state: &mut State,
+        rbuf: &[u8],
+        now: Instant,
+    ) -> (usize, Option<Next>) {
         let mut taken = 0;
         let mut next = None;
         while let Some((frame, n)) = next_frame(&rbuf[taken..]) {
-            let d = Datagram::classify(conn.peer, frame, now);
-            if conn.state == State::Unclaimed {
+            let d = Datagram::classify(peer, frame, now);
+            if *state == State::Unclaimed {
                 match self.tcp_owner(&d) {
-                    Some(w) if w == self.index => conn.state = State::Claimed,
+                    Some(w) if w == self.index => *state = State::Claimed,
                     // Read again there, first frame included.
                     Some(w) => {
                         next = Some(Next::HandTo(w));
@@ -416,7 +451,6 @@ impl Worker {
                 }
             }
             taken += n;
-            conn.last_in = now;
             self.stats.datagrams_in.fetch_add(1, Ordering::Relaxed);
             self.stats
                 .bytes_in
@@ -425,9 +459,7 @@ impl Worker {
                 self.shard.count_drop(DropReason::UnknownSource);
             }
         }
-        conn.rbuf = rbuf;
-        conn.rbuf.drain(..taken);
-        next
+        (taken, next)
     }
 
     /// The worker whose participant a connection's first datagram names, if it is a check.
@@ -464,6 +496,9 @@ impl Worker {
     /// Removes connection `id` from the tables (still open).
     fn tcp_forget(&mut self, id: usize) -> Option<Conn> {
         let conn = self.tcp.conns.remove(&id)?;
+        if conn.state == State::Unclaimed {
+            self.tcp.unclaimed_gone(conn.peer.ip());
+        }
         self.tcp.by_peer.remove(&conn.peer);
         self.tcp.ready.retain(|r| *r != id);
         self.tcp.dirty.retain(|r| *r != id);
@@ -497,12 +532,21 @@ impl Worker {
         datagram: &[u8],
         origin: Option<Instant>,
     ) -> bool {
-        if !self.tcp.carries(&destination) {
-            return false;
-        }
-        let Some(&id) = self.tcp.by_peer.get(&destination) else {
-            self.shard.count_drop(DropReason::SendFailed);
-            return true;
+        // Most workers have no connection: no hashing for their UDP copies.
+        let found = match self.tcp.by_peer.is_empty() {
+            true => None,
+            false => self.tcp.by_peer.get(&destination).copied(),
+        };
+        let id = match found {
+            Some(id) => id,
+            None => {
+                // Its connection closed lately: dropped, not sent over UDP to its TCP port.
+                let gone = !self.tcp.gone.is_empty() && self.tcp.gone.contains_key(&destination);
+                if gone {
+                    self.shard.count_drop(DropReason::SendFailed);
+                }
+                return gone;
+            }
         };
         let queued = self
             .tcp
@@ -643,4 +687,20 @@ enum Next {
     HandTo(usize),
     /// It is closed.
     Close(TcpClose),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_reasons_are_listed_in_declaration_order_with_distinct_names() {
+        for (i, why) in TcpClose::ALL.iter().enumerate() {
+            assert_eq!(why.index(), i, "{why:?}");
+        }
+        let mut names: Vec<&str> = TcpClose::ALL.iter().map(|w| w.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), TcpClose::ALL.len());
+    }
 }
