@@ -1,0 +1,228 @@
+//! The ring against real sockets on loopback: receives across many sockets, sends in one
+//! submission, buffers and send slots running out, sockets disarmed and their ports reused.
+
+use std::net::{Ipv6Addr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use secrelay_uring::{Completion, Config, Received, Ring};
+
+fn ring(config: Config) -> Ring<u32> {
+    match Ring::probe(config) {
+        Ok(r) => r,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "io_uring is refused here ({e}); under CI the kernel must allow it"
+            );
+            panic!("io_uring unavailable: {e}");
+        }
+    }
+}
+
+fn socket(addr: &str) -> UdpSocket {
+    let s = UdpSocket::bind(addr).unwrap();
+    s.set_nonblocking(true).unwrap();
+    s
+}
+
+/// Reaps until `n` datagrams came (recycling each after copying it out) or 5 s passed.
+fn receive(r: &mut Ring<u32>, n: usize, sent: &mut Vec<(u32, usize)>) -> Vec<(Received, Vec<u8>)> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = Vec::new();
+    let mut out = Vec::new();
+    while got.len() < n && Instant::now() < deadline {
+        r.submit().unwrap();
+        r.wait(Duration::from_millis(20)).unwrap();
+        out.clear();
+        r.reap(&mut out, usize::MAX);
+        for c in out.drain(..) {
+            match c {
+                Completion::Received(d) => {
+                    got.push((d, r.payload(&d).to_vec()));
+                    r.recycle(&d);
+                }
+                Completion::Sent { meta, result, .. } => sent.push((meta, result.unwrap())),
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn datagrams_on_many_sockets_come_back_with_their_socket_and_source() {
+    let mut r = ring(Config::default());
+    let sockets: Vec<UdpSocket> = (0..200).map(|_| socket("127.0.0.1:0")).collect();
+    for (k, s) in sockets.iter().enumerate() {
+        r.arm(k as u32, s);
+    }
+    r.submit().unwrap();
+    let peer = socket("127.0.0.1:0");
+    for (k, s) in sockets.iter().enumerate() {
+        peer.send_to(format!("to {k}").as_bytes(), s.local_addr().unwrap())
+            .unwrap();
+    }
+    let got = receive(&mut r, 200, &mut Vec::new());
+    assert_eq!(got.len(), 200);
+    for (d, bytes) in got {
+        assert_eq!(bytes, format!("to {}", d.key).as_bytes());
+        assert_eq!(d.from, Some(peer.local_addr().unwrap()));
+        assert!(!d.truncated);
+    }
+}
+
+#[test]
+fn a_batch_of_sends_goes_out_in_one_submission_and_every_buffer_comes_back() {
+    let mut r = ring(Config::default());
+    let from = socket("127.0.0.1:0");
+    let to = socket("127.0.0.1:0");
+    r.arm(7, &to);
+    for i in 0..70u32 {
+        let buf = vec![i as u8; 10 + i as usize];
+        r.send(&from, to.local_addr().unwrap(), false, buf, i)
+            .unwrap();
+    }
+    assert_eq!(r.sends_in_flight(), 70);
+    r.submit().unwrap();
+    let mut sent = Vec::new();
+    let got = receive(&mut r, 70, &mut sent);
+    assert_eq!(got.len(), 70);
+    for (i, (d, bytes)) in got.iter().enumerate() {
+        assert_eq!(d.key, 7);
+        assert_eq!(d.from, Some(from.local_addr().unwrap()));
+        assert_eq!(bytes.len(), 10 + i);
+        assert!(bytes.iter().all(|b| usize::from(*b) == i));
+    }
+    sent.sort();
+    assert_eq!(
+        sent,
+        (0..70).map(|i| (i, 10 + i as usize)).collect::<Vec<_>>()
+    );
+    assert_eq!(r.sends_in_flight(), 0);
+}
+
+#[test]
+fn a_dual_stack_socket_reads_ipv4_peers_as_ipv4_and_sends_to_them() {
+    let mut r = ring(Config::default());
+    let gw = {
+        let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None).unwrap();
+        s.set_only_v6(false).unwrap();
+        s.set_nonblocking(true).unwrap();
+        s.bind(&SocketAddr::from((Ipv6Addr::UNSPECIFIED, 0)).into())
+            .unwrap();
+        UdpSocket::from(s)
+    };
+    let port = gw.local_addr().unwrap().port();
+    r.arm(1, &gw);
+    r.submit().unwrap();
+    for (peer, target) in [
+        ("127.0.0.1:0", SocketAddr::from(([127, 0, 0, 1], port))),
+        ("[::1]:0", SocketAddr::from((Ipv6Addr::LOCALHOST, port))),
+    ] {
+        let p = socket(peer);
+        p.send_to(b"check", target).unwrap();
+        let got = receive(&mut r, 1, &mut Vec::new());
+        let from = got[0].0.from.unwrap();
+        assert_eq!(from, p.local_addr().unwrap(), "its own family, not ::ffff:");
+        r.send(&gw, from, true, b"answer".to_vec(), 0).unwrap();
+        r.submit().unwrap();
+        p.set_nonblocking(false).unwrap();
+        p.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, src) = p.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"answer");
+        assert_eq!(src.port(), port);
+    }
+}
+
+#[test]
+fn running_out_of_buffers_pauses_receiving_and_loses_nothing() {
+    let mut r = ring(Config {
+        buffers: 4,
+        ..Config::default()
+    });
+    let to = socket("127.0.0.1:0");
+    let peer = socket("127.0.0.1:0");
+    r.arm(3, &to);
+    r.submit().unwrap();
+    for i in 0..50u8 {
+        peer.send_to(&[i; 100], to.local_addr().unwrap()).unwrap();
+    }
+    // Hold the buffers of the first completions: the receive ends for want of buffers.
+    std::thread::sleep(Duration::from_millis(50));
+    let mut out = Vec::new();
+    r.wait(Duration::from_millis(20)).unwrap();
+    r.reap(&mut out, usize::MAX);
+    let first = out.len();
+    assert!(first <= 4, "{first} datagrams in 4 buffers");
+    for c in out {
+        if let Completion::Received(d) = c {
+            r.recycle(&d);
+        }
+    }
+    // Given back, the buffers take the rest (the receive is armed again).
+    let rest = receive(&mut r, 50 - first, &mut Vec::new());
+    assert_eq!(rest.len() + first, 50);
+}
+
+#[test]
+fn more_sends_than_slots_all_go_out() {
+    let mut r = ring(Config {
+        send_slots: 4,
+        ..Config::default()
+    });
+    let from = socket("127.0.0.1:0");
+    let to = socket("127.0.0.1:0");
+    r.arm(9, &to);
+    for i in 0..100u32 {
+        r.send(&from, to.local_addr().unwrap(), false, vec![1; 40], i)
+            .unwrap();
+    }
+    r.submit().unwrap();
+    let mut sent = Vec::new();
+    let got = receive(&mut r, 100, &mut sent);
+    assert_eq!(got.len(), 100);
+    // Every send's completion, the ones reaped early to free slots included.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sent.len() < 100 && Instant::now() < deadline {
+        receive(&mut r, 0, &mut sent);
+        r.wait(Duration::from_millis(10)).unwrap();
+        let mut out = Vec::new();
+        r.reap(&mut out, usize::MAX);
+        for c in out {
+            if let Completion::Sent { meta, result, .. } = c {
+                sent.push((meta, result.unwrap()));
+            }
+        }
+    }
+    assert_eq!(sent.len(), 100);
+}
+
+#[test]
+fn a_disarmed_socket_lets_its_port_go_at_once() {
+    let mut r = ring(Config::default());
+    for _ in 0..20 {
+        let s = socket("127.0.0.1:0");
+        let addr = s.local_addr().unwrap();
+        r.arm(5, &s);
+        r.submit().unwrap();
+        r.disarm(5);
+        r.submit().unwrap();
+        drop(s);
+        // Bound again right away: the kernel holds no reference to the old socket.
+        UdpSocket::bind(addr).expect("the port is free once disarmed");
+    }
+}
+
+#[test]
+fn a_long_datagram_is_cut_and_says_so() {
+    let mut r = ring(Config::default());
+    let to = socket("127.0.0.1:0");
+    let peer = socket("127.0.0.1:0");
+    r.arm(2, &to);
+    r.submit().unwrap();
+    peer.send_to(&[7u8; 3000], to.local_addr().unwrap())
+        .unwrap();
+    let got = receive(&mut r, 1, &mut Vec::new());
+    assert!(got[0].0.truncated);
+    assert_eq!(got[0].1.len(), secrelay_uring::DATAGRAM_MAX);
+}
