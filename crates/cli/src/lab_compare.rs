@@ -24,6 +24,11 @@ pub struct RelayCompareArgs {
     /// comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "sdes,plain,webrtc")]
     pub legs: Vec<String>,
+    /// How secrelay reads and writes its sockets, each in its own run at every rate and kind
+    /// of call, alternated (`auto`, `io_uring`, `mmsg`), comma-separated: `io_uring,mmsg`
+    /// compares the two paths in one run.
+    #[arg(long, value_delimiter = ',', default_value = "auto")]
+    pub media_io: Vec<String>,
     /// The rtpengine binary (Debian's rtpengine-daemon).
     #[arg(long, default_value = "/usr/bin/rtpengine")]
     pub rtpengine: PathBuf,
@@ -53,6 +58,11 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
             bail!("--legs {l}: sdes, plain or webrtc");
         }
     }
+    for m in &a.media_io {
+        if !matches!(m.as_str(), "auto" | "io_uring" | "mmsg") {
+            bail!("--media-io {m}: auto, io_uring or mmsg");
+        }
+    }
     let exe = std::env::current_exe()?;
     let sdes = Keying::Sdes {
         caller: Profile::AesCm128HmacSha1_80,
@@ -65,15 +75,23 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
                 "sdes" => sdes,
                 "plain" => Keying::Plain,
                 _ => {
-                    eprintln!("relay-compare: secrelay, WebRTC, at {pps} packets/s …");
-                    rows.push(secrelay_row(&exe, pps, a.duration)?);
+                    for m in &a.media_io {
+                        eprintln!("relay-compare: secrelay ({m}), WebRTC, at {pps} packets/s …");
+                        rows.push(secrelay_row(&exe, pps, a.duration, m)?);
+                    }
                     continue;
                 }
             };
-            for relay in [NgRelay::Rtpengine(&a.rtpengine), NgRelay::Secrelay(&exe)] {
+            let relays = std::iter::once(NgRelay::Rtpengine(&a.rtpengine)).chain(
+                a.media_io.iter().map(|m| NgRelay::Secrelay {
+                    exe: &exe,
+                    media_io: m,
+                }),
+            );
+            for relay in relays {
                 let name = match relay {
-                    NgRelay::Rtpengine(_) => "rtpengine",
-                    NgRelay::Secrelay(_) => "secrelay",
+                    NgRelay::Rtpengine(_) => "rtpengine".to_string(),
+                    NgRelay::Secrelay { media_io, .. } => format!("secrelay ({media_io})"),
                 };
                 eprintln!("relay-compare: {name}, {legs} calls through ng, at {pps} packets/s …");
                 rows.push(ng_row(relay, pps, a.duration, keying)?);
@@ -81,8 +99,9 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
         }
     }
     println!(
-        "{:<10} {:<7} {:>10} {:>6} {:>9} {:>9} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8} {:>11}",
+        "{:<10} {:<8} {:<7} {:>10} {:>6} {:>9} {:>9} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8} {:>11}",
         "relay",
+        "io",
         "legs",
         "offered/s",
         "secs",
@@ -98,8 +117,9 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
     );
     for r in &rows {
         println!(
-            "{:<10} {:<7} {:>10} {:>6.1} {:>9} {:>9} {:>7} {:>6} {:>7.2} {:>9.2} {:>8.2} {:>8.2} {:>11}",
+            "{:<10} {:<8} {:<7} {:>10} {:>6.1} {:>9} {:>9} {:>7} {:>6} {:>7.2} {:>9.2} {:>8.2} {:>8.2} {:>11}",
             r.relay,
+            r.media_io.as_deref().unwrap_or("-"),
             r.legs,
             r.offered_pps,
             r.secs,

@@ -63,6 +63,10 @@ pub struct ServeArgs {
     /// SRTP engine for the workers' receive batches: simd (default) or serial.
     #[arg(long)]
     pub srtp_engine: Option<String>,
+    /// How the workers read and write their UDP sockets: auto (default: io_uring where the
+    /// kernel allows it), io_uring or mmsg (recvmmsg/sendmmsg).
+    #[arg(long, value_name = "PATH")]
+    pub media_io: Option<String>,
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP), e.g. 127.0.0.1:2223.
     #[arg(long, value_name = "ADDR")]
     pub ng: Option<SocketAddr>,
@@ -186,6 +190,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(e) = &a.srtp_engine {
         c.srtp_engine = e.clone();
+    }
+    if let Some(m) = &a.media_io {
+        c.media_io = m.clone();
     }
     if let Some(n) = a.ng {
         c.ng = Some(n);

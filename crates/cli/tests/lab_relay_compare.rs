@@ -48,7 +48,13 @@ fn relay_compare_measures_both_relays_at_a_low_rate() {
     let started = Instant::now();
     let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["lab", "relay-compare", "--rates", &RATE.to_string()])
-        .args(["--duration", SECS, "--rtpengine"])
+        .args([
+            "--duration",
+            SECS,
+            "--media-io",
+            "io_uring,mmsg",
+            "--rtpengine",
+        ])
         .arg(&rtpengine)
         .arg("--json")
         .arg(&json)
@@ -84,23 +90,26 @@ fn relay_compare_measures_both_relays_at_a_low_rate() {
     let rows = rows.as_array().expect("an array of rows");
     assert_eq!(
         rows.len(),
-        5,
-        "a row per relay, kind of call and rate: {rows:?}"
+        8,
+        "a row per relay (secrelay on each media path), kind of call and rate: {rows:?}"
     );
-    for (relay, legs) in [
-        ("rtpengine", "sdes"),
-        ("secrelay", "sdes"),
-        ("rtpengine", "plain"),
-        ("secrelay", "plain"),
-        ("secrelay", "webrtc"),
+    for (relay, io, legs) in [
+        ("rtpengine", None, "sdes"),
+        ("secrelay", Some("io_uring"), "sdes"),
+        ("secrelay", Some("mmsg"), "sdes"),
+        ("rtpengine", None, "plain"),
+        ("secrelay", Some("io_uring"), "plain"),
+        ("secrelay", Some("mmsg"), "plain"),
+        ("secrelay", Some("io_uring"), "webrtc"),
+        ("secrelay", Some("mmsg"), "webrtc"),
     ] {
         let mine: Vec<&Value> = rows
             .iter()
-            .filter(|r| r["relay"] == relay && r["legs"] == legs)
+            .filter(|r| r["relay"] == relay && r["legs"] == legs && r["media_io"].as_str() == io)
             .collect();
-        assert_eq!(mine.len(), 1, "{relay} {legs}: {rows:?}");
+        assert_eq!(mine.len(), 1, "{relay} {io:?} {legs}: {rows:?}");
         let r = mine[0];
-        let relay = format!("{relay} ({legs})");
+        let relay = format!("{relay} {io:?} ({legs})");
         let n = |k: &str| {
             r[k].as_f64()
                 .unwrap_or_else(|| panic!("{relay}: {k} is not a number in {r}"))

@@ -147,6 +147,11 @@ pub struct Ring<T> {
     sent: VecDeque<Completion<T>>,
     /// Receives armed and not yet finished (multishot: until cancelled or failed).
     recvs_in_flight: usize,
+    /// Sockets whose receive is to be armed at the next submit (so a submit with none
+    /// does not look through every socket).
+    to_arm: usize,
+    /// Sockets disarmed whose receive has not ended yet.
+    closing: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -278,9 +283,15 @@ impl<T> Ring<T> {
     /// has no io_uring, refuses it (`io_uring_disabled`, a seccomp filter) or lacks provided
     /// buffer rings (before 5.19); [`Ring::probe`] also checks multishot receives work.
     pub fn new(config: Config) -> io::Result<Ring<T>> {
+        // Completions are made by the thread that reaps them, when it enters the kernel, not
+        // by interrupting it while it works (COOP_TASKRUN); the ring says when some wait to
+        // be made (TASKRUN_FLAG), and only the thread that made it submits (SINGLE_ISSUER).
         let ring = IoUring::builder()
             .setup_cqsize(config.entries.saturating_mul(8))
             .setup_clamp()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .setup_single_issuer()
             .build(config.entries)?;
         let mut pool = Pool::new(config.buffers)?;
         // SAFETY: the entries are page aligned, `buffers` long, and outlive the registration
@@ -324,6 +335,8 @@ impl<T> Ring<T> {
             stash: VecDeque::new(),
             sent: VecDeque::new(),
             recvs_in_flight: 0,
+            to_arm: 0,
+            closing: 0,
         })
     }
 
@@ -380,6 +393,7 @@ impl<T> Ring<T> {
             rearm: true,
             closing: false,
         });
+        self.to_arm += 1;
     }
 
     /// Stops receiving on `key`'s socket: the receive is cancelled at the next
@@ -392,9 +406,11 @@ impl<T> Ring<T> {
         if self.armed[i].rearm {
             // Not in flight: nothing to cancel.
             self.armed.swap_remove(i);
+            self.to_arm -= 1;
             return;
         }
         self.armed[i].closing = true;
+        self.closing += 1;
         let cancel = opcode::AsyncCancel::new(RECV | u64::from(key))
             .build()
             .user_data(CANCEL | u64::from(key));
@@ -451,18 +467,8 @@ impl<T> Ring<T> {
     /// one system call; returns once every cancelled receive has ended.
     pub fn submit(&mut self) -> io::Result<()> {
         self.pool.publish();
-        for i in 0..self.armed.len() {
-            let a = self.armed[i];
-            if a.rearm && !a.closing {
-                let entry = opcode::RecvMsgMulti::new(types::Fd(a.fd), &*self.recv_msg, GROUP)
-                    .build()
-                    .flags(squeue::Flags::BUFFER_SELECT)
-                    .user_data(RECV | u64::from(a.key));
-                if self.push(&entry).is_ok() {
-                    self.armed[i].rearm = false;
-                    self.recvs_in_flight += 1;
-                }
-            }
+        if self.to_arm > 0 {
+            self.arm_pending();
         }
         if !self.ring.submission().is_empty() {
             self.enter()?;
@@ -470,9 +476,9 @@ impl<T> Ring<T> {
         // A cancel completes in the call that submits it, and so does the receive's last
         // completion, as a rule; wait for any that did not, so the socket is let go.
         let mut tries = 0;
-        while self.armed.iter().any(|a| a.closing) && tries < 100 {
+        while self.closing > 0 && tries < 100 {
             self.collect();
-            if self.armed.iter().any(|a| a.closing) {
+            if self.closing > 0 {
                 self.wait_one(Duration::from_millis(10))?;
             }
             tries += 1;
@@ -490,14 +496,22 @@ impl<T> Ring<T> {
         self.wait_one(timeout)
     }
 
-    /// Whether completions wait to be reaped.
+    /// Whether completions wait to be reaped, or to be made by entering the kernel (which
+    /// [`Ring::reap`] then does).
     pub fn pending(&mut self) -> bool {
-        !self.sent.is_empty() || !self.stash.is_empty() || !self.ring.completion().is_empty()
+        !self.sent.is_empty()
+            || !self.stash.is_empty()
+            || !self.ring.completion().is_empty()
+            || self.ring.submission().taskrun()
     }
 
     /// Moves up to `max` completions into `out`. Receives that ended (out of buffers, an
     /// error) are armed again at the next [`Ring::submit`].
     pub fn reap(&mut self, out: &mut Vec<Completion<T>>, max: usize) {
+        if self.ring.submission().taskrun() {
+            // Receives and sends finished that wait for this thread to post them.
+            let _ = self.enter();
+        }
         let mut taken = 0;
         while taken < max {
             if let Some(c) = self.sent.pop_front() {
@@ -540,6 +554,26 @@ impl<T> Ring<T> {
     /// Sends in flight.
     pub fn sends_in_flight(&self) -> usize {
         self.slots.len() - self.free_slots.len()
+    }
+
+    /// Queues the receives of the sockets armed (or whose receive ended) since the last
+    /// submit.
+    fn arm_pending(&mut self) {
+        for i in 0..self.armed.len() {
+            let a = self.armed[i];
+            if !a.rearm || a.closing {
+                continue;
+            }
+            let entry = opcode::RecvMsgMulti::new(types::Fd(a.fd), &*self.recv_msg, GROUP)
+                .build()
+                .flags(squeue::Flags::BUFFER_SELECT)
+                .user_data(RECV | u64::from(a.key));
+            if self.push(&entry).is_ok() {
+                self.armed[i].rearm = false;
+                self.to_arm -= 1;
+                self.recvs_in_flight += 1;
+            }
+        }
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
@@ -633,8 +667,10 @@ impl<T> Ring<T> {
         if let Some(i) = self.armed.iter().position(|a| a.key == key) {
             if self.armed[i].closing {
                 self.armed.swap_remove(i);
+                self.closing -= 1;
             } else {
                 self.armed[i].rearm = true;
+                self.to_arm += 1;
             }
         }
     }

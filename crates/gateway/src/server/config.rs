@@ -167,6 +167,14 @@ pub struct ServeConfig {
     /// video alike, no slower than `serial` at any packet size measured, `lab srtp`'s
     /// `srtp_engine_sizes`) or `serial`.
     pub srtp_engine: String,
+    /// How the workers read and write their UDP sockets (the shared media port and every
+    /// telephony leg's ports): `io_uring` (one multishot receive per socket into a shared
+    /// ring of buffers, each batch's sends in one submission: one system call per batch
+    /// whatever the number of sockets), `mmsg` (`recvmmsg`/`sendmmsg` per ready socket, with
+    /// epoll), or `auto` (the default: io_uring where the kernel allows it, checked at start
+    /// by a datagram through a loopback socket; `mmsg` otherwise, and the log says why). With
+    /// `io_uring` the gateway refuses to start where the kernel does not allow it.
+    pub media_io: String,
     /// Local ports for telephony legs (plain RTP, SDES-SRTP), `"LOW-HIGH"`: each leg takes an
     /// even port for RTP and the next one for RTCP (unless RTCP is muxed), bound on `udp`'s
     /// address.
@@ -304,6 +312,25 @@ pub struct ServeConfig {
     pub interfaces: Vec<String>,
 }
 
+/// How the workers read and write their UDP sockets (`media_io`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MediaIo {
+    /// io_uring: multishot receives into a provided-buffer ring, sends submitted together.
+    IoUring,
+    /// `recvmmsg`/`sendmmsg` on each ready socket, woken by epoll.
+    Mmsg,
+}
+
+impl MediaIo {
+    /// Its name in the configuration, the log and `/metrics`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MediaIo::IoUring => "io_uring",
+            MediaIo::Mmsg => "mmsg",
+        }
+    }
+}
+
 /// Where the gateway serves HTTPS when neither `http` nor `https` is configured.
 pub const DEFAULT_HTTPS: &str = "127.0.0.1:8443";
 
@@ -358,6 +385,7 @@ impl Default for ServeConfig {
             drain_secs: 1.0,
             rooms: BTreeMap::new(),
             srtp_engine: "simd".into(),
+            media_io: "auto".into(),
             rtp_ports: "30000-39999".into(),
             opus_complexity: secrelay_media::opus::Opus::DEFAULT_COMPLEXITY,
             sdes_suites: secrelay_gateway_default_suites(),
@@ -460,6 +488,7 @@ impl ServeConfig {
         self.key_type()?;
         self.profiles()?;
         self.engine()?;
+        self.media_io_setting()?;
         if !(self.ended_resource_grace_secs.is_finite() && self.ended_resource_grace_secs >= 0.0) {
             return Err(ConfigError(format!(
                 "ended_resource_grace_secs = {}: must be 0 or a positive number of seconds",
@@ -721,6 +750,18 @@ impl ServeConfig {
             "serial" => Ok(Box::new(secrelay_srtp::SerialEngine)),
             other => Err(ConfigError(format!(
                 "srtp_engine = {other:?}: unknown engine (valid: simd, serial)"
+            ))),
+        }
+    }
+
+    /// The media I/O asked for: `Some` path, or `None` for `auto`.
+    pub fn media_io_setting(&self) -> Result<Option<MediaIo>, ConfigError> {
+        match self.media_io.as_str() {
+            "auto" => Ok(None),
+            "io_uring" => Ok(Some(MediaIo::IoUring)),
+            "mmsg" => Ok(Some(MediaIo::Mmsg)),
+            other => Err(ConfigError(format!(
+                "media_io = {other:?}: unknown (valid: auto, io_uring, mmsg)"
             ))),
         }
     }
@@ -1003,6 +1044,20 @@ mod tests {
         assert!(e.contains("srtp_profiles") && e.contains("NOPE"), "{e}");
         let e = ServeConfig::from_toml("http = \"nowhere\"").unwrap_err().0;
         assert!(e.contains("http"), "{e}");
+        let e = ServeConfig::from_toml("media_io = \"epoll\"")
+            .unwrap_err()
+            .0;
+        assert!(
+            e.contains("media_io") && e.contains("io_uring, mmsg"),
+            "{e}"
+        );
+        assert_eq!(
+            ServeConfig::from_toml("media_io = \"mmsg\"")
+                .unwrap()
+                .media_io_setting()
+                .unwrap(),
+            Some(MediaIo::Mmsg)
+        );
         let e = ServeConfig::from_toml("srtp_engine = \"gpu\"")
             .unwrap_err()
             .0;

@@ -236,7 +236,7 @@ pub use crate::shard::{
 };
 use crate::transcode::MixSettings;
 pub use banner::{Banner, BannerReader, Trust};
-pub use config::{RoomConfig, ServeConfig};
+pub use config::{MediaIo, RoomConfig, ServeConfig};
 use directory::Directory;
 use ports::PortPool;
 pub use process::BuildInfo;
@@ -420,6 +420,12 @@ impl Gateway {
                 settings: config.max_room_settings,
             },
         };
+        let (media_io, why_not) =
+            udp::choose_media_io(config.media_io_setting().map_err(|e| StartError(e.0))?)
+                .map_err(StartError)?;
+        if let Some(why) = why_not {
+            tracing::info!(reason = %why, "io_uring not used: the workers use recvmmsg/sendmmsg");
+        }
         let mut peers = Vec::new();
         let mut inboxes = Vec::new();
         for _ in 0..n {
@@ -465,8 +471,8 @@ impl Gateway {
             );
             let t = std::thread::Builder::new()
                 .name(format!("secrelay-worker-{i}"))
-                .spawn(
-                    move || match Worker::new(i, socket, listener, poll, inbox, sh, st, shard) {
+                .spawn(move || {
+                    match Worker::new(i, socket, listener, poll, inbox, sh, st, shard, media_io) {
                         Ok(w) => {
                             let _ = ready_tx.send(Ok(()));
                             w.run();
@@ -474,8 +480,8 @@ impl Gateway {
                         Err(e) => {
                             let _ = ready_tx.send(Err(e));
                         }
-                    },
-                )
+                    }
+                })
                 .map_err(|e| StartError(format!("worker {i} thread: {e}")))?;
             match ready_rx.recv() {
                 Ok(Ok(())) => threads.push(t),
@@ -483,7 +489,13 @@ impl Gateway {
                 Err(_) => return Err(StartError(format!("worker {i} ended while starting"))),
             }
         }
-        tracing::info!(udp = %udp_addr, candidate = %candidate, workers = n, "media port open");
+        tracing::info!(
+            udp = %udp_addr,
+            candidate = %candidate,
+            workers = n,
+            media_io = media_io.name(),
+            "media port open"
+        );
         for c in &candidates[1..] {
             tracing::info!(candidate = %c, "media port announced also");
         }

@@ -205,12 +205,24 @@ pub struct WorkerStats {
     load_permille: AtomicU32,
     /// What the worker sheds ([`Shed`]'s index).
     shed: AtomicU8,
+    /// Its sockets go through io_uring (else `recvmmsg`/`sendmmsg`).
+    io_uring: std::sync::atomic::AtomicBool,
 }
 
 impl WorkerStats {
     /// Counts an ICE-TCP connection closed (or refused) for `why`.
     pub(crate) fn ice_tcp_closed(&self, why: TcpClose) {
         self.ice_tcp_closed[why.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Says whether the worker's sockets go through io_uring.
+    pub fn set_io_uring(&self, on: bool) {
+        self.io_uring.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the worker's sockets go through io_uring (else `recvmmsg`/`sendmmsg`).
+    pub fn io_uring(&self) -> bool {
+        self.io_uring.load(Ordering::Relaxed)
     }
 
     /// Publishes the worker's load and what it sheds for it.
@@ -655,6 +667,17 @@ pub(crate) struct StateCollector(pub Arc<super::Gateway>);
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let e = &mut encoder;
+        let uring = self.0.stats.workers.iter().filter(|w| w.io_uring()).count() as u64;
+        let all = self.0.stats.workers.len() as u64;
+        let mut g = e.encode_descriptor(
+            "secrelay_media_io_workers",
+            "Packet workers by the way they read and write their UDP sockets (io_uring, or mmsg: recvmmsg/sendmmsg)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (path, n) in [("io_uring", uring), ("mmsg", all - uring)] {
+            ConstGauge::new(n as i64).encode(g.encode_family(&[("path", path)])?)?;
+        }
         gauge(
             e,
             "secrelay_rtp_ports_in_use",

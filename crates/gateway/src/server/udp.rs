@@ -9,6 +9,26 @@ use std::os::fd::AsRawFd;
 use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStorage};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::config::MediaIo;
+
+/// The path the workers take for `setting` (`None`: auto) on this kernel, and why io_uring is
+/// not used where it is not. io_uring is checked end to end (a datagram through a loopback
+/// socket armed on a ring); asked for by name and refused, it is an error naming the reason.
+pub(crate) fn choose_media_io(
+    setting: Option<MediaIo>,
+) -> Result<(MediaIo, Option<String>), String> {
+    if setting == Some(MediaIo::Mmsg) {
+        return Ok((MediaIo::Mmsg, None));
+    }
+    match secrelay_uring::Ring::<()>::probe(secrelay_uring::Config::default()) {
+        Ok(_) => Ok((MediaIo::IoUring, None)),
+        Err(e) if setting.is_none() => Ok((MediaIo::Mmsg, Some(e.to_string()))),
+        Err(e) => Err(format!(
+            "media_io = \"io_uring\": this kernel does not allow it ({e}); use \"auto\" or \"mmsg\""
+        )),
+    }
+}
+
 /// Datagrams per `recvmmsg`/`sendmmsg` call.
 pub(crate) const BATCH: usize = 32;
 /// Receive buffer size: any Ethernet-MTU datagram, with room to tell an oversized one.
@@ -209,6 +229,16 @@ impl SendBatch {
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// Whether its socket is IPv6 (an IPv4 peer is then sent to by its mapped address).
+    pub fn is_v6(&self) -> bool {
+        self.v6
+    }
+
+    /// Takes everything queued, in order (for a path that sends it otherwise: io_uring).
+    pub fn drain(&mut self) -> std::vec::Drain<'_, (SocketAddr, Vec<u8>)> {
+        self.items.drain(..)
     }
 
     /// Sends everything queued (`sendmmsg`, `BATCH` per call), empties the batch, and gives

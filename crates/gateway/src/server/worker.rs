@@ -24,6 +24,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use secrelay_wire::demux::Class;
 use tokio::sync::oneshot;
 
+use super::config::MediaIo;
 use super::directory::Directory;
 use super::ports::PortPool;
 use super::stats::WorkerStats;
@@ -37,11 +38,15 @@ use crate::shard::{
 };
 
 mod ice_tcp;
+mod uring_io;
 use ice_tcp::IceTcp;
 pub(crate) use ice_tcp::{bind_ice_tcp, TcpClose};
+use uring_io::MediaRing;
 
 const SOCKET: Token = Token(0);
 const WAKER: Token = Token(1);
+/// The io_uring's descriptor (readable when completions wait), on that path.
+const RING: Token = Token(1 << 19);
 /// Tokens of telephony legs' sockets: this plus the port.
 const LEG_TOKENS: usize = 2;
 /// Socket batches read before the loop looks at commands and timers again.
@@ -253,11 +258,17 @@ pub(crate) struct Worker {
     admission: Admission,
     /// ICE-TCP: the listener (the first worker's) and the connections read here.
     tcp: IceTcp,
+    /// The io_uring every UDP socket of this worker is read and written through, on that
+    /// path (`None`: `recvmmsg`/`sendmmsg`, woken by epoll).
+    ring: Option<MediaRing>,
+    /// Completions being handled (kept for its allocation).
+    completions: Vec<secrelay_uring::Completion<()>>,
 }
 
 impl Worker {
-    /// A worker on `socket` driving `shard`; the one given `ice_tcp` accepts ICE-TCP
-    /// connections.
+    /// A worker on `socket` driving `shard`, its sockets read and written the way `io` says;
+    /// the one given `ice_tcp` accepts ICE-TCP connections. Built on the worker's own thread
+    /// (an io_uring's receives complete on the thread that armed them).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         index: usize,
@@ -268,10 +279,24 @@ impl Worker {
         shared: Arc<Shared>,
         stats: Arc<WorkerStats>,
         shard: Shard,
+        io: MediaIo,
     ) -> std::io::Result<Worker> {
         let mut socket = mio::net::UdpSocket::from_std(socket);
-        poll.registry()
-            .register(&mut socket, SOCKET, Interest::READABLE)?;
+        let ring = match io {
+            MediaIo::IoUring => uring_io::ring_for(index, &socket),
+            MediaIo::Mmsg => None,
+        };
+        match &ring {
+            Some(r) => poll.registry().register(
+                &mut mio::unix::SourceFd(&std::os::fd::AsRawFd::as_raw_fd(r)),
+                RING,
+                Interest::READABLE,
+            )?,
+            None => poll
+                .registry()
+                .register(&mut socket, SOCKET, Interest::READABLE)?,
+        }
+        stats.set_io_uring(ring.is_some());
         let mut tcp = IceTcp::new(ice_tcp.map(mio::net::TcpListener::from_std));
         if let Some(l) = tcp.listener_mut() {
             poll.registry()
@@ -301,6 +326,8 @@ impl Worker {
             load: LoadMeter::new(Instant::now(), thread_cpu()),
             admission,
             tcp,
+            ring,
+            completions: Vec::with_capacity(BATCH),
         })
     }
 
@@ -308,10 +335,15 @@ impl Worker {
     pub fn run(mut self) {
         // Room for every leg socket that a busy turn finds ready (each is read once per turn).
         let mut events = Events::with_capacity(1024);
-        let mut socket_ready = true;
+        // On the io_uring path the socket is never read directly: completions bring its data.
+        let mut socket_ready = self.ring.is_none();
         loop {
             let now = Instant::now();
-            let timeout = if socket_ready || !self.ready_legs.is_empty() || self.tcp.busy() {
+            let timeout = if socket_ready
+                || !self.ready_legs.is_empty()
+                || self.tcp.busy()
+                || self.ring.as_mut().is_some_and(|r| r.pending())
+            {
                 Duration::ZERO
             } else {
                 let publish = self.last_publish + PUBLISH_EVERY;
@@ -328,7 +360,7 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     SOCKET => socket_ready = true,
-                    WAKER => {}
+                    WAKER | RING => {}
                     _ if self.tcp.on_event(ev) => {}
                     Token(t) => {
                         if let Ok(port) = u16::try_from(t - LEG_TOKENS) {
@@ -343,7 +375,9 @@ impl Worker {
                 return;
             }
             self.take_handoffs();
-            if socket_ready {
+            if self.ring.is_some() {
+                self.read_ring();
+            } else if socket_ready {
                 socket_ready = self.read_socket();
             }
             if !self.ready_legs.is_empty() {
@@ -484,12 +518,19 @@ impl Worker {
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
-            if let Err(e) = self.poll.registry().register(
-                &mut socket,
-                Token(LEG_TOKENS + usize::from(port)),
-                Interest::READABLE,
-            ) {
-                tracing::error!(worker = self.index, error = %e, "registering a leg socket");
+            if let Some(ring) = self.ring.as_mut() {
+                // Armed at the worker's next submit (after this command).
+                ring.arm(u32::from(port), &socket);
+            } else {
+                if let Err(e) = self.poll.registry().register(
+                    &mut socket,
+                    Token(LEG_TOKENS + usize::from(port)),
+                    Interest::READABLE,
+                ) {
+                    tracing::error!(worker = self.index, error = %e, "registering a leg socket");
+                }
+                // Anything that arrived before the registration is read on the next turn.
+                self.ready_legs.push(port);
             }
             self.legs.insert(
                 port,
@@ -498,8 +539,6 @@ impl Worker {
                     socket,
                 },
             );
-            // Anything that arrived before the registration is read on the next turn.
-            self.ready_legs.push(port);
         }
         r
     }
@@ -508,9 +547,20 @@ impl Worker {
     /// them with (`peers`: refused by the ports' next leg for a while).
     fn close_leg_ports(&mut self, ports: &[u16], peers: &[SocketAddr]) {
         let now = Instant::now();
+        if let Some(ring) = self.ring.as_mut() {
+            for p in ports {
+                ring.disarm(u32::from(*p));
+            }
+            // Returns once the kernel let go of the sockets: their ports can be bound again.
+            if let Err(e) = ring.submit() {
+                tracing::error!(worker = self.index, error = %e, "io_uring submit");
+            }
+        }
         for p in ports {
             if let Some(mut l) = self.legs.remove(p) {
-                let _ = self.poll.registry().deregister(&mut l.socket);
+                if self.ring.is_none() {
+                    let _ = self.poll.registry().deregister(&mut l.socket);
+                }
             }
             self.ready_legs.retain(|r| r != p);
             self.dirty_legs.retain(|r| r != p);
@@ -581,31 +631,12 @@ impl Worker {
             self.stats
                 .datagrams_in
                 .fetch_add(n as u64, Ordering::Relaxed);
-            if self.shared.directory.generation() != self.remote_gen {
-                self.remote.clear();
-                self.remote_gen = self.shared.directory.generation();
-            }
+            self.refresh_routes();
             for i in 0..n {
                 let (from, d) = recv.get(i);
-                self.stats
-                    .bytes_in
-                    .fetch_add(d.len() as u64, Ordering::Relaxed);
-                let Some(from) = from else {
-                    self.shard.count_drop(DropReason::UnknownSource);
-                    continue;
-                };
-                let d = Datagram::classify(from, d, received);
-                if let Some(w) = self.named_elsewhere(&d) {
-                    self.hand_to(w, d);
-                } else if self.shard.handle(received, d) == Handled::NotOurs {
-                    self.hand_over(d);
-                }
+                self.take_shared(from, d, received);
             }
-            for (w, pending) in self.wake_pending.iter_mut().enumerate() {
-                if std::mem::take(pending) {
-                    let _ = self.shared.peers[w].waker.wake();
-                }
-            }
+            self.wake_peers();
             self.send_outputs();
             if n < BATCH {
                 return false;
@@ -654,17 +685,7 @@ impl Worker {
                 .fetch_add(n as u64, Ordering::Relaxed);
             for i in 0..n {
                 let (from, d) = recv.get(i);
-                self.stats
-                    .bytes_in
-                    .fetch_add(d.len() as u64, Ordering::Relaxed);
-                let Some(from) = from else {
-                    self.shard.count_drop(DropReason::UnknownSource);
-                    continue;
-                };
-                let d = Datagram::classify_on(Via::Port(port), from, d, received);
-                if self.shard.handle(received, d) == Handled::NotOurs {
-                    self.shard.count_drop(DropReason::UnknownSource);
-                }
+                self.take_leg(port, from, d, received);
             }
             // What every ready leg brought in this turn is staged, and runs through the SRTP
             // engine together in the turn's `send_outputs` (one leg's socket seldom holds more
@@ -674,6 +695,56 @@ impl Worker {
             }
         }
         true
+    }
+
+    /// Forgets the cached routes when the directory changed.
+    fn refresh_routes(&mut self) {
+        if self.shared.directory.generation() != self.remote_gen {
+            self.remote.clear();
+            self.remote_gen = self.shared.directory.generation();
+        }
+    }
+
+    /// Wakes the workers handed datagrams since the last wake (one wake per batch and peer).
+    fn wake_peers(&mut self) {
+        for (w, pending) in self.wake_pending.iter_mut().enumerate() {
+            if std::mem::take(pending) {
+                let _ = self.shared.peers[w].waker.wake();
+            }
+        }
+    }
+
+    /// A datagram from the shared socket: classified once, to this worker's shard or the one
+    /// that owns it.
+    fn take_shared(&mut self, from: Option<SocketAddr>, d: &[u8], received: Instant) {
+        self.stats
+            .bytes_in
+            .fetch_add(d.len() as u64, Ordering::Relaxed);
+        let Some(from) = from else {
+            self.shard.count_drop(DropReason::UnknownSource);
+            return;
+        };
+        let d = Datagram::classify(from, d, received);
+        if let Some(w) = self.named_elsewhere(&d) {
+            self.hand_to(w, d);
+        } else if self.shard.handle(received, d) == Handled::NotOurs {
+            self.hand_over(d);
+        }
+    }
+
+    /// A datagram from a telephony leg's own port: that leg's, or from an unknown source.
+    fn take_leg(&mut self, port: u16, from: Option<SocketAddr>, d: &[u8], received: Instant) {
+        self.stats
+            .bytes_in
+            .fetch_add(d.len() as u64, Ordering::Relaxed);
+        let Some(from) = from else {
+            self.shard.count_drop(DropReason::UnknownSource);
+            return;
+        };
+        let d = Datagram::classify_on(Via::Port(port), from, d, received);
+        if self.shard.handle(received, d) == Handled::NotOurs {
+            self.shard.count_drop(DropReason::UnknownSource);
+        }
     }
 
     /// The other worker whose member a STUN check names, when none of this worker's has the
@@ -861,6 +932,10 @@ impl Worker {
 
     fn flush_send(&mut self) {
         self.tcp_flush();
+        if self.ring.is_some() {
+            self.ring_flush();
+            return;
+        }
         if !self.out.batch.is_empty() {
             flush_outbox(&mut self.out, &self.socket, &self.stats, &mut self.shard);
         }
@@ -911,8 +986,14 @@ fn flush_outbox(
     if failed > 0 {
         shard.count_drops(DropReason::SendFailed, failed as u64);
     }
+    record_relay_latency(st, done, out.origin.drain(..).flatten());
+}
+
+/// Records the relay latency of copies sent at `done` that came in at `origins` (one
+/// histogram update per run of equal instants: a batch shares one).
+fn record_relay_latency(st: &WorkerStats, done: Instant, origins: impl Iterator<Item = Instant>) {
     let mut run: Option<(Instant, u64)> = None;
-    for origin in out.origin.drain(..).flatten() {
+    for origin in origins {
         match &mut run {
             Some((t, n)) if *t == origin => *n += 1,
             _ => {

@@ -29,6 +29,9 @@ use secrelay_testkit::{Leg, Signaling};
 pub struct RelayRow {
     /// `secrelay` or `rtpengine`.
     pub relay: String,
+    /// How secrelay's worker read and wrote its sockets (`io_uring`, `mmsg`, `auto`);
+    /// `None` for rtpengine.
+    pub media_io: Option<String>,
     /// The legs: `sdes` (SDES-SRTP on different suites, through ng), `plain` (plain RTP,
     /// through ng) or `webrtc` (DTLS-SRTP participants over HTTP; secrelay only).
     pub legs: String,
@@ -93,13 +96,29 @@ const SERVE_ONE_WORKER: [&str; 9] = [
     "warn",
 ];
 
+/// A configuration file for a gateway under measurement: `extra`, and no call refused for load
+/// while the calls are set up (rtpengine refuses none either: at 100 k packets/s on one worker
+/// the load of the calls already flowing would otherwise refuse the last ones).
+fn measuring_config(extra: &str) -> anyhow::Result<tempfile::NamedTempFile> {
+    use std::io::Write as _;
+    let mut config = tempfile::NamedTempFile::new().context("the gateway's config file")?;
+    write!(config, "shed_joins_at = 2.0\n{extra}").context("writing the gateway's config file")?;
+    Ok(config)
+}
+
 /// Which relay an ng row runs.
 #[derive(Debug, Clone, Copy)]
 pub enum NgRelay<'a> {
     /// rtpengine (Debian's rtpengine-daemon), userspace forwarding, one thread.
     Rtpengine(&'a Path),
-    /// `secrelay serve --ng` (this executable), one worker.
-    Secrelay(&'a Path),
+    /// `secrelay serve --ng` (this executable), one worker, its sockets read and written as
+    /// `media_io` says (`auto`, `io_uring`, `mmsg`).
+    Secrelay {
+        /// The executable.
+        exe: &'a Path,
+        /// Its `--media-io`.
+        media_io: &'a str,
+    },
 }
 
 /// Runs one relay at one rate with calls set up through its ng socket, keyed as `keying`
@@ -107,6 +126,7 @@ pub enum NgRelay<'a> {
 pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow::Result<RelayRow> {
     let ng_port = free_udp_port()?;
     let ng_listen = format!("127.0.0.1:{ng_port}");
+    let config = measuring_config("")?;
     let (name, mut command) = match relay {
         NgRelay::Rtpengine(binary) => {
             let mut c = Command::new(binary);
@@ -124,10 +144,13 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
             ]);
             ("rtpengine", c)
         }
-        NgRelay::Secrelay(exe) => {
+        NgRelay::Secrelay { exe, media_io } => {
             let mut c = Command::new(exe);
             c.args(SERVE_ONE_WORKER)
-                .args(["--ng", &ng_listen, "--rtp-ports", "30000-39999"]);
+                .args(["--ng", &ng_listen, "--rtp-ports", "30000-39999"])
+                .args(["--media-io", media_io])
+                .arg("--config")
+                .arg(config.path());
             ("secrelay", c)
         }
     };
@@ -169,8 +192,13 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
     let in_window = relayed.saturating_sub(received_at_start) as f64;
     let per = |secs: f64| secs * 1e6 / in_window.max(1.0);
     let cpu = after.cpu_secs - before.cpu_secs;
+    let media_io = match relay {
+        NgRelay::Secrelay { media_io, .. } => Some(media_io.to_string()),
+        NgRelay::Rtpengine(_) => None,
+    };
     Ok(RelayRow {
         relay: name.into(),
+        media_io,
         legs: keying.name().into(),
         offered_pps: pps,
         secs: measured,
@@ -186,23 +214,19 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
     })
 }
 
-/// Runs `secrelay serve` (one worker) at one rate.
-pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow> {
+/// Runs `secrelay serve` (one worker, `--media-io media_io`) at one rate.
+pub fn secrelay_row(exe: &Path, pps: u64, secs: f64, media_io: &str) -> anyhow::Result<RelayRow> {
     let admin = secrelay_testkit::AdminKeyFile::new()?;
     // The load's participants all offer from this host, without a credential: the cap on
     // unconnected anonymous sessions per source is lifted for it.
-    let mut config = tempfile::NamedTempFile::new().context("the gateway's config file")?;
-    {
-        use std::io::Write as _;
-        writeln!(config, "max_pending_offers_per_source = 1000000")
-            .context("writing the gateway's config file")?;
-    }
+    let config = measuring_config("max_pending_offers_per_source = 1000000\n")?;
     let mut child = Command::new(exe)
         .args(SERVE_ONE_WORKER)
         .arg("--admin-key-file")
         .arg(admin.path())
         .arg("--config")
         .arg(config.path())
+        .args(["--media-io", media_io])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -210,13 +234,26 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
     let stderr = child.stderr.take().context("serve's stderr")?;
     let child = KillOnDrop(child);
     let mut url = None;
-    for line in BufReader::new(stderr).lines() {
+    let mut lines = BufReader::new(stderr).lines();
+    for line in lines.by_ref() {
         url = serve_banner_url(&line?);
         if url.is_some() {
             break;
         }
     }
     let url = url.ok_or_else(|| anyhow!("secrelay serve did not print its HTTP address"))?;
+    // The rest of its output is read as it comes (a closed pipe would fail its writes), the
+    // last lines kept to say why, should the gateway fail during the run.
+    let tail = std::thread::spawn(move || {
+        let mut last = std::collections::VecDeque::new();
+        for line in lines.map_while(Result::ok) {
+            if last.len() == 40 {
+                last.pop_front();
+            }
+            last.push_back(line);
+        }
+        last.into_iter().collect::<Vec<_>>().join("\n")
+    });
     let participants = (pps / 50).max(2) as usize;
     let o = LoadOptions {
         fleet: FleetConfig {
@@ -237,10 +274,18 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64) -> anyhow::Result<RelayRow>
         },
         server_pid: Some(child.0.id()),
     };
-    let r = load::run(&o, Arc::new(FleetProgress::default()))?;
+    let r = match load::run(&o, Arc::new(FleetProgress::default())) {
+        Ok(r) => r,
+        Err(e) => {
+            drop(child);
+            let said = tail.join().unwrap_or_default();
+            return Err(e.context(format!("secrelay serve's last words:\n{said}")));
+        }
+    };
     let [user, kernel] = r.gateway_cpu_us_per_relayed_split.unwrap_or([f64::NAN; 2]);
     Ok(RelayRow {
         relay: "secrelay".into(),
+        media_io: Some(media_io.into()),
         legs: "webrtc".into(),
         offered_pps: pps,
         secs: r.media_secs,

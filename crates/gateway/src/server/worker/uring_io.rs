@@ -1,0 +1,150 @@
+//! The io_uring path of a worker's UDP sockets ([`secrelay_uring`]): the shared socket and
+//! every telephony leg's port each have one multishot receive armed on the worker's ring, so
+//! a turn reads what all of them brought from one completion queue, with no system call per
+//! socket; what a batch sends, out of however many sockets, goes to the kernel in one
+//! submission. Datagrams take the same walk as on the `recvmmsg` path ([`Worker::take_shared`],
+//! [`Worker::take_leg`]); only the reading and writing differ.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use secrelay_uring::{Completion, Ring};
+
+use super::{record_relay_latency, Outbox, Worker, BATCH, BATCHES_PER_TURN};
+use crate::counters::DropReason;
+use crate::shard::Shard;
+
+/// The key the shared socket's receive is armed with (a leg's socket: its port).
+const SHARED: u32 = 1 << 16;
+
+/// A worker's ring (sends carry nothing to their completion).
+pub(super) type MediaRing = Ring<()>;
+
+/// The worker's ring with the shared socket armed (at the first submit, on the worker's
+/// thread); `None`, logged, where the kernel refuses this worker a ring after all.
+pub(super) fn ring_for(index: usize, socket: &mio::net::UdpSocket) -> Option<MediaRing> {
+    match Ring::new(secrelay_uring::Config::default()) {
+        Ok(mut r) => {
+            r.arm(SHARED, socket);
+            Some(r)
+        }
+        Err(e) => {
+            tracing::warn!(
+                worker = index,
+                error = %e,
+                "io_uring refused to this worker: it uses recvmmsg/sendmmsg"
+            );
+            None
+        }
+    }
+}
+
+/// Queues what `out` holds on `ring`, for `socket`; a datagram the ring cannot take is
+/// dropped and counted. The copies' relay latency is recorded as they are handed over.
+fn queue(
+    ring: &mut MediaRing,
+    out: &mut Outbox,
+    socket: &mio::net::UdpSocket,
+    shard: &mut Shard,
+) -> usize {
+    let v6 = out.batch.is_v6();
+    let mut queued = 0;
+    for (to, buf) in out.batch.drain() {
+        match ring.send(socket, to, v6, buf, ()) {
+            Ok(()) => queued += 1,
+            Err((buf, ())) => {
+                shard.count_drop(DropReason::SendFailed);
+                shard.recycle(buf);
+            }
+        }
+    }
+    queued
+}
+
+impl Worker {
+    /// Handles up to `BATCHES_PER_TURN` batches of completions: datagrams received (to the
+    /// shard, then what it queued is sent, as after a `recvmmsg` batch) and sends done.
+    pub(super) fn read_ring(&mut self) {
+        // The ring is taken out of `self` while its datagrams go to the shard (which needs
+        // `&mut self`; they are borrowed from the ring's buffers, not copied), and put back
+        // before anything is sent.
+        let Some(mut ring) = self.ring.take() else {
+            return;
+        };
+        let mut done = std::mem::take(&mut self.completions);
+        for _ in 0..BATCHES_PER_TURN {
+            done.clear();
+            ring.reap(&mut done, BATCH);
+            if done.is_empty() {
+                break;
+            }
+            let received = Instant::now();
+            self.refresh_routes();
+            let (mut read, mut sent, mut bytes, mut failed) = (0u64, 0u64, 0u64, 0u64);
+            for c in done.drain(..) {
+                match c {
+                    Completion::Received(r) => {
+                        read += 1;
+                        let d = ring.payload(&r);
+                        match u16::try_from(r.key) {
+                            Ok(port) => self.take_leg(port, r.from, d, received),
+                            Err(_) => self.take_shared(r.from, d, received),
+                        }
+                        ring.recycle(&r);
+                    }
+                    Completion::Sent { result, buf, .. } => {
+                        match result {
+                            Ok(n) => {
+                                sent += 1;
+                                bytes += n as u64;
+                            }
+                            Err(_) => failed += 1,
+                        }
+                        self.shard.recycle(buf);
+                    }
+                }
+            }
+            let st = &self.stats;
+            st.datagrams_in.fetch_add(read, Ordering::Relaxed);
+            st.datagrams_out.fetch_add(sent, Ordering::Relaxed);
+            st.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+            if failed > 0 {
+                self.shard.count_drops(DropReason::SendFailed, failed);
+            }
+            self.wake_peers();
+            self.ring = Some(ring);
+            self.send_outputs();
+            ring = self.ring.take().expect("put back just above");
+        }
+        self.completions = done;
+        self.ring = Some(ring);
+    }
+
+    /// Queues everything the shared socket and the legs' sockets have to send and hands it
+    /// to the kernel in one submission (which also re-arms receives and gives buffers back).
+    pub(super) fn ring_flush(&mut self) {
+        let Some(ring) = self.ring.as_mut() else {
+            return;
+        };
+        let mut queued = queue(ring, &mut self.out, &self.socket, &mut self.shard);
+        let dirty = std::mem::take(&mut self.dirty_legs);
+        for p in &dirty {
+            if let Some(l) = self.legs.get_mut(p) {
+                queued += queue(ring, &mut l.out, &l.socket, &mut self.shard);
+            }
+        }
+        if let Err(e) = ring.submit() {
+            tracing::error!(worker = self.index, error = %e, "io_uring submit");
+        }
+        if queued == 0 && self.out.origin.is_empty() && dirty.is_empty() {
+            return;
+        }
+        let done = Instant::now();
+        record_relay_latency(&self.stats, done, self.out.origin.drain(..).flatten());
+        for p in dirty {
+            if let Some(l) = self.legs.get_mut(&p) {
+                record_relay_latency(&self.stats, done, l.out.origin.drain(..).flatten());
+            }
+        }
+    }
+}
