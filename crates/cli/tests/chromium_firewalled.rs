@@ -1,7 +1,8 @@
 //! Chromium behind a firewall that lets no UDP out still reaches the media: over ICE-TCP
-//! (`ice_tcp`: the answer's passive TCP candidate), or through secrelay's TURN server over TLS
-//! on the HTTPS port (`turn_tls`). The browser runs in a network namespace of its own, joined to
-//! this one by a veth pair, with an iptables rule in it that drops every outgoing UDP datagram;
+//! (`ice_tcp`: the answer's passive TCP candidate), or, where only TCP port 443 is open,
+//! through secrelay's TURN server over TLS on the HTTPS port (`turn_tls`). The browser runs in
+//! a network namespace of its own, joined to this one by a veth pair, with iptables rules in it
+//! that drop every outgoing UDP datagram (or everything but TCP to port 443);
 //! the gateway serves HTTPS (its certificate from a private CA that Chromium's NSS database
 //! trusts) and its media on the veth's address. Two room pages
 //! (`interop/webrtc/chromium_room.py`) join one room and must each play the other's video and
@@ -51,6 +52,8 @@ fn sh(args: &[&str]) -> Result<(), String> {
 enum Net {
     /// IPv4, every outgoing UDP datagram dropped.
     NoUdp,
+    /// IPv4, everything dropped but TCP to port 443 (an office or hotel network).
+    Tcp443Only,
     /// IPv6 only: no IPv4 address but loopback.
     Ipv6Only,
 }
@@ -73,7 +76,7 @@ impl Firewalled {
         let v4 = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
         let v6 = format!("fd5e:{:x}:{k:x}:", id % 0xffff);
         let (host, inner_addr) = match net {
-            Net::NoUdp => (
+            Net::NoUdp | Net::Tcp443Only => (
                 format!("{v4}.{}", 4 * k + 1),
                 format!("{v4}.{}/30", 4 * k + 2),
             ),
@@ -96,7 +99,7 @@ impl Firewalled {
         // flight. IPv4 only: no IPv6 at all; IPv6 only: no link-local address and no
         // duplicate address detection (addresses usable at once).
         let sysctls: &[&str] = match net {
-            Net::NoUdp => &[
+            Net::NoUdp | Net::Tcp443Only => &[
                 "net.ipv6.conf.all.disable_ipv6=1",
                 "net.ipv6.conf.default.disable_ipv6=1",
             ],
@@ -114,7 +117,7 @@ impl Firewalled {
         ])?;
         sh(&["ip", "link", "set", &inner, "netns", &ns.name])?;
         let host_prefix = match net {
-            Net::NoUdp => format!("{}/30", ns.host),
+            Net::NoUdp | Net::Tcp443Only => format!("{}/30", ns.host),
             Net::Ipv6Only => {
                 for k in ["addr_gen_mode=1", "accept_dad=0"] {
                     sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.{k}", ns.veth)])?;
@@ -128,10 +131,20 @@ impl Firewalled {
         inside(&["ip", "addr", "add", &inner_addr, "dev", &inner, "nodad"])?;
         inside(&["ip", "link", "set", &inner, "up"])?;
         inside(&["ip", "link", "set", "lo", "up"])?;
-        if net == Net::NoUdp {
-            // Loopback stays open (DevTools); everything else over UDP is dropped.
-            inside(&["iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"])?;
-            inside(&["iptables", "-A", "OUTPUT", "-p", "udp", "-j", "DROP"])?;
+        // Loopback stays open (DevTools); then what the network lets out.
+        match net {
+            Net::NoUdp => {
+                inside(&["iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"])?;
+                inside(&["iptables", "-A", "OUTPUT", "-p", "udp", "-j", "DROP"])?;
+            }
+            Net::Tcp443Only => {
+                inside(&["iptables", "-A", "OUTPUT", "-o", "lo", "-j", "ACCEPT"])?;
+                inside(&[
+                    "iptables", "-A", "OUTPUT", "-p", "tcp", "--dport", "443", "-j", "ACCEPT",
+                ])?;
+                inside(&["iptables", "-A", "OUTPUT", "-j", "DROP"])?;
+            }
+            Net::Ipv6Only => {}
         }
         Ok(ns)
     }
@@ -145,8 +158,8 @@ impl Firewalled {
         }
     }
 
-    /// UDP datagrams the rule dropped.
-    fn dropped_udp(&self) -> u64 {
+    /// Packets the rules dropped.
+    fn dropped(&self) -> u64 {
         let out = Command::new("ip")
             .args([
                 "netns", "exec", &self.name, "iptables", "-L", "OUTPUT", "-v", "-x", "-n",
@@ -267,7 +280,7 @@ fn needs(test: &str, net: Net) -> Option<(PathBuf, PathBuf, Firewalled)> {
 
 /// Writes a private CA into `dir` and a configuration of the gateway on the namespace's
 /// veth address, HTTPS from that CA, with `extra` lines; the configuration's path.
-fn configure(dir: &Path, ns: &Firewalled, extra: &str) -> PathBuf {
+fn configure(dir: &Path, ns: &Firewalled, https_port: u16, extra: &str) -> PathBuf {
     let ca = dir.join("ca");
     let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["ca", "init", "--dir"])
@@ -284,7 +297,7 @@ fn configure(dir: &Path, ns: &Firewalled, extra: &str) -> PathBuf {
         &config,
         format!(
             "https = \"{hp}\"\ntls_ca_dir = {ca:?}\nadmin_key = \"{ADMIN_KEY}\"\n{extra}",
-            hp = ns.host_port(0),
+            hp = ns.host_port(https_port),
             ca = ca.to_str().unwrap()
         ),
     )
@@ -356,7 +369,7 @@ fn chromium_on_an_ipv6_only_network_plays_through_a_dual_stack_gateway() {
     // One dual-stack socket; the IPv4 candidate (this machine's default address) is out of
     // the namespace's reach, the IPv6 one is the veth's.
     let media = format!("udp = \"[::]:0\"\nannounce_ipv6 = \"{}\"\n", ns.host);
-    let config = configure(dir.path(), &ns, &media);
+    let config = configure(dir.path(), &ns, 0, &media);
     let gw = Gateway::start(&config);
     let v = two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
     assert_eq!(v["transports"], serde_json::json!(["udp", "udp"]), "{v}");
@@ -379,35 +392,42 @@ fn chromium_that_can_send_no_udp_plays_over_ice_tcp() {
         ns.host,
         h = ns.host_port(0)
     );
-    let config = configure(dir.path(), &ns, &media);
+    let config = configure(dir.path(), &ns, 0, &media);
     let gw = Gateway::start(&config);
     let v = two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
-    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
+    assert!(ns.dropped() > 0, "the firewall dropped no UDP");
     // Both pages' media over their TCP connections, as the API reported while they played.
     assert_eq!(v["transports"], serde_json::json!(["tcp", "tcp"]), "{v}");
     assert!(gw.metric("secrelay_ice_tcp_connections_accepted_total") >= 2.0);
 }
 
 #[test]
-fn chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port() {
-    let test = "chromium_that_can_send_no_udp_plays_through_turn_over_tls_on_the_https_port";
+fn chromium_with_only_tcp_443_open_plays_through_turn_over_tls_on_the_https_port() {
+    let test = "chromium_with_only_tcp_443_open_plays_through_turn_over_tls_on_the_https_port";
     let _one = one_at_a_time();
-    let Some((chromium, python, ns)) = needs(test, Net::NoUdp) else {
+    let Some((chromium, python, ns)) = needs(test, Net::Tcp443Only) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
+    // Every way in is offered: the UDP host candidate, an ICE-TCP one on another port, and
+    // TURN over TLS on the HTTPS port, 443.
     let media = format!(
-        "udp = \"{}\"\nannounce = \"{}\"\nturn_tls = true\n\
+        "udp = \"{h}\"\nannounce = \"{}\"\nice_tcp = \"{h}\"\nturn_tls = true\n\
          turn_secret = \"a secret of this test only, 32 bytes\"\n",
-        ns.host_port(0),
-        ns.host
+        ns.host,
+        h = ns.host_port(0)
     );
-    let config = configure(dir.path(), &ns, &media);
+    let config = configure(dir.path(), &ns, 443, &media);
     let gw = Gateway::start(&config);
     two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
-    assert!(ns.dropped_udp() > 0, "the firewall dropped no UDP");
-    // Only TURN over TLS could carry it: the browser's UDP was dropped, the gateway offers no
-    // other TURN.
+    assert!(ns.dropped() > 0, "the firewall dropped nothing");
+    // Only TURN over TLS on 443 could carry it: the browser's UDP and its TCP to the ICE-TCP
+    // port were dropped, and the gateway offers no other TURN.
+    assert_eq!(
+        gw.metric("secrelay_ice_tcp_connections_accepted_total"),
+        0.0,
+        "an ICE-TCP connection got through the firewall"
+    );
     assert!(gw.metric("secrelay_turn_allocations_made_total") >= 2.0);
     for direction in ["to_peer", "to_client"] {
         let n = gw.metric(&format!(
