@@ -10,6 +10,12 @@
 //! The worker keeps its own event loop: the ring's descriptor ([`Ring::as_raw_fd`]) becomes
 //! readable when completions wait, and [`Ring::reap`] turns them into [`Completion`]s.
 //!
+//! The kernel makes a ring's completions as task work of the thread that armed its receives
+//! and submitted its sends, and tells that thread by a notification that interrupts its
+//! blocking system calls: one with a timeout (a socket read with `SO_RCVTIMEO`, say) may then
+//! fail with `EINTR`. A ring belongs on a thread whose blocking calls retry on `Interrupted`,
+//! such as an event loop's; a short check belongs on a thread of its own.
+//!
 //! # Safety
 //!
 //! This is the one place the kernel writes into and reads from memory that Rust code also

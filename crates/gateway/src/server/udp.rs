@@ -20,8 +20,17 @@ pub(crate) fn choose_media_io(
     if setting == Some(MediaIo::Mmsg) {
         return Ok((MediaIo::Mmsg, None));
     }
-    match secrelay_uring::Ring::<()>::probe(secrelay_uring::Config::default()) {
-        Ok(_) => Ok((MediaIo::IoUring, None)),
+    // On a thread of its own: the ring's completions are run as task work of the thread that
+    // armed it, whose next blocking call with a timeout (a socket read, say) the kernel's
+    // notification could interrupt with EINTR. The thread ends with the probe.
+    let probed = std::thread::Builder::new()
+        .name("secrelay-io-probe".into())
+        .spawn(|| secrelay_uring::Ring::<()>::probe(secrelay_uring::Config::default()).map(drop))
+        .map_err(|e| format!("media_io: a thread for the io_uring probe: {e}"))?
+        .join()
+        .map_err(|_| "media_io: the io_uring probe panicked".to_string())?;
+    match probed {
+        Ok(()) => Ok((MediaIo::IoUring, None)),
         Err(e) if setting.is_none() => Ok((MediaIo::Mmsg, Some(e.to_string()))),
         Err(e) => Err(format!(
             "media_io = \"io_uring\": this kernel does not allow it ({e}); use \"auto\" or \"mmsg\""
