@@ -118,7 +118,7 @@ pub struct Received {
 struct Slot<T> {
     msg: libc::msghdr,
     iov: libc::iovec,
-    name: libc::sockaddr_storage,
+    name: socket2::SockAddr,
     buf: Vec<u8>,
     meta: Option<T>,
 }
@@ -324,8 +324,7 @@ impl<T> Ring<T> {
                         iov_base: std::ptr::null_mut(),
                         iov_len: 0,
                     },
-                    // SAFETY: all-zero is a valid `sockaddr_storage` (plain bytes).
-                    name: unsafe { std::mem::zeroed() },
+                    name: socket2::SockAddr::from(SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0))),
                     buf: Vec::new(),
                     meta: None,
                 })
@@ -443,14 +442,15 @@ impl<T> Ring<T> {
             return Err((buf, meta));
         };
         let slot = &mut *self.slots[i];
-        slot.msg.msg_namelen = write_name(&mut slot.name, to, v6);
+        slot.name = socket2::SockAddr::from(on_family(to, v6));
+        slot.msg.msg_namelen = slot.name.len();
         slot.buf = buf;
         slot.meta = Some(meta);
         slot.iov = libc::iovec {
             iov_base: slot.buf.as_mut_ptr().cast(),
             iov_len: slot.buf.len(),
         };
-        slot.msg.msg_name = std::ptr::addr_of_mut!(slot.name).cast();
+        slot.msg.msg_name = slot.name.as_ptr().cast_mut().cast();
         slot.msg.msg_iov = std::ptr::addr_of_mut!(slot.iov);
         slot.msg.msg_iovlen = 1;
         let entry = opcode::SendMsg::new(types::Fd(socket.as_raw_fd()), &slot.msg)
@@ -646,17 +646,17 @@ impl<T> Ring<T> {
         }
         for _ in 0..1000 {
             self.collect();
-            let mut kept = VecDeque::with_capacity(self.stash.len());
-            while let Some(cqe) = self.stash.pop_front() {
-                if cqe.user_data() & KIND == SEND {
-                    if let Some(c) = self.complete(&cqe) {
-                        self.sent.push_back(c);
-                    }
-                } else {
-                    kept.push_back(cqe);
+            // Sends complete now (their slots freed); the rest stay in the stash, in order.
+            for _ in 0..self.stash.len() {
+                let Some(cqe) = self.stash.pop_front() else {
+                    break;
+                };
+                if cqe.user_data() & KIND != SEND {
+                    self.stash.push_back(cqe);
+                } else if let Some(c) = self.complete(&cqe) {
+                    self.sent.push_back(c);
                 }
             }
-            self.stash = kept;
             if !self.free_slots.is_empty() || self.wait_one(Duration::from_millis(1)).is_err() {
                 return;
             }
@@ -774,42 +774,14 @@ fn zeroed_msghdr() -> libc::msghdr {
     unsafe { std::mem::zeroed() }
 }
 
-/// Writes `to` as a socket address for a socket of the family `v6` says; returns its length.
-fn write_name(name: &mut libc::sockaddr_storage, to: SocketAddr, v6: bool) -> libc::socklen_t {
-    let to = match to {
+/// `to` as a socket of the family `v6` says sends to it: an IPv4 peer of an IPv6 (dual-stack)
+/// socket by its IPv4-mapped address.
+pub fn on_family(to: SocketAddr, v6: bool) -> SocketAddr {
+    match to {
         SocketAddr::V4(a) if v6 => {
             SocketAddr::V6(SocketAddrV6::new(a.ip().to_ipv6_mapped(), a.port(), 0, 0))
         }
         other => other,
-    };
-    let bytes = as_bytes_mut(name);
-    bytes.fill(0);
-    match to {
-        SocketAddr::V4(a) => {
-            bytes[0..2].copy_from_slice(&(libc::AF_INET as libc::sa_family_t).to_ne_bytes());
-            bytes[2..4].copy_from_slice(&a.port().to_be_bytes());
-            bytes[4..8].copy_from_slice(&a.ip().octets());
-            size_of::<libc::sockaddr_in>() as libc::socklen_t
-        }
-        SocketAddr::V6(a) => {
-            bytes[0..2].copy_from_slice(&(libc::AF_INET6 as libc::sa_family_t).to_ne_bytes());
-            bytes[2..4].copy_from_slice(&a.port().to_be_bytes());
-            bytes[4..8].copy_from_slice(&a.flowinfo().to_be_bytes());
-            bytes[8..24].copy_from_slice(&a.ip().octets());
-            bytes[24..28].copy_from_slice(&a.scope_id().to_ne_bytes());
-            size_of::<libc::sockaddr_in6>() as libc::socklen_t
-        }
-    }
-}
-
-fn as_bytes_mut(name: &mut libc::sockaddr_storage) -> &mut [u8] {
-    // SAFETY: `sockaddr_storage` is plain bytes (no padding invariants, any bit pattern is
-    // valid), borrowed mutably for the slice's life.
-    unsafe {
-        std::slice::from_raw_parts_mut(
-            (name as *mut libc::sockaddr_storage).cast::<u8>(),
-            size_of::<libc::sockaddr_storage>(),
-        )
     }
 }
 
@@ -825,15 +797,26 @@ pub fn read_name(b: &[u8]) -> Option<SocketAddr> {
         }
         libc::AF_INET6 => {
             let ip: [u8; 16] = b.get(8..24)?.try_into().ok()?;
-            let ip = Ipv6Addr::from(ip);
-            Some(match ip.to_ipv4_mapped() {
-                Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, port)),
-                None => {
-                    let scope = u32::from_ne_bytes(b.get(24..28)?.try_into().ok()?);
-                    SocketAddr::V6(SocketAddrV6::new(ip, port, 0, scope))
-                }
-            })
+            let scope = u32::from_ne_bytes(b.get(24..28)?.try_into().ok()?);
+            Some(canonical(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(ip),
+                port,
+                0,
+                scope,
+            ))))
         }
         _ => None,
+    }
+}
+
+/// `addr` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) read as the IPv4 one: an IPv4
+/// peer of a dual-stack socket is one peer whichever socket it reached.
+pub fn canonical(addr: SocketAddr) -> SocketAddr {
+    match addr {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => addr,
+        },
+        v4 => v4,
     }
 }

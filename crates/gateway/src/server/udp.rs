@@ -10,6 +10,8 @@ use nix::sys::socket::{recvmmsg, sendmmsg, MsgFlags, MultiHeaders, SockaddrStora
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::config::MediaIo;
+// One definition of the dual-stack address rules for both media paths.
+pub(crate) use secrelay_uring::{canonical, on_family};
 
 /// The path the workers take for `setting` (`None`: auto) on this kernel, and why io_uring is
 /// not used where it is not. io_uring is checked end to end (a datagram through a loopback
@@ -95,26 +97,6 @@ fn to_std(a: &SockaddrStorage) -> Option<SocketAddr> {
     }
     a.as_sockaddr_in6()
         .map(|v6| canonical(SocketAddr::V6(std::net::SocketAddrV6::from(*v6))))
-}
-
-/// `addr` with an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) read as the IPv4 one.
-pub(crate) fn canonical(addr: SocketAddr) -> SocketAddr {
-    match addr {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
-            None => addr,
-        },
-        v4 => v4,
-    }
-}
-
-/// The address to send to `to` from a socket of the family `v6` says: an IPv4 peer of an IPv6
-/// (dual-stack) socket by its IPv4-mapped address.
-fn on_family(to: SocketAddr, v6: bool) -> SocketAddr {
-    match to {
-        SocketAddr::V4(v4) if v6 => SocketAddr::new(v4.ip().to_ipv6_mapped().into(), v4.port()),
-        other => other,
-    }
 }
 
 /// Receive side: `BATCH` buffers and the headers `recvmmsg` fills.

@@ -632,10 +632,13 @@ impl Worker {
                 .datagrams_in
                 .fetch_add(n as u64, Ordering::Relaxed);
             self.refresh_routes();
+            let mut bytes = 0;
             for i in 0..n {
                 let (from, d) = recv.get(i);
-                self.take_shared(from, d, received);
+                bytes += d.len() as u64;
+                self.take(Via::Shared, from, d, received);
             }
+            self.stats.bytes_in.fetch_add(bytes, Ordering::Relaxed);
             self.wake_peers();
             self.send_outputs();
             if n < BATCH {
@@ -683,10 +686,13 @@ impl Worker {
             self.stats
                 .datagrams_in
                 .fetch_add(n as u64, Ordering::Relaxed);
+            let mut bytes = 0;
             for i in 0..n {
                 let (from, d) = recv.get(i);
-                self.take_leg(port, from, d, received);
+                bytes += d.len() as u64;
+                self.take(Via::Port(port), from, d, received);
             }
+            self.stats.bytes_in.fetch_add(bytes, Ordering::Relaxed);
             // What every ready leg brought in this turn is staged, and runs through the SRTP
             // engine together in the turn's `send_outputs` (one leg's socket seldom holds more
             // than a packet or two: a flush per leg would make batches of one).
@@ -714,36 +720,28 @@ impl Worker {
         }
     }
 
-    /// A datagram from the shared socket: classified once, to this worker's shard or the one
-    /// that owns it.
-    fn take_shared(&mut self, from: Option<SocketAddr>, d: &[u8], received: Instant) {
-        self.stats
-            .bytes_in
-            .fetch_add(d.len() as u64, Ordering::Relaxed);
+    /// A datagram read on the socket `via`, classified once: from the shared socket to this
+    /// worker's shard or the one that owns it; from a telephony leg's own port to that leg, or
+    /// counted as from an unknown source. (Its bytes are counted by the caller, per batch.)
+    fn take(&mut self, via: Via, from: Option<SocketAddr>, d: &[u8], received: Instant) {
         let Some(from) = from else {
             self.shard.count_drop(DropReason::UnknownSource);
             return;
         };
-        let d = Datagram::classify(from, d, received);
-        if let Some(w) = self.named_elsewhere(&d) {
-            self.hand_to(w, d);
-        } else if self.shard.handle(received, d) == Handled::NotOurs {
-            self.hand_over(d);
-        }
-    }
-
-    /// A datagram from a telephony leg's own port: that leg's, or from an unknown source.
-    fn take_leg(&mut self, port: u16, from: Option<SocketAddr>, d: &[u8], received: Instant) {
-        self.stats
-            .bytes_in
-            .fetch_add(d.len() as u64, Ordering::Relaxed);
-        let Some(from) = from else {
-            self.shard.count_drop(DropReason::UnknownSource);
-            return;
-        };
-        let d = Datagram::classify_on(Via::Port(port), from, d, received);
-        if self.shard.handle(received, d) == Handled::NotOurs {
-            self.shard.count_drop(DropReason::UnknownSource);
+        let d = Datagram::classify_on(via, from, d, received);
+        match via {
+            Via::Shared => {
+                if let Some(w) = self.named_elsewhere(&d) {
+                    self.hand_to(w, d);
+                } else if self.shard.handle(received, d) == Handled::NotOurs {
+                    self.hand_over(d);
+                }
+            }
+            Via::Port(_) => {
+                if self.shard.handle(received, d) == Handled::NotOurs {
+                    self.shard.count_drop(DropReason::UnknownSource);
+                }
+            }
         }
     }
 
@@ -939,11 +937,14 @@ impl Worker {
         if !self.out.batch.is_empty() {
             flush_outbox(&mut self.out, &self.socket, &self.stats, &mut self.shard);
         }
-        for p in std::mem::take(&mut self.dirty_legs) {
+        // The list is put back emptied, its allocation kept.
+        let mut dirty = std::mem::take(&mut self.dirty_legs);
+        for p in dirty.drain(..) {
             if let Some(l) = self.legs.get_mut(&p) {
                 flush_outbox(&mut l.out, &l.socket, &self.stats, &mut self.shard);
             }
         }
+        self.dirty_legs = dirty;
     }
 
     /// Publishes the shard's counters for `/metrics`, the API and the demo.

@@ -2,8 +2,8 @@
 //! every telephony leg's port each have one multishot receive armed on the worker's ring, so
 //! a turn reads what all of them brought from one completion queue, with no system call per
 //! socket; what a batch sends, out of however many sockets, goes to the kernel in one
-//! submission. Datagrams take the same walk as on the `recvmmsg` path ([`Worker::take_shared`],
-//! [`Worker::take_leg`]); only the reading and writing differ.
+//! submission. Datagrams take the same walk as on the `recvmmsg` path ([`Worker::take`]); only
+//! the reading and writing differ.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -12,6 +12,7 @@ use secrelay_uring::{Completion, Ring};
 
 use super::{record_relay_latency, Outbox, Worker, BATCH, BATCHES_PER_TURN};
 use crate::counters::DropReason;
+use crate::leg::Via;
 use crate::shard::Shard;
 
 /// The key the shared socket's receive is armed with (a leg's socket: its port).
@@ -40,25 +41,15 @@ pub(super) fn ring_for(index: usize, socket: &mio::net::UdpSocket) -> Option<Med
 }
 
 /// Queues what `out` holds on `ring`, for `socket`; a datagram the ring cannot take is
-/// dropped and counted. The copies' relay latency is recorded as they are handed over.
-fn queue(
-    ring: &mut MediaRing,
-    out: &mut Outbox,
-    socket: &mio::net::UdpSocket,
-    shard: &mut Shard,
-) -> usize {
+/// dropped and counted.
+fn queue(ring: &mut MediaRing, out: &mut Outbox, socket: &mio::net::UdpSocket, shard: &mut Shard) {
     let v6 = out.batch.is_v6();
-    let mut queued = 0;
     for (to, buf) in out.batch.drain() {
-        match ring.send(socket, to, v6, buf, ()) {
-            Ok(()) => queued += 1,
-            Err((buf, ())) => {
-                shard.count_drop(DropReason::SendFailed);
-                shard.recycle(buf);
-            }
+        if let Err((buf, ())) = ring.send(socket, to, v6, buf, ()) {
+            shard.count_drop(DropReason::SendFailed);
+            shard.recycle(buf);
         }
     }
-    queued
 }
 
 impl Worker {
@@ -80,16 +71,16 @@ impl Worker {
             }
             let received = Instant::now();
             self.refresh_routes();
-            let (mut read, mut sent, mut bytes, mut failed) = (0u64, 0u64, 0u64, 0u64);
+            let (mut read, mut read_bytes) = (0u64, 0u64);
+            let (mut sent, mut bytes, mut failed) = (0u64, 0u64, 0u64);
             for c in done.drain(..) {
                 match c {
                     Completion::Received(r) => {
-                        read += 1;
                         let d = ring.payload(&r);
-                        match u16::try_from(r.key) {
-                            Ok(port) => self.take_leg(port, r.from, d, received),
-                            Err(_) => self.take_shared(r.from, d, received),
-                        }
+                        read += 1;
+                        read_bytes += d.len() as u64;
+                        let via = u16::try_from(r.key).map_or(Via::Shared, Via::Port);
+                        self.take(via, r.from, d, received);
                         ring.recycle(&r);
                     }
                     Completion::Sent { result, buf, .. } => {
@@ -106,6 +97,7 @@ impl Worker {
             }
             let st = &self.stats;
             st.datagrams_in.fetch_add(read, Ordering::Relaxed);
+            st.bytes_in.fetch_add(read_bytes, Ordering::Relaxed);
             st.datagrams_out.fetch_add(sent, Ordering::Relaxed);
             st.bytes_out.fetch_add(bytes, Ordering::Relaxed);
             if failed > 0 {
@@ -126,25 +118,33 @@ impl Worker {
         let Some(ring) = self.ring.as_mut() else {
             return;
         };
-        let mut queued = queue(ring, &mut self.out, &self.socket, &mut self.shard);
+        queue(ring, &mut self.out, &self.socket, &mut self.shard);
         let dirty = std::mem::take(&mut self.dirty_legs);
         for p in &dirty {
             if let Some(l) = self.legs.get_mut(p) {
-                queued += queue(ring, &mut l.out, &l.socket, &mut self.shard);
+                queue(ring, &mut l.out, &l.socket, &mut self.shard);
             }
         }
         if let Err(e) = ring.submit() {
             tracing::error!(worker = self.index, error = %e, "io_uring submit");
         }
-        if queued == 0 && self.out.origin.is_empty() && dirty.is_empty() {
+        if self.out.origin.is_empty() && dirty.is_empty() {
+            self.put_back_dirty(dirty);
             return;
         }
         let done = Instant::now();
         record_relay_latency(&self.stats, done, self.out.origin.drain(..).flatten());
-        for p in dirty {
-            if let Some(l) = self.legs.get_mut(&p) {
+        for p in &dirty {
+            if let Some(l) = self.legs.get_mut(p) {
                 record_relay_latency(&self.stats, done, l.out.origin.drain(..).flatten());
             }
         }
+        self.put_back_dirty(dirty);
+    }
+
+    /// Gives the dirty-leg list back emptied, its allocation kept for the next batch.
+    fn put_back_dirty(&mut self, mut dirty: Vec<u16>) {
+        dirty.clear();
+        self.dirty_legs = dirty;
     }
 }
