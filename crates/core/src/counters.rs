@@ -467,8 +467,12 @@ pub struct ShardCounters {
     /// Bytes those buffers hold now ([`crate::feedback::RetransmitBuffer::bytes`]).
     pub retransmit_bytes: u64,
     /// The members' part of `media`, and members now, by the kind each member joined as
-    /// ([`crate::leg::LegKind::index`]).
-    pub by_leg: [LegCounters; 3],
+    /// ([`crate::leg::LegKind::index`]). The pipes' entry ([`crate::leg::LegKind::Pipe`]:
+    /// mirrored publishers, and what came in through them) is not part of `media`, `members`
+    /// or `connected`: those count participants.
+    pub by_leg: [LegCounters; crate::leg::LegKind::COUNT],
+    /// Packets handed to pipes: a home room's publishers' packets, once per replica.
+    pub piped_out: u64,
 }
 
 /// One kind of member's share of a shard's counters.
@@ -485,7 +489,9 @@ impl ShardCounters {
     /// kind of member.
     pub fn add_room(&mut self, room: &crate::room::Room) {
         for (k, c) in room.counters_by_kind().iter().enumerate() {
-            self.media.add(c);
+            if k != crate::leg::LegKind::Pipe.index() {
+                self.media.add(c);
+            }
             self.by_leg[k].media.add(c);
         }
     }
@@ -505,6 +511,7 @@ impl ShardCounters {
         self.rooms += other.rooms;
         self.retransmit_streams += other.retransmit_streams;
         self.retransmit_bytes += other.retransmit_bytes;
+        self.piped_out += other.piped_out;
         for (a, b) in self.by_leg.iter_mut().zip(&other.by_leg) {
             a.members += b.members;
             a.media.add(&b.media);

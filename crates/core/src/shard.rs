@@ -53,15 +53,19 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    Leg, LegEvent, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec, TransmitKind,
+    Leg, LegEvent, PipeLeg, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec, TransmitKind,
     WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
+pub use crate::leg::{MirrorSpec, PipeKey};
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
 pub use crate::room::JoinKind;
 use crate::room::{MemberAt, MemberId, MemberRole, Out, Room, RoomOut, Sent, Session};
 use crate::rtcp::{RtcpConfig, RtcpFigures};
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
+
+mod pipe;
+pub use pipe::{PipeEvent, PipeTransmit, Piped};
 
 /// A datagram as the shard takes it: read from a socket and classified once.
 #[derive(Debug, Clone, Copy)]
@@ -217,6 +221,8 @@ pub enum Event {
     },
     /// A room or a member started or ended (for webhooks and the signaling's own records).
     Lifecycle(Lifecycle),
+    /// Something another worker's shard must do about a room spread over workers.
+    Pipe(PipeEvent),
 }
 
 /// What happened to a room or a member, in the order it happened: a room starts before its
@@ -283,6 +289,9 @@ pub enum Lifecycle {
 pub enum Output<'a> {
     /// Send it.
     Transmit(Transmit<'a>),
+    /// Hand it to another worker's shard ([`Shard::handle_piped`] or
+    /// [`Shard::handle_pipe_feedback`] there).
+    Pipe(PipeTransmit<'a>),
     /// Act on it.
     Event(Event),
     /// Call [`Shard::handle_timeout`] at (or after) this instant. Ends a drain.
@@ -554,6 +563,8 @@ struct RoomSlot {
     room_gen: u64,
     room: Room,
     deadline: Option<Instant>,
+    /// For a replica, the home's worker.
+    replica_of: Option<usize>,
 }
 
 /// What the output queue holds.
@@ -566,6 +577,12 @@ enum Queued {
         received: Option<Instant>,
     },
     Event(Event),
+    Pipe {
+        worker: usize,
+        key: PipeKey,
+        what: Piped,
+        buf: Vec<u8>,
+    },
 }
 
 /// The shard's rooms as the media batch sees them.
@@ -611,6 +628,10 @@ pub struct Shard {
     to_remove: Vec<(usize, MemberAt)>,
     /// New DTLS handshakes are deferred (admission control: the worker is overloaded).
     shed_handshakes: bool,
+    /// The worker this shard is (what its rooms' pipes name as their home).
+    index: usize,
+    /// Mirrored publishers of replicas here, by their key at home.
+    mirrors: HashMap<PipeKey, MemberKey>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -645,7 +666,15 @@ impl Shard {
             draining: false,
             to_remove: Vec::new(),
             shed_handshakes: false,
+            index: 0,
+            mirrors: HashMap::new(),
         }
+    }
+
+    /// The shard as worker `index` of several (what its rooms' pipes name as their home).
+    pub fn with_index(mut self, index: usize) -> Shard {
+        self.index = index;
+        self
     }
 
     /// The SRTP engine's name.
@@ -703,6 +732,18 @@ impl Shard {
         let Some(key) = self.key_of(&head, bytes.get()) else {
             return Handled::NotOurs;
         };
+        self.handle_keyed(now, key, head, bytes)
+    }
+
+    /// A datagram of the member `key` names, delivered; a panic in its room's code abandons
+    /// the room (counted), not the worker.
+    fn handle_keyed(
+        &mut self,
+        now: Instant,
+        key: MemberKey,
+        head: Head,
+        bytes: Bytes<'_>,
+    ) -> Handled {
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.deliver(now, key, head, bytes)
         }));
@@ -1054,6 +1095,27 @@ impl Shard {
                     received: None,
                 }),
                 Out::Event { to, event } => self.on_leg_event(slot, to, event, &mut displaced),
+                Out::Pipe {
+                    worker,
+                    publisher,
+                    layer,
+                    buf,
+                    received,
+                } => {
+                    self.counters.piped_out += 1;
+                    let key = PipeKey {
+                        home: self.index,
+                        slot,
+                        room_gen: room_gen.unwrap_or_default(),
+                        member: publisher,
+                    };
+                    self.queue.push_back(Queued::Pipe {
+                        worker,
+                        key,
+                        what: Piped::Media { layer, received },
+                        buf,
+                    });
+                }
                 Out::Wake(t) => {
                     if let Some(s) = self.rooms[slot].as_mut() {
                         if s.deadline.is_none_or(|d| t < d) {
@@ -1072,7 +1134,7 @@ impl Shard {
     /// An output that is not sent (its room is gone, or it was left by a call that did not
     /// finish), counted.
     fn discard(&mut self, o: Out) {
-        if let Out::Send { buf, .. } | Out::Control { buf, .. } = o {
+        if let Out::Send { buf, .. } | Out::Control { buf, .. } | Out::Pipe { buf, .. } = o {
             self.out.recycle(buf);
             self.counters.media.drops[DropReason::InternalError] += 1;
         }
@@ -1106,6 +1168,23 @@ impl Shard {
         if target.protect {
             let key = (slot, s.room_gen, to);
             self.media.stage_outbound(key, received, staged, buf);
+            return;
+        }
+        if target.via == Via::Pipe {
+            // A mirror's RTCP: to its publisher's home.
+            let Some(key) = s.room.leg(to.id()).and_then(Leg::as_pipe).map(PipeLeg::key) else {
+                return self.out.recycle(buf);
+            };
+            if let Some(c) = s.room.counters_mut(to) {
+                c.packets_out += 1;
+                c.bytes_out += buf.len() as u64;
+            }
+            self.queue.push_back(Queued::Pipe {
+                worker: key.home(),
+                key,
+                what: Piped::Feedback,
+                buf,
+            });
             return;
         }
         if let Some(c) = s.room.counters_mut(to) {
@@ -1310,9 +1389,20 @@ impl Shard {
             if s.room.at(member.id()) != Some(member) {
                 continue;
             }
+            let publishes = s.room.role(member.id()).is_some_and(|r| r.publishes);
             let Some((leg, session)) = s.room.remove(member.id()) else {
                 continue;
             };
+            let empty = s.room.is_empty() && s.room.pipe_workers().next().is_none();
+            if leg.as_pipe().is_some() {
+                tracing::debug!(room = %s.name, publisher = %session.id, "mirror removed");
+                self.forget_mirror(&leg);
+                if empty {
+                    self.finish_room(slot);
+                }
+                continue;
+            }
+            Self::tell_pipes(&mut self.queue, s, member, publishes, self.index, slot);
             // A member is removed once it closed, and closing notes why.
             let reason = session.closing.unwrap_or(EndReason::CloseNotify);
             tracing::info!(
@@ -1323,7 +1413,6 @@ impl Shard {
                 "session ended"
             );
             Self::note_left(&mut self.queue, &s.name, &session, reason);
-            let empty = s.room.is_empty();
             self.forget_routes(&session);
             self.queue.push_back(Queued::Event(Event::MemberLeft {
                 id: session.id,
@@ -1346,10 +1435,12 @@ impl Shard {
         };
         self.counters.add_room(&s.room);
         self.room_index.remove(&s.name);
-        self.queue
-            .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
-                room: s.name,
-            })));
+        if s.replica_of.is_none() {
+            self.queue
+                .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                    room: s.name,
+                })));
+        }
     }
 
     /// Tears down a room whose code panicked: every member is removed and counted as ended by
@@ -1370,9 +1461,17 @@ impl Shard {
         self.counters.add_room(&s.room);
         let members: Vec<MemberId> = s.room.members().collect();
         for member in members {
+            let publishes = s.room.role(member).is_some_and(|r| r.publishes);
+            let at = s.room.at(member);
             let Some((leg, session)) = s.room.remove(member) else {
                 continue;
             };
+            if self.forget_mirror(&leg) {
+                continue;
+            }
+            if let Some(at) = at {
+                Self::tell_pipes(&mut self.queue, &s, at, publishes, self.index, slot);
+            }
             self.forget_routes(&session);
             self.counters.ended[EndReason::InternalError] += 1;
             Self::note_left(&mut self.queue, &s.name, &session, EndReason::InternalError);
@@ -1386,10 +1485,12 @@ impl Shard {
             }));
         }
         self.room_index.remove(&s.name);
-        self.queue
-            .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
-                room: s.name,
-            })));
+        if s.replica_of.is_none() {
+            self.queue
+                .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                    room: s.name,
+                })));
+        }
         self.to_remove.retain(|(sl, _)| *sl != slot);
     }
 
@@ -1457,6 +1558,17 @@ impl Shard {
                 received,
             }),
             Queued::Event(e) => Output::Event(e),
+            Queued::Pipe {
+                worker,
+                key,
+                what,
+                buf,
+            } => Output::Pipe(PipeTransmit {
+                worker,
+                key,
+                what,
+                contents: self.lent.insert(buf),
+            }),
         })
     }
 
@@ -1779,7 +1891,7 @@ impl Shard {
             .room_index
             .get(room)
             .and_then(|&s| self.rooms[s].as_ref())
-            .map_or(0, |s| s.room.len());
+            .map_or(0, |s| s.room.participants() + s.room.piped_viewers());
         let cap = self.config.limits.cap_for(who);
         if members >= cap {
             return Err(JoinError::Full(format!(
@@ -1798,37 +1910,43 @@ impl Shard {
     fn room_slot(&mut self, room: &str) -> usize {
         match self.room_index.get(room) {
             Some(&s) => s,
-            None => {
-                let room_gen = self.next_gen;
-                self.next_gen += 1;
-                let mut made = Room::with_rtcp(self.config.rtcp.clone())
-                    .with_codecs(self.config.codecs.clone())
-                    .tagged(room_gen);
-                made.set_mixing(self.mixing.get(room).copied());
-                let s = RoomSlot {
-                    name: room.to_owned(),
-                    room_gen,
-                    room: made,
-                    deadline: None,
-                };
-                let slot = match self.rooms.iter().position(Option::is_none) {
-                    Some(i) => {
-                        self.rooms[i] = Some(s);
-                        i
-                    }
-                    None => {
-                        self.rooms.push(Some(s));
-                        self.rooms.len() - 1
-                    }
-                };
-                self.room_index.insert(room.to_owned(), slot);
-                self.queue
-                    .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomStarted {
-                        room: room.to_owned(),
-                    })));
-                slot
-            }
+            None => self.make_room(room, None),
         }
+    }
+
+    /// Makes `room`: the signaling's (its start told), or a replica of worker `replica_of`'s.
+    fn make_room(&mut self, room: &str, replica_of: Option<usize>) -> usize {
+        let room_gen = self.next_gen;
+        self.next_gen += 1;
+        let mut made = Room::with_rtcp(self.config.rtcp.clone())
+            .with_codecs(self.config.codecs.clone())
+            .tagged(room_gen);
+        made.set_mixing(self.mixing.get(room).copied());
+        let s = RoomSlot {
+            name: room.to_owned(),
+            room_gen,
+            room: made,
+            deadline: None,
+            replica_of,
+        };
+        let slot = match self.rooms.iter().position(Option::is_none) {
+            Some(i) => {
+                self.rooms[i] = Some(s);
+                i
+            }
+            None => {
+                self.rooms.push(Some(s));
+                self.rooms.len() - 1
+            }
+        };
+        self.room_index.insert(room.to_owned(), slot);
+        if replica_of.is_none() {
+            self.queue
+                .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomStarted {
+                    room: room.to_owned(),
+                })));
+        }
+        slot
     }
 
     /// Makes a member of `room` (made if it does not exist) with `leg`: its id.
@@ -1891,6 +2009,9 @@ impl Shard {
         }
         self.ids.insert(id.clone(), (slot, member));
         tracing::info!(room = %s.name, session = %id, kind = kind.name(), "session started");
+        if role.publishes {
+            self.tell_pipes_joined(slot, member);
+        }
         self.settle(slot);
         self.remove_closed();
         // Those who listen for new offers may lack a section for the newcomer's media.
@@ -2152,10 +2273,17 @@ impl Shard {
         let Some(s) = rooms[slot].as_mut() else {
             return;
         };
+        let mirror = s
+            .room
+            .leg(member.id())
+            .is_some_and(|l| l.as_pipe().is_some());
         if let Some(session) = s.room.session_mut(member) {
             if session.closing.is_none() {
                 session.closing = Some(why);
-                counters.ended[why] += 1;
+                // A mirror is no participant: its end is no session's.
+                if !mirror {
+                    counters.ended[why] += 1;
+                }
             }
         }
         s.room.with_leg(member, out, |leg| leg.close(now));
@@ -2173,14 +2301,15 @@ impl Shard {
             for (k, n) in s.room.members_by_kind().into_iter().enumerate() {
                 c.by_leg[k].members += n;
             }
-            c.rooms += 1;
+            c.rooms += u64::from(s.replica_of.is_none());
             let (streams, bytes) = s.room.retransmit_buffers();
             c.retransmit_streams += streams;
             c.retransmit_bytes += bytes;
-            c.members += s.room.len() as u64;
+            c.members += s.room.participants() as u64;
             c.connected += s
                 .room
                 .members()
+                .filter(|&m| s.room.leg(m).is_some_and(|l| l.as_pipe().is_none()))
                 .filter_map(|m| s.room.session(m))
                 .filter(|m| m.connected && m.closing.is_none())
                 .count() as u64;
@@ -2210,6 +2339,10 @@ impl Shard {
                 let (Some(leg), Some(session)) = (s.room.leg(m), s.room.session(m)) else {
                     continue;
                 };
+                if leg.as_pipe().is_some() {
+                    // A mirror of a publisher whose home is another worker: no participant.
+                    continue;
+                }
                 let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
                 let mut p = participant_snapshot(now, leg, session, rtcp);
                 p.bandwidth = s.room.bandwidth(m);

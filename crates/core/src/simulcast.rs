@@ -88,6 +88,17 @@ impl Layers {
         Some(k)
     }
 
+    /// Binds `ssrc` to layer `k` unless it is bound already (a mirrored publisher's layers, as
+    /// its home bound them: the `rid` that bound them may be gone from later packets).
+    pub fn bind(&mut self, k: usize, ssrc: u32) {
+        if self.layers.iter().any(|l| l.ssrc == Some(ssrc)) {
+            return;
+        }
+        if let Some(l) = self.layers.get_mut(k) {
+            l.ssrc = Some(ssrc);
+        }
+    }
+
     /// The layer an RTX packet from `rtx_ssrc` repairs (its `repaired-rtp-stream-id` binds it
     /// the first time): the layer's primary SSRC.
     pub fn repaired_by(&mut self, rtx_ssrc: u32, repaired_rid: Option<&[u8]>) -> Option<u32> {

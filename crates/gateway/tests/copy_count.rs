@@ -21,6 +21,7 @@ fn drain(shard: &mut Shard) -> usize {
         match o {
             Output::Transmit(t) => n += usize::from(t.received.is_some()),
             Output::Event(_) => {}
+            Output::Pipe(_) => panic!("one shard has no pipes"),
             Output::Timeout(_) => break,
         }
     }

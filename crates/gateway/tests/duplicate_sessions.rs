@@ -23,6 +23,7 @@ fn copies_to(shard: &mut Shard, to: SocketAddr) -> usize {
     while let Some(o) = shard.poll_output() {
         match o {
             Output::Transmit(t) if t.destination == to && t.kind == TransmitKind::Media => n += 1,
+            Output::Pipe(_) => panic!("one shard has no pipes"),
             Output::Timeout(_) => break,
             _ => {}
         }

@@ -33,6 +33,7 @@ fn dtls_out(h: &mut Harness, to: SocketAddr) -> usize {
     while let Some(o) = h.shard.poll_output() {
         match o {
             Output::Transmit(t) if t.destination == to && t.kind == TransmitKind::Dtls => n += 1,
+            Output::Pipe(_) => panic!("one shard has no pipes"),
             Output::Timeout(_) => break,
             _ => {}
         }

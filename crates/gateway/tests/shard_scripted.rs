@@ -20,6 +20,7 @@ fn drain(shard: &mut Shard) -> Drained {
         match o {
             Output::Transmit(t) => tx.push((t.destination, t.kind, t.received.is_some())),
             Output::Event(e) => ev.push(e),
+            Output::Pipe(_) => panic!("one shard has no pipes"),
             Output::Timeout(_) => break,
         }
     }

@@ -57,6 +57,7 @@ fn drain_counting(shard: &mut Shard) -> (usize, usize) {
                 n += 1;
                 bytes += t.contents.len();
             }
+            Output::Pipe(_) => panic!("one shard has no pipes"),
             Output::Timeout(_) => break,
             Output::Event(_) => {}
         }

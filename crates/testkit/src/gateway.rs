@@ -426,6 +426,7 @@ impl Harness {
                     }
                 }
                 Output::Event(e) => self.events.push(e),
+                Output::Pipe(_) => panic!("one shard has no pipes to other workers"),
                 Output::Timeout(_) => break,
             }
         }

@@ -19,6 +19,7 @@
 //! [`Leg::close`]), call [`Leg::poll_output`] until it returns [`LegOutput::Timeout`] or
 //! `None` (closed, nothing left to send).
 
+pub mod pipe;
 pub mod rtp;
 pub mod webrtc;
 
@@ -32,6 +33,7 @@ use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
+pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
 pub use rtp::{
     Latch, Ports, Quarantine, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec,
 };
@@ -226,7 +228,7 @@ impl CodecId {
 }
 
 /// One answered media section: what we agreed on.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NegotiatedMedia {
     /// The section's mid.
     pub mid: String,
@@ -466,6 +468,9 @@ pub enum Via {
     Shared,
     /// A telephony leg's own port.
     Port(u16),
+    /// No socket: a mirrored publisher's RTCP, handed to its home's worker
+    /// ([`PipeLeg`]).
+    Pipe,
 }
 
 /// Where a copy of media for a member goes, and how.
@@ -540,11 +545,15 @@ pub enum LegKind {
     Sdes,
     /// Telephony with plain RTP.
     Plain,
+    /// A publisher of another worker's room, mirrored ([`PipeLeg`]): not a participant.
+    Pipe,
 }
 
 impl LegKind {
-    /// Every kind, in the order of [`LegKind::index`].
+    /// Every kind of participant, in the order of [`LegKind::index`].
     pub const ALL: [LegKind; 3] = [LegKind::WebRtc, LegKind::Sdes, LegKind::Plain];
+    /// The number of kinds, pipes included (the size of arrays indexed by kind).
+    pub const COUNT: usize = 4;
 
     /// `webrtc`, `sdes` or `plain`.
     pub fn name(self) -> &'static str {
@@ -552,6 +561,7 @@ impl LegKind {
             LegKind::WebRtc => "webrtc",
             LegKind::Sdes => "sdes",
             LegKind::Plain => "plain",
+            LegKind::Pipe => "pipe",
         }
     }
 
@@ -572,6 +582,8 @@ pub enum Leg {
     WebRtc(WebRtcLeg),
     /// A telephony leg: plain RTP or SDES-SRTP on ports of its own.
     Rtp(RtpLeg),
+    /// A publisher of another worker's room, mirrored here.
+    Pipe(PipeLeg),
 }
 
 impl From<WebRtcLeg> for Leg {
@@ -586,12 +598,18 @@ impl From<RtpLeg> for Leg {
     }
 }
 
+impl From<PipeLeg> for Leg {
+    fn from(l: PipeLeg) -> Leg {
+        Leg::Pipe(l)
+    }
+}
+
 impl Leg {
     /// The WebRTC leg, if it is one.
     pub fn as_webrtc(&self) -> Option<&WebRtcLeg> {
         match self {
             Leg::WebRtc(l) => Some(l),
-            Leg::Rtp(_) => None,
+            Leg::Rtp(_) | Leg::Pipe(_) => None,
         }
     }
 
@@ -599,7 +617,7 @@ impl Leg {
     pub fn as_webrtc_mut(&mut self) -> Option<&mut WebRtcLeg> {
         match self {
             Leg::WebRtc(l) => Some(l),
-            Leg::Rtp(_) => None,
+            Leg::Rtp(_) | Leg::Pipe(_) => None,
         }
     }
 
@@ -607,7 +625,7 @@ impl Leg {
     pub fn as_rtp(&self) -> Option<&RtpLeg> {
         match self {
             Leg::Rtp(l) => Some(l),
-            Leg::WebRtc(_) => None,
+            Leg::WebRtc(_) | Leg::Pipe(_) => None,
         }
     }
 
@@ -615,7 +633,23 @@ impl Leg {
     pub fn as_rtp_mut(&mut self) -> Option<&mut RtpLeg> {
         match self {
             Leg::Rtp(l) => Some(l),
-            Leg::WebRtc(_) => None,
+            Leg::WebRtc(_) | Leg::Pipe(_) => None,
+        }
+    }
+
+    /// The mirrored publisher, if it is one.
+    pub fn as_pipe(&self) -> Option<&PipeLeg> {
+        match self {
+            Leg::Pipe(l) => Some(l),
+            Leg::WebRtc(_) | Leg::Rtp(_) => None,
+        }
+    }
+
+    /// The mirrored publisher, if it is one, to change it (its close).
+    pub fn as_pipe_mut(&mut self) -> Option<&mut PipeLeg> {
+        match self {
+            Leg::Pipe(l) => Some(l),
+            Leg::WebRtc(_) | Leg::Rtp(_) => None,
         }
     }
 
@@ -625,6 +659,7 @@ impl Leg {
             Leg::WebRtc(_) => LegKind::WebRtc,
             Leg::Rtp(l) if l.sdes_profile().is_some() => LegKind::Sdes,
             Leg::Rtp(_) => LegKind::Plain,
+            Leg::Pipe(_) => LegKind::Pipe,
         }
     }
 
@@ -638,6 +673,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.srtp_profile(),
             Leg::Rtp(l) => l.sdes_profile(),
+            Leg::Pipe(_) => None,
         }
     }
 
@@ -646,13 +682,14 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.answer_sdp(),
             Leg::Rtp(l) => l.answer_sdp(),
+            Leg::Pipe(_) => "",
         }
     }
 
     /// The local ports of the leg's own sockets (none for WebRTC, on the shared port).
     pub fn local_ports(&self) -> Vec<u16> {
         match self {
-            Leg::WebRtc(_) => Vec::new(),
+            Leg::WebRtc(_) | Leg::Pipe(_) => Vec::new(),
             Leg::Rtp(l) => l.local_ports(),
         }
     }
@@ -662,6 +699,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.media(),
             Leg::Rtp(l) => l.media(),
+            Leg::Pipe(l) => l.media(),
         }
     }
 
@@ -687,6 +725,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.is_connected(),
             Leg::Rtp(l) => l.is_connected(),
+            Leg::Pipe(l) => l.closed().is_none(),
         }
     }
 
@@ -695,6 +734,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.closed(),
             Leg::Rtp(l) => l.closed(),
+            Leg::Pipe(l) => l.closed(),
         }
     }
 
@@ -703,6 +743,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.counters(),
             Leg::Rtp(l) => l.counters(),
+            Leg::Pipe(l) => l.counters(),
         }
     }
 
@@ -710,23 +751,25 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.counters_mut(),
             Leg::Rtp(l) => l.counters_mut(),
+            Leg::Pipe(l) => l.counters_mut(),
         }
     }
 
-    /// A STUN message from `from`, parsed where the datagram was read (a telephony leg
-    /// takes none: dropped as an unknown kind).
+    /// A STUN message from `from`, parsed where the datagram was read (a telephony leg or a
+    /// pipe takes none: dropped as an unknown kind).
     pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, msg: &Message<'_>) {
         match self {
             Leg::WebRtc(l) => l.handle_stun(now, from, msg),
-            Leg::Rtp(l) => l.counters_mut().drop(DropReason::UnknownKind),
+            Leg::Rtp(_) | Leg::Pipe(_) => self.counters_mut().drop(DropReason::UnknownKind),
         }
     }
 
-    /// A DTLS record from `from` (a telephony leg takes none: dropped as an unknown kind).
+    /// A DTLS record from `from` (a telephony leg or a pipe takes none: dropped as an
+    /// unknown kind).
     pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
         match self {
             Leg::WebRtc(l) => l.handle_dtls(now, from, datagram),
-            Leg::Rtp(l) => l.counters_mut().drop(DropReason::UnknownKind),
+            Leg::Rtp(_) | Leg::Pipe(_) => self.counters_mut().drop(DropReason::UnknownKind),
         }
     }
 
@@ -734,7 +777,7 @@ impl Leg {
     pub fn handshake_started(&self) -> bool {
         match self {
             Leg::WebRtc(l) => l.handshake_started(),
-            Leg::Rtp(_) => true,
+            Leg::Rtp(_) | Leg::Pipe(_) => true,
         }
     }
 
@@ -750,13 +793,18 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.media_gate(from).map(|()| true),
             Leg::Rtp(l) => l.admit(from, rtcp, now),
+            // What the home handed over is plain already, and only ever comes from there.
+            Leg::Pipe(l) => match l.closed() {
+                None => Ok(false),
+                Some(_) => Err(DropReason::AfterClose),
+            },
         }
     }
 
     /// An SRTP or SRTCP packet from `from` authenticated (a telephony leg latches to it).
     pub fn authenticated(&mut self, from: SocketAddr, rtcp: bool, now: Instant) {
         match self {
-            Leg::WebRtc(_) => {}
+            Leg::WebRtc(_) | Leg::Pipe(_) => {}
             Leg::Rtp(l) => l.authenticated(from, rtcp, now),
         }
     }
@@ -774,6 +822,8 @@ impl Leg {
                 via: Via::Port(l.ports().rtp.port()),
                 protect: l.protects(),
             }),
+            // A mirror only publishes: nothing is sent to it as media.
+            Leg::Pipe(_) => None,
         }
     }
 
@@ -790,6 +840,7 @@ impl Leg {
                 }),
                 protect: l.protects(),
             }),
+            Leg::Pipe(l) => l.rtcp_target(),
         }
     }
 
@@ -798,6 +849,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.inbound_context(),
             Leg::Rtp(l) => l.inbound_context(),
+            Leg::Pipe(_) => None,
         }
     }
 
@@ -806,6 +858,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.outbound_context(),
             Leg::Rtp(l) => l.outbound_context(),
+            Leg::Pipe(_) => None,
         }
     }
 
@@ -814,6 +867,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.media_destination(),
             Leg::Rtp(l) => l.media_destination(),
+            Leg::Pipe(_) => None,
         }
     }
 
@@ -822,6 +876,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.handle_timeout(now),
             Leg::Rtp(l) => l.handle_timeout(now),
+            Leg::Pipe(_) => {}
         }
     }
 
@@ -830,6 +885,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.poll_timeout(),
             Leg::Rtp(l) => l.poll_timeout(),
+            Leg::Pipe(_) => None,
         }
     }
 
@@ -838,6 +894,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.has_output(),
             Leg::Rtp(l) => l.has_output(),
+            Leg::Pipe(l) => l.has_output(),
         }
     }
 
@@ -846,6 +903,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.poll_output(),
             Leg::Rtp(l) => l.poll_output(),
+            Leg::Pipe(l) => l.poll_output(),
         }
     }
 
@@ -854,6 +912,7 @@ impl Leg {
         match self {
             Leg::WebRtc(l) => l.close(now),
             Leg::Rtp(l) => l.close(now),
+            Leg::Pipe(l) => l.close(),
         }
     }
 }

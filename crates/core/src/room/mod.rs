@@ -113,6 +113,7 @@
 mod copy;
 mod member;
 mod out;
+mod pipe;
 mod route;
 mod rtcp_in;
 mod source;
@@ -126,7 +127,7 @@ use secrelay_wire::sdp::MediaKind;
 
 use crate::bwe::Usage;
 use crate::counters::Counters;
-use crate::leg::{Leg, LegOutput};
+use crate::leg::{Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::slab::Slab;
 use crate::transcode::{Format, MixSettings, Mixing, Transcoding};
@@ -135,6 +136,7 @@ pub use member::{
     JoinKind, MemberAt, MemberId, MemberRole, Session, MAX_STREAMS, STREAM_IDLE, TWCC_INTERVAL,
 };
 pub use out::{Out, RoomOut, Sent};
+pub use pipe::Publisher;
 
 use member::Member;
 use subscription::{Source, Subscription};
@@ -241,7 +243,7 @@ pub struct Room {
     subs: Slab<Subscription>,
     /// Counters of members that left, by the kind they joined as, so the room's sums never go
     /// down.
-    retired: [Counters; 3],
+    retired: [Counters; LegKind::COUNT],
     rtcp: RtcpConfig,
     /// Streams decoded and encoded again for receivers that did not take their codec.
     transcoding: Transcoding,
@@ -250,6 +252,8 @@ pub struct Room {
     scratch: Scratch,
     /// What every output of the room is tagged with ([`Room::tagged`]).
     tag: u64,
+    /// At its home: the replicas of the room on other workers ([`pipe`]).
+    pipes: Vec<pipe::Pipe>,
 }
 
 impl Default for Room {
@@ -283,7 +287,7 @@ impl Room {
             next_id: 1,
             feeds: Slab::default(),
             subs: Slab::default(),
-            retired: [Counters::default(); 3],
+            retired: [Counters::default(); LegKind::COUNT],
             rtcp,
             transcoding: Transcoding::default(),
             mixing: None,
@@ -292,6 +296,7 @@ impl Room {
                 ..Scratch::default()
             },
             tag: 0,
+            pipes: Vec::new(),
         }
     }
 
@@ -496,17 +501,21 @@ impl Room {
         self.order.iter().map(|&ix| self.members[ix].at.id)
     }
 
-    /// The members' counters summed, with those of members that left.
+    /// The participants' counters summed, with those of participants that left (a replica's
+    /// mirrors are not participants: what came through its pipes is counted apart, see
+    /// [`Room::counters_by_kind`]).
     pub fn counters(&self) -> Counters {
         let mut c = Counters::default();
-        for k in &self.counters_by_kind() {
-            c.add(k);
+        let by_kind = self.counters_by_kind();
+        for k in LegKind::ALL {
+            c.add(&by_kind[k.index()]);
         }
         c
     }
 
-    /// [`Room::counters`] by the kind each member joined as ([`crate::leg::LegKind::index`]).
-    pub fn counters_by_kind(&self) -> [Counters; 3] {
+    /// The members' counters by the kind each joined as ([`crate::leg::LegKind::index`]),
+    /// mirrored publishers' included (under [`LegKind::Pipe`]).
+    pub fn counters_by_kind(&self) -> [Counters; LegKind::COUNT] {
         let mut c = self.retired;
         for (_, m) in self.members.iter() {
             c[m.kind.index()].add(m.leg.counters());
@@ -534,9 +543,10 @@ impl Room {
             .fold((0, 0), |(n, b), v| (n + 1, b + v.buffer.bytes() as u64))
     }
 
-    /// The members now, by the kind each joined as.
-    pub fn members_by_kind(&self) -> [u64; 3] {
-        let mut n = [0; 3];
+    /// The members now, by the kind each joined as (mirrored publishers under
+    /// [`LegKind::Pipe`]).
+    pub fn members_by_kind(&self) -> [u64; LegKind::COUNT] {
+        let mut n = [0; LegKind::COUNT];
         for (_, m) in self.members.iter() {
             n[m.kind.index()] += 1;
         }

@@ -50,6 +50,20 @@ pub enum Out {
     },
     /// The room's timer must fire by then ([`crate::room::Room::handle_timeout`]).
     Wake(Instant),
+    /// A publisher's packet (plain RTP) for the room's replica on another worker
+    /// ([`crate::leg::pipe`]).
+    Pipe {
+        /// The replica's worker.
+        worker: usize,
+        /// The publisher.
+        publisher: MemberAt,
+        /// Its simulcast section and layer, when it is one's.
+        layer: Option<(usize, usize)>,
+        /// The packet.
+        buf: Vec<u8>,
+        /// When it was received.
+        received: Instant,
+    },
 }
 
 /// What an [`Out::Send`] carries.

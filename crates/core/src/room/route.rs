@@ -145,7 +145,8 @@ impl Room {
             let v = stream.video.get_or_insert_with(VideoIn::default);
             v.buffer.store(rtp, facts);
         }
-        if let Some((g, l)) = stream.layer {
+        let layer = stream.layer;
+        if let Some((g, l)) = layer {
             let layers = &mut src.simulcast[g];
             layers.note(l, rtp.len(), received);
             pkt.layer = Some(LayerOf {
@@ -154,6 +155,9 @@ impl Room {
             });
         }
         let feed = stream.feed;
+        if !self.pipes.is_empty() {
+            self.pipe_out(ix, rtp, layer, received, out);
+        }
         self.fan_out(feed, &pkt, out);
     }
 

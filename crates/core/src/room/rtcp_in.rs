@@ -9,6 +9,7 @@ use secrelay_wire::rtcp::{compound, write_empty_rr, write_fir, write_nack, write
 use secrelay_wire::sdp::MediaKind;
 use secrelay_wire::twcc::parse_feedback;
 
+use crate::room::member::Member;
 use crate::room::out::RoomOut;
 use crate::room::source::abs_send_time;
 use crate::room::{rtcp_to, MemberAt, Room};
@@ -110,24 +111,9 @@ impl Room {
         let f = &mut recv.leg.counters_mut().feedback;
         f.retransmitted += resent;
         f.nack_misses += misses;
-        if upstream.is_empty() {
-            return;
-        }
-        let nack_ok = p
-            .leg
-            .media()
-            .iter()
-            .any(|m| m.peer_sends && m.feedback.nack);
-        if !nack_ok {
+        if !upstream.is_empty() && !nack_upstream(p, sub.source_ssrc, upstream, out) {
             recv.leg.counters_mut().feedback.nack_misses += upstream.len() as u64;
-            return;
         }
-        let sender = p.rtcp.reporter();
-        let mut nack = Vec::with_capacity(16 + 4 * upstream.len());
-        write_empty_rr(&mut nack, sender);
-        write_nack(&mut nack, sender, sub.source_ssrc, upstream);
-        p.leg.counters_mut().feedback.nacks_upstream += upstream.len() as u64;
-        rtcp_to(p, &nack, out);
     }
 
     /// Asks the publishers for the keyframes routing (or a layer choice) found wanting.
@@ -142,7 +128,7 @@ impl Room {
 
     /// Asks `publisher` for a keyframe of its stream `ssrc`, in the form its section agreed on
     /// (PLI, else FIR), unless one went less than the keyframe interval ago (then merged).
-    fn request_keyframe(
+    pub(super) fn request_keyframe(
         &mut self,
         publisher: MemberAt,
         ssrc: u32,
@@ -185,4 +171,24 @@ impl Room {
         p.leg.counters_mut().feedback.keyframe_requests_out += 1;
         rtcp_to(p, &req, out);
     }
+}
+
+/// Asks publisher `p` again for the packets `seqs` of its stream `ssrc` it sent (a NACK), when
+/// it agreed on NACKs; `false` if it did not (nothing sent).
+pub(super) fn nack_upstream(p: &mut Member, ssrc: u32, seqs: &[u16], out: &mut RoomOut) -> bool {
+    if !p
+        .leg
+        .media()
+        .iter()
+        .any(|m| m.peer_sends && m.feedback.nack)
+    {
+        return false;
+    }
+    let sender = p.rtcp.reporter();
+    let mut nack = Vec::with_capacity(16 + 4 * seqs.len());
+    write_empty_rr(&mut nack, sender);
+    write_nack(&mut nack, sender, ssrc, seqs);
+    p.leg.counters_mut().feedback.nacks_upstream += seqs.len() as u64;
+    rtcp_to(p, &nack, out);
+    true
 }

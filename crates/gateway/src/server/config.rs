@@ -85,6 +85,12 @@ pub struct ServeConfig {
     pub announce_ipv6: Option<std::net::Ipv6Addr>,
     /// Packet workers (each with its own SO_REUSEPORT socket on `udp`); 0 = one per core.
     pub workers: usize,
+    /// Spread a room's WHEP viewers over the workers: each viewer joins on the worker with the
+    /// fewest participants, and the room's worker hands every packet its publishers send once
+    /// to each other worker that holds viewers of it, which relays it to its own. A broadcast's
+    /// fan-out then runs on every core instead of one. Off: a room's viewers all join on the
+    /// room's worker. Rooms that mix stay on one worker.
+    pub spread_viewers: bool,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
     /// A certificate chain (PEM) to use instead of a generated one; needs `key`.
@@ -355,6 +361,7 @@ impl Default for ServeConfig {
             announce_ipv6: None,
             ice_tcp: None,
             workers: 0,
+            spread_viewers: true,
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
             key: None,

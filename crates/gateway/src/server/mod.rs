@@ -298,6 +298,9 @@ pub struct Gateway {
     /// The passive ICE-TCP candidates, when `ice_tcp` is set.
     tcp_candidates: Vec<SocketAddr>,
     admitting: AtomicBool,
+    /// Viewers joining on each worker now (counted with its participants where the next one
+    /// goes).
+    joining: Vec<std::sync::atomic::AtomicUsize>,
     fingerprint: String,
     /// Telephony legs' media interfaces (`interfaces`), the first the default.
     interfaces: Vec<interfaces::Interface>,
@@ -449,6 +452,10 @@ impl Gateway {
             lifecycle: std::sync::OnceLock::new(),
             lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
             ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
+            participants: (0..n)
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
+            placed: std::sync::Mutex::default(),
             admission: config.admission(),
         });
         let worker_stats: Vec<Arc<WorkerStats>> =
@@ -468,7 +475,8 @@ impl Gateway {
             let shard = Shard::new(
                 shard_config.clone(),
                 config.engine().map_err(|e| StartError(e.0))?,
-            );
+            )
+            .with_index(i);
             let t = std::thread::Builder::new()
                 .name(format!("secrelay-worker-{i}"))
                 .spawn(move || {
@@ -512,6 +520,9 @@ impl Gateway {
             candidates,
             tcp_candidates,
             admitting: AtomicBool::new(true),
+            joining: (0..n)
+                .map(|_| std::sync::atomic::AtomicUsize::new(0))
+                .collect(),
             fingerprint,
             interfaces,
         }))
@@ -595,6 +606,15 @@ impl Gateway {
             .len()
     }
 
+    /// Participants on each worker now (a spread room's viewers on the workers they joined).
+    pub fn participants_by_worker(&self) -> Vec<usize> {
+        self.shared
+            .participants
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// The index of the worker that owns `room` (rooms are hashed to workers by name).
     pub fn worker_index(&self, room: &str) -> usize {
         let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -628,10 +648,30 @@ impl Gateway {
         room: &str,
         f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> T + Send + 'static,
     ) -> Option<T> {
+        self.on_worker(self.worker_index(room), room, f).await
+    }
+
+    /// [`Gateway::on_room`] on worker `at` (a participant's, [`Gateway::member_worker`]).
+    async fn on_worker<T: Send + 'static>(
+        &self,
+        at: usize,
+        room: &str,
+        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> T + Send + 'static,
+    ) -> Option<T> {
         let name = room.to_owned();
-        self.worker_for(room)
+        self.shared.peers[at]
             .run(move |w, now| f(w, now, &name))
             .await
+    }
+
+    /// The worker participant `id` of `room` is on: its room's, unless it is a viewer the room
+    /// spread to another ([`ServeConfig::spread_viewers`]).
+    fn member_worker(&self, room: &str, id: &str) -> usize {
+        let placed = self.shared.placed.lock().unwrap_or_else(|e| e.into_inner());
+        placed
+            .get(id)
+            .copied()
+            .unwrap_or_else(|| self.worker_index(room))
     }
 
     /// A join-like operation: refused while shutting down, counted when it made a participant.
@@ -653,7 +693,8 @@ impl Gateway {
         r
     }
 
-    /// Makes a participant for `offer` in `room`, for `who`.
+    /// Makes a participant for `offer` in `room`, for `who` (a viewer on the worker with the
+    /// fewest participants, when the room spreads its viewers).
     pub async fn join(
         &self,
         room: &str,
@@ -661,10 +702,60 @@ impl Gateway {
         kind: JoinKind,
         who: Who,
     ) -> Result<Joined, JoinError> {
+        if kind == JoinKind::Whep {
+            if let Some(at) = self.viewer_worker(room) {
+                return self.join_viewer_on(room, at, offer, who).await;
+            }
+        }
         self.join_on(room, move |w, now, room| {
             w.shard_mut().join(now, room, &offer, kind, &who)
         })
         .await
+    }
+
+    /// The worker a new viewer of `room` joins on when that is not the room's own: the one
+    /// with the fewest participants (those joining counted), when viewers are spread.
+    fn viewer_worker(&self, room: &str) -> Option<usize> {
+        let workers = self.shared.peers.len();
+        if !self.config.spread_viewers || workers < 2 {
+            return None;
+        }
+        let home = self.worker_index(room);
+        let load = |w: usize| {
+            self.shared.participants[w].load(Ordering::Relaxed)
+                + self.joining[w].load(Ordering::Relaxed)
+        };
+        // Ties go to the room's own worker (no pipe needed).
+        let best = (0..workers).min_by_key(|&w| (load(w), w != home))?;
+        (best != home).then_some(best)
+    }
+
+    /// Joins a viewer of `room` on worker `at`: the room's worker attaches a pipe to `at` and
+    /// posts the replica's opening and the join there itself ([`Worker::join_viewer`]), so
+    /// nothing it tells `at` about the room later can overtake them. Joins on the room's
+    /// worker instead when the room is not spread (not there yet, or mixing).
+    async fn join_viewer_on(
+        &self,
+        room: &str,
+        at: usize,
+        offer: Offer,
+        who: Who,
+    ) -> Result<Joined, JoinError> {
+        if !self.admitting() {
+            return Err(JoinError::ShuttingDown);
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.joining[at].fetch_add(1, Ordering::Relaxed);
+        let name = room.to_owned();
+        self.worker_for(room)
+            .run(move |w, now| w.join_viewer(now, &name, at, (offer, who), tx))
+            .await;
+        let r = rx.await.unwrap_or(Err(JoinError::ShuttingDown));
+        self.joining[at].fetch_sub(1, Ordering::Relaxed);
+        if r.is_ok() {
+            self.stats.joins.fetch_add(1, Ordering::Relaxed);
+        }
+        r
     }
 
     /// Makes a WebRTC participant in `room` that offers `sections` to its peer (a SIP proxy's
@@ -688,8 +779,9 @@ impl Gateway {
         id: &str,
         answer: Offer,
     ) -> Result<Vec<(CodecId, u8)>, JoinError> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| {
+        self.on_worker(at, room, move |w, now, room| {
             w.shard_mut().answer_webrtc(now, room, &id, &answer)
         })
         .await
@@ -763,8 +855,9 @@ impl Gateway {
         id: &str,
         answer: RtpDescription,
     ) -> Result<Vec<(CodecId, u8)>, JoinError> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| {
+        self.on_worker(at, room, move |w, now, room| {
             w.shard_mut().answer_rtp(now, room, &id, &answer)
         })
         .await
@@ -780,8 +873,9 @@ impl Gateway {
         id: &str,
         sdp: RtpDescription,
     ) -> Result<Option<String>, JoinError> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| {
+        self.on_worker(at, room, move |w, now, room| {
             w.shard_mut().update_rtp(now, room, &id, &sdp)
         })
         .await
@@ -791,10 +885,13 @@ impl Gateway {
     /// A new offer of ours to a telephony participant's phone, in the call (the other side
     /// of a re-INVITE); its answer comes to [`Gateway::update_rtp`].
     pub async fn reoffer_rtp(&self, room: &str, id: &str) -> Result<String, JoinError> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, _, room| w.shard_mut().reoffer_rtp(room, &id))
-            .await
-            .unwrap_or(Err(JoinError::ShuttingDown))
+        self.on_worker(at, room, move |w, _, room| {
+            w.shard_mut().reoffer_rtp(room, &id)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// Opens participant `id`'s events channel: our new offers for it arrive on the receiver
@@ -805,6 +902,7 @@ impl Gateway {
         room: &str,
         id: &str,
     ) -> Option<tokio::sync::mpsc::UnboundedReceiver<worker::Notice>> {
+        let at = self.member_worker(room, id);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared
             .notices
@@ -813,7 +911,7 @@ impl Gateway {
             .insert(id.to_owned(), tx);
         let who = id.to_owned();
         let ok = self
-            .on_room(room, move |w, _, room| w.shard_mut().listen(room, &who))
+            .on_worker(at, room, move |w, _, room| w.shard_mut().listen(room, &who))
             .await
             .unwrap_or(false);
         if !ok {
@@ -836,8 +934,9 @@ impl Gateway {
         answer: Offer,
         revision: Option<u64>,
     ) -> Result<usize, JoinError> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, _, room| {
+        self.on_worker(at, room, move |w, _, room| {
             w.shard_mut().answer_reoffer(room, &id, &answer, revision)
         })
         .await
@@ -866,8 +965,9 @@ impl Gateway {
         publisher: Option<String>,
         rid: Option<String>,
     ) -> Result<(), ControlError> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| {
+        self.on_worker(at, room, move |w, now, room| {
             w.shard_mut()
                 .set_layer(now, room, &id, publisher.as_deref(), rid.as_deref())
         })
@@ -882,8 +982,9 @@ impl Gateway {
 
     /// Ends a participant with close_notify; `false` if there was none by that id in `room`.
     pub async fn leave(&self, room: &str, id: &str) -> bool {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| {
+        self.on_worker(at, room, move |w, now, room| {
             w.shard_mut().leave(now, room, &id)
         })
         .await
@@ -906,27 +1007,42 @@ impl Gateway {
         id: &str,
         remote: Credentials,
     ) -> Option<Credentials> {
+        let at = self.member_worker(room, id);
         let id = id.to_owned();
-        self.on_room(room, move |w, now, room| {
+        self.on_worker(at, room, move |w, now, room| {
             w.shard_mut().ice_restart(now, room, &id, remote)
         })
         .await
         .flatten()
     }
 
-    /// Every room (sorted by name), or one.
+    /// Every room (sorted by name), or one; a room spread over workers is one room, its
+    /// participants and counts from all of them.
     pub async fn rooms(&self, only: Option<&str>) -> Vec<RoomSnapshot> {
-        let peers: Vec<&Peer> = match only {
-            Some(r) => vec![self.worker_for(r)],
-            None => self.shared.peers.iter().collect(),
-        };
-        let mut out = Vec::new();
-        for p in peers {
+        let mut out: Vec<RoomSnapshot> = Vec::new();
+        for p in &self.shared.peers {
             let room = only.map(str::to_owned);
             let rooms = p.run(move |w, now| w.snapshot(now, room.as_deref()));
             out.extend(rooms.await.unwrap_or_default());
         }
+        // Stable: a spread room's parts stay in worker order.
         out.sort_by(|a, b| a.name.cmp(&b.name));
+        out.dedup_by(|part, first| {
+            if part.name != first.name {
+                return false;
+            }
+            first.participants.append(&mut part.participants);
+            first.routed_in += part.routed_in;
+            first.forwarded += part.forwarded;
+            first.transcoded += part.transcoded;
+            first.mixing |= part.mixing;
+            if first.mix.is_none() {
+                first.mix = part.mix.take();
+            }
+            true
+        });
+        // A replica whose viewers all left, waiting for its close, is no room to show.
+        out.retain(|r| !r.participants.is_empty() || only.is_some_and(|n| n == r.name));
         out
     }
 

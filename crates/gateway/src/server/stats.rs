@@ -187,6 +187,9 @@ pub struct WorkerStats {
     pub bytes_out: AtomicU64,
     /// Datagrams received here but owned by another worker's shard (handed over).
     pub handed_off: AtomicU64,
+    /// Packets handed to another worker through a spread room's pipes (a publisher's packet
+    /// to each worker with viewers of it; their feedback back).
+    pub piped: AtomicU64,
     /// ICE-TCP connections accepted (by the listening worker).
     pub ice_tcp_accepted: AtomicU64,
     /// ICE-TCP connections closed (or refused at accept), by reason (`TcpClose::ALL`'s order).
@@ -791,6 +794,18 @@ impl Collector for StatsCollector {
             "secrelay_worker_handoffs",
             "Datagrams received on one worker's socket and handed to the worker that owns the participant",
             s.io(|w| &w.handed_off),
+        )?;
+        counter(
+            e,
+            "secrelay_pipe_packets",
+            "Packets of rooms spread over workers handed from one worker to another: a publisher's packet once to each worker with viewers of the room, and their keyframe requests and NACKs back",
+            s.io(|w| &w.piped),
+        )?;
+        gauge(
+            e,
+            "secrelay_pipe_mirrors",
+            "Publishers mirrored on workers other than their room's, one per publisher and worker with viewers of the room",
+            shards.by_leg[LegKind::Pipe.index()].members,
         )?;
         counter(
             e,

@@ -38,9 +38,11 @@ use crate::shard::{
 };
 
 mod ice_tcp;
+mod pipes;
 mod uring_io;
 use ice_tcp::IceTcp;
 pub(crate) use ice_tcp::{bind_ice_tcp, TcpClose};
+use pipes::PipeMsg;
 use uring_io::MediaRing;
 
 const SOCKET: Token = Token(0);
@@ -107,6 +109,8 @@ pub(crate) struct Handoff {
 pub(crate) struct Peer {
     pub commands: Sender<Command>,
     pub handoffs: Sender<Handoff>,
+    /// Packets through the pipes of rooms spread over workers.
+    pub pipes: Sender<PipeMsg>,
     pub returns: Sender<Vec<u8>>,
     pub waker: Arc<Waker>,
 }
@@ -155,6 +159,11 @@ pub(crate) struct Shared {
     pub lifecycle_dropped: std::sync::atomic::AtomicU64,
     /// ICE-TCP connections open, all workers together.
     pub ice_tcp_open: std::sync::atomic::AtomicUsize,
+    /// Participants on each worker now (where a room's next viewer goes).
+    pub participants: Vec<std::sync::atomic::AtomicUsize>,
+    /// The worker of each participant that joined on another worker than its room's (a
+    /// spread room's viewers), by id: where operations on it go.
+    pub placed: std::sync::Mutex<HashMap<String, usize>>,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -177,6 +186,7 @@ impl Shared {
 pub(crate) struct Inbox {
     commands: Receiver<Command>,
     handoffs: Receiver<Handoff>,
+    pipes: Receiver<PipeMsg>,
     returns: Receiver<Vec<u8>>,
 }
 
@@ -187,17 +197,20 @@ pub(crate) fn channels() -> std::io::Result<(Peer, Inbox, Poll)> {
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let (ctx, crx) = crossbeam_channel::unbounded();
     let (htx, hrx) = crossbeam_channel::bounded(HANDOFF_QUEUE);
+    let (ptx, prx) = crossbeam_channel::bounded(HANDOFF_QUEUE);
     let (rtx, rrx) = crossbeam_channel::unbounded();
     Ok((
         Peer {
             commands: ctx,
             handoffs: htx,
+            pipes: ptx,
             returns: rtx,
             waker,
         },
         Inbox {
             commands: crx,
             handoffs: hrx,
+            pipes: prx,
             returns: rrx,
         },
         poll,
@@ -375,6 +388,7 @@ impl Worker {
                 return;
             }
             self.take_handoffs();
+            self.take_pipes();
             if self.ring.is_some() {
                 self.read_ring();
             } else if socket_ready {
@@ -575,8 +589,11 @@ impl Worker {
 
     fn take_handoffs(&mut self) {
         while let Ok(buf) = self.inbox.returns.try_recv() {
+            // Hand-offs' buffers are the worker's; pipes' the shard's (either does for either).
             if self.spare.len() < 1024 {
                 self.spare.push(buf);
+            } else {
+                self.shard.recycle(buf);
             }
         }
         let mut n: usize = 0;
@@ -737,7 +754,7 @@ impl Worker {
                     self.hand_over(d);
                 }
             }
-            Via::Port(_) => {
+            Via::Port(_) | Via::Pipe => {
                 if self.shard.handle(received, d) == Handled::NotOurs {
                     self.shard.count_drop(DropReason::UnknownSource);
                 }
@@ -854,15 +871,28 @@ impl Worker {
                                 continue;
                             }
                         },
+                        // The shard hands pipes' packets over as `Output::Pipe`, never so.
+                        Via::Pipe => {
+                            self.shard.count_drop(DropReason::InternalError);
+                            self.shard.recycle(buf);
+                            continue;
+                        }
                     };
                     out.batch.push(destination, buf);
                     out.origin.push(origin);
+                }
+                Output::Pipe(t) => {
+                    let (worker, key, what) = (t.worker, t.key, t.what);
+                    if let Some(buf) = self.shard.take_sent_buffer() {
+                        self.pipe_to(worker, key, what, buf);
+                    }
                 }
                 Output::Event(e) => self.on_event(e),
                 Output::Timeout(_) => break,
             }
         }
         self.flush_send();
+        self.wake_peers();
     }
 
     fn on_event(&mut self, e: Event) {
@@ -878,6 +908,7 @@ impl Worker {
                 self.tcp_validated(addr);
             }
             Event::UfragOwned(u) => dir.add_ufrag(&u, self.index),
+            Event::Pipe(e) => self.on_pipe_event(e),
             Event::MemberLeft {
                 id,
                 ufrags,
@@ -886,6 +917,13 @@ impl Worker {
                 peers,
                 ..
             } => {
+                self.shared.participants[self.index].fetch_sub(1, Ordering::Relaxed);
+                {
+                    let mut placed = self.shared.placed.lock().unwrap_or_else(|e| e.into_inner());
+                    if placed.get(&id) == Some(&self.index) {
+                        placed.remove(&id);
+                    }
+                }
                 dir.remove(&ufrags, &addrs, self.index);
                 self.close_leg_ports(&ports, &peers);
                 self.tcp_ended(&addrs);
@@ -903,6 +941,9 @@ impl Worker {
             }
             Event::Connected { handshake } => self.stats.handshake_time.record(handshake),
             Event::Lifecycle(l) => {
+                if matches!(l, Lifecycle::Joined { .. }) {
+                    self.shared.participants[self.index].fetch_add(1, Ordering::Relaxed);
+                }
                 if let Some(tx) = self.shared.lifecycle.get() {
                     if tx.try_send(l).is_err() {
                         self.shared

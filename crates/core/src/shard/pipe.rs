@@ -1,0 +1,381 @@
+//! Rooms spread over workers (see [`crate::leg::pipe`]): the shard's side of a room's pipes.
+//!
+//! At the home (the worker that owns the room by its name): [`Shard::attach_pipe`] before a
+//! viewer joins on another worker (its replica is opened there with the publishers' mirrors),
+//! [`Shard::detach_pipe`] when it left; every packet a publisher sends goes out once per
+//! replica ([`Output::Pipe`]); a publisher that joins or leaves is told to the replicas
+//! ([`PipeEvent`]); what a replica's mirror sends back is answered
+//! ([`Shard::handle_pipe_feedback`]).
+//!
+//! At a replica: [`Shard::open_replica`] with the mirrors (before the viewer's join, in the
+//! same command), [`Shard::add_mirror`] and [`Shard::remove_mirror`] as publishers come and
+//! go, [`Shard::handle_piped`] for each packet, [`Shard::close_replica`] when the home says the
+//! last viewer here left. A replica is no room of the signaling's: it starts and finishes
+//! without lifecycle events, its mirrors are no participants (not in the API, the sessions or
+//! the members counted), and what came through them is counted apart
+//! ([`crate::leg::LegKind::Pipe`]).
+//!
+//! Ordering: the home posts everything a replica must do (open, mirror, close) from its own
+//! thread to the replica's one queue, so the replica does it in the order the home decided it;
+//! a viewer's join at the replica is posted by the home too, in the same command that opens the
+//! replica. The home counts the replica's viewers (attached minus detached): it closes the
+//! replica only when none is left and no join is on its way.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Instant;
+
+use secrelay_wire::demux::{demux, Class};
+
+use super::{Bytes, Event, Handled, Head, JoinError, MemberKey, Queued, RoomSlot, Shard, Who};
+use crate::counters::EndReason;
+use crate::leg::{Leg, MirrorSpec, PipeKey, PipeLeg, Via};
+use crate::room::{MemberAt, MemberRole, Session};
+
+/// Where a piped packet "comes from" (no address: the pipe says whose it is).
+const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+
+/// What a pipe carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piped {
+    /// A publisher's packet (plain RTP), home to replica: its simulcast section and layer,
+    /// when it is one's, and when the home received it.
+    Media {
+        /// Section and layer.
+        layer: Option<(usize, usize)>,
+        /// When the home received it.
+        received: Instant,
+    },
+    /// A mirror's RTCP about its publisher's streams, replica to home.
+    Feedback,
+}
+
+/// A packet for another worker's shard.
+#[derive(Debug, Clone, Copy)]
+pub struct PipeTransmit<'a> {
+    /// The worker.
+    pub worker: usize,
+    /// The publisher it is of, or about.
+    pub key: PipeKey,
+    /// What it is.
+    pub what: Piped,
+    /// The packet.
+    pub contents: &'a [u8],
+}
+
+/// What another worker's shard must do about a room spread over workers (the caller posts it
+/// there: see the ordering in the [module documentation](self)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PipeEvent {
+    /// A publisher joined a room with replicas: the workers `to` mirror it
+    /// ([`Shard::add_mirror`]).
+    Publisher {
+        /// The room.
+        room: String,
+        /// The replicas' workers.
+        to: Vec<usize>,
+        /// The publisher.
+        spec: MirrorSpec,
+    },
+    /// A publisher of a room with replicas left: its mirrors on `to` go
+    /// ([`Shard::remove_mirror`]).
+    PublisherLeft {
+        /// The replicas' workers.
+        to: Vec<usize>,
+        /// The publisher.
+        key: PipeKey,
+    },
+    /// The last viewer of the room's replica on `to` left: it closes
+    /// ([`Shard::close_replica`]).
+    Closed {
+        /// The room.
+        room: String,
+        /// The replica's worker.
+        to: usize,
+    },
+    /// A viewer of a replica left (or its join failed): its home counts one fewer there
+    /// ([`Shard::detach_pipe`]).
+    ViewerLeft {
+        /// The room.
+        room: String,
+        /// The home's worker.
+        home: usize,
+    },
+}
+
+impl Shard {
+    /// One more viewer of `room` joins on `worker` (not this one): the room's publishers as the
+    /// replica there mirrors them, the room handing their packets there from now on. `None`
+    /// when the viewer joins here instead: the room is not here (it starts here with its
+    /// first member), it mixes (the mix is made here), or `worker` is this one. Err when the
+    /// room is full for `who` (its participants here and its viewers elsewhere count).
+    pub fn attach_pipe(
+        &mut self,
+        room: &str,
+        worker: usize,
+        who: &Who,
+    ) -> Result<Option<Vec<MirrorSpec>>, JoinError> {
+        let Some(&slot) = self.room_index.get(room) else {
+            return Ok(None);
+        };
+        let Some(s) = self.rooms[slot].as_ref() else {
+            return Ok(None);
+        };
+        if worker == self.index || s.replica_of.is_some() || s.room.is_mixing() {
+            return Ok(None);
+        }
+        self.admit_member(room, who)?;
+        let s = self.rooms[slot].as_mut().expect("found above");
+        s.room.attach_pipe(worker);
+        let home = self.index;
+        Ok(Some(
+            s.room
+                .publishers()
+                .map(|p| spec(home, slot, s.room_gen, p))
+                .collect(),
+        ))
+    }
+
+    /// A viewer of `room` on `worker`'s replica left: when it was the last, the replica is
+    /// told to close ([`PipeEvent::Closed`]), and the room goes if nobody is left here either.
+    pub fn detach_pipe(&mut self, room: &str, worker: usize) {
+        let Some(&slot) = self.room_index.get(room) else {
+            return;
+        };
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return;
+        };
+        if !s.room.detach_pipe(worker) {
+            return;
+        }
+        self.queue
+            .push_back(Queued::Event(Event::Pipe(PipeEvent::Closed {
+                room: room.to_owned(),
+                to: worker,
+            })));
+        if s.room.is_empty() {
+            self.finish_room(slot);
+        }
+    }
+
+    /// Opens the replica of `room`, whose home is worker `home`, with the mirrors of `specs`
+    /// (those it has already are kept): a viewer's join follows.
+    pub fn open_replica(&mut self, now: Instant, room: &str, home: usize, specs: &[MirrorSpec]) {
+        let slot = match self.room_index.get(room) {
+            Some(&slot) => slot,
+            None => self.make_room(room, Some(home)),
+        };
+        if self.rooms[slot].as_ref().and_then(|s| s.replica_of) != Some(home) {
+            // A room of this name lives here: not a replica (cannot be: one home per name).
+            tracing::error!(room, home, "a replica asked of a room that lives here");
+            return;
+        }
+        for spec in specs {
+            self.mirror_in(now, slot, spec);
+        }
+    }
+
+    /// A publisher of `room`'s home, mirrored in the replica here (if the replica is open).
+    pub fn add_mirror(&mut self, now: Instant, room: &str, spec: &MirrorSpec) {
+        let Some(&slot) = self.room_index.get(room) else {
+            return;
+        };
+        if self.rooms[slot]
+            .as_ref()
+            .is_some_and(|s| s.replica_of == Some(spec.key.home))
+        {
+            self.mirror_in(now, slot, spec);
+        }
+    }
+
+    fn mirror_in(&mut self, now: Instant, slot: usize, spec: &MirrorSpec) {
+        if self.mirrors.contains_key(&spec.key) {
+            return;
+        }
+        let Some(s) = self.rooms[slot].as_mut() else {
+            return;
+        };
+        let session = Session {
+            id: spec.id.clone(),
+            name: spec.name.clone(),
+            kind: crate::room::JoinKind::Whip,
+            ufrags: Vec::new(),
+            addrs: Vec::new(),
+            ports: Vec::new(),
+            profile: None,
+            connected: true,
+            closing: None,
+            created: now,
+            events: false,
+            publishing: true,
+        };
+        let member = s
+            .room
+            .add(PipeLeg::new(spec), MemberRole::PUBLISHER, session, now);
+        let key = MemberKey {
+            slot,
+            room_gen: s.room_gen,
+            member,
+        };
+        self.mirrors.insert(spec.key, key);
+        tracing::debug!(room = %s.name, publisher = %spec.id, "publisher mirrored");
+        self.settle(slot);
+        // The replica's viewers that listen for new offers may lack a section for it.
+        self.renegotiate(slot);
+    }
+
+    /// The mirror of `key` goes (its publisher left the home room).
+    pub fn remove_mirror(&mut self, now: Instant, key: PipeKey) {
+        if let Some(k) = self.mirrors.get(&key).copied() {
+            self.close_member(now, k.slot, k.member, EndReason::Deleted);
+        }
+    }
+
+    /// The replica of `room` closes: its mirrors go, and so does the room once its last viewer
+    /// has (the home says so only then).
+    pub fn close_replica(&mut self, now: Instant, room: &str) {
+        let Some(&slot) = self.room_index.get(room) else {
+            return;
+        };
+        let mirrors: Vec<MemberKey> = self
+            .mirrors
+            .values()
+            .filter(|k| k.slot == slot)
+            .copied()
+            .collect();
+        for k in mirrors {
+            self.close_member(now, k.slot, k.member, EndReason::Deleted);
+        }
+    }
+
+    /// A packet its home piped for the mirror of `key` (`layer`: its simulcast section and
+    /// layer), routed to the replica's viewers as the mirror's; `buf` is taken (a buffer of the
+    /// shard's goes in its place) when routing keeps it. [`Handled::NotOurs`] when there is no
+    /// such mirror (it went since).
+    pub fn handle_piped(
+        &mut self,
+        now: Instant,
+        key: PipeKey,
+        (layer, received): (Option<(usize, usize)>, Instant),
+        buf: &mut Vec<u8>,
+    ) -> Handled {
+        let Some(k) = self.mirrors.get(&key).copied() else {
+            return Handled::NotOurs;
+        };
+        let class = demux(buf);
+        if let (Some(layer), Class::Rtp(facts)) = (layer, class) {
+            if let Some(s) = self.room_of(k) {
+                s.room.bind_layer(k.member, facts.ssrc, layer);
+            }
+        }
+        let head = Head {
+            via: Via::Pipe,
+            from: NOWHERE,
+            class,
+            received,
+        };
+        self.handle_keyed(now, k, head, Bytes::Owned(buf))
+    }
+
+    /// RTCP a replica's mirror sent about the publisher `key` names (here): its keyframe
+    /// requests and NACKs passed on to the publisher ([`crate::room::Room::pipe_feedback`]).
+    pub fn handle_pipe_feedback(&mut self, now: Instant, key: PipeKey, rtcp: &[u8]) -> Handled {
+        let k = MemberKey {
+            slot: key.slot,
+            room_gen: key.room_gen,
+            member: key.member,
+        };
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms
+            .get_mut(k.slot)
+            .and_then(Option::as_mut)
+            .filter(|s| s.room_gen == k.room_gen)
+        else {
+            return Handled::NotOurs;
+        };
+        if !s.room.pipe_feedback(k.member, rtcp, now, out) {
+            return Handled::NotOurs;
+        }
+        self.dispatch(k.slot);
+        Handled::Taken
+    }
+
+    /// What a member's removal from the room in `s` tells other workers: a publisher of a home
+    /// room with replicas is gone from them; a viewer of a replica is one fewer at its home.
+    pub(super) fn tell_pipes(
+        queue: &mut std::collections::VecDeque<Queued>,
+        s: &RoomSlot,
+        at: MemberAt,
+        publishes: bool,
+        home: usize,
+        slot: usize,
+    ) {
+        if let Some(home) = s.replica_of {
+            queue.push_back(Queued::Event(Event::Pipe(PipeEvent::ViewerLeft {
+                room: s.name.clone(),
+                home,
+            })));
+            return;
+        }
+        let to: Vec<usize> = s.room.pipe_workers().collect();
+        if publishes && !to.is_empty() {
+            let key = PipeKey {
+                home,
+                slot,
+                room_gen: s.room_gen,
+                member: at,
+            };
+            queue.push_back(Queued::Event(Event::Pipe(PipeEvent::PublisherLeft {
+                to,
+                key,
+            })));
+        }
+    }
+
+    /// What a member's joining the room in `slot` tells other workers: a publisher of a home
+    /// room with replicas is mirrored there.
+    pub(super) fn tell_pipes_joined(&mut self, slot: usize, at: MemberAt) {
+        let Some(s) = self.rooms[slot].as_ref() else {
+            return;
+        };
+        let to: Vec<usize> = s.room.pipe_workers().collect();
+        if to.is_empty() {
+            return;
+        }
+        let Some(p) = s.room.publishers().find(|p| p.at == at) else {
+            return;
+        };
+        let spec = spec(self.index, slot, s.room_gen, p);
+        self.queue
+            .push_back(Queued::Event(Event::Pipe(PipeEvent::Publisher {
+                room: s.name.clone(),
+                to,
+                spec,
+            })));
+    }
+
+    /// Whether the member at `at` of the room in `slot` is a mirror (its key forgotten).
+    pub(super) fn forget_mirror(&mut self, leg: &Leg) -> bool {
+        match leg.as_pipe() {
+            Some(p) => {
+                self.mirrors.remove(&p.key());
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A publisher of the room in `slot` (generation `room_gen`) of worker `home`, for a replica.
+fn spec(home: usize, slot: usize, room_gen: u64, p: crate::room::Publisher<'_>) -> MirrorSpec {
+    MirrorSpec {
+        key: PipeKey {
+            home,
+            slot,
+            room_gen,
+            member: p.at,
+        },
+        id: p.session.id.clone(),
+        name: p.session.name.clone(),
+        media: p.media.to_vec(),
+    }
+}

@@ -1,0 +1,164 @@
+//! Rooms spread over workers: the pipes between this worker's shard and the others'
+//! (`secrelay_core::shard`'s pipe module says what each side does). A piped packet travels
+//! in the shard's own buffer on a queue of the receiving worker's (no copy on the way; the
+//! buffer goes back to the worker it came from), woken once per batch like a hand-off; what
+//! the shard asks of another worker's shard ([`PipeEvent`]) is posted to that worker's
+//! command queue, which keeps the order this worker decided it in.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use secrelay_wire::sdp::Offer;
+use tokio::sync::oneshot;
+
+use super::{Command, Work, Worker, BATCH};
+use crate::counters::DropReason;
+use crate::shard::{Handled, JoinError, JoinKind, Joined, PipeEvent, PipeKey, Piped, Who};
+
+/// A packet through a pipe, in the sending shard's buffer.
+#[derive(Debug)]
+pub(crate) struct PipeMsg {
+    key: PipeKey,
+    what: Piped,
+    buf: Vec<u8>,
+    origin: usize,
+}
+
+impl Worker {
+    /// Queues what the shard piped (`key`, `what`, in `buf`, the shard's buffer) for
+    /// `worker`'s shard (woken once the batch is out); a full queue drops it, counted.
+    pub(super) fn pipe_to(&mut self, worker: usize, key: PipeKey, what: Piped, buf: Vec<u8>) {
+        let m = PipeMsg {
+            key,
+            what,
+            buf,
+            origin: self.index,
+        };
+        match self.shared.peers[worker].pipes.try_send(m) {
+            Ok(()) => {
+                self.stats.piped.fetch_add(1, Ordering::Relaxed);
+                self.wake_pending[worker] = true;
+            }
+            Err(e) => {
+                self.shard.recycle(e.into_inner().buf);
+                self.shard.count_drop(DropReason::HandoffQueueFull);
+            }
+        }
+    }
+
+    /// Takes what other workers' shards piped here: packets for the replicas' mirrors, and
+    /// mirrors' feedback for the publishers of the rooms whose home this is.
+    pub(super) fn take_pipes(&mut self) {
+        let mut n: usize = 0;
+        while let Ok(mut m) = self.inbox.pipes.try_recv() {
+            let now = Instant::now();
+            let handled = match m.what {
+                Piped::Media { layer, received } => {
+                    self.shard
+                        .handle_piped(now, m.key, (layer, received), &mut m.buf)
+                }
+                Piped::Feedback => self.shard.handle_pipe_feedback(now, m.key, &m.buf),
+            };
+            if handled == Handled::NotOurs {
+                // The mirror (or the publisher) went between the two workers.
+                self.shard.count_drop(DropReason::UnknownSource);
+            }
+            let _ = self.shared.peers[m.origin].returns.send(m.buf);
+            n += 1;
+            if n.is_multiple_of(BATCH) {
+                self.send_outputs();
+            }
+        }
+        if n > 0 {
+            self.send_outputs();
+        }
+    }
+
+    /// Posts what the shard asked of another worker's shard there.
+    pub(super) fn on_pipe_event(&mut self, e: PipeEvent) {
+        let me = self.index;
+        match e {
+            PipeEvent::Publisher { room, to, spec } => {
+                for w in to {
+                    let (room, spec) = (room.clone(), spec.clone());
+                    self.post(w, move |w, now| w.shard.add_mirror(now, &room, &spec));
+                }
+            }
+            PipeEvent::PublisherLeft { to, key } => {
+                for w in to {
+                    self.post(w, move |w, now| w.shard.remove_mirror(now, key));
+                }
+            }
+            PipeEvent::Closed { room, to } => {
+                self.post(to, move |w, now| w.shard.close_replica(now, &room));
+            }
+            PipeEvent::ViewerLeft { room, home } => {
+                self.post(home, move |w, _| w.shard.detach_pipe(&room, me));
+            }
+        }
+    }
+
+    /// A viewer of `room` (its offer and who it is) joins on worker `at`, asked of this, the
+    /// room's worker: a pipe is attached to `at`, and `at` is told to open its replica with
+    /// the room's publishers and make the viewer there, in one command (the join's answer on
+    /// `reply`). When the room is not here yet or mixes, the viewer joins here.
+    pub(crate) fn join_viewer(
+        &mut self,
+        now: Instant,
+        room: &str,
+        at: usize,
+        (offer, who): (Offer, Who),
+        reply: oneshot::Sender<Result<Joined, JoinError>>,
+    ) {
+        let specs = match self.shard.attach_pipe(room, at, &who) {
+            Ok(Some(specs)) => specs,
+            Ok(None) => {
+                let r = self.shard.join(now, room, &offer, JoinKind::Whep, &who);
+                // Its routes are written before the answer (its first check finds them).
+                self.after_command();
+                let _ = reply.send(r);
+                return;
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+                return;
+            }
+        };
+        let (home, room) = (self.index, room.to_owned());
+        self.post(at, move |w, now| {
+            w.shard.open_replica(now, &room, home, &specs);
+            let r = w.shard.join(now, &room, &offer, JoinKind::Whep, &who);
+            match &r {
+                Ok(j) => {
+                    w.shared
+                        .placed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(j.id.clone(), w.index);
+                }
+                Err(_) => {
+                    let me = w.index;
+                    w.post(home, move |w, _| w.shard.detach_pipe(&room, me));
+                }
+            }
+            w.after_command();
+            let _ = reply.send(r);
+        });
+    }
+
+    /// Runs `f` on `worker`'s thread after what is queued there already (no reply).
+    pub(crate) fn post(
+        &self,
+        worker: usize,
+        f: impl FnOnce(&mut Worker, Instant) + Send + 'static,
+    ) {
+        let work: Work = Box::new(move |w, now| {
+            f(w, now);
+            w.after_command();
+        });
+        let peer = &self.shared.peers[worker];
+        if peer.commands.send(Command::Run(work)).is_ok() {
+            let _ = peer.waker.wake();
+        }
+    }
+}
