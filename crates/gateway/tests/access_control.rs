@@ -220,7 +220,7 @@ fn the_room_list_participant_ids_and_metrics_are_not_public() {
     );
     assert_eq!(r.status, 201);
     let id = r.location.unwrap().rsplit('/').next().unwrap().to_owned();
-    for path in ["/api/rooms", "/api/rooms/b", "/metrics"] {
+    for path in ["/api/rooms", "/api/rooms/b", "/api/cluster", "/metrics"] {
         let r = call("GET", &format!("{u}{path}"), &[], None);
         assert_eq!(r.status, 401, "{path}: {}", r.body);
         assert!(!r.body.contains(&id), "{path} shows an id: {}", r.body);
@@ -898,6 +898,16 @@ fn routes() -> Vec<Route> {
             headers: &[],
             session: false,
             want: [401, 403, 403, 200, 200, 401, 200, 401],
+        },
+        // The table's gateway is no node of a cluster: who may ask gets 404, saying so.
+        Route {
+            name: "GET /api/cluster",
+            method: "GET",
+            path: "/api/cluster",
+            body: None,
+            headers: &[],
+            session: false,
+            want: [401, 403, 403, 404, 404, 401, 404, 401],
         },
         Route {
             name: "GET /api/rooms/{room}",

@@ -41,11 +41,7 @@ fn text(b: &Bencode, key: &str) -> Option<String> {
 }
 
 fn heard(p: &SocketPhone, fill: u8) -> usize {
-    p.phone
-        .received
-        .iter()
-        .filter(|r| RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill)))
-        .count()
+    p.heard(fill)
 }
 
 /// The caller sends 60 packets of `up`, the callee 60 of `down`, until each heard 50 of the

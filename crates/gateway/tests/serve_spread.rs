@@ -38,18 +38,8 @@ fn get(s: &Server, path: &str) -> String {
     body
 }
 
-/// A metric's value (a series without labels, or with the labels written out).
 fn metric(s: &Server, series: &str) -> u64 {
-    let text = get(s, "/metrics");
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)?
-                .strip_prefix(' ')?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or_else(|| panic!("{series} in {text}"))
+    signaling(s).metric(series).unwrap()
 }
 
 fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {

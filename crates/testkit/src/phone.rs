@@ -415,6 +415,17 @@ impl SocketPhone {
         self.socket.send_to(&wire, to).map(|_| ())
     }
 
+    /// Packets received whose payload starts with `fill` (a test's marker of who sent them).
+    pub fn heard(&self, fill: u8) -> usize {
+        self.phone
+            .received
+            .iter()
+            .filter(|r| {
+                secrelay_wire::RtpHeader::parse(r).is_ok_and(|h| h.payload().first() == Some(&fill))
+            })
+            .count()
+    }
+
     /// Reads what is waiting (only from the gateway's address).
     pub fn read(&mut self) {
         let mut buf = [0u8; 2048];

@@ -125,6 +125,8 @@ impl Signaling {
     fn agent(&self) -> ureq::Agent {
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            // Redirects are followed by `post_offer` itself (ureq does not resend a POST).
+            .max_redirects(0)
             .timeout_global(Some(Duration::from_secs(10)));
         if let Some(ca) = &self.ca {
             let roots =
@@ -144,32 +146,64 @@ impl Signaling {
         config.build().into()
     }
 
-    /// POSTs an offer: (status, Location, body).
+    /// A resource's URL: `location` as it is when it is absolute (a session made at another
+    /// node after a redirect), else on the base URL.
+    fn url_of(&self, location: &str) -> String {
+        if location.starts_with("http://") || location.starts_with("https://") {
+            location.to_owned()
+        } else {
+            format!("{}{location}", self.base_url)
+        }
+    }
+
+    /// POSTs an offer: (status, Location, body). A `307`/`308` is followed as a WHIP client
+    /// does (RFC 9725 §4.5: the same offer POSTed again to the `Location`), up to 3 times; the
+    /// session's `Location` is then made absolute on the node that answered.
     pub fn post_offer(
         &self,
         path: &str,
         sdp: &str,
     ) -> anyhow::Result<(u16, Option<String>, String)> {
-        let url = format!("{}{}", self.base_url, path);
-        let mut req = self
-            .agent()
-            .post(&url)
-            .header("Content-Type", "application/sdp");
-        if let Some(t) = &self.token {
-            req = req.header("Authorization", &format!("Bearer {t}"));
+        let mut url = format!("{}{}", self.base_url, path);
+        let mut redirected = false;
+        for _ in 0..4 {
+            let mut req = self
+                .agent()
+                .post(&url)
+                .header("Content-Type", "application/sdp");
+            if let Some(t) = &self.token {
+                req = req.header("Authorization", &format!("Bearer {t}"));
+            }
+            let mut resp = req.send(sdp).with_context(|| format!("POST {url}"))?;
+            let status = resp.status().as_u16();
+            let mut location = resp
+                .headers()
+                .get("location")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = resp
+                .body_mut()
+                .read_to_string()
+                .with_context(|| format!("POST {url}: reading the answer"))?;
+            match (status, location.take()) {
+                (307 | 308, Some(next)) => {
+                    url = next;
+                    redirected = true;
+                }
+                (_, location) => {
+                    let origin = url
+                        .find("://")
+                        .and_then(|s| url[s + 3..].find('/').map(|p| &url[..s + 3 + p]))
+                        .unwrap_or(&url);
+                    let location = match location {
+                        Some(l) if redirected && l.starts_with('/') => Some(format!("{origin}{l}")),
+                        other => other,
+                    };
+                    return Ok((status, location, body));
+                }
+            }
         }
-        let mut resp = req.send(sdp).with_context(|| format!("POST {url}"))?;
-        let status = resp.status().as_u16();
-        let location = resp
-            .headers()
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = resp
-            .body_mut()
-            .read_to_string()
-            .with_context(|| format!("POST {url}: reading the answer"))?;
-        Ok((status, location, body))
+        anyhow::bail!("POST {path}: redirected more than 3 times (last to {url})")
     }
 
     /// PATCHes a resource with a trickle-ice-sdpfrag body: (status, ETag, body).
@@ -179,7 +213,7 @@ impl Signaling {
         if_match: &str,
         fragment: &str,
     ) -> anyhow::Result<(u16, Option<String>, String)> {
-        let url = format!("{}{}", self.base_url, location);
+        let url = self.url_of(location);
         let mut req = self
             .agent()
             .patch(&url)
@@ -244,9 +278,25 @@ impl Signaling {
         Ok((status, body))
     }
 
+    /// A series' value on `/metrics` (its name with its labels written out, as the text
+    /// has it).
+    pub fn metric(&self, series: &str) -> anyhow::Result<u64> {
+        let (status, text) = self.get("/metrics")?;
+        anyhow::ensure!(status == 200, "GET /metrics: {status}");
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(series)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .with_context(|| format!("{series} is not on /metrics"))
+    }
+
     /// DELETEs a resource; the status.
     pub fn delete(&self, location: &str) -> anyhow::Result<u16> {
-        let url = format!("{}{}", self.base_url, location);
+        let url = self.url_of(location);
         let mut req = self.agent().delete(&url);
         if let Some(t) = &self.token {
             req = req.header("Authorization", &format!("Bearer {t}"));

@@ -234,6 +234,17 @@ pub enum Request {
     Statistics,
 }
 
+impl Request {
+    /// The call the command is about, for those about one.
+    pub fn call_id(&self) -> Option<&str> {
+        match self {
+            Request::Offer(o) | Request::Answer(o) => Some(&o.call_id),
+            Request::Delete { call_id, .. } | Request::Query { call_id } => Some(call_id),
+            Request::Ping | Request::List { .. } | Request::Statistics => None,
+        }
+    }
+}
+
 /// A key normalized as rtpengine compares them: lowercase, `_` and spaces as `-`.
 fn norm(k: &str) -> String {
     k.trim()

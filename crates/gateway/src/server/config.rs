@@ -91,6 +91,28 @@ pub struct ServeConfig {
     /// fan-out then runs on every core instead of one. Off: a room's viewers all join on the
     /// room's worker. Rooms that mix stay on one worker.
     pub spread_viewers: bool,
+    /// The directory a cluster of gateways shares: a Redis or Valkey URL
+    /// (`redis://10.0.0.5:6379/0`; `redis://:PASSWORD@host:6379` with a password). Each node
+    /// registers there with a lease, each room is owned by one node, and a session's offer that
+    /// arrives at a node that does not own its room is redirected (307) to the owner; a new room
+    /// goes to the node with the fewest participants. Not set: no cluster.
+    pub cluster_redis: Option<String>,
+    /// This node's name in the cluster (letters, digits, `.`, `_`, `-`; unique among the
+    /// nodes). Needed with `cluster_redis`.
+    pub cluster_node: Option<String>,
+    /// Where the other nodes send clients for this node's rooms: the base URL of its signaling
+    /// (`https://gw-a.example.com:8443`). Default: the address its signaling is bound to
+    /// (HTTPS first), which only works where clients reach that address.
+    pub cluster_url: Option<String>,
+    /// Where the other nodes forward the ng commands of this node's calls: its ng socket's
+    /// address as they reach it. An ng command for a call another node owns is forwarded there
+    /// and its answer relayed, so a SIP proxy may send every command to any node. Default: `ng`
+    /// when it names one address (not `0.0.0.0`).
+    pub cluster_ng: Option<SocketAddr>,
+    /// Seconds a node's registration and its rooms' ownership last unless renewed (renewed
+    /// every third of it): how long the rooms of a node that died stay redirected to it before
+    /// another node takes them.
+    pub cluster_lease_secs: f64,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
     /// A certificate chain (PEM) to use instead of a generated one; needs `key`.
@@ -362,6 +384,11 @@ impl Default for ServeConfig {
             ice_tcp: None,
             workers: 0,
             spread_viewers: true,
+            cluster_redis: None,
+            cluster_node: None,
+            cluster_url: None,
+            cluster_ng: None,
+            cluster_lease_secs: 6.0,
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
             key: None,
@@ -490,6 +517,31 @@ impl ServeConfig {
         Ok(c)
     }
 
+    /// This node's name when `cluster_redis` is set (and the lease, checked); `None` without a
+    /// cluster.
+    pub fn cluster_node(&self) -> Result<Option<&str>, ConfigError> {
+        if self.cluster_redis.is_none() {
+            return Ok(None);
+        }
+        if !(self.cluster_lease_secs.is_finite() && self.cluster_lease_secs >= 0.3) {
+            return Err(ConfigError(format!(
+                "cluster_lease_secs = {}: must be at least 0.3 seconds",
+                self.cluster_lease_secs
+            )));
+        }
+        let name = self.cluster_node.as_deref().unwrap_or_default();
+        let valid = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        if !valid {
+            return Err(ConfigError(format!(
+                "cluster_node = {name:?}: cluster_redis needs this node's name (1 to 64 letters, digits, '.', '_' or '-')"
+            )));
+        }
+        Ok(Some(name))
+    }
+
     /// Checks the values that parse but cannot work.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.key_type()?;
@@ -521,6 +573,7 @@ impl ServeConfig {
         }
         self.rtp_port_range()?;
         self.ng_allowed()?;
+        self.cluster_node()?;
         if let Some(ip) = self.announce_ipv6 {
             if !(self.udp.is_ipv6() && self.udp.ip().is_unspecified()) {
                 return Err(ConfigError(format!(

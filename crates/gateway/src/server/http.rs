@@ -48,6 +48,7 @@ use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::auth::{Caller, Failure, Need, Policy};
+use super::cluster::{Cluster, Placement};
 use super::per_source::SourceKey;
 use super::stats::{StateCollector, StatsCollector};
 use super::{Gateway, JoinError, JoinKind, Lifecycle, Who};
@@ -125,6 +126,8 @@ struct AppState {
     grace: std::time::Duration,
     /// The embedded TURN server, whose servers and credentials answers carry.
     turn: Option<Arc<super::turn::TurnService>>,
+    /// The cluster this gateway is a node of (`cluster_redis`).
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl AppState {
@@ -309,6 +312,7 @@ pub(crate) fn router(
     gateway: Arc<Gateway>,
     access: Arc<Access>,
     turn: Option<Arc<super::turn::TurnService>>,
+    cluster: Option<Arc<Cluster>>,
 ) -> Result<Signaling, String> {
     let resources = Resources::default();
     let hook_stats = Arc::new(super::webhooks::HookStats::default());
@@ -324,6 +328,9 @@ pub(crate) fn router(
     }));
     if let Some(t) = &turn {
         registry.register_collector(Box::new(super::turn::TurnCollector(t.clone())));
+    }
+    if let Some(c) = &cluster {
+        registry.register_collector(Box::new(super::cluster::ClusterCollector(c.clone())));
     }
     let lifecycle = {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Lifecycle>(gateway.config().webhook_queue);
@@ -377,6 +384,7 @@ pub(crate) fn router(
         access,
         grace,
         turn,
+        cluster,
     };
     let sweeper = {
         let state = state.clone();
@@ -428,6 +436,7 @@ pub(crate) fn router(
             .put(rtp_update),
         )
         .route("/api/rooms", get(api_rooms))
+        .route("/api/cluster", get(api_cluster))
         .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
         .route(
@@ -651,8 +660,11 @@ fn offer_route(kind: JoinKind) -> axum::routing::MethodRouter<AppState> {
               headers: HeaderMap,
               body: Bytes| {
             let source = client.map(|c| SourceKey::of(c.0 .0));
-            let host = request_host(&uri, &headers);
-            offer(s, room, headers, source, body, kind, host)
+            let asked = Asked {
+                host: request_host(&uri, &headers),
+                uri,
+            };
+            offer(s, room, headers, source, body, kind, asked)
         },
     )
 }
@@ -676,6 +688,13 @@ fn location(kind: JoinKind, room: &str, id: &str) -> String {
     }
 }
 
+/// What an offer's request named besides its room: the host (for TURN URLs) and the URI (for
+/// a redirect to the room's node).
+struct Asked {
+    host: Option<String>,
+    uri: axum::http::Uri,
+}
+
 async fn offer(
     s: AppState,
     room: String,
@@ -683,12 +702,16 @@ async fn offer(
     source: Option<SourceKey>,
     body: Bytes,
     kind: JoinKind,
-    host: Option<String>,
+    Asked { host, uri }: Asked,
 ) -> Response {
     let caller = match admit_to_room(&s, &room, &headers, need_of(kind)) {
         Ok(c) => c,
         Err(r) => return *r,
     };
+    // A room another node owns: its offers go there, unread here.
+    if let Some(r) = to_owner(&s, &room, &uri).await {
+        return r;
+    }
     let text = match sdp_body(&s, &headers, &body, "the offer") {
         Ok(t) => t,
         Err(r) => return *r,
@@ -921,6 +944,7 @@ async fn rtp_offer(
     State(s): State<AppState>,
     Path(room): Path<String>,
     client: Option<axum::Extension<ClientAddr>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -928,6 +952,9 @@ async fn rtp_offer(
         Ok(c) => c,
         Err(r) => return *r,
     };
+    if let Some(r) = to_owner(&s, &room, &uri).await {
+        return r;
+    }
     let source = client.map(|c| SourceKey::of(c.0 .0));
     let text = match sdp_body(&s, &headers, &body, "the offer") {
         Ok(t) => t,
@@ -1007,6 +1034,7 @@ async fn rtp_make_offer(
     State(s): State<AppState>,
     Path(room): Path<String>,
     client: Option<axum::Extension<ClientAddr>>,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -1014,6 +1042,9 @@ async fn rtp_make_offer(
         Ok(c) => c,
         Err(r) => return *r,
     };
+    if let Some(r) = to_owner(&s, &room, &uri).await {
+        return r;
+    }
     let source = client.map(|c| SourceKey::of(c.0 .0));
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         OfferRequest::default()
@@ -1379,6 +1410,56 @@ fn member_view(room: &super::RoomSnapshot, me: &str) -> serde_json::Value {
 }
 
 /// `GET /api/rooms`: the rooms the caller's grant covers (every room for the admin key).
+/// A new session's request for a room another node of the cluster owns: `307 Temporary
+/// Redirect` to the same path there (the method and body are sent again). `None`: the room's
+/// sessions are made here (no cluster, this node owns it, or the directory does not answer).
+async fn to_owner(s: &AppState, room: &str, uri: &axum::http::Uri) -> Option<Response> {
+    let Placement::Elsewhere { node, url, .. } = s.cluster.as_ref()?.place(room).await else {
+        return None;
+    };
+    let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
+    let location = format!("{}{path}", url.trim_end_matches('/'));
+    let mut r = (
+        StatusCode::TEMPORARY_REDIRECT,
+        format!("room {room} is served by node {node}\n"),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        r.headers_mut().insert(header::LOCATION, v);
+    }
+    Some(r)
+}
+
+/// `GET /api/cluster`: the nodes of the cluster, their leases and loads, and which node owns
+/// which room, as the directory says now.
+async fn api_cluster(State(s): State<AppState>, headers: HeaderMap) -> Response {
+    let (policy, caller) = match s.caller(&headers, None) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    if let Err(f) = policy.allow_room_list(&caller) {
+        return *s.deny(f);
+    }
+    let Some(cluster) = &s.cluster else {
+        return refuse(
+            &s,
+            StatusCode::NOT_FOUND,
+            "this gateway is no node of a cluster (cluster_redis is not set)",
+        );
+    };
+    match cluster.view().await {
+        Ok(mut view) => {
+            view.rooms.retain(|room, _| policy.lists(&caller, room));
+            Json(view).into_response()
+        }
+        Err(e) => refuse(
+            &s,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("the cluster's directory does not answer: {e}"),
+        ),
+    }
+}
+
 async fn api_rooms(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let (policy, caller) = match s.caller(&headers, None) {
         Ok(c) => c,

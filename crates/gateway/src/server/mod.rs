@@ -20,6 +20,7 @@
 
 pub mod auth;
 pub mod banner;
+mod cluster;
 pub mod config;
 mod directory;
 mod http;
@@ -1107,6 +1108,36 @@ impl std::fmt::Debug for Server {
     }
 }
 
+/// This node's membership of the cluster `cluster_redis` names (none without it); its URL is
+/// `cluster_url`, else `bound` (the signaling's own address), and its ng address `cluster_ng`,
+/// else `ng` (the ng socket's, when it names one address).
+fn join_cluster(
+    config: &ServeConfig,
+    gateway: &Arc<Gateway>,
+    (bound, ng): (Option<String>, Option<SocketAddr>),
+) -> Result<Option<Arc<cluster::Cluster>>, StartError> {
+    let Some(node) = config.cluster_node().map_err(|e| StartError(e.0))? else {
+        return Ok(None);
+    };
+    let url = config
+        .cluster_url
+        .clone()
+        .or(bound)
+        .ok_or_else(|| StartError("cluster_url: no signaling address to name".into()))?;
+    let lease = Duration::from_secs_f64(config.cluster_lease_secs);
+    let redis = config.cluster_redis.as_deref().unwrap_or_default();
+    let ng = config.cluster_ng.or(ng);
+    let c = cluster::Cluster::new(
+        redis,
+        (node.to_owned(), url.clone(), ng),
+        lease,
+        gateway.clone(),
+    )
+    .map_err(StartError)?;
+    tracing::info!(node, url, "cluster node: directory at cluster_redis");
+    Ok(Some(c))
+}
+
 fn bind_tcp(
     what: &str,
     addr: SocketAddr,
@@ -1175,20 +1206,29 @@ impl Server {
                 tracing::warn!(ng = %a, "the ng socket takes commands from any source: set ng_allow to the SIP proxies' addresses");
             }
         }
-        let ng = ng_socket.map(|s| {
-            (
-                s,
-                ng::Ng::new(
-                    gateway.clone(),
-                    gateway.config().sdes_profiles().unwrap_or_default(),
-                ),
-            )
-        });
         let http_addr = http.as_ref().map(|(_, a)| *a);
         let https_addr = https.as_ref().map(|(_, a)| *a);
         let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
         let turn =
             turn::TurnService::start(&signaling, &gateway, https_addr).map_err(stop_on_error)?;
+        let bound = https_addr.or(http_addr).map(|a| {
+            let scheme = if https_addr.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            format!("{scheme}://{a}")
+        });
+        let ng_reached = ng_addr.filter(|a| !a.ip().is_unspecified());
+        let cluster =
+            join_cluster(&signaling, &gateway, (bound, ng_reached)).map_err(stop_on_error)?;
+        let ng = ng_socket.map(|s| {
+            let server = ng::Ng::new(
+                gateway.clone(),
+                gateway.config().sdes_profiles().unwrap_or_default(),
+            );
+            (s, server.with_cluster(cluster.clone()))
+        });
         let turn_tls = turn.clone().filter(|_| signaling.turn_tls);
         let mut bound = Vec::new();
         bound.extend(http.map(|(l, _)| (l, None)));
@@ -1199,7 +1239,13 @@ impl Server {
             router: app,
             tasks,
             metrics,
-        } = http::router(gateway.clone(), access.clone(), turn.clone()).map_err(|e| {
+        } = http::router(
+            gateway.clone(),
+            access.clone(),
+            turn.clone(),
+            cluster.clone(),
+        )
+        .map_err(|e| {
             gateway.stop();
             StartError(e)
         })?;
@@ -1231,6 +1277,9 @@ impl Server {
                 rt.block_on(async move {
                     for t in tasks {
                         tokio::spawn(t);
+                    }
+                    if let Some(c) = &cluster {
+                        tokio::spawn(c.clone().run());
                     }
                     if let Some((socket, server)) = ng {
                         match tokio::net::UdpSocket::from_std(socket) {
@@ -1282,6 +1331,9 @@ impl Server {
                     }
                     let _ = rx.await;
                     g.drain().await;
+                    if let Some(c) = &cluster {
+                        c.leave().await;
+                    }
                     let _ = stop_tx.send(true);
                     while loops.join_next().await.is_some() {}
                 });

@@ -25,6 +25,7 @@ use secrelay_wire::ng::{error_reply, parse, reply, OfferAnswer, Request};
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
+use super::cluster::{Cluster, Placement};
 use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
@@ -109,6 +110,8 @@ pub(crate) struct Ng {
     allow: Vec<ipnet::IpNet>,
     /// The `a=rtpengine:` mark `loop-protect` writes, to know our own SDP coming back.
     loop_mark: String,
+    /// The cluster this gateway is a node of: commands for a call another node owns go there.
+    cluster: Option<Arc<Cluster>>,
 }
 
 impl Ng {
@@ -121,6 +124,38 @@ impl Ng {
             allow: gateway_allow(&gateway),
             loop_mark: loop_mark(),
             gateway,
+            cluster: None,
+        }
+    }
+
+    /// The same, as a node of `cluster`: a command for a call another node owns is forwarded
+    /// to that node's ng socket and its answer relayed; a new call is placed through the
+    /// directory.
+    pub fn with_cluster(mut self, cluster: Option<Arc<Cluster>>) -> Ng {
+        self.cluster = cluster;
+        self
+    }
+
+    /// Where a command goes when another node owns its call: that node's ng socket, or why it
+    /// cannot go there. `None`: answered here (no cluster, a call of ours, a new call placed
+    /// here, a command about no call, or the directory does not answer).
+    async fn owner_elsewhere(&self, req: &Request) -> Option<Result<SocketAddr, String>> {
+        let cluster = self.cluster.as_ref()?;
+        let call = req.call_id()?;
+        if self.calls.contains_key(call) {
+            return None;
+        }
+        let room = format!("call:{call}");
+        let placed = match req {
+            Request::Offer(_) => cluster.place(&room).await,
+            _ => cluster.owner(&room).await,
+        };
+        match placed {
+            Placement::Here => None,
+            Placement::Elsewhere { ng: Some(at), .. } => Some(Ok(at)),
+            Placement::Elsewhere { node, .. } => Some(Err(format!(
+                "call {call:?} is on node {node}, which has no ng socket for the cluster (cluster_ng)"
+            ))),
         }
     }
 
@@ -180,12 +215,29 @@ impl Ng {
             return r.clone();
         }
         let reply_body = match parse(&body) {
-            Ok(req) => match self.request(req).await {
-                Ok(r) => r,
-                Err(why) => {
+            Ok(req) => match self.owner_elsewhere(&req).await {
+                Some(Ok(at)) => match forward(msg, at).await {
+                    // The owner's reply, cookie and all, as it wrote it.
+                    Ok(out) => {
+                        self.remember(key, out.clone());
+                        return out;
+                    }
+                    Err(why) => {
+                        stats.ng_errors.fetch_add(1, Ordering::Relaxed);
+                        error_reply(&why)
+                    }
+                },
+                Some(Err(why)) => {
                     stats.ng_errors.fetch_add(1, Ordering::Relaxed);
                     error_reply(&why)
                 }
+                None => match self.request(req).await {
+                    Ok(r) => r,
+                    Err(why) => {
+                        stats.ng_errors.fetch_add(1, Ordering::Relaxed);
+                        error_reply(&why)
+                    }
+                },
             },
             Err(e) => {
                 stats.ng_errors.fetch_add(1, Ordering::Relaxed);
@@ -549,6 +601,34 @@ impl Ng {
 
 /// Whether an offer makes a call with a WebRTC side: the flags ask for DTLS-SRTP towards the
 /// callee, or the caller offers it.
+/// How long the node a command is forwarded to has to answer.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Forwards an ng datagram as it came to the ng socket at `to` (another node of the cluster,
+/// which owns its call) and brings back its reply as it is.
+async fn forward(msg: &[u8], to: SocketAddr) -> Result<Vec<u8>, String> {
+    let any: SocketAddr = if to.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    let fail = |e: std::io::Error| format!("forwarding to the call's node at {to}: {e}");
+    let socket = tokio::net::UdpSocket::bind(any).await.map_err(fail)?;
+    socket.connect(to).await.map_err(fail)?;
+    socket.send(msg).await.map_err(fail)?;
+    let mut buf = vec![0u8; 65_536];
+    match tokio::time::timeout(FORWARD_TIMEOUT, socket.recv(&mut buf)).await {
+        Ok(Ok(n)) => {
+            buf.truncate(n);
+            Ok(buf)
+        }
+        Ok(Err(e)) => Err(fail(e)),
+        Err(_) => Err(format!(
+            "the call's node at {to} did not answer within {FORWARD_TIMEOUT:?}"
+        )),
+    }
+}
+
 fn wants_webrtc(o: &OfferAnswer) -> bool {
     if o.flags.transport.as_ref().is_some_and(Transport::is_dtls) {
         return true;

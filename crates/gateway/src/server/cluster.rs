@@ -1,0 +1,574 @@
+//! A cluster of gateways sharing one directory in Redis (or Valkey): `cluster_redis`.
+//!
+//! - **Nodes** register under `secrelay:node:<name>` with a lease (`cluster_lease_secs`),
+//!   renewed every third of it with what the node carries (participants, rooms, load): a node
+//!   that dies drops out when its lease runs out.
+//! - **Rooms** are owned by one node each, under `secrelay:room:<name>` with the same lease, which
+//!   the owner renews while the room lives there. A new room goes to the live node with the
+//!   fewest participants (this one on a tie), claimed atomically (a Lua script: two nodes that
+//!   place the same new room at once agree on one owner); a room whose owner's lease ran out is
+//!   claimed again the same way.
+//! - **Signaling** that starts a session (WHIP, WHEP, a room join, a telephony leg over HTTP)
+//!   arriving at a node that does not own the room is answered `307 Temporary Redirect` to the
+//!   owner's URL (`cluster_url`), the same path: WHIP and WHEP clients follow it (RFC 9725
+//!   §4.5), and the session's resource lives on the owner from then on.
+//! - **Redis down or restarted**: the directory is a cache of what the nodes know, not the
+//!   truth of any call: while it does not answer, a node serves every room locally (counted);
+//!   the connection is made again in the background, and the next renewal writes the node's
+//!   record and its rooms again. No session depends on Redis once it is made.
+//!
+//! Every Redis call has a deadline ([`CALL_TIMEOUT`]): a directory that does not answer never
+//! holds a request longer than that.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands as _;
+use serde::{Deserialize, Serialize};
+
+use super::Gateway;
+
+/// Every key of the directory starts with this.
+const PREFIX: &str = "secrelay:";
+/// The longest a Redis call may take before the node goes on without it.
+const CALL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Renews a key for its holder: set with the lease when it is free or already the holder's;
+/// 1 if it was, 0 if another holds it.
+const RENEW: &str = "local v = redis.call('GET', KEYS[1]) \
+    if v == false or v == ARGV[1] then \
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+    return 0";
+/// Claims a room for `ARGV[1]` when it is free (or still names `ARGV[3]`, an owner whose
+/// lease ran out); the owner after the call.
+const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
+    if v == false or v == ARGV[3] then \
+      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
+    return v";
+/// Releases a key its holder no longer needs (another's is left alone).
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+      return redis.call('DEL', KEYS[1]) end \
+    return 0";
+
+/// What a node publishes of itself.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// Its name (`cluster_node`).
+    pub node: String,
+    /// Where its signaling is reached (`cluster_url`).
+    pub url: String,
+    /// Participants on it now.
+    pub participants: u64,
+    /// Rooms it owns now.
+    pub rooms: u64,
+    /// Its busiest worker's load (0 to 1).
+    pub load: f64,
+    /// Where its ng socket takes the commands of the calls it owns (`cluster_ng`), if it has
+    /// one.
+    #[serde(default)]
+    pub ng: Option<SocketAddr>,
+    /// When it registered (Unix seconds).
+    pub since: u64,
+}
+
+/// A node as `/api/cluster` shows it: its record and what is left of its lease.
+#[derive(Debug, Clone, Serialize)]
+pub struct NodeView {
+    #[serde(flatten)]
+    pub record: NodeRecord,
+    /// Milliseconds until its lease runs out (it renews every third of the lease).
+    pub lease_ms: i64,
+}
+
+/// The cluster as one node sees it (`GET /api/cluster`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterView {
+    /// This node.
+    pub node: String,
+    /// Whether the directory answered its last call.
+    pub directory_up: bool,
+    /// The live nodes, by name.
+    pub nodes: Vec<NodeView>,
+    /// Each room's owner, by room.
+    pub rooms: BTreeMap<String, String>,
+}
+
+/// Where a room's sessions are made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// On this node.
+    Here,
+    /// On another node, whose signaling is at `url`.
+    Elsewhere {
+        /// Its name.
+        node: String,
+        /// Its `cluster_url`.
+        url: String,
+        /// Its ng socket, if it has one (`cluster_ng`).
+        ng: Option<SocketAddr>,
+    },
+}
+
+/// This node's membership of the cluster. See the [module documentation](self).
+pub struct Cluster {
+    node: String,
+    url: String,
+    ng: Option<SocketAddr>,
+    lease: Duration,
+    client: redis::Client,
+    /// The connection, made on the runtime at first use (and again whenever it is lost).
+    redis: tokio::sync::OnceCell<ConnectionManager>,
+    gateway: Arc<Gateway>,
+    /// Rooms placed here whose first participant may not be in yet (kept a lease).
+    claimed: Mutex<HashMap<String, Instant>>,
+    /// The rooms renewed last time (those gone since are released).
+    held: Mutex<Vec<String>>,
+    since: u64,
+    up: AtomicBool,
+    /// Redis calls that failed or ran out of time.
+    pub errors: AtomicU64,
+    /// Offers redirected and ng commands forwarded to the owner.
+    pub redirects: AtomicU64,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.node)
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+fn node_key(node: &str) -> String {
+    format!("{PREFIX}node:{node}")
+}
+
+fn room_key(room: &str) -> String {
+    format!("{PREFIX}room:{room}")
+}
+
+/// The directory's name for what a room of this node belongs to: an ng call's sections
+/// (`call:ID:N`) all belong to its call (`call:ID`), which is what a node owns; any other room
+/// is its own.
+fn owned_as(room: String) -> String {
+    match room
+        .strip_prefix("call:")
+        .and_then(|_| room.rsplit_once(':'))
+    {
+        Some((call, _)) if call.len() > "call:".len() => call.to_owned(),
+        _ => room,
+    }
+}
+
+/// Another node's rooms' placement, by its record.
+fn elsewhere(rec: NodeRecord) -> Placement {
+    Placement::Elsewhere {
+        node: rec.node,
+        url: rec.url,
+        ng: rec.ng,
+    }
+}
+
+/// A Redis call with the deadline.
+async fn call<T>(f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
+    match tokio::time::timeout(CALL_TIMEOUT, f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+    }
+}
+
+impl Cluster {
+    /// Joins the cluster whose directory is at `redis_url` as `node`, reached at `url`, with
+    /// leases of `lease`. The connection is made on first use (and again whenever it is lost):
+    /// Err only for a URL that is no Redis URL.
+    pub fn new(
+        redis_url: &str,
+        (node, url, ng): (String, String, Option<SocketAddr>),
+        lease: Duration,
+        gateway: Arc<Gateway>,
+    ) -> Result<Arc<Cluster>, String> {
+        let client = redis::Client::open(redis_url)
+            .map_err(|e| format!("cluster_redis {redis_url:?}: {e}"))?;
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(Arc::new(Cluster {
+            node,
+            url,
+            ng,
+            lease,
+            client,
+            redis: tokio::sync::OnceCell::new(),
+            gateway,
+            claimed: Mutex::default(),
+            held: Mutex::default(),
+            since,
+            up: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            redirects: AtomicU64::new(0),
+        }))
+    }
+
+    /// Whether the directory answered its last call.
+    pub fn directory_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// The connection (a handle on it: the manager reconnects by itself).
+    async fn conn(&self) -> Result<ConnectionManager, String> {
+        self.redis
+            .get_or_try_init(|| async {
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CALL_TIMEOUT))
+                    .set_response_timeout(Some(CALL_TIMEOUT))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(1));
+                self.client
+                    .get_connection_manager_lazy(config)
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .cloned()
+    }
+
+    fn lease_ms(&self) -> u64 {
+        self.lease.as_millis().max(1) as u64
+    }
+
+    /// Notes how a Redis call went (the error logged once per change of state).
+    fn note<T>(&self, r: Result<T, String>) -> Result<T, String> {
+        match &r {
+            Ok(_) => {
+                if !self.up.swap(true, Ordering::Relaxed) {
+                    tracing::info!(node = %self.node, "cluster directory reached");
+                }
+            }
+            Err(e) => {
+                self.errors.fetch_add(1, Ordering::Relaxed);
+                if self.up.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(node = %self.node, error = %e, "cluster directory lost: rooms are served here meanwhile");
+                }
+            }
+        }
+        r
+    }
+
+    /// Renews the node's record and its rooms' ownership every third of the lease, until the
+    /// runtime ends.
+    pub async fn run(self: Arc<Self>) {
+        let mut tick = tokio::time::interval(self.lease / 3);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let r = self.renew().await;
+            let _ = self.note(r);
+        }
+    }
+
+    /// The rooms this node holds now: those with participants here, and those placed here
+    /// within the lease whose first participant may not be in yet.
+    async fn rooms_here(&self) -> Vec<String> {
+        let mut rooms: Vec<String> = self
+            .gateway
+            .rooms(None)
+            .await
+            .into_iter()
+            .map(|r| owned_as(r.name))
+            .collect();
+        let now = Instant::now();
+        let mut claimed = self.claimed.lock().unwrap_or_else(|e| e.into_inner());
+        claimed.retain(|_, at| now.duration_since(*at) < self.lease);
+        rooms.extend(claimed.keys().cloned());
+        rooms.sort();
+        rooms.dedup();
+        rooms
+    }
+
+    /// One renewal: the node's record, each room here (unless another node holds it now), and
+    /// the release of rooms that left.
+    async fn renew(&self) -> Result<(), String> {
+        let rooms = self.rooms_here().await;
+        let totals = self.gateway.stats().totals();
+        let load = self
+            .gateway
+            .stats()
+            .workers
+            .iter()
+            .map(|w| w.load())
+            .fold(0.0, f64::max);
+        let record = NodeRecord {
+            node: self.node.clone(),
+            url: self.url.clone(),
+            participants: totals.participants,
+            rooms: rooms.len() as u64,
+            load,
+            ng: self.ng,
+            since: self.since,
+        };
+        let json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
+        let lease = self.lease_ms();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SET")
+            .arg(node_key(&self.node))
+            .arg(json)
+            .arg("PX")
+            .arg(lease)
+            .ignore();
+        for room in &rooms {
+            pipe.cmd("EVAL")
+                .arg(RENEW)
+                .arg(1)
+                .arg(room_key(room))
+                .arg(&self.node)
+                .arg(lease)
+                .ignore();
+        }
+        let gone: Vec<String> = {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let gone = held
+                .iter()
+                .filter(|r| rooms.binary_search(r).is_err())
+                .cloned()
+                .collect();
+            *held = rooms;
+            gone
+        };
+        self.release(&mut pipe, &gone);
+        let mut c = self.conn().await?;
+        call(pipe.query_async::<()>(&mut c)).await
+    }
+
+    /// Where `room`'s new sessions are made: here, or at its owner. A room nobody owns goes to
+    /// the live node with the fewest participants. Here whenever the directory does not
+    /// answer.
+    pub async fn place(&self, room: &str) -> Placement {
+        let r = self.place_in_directory(room).await;
+        match self.note(r) {
+            Ok(p) => {
+                if let Placement::Elsewhere { node, .. } = &p {
+                    self.redirects.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(room, owner = %node, "room served by another node");
+                }
+                p
+            }
+            Err(_) => Placement::Here,
+        }
+    }
+
+    async fn place_in_directory(&self, room: &str) -> Result<Placement, String> {
+        let mut c = self.conn().await?;
+        let key = room_key(room);
+        let owner: Option<String> = call(c.get(&key)).await?;
+        let mut dead = String::new();
+        if let Some(owner) = owner {
+            if owner == self.node {
+                return Ok(Placement::Here);
+            }
+            if let Some(rec) = self.record(&owner).await? {
+                return Ok(elsewhere(rec));
+            }
+            // Its owner's lease ran out: placed again, as a new room.
+            dead = owner;
+        }
+        let nodes = self.live_nodes().await?;
+        let chosen = nodes
+            .iter()
+            .min_by_key(|n| (n.participants, n.node != self.node, n.node.clone()))
+            .map_or_else(|| self.node.clone(), |n| n.node.clone());
+        let script = redis::cmd("EVAL")
+            .arg(CLAIM)
+            .arg(1)
+            .arg(&key)
+            .arg(&chosen)
+            .arg(self.lease_ms())
+            .arg(&dead)
+            .to_owned();
+        let owner: String = call(script.query_async(&mut c)).await?;
+        if owner == self.node {
+            self.claimed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(room.to_owned(), Instant::now());
+            return Ok(Placement::Here);
+        }
+        Ok(match nodes.into_iter().find(|n| n.node == owner) {
+            Some(n) => elsewhere(n),
+            None => self
+                .record(&owner)
+                .await?
+                .map_or(Placement::Here, elsewhere),
+        })
+    }
+
+    /// Where `room`'s sessions are now, without placing it: at its owner while that node's
+    /// lease runs, else here (a room nobody owns, or the directory does not answer).
+    pub async fn owner(&self, room: &str) -> Placement {
+        let r = self.owner_in_directory(room).await;
+        match self.note(r) {
+            Ok(p) => {
+                if matches!(p, Placement::Elsewhere { .. }) {
+                    self.redirects.fetch_add(1, Ordering::Relaxed);
+                }
+                p
+            }
+            Err(_) => Placement::Here,
+        }
+    }
+
+    async fn owner_in_directory(&self, room: &str) -> Result<Placement, String> {
+        let mut c = self.conn().await?;
+        let owner: Option<String> = call(c.get(room_key(room))).await?;
+        match owner {
+            Some(owner) if owner != self.node => Ok(self
+                .record(&owner)
+                .await?
+                .map_or(Placement::Here, elsewhere)),
+            _ => Ok(Placement::Here),
+        }
+    }
+
+    /// A node's record, if its lease runs.
+    async fn record(&self, node: &str) -> Result<Option<NodeRecord>, String> {
+        let mut c = self.conn().await?;
+        let json: Option<String> = call(c.get(node_key(node))).await?;
+        Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
+    }
+
+    /// The keys under `pattern` (SCAN: never blocks the server the way KEYS would).
+    async fn keys(&self, pattern: &str) -> Result<Vec<String>, String> {
+        let mut c = self.conn().await?;
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let scan = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .to_owned();
+            let (next, batch): (u64, Vec<String>) = call(scan.query_async(&mut c)).await?;
+            keys.extend(batch);
+            if next == 0 {
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+
+    /// The records of the nodes whose lease runs.
+    async fn live_nodes(&self) -> Result<Vec<NodeRecord>, String> {
+        let keys = self.keys(&format!("{PREFIX}node:*")).await?;
+        if keys.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut c = self.conn().await?;
+        let values: Vec<Option<String>> = call(c.mget(&keys)).await?;
+        Ok(values
+            .into_iter()
+            .flatten()
+            .filter_map(|j| serde_json::from_str(&j).ok())
+            .collect())
+    }
+
+    /// The cluster as the directory says now.
+    pub async fn view(&self) -> Result<ClusterView, String> {
+        let r = self.view_of_directory().await;
+        self.note(r)
+    }
+
+    async fn view_of_directory(&self) -> Result<ClusterView, String> {
+        let records = self.live_nodes().await?;
+        let mut c = self.conn().await?;
+        let mut nodes = Vec::with_capacity(records.len());
+        for record in records {
+            let lease_ms: i64 = call(c.pttl(node_key(&record.node))).await?;
+            nodes.push(NodeView { record, lease_ms });
+        }
+        nodes.sort_by(|a, b| a.record.node.cmp(&b.record.node));
+        let keys = self.keys(&format!("{PREFIX}room:*")).await?;
+        let mut rooms = BTreeMap::new();
+        if !keys.is_empty() {
+            let owners: Vec<Option<String>> = call(c.mget(&keys)).await?;
+            for (k, owner) in keys.iter().zip(owners) {
+                if let (Some(room), Some(owner)) =
+                    (k.strip_prefix(&format!("{PREFIX}room:")), owner)
+                {
+                    rooms.insert(room.to_owned(), owner);
+                }
+            }
+        }
+        Ok(ClusterView {
+            node: self.node.clone(),
+            directory_up: true,
+            nodes,
+            rooms,
+        })
+    }
+
+    /// Adds to `pipe` the release of `rooms` (each only while this node still holds it).
+    fn release(&self, pipe: &mut redis::Pipeline, rooms: &[String]) {
+        for room in rooms {
+            pipe.cmd("EVAL")
+                .arg(RELEASE)
+                .arg(1)
+                .arg(room_key(room))
+                .arg(&self.node)
+                .ignore();
+        }
+    }
+
+    /// Leaves the cluster (a clean shutdown): the node's record and its rooms are released at
+    /// once, so the others place them again without waiting for the lease.
+    pub async fn leave(&self) {
+        let rooms = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut pipe = redis::pipe();
+        pipe.cmd("DEL").arg(node_key(&self.node)).ignore();
+        self.release(&mut pipe, &rooms);
+        let left = match self.conn().await {
+            Ok(mut c) => call(pipe.query_async::<()>(&mut c)).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = left {
+            tracing::warn!(node = %self.node, error = %e, "leaving the cluster: its keys run out with their lease instead");
+        }
+    }
+}
+
+/// The cluster's figures for `/metrics`: whether the directory answers, its failed calls, and
+/// the requests sent to other nodes.
+#[derive(Debug)]
+pub(crate) struct ClusterCollector(pub Arc<Cluster>);
+
+impl prometheus_client::collector::Collector for ClusterCollector {
+    fn encode(
+        &self,
+        mut e: prometheus_client::encoding::DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
+        let c = &self.0;
+        super::stats::gauge(
+            &mut e,
+            "secrelay_cluster_directory_up",
+            "Whether the cluster's directory (Redis) answered the node's last call (1) or not (0: rooms are served here meanwhile)",
+            u64::from(c.directory_up()),
+        )?;
+        super::stats::counter(
+            &mut e,
+            "secrelay_cluster_directory_errors",
+            "Calls to the cluster's directory that failed or found no answer in time",
+            c.errors.load(Ordering::Relaxed),
+        )?;
+        super::stats::counter(
+            &mut e,
+            "secrelay_cluster_redirects",
+            "Offers answered with a redirect, and ng commands forwarded, to the node that owns their room or call",
+            c.redirects.load(Ordering::Relaxed),
+        )
+    }
+}
