@@ -910,6 +910,15 @@ fn routes() -> Vec<Route> {
             want: [401, 403, 403, 404, 404, 401, 404, 401],
         },
         Route {
+            name: "POST /api/cluster/drain",
+            method: "POST",
+            path: "/api/cluster/drain",
+            body: None,
+            headers: &[],
+            session: false,
+            want: [401, 403, 403, 403, 404, 401, 403, 401],
+        },
+        Route {
             name: "GET /api/rooms/{room}",
             method: "GET",
             path: "/api/rooms/r",

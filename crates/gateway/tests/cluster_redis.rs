@@ -425,6 +425,74 @@ fn an_ng_command_for_a_call_another_node_owns_is_forwarded_there() {
 }
 
 #[test]
+fn a_drained_node_takes_no_new_room_and_keeps_its_own() {
+    let Some(redis) = Redis::start(0) else {
+        return;
+    };
+    let (a, b) = (node(&redis, "a"), node(&redis, "b"));
+    wait("two nodes registered", Duration::from_secs(5), || {
+        node_names(&cluster(&a)) == ["a", "b"]
+    });
+    let epoch = Instant::now();
+    let mut group =
+        vec![SimParticipant::join(&signaling(&a), "kept", Leg::Join, LOCAL, epoch).unwrap()];
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let drain = format!("{}/api/cluster/drain", a.url());
+    let admin = format!("Bearer {}", a.admin_key().expose());
+    // Only the admin may drain a node.
+    let r = agent.post(&drain).send_empty().unwrap();
+    assert_eq!(r.status(), 401);
+    let mut r = agent
+        .post(&drain)
+        .header("Authorization", &admin)
+        .send_empty()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value =
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(
+        (v["draining"].as_bool(), v["rooms"].as_u64()),
+        (Some(true), Some(1)),
+        "{v}"
+    );
+    // Load balancers are told, the directory says so, and a new room goes to b.
+    let (status, _) = signaling(&a).get("/healthz").unwrap();
+    assert_eq!(status, 503);
+    assert_eq!(cluster(&b)["nodes"][0]["draining"], true);
+    assert_eq!(metric(&a, "secrelay_cluster_draining"), 1);
+    let (status, location) = post_once(&a, "/whip/fresh", "v=0\r\n");
+    assert_eq!(status, 307);
+    assert_eq!(
+        location.as_deref(),
+        Some(format!("{}/whip/fresh", b.url()).as_str())
+    );
+    // Its own room goes on, and takes a new member.
+    group.push(SimParticipant::join(&signaling(&a), "kept", Leg::Join, LOCAL, epoch).unwrap());
+    assert!(
+        group[1].location.starts_with("/rooms/kept/"),
+        "{}",
+        group[1].location
+    );
+    assert!(until_heard(&mut group, 25));
+    // Taken back.
+    let r = agent
+        .delete(&drain)
+        .header("Authorization", &admin)
+        .call()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, _) = signaling(&a).get("/healthz").unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(cluster(&b)["nodes"][0]["draining"], false);
+    drop(group);
+    a.shutdown();
+    b.shutdown();
+}
+
+#[test]
 fn a_cluster_needs_a_node_name() {
     let e = ServeConfig::from_toml("cluster_redis = \"redis://127.0.0.1:6379\"\n").unwrap_err();
     assert!(e.to_string().contains("cluster_node"), "{e}");

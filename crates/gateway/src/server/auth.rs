@@ -645,6 +645,16 @@ impl Policy {
     /// Whether `caller` may read the whole gateway's figures (`/metrics`): the admin key, or a
     /// token with `admin` over every room.
     pub fn allow_metrics(&self, caller: &Caller) -> Result<(), Failure> {
+        self.allow_whole_gateway(caller)
+    }
+
+    /// Whether `caller` may act on the whole node (drain it from a cluster): the same callers
+    /// as [`Policy::allow_metrics`].
+    pub fn allow_node_control(&self, caller: &Caller) -> Result<(), Failure> {
+        self.allow_whole_gateway(caller)
+    }
+
+    fn allow_whole_gateway(&self, caller: &Caller) -> Result<(), Failure> {
         match caller {
             Caller::Admin => Ok(()),
             Caller::Token(v) if v.grants.admin && v.grants.every_room() => Ok(()),

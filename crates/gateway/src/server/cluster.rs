@@ -71,6 +71,9 @@ pub struct NodeRecord {
     /// one.
     #[serde(default)]
     pub ng: Option<SocketAddr>,
+    /// It is being drained: no new room goes to it (its rooms stay until they end).
+    #[serde(default)]
+    pub draining: bool,
     /// When it registered (Unix seconds).
     pub since: u64,
 }
@@ -129,6 +132,8 @@ pub struct Cluster {
     held: Mutex<Vec<String>>,
     since: u64,
     up: AtomicBool,
+    /// Drained ([`Cluster::set_draining`]): new rooms go to other nodes.
+    draining: AtomicBool,
     /// Redis calls that failed or ran out of time.
     pub errors: AtomicU64,
     /// Offers redirected and ng commands forwarded to the owner.
@@ -210,6 +215,7 @@ impl Cluster {
             held: Mutex::default(),
             since,
             up: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
             errors: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
         }))
@@ -218,6 +224,22 @@ impl Cluster {
     /// Whether the directory answered its last call.
     pub fn directory_up(&self) -> bool {
         self.up.load(Ordering::Relaxed)
+    }
+
+    /// Whether the node is being drained.
+    pub fn draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// Drains the node (`true`: new rooms go to the other nodes, while the rooms it has keep
+    /// their sessions and take new ones until they end) or takes it back (`false`); its
+    /// record says so at once.
+    pub async fn set_draining(&self, draining: bool) -> Result<(), String> {
+        if self.draining.swap(draining, Ordering::Relaxed) != draining {
+            tracing::info!(node = %self.node, draining, "cluster node drain changed");
+        }
+        let r = self.renew().await;
+        self.note(r)
     }
 
     /// The connection (a handle on it: the manager reconnects by itself).
@@ -309,6 +331,7 @@ impl Cluster {
             rooms: rooms.len() as u64,
             load,
             ng: self.ng,
+            draining: self.draining(),
             since: self.since,
         };
         let json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
@@ -377,8 +400,11 @@ impl Cluster {
             dead = owner;
         }
         let nodes = self.live_nodes().await?;
+        // A draining node takes no new room (this one included: its own record may not say
+        // so yet); with every node draining, the room stays where it was asked for.
         let chosen = nodes
             .iter()
+            .filter(|n| !(n.draining || (n.node == self.node && self.draining())))
             .min_by_key(|n| (n.participants, n.node != self.node, n.node.clone()))
             .map_or_else(|| self.node.clone(), |n| n.node.clone());
         let script = redis::cmd("EVAL")
@@ -557,6 +583,12 @@ impl prometheus_client::collector::Collector for ClusterCollector {
             "secrelay_cluster_directory_up",
             "Whether the cluster's directory (Redis) answered the node's last call (1) or not (0: rooms are served here meanwhile)",
             u64::from(c.directory_up()),
+        )?;
+        super::stats::gauge(
+            &mut e,
+            "secrelay_cluster_draining",
+            "Whether the node is being drained (1: new rooms go to the other nodes)",
+            u64::from(c.draining()),
         )?;
         super::stats::counter(
             &mut e,

@@ -437,6 +437,10 @@ pub(crate) fn router(
         )
         .route("/api/rooms", get(api_rooms))
         .route("/api/cluster", get(api_cluster))
+        .route(
+            "/api/cluster/drain",
+            post(|s, h| drain_node(s, h, true)).delete(|s, h| drain_node(s, h, false)),
+        )
         .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
         .route(
@@ -1460,6 +1464,35 @@ async fn api_cluster(State(s): State<AppState>, headers: HeaderMap) -> Response 
     }
 }
 
+/// `POST /api/cluster/drain` (`draining`) and `DELETE /api/cluster/drain`: drains this node
+/// from its cluster (new rooms go to the other nodes; its rooms keep their sessions and take
+/// new ones until they end; `/healthz` answers 503 meanwhile) or takes it back.
+async fn drain_node(State(s): State<AppState>, headers: HeaderMap, draining: bool) -> Response {
+    let (policy, caller) = match s.caller(&headers, None) {
+        Ok(c) => c,
+        Err(r) => return *r,
+    };
+    if let Err(f) = policy.allow_node_control(&caller) {
+        return *s.deny(f);
+    }
+    let Some(cluster) = &s.cluster else {
+        return refuse(
+            &s,
+            StatusCode::NOT_FOUND,
+            "this gateway is no node of a cluster (cluster_redis is not set)",
+        );
+    };
+    let written = cluster.set_draining(draining).await;
+    let rooms = s.gateway.rooms(None).await.len();
+    Json(serde_json::json!({
+        "draining": draining,
+        "rooms": rooms,
+        // Other nodes see it at once when the directory took it, else at its next renewal.
+        "directory_written": written.is_ok(),
+    }))
+    .into_response()
+}
+
 async fn api_rooms(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let (policy, caller) = match s.caller(&headers, None) {
         Ok(c) => c,
@@ -1683,7 +1716,8 @@ fn metrics_text(s: &AppState) -> Response {
 }
 
 async fn healthz(State(s): State<AppState>) -> Response {
-    if s.gateway.admitting() {
+    let drained = s.cluster.as_ref().is_some_and(|c| c.draining());
+    if s.gateway.admitting() && !drained {
         (StatusCode::OK, "ok\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
