@@ -3,11 +3,12 @@
 //! - **Nodes** register under `secrelay:node:<name>` with a lease (`cluster_lease_secs`),
 //!   renewed every third of it with what the node carries (participants, rooms, load): a node
 //!   that dies drops out when its lease runs out.
-//! - **Rooms** are owned by one node each, under `secrelay:room:<name>` with the same lease, which
-//!   the owner renews while the room lives there. A new room goes to the live node with the
-//!   fewest participants (this one on a tie), claimed atomically (a Lua script: two nodes that
-//!   place the same new room at once agree on one owner); a room whose owner's lease ran out is
-//!   claimed again the same way.
+//! - **Rooms** are owned by one node each, under `secrelay:room:<name>`. The key has no lease of
+//!   its own: it is written when the room comes and released when it goes, so a steady room
+//!   costs the directory no write; it is worth what its owner's lease is worth (a room whose
+//!   owner is gone is nobody's, and is claimed again, and swept). A new room goes to the live
+//!   node with the fewest participants (this one on a tie), claimed atomically (a Lua script:
+//!   two nodes that place the same new room at once agree on one owner).
 //! - **Signaling** that starts a session (WHIP, WHEP, a room join, a telephony leg over HTTP)
 //!   arriving at a node that does not own the room is answered `307 Temporary Redirect` to the
 //!   owner's URL (`cluster_url`), the same path: WHIP and WHEP clients follow it (RFC 9725
@@ -37,18 +38,21 @@ const PREFIX: &str = "secrelay:";
 /// The longest a Redis call may take before the node goes on without it.
 const CALL_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// Renews a key for its holder: set with the lease when it is free or already the holder's;
-/// 1 if it was, 0 if another holds it.
-const RENEW: &str = "local v = redis.call('GET', KEYS[1]) \
+/// Writes a room as its holder's when it is free or already the holder's; 1 if it was, 0 if
+/// another holds it.
+const HOLD: &str = "local v = redis.call('GET', KEYS[1]) \
     if v == false or v == ARGV[1] then \
-      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end \
+      redis.call('SET', KEYS[1], ARGV[1]) return 1 end \
     return 0";
-/// Claims a room for `ARGV[1]` when it is free (or still names `ARGV[3]`, an owner whose
+/// Claims a room for `ARGV[1]` when it is free (or still names `ARGV[2]`, an owner whose
 /// lease ran out); the owner after the call.
 const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
-    if v == false or v == ARGV[3] then \
-      redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return ARGV[1] end \
+    if v == false or v == ARGV[2] then \
+      redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1] end \
     return v";
+/// How many renewals apart a node looks for rooms whose owner is gone (and for rooms that
+/// name it but that it does not hold).
+const SWEEP_EVERY: u64 = 10;
 /// Releases a key its holder no longer needs (another's is left alone).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
       return redis.call('DEL', KEYS[1]) end \
@@ -128,8 +132,13 @@ pub struct Cluster {
     gateway: Arc<Gateway>,
     /// Rooms placed here whose first participant may not be in yet (kept a lease).
     claimed: Mutex<HashMap<String, Instant>>,
-    /// The rooms renewed last time (those gone since are released).
+    /// The rooms written as this node's (those gone since are released).
     held: Mutex<Vec<String>>,
+    /// Rooms the directory gives this node that it does not hold (a claim on its behalf whose
+    /// client never came), and the sweep that first saw each: released at the next.
+    orphans: Mutex<HashMap<String, u64>>,
+    /// Renewals so far.
+    renewals: AtomicU64,
     since: u64,
     up: AtomicBool,
     /// Drained ([`Cluster::set_draining`]): new rooms go to other nodes.
@@ -213,6 +222,8 @@ impl Cluster {
             gateway,
             claimed: Mutex::default(),
             held: Mutex::default(),
+            orphans: Mutex::default(),
+            renewals: AtomicU64::new(0),
             since,
             up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
@@ -312,11 +323,64 @@ impl Cluster {
         rooms
     }
 
-    /// One renewal: the node's record, each room here (unless another node holds it now), and
-    /// the release of rooms that left.
+    /// One renewal: the node's record (with its lease), and the rooms that changed since the
+    /// last: those that came are written as this node's (unless another holds one), those that
+    /// went are released. A steady room costs no write. When the record was missing (the first
+    /// renewal, a lease that ran out, a Redis that restarted empty), every room here is written
+    /// again. Every [`SWEEP_EVERY`] renewals, rooms of nodes that are gone are released.
     async fn renew(&self) -> Result<(), String> {
         let rooms = self.rooms_here().await;
-        let totals = self.gateway.stats().totals();
+        let json =
+            serde_json::to_string(&self.own_record(rooms.len())).map_err(|e| e.to_string())?;
+        let mut c = self.conn().await?;
+        let set = redis::cmd("SET")
+            .arg(node_key(&self.node))
+            .arg(json)
+            .arg("PX")
+            .arg(self.lease_ms())
+            .arg("GET")
+            .to_owned();
+        let before: Option<String> = call(set.query_async(&mut c)).await?;
+        let (came, gone) = {
+            let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            let came: Vec<String> = match before {
+                None => rooms.clone(),
+                Some(_) => rooms
+                    .iter()
+                    .filter(|r| held.binary_search(r).is_err())
+                    .cloned()
+                    .collect(),
+            };
+            let gone: Vec<String> = held
+                .iter()
+                .filter(|r| rooms.binary_search(r).is_err())
+                .cloned()
+                .collect();
+            (came, gone)
+        };
+        if !came.is_empty() || !gone.is_empty() {
+            let mut pipe = redis::pipe();
+            for room in &came {
+                pipe.cmd("EVAL")
+                    .arg(HOLD)
+                    .arg(1)
+                    .arg(room_key(room))
+                    .arg(&self.node)
+                    .ignore();
+            }
+            self.release(&mut pipe, &gone);
+            call(pipe.query_async::<()>(&mut c)).await?;
+        }
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = rooms;
+        let n = self.renewals.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_multiple_of(SWEEP_EVERY) {
+            self.sweep(n).await?;
+        }
+        Ok(())
+    }
+
+    /// This node's record now.
+    fn own_record(&self, rooms: usize) -> NodeRecord {
         let load = self
             .gateway
             .stats()
@@ -324,47 +388,75 @@ impl Cluster {
             .iter()
             .map(|w| w.load())
             .fold(0.0, f64::max);
-        let record = NodeRecord {
+        NodeRecord {
             node: self.node.clone(),
             url: self.url.clone(),
-            participants: totals.participants,
-            rooms: rooms.len() as u64,
+            participants: self.gateway.stats().totals().participants,
+            rooms: rooms as u64,
             load,
             ng: self.ng,
             draining: self.draining(),
             since: self.since,
-        };
-        let json = serde_json::to_string(&record).map_err(|e| e.to_string())?;
-        let lease = self.lease_ms();
+        }
+    }
+
+    /// Releases the rooms whose owner is no live node, and those that name this node but that
+    /// it has not held for a whole sweep (claimed on its behalf by a node whose client then
+    /// never came here).
+    async fn sweep(&self, n: u64) -> Result<(), String> {
+        let (live, owners) = self.owners().await?;
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut stale: Vec<(String, String)> = Vec::new();
+        {
+            let mut orphans = self.orphans.lock().unwrap_or_else(|e| e.into_inner());
+            let mut still = HashMap::new();
+            for (room, owner) in owners {
+                if !live.iter().any(|l| l.node == owner) {
+                    stale.push((room, owner));
+                } else if owner == self.node && held.binary_search(&room).is_err() {
+                    match orphans.get(&room) {
+                        Some(&seen) if seen < n => stale.push((room, owner)),
+                        _ => {
+                            still.insert(room, n);
+                        }
+                    }
+                }
+            }
+            *orphans = still;
+        }
+        if stale.is_empty() {
+            return Ok(());
+        }
         let mut pipe = redis::pipe();
-        pipe.cmd("SET")
-            .arg(node_key(&self.node))
-            .arg(json)
-            .arg("PX")
-            .arg(lease)
-            .ignore();
-        for room in &rooms {
+        for (room, owner) in &stale {
             pipe.cmd("EVAL")
-                .arg(RENEW)
+                .arg(RELEASE)
                 .arg(1)
                 .arg(room_key(room))
-                .arg(&self.node)
-                .arg(lease)
+                .arg(owner)
                 .ignore();
         }
-        let gone: Vec<String> = {
-            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-            let gone = held
-                .iter()
-                .filter(|r| rooms.binary_search(r).is_err())
-                .cloned()
-                .collect();
-            *held = rooms;
-            gone
-        };
-        self.release(&mut pipe, &gone);
         let mut c = self.conn().await?;
         call(pipe.query_async::<()>(&mut c)).await
+    }
+
+    /// The live nodes, and every room's owner as the directory says.
+    async fn owners(&self) -> Result<(Vec<NodeRecord>, Vec<(String, String)>), String> {
+        let live = self.live_nodes().await?;
+        let keys = self.keys(&format!("{PREFIX}room:*")).await?;
+        let mut owners = Vec::with_capacity(keys.len());
+        if !keys.is_empty() {
+            let mut c = self.conn().await?;
+            let values: Vec<Option<String>> = call(c.mget(&keys)).await?;
+            for (k, owner) in keys.iter().zip(values) {
+                if let (Some(room), Some(owner)) =
+                    (k.strip_prefix(&format!("{PREFIX}room:")), owner)
+                {
+                    owners.push((room.to_owned(), owner));
+                }
+            }
+        }
+        Ok((live, owners))
     }
 
     /// Where `room`'s new sessions are made: here, or at its owner. A room nobody owns goes to
@@ -412,7 +504,6 @@ impl Cluster {
             .arg(1)
             .arg(&key)
             .arg(&chosen)
-            .arg(self.lease_ms())
             .arg(&dead)
             .to_owned();
         let owner: String = call(script.query_async(&mut c)).await?;
@@ -510,7 +601,7 @@ impl Cluster {
     }
 
     async fn view_of_directory(&self) -> Result<ClusterView, String> {
-        let records = self.live_nodes().await?;
+        let (records, owners) = self.owners().await?;
         let mut c = self.conn().await?;
         let mut nodes = Vec::with_capacity(records.len());
         for record in records {
@@ -518,18 +609,11 @@ impl Cluster {
             nodes.push(NodeView { record, lease_ms });
         }
         nodes.sort_by(|a, b| a.record.node.cmp(&b.record.node));
-        let keys = self.keys(&format!("{PREFIX}room:*")).await?;
-        let mut rooms = BTreeMap::new();
-        if !keys.is_empty() {
-            let owners: Vec<Option<String>> = call(c.mget(&keys)).await?;
-            for (k, owner) in keys.iter().zip(owners) {
-                if let (Some(room), Some(owner)) =
-                    (k.strip_prefix(&format!("{PREFIX}room:")), owner)
-                {
-                    rooms.insert(room.to_owned(), owner);
-                }
-            }
-        }
+        // A room of a node that is gone is nobody's (the next offer places it again).
+        let rooms = owners
+            .into_iter()
+            .filter(|(_, owner)| nodes.iter().any(|n| n.record.node == *owner))
+            .collect();
         Ok(ClusterView {
             node: self.node.clone(),
             directory_up: true,
