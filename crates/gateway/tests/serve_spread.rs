@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_testkit::{Leg, Media, Phase, Signaling, SimParticipant};
+use secrelay_testkit::{wait_for, Leg, Media, Phase, Signaling, SimParticipant};
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const VIDEO: Media = Media::SimulcastVideo {
@@ -40,14 +40,6 @@ fn get(s: &Server, path: &str) -> String {
 
 fn metric(s: &Server, series: &str) -> u64 {
     signaling(s).metric(series).unwrap()
-}
-
-fn wait(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let end = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < end, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Drives the group until every viewer has received `video` video packets and `audio` audio
@@ -155,15 +147,15 @@ fn a_broadcast_spreads_its_viewers_over_both_workers_and_every_viewer_plays() {
         p.close(now);
         assert_eq!(sig.delete(&p.location).unwrap(), 200);
     }
-    wait("the viewers to go", Duration::from_secs(5), || {
+    wait_for("the viewers to go", Duration::from_secs(5), || {
         g.stats().totals().participants == 1
     });
-    wait("the mirror to go", Duration::from_secs(5), || {
+    wait_for("the mirror to go", Duration::from_secs(5), || {
         metric(&s, "secrelay_pipe_mirrors") == 0
     });
     group[0].close(now);
     assert_eq!(sig.delete(&group[0].location).unwrap(), 200);
-    wait("the room to go", Duration::from_secs(5), || {
+    wait_for("the room to go", Duration::from_secs(5), || {
         let t = g.stats().totals();
         t.participants == 0 && t.rooms == 0
     });
@@ -197,7 +189,7 @@ fn a_publisher_that_comes_after_the_viewers_reaches_those_on_the_other_worker() 
     let now = Instant::now();
     let first = group.pop().unwrap();
     assert_eq!(sig.delete(&first.location).unwrap(), 200);
-    wait("the mirror to go", Duration::from_secs(5), || {
+    wait_for("the mirror to go", Duration::from_secs(5), || {
         metric(&s, "secrelay_pipe_mirrors") == 0
     });
     drop(first);
@@ -218,7 +210,7 @@ fn a_publisher_that_comes_after_the_viewers_reaches_those_on_the_other_worker() 
         p.close(now);
         let _ = sig.delete(&p.location);
     }
-    wait("everybody to go", Duration::from_secs(5), || {
+    wait_for("everybody to go", Duration::from_secs(5), || {
         g.stats().totals().participants == 0 && g.stats().totals().rooms == 0
     });
     s.shutdown();

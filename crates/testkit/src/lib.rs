@@ -18,6 +18,7 @@
 //! * [`twcc`]: a receiver's transport-cc feedback (what a browser reports of what arrived).
 //! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
 //! * [`forged_dtls`]: DTLS records a forger without keys can send to a live association.
+//! * [`redis`]: a Redis server of a test's own (a cluster's directory).
 #![forbid(unsafe_code)]
 
 pub mod browser;
@@ -30,6 +31,7 @@ pub mod memory;
 pub mod ng;
 pub mod participant;
 pub mod phone;
+pub mod redis;
 pub mod signaling;
 pub mod twcc;
 pub mod video;
@@ -38,3 +40,15 @@ pub use browser::{Browser, Inbound};
 pub use link::{Air, Link, Rng};
 pub use participant::{Media, PeerDtls, Phase, SentStamps, SimParticipant, StreamRx, VideoRx};
 pub use signaling::{AdminKeyFile, Leg, Signaling};
+
+/// Polls `f` every 20 ms until it holds; panics naming `what` when `timeout` passes first.
+pub fn wait_for(what: &str, timeout: std::time::Duration, mut f: impl FnMut() -> bool) {
+    let end = std::time::Instant::now() + timeout;
+    while !f() {
+        assert!(
+            std::time::Instant::now() < end,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -294,6 +294,22 @@ impl Signaling {
             .with_context(|| format!("{series} is not on /metrics"))
     }
 
+    /// The names of the live nodes `GET /api/cluster` lists, in its order (by name).
+    pub fn cluster_nodes(&self) -> anyhow::Result<Vec<String>> {
+        let (status, body) = self.get("/api/cluster")?;
+        anyhow::ensure!(status == 200, "GET /api/cluster: {status} {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).context("GET /api/cluster")?;
+        Ok(v["nodes"]
+            .as_array()
+            .map(|nodes| {
+                nodes
+                    .iter()
+                    .filter_map(|n| Some(n["node"].as_str()?.to_owned()))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// DELETEs a resource; the status.
     pub fn delete(&self, location: &str) -> anyhow::Result<u16> {
         let url = self.url_of(location);
