@@ -126,3 +126,26 @@ fn room_forwarding_allocates_nothing_per_packet() {
     assert_eq!(n, 184 * 3 * 2);
     assert_eq!(during, 0, "allocations in steady state");
 }
+
+#[test]
+fn a_broadcast_wider_than_a_few_hundred_copies_allocates_nothing_per_packet() {
+    // Two publishers and 200 viewers: 400 copies of a round in flight at once, more than a
+    // small buffer pool keeps.
+    let mut h = Harness::simd();
+    for i in 0..2 {
+        h.join_connected("r", i + 1, JoinKind::Whip);
+    }
+    for i in 2..202 {
+        h.join_connected("r", i + 1, JoinKind::Whep);
+    }
+    let packets = (0..2)
+        .map(|m| (0..120).map(|_| h.srtp(m, &[5; 160]).1).collect())
+        .collect();
+    let mut s = Setup { h, packets };
+    rounds(&mut s, 0..16);
+    let before = allocs();
+    let (n, _) = rounds(&mut s, 16..120);
+    let during = allocs() - before;
+    assert_eq!(n, 104 * 2 * 200);
+    assert_eq!(during, 0, "allocations in steady state");
+}

@@ -12,8 +12,11 @@ use std::time::Instant;
 use crate::leg::{CopyTarget, LegEvent, TransmitKind};
 use crate::room::MemberAt;
 
-/// Buffers kept for the next copies (a batch of many copies allocates the rest once).
-const POOL_MAX: usize = 256;
+/// Buffers kept for the next copies: enough for a broadcast's copies of a batch in flight (a
+/// packet to 1,000 viewers is 1,000 buffers until sent), so that a wide fan-out does not
+/// allocate and free per copy. The pool only grows to what was in flight at once (at most
+/// ~6 MiB of 1,500-byte buffers); a batch wider than this allocates the rest.
+const POOL_MAX: usize = 4096;
 
 /// What a room put out. See the [module documentation](self).
 #[derive(Debug)]
