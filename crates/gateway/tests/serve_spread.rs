@@ -17,13 +17,19 @@ const VIDEO: Media = Media::SimulcastVideo {
 };
 
 fn start(spread: bool) -> Server {
+    start_with(ServeConfig {
+        spread_viewers: spread,
+        ..ServeConfig::default()
+    })
+}
+
+fn start_with(config: ServeConfig) -> Server {
     Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         workers: 2,
-        spread_viewers: spread,
         drain_secs: 0.1,
-        ..ServeConfig::default()
+        ..config
     })
     .unwrap()
 }
@@ -235,5 +241,74 @@ fn with_spreading_off_every_viewer_joins_on_the_rooms_worker() {
     assert!(heard);
     assert_eq!(metric(&s, "secrelay_pipe_mirrors"), 0);
     assert_eq!(metric(&s, "secrelay_pipe_packets_total"), 0);
+    s.shutdown();
+}
+
+#[test]
+fn viewers_joining_and_leaving_at_once_on_both_workers_leave_nothing_behind() {
+    // The burst comes from one address and never connects, and a debug build's workers are
+    // busy making its answers: neither limit is what this test is about.
+    let s = start_with(ServeConfig {
+        max_pending_offers_per_source: 1000,
+        shed_handshakes_at: 2.0,
+        shed_joins_at: 2.0,
+        ..ServeConfig::default()
+    });
+    let sig = signaling(&s);
+    let g = s.gateway().clone();
+    let epoch = Instant::now();
+    let publisher = SimParticipant::join(&sig, "burst", Leg::Whip, LOCAL, epoch).unwrap();
+    // 24 viewers offered from 8 threads at once, then deleted from 8 threads at once, twice:
+    // the pipe to the other worker is attached and detached under a race of joins and leaves.
+    for round in 0..2 {
+        let locations: Vec<String> = std::thread::scope(|scope| {
+            let joins: Vec<_> = (0..8)
+                .map(|_| {
+                    scope.spawn(|| {
+                        (0..3)
+                            .map(|_| {
+                                SimParticipant::join(&sig, "burst", Leg::Whep, LOCAL, epoch)
+                                    .unwrap()
+                                    .location
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            joins.into_iter().flat_map(|j| j.join().unwrap()).collect()
+        });
+        assert_eq!(locations.len(), 24);
+        let by_worker = g.participants_by_worker();
+        assert_eq!(
+            by_worker.iter().sum::<usize>(),
+            25,
+            "round {round}: {by_worker:?}"
+        );
+        assert!(
+            by_worker.iter().all(|&n| n >= 8),
+            "round {round}: {by_worker:?}"
+        );
+        assert_eq!(metric(&s, "secrelay_pipe_mirrors"), 1);
+        std::thread::scope(|scope| {
+            for chunk in locations.chunks(3) {
+                let sig = &sig;
+                scope.spawn(move || {
+                    for l in chunk {
+                        assert_eq!(sig.delete(l).unwrap(), 200);
+                    }
+                });
+            }
+        });
+        wait_for("the viewers to go", Duration::from_secs(5), || {
+            g.stats().totals().participants == 1 && metric(&s, "secrelay_pipe_mirrors") == 0
+        });
+    }
+    assert_eq!(sig.delete(&publisher.location).unwrap(), 200);
+    wait_for("the room to go", Duration::from_secs(5), || {
+        let t = g.stats().totals();
+        t.participants == 0 && t.rooms == 0
+    });
+    assert_eq!(g.participants_by_worker(), vec![0, 0]);
+    assert_eq!(g.directory_sizes(), (0, 0));
     s.shutdown();
 }
