@@ -407,6 +407,14 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
                 .unwrap_or_default()
         );
     }
+    if r.gateway_worker_participants.len() > 1 {
+        let split: Vec<String> = r
+            .gateway_worker_participants
+            .iter()
+            .map(u64::to_string)
+            .collect();
+        println!("  gateway workers    participants {}", split.join(" / "));
+    }
     if !r.gateway_drops.is_empty() {
         println!("  gateway drops      {:?}", r.gateway_drops);
     }

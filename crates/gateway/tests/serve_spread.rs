@@ -140,6 +140,18 @@ fn a_broadcast_spreads_its_viewers_over_both_workers_and_every_viewer_plays() {
     let totals = g.stats().totals();
     assert_eq!((totals.participants, totals.rooms), (7, 1), "{totals:?}");
     assert_eq!(metric(&s, "secrelay_pipe_mirrors"), 1);
+    // The workers' own figures, as published.
+    wait_for("the workers' participants", Duration::from_secs(2), || {
+        (0..2)
+            .map(|w| {
+                metric(
+                    &s,
+                    &format!("secrelay_worker_participants{{worker=\"{w}\"}}"),
+                ) as usize
+            })
+            .collect::<Vec<_>>()
+            == by_worker
+    });
     let piped = metric(&s, "secrelay_pipe_packets_total");
     assert!(piped >= 300, "piped {piped}");
     // A packet is piped once per worker, not once per remote viewer: the remote viewers got

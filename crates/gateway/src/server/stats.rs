@@ -900,6 +900,18 @@ impl Collector for StatsCollector {
         }
         {
             let mut m = e.encode_descriptor(
+                "secrelay_worker_participants",
+                "Participants on each packet worker (a room's spread viewers on the workers they joined; mirrored publishers are not participants)",
+                None,
+                MetricType::Gauge,
+            )?;
+            for (i, w) in s.workers.iter().enumerate() {
+                let labels = [("worker", i.to_string())];
+                ConstGauge::new(w.shard().members as i64).encode(m.encode_family(&labels)?)?;
+            }
+        }
+        {
+            let mut m = e.encode_descriptor(
                 "secrelay_worker_shedding",
                 "What each packet worker sheds for its load (admission control): 0 nothing, 1 new DTLS handshakes, 2 new handshakes and new rooms and legs",
                 None,

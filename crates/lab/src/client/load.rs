@@ -95,6 +95,8 @@ pub struct Scrape {
     /// The most any worker sheds, `secrelay_worker_shedding` (0 nothing, 1 new handshakes, 2
     /// new handshakes and new rooms and legs).
     pub shedding_max: f64,
+    /// `secrelay_worker_participants`, by worker index: where the participants are.
+    pub worker_participants: Vec<u64>,
 }
 
 impl Scrape {
@@ -143,6 +145,15 @@ pub fn parse_metrics(text: &str) -> Scrape {
             s.encoded = v;
         } else if name.starts_with("secrelay_worker_load{") {
             s.worker_load_max = s.worker_load_max.max(v);
+        } else if let Some(w) = name
+            .strip_prefix("secrelay_worker_participants{worker=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+            .and_then(|w| w.parse::<usize>().ok())
+        {
+            if s.worker_participants.len() <= w {
+                s.worker_participants.resize(w + 1, 0);
+            }
+            s.worker_participants[w] = v as u64;
         } else if name.starts_with("secrelay_worker_shedding{") {
             s.shedding_max = s.shedding_max.max(v);
         } else if let Some(reason) = name
@@ -240,6 +251,9 @@ pub struct LoadReport {
     pub gateway_rss_per_participant: Option<f64>,
     /// Gateway resident memory at the end of the window, bytes.
     pub gateway_rss_bytes: Option<u64>,
+    /// Participants on each of the gateway's workers at the end of the window (how a spread
+    /// room's viewers fell).
+    pub gateway_worker_participants: Vec<u64>,
     /// The broadcast scenario's figures; `None` in rooms of audio participants.
     pub broadcast: Option<BroadcastReport>,
     /// Failures.
@@ -566,6 +580,7 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             .zip(proc_before)
             .map(|(a, b)| (b.rss_bytes as f64 - a.rss_bytes as f64) / r.participants as f64),
         gateway_rss_bytes: proc_after.map(|p| p.rss_bytes),
+        gateway_worker_participants: after.worker_participants.clone(),
         broadcast,
         failures: r.failures,
     })
@@ -599,9 +614,11 @@ mod tests {
         assert_eq!((t.transcoded, t.decoded, t.encoded), (7.0, 3.0, 2.0));
         let w = parse_metrics(
             "secrelay_worker_load{worker=\"0\"} 0.4\nsecrelay_worker_load{worker=\"1\"} 0.97\n\
-             secrelay_worker_shedding{worker=\"0\"} 0\nsecrelay_worker_shedding{worker=\"1\"} 2\n",
+             secrelay_worker_shedding{worker=\"0\"} 0\nsecrelay_worker_shedding{worker=\"1\"} 2\n\
+             secrelay_worker_participants{worker=\"1\"} 251\nsecrelay_worker_participants{worker=\"0\"} 250\n",
         );
         assert_eq!((w.worker_load_max, w.shedding_max), (0.97, 2.0));
+        assert_eq!(w.worker_participants, [250, 251]);
         assert_eq!(after.drops, vec![("replayed".to_string(), 3.0)]);
         // 100 new observations: 90 in (10 µs, 100 µs], 10 above.
         assert_eq!(relay_quantile(&before, &after, 0.5), Some(0.0001));
