@@ -423,6 +423,20 @@ pub fn scrape(signaling: &Signaling) -> anyhow::Result<Scrape> {
     Ok(parse_metrics(&metrics_text(signaling)?))
 }
 
+/// A scrape half a second before a media window of `window` that opens now closes, on a thread
+/// of its own: the gateway's gauges while every participant is still in.
+fn gauges_before_the_end(
+    signaling: &Signaling,
+    window: std::time::Duration,
+) -> std::thread::JoinHandle<anyhow::Result<Scrape>> {
+    let signaling = signaling.clone();
+    let at = window.saturating_sub(std::time::Duration::from_millis(500));
+    std::thread::spawn(move || {
+        std::thread::sleep(at);
+        scrape(&signaling)
+    })
+}
+
 /// Runs the load: joins, waits for all connected, measures the media window, leaves.
 pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<LoadReport> {
     let base = &o.fleet.signaling;
@@ -432,7 +446,7 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     let group = fleet::join_all(&o.fleet, &progress, epoch)?;
     // The window opens when everybody is connected.
     let p2 = progress.clone();
-    let (done, media_secs, (before, proc_before)) =
+    let (done, media_secs, (before, proc_before, gauges)) =
         fleet::run_media_windowed(&o.fleet, group, progress, || {
             // A participant is up when its own side has its keys; the gateway's side of a
             // handshake can finish a moment later (it reads the last flight after the client
@@ -444,12 +458,20 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             loop {
                 let s = scrape(base)?;
                 if s.connected >= want || Instant::now() >= until {
-                    return Ok((s, o.server_pid.map(proc_sample).transpose()?));
+                    let gauges = gauges_before_the_end(base, o.fleet.duration);
+                    return Ok((s, o.server_pid.map(proc_sample).transpose()?, gauges));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         })?;
     let after = scrape(base)?;
+    // What the gateway holds (buffers, participants per worker) is read before the fleet closes
+    // its participants at the end of the window, not after (a teardown in progress).
+    let held = gauges
+        .join()
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| after.clone());
     let proc_after = o.server_pid.map(proc_sample).transpose()?;
     fleet::leave_all(&o.fleet, &done);
     let r: FleetReport = fleet::summarize(&done, media_secs);
@@ -520,10 +542,10 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             video_delivery: v.video_delivery.into(),
             audio: v.audio.into(),
             video: v.video.into(),
-            retransmit_streams: after.retransmit_streams,
-            retransmit_bytes: after.retransmit_bytes,
-            retransmit_bytes_per_stream: (after.retransmit_streams > 0.0)
-                .then(|| after.retransmit_bytes / after.retransmit_streams),
+            retransmit_streams: held.retransmit_streams,
+            retransmit_bytes: held.retransmit_bytes,
+            retransmit_bytes_per_stream: (held.retransmit_streams > 0.0)
+                .then(|| held.retransmit_bytes / held.retransmit_streams),
             feedback,
         });
     let q = |p| relay_quantile(&before, &after, p).map(|s| s * 1e6);
@@ -580,7 +602,7 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
             .zip(proc_before)
             .map(|(a, b)| (b.rss_bytes as f64 - a.rss_bytes as f64) / r.participants as f64),
         gateway_rss_bytes: proc_after.map(|p| p.rss_bytes),
-        gateway_worker_participants: after.worker_participants.clone(),
+        gateway_worker_participants: held.worker_participants.clone(),
         broadcast,
         failures: r.failures,
     })
