@@ -65,6 +65,7 @@ use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
 
 mod pipe;
+pub use crate::room::PipedPacket;
 pub use pipe::{PipeEvent, PipeTransmit, Piped};
 
 /// A datagram as the shard takes it: read from a socket and classified once.
@@ -1098,9 +1099,8 @@ impl Shard {
                 Out::Pipe {
                     worker,
                     publisher,
-                    layer,
+                    packet,
                     buf,
-                    received,
                 } => {
                     self.counters.piped_out += 1;
                     let key = PipeKey {
@@ -1112,7 +1112,7 @@ impl Shard {
                     self.queue.push_back(Queued::Pipe {
                         worker,
                         key,
-                        what: Piped::Media { layer, received },
+                        what: Piped::Media(packet),
                         buf,
                     });
                 }
@@ -2389,6 +2389,11 @@ impl Shard {
         let (slot, member) = self.find(room, id)?;
         let s = self.rooms[slot].as_ref()?;
         s.room.member_counters(member.id()).copied()
+    }
+
+    /// The names of the rooms here (a replica's too: the room is on this node either way).
+    pub fn room_names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.room_index.keys().map(String::as_str)
     }
 
     /// A room, by name (for tests: its slots, mapped SSRCs and members).

@@ -136,7 +136,7 @@ pub use member::{
     JoinKind, MemberAt, MemberId, MemberRole, Session, MAX_STREAMS, STREAM_IDLE, TWCC_INTERVAL,
 };
 pub use out::{Out, RoomOut, Sent};
-pub use pipe::Publisher;
+pub use pipe::{PipedPacket, Publisher};
 
 use member::Member;
 use subscription::{Source, Subscription};

@@ -60,12 +60,10 @@ pub enum Out {
         worker: usize,
         /// The publisher.
         publisher: MemberAt,
-        /// Its simulcast section and layer, when it is one's.
-        layer: Option<(usize, usize)>,
+        /// How the packet was read.
+        packet: crate::room::PipedPacket,
         /// The packet.
         buf: Vec<u8>,
-        /// When it was received.
-        received: Instant,
     },
 }
 

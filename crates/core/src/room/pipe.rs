@@ -5,12 +5,26 @@
 
 use std::time::Instant;
 
+use secrelay_wire::demux::RtpFacts;
 use secrelay_wire::rtcp::{compound, Feedback};
 
 use crate::leg::{LegKind, NegotiatedMedia};
 use crate::room::out::{Out, RoomOut};
 use crate::room::rtcp_in::nack_upstream;
 use crate::room::{MemberAt, Room, Session};
+
+/// A publisher's packet as the home read it, for a replica: its header's fields (the replica
+/// does not parse it again), its simulcast section and layer when it is one's, and when the
+/// home received it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PipedPacket {
+    /// Its header's fields.
+    pub facts: RtpFacts,
+    /// Its simulcast section and layer.
+    pub layer: Option<(usize, usize)>,
+    /// When the home received it.
+    pub received: Instant,
+}
 
 /// A replica of the room: the worker that holds it and how many of its viewers are there (the
 /// home hands it packets while there is one).
@@ -85,16 +99,9 @@ impl Room {
         })
     }
 
-    /// Hands a packet of the publisher at place `ix` (plain RTP; `layer`: its simulcast
-    /// section and layer) to every replica, each in a buffer of its own.
-    pub(super) fn pipe_out(
-        &self,
-        ix: u32,
-        rtp: &[u8],
-        layer: Option<(usize, usize)>,
-        received: Instant,
-        out: &mut RoomOut,
-    ) {
+    /// Hands a packet of the publisher at place `ix` (`rtp`, plain, as `packet` says it was
+    /// read) to every replica, each in a buffer of its own.
+    pub(super) fn pipe_out(&self, ix: u32, rtp: &[u8], packet: PipedPacket, out: &mut RoomOut) {
         let publisher = self.members[ix].at;
         for p in &self.pipes {
             crate::copy_count::count();
@@ -103,9 +110,8 @@ impl Room {
             out.push(Out::Pipe {
                 worker: p.worker,
                 publisher,
-                layer,
+                packet,
                 buf,
-                received,
             });
         }
     }

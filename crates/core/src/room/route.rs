@@ -15,6 +15,7 @@ use crate::feedback::unwrap_rtx;
 use crate::leg::CodecId;
 use crate::room::member::{Member, Stream, VideoIn, MAX_STREAMS, STREAM_IDLE};
 use crate::room::out::{Out, RoomOut};
+use crate::room::pipe::PipedPacket;
 use crate::room::source::{abs_send_time, LayerOf, MadePacket, SourcePacket};
 use crate::room::subscription::{Cx, Source, Subscription};
 use crate::room::{Feed, MemberAt, Room};
@@ -156,7 +157,12 @@ impl Room {
         }
         let feed = stream.feed;
         if !self.pipes.is_empty() {
-            self.pipe_out(ix, rtp, layer, received, out);
+            let packet = PipedPacket {
+                facts: *facts,
+                layer,
+                received,
+            };
+            self.pipe_out(ix, rtp, packet, out);
         }
         self.fan_out(feed, &pkt, out);
     }

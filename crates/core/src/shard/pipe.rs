@@ -24,12 +24,12 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use secrelay_wire::demux::{demux, Class};
+use secrelay_wire::demux::Class;
 
 use super::{Bytes, Event, Handled, Head, JoinError, MemberKey, Queued, RoomSlot, Shard, Who};
 use crate::counters::EndReason;
 use crate::leg::{Leg, MirrorSpec, PipeKey, PipeLeg, Via};
-use crate::room::{MemberAt, MemberRole, Session};
+use crate::room::{MemberAt, MemberRole, PipedPacket, Session};
 
 /// Where a piped packet "comes from" (no address: the pipe says whose it is).
 const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
@@ -37,14 +37,8 @@ const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPE
 /// What a pipe carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Piped {
-    /// A publisher's packet (plain RTP), home to replica: its simulcast section and layer,
-    /// when it is one's, and when the home received it.
-    Media {
-        /// Section and layer.
-        layer: Option<(usize, usize)>,
-        /// When the home received it.
-        received: Instant,
-    },
+    /// A publisher's packet (plain RTP), home to replica, as the home read it.
+    Media(PipedPacket),
     /// A mirror's RTCP about its publisher's streams, replica to home.
     Feedback,
 }
@@ -247,31 +241,30 @@ impl Shard {
         }
     }
 
-    /// A packet its home piped for the mirror of `key` (`layer`: its simulcast section and
-    /// layer), routed to the replica's viewers as the mirror's; `buf` is taken (a buffer of the
-    /// shard's goes in its place) when routing keeps it. [`Handled::NotOurs`] when there is no
-    /// such mirror (it went since).
+    /// A packet its home piped for the mirror of `key` (`buf`, read at home as `packet` says:
+    /// not parsed again), routed to the replica's viewers as the mirror's; `buf` is taken (a
+    /// buffer of the shard's goes in its place) when routing keeps it. [`Handled::NotOurs`]
+    /// when there is no such mirror (it went since).
     pub fn handle_piped(
         &mut self,
         now: Instant,
         key: PipeKey,
-        (layer, received): (Option<(usize, usize)>, Instant),
+        packet: PipedPacket,
         buf: &mut Vec<u8>,
     ) -> Handled {
         let Some(k) = self.mirrors.get(&key).copied() else {
             return Handled::NotOurs;
         };
-        let class = demux(buf);
-        if let (Some(layer), Class::Rtp(facts)) = (layer, class) {
+        if let Some(layer) = packet.layer {
             if let Some(s) = self.room_of(k) {
-                s.room.bind_layer(k.member, facts.ssrc, layer);
+                s.room.bind_layer(k.member, packet.facts.ssrc, layer);
             }
         }
         let head = Head {
             via: Via::Pipe,
             from: NOWHERE,
-            class,
-            received,
+            class: Class::Rtp(packet.facts),
+            received: packet.received,
         };
         self.handle_keyed(now, k, head, Bytes::Owned(buf))
     }
@@ -353,7 +346,7 @@ impl Shard {
             })));
     }
 
-    /// Whether the member at `at` of the room in `slot` is a mirror (its key forgotten).
+    /// Whether `leg`, just removed from its room, is a mirror (its key forgotten then).
     pub(super) fn forget_mirror(&mut self, leg: &Leg) -> bool {
         match leg.as_pipe() {
             Some(p) => {

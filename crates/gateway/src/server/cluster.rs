@@ -309,10 +309,10 @@ impl Cluster {
     async fn rooms_here(&self) -> Vec<String> {
         let mut rooms: Vec<String> = self
             .gateway
-            .rooms(None)
+            .room_names()
             .await
             .into_iter()
-            .map(|r| owned_as(r.name))
+            .map(owned_as)
             .collect();
         let now = Instant::now();
         let mut claimed = self.claimed.lock().unwrap_or_else(|e| e.into_inner());

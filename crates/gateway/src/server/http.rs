@@ -1413,7 +1413,6 @@ fn member_view(room: &super::RoomSnapshot, me: &str) -> serde_json::Value {
     serde_json::json!({ "name": room.name, "participants": participants })
 }
 
-/// `GET /api/rooms`: the rooms the caller's grant covers (every room for the admin key).
 /// A new session's request for a room another node of the cluster owns: `307 Temporary
 /// Redirect` to the same path there (the method and body are sent again). `None`: the room's
 /// sessions are made here (no cluster, this node owns it, or the directory does not answer).
@@ -1434,22 +1433,31 @@ async fn to_owner(s: &AppState, room: &str, uri: &axum::http::Uri) -> Option<Res
     Some(r)
 }
 
+/// The caller of a cluster route, let through by `allow`, with this node's cluster; or the
+/// answer: 401 or 403, or 404 on a gateway that is no node of a cluster.
+fn cluster_caller(
+    s: &AppState,
+    headers: &HeaderMap,
+    allow: fn(&Policy, &Caller) -> Result<(), Failure>,
+) -> Result<(Arc<Cluster>, Arc<Policy>, Caller), Box<Response>> {
+    let (policy, caller) = s.caller(headers, None)?;
+    allow(&policy, &caller).map_err(|f| s.deny(f))?;
+    let cluster = s.cluster.clone().ok_or_else(|| {
+        Box::new(refuse(
+            s,
+            StatusCode::NOT_FOUND,
+            "this gateway is no node of a cluster (cluster_redis is not set)",
+        ))
+    })?;
+    Ok((cluster, policy, caller))
+}
+
 /// `GET /api/cluster`: the nodes of the cluster, their leases and loads, and which node owns
 /// which room, as the directory says now.
 async fn api_cluster(State(s): State<AppState>, headers: HeaderMap) -> Response {
-    let (policy, caller) = match s.caller(&headers, None) {
+    let (cluster, policy, caller) = match cluster_caller(&s, &headers, Policy::allow_room_list) {
         Ok(c) => c,
         Err(r) => return *r,
-    };
-    if let Err(f) = policy.allow_room_list(&caller) {
-        return *s.deny(f);
-    }
-    let Some(cluster) = &s.cluster else {
-        return refuse(
-            &s,
-            StatusCode::NOT_FOUND,
-            "this gateway is no node of a cluster (cluster_redis is not set)",
-        );
     };
     match cluster.view().await {
         Ok(mut view) => {
@@ -1468,22 +1476,12 @@ async fn api_cluster(State(s): State<AppState>, headers: HeaderMap) -> Response 
 /// from its cluster (new rooms go to the other nodes; its rooms keep their sessions and take
 /// new ones until they end; `/healthz` answers 503 meanwhile) or takes it back.
 async fn drain_node(State(s): State<AppState>, headers: HeaderMap, draining: bool) -> Response {
-    let (policy, caller) = match s.caller(&headers, None) {
-        Ok(c) => c,
+    let cluster = match cluster_caller(&s, &headers, Policy::allow_node_control) {
+        Ok((cluster, _, _)) => cluster,
         Err(r) => return *r,
     };
-    if let Err(f) = policy.allow_node_control(&caller) {
-        return *s.deny(f);
-    }
-    let Some(cluster) = &s.cluster else {
-        return refuse(
-            &s,
-            StatusCode::NOT_FOUND,
-            "this gateway is no node of a cluster (cluster_redis is not set)",
-        );
-    };
     let written = cluster.set_draining(draining).await;
-    let rooms = s.gateway.rooms(None).await.len();
+    let rooms = s.gateway.room_names().await.len();
     Json(serde_json::json!({
         "draining": draining,
         "rooms": rooms,
@@ -1493,6 +1491,7 @@ async fn drain_node(State(s): State<AppState>, headers: HeaderMap, draining: boo
     .into_response()
 }
 
+/// `GET /api/rooms`: the rooms the caller's grant covers (every room for the admin key).
 async fn api_rooms(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let (policy, caller) = match s.caller(&headers, None) {
         Ok(c) => c,

@@ -453,9 +453,6 @@ impl Gateway {
             lifecycle: std::sync::OnceLock::new(),
             lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
             ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
-            participants: (0..n)
-                .map(|_| std::sync::atomic::AtomicUsize::new(0))
-                .collect(),
             placed: std::sync::Mutex::default(),
             admission: config.admission(),
         });
@@ -609,10 +606,12 @@ impl Gateway {
 
     /// Participants on each worker now (a spread room's viewers on the workers they joined).
     pub fn participants_by_worker(&self) -> Vec<usize> {
-        self.shared
-            .participants
+        // Each worker publishes its counters after every command (a join, a leave) and every
+        // 200 ms.
+        self.stats
+            .workers
             .iter()
-            .map(|n| n.load(Ordering::Relaxed))
+            .map(|w| w.shard().members as usize)
             .collect()
     }
 
@@ -723,8 +722,7 @@ impl Gateway {
         }
         let home = self.worker_index(room);
         let load = |w: usize| {
-            self.shared.participants[w].load(Ordering::Relaxed)
-                + self.joining[w].load(Ordering::Relaxed)
+            self.stats.workers[w].shard().members as usize + self.joining[w].load(Ordering::Relaxed)
         };
         // Ties go to the room's own worker (no pipe needed).
         let best = (0..workers).min_by_key(|&w| (load(w), w != home))?;
@@ -1015,6 +1013,24 @@ impl Gateway {
         })
         .await
         .flatten()
+    }
+
+    /// The names of the rooms on any worker, sorted, each once (no participant's figures
+    /// gathered: what a cluster node renews its rooms from).
+    pub(crate) async fn room_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        for p in &self.shared.peers {
+            let these = p.run(|w, _| {
+                w.shard_mut()
+                    .room_names()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            });
+            names.extend(these.await.unwrap_or_default());
+        }
+        names.sort();
+        names.dedup();
+        names
     }
 
     /// Every room (sorted by name), or one; a room spread over workers is one room, its

@@ -159,8 +159,6 @@ pub(crate) struct Shared {
     pub lifecycle_dropped: std::sync::atomic::AtomicU64,
     /// ICE-TCP connections open, all workers together.
     pub ice_tcp_open: std::sync::atomic::AtomicUsize,
-    /// Participants on each worker now (where a room's next viewer goes).
-    pub participants: Vec<std::sync::atomic::AtomicUsize>,
     /// The worker of each participant that joined on another worker than its room's (a
     /// spread room's viewers), by id: where operations on it go.
     pub placed: std::sync::Mutex<HashMap<String, usize>>,
@@ -917,7 +915,6 @@ impl Worker {
                 peers,
                 ..
             } => {
-                self.shared.participants[self.index].fetch_sub(1, Ordering::Relaxed);
                 {
                     let mut placed = self.shared.placed.lock().unwrap_or_else(|e| e.into_inner());
                     if placed.get(&id) == Some(&self.index) {
@@ -941,9 +938,6 @@ impl Worker {
             }
             Event::Connected { handshake } => self.stats.handshake_time.record(handshake),
             Event::Lifecycle(l) => {
-                if matches!(l, Lifecycle::Joined { .. }) {
-                    self.shared.participants[self.index].fetch_add(1, Ordering::Relaxed);
-                }
                 if let Some(tx) = self.shared.lifecycle.get() {
                     if tx.try_send(l).is_err() {
                         self.shared

@@ -53,10 +53,7 @@ impl Worker {
         while let Ok(mut m) = self.inbox.pipes.try_recv() {
             let now = Instant::now();
             let handled = match m.what {
-                Piped::Media { layer, received } => {
-                    self.shard
-                        .handle_piped(now, m.key, (layer, received), &mut m.buf)
-                }
+                Piped::Media(packet) => self.shard.handle_piped(now, m.key, packet, &mut m.buf),
                 Piped::Feedback => self.shard.handle_pipe_feedback(now, m.key, &m.buf),
             };
             if handled == Handled::NotOurs {
