@@ -1885,6 +1885,28 @@ impl Shard {
         offer.ok_or_else(missing)?
     }
 
+    /// Gives a telephony member the keys of ours that `crypto` carries
+    /// ([`crate::leg::RtpLeg::restore_keys`]): a call taken over from another node.
+    pub fn restore_rtp_keys(
+        &mut self,
+        room: &str,
+        id: &str,
+        crypto: &[zeroize::Zeroizing<String>],
+    ) -> Result<(), JoinError> {
+        let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
+        let (slot, member) = self.find(room, id).ok_or_else(missing)?;
+        let Shard { rooms, out, .. } = self;
+        let s = rooms[slot].as_mut().ok_or_else(missing)?;
+        s.room
+            .with_leg(member, out, |leg| {
+                leg.as_rtp_mut()
+                    .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?
+                    .restore_keys(crypto)
+                    .map_err(|e| JoinError::Unacceptable(e.to_string()))
+            })
+            .ok_or_else(missing)?
+    }
+
     /// Whether `room` has a place for `who` (its limits), or [`JoinError::Full`].
     fn admit_member(&self, room: &str, who: &Who) -> Result<(), JoinError> {
         let members = self

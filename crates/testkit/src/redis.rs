@@ -61,6 +61,16 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// What redis-cli prints for `args` (one command), trimmed.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli comes with redis-server");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
     /// Calls of `command` the server answered so far (`INFO commandstats`, through
     /// redis-cli, which comes with it).
     pub fn calls(&self, command: &str) -> u64 {

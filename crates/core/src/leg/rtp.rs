@@ -140,6 +140,9 @@ pub struct RtpLegOptions {
     /// The local address its ports are bound on (a media interface's), instead of the
     /// gateway's UDP address.
     pub bind: Option<IpAddr>,
+    /// The exact address its RTP socket is bound on (RTCP on the next port), instead of a
+    /// pair from the port range: a call taken over from a node that died keeps its ports.
+    pub at: Option<SocketAddr>,
     /// The remote addresses the leg refuses at first: its ports' previous peers, as the
     /// server's port pool remembers them (filled in by the worker that binds the ports).
     pub quarantine: Quarantine,
@@ -153,6 +156,7 @@ impl Default for RtpLegOptions {
             sdes_suites: None,
             sdes_tags: Vec::new(),
             bind: None,
+            at: None,
             quarantine: Quarantine::default(),
         }
     }
@@ -961,6 +965,79 @@ impl RtpLeg {
         Ok(&self.answer)
     }
 
+    /// Takes the keys of ours that `crypto` (our SDP's `a=crypto` values, as another node
+    /// wrote them for this leg) carries, in place of those this leg made: a call taken over
+    /// from a node that died is made again from its signaling, then given the keys its phones
+    /// already have. Each key of ours finds the line of its suite (and, in an offer still
+    /// open, its tag); a key without a line keeps its value. Err: a line whose key does not
+    /// fit its suite.
+    pub fn restore_keys(&mut self, crypto: &[Zeroizing<String>]) -> Result<(), RtpLegError> {
+        let lines: Vec<Crypto> = crypto
+            .iter()
+            .filter_map(|c| Crypto::parse(c).ok())
+            .collect();
+        let key_of = |profile: Profile,
+                      tag: Option<u32>|
+         -> Result<Option<MasterKey>, RtpLegError> {
+            let Some(line) = lines.iter().find(|c| {
+                c.suite.parse::<Profile>().ok() == Some(profile) && tag.is_none_or(|t| t == c.tag)
+            }) else {
+                return Ok(None);
+            };
+            let Some(key) = line.keys.first() else {
+                return Ok(None);
+            };
+            MasterKey::from_sdes_inline(profile, &key.inline())
+                .map(Some)
+                .map_err(|e| RtpLegError::Srtp(e.to_string()))
+        };
+        let window = self.config.replay_window;
+        match &mut self.security {
+            Security::Plain => return Ok(()),
+            Security::Offered(keys) => {
+                for (tag, profile, key) in keys.iter_mut() {
+                    if let Some(k) = key_of(*profile, Some(*tag))? {
+                        *key = k;
+                    }
+                }
+            }
+            Security::Sdes {
+                profile,
+                outbound,
+                ours,
+                ..
+            } => {
+                if let Some(k) = key_of(*profile, None)? {
+                    let inline = Zeroizing::new(k.to_sdes_inline());
+                    *ours = Zeroizing::new(inline.trim_start_matches("inline:").to_owned());
+                    *outbound = Context::new(Policy::new(k).any_outbound().replay_window(window))
+                        .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+                }
+            }
+        }
+        self.write_keys();
+        Ok(())
+    }
+
+    /// Our SDP's crypto lines written again with the keys the leg holds now.
+    fn write_keys(&mut self) {
+        for c in self.sdp.iter_mut().flat_map(|s| s.crypto.iter_mut()) {
+            let inline = match &self.security {
+                Security::Plain => None,
+                Security::Offered(keys) => keys
+                    .iter()
+                    .find(|(tag, p, _)| *tag == c.tag && p.sdp_name() == c.suite)
+                    .map(|(_, _, k)| Zeroizing::new(k.to_sdes_inline())),
+                Security::Sdes { profile, ours, .. } => (profile.sdp_name() == c.suite)
+                    .then(|| Zeroizing::new(format!("inline:{}", ours.as_str()))),
+            };
+            if let (Some(inline), Some(k)) = (inline, c.keys.first_mut()) {
+                k.key_salt = inline.trim_start_matches("inline:").to_owned();
+            }
+        }
+        self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+    }
+
     /// Our SDP: the answer to the phone's offer, or our offer to it.
     pub fn answer_sdp(&self) -> &str {
         &self.answer
@@ -1209,5 +1286,76 @@ impl RtpLeg {
             Some(e) => Some(LegOutput::Event(e)),
             None => self.poll_timeout().map(LegOutput::Timeout),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secrelay_wire::sdp_rtp::parse_rtp;
+
+    fn ports(base: u16) -> Ports {
+        Ports {
+            rtp: SocketAddr::from(([127, 0, 0, 2], base)),
+            rtcp: SocketAddr::from(([127, 0, 0, 2], base + 1)),
+        }
+    }
+
+    fn crypto_lines(sdp: &str) -> Vec<Zeroizing<String>> {
+        sdp.lines()
+            .filter_map(|l| l.strip_prefix("a=crypto:"))
+            .map(|c| Zeroizing::new(c.to_owned()))
+            .collect()
+    }
+
+    /// A leg made again (another node's call taken over) with fresh keys takes the keys of
+    /// the leg it replaces: the same crypto lines in its SDP, and its outbound context
+    /// protects as the first one's does (what the phone opens).
+    #[test]
+    fn a_leg_made_again_takes_the_keys_its_phone_holds() {
+        let offer = parse_rtp(
+            "v=0\r\no=- 1 1 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1\r\nt=0 0\r\n\
+             m=audio 4000 RTP/SAVP 0\r\n\
+             a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n",
+        )
+        .unwrap();
+        let now = Instant::now();
+        let mut first = RtpLeg::new(&offer, ports(30000), RtpConfig::default(), now).unwrap();
+        let mut again = RtpLeg::new(&offer, ports(30000), RtpConfig::default(), now).unwrap();
+        let held = crypto_lines(first.answer_sdp());
+        assert_eq!(held.len(), 1);
+        assert_ne!(crypto_lines(again.answer_sdp()), held, "fresh keys differ");
+        again.restore_keys(&held).unwrap();
+        assert_eq!(crypto_lines(again.answer_sdp()), held);
+        let rtp = |seq: u8| {
+            let mut p = vec![0x80, 0, 0, seq, 0, 0, 0, 1, 0, 0, 0, 7];
+            p.extend_from_slice(&[0xd5; 160]);
+            p
+        };
+        for seq in 1..3 {
+            let (mut a, mut b) = (rtp(seq), rtp(seq));
+            let n = a.len();
+            a.resize(n + 16, 0);
+            b.resize(n + 16, 0);
+            let la = first
+                .outbound_context()
+                .unwrap()
+                .protect_rtp(&mut a, n)
+                .unwrap();
+            let lb = again
+                .outbound_context()
+                .unwrap()
+                .protect_rtp(&mut b, n)
+                .unwrap();
+            assert_eq!(a[..la], b[..lb]);
+        }
+        // A key that does not fit its suite is refused, naming the SRTP error.
+        let bad = vec![Zeroizing::new(
+            "1 AES_CM_128_HMAC_SHA1_80 inline:c2hvcnQ=".to_owned(),
+        )];
+        assert!(matches!(
+            again.restore_keys(&bad),
+            Err(RtpLegError::Srtp(_))
+        ));
     }
 }

@@ -18,6 +18,13 @@
 //!   the connection is made again in the background, and the next renewal writes the node's
 //!   record and its rooms again. No session depends on Redis once it is made.
 //!
+//! - **Calls that survive their node** (`cluster_state_key` or `cluster_state_clear`): each
+//!   telephony call's state ([`super::call_state`]) is written, sealed, to the node's hash
+//!   `secrelay:calls:<name>` when the call changes, and removed when it ends. A node that lists
+//!   another in `cluster_takeover` watches its lease; when it runs out, the node moves the
+//!   dead node's hash to its own and its calls' rooms to itself (one Lua script: two standbys
+//!   never both take a call), and makes each call again ([`super::ng`]).
+//!
 //! Every Redis call has a deadline ([`CALL_TIMEOUT`]): a directory that does not answer never
 //! holds a request longer than that.
 
@@ -31,6 +38,7 @@ use redis::aio::ConnectionManager;
 use redis::AsyncCommands as _;
 use serde::{Deserialize, Serialize};
 
+use super::call_state::{CallState, Sealer};
 use super::Gateway;
 
 /// Every key of the directory starts with this.
@@ -53,6 +61,14 @@ const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
 /// How many renewals apart a node looks for rooms whose owner is gone (and for rooms that
 /// name it but that it does not hold).
 const SWEEP_EVERY: u64 = 10;
+/// Moves a dead node's call states (KEYS[1]) to the taker's hash (KEYS[2]) and each call's
+/// room (`ARGV[1]` + call-id) to the taker (`ARGV[2]`); the states moved, as field, value, ….
+const TAKE: &str = "local all = redis.call('HGETALL', KEYS[1]) \
+    for i = 1, #all, 2 do \
+      redis.call('HSET', KEYS[2], all[i], all[i + 1]) \
+      redis.call('SET', ARGV[1] .. all[i], ARGV[2]) end \
+    redis.call('DEL', KEYS[1]) \
+    return all";
 /// Releases a key its holder no longer needs (another's is left alone).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
       return redis.call('DEL', KEYS[1]) end \
@@ -147,6 +163,39 @@ pub struct Cluster {
     pub errors: AtomicU64,
     /// Offers redirected and ng commands forwarded to the owner.
     pub redirects: AtomicU64,
+    /// The calls kept for a standby, if this node keeps them.
+    calls: Option<KeptCalls>,
+    /// Call states written to the directory.
+    pub call_writes: AtomicU64,
+    /// Calls taken over from a node that died, and those that could not be made again.
+    pub calls_taken_over: AtomicU64,
+    pub takeover_failures: AtomicU64,
+}
+
+/// Which calls a node keeps for a standby, and takes over. See the [module
+/// documentation](self).
+#[derive(Debug, Default)]
+pub(crate) struct Keeping {
+    /// How states are written (`None`: calls are not kept).
+    pub sealer: Option<Sealer>,
+    /// The nodes whose calls this node takes over when their lease runs out.
+    pub takeover_of: Vec<String>,
+}
+
+/// The calls' states this node keeps, and its takeovers.
+#[derive(Debug)]
+struct KeptCalls {
+    sealer: Sealer,
+    takeover_of: Vec<String>,
+    /// Each kept call's state as last written (written again whole when the directory
+    /// restarted empty).
+    states: Mutex<HashMap<String, String>>,
+    /// Calls whose state changed, to the writer.
+    changed: tokio::sync::mpsc::UnboundedSender<String>,
+    changed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
+    /// Calls taken over, to the ng server that makes them again.
+    taken: tokio::sync::mpsc::UnboundedSender<Vec<CallState>>,
+    taken_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Vec<CallState>>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -164,6 +213,10 @@ fn node_key(node: &str) -> String {
 
 fn room_key(room: &str) -> String {
     format!("{PREFIX}room:{room}")
+}
+
+fn calls_key(node: &str) -> String {
+    format!("{PREFIX}calls:{node}")
 }
 
 /// The directory's name for what a room of this node belongs to: an ng call's sections
@@ -206,6 +259,7 @@ impl Cluster {
         (node, url, ng): (String, String, Option<SocketAddr>),
         lease: Duration,
         gateway: Arc<Gateway>,
+        keeping: Keeping,
     ) -> Result<Arc<Cluster>, String> {
         let client = redis::Client::open(redis_url)
             .map_err(|e| format!("cluster_redis {redis_url:?}: {e}"))?;
@@ -229,6 +283,22 @@ impl Cluster {
             draining: AtomicBool::new(false),
             errors: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
+            calls: keeping.sealer.map(|sealer| {
+                let (changed, changed_rx) = tokio::sync::mpsc::unbounded_channel();
+                let (taken, taken_rx) = tokio::sync::mpsc::unbounded_channel();
+                KeptCalls {
+                    sealer,
+                    takeover_of: keeping.takeover_of,
+                    states: Mutex::default(),
+                    changed,
+                    changed_rx: Mutex::new(Some(changed_rx)),
+                    taken,
+                    taken_rx: Mutex::new(Some(taken_rx)),
+                }
+            }),
+            call_writes: AtomicU64::new(0),
+            calls_taken_over: AtomicU64::new(0),
+            takeover_failures: AtomicU64::new(0),
         }))
     }
 
@@ -295,13 +365,144 @@ impl Cluster {
     /// Renews the node's record and its rooms' ownership every third of the lease, until the
     /// runtime ends.
     pub async fn run(self: Arc<Self>) {
+        let writer = self.calls.as_ref().and_then(|k| {
+            k.changed_rx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+        });
+        if let Some(rx) = writer {
+            tokio::spawn(self.clone().write_calls(rx));
+        }
         let mut tick = tokio::time::interval(self.lease / 3);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             let r = self.renew().await;
             let _ = self.note(r);
+            let r = self.take_over().await;
+            let _ = self.note(r);
         }
+    }
+
+    /// Whether this node keeps its telephony calls' states for a standby.
+    pub fn keeps_calls(&self) -> bool {
+        self.calls.is_some()
+    }
+
+    /// Keeps `state` as its call's (sealed, written by the writer), or forgets call `call_id`
+    /// (`None`: it ended).
+    pub fn keep_call(&self, call_id: &str, state: Option<&CallState>) {
+        let Some(k) = &self.calls else { return };
+        let sealed = match state.map(|s| k.sealer.seal(s)).transpose() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!(call_id, error = %e, "a call's state could not be sealed: not kept");
+                None
+            }
+        };
+        {
+            let mut states = k.states.lock().unwrap_or_else(|e| e.into_inner());
+            match sealed {
+                Some(text) => states.insert(call_id.to_owned(), text),
+                None => states.remove(call_id),
+            };
+        }
+        let _ = k.changed.send(call_id.to_owned());
+    }
+
+    /// The calls taken over from dead nodes, as they are taken (once: the ng server's).
+    pub fn takeovers(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Vec<CallState>>> {
+        self.calls
+            .as_ref()?
+            .taken_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Writes the states of the calls that changed, in the order they changed (each as it is
+    /// when written), until the runtime ends. A write the directory refused is tried again
+    /// with the next change, and every state is written again at the renewal that finds the
+    /// directory emptied.
+    async fn write_calls(self: Arc<Self>, mut rx: tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let mut ids: Vec<String> = Vec::new();
+        let mut retry: Vec<String> = Vec::new();
+        while rx.recv_many(&mut ids, 256).await > 0 {
+            ids.append(&mut retry);
+            ids.sort();
+            ids.dedup();
+            let r = self.write_states(&ids).await;
+            if self.note(r).is_err() {
+                retry = std::mem::take(&mut ids);
+            }
+            ids.clear();
+        }
+    }
+
+    /// Writes calls `ids` as this node keeps them now (a call no longer kept is removed).
+    async fn write_states(&self, ids: &[String]) -> Result<(), String> {
+        let Some(k) = &self.calls else { return Ok(()) };
+        let mut pipe = redis::pipe();
+        {
+            let states = k.states.lock().unwrap_or_else(|e| e.into_inner());
+            for id in ids {
+                match states.get(id) {
+                    Some(text) => pipe.hset(calls_key(&self.node), id, text).ignore(),
+                    None => pipe.hdel(calls_key(&self.node), id).ignore(),
+                };
+            }
+        }
+        let mut c = self.conn().await?;
+        call(pipe.query_async::<()>(&mut c)).await?;
+        self.call_writes
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Takes over the calls of each node of `cluster_takeover` whose lease ran out: its hash
+    /// moved to this node's, its calls' rooms to this node, each state opened and handed to the
+    /// ng server. A state that does not open is counted and dropped.
+    async fn take_over(&self) -> Result<(), String> {
+        let Some(k) = &self.calls else { return Ok(()) };
+        for dead in &k.takeover_of {
+            if *dead == self.node || self.record(dead).await?.is_some() {
+                continue;
+            }
+            let script = redis::cmd("EVAL")
+                .arg(TAKE)
+                .arg(2)
+                .arg(calls_key(dead))
+                .arg(calls_key(&self.node))
+                .arg(room_key("call:"))
+                .arg(&self.node)
+                .to_owned();
+            let mut c = self.conn().await?;
+            let moved: Vec<String> = call(script.query_async(&mut c)).await?;
+            if moved.is_empty() {
+                continue;
+            }
+            let mut states = Vec::new();
+            for pair in moved.chunks(2) {
+                let [id, text] = pair else { continue };
+                match k.sealer.open(id, text) {
+                    Ok(state) => {
+                        k.states
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(id.clone(), text.clone());
+                        states.push(state);
+                    }
+                    Err(e) => {
+                        self.takeover_failures.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(node = %dead, call_id = %id, error = %e, "a call's state could not be opened: not taken over");
+                    }
+                }
+            }
+            tracing::warn!(node = %dead, calls = states.len(), "node's lease ran out: its calls are taken over here");
+            let _ = k.taken.send(states);
+        }
+        Ok(())
     }
 
     /// The rooms this node holds now: those with participants here, and those placed here
@@ -341,6 +542,9 @@ impl Cluster {
             .arg("GET")
             .to_owned();
         let before: Option<String> = call(set.query_async(&mut c)).await?;
+        if before.is_none() {
+            self.rewrite_states().await?;
+        }
         let (came, gone) = {
             let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             let came: Vec<String> = match before {
@@ -377,6 +581,22 @@ impl Cluster {
             self.sweep(n).await?;
         }
         Ok(())
+    }
+
+    /// Writes every kept call's state again (the directory lost them, or never had them).
+    async fn rewrite_states(&self) -> Result<(), String> {
+        let Some(k) = &self.calls else { return Ok(()) };
+        let ids: Vec<String> = k
+            .states
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        if ids.is_empty() {
+            return Ok(());
+        }
+        self.write_states(&ids).await
     }
 
     /// This node's record now.
@@ -639,7 +859,9 @@ impl Cluster {
     pub async fn leave(&self) {
         let rooms = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
         let mut pipe = redis::pipe();
+        // Its calls end with it: nothing is left for a standby to take.
         pipe.cmd("DEL").arg(node_key(&self.node)).ignore();
+        pipe.cmd("DEL").arg(calls_key(&self.node)).ignore();
         self.release(&mut pipe, &rooms);
         let left = match self.conn().await {
             Ok(mut c) => call(pipe.query_async::<()>(&mut c)).await,
@@ -685,6 +907,24 @@ impl prometheus_client::collector::Collector for ClusterCollector {
             "secrelay_cluster_redirects",
             "Offers answered with a redirect, and ng commands forwarded, to the node that owns their room or call",
             c.redirects.load(Ordering::Relaxed),
+        )?;
+        super::stats::counter(
+            &mut e,
+            "secrelay_cluster_call_state_writes",
+            "Telephony calls' states written to the directory for a standby (each when its call changes or ends)",
+            c.call_writes.load(Ordering::Relaxed),
+        )?;
+        super::stats::counter(
+            &mut e,
+            "secrelay_cluster_calls_taken_over",
+            "Telephony calls taken over from a node whose lease ran out, and made again here",
+            c.calls_taken_over.load(Ordering::Relaxed),
+        )?;
+        super::stats::counter(
+            &mut e,
+            "secrelay_cluster_takeover_failures",
+            "Calls of a dead node that could not be taken over (a state that does not open, a port that cannot be bound, a request refused)",
+            c.takeover_failures.load(Ordering::Relaxed),
         )
     }
 }

@@ -113,6 +113,21 @@ pub struct ServeConfig {
     /// every third of it): how long the rooms of a node that died stay redirected to it before
     /// another node takes them.
     pub cluster_lease_secs: f64,
+    /// A file holding the 256-bit key (64 hex digits: `openssl rand -hex 32`) this node seals
+    /// its telephony calls' states with before writing them to the directory, where a standby
+    /// reads them (`cluster_takeover`). Every node that keeps or takes calls needs the same
+    /// key. Not set: calls are not kept (unless `cluster_state_clear`).
+    pub cluster_state_key: Option<PathBuf>,
+    /// Write the calls' states to the directory in clear (SRTP keys included), for a directory
+    /// the operator trusts as much as the nodes. Ignored with `cluster_state_key`.
+    pub cluster_state_clear: bool,
+    /// The nodes whose telephony calls this node takes over when their lease runs out: it
+    /// binds each call's ports on the addresses the dead node had (moved to this machine, as
+    /// keepalived moves a virtual address), makes each call again from the ng requests that
+    /// made it, and gives each leg the keys its phone holds. Needs `cluster_state_key` (or
+    /// `cluster_state_clear`) here and on those nodes; this node's `rtp_ports` must not
+    /// overlap theirs.
+    pub cluster_takeover: Vec<String>,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
     /// A certificate chain (PEM) to use instead of a generated one; needs `key`.
@@ -389,6 +404,9 @@ impl Default for ServeConfig {
             cluster_url: None,
             cluster_ng: None,
             cluster_lease_secs: 6.0,
+            cluster_state_key: None,
+            cluster_state_clear: false,
+            cluster_takeover: Vec::new(),
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
             key: None,
@@ -521,6 +539,11 @@ impl ServeConfig {
     /// cluster.
     pub fn cluster_node(&self) -> Result<Option<&str>, ConfigError> {
         if self.cluster_redis.is_none() {
+            if !self.cluster_takeover.is_empty() || self.cluster_state_key.is_some() {
+                return Err(ConfigError(
+                    "cluster_takeover and cluster_state_key need cluster_redis (the directory the states are kept in)".into(),
+                ));
+            }
             return Ok(None);
         }
         if !(self.cluster_lease_secs.is_finite() && self.cluster_lease_secs >= 0.3) {

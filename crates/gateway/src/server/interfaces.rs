@@ -8,7 +8,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// One address of an interface.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Interface {
     /// The interface's name (`default` when none is given).
     pub name: String,

@@ -20,6 +20,7 @@
 
 pub mod auth;
 pub mod banner;
+mod call_state;
 mod cluster;
 pub mod config;
 mod directory;
@@ -893,6 +894,23 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
+    /// Gives telephony member `id` of `room` the keys of ours that `crypto` carries (a call
+    /// taken over from a node that died: see [`crate::leg::RtpLeg::restore_keys`]).
+    pub(crate) async fn restore_rtp_keys(
+        &self,
+        room: &str,
+        id: &str,
+        crypto: Vec<zeroize::Zeroizing<String>>,
+    ) -> Result<(), JoinError> {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, _, room| {
+            w.shard_mut().restore_rtp_keys(room, &id, &crypto)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
     /// Opens participant `id`'s events channel: our new offers for it arrive on the receiver
     /// (one channel per participant: a second replaces the first). `None` if there is no such
     /// WebRTC participant.
@@ -1148,10 +1166,39 @@ fn join_cluster(
         (node.to_owned(), url.clone(), ng),
         lease,
         gateway.clone(),
+        keeping(config)?,
     )
     .map_err(StartError)?;
     tracing::info!(node, url, "cluster node: directory at cluster_redis");
     Ok(Some(c))
+}
+
+/// Which calls the node keeps for a standby, and takes over (`cluster_state_key`,
+/// `cluster_state_clear`, `cluster_takeover`).
+fn keeping(config: &ServeConfig) -> Result<cluster::Keeping, StartError> {
+    let sealer =
+        match (&config.cluster_state_key, config.cluster_state_clear) {
+            (Some(path), _) => {
+                let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(|e| {
+                    StartError(format!("cluster_state_key {}: {e}", path.display()))
+                })?);
+                Some(call_state::Sealer::with_key(&text).map_err(|e| {
+                    StartError(format!("cluster_state_key {}: {e}", path.display()))
+                })?)
+            }
+            (None, true) => Some(call_state::Sealer::Clear),
+            (None, false) => None,
+        };
+    if sealer.is_none() && !config.cluster_takeover.is_empty() {
+        return Err(StartError(
+            "cluster_takeover needs the calls' states: set cluster_state_key (or cluster_state_clear)"
+                .into(),
+        ));
+    }
+    Ok(cluster::Keeping {
+        sealer,
+        takeover_of: config.cluster_takeover.clone(),
+    })
 }
 
 fn bind_tcp(

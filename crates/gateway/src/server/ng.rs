@@ -19,13 +19,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
 use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
 use secrelay_wire::ng::{error_reply, parse, reply, OfferAnswer, Request};
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
+use super::call_state::{CallState, Pins, Step, MAX_STEPS};
 use super::cluster::{Cluster, Placement};
+use super::interfaces::Interface;
 use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
@@ -112,6 +115,11 @@ pub(crate) struct Ng {
     loop_mark: String,
     /// The cluster this gateway is a node of: commands for a call another node owns go there.
     cluster: Option<Arc<Cluster>>,
+    /// Per telephony call kept for a standby, the requests that shaped it.
+    steps: HashMap<String, Vec<Step>>,
+    /// While a call taken over from another node is made again: where its members are bound,
+    /// and that node's media interfaces.
+    replaying: Option<(Pins, Vec<Interface>)>,
 }
 
 impl Ng {
@@ -125,6 +133,8 @@ impl Ng {
             loop_mark: loop_mark(),
             gateway,
             cluster: None,
+            steps: HashMap::new(),
+            replaying: None,
         }
     }
 
@@ -178,8 +188,16 @@ impl Ng {
         let every =
             Duration::from_secs_f64(self.gateway.config().media_timeout_secs.clamp(1.0, 30.0));
         let mut prune = tokio::time::interval(every);
+        let mut takeovers = self.cluster.as_ref().and_then(|c| c.takeovers());
         loop {
+            let taken = async {
+                match takeovers.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
+                Some(states) = taken => self.take_over(states).await,
                 r = socket.recv_from(&mut buf) => {
                     let Ok((n, from)) = r else { continue };
                     if !self.allowed(from) {
@@ -231,13 +249,21 @@ impl Ng {
                     stats.ng_errors.fetch_add(1, Ordering::Relaxed);
                     error_reply(&why)
                 }
-                None => match self.request(req).await {
-                    Ok(r) => r,
-                    Err(why) => {
-                        stats.ng_errors.fetch_add(1, Ordering::Relaxed);
-                        error_reply(&why)
+                None => {
+                    let kept = self.kept_change(&req);
+                    let r = self.request(req).await;
+                    if let Some((call_id, shaping)) = kept {
+                        let step = shaping.then_some(&r).and_then(|r| r.as_ref().ok());
+                        self.keep(&call_id, step.map(|reply| (&body, reply)));
                     }
-                },
+                    match r {
+                        Ok(r) => r,
+                        Err(why) => {
+                            stats.ng_errors.fetch_add(1, Ordering::Relaxed);
+                            error_reply(&why)
+                        }
+                    }
+                }
             },
             Err(e) => {
                 stats.ng_errors.fetch_add(1, Ordering::Relaxed);
@@ -296,11 +322,143 @@ impl Ng {
         }
         for id in gone {
             self.calls.remove(&id);
+            self.keep(&id, None);
         }
         self.gateway
             .stats()
             .ng_calls
             .store(self.calls.len() as u64, Ordering::Relaxed);
+    }
+
+    /// For a request that may change a call kept for a standby: its call-id, and whether it
+    /// shapes the call (an offer or an answer, kept to be replayed; a `delete` only ends it).
+    fn kept_change(&self, req: &Request) -> Option<(String, bool)> {
+        if !self.cluster.as_ref().is_some_and(|c| c.keeps_calls()) {
+            return None;
+        }
+        match req {
+            Request::Offer(o) | Request::Answer(o) => Some((o.call_id.clone(), true)),
+            Request::Delete { call_id, .. } => Some((call_id.clone(), false)),
+            _ => None,
+        }
+    }
+
+    /// Writes call `call_id`'s state for a standby as it is now, after `step` (the request as
+    /// it came and our reply) when one shaped it; a call that is gone, or that is not kept
+    /// (a WebRTC call, one renegotiated past [`MAX_STEPS`]), is forgotten.
+    fn keep(&mut self, call_id: &str, step: Option<(&Bencode, &Bencode)>) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let Some(Call::Sections(call)) = self.calls.get(call_id) else {
+            self.steps.remove(call_id);
+            cluster.keep_call(call_id, None);
+            return;
+        };
+        let steps = self.steps.entry(call_id.to_owned()).or_default();
+        if let Some((request, reply)) = step {
+            let mut message = Vec::new();
+            request.encode(&mut message);
+            let message = base64::engine::general_purpose::STANDARD.encode(message);
+            let reply = reply
+                .get("sdp")
+                .and_then(Bencode::as_text)
+                .unwrap_or_default();
+            // A request sent again changes nothing, and is not replayed twice.
+            if steps.last().is_none_or(|s| s.message != message) {
+                steps.push(Step { message, reply });
+            }
+        }
+        if steps.len() > MAX_STEPS {
+            tracing::warn!(
+                call_id,
+                steps = steps.len(),
+                "call renegotiated too often to be kept for a standby"
+            );
+            self.steps.remove(call_id);
+            cluster.keep_call(call_id, None);
+            return;
+        }
+        let state = CallState {
+            call_id: call_id.to_owned(),
+            created_at_ms: call
+                .created_at
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            interfaces: self.gateway.interfaces().to_vec(),
+            steps: steps.clone(),
+            members: call.held(),
+        };
+        cluster.keep_call(call_id, Some(&state));
+    }
+
+    /// Makes again the calls taken over from a node that died (see [`super::call_state`]);
+    /// each that cannot be made is counted, logged and dropped.
+    async fn take_over(&mut self, states: Vec<CallState>) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        for state in states {
+            let call_id = state.call_id.clone();
+            let r = self.replay(&state).await;
+            self.replaying = None;
+            match r {
+                Ok(()) => {
+                    cluster.calls_taken_over.fetch_add(1, Ordering::Relaxed);
+                    self.steps.insert(call_id.clone(), state.steps.clone());
+                    self.keep(&call_id, None);
+                }
+                Err(why) => {
+                    cluster.takeover_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(call_id, error = %why, "a call taken over could not be made again");
+                    if let Some(Call::Sections(mut c)) = self.calls.remove(&call_id) {
+                        c.drop_members(&self.ctx()).await;
+                    }
+                    self.keep(&call_id, None);
+                }
+            }
+        }
+        self.gateway
+            .stats()
+            .ng_calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Makes call `state` again: its requests replayed with its members pinned to their
+    /// addresses and the other node's interfaces, then its keys given back to its legs.
+    async fn replay(&mut self, state: &CallState) -> Result<(), String> {
+        if self.calls.contains_key(&state.call_id) {
+            return Err("a call of that call-id is here already".into());
+        }
+        self.replaying = Some((state.pins(), state.interfaces.clone()));
+        let (mut offer_reply, mut answer_reply) = (None, None);
+        for step in &state.steps {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(&step.message)
+                .map_err(|e| format!("a kept request: {e}"))?;
+            let body = Bencode::decode(&raw).map_err(|e| format!("a kept request: {e}"))?;
+            let req = parse(&body).map_err(|e| format!("a kept request: {e}"))?;
+            let answer = matches!(req, Request::Answer(_));
+            self.request(req).await?;
+            if answer {
+                answer_reply = Some(step.reply.as_str());
+            } else {
+                offer_reply = Some(step.reply.as_str());
+            }
+        }
+        let Some(Call::Sections(call)) = self.calls.get_mut(&state.call_id) else {
+            return Err("its requests made no call".into());
+        };
+        call.created_at = std::time::UNIX_EPOCH + Duration::from_millis(state.created_at_ms);
+        let rekey = call.restore(&state.members, offer_reply, answer_reply);
+        for (room, id, crypto) in rekey {
+            let crypto = crypto.into_iter().map(zeroize::Zeroizing::new).collect();
+            self.gateway
+                .restore_rtp_keys(&room, &id, crypto)
+                .await
+                .map_err(|e| join_reason(&e))?;
+        }
+        Ok(())
     }
 
     async fn request(&mut self, req: Request) -> Result<Bencode, String> {
@@ -359,9 +517,13 @@ impl Ng {
     fn ctx(&self) -> Ctx<'_> {
         Ctx {
             gateway: &self.gateway,
-            interfaces: self.gateway.interfaces(),
+            interfaces: self
+                .replaying
+                .as_ref()
+                .map_or(self.gateway.interfaces(), |(_, i)| i.as_slice()),
             loop_mark: &self.loop_mark,
             sdes_suites: &self.sdes_suites,
+            pins: self.replaying.as_ref().map(|(p, _)| p),
         }
     }
 

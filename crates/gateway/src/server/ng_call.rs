@@ -20,6 +20,7 @@ use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
 use secrelay_wire::sdp_rtp::{rtp_section, RtpDescription, Transport};
 
+use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{caller_keeps, plan};
 use super::ng_sdp::{codecs_of, direction_of, rewrite, CodecOut, Relayed, Rewrite, SectionOut};
@@ -27,7 +28,7 @@ use super::{Gateway, JoinError, Who};
 use crate::leg::{CodecId, RtpLegOptions, RtpOfferSpec};
 
 /// Which side of a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Side {
     /// The side of the call's first offer.
     A,
@@ -180,6 +181,15 @@ pub(crate) struct Ctx<'a> {
     pub sdes_suites: &'a [Profile],
     /// This gateway's `loop-protect` mark.
     pub loop_mark: &'a str,
+    /// Where each member is bound, while a call taken over from another node is made again.
+    pub pins: Option<&'a Pins>,
+}
+
+impl Ctx<'_> {
+    /// The address member `side` of `room` is pinned to, if it is.
+    fn pinned(&self, room: &str, side: Side) -> Option<std::net::SocketAddr> {
+        self.pins.and_then(|p| p.at(room, side))
+    }
 }
 
 /// A call.
@@ -194,9 +204,10 @@ pub(crate) struct SectionCall {
     pub from_tag: String,
     pub to_tag: Option<String>,
     sections: Vec<Section>,
-    /// The media interface (index) each side's members are on, once chosen.
-    iface_a: Option<usize>,
-    iface_b: Option<usize>,
+    /// The media interface each side's members are on, once chosen (kept as it was: a call
+    /// taken over from another node keeps that node's).
+    iface_a: Option<Interface>,
+    iface_b: Option<Interface>,
     pending: Option<Pending>,
     /// The last offer answered (a later answer to it is taken too).
     answered: Option<Pending>,
@@ -307,6 +318,62 @@ impl SectionCall {
             }
         }
         v
+    }
+
+    /// Each member as its phone knows it (where it is bound, our crypto lines): what a
+    /// standby needs to take the call over.
+    pub fn held(&self) -> Vec<Held> {
+        let mut v = Vec::new();
+        for s in &self.sections {
+            for (m, side, iface) in [
+                (&s.a, Side::A, &self.iface_a),
+                (&s.b, Side::B, &self.iface_b),
+            ] {
+                if let (Some(m), Some(iface)) = (m, iface) {
+                    v.push(Held {
+                        room: s.room.clone(),
+                        side,
+                        rtp: std::net::SocketAddr::new(iface.local, m.local.port),
+                        crypto: m.local.crypto.clone(),
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    /// After the call was made again from its requests (taken over from another node): each
+    /// member takes the crypto lines its phone holds, and a request sent again gets the reply
+    /// the other node gave (`offer_reply`, `answer_reply`). The members' ids and rooms with
+    /// the crypto lines, for their legs to take the keys.
+    pub fn restore(
+        &mut self,
+        held: &[Held],
+        offer_reply: Option<&str>,
+        answer_reply: Option<&str>,
+    ) -> Vec<(String, String, Vec<String>)> {
+        let mut rekey = Vec::new();
+        for h in held {
+            let Some(s) = self.sections.iter_mut().find(|s| s.room == h.room) else {
+                continue;
+            };
+            let room = s.room.clone();
+            if let Some(m) = s.facing(h.side).as_mut() {
+                m.local.crypto.clone_from(&h.crypto);
+                if !h.crypto.is_empty() {
+                    rekey.push((room, m.id.clone(), h.crypto.clone()));
+                }
+            }
+        }
+        for (repeat, reply) in [
+            (&mut self.last_offer, offer_reply),
+            (&mut self.last_answer, answer_reply),
+        ] {
+            if let (Some(r), Some(text)) = (repeat.as_mut(), reply) {
+                r.reply = text.to_owned();
+            }
+        }
+        rekey
     }
 
     fn room(&self, i: usize) -> String {
@@ -545,7 +612,7 @@ impl SectionCall {
         flags: &Flags,
         at: usize,
         family: Option<bool>,
-    ) -> usize {
+    ) -> Option<Interface> {
         let slot = match side {
             Side::A => &mut self.iface_a,
             Side::B => &mut self.iface_b,
@@ -557,11 +624,14 @@ impl SectionCall {
             .as_deref()
             .filter(|_| at == 1)
             .map(|f| f == "IP6");
-        if let (Some(k), None, None) = (*slot, name, asked) {
-            return k;
+        if let (Some(k), None, None) = (slot.as_ref(), name, asked) {
+            return Some(k.clone());
         }
-        let k = choose(ctx.interfaces, name, asked.or(family));
-        *slot = Some(k);
+        let k = ctx
+            .interfaces
+            .get(choose(ctx.interfaces, name, asked.or(family)))
+            .cloned();
+        slot.clone_from(&k);
         k
     }
 
@@ -615,8 +685,7 @@ impl SectionCall {
         let mut fates = Vec::new();
         let mut renegotiated = Vec::new();
         self.warnings.clear();
-        let k = self.interface(ctx, by.other(), flags, 1, family_of(&doc));
-        let iface = ctx.interfaces.get(k).cloned();
+        let iface = self.interface(ctx, by.other(), flags, 1, family_of(&doc));
         for i in 0..doc.media.len() {
             let (out, fate, local) = self
                 .offer_section(ctx, by, &doc, i, flags, iface.as_ref())
@@ -715,15 +784,16 @@ impl SectionCall {
             rtcp_mux,
             ptime: flags.ptime.or(ptime_of(m)),
         };
+        let room = self.section(i).room.clone();
         let options = RtpLegOptions {
             passthrough: true,
             kind: media_kind(m),
             sdes_suites: None,
             sdes_tags,
             bind: iface.map(|i| i.local),
+            at: ctx.pinned(&room, by.other()),
             ..RtpLegOptions::default()
         };
-        let room = self.section(i).room.clone();
         let j = ctx
             .gateway
             .offer_rtp_with(&room, spec.clone(), options, Who::default())
@@ -826,14 +896,13 @@ impl SectionCall {
             .or_else(|| self.answered.clone())
             .ok_or("no offer in this call waits for an answer")?;
         let doc = SdpDoc::parse(sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
-        let k = self.interface(
+        let iface = self.interface(
             ctx,
             pending.by,
             &pending.flags,
             0,
             family_of(&pending.offer),
         );
-        let iface = ctx.interfaces.get(k).cloned();
         let mut outs = Vec::new();
         for (i, fate) in pending.fates.iter().enumerate() {
             let out = match (fate, doc.media.get(i)) {
@@ -999,6 +1068,7 @@ impl SectionCall {
             sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
             sdes_tags: Vec::new(),
             bind: iface.map(|i| i.local),
+            at: ctx.pinned(room, pending.by),
             ..RtpLegOptions::default()
         };
         let existing = self.section(i).facing(pending.by).clone();

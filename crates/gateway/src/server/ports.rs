@@ -115,6 +115,41 @@ impl PortPool {
         ))
     }
 
+    /// Binds the pair at `rtp` exactly (RTCP on the next port), in the range or not: a leg
+    /// taken over from a node that died keeps its ports. Err: a port of the pair is in use
+    /// here, or cannot be bound (the address is not this machine's yet, another process holds
+    /// the port).
+    pub fn bind_at(&self, rtp: SocketAddr) -> io::Result<Pair> {
+        let p = rtp.port();
+        if !p.is_multiple_of(2) || p == u16::MAX {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{rtp}: an RTP port is even, with RTCP on the next"),
+            ));
+        }
+        let mut g = self.lock();
+        if g.used.contains(&p) || g.used.contains(&(p + 1)) {
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{rtp}: the port pair is in use here"),
+            ));
+        }
+        let rtcp_addr = SocketAddr::new(rtp.ip(), p + 1);
+        let (rtp_socket, rtcp) = (bind_leg(rtp)?, bind_leg(rtcp_addr)?);
+        g.free.retain(|&f| f != p);
+        g.used.insert(p);
+        g.used.insert(p + 1);
+        // The call's own phones are the pair's peers: nothing is refused.
+        g.remembered.remove(&p);
+        Ok(Pair {
+            rtp: rtp_socket,
+            rtcp,
+            rtp_addr: rtp,
+            rtcp_addr,
+            quarantine: Quarantine::default(),
+        })
+    }
+
     /// Gives a port back at `now`; `peers`: the remote addresses its leg latched to or sent
     /// to, refused by the pair's next leg for the quarantine time. The pair goes to the back
     /// of the queue once both its ports are back.
@@ -133,7 +168,9 @@ impl PortPool {
             }
             q.until = Some(now + self.quarantine);
         }
-        if !g.used.contains(&base) && !g.used.contains(&(base + 1)) {
+        // A pair outside the range (one taken over from another node) is not handed out.
+        let in_range = (self.lo..self.hi).contains(&base);
+        if in_range && !g.used.contains(&base) && !g.used.contains(&(base + 1)) {
             g.free.push_back(base);
         }
     }
@@ -194,6 +231,43 @@ mod tests {
         }
         assert_eq!(pool.in_use(), 0);
         drop(outside);
+    }
+
+    /// A pair bound at an exact address (a call taken over) is taken out of the queue while in
+    /// use, refused while in use or odd, and one outside the range is not queued when freed.
+    #[test]
+    fn a_pair_bound_at_its_address_is_held_like_any_other() {
+        let base = free_range(8);
+        let pool = PortPool::new(base, base + 3, Duration::from_secs(60));
+        let now = Instant::now();
+        let inside = pool.bind_at(SocketAddr::new(IP, base + 2)).unwrap();
+        assert_eq!(inside.rtcp_addr.port(), base + 3);
+        assert!(
+            pool.bind_at(SocketAddr::new(IP, base + 2)).is_err(),
+            "in use"
+        );
+        assert!(pool.bind_at(SocketAddr::new(IP, base + 5)).is_err(), "odd");
+        let other = pool.bind_pair(IP, now).unwrap();
+        assert_eq!(
+            other.rtp_addr.port(),
+            base,
+            "the pinned pair is not handed out"
+        );
+        assert!(pool.bind_pair(IP, now).is_err());
+        let outside = pool.bind_at(SocketAddr::new(IP, base + 6)).unwrap();
+        assert_eq!(pool.in_use(), 6);
+        give_back(&pool, outside, &[], now);
+        give_back(&pool, inside, &[], now);
+        give_back(&pool, other, &[], now);
+        assert_eq!(pool.in_use(), 0);
+        let a = pool.bind_pair(IP, now).unwrap();
+        let b = pool.bind_pair(IP, now).unwrap();
+        assert!(
+            pool.bind_pair(IP, now).is_err(),
+            "the pair outside the range was not queued"
+        );
+        give_back(&pool, a, &[], now);
+        give_back(&pool, b, &[], now);
     }
 
     /// The pair freed longest ago is taken first, so a freed pair is taken again only after

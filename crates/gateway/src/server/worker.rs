@@ -488,7 +488,8 @@ impl Worker {
         options: RtpLegOptions,
         make: impl FnOnce(&mut Shard, Ports, &RtpLegOptions) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
-        self.with_ports(options.bind, now, |shard, ports, quarantine| {
+        let at = options.at.ok_or(options.bind);
+        self.with_ports(at, now, |shard, ports, quarantine| {
             let options = RtpLegOptions {
                 quarantine,
                 ..options
@@ -497,20 +498,23 @@ impl Worker {
         })
     }
 
-    /// Binds a port pair for a telephony leg on `bind` (else the gateway's UDP address), makes
-    /// the leg with `make` (given the pair's previous peers to refuse), and keeps the sockets
-    /// it uses.
+    /// Binds a port pair for a telephony leg (`Ok`: exactly there; `Err`: from the range, on
+    /// that address, else the gateway's UDP address), makes the leg with `make` (given the
+    /// pair's previous peers to refuse), and keeps the sockets it uses.
     fn with_ports(
         &mut self,
-        bind: Option<std::net::IpAddr>,
+        at: Result<SocketAddr, Option<std::net::IpAddr>>,
         now: Instant,
         make: impl FnOnce(&mut Shard, Ports, Quarantine) -> Result<JoinedRtp, JoinError>,
     ) -> Result<JoinedRtp, JoinError> {
-        let pair = self
-            .shared
-            .ports
-            .bind_pair(bind.unwrap_or(self.shared.bind_ip), now)
-            .map_err(|e| JoinError::Full(e.to_string()))?;
+        let pair = match at {
+            Ok(exact) => self.shared.ports.bind_at(exact),
+            Err(bind) => self
+                .shared
+                .ports
+                .bind_pair(bind.unwrap_or(self.shared.bind_ip), now),
+        }
+        .map_err(|e| JoinError::Full(e.to_string()))?;
         let ports = Ports {
             rtp: pair.rtp_addr,
             rtcp: pair.rtcp_addr,

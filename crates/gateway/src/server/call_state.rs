@@ -1,0 +1,294 @@
+//! A telephony call's state as a cluster node keeps it in the directory, so that a standby
+//! node takes the call over when its node dies (`cluster_takeover`).
+//!
+//! What is kept is what makes the call again, through the same code that made it: the ng
+//! requests that shaped it (each offer and answer, as the proxy sent them) and, per member,
+//! the address its ports are bound on and the keys of ours its phone holds. The standby
+//! replays the requests with each member pinned to its address ([`Pins`]), then gives each
+//! member its keys back: the phones keep sending to the same address (moved to the standby, as
+//! keepalived moves a virtual address) with the same keys, and hear the call again.
+//!
+//! The state holds SRTP master keys, so it is sealed (AES-256-GCM under `cluster_state_key`,
+//! bound to its call-id) before it leaves the process; in clear only where the operator says
+//! so (`cluster_state_clear`). Nothing of it is logged; its strings are zeroized when dropped.
+//! It is written when the call changes (an offer, an answer, its end), never while it is
+//! steady.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM, NONCE_LEN};
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use zeroize::{Zeroize, Zeroizing};
+
+use super::interfaces::Interface;
+use super::ng_call::Side;
+
+/// Most requests a call's state keeps: a call renegotiated more often than this is no longer
+/// kept (its state is removed, and counted), rather than kept without its latest change.
+pub(crate) const MAX_STEPS: usize = 64;
+
+/// One request that shaped a call: the ng message as it came (base64 of its bencoding) and the
+/// SDP of our reply to it.
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct Step {
+    pub message: String,
+    pub reply: String,
+}
+
+/// A member of the call as its phone knows it: its section's room, the side it faces, the
+/// address its RTP socket is bound on (RTCP on the next port), and our SDP's crypto lines.
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct Held {
+    pub room: String,
+    pub side: Side,
+    pub rtp: SocketAddr,
+    pub crypto: Vec<String>,
+}
+
+/// A call's state. See the [module documentation](self).
+#[derive(Clone, Serialize, Deserialize)]
+pub(crate) struct CallState {
+    pub call_id: String,
+    /// When the call was made (Unix milliseconds).
+    pub created_at_ms: u64,
+    /// The node's media interfaces, so the replay chooses for each side what the node chose.
+    pub interfaces: Vec<Interface>,
+    pub steps: Vec<Step>,
+    pub members: Vec<Held>,
+}
+
+/// Names the call and counts what it holds: never its requests or keys.
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallState")
+            .field("call_id", &self.call_id)
+            .field("steps", &self.steps.len())
+            .field("members", &self.members.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for CallState {
+    fn drop(&mut self) {
+        for s in &mut self.steps {
+            s.message.zeroize();
+            s.reply.zeroize();
+        }
+        for m in &mut self.members {
+            m.crypto.zeroize();
+        }
+    }
+}
+
+impl CallState {
+    /// Where each member is bound, for the replay.
+    pub fn pins(&self) -> Pins {
+        Pins(
+            self.members
+                .iter()
+                .map(|m| ((m.room.clone(), m.side), m.rtp))
+                .collect(),
+        )
+    }
+}
+
+/// Where each member of a call being taken over is bound, by its room and the side it faces.
+#[derive(Debug, Default)]
+pub(crate) struct Pins(HashMap<(String, Side), SocketAddr>);
+
+impl Pins {
+    /// The address member `side` of `room` is bound on, if the call had it.
+    pub fn at(&self, room: &str, side: Side) -> Option<SocketAddr> {
+        self.0.get(&(room.to_owned(), side)).copied()
+    }
+}
+
+/// How call states are written: sealed under a key, or in clear.
+pub(crate) enum Sealer {
+    Sealed(LessSafeKey),
+    Clear,
+}
+
+impl std::fmt::Debug for Sealer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Sealer::Sealed(_) => "Sealer::Sealed(..)",
+            Sealer::Clear => "Sealer::Clear",
+        })
+    }
+}
+
+/// What a sealed state starts with (and what the sealing's additional data names).
+const SEALED: &str = "sealed1:";
+const CLEAR: &str = "clear1:";
+
+impl Sealer {
+    /// A sealer with the 256-bit key `hex` (64 hex digits, the content of
+    /// `cluster_state_key`; white space around it is ignored).
+    pub fn with_key(hex: &str) -> Result<Sealer, String> {
+        let hex = hex.trim();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("must hold 64 hex digits (a 256-bit key: `openssl rand -hex 32`)".into());
+        }
+        let mut raw = Zeroizing::new([0u8; 32]);
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+        }
+        let key = UnboundKey::new(&AES_256_GCM, raw.as_slice()).map_err(|e| e.to_string())?;
+        Ok(Sealer::Sealed(LessSafeKey::new(key)))
+    }
+
+    /// The state as written to the directory.
+    pub fn seal(&self, state: &CallState) -> Result<String, String> {
+        let json = Zeroizing::new(serde_json::to_vec(state).map_err(|e| e.to_string())?);
+        let b64 = base64::engine::general_purpose::STANDARD;
+        match self {
+            Sealer::Clear => Ok(format!(
+                "{CLEAR}{}",
+                String::from_utf8_lossy(json.as_slice())
+            )),
+            Sealer::Sealed(key) => {
+                let mut nonce = [0u8; NONCE_LEN];
+                getrandom::fill(&mut nonce).map_err(|e| e.to_string())?;
+                let mut out = json.to_vec();
+                key.seal_in_place_append_tag(
+                    Nonce::assume_unique_for_key(nonce),
+                    Aad::from(aad(&state.call_id).as_bytes()),
+                    &mut out,
+                )
+                .map_err(|e| e.to_string())?;
+                let mut blob = nonce.to_vec();
+                blob.extend_from_slice(&out);
+                Ok(format!("{SEALED}{}", b64.encode(blob)))
+            }
+        }
+    }
+
+    /// A state read from the directory for call `call_id`. Err: not one this node can open
+    /// (sealed under another key, for another call, in clear where this node seals, damaged).
+    pub fn open(&self, call_id: &str, text: &str) -> Result<CallState, String> {
+        let json: Zeroizing<Vec<u8>> = match (self, text.strip_prefix(SEALED)) {
+            (Sealer::Sealed(key), Some(b64)) => {
+                let mut blob = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| format!("sealed state: {e}"))?;
+                if blob.len() < NONCE_LEN {
+                    return Err("sealed state: too short".into());
+                }
+                let mut nonce = [0u8; NONCE_LEN];
+                nonce.copy_from_slice(&blob[..NONCE_LEN]);
+                let mut sealed = blob.split_off(NONCE_LEN);
+                let plain = key
+                    .open_in_place(
+                        Nonce::assume_unique_for_key(nonce),
+                        Aad::from(aad(call_id).as_bytes()),
+                        &mut sealed,
+                    )
+                    .map_err(|_| {
+                        "sealed state does not open under cluster_state_key (another key, or not this call's)"
+                            .to_owned()
+                    })?
+                    .to_vec();
+                sealed.zeroize();
+                Zeroizing::new(plain)
+            }
+            (Sealer::Clear, None) => match text.strip_prefix(CLEAR) {
+                Some(json) => Zeroizing::new(json.as_bytes().to_vec()),
+                None => return Err("not a call state".into()),
+            },
+            (Sealer::Clear, Some(_)) => {
+                return Err("sealed state, and this node has no cluster_state_key".into())
+            }
+            (Sealer::Sealed(_), None) => {
+                return Err("state in clear, and this node takes sealed states only".into())
+            }
+        };
+        let state: CallState =
+            serde_json::from_slice(json.as_slice()).map_err(|e| format!("call state: {e}"))?;
+        if state.call_id != call_id {
+            return Err(format!("the state is call {:?}'s", state.call_id));
+        }
+        Ok(state)
+    }
+}
+
+/// The additional data a state is sealed with: its call-id, so a state moved to another
+/// call's field does not open.
+fn aad(call_id: &str) -> String {
+    format!("secrelay call state 1 {call_id}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(call_id: &str) -> CallState {
+        CallState {
+            call_id: call_id.into(),
+            created_at_ms: 1,
+            interfaces: Vec::new(),
+            steps: vec![Step {
+                message: "ZDc6Y29tbWFuZDU6b2ZmZXJl".into(),
+                reply: "v=0".into(),
+            }],
+            members: vec![Held {
+                room: format!("call:{call_id}:0"),
+                side: Side::B,
+                rtp: "127.0.0.2:30000".parse().unwrap(),
+                crypto: vec!["1 AES_CM_128_HMAC_SHA1_80 inline:KEY".into()],
+            }],
+        }
+    }
+
+    const KEY: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+
+    #[test]
+    fn a_sealed_state_opens_for_its_call_under_its_key_only() {
+        let s = Sealer::with_key(KEY).unwrap();
+        let text = s.seal(&state("c1")).unwrap();
+        assert!(text.starts_with(SEALED));
+        assert!(!text.contains("inline:KEY"), "keys in clear: {text}");
+        let back = s.open("c1", &text).unwrap();
+        assert_eq!(back.members[0].crypto, state("c1").members[0].crypto);
+        assert_eq!(
+            back.pins().at("call:c1:0", Side::B),
+            back.members.first().map(|m| m.rtp)
+        );
+        let err = s.open("c2", &text).err().unwrap();
+        assert!(err.contains("does not open"), "{err}");
+        let other = Sealer::with_key(&KEY.replace("1f", "ff")).unwrap();
+        assert!(other.open("c1", &text).is_err());
+        assert!(Sealer::Clear
+            .open("c1", &text)
+            .unwrap_err()
+            .contains("no cluster_state_key"));
+        let mut bad = text.clone();
+        bad.push('A');
+        assert!(s.open("c1", &bad).is_err());
+    }
+
+    #[test]
+    fn a_clear_state_is_taken_only_where_states_are_clear() {
+        let text = Sealer::Clear.seal(&state("c1")).unwrap();
+        assert!(text.starts_with(CLEAR));
+        assert_eq!(Sealer::Clear.open("c1", &text).unwrap().call_id, "c1");
+        let s = Sealer::with_key(KEY).unwrap();
+        assert!(s
+            .open("c1", &text)
+            .unwrap_err()
+            .contains("sealed states only"));
+    }
+
+    #[test]
+    fn a_bad_key_names_what_is_wrong() {
+        for bad in ["", "00", &"zz".repeat(32), &"00".repeat(33)] {
+            assert!(
+                Sealer::with_key(bad).unwrap_err().contains("64 hex digits"),
+                "{bad}"
+            );
+        }
+        assert!(Sealer::with_key(&format!(" {KEY}\n")).is_ok());
+    }
+}
