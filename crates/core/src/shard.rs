@@ -1885,13 +1885,15 @@ impl Shard {
         offer.ok_or_else(missing)?
     }
 
-    /// Gives a telephony member the keys of ours that `crypto` carries
-    /// ([`crate::leg::RtpLeg::restore_keys`]): a call taken over from another node.
-    pub fn restore_rtp_keys(
+    /// Gives a telephony member the keys of ours that `crypto` carries, and resumes its SRTP
+    /// streams at `marks` ([`crate::leg::RtpLeg::restore_keys`],
+    /// [`crate::leg::RtpLeg::resume_srtp`]): a call taken over from another node.
+    pub fn restore_rtp(
         &mut self,
         room: &str,
         id: &str,
         crypto: &[zeroize::Zeroizing<String>],
+        marks: &[crate::leg::SrtpMark],
     ) -> Result<(), JoinError> {
         let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
         let (slot, member) = self.find(room, id).ok_or_else(missing)?;
@@ -1899,9 +1901,11 @@ impl Shard {
         let s = rooms[slot].as_mut().ok_or_else(missing)?;
         s.room
             .with_leg(member, out, |leg| {
-                leg.as_rtp_mut()
-                    .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?
-                    .restore_keys(crypto)
+                let leg = leg.as_rtp_mut().ok_or_else(|| {
+                    JoinError::Unacceptable(format!("{id} is not a telephony leg"))
+                })?;
+                leg.restore_keys(crypto)
+                    .and_then(|()| leg.resume_srtp(marks))
                     .map_err(|e| JoinError::Unacceptable(e.to_string()))
             })
             .ok_or_else(missing)?
@@ -2411,6 +2415,18 @@ impl Shard {
         let (slot, member) = self.find(room, id)?;
         let s = self.rooms[slot].as_ref()?;
         s.room.member_counters(member.id()).copied()
+    }
+
+    /// Each SDES telephony member's SRTP marks ([`crate::leg::RtpLeg::srtp_marks`]), by id.
+    pub fn srtp_marks(&self) -> Vec<(String, Vec<crate::leg::SrtpMark>)> {
+        self.ids
+            .iter()
+            .filter_map(|(id, &(slot, member))| {
+                let leg = self.rooms[slot].as_ref()?.room.leg(member.id())?.as_rtp()?;
+                let marks = leg.srtp_marks();
+                (!marks.is_empty()).then(|| (id.clone(), marks))
+            })
+            .collect()
     }
 
     /// The names of the rooms here (a replica's too: the room is on this node either way).

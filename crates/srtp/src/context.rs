@@ -681,6 +681,35 @@ impl Context {
         Ok(())
     }
 
+    /// Each stream's SSRC, the highest SRTP index it processed (none yet: `None`) and the
+    /// SRTCP index it sends next: what a node taking the streams over needs
+    /// ([`Context::resume_at`], [`Context::set_rtcp_index`]).
+    pub fn stream_indices(&self) -> Vec<(u32, Option<u64>, u32)> {
+        self.streams
+            .iter()
+            .map(|(ssrc, s)| (ssrc, s.rtp_index.highest(), s.rtcp_next))
+            .collect()
+    }
+
+    /// Resumes the stream for `ssrc` (making it from the template if needed) as if it had
+    /// processed index `highest` last: the next packet's index is the one of its SEQ nearest
+    /// `highest` (RFC 3711 §3.3.1), so a stream taken over from another node keeps its
+    /// rollover counter as long as `highest` is within 2^15 packets of where the stream is.
+    /// The replay window starts afresh.
+    pub fn resume_at(&mut self, ssrc: u32, highest: u64) -> Result<(), Error> {
+        if highest >= 1 << 48 {
+            return Err(Error::KeyExhausted);
+        }
+        if !self.streams.contains_key(ssrc) {
+            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
+            self.add_stream(ssrc, dir)?;
+        }
+        let s = self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        s.rtp_index = IndexState::Seen { highest };
+        s.rtp_replay.reset();
+        Ok(())
+    }
+
     /// The SRTCP index the stream for `ssrc` sends next (outbound streams).
     pub fn rtcp_index(&self, ssrc: u32) -> Option<u32> {
         self.streams.get(ssrc).map(|s| s.rtcp_next)

@@ -67,6 +67,14 @@ impl IndexState {
         }
     }
 
+    /// The highest index processed, if any.
+    pub(crate) fn highest(&self) -> Option<u64> {
+        match *self {
+            IndexState::Fresh { .. } => None,
+            IndexState::Seen { highest } => Some(highest),
+        }
+    }
+
     /// The current rollover counter.
     pub(crate) fn roc(&self) -> u32 {
         match *self {

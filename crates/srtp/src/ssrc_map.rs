@@ -94,6 +94,11 @@ impl<T> SsrcMap<T> {
         &mut self.entries[i].1
     }
 
+    /// Every entry, in no particular order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.entries.iter().map(|(s, v)| (*s, v))
+    }
+
     /// Removes the stream of `ssrc`; returns it.
     pub(crate) fn remove(&mut self, ssrc: u32) -> Option<T> {
         let i = self.position(ssrc)?;

@@ -231,3 +231,41 @@ fn failover_node_resumes_with_set_roc() {
     assert!(unprotect(&mut resumed, &s2).is_ok());
     assert_eq!(resumed.roc(42), Some(6));
 }
+
+/// A stream taken over from a mark of where it stood (its highest index to the quarter of a
+/// rollover, from `stream_indices`) continues with the right rollover counter on both sides of
+/// a rollover the mark did not see, in either direction.
+#[test]
+fn failover_node_resumes_from_a_quarter_mark() {
+    let profile = Profile::AesCm128HmacSha1_80;
+    let mk = MasterKey::new(profile, &[3; 16], &[4; 14]).unwrap();
+    let mut tx = Context::new(Policy::new(mk.clone()).any_outbound()).unwrap();
+    tx.set_roc(7, 2).unwrap();
+    // The mark is taken at SEQ 50,000 of rollover 2; the stream then rolls over to 3.
+    for seq in 49_990..50_001u16 {
+        protect(&mut tx, &common::rtp(7, seq, 0, 10, 0));
+    }
+    let indices = |c: &Context| c.stream_indices().into_iter().find(|(s, _, _)| *s == 7);
+    let (_, highest, rtcp_next) = indices(&tx).unwrap();
+    assert_eq!(highest, Some((2 << 16) + 50_000));
+    assert_eq!(rtcp_next, indices(&tx).unwrap().2);
+    let mark = highest.unwrap() >> 14;
+    let mut later = Vec::new();
+    for seq in (50_001..=65_535u16).chain(0..20) {
+        let p = common::rtp(7, seq, 0, 10, 0);
+        later.push((p.clone(), protect(&mut tx, &p)));
+    }
+    assert_eq!(tx.roc(7), Some(3));
+    // A receiver resumed from the mark opens what comes after the rollover; a sender resumed
+    // from it protects the next packet as the first sender would have.
+    let mut taken_rx = Context::new(Policy::new(mk.clone()).any_inbound()).unwrap();
+    taken_rx.resume_at(7, mark << 14).unwrap();
+    let (p, s) = later.last().unwrap();
+    assert_eq!(&unprotect(&mut taken_rx, s).unwrap(), p);
+    assert_eq!(taken_rx.roc(7), Some(3));
+    let mut taken_tx = Context::new(Policy::new(mk).any_outbound()).unwrap();
+    taken_tx.resume_at(7, mark << 14).unwrap();
+    let next = common::rtp(7, 20, 0, 10, 0);
+    assert_eq!(protect(&mut taken_tx, &next), protect(&mut tx, &next));
+    assert!(taken_tx.resume_at(7, 1 << 48).is_err());
+}

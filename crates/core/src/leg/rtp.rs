@@ -219,6 +219,22 @@ pub struct Ports {
     pub rtcp: SocketAddr,
 }
 
+/// Where one of a leg's SRTP streams stands, coarsely: what a node taking the leg over needs
+/// to resume it without reusing an index under its key ([`RtpLeg::srtp_marks`],
+/// [`RtpLeg::resume_srtp`]). It changes every 2^14 packets of the stream and every 1,024
+/// SRTCP packets, so keeping it costs a steady call next to nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SrtpMark {
+    /// A stream of ours (protected towards the phone) or the phone's.
+    pub outbound: bool,
+    /// The stream's SSRC.
+    pub ssrc: u32,
+    /// The highest SRTP index processed, to the quarter of a rollover (`index >> 14`).
+    pub quarter: Option<u64>,
+    /// The SRTCP index the stream sends next, to the block (`index >> 10`; outbound).
+    pub rtcp_block: u32,
+}
+
 /// Why a telephony leg cannot be made from an offer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -1016,6 +1032,59 @@ impl RtpLeg {
             }
         }
         self.write_keys();
+        Ok(())
+    }
+
+    /// Where each of its SRTP streams stands ([`SrtpMark`]); none for a plain leg.
+    pub fn srtp_marks(&self) -> Vec<SrtpMark> {
+        let Security::Sdes {
+            inbound, outbound, ..
+        } = &self.security
+        else {
+            return Vec::new();
+        };
+        let mut marks = Vec::new();
+        for (ctx, out) in [(inbound, false), (outbound, true)] {
+            for (ssrc, highest, rtcp_next) in ctx.stream_indices() {
+                marks.push(SrtpMark {
+                    outbound: out,
+                    ssrc,
+                    quarter: highest.map(|h| h >> 14),
+                    rtcp_block: if out { rtcp_next >> 10 } else { 0 },
+                });
+            }
+        }
+        marks.sort_by_key(|m| (m.outbound, m.ssrc));
+        marks
+    }
+
+    /// Resumes its SRTP streams where `marks` (another node's, for the leg this one replaces)
+    /// left them: each stream's index from the start of its quarter, so the rollover counter
+    /// the phone and the other node had is kept while the stream went less than 2^14 packets
+    /// past its mark; each stream of ours sends SRTCP from two blocks past its mark's, so no
+    /// SRTCP index the other node used is used again.
+    pub fn resume_srtp(&mut self, marks: &[SrtpMark]) -> Result<(), RtpLegError> {
+        let Security::Sdes {
+            inbound, outbound, ..
+        } = &mut self.security
+        else {
+            return Ok(());
+        };
+        let srtp = |e: secrelay_srtp::Error| RtpLegError::Srtp(e.to_string());
+        for m in marks {
+            let ctx = if m.outbound {
+                &mut *outbound
+            } else {
+                &mut *inbound
+            };
+            if let Some(q) = m.quarter {
+                ctx.resume_at(m.ssrc, q << 14).map_err(srtp)?;
+            }
+            if m.outbound {
+                ctx.set_rtcp_index(m.ssrc, (m.rtcp_block + 2) << 10)
+                    .map_err(srtp)?;
+            }
+        }
         Ok(())
     }
 

@@ -24,6 +24,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::interfaces::Interface;
 use super::ng_call::Side;
+use crate::leg::SrtpMark;
 
 /// Most requests a call's state keeps: a call renegotiated more often than this is no longer
 /// kept (its state is removed, and counted), rather than kept without its latest change.
@@ -38,13 +39,16 @@ pub(crate) struct Step {
 }
 
 /// A member of the call as its phone knows it: its section's room, the side it faces, the
-/// address its RTP socket is bound on (RTCP on the next port), and our SDP's crypto lines.
+/// address its RTP socket is bound on (RTCP on the next port), our SDP's crypto lines, and
+/// where its SRTP streams stand.
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct Held {
     pub room: String,
     pub side: Side,
     pub rtp: SocketAddr,
     pub crypto: Vec<String>,
+    #[serde(default)]
+    pub srtp: Vec<SrtpMark>,
 }
 
 /// A call's state. See the [module documentation](self).
@@ -238,6 +242,7 @@ mod tests {
                 side: Side::B,
                 rtp: "127.0.0.2:30000".parse().unwrap(),
                 crypto: vec!["1 AES_CM_128_HMAC_SHA1_80 inline:KEY".into()],
+                srtp: Vec::new(),
             }],
         }
     }

@@ -894,21 +894,38 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
-    /// Gives telephony member `id` of `room` the keys of ours that `crypto` carries (a call
-    /// taken over from a node that died: see [`crate::leg::RtpLeg::restore_keys`]).
-    pub(crate) async fn restore_rtp_keys(
+    /// Gives telephony member `id` of `room` the keys of ours that `crypto` carries, and
+    /// resumes its SRTP streams at `marks` (a call taken over from a node that died: see
+    /// [`crate::leg::RtpLeg::restore_keys`] and [`crate::leg::RtpLeg::resume_srtp`]).
+    pub(crate) async fn restore_rtp(
         &self,
         room: &str,
         id: &str,
         crypto: Vec<zeroize::Zeroizing<String>>,
+        marks: Vec<crate::leg::SrtpMark>,
     ) -> Result<(), JoinError> {
         let at = self.member_worker(room, id);
         let id = id.to_owned();
         self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().restore_rtp_keys(room, &id, &crypto)
+            w.shard_mut().restore_rtp(room, &id, &crypto, &marks)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
+    /// Every SDES telephony member's SRTP marks, by id, from every worker.
+    pub(crate) async fn srtp_marks(
+        &self,
+    ) -> std::collections::HashMap<String, Vec<crate::leg::SrtpMark>> {
+        let mut all = std::collections::HashMap::new();
+        for p in &self.shared.peers {
+            all.extend(
+                p.run(|w, _| w.shard_mut().srtp_marks())
+                    .await
+                    .unwrap_or_default(),
+            );
+        }
+        all
     }
 
     /// Opens participant `id`'s events channel: our new offers for it arrive on the receiver

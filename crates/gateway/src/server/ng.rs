@@ -33,6 +33,7 @@ use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
 use super::{Gateway, JoinError};
+use crate::leg::SrtpMark;
 
 /// Why an offer has nothing for the callee.
 pub(super) const NO_CODEC: &str =
@@ -40,6 +41,9 @@ pub(super) const NO_CODEC: &str =
 
 /// How long a reply is kept for retransmissions of its request.
 const REPLY_CACHE_FOR: Duration = Duration::from_secs(30);
+/// How often the SRTP marks of the calls kept for a standby are read: a mark moves every 2^14
+/// packets of a stream, so even a 1,000 packet/s stream is written well within its quarter.
+const MARKS_EVERY: Duration = Duration::from_secs(1);
 /// Most replies kept.
 const REPLY_CACHE_MAX: usize = 16_384;
 
@@ -117,6 +121,8 @@ pub(crate) struct Ng {
     cluster: Option<Arc<Cluster>>,
     /// Per telephony call kept for a standby, the requests that shaped it.
     steps: HashMap<String, Vec<Step>>,
+    /// The SRTP marks of the kept calls' SDES members, by member id, as last read.
+    marks: HashMap<String, Vec<SrtpMark>>,
     /// While a call taken over from another node is made again: where its members are bound,
     /// and that node's media interfaces.
     replaying: Option<(Pins, Vec<Interface>)>,
@@ -134,6 +140,7 @@ impl Ng {
             gateway,
             cluster: None,
             steps: HashMap::new(),
+            marks: HashMap::new(),
             replaying: None,
         }
     }
@@ -189,6 +196,9 @@ impl Ng {
             Duration::from_secs_f64(self.gateway.config().media_timeout_secs.clamp(1.0, 30.0));
         let mut prune = tokio::time::interval(every);
         let mut takeovers = self.cluster.as_ref().and_then(|c| c.takeovers());
+        // Where the kept calls' SRTP streams stand is read this often, and written when it moved.
+        let mut marks = tokio::time::interval(MARKS_EVERY);
+        marks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let taken = async {
                 match takeovers.as_mut() {
@@ -198,6 +208,7 @@ impl Ng {
             };
             tokio::select! {
                 Some(states) = taken => self.take_over(states).await,
+                _ = marks.tick(), if !self.steps.is_empty() => self.refresh_marks().await,
                 r = socket.recv_from(&mut buf) => {
                     let Ok((n, from)) = r else { continue };
                     if !self.allowed(from) {
@@ -387,9 +398,30 @@ impl Ng {
                 .map_or(0, |d| d.as_millis() as u64),
             interfaces: self.gateway.interfaces().to_vec(),
             steps: steps.clone(),
-            members: call.held(),
+            members: call.held(&self.marks),
         };
         cluster.keep_call(call_id, Some(&state));
+    }
+
+    /// Reads where the kept calls' SRTP streams stand, and writes each call whose marks moved.
+    async fn refresh_marks(&mut self) {
+        let now = self.gateway.srtp_marks().await;
+        let moved: Vec<String> = self
+            .steps
+            .keys()
+            .filter(|id| {
+                self.calls.get(*id).is_some_and(|c| {
+                    c.members()
+                        .iter()
+                        .any(|(_, m, _)| now.get(m) != self.marks.get(m))
+                })
+            })
+            .cloned()
+            .collect();
+        self.marks = now;
+        for id in moved {
+            self.keep(&id, None);
+        }
     }
 
     /// Makes again the calls taken over from a node that died (see [`super::call_state`]);
@@ -451,10 +483,15 @@ impl Ng {
         };
         call.created_at = std::time::UNIX_EPOCH + Duration::from_millis(state.created_at_ms);
         let rekey = call.restore(&state.members, offer_reply, answer_reply);
-        for (room, id, crypto) in rekey {
-            let crypto = crypto.into_iter().map(zeroize::Zeroizing::new).collect();
+        for (room, id, held) in rekey {
+            let crypto = held
+                .crypto
+                .iter()
+                .cloned()
+                .map(zeroize::Zeroizing::new)
+                .collect();
             self.gateway
-                .restore_rtp_keys(&room, &id, crypto)
+                .restore_rtp(&room, &id, crypto, held.srtp.clone())
                 .await
                 .map_err(|e| join_reason(&e))?;
         }

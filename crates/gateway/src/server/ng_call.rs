@@ -20,12 +20,14 @@ use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
 use secrelay_wire::sdp_rtp::{rtp_section, RtpDescription, Transport};
 
+use std::collections::HashMap;
+
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{caller_keeps, plan};
 use super::ng_sdp::{codecs_of, direction_of, rewrite, CodecOut, Relayed, Rewrite, SectionOut};
 use super::{Gateway, JoinError, Who};
-use crate::leg::{CodecId, RtpLegOptions, RtpOfferSpec};
+use crate::leg::{CodecId, RtpLegOptions, RtpOfferSpec, SrtpMark};
 
 /// Which side of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -320,9 +322,9 @@ impl SectionCall {
         v
     }
 
-    /// Each member as its phone knows it (where it is bound, our crypto lines): what a
-    /// standby needs to take the call over.
-    pub fn held(&self) -> Vec<Held> {
+    /// Each member as its phone knows it (where it is bound, our crypto lines, where its SRTP
+    /// streams stand by `marks`, by member id): what a standby needs to take the call over.
+    pub fn held(&self, marks: &HashMap<String, Vec<SrtpMark>>) -> Vec<Held> {
         let mut v = Vec::new();
         for s in &self.sections {
             for (m, side, iface) in [
@@ -335,6 +337,7 @@ impl SectionCall {
                         side,
                         rtp: std::net::SocketAddr::new(iface.local, m.local.port),
                         crypto: m.local.crypto.clone(),
+                        srtp: marks.get(&m.id).cloned().unwrap_or_default(),
                     });
                 }
             }
@@ -344,14 +347,14 @@ impl SectionCall {
 
     /// After the call was made again from its requests (taken over from another node): each
     /// member takes the crypto lines its phone holds, and a request sent again gets the reply
-    /// the other node gave (`offer_reply`, `answer_reply`). The members' ids and rooms with
-    /// the crypto lines, for their legs to take the keys.
+    /// the other node gave (`offer_reply`, `answer_reply`). The SDES members' rooms and ids
+    /// with what they held, for their legs to take their keys and SRTP state back.
     pub fn restore(
         &mut self,
         held: &[Held],
         offer_reply: Option<&str>,
         answer_reply: Option<&str>,
-    ) -> Vec<(String, String, Vec<String>)> {
+    ) -> Vec<(String, String, Held)> {
         let mut rekey = Vec::new();
         for h in held {
             let Some(s) = self.sections.iter_mut().find(|s| s.room == h.room) else {
@@ -361,7 +364,7 @@ impl SectionCall {
             if let Some(m) = s.facing(h.side).as_mut() {
                 m.local.crypto.clone_from(&h.crypto);
                 if !h.crypto.is_empty() {
-                    rekey.push((room, m.id.clone(), h.crypto.clone()));
+                    rekey.push((room, m.id.clone(), h.clone()));
                 }
             }
         }
