@@ -1734,8 +1734,8 @@ impl Shard {
         }
         self.admit_member(room, who)?;
         let leg = RtpLeg::new(offer, ports, options.apply(self.config.rtp.clone()), now)
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?
-            .with_quarantine(options.quarantine.clone());
+            .and_then(|leg| options.finish(leg))
+            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let role = match leg.media().first() {
@@ -1794,8 +1794,8 @@ impl Shard {
             config,
             now,
         )
-        .map_err(|e| JoinError::Unacceptable(e.to_string()))?
-        .with_quarantine(options.quarantine.clone());
+        .and_then(|leg| options.finish(leg))
+        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let id = self.add_member(

@@ -35,7 +35,8 @@ use secrelay_wire::stun::Message;
 use crate::counters::{Counters, DropReason, EndReason};
 pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
 pub use rtp::{
-    Latch, Ports, Quarantine, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec, SrtpMark,
+    Latch, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec,
+    SrtpMark,
 };
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 

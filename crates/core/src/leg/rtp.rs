@@ -146,6 +146,30 @@ pub struct RtpLegOptions {
     /// The remote addresses the leg refuses at first: its ports' previous peers, as the
     /// server's port pool remembers them (filled in by the worker that binds the ports).
     pub quarantine: Quarantine,
+    /// For a leg made again (a call taken over from a node that died): the keys and SRTP
+    /// state its phone already has, taken as the leg is made, before any media.
+    pub resume: Option<Resume>,
+}
+
+/// What a leg made again for a call taken over from another node takes before any media:
+/// our SDP's crypto lines as the other node wrote them ([`RtpLeg::restore_keys`]) and where
+/// its SRTP streams stood ([`RtpLeg::resume_srtp`]).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Resume {
+    /// Our crypto lines (`a=crypto` values, keys included).
+    pub crypto: Vec<Zeroizing<String>>,
+    /// Where its streams stood.
+    pub srtp: Vec<SrtpMark>,
+}
+
+/// Counts what it holds: never a key.
+impl fmt::Debug for Resume {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Resume")
+            .field("crypto_lines", &self.crypto.len())
+            .field("srtp", &self.srtp)
+            .finish()
+    }
 }
 
 impl Default for RtpLegOptions {
@@ -158,11 +182,23 @@ impl Default for RtpLegOptions {
             bind: None,
             at: None,
             quarantine: Quarantine::default(),
+            resume: None,
         }
     }
 }
 
 impl RtpLegOptions {
+    /// A leg just made, as these options finish it: its ports' quarantine, and what it
+    /// resumes (before any media reaches it).
+    pub fn finish(&self, leg: RtpLeg) -> Result<RtpLeg, RtpLegError> {
+        let mut leg = leg.with_quarantine(self.quarantine.clone());
+        if let Some(r) = &self.resume {
+            leg.restore_keys(&r.crypto)?;
+            leg.resume_srtp(&r.srtp)?;
+        }
+        Ok(leg)
+    }
+
     /// `config` as this leg has it.
     pub fn apply(&self, mut config: RtpConfig) -> RtpConfig {
         config.passthrough = self.passthrough;

@@ -24,7 +24,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::interfaces::Interface;
 use super::ng_call::Side;
-use crate::leg::SrtpMark;
+use crate::leg::{Resume, SrtpMark};
 
 /// Most requests a call's state keeps: a call renegotiated more often than this is no longer
 /// kept (its state is removed, and counted), rather than kept without its latest change.
@@ -87,25 +87,31 @@ impl Drop for CallState {
 }
 
 impl CallState {
-    /// Where each member is bound, for the replay.
+    /// Each member as it was held, for the replay.
     pub fn pins(&self) -> Pins {
         Pins(
             self.members
                 .iter()
-                .map(|m| ((m.room.clone(), m.side), m.rtp))
+                .map(|m| ((m.room.clone(), m.side), m.clone()))
                 .collect(),
         )
     }
 }
 
-/// Where each member of a call being taken over is bound, by its room and the side it faces.
-#[derive(Debug, Default)]
-pub(crate) struct Pins(HashMap<(String, Side), SocketAddr>);
+/// Each member of a call being taken over as it was held, by its room and the side it faces:
+/// a member made again is bound where it was and takes its keys and SRTP state as it is made.
+#[derive(Default)]
+pub(crate) struct Pins(HashMap<(String, Side), Held>);
 
 impl Pins {
-    /// The address member `side` of `room` is bound on, if the call had it.
-    pub fn at(&self, room: &str, side: Side) -> Option<SocketAddr> {
-        self.0.get(&(room.to_owned(), side)).copied()
+    /// Where member `side` of `room` is bound, and what it resumes, if the call had it.
+    pub fn of(&self, room: &str, side: Side) -> Option<(SocketAddr, Resume)> {
+        let h = self.0.get(&(room.to_owned(), side))?;
+        let resume = Resume {
+            crypto: h.crypto.iter().cloned().map(Zeroizing::new).collect(),
+            srtp: h.srtp.clone(),
+        };
+        Some((h.rtp, resume))
     }
 }
 
@@ -257,10 +263,9 @@ mod tests {
         assert!(!text.contains("inline:KEY"), "keys in clear: {text}");
         let back = s.open("c1", &text).unwrap();
         assert_eq!(back.members[0].crypto, state("c1").members[0].crypto);
-        assert_eq!(
-            back.pins().at("call:c1:0", Side::B),
-            back.members.first().map(|m| m.rtp)
-        );
+        let (at, resume) = back.pins().of("call:c1:0", Side::B).unwrap();
+        assert_eq!(at, back.members[0].rtp);
+        assert_eq!(resume.crypto[0].as_str(), back.members[0].crypto[0]);
         let err = s.open("c2", &text).err().unwrap();
         assert!(err.contains("does not open"), "{err}");
         let other = Sealer::with_key(&KEY.replace("1f", "ff")).unwrap();

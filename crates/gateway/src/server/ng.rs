@@ -44,6 +44,9 @@ const REPLY_CACHE_FOR: Duration = Duration::from_secs(30);
 /// How often the SRTP marks of the calls kept for a standby are read: a mark moves every 2^14
 /// packets of a stream, so even a 1,000 packet/s stream is written well within its quarter.
 const MARKS_EVERY: Duration = Duration::from_secs(1);
+/// How long a call taken over is tried again while it cannot be made (a virtual address that
+/// keepalived has not moved here yet).
+const TAKEOVER_RETRY: Duration = Duration::from_secs(30);
 /// Most replies kept.
 const REPLY_CACHE_MAX: usize = 16_384;
 
@@ -121,6 +124,8 @@ pub(crate) struct Ng {
     cluster: Option<Arc<Cluster>>,
     /// Per telephony call kept for a standby, the requests that shaped it.
     steps: HashMap<String, Vec<Step>>,
+    /// Calls taken over that could not be made yet, and until when they are tried again.
+    takeovers_waiting: Vec<(CallState, Instant)>,
     /// The SRTP marks of the kept calls' SDES members, by member id, as last read.
     marks: HashMap<String, Vec<SrtpMark>>,
     /// While a call taken over from another node is made again: where its members are bound,
@@ -141,6 +146,7 @@ impl Ng {
             cluster: None,
             steps: HashMap::new(),
             marks: HashMap::new(),
+            takeovers_waiting: Vec::new(),
             replaying: None,
         }
     }
@@ -208,7 +214,10 @@ impl Ng {
             };
             tokio::select! {
                 Some(states) = taken => self.take_over(states).await,
-                _ = marks.tick(), if !self.steps.is_empty() => self.refresh_marks().await,
+                _ = marks.tick(), if !self.steps.is_empty() || !self.takeovers_waiting.is_empty() => {
+                    self.retry_takeovers().await;
+                    self.refresh_marks().await;
+                }
                 r = socket.recv_from(&mut buf) => {
                     let Ok((n, from)) = r else { continue };
                     if !self.allowed(from) {
@@ -424,28 +433,46 @@ impl Ng {
         }
     }
 
-    /// Makes again the calls taken over from a node that died (see [`super::call_state`]);
-    /// each that cannot be made is counted, logged and dropped.
+    /// Makes again the calls taken over from a node that died (see [`super::call_state`]); a
+    /// call that cannot be made yet (its address not moved here yet, say) is tried again every
+    /// second for [`TAKEOVER_RETRY`], then counted, logged and dropped.
     async fn take_over(&mut self, states: Vec<CallState>) {
+        let until = Instant::now() + TAKEOVER_RETRY;
+        for state in states {
+            self.take_one(state, until).await;
+        }
+    }
+
+    /// The calls taken over that could not be made yet, tried again.
+    async fn retry_takeovers(&mut self) {
+        for (state, until) in std::mem::take(&mut self.takeovers_waiting) {
+            self.take_one(state, until).await;
+        }
+    }
+
+    async fn take_one(&mut self, state: CallState, until: Instant) {
         let Some(cluster) = self.cluster.clone() else {
             return;
         };
-        for state in states {
-            let call_id = state.call_id.clone();
-            let r = self.replay(&state).await;
-            self.replaying = None;
-            match r {
-                Ok(()) => {
-                    cluster.calls_taken_over.fetch_add(1, Ordering::Relaxed);
-                    self.steps.insert(call_id.clone(), state.steps.clone());
-                    self.keep(&call_id, None);
+        let call_id = state.call_id.clone();
+        let r = self.replay(&state).await;
+        self.replaying = None;
+        match r {
+            Ok(()) => {
+                cluster.calls_taken_over.fetch_add(1, Ordering::Relaxed);
+                self.steps.insert(call_id.clone(), state.steps.clone());
+                self.keep(&call_id, None);
+            }
+            Err(why) => {
+                if let Some(Call::Sections(mut c)) = self.calls.remove(&call_id) {
+                    c.drop_members(&self.ctx()).await;
                 }
-                Err(why) => {
+                if Instant::now() < until {
+                    tracing::debug!(call_id, error = %why, "a call taken over cannot be made yet: tried again");
+                    self.takeovers_waiting.push((state, until));
+                } else {
                     cluster.takeover_failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(call_id, error = %why, "a call taken over could not be made again");
-                    if let Some(Call::Sections(mut c)) = self.calls.remove(&call_id) {
-                        c.drop_members(&self.ctx()).await;
-                    }
                     self.keep(&call_id, None);
                 }
             }

@@ -188,9 +188,17 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    /// The address member `side` of `room` is pinned to, if it is.
-    fn pinned(&self, room: &str, side: Side) -> Option<std::net::SocketAddr> {
-        self.pins.and_then(|p| p.at(room, side))
+    /// `options` for member `side` of `room`, bound where it was and resuming what it had
+    /// when it is pinned (a call taken over).
+    fn pinned(&self, room: &str, side: Side, options: RtpLegOptions) -> RtpLegOptions {
+        match self.pins.and_then(|p| p.of(room, side)) {
+            Some((at, resume)) => RtpLegOptions {
+                at: Some(at),
+                resume: Some(resume),
+                ..options
+            },
+            None => options,
+        }
     }
 }
 
@@ -788,15 +796,18 @@ impl SectionCall {
             ptime: flags.ptime.or(ptime_of(m)),
         };
         let room = self.section(i).room.clone();
-        let options = RtpLegOptions {
-            passthrough: true,
-            kind: media_kind(m),
-            sdes_suites: None,
-            sdes_tags,
-            bind: iface.map(|i| i.local),
-            at: ctx.pinned(&room, by.other()),
-            ..RtpLegOptions::default()
-        };
+        let options = ctx.pinned(
+            &room,
+            by.other(),
+            RtpLegOptions {
+                passthrough: true,
+                kind: media_kind(m),
+                sdes_suites: None,
+                sdes_tags,
+                bind: iface.map(|i| i.local),
+                ..RtpLegOptions::default()
+            },
+        );
         let j = ctx
             .gateway
             .offer_rtp_with(&room, spec.clone(), options, Who::default())
@@ -1065,15 +1076,18 @@ impl SectionCall {
                 }
             }
         }
-        let options = RtpLegOptions {
-            passthrough: true,
-            kind: media_kind(xm),
-            sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
-            sdes_tags: Vec::new(),
-            bind: iface.map(|i| i.local),
-            at: ctx.pinned(room, pending.by),
-            ..RtpLegOptions::default()
-        };
+        let options = ctx.pinned(
+            room,
+            pending.by,
+            RtpLegOptions {
+                passthrough: true,
+                kind: media_kind(xm),
+                sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
+                sdes_tags: Vec::new(),
+                bind: iface.map(|i| i.local),
+                ..RtpLegOptions::default()
+            },
+        );
         let existing = self.section(i).facing(pending.by).clone();
         let (id, answer) = match existing {
             // A later answer to the same offer: the offerer's member answers it again, on its
