@@ -72,6 +72,10 @@ pub enum LabCommand {
     /// joining and leaving a gateway for a while; its memory, descriptors, participants, rooms
     /// and ports sampled every second; fails unless nothing remains after every call left.
     Soak(crate::lab_soak::SoakArgs),
+    /// A gateway's telephony calls through its death: node a (started here, with a Redis of
+    /// the study's own) killed with SIGKILL, its standby b taking the calls over; the silence
+    /// per call from the kill, the packets lost, and the directory's writes per call.
+    Failover(crate::lab_failover::FailoverArgs),
     /// The HTML report (report.html, PNG plots, results.json) in --out DIR from results that
     /// `--json` wrote, on this machine or another (a GPU machine's `lab gpu`).
     Report {
@@ -139,6 +143,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::RelayCompare(a) => return crate::lab_compare::run(&a),
         LabCommand::NgCompare(a) => return crate::lab_ng_compare::run(&a),
         LabCommand::Soak(a) => return crate::lab_soak::run(&a),
+        LabCommand::Failover(a) => return crate::lab_failover::run(&a),
         LabCommand::Flood(a) => return crate::lab_flood::run(&a),
         LabCommand::Turn(a) => return crate::lab_turn::run(&a),
         LabCommand::Report { files, out } => {

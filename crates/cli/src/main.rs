@@ -14,6 +14,8 @@ mod lab;
 #[cfg(feature = "lab")]
 mod lab_compare;
 #[cfg(feature = "lab")]
+mod lab_failover;
+#[cfg(feature = "lab")]
 mod lab_flood;
 #[cfg(feature = "lab")]
 mod lab_gateway;

@@ -14,93 +14,28 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_lab::failover::PhoneCall;
 use secrelay_srtp::Profile;
 use secrelay_testkit::ng::Ng;
-use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::redis::RedisServer;
 use secrelay_testkit::{wait_for, Signaling};
 use secrelay_wire::bencode::Bencode;
 
-const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const MEDIA_A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 const LEASE_SECS: f64 = 1.0;
 const KEY: &str = "8d3b0f1e2c4a69758b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d";
 
-fn command(name: &str, call: &str, to: Option<&str>, sdp: Option<&str>) -> Vec<(String, Bencode)> {
-    let mut d = vec![
+fn command(name: &str, call: &str) -> Vec<(String, Bencode)> {
+    vec![
         ("command".into(), Bencode::str(name)),
         ("call-id".into(), Bencode::str(call)),
         ("from-tag".into(), Bencode::str("caller")),
-    ];
-    if let Some(t) = to {
-        d.push(("to-tag".into(), Bencode::str(t)));
-    }
-    if let Some(sdp) = sdp {
-        d.push(("sdp".into(), Bencode::str(sdp)));
-    }
-    d
+    ]
 }
 
-/// A call between two phones on this machine, through a gateway's ng socket.
-struct Call {
-    id: String,
-    caller: SocketPhone,
-    callee: SocketPhone,
-    /// What each sent since the kill.
-    sent_after: [usize; 2],
-}
-
-impl Call {
-    fn open(ng: &mut Ng, n: u32, sdes: Option<Profile>) -> Call {
-        let id = format!("failover-{n}@proxy");
-        let mut caller = SocketPhone::bind(LOCAL, sdes, 0x1000 + n).unwrap();
-        let mut callee = SocketPhone::bind(LOCAL, sdes, 0x2000 + n).unwrap();
-        // Sequence numbers that roll over before the kill: the standby must resume each SRTP
-        // stream with rollover counter 1, not 0.
-        caller.phone.seq = 65_500;
-        callee.phone.seq = 65_500;
-        let offer = command("offer", &id, None, Some(&caller.phone.offer()));
-        let to_callee = ng.call(offer).unwrap()["sdp"].clone();
-        assert!(to_callee.contains("c=IN IP4 127.0.0.2"), "{to_callee}");
-        let answer = callee.phone.answer_offer(&to_callee).unwrap();
-        let to_caller = ng
-            .call(command("answer", &id, Some("callee"), Some(&answer)))
-            .unwrap()["sdp"]
-            .clone();
-        caller.phone.accept_answer(&to_caller).unwrap();
-        Call {
-            id,
-            caller,
-            callee,
-            sent_after: [0; 2],
-        }
-    }
-
-    /// The gateway's address towards the caller (its member's RTP socket).
-    fn towards_caller(&self) -> SocketAddr {
-        self.caller.phone.gateway.unwrap()
-    }
-
-    /// One packet each way (the caller's payload 0xc1, the callee's 0xb0), then what came.
-    fn exchange(&mut self, after_kill: bool) {
-        self.caller.send(&[0xc1; 160]).unwrap();
-        self.callee.send(&[0xb0; 160]).unwrap();
-        if after_kill {
-            self.sent_after[0] += 1;
-            self.sent_after[1] += 1;
-        }
-        self.caller.read();
-        self.callee.read();
-    }
-
-    /// What each side heard of the other: (caller heard, callee heard).
-    fn heard(&self) -> (usize, usize) {
-        (self.caller.heard(0xb0), self.callee.heard(0xc1))
-    }
-}
-
-fn exchange_all(calls: &mut [Call], after_kill: bool) {
+fn exchange_all(calls: &mut [PhoneCall]) {
     for c in calls.iter_mut() {
-        c.exchange(after_kill);
+        c.exchange().unwrap();
     }
     std::thread::sleep(Duration::from_millis(20));
 }
@@ -164,13 +99,22 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
         Some(Profile::AesCm128HmacSha1_80),
         Some(Profile::AeadAes128Gcm),
     ];
-    let mut calls: Vec<Call> = (0..20u32)
-        .map(|n| Call::open(&mut ng_a, n, profiles[n as usize % profiles.len()]))
+    // Sequence numbers that roll over before the kill: the standby must resume each SRTP
+    // stream with rollover counter 1, not 0.
+    let mut calls: Vec<PhoneCall> = (0..20u32)
+        .map(|n| {
+            let id = format!("failover-{n}@proxy");
+            let sdes = profiles[n as usize % profiles.len()];
+            PhoneCall::open(&mut ng_a, &id, sdes, 0x1000 + n, 65_500).unwrap()
+        })
         .collect();
+    for c in &calls {
+        assert_eq!(c.caller.phone.gateway.unwrap().ip(), MEDIA_A, "{}", c.id);
+    }
     let end = Instant::now() + Duration::from_secs(10);
     while calls.iter().any(|c| c.heard().0 < 10 || c.heard().1 < 10) {
         assert!(Instant::now() < end, "the calls through a are silent");
-        exchange_all(&mut calls, false);
+        exchange_all(&mut calls);
     }
     // Each call's state is in the directory, sealed: no key of any phone in clear.
     let kept = redis.cli(&["HKEYS", "secrelay:calls:a"]);
@@ -181,14 +125,14 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     // Past the rollover, and a while for the marks of where the SRTP streams stand to be
     // written (they move every 2^14 packets: a steady call then writes nothing).
     while calls.iter().any(|c| c.caller.phone.seq > 1_000) {
-        exchange_all(&mut calls, false);
+        exchange_all(&mut calls);
     }
     for _ in 0..60 {
-        exchange_all(&mut calls, false);
+        exchange_all(&mut calls);
     }
     let writes = redis.calls("hset");
     for _ in 0..25 {
-        exchange_all(&mut calls, false);
+        exchange_all(&mut calls);
     }
     assert_eq!(
         redis.calls("hset"),
@@ -210,14 +154,12 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
             killed.elapsed() < Duration::from_millis(800),
             "the dead node's port stays held"
         );
-        blocker = std::net::UdpSocket::bind(calls[0].towards_caller()).ok();
+        blocker = std::net::UdpSocket::bind(calls[0].caller.phone.gateway.unwrap()).ok();
     }
     let blocked_for = Duration::from_millis(2500);
     for c in calls.iter_mut() {
-        c.caller.read();
-        c.callee.read();
+        c.mark();
     }
-    let before: Vec<(usize, usize)> = calls.iter().map(Call::heard).collect();
     let mut resumed: Vec<Option<Duration>> = vec![None; calls.len()];
     while resumed.iter().any(Option::is_none) {
         assert!(
@@ -231,29 +173,29 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
                 .map(|(c, _)| c.id.as_str())
                 .collect::<Vec<_>>()
         );
-        exchange_all(&mut calls, true);
+        exchange_all(&mut calls);
         if killed.elapsed() >= blocked_for {
             blocker = None;
         }
-        for (i, c) in calls.iter().enumerate() {
-            let (x, y) = c.heard();
-            if resumed[i].is_none() && x > before[i].0 && y > before[i].1 {
-                resumed[i] = Some(killed.elapsed());
+        for (r, c) in resumed.iter_mut().zip(&calls) {
+            if r.is_none() && c.heard_since_mark() {
+                *r = Some(killed.elapsed());
             }
         }
     }
     // A while of media after, for what was lost to be counted.
     for _ in 0..25 {
-        exchange_all(&mut calls, true);
+        exchange_all(&mut calls);
     }
     std::thread::sleep(Duration::from_millis(50));
-    let mut lost = Vec::new();
-    for (i, c) in calls.iter_mut().enumerate() {
-        c.caller.read();
-        c.callee.read();
-        let (x, y) = c.heard();
-        lost.push((c.sent_after[1] - (x - before[i].0)) + (c.sent_after[0] - (y - before[i].1)));
-    }
+    let lost: Vec<[usize; 2]> = calls
+        .iter_mut()
+        .map(|c| {
+            c.caller.read();
+            c.callee.read();
+            c.lost_since_mark()
+        })
+        .collect();
     assert!(blocker.is_none());
     let held_up = resumed[0].unwrap();
     assert!(
@@ -266,7 +208,7 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
         .collect();
     gaps.sort_by(f64::total_cmp);
     eprintln!(
-        "media again {:.0}–{:.0} ms after the kill (lease {LEASE_SECS} s), the call whose port was held {:.0} ms; packets lost per call (both ways, 20 ms apart): {lost:?}",
+        "media again {:.0}–{:.0} ms after the kill (lease {LEASE_SECS} s), the call whose port was held {:.0} ms; packets lost per call each way (20 ms apart): {lost:?}",
         gaps[0],
         gaps[gaps.len() - 1],
         held_up.as_secs_f64() * 1e3
@@ -296,11 +238,11 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     // ng on b answers for the old calls: query, then delete.
     let mut ng_b = Ng::new(b.ng_addr().unwrap()).unwrap();
     for c in &calls {
-        let q = ng_b.call(command("query", &c.id, None, None)).unwrap();
+        let q = ng_b.call(command("query", &c.id)).unwrap();
         assert_eq!(q["result"], "ok", "{q:?}");
     }
     for c in &calls {
-        ng_b.call(command("delete", &c.id, None, None)).unwrap();
+        ng_b.call(command("delete", &c.id)).unwrap();
     }
     assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 0);
     wait_for(

@@ -8,6 +8,7 @@
 
 pub mod client;
 pub mod count;
+pub mod failover;
 pub mod frame;
 pub mod go_peer;
 pub mod handshake;
