@@ -22,6 +22,7 @@ use secrelay_testkit::{wait_for, Signaling};
 use secrelay_wire::bencode::Bencode;
 
 const MEDIA_A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+const MEDIA_C: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
 const LEASE_SECS: f64 = 1.0;
 const KEY: &str = "8d3b0f1e2c4a69758b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d";
 
@@ -40,57 +41,120 @@ fn exchange_all(calls: &mut [PhoneCall]) {
     std::thread::sleep(Duration::from_millis(20));
 }
 
-#[test]
-fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
-    let Some(redis) = RedisServer::start(0) else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let key = dir.path().join("state.key");
-    std::fs::write(&key, format!("{KEY}\n")).unwrap();
-    let config = dir.path().join("a.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "http = \"127.0.0.1:0\"\nudp = \"127.0.0.1:0\"\nng = \"127.0.0.1:0\"\nworkers = 1\n\
-             interfaces = [\"127.0.0.2\"]\nrtp_ports = \"44000-44999\"\n\
-             cluster_redis = \"{}\"\ncluster_node = \"a\"\ncluster_lease_secs = {LEASE_SECS}\n\
-             cluster_state_key = \"{}\"\n",
-            redis.url(),
-            key.display()
-        ),
-    )
-    .unwrap();
-    let mut a = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["serve", "--log", "info", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("secrelay serve starts");
-    let (banner, log) = lab_support::serve_banner(&mut a);
-    let a_ng: SocketAddr = banner
-        .and_then(|b| b.ng)
-        .unwrap_or_else(|| panic!("no ng address in the banner:\n{}", log.lock().unwrap()));
-    let b = Server::start(ServeConfig {
+/// A cluster of this test's own: a Redis, the sealing key, node `a` as a process of its own
+/// (media on `media`, ports `a_ports`) and its standby `b` in this process (ports `b_ports`).
+struct Pair {
+    redis: RedisServer,
+    dir: tempfile::TempDir,
+    a: std::process::Child,
+    a_ng: SocketAddr,
+    b: Server,
+}
+
+impl Pair {
+    /// `None` where redis-server cannot start (a failure instead under CI).
+    fn start(media: IpAddr, a_ports: &str, b_ports: &str) -> Option<Pair> {
+        let redis = RedisServer::start(0)?;
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("state.key");
+        std::fs::write(&key, format!("{KEY}\n")).unwrap();
+        let config = dir.path().join("a.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "http = \"127.0.0.1:0\"\nudp = \"127.0.0.1:0\"\nng = \"127.0.0.1:0\"\nworkers = 1\n\
+                 interfaces = [\"{media}\"]\nrtp_ports = \"{a_ports}\"\ndrain_secs = 0.2\n\
+                 cluster_redis = \"{}\"\ncluster_node = \"a\"\ncluster_lease_secs = {LEASE_SECS}\n\
+                 cluster_state_key = \"{}\"\n",
+                redis.url(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let mut a = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+            .args(["serve", "--log", "info", "--config"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("secrelay serve starts");
+        let (banner, log) = lab_support::serve_banner(&mut a);
+        let a_ng: SocketAddr = banner
+            .and_then(|b| b.ng)
+            .unwrap_or_else(|| panic!("no ng address in the banner:\n{}", log.lock().unwrap()));
+        let b = Server::start(standby(&redis, &key, b_ports)).unwrap();
+        let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
+        wait_for("both nodes registered", Duration::from_secs(5), || {
+            at_b.cluster_nodes().unwrap() == ["a", "b"]
+        });
+        Some(Pair {
+            redis,
+            dir,
+            a,
+            a_ng,
+            b,
+        })
+    }
+}
+
+/// Node `b`: the standby of `a`, its telephony ports in `ports`.
+fn standby(redis: &RedisServer, key: &std::path::Path, ports: &str) -> ServeConfig {
+    ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
         workers: 1,
-        rtp_ports: "45000-45999".into(),
+        rtp_ports: ports.into(),
+        drain_secs: 0.2,
         cluster_redis: Some(redis.url()),
         cluster_node: Some("b".into()),
         cluster_lease_secs: LEASE_SECS,
-        cluster_state_key: Some(key.clone()),
+        cluster_state_key: Some(key.to_owned()),
         cluster_takeover: vec!["a".into()],
         ..ServeConfig::default()
-    })
-    .unwrap();
+    }
+}
+
+/// Rounds of packets until every call's phones both heard the other since their mark; how
+/// long after `from` each call did, or a panic naming the calls still silent after `limit`.
+fn until_heard(calls: &mut [PhoneCall], from: Instant, limit: Duration) -> Vec<Duration> {
+    let mut resumed: Vec<Option<Duration>> = vec![None; calls.len()];
+    while resumed.iter().any(Option::is_none) {
+        assert!(
+            from.elapsed() < limit,
+            "calls still silent {:?} on: {:?}",
+            from.elapsed(),
+            calls
+                .iter()
+                .zip(&resumed)
+                .filter(|(_, r)| r.is_none())
+                .map(|(c, _)| c.id.as_str())
+                .collect::<Vec<_>>()
+        );
+        exchange_all(calls);
+        for (r, c) in resumed.iter_mut().zip(calls.iter()) {
+            if r.is_none() && c.heard_since_mark() {
+                *r = Some(from.elapsed());
+            }
+        }
+    }
+    resumed.into_iter().flatten().collect()
+}
+
+#[test]
+fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
+    let Some(Pair {
+        redis,
+        dir: _dir,
+        mut a,
+        a_ng,
+        b,
+    }) = Pair::start(MEDIA_A, "44000-44499", "45000-45499")
+    else {
+        return;
+    };
     let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
-    wait_for("both nodes registered", Duration::from_secs(5), || {
-        at_b.cluster_nodes().unwrap() == ["a", "b"]
-    });
 
     // 20 calls at a: plain, SDES with AES-CM and with AES-GCM.
     let mut ng_a = Ng::new(a_ng).unwrap();
@@ -251,4 +315,108 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
         || redis.cli(&["EXISTS", "secrelay:calls:b"]) == "0",
     );
     b.shutdown();
+}
+
+/// A clean stop (SIGTERM) leaves the node's calls' states for its standby, which takes them
+/// within a third of the lease of the node leaving (no lease to wait out); and a node that
+/// shuts down and starts again (the standby here, as a rolling restart would) takes the calls
+/// it carried back, on the same addresses with the same keys.
+#[test]
+fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_own_back() {
+    let Some(Pair {
+        redis,
+        dir,
+        mut a,
+        a_ng,
+        b,
+    }) = Pair::start(MEDIA_C, "44500-44999", "45500-45999")
+    else {
+        return;
+    };
+    let key = dir.path().join("state.key");
+    let mut ng_a = Ng::new(a_ng).unwrap();
+    let mut calls: Vec<PhoneCall> = (0..6u32)
+        .map(|n| {
+            let sdes = [None, Some(Profile::AesCm128HmacSha1_80)][n as usize % 2];
+            PhoneCall::open(
+                &mut ng_a,
+                &format!("handover-{n}@proxy"),
+                sdes,
+                0x3000 + n,
+                100,
+            )
+            .unwrap()
+        })
+        .collect();
+    for c in calls.iter_mut() {
+        c.mark();
+    }
+    until_heard(&mut calls, Instant::now(), Duration::from_secs(10));
+    for _ in 0..60 {
+        exchange_all(&mut calls);
+    }
+
+    // SIGTERM, the phones talking on while a stops.
+    let stopping = Instant::now();
+    let term = Command::new("kill")
+        .args(["-TERM", &a.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(term.success());
+    while a.try_wait().unwrap().is_none() {
+        assert!(
+            stopping.elapsed() < Duration::from_secs(15),
+            "a did not stop"
+        );
+        exchange_all(&mut calls);
+    }
+    let stopped = Instant::now();
+    for c in calls.iter_mut() {
+        c.mark();
+    }
+    let handed = until_heard(&mut calls, stopped, Duration::from_secs(10));
+    let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
+    assert_eq!(
+        at_b.metric("secrelay_cluster_calls_taken_over_total")
+            .unwrap(),
+        6
+    );
+    for _ in 0..60 {
+        exchange_all(&mut calls);
+    }
+
+    // b shuts down and starts again: its calls come back with it.
+    b.shutdown();
+    let down = Instant::now();
+    assert_eq!(
+        redis.cli(&["HLEN", "secrelay:calls:b"]),
+        "6",
+        "b's calls kept for its restart"
+    );
+    let b2 = Server::start(standby(&redis, &key, "45500-45999")).unwrap();
+    for c in calls.iter_mut() {
+        c.mark();
+    }
+    let back = until_heard(&mut calls, down, Duration::from_secs(10));
+    eprintln!(
+        "handed over {:.0}–{:.0} ms after a exited (it stopped {:.0} ms after SIGTERM); back {:.0}–{:.0} ms after b shut down",
+        handed.iter().min().unwrap().as_secs_f64() * 1e3,
+        handed.iter().max().unwrap().as_secs_f64() * 1e3,
+        (stopped - stopping).as_secs_f64() * 1e3,
+        back.iter().min().unwrap().as_secs_f64() * 1e3,
+        back.iter().max().unwrap().as_secs_f64() * 1e3,
+    );
+    let at_b2 = Signaling::new(b2.url()).with_admin(b2.admin_key().expose());
+    assert_eq!(at_b2.metric("secrelay_ng_calls").unwrap(), 6);
+    assert_eq!(
+        redis.cli(&["TTL", "secrelay:calls:b"]),
+        "-1",
+        "taken back: kept for good"
+    );
+    let mut ng_b2 = Ng::new(b2.ng_addr().unwrap()).unwrap();
+    for c in &calls {
+        assert_eq!(ng_b2.call(command("query", &c.id)).unwrap()["result"], "ok");
+        ng_b2.call(command("delete", &c.id)).unwrap();
+    }
+    b2.shutdown();
 }

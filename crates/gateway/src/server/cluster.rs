@@ -21,9 +21,11 @@
 //! - **Calls that survive their node** (`cluster_state_key` or `cluster_state_clear`): each
 //!   telephony call's state ([`super::call_state`]) is written, sealed, to the node's hash
 //!   `secrelay:calls:<name>` when the call changes, and removed when it ends. A node that lists
-//!   another in `cluster_takeover` watches its lease; when it runs out, the node moves the
-//!   dead node's hash to its own and its calls' rooms to itself (one Lua script: two standbys
-//!   never both take a call), and makes each call again ([`super::ng`]).
+//!   another in `cluster_takeover` watches its record; when it is gone (its lease ran out, or
+//!   it shut down: a clean stop leaves its hash), the node moves the other's hash to its own
+//!   and its calls' rooms to itself (one Lua script that checks the record: two nodes never
+//!   both take a call), and makes each call again ([`super::ng`]). A node that starts with
+//!   states of its own left in the directory takes those calls back (a restart).
 //!
 //! Every Redis call has a deadline ([`CALL_TIMEOUT`]): a directory that does not answer never
 //! holds a request longer than that.
@@ -58,16 +60,23 @@ const CLAIM: &str = "local v = redis.call('GET', KEYS[1]) \
     if v == false or v == ARGV[2] then \
       redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1] end \
     return v";
+/// How long the calls' states of a node that shut down cleanly stay for a standby or its next
+/// start to take.
+const LEFT_CALLS_KEPT: Duration = Duration::from_secs(3600);
 /// How many renewals apart a node looks for rooms whose owner is gone (and for rooms that
 /// name it but that it does not hold).
 const SWEEP_EVERY: u64 = 10;
-/// Moves a dead node's call states (KEYS[1]) to the taker's hash (KEYS[2]) and each call's
-/// room (`ARGV[1]` + call-id) to the taker (`ARGV[2]`); the states moved, as field, value, ….
-const TAKE: &str = "local all = redis.call('HGETALL', KEYS[1]) \
+/// Moves a node's call states (KEYS[1]) to the taker's hash (KEYS[2]) and each call's room
+/// (`ARGV[1]` + call-id) to the taker (`ARGV[2]`), unless the node's record (KEYS[3]) is there
+/// (it is alive, or came back): the states moved, as field, value, …. A node taking its own
+/// calls back (KEYS[1] is KEYS[2], its record just written) keeps its hash as it is.
+const TAKE: &str =
+    "if KEYS[1] ~= KEYS[2] and redis.call('EXISTS', KEYS[3]) == 1 then return {} end \
+    local all = redis.call('HGETALL', KEYS[1]) \
     for i = 1, #all, 2 do \
-      redis.call('HSET', KEYS[2], all[i], all[i + 1]) \
-      redis.call('SET', ARGV[1] .. all[i], ARGV[2]) end \
-    redis.call('DEL', KEYS[1]) \
+      redis.call('SET', ARGV[1] .. all[i], ARGV[2]) \
+      if KEYS[1] ~= KEYS[2] then redis.call('HSET', KEYS[2], all[i], all[i + 1]) end end \
+    if KEYS[1] ~= KEYS[2] then redis.call('DEL', KEYS[1]) else redis.call('PERSIST', KEYS[1]) end \
     return all";
 /// Releases a key its holder no longer needs (another's is left alone).
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
@@ -195,6 +204,10 @@ struct KeptCalls {
     changed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
     /// Calls taken over, to the ng server that makes them again.
     taken: tokio::sync::mpsc::UnboundedSender<Vec<CallState>>,
+    /// The calls a previous life of this node left were taken back (once, at start).
+    reclaimed: AtomicBool,
+    /// Shutting down: no state is written any more ([`Cluster::stop_keeping`]).
+    stopped: AtomicBool,
     taken_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<Vec<CallState>>>>,
 }
 
@@ -294,6 +307,8 @@ impl Cluster {
                     changed_rx: Mutex::new(Some(changed_rx)),
                     taken,
                     taken_rx: Mutex::new(Some(taken_rx)),
+                    reclaimed: AtomicBool::new(false),
+                    stopped: AtomicBool::new(false),
                 }
             }),
             call_writes: AtomicU64::new(0),
@@ -393,7 +408,13 @@ impl Cluster {
     /// Keeps `state` as its call's (sealed, written by the writer), or forgets call `call_id`
     /// (`None`: it ended).
     pub fn keep_call(&self, call_id: &str, state: Option<&CallState>) {
-        let Some(k) = &self.calls else { return };
+        let Some(k) = self
+            .calls
+            .as_ref()
+            .filter(|k| !k.stopped.load(Ordering::Relaxed))
+        else {
+            return;
+        };
         let sealed = match state.map(|s| k.sealer.seal(s)).transpose() {
             Ok(v) => v,
             Err(e) => {
@@ -460,49 +481,80 @@ impl Cluster {
         Ok(())
     }
 
-    /// Takes over the calls of each node of `cluster_takeover` whose lease ran out: its hash
-    /// moved to this node's, its calls' rooms to this node, each state opened and handed to the
-    /// ng server. A state that does not open is counted and dropped.
+    /// Takes over the calls of each node of `cluster_takeover` whose record is gone (its lease
+    /// ran out, or it left), and, once at start, this node's own calls that a previous life of
+    /// it left (a restart).
     async fn take_over(&self) -> Result<(), String> {
         let Some(k) = &self.calls else { return Ok(()) };
+        if !k.reclaimed.load(Ordering::Relaxed) {
+            self.take_calls_of(k, &self.node).await?;
+            k.reclaimed.store(true, Ordering::Relaxed);
+        }
         for dead in &k.takeover_of {
-            if *dead == self.node || self.record(dead).await?.is_some() {
-                continue;
+            if *dead != self.node {
+                self.take_calls_of(k, dead).await?;
             }
-            let script = redis::cmd("EVAL")
-                .arg(TAKE)
-                .arg(2)
-                .arg(calls_key(dead))
-                .arg(calls_key(&self.node))
-                .arg(room_key("call:"))
-                .arg(&self.node)
-                .to_owned();
-            let mut c = self.conn().await?;
-            let moved: Vec<String> = call(script.query_async(&mut c)).await?;
-            if moved.is_empty() {
-                continue;
-            }
-            let mut states = Vec::new();
-            for pair in moved.chunks(2) {
-                let [id, text] = pair else { continue };
-                match k.sealer.open(id, text) {
-                    Ok(state) => {
-                        k.states
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .insert(id.clone(), text.clone());
-                        states.push(state);
-                    }
-                    Err(e) => {
-                        self.takeover_failures.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(node = %dead, call_id = %id, error = %e, "a call's state could not be opened: not taken over");
-                    }
-                }
-            }
-            tracing::warn!(node = %dead, calls = states.len(), "node's lease ran out: its calls are taken over here");
-            let _ = k.taken.send(states);
         }
         Ok(())
+    }
+
+    /// Moves `node`'s calls to this node unless its record is there (one Lua script, so two
+    /// nodes never both take a call), opens each state and hands them to the ng server. A
+    /// state that does not open is counted and dropped.
+    async fn take_calls_of(&self, k: &KeptCalls, node: &str) -> Result<(), String> {
+        let script = redis::cmd("EVAL")
+            .arg(TAKE)
+            .arg(3)
+            .arg(calls_key(node))
+            .arg(calls_key(&self.node))
+            .arg(node_key(node))
+            .arg(room_key("call:"))
+            .arg(&self.node)
+            .to_owned();
+        let mut c = self.conn().await?;
+        let moved: Vec<String> = call(script.query_async(&mut c)).await?;
+        if moved.is_empty() {
+            return Ok(());
+        }
+        let mut states = Vec::new();
+        for pair in moved.chunks(2) {
+            let [id, text] = pair else { continue };
+            match k.sealer.open(id, text) {
+                Ok(state) => {
+                    k.states
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(id.clone(), text.clone());
+                    states.push(state);
+                }
+                Err(e) => {
+                    self.takeover_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(node, call_id = %id, error = %e, "a call's state could not be opened: not taken over");
+                }
+            }
+        }
+        if node == self.node {
+            tracing::info!(
+                calls = states.len(),
+                "calls this node carried before its restart are taken back"
+            );
+        } else {
+            tracing::warn!(
+                node,
+                calls = states.len(),
+                "node gone (its lease ran out, or it left): its calls are taken over here"
+            );
+        }
+        let _ = k.taken.send(states);
+        Ok(())
+    }
+
+    /// Stops writing calls' states (the node is shutting down: its calls' states stay as
+    /// they are, for its standby or its next start to take).
+    pub fn stop_keeping(&self) {
+        if let Some(k) = &self.calls {
+            k.stopped.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The rooms this node holds now: those with participants here, and those placed here
@@ -859,9 +911,13 @@ impl Cluster {
     pub async fn leave(&self) {
         let rooms = std::mem::take(&mut *self.held.lock().unwrap_or_else(|e| e.into_inner()));
         let mut pipe = redis::pipe();
-        // Its calls end with it: nothing is left for a standby to take.
         pipe.cmd("DEL").arg(node_key(&self.node)).ignore();
-        pipe.cmd("DEL").arg(calls_key(&self.node)).ignore();
+        // Its calls' states stay for its standby, which takes them at its next renewal, or
+        // for its own next start; an hour, if neither comes.
+        pipe.cmd("PEXPIRE")
+            .arg(calls_key(&self.node))
+            .arg(LEFT_CALLS_KEPT.as_millis() as u64)
+            .ignore();
         self.release(&mut pipe, &rooms);
         let left = match self.conn().await {
             Ok(mut c) => call(pipe.query_async::<()>(&mut c)).await,

@@ -1410,6 +1410,11 @@ impl Server {
                         }
                     }
                     let _ = rx.await;
+                    // The calls' states stay as they are for the standby (or the next start):
+                    // ending the members below must not remove them.
+                    if let Some(c) = &cluster {
+                        c.stop_keeping();
+                    }
                     g.drain().await;
                     if let Some(c) = &cluster {
                         c.leave().await;
