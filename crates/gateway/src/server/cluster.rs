@@ -394,9 +394,12 @@ impl Cluster {
         loop {
             tick.tick().await;
             let r = self.renew().await;
-            let _ = self.note(r);
-            let r = self.take_over().await;
-            let _ = self.note(r);
+            // Calls are taken over only from a directory that answered the renewal (and a
+            // node that keeps none makes no call that would say the directory is up).
+            if self.note(r).is_ok() && self.calls.is_some() {
+                let r = self.take_over().await;
+                let _ = self.note(r);
+            }
         }
     }
 
