@@ -104,6 +104,11 @@ impl CallState {
 pub(crate) struct Pins(HashMap<(String, Side), Held>);
 
 impl Pins {
+    /// How many members it pins.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Where member `side` of `room` is bound, and what it resumes, if the call had it.
     pub fn of(&self, room: &str, side: Side) -> Option<(SocketAddr, Resume)> {
         let h = self.0.get(&(room.to_owned(), side))?;

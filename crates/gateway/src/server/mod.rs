@@ -56,6 +56,25 @@ pub mod fuzzing {
         super::http::parse_json_body(which, body)
     }
 
+    /// A call's state as a node reads it from the cluster's directory for call `c1`
+    /// (`sealed`: under a fixed key, else in clear): the call-id and the members' count it
+    /// holds, or why it is refused.
+    pub fn call_state(sealed: bool, text: &str) -> Result<(String, usize), String> {
+        static KEY: OnceLock<super::call_state::Sealer> = OnceLock::new();
+        let sealer = if sealed {
+            KEY.get_or_init(|| {
+                super::call_state::Sealer::with_key(&"5a".repeat(32)).expect("a 64-hex-digit key")
+            })
+        } else {
+            &super::call_state::Sealer::Clear
+        };
+        let state = sealer.open("c1", text)?;
+        Ok((
+            state.call_id.clone(),
+            state.members.len() + state.pins().len(),
+        ))
+    }
+
     /// An `Authorization` value as the signaling resolves it, against a policy with one API
     /// key (`fuzz` = [`FUZZ_API_SECRET`]), an admin key and a room token (room `tokened`,
     /// token `room-token`): the caller it names (its identity and grants), or the refusal's
