@@ -1,7 +1,6 @@
 //! `secrelay lab failover`: a gateway's telephony calls through its death, on its standby;
 //! the work is `secrelay_lab::failover`'s.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Result};
@@ -27,18 +26,10 @@ pub struct FailoverArgs {
     /// calls are counted (default 5; 1 with --quick).
     #[arg(long)]
     pub steady: Option<f64>,
-    /// A short run: 3 runs of 6 calls, 1 s steady (each default only where not given).
-    #[arg(long)]
-    pub quick: bool,
-    /// Write the study and every call's figures as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Write report.html, PNG plots and results.json into DIR.
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// No progress lines.
-    #[arg(long)]
-    pub no_progress: bool,
+    /// --quick (3 runs of 6 calls, 1 s steady, each only where not given), --json, --out,
+    /// --no-progress.
+    #[command(flatten)]
+    pub study: crate::lab::StudyArgs,
 }
 
 /// What `lab failover --json` writes: the lab's usual output and every call's figures.
@@ -52,7 +43,7 @@ struct FailoverOutput {
 /// Runs the study, prints its tables, writes the JSON and the report; fails when a call was
 /// not taken over.
 pub fn run(a: &FailoverArgs) -> Result<()> {
-    let steady = a.steady.unwrap_or(if a.quick { 1.0 } else { 5.0 });
+    let steady = a.steady.unwrap_or(if a.study.quick { 1.0 } else { 5.0 });
     if !(steady.is_finite() && steady > 0.0) {
         bail!("--steady {steady}: give a positive number of seconds");
     }
@@ -62,12 +53,12 @@ pub fn run(a: &FailoverArgs) -> Result<()> {
     let o = FailoverOptions {
         exe: std::env::current_exe()
             .map_err(|e| anyhow!("finding the secrelay binary to start the nodes: {e}"))?,
-        runs: a.runs.unwrap_or(if a.quick { 3 } else { 20 }),
-        calls: a.calls.unwrap_or(if a.quick { 6 } else { 20 }),
+        runs: a.runs.unwrap_or(if a.study.quick { 3 } else { 20 }),
+        calls: a.calls.unwrap_or(if a.study.quick { 6 } else { 20 }),
         lease_secs: a.lease,
         steady: Duration::from_secs_f64(steady),
-        quick: a.quick,
-        progress: !a.no_progress,
+        quick: a.study.quick,
+        progress: !a.study.no_progress,
     };
     eprintln!(
         "secrelay lab failover: {} runs of {} calls, lease {:.1} s, {steady:.0} s steady before each kill",
@@ -83,7 +74,7 @@ pub fn run(a: &FailoverArgs) -> Result<()> {
         studies: vec![study],
         sizing: None,
     };
-    if let Some(dir) = &a.out {
+    if let Some(dir) = &a.study.out {
         std::fs::create_dir_all(dir).map_err(|e| anyhow!("--out {}: {e}", dir.display()))?;
         secrelay_lab::report::write(dir, &lab)
             .map_err(|e| anyhow!("--out {}: writing the report: {e:#}", dir.display()))?;
@@ -92,11 +83,11 @@ pub fn run(a: &FailoverArgs) -> Result<()> {
         lab,
         failover: report,
     };
-    if let Some(dir) = &a.out {
+    if let Some(dir) = &a.study.out {
         secrelay_lab::write_json(&dir.join("results.json"), &output)?;
         eprintln!("report: {}", dir.join("report.html").display());
     }
-    if let Some(p) = &a.json {
+    if let Some(p) = &a.study.json {
         secrelay_lab::write_json(p, &output)
             .map_err(|e| anyhow!("--json {}: {e:#}", p.display()))?;
     }

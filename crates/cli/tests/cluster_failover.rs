@@ -10,7 +10,7 @@
 mod lab_support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
@@ -27,11 +27,7 @@ const LEASE_SECS: f64 = 1.0;
 const KEY: &str = "8d3b0f1e2c4a69758b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d";
 
 fn command(name: &str, call: &str) -> Vec<(String, Bencode)> {
-    vec![
-        ("command".into(), Bencode::str(name)),
-        ("call-id".into(), Bencode::str(call)),
-        ("from-tag".into(), Bencode::str("caller")),
-    ]
+    secrelay_testkit::ng::command(name, call, "caller", None, None)
 }
 
 fn exchange_all(calls: &mut [PhoneCall]) {
@@ -71,15 +67,7 @@ impl Pair {
             ),
         )
         .unwrap();
-        let mut a = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-            .args(["serve", "--log", "info", "--config"])
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("secrelay serve starts");
-        let (banner, log) = lab_support::serve_banner(&mut a);
+        let (a, banner, log) = lab_support::serve_config(&config);
         let a_ng: SocketAddr = banner
             .and_then(|b| b.ng)
             .unwrap_or_else(|| panic!("no ng address in the banner:\n{}", log.lock().unwrap()));
@@ -116,9 +104,15 @@ fn standby(redis: &RedisServer, key: &std::path::Path, ports: &str) -> ServeConf
     }
 }
 
-/// Rounds of packets until every call's phones both heard the other since their mark; how
-/// long after `from` each call did, or a panic naming the calls still silent after `limit`.
-fn until_heard(calls: &mut [PhoneCall], from: Instant, limit: Duration) -> Vec<Duration> {
+/// Rounds of packets until every call's phones both heard the other since their mark (`each`
+/// told the time since `from` after every round); how long after `from` each call did, or a
+/// panic naming the calls still silent after `limit`.
+fn until_heard(
+    calls: &mut [PhoneCall],
+    from: Instant,
+    limit: Duration,
+    mut each: impl FnMut(Duration),
+) -> Vec<Duration> {
     let mut resumed: Vec<Option<Duration>> = vec![None; calls.len()];
     while resumed.iter().any(Option::is_none) {
         assert!(
@@ -133,6 +127,7 @@ fn until_heard(calls: &mut [PhoneCall], from: Instant, limit: Duration) -> Vec<D
                 .collect::<Vec<_>>()
         );
         exchange_all(calls);
+        each(from.elapsed());
         for (r, c) in resumed.iter_mut().zip(calls.iter()) {
             if r.is_none() && c.heard_since_mark() {
                 *r = Some(from.elapsed());
@@ -224,29 +219,11 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     for c in calls.iter_mut() {
         c.mark();
     }
-    let mut resumed: Vec<Option<Duration>> = vec![None; calls.len()];
-    while resumed.iter().any(Option::is_none) {
-        assert!(
-            killed.elapsed() < Duration::from_secs(15),
-            "calls still silent {:?} after the kill: {:?}",
-            killed.elapsed(),
-            calls
-                .iter()
-                .zip(&resumed)
-                .filter(|(_, r)| r.is_none())
-                .map(|(c, _)| c.id.as_str())
-                .collect::<Vec<_>>()
-        );
-        exchange_all(&mut calls);
-        if killed.elapsed() >= blocked_for {
+    let resumed = until_heard(&mut calls, killed, Duration::from_secs(15), |elapsed| {
+        if elapsed >= blocked_for {
             blocker = None;
         }
-        for (r, c) in resumed.iter_mut().zip(&calls) {
-            if r.is_none() && c.heard_since_mark() {
-                *r = Some(killed.elapsed());
-            }
-        }
-    }
+    });
     // A while of media after, for what was lost to be counted.
     for _ in 0..25 {
         exchange_all(&mut calls);
@@ -261,15 +238,12 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
         })
         .collect();
     assert!(blocker.is_none());
-    let held_up = resumed[0].unwrap();
+    let held_up = resumed[0];
     assert!(
         held_up >= blocked_for,
         "the blocked call resumed after {held_up:?}"
     );
-    let mut gaps: Vec<f64> = resumed[1..]
-        .iter()
-        .map(|r| r.unwrap().as_secs_f64() * 1e3)
-        .collect();
+    let mut gaps: Vec<f64> = resumed[1..].iter().map(|r| r.as_secs_f64() * 1e3).collect();
     gaps.sort_by(f64::total_cmp);
     eprintln!(
         "media again {:.0}–{:.0} ms after the kill (lease {LEASE_SECS} s), the call whose port was held {:.0} ms; packets lost per call each way (20 ms apart): {lost:?}",
@@ -351,7 +325,7 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
     for c in calls.iter_mut() {
         c.mark();
     }
-    until_heard(&mut calls, Instant::now(), Duration::from_secs(10));
+    until_heard(&mut calls, Instant::now(), Duration::from_secs(10), |_| {});
     for _ in 0..60 {
         exchange_all(&mut calls);
     }
@@ -374,7 +348,7 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
     for c in calls.iter_mut() {
         c.mark();
     }
-    let handed = until_heard(&mut calls, stopped, Duration::from_secs(10));
+    let handed = until_heard(&mut calls, stopped, Duration::from_secs(10), |_| {});
     let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
     assert_eq!(
         at_b.metric("secrelay_cluster_calls_taken_over_total")
@@ -397,7 +371,7 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
     for c in calls.iter_mut() {
         c.mark();
     }
-    let back = until_heard(&mut calls, down, Duration::from_secs(10));
+    let back = until_heard(&mut calls, down, Duration::from_secs(10), |_| {});
     eprintln!(
         "handed over {:.0}–{:.0} ms after a exited (it stopped {:.0} ms after SIGTERM); back {:.0}–{:.0} ms after b shut down",
         handed.iter().min().unwrap().as_secs_f64() * 1e3,

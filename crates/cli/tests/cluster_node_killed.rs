@@ -7,7 +7,6 @@
 mod lab_support;
 
 use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
@@ -57,15 +56,7 @@ fn a_killed_nodes_room_goes_to_a_living_node_once_its_lease_is_out() {
         ),
     )
     .unwrap();
-    let mut a = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["serve", "--log", "info", "--config"])
-        .arg(&config)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("secrelay serve starts");
-    let (banner, log) = lab_support::serve_banner(&mut a);
+    let (mut a, banner, log) = lab_support::serve_config(&config);
     let a_url = banner
         .and_then(|b| b.url())
         .unwrap_or_else(|| panic!("no address in the banner:\n{}", log.lock().unwrap()));

@@ -277,18 +277,7 @@ fn ng_command(
     to: Option<&str>,
     sdp: Option<&str>,
 ) -> Vec<(String, Bencode)> {
-    let mut d = vec![
-        ("command".into(), Bencode::str(command)),
-        ("call-id".into(), Bencode::str(call)),
-        ("from-tag".into(), Bencode::str("alice")),
-    ];
-    if let Some(t) = to {
-        d.push(("to-tag".into(), Bencode::str(t)));
-    }
-    if let Some(sdp) = sdp {
-        d.push(("sdp".into(), Bencode::str(sdp)));
-    }
-    d
+    secrelay_testkit::ng::command(command, call, "alice", to, sdp)
 }
 
 /// The port of an SDP's audio section.

@@ -12,7 +12,6 @@
 //! `b`'s ng socket. `a`'s media addresses are 127.0.0.2, which `b` may bind too: on one
 //! machine, what keepalived does when it moves a virtual address to the standby.
 
-use std::io::{BufRead as _, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -125,17 +124,7 @@ impl Node {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {} serve", exe.display()))?;
-        let mut lines = BufReader::new(child.stderr.take().context("the node's stderr")?).lines();
-        let mut seen = String::new();
-        let banner = secrelay_gateway::server::BannerReader::read(&mut lines, |l| {
-            seen.push_str(l);
-            seen.push('\n');
-        });
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                eprintln!("node: {l}");
-            }
-        });
+        let (banner, seen) = crate::soak::read_banner(&mut child, "node")?;
         let Some(ng) = banner.and_then(|b| b.ng) else {
             let _ = child.kill();
             let _ = child.wait();
@@ -170,18 +159,7 @@ fn ng_command(
     to: Option<&str>,
     sdp: Option<&str>,
 ) -> Vec<(String, Bencode)> {
-    let mut d = vec![
-        ("command".into(), Bencode::str(name)),
-        ("call-id".into(), Bencode::str(call)),
-        ("from-tag".into(), Bencode::str("caller")),
-    ];
-    if let Some(t) = to {
-        d.push(("to-tag".into(), Bencode::str(t)));
-    }
-    if let Some(sdp) = sdp {
-        d.push(("sdp".into(), Bencode::str(sdp)));
-    }
-    d
+    secrelay_testkit::ng::command(name, call, "caller", to, sdp)
 }
 
 /// A call between two phones on loopback through a gateway's ng socket, each phone sending a

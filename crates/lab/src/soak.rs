@@ -1550,19 +1550,7 @@ impl ChildGateway {
             .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {} serve", exe.display()))?;
-        let mut lines =
-            BufReader::new(child.stderr.take().context("the gateway's stderr")?).lines();
-        let mut seen = String::new();
-        let banner = secrelay_gateway::server::BannerReader::read(&mut lines, |l| {
-            seen.push_str(l);
-            seen.push('\n');
-        });
-        // Keep reading its log so that it never blocks on a full pipe; warnings go to ours.
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                eprintln!("gateway: {l}");
-            }
-        });
+        let (banner, seen) = read_banner(&mut child, "gateway")?;
         let parsed = banner.and_then(|b| Some((b.url()?, b.ca?, b.ng?)));
         let Some((url, ca, ng)) = parsed else {
             let _ = child.kill();
@@ -1603,6 +1591,27 @@ impl ChildGateway {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The banner of a `secrelay serve` child whose stderr is piped (`None` if it printed none),
+/// and every line it printed until then; its log after that goes on to ours, each line after
+/// `who: `, from a thread that keeps reading so that the pipe never fills.
+pub(crate) fn read_banner(
+    child: &mut Child,
+    who: &'static str,
+) -> anyhow::Result<(Option<secrelay_gateway::server::BannerReader>, String)> {
+    let mut lines = BufReader::new(child.stderr.take().context("the child's stderr")?).lines();
+    let mut seen = String::new();
+    let banner = secrelay_gateway::server::BannerReader::read(&mut lines, |l| {
+        seen.push_str(l);
+        seen.push('\n');
+    });
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            eprintln!("{who}: {l}");
+        }
+    });
+    Ok((banner, seen))
 }
 
 impl Drop for ChildGateway {

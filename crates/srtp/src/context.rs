@@ -658,6 +658,16 @@ impl Context {
         self.streams.remove(ssrc).is_some()
     }
 
+    /// The stream for `ssrc`, made from the template if there is none yet (a node resuming a
+    /// stream another node carried).
+    fn stream_or_template(&mut self, ssrc: u32) -> Result<&mut Stream, Error> {
+        if !self.streams.contains_key(ssrc) {
+            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
+            self.add_stream(ssrc, dir)?;
+        }
+        self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))
+    }
+
     /// The rollover counter of the stream for `ssrc`.
     pub fn roc(&self, ssrc: u32) -> Option<u32> {
         self.streams.get(ssrc).map(|s| s.rtp_index.roc())
@@ -671,11 +681,7 @@ impl Context {
             // ROC·2^16 must fit the 48-bit index.
             return Err(Error::KeyExhausted);
         }
-        if !self.streams.contains_key(ssrc) {
-            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
-            self.add_stream(ssrc, dir)?;
-        }
-        let s = self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self.stream_or_template(ssrc)?;
         s.rtp_index = IndexState::Fresh { roc };
         s.rtp_replay.reset();
         Ok(())
@@ -700,11 +706,7 @@ impl Context {
         if highest >= 1 << 48 {
             return Err(Error::KeyExhausted);
         }
-        if !self.streams.contains_key(ssrc) {
-            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
-            self.add_stream(ssrc, dir)?;
-        }
-        let s = self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self.stream_or_template(ssrc)?;
         s.rtp_index = IndexState::Seen { highest };
         s.rtp_replay.reset();
         Ok(())
@@ -721,11 +723,7 @@ impl Context {
         if index > MAX_SRTCP_INDEX {
             return Err(Error::KeyExhausted);
         }
-        if !self.streams.contains_key(ssrc) {
-            let dir = self.template.ok_or(Error::UnknownSsrc(ssrc))?;
-            self.add_stream(ssrc, dir)?;
-        }
-        let s = self.streams.get_mut(ssrc).ok_or(Error::UnknownSsrc(ssrc))?;
+        let s = self.stream_or_template(ssrc)?;
         s.rtcp_next = index;
         Ok(())
     }

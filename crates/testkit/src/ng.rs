@@ -23,6 +23,29 @@ pub fn reply_strings(reply: &[u8]) -> anyhow::Result<HashMap<String, String>> {
         .collect())
 }
 
+/// The entries of an ng command about a call: `command`, `call-id`, `from-tag`, and `to-tag`
+/// and `sdp` where given.
+pub fn command(
+    name: &str,
+    call: &str,
+    from_tag: &str,
+    to_tag: Option<&str>,
+    sdp: Option<&str>,
+) -> Vec<(String, Bencode)> {
+    let mut d = vec![
+        ("command".into(), Bencode::str(name)),
+        ("call-id".into(), Bencode::str(call)),
+        ("from-tag".into(), Bencode::str(from_tag)),
+    ];
+    if let Some(t) = to_tag {
+        d.push(("to-tag".into(), Bencode::str(t)));
+    }
+    if let Some(sdp) = sdp {
+        d.push(("sdp".into(), Bencode::str(sdp)));
+    }
+    d
+}
+
 /// An ng control connection (the proxy's end).
 pub struct Ng {
     socket: UdpSocket,

@@ -136,6 +136,21 @@ pub fn serve_with(extra: &[&str]) -> (Server, String) {
     (server, url)
 }
 
+/// `secrelay serve --config CONFIG` as a child process (logging at info), and its banner and
+/// log ([`serve_banner`]); `None` for the banner when it printed none.
+pub fn serve_config(config: &std::path::Path) -> (Child, Option<BannerReader>, Arc<Mutex<String>>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["serve", "--log", "info", "--config"])
+        .arg(config)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("secrelay serve starts");
+    let (banner, log) = serve_banner(&mut child);
+    (child, banner, log)
+}
+
 /// The banner of a `secrelay serve` spawned with its stderr piped, and its log: what it printed
 /// so far and, from a thread that keeps reading (so that the pipe never fills), all it prints
 /// after.
