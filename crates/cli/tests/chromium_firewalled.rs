@@ -19,7 +19,7 @@ mod lab_support;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -195,16 +195,8 @@ impl Gateway {
         let metrics = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-            .args(["serve", "--log", "info", "--metrics", &metrics.to_string()])
-            .arg("--config")
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("secrelay serve starts");
-        let (banner, log) = lab_support::serve_banner(&mut child);
+        let (child, banner, log) =
+            lab_support::serve_config(config, &["--metrics", &metrics.to_string()]);
         let base = banner
             .and_then(|b| b.url())
             .unwrap_or_else(|| panic!("no HTTPS address:\n{}", log.lock().unwrap()));

@@ -67,7 +67,7 @@ impl Pair {
             ),
         )
         .unwrap();
-        let (a, banner, log) = lab_support::serve_config(&config);
+        let (a, banner, log) = lab_support::serve_config(&config, &[]);
         let a_ng: SocketAddr = banner
             .and_then(|b| b.ng)
             .unwrap_or_else(|| panic!("no ng address in the banner:\n{}", log.lock().unwrap()));

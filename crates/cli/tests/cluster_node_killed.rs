@@ -56,7 +56,7 @@ fn a_killed_nodes_room_goes_to_a_living_node_once_its_lease_is_out() {
         ),
     )
     .unwrap();
-    let (mut a, banner, log) = lab_support::serve_config(&config);
+    let (mut a, banner, log) = lab_support::serve_config(&config, &[]);
     let a_url = banner
         .and_then(|b| b.url())
         .unwrap_or_else(|| panic!("no address in the banner:\n{}", log.lock().unwrap()));

@@ -136,12 +136,16 @@ pub fn serve_with(extra: &[&str]) -> (Server, String) {
     (server, url)
 }
 
-/// `secrelay serve --config CONFIG` as a child process (logging at info), and its banner and
-/// log ([`serve_banner`]); `None` for the banner when it printed none.
-pub fn serve_config(config: &std::path::Path) -> (Child, Option<BannerReader>, Arc<Mutex<String>>) {
+/// `secrelay serve --config CONFIG EXTRA…` as a child process (logging at info), and its
+/// banner and log ([`serve_banner`]); `None` for the banner when it printed none.
+pub fn serve_config(
+    config: &std::path::Path,
+    extra: &[&str],
+) -> (Child, Option<BannerReader>, Arc<Mutex<String>>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["serve", "--log", "info", "--config"])
         .arg(config)
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
