@@ -371,8 +371,11 @@ impl Ng {
             return;
         };
         let Some(Call::Sections(call)) = self.calls.get(call_id) else {
-            self.steps.remove(call_id);
-            cluster.keep_call(call_id, None);
+            // Gone: forgotten, if it was kept (a WebRTC call, or an offer that made no call,
+            // never was: no write for it).
+            if self.steps.remove(call_id).is_some() {
+                cluster.keep_call(call_id, None);
+            }
             return;
         };
         let steps = self.steps.entry(call_id.to_owned()).or_default();
@@ -473,7 +476,7 @@ impl Ng {
                 } else {
                     cluster.takeover_failures.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(call_id, error = %why, "a call taken over could not be made again");
-                    self.keep(&call_id, None);
+                    cluster.keep_call(&call_id, None);
                 }
             }
         }
