@@ -23,6 +23,7 @@ use secrelay_wire::bencode::Bencode;
 
 const MEDIA_A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 const MEDIA_C: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
+const MEDIA_D: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
 const LEASE_SECS: f64 = 1.0;
 const KEY: &str = "8d3b0f1e2c4a69758b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d";
 
@@ -44,6 +45,8 @@ struct Pair {
     dir: tempfile::TempDir,
     a: std::process::Child,
     a_ng: SocketAddr,
+    /// `a`'s signaling, with its admin key.
+    at_a: Signaling,
     b: Server,
 }
 
@@ -68,9 +71,16 @@ impl Pair {
         )
         .unwrap();
         let (a, banner, log) = lab_support::serve_config(&config, &[]);
-        let a_ng: SocketAddr = banner
-            .and_then(|b| b.ng)
-            .unwrap_or_else(|| panic!("no ng address in the banner:\n{}", log.lock().unwrap()));
+        let banner = banner.unwrap_or_else(|| panic!("no banner:\n{}", log.lock().unwrap()));
+        let (Some(a_ng), Some(url), Some(admin)) =
+            (banner.ng, banner.url(), banner.admin_key_file.clone())
+        else {
+            panic!(
+                "the banner lacks ng, URL or admin key:\n{}",
+                log.lock().unwrap()
+            );
+        };
+        let at_a = Signaling::new(url).with_admin(std::fs::read_to_string(admin).unwrap().trim());
         let b = Server::start(standby(&redis, &key, b_ports)).unwrap();
         let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
         wait_for("both nodes registered", Duration::from_secs(5), || {
@@ -81,6 +91,7 @@ impl Pair {
             dir,
             a,
             a_ng,
+            at_a,
             b,
         })
     }
@@ -145,6 +156,7 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
         mut a,
         a_ng,
         b,
+        ..
     }) = Pair::start(MEDIA_A, "44000-44499", "45000-45499")
     else {
         return;
@@ -303,6 +315,7 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
         mut a,
         a_ng,
         b,
+        ..
     }) = Pair::start(MEDIA_C, "44500-44999", "45500-45999")
     else {
         return;
@@ -393,4 +406,72 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
         ng_b2.call(command("delete", &c.id)).unwrap();
     }
     b2.shutdown();
+}
+
+/// A live node's calls handed to another on request (`POST /api/cluster/handover`): refused
+/// towards itself or a node that is not in the cluster; then every call is heard again on the
+/// other node, which answers for them, and the first holds none.
+#[test]
+fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
+    let Some(Pair {
+        redis,
+        dir: _dir,
+        a: _a,
+        a_ng,
+        at_a,
+        b,
+    }) = Pair::start(MEDIA_D, "46000-46499", "46500-46999")
+    else {
+        return;
+    };
+    let mut ng_a = Ng::new(a_ng).unwrap();
+    let mut calls: Vec<PhoneCall> = (0..4u32)
+        .map(|n| {
+            let sdes = [Some(Profile::AeadAes128Gcm), None][n as usize % 2];
+            PhoneCall::open(&mut ng_a, &format!("handed-{n}@proxy"), sdes, 0x4000 + n, 7).unwrap()
+        })
+        .collect();
+    for c in calls.iter_mut() {
+        c.mark();
+    }
+    until_heard(&mut calls, Instant::now(), Duration::from_secs(10), |_| {});
+    for (to, status) in [("a", 409), ("nobody", 409)] {
+        let (got, body) = at_a
+            .post(&format!("/api/cluster/handover?to={to}"))
+            .unwrap();
+        assert_eq!(got, status, "to {to}: {body}");
+    }
+    let (status, _) = at_a.post("/api/cluster/handover").unwrap();
+    assert_eq!(status, 400);
+    let asked = Instant::now();
+    let (status, body) = at_a.post("/api/cluster/handover?to=b").unwrap();
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (v["to"].as_str(), v["calls"].as_u64()),
+        (Some("b"), Some(4)),
+        "{v}"
+    );
+    for c in calls.iter_mut() {
+        c.mark();
+    }
+    let handed = until_heard(&mut calls, asked, Duration::from_secs(10), |_| {});
+    eprintln!(
+        "handed over on request: heard again {:.0}–{:.0} ms after it was asked",
+        handed.iter().min().unwrap().as_secs_f64() * 1e3,
+        handed.iter().max().unwrap().as_secs_f64() * 1e3
+    );
+    assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 0);
+    let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
+    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 4);
+    assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "0");
+    assert_eq!(redis.cli(&["EXISTS", "secrelay:handover:b"]), "0");
+    // The proxy's next command at a goes to b, which owns the call now.
+    let q = ng_a.call(command("query", &calls[0].id)).unwrap();
+    assert_eq!(q["result"], "ok", "{q:?}");
+    let mut ng_b = Ng::new(b.ng_addr().unwrap()).unwrap();
+    for c in &calls {
+        ng_b.call(command("delete", &c.id)).unwrap();
+    }
+    b.shutdown();
 }

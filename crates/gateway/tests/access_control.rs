@@ -919,6 +919,15 @@ fn routes() -> Vec<Route> {
             want: [401, 403, 403, 403, 404, 401, 403, 401],
         },
         Route {
+            name: "POST /api/cluster/handover",
+            method: "POST",
+            path: "/api/cluster/handover?to=b",
+            body: None,
+            headers: &[],
+            session: false,
+            want: [401, 403, 403, 403, 404, 401, 403, 401],
+        },
+        Route {
             name: "GET /api/rooms/{room}",
             method: "GET",
             path: "/api/rooms/r",

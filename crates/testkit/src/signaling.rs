@@ -85,6 +85,20 @@ pub struct Signaling {
     pub ca: Option<Vec<u8>>,
 }
 
+/// A response's status and its body as text.
+fn status_and_body(
+    method: &str,
+    url: &str,
+    mut resp: ureq::http::Response<ureq::Body>,
+) -> anyhow::Result<(u16, String)> {
+    let status = resp.status().as_u16();
+    let body = resp
+        .body_mut()
+        .read_to_string()
+        .with_context(|| format!("{method} {url}: reading the body"))?;
+    Ok((status, body))
+}
+
 impl Signaling {
     /// Plain HTTP or HTTPS at `base_url`, no token, no CA.
     pub fn new(base_url: impl Into<String>) -> Signaling {
@@ -269,13 +283,19 @@ impl Signaling {
         if let Some(t) = self.credential(path) {
             req = req.header("Authorization", &format!("Bearer {t}"));
         }
-        let mut resp = req.call().with_context(|| format!("GET {url}"))?;
-        let status = resp.status().as_u16();
-        let body = resp
-            .body_mut()
-            .read_to_string()
-            .with_context(|| format!("GET {url}: reading the body"))?;
-        Ok((status, body))
+        let resp = req.call().with_context(|| format!("GET {url}"))?;
+        status_and_body("GET", &url, resp)
+    }
+
+    /// POSTs nothing to `path` (`/api/cluster/drain`, …): (status, body).
+    pub fn post(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        let url = format!("{}{}", self.base_url, path);
+        let mut req = self.agent().post(&url);
+        if let Some(t) = self.credential(path) {
+            req = req.header("Authorization", &format!("Bearer {t}"));
+        }
+        let resp = req.send_empty().with_context(|| format!("POST {url}"))?;
+        status_and_body("POST", &url, resp)
     }
 
     /// A series' value on `/metrics` (its name with its labels written out, as the text

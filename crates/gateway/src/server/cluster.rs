@@ -204,6 +204,12 @@ struct KeptCalls {
     changed_rx: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<String>>>,
     /// Calls taken over, to the ng server that makes them again.
     taken: tokio::sync::mpsc::UnboundedSender<Vec<CallState>>,
+    /// Hand-over requests (from the HTTP API), to the ng server that holds the calls.
+    handover: tokio::sync::mpsc::UnboundedSender<(
+        String,
+        tokio::sync::oneshot::Sender<Result<usize, HandoverError>>,
+    )>,
+    handover_rx: Mutex<Option<HandoverRequests>>,
     /// The calls a previous life of this node left were taken back (once, at start).
     reclaimed: AtomicBool,
     /// Shutting down: no state is written any more ([`Cluster::stop_keeping`]).
@@ -231,6 +237,50 @@ fn room_key(room: &str) -> String {
 fn calls_key(node: &str) -> String {
     format!("{PREFIX}calls:{node}")
 }
+
+fn handover_key(node: &str) -> String {
+    format!("{PREFIX}handover:{node}")
+}
+
+/// Where calls being taken come from (for the log).
+enum Whence<'a> {
+    /// This node's previous life.
+    Restart,
+    /// A node that is gone.
+    Gone(&'a str),
+    /// A live node that handed them over.
+    Handed,
+}
+
+/// Why a node's calls cannot be handed over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandoverError {
+    /// The node keeps no telephony calls (no `cluster_state_key`, or no ng socket).
+    KeepsNoCalls,
+    /// The node asked for cannot take them (why).
+    NotAReceiver(String),
+    /// The directory did not answer (why).
+    Directory(String),
+}
+
+impl std::fmt::Display for HandoverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandoverError::KeepsNoCalls => f.write_str(
+                "this node keeps no telephony calls to hand over (it needs cluster_state_key or cluster_state_clear, and an ng socket)",
+            ),
+            HandoverError::NotAReceiver(why) => f.write_str(why),
+            HandoverError::Directory(e) => write!(f, "the cluster's directory does not answer: {e}"),
+        }
+    }
+}
+
+/// Hand-over requests to the ng server: the node to hand the calls to, and where the answer
+/// goes.
+pub(crate) type HandoverRequests = tokio::sync::mpsc::UnboundedReceiver<(
+    String,
+    tokio::sync::oneshot::Sender<Result<usize, HandoverError>>,
+)>;
 
 /// The directory's name for what a room of this node belongs to: an ng call's sections
 /// (`call:ID:N`) all belong to its call (`call:ID`), which is what a node owns; any other room
@@ -299,6 +349,7 @@ impl Cluster {
             calls: keeping.sealer.map(|sealer| {
                 let (changed, changed_rx) = tokio::sync::mpsc::unbounded_channel();
                 let (taken, taken_rx) = tokio::sync::mpsc::unbounded_channel();
+                let (handover, handover_rx) = tokio::sync::mpsc::unbounded_channel();
                 KeptCalls {
                     sealer,
                     takeover_of: keeping.takeover_of,
@@ -307,6 +358,8 @@ impl Cluster {
                     changed_rx: Mutex::new(Some(changed_rx)),
                     taken,
                     taken_rx: Mutex::new(Some(taken_rx)),
+                    handover,
+                    handover_rx: Mutex::new(Some(handover_rx)),
                     reclaimed: AtomicBool::new(false),
                     stopped: AtomicBool::new(false),
                 }
@@ -498,19 +551,43 @@ impl Cluster {
                 self.take_calls_of(k, dead).await?;
             }
         }
-        Ok(())
+        // Calls another node handed here (its record stays: it is alive, and drained).
+        self.take_from(
+            k,
+            &handover_key(&self.node),
+            &format!("{PREFIX}none"),
+            Whence::Handed,
+        )
+        .await
     }
 
-    /// Moves `node`'s calls to this node unless its record is there (one Lua script, so two
-    /// nodes never both take a call), opens each state and hands them to the ng server. A
-    /// state that does not open is counted and dropped.
+    /// Moves `node`'s calls to this node unless its record is there (see [`Cluster::take_from`]).
     async fn take_calls_of(&self, k: &KeptCalls, node: &str) -> Result<(), String> {
+        let whence = if node == self.node {
+            Whence::Restart
+        } else {
+            Whence::Gone(node)
+        };
+        self.take_from(k, &calls_key(node), &node_key(node), whence)
+            .await
+    }
+
+    /// Moves the call states of hash `from` to this node's (unless `record` is in the
+    /// directory: one Lua script, so two nodes never both take a call), opens each and hands
+    /// them to the ng server. A state that does not open is counted and dropped.
+    async fn take_from(
+        &self,
+        k: &KeptCalls,
+        from: &str,
+        record: &str,
+        whence: Whence<'_>,
+    ) -> Result<(), String> {
         let script = redis::cmd("EVAL")
             .arg(TAKE)
             .arg(3)
-            .arg(calls_key(node))
+            .arg(from)
             .arg(calls_key(&self.node))
-            .arg(node_key(node))
+            .arg(record)
             .arg(room_key("call:"))
             .arg(&self.node)
             .to_owned();
@@ -532,24 +609,100 @@ impl Cluster {
                 }
                 Err(e) => {
                     self.takeover_failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::warn!(node, call_id = %id, error = %e, "a call's state could not be opened: not taken over");
+                    tracing::warn!(from, call_id = %id, error = %e, "a call's state could not be opened: not taken over");
                 }
             }
         }
-        if node == self.node {
-            tracing::info!(
-                calls = states.len(),
-                "calls this node carried before its restart are taken back"
-            );
-        } else {
-            tracing::warn!(
+        let calls = states.len();
+        match whence {
+            Whence::Restart => {
+                tracing::info!(
+                    calls,
+                    "calls this node carried before its restart are taken back"
+                )
+            }
+            Whence::Gone(node) => tracing::warn!(
                 node,
-                calls = states.len(),
+                calls,
                 "node gone (its lease ran out, or it left): its calls are taken over here"
-            );
+            ),
+            Whence::Handed => tracing::info!(calls, "calls handed over to this node are taken"),
         }
         let _ = k.taken.send(states);
         Ok(())
+    }
+
+    /// Hands this node's telephony calls `ids` (ended here, their ports given back) to the
+    /// live node `to`, which takes them at its next renewal: their states from this node's
+    /// memory to `to`'s hand-over hash, their rooms to `to`, out of this node's hash, in one
+    /// transaction. How many went.
+    pub async fn hand_over(&self, to: &str, ids: &[String]) -> Result<usize, HandoverError> {
+        let k = self.calls.as_ref().ok_or(HandoverError::KeepsNoCalls)?;
+        let states: Vec<(String, String)> = {
+            let mut kept = k.states.lock().unwrap_or_else(|e| e.into_inner());
+            ids.iter()
+                .filter_map(|id| kept.remove(id).map(|text| (id.clone(), text)))
+                .collect()
+        };
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (id, text) in &states {
+            pipe.hset(handover_key(to), id, text).ignore();
+            pipe.set(room_key(&format!("call:{id}")), to).ignore();
+            pipe.hdel(calls_key(&self.node), id).ignore();
+        }
+        let r = match self.conn().await {
+            Ok(mut c) => call(pipe.query_async::<()>(&mut c)).await,
+            Err(e) => Err(e),
+        };
+        self.note(r).map_err(HandoverError::Directory)?;
+        tracing::info!(to, calls = states.len(), "calls handed over");
+        Ok(states.len())
+    }
+
+    /// Whether node `to` may take this node's calls: another node, alive in the directory.
+    pub async fn check_receiver(&self, to: &str) -> Result<(), HandoverError> {
+        if self.calls.is_none() {
+            return Err(HandoverError::KeepsNoCalls);
+        }
+        if to == self.node {
+            return Err(HandoverError::NotAReceiver(format!(
+                "{to:?} is this node: give another"
+            )));
+        }
+        let r = self.record(to).await;
+        match self.note(r).map_err(HandoverError::Directory)? {
+            Some(_) => Ok(()),
+            None => Err(HandoverError::NotAReceiver(format!(
+                "node {to:?} is not in the cluster (no record in the directory)"
+            ))),
+        }
+    }
+
+    /// Asks the ng server to hand every telephony call of this node to node `to`
+    /// ([`super::ng`]); how many went.
+    pub async fn request_handover(&self, to: &str) -> Result<usize, HandoverError> {
+        let k = self.calls.as_ref().ok_or(HandoverError::KeepsNoCalls)?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let taken = k
+            .handover_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none();
+        if !taken || k.handover.send((to.to_owned(), tx)).is_err() {
+            return Err(HandoverError::KeepsNoCalls);
+        }
+        rx.await.unwrap_or(Err(HandoverError::KeepsNoCalls))
+    }
+
+    /// The hand-over requests, for the ng server (once).
+    pub fn handover_requests(&self) -> Option<HandoverRequests> {
+        self.calls
+            .as_ref()?
+            .handover_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     /// Stops writing calls' states (the node is shutting down: its calls' states stay as

@@ -17,6 +17,7 @@
 //! | `DELETE /api/rooms/{room}/participants/{id}` | remove a participant |
 //! | `PUT /api/rooms/{room}/participants/{id}/layer` | the simulcast layer a participant is sent |
 //! | `GET /metrics` | Prometheus (OpenMetrics text) |
+//! | `POST /api/cluster/handover?to=NODE` | hand this node's telephony calls to another |
 //! | `GET /healthz` | 200 while admitting, 503 while draining |
 //!
 //! Every route but `/`, `/room/{room}` and `/healthz` checks who asks ([`super::auth`]): WHIP
@@ -48,7 +49,7 @@ use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::auth::{Caller, Failure, Need, Policy};
-use super::cluster::{Cluster, Placement};
+use super::cluster::{Cluster, HandoverError, Placement};
 use super::per_source::SourceKey;
 use super::stats::{StateCollector, StatsCollector};
 use super::{Gateway, JoinError, JoinKind, Lifecycle, Who};
@@ -441,6 +442,7 @@ pub(crate) fn router(
             "/api/cluster/drain",
             post(|s, h| drain_node(s, h, true)).delete(|s, h| drain_node(s, h, false)),
         )
+        .route("/api/cluster/handover", post(hand_over))
         .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
         .route(
@@ -1489,6 +1491,46 @@ async fn drain_node(State(s): State<AppState>, headers: HeaderMap, draining: boo
         "directory_written": written.is_ok(),
     }))
     .into_response()
+}
+
+/// The query of `POST /api/cluster/handover`.
+#[derive(serde::Deserialize)]
+struct HandoverQuery {
+    /// The node to hand the calls to.
+    to: String,
+}
+
+/// `POST /api/cluster/handover?to=NODE`: hands every telephony call this node keeps to the
+/// live node `NODE` (ended here, taken there at its next renewal: the phones hear a gap of at
+/// most a third of the lease). With a drain, a node is emptied without stopping it.
+async fn hand_over(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    query: Result<axum::extract::Query<HandoverQuery>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let cluster = match cluster_caller(&s, &headers, Policy::allow_node_control) {
+        Ok((cluster, _, _)) => cluster,
+        Err(r) => return *r,
+    };
+    let Ok(axum::extract::Query(q)) = query else {
+        return refuse(
+            &s,
+            StatusCode::BAD_REQUEST,
+            "?to=NODE: the node to hand the calls to",
+        );
+    };
+    match cluster.request_handover(&q.to).await {
+        Ok(calls) => Json(serde_json::json!({ "to": q.to, "calls": calls })).into_response(),
+        Err(e) => {
+            let status = match e {
+                HandoverError::KeepsNoCalls | HandoverError::NotAReceiver(_) => {
+                    StatusCode::CONFLICT
+                }
+                HandoverError::Directory(_) => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            refuse(&s, status, e.to_string())
+        }
+    }
 }
 
 /// `GET /api/rooms`: the rooms the caller's grant covers (every room for the admin key).

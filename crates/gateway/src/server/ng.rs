@@ -27,7 +27,7 @@ use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
 use super::call_state::{CallState, Pins, Step, MAX_STEPS};
-use super::cluster::{Cluster, Placement};
+use super::cluster::{Cluster, HandoverError, Placement};
 use super::interfaces::Interface;
 use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
@@ -202,6 +202,7 @@ impl Ng {
             Duration::from_secs_f64(self.gateway.config().media_timeout_secs.clamp(1.0, 30.0));
         let mut prune = tokio::time::interval(every);
         let mut takeovers = self.cluster.as_ref().and_then(|c| c.takeovers());
+        let mut handovers = self.cluster.as_ref().and_then(|c| c.handover_requests());
         // Where the kept calls' SRTP streams stand is read this often, and written when it moved.
         let mut marks = tokio::time::interval(MARKS_EVERY);
         marks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -212,8 +213,18 @@ impl Ng {
                     None => std::future::pending().await,
                 }
             };
+            let handover = async {
+                match handovers.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 Some(states) = taken => self.take_over(states).await,
+                Some((to, reply)) = handover => {
+                    let r = self.hand_over(&to).await;
+                    let _ = reply.send(r);
+                }
                 _ = marks.tick(), if !self.steps.is_empty() || !self.takeovers_waiting.is_empty() => {
                     self.retry_takeovers().await;
                     self.refresh_marks().await;
@@ -434,6 +445,26 @@ impl Ng {
         for id in moved {
             self.keep(&id, None);
         }
+    }
+
+    /// Hands every telephony call kept here to node `to` (`POST /api/cluster/handover`): each
+    /// ended here first, its ports given back, then its state handed over for `to` to take at
+    /// its next renewal. How many went.
+    async fn hand_over(&mut self, to: &str) -> Result<usize, HandoverError> {
+        let cluster = self.cluster.clone().ok_or(HandoverError::KeepsNoCalls)?;
+        cluster.check_receiver(to).await?;
+        let ids: Vec<String> = self.steps.keys().cloned().collect();
+        for id in &ids {
+            self.steps.remove(id);
+            if let Some(Call::Sections(mut c)) = self.calls.remove(id) {
+                c.drop_members(&self.ctx()).await;
+            }
+        }
+        self.gateway
+            .stats()
+            .ng_calls
+            .store(self.calls.len() as u64, Ordering::Relaxed);
+        cluster.hand_over(to, &ids).await
     }
 
     /// Makes again the calls taken over from a node that died (see [`super::call_state`]); a
