@@ -176,7 +176,8 @@ impl Gateway {
     /// `secrelay serve` with its media on `udp`, announced as `announce`.
     fn spawn(udp: &str, announce: &str, extra: &[&str]) -> Gateway {
         let admin = secrelay_testkit::AdminKeyFile::new().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+        let mut serve = Command::new(env!("CARGO_BIN_EXE_secrelay"));
+        serve
             .args([
                 "serve",
                 "--http",
@@ -193,13 +194,8 @@ impl Gateway {
             // The drivers' pages are served from an origin of their own (CORS as any web
             // application sees it): this gateway lets any origin call it.
             .args(["--cors-origin", "*"])
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("secrelay serve starts");
-        let (banner, log) = lab_support::serve_banner(&mut child);
+            .args(extra);
+        let (child, banner, log) = lab_support::spawn_serve(serve);
         let ng = banner.as_ref().and_then(|b| b.ng).map(|a| a.to_string());
         let base = banner.and_then(|b| b.url()).unwrap_or_else(|| {
             panic!(

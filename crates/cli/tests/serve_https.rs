@@ -47,17 +47,13 @@ struct Serve {
 impl Serve {
     fn start(extra: &[&str]) -> Serve {
         let admin = secrelay_testkit::AdminKeyFile::new().unwrap();
-        let mut child = secrelay()
+        let mut serve = secrelay();
+        serve
             .args(["serve", "--udp", "127.0.0.1:0", "--log", "info"])
             .arg("--admin-key-file")
             .arg(admin.path())
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("secrelay serve starts");
-        let (banner, log) = lab_support::serve_banner(&mut child);
+            .args(extra);
+        let (child, banner, log) = lab_support::spawn_serve(serve);
         let https = banner.and_then(|b| b.https).map(|a| a.to_string());
         let https = https.unwrap_or_else(|| {
             panic!(

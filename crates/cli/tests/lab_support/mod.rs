@@ -142,10 +142,18 @@ pub fn serve_config(
     config: &std::path::Path,
     extra: &[&str],
 ) -> (Child, Option<BannerReader>, Arc<Mutex<String>>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_secrelay"));
+    serve
         .args(["serve", "--log", "info", "--config"])
         .arg(config)
-        .args(extra)
+        .args(extra);
+    spawn_serve(serve)
+}
+
+/// `serve` (a `secrelay serve` command) started with its stderr piped and no stdin or stdout,
+/// and its banner and log ([`serve_banner`]).
+pub fn spawn_serve(mut serve: Command) -> (Child, Option<BannerReader>, Arc<Mutex<String>>) {
+    let mut child = serve
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
