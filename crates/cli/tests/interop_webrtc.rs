@@ -13,6 +13,9 @@
 //! one is missing the test says SKIPPED, except under CI (`CI` set), where it fails
 //! (`lab_support::missing`).
 
+// scripts/run-tests: alone (headless Chromium plays media here; a second heavy test
+// executable beside it would disturb the browser's timing)
+
 mod lab_support;
 
 use std::io::{Read, Write};

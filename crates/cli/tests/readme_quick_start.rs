@@ -17,6 +17,9 @@
 //! Chromium, Python and the interop venv come from `scripts/setup`; where one is missing the
 //! test says SKIPPED, except under CI, where it fails.
 
+// scripts/run-tests: alone (headless Chromium plays media here; a second heavy test
+// executable beside it would disturb the browser's timing)
+
 mod lab_support;
 
 use std::io::{BufRead, BufReader, Read};
