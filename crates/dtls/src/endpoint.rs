@@ -334,6 +334,10 @@ pub struct EndpointConfig {
     /// thread, by part ([`crate::crypto_time`]). Off by default (it costs ~2–3 µs per
     /// handshake).
     pub time_crypto: bool,
+    /// Hand the peer's application data out as [`Event::ApplicationData`] and allow
+    /// [`Endpoint::send_application_data`] (WebRTC data channels: SCTP over DTLS). Off by
+    /// default: DTLS-SRTP alone carries none, and what arrives is discarded and counted.
+    pub application_data: bool,
 }
 
 impl EndpointConfig {
@@ -353,6 +357,7 @@ impl EndpointConfig {
             cipher_suites: Vec::new(),
             ecdhe_groups: Vec::new(),
             time_crypto: false,
+            application_data: false,
         }
     }
 
@@ -535,6 +540,10 @@ pub enum Event {
     Failed(FailReason),
     /// The association closed (either side sent `close_notify`); the endpoint is finished.
     Closed,
+    /// The peer sent application data (one record), with
+    /// [`EndpointConfig::application_data`] on. Records that arrive in the flight that
+    /// completes the handshake come right after [`Event::Connected`].
+    ApplicationData(Vec<u8>),
 }
 
 /// What [`Endpoint::poll_output`] hands back. Exhaustive on purpose: drive loops match it
@@ -614,8 +623,13 @@ pub struct Counters {
     pub transmits: u64,
     /// `handle_timeout` calls.
     pub timeouts: u64,
-    /// Application data records received and discarded.
+    /// Application data records received and discarded (the configuration did not ask for
+    /// them, or they came before the handshake completed and the early queue was full).
     pub app_data_discarded: u64,
+    /// Application data records handed out as [`Event::ApplicationData`].
+    pub app_data_in: u64,
+    /// Application data records sent ([`Endpoint::send_application_data`]).
+    pub app_data_out: u64,
     /// Panics caught inside the engine.
     pub panics_caught: u64,
     /// Engines stopped for asking to be woken at once, timer after timer.
@@ -649,6 +663,8 @@ impl Counters {
         self.transmits += other.transmits;
         self.timeouts += other.timeouts;
         self.app_data_discarded += other.app_data_discarded;
+        self.app_data_in += other.app_data_in;
+        self.app_data_out += other.app_data_out;
         self.panics_caught += other.panics_caught;
         self.runaway_timers += other.runaway_timers;
         self.alerts_sent += other.alerts_sent;
@@ -685,6 +701,31 @@ const MIN_TIMER: Duration = Duration::from_millis(1);
 /// do that forever, sending a datagram each time, after a corrupted server flight.
 const MAX_IMMEDIATE_TIMEOUTS: u32 = 32;
 
+/// Application-data records kept while the handshake completes (the peer's first SCTP packets
+/// can arrive with, or right behind, its last flight); more are discarded and counted.
+const MAX_EARLY_APP_DATA: usize = 8;
+
+/// Why [`Endpoint::send_application_data`] sent nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SendError {
+    /// [`EndpointConfig::application_data`] is off.
+    NotEnabled,
+    /// The handshake has not completed, or the association is finished.
+    NotConnected,
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            SendError::NotEnabled => "application data is not enabled on this DTLS endpoint",
+            SendError::NotConnected => "the DTLS association is not connected",
+        })
+    }
+}
+
+impl std::error::Error for SendError {}
+
 /// A DTLS-SRTP endpoint for one association (one peer, one 5-tuple). See the module docs for
 /// the drive contract.
 pub struct Endpoint {
@@ -704,6 +745,10 @@ pub struct Endpoint {
     keying: Option<(u16, Zeroizing<Vec<u8>>)>,
     engine_connected: bool,
     peer_closed: bool,
+    /// [`EndpointConfig::application_data`].
+    application_data: bool,
+    /// Application data that came before `Connected` was decided, handed out right after it.
+    early_app_data: Vec<Vec<u8>>,
     last_now: Instant,
     counters: Counters,
     /// Once connected, the least time between two answers to the peer's datagrams (our last
@@ -862,6 +907,8 @@ impl Endpoint {
             keying: None,
             engine_connected: false,
             peer_closed: false,
+            application_data: config.application_data,
+            early_app_data: Vec::new(),
             last_now: now,
             counters: Counters::default(),
             answer_interval: config.timers.initial_rto,
@@ -896,7 +943,7 @@ impl Endpoint {
             return self.discard(Discard::ClientHelloAfterHandshake);
         }
         let now = self.advance(now);
-        let (queued, app_data) = (self.out.len(), self.counters.app_data_discarded);
+        let (queued, app_data) = (self.out.len(), self.app_data_seen());
         if self
             .call(|e| {
                 e.handle_timeout(now)?;
@@ -914,13 +961,14 @@ impl Endpoint {
     }
 
     /// What became of a datagram fed once connected, from what the engine did with it: the
-    /// outputs from `queued` on, application data counted past `app_data`.
+    /// outputs from `queued` on, application data handed out or discarded past `app_data`
+    /// ([`Endpoint::app_data_seen`]).
     fn verdict_once_connected(
         &mut self,
         now: Instant,
         shape: crate::record::Shape,
         queued: usize,
-        app_data: u64,
+        app_data: (u64, u64),
     ) -> Verdict {
         let answered = self
             .out
@@ -944,7 +992,9 @@ impl Endpoint {
             self.last_answer = Some(now);
             return Verdict::Taken;
         }
-        if self.counters.app_data_discarded > app_data {
+        if self.counters.app_data_in > app_data.0 {
+            Verdict::Taken
+        } else if self.counters.app_data_discarded > app_data.1 {
             self.discard(Discard::ApplicationData)
         } else if shape.plaintext || shape.protected_handshake {
             self.discard(Discard::AfterHandshake)
@@ -1033,6 +1083,53 @@ impl Endpoint {
     /// Client or server.
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// Sends `data` to the peer as one application-data record, with
+    /// [`EndpointConfig::application_data`] on and once connected; queues the datagram (drain
+    /// [`Endpoint::poll_output`] afterwards). An engine failure ends the association, as for
+    /// any input.
+    pub fn send_application_data(&mut self, now: Instant, data: &[u8]) -> Result<(), SendError> {
+        if !self.application_data {
+            return Err(SendError::NotEnabled);
+        }
+        if self.state != State::Connected {
+            return Err(SendError::NotConnected);
+        }
+        let now = self.advance(now);
+        if self
+            .call(|e| {
+                e.handle_timeout(now)?;
+                e.send_application_data(data)
+            })
+            .is_none()
+        {
+            return Err(SendError::NotConnected);
+        }
+        self.counters.app_data_out += 1;
+        self.pump();
+        Ok(())
+    }
+
+    /// Application data handed out and discarded so far.
+    fn app_data_seen(&self) -> (u64, u64) {
+        (self.counters.app_data_in, self.counters.app_data_discarded)
+    }
+
+    /// One application-data record from the engine: handed out once connected, kept until
+    /// then (the peer may send right behind its last handshake flight), or discarded.
+    fn on_application_data(&mut self, data: Vec<u8>) {
+        if !self.application_data {
+            self.counters.app_data_discarded += 1;
+        } else if self.state == State::Connected {
+            self.counters.app_data_in += 1;
+            self.out
+                .push_back(Output::Event(Event::ApplicationData(data)));
+        } else if self.early_app_data.len() < MAX_EARLY_APP_DATA {
+            self.early_app_data.push(data);
+        } else {
+            self.counters.app_data_discarded += 1;
+        }
     }
 
     /// Where the endpoint is.
@@ -1180,7 +1277,7 @@ impl Endpoint {
                 } => self.keying = Some((profile_id, material)),
                 EngineOutput::Connected => self.engine_connected = true,
                 EngineOutput::PeerClosed => self.peer_closed = true,
-                EngineOutput::ApplicationData(_) => self.counters.app_data_discarded += 1,
+                EngineOutput::ApplicationData(d) => self.on_application_data(d),
                 EngineOutput::Timeout(at) => {
                     self.after_drain(at);
                     return;
@@ -1196,6 +1293,9 @@ impl Endpoint {
                 Ok(event) => {
                     self.state = State::Connected;
                     self.out.push_back(Output::Event(event));
+                    for d in std::mem::take(&mut self.early_app_data) {
+                        self.on_application_data(d);
+                    }
                 }
                 Err(reason) => {
                     // `fail` tells the peer (a fatal alert) rather than leave it waiting.

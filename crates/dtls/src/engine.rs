@@ -43,7 +43,8 @@ pub enum EngineOutput {
     Connected,
     /// The peer sent `close_notify`.
     PeerClosed,
-    /// Application data arrived (DTLS-SRTP carries none; the endpoint discards it).
+    /// Application data arrived (data channels' SCTP packets; the endpoint discards it unless
+    /// its configuration asks for it).
     ApplicationData(Vec<u8>),
 }
 
@@ -65,6 +66,14 @@ pub trait DtlsEngine: Send + core::fmt::Debug {
     fn poll_output(&mut self) -> Result<EngineOutput, FailReason>;
     /// Starts a graceful close (queues `close_notify` when connected).
     fn close(&mut self) -> Result<(), FailReason>;
+    /// Protects `data` as one application-data record and queues it as
+    /// [`EngineOutput::Transmit`]. Called only once the engine reported
+    /// [`EngineOutput::Connected`]; an `Err` is fatal, as for every call. An engine that
+    /// carries no application data refuses (the default).
+    fn send_application_data(&mut self, data: &[u8]) -> Result<(), FailReason> {
+        let _ = data;
+        Err(FailReason::Internal)
+    }
     /// The negotiated protocol version, once known (`"DTLS 1.2"` or `"DTLS 1.3"`).
     fn protocol_version(&self) -> Option<&'static str>;
     /// The association failed (`alert` says why, RFC 5246 §7.2): give up the handshake and
@@ -535,6 +544,15 @@ impl DtlsEngine for DimplEngine {
 
     fn close(&mut self) -> Result<(), FailReason> {
         self.dtls.close().map_err(|e| reason(&e))
+    }
+
+    fn send_application_data(&mut self, data: &[u8]) -> Result<(), FailReason> {
+        match self.dtls.send_application_data(data) {
+            // dimpl takes all of it or, before its version is known, none.
+            Ok(n) if n == data.len() => Ok(()),
+            Ok(_) => Err(FailReason::Internal),
+            Err(e) => Err(reason(&e)),
+        }
     }
 
     /// DTLS 1.2: a fatal alert in the epoch the peer reads from us (plaintext until our

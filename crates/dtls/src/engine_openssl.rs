@@ -861,6 +861,24 @@ impl DtlsEngine for OpensslEngine {
         Ok(())
     }
 
+    /// One `SSL_write`: OpenSSL seals it as one record, written to our datagram BIO. The
+    /// records are not part of the handshake's last flight (which answers a retransmitted
+    /// peer flight), so they go out as they are.
+    fn send_application_data(&mut self, data: &[u8]) -> Result<(), FailReason> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.stream.ssl_write(data) {
+            Ok(n) if n == data.len() => {}
+            Ok(_) => return Err(FailReason::Internal),
+            Err(e) => return Err(handshake_reason(&e)),
+        }
+        let datagrams = std::mem::take(&mut self.stream.get_mut().outgoing);
+        self.out
+            .extend(datagrams.into_iter().map(EngineOutput::Transmit));
+        Ok(())
+    }
+
     fn protocol_version(&self) -> Option<&'static str> {
         self.connected.then_some("DTLS 1.2")
     }

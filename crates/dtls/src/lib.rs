@@ -29,7 +29,7 @@ pub use cert::{CertError, Certificate, KeyType};
 pub use crypto_time::CryptoTime;
 pub use endpoint::{
     Counters, Discard, DtlsVersion, Endpoint, EndpointConfig, Event, FailReason, LocalCertificate,
-    Output, PeerAuth, Role, State, Timers, Verdict,
+    Output, PeerAuth, Role, SendError, State, Timers, Verdict,
 };
 pub use engine::{CipherSuite, EcdheGroup, EngineChoice};
 pub use fingerprint::{Fingerprint, FingerprintError, HashAlgorithm};

@@ -38,6 +38,8 @@ pub struct Outcome {
     pub max_datagram: usize,
     /// Every datagram this side sent, in order.
     pub sent: Vec<Vec<u8>>,
+    /// Application data handed out, in order.
+    pub app_data: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Outcome {
@@ -102,6 +104,7 @@ pub fn drain(ep: &mut Endpoint, outcome: &mut Outcome) -> (Vec<Vec<u8>>, Option<
                 outcome.failed = Some(r)
             }
             Output::Event(Event::Closed) => outcome.closed = true,
+            Output::Event(Event::ApplicationData(d)) => outcome.app_data.push(d),
             Output::Event(e) => panic!("unexpected event {e:?}"),
         }
     }
