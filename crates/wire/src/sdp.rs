@@ -195,6 +195,28 @@ pub struct MediaOffer {
     /// alternative, paused ones left out), in the offer's order, when each has its
     /// `a=rid:… send`.
     pub simulcast_send: Vec<String>,
+    /// Data channels: an `m=application … UDP/DTLS/SCTP webrtc-datachannel` section (or
+    /// TCP/DTLS/SCTP), RFC 8841.
+    pub sctp: Option<SctpOffer>,
+}
+
+/// What a data-channel section offers (RFC 8841).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SctpOffer {
+    /// `a=sctp-port` (5000 when absent, RFC 8841 §5.1).
+    pub port: u16,
+    /// `a=max-message-size` (RFC 8841 §6): the largest message the offerer takes; `None` when
+    /// absent (then 64 KiB may be assumed, §6.1), 0 for "any size".
+    pub max_message_size: Option<u64>,
+}
+
+/// What our answer says about its data-channel section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SctpAnswer {
+    /// Our `a=sctp-port`.
+    pub port: u16,
+    /// Our `a=max-message-size`.
+    pub max_message_size: u64,
 }
 
 impl MediaOffer {
@@ -415,6 +437,38 @@ fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
         rtcp_rsize: m.get_attribute(SdpAttributeType::RtcpRsize).is_some(),
         fid,
         simulcast_send,
+        sctp: sctp_offer(m),
+    })
+}
+
+/// The data-channel part of an `m=application` section: SCTP over DTLS with the
+/// `webrtc-datachannel` format. The old form (`DTLS/SCTP 5000` with `a=sctpmap`) is not taken.
+fn sctp_offer(m: &SdpMedia) -> Option<SctpOffer> {
+    use webrtc_sdp::media_type::SdpProtocolValue as P;
+    if !matches!(m.get_proto(), P::UdpDtlsSctp | P::TcpDtlsSctp) {
+        return None;
+    }
+    match m.get_formats() {
+        SdpFormatList::Strings(f) if f.iter().any(|f| f == "webrtc-datachannel") => {}
+        _ => return None,
+    }
+    let attrs = m.get_attributes();
+    let port = attrs.iter().find_map(|a| match a {
+        SdpAttribute::SctpPort(p) => Some(u16::try_from(*p).ok()),
+        _ => None,
+    });
+    let port = match port {
+        None => 5000,
+        Some(Some(p)) if p != 0 => p,
+        Some(_) => return None,
+    };
+    let max_message_size = attrs.iter().find_map(|a| match a {
+        SdpAttribute::MaxMessageSize(n) => Some(*n),
+        _ => None,
+    });
+    Some(SctpOffer {
+        port,
+        max_message_size,
     })
 }
 
@@ -560,6 +614,10 @@ pub struct MediaAnswer {
     pub rtcp_rsize: bool,
     /// Simulcast layers we receive (`a=rid:… recv` and `a=simulcast:recv`), in order.
     pub simulcast_recv: Vec<String>,
+    /// A data-channel section (`m=application … UDP/DTLS/SCTP webrtc-datachannel`): written
+    /// with `a=sctp-port` and `a=max-message-size` instead of codecs; `kind` is
+    /// [`MediaKind::Application`].
+    pub sctp: Option<SctpAnswer>,
 }
 
 /// What an answer (or an offer, [`write_offer`]) of ours says about us.
@@ -615,92 +673,139 @@ pub fn write_answer(p: &AnswerParams) -> String {
     s.push_str("a=msid-semantic: WMS *\r\n");
     let first_port = p.candidates.first().map(|c| c.port()).unwrap_or(9);
     for m in &p.media {
-        let pts: Vec<String> = m
-            .codecs
-            .iter()
-            .chain(m.rtx.iter())
-            .map(|c| c.pt.to_string())
-            .collect();
-        let profile = "UDP/TLS/RTP/SAVPF";
-        let (port, fmts) = match (&m.direction, pts.is_empty()) {
-            (Some(_), false) => (first_port, pts.join(" ")),
-            // Rejected: port 0 and one format to keep the line well formed.
-            _ => (
-                0,
-                m.codecs
-                    .first()
-                    .map(|c| c.pt.to_string())
-                    .unwrap_or_else(|| "0".into()),
-            ),
-        };
-        let _ = write!(
-            s,
-            "m={} {port} {profile} {fmts}\r\nc=IN IP4 0.0.0.0\r\n",
-            m.kind.as_str()
-        );
-        let _ = write!(s, "a=mid:{}\r\n", m.mid);
-        let Some(dir) = m.direction.filter(|_| !pts.is_empty()) else {
-            s.push_str("a=inactive\r\n");
-            continue;
-        };
-        let _ = write!(
-            s,
-            "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=fingerprint:{}\r\na=setup:{}\r\na={}\r\na=rtcp-mux\r\n",
-            p.ice_ufrag,
-            p.ice_pwd,
-            p.fingerprint,
-            p.setup.as_str(),
-            dir.as_str()
-        );
-        if m.rtcp_rsize {
-            s.push_str("a=rtcp-rsize\r\n");
+        match m.sctp {
+            Some(sctp) => write_sctp_section(&mut s, p, m, sctp, first_port),
+            None => write_rtp_section(&mut s, p, m, first_port),
         }
-        for (id, uri) in &m.extmaps {
-            let _ = write!(s, "a=extmap:{id} {uri}\r\n");
-        }
-        if !m.simulcast_recv.is_empty() {
-            for rid in &m.simulcast_recv {
-                let _ = write!(s, "a=rid:{rid} recv\r\n");
-            }
-            let _ = write!(s, "a=simulcast:recv {}\r\n", m.simulcast_recv.join(";"));
-        }
-        for (k, c) in m.codecs.iter().chain(m.rtx.iter()).enumerate() {
-            match c.channels {
-                Some(ch) => {
-                    let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
-                }
-                None => {
-                    let _ = write!(s, "a=rtpmap:{} {}/{}\r\n", c.pt, c.name, c.clock_rate);
-                }
-            }
-            if let Some(f) = &c.fmtp {
-                let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
-            }
-            if k < m.codecs.len() {
-                for (_, fb) in m.feedback.iter().filter(|(pt, _)| *pt == c.pt) {
-                    let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", c.pt);
-                }
-            }
-        }
-        if let (Some((ssrc, cname)), true) = (&m.ssrc, dir.sends()) {
-            // One media stream and track per section (RFC 8830), named after the CNAME and mid.
-            let _ = write!(s, "a=msid:{cname}-{mid} {cname}-{mid}\r\n", mid = m.mid);
-            match m.rtx_ssrc.filter(|_| !m.rtx.is_empty()) {
-                Some(rtx) => {
-                    let _ = write!(
-                        s,
-                        "a=ssrc-group:FID {ssrc} {rtx}\r\na=ssrc:{ssrc} cname:{cname}\r\na=ssrc:{rtx} cname:{cname}\r\n"
-                    );
-                }
-                None => {
-                    let _ = write!(s, "a=ssrc:{ssrc} cname:{cname}\r\n");
-                }
-            }
-        }
-        write_candidates(&mut s, &p.candidates, &p.tcp_candidates);
-        s.push_str("a=end-of-candidates\r\n");
     }
     s
+}
+
+/// The lines every accepted section carries: ICE credentials, fingerprint, DTLS role.
+fn write_transport(s: &mut String, p: &AnswerParams) {
+    let _ = write!(
+        s,
+        "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\na=fingerprint:{}\r\na=setup:{}\r\n",
+        p.ice_ufrag,
+        p.ice_pwd,
+        p.fingerprint,
+        p.setup.as_str(),
+    );
+}
+
+/// A data-channel section: accepted with our SCTP port and message size limit, or rejected
+/// (port 0) when `m.direction` is `None`.
+fn write_sctp_section(
+    s: &mut String,
+    p: &AnswerParams,
+    m: &MediaAnswer,
+    sctp: SctpAnswer,
+    first_port: u16,
+) {
+    let port = if m.direction.is_some() { first_port } else { 0 };
+    let _ = write!(
+        s,
+        "m=application {port} UDP/DTLS/SCTP webrtc-datachannel\r\nc=IN IP4 0.0.0.0\r\na=mid:{}\r\n",
+        m.mid
+    );
+    if m.direction.is_none() {
+        return;
+    }
+    write_transport(s, p);
+    let _ = write!(
+        s,
+        "a=sctp-port:{}\r\na=max-message-size:{}\r\n",
+        sctp.port, sctp.max_message_size
+    );
+    write_candidates(s, &p.candidates, &p.tcp_candidates);
+    s.push_str("a=end-of-candidates\r\n");
+}
+
+/// An RTP section: accepted with its codecs, feedback, extensions and SSRCs, or rejected
+/// (port 0, `a=inactive`) when `m.direction` is `None` or no codec was taken.
+fn write_rtp_section(s: &mut String, p: &AnswerParams, m: &MediaAnswer, first_port: u16) {
+    let pts: Vec<String> = m
+        .codecs
+        .iter()
+        .chain(m.rtx.iter())
+        .map(|c| c.pt.to_string())
+        .collect();
+    let profile = "UDP/TLS/RTP/SAVPF";
+    let (port, fmts) = match (&m.direction, pts.is_empty()) {
+        (Some(_), false) => (first_port, pts.join(" ")),
+        // Rejected: port 0 and one format to keep the line well formed.
+        _ => (
+            0,
+            m.codecs
+                .first()
+                .map(|c| c.pt.to_string())
+                .unwrap_or_else(|| "0".into()),
+        ),
+    };
+    let _ = write!(
+        s,
+        "m={} {port} {profile} {fmts}\r\nc=IN IP4 0.0.0.0\r\n",
+        m.kind.as_str()
+    );
+    let _ = write!(s, "a=mid:{}\r\n", m.mid);
+    let Some(dir) = m.direction.filter(|_| !pts.is_empty()) else {
+        s.push_str("a=inactive\r\n");
+        return;
+    };
+    write_transport(s, p);
+    let _ = write!(s, "a={}\r\na=rtcp-mux\r\n", dir.as_str());
+    if m.rtcp_rsize {
+        s.push_str("a=rtcp-rsize\r\n");
+    }
+    for (id, uri) in &m.extmaps {
+        let _ = write!(s, "a=extmap:{id} {uri}\r\n");
+    }
+    if !m.simulcast_recv.is_empty() {
+        for rid in &m.simulcast_recv {
+            let _ = write!(s, "a=rid:{rid} recv\r\n");
+        }
+        let _ = write!(s, "a=simulcast:recv {}\r\n", m.simulcast_recv.join(";"));
+    }
+    write_codecs(s, m);
+    if let (Some((ssrc, cname)), true) = (&m.ssrc, dir.sends()) {
+        // One media stream and track per section (RFC 8830), named after the CNAME and mid.
+        let _ = write!(s, "a=msid:{cname}-{mid} {cname}-{mid}\r\n", mid = m.mid);
+        match m.rtx_ssrc.filter(|_| !m.rtx.is_empty()) {
+            Some(rtx) => {
+                let _ = write!(
+                    s,
+                    "a=ssrc-group:FID {ssrc} {rtx}\r\na=ssrc:{ssrc} cname:{cname}\r\na=ssrc:{rtx} cname:{cname}\r\n"
+                );
+            }
+            None => {
+                let _ = write!(s, "a=ssrc:{ssrc} cname:{cname}\r\n");
+            }
+        }
+    }
+    write_candidates(s, &p.candidates, &p.tcp_candidates);
+    s.push_str("a=end-of-candidates\r\n");
+}
+
+/// A section's `a=rtpmap`/`a=fmtp` lines, each codec's feedback after it, then the rtx ones.
+fn write_codecs(s: &mut String, m: &MediaAnswer) {
+    for (k, c) in m.codecs.iter().chain(m.rtx.iter()).enumerate() {
+        match c.channels {
+            Some(ch) => {
+                let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
+            }
+            None => {
+                let _ = write!(s, "a=rtpmap:{} {}/{}\r\n", c.pt, c.name, c.clock_rate);
+            }
+        }
+        if let Some(f) = &c.fmtp {
+            let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
+        }
+        if k < m.codecs.len() {
+            for (_, fb) in m.feedback.iter().filter(|(pt, _)| *pt == c.pt) {
+                let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", c.pt);
+            }
+        }
+    }
 }
 
 /// Writes our host candidates' `a=candidate` lines: the UDP ones (`udp`), then the passive

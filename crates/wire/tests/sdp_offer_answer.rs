@@ -2,7 +2,8 @@
 //! parse back; and refusals with a reason.
 
 use secrelay_wire::sdp::{
-    parse_offer, write_answer, AnswerParams, Direction, MediaAnswer, MediaKind, SdpError, Setup,
+    parse_offer, write_answer, AnswerParams, Direction, MediaAnswer, MediaKind, SctpAnswer,
+    SctpOffer, SdpError, Setup,
 };
 
 const CHROME: &str = include_str!("data/chrome_offer.sdp");
@@ -65,6 +66,7 @@ fn answer_round_trips_through_the_parser() {
             extmaps: Vec::new(),
             rtcp_rsize: false,
             simulcast_recv: Vec::new(),
+            sctp: None,
         })
         .collect();
     let fp = "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
@@ -123,6 +125,7 @@ fn rejected_section_has_port_zero() {
             extmaps: Vec::new(),
             rtcp_rsize: false,
             simulcast_recv: Vec::new(),
+            sctp: None,
         },
         MediaAnswer {
             mid: "1".into(),
@@ -136,6 +139,7 @@ fn rejected_section_has_port_zero() {
             extmaps: Vec::new(),
             rtcp_rsize: false,
             simulcast_recv: Vec::new(),
+            sctp: None,
         },
     ];
     let answer = write_answer(&AnswerParams {
@@ -236,6 +240,7 @@ fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer
             extmaps: vec![(2, "http://www.webrtc.org/experiments/rtp-hdrext/abs-send-time".into())],
             rtcp_rsize: true,
             simulcast_recv: Vec::new(),
+            sctp: None,
         }],
     });
     for line in [
@@ -257,4 +262,118 @@ fn feedback_rtx_and_extensions_are_read_from_the_offer_and_written_in_the_answer
     let back = parse_offer(&answer).unwrap();
     assert_eq!(back.media[0].ssrcs, vec![0x1234, 0x5678]);
     assert!(back.media[0].offers_feedback(96, "nack pli"));
+}
+
+/// Chrome's offer with a data channel: its `m=application` section as Chrome writes it.
+fn chrome_offer_with_data_channel() -> String {
+    let mut sdp = CHROME.replace("a=group:BUNDLE 0 1", "a=group:BUNDLE 0 1 2");
+    if !sdp.ends_with('\n') {
+        sdp.push_str("\r\n");
+    }
+    sdp.push_str(
+        "m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\nc=IN IP4 0.0.0.0\r\n\
+         a=ice-ufrag:Fx3k\r\na=ice-pwd:mWmR9dHJ4PcoyR+l8UkmBVlo\r\na=ice-options:trickle\r\n\
+         a=fingerprint:sha-256 3D:9E:1B:7A:22:4C:35:0F:3E:C3:6F:AF:9B:56:C4:41:17:5C:9F:02:A0:0E:77:27:4B:23:0F:9B:D8:77:D5:23\r\n\
+         a=setup:actpass\r\na=mid:2\r\na=sctp-port:5000\r\na=max-message-size:262144\r\n",
+    );
+    sdp
+}
+
+fn data_answer(mid: &str, direction: Option<Direction>) -> MediaAnswer {
+    MediaAnswer {
+        mid: mid.into(),
+        kind: MediaKind::Application,
+        direction,
+        codecs: Vec::new(),
+        ssrc: None,
+        feedback: Vec::new(),
+        rtx: Vec::new(),
+        rtx_ssrc: None,
+        extmaps: Vec::new(),
+        rtcp_rsize: false,
+        simulcast_recv: Vec::new(),
+        sctp: Some(SctpAnswer {
+            port: 5000,
+            max_message_size: 65536,
+        }),
+    }
+}
+
+#[test]
+fn a_data_channel_section_is_read_and_answered_with_sctp_lines() {
+    let o = parse_offer(&chrome_offer_with_data_channel()).expect("parses");
+    assert_eq!(o.media.len(), 3);
+    let d = &o.media[2];
+    assert_eq!(d.kind, MediaKind::Application);
+    assert_eq!(
+        d.sctp,
+        Some(SctpOffer {
+            port: 5000,
+            max_message_size: Some(262144)
+        })
+    );
+    assert!(o.media[0].sctp.is_none() && o.media[1].sctp.is_none());
+    let params = |direction| AnswerParams {
+        session_id: 7,
+        version: 1,
+        ice_ufrag: "srly".into(),
+        ice_pwd: "0123456789abcdefghijklmn".into(),
+        fingerprint: format!("sha-256 {}", vec!["00"; 32].join(":")),
+        setup: Setup::Passive,
+        candidates: vec!["192.0.2.10:3478".parse().unwrap()],
+        tcp_candidates: Vec::new(),
+        media: vec![data_answer("2", direction)],
+    };
+    let answer = write_answer(&params(Some(Direction::SendRecv)));
+    assert!(answer.contains("a=group:BUNDLE 2\r\n"), "{answer}");
+    assert!(
+        answer.contains("m=application 3478 UDP/DTLS/SCTP webrtc-datachannel\r\n"),
+        "{answer}"
+    );
+    assert!(answer.contains("a=sctp-port:5000\r\na=max-message-size:65536\r\n"));
+    assert!(answer.contains("a=setup:passive\r\n"));
+    assert!(!answer.contains("a=rtcp-mux") && !answer.contains("a=sendrecv"));
+    // Our answer reads back as a data-channel section.
+    let back = parse_offer(&answer).expect("answer parses");
+    assert_eq!(
+        back.media[0].sctp,
+        Some(SctpOffer {
+            port: 5000,
+            max_message_size: Some(65536)
+        })
+    );
+    // Rejected: port 0, the same protocol, no transport lines.
+    let rejected = write_answer(&params(None));
+    assert!(rejected.contains("m=application 0 UDP/DTLS/SCTP webrtc-datachannel\r\n"));
+    assert!(!rejected.contains("a=sctp-port") && !rejected.contains("a=group:BUNDLE"));
+}
+
+#[test]
+fn application_sections_that_are_not_data_channels_carry_no_sctp() {
+    let base = chrome_offer_with_data_channel();
+    for (from, to) in [
+        // The pre-standard form (format 5000 with a=sctpmap).
+        ("UDP/DTLS/SCTP webrtc-datachannel", "DTLS/SCTP 5000"),
+        // Another format over SCTP.
+        ("webrtc-datachannel", "something-else"),
+        // Port 0, which no association can use.
+        ("a=sctp-port:5000", "a=sctp-port:0"),
+    ] {
+        let o = parse_offer(&base.replace(from, to)).expect("parses");
+        assert_eq!(o.media[2].sctp, None, "{to}");
+    }
+    // No a=sctp-port: 5000 (RFC 8841); no a=max-message-size: none.
+    let o = parse_offer(
+        &base
+            .replace("a=sctp-port:5000\r\n", "")
+            .replace("a=max-message-size:262144\r\n", ""),
+    )
+    .unwrap();
+    assert_eq!(
+        o.media[2].sctp,
+        Some(SctpOffer {
+            port: 5000,
+            max_message_size: None
+        })
+    );
 }

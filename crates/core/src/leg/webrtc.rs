@@ -424,6 +424,7 @@ impl WebRtcLeg {
                     .collect(),
                 rtcp_rsize: m.rtcp_rsize,
                 simulcast_recv: simulcast.clone(),
+                sctp: None,
             });
         }
         if media.is_empty() {
@@ -538,6 +539,7 @@ impl WebRtcLeg {
                 extmaps: Vec::new(),
                 rtcp_rsize: false,
                 simulcast_recv: Vec::new(),
+                sctp: None,
             });
         }
         if media.is_empty() {
@@ -688,7 +690,11 @@ impl WebRtcLeg {
                 let like = self
                     .media
                     .iter()
-                    .zip(self.sections.iter().filter(|s| s.direction.is_some()))
+                    .zip(
+                        self.sections
+                            .iter()
+                            .filter(|s| s.direction.is_some() && s.sctp.is_none()),
+                    )
                     .find(|(m, _)| m.kind == *kind);
                 let (codecs, rtx, feedback_lines, extmaps, fb, extmap_ids) = match like {
                     Some((m, s)) => (
@@ -749,6 +755,7 @@ impl WebRtcLeg {
                     extmaps,
                     rtcp_rsize: true,
                     simulcast_recv: Vec::new(),
+                    sctp: None,
                 });
             }
         }
