@@ -125,17 +125,19 @@ impl Pair {
         }
     }
 
-    /// Carries packets both ways until neither side has one to send, then collects events.
+    /// Carries packets both ways, one each way in turn (so a receiver answers as it would
+    /// with packets spaced out on a real path: a SACK every second packet), until neither
+    /// side has one to send; then collects events.
     pub fn flush(&mut self) {
         loop {
             let mut moved = false;
-            while let Some(p) = self.client.poll_transmit(self.now) {
+            if let Some(p) = self.client.poll_transmit(self.now) {
                 moved = true;
                 if let Some(p) = self.wire.carry(Dir::ToServer, p) {
                     self.server.handle_packet(self.now, &p);
                 }
             }
-            while let Some(p) = self.server.poll_transmit(self.now) {
+            if let Some(p) = self.server.poll_transmit(self.now) {
                 moved = true;
                 if let Some(p) = self.wire.carry(Dir::ToClient, p) {
                     self.client.handle_packet(self.now, &p);
