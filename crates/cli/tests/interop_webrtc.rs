@@ -357,14 +357,31 @@ fn chromium_script(test: &str, script: &str, args: &[&str]) -> Option<(Value, Ga
     let python = std::env::var_os("SECRELAY_INTEROP_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("python3"));
+    Some(chromium_driver(&python, &chromium, script, args))
+}
+
+/// [`chromium_script`] for a driver that needs the interop venv (the DevTools protocol over
+/// `websocket-client`).
+fn chromium_venv_script(test: &str, script: &str, args: &[&str]) -> Option<(Value, Gateway)> {
+    let chromium = chromium(test)?;
+    let python = python(test)?;
+    Some(chromium_driver(&python, &chromium, script, args))
+}
+
+fn chromium_driver(
+    python: &Path,
+    chromium: &Path,
+    script: &str,
+    args: &[&str],
+) -> (Value, Gateway) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let gw = Gateway::start();
     let chromium = chromium.to_string_lossy().into_owned();
     let mut all = vec!["--base", gw.base.as_str(), "--chromium", chromium.as_str()];
     all.extend_from_slice(args);
-    let (v, ok) = run_script(&python, script, &all, &gw);
+    let (v, ok) = run_script(python, script, &all, &gw);
     assert!(ok, "{script} failed: {v}");
-    Some((v, gw))
+    (v, gw)
 }
 
 #[test]
@@ -530,6 +547,35 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
         gw.metric("secrelay_handshakes_total{result=\"failed\"}"),
         0.0
     );
+}
+
+/// Data channels through a room, between two pages of the gateway's own room page (each
+/// page's chat channel): 1,000 text messages each way arrive complete and in order, a 200 kB
+/// binary message arrives intact, and a page that joins late gets what is sent after it
+/// joined and nothing from before; the gateway's metrics count what it relayed.
+#[test]
+fn chromium_pages_exchange_data_channel_messages_through_the_room() {
+    let test = "chromium_pages_exchange_data_channel_messages_through_the_room";
+    let Some((v, gw)) = chromium_venv_script(
+        test,
+        "chromium_data.py",
+        &["--room", "data", "--messages", "1000", "--binary", "200000"],
+    ) else {
+        return;
+    };
+    assert_eq!(v["sent"], serde_json::json!([1000, 1000]), "{v}");
+    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
+    assert_eq!(v["binary"]["size"], 200000, "{v}");
+    assert_eq!(v["late"]["earlier"], 0, "{v}");
+    // Both pages' 1,000 and the binary one, then 10 to the two others: relayed, none dropped.
+    let relayed = gw.metric("secrelay_data_messages_total{event=\"in\"}");
+    assert!(relayed >= 2011.0, "messages relayed: {relayed}");
+    assert!(gw.metric("secrelay_data_messages_total{event=\"out\"}") >= 2021.0);
+    assert_eq!(
+        gw.metric("secrelay_data_messages_total{event=\"rate_limited\"}"),
+        0.0
+    );
+    assert!(gw.metric("secrelay_data_bytes_total{direction=\"in\"}") >= 200_000.0);
 }
 
 /// The same over HTTPS: the gateway's certificate from a private CA, which is the one trust

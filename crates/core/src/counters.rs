@@ -263,6 +263,46 @@ pub struct Counters {
     pub drops: Drops,
     /// RTCP feedback the member took part in.
     pub feedback: FeedbackCounters,
+    /// Data-channel messages.
+    pub data: DataCounters,
+}
+
+/// What a member's data channels (WebRTC, SCTP over DTLS) carried, by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DataCounters {
+    /// Messages the participant sent that the room may relay.
+    pub messages_in: u64,
+    /// Bytes of those.
+    pub bytes_in: u64,
+    /// Messages the participant sent over its rate limit, dropped.
+    pub rate_limited: u64,
+    /// Messages sent to the participant.
+    pub messages_out: u64,
+    /// Bytes of those.
+    pub bytes_out: u64,
+    /// Messages for the participant not sent: its association is gone, its channel's buffer
+    /// is full, the message is over its limit, or too many waited for the association.
+    pub dropped_out: u64,
+}
+
+impl DataCounters {
+    /// Adds `other` into these.
+    pub fn add(&mut self, other: &DataCounters) {
+        let DataCounters {
+            messages_in,
+            bytes_in,
+            rate_limited,
+            messages_out,
+            bytes_out,
+            dropped_out,
+        } = other;
+        self.messages_in += messages_in;
+        self.bytes_in += bytes_in;
+        self.rate_limited += rate_limited;
+        self.messages_out += messages_out;
+        self.bytes_out += bytes_out;
+        self.dropped_out += dropped_out;
+    }
 }
 
 /// RTCP feedback (RFC 4585, 4588, 5104) one member took part in, as a receiver (it asked) and
@@ -335,6 +375,7 @@ impl Counters {
             encoded,
             drops,
             feedback,
+            data,
         } = other;
         self.packets_in += packets_in;
         self.bytes_in += bytes_in;
@@ -348,6 +389,7 @@ impl Counters {
         self.transcoded += transcoded;
         self.decoded += decoded;
         self.encoded += encoded;
+        self.data.add(data);
         for (a, b) in self.drops.0.iter_mut().zip(drops.0) {
             *a += b;
         }
@@ -557,6 +599,14 @@ mod tests {
                 retransmitted: 10,
                 ..FeedbackCounters::default()
             },
+            data: DataCounters {
+                messages_in: 1,
+                bytes_in: 2,
+                rate_limited: 3,
+                messages_out: 4,
+                bytes_out: 5,
+                dropped_out: 6,
+            },
         };
         a.drop(DropReason::Replayed);
         let mut sum = Counters::default();
@@ -566,6 +616,13 @@ mod tests {
         assert_eq!(sum.unslotted, 18);
         assert_eq!((sum.transcoded, sum.decoded, sum.encoded), (22, 24, 26));
         assert_eq!(sum.feedback.retransmitted, 20);
+        let d = sum.data;
+        assert_eq!(
+            (d.messages_in, d.bytes_in, d.rate_limited),
+            (2, 4, 6),
+            "data"
+        );
+        assert_eq!((d.messages_out, d.bytes_out, d.dropped_out), (8, 10, 12));
         assert_eq!(sum.drops[DropReason::Replayed], 2);
         assert_eq!(sum.drops.total(), 2);
         let mut s = ShardCounters::default();

@@ -19,6 +19,7 @@
 //! [`Leg::close`]), call [`Leg::poll_output`] until it returns [`LegOutput::Timeout`] or
 //! `None` (closed, nothing left to send).
 
+pub mod data;
 pub mod pipe;
 pub mod rtp;
 pub mod webrtc;
@@ -33,6 +34,7 @@ use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
+pub use data::{DataLimits, DataLink, DataMessage};
 pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
 pub use rtp::{
     Latch, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec,

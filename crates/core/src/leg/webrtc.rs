@@ -42,10 +42,12 @@ use secrelay_dtls::{
 };
 use secrelay_srtp::{Context, Policy, Profile};
 use secrelay_wire::sdp::{
-    write_answer, write_offer, AnswerParams, Codec, Direction, MediaAnswer, MediaKind, Offer, Setup,
+    write_answer, write_offer, AnswerParams, Codec, Direction, MediaAnswer, MediaKind, MediaOffer,
+    Offer, SctpAnswer, Setup,
 };
 use secrelay_wire::stun::{Class as StunClass, Message};
 
+use super::data::{DataLimits, DataLink, DataMessage};
 use super::{
     CloseReason, CodecId, HeaderExt, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback,
     TransmitKind,
@@ -74,6 +76,9 @@ pub struct WebRtcConfig {
     pub replay_window: usize,
     /// CNAME announced with our SSRCs.
     pub cname: String,
+    /// Data channels (SCTP over DTLS) with these limits; `None` rejects an offer's
+    /// data-channel section.
+    pub data_channels: Option<DataLimits>,
 }
 
 impl WebRtcConfig {
@@ -114,6 +119,7 @@ impl Default for WebRtcConfig {
             dtls_timers: Timers::default(),
             replay_window: 1024,
             cname: "secrelay".into(),
+            data_channels: None,
         }
     }
 }
@@ -245,6 +251,8 @@ pub struct WebRtcLeg {
     handshake_time: Option<Duration>,
     /// The SRTP profile DTLS negotiated, once connected.
     profile: Option<Profile>,
+    /// Data channels, when the offer's data-channel section was accepted.
+    data: Option<DataLink>,
 }
 
 impl fmt::Debug for WebRtcLeg {
@@ -305,6 +313,36 @@ fn random_u32() -> u32 {
     u32::from_be_bytes(b)
 }
 
+/// Our side of the data channels' SCTP association follows our DTLS role (RFC 8832 §6).
+fn data_side(role: Role) -> secrelay_datachannel::Side {
+    match role {
+        Role::Client => secrelay_datachannel::Side::Client,
+        Role::Server => secrelay_datachannel::Side::Server,
+    }
+}
+
+/// Our answer to an offer's data-channel section: accepted (`take`) with our SCTP port and
+/// our message size limit, or rejected.
+fn data_section(m: &MediaOffer, take: bool, limits: Option<&DataLimits>) -> MediaAnswer {
+    MediaAnswer {
+        mid: m.mid.clone(),
+        kind: m.kind.clone(),
+        direction: take.then_some(Direction::SendRecv),
+        codecs: Vec::new(),
+        ssrc: None,
+        feedback: Vec::new(),
+        rtx: Vec::new(),
+        rtx_ssrc: None,
+        extmaps: Vec::new(),
+        rtcp_rsize: false,
+        simulcast_recv: Vec::new(),
+        sctp: Some(SctpAnswer {
+            port: 5000,
+            max_message_size: limits.map_or(0, |l| l.max_message_size as u64),
+        }),
+    }
+}
+
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     getrandom::fill(&mut b).expect("the OS random source works");
@@ -341,7 +379,17 @@ impl WebRtcLeg {
 
         let mut media = Vec::new();
         let mut answers = Vec::new();
+        let mut data_mid: Option<&str> = None;
         for m in &offer.media {
+            let usable = m.port != 0 || offer.bundle.contains(&m.mid);
+            if m.sctp.is_some() {
+                let take = usable && data_mid.is_none() && config.data_channels.is_some();
+                answers.push(data_section(m, take, config.data_channels.as_ref()));
+                if take {
+                    data_mid = Some(&m.mid);
+                }
+                continue;
+            }
             let prefs: &[CodecId] = match m.kind {
                 MediaKind::Audio => &config.audio_codecs,
                 MediaKind::Video => &config.video_codecs,
@@ -355,7 +403,6 @@ impl WebRtcLeg {
                     }
                 }
             }
-            let usable = m.port != 0 || offer.bundle.contains(&m.mid);
             let direction = (usable && !chosen.is_empty()).then(|| m.direction.reversed());
             let our_ssrc = random_u32().max(1);
             let (feedback, mut lines, rtx) = video_feedback(m, &chosen);
@@ -427,9 +474,16 @@ impl WebRtcLeg {
                 sctp: None,
             });
         }
-        if media.is_empty() {
+        if media.is_empty() && data_mid.is_none() {
             return Err(WebRtcError::NoCommonCodec);
         }
+        let data = match (data_mid, &config.data_channels) {
+            (Some(_), Some(limits)) => Some(
+                DataLink::new(limits.clone(), data_side(role), now)
+                    .map_err(|e| WebRtcError::Dtls(e.to_string()))?,
+            ),
+            _ => None,
+        };
 
         let local = Credentials::random();
         let session = (random_u64(), 1);
@@ -452,6 +506,7 @@ impl WebRtcLeg {
         let mut dtls_config = EndpointConfig::new(role, certificate, peer_fp);
         dtls_config.srtp_profiles = config.srtp_profiles.clone();
         dtls_config.timers = config.dtls_timers;
+        dtls_config.application_data = data.is_some();
         let mut p = WebRtcLeg {
             config,
             ice,
@@ -476,6 +531,7 @@ impl WebRtcLeg {
             counters: Counters::default(),
             handshake_time: None,
             profile: None,
+            data,
         };
         if role == Role::Server {
             // A server waits for the ClientHello; the clock of its handshake starts then.
@@ -583,6 +639,7 @@ impl WebRtcLeg {
             counters: Counters::default(),
             handshake_time: None,
             profile: None,
+            data: None,
         })
     }
 
@@ -1115,9 +1172,58 @@ impl WebRtcLeg {
                 }
                 DtlsEvent::Failed(r) => self.close_with(CloseReason::DtlsFailed(r)),
                 DtlsEvent::Closed => self.close_with(CloseReason::CloseNotify),
+                DtlsEvent::ApplicationData(packet) => {
+                    if let Some(data) = self.data.as_mut() {
+                        data.handle_packet(now, &packet, &mut self.counters.data);
+                    }
+                }
                 _ => {}
             }
         }
+        self.flush_data(now);
+    }
+
+    /// Sends what the data channels queued, each SCTP packet as one DTLS record, once DTLS is
+    /// up (SCTP retransmits what it could not send before).
+    fn flush_data(&mut self, now: Instant) {
+        let (Some(data), Some(ep)) = (self.data.as_mut(), self.dtls.as_mut()) else {
+            return;
+        };
+        if self.closed.is_some() || ep.state() != secrelay_dtls::State::Connected {
+            return;
+        }
+        let mut sent = false;
+        while let Some(packet) = data.poll_transmit() {
+            if ep.send_application_data(now, &packet).is_err() {
+                break;
+            }
+            sent = true;
+        }
+        if sent {
+            self.drain_dtls(now);
+        }
+    }
+
+    /// The next message the participant sent on a data channel, for the room to relay, with
+    /// the time it came.
+    pub fn take_data(&mut self) -> Option<(DataMessage, Instant)> {
+        self.data.as_mut()?.take()
+    }
+
+    /// Sends another participant's message on this participant's channel of the same label
+    /// (opened on first use); `false` when this leg has no data channels.
+    pub fn send_data(&mut self, now: Instant, msg: &DataMessage) -> bool {
+        let Some(data) = self.data.as_mut() else {
+            return false;
+        };
+        data.send(msg, &mut self.counters.data);
+        self.flush_data(now);
+        true
+    }
+
+    /// The data channels, when negotiated.
+    pub fn data(&self) -> Option<&DataLink> {
+        self.data.as_ref()
     }
 
     fn install_keys(&mut self, keys: secrelay_dtls::SrtpKeys) -> Result<(), CloseReason> {
@@ -1176,6 +1282,12 @@ impl WebRtcLeg {
             }
             self.drain_dtls(now);
         }
+        if let Some(data) = self.data.as_mut() {
+            if data.poll_timeout().is_some_and(|t| now >= t) {
+                data.handle_timeout(now, &mut self.counters.data);
+                self.flush_data(now);
+            }
+        }
     }
 
     /// When [`WebRtcLeg::handle_timeout`] must next be called; `None` once closed.
@@ -1183,10 +1295,11 @@ impl WebRtcLeg {
         if self.closed.is_some() {
             return None;
         }
-        match (self.ice.poll_timeout(), self.dtls_timeout) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let data = self.data.as_ref().and_then(DataLink::poll_timeout);
+        [self.ice.poll_timeout(), self.dtls_timeout, data]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether outputs other than the closing timeout are queued.

@@ -127,6 +127,7 @@ use secrelay_wire::sdp::MediaKind;
 
 use crate::bwe::Usage;
 use crate::counters::Counters;
+use crate::leg::webrtc::WebRtcLeg;
 use crate::leg::{Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::slab::Slab;
@@ -462,7 +463,38 @@ impl Room {
         let m = self.member_at(at)?;
         let r = f(&mut m.leg);
         collect(m, out);
+        self.relay_data(at.ix, out);
         Some(r)
+    }
+
+    /// Sends what the data channels of the member at place `ix` received to every other
+    /// member's channel of the same label (a WebRTC member with data channels), and puts what
+    /// their legs made on `out`.
+    fn relay_data(&mut self, ix: u32, out: &mut RoomOut) {
+        loop {
+            let Some((msg, now)) = self
+                .members
+                .get_mut(ix)
+                .and_then(|m| m.leg.as_webrtc_mut())
+                .and_then(WebRtcLeg::take_data)
+            else {
+                return;
+            };
+            for &r in &self.order {
+                if r == ix {
+                    continue;
+                }
+                let Some(m) = self.members.get_mut(r) else {
+                    continue;
+                };
+                if m.leg
+                    .as_webrtc_mut()
+                    .is_some_and(|l| l.send_data(now, &msg))
+                {
+                    collect(m, out);
+                }
+            }
+        }
     }
 
     /// Reads what member `id` negotiated again (a renegotiation changed its codecs, payload

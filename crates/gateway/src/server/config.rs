@@ -150,6 +150,20 @@ pub struct ServeConfig {
     pub shed_joins_at: f64,
     /// Largest HTTP body accepted, in bytes (413 above).
     pub max_body_bytes: usize,
+    /// WebRTC data channels (SCTP over DTLS): a participant whose offer has a data-channel
+    /// section gets one, and what it sends on a channel reaches every other participant of the
+    /// room with data channels, on their channel of the same label (opened by the gateway with
+    /// the sender's settings when they have none). Off: the section is rejected.
+    pub data_channels: bool,
+    /// Largest data-channel message, in bytes, either way (announced as
+    /// `a=max-message-size`); larger ones are refused by the browser or dropped.
+    pub data_max_message_size: usize,
+    /// Data-channel messages per second a participant may send into its room (bursts of two
+    /// seconds' worth); more are dropped and counted.
+    pub data_messages_per_second: u32,
+    /// Data-channel bytes per second a participant may send into its room (bursts of two
+    /// seconds' worth, and at least one largest message); more are dropped and counted.
+    pub data_bytes_per_second: u64,
     /// Origins whose pages may call the gateway from a browser (CORS), e.g.
     /// `"https://app.example.com"`; `"*"` for any. Empty (the default): none but the gateway's
     /// own pages, which need no CORS.
@@ -416,6 +430,10 @@ impl Default for ServeConfig {
                 .collect(),
             consent_timeout_secs: 30.0,
             max_participants: 10_000,
+            data_channels: true,
+            data_max_message_size: 262_144,
+            data_messages_per_second: 500,
+            data_bytes_per_second: 2 << 20,
             shed_handshakes_at: AdmissionConfig::default().shed_handshakes_at,
             shed_joins_at: AdmissionConfig::default().shed_joins_at,
             max_body_bytes: 64 * 1024,
@@ -565,6 +583,30 @@ impl ServeConfig {
         Ok(Some(name))
     }
 
+    /// The data-channel limits, `None` with `data_channels` off.
+    pub fn data_limits(&self) -> Result<Option<secrelay_core::leg::DataLimits>, ConfigError> {
+        let max = secrelay_datachannel::Config::MAX_MESSAGE_SIZE_LIMIT;
+        if self.data_max_message_size == 0 || self.data_max_message_size > max {
+            return Err(ConfigError(format!(
+                "data_max_message_size = {}: must be 1 to {max} bytes",
+                self.data_max_message_size
+            )));
+        }
+        if self.data_messages_per_second == 0 || self.data_bytes_per_second == 0 {
+            return Err(ConfigError(format!(
+                "data_messages_per_second = {}, data_bytes_per_second = {}: each must be at least 1",
+                self.data_messages_per_second, self.data_bytes_per_second
+            )));
+        }
+        Ok(self
+            .data_channels
+            .then_some(secrelay_core::leg::DataLimits {
+                max_message_size: self.data_max_message_size,
+                messages_per_second: self.data_messages_per_second,
+                bytes_per_second: self.data_bytes_per_second,
+            }))
+    }
+
     /// Checks the values that parse but cannot work.
     pub fn check(&self) -> Result<(), ConfigError> {
         self.key_type()?;
@@ -594,6 +636,7 @@ impl ServeConfig {
                 "cert and key: give both (a PEM chain and its PKCS#8 key) or neither".into(),
             ));
         }
+        self.data_limits()?;
         self.rtp_port_range()?;
         self.ng_allowed()?;
         self.cluster_node()?;

@@ -419,6 +419,7 @@ impl Gateway {
                 candidates: candidates.clone(),
                 tcp_candidates: tcp_candidates.clone(),
                 srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
+                data_channels: config.data_limits().map_err(|e| StartError(e.0))?,
                 ..WebRtcConfig::default()
             },
             rtp: RtpConfig {
@@ -713,8 +714,8 @@ impl Gateway {
         r
     }
 
-    /// Makes a participant for `offer` in `room`, for `who` (a viewer on the worker with the
-    /// fewest participants, when the room spreads its viewers).
+    /// Makes a participant for `offer` in `room`, for `who` (a viewer without data channels on
+    /// the worker with the fewest participants, when the room spreads its viewers).
     pub async fn join(
         &self,
         room: &str,
@@ -722,7 +723,9 @@ impl Gateway {
         kind: JoinKind,
         who: Who,
     ) -> Result<Joined, JoinError> {
-        if kind == JoinKind::Whep {
+        // A viewer with data channels stays on the room's worker: messages are relayed there.
+        let data = self.config.data_channels && offer.media.iter().any(|m| m.sctp.is_some());
+        if kind == JoinKind::Whep && !data {
             if let Some(at) = self.viewer_worker(room) {
                 return self.join_viewer_on(room, at, offer, who).await;
             }

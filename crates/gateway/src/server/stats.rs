@@ -788,6 +788,26 @@ impl Collector for StatsCollector {
                 ("probe_packets", f.probe_packets),
             ],
         )?;
+        let d = &m.data;
+        labelled_counters(
+            e,
+            "secrelay_data_messages",
+            "Data-channel messages: sent by participants and relayed to their rooms (in), sent to participants (out), dropped over a participant's rate limit (rate_limited), not delivered to a participant (its channel's buffer full, its association gone, or too many waiting for it: undelivered)",
+            "event",
+            &[
+                ("in", d.messages_in),
+                ("out", d.messages_out),
+                ("rate_limited", d.rate_limited),
+                ("undelivered", d.dropped_out),
+            ],
+        )?;
+        labelled_counters(
+            e,
+            "secrelay_data_bytes",
+            "Bytes of data-channel messages relayed from participants (in) and sent to them (out)",
+            "direction",
+            &[("in", d.bytes_in), ("out", d.bytes_out)],
+        )?;
         s.encode_ice_tcp(e)?;
         counter(
             e,

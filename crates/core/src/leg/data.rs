@@ -1,0 +1,322 @@
+//! A WebRTC leg's data channels: the SCTP association over its DTLS association, and what the
+//! room relays through it.
+//!
+//! [`DataLink`] wraps one [`DataChannels`] (SCTP and DCEP, sans-IO) with what a room needs:
+//! messages the participant sent, kept with their channel's label and kind for the room to
+//! relay ([`DataLink::take`]); messages for the participant, sent on its channel of the same
+//! label, opened on first use with the sender's channel settings ([`DataLink::send`]); a
+//! token bucket per participant on messages and bytes (what goes over is dropped and
+//! counted); and messages for a participant whose association is not up yet, held (bounded)
+//! until it is.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use crate::counters::DataCounters;
+use secrelay_datachannel::{
+    ChannelEvent, ChannelId, ChannelSpec, Config, DataChannelError, DataChannels, MessageKind, Side,
+};
+
+/// Limits on what one participant's data channels carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataLimits {
+    /// The largest message, in bytes, either way (our SDP's `a=max-message-size`).
+    pub max_message_size: usize,
+    /// Messages per second a participant may send into the room (the bucket holds two
+    /// seconds' worth); more are dropped and counted.
+    pub messages_per_second: u32,
+    /// Bytes per second a participant may send into the room (the bucket holds two seconds'
+    /// worth, and at least one largest message); more are dropped and counted.
+    pub bytes_per_second: u64,
+}
+
+impl Default for DataLimits {
+    fn default() -> Self {
+        DataLimits {
+            max_message_size: 262_144,
+            messages_per_second: 500,
+            bytes_per_second: 2 << 20,
+        }
+    }
+}
+
+/// One message a participant sent on a data channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DataMessage {
+    /// The channel it came on: label, ordering, reliability (a receiver's channel of the same
+    /// label is opened with these).
+    pub spec: ChannelSpec,
+    /// Text or binary.
+    pub kind: MessageKind,
+    /// The message.
+    pub data: Vec<u8>,
+}
+
+/// Messages held for a participant whose SCTP association is not up yet.
+const WAITING_MAX: usize = 256;
+
+/// A token bucket over messages and bytes.
+#[derive(Debug)]
+struct Bucket {
+    messages: f64,
+    bytes: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn new(limits: &DataLimits, now: Instant) -> Bucket {
+        let (m, b) = Bucket::capacity(limits);
+        Bucket {
+            messages: m,
+            bytes: b,
+            at: now,
+        }
+    }
+
+    fn capacity(limits: &DataLimits) -> (f64, f64) {
+        let m = 2.0 * f64::from(limits.messages_per_second);
+        let b = (2.0 * limits.bytes_per_second as f64).max(limits.max_message_size as f64);
+        (m, b)
+    }
+
+    /// Takes one message of `len` bytes if both buckets hold enough.
+    fn take(&mut self, limits: &DataLimits, now: Instant, len: usize) -> bool {
+        let dt = now.saturating_duration_since(self.at).as_secs_f64();
+        self.at = self.at.max(now);
+        let (cap_m, cap_b) = Bucket::capacity(limits);
+        self.messages = (self.messages + dt * f64::from(limits.messages_per_second)).min(cap_m);
+        self.bytes = (self.bytes + dt * limits.bytes_per_second as f64).min(cap_b);
+        let len = len as f64;
+        if self.messages >= 1.0 && self.bytes >= len {
+            self.messages -= 1.0;
+            self.bytes -= len;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// A leg's data channels. See the [module documentation](self).
+pub struct DataLink {
+    channels: DataChannels,
+    limits: DataLimits,
+    bucket: Bucket,
+    /// What the participant sent, for the room.
+    inbox: VecDeque<DataMessage>,
+    /// Open channels by label (the first of each label: the one the room's messages of that
+    /// label go out on).
+    by_label: HashMap<String, ChannelId>,
+    /// Messages for the participant held until its association is up.
+    waiting: VecDeque<DataMessage>,
+    last_now: Instant,
+}
+
+impl std::fmt::Debug for DataLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataLink")
+            .field("connected", &self.channels.is_connected())
+            .field("channels", &self.by_label.len())
+            .finish()
+    }
+}
+
+impl DataLink {
+    /// Data channels on a DTLS association where we are `side`.
+    pub fn new(
+        limits: DataLimits,
+        side: Side,
+        now: Instant,
+    ) -> Result<DataLink, secrelay_datachannel::ConfigError> {
+        let config = Config {
+            max_message_size: limits.max_message_size,
+            ..Config::default()
+        };
+        Ok(DataLink {
+            channels: DataChannels::new(config, side, now)?,
+            bucket: Bucket::new(&limits, now),
+            limits,
+            inbox: VecDeque::new(),
+            by_label: HashMap::new(),
+            waiting: VecDeque::new(),
+            last_now: now,
+        })
+    }
+
+    /// An SCTP packet the peer sent (one DTLS application-data record); what it led to is
+    /// counted in `c`.
+    pub fn handle_packet(&mut self, now: Instant, packet: &[u8], c: &mut DataCounters) {
+        self.last_now = self.last_now.max(now);
+        self.channels.handle_packet(now, packet);
+        self.on_events(c);
+    }
+
+    /// Fires SCTP's timers.
+    pub fn handle_timeout(&mut self, now: Instant, c: &mut DataCounters) {
+        self.last_now = self.last_now.max(now);
+        self.channels.handle_timeout(now);
+        self.on_events(c);
+    }
+
+    /// When [`DataLink::handle_timeout`] is next due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.channels.poll_timeout()
+    }
+
+    /// The next SCTP packet to send to the peer (as one DTLS application-data record).
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.channels.poll_transmit(self.last_now)
+    }
+
+    /// The next message the participant sent, for the room to relay, with the time of the
+    /// input it came in (the time to send it on with).
+    pub fn take(&mut self) -> Option<(DataMessage, Instant)> {
+        Some((self.inbox.pop_front()?, self.last_now))
+    }
+
+    /// Sends `msg` (another participant's) on this participant's channel with its label,
+    /// opening one with the sender's settings if there is none; held while the association is
+    /// not up. Queues SCTP packets ([`DataLink::poll_transmit`]); counted in `c`.
+    pub fn send(&mut self, msg: &DataMessage, c: &mut DataCounters) {
+        if !self.channels.is_connected() {
+            if self.waiting.len() < WAITING_MAX {
+                self.waiting.push_back(msg.clone());
+            } else {
+                c.dropped_out += 1;
+            }
+            return;
+        }
+        match self.send_now(msg) {
+            Ok(()) => {
+                c.messages_out += 1;
+                c.bytes_out += msg.data.len() as u64;
+            }
+            Err(_) => c.dropped_out += 1,
+        }
+    }
+
+    fn send_now(&mut self, msg: &DataMessage) -> Result<(), DataChannelError> {
+        let id = match self.by_label.get(&msg.spec.label) {
+            Some(id) => *id,
+            None => {
+                let id = self.channels.open(msg.spec.clone())?;
+                self.by_label.insert(msg.spec.label.clone(), id);
+                id
+            }
+        };
+        self.channels.send(id, msg.kind, &msg.data)
+    }
+
+    /// What the participant's channels did, and what we made of it.
+    fn on_events(&mut self, c: &mut DataCounters) {
+        while let Some(e) = self.channels.poll_event() {
+            match e {
+                ChannelEvent::Connected => {
+                    for msg in std::mem::take(&mut self.waiting) {
+                        self.send(&msg, c);
+                    }
+                }
+                ChannelEvent::Opened { id, spec } => {
+                    self.by_label.entry(spec.label).or_insert(id);
+                }
+                ChannelEvent::Message { id, kind, data } => self.on_message(id, kind, data, c),
+                ChannelEvent::Closed { id } => self.by_label.retain(|_, c| *c != id),
+                ChannelEvent::Acked { .. } | ChannelEvent::Disconnected => {}
+            }
+        }
+    }
+
+    fn on_message(
+        &mut self,
+        id: ChannelId,
+        kind: MessageKind,
+        data: Vec<u8>,
+        c: &mut DataCounters,
+    ) {
+        let Some(spec) = self.channels.channel(id).cloned() else {
+            return;
+        };
+        if !self.bucket.take(&self.limits, self.last_now, data.len()) {
+            c.rate_limited += 1;
+            return;
+        }
+        c.messages_in += 1;
+        c.bytes_in += data.len() as u64;
+        self.inbox.push_back(DataMessage { spec, kind, data });
+    }
+
+    /// Whether the SCTP association is up.
+    pub fn is_connected(&self) -> bool {
+        self.channels.is_connected()
+    }
+
+    /// The labels of the participant's open channels.
+    pub fn labels(&self) -> impl Iterator<Item = &str> + '_ {
+        self.by_label.keys().map(String::as_str)
+    }
+
+    /// The SCTP and DCEP layer's own counters (malformed input, refusals).
+    pub fn channel_counters(&self) -> &secrelay_datachannel::Counters {
+        self.channels.counters()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use secrelay_datachannel::Reliability;
+
+    use super::*;
+
+    fn limits() -> DataLimits {
+        DataLimits {
+            max_message_size: 1000,
+            messages_per_second: 10,
+            bytes_per_second: 5000,
+        }
+    }
+
+    #[test]
+    fn the_bucket_takes_two_seconds_worth_then_refills_with_time() {
+        let t0 = Instant::now();
+        let l = limits();
+        let mut b = Bucket::new(&l, t0);
+        // 20 messages (two seconds of 10/s), 10 000 bytes (two seconds of 5 000/s).
+        let taken = (0..30).filter(|_| b.take(&l, t0, 100)).count();
+        assert_eq!(taken, 20);
+        assert!(!b.take(&l, t0 + Duration::from_millis(50), 1));
+        // A second later: ten more messages.
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!((0..30).filter(|_| b.take(&l, t1, 10)).count(), 10);
+        // Bytes bound too: 5 000 per second, a 1 000-byte message five times a second.
+        let mut b = Bucket::new(&l, t0);
+        assert_eq!((0..30).filter(|_| b.take(&l, t0, 1000)).count(), 10);
+    }
+
+    #[test]
+    fn messages_for_a_participant_wait_for_its_association_bounded() {
+        let now = Instant::now();
+        let mut link = DataLink::new(limits(), Side::Server, now).unwrap();
+        let mut c = DataCounters::default();
+        let msg = DataMessage {
+            spec: ChannelSpec {
+                label: "chat".into(),
+                protocol: String::new(),
+                ordered: true,
+                reliability: Reliability::Reliable,
+                priority: 256,
+            },
+            kind: MessageKind::Text,
+            data: b"hi".to_vec(),
+        };
+        for _ in 0..WAITING_MAX + 5 {
+            link.send(&msg, &mut c);
+        }
+        assert!(!link.is_connected());
+        assert_eq!(link.waiting.len(), WAITING_MAX);
+        assert_eq!((c.dropped_out, c.messages_out), (5, 0));
+        // Nothing goes out before the association is up.
+        assert!(link.poll_transmit().is_none());
+    }
+}
