@@ -7,7 +7,9 @@ to every other participant's channel of the same label. Over the DevTools protoc
 has each page send N text messages (`a-0` … and `b-0` …) as fast as the page can, then a
 binary message of BINARY bytes, and waits until each page has received all of the other's, in
 order; then a third page joins late and must receive the messages sent after it joined, and
-not those sent before. Each page then leaves (DELETE).
+not those sent before. With the admin key in SECRELAY_ADMIN_KEY the server then sends a message
+to the room through the API (`POST /api/rooms/ROOM/data`), which every page must receive, and
+one to the first page alone. Each page then leaves (DELETE).
 
 Prints one JSON line with what it measured; exit status 0 only when everything passed.
 Usage: chromium_data.py --base http://HOST:PORT [--room R] [--messages 1000] [--binary 200000]
@@ -21,6 +23,8 @@ import shutil
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 
 from chromium_av import stop, version
 from chromium_room import Tab, devtools_port, launch, new_tab
@@ -54,6 +58,42 @@ def wait(tabs, pred, what, timeout):
 def send_all(tab, prefix, n):
     """Sends `prefix-0` … `prefix-(n-1)` from the page; how many the channel took."""
     return tab.eval(f"(() => {{ let k = 0; for (let i = 0; i < {n}; i++) k += secrelay.send('{prefix}-' + i) ? 1 : 0; return k; }})()")
+
+
+def post_data(args, body):
+    """`POST /api/rooms/ROOM/data` with the admin key: (status, JSON or text)."""
+    req = urllib.request.Request(
+        f"{args.base.rstrip('/')}/api/rooms/{args.room}/data", data=json.dumps(body).encode(),
+        method="POST", headers={"Authorization": "Bearer " + os.environ["SECRELAY_ADMIN_KEY"],
+                                "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def participant_ids(args):
+    req = urllib.request.Request(
+        f"{args.base.rstrip('/')}/api/rooms/{args.room}",
+        headers={"Authorization": "Bearer " + os.environ["SECRELAY_ADMIN_KEY"]})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return [p["id"] for p in json.load(r)["participants"]]
+
+
+def from_server(args, tabs, result):
+    """The server's messages through the API: to the room, then to one participant."""
+    result["api_room"] = post_data(args, {"label": "chat", "text": "server-all"})
+    wait(tabs, lambda ss: all("server-all" in (s.get("chat") or []) for s in ss),
+         "the server's message to the room", args.timeout)
+    result["api_bad"] = post_data(args, {"label": "chat"})[0]
+    ids = participant_ids(args)
+    result["api_one"] = [post_data(args, {"label": "chat", "text": "server-one", "to": i})[0] for i in ids[:1]]
+    ss = wait(tabs, lambda ss: sum("server-one" in (s.get("chat") or []) for s in ss) >= 1,
+              "the server's message to one participant", args.timeout)
+    time.sleep(1)
+    ss = [state(t) for t in tabs]
+    result["api_one_received"] = sum("server-one" in (s.get("chat") or []) for s in ss)
 
 
 def open_page(port, url):
@@ -97,6 +137,8 @@ def run(args, result, work):
         ss = wait(tabs, lambda ss: len(texts(ss[2], "late")) >= 10 and len(texts(ss[1], "late")) >= 10,
                   "the late page's messages", args.timeout)
         result["late"] = {"got": texts(ss[2], "late"), "earlier": len(texts(ss[2], "a"))}
+        if os.environ.get("SECRELAY_ADMIN_KEY"):
+            from_server(args, tabs, result)
         for t in tabs:
             t.eval("window.secrelay.leave()")
     finally:

@@ -552,7 +552,8 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
 /// Data channels through a room, between two pages of the gateway's own room page (each
 /// page's chat channel): 1,000 text messages each way arrive complete and in order, a 200 kB
 /// binary message arrives intact, and a page that joins late gets what is sent after it
-/// joined and nothing from before; the gateway's metrics count what it relayed.
+/// joined and nothing from before; the server's messages through the API reach the room or
+/// one participant; the gateway's metrics count what it relayed.
 #[test]
 fn chromium_pages_exchange_data_channel_messages_through_the_room() {
     let test = "chromium_pages_exchange_data_channel_messages_through_the_room";
@@ -567,10 +568,16 @@ fn chromium_pages_exchange_data_channel_messages_through_the_room() {
     assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
     assert_eq!(v["binary"]["size"], 200000, "{v}");
     assert_eq!(v["late"]["earlier"], 0, "{v}");
+    // The server's own messages: to the room (all three pages), to one participant (one page);
+    // a body without text or binary is refused.
+    assert_eq!(v["api_room"], serde_json::json!([200, {"sent": 3}]), "{v}");
+    assert_eq!(v["api_bad"], 400, "{v}");
+    assert_eq!(v["api_one"], serde_json::json!([200]), "{v}");
+    assert_eq!(v["api_one_received"], 1, "{v}");
     // Both pages' 1,000 and the binary one, then 10 to the two others: relayed, none dropped.
     let relayed = gw.metric("secrelay_data_messages_total{event=\"in\"}");
     assert!(relayed >= 2011.0, "messages relayed: {relayed}");
-    assert!(gw.metric("secrelay_data_messages_total{event=\"out\"}") >= 2021.0);
+    assert!(gw.metric("secrelay_data_messages_total{event=\"out\"}") >= 2025.0);
     assert_eq!(
         gw.metric("secrelay_data_messages_total{event=\"rate_limited\"}"),
         0.0

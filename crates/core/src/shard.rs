@@ -53,8 +53,8 @@ use crate::counters::{Counters, DropReason, EndReason, ShardCounters};
 use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
-    Leg, LegEvent, PipeLeg, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec, TransmitKind,
-    WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
+    DataMessage, Leg, LegEvent, PipeLeg, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec,
+    TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 pub use crate::leg::{MirrorSpec, PipeKey};
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
@@ -2251,6 +2251,38 @@ impl Shard {
         let set = s.room.set_layer(member.id(), publisher, rid, now, out);
         self.dispatch(slot);
         set.map_err(ControlError::Invalid)
+    }
+
+    /// Sends `msg` (the server's own) to participant `to` of `room`, or to every participant
+    /// of it with data channels: how many were sent it (0 when none has data channels).
+    pub fn send_data(
+        &mut self,
+        now: Instant,
+        room: &str,
+        to: Option<&str>,
+        msg: &DataMessage,
+    ) -> Result<usize, ControlError> {
+        let missing = |id: &str| ControlError::NoParticipant {
+            room: room.to_owned(),
+            id: id.to_owned(),
+        };
+        let (slot, at) = match to {
+            Some(id) => {
+                let (slot, at) = self.find(room, id).ok_or_else(|| missing(id))?;
+                (slot, Some(at))
+            }
+            None => match self.room_index.get(room) {
+                Some(&slot) => (slot, None),
+                None => return Ok(0),
+            },
+        };
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[slot].as_mut() else {
+            return Ok(0);
+        };
+        let sent = s.room.send_data(at, msg, now, out);
+        self.settle(slot);
+        Ok(sent)
     }
 
     /// Sends an RTCP compound of the gateway's own to a member: protected with its keys

@@ -813,6 +813,9 @@ fn routes() -> Vec<Route> {
     fn layer() -> String {
         r#"{"rid": null}"#.into()
     }
+    fn data() -> String {
+        r#"{"label": "chat", "text": "hello"}"#.into()
+    }
     const SDP_H: &[(&str, &str)] = &[SDP];
     const JSON_H: &[(&str, &str)] = &[JSON];
     const FRAG_H: &[(&str, &str)] = &[FRAG, ("If-Match", "{etag}")];
@@ -955,6 +958,15 @@ fn routes() -> Vec<Route> {
             // Let through, the request is refused for what it asks: the session in the test
             // receives no simulcast publisher.
             want: [401, 403, 400, 400, 400, 401, 403, 401],
+        },
+        Route {
+            name: "POST /api/rooms/{room}/data",
+            method: "POST",
+            path: "/api/rooms/r/data",
+            body: Some(data),
+            headers: JSON_H,
+            session: true,
+            want: [401, 403, 403, 200, 200, 401, 403, 401],
         },
         Route {
             name: "DELETE /api/rooms/{room}/participants/{id}",

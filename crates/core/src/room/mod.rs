@@ -128,6 +128,7 @@ use secrelay_wire::sdp::MediaKind;
 use crate::bwe::Usage;
 use crate::counters::Counters;
 use crate::leg::webrtc::WebRtcLeg;
+use crate::leg::DataMessage;
 use crate::leg::{Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::slab::Slab;
@@ -465,6 +466,32 @@ impl Room {
         collect(m, out);
         self.relay_data(at.ix, out);
         Some(r)
+    }
+
+    /// Sends `msg` (the server's own) on the data channels of `to`, or of every member with
+    /// data channels: how many were sent it. Timed `now`.
+    pub fn send_data(
+        &mut self,
+        to: Option<MemberAt>,
+        msg: &DataMessage,
+        now: Instant,
+        out: &mut RoomOut,
+    ) -> usize {
+        out.begin(self.tag);
+        let mut sent = 0;
+        for &r in &self.order {
+            let Some(m) = self.members.get_mut(r) else {
+                continue;
+            };
+            if to.is_some_and(|at| at != m.at) {
+                continue;
+            }
+            if m.leg.as_webrtc_mut().is_some_and(|l| l.send_data(now, msg)) {
+                collect(m, out);
+                sent += 1;
+            }
+        }
+        sent
     }
 
     /// Sends what the data channels of the member at place `ix` received to every other

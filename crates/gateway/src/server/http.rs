@@ -445,6 +445,7 @@ pub(crate) fn router(
         .route("/api/cluster/handover", post(hand_over))
         .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
         .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
+        .route("/api/rooms/{room}/data", post(api_send_data))
         .route(
             "/api/rooms/{room}/participants/{id}/layer",
             axum::routing::put(api_layer),
@@ -1633,6 +1634,93 @@ async fn api_remove(
         return *r;
     }
     remove(s, room, id, StatusCode::NO_CONTENT).await
+}
+
+/// The body of `POST /api/rooms/{room}/data`: one message from the server.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DataPost {
+    /// The channel's label: each receiver's channel of this label carries it (opened when it
+    /// has none).
+    label: String,
+    /// A text message; or
+    text: Option<String>,
+    /// a binary one, in base64.
+    binary: Option<String>,
+    /// One participant (its id); everyone in the room with data channels when absent.
+    to: Option<String>,
+    /// Whether a channel the gateway opens for it keeps order (default true).
+    #[serde(default = "yes")]
+    ordered: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A `POST …/data` body as the message to send and its receiver, or the reason it is refused
+/// (400).
+fn data_post(
+    body: &[u8],
+    max: usize,
+) -> Result<(secrelay_core::leg::DataMessage, Option<String>), String> {
+    use base64::Engine as _;
+    use secrelay_datachannel::{ChannelSpec, MessageKind, Reliability};
+    let p: DataPost = serde_json::from_slice(body).map_err(|e| {
+        format!("the body must be JSON {{\"label\": L, \"text\": T or \"binary\": BASE64, \"to\": id?, \"ordered\": bool?}}: {e}")
+    })?;
+    let (kind, data) = match (p.text, p.binary) {
+        (Some(t), None) => (MessageKind::Text, t.into_bytes()),
+        (None, Some(b)) => (
+            MessageKind::Binary,
+            base64::engine::general_purpose::STANDARD
+                .decode(b.as_bytes())
+                .map_err(|e| format!("binary: not base64: {e}"))?,
+        ),
+        _ => return Err("give one of text and binary".into()),
+    };
+    if p.label.is_empty() || p.label.len() > 1024 {
+        return Err("label: 1 to 1024 bytes".into());
+    }
+    if data.len() > max {
+        return Err(format!(
+            "the message is {} bytes, more than data_max_message_size {max}",
+            data.len()
+        ));
+    }
+    let spec = ChannelSpec {
+        label: p.label,
+        protocol: String::new(),
+        ordered: p.ordered,
+        reliability: Reliability::Reliable,
+        priority: 256,
+    };
+    let msg = secrelay_core::leg::DataMessage { spec, kind, data };
+    Ok((msg, p.to))
+}
+
+/// Sends a message from the server on the room's data channels: `{"sent": N}` (how many
+/// participants were sent it), 400 for a bad body, 404 for an unknown participant.
+async fn api_send_data(
+    State(s): State<AppState>,
+    Path(room): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Err(r) = room_name(&s, &room, true) {
+        return *r;
+    }
+    if let Err(r) = s.allow(&headers, &room, Need::Admin) {
+        return *r;
+    }
+    let (msg, to) = match data_post(&body, s.gateway.config().data_max_message_size) {
+        Ok(m) => m,
+        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
+    };
+    match s.gateway.send_data(&room, to, msg).await {
+        Ok(sent) => Json(serde_json::json!({ "sent": sent })).into_response(),
+        Err(e) => refuse(&s, control_status(&e), e.to_string()),
+    }
 }
 
 /// The body of `PUT /api/rooms/{room}/participants/{id}/layer`.

@@ -1031,6 +1031,25 @@ impl Gateway {
         .unwrap_or(Err(ControlError::ShuttingDown))
     }
 
+    /// Sends `msg` from the server to participant `to` of `room`, or to every participant of
+    /// it with data channels: how many were sent it.
+    pub async fn send_data(
+        &self,
+        room: &str,
+        to: Option<String>,
+        msg: secrelay_core::leg::DataMessage,
+    ) -> Result<usize, ControlError> {
+        let at = match &to {
+            Some(id) => self.member_worker(room, id),
+            None => self.worker_index(room),
+        };
+        self.on_worker(at, room, move |w, now, room| {
+            w.shard_mut().send_data(now, room, to.as_deref(), &msg)
+        })
+        .await
+        .unwrap_or(Err(ControlError::ShuttingDown))
+    }
+
     /// Telephony ports in use (none once every telephony leg ended).
     pub fn rtp_ports_in_use(&self) -> usize {
         self.shared.ports.in_use()
