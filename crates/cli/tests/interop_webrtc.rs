@@ -549,6 +549,34 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
     );
 }
 
+/// Data channels with aiortc (an SCTP stack nobody here wrote) on both ends, joined with data
+/// channels and no media: 500 messages each way in order, a 60 kB binary message intact, and
+/// an unordered channel without retransmissions that the receiver never opened reaches it on
+/// a channel the gateway opened with the sender's settings.
+#[test]
+fn aiortc_peers_exchange_data_channel_messages_through_the_room() {
+    let test = "aiortc_peers_exchange_data_channel_messages_through_the_room";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    let (v, ok) = run_script(
+        &python,
+        "aiortc_data.py",
+        &["--base", &gw.base, "--room", "aiortc-data"],
+        &gw,
+    );
+    assert!(ok, "aiortc_data.py failed: {v}");
+    assert_eq!(v["received"], serde_json::json!([500, 500]), "{v}");
+    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
+    assert_eq!(v["binary_ok"], true, "{v}");
+    assert_eq!(
+        v["lossy_channel_at_b"],
+        serde_json::json!({"ordered": false, "max_retransmits": 0}),
+        "{v}"
+    );
+    assert_eq!(gw.metric("secrelay_participants"), 0.0);
+}
+
 /// Data channels through a room, between two pages of the gateway's own room page (each
 /// page's chat channel): 1,000 text messages each way arrive complete and in order, a 200 kB
 /// binary message arrives intact, and a page that joins late gets what is sent after it

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Data channels through a secrelay room with aiortc, an SCTP and WebRTC stack nobody here wrote.
+
+Two aiortc peers join one room (`POST /rooms/{room}/join`) with data channels and no media
+at all: `chat` (reliable, ordered) and `lossy` (unordered, no retransmissions). Each sends N
+text messages on `chat`; each must receive the other's, complete and in order. Then the first
+sends a binary message of BINARY bytes, which the second must receive intact, and a few
+messages on `lossy`, which reach the second on its channel of that label (opened by the
+gateway with the sender's settings: the second peer never opened one), unordered and
+unreliable as the sender's. Both leave with DELETE.
+
+Prints one JSON line with what it measured; exit status 0 only when everything passed.
+Usage: aiortc_data.py --base http://127.0.0.1:PORT [--room NAME] [--messages N] [--binary B]
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+import aioice.ice
+import aiortc
+
+from aiortc_tone import Peer
+
+# aioice gathers host candidates on every interface but loopback; the gateway under test
+# announces itself on loopback, and the test's traffic stays there.
+aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"] if use_ipv4 else []
+
+
+class Inbox:
+    """What one peer's channels received, by label."""
+
+    def __init__(self, peer):
+        self.text = {}
+        self.binary = []
+        self.channels = {}
+        self.changed = asyncio.Event()
+
+        @peer.pc.on("datachannel")
+        def _opened(channel):
+            self.watch(channel)
+
+    def watch(self, channel):
+        self.channels[channel.label] = {"ordered": channel.ordered,
+                                        "max_retransmits": channel.maxPacketLifeTime
+                                        if channel.maxPacketLifeTime is not None else channel.maxRetransmits}
+
+        @channel.on("message")
+        def _message(m):
+            if isinstance(m, str):
+                self.text.setdefault(channel.label, []).append(m)
+            else:
+                self.binary.append(bytes(m))
+            self.changed.set()
+
+    async def until(self, pred, timeout):
+        end = time.monotonic() + timeout
+        while not pred():
+            self.changed.clear()
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self.changed.wait(), left)
+            except asyncio.TimeoutError:
+                return False
+        return True
+
+
+async def opened(channel, timeout):
+    if channel.readyState == "open":
+        return
+    ev = asyncio.Event()
+    channel.on("open", ev.set)
+    await asyncio.wait_for(ev.wait(), timeout)
+
+
+async def run(args):
+    base = args.base.rstrip("/")
+    result = {"aiortc": aiortc.__version__, "room": args.room}
+    path = f"/rooms/{args.room}/join"
+    a, b = Peer(base, path), Peer(base, path)
+    inbox_a, inbox_b = Inbox(a), Inbox(b)
+    chat_a = a.pc.createDataChannel("chat")
+    chat_b = b.pc.createDataChannel("chat")
+    lossy_a = a.pc.createDataChannel("lossy", ordered=False, maxRetransmits=0)
+    for ch, inbox in ((chat_a, inbox_a), (chat_b, inbox_b), (lossy_a, inbox_a)):
+        inbox.watch(ch)
+    for p in (a, b):
+        await p.signal()
+    await asyncio.wait_for(asyncio.gather(a.connected.wait(), b.connected.wait()), args.timeout)
+    result["answer_has_sctp"] = "m=application" in (a.answer or "") and "a=sctp-port:" in a.answer
+    for ch in (chat_a, chat_b, lossy_a):
+        await opened(ch, args.timeout)
+    n = args.messages
+    t0 = time.monotonic()
+    for i in range(n):
+        chat_a.send(f"a-{i}")
+        chat_b.send(f"b-{i}")
+    got = await asyncio.gather(
+        inbox_b.until(lambda: len(inbox_b.text.get("chat", [])) >= n, args.timeout),
+        inbox_a.until(lambda: len(inbox_a.text.get("chat", [])) >= n, args.timeout),
+    )
+    result["exchange_s"] = round(time.monotonic() - t0, 3)
+    result["received"] = [len(inbox_b.text.get("chat", [])), len(inbox_a.text.get("chat", []))]
+    result["in_order"] = [inbox_b.text.get("chat") == [f"a-{i}" for i in range(n)],
+                          inbox_a.text.get("chat") == [f"b-{i}" for i in range(n)]]
+    blob = bytes((i * 7) % 251 for i in range(args.binary))
+    chat_a.send(blob)
+    result["binary_ok"] = await inbox_b.until(lambda: blob in inbox_b.binary, args.timeout)
+    for i in range(10):
+        lossy_a.send(f"lossy-{i}")
+    await inbox_b.until(lambda: len(inbox_b.text.get("lossy", [])) >= 10, 5)
+    result["lossy_received"] = len(inbox_b.text.get("lossy", []))
+    result["lossy_channel_at_b"] = inbox_b.channels.get("lossy")
+    result["delete"] = [await a.leave(), await b.leave()]
+    result["ok"] = (all(got) and all(result["in_order"]) and result["binary_ok"]
+                    and result["answer_has_sctp"] and result["lossy_received"] > 0
+                    and result["lossy_channel_at_b"] == {"ordered": False, "max_retransmits": 0}
+                    and result["delete"] == [200, 200])
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", required=True)
+    ap.add_argument("--room", default="aiortc-data")
+    ap.add_argument("--messages", type=int, default=500)
+    ap.add_argument("--binary", type=int, default=60_000)
+    ap.add_argument("--timeout", type=float, default=30.0)
+    args = ap.parse_args()
+    try:
+        result = asyncio.run(run(args))
+    except Exception as e:
+        result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    print(json.dumps(result), flush=True)
+    sys.exit(0 if result.get("ok") else 1)
+
+
+if __name__ == "__main__":
+    main()
