@@ -109,6 +109,8 @@ pub struct DataLink {
     by_label: HashMap<String, ChannelId>,
     /// Messages for the participant held until its association is up.
     waiting: VecDeque<DataMessage>,
+    /// The largest message the participant takes (its SDP's `a=max-message-size`).
+    peer_max: usize,
     last_now: Instant,
 }
 
@@ -122,10 +124,13 @@ impl std::fmt::Debug for DataLink {
 }
 
 impl DataLink {
-    /// Data channels on a DTLS association where we are `side`.
+    /// Data channels on a DTLS association where we are `side`, towards a participant whose
+    /// SDP announced `peer_max` (`a=max-message-size`, RFC 8841 §6: `None` when absent, which
+    /// means 64 KiB; 0 for any size).
     pub fn new(
         limits: DataLimits,
         side: Side,
+        peer_max: Option<u64>,
         now: Instant,
     ) -> Result<DataLink, secrelay_datachannel::ConfigError> {
         let config = Config {
@@ -139,6 +144,11 @@ impl DataLink {
             inbox: VecDeque::new(),
             by_label: HashMap::new(),
             waiting: VecDeque::new(),
+            peer_max: match peer_max {
+                None => 65_536,
+                Some(0) => usize::MAX,
+                Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
+            },
             last_now: now,
         })
     }
@@ -178,6 +188,11 @@ impl DataLink {
     /// opening one with the sender's settings if there is none; held while the association is
     /// not up. Queues SCTP packets ([`DataLink::poll_transmit`]); counted in `c`.
     pub fn send(&mut self, msg: &DataMessage, c: &mut DataCounters) {
+        if msg.data.len() > self.peer_max {
+            // It would refuse it: the message is dropped here, counted.
+            c.dropped_out += 1;
+            return;
+        }
         if !self.channels.is_connected() {
             if self.waiting.len() < WAITING_MAX {
                 self.waiting.push_back(msg.clone());
@@ -297,7 +312,7 @@ mod tests {
     #[test]
     fn messages_for_a_participant_wait_for_its_association_bounded() {
         let now = Instant::now();
-        let mut link = DataLink::new(limits(), Side::Server, now).unwrap();
+        let mut link = DataLink::new(limits(), Side::Server, Some(100), now).unwrap();
         let mut c = DataCounters::default();
         let msg = DataMessage {
             spec: ChannelSpec {
@@ -316,6 +331,13 @@ mod tests {
         assert!(!link.is_connected());
         assert_eq!(link.waiting.len(), WAITING_MAX);
         assert_eq!((c.dropped_out, c.messages_out), (5, 0));
+        // Larger than the participant's a=max-message-size (100 here): not even held.
+        let big = DataMessage {
+            data: vec![0; 101],
+            ..msg.clone()
+        };
+        link.send(&big, &mut c);
+        assert_eq!(c.dropped_out, 6);
         // Nothing goes out before the association is up.
         assert!(link.poll_transmit().is_none());
     }

@@ -379,14 +379,14 @@ impl WebRtcLeg {
 
         let mut media = Vec::new();
         let mut answers = Vec::new();
-        let mut data_mid: Option<&str> = None;
+        let mut data_offer: Option<&MediaOffer> = None;
         for m in &offer.media {
             let usable = m.port != 0 || offer.bundle.contains(&m.mid);
             if m.sctp.is_some() {
-                let take = usable && data_mid.is_none() && config.data_channels.is_some();
+                let take = usable && data_offer.is_none() && config.data_channels.is_some();
                 answers.push(data_section(m, take, config.data_channels.as_ref()));
                 if take {
-                    data_mid = Some(&m.mid);
+                    data_offer = Some(m);
                 }
                 continue;
             }
@@ -474,12 +474,12 @@ impl WebRtcLeg {
                 sctp: None,
             });
         }
-        if media.is_empty() && data_mid.is_none() {
+        if media.is_empty() && data_offer.is_none() {
             return Err(WebRtcError::NoCommonCodec);
         }
-        let data = match (data_mid, &config.data_channels) {
-            (Some(_), Some(limits)) => Some(
-                DataLink::new(limits.clone(), data_side(role), now)
+        let data = match (data_offer.and_then(|m| m.sctp), &config.data_channels) {
+            (Some(sctp), Some(limits)) => Some(
+                DataLink::new(limits.clone(), data_side(role), sctp.max_message_size, now)
                     .map_err(|e| WebRtcError::Dtls(e.to_string()))?,
             ),
             _ => None,
