@@ -700,3 +700,27 @@ fn a_message_over_the_receive_buffer_ends_the_association() {
     assert!(ok);
     assert!(pair.received(Side::Server, id).is_empty());
 }
+
+#[test]
+fn sctp_ports_other_than_5000_connect() {
+    let ports = |local_port, remote_port| Config {
+        local_port,
+        remote_port,
+        ..Config::default()
+    };
+    let mut pair = Pair::new(ports(5001, 6000), ports(6000, 5001), Loss::None);
+    pair.connect();
+    let id = pair.open(Side::Server, spec("chat", true, Reliability::Reliable));
+    pair.server.send(id, MessageKind::Text, b"hi").unwrap();
+    assert!(pair.run_until(MINUTE, |p| p.received(Side::Client, id).len() == 1));
+    let packet = {
+        pair.client.send(id, MessageKind::Text, b"x").unwrap();
+        pair.client.poll_transmit(pair.now).unwrap()
+    };
+    assert_eq!(
+        &packet[..4],
+        &[0x13, 0x89, 0x17, 0x70],
+        "source 5001, destination 6000"
+    );
+    assert_eq!(ports(0, 5000).validate().unwrap_err().field, "local_port");
+}
