@@ -271,6 +271,37 @@ fn empty_message_ppids_are_56_and_57() {
 }
 
 #[test]
+fn unordered_channel_sends_ordered_until_the_ack() {
+    let mut pair = Pair::connected(Loss::None);
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    pair.wire.mutate = Some(Box::new(move |dir, packet: &[u8]| {
+        if dir == Dir::ToServer {
+            rewrite_data(packet, |chunk| {
+                let unordered = chunk.flags & UNORDERED != 0;
+                log.borrow_mut().push((chunk.ppid, unordered));
+                false
+            });
+        }
+        None
+    }));
+    let lossy = spec("state", false, Reliability::MaxRetransmits(0));
+    let id = pair.client.open(lossy).unwrap();
+    // RFC 8832 §6: data may follow the OPEN at once, but ordered, so it cannot overtake it.
+    pair.client.send(id, MessageKind::Text, b"early").unwrap();
+    assert!(pair.run_until(MINUTE, |p| p
+        .client_events
+        .contains(&ChannelEvent::Acked { id })));
+    pair.client.send(id, MessageKind::Text, b"late").unwrap();
+    assert!(pair.run_until(MINUTE, |p| p.received(Side::Server, id).len() == 2));
+    assert_eq!(
+        *seen.borrow(),
+        [(dcep::PPID, false), (51, false), (51, true)],
+        "OPEN and the early message ordered, the one after the ACK unordered"
+    );
+}
+
+#[test]
 fn server_opens_on_odd_ids() {
     let mut pair = Pair::connected(Loss::None);
     let a = pair.open(
