@@ -78,7 +78,10 @@ fn connected() -> Pair {
         reliability: Reliability::Reliable,
         priority: 256,
     };
-    let id = pair.client.open(spec).expect("connected over a perfect wire");
+    let id = pair
+        .client
+        .open(spec)
+        .expect("connected over a perfect wire");
     pair.client.send(id, MessageKind::Text, b"hello").unwrap();
     pair.exchange();
     pair
