@@ -28,10 +28,15 @@ pub struct LogArgs {
     pub log_format: LogFormat,
 }
 
-/// webrtc-sdp logs every SDP line it skips (a browser's `a=rtcp-xr`, on every join) whole, at
-/// WARN: off unless a filter names it. `secrelay_wire::sdp` logs the attribute's name at
-/// DEBUG instead.
-const QUIET_TARGETS: &str = "webrtc_sdp=off";
+/// Libraries whose logs a peer controls, off unless a filter names them: webrtc-sdp logs every
+/// SDP line it skips (a browser's `a=rtcp-xr`, on every join) whole, at WARN
+/// (`secrelay_wire::sdp` logs the attribute's name at DEBUG instead); sctp-proto logs a
+/// participant's bad SCTP packets at WARN and ERROR, as often as it sends them
+/// (`secrelay_datachannel` counts them by reason instead).
+const QUIET_TARGETS: [(&str, &str); 2] = [
+    ("webrtc_sdp", "webrtc_sdp=off"),
+    ("sctp_proto", "sctp_proto=off"),
+];
 
 /// The filter text in force and where it came from (`--log`, `RUST_LOG`, `default`).
 pub fn filter_source(
@@ -51,8 +56,10 @@ pub fn filter(text: &str, source: &str) -> Result<EnvFilter> {
     let mut f = EnvFilter::builder()
         .parse(text)
         .map_err(|e| anyhow!("{source} {text:?}: {e}"))?;
-    if !text.contains("webrtc_sdp") {
-        f = f.add_directive(QUIET_TARGETS.parse().expect("a valid directive"));
+    for (target, directive) in QUIET_TARGETS {
+        if !text.contains(target) {
+            f = f.add_directive(directive.parse().expect("a valid directive"));
+        }
     }
     Ok(f)
 }
@@ -111,11 +118,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("RUST_LOG") && e.contains("notalevel"), "{e}");
-        // webrtc-sdp quiet unless named.
-        assert!(filter("info", "--log")
+        // webrtc-sdp and sctp-proto quiet unless named.
+        let quiet = filter("info", "--log").unwrap().to_string();
+        assert!(quiet.contains("webrtc_sdp=off") && quiet.contains("sctp_proto=off"));
+        assert!(!filter("sctp_proto=debug", "--log")
             .unwrap()
             .to_string()
-            .contains("webrtc_sdp=off"));
+            .contains("sctp_proto=off"));
         assert!(!filter("webrtc_sdp=warn", "--log")
             .unwrap()
             .to_string()

@@ -683,6 +683,8 @@ fn transport_config(config: &Config) -> TransportConfig {
         // WebRTC leaves giving up on the peer to ICE and DTLS consent (sctp-proto's advice).
         .with_max_init_retransmits(None)
         .with_rto_initial_ms(RTO_INITIAL_MS)
+        .with_local_port(config.local_port)
+        .with_remote_port(config.remote_port)
 }
 
 fn reliability_params(reliability: Reliability) -> (ReliabilityType, u32) {

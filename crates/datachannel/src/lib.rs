@@ -89,6 +89,12 @@ pub struct Config {
     /// The most bytes one channel may hold queued or unacknowledged: a send that would go
     /// over is refused ([`DataChannelError::BufferFull`]). Default 1 MiB.
     pub max_buffered: usize,
+    /// Our SCTP port (SDP `a=sctp-port`, RFC 8841 §5), the source port of what we send.
+    /// Default 5000, what browsers use.
+    pub local_port: u16,
+    /// The peer's SCTP port (its `a=sctp-port`), the destination port of what we send.
+    /// Default 5000.
+    pub remote_port: u16,
 }
 
 impl Config {
@@ -120,6 +126,17 @@ impl Config {
                 reason: "must be at least 1 byte".into(),
             });
         }
+        for (field, port) in [
+            ("local_port", self.local_port),
+            ("remote_port", self.remote_port),
+        ] {
+            if port == 0 {
+                return Err(ConfigError {
+                    field,
+                    reason: "must be 1 to 65535, not 0".into(),
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -130,6 +147,8 @@ impl Default for Config {
             max_message_size: 262_144,
             max_channels: 1024,
             max_buffered: 1 << 20,
+            local_port: 5000,
+            remote_port: 5000,
         }
     }
 }

@@ -271,6 +271,37 @@ fn empty_message_ppids_are_56_and_57() {
 }
 
 #[test]
+fn unordered_channel_sends_ordered_until_the_ack() {
+    let mut pair = Pair::connected(Loss::None);
+    let seen = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let log = seen.clone();
+    pair.wire.mutate = Some(Box::new(move |dir, packet: &[u8]| {
+        if dir == Dir::ToServer {
+            rewrite_data(packet, |chunk| {
+                let unordered = chunk.flags & UNORDERED != 0;
+                log.borrow_mut().push((chunk.ppid, unordered));
+                false
+            });
+        }
+        None
+    }));
+    let lossy = spec("state", false, Reliability::MaxRetransmits(0));
+    let id = pair.client.open(lossy).unwrap();
+    // RFC 8832 §6: data may follow the OPEN at once, but ordered, so it cannot overtake it.
+    pair.client.send(id, MessageKind::Text, b"early").unwrap();
+    assert!(pair.run_until(MINUTE, |p| p
+        .client_events
+        .contains(&ChannelEvent::Acked { id })));
+    pair.client.send(id, MessageKind::Text, b"late").unwrap();
+    assert!(pair.run_until(MINUTE, |p| p.received(Side::Server, id).len() == 2));
+    assert_eq!(
+        *seen.borrow(),
+        [(dcep::PPID, false), (51, false), (51, true)],
+        "OPEN and the early message ordered, the one after the ACK unordered"
+    );
+}
+
+#[test]
 fn server_opens_on_odd_ids() {
     let mut pair = Pair::connected(Loss::None);
     let a = pair.open(
@@ -451,15 +482,16 @@ fn random_bytes_are_dropped_and_counted() {
     assert!(pair.run_until(MINUTE, |p| p.received(Side::Server, id).len() == 1));
 }
 
-/// Edits the first DCEP message the client sends with `edit`.
-fn corrupt_client_open(pair: &mut Pair, edit: impl Fn(&mut support::DataChunk) + 'static) {
+/// Edits, on the wire and once, the first DATA chunk with payload protocol `ppid` that the
+/// client sends.
+fn rewrite_first(pair: &mut Pair, ppid: u32, edit: impl Fn(&mut support::DataChunk) + 'static) {
     let mut done = false;
     pair.wire.mutate = Some(Box::new(move |dir, packet: &[u8]| {
         if done || dir != Dir::ToServer {
             return None;
         }
         rewrite_data(packet, |chunk| {
-            if chunk.ppid != dcep::PPID || done {
+            if chunk.ppid != ppid || done {
                 return false;
             }
             edit(chunk);
@@ -474,7 +506,7 @@ fn corrupt_client_open(pair: &mut Pair, edit: impl Fn(&mut support::DataChunk) +
 /// channel.
 fn refused_open(edit: impl Fn(&mut support::DataChunk) + 'static, reason: Discard, stream: u16) {
     let mut pair = Pair::connected(Loss::None);
-    corrupt_client_open(&mut pair, edit);
+    rewrite_first(&mut pair, dcep::PPID, edit);
     let id = pair
         .client
         .open(spec("chat", true, Reliability::Reliable))
@@ -523,7 +555,7 @@ fn open_above_max_channels_is_refused() {
 #[test]
 fn refused_open_closes_the_openers_channel() {
     let mut pair = Pair::connected(Loss::None);
-    corrupt_client_open(&mut pair, |c| c.payload.truncate(3));
+    rewrite_first(&mut pair, dcep::PPID, |c| c.payload.truncate(3));
     let id = pair
         .client
         .open(spec("chat", true, Reliability::Reliable))
@@ -537,22 +569,11 @@ fn refused_open_closes_the_openers_channel() {
 fn message_on_an_unopened_stream_is_dropped_and_counted() {
     let mut pair = Pair::connected(Loss::None);
     let id = pair.open(Side::Client, spec("chat", true, Reliability::Reliable));
-    let mut done = false;
-    pair.wire.mutate = Some(Box::new(move |dir, packet: &[u8]| {
-        if done || dir != Dir::ToServer {
-            return None;
-        }
-        rewrite_data(packet, |chunk| {
-            if chunk.ppid != 51 || done {
-                return false;
-            }
-            // Onto stream 6, where no OPEN came; unordered, so its sequence number is moot.
-            chunk.stream = 6;
-            chunk.flags |= UNORDERED;
-            done = true;
-            true
-        })
-    }));
+    rewrite_first(&mut pair, 51, |chunk| {
+        // Onto stream 6, where no OPEN came; unordered, so its sequence number is moot.
+        chunk.stream = 6;
+        chunk.flags |= UNORDERED;
+    });
     pair.client.send(id, MessageKind::Text, b"astray").unwrap();
     pair.client.send(id, MessageKind::Text, b"home").unwrap();
     pair.run_until(MINUTE, |_| false);
@@ -567,22 +588,11 @@ fn message_on_an_unopened_stream_is_dropped_and_counted() {
 fn ack_without_open_is_counted() {
     let mut pair = Pair::connected(Loss::None);
     let id = pair.open(Side::Client, spec("chat", true, Reliability::Reliable));
-    let mut done = false;
     // Turn the client's next text message into a second DATA_CHANNEL_ACK towards the server.
-    pair.wire.mutate = Some(Box::new(move |dir, packet: &[u8]| {
-        if done || dir != Dir::ToServer {
-            return None;
-        }
-        rewrite_data(packet, |chunk| {
-            if chunk.ppid != 51 || done {
-                return false;
-            }
-            chunk.ppid = dcep::PPID;
-            chunk.payload = dcep::ACK.to_vec();
-            done = true;
-            true
-        })
-    }));
+    rewrite_first(&mut pair, 51, |chunk| {
+        chunk.ppid = dcep::PPID;
+        chunk.payload = dcep::ACK.to_vec();
+    });
     pair.client
         .send(id, MessageKind::Text, b"not an ack")
         .unwrap();
@@ -599,20 +609,7 @@ fn ack_without_open_is_counted() {
 fn unknown_ppid_is_counted() {
     let mut pair = Pair::connected(Loss::None);
     let id = pair.open(Side::Client, spec("chat", true, Reliability::Reliable));
-    let mut done = false;
-    pair.wire.mutate = Some(Box::new(move |dir, packet: &[u8]| {
-        if done || dir != Dir::ToServer {
-            return None;
-        }
-        rewrite_data(packet, |chunk| {
-            if chunk.ppid != 51 || done {
-                return false;
-            }
-            chunk.ppid = 52; // the deprecated partial string PPID
-            done = true;
-            true
-        })
-    }));
+    rewrite_first(&mut pair, 51, |chunk| chunk.ppid = 52); // the deprecated partial string
     pair.client.send(id, MessageKind::Text, b"partial").unwrap();
     pair.client.send(id, MessageKind::Text, b"whole").unwrap();
     assert!(pair.run_until(MINUTE, |p| p.received(Side::Server, id).len() == 1));
@@ -733,4 +730,28 @@ fn a_message_over_the_receive_buffer_ends_the_association() {
     });
     assert!(ok);
     assert!(pair.received(Side::Server, id).is_empty());
+}
+
+#[test]
+fn sctp_ports_other_than_5000_connect() {
+    let ports = |local_port, remote_port| Config {
+        local_port,
+        remote_port,
+        ..Config::default()
+    };
+    let mut pair = Pair::new(ports(5001, 6000), ports(6000, 5001), Loss::None);
+    pair.connect();
+    let id = pair.open(Side::Server, spec("chat", true, Reliability::Reliable));
+    pair.server.send(id, MessageKind::Text, b"hi").unwrap();
+    assert!(pair.run_until(MINUTE, |p| p.received(Side::Client, id).len() == 1));
+    let packet = {
+        pair.client.send(id, MessageKind::Text, b"x").unwrap();
+        pair.client.poll_transmit(pair.now).unwrap()
+    };
+    assert_eq!(
+        &packet[..4],
+        &[0x13, 0x89, 0x17, 0x70],
+        "source 5001, destination 6000"
+    );
+    assert_eq!(ports(0, 5000).validate().unwrap_err().field, "local_port");
 }
