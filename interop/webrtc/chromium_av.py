@@ -610,6 +610,24 @@ def api_room(base, room, ca=None):
     ]
 
 
+def run_driver(run, args, result, prefix, keep=None):
+    """Runs `run(args, result, work)` in a temporary folder `work` (removed after, `keep(work)`
+    first); prints `result` as one JSON line, with the error if `run` raised, and exits 0 only
+    when it says ok."""
+    work = tempfile.mkdtemp(prefix=prefix)
+    try:
+        run(args, result, work)
+    except Exception as e:
+        result["ok"] = False
+        result["error"] = f"{type(e).__name__}: {e}"
+    finally:
+        if keep:
+            keep(work)
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result), flush=True)
+    sys.exit(0 if result.get("ok") else 1)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the gateway's URL, e.g. https://127.0.0.1:8443")
@@ -631,21 +649,15 @@ def main():
     ap.add_argument("--keep-logs", help="copy Chromium's logs into this folder")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium), "room": args.room}
-    work = tempfile.mkdtemp(prefix="secrelay-chromium-")
-    try:
-        run(args, result, work)
-    except Exception as e:
-        result["ok"] = False
-        result["error"] = f"{type(e).__name__}: {e}"
-    finally:
+
+    def keep(work):
         if args.keep_logs:
             os.makedirs(args.keep_logs, exist_ok=True)
             for f in ("play.log", "lossy.log", "publish.log"):
                 if os.path.exists(os.path.join(work, f)):
                     shutil.copy(os.path.join(work, f), args.keep_logs)
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    sys.exit(0 if result.get("ok") else 1)
+
+    run_driver(run, args, result, "secrelay-chromium-", keep)
 
 
 if __name__ == "__main__":

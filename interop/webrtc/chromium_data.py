@@ -19,14 +19,11 @@ Usage: chromium_data.py --base http://HOST:PORT [--room R] [--messages 1000] [--
 import argparse
 import json
 import os
-import shutil
-import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from chromium_av import stop, version
+from chromium_av import run_driver, stop, version
 from chromium_room import Tab, devtools_port, launch, new_tab
 
 STATE = "JSON.stringify({phase: secrelay.state.phase, error: secrelay.state.error, " \
@@ -164,16 +161,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
     result = {"chromium": version(args.chromium), "room": args.room}
-    work = tempfile.mkdtemp(prefix="secrelay-chromium-data-")
-    try:
-        run(args, result, work)
-    except Exception as e:
-        result["ok"] = False
-        result["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    sys.exit(0 if result.get("ok") else 1)
+    run_driver(run, args, result, "secrelay-chromium-data-")
 
 
 if __name__ == "__main__":

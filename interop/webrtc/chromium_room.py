@@ -24,11 +24,8 @@ import base64
 import io
 import json
 import os
-import shutil
 import ssl
 import subprocess
-import sys
-import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -36,7 +33,7 @@ import urllib.request
 import websocket  # websocket-client
 from PIL import Image
 
-from chromium_av import stop, trust_ca, version
+from chromium_av import run_driver, stop, trust_ca, version
 
 
 class Tab:
@@ -227,16 +224,7 @@ def main():
     ap.add_argument("--ca", help="a private CA's certificate (PEM) Chromium trusts, for an https:// base")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium), "room": args.room}
-    work = tempfile.mkdtemp(prefix="secrelay-chromium-room-")
-    try:
-        run(args, result, work)
-    except Exception as e:
-        result["ok"] = False
-        result["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    sys.exit(0 if result.get("ok") else 1)
+    run_driver(run, args, result, "secrelay-chromium-room-")
 
 
 if __name__ == "__main__":

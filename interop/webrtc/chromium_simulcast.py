@@ -22,11 +22,9 @@ Usage: chromium_simulcast.py --base http(s)://127.0.0.1:PORT [--ca ca.pem] [--li
 import argparse
 import json
 import os
-import shutil
 import socket
 import ssl
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -319,16 +317,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=20.0)
     args = ap.parse_args()
     result = {"chromium": av.version(args.chromium), "room": args.room, "limit_kbps": args.limit}
-    work = tempfile.mkdtemp(prefix="secrelay-simulcast-")
-    try:
-        run(args, result, work)
-    except Exception as e:
-        result["ok"] = False
-        result["error"] = f"{type(e).__name__}: {e}"
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result), flush=True)
-    sys.exit(0 if result.get("ok") else 1)
+    av.run_driver(run, args, result, "secrelay-simulcast-")
 
 
 if __name__ == "__main__":
