@@ -856,6 +856,10 @@ impl Shard {
                 false
             }
         });
+        if control == Some(true) && matches!(d.class, Class::Dtls) {
+            // Data-channel messages come in DTLS records, and only there.
+            s.room.relay_data(key.member, out);
+        }
         match control {
             Some(true) => self.settle(key.slot),
             Some(false) => self.dispatch(key.slot),

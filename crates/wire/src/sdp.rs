@@ -620,6 +620,27 @@ pub struct MediaAnswer {
     pub sctp: Option<SctpAnswer>,
 }
 
+impl MediaAnswer {
+    /// A section with its mid, kind and direction and nothing else (no codecs, SSRC,
+    /// feedback, extensions or SCTP): the rest is filled in with struct update syntax.
+    pub fn bare(mid: String, kind: MediaKind, direction: Option<Direction>) -> MediaAnswer {
+        MediaAnswer {
+            mid,
+            kind,
+            direction,
+            codecs: Vec::new(),
+            ssrc: None,
+            feedback: Vec::new(),
+            rtx: Vec::new(),
+            rtx_ssrc: None,
+            extmaps: Vec::new(),
+            rtcp_rsize: false,
+            simulcast_recv: Vec::new(),
+            sctp: None,
+        }
+    }
+}
+
 /// What an answer (or an offer, [`write_offer`]) of ours says about us.
 #[derive(Debug, Clone)]
 pub struct AnswerParams {
@@ -786,20 +807,25 @@ fn write_rtp_section(s: &mut String, p: &AnswerParams, m: &MediaAnswer, first_po
     s.push_str("a=end-of-candidates\r\n");
 }
 
+/// A codec's `a=rtpmap` line and, when it has parameters, its `a=fmtp` line.
+pub(crate) fn write_rtpmap(s: &mut String, c: &Codec) {
+    match c.channels {
+        Some(ch) => {
+            let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
+        }
+        None => {
+            let _ = write!(s, "a=rtpmap:{} {}/{}\r\n", c.pt, c.name, c.clock_rate);
+        }
+    }
+    if let Some(f) = &c.fmtp {
+        let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
+    }
+}
+
 /// A section's `a=rtpmap`/`a=fmtp` lines, each codec's feedback after it, then the rtx ones.
 fn write_codecs(s: &mut String, m: &MediaAnswer) {
     for (k, c) in m.codecs.iter().chain(m.rtx.iter()).enumerate() {
-        match c.channels {
-            Some(ch) => {
-                let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
-            }
-            None => {
-                let _ = write!(s, "a=rtpmap:{} {}/{}\r\n", c.pt, c.name, c.clock_rate);
-            }
-        }
-        if let Some(f) = &c.fmtp {
-            let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
-        }
+        write_rtpmap(s, c);
         if k < m.codecs.len() {
             for (_, fb) in m.feedback.iter().filter(|(pt, _)| *pt == c.pt) {
                 let _ = write!(s, "a=rtcp-fb:{} {fb}\r\n", c.pt);

@@ -373,17 +373,7 @@ pub fn write_rtp_sdp(origin: (u64, u64), address: IpAddr, sections: &[RtpSection
             continue;
         }
         for c in &m.codecs {
-            match c.channels {
-                Some(ch) => {
-                    let _ = write!(s, "a=rtpmap:{} {}/{}/{ch}\r\n", c.pt, c.name, c.clock_rate);
-                }
-                None => {
-                    let _ = write!(s, "a=rtpmap:{} {}/{}\r\n", c.pt, c.name, c.clock_rate);
-                }
-            }
-            if let Some(f) = &c.fmtp {
-                let _ = write!(s, "a=fmtp:{} {f}\r\n", c.pt);
-            }
+            crate::sdp::write_rtpmap(&mut s, c);
         }
         for c in &m.crypto {
             let _ = write!(s, "a=crypto:{}\r\n", c.to_value());

@@ -55,18 +55,9 @@ fn answer_round_trips_through_the_parser() {
         .media
         .iter()
         .map(|m| MediaAnswer {
-            mid: m.mid.clone(),
-            kind: m.kind.clone(),
-            direction: Some(m.direction.reversed()),
             codecs: m.codecs.iter().take(1).cloned().collect(),
             ssrc: Some((0x1234, "secrelay".into())),
-            feedback: Vec::new(),
-            rtx: Vec::new(),
-            rtx_ssrc: None,
-            extmaps: Vec::new(),
-            rtcp_rsize: false,
-            simulcast_recv: Vec::new(),
-            sctp: None,
+            ..MediaAnswer::bare(m.mid.clone(), m.kind.clone(), Some(m.direction.reversed()))
         })
         .collect();
     let fp = "sha-256 AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89";
@@ -114,33 +105,10 @@ fn rejected_section_has_port_zero() {
     let o = parse_offer(CHROME).unwrap();
     let media = vec![
         MediaAnswer {
-            mid: "0".into(),
-            kind: MediaKind::Audio,
-            direction: Some(Direction::SendRecv),
             codecs: o.media[0].codecs[..1].to_vec(),
-            ssrc: None,
-            feedback: Vec::new(),
-            rtx: Vec::new(),
-            rtx_ssrc: None,
-            extmaps: Vec::new(),
-            rtcp_rsize: false,
-            simulcast_recv: Vec::new(),
-            sctp: None,
+            ..MediaAnswer::bare("0".into(), MediaKind::Audio, Some(Direction::SendRecv))
         },
-        MediaAnswer {
-            mid: "1".into(),
-            kind: MediaKind::Video,
-            direction: None,
-            codecs: Vec::new(),
-            ssrc: None,
-            feedback: Vec::new(),
-            rtx: Vec::new(),
-            rtx_ssrc: None,
-            extmaps: Vec::new(),
-            rtcp_rsize: false,
-            simulcast_recv: Vec::new(),
-            sctp: None,
-        },
+        MediaAnswer::bare("1".into(), MediaKind::Video, None),
     ];
     let answer = write_answer(&AnswerParams {
         session_id: 1,
@@ -281,21 +249,11 @@ fn chrome_offer_with_data_channel() -> String {
 
 fn data_answer(mid: &str, direction: Option<Direction>) -> MediaAnswer {
     MediaAnswer {
-        mid: mid.into(),
-        kind: MediaKind::Application,
-        direction,
-        codecs: Vec::new(),
-        ssrc: None,
-        feedback: Vec::new(),
-        rtx: Vec::new(),
-        rtx_ssrc: None,
-        extmaps: Vec::new(),
-        rtcp_rsize: false,
-        simulcast_recv: Vec::new(),
         sctp: Some(SctpAnswer {
             port: 5000,
             max_message_size: 65536,
         }),
+        ..MediaAnswer::bare(mid.into(), MediaKind::Application, direction)
     }
 }
 

@@ -10,6 +10,7 @@
 //! until it is.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::counters::DataCounters;
@@ -44,8 +45,8 @@ impl Default for DataLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DataMessage {
     /// The channel it came on: label, ordering, reliability (a receiver's channel of the same
-    /// label is opened with these).
-    pub spec: ChannelSpec,
+    /// label is opened with these). Shared by the channel's messages.
+    pub spec: Arc<ChannelSpec>,
     /// Text or binary.
     pub kind: MessageKind,
     /// The message.
@@ -107,6 +108,8 @@ pub struct DataLink {
     /// Open channels by label (the first of each label: the one the room's messages of that
     /// label go out on).
     by_label: HashMap<String, ChannelId>,
+    /// The settings of the channels messages came on, shared by their messages.
+    specs: HashMap<ChannelId, Arc<ChannelSpec>>,
     /// Messages for the participant held until its association is up.
     waiting: VecDeque<DataMessage>,
     /// The largest message the participant takes (its SDP's `a=max-message-size`).
@@ -143,6 +146,7 @@ impl DataLink {
             limits,
             inbox: VecDeque::new(),
             by_label: HashMap::new(),
+            specs: HashMap::new(),
             waiting: VecDeque::new(),
             peer_max: match peer_max {
                 None => 65_536,
@@ -214,7 +218,7 @@ impl DataLink {
         let id = match self.by_label.get(&msg.spec.label) {
             Some(id) => *id,
             None => {
-                let id = self.channels.open(msg.spec.clone())?;
+                let id = self.channels.open(ChannelSpec::clone(&msg.spec))?;
                 self.by_label.insert(msg.spec.label.clone(), id);
                 id
             }
@@ -235,7 +239,10 @@ impl DataLink {
                     self.by_label.entry(spec.label).or_insert(id);
                 }
                 ChannelEvent::Message { id, kind, data } => self.on_message(id, kind, data, c),
-                ChannelEvent::Closed { id } => self.by_label.retain(|_, c| *c != id),
+                ChannelEvent::Closed { id } => {
+                    self.by_label.retain(|_, c| *c != id);
+                    self.specs.remove(&id);
+                }
                 ChannelEvent::Acked { .. } | ChannelEvent::Disconnected => {}
             }
         }
@@ -248,8 +255,16 @@ impl DataLink {
         data: Vec<u8>,
         c: &mut DataCounters,
     ) {
-        let Some(spec) = self.channels.channel(id).cloned() else {
-            return;
+        let spec = match self.specs.get(&id) {
+            Some(spec) => Arc::clone(spec),
+            None => {
+                let Some(spec) = self.channels.channel(id) else {
+                    return;
+                };
+                let spec = Arc::new(spec.clone());
+                self.specs.insert(id, Arc::clone(&spec));
+                spec
+            }
         };
         if !self.bucket.take(&self.limits, self.last_now, data.len()) {
             c.rate_limited += 1;
@@ -315,13 +330,13 @@ mod tests {
         let mut link = DataLink::new(limits(), Side::Server, Some(100), now).unwrap();
         let mut c = DataCounters::default();
         let msg = DataMessage {
-            spec: ChannelSpec {
+            spec: Arc::new(ChannelSpec {
                 label: "chat".into(),
                 protocol: String::new(),
                 ordered: true,
                 reliability: Reliability::Reliable,
                 priority: 256,
-            },
+            }),
             kind: MessageKind::Text,
             data: b"hi".to_vec(),
         };

@@ -325,21 +325,15 @@ fn data_side(role: Role) -> secrelay_datachannel::Side {
 /// our message size limit, or rejected.
 fn data_section(m: &MediaOffer, take: bool, limits: Option<&DataLimits>) -> MediaAnswer {
     MediaAnswer {
-        mid: m.mid.clone(),
-        kind: m.kind.clone(),
-        direction: take.then_some(Direction::SendRecv),
-        codecs: Vec::new(),
-        ssrc: None,
-        feedback: Vec::new(),
-        rtx: Vec::new(),
-        rtx_ssrc: None,
-        extmaps: Vec::new(),
-        rtcp_rsize: false,
-        simulcast_recv: Vec::new(),
         sctp: Some(SctpAnswer {
             port: 5000,
             max_message_size: limits.map_or(0, |l| l.max_message_size as u64),
         }),
+        ..MediaAnswer::bare(
+            m.mid.clone(),
+            m.kind.clone(),
+            take.then_some(Direction::SendRecv),
+        )
     }
 }
 
@@ -584,18 +578,9 @@ impl WebRtcLeg {
                 ptime: None,
             });
             offered.push(MediaAnswer {
-                mid,
-                kind: sec.kind.clone(),
-                direction: Some(sec.direction),
                 codecs: codecs.iter().map(|(_, c)| (*c).clone()).collect(),
                 ssrc: Some((our_ssrc, config.cname.clone())),
-                feedback: Vec::new(),
-                rtx: Vec::new(),
-                rtx_ssrc: None,
-                extmaps: Vec::new(),
-                rtcp_rsize: false,
-                simulcast_recv: Vec::new(),
-                sctp: None,
+                ..MediaAnswer::bare(mid, sec.kind.clone(), Some(sec.direction))
             });
         }
         if media.is_empty() {
@@ -1210,13 +1195,16 @@ impl WebRtcLeg {
         self.data.as_mut()?.take()
     }
 
-    /// Sends another participant's message on this participant's channel of the same label
-    /// (opened on first use); `false` when this leg has no data channels.
-    pub fn send_data(&mut self, now: Instant, msg: &DataMessage) -> bool {
+    /// Sends other participants' messages on this participant's channels of the same labels
+    /// (opened on first use), then what SCTP made of them in one flush; `false` when this leg
+    /// has no data channels.
+    pub fn send_data(&mut self, now: Instant, msgs: &[DataMessage]) -> bool {
         let Some(data) = self.data.as_mut() else {
             return false;
         };
-        data.send(msg, &mut self.counters.data);
+        for msg in msgs {
+            data.send(msg, &mut self.counters.data);
+        }
         self.flush_data(now);
         true
     }

@@ -127,7 +127,6 @@ use secrelay_wire::sdp::MediaKind;
 
 use crate::bwe::Usage;
 use crate::counters::Counters;
-use crate::leg::webrtc::WebRtcLeg;
 use crate::leg::DataMessage;
 use crate::leg::{Leg, LegKind, LegOutput};
 use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
@@ -464,7 +463,6 @@ impl Room {
         let m = self.member_at(at)?;
         let r = f(&mut m.leg);
         collect(m, out);
-        self.relay_data(at.ix, out);
         Some(r)
     }
 
@@ -478,15 +476,31 @@ impl Room {
         out: &mut RoomOut,
     ) -> usize {
         out.begin(self.tag);
+        self.send_data_to(None, to, std::slice::from_ref(msg), now, out)
+    }
+
+    /// Sends `msgs` on the data channels of `to` (or of every member but `except`), each
+    /// member's in one flush; how many members were sent them.
+    fn send_data_to(
+        &mut self,
+        except: Option<u32>,
+        to: Option<MemberAt>,
+        msgs: &[DataMessage],
+        now: Instant,
+        out: &mut RoomOut,
+    ) -> usize {
         let mut sent = 0;
         for &r in &self.order {
             let Some(m) = self.members.get_mut(r) else {
                 continue;
             };
-            if to.is_some_and(|at| at != m.at) {
+            if except == Some(r) || to.is_some_and(|at| at != m.at) {
                 continue;
             }
-            if m.leg.as_webrtc_mut().is_some_and(|l| l.send_data(now, msg)) {
+            if m.leg
+                .as_webrtc_mut()
+                .is_some_and(|l| l.send_data(now, msgs))
+            {
                 collect(m, out);
                 sent += 1;
             }
@@ -494,34 +508,20 @@ impl Room {
         sent
     }
 
-    /// Sends what the data channels of the member at place `ix` received to every other
-    /// member's channel of the same label (a WebRTC member with data channels), and puts what
-    /// their legs made on `out`.
-    fn relay_data(&mut self, ix: u32, out: &mut RoomOut) {
-        loop {
-            let Some((msg, now)) = self
-                .members
-                .get_mut(ix)
-                .and_then(|m| m.leg.as_webrtc_mut())
-                .and_then(WebRtcLeg::take_data)
-            else {
-                return;
-            };
-            for &r in &self.order {
-                if r == ix {
-                    continue;
-                }
-                let Some(m) = self.members.get_mut(r) else {
-                    continue;
-                };
-                if m.leg
-                    .as_webrtc_mut()
-                    .is_some_and(|l| l.send_data(now, &msg))
-                {
-                    collect(m, out);
-                }
-            }
-        }
+    /// Sends what the data channels of the member at `at` received (after its DTLS input) to
+    /// every other member's channel of the same label (a WebRTC member with data channels),
+    /// each receiver's share in one flush, and puts what their legs made on `out`.
+    pub fn relay_data(&mut self, at: MemberAt, out: &mut RoomOut) {
+        let Some(leg) = self.member_at(at).and_then(|m| m.leg.as_webrtc_mut()) else {
+            return;
+        };
+        let Some((first, now)) = leg.take_data() else {
+            return;
+        };
+        let mut msgs = vec![first];
+        msgs.extend(std::iter::from_fn(|| leg.take_data().map(|(m, _)| m)));
+        out.begin(self.tag);
+        self.send_data_to(Some(at.ix), None, &msgs, now, out);
     }
 
     /// Reads what member `id` negotiated again (a renegotiation changed its codecs, payload

@@ -1695,7 +1695,11 @@ fn data_post(
         reliability: Reliability::Reliable,
         priority: 256,
     };
-    let msg = secrelay_core::leg::DataMessage { spec, kind, data };
+    let msg = secrelay_core::leg::DataMessage {
+        spec: std::sync::Arc::new(spec),
+        kind,
+        data,
+    };
     Ok((msg, p.to))
 }
 
