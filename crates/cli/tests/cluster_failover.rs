@@ -111,6 +111,9 @@ fn standby(redis: &RedisServer, key: &std::path::Path, ports: &str) -> ServeConf
         cluster_lease_secs: LEASE_SECS,
         cluster_state_key: Some(key.to_owned()),
         cluster_takeover: vec!["a".into()],
+        // Every call opened at `a` stays there, however slowly the calls are opened (a
+        // node that is not a standby would take new calls once `a`'s record shows it busier).
+        cluster_standby: true,
         ..ServeConfig::default()
     }
 }

@@ -2,7 +2,8 @@
 //! per test on a free loopback port): nodes register with leases, a room is owned by one node,
 //! a new room goes to the node with the fewest participants, an offer that reaches another node
 //! is redirected (307) to the owner and a WHIP/WHEP client that follows it plays; `/api/cluster`
-//! shows the nodes and the rooms; a node that shuts down leaves at once; Redis restarted in the
+//! shows the nodes and the rooms; a node that shuts down leaves at once; a standby gets new
+//! rooms only when no other node lives; Redis restarted in the
 //! middle of a call loses no media, and the nodes write their records and rooms again.
 //!
 //! Without `redis-server` the tests say so and pass, except with `CI` set, where they fail.
@@ -424,6 +425,62 @@ fn a_drained_node_takes_no_new_room_and_keeps_its_own() {
     assert_eq!(cluster(&b)["nodes"][0]["draining"], false);
     drop(group);
     a.shutdown();
+    b.shutdown();
+}
+
+/// A hot standby (`cluster_standby`) stays healthy and shown as one, gets no new room while
+/// another node lives even when it carries fewer participants (an offer for a new room that
+/// reaches it is sent to that node), and takes new rooms itself once that node is gone.
+#[test]
+fn a_standby_takes_new_rooms_only_when_no_other_node_lives() {
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let a = node(&redis, "a");
+    let b = node_with(
+        &redis,
+        "b",
+        ServeConfig {
+            cluster_standby: true,
+            ..ServeConfig::default()
+        },
+    );
+    wait_for("two nodes registered", Duration::from_secs(5), || {
+        signaling(&a).cluster_nodes().unwrap() == ["a", "b"]
+    });
+    let (status, _) = signaling(&b).get("/healthz").unwrap();
+    assert_eq!(status, 200);
+    let nodes = cluster(&a)["nodes"].clone();
+    assert_eq!(
+        (&nodes[0]["standby"], &nodes[1]["standby"]),
+        (&false.into(), &true.into())
+    );
+    // a carries a participant and b none, yet new rooms go to a, from either node.
+    let epoch = Instant::now();
+    let first = SimParticipant::join(&signaling(&a), "busy", Leg::Join, LOCAL, epoch).unwrap();
+    wait_for(
+        "a's record shows its participant",
+        Duration::from_secs(5),
+        || cluster(&b)["nodes"][0]["participants"] == 1,
+    );
+    let (status, location) = post_once(&b, "/whip/fresh", "v=0\r\n");
+    assert_eq!(status, 307);
+    assert_eq!(
+        location.as_deref(),
+        Some(format!("{}/whip/fresh", a.url()).as_str())
+    );
+    drop(first);
+    // With a gone, b takes the new room itself.
+    a.shutdown();
+    wait_for("a left", Duration::from_secs(5), || {
+        signaling(&b).cluster_nodes().unwrap() == ["b"]
+    });
+    let mut group =
+        vec![SimParticipant::join(&signaling(&b), "later", Leg::Join, LOCAL, epoch).unwrap()];
+    group.push(SimParticipant::join(&signaling(&b), "later", Leg::Join, LOCAL, epoch).unwrap());
+    assert!(until_heard(&mut group, 25));
+    assert_eq!(cluster(&b)["rooms"]["later"], "b");
+    drop(group);
     b.shutdown();
 }
 

@@ -307,7 +307,7 @@ pub fn run(o: &FailoverOptions) -> anyhow::Result<FailoverReport> {
             &url,
             o.lease_secs,
             &key,
-            "rtp_ports = \"48000-49999\"\ncluster_takeover = [\"a\"]\n",
+            "rtp_ports = \"48000-49999\"\ncluster_takeover = [\"a\"]\ncluster_standby = true\n",
         ),
     )?;
     let mut runs = Vec::new();

@@ -103,6 +103,10 @@ pub struct NodeRecord {
     /// It is being drained: no new room goes to it (its rooms stay until they end).
     #[serde(default)]
     pub draining: bool,
+    /// It is a hot standby (`cluster_standby`): no new room goes to it while a node that is
+    /// neither draining nor a standby lives.
+    #[serde(default)]
+    pub standby: bool,
     /// When it registered (Unix seconds).
     pub since: u64,
 }
@@ -168,6 +172,8 @@ pub struct Cluster {
     up: AtomicBool,
     /// Drained ([`Cluster::set_draining`]): new rooms go to other nodes.
     draining: AtomicBool,
+    /// A hot standby (`cluster_standby`): new rooms go to the other nodes that are not.
+    standby: bool,
     /// Redis calls that failed or ran out of time.
     pub errors: AtomicU64,
     /// Offers redirected and ng commands forwarded to the owner.
@@ -323,6 +329,7 @@ impl Cluster {
         lease: Duration,
         gateway: Arc<Gateway>,
         keeping: Keeping,
+        standby: bool,
     ) -> Result<Arc<Cluster>, String> {
         let client = redis::Client::open(redis_url)
             .map_err(|e| format!("cluster_redis {redis_url:?}: {e}"))?;
@@ -344,6 +351,7 @@ impl Cluster {
             since,
             up: AtomicBool::new(false),
             draining: AtomicBool::new(false),
+            standby,
             errors: AtomicU64::new(0),
             redirects: AtomicU64::new(0),
             calls: keeping.sealer.map(|sealer| {
@@ -824,6 +832,7 @@ impl Cluster {
             load,
             ng: self.ng,
             draining: self.draining(),
+            standby: self.standby,
             since: self.since,
         }
     }
@@ -921,10 +930,19 @@ impl Cluster {
         }
         let nodes = self.live_nodes().await?;
         // A draining node takes no new room (this one included: its own record may not say
-        // so yet); with every node draining, the room stays where it was asked for.
-        let chosen = nodes
+        // so yet), nor does a standby while another node can; with every node draining, the
+        // room stays where it was asked for.
+        let open: Vec<&NodeRecord> = nodes
             .iter()
             .filter(|n| !(n.draining || (n.node == self.node && self.draining())))
+            .collect();
+        let active: Vec<&NodeRecord> = open
+            .iter()
+            .copied()
+            .filter(|n| !(n.standby || (n.node == self.node && self.standby)))
+            .collect();
+        let chosen = (if active.is_empty() { open } else { active })
+            .into_iter()
             .min_by_key(|n| (n.participants, n.node != self.node, n.node.clone()))
             .map_or_else(|| self.node.clone(), |n| n.node.clone());
         let script = redis::cmd("EVAL")

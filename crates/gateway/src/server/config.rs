@@ -128,6 +128,11 @@ pub struct ServeConfig {
     /// `cluster_state_clear`) here and on those nodes; this node's `rtp_ports` must not
     /// overlap theirs.
     pub cluster_takeover: Vec<String>,
+    /// A hot standby: new rooms and calls go to the other live nodes that are not standbys (an
+    /// offer or ng call for a new room that arrives here goes there), while this node takes
+    /// over the calls of `cluster_takeover` when their node dies. With no such node left it
+    /// takes new rooms itself. Unlike a drained node it stays healthy (`/healthz` 200).
+    pub cluster_standby: bool,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
     /// A certificate chain (PEM) to use instead of a generated one; needs `key`.
@@ -423,6 +428,7 @@ impl Default for ServeConfig {
             cluster_takeover: Vec::new(),
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
+            cluster_standby: false,
             key: None,
             srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES
                 .iter()
@@ -564,6 +570,11 @@ impl ServeConfig {
             }
             return Ok(None);
         }
+            if self.cluster_standby {
+                return Err(ConfigError(
+                    "cluster_standby needs cluster_redis (a standby of a cluster's nodes)".into(),
+                ));
+            }
         if !(self.cluster_lease_secs.is_finite() && self.cluster_lease_secs >= 0.3) {
             return Err(ConfigError(format!(
                 "cluster_lease_secs = {}: must be at least 0.3 seconds",

@@ -1225,6 +1225,7 @@ fn join_cluster(
         lease,
         gateway.clone(),
         keeping(config)?,
+        config.cluster_standby,
     )
     .map_err(StartError)?;
     tracing::info!(node, url, "cluster node: directory at cluster_redis");
