@@ -218,8 +218,8 @@ fn sdes_keeps_the_callers_suites_and_tags_first_and_takes_an_answer_by_suite() {
     let flags = [("SDES", Bencode::List(vec![s("no-AEAD_AES_128_GCM")]))];
     let got = sdp_of(&mut ng, request("offer", "s1", offer, &flags));
     // rtpengine: the caller's suites with the caller's tags, then its own suites in its order,
-    // numbered on from the highest tag (tags 11 to 16 go to the AES-192, F8 and NULL suites,
-    // which the gateway does not offer); `no-…` leaves a suite out.
+    // numbered on from the highest tag (tags 15 and 16 go to the NULL suites, which the gateway
+    // offers only where `sdes_suites` enables them); `no-…` leaves a suite out.
     let crypto: Vec<&str> = got
         .iter()
         .filter(|l| l.starts_with("a=crypto"))
@@ -233,6 +233,10 @@ fn sdes_keeps_the_callers_suites_and_tags_first_and_takes_an_answer_by_suite() {
             "a=crypto:8 AEAD_AES_256_GCM inline:KEY",
             "a=crypto:9 AES_256_CM_HMAC_SHA1_80 inline:KEY",
             "a=crypto:10 AES_256_CM_HMAC_SHA1_32 inline:KEY",
+            "a=crypto:11 AES_192_CM_HMAC_SHA1_80 inline:KEY",
+            "a=crypto:12 AES_192_CM_HMAC_SHA1_32 inline:KEY",
+            "a=crypto:13 F8_128_HMAC_SHA1_80 inline:KEY",
+            "a=crypto:14 F8_128_HMAC_SHA1_32 inline:KEY",
         ]
     );
     // An answer naming a suite we offered under another tag is taken, and the caller is

@@ -175,9 +175,11 @@ pub fn raw_keys(m: &RtpKeyMaterial<'_>) -> Zeroizing<[u8; RAW_KEY_BYTES]> {
 }
 
 /// Whether the kernels implement this key set's profile: AES-128/256 counter mode or the
-/// NULL cipher with HMAC-SHA1, or AES-128/256-GCM.
+/// NULL cipher with HMAC-SHA1, or AES-128/256-GCM (not AES-192, nor f8 mode, whose chained
+/// blocks the counter-mode kernel cannot run: those stay on the CPU).
 pub fn supported(m: &RtpKeyMaterial<'_>) -> bool {
-    let enc_ok = !m.profile().encrypts() || matches!(m.enc().len(), 16 | 32);
+    let enc_ok =
+        !m.profile().encrypts() || (!m.profile().is_f8() && matches!(m.enc().len(), 16 | 32));
     let auth_ok = m.profile().is_aead() || m.auth().len() == 20;
     enc_ok && auth_ok
 }

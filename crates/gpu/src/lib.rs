@@ -13,7 +13,8 @@
 //! thread per packet (`kernels/srtp.cu`): AES-CM keystreams and HMAC-SHA1 (80- and 32-bit tags, AES-128
 //! and AES-256, and the NULL cipher), AES-GCM 128 and 256; unprotect checks the tag in
 //! constant time and decrypts only what authenticated. SRTCP goes the same way (its own key
-//! set per context, the E‖index word in the descriptor).
+//! set per context, the E‖index word in the descriptor). The SDES-only AES-192 and f8 profiles
+//! stay on the CPU (`abi::supported`), as the packets of a context whose keys find no slot do.
 //!
 //! # Waves: each context's packets in order
 //! Unprotecting a packet reads the stream state the previous packet of its context changes

@@ -65,11 +65,15 @@ pub enum LibsrtpProfile {
     AeadAes256Gcm,
     /// `NULL_HMAC_SHA1_80` (RFC 4568): authentication only, no encryption.
     NullHmacSha1_80,
+    /// `AES_192_CM_HMAC_SHA1_80` (RFC 6188).
+    AesCm192HmacSha1_80,
+    /// `AES_192_CM_HMAC_SHA1_32` (RFC 6188); SRTCP keeps an 80-bit tag.
+    AesCm192HmacSha1_32,
 }
 
 impl LibsrtpProfile {
     /// Every profile, in declaration order.
-    pub const ALL: [Self; 7] = [
+    pub const ALL: [Self; 9] = [
         Self::AesCm128HmacSha1_80,
         Self::AesCm128HmacSha1_32,
         Self::AesCm256HmacSha1_80,
@@ -77,6 +81,8 @@ impl LibsrtpProfile {
         Self::AeadAes128Gcm,
         Self::AeadAes256Gcm,
         Self::NullHmacSha1_80,
+        Self::AesCm192HmacSha1_80,
+        Self::AesCm192HmacSha1_32,
     ];
 
     /// Master key length in bytes (for the NULL cipher the key still feeds
@@ -87,6 +93,7 @@ impl LibsrtpProfile {
             | Self::AesCm128HmacSha1_32
             | Self::AeadAes128Gcm
             | Self::NullHmacSha1_80 => 16,
+            Self::AesCm192HmacSha1_80 | Self::AesCm192HmacSha1_32 => 24,
             Self::AesCm256HmacSha1_80 | Self::AesCm256HmacSha1_32 | Self::AeadAes256Gcm => 32,
         }
     }
@@ -102,9 +109,12 @@ impl LibsrtpProfile {
     /// Authentication tag length of an SRTP packet in bytes.
     pub fn rtp_tag_len(self) -> usize {
         match self {
-            Self::AesCm128HmacSha1_32 | Self::AesCm256HmacSha1_32 => 4,
+            Self::AesCm128HmacSha1_32 | Self::AesCm192HmacSha1_32 | Self::AesCm256HmacSha1_32 => 4,
             Self::AeadAes128Gcm | Self::AeadAes256Gcm => 16,
-            Self::AesCm128HmacSha1_80 | Self::AesCm256HmacSha1_80 | Self::NullHmacSha1_80 => 10,
+            Self::AesCm128HmacSha1_80
+            | Self::AesCm192HmacSha1_80
+            | Self::AesCm256HmacSha1_80
+            | Self::NullHmacSha1_80 => 10,
         }
     }
 
@@ -138,6 +148,8 @@ impl LibsrtpProfile {
             Self::AeadAes128Gcm => "AEAD_AES_128_GCM",
             Self::AeadAes256Gcm => "AEAD_AES_256_GCM",
             Self::NullHmacSha1_80 => "NULL_HMAC_SHA1_80",
+            Self::AesCm192HmacSha1_80 => "AES_192_CM_HMAC_SHA1_80",
+            Self::AesCm192HmacSha1_32 => "AES_192_CM_HMAC_SHA1_32",
         }
     }
 
@@ -158,6 +170,11 @@ impl LibsrtpProfile {
                 Self::AesCm128HmacSha1_32 if rtcp => sys::srtp_crypto_policy_set_rtp_default(p),
                 Self::AesCm128HmacSha1_32 => sys::srtp_crypto_policy_set_aes_cm_128_hmac_sha1_32(p),
                 Self::AesCm256HmacSha1_80 => sys::srtp_crypto_policy_set_aes_cm_256_hmac_sha1_80(p),
+                Self::AesCm192HmacSha1_80 => sys::srtp_crypto_policy_set_aes_cm_192_hmac_sha1_80(p),
+                Self::AesCm192HmacSha1_32 if rtcp => {
+                    sys::srtp_crypto_policy_set_aes_cm_192_hmac_sha1_80(p)
+                }
+                Self::AesCm192HmacSha1_32 => sys::srtp_crypto_policy_set_aes_cm_192_hmac_sha1_32(p),
                 Self::AesCm256HmacSha1_32 if rtcp => {
                     sys::srtp_crypto_policy_set_aes_cm_256_hmac_sha1_80(p)
                 }

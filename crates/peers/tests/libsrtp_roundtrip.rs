@@ -123,6 +123,22 @@ fn profile_table() {
         (AeadAes128Gcm, "AEAD_AES_128_GCM", 16, 12, 16, 16),
         (AeadAes256Gcm, "AEAD_AES_256_GCM", 32, 12, 16, 16),
         (NullHmacSha1_80, "NULL_HMAC_SHA1_80", 16, 14, 10, 10),
+        (
+            AesCm192HmacSha1_80,
+            "AES_192_CM_HMAC_SHA1_80",
+            24,
+            14,
+            10,
+            10,
+        ),
+        (
+            AesCm192HmacSha1_32,
+            "AES_192_CM_HMAC_SHA1_32",
+            24,
+            14,
+            4,
+            10,
+        ),
     ];
     assert_eq!(LibsrtpProfile::ALL.len(), expect.len());
     for (p, (q, name, k, s, rtp_tag, rtcp_tag)) in LibsrtpProfile::ALL.into_iter().zip(expect) {

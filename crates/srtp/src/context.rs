@@ -5,6 +5,7 @@ use std::sync::{Arc, OnceLock};
 use zeroize::Zeroizing;
 
 use crate::error::{ConfigError, Error};
+use crate::f8::{self, F8};
 use crate::index::IndexState;
 use crate::kdf::derive_session;
 use crate::keys::MasterKey;
@@ -96,6 +97,7 @@ impl Policy {
 enum Cipher {
     Null,
     Ctr(Box<dyn AesCtr>),
+    F8(Box<F8>),
     Gcm(Box<dyn AesGcm>),
 }
 
@@ -144,6 +146,8 @@ impl LaneKeys {
     fn new(src: &RawKeys) -> Option<LaneKeys> {
         Some(match src.profile.cipher() {
             CipherKind::AesGcm => LaneKeys::Gcm(Box::new(GcmKey::new(&src.enc).ok()?)),
+            // The keystream kernel is counter mode: f8's chained blocks stay on the scalar path.
+            CipherKind::AesF8 => return None,
             cipher if src.profile.auth_key_len() > 0 => LaneKeys::Hmac(Box::new(HmacLaneKeys {
                 auth: HmacSha1State::new(&src.auth),
                 ctr: match cipher {
@@ -181,7 +185,7 @@ impl DirKeys {
         match &self.cipher {
             Cipher::Ctr(c) => boxed((&raw const **c).cast(), core::mem::size_of_val(&**c)),
             Cipher::Gcm(g) => boxed((&raw const **g).cast(), core::mem::size_of_val(&**g)),
-            Cipher::Null => {}
+            Cipher::F8(_) | Cipher::Null => {}
         }
         if let Some(a) = &self.auth {
             boxed((&raw const **a).cast(), core::mem::size_of_val(&**a));
@@ -233,6 +237,7 @@ impl DirKeys {
         let cipher = match profile.cipher() {
             CipherKind::Null => Cipher::Null,
             CipherKind::AesCm => Cipher::Ctr(provider.aes_ctr(enc).map_err(pe)?),
+            CipherKind::AesF8 => Cipher::F8(Box::new(F8::new(provider, enc, salt).map_err(pe)?)),
             CipherKind::AesGcm => Cipher::Gcm(provider.aes_gcm(enc).map_err(pe)?),
         };
         let raw = RawKeys {
@@ -1083,8 +1088,15 @@ pub(crate) fn protect_rtp_with(keys: &Keys, buf: &mut [u8], span: &RtpSpan) -> u
             tail[..16].copy_from_slice(&tag);
         }
         cipher => {
-            if let Cipher::Ctr(c) = cipher {
-                c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len]);
+            match cipher {
+                Cipher::Ctr(c) => {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len])
+                }
+                Cipher::F8(f) => {
+                    let iv = f8::rtp_iv(&buf[..12], span.roc());
+                    f.apply(&iv, &mut buf[hdr..len]);
+                }
+                Cipher::Gcm(_) | Cipher::Null => {}
             }
             if let Some(auth) = &k.auth {
                 let mut mac = [0u8; 20];
@@ -1129,8 +1141,12 @@ pub(crate) fn unprotect_rtp_with(
                     return Err(Error::AuthFailed);
                 }
             }
-            if let Cipher::Ctr(c) = cipher {
-                c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..body_end]);
+            match cipher {
+                Cipher::Ctr(c) => {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..body_end]);
+                }
+                Cipher::F8(f) => f.apply(&f8::rtp_iv(&buf[..12], roc), &mut buf[hdr..body_end]),
+                Cipher::Gcm(_) | Cipher::Null => {}
             }
         }
     }
@@ -1162,8 +1178,12 @@ pub(crate) fn protect_rtcp_with(keys: &Keys, buf: &mut [u8], span: &RtcpSpan) ->
             tail[16..20].copy_from_slice(&trailer);
         }
         cipher => {
-            if let Cipher::Ctr(c) = cipher {
-                c.apply_keystream(&cm_iv(&k.salt, ssrc, span.index() as u64), &mut buf[8..len]);
+            match cipher {
+                Cipher::Ctr(c) => {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, span.index() as u64), &mut buf[8..len]);
+                }
+                Cipher::F8(f) => f.apply(&f8::rtcp_iv(&buf[..8], span.trailer), &mut buf[8..len]),
+                Cipher::Gcm(_) | Cipher::Null => {}
             }
             buf[len..len + 4].copy_from_slice(&trailer);
             if let Some(auth) = &k.auth {
@@ -1221,8 +1241,14 @@ pub(crate) fn unprotect_rtcp_with(
                     return Err(Error::AuthFailed);
                 }
             }
-            if let (Cipher::Ctr(c), true) = (cipher, encrypted) {
-                c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..rtcp_len]);
+            match (cipher, encrypted) {
+                (Cipher::Ctr(c), true) => {
+                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..rtcp_len]);
+                }
+                (Cipher::F8(f), true) => {
+                    f.apply(&f8::rtcp_iv(&buf[..8], span.trailer), &mut buf[8..rtcp_len]);
+                }
+                _ => {}
             }
         }
     }

@@ -1,8 +1,10 @@
 //! # secrelay-srtp
 //!
-//! SRTP and SRTCP (RFC 3711, RFC 6188 AES-256, RFC 7714 AES-GCM) for secrelay: session key
-//! derivation, contexts holding many SSRC streams, index and ROC tracking, replay protection,
-//! and a batch API that later engines (SIMD lanes, worker threads, GPU) sit behind.
+//! SRTP and SRTCP (RFC 3711 with AES-CM and AES-f8, RFC 6188 AES-192 and AES-256, RFC 7714
+//! AES-GCM) for secrelay: session key derivation, contexts holding many SSRC streams, index and
+//! ROC tracking, replay protection, and a batch API that later engines (SIMD lanes, worker
+//! threads, GPU) sit behind. The multi-buffer and GPU kernels take AES-128/256 counter mode,
+//! NULL and AES-GCM; an AES-192 or f8 context's packets in a batch take the one-packet path.
 //!
 //! Pure: no sockets. Primitives come from a [`provider::CryptoProvider`]; the SRTP maths stays
 //! here. Threads and a clock appear only where asked for: the worker-thread engines
@@ -40,6 +42,7 @@
 pub mod batch;
 mod context;
 pub mod error;
+mod f8;
 pub mod index;
 pub mod kdf;
 mod keys;

@@ -4,6 +4,10 @@ use core::fmt;
 use core::str::FromStr;
 
 /// An SRTP protection profile, named as in SDP `a=crypto` (RFC 4568, RFC 6188, RFC 7714).
+///
+/// DTLS-SRTP negotiates only the profiles with a [`Profile::dtls_profile`]; the others are
+/// SDES suites (AES-192 and AES-256 counter mode, AES in f8 mode, and the NULL cipher with a
+/// 32-bit tag that rtpengine offers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Profile {
@@ -19,8 +23,20 @@ pub enum Profile {
     AeadAes128Gcm,
     /// AES-256 in Galois/Counter Mode with a 16-byte tag (RFC 7714).
     AeadAes256Gcm,
-    /// No encryption, HMAC-SHA1 with an 80-bit tag: authentication only (for measurements).
+    /// No encryption, HMAC-SHA1 with an 80-bit tag: authentication only (for measurements,
+    /// or where an operator enables it).
     NullHmacSha1_80,
+    /// AES-192 counter mode, HMAC-SHA1 with an 80-bit tag (RFC 6188).
+    AesCm192HmacSha1_80,
+    /// AES-192 counter mode, HMAC-SHA1 with a 32-bit SRTP tag (RFC 6188; SRTCP keeps 80 bits).
+    AesCm192HmacSha1_32,
+    /// AES-128 in f8 mode, HMAC-SHA1 with an 80-bit tag (RFC 3711 §4.1.2, RFC 4568).
+    F8Aes128HmacSha1_80,
+    /// AES-128 in f8 mode, HMAC-SHA1 with a 32-bit SRTP tag (as rtpengine and libzrtp offer
+    /// it; SRTCP keeps 80 bits).
+    F8Aes128HmacSha1_32,
+    /// No encryption, HMAC-SHA1 with a 32-bit SRTP tag (as rtpengine offers it).
+    NullHmacSha1_32,
 }
 
 /// The cipher a profile encrypts with.
@@ -28,12 +44,13 @@ pub enum Profile {
 pub(crate) enum CipherKind {
     Null,
     AesCm,
+    AesF8,
     AesGcm,
 }
 
 impl Profile {
     /// Every profile, in a stable order.
-    pub const ALL: [Profile; 7] = [
+    pub const ALL: [Profile; 12] = [
         Profile::AesCm128HmacSha1_80,
         Profile::AesCm128HmacSha1_32,
         Profile::AesCm256HmacSha1_80,
@@ -41,6 +58,11 @@ impl Profile {
         Profile::AeadAes128Gcm,
         Profile::AeadAes256Gcm,
         Profile::NullHmacSha1_80,
+        Profile::AesCm192HmacSha1_80,
+        Profile::AesCm192HmacSha1_32,
+        Profile::F8Aes128HmacSha1_80,
+        Profile::F8Aes128HmacSha1_32,
+        Profile::NullHmacSha1_32,
     ];
 
     /// The SDP `a=crypto` suite name, e.g. `AES_CM_128_HMAC_SHA1_80`.
@@ -53,6 +75,11 @@ impl Profile {
             Profile::AeadAes128Gcm => "AEAD_AES_128_GCM",
             Profile::AeadAes256Gcm => "AEAD_AES_256_GCM",
             Profile::NullHmacSha1_80 => "NULL_HMAC_SHA1_80",
+            Profile::AesCm192HmacSha1_80 => "AES_192_CM_HMAC_SHA1_80",
+            Profile::AesCm192HmacSha1_32 => "AES_192_CM_HMAC_SHA1_32",
+            Profile::F8Aes128HmacSha1_80 => "F8_128_HMAC_SHA1_80",
+            Profile::F8Aes128HmacSha1_32 => "F8_128_HMAC_SHA1_32",
+            Profile::NullHmacSha1_32 => "NULL_HMAC_SHA1_32",
         }
     }
 
@@ -65,7 +92,13 @@ impl Profile {
             Profile::NullHmacSha1_80 => Some(("SRTP_NULL_SHA1_80", 0x0005)),
             Profile::AeadAes128Gcm => Some(("SRTP_AEAD_AES_128_GCM", 0x0007)),
             Profile::AeadAes256Gcm => Some(("SRTP_AEAD_AES_256_GCM", 0x0008)),
-            Profile::AesCm256HmacSha1_80 | Profile::AesCm256HmacSha1_32 => None,
+            Profile::AesCm256HmacSha1_80
+            | Profile::AesCm256HmacSha1_32
+            | Profile::AesCm192HmacSha1_80
+            | Profile::AesCm192HmacSha1_32
+            | Profile::F8Aes128HmacSha1_80
+            | Profile::F8Aes128HmacSha1_32
+            | Profile::NullHmacSha1_32 => None,
         }
     }
 
@@ -82,6 +115,7 @@ impl Profile {
             Profile::AesCm256HmacSha1_80
             | Profile::AesCm256HmacSha1_32
             | Profile::AeadAes256Gcm => 32,
+            Profile::AesCm192HmacSha1_80 | Profile::AesCm192HmacSha1_32 => 24,
             _ => 16,
         }
     }
@@ -97,7 +131,11 @@ impl Profile {
     /// Length of the SRTP authentication tag in bytes.
     pub const fn rtp_tag_len(self) -> usize {
         match self {
-            Profile::AesCm128HmacSha1_32 | Profile::AesCm256HmacSha1_32 => 4,
+            Profile::AesCm128HmacSha1_32
+            | Profile::AesCm256HmacSha1_32
+            | Profile::AesCm192HmacSha1_32
+            | Profile::F8Aes128HmacSha1_32
+            | Profile::NullHmacSha1_32 => 4,
             Profile::AeadAes128Gcm | Profile::AeadAes256Gcm => 16,
             _ => 10,
         }
@@ -127,15 +165,25 @@ impl Profile {
         matches!(self, Profile::AeadAes128Gcm | Profile::AeadAes256Gcm)
     }
 
-    /// Whether the payload is encrypted (false only for the NULL profile).
+    /// Whether the payload is encrypted (false only for the NULL profiles).
     pub const fn encrypts(self) -> bool {
-        !matches!(self, Profile::NullHmacSha1_80)
+        !matches!(self, Profile::NullHmacSha1_80 | Profile::NullHmacSha1_32)
+    }
+
+    /// Whether the payload is encrypted with AES in f8 mode (each block chained to the one
+    /// before: engines that run AES-CM's blocks side by side cannot take these profiles).
+    pub const fn is_f8(self) -> bool {
+        matches!(
+            self,
+            Profile::F8Aes128HmacSha1_80 | Profile::F8Aes128HmacSha1_32
+        )
     }
 
     pub(crate) const fn cipher(self) -> CipherKind {
         match self {
-            Profile::NullHmacSha1_80 => CipherKind::Null,
+            Profile::NullHmacSha1_80 | Profile::NullHmacSha1_32 => CipherKind::Null,
             Profile::AeadAes128Gcm | Profile::AeadAes256Gcm => CipherKind::AesGcm,
+            Profile::F8Aes128HmacSha1_80 | Profile::F8Aes128HmacSha1_32 => CipherKind::AesF8,
             _ => CipherKind::AesCm,
         }
     }
@@ -202,6 +250,9 @@ impl FromStr for Profile {
             "SRTP_AEAD_AES_128_GCM_16" | "AEAD_AES_128_GCM_16" => Ok(Profile::AeadAes128Gcm),
             "SRTP_AEAD_AES_256_GCM_16" | "AEAD_AES_256_GCM_16" => Ok(Profile::AeadAes256Gcm),
             "SRTP_NULL_HMAC_SHA1_80" => Ok(Profile::NullHmacSha1_80),
+            "SRTP_NULL_HMAC_SHA1_32" => Ok(Profile::NullHmacSha1_32),
+            "AES_CM_192_HMAC_SHA1_80" => Ok(Profile::AesCm192HmacSha1_80),
+            "AES_CM_192_HMAC_SHA1_32" => Ok(Profile::AesCm192HmacSha1_32),
             _ => Err(UnknownProfile(s.to_string())),
         }
     }
@@ -232,5 +283,14 @@ mod tests {
         assert_eq!(Profile::AeadAes256Gcm.rtp_tag_len(), 16);
         assert_eq!(Profile::AeadAes128Gcm.salt_len(), 12);
         assert_eq!(Profile::AesCm256HmacSha1_80.key_len(), 32);
+        assert_eq!(Profile::AesCm192HmacSha1_32.key_len(), 24);
+        assert_eq!(Profile::AesCm192HmacSha1_32.rtp_tag_len(), 4);
+        assert_eq!(Profile::F8Aes128HmacSha1_80.rtp_tag_len(), 10);
+        assert_eq!(Profile::F8Aes128HmacSha1_32.rtcp_tag_len(), 10);
+        assert_eq!(Profile::NullHmacSha1_32.rtp_tag_len(), 4);
+        assert!(!Profile::NullHmacSha1_32.encrypts());
+        for p in Profile::ALL {
+            assert_eq!(p.salt_len(), if p.is_aead() { 12 } else { 14 }, "{p}");
+        }
     }
 }

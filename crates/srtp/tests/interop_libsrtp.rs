@@ -1,5 +1,5 @@
 //! Interop with libsrtp 2 (built with OpenSSL, through srtp2-sys), both directions, every
-//! profile, randomized: keys, SSRCs, sequence numbers starting just below 65535 (ROC rollover),
+//! profile libsrtp has, randomized: keys, SSRCs, sequence numbers starting just below 65535 (ROC rollover),
 //! reordering, loss, duplicates, SRTCP. Protected bytes must be identical to libsrtp's, and
 //! each side must accept and refuse exactly the packets the other does.
 
@@ -10,17 +10,62 @@ use rand::{Rng, SeedableRng};
 use secrelay_peers::libsrtp::{Direction as LDir, LibSrtp, LibsrtpProfile};
 use secrelay_srtp::{provider, Context, Error, MasterKey, Policy, Profile};
 
+/// libsrtp's counterpart of `p`.
 fn peer_profile(p: Profile) -> LibsrtpProfile {
-    match p {
-        Profile::AesCm128HmacSha1_80 => LibsrtpProfile::AesCm128HmacSha1_80,
-        Profile::AesCm128HmacSha1_32 => LibsrtpProfile::AesCm128HmacSha1_32,
-        Profile::AesCm256HmacSha1_80 => LibsrtpProfile::AesCm256HmacSha1_80,
-        Profile::AesCm256HmacSha1_32 => LibsrtpProfile::AesCm256HmacSha1_32,
-        Profile::AeadAes128Gcm => LibsrtpProfile::AeadAes128Gcm,
-        Profile::AeadAes256Gcm => LibsrtpProfile::AeadAes256Gcm,
-        Profile::NullHmacSha1_80 => LibsrtpProfile::NullHmacSha1_80,
-        _ => unreachable!("every profile has a libsrtp counterpart"),
-    }
+    LibsrtpProfile::ALL
+        .into_iter()
+        .find(|l| l.sdp_name() == p.sdp_name())
+        .unwrap_or_else(|| panic!("libsrtp has no {p}"))
+}
+
+/// The profiles checked against libsrtp: every one but f8 mode and NULL with a 32-bit tag,
+/// which libsrtp does not have, and AES-192, whose keys the libsrtp built here derives with the
+/// AES-256 PRF (libsrtp's issue 763, fixed in 2025 after this release). Those five are checked
+/// against rtpengine (`crates/cli/tests/interop_rtpengine_suites.rs`), and AES-192's key
+/// derivation against RFC 6188's vector (`known_answers.rs`).
+fn shared_profiles() -> impl Iterator<Item = Profile> {
+    Profile::ALL.into_iter().filter(|p| {
+        !(p.is_f8()
+            || matches!(
+                p,
+                Profile::NullHmacSha1_32
+                    | Profile::AesCm192HmacSha1_80
+                    | Profile::AesCm192HmacSha1_32
+            ))
+    })
+}
+
+/// libsrtp's AES-192 is not RFC 6188's: with the same master key its packets differ from ours
+/// from the first byte of the payload, which is what the other side of a call would see. When
+/// a libsrtp built with the fix is used here, this fails and AES-192 joins the others.
+#[test]
+fn libsrtp_aes_192_keys_are_not_rfc_6188s() {
+    let profile = Profile::AesCm192HmacSha1_80;
+    let (key, salt) = ([3u8; 24], [5u8; 14]);
+    let mk = MasterKey::new(profile, &key, &salt).unwrap();
+    let mut ours = Context::new(Policy::new(mk).any_outbound()).unwrap();
+    let mut lib = LibSrtp::new(
+        peer_profile(profile),
+        LDir::Outbound,
+        &key,
+        &salt,
+        128,
+        false,
+    )
+    .expect("libsrtp keys AES-192");
+    let mut pkt = vec![0x80, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 7];
+    pkt.extend_from_slice(&[0xab; 32]);
+    let (mut a, mut b) = (pkt.clone(), pkt.clone());
+    a.resize(pkt.len() + 10, 0);
+    b.resize(pkt.len() + 10, 0);
+    let na = ours.protect_rtp(&mut a, pkt.len()).unwrap();
+    let nb = lib.protect(&mut b, pkt.len()).unwrap();
+    assert_eq!((na, &a[..12]), (nb, &b[..12]));
+    assert_ne!(
+        a[12..na],
+        b[12..nb],
+        "libsrtp now derives AES-192 keys as RFC 6188 does"
+    );
 }
 
 /// A packet schedule with reordering, loss and duplicates: returns indices into the sent
@@ -186,7 +231,7 @@ fn run(profile: Profile, seed: u64, prov: &'static dyn provider::CryptoProvider)
 
 #[test]
 fn every_profile_both_directions_randomized() {
-    for profile in Profile::ALL {
+    for profile in shared_profiles() {
         for seed in 0..6 {
             run(profile, seed * 7919 + profile as u64, provider::default());
         }
@@ -196,7 +241,7 @@ fn every_profile_both_directions_randomized() {
 #[test]
 fn every_provider_interoperates() {
     for prov in provider::all() {
-        for profile in Profile::ALL {
+        for profile in shared_profiles() {
             run(profile, 42, prov);
         }
     }

@@ -113,6 +113,46 @@ fn rfc6188_aes256_key_derivation() {
     }
 }
 
+/// RFC 6188 §7.4: AES-192 key derivation (the AES_192_CM PRF keyed with the 24-byte master
+/// key). libsrtp before its 2025 fix (its issue 763) derived these keys with the AES-256 PRF,
+/// so this vector, not libsrtp, is what AES-192 is checked against here; rtpengine derives
+/// them as RFC 6188 does (`crates/cli/tests/interop_rtpengine_suites.rs`).
+#[test]
+fn rfc6188_aes192_key_derivation() {
+    let mk = MasterKey::new(
+        Profile::AesCm192HmacSha1_80,
+        &hex("73edc66c4fa15776fb57f9505c17136550ffda71f3e8e5f1"),
+        &hex("c8522f3acd4ce86d5add78edbb11"),
+    )
+    .unwrap();
+    for p in providers() {
+        let mut k = [0u8; 24];
+        derive(p, &mk, Label::RtpEncryption, &mut k).unwrap();
+        assert_eq!(
+            k.to_vec(),
+            hex("31874736a8f1143870c26e4857d8a5b2c4a354407faadabb"),
+            "{}",
+            p.name()
+        );
+        let mut s = [0u8; 14];
+        derive(p, &mk, Label::RtpSalt, &mut s).unwrap();
+        assert_eq!(
+            s.to_vec(),
+            hex("2372b82d639b6d8503a47adc0a6c"),
+            "{}",
+            p.name()
+        );
+        let mut a = [0u8; 20];
+        derive(p, &mk, Label::RtpAuthentication, &mut a).unwrap();
+        assert_eq!(
+            a.to_vec(),
+            hex("355b10973cd95b9eacf4061c7e1a7151e7cfbfcb"),
+            "{}",
+            p.name()
+        );
+    }
+}
+
 const GCM_KEY_128: &str = "000102030405060708090a0b0c0d0e0f";
 const GCM_KEY_256: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 const GCM_SALT: &str = "517569642070726f2071756f"; // "Quid pro quo"

@@ -246,7 +246,9 @@ pub struct ServeConfig {
     /// (`secrelay lab codec`); a gateway encoding many Opus streams may trade some quality for
     /// calls per core here.
     pub opus_complexity: i32,
-    /// SDES suites accepted, most preferred first (RFC 4568 names).
+    /// SDES suites accepted, most preferred first (RFC 4568 and RFC 6188 names). Also known:
+    /// `NULL_HMAC_SHA1_80` and `NULL_HMAC_SHA1_32`, which authenticate without encrypting
+    /// (rtpengine offers them; secrelay only when they are listed here).
     pub sdes_suites: Vec<String>,
     /// Where a plain RTP leg takes media from: `"signalled"` (only the address its SDP gives)
     /// or `"first-packets"` (the first source within its first `nat_latch_packets` packets,
@@ -426,9 +428,9 @@ impl Default for ServeConfig {
             cluster_state_key: None,
             cluster_state_clear: false,
             cluster_takeover: Vec::new(),
+            cluster_standby: false,
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
-            cluster_standby: false,
             key: None,
             srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES
                 .iter()
@@ -568,13 +570,13 @@ impl ServeConfig {
                     "cluster_takeover and cluster_state_key need cluster_redis (the directory the states are kept in)".into(),
                 ));
             }
-            return Ok(None);
-        }
             if self.cluster_standby {
                 return Err(ConfigError(
                     "cluster_standby needs cluster_redis (a standby of a cluster's nodes)".into(),
                 ));
             }
+            return Ok(None);
+        }
         if !(self.cluster_lease_secs.is_finite() && self.cluster_lease_secs >= 0.3) {
             return Err(ConfigError(format!(
                 "cluster_lease_secs = {}: must be at least 0.3 seconds",

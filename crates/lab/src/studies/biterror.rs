@@ -1207,7 +1207,7 @@ impl Study for BiterrorStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let all = cases();
-        ctx.steps(2 + all.len() as u64 + Profile::ALL.len() as u64);
+        ctx.steps(2 + all.len() as u64 + super::SWEPT_PROFILES.len() as u64);
         ctx.step("voice signal and its encodings");
         let pcm = voice(10.0);
         let mut streams = Vec::new();
@@ -1292,7 +1292,7 @@ impl Study for BiterrorStudy {
             "samples",
         );
         let mut notes = Vec::new();
-        for profile in Profile::ALL {
+        for profile in super::SWEPT_PROFILES {
             ctx.step(format!("SRTP {}", profile.sdp_name()));
             let mut verdicts = Vec::new();
             for (s, bytes, clean) in &streams {

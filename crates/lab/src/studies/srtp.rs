@@ -299,7 +299,7 @@ impl Study for SrtpStudy {
 
     fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
         let mut ops = Vec::new();
-        for profile in Profile::ALL {
+        for profile in super::SWEPT_PROFILES {
             for (name, make) in stacks(profile) {
                 let Ok(mut stack) = make() else { continue };
                 let mut c = Chunk::new(172);

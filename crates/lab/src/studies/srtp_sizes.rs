@@ -238,7 +238,7 @@ pub struct SizeSweep {
 }
 
 /// Steps the sweep reports to the progress bar (one per profile and operation).
-pub const STEPS: usize = Profile::ALL.len() * 2;
+pub const STEPS: usize = super::SWEPT_PROFILES.len() * 2;
 
 /// The timing settings of the sweep: the study's, with at most nine runs and half its warm-up
 /// (it times several hundred cells; the method says so).
@@ -255,7 +255,7 @@ pub fn sweep(ctx: &Ctx) -> SizeSweep {
     let engines = engines();
     let bench = bench(ctx);
     let mut measured: Vec<(Key, Result<Timing, String>)> = Vec::new();
-    for profile in Profile::ALL {
+    for profile in super::SWEPT_PROFILES {
         for protect in [true, false] {
             let op = if protect { "protect" } else { "unprotect" };
             ctx.step(format!("engines by size, {} {op}", profile.sdp_name()));

@@ -1,11 +1,13 @@
 //! The aws-lc-rs provider.
 
 use aws_lc_rs::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_128_GCM, AES_256_GCM};
-use aws_lc_rs::cipher::{EncryptingKey, EncryptionContext, UnboundCipherKey, AES_128, AES_256};
+use aws_lc_rs::cipher::{
+    Algorithm, EncryptingKey, EncryptionContext, UnboundCipherKey, AES_128, AES_192, AES_256,
+};
 use aws_lc_rs::hmac;
 use aws_lc_rs::iv::FixedLength;
 
-use super::{AesCtr, AesGcm, AuthError, CryptoProvider, HmacSha1, KeyError};
+use super::{AesBlock, AesCtr, AesGcm, AuthError, CryptoProvider, HmacSha1, KeyError};
 
 pub(super) struct AwsLc;
 
@@ -15,14 +17,16 @@ impl CryptoProvider for AwsLc {
     }
 
     fn aes_ctr(&self, key: &[u8]) -> Result<Box<dyn AesCtr>, KeyError> {
-        let alg = match key.len() {
-            16 => &AES_128,
-            32 => &AES_256,
-            _ => return Err(KeyError("AES keys are 16 or 32 bytes")),
-        };
-        let k = UnboundCipherKey::new(alg, key).map_err(|_| KeyError("AES key"))?;
+        let k = UnboundCipherKey::new(aes(key)?, key).map_err(|_| KeyError("AES key"))?;
         Ok(Box::new(Ctr(
             EncryptingKey::ctr(k).map_err(|_| KeyError("AES-CTR key"))?
+        )))
+    }
+
+    fn aes_block(&self, key: &[u8]) -> Result<Box<dyn AesBlock>, KeyError> {
+        let k = UnboundCipherKey::new(aes(key)?, key).map_err(|_| KeyError("AES key"))?;
+        Ok(Box::new(Ecb(
+            EncryptingKey::ecb(k).map_err(|_| KeyError("AES-ECB key"))?
         )))
     }
 
@@ -41,6 +45,25 @@ impl CryptoProvider for AwsLc {
         };
         let k = UnboundKey::new(alg, key).map_err(|_| KeyError("AES-GCM key"))?;
         Ok(Box::new(Gcm(LessSafeKey::new(k))))
+    }
+}
+
+/// The AES algorithm for a key of this length.
+fn aes(key: &[u8]) -> Result<&'static Algorithm, KeyError> {
+    match key.len() {
+        16 => Ok(&AES_128),
+        24 => Ok(&AES_192),
+        32 => Ok(&AES_256),
+        _ => Err(KeyError("AES keys are 16, 24 or 32 bytes")),
+    }
+}
+
+struct Ecb(EncryptingKey);
+
+impl AesBlock for Ecb {
+    fn encrypt_block(&self, block: &mut [u8; 16]) {
+        // ECB of one whole block with no IV cannot fail.
+        let _ = self.0.less_safe_encrypt(block, EncryptionContext::None);
     }
 }
 

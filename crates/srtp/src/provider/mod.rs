@@ -1,7 +1,8 @@
 //! Crypto providers: where the primitives come from.
 //!
 //! The SRTP maths (IVs, key derivation, tag layout, tag comparison) stays in this crate; the
-//! primitives — AES in counter mode, HMAC-SHA1, AES-GCM — come from a provider, a
+//! primitives — AES in counter mode, AES on single blocks (for f8), HMAC-SHA1, AES-GCM — come
+//! from a provider, a
 //! `&'static dyn CryptoProvider` in the manner of rustls' `CryptoProvider`. Every provider runs
 //! the same known-answer tests (`tests/known_answers.rs`).
 //!
@@ -38,6 +39,12 @@ pub trait AesCtr: Send + Sync {
     fn apply_keystream(&self, iv: &[u8; 16], data: &mut [u8]);
 }
 
+/// AES on single 16-byte blocks, keyed once: what f8 mode ([`crate::f8`]) chains block by block.
+pub trait AesBlock: Send + Sync {
+    /// Encrypts `block` in place.
+    fn encrypt_block(&self, block: &mut [u8; 16]);
+}
+
 /// HMAC-SHA1, keyed once.
 pub trait HmacSha1: Send + Sync {
     /// Computes HMAC-SHA1 over `a ‖ b` (SRTP authenticates the packet followed by the ROC).
@@ -65,8 +72,10 @@ pub struct KeyError(pub &'static str);
 pub trait CryptoProvider: Send + Sync + 'static {
     /// A short name for reports (`rustcrypto`, `aws-lc`, …).
     fn name(&self) -> &'static str;
-    /// AES-CTR keyed with a 16- or 32-byte key.
+    /// AES-CTR keyed with a 16-, 24- or 32-byte key.
     fn aes_ctr(&self, key: &[u8]) -> Result<Box<dyn AesCtr>, KeyError>;
+    /// AES on single blocks, keyed with a 16-, 24- or 32-byte key.
+    fn aes_block(&self, key: &[u8]) -> Result<Box<dyn AesBlock>, KeyError>;
     /// HMAC-SHA1 keyed with `key`.
     fn hmac_sha1(&self, key: &[u8]) -> Result<Box<dyn HmacSha1>, KeyError>;
     /// AES-GCM keyed with a 16- or 32-byte key.
@@ -130,6 +139,11 @@ impl CryptoProvider for Mixed {
     }
     fn hmac_sha1(&self, key: &[u8]) -> Result<Box<dyn HmacSha1>, KeyError> {
         rustcrypto::RustCrypto.hmac_sha1(key)
+    }
+    /// RustCrypto's: one block is one AES-NI pass, where aws-lc's ECB sets up a cipher context
+    /// per call.
+    fn aes_block(&self, key: &[u8]) -> Result<Box<dyn AesBlock>, KeyError> {
+        rustcrypto::RustCrypto.aes_block(key)
     }
     fn aes_gcm(&self, key: &[u8]) -> Result<Box<dyn AesGcm>, KeyError> {
         #[cfg(feature = "aws-lc")]

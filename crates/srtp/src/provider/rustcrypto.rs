@@ -1,11 +1,13 @@
 //! The RustCrypto provider: `aes` (AES-NI, VAES), `ctr`, `sha1` (SHA-NI), `aes-gcm`.
 
-use aes::cipher::{InnerIvInit, KeyInit, StreamCipher};
-use aes::{Aes128Enc, Aes256Enc};
+use aes::cipher::{BlockCipherEncrypt, InnerIvInit, KeyInit, StreamCipher};
+use aes::{Aes128Enc, Aes192Enc, Aes256Enc};
 use aes_gcm::aead::AeadInOut;
 use aes_gcm::{Aes128Gcm, Aes256Gcm};
 
-use super::{AesCtr, AesGcm, AuthError, CryptoProvider, HmacSha1, HmacSha1State, KeyError};
+use super::{
+    AesBlock, AesCtr, AesGcm, AuthError, CryptoProvider, HmacSha1, HmacSha1State, KeyError,
+};
 
 pub(super) struct RustCrypto;
 
@@ -15,15 +17,11 @@ impl CryptoProvider for RustCrypto {
     }
 
     fn aes_ctr(&self, key: &[u8]) -> Result<Box<dyn AesCtr>, KeyError> {
-        match key.len() {
-            16 => Ok(Box::new(Ctr::A128(
-                Aes128Enc::new_from_slice(key).map_err(|_| KeyError("AES-128 key"))?,
-            ))),
-            32 => Ok(Box::new(Ctr::A256(
-                Aes256Enc::new_from_slice(key).map_err(|_| KeyError("AES-256 key"))?,
-            ))),
-            _ => Err(KeyError("AES keys are 16 or 32 bytes")),
-        }
+        Ok(Box::new(Ctr::new(key)?))
+    }
+
+    fn aes_block(&self, key: &[u8]) -> Result<Box<dyn AesBlock>, KeyError> {
+        Ok(Box::new(Ctr::new(key)?))
     }
 
     fn hmac_sha1(&self, key: &[u8]) -> Result<Box<dyn HmacSha1>, KeyError> {
@@ -43,9 +41,34 @@ impl CryptoProvider for RustCrypto {
     }
 }
 
+/// An expanded AES key of any of the three sizes: the keystream of counter mode, or single
+/// blocks for f8.
 enum Ctr {
     A128(Aes128Enc),
+    A192(Aes192Enc),
     A256(Aes256Enc),
+}
+
+impl Ctr {
+    fn new(key: &[u8]) -> Result<Ctr, KeyError> {
+        Ok(match key.len() {
+            16 => Ctr::A128(Aes128Enc::new_from_slice(key).map_err(|_| KeyError("AES-128 key"))?),
+            24 => Ctr::A192(Aes192Enc::new_from_slice(key).map_err(|_| KeyError("AES-192 key"))?),
+            32 => Ctr::A256(Aes256Enc::new_from_slice(key).map_err(|_| KeyError("AES-256 key"))?),
+            _ => return Err(KeyError("AES keys are 16, 24 or 32 bytes")),
+        })
+    }
+}
+
+impl AesBlock for Ctr {
+    #[inline]
+    fn encrypt_block(&self, block: &mut [u8; 16]) {
+        match self {
+            Ctr::A128(k) => k.encrypt_block(block.into()),
+            Ctr::A192(k) => k.encrypt_block(block.into()),
+            Ctr::A256(k) => k.encrypt_block(block.into()),
+        }
+    }
 }
 
 impl AesCtr for Ctr {
@@ -54,6 +77,11 @@ impl AesCtr for Ctr {
         // The expanded key schedule is copied, not recomputed, per packet.
         match self {
             Ctr::A128(k) => ctr::Ctr128BE::<Aes128Enc>::from_core(ctr::CtrCore::inner_iv_init(
+                k.clone(),
+                iv.into(),
+            ))
+            .apply_keystream(data),
+            Ctr::A192(k) => ctr::Ctr128BE::<Aes192Enc>::from_core(ctr::CtrCore::inner_iv_init(
                 k.clone(),
                 iv.into(),
             ))
