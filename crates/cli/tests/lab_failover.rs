@@ -45,8 +45,9 @@ fn a_quick_failover_study_takes_every_call_over_and_writes_nothing_while_calls_a
             assert!(x.is_finite() && x >= 0.0, "{k}: {r}");
         }
         assert_eq!(r["not_taken"], 0.0, "{r}");
-        // Silent at least until the lease ran out (1 s), never 30 s.
-        assert!(r["p50"].as_f64().unwrap() >= 900.0, "{r}");
+        // Silent at least until the lease could have run out: the node renews its 1 s lease
+        // every third of it, so its record is gone between 667 ms and 1 s after the kill.
+        assert!(r["p50"].as_f64().unwrap() >= 600.0, "{r}");
     }
     let writes = rows(study, "failover_writes");
     assert_eq!(writes.len(), 2);

@@ -130,7 +130,7 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
     // Nothing usable: every reason is named.
     let only_bad = "v=0\r\no=- 1 1 IN IP4 192.0.2.9\r\ns=-\r\nc=IN IP4 192.0.2.9\r\nt=0 0\r\n\
         m=audio 4000 RTP/SAVP 0\r\n\
-        a=crypto:1 F8_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n\
+        a=crypto:1 SEED_CTR_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n\
         a=crypto:2 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz|1:4\r\n\
         a=crypto:3 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz UNENCRYPTED_SRTP\r\n";
     let desc = secrelay_wire::sdp_rtp::parse_rtp(only_bad).unwrap();
@@ -141,7 +141,7 @@ fn sdes_offers_get_the_best_usable_suite_or_a_reason() {
     let JoinError::Unacceptable(why) = err else {
         panic!("{err:?}")
     };
-    assert!(why.contains("F8_128_HMAC_SHA1_80"), "{why}");
+    assert!(why.contains("SEED_CTR_128_HMAC_SHA1_80"), "{why}");
     assert!(why.contains("MKI"), "{why}");
     assert!(why.contains("UNENCRYPTED_SRTP"), "{why}");
     // No codec in common.

@@ -15,7 +15,8 @@ pub mod symmetric;
 /// The SRTP profiles the size sweep, the instruction counts and the bit-error study cover:
 /// the ones DTLS-SRTP negotiates, AES-256 counter mode, and NULL with an 80-bit tag. The other
 /// SDES suites (AES-192 counter mode, AES in f8 mode, NULL with a 32-bit tag) are in `lab
-/// srtp`'s per-packet table only, which keeps the sweeps' time where it was.
+/// srtp`'s per-packet table only (not with `--quick`), which keeps the sweeps' time where it
+/// was.
 pub const SWEPT_PROFILES: [secrelay_srtp::Profile; 7] = {
     use secrelay_srtp::Profile as P;
     [
