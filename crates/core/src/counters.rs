@@ -10,6 +10,8 @@
 use std::fmt;
 use std::ops::{Index, IndexMut};
 
+use secrelay_datachannel::{Discard, Discards};
+
 /// Why a datagram, or a copy of one, was not delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -283,6 +285,21 @@ pub struct DataCounters {
     /// Messages for the participant not sent: its association is gone, its channel's buffer
     /// is full, the message is over its limit, or too many waited for the association.
     pub dropped_out: u64,
+    /// What the participant's SCTP association dropped of what it sent, by reason (packets
+    /// that do not parse or belong to no association, DCEP messages that break RFC 8832,
+    /// channels refused, messages too large or on no channel), as the association counts them.
+    #[serde(serialize_with = "discards_by_reason")]
+    pub discarded: Discards,
+}
+
+/// [`Discards`] as a map from reason name to count.
+fn discards_by_reason<S: serde::Serializer>(d: &Discards, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut m = s.serialize_map(Some(Discard::ALL.len()))?;
+    for reason in Discard::ALL {
+        m.serialize_entry(reason.name(), &d.get(reason))?;
+    }
+    m.end()
 }
 
 impl DataCounters {
@@ -295,6 +312,7 @@ impl DataCounters {
             messages_out,
             bytes_out,
             dropped_out,
+            discarded,
         } = other;
         self.messages_in += messages_in;
         self.bytes_in += bytes_in;
@@ -302,6 +320,7 @@ impl DataCounters {
         self.messages_out += messages_out;
         self.bytes_out += bytes_out;
         self.dropped_out += dropped_out;
+        self.discarded.add(discarded);
     }
 }
 
@@ -606,6 +625,7 @@ mod tests {
                 messages_out: 4,
                 bytes_out: 5,
                 dropped_out: 6,
+                discarded: Default::default(),
             },
         };
         a.drop(DropReason::Replayed);

@@ -29,6 +29,21 @@ pub enum Discard {
 }
 
 impl Discard {
+    /// Its name in reports and metric labels (`malformed_packet`, …).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Discard::MalformedPacket => "malformed_packet",
+            Discard::StrayInit => "stray_init",
+            Discard::AfterDisconnect => "after_disconnect",
+            Discard::MalformedDcep => "malformed_dcep",
+            Discard::UnexpectedDcep => "unexpected_dcep",
+            Discard::RefusedOpen => "refused_open",
+            Discard::TooLarge => "too_large",
+            Discard::UnknownChannel => "unknown_channel",
+            Discard::UnknownPpid => "unknown_ppid",
+        }
+    }
+
     /// Every reason, in counter order.
     pub const ALL: [Discard; 9] = [
         Discard::MalformedPacket,
@@ -63,6 +78,43 @@ impl Refusal {
     ];
 }
 
+/// Arrivals dropped, by [`Discard`] reason: what one association counts, and what a gateway
+/// sums over its associations.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Discards([u64; Discard::ALL.len()]);
+
+impl Discards {
+    /// Those dropped for `reason`.
+    pub fn get(&self, reason: Discard) -> u64 {
+        self.0[reason as usize]
+    }
+
+    /// Those dropped, whatever the reason.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    /// Adds `other` into these.
+    pub fn add(&mut self, other: &Discards) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+
+    /// What these counted beyond `earlier`, a copy of them taken before.
+    pub fn since(&self, earlier: &Discards) -> Discards {
+        let mut d = *self;
+        for (a, b) in d.0.iter_mut().zip(earlier.0) {
+            *a = a.saturating_sub(b);
+        }
+        d
+    }
+
+    fn count(&mut self, reason: Discard) {
+        self.0[reason as usize] += 1;
+    }
+}
+
 /// Counters of one association's data channels.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -92,19 +144,24 @@ pub struct Counters {
     pub channels_closed: u64,
     /// Panics caught inside sctp-proto (each ended the association).
     pub panics_caught: u64,
-    discards: [u64; Discard::ALL.len()],
+    discards: Discards,
     refusals: [u64; Refusal::ALL.len()],
 }
 
 impl Counters {
     /// Arrivals dropped for this reason.
     pub fn discarded(&self, reason: Discard) -> u64 {
-        self.discards[reason as usize]
+        self.discards.get(reason)
     }
 
     /// Arrivals dropped, whatever the reason.
     pub fn total_discarded(&self) -> u64 {
-        self.discards.iter().sum()
+        self.discards.total()
+    }
+
+    /// Arrivals dropped, by reason.
+    pub fn discards(&self) -> &Discards {
+        &self.discards
     }
 
     /// Sends refused for this reason.
@@ -113,7 +170,7 @@ impl Counters {
     }
 
     pub(crate) fn discard(&mut self, reason: Discard) {
-        self.discards[reason as usize] += 1;
+        self.discards.count(reason);
     }
 
     pub(crate) fn refuse(&mut self, reason: Refusal) {

@@ -61,7 +61,7 @@ mod engine;
 use std::fmt;
 use std::time::Duration;
 
-pub use counters::{Counters, Discard, Refusal};
+pub use counters::{Counters, Discard, Discards, Refusal};
 pub use engine::DataChannels;
 
 /// Our DTLS role on the association, which fixes two RFC 8832 rules: the stream ids we open

@@ -15,7 +15,8 @@ use std::time::Instant;
 
 use crate::counters::DataCounters;
 use secrelay_datachannel::{
-    ChannelEvent, ChannelId, ChannelSpec, Config, DataChannelError, DataChannels, MessageKind, Side,
+    ChannelEvent, ChannelId, ChannelSpec, Config, DataChannelError, DataChannels, Discards,
+    MessageKind, Side,
 };
 
 /// Limits on what one participant's data channels carry.
@@ -114,6 +115,8 @@ pub struct DataLink {
     waiting: VecDeque<DataMessage>,
     /// The largest message the participant takes (its SDP's `a=max-message-size`).
     peer_max: usize,
+    /// The association's discards already added to the member's counters.
+    discards_counted: Discards,
     last_now: Instant,
 }
 
@@ -148,6 +151,7 @@ impl DataLink {
             by_label: HashMap::new(),
             specs: HashMap::new(),
             waiting: VecDeque::new(),
+            discards_counted: Discards::default(),
             peer_max: match peer_max {
                 None => 65_536,
                 Some(0) => usize::MAX,
@@ -228,6 +232,9 @@ impl DataLink {
 
     /// What the participant's channels did, and what we made of it.
     fn on_events(&mut self, c: &mut DataCounters) {
+        let discards = *self.channels.counters().discards();
+        c.discarded.add(&discards.since(&self.discards_counted));
+        self.discards_counted = discards;
         while let Some(e) = self.channels.poll_event() {
             match e {
                 ChannelEvent::Connected => {
@@ -355,5 +362,24 @@ mod tests {
         assert_eq!(c.dropped_out, 6);
         // Nothing goes out before the association is up.
         assert!(link.poll_transmit().is_none());
+    }
+
+    #[test]
+    fn what_the_association_drops_is_counted_once_by_reason() {
+        use secrelay_datachannel::Discard;
+        let now = Instant::now();
+        let mut link = DataLink::new(limits(), Side::Server, None, now).unwrap();
+        let mut c = DataCounters::default();
+        // Too short for an SCTP common header, then one with a bad checksum.
+        link.handle_packet(now, &[1, 2, 3], &mut c);
+        let mut bad = vec![0u8; 28];
+        bad[12] = 1; // an INIT chunk, the checksum left zero
+        link.handle_packet(now, &bad, &mut c);
+        assert_eq!(c.discarded.get(Discard::MalformedPacket), 2);
+        // Timers and later packets add only what is new.
+        link.handle_timeout(now, &mut c);
+        link.handle_packet(now, &[9], &mut c);
+        assert_eq!(c.discarded.get(Discard::MalformedPacket), 3);
+        assert_eq!(c.discarded.total(), 3);
     }
 }

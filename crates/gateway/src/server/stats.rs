@@ -808,6 +808,17 @@ impl Collector for StatsCollector {
             "direction",
             &[("in", d.bytes_in), ("out", d.bytes_out)],
         )?;
+        let discarded: Vec<(&str, u64)> = secrelay_datachannel::Discard::ALL
+            .into_iter()
+            .map(|r| (r.name(), d.discarded.get(r)))
+            .collect();
+        labelled_counters(
+            e,
+            "secrelay_data_discarded",
+            "What participants' SCTP associations dropped of what they sent, by reason: packets that do not parse or belong to no association (malformed_packet), an INIT past the handshake (stray_init), packets after the association ended (after_disconnect), DCEP messages that break RFC 8832 (malformed_dcep) or answer nothing (unexpected_dcep), channel opens refused (refused_open), messages over the size limit (too_large), on no open channel (unknown_channel) or of an unknown payload protocol (unknown_ppid)",
+            "reason",
+            &discarded,
+        )?;
         s.encode_ice_tcp(e)?;
         counter(
             e,
