@@ -127,6 +127,22 @@ mod tests {
         }
     }
 
+    /// RFC 3711 §4.1.2.3: 32 zero bits, the E bit and SRTCP index, then the first 64 bits of
+    /// the RTCP header (V, P, RC, PT, length, SSRC).
+    #[test]
+    fn the_srtcp_iv_is_laid_out_as_the_rfc_says() {
+        let header = unhex("81c8000bcafebabe");
+        let iv = rtcp_iv(&header, 0x8000_0001);
+        assert_eq!(
+            iv.to_vec(),
+            unhex(
+                "0000000080000001 81c8000bcafebabe"
+                    .replace(' ', "")
+                    .as_str()
+            )
+        );
+    }
+
     #[test]
     fn a_salt_longer_than_the_key_is_refused() {
         let p = crate::provider::rustcrypto();
