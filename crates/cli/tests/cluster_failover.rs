@@ -412,8 +412,9 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
 }
 
 /// A live node's calls handed to another on request (`POST /api/cluster/handover`): refused
-/// towards itself or a node that is not in the cluster; then every call is heard again on the
-/// other node, which answers for them, and the first holds none.
+/// towards itself or a node that is not in the cluster; kept, made again on the node, when the
+/// directory refuses the transaction; then every call is heard again on the other node, which
+/// answers for them, and the first holds none.
 #[test]
 fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     let Some(Pair {
@@ -446,6 +447,24 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     }
     let (status, _) = at_a.post("/api/cluster/handover").unwrap();
     assert_eq!(status, 400);
+    // A directory that refuses the transaction (Redis out of memory: reads answered, writes
+    // refused) after the calls were ended here: 503, and the calls are made again here from
+    // their states, on the same addresses with the same keys.
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let refused = at_a.post("/api/cluster/handover?to=b").unwrap();
+    redis.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    assert_eq!(refused.0, 503, "{}", refused.1);
+    for c in calls.iter_mut() {
+        c.mark();
+    }
+    let kept = until_heard(&mut calls, Instant::now(), Duration::from_secs(10), |_| {});
+    eprintln!(
+        "kept after a refused hand-over: heard again within {:.0} ms",
+        kept.iter().max().unwrap().as_secs_f64() * 1e3
+    );
+    assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 4);
+    assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "4");
+    assert_eq!(redis.cli(&["EXISTS", "secrelay:handover:b"]), "0");
     let asked = Instant::now();
     let (status, body) = at_a.post("/api/cluster/handover?to=b").unwrap();
     assert_eq!(status, 200, "{body}");

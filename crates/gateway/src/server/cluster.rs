@@ -659,13 +659,61 @@ impl Cluster {
             pipe.set(room_key(&format!("call:{id}")), to).ignore();
             pipe.hdel(calls_key(&self.node), id).ignore();
         }
+        // Whether a failed transaction certainly changed nothing: Redis refused it (an error
+        // reply: out of memory, a read-only replica), or nothing reached it. A timeout or a
+        // connection lost on the way leaves it unknown.
         let r = match self.conn().await {
-            Ok(mut c) => call(pipe.query_async::<()>(&mut c)).await,
-            Err(e) => Err(e),
+            Ok(mut c) => {
+                match tokio::time::timeout(CALL_TIMEOUT, pipe.query_async::<()>(&mut c)).await {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err((
+                        !(e.is_io_error() || e.is_timeout()) || e.is_connection_refusal(),
+                        e.to_string(),
+                    )),
+                    Err(_) => Err((false, format!("no answer within {CALL_TIMEOUT:?}"))),
+                }
+            }
+            Err(e) => Err((true, e)),
         };
-        self.note(r).map_err(HandoverError::Directory)?;
-        tracing::info!(to, calls = states.len(), "calls handed over");
-        Ok(states.len())
+        let Err((unchanged, e)) = r else {
+            let _ = self.note(Ok(()));
+            tracing::info!(to, calls = states.len(), "calls handed over");
+            return Ok(states.len());
+        };
+        let _ = self.note::<()>(Err(e.clone()));
+        if unchanged {
+            self.keep_after_failed_handover(k, states);
+        } else {
+            // Made here again they could run on two nodes: left to `to`, which takes them if
+            // the transaction went through, else to this node's next start.
+            tracing::warn!(to, calls = states.len(), error = %e, "the directory did not answer the hand-over: the calls are not made here again");
+        }
+        Err(HandoverError::Directory(e))
+    }
+
+    /// The directory refused a hand-over whose calls were already ended here: the transaction
+    /// changed nothing, so their states are still this node's, in the directory and (again) in
+    /// memory, and the calls are made again here from them, on the same addresses with the
+    /// same keys, as a restart takes its calls back.
+    fn keep_after_failed_handover(&self, k: &KeptCalls, states: Vec<(String, String)>) {
+        let mut again = Vec::with_capacity(states.len());
+        let mut kept = k.states.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, text) in states {
+            match k.sealer.open(&id, &text) {
+                Ok(state) => again.push(state),
+                Err(e) => {
+                    self.takeover_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(call_id = %id, error = %e, "a call's state could not be opened: not made again");
+                }
+            }
+            kept.insert(id, text);
+        }
+        drop(kept);
+        tracing::warn!(
+            calls = again.len(),
+            "the directory refused the hand-over: the calls are made again here"
+        );
+        let _ = k.taken.send(again);
     }
 
     /// Whether node `to` may take this node's calls: another node, alive in the directory.
@@ -1147,7 +1195,7 @@ impl prometheus_client::collector::Collector for ClusterCollector {
         super::stats::counter(
             &mut e,
             "secrelay_cluster_calls_taken_over",
-            "Telephony calls taken over from a node whose lease ran out, and made again here",
+            "Telephony calls made again here from their states: taken over from a node whose lease ran out, taken back at a restart or handed over, or kept after a hand-over the directory refused",
             c.calls_taken_over.load(Ordering::Relaxed),
         )?;
         super::stats::counter(
