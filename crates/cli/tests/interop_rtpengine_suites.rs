@@ -13,7 +13,6 @@
 mod lab_support;
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -42,19 +41,9 @@ fn free_udp_port() -> u16 {
 #[test]
 fn rtpengine_and_secrelay_agree_on_aes_192_f8_and_null_32() {
     let test = "rtpengine_and_secrelay_agree_on_aes_192_f8_and_null_32";
-    let rtpengine = std::env::var_os("SECRELAY_RTPENGINE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/rtpengine"));
-    if !rtpengine.is_file() {
-        lab_support::missing(
-            test,
-            &format!(
-                "no rtpengine at {} (Debian package rtpengine-daemon, or set SECRELAY_RTPENGINE)",
-                rtpengine.display()
-            ),
-        );
+    let Some(rtpengine) = lab_support::rtpengine(test) else {
         return;
-    }
+    };
     let ng_port = free_udp_port();
     let _daemon = Daemon(
         Command::new(&rtpengine)

@@ -29,19 +29,9 @@ const WAIT: Duration = Duration::from_secs(120);
 #[test]
 fn relay_compare_measures_both_relays_at_a_low_rate() {
     let test = "relay_compare_measures_both_relays_at_a_low_rate";
-    let rtpengine = std::env::var_os("SECRELAY_RTPENGINE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/rtpengine"));
-    if !rtpengine.is_file() {
-        lab_support::missing(
-            test,
-            &format!(
-                "no rtpengine at {} (Debian package rtpengine-daemon, or set SECRELAY_RTPENGINE)",
-                rtpengine.display()
-            ),
-        );
+    let Some(rtpengine) = lab_support::rtpengine(test) else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("relay-compare.json");
     let (out_path, err_path) = (dir.path().join("stdout"), dir.path().join("stderr"));

@@ -39,78 +39,59 @@ fn rfc3711_b2_aes_cm_keystream() {
     }
 }
 
+/// Derives the RTP session keys of `profile` from a master key and salt with every provider,
+/// and checks them against a published vector (hex strings).
+fn kdf_vector(profile: Profile, master: [&str; 2], want: [&str; 3]) {
+    let mk = MasterKey::new(profile, &hex(master[0]), &hex(master[1])).unwrap();
+    for p in providers() {
+        for (label, want) in [
+            Label::RtpEncryption,
+            Label::RtpSalt,
+            Label::RtpAuthentication,
+        ]
+        .into_iter()
+        .zip(want)
+        {
+            let want = hex(want);
+            let mut got = vec![0u8; want.len()];
+            derive(p, &mk, label, &mut got).unwrap();
+            assert_eq!(got, want, "{profile} {label:?} with {}", p.name());
+        }
+    }
+}
+
 /// RFC 3711 Appendix B.3: key derivation.
 #[test]
 fn rfc3711_b3_key_derivation() {
-    let mk = MasterKey::new(
+    kdf_vector(
         Profile::AesCm128HmacSha1_80,
-        &hex("E1F97A0D3E018BE0D64FA32C06DE4139"),
-        &hex("0EC675AD498AFEEBB6960B3AABE6"),
-    )
-    .unwrap();
-    for p in providers() {
-        let mut k = [0u8; 16];
-        derive(p, &mk, Label::RtpEncryption, &mut k).unwrap();
-        assert_eq!(
-            k.to_vec(),
-            hex("C61E7A93744F39EE10734AFE3FF7A087"),
-            "{}",
-            p.name()
-        );
-        let mut s = [0u8; 14];
-        derive(p, &mk, Label::RtpSalt, &mut s).unwrap();
-        assert_eq!(
-            s.to_vec(),
-            hex("30CBBC08863D8C85D49DB34A9AE1"),
-            "{}",
-            p.name()
-        );
-        let mut a = [0u8; 20];
-        derive(p, &mk, Label::RtpAuthentication, &mut a).unwrap();
-        assert_eq!(
-            a.to_vec(),
-            hex("CEBE321F6FF7716B6FD4AB49AF256A156D38BAA4"),
-            "{}",
-            p.name()
-        );
-    }
+        [
+            "E1F97A0D3E018BE0D64FA32C06DE4139",
+            "0EC675AD498AFEEBB6960B3AABE6",
+        ],
+        [
+            "C61E7A93744F39EE10734AFE3FF7A087",
+            "30CBBC08863D8C85D49DB34A9AE1",
+            "CEBE321F6FF7716B6FD4AB49AF256A156D38BAA4",
+        ],
+    );
 }
 
 /// RFC 6188 §7.1: AES-256 key derivation.
 #[test]
 fn rfc6188_aes256_key_derivation() {
-    let mk = MasterKey::new(
+    kdf_vector(
         Profile::AesCm256HmacSha1_80,
-        &hex("f0f04914b513f2763a1b1fa130f10e2998f6f6e43e4309d1e622a0e332b9f1b6"),
-        &hex("3b04803de51ee7c96423ab5b78d2"),
-    )
-    .unwrap();
-    for p in providers() {
-        let mut k = [0u8; 32];
-        derive(p, &mk, Label::RtpEncryption, &mut k).unwrap();
-        assert_eq!(
-            k.to_vec(),
-            hex("5ba1064e30ec51613cad926c5a28ef731ec7fb397f70a960653caf06554cd8c4"),
-            "{}",
-            p.name()
-        );
-        let mut s = [0u8; 14];
-        derive(p, &mk, Label::RtpSalt, &mut s).unwrap();
-        assert_eq!(
-            s.to_vec(),
-            hex("fa31791685ca444a9e07c6c64e93"),
-            "{}",
-            p.name()
-        );
-        let mut a = [0u8; 20];
-        derive(p, &mk, Label::RtpAuthentication, &mut a).unwrap();
-        assert_eq!(
-            a.to_vec(),
-            hex("fd9c32d39ed5fbb5a9dc96b30818454d1313dc05"),
-            "{}",
-            p.name()
-        );
-    }
+        [
+            "f0f04914b513f2763a1b1fa130f10e2998f6f6e43e4309d1e622a0e332b9f1b6",
+            "3b04803de51ee7c96423ab5b78d2",
+        ],
+        [
+            "5ba1064e30ec51613cad926c5a28ef731ec7fb397f70a960653caf06554cd8c4",
+            "fa31791685ca444a9e07c6c64e93",
+            "fd9c32d39ed5fbb5a9dc96b30818454d1313dc05",
+        ],
+    );
 }
 
 /// RFC 6188 §7.4: AES-192 key derivation (the AES_192_CM PRF keyed with the 24-byte master
@@ -119,38 +100,18 @@ fn rfc6188_aes256_key_derivation() {
 /// them as RFC 6188 does (`crates/cli/tests/interop_rtpengine_suites.rs`).
 #[test]
 fn rfc6188_aes192_key_derivation() {
-    let mk = MasterKey::new(
+    kdf_vector(
         Profile::AesCm192HmacSha1_80,
-        &hex("73edc66c4fa15776fb57f9505c17136550ffda71f3e8e5f1"),
-        &hex("c8522f3acd4ce86d5add78edbb11"),
-    )
-    .unwrap();
-    for p in providers() {
-        let mut k = [0u8; 24];
-        derive(p, &mk, Label::RtpEncryption, &mut k).unwrap();
-        assert_eq!(
-            k.to_vec(),
-            hex("31874736a8f1143870c26e4857d8a5b2c4a354407faadabb"),
-            "{}",
-            p.name()
-        );
-        let mut s = [0u8; 14];
-        derive(p, &mk, Label::RtpSalt, &mut s).unwrap();
-        assert_eq!(
-            s.to_vec(),
-            hex("2372b82d639b6d8503a47adc0a6c"),
-            "{}",
-            p.name()
-        );
-        let mut a = [0u8; 20];
-        derive(p, &mk, Label::RtpAuthentication, &mut a).unwrap();
-        assert_eq!(
-            a.to_vec(),
-            hex("355b10973cd95b9eacf4061c7e1a7151e7cfbfcb"),
-            "{}",
-            p.name()
-        );
-    }
+        [
+            "73edc66c4fa15776fb57f9505c17136550ffda71f3e8e5f1",
+            "c8522f3acd4ce86d5add78edbb11",
+        ],
+        [
+            "31874736a8f1143870c26e4857d8a5b2c4a354407faadabb",
+            "2372b82d639b6d8503a47adc0a6c",
+            "355b10973cd95b9eacf4061c7e1a7151e7cfbfcb",
+        ],
+    );
 }
 
 const GCM_KEY_128: &str = "000102030405060708090a0b0c0d0e0f";

@@ -24,6 +24,25 @@ pub fn missing(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
 }
 
+/// Debian's rtpengine daemon (`SECRELAY_RTPENGINE`, else `/usr/bin/rtpengine`), or `None`
+/// after [`missing`] said why.
+pub fn rtpengine(test: &str) -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("SECRELAY_RTPENGINE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/usr/bin/rtpengine"));
+    if path.is_file() {
+        return Some(path);
+    }
+    missing(
+        test,
+        &format!(
+            "no rtpengine at {} (Debian package rtpengine-daemon, or set SECRELAY_RTPENGINE)",
+            path.display()
+        ),
+    );
+    None
+}
+
 /// Every SRTP profile, by SDP name.
 pub const PROFILES: [&str; 7] = [
     "AES_CM_128_HMAC_SHA1_80",
