@@ -30,13 +30,11 @@ import math
 import os
 import shutil
 import socket
-import sys
-import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from chromium_av import COMMON_JS, Pages, launch, stop, version
+from chromium_av import COMMON_JS, Pages, launch, run_driver, stop, version
 
 CALL_HTML = """<!doctype html><html><head><title>call</title></head><body>
 <audio id="remote" autoplay></audio>
@@ -413,20 +411,14 @@ def main():
     ap.add_argument("--keep-logs", help="copy Chromium's log into this folder")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium)}
-    work = tempfile.mkdtemp(prefix="secrelay-chromium-ng-")
-    try:
-        run(args, result, work)
-    except Exception as e:
-        result["ok"] = False
-        result["error"] = f"{type(e).__name__}: {e}"
-    finally:
+
+    def keep(work):
         if args.keep_logs:
             os.makedirs(args.keep_logs, exist_ok=True)
             if os.path.exists(os.path.join(work, "call.log")):
                 shutil.copy(os.path.join(work, "call.log"), args.keep_logs)
-        shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(result))
-    sys.exit(0 if result.get("ok") else 1)
+
+    run_driver(run, args, result, "secrelay-chromium-ng-", keep)
 
 
 if __name__ == "__main__":

@@ -980,18 +980,13 @@ impl Cluster {
         // A draining node takes no new room (this one included: its own record may not say
         // so yet), nor does a standby while another node can; with every node draining, the
         // room stays where it was asked for.
-        let open: Vec<&NodeRecord> = nodes
+        let chosen = nodes
             .iter()
             .filter(|n| !(n.draining || (n.node == self.node && self.draining())))
-            .collect();
-        let active: Vec<&NodeRecord> = open
-            .iter()
-            .copied()
-            .filter(|n| !(n.standby || (n.node == self.node && self.standby)))
-            .collect();
-        let chosen = (if active.is_empty() { open } else { active })
-            .into_iter()
-            .min_by_key(|n| (n.participants, n.node != self.node, n.node.clone()))
+            .min_by_key(|n| {
+                let standby = n.standby || (n.node == self.node && self.standby);
+                (standby, n.participants, n.node != self.node, n.node.clone())
+            })
             .map_or_else(|| self.node.clone(), |n| n.node.clone());
         let script = redis::cmd("EVAL")
             .arg(CLAIM)
