@@ -101,6 +101,40 @@ enum Cipher {
     Gcm(Box<dyn AesGcm>),
 }
 
+impl Cipher {
+    /// Encrypts or decrypts (both are the same XOR) the payload `buf[hdr..end]` of the SRTP
+    /// packet `span` in counter or f8 mode; nothing for NULL (GCM seals and opens elsewhere).
+    #[inline]
+    fn apply_rtp(&self, salt: &[u8; 14], span: &RtpSpan, buf: &mut [u8], end: usize) {
+        match self {
+            Cipher::Ctr(c) => {
+                c.apply_keystream(&cm_iv(salt, span.ssrc, span.index), &mut buf[span.hdr..end]);
+            }
+            Cipher::F8(f) => {
+                let iv = f8::rtp_iv(&buf[..12], span.roc());
+                f.apply(&iv, &mut buf[span.hdr..end]);
+            }
+            Cipher::Gcm(_) | Cipher::Null => {}
+        }
+    }
+
+    /// The same for the SRTCP packet `span`: `buf[8..end]`.
+    #[inline]
+    fn apply_rtcp(&self, salt: &[u8; 14], span: &RtcpSpan, buf: &mut [u8], end: usize) {
+        match self {
+            Cipher::Ctr(c) => {
+                let iv = cm_iv(salt, span.ssrc, u64::from(span.index()));
+                c.apply_keystream(&iv, &mut buf[8..end]);
+            }
+            Cipher::F8(f) => {
+                let iv = f8::rtcp_iv(&buf[..8], span.trailer);
+                f.apply(&iv, &mut buf[8..end]);
+            }
+            Cipher::Gcm(_) | Cipher::Null => {}
+        }
+    }
+}
+
 /// Keyed primitives and salt for RTP or RTCP.
 struct DirKeys {
     cipher: Cipher,
@@ -1074,8 +1108,8 @@ pub(crate) fn protect_rtp_with(keys: &Keys, buf: &mut [u8], span: &RtpSpan) -> u
         len,
         ssrc,
         seq,
-        index,
         tag_len,
+        ..
     } = *span;
     let k = &keys.rtp;
     match &k.cipher {
@@ -1088,16 +1122,7 @@ pub(crate) fn protect_rtp_with(keys: &Keys, buf: &mut [u8], span: &RtpSpan) -> u
             tail[..16].copy_from_slice(&tag);
         }
         cipher => {
-            match cipher {
-                Cipher::Ctr(c) => {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..len])
-                }
-                Cipher::F8(f) => {
-                    let iv = f8::rtp_iv(&buf[..12], span.roc());
-                    f.apply(&iv, &mut buf[hdr..len]);
-                }
-                Cipher::Gcm(_) | Cipher::Null => {}
-            }
+            cipher.apply_rtp(&k.salt, span, buf, len);
             if let Some(auth) = &k.auth {
                 let mut mac = [0u8; 20];
                 auth.sign2(&buf[..len], &span.roc().to_be_bytes(), &mut mac);
@@ -1120,8 +1145,8 @@ pub(crate) fn unprotect_rtp_with(
         len,
         ssrc,
         seq,
-        index,
         tag_len,
+        ..
     } = *span;
     let roc = span.roc();
     let k = &keys.rtp;
@@ -1141,13 +1166,7 @@ pub(crate) fn unprotect_rtp_with(
                     return Err(Error::AuthFailed);
                 }
             }
-            match cipher {
-                Cipher::Ctr(c) => {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index), &mut buf[hdr..body_end]);
-                }
-                Cipher::F8(f) => f.apply(&f8::rtp_iv(&buf[..12], roc), &mut buf[hdr..body_end]),
-                Cipher::Gcm(_) | Cipher::Null => {}
-            }
+            cipher.apply_rtp(&k.salt, span, buf, body_end);
         }
     }
     Ok(body_end)
@@ -1178,13 +1197,7 @@ pub(crate) fn protect_rtcp_with(keys: &Keys, buf: &mut [u8], span: &RtcpSpan) ->
             tail[16..20].copy_from_slice(&trailer);
         }
         cipher => {
-            match cipher {
-                Cipher::Ctr(c) => {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, span.index() as u64), &mut buf[8..len]);
-                }
-                Cipher::F8(f) => f.apply(&f8::rtcp_iv(&buf[..8], span.trailer), &mut buf[8..len]),
-                Cipher::Gcm(_) | Cipher::Null => {}
-            }
+            cipher.apply_rtcp(&k.salt, span, buf, len);
             buf[len..len + 4].copy_from_slice(&trailer);
             if let Some(auth) = &k.auth {
                 let mut mac = [0u8; 20];
@@ -1241,14 +1254,8 @@ pub(crate) fn unprotect_rtcp_with(
                     return Err(Error::AuthFailed);
                 }
             }
-            match (cipher, encrypted) {
-                (Cipher::Ctr(c), true) => {
-                    c.apply_keystream(&cm_iv(&k.salt, ssrc, index as u64), &mut buf[8..rtcp_len]);
-                }
-                (Cipher::F8(f), true) => {
-                    f.apply(&f8::rtcp_iv(&buf[..8], span.trailer), &mut buf[8..rtcp_len]);
-                }
-                _ => {}
+            if encrypted {
+                cipher.apply_rtcp(&k.salt, span, buf, rtcp_len);
             }
         }
     }
