@@ -516,10 +516,12 @@ impl Worker {
         }
     }
 
+    /// Counts the close before the socket closes, so that whoever sees the connection end
+    /// (the browser, a test reading `/metrics` after it) finds it counted.
     fn tcp_closed(&self, conn: Conn, why: TcpClose) {
-        drop(conn);
-        self.shared.ice_tcp_open.fetch_sub(1, Ordering::Relaxed);
         self.stats.ice_tcp_closed(why);
+        self.shared.ice_tcp_open.fetch_sub(1, Ordering::Relaxed);
+        drop(conn);
     }
 
     /// Queues a datagram for `destination` if this worker reaches it over TCP: `false` when it
