@@ -35,14 +35,15 @@ fn lab_turn_measures_secrelay_and_coturn_in_one_run() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("turn.json");
-    // Relay ports below the ephemeral range, apart from other runs of this test.
-    let low = 20_000 + (std::process::id() % 50) * 200;
+    // Relay ports below the ephemeral range, claimed against every other test process.
+    let relay = secrelay_testkit::ports::reserve(200);
+    let low = relay.first;
     let started = Instant::now();
     let child = Command::new(env!("CARGO_BIN_EXE_secrelay"))
         .args(["lab", "turn", "--allocations", &ALLOCATIONS.to_string()])
         .args(["--clients", &CLIENTS.to_string(), "--rate", "400"])
         .args(["--duration", "1", "--window", "8"])
-        .args(["--relay-ports", &format!("{low}-{}", low + 199)])
+        .args(["--relay-ports", &format!("{low}-{}", relay.last())])
         .arg("--coturn")
         .arg(&coturn)
         .arg("--json")

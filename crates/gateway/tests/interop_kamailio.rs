@@ -41,33 +41,12 @@ fn find(program: &str, also: &[&str]) -> Option<PathBuf> {
 }
 
 /// A free port on loopback for a SIP listener or an RTP range: UDP and TCP both free on it and
-/// on the port after it (baresip listens for SIP over UDP and TCP on its port and for SIP over
-/// TLS on the next one; RTP takes an even port and RTCP the odd one after it). Taken below the
-/// kernel's ephemeral range (32768 and up), so that no socket another test binds to port 0
-/// lands on it between this check and the peer's bind, and stepped by a process-wide counter,
-/// so that two tests of this binary never get the same one.
+/// on the three ports after it (baresip listens for SIP over UDP and TCP on its port and for SIP
+/// over TLS on the next one; RTP takes an even port and RTCP the odd one after it; SIPp's video
+/// takes the pair after its audio), claimed until the process ends against every other test
+/// process (SIPp once failed to bind a port another test's peer had taken).
 fn free_port() -> u16 {
-    use std::net::TcpListener;
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let seed = std::process::id()
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-    let free = |p: u16| {
-        (0..2).all(|i| {
-            UdpSocket::bind(("127.0.0.1", p + i)).is_ok()
-                && TcpListener::bind(("127.0.0.1", p + i)).is_ok()
-        })
-    };
-    for _ in 0..2000 {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed).wrapping_add(seed / 4);
-        let port = 20_000 + (n % 3_000) as u16 * 4;
-        if free(port) {
-            return port;
-        }
-    }
-    panic!("no free pair of ports between 20000 and 32000 on loopback");
+    secrelay_testkit::ports::reserve_for_process(4)
 }
 
 /// Kills a child (and its process group) when dropped.

@@ -19,6 +19,8 @@
 //! * [`link`]: a simulated lossy, reordering, duplicating link on simulated time.
 //! * [`forged_dtls`]: DTLS records a forger without keys can send to a live association.
 //! * [`redis`]: a Redis server of a test's own (a cluster's directory).
+//! * [`ports`]: fixed ports for peers told a number before they start, never the same in two
+//!   test processes.
 #![forbid(unsafe_code)]
 
 pub mod browser;
@@ -31,6 +33,7 @@ pub mod memory;
 pub mod ng;
 pub mod participant;
 pub mod phone;
+pub mod ports;
 pub mod redis;
 pub mod signaling;
 pub mod twcc;
