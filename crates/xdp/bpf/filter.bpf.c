@@ -1,0 +1,176 @@
+// secrelay's XDP filter: drops datagrams to the gateway's media ports from sources the gateway
+// has not admitted, before the kernel's socket layer sees them.
+//
+// Built by scripts/build-bpf (clang -O2 -g -target bpf); the object is committed beside this
+// file (filter.bpf.o) and embedded by the secrelay-xdp crate, whose tests check that it is
+// what this source compiles to.
+//
+// Every UDP datagram (IPv4 or IPv6, no VLAN tag) is looked up by its destination port in
+// `ports`:
+//   PORT_NONE   not a media port: passed, not counted;
+//   PORT_CLOSED a media port with admitted sources only: passed when (source address, source
+//               port, destination port) is in `allowed`, dropped otherwise;
+//   PORT_OPEN   a port whose leg takes media from any source (an SDES leg authenticates it, a
+//               leg still latching takes its first source): passed;
+//   PORT_SHARED the shared WebRTC port: STUN (ICE checks, which the gateway authenticates) is
+//               passed from anyone, anything else only from admitted sources.
+// What is passed and dropped is counted per CPU in `counts` (the gateway exports the sums).
+// A fragment after the first carries no UDP header: it is passed and counted, the socket layer
+// and the gateway's own checks then deal with the datagram. IPv6 extension headers before the
+// UDP header are stepped over (up to four; more, and the datagram is dropped as not admitted).
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <linux/udp.h>
+
+#define SEC(name) __attribute__((section(name), used))
+#define __uint(name, val) int (*name)[val]
+#define __type(name, val) typeof(val) *name
+
+static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
+
+#define MAX_EXTENSIONS 4
+
+enum {
+    PORT_NONE = 0,
+    PORT_CLOSED = 1,
+    PORT_OPEN = 2,
+    PORT_SHARED = 3,
+};
+
+enum {
+    COUNT_DROPPED = 0,
+    COUNT_ADMITTED = 1,
+    COUNT_OPEN = 2,
+    COUNT_STUN = 3,
+    COUNT_FRAGMENT = 4,
+    COUNT_MAX = 8,
+};
+
+struct source {
+    __u8 addr[16];   // IPv6, or IPv4 mapped (::ffff:a.b.c.d)
+    __u16 sport;     // network byte order, as in the header
+    __u16 dport;     // network byte order
+};
+
+struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, 262144);
+    __type(key, struct source);
+    __type(value, __u8);
+} allowed SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u8);
+} ports SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+    __uint(max_entries, COUNT_MAX);
+    __type(key, __u32);
+    __type(value, __u64);
+} counts SEC(".maps");
+
+static __always_inline int count(__u32 what, int verdict)
+{
+    __u64 *n = bpf_map_lookup_elem(&counts, &what);
+    if (n)
+        *n += 1;
+    return verdict;
+}
+
+// STUN (RFC 5389): the first two bits zero, the magic cookie at byte 4.
+static __always_inline int is_stun(struct udphdr *udp, void *end)
+{
+    __u8 *p = (__u8 *)(udp + 1);
+    if ((void *)(p + 20) > end)
+        return 0;
+    return (p[0] & 0xc0) == 0 && p[4] == 0x21 && p[5] == 0x12 && p[6] == 0xa4 && p[7] == 0x42;
+}
+
+static __always_inline int judge(struct source *key, struct udphdr *udp, void *end)
+{
+    __u32 port = __builtin_bswap16(udp->dest);
+    __u8 *policy = bpf_map_lookup_elem(&ports, &port);
+    if (!policy || *policy == PORT_NONE)
+        return XDP_PASS;
+    if (*policy == PORT_OPEN)
+        return count(COUNT_OPEN, XDP_PASS);
+    if (*policy == PORT_SHARED && is_stun(udp, end))
+        return count(COUNT_STUN, XDP_PASS);
+    key->sport = udp->source;
+    key->dport = udp->dest;
+    if (bpf_map_lookup_elem(&allowed, key))
+        return count(COUNT_ADMITTED, XDP_PASS);
+    return count(COUNT_DROPPED, XDP_DROP);
+}
+
+SEC("xdp")
+int secrelay_filter(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data;
+    void *end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    struct source key = {};
+
+    if ((void *)(eth + 1) > end)
+        return XDP_PASS;
+    if (eth->h_proto == __builtin_bswap16(ETH_P_IP)) {
+        struct iphdr *ip = (void *)(eth + 1);
+        if ((void *)(ip + 1) > end || ip->protocol != IPPROTO_UDP)
+            return XDP_PASS;
+        if (ip->frag_off & __builtin_bswap16(0x1fff))
+            return count(COUNT_FRAGMENT, XDP_PASS);
+        __u32 hlen = ip->ihl * 4;
+        if (hlen < sizeof(*ip))
+            return XDP_PASS;
+        struct udphdr *udp = (void *)ip + hlen;
+        if ((void *)(udp + 1) > end)
+            return XDP_PASS;
+        key.addr[10] = 0xff;
+        key.addr[11] = 0xff;
+        __builtin_memcpy(&key.addr[12], &ip->saddr, 4);
+        return judge(&key, udp, end);
+    }
+    if (eth->h_proto == __builtin_bswap16(ETH_P_IPV6)) {
+        struct ipv6hdr *ip6 = (void *)(eth + 1);
+        if ((void *)(ip6 + 1) > end)
+            return XDP_PASS;
+        __u8 next = ip6->nexthdr;
+        __u8 *at = (void *)(ip6 + 1);
+        // Extension headers before UDP are stepped over (a few), so that none hides a media
+        // datagram from the filter; a datagram with more is judged as not admitted.
+        for (int i = 0; i < MAX_EXTENSIONS && next != IPPROTO_UDP; i++) {
+            if ((void *)(at + 8) > end)
+                return XDP_PASS;
+            if (next == IPPROTO_FRAGMENT) {
+                if (((at[2] << 8) | at[3]) & 0xfff8)
+                    return count(COUNT_FRAGMENT, XDP_PASS);
+                next = at[0];
+                at += 8;
+            } else if (next == IPPROTO_HOPOPTS || next == IPPROTO_ROUTING ||
+                       next == IPPROTO_DSTOPTS) {
+                next = at[0];
+                at += (at[1] + 1) * 8;
+            } else {
+                return XDP_PASS;
+            }
+        }
+        if (next != IPPROTO_UDP)
+            return count(COUNT_DROPPED, XDP_DROP);
+        struct udphdr *udp = (void *)at;
+        if ((void *)(udp + 1) > end)
+            return XDP_PASS;
+        __builtin_memcpy(key.addr, &ip6->saddr, 16);
+        return judge(&key, udp, end);
+    }
+    return XDP_PASS;
+}
+
+char LICENSE[] SEC("license") = "Apache-2.0";
