@@ -65,8 +65,16 @@ pub struct ServeArgs {
     pub srtp_engine: Option<String>,
     /// How the workers read and write their UDP sockets: auto (default: io_uring where the
     /// kernel allows it), io_uring or mmsg (recvmmsg/sendmmsg).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "IO")]
     pub media_io: Option<String>,
+    /// Put the XDP filter on this network interface: datagrams to the media ports from
+    /// sources the gateway has not admitted are dropped in the driver (needs root).
+    #[arg(long, value_name = "IFACE")]
+    pub xdp: Option<String>,
+    /// Where the XDP filter runs: auto (default: native where the driver has it), native or
+    /// generic.
+    #[arg(long, value_name = "MODE")]
+    pub xdp_mode: Option<String>,
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP), e.g. 127.0.0.1:2223.
     #[arg(long, value_name = "ADDR")]
     pub ng: Option<SocketAddr>,
@@ -193,6 +201,12 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(m) = &a.media_io {
         c.media_io = m.clone();
+    }
+    if let Some(i) = &a.xdp {
+        c.xdp = Some(i.clone());
+    }
+    if let Some(m) = &a.xdp_mode {
+        c.xdp_mode = m.clone();
     }
     if let Some(n) = a.ng {
         c.ng = Some(n);

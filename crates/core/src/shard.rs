@@ -54,7 +54,7 @@ use crate::ice_lite::Credentials;
 pub use crate::leg::Via;
 use crate::leg::{
     DataMessage, Leg, LegEvent, PipeLeg, Ports, RtpConfig, RtpLeg, RtpLegOptions, RtpOfferSpec,
-    TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
+    Sources, TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 pub use crate::leg::{MirrorSpec, PipeKey};
 use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
@@ -220,6 +220,9 @@ pub enum Event {
         /// From the first DTLS datagram (or our ClientHello) to the keys.
         handshake: Duration,
     },
+    /// What a telephony leg's local ports take datagrams from changed, by port (for a filter
+    /// in front of the sockets; [`RtpLeg::sources`]).
+    Sources(Vec<(u16, Sources)>),
     /// A room or a member started or ended (for webhooks and the signaling's own records).
     Lifecycle(Lifecycle),
     /// Something another worker's shard must do about a room spread over workers.
@@ -1256,6 +1259,12 @@ impl Shard {
                 self.queue
                     .push_back(Queued::Event(Event::Connected { handshake }));
                 Shard::note_connected(&mut self.queue, s, member);
+            }
+            LegEvent::SourcesChanged => {
+                if let Some(rtp) = s.room.leg_at(member).and_then(Leg::as_rtp) {
+                    self.queue
+                        .push_back(Queued::Event(Event::Sources(rtp.sources())));
+                }
             }
             LegEvent::Closed(reason) => {
                 if let Some(session) = s.room.session_mut(member) {

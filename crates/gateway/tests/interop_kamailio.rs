@@ -16,7 +16,6 @@
 //! Kamailio, SIPp and baresip are installed by `scripts/setup`; with `CI` set their absence
 //! fails the test, elsewhere it is skipped with the reason.
 
-use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -12,6 +12,7 @@
 //! * [`fleet`]: many socket participants in rooms on a few threads (the demo, `lab calls`,
 //!   `lab gateway-load`, `lab relay-compare`).
 //! * [`signaling`]: the gateway's HTTP side as a client sees it.
+//! * [`netns`]: network namespaces of a test's own, joined by veth pairs.
 //! * [`ng`]: a SIP proxy's side of rtpengine's ng control protocol.
 //! * [`video`]: a simulated VP8 simulcast sender (three `rid` layers, paced, keyframes on
 //!   request) and the offers of a WHIP publisher and a WHEP viewer of it.
@@ -30,6 +31,7 @@ pub mod gateway;
 pub mod keylog;
 pub mod link;
 pub mod memory;
+pub mod netns;
 pub mod ng;
 pub mod participant;
 pub mod phone;

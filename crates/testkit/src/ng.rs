@@ -54,9 +54,15 @@ pub struct Ng {
 }
 
 impl Ng {
-    /// A client of the ng port at `target`.
+    /// A client of the ng port at `target` (from loopback when `target` is on it).
     pub fn new(target: SocketAddr) -> anyhow::Result<Ng> {
-        let socket = UdpSocket::bind("127.0.0.1:0").context("ng socket")?;
+        let local = match target.ip() {
+            std::net::IpAddr::V4(ip) if !ip.is_loopback() => "0.0.0.0:0",
+            std::net::IpAddr::V6(ip) if !ip.is_loopback() => "[::]:0",
+            std::net::IpAddr::V4(_) => "127.0.0.1:0",
+            std::net::IpAddr::V6(_) => "[::1]:0",
+        };
+        let socket = UdpSocket::bind(local).context("ng socket")?;
         socket.set_read_timeout(Some(Duration::from_secs(3)))?;
         Ok(Ng {
             socket,

@@ -38,7 +38,7 @@ pub use data::{DataLimits, DataLink, DataMessage};
 pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
 pub use rtp::{
     Latch, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec,
-    SrtpMark,
+    Sources, SrtpMark,
 };
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 
@@ -519,6 +519,9 @@ pub enum LegEvent {
     },
     /// The leg is finished.
     Closed(CloseReason),
+    /// What a telephony leg's local ports take datagrams from changed
+    /// ([`RtpLeg::sources`]): it was made, latched, renegotiated or closed.
+    SourcesChanged,
 }
 
 /// What [`Leg::poll_output`] hands back.

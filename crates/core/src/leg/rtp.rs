@@ -78,6 +78,34 @@ pub enum Latch {
     FirstPackets(u32),
 }
 
+/// What one of a telephony leg's local ports takes datagrams from, as far as a filter that sees
+/// only the source address can tell ([`RtpLeg::sources`]): never less than [`RtpLeg::admit`]
+/// takes, so that such a filter in front of the port drops nothing the leg would have taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sources {
+    /// Any source: the leg authenticates what it takes (SDES, following its phone to a new
+    /// address) or latches to a first source it has not seen yet.
+    Any,
+    /// These sources only (none: the port takes nothing now).
+    Only(Vec<SocketAddr>),
+}
+
+impl Sources {
+    fn union(self, other: Sources) -> Sources {
+        match (self, other) {
+            (Sources::Only(mut a), Sources::Only(b)) => {
+                for s in b {
+                    if !a.contains(&s) {
+                        a.push(s);
+                    }
+                }
+                Sources::Only(a)
+            }
+            _ => Sources::Any,
+        }
+    }
+}
+
 /// The remote addresses the legs before a leg used its local ports with, and until when the
 /// leg drops what they send ([`DropReason::StaleSource`]). See the
 /// [module documentation](self).
@@ -375,6 +403,8 @@ pub struct RtpLeg {
     closed: Option<CloseReason>,
     counters: Counters,
     queue: VecDeque<LegEvent>,
+    /// What [`RtpLeg::sources`] said when [`LegEvent::SourcesChanged`] was last queued.
+    told: Vec<(u16, Sources)>,
 }
 
 impl fmt::Debug for RtpLeg {
@@ -610,7 +640,7 @@ impl RtpLeg {
             };
             SocketAddr::new(ip, port)
         });
-        Ok(RtpLeg {
+        let mut leg = RtpLeg {
             config,
             security,
             awaiting: false,
@@ -638,7 +668,10 @@ impl RtpLeg {
             closed: None,
             counters: Counters::default(),
             queue: VecDeque::new(),
-        })
+            told: Vec::new(),
+        };
+        leg.note_sources();
+        Ok(leg)
     }
 
     /// A leg that makes the offer (towards a callee, for a SIP proxy's `offer`): our SDP
@@ -731,7 +764,7 @@ impl RtpLeg {
         };
         let origin = (random_session_id(), 1);
         let sdp = write_rtp_sdp(origin, config.announce, std::slice::from_ref(&section));
-        Ok(RtpLeg {
+        let mut leg = RtpLeg {
             config,
             security,
             awaiting: true,
@@ -753,7 +786,10 @@ impl RtpLeg {
             closed: None,
             counters: Counters::default(),
             queue: VecDeque::new(),
-        })
+            told: Vec::new(),
+        };
+        leg.note_sources();
+        Ok(leg)
     }
 
     /// The phone's answer to our offer: where it receives, the codecs it took, and (SDES) the
@@ -904,6 +940,7 @@ impl RtpLeg {
         self.awaiting = false;
         self.reoffered = false;
         self.last_admitted = now;
+        self.note_sources();
         Ok(())
     }
 
@@ -973,7 +1010,10 @@ impl RtpLeg {
         next.counters = self.counters;
         next.quarantine = std::mem::take(&mut self.quarantine);
         next.latched_peers = std::mem::take(&mut self.latched_peers);
+        next.told = std::mem::take(&mut self.told);
+        next.queue = std::mem::take(&mut self.queue);
         *self = next;
+        self.note_sources();
         Ok(())
     }
 
@@ -1221,6 +1261,44 @@ impl RtpLeg {
         v
     }
 
+    /// What each local port takes datagrams from, by source address (see [`Sources`]): the RTP
+    /// port (RTCP's sources too when RTCP is muxed) and the RTCP port, as
+    /// [`RtpLeg::local_ports`] lists them. [`LegEvent::SourcesChanged`] tells when it changes.
+    pub fn sources(&self) -> Vec<(u16, Sources)> {
+        let (rtp, rtcp) = (self.sources_of(&self.rtp), self.sources_of(&self.rtcp));
+        match self.local_ports()[..] {
+            [one] => vec![(one, rtp.union(rtcp))],
+            _ => vec![(self.ports.rtp.port(), rtp), (self.ports.rtcp.port(), rtcp)],
+        }
+    }
+
+    /// What [`RtpLeg::admit`] can take from `src`'s port, by address alone.
+    fn sources_of(&self, src: &Source) -> Sources {
+        if self.closed.is_some() {
+            return Sources::Only(Vec::new());
+        }
+        match (&self.security, src.latched, self.config.latch) {
+            (Security::Sdes { .. }, Some(l), _) if self.config.strict_source => {
+                Sources::Only(vec![l])
+            }
+            (Security::Sdes { .. } | Security::Offered(_), ..) => Sources::Any,
+            (Security::Plain, Some(l), _) => Sources::Only(vec![l]),
+            (Security::Plain, None, Latch::Signalled) => {
+                Sources::Only(src.signalled.into_iter().collect())
+            }
+            (Security::Plain, None, Latch::FirstPackets(_)) => Sources::Any,
+        }
+    }
+
+    /// Queues [`LegEvent::SourcesChanged`] when [`RtpLeg::sources`] says something new.
+    fn note_sources(&mut self) {
+        let now = self.sources();
+        if now != self.told {
+            self.told = now;
+            self.queue.push_back(LegEvent::SourcesChanged);
+        }
+    }
+
     /// Latches RTP or RTCP to `from`, remembering it among the leg's peers.
     fn latch_to(&mut self, from: SocketAddr, rtcp: bool) {
         let src = self.source_mut(rtcp);
@@ -1234,6 +1312,7 @@ impl RtpLeg {
             }
             self.latched_peers.push(from);
         }
+        self.note_sources();
     }
 
     /// Whether the leg is open (a telephony leg is keyed from its start).
@@ -1362,6 +1441,7 @@ impl RtpLeg {
             self.closed = Some(reason);
             self.security = Security::Plain;
             self.queue.push_back(LegEvent::Closed(reason));
+            self.note_sources();
         }
     }
 
@@ -1466,5 +1546,90 @@ mod tests {
             again.restore_keys(&bad),
             Err(RtpLegError::Srtp(_))
         ));
+    }
+
+    fn events(leg: &mut RtpLeg) -> usize {
+        let mut n = 0;
+        while let Some(o) = leg.poll_output() {
+            match o {
+                LegOutput::Event(LegEvent::SourcesChanged) => n += 1,
+                LegOutput::Timeout(_) => break,
+                _ => {}
+            }
+        }
+        n
+    }
+
+    /// What a filter by source address may pass to a leg's ports never leaves out what the leg
+    /// takes, and is told (one event per change): a plain leg's signalled address, then its
+    /// latched source; a leg still latching and an SDES leg that follows its phone take
+    /// anyone; a strict SDES leg its latched source; a closed leg nobody.
+    #[test]
+    fn a_legs_sources_follow_its_latch_and_are_told_when_they_change() {
+        let sdp = |profile: &str, crypto: &str| {
+            parse_rtp(&format!(
+                "v=0\r\no=- 1 1 IN IP4 192.0.2.1\r\ns=-\r\nc=IN IP4 192.0.2.1\r\nt=0 0\r\n\
+                 m=audio 4000 {profile} 0\r\n{crypto}"
+            ))
+            .unwrap()
+        };
+        let now = Instant::now();
+        let signalled = SocketAddr::from(([192, 0, 2, 1], 4000));
+        let rtcp = SocketAddr::from(([192, 0, 2, 1], 4001));
+        let natted = SocketAddr::from(([203, 0, 113, 9], 61000));
+        let only = |a: &[SocketAddr]| Sources::Only(a.to_vec());
+
+        // Plain, signalled latch: the SDP's addresses, on each port.
+        let plain = sdp("RTP/AVP", "");
+        let mut leg = RtpLeg::new(&plain, ports(30000), RtpConfig::default(), now).unwrap();
+        assert_eq!(
+            leg.sources(),
+            vec![(30000, only(&[signalled])), (30001, only(&[rtcp]))]
+        );
+        assert_eq!(events(&mut leg), 1, "told once it is made");
+        assert_eq!(leg.admit(signalled, false, now), Ok(false));
+        assert_eq!(
+            events(&mut leg),
+            0,
+            "latching to the signalled address changes nothing"
+        );
+        leg.close(now);
+        assert_eq!(leg.sources(), vec![(30000, only(&[])), (30001, only(&[]))]);
+        assert_eq!(events(&mut leg), 1);
+
+        // Plain behind NAT: anyone until the first source, then that one only.
+        let config = RtpConfig {
+            latch: Latch::FirstPackets(5),
+            ..RtpConfig::default()
+        };
+        let mut leg = RtpLeg::new(&plain, ports(30002), config.clone(), now).unwrap();
+        assert_eq!(leg.sources()[0], (30002, Sources::Any));
+        events(&mut leg);
+        assert_eq!(leg.admit(natted, false, now), Ok(false));
+        assert_eq!(leg.sources()[0], (30002, only(&[natted])));
+        assert_eq!(events(&mut leg), 1);
+        assert_eq!(
+            leg.sources()[1],
+            (30003, Sources::Any),
+            "RTCP has not latched yet"
+        );
+
+        // SDES: anyone (authenticated), unless strict, and then its latched source once latched.
+        let sdes = sdp(
+            "RTP/SAVP",
+            "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n",
+        );
+        let mut leg = RtpLeg::new(&sdes, ports(30004), RtpConfig::default(), now).unwrap();
+        leg.authenticated(natted, false, now);
+        assert_eq!(leg.sources()[0], (30004, Sources::Any));
+        let strict = RtpConfig {
+            strict_source: true,
+            ..RtpConfig::default()
+        };
+        let mut leg = RtpLeg::new(&sdes, ports(30006), strict, now).unwrap();
+        events(&mut leg);
+        leg.authenticated(natted, false, now);
+        assert_eq!(leg.sources()[0], (30006, only(&[natted])));
+        assert_eq!(events(&mut leg), 1);
     }
 }

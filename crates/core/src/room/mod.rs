@@ -439,6 +439,14 @@ impl Room {
         self.member(id).map(|m| &m.leg)
     }
 
+    /// The leg of the member at `at`, if it is still there.
+    pub fn leg_at(&self, at: MemberAt) -> Option<&Leg> {
+        self.members
+            .get(at.ix)
+            .filter(|m| m.at == at)
+            .map(|m| &m.leg)
+    }
+
     /// What the signaling knows of a member.
     pub fn session(&self, id: MemberId) -> Option<&Session> {
         self.member(id).map(|m| &m.session)

@@ -237,6 +237,22 @@ pub struct ServeConfig {
     /// by a datagram through a loopback socket; `mmsg` otherwise, and the log says why). With
     /// `io_uring` the gateway refuses to start where the kernel does not allow it.
     pub media_io: String,
+    /// A network interface (`eth0`) to put the XDP filter on: datagrams arriving there for the
+    /// media ports (`udp`'s port and every port of `rtp_ports`) from sources the gateway has
+    /// not admitted are dropped in the network driver, before the kernel's socket layer spends
+    /// anything on them, and counted (`secrelay_xdp_datagrams_total`). Admitted: on `udp`'s
+    /// port, ICE checks (STUN, authenticated by the gateway) from anyone and everything else
+    /// from addresses an ICE check validated; on a telephony leg's ports, its signalled or
+    /// latched source, or anyone while the leg takes any source (an SDES leg that follows its
+    /// phone, a plain leg still latching); on a port without a leg, nobody. Every port of
+    /// `rtp_ports` is the filter's on that interface, whatever else binds it. Needs root
+    /// (`CAP_BPF` and `CAP_NET_ADMIN`); the gateway refuses to start when the kernel refuses
+    /// the filter. Unset (the default): no filter.
+    pub xdp: Option<String>,
+    /// Where the XDP filter runs: `native` (in the network driver), `generic` (at the start of
+    /// the kernel's receive path, for drivers without XDP) or `auto` (the default: native where
+    /// the driver has it, generic otherwise; the log and `secrelay_xdp_native` say which).
+    pub xdp_mode: String,
     /// Local ports for telephony legs (plain RTP, SDES-SRTP), `"LOW-HIGH"`: each leg takes an
     /// even port for RTP and the next one for RTCP (unless RTCP is muxed), bound on `udp`'s
     /// address.
@@ -464,6 +480,8 @@ impl Default for ServeConfig {
             rooms: BTreeMap::new(),
             srtp_engine: "simd".into(),
             media_io: "auto".into(),
+            xdp: None,
+            xdp_mode: "auto".into(),
             rtp_ports: "30000-39999".into(),
             opus_complexity: secrelay_media::opus::Opus::DEFAULT_COMPLEXITY,
             sdes_suites: secrelay_gateway_default_suites(),
@@ -651,6 +669,7 @@ impl ServeConfig {
         }
         self.data_limits()?;
         self.rtp_port_range()?;
+        self.xdp_check()?;
         self.ng_allowed()?;
         self.cluster_node()?;
         if let Some(ip) = self.announce_ipv6 {
@@ -903,6 +922,51 @@ impl ServeConfig {
                 "media_io = {other:?}: unknown (valid: auto, io_uring, mmsg)"
             ))),
         }
+    }
+
+    /// Where the XDP filter may run (`xdp_mode`).
+    pub fn xdp_attach(&self) -> Result<secrelay_xdp::Attach, ConfigError> {
+        match self.xdp_mode.as_str() {
+            "auto" => Ok(secrelay_xdp::Attach::Auto),
+            "native" => Ok(secrelay_xdp::Attach::Native),
+            "generic" => Ok(secrelay_xdp::Attach::Generic),
+            other => Err(ConfigError(format!(
+                "xdp_mode = {other:?}: unknown (valid: auto, native, generic)"
+            ))),
+        }
+    }
+
+    /// The XDP filter's settings checked: its mode, and no port of `rtp_ports` that another
+    /// listener of this gateway needs open to anyone.
+    fn xdp_check(&self) -> Result<(), ConfigError> {
+        self.xdp_attach()?;
+        let Some(iface) = &self.xdp else {
+            return Ok(());
+        };
+        if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
+            return Err(ConfigError(format!(
+                "xdp = {iface:?}: not an interface name"
+            )));
+        }
+        let (lo, hi) = self.rtp_port_range()?;
+        let (tlo, thi) = self.turn_relay_port_range()?;
+        let inside = |p: u16| (lo..=hi).contains(&p);
+        let mut others: Vec<(&str, u16)> = vec![("udp", self.udp.port())];
+        others.extend(self.ng.map(|a| ("ng", a.port())));
+        others.extend(self.turn_udp.map(|a| ("turn_udp", a.port())));
+        if let Some(clash) = others.into_iter().find(|(_, p)| *p != 0 && inside(*p)) {
+            return Err(ConfigError(format!(
+                "xdp: {} port {} is inside rtp_ports {lo}-{hi}, whose ports the filter closes to sources without a leg",
+                clash.0, clash.1
+            )));
+        }
+        let turn = self.turn_udp.is_some() || self.turn_tcp.is_some();
+        if turn && tlo <= hi && lo <= thi {
+            return Err(ConfigError(format!(
+                "xdp: turn_relay_ports {tlo}-{thi} overlap rtp_ports {lo}-{hi}, whose ports the filter closes to sources without a leg"
+            )));
+        }
+        Ok(())
     }
 
     /// The admission control thresholds.
@@ -1197,6 +1261,25 @@ mod tests {
                 .unwrap(),
             Some(MediaIo::Mmsg)
         );
+        let refused = |toml: &str| ServeConfig::from_toml(toml).unwrap_err().0;
+        let e = refused("xdp = \"eth0\"\nxdp_mode = \"offload\"");
+        assert!(
+            e.contains("xdp_mode") && e.contains("native, generic"),
+            "{e}"
+        );
+        let e = refused("xdp = \"no/such\"");
+        assert!(e.contains("not an interface name"), "{e}");
+        let e = refused("xdp = \"eth0\"\nudp = \"0.0.0.0:30010\"");
+        assert!(
+            e.contains("udp port 30010") && e.contains("rtp_ports"),
+            "{e}"
+        );
+        let e = refused(
+            "xdp = \"eth0\"\nturn_udp = \"0.0.0.0:3478\"\nturn_relay_ports = \"39000-49999\"",
+        );
+        assert!(e.contains("turn_relay_ports 39000-49999 overlap"), "{e}");
+        // Without the filter the same ports are nobody's concern here.
+        ServeConfig::from_toml("udp = \"0.0.0.0:30010\"").unwrap();
         let e = ServeConfig::from_toml("srtp_engine = \"gpu\"")
             .unwrap_err()
             .0;

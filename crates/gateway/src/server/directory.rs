@@ -8,12 +8,15 @@
 //! what they learn of the address map in a local cache (no lock per packet) and drop it when
 //! the directory's generation moves (a member left, so an address may have changed hands). The
 //! shards themselves report every route they gain or lose (`shard::Event`), and the worker
-//! writes it here.
+//! writes it here. The XDP filter, when one is attached, passes datagrams to the shared port
+//! from exactly the addresses routed here (and STUN from anyone).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
+
+use super::xdp::Gate;
 
 #[derive(Debug, Default)]
 struct Maps {
@@ -26,9 +29,20 @@ struct Maps {
 pub(crate) struct Directory {
     maps: RwLock<Maps>,
     generation: AtomicU64,
+    /// The XDP filter, told of every address that enters or leaves the address map.
+    gate: Option<Arc<Gate>>,
 }
 
 impl Directory {
+    /// A directory that tells `gate` (the XDP filter, if one is attached) which addresses it
+    /// routes: those pass the filter on the shared port.
+    pub fn new(gate: Option<Arc<Gate>>) -> Directory {
+        Directory {
+            gate,
+            ..Directory::default()
+        }
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Maps> {
         // A worker that panicked while holding the lock left maps that are still consistent
         // (each update is one insert or remove), so a poisoned lock is used as is.
@@ -53,7 +67,11 @@ impl Directory {
     /// another (its member must give it up: one remote address belongs to one member).
     pub fn add_addr(&self, addr: SocketAddr, worker: usize) -> Option<usize> {
         let mut m = self.write();
-        let moved = m.by_addr.insert(addr, worker).filter(|old| *old != worker);
+        let was = m.by_addr.insert(addr, worker);
+        if let (None, Some(g)) = (was, &self.gate) {
+            g.admit(addr);
+        }
+        let moved = was.filter(|old| *old != worker);
         if moved.is_some() {
             // The address moved to another worker: cached copies are stale.
             self.generation.fetch_add(1, Ordering::AcqRel);
@@ -71,6 +89,9 @@ impl Directory {
         for a in addrs {
             if m.by_addr.get(a) == Some(&worker) {
                 m.by_addr.remove(a);
+                if let Some(g) = &self.gate {
+                    g.revoke(*a);
+                }
             }
         }
         self.generation.fetch_add(1, Ordering::AcqRel);

@@ -333,6 +333,9 @@ pub(crate) fn router(
     if let Some(c) = &cluster {
         registry.register_collector(Box::new(super::cluster::ClusterCollector(c.clone())));
     }
+    if let Some(g) = gateway.xdp() {
+        registry.register_collector(Box::new(super::xdp::XdpCollector(g.clone())));
+    }
     let lifecycle = {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Lifecycle>(gateway.config().webhook_queue);
         gateway.watch_lifecycle(tx);

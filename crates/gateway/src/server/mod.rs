@@ -42,6 +42,7 @@ pub mod tls;
 mod tls_hmac;
 mod turn;
 pub mod webhooks;
+mod xdp;
 
 /// Entry points of the fuzz targets (`fuzz/`) into parsing that is otherwise private: not an
 /// API.
@@ -460,8 +461,18 @@ impl Gateway {
             inboxes.push((inbox, poll));
         }
         let (lo, hi) = config.rtp_port_range().map_err(|e| StartError(e.0))?;
+        let xdp = match &config.xdp {
+            Some(iface) => {
+                let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
+                let gate = xdp::Gate::attach(iface, attach, udp_addr.port(), (lo, hi))
+                    .map_err(|e| StartError(format!("xdp {iface}: {e}")))?;
+                Some(Arc::new(gate))
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
-            directory: Directory::default(),
+            directory: Directory::new(xdp.clone()),
+            xdp,
             ports: PortPool::new(
                 lo,
                 hi,
@@ -580,6 +591,11 @@ impl Gateway {
     /// The configuration it runs with.
     pub fn config(&self) -> &ServeConfig {
         &self.config
+    }
+
+    /// The XDP filter in front of the media ports, when one is attached.
+    pub(crate) fn xdp(&self) -> Option<&Arc<xdp::Gate>> {
+        self.shared.xdp.as_ref()
     }
 
     /// The counters.

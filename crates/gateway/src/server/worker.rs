@@ -162,6 +162,8 @@ pub(crate) struct Shared {
     /// The worker of each participant that joined on another worker than its room's (a
     /// spread room's viewers), by id: where operations on it go.
     pub placed: std::sync::Mutex<HashMap<String, usize>>,
+    /// The XDP filter in front of the media ports, when one is attached (`xdp`).
+    pub xdp: Option<Arc<super::xdp::Gate>>,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -582,6 +584,9 @@ impl Worker {
             self.dirty_legs.retain(|r| r != p);
             self.shared.ports.release(*p, peers, now);
         }
+        if let Some(g) = &self.shared.xdp {
+            g.close_ports(ports);
+        }
     }
 
     fn after_command(&mut self) {
@@ -941,6 +946,11 @@ impl Worker {
                     .push(id);
             }
             Event::Connected { handshake } => self.stats.handshake_time.record(handshake),
+            Event::Sources(ports) => {
+                if let Some(g) = &self.shared.xdp {
+                    g.leg_sources(&ports);
+                }
+            }
             Event::Lifecycle(l) => {
                 if let Some(tx) = self.shared.lifecycle.get() {
                     if tx.try_send(l).is_err() {

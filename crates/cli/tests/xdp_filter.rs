@@ -1,0 +1,301 @@
+//! The XDP filter in front of a real interface: `secrelay serve --xdp` in a network namespace
+//! of this test's own, reached over a veth pair (native XDP on veth). Two browsers in a room and
+//! a plain call whose caller is behind NAT (its SDP names another address than it sends from,
+//! so its leg latches to the real one) keep flowing while 512 spoofed sources flood the shared
+//! WebRTC port, the NAT'd leg's port and a telephony port without a leg: every flooded datagram
+//! is dropped in the driver and counted, none reaches the socket layer (the namespace's kernel
+//! UDP counters and the gateway's own drop counters do not move), and once the call ends its
+//! port takes nothing from its old phone either.
+//!
+//! Needs root (namespaces, BPF); without it the test says so and passes, except under CI.
+
+mod lab_support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use secrelay_testkit::netns::Netns;
+use secrelay_testkit::ng::Ng;
+use secrelay_testkit::phone::SocketPhone;
+use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
+
+/// The subnet of the veth pair, one per test process (a run killed before it could clean up
+/// leaves no route in the next one's way): 10.231.N.0/24.
+fn subnet() -> u8 {
+    (std::process::id() % 250) as u8
+}
+
+/// The gateway's end of the veth pair.
+fn gateway_ip() -> Ipv4Addr {
+    Ipv4Addr::new(10, 231, subnet(), 1)
+}
+
+/// This test's end.
+fn here() -> Ipv4Addr {
+    Ipv4Addr::new(10, 231, subnet(), 2)
+}
+const SHARED_PORT: u16 = 20000;
+const UNUSED_PORT: u16 = 30198;
+const SOURCES: u16 = 512;
+const ROUNDS: usize = 4;
+
+/// The namespace and the gateway in it, or None (skipped) where this process may not make them.
+/// The gateway's log so far.
+type Log = std::sync::Arc<std::sync::Mutex<String>>;
+
+fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketAddr, Log)> {
+    let ns = match Netns::new() {
+        Ok(ns) => ns,
+        Err(e) => {
+            lab_support::missing(test, &format!("no network namespace: {e}"));
+            return None;
+        }
+    };
+    let (outside, inside) = (
+        format!("sxo{}", std::process::id()),
+        format!("sxi{}", std::process::id()),
+    );
+    ns.veth(
+        &outside,
+        &format!("{}/24", here()),
+        &inside,
+        &format!("{}/24", gateway_ip()),
+    )
+    .expect("a veth pair into the namespace");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("xdp.toml");
+    let gw = gateway_ip();
+    std::fs::write(
+        &config,
+        format!(
+            "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
+             workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
+             drain_secs = 0.2\nxdp = \"{inside}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut cmd = ns.command(env!("CARGO_BIN_EXE_secrelay"));
+    cmd.args(["serve", "--log", "info", "--config"])
+        .arg(&config);
+    let (child, banner, log) = lab_support::spawn_serve(cmd);
+    let banner = banner.unwrap_or_else(|| panic!("no banner:\n{}", log.lock().unwrap()));
+    assert!(
+        log.lock().unwrap().contains("XDP filter attached"),
+        "{}",
+        log.lock().unwrap()
+    );
+    let admin = std::fs::read_to_string(banner.admin_key_file.clone().unwrap()).unwrap();
+    let sig = Signaling::new(banner.url().unwrap()).with_admin(admin.trim());
+    // The config file and the admin key outlive the start: the directory may go.
+    drop(dir);
+    Some((ns, child, sig, banner.ng.unwrap(), log))
+}
+
+/// `n` sockets sending from spoofed addresses (10.232.0.0/23, bound without being local).
+fn spoofers(n: u16) -> Vec<socket2::Socket> {
+    (0..n)
+        .map(|i| {
+            let s =
+                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+            s.set_ip_transparent_v4(true)
+                .expect("IP_TRANSPARENT (root)");
+            let from = SocketAddr::from(([10, 232, (i >> 8) as u8, i as u8], 5000 + i));
+            s.bind(&from.into()).unwrap();
+            s
+        })
+        .collect()
+}
+
+/// A plain call through the ng socket whose caller signals `192.0.2.50:7000` but sends from
+/// its socket on [`here`] (a phone behind NAT).
+fn natted_call(ng: &mut Ng) -> (SocketPhone, SocketPhone) {
+    let mut caller = SocketPhone::bind(IpAddr::V4(here()), None, 0x1111).unwrap();
+    let mut callee = SocketPhone::bind(IpAddr::V4(here()), None, 0x2222).unwrap();
+    let real = caller.phone.addr;
+    caller.phone.addr = "192.0.2.50:7000".parse().unwrap();
+    let offer =
+        secrelay_testkit::ng::command("offer", "nat", "caller", None, Some(&caller.phone.offer()));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let back =
+        secrelay_testkit::ng::command("answer", "nat", "caller", Some("callee"), Some(&answer));
+    let to_caller = ng.call(back).unwrap()["sdp"].clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    caller.phone.addr = real;
+    (caller, callee)
+}
+
+fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
+    caller.send(&[0xc1; 160]).unwrap();
+    callee.send(&[0xb0; 160]).unwrap();
+    caller.read();
+    callee.read();
+}
+
+fn received(group: &[SimParticipant]) -> u64 {
+    group
+        .iter()
+        .flat_map(|p| p.streams.values())
+        .map(|s| s.received)
+        .sum()
+}
+
+#[test]
+fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing() {
+    let test = "a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing";
+    let Some((ns, mut child, sig, ng_addr, log)) = gateway(test) else {
+        return;
+    };
+    let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
+    // Two browsers in a room.
+    let epoch = Instant::now();
+    let mut group: Vec<SimParticipant> = (0..2)
+        .map(|_| {
+            SimParticipant::join(&sig, "stage", Leg::Join, IpAddr::V4(here()), epoch)
+                .unwrap_or_else(|e| {
+                    std::thread::sleep(Duration::from_millis(500));
+                    panic!("{e}\n{}", log.lock().unwrap())
+                })
+        })
+        .collect();
+    let up = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+        g.iter().all(|p| p.phase == Phase::Connected)
+    })
+    .unwrap();
+    assert!(up, "{group:?}");
+    // A call whose caller is behind NAT: its leg latches to the caller's real address.
+    let mut ng = Ng::new(ng_addr).unwrap();
+    let (mut caller, mut callee) = natted_call(&mut ng);
+    let leg_port = caller.phone.gateway.unwrap().port();
+    for _ in 0..50 {
+        exchange(&mut caller, &mut callee);
+        std::thread::sleep(Duration::from_millis(10));
+        if caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5 {
+            break;
+        }
+    }
+    assert!(
+        caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5,
+        "the NAT'd call does not flow: {} {}",
+        caller.heard(0xb0),
+        callee.heard(0xc1)
+    );
+
+    let flood = spoofers(SOURCES);
+    let drops = |reason: &str| metric(&format!("secrelay_drops_total{{reason=\"{reason}\"}}"));
+    let gateway_drops =
+        || drops("unknown_source") + drops("unlatched_source") + drops("auth_failed");
+    let (xdp_before, gw_before) = (
+        metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}"),
+        gateway_drops(),
+    );
+    let udp_before = ns.udp_counters().unwrap();
+    let (rx_before, heard_before) = (received(&group), (caller.heard(0xb0), callee.heard(0xc1)));
+
+    // Forged SRTP to the shared port, to the latched leg's port and to a port without a leg,
+    // from every spoofed source, while the legitimate media goes on.
+    let forged = [
+        0x80u8, 0, 0, 1, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let mut sent = 0u64;
+    let mut exchanged = 0usize;
+    for _ in 0..ROUNDS {
+        for s in &flood {
+            for port in [SHARED_PORT, leg_port, UNUSED_PORT] {
+                let to = SocketAddr::from((gateway_ip(), port));
+                s.send_to(&forged, &to.into()).unwrap();
+                sent += 1;
+            }
+        }
+        let until = Instant::now() + Duration::from_millis(100);
+        SimParticipant::drive_until(&mut group, Duration::from_millis(100), |_| {
+            Instant::now() > until
+        })
+        .unwrap();
+        exchange(&mut caller, &mut callee);
+        exchanged += 1;
+    }
+    let until = Instant::now() + Duration::from_millis(300);
+    SimParticipant::drive_until(&mut group, Duration::from_millis(300), |_| {
+        Instant::now() > until
+    })
+    .unwrap();
+    for _ in 0..5 {
+        exchange(&mut caller, &mut callee);
+        exchanged += 1;
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let xdp_dropped = metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}") - xdp_before;
+    let udp_after = ns.udp_counters().unwrap();
+    eprintln!(
+        "flood: {sent} spoofed datagrams from {SOURCES} sources, {xdp_dropped} dropped by the filter; \
+         the sockets took {} datagrams meanwhile (the room's and the call's media)",
+        udp_after["InDatagrams"] - udp_before["InDatagrams"]
+    );
+    assert_eq!(
+        xdp_dropped, sent,
+        "every spoofed datagram dropped in the driver"
+    );
+    assert_eq!(
+        gateway_drops(),
+        gw_before,
+        "none reached the gateway's code"
+    );
+    for counter in ["NoPorts", "InErrors", "RcvbufErrors"] {
+        assert_eq!(
+            udp_after[counter], udp_before[counter],
+            "the kernel's UDP {counter} moved: a spoofed datagram reached the socket layer"
+        );
+    }
+    // What the sockets took in is the legitimate media (the room's, the call's), far below
+    // the flood.
+    let taken = udp_after["InDatagrams"] - udp_before["InDatagrams"];
+    assert!(
+        taken < sent / 10,
+        "{taken} datagrams reached sockets during a flood of {sent}"
+    );
+    // The legitimate legs flowed through it.
+    assert!(
+        received(&group) > rx_before + 20,
+        "the browsers stopped hearing each other"
+    );
+    let heard = (
+        caller.heard(0xb0) - heard_before.0,
+        callee.heard(0xc1) - heard_before.1,
+    );
+    assert!(
+        heard.0 + 2 >= exchanged && heard.1 + 2 >= exchanged,
+        "the NAT'd call lost media during the flood: heard {heard:?} of {exchanged} each way"
+    );
+    assert!(metric("secrelay_xdp_datagrams_total{verdict=\"admitted\"}") > 0);
+    assert!(metric("secrelay_xdp_datagrams_total{verdict=\"stun\"}") > 0);
+
+    // The call ends: its port takes nothing from its old phone any more.
+    ng.call(secrelay_testkit::ng::command(
+        "delete", "nat", "caller", None, None,
+    ))
+    .unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while metric("secrelay_rtp_ports_in_use") > 0 {
+        assert!(Instant::now() < end, "the call's ports were not given back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}");
+    let no_ports = ns.udp_counters().unwrap()["NoPorts"];
+    for _ in 0..10 {
+        caller.send(&[0xc1; 160]).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}") - before,
+        10,
+        "the ended leg's phone is dropped by the filter"
+    );
+    assert_eq!(ns.udp_counters().unwrap()["NoPorts"], no_ports);
+    for p in &mut group {
+        p.close(Instant::now());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -1,0 +1,142 @@
+//! The XDP filter ([`secrelay_xdp`]) as `secrelay serve` runs it: attached at start to the
+//! interface `xdp` names, the shared media port's policy `Shared` and every port of
+//! `rtp_ports` `Closed`; kept current as the gateway admits sources (the [`Directory`]'s
+//! validated addresses on the shared port, each telephony leg's sources on its own ports, a
+//! leg's ports closed again when it ends); its counters in `/metrics`.
+//!
+//! A change the kernel refuses (a full map) is logged and counted
+//! (`secrelay_xdp_update_errors_total`): the filter then drops what it was not told to pass,
+//! which the counters show.
+//!
+//! [`Directory`]: super::directory::Directory
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use prometheus_client::encoding::DescriptorEncoder;
+use secrelay_core::leg::Sources;
+use secrelay_xdp::{Attach, Filter, Mode, Policy};
+
+use super::stats::{counter, gauge, labelled_counters};
+
+/// The attached filter and the gateway's ports on it.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    filter: Filter,
+    shared_port: u16,
+    errors: AtomicU64,
+}
+
+impl Gate {
+    /// Loads the filter, attaches it to `interface` and sets the ports' policies: the shared
+    /// port `shared_port`, the telephony range `lo..=hi`. Err: what the kernel refused.
+    pub fn attach(
+        interface: &str,
+        attach: Attach,
+        shared_port: u16,
+        (lo, hi): (u16, u16),
+    ) -> Result<Gate, String> {
+        let mut filter = Filter::load().map_err(|e| e.to_string())?;
+        filter
+            .set_policies(lo, hi, Policy::Closed)
+            .and_then(|()| filter.set_policy(shared_port, Policy::Shared))
+            .map_err(|e| e.to_string())?;
+        let mode = filter
+            .attach(interface, attach)
+            .map_err(|e| e.to_string())?;
+        tracing::info!(interface, mode = mode.name(), shared_port, rtp_ports = %format!("{lo}-{hi}"), "XDP filter attached");
+        Ok(Gate {
+            filter,
+            shared_port,
+            errors: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether the filter runs in the network driver (else at the start of the kernel's
+    /// receive path).
+    pub fn native(&self) -> bool {
+        self.filter
+            .attached()
+            .is_some_and(|(_, m)| m == Mode::Native)
+    }
+
+    fn note(&self, r: Result<(), secrelay_xdp::Error>) {
+        if let Err(e) = r {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %e, "XDP filter not updated");
+        }
+    }
+
+    /// ICE validated `addr`: its datagrams to the shared port pass.
+    pub fn admit(&self, addr: SocketAddr) {
+        self.note(self.filter.admit(self.shared_port, addr));
+    }
+
+    /// `addr` is no member's any more.
+    pub fn revoke(&self, addr: SocketAddr) {
+        self.note(self.filter.revoke(self.shared_port, addr));
+    }
+
+    /// A telephony leg's ports take datagrams from these sources now.
+    pub fn leg_sources(&self, ports: &[(u16, Sources)]) {
+        for (port, sources) in ports {
+            let only = match sources {
+                Sources::Any => None,
+                Sources::Only(v) => Some(v.as_slice()),
+            };
+            self.note(self.filter.set_port(*port, only));
+        }
+    }
+
+    /// A leg's ports are free again: they take nothing until the next leg's sources.
+    pub fn close_ports(&self, ports: &[u16]) {
+        for port in ports {
+            self.note(self.filter.set_port(*port, Some(&[])));
+        }
+    }
+}
+
+/// Exposes the filter's counters to a Prometheus registry, read on each scrape.
+#[derive(Debug)]
+pub(crate) struct XdpCollector(pub Arc<Gate>);
+
+impl prometheus_client::collector::Collector for XdpCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let c = self.0.filter.counts().unwrap_or_else(|err| {
+            tracing::warn!(error = %err, "reading the XDP filter's counters");
+            Default::default()
+        });
+        labelled_counters(
+            &mut e,
+            "secrelay_xdp_datagrams",
+            "Datagrams to the media ports the XDP filter judged, by verdict (dropped: from a source not admitted, before the socket layer; admitted: from an admitted source; open: to a leg's port that takes any source; stun: an ICE check to the shared port; fragment: an IP fragment after the first, passed)",
+            "verdict",
+            &[
+                ("dropped", c.dropped),
+                ("admitted", c.admitted),
+                ("open", c.open),
+                ("stun", c.stun),
+                ("fragment", c.fragment),
+            ],
+        )?;
+        gauge(
+            &mut e,
+            "secrelay_xdp_native",
+            "1 when the XDP filter runs in the network driver (native), 0 when at the start of the kernel's receive path (generic)",
+            u64::from(self.0.native()),
+        )?;
+        gauge(
+            &mut e,
+            "secrelay_xdp_admitted_sources",
+            "(source, port) pairs the XDP filter passes now",
+            self.0.filter.admitted() as u64,
+        )?;
+        counter(
+            &mut e,
+            "secrelay_xdp_update_errors",
+            "Changes to the XDP filter's maps the kernel refused (logged)",
+            self.0.errors.load(Ordering::Relaxed),
+        )
+    }
+}
