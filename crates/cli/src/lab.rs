@@ -68,6 +68,10 @@ pub enum LabCommand {
     /// secrelay's TURN server beside coturn's in the same run, one relay thread each:
     /// allocations and relayed packets per CPU-second of each server's process.
     Turn(crate::lab_turn::TurnArgs),
+    /// What a spoofed flood costs the receiving machine with the XDP filter in front of the
+    /// media ports (native, generic) and without it, runs alternated, over a veth pair into a
+    /// network namespace of its own (needs root).
+    Xdp(crate::lab_xdp::XdpArgs),
     /// Calls of every kind of leg (WebRTC, WHIP/WHEP, SDES and plain phones, ng calls)
     /// joining and leaving a gateway for a while; its memory, descriptors, participants, rooms
     /// and ports sampled every second; fails unless nothing remains after every call left.
@@ -146,6 +150,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::Failover(a) => return crate::lab_failover::run(&a),
         LabCommand::Flood(a) => return crate::lab_flood::run(&a),
         LabCommand::Turn(a) => return crate::lab_turn::run(&a),
+        LabCommand::Xdp(a) => return crate::lab_xdp::run(&a),
         LabCommand::Report { files, out } => {
             secrelay_lab::report_from(&files, &out)?;
             eprintln!("report: {}", out.join("report.html").display());

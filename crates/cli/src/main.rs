@@ -29,6 +29,8 @@ mod lab_overload;
 mod lab_soak;
 #[cfg(feature = "lab")]
 mod lab_turn;
+#[cfg(feature = "lab")]
+mod lab_xdp;
 mod logs;
 mod no_lab;
 mod serve;
