@@ -16,7 +16,6 @@
 //! not in it. With the filter, the kernel's BPF statistics give the program's own run time per
 //! datagram too. Needs root.
 
-use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -26,7 +25,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use secrelay_gateway::server::banner::BannerReader;
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::phone::SocketPhone;
@@ -167,7 +165,7 @@ struct Gateway {
     child: Child,
     sig: Signaling,
     ng: SocketAddr,
-    log: Arc<std::sync::Mutex<String>>,
+    log: secrelay_gateway::server::banner::ChildLog,
 }
 
 impl Drop for Gateway {
@@ -197,17 +195,7 @@ fn start_gateway(ns: &Netns, ip: Ipv4Addr, xdp: Option<(&str, &str)>) -> Result<
         .stderr(Stdio::piped())
         .spawn()
         .context("starting secrelay serve in the namespace")?;
-    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
-    let log = Arc::new(std::sync::Mutex::new(String::new()));
-    let banner = BannerReader::read(&mut lines, |l| {
-        log.lock().unwrap().push_str(&format!("{l}\n"));
-    });
-    let keep = log.clone();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            keep.lock().unwrap().push_str(&format!("{l}\n"));
-        }
-    });
+    let (banner, log) = secrelay_gateway::server::banner::read_child_banner(&mut child);
     let mut g = Gateway {
         child,
         sig: Signaling::new(""),

@@ -22,14 +22,13 @@
 
 mod lab_support;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use lab_support::missing;
-use secrelay_gateway::server::BannerReader;
 
 const TEST: &str = "the_readme_quick_start_runs_as_written";
 /// The address the README's commands use for the gateway.
@@ -119,17 +118,7 @@ fn start_gateway(command: &str) -> Gateway {
         .stderr(Stdio::piped())
         .spawn()
         .expect("secrelay serve starts");
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-    let banner = BannerReader::read(&mut lines, |l| {
-        log.lock().unwrap().push_str(&format!("{l}\n"));
-    });
-    let keep = log.clone();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            keep.lock().unwrap().push_str(&format!("{l}\n"));
-        }
-    });
+    let (banner, log) = secrelay_gateway::server::banner::read_child_banner(&mut child);
     let text = log.lock().unwrap().clone();
     let banner =
         banner.unwrap_or_else(|| panic!("`{command}` printed no banner with its address:\n{text}"));

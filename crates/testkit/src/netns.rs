@@ -59,19 +59,12 @@ impl Netns {
         c
     }
 
-    /// Runs `args` in the namespace to completion. Err: it failed, with what it said.
+    /// Runs `args` in the namespace to completion: what it printed. Err: it failed, with what
+    /// it said.
     pub fn run(&self, args: &[&str]) -> io::Result<String> {
-        let out = self.command(args[0]).args(&args[1..]).output()?;
-        if out.status.success() {
-            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-        } else {
-            Err(io::Error::other(format!(
-                "{} (in a namespace): {}: {}",
-                args.join(" "),
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )))
-        }
+        let mut c = self.command(args[0]);
+        c.args(&args[1..]);
+        checked(c, &format!("{} (in a namespace)", args.join(" ")))
     }
 
     /// A veth pair between this namespace (`outside`, with address `outside_cidr`) and `self`
@@ -135,14 +128,20 @@ impl Drop for Netns {
     }
 }
 
-fn run_here(args: &[&str]) -> io::Result<()> {
-    let out = Command::new(args[0]).args(&args[1..]).output()?;
+fn run_here(args: &[&str]) -> io::Result<String> {
+    let mut c = Command::new(args[0]);
+    c.args(&args[1..]);
+    checked(c, &args.join(" "))
+}
+
+/// Runs `c` to completion: what it printed. Err: it failed, named `what`, with what it said.
+fn checked(mut c: Command, what: &str) -> io::Result<String> {
+    let out = c.output()?;
     if out.status.success() {
-        Ok(())
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(io::Error::other(format!(
-            "{}: {}: {}",
-            args.join(" "),
+            "{what}: {}: {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
         )))

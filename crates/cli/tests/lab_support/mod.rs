@@ -186,16 +186,5 @@ pub fn spawn_serve(mut serve: Command) -> (Child, Option<BannerReader>, Arc<Mute
 /// so far and, from a thread that keeps reading (so that the pipe never fills), all it prints
 /// after.
 pub fn serve_banner(child: &mut Child) -> (Option<BannerReader>, Arc<Mutex<String>>) {
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
-    let log = Arc::new(Mutex::new(String::new()));
-    let banner = BannerReader::read(&mut lines, |line| {
-        log.lock().unwrap().push_str(&format!("{line}\n"));
-    });
-    let keep = log.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            keep.lock().unwrap().push_str(&format!("{line}\n"));
-        }
-    });
-    (banner, log)
+    secrelay_gateway::server::banner::read_child_banner(child)
 }

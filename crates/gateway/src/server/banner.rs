@@ -353,6 +353,34 @@ impl BannerReader {
     }
 }
 
+/// A gateway's log as a child process printed it: every line of its stderr, kept.
+pub type ChildLog = std::sync::Arc<std::sync::Mutex<String>>;
+
+/// The banner of a `secrelay serve` child whose stderr is piped (`None` if it printed none, or
+/// its stderr was not piped), and its log: what it printed until the banner was whole and,
+/// from a thread that keeps reading (so that the pipe never fills), everything after.
+pub fn read_child_banner(child: &mut std::process::Child) -> (Option<BannerReader>, ChildLog) {
+    use std::io::BufRead;
+    let log = ChildLog::default();
+    let Some(stderr) = child.stderr.take() else {
+        return (None, log);
+    };
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let push = |log: &ChildLog, l: &str| {
+        let mut text = log.lock().unwrap_or_else(|e| e.into_inner());
+        text.push_str(l);
+        text.push('\n');
+    };
+    let banner = BannerReader::read(&mut lines, |l| push(&log, l));
+    let keep = log.clone();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            push(&keep, &l);
+        }
+    });
+    (banner, log)
+}
+
 fn first_of(v: &str) -> &str {
     v.split_whitespace().next().unwrap_or_default()
 }

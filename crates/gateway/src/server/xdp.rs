@@ -25,6 +25,9 @@ use super::stats::{counter, gauge, labelled_counters};
 pub(crate) struct Gate {
     filter: Filter,
     shared_port: u16,
+    /// `rtp_ports`: the only ports a leg's sources are set on (a leg taken over from another
+    /// node is on that node's ports, which the filter leaves alone).
+    legs: std::ops::RangeInclusive<u16>,
     errors: AtomicU64,
 }
 
@@ -49,6 +52,7 @@ impl Gate {
         Ok(Gate {
             filter,
             shared_port,
+            legs: lo..=hi,
             errors: AtomicU64::new(0),
         })
     }
@@ -78,9 +82,10 @@ impl Gate {
         self.note(self.filter.revoke(self.shared_port, addr));
     }
 
-    /// A telephony leg's ports take datagrams from these sources now.
+    /// A telephony leg's ports take datagrams from these sources now (ports outside
+    /// `rtp_ports` are not the filter's).
     pub fn leg_sources(&self, ports: &[(u16, Sources)]) {
-        for (port, sources) in ports {
+        for (port, sources) in ports.iter().filter(|(p, _)| self.legs.contains(p)) {
             let only = match sources {
                 Sources::Any => None,
                 Sources::Only(v) => Some(v.as_slice()),
@@ -91,7 +96,7 @@ impl Gate {
 
     /// A leg's ports are free again: they take nothing until the next leg's sources.
     pub fn close_ports(&self, ports: &[u16]) {
-        for port in ports {
+        for port in ports.iter().filter(|p| self.legs.contains(p)) {
             self.note(self.filter.set_port(*port, Some(&[])));
         }
     }
