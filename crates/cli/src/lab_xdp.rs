@@ -46,7 +46,7 @@ pub struct XdpArgs {
     /// Seconds each flood lasts.
     #[arg(long, default_value_t = 5.0)]
     pub secs: f64,
-    /// Spoofed sources (10.232.0.0/16 addresses, one socket each).
+    /// Spoofed sources (10.199.0.0/16 addresses, one socket each).
     #[arg(long, default_value_t = 512)]
     pub sources: u16,
     /// Sending threads.
@@ -115,6 +115,9 @@ pub fn run(a: &XdpArgs) -> Result<()> {
     }
     if a.senders == 0 || a.sources == 0 || a.rounds == 0 {
         bail!("--senders, --sources and --rounds must be at least 1");
+    }
+    if a.rounds * a.modes.len() > 250 {
+        bail!("--rounds {}: at most 250 runs in all", a.rounds);
     }
     let mut runs = Vec::new();
     for round in 0..a.rounds {
@@ -287,7 +290,7 @@ fn spoofers(sources: u16) -> Result<Vec<socket2::Socket>> {
             let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
             s.set_ip_transparent_v4(true)
                 .context("IP_TRANSPARENT (needs root)")?;
-            let from = SocketAddr::from(([10, 232, (i >> 8) as u8, i as u8], 5000 + i));
+            let from = SocketAddr::from(([10, 199, (i >> 8) as u8, i as u8], 5000 + i));
             s.bind(&from.into())?;
             Ok(s)
         })
@@ -299,8 +302,11 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
     let pid = std::process::id();
     let (outside, inside) = (format!("slx{index}o{pid}"), format!("slx{index}i{pid}"));
     let (outside, inside) = (trim_name(&outside), trim_name(&inside));
-    let here = Ipv4Addr::new(10, 233, index, 2);
-    let ip = Ipv4Addr::new(10, 233, index, 1);
+    // A subnet per run and per lab process (10.200–249.RUN.0/24): a run's veth pair may
+    // linger a moment after its namespace ends, and another lab may be running.
+    let net = 200 + (pid % 50) as u8;
+    let here = Ipv4Addr::new(10, net, index, 2);
+    let ip = Ipv4Addr::new(10, net, index, 1);
     ns.veth(
         &outside,
         &format!("{here}/24"),
