@@ -55,6 +55,46 @@ fn unit_copy() -> (tempfile::TempDir, PathBuf) {
     (dir, path)
 }
 
+/// The XDP drop-in (packaging/secrelay-xdp.conf) beside the unit verifies: every key known,
+/// the capabilities and the system call the filter needs (which the xdp_filter test runs the
+/// gateway with) and nothing more.
+#[test]
+fn the_xdp_drop_in_verifies_and_adds_only_what_the_filter_needs() {
+    if !tool("systemd-analyze", "--version") {
+        eprintln!("SKIPPED the_xdp_drop_in_verifies_and_adds_only_what_the_filter_needs: no systemd-analyze");
+        return;
+    }
+    let drop_in = std::fs::read_to_string(repo().join("packaging/secrelay-xdp.conf")).unwrap();
+    let settings: Vec<&str> = drop_in
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        settings,
+        [
+            "[Service]",
+            "CapabilityBoundingSet=CAP_BPF CAP_NET_ADMIN CAP_PERFMON",
+            "AmbientCapabilities=CAP_BPF CAP_NET_ADMIN CAP_PERFMON",
+            "SystemCallFilter=bpf",
+        ]
+    );
+    let (dir, path) = unit_copy();
+    let d = dir.path().join("secrelay.service.d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("xdp.conf"), &drop_in).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        !said.contains("xdp.conf") && !said.contains("secrelay.service"),
+        "systemd-analyze verify: {said}"
+    );
+}
+
 #[test]
 fn the_systemd_unit_verifies_and_is_hardened() {
     if !tool("systemd-analyze", "--version") {
@@ -297,6 +337,10 @@ fn the_debian_package_installs_the_binary_unit_configuration_and_pages() {
         "{unit}"
     );
     assert!(!unit.contains("/usr/local"), "{unit}");
+    assert_eq!(
+        std::fs::read(root.join("usr/share/doc/secrelay/examples/secrelay-xdp.conf")).unwrap(),
+        std::fs::read(repo().join("packaging/secrelay-xdp.conf")).unwrap()
+    );
     for page in [
         "secrelay.1.gz",
         "secrelay-serve.1.gz",

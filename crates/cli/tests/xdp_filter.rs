@@ -7,7 +7,10 @@
 //! UDP counters and the gateway's own drop counters do not move), and once the call ends its
 //! port takes nothing from its old phone either.
 //!
-//! Needs root (namespaces, BPF); without it the test says so and passes, except under CI.
+//! The gateway runs as `nobody` with only CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON (what the
+//! filter needs, and what `packaging/secrelay-xdp.conf` gives the systemd service). Needs root
+//! (namespaces, and the capabilities to hand on); without it the test says so and passes,
+//! except under CI.
 
 mod lab_support;
 
@@ -74,8 +77,19 @@ fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketA
         ),
     )
     .unwrap();
-    let mut cmd = ns.command(env!("CARGO_BIN_EXE_secrelay"));
-    cmd.args(["serve", "--log", "info", "--config"])
+    // Not as root: as nobody with the three capabilities the filter needs (what
+    // packaging/secrelay-xdp.conf gives the systemd service), so that the claim is checked.
+    use std::os::unix::fs::PermissionsExt as _;
+    for (p, mode) in [(dir.path(), 0o755), (config.as_path(), 0o644)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let caps = "+bpf,+net_admin,+perfmon";
+    let mut cmd = ns.command("setpriv");
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(format!("--inh-caps={caps}"))
+        .arg(format!("--ambient-caps={caps}"))
+        .arg(env!("CARGO_BIN_EXE_secrelay"))
+        .args(["serve", "--log", "info", "--config"])
         .arg(&config);
     let (child, banner, log) = lab_support::spawn_serve(cmd);
     let banner = banner.unwrap_or_else(|| panic!("no banner:\n{}", log.lock().unwrap()));

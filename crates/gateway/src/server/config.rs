@@ -245,9 +245,10 @@ pub struct ServeConfig {
     /// from addresses an ICE check validated; on a telephony leg's ports, its signalled or
     /// latched source, or anyone while the leg takes any source (an SDES leg that follows its
     /// phone, a plain leg still latching); on a port without a leg, nobody. Every port of
-    /// `rtp_ports` is the filter's on that interface, whatever else binds it. Needs root
-    /// (`CAP_BPF` and `CAP_NET_ADMIN`); the gateway refuses to start when the kernel refuses
-    /// the filter. Unset (the default): no filter.
+    /// `rtp_ports` is the filter's on that interface, whatever else binds it. Needs root, or
+    /// `CAP_BPF`, `CAP_NET_ADMIN` and `CAP_PERFMON` (`packaging/secrelay-xdp.conf` gives them to
+    /// the systemd service); the gateway refuses to start when the kernel refuses the filter.
+    /// Unset (the default): no filter.
     pub xdp: Option<String>,
     /// Where the XDP filter runs: `native` (in the network driver), `generic` (at the start of
     /// the kernel's receive path, for drivers without XDP) or `auto` (the default: native where

@@ -465,7 +465,7 @@ impl Gateway {
             Some(iface) => {
                 let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
                 let gate = xdp::Gate::attach(iface, attach, udp_addr.port(), (lo, hi))
-                    .map_err(|e| StartError(format!("xdp {iface}: {e}")))?;
+                    .map_err(|e| StartError(format!("xdp {iface}: {e}{}", xdp::hint(&e))))?;
                 Some(Arc::new(gate))
             }
             None => None,

@@ -102,6 +102,20 @@ impl Gate {
     }
 }
 
+/// What to add to an attach error that looks like missing privileges.
+pub(crate) fn hint(error: &str) -> &'static str {
+    let denied = [
+        "Permission denied",
+        "Operation not permitted",
+        "failed to create map",
+    ];
+    if denied.iter().any(|d| error.contains(d)) {
+        " (the filter needs root, or CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON: packaging/secrelay-xdp.conf for the systemd service)"
+    } else {
+        ""
+    }
+}
+
 /// Exposes the filter's counters to a Prometheus registry, read on each scrape.
 #[derive(Debug)]
 pub(crate) struct XdpCollector(pub Arc<Gate>);
@@ -143,5 +157,24 @@ impl prometheus_client::collector::Collector for XdpCollector {
             "Changes to the XDP filter's maps the kernel refused (logged)",
             self.0.errors.load(Ordering::Relaxed),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_permission_refusal_names_the_capabilities_and_nothing_else_does() {
+        let h = super::hint(
+            "the kernel refused the XDP filter: the BPF_PROG_LOAD syscall returned Permission denied (os error 13)",
+        );
+        assert!(h.contains("CAP_BPF, CAP_NET_ADMIN and CAP_PERFMON"), "{h}");
+        assert!(
+            super::hint("loading the XDP filter: map error: failed to create map `allowed`")
+                .contains("CAP_PERFMON")
+        );
+        assert_eq!(
+            super::hint("native XDP on eth9: unknown network interface eth9"),
+            ""
+        );
     }
 }
