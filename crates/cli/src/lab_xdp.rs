@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
+use secrelay_lab::client::load::{relay_quantile, scrape};
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::phone::SocketPhone;
@@ -90,6 +91,9 @@ pub struct XdpRow {
     pub per_core_second: f64,
     /// The filter program's own run time per run, ns (the kernel's BPF statistics).
     pub program_ns: Option<f64>,
+    /// The gateway's relay latency p99 for the call's packets, µs (its histogram's bucket
+    /// bound): in a second without the flood just before it, and during the flood.
+    pub relay_p99_us: [Option<f64>; 2],
     /// The plain call's packets lost during the flood (both ways), of those sent.
     pub call_lost: u64,
     /// The plain call's packets sent during the flood (both ways).
@@ -139,13 +143,13 @@ pub fn run(a: &XdpArgs) -> Result<()> {
 fn print_row(r: &XdpRow, header: bool) {
     if header {
         println!(
-            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>8} {:>9}",
+            "{:<8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>10} {:>8} {:>13} {:>9}",
             "path", "sent", "sent/s", "xdp drop", "gw drop", "overflow", "elsewhere", "softirq",
-            "gateway", "senders", "recv µs", "per core·s", "prog ns", "call lost"
+            "gateway", "senders", "recv µs", "per core·s", "prog ns", "p99 µs", "call lost"
         );
     }
     println!(
-        "{:<8} {:>10} {:>10.0} {:>10} {:>10} {:>9} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>10.0} {:>8} {:>9}",
+        "{:<8} {:>10} {:>10.0} {:>10} {:>10} {:>9} {:>9} {:>8.2} {:>8.2} {:>8.2} {:>9.3} {:>10.0} {:>8} {:>13} {:>9}",
         r.mode,
         r.sent,
         r.rate,
@@ -159,6 +163,10 @@ fn print_row(r: &XdpRow, header: bool) {
         r.receive_us,
         r.per_core_second,
         r.program_ns.map_or("-".to_string(), |n| format!("{n:.0}")),
+        {
+            let us = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+            format!("{} → {}", us(r.relay_p99_us[0]), us(r.relay_p99_us[1]))
+        },
         format!("{}/{}", r.call_lost, r.call_sent),
     );
 }
@@ -283,6 +291,14 @@ fn call(ng: SocketAddr, here: Ipv4Addr) -> Result<(SocketPhone, SocketPhone)> {
     Ok((caller, callee))
 }
 
+/// One packet each way, then what came.
+fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
+    let _ = caller.send(&[0xc1; 160]);
+    let _ = callee.send(&[0xb0; 160]);
+    caller.read();
+    callee.read();
+}
+
 /// `sources` sockets bound to spoofed addresses (not local: IP_TRANSPARENT).
 fn spoofers(sources: u16) -> Result<Vec<socket2::Socket>> {
     (0..sources)
@@ -330,6 +346,16 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
     let metric = |s: &str| g.sig.metric(s).unwrap_or(0);
     let gateway_pid = g.child.id().to_string();
 
+    // A second of the call alone, for its relay latency without the flood.
+    let quiet0 = scrape(&g.sig)?;
+    let quiet_end = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < quiet_end {
+        exchange(&mut caller, &mut callee);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(250));
+    let quiet1 = scrape(&g.sig)?;
+
     // Before.
     let xdp0 = metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}");
     let gw0 = metric("secrelay_drops_total{reason=\"unknown_source\"}");
@@ -370,11 +396,8 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
         }
         let end = started + Duration::from_secs_f64(a.secs);
         while Instant::now() < end {
-            let _ = caller.send(&[0xc1; 160]);
-            let _ = callee.send(&[0xb0; 160]);
+            exchange(&mut caller, &mut callee);
             call_sent += 2;
-            caller.read();
-            callee.read();
             std::thread::sleep(Duration::from_millis(20));
         }
         stop.store(true, Ordering::Relaxed);
@@ -385,7 +408,8 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
     caller.read();
     callee.read();
 
-    // After.
+    // After (the gateway publishes its counters every 200 ms: the sleep above covers it).
+    let flood1 = scrape(&g.sig)?;
     let (soft1, _) = machine_cpu()?;
     let (gcpu1, scpu1) = (process_cpu(&gateway_pid)?, process_cpu("self")?);
     let prog1 = stats
@@ -427,6 +451,10 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
             }
             _ => None,
         },
+        relay_p99_us: [
+            relay_quantile(&quiet0, &quiet1, 0.99).map(|s| s * 1e6),
+            relay_quantile(&quiet1, &flood1, 0.99).map(|s| s * 1e6),
+        ],
         call_lost: call_sent.saturating_sub(heard),
         call_sent,
     })

@@ -1,7 +1,8 @@
 //! The XDP filter in front of a real interface: `secrelay serve --xdp` in a network namespace
-//! of this test's own, reached over a veth pair (native XDP on veth). Two browsers in a room and
-//! a plain call whose caller is behind NAT (its SDP names another address than it sends from,
-//! so its leg latches to the real one) keep flowing while 512 spoofed sources flood the shared
+//! of this test's own, reached over a veth pair (native XDP on veth). Two browsers in a room, a
+//! plain call whose caller is behind NAT (its SDP names another address than it sends from,
+//! so its leg latches to the real one) and an SDES call (its ports open: its legs authenticate
+//! what they take) keep flowing while 512 spoofed sources flood the shared
 //! WebRTC port, the NAT'd leg's port and a telephony port without a leg: every flooded datagram
 //! is dropped in the driver and counted, none reaches the socket layer (the namespace's kernel
 //! UDP counters and the gateway's own drop counters do not move), and once the call ends its
@@ -17,6 +18,7 @@ mod lab_support;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use secrelay_srtp::Profile;
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::phone::SocketPhone;
@@ -120,19 +122,26 @@ fn spoofers(n: u16) -> Vec<socket2::Socket> {
         .collect()
 }
 
-/// A plain call through the ng socket whose caller signals `192.0.2.50:7000` but sends from
-/// its socket on [`here`] (a phone behind NAT).
-fn natted_call(ng: &mut Ng) -> (SocketPhone, SocketPhone) {
-    let mut caller = SocketPhone::bind(IpAddr::V4(here()), None, 0x1111).unwrap();
-    let mut callee = SocketPhone::bind(IpAddr::V4(here()), None, 0x2222).unwrap();
+/// A call `id` through the ng socket between two phones on [`here`]: plain, or SDES with
+/// `sdes`; with `signal`, the caller's SDP names that address instead of its own (a phone
+/// behind NAT).
+fn call(
+    ng: &mut Ng,
+    id: &str,
+    sdes: Option<Profile>,
+    signal: Option<SocketAddr>,
+) -> (SocketPhone, SocketPhone) {
+    let mut caller = SocketPhone::bind(IpAddr::V4(here()), sdes, 0x1111).unwrap();
+    let mut callee = SocketPhone::bind(IpAddr::V4(here()), sdes, 0x2222).unwrap();
     let real = caller.phone.addr;
-    caller.phone.addr = "192.0.2.50:7000".parse().unwrap();
+    if let Some(a) = signal {
+        caller.phone.addr = a;
+    }
     let offer =
-        secrelay_testkit::ng::command("offer", "nat", "caller", None, Some(&caller.phone.offer()));
+        secrelay_testkit::ng::command("offer", id, "caller", None, Some(&caller.phone.offer()));
     let to_callee = ng.call(offer).unwrap()["sdp"].clone();
     let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let back =
-        secrelay_testkit::ng::command("answer", "nat", "caller", Some("callee"), Some(&answer));
+    let back = secrelay_testkit::ng::command("answer", id, "caller", Some("callee"), Some(&answer));
     let to_caller = ng.call(back).unwrap()["sdp"].clone();
     caller.phone.accept_answer(&to_caller).unwrap();
     caller.phone.addr = real;
@@ -179,8 +188,17 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
     assert!(up, "{group:?}");
     // A call whose caller is behind NAT: its leg latches to the caller's real address.
     let mut ng = Ng::new(ng_addr).unwrap();
-    let (mut caller, mut callee) = natted_call(&mut ng);
+    let (mut caller, mut callee) = call(
+        &mut ng,
+        "nat",
+        None,
+        Some("192.0.2.50:7000".parse().unwrap()),
+    );
     let leg_port = caller.phone.gateway.unwrap().port();
+    // An SDES call: its legs take SRTP from any address (they authenticate it), so their ports
+    // are open in the filter.
+    let (mut s_caller, mut s_callee) =
+        call(&mut ng, "sdes", Some(Profile::AesCm128HmacSha1_80), None);
     for _ in 0..50 {
         exchange(&mut caller, &mut callee);
         std::thread::sleep(Duration::from_millis(10));
@@ -205,6 +223,7 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
     );
     let udp_before = ns.udp_counters().unwrap();
     let (rx_before, heard_before) = (received(&group), (caller.heard(0xb0), callee.heard(0xc1)));
+    let sdes_before = (s_caller.heard(0xb0), s_callee.heard(0xc1));
 
     // Forged SRTP to the shared port, to the latched leg's port and to a port without a leg,
     // from every spoofed source, while the legitimate media goes on.
@@ -227,6 +246,7 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
         })
         .unwrap();
         exchange(&mut caller, &mut callee);
+        exchange(&mut s_caller, &mut s_callee);
         exchanged += 1;
     }
     let until = Instant::now() + Duration::from_millis(300);
@@ -236,6 +256,7 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
     .unwrap();
     for _ in 0..5 {
         exchange(&mut caller, &mut callee);
+        exchange(&mut s_caller, &mut s_callee);
         exchanged += 1;
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -282,14 +303,25 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
         heard.0 + 2 >= exchanged && heard.1 + 2 >= exchanged,
         "the NAT'd call lost media during the flood: heard {heard:?} of {exchanged} each way"
     );
+    let sdes_heard = (
+        s_caller.heard(0xb0) - sdes_before.0,
+        s_callee.heard(0xc1) - sdes_before.1,
+    );
+    assert!(
+        sdes_heard.0 + 2 >= exchanged && sdes_heard.1 + 2 >= exchanged,
+        "the SDES call lost media during the flood: heard {sdes_heard:?} of {exchanged} each way"
+    );
+    assert!(metric("secrelay_xdp_datagrams_total{verdict=\"open\"}") >= 2 * exchanged as u64 - 4);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"admitted\"}") > 0);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"stun\"}") > 0);
 
-    // The call ends: its port takes nothing from its old phone any more.
-    ng.call(secrelay_testkit::ng::command(
-        "delete", "nat", "caller", None, None,
-    ))
-    .unwrap();
+    // The calls end: the NAT'd call's port takes nothing from its old phone any more.
+    for id in ["nat", "sdes"] {
+        ng.call(secrelay_testkit::ng::command(
+            "delete", id, "caller", None, None,
+        ))
+        .unwrap();
+    }
     let end = Instant::now() + Duration::from_secs(5);
     while metric("secrelay_rtp_ports_in_use") > 0 {
         assert!(Instant::now() < end, "the call's ports were not given back");
