@@ -43,7 +43,7 @@ fn exchange_all(calls: &mut [PhoneCall]) {
 struct Pair {
     redis: RedisServer,
     dir: tempfile::TempDir,
-    a: std::process::Child,
+    a: Reaped,
     a_ng: SocketAddr,
     /// `a`'s signaling, with its admin key.
     at_a: Signaling,
@@ -89,11 +89,35 @@ impl Pair {
         Some(Pair {
             redis,
             dir,
-            a,
+            a: Reaped(a),
             a_ng,
             at_a,
             b,
         })
+    }
+}
+
+/// Node `a`'s process, killed (if it still runs) and reaped when dropped: a test that ends
+/// with `a` alive, or panics, leaves no gateway behind.
+struct Reaped(std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
