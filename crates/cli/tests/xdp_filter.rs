@@ -155,6 +155,21 @@ fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
     callee.read();
 }
 
+/// What each phone of a call heard since `before` (what they had heard then) is, give or take
+/// two, every one of the `exchanged` packets the other sent.
+fn flowed(
+    name: &str,
+    (caller, callee): (&SocketPhone, &SocketPhone),
+    before: (usize, usize),
+    exchanged: usize,
+) {
+    let heard = (caller.heard(0xb0) - before.0, callee.heard(0xc1) - before.1);
+    assert!(
+        heard.0 + 2 >= exchanged && heard.1 + 2 >= exchanged,
+        "the {name} call lost media during the flood: heard {heard:?} of {exchanged} each way"
+    );
+}
+
 fn received(group: &[SimParticipant]) -> u64 {
     group
         .iter()
@@ -295,22 +310,8 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
         received(&group) > rx_before + 20,
         "the browsers stopped hearing each other"
     );
-    let heard = (
-        caller.heard(0xb0) - heard_before.0,
-        callee.heard(0xc1) - heard_before.1,
-    );
-    assert!(
-        heard.0 + 2 >= exchanged && heard.1 + 2 >= exchanged,
-        "the NAT'd call lost media during the flood: heard {heard:?} of {exchanged} each way"
-    );
-    let sdes_heard = (
-        s_caller.heard(0xb0) - sdes_before.0,
-        s_callee.heard(0xc1) - sdes_before.1,
-    );
-    assert!(
-        sdes_heard.0 + 2 >= exchanged && sdes_heard.1 + 2 >= exchanged,
-        "the SDES call lost media during the flood: heard {sdes_heard:?} of {exchanged} each way"
-    );
+    flowed("NAT'd", (&caller, &callee), heard_before, exchanged);
+    flowed("SDES", (&s_caller, &s_callee), sdes_before, exchanged);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"open\"}") >= 2 * exchanged as u64 - 4);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"admitted\"}") > 0);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"stun\"}") > 0);
