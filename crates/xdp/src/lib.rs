@@ -271,10 +271,19 @@ impl Filter {
             .entry(source)
             .or_insert(0);
         *n += 1;
-        if *n == 1 {
-            m.allowed
-                .insert(key(source, port), 1, 0)
-                .map_err(|e| err(&format!("admitting {source} to port {port}"), e))?;
+        if *n > 1 {
+            return Ok(());
+        }
+        let inserted = m.allowed.insert(key(source, port), 1, 0);
+        if let Err(e) = inserted {
+            // Not in the kernel's map (full, say): not counted here either.
+            if let Some(sources) = m.by_port.get_mut(&port) {
+                sources.remove(&source);
+                if sources.is_empty() {
+                    m.by_port.remove(&port);
+                }
+            }
+            return Err(err(&format!("admitting {source} to port {port}"), e));
         }
         Ok(())
     }
@@ -312,17 +321,24 @@ impl Filter {
         let policy = match sources {
             None => Policy::Open,
             Some(new) => {
+                // What the kernel's map holds for the port is recorded here even when an
+                // insert fails part way, so that the next change removes it.
                 let mut kept = HashMap::new();
+                let mut failed = None;
                 for s in new {
                     if !old.contains_key(s) {
-                        m.allowed
-                            .insert(key(*s, port), 1, 0)
-                            .map_err(|e| err(&format!("admitting {s} to port {port}"), e))?;
+                        if let Err(e) = m.allowed.insert(key(*s, port), 1, 0) {
+                            failed = Some(err(&format!("admitting {s} to port {port}"), e));
+                            continue;
+                        }
                     }
                     kept.insert(*s, 1);
                 }
                 if !kept.is_empty() {
                     m.by_port.insert(port, kept);
+                }
+                if let Some(e) = failed {
+                    return Err(e);
                 }
                 Policy::Closed
             }
