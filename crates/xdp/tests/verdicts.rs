@@ -1,7 +1,7 @@
 //! The filter's verdicts, run in the kernel on frames made here (`BPF_PROG_TEST_RUN`: no
 //! interface needed): every policy, IPv4 and IPv6 (with extension headers), STUN on the shared
-//! port, fragments, ports that are not media ports, admissions counted per holder, and the
-//! counters.
+//! port, fragments, ports that are not media ports, admissions counted per holder, the
+//! counters, and a full map (an admission refused, and nothing counted as held that is not).
 //!
 //! Loading a BPF program needs root (CAP_BPF); without it the test says so and passes, except
 //! under CI, where it fails.
@@ -199,4 +199,34 @@ fn ipv6_extension_headers_and_fragments_hide_nothing() {
     let mut tcp = frame("198.51.100.1:4000".parse().unwrap(), 40000, RTP, 0);
     tcp[23] = 6;
     assert!(f.run(&tcp, 1).unwrap().0);
+}
+
+#[test]
+fn a_full_map_refuses_an_admission_and_it_is_not_counted_as_held() {
+    let Some(f) = filter("a_full_map_refuses_an_admission_and_it_is_not_counted_as_held") else {
+        return;
+    };
+    let source = |i: u32| SocketAddr::from((std::net::Ipv4Addr::from(0x0a00_0000 + i), 4000));
+    let mut held = 0;
+    let refused = loop {
+        match f.admit(3478, source(held)) {
+            Ok(()) => held += 1,
+            Err(e) => break e,
+        }
+        assert!(held <= 1 << 20, "the map never filled");
+    };
+    assert!(refused.to_string().contains("admitting"), "{refused}");
+    assert_eq!(
+        f.admitted(),
+        held as usize,
+        "the refused one is not counted"
+    );
+    // A leg's sources set while the map is full: what went in is recorded, and removed again.
+    f.set_policy(3478, Policy::Shared).unwrap();
+    assert!(f.set_port(30000, Some(&[source(held + 1)])).is_err());
+    f.revoke(3478, source(0)).unwrap();
+    f.set_port(30000, Some(&[source(held + 1)])).unwrap();
+    assert_eq!(f.admitted(), held as usize);
+    f.set_port(30000, Some(&[])).unwrap();
+    assert_eq!(f.admitted(), held as usize - 1);
 }
