@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use secrelay_lab::client::load::{relay_quantile, scrape};
+use secrelay_lab::client::load::{proc_sample, relay_quantile, scrape};
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::phone::SocketPhone;
@@ -222,40 +222,16 @@ fn start_gateway(ns: &Netns, ip: Ipv4Addr, xdp: Option<(&str, &str)>) -> Result<
     Ok(g)
 }
 
-/// CPU seconds of `/proc/stat`'s first line: (softirq, every column).
-fn machine_cpu() -> Result<(f64, f64)> {
+/// The machine's softirq CPU seconds so far, every CPU (`/proc/stat`'s first line).
+fn softirq_secs() -> Result<f64> {
     let stat = std::fs::read_to_string("/proc/stat")?;
-    let v: Vec<f64> = stat
+    let ticks: f64 = stat
         .lines()
         .next()
-        .context("/proc/stat is empty")?
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    let hz = clock_ticks();
-    Ok((
-        v.get(6).copied().unwrap_or(0.0) / hz,
-        v.iter().sum::<f64>() / hz,
-    ))
-}
-
-/// A process's user + system CPU seconds.
-fn process_cpu(pid: &str) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command's closing parenthesis; utime and stime are 14th and 15th.
-    let rest = stat.rsplit_once(')').context("/proc stat")?.1;
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    Ok((f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / clock_ticks())
-}
-
-/// The clock ticks per second of /proc's CPU figures (`USER_HZ`: 100 on every Linux
-/// architecture, whatever the kernel's own tick rate).
-fn clock_ticks() -> f64 {
-    100.0
+        .and_then(|l| l.split_whitespace().nth(7)?.parse().ok())
+        .context("/proc/stat has no softirq column")?;
+    // In USER_HZ ticks: 100 a second on every Linux architecture.
+    Ok(ticks / 100.0)
 }
 
 /// A plain call between two phones here through the gateway's ng socket.
@@ -299,20 +275,6 @@ fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
     callee.read();
 }
 
-/// `sources` sockets bound to spoofed addresses (not local: IP_TRANSPARENT).
-fn spoofers(sources: u16) -> Result<Vec<socket2::Socket>> {
-    (0..sources)
-        .map(|i| {
-            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
-            s.set_ip_transparent_v4(true)
-                .context("IP_TRANSPARENT (needs root)")?;
-            let from = SocketAddr::from(([10, 199, (i >> 8) as u8, i as u8], 5000 + i));
-            s.bind(&from.into())?;
-            Ok(s)
-        })
-        .collect()
-}
-
 fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
     let ns = Netns::new().context("a network namespace (needs root)")?;
     let pid = std::process::id();
@@ -337,14 +299,16 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
         Some(_) => "generic".into(),
     };
     let (mut caller, mut callee) = call(g.ng, here)?;
-    let flood = spoofers(a.sources)?;
+    let flood = secrelay_testkit::netns::spoofed_sockets([10, 199], a.sources)
+        .context("spoofed sources")?;
     let stats = if xdp.is_some() {
         Some(secrelay_xdp::RunStats::enable().map_err(|e| anyhow!("{e}"))?)
     } else {
         None
     };
     let metric = |s: &str| g.sig.metric(s).unwrap_or(0);
-    let gateway_pid = g.child.id().to_string();
+    let cpu = |pid: u32| proc_sample(pid).map(|p| p.cpu_secs);
+    let (gateway_pid, own_pid) = (g.child.id(), std::process::id());
 
     // A second of the call alone, for its relay latency without the flood.
     let quiet0 = scrape(&g.sig)?;
@@ -365,14 +329,14 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
         .map(|s| s.filters())
         .transpose()
         .map_err(|e| anyhow!("{e}"))?;
-    let (soft0, _) = machine_cpu()?;
-    let (gcpu0, scpu0) = (process_cpu(&gateway_pid)?, process_cpu("self")?);
+    let soft0 = softirq_secs()?;
+    let (gcpu0, scpu0) = (cpu(gateway_pid)?, cpu(own_pid)?);
     let (heard0, sent_call0) = (caller.heard(0xb0) + callee.heard(0xc1), 0u64);
 
     // The flood, and the call meanwhile.
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));
-    let to: socket2::SockAddr = SocketAddr::from((ip, SHARED_PORT)).into();
+    let to = SocketAddr::from((ip, SHARED_PORT));
     let forged = [
         0x80u8, 0, 0, 1, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0,
     ];
@@ -381,12 +345,12 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
     std::thread::scope(|scope| {
         let per = flood.len().div_ceil(a.senders);
         for chunk in flood.chunks(per) {
-            let (stop, sent, to) = (stop.clone(), sent.clone(), to.clone());
+            let (stop, sent) = (stop.clone(), sent.clone());
             scope.spawn(move || {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     for s in chunk {
-                        if s.send_to(&forged, &to).is_ok() {
+                        if s.send_to(&forged, to).is_ok() {
                             n += 1;
                         }
                     }
@@ -410,8 +374,8 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
 
     // After (the gateway publishes its counters every 200 ms: the sleep above covers it).
     let flood1 = scrape(&g.sig)?;
-    let (soft1, _) = machine_cpu()?;
-    let (gcpu1, scpu1) = (process_cpu(&gateway_pid)?, process_cpu("self")?);
+    let soft1 = softirq_secs()?;
+    let (gcpu1, scpu1) = (cpu(gateway_pid)?, cpu(own_pid)?);
     let prog1 = stats
         .as_ref()
         .map(|s| s.filters())

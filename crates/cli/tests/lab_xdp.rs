@@ -7,8 +7,6 @@
 
 mod lab_support;
 
-use std::process::Command;
-
 #[test]
 fn lab_xdp_measures_every_path_and_accounts_for_the_flood() {
     let test = "lab_xdp_measures_every_path_and_accounts_for_the_flood";
@@ -16,31 +14,8 @@ fn lab_xdp_measures_every_path_and_accounts_for_the_flood() {
         lab_support::missing(test, &format!("no network namespace: {e}"));
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let json = dir.path().join("xdp.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_secrelay"))
-        .args([
-            "lab",
-            "xdp",
-            "--secs",
-            "0.5",
-            "--rounds",
-            "1",
-            "--sources",
-            "64",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (report, stdout) =
+        lab_support::lab_json(&["xdp", "--secs", "0.5", "--rounds", "1", "--sources", "64"]);
     let runs = report["runs"].as_array().unwrap();
     let modes: Vec<&str> = runs.iter().map(|r| r["mode"].as_str().unwrap()).collect();
     assert_eq!(modes, ["off", "native", "generic"], "{stdout}");

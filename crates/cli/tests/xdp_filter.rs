@@ -107,21 +107,6 @@ fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketA
     Some((ns, child, sig, banner.ng.unwrap(), log))
 }
 
-/// `n` sockets sending from spoofed addresses (10.232.0.0/23, bound without being local).
-fn spoofers(n: u16) -> Vec<socket2::Socket> {
-    (0..n)
-        .map(|i| {
-            let s =
-                socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
-            s.set_ip_transparent_v4(true)
-                .expect("IP_TRANSPARENT (root)");
-            let from = SocketAddr::from(([10, 232, (i >> 8) as u8, i as u8], 5000 + i));
-            s.bind(&from.into()).unwrap();
-            s
-        })
-        .collect()
-}
-
 /// A call `id` through the ng socket between two phones on [`here`]: plain, or SDES with
 /// `sdes`; with `signal`, the caller's SDP names that address instead of its own (a phone
 /// behind NAT).
@@ -228,7 +213,7 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
         callee.heard(0xc1)
     );
 
-    let flood = spoofers(SOURCES);
+    let flood = secrelay_testkit::netns::spoofed_sockets([10, 232], SOURCES).unwrap();
     let drops = |reason: &str| metric(&format!("secrelay_drops_total{{reason=\"{reason}\"}}"));
     let gateway_drops =
         || drops("unknown_source") + drops("unlatched_source") + drops("auth_failed");
@@ -250,8 +235,7 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
     for _ in 0..ROUNDS {
         for s in &flood {
             for port in [SHARED_PORT, leg_port, UNUSED_PORT] {
-                let to = SocketAddr::from((gateway_ip(), port));
-                s.send_to(&forged, &to.into()).unwrap();
+                s.send_to(&forged, (gateway_ip(), port)).unwrap();
                 sent += 1;
             }
         }

@@ -104,6 +104,25 @@ impl Netns {
     }
 }
 
+/// `n` UDP sockets bound to addresses this machine does not have (IP_TRANSPARENT, root only):
+/// `PREFIX.x.y`, from `PREFIX.0.0` on, each on port 5000 + its index; what they send leaves with
+/// those spoofed sources through whatever route reaches the destination (a veth pair into a
+/// [`Netns`]).
+pub fn spoofed_sockets(prefix: [u8; 2], n: u16) -> io::Result<Vec<std::net::UdpSocket>> {
+    (0..n)
+        .map(|i| {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)?;
+            s.set_ip_transparent_v4(true).map_err(|e| {
+                io::Error::new(e.kind(), format!("IP_TRANSPARENT (root only): {e}"))
+            })?;
+            let [a, b] = prefix;
+            let from = std::net::SocketAddr::from(([a, b, (i >> 8) as u8, i as u8], 5000 + i));
+            s.bind(&from.into())?;
+            Ok(s.into())
+        })
+        .collect()
+}
+
 impl Drop for Netns {
     /// Ends every process in the namespace (a process started in it and still running, a
     /// panicking test's gateway say, would keep it and its veth pairs alive), then the one

@@ -54,13 +54,13 @@ pub struct Ng {
 }
 
 impl Ng {
-    /// A client of the ng port at `target` (from loopback when `target` is on it).
+    /// A client of the ng port at `target` (the kernel picks the source address towards it:
+    /// a loopback one for a target on loopback).
     pub fn new(target: SocketAddr) -> anyhow::Result<Ng> {
-        let local = match target.ip() {
-            std::net::IpAddr::V4(ip) if !ip.is_loopback() => "0.0.0.0:0",
-            std::net::IpAddr::V6(ip) if !ip.is_loopback() => "[::]:0",
-            std::net::IpAddr::V4(_) => "127.0.0.1:0",
-            std::net::IpAddr::V6(_) => "[::1]:0",
+        let local = if target.is_ipv4() {
+            "0.0.0.0:0"
+        } else {
+            "[::]:0"
         };
         let socket = UdpSocket::bind(local).context("ng socket")?;
         socket.set_read_timeout(Some(Duration::from_secs(3)))?;
