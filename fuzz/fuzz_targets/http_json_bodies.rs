@@ -13,6 +13,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     if let Err(why) = http_json_body(which, body) {
-        assert!(!why.is_empty());
+        assert_eq!(why.status().as_u16(), 400, "{why}");
+        assert!(!why.reason().is_empty());
     }
 });

@@ -324,16 +324,114 @@ pub struct JoinedRtp {
     pub ports: Vec<u16>,
 }
 
-/// Why an offer was not taken.
+/// Why an offer, an answer or a renegotiation was not taken. Each variant is one kind of
+/// refusal; how a protocol says it (an HTTP status, an ng `error-reason`) is the gateway's to
+/// choose, from the variant, in one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JoinError {
-    /// The offer cannot be answered (the reason).
-    Unacceptable(String),
+    /// A WebRTC offer or answer its leg cannot take.
+    WebRtc(crate::leg::WebRtcError),
+    /// A telephony offer or answer its leg cannot take.
+    Rtp(crate::leg::RtpLegError),
+    /// No member by that id in that room (or no such room).
+    NoMember {
+        /// The room.
+        room: String,
+        /// The id asked for.
+        id: String,
+    },
+    /// The member's leg is not of the kind the operation is for.
+    WrongLeg {
+        /// The member.
+        id: String,
+        /// The kind the operation needs.
+        needs: LegKind,
+    },
+    /// An answer to a re-offer that is not the one waiting: the revision of the offer that
+    /// waits, or none when no offer of ours waits for an answer.
+    StaleAnswer {
+        /// The waiting offer's revision.
+        pending: Option<u64>,
+    },
+    /// The room has as many members as it takes from this caller.
+    RoomFull {
+        /// Its members now.
+        members: usize,
+        /// Whether the places left are kept for participants with a token.
+        reserved: bool,
+    },
     /// The gateway is shutting down.
     ShuttingDown,
-    /// The gateway has no room for another leg now (no free port pair, the reason).
-    Full(String),
 }
+
+/// The kind of leg an operation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegKind {
+    /// A WebRTC leg (ICE, DTLS-SRTP).
+    WebRtc,
+    /// A telephony leg (plain RTP or SDES-SRTP).
+    Telephony,
+}
+
+impl JoinError {
+    fn no_member(room: &str, id: &str) -> JoinError {
+        JoinError::NoMember {
+            room: room.to_owned(),
+            id: id.to_owned(),
+        }
+    }
+
+    fn wrong_leg(id: &str, needs: LegKind) -> JoinError {
+        JoinError::WrongLeg {
+            id: id.to_owned(),
+            needs,
+        }
+    }
+}
+
+impl From<crate::leg::WebRtcError> for JoinError {
+    fn from(e: crate::leg::WebRtcError) -> JoinError {
+        JoinError::WebRtc(e)
+    }
+}
+
+impl From<crate::leg::RtpLegError> for JoinError {
+    fn from(e: crate::leg::RtpLegError) -> JoinError {
+        JoinError::Rtp(e)
+    }
+}
+
+impl std::fmt::Display for JoinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            JoinError::WebRtc(e) => e.fmt(f),
+            JoinError::Rtp(e) => e.fmt(f),
+            JoinError::NoMember { room, id } => write!(f, "no member {id} in {room}"),
+            JoinError::WrongLeg { id, needs } => match needs {
+                LegKind::WebRtc => write!(f, "{id} is not a WebRTC leg"),
+                LegKind::Telephony => write!(f, "{id} is not a telephony leg"),
+            },
+            JoinError::StaleAnswer { pending: Some(r) } => {
+                write!(f, "the answer's revision is not our offer's ({r})")
+            }
+            JoinError::StaleAnswer { pending: None } => {
+                f.write_str("no offer of ours waits for an answer")
+            }
+            JoinError::RoomFull { members, reserved } => write!(
+                f,
+                "the room is full ({members} participants{})",
+                if *reserved {
+                    "; the rest is kept for participants with a token"
+                } else {
+                    ""
+                }
+            ),
+            JoinError::ShuttingDown => f.write_str("the gateway is shutting down"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
 
 /// Why a control operation on a room or a participant was not done.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -345,11 +443,17 @@ pub enum ControlError {
         /// The id asked for.
         id: String,
     },
-    /// The request names what the participant does not have (a layer no publisher it is sent
-    /// has): the reason.
-    Invalid(String),
-    /// A limit is reached (the reason).
-    Full(String),
+    /// A layer the participant is not sent: no simulcast publisher it receives sends the
+    /// layer `rid` (or, without a rid, it receives no simulcast publisher at all).
+    NoLayer {
+        /// The layer asked for.
+        rid: Option<String>,
+    },
+    /// Rooms' settings are kept for as many rooms as `max_room_settings` allows already.
+    TooManySettings {
+        /// The rooms whose settings are kept.
+        kept: usize,
+    },
     /// The gateway is shutting down.
     ShuttingDown,
 }
@@ -360,7 +464,19 @@ impl std::fmt::Display for ControlError {
             ControlError::NoParticipant { room, id } => {
                 write!(f, "no participant {id} in room {room}")
             }
-            ControlError::Invalid(why) | ControlError::Full(why) => f.write_str(why),
+            ControlError::NoLayer { rid: Some(rid) } => {
+                write!(
+                    f,
+                    "no simulcast publisher sends a layer {rid:?} to this member"
+                )
+            }
+            ControlError::NoLayer { rid: None } => {
+                f.write_str("this member receives no simulcast publisher")
+            }
+            ControlError::TooManySettings { kept } => write!(
+                f,
+                "settings are kept for {kept} rooms already (max_room_settings)"
+            ),
             ControlError::ShuttingDown => f.write_str("the gateway is shutting down"),
         }
     }
@@ -1616,8 +1732,7 @@ impl Shard {
             self.config.certificate.clone(),
             self.config.webrtc.clone(),
             now,
-        )
-        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        )?;
         let ice = leg.ice_credentials().clone();
         let answer = leg.answer_sdp().to_owned();
         let id = self.add_member(
@@ -1648,8 +1763,7 @@ impl Shard {
             self.config.certificate.clone(),
             self.config.webrtc.clone(),
             now,
-        )
-        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        )?;
         let ice = leg.ice_credentials().clone();
         let answer = leg.offer_sdp().to_owned();
         let id = self.add_member(
@@ -1674,9 +1788,8 @@ impl Shard {
         let (_, _, codecs) = self.change_leg(room, id, |leg| {
             let leg = leg
                 .as_webrtc_mut()
-                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
-            leg.accept_answer(answer, now)
-                .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?;
+            leg.accept_answer(answer, now)?;
             let media = leg.media();
             let role = MemberRole {
                 publishes: media.iter().any(|m| m.peer_sends),
@@ -1701,7 +1814,7 @@ impl Shard {
         id: &str,
         f: impl FnOnce(&mut Leg) -> Result<(Option<MemberRole>, R), JoinError>,
     ) -> Result<(usize, MemberAt, R), JoinError> {
-        let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
+        let missing = || JoinError::no_member(room, id);
         let (slot, member) = self.find(room, id).ok_or_else(missing)?;
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(missing)?;
@@ -1747,8 +1860,7 @@ impl Shard {
         }
         self.admit_member(room, who)?;
         let leg = RtpLeg::new(offer, ports, options.apply(self.config.rtp.clone()), now)
-            .and_then(|leg| options.finish(leg))
-            .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+            .and_then(|leg| options.finish(leg))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let role = match leg.media().first() {
@@ -1807,8 +1919,7 @@ impl Shard {
             config,
             now,
         )
-        .and_then(|leg| options.finish(leg))
-        .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+        .and_then(|leg| options.finish(leg))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
         let id = self.add_member(
@@ -1836,9 +1947,8 @@ impl Shard {
         let (_, _, codecs) = self.change_leg(room, id, |leg| {
             let leg = leg
                 .as_rtp_mut()
-                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?;
-            leg.accept_answer(answer, now)
-                .map_err(|e| JoinError::Unacceptable(e.to_string()))?;
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
+            leg.accept_answer(answer, now)?;
             Ok((None, leg.media()[0].codecs.clone()))
         })?;
         Ok(codecs)
@@ -1857,16 +1967,13 @@ impl Shard {
     ) -> Result<Option<String>, JoinError> {
         let (_, _, answer) = self.change_leg(room, id, |leg| {
             let Some(leg) = leg.as_rtp_mut() else {
-                return Err(JoinError::Unacceptable(format!(
-                    "{id} is not a telephony leg"
-                )));
+                return Err(JoinError::wrong_leg(id, LegKind::Telephony));
             };
-            let unacceptable = |e: crate::leg::RtpLegError| JoinError::Unacceptable(e.to_string());
             if leg.awaiting_answer() {
-                leg.accept_answer(sdp, now).map_err(unacceptable)?;
+                leg.accept_answer(sdp, now)?;
                 return Ok((None, None));
             }
-            leg.take_offer(sdp, now).map_err(unacceptable)?;
+            leg.take_offer(sdp, now)?;
             let answer = leg.answer_sdp().to_owned();
             let role = leg
                 .media()
@@ -1883,16 +1990,16 @@ impl Shard {
     /// A new offer of ours to a telephony member's phone, in the call (the other side of a
     /// re-INVITE); its answer comes through [`Shard::update_rtp`] or [`Shard::answer_rtp`].
     pub fn reoffer_rtp(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
-        let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
+        let missing = || JoinError::no_member(room, id);
         let (slot, member) = self.find(room, id).ok_or_else(missing)?;
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(missing)?;
         let offer = s.room.with_leg(member, out, |leg| {
             leg.as_rtp_mut()
-                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a telephony leg")))?
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?
                 .make_offer()
                 .map(str::to_owned)
-                .map_err(|e| JoinError::Unacceptable(e.to_string()))
+                .map_err(JoinError::from)
         });
         self.dispatch(slot);
         offer.ok_or_else(missing)?
@@ -1908,23 +2015,23 @@ impl Shard {
         crypto: &[zeroize::Zeroizing<String>],
         marks: &[crate::leg::SrtpMark],
     ) -> Result<(), JoinError> {
-        let missing = || JoinError::Unacceptable(format!("no member {id} in {room}"));
+        let missing = || JoinError::no_member(room, id);
         let (slot, member) = self.find(room, id).ok_or_else(missing)?;
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(missing)?;
         s.room
             .with_leg(member, out, |leg| {
-                let leg = leg.as_rtp_mut().ok_or_else(|| {
-                    JoinError::Unacceptable(format!("{id} is not a telephony leg"))
-                })?;
+                let leg = leg
+                    .as_rtp_mut()
+                    .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
                 leg.restore_keys(crypto)
                     .and_then(|()| leg.resume_srtp(marks))
-                    .map_err(|e| JoinError::Unacceptable(e.to_string()))
+                    .map_err(JoinError::from)
             })
             .ok_or_else(missing)?
     }
 
-    /// Whether `room` has a place for `who` (its limits), or [`JoinError::Full`].
+    /// Whether `room` has a place for `who` (its limits), or [`JoinError::RoomFull`].
     fn admit_member(&self, room: &str, who: &Who) -> Result<(), JoinError> {
         let members = self
             .room_index
@@ -1933,14 +2040,10 @@ impl Shard {
             .map_or(0, |s| s.room.participants() + s.room.piped_viewers());
         let cap = self.config.limits.cap_for(who);
         if members >= cap {
-            return Err(JoinError::Full(format!(
-                "the room is full ({members} participants{})",
-                if who.anonymous && cap < self.config.limits.members {
-                    "; the rest is kept for participants with a token"
-                } else {
-                    ""
-                }
-            )));
+            return Err(JoinError::RoomFull {
+                members,
+                reserved: who.anonymous && cap < self.config.limits.members,
+            });
         }
         Ok(())
     }
@@ -2138,13 +2241,12 @@ impl Shard {
         let (slot, _, n) = self.change_leg(room, id, |leg| {
             let leg = leg
                 .as_webrtc_mut()
-                .ok_or_else(|| JoinError::Unacceptable(format!("{id} is not a WebRTC leg")))?;
-            let n = leg.accept_reanswer(answer, revision).map_err(|_| {
-                JoinError::Unacceptable(match leg.reoffer_pending() {
-                    Some(r) => format!("the answer's revision is not our offer's ({r})"),
-                    None => "no offer of ours waits for an answer".into(),
-                })
-            })?;
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?;
+            let n = leg
+                .accept_reanswer(answer, revision)
+                .map_err(|_| JoinError::StaleAnswer {
+                    pending: leg.reoffer_pending(),
+                })?;
             Ok((None, n))
         })?;
         self.renegotiate(slot);
@@ -2173,9 +2275,7 @@ impl Shard {
             Some(settings) => {
                 let kept = self.mixing.len();
                 if kept >= self.config.limits.settings && !self.mixing.contains_key(room) {
-                    return Err(ControlError::Full(format!(
-                        "settings are kept for {kept} rooms already (max_room_settings)"
-                    )));
+                    return Err(ControlError::TooManySettings { kept });
                 }
                 self.mixing.insert(room.to_owned(), settings);
             }
@@ -2261,9 +2361,15 @@ impl Shard {
         };
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(|| missing(id))?;
-        let set = s.room.set_layer(member.id(), publisher, rid, now, out);
+        let found = s.room.set_layer(member.id(), publisher, rid, now, out);
         self.dispatch(slot);
-        set.map_err(ControlError::Invalid)
+        if found {
+            Ok(())
+        } else {
+            Err(ControlError::NoLayer {
+                rid: rid.map(str::to_owned),
+            })
+        }
     }
 
     /// Sends `msg` (the server's own) to participant `to` of `room`, or to every participant

@@ -257,12 +257,12 @@ fn the_certificate_reloads_without_a_restart_and_a_bad_one_is_refused() {
     std::fs::copy(&other.key, &files.key).unwrap();
     let e = server.reload_tls().unwrap_err();
     assert!(
-        e.contains("does not belong") && e.contains("tls_key"),
+        e.0.contains("does not belong") && e.0.contains("tls_key"),
         "{e}"
     );
     std::fs::write(&files.cert, "not a certificate").unwrap();
     let e = server.reload_tls().unwrap_err();
-    assert!(e.contains(&files.cert.display().to_string()), "{e}");
+    assert!(e.0.contains(&files.cert.display().to_string()), "{e}");
     assert_eq!(presented(addr, &anchor).unwrap(), fp);
     assert_eq!(server.gateway().stats().tls.totals().reloads, (1, 2));
     server.shutdown();

@@ -767,8 +767,8 @@ impl Room {
 
     /// Sets which simulcast layer `receiver` is sent of `publisher`'s (of every publisher's
     /// when `None`): the layer with rid `rid`, or the estimate's choice again with `None`. The
-    /// switch happens at the layer's next keyframe, which is asked for (on `out`). Err: no
-    /// such member, or a rid no such publisher sends.
+    /// switch happens at the layer's next keyframe, which is asked for (on `out`). Whether a
+    /// publisher it receives sends such a layer (false for no such member).
     pub fn set_layer(
         &mut self,
         receiver: MemberId,
@@ -776,10 +776,10 @@ impl Room {
         rid: Option<&str>,
         now: Instant,
         out: &mut RoomOut,
-    ) -> Result<(), String> {
+    ) -> bool {
         out.begin(self.tag);
         let Some(&r) = self.by_id.get(&receiver) else {
-            return Err(format!("no member {}", receiver.0));
+            return false;
         };
         let Room {
             members,
@@ -821,14 +821,7 @@ impl Room {
             }
         }
         self.ask_keyframes(now, out);
-        if found {
-            Ok(())
-        } else {
-            Err(match rid {
-                Some(rid) => format!("no simulcast publisher sends a layer {rid:?} to this member"),
-                None => "this member receives no simulcast publisher".into(),
-            })
-        }
+        found
     }
 
     /// The receive sections `member` lacks to be sent every publisher's streams at once: per

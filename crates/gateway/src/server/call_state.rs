@@ -142,22 +142,22 @@ const CLEAR: &str = "clear1:";
 impl Sealer {
     /// A sealer with the 256-bit key `hex` (64 hex digits, the content of
     /// `cluster_state_key`; white space around it is ignored).
-    pub fn with_key(hex: &str) -> Result<Sealer, String> {
+    pub fn with_key(hex: &str) -> Result<Sealer, StateError> {
         let hex = hex.trim();
         if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err("must hold 64 hex digits (a 256-bit key: `openssl rand -hex 32`)".into());
+            return Err(StateError::Key);
         }
         let mut raw = Zeroizing::new([0u8; 32]);
         for (i, b) in raw.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|e| e.to_string())?;
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| StateError::Key)?;
         }
-        let key = UnboundKey::new(&AES_256_GCM, raw.as_slice()).map_err(|e| e.to_string())?;
+        let key = UnboundKey::new(&AES_256_GCM, raw.as_slice()).map_err(|_| StateError::Crypto)?;
         Ok(Sealer::Sealed(LessSafeKey::new(key)))
     }
 
     /// The state as written to the directory.
-    pub fn seal(&self, state: &CallState) -> Result<String, String> {
-        let json = Zeroizing::new(serde_json::to_vec(state).map_err(|e| e.to_string())?);
+    pub fn seal(&self, state: &CallState) -> Result<String, StateError> {
+        let json = Zeroizing::new(serde_json::to_vec(state).map_err(StateError::Json)?);
         let b64 = base64::engine::general_purpose::STANDARD;
         match self {
             Sealer::Clear => Ok(format!(
@@ -166,14 +166,14 @@ impl Sealer {
             )),
             Sealer::Sealed(key) => {
                 let mut nonce = [0u8; NONCE_LEN];
-                getrandom::fill(&mut nonce).map_err(|e| e.to_string())?;
+                getrandom::fill(&mut nonce).map_err(|_| StateError::Crypto)?;
                 let mut out = json.to_vec();
                 key.seal_in_place_append_tag(
                     Nonce::assume_unique_for_key(nonce),
                     Aad::from(aad(&state.call_id).as_bytes()),
                     &mut out,
                 )
-                .map_err(|e| e.to_string())?;
+                .map_err(|_| StateError::Crypto)?;
                 let mut blob = nonce.to_vec();
                 blob.extend_from_slice(&out);
                 Ok(format!("{SEALED}{}", b64.encode(blob)))
@@ -183,14 +183,14 @@ impl Sealer {
 
     /// A state read from the directory for call `call_id`. Err: not one this node can open
     /// (sealed under another key, for another call, in clear where this node seals, damaged).
-    pub fn open(&self, call_id: &str, text: &str) -> Result<CallState, String> {
+    pub fn open(&self, call_id: &str, text: &str) -> Result<CallState, StateError> {
         let json: Zeroizing<Vec<u8>> = match (self, text.strip_prefix(SEALED)) {
             (Sealer::Sealed(key), Some(b64)) => {
                 let mut blob = base64::engine::general_purpose::STANDARD
                     .decode(b64)
-                    .map_err(|e| format!("sealed state: {e}"))?;
+                    .map_err(|_| StateError::Damaged)?;
                 if blob.len() < NONCE_LEN {
-                    return Err("sealed state: too short".into());
+                    return Err(StateError::Damaged);
                 }
                 let mut nonce = [0u8; NONCE_LEN];
                 nonce.copy_from_slice(&blob[..NONCE_LEN]);
@@ -201,33 +201,74 @@ impl Sealer {
                         Aad::from(aad(call_id).as_bytes()),
                         &mut sealed,
                     )
-                    .map_err(|_| {
-                        "sealed state does not open under cluster_state_key (another key, or not this call's)"
-                            .to_owned()
-                    })?
+                    .map_err(|_| StateError::DoesNotOpen)?
                     .to_vec();
                 sealed.zeroize();
                 Zeroizing::new(plain)
             }
             (Sealer::Clear, None) => match text.strip_prefix(CLEAR) {
                 Some(json) => Zeroizing::new(json.as_bytes().to_vec()),
-                None => return Err("not a call state".into()),
+                None => return Err(StateError::NotAState),
             },
-            (Sealer::Clear, Some(_)) => {
-                return Err("sealed state, and this node has no cluster_state_key".into())
-            }
-            (Sealer::Sealed(_), None) => {
-                return Err("state in clear, and this node takes sealed states only".into())
-            }
+            (Sealer::Clear, Some(_)) => return Err(StateError::SealedHere),
+            (Sealer::Sealed(_), None) => return Err(StateError::ClearHere),
         };
-        let state: CallState =
-            serde_json::from_slice(json.as_slice()).map_err(|e| format!("call state: {e}"))?;
+        let state: CallState = serde_json::from_slice(json.as_slice()).map_err(StateError::Json)?;
         if state.call_id != call_id {
-            return Err(format!("the state is call {:?}'s", state.call_id));
+            return Err(StateError::OtherCall(state.call_id.clone()));
         }
         Ok(state)
     }
 }
+
+/// Why a call's state was not sealed or opened, or a key not taken.
+#[derive(Debug)]
+pub enum StateError {
+    /// A `cluster_state_key` that is not 64 hex digits.
+    Key,
+    /// The cipher or the random source failed.
+    Crypto,
+    /// The state's JSON does not encode or decode.
+    Json(serde_json::Error),
+    /// A sealed state that is not base64, or too short.
+    Damaged,
+    /// A sealed state that does not open under this key (another key, or not this call's).
+    DoesNotOpen,
+    /// Neither sealed nor in clear.
+    NotAState,
+    /// A sealed state on a node without a key.
+    SealedHere,
+    /// A state in clear on a node that takes sealed states only.
+    ClearHere,
+    /// The state of another call (its call-id).
+    OtherCall(String),
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::Key => {
+                f.write_str("must hold 64 hex digits (a 256-bit key: `openssl rand -hex 32`)")
+            }
+            StateError::Crypto => f.write_str("the cipher failed"),
+            StateError::Json(e) => write!(f, "call state: {e}"),
+            StateError::Damaged => f.write_str("sealed state: not base64, or too short"),
+            StateError::DoesNotOpen => f.write_str(
+                "sealed state does not open under cluster_state_key (another key, or not this call's)",
+            ),
+            StateError::NotAState => f.write_str("not a call state"),
+            StateError::SealedHere => {
+                f.write_str("sealed state, and this node has no cluster_state_key")
+            }
+            StateError::ClearHere => {
+                f.write_str("state in clear, and this node takes sealed states only")
+            }
+            StateError::OtherCall(id) => write!(f, "the state is call {id:?}'s"),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
 
 /// The additional data a state is sealed with: its call-id, so a state moved to another
 /// call's field does not open.
@@ -272,13 +313,13 @@ mod tests {
         assert_eq!(at, back.members[0].rtp);
         assert_eq!(resume.crypto[0].as_str(), back.members[0].crypto[0]);
         let err = s.open("c2", &text).err().unwrap();
-        assert!(err.contains("does not open"), "{err}");
+        assert!(matches!(err, StateError::DoesNotOpen), "{err}");
         let other = Sealer::with_key(&KEY.replace("1f", "ff")).unwrap();
         assert!(other.open("c1", &text).is_err());
-        assert!(Sealer::Clear
-            .open("c1", &text)
-            .unwrap_err()
-            .contains("no cluster_state_key"));
+        assert!(matches!(
+            Sealer::Clear.open("c1", &text).unwrap_err(),
+            StateError::SealedHere
+        ));
         let mut bad = text.clone();
         bad.push('A');
         assert!(s.open("c1", &bad).is_err());
@@ -293,6 +334,7 @@ mod tests {
         assert!(s
             .open("c1", &text)
             .unwrap_err()
+            .to_string()
             .contains("sealed states only"));
     }
 
@@ -300,7 +342,10 @@ mod tests {
     fn a_bad_key_names_what_is_wrong() {
         for bad in ["", "00", &"zz".repeat(32), &"00".repeat(33)] {
             assert!(
-                Sealer::with_key(bad).unwrap_err().contains("64 hex digits"),
+                Sealer::with_key(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("64 hex digits"),
                 "{bad}"
             );
         }

@@ -258,15 +258,59 @@ enum Whence<'a> {
     Handed,
 }
 
+/// Why the cluster's directory did not answer a call.
+#[derive(Debug, Clone)]
+pub enum DirectoryError {
+    /// No answer within the deadline.
+    Timeout,
+    /// The connection or the command failed.
+    Redis(Arc<redis::RedisError>),
+    /// This node's record did not encode.
+    Encode(Arc<serde_json::Error>),
+}
+
+impl DirectoryError {
+    /// Whether the call certainly changed nothing: Redis refused it (an error reply: out of
+    /// memory, a read-only replica), or nothing reached it. A timeout or a connection lost on
+    /// the way leaves it unknown.
+    fn changed_nothing(&self) -> bool {
+        match self {
+            DirectoryError::Timeout => false,
+            DirectoryError::Redis(e) => {
+                !(e.is_io_error() || e.is_timeout()) || e.is_connection_refusal()
+            }
+            DirectoryError::Encode(_) => true,
+        }
+    }
+}
+
+impl From<redis::RedisError> for DirectoryError {
+    fn from(e: redis::RedisError) -> DirectoryError {
+        DirectoryError::Redis(Arc::new(e))
+    }
+}
+
+impl std::fmt::Display for DirectoryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DirectoryError::Timeout => write!(f, "no answer within {CALL_TIMEOUT:?}"),
+            DirectoryError::Redis(e) => e.fmt(f),
+            DirectoryError::Encode(e) => write!(f, "the node's record: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DirectoryError {}
+
 /// Why a node's calls cannot be handed over.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum HandoverError {
     /// The node keeps no telephony calls (no `cluster_state_key`, or no ng socket).
     KeepsNoCalls,
     /// The node asked for cannot take them (why).
     NotAReceiver(String),
-    /// The directory did not answer (why).
-    Directory(String),
+    /// The directory did not answer.
+    Directory(DirectoryError),
 }
 
 impl std::fmt::Display for HandoverError {
@@ -311,11 +355,12 @@ fn elsewhere(rec: NodeRecord) -> Placement {
 }
 
 /// A Redis call with the deadline.
-async fn call<T>(f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, String> {
+async fn call<T>(
+    f: impl std::future::Future<Output = redis::RedisResult<T>>,
+) -> Result<T, DirectoryError> {
     match tokio::time::timeout(CALL_TIMEOUT, f).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {CALL_TIMEOUT:?}")),
+        Ok(r) => Ok(r?),
+        Err(_) => Err(DirectoryError::Timeout),
     }
 }
 
@@ -330,9 +375,8 @@ impl Cluster {
         gateway: Arc<Gateway>,
         keeping: Keeping,
         standby: bool,
-    ) -> Result<Arc<Cluster>, String> {
-        let client = redis::Client::open(redis_url)
-            .map_err(|e| format!("cluster_redis {redis_url:?}: {e}"))?;
+    ) -> Result<Arc<Cluster>, redis::RedisError> {
+        let client = redis::Client::open(redis_url)?;
         let since = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -391,7 +435,7 @@ impl Cluster {
     /// Drains the node (`true`: new rooms go to the other nodes, while the rooms it has keep
     /// their sessions and take new ones until they end) or takes it back (`false`); its
     /// record says so at once.
-    pub async fn set_draining(&self, draining: bool) -> Result<(), String> {
+    pub async fn set_draining(&self, draining: bool) -> Result<(), DirectoryError> {
         if self.draining.swap(draining, Ordering::Relaxed) != draining {
             tracing::info!(node = %self.node, draining, "cluster node drain changed");
         }
@@ -400,7 +444,7 @@ impl Cluster {
     }
 
     /// The connection (a handle on it: the manager reconnects by itself).
-    async fn conn(&self) -> Result<ConnectionManager, String> {
+    async fn conn(&self) -> Result<ConnectionManager, DirectoryError> {
         self.redis
             .get_or_try_init(|| async {
                 let config = redis::aio::ConnectionManagerConfig::new()
@@ -410,7 +454,7 @@ impl Cluster {
                     .set_max_delay(Duration::from_secs(1));
                 self.client
                     .get_connection_manager_lazy(config)
-                    .map_err(|e| e.to_string())
+                    .map_err(DirectoryError::from)
             })
             .await
             .cloned()
@@ -421,7 +465,7 @@ impl Cluster {
     }
 
     /// Notes how a Redis call went (the error logged once per change of state).
-    fn note<T>(&self, r: Result<T, String>) -> Result<T, String> {
+    fn note<T>(&self, r: Result<T, DirectoryError>) -> Result<T, DirectoryError> {
         match &r {
             Ok(_) => {
                 if !self.up.swap(true, Ordering::Relaxed) {
@@ -526,7 +570,7 @@ impl Cluster {
     }
 
     /// Writes calls `ids` as this node keeps them now (a call no longer kept is removed).
-    async fn write_states(&self, ids: &[String]) -> Result<(), String> {
+    async fn write_states(&self, ids: &[String]) -> Result<(), DirectoryError> {
         let Some(k) = &self.calls else { return Ok(()) };
         let mut pipe = redis::pipe();
         {
@@ -548,7 +592,7 @@ impl Cluster {
     /// Takes over the calls of each node of `cluster_takeover` whose record is gone (its lease
     /// ran out, or it left), and, once at start, this node's own calls that a previous life of
     /// it left (a restart).
-    async fn take_over(&self) -> Result<(), String> {
+    async fn take_over(&self) -> Result<(), DirectoryError> {
         let Some(k) = &self.calls else { return Ok(()) };
         if !k.reclaimed.load(Ordering::Relaxed) {
             self.take_calls_of(k, &self.node).await?;
@@ -570,7 +614,7 @@ impl Cluster {
     }
 
     /// Moves `node`'s calls to this node unless its record is there (see [`Cluster::take_from`]).
-    async fn take_calls_of(&self, k: &KeptCalls, node: &str) -> Result<(), String> {
+    async fn take_calls_of(&self, k: &KeptCalls, node: &str) -> Result<(), DirectoryError> {
         let whence = if node == self.node {
             Whence::Restart
         } else {
@@ -589,7 +633,7 @@ impl Cluster {
         from: &str,
         record: &str,
         whence: Whence<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), DirectoryError> {
         let script = redis::cmd("EVAL")
             .arg(TAKE)
             .arg(3)
@@ -659,29 +703,15 @@ impl Cluster {
             pipe.set(room_key(&format!("call:{id}")), to).ignore();
             pipe.hdel(calls_key(&self.node), id).ignore();
         }
-        // Whether a failed transaction certainly changed nothing: Redis refused it (an error
-        // reply: out of memory, a read-only replica), or nothing reached it. A timeout or a
-        // connection lost on the way leaves it unknown.
         let r = match self.conn().await {
-            Ok(mut c) => {
-                match tokio::time::timeout(CALL_TIMEOUT, pipe.query_async::<()>(&mut c)).await {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err((
-                        !(e.is_io_error() || e.is_timeout()) || e.is_connection_refusal(),
-                        e.to_string(),
-                    )),
-                    Err(_) => Err((false, format!("no answer within {CALL_TIMEOUT:?}"))),
-                }
-            }
-            Err(e) => Err((true, e)),
+            Ok(mut c) => call(pipe.query_async::<()>(&mut c)).await,
+            Err(e) => Err(e),
         };
-        let Err((unchanged, e)) = r else {
-            let _ = self.note(Ok(()));
+        let Err(e) = self.note(r) else {
             tracing::info!(to, calls = states.len(), "calls handed over");
             return Ok(states.len());
         };
-        let _ = self.note::<()>(Err(e.clone()));
-        if unchanged {
+        if e.changed_nothing() {
             self.keep_after_failed_handover(k, states);
         } else {
             // Made here again they could run on two nodes: left to `to`, which takes them if
@@ -793,10 +823,10 @@ impl Cluster {
     /// went are released. A steady room costs no write. When the record was missing (the first
     /// renewal, a lease that ran out, a Redis that restarted empty), every room here is written
     /// again. Every [`SWEEP_EVERY`] renewals, rooms of nodes that are gone are released.
-    async fn renew(&self) -> Result<(), String> {
+    async fn renew(&self) -> Result<(), DirectoryError> {
         let rooms = self.rooms_here().await;
-        let json =
-            serde_json::to_string(&self.own_record(rooms.len())).map_err(|e| e.to_string())?;
+        let json = serde_json::to_string(&self.own_record(rooms.len()))
+            .map_err(|e| DirectoryError::Encode(Arc::new(e)))?;
         let mut c = self.conn().await?;
         let set = redis::cmd("SET")
             .arg(node_key(&self.node))
@@ -848,7 +878,7 @@ impl Cluster {
     }
 
     /// Writes every kept call's state again (the directory lost them, or never had them).
-    async fn rewrite_states(&self) -> Result<(), String> {
+    async fn rewrite_states(&self) -> Result<(), DirectoryError> {
         let Some(k) = &self.calls else { return Ok(()) };
         let ids: Vec<String> = k
             .states
@@ -888,7 +918,7 @@ impl Cluster {
     /// Releases the rooms whose owner is no live node, and those that name this node but that
     /// it has not held for a whole sweep (claimed on its behalf by a node whose client then
     /// never came here).
-    async fn sweep(&self, n: u64) -> Result<(), String> {
+    async fn sweep(&self, n: u64) -> Result<(), DirectoryError> {
         let (live, owners) = self.owners().await?;
         let held = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut stale: Vec<(String, String)> = Vec::new();
@@ -926,7 +956,7 @@ impl Cluster {
     }
 
     /// The live nodes, and every room's owner as the directory says.
-    async fn owners(&self) -> Result<(Vec<NodeRecord>, Vec<(String, String)>), String> {
+    async fn owners(&self) -> Result<(Vec<NodeRecord>, Vec<(String, String)>), DirectoryError> {
         let live = self.live_nodes().await?;
         let keys = self.keys(&format!("{PREFIX}room:*")).await?;
         let mut owners = Vec::with_capacity(keys.len());
@@ -961,7 +991,7 @@ impl Cluster {
         }
     }
 
-    async fn place_in_directory(&self, room: &str) -> Result<Placement, String> {
+    async fn place_in_directory(&self, room: &str) -> Result<Placement, DirectoryError> {
         let mut c = self.conn().await?;
         let key = room_key(room);
         let owner: Option<String> = call(c.get(&key)).await?;
@@ -1027,7 +1057,7 @@ impl Cluster {
         }
     }
 
-    async fn owner_in_directory(&self, room: &str) -> Result<Placement, String> {
+    async fn owner_in_directory(&self, room: &str) -> Result<Placement, DirectoryError> {
         let mut c = self.conn().await?;
         let owner: Option<String> = call(c.get(room_key(room))).await?;
         match owner {
@@ -1040,14 +1070,14 @@ impl Cluster {
     }
 
     /// A node's record, if its lease runs.
-    async fn record(&self, node: &str) -> Result<Option<NodeRecord>, String> {
+    async fn record(&self, node: &str) -> Result<Option<NodeRecord>, DirectoryError> {
         let mut c = self.conn().await?;
         let json: Option<String> = call(c.get(node_key(node))).await?;
         Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
     }
 
     /// The keys under `pattern` (SCAN: never blocks the server the way KEYS would).
-    async fn keys(&self, pattern: &str) -> Result<Vec<String>, String> {
+    async fn keys(&self, pattern: &str) -> Result<Vec<String>, DirectoryError> {
         let mut c = self.conn().await?;
         let mut keys = Vec::new();
         let mut cursor: u64 = 0;
@@ -1069,7 +1099,7 @@ impl Cluster {
     }
 
     /// The records of the nodes whose lease runs.
-    async fn live_nodes(&self) -> Result<Vec<NodeRecord>, String> {
+    async fn live_nodes(&self) -> Result<Vec<NodeRecord>, DirectoryError> {
         let keys = self.keys(&format!("{PREFIX}node:*")).await?;
         if keys.is_empty() {
             return Ok(Vec::new());
@@ -1084,12 +1114,12 @@ impl Cluster {
     }
 
     /// The cluster as the directory says now.
-    pub async fn view(&self) -> Result<ClusterView, String> {
+    pub async fn view(&self) -> Result<ClusterView, DirectoryError> {
         let r = self.view_of_directory().await;
         self.note(r)
     }
 
-    async fn view_of_directory(&self) -> Result<ClusterView, String> {
+    async fn view_of_directory(&self) -> Result<ClusterView, DirectoryError> {
         let (records, owners) = self.owners().await?;
         let mut c = self.conn().await?;
         let mut nodes = Vec::with_capacity(records.len());

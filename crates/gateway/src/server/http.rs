@@ -27,11 +27,13 @@
 //! path it was made on; `/api/…` an `admin` or `list` grant; `/metrics` the admin key (or its
 //! own listener, `metrics`). Room names are checked the same way on every route.
 //!
-//! Errors are the status the standard names with a one-line `text/plain` reason: 400 bad SDP or
-//! room name, 401 no usable credential, 403 a credential that does not reach, 404 unknown room
-//! or resource, 412 stale `If-Match`, 413 oversized body, 415 wrong content type, 422 an offer
-//! with nothing we can answer, 428 PATCH without `If-Match`, 429 too many unfinished offers from
-//! one source, 503 full or shutting down.
+//! Errors are the status the standard names with a one-line `text/plain` reason, each kind of
+//! refusal mapped once in [`super::error::ApiError`] (which the ng socket's `error-reason`
+//! shares): 400 bad SDP, JSON or room name, 401 no usable credential, 403 a credential that
+//! does not reach, 404 unknown room or resource, 409 an answer no offer of ours waits for, 412
+//! stale `If-Match`, 413 oversized body, 415 wrong content type, 422 an offer with nothing we
+//! can answer, 428 PATCH without `If-Match`, 429 too many unfinished offers from one source,
+//! 503 full, overloaded or shutting down.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -49,10 +51,11 @@ use secrelay_wire::sdp_rtp::{parse_rtp, Transport};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::auth::{Caller, Failure, Need, Policy};
-use super::cluster::{Cluster, HandoverError, Placement};
+use super::cluster::{Cluster, Placement};
+use super::error::Refused;
 use super::per_source::SourceKey;
 use super::stats::{StateCollector, StatsCollector};
-use super::{Gateway, JoinError, JoinKind, Lifecycle, Who};
+use super::{ApiError, Gateway, JoinKind, Lifecycle, Who};
 use crate::ice_lite::Credentials;
 use crate::leg::{CodecId, RtpOfferSpec};
 use crate::transcode::MixSettings;
@@ -314,7 +317,7 @@ pub(crate) fn router(
     access: Arc<Access>,
     turn: Option<Arc<super::turn::TurnService>>,
     cluster: Option<Arc<Cluster>>,
-) -> Result<Signaling, String> {
+) -> Result<Signaling, super::config::ConfigError> {
     let resources = Resources::default();
     let hook_stats = Arc::new(super::webhooks::HookStats::default());
     let (hooks, deliveries) = super::webhooks::start(gateway.config(), hook_stats.clone())?;
@@ -466,6 +469,10 @@ pub(crate) fn router(
             body_timeout,
         ))
         .layer(cors)
+        .layer(axum::middleware::map_response_with_state(
+            state.clone(),
+            count_refusal,
+        ))
         .with_state(state.clone());
     let metrics = Router::new()
         .route(
@@ -473,6 +480,10 @@ pub(crate) fn router(
             get(|State(s): State<AppState>| async move { metrics_text(&s) }),
         )
         .route("/healthz", get(healthz))
+        .layer(axum::middleware::map_response_with_state(
+            state.clone(),
+            count_refusal,
+        ))
         .with_state(state);
     let mut tasks: Vec<Task> = vec![Box::pin(sweeper), Box::pin(lifecycle)];
     tasks.extend(deliveries.into_iter().map(|d| Box::pin(d) as Task));
@@ -483,30 +494,13 @@ pub(crate) fn router(
     })
 }
 
-fn refuse(state: &AppState, status: StatusCode, reason: impl Into<String>) -> Response {
-    state
-        .gateway
-        .stats()
-        .http_refused
-        .fetch_add(1, Ordering::Relaxed);
-    // One line, whatever the reason quotes (parser errors echo the offending input), and
-    // bounded: the input came from the network.
-    let mut line: String = reason
-        .into()
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(300)
-        .collect();
-    line.push('\n');
-    let mut r = (
-        status,
-        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-        line,
-    )
-        .into_response();
-    if status == StatusCode::UNAUTHORIZED {
-        r.headers_mut()
-            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+/// Counts a refusal ([`ApiError`]'s response) in `secrelay_http_refused_total`.
+async fn count_refusal(State(s): State<AppState>, r: Response) -> Response {
+    if r.extensions().get::<Refused>().is_some() {
+        s.gateway
+            .stats()
+            .http_refused
+            .fetch_add(1, Ordering::Relaxed);
     }
     r
 }
@@ -530,24 +524,19 @@ fn valid_call_room(room: &str) -> bool {
 const ROOM_NAME_RULE: &str = "a room name is 1-64 characters of A-Z a-z 0-9 - _ .";
 
 /// 400 unless `room` is a room name (or, where `calls` says so, an ng call's).
-fn room_name(s: &AppState, room: &str, calls: bool) -> Result<(), Box<Response>> {
+fn room_name(room: &str, calls: bool) -> Result<(), ApiError> {
     if valid_room(room) || (calls && valid_call_room(room)) {
         Ok(())
     } else {
-        Err(Box::new(refuse(s, StatusCode::BAD_REQUEST, ROOM_NAME_RULE)))
+        Err(ApiError::bad(ROOM_NAME_RULE))
     }
 }
 
 impl AppState {
     /// Counts a refusal and answers it (401 with `WWW-Authenticate`, or 403).
-    fn deny(&self, f: Failure) -> Box<Response> {
+    fn deny(&self, f: Failure) -> ApiError {
         self.access.stats.count(f);
-        let status = if f.status() == 403 {
-            StatusCode::FORBIDDEN
-        } else {
-            StatusCode::UNAUTHORIZED
-        };
-        Box::new(refuse(self, status, f.reason()))
+        ApiError::Denied(f)
     }
 
     /// Who sent the request, its credential checked against `room` when it names one.
@@ -555,7 +544,7 @@ impl AppState {
         &self,
         headers: &HeaderMap,
         room: Option<&str>,
-    ) -> Result<(Arc<Policy>, Caller), Box<Response>> {
+    ) -> Result<(Arc<Policy>, Caller), ApiError> {
         let policy = self.access.policy();
         let credential = headers
             .get(header::AUTHORIZATION)
@@ -567,12 +556,7 @@ impl AppState {
     }
 
     /// The caller, if it may do `need` in `room`.
-    fn allow(
-        &self,
-        headers: &HeaderMap,
-        room: &str,
-        need: Need<'_>,
-    ) -> Result<Caller, Box<Response>> {
+    fn allow(&self, headers: &HeaderMap, room: &str, need: Need<'_>) -> Result<Caller, ApiError> {
         let (policy, caller) = self.caller(headers, Some(room))?;
         policy
             .allow(&caller, room, need)
@@ -590,8 +574,8 @@ impl AppState {
         room: &str,
         id: &str,
         ended_too: bool,
-    ) -> Result<Resource, Box<Response>> {
-        room_name(self, room, false)?;
+    ) -> Result<Resource, ApiError> {
+        room_name(room, false)?;
         let (policy, caller) = self.caller(headers, Some(room))?;
         policy.reach(&caller, room).map_err(|f| self.deny(f))?;
         let found = self
@@ -600,11 +584,7 @@ impl AppState {
             .filter(|r| r.room == room && r.kind == kind && (ended_too || r.ended.is_none()))
             .cloned();
         let Some(res) = found else {
-            return Err(Box::new(refuse(
-                self,
-                StatusCode::NOT_FOUND,
-                "no such session",
-            )));
+            return Err(ApiError::not_found("no such session"));
         };
         policy
             .allow(&caller, room, Need::Own(res.owner.as_deref()))
@@ -716,22 +696,22 @@ async fn offer(
 ) -> Response {
     let caller = match admit_to_room(&s, &room, &headers, need_of(kind)) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     // A room another node owns: its offers go there, unread here.
     if let Some(r) = to_owner(&s, &room, &uri).await {
         return r;
     }
-    let text = match sdp_body(&s, &headers, &body, "the offer") {
+    let text = match sdp_body(&headers, &body, "the offer") {
         Ok(t) => t,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let offer = match parse_offer(text) {
         Ok(o) => o,
-        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
+        Err(e) => return ApiError::bad(format!("bad SDP offer: {e}")).into_response(),
     };
-    if let Err(r) = room_for_one_more(&s, &room, &caller, source) {
-        return *r;
+    if let Err(e) = room_for_one_more(&s, &room, &caller, source) {
+        return e.into_response();
     }
     let remote_ufrag = offer.ice_ufrag.clone();
     match s.gateway.join(&room, offer, kind, who(&caller)).await {
@@ -777,7 +757,7 @@ async fn offer(
             }
             r
         }
-        Err(e) => join_refused(&s, e),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -800,7 +780,7 @@ async fn ice_servers(
 ) -> Response {
     let caller = match admit_to_room(&s, &room, &headers, Need::Media) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let body = match &s.turn {
         Some(t) => t
@@ -828,37 +808,20 @@ fn admit_to_room(
     room: &str,
     headers: &HeaderMap,
     need: Need<'_>,
-) -> Result<Caller, Box<Response>> {
-    room_name(s, room, false)?;
+) -> Result<Caller, ApiError> {
+    room_name(room, false)?;
     s.allow(headers, room, need)
 }
 
 /// The body as SDP text (`what`: how the refusal names it): `application/sdp`, UTF-8.
-fn sdp_body<'b>(
-    s: &AppState,
-    headers: &HeaderMap,
-    body: &'b Bytes,
-    what: &str,
-) -> Result<&'b str, Box<Response>> {
+fn sdp_body<'b>(headers: &HeaderMap, body: &'b Bytes, what: &str) -> Result<&'b str, ApiError> {
     if !content_type_is(headers, "application/sdp") {
-        return Err(Box::new(refuse(
-            s,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            format!("{what} must be sent as Content-Type: application/sdp"),
-        )));
+        return Err(ApiError::UnsupportedMediaType(
+            format!("{what} must be sent as Content-Type: application/sdp").into(),
+        ));
     }
-    std::str::from_utf8(body).map_err(|_| {
-        Box::new(refuse(
-            s,
-            StatusCode::BAD_REQUEST,
-            format!("{what} is not UTF-8"),
-        ))
-    })
+    std::str::from_utf8(body).map_err(|_| ApiError::bad(format!("{what} is not UTF-8")))
 }
-
-/// Seconds a client refused for load is told to wait (`Retry-After`): a few of the workers'
-/// load intervals, so that the load it sees next is a new one.
-const RETRY_AFTER_SECS: u64 = 2;
 
 /// Whether the gateway takes one more participant from `caller` (at `source`) in `room`: an
 /// anonymous caller's source has fewer than `max_pending_offers_per_source` anonymous sessions
@@ -871,7 +834,7 @@ fn room_for_one_more(
     room: &str,
     caller: &Caller,
     source: Option<SourceKey>,
-) -> Result<(), Box<Response>> {
+) -> Result<(), ApiError> {
     let config = s.gateway.config();
     let anonymous = !caller.authenticated();
     let (live, pending) = {
@@ -887,14 +850,7 @@ fn room_for_one_more(
         })
     };
     if anonymous && pending >= config.max_pending_offers_per_source {
-        let mut r = refuse(
-            s,
-            StatusCode::TOO_MANY_REQUESTS,
-            format!("{pending} sessions from this address are not connected yet (max_pending_offers_per_source)"),
-        );
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-        return Err(Box::new(r));
+        return Err(ApiError::TooManyPending { pending });
     }
     // The gauge (workers publish it a few times a second) or the sessions made here, whichever
     // is higher: a burst of offers between two publications is counted too.
@@ -906,47 +862,17 @@ fn room_for_one_more(
     };
     let who = who(caller);
     let cap = limits.cap_for(&who) as u64;
-    let why = if alive >= cap {
+    if alive >= cap {
         let kept = if who.anonymous && cap < limits.members as u64 {
             "; the rest is kept for participants with a token"
         } else {
             ""
         };
-        format!("the gateway is full ({alive} participants{kept})")
-    } else if let Err(why) = s.gateway.admit(room) {
-        why
-    } else {
-        return Ok(());
-    };
-    let mut r = refuse(s, StatusCode::SERVICE_UNAVAILABLE, why);
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-    Err(Box::new(r))
-}
-
-fn join_refused(s: &AppState, e: JoinError) -> Response {
-    match e {
-        JoinError::Unacceptable(why) => refuse(
-            s,
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("cannot answer the offer: {why}"),
-        ),
-        JoinError::ShuttingDown => refuse(
-            s,
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the gateway is shutting down",
-        ),
-        JoinError::Full(why) => {
-            let mut r = refuse(
-                s,
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("no place for another participant: {why}"),
-            );
-            r.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-            r
-        }
+        return Err(ApiError::Busy(format!(
+            "the gateway is full ({alive} participants{kept})"
+        )));
     }
+    s.gateway.admit(room)
 }
 
 /// `POST /rooms/{room}/rtp`: a telephony leg (plain RTP or SDES-SRTP) from an SDP offer.
@@ -960,26 +886,26 @@ async fn rtp_offer(
 ) -> Response {
     let caller = match admit_to_room(&s, &room, &headers, Need::Join) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     if let Some(r) = to_owner(&s, &room, &uri).await {
         return r;
     }
     let source = client.map(|c| SourceKey::of(c.0 .0));
-    let text = match sdp_body(&s, &headers, &body, "the offer") {
+    let text = match sdp_body(&headers, &body, "the offer") {
         Ok(t) => t,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let offer = match parse_rtp(text) {
         Ok(o) => o,
-        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP offer: {e}")),
+        Err(e) => return ApiError::bad(format!("bad SDP offer: {e}")).into_response(),
     };
-    if let Err(r) = room_for_one_more(&s, &room, &caller, source) {
-        return *r;
+    if let Err(e) = room_for_one_more(&s, &room, &caller, source) {
+        return e.into_response();
     }
     match s.gateway.join_rtp(&room, offer, who(&caller)).await {
         Ok(j) => rtp_created(&s, room, &caller, source, j.id, j.answer),
-        Err(e) => join_refused(&s, e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -998,13 +924,13 @@ struct OfferRequest {
 }
 
 impl OfferRequest {
-    fn spec(self, sdes_default: &[secrelay_srtp::Profile]) -> Result<RtpOfferSpec, String> {
+    fn spec(self, sdes_default: &[secrelay_srtp::Profile]) -> Result<RtpOfferSpec, ApiError> {
         let transport = Transport::parse(self.transport.as_deref().unwrap_or("RTP/AVP"));
         if !(transport.is_plain() || transport.is_sdes()) {
-            return Err(format!(
+            return Err(ApiError::bad(format!(
                 "transport {}: RTP/AVP, RTP/AVPF, RTP/SAVP or RTP/SAVPF",
                 transport.as_str()
-            ));
+            )));
         }
         let codecs = match self.codecs {
             None => CodecId::DEFAULT_AUDIO.to_vec(),
@@ -1012,20 +938,25 @@ impl OfferRequest {
                 .iter()
                 .map(|n| {
                     CodecId::by_name(n).filter(|c| c.is_audio()).ok_or_else(|| {
-                        format!("codec {n:?}: opus, PCMU, PCMA, G722 or telephone-event")
+                        ApiError::bad(format!(
+                            "codec {n:?}: opus, PCMU, PCMA, G722 or telephone-event"
+                        ))
                     })
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
         if codecs.is_empty() {
-            return Err("codecs: name at least one".into());
+            return Err(ApiError::bad("codecs: name at least one"));
         }
         let suites = match (transport.is_sdes(), self.suites) {
             (false, _) => Vec::new(),
             (true, None) => sdes_default.to_vec(),
             (true, Some(names)) => names
                 .iter()
-                .map(|n| n.parse().map_err(|e| format!("suite {n:?}: {e}")))
+                .map(|n| {
+                    n.parse()
+                        .map_err(|e| ApiError::bad(format!("suite {n:?}: {e}")))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
         };
         Ok(RtpOfferSpec {
@@ -1050,7 +981,7 @@ async fn rtp_make_offer(
 ) -> Response {
     let caller = match admit_to_room(&s, &room, &headers, Need::Join) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     if let Some(r) = to_owner(&s, &room, &uri).await {
         return r;
@@ -1059,27 +990,26 @@ async fn rtp_make_offer(
     let request = if body.iter().all(u8::is_ascii_whitespace) {
         OfferRequest::default()
     } else if !content_type_is(&headers, "application/json") {
-        return refuse(
-            &s,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "what to offer is sent as Content-Type: application/json (or nothing)",
-        );
+        return ApiError::UnsupportedMediaType(
+            "what to offer is sent as Content-Type: application/json (or nothing)".into(),
+        )
+        .into_response();
     } else {
         match serde_json::from_slice::<OfferRequest>(&body) {
             Ok(r) => r,
-            Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad request: {e}")),
+            Err(e) => return ApiError::bad(format!("bad request: {e}")).into_response(),
         }
     };
     let spec = match request.spec(&s.gateway.config().sdes_profiles().unwrap_or_default()) {
         Ok(spec) => spec,
-        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad request: {why}")),
+        Err(e) => return e.into_response(),
     };
-    if let Err(r) = room_for_one_more(&s, &room, &caller, source) {
-        return *r;
+    if let Err(e) = room_for_one_more(&s, &room, &caller, source) {
+        return e.into_response();
     }
     match s.gateway.offer_rtp(&room, spec, who(&caller)).await {
         Ok(j) => rtp_created(&s, room, &caller, source, j.id, j.answer),
-        Err(e) => join_refused(&s, e),
+        Err(e) => e.into_response(),
     }
 }
 
@@ -1127,16 +1057,16 @@ async fn rtp_update(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    if let Err(r) = s.own_resource(&headers, JoinKind::Rtp, &room, &id, false) {
-        return *r;
+    if let Err(e) = s.own_resource(&headers, JoinKind::Rtp, &room, &id, false) {
+        return e.into_response();
     }
-    let text = match sdp_body(&s, &headers, &body, "the SDP") {
+    let text = match sdp_body(&headers, &body, "the SDP") {
         Ok(t) => t,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let sdp = match parse_rtp(text) {
         Ok(o) => o,
-        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("bad SDP: {e}")),
+        Err(e) => return ApiError::bad(format!("bad SDP: {e}")).into_response(),
     };
     match s.gateway.update_rtp(&room, &id, sdp).await {
         Ok(None) => StatusCode::NO_CONTENT.into_response(),
@@ -1148,7 +1078,7 @@ async fn rtp_update(
             );
             r
         }
-        Err(e) => join_refused(&s, e),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -1181,11 +1111,11 @@ async fn resource_events(
     headers: HeaderMap,
     kind: JoinKind,
 ) -> Response {
-    if let Err(r) = s.own_resource(&headers, kind, &room, &id, false) {
-        return *r;
+    if let Err(e) = s.own_resource(&headers, kind, &room, &id, false) {
+        return e.into_response();
     }
     let Some(rx) = s.gateway.listen(&room, &id).await else {
-        return refuse(&s, StatusCode::NOT_FOUND, "no such WebRTC session");
+        return ApiError::not_found("no such WebRTC session").into_response();
     };
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         let n = rx.recv().await?;
@@ -1210,34 +1140,30 @@ async fn reanswer_resource(
     body: Bytes,
     kind: JoinKind,
 ) -> Response {
-    if let Err(r) = s.own_resource(&headers, kind, &room, &id, false) {
-        return *r;
+    if let Err(e) = s.own_resource(&headers, kind, &room, &id, false) {
+        return e.into_response();
     }
-    let text = match sdp_body(&s, &headers, &body, "the answer to our offer") {
+    let text = match sdp_body(&headers, &body, "the answer to our offer") {
         Ok(t) => t,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let revision = match headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) {
         None => None,
         Some(v) => match v.trim().trim_matches('"').parse::<u64>() {
             Ok(r) => Some(r),
             Err(_) => {
-                return refuse(
-                    &s,
-                    StatusCode::BAD_REQUEST,
-                    "If-Match names the offer's revision (a number)",
-                )
+                return ApiError::bad("If-Match names the offer's revision (a number)")
+                    .into_response()
             }
         },
     };
     let answer = match secrelay_wire::sdp::parse_offer(text) {
         Ok(a) => a,
-        Err(e) => return refuse(&s, StatusCode::BAD_REQUEST, format!("the answer: {e}")),
+        Err(e) => return ApiError::bad(format!("the answer: {e}")).into_response(),
     };
     match s.gateway.answer_reoffer(&room, &id, answer, revision).await {
         Ok(_) => StatusCode::NO_CONTENT.into_response(),
-        Err(JoinError::Unacceptable(why)) => refuse(&s, StatusCode::CONFLICT, why),
-        Err(e) => join_refused(&s, e),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -1251,34 +1177,29 @@ async fn patch_resource(
 ) -> Response {
     let res = match s.own_resource(&headers, kind, &room, &id, false) {
         Ok(r) => r,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     if !content_type_is(&headers, "application/trickle-ice-sdpfrag") {
-        return refuse(
-            &s,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "PATCH takes Content-Type: application/trickle-ice-sdpfrag",
-        );
+        return ApiError::UnsupportedMediaType(
+            "PATCH takes Content-Type: application/trickle-ice-sdpfrag".into(),
+        )
+        .into_response();
     }
     let Some(if_match) = headers.get(header::IF_MATCH).and_then(|v| v.to_str().ok()) else {
-        return refuse(
-            &s,
-            StatusCode::PRECONDITION_REQUIRED,
+        return ApiError::PreconditionRequired(
             "PATCH needs If-Match (the ETag, or * for an ICE restart)",
-        );
+        )
+        .into_response();
     };
     let Ok(text) = std::str::from_utf8(&body) else {
-        return refuse(&s, StatusCode::BAD_REQUEST, "the fragment is not UTF-8");
+        return ApiError::bad("the fragment is not UTF-8").into_response();
     };
     let creds = sdpfrag_credentials(text);
     let restart = creds.as_ref().is_some_and(|c| c.ufrag != res.remote_ufrag);
     let tag_ok = if_match.trim() == res.etag || (restart && if_match.trim() == "*");
     if !tag_ok {
-        return refuse(
-            &s,
-            StatusCode::PRECONDITION_FAILED,
-            "If-Match does not match the session's ETag",
-        );
+        return ApiError::PreconditionFailed("If-Match does not match the session's ETag")
+            .into_response();
     }
     match creds.filter(|_| restart) {
         // New credentials: an ICE restart. Our new ones go back in a fragment.
@@ -1286,7 +1207,7 @@ async fn patch_resource(
             let remote_ufrag = remote.ufrag.clone();
             let Some(local) = s.gateway.ice_restart(&room, &id, remote).await else {
                 s.resources().remove(&id);
-                return refuse(&s, StatusCode::NOT_FOUND, "no such session");
+                return ApiError::not_found("no such session").into_response();
             };
             let etag = format!("\"{}\"", local.ufrag);
             if let Some(r) = s.resources().get_mut(&id) {
@@ -1329,8 +1250,8 @@ async fn leave_resource(
     headers: HeaderMap,
     kind: JoinKind,
 ) -> Response {
-    if let Err(r) = s.own_resource(&headers, kind, &room, &id, true) {
-        return *r;
+    if let Err(e) = s.own_resource(&headers, kind, &room, &id, true) {
+        return e.into_response();
     }
     remove(s, room, id, StatusCode::OK).await
 }
@@ -1345,7 +1266,7 @@ async fn remove(s: AppState, room: String, id: String, ok: StatusCode) -> Respon
     if s.gateway.leave(&room, &id).await || known {
         ok.into_response()
     } else {
-        refuse(&s, StatusCode::NOT_FOUND, "no such session")
+        ApiError::not_found("no such session").into_response()
     }
 }
 
@@ -1359,11 +1280,11 @@ async fn resource_room(
     headers: HeaderMap,
     kind: JoinKind,
 ) -> Response {
-    if let Err(r) = s.own_resource(&headers, kind, &room, &id, false) {
-        return *r;
+    if let Err(e) = s.own_resource(&headers, kind, &room, &id, false) {
+        return e.into_response();
     }
     let Some(snapshot) = s.gateway.rooms(Some(&room)).await.into_iter().next() else {
-        return refuse(&s, StatusCode::NOT_FOUND, "no such room");
+        return ApiError::not_found("no such room").into_response();
     };
     Json(member_view(&snapshot, &id)).into_response()
 }
@@ -1445,15 +1366,11 @@ fn cluster_caller(
     s: &AppState,
     headers: &HeaderMap,
     allow: fn(&Policy, &Caller) -> Result<(), Failure>,
-) -> Result<(Arc<Cluster>, Arc<Policy>, Caller), Box<Response>> {
+) -> Result<(Arc<Cluster>, Arc<Policy>, Caller), ApiError> {
     let (policy, caller) = s.caller(headers, None)?;
     allow(&policy, &caller).map_err(|f| s.deny(f))?;
     let cluster = s.cluster.clone().ok_or_else(|| {
-        Box::new(refuse(
-            s,
-            StatusCode::NOT_FOUND,
-            "this gateway is no node of a cluster (cluster_redis is not set)",
-        ))
+        ApiError::not_found("this gateway is no node of a cluster (cluster_redis is not set)")
     })?;
     Ok((cluster, policy, caller))
 }
@@ -1463,18 +1380,14 @@ fn cluster_caller(
 async fn api_cluster(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let (cluster, policy, caller) = match cluster_caller(&s, &headers, Policy::allow_room_list) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     match cluster.view().await {
         Ok(mut view) => {
             view.rooms.retain(|room, _| policy.lists(&caller, room));
             Json(view).into_response()
         }
-        Err(e) => refuse(
-            &s,
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the cluster's directory does not answer: {e}"),
-        ),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -1484,7 +1397,7 @@ async fn api_cluster(State(s): State<AppState>, headers: HeaderMap) -> Response 
 async fn drain_node(State(s): State<AppState>, headers: HeaderMap, draining: bool) -> Response {
     let cluster = match cluster_caller(&s, &headers, Policy::allow_node_control) {
         Ok((cluster, _, _)) => cluster,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let written = cluster.set_draining(draining).await;
     let rooms = s.gateway.room_names().await.len();
@@ -1514,26 +1427,14 @@ async fn hand_over(
 ) -> Response {
     let cluster = match cluster_caller(&s, &headers, Policy::allow_node_control) {
         Ok((cluster, _, _)) => cluster,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     let Ok(axum::extract::Query(q)) = query else {
-        return refuse(
-            &s,
-            StatusCode::BAD_REQUEST,
-            "?to=NODE: the node to hand the calls to",
-        );
+        return ApiError::bad("?to=NODE: the node to hand the calls to").into_response();
     };
     match cluster.request_handover(&q.to).await {
         Ok(calls) => Json(serde_json::json!({ "to": q.to, "calls": calls })).into_response(),
-        Err(e) => {
-            let status = match e {
-                HandoverError::KeepsNoCalls | HandoverError::NotAReceiver(_) => {
-                    StatusCode::CONFLICT
-                }
-                HandoverError::Directory(_) => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            refuse(&s, status, e.to_string())
-        }
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -1541,10 +1442,10 @@ async fn hand_over(
 async fn api_rooms(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let (policy, caller) = match s.caller(&headers, None) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     if let Err(f) = policy.allow_room_list(&caller) {
-        return *s.deny(f);
+        return s.deny(f).into_response();
     }
     let mut rooms = s.gateway.rooms(None).await;
     rooms.retain(|r| policy.lists(&caller, &r.name));
@@ -1556,15 +1457,15 @@ async fn api_room(
     Path(room): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = room_name(&s, &room, true) {
-        return *r;
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
     }
-    if let Err(r) = s.allow(&headers, &room, Need::List) {
-        return *r;
+    if let Err(e) = s.allow(&headers, &room, Need::List) {
+        return e.into_response();
     }
     match s.gateway.rooms(Some(&room)).await.into_iter().next() {
         Some(r) => Json(r).into_response(),
-        None => refuse(&s, StatusCode::NOT_FOUND, "no such room"),
+        None => ApiError::not_found("no such room").into_response(),
     }
 }
 
@@ -1581,12 +1482,12 @@ struct RoomSettings {
 
 /// A `PATCH /api/rooms/{room}` body: the mixing to set (`Some(None)`: relay again), nothing
 /// to change, or the reason it is refused (400).
-fn room_settings(body: &[u8]) -> Result<Option<Option<MixSettings>>, String> {
+fn room_settings(body: &[u8]) -> Result<Option<Option<MixSettings>>, ApiError> {
     let settings: RoomSettings = serde_json::from_slice(body).map_err(|e| {
-        format!(
+        ApiError::bad(format!(
             "the body must be JSON {{\"mix\": true or false, \"speakers\": N (with \
              \"mix\": true; optional)}}: {e}"
-        )
+        ))
     })?;
     match (settings.mix, settings.speakers) {
         (Some(true), speakers) => Ok(Some(Some(MixSettings {
@@ -1594,9 +1495,9 @@ fn room_settings(body: &[u8]) -> Result<Option<Option<MixSettings>>, String> {
         }))),
         (Some(false), None) => Ok(Some(None)),
         (None, None) => Ok(None),
-        (_, Some(_)) => {
-            Err("\"speakers\" is a setting of a mixing room: send it with \"mix\": true".into())
-        }
+        (_, Some(_)) => Err(ApiError::bad(
+            "\"speakers\" is a setting of a mixing room: send it with \"mix\": true",
+        )),
     }
 }
 
@@ -1607,19 +1508,19 @@ async fn api_room_settings(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(r) = room_name(&s, &room, true) {
-        return *r;
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
     }
-    if let Err(r) = s.allow(&headers, &room, Need::Admin) {
-        return *r;
+    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+        return e.into_response();
     }
     let mix = match room_settings(body.as_bytes()) {
         Ok(mix) => mix,
-        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
+        Err(e) => return e.into_response(),
     };
     if let Some(mix) = mix {
         if let Err(e) = s.gateway.set_mixing(&room, mix).await {
-            return refuse(&s, control_status(&e), e.to_string());
+            return ApiError::from(e).into_response();
         }
     }
     StatusCode::NO_CONTENT.into_response()
@@ -1630,11 +1531,11 @@ async fn api_remove(
     Path((room, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = room_name(&s, &room, true) {
-        return *r;
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
     }
-    if let Err(r) = s.allow(&headers, &room, Need::Admin) {
-        return *r;
+    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+        return e.into_response();
     }
     remove(s, room, id, StatusCode::NO_CONTENT).await
 }
@@ -1666,11 +1567,11 @@ fn yes() -> bool {
 fn data_post(
     body: &[u8],
     max: usize,
-) -> Result<(secrelay_core::leg::DataMessage, Option<String>), String> {
+) -> Result<(secrelay_core::leg::DataMessage, Option<String>), ApiError> {
     use base64::Engine as _;
     use secrelay_datachannel::{ChannelSpec, MessageKind, Reliability};
     let p: DataPost = serde_json::from_slice(body).map_err(|e| {
-        format!("the body must be JSON {{\"label\": L, \"text\": T or \"binary\": BASE64, \"to\": id?, \"ordered\": bool?}}: {e}")
+        ApiError::bad(format!("the body must be JSON {{\"label\": L, \"text\": T or \"binary\": BASE64, \"to\": id?, \"ordered\": bool?}}: {e}"))
     })?;
     let (kind, data) = match (p.text, p.binary) {
         (Some(t), None) => (MessageKind::Text, t.into_bytes()),
@@ -1678,18 +1579,18 @@ fn data_post(
             MessageKind::Binary,
             base64::engine::general_purpose::STANDARD
                 .decode(b.as_bytes())
-                .map_err(|e| format!("binary: not base64: {e}"))?,
+                .map_err(|e| ApiError::bad(format!("binary: not base64: {e}")))?,
         ),
-        _ => return Err("give one of text and binary".into()),
+        _ => return Err(ApiError::bad("give one of text and binary")),
     };
     if p.label.is_empty() || p.label.len() > 1024 {
-        return Err("label: 1 to 1024 bytes".into());
+        return Err(ApiError::bad("label: 1 to 1024 bytes"));
     }
     if data.len() > max {
-        return Err(format!(
+        return Err(ApiError::bad(format!(
             "the message is {} bytes, more than data_max_message_size {max}",
             data.len()
-        ));
+        )));
     }
     let spec = ChannelSpec {
         label: p.label,
@@ -1714,19 +1615,19 @@ async fn api_send_data(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(r) = room_name(&s, &room, true) {
-        return *r;
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
     }
-    if let Err(r) = s.allow(&headers, &room, Need::Admin) {
-        return *r;
+    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+        return e.into_response();
     }
     let (msg, to) = match data_post(&body, s.gateway.config().data_max_message_size) {
         Ok(m) => m,
-        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
+        Err(e) => return e.into_response(),
     };
     match s.gateway.send_data(&room, to, msg).await {
         Ok(sent) => Json(serde_json::json!({ "sent": sent })).into_response(),
-        Err(e) => refuse(&s, control_status(&e), e.to_string()),
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -1741,9 +1642,11 @@ struct LayerChoice {
 }
 
 /// A `PUT …/layer` body, or the reason it is refused (400).
-fn layer_choice(body: &[u8]) -> Result<LayerChoice, String> {
+fn layer_choice(body: &[u8]) -> Result<LayerChoice, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
-        format!("the body must be JSON {{\"publisher\": id?, \"rid\": rid or null}}: {e}")
+        ApiError::bad(format!(
+            "the body must be JSON {{\"publisher\": id?, \"rid\": rid or null}}: {e}"
+        ))
     })
 }
 
@@ -1754,8 +1657,8 @@ async fn api_layer(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(r) = room_name(&s, &room, true) {
-        return *r;
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
     }
     // The room's admin, or the participant's own holder (its session made over HTTP).
     let owner = s
@@ -1767,12 +1670,12 @@ async fn api_layer(
         Some(o) => Need::Own(o.as_deref()),
         None => Need::Admin,
     };
-    if let Err(r) = s.allow(&headers, &room, need) {
-        return *r;
+    if let Err(e) = s.allow(&headers, &room, need) {
+        return e.into_response();
     }
     let choice = match layer_choice(body.as_bytes()) {
         Ok(c) => c,
-        Err(why) => return refuse(&s, StatusCode::BAD_REQUEST, why),
+        Err(e) => return e.into_response(),
     };
     match s
         .gateway
@@ -1780,17 +1683,7 @@ async fn api_layer(
         .await
     {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => refuse(&s, control_status(&e), e.to_string()),
-    }
-}
-
-/// The status a refused control operation answers with.
-fn control_status(e: &crate::shard::ControlError) -> StatusCode {
-    use crate::shard::ControlError;
-    match e {
-        ControlError::NoParticipant { .. } => StatusCode::NOT_FOUND,
-        ControlError::Invalid(_) => StatusCode::BAD_REQUEST,
-        ControlError::Full(_) | ControlError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+        Err(e) => ApiError::from(e).into_response(),
     }
 }
 
@@ -1801,9 +1694,9 @@ async fn index_page() -> Response {
 
 /// `GET /room/{room}`: the room's page (publish camera and microphone, see the others, live
 /// statistics; no external assets).
-async fn room_page(State(s): State<AppState>, Path(room): Path<String>) -> Response {
-    if let Err(r) = room_name(&s, &room, false) {
-        return *r;
+async fn room_page(Path(room): Path<String>) -> Response {
+    if let Err(e) = room_name(&room, false) {
+        return e.into_response();
     }
     page(include_str!("room.html"))
 }
@@ -1823,10 +1716,10 @@ fn page(html: &'static str) -> Response {
 async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
     let (policy, caller) = match s.caller(&headers, None) {
         Ok(c) => c,
-        Err(r) => return *r,
+        Err(e) => return e.into_response(),
     };
     if let Err(f) = policy.allow_metrics(&caller) {
-        return *s.deny(f);
+        return s.deny(f).into_response();
     }
     metrics_text(&s)
 }
@@ -1835,11 +1728,7 @@ async fn metrics(State(s): State<AppState>, headers: HeaderMap) -> Response {
 fn metrics_text(s: &AppState) -> Response {
     let mut out = String::new();
     if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &s.registry) {
-        return refuse(
-            s,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("encoding metrics: {e}"),
-        );
+        return ApiError::internal(format!("encoding metrics: {e}")).into_response();
     }
     (
         [(
@@ -1864,12 +1753,12 @@ async fn healthz(State(s): State<AppState>) -> Response {
 /// target `http_json_bodies`: `which` picks the body (0 `PATCH /api/rooms/{room}`, 1 `PUT
 /// …/layer`, 2 `POST /rooms/{room}/rtp/offer`); Ok with what it asks for, or the reason a
 /// client is answered 400.
-pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, String> {
+pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, ApiError> {
     match which % 3 {
         0 => room_settings(body).map(|m| format!("{m:?}")),
         1 => layer_choice(body).map(|c| format!("{c:?}")),
         _ => serde_json::from_slice::<OfferRequest>(body)
-            .map_err(|e| format!("bad request: {e}"))?
+            .map_err(|e| ApiError::bad(format!("bad request: {e}")))?
             .spec(&[secrelay_srtp::Profile::AesCm128HmacSha1_80])
             .map(|spec| format!("{spec:?}")),
     }

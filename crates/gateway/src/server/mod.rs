@@ -24,6 +24,7 @@ mod call_state;
 mod cluster;
 pub mod config;
 mod directory;
+pub mod error;
 mod http;
 mod interfaces;
 mod linger;
@@ -53,14 +54,17 @@ pub mod fuzzing {
     /// The HTTP API's JSON request bodies, as the handlers parse and check them: `which`
     /// picks one (0 `PATCH /api/rooms/{room}`, 1 `PUT …/layer`, 2 `POST
     /// /rooms/{room}/rtp/offer`); what it asks for, or the reason a client gets 400.
-    pub fn http_json_body(which: u8, body: &[u8]) -> Result<String, String> {
+    pub fn http_json_body(which: u8, body: &[u8]) -> Result<String, super::ApiError> {
         super::http::parse_json_body(which, body)
     }
 
     /// A call's state as a node reads it from the cluster's directory for call `c1`
     /// (`sealed`: under a fixed key, else in clear): the call-id and the members' count it
     /// holds, or why it is refused.
-    pub fn call_state(sealed: bool, text: &str) -> Result<(String, usize), String> {
+    pub fn call_state(
+        sealed: bool,
+        text: &str,
+    ) -> Result<(String, usize), super::call_state::StateError> {
         static KEY: OnceLock<super::call_state::Sealer> = OnceLock::new();
         let sealer = if sealed {
             KEY.get_or_init(|| {
@@ -201,10 +205,11 @@ pub mod fuzzing {
             let ok = http_json_body(0, br#"{"mix": true, "speakers": 3}"#).unwrap();
             assert!(ok.contains("speakers: 3"), "{ok}");
             let e = http_json_body(0, br#"{"speakers": 3}"#).unwrap_err();
-            assert!(e.contains("speakers"), "{e}");
+            assert!(e.reason().contains("speakers"), "{e}");
+            assert_eq!(e.status().as_u16(), 400);
             assert!(http_json_body(1, br#"{"rid": "h"}"#).is_ok());
             let e = http_json_body(2, br#"{"transport": "UDP/TLS/RTP/SAVPF"}"#).unwrap_err();
-            assert!(e.contains("transport"), "{e}");
+            assert!(e.reason().contains("transport"), "{e}");
             assert!(http_json_body(2, b"").is_err());
         }
 
@@ -232,6 +237,11 @@ pub mod fuzzing {
 mod udp;
 mod worker;
 
+pub use call_state::StateError;
+pub use cluster::{DirectoryError, HandoverError};
+pub use error::ApiError;
+pub use ng::ForwardError;
+pub use ports::PortError;
 pub use worker::Notice;
 
 use std::hash::{Hash, Hasher};
@@ -258,7 +268,7 @@ pub use crate::shard::{
 };
 use crate::transcode::MixSettings;
 pub use banner::{Banner, BannerReader, Trust};
-pub use config::{MediaIo, RoomConfig, ServeConfig};
+pub use config::{ConfigError, MediaIo, RoomConfig, ServeConfig};
 use directory::Directory;
 use ports::PortPool;
 pub use process::BuildInfo;
@@ -464,8 +474,10 @@ impl Gateway {
         let xdp = match &config.xdp {
             Some(iface) => {
                 let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
-                let gate = xdp::Gate::attach(iface, attach, udp_addr.port(), (lo, hi))
-                    .map_err(|e| StartError(format!("xdp {iface}: {e}{}", xdp::hint(&e))))?;
+                let gate =
+                    xdp::Gate::attach(iface, attach, udp_addr.port(), (lo, hi)).map_err(|e| {
+                        StartError(format!("xdp {iface}: {e}{}", xdp::hint(&e.to_string())))
+                    })?;
                 Some(Arc::new(gate))
             }
             None => None,
@@ -665,14 +677,14 @@ impl Gateway {
 
     /// Admission control for a new room or leg in `room` ([`crate::admission`]): Err with the
     /// reason when the worker that owns it sheds joins (its load is past `shed_joins_at`).
-    pub fn admit(&self, room: &str) -> Result<(), String> {
+    pub fn admit(&self, room: &str) -> Result<(), ApiError> {
         let i = self.worker_index(room);
         let w = &self.stats.workers[i];
         if w.shed() >= Shed::Joins {
-            return Err(format!(
+            return Err(ApiError::Busy(format!(
                 "the gateway is overloaded (the worker for this room is {:.0} % busy): retry later",
                 w.load() * 100.0
-            ));
+            )));
         }
         Ok(())
     }
@@ -712,18 +724,18 @@ impl Gateway {
     }
 
     /// A join-like operation: refused while shutting down, counted when it made a participant.
-    async fn join_on<T: Send + 'static>(
+    async fn join_on<T: Send + 'static, E: From<JoinError> + Send + 'static>(
         &self,
         room: &str,
-        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> Result<T, JoinError> + Send + 'static,
-    ) -> Result<T, JoinError> {
+        f: impl FnOnce(&mut Worker, std::time::Instant, &str) -> Result<T, E> + Send + 'static,
+    ) -> Result<T, E> {
         if !self.admitting() {
-            return Err(JoinError::ShuttingDown);
+            return Err(JoinError::ShuttingDown.into());
         }
         let r = self
             .on_room(room, f)
             .await
-            .unwrap_or(Err(JoinError::ShuttingDown));
+            .unwrap_or(Err(JoinError::ShuttingDown.into()));
         if r.is_ok() {
             self.stats.joins.fetch_add(1, Ordering::Relaxed);
         }
@@ -833,7 +845,7 @@ impl Gateway {
         room: &str,
         offer: RtpDescription,
         who: Who,
-    ) -> Result<JoinedRtp, JoinError> {
+    ) -> Result<JoinedRtp, ApiError> {
         self.join_rtp_with(room, offer, RtpLegOptions::default(), who)
             .await
     }
@@ -845,7 +857,7 @@ impl Gateway {
         offer: RtpDescription,
         options: RtpLegOptions,
         who: Who,
-    ) -> Result<JoinedRtp, JoinError> {
+    ) -> Result<JoinedRtp, ApiError> {
         self.join_on(room, move |w, now, room| {
             w.with_leg_ports(now, options, |shard, ports, options| {
                 shard.join_rtp_with(now, room, &offer, ports, options, &who)
@@ -861,7 +873,7 @@ impl Gateway {
         room: &str,
         spec: RtpOfferSpec,
         who: Who,
-    ) -> Result<JoinedRtp, JoinError> {
+    ) -> Result<JoinedRtp, ApiError> {
         self.offer_rtp_with(room, spec, RtpLegOptions::default(), who)
             .await
     }
@@ -873,9 +885,9 @@ impl Gateway {
         spec: RtpOfferSpec,
         options: RtpLegOptions,
         who: Who,
-    ) -> Result<JoinedRtp, JoinError> {
+    ) -> Result<JoinedRtp, ApiError> {
         if !self.admitting() {
-            return Err(JoinError::ShuttingDown);
+            return Err(JoinError::ShuttingDown.into());
         }
         self.on_room(room, move |w, now, room| {
             w.with_leg_ports(now, options, |shard, ports, options| {
@@ -883,7 +895,7 @@ impl Gateway {
             })
         })
         .await
-        .unwrap_or(Err(JoinError::ShuttingDown))
+        .unwrap_or(Err(JoinError::ShuttingDown.into()))
     }
 
     /// The phone's answer to a telephony participant's offer: the codecs it took.
@@ -1243,7 +1255,7 @@ fn join_cluster(
         keeping(config)?,
         config.cluster_standby,
     )
-    .map_err(StartError)?;
+    .map_err(|e| StartError(format!("cluster_redis {redis:?}: {e}")))?;
     tracing::info!(node, url, "cluster node: directory at cluster_redis");
     Ok(Some(c))
 }
@@ -1385,7 +1397,7 @@ impl Server {
         )
         .map_err(|e| {
             gateway.stop();
-            StartError(e)
+            StartError(e.0)
         })?;
         let g = gateway.clone();
         let threads = signaling.http_threads.max(1);
@@ -1568,8 +1580,8 @@ impl Server {
     /// Puts the credentials of `config` in force from the next request on: `api_keys`,
     /// `admin_key`, `token`, the rooms' tokens and `open` (the rest of `config` is not
     /// re-read). Err: `config` does not check; the credentials in force stay.
-    pub fn reload_access(&self, config: &ServeConfig) -> Result<(), String> {
-        config.check().map_err(|e| e.0)?;
+    pub fn reload_access(&self, config: &ServeConfig) -> Result<(), ConfigError> {
+        config.check()?;
         let mut config = config.clone();
         if config.admin_key.is_none() {
             // The key made at start stays: the file the operator was given still works.
@@ -1612,9 +1624,11 @@ impl Server {
     /// Builds the HTTPS certificate again from its source (PEM files read again, or a fresh
     /// certificate issued) and presents it from the next handshake on; counted in `/metrics`.
     /// On error the certificate in use stays. Returns the new certificate's fingerprint.
-    pub fn reload_tls(&self) -> Result<String, String> {
+    pub fn reload_tls(&self) -> Result<String, ConfigError> {
         let Some(tls) = &self.tls else {
-            return Err("no HTTPS listener to reload a certificate for".into());
+            return Err(ConfigError(
+                "no HTTPS listener to reload a certificate for".into(),
+            ));
         };
         let stats = &self.gateway.stats().tls;
         match tls.reload() {

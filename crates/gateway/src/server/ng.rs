@@ -32,7 +32,7 @@ use super::interfaces::Interface;
 use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
-use super::{Gateway, JoinError};
+use super::{ApiError, Gateway};
 use crate::leg::SrtpMark;
 
 /// Why an offer has nothing for the callee.
@@ -162,7 +162,7 @@ impl Ng {
     /// Where a command goes when another node owns its call: that node's ng socket, or why it
     /// cannot go there. `None`: answered here (no cluster, a call of ours, a new call placed
     /// here, a command about no call, or the directory does not answer).
-    async fn owner_elsewhere(&self, req: &Request) -> Option<Result<SocketAddr, String>> {
+    async fn owner_elsewhere(&self, req: &Request) -> Option<Result<SocketAddr, ForwardError>> {
         let cluster = self.cluster.as_ref()?;
         let call = req.call_id()?;
         if self.calls.contains_key(call) {
@@ -176,9 +176,9 @@ impl Ng {
         match placed {
             Placement::Here => None,
             Placement::Elsewhere { ng: Some(at), .. } => Some(Ok(at)),
-            Placement::Elsewhere { node, .. } => Some(Err(format!(
-                "call {call:?} is on node {node}, which has no ng socket for the cluster (cluster_ng)"
-            ))),
+            Placement::Elsewhere { node, .. } => {
+                Some(Err(ForwardError::NoSocket(call.to_owned(), node)))
+            }
         }
     }
 
@@ -273,12 +273,12 @@ impl Ng {
                     }
                     Err(why) => {
                         stats.ng_errors.fetch_add(1, Ordering::Relaxed);
-                        error_reply(&why)
+                        error_reply(&ApiError::from(why).reason())
                     }
                 },
                 Some(Err(why)) => {
                     stats.ng_errors.fetch_add(1, Ordering::Relaxed);
-                    error_reply(&why)
+                    error_reply(&ApiError::from(why).reason())
                 }
                 None => {
                     let kept = self.kept_change(&req);
@@ -291,7 +291,7 @@ impl Ng {
                         Ok(r) => r,
                         Err(why) => {
                             stats.ng_errors.fetch_add(1, Ordering::Relaxed);
-                            error_reply(&why)
+                            error_reply(&why.reason())
                         }
                     }
                 }
@@ -519,18 +519,19 @@ impl Ng {
 
     /// Makes call `state` again: its requests replayed with its members pinned to their
     /// addresses and the other node's interfaces, then its keys given back to its legs.
-    async fn replay(&mut self, state: &CallState) -> Result<(), String> {
+    async fn replay(&mut self, state: &CallState) -> Result<(), ApiError> {
         if self.calls.contains_key(&state.call_id) {
-            return Err("a call of that call-id is here already".into());
+            return Err(ApiError::bad("a call of that call-id is here already"));
         }
         self.replaying = Some((state.pins(), state.interfaces.clone()));
         let (mut offer_reply, mut answer_reply) = (None, None);
         for step in &state.steps {
             let raw = base64::engine::general_purpose::STANDARD
                 .decode(&step.message)
-                .map_err(|e| format!("a kept request: {e}"))?;
-            let body = Bencode::decode(&raw).map_err(|e| format!("a kept request: {e}"))?;
-            let req = parse(&body).map_err(|e| format!("a kept request: {e}"))?;
+                .map_err(|e| ApiError::bad(format!("a kept request: {e}")))?;
+            let body =
+                Bencode::decode(&raw).map_err(|e| ApiError::bad(format!("a kept request: {e}")))?;
+            let req = parse(&body).map_err(|e| ApiError::bad(format!("a kept request: {e}")))?;
             let answer = matches!(req, Request::Answer(_));
             self.request(req).await?;
             if answer {
@@ -540,7 +541,7 @@ impl Ng {
             }
         }
         let Some(Call::Sections(call)) = self.calls.get_mut(&state.call_id) else {
-            return Err("its requests made no call".into());
+            return Err(ApiError::bad("its requests made no call"));
         };
         call.created_at = std::time::UNIX_EPOCH + Duration::from_millis(state.created_at_ms);
         let rekey = call.restore(&state.members, offer_reply, answer_reply);
@@ -553,13 +554,12 @@ impl Ng {
                 .collect();
             self.gateway
                 .restore_rtp(&room, &id, crypto, held.srtp.clone())
-                .await
-                .map_err(|e| join_reason(&e))?;
+                .await?;
         }
         Ok(())
     }
 
-    async fn request(&mut self, req: Request) -> Result<Bencode, String> {
+    async fn request(&mut self, req: Request) -> Result<Bencode, ApiError> {
         match req {
             Request::Ping => Ok(reply(vec![("result", Bencode::str("pong"))])),
             Request::Offer(o) => self.offer(o).await,
@@ -584,7 +584,7 @@ impl Ng {
                 ]))
             }
             Request::Statistics => Ok(self.statistics()),
-            other => Err(format!("command not supported: {other:?}")),
+            other => Err(ApiError::bad(format!("command not supported: {other:?}"))),
         }
     }
 
@@ -626,7 +626,7 @@ impl Ng {
     }
 
     /// `offer`: a new call, or a new offer in one.
-    async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
+    async fn offer(&mut self, o: OfferAnswer) -> Result<Bencode, ApiError> {
         let mut call = match self.calls.remove(&o.call_id) {
             Some(Call::Sections(c)) => c,
             Some(webrtc @ Call::WebRtc(_)) => {
@@ -654,7 +654,7 @@ impl Ng {
         &self,
         call: &mut SectionCall,
         o: &OfferAnswer,
-    ) -> Result<Bencode, String> {
+    ) -> Result<Bencode, ApiError> {
         if self.looped(o) {
             // Our own SDP back (a proxy that routes the call through itself): passed on as it
             // came, as rtpengine passes it.
@@ -663,16 +663,16 @@ impl Ng {
         let side = match call.side_of(&o.from_tag) {
             Some(s) => s,
             None if call.to_tag.is_none() => {
-                return Err(format!(
+                return Err(ApiError::bad(format!(
                     "from-tag {:?}: this call's offer waits for its answer",
                     o.from_tag
-                ))
+                )))
             }
             None => {
-                return Err(format!(
+                return Err(ApiError::bad(format!(
                     "from-tag {:?} is neither side of this call",
                     o.from_tag
-                ))
+                )))
             }
         };
         if let Some(sdp) = call.repeated(false, &o.from_tag, &o.sdp, &o.flags) {
@@ -688,14 +688,19 @@ impl Ng {
     }
 
     /// `answer`: the answer to the offer that waits.
-    async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
+    async fn answer(&mut self, a: OfferAnswer) -> Result<Bencode, ApiError> {
         let mut call = match self.calls.remove(&a.call_id) {
             Some(Call::Sections(c)) => c,
             Some(webrtc @ Call::WebRtc(_)) => {
                 self.calls.insert(a.call_id.clone(), webrtc);
                 return self.webrtc_answer(a).await;
             }
-            None => return Err(format!("unknown call-id {:?}", a.call_id)),
+            None => {
+                return Err(ApiError::not_found(format!(
+                    "unknown call-id {:?}",
+                    a.call_id
+                )))
+            }
         };
         let r = self.section_answer(&mut call, &a).await;
         self.calls.insert(a.call_id.clone(), Call::Sections(call));
@@ -706,7 +711,7 @@ impl Ng {
         &self,
         call: &mut SectionCall,
         a: &OfferAnswer,
-    ) -> Result<Bencode, String> {
+    ) -> Result<Bencode, ApiError> {
         if self.looped(a) {
             return Ok(sdp_reply(&a.sdp, &[]));
         }
@@ -714,10 +719,10 @@ impl Ng {
         // for a new one); its to-tag is the answerer's.
         let answerer = a.to_tag.clone().unwrap_or_default();
         if call.side_of(&a.from_tag).is_none() {
-            return Err(format!(
+            return Err(ApiError::bad(format!(
                 "from-tag {:?} is neither side of this call",
                 a.from_tag
-            ));
+            )));
         }
         if let Some(sdp) = call.repeated(true, &answerer, &a.sdp, &a.flags) {
             return Ok(sdp_reply(&sdp, &[]));
@@ -747,18 +752,18 @@ impl Ng {
         call_id: &str,
         from_tag: Option<String>,
         to_tag: Option<String>,
-    ) -> Result<Bencode, String> {
+    ) -> Result<Bencode, ApiError> {
         let call = self
             .calls
             .get(call_id)
-            .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
+            .ok_or_else(|| ApiError::not_found(format!("unknown call-id {call_id:?}")))?;
         let (from, to) = call.tags();
         let known = |t: &Option<String>| {
             t.as_ref()
                 .is_none_or(|t| *t == from || Some(t) == to.as_ref())
         };
         if !known(&from_tag) && !known(&to_tag) {
-            return Err("no such tag in this call".into());
+            return Err(ApiError::bad("no such tag in this call"));
         }
         let call = self.calls.remove(call_id).expect("the call was just found");
         // The figures as they stand when the call ends: what a CDR script reads.
@@ -814,12 +819,12 @@ impl Ng {
         )
     }
 
-    async fn query(&mut self, call_id: &str) -> Result<Bencode, String> {
+    async fn query(&mut self, call_id: &str) -> Result<Bencode, ApiError> {
         let call = self
             .calls
             .get(call_id)
             .cloned()
-            .ok_or_else(|| format!("unknown call-id {call_id:?}"))?;
+            .ok_or_else(|| ApiError::not_found(format!("unknown call-id {call_id:?}")))?;
         if let Call::Sections(c) = &call {
             let mut entries = vec![("result", Bencode::str("ok"))];
             entries.extend(self.section_report(c, false).await);
@@ -866,13 +871,13 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Forwards an ng datagram as it came to the ng socket at `to` (another node of the cluster,
 /// which owns its call) and brings back its reply as it is.
-async fn forward(msg: &[u8], to: SocketAddr) -> Result<Vec<u8>, String> {
+async fn forward(msg: &[u8], to: SocketAddr) -> Result<Vec<u8>, ForwardError> {
     let any: SocketAddr = if to.is_ipv6() {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     } else {
         (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
     };
-    let fail = |e: std::io::Error| format!("forwarding to the call's node at {to}: {e}");
+    let fail = |e: std::io::Error| ForwardError::Io(to, e);
     let socket = tokio::net::UdpSocket::bind(any).await.map_err(fail)?;
     socket.connect(to).await.map_err(fail)?;
     socket.send(msg).await.map_err(fail)?;
@@ -883,11 +888,38 @@ async fn forward(msg: &[u8], to: SocketAddr) -> Result<Vec<u8>, String> {
             Ok(buf)
         }
         Ok(Err(e)) => Err(fail(e)),
-        Err(_) => Err(format!(
-            "the call's node at {to} did not answer within {FORWARD_TIMEOUT:?}"
-        )),
+        Err(_) => Err(ForwardError::Timeout(to)),
     }
 }
+
+/// Why a command for a call another node owns was not forwarded to that node.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The call's node has no ng socket for the cluster (`cluster_ng`): the call, the node.
+    NoSocket(String, String),
+    /// Sending to or reading from the node's socket failed.
+    Io(SocketAddr, std::io::Error),
+    /// The node did not answer within the deadline.
+    Timeout(SocketAddr),
+}
+
+impl std::fmt::Display for ForwardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ForwardError::NoSocket(call, node) => write!(
+                f,
+                "call {call:?} is on node {node}, which has no ng socket for the cluster (cluster_ng)"
+            ),
+            ForwardError::Io(to, e) => write!(f, "forwarding to the call's node at {to}: {e}"),
+            ForwardError::Timeout(to) => write!(
+                f,
+                "the call's node at {to} did not answer within {FORWARD_TIMEOUT:?}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ForwardError {}
 
 fn wants_webrtc(o: &OfferAnswer) -> bool {
     if o.flags.transport.as_ref().is_some_and(Transport::is_dtls) {
@@ -908,12 +940,4 @@ pub(super) fn sdp_reply(sdp: &str, warnings: &[String]) -> Bencode {
         e.push(("warning", Bencode::str(&joined)));
     }
     reply(e)
-}
-
-pub(super) fn join_reason(e: &JoinError) -> String {
-    match e {
-        JoinError::Unacceptable(why) => why.clone(),
-        JoinError::ShuttingDown => "the gateway is shutting down".into(),
-        JoinError::Full(why) => format!("the gateway is full: {why}"),
-    }
 }

@@ -26,7 +26,7 @@ use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{caller_keeps, plan};
 use super::ng_sdp::{codecs_of, direction_of, rewrite, CodecOut, Relayed, Rewrite, SectionOut};
-use super::{Gateway, JoinError, Who};
+use super::{ApiError, Gateway, Who};
 use crate::leg::{CodecId, RtpLegOptions, RtpOfferSpec, SrtpMark};
 
 /// Which side of a call.
@@ -62,7 +62,7 @@ struct Local {
 
 /// What our leg wrote for its section: a scan of its own SDP (one section with a port, as the
 /// leg writes it), not a full parse, as it runs for every member made.
-fn local_of(sdp: &str) -> Result<Local, String> {
+fn local_of(sdp: &str) -> Result<Local, ApiError> {
     let mut local: Option<Local> = None;
     for line in sdp.lines() {
         if let Some(m) = line.strip_prefix("m=") {
@@ -87,7 +87,7 @@ fn local_of(sdp: &str) -> Result<Local, String> {
             }
         }
     }
-    local.ok_or_else(|| "a leg's own SDP has no section with a port".into())
+    local.ok_or_else(|| ApiError::internal("a leg's own SDP has no section with a port"))
 }
 
 /// A member of a section's room.
@@ -227,10 +227,6 @@ pub(crate) struct SectionCall {
     /// cookie (a SIP retransmission the proxy passes on): the same reply, the same ports.
     last_offer: Option<Repeat>,
     last_answer: Option<Repeat>,
-}
-
-fn join_reason(e: &JoinError) -> String {
-    super::ng::join_reason(e)
 }
 
 /// The transport towards the other side: the flag's, else the section's.
@@ -498,15 +494,15 @@ fn offered_suites(
     m: &Media,
     towards: &Transport,
     flags: &Flags,
-) -> Result<(Vec<Profile>, Vec<u32>), String> {
+) -> Result<(Vec<Profile>, Vec<u32>), ApiError> {
     if !towards.is_sdes() {
         return Ok((Vec::new(), Vec::new()));
     }
     if flags.sdes_off {
-        return Err(format!(
+        return Err(ApiError::bad(format!(
             "transport-protocol {} needs SDES, and SDES is off",
             towards.as_str()
-        ));
+        )));
     }
     // Tags are numbered as rtpengine numbers them, over every suite it knows that the flags
     // leave (so an answer written for rtpengine's offer names the same tags); the suites the
@@ -684,8 +680,8 @@ impl SectionCall {
         tag: &str,
         sdp: &str,
         flags: &Flags,
-    ) -> Result<String, String> {
-        let doc = SdpDoc::parse(sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+    ) -> Result<String, ApiError> {
+        let doc = SdpDoc::parse(sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
         if self.to_tag.is_none() {
             // An offer before any answer (the first, or one that replaces it while it is
             // open: a fork, an early re-offer): the call starts over with it.
@@ -736,7 +732,7 @@ impl SectionCall {
         i: usize,
         flags: &Flags,
         iface: Option<&Interface>,
-    ) -> Result<(SectionOut, Fate, Option<Local>), String> {
+    ) -> Result<(SectionOut, Fate, Option<Local>), ApiError> {
         let m = &doc.media[i];
         // The flag's transport, else the one the other side already has, else the offer's.
         let towards = match (&flags.transport, self.sections.get(i)) {
@@ -811,8 +807,7 @@ impl SectionCall {
         let j = ctx
             .gateway
             .offer_rtp_with(&room, spec.clone(), options, Who::default())
-            .await
-            .map_err(|e| join_reason(&e))?;
+            .await?;
         let local = local_of(&j.answer)?;
         *self.section(i).facing(by.other()) = Some(Member {
             id: j.id,
@@ -843,21 +838,17 @@ impl SectionCall {
         doc: &SdpDoc,
         i: usize,
         flags: &Flags,
-    ) -> Result<(SectionOut, Fate, Option<Local>), String> {
+    ) -> Result<(SectionOut, Fate, Option<Local>), ApiError> {
         let m = &doc.media[i];
         let s = self.section(i).clone();
         let (Some(x), Some(y)) = (
             s.clone().facing(by).clone(),
             s.clone().facing(by.other()).clone(),
         ) else {
-            return Err("a section without its members".into());
+            return Err(ApiError::bad("a section without its members"));
         };
         // Our offer to the other side first: if it cannot take one, nothing has changed yet.
-        let offer = ctx
-            .gateway
-            .reoffer_rtp(&s.room, &y.id)
-            .await
-            .map_err(|e| join_reason(&e))?;
+        let offer = ctx.gateway.reoffer_rtp(&s.room, &y.id).await?;
         let y_local = local_of(&offer)?;
         let answer = match ctx
             .gateway
@@ -865,8 +856,12 @@ impl SectionCall {
             .await
         {
             Ok(Some(answer)) => answer,
-            Ok(None) => return Err("the offering side had an offer of ours pending".into()),
-            Err(e) => return Err(join_reason(&e)),
+            Ok(None) => {
+                return Err(ApiError::bad(
+                    "the offering side had an offer of ours pending",
+                ))
+            }
+            Err(e) => return Err(e.into()),
         };
         let x_local = local_of(&answer)?;
         let sec = self.section(i);
@@ -901,15 +896,16 @@ impl SectionCall {
         tag: &str,
         sdp: &str,
         flags: &Flags,
-    ) -> Result<String, String> {
+    ) -> Result<String, ApiError> {
         // Without an offer waiting, a later answer to the last one (an early dialog's 183,
         // then its 200 with other codecs; a fork's answer under a new to-tag) is taken again.
         let pending = self
             .pending
             .clone()
             .or_else(|| self.answered.clone())
-            .ok_or("no offer in this call waits for an answer")?;
-        let doc = SdpDoc::parse(sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+            .ok_or(ApiError::bad("no offer in this call waits for an answer"))?;
+        let doc =
+            SdpDoc::parse(sdp).map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
         let iface = self.interface(
             ctx,
             pending.by,
@@ -963,7 +959,7 @@ impl SectionCall {
         i: usize,
         (transcodes, iface): (&[CodecId], Option<&Interface>),
         flags: &Flags,
-    ) -> Result<SectionOut, String> {
+    ) -> Result<SectionOut, ApiError> {
         let m = &doc.media[i];
         let by = pending.by;
         let room = self.section(i).room.clone();
@@ -992,8 +988,10 @@ impl SectionCall {
                     .await
                 {
                     Ok(None) => {}
-                    Ok(Some(_)) => return Err("the answering side had no offer of ours".into()),
-                    Err(e) => return Err(join_reason(&e)),
+                    Ok(Some(_)) => {
+                        return Err(ApiError::bad("the answering side had no offer of ours"))
+                    }
+                    Err(e) => return Err(e.into()),
                 }
                 (local, codecs_of(m))
             }
@@ -1033,7 +1031,7 @@ impl SectionCall {
         (transcodes, iface): (&[CodecId], Option<&Interface>),
         room: &str,
         y: &Member,
-    ) -> Result<(Local, Vec<CodecOut>), String> {
+    ) -> Result<(Local, Vec<CodecOut>), ApiError> {
         let m = &doc.media[i];
         let xm = &pending.offer.media[i];
         if let Some(y) = self.section(i).facing(pending.by.other()) {
@@ -1042,8 +1040,7 @@ impl SectionCall {
         let taken = ctx
             .gateway
             .answer_rtp(room, &y.id, description_of(doc, m))
-            .await
-            .map_err(|e| join_reason(&e))?;
+            .await?;
         let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
         let mut desc = description_of(&pending.offer, xm);
         // What the answer took of the offer's own formats is relayed as it is: no transcoding
@@ -1094,15 +1091,18 @@ impl SectionCall {
             // ports, with what this answer took.
             Some(x) => match ctx.gateway.update_rtp(room, &x.id, desc).await {
                 Ok(Some(answer)) => (x.id, answer),
-                Ok(None) => return Err("the offering side had an offer of ours pending".into()),
-                Err(e) => return Err(join_reason(&e)),
+                Ok(None) => {
+                    return Err(ApiError::bad(
+                        "the offering side had an offer of ours pending",
+                    ))
+                }
+                Err(e) => return Err(e.into()),
             },
             None => {
                 let j = ctx
                     .gateway
                     .join_rtp_with(room, desc, options, Who::default())
-                    .await
-                    .map_err(|e| join_reason(&e))?;
+                    .await?;
                 (j.id, j.answer)
             }
         };

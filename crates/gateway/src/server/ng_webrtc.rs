@@ -14,9 +14,9 @@ use secrelay_wire::ng::{Dtls, Flags, Ice, OfferAnswer};
 use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
 
-use super::ng::{join_reason, sdp_reply, Call, Ng, NO_CODEC};
+use super::ng::{sdp_reply, Call, Ng, NO_CODEC};
 use super::ng_codecs::{caller_keeps, plan};
-use super::{JoinKind, Who};
+use super::{ApiError, JoinKind, Who};
 use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
 
 /// One call: the caller's side as offered, the callee's member, and the caller's once made.
@@ -60,7 +60,7 @@ pub(crate) struct Reoffer {
 
 impl Ng {
     /// `offer`: the member facing the callee, made as our offer.
-    pub(super) async fn webrtc_offer(&mut self, o: OfferAnswer) -> Result<Bencode, String> {
+    pub(super) async fn webrtc_offer(&mut self, o: OfferAnswer) -> Result<Bencode, ApiError> {
         if let Some(Call::WebRtc(c)) = self.calls.get(&o.call_id).cloned() {
             if c.from_tag == o.from_tag && c.caller_sdp == o.sdp && c.reoffer.is_none() {
                 // The same offer again (a retransmission under a new cookie): the same reply.
@@ -70,21 +70,24 @@ impl Ng {
         }
         // A new call: a new room and two legs, refused while its worker sheds joins.
         self.gateway.admit(&format!("call:{}", o.call_id))?;
-        let caller = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let caller =
+            parse_rtp(&o.sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
         let section = caller
             .sections
             .iter()
             .find(|s| s.port != 0 && s.kind == secrelay_wire::sdp::MediaKind::Audio)
-            .ok_or("the offer's SDP has no audio section with a port")?;
+            .ok_or(ApiError::bad(
+                "the offer's SDP has no audio section with a port",
+            ))?;
         let mut warnings = o.flags.ignored.clone();
         let transport = match (&o.flags.transport, &section.transport) {
             (Some(t), _) => t.clone(),
             (None, t) if t.is_plain() || t.is_sdes() => t.clone(),
             (None, t) => {
-                return Err(format!(
+                return Err(ApiError::bad(format!(
                     "the caller speaks {}: say which transport the callee gets (transport-protocol: RTP/AVP or RTP/SAVP); offering WebRTC towards a callee is not supported yet",
                     t.as_str()
-                ))
+                )))
             }
         };
         if transport.is_dtls() {
@@ -95,19 +98,19 @@ impl Ng {
         }
         let suites: Vec<Profile> = if transport.is_sdes() {
             if o.flags.sdes_off {
-                return Err(format!(
+                return Err(ApiError::bad(format!(
                     "transport-protocol {} needs SDES, and SDES is off",
                     transport.as_str()
-                ));
+                )));
             }
             let named = |names: &[String]| {
                 names
                     .iter()
                     .map(|n| {
                         n.parse::<Profile>()
-                            .map_err(|_| format!("SDES: unknown suite {n:?}"))
+                            .map_err(|_| ApiError::bad(format!("SDES: unknown suite {n:?}")))
                     })
-                    .collect::<Result<Vec<Profile>, String>>()
+                    .collect::<Result<Vec<Profile>, ApiError>>()
             };
             let only = named(&o.flags.sdes_only)?;
             let no = named(&o.flags.sdes_no)?;
@@ -123,7 +126,7 @@ impl Ng {
         let plan = plan(&section.codecs, &o.flags.codec);
         warnings.extend(plan.warnings);
         if plan.towards_callee.is_empty() {
-            return Err(NO_CODEC.into());
+            return Err(ApiError::bad(NO_CODEC));
         }
         let spec = RtpOfferSpec {
             transport,
@@ -133,11 +136,7 @@ impl Ng {
             ptime: o.flags.ptime.or(section.ptime),
         };
         let room = format!("call:{}", o.call_id);
-        let j = self
-            .gateway
-            .offer_rtp(&room, spec, Who::default())
-            .await
-            .map_err(|e| join_reason(&e))?;
+        let j = self.gateway.offer_rtp(&room, spec, Who::default()).await?;
         self.calls.insert(
             o.call_id.clone(),
             Call::WebRtc(Box::new(WebRtcCall {
@@ -165,9 +164,11 @@ impl Ng {
         o: OfferAnswer,
         section: &secrelay_wire::sdp_rtp::RtpSection,
         mut warnings: Vec<String>,
-    ) -> Result<Bencode, String> {
+    ) -> Result<Bencode, ApiError> {
         if o.flags.dtls == Some(Dtls::Off) {
-            return Err("transport-protocol UDP/TLS/RTP/SAVPF needs DTLS, and DTLS is off".into());
+            return Err(ApiError::bad(
+                "transport-protocol UDP/TLS/RTP/SAVPF needs DTLS, and DTLS is off",
+            ));
         }
         if let Some(d) = o.flags.dtls {
             // An offer lets the answerer choose (RFC 5763 §5): ours says actpass.
@@ -179,7 +180,7 @@ impl Ng {
         let plan = plan(&section.codecs, &o.flags.codec);
         warnings.extend(plan.warnings);
         if plan.towards_callee.is_empty() {
-            return Err(NO_CODEC.into());
+            return Err(ApiError::bad(NO_CODEC));
         }
         if o.flags.ptime.is_some() {
             warnings.push("ptime: a WebRTC callee gets no a=ptime".into());
@@ -193,8 +194,7 @@ impl Ng {
         let j = self
             .gateway
             .offer_webrtc(&room, sections, Who::default())
-            .await
-            .map_err(|e| join_reason(&e))?;
+            .await?;
         self.calls.insert(
             o.call_id.clone(),
             Call::WebRtc(Box::new(WebRtcCall {
@@ -223,53 +223,52 @@ impl Ng {
         &mut self,
         call: WebRtcCall,
         o: OfferAnswer,
-    ) -> Result<Bencode, String> {
+    ) -> Result<Bencode, ApiError> {
         if let Some(r) = &call.reoffer {
             if r.from_tag == o.from_tag && r.sdp == o.sdp {
                 // A retransmission: the same reply.
                 return Ok(sdp_reply(&r.offer, &[]));
             }
             if !r.answered {
-                return Err("a new offer in this call still waits for its answer".into());
+                return Err(ApiError::bad(
+                    "a new offer in this call still waits for its answer",
+                ));
             }
         }
         let Some((caller_id, _)) = &call.caller else {
-            return Err(
-                "a new offer before the call was answered (only the first offer's retransmissions are taken)"
-                    .into(),
-            );
+            return Err(ApiError::bad("a new offer before the call was answered (only the first offer's retransmissions are taken)"));
         };
         let (offerer, answerer) = if o.from_tag == call.from_tag {
             (caller_id.clone(), call.callee_id.clone())
         } else if call.to_tag.as_deref() == Some(o.from_tag.as_str()) {
             (call.callee_id.clone(), caller_id.clone())
         } else {
-            return Err(format!(
+            return Err(ApiError::bad(format!(
                 "from-tag {:?} is neither side of this call",
                 o.from_tag
-            ));
+            )));
         };
-        let sdp = parse_rtp(&o.sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let sdp = parse_rtp(&o.sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
         if sdp
             .sections
             .iter()
             .any(|s| s.port != 0 && s.transport.is_dtls())
         {
-            return Err(
-                "a new offer with DTLS (WebRTC) in an answered call is not supported yet".into(),
-            );
+            return Err(ApiError::bad(
+                "a new offer with DTLS (WebRTC) in an answered call is not supported yet",
+            ));
         }
         // Our offer to the other side first: if that side cannot take one (a WebRTC member),
         // nothing has changed yet.
-        let offer = self
-            .gateway
-            .reoffer_rtp(&call.room, &answerer)
-            .await
-            .map_err(|e| join_reason(&e))?;
+        let offer = self.gateway.reoffer_rtp(&call.room, &answerer).await?;
         let answer = match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
             Ok(Some(answer)) => answer,
-            Ok(None) => return Err("the offering side had an offer of ours pending".into()),
-            Err(e) => return Err(join_reason(&e)),
+            Ok(None) => {
+                return Err(ApiError::bad(
+                    "the offering side had an offer of ours pending",
+                ))
+            }
+            Err(e) => return Err(e.into()),
         };
         if let Some(c) = self.webrtc_mut(&o.call_id) {
             if o.from_tag == c.from_tag {
@@ -290,19 +289,25 @@ impl Ng {
     /// `answer`: the callee's member takes its answer; the caller's member is made, with the
     /// codecs the callee took. After a new offer in the answered call, the other side's answer
     /// to it.
-    pub(super) async fn webrtc_answer(&mut self, a: OfferAnswer) -> Result<Bencode, String> {
+    pub(super) async fn webrtc_answer(&mut self, a: OfferAnswer) -> Result<Bencode, ApiError> {
         let Some(Call::WebRtc(call)) = self.calls.get(&a.call_id).cloned() else {
-            return Err(format!("unknown call-id {:?}", a.call_id));
+            return Err(ApiError::not_found(format!(
+                "unknown call-id {:?}",
+                a.call_id
+            )));
         };
         if let Some(r) = call.reoffer.as_ref().filter(|r| r.from_tag == a.from_tag) {
             if !r.answered {
-                let sdp = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+                let sdp = parse_rtp(&a.sdp)
+                    .map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
                 match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
                     Ok(None) => {}
                     Ok(Some(_)) => {
-                        return Err("the answering side had no offer of ours pending".into())
+                        return Err(ApiError::bad(
+                            "the answering side had no offer of ours pending",
+                        ))
                     }
-                    Err(e) => return Err(join_reason(&e)),
+                    Err(e) => return Err(e.into()),
                 }
                 if let Some(c) = self.webrtc_mut(&a.call_id) {
                     if let Some(r) = c.reoffer.as_mut() {
@@ -313,32 +318,32 @@ impl Ng {
             return Ok(sdp_reply(&r.answer, &a.flags.ignored));
         }
         if call.from_tag != a.from_tag {
-            return Err(format!(
+            return Err(ApiError::bad(format!(
                 "from-tag {:?} is not this call's caller",
                 a.from_tag
-            ));
+            )));
         }
         if let Some((_, sdp)) = &call.caller {
             // Answered already (a retransmission under a new cookie): the same reply.
             return Ok(sdp_reply(sdp, &[]));
         }
         let taken = if call.callee_webrtc {
-            let callee =
-                parse_offer(&a.sdp).map_err(|e| format!("the answer's WebRTC SDP: {e}"))?;
+            let callee = parse_offer(&a.sdp)
+                .map_err(|e| ApiError::bad(format!("the answer's WebRTC SDP: {e}")))?;
             self.gateway
                 .answer_webrtc(&call.room, &call.callee_id, callee)
                 .await
         } else {
-            let callee = parse_rtp(&a.sdp).map_err(|e| format!("the answer's SDP: {e}"))?;
+            let callee =
+                parse_rtp(&a.sdp).map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
             self.gateway
                 .answer_rtp(&call.room, &call.callee_id, callee)
                 .await
-        }
-        .map_err(|e| join_reason(&e))?;
+        }?;
         let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
         let mut warnings = a.flags.ignored.clone();
-        let caller_rtp =
-            parse_rtp(&call.caller_sdp).map_err(|e| format!("the offer's SDP: {e}"))?;
+        let caller_rtp = parse_rtp(&call.caller_sdp)
+            .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
         let dtls = caller_rtp
             .sections
             .iter()
@@ -346,7 +351,7 @@ impl Ng {
         let (id, sdp) = if dtls {
             // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
             let mut offer = parse_offer(&call.caller_sdp)
-                .map_err(|e| format!("the offer's WebRTC SDP: {e}"))?;
+                .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
             for m in &mut offer.media {
                 m.codecs.retain(|c| {
                     CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
@@ -355,8 +360,7 @@ impl Ng {
             let j = self
                 .gateway
                 .join(&call.room, offer, JoinKind::Join, Who::default())
-                .await
-                .map_err(|e| join_reason(&e))?;
+                .await?;
             (j.id, j.answer)
         } else {
             let mut offer: RtpDescription = caller_rtp;
@@ -381,8 +385,7 @@ impl Ng {
             let j = self
                 .gateway
                 .join_rtp(&call.room, offer, Who::default())
-                .await
-                .map_err(|e| join_reason(&e))?;
+                .await?;
             (j.id, j.answer)
         };
         if let Some(c) = self.webrtc_mut(&a.call_id) {

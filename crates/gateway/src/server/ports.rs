@@ -22,6 +22,42 @@ use crate::leg::Quarantine;
 /// Most remote addresses a pair remembers of its last leg.
 const MAX_REMEMBERED: usize = 16;
 
+/// Why no port pair was bound for a leg.
+#[derive(Debug)]
+pub enum PortError {
+    /// Every pair of the range is in use on that address (`rtp_ports`).
+    Exhausted {
+        /// The range's first port.
+        lo: u16,
+        /// The range's last port.
+        hi: u16,
+        /// The address the pair was for.
+        ip: IpAddr,
+    },
+    /// An exact RTP port that is odd, or the last port: RTP is even, with RTCP on the next.
+    Odd(SocketAddr),
+    /// A port of the pair at that RTP address is a leg's here.
+    InUse(SocketAddr),
+    /// The kernel did not bind the port (the address is not this machine's, another process
+    /// holds the port).
+    Bind(SocketAddr, io::Error),
+}
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortError::Exhausted { lo, hi, ip } => {
+                write!(f, "no free port pair in rtp_ports {lo}-{hi} on {ip}")
+            }
+            PortError::Odd(a) => write!(f, "{a}: an RTP port is even, with RTCP on the next"),
+            PortError::InUse(a) => write!(f, "{a}: the port pair is in use here"),
+            PortError::Bind(a, e) => write!(f, "{a}: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PortError {}
+
 /// The pool.
 #[derive(Debug)]
 pub(crate) struct PortPool {
@@ -79,7 +115,7 @@ impl PortPool {
     /// Binds the free pair freed longest ago on `ip`, with what its last leg's peers are
     /// refused by at `now`. Err: the range is exhausted (every pair in use here or held by
     /// another process).
-    pub fn bind_pair(&self, ip: IpAddr, now: Instant) -> io::Result<Pair> {
+    pub fn bind_pair(&self, ip: IpAddr, now: Instant) -> Result<Pair, PortError> {
         let mut g = self.lock();
         for _ in 0..g.free.len() {
             let Some(p) = g.free.pop_front() else { break };
@@ -106,36 +142,29 @@ impl PortPool {
                 quarantine,
             });
         }
-        Err(io::Error::new(
-            io::ErrorKind::AddrInUse,
-            format!(
-                "no free port pair in rtp_ports {}-{} on {ip}",
-                self.lo, self.hi
-            ),
-        ))
+        Err(PortError::Exhausted {
+            lo: self.lo,
+            hi: self.hi,
+            ip,
+        })
     }
 
     /// Binds the pair at `rtp` exactly (RTCP on the next port), in the range or not: a leg
     /// taken over from a node that died keeps its ports. Err: a port of the pair is in use
     /// here, or cannot be bound (the address is not this machine's yet, another process holds
     /// the port).
-    pub fn bind_at(&self, rtp: SocketAddr) -> io::Result<Pair> {
+    pub fn bind_at(&self, rtp: SocketAddr) -> Result<Pair, PortError> {
         let p = rtp.port();
         if !p.is_multiple_of(2) || p == u16::MAX {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{rtp}: an RTP port is even, with RTCP on the next"),
-            ));
+            return Err(PortError::Odd(rtp));
         }
         let mut g = self.lock();
         if g.used.contains(&p) || g.used.contains(&(p + 1)) {
-            return Err(io::Error::new(
-                io::ErrorKind::AddrInUse,
-                format!("{rtp}: the port pair is in use here"),
-            ));
+            return Err(PortError::InUse(rtp));
         }
         let rtcp_addr = SocketAddr::new(rtp.ip(), p + 1);
-        let (rtp_socket, rtcp) = (bind_leg(rtp)?, bind_leg(rtcp_addr)?);
+        let bind = |a| bind_leg(a).map_err(|e| PortError::Bind(a, e));
+        let (rtp_socket, rtcp) = (bind(rtp)?, bind(rtcp_addr)?);
         g.free.retain(|&f| f != p);
         g.used.insert(p);
         g.used.insert(p + 1);

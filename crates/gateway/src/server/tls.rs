@@ -292,23 +292,23 @@ pub fn server_config(
 pub fn certified_key(
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
-) -> Result<Arc<CertifiedKey>, String> {
+) -> Result<Arc<CertifiedKey>, ConfigError> {
     if chain.is_empty() {
-        return Err("no certificate".into());
+        return Err(ConfigError("no certificate".into()));
     }
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     CertifiedKey::from_der(chain, key, &provider)
         .map(Arc::new)
         .map_err(|e| match e {
             rustls::Error::InconsistentKeys(_) => {
-                "the private key does not belong to the first certificate".to_string()
+                ConfigError("the private key does not belong to the first certificate".to_string())
             }
-            other => other.to_string(),
+            other => ConfigError(other.to_string()),
         })
 }
 
 /// A [`Certificate`] (a private CA's issue, say) as rustls signs with it.
-pub fn certified_key_of(cert: &Certificate) -> Result<Arc<CertifiedKey>, String> {
+pub fn certified_key_of(cert: &Certificate) -> Result<Arc<CertifiedKey>, ConfigError> {
     let chain = cert
         .chain()
         .iter()
@@ -319,29 +319,33 @@ pub fn certified_key_of(cert: &Certificate) -> Result<Arc<CertifiedKey>, String>
 }
 
 /// Reads a PEM chain and its key (PKCS#8, SEC1 or PKCS#1), naming the file at fault.
-fn load_files(cert: &Path, key: &Path) -> Result<(Arc<CertifiedKey>, String), String> {
-    let text = std::fs::read(cert).map_err(|e| format!("tls_cert {}: {e}", cert.display()))?;
+fn load_files(cert: &Path, key: &Path) -> Result<(Arc<CertifiedKey>, String), ConfigError> {
+    let text = std::fs::read(cert)
+        .map_err(|e| ConfigError(format!("tls_cert {}: {e}", cert.display())))?;
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&text)
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("tls_cert {}: {e}", cert.display()))?;
+        .map_err(|e| ConfigError(format!("tls_cert {}: {e}", cert.display())))?;
     if chain.is_empty() {
-        return Err(format!("tls_cert {}: no CERTIFICATE block", cert.display()));
+        return Err(ConfigError(format!(
+            "tls_cert {}: no CERTIFICATE block",
+            cert.display()
+        )));
     }
     let key_text = zeroize::Zeroizing::new(
-        std::fs::read(key).map_err(|e| format!("tls_key {}: {e}", key.display()))?,
+        std::fs::read(key).map_err(|e| ConfigError(format!("tls_key {}: {e}", key.display())))?,
     );
     let key_der = PrivateKeyDer::from_pem_slice(&key_text)
-        .map_err(|e| format!("tls_key {}: {e}", key.display()))?;
+        .map_err(|e| ConfigError(format!("tls_key {}: {e}", key.display())))?;
     let pkcs8 = match &key_der {
         PrivateKeyDer::Pkcs8(k) => Some(k.secret_pkcs8_der().to_vec()),
         _ => None,
     };
     let ck = certified_key(chain.clone(), key_der).map_err(|e| {
-        format!(
+        ConfigError(format!(
             "tls_cert {} / tls_key {}: {e}",
             cert.display(),
             key.display()
-        )
+        ))
     })?;
     let kind = pkcs8
         .and_then(|k| {
@@ -442,7 +446,7 @@ fn host_name() -> Option<String> {
 
 impl Source {
     /// Builds the certificate: reads the files again, or issues a fresh one.
-    fn make(&self) -> Result<(Arc<CertifiedKey>, String), String> {
+    fn make(&self) -> Result<(Arc<CertifiedKey>, String), ConfigError> {
         match self {
             Source::Files { cert, key } => load_files(cert, key),
             Source::Issued {
@@ -452,7 +456,7 @@ impl Source {
             } => {
                 let names: Vec<&str> = names.iter().map(String::as_str).collect();
                 let cert = issue_certificate_for(ca, &names, Role::Server, *key_type)
-                    .map_err(|e| format!("issuing the HTTPS certificate: {e}"))?;
+                    .map_err(|e| ConfigError(format!("issuing the HTTPS certificate: {e}")))?;
                 // The leaf alone: the CA is the client's trust anchor, and sending it again
                 // in every handshake would only cost bytes.
                 let chain = vec![CertificateDer::from(cert.der().to_vec())];
@@ -467,8 +471,8 @@ impl Source {
 impl Tls {
     /// The TLS state for `config`: the certificate made from its source, the server
     /// configuration around it.
-    pub fn new(config: &ServeConfig) -> Result<Tls, String> {
-        let key_type = config.tls_key_type().map_err(|e| e.0)?;
+    pub fn new(config: &ServeConfig) -> Result<Tls, ConfigError> {
+        let key_type = config.tls_key_type()?;
         let names = certificate_names(config);
         let mut throwaway = None;
         let (source, source_name, trust_anchor) = match (&config.tls_cert, &config.tls_key) {
@@ -482,7 +486,8 @@ impl Tls {
             ),
             _ => match &config.tls_ca_dir {
                 Some(dir) => {
-                    let ca = CaDir::load(dir).map_err(|e| format!("tls_ca_dir: {e}"))?;
+                    let ca =
+                        CaDir::load(dir).map_err(|e| ConfigError(format!("tls_ca_dir: {e}")))?;
                     (
                         Source::Issued {
                             ca: Box::new(ca.certificate().clone()),
@@ -497,12 +502,14 @@ impl Tls {
                     let dir = tempfile::Builder::new()
                         .prefix("secrelay-https-ca-")
                         .tempdir()
-                        .map_err(|e| format!("a directory for the throw-away CA: {e}"))?;
+                        .map_err(|e| {
+                            ConfigError(format!("a directory for the throw-away CA: {e}"))
+                        })?;
                     let ca = secrelay_dtls::ca::generate_ca(KeyType::EcdsaP256)
-                        .map_err(|e| format!("making a throw-away CA: {e}"))?;
+                        .map_err(|e| ConfigError(format!("making a throw-away CA: {e}")))?;
                     let path = dir.path().join(secrelay_dtls::ca::CA_CERT_FILE);
                     std::fs::write(&path, ca.to_pem().0)
-                        .map_err(|e| format!("{}: {e}", path.display()))?;
+                        .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
                     throwaway = Some(dir);
                     (
                         Source::Issued {
@@ -530,7 +537,7 @@ impl Tls {
         let resolver = Arc::new(Resolver {
             current: RwLock::new(ck),
         });
-        let sc = server_config(config, resolver.clone()).map_err(|e| e.0)?;
+        let sc = server_config(config, resolver.clone())?;
         Ok(Tls {
             config: Arc::new(sc),
             resolver,
@@ -557,7 +564,7 @@ impl Tls {
 
     /// Builds the certificate again from its source and presents it from the next handshake
     /// on; on error the one in use stays. Returns the new certificate's fingerprint.
-    pub fn reload(&self) -> Result<String, String> {
+    pub fn reload(&self) -> Result<String, ConfigError> {
         let (ck, key) = self.source.make()?;
         let fp = fingerprint(&ck);
         *self

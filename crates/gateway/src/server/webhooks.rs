@@ -37,7 +37,7 @@ use sha2::Digest as _;
 use tokio::sync::mpsc;
 
 use super::auth::Secret;
-use super::config::{ServeConfig, WebhookConfig};
+use super::config::{ConfigError, ServeConfig, WebhookConfig};
 use crate::shard::{JoinKind, Lifecycle};
 
 /// The kinds of event a receiver can ask for.
@@ -224,25 +224,53 @@ pub struct Target {
     path: String,
 }
 
+/// Why a receiver's URL is refused.
+#[derive(Debug)]
+pub enum UrlError {
+    /// It does not parse.
+    NotAUrl(axum::http::uri::InvalidUri),
+    /// Not `http://` or `https://`.
+    Scheme,
+    /// No host.
+    NoHost,
+    /// `user:password@` in it.
+    Credentials,
+}
+
+impl std::fmt::Display for UrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UrlError::NotAUrl(e) => write!(f, "not a URL: {e}"),
+            UrlError::Scheme => f.write_str("give an http:// or https:// URL"),
+            UrlError::NoHost => f.write_str("the URL has no host"),
+            UrlError::Credentials => {
+                f.write_str("credentials in the URL are not sent: leave them out")
+            }
+        }
+    }
+}
+
+impl std::error::Error for UrlError {}
+
 impl Target {
     /// Parses a receiver's URL.
-    pub fn parse(url: &str) -> Result<Target, String> {
-        let uri: Uri = url.parse().map_err(|e| format!("not a URL: {e}"))?;
+    pub fn parse(url: &str) -> Result<Target, UrlError> {
+        let uri: Uri = url.parse().map_err(UrlError::NotAUrl)?;
         let tls = match uri.scheme_str() {
             Some("http") => false,
             Some("https") => true,
-            _ => return Err("give an http:// or https:// URL".into()),
+            _ => return Err(UrlError::Scheme),
         };
-        let authority = uri.authority().ok_or("the URL has no host")?;
+        let authority = uri.authority().ok_or(UrlError::NoHost)?;
         if authority.as_str().contains('@') {
-            return Err("credentials in the URL are not sent: leave them out".into());
+            return Err(UrlError::Credentials);
         }
         let host = authority
             .host()
             .trim_start_matches('[')
             .trim_end_matches(']');
         if host.is_empty() {
-            return Err("the URL has no host".into());
+            return Err(UrlError::NoHost);
         }
         Ok(Target {
             tls,
@@ -318,14 +346,14 @@ pub(crate) fn start(
         Hooks,
         Vec<impl std::future::Future<Output = ()> + Send + 'static>,
     ),
-    String,
+    ConfigError,
 > {
     let mut receivers = Vec::new();
     let mut tasks = Vec::new();
     let mut roots: Option<Arc<rustls::ClientConfig>> = None;
     for (i, w) in config.webhooks.iter().enumerate() {
         let r = receiver(config, w, &mut roots, stats.clone())
-            .map_err(|e| format!("webhooks[{i}] ({}): {e}", w.url))?;
+            .map_err(|e| ConfigError(format!("webhooks[{i}] ({}): {e}", w.url)))?;
         let events = w
             .events
             .iter()
@@ -343,13 +371,13 @@ fn receiver(
     w: &WebhookConfig,
     roots: &mut Option<Arc<rustls::ClientConfig>>,
     stats: Arc<HookStats>,
-) -> Result<Receiver, String> {
-    let target = Target::parse(&w.url)?;
+) -> Result<Receiver, ConfigError> {
+    let target = Target::parse(&w.url).map_err(|e| ConfigError(e.to_string()))?;
     let secret = config
         .api_keys
         .get(&w.key)
         .cloned()
-        .ok_or_else(|| format!("key {:?} is not in api_keys", w.key))?;
+        .ok_or_else(|| ConfigError(format!("key {:?} is not in api_keys", w.key)))?;
     let tls = if target.tls {
         let cfg = match roots {
             Some(c) => c.clone(),
@@ -375,37 +403,38 @@ fn receiver(
 }
 
 /// A TLS client trusting the certificates of `ca` (PEM), else the system's bundle.
-fn client_config(ca: Option<&std::path::Path>) -> Result<Arc<rustls::ClientConfig>, String> {
+fn client_config(ca: Option<&std::path::Path>) -> Result<Arc<rustls::ClientConfig>, ConfigError> {
     let path = match ca {
         Some(p) => p.to_owned(),
         None => std::env::var_os("SSL_CERT_FILE")
             .map(std::path::PathBuf::from)
             .unwrap_or_else(|| "/etc/ssl/certs/ca-certificates.crt".into()),
     };
-    let text = std::fs::read(&path).map_err(|e| format!("webhook_ca {}: {e}", path.display()))?;
+    let text = std::fs::read(&path)
+        .map_err(|e| ConfigError(format!("webhook_ca {}: {e}", path.display())))?;
     let mut store = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(&text) {
-        let cert = cert.map_err(|e| format!("webhook_ca {}: {e}", path.display()))?;
+        let cert = cert.map_err(|e| ConfigError(format!("webhook_ca {}: {e}", path.display())))?;
         // A bundle may hold certificates rustls cannot use; the others still count.
         let _ = store.add(cert);
     }
     if store.is_empty() {
-        return Err(format!(
+        return Err(ConfigError(format!(
             "webhook_ca {}: no usable CA certificate",
             path.display()
-        ));
+        )));
     }
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("TLS: {e}"))?
+        .map_err(|e| ConfigError(format!("TLS: {e}")))?
         .with_root_certificates(store)
         .with_no_client_auth();
     Ok(Arc::new(config))
 }
 
 /// The `Authorization` value of a request carrying `body`.
-fn signature(key_id: &str, secret: &Secret, body: &[u8]) -> Result<String, String> {
+fn signature(key_id: &str, secret: &Secret, body: &[u8]) -> Result<String, DeliveryError> {
     #[derive(serde::Serialize)]
     struct HookClaims<'a> {
         iss: &'a str,
@@ -425,10 +454,10 @@ fn signature(key_id: &str, secret: &Secret, body: &[u8]) -> Result<String, Strin
     };
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some(key_id.to_owned());
-    let key = EncodingKey::from_secret(secret.expose().as_bytes()).map_err(|e| e.to_string())?;
+    let key = EncodingKey::from_secret(secret.expose().as_bytes()).map_err(DeliveryError::Sign)?;
     jsonwebtoken::encode(&header, &claims, &key)
         .map(|t| format!("Bearer {t}"))
-        .map_err(|e| e.to_string())
+        .map_err(DeliveryError::Sign)
 }
 
 /// Posts each event of `rx` in turn, retrying each as the module says.
@@ -469,7 +498,7 @@ async fn deliver(r: Receiver, mut rx: mpsc::Receiver<Arc<HookBody>>) {
 }
 
 /// One attempt: a new connection, one POST, a 2xx answer.
-async fn post(r: &Receiver, event: &str, body: &[u8]) -> Result<(), String> {
+async fn post(r: &Receiver, event: &str, body: &[u8]) -> Result<(), DeliveryError> {
     let auth = signature(&r.key_id, &r.secret, body)?;
     let request = Request::post(r.target.path.as_str())
         .header(header::HOST, r.target.authority.as_str())
@@ -477,48 +506,81 @@ async fn post(r: &Receiver, event: &str, body: &[u8]) -> Result<(), String> {
         .header(header::AUTHORIZATION, auth)
         .header("x-secrelay-event", event)
         .body(Full::new(Bytes::copy_from_slice(body)))
-        .map_err(|e| e.to_string())?;
+        .map_err(DeliveryError::Request)?;
     let status = tokio::time::timeout(r.timeout, async {
         let tcp = tokio::net::TcpStream::connect((r.target.host.as_str(), r.target.port))
             .await
-            .map_err(|e| format!("connect: {e}"))?;
+            .map_err(DeliveryError::Connect)?;
         match &r.tls {
             Some(tls) => {
                 let name = ServerName::try_from(r.target.host.clone())
-                    .map_err(|e| format!("server name: {e}"))?;
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|e| format!("TLS: {e}"))?;
+                    .map_err(DeliveryError::ServerName)?;
+                let stream = tls.connect(name, tcp).await.map_err(DeliveryError::Tls)?;
                 send(stream, request).await
             }
             None => send(tcp, request).await,
         }
     })
     .await
-    .map_err(|_| "timed out".to_owned())??;
+    .map_err(|_| DeliveryError::Timeout)??;
     if (200..300).contains(&status) {
         Ok(())
     } else {
-        Err(format!("answered {status}"))
+        Err(DeliveryError::Status(status))
     }
 }
 
-async fn send<S>(stream: S, request: Request<Full<Bytes>>) -> Result<u16, String>
+async fn send<S>(stream: S, request: Request<Full<Bytes>>) -> Result<u16, DeliveryError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("HTTP: {e}"))?;
+        .map_err(DeliveryError::Http)?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("HTTP: {e}"))?;
+        .map_err(DeliveryError::Http)?;
     Ok(response.status().as_u16())
+}
+
+/// Why one delivery attempt failed.
+#[derive(Debug)]
+enum DeliveryError {
+    /// The request's token could not be made.
+    Sign(jsonwebtoken::errors::Error),
+    /// The request could not be made.
+    Request(axum::http::Error),
+    /// No TCP connection.
+    Connect(std::io::Error),
+    /// The host is no name TLS can check.
+    ServerName(rustls_pki_types::InvalidDnsNameError),
+    /// The TLS handshake failed.
+    Tls(std::io::Error),
+    /// HTTP failed on the connection.
+    Http(hyper::Error),
+    /// No answer within `webhook_timeout_secs`.
+    Timeout,
+    /// An answer that is not 2xx.
+    Status(u16),
+}
+
+impl std::fmt::Display for DeliveryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DeliveryError::Sign(e) => write!(f, "signing: {e}"),
+            DeliveryError::Request(e) => write!(f, "request: {e}"),
+            DeliveryError::Connect(e) => write!(f, "connect: {e}"),
+            DeliveryError::ServerName(e) => write!(f, "server name: {e}"),
+            DeliveryError::Tls(e) => write!(f, "TLS: {e}"),
+            DeliveryError::Http(e) => write!(f, "HTTP: {e}"),
+            DeliveryError::Timeout => f.write_str("timed out"),
+            DeliveryError::Status(status) => write!(f, "answered {status}"),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@ use tokio::sync::oneshot;
 
 use super::config::MediaIo;
 use super::directory::Directory;
+use super::error::ApiError;
 use super::ports::PortPool;
 use super::stats::WorkerStats;
 use super::udp::{Flushed, RecvBatch, SendBatch, BATCH};
@@ -489,7 +490,7 @@ impl Worker {
         now: Instant,
         options: RtpLegOptions,
         make: impl FnOnce(&mut Shard, Ports, &RtpLegOptions) -> Result<JoinedRtp, JoinError>,
-    ) -> Result<JoinedRtp, JoinError> {
+    ) -> Result<JoinedRtp, ApiError> {
         let at = options.at.ok_or(options.bind);
         self.with_ports(at, now, |shard, ports, quarantine| {
             let options = RtpLegOptions {
@@ -508,15 +509,14 @@ impl Worker {
         at: Result<SocketAddr, Option<std::net::IpAddr>>,
         now: Instant,
         make: impl FnOnce(&mut Shard, Ports, Quarantine) -> Result<JoinedRtp, JoinError>,
-    ) -> Result<JoinedRtp, JoinError> {
+    ) -> Result<JoinedRtp, ApiError> {
         let pair = match at {
             Ok(exact) => self.shared.ports.bind_at(exact),
             Err(bind) => self
                 .shared
                 .ports
                 .bind_pair(bind.unwrap_or(self.shared.bind_ip), now),
-        }
-        .map_err(|e| JoinError::Full(e.to_string()))?;
+        }?;
         let ports = Ports {
             rtp: pair.rtp_addr,
             rtcp: pair.rtcp_addr,
@@ -558,7 +558,7 @@ impl Worker {
                 },
             );
         }
-        r
+        Ok(r?)
     }
 
     /// Closes a leg's sockets and gives its ports back, with the remote addresses it used

@@ -39,15 +39,11 @@ impl Gate {
         attach: Attach,
         shared_port: u16,
         (lo, hi): (u16, u16),
-    ) -> Result<Gate, String> {
-        let mut filter = Filter::load().map_err(|e| e.to_string())?;
-        filter
-            .set_policies(lo, hi, Policy::Closed)
-            .and_then(|()| filter.set_policy(shared_port, Policy::Shared))
-            .map_err(|e| e.to_string())?;
-        let mode = filter
-            .attach(interface, attach)
-            .map_err(|e| e.to_string())?;
+    ) -> Result<Gate, secrelay_xdp::Error> {
+        let mut filter = Filter::load()?;
+        filter.set_policies(lo, hi, Policy::Closed)?;
+        filter.set_policy(shared_port, Policy::Shared)?;
+        let mode = filter.attach(interface, attach)?;
         tracing::info!(interface, mode = mode.name(), shared_port, rtp_ports = %format!("{lo}-{hi}"), "XDP filter attached");
         Ok(Gate {
             filter,

@@ -197,7 +197,7 @@ pub fn secrelay_server_config(cert: &Certificate) -> Result<Arc<ServerConfig>, S
     }
     let leaf_only = vec![CertificateDer::from(cert.der().to_vec())];
     let key = rustls::pki_types::PrivateKeyDer::Pkcs8(cert.private_key_der().to_vec().into());
-    let ck = secrelay_gateway::server::tls::certified_key(leaf_only, key)?;
+    let ck = secrelay_gateway::server::tls::certified_key(leaf_only, key).map_err(|e| e.0)?;
     secrelay_gateway::server::tls::server_config(&ServeConfig::default(), Arc::new(One(ck)))
         .map(Arc::new)
         .map_err(|e| e.0)
