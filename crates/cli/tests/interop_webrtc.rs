@@ -1257,6 +1257,60 @@ fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room
 }
 
 #[test]
+fn an_ice_phone_on_aioice_and_a_plain_phone_hear_each_other_in_one_room() {
+    let test = "an_ice_phone_on_aioice_and_a_plain_phone_hear_each_other_in_one_room";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start();
+    // The plain phone talks (1000 Hz) and listens while aioice's phone does ICE and talks.
+    let mut plain = TonePhone::join(&gw.base, "ice", false, 0x1ce0, 1000.0);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let talker = std::thread::spawn(move || {
+        let mut next = Instant::now();
+        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+            plain.send_frame();
+            plain.read();
+            next += Duration::from_millis(20);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+        plain
+    });
+    let (v, ok) = run_script(
+        &python,
+        "aioice_phone.py",
+        &[
+            "--base", &gw.base, "--room", "ice", "--expect", "1000", "--sends", "500",
+        ],
+        &gw,
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let plain = talker.join().expect("the plain phone's thread");
+    assert!(ok, "aioice_phone.py failed: {v}");
+    assert_eq!(
+        v["ice_lite"], true,
+        "the gateway's answer says a=ice-lite: {v}"
+    );
+    let candidate = v["gateway_candidates"][0].as_str().unwrap_or_default();
+    let port = candidate.split_whitespace().nth(5).unwrap_or_default();
+    assert_eq!(
+        v["nominated"].as_str(),
+        Some(format!("127.0.0.1:{port}").as_str()),
+        "the pair nominated is the leg's own port: {v}"
+    );
+    assert!(v["expect_share"].as_f64().unwrap() >= 0.5, "{v}");
+    let (share, samples) = plain.tone_share(500.0);
+    assert!(
+        share >= 0.5,
+        "the plain phone: aioice's 500 Hz holds {share:.2} of the energy ({samples} samples)"
+    );
+    assert!(
+        gw.metric("secrelay_drops_total{reason=\"stun_rejected\"}") == 0.0,
+        "every check aioice sent was answered"
+    );
+}
+
+#[test]
 fn aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded() {
     let test = "aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded";
     let Some(python) = python(test) else { return };

@@ -197,6 +197,11 @@ impl IceLite {
         self.last_consent = self.last_consent.max(now);
     }
 
+    /// The peer's credentials, once known.
+    pub fn remote(&self) -> Option<&Credentials> {
+        self.remote.as_ref()
+    }
+
     /// Whether the peer's credentials are known (not an offer of ours still unanswered).
     pub fn has_remote(&self) -> bool {
         self.remote.is_some()

@@ -948,7 +948,7 @@ impl Shard {
         let control = s.room.with_leg(key.member, out, |leg| match d.class {
             Class::Stun(facts) => {
                 match facts.message(bytes) {
-                    Some(msg) => leg.handle_stun(now, d.from, &msg),
+                    Some(msg) => leg.handle_stun(now, d.from, d.via, &msg),
                     // The facts of other bytes: the caller's bug, counted, not a panic.
                     None => leg.counters_mut().drop(DropReason::InternalError),
                 }
@@ -1207,13 +1207,13 @@ impl Shard {
                 } => self.send_out(slot, to, target, what, buf),
                 Out::Control {
                     destination,
+                    via,
                     kind,
                     buf,
                     ..
                 } => self.queue.push_back(Queued::Transmit {
                     destination,
-                    // Control traffic (STUN, DTLS) is WebRTC's, on the shared port.
-                    via: Via::Shared,
+                    via,
                     buf,
                     kind,
                     received: None,

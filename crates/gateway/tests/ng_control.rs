@@ -774,3 +774,200 @@ fn an_ipv6_caller_reaches_an_ipv4_callee_through_the_interfaces_of_each_family()
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0x61, 0x41);
 }
+
+/// `sdp` with ICE credentials of a phone's (`ufrag`) added at the session's level.
+fn with_ice(sdp: &str, ufrag: &str) -> String {
+    sdp.replacen(
+        "t=0 0\r\n",
+        &format!("t=0 0\r\na=ice-ufrag:{ufrag}\r\na=ice-pwd:{ufrag}-password-of-22+\r\n"),
+        1,
+    )
+}
+
+/// Our ICE in an SDP: (ufrag, pwd, candidates), when it has `a=ice-lite` and credentials.
+fn our_ice(sdp: &str) -> Option<(String, String, Vec<String>)> {
+    if !sdp.contains("\r\na=ice-lite\r\n") {
+        return None;
+    }
+    let value = |key: &str| {
+        sdp.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(str::to_owned)
+    };
+    let candidates = sdp
+        .lines()
+        .filter_map(|l| l.strip_prefix("a=candidate:"))
+        .map(str::to_owned)
+        .collect();
+    assert!(sdp.contains("a=end-of-candidates\r\n"), "{sdp}");
+    Some((value("a=ice-ufrag:")?, value("a=ice-pwd:")?, candidates))
+}
+
+/// The port of an SDP's first `m=` line.
+fn media_port(sdp: &str) -> u16 {
+    let m = sdp.lines().find(|l| l.starts_with("m=")).unwrap();
+    m.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A full agent's check from `socket` to `to` (USERNAME `ufrag:theirs`, integrity with
+/// `pwd`, ICE-CONTROLLING, USE-CANDIDATE): the response's class, XOR-MAPPED-ADDRESS and error
+/// code.
+fn check(
+    socket: &std::net::UdpSocket,
+    to: std::net::SocketAddr,
+    (ufrag, theirs): (&str, &str),
+    pwd: &str,
+) -> (
+    secrelay_wire::stun::Class,
+    Option<std::net::SocketAddr>,
+    Option<u16>,
+) {
+    use secrelay_wire::stun::{attr, Class, Message, MessageBuilder, BINDING};
+    let mut buf = [0u8; 512];
+    let tid = [0x1c; 12];
+    let n = MessageBuilder::new(&mut buf, Class::Request, BINDING, tid)
+        .attribute(attr::USERNAME, format!("{ufrag}:{theirs}").as_bytes())
+        .attribute(attr::PRIORITY, &1_862_270_975u32.to_be_bytes())
+        .attribute(attr::ICE_CONTROLLING, &7u64.to_be_bytes())
+        .attribute(attr::USE_CANDIDATE, &[])
+        .integrity(pwd.as_bytes())
+        .fingerprint()
+        .unwrap();
+    socket.send_to(&buf[..n], to).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut reply = [0u8; 1500];
+    loop {
+        if let Ok((len, from)) = socket.recv_from(&mut reply) {
+            if let Ok(m) = Message::parse(&reply[..len]) {
+                if from == to && m.transaction_id() == tid {
+                    let code = m.error_code().map(|(c, _)| c);
+                    return (m.class(), m.xor_mapped_address(), code);
+                }
+            }
+        }
+        assert!(Instant::now() < end, "no answer to the check from {to}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn telephony_sides_do_ice_as_rtpengine_decides_and_media_follows_the_nominated_address() {
+    let (server, mut ng) = start();
+    let mut caller = SocketPhone::bind(LOCAL, None, 0x1ce1).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, None, 0x1ce2).unwrap();
+    // The caller does ICE: by default its callee is offered ICE too, our own.
+    let offer = ng
+        .call(offer_answer(
+            "offer",
+            "ice1",
+            "alice",
+            None,
+            &with_ice(&caller.phone.offer(), "alice1"),
+        ))
+        .unwrap();
+    let to_callee = &offer["sdp"];
+    let (ufrag, pwd, candidates) = our_ice(to_callee).expect("ICE towards the callee");
+    let port = media_port(to_callee);
+    assert_eq!(
+        candidates,
+        [
+            format!("1 1 UDP 2130706431 127.0.0.1 {port} typ host"),
+            format!("1 2 UDP 2130706430 127.0.0.1 {} typ host", port + 1),
+        ],
+        "{to_callee}"
+    );
+    assert!(
+        !to_callee.contains("alice1"),
+        "the caller's ICE is not passed on"
+    );
+    // The callee answers with ICE, from behind a "NAT": its c= is an address nothing listens
+    // on; its check tells the gateway where it really is.
+    let answer_sdp = callee.phone.answer_offer(to_callee).unwrap();
+    let hidden = with_ice(&answer_sdp, "bob1").replace("c=IN IP4 127.0.0.1", "c=IN IP4 192.0.2.77");
+    let answer = ng
+        .call(offer_answer(
+            "answer",
+            "ice1",
+            "alice",
+            Some("bob"),
+            &hidden,
+        ))
+        .unwrap();
+    let to_caller = &answer["sdp"];
+    let (caller_ufrag, caller_pwd, _) = our_ice(to_caller).expect("ICE towards the caller");
+    caller.phone.accept_answer(to_caller).unwrap();
+    let b_port = std::net::SocketAddr::new(LOCAL, port);
+    let (class, mapped, code) = check(&callee.socket, b_port, (&ufrag, "bob1"), "not-the-password");
+    assert_eq!(
+        (class, code),
+        (secrelay_wire::stun::Class::Error, Some(401)),
+        "a check without our password"
+    );
+    let (class, mapped_ok, _) = check(&callee.socket, b_port, (&ufrag, "bob1"), &pwd);
+    assert_eq!(class, secrelay_wire::stun::Class::Success);
+    assert_eq!(
+        mapped_ok,
+        Some(callee.socket.local_addr().unwrap()),
+        "{mapped:?}"
+    );
+    let a_port = std::net::SocketAddr::new(LOCAL, media_port(to_caller));
+    let (class, ..) = check(
+        &caller.socket,
+        a_port,
+        (&caller_ufrag, "alice1"),
+        &caller_pwd,
+    );
+    assert_eq!(class, secrelay_wire::stun::Class::Success);
+    // Media reaches the callee at the address its check came from, not its c=, before the
+    // callee sent any (nothing to latch to but the nomination).
+    callee.phone.gateway = Some(b_port);
+    let end = Instant::now() + Duration::from_secs(10);
+    while heard(&callee, 0x1a) < 5 {
+        caller.send(&[0x1a; 160]).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        callee.read();
+        assert!(
+            Instant::now() < end,
+            "the callee heard nothing at its nominated address"
+        );
+    }
+    talk(&mut caller, &mut callee, 0x1a, 0x1b);
+
+    // ICE=remove: no ICE towards the callee, whatever the caller did.
+    let offer = ng
+        .call({
+            let mut d = offer_answer(
+                "offer",
+                "ice2",
+                "alice",
+                None,
+                &with_ice(&caller.phone.offer(), "alice2"),
+            );
+            d.push(("ICE".into(), s("remove")));
+            d
+        })
+        .unwrap();
+    assert!(our_ice(&offer["sdp"]).is_none(), "{}", offer["sdp"]);
+    assert!(!offer["sdp"].contains("a=ice-"), "{}", offer["sdp"]);
+    // No ICE in the offer: none by default, ours with ICE=force.
+    let offer = ng
+        .call(offer_answer(
+            "offer",
+            "ice3",
+            "alice",
+            None,
+            &caller.phone.offer(),
+        ))
+        .unwrap();
+    assert!(!offer["sdp"].contains("a=ice-"), "{}", offer["sdp"]);
+    let offer = ng
+        .call({
+            let mut d = offer_answer("offer", "ice4", "alice", None, &caller.phone.offer());
+            d.push(("ICE".into(), s("force")));
+            d
+        })
+        .unwrap();
+    assert!(our_ice(&offer["sdp"]).is_some(), "{}", offer["sdp"]);
+    assert!(!offer.contains_key("warning"), "{offer:?}");
+    drop(server);
+}

@@ -304,8 +304,10 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
             "ice" => {
                 f.ice = match norm(&text("ICE", v)?).as_str() {
                     "remove" => Some(Ice::Remove),
-                    "force" | "force-relay" => Some(Ice::Force),
-                    "default" | "optional" => None,
+                    // `optional` adds us as a candidate where there are others: we are the
+                    // only one we announce, as with `force`.
+                    "force" | "force-relay" | "optional" => Some(Ice::Force),
+                    "default" => None,
                     other => return Err(NgError::BadValue("ICE", other.into())),
                 }
             }

@@ -108,6 +108,56 @@ pub struct RtpSection {
     pub ptime: Option<u32>,
     /// `a=mid`, if any.
     pub mid: Option<String>,
+    /// ICE credentials (`a=ice-ufrag`, `a=ice-pwd`, the section's or the session's): the
+    /// offerer does ICE.
+    pub ice: Option<IceCredentials>,
+}
+
+/// The ICE credentials an SDP gives. Debug does not print the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IceCredentials {
+    /// `a=ice-ufrag`.
+    pub ufrag: String,
+    /// `a=ice-pwd`.
+    pub pwd: String,
+}
+
+impl std::fmt::Debug for IceCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IceCredentials")
+            .field("ufrag", &self.ufrag)
+            .field("pwd", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Our ICE in a section we write: an ICE-lite agent's credentials and host candidates.
+#[derive(Clone, PartialEq, Eq)]
+pub struct IceAnswer {
+    /// Our credentials.
+    pub credentials: IceCredentials,
+    /// `a=candidate` values, complete.
+    pub candidates: Vec<String>,
+}
+
+impl std::fmt::Debug for IceAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IceAnswer")
+            .field("credentials", &self.credentials)
+            .field("candidates", &self.candidates)
+            .finish()
+    }
+}
+
+/// A host candidate's `a=candidate` value (RFC 8839): foundation 1, UDP, the host type's
+/// priority for `component` (1 RTP, 2 RTCP; RFC 8445 §5.1.2.1).
+pub fn host_candidate(component: u8, addr: std::net::SocketAddr) -> String {
+    let priority = (126u32 << 24) | (65_535 << 8) | (256 - u32::from(component));
+    format!(
+        "1 {component} UDP {priority} {} {} typ host",
+        addr.ip(),
+        addr.port()
+    )
 }
 
 /// A telephony offer, reduced to what the gateway decides on.
@@ -275,7 +325,24 @@ pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
         direction: section_direction(doc, m),
         ptime: value("ptime").find_map(|v| v.trim().parse().ok()),
         mid: value("mid").next().map(str::to_owned),
+        ice: ice_credentials(doc, m),
     }
+}
+
+/// The ICE credentials section `m` of `doc` gives (its own lines, else the session's).
+fn ice_credentials(doc: &SdpDoc, m: &Media) -> Option<IceCredentials> {
+    let of = |key: &'static str| {
+        m.attributes(key)
+            .flatten()
+            .next()
+            .or_else(|| doc.session_attribute(key))
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    Some(IceCredentials {
+        ufrag: of("ice-ufrag")?,
+        pwd: of("ice-pwd")?,
+    })
 }
 
 /// `doc` as a gateway decides on it.
@@ -319,6 +386,8 @@ pub struct RtpSectionAnswer {
     pub ptime: Option<u32>,
     /// The offer's `a=mid`, repeated.
     pub mid: Option<String>,
+    /// Our ICE (ICE-lite: `a=ice-lite` at the session's level), if the section has any.
+    pub ice: Option<IceAnswer>,
 }
 
 /// Where our RTCP goes, as the answer says.
@@ -349,6 +418,9 @@ pub fn write_rtp_sdp(origin: (u64, u64), address: IpAddr, sections: &[RtpSection
         s,
         "v=0\r\no=secrelay {session_id} {version} IN {ip} {address}\r\ns=-\r\nc=IN {ip} {address}\r\nt=0 0\r\n"
     );
+    if sections.iter().any(|m| m.ice.is_some() && m.port.is_some()) {
+        s.push_str("a=ice-lite\r\n");
+    }
     for m in sections {
         let pts: Vec<String> = m.codecs.iter().map(|c| c.pt.to_string()).collect();
         let (port, fmts) = match (m.port, pts.is_empty()) {
@@ -380,6 +452,14 @@ pub fn write_rtp_sdp(origin: (u64, u64), address: IpAddr, sections: &[RtpSection
         }
         if m.rtcp == RtcpAnswer::Mux {
             s.push_str("a=rtcp-mux\r\n");
+        }
+        if let Some(ice) = &m.ice {
+            let c = &ice.credentials;
+            let _ = write!(s, "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\n", c.ufrag, c.pwd);
+            for candidate in &ice.candidates {
+                let _ = write!(s, "a=candidate:{candidate}\r\n");
+            }
+            s.push_str("a=end-of-candidates\r\n");
         }
         if let Some(p) = m.ptime {
             let _ = write!(s, "a=ptime:{p}\r\n");
@@ -456,6 +536,7 @@ mod tests {
                     direction: Direction::SendRecv,
                     ptime: Some(20),
                     mid: None,
+                    ice: None,
                 },
                 RtpSectionAnswer {
                     kind: MediaKind::Video,
@@ -467,6 +548,7 @@ mod tests {
                     direction: Direction::Inactive,
                     ptime: None,
                     mid: None,
+                    ice: None,
                 },
             ],
         );

@@ -37,8 +37,8 @@ use crate::counters::{Counters, DropReason, EndReason};
 pub use data::{DataLimits, DataLink, DataMessage};
 pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
 pub use rtp::{
-    Latch, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions, RtpOfferSpec,
-    Sources, SrtpMark,
+    IceMode, Latch, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions,
+    RtpOfferSpec, Sources, SrtpMark,
 };
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 
@@ -531,6 +531,9 @@ pub enum LegOutput<'a> {
     Transmit {
         /// Where to.
         destination: SocketAddr,
+        /// Our socket it leaves from (a telephony leg's STUN answer leaves from the port the
+        /// check came to).
+        via: Via,
         /// The datagram.
         contents: &'a [u8],
         /// What it is.
@@ -763,10 +766,11 @@ impl Leg {
 
     /// A STUN message from `from`, parsed where the datagram was read (a telephony leg or a
     /// pipe takes none: dropped as an unknown kind).
-    pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, msg: &Message<'_>) {
+    pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, via: Via, msg: &Message<'_>) {
         match self {
             Leg::WebRtc(l) => l.handle_stun(now, from, msg),
-            Leg::Rtp(_) | Leg::Pipe(_) => self.counters_mut().drop(DropReason::UnknownKind),
+            Leg::Rtp(l) => l.handle_stun(now, from, via, msg),
+            Leg::Pipe(_) => self.counters_mut().drop(DropReason::UnknownKind),
         }
     }
 

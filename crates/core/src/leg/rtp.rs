@@ -62,11 +62,16 @@ use zeroize::{Zeroize, Zeroizing};
 
 use secrelay_wire::sdp::Codec;
 use secrelay_wire::sdp_rtp::{
-    write_rtp_sdp, RtcpAnswer, RtpDescription, RtpSection, RtpSectionAnswer,
+    host_candidate, write_rtp_sdp, IceAnswer, IceCredentials, RtcpAnswer, RtpDescription,
+    RtpSection, RtpSectionAnswer,
 };
+use secrelay_wire::stun::{Class as StunClass, Message};
 
-use super::{CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback};
+use super::{
+    CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback, TransmitKind, Via,
+};
 use crate::counters::{Counters, DropReason};
+use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
 
 /// Where a plain leg takes media from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +182,25 @@ pub struct RtpLegOptions {
     /// For a leg made again (a call taken over from a node that died): the keys and SRTP
     /// state its phone already has, taken as the leg is made, before any media.
     pub resume: Option<Resume>,
+    /// Whether the leg does ICE with its phone.
+    pub ice: IceMode,
+}
+
+/// Whether a telephony leg does ICE with its phone: as an ICE-lite agent (RFC 8445 §2.5), it
+/// puts `a=ice-lite`, its credentials and host candidates (its RTP port, and its RTCP port
+/// unless muxed) in its SDP, answers the phone's checks on those ports, and sends media to the
+/// address the phone nominates. A phone that does not do ICE ignores the lines and uses `c=`
+/// and `m=` as before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IceMode {
+    /// When the phone's SDP has ICE credentials (the answer to an ICE offer; never in an
+    /// offer of ours).
+    #[default]
+    Auto,
+    /// Always (rtpengine's `ICE: force`).
+    Force,
+    /// Never (`ICE: remove`).
+    Off,
 }
 
 /// What a leg made again for a call taken over from another node takes before any media:
@@ -211,6 +235,7 @@ impl Default for RtpLegOptions {
             at: None,
             quarantine: Quarantine::default(),
             resume: None,
+            ice: IceMode::Auto,
         }
     }
 }
@@ -220,6 +245,14 @@ impl RtpLegOptions {
     /// resumes (before any media reaches it).
     pub fn finish(&self, leg: RtpLeg) -> Result<RtpLeg, RtpLegError> {
         let mut leg = leg.with_quarantine(self.quarantine.clone());
+        let ice = match self.ice {
+            IceMode::Auto => leg.peer_ice.is_some(),
+            IceMode::Force => true,
+            IceMode::Off => false,
+        };
+        if ice {
+            leg.start_ice();
+        }
         if let Some(r) = &self.resume {
             leg.restore_keys(&r.crypto)?;
             leg.resume_srtp(&r.srtp)?;
@@ -405,6 +438,14 @@ pub struct RtpLeg {
     queue: VecDeque<LegEvent>,
     /// What [`RtpLeg::sources`] said when [`LegEvent::SourcesChanged`] was last queued.
     told: Vec<(u16, Sources)>,
+    /// The ICE credentials of the phone's last SDP, if it had any.
+    peer_ice: Option<IceCredentials>,
+    /// Our ICE-lite agent, when the leg does ICE ([`IceMode`]).
+    ice: Option<IceLite>,
+    /// STUN answers to send (to, from which of our ports, the datagram), and the one lent out
+    /// by [`RtpLeg::poll_output`].
+    transmits: VecDeque<(SocketAddr, Via, Vec<u8>)>,
+    lent: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for RtpLeg {
@@ -415,6 +456,14 @@ impl fmt::Debug for RtpLeg {
             .field("rtcp_mux", &self.rtcp_mux)
             .field("closed", &self.closed)
             .finish_non_exhaustive()
+    }
+}
+
+/// The agent's form of credentials an SDP gave.
+fn credentials(c: &IceCredentials) -> Credentials {
+    Credentials {
+        ufrag: c.ufrag.clone(),
+        pwd: c.pwd.clone(),
     }
 }
 
@@ -611,6 +660,7 @@ impl RtpLeg {
                         direction,
                         ptime: s.ptime,
                         mid: s.mid.clone(),
+                        ice: None,
                     }
                 } else {
                     RtpSectionAnswer {
@@ -623,6 +673,7 @@ impl RtpLeg {
                         direction: Direction::Inactive,
                         ptime: None,
                         mid: s.mid.clone(),
+                        ice: None,
                     }
                 }
             })
@@ -669,6 +720,10 @@ impl RtpLeg {
             counters: Counters::default(),
             queue: VecDeque::new(),
             told: Vec::new(),
+            peer_ice: section.ice.clone(),
+            ice: None,
+            transmits: VecDeque::new(),
+            lent: None,
         };
         leg.note_sources();
         Ok(leg)
@@ -761,6 +816,7 @@ impl RtpLeg {
             direction: Direction::SendRecv,
             ptime: spec.ptime,
             mid: None,
+            ice: None,
         };
         let origin = (random_session_id(), 1);
         let sdp = write_rtp_sdp(origin, config.announce, std::slice::from_ref(&section));
@@ -787,6 +843,10 @@ impl RtpLeg {
             counters: Counters::default(),
             queue: VecDeque::new(),
             told: Vec::new(),
+            peer_ice: None,
+            ice: None,
+            transmits: VecDeque::new(),
+            lent: None,
         };
         leg.note_sources();
         Ok(leg)
@@ -940,6 +1000,8 @@ impl RtpLeg {
         self.awaiting = false;
         self.reoffered = false;
         self.last_admitted = now;
+        self.peer_ice = a.ice.clone();
+        self.take_peer_ice(now, false);
         self.note_sources();
         Ok(())
     }
@@ -993,6 +1055,10 @@ impl RtpLeg {
             }
         }
         next.origin = (self.origin.0, self.origin.1 + 1);
+        next.ice = self.ice.take();
+        next.transmits = std::mem::take(&mut self.transmits);
+        next.take_peer_ice(now, true);
+        next.write_ice();
         next.answer = write_rtp_sdp(next.origin, next.config.announce, &next.sdp);
         next.media[0].our_ssrc = self.media[0].our_ssrc;
         for (src, new) in [(&self.rtp, &mut next.rtp), (&self.rtcp, &mut next.rtcp)] {
@@ -1277,6 +1343,10 @@ impl RtpLeg {
         if self.closed.is_some() {
             return Sources::Only(Vec::new());
         }
+        if self.ice.is_some() && src.latched.is_none() {
+            // Checks come from whichever candidate of the phone's reaches us (authenticated).
+            return Sources::Any;
+        }
         match (&self.security, src.latched, self.config.latch) {
             (Security::Sdes { .. }, Some(l), _) if self.config.strict_source => {
                 Sources::Only(vec![l])
@@ -1464,16 +1534,120 @@ impl RtpLeg {
             .then(|| self.last_admitted + self.config.media_timeout)
     }
 
-    /// Whether events are queued.
+    /// Whether STUN answers or events are queued.
     pub fn has_output(&self) -> bool {
-        !self.queue.is_empty()
+        !self.queue.is_empty() || !self.transmits.is_empty()
     }
 
-    /// The next event, then [`LegOutput::Timeout`], or `None` once closed with nothing left.
+    /// The next STUN answer, then the next event, then [`LegOutput::Timeout`], or `None` once
+    /// closed with nothing left. A datagram's bytes are valid until the next call.
     pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
+        self.lent = None;
+        if let Some((destination, via, buf)) = self.transmits.pop_front() {
+            let contents = self.lent.insert(buf);
+            return Some(LegOutput::Transmit {
+                destination,
+                via,
+                contents,
+                kind: TransmitKind::Stun,
+            });
+        }
         match self.queue.pop_front() {
             Some(e) => Some(LegOutput::Event(e)),
             None => self.poll_timeout().map(LegOutput::Timeout),
+        }
+    }
+
+    /// Starts ICE with the phone: our credentials and host candidates in our SDP, its checks
+    /// answered from now on.
+    fn start_ice(&mut self) {
+        if self.ice.is_some() {
+            return;
+        }
+        let (local, now) = (Credentials::random(), self.last_admitted);
+        let agent = match &self.peer_ice {
+            Some(p) => IceLite::new(IceConfig::default(), local, credentials(p), now),
+            None => IceLite::offering(IceConfig::default(), local, now),
+        };
+        self.ice = Some(agent);
+        self.write_ice();
+        self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+    }
+
+    /// Takes the phone's ICE credentials from its last SDP: the first ones its agent learns,
+    /// or new ones (an ICE restart, RFC 8839 §4.4.1.1.2) answered with new credentials of ours.
+    fn take_peer_ice(&mut self, now: Instant, offer: bool) {
+        let (Some(ice), Some(peer)) = (self.ice.as_mut(), self.peer_ice.as_ref()) else {
+            return;
+        };
+        let remote = credentials(peer);
+        match ice.remote() {
+            Some(r) if r.ufrag == remote.ufrag => {}
+            Some(_) if offer => ice.restart(Credentials::random(), remote, now),
+            _ => ice.set_remote(remote, now),
+        }
+    }
+
+    /// Our ICE in the SDP section that carries the leg's port.
+    fn write_ice(&mut self) {
+        let Some(ice) = &self.ice else { return };
+        let ip = self.config.announce;
+        let Some(section) = self.sdp.iter_mut().find(|s| s.port.is_some()) else {
+            return;
+        };
+        let mut candidates = vec![host_candidate(
+            1,
+            SocketAddr::new(ip, self.ports.rtp.port()),
+        )];
+        if section.rtcp != RtcpAnswer::Mux {
+            candidates.push(host_candidate(
+                2,
+                SocketAddr::new(ip, self.ports.rtcp.port()),
+            ));
+        }
+        let local = ice.local();
+        section.ice = Some(IceAnswer {
+            credentials: IceCredentials {
+                ufrag: local.ufrag.clone(),
+                pwd: local.pwd.clone(),
+            },
+            candidates,
+        });
+    }
+
+    /// A STUN message that came to our port `via` from `from`: a check the ICE agent answers
+    /// (its answer queued to leave from the same port), the address it nominates taken as where
+    /// RTP (or, on the RTCP port, RTCP) goes; dropped and counted without ICE.
+    pub fn handle_stun(&mut self, now: Instant, from: SocketAddr, via: Via, msg: &Message<'_>) {
+        if self.closed.is_some() {
+            return self.counters.drop(DropReason::AfterClose);
+        }
+        let Some(ice) = self.ice.as_mut() else {
+            return self.counters.drop(DropReason::UnknownKind);
+        };
+        if self.quarantine.holds(from, now) {
+            return self.counters.drop(DropReason::StaleSource);
+        }
+        self.counters.stun_in += 1;
+        if msg.class() == StunClass::Indication {
+            return;
+        }
+        let rtcp = !self.rtcp_mux && via == Via::Port(self.ports.rtcp.port());
+        let mut out = vec![0u8; 512];
+        match ice.handle_binding(now, from, msg, &mut out) {
+            Ok(outcome) => {
+                out.truncate(outcome.response_len);
+                self.transmits.push_back((from, via, out));
+                if let Some(IceEvent::Selected(addr)) = outcome.event {
+                    self.latch_to(addr, rtcp);
+                }
+            }
+            Err(IceError::Unauthenticated(Some(n)) | IceError::RoleConflict(n)) => {
+                self.counters.drop(DropReason::StunRejected);
+                out.truncate(n);
+                self.transmits.push_back((from, via, out));
+            }
+            Err(_) => self.counters.drop(DropReason::StunRejected),
         }
     }
 }
@@ -1631,5 +1805,155 @@ mod tests {
         leg.authenticated(natted, false, now);
         assert_eq!(leg.sources()[0], (30006, only(&[natted])));
         assert_eq!(events(&mut leg), 1);
+    }
+
+    /// A full agent's check from `from` to our port `via` (USERNAME `ours:theirs`, integrity
+    /// with `pwd`, USE-CANDIDATE).
+    fn check(
+        leg: &mut RtpLeg,
+        from: SocketAddr,
+        via: Via,
+        (ours, theirs, pwd): (&str, &str, &str),
+    ) {
+        use secrelay_wire::stun::{attr, Class, MessageBuilder, BINDING};
+        let mut buf = [0u8; 256];
+        let n = MessageBuilder::new(&mut buf, Class::Request, BINDING, [3; 12])
+            .attribute(attr::USERNAME, format!("{ours}:{theirs}").as_bytes())
+            .attribute(attr::PRIORITY, &1u32.to_be_bytes())
+            .attribute(attr::ICE_CONTROLLING, &9u64.to_be_bytes())
+            .attribute(attr::USE_CANDIDATE, &[])
+            .integrity(pwd.as_bytes())
+            .fingerprint()
+            .unwrap();
+        let msg = Message::parse(&buf[..n]).unwrap();
+        leg.handle_stun(Instant::now(), from, via, &msg);
+    }
+
+    fn our_ice(sdp: &str) -> (String, String, Vec<String>) {
+        let v = |k: &str| {
+            sdp.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .unwrap()
+                .to_owned()
+        };
+        let c = sdp.lines().filter_map(|l| l.strip_prefix("a=candidate:"));
+        (
+            v("a=ice-ufrag:"),
+            v("a=ice-pwd:"),
+            c.map(str::to_owned).collect(),
+        )
+    }
+
+    #[test]
+    fn a_leg_answers_an_ice_phone_as_a_lite_agent_and_sends_where_it_nominates() {
+        let offer = |ufrag: &str| {
+            parse_rtp(&format!(
+                "v=0\r\no=- 1 1 IN IP4 10.0.0.5\r\ns=-\r\nc=IN IP4 10.0.0.5\r\nt=0 0\r\n\
+                 a=ice-ufrag:{ufrag}\r\na=ice-pwd:{ufrag}-password-0123456789\r\n\
+                 m=audio 4000 RTP/AVP 0\r\n"
+            ))
+            .unwrap()
+        };
+        let now = Instant::now();
+        let made = RtpLeg::new(&offer("ph1"), ports(30000), RtpConfig::default(), now).unwrap();
+        let mut leg = RtpLegOptions::default().finish(made).unwrap();
+        let sdp = leg.answer_sdp().to_owned();
+        assert!(sdp.contains("\r\na=ice-lite\r\nm=audio"), "{sdp}");
+        let (ufrag, pwd, candidates) = our_ice(&sdp);
+        let announce = RtpConfig::default().announce;
+        assert_eq!(
+            candidates,
+            [
+                format!("1 1 UDP 2130706431 {announce} 30000 typ host"),
+                format!("1 2 UDP 2130706430 {announce} 30001 typ host"),
+            ]
+        );
+        assert_eq!(
+            leg.sources()[0].1,
+            Sources::Any,
+            "checks come from any candidate"
+        );
+
+        // The phone's checks from behind a NAT, on each port: answered from that port, and
+        // what they nominate is where RTP and RTCP go.
+        let natted = SocketAddr::from(([203, 0, 113, 9], 61000));
+        let natted_rtcp = SocketAddr::from(([203, 0, 113, 9], 61001));
+        check(&mut leg, natted, Via::Port(30000), (&ufrag, "ph1", &pwd));
+        check(
+            &mut leg,
+            natted_rtcp,
+            Via::Port(30001),
+            (&ufrag, "ph1", &pwd),
+        );
+        let mut sent = Vec::new();
+        while let Some(LegOutput::Transmit {
+            destination,
+            via,
+            contents,
+            ..
+        }) = leg.poll_output()
+        {
+            let m = Message::parse(contents).unwrap();
+            assert_eq!(m.class(), StunClass::Success);
+            assert_eq!(m.xor_mapped_address(), Some(destination));
+            sent.push((destination, via));
+        }
+        assert_eq!(
+            sent,
+            [(natted, Via::Port(30000)), (natted_rtcp, Via::Port(30001))]
+        );
+        assert_eq!(leg.media_destination(), Some(natted));
+        assert_eq!(leg.rtcp_destination(), Some(natted_rtcp));
+
+        // A wrong password: a 401 and nothing latched; a stranger's ufrag: no answer.
+        let other = SocketAddr::from(([198, 51, 100, 1], 5000));
+        check(&mut leg, other, Via::Port(30000), (&ufrag, "ph1", "wrong"));
+        check(&mut leg, other, Via::Port(30000), ("someone", "ph1", &pwd));
+        assert!(matches!(
+            leg.poll_output(),
+            Some(LegOutput::Transmit { .. })
+        ));
+        assert!(!matches!(
+            leg.poll_output(),
+            Some(LegOutput::Transmit { .. })
+        ));
+        assert_eq!(leg.counters().drops[DropReason::StunRejected], 2);
+        assert_eq!(leg.media_destination(), Some(natted));
+
+        // A re-INVITE with the same credentials keeps ours; new ones restart ICE with new ours.
+        leg.take_offer(&offer("ph1"), now).unwrap();
+        assert_eq!(our_ice(leg.answer_sdp()).0, ufrag);
+        leg.take_offer(&offer("ph2"), now).unwrap();
+        let (restarted, new_pwd, _) = our_ice(leg.answer_sdp());
+        assert_ne!(restarted, ufrag);
+        check(
+            &mut leg,
+            natted,
+            Via::Port(30000),
+            (&restarted, "ph2", &new_pwd),
+        );
+        assert!(matches!(
+            leg.poll_output(),
+            Some(LegOutput::Transmit { .. })
+        ));
+
+        // Without ICE (ICE: remove), a check is no kind of packet the leg takes.
+        let made = RtpLeg::new(&offer("ph1"), ports(30002), RtpConfig::default(), now).unwrap();
+        let options = RtpLegOptions {
+            ice: IceMode::Off,
+            ..RtpLegOptions::default()
+        };
+        let mut plain = options.finish(made).unwrap();
+        assert!(
+            !plain.answer_sdp().contains("a=ice"),
+            "{}",
+            plain.answer_sdp()
+        );
+        check(&mut plain, natted, Via::Port(30002), (&ufrag, "ph1", &pwd));
+        assert_eq!(plain.counters().drops[DropReason::UnknownKind], 1);
+        assert!(!matches!(
+            plain.poll_output(),
+            Some(LegOutput::Transmit { .. })
+        ));
     }
 }

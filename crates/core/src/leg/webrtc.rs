@@ -50,7 +50,7 @@ use secrelay_wire::stun::{Class as StunClass, Message};
 use super::data::{DataLimits, DataLink, DataMessage};
 use super::{
     CloseReason, CodecId, HeaderExt, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback,
-    TransmitKind,
+    TransmitKind, Via,
 };
 use crate::counters::{Counters, DropReason};
 use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
@@ -1310,6 +1310,7 @@ impl WebRtcLeg {
                 let contents = self.lent.insert(buf);
                 LegOutput::Transmit {
                     destination,
+                    via: Via::Shared,
                     contents,
                     kind,
                 }

@@ -996,6 +996,7 @@ fn collect(m: &mut Member, out: &mut RoomOut) {
         match m.leg.poll_output() {
             Some(LegOutput::Transmit {
                 destination,
+                via,
                 contents,
                 kind,
             }) => {
@@ -1004,6 +1005,7 @@ fn collect(m: &mut Member, out: &mut RoomOut) {
                 out.push(Out::Control {
                     to: m.at,
                     destination,
+                    via,
                     kind,
                     buf,
                 });

@@ -39,6 +39,8 @@ pub enum Out {
         to: MemberAt,
         /// Where it goes.
         destination: SocketAddr,
+        /// Our socket it leaves from.
+        via: crate::leg::Via,
         /// What it is.
         kind: TransmitKind,
         /// The datagram.

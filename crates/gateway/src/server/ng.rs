@@ -683,7 +683,6 @@ impl Ng {
             .await?;
         let mut warnings = o.flags.ignored.clone();
         warnings.extend(call.warnings.iter().cloned());
-        warnings.extend(SectionCall::ice_warning(&o.flags));
         Ok(sdp_reply(&sdp, &warnings))
     }
 

@@ -25,9 +25,11 @@ use std::collections::HashMap;
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{caller_keeps, plan};
-use super::ng_sdp::{codecs_of, direction_of, rewrite, CodecOut, Relayed, Rewrite, SectionOut};
+use super::ng_sdp::{
+    codecs_of, direction_of, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
+};
 use super::{ApiError, Gateway, Who};
-use crate::leg::{CodecId, RtpLegOptions, RtpOfferSpec, SrtpMark};
+use crate::leg::{CodecId, IceMode, RtpLegOptions, RtpOfferSpec, SrtpMark};
 
 /// Which side of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -58,6 +60,8 @@ struct Local {
     crypto: Vec<String>,
     /// The formats its SDP lists.
     formats: Vec<String>,
+    /// Its ICE (credentials and candidates), when it does ICE with its phone.
+    ice: Option<IceOut>,
 }
 
 /// What our leg wrote for its section: a scan of its own SDP (one section with a port, as the
@@ -84,6 +88,13 @@ fn local_of(sdp: &str) -> Result<Local, ApiError> {
                 l.rtcp_mux = true;
             } else if let Some(c) = line.strip_prefix("a=crypto:") {
                 l.crypto.push(c.to_owned());
+            } else if let Some(v) = line.strip_prefix("a=ice-ufrag:") {
+                l.ice.get_or_insert_with(IceOut::default).ufrag = v.to_owned();
+            } else if let Some(v) = line.strip_prefix("a=ice-pwd:") {
+                l.ice.get_or_insert_with(IceOut::default).pwd = v.to_owned();
+            } else if let Some(v) = line.strip_prefix("a=candidate:") {
+                let ice = l.ice.get_or_insert_with(IceOut::default);
+                ice.candidates.push(v.to_owned());
             }
         }
     }
@@ -227,6 +238,17 @@ pub(crate) struct SectionCall {
     /// cookie (a SIP retransmission the proxy passes on): the same reply, the same ports.
     last_offer: Option<Repeat>,
     last_answer: Option<Repeat>,
+}
+
+/// Whether the side that gets SDP `doc`'s section `m` rewritten does ICE with us: as the
+/// message's `ICE` flag says, else (rtpengine's default) when that SDP had ICE credentials.
+fn ice_towards(flags: &Flags, doc: &SdpDoc, m: &Media) -> IceMode {
+    match flags.ice {
+        Some(Ice::Force) => IceMode::Force,
+        Some(Ice::Remove) => IceMode::Off,
+        None if rtp_section(doc, m).ice.is_some() => IceMode::Force,
+        None => IceMode::Off,
+    }
 }
 
 /// The transport towards the other side: the flag's, else the section's.
@@ -801,6 +823,7 @@ impl SectionCall {
                 sdes_suites: None,
                 sdes_tags,
                 bind: iface.map(|i| i.local),
+                ice: ice_towards(flags, doc, m),
                 ..RtpLegOptions::default()
             },
         );
@@ -824,7 +847,7 @@ impl SectionCall {
             crypto: local.crypto,
             dtls: None,
             ptime: spec.ptime,
-            ice: None,
+            ice: local.ice,
         }));
         Ok((out, Fate::Relayed(p.caller_transcodes), None))
     }
@@ -881,7 +904,7 @@ impl SectionCall {
             crypto: y_local.crypto,
             dtls: None,
             ptime: ptime_of(m),
-            ice: None,
+            ice: y_local.ice,
         }));
         Ok((out, Fate::Relayed(Vec::new()), Some(x_local)))
     }
@@ -996,7 +1019,8 @@ impl SectionCall {
                 (local, codecs_of(m))
             }
             None => {
-                self.answer_first(ctx, pending, doc, i, (transcodes, iface), &room, &y)
+                let ice = ice_towards(flags, doc, m);
+                self.answer_first(ctx, pending, doc, i, (transcodes, iface, ice), &room, &y)
                     .await?
             }
         };
@@ -1014,7 +1038,7 @@ impl SectionCall {
             crypto: x_local.crypto,
             dtls: None,
             ptime,
-            ice: None,
+            ice: x_local.ice,
         })))
     }
 
@@ -1028,7 +1052,7 @@ impl SectionCall {
         pending: &Pending,
         doc: &SdpDoc,
         i: usize,
-        (transcodes, iface): (&[CodecId], Option<&Interface>),
+        (transcodes, iface, ice): (&[CodecId], Option<&Interface>, IceMode),
         room: &str,
         y: &Member,
     ) -> Result<(Local, Vec<CodecOut>), ApiError> {
@@ -1082,6 +1106,7 @@ impl SectionCall {
                 sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
                 sdes_tags: Vec::new(),
                 bind: iface.map(|i| i.local),
+                ice,
                 ..RtpLegOptions::default()
             },
         );
@@ -1127,10 +1152,5 @@ impl SectionCall {
                 .collect()
         };
         Ok((local, codecs))
-    }
-
-    /// Whether ICE was asked for that the call does not give (for the reply's warning).
-    pub fn ice_warning(flags: &Flags) -> Option<String> {
-        (flags.ice == Some(Ice::Force)).then(|| "ICE=force: telephony sides get no ICE".into())
     }
 }

@@ -36,8 +36,8 @@ pub(crate) struct CodecOut {
     pub rtcp_fb: Vec<String>,
 }
 
-/// Our ICE for a section.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Our ICE for a section (ICE-lite: `a=ice-lite` goes at the session's level).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct IceOut {
     /// `a=ice-ufrag`.
     pub ufrag: String,
@@ -214,6 +214,10 @@ fn session(out: &mut String, doc: &SdpDoc, r: &Rewrite<'_>) {
     if let Some(mark) = r.loop_mark {
         attr(out, "rtpengine", mark);
     }
+    let ice = |s: &SectionOut| matches!(s, SectionOut::Relayed(x) if x.ice.is_some());
+    if r.sections.iter().any(ice) {
+        out.push_str("a=ice-lite\r\n");
+    }
 }
 
 /// The `m=` line of a section with `port` and `proto` (the formats as given).
@@ -283,6 +287,7 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
         for c in &ice.candidates {
             attr(out, "candidate", c);
         }
+        out.push_str("a=end-of-candidates\r\n");
     }
 }
 

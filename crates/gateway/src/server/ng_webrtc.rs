@@ -17,7 +17,7 @@ use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
 use super::ng::{sdp_reply, Call, Ng, NO_CODEC};
 use super::ng_codecs::{caller_keeps, plan};
 use super::{ApiError, JoinKind, Who};
-use crate::leg::{CodecId, RtpOfferSpec, WebRtcOfferSection};
+use crate::leg::{CodecId, IceMode, RtpLegOptions, RtpOfferSpec, WebRtcOfferSection};
 
 /// One call: the caller's side as offered, the callee's member, and the caller's once made.
 #[derive(Debug, Clone)]
@@ -93,9 +93,6 @@ impl Ng {
         if transport.is_dtls() {
             return self.offer_webrtc_callee(o, section, warnings).await;
         }
-        if o.flags.ice == Some(Ice::Force) {
-            warnings.push("ICE=force: a telephony callee gets no ICE".into());
-        }
         let suites: Vec<Profile> = if transport.is_sdes() {
             if o.flags.sdes_off {
                 return Err(ApiError::bad(format!(
@@ -136,7 +133,19 @@ impl Ng {
             ptime: o.flags.ptime.or(section.ptime),
         };
         let room = format!("call:{}", o.call_id);
-        let j = self.gateway.offer_rtp(&room, spec, Who::default()).await?;
+        // rtpengine's default: ICE towards the callee, since the caller did ICE.
+        let ice = match o.flags.ice {
+            Some(Ice::Remove) => IceMode::Off,
+            _ => IceMode::Force,
+        };
+        let options = RtpLegOptions {
+            ice,
+            ..RtpLegOptions::default()
+        };
+        let j = self
+            .gateway
+            .offer_rtp_with(&room, spec, options, Who::default())
+            .await?;
         self.calls.insert(
             o.call_id.clone(),
             Call::WebRtc(Box::new(WebRtcCall {
