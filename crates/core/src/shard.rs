@@ -1818,12 +1818,16 @@ impl Shard {
         let (slot, member) = self.find(room, id).ok_or_else(missing)?;
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(missing)?;
+        let published = s.room.publishers().any(|p| p.at == member);
         let done = s.room.with_leg(member, out, f).ok_or_else(missing)?;
         if done.is_ok() {
             s.room.media_changed(member.id());
         }
         if let Ok((Some(role), _)) = &done {
             s.room.set_role(member.id(), *role);
+        }
+        if done.is_ok() {
+            self.tell_pipes_changed(slot, member, published);
         }
         self.settle(slot);
         done.map(|(_, r)| (slot, member, r))

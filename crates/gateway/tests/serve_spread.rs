@@ -324,3 +324,103 @@ fn viewers_joining_and_leaving_at_once_on_both_workers_leave_nothing_behind() {
     assert_eq!(g.directory_sizes(), (0, 0));
     s.shutdown();
 }
+
+#[test]
+fn a_phone_that_starts_sending_in_a_re_invite_reaches_the_viewers_on_the_other_worker() {
+    use secrelay_testkit::phone::SocketPhone;
+    let s = start(true);
+    let sig = signaling(&s);
+    let g = s.gateway().clone();
+    let epoch = Instant::now();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    // A phone on hold (it only receives) makes the room; its viewers join on both workers, the
+    // room's and, through a pipe with no publisher to mirror yet, the other.
+    let mut phone = SocketPhone::bind(LOCAL, None, 0x0ff1).unwrap();
+    phone.phone.direction = "recvonly";
+    let mut r = agent
+        .post(&format!("{}/rooms/reinvite/rtp", s.url()))
+        .header("Content-Type", "application/sdp")
+        .send(&phone.phone.offer())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let location = r.headers()["location"].to_str().unwrap().to_owned();
+    phone
+        .phone
+        .accept_answer(&r.body_mut().read_to_string().unwrap())
+        .unwrap();
+    let mut group: Vec<SimParticipant> = (0..2)
+        .map(|_| SimParticipant::join(&sig, "reinvite", Leg::Whep, LOCAL, epoch).unwrap())
+        .collect();
+    let home = g.worker_index("reinvite");
+    assert!(
+        g.participants_by_worker()[1 - home] >= 1,
+        "a viewer on the other worker: {:?}",
+        g.participants_by_worker()
+    );
+    assert_eq!(metric(&s, "secrelay_pipe_mirrors"), 0);
+    // Off hold: a re-INVITE that sends. The replica mirrors the phone from then on.
+    phone.phone.direction = "sendrecv";
+    let mut r = agent
+        .put(&format!("{}{location}", s.url()))
+        .header("Content-Type", "application/sdp")
+        .send(&phone.phone.offer())
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    phone
+        .phone
+        .accept_answer(&r.body_mut().read_to_string().unwrap())
+        .unwrap();
+    let phone = std::sync::Arc::new(std::sync::Mutex::new(phone));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let talker = {
+        let (phone, stop) = (phone.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = phone.lock().unwrap().send(&[0x7e; 160]);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let hear_more = |group: &mut Vec<SimParticipant>, what: &str| {
+        let before: Vec<u64> = group.iter().map(SimParticipant::received).collect();
+        let heard = SimParticipant::drive_until(group, Duration::from_secs(20), |g| {
+            g.iter().zip(&before).all(|(p, b)| p.received() >= b + 25)
+        })
+        .unwrap();
+        let now: Vec<u64> = group.iter().map(SimParticipant::received).collect();
+        assert!(
+            heard,
+            "{what}: every viewer hears the phone: {before:?} -> {now:?}"
+        );
+    };
+    hear_more(&mut group, "off hold");
+    assert_eq!(metric(&s, "secrelay_pipe_mirrors"), 1);
+    // Another re-INVITE that still sends (the mirror is updated, not made twice), then one
+    // that holds the call again (the mirror goes).
+    let reinvite = |direction: &'static str| {
+        let mut p = phone.lock().unwrap();
+        p.phone.direction = direction;
+        let mut r = agent
+            .put(&format!("{}{location}", s.url()))
+            .header("Content-Type", "application/sdp")
+            .send(&p.phone.offer())
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        p.phone
+            .accept_answer(&r.body_mut().read_to_string().unwrap())
+            .unwrap();
+    };
+    reinvite("sendrecv");
+    hear_more(&mut group, "a second re-INVITE");
+    assert_eq!(metric(&s, "secrelay_pipe_mirrors"), 1);
+    reinvite("recvonly");
+    wait_for("the mirror to go", Duration::from_secs(5), || {
+        metric(&s, "secrelay_pipe_mirrors") == 0
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    talker.join().unwrap();
+    s.shutdown();
+}

@@ -60,6 +60,20 @@ pub struct PipeLeg {
     events: VecDeque<LegEvent>,
 }
 
+/// A publisher's sections as its mirror has them: sending only, without transport-wide
+/// congestion control.
+fn mirrored(spec: &MirrorSpec) -> Vec<NegotiatedMedia> {
+    spec.media
+        .iter()
+        .map(|m| {
+            let mut m = m.clone();
+            m.peer_receives = false;
+            m.extmaps.retain(|(_, e)| *e != HeaderExt::TransportCc);
+            m
+        })
+        .collect()
+}
+
 /// The address a mirror's RTCP is "sent" to: none (its target's [`Via::Pipe`] says where).
 const NOWHERE: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
@@ -68,23 +82,18 @@ impl PipeLeg {
     /// without transport-wide congestion control (the home answers the publisher's transport;
     /// a replica sends it nothing to estimate).
     pub fn new(spec: &MirrorSpec) -> PipeLeg {
-        let media = spec
-            .media
-            .iter()
-            .map(|m| {
-                let mut m = m.clone();
-                m.peer_receives = false;
-                m.extmaps.retain(|(_, e)| *e != HeaderExt::TransportCc);
-                m
-            })
-            .collect();
         PipeLeg {
             key: spec.key,
-            media,
+            media: mirrored(spec),
             counters: Counters::default(),
             closed: None,
             events: VecDeque::new(),
         }
+    }
+
+    /// Its publisher renegotiated: its sections are the publisher's as `spec` has them now.
+    pub fn set_media(&mut self, spec: &MirrorSpec) {
+        self.media = mirrored(spec);
     }
 
     /// The publisher it mirrors.

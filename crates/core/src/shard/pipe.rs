@@ -182,8 +182,8 @@ impl Shard {
     }
 
     fn mirror_in(&mut self, now: Instant, slot: usize, spec: &MirrorSpec) {
-        if self.mirrors.contains_key(&spec.key) {
-            return;
+        if let Some(k) = self.mirrors.get(&spec.key).copied() {
+            return self.update_mirror(k, spec);
         }
         let Some(s) = self.rooms[slot].as_mut() else {
             return;
@@ -215,6 +215,24 @@ impl Shard {
         self.settle(slot);
         // The replica's viewers that listen for new offers may lack a section for it.
         self.renegotiate(slot);
+    }
+
+    /// A mirror's publisher renegotiated at home: the mirror sends what the publisher sends
+    /// now, and the replica's viewers that listen for new offers get sections for it.
+    fn update_mirror(&mut self, k: MemberKey, spec: &MirrorSpec) {
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[k.slot].as_mut().filter(|s| s.room_gen == k.room_gen) else {
+            return;
+        };
+        let changed = s.room.with_leg(k.member, out, |leg| {
+            leg.as_pipe_mut().map(|p| p.set_media(spec)).is_some()
+        });
+        if changed == Some(true) {
+            s.room.media_changed(k.member.id());
+            tracing::debug!(room = %s.name, publisher = %spec.id, "mirror renegotiated");
+        }
+        self.settle(k.slot);
+        self.renegotiate(k.slot);
     }
 
     /// The mirror of `key` goes (its publisher left the home room).
@@ -344,6 +362,22 @@ impl Shard {
                 to,
                 spec,
             })));
+    }
+
+    /// What a renegotiation of member `at` of the room in `slot` (which `published` before it)
+    /// tells the replicas: its mirrors take what it sends now (its sections, codecs and layers),
+    /// or go when it sends nothing any more.
+    pub(super) fn tell_pipes_changed(&mut self, slot: usize, at: MemberAt, published: bool) {
+        let Some(s) = self.rooms[slot].as_ref() else {
+            return;
+        };
+        let publishes = s.room.publishers().any(|p| p.at == at);
+        if publishes {
+            // A mirror taken for the first time or again: the replica adds or updates it.
+            self.tell_pipes_joined(slot, at);
+        } else if published {
+            Self::tell_pipes(&mut self.queue, s, at, true, self.index, slot);
+        }
     }
 
     /// Whether `leg`, just removed from its room, is a mirror (its key forgotten then).
