@@ -67,10 +67,11 @@ pub struct ServeArgs {
     /// kernel allows it), io_uring or mmsg (recvmmsg/sendmmsg).
     #[arg(long, value_name = "IO")]
     pub media_io: Option<String>,
-    /// Put the XDP filter on this network interface: datagrams to the media ports from
-    /// sources the gateway has not admitted are dropped in the driver (needs root).
+    /// Put the XDP filter on this network interface (again for each interface): datagrams to
+    /// the media ports from sources the gateway has not admitted are dropped in the driver
+    /// (needs root).
     #[arg(long, value_name = "IFACE")]
-    pub xdp: Option<String>,
+    pub xdp: Vec<String>,
     /// Where the XDP filter runs: auto (default: native where the driver has it), native or
     /// generic.
     #[arg(long, value_name = "MODE")]
@@ -202,8 +203,8 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     if let Some(m) = &a.media_io {
         c.media_io = m.clone();
     }
-    if let Some(i) = &a.xdp {
-        c.xdp = Some(i.clone());
+    if !a.xdp.is_empty() {
+        c.xdp = a.xdp.clone();
     }
     if let Some(m) = &a.xdp_mode {
         c.xdp_mode = m.clone();

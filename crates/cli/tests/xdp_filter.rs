@@ -35,6 +35,12 @@ fn gateway_ip() -> Ipv4Addr {
     Ipv4Addr::new(10, 231, subnet(), 1)
 }
 
+/// The gateway's end of the second veth pair (a second network it is on, with the filter
+/// there too): 10.233.N.1.
+fn second_ip() -> Ipv4Addr {
+    Ipv4Addr::new(10, 233, subnet(), 1)
+}
+
 /// This test's end.
 fn here() -> Ipv4Addr {
     Ipv4Addr::new(10, 231, subnet(), 2)
@@ -67,6 +73,18 @@ fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketA
         &format!("{}/24", gateway_ip()),
     )
     .expect("a veth pair into the namespace");
+    let (outside2, inside2) = (
+        format!("sxp{}", std::process::id()),
+        format!("sxj{}", std::process::id()),
+    );
+    let here2 = Ipv4Addr::new(10, 233, subnet(), 2);
+    ns.veth(
+        &outside2,
+        &format!("{here2}/24"),
+        &inside2,
+        &format!("{}/24", second_ip()),
+    )
+    .expect("a second veth pair into the namespace");
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("xdp.toml");
     let gw = gateway_ip();
@@ -75,7 +93,7 @@ fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketA
         format!(
             "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
              workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
-             drain_secs = 0.2\nxdp = \"{inside}\"\n"
+             drain_secs = 0.2\nxdp = [\"{inside}\", \"{inside2}\"]\n"
         ),
     )
     .unwrap();
@@ -299,6 +317,35 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"open\"}") >= 2 * exchanged as u64 - 4);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"admitted\"}") > 0);
     assert!(metric("secrelay_xdp_datagrams_total{verdict=\"stun\"}") > 0);
+
+    // The second network has the filter too: the same flood to the gateway's address there
+    // (no socket is bound on it: without the filter each datagram would be a NoPorts) is
+    // dropped in the driver as well.
+    let before = metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}");
+    let no_ports = ns.udp_counters().unwrap()["NoPorts"];
+    let mut second = 0u64;
+    for s in &flood {
+        for port in [SHARED_PORT, leg_port] {
+            s.send_to(&forged, (second_ip(), port)).unwrap();
+            second += 1;
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        metric("secrelay_xdp_datagrams_total{verdict=\"dropped\"}") - before,
+        second,
+        "the flood on the second interface dropped in the driver"
+    );
+    assert_eq!(ns.udp_counters().unwrap()["NoPorts"], no_ports);
+    for interface in [
+        &format!("sxi{}", std::process::id()),
+        &format!("sxj{}", std::process::id()),
+    ] {
+        let native = sig
+            .metric(&format!("secrelay_xdp_native{{interface=\"{interface}\"}}"))
+            .unwrap_or_else(|e| panic!("{interface}: {e}"));
+        assert!(native <= 1, "{interface}: {native}");
+    }
 
     // The calls end: the NAT'd call's port takes nothing from its old phone any more.
     for id in ["nat", "sdes"] {

@@ -128,11 +128,12 @@ struct Maps {
     by_port: HashMap<u16, HashMap<SocketAddr, u32>>,
 }
 
-/// The filter, attached to one interface until dropped.
+/// The filter, attached to the interfaces it was given until dropped (one program and one
+/// set of maps for all of them).
 pub struct Filter {
     maps: Mutex<Maps>,
     counts: PerCpuArray<MapData, u64>,
-    attached: Option<(String, Mode)>,
+    attached: Vec<(String, Mode)>,
     // Holds the program and its attachment: dropping it detaches the program.
     ebpf: Ebpf,
 }
@@ -170,16 +171,19 @@ impl Filter {
                 by_port: HashMap::new(),
             }),
             counts,
-            attached: None,
+            attached: Vec::new(),
             ebpf,
         })
     }
 
-    /// Attaches the program to `interface` (once): where it runs. Err: the interface does not
-    /// exist, or the kernel refused the mode, saying which.
+    /// Attaches the program to `interface` (once per interface; several interfaces share the
+    /// program, its policies and admissions): where it runs there. Err: the interface does not
+    /// exist, it has the filter already, or the kernel refused the mode, saying which.
     pub fn attach(&mut self, interface: &str, attach: Attach) -> Result<Mode, Error> {
-        if let Some((on, _)) = &self.attached {
-            return Err(Error(format!("the XDP filter is attached to {on} already")));
+        if self.attached.iter().any(|(on, _)| on == interface) {
+            return Err(Error(format!(
+                "the XDP filter is attached to {interface} already"
+            )));
         }
         let program = program_mut(&mut self.ebpf)?;
         let mode = match attach {
@@ -207,13 +211,13 @@ impl Filter {
                 }
             },
         };
-        self.attached = Some((interface.to_owned(), mode));
+        self.attached.push((interface.to_owned(), mode));
         Ok(mode)
     }
 
-    /// The interface the program is attached to and where it runs there.
-    pub fn attached(&self) -> Option<(&str, Mode)> {
-        self.attached.as_ref().map(|(i, m)| (i.as_str(), *m))
+    /// The interfaces the program is attached to, in order, and where it runs on each.
+    pub fn attached(&self) -> impl Iterator<Item = (&str, Mode)> + '_ {
+        self.attached.iter().map(|(i, m)| (i.as_str(), *m))
     }
 
     /// Runs the program on `frame` (an Ethernet frame) `repeat` times in the kernel

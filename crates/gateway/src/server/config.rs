@@ -14,6 +14,20 @@ use serde::{Deserialize, Serialize};
 
 pub use super::auth::Secret;
 
+/// A setting that takes one name or a list of them (`xdp = "eth0"`, `xdp = ["eth0", "eth1"]`).
+fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match OneOrMany::deserialize(d)? {
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    })
+}
+
 /// A room's settings.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -237,7 +251,8 @@ pub struct ServeConfig {
     /// by a datagram through a loopback socket; `mmsg` otherwise, and the log says why). With
     /// `io_uring` the gateway refuses to start where the kernel does not allow it.
     pub media_io: String,
-    /// A network interface (`eth0`) to put the XDP filter on: datagrams arriving there for the
+    /// The network interfaces (`"eth0"`, or a list: `["eth0", "eth1"]`, a gateway bridging two
+    /// networks) to put the XDP filter on: datagrams arriving there for the
     /// media ports (`udp`'s port and every port of `rtp_ports`) from sources the gateway has
     /// not admitted are dropped in the network driver, before the kernel's socket layer spends
     /// anything on them, and counted (`secrelay_xdp_datagrams_total`). Admitted: on `udp`'s
@@ -247,9 +262,11 @@ pub struct ServeConfig {
     /// phone, a plain leg still latching); on a port without a leg, nobody. Every port of
     /// `rtp_ports` is the filter's on that interface, whatever else binds it. Needs root, or
     /// `CAP_BPF`, `CAP_NET_ADMIN` and `CAP_PERFMON` (`packaging/secrelay-xdp.conf` gives them to
-    /// the systemd service); the gateway refuses to start when the kernel refuses the filter.
-    /// Unset (the default): no filter.
-    pub xdp: Option<String>,
+    /// the systemd service); the gateway refuses to start when the kernel refuses the filter on
+    /// any of them. Every interface has the same program and the same admissions. Unset (the
+    /// default): no filter.
+    #[serde(deserialize_with = "one_or_many")]
+    pub xdp: Vec<String>,
     /// Where the XDP filter runs: `native` (in the network driver), `generic` (at the start of
     /// the kernel's receive path, for drivers without XDP) or `auto` (the default: native where
     /// the driver has it, generic otherwise; the log and `secrelay_xdp_native` say which).
@@ -481,7 +498,7 @@ impl Default for ServeConfig {
             rooms: BTreeMap::new(),
             srtp_engine: "simd".into(),
             media_io: "auto".into(),
-            xdp: None,
+            xdp: Vec::new(),
             xdp_mode: "auto".into(),
             rtp_ports: "30000-39999".into(),
             opus_complexity: secrelay_media::opus::Opus::DEFAULT_COMPLEXITY,
@@ -941,13 +958,18 @@ impl ServeConfig {
     /// listener of this gateway needs open to anyone.
     fn xdp_check(&self) -> Result<(), ConfigError> {
         self.xdp_attach()?;
-        let Some(iface) = &self.xdp else {
+        if self.xdp.is_empty() {
             return Ok(());
-        };
-        if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
-            return Err(ConfigError(format!(
-                "xdp = {iface:?}: not an interface name"
-            )));
+        }
+        for (i, iface) in self.xdp.iter().enumerate() {
+            if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
+                return Err(ConfigError(format!(
+                    "xdp = {iface:?}: not an interface name"
+                )));
+            }
+            if self.xdp[..i].contains(iface) {
+                return Err(ConfigError(format!("xdp: {iface:?} is named twice")));
+            }
         }
         let (lo, hi) = self.rtp_port_range()?;
         let (tlo, thi) = self.turn_relay_port_range()?;
@@ -1281,6 +1303,15 @@ mod tests {
         assert!(e.contains("turn_relay_ports 39000-49999 overlap"), "{e}");
         // Without the filter the same ports are nobody's concern here.
         ServeConfig::from_toml("udp = \"0.0.0.0:30010\"").unwrap();
+        // One interface or several.
+        let one = ServeConfig::from_toml("xdp = \"eth0\"").unwrap();
+        assert_eq!(one.xdp, ["eth0"]);
+        let two = ServeConfig::from_toml("xdp = [\"eth0\", \"eth1\"]").unwrap();
+        assert_eq!(two.xdp, ["eth0", "eth1"]);
+        let e = refused("xdp = [\"eth0\", \"eth0\"]");
+        assert!(e.contains("named twice"), "{e}");
+        let e = refused("xdp = 3");
+        assert!(e.contains("xdp"), "{e}");
         let e = ServeConfig::from_toml("srtp_engine = \"gpu\"")
             .unwrap_err()
             .0;

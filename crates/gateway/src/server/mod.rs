@@ -471,16 +471,13 @@ impl Gateway {
             inboxes.push((inbox, poll));
         }
         let (lo, hi) = config.rtp_port_range().map_err(|e| StartError(e.0))?;
-        let xdp = match &config.xdp {
-            Some(iface) => {
-                let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
-                let gate =
-                    xdp::Gate::attach(iface, attach, udp_addr.port(), (lo, hi)).map_err(|e| {
-                        StartError(format!("xdp {iface}: {e}{}", xdp::hint(&e.to_string())))
-                    })?;
-                Some(Arc::new(gate))
-            }
-            None => None,
+        let xdp = if config.xdp.is_empty() {
+            None
+        } else {
+            let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
+            let gate = xdp::Gate::attach(&config.xdp, attach, udp_addr.port(), (lo, hi))
+                .map_err(|e| StartError(format!("xdp: {e}{}", xdp::hint(&e.to_string()))))?;
+            Some(Arc::new(gate))
         };
         let shared = Arc::new(Shared {
             directory: Directory::new(xdp.clone()),

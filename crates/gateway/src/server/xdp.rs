@@ -1,5 +1,5 @@
 //! The XDP filter ([`secrelay_xdp`]) as `secrelay serve` runs it: attached at start to the
-//! interface `xdp` names, the shared media port's policy `Shared` and every port of
+//! interfaces `xdp` names (one program and one set of maps for all), the shared media port's policy `Shared` and every port of
 //! `rtp_ports` `Closed`; kept current as the gateway admits sources (the [`Directory`]'s
 //! validated addresses on the shared port, each telephony leg's sources on its own ports, a
 //! leg's ports closed again when it ends); its counters in `/metrics`.
@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use prometheus_client::encoding::DescriptorEncoder;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
 use secrelay_core::leg::Sources;
 use secrelay_xdp::{Attach, Filter, Mode, Policy};
 
@@ -35,7 +37,7 @@ impl Gate {
     /// Loads the filter, attaches it to `interface` and sets the ports' policies: the shared
     /// port `shared_port`, the telephony range `lo..=hi`. Err: what the kernel refused.
     pub fn attach(
-        interface: &str,
+        interfaces: &[String],
         attach: Attach,
         shared_port: u16,
         (lo, hi): (u16, u16),
@@ -43,22 +45,16 @@ impl Gate {
         let mut filter = Filter::load()?;
         filter.set_policies(lo, hi, Policy::Closed)?;
         filter.set_policy(shared_port, Policy::Shared)?;
-        let mode = filter.attach(interface, attach)?;
-        tracing::info!(interface, mode = mode.name(), shared_port, rtp_ports = %format!("{lo}-{hi}"), "XDP filter attached");
+        for interface in interfaces {
+            let mode = filter.attach(interface, attach)?;
+            tracing::info!(interface, mode = mode.name(), shared_port, rtp_ports = %format!("{lo}-{hi}"), "XDP filter attached");
+        }
         Ok(Gate {
             filter,
             shared_port,
             legs: lo..=hi,
             errors: AtomicU64::new(0),
         })
-    }
-
-    /// Whether the filter runs in the network driver (else at the start of the kernel's
-    /// receive path).
-    pub fn native(&self) -> bool {
-        self.filter
-            .attached()
-            .is_some_and(|(_, m)| m == Mode::Native)
     }
 
     fn note(&self, r: Result<(), secrelay_xdp::Error>) {
@@ -135,12 +131,16 @@ impl prometheus_client::collector::Collector for XdpCollector {
                 ("fragment", c.fragment),
             ],
         )?;
-        gauge(
-            &mut e,
+        let mut native = e.encode_descriptor(
             "secrelay_xdp_native",
-            "1 when the XDP filter runs in the network driver (native), 0 when at the start of the kernel's receive path (generic)",
-            u64::from(self.0.native()),
+            "Per interface with the XDP filter: 1 when it runs in the network driver (native), 0 when at the start of the kernel's receive path (generic)",
+            None,
+            MetricType::Gauge,
         )?;
+        for (interface, mode) in self.0.filter.attached() {
+            let g = ConstGauge::new(i64::from(mode == Mode::Native));
+            g.encode(native.encode_family(&[("interface", interface)])?)?;
+        }
         gauge(
             &mut e,
             "secrelay_xdp_admitted_sources",
