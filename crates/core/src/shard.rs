@@ -2572,13 +2572,14 @@ impl Shard {
         s.room.member_counters(member.id()).copied()
     }
 
-    /// Each SDES telephony member's SRTP marks ([`crate::leg::RtpLeg::srtp_marks`]), by id.
-    pub fn srtp_marks(&self) -> Vec<(String, Vec<crate::leg::SrtpMark>)> {
+    /// Every telephony member's marks (its SRTP streams', its ICE's), by id: what a node
+    /// taking its calls over needs besides the keys. Members with none are left out.
+    pub fn leg_marks(&self) -> Vec<(String, crate::leg::LegMarks)> {
         self.ids
             .iter()
             .filter_map(|(id, &(slot, member))| {
                 let leg = self.rooms[slot].as_ref()?.room.leg(member.id())?.as_rtp()?;
-                let marks = leg.srtp_marks();
+                let marks = leg.marks();
                 (!marks.is_empty()).then(|| (id.clone(), marks))
             })
             .collect()

@@ -37,8 +37,8 @@ use crate::counters::{Counters, DropReason, EndReason};
 pub use data::{DataLimits, DataLink, DataMessage};
 pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
 pub use rtp::{
-    IceMode, Latch, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError, RtpLegOptions,
-    RtpOfferSpec, Sources, SrtpMark,
+    IceMarks, IceMode, Latch, LegMarks, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError,
+    RtpLegOptions, RtpOfferSpec, Sources, SrtpMark,
 };
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
 

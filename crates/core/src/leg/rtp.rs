@@ -212,6 +212,61 @@ pub struct Resume {
     pub crypto: Vec<Zeroizing<String>>,
     /// Where its streams stood.
     pub srtp: Vec<SrtpMark>,
+    /// Its ICE, when it did ICE with its phone ([`RtpLeg::resume_ice`]).
+    pub ice: Option<IceMarks>,
+}
+
+/// What a node taking a leg over needs of it besides its keys ([`RtpLeg::marks`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LegMarks {
+    /// Where its SRTP streams stand.
+    pub srtp: Vec<SrtpMark>,
+    /// Where its ICE stands, when it does ICE.
+    pub ice: Option<IceMarks>,
+}
+
+impl LegMarks {
+    /// Whether there is nothing to keep (a plain leg without ICE).
+    pub fn is_empty(&self) -> bool {
+        self.srtp.is_empty() && self.ice.is_none()
+    }
+}
+
+/// Where a leg's ICE stands, for a node taking the leg over: our credentials (which the phone
+/// holds), the phone's, and the addresses the phone nominated for RTP and RTCP. Debug does not
+/// print the passwords.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct IceMarks {
+    /// Our `a=ice-ufrag`.
+    pub ufrag: String,
+    /// Our `a=ice-pwd` (zeroized when dropped).
+    pub pwd: String,
+    /// The phone's credentials, once known.
+    pub remote: Option<(String, String)>,
+    /// Where RTP goes (the phone's nomination, or its first packets'), if anywhere yet.
+    pub rtp: Option<SocketAddr>,
+    /// Where RTCP goes, likewise.
+    pub rtcp: Option<SocketAddr>,
+}
+
+impl Drop for IceMarks {
+    fn drop(&mut self) {
+        self.pwd.zeroize();
+        if let Some((_, pwd)) = &mut self.remote {
+            pwd.zeroize();
+        }
+    }
+}
+
+impl fmt::Debug for IceMarks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("IceMarks")
+            .field("ufrag", &self.ufrag)
+            .field("remote", &self.remote.as_ref().map(|(u, _)| u))
+            .field("rtp", &self.rtp)
+            .field("rtcp", &self.rtcp)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Counts what it holds: never a key.
@@ -256,6 +311,9 @@ impl RtpLegOptions {
         if let Some(r) = &self.resume {
             leg.restore_keys(&r.crypto)?;
             leg.resume_srtp(&r.srtp)?;
+            if let Some(ice) = &r.ice {
+                leg.resume_ice(ice);
+            }
         }
         Ok(leg)
     }
@@ -1615,6 +1673,55 @@ impl RtpLeg {
         });
     }
 
+    /// What a node taking it over needs besides its keys: its SRTP marks and its ICE.
+    pub fn marks(&self) -> LegMarks {
+        LegMarks {
+            srtp: self.srtp_marks(),
+            ice: self.ice_marks(),
+        }
+    }
+
+    /// Where its ICE stands ([`IceMarks`]), when it does ICE.
+    pub fn ice_marks(&self) -> Option<IceMarks> {
+        let ice = self.ice.as_ref()?;
+        Some(IceMarks {
+            ufrag: ice.local().ufrag.clone(),
+            pwd: ice.local().pwd.clone(),
+            remote: ice.remote().map(|r| (r.ufrag.clone(), r.pwd.clone())),
+            rtp: self.rtp.latched,
+            rtcp: self.rtcp.latched,
+        })
+    }
+
+    /// Takes the ICE a leg had on another node (a call taken over): the same credentials in
+    /// our SDP and for the phone's checks, and media where the phone had nominated, before it
+    /// sends anything here.
+    pub fn resume_ice(&mut self, m: &IceMarks) {
+        let local = Credentials {
+            ufrag: m.ufrag.clone(),
+            pwd: m.pwd.clone(),
+        };
+        let now = self.last_admitted;
+        let agent = match &m.remote {
+            Some((ufrag, pwd)) => {
+                let remote = Credentials {
+                    ufrag: ufrag.clone(),
+                    pwd: pwd.clone(),
+                };
+                IceLite::new(IceConfig::default(), local, remote, now)
+            }
+            None => IceLite::offering(IceConfig::default(), local, now),
+        };
+        self.ice = Some(agent);
+        self.write_ice();
+        self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+        for (addr, rtcp) in [(m.rtp, false), (m.rtcp, true)] {
+            if let Some(a) = addr {
+                self.latch_to(a, rtcp);
+            }
+        }
+    }
+
     /// A STUN message that came to our port `via` from `from`: a check the ICE agent answers
     /// (its answer queued to leave from the same port), the address it nominates taken as where
     /// RTP (or, on the RTCP port, RTCP) goes; dropped and counted without ICE.
@@ -1955,5 +2062,54 @@ mod tests {
             plain.poll_output(),
             Some(LegOutput::Transmit { .. })
         ));
+    }
+
+    #[test]
+    fn a_leg_made_again_keeps_its_ice_credentials_and_the_nominated_addresses() {
+        let offer = parse_rtp(
+            "v=0\r\no=- 1 1 IN IP4 10.0.0.5\r\ns=-\r\nc=IN IP4 10.0.0.5\r\nt=0 0\r\n\
+             a=ice-ufrag:ph1\r\na=ice-pwd:ph1-password-0123456789\r\n\
+             m=audio 4000 RTP/AVP 0\r\n",
+        )
+        .unwrap();
+        let now = Instant::now();
+        let made = RtpLeg::new(&offer, ports(30000), RtpConfig::default(), now).unwrap();
+        let mut leg = RtpLegOptions::default().finish(made).unwrap();
+        let (ufrag, pwd, _) = our_ice(leg.answer_sdp());
+        let natted = SocketAddr::from(([203, 0, 113, 9], 61000));
+        check(&mut leg, natted, Via::Port(30000), (&ufrag, "ph1", &pwd));
+        let marks = leg.marks();
+        let ice = marks.ice.clone().expect("ICE marks");
+        assert_eq!(ice.rtp, Some(natted));
+        assert!(
+            !format!("{ice:?}").contains(&pwd),
+            "no password in Debug: {ice:?}"
+        );
+
+        // The node dies; the leg is made again from the same offer on the same ports.
+        let made = RtpLeg::new(&offer, ports(30000), RtpConfig::default(), now).unwrap();
+        let options = RtpLegOptions {
+            resume: Some(Resume {
+                ice: Some(ice),
+                ..Resume::default()
+            }),
+            ..RtpLegOptions::default()
+        };
+        let mut again = options.finish(made).unwrap();
+        let (ufrag2, pwd2, _) = our_ice(again.answer_sdp());
+        assert_eq!(
+            (ufrag2, pwd2),
+            (ufrag.clone(), pwd.clone()),
+            "the phone's credentials still work"
+        );
+        assert_eq!(
+            again.media_destination(),
+            Some(natted),
+            "before the phone sends anything"
+        );
+        check(&mut again, natted, Via::Port(30000), (&ufrag, "ph1", &pwd));
+        let answered = matches!(again.poll_output(), Some(LegOutput::Transmit { .. }));
+        assert!(answered, "its consent checks are answered");
+        assert_eq!(again.marks(), marks);
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! What is kept is what makes the call again, through the same code that made it: the ng
 //! requests that shaped it (each offer and answer, as the proxy sent them) and, per member,
-//! the address its ports are bound on and the keys of ours its phone holds. The standby
+//! the address its ports are bound on, the keys of ours its phone holds, where its SRTP
+//! streams stand and, when it does ICE, its credentials and the phone's nominations. The standby
 //! replays the requests with each member pinned to its address ([`Pins`]), then gives each
 //! member its keys back: the phones keep sending to the same address (moved to the standby, as
 //! keepalived moves a virtual address) with the same keys, and hear the call again.
@@ -24,7 +25,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::interfaces::Interface;
 use super::ng_call::Side;
-use crate::leg::{Resume, SrtpMark};
+use crate::leg::{IceMarks, Resume, SrtpMark};
 
 /// Most requests a call's state keeps: a call renegotiated more often than this is no longer
 /// kept (its state is removed, and counted), rather than kept without its latest change.
@@ -39,8 +40,8 @@ pub(crate) struct Step {
 }
 
 /// A member of the call as its phone knows it: its section's room, the side it faces, the
-/// address its RTP socket is bound on (RTCP on the next port), our SDP's crypto lines, and
-/// where its SRTP streams stand.
+/// address its RTP socket is bound on (RTCP on the next port), our SDP's crypto lines, where
+/// its SRTP streams stand, and its ICE.
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct Held {
     pub room: String,
@@ -49,6 +50,9 @@ pub(crate) struct Held {
     pub crypto: Vec<String>,
     #[serde(default)]
     pub srtp: Vec<SrtpMark>,
+    /// Its ICE (our credentials, the phone's, the nominated addresses), when it did ICE.
+    #[serde(default)]
+    pub ice: Option<IceMarks>,
 }
 
 /// A call's state. See the [module documentation](self).
@@ -115,6 +119,7 @@ impl Pins {
         let resume = Resume {
             crypto: h.crypto.iter().cloned().map(Zeroizing::new).collect(),
             srtp: h.srtp.clone(),
+            ice: h.ice.clone(),
         };
         Some((h.rtp, resume))
     }
@@ -295,6 +300,7 @@ mod tests {
                 rtp: "127.0.0.2:30000".parse().unwrap(),
                 crypto: vec!["1 AES_CM_128_HMAC_SHA1_80 inline:KEY".into()],
                 srtp: Vec::new(),
+                ice: None,
             }],
         }
     }
@@ -336,6 +342,15 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("sealed states only"));
+    }
+
+    #[test]
+    fn a_state_written_before_members_kept_their_ice_still_opens() {
+        let text = Sealer::Clear.seal(&state("c1")).unwrap();
+        assert!(text.contains(",\"ice\":null"), "{text}");
+        let older = text.replace(",\"ice\":null", "");
+        let back = Sealer::Clear.open("c1", &older).unwrap();
+        assert!(back.members[0].ice.is_none());
     }
 
     #[test]

@@ -960,14 +960,14 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
-    /// Every SDES telephony member's SRTP marks, by id, from every worker.
-    pub(crate) async fn srtp_marks(
+    /// Every telephony member's marks (SRTP streams, ICE), by id, from every worker.
+    pub(crate) async fn leg_marks(
         &self,
-    ) -> std::collections::HashMap<String, Vec<crate::leg::SrtpMark>> {
+    ) -> std::collections::HashMap<String, crate::leg::LegMarks> {
         let mut all = std::collections::HashMap::new();
         for p in &self.shared.peers {
             all.extend(
-                p.run(|w, _| w.shard_mut().srtp_marks())
+                p.run(|w, _| w.shard_mut().leg_marks())
                     .await
                     .unwrap_or_default(),
             );

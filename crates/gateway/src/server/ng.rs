@@ -33,7 +33,7 @@ use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
 use super::{ApiError, Gateway};
-use crate::leg::SrtpMark;
+use crate::leg::LegMarks;
 
 /// Why an offer has nothing for the callee.
 pub(super) const NO_CODEC: &str =
@@ -126,8 +126,8 @@ pub(crate) struct Ng {
     steps: HashMap<String, Vec<Step>>,
     /// Calls taken over that could not be made yet, and until when they are tried again.
     takeovers_waiting: Vec<(CallState, Instant)>,
-    /// The SRTP marks of the kept calls' SDES members, by member id, as last read.
-    marks: HashMap<String, Vec<SrtpMark>>,
+    /// The marks (SRTP streams, ICE) of the kept calls' members, by member id, as last read.
+    marks: HashMap<String, LegMarks>,
     /// While a call taken over from another node is made again: where its members are bound,
     /// and that node's media interfaces.
     replaying: Option<(Pins, Vec<Interface>)>,
@@ -428,7 +428,7 @@ impl Ng {
 
     /// Reads where the kept calls' SRTP streams stand, and writes each call whose marks moved.
     async fn refresh_marks(&mut self) {
-        let now = self.gateway.srtp_marks().await;
+        let now = self.gateway.leg_marks().await;
         let moved: Vec<String> = self
             .steps
             .keys()

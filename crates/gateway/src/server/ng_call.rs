@@ -29,7 +29,7 @@ use super::ng_sdp::{
     codecs_of, direction_of, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
 use super::{ApiError, Gateway, Who};
-use crate::leg::{CodecId, IceMode, RtpLegOptions, RtpOfferSpec, SrtpMark};
+use crate::leg::{CodecId, IceMode, LegMarks, RtpLegOptions, RtpOfferSpec};
 
 /// Which side of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -349,8 +349,9 @@ impl SectionCall {
     }
 
     /// Each member as its phone knows it (where it is bound, our crypto lines, where its SRTP
-    /// streams stand by `marks`, by member id): what a standby needs to take the call over.
-    pub fn held(&self, marks: &HashMap<String, Vec<SrtpMark>>) -> Vec<Held> {
+    /// streams and its ICE stand by `marks`, by member id): what a standby needs to take the
+    /// call over.
+    pub fn held(&self, marks: &HashMap<String, LegMarks>) -> Vec<Held> {
         let mut v = Vec::new();
         for s in &self.sections {
             for (m, side, iface) in [
@@ -363,7 +364,8 @@ impl SectionCall {
                         side,
                         rtp: std::net::SocketAddr::new(iface.local, m.local.port),
                         crypto: m.local.crypto.clone(),
-                        srtp: marks.get(&m.id).cloned().unwrap_or_default(),
+                        srtp: marks.get(&m.id).map(|k| k.srtp.clone()).unwrap_or_default(),
+                        ice: marks.get(&m.id).and_then(|k| k.ice.clone()),
                     });
                 }
             }
