@@ -16,7 +16,9 @@ use std::time::{Duration, Instant};
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_lab::failover::PhoneCall;
 use secrelay_srtp::Profile;
+use secrelay_testkit::ice::{check, our_ice, with_ice};
 use secrelay_testkit::ng::Ng;
+use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::redis::RedisServer;
 use secrelay_testkit::{wait_for, Signaling};
 use secrelay_wire::bencode::Bencode;
@@ -29,6 +31,43 @@ const KEY: &str = "8d3b0f1e2c4a69758b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4
 
 fn command(name: &str, call: &str) -> Vec<(String, Bencode)> {
     secrelay_testkit::ng::command(name, call, "caller", None, None)
+}
+
+/// A plain call that does ICE, through `ng`: the callee is "behind a NAT" (its `c=` names an
+/// address nothing listens on) and its check nominates where it really is. The two phones and
+/// the callee's leg's ICE credentials.
+fn ice_call(ng: &mut Ng, id: &str) -> (SocketPhone, SocketPhone, (String, String)) {
+    let phones = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut caller = SocketPhone::bind(phones, None, 0x1ce1).unwrap();
+    let mut callee = SocketPhone::bind(phones, None, 0x1ce2).unwrap();
+    let offer = with_ice(&caller.phone.offer(), "cal1");
+    let offer = secrelay_testkit::ng::command("offer", id, "caller", None, Some(&offer));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    let (ufrag, pwd, _) = our_ice(&to_callee).expect("ICE towards the callee");
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let hidden = with_ice(&answer, "cle1").replace("c=IN IP4 127.0.0.1", "c=IN IP4 192.0.2.77");
+    let back = secrelay_testkit::ng::command("answer", id, "caller", Some("callee"), Some(&hidden));
+    let to_caller = ng.call(back).unwrap()["sdp"].clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    let leg = callee.phone.gateway.unwrap();
+    let (class, ..) = check(&callee.socket, leg, (&ufrag, "cle1"), &pwd);
+    assert_eq!(class, secrelay_wire::stun::Class::Success);
+    (caller, callee, (ufrag, pwd))
+}
+
+/// Whether the callee of an ICE call, which sends nothing, hears the caller within 5 s.
+fn ice_callee_hears(caller: &mut SocketPhone, callee: &mut SocketPhone) -> bool {
+    let before = callee.heard(0xca);
+    let end = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < end {
+        caller.send(&[0xca; 160]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        callee.read();
+        if callee.heard(0xca) >= before + 5 {
+            return true;
+        }
+    }
+    false
 }
 
 fn exchange_all(calls: &mut [PhoneCall]) {
@@ -459,10 +498,15 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
             PhoneCall::open(&mut ng_a, &format!("handed-{n}@proxy"), sdes, 0x4000 + n, 7).unwrap()
         })
         .collect();
+    // And one that does ICE: its callee is found only by the address its check nominated.
+    let (mut ice_caller, mut ice_callee, (ufrag, pwd)) = ice_call(&mut ng_a, "ice@proxy");
+    assert!(ice_callee_hears(&mut ice_caller, &mut ice_callee));
     for c in calls.iter_mut() {
         c.mark();
     }
     until_heard(&mut calls, Instant::now(), Duration::from_secs(10), |_| {});
+    // The nomination reaches the kept state at the next read of the legs' marks.
+    std::thread::sleep(Duration::from_millis(1500));
     for (to, status) in [("a", 409), ("nobody", 409)] {
         let (got, body) = at_a
             .post(&format!("/api/cluster/handover?to={to}"))
@@ -486,8 +530,12 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
         "kept after a refused hand-over: heard again within {:.0} ms",
         kept.iter().max().unwrap().as_secs_f64() * 1e3
     );
-    assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 4);
-    assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "4");
+    assert!(
+        ice_callee_hears(&mut ice_caller, &mut ice_callee),
+        "the ICE callee, made again, is sent to where it had nominated"
+    );
+    assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 5);
+    assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "5");
     assert_eq!(redis.cli(&["EXISTS", "secrelay:handover:b"]), "0");
     let asked = Instant::now();
     let (status, body) = at_a.post("/api/cluster/handover?to=b").unwrap();
@@ -495,7 +543,7 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         (v["to"].as_str(), v["calls"].as_u64()),
-        (Some("b"), Some(4)),
+        (Some("b"), Some(5)),
         "{v}"
     );
     for c in calls.iter_mut() {
@@ -507,9 +555,23 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
         handed.iter().min().unwrap().as_secs_f64() * 1e3,
         handed.iter().max().unwrap().as_secs_f64() * 1e3
     );
+    assert!(
+        ice_callee_hears(&mut ice_caller, &mut ice_callee),
+        "the ICE callee hears the caller through b before it sent anything there"
+    );
+    let leg = ice_callee.phone.gateway.unwrap();
+    let (class, mapped, _) = check(&ice_callee.socket, leg, (&ufrag, "cle1"), &pwd);
+    assert_eq!(
+        (class, mapped),
+        (
+            secrelay_wire::stun::Class::Success,
+            ice_callee.socket.local_addr().ok()
+        ),
+        "b answers the callee's checks with the credentials a gave it"
+    );
     assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 0);
     let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
-    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 4);
+    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 5);
     assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "0");
     assert_eq!(redis.cli(&["EXISTS", "secrelay:handover:b"]), "0");
     // The proxy's next command at a goes to b, which owns the call now.
@@ -519,5 +581,6 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     for c in &calls {
         ng_b.call(command("delete", &c.id)).unwrap();
     }
+    ng_b.call(command("delete", "ice@proxy")).unwrap();
     b.shutdown();
 }

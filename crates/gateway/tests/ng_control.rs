@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_srtp::Profile;
+use secrelay_testkit::ice::{check, our_ice, with_ice};
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::phone::SocketPhone;
 use secrelay_wire::bencode::{ng_encode, Bencode};
@@ -775,79 +776,10 @@ fn an_ipv6_caller_reaches_an_ipv4_callee_through_the_interfaces_of_each_family()
     talk(&mut caller, &mut callee, 0x61, 0x41);
 }
 
-/// `sdp` with ICE credentials of a phone's (`ufrag`) added at the session's level.
-fn with_ice(sdp: &str, ufrag: &str) -> String {
-    sdp.replacen(
-        "t=0 0\r\n",
-        &format!("t=0 0\r\na=ice-ufrag:{ufrag}\r\na=ice-pwd:{ufrag}-password-of-22+\r\n"),
-        1,
-    )
-}
-
-/// Our ICE in an SDP: (ufrag, pwd, candidates), when it has `a=ice-lite` and credentials.
-fn our_ice(sdp: &str) -> Option<(String, String, Vec<String>)> {
-    if !sdp.contains("\r\na=ice-lite\r\n") {
-        return None;
-    }
-    let value = |key: &str| {
-        sdp.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .map(str::to_owned)
-    };
-    let candidates = sdp
-        .lines()
-        .filter_map(|l| l.strip_prefix("a=candidate:"))
-        .map(str::to_owned)
-        .collect();
-    assert!(sdp.contains("a=end-of-candidates\r\n"), "{sdp}");
-    Some((value("a=ice-ufrag:")?, value("a=ice-pwd:")?, candidates))
-}
-
 /// The port of an SDP's first `m=` line.
 fn media_port(sdp: &str) -> u16 {
     let m = sdp.lines().find(|l| l.starts_with("m=")).unwrap();
     m.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
-/// A full agent's check from `socket` to `to` (USERNAME `ufrag:theirs`, integrity with
-/// `pwd`, ICE-CONTROLLING, USE-CANDIDATE): the response's class, XOR-MAPPED-ADDRESS and error
-/// code.
-fn check(
-    socket: &std::net::UdpSocket,
-    to: std::net::SocketAddr,
-    (ufrag, theirs): (&str, &str),
-    pwd: &str,
-) -> (
-    secrelay_wire::stun::Class,
-    Option<std::net::SocketAddr>,
-    Option<u16>,
-) {
-    use secrelay_wire::stun::{attr, Class, Message, MessageBuilder, BINDING};
-    let mut buf = [0u8; 512];
-    let tid = [0x1c; 12];
-    let n = MessageBuilder::new(&mut buf, Class::Request, BINDING, tid)
-        .attribute(attr::USERNAME, format!("{ufrag}:{theirs}").as_bytes())
-        .attribute(attr::PRIORITY, &1_862_270_975u32.to_be_bytes())
-        .attribute(attr::ICE_CONTROLLING, &7u64.to_be_bytes())
-        .attribute(attr::USE_CANDIDATE, &[])
-        .integrity(pwd.as_bytes())
-        .fingerprint()
-        .unwrap();
-    socket.send_to(&buf[..n], to).unwrap();
-    let end = Instant::now() + Duration::from_secs(5);
-    let mut reply = [0u8; 1500];
-    loop {
-        if let Ok((len, from)) = socket.recv_from(&mut reply) {
-            if let Ok(m) = Message::parse(&reply[..len]) {
-                if from == to && m.transaction_id() == tid {
-                    let code = m.error_code().map(|(c, _)| c);
-                    return (m.class(), m.xor_mapped_address(), code);
-                }
-            }
-        }
-        assert!(Instant::now() < end, "no answer to the check from {to}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 #[test]

@@ -28,6 +28,7 @@ pub mod browser;
 pub mod fleet;
 pub mod forged_dtls;
 pub mod gateway;
+pub mod ice;
 pub mod keylog;
 pub mod link;
 pub mod memory;

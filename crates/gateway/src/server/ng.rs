@@ -475,6 +475,9 @@ impl Ng {
         for state in states {
             self.take_one(state, until).await;
         }
+        // The members made again are new ones: their marks (SRTP, ICE) are read now and
+        // written with their calls, so that a state handed on at once is whole.
+        self.refresh_marks().await;
     }
 
     /// The calls taken over that could not be made yet, tried again.
