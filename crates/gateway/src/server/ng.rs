@@ -524,17 +524,18 @@ impl Ng {
     /// addresses and the other node's interfaces, then its keys given back to its legs.
     async fn replay(&mut self, state: &CallState) -> Result<(), ApiError> {
         if self.calls.contains_key(&state.call_id) {
-            return Err(ApiError::bad("a call of that call-id is here already"));
+            return Err(ApiError::internal("a call of that call-id is here already"));
         }
         self.replaying = Some((state.pins(), state.interfaces.clone()));
         let (mut offer_reply, mut answer_reply) = (None, None);
         for step in &state.steps {
             let raw = base64::engine::general_purpose::STANDARD
                 .decode(&step.message)
-                .map_err(|e| ApiError::bad(format!("a kept request: {e}")))?;
-            let body =
-                Bencode::decode(&raw).map_err(|e| ApiError::bad(format!("a kept request: {e}")))?;
-            let req = parse(&body).map_err(|e| ApiError::bad(format!("a kept request: {e}")))?;
+                .map_err(|e| ApiError::internal(format!("a kept request: {e}")))?;
+            let body = Bencode::decode(&raw)
+                .map_err(|e| ApiError::internal(format!("a kept request: {e}")))?;
+            let req =
+                parse(&body).map_err(|e| ApiError::internal(format!("a kept request: {e}")))?;
             let answer = matches!(req, Request::Answer(_));
             self.request(req).await?;
             if answer {
@@ -544,7 +545,7 @@ impl Ng {
             }
         }
         let Some(Call::Sections(call)) = self.calls.get_mut(&state.call_id) else {
-            return Err(ApiError::bad("its requests made no call"));
+            return Err(ApiError::internal("its requests made no call"));
         };
         call.created_at = std::time::UNIX_EPOCH + Duration::from_millis(state.created_at_ms);
         let rekey = call.restore(&state.members, offer_reply, answer_reply);
@@ -765,7 +766,7 @@ impl Ng {
                 .is_none_or(|t| *t == from || Some(t) == to.as_ref())
         };
         if !known(&from_tag) && !known(&to_tag) {
-            return Err(ApiError::bad("no such tag in this call"));
+            return Err(ApiError::not_found("no such tag in this call"));
         }
         let call = self.calls.remove(call_id).expect("the call was just found");
         // The figures as they stand when the call ends: what a CDR script reads.

@@ -870,7 +870,7 @@ impl SectionCall {
             s.clone().facing(by).clone(),
             s.clone().facing(by.other()).clone(),
         ) else {
-            return Err(ApiError::bad("a section without its members"));
+            return Err(ApiError::internal("a section without its members"));
         };
         // Our offer to the other side first: if it cannot take one, nothing has changed yet.
         let offer = ctx.gateway.reoffer_rtp(&s.room, &y.id).await?;
