@@ -1180,10 +1180,20 @@ fn talking_phones(
     Arc<std::sync::atomic::AtomicBool>,
     std::thread::JoinHandle<Vec<TonePhone>>,
 ) {
-    let mut phones = vec![
+    talking(vec![
         TonePhone::join(base, room, true, 0x5de5, 1000.0),
         TonePhone::join(base, room, false, 0x9a1e, 1400.0),
-    ];
+    ])
+}
+
+/// `phones` sending a frame each and reading every 20 ms on a thread of their own, until the
+/// flag is set; the thread gives them back.
+fn talking(
+    mut phones: Vec<TonePhone>,
+) -> (
+    Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<Vec<TonePhone>>,
+) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop2 = stop.clone();
     let talker = std::thread::spawn(move || {
@@ -1263,19 +1273,9 @@ fn an_ice_phone_on_aioice_and_a_plain_phone_hear_each_other_in_one_room() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let gw = Gateway::start();
     // The plain phone talks (1000 Hz) and listens while aioice's phone does ICE and talks.
-    let mut plain = TonePhone::join(&gw.base, "ice", false, 0x1ce0, 1000.0);
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let stop2 = stop.clone();
-    let talker = std::thread::spawn(move || {
-        let mut next = Instant::now();
-        while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            plain.send_frame();
-            plain.read();
-            next += Duration::from_millis(20);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
-        }
-        plain
-    });
+    let (stop, talker) = talking(vec![TonePhone::join(
+        &gw.base, "ice", false, 0x1ce0, 1000.0,
+    )]);
     let (v, ok) = run_script(
         &python,
         "aioice_phone.py",
@@ -1285,7 +1285,7 @@ fn an_ice_phone_on_aioice_and_a_plain_phone_hear_each_other_in_one_room() {
         &gw,
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let plain = talker.join().expect("the plain phone's thread");
+    let plain = talker.join().expect("the plain phone's thread").remove(0);
     assert!(ok, "aioice_phone.py failed: {v}");
     assert_eq!(
         v["ice_lite"], true,

@@ -330,7 +330,7 @@ pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
 }
 
 /// The ICE credentials section `m` of `doc` gives (its own lines, else the session's).
-fn ice_credentials(doc: &SdpDoc, m: &Media) -> Option<IceCredentials> {
+pub fn ice_credentials(doc: &SdpDoc, m: &Media) -> Option<IceCredentials> {
     let of = |key: &'static str| {
         m.attributes(key)
             .flatten()

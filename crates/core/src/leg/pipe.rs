@@ -92,8 +92,12 @@ impl PipeLeg {
     }
 
     /// Its publisher renegotiated: its sections are the publisher's as `spec` has them now.
-    pub fn set_media(&mut self, spec: &MirrorSpec) {
-        self.media = mirrored(spec);
+    /// Whether they changed.
+    pub fn set_media(&mut self, spec: &MirrorSpec) -> bool {
+        let media = mirrored(spec);
+        let changed = media != self.media;
+        self.media = media;
+        changed
     }
 
     /// The publisher it mirrors.

@@ -501,7 +501,7 @@ pub struct RtpLeg {
     /// Our ICE-lite agent, when the leg does ICE ([`IceMode`]).
     ice: Option<IceLite>,
     /// STUN answers to send (to, from which of our ports, the datagram), and the one lent out
-    /// by [`RtpLeg::poll_output`].
+    /// by [`RtpLeg::poll_output`] (whose buffer the next answer is written in).
     transmits: VecDeque<(SocketAddr, Via, Vec<u8>)>,
     lent: Option<Vec<u8>>,
 }
@@ -1600,7 +1600,6 @@ impl RtpLeg {
     /// The next STUN answer, then the next event, then [`LegOutput::Timeout`], or `None` once
     /// closed with nothing left. A datagram's bytes are valid until the next call.
     pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
-        self.lent = None;
         if let Some((destination, via, buf)) = self.transmits.pop_front() {
             let contents = self.lent.insert(buf);
             return Some(LegOutput::Transmit {
@@ -1622,9 +1621,16 @@ impl RtpLeg {
         if self.ice.is_some() {
             return;
         }
-        let (local, now) = (Credentials::random(), self.last_admitted);
-        let agent = match &self.peer_ice {
-            Some(p) => IceLite::new(IceConfig::default(), local, credentials(p), now),
+        let remote = self.peer_ice.as_ref().map(credentials);
+        self.install_ice(Credentials::random(), remote);
+    }
+
+    /// The leg's ICE agent, with `local` credentials (`remote`: the phone's, once known),
+    /// written into our SDP.
+    fn install_ice(&mut self, local: Credentials, remote: Option<Credentials>) {
+        let now = self.last_admitted;
+        let agent = match remote {
+            Some(r) => IceLite::new(IceConfig::default(), local, r, now),
             None => IceLite::offering(IceConfig::default(), local, now),
         };
         self.ice = Some(agent);
@@ -1701,20 +1707,11 @@ impl RtpLeg {
             ufrag: m.ufrag.clone(),
             pwd: m.pwd.clone(),
         };
-        let now = self.last_admitted;
-        let agent = match &m.remote {
-            Some((ufrag, pwd)) => {
-                let remote = Credentials {
-                    ufrag: ufrag.clone(),
-                    pwd: pwd.clone(),
-                };
-                IceLite::new(IceConfig::default(), local, remote, now)
-            }
-            None => IceLite::offering(IceConfig::default(), local, now),
-        };
-        self.ice = Some(agent);
-        self.write_ice();
-        self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
+        let remote = m.remote.as_ref().map(|(ufrag, pwd)| Credentials {
+            ufrag: ufrag.clone(),
+            pwd: pwd.clone(),
+        });
+        self.install_ice(local, remote);
         for (addr, rtcp) in [(m.rtp, false), (m.rtcp, true)] {
             if let Some(a) = addr {
                 self.latch_to(a, rtcp);
@@ -1740,7 +1737,9 @@ impl RtpLeg {
             return;
         }
         let rtcp = !self.rtcp_mux && via == Via::Port(self.ports.rtcp.port());
-        let mut out = vec![0u8; 512];
+        // The answer lent out last time is written again (a STUN answer is < 512 bytes).
+        let mut out = self.lent.take().unwrap_or_default();
+        out.resize(512, 0);
         match ice.handle_binding(now, from, msg, &mut out) {
             Ok(outcome) => {
                 out.truncate(outcome.response_len);

@@ -218,19 +218,21 @@ impl Shard {
     }
 
     /// A mirror's publisher renegotiated at home: the mirror sends what the publisher sends
-    /// now, and the replica's viewers that listen for new offers get sections for it.
+    /// now, and the replica's viewers that listen for new offers get sections for it (nothing
+    /// when what it sends did not change).
     fn update_mirror(&mut self, k: MemberKey, spec: &MirrorSpec) {
         let Shard { rooms, out, .. } = self;
         let Some(s) = rooms[k.slot].as_mut().filter(|s| s.room_gen == k.room_gen) else {
             return;
         };
         let changed = s.room.with_leg(k.member, out, |leg| {
-            leg.as_pipe_mut().map(|p| p.set_media(spec)).is_some()
+            leg.as_pipe_mut().is_some_and(|p| p.set_media(spec))
         });
-        if changed == Some(true) {
-            s.room.media_changed(k.member.id());
-            tracing::debug!(room = %s.name, publisher = %spec.id, "mirror renegotiated");
+        if changed != Some(true) {
+            return;
         }
+        s.room.media_changed(k.member.id());
+        tracing::debug!(room = %s.name, publisher = %spec.id, "mirror renegotiated");
         self.settle(k.slot);
         self.renegotiate(k.slot);
     }

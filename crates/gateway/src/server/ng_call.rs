@@ -18,7 +18,7 @@ use secrelay_srtp::Profile;
 use secrelay_wire::ng::{Flags, Ice};
 use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
-use secrelay_wire::sdp_rtp::{rtp_section, RtpDescription, Transport};
+use secrelay_wire::sdp_rtp::{ice_credentials, rtp_section, RtpDescription, Transport};
 
 use std::collections::HashMap;
 
@@ -246,7 +246,7 @@ fn ice_towards(flags: &Flags, doc: &SdpDoc, m: &Media) -> IceMode {
     match flags.ice {
         Some(Ice::Force) => IceMode::Force,
         Some(Ice::Remove) => IceMode::Off,
-        None if rtp_section(doc, m).ice.is_some() => IceMode::Force,
+        None if ice_credentials(doc, m).is_some() => IceMode::Force,
         None => IceMode::Off,
     }
 }
