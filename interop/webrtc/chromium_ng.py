@@ -19,9 +19,15 @@ offer (ICE-lite, DTLS actpass) is handed to the page, which answers it (setRemot
 createAnswer); the page's answer goes to secrelay as the `answer`, whose plain RTP answer the
 phone takes. The same audio checks follow.
 
+With --reinvite (the browser calling), each side then offers again in the answered call, as
+SIP re-INVITEs bring them: the page restarts ICE (`restartIce()`, a new offer with new
+credentials, sent as an ng `offer` from its tag), then the phone offers again (an ng `offer`
+from its tag) and the page answers secrelay's new WebRTC offer; audio must go on both ways
+after each, on the DTLS association of the call's start.
+
 Prints one JSON line with what it measured; exit status 0 only when everything passed. Needs
 only Python's standard library (and Chromium).
-Usage: chromium_ng.py --ng 127.0.0.1:PORT [--callee] [--chromium /usr/bin/chromium]
+Usage: chromium_ng.py --ng 127.0.0.1:PORT [--callee | --reinvite] [--chromium /usr/bin/chromium]
 """
 
 import argparse
@@ -39,6 +45,36 @@ from chromium_av import COMMON_JS, Pages, launch, run_driver, stop, version
 CALL_HTML = """<!doctype html><html><head><title>call</title></head><body>
 <audio id="remote" autoplay></audio>
 <script>""" + COMMON_JS + r"""
+async function audio(pc) {
+  const stats = await pc.getStats();
+  const inb = {}, out = {};
+  for (const s of stats.values()) {
+    if (s.type === 'inbound-rtp' && s.kind === 'audio')
+      Object.assign(inb, {packetsReceived: s.packetsReceived, packetsLost: s.packetsLost, totalSamplesReceived: s.totalSamplesReceived, totalAudioEnergy: s.totalAudioEnergy, codec: codecOf(stats, s)});
+    if (s.type === 'outbound-rtp' && s.kind === 'audio')
+      Object.assign(out, {packetsSent: s.packetsSent, codec: codecOf(stats, s)});
+  }
+  return {inbound: inb, outbound: out, transport: dtlsOf(stats)};
+}
+// Audio `n` packets on each way past `before` (20 s at most).
+async function heardMore(pc, before, n) {
+  for (let i = 0; i < 80; i++) {
+    const a = await audio(pc);
+    if (a.inbound.packetsReceived > before.inbound.packetsReceived + n &&
+        a.outbound.packetsSent > before.outbound.packetsSent + n) return a;
+    await sleep(250);
+  }
+  return await audio(pc);
+}
+const ufrag = sdp => (sdp.match(/a=ice-ufrag:(\S+)/) || [])[1];
+async function waitForAny(whats) {
+  for (;;) {
+    const r = await fetch('/control?page=' + PAGE);
+    const t = await r.text();
+    if (whats.includes(t)) return t;
+    await sleep(200);
+  }
+}
 (async () => {
   try {
     const stream = await navigator.mediaDevices.getUserMedia({audio: true});
@@ -55,20 +91,40 @@ CALL_HTML = """<!doctype html><html><head><title>call</title></head><body>
     await report({state: 'connected'});
     let last = null;
     for (let i = 0; i < 80; i++) {
-      const stats = await pc.getStats();
-      const inb = {}, out = {};
-      for (const s of stats.values()) {
-        if (s.type === 'inbound-rtp' && s.kind === 'audio')
-          Object.assign(inb, {packetsReceived: s.packetsReceived, packetsLost: s.packetsLost, totalSamplesReceived: s.totalSamplesReceived, totalAudioEnergy: s.totalAudioEnergy, codec: codecOf(stats, s)});
-        if (s.type === 'outbound-rtp' && s.kind === 'audio')
-          Object.assign(out, {packetsSent: s.packetsSent, codec: codecOf(stats, s)});
-      }
-      last = {inbound: inb, outbound: out, transport: dtlsOf(stats)};
-      if (inb.packetsReceived > 100 && inb.totalAudioEnergy > 0 && out.packetsSent > 100) break;
+      last = await audio(pc);
+      if (last.inbound.packetsReceived > 100 && last.inbound.totalAudioEnergy > 0 && last.outbound.packetsSent > 100) break;
       await sleep(250);
     }
     await report({state: 'heard', call: last});
-    await waitFor('leave');
+    if (await waitForAny(['restart', 'leave']) === 'restart') {
+      // The browser's re-INVITE: an ICE restart (new credentials, the same DTLS).
+      const before = await audio(pc);
+      const remoteBefore = ufrag(pc.remoteDescription.sdp);
+      pc.restartIce();
+      await pc.setLocalDescription(await pc.createOffer());
+      await gathered(pc);
+      const r = await fetch('/reoffer', {method: 'POST', body: pc.localDescription.sdp});
+      const answer = await r.text();
+      if (r.status !== 200) throw new Error('the re-INVITE: ' + r.status + ' ' + answer);
+      await pc.setRemoteDescription({type: 'answer', sdp: answer});
+      const after = await heardMore(pc, before, 100);
+      await report({state: 'restarted', before, after, remote_ufrag_before: remoteBefore,
+                    remote_ufrag_after: ufrag(pc.remoteDescription.sdp), ice: pc.iceConnectionState});
+      // The phone's re-INVITE: secrelay's new offer, answered here.
+      await waitFor('takeoffer');
+      const o = await fetch('/incoming');
+      const offer = await o.text();
+      if (o.status !== 200) throw new Error('no re-offer: ' + o.status);
+      const before2 = await audio(pc);
+      await pc.setRemoteDescription({type: 'offer', sdp: offer});
+      await pc.setLocalDescription(await pc.createAnswer());
+      const a = await fetch('/answer', {method: 'POST', body: pc.localDescription.sdp});
+      if (a.status !== 204) throw new Error('the re-INVITE answer: ' + a.status + ' ' + await a.text());
+      const after2 = await heardMore(pc, before2, 100);
+      await report({state: 'reinvited', before: before2, after: after2, signaling: pc.signalingState,
+                    dtls: after2.transport && after2.transport.dtlsState});
+      await waitFor('leave');
+    }
     pc.close();
     await report({state: 'left'});
   } catch (e) {
@@ -252,7 +308,7 @@ class Phone:
                 self.loudest_rms = max(self.loudest_rms, rms)
 
 
-def serve(pages, handle_offer, page_html=CALL_HTML, incoming=None, handle_answer=None):
+def serve(pages, handle_offer, page_html=CALL_HTML, incoming=None, handle_answer=None, handle_reoffer=None):
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *a):
             pass
@@ -289,9 +345,10 @@ def serve(pages, handle_offer, page_html=CALL_HTML, incoming=None, handle_answer
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(n)
-            if self.path == "/offer":
+            if self.path in ("/offer", "/reoffer"):
+                handler = handle_offer if self.path == "/offer" else handle_reoffer
                 try:
-                    self.send(200, handle_offer(body.decode()))
+                    self.send(200, handler(body.decode()))
                 except Exception as e:  # reported to the page, which reports it back
                     self.send(502, f"{type(e).__name__}: {e}")
                 return
@@ -312,6 +369,34 @@ def serve(pages, handle_offer, page_html=CALL_HTML, incoming=None, handle_answer
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd
+
+
+def reinvite(args, ng, phone, pages, call_id, sdp, result):
+    """Each side offers again in the answered call: the browser restarts ICE (its re-INVITE),
+    then the phone sends a new offer, which secrelay turns into a new WebRTC offer for the
+    page. Audio must keep flowing both ways after each, on the same DTLS association."""
+    with pages.lock:
+        pages.control["call"] = "restart"
+    r = pages.wait(lambda r: r.get("state") == "restarted", args.timeout)
+    if r is None:
+        raise RuntimeError("the page did not restart ICE")
+    heard = phone.received
+    result["restart"] = {k: r[k] for k in ("before", "after", "remote_ufrag_before", "remote_ufrag_after", "ice")}
+    offer = ng.call({
+        "command": "offer", "call-id": call_id, "from-tag": "phone", "to-tag": "browser",
+        "sdp": phone.sdp(version=3),
+    })
+    sdp["reoffer_to_browser"] = offer["sdp"].decode()
+    with pages.lock:
+        pages.control["call"] = "takeoffer"
+    r = pages.wait(lambda r: r.get("state") == "reinvited", args.timeout)
+    if r is None:
+        raise RuntimeError("the page did not take secrelay's new offer")
+    result["reinvite"] = {k: r[k] for k in ("before", "after", "signaling", "dtls")}
+    end = time.monotonic() + args.timeout
+    while phone.received < heard + 100 and time.monotonic() < end:
+        time.sleep(0.1)
+    result["reinvite"]["phone_heard_since_restart"] = phone.received - heard
 
 
 def run(args, result, work):
@@ -345,6 +430,28 @@ def run(args, result, work):
         phone.take(sdp["to_phone"])
         threading.Thread(target=phone.run, daemon=True).start()
 
+    def handle_reoffer(browser_sdp):
+        # The browser's re-INVITE (an ICE restart): to the phone, whose answer comes back.
+        offer = ng.call({
+            "command": "offer", "call-id": call_id, "from-tag": "browser", "to-tag": "phone",
+            "sdp": browser_sdp, "transport-protocol": "RTP/AVP", "ICE": "remove",
+        })
+        sdp["reoffer_to_phone"] = offer["sdp"].decode()
+        phone.take(sdp["reoffer_to_phone"])
+        answer = ng.call({
+            "command": "answer", "call-id": call_id, "from-tag": "browser", "to-tag": "phone",
+            "sdp": phone.sdp(version=2),
+        })
+        return answer["sdp"].decode()
+
+    def handle_reanswer(browser_sdp):
+        # The browser answered secrelay's new offer (the phone's re-INVITE).
+        answer = ng.call({
+            "command": "answer", "call-id": call_id, "from-tag": "phone", "to-tag": "browser",
+            "sdp": browser_sdp, "ICE": "remove",
+        })
+        phone.take(answer["sdp"].decode())
+
     pages = Pages()
     if args.callee:
         # The phone calls: its offer, turned into a WebRTC offer for the browser.
@@ -355,7 +462,8 @@ def run(args, result, work):
         sdp["to_browser"] = offer["sdp"].decode()
         httpd = serve(pages, handle_offer, CALLEE_HTML, lambda: sdp["to_browser"], handle_answer)
     else:
-        httpd = serve(pages, handle_offer)
+        httpd = serve(pages, handle_offer, incoming=lambda: sdp.get("reoffer_to_browser"),
+                      handle_answer=handle_reanswer, handle_reoffer=handle_reoffer)
     origin = f"http://127.0.0.1:{httpd.server_address[1]}"
     proc = None
     try:
@@ -372,6 +480,8 @@ def run(args, result, work):
         end = time.monotonic() + args.timeout
         while (phone.received < 100 or phone.loudest_rms < 300) and time.monotonic() < end:
             time.sleep(0.1)
+        if args.reinvite:
+            reinvite(args, ng, phone, pages, call_id, sdp, result)
         query = ng.call({"command": "query", "call-id": call_id})
         result["query_tags"] = sorted(query.get("tags", {}).keys())
         with pages.lock:
@@ -408,6 +518,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds to wait for each stage")
     ap.add_argument("--callee", action="store_true",
                     help="the phone calls the browser (secrelay offers WebRTC to the page)")
+    ap.add_argument("--reinvite", action="store_true",
+                    help="after the call is heard, each side offers again (the browser with an ICE restart)")
     ap.add_argument("--keep-logs", help="copy Chromium's log into this folder")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium)}

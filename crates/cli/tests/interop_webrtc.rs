@@ -1366,6 +1366,9 @@ fn aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded() {
     assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
 }
 
+/// Chromium calls a plain phone through the ng protocol (chromium_ng.py in the SIP proxy's
+/// place); then each side offers again in the answered call: the browser restarts ICE, the
+/// phone re-INVITEs and the page answers our new offer ([`reinvited`]).
 #[test]
 fn chromium_calls_a_plain_rtp_phone_through_the_ng_protocol() {
     ng_call_between_chromium_and_a_phone(
@@ -1384,6 +1387,33 @@ fn a_plain_rtp_phone_calls_chromium_through_the_ng_protocol() {
     );
 }
 
+/// What the browser's and the phone's re-INVITEs left: the browser's ICE restart gave it new
+/// credentials of ours, and after it and after our new offer to the page (the phone's
+/// re-INVITE) audio went on both ways on the call's first DTLS association.
+fn reinvited(v: &serde_json::Value) {
+    let r = &v["restart"];
+    assert_ne!(r["remote_ufrag_before"], r["remote_ufrag_after"], "{v}");
+    assert!(r["remote_ufrag_after"].is_string(), "{v}");
+    for step in [r, &v["reinvite"]] {
+        let heard = |at: &str, way: &str, n: &str| step[at][way][n].as_u64().unwrap_or(0);
+        for (way, n) in [("inbound", "packetsReceived"), ("outbound", "packetsSent")] {
+            assert!(
+                heard("after", way, n) > heard("before", way, n) + 100,
+                "{way} {n}: {v}"
+            );
+        }
+        assert_eq!(step["after"]["transport"]["dtlsState"], "connected", "{v}");
+    }
+    assert_eq!(v["reinvite"]["signaling"], "stable", "{v}");
+    assert!(
+        v["reinvite"]["phone_heard_since_restart"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 100,
+        "{v}"
+    );
+}
+
 fn ng_call_between_chromium_and_a_phone(test: &str, callee: bool) {
     let Some(chromium) = chromium(test) else {
         return;
@@ -1399,9 +1429,14 @@ fn ng_call_between_chromium_and_a_phone(test: &str, callee: bool) {
     let mut args = vec!["--ng", &ng, "--chromium", &chromium];
     if callee {
         args.push("--callee");
+    } else {
+        args.push("--reinvite");
     }
     let (v, ok) = run_script(&python, "chromium_ng.py", &args, &gw);
     assert!(ok, "chromium_ng.py failed: {v}");
+    if !callee {
+        reinvited(&v);
+    }
     // The callee's side was plain RTP; the browser's DTLS-SRTP, both on PCMU (the codec the
     // phone took), and audio went both ways.
     assert_eq!(v["sdp_to_phone_transport"], "RTP/AVP", "{v}");

@@ -1991,6 +1991,56 @@ impl Shard {
         Ok(answer)
     }
 
+    /// A new offer from a WebRTC member's peer in its session (a re-INVITE through the ng
+    /// protocol: hold, an ICE restart, a session refresh; [`WebRtcLeg::take_offer`]): our
+    /// answer. The member's role in its room follows the new directions; after an ICE restart
+    /// its new username reaches it.
+    ///
+    /// [`WebRtcLeg::take_offer`]: crate::leg::WebRtcLeg::take_offer
+    pub fn update_webrtc(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        offer: &Offer,
+    ) -> Result<String, JoinError> {
+        let (slot, member, (answer, restarted)) = self.change_leg(room, id, |leg| {
+            let leg = leg
+                .as_webrtc_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?;
+            let restarted = leg.take_offer(offer, now)?;
+            let media = leg.media();
+            let role = MemberRole {
+                publishes: media.iter().any(|m| m.peer_sends),
+                subscribes: media.iter().any(|m| m.peer_receives),
+            };
+            Ok((Some(role), (leg.answer_sdp().to_owned(), restarted)))
+        })?;
+        if let Some(local) = restarted {
+            self.own_ufrag(slot, member, &local.ufrag);
+        }
+        Ok(answer)
+    }
+
+    /// A new offer of ours to a WebRTC member's peer in its session, with the sections it
+    /// has (the other side of a re-INVITE through the ng protocol); its answer comes through
+    /// [`Shard::answer_reoffer`].
+    pub fn reoffer_webrtc(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
+        let missing = || JoinError::no_member(room, id);
+        let (slot, member) = self.find(room, id).ok_or_else(missing)?;
+        let Shard { rooms, out, .. } = self;
+        let s = rooms[slot].as_mut().ok_or_else(missing)?;
+        let offer = s.room.with_leg(member, out, |leg| {
+            leg.as_webrtc_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?
+                .reoffer(&[])
+                .map(|(_, sdp)| sdp)
+                .map_err(JoinError::from)
+        });
+        self.dispatch(slot);
+        offer.ok_or_else(missing)?
+    }
+
     /// A new offer of ours to a telephony member's phone, in the call (the other side of a
     /// re-INVITE); its answer comes through [`Shard::update_rtp`] or [`Shard::answer_rtp`].
     pub fn reoffer_rtp(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
@@ -2326,17 +2376,24 @@ impl Shard {
             .flatten();
         self.dispatch(slot);
         let local = local?;
+        self.own_ufrag(slot, member, &local.ufrag)?;
+        Some(local)
+    }
+
+    /// Checks naming `ufrag` (a member's new ICE credentials) reach member `member` of the
+    /// room in `slot` from now on, here and (through [`Event::UfragOwned`]) at other workers.
+    fn own_ufrag(&mut self, slot: usize, member: MemberAt, ufrag: &str) -> Option<()> {
         let s = self.rooms[slot].as_mut()?;
-        s.room.session_mut(member)?.ufrags.push(local.ufrag.clone());
+        s.room.session_mut(member)?.ufrags.push(ufrag.to_owned());
         let key = MemberKey {
             slot,
             room_gen: s.room_gen,
             member,
         };
-        self.by_ufrag.insert(local.ufrag.clone(), key);
+        self.by_ufrag.insert(ufrag.to_owned(), key);
         self.queue
-            .push_back(Queued::Event(Event::UfragOwned(local.ufrag.clone())));
-        Some(local)
+            .push_back(Queued::Event(Event::UfragOwned(ufrag.to_owned())));
+        Some(())
     }
 
     /// Sets which simulcast layer member `id` of `room` is sent of `publisher`'s (by its id;

@@ -145,6 +145,14 @@ pub enum WebRtcError {
     /// The answer says `a=setup:actpass` (RFC 5763 §5: an answerer chooses `active` or
     /// `passive`).
     AnswerSetupActpass,
+    /// A new offer in the session names another certificate: a new DTLS association, which
+    /// the leg does not make (its keys stay those of the first).
+    DtlsRestart,
+    /// A new offer in the session leaves out or reorders a section it had (RFC 3264 §8: the
+    /// mid of our section at that index).
+    SectionMissing(String),
+    /// A new offer in the session came while one of ours waits for its answer (glare).
+    OfferPending,
 }
 
 impl fmt::Display for WebRtcError {
@@ -159,6 +167,17 @@ impl fmt::Display for WebRtcError {
             WebRtcError::Dtls(e) => write!(f, "DTLS endpoint configuration: {e}"),
             WebRtcError::Srtp(e) => write!(f, "SRTP context: {e}"),
             WebRtcError::NotAwaitingAnswer => write!(f, "no offer of ours waits for an answer"),
+            WebRtcError::DtlsRestart => write!(
+                f,
+                "the new offer names another certificate (a DTLS restart is not supported)"
+            ),
+            WebRtcError::SectionMissing(mid) => write!(
+                f,
+                "the new offer leaves out or moves section mid {mid:?} of the session"
+            ),
+            WebRtcError::OfferPending => {
+                write!(f, "an offer of ours waits for its answer")
+            }
             WebRtcError::AnswerSetupActpass => {
                 write!(
                     f,
@@ -253,6 +272,9 @@ pub struct WebRtcLeg {
     profile: Option<Profile>,
     /// Data channels, when the offer's data-channel section was accepted.
     data: Option<DataLink>,
+    /// The peer's certificate fingerprint, once its offer or answer named it: a new offer
+    /// in the session must name it again (the same DTLS association).
+    peer_fingerprint: Option<Fingerprint>,
 }
 
 impl fmt::Debug for WebRtcLeg {
@@ -337,6 +359,12 @@ fn data_section(m: &MediaOffer, take: bool, limits: Option<&DataLimits>) -> Medi
     }
 }
 
+/// The certificate fingerprint an offer or answer names.
+fn fingerprint_of(d: &Offer) -> Result<Fingerprint, WebRtcError> {
+    let algorithm: HashAlgorithm = d.fingerprint.0.parse().map_err(WebRtcError::Fingerprint)?;
+    Fingerprint::from_digest(algorithm, &d.fingerprint.1).map_err(WebRtcError::Fingerprint)
+}
+
 fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     getrandom::fill(&mut b).expect("the OS random source works");
@@ -360,13 +388,7 @@ impl WebRtcLeg {
             Setup::Passive => (Role::Client, Setup::Active),
             Setup::Holdconn => return Err(WebRtcError::NoDtlsRole),
         };
-        let algorithm: HashAlgorithm = offer
-            .fingerprint
-            .0
-            .parse()
-            .map_err(WebRtcError::Fingerprint)?;
-        let peer_fp = Fingerprint::from_digest(algorithm, &offer.fingerprint.1)
-            .map_err(WebRtcError::Fingerprint)?;
+        let peer_fp = fingerprint_of(offer)?;
         let our_fp = certificate
             .fingerprint()
             .ok_or(WebRtcError::NoCertificate)?;
@@ -497,7 +519,7 @@ impl WebRtcLeg {
             },
             now,
         );
-        let mut dtls_config = EndpointConfig::new(role, certificate, peer_fp);
+        let mut dtls_config = EndpointConfig::new(role, certificate, peer_fp.clone());
         dtls_config.srtp_profiles = config.srtp_profiles.clone();
         dtls_config.timers = config.dtls_timers;
         dtls_config.application_data = data.is_some();
@@ -526,6 +548,7 @@ impl WebRtcLeg {
             handshake_time: None,
             profile: None,
             data,
+            peer_fingerprint: Some(peer_fp),
         };
         if role == Role::Server {
             // A server waits for the ClientHello; the clock of its handshake starts then.
@@ -625,6 +648,7 @@ impl WebRtcLeg {
             handshake_time: None,
             profile: None,
             data: None,
+            peer_fingerprint: None,
         })
     }
 
@@ -644,13 +668,7 @@ impl WebRtcLeg {
             Setup::Actpass => return Err(WebRtcError::AnswerSetupActpass),
             Setup::Holdconn => return Err(WebRtcError::NoDtlsRole),
         };
-        let algorithm: HashAlgorithm = answer
-            .fingerprint
-            .0
-            .parse()
-            .map_err(WebRtcError::Fingerprint)?;
-        let peer_fp = Fingerprint::from_digest(algorithm, &answer.fingerprint.1)
-            .map_err(WebRtcError::Fingerprint)?;
+        let peer_fp = fingerprint_of(answer)?;
         let mut media = self.media.clone();
         for m in &mut media {
             let a = answer
@@ -684,6 +702,7 @@ impl WebRtcLeg {
             },
             now,
         );
+        self.peer_fingerprint = Some(peer_fp.clone());
         let mut dtls_config = EndpointConfig::new(role, awaiting.certificate, peer_fp);
         dtls_config.srtp_profiles = self.config.srtp_profiles.clone();
         dtls_config.timers = self.config.dtls_timers;
@@ -815,6 +834,88 @@ impl WebRtcLeg {
         self.sections = sections;
         self.local_sdp = sdp.clone();
         Ok((revision, sdp))
+    }
+
+    /// The peer's new offer in the established session (a re-INVITE through the ng protocol):
+    /// the same DTLS association (the fingerprint it named before: a DTLS restart is
+    /// refused); every section of the session again, at its index, each with the direction
+    /// now offered (hold) and the agreed codecs it still lists; sections it adds are
+    /// refused (port 0). New ICE credentials restart ICE (RFC 8445 §9): the selected pair and
+    /// the SRTP keys stay, consent is renewed with the new credentials. Our answer
+    /// ([`WebRtcLeg::answer_sdp`]) is one `o=` version on when it changed. Ok: our new ICE
+    /// credentials after a restart. Err: the leg is unchanged.
+    pub fn take_offer(
+        &mut self,
+        offer: &Offer,
+        now: Instant,
+    ) -> Result<Option<Credentials>, WebRtcError> {
+        if self.awaiting.is_some() || self.reoffer.is_some() {
+            return Err(WebRtcError::OfferPending);
+        }
+        if self.closed.is_some() {
+            return Err(WebRtcError::NotAwaitingAnswer);
+        }
+        if self.peer_fingerprint.as_ref() != Some(&fingerprint_of(offer)?) {
+            return Err(WebRtcError::DtlsRestart);
+        }
+        let mut media = self.media.clone();
+        let mut sections = self.sections.clone();
+        for (i, s) in sections.iter_mut().enumerate() {
+            let o = offer
+                .media
+                .get(i)
+                .filter(|o| o.mid == s.mid)
+                .ok_or_else(|| WebRtcError::SectionMissing(s.mid.clone()))?;
+            let Some(m) = media.iter_mut().find(|m| m.mid == s.mid) else {
+                // Refused before, or the data channels' section: as it was.
+                continue;
+            };
+            m.codecs
+                .retain(|(_, pt)| o.codecs.iter().any(|c| c.pt == *pt));
+            if m.codecs.is_empty() {
+                return Err(WebRtcError::NoCommonCodec);
+            }
+            s.codecs
+                .retain(|c| m.codecs.iter().any(|(_, pt)| *pt == c.pt));
+            let usable = o.port != 0 || offer.bundle.contains(&o.mid);
+            m.peer_sends = usable && o.direction.sends();
+            m.peer_receives = usable && o.direction.receives();
+            s.direction = usable.then(|| o.direction.reversed());
+        }
+        for o in offer.media.iter().skip(sections.len()) {
+            sections.push(MediaAnswer::bare(o.mid.clone(), o.kind.clone(), None));
+        }
+        let remote = Credentials {
+            ufrag: offer.ice_ufrag.clone(),
+            pwd: offer.ice_pwd.clone(),
+        };
+        let restarted = (self.ice.remote() != Some(&remote)).then(|| {
+            let local = Credentials::random();
+            self.ice.restart(local.clone(), remote, now);
+            local
+        });
+        let setup = match self.role {
+            Role::Server => Setup::Passive,
+            Role::Client => Setup::Active,
+        };
+        let write = |session| {
+            write_answer(&self.config.description(
+                session,
+                self.ice.local(),
+                self.fingerprint.clone(),
+                setup,
+                sections.clone(),
+            ))
+        };
+        let mut answer = write(self.session);
+        if answer != self.local_sdp {
+            self.session.1 += 1;
+            answer = write(self.session);
+        }
+        self.media = media;
+        self.sections = sections;
+        self.local_sdp = answer;
+        Ok(restarted)
     }
 
     /// The revision of our new offer that waits for its answer, if one does.

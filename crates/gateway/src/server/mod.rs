@@ -941,6 +941,35 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
+    /// A new offer from WebRTC member `id`'s peer in its session (a re-INVITE: hold, an ICE
+    /// restart): our answer ([`Shard::update_webrtc`]).
+    pub async fn update_webrtc(
+        &self,
+        room: &str,
+        id: &str,
+        offer: Offer,
+    ) -> Result<String, JoinError> {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, now, room| {
+            w.shard_mut().update_webrtc(now, room, &id, &offer)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
+    /// A new offer of ours to WebRTC member `id`'s peer, in its session (the other side of a
+    /// re-INVITE); its answer comes to [`Gateway::answer_reoffer`].
+    pub async fn reoffer_webrtc(&self, room: &str, id: &str) -> Result<String, JoinError> {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, _, room| {
+            w.shard_mut().reoffer_webrtc(room, &id)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
     /// Gives telephony member `id` of `room` the keys of ours that `crypto` carries, and
     /// resumes its SRTP streams at `marks` (a call taken over from a node that died: see
     /// [`crate::leg::RtpLeg::restore_keys`] and [`crate::leg::RtpLeg::resume_srtp`]).

@@ -58,6 +58,17 @@ pub(crate) struct Reoffer {
     pub(crate) answered: bool,
 }
 
+impl WebRtcCall {
+    /// Whether the caller's side is WebRTC (its offer has a DTLS section).
+    fn caller_webrtc(&self) -> Result<bool, ApiError> {
+        Ok(parse_rtp(&self.caller_sdp)
+            .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?
+            .sections
+            .iter()
+            .any(|s| s.port != 0 && s.transport.is_dtls()))
+    }
+}
+
 impl Ng {
     /// `offer`: the member facing the callee, made as our offer.
     pub(super) async fn webrtc_offer(&mut self, o: OfferAnswer) -> Result<Bencode, ApiError> {
@@ -226,8 +237,10 @@ impl Ng {
 
     /// A new offer in an answered call (a re-INVITE from either side: new address, codecs,
     /// direction or keys): the offering side's member takes it (its answer kept for the
-    /// `answer`), and the other side's member makes a new offer of ours, the reply. Telephony
-    /// members only.
+    /// `answer`), and the other side's member makes a new offer of ours, the reply. A WebRTC
+    /// side's new offer keeps its DTLS association and may restart ICE
+    /// ([`crate::leg::WebRtcLeg::take_offer`]); our new offer to a WebRTC side has the
+    /// sections it has.
     async fn webrtc_reoffer(
         &mut self,
         call: WebRtcCall,
@@ -247,37 +260,64 @@ impl Ng {
         let Some((caller_id, _)) = &call.caller else {
             return Err(ApiError::bad("a new offer before the call was answered (only the first offer's retransmissions are taken)"));
         };
-        let (offerer, answerer) = if o.from_tag == call.from_tag {
-            (caller_id.clone(), call.callee_id.clone())
+        let caller_webrtc = call.caller_webrtc()?;
+        let (offerer, answerer, offerer_webrtc, answerer_webrtc) = if o.from_tag == call.from_tag {
+            (
+                caller_id.clone(),
+                call.callee_id.clone(),
+                caller_webrtc,
+                call.callee_webrtc,
+            )
         } else if call.to_tag.as_deref() == Some(o.from_tag.as_str()) {
-            (call.callee_id.clone(), caller_id.clone())
+            (
+                call.callee_id.clone(),
+                caller_id.clone(),
+                call.callee_webrtc,
+                caller_webrtc,
+            )
         } else {
             return Err(ApiError::bad(format!(
                 "from-tag {:?} is neither side of this call",
                 o.from_tag
             )));
         };
-        let sdp = parse_rtp(&o.sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
-        if sdp
+        let dtls = parse_rtp(&o.sdp)
+            .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?
             .sections
             .iter()
-            .any(|s| s.port != 0 && s.transport.is_dtls())
-        {
-            return Err(ApiError::bad(
-                "a new offer with DTLS (WebRTC) in an answered call is not supported yet",
-            ));
+            .any(|s| s.port != 0 && s.transport.is_dtls());
+        if dtls != offerer_webrtc {
+            return Err(ApiError::bad(if offerer_webrtc {
+                "the WebRTC side's new offer has no DTLS section (a side keeps its transport)"
+            } else {
+                "a new offer with DTLS from a telephony side (a side keeps its transport)"
+            }));
         }
-        // Our offer to the other side first: if that side cannot take one (a WebRTC member),
-        // nothing has changed yet.
-        let offer = self.gateway.reoffer_rtp(&call.room, &answerer).await?;
-        let answer = match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
-            Ok(Some(answer)) => answer,
-            Ok(None) => {
-                return Err(ApiError::bad(
-                    "the offering side had an offer of ours pending",
-                ))
+        // Our offer to the other side first: if that side cannot take one (an offer of ours
+        // waits there), nothing has changed yet.
+        let offer = if answerer_webrtc {
+            self.gateway.reoffer_webrtc(&call.room, &answerer).await?
+        } else {
+            self.gateway.reoffer_rtp(&call.room, &answerer).await?
+        };
+        let answer = if offerer_webrtc {
+            let sdp = parse_offer(&o.sdp)
+                .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
+            self.gateway
+                .update_webrtc(&call.room, &offerer, sdp)
+                .await?
+        } else {
+            let sdp =
+                parse_rtp(&o.sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
+            match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
+                Ok(Some(answer)) => answer,
+                Ok(None) => {
+                    return Err(ApiError::bad(
+                        "the offering side had an offer of ours pending",
+                    ))
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         };
         if let Some(c) = self.webrtc_mut(&o.call_id) {
             if o.from_tag == c.from_tag {
@@ -307,16 +347,29 @@ impl Ng {
         };
         if let Some(r) = call.reoffer.as_ref().filter(|r| r.from_tag == a.from_tag) {
             if !r.answered {
-                let sdp = parse_rtp(&a.sdp)
-                    .map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
-                match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
-                    Ok(None) => {}
-                    Ok(Some(_)) => {
-                        return Err(ApiError::bad(
-                            "the answering side had no offer of ours pending",
-                        ))
+                let webrtc = if r.answerer == call.callee_id {
+                    call.callee_webrtc
+                } else {
+                    call.caller_webrtc()?
+                };
+                if webrtc {
+                    let sdp = parse_offer(&a.sdp)
+                        .map_err(|e| ApiError::bad(format!("the answer's WebRTC SDP: {e}")))?;
+                    self.gateway
+                        .answer_reoffer(&call.room, &r.answerer, sdp, None)
+                        .await?;
+                } else {
+                    let sdp = parse_rtp(&a.sdp)
+                        .map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
+                    match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
+                        Ok(None) => {}
+                        Ok(Some(_)) => {
+                            return Err(ApiError::bad(
+                                "the answering side had no offer of ours pending",
+                            ))
+                        }
+                        Err(e) => return Err(e.into()),
                     }
-                    Err(e) => return Err(e.into()),
                 }
                 if let Some(c) = self.webrtc_mut(&a.call_id) {
                     if let Some(r) = c.reoffer.as_mut() {
@@ -353,11 +406,7 @@ impl Ng {
         let mut warnings = a.flags.ignored.clone();
         let caller_rtp = parse_rtp(&call.caller_sdp)
             .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
-        let dtls = caller_rtp
-            .sections
-            .iter()
-            .any(|s| s.port != 0 && s.transport.is_dtls());
-        let (id, sdp) = if dtls {
+        let (id, sdp) = if call.caller_webrtc()? {
             // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
             let mut offer = parse_offer(&call.caller_sdp)
                 .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
