@@ -25,9 +25,17 @@ credentials, sent as an ng `offer` from its tag), then the phone offers again (a
 from its tag) and the page answers secrelay's new WebRTC offer; audio must go on both ways
 after each, on the DTLS association of the call's start.
 
+With --kill-pid PID --standby-ng ADDR (the browser calling), the node carrying the call (the
+process PID, whose ng socket is --ng) is then killed with SIGKILL. The page notices (no audio
+for a second, or its connection `disconnected`), restarts ICE, and its re-INVITE goes to the
+standby's ng socket (tried again while the standby has not taken the call yet); audio must come
+back both ways on the browser's first DTLS association, and the times are reported (from the
+moment the page was told of the kill, within 200 ms of it).
+
 Prints one JSON line with what it measured; exit status 0 only when everything passed. Needs
 only Python's standard library (and Chromium).
-Usage: chromium_ng.py --ng 127.0.0.1:PORT [--callee | --reinvite] [--chromium /usr/bin/chromium]
+Usage: chromium_ng.py --ng 127.0.0.1:PORT [--callee | --reinvite | --kill-pid PID --standby-ng ADDR]
+       [--chromium /usr/bin/chromium]
 """
 
 import argparse
@@ -35,6 +43,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import threading
 import time
@@ -67,6 +76,29 @@ async function heardMore(pc, before, n) {
   return await audio(pc);
 }
 const ufrag = sdp => (sdp.match(/a=ice-ufrag:(\S+)/) || [])[1];
+// An ICE restart through the signaling (the re-INVITE goes to /reoffer): audio before and
+// after, when the answer was set, and when audio came again (packets on top of `before`).
+async function restartIce(pc) {
+  const before = await audio(pc);
+  const remoteBefore = ufrag(pc.remoteDescription.sdp);
+  pc.restartIce();
+  await pc.setLocalDescription(await pc.createOffer());
+  await gathered(pc);
+  const r = await fetch('/reoffer', {method: 'POST', body: pc.localDescription.sdp});
+  const answer = await r.text();
+  if (r.status !== 200) throw new Error('the re-INVITE: ' + r.status + ' ' + answer);
+  await pc.setRemoteDescription({type: 'answer', sdp: answer});
+  const answered = performance.now();
+  let heard = null;
+  for (let i = 0; i < 200 && heard === null; i++) {
+    const a = await audio(pc);
+    if (a.inbound.packetsReceived > before.inbound.packetsReceived + 5) heard = performance.now();
+    else await sleep(50);
+  }
+  const after = await heardMore(pc, before, 100);
+  return {before, after, answered, heard, remote_ufrag_before: remoteBefore,
+          remote_ufrag_after: ufrag(pc.remoteDescription.sdp), ice: pc.iceConnectionState};
+}
 async function waitForAny(whats) {
   for (;;) {
     const r = await fetch('/control?page=' + PAGE);
@@ -96,20 +128,31 @@ async function waitForAny(whats) {
       await sleep(250);
     }
     await report({state: 'heard', call: last});
-    if (await waitForAny(['restart', 'leave']) === 'restart') {
+    const next = await waitForAny(['restart', 'failover', 'leave']);
+    if (next === 'failover') {
+      // The node carrying the call died. The page restarts ICE through its signaling, as a
+      // WebRTC app does, when it notices: audio stopped for a second (what an app watching
+      // its stats sees first), or the connection went 'disconnected' (Chromium's own, later).
+      const t0 = performance.now();
+      let last = (await audio(pc)).inbound.packetsReceived, changed = t0, trigger = null;
+      while (trigger === null) {
+        if (performance.now() - t0 > 20000) throw new Error('never noticed: ' + pc.iceConnectionState);
+        await sleep(100);
+        const n = (await audio(pc)).inbound.packetsReceived;
+        if (n !== last) { last = n; changed = performance.now(); }
+        if (['disconnected', 'failed'].includes(pc.iceConnectionState)) trigger = pc.iceConnectionState;
+        else if (performance.now() - changed > 1000) trigger = 'audio stopped';
+      }
+      const noticed = performance.now() - t0;
+      const r = await restartIce(pc);
+      await report(Object.assign({state: 'failed-over', noticed_ms: noticed, trigger,
+                                  answered_ms: r.answered - t0, heard_ms: r.heard - t0}, r));
+      await waitFor('leave');
+    }
+    if (next === 'restart') {
       // The browser's re-INVITE: an ICE restart (new credentials, the same DTLS).
-      const before = await audio(pc);
-      const remoteBefore = ufrag(pc.remoteDescription.sdp);
-      pc.restartIce();
-      await pc.setLocalDescription(await pc.createOffer());
-      await gathered(pc);
-      const r = await fetch('/reoffer', {method: 'POST', body: pc.localDescription.sdp});
-      const answer = await r.text();
-      if (r.status !== 200) throw new Error('the re-INVITE: ' + r.status + ' ' + answer);
-      await pc.setRemoteDescription({type: 'answer', sdp: answer});
-      const after = await heardMore(pc, before, 100);
-      await report({state: 'restarted', before, after, remote_ufrag_before: remoteBefore,
-                    remote_ufrag_after: ufrag(pc.remoteDescription.sdp), ice: pc.iceConnectionState});
+      const r = await restartIce(pc);
+      await report(Object.assign({state: 'restarted'}, r));
       // The phone's re-INVITE: secrelay's new offer, answered here.
       await waitFor('takeoffer');
       const o = await fetch('/incoming');
@@ -399,6 +442,32 @@ def reinvite(args, ng, phone, pages, call_id, sdp, result):
     result["reinvite"]["phone_heard_since_restart"] = phone.received - heard
 
 
+def failover(args, phone, pages, sdp, result):
+    """The node carrying the call is killed (SIGKILL); the page notices, restarts ICE, and its
+    re-INVITE goes to the standby's ng socket (as a proxy whose rtpengine address moved to
+    the standby would send it) until the standby has taken the call. Audio must come back both
+    ways on the browser's first DTLS association."""
+    sdp["reoffer_ng"] = Ng(args.standby_ng)
+    heard = phone.received
+    os.kill(args.kill_pid, signal.SIGKILL)
+    killed = time.monotonic()
+    with pages.lock:
+        pages.control["call"] = "failover"
+    r = pages.wait(lambda r: r.get("state") == "failed-over", args.timeout * 2)
+    if r is None:
+        raise RuntimeError("the page did not restart ICE after the failover")
+    end = time.monotonic() + args.timeout
+    while phone.received < heard + 100 and time.monotonic() < end:
+        time.sleep(0.02)
+    result["failover"] = {k: r[k] for k in ("before", "after", "remote_ufrag_before", "remote_ufrag_after",
+                                             "ice", "trigger", "noticed_ms", "answered_ms", "heard_ms")}
+    result["failover"].update({
+        "reinvite_refused": sdp.get("refused", 0),
+        "reinvite_taken_s": round(sdp["reoffer_taken"] - killed, 3),
+        "phone_heard_after": phone.received - heard,
+    })
+
+
 def run(args, result, work):
     ng = Ng(args.ng)
     phone = Phone()
@@ -432,13 +501,25 @@ def run(args, result, work):
 
     def handle_reoffer(browser_sdp):
         # The browser's re-INVITE (an ICE restart): to the phone, whose answer comes back.
-        offer = ng.call({
-            "command": "offer", "call-id": call_id, "from-tag": "browser", "to-tag": "phone",
-            "sdp": browser_sdp, "transport-protocol": "RTP/AVP", "ICE": "remove",
-        })
+        # After a failover it goes to the standby, which refuses it until it took the call.
+        target = sdp.get("reoffer_ng", ng)
+        end = time.monotonic() + args.timeout
+        while True:
+            try:
+                offer = target.call({
+                    "command": "offer", "call-id": call_id, "from-tag": "browser", "to-tag": "phone",
+                    "sdp": browser_sdp, "transport-protocol": "RTP/AVP", "ICE": "remove",
+                })
+                break
+            except (RuntimeError, OSError) as e:
+                sdp["refused"] = sdp.get("refused", 0) + 1
+                if target is ng or time.monotonic() > end:
+                    raise RuntimeError(f"the re-INVITE: {e}")
+                time.sleep(0.1)
+        sdp["reoffer_taken"] = time.monotonic()
         sdp["reoffer_to_phone"] = offer["sdp"].decode()
         phone.take(sdp["reoffer_to_phone"])
-        answer = ng.call({
+        answer = target.call({
             "command": "answer", "call-id": call_id, "from-tag": "browser", "to-tag": "phone",
             "sdp": phone.sdp(version=2),
         })
@@ -482,6 +563,9 @@ def run(args, result, work):
             time.sleep(0.1)
         if args.reinvite:
             reinvite(args, ng, phone, pages, call_id, sdp, result)
+        if args.kill_pid:
+            failover(args, phone, pages, sdp, result)
+            ng = sdp["reoffer_ng"]
         query = ng.call({"command": "query", "call-id": call_id})
         result["query_tags"] = sorted(query.get("tags", {}).keys())
         with pages.lock:
@@ -520,6 +604,9 @@ def main():
                     help="the phone calls the browser (secrelay offers WebRTC to the page)")
     ap.add_argument("--reinvite", action="store_true",
                     help="after the call is heard, each side offers again (the browser with an ICE restart)")
+    ap.add_argument("--kill-pid", type=int,
+                    help="after the call is heard, kill this process (the node carrying the call) and fail over")
+    ap.add_argument("--standby-ng", help="the standby's ng address, for the re-INVITE after --kill-pid")
     ap.add_argument("--keep-logs", help="copy Chromium's log into this folder")
     args = ap.parse_args()
     result = {"chromium": version(args.chromium)}

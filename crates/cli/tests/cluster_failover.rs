@@ -18,6 +18,7 @@ use secrelay_lab::failover::PhoneCall;
 use secrelay_srtp::Profile;
 use secrelay_testkit::ice::{check, our_ice, with_ice};
 use secrelay_testkit::ng::Ng;
+use secrelay_testkit::participant::SimParticipant;
 use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::redis::RedisServer;
 use secrelay_testkit::{wait_for, Signaling};
@@ -96,6 +97,9 @@ impl Pair {
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("state.key");
         std::fs::write(&key, format!("{KEY}\n")).unwrap();
+        // One DTLS certificate for both nodes: a WebRTC call taken over goes on with the
+        // browser's DTLS association, which knows its fingerprint.
+        let (cert, cert_key) = shared_certificate(dir.path());
         let config = dir.path().join("a.toml");
         std::fs::write(
             &config,
@@ -103,9 +107,11 @@ impl Pair {
                 "http = \"127.0.0.1:0\"\nudp = \"127.0.0.1:0\"\nng = \"127.0.0.1:0\"\nworkers = 1\n\
                  interfaces = [\"{media}\"]\nrtp_ports = \"{a_ports}\"\ndrain_secs = 0.2\n\
                  cluster_redis = \"{}\"\ncluster_node = \"a\"\ncluster_lease_secs = {LEASE_SECS}\n\
-                 cluster_state_key = \"{}\"\n",
+                 cluster_state_key = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\n",
                 redis.url(),
-                key.display()
+                key.display(),
+                cert.display(),
+                cert_key.display()
             ),
         )
         .unwrap();
@@ -120,7 +126,12 @@ impl Pair {
             );
         };
         let at_a = Signaling::new(url).with_admin(std::fs::read_to_string(admin).unwrap().trim());
-        let b = Server::start(standby(&redis, &key, b_ports)).unwrap();
+        let b = Server::start(ServeConfig {
+            cert: Some(cert),
+            key: Some(cert_key),
+            ..standby(&redis, &key, b_ports)
+        })
+        .unwrap();
         let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
         wait_for("both nodes registered", Duration::from_secs(5), || {
             at_b.cluster_nodes().unwrap() == ["a", "b"]
@@ -134,6 +145,17 @@ impl Pair {
             b,
         })
     }
+}
+
+/// A DTLS certificate and its key as PEM files in `dir`, for every node of the pair.
+fn shared_certificate(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let c = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "media")
+        .unwrap();
+    let (pem, key) = c.to_pem();
+    let (cert_path, key_path) = (dir.join("media.pem"), dir.join("media.key"));
+    std::fs::write(&cert_path, pem).unwrap();
+    std::fs::write(&key_path, key.as_bytes()).unwrap();
+    (cert_path, key_path)
 }
 
 /// Node `a`'s process, killed (if it still runs) and reaped when dropped: a test that ends
@@ -369,6 +391,277 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     b.shutdown();
 }
 
+/// A phone calling a browser through ng (`transport-protocol: UDP/TLS/RTP/SAVPF`): the
+/// phone, the simulated browser (the DTLS client) and the call's id.
+struct WebRtcCall {
+    id: String,
+    phone: SocketPhone,
+    browser: SimParticipant,
+}
+
+impl WebRtcCall {
+    fn open(ng: &mut Ng, id: &str, epoch: Instant) -> WebRtcCall {
+        let mut phone = SocketPhone::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), None, 0x7e1e).unwrap();
+        let mut offer =
+            secrelay_testkit::ng::command("offer", id, "caller", None, Some(&phone.phone.offer()));
+        offer.extend([
+            (
+                "transport-protocol".into(),
+                Bencode::str("UDP/TLS/RTP/SAVPF"),
+            ),
+            ("ICE".into(), Bencode::str("force")),
+        ]);
+        let to_browser = ng.call(offer).unwrap()["sdp"].clone();
+        let (browser, answer) = SimParticipant::answer_gateway_offer(
+            &to_browser,
+            id,
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            epoch,
+        )
+        .unwrap();
+        let mut back =
+            secrelay_testkit::ng::command("answer", id, "caller", Some("callee"), Some(&answer));
+        back.push(("ICE".into(), Bencode::str("remove")));
+        let to_phone = ng.call(back).unwrap()["sdp"].clone();
+        phone.phone.accept_answer(&to_phone).unwrap();
+        WebRtcCall {
+            id: id.to_owned(),
+            phone,
+            browser,
+        }
+    }
+
+    /// 20 ms of media each way (the browser's on its own clock), and what arrived.
+    fn exchange(&mut self) {
+        self.browser.step(Instant::now()).unwrap();
+        self.phone.send(&[0x5a; 160]).unwrap();
+        self.phone.read();
+    }
+
+    /// What each side heard so far: (the phone of the browser, the browser of the phone).
+    fn heard(&self) -> (usize, u64) {
+        (self.phone.phone.received.len(), self.browser.received())
+    }
+
+    /// The browser's re-INVITE that restarts ICE, through ng at `ng` (the standby, which
+    /// takes the call over once the dead node's lease ran out: refused until then), and
+    /// the phone's answer to our new offer. Whether it went through.
+    fn restart_ice(&mut self, ng: &mut Ng) -> bool {
+        let offer = self.browser.restart_offer().unwrap();
+        let Ok(r) = ng.call(secrelay_testkit::ng::command(
+            "offer",
+            &self.id,
+            "callee",
+            Some("caller"),
+            Some(&offer),
+        )) else {
+            return false;
+        };
+        let to_phone = r["sdp"].clone();
+        let answer = self.phone.phone.answer_offer(&to_phone).unwrap();
+        let back = ng
+            .call(secrelay_testkit::ng::command(
+                "answer",
+                &self.id,
+                "callee",
+                Some("caller"),
+                Some(&answer),
+            ))
+            .unwrap();
+        self.browser.take_restart_answer(&back["sdp"]).unwrap();
+        true
+    }
+}
+
+/// Exchanges media on WebRTC call `c` until both sides heard 10 packets more than they had,
+/// and how long that took; a panic naming `what` after `limit`.
+fn webrtc_heard_again(c: &mut WebRtcCall, what: &str, limit: Duration) -> Duration {
+    let (from, before) = (Instant::now(), c.heard());
+    loop {
+        c.exchange();
+        let (p, w) = c.heard();
+        if p > before.0 + 10 && w > before.1 + 10 {
+            return from.elapsed();
+        }
+        assert!(
+            from.elapsed() < limit,
+            "{what}: {} silent ({:?} heard, {before:?} before)",
+            c.id,
+            c.heard()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Calls with a WebRTC side survive their node too: 4 calls from a phone to a browser on
+/// `a` (the browser's DTLS connected there); `a` killed with SIGKILL; `b` takes them over
+/// with their SRTP keys, streams and SSRCs, and when each browser restarts ICE through its
+/// signaling (a re-INVITE, here to `b`'s ng socket: `a`'s address moved), its DTLS association
+/// goes on at `b` with no new handshake and both sides hear each other again.
+#[test]
+fn a_killed_nodes_webrtc_calls_continue_on_its_standby_after_an_ice_restart() {
+    let Some(Pair {
+        redis,
+        dir: _dir,
+        mut a,
+        a_ng,
+        b,
+        ..
+    }) = Pair::start(MEDIA_A, "44500-44599", "45500-45599")
+    else {
+        return;
+    };
+    let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
+    let mut ng_a = Ng::new(a_ng).unwrap();
+    let epoch = Instant::now();
+    let mut calls: Vec<WebRtcCall> = (0..4)
+        .map(|n| WebRtcCall::open(&mut ng_a, &format!("webrtc-failover-{n}@proxy"), epoch))
+        .collect();
+    let end = Instant::now() + Duration::from_secs(10);
+    while calls.iter().any(|c| c.heard().0 < 20 || c.heard().1 < 20) {
+        assert!(Instant::now() < end, "the calls through a are silent");
+        for c in calls.iter_mut() {
+            c.exchange();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The keys of the connected browsers reach the kept states within a second.
+    for _ in 0..75 {
+        for c in calls.iter_mut() {
+            c.exchange();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let kept = redis.cli(&["HKEYS", "secrelay:calls:a"]);
+    assert_eq!(kept.lines().count(), 4, "{kept}");
+
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let killed = Instant::now();
+    let before: Vec<(usize, u64)> = calls.iter().map(WebRtcCall::heard).collect();
+    let mut ng_b = Ng::new(b.ng_addr().unwrap()).unwrap();
+    let mut restarted = vec![None; calls.len()];
+    let mut resumed = vec![None; calls.len()];
+    while resumed.iter().any(Option::is_none) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "restarted {restarted:?}, heard again {resumed:?}"
+        );
+        for (k, c) in calls.iter_mut().enumerate() {
+            if restarted[k].is_none() && c.restart_ice(&mut ng_b) {
+                restarted[k] = Some(killed.elapsed());
+            }
+            c.exchange();
+            let (p, w) = c.heard();
+            if resumed[k].is_none() && p > before[k].0 + 10 && w > before[k].1 + 10 {
+                resumed[k] = Some(killed.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "WebRTC calls: re-INVITE taken {restarted:?}, both sides heard again {resumed:?} after the kill (lease {LEASE_SECS} s)"
+    );
+    for c in &calls {
+        assert_eq!(c.browser.rx_errors, 0, "{}: SRTP that did not open", c.id);
+    }
+    assert_eq!(
+        at_b.metric("secrelay_cluster_calls_taken_over_total")
+            .unwrap(),
+        4
+    );
+    assert_eq!(
+        at_b.metric("secrelay_cluster_takeover_failures_total")
+            .unwrap(),
+        0
+    );
+    // No new DTLS handshake at b: its sessions connected from the kept keys.
+    assert_eq!(
+        at_b.metric("secrelay_handshakes_total{result=\"ok\"}")
+            .unwrap(),
+        0
+    );
+    for c in &calls {
+        let q = ng_b.call(command("query", &c.id)).unwrap();
+        assert_eq!(q["result"], "ok", "{q:?}");
+        ng_b.call(command("delete", &c.id)).unwrap();
+    }
+    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 0);
+    b.shutdown();
+}
+
+/// The same with a real browser: Chromium calls a phone through node `a` (chromium_ng.py in
+/// the SIP proxy's place, with the phone); the script kills `a` with SIGKILL; the page's
+/// connection goes `disconnected`, it restarts ICE, and its re-INVITE reaches `b` once `b` took
+/// the call. Chromium's first DTLS association goes on at `b`: audio both ways, no handshake.
+#[test]
+fn chromium_calls_a_phone_through_a_node_that_dies_and_goes_on_at_its_standby() {
+    let test = "chromium_calls_a_phone_through_a_node_that_dies_and_goes_on_at_its_standby";
+    let Some(chromium) = lab_support::chromium(test) else {
+        return;
+    };
+    let Some(Pair {
+        redis: _redis,
+        dir: _dir,
+        a,
+        a_ng,
+        b,
+        ..
+    }) = Pair::start(MEDIA_A, "44600-44699", "45600-45699")
+    else {
+        return;
+    };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../interop/webrtc/chromium_ng.py");
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg("python3")
+        .arg(script)
+        .args(["--ng", &a_ng.to_string()])
+        .args(["--kill-pid", &a.id().to_string()])
+        .args(["--standby-ng", &b.ng_addr().unwrap().to_string()])
+        .arg("--chromium")
+        .arg(chromium)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: serde_json::Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "chromium_ng.py printed no JSON ({}):\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    eprintln!("chromium_ng.py: {}", v["failover"]);
+    assert!(out.status.success(), "{v}");
+    let f = &v["failover"];
+    assert_ne!(f["remote_ufrag_before"], f["remote_ufrag_after"], "{v}");
+    let n = |at: &str, way: &str, what: &str| f[at][way][what].as_u64().unwrap_or(0);
+    assert!(
+        n("after", "inbound", "packetsReceived") > n("before", "inbound", "packetsReceived") + 100,
+        "{v}"
+    );
+    assert_eq!(f["after"]["transport"]["dtlsState"], "connected", "{v}");
+    assert!(f["phone_heard_after"].as_u64().unwrap_or(0) >= 100, "{v}");
+    let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
+    assert_eq!(
+        at_b.metric("secrelay_cluster_calls_taken_over_total")
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        at_b.metric("secrelay_handshakes_total{result=\"ok\"}")
+            .unwrap(),
+        0,
+        "Chromium's DTLS association went on: no handshake at b"
+    );
+    b.shutdown();
+}
+
 /// A clean stop (SIGTERM) leaves the node's calls' states for its standby, which takes them
 /// within a third of the lease of the node leaving (no lease to wait out); and a node that
 /// shuts down and starts again (the standby here, as a rolling restart would) takes the calls
@@ -501,6 +794,9 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     // And one that does ICE: its callee is found only by the address its check nominated.
     let (mut ice_caller, mut ice_callee, (ufrag, pwd)) = ice_call(&mut ng_a, "ice@proxy");
     assert!(ice_callee_hears(&mut ice_caller, &mut ice_callee));
+    // And a phone calling a browser, whose DTLS connects at a.
+    let mut webrtc = WebRtcCall::open(&mut ng_a, "webrtc@proxy", Instant::now());
+    webrtc_heard_again(&mut webrtc, "through a", Duration::from_secs(10));
     for c in calls.iter_mut() {
         c.mark();
     }
@@ -534,8 +830,16 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
         ice_callee_hears(&mut ice_caller, &mut ice_callee),
         "the ICE callee, made again, is sent to where it had nominated"
     );
-    assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 5);
-    assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "5");
+    // The browser was told nothing (no close_notify): its next consent check, with the
+    // credentials it has, validates it at the call made again, and media goes on.
+    let again = webrtc_heard_again(&mut webrtc, "kept at a", Duration::from_secs(6));
+    assert!(!webrtc.browser.peer_closed());
+    eprintln!(
+        "the WebRTC call kept after a refused hand-over: heard again within {:.0} ms",
+        again.as_secs_f64() * 1e3
+    );
+    assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 6);
+    assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "6");
     assert_eq!(redis.cli(&["EXISTS", "secrelay:handover:b"]), "0");
     let asked = Instant::now();
     let (status, body) = at_a.post("/api/cluster/handover?to=b").unwrap();
@@ -543,7 +847,7 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(
         (v["to"].as_str(), v["calls"].as_u64()),
-        (Some("b"), Some(5)),
+        (Some("b"), Some(6)),
         "{v}"
     );
     for c in calls.iter_mut() {
@@ -569,9 +873,25 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
         ),
         "b answers the callee's checks with the credentials a gave it"
     );
+    // The browser, told nothing, restarts ICE through its proxy (whose command at a goes to
+    // b, which owns the call now) and goes on at b with the DTLS association it has.
+    assert!(!webrtc.browser.peer_closed());
+    let until = Instant::now() + Duration::from_secs(5);
+    while !webrtc.restart_ice(&mut ng_a) {
+        assert!(Instant::now() < until, "the re-INVITE is refused");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    webrtc_heard_again(&mut webrtc, "handed to b", Duration::from_secs(5));
+    assert_eq!(webrtc.browser.rx_errors, 0);
     assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 0);
     let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
-    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 5);
+    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 6);
+    assert_eq!(
+        at_a.metric("secrelay_sessions_closed_total{reason=\"handed_over\"}")
+            .unwrap(),
+        4,
+        "the WebRTC call's two members, quietly, at the refused hand-over and at the hand-over"
+    );
     assert_eq!(redis.cli(&["HLEN", "secrelay:calls:a"]), "0");
     assert_eq!(redis.cli(&["EXISTS", "secrelay:handover:b"]), "0");
     // The proxy's next command at a goes to b, which owns the call now.
@@ -582,5 +902,6 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
         ng_b.call(command("delete", &c.id)).unwrap();
     }
     ng_b.call(command("delete", "ice@proxy")).unwrap();
+    ng_b.call(command("delete", "webrtc@proxy")).unwrap();
     b.shutdown();
 }

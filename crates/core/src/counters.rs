@@ -441,11 +441,14 @@ pub enum EndReason {
     InternalError,
     /// A telephony leg received no media for its media timeout.
     MediaTimeout,
+    /// Ended here without a word to its peer, its call kept for another node to take over
+    /// (a hand-over, a clean stop): the peer's DTLS association goes on there.
+    HandedOver,
 }
 
 impl EndReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [EndReason; 8] = [
+    pub const ALL: [EndReason; 9] = [
         EndReason::ConsentExpired,
         EndReason::DtlsFailed,
         EndReason::FingerprintMismatch,
@@ -454,6 +457,7 @@ impl EndReason {
         EndReason::Shutdown,
         EndReason::InternalError,
         EndReason::MediaTimeout,
+        EndReason::HandedOver,
     ];
 
     /// The label in `/metrics` (`secrelay_sessions_closed_total{reason=…}`) and the API.
@@ -467,6 +471,7 @@ impl EndReason {
             EndReason::Shutdown => "shutdown",
             EndReason::InternalError => "internal_error",
             EndReason::MediaTimeout => "media_timeout",
+            EndReason::HandedOver => "handed_over",
         }
     }
 }

@@ -2176,6 +2176,7 @@ impl Shard {
             created: now,
             events: false,
             publishing: false,
+            kept: false,
         };
         let member = s.room.add(leg, role, session, now);
         // Whatever the new leg has to send already.
@@ -2481,7 +2482,8 @@ impl Shard {
         sent
     }
 
-    /// Stops admitting and closes every member with close_notify (counted as `shutdown`).
+    /// Stops admitting and closes every member with close_notify (counted as `shutdown`), but
+    /// a member kept for another node quietly (`handed_over`).
     pub fn drain(&mut self, now: Instant) {
         self.draining = true;
         let all: Vec<(usize, MemberAt)> = self
@@ -2496,8 +2498,43 @@ impl Shard {
             })
             .collect();
         for (slot, member) in all {
-            self.close_member(now, slot, member, EndReason::Shutdown);
+            let kept = self.rooms[slot]
+                .as_mut()
+                .and_then(|s| s.room.session_mut(member))
+                .is_some_and(|s| s.kept);
+            let why = if kept {
+                EndReason::HandedOver
+            } else {
+                EndReason::Shutdown
+            };
+            self.close_member(now, slot, member, why);
         }
+    }
+
+    /// Marks member `id` of `room` as kept for another node ([`Session::kept`]); `false` if
+    /// there is none by that id.
+    pub fn keep_quiet(&mut self, room: &str, id: &str) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        let Some(s) = self.rooms[slot]
+            .as_mut()
+            .and_then(|s| s.room.session_mut(member))
+        else {
+            return false;
+        };
+        s.kept = true;
+        true
+    }
+
+    /// Ends member `id` of `room` without a word to its peer, its call handed to another node
+    /// (counted as `handed_over`); `false` if there is none by that id.
+    pub fn hand_off(&mut self, now: Instant, room: &str, id: &str) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        self.close_member(now, slot, member, EndReason::HandedOver);
+        true
     }
 
     /// Closes a member with close_notify, counts why, and removes it.
@@ -2524,7 +2561,11 @@ impl Shard {
                 }
             }
         }
-        s.room.with_leg(member, out, |leg| leg.close(now));
+        if why == EndReason::HandedOver {
+            s.room.with_leg(member, out, |leg| leg.close_quietly(now));
+        } else {
+            s.room.with_leg(member, out, |leg| leg.close(now));
+        }
         self.settle(slot);
         self.to_remove.push((slot, member));
         self.remove_closed();
@@ -2629,17 +2670,52 @@ impl Shard {
         s.room.member_counters(member.id()).copied()
     }
 
-    /// Every telephony member's marks (its SRTP streams', its ICE's), by id: what a node
-    /// taking its calls over needs besides the keys. Members with none are left out.
-    pub fn leg_marks(&self) -> Vec<(String, crate::leg::LegMarks)> {
-        self.ids
-            .iter()
-            .filter_map(|(id, &(slot, member))| {
-                let leg = self.rooms[slot].as_ref()?.room.leg(member.id())?.as_rtp()?;
-                let marks = leg.marks();
+    /// The marks of members `ids` that are here (a telephony leg's SRTP streams and ICE, a
+    /// connected WebRTC leg's keys and streams), by id: what a node taking their calls over
+    /// needs besides the requests that made them. Members with none are left out.
+    pub fn leg_marks(&self, ids: &[String]) -> Vec<(String, crate::leg::LegMarks)> {
+        ids.iter()
+            .filter_map(|id| {
+                let &(slot, member) = self.ids.get(id)?;
+                let leg = self.rooms[slot].as_ref()?.room.leg(member.id())?;
+                let marks = match (leg.as_rtp(), leg.as_webrtc()) {
+                    (Some(rtp), _) => rtp.marks(),
+                    (None, Some(webrtc)) => {
+                        let (m, srtp) = webrtc.marks()?;
+                        crate::leg::LegMarks {
+                            srtp,
+                            ice: None,
+                            webrtc: Some(m),
+                        }
+                    }
+                    (None, None) => return None,
+                };
                 (!marks.is_empty()).then(|| (id.clone(), marks))
             })
             .collect()
+    }
+
+    /// WebRTC member `id` of `room`, made again here for a call taken over from another node,
+    /// takes that node's leg's keys, streams, session and SSRCs
+    /// ([`crate::leg::WebRtcLeg::resume`]): its peer's media goes on once it restarted ICE
+    /// towards this node.
+    pub fn resume_webrtc(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        marks: &crate::leg::WebRtcMarks,
+        srtp: &[crate::leg::SrtpMark],
+    ) -> Result<(), JoinError> {
+        let (slot, member, local) = self.change_leg(room, id, |leg| {
+            let local = leg
+                .as_webrtc_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?
+                .resume(marks, srtp, now)?;
+            Ok((None, local))
+        })?;
+        self.own_ufrag(slot, member, &local.ufrag);
+        Ok(())
     }
 
     /// The names of the rooms here (a replica's too: the room is on this node either way).

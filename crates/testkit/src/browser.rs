@@ -319,6 +319,17 @@ impl Browser {
         Ok(answer)
     }
 
+    /// A new offer of ours in a session whose first offer was the gateway's
+    /// ([`Browser::answer_offer`]): new ICE credentials (an ICE restart, as a browser
+    /// re-INVITEs after a network change), the same certificate, section and payload type,
+    /// `a=setup:active` (the role taken). `None` before the gateway's offer.
+    pub fn restart_offer(&mut self) -> Option<String> {
+        let gateway = self.answer.clone()?;
+        self.ufrag = random_token(8);
+        self.pwd = random_token(24);
+        self.answer_offer(gateway, Direction::SendRecv).ok()
+    }
+
     /// Takes the gateway's answer (its credentials, fingerprint and DTLS role).
     pub fn set_answer(&mut self, answer: Offer) {
         self.answer = Some(answer);

@@ -1076,6 +1076,39 @@ impl SimParticipant {
         Ok(())
     }
 
+    /// An ICE restart through a SIP proxy's signaling, for a participant that answered the
+    /// gateway's offer ([`SimParticipant::answer_gateway_offer`]): a new offer with new ICE
+    /// credentials on the same DTLS association (what a browser re-INVITEs with after a
+    /// network change, or when its gateway node died), for the proxy to send as an ng
+    /// `offer`; the gateway's answer goes to [`SimParticipant::take_restart_answer`].
+    pub fn restart_offer(&mut self) -> anyhow::Result<String> {
+        let Transport::WebRtc { browser, .. } = &mut self.transport else {
+            bail!("a phone's leg has no ICE to restart");
+        };
+        browser
+            .restart_offer()
+            .ok_or_else(|| anyhow!("no offer of the gateway's was answered"))
+    }
+
+    /// The gateway's answer to [`SimParticipant::restart_offer`]: its new credentials, and its
+    /// candidate (another node's, after a takeover), checked at once; media goes there.
+    pub fn take_restart_answer(&mut self, sdp: &str) -> anyhow::Result<()> {
+        let Transport::WebRtc { browser, .. } = &mut self.transport else {
+            bail!("a phone's leg has no ICE to restart");
+        };
+        let answer = parse_offer(sdp).map_err(|e| anyhow!("the answer does not parse: {e}"))?;
+        let gateway =
+            answer_candidate(sdp).ok_or_else(|| anyhow!("the answer has no host candidate"))?;
+        let Some(known) = browser.answer.as_mut() else {
+            bail!("no offer of the gateway's was answered");
+        };
+        known.ice_ufrag = answer.ice_ufrag;
+        known.ice_pwd = answer.ice_pwd;
+        self.gateway = gateway;
+        self.next_check = Instant::now();
+        Ok(())
+    }
+
     /// One step without a poll: reads what is waiting, runs the timers that are due.
     pub fn step(&mut self, now: Instant) -> io::Result<()> {
         self.on_readable(now)?;

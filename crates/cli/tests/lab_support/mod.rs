@@ -24,6 +24,26 @@ pub fn missing(test: &str, why: &str) {
     eprintln!("SKIPPED {test}: {why} (run scripts/setup)");
 }
 
+/// Chromium (`SECRELAY_CHROMIUM`, else `/usr/bin/chromium`), or `None` after [`missing`] said
+/// why.
+pub fn chromium(test: &str) -> Option<std::path::PathBuf> {
+    let p = std::env::var_os("SECRELAY_CHROMIUM")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("/usr/bin/chromium"));
+    if p.exists() {
+        Some(p)
+    } else {
+        missing(
+            test,
+            &format!(
+                "no Chromium at {} (Debian package chromium, or set SECRELAY_CHROMIUM)",
+                p.display()
+            ),
+        );
+        None
+    }
+}
+
 /// Debian's rtpengine daemon (`SECRELAY_RTPENGINE`, else `/usr/bin/rtpengine`), or `None`
 /// after [`missing`] said why.
 pub fn rtpengine(test: &str) -> Option<std::path::PathBuf> {

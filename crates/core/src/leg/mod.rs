@@ -40,7 +40,7 @@ pub use rtp::{
     IceMarks, IceMode, Latch, LegMarks, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError,
     RtpLegOptions, RtpOfferSpec, Sources, SrtpMark,
 };
-pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcOfferSection};
+pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcMarks, WebRtcOfferSection};
 
 /// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s
 /// registry), identified independently of payload type numbers.
@@ -923,6 +923,15 @@ impl Leg {
             Leg::WebRtc(l) => l.close(now),
             Leg::Rtp(l) => l.close(now),
             Leg::Pipe(l) => l.close(),
+        }
+    }
+
+    /// Ends the leg without a word to its peer (no DTLS `close_notify`): another node goes on
+    /// with its association.
+    pub fn close_quietly(&mut self, now: Instant) {
+        match self {
+            Leg::WebRtc(l) => l.close_quietly(),
+            other => other.close(now),
         }
     }
 }

@@ -223,12 +223,14 @@ pub struct LegMarks {
     pub srtp: Vec<SrtpMark>,
     /// Where its ICE stands, when it does ICE.
     pub ice: Option<IceMarks>,
+    /// A WebRTC leg's DTLS-SRTP keys and what its peer knows of our SDP, once connected.
+    pub webrtc: Option<super::webrtc::WebRtcMarks>,
 }
 
 impl LegMarks {
     /// Whether there is nothing to keep (a plain leg without ICE).
     pub fn is_empty(&self) -> bool {
-        self.srtp.is_empty() && self.ice.is_none()
+        self.srtp.is_empty() && self.ice.is_none() && self.webrtc.is_none()
     }
 }
 
@@ -392,6 +394,52 @@ pub struct SrtpMark {
     pub quarter: Option<u64>,
     /// The SRTCP index the stream sends next, to the block (`index >> 10`; outbound).
     pub rtcp_block: u32,
+}
+
+impl SrtpMark {
+    /// Where the streams of a leg's two contexts stand (ours protected with `outbound`, the
+    /// peer's unprotected with `inbound`), in order.
+    pub(crate) fn of(inbound: &Context, outbound: &Context) -> Vec<SrtpMark> {
+        let mut marks = Vec::new();
+        for (ctx, out) in [(inbound, false), (outbound, true)] {
+            for (ssrc, highest, rtcp_next) in ctx.stream_indices() {
+                marks.push(SrtpMark {
+                    outbound: out,
+                    ssrc,
+                    quarter: highest.map(|h| h >> 14),
+                    rtcp_block: if out { rtcp_next >> 10 } else { 0 },
+                });
+            }
+        }
+        marks.sort_by_key(|m| (m.outbound, m.ssrc));
+        marks
+    }
+
+    /// Resumes a leg's streams where `marks` (another node's, for the leg this one replaces)
+    /// left them: each stream's index from the start of its quarter, so the rollover counter
+    /// the peer and the other node had is kept while the stream went less than 2^14 packets
+    /// past its mark; each stream of ours sends SRTCP from two blocks past its mark's, so no
+    /// SRTCP index the other node used is used again.
+    pub(crate) fn resume(
+        marks: &[SrtpMark],
+        inbound: &mut Context,
+        outbound: &mut Context,
+    ) -> Result<(), secrelay_srtp::Error> {
+        for m in marks {
+            let ctx = if m.outbound {
+                &mut *outbound
+            } else {
+                &mut *inbound
+            };
+            if let Some(q) = m.quarter {
+                ctx.resume_at(m.ssrc, q << 14)?;
+            }
+            if m.outbound {
+                ctx.set_rtcp_index(m.ssrc, (m.rtcp_block + 2) << 10)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why a telephony leg cannot be made from an offer.
@@ -1247,26 +1295,11 @@ impl RtpLeg {
         else {
             return Vec::new();
         };
-        let mut marks = Vec::new();
-        for (ctx, out) in [(inbound, false), (outbound, true)] {
-            for (ssrc, highest, rtcp_next) in ctx.stream_indices() {
-                marks.push(SrtpMark {
-                    outbound: out,
-                    ssrc,
-                    quarter: highest.map(|h| h >> 14),
-                    rtcp_block: if out { rtcp_next >> 10 } else { 0 },
-                });
-            }
-        }
-        marks.sort_by_key(|m| (m.outbound, m.ssrc));
-        marks
+        SrtpMark::of(inbound, outbound)
     }
 
     /// Resumes its SRTP streams where `marks` (another node's, for the leg this one replaces)
-    /// left them: each stream's index from the start of its quarter, so the rollover counter
-    /// the phone and the other node had is kept while the stream went less than 2^14 packets
-    /// past its mark; each stream of ours sends SRTCP from two blocks past its mark's, so no
-    /// SRTCP index the other node used is used again.
+    /// left them ([`SrtpMark::resume`]).
     pub fn resume_srtp(&mut self, marks: &[SrtpMark]) -> Result<(), RtpLegError> {
         let Security::Sdes {
             inbound, outbound, ..
@@ -1274,22 +1307,7 @@ impl RtpLeg {
         else {
             return Ok(());
         };
-        let srtp = |e: secrelay_srtp::Error| RtpLegError::Srtp(e.to_string());
-        for m in marks {
-            let ctx = if m.outbound {
-                &mut *outbound
-            } else {
-                &mut *inbound
-            };
-            if let Some(q) = m.quarter {
-                ctx.resume_at(m.ssrc, q << 14).map_err(srtp)?;
-            }
-            if m.outbound {
-                ctx.set_rtcp_index(m.ssrc, (m.rtcp_block + 2) << 10)
-                    .map_err(srtp)?;
-            }
-        }
-        Ok(())
+        SrtpMark::resume(marks, inbound, outbound).map_err(|e| RtpLegError::Srtp(e.to_string()))
     }
 
     /// Our SDP's crypto lines written again with the keys the leg holds now.
@@ -1684,6 +1702,7 @@ impl RtpLeg {
         LegMarks {
             srtp: self.srtp_marks(),
             ice: self.ice_marks(),
+            webrtc: None,
         }
     }
 

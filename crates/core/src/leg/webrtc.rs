@@ -40,17 +40,18 @@ use secrelay_dtls::{
     Endpoint, EndpointConfig, Event as DtlsEvent, FailReason, Fingerprint, HashAlgorithm,
     LocalCertificate, Output as DtlsOutput, Role, Timers,
 };
-use secrelay_srtp::{Context, Policy, Profile};
+use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 use secrelay_wire::sdp::{
     write_answer, write_offer, AnswerParams, Codec, Direction, MediaAnswer, MediaKind, MediaOffer,
     Offer, SctpAnswer, Setup,
 };
 use secrelay_wire::stun::{Class as StunClass, Message};
+use zeroize::Zeroize;
 
 use super::data::{DataLimits, DataLink, DataMessage};
 use super::{
     CloseReason, CodecId, HeaderExt, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback,
-    TransmitKind, Via,
+    SrtpMark, TransmitKind, Via,
 };
 use crate::counters::{Counters, DropReason};
 use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
@@ -153,6 +154,8 @@ pub enum WebRtcError {
     SectionMissing(String),
     /// A new offer in the session came while one of ours waits for its answer (glare).
     OfferPending,
+    /// A leg taken over from another node whose peer knows another certificate of ours.
+    OtherCertificate,
 }
 
 impl fmt::Display for WebRtcError {
@@ -174,6 +177,10 @@ impl fmt::Display for WebRtcError {
             WebRtcError::SectionMissing(mid) => write!(
                 f,
                 "the new offer leaves out or moves section mid {mid:?} of the session"
+            ),
+            WebRtcError::OtherCertificate => write!(
+                f,
+                "the peer knows another certificate of ours (nodes that take calls over need the same `cert`)"
             ),
             WebRtcError::OfferPending => {
                 write!(f, "an offer of ours waits for its answer")
@@ -233,6 +240,54 @@ enum Pending {
 struct Srtp {
     inbound: Context,
     outbound: Context,
+    /// The keys the contexts were made with (ours, the peer's), for a node taking the leg
+    /// over ([`WebRtcLeg::marks`]).
+    keys: (MasterKey, MasterKey),
+}
+
+/// What a node taking a connected WebRTC leg over needs of it besides its SRTP streams' marks
+/// (a call the browser then restarts ICE towards that node on, [`WebRtcLeg::take_offer`]):
+/// the DTLS association's SRTP keys, which it keeps (no new handshake), and what the peer
+/// knows of our SDP: our certificate's fingerprint (the node must have the same), the `o=`
+/// session and each section's SSRCs of ours. Debug does not print the keys; they are
+/// zeroized when dropped.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WebRtcMarks {
+    /// Our fingerprint as SDP writes it.
+    pub fingerprint: String,
+    /// Our `o=` session id and version.
+    pub session: (u64, u64),
+    /// Per section (by mid): our SSRC and our retransmissions' SSRC.
+    pub ssrcs: Vec<(String, u32, u32)>,
+    /// The SRTP profile DTLS negotiated (its SDP name).
+    pub profile: String,
+    /// Our master key and salt (SDES `inline:` form).
+    pub ours: String,
+    /// The peer's.
+    pub theirs: String,
+    /// Our ICE credentials (ufrag, password) and the peer's: a leg made again on the same
+    /// address (a hand-over the directory refused, a node started again) answers the peer's
+    /// consent checks as before, and media goes on with no ICE restart.
+    pub ice: ((String, String), (String, String)),
+}
+
+impl Drop for WebRtcMarks {
+    fn drop(&mut self) {
+        self.ours.zeroize();
+        self.theirs.zeroize();
+        self.ice.0 .1.zeroize();
+        self.ice.1 .1.zeroize();
+    }
+}
+
+impl fmt::Debug for WebRtcMarks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebRtcMarks")
+            .field("session", &self.session)
+            .field("ssrcs", &self.ssrcs)
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A WebRTC participant's leg. See the [module documentation](self) for the drive contract.
@@ -1316,23 +1371,114 @@ impl WebRtcLeg {
     }
 
     fn install_keys(&mut self, keys: secrelay_dtls::SrtpKeys) -> Result<(), CloseReason> {
+        self.srtp = Some(
+            self.contexts(keys.local.clone(), keys.remote.clone())
+                .map_err(|_| CloseReason::DtlsFailed(FailReason::Internal))?,
+        );
+        Ok(())
+    }
+
+    /// The SRTP contexts for our key `ours` and the peer's `theirs`.
+    fn contexts(
+        &self,
+        ours: MasterKey,
+        theirs: MasterKey,
+    ) -> Result<Srtp, secrelay_srtp::ConfigError> {
         let window = self.config.replay_window;
         let make = |p: Policy| Context::new(p.replay_window(window));
-        let inbound = make(Policy::new(keys.remote.clone()).any_inbound());
+        let inbound = make(Policy::new(theirs.clone()).any_inbound())?;
         // A NACK answered without RTX sends a packet again under its index: byte for byte the
         // packet first sent (the room makes it so), never other bytes under the same index.
         let outbound = make(
-            Policy::new(keys.local.clone())
+            Policy::new(ours.clone())
                 .any_outbound()
                 .allow_repeat_tx(true),
-        );
-        match (inbound, outbound) {
-            (Ok(inbound), Ok(outbound)) => {
-                self.srtp = Some(Srtp { inbound, outbound });
-                Ok(())
-            }
-            _ => Err(CloseReason::DtlsFailed(FailReason::Internal)),
+        )?;
+        Ok(Srtp {
+            inbound,
+            outbound,
+            keys: (ours, theirs),
+        })
+    }
+
+    /// What a node taking the leg over needs ([`WebRtcMarks`]), and where its SRTP streams
+    /// stand; `None` before DTLS connected.
+    pub fn marks(&self) -> Option<(WebRtcMarks, Vec<SrtpMark>)> {
+        let srtp = self.srtp.as_ref()?;
+        let profile = self.profile?;
+        let (local, remote) = (self.ice.local(), self.ice.remote()?);
+        let marks = WebRtcMarks {
+            fingerprint: self.fingerprint.clone(),
+            session: self.session,
+            ssrcs: self
+                .media
+                .iter()
+                .map(|m| (m.mid.clone(), m.our_ssrc, m.feedback.rtx_ssrc))
+                .collect(),
+            profile: profile.sdp_name().to_owned(),
+            ours: srtp.keys.0.to_sdes_inline(),
+            theirs: srtp.keys.1.to_sdes_inline(),
+            ice: (
+                (local.ufrag.clone(), local.pwd.clone()),
+                (remote.ufrag.clone(), remote.pwd.clone()),
+            ),
+        };
+        Some((marks, SrtpMark::of(&srtp.inbound, &srtp.outbound)))
+    }
+
+    /// Takes over a connected leg of another node (made again here from the same signaling,
+    /// at `now`): its SRTP keys and streams where `srtp` left them, without a DTLS handshake
+    /// (the peer's association goes on), its `o=` session, its SSRCs of ours and its ICE
+    /// credentials. On the address the peer knows, its consent checks validate it again; on
+    /// another, the peer restarts ICE towards it through its signaling. Our ICE credentials
+    /// after: the shard must route checks naming them here. Err: our certificate is not the
+    /// one the peer knows, or the keys do not make contexts (the leg is unchanged).
+    pub fn resume(
+        &mut self,
+        m: &WebRtcMarks,
+        srtp: &[SrtpMark],
+        now: Instant,
+    ) -> Result<Credentials, WebRtcError> {
+        if m.fingerprint != self.fingerprint {
+            return Err(WebRtcError::OtherCertificate);
         }
+        let bad = |e: &dyn fmt::Display| WebRtcError::Srtp(e.to_string());
+        let profile: Profile = m.profile.parse().map_err(|e| bad(&e))?;
+        let key = |inline: &str| MasterKey::from_sdes_inline(profile, inline).map_err(|e| bad(&e));
+        let mut contexts = self
+            .contexts(key(&m.ours)?, key(&m.theirs)?)
+            .map_err(|e| bad(&e))?;
+        SrtpMark::resume(srtp, &mut contexts.inbound, &mut contexts.outbound)
+            .map_err(|e| bad(&e))?;
+        for (mid, ssrc, rtx) in &m.ssrcs {
+            if let Some(x) = self.media.iter_mut().find(|x| &x.mid == mid) {
+                x.our_ssrc = *ssrc;
+                x.feedback.rtx_ssrc = *rtx;
+            }
+            if let Some(s) = self.sections.iter_mut().find(|s| &s.mid == mid) {
+                if let Some((ours, _)) = s.ssrc.as_mut() {
+                    *ours = *ssrc;
+                }
+                if s.rtx_ssrc.is_some() {
+                    s.rtx_ssrc = Some(*rtx);
+                }
+            }
+        }
+        self.session = m.session;
+        let ((ufrag, pwd), (r_ufrag, r_pwd)) = m.ice.clone();
+        let local = Credentials { ufrag, pwd };
+        let remote = Credentials {
+            ufrag: r_ufrag,
+            pwd: r_pwd,
+        };
+        self.ice.restart(local.clone(), remote, now);
+        self.srtp = Some(contexts);
+        self.profile = Some(profile);
+        self.dtls = None;
+        self.dtls_config = None;
+        self.dtls_timeout = None;
+        self.awaiting = None;
+        Ok(local)
     }
 
     fn close_with(&mut self, reason: CloseReason) {
@@ -1342,6 +1488,12 @@ impl WebRtcLeg {
             self.queue
                 .push_back(Pending::Event(LegEvent::Closed(reason)));
         }
+    }
+
+    /// Ends the leg without `close_notify` (another node goes on with the association):
+    /// reports [`CloseReason::Ended`].
+    pub fn close_quietly(&mut self) {
+        self.close_with(CloseReason::Ended);
     }
 
     /// Ends the association: sends `close_notify` and reports [`CloseReason::CloseNotify`].

@@ -130,6 +130,9 @@ pub struct Session {
     pub events: bool,
     /// It was told to have started publishing.
     pub publishing: bool,
+    /// Its call is kept for another node to take over: when this node stops, it ends
+    /// without a word to its peer ([`crate::counters::EndReason::HandedOver`]).
+    pub kept: bool,
 }
 
 /// What a member negotiated, read once into tables (and again when a renegotiation changes
@@ -234,9 +237,11 @@ impl Slot {
         s
     }
 
-    /// Reads the section's codecs again.
+    /// Reads the section's codecs again, and its SSRC (a leg taken over from another node
+    /// takes the SSRCs its peer knows).
     fn read(&mut self, m: &NegotiatedMedia) {
         self.codecs.clone_from(&m.codecs);
+        self.ssrc = m.our_ssrc;
     }
 
     /// The section's payload type for `codec`, if it accepted it (its first).
@@ -473,7 +478,15 @@ impl Member {
         self.neg = Negotiated::of(media);
         for s in &mut self.slots {
             if let Some(m) = media.get(s.section) {
+                let was = s.ssrc;
                 s.read(m);
+                if s.ssrc != was {
+                    // A leg taken over took the SSRC its peer knows: what is known by the
+                    // slot's SSRC follows it.
+                    if let Some(v) = self.seen.remove(&was) {
+                        self.seen.insert(s.ssrc, v);
+                    }
+                }
             }
         }
         let mut added = 0;

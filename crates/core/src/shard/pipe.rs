@@ -201,6 +201,7 @@ impl Shard {
             created: now,
             events: false,
             publishing: true,
+            kept: false,
         };
         let member = s
             .room

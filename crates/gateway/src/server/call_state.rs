@@ -25,7 +25,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::interfaces::Interface;
 use super::ng_call::Side;
-use crate::leg::{IceMarks, Resume, SrtpMark};
+use crate::leg::{IceMarks, Resume, SrtpMark, WebRtcMarks};
 
 /// Most requests a call's state keeps: a call renegotiated more often than this is no longer
 /// kept (its state is removed, and counted), rather than kept without its latest change.
@@ -53,6 +53,10 @@ pub(crate) struct Held {
     /// Its ICE (our credentials, the phone's, the nominated addresses), when it did ICE.
     #[serde(default)]
     pub ice: Option<IceMarks>,
+    /// A WebRTC member's DTLS-SRTP keys and what its browser knows of our SDP, once its
+    /// DTLS connected (`rtp` and `crypto` are then unused).
+    #[serde(default)]
+    pub webrtc: Option<WebRtcMarks>,
 }
 
 /// A call's state. See the [module documentation](self).
@@ -113,9 +117,20 @@ impl Pins {
         self.0.len()
     }
 
-    /// Where member `side` of `room` is bound, and what it resumes, if the call had it.
+    /// What WebRTC member `side` of `room` resumes (its keys, session and SSRCs, and its
+    /// streams' marks), if the call had it connected.
+    pub fn webrtc(&self, room: &str, side: Side) -> Option<(WebRtcMarks, Vec<SrtpMark>)> {
+        let h = self.0.get(&(room.to_owned(), side))?;
+        Some((h.webrtc.clone()?, h.srtp.clone()))
+    }
+
+    /// Where telephony member `side` of `room` is bound, and what it resumes, if the call had
+    /// it.
     pub fn of(&self, room: &str, side: Side) -> Option<(SocketAddr, Resume)> {
         let h = self.0.get(&(room.to_owned(), side))?;
+        if h.webrtc.is_some() {
+            return None;
+        }
         let resume = Resume {
             crypto: h.crypto.iter().cloned().map(Zeroizing::new).collect(),
             srtp: h.srtp.clone(),
@@ -301,6 +316,7 @@ mod tests {
                 crypto: vec!["1 AES_CM_128_HMAC_SHA1_80 inline:KEY".into()],
                 srtp: Vec::new(),
                 ice: None,
+                webrtc: None,
             }],
         }
     }

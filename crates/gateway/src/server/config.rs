@@ -149,7 +149,9 @@ pub struct ServeConfig {
     pub cluster_standby: bool,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
-    /// A certificate chain (PEM) to use instead of a generated one; needs `key`.
+    /// A certificate chain (PEM) to use instead of a generated one; needs `key`. Nodes of a
+    /// cluster that take each other's ng calls over need the same one: a browser's DTLS
+    /// association goes on at the node that took its call, and it knows the fingerprint.
     pub cert: Option<PathBuf>,
     /// The certificate's private key (PKCS#8 PEM).
     pub key: Option<PathBuf>,

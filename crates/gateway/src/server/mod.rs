@@ -989,19 +989,40 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
-    /// Every telephony member's marks (SRTP streams, ICE), by id, from every worker.
+    /// The marks of members `ids` ([`Shard::leg_marks`]), by id, from every worker.
     pub(crate) async fn leg_marks(
         &self,
+        ids: Vec<String>,
     ) -> std::collections::HashMap<String, crate::leg::LegMarks> {
+        let ids = std::sync::Arc::new(ids);
         let mut all = std::collections::HashMap::new();
         for p in &self.shared.peers {
+            let ids = ids.clone();
             all.extend(
-                p.run(|w, _| w.shard_mut().leg_marks())
+                p.run(move |w, _| w.shard_mut().leg_marks(&ids))
                     .await
                     .unwrap_or_default(),
             );
         }
         all
+    }
+
+    /// WebRTC member `id` of `room` takes the keys and SRTP streams of the leg it replaces
+    /// (a call taken over: [`Shard::resume_webrtc`]).
+    pub(crate) async fn resume_webrtc(
+        &self,
+        room: &str,
+        id: &str,
+        marks: crate::leg::WebRtcMarks,
+        srtp: Vec<crate::leg::SrtpMark>,
+    ) -> Result<(), JoinError> {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, now, room| {
+            w.shard_mut().resume_webrtc(now, room, &id, &marks, &srtp)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
     /// Opens participant `id`'s events channel: our new offers for it arrive on the receiver
@@ -1115,6 +1136,30 @@ impl Gateway {
         let id = id.to_owned();
         self.on_worker(at, room, move |w, now, room| {
             w.shard_mut().leave(now, room, &id)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Ends a participant without a word to its peer, its call handed to another node
+    /// ([`Shard::hand_off`]); `false` if there was none by that id in `room`.
+    pub(crate) async fn hand_off(&self, room: &str, id: &str) -> bool {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, now, room| {
+            w.shard_mut().hand_off(now, room, &id)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Marks a participant whose call is kept for another node: when this node stops, it ends
+    /// without a word to its peer ([`Shard::keep_quiet`]).
+    pub(crate) async fn keep_quiet(&self, room: &str, id: &str) -> bool {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, _, room| {
+            w.shard_mut().keep_quiet(room, &id)
         })
         .await
         .unwrap_or(false)

@@ -381,13 +381,20 @@ impl Ng {
         let Some(cluster) = self.cluster.clone() else {
             return;
         };
-        let Some(Call::Sections(call)) = self.calls.get(call_id) else {
-            // Gone: forgotten, if it was kept (a WebRTC call, or an offer that made no call,
-            // never was: no write for it).
-            if self.steps.remove(call_id).is_some() {
-                cluster.keep_call(call_id, None);
+        let (created_at, members) = match self.calls.get(call_id) {
+            Some(Call::Sections(call)) => (call.created_at, call.held(&self.marks)),
+            Some(Call::WebRtc(call)) => (
+                std::time::SystemTime::now() - call.created.elapsed(),
+                call.held(&self.marks, self.gateway.udp_addr().ip()),
+            ),
+            None => {
+                // Gone: forgotten, if it was kept (an offer that made no call never was: no
+                // write for it).
+                if self.steps.remove(call_id).is_some() {
+                    cluster.keep_call(call_id, None);
+                }
+                return;
             }
-            return;
         };
         let steps = self.steps.entry(call_id.to_owned()).or_default();
         if let Some((request, reply)) = step {
@@ -415,20 +422,35 @@ impl Ng {
         }
         let state = CallState {
             call_id: call_id.to_owned(),
-            created_at_ms: call
-                .created_at
+            created_at_ms: created_at
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
             interfaces: self.gateway.interfaces().to_vec(),
             steps: steps.clone(),
-            members: call.held(&self.marks),
+            members,
         };
         cluster.keep_call(call_id, Some(&state));
     }
 
     /// Reads where the kept calls' SRTP streams stand, and writes each call whose marks moved.
     async fn refresh_marks(&mut self) {
-        let now = self.gateway.leg_marks().await;
+        let ids = self
+            .steps
+            .keys()
+            .filter_map(|id| self.calls.get(id))
+            .flat_map(|c| c.members().into_iter().map(|(_, m, _)| m))
+            .collect();
+        let now = self.gateway.leg_marks(ids).await;
+        for (id, m) in &now {
+            let fresh = self.marks.get(id).is_none_or(|old| old.webrtc.is_none());
+            if m.webrtc.is_some() && fresh {
+                // A connected WebRTC member of a kept call: a clean stop leaves its browser's
+                // DTLS association for the node that takes the call.
+                if let Some(room) = self.room_of(id) {
+                    self.gateway.keep_quiet(&room, id).await;
+                }
+            }
+        }
         let moved: Vec<String> = self
             .steps
             .keys()
@@ -456,8 +478,8 @@ impl Ng {
         let ids: Vec<String> = self.steps.keys().cloned().collect();
         for id in &ids {
             self.steps.remove(id);
-            if let Some(Call::Sections(mut c)) = self.calls.remove(id) {
-                c.drop_members(&self.ctx()).await;
+            if let Some(c) = self.calls.remove(id) {
+                self.drop_call(c).await;
             }
         }
         self.gateway
@@ -501,8 +523,8 @@ impl Ng {
                 self.keep(&call_id, None);
             }
             Err(why) => {
-                if let Some(Call::Sections(mut c)) = self.calls.remove(&call_id) {
-                    c.drop_members(&self.ctx()).await;
+                if let Some(c) = self.calls.remove(&call_id) {
+                    self.drop_call(c).await;
                 }
                 if Instant::now() < until {
                     tracing::debug!(call_id, error = %why, "a call taken over cannot be made yet: tried again");
@@ -518,6 +540,28 @@ impl Ng {
             .stats()
             .ng_calls
             .store(self.calls.len() as u64, Ordering::Relaxed);
+    }
+
+    /// The room of member `id` of a call here.
+    fn room_of(&self, id: &str) -> Option<String> {
+        self.calls
+            .values()
+            .flat_map(Call::members)
+            .find(|(_, m, _)| m == id)
+            .map(|(room, _, _)| room)
+    }
+
+    /// Ends call `c`'s members here, without a word to their peers (its state is another
+    /// node's to make again), and gives their ports back.
+    async fn drop_call(&self, c: Call) {
+        match c {
+            Call::Sections(mut c) => c.drop_members(&self.ctx()).await,
+            Call::WebRtc(c) => {
+                for (room, id, _) in Call::WebRtc(c).members() {
+                    self.gateway.hand_off(&room, &id).await;
+                }
+            }
+        }
     }
 
     /// Makes call `state` again: its requests replayed with its members pinned to their
@@ -543,9 +587,17 @@ impl Ng {
             } else {
                 offer_reply = Some(step.reply.as_str());
             }
+            if let Some(c) = self.webrtc_mut(&state.call_id) {
+                c.restore_reply(answer, &step.reply);
+            }
         }
-        let Some(Call::Sections(call)) = self.calls.get_mut(&state.call_id) else {
-            return Err(ApiError::internal("its requests made no call"));
+        let call = match self.calls.get_mut(&state.call_id) {
+            Some(Call::Sections(call)) => call,
+            Some(Call::WebRtc(call)) => {
+                let call = call.clone();
+                return self.resume_webrtc(&call, state).await;
+            }
+            None => return Err(ApiError::internal("its requests made no call")),
         };
         call.created_at = std::time::UNIX_EPOCH + Duration::from_millis(state.created_at_ms);
         let rekey = call.restore(&state.members, offer_reply, answer_reply);
@@ -559,6 +611,37 @@ impl Ng {
             self.gateway
                 .restore_rtp(&room, &id, crypto, held.srtp.clone())
                 .await?;
+        }
+        Ok(())
+    }
+
+    /// After WebRTC call `call` was made again from its requests: each WebRTC member takes
+    /// the keys, streams, session and SSRCs of the leg it replaces (its browser restarts ICE
+    /// towards this node through its signaling and goes on with its DTLS association), each
+    /// SDES member the keys its phone holds.
+    async fn resume_webrtc(&self, call: &WebRtcCall, state: &CallState) -> Result<(), ApiError> {
+        let pins = state.pins();
+        for (id, side) in call.member_sides() {
+            if let Some((marks, srtp)) = pins.webrtc(&call.room, side) {
+                self.gateway
+                    .resume_webrtc(&call.room, &id, marks, srtp)
+                    .await?;
+                self.gateway.keep_quiet(&call.room, &id).await;
+            } else if let Some(h) = state
+                .members
+                .iter()
+                .find(|h| h.side == side && !h.crypto.is_empty())
+            {
+                let crypto = h
+                    .crypto
+                    .iter()
+                    .cloned()
+                    .map(zeroize::Zeroizing::new)
+                    .collect();
+                self.gateway
+                    .restore_rtp(&call.room, &id, crypto, h.srtp.clone())
+                    .await?;
+            }
         }
         Ok(())
     }
@@ -616,7 +699,7 @@ impl Ng {
         ])
     }
 
-    fn ctx(&self) -> Ctx<'_> {
+    pub(super) fn ctx(&self) -> Ctx<'_> {
         Ctx {
             gateway: &self.gateway,
             interfaces: self

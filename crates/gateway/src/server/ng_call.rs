@@ -64,6 +64,11 @@ struct Local {
     ice: Option<IceOut>,
 }
 
+/// The `a=crypto` values of the first section with a port of an SDP of ours.
+pub(super) fn crypto_lines(sdp: &str) -> Vec<String> {
+    local_of(sdp).map(|l| l.crypto).unwrap_or_default()
+}
+
 /// What our leg wrote for its section: a scan of its own SDP (one section with a port, as the
 /// leg writes it), not a full parse, as it runs for every member made.
 fn local_of(sdp: &str) -> Result<Local, ApiError> {
@@ -201,7 +206,7 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// `options` for member `side` of `room`, bound where it was and resuming what it had
     /// when it is pinned (a call taken over).
-    fn pinned(&self, room: &str, side: Side, options: RtpLegOptions) -> RtpLegOptions {
+    pub(super) fn pinned(&self, room: &str, side: Side, options: RtpLegOptions) -> RtpLegOptions {
         match self.pins.and_then(|p| p.of(room, side)) {
             Some((at, resume)) => RtpLegOptions {
                 at: Some(at),
@@ -366,6 +371,7 @@ impl SectionCall {
                         crypto: m.local.crypto.clone(),
                         srtp: marks.get(&m.id).map(|k| k.srtp.clone()).unwrap_or_default(),
                         ice: marks.get(&m.id).and_then(|k| k.ice.clone()),
+                        webrtc: None,
                     });
                 }
             }

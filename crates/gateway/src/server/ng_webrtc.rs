@@ -14,10 +14,15 @@ use secrelay_wire::ng::{Dtls, Flags, Ice, OfferAnswer};
 use secrelay_wire::sdp::parse_offer;
 use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
 
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+
+use super::call_state::Held;
 use super::ng::{sdp_reply, Call, Ng, NO_CODEC};
+use super::ng_call::{crypto_lines, Side};
 use super::ng_codecs::{caller_keeps, plan};
 use super::{ApiError, JoinKind, Who};
-use crate::leg::{CodecId, IceMode, RtpLegOptions, RtpOfferSpec, WebRtcOfferSection};
+use crate::leg::{CodecId, IceMode, LegMarks, RtpLegOptions, RtpOfferSpec, WebRtcOfferSection};
 
 /// One call: the caller's side as offered, the callee's member, and the caller's once made.
 #[derive(Debug, Clone)]
@@ -38,6 +43,9 @@ pub(crate) struct WebRtcCall {
     pub(crate) caller_transcodes: Vec<CodecId>,
     /// The member facing the caller, and our answer to it, once answered.
     pub(crate) caller: Option<(String, String)>,
+    /// The RTP ports the telephony members are bound on (facing the callee, the caller;
+    /// 0 for a WebRTC member, on the shared port), for a standby to bind them again.
+    pub(crate) ports: [u16; 2],
     /// The last new offer in the answered call (a re-INVITE from either side).
     pub(crate) reoffer: Option<Reoffer>,
     pub(crate) created: Instant,
@@ -59,6 +67,65 @@ pub(crate) struct Reoffer {
 }
 
 impl WebRtcCall {
+    /// Each member as its peer knows it, for a standby to take the call over: a telephony
+    /// member bound at `ip` on its port with our SDP's crypto lines, its SRTP and ICE marks; a
+    /// WebRTC member with its DTLS-SRTP keys and streams (`marks`, by member id).
+    pub(crate) fn held(&self, marks: &HashMap<String, LegMarks>, ip: IpAddr) -> Vec<Held> {
+        let mut members = vec![(&self.callee_id, Side::B, self.ports[0], &self.callee_offer)];
+        if let Some((id, answer)) = &self.caller {
+            members.push((id, Side::A, self.ports[1], answer));
+        }
+        members
+            .into_iter()
+            .map(|(id, side, port, first)| {
+                let m = marks.get(id.as_str());
+                Held {
+                    room: self.room.clone(),
+                    side,
+                    rtp: SocketAddr::new(ip, port),
+                    crypto: crypto_lines(self.latest_to(id, first)),
+                    srtp: m.map(|k| k.srtp.clone()).unwrap_or_default(),
+                    ice: m.and_then(|k| k.ice.clone()),
+                    webrtc: m.and_then(|k| k.webrtc.clone()),
+                }
+            })
+            .collect()
+    }
+
+    /// Its members' ids, each with the side it faces (the callee's member faces B).
+    pub(crate) fn member_sides(&self) -> Vec<(String, Side)> {
+        let mut v = vec![(self.callee_id.clone(), Side::B)];
+        if let Some((id, _)) = &self.caller {
+            v.push((id.clone(), Side::A));
+        }
+        v
+    }
+
+    /// Our latest SDP to member `id`: the last new offer's (every new offer is to one side
+    /// and answers the other), else `first`.
+    fn latest_to<'a>(&'a self, id: &str, first: &'a str) -> &'a str {
+        match &self.reoffer {
+            Some(r) if r.answerer == id => &r.offer,
+            Some(r) => &r.answer,
+            None => first,
+        }
+    }
+
+    /// After the call was made again from its requests (taken over from another node): a
+    /// request's `reply` as the other node gave it, for the SDP the replay just wrote (the
+    /// reply to an `answer` if `answer`, else to an `offer`), so that the request sent again
+    /// gets it.
+    pub(crate) fn restore_reply(&mut self, answer: bool, reply: &str) {
+        let text = match (&mut self.reoffer, &mut self.caller, answer) {
+            (Some(r), _, false) => &mut r.offer,
+            (Some(r), _, true) => &mut r.answer,
+            (None, _, false) => &mut self.callee_offer,
+            (None, Some((_, a)), true) => a,
+            (None, None, true) => return,
+        };
+        reply.clone_into(text);
+    }
+
     /// Whether the caller's side is WebRTC (its offer has a DTLS section).
     fn caller_webrtc(&self) -> Result<bool, ApiError> {
         Ok(parse_rtp(&self.caller_sdp)
@@ -149,10 +216,14 @@ impl Ng {
             Some(Ice::Remove) => IceMode::Off,
             _ => IceMode::Force,
         };
-        let options = RtpLegOptions {
-            ice,
-            ..RtpLegOptions::default()
-        };
+        let options = self.ctx().pinned(
+            &room,
+            Side::B,
+            RtpLegOptions {
+                ice,
+                ..RtpLegOptions::default()
+            },
+        );
         let j = self
             .gateway
             .offer_rtp_with(&room, spec, options, Who::default())
@@ -170,6 +241,7 @@ impl Ng {
                 callee_webrtc: false,
                 caller_transcodes: plan.caller_transcodes,
                 caller: None,
+                ports: [j.ports.first().copied().unwrap_or(0), 0],
                 reoffer: None,
                 created: Instant::now(),
             })),
@@ -228,6 +300,7 @@ impl Ng {
                 callee_webrtc: true,
                 caller_transcodes: plan.caller_transcodes,
                 caller: None,
+                ports: [0, 0],
                 reoffer: None,
                 created: Instant::now(),
             })),
@@ -406,6 +479,7 @@ impl Ng {
         let mut warnings = a.flags.ignored.clone();
         let caller_rtp = parse_rtp(&call.caller_sdp)
             .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
+        let mut caller_port = 0;
         let (id, sdp) = if call.caller_webrtc()? {
             // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
             let mut offer = parse_offer(&call.caller_sdp)
@@ -440,15 +514,20 @@ impl Ng {
                     "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
                 );
             }
+            let options = self
+                .ctx()
+                .pinned(&call.room, Side::A, RtpLegOptions::default());
             let j = self
                 .gateway
-                .join_rtp(&call.room, offer, Who::default())
+                .join_rtp_with(&call.room, offer, options, Who::default())
                 .await?;
+            caller_port = j.ports.first().copied().unwrap_or(0);
             (j.id, j.answer)
         };
         if let Some(c) = self.webrtc_mut(&a.call_id) {
             c.to_tag = a.to_tag.clone();
             c.caller = Some((id, sdp.clone()));
+            c.ports[1] = caller_port;
         }
         Ok(sdp_reply(&sdp, &warnings))
     }
