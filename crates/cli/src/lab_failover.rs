@@ -1,4 +1,4 @@
-//! `secrelay lab failover`: a gateway's telephony calls through its death, on its standby;
+//! `secrelay lab failover`: a gateway's ng calls through its death, on its standby;
 //! the work is `secrelay_lab::failover`'s.
 
 use std::time::{Duration, Instant};
@@ -18,6 +18,10 @@ pub struct FailoverArgs {
     /// Calls per run, plain and SDES (AES-CM, AES-GCM) in turn (default 20; 6 with --quick).
     #[arg(long)]
     pub calls: Option<usize>,
+    /// Calls per run from a phone to a simulated browser (DTLS-SRTP), which restarts ICE
+    /// through the standby after a second without audio (default 4; 2 with --quick).
+    #[arg(long)]
+    pub webrtc_calls: Option<usize>,
     /// Both nodes' cluster_lease_secs: how long a dead node's lease runs before its standby
     /// takes its calls.
     #[arg(long, default_value_t = 1.0)]
@@ -55,14 +59,15 @@ pub fn run(a: &FailoverArgs) -> Result<()> {
             .map_err(|e| anyhow!("finding the secrelay binary to start the nodes: {e}"))?,
         runs: a.runs.unwrap_or(if a.study.quick { 3 } else { 20 }),
         calls: a.calls.unwrap_or(if a.study.quick { 6 } else { 20 }),
+        webrtc_calls: a.webrtc_calls.unwrap_or(if a.study.quick { 2 } else { 4 }),
         lease_secs: a.lease,
         steady: Duration::from_secs_f64(steady),
         quick: a.study.quick,
         progress: !a.study.no_progress,
     };
     eprintln!(
-        "secrelay lab failover: {} runs of {} calls, lease {:.1} s, {steady:.0} s steady before each kill",
-        o.runs, o.calls, o.lease_secs
+        "secrelay lab failover: {} runs of {} calls and {} with a WebRTC side, lease {:.1} s, {steady:.0} s steady before each kill",
+        o.runs, o.calls, o.webrtc_calls, o.lease_secs
     );
     let started = Instant::now();
     let report = failover::run(&o)?;

@@ -14,11 +14,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_lab::failover::PhoneCall;
+use secrelay_lab::failover::{PhoneCall, WebRtcCall};
 use secrelay_srtp::Profile;
 use secrelay_testkit::ice::{check, our_ice, with_ice};
 use secrelay_testkit::ng::Ng;
-use secrelay_testkit::participant::SimParticipant;
 use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::redis::RedisServer;
 use secrelay_testkit::{wait_for, Signaling};
@@ -391,94 +390,12 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     b.shutdown();
 }
 
-/// A phone calling a browser through ng (`transport-protocol: UDP/TLS/RTP/SAVPF`): the
-/// phone, the simulated browser (the DTLS client) and the call's id.
-struct WebRtcCall {
-    id: String,
-    phone: SocketPhone,
-    browser: SimParticipant,
-}
-
-impl WebRtcCall {
-    fn open(ng: &mut Ng, id: &str, epoch: Instant) -> WebRtcCall {
-        let mut phone = SocketPhone::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), None, 0x7e1e).unwrap();
-        let mut offer =
-            secrelay_testkit::ng::command("offer", id, "caller", None, Some(&phone.phone.offer()));
-        offer.extend([
-            (
-                "transport-protocol".into(),
-                Bencode::str("UDP/TLS/RTP/SAVPF"),
-            ),
-            ("ICE".into(), Bencode::str("force")),
-        ]);
-        let to_browser = ng.call(offer).unwrap()["sdp"].clone();
-        let (browser, answer) = SimParticipant::answer_gateway_offer(
-            &to_browser,
-            id,
-            IpAddr::V4(Ipv4Addr::LOCALHOST),
-            epoch,
-        )
-        .unwrap();
-        let mut back =
-            secrelay_testkit::ng::command("answer", id, "caller", Some("callee"), Some(&answer));
-        back.push(("ICE".into(), Bencode::str("remove")));
-        let to_phone = ng.call(back).unwrap()["sdp"].clone();
-        phone.phone.accept_answer(&to_phone).unwrap();
-        WebRtcCall {
-            id: id.to_owned(),
-            phone,
-            browser,
-        }
-    }
-
-    /// 20 ms of media each way (the browser's on its own clock), and what arrived.
-    fn exchange(&mut self) {
-        self.browser.step(Instant::now()).unwrap();
-        self.phone.send(&[0x5a; 160]).unwrap();
-        self.phone.read();
-    }
-
-    /// What each side heard so far: (the phone of the browser, the browser of the phone).
-    fn heard(&self) -> (usize, u64) {
-        (self.phone.phone.received.len(), self.browser.received())
-    }
-
-    /// The browser's re-INVITE that restarts ICE, through ng at `ng` (the standby, which
-    /// takes the call over once the dead node's lease ran out: refused until then), and
-    /// the phone's answer to our new offer. Whether it went through.
-    fn restart_ice(&mut self, ng: &mut Ng) -> bool {
-        let offer = self.browser.restart_offer().unwrap();
-        let Ok(r) = ng.call(secrelay_testkit::ng::command(
-            "offer",
-            &self.id,
-            "callee",
-            Some("caller"),
-            Some(&offer),
-        )) else {
-            return false;
-        };
-        let to_phone = r["sdp"].clone();
-        let answer = self.phone.phone.answer_offer(&to_phone).unwrap();
-        let back = ng
-            .call(secrelay_testkit::ng::command(
-                "answer",
-                &self.id,
-                "callee",
-                Some("caller"),
-                Some(&answer),
-            ))
-            .unwrap();
-        self.browser.take_restart_answer(&back["sdp"]).unwrap();
-        true
-    }
-}
-
 /// Exchanges media on WebRTC call `c` until both sides heard 10 packets more than they had,
 /// and how long that took; a panic naming `what` after `limit`.
 fn webrtc_heard_again(c: &mut WebRtcCall, what: &str, limit: Duration) -> Duration {
     let (from, before) = (Instant::now(), c.heard());
     loop {
-        c.exchange();
+        c.exchange().unwrap();
         let (p, w) = c.heard();
         if p > before.0 + 10 && w > before.1 + 10 {
             return from.elapsed();
@@ -515,20 +432,20 @@ fn a_killed_nodes_webrtc_calls_continue_on_its_standby_after_an_ice_restart() {
     let mut ng_a = Ng::new(a_ng).unwrap();
     let epoch = Instant::now();
     let mut calls: Vec<WebRtcCall> = (0..4)
-        .map(|n| WebRtcCall::open(&mut ng_a, &format!("webrtc-failover-{n}@proxy"), epoch))
+        .map(|n| WebRtcCall::open(&mut ng_a, &format!("webrtc-failover-{n}@proxy"), epoch).unwrap())
         .collect();
     let end = Instant::now() + Duration::from_secs(10);
     while calls.iter().any(|c| c.heard().0 < 20 || c.heard().1 < 20) {
         assert!(Instant::now() < end, "the calls through a are silent");
         for c in calls.iter_mut() {
-            c.exchange();
+            c.exchange().unwrap();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     // The keys of the connected browsers reach the kept states within a second.
     for _ in 0..75 {
         for c in calls.iter_mut() {
-            c.exchange();
+            c.exchange().unwrap();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -548,10 +465,10 @@ fn a_killed_nodes_webrtc_calls_continue_on_its_standby_after_an_ice_restart() {
             "restarted {restarted:?}, heard again {resumed:?}"
         );
         for (k, c) in calls.iter_mut().enumerate() {
-            if restarted[k].is_none() && c.restart_ice(&mut ng_b) {
+            if restarted[k].is_none() && c.restart_ice(&mut ng_b).unwrap() {
                 restarted[k] = Some(killed.elapsed());
             }
-            c.exchange();
+            c.exchange().unwrap();
             let (p, w) = c.heard();
             if resumed[k].is_none() && p > before[k].0 + 10 && w > before[k].1 + 10 {
                 resumed[k] = Some(killed.elapsed());
@@ -795,7 +712,7 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     let (mut ice_caller, mut ice_callee, (ufrag, pwd)) = ice_call(&mut ng_a, "ice@proxy");
     assert!(ice_callee_hears(&mut ice_caller, &mut ice_callee));
     // And a phone calling a browser, whose DTLS connects at a.
-    let mut webrtc = WebRtcCall::open(&mut ng_a, "webrtc@proxy", Instant::now());
+    let mut webrtc = WebRtcCall::open(&mut ng_a, "webrtc@proxy", Instant::now()).unwrap();
     webrtc_heard_again(&mut webrtc, "through a", Duration::from_secs(10));
     for c in calls.iter_mut() {
         c.mark();
@@ -877,7 +794,7 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     // b, which owns the call now) and goes on at b with the DTLS association it has.
     assert!(!webrtc.browser.peer_closed());
     let until = Instant::now() + Duration::from_secs(5);
-    while !webrtc.restart_ice(&mut ng_a) {
+    while !webrtc.restart_ice(&mut ng_a).unwrap() {
         assert!(Instant::now() < until, "the re-INVITE is refused");
         std::thread::sleep(Duration::from_millis(50));
     }

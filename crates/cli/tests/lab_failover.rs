@@ -1,7 +1,8 @@
 //! `secrelay lab failover --quick` as a user runs it: it starts a Redis of its own, a standby
-//! node and, per run, a node it kills with SIGKILL; every call (plain and SDES) must be heard
-//! again on the standby, the figures must be there and finite, and steady calls must have cost
-//! the directory no write. Bad flags are refused by name.
+//! node and, per run, a node it kills with SIGKILL; every call (plain, SDES, and from a phone
+//! to a simulated browser that restarts ICE through the standby) must be heard again on the
+//! standby, the figures must be there and finite, and steady calls must have cost the
+//! directory no write. Bad flags are refused by name.
 
 use std::process::Command;
 
@@ -20,12 +21,14 @@ fn a_quick_failover_study_takes_every_call_over_and_writes_nothing_while_calls_a
         "2",
         "--calls",
         "3",
+        "--webrtc-calls",
+        "2",
         "--no-progress",
     ]);
     let study = &v["studies"][0];
     assert_eq!(study["study"], "failover", "{v}");
     assert!(
-        stdout.contains("From the kill to both phones hearing each other again"),
+        stdout.contains("From the kill to both sides hearing each other again"),
         "{stdout}"
     );
     let silence = rows(study, "failover_silence");
@@ -36,6 +39,7 @@ fn a_quick_failover_study_takes_every_call_over_and_writes_nothing_while_calls_a
             "plain",
             "SDES AES_CM_128_HMAC_SHA1_80",
             "SDES AEAD_AES_128_GCM",
+            "WebRTC (ICE restart)",
             "all"
         ]
     );
@@ -61,7 +65,7 @@ fn a_quick_failover_study_takes_every_call_over_and_writes_nothing_while_calls_a
         .expect("every run in the JSON");
     assert_eq!(runs.len(), 2);
     for r in runs {
-        assert_eq!(r["calls"].as_array().map(Vec::len), Some(3), "{r}");
+        assert_eq!(r["calls"].as_array().map(Vec::len), Some(5), "{r}");
     }
 }
 
