@@ -114,6 +114,11 @@ pub struct GatewayLoadArgs {
     /// they send no feedback and get the best layer).
     #[arg(long, requires = "viewers")]
     pub transport_cc: bool,
+    /// With --viewers: one more viewer of the first publisher, over ICE-TCP (the gateway needs
+    /// `ice_tcp`), that reads its connection at most KBPS kbit/s with a small receive buffer
+    /// (a viewer behind a narrow link); its figures are printed apart, the others' without it.
+    #[arg(long, value_name = "KBPS", requires = "viewers")]
+    pub slow_viewer: Option<u64>,
     /// With --viewers: publishers, each in a room of its own with an equal share of the
     /// viewers (N must be a multiple).
     #[arg(long, value_name = "P", default_value_t = 1, requires = "viewers")]
@@ -184,6 +189,9 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if a.viewers.is_none() && (a.per_room < 2 || a.participants < a.per_room) {
         bail!("--per-room must be at least 2 and --participants at least --per-room");
     }
+    if a.slow_viewer == Some(0) {
+        bail!("--slow-viewer 0: give a rate in kbit/s above 0");
+    }
     if let Some(v) = a.viewers {
         if a.publishers == 0 || v == 0 || v % a.publishers != 0 {
             bail!(
@@ -236,6 +244,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             ice_tcp: a.ice_tcp,
         },
         server_pid: a.client.server_pid,
+        slow_viewer: a.slow_viewer.map(|kbps| kbps * 1000 / 8),
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();
@@ -387,6 +396,20 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     }
     if let Some([p50, p90, p99, max]) = r.end_to_end_us {
         println!("  end-to-end delay   p50 {p50} µs, p90 {p90} µs, p99 {p99} µs, max {max} µs (sender to receiver)");
+    }
+    if let Some(s) = &r.slow_viewer {
+        let delay = s.delay_us.map_or_else(
+            || "no delay measured".to_owned(),
+            |[p50, p99]| format!("delay p50 {p50} µs, p99 {p99} µs"),
+        );
+        println!(
+            "  slow viewer        ICE-TCP read at {} kbit/s: {}, received {} of {} ({:.1} %), {delay} (not in the figures above)",
+            s.read_kbps,
+            if s.connected { "connected" } else { "NOT connected" },
+            s.received,
+            s.expected,
+            if s.expected > 0 { s.received as f64 * 100.0 / s.expected as f64 } else { 0.0 }
+        );
     }
     if let (Some(cpu), Some(pp), Some(pr)) = (
         r.gateway_cpu_secs,

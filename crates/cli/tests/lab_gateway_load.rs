@@ -124,7 +124,12 @@ fn gateway_load_over_ice_tcp_hears_every_room() {
 /// `lab gateway-load --viewers 5` (plus `extra`) against a fresh `secrelay serve`: the JSON
 /// report and the table.
 fn broadcast(extra: &[&str]) -> (Value, String) {
-    let (server, url) = serve();
+    broadcast_on(&[], extra)
+}
+
+/// [`broadcast`] against a gateway started with `serve_args`.
+fn broadcast_on(serve_args: &[&str], extra: &[&str]) -> (Value, String) {
+    let (server, url) = serve_with(serve_args);
     let pid = server.0.id().to_string();
     let mut args = vec!["gateway-load", "--target", &url];
     args.extend(["--viewers", "5", "--publishers", "1", "--duration", "3"]);
@@ -237,4 +242,22 @@ fn broadcast_viewers_with_transport_cc_have_the_estimate_choose() {
     assert_eq!(n(b, "viewers_with_feedback"), 5, "{b}");
     assert!(n(b, "feedbacks_sent") >= 5, "{b}");
     assert!(stdout.contains("viewer feedback"), "{stdout}");
+}
+
+/// `--slow-viewer 300`: one more viewer over ICE-TCP that reads 300 kbit/s of the ~2 Mbit/s
+/// broadcast. It connects and gets media, less than was sent (what waited past half a second
+/// in its queue is dropped, `tcp_queue_stale`), on a line of its own; the other figures are
+/// the five viewers' without it.
+#[test]
+fn broadcast_with_a_slow_tcp_viewer_reports_it_apart() {
+    let (r, stdout) = broadcast_on(&["--ice-tcp", "127.0.0.1:0"], &["--slow-viewer", "300"]);
+    check_broadcast(&r);
+    let slow = &r["slow_viewer"];
+    assert_eq!(slow["connected"], true, "{slow}");
+    assert_eq!(n(slow, "read_kbps"), 300, "{slow}");
+    assert!(n(slow, "received") > 0, "{slow}");
+    assert!(n(slow, "received") < n(slow, "expected"), "{slow}");
+    let drops = r["gateway_drops"].to_string();
+    assert!(drops.contains("tcp_queue_stale"), "{drops}");
+    assert!(stdout.contains("slow viewer"), "{stdout}");
 }

@@ -92,11 +92,15 @@ pub enum DropReason {
     /// slower than its media comes): the datagram dropped whole, never part of one, so the
     /// stream stays framed; the receiver learns of it as of any loss.
     TcpQueueFull,
+    /// For a browser reached over ICE-TCP: a datagram that waited in its connection's send
+    /// queue longer than real-time media is worth (the browser reads slower than its media
+    /// comes), dropped whole before it was written, so what the browser gets is recent.
+    TcpQueueStale,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 30] = [
+    pub const ALL: [DropReason; 31] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -127,6 +131,7 @@ impl DropReason {
         DropReason::Unclassified,
         DropReason::TooManyStreams,
         DropReason::TcpQueueFull,
+        DropReason::TcpQueueStale,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -162,6 +167,7 @@ impl DropReason {
             DropReason::Unclassified => "unclassified",
             DropReason::TooManyStreams => "too_many_streams",
             DropReason::TcpQueueFull => "tcp_queue_full",
+            DropReason::TcpQueueStale => "tcp_queue_stale",
         }
     }
 

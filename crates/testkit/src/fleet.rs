@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use mio::{Events, Poll, Token};
 
-use crate::participant::{Media, Phase, SimParticipant};
+use crate::participant::{Media, Phase, SimParticipant, StreamRx};
 use crate::signaling::{Leg, Signaling};
 use crate::video;
 
@@ -399,6 +399,65 @@ pub fn run_media_windowed<T>(
         .join()
         .map_err(|_| anyhow::anyhow!("the fleet thread panicked"))??;
     Ok((done, media_secs, opened?))
+}
+
+/// One more viewer of the first room (WHEP, over ICE-TCP) that reads its connection at most
+/// `bytes_per_sec` bytes a second, its receive buffer small: a viewer behind a narrow link.
+/// Keep it apart from the others' figures (its resource URL names it).
+pub fn join_slow_viewer(
+    config: &FleetConfig,
+    progress: &FleetProgress,
+    epoch: Instant,
+    bytes_per_sec: u64,
+) -> anyhow::Result<SimParticipant> {
+    let room = format!("{}1", config.room_prefix);
+    let dtls = crate::participant::PeerDtls {
+        ice_tcp: true,
+        tcp_read_limit: Some(bytes_per_sec),
+        ..Default::default()
+    };
+    let p = SimParticipant::join_full(
+        &config.signaling,
+        &room,
+        Leg::Whep,
+        config.bind_ip,
+        epoch,
+        dtls,
+        config.media,
+    )
+    .with_context(|| format!("the slow viewer of room {room}"))?;
+    progress.joined.fetch_add(1, Ordering::Relaxed);
+    Ok(p)
+}
+
+/// What the slow viewer ([`join_slow_viewer`]) got.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlowViewer {
+    /// How fast it read, bytes a second.
+    pub read_bytes_per_sec: u64,
+    /// Whether it connected.
+    pub connected: bool,
+    /// Packets it received, of those its streams' sequence numbers span.
+    pub received: u64,
+    /// Packets expected.
+    pub expected: u64,
+    /// Its end-to-end delay, µs (p50, p99).
+    pub delay_us: Option<[u32; 2]>,
+}
+
+impl SlowViewer {
+    /// The slow viewer's figures.
+    pub fn of(p: &SimParticipant, read_bytes_per_sec: u64) -> SlowViewer {
+        let mut d = p.delays_us.clone();
+        d.sort_unstable();
+        SlowViewer {
+            read_bytes_per_sec,
+            connected: p.phase == Phase::Connected,
+            received: p.streams.values().map(|s| s.received).sum(),
+            expected: p.streams.values().map(StreamRx::expected).sum(),
+            delay_us: (!d.is_empty()).then(|| [percentile(&d, 0.5), percentile(&d, 0.99)]),
+        }
+    }
 }
 
 /// DELETEs every participant's resource (errors ignored: the gateway may have ended it).

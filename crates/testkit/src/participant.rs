@@ -204,6 +204,9 @@ pub struct PeerDtls {
     /// Reach the gateway over ICE-TCP (a connection to the answer's passive TCP candidate,
     /// RFC 4571 frames) instead of UDP.
     pub ice_tcp: bool,
+    /// With `ice_tcp`: read the connection at most this many bytes a second, its receive
+    /// buffer small (a viewer behind a narrow link: the gateway's queue for it fills).
+    pub tcp_read_limit: Option<u64>,
 }
 
 /// One simulated participant.
@@ -221,6 +224,8 @@ pub struct SimParticipant {
     pub phase: Phase,
     next_send: Instant,
     next_check: Instant,
+    /// When a throttled reader reads its connection next.
+    next_read: Instant,
     /// Time from the POST to the keys.
     pub setup_time: Option<Duration>,
     started: Instant,
@@ -374,7 +379,7 @@ impl SimParticipant {
             }
             return Self::join_phone(signaling, room, leg, bind_ip, epoch, false);
         }
-        let (opus_only, ice_tcp) = (dtls.opus_only, dtls.ice_tcp);
+        let (opus_only, ice_tcp, read_limit) = (dtls.opus_only, dtls.ice_tcp, dtls.tcp_read_limit);
         let mut browser = match media {
             // Opus only (the gateway transcodes for PCMU phones): 20 ms at 48 kHz per packet.
             Media::Pcmu if opus_only => {
@@ -453,8 +458,8 @@ impl SimParticipant {
             // A browser's first check follows its connection at once: the gateway keeps a
             // connection that names no participant only briefly, and few of them per address.
             true => {
-                let mut w =
-                    Wire::connect(gateway).context("connecting to the ICE-TCP candidate")?;
+                let mut w = Wire::connect(gateway, read_limit)
+                    .context("connecting to the ICE-TCP candidate")?;
                 if let Some(req) = browser.binding_request(true) {
                     w.send(&req, gateway);
                 }
@@ -680,6 +685,7 @@ impl SimParticipant {
             phase: Phase::Checking,
             next_send: now + phase,
             next_check: now,
+            next_read: now,
             setup_time: None,
             started,
             epoch,
@@ -739,6 +745,9 @@ impl SimParticipant {
                 t = t.min(v.deadline());
             }
         }
+        if self.socket.throttled() {
+            t = t.min(self.next_read);
+        }
         if let Some(f) = self
             .twcc
             .as_ref()
@@ -755,6 +764,11 @@ impl SimParticipant {
         if matches!(self.phase, Phase::Failed(_)) {
             self.next_check = now + Duration::from_secs(3600);
             return;
+        }
+        if self.socket.throttled() && now >= self.next_read {
+            self.next_read = now + THROTTLED_READ_EVERY;
+            // A connection lost shows when the gateway's datagrams stop: the test reads that.
+            let _ = self.on_readable(now);
         }
         if let Transport::WebRtc {
             browser,
@@ -1284,7 +1298,36 @@ struct TcpWire {
     stream: mio::net::TcpStream,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
+    /// A reader slower than the link: what it may read now, and at what rate it may.
+    limit: Option<ReadLimit>,
 }
+
+/// A token bucket on a connection's reads.
+struct ReadLimit {
+    bytes_per_sec: u64,
+    budget: f64,
+    refilled: Instant,
+}
+
+impl ReadLimit {
+    /// How many bytes may be read now (the bucket refilled for the time since the last read,
+    /// holding at most 20 ms of the rate).
+    fn allowance(&mut self) -> usize {
+        let now = Instant::now();
+        let rate = self.bytes_per_sec as f64;
+        self.budget =
+            (self.budget + rate * now.duration_since(self.refilled).as_secs_f64()).min(rate * 0.02);
+        self.refilled = now;
+        self.budget as usize
+    }
+}
+
+/// How often a throttled reader looks at its connection (edge-triggered readiness does not
+/// come back for bytes it left unread).
+const THROTTLED_READ_EVERY: Duration = Duration::from_millis(5);
+/// A throttled reader's socket receive buffer: small, so that the link, not the kernel,
+/// holds what it has not read.
+const THROTTLED_RCVBUF: usize = 16 * 1024;
 
 /// Bytes waiting to be written on a participant's connection before its datagrams are dropped
 /// (a browser's socket buffer, as a browser would lose them).
@@ -1293,15 +1336,36 @@ const TCP_SEND_BUFFER: usize = 1 << 20;
 impl Wire {
     /// A connection to `gateway`'s passive ICE-TCP candidate (made before it is handed to a
     /// poll: loopback and lab networks connect at once).
-    fn connect(gateway: SocketAddr) -> io::Result<Wire> {
-        let stream = std::net::TcpStream::connect_timeout(&gateway, Duration::from_secs(5))?;
+    /// With `read_limit`, the connection is read at most that many bytes a second, its receive
+    /// buffer set small before it connects (so the window it offers stays small).
+    fn connect(gateway: SocketAddr, read_limit: Option<u64>) -> io::Result<Wire> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(gateway),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        if read_limit.is_some() {
+            socket.set_recv_buffer_size(THROTTLED_RCVBUF)?;
+        }
+        socket.connect_timeout(&gateway.into(), Duration::from_secs(5))?;
+        let stream: std::net::TcpStream = socket.into();
         stream.set_nodelay(true)?;
         stream.set_nonblocking(true)?;
         Ok(Wire::Tcp(TcpWire {
             stream: mio::net::TcpStream::from_std(stream),
             rbuf: Vec::new(),
             wbuf: Vec::new(),
+            limit: read_limit.map(|bytes_per_sec| ReadLimit {
+                bytes_per_sec,
+                budget: 0.0,
+                refilled: Instant::now(),
+            }),
         }))
+    }
+
+    /// Whether it reads slower than its link (it must be read on a timer).
+    fn throttled(&self) -> bool {
+        matches!(self, Wire::Tcp(TcpWire { limit: Some(_), .. }))
     }
 
     fn send(&mut self, d: &[u8], gateway: SocketAddr) {
@@ -1359,19 +1423,30 @@ impl TcpWire {
         Ok(())
     }
 
-    /// Reads what arrived into `rbuf`.
+    /// Reads what arrived into `rbuf` (what its limit allows, if it has one).
     fn read(&mut self) -> io::Result<()> {
         use std::io::Read as _;
         let mut chunk = [0u8; 16 * 1024];
+        let mut allowed = self.limit.as_mut().map_or(usize::MAX, ReadLimit::allowance);
         loop {
-            match self.stream.read(&mut chunk) {
+            let n = chunk.len().min(allowed);
+            if n == 0 {
+                return Ok(());
+            }
+            match self.stream.read(&mut chunk[..n]) {
                 Ok(0) => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
                         "the gateway closed the ICE-TCP connection",
                     ))
                 }
-                Ok(n) => self.rbuf.extend_from_slice(&chunk[..n]),
+                Ok(n) => {
+                    self.rbuf.extend_from_slice(&chunk[..n]);
+                    allowed -= n.min(allowed);
+                    if let Some(l) = self.limit.as_mut() {
+                        l.budget -= n as f64;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),

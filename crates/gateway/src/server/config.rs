@@ -80,7 +80,8 @@ pub struct ServeConfig {
     /// candidate (the `announce` address, this port) after the UDP one and at a lower
     /// priority, so a browser that can use UDP still does. The same ICE checks, DTLS-SRTP and
     /// media as over UDP; a connection that reads slower than its media comes has datagrams
-    /// dropped whole (`tcp_queue_full`), never the worker held up. None by default.
+    /// dropped whole (`tcp_queue_full`, `tcp_queue_stale` past half a second queued), never
+    /// the worker held up. None by default.
     pub ice_tcp: Option<SocketAddr>,
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP); none by default.
     pub ng: Option<SocketAddr>,

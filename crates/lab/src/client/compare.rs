@@ -273,6 +273,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64, media_io: &str) -> anyhow::
             ice_tcp: false,
         },
         server_pid: Some(child.0.id()),
+        slow_viewer: None,
     };
     let r = match load::run(&o, Arc::new(FleetProgress::default())) {
         Ok(r) => r,

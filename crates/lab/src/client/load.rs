@@ -198,6 +198,33 @@ pub fn relay_quantile(before: &Scrape, after: &Scrape, q: f64) -> Option<f64> {
     delta.iter().find(|(_, c)| *c >= rank).map(|(b, _)| *b)
 }
 
+/// What the slow viewer got ([`LoadOptions::slow_viewer`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowViewerRow {
+    /// How fast it read, kbit/s.
+    pub read_kbps: u64,
+    /// Whether it connected.
+    pub connected: bool,
+    /// Packets it received.
+    pub received: u64,
+    /// Packets its streams' sequence numbers span.
+    pub expected: u64,
+    /// Its end-to-end delay, µs (p50, p99).
+    pub delay_us: Option<[u32; 2]>,
+}
+
+impl From<fleet::SlowViewer> for SlowViewerRow {
+    fn from(s: fleet::SlowViewer) -> SlowViewerRow {
+        SlowViewerRow {
+            read_kbps: s.read_bytes_per_sec * 8 / 1000,
+            connected: s.connected,
+            received: s.received,
+            expected: s.expected,
+            delay_us: s.delay_us,
+        }
+    }
+}
+
 /// What the load run measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct LoadReport {
@@ -256,6 +283,8 @@ pub struct LoadReport {
     pub gateway_worker_participants: Vec<u64>,
     /// The broadcast scenario's figures; `None` in rooms of audio participants.
     pub broadcast: Option<BroadcastReport>,
+    /// The slow viewer's figures, when there was one (the others' figures are without it).
+    pub slow_viewer: Option<SlowViewerRow>,
     /// Failures.
     pub failures: Vec<String>,
 }
@@ -403,6 +432,9 @@ pub struct LoadOptions {
     pub fleet: FleetConfig,
     /// The gateway's pid, for CPU and memory.
     pub server_pid: Option<u32>,
+    /// One more viewer of the first room, over ICE-TCP, reading at most this many bytes a
+    /// second ([`fleet::join_slow_viewer`]): its figures apart, the others' without it.
+    pub slow_viewer: Option<u64>,
 }
 
 /// The text of the gateway's `/metrics` (with the signaling's admin key).
@@ -443,7 +475,17 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     scrape(base).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
     let rss_before = o.server_pid.map(proc_sample).transpose()?;
     let epoch = Instant::now();
-    let group = fleet::join_all(&o.fleet, &progress, epoch)?;
+    let mut group = fleet::join_all(&o.fleet, &progress, epoch)?;
+    let slow = match o.slow_viewer {
+        Some(bps) => {
+            let p = fleet::join_slow_viewer(&o.fleet, &progress, epoch, bps);
+            let p = p.inspect_err(|_| fleet::leave_all(&o.fleet, &group))?;
+            let at = p.location.clone();
+            group.push(p);
+            Some((at, bps))
+        }
+        None => None,
+    };
     // The window opens when everybody is connected.
     let p2 = progress.clone();
     let (done, media_secs, (before, proc_before, gauges)) =
@@ -474,6 +516,12 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
         .unwrap_or_else(|| after.clone());
     let proc_after = o.server_pid.map(proc_sample).transpose()?;
     fleet::leave_all(&o.fleet, &done);
+    let (slow_done, done): (Vec<_>, Vec<_>) = done
+        .into_iter()
+        .partition(|p| slow.as_ref().is_some_and(|(at, _)| *at == p.location));
+    let slow_viewer = slow
+        .zip(slow_done.first())
+        .map(|((_, bps), p)| fleet::SlowViewer::of(p, bps));
     let r: FleetReport = fleet::summarize(&done, media_secs);
     if r.connected == 0 {
         bail!("no participant connected: {}", r.failures.join("; "));
@@ -604,6 +652,7 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
         gateway_rss_bytes: proc_after.map(|p| p.rss_bytes),
         gateway_worker_participants: held.worker_participants.clone(),
         broadcast,
+        slow_viewer: slow_viewer.map(SlowViewerRow::from),
         failures: r.failures,
     })
 }

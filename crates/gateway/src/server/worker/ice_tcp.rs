@@ -18,7 +18,7 @@
 //! closed when their check is not validated within 10 s, when nothing comes for 30 s, and when
 //! their participant ends.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
@@ -39,6 +39,13 @@ const CONN_TOKENS: usize = (1 << 20) + 1;
 /// Bytes waiting to be sent on one connection before datagrams for it are dropped: about a
 /// second of a 2 Mbit/s video.
 const MAX_QUEUED: usize = 256 * 1024;
+/// The longest a datagram waits in a connection's queue: real-time media older than this is
+/// dropped before it is written (`tcp_queue_stale`), so a slow reader gets what is recent.
+const MAX_QUEUE_AGE: Duration = Duration::from_millis(500);
+/// Unsent bytes the kernel holds for a connection (`TCP_NOTSENT_LOWAT`): beyond what is in
+/// flight, what the browser has not taken waits in our queue, where its age is seen, not in
+/// an autotuned socket buffer of seconds.
+const NOTSENT_LOWAT: u32 = 16 * 1024;
 /// Bytes read from one connection per turn before the others get theirs.
 const READ_PER_TURN: usize = 64 * 1024;
 /// Connections accepted per turn (the rest wait for the next).
@@ -143,6 +150,10 @@ pub(crate) struct Conn {
     /// Frames waiting to be written, from `written` on.
     wbuf: Vec<u8>,
     written: usize,
+    /// The frames not yet wholly written: where each ends in `wbuf` and when it was queued,
+    /// oldest first; the first starts at `frame_start`.
+    frames: VecDeque<(usize, Instant)>,
+    frame_start: usize,
     state: State,
     opened: Instant,
     last_in: Instant,
@@ -164,12 +175,17 @@ enum ReadEnd {
 
 impl Conn {
     fn new(stream: mio::net::TcpStream, peer: SocketAddr, now: Instant) -> Conn {
+        if let Err(e) = socket2::SockRef::from(&stream).set_tcp_notsent_lowat(NOTSENT_LOWAT) {
+            tracing::debug!(error = %e, "TCP_NOTSENT_LOWAT on an ICE-TCP connection");
+        }
         Conn {
             stream,
             peer,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
             written: 0,
+            frames: VecDeque::new(),
+            frame_start: 0,
             state: State::Unclaimed,
             opened: now,
             last_in: now,
@@ -192,18 +208,54 @@ impl Conn {
         }
     }
 
-    /// Queues `datagram`, framed; `false` when the queue has no room for it (dropped whole).
-    fn queue(&mut self, datagram: &[u8]) -> bool {
+    /// Queues `datagram`, framed, at `now`; `false` when the queue has no room for it
+    /// (dropped whole).
+    fn queue(&mut self, datagram: &[u8], now: Instant) -> bool {
         if self.wbuf.len() - self.written + 2 + datagram.len() > MAX_QUEUED {
             return false;
         }
-        write_frame(&mut self.wbuf, datagram).is_ok()
+        let queued = write_frame(&mut self.wbuf, datagram).is_ok();
+        if queued {
+            self.frames.push_back((self.wbuf.len(), now));
+        }
+        queued
     }
 
-    /// Writes what is queued until the socket is full.
-    fn flush(&mut self) -> io::Result<()> {
-        while self.written < self.wbuf.len() {
-            match self.stream.write(&self.wbuf[self.written..]) {
+    /// Forgets the frames wholly written, then drops, whole, the frames that waited longer
+    /// than [`MAX_QUEUE_AGE`] at `now` and of which nothing was written; how many it dropped.
+    fn drop_stale(&mut self, now: Instant) -> u64 {
+        let mut dropped = 0;
+        while let Some(&(end, at)) = self.frames.front() {
+            if self.written >= end {
+                self.frames.pop_front();
+                self.frame_start = end;
+            } else if self.written == self.frame_start && now.duration_since(at) > MAX_QUEUE_AGE {
+                self.frames.pop_front();
+                self.written = end;
+                self.frame_start = end;
+                dropped += 1;
+            } else {
+                break;
+            }
+        }
+        dropped
+    }
+
+    /// Writes what is queued until the socket is full, having dropped what waited too long;
+    /// how many datagrams it dropped so.
+    fn flush(&mut self, now: Instant) -> io::Result<u64> {
+        let mut dropped = 0;
+        loop {
+            dropped += self.drop_stale(now);
+            if self.written >= self.wbuf.len() {
+                break;
+            }
+            // A frame partly written is finished alone: what follows it may be stale by then.
+            let until = match self.frames.front() {
+                Some(&(end, _)) if self.written > self.frame_start => end,
+                _ => self.wbuf.len(),
+            };
+            match self.stream.write(&self.wbuf[self.written..until]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => self.written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -213,12 +265,20 @@ impl Conn {
         }
         if self.written == self.wbuf.len() {
             self.wbuf.clear();
-            self.written = 0;
-        } else if self.written >= MAX_QUEUED / 4 {
-            self.wbuf.drain(..self.written);
-            self.written = 0;
+            self.frames.clear();
+            (self.written, self.frame_start) = (0, 0);
+        } else if self.frame_start >= MAX_QUEUED / 4 {
+            // What is before the first frame not wholly written goes (a frame partly written
+            // stays whole in the buffer: the part not written yet is still to go).
+            let shift = self.frame_start;
+            self.wbuf.drain(..shift);
+            for f in &mut self.frames {
+                f.0 -= shift;
+            }
+            self.written -= shift;
+            self.frame_start = 0;
         }
-        Ok(())
+        Ok(dropped)
     }
 
     fn waiting(&self) -> bool {
@@ -554,7 +614,7 @@ impl Worker {
             .tcp
             .conns
             .get_mut(&id)
-            .is_some_and(|c| c.queue(datagram));
+            .is_some_and(|c| c.queue(datagram, origin.unwrap_or_else(Instant::now)));
         if queued {
             if let Some(t) = origin {
                 self.stats.relay_latency.record(t.elapsed());
@@ -581,15 +641,22 @@ impl Worker {
 
     /// Writes what the connections have queued, as far as their sockets take it.
     pub(super) fn tcp_flush(&mut self) {
+        let now = Instant::now();
         for id in std::mem::take(&mut self.tcp.dirty) {
             let Some(c) = self.tcp.conns.get_mut(&id) else {
                 continue;
             };
             c.dirty = false;
-            if c.flush().is_err() {
+            let Ok(stale) = c.flush(now) else {
                 self.tcp_close(id, TcpClose::Peer);
                 continue;
+            };
+            if stale > 0 {
+                self.shard.count_drops(DropReason::TcpQueueStale, stale);
             }
+            let Some(c) = self.tcp.conns.get_mut(&id) else {
+                continue;
+            };
             let want = c.waiting();
             if want != c.want_write {
                 c.want_write = want;
@@ -633,7 +700,7 @@ impl Worker {
         for a in addrs {
             if let Some(&id) = self.tcp.by_peer.get(a) {
                 if let Some(c) = self.tcp.conns.get_mut(&id) {
-                    let _ = c.flush();
+                    let _ = c.flush(Instant::now());
                 }
                 self.tcp_close(id, TcpClose::Ended);
             }
@@ -704,5 +771,73 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), TcpClose::ALL.len());
+    }
+
+    /// A browser that reads nothing: once the socket takes no more, what waits past
+    /// [`MAX_QUEUE_AGE`] is dropped whole, a frame partly written is finished first, and what
+    /// the browser then reads is every frame it was sent, whole, in order.
+    #[test]
+    fn a_slow_readers_stale_datagrams_are_dropped_whole_and_the_stream_stays_framed() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut browser = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (ours, peer) = listener.accept().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let t0 = Instant::now();
+        let mut c = Conn::new(mio::net::TcpStream::from_std(ours), peer, t0);
+        // Datagrams numbered in their first 4 bytes, until the socket takes no more.
+        let datagram = |n: u32| {
+            let mut d = vec![0x5a; 1200];
+            d[..4].copy_from_slice(&n.to_be_bytes());
+            d
+        };
+        let mut n = 0u32;
+        while !c.waiting() {
+            assert!(c.queue(&datagram(n), t0));
+            n += 1;
+            assert_eq!(c.flush(t0).unwrap(), 0);
+        }
+        let stuck = n;
+        for _ in 0..20 {
+            assert!(c.queue(&datagram(n), t0));
+            n += 1;
+        }
+        assert_eq!(c.flush(t0 + MAX_QUEUE_AGE / 2).unwrap(), 0, "not stale yet");
+        // Past the age, a fresh one comes; then the browser reads everything. The frame partly
+        // written (if any) is finished; the 20 behind it, stale, are never written.
+        let fresh = t0 + MAX_QUEUE_AGE * 2;
+        assert!(c.queue(&datagram(n), fresh));
+        let last = n;
+        browser
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let (mut got, mut dropped) = (Vec::new(), 0);
+        let mut buf = vec![0u8; 1 << 16];
+        loop {
+            dropped += c.flush(fresh).unwrap();
+            match browser.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+        }
+        assert_eq!(dropped, 20, "the stale ones");
+        let mut at = 0;
+        let mut seen = Vec::new();
+        while let Some((d, k)) = next_frame(&got[at..]) {
+            assert_eq!(d.len(), 1200, "a frame cut");
+            seen.push(u32::from_be_bytes([d[0], d[1], d[2], d[3]]));
+            at += k;
+        }
+        assert_eq!(at, got.len(), "bytes after the last whole frame");
+        assert!(seen.windows(2).all(|w| w[0] < w[1]), "{seen:?}");
+        assert_eq!(seen.last(), Some(&last));
+        assert_eq!(
+            seen.len() as u32,
+            stuck + 1,
+            "what was written, then the fresh one"
+        );
+        assert!(
+            seen[..seen.len() - 1].iter().all(|&k| k < stuck),
+            "{seen:?}"
+        );
     }
 }
