@@ -390,6 +390,17 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     b.shutdown();
 }
 
+/// The browser's ICE restart through `ng`, sent again every 50 ms while it is refused (the
+/// node has not taken the call yet), for 5 s at most.
+fn restart_until_taken(c: &mut WebRtcCall, ng: &mut Ng) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while !c.restart_ice(ng).unwrap() {
+        assert!(Instant::now() < until, "{}: the re-INVITE is refused", c.id);
+        c.exchange().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Exchanges media on WebRTC call `c` until both sides heard 10 packets more than they had,
 /// and how long that took; a panic naming `what` after `limit`.
 fn webrtc_heard_again(c: &mut WebRtcCall, what: &str, limit: Duration) -> Duration {
@@ -424,7 +435,7 @@ fn a_killed_nodes_webrtc_calls_continue_on_its_standby_after_an_ice_restart() {
         a_ng,
         b,
         ..
-    }) = Pair::start(MEDIA_A, "44500-44599", "45500-45599")
+    }) = Pair::start(MEDIA_A, "44500-44599", "47000-47099")
     else {
         return;
     };
@@ -524,7 +535,7 @@ fn chromium_calls_a_phone_through_a_node_that_dies_and_goes_on_at_its_standby() 
         a_ng,
         b,
         ..
-    }) = Pair::start(MEDIA_A, "44600-44699", "45600-45699")
+    }) = Pair::start(MEDIA_A, "44600-44699", "47100-47199")
     else {
         return;
     };
@@ -582,7 +593,9 @@ fn chromium_calls_a_phone_through_a_node_that_dies_and_goes_on_at_its_standby() 
 /// A clean stop (SIGTERM) leaves the node's calls' states for its standby, which takes them
 /// within a third of the lease of the node leaving (no lease to wait out); and a node that
 /// shuts down and starts again (the standby here, as a rolling restart would) takes the calls
-/// it carried back, on the same addresses with the same keys.
+/// it carried back, on the same addresses with the same keys. A call from a phone to a
+/// browser goes along: neither stop says a word to the browser (no `close_notify`), which
+/// restarts ICE towards the node that took its call each time and goes on there.
 #[test]
 fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_own_back() {
     let Some(Pair {
@@ -611,12 +624,16 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
             .unwrap()
         })
         .collect();
+    // And a phone calling a browser.
+    let mut webrtc = WebRtcCall::open(&mut ng_a, "webrtc-stopped@proxy", Instant::now()).unwrap();
+    webrtc_heard_again(&mut webrtc, "through a", Duration::from_secs(10));
     for c in calls.iter_mut() {
         c.mark();
     }
     until_heard(&mut calls, Instant::now(), Duration::from_secs(10), |_| {});
     for _ in 0..60 {
         exchange_all(&mut calls);
+        webrtc.exchange().unwrap();
     }
 
     // SIGTERM, the phones talking on while a stops.
@@ -632,20 +649,28 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
             "a did not stop"
         );
         exchange_all(&mut calls);
+        webrtc.exchange().unwrap();
     }
+    // a stopped without a word to the browser (no close_notify), which restarts ICE through
+    // its proxy towards b once b took the call, and goes on there.
+    assert!(!webrtc.browser.peer_closed(), "a sent close_notify");
     let stopped = Instant::now();
     for c in calls.iter_mut() {
         c.mark();
     }
     let handed = until_heard(&mut calls, stopped, Duration::from_secs(10), |_| {});
+    let mut ng_b = Ng::new(b.ng_addr().unwrap()).unwrap();
+    restart_until_taken(&mut webrtc, &mut ng_b);
+    webrtc_heard_again(&mut webrtc, "taken by b", Duration::from_secs(5));
     let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
     assert_eq!(
         at_b.metric("secrelay_cluster_calls_taken_over_total")
             .unwrap(),
-        6
+        7
     );
     for _ in 0..60 {
         exchange_all(&mut calls);
+        webrtc.exchange().unwrap();
     }
 
     // b shuts down and starts again: its calls come back with it.
@@ -653,14 +678,25 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
     let down = Instant::now();
     assert_eq!(
         redis.cli(&["HLEN", "secrelay:calls:b"]),
-        "6",
+        "7",
         "b's calls kept for its restart"
     );
-    let b2 = Server::start(standby(&redis, &key, "45500-45999")).unwrap();
+    assert!(!webrtc.browser.peer_closed(), "b sent close_notify");
+    let b2 = Server::start(ServeConfig {
+        cert: Some(dir.path().join("media.pem")),
+        key: Some(dir.path().join("media.key")),
+        ..standby(&redis, &key, "45500-45999")
+    })
+    .unwrap();
     for c in calls.iter_mut() {
         c.mark();
     }
     let back = until_heard(&mut calls, down, Duration::from_secs(10), |_| {});
+    // b started again on another WebRTC port: the browser restarts ICE towards it.
+    let mut ng_b2 = Ng::new(b2.ng_addr().unwrap()).unwrap();
+    restart_until_taken(&mut webrtc, &mut ng_b2);
+    webrtc_heard_again(&mut webrtc, "taken back by b", Duration::from_secs(5));
+    assert_eq!(webrtc.browser.rx_errors, 0);
     eprintln!(
         "handed over {:.0}–{:.0} ms after a exited (it stopped {:.0} ms after SIGTERM); back {:.0}–{:.0} ms after b shut down",
         handed.iter().min().unwrap().as_secs_f64() * 1e3,
@@ -670,17 +706,17 @@ fn a_node_stopped_cleanly_hands_its_calls_over_and_a_restarted_node_takes_its_ow
         back.iter().max().unwrap().as_secs_f64() * 1e3,
     );
     let at_b2 = Signaling::new(b2.url()).with_admin(b2.admin_key().expose());
-    assert_eq!(at_b2.metric("secrelay_ng_calls").unwrap(), 6);
+    assert_eq!(at_b2.metric("secrelay_ng_calls").unwrap(), 7);
     assert_eq!(
         redis.cli(&["TTL", "secrelay:calls:b"]),
         "-1",
         "taken back: kept for good"
     );
-    let mut ng_b2 = Ng::new(b2.ng_addr().unwrap()).unwrap();
     for c in &calls {
         assert_eq!(ng_b2.call(command("query", &c.id)).unwrap()["result"], "ok");
         ng_b2.call(command("delete", &c.id)).unwrap();
     }
+    ng_b2.call(command("delete", &webrtc.id)).unwrap();
     b2.shutdown();
 }
 
@@ -793,11 +829,7 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     // The browser, told nothing, restarts ICE through its proxy (whose command at a goes to
     // b, which owns the call now) and goes on at b with the DTLS association it has.
     assert!(!webrtc.browser.peer_closed());
-    let until = Instant::now() + Duration::from_secs(5);
-    while !webrtc.restart_ice(&mut ng_a).unwrap() {
-        assert!(Instant::now() < until, "the re-INVITE is refused");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    restart_until_taken(&mut webrtc, &mut ng_a);
     webrtc_heard_again(&mut webrtc, "handed to b", Duration::from_secs(5));
     assert_eq!(webrtc.browser.rx_errors, 0);
     assert_eq!(at_a.metric("secrelay_ng_calls").unwrap(), 0);
