@@ -25,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use lab_support::{chromium, missing};
+use lab_support::{chromium, firefox, missing};
 use serde_json::Value;
 
 /// The two tests share two cores with everything else: one at a time.
@@ -56,24 +56,6 @@ fn python(test: &str) -> Option<PathBuf> {
         missing(
             test,
             &format!("no Python with aiortc and numpy at {}", p.display()),
-        );
-        None
-    }
-}
-
-fn firefox(test: &str) -> Option<PathBuf> {
-    let p = std::env::var_os("SECRELAY_FIREFOX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/firefox-esr"));
-    if p.exists() {
-        Some(p)
-    } else {
-        missing(
-            test,
-            &format!(
-                "no Firefox at {} (Debian package firefox-esr, or set SECRELAY_FIREFOX)",
-                p.display()
-            ),
         );
         None
     }

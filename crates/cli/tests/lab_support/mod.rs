@@ -27,21 +27,50 @@ pub fn missing(test: &str, why: &str) {
 /// Chromium (`SECRELAY_CHROMIUM`, else `/usr/bin/chromium`), or `None` after [`missing`] said
 /// why.
 pub fn chromium(test: &str) -> Option<std::path::PathBuf> {
-    let p = std::env::var_os("SECRELAY_CHROMIUM")
+    browser(
+        test,
+        "Chromium",
+        "SECRELAY_CHROMIUM",
+        "/usr/bin/chromium",
+        "chromium",
+    )
+}
+
+/// Firefox (`SECRELAY_FIREFOX`, else `/usr/bin/firefox-esr`), or `None` after [`missing`] said
+/// why.
+pub fn firefox(test: &str) -> Option<std::path::PathBuf> {
+    browser(
+        test,
+        "Firefox",
+        "SECRELAY_FIREFOX",
+        "/usr/bin/firefox-esr",
+        "firefox-esr",
+    )
+}
+
+/// Browser `name` at `$var`, else at `default` (Debian's `package`), or `None` after
+/// [`missing`] said why.
+fn browser(
+    test: &str,
+    name: &str,
+    var: &str,
+    default: &str,
+    package: &str,
+) -> Option<std::path::PathBuf> {
+    let p = std::env::var_os(var)
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("/usr/bin/chromium"));
+        .unwrap_or_else(|| std::path::PathBuf::from(default));
     if p.exists() {
-        Some(p)
-    } else {
-        missing(
-            test,
-            &format!(
-                "no Chromium at {} (Debian package chromium, or set SECRELAY_CHROMIUM)",
-                p.display()
-            ),
-        );
-        None
+        return Some(p);
     }
+    missing(
+        test,
+        &format!(
+            "no {name} at {} (Debian package {package}, or set {var})",
+            p.display()
+        ),
+    );
+    None
 }
 
 /// Debian's rtpengine daemon (`SECRELAY_RTPENGINE`, else `/usr/bin/rtpengine`), or `None`

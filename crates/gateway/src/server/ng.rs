@@ -26,7 +26,7 @@ use secrelay_wire::ng::{error_reply, parse, reply, OfferAnswer, Request};
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
-use super::call_state::{CallState, Pins, Step, MAX_STEPS};
+use super::call_state::{CallState, Held, Pins, Step, MAX_STEPS};
 use super::cluster::{Cluster, HandoverError, Placement};
 use super::interfaces::Interface;
 use super::ng_call::{Ctx, SectionCall, Side};
@@ -602,16 +602,23 @@ impl Ng {
         call.created_at = std::time::UNIX_EPOCH + Duration::from_millis(state.created_at_ms);
         let rekey = call.restore(&state.members, offer_reply, answer_reply);
         for (room, id, held) in rekey {
-            let crypto = held
-                .crypto
-                .iter()
-                .cloned()
-                .map(zeroize::Zeroizing::new)
-                .collect();
-            self.gateway
-                .restore_rtp(&room, &id, crypto, held.srtp.clone())
-                .await?;
+            self.restore_keys(&room, &id, &held).await?;
         }
+        Ok(())
+    }
+
+    /// Telephony member `id` of `room`, made again, takes the keys of ours its phone holds and
+    /// its SRTP streams' marks, as `held` kept them.
+    async fn restore_keys(&self, room: &str, id: &str, held: &Held) -> Result<(), ApiError> {
+        let crypto = held
+            .crypto
+            .iter()
+            .cloned()
+            .map(zeroize::Zeroizing::new)
+            .collect();
+        self.gateway
+            .restore_rtp(room, id, crypto, held.srtp.clone())
+            .await?;
         Ok(())
     }
 
@@ -632,15 +639,7 @@ impl Ng {
                 .iter()
                 .find(|h| h.side == side && !h.crypto.is_empty())
             {
-                let crypto = h
-                    .crypto
-                    .iter()
-                    .cloned()
-                    .map(zeroize::Zeroizing::new)
-                    .collect();
-                self.gateway
-                    .restore_rtp(&call.room, &id, crypto, h.srtp.clone())
-                    .await?;
+                self.restore_keys(&call.room, &id, h).await?;
             }
         }
         Ok(())
