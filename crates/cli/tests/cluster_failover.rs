@@ -92,6 +92,11 @@ struct Pair {
 impl Pair {
     /// `None` where redis-server cannot start (a failure instead under CI).
     fn start(media: IpAddr, a_ports: &str, b_ports: &str) -> Option<Pair> {
+        Pair::start_with(media, a_ports, b_ports, true)
+    }
+
+    /// [`Pair::start`], `b` with the DTLS certificate `a` has only if `same_cert`.
+    fn start_with(media: IpAddr, a_ports: &str, b_ports: &str, same_cert: bool) -> Option<Pair> {
         let redis = RedisServer::start(0)?;
         let dir = tempfile::tempdir().unwrap();
         let key = dir.path().join("state.key");
@@ -126,8 +131,8 @@ impl Pair {
         };
         let at_a = Signaling::new(url).with_admin(std::fs::read_to_string(admin).unwrap().trim());
         let b = Server::start(ServeConfig {
-            cert: Some(cert),
-            key: Some(cert_key),
+            cert: same_cert.then_some(cert),
+            key: same_cert.then_some(cert_key),
             ..standby(&redis, &key, b_ports)
         })
         .unwrap();
@@ -587,6 +592,62 @@ fn chromium_calls_a_phone_through_a_node_that_dies_and_goes_on_at_its_standby() 
         0,
         "Chromium's DTLS association went on: no handshake at b"
     );
+    b.shutdown();
+}
+
+/// A standby with another DTLS certificate than the dead node's cannot carry its WebRTC calls
+/// (the browsers know the old fingerprint): such a call is counted as a failed takeover at
+/// once, not tried again for 30 s, while its phone calls are taken over as ever.
+#[test]
+fn a_standby_with_another_certificate_fails_webrtc_calls_at_once_and_takes_the_others() {
+    let Some(Pair {
+        redis: _redis,
+        dir: _dir,
+        mut a,
+        a_ng,
+        b,
+        ..
+    }) = Pair::start_with(MEDIA_A, "44700-44799", "47200-47299", false)
+    else {
+        return;
+    };
+    let at_b = Signaling::new(b.url()).with_admin(b.admin_key().expose());
+    let mut ng_a = Ng::new(a_ng).unwrap();
+    let mut webrtc = WebRtcCall::open(&mut ng_a, "other-cert@proxy", Instant::now()).unwrap();
+    webrtc_heard_again(&mut webrtc, "through a", Duration::from_secs(10));
+    let mut phones =
+        vec![PhoneCall::open(&mut ng_a, "other-cert-phones@proxy", None, 0x5000, 9).unwrap()];
+    phones[0].mark();
+    until_heard(&mut phones, Instant::now(), Duration::from_secs(10), |_| {});
+    // The browser's keys reach the kept state within a second.
+    for _ in 0..75 {
+        webrtc.exchange().unwrap();
+        exchange_all(&mut phones);
+    }
+    a.kill().unwrap();
+    a.wait().unwrap();
+    let killed = Instant::now();
+    phones[0].mark();
+    until_heard(&mut phones, killed, Duration::from_secs(10), |_| {});
+    wait_for(
+        "the WebRTC call counted as failed",
+        Duration::from_secs(5),
+        || {
+            at_b.metric("secrelay_cluster_takeover_failures_total")
+                .unwrap()
+                == 1
+        },
+    );
+    eprintln!(
+        "the WebRTC call given up {:.0} ms after the kill",
+        killed.elapsed().as_secs_f64() * 1e3
+    );
+    assert_eq!(
+        at_b.metric("secrelay_cluster_calls_taken_over_total")
+            .unwrap(),
+        1
+    );
+    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 1);
     b.shutdown();
 }
 

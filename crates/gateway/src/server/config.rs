@@ -129,19 +129,21 @@ pub struct ServeConfig {
     /// another node takes them.
     pub cluster_lease_secs: f64,
     /// A file holding the 256-bit key (64 hex digits: `openssl rand -hex 32`) this node seals
-    /// its telephony calls' states with before writing them to the directory, where a standby
-    /// reads them (`cluster_takeover`). Every node that keeps or takes calls needs the same
-    /// key. Not set: calls are not kept (unless `cluster_state_clear`).
+    /// its ng calls' states with before writing them to the directory, where a standby reads
+    /// them (`cluster_takeover`). Every node that keeps or takes calls needs the same key (and,
+    /// for calls with a WebRTC side, the same `cert`). Not set: calls are not kept (unless
+    /// `cluster_state_clear`).
     pub cluster_state_key: Option<PathBuf>,
     /// Write the calls' states to the directory in clear (SRTP keys included), for a directory
     /// the operator trusts as much as the nodes. Ignored with `cluster_state_key`.
     pub cluster_state_clear: bool,
-    /// The nodes whose telephony calls this node takes over when their lease runs out: it
-    /// binds each call's ports on the addresses the dead node had (moved to this machine, as
-    /// keepalived moves a virtual address), makes each call again from the ng requests that
-    /// made it, and gives each leg the keys its phone holds. Needs `cluster_state_key` (or
-    /// `cluster_state_clear`) here and on those nodes; this node's `rtp_ports` must not
-    /// overlap theirs.
+    /// The nodes whose ng calls this node takes over when their lease runs out: it binds each
+    /// call's ports on the addresses the dead node had (moved to this machine, as keepalived
+    /// moves a virtual address), makes each call again from the ng requests that made it, and
+    /// gives each leg the keys its phone holds (a WebRTC leg its DTLS association's SRTP
+    /// keys: its browser restarts ICE towards this node). Needs `cluster_state_key` (or
+    /// `cluster_state_clear`) here and on those nodes, and for WebRTC sides the same `cert`;
+    /// this node's `rtp_ports` must not overlap theirs.
     pub cluster_takeover: Vec<String>,
     /// A hot standby: new rooms and calls go to the other live nodes that are not standbys (an
     /// offer or ng call for a new room that arrives here goes there), while this node takes

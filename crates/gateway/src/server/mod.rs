@@ -1569,6 +1569,11 @@ impl Server {
         if !access.policy().closes_rooms() {
             tracing::warn!("no api_keys, admin_key or token configured: anyone who reaches the signaling may publish and view in any room (docs/security.md)");
         }
+        let config = gateway.config();
+        let keeps_calls = config.cluster_state_key.is_some() || config.cluster_state_clear;
+        if config.cluster_redis.is_some() && keeps_calls && config.cert.is_none() {
+            tracing::warn!("calls are kept for other nodes, but this node's DTLS certificate is made at start: a call with a WebRTC side cannot go on at another node (give every node the same `cert` and `key`)");
+        }
         Ok(Server {
             gateway,
             access,

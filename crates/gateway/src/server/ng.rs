@@ -526,7 +526,14 @@ impl Ng {
                 if let Some(c) = self.calls.remove(&call_id) {
                     self.drop_call(c).await;
                 }
-                if Instant::now() < until {
+                // Another certificate here than the browser knows: no retry makes it one.
+                let other_certificate = matches!(
+                    why,
+                    ApiError::Join(crate::shard::JoinError::WebRtc(
+                        crate::leg::WebRtcError::OtherCertificate
+                    ))
+                );
+                if Instant::now() < until && !other_certificate {
                     tracing::debug!(call_id, error = %why, "a call taken over cannot be made yet: tried again");
                     self.takeovers_waiting.push((state, until));
                 } else {
