@@ -2022,6 +2022,27 @@ impl Shard {
         Ok(answer)
     }
 
+    /// Takes back the new offer of ours member `id` of `room` waits to answer (a telephony or
+    /// WebRTC leg's), the re-INVITE it was made for refused at the other side; `false` if
+    /// there is no such member.
+    pub fn withdraw_offer(&mut self, room: &str, id: &str) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[slot].as_mut() else {
+            return false;
+        };
+        s.room.with_leg(member, out, |leg| {
+            if let Some(l) = leg.as_rtp_mut() {
+                l.withdraw_offer();
+            } else if let Some(l) = leg.as_webrtc_mut() {
+                l.withdraw_offer();
+            }
+        });
+        true
+    }
+
     /// A new offer of ours to a WebRTC member's peer in its session, with the sections it
     /// has (the other side of a re-INVITE through the ng protocol); its answer comes through
     /// [`Shard::answer_reoffer`].

@@ -412,7 +412,8 @@ fn bad_requests_get_error_replies_with_reasons_and_retransmissions_the_same_repl
 /// WebRTC offer of the gateway's (ICE-lite, DTLS `actpass`, its fingerprint and candidate);
 /// the simulated browser answers it (DTLS client), checks and handshakes against the gateway,
 /// and audio flows both ways between the plain phone and the browser; the phone's answer is
-/// plain RTP.
+/// plain RTP. Then the browser's re-INVITE with another certificate is refused, and the call
+/// is left as it was: the phone's next re-INVITE is taken as an offer.
 #[test]
 fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
     let (server, mut ng) = start();
@@ -486,6 +487,57 @@ fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
         std::thread::sleep(Duration::from_millis(2));
     }
     assert_eq!(group[0].rx_errors, 0);
+
+    // The browser re-INVITEs with another certificate (a DTLS restart): refused, and the
+    // phone's side is left as it was: the phone's own re-INVITE after it is an offer, which
+    // becomes our new offer to the browser.
+    let other = secrelay_dtls::Certificate::self_signed(secrelay_dtls::KeyType::EcdsaP256, "x")
+        .unwrap()
+        .fingerprint();
+    let restart = group[0].restart_offer().unwrap();
+    let foreign: String = restart
+        .lines()
+        .map(|l| {
+            if l.starts_with("a=fingerprint:") {
+                format!("a=fingerprint:{other}\r\n")
+            } else {
+                format!("{l}\r\n")
+            }
+        })
+        .collect();
+    let refused = ng.raw(vec![
+        ("command".into(), s("offer")),
+        ("call-id".into(), s("to-browser@proxy")),
+        ("from-tag".into(), s("browser")),
+        ("to-tag".into(), s("phone")),
+        ("sdp".into(), s(&foreign)),
+    ]);
+    let refused = refused.unwrap();
+    assert_eq!(
+        text(&refused, "result").as_deref(),
+        Some("error"),
+        "{refused:?}"
+    );
+    assert!(
+        text(&refused, "error-reason").is_some_and(|r| r.contains("DTLS restart")),
+        "{refused:?}"
+    );
+    let reinvite = ng
+        .call(vec![
+            ("command".into(), s("offer")),
+            ("call-id".into(), s("to-browser@proxy")),
+            ("from-tag".into(), s("phone")),
+            ("to-tag".into(), s("browser")),
+            // Its session's next version: a new offer, not the first one sent again.
+            (
+                "sdp".into(),
+                s(&caller.phone.offer().replace("o=phone 1 1 ", "o=phone 1 2 ")),
+            ),
+        ])
+        .unwrap();
+    for line in ["UDP/TLS/RTP/SAVPF", "a=setup:actpass", "a=ice-lite"] {
+        assert!(reinvite["sdp"].contains(line), "{line} in {reinvite:?}");
+    }
 
     let q = ng
         .raw(vec![

@@ -1355,6 +1355,12 @@ impl RtpLeg {
         self.awaiting || self.reoffered
     }
 
+    /// Takes back a new offer of ours that will get no answer (the re-INVITE it was made for
+    /// was refused at the other side): the next SDP from the phone is an offer again.
+    pub fn withdraw_offer(&mut self) {
+        self.reoffered = false;
+    }
+
     /// The local ports; the RTCP one is unused when RTCP is muxed.
     pub fn ports(&self) -> Ports {
         self.ports

@@ -973,6 +973,15 @@ impl WebRtcLeg {
         Ok(restarted)
     }
 
+    /// Takes back a new offer of ours that will get no answer (the re-INVITE it was made for
+    /// was refused at the other side); the sections it would have added are forgotten.
+    pub fn withdraw_offer(&mut self) {
+        if let Some(r) = self.reoffer.take() {
+            self.sections
+                .retain(|s| !r.added.iter().any(|m| m.mid == s.mid));
+        }
+    }
+
     /// The revision of our new offer that waits for its answer, if one does.
     pub fn reoffer_pending(&self) -> Option<u64> {
         self.reoffer.as_ref().map(|r| r.revision)

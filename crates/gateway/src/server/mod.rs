@@ -958,6 +958,18 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
+    /// Takes back the new offer of ours member `id` of `room` waits to answer
+    /// ([`Shard::withdraw_offer`]).
+    pub async fn withdraw_offer(&self, room: &str, id: &str) -> bool {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, _, room| {
+            w.shard_mut().withdraw_offer(room, &id)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
     /// A new offer of ours to WebRTC member `id`'s peer, in its session (the other side of a
     /// re-INVITE); its answer comes to [`Gateway::answer_reoffer`].
     pub async fn reoffer_webrtc(&self, room: &str, id: &str) -> Result<String, JoinError> {

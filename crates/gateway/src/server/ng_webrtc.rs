@@ -373,23 +373,16 @@ impl Ng {
         } else {
             self.gateway.reoffer_rtp(&call.room, &answerer).await?
         };
-        let answer = if offerer_webrtc {
-            let sdp = parse_offer(&o.sdp)
-                .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
-            self.gateway
-                .update_webrtc(&call.room, &offerer, sdp)
-                .await?
-        } else {
-            let sdp =
-                parse_rtp(&o.sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
-            match self.gateway.update_rtp(&call.room, &offerer, sdp).await {
-                Ok(Some(answer)) => answer,
-                Ok(None) => {
-                    return Err(ApiError::bad(
-                        "the offering side had an offer of ours pending",
-                    ))
-                }
-                Err(e) => return Err(e.into()),
+        let answer = match self
+            .offerer_takes(&call.room, &offerer, offerer_webrtc, &o.sdp)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Refused: the other side's new offer will get no answer, and its next SDP is
+                // an offer again.
+                self.gateway.withdraw_offer(&call.room, &answerer).await;
+                return Err(e);
             }
         };
         if let Some(c) = self.webrtc_mut(&o.call_id) {
@@ -406,6 +399,28 @@ impl Ng {
             });
         }
         Ok(sdp_reply(&offer, &o.flags.ignored))
+    }
+
+    /// The offering side's member takes its new offer `sdp` (WebRTC or telephony): our answer.
+    async fn offerer_takes(
+        &self,
+        room: &str,
+        offerer: &str,
+        webrtc: bool,
+        sdp: &str,
+    ) -> Result<String, ApiError> {
+        if webrtc {
+            let sdp = parse_offer(sdp)
+                .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
+            return Ok(self.gateway.update_webrtc(room, offerer, sdp).await?);
+        }
+        let sdp = parse_rtp(sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
+        match self.gateway.update_rtp(room, offerer, sdp).await? {
+            Some(answer) => Ok(answer),
+            None => Err(ApiError::bad(
+                "the offering side had an offer of ours pending",
+            )),
+        }
     }
 
     /// `answer`: the callee's member takes its answer; the caller's member is made, with the
