@@ -181,6 +181,48 @@ fn re_invites_from_either_side_move_media_and_keys_through_the_call() {
     callee.phone.accept_answer(&to_callee).unwrap();
     talk(&mut caller, &mut callee, 0xc3, 0xb2);
 
+    // A re-INVITE the offering side's leg refuses (no crypto line it can use) leaves the call
+    // as it was: the other side's next re-INVITE is an offer, not an answer to ours.
+    let unusable = callee
+        .phone
+        .offer()
+        .replace("AES_CM_128_HMAC_SHA1_80", "NO_SUCH_SUITE_80");
+    let e = ng
+        .raw(offer_answer(
+            "offer",
+            "c2@proxy",
+            "bob",
+            Some("alice"),
+            &unusable,
+        ))
+        .unwrap();
+    assert_eq!(text(&e, "result").as_deref(), Some("error"), "{e:?}");
+    let next = caller.phone.offer().replace("o=phone 1 1 ", "o=phone 1 3 ");
+    let to_callee = ng
+        .call(offer_answer(
+            "offer",
+            "c2@proxy",
+            "alice",
+            Some("bob"),
+            &next,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    assert!(to_callee.contains("RTP/SAVP"), "{to_callee}");
+    let callee_answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(offer_answer(
+            "answer",
+            "c2@proxy",
+            "alice",
+            Some("bob"),
+            &callee_answer,
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    talk(&mut caller, &mut callee, 0xc4, 0xb3);
+
     // A third party's tag is refused with the reason.
     let e = ng
         .raw(offer_answer(

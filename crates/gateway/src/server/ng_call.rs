@@ -881,18 +881,24 @@ impl SectionCall {
         // Our offer to the other side first: if it cannot take one, nothing has changed yet.
         let offer = ctx.gateway.reoffer_rtp(&s.room, &y.id).await?;
         let y_local = local_of(&offer)?;
-        let answer = match ctx
+        let taken = match ctx
             .gateway
             .update_rtp(&s.room, &x.id, description_of(doc, m))
             .await
         {
-            Ok(Some(answer)) => answer,
-            Ok(None) => {
-                return Err(ApiError::bad(
-                    "the offering side had an offer of ours pending",
-                ))
+            Ok(Some(answer)) => Ok(answer),
+            Ok(None) => Err(ApiError::bad(
+                "the offering side had an offer of ours pending",
+            )),
+            Err(e) => Err(e.into()),
+        };
+        let answer = match taken {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Refused: our offer to the other side will get no answer.
+                ctx.gateway.withdraw_offer(&s.room, &y.id).await;
+                return Err(e);
             }
-            Err(e) => return Err(e.into()),
         };
         let x_local = local_of(&answer)?;
         let sec = self.section(i);
