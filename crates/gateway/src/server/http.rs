@@ -710,7 +710,9 @@ async fn offer(
         Ok(o) => o,
         Err(e) => return ApiError::bad(format!("bad SDP offer: {e}")).into_response(),
     };
-    if let Err(e) = room_for_one_more(&s, &room, &caller, source) {
+    // A viewer without data channels may be spread to another worker (`Gateway::join`).
+    let spreads = kind == JoinKind::Whep && !offer.media.iter().any(|m| m.sctp.is_some());
+    if let Err(e) = room_for_one_more(&s, &room, &caller, source, spreads) {
         return e.into_response();
     }
     let remote_ufrag = offer.ice_ufrag.clone();
@@ -828,12 +830,15 @@ fn sdp_body<'b>(headers: &HeaderMap, body: &'b Bytes, what: &str) -> Result<&'b 
 /// not connected yet (else 429; callers with a credential are accountable for theirs), the
 /// gateway is under `max_participants` (an anonymous caller under the share not kept for
 /// callers with a credential), and the room's worker is not shedding joins (else 503 with
-/// `Retry-After`). The room's own limit is the shard's to check, exactly.
+/// `Retry-After`; a viewer that `spreads` to another worker is taken while any worker takes
+/// joins: [`super::Gateway::admit_join`]). The room's own limit is the shard's to check,
+/// exactly.
 fn room_for_one_more(
     s: &AppState,
     room: &str,
     caller: &Caller,
     source: Option<SourceKey>,
+    spreads: bool,
 ) -> Result<(), ApiError> {
     let config = s.gateway.config();
     let anonymous = !caller.authenticated();
@@ -872,7 +877,7 @@ fn room_for_one_more(
             "the gateway is full ({alive} participants{kept})"
         )));
     }
-    s.gateway.admit(room)
+    s.gateway.admit_join(room, spreads)
 }
 
 /// `POST /rooms/{room}/rtp`: a telephony leg (plain RTP or SDES-SRTP) from an SDP offer.
@@ -900,7 +905,7 @@ async fn rtp_offer(
         Ok(o) => o,
         Err(e) => return ApiError::bad(format!("bad SDP offer: {e}")).into_response(),
     };
-    if let Err(e) = room_for_one_more(&s, &room, &caller, source) {
+    if let Err(e) = room_for_one_more(&s, &room, &caller, source, false) {
         return e.into_response();
     }
     match s.gateway.join_rtp(&room, offer, who(&caller)).await {
@@ -1004,7 +1009,7 @@ async fn rtp_make_offer(
         Ok(spec) => spec,
         Err(e) => return e.into_response(),
     };
-    if let Err(e) = room_for_one_more(&s, &room, &caller, source) {
+    if let Err(e) = room_for_one_more(&s, &room, &caller, source, false) {
         return e.into_response();
     }
     match s.gateway.offer_rtp(&room, spec, who(&caller)).await {

@@ -769,12 +769,31 @@ impl Gateway {
             return None;
         }
         let home = self.worker_index(room);
-        let load = |w: usize| {
-            self.stats.workers[w].shard().members as usize + self.joining[w].load(Ordering::Relaxed)
-        };
-        // Ties go to the room's own worker (no pipe needed).
-        let best = (0..workers).min_by_key(|&w| (load(w), w != home))?;
-        (best != home).then_some(best)
+        let loads: Vec<(usize, bool)> = (0..workers)
+            .map(|w| {
+                let members = self.stats.workers[w].shard().members as usize;
+                let takes = self.stats.workers[w].shed() < Shed::Joins;
+                (members + self.joining[w].load(Ordering::Relaxed), takes)
+            })
+            .collect();
+        least_loaded(&loads, home).filter(|&best| best != home)
+    }
+
+    /// Whether a new participant of `room` is taken (a worker shedding joins refuses it, 503):
+    /// the room's own worker decides, but a viewer that may be spread ([`Gateway::join`]) is
+    /// taken while any worker takes joins, and goes there.
+    pub fn admit_join(&self, room: &str, spreads: bool) -> Result<(), ApiError> {
+        let home = self.admit(room);
+        let workers = self.stats.workers.len();
+        if home.is_ok() || !spreads || !self.config.spread_viewers || workers < 2 {
+            return home;
+        }
+        let any = (0..workers).any(|w| self.stats.workers[w].shed() < Shed::Joins);
+        if any {
+            Ok(())
+        } else {
+            home
+        }
     }
 
     /// Joins a viewer of `room` on worker `at`: the room's worker attaches a pipe to `at` and
@@ -1286,6 +1305,15 @@ impl Gateway {
     }
 }
 
+/// Of the workers that take joins (`loads[w]`: participants, and whether it takes joins), the
+/// one with the fewest participants, ties going to the room's own (`home`: no pipe needed);
+/// `None` when none takes joins.
+fn least_loaded(loads: &[(usize, bool)], home: usize) -> Option<usize> {
+    (0..loads.len())
+        .filter(|&w| loads[w].1)
+        .min_by_key(|&w| (loads[w].0, w != home))
+}
+
 /// The gateway and its signaling server (HTTPS, and plain HTTP when asked for; the ng control
 /// socket when configured), the signaling on threads of its own.
 pub struct Server {
@@ -1766,5 +1794,38 @@ impl Drop for Server {
         if self.http_thread.is_some() {
             self.stop_inner();
         }
+    }
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::least_loaded;
+
+    /// A spread room's new viewer goes to the least loaded worker that takes joins, ties to
+    /// the room's own; a worker that sheds joins is passed over however idle it is.
+    #[test]
+    fn a_viewer_goes_to_the_least_loaded_worker_that_takes_joins() {
+        assert_eq!(least_loaded(&[(5, true), (3, true)], 0), Some(1));
+        assert_eq!(
+            least_loaded(&[(3, true), (3, true)], 0),
+            Some(0),
+            "a tie: home"
+        );
+        assert_eq!(
+            least_loaded(&[(3, true), (3, true)], 1),
+            Some(1),
+            "a tie: home"
+        );
+        assert_eq!(
+            least_loaded(&[(9, true), (0, false), (4, true)], 0),
+            Some(2),
+            "the idle one sheds"
+        );
+        assert_eq!(
+            least_loaded(&[(0, false), (7, true)], 0),
+            Some(1),
+            "home sheds"
+        );
+        assert_eq!(least_loaded(&[(0, false), (0, false)], 0), None);
     }
 }
