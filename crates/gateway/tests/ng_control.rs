@@ -91,6 +91,11 @@ fn offer_answer(
     d
 }
 
+/// The SDP of ng's reply to an `offer` or `answer` ([`offer_answer`]), which must be `ok`.
+fn sdp_of(ng: &mut Ng, command: &str, c: &str, from: &str, to: Option<&str>, sdp: &str) -> String {
+    ng.call(offer_answer(command, c, from, to, sdp)).unwrap()["sdp"].clone()
+}
+
 /// The `o=` line of an SDP.
 fn origin(sdp: &str) -> &str {
     sdp.lines().find(|l| l.starts_with("o=")).unwrap()
@@ -105,16 +110,14 @@ fn re_invites_from_either_side_move_media_and_keys_through_the_call() {
     offer.push(("transport-protocol".into(), s("RTP/SAVP")));
     let to_callee = ng.call(offer).unwrap()["sdp"].clone();
     let callee_answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "c2@proxy",
-            "alice",
-            Some("bob"),
-            &callee_answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(
+        &mut ng,
+        "answer",
+        "c2@proxy",
+        "alice",
+        Some("bob"),
+        &callee_answer,
+    );
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0xc1, 0xb0);
 
@@ -123,61 +126,46 @@ fn re_invites_from_either_side_move_media_and_keys_through_the_call() {
     caller.socket.set_nonblocking(true).unwrap();
     caller.phone.addr = caller.socket.local_addr().unwrap();
     let caller_reoffer = caller.phone.offer();
-    let reoffer = ng
-        .call(offer_answer(
-            "offer",
-            "c2@proxy",
-            "alice",
-            None,
-            &caller_reoffer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let reoffer = sdp_of(&mut ng, "offer", "c2@proxy", "alice", None, &caller_reoffer);
     // The caller's origin passes through, as rtpengine passes it.
     assert_eq!(origin(&reoffer), origin(&caller_reoffer), "{reoffer}");
     callee.phone.rekey();
     let callee_answer = callee.phone.answer_offer(&reoffer).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "c2@proxy",
-            "alice",
-            Some("bob"),
-            &callee_answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(
+        &mut ng,
+        "answer",
+        "c2@proxy",
+        "alice",
+        Some("bob"),
+        &callee_answer,
+    );
     assert_eq!(origin(&to_caller), origin(&callee_answer), "{to_caller}");
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0xc2, 0xb1);
 
     // Now the callee re-INVITEs, with another new key; the caller (plain) gets our new offer.
     callee.phone.rekey();
-    let to_caller = ng
-        .call(offer_answer(
-            "offer",
-            "c2@proxy",
-            "bob",
-            Some("alice"),
-            &callee.phone.offer(),
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(
+        &mut ng,
+        "offer",
+        "c2@proxy",
+        "bob",
+        Some("alice"),
+        &callee.phone.offer(),
+    );
     assert!(
         to_caller.contains("RTP/AVP") && !to_caller.contains("a=crypto"),
         "{to_caller}"
     );
     let caller_answer = caller.phone.answer_offer(&to_caller).unwrap();
-    let to_callee = ng
-        .call(offer_answer(
-            "answer",
-            "c2@proxy",
-            "bob",
-            Some("alice"),
-            &caller_answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_callee = sdp_of(
+        &mut ng,
+        "answer",
+        "c2@proxy",
+        "bob",
+        Some("alice"),
+        &caller_answer,
+    );
     callee.phone.accept_answer(&to_callee).unwrap();
     talk(&mut caller, &mut callee, 0xc3, 0xb2);
 
@@ -198,28 +186,17 @@ fn re_invites_from_either_side_move_media_and_keys_through_the_call() {
         .unwrap();
     assert_eq!(text(&e, "result").as_deref(), Some("error"), "{e:?}");
     let next = caller.phone.offer().replace("o=phone 1 1 ", "o=phone 1 3 ");
-    let to_callee = ng
-        .call(offer_answer(
-            "offer",
-            "c2@proxy",
-            "alice",
-            Some("bob"),
-            &next,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_callee = sdp_of(&mut ng, "offer", "c2@proxy", "alice", Some("bob"), &next);
     assert!(to_callee.contains("RTP/SAVP"), "{to_callee}");
     let callee_answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "c2@proxy",
-            "alice",
-            Some("bob"),
-            &callee_answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(
+        &mut ng,
+        "answer",
+        "c2@proxy",
+        "alice",
+        Some("bob"),
+        &callee_answer,
+    );
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0xc4, 0xb3);
 
@@ -650,16 +627,7 @@ fn a_call_that_goes_silent_is_swept_with_its_ports_and_metrics_say_so() {
     offer.push(("transport-protocol".into(), s("RTP/SAVP")));
     let to_callee = ng.call(offer).unwrap()["sdp"].clone();
     let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "silent@proxy",
-            "a",
-            Some("b"),
-            &answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(&mut ng, "answer", "silent@proxy", "a", Some("b"), &answer);
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0x11, 0x22);
 
@@ -723,28 +691,24 @@ fn a_codec_the_gateway_cannot_decode_is_relayed_byte_for_byte() {
         p.phone = phone.with_formats(&[(18, "G729/8000"), (96, "AMR/8000")]);
         p.phone.addr = p.socket.local_addr().unwrap();
     }
-    let to_callee = ng
-        .call(offer_answer(
-            "offer",
-            "g729@proxy",
-            "alice",
-            None,
-            &caller.phone.offer(),
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_callee = sdp_of(
+        &mut ng,
+        "offer",
+        "g729@proxy",
+        "alice",
+        None,
+        &caller.phone.offer(),
+    );
     assert!(to_callee.contains("RTP/AVP 18 96"), "{to_callee}");
     let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "g729@proxy",
-            "alice",
-            Some("bob"),
-            &answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(
+        &mut ng,
+        "answer",
+        "g729@proxy",
+        "alice",
+        Some("bob"),
+        &answer,
+    );
     caller.phone.accept_answer(&to_caller).unwrap();
     // Each G.729 packet (two 10-byte frames) arrives with the payload it was sent with.
     let frames: Vec<[u8; 20]> = (0..40u8).map(|i| [i ^ 0xa5; 20]).collect();
@@ -827,16 +791,7 @@ fn a_call_bridges_two_named_interfaces_chosen_by_direction() {
     // The callee is offered the external interface, the caller answered on the internal one.
     assert_eq!(connection(&to_callee), "IN IP4 127.0.0.2", "{to_callee}");
     let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "if@proxy",
-            "alice",
-            Some("bob"),
-            &answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(&mut ng, "answer", "if@proxy", "alice", Some("bob"), &answer);
     assert_eq!(connection(&to_caller), "IN IP4 127.0.0.1", "{to_caller}");
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0x31, 0x32);
@@ -854,16 +809,7 @@ fn an_ipv6_caller_reaches_an_ipv4_callee_through_the_interfaces_of_each_family()
     let to_callee = ng.call(offer).unwrap()["sdp"].clone();
     assert_eq!(connection(&to_callee), "IN IP4 127.0.0.1", "{to_callee}");
     let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let to_caller = ng
-        .call(offer_answer(
-            "answer",
-            "v6@proxy",
-            "alice",
-            Some("bob"),
-            &answer,
-        ))
-        .unwrap()["sdp"]
-        .clone();
+    let to_caller = sdp_of(&mut ng, "answer", "v6@proxy", "alice", Some("bob"), &answer);
     // The caller is answered on the IPv6 interface, in IPv6.
     assert_eq!(connection(&to_caller), "IN IP6 ::1", "{to_caller}");
     caller.phone.accept_answer(&to_caller).unwrap();
