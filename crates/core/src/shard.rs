@@ -2026,58 +2026,56 @@ impl Shard {
     /// WebRTC leg's), the re-INVITE it was made for refused at the other side; `false` if
     /// there is no such member.
     pub fn withdraw_offer(&mut self, room: &str, id: &str) -> bool {
-        let Some((slot, member)) = self.find(room, id) else {
-            return false;
-        };
-        let Shard { rooms, out, .. } = self;
-        let Some(s) = rooms[slot].as_mut() else {
-            return false;
-        };
-        s.room.with_leg(member, out, |leg| {
+        self.on_leg(room, id, |leg| {
             if let Some(l) = leg.as_rtp_mut() {
                 l.withdraw_offer();
             } else if let Some(l) = leg.as_webrtc_mut() {
                 l.withdraw_offer();
             }
-        });
-        true
+            Ok(())
+        })
+        .is_ok()
     }
 
     /// A new offer of ours to a WebRTC member's peer in its session, with the sections it
     /// has (the other side of a re-INVITE through the ng protocol); its answer comes through
     /// [`Shard::answer_reoffer`].
     pub fn reoffer_webrtc(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
-        let missing = || JoinError::no_member(room, id);
-        let (slot, member) = self.find(room, id).ok_or_else(missing)?;
-        let Shard { rooms, out, .. } = self;
-        let s = rooms[slot].as_mut().ok_or_else(missing)?;
-        let offer = s.room.with_leg(member, out, |leg| {
-            leg.as_webrtc_mut()
-                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?
-                .reoffer(&[])
-                .map(|(_, sdp)| sdp)
-                .map_err(JoinError::from)
-        });
-        self.dispatch(slot);
-        offer.ok_or_else(missing)?
+        self.on_leg(room, id, |leg| {
+            let leg = leg
+                .as_webrtc_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::WebRtc))?;
+            Ok(leg.reoffer(&[])?.1)
+        })
     }
 
     /// A new offer of ours to a telephony member's phone, in the call (the other side of a
     /// re-INVITE); its answer comes through [`Shard::update_rtp`] or [`Shard::answer_rtp`].
     pub fn reoffer_rtp(&mut self, room: &str, id: &str) -> Result<String, JoinError> {
+        self.on_leg(room, id, |leg| {
+            let leg = leg
+                .as_rtp_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
+            Ok(leg.make_offer()?.to_owned())
+        })
+    }
+
+    /// Runs `f` on the leg of member `id` of `room` and sends what the leg made; Err when there
+    /// is no such member, or `f`'s. (What changes what the leg negotiated goes through
+    /// [`Shard::change_leg`] instead.)
+    fn on_leg<R>(
+        &mut self,
+        room: &str,
+        id: &str,
+        f: impl FnOnce(&mut Leg) -> Result<R, JoinError>,
+    ) -> Result<R, JoinError> {
         let missing = || JoinError::no_member(room, id);
         let (slot, member) = self.find(room, id).ok_or_else(missing)?;
         let Shard { rooms, out, .. } = self;
         let s = rooms[slot].as_mut().ok_or_else(missing)?;
-        let offer = s.room.with_leg(member, out, |leg| {
-            leg.as_rtp_mut()
-                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?
-                .make_offer()
-                .map(str::to_owned)
-                .map_err(JoinError::from)
-        });
+        let r = s.room.with_leg(member, out, f);
         self.dispatch(slot);
-        offer.ok_or_else(missing)?
+        r.ok_or_else(missing)?
     }
 
     /// Gives a telephony member the keys of ours that `crypto` carries, and resumes its SRTP
@@ -2090,20 +2088,13 @@ impl Shard {
         crypto: &[zeroize::Zeroizing<String>],
         marks: &[crate::leg::SrtpMark],
     ) -> Result<(), JoinError> {
-        let missing = || JoinError::no_member(room, id);
-        let (slot, member) = self.find(room, id).ok_or_else(missing)?;
-        let Shard { rooms, out, .. } = self;
-        let s = rooms[slot].as_mut().ok_or_else(missing)?;
-        s.room
-            .with_leg(member, out, |leg| {
-                let leg = leg
-                    .as_rtp_mut()
-                    .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
-                leg.restore_keys(crypto)
-                    .and_then(|()| leg.resume_srtp(marks))
-                    .map_err(JoinError::from)
-            })
-            .ok_or_else(missing)?
+        self.on_leg(room, id, |leg| {
+            let leg = leg
+                .as_rtp_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
+            leg.restore_keys(crypto)?;
+            Ok(leg.resume_srtp(marks)?)
+        })
     }
 
     /// Whether `room` has a place for `who` (its limits), or [`JoinError::RoomFull`].

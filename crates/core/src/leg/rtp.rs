@@ -251,6 +251,21 @@ pub struct IceMarks {
     pub rtcp: Option<SocketAddr>,
 }
 
+impl IceMarks {
+    /// Ours and the peer's credentials, as an ICE agent takes them.
+    pub(crate) fn credentials(&self) -> (Credentials, Option<Credentials>) {
+        let local = Credentials {
+            ufrag: self.ufrag.clone(),
+            pwd: self.pwd.clone(),
+        };
+        let remote = self.remote.as_ref().map(|(ufrag, pwd)| Credentials {
+            ufrag: ufrag.clone(),
+            pwd: pwd.clone(),
+        });
+        (local, remote)
+    }
+}
+
 impl Drop for IceMarks {
     fn drop(&mut self) {
         self.pwd.zeroize();
@@ -1728,14 +1743,7 @@ impl RtpLeg {
     /// our SDP and for the phone's checks, and media where the phone had nominated, before it
     /// sends anything here.
     pub fn resume_ice(&mut self, m: &IceMarks) {
-        let local = Credentials {
-            ufrag: m.ufrag.clone(),
-            pwd: m.pwd.clone(),
-        };
-        let remote = m.remote.as_ref().map(|(ufrag, pwd)| Credentials {
-            ufrag: ufrag.clone(),
-            pwd: pwd.clone(),
-        });
+        let (local, remote) = m.credentials();
         self.install_ice(local, remote);
         for (addr, rtcp) in [(m.rtp, false), (m.rtcp, true)] {
             if let Some(a) = addr {

@@ -50,8 +50,8 @@ use zeroize::Zeroize;
 
 use super::data::{DataLimits, DataLink, DataMessage};
 use super::{
-    CloseReason, CodecId, HeaderExt, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback,
-    SrtpMark, TransmitKind, Via,
+    CloseReason, CodecId, HeaderExt, IceMarks, LegEvent, LegOutput, NegotiatedMedia,
+    SectionFeedback, SrtpMark, TransmitKind, Via,
 };
 use crate::counters::{Counters, DropReason};
 use crate::ice_lite::{Credentials, IceConfig, IceError, IceEvent, IceLite};
@@ -265,18 +265,17 @@ pub struct WebRtcMarks {
     pub ours: String,
     /// The peer's.
     pub theirs: String,
-    /// Our ICE credentials (ufrag, password) and the peer's: a leg made again on the same
-    /// address (a hand-over the directory refused, a node started again) answers the peer's
-    /// consent checks as before, and media goes on with no ICE restart.
-    pub ice: ((String, String), (String, String)),
+    /// Our ICE credentials and the peer's (the nominated address is not kept: the peer's
+    /// next check names it): a leg made again on the same address (a hand-over the directory
+    /// refused, a node started again) answers the peer's consent checks as before, and media
+    /// goes on with no ICE restart.
+    pub ice: IceMarks,
 }
 
 impl Drop for WebRtcMarks {
     fn drop(&mut self) {
         self.ours.zeroize();
         self.theirs.zeroize();
-        self.ice.0 .1.zeroize();
-        self.ice.1 .1.zeroize();
     }
 }
 
@@ -1427,10 +1426,13 @@ impl WebRtcLeg {
             profile: profile.sdp_name().to_owned(),
             ours: srtp.keys.0.to_sdes_inline(),
             theirs: srtp.keys.1.to_sdes_inline(),
-            ice: (
-                (local.ufrag.clone(), local.pwd.clone()),
-                (remote.ufrag.clone(), remote.pwd.clone()),
-            ),
+            ice: IceMarks {
+                ufrag: local.ufrag.clone(),
+                pwd: local.pwd.clone(),
+                remote: Some((remote.ufrag.clone(), remote.pwd.clone())),
+                rtp: None,
+                rtcp: None,
+            },
         };
         Some((marks, SrtpMark::of(&srtp.inbound, &srtp.outbound)))
     }
@@ -1451,6 +1453,11 @@ impl WebRtcLeg {
         if m.fingerprint != self.fingerprint {
             return Err(WebRtcError::OtherCertificate);
         }
+        let (local, Some(remote)) = m.ice.credentials() else {
+            return Err(WebRtcError::Srtp(
+                "the kept state has no peer credentials".into(),
+            ));
+        };
         let bad = |e: &dyn fmt::Display| WebRtcError::Srtp(e.to_string());
         let profile: Profile = m.profile.parse().map_err(|e| bad(&e))?;
         let key = |inline: &str| MasterKey::from_sdes_inline(profile, inline).map_err(|e| bad(&e));
@@ -1474,12 +1481,6 @@ impl WebRtcLeg {
             }
         }
         self.session = m.session;
-        let ((ufrag, pwd), (r_ufrag, r_pwd)) = m.ice.clone();
-        let local = Credentials { ufrag, pwd };
-        let remote = Credentials {
-            ufrag: r_ufrag,
-            pwd: r_pwd,
-        };
         self.ice.restart(local.clone(), remote, now);
         self.srtp = Some(contexts);
         self.profile = Some(profile);

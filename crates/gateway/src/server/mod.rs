@@ -710,6 +710,22 @@ impl Gateway {
             .await
     }
 
+    /// Runs `f` with the shard, the instant, the room's name and `id` on the worker participant
+    /// `id` of `room` is on ([`Gateway::member_worker`]); `None` when the worker is gone.
+    async fn on_member<T: Send + 'static>(
+        &self,
+        room: &str,
+        id: &str,
+        f: impl FnOnce(&mut Shard, std::time::Instant, &str, &str) -> T + Send + 'static,
+    ) -> Option<T> {
+        let at = self.member_worker(room, id);
+        let id = id.to_owned();
+        self.on_worker(at, room, move |w, now, room| {
+            f(w.shard_mut(), now, room, &id)
+        })
+        .await
+    }
+
     /// The worker participant `id` of `room` is on: its room's, unless it is a viewer the room
     /// spread to another ([`ServeConfig::spread_viewers`]).
     fn member_worker(&self, room: &str, id: &str) -> usize {
@@ -845,10 +861,8 @@ impl Gateway {
         id: &str,
         answer: Offer,
     ) -> Result<Vec<(CodecId, u8)>, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().answer_webrtc(now, room, &id, &answer)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.answer_webrtc(now, room, id, &answer)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -921,10 +935,8 @@ impl Gateway {
         id: &str,
         answer: RtpDescription,
     ) -> Result<Vec<(CodecId, u8)>, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().answer_rtp(now, room, &id, &answer)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.answer_rtp(now, room, id, &answer)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -939,10 +951,8 @@ impl Gateway {
         id: &str,
         sdp: RtpDescription,
     ) -> Result<Option<String>, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().update_rtp(now, room, &id, &sdp)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.update_rtp(now, room, id, &sdp)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -951,10 +961,8 @@ impl Gateway {
     /// A new offer of ours to a telephony participant's phone, in the call (the other side
     /// of a re-INVITE); its answer comes to [`Gateway::update_rtp`].
     pub async fn reoffer_rtp(&self, room: &str, id: &str) -> Result<String, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().reoffer_rtp(room, &id)
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.reoffer_rtp(room, id)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -968,10 +976,8 @@ impl Gateway {
         id: &str,
         offer: Offer,
     ) -> Result<String, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().update_webrtc(now, room, &id, &offer)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.update_webrtc(now, room, id, &offer)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -980,10 +986,8 @@ impl Gateway {
     /// Takes back the new offer of ours member `id` of `room` waits to answer
     /// ([`Shard::withdraw_offer`]).
     pub async fn withdraw_offer(&self, room: &str, id: &str) -> bool {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().withdraw_offer(room, &id)
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.withdraw_offer(room, id)
         })
         .await
         .unwrap_or(false)
@@ -992,10 +996,8 @@ impl Gateway {
     /// A new offer of ours to WebRTC member `id`'s peer, in its session (the other side of a
     /// re-INVITE); its answer comes to [`Gateway::answer_reoffer`].
     pub async fn reoffer_webrtc(&self, room: &str, id: &str) -> Result<String, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().reoffer_webrtc(room, &id)
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.reoffer_webrtc(room, id)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -1011,10 +1013,8 @@ impl Gateway {
         crypto: Vec<zeroize::Zeroizing<String>>,
         marks: Vec<crate::leg::SrtpMark>,
     ) -> Result<(), JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().restore_rtp(room, &id, &crypto, &marks)
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.restore_rtp(room, id, &crypto, &marks)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -1047,10 +1047,8 @@ impl Gateway {
         marks: crate::leg::WebRtcMarks,
         srtp: Vec<crate::leg::SrtpMark>,
     ) -> Result<(), JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().resume_webrtc(now, room, &id, &marks, &srtp)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.resume_webrtc(now, room, id, &marks, &srtp)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -1064,16 +1062,14 @@ impl Gateway {
         room: &str,
         id: &str,
     ) -> Option<tokio::sync::mpsc::UnboundedReceiver<worker::Notice>> {
-        let at = self.member_worker(room, id);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared
             .notices
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(id.to_owned(), tx);
-        let who = id.to_owned();
         let ok = self
-            .on_worker(at, room, move |w, _, room| w.shard_mut().listen(room, &who))
+            .on_member(room, id, move |shard, _, room, id| shard.listen(room, id))
             .await
             .unwrap_or(false);
         if !ok {
@@ -1096,10 +1092,8 @@ impl Gateway {
         answer: Offer,
         revision: Option<u64>,
     ) -> Result<usize, JoinError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().answer_reoffer(room, &id, &answer, revision)
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.answer_reoffer(room, id, &answer, revision)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))
@@ -1127,11 +1121,8 @@ impl Gateway {
         publisher: Option<String>,
         rid: Option<String>,
     ) -> Result<(), ControlError> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut()
-                .set_layer(now, room, &id, publisher.as_deref(), rid.as_deref())
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.set_layer(now, room, id, publisher.as_deref(), rid.as_deref())
         })
         .await
         .unwrap_or(Err(ControlError::ShuttingDown))
@@ -1163,10 +1154,8 @@ impl Gateway {
 
     /// Ends a participant with close_notify; `false` if there was none by that id in `room`.
     pub async fn leave(&self, room: &str, id: &str) -> bool {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().leave(now, room, &id)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.leave(now, room, id)
         })
         .await
         .unwrap_or(false)
@@ -1175,10 +1164,8 @@ impl Gateway {
     /// Ends a participant without a word to its peer, its call handed to another node
     /// ([`Shard::hand_off`]); `false` if there was none by that id in `room`.
     pub(crate) async fn hand_off(&self, room: &str, id: &str) -> bool {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().hand_off(now, room, &id)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.hand_off(now, room, id)
         })
         .await
         .unwrap_or(false)
@@ -1187,10 +1174,8 @@ impl Gateway {
     /// Marks a participant whose call is kept for another node: when this node stops, it ends
     /// without a word to its peer ([`Shard::keep_quiet`]).
     pub(crate) async fn keep_quiet(&self, room: &str, id: &str) -> bool {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, _, room| {
-            w.shard_mut().keep_quiet(room, &id)
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.keep_quiet(room, id)
         })
         .await
         .unwrap_or(false)
@@ -1212,10 +1197,8 @@ impl Gateway {
         id: &str,
         remote: Credentials,
     ) -> Option<Credentials> {
-        let at = self.member_worker(room, id);
-        let id = id.to_owned();
-        self.on_worker(at, room, move |w, now, room| {
-            w.shard_mut().ice_restart(now, room, &id, remote)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.ice_restart(now, room, id, remote)
         })
         .await
         .flatten()

@@ -434,35 +434,32 @@ impl Ng {
 
     /// Reads where the kept calls' SRTP streams stand, and writes each call whose marks moved.
     async fn refresh_marks(&mut self) {
-        let ids = self
+        // The kept calls' members: (call-id, room, member id).
+        let members: Vec<(String, String, String)> = self
             .steps
             .keys()
-            .filter_map(|id| self.calls.get(id))
-            .flat_map(|c| c.members().into_iter().map(|(_, m, _)| m))
+            .filter_map(|id| Some((id, self.calls.get(id)?)))
+            .flat_map(|(id, c)| {
+                c.members()
+                    .into_iter()
+                    .map(move |(room, m, _)| (id.clone(), room, m))
+            })
             .collect();
+        let ids = members.iter().map(|(_, _, m)| m.clone()).collect();
         let now = self.gateway.leg_marks(ids).await;
-        for (id, m) in &now {
-            let fresh = self.marks.get(id).is_none_or(|old| old.webrtc.is_none());
-            if m.webrtc.is_some() && fresh {
+        let mut moved: Vec<&str> = Vec::new();
+        for (call, room, m) in &members {
+            let (was, is) = (self.marks.get(m), now.get(m));
+            if was != is && moved.last() != Some(&call.as_str()) {
+                moved.push(call);
+            }
+            if is.is_some_and(|k| k.webrtc.is_some()) && was.is_none_or(|k| k.webrtc.is_none()) {
                 // A connected WebRTC member of a kept call: a clean stop leaves its browser's
                 // DTLS association for the node that takes the call.
-                if let Some(room) = self.room_of(id) {
-                    self.gateway.keep_quiet(&room, id).await;
-                }
+                self.gateway.keep_quiet(room, m).await;
             }
         }
-        let moved: Vec<String> = self
-            .steps
-            .keys()
-            .filter(|id| {
-                self.calls.get(*id).is_some_and(|c| {
-                    c.members()
-                        .iter()
-                        .any(|(_, m, _)| now.get(m) != self.marks.get(m))
-                })
-            })
-            .cloned()
-            .collect();
+        let moved: Vec<String> = moved.into_iter().map(str::to_owned).collect();
         self.marks = now;
         for id in moved {
             self.keep(&id, None);
@@ -547,15 +544,6 @@ impl Ng {
             .stats()
             .ng_calls
             .store(self.calls.len() as u64, Ordering::Relaxed);
-    }
-
-    /// The room of member `id` of a call here.
-    fn room_of(&self, id: &str) -> Option<String> {
-        self.calls
-            .values()
-            .flat_map(Call::members)
-            .find(|(_, m, _)| m == id)
-            .map(|(room, _, _)| room)
     }
 
     /// Ends call `c`'s members here, without a word to their peers (its state is another

@@ -38,6 +38,8 @@ pub(crate) struct WebRtcCall {
     pub(crate) callee_offer: String,
     /// Whether the callee's member is a WebRTC leg (its answer is WebRTC SDP).
     pub(crate) callee_webrtc: bool,
+    /// Whether the caller's side is WebRTC (its offer has a DTLS section).
+    pub(crate) caller_webrtc: bool,
     /// The caller's codecs its side keeps to be transcoded, whatever the callee takes (the
     /// `codec` manipulations).
     pub(crate) caller_transcodes: Vec<CodecId>,
@@ -64,6 +66,13 @@ pub(crate) struct Reoffer {
     /// answered.
     pub(crate) answer: String,
     pub(crate) answered: bool,
+}
+
+/// Whether an SDP description has a DTLS (WebRTC) section with a port.
+fn dtls_in(d: &RtpDescription) -> bool {
+    d.sections
+        .iter()
+        .any(|s| s.port != 0 && s.transport.is_dtls())
 }
 
 impl WebRtcCall {
@@ -125,15 +134,6 @@ impl WebRtcCall {
         };
         reply.clone_into(text);
     }
-
-    /// Whether the caller's side is WebRTC (its offer has a DTLS section).
-    fn caller_webrtc(&self) -> Result<bool, ApiError> {
-        Ok(parse_rtp(&self.caller_sdp)
-            .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?
-            .sections
-            .iter()
-            .any(|s| s.port != 0 && s.transport.is_dtls()))
-    }
 }
 
 impl Ng {
@@ -169,7 +169,10 @@ impl Ng {
             }
         };
         if transport.is_dtls() {
-            return self.offer_webrtc_callee(o, section, warnings).await;
+            let caller_webrtc = dtls_in(&caller);
+            return self
+                .offer_webrtc_callee(o, section, caller_webrtc, warnings)
+                .await;
         }
         let suites: Vec<Profile> = if transport.is_sdes() {
             if o.flags.sdes_off {
@@ -239,6 +242,7 @@ impl Ng {
                 callee_id: j.id,
                 callee_offer: j.answer.clone(),
                 callee_webrtc: false,
+                caller_webrtc: dtls_in(&caller),
                 caller_transcodes: plan.caller_transcodes,
                 caller: None,
                 ports: [j.ports.first().copied().unwrap_or(0), 0],
@@ -255,6 +259,7 @@ impl Ng {
         &mut self,
         o: OfferAnswer,
         section: &secrelay_wire::sdp_rtp::RtpSection,
+        caller_webrtc: bool,
         mut warnings: Vec<String>,
     ) -> Result<Bencode, ApiError> {
         if o.flags.dtls == Some(Dtls::Off) {
@@ -298,6 +303,7 @@ impl Ng {
                 callee_id: j.id,
                 callee_offer: j.answer.clone(),
                 callee_webrtc: true,
+                caller_webrtc,
                 caller_transcodes: plan.caller_transcodes,
                 caller: None,
                 ports: [0, 0],
@@ -333,7 +339,7 @@ impl Ng {
         let Some((caller_id, _)) = &call.caller else {
             return Err(ApiError::bad("a new offer before the call was answered (only the first offer's retransmissions are taken)"));
         };
-        let caller_webrtc = call.caller_webrtc()?;
+        let caller_webrtc = call.caller_webrtc;
         let (offerer, answerer, offerer_webrtc, answerer_webrtc) = if o.from_tag == call.from_tag {
             (
                 caller_id.clone(),
@@ -354,11 +360,9 @@ impl Ng {
                 o.from_tag
             )));
         };
-        let dtls = parse_rtp(&o.sdp)
-            .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?
-            .sections
-            .iter()
-            .any(|s| s.port != 0 && s.transport.is_dtls());
+        let dtls = dtls_in(
+            &parse_rtp(&o.sdp).map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?,
+        );
         if dtls != offerer_webrtc {
             return Err(ApiError::bad(if offerer_webrtc {
                 "the WebRTC side's new offer has no DTLS section (a side keeps its transport)"
@@ -438,7 +442,7 @@ impl Ng {
                 let webrtc = if r.answerer == call.callee_id {
                     call.callee_webrtc
                 } else {
-                    call.caller_webrtc()?
+                    call.caller_webrtc
                 };
                 if webrtc {
                     let sdp = parse_offer(&a.sdp)
@@ -495,7 +499,7 @@ impl Ng {
         let caller_rtp = parse_rtp(&call.caller_sdp)
             .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
         let mut caller_port = 0;
-        let (id, sdp) = if call.caller_webrtc()? {
+        let (id, sdp) = if call.caller_webrtc {
             // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
             let mut offer = parse_offer(&call.caller_sdp)
                 .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
