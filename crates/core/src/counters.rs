@@ -96,11 +96,15 @@ pub enum DropReason {
     /// queue longer than real-time media is worth (the browser reads slower than its media
     /// comes), dropped whole before it was written, so what the browser gets is recent.
     TcpQueueStale,
+    /// On the AF_XDP media path: a frame that is not a UDP datagram we take (an Ethernet, IP
+    /// or UDP header whose length or checksum does not check out, an IP fragment), or one to
+    /// an address its port is not bound on.
+    BadFrame,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 31] = [
+    pub const ALL: [DropReason; 32] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -132,6 +136,7 @@ impl DropReason {
         DropReason::TooManyStreams,
         DropReason::TcpQueueFull,
         DropReason::TcpQueueStale,
+        DropReason::BadFrame,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -168,6 +173,7 @@ impl DropReason {
             DropReason::TooManyStreams => "too_many_streams",
             DropReason::TcpQueueFull => "tcp_queue_full",
             DropReason::TcpQueueStale => "tcp_queue_stale",
+            DropReason::BadFrame => "bad_frame",
         }
     }
 

@@ -15,6 +15,14 @@
 //   PORT_SHARED the shared WebRTC port: STUN (ICE checks, which the gateway authenticates) is
 //               passed from anyone, anything else only from admitted sources.
 // What is passed and dropped is counted per CPU in `counts` (the gateway exports the sums).
+//
+// The AF_XDP media path: a datagram to a media port that passes goes to the AF_XDP socket in
+// `xsks` at the index of the receive queue it came in on, when there is one there (the kernel
+// lets a socket take only its own queue's frames), and to the socket layer otherwise. A leg's
+// port may name the queue whose socket reads it in `owners` (queue + 1; 0: any queue's): its
+// datagrams on another queue go to the socket layer, where the leg's own socket reads them. A
+// datagram behind IPv6 extension headers goes to the socket layer too (the AF_XDP path reads
+// UDP right after the IP header only).
 // A fragment after the first carries no UDP header: it is passed and counted, the socket layer
 // and the gateway's own checks then deal with the datagram. IPv6 extension headers before the
 // UDP header are stepped over (up to four; more, and the datagram is dropped as not admitted).
@@ -31,8 +39,10 @@
 #define __type(name, val) typeof(val) *name
 
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)BPF_FUNC_map_lookup_elem;
+static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF_FUNC_redirect_map;
 
 #define MAX_EXTENSIONS 4
+#define MAX_QUEUES 64
 
 enum {
     PORT_NONE = 0,
@@ -47,6 +57,7 @@ enum {
     COUNT_OPEN = 2,
     COUNT_STUN = 3,
     COUNT_FRAGMENT = 4,
+    COUNT_XSK = 5,
     COUNT_MAX = 8,
 };
 
@@ -69,6 +80,20 @@ struct {
     __type(key, __u32);
     __type(value, __u8);
 } ports SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_XSKMAP);
+    __uint(max_entries, MAX_QUEUES);
+    __type(key, __u32);
+    __type(value, __u32);
+} xsks SEC(".maps");
+
+struct {
+    __uint(type, BPF_MAP_TYPE_ARRAY);
+    __uint(max_entries, 65536);
+    __type(key, __u32);
+    __type(value, __u32);
+} owners SEC(".maps");
 
 struct {
     __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -94,20 +119,37 @@ static __always_inline int is_stun(struct udphdr *udp, void *end)
     return (p[0] & 0xc0) == 0 && p[4] == 0x21 && p[5] == 0x12 && p[6] == 0xa4 && p[7] == 0x42;
 }
 
-static __always_inline int judge(struct source *key, struct udphdr *udp, void *end)
+// A datagram to media port `port` that passes: to the AF_XDP socket of its queue when there is
+// one and the port is not another queue's, to the socket layer otherwise.
+static __always_inline int deliver(struct xdp_md *ctx, __u32 port, int direct)
+{
+    if (!direct)
+        return XDP_PASS;
+    __u32 queue = ctx->rx_queue_index;
+    __u32 *owner = bpf_map_lookup_elem(&owners, &port);
+    if (owner && *owner && *owner != queue + 1)
+        return XDP_PASS;
+    int verdict = bpf_redirect_map(&xsks, queue, XDP_PASS);
+    if (verdict == XDP_REDIRECT)
+        count(COUNT_XSK, 0);
+    return verdict;
+}
+
+static __always_inline int judge(struct xdp_md *ctx, struct source *key, struct udphdr *udp,
+                                 void *end, int direct)
 {
     __u32 port = __builtin_bswap16(udp->dest);
     __u8 *policy = bpf_map_lookup_elem(&ports, &port);
     if (!policy || *policy == PORT_NONE)
         return XDP_PASS;
     if (*policy == PORT_OPEN)
-        return count(COUNT_OPEN, XDP_PASS);
+        return count(COUNT_OPEN, deliver(ctx, port, direct));
     if (*policy == PORT_SHARED && is_stun(udp, end))
-        return count(COUNT_STUN, XDP_PASS);
+        return count(COUNT_STUN, deliver(ctx, port, direct));
     key->sport = udp->source;
     key->dport = udp->dest;
     if (bpf_map_lookup_elem(&allowed, key))
-        return count(COUNT_ADMITTED, XDP_PASS);
+        return count(COUNT_ADMITTED, deliver(ctx, port, direct));
     return count(COUNT_DROPPED, XDP_DROP);
 }
 
@@ -136,7 +178,7 @@ int secrelay_filter(struct xdp_md *ctx)
         key.addr[10] = 0xff;
         key.addr[11] = 0xff;
         __builtin_memcpy(&key.addr[12], &ip->saddr, 4);
-        return judge(&key, udp, end);
+        return judge(ctx, &key, udp, end, 1);
     }
     if (eth->h_proto == __builtin_bswap16(ETH_P_IPV6)) {
         struct ipv6hdr *ip6 = (void *)(eth + 1);
@@ -168,7 +210,7 @@ int secrelay_filter(struct xdp_md *ctx)
         if ((void *)(udp + 1) > end)
             return XDP_PASS;
         __builtin_memcpy(key.addr, &ip6->saddr, 16);
-        return judge(&key, udp, end);
+        return judge(ctx, &key, udp, end, at == (__u8 *)(ip6 + 1));
     }
     return XDP_PASS;
 }

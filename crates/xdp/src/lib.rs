@@ -23,7 +23,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
 
-use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray};
+use aya::maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, XskMap};
 use aya::programs::{TestRun, TestRunOptions, Xdp, XdpMode};
 use aya::Ebpf;
 
@@ -102,6 +102,9 @@ pub struct Counts {
     pub stun: u64,
     /// Passed: a fragment after the first (no UDP header to judge).
     pub fragment: u64,
+    /// Of those passed, how many went to an AF_XDP socket ([`Filter::set_socket`]) rather
+    /// than to the socket layer.
+    pub xsk: u64,
 }
 
 /// Why the filter could not be attached or changed.
@@ -123,6 +126,10 @@ fn err(what: &str, e: impl fmt::Display) -> Error {
 struct Maps {
     allowed: BpfHashMap<MapData, SourceKey, u8>,
     ports: Array<MapData, u8>,
+    /// The AF_XDP sockets, by receive queue.
+    xsks: XskMap<MapData>,
+    /// The queue whose AF_XDP socket reads a port (queue + 1; 0: any).
+    owners: Array<MapData, u32>,
     /// The sources admitted to each port, as the `allowed` map holds them, with how many
     /// admissions hold each (an address two owners admitted stays until both revoke it).
     by_port: HashMap<u16, HashMap<SocketAddr, u32>>,
@@ -164,10 +171,15 @@ impl Filter {
             Array::try_from(map(&mut ebpf, "ports")?).map_err(|e| err("the ports map", e))?;
         let counts = PerCpuArray::try_from(map(&mut ebpf, "counts")?)
             .map_err(|e| err("the counts map", e))?;
+        let xsks = XskMap::try_from(map(&mut ebpf, "xsks")?).map_err(|e| err("the xsks map", e))?;
+        let owners =
+            Array::try_from(map(&mut ebpf, "owners")?).map_err(|e| err("the owners map", e))?;
         Ok(Filter {
             maps: Mutex::new(Maps {
                 allowed,
                 ports,
+                xsks,
+                owners,
                 by_port: HashMap::new(),
             }),
             counts,
@@ -372,9 +384,40 @@ impl Filter {
             open: sum(2)?,
             stun: sum(3)?,
             fragment: sum(4)?,
+            xsk: sum(5)?,
         })
     }
+
+    /// Datagrams to a media port that pass and came in on receive queue `queue` go to the
+    /// AF_XDP socket `socket` (bound to that queue of an interface the program is attached
+    /// to) from now on, rather than to the socket layer; at most [`MAX_QUEUES`] queues.
+    pub fn set_socket(&self, queue: u32, socket: impl std::os::fd::AsRawFd) -> Result<(), Error> {
+        self.maps()
+            .xsks
+            .set(queue, socket, 0)
+            .map_err(|e| err(&format!("the AF_XDP socket of queue {queue}"), e))
+    }
+
+    /// Queue `queue`'s datagrams go to the socket layer again.
+    pub fn unset_socket(&self, queue: u32) -> Result<(), Error> {
+        match self.maps().xsks.unset(queue) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(err(&format!("the AF_XDP socket of queue {queue}"), e)),
+        }
+    }
+
+    /// `port`'s datagrams go to the AF_XDP socket of queue `queue` only (`None`: of whichever
+    /// queue they come in on); on another queue, to the socket layer.
+    pub fn set_owner(&self, port: u16, queue: Option<u32>) -> Result<(), Error> {
+        self.maps()
+            .owners
+            .set(u32::from(port), queue.map_or(0, |q| q + 1), 0)
+            .map_err(|e| err(&format!("port {port}'s AF_XDP queue"), e))
+    }
 }
+
+/// How many receive queues' AF_XDP sockets the program can hold.
+pub const MAX_QUEUES: u32 = 64;
 
 /// The kernel's run-time statistics of BPF programs (`BPF_ENABLE_STATS`), on while this is
 /// held: what the filter itself costs per datagram, measured by the kernel around each run.

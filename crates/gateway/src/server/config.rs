@@ -254,7 +254,18 @@ pub struct ServeConfig {
     /// whatever the number of sockets), `mmsg` (`recvmmsg`/`sendmmsg` per ready socket, with
     /// epoll), or `auto` (the default: io_uring where the kernel allows it, checked at start
     /// by a datagram through a loopback socket; `mmsg` otherwise, and the log says why). With
-    /// `io_uring` the gateway refuses to start where the kernel does not allow it.
+    /// `io_uring` the gateway refuses to start where the kernel does not allow it. `af_xdp`
+    /// (needs `xdp` naming one interface, and `udp` on an address of its own): the XDP filter
+    /// hands the media ports' admitted datagrams to an XDP socket per worker (worker N on the
+    /// interface's receive queue N) as raw frames, past the kernel's IP and UDP layers; the
+    /// worker checks their headers and writes its replies' Ethernet, IP and UDP headers itself,
+    /// with the next hop's MAC address from the kernel's neighbour table. What does not go that
+    /// way takes the worker's sockets (`mmsg`): a destination not in the neighbour table yet
+    /// (the socket's send makes the kernel resolve it), IPv6 destinations, a worker beyond the
+    /// interface's queues. Zero-copy where the driver has it, copy mode otherwise (the log
+    /// says which). The sender at the other end of a veth pair must compute its UDP checksums
+    /// (`ethtool -K PEER tx off`): veth's checksum offload leaves them unfinished, and such
+    /// frames are dropped (`bad_frame`).
     pub media_io: String,
     /// The network interfaces (`"eth0"`, or a list: `["eth0", "eth1"]`, a gateway bridging two
     /// networks) to put the XDP filter on: datagrams arriving there for the
@@ -422,15 +433,34 @@ pub enum MediaIo {
     IoUring,
     /// `recvmmsg`/`sendmmsg` on each ready socket, woken by epoll.
     Mmsg,
+    /// Raw frames through an XDP socket on the `xdp` interface's receive queue (the XDP filter
+    /// redirects the media ports' datagrams there), UDP/IP built and checked by the worker;
+    /// its sockets (`recvmmsg`/`sendmmsg`) for what does not come or go that way.
+    AfXdp,
 }
 
 impl MediaIo {
+    /// Every path, in the order `/metrics` lists them.
+    pub const ALL: [MediaIo; 3] = [MediaIo::IoUring, MediaIo::Mmsg, MediaIo::AfXdp];
+
     /// Its name in the configuration, the log and `/metrics`.
     pub fn name(self) -> &'static str {
         match self {
             MediaIo::IoUring => "io_uring",
             MediaIo::Mmsg => "mmsg",
+            MediaIo::AfXdp => "af_xdp",
         }
+    }
+
+    pub(crate) fn code(self) -> u8 {
+        self as u8
+    }
+
+    pub(crate) fn from_code(code: u8) -> MediaIo {
+        MediaIo::ALL
+            .into_iter()
+            .find(|m| m.code() == code)
+            .unwrap_or(MediaIo::Mmsg)
     }
 }
 
@@ -941,8 +971,22 @@ impl ServeConfig {
             "auto" => Ok(None),
             "io_uring" => Ok(Some(MediaIo::IoUring)),
             "mmsg" => Ok(Some(MediaIo::Mmsg)),
+            "af_xdp" => {
+                if self.xdp.len() != 1 {
+                    return Err(ConfigError(
+                        "media_io = \"af_xdp\" needs xdp to name one interface (the one its XDP sockets are bound on)".into(),
+                    ));
+                }
+                if self.udp.ip().is_unspecified() {
+                    return Err(ConfigError(format!(
+                        "media_io = \"af_xdp\" needs udp on an address of its own, not {} (the frames it writes carry it as their source)",
+                        self.udp
+                    )));
+                }
+                Ok(Some(MediaIo::AfXdp))
+            }
             other => Err(ConfigError(format!(
-                "media_io = {other:?}: unknown (valid: auto, io_uring, mmsg)"
+                "media_io = {other:?}: unknown (valid: auto, io_uring, mmsg, af_xdp)"
             ))),
         }
     }

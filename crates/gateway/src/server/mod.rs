@@ -481,6 +481,7 @@ impl Gateway {
         };
         let shared = Arc::new(Shared {
             directory: Directory::new(xdp.clone()),
+            xsk_interface: (media_io == MediaIo::AfXdp).then(|| config.xdp[0].clone()),
             xdp,
             ports: PortPool::new(
                 lo,

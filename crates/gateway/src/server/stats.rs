@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::config::MediaIo;
 use super::worker::TcpClose;
 use crate::admission::Shed;
 use crate::counters::ShardCounters;
@@ -208,8 +209,14 @@ pub struct WorkerStats {
     load_permille: AtomicU32,
     /// What the worker sheds ([`Shed`]'s index).
     shed: AtomicU8,
-    /// Its sockets go through io_uring (else `recvmmsg`/`sendmmsg`).
-    io_uring: std::sync::atomic::AtomicBool,
+    /// How its sockets are read and written ([`MediaIo::code`]).
+    media_io: AtomicU8,
+    /// On the AF_XDP path: datagrams sent through the socket instead (their next hop not
+    /// resolved from the kernel's tables, IPv6, or every transmit frame in flight).
+    pub xsk_socket_sends: AtomicU64,
+    /// On the AF_XDP path: frames the kernel dropped at the worker's XDP socket (a full
+    /// receive ring, an empty fill ring), as the kernel last reported them.
+    pub xsk_kernel_drops: AtomicU64,
 }
 
 impl WorkerStats {
@@ -218,14 +225,14 @@ impl WorkerStats {
         self.ice_tcp_closed[why.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Says whether the worker's sockets go through io_uring.
-    pub fn set_io_uring(&self, on: bool) {
-        self.io_uring.store(on, Ordering::Relaxed);
+    /// Says how the worker's sockets are read and written.
+    pub fn set_media_io(&self, io: MediaIo) {
+        self.media_io.store(io.code(), Ordering::Relaxed);
     }
 
-    /// Whether the worker's sockets go through io_uring (else `recvmmsg`/`sendmmsg`).
-    pub fn io_uring(&self) -> bool {
-        self.io_uring.load(Ordering::Relaxed)
+    /// How the worker's sockets are read and written.
+    pub fn media_io(&self) -> MediaIo {
+        MediaIo::from_code(self.media_io.load(Ordering::Relaxed))
     }
 
     /// Publishes the worker's load and what it sheds for it.
@@ -670,16 +677,21 @@ pub(crate) struct StateCollector(pub Arc<super::Gateway>);
 impl Collector for StateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let e = &mut encoder;
-        let uring = self.0.stats.workers.iter().filter(|w| w.io_uring()).count() as u64;
-        let all = self.0.stats.workers.len() as u64;
         let mut g = e.encode_descriptor(
             "secrelay_media_io_workers",
-            "Packet workers by the way they read and write their UDP sockets (io_uring, or mmsg: recvmmsg/sendmmsg)",
+            "Packet workers by the way they read and write their media (io_uring; mmsg: recvmmsg/sendmmsg; af_xdp: raw frames through an XDP socket, their sockets for what it does not take)",
             None,
             MetricType::Gauge,
         )?;
-        for (path, n) in [("io_uring", uring), ("mmsg", all - uring)] {
-            ConstGauge::new(n as i64).encode(g.encode_family(&[("path", path)])?)?;
+        for path in MediaIo::ALL {
+            let n = self
+                .0
+                .stats
+                .workers
+                .iter()
+                .filter(|w| w.media_io() == path)
+                .count();
+            ConstGauge::new(n as i64).encode(g.encode_family(&[("path", path.name())])?)?;
         }
         gauge(
             e,
@@ -825,6 +837,18 @@ impl Collector for StatsCollector {
             "secrelay_worker_handoffs",
             "Datagrams received on one worker's socket and handed to the worker that owns the participant",
             s.io(|w| &w.handed_off),
+        )?;
+        counter(
+            e,
+            "secrelay_xsk_socket_sends",
+            "On the AF_XDP path: datagrams sent through the worker's socket instead of its XDP socket (next hop not in the kernel's neighbour table yet, an IPv6 destination, or every transmit frame in flight)",
+            s.io(|w| &w.xsk_socket_sends),
+        )?;
+        counter(
+            e,
+            "secrelay_xsk_kernel_drops",
+            "On the AF_XDP path: frames the kernel dropped at the workers' XDP sockets (a full receive ring or an empty fill ring: the worker fell behind)",
+            s.io(|w| &w.xsk_kernel_drops),
         )?;
         counter(
             e,

@@ -19,8 +19,9 @@ pub(crate) use secrelay_uring::{canonical, on_family};
 pub(crate) fn choose_media_io(
     setting: Option<MediaIo>,
 ) -> Result<(MediaIo, Option<String>), String> {
-    if setting == Some(MediaIo::Mmsg) {
-        return Ok((MediaIo::Mmsg, None));
+    if let Some(io @ (MediaIo::Mmsg | MediaIo::AfXdp)) = setting {
+        // AF_XDP: each worker opens its XDP socket, and says so when it cannot.
+        return Ok((io, None));
     }
     // On a thread of its own: the ring's completions are run as task work of the thread that
     // armed it, whose next blocking call with a timeout (a socket read, say) the kernel's
@@ -225,6 +226,28 @@ impl SendBatch {
     /// Whether its socket is IPv6 (an IPv4 peer is then sent to by its mapped address).
     pub fn is_v6(&self) -> bool {
         self.v6
+    }
+
+    /// Datagrams queued.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Sends otherwise (the AF_XDP path) each queued datagram `send` takes (returns `true`
+    /// for), its buffer then given to `done_with`; the rest stay queued, in order.
+    pub fn take_where(
+        &mut self,
+        mut send: impl FnMut(SocketAddr, &[u8]) -> bool,
+        mut done_with: impl FnMut(Vec<u8>),
+    ) {
+        self.items.retain_mut(|(to, buf)| {
+            if send(*to, buf) {
+                done_with(std::mem::take(buf));
+                false
+            } else {
+                true
+            }
+        });
     }
 
     /// Takes everything queued, in order (for a path that sends it otherwise: io_uring).

@@ -41,6 +41,7 @@ use crate::shard::{
 mod ice_tcp;
 mod pipes;
 mod uring_io;
+mod xsk_io;
 use ice_tcp::IceTcp;
 pub(crate) use ice_tcp::{bind_ice_tcp, TcpClose};
 use pipes::PipeMsg;
@@ -165,6 +166,8 @@ pub(crate) struct Shared {
     pub placed: std::sync::Mutex<HashMap<String, usize>>,
     /// The XDP filter in front of the media ports, when one is attached (`xdp`).
     pub xdp: Option<Arc<super::xdp::Gate>>,
+    /// The interface the workers bind their XDP sockets on (`media_io = "af_xdp"`).
+    pub xsk_interface: Option<String>,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -237,6 +240,8 @@ impl Outbox {
 /// A telephony leg's socket and its queue.
 struct LegSocket {
     socket: mio::net::UdpSocket,
+    /// The address it is bound on.
+    local: SocketAddr,
     out: Outbox,
 }
 
@@ -244,6 +249,8 @@ struct LegSocket {
 pub(crate) struct Worker {
     index: usize,
     socket: mio::net::UdpSocket,
+    /// The address the shared socket is bound on.
+    shared_local: SocketAddr,
     poll: Poll,
     shared: Arc<Shared>,
     stats: Arc<WorkerStats>,
@@ -277,6 +284,8 @@ pub(crate) struct Worker {
     ring: Option<MediaRing>,
     /// Completions being handled (kept for its allocation).
     completions: Vec<secrelay_uring::Completion<()>>,
+    /// The XDP socket this worker reads and writes frames through, on the AF_XDP path.
+    xsk: Option<xsk_io::XskPath>,
 }
 
 impl Worker {
@@ -296,10 +305,22 @@ impl Worker {
         io: MediaIo,
     ) -> std::io::Result<Worker> {
         let mut socket = mio::net::UdpSocket::from_std(socket);
+        let shared_local = socket.local_addr()?;
         let ring = match io {
             MediaIo::IoUring => uring_io::ring_for(index, &socket),
-            MediaIo::Mmsg => None,
+            MediaIo::Mmsg | MediaIo::AfXdp => None,
         };
+        let xsk = match (io, &shared.xsk_interface, &shared.xdp) {
+            (MediaIo::AfXdp, Some(interface), Some(gate)) => xsk_io::open(index, interface, gate),
+            _ => None,
+        };
+        if let Some(x) = &xsk {
+            poll.registry().register(
+                &mut mio::unix::SourceFd(&x.as_raw_fd()),
+                xsk_io::XSK,
+                Interest::READABLE,
+            )?;
+        }
         match &ring {
             Some(r) => poll.registry().register(
                 &mut mio::unix::SourceFd(&std::os::fd::AsRawFd::as_raw_fd(r)),
@@ -310,7 +331,11 @@ impl Worker {
                 .registry()
                 .register(&mut socket, SOCKET, Interest::READABLE)?,
         }
-        stats.set_io_uring(ring.is_some());
+        stats.set_media_io(match (&ring, &xsk) {
+            (Some(_), _) => MediaIo::IoUring,
+            (None, Some(_)) => MediaIo::AfXdp,
+            (None, None) => MediaIo::Mmsg,
+        });
         let mut tcp = IceTcp::new(ice_tcp.map(mio::net::TcpListener::from_std));
         if let Some(l) = tcp.listener_mut() {
             poll.registry()
@@ -322,6 +347,7 @@ impl Worker {
         Ok(Worker {
             index,
             socket,
+            shared_local,
             poll,
             shared,
             stats,
@@ -342,6 +368,7 @@ impl Worker {
             tcp,
             ring,
             completions: Vec::with_capacity(BATCH),
+            xsk,
         })
     }
 
@@ -351,9 +378,11 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         // On the io_uring path the socket is never read directly: completions bring its data.
         let mut socket_ready = self.ring.is_none();
+        let mut xsk_ready = self.xsk.is_some();
         loop {
             let now = Instant::now();
             let timeout = if socket_ready
+                || xsk_ready
                 || !self.ready_legs.is_empty()
                 || self.tcp.busy()
                 || self.ring.as_mut().is_some_and(|r| r.pending())
@@ -374,6 +403,7 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     SOCKET => socket_ready = true,
+                    xsk_io::XSK => xsk_ready = true,
                     WAKER | RING => {}
                     _ if self.tcp.on_event(ev) => {}
                     Token(t) => {
@@ -390,6 +420,9 @@ impl Worker {
             }
             self.take_handoffs();
             self.take_pipes();
+            if xsk_ready {
+                xsk_ready = self.read_xsk();
+            }
             if self.ring.is_some() {
                 self.read_ring();
             } else if socket_ready {
@@ -536,6 +569,9 @@ impl Worker {
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
+            if let (Some(x), Some(gate)) = (&self.xsk, &self.shared.xdp) {
+                gate.own_ports(&[port], x.queue());
+            }
             if let Some(ring) = self.ring.as_mut() {
                 // Armed at the worker's next submit (after this command).
                 ring.arm(u32::from(port), &socket);
@@ -554,6 +590,7 @@ impl Worker {
                 port,
                 LegSocket {
                     out: Outbox::for_socket(&socket),
+                    local: addr,
                     socket,
                 },
             );
@@ -979,6 +1016,8 @@ impl Worker {
 
     fn flush_send(&mut self) {
         self.tcp_flush();
+        // The AF_XDP path takes what it can; the sockets below send the rest.
+        self.xsk_flush();
         if self.ring.is_some() {
             self.ring_flush();
             return;
@@ -1005,6 +1044,7 @@ impl Worker {
         let shed = self.admission.update(load);
         self.shard.set_shed(shed);
         self.stats.set_load(load, shed);
+        self.publish_xsk();
         self.stats.publish(self.shard.counters());
     }
 }

@@ -90,6 +90,29 @@ impl Gate {
     pub fn close_ports(&self, ports: &[u16]) {
         for port in ports.iter().filter(|p| self.legs.contains(p)) {
             self.note(self.filter.set_port(*port, Some(&[])));
+            self.note(self.filter.set_owner(*port, None));
+        }
+    }
+
+    /// The AF_XDP path: what passes on receive queue `queue` goes to the XDP socket `fd`.
+    pub fn set_socket(
+        &self,
+        queue: u32,
+        fd: std::os::fd::RawFd,
+    ) -> Result<(), secrelay_xdp::Error> {
+        self.filter.set_socket(queue, fd)
+    }
+
+    /// The AF_XDP path: queue `queue`'s XDP socket is gone.
+    pub fn unset_socket(&self, queue: u32) {
+        self.note(self.filter.unset_socket(queue));
+    }
+
+    /// The AF_XDP path: a leg's `ports` are read by the worker whose XDP socket is on queue
+    /// `queue`; on another queue their datagrams go to the leg's own socket.
+    pub fn own_ports(&self, ports: &[u16], queue: u32) {
+        for port in ports.iter().filter(|p| self.legs.contains(p)) {
+            self.note(self.filter.set_owner(*port, Some(queue)));
         }
     }
 }
@@ -130,6 +153,12 @@ impl prometheus_client::collector::Collector for XdpCollector {
                 ("stun", c.stun),
                 ("fragment", c.fragment),
             ],
+        )?;
+        counter(
+            &mut e,
+            "secrelay_xdp_redirected",
+            "Of the datagrams the XDP filter passed, those it handed to a worker's XDP socket (media_io = af_xdp) rather than to the kernel's socket layer",
+            c.xsk,
         )?;
         let mut native = e.encode_descriptor(
             "secrelay_xdp_native",
