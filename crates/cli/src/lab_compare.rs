@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Result};
 use clap::Args;
-use secrelay_lab::client::compare::{ng_row, secrelay_row, NgRelay, RelayRow};
+use secrelay_lab::client::compare::{ng_row, secrelay_row, NgRelay, RelayRow, Site};
 use secrelay_lab::client::rtpengine::Keying;
 use secrelay_srtp::Profile;
 
@@ -24,11 +24,19 @@ pub struct RelayCompareArgs {
     /// comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "sdes,plain,webrtc")]
     pub legs: Vec<String>,
-    /// How secrelay reads and writes its sockets, each in its own run at every rate and kind
-    /// of call, alternated (`auto`, `io_uring`, `mmsg`), comma-separated: `io_uring,mmsg`
-    /// compares the two paths in one run.
+    /// How secrelay reads and writes its media, each in its own run at every rate and kind
+    /// of call, alternated (`auto`, `io_uring`, `mmsg`, and with `--site veth` `af_xdp`),
+    /// comma-separated: `io_uring,mmsg` compares two paths in one run.
     #[arg(long, value_delimiter = ',', default_value = "auto")]
     pub media_io: Vec<String>,
+    /// Where each relay runs: `loopback` (beside the load) or `veth` (in a network namespace
+    /// of its own behind a veth pair, what the AF_XDP path needs; root only).
+    #[arg(long, default_value = "loopback")]
+    pub site: String,
+    /// With `--site veth`: the XDP filter in front of every secrelay run, not only the AF_XDP
+    /// path's (which needs it), so that the paths differ by the path alone.
+    #[arg(long)]
+    pub filter: bool,
     /// The rtpengine binary (Debian's rtpengine-daemon).
     #[arg(long, default_value = "/usr/bin/rtpengine")]
     pub rtpengine: PathBuf,
@@ -58,9 +66,20 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
             bail!("--legs {l}: sdes, plain or webrtc");
         }
     }
+    let site = match a.site.as_str() {
+        "loopback" => Site::Loopback,
+        "veth" => Site::Veth { filter: a.filter },
+        other => bail!("--site {other}: loopback or veth"),
+    };
+    if a.filter && site == Site::Loopback {
+        bail!("--filter needs --site veth (an interface to put it on)");
+    }
     for m in &a.media_io {
-        if !matches!(m.as_str(), "auto" | "io_uring" | "mmsg") {
-            bail!("--media-io {m}: auto, io_uring or mmsg");
+        match m.as_str() {
+            "auto" | "io_uring" | "mmsg" => {}
+            "af_xdp" if site != Site::Loopback => {}
+            "af_xdp" => bail!("--media-io af_xdp needs --site veth (an interface to bind on)"),
+            _ => bail!("--media-io {m}: auto, io_uring, mmsg or af_xdp"),
         }
     }
     let exe = std::env::current_exe()?;
@@ -77,7 +96,7 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
                 _ => {
                     for m in &a.media_io {
                         eprintln!("relay-compare: secrelay ({m}), WebRTC, at {pps} packets/s …");
-                        rows.push(secrelay_row(&exe, pps, a.duration, m)?);
+                        rows.push(secrelay_row(&exe, pps, a.duration, m, site)?);
                     }
                     continue;
                 }
@@ -94,12 +113,12 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
                     NgRelay::Secrelay { media_io, .. } => format!("secrelay ({media_io})"),
                 };
                 eprintln!("relay-compare: {name}, {legs} calls through ng, at {pps} packets/s …");
-                rows.push(ng_row(relay, pps, a.duration, keying)?);
+                rows.push(ng_row(relay, pps, a.duration, keying, site)?);
             }
         }
     }
     println!(
-        "{:<10} {:<8} {:<7} {:>10} {:>6} {:>9} {:>9} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8} {:>11}",
+        "{:<10} {:<8} {:<7} {:>10} {:>6} {:>9} {:>9} {:>7} {:>6} {:>7} {:>9} {:>8} {:>8} {:>11} {:>10}",
         "relay",
         "io",
         "legs",
@@ -113,11 +132,12 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
         "µs/pkt",
         "user µs",
         "kern µs",
-        "÷ rtpengine"
+        "÷ rtpengine",
+        "softirq µs"
     );
     for r in &rows {
         println!(
-            "{:<10} {:<8} {:<7} {:>10} {:>6.1} {:>9} {:>9} {:>7} {:>6} {:>7.2} {:>9.2} {:>8.2} {:>8.2} {:>11}",
+            "{:<10} {:<8} {:<7} {:>10} {:>6.1} {:>9} {:>9} {:>7} {:>6} {:>7.2} {:>9.2} {:>8.2} {:>8.2} {:>11} {:>10.2}",
             r.relay,
             r.media_io.as_deref().unwrap_or("-"),
             r.legs,
@@ -134,7 +154,23 @@ pub fn run(a: &RelayCompareArgs) -> Result<()> {
             baseline(&rows, r).map_or("-".into(), |b| format!(
                 "{:.2}",
                 r.cpu_us_per_relayed / b.cpu_us_per_relayed
-            ))
+            )),
+            r.softirq_us_per_relayed
+        );
+    }
+    for r in rows.iter().filter(|r| !r.gateway_drops.is_empty()) {
+        let drops: Vec<String> = r
+            .gateway_drops
+            .iter()
+            .map(|(reason, n)| format!("{reason} {n:.0}"))
+            .collect();
+        println!(
+            "  {} ({}) {} at {}/s dropped: {}",
+            r.relay,
+            r.media_io.as_deref().unwrap_or("-"),
+            r.legs,
+            r.offered_pps,
+            drops.join(", ")
         );
     }
     if let Some(p) = &a.json {

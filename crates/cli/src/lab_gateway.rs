@@ -421,6 +421,9 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if let Some([user, kernel]) = r.gateway_cpu_us_per_relayed_split {
         println!("                     per relayed copy: user {user:.2} µs, kernel {kernel:.2} µs");
     }
+    if let Some(soft) = r.softirq_us_per_relayed {
+        println!("  machine softirq    {soft:.2} µs per relayed copy (receive paths and deliveries, the load's too)");
+    }
     if let Some(m) = r.gateway_rss_per_participant {
         println!(
             "  gateway memory     {:.1} KiB resident per participant{}",

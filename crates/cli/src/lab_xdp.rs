@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
-use secrelay_lab::client::load::{proc_sample, relay_quantile, scrape};
+use secrelay_lab::client::load::{proc_sample, relay_quantile, scrape, softirq_secs};
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::phone::SocketPhone;
@@ -220,18 +220,6 @@ fn start_gateway(ns: &Netns, ip: Ipv4Addr, xdp: Option<(&str, &str)>) -> Result<
     g.sig = Signaling::new(banner.url().context("no URL")?).with_admin(admin.trim());
     g.ng = banner.ng.context("no ng socket")?;
     Ok(g)
-}
-
-/// The machine's softirq CPU seconds so far, every CPU (`/proc/stat`'s first line).
-fn softirq_secs() -> Result<f64> {
-    let stat = std::fs::read_to_string("/proc/stat")?;
-    let ticks: f64 = stat
-        .lines()
-        .next()
-        .and_then(|l| l.split_whitespace().nth(7)?.parse().ok())
-        .context("/proc/stat has no softirq column")?;
-    // In USER_HZ ticks: 100 a second on every Linux architecture.
-    Ok(ticks / 100.0)
 }
 
 /// A plain call between two phones here through the gateway's ng socket.

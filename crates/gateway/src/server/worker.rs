@@ -569,8 +569,8 @@ impl Worker {
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
-            if let (Some(x), Some(gate)) = (&self.xsk, &self.shared.xdp) {
-                gate.own_ports(&[port], x.queue());
+            if let (Some(_), Some(gate)) = (&self.shared.xsk_interface, &self.shared.xdp) {
+                gate.own_ports(&[port], self.xsk.as_ref().map(|x| x.queue()));
             }
             if let Some(ring) = self.ring.as_mut() {
                 // Armed at the worker's next submit (after this command).

@@ -109,8 +109,11 @@ impl Gate {
     }
 
     /// The AF_XDP path: a leg's `ports` are read by the worker whose XDP socket is on queue
-    /// `queue`; on another queue their datagrams go to the leg's own socket.
-    pub fn own_ports(&self, ports: &[u16], queue: u32) {
+    /// `queue` (`None`: by a worker without one); on another queue their datagrams go to the
+    /// leg's own socket.
+    pub fn own_ports(&self, ports: &[u16], queue: Option<u32>) {
+        // No queue's socket takes a port owned by a queue past the program's map.
+        let queue = queue.unwrap_or(secrelay_xdp::MAX_QUEUES);
         for port in ports.iter().filter(|p| self.legs.contains(p)) {
             self.note(self.filter.set_owner(*port, Some(queue)));
         }

@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context as _};
 use serde::Serialize;
 
-use super::load::{self, proc_sample, LoadOptions};
+use super::load::{self, proc_sample, softirq_secs, LoadOptions};
 use super::rtpengine::{create_calls, delete_calls, drive, Keying, Ng};
 use secrelay_testkit::fleet::{FleetConfig, FleetProgress};
+use secrelay_testkit::netns::Netns;
 use secrelay_testkit::{Leg, Signaling};
 
 /// One relay at one offered rate.
@@ -58,6 +59,146 @@ pub struct RelayRow {
     pub user_us_per_relayed: f64,
     /// Of that, in the kernel on the relay's behalf (`stime`), µs.
     pub kernel_us_per_relayed: f64,
+    /// Where the relay ran: `loopback` or `veth` ([`Site`]).
+    pub site: String,
+    /// The machine's softirq time per relayed packet over the window, µs: the kernel's
+    /// receive paths and deliveries (the load's and the relay's alike), charged to no
+    /// process.
+    pub softirq_us_per_relayed: f64,
+    /// Where secrelay dropped packets during the window (its `/metrics`, non-zero only): its
+    /// drop reasons, and `xsk_kernel` for what the kernel dropped at its XDP socket.
+    pub gateway_drops: Vec<(String, f64)>,
+}
+
+/// Where a relay under measurement runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Site {
+    /// On loopback, beside the load.
+    Loopback,
+    /// In a network namespace of its own, reached from the load over a veth pair (native XDP
+    /// on veth: what the XDP filter and the AF_XDP path need); the load's end of the pair
+    /// computes its UDP checksums (veth's offload would leave them unfinished). Needs root.
+    /// With `filter`, every secrelay run has the XDP filter in front (the AF_XDP path always
+    /// has it), so that the socket paths and the AF_XDP path differ by the path alone.
+    Veth {
+        /// The XDP filter in front of the socket paths too.
+        filter: bool,
+    },
+}
+
+impl Site {
+    /// `loopback` or `veth`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Site::Loopback => "loopback",
+            Site::Veth { filter: false } => "veth",
+            Site::Veth { filter: true } => "veth+filter",
+        }
+    }
+}
+
+/// A relay's place for one run: its address, the load's, and its namespace (dropped after the
+/// relay's process).
+struct Placed {
+    ns: Option<Netns>,
+    /// The XDP filter in front of every secrelay run.
+    filter: bool,
+    relay: Ipv4Addr,
+    here: Ipv4Addr,
+    /// The relay's end of the veth pair.
+    inside: String,
+}
+
+impl Placed {
+    fn new(site: Site) -> anyhow::Result<Placed> {
+        static RUNS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+        let Site::Veth { filter } = site else {
+            return Ok(Placed {
+                ns: None,
+                filter: false,
+                relay: Ipv4Addr::LOCALHOST,
+                here: Ipv4Addr::LOCALHOST,
+                inside: String::new(),
+            });
+        };
+        let ns = Netns::new().context("a network namespace (--site veth needs root)")?;
+        let (pid, run) = (
+            std::process::id(),
+            RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 250,
+        );
+        // A subnet per run and lab process: a veth pair may linger a moment after its
+        // namespace ends.
+        let net = 200 + (pid % 50) as u8;
+        let (here, relay) = (
+            Ipv4Addr::new(10, net, run, 2),
+            Ipv4Addr::new(10, net, run, 1),
+        );
+        let name = |side: &str| {
+            format!("src{run}{side}{pid}")
+                .chars()
+                .take(15)
+                .collect::<String>()
+        };
+        let (outside, inside) = (name("o"), name("i"));
+        ns.veth(
+            &outside,
+            &format!("{here}/24"),
+            &inside,
+            &format!("{relay}/24"),
+        )?;
+        secrelay_xsk::set_tx_checksum_offload(&outside, false)?;
+        Ok(Placed {
+            ns: Some(ns),
+            filter,
+            relay,
+            here,
+            inside,
+        })
+    }
+
+    /// `program`, to run where the relay runs.
+    fn command(&self, program: &Path) -> Command {
+        match &self.ns {
+            Some(ns) => ns.command(program),
+            None => Command::new(program),
+        }
+    }
+
+    /// A port for the relay's ng socket: any in its own namespace, a free one on loopback.
+    fn ng_port(&self) -> anyhow::Result<u16> {
+        match self.ns {
+            Some(_) => Ok(2223),
+            None => free_udp_port(),
+        }
+    }
+
+    /// `secrelay serve` with one worker, quiet, on the relay's address, its media read and
+    /// written as `media_io` says (`af_xdp`: with the XDP filter on the veth pair, which that
+    /// path needs).
+    fn serve(&self, exe: &Path, media_io: &str, config: &Path, admin: &Path) -> Command {
+        let mut c = self.command(exe);
+        let at = format!("{}:0", self.relay);
+        c.args([
+            "serve",
+            "--http",
+            &at,
+            "--udp",
+            &at,
+            "--workers",
+            "1",
+            "--log",
+            "warn",
+        ])
+        .args(["--media-io", media_io])
+        .arg("--config")
+        .arg(config)
+        .arg("--admin-key-file")
+        .arg(admin);
+        if media_io == "af_xdp" || self.filter {
+            c.args(["--xdp", &self.inside]);
+        }
+        c
+    }
 }
 
 struct KillOnDrop(Child);
@@ -82,19 +223,6 @@ fn free_udp_port() -> anyhow::Result<u16> {
         .local_addr()?
         .port())
 }
-
-/// `secrelay serve` on loopback with one worker, quiet.
-const SERVE_ONE_WORKER: [&str; 9] = [
-    "serve",
-    "--http",
-    "127.0.0.1:0",
-    "--udp",
-    "127.0.0.1:0",
-    "--workers",
-    "1",
-    "--log",
-    "warn",
-];
 
 /// A configuration file for a gateway under measurement: `extra`, and no call refused for load
 /// while the calls are set up (rtpengine refuses none either: at 100 k packets/s on one worker
@@ -122,17 +250,26 @@ pub enum NgRelay<'a> {
 }
 
 /// Runs one relay at one rate with calls set up through its ng socket, keyed as `keying`
-/// says; the relay's CPU (user and kernel) over the media window from `/proc`.
-pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow::Result<RelayRow> {
-    let ng_port = free_udp_port()?;
-    let ng_listen = format!("127.0.0.1:{ng_port}");
+/// says, the relay where `site` says; the relay's CPU (user and kernel) over the media window
+/// from `/proc`, and the machine's softirq time.
+pub fn ng_row(
+    relay: NgRelay<'_>,
+    pps: u64,
+    secs: f64,
+    keying: Keying,
+    site: Site,
+) -> anyhow::Result<RelayRow> {
+    let place = Placed::new(site)?;
+    let ng_port = place.ng_port()?;
+    let ng_listen = format!("{}:{ng_port}", place.relay);
     let config = measuring_config("")?;
-    let (name, mut command) = match relay {
+    let admin = secrelay_testkit::AdminKeyFile::new()?;
+    let (name, command) = match relay {
         NgRelay::Rtpengine(binary) => {
-            let mut c = Command::new(binary);
+            let mut c = place.command(binary);
             c.args([
                 "--config-file=none",
-                "--interface=127.0.0.1",
+                &format!("--interface={}", place.relay),
                 &format!("--listen-ng={ng_listen}"),
                 "--foreground",
                 "--log-stderr",
@@ -145,23 +282,37 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
             ("rtpengine", c)
         }
         NgRelay::Secrelay { exe, media_io } => {
-            let mut c = Command::new(exe);
-            c.args(SERVE_ONE_WORKER)
-                .args(["--ng", &ng_listen, "--rtp-ports", "30000-39999"])
-                .args(["--media-io", media_io])
-                .arg("--config")
-                .arg(config.path());
+            let mut c = place.serve(exe, media_io, config.path(), admin.path());
+            c.args(["--ng", &ng_listen, "--rtp-ports", "30000-39999"]);
             ("secrelay", c)
         }
     };
-    let child = command
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {name}"))?;
-    let child = KillOnDrop(child);
-    let pid = child.0.id();
-    let mut ng = Ng::new(SocketAddr::from(([127, 0, 0, 1], ng_port)))?;
+    // secrelay's /metrics say where it dropped what it did (rtpengine's output is not read).
+    let (child, served) = match relay {
+        NgRelay::Rtpengine(_) => {
+            let mut command = command;
+            let child = command
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .with_context(|| format!("starting {name}"))?;
+            (Some(KillOnDrop(child)), None)
+        }
+        NgRelay::Secrelay { .. } => (None, Some(Served::start(command)?)),
+    };
+    let pid = match (&child, &served) {
+        (Some(c), _) => c.0.id(),
+        (None, Some(s)) => s.child.0.id(),
+        (None, None) => unreachable!("one of the two is started above"),
+    };
+    let sig = served
+        .as_ref()
+        .map(|s| Signaling::new(s.url.clone()).with_admin(admin.key()));
+    let scrape = |sig: &Signaling| -> anyhow::Result<(load::Scrape, u64)> {
+        let xsk = sig.metric("secrelay_xsk_kernel_drops_total").unwrap_or(0);
+        Ok((load::scrape(sig)?, xsk))
+    };
+    let mut ng = Ng::new(SocketAddr::from((place.relay, ng_port)))?;
     let up = Instant::now() + Duration::from_secs(10);
     while ng
         .call(vec![(
@@ -176,13 +327,25 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
         std::thread::sleep(Duration::from_millis(100));
     }
     let calls = (pps / 100).max(1) as usize;
-    let mut legs = create_calls(&mut ng, calls, keying)?;
+    let mut legs = create_calls(&mut ng, calls, keying, (place.here, place.relay))?;
     let mut before = None;
+    let mut scraped_before = None;
     let (measured, received_at_start) = drive(&mut legs, Duration::from_secs_f64(secs), || {
-        before = proc_sample(pid).ok();
+        before = proc_sample(pid).ok().zip(softirq_secs().ok());
+        scraped_before = sig.as_ref().and_then(|s| scrape(s).ok());
     })?;
-    let after = proc_sample(pid)?;
-    let before = before.ok_or_else(|| anyhow!("{name}'s /proc could not be read"))?;
+    let (after, soft_after) = (proc_sample(pid)?, softirq_secs()?);
+    // The gateway publishes its counters every 200 ms.
+    std::thread::sleep(Duration::from_millis(250));
+    let gateway_drops = match (&sig, scraped_before) {
+        (Some(sig), Some((b, xb))) => {
+            let (a, xa) = scrape(sig)?;
+            drops_between(&b, &a, [xb, xa])
+        }
+        _ => Vec::new(),
+    };
+    let (before, soft_before) =
+        before.ok_or_else(|| anyhow!("{name}'s /proc could not be read"))?;
     delete_calls(&mut ng, calls);
     let relayed: u64 = legs.iter().map(|l| l.stream.received).sum();
     let lost: u64 = legs.iter().map(|l| l.stream.lost()).sum();
@@ -211,49 +374,28 @@ pub fn ng_row(relay: NgRelay<'_>, pps: u64, secs: f64, keying: Keying) -> anyhow
         cpu_us_per_relayed: per(cpu),
         user_us_per_relayed: per(after.user_secs - before.user_secs),
         kernel_us_per_relayed: per(after.system_secs - before.system_secs),
+        site: site.name().into(),
+        softirq_us_per_relayed: per(soft_after - soft_before),
+        gateway_drops,
     })
 }
 
-/// Runs `secrelay serve` (one worker, `--media-io media_io`) at one rate.
-pub fn secrelay_row(exe: &Path, pps: u64, secs: f64, media_io: &str) -> anyhow::Result<RelayRow> {
+/// Runs `secrelay serve` (one worker, `--media-io media_io`, where `site` says) at one rate.
+pub fn secrelay_row(
+    exe: &Path,
+    pps: u64,
+    secs: f64,
+    media_io: &str,
+    site: Site,
+) -> anyhow::Result<RelayRow> {
+    let place = Placed::new(site)?;
     let admin = secrelay_testkit::AdminKeyFile::new()?;
     // The load's participants all offer from this host, without a credential: the cap on
     // unconnected anonymous sessions per source is lifted for it.
     let config = measuring_config("max_pending_offers_per_source = 1000000\n")?;
-    let mut child = Command::new(exe)
-        .args(SERVE_ONE_WORKER)
-        .arg("--admin-key-file")
-        .arg(admin.path())
-        .arg("--config")
-        .arg(config.path())
-        .args(["--media-io", media_io])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {} serve", exe.display()))?;
-    let stderr = child.stderr.take().context("serve's stderr")?;
-    let child = KillOnDrop(child);
-    let mut url = None;
-    let mut lines = BufReader::new(stderr).lines();
-    for line in lines.by_ref() {
-        url = serve_banner_url(&line?);
-        if url.is_some() {
-            break;
-        }
-    }
-    let url = url.ok_or_else(|| anyhow!("secrelay serve did not print its HTTP address"))?;
-    // The rest of its output is read as it comes (a closed pipe would fail its writes), the
-    // last lines kept to say why, should the gateway fail during the run.
-    let tail = std::thread::spawn(move || {
-        let mut last = std::collections::VecDeque::new();
-        for line in lines.map_while(Result::ok) {
-            if last.len() == 40 {
-                last.pop_front();
-            }
-            last.push_back(line);
-        }
-        last.into_iter().collect::<Vec<_>>().join("\n")
-    });
+    let served = Served::start(place.serve(exe, media_io, config.path(), admin.path()))?;
+    let child = &served.child;
+    let url = served.url.clone();
     let participants = (pps / 50).max(2) as usize;
     let o = LoadOptions {
         fleet: FleetConfig {
@@ -264,7 +406,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64, media_io: &str) -> anyhow::
             room_prefix: "cmp-".into(),
             duration: Duration::from_secs_f64(secs),
             threads: 1,
-            bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            bind_ip: IpAddr::V4(place.here),
             connect_timeout: Duration::from_secs(60),
             inject_bad: false,
             media: secrelay_testkit::Media::Pcmu,
@@ -275,14 +417,7 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64, media_io: &str) -> anyhow::
         server_pid: Some(child.0.id()),
         slow_viewer: None,
     };
-    let r = match load::run(&o, Arc::new(FleetProgress::default())) {
-        Ok(r) => r,
-        Err(e) => {
-            drop(child);
-            let said = tail.join().unwrap_or_default();
-            return Err(e.context(format!("secrelay serve's last words:\n{said}")));
-        }
-    };
+    let r = load::run(&o, Arc::new(FleetProgress::default())).map_err(|e| served.fail(e))?;
     let [user, kernel] = r.gateway_cpu_us_per_relayed_split.unwrap_or([f64::NAN; 2]);
     Ok(RelayRow {
         relay: "secrelay".into(),
@@ -299,5 +434,79 @@ pub fn secrelay_row(exe: &Path, pps: u64, secs: f64, media_io: &str) -> anyhow::
         cpu_us_per_relayed: r.gateway_cpu_us_per_relayed.unwrap_or(f64::NAN),
         user_us_per_relayed: user,
         kernel_us_per_relayed: kernel,
+        site: site.name().into(),
+        softirq_us_per_relayed: r.softirq_us_per_relayed.unwrap_or(f64::NAN),
+        gateway_drops: r.gateway_drops,
     })
+}
+
+/// `secrelay serve` started, its HTTP address read from its banner, the rest of its output
+/// read as it comes (a closed pipe would fail its writes), the last lines kept to say why,
+/// should the gateway fail during the run.
+struct Served {
+    child: KillOnDrop,
+    url: String,
+    tail: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Served {
+    fn start(mut command: Command) -> anyhow::Result<Served> {
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting secrelay serve")?;
+        let stderr = child.stderr.take().context("serve's stderr")?;
+        let child = KillOnDrop(child);
+        let mut url = None;
+        let mut lines = BufReader::new(stderr).lines();
+        for line in lines.by_ref() {
+            url = serve_banner_url(&line?);
+            if url.is_some() {
+                break;
+            }
+        }
+        let url = url.ok_or_else(|| anyhow!("secrelay serve did not print its HTTP address"))?;
+        let tail = std::thread::spawn(move || {
+            let mut last = std::collections::VecDeque::new();
+            for line in lines.map_while(Result::ok) {
+                if last.len() == 40 {
+                    last.pop_front();
+                }
+                last.push_back(line);
+            }
+            last.into_iter().collect::<Vec<_>>().join("\n")
+        });
+        Ok(Served {
+            child,
+            url,
+            tail: Some(tail),
+        })
+    }
+
+    /// `e`, with the gateway's last words (it is stopped first).
+    fn fail(mut self, e: anyhow::Error) -> anyhow::Error {
+        let _ = self.child.0.kill();
+        let said = self
+            .tail
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default();
+        e.context(format!("secrelay serve's last words:\n{said}"))
+    }
+}
+
+/// What the gateway dropped between two scrapes of it: its reasons, and `xsk_kernel` for what
+/// the kernel dropped at its XDP socket (`xsk`: that counter before and after).
+fn drops_between(before: &load::Scrape, after: &load::Scrape, xsk: [u64; 2]) -> Vec<(String, f64)> {
+    let mut drops: Vec<(String, f64)> = after
+        .drops
+        .iter()
+        .map(|(r, n)| (r.clone(), n - before.drops_of(r)))
+        .filter(|(_, n)| *n > 0.0)
+        .collect();
+    if xsk[1] > xsk[0] {
+        drops.push(("xsk_kernel".into(), (xsk[1] - xsk[0]) as f64));
+    }
+    drops
 }

@@ -33,6 +33,19 @@ pub struct ProcSample {
     pub rss_bytes: u64,
 }
 
+/// The machine's softirq CPU seconds so far, every CPU (`/proc/stat`'s first line): the
+/// kernel's receive path (and on veth and loopback, the delivery of what is sent) runs there.
+pub fn softirq_secs() -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat")?;
+    let ticks: f64 = stat
+        .lines()
+        .next()
+        .and_then(|l| l.split_whitespace().nth(7)?.parse().ok())
+        .context("/proc/stat has no softirq column")?;
+    // In USER_HZ ticks: 100 a second on every Linux architecture.
+    Ok(ticks / 100.0)
+}
+
 /// Reads a process's CPU time and RSS (Linux).
 pub fn proc_sample(pid: u32) -> anyhow::Result<ProcSample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -274,6 +287,9 @@ pub struct LoadReport {
     pub gateway_cpu_us_per_relayed: Option<f64>,
     /// Of that, user and kernel time per relayed copy, µs.
     pub gateway_cpu_us_per_relayed_split: Option<[f64; 2]>,
+    /// The machine's softirq time during the window per relayed copy, µs (the kernel's
+    /// receive paths and deliveries, the load's and the gateway's alike).
+    pub softirq_us_per_relayed: Option<f64>,
     /// Gateway resident memory growth per participant (before the joins → all connected), bytes.
     pub gateway_rss_per_participant: Option<f64>,
     /// Gateway resident memory at the end of the window, bytes.
@@ -488,7 +504,7 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     };
     // The window opens when everybody is connected.
     let p2 = progress.clone();
-    let (done, media_secs, (before, proc_before, gauges)) =
+    let (done, media_secs, (before, proc_before, gauges, soft_before)) =
         fleet::run_media_windowed(&o.fleet, group, progress, || {
             // A participant is up when its own side has its keys; the gateway's side of a
             // handshake can finish a moment later (it reads the last flight after the client
@@ -501,7 +517,8 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
                 let s = scrape(base)?;
                 if s.connected >= want || Instant::now() >= until {
                     let gauges = gauges_before_the_end(base, o.fleet.duration);
-                    return Ok((s, o.server_pid.map(proc_sample).transpose()?, gauges));
+                    let proc = o.server_pid.map(proc_sample).transpose()?;
+                    return Ok((s, proc, gauges, softirq_secs().ok()));
                 }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -515,6 +532,7 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
         .and_then(Result::ok)
         .unwrap_or_else(|| after.clone());
     let proc_after = o.server_pid.map(proc_sample).transpose()?;
+    let soft_after = softirq_secs().ok();
     fleet::leave_all(&o.fleet, &done);
     let (slow_done, done): (Vec<_>, Vec<_>) = done
         .into_iter()
@@ -646,6 +664,10 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
                     (b.system_secs - a.system_secs) * 1e6 / forwarded,
                 ]
             }),
+        softirq_us_per_relayed: soft_before
+            .zip(soft_after)
+            .filter(|_| forwarded > 0.0)
+            .map(|(a, b)| (b - a) * 1e6 / forwarded),
         gateway_rss_per_participant: rss_before
             .zip(proc_before)
             .map(|(a, b)| (b.rss_bytes as f64 - a.rss_bytes as f64) / r.participants as f64),

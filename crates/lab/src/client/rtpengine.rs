@@ -9,7 +9,7 @@
 //! offer 100,000 packets/s.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use anyhow::anyhow;
@@ -80,8 +80,8 @@ fn random_key(profile: Profile) -> MasterKey {
     MasterKey::from_concatenated(profile, &raw).expect("lengths from the profile")
 }
 
-/// A leg's SDP: SDES with its crypto line, or plain.
-fn leg_sdp(port: u16, crypto: Option<(u32, Profile, &MasterKey)>) -> String {
+/// A leg's SDP on `ip`: SDES with its crypto line, or plain.
+fn leg_sdp(ip: Ipv4Addr, port: u16, crypto: Option<(u32, Profile, &MasterKey)>) -> String {
     let (proto, line) = match crypto {
         Some((tag, profile, key)) => (
             "RTP/SAVP",
@@ -94,7 +94,7 @@ fn leg_sdp(port: u16, crypto: Option<(u32, Profile, &MasterKey)>) -> String {
         None => ("RTP/AVP", String::new()),
     };
     format!(
-        "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+        "v=0\r\no=- 1 1 IN IP4 {ip}\r\ns=-\r\nc=IN IP4 {ip}\r\nt=0 0\r\n\
          m=audio {port} {proto} 0\r\na=rtpmap:0 PCMU/8000\r\n{line}a=sendrecv\r\n"
     )
 }
@@ -136,13 +136,19 @@ fn call_id(c: usize) -> String {
     format!("secrelay-lab-{c}-{}", std::process::id())
 }
 
-/// Creates `calls` calls through a relay's ng socket, keyed as `keying` says.
-pub fn create_calls(ng: &mut Ng, calls: usize, keying: Keying) -> anyhow::Result<Vec<CallLeg>> {
+/// Creates `calls` calls through a relay's ng socket, keyed as `keying` says, their legs'
+/// sockets on `local` and the relay's media on `relay`.
+pub fn create_calls(
+    ng: &mut Ng,
+    calls: usize,
+    keying: Keying,
+    (local, relay): (Ipv4Addr, Ipv4Addr),
+) -> anyhow::Result<Vec<CallLeg>> {
     let mut legs = Vec::with_capacity(calls * 2);
     let now = Instant::now();
     for c in 0..calls {
-        let a = UdpSocket::bind("127.0.0.1:0")?;
-        let b = UdpSocket::bind("127.0.0.1:0")?;
+        let a = UdpSocket::bind((local, 0))?;
+        let b = UdpSocket::bind((local, 0))?;
         let call_id = call_id(c);
         let keys = match keying {
             Keying::Sdes { caller, callee } => {
@@ -151,6 +157,7 @@ pub fn create_calls(ng: &mut Ng, calls: usize, keying: Keying) -> anyhow::Result
             Keying::Plain => None,
         };
         let caller_sdp = leg_sdp(
+            local,
             a.local_addr()?.port(),
             keys.as_ref().map(|((p, k), _)| (1, *p, k)),
         );
@@ -174,6 +181,7 @@ pub fn create_calls(ng: &mut Ng, calls: usize, keying: Keying) -> anyhow::Result
             None => (sdp_port(to_callee)?, None),
         };
         let callee_sdp = leg_sdp(
+            local,
             b.local_addr()?.port(),
             keys.as_ref()
                 .zip(callee_crypto.as_ref())
@@ -213,7 +221,7 @@ pub fn create_calls(ng: &mut Ng, calls: usize, keying: Keying) -> anyhow::Result
             let (tx, rx) = ctx.unzip();
             legs.push(CallLeg {
                 socket: mio::net::UdpSocket::from_std(sock),
-                relay: SocketAddr::from(([127, 0, 0, 1], port)),
+                relay: SocketAddr::from((relay, port)),
                 tx,
                 rx,
                 ssrc: 0x5000_0000 + (c as u32) * 2 + i,

@@ -218,7 +218,7 @@ impl Worker {
         if total[2] > 0 {
             st.xsk_socket_sends.fetch_add(total[2], Ordering::Relaxed);
         }
-        if total[0] == 0 {
+        if total[0] == 0 && path.xsk.backlog() == 0 {
             return;
         }
         path.xsk.flush();
