@@ -18,7 +18,9 @@ fuzz_target!(|data: &[u8]| {
     let mut buf = vec![0u8; V6_HEADERS + payload.len()];
     let len = build(&mut buf, macs, udp.src, udp.dst, payload)
         .unwrap_or_else(|e| panic!("a parsed datagram does not rebuild: {e}"));
-    let frame = buf.get(..len).expect("build returns a length within the buffer");
+    let frame = buf
+        .get(..len)
+        .expect("build returns a length within the buffer");
     let again = parse(frame).expect("a rebuilt frame parses");
     assert_eq!((again.src, again.dst), (udp.src, udp.dst));
     assert_eq!(frame.get(again.payload), Some(payload));

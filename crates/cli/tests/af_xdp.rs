@@ -18,10 +18,10 @@ mod lab_support;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use lab_support::veth::{self, call, exchange, received, Log};
 use secrelay_srtp::Profile;
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
-use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
 
 /// The subnet of the veth pair, one per test process: 10.234.N.0/24.
@@ -39,8 +39,6 @@ fn here() -> Ipv4Addr {
 
 const SHARED_PORT: u16 = 20000;
 
-type Log = std::sync::Arc<std::sync::Mutex<String>>;
-
 /// The namespace, the gateway in it, and this side's end of the veth pair; None (skipped)
 /// where this process may not make them.
 fn gateway(
@@ -53,102 +51,24 @@ fn gateway(
     Log,
     String,
 )> {
-    let ns = match Netns::new() {
-        Ok(ns) => ns,
-        Err(e) => {
-            lab_support::missing(test, &format!("no network namespace: {e}"));
-            return None;
-        }
-    };
-    let (outside, inside) = (
-        format!("sao{}", std::process::id()),
-        format!("sai{}", std::process::id()),
-    );
-    ns.veth(
-        &outside,
-        &format!("{}/24", here()),
-        &inside,
-        &format!("{}/24", gateway_ip()),
-    )
-    .expect("a veth pair into the namespace");
+    let (ns, outside, inside) = veth::namespace(test, "sa", here(), gateway_ip())?;
     // This end computes its UDP checksums (veth's offload would leave them unfinished, and
     // the XDP socket gets no word that they are).
     secrelay_xsk::set_tx_checksum_offload(&outside, false).expect("checksum offload off");
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("af_xdp.toml");
     let gw = gateway_ip();
-    std::fs::write(
-        &config,
-        format!(
-            "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
-             workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
-             drain_secs = 0.2\nxdp = \"{inside}\"\nmedia_io = \"af_xdp\"\n"
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    for (p, mode) in [(dir.path(), 0o755), (config.as_path(), 0o644)] {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-    let caps = "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock";
-    let mut cmd = ns.command("setpriv");
-    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(format!("--inh-caps={caps}"))
-        .arg(format!("--ambient-caps={caps}"))
-        .arg(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["serve", "--log", "info", "--config"])
-        .arg(&config);
-    let (child, banner, log) = lab_support::spawn_serve(cmd);
-    let banner = banner.unwrap_or_else(|| panic!("no banner:\n{}", log.lock().unwrap()));
+    let config = format!(
+        "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
+         workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
+         drain_secs = 0.2\nxdp = \"{inside}\"\nmedia_io = \"af_xdp\"\n"
+    );
+    let (child, sig, ng, log) =
+        veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock");
     assert!(
         log.lock().unwrap().contains("XDP socket open"),
         "{}",
         log.lock().unwrap()
     );
-    let admin = std::fs::read_to_string(banner.admin_key_file.clone().unwrap()).unwrap();
-    let sig = Signaling::new(banner.url().unwrap()).with_admin(admin.trim());
-    drop(dir);
-    Some((ns, child, sig, banner.ng.unwrap(), log, outside))
-}
-
-/// A call `id` through the ng socket between two phones on [`here`]: plain, or SDES with
-/// `sdes`; with `signal`, the caller's SDP names that address instead of its own.
-fn call(
-    ng: &mut Ng,
-    id: &str,
-    sdes: Option<Profile>,
-    signal: Option<SocketAddr>,
-) -> (SocketPhone, SocketPhone) {
-    let mut caller = SocketPhone::bind(IpAddr::V4(here()), sdes, 0x1111).unwrap();
-    let mut callee = SocketPhone::bind(IpAddr::V4(here()), sdes, 0x2222).unwrap();
-    let real = caller.phone.addr;
-    if let Some(a) = signal {
-        caller.phone.addr = a;
-    }
-    let offer =
-        secrelay_testkit::ng::command("offer", id, "caller", None, Some(&caller.phone.offer()));
-    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
-    let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let back = secrelay_testkit::ng::command("answer", id, "caller", Some("callee"), Some(&answer));
-    let to_caller = ng.call(back).unwrap()["sdp"].clone();
-    caller.phone.accept_answer(&to_caller).unwrap();
-    caller.phone.addr = real;
-    (caller, callee)
-}
-
-fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
-    caller.send(&[0xc1; 160]).unwrap();
-    callee.send(&[0xb0; 160]).unwrap();
-    caller.read();
-    callee.read();
-}
-
-fn received(group: &[SimParticipant]) -> u64 {
-    group
-        .iter()
-        .flat_map(|p| p.streams.values())
-        .map(|s| s.received)
-        .sum()
+    Some((ns, child, sig, ng, log, outside))
 }
 
 /// Drives the room for `d`.
@@ -184,11 +104,17 @@ fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
     let (mut caller, mut callee) = call(
         &mut ng,
         "nat",
+        here(),
         None,
         Some("192.0.2.50:7000".parse().unwrap()),
     );
-    let (mut s_caller, mut s_callee) =
-        call(&mut ng, "sdes", Some(Profile::AesCm128HmacSha1_80), None);
+    let (mut s_caller, mut s_callee) = call(
+        &mut ng,
+        "sdes",
+        here(),
+        Some(Profile::AesCm128HmacSha1_80),
+        None,
+    );
     for _ in 0..50 {
         exchange(&mut caller, &mut callee);
         exchange(&mut s_caller, &mut s_callee);

@@ -18,6 +18,7 @@ mod lab_support;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use lab_support::veth::{self, call, exchange, received, Log};
 use secrelay_srtp::Profile;
 use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
@@ -51,28 +52,8 @@ const SOURCES: u16 = 512;
 const ROUNDS: usize = 4;
 
 /// The namespace and the gateway in it, or None (skipped) where this process may not make them.
-/// The gateway's log so far.
-type Log = std::sync::Arc<std::sync::Mutex<String>>;
-
 fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketAddr, Log)> {
-    let ns = match Netns::new() {
-        Ok(ns) => ns,
-        Err(e) => {
-            lab_support::missing(test, &format!("no network namespace: {e}"));
-            return None;
-        }
-    };
-    let (outside, inside) = (
-        format!("sxo{}", std::process::id()),
-        format!("sxi{}", std::process::id()),
-    );
-    ns.veth(
-        &outside,
-        &format!("{}/24", here()),
-        &inside,
-        &format!("{}/24", gateway_ip()),
-    )
-    .expect("a veth pair into the namespace");
+    let (ns, _, inside) = veth::namespace(test, "sx", here(), gateway_ip())?;
     let (outside2, inside2) = (
         format!("sxp{}", std::process::id()),
         format!("sxj{}", std::process::id()),
@@ -85,77 +66,21 @@ fn gateway(test: &str) -> Option<(Netns, std::process::Child, Signaling, SocketA
         &format!("{}/24", second_ip()),
     )
     .expect("a second veth pair into the namespace");
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("xdp.toml");
     let gw = gateway_ip();
-    std::fs::write(
-        &config,
-        format!(
-            "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
-             workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
-             drain_secs = 0.2\nxdp = [\"{inside}\", \"{inside2}\"]\n"
-        ),
-    )
-    .unwrap();
+    let config = format!(
+        "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
+         workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
+         drain_secs = 0.2\nxdp = [\"{inside}\", \"{inside2}\"]\n"
+    );
     // Not as root: as nobody with the three capabilities the filter needs (what
     // packaging/secrelay-xdp.conf gives the systemd service), so that the claim is checked.
-    use std::os::unix::fs::PermissionsExt as _;
-    for (p, mode) in [(dir.path(), 0o755), (config.as_path(), 0o644)] {
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-    }
-    let caps = "+bpf,+net_admin,+perfmon";
-    let mut cmd = ns.command("setpriv");
-    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(format!("--inh-caps={caps}"))
-        .arg(format!("--ambient-caps={caps}"))
-        .arg(env!("CARGO_BIN_EXE_secrelay"))
-        .args(["serve", "--log", "info", "--config"])
-        .arg(&config);
-    let (child, banner, log) = lab_support::spawn_serve(cmd);
-    let banner = banner.unwrap_or_else(|| panic!("no banner:\n{}", log.lock().unwrap()));
+    let (child, sig, ng, log) = veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon");
     assert!(
         log.lock().unwrap().contains("XDP filter attached"),
         "{}",
         log.lock().unwrap()
     );
-    let admin = std::fs::read_to_string(banner.admin_key_file.clone().unwrap()).unwrap();
-    let sig = Signaling::new(banner.url().unwrap()).with_admin(admin.trim());
-    // The config file and the admin key outlive the start: the directory may go.
-    drop(dir);
-    Some((ns, child, sig, banner.ng.unwrap(), log))
-}
-
-/// A call `id` through the ng socket between two phones on [`here`]: plain, or SDES with
-/// `sdes`; with `signal`, the caller's SDP names that address instead of its own (a phone
-/// behind NAT).
-fn call(
-    ng: &mut Ng,
-    id: &str,
-    sdes: Option<Profile>,
-    signal: Option<SocketAddr>,
-) -> (SocketPhone, SocketPhone) {
-    let mut caller = SocketPhone::bind(IpAddr::V4(here()), sdes, 0x1111).unwrap();
-    let mut callee = SocketPhone::bind(IpAddr::V4(here()), sdes, 0x2222).unwrap();
-    let real = caller.phone.addr;
-    if let Some(a) = signal {
-        caller.phone.addr = a;
-    }
-    let offer =
-        secrelay_testkit::ng::command("offer", id, "caller", None, Some(&caller.phone.offer()));
-    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
-    let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let back = secrelay_testkit::ng::command("answer", id, "caller", Some("callee"), Some(&answer));
-    let to_caller = ng.call(back).unwrap()["sdp"].clone();
-    caller.phone.accept_answer(&to_caller).unwrap();
-    caller.phone.addr = real;
-    (caller, callee)
-}
-
-fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
-    caller.send(&[0xc1; 160]).unwrap();
-    callee.send(&[0xb0; 160]).unwrap();
-    caller.read();
-    callee.read();
+    Some((ns, child, sig, ng, log))
 }
 
 /// What each phone of a call heard since `before` (what they had heard then) is, give or take
@@ -171,14 +96,6 @@ fn flowed(
         heard.0 + 2 >= exchanged && heard.1 + 2 >= exchanged,
         "the {name} call lost media during the flood: heard {heard:?} of {exchanged} each way"
     );
-}
-
-fn received(group: &[SimParticipant]) -> u64 {
-    group
-        .iter()
-        .flat_map(|p| p.streams.values())
-        .map(|s| s.received)
-        .sum()
 }
 
 #[test]
@@ -209,14 +126,20 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
     let (mut caller, mut callee) = call(
         &mut ng,
         "nat",
+        here(),
         None,
         Some("192.0.2.50:7000".parse().unwrap()),
     );
     let leg_port = caller.phone.gateway.unwrap().port();
     // An SDES call: its legs take SRTP from any address (they authenticate it), so their ports
     // are open in the filter.
-    let (mut s_caller, mut s_callee) =
-        call(&mut ng, "sdes", Some(Profile::AesCm128HmacSha1_80), None);
+    let (mut s_caller, mut s_callee) = call(
+        &mut ng,
+        "sdes",
+        here(),
+        Some(Profile::AesCm128HmacSha1_80),
+        None,
+    );
     for _ in 0..50 {
         exchange(&mut caller, &mut callee);
         std::thread::sleep(Duration::from_millis(10));

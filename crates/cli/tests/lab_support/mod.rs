@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod veth;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};

@@ -971,24 +971,29 @@ impl ServeConfig {
             "auto" => Ok(None),
             "io_uring" => Ok(Some(MediaIo::IoUring)),
             "mmsg" => Ok(Some(MediaIo::Mmsg)),
-            "af_xdp" => {
-                if self.xdp.len() != 1 {
-                    return Err(ConfigError(
-                        "media_io = \"af_xdp\" needs xdp to name one interface (the one its XDP sockets are bound on)".into(),
-                    ));
-                }
-                if self.udp.ip().is_unspecified() {
-                    return Err(ConfigError(format!(
-                        "media_io = \"af_xdp\" needs udp on an address of its own, not {} (the frames it writes carry it as their source)",
-                        self.udp
-                    )));
-                }
-                Ok(Some(MediaIo::AfXdp))
-            }
+            "af_xdp" => Ok(Some(MediaIo::AfXdp)),
             other => Err(ConfigError(format!(
                 "media_io = {other:?}: unknown (valid: auto, io_uring, mmsg, af_xdp)"
             ))),
         }
+    }
+
+    /// What the AF_XDP path needs of the final configuration (the file's with the command
+    /// line's over it): one `xdp` interface to bind on, and `udp` on an address of its own
+    /// (each frame's source).
+    pub fn af_xdp_check(&self) -> Result<(), ConfigError> {
+        if self.xdp.len() != 1 {
+            return Err(ConfigError(
+                "media_io = \"af_xdp\" needs xdp to name one interface (the one its XDP sockets are bound on)".into(),
+            ));
+        }
+        if self.udp.ip().is_unspecified() {
+            return Err(ConfigError(format!(
+                "media_io = \"af_xdp\" needs udp on an address of its own, not {} (the frames it writes carry it as their source)",
+                self.udp
+            )));
+        }
+        Ok(())
     }
 
     /// Where the XDP filter may run (`xdp_mode`).
@@ -1333,6 +1338,18 @@ mod tests {
                 .unwrap(),
             Some(MediaIo::Mmsg)
         );
+        // The AF_XDP path's needs are checked on the final configuration (the command line
+        // may set `udp` and `xdp` after the file).
+        let af_xdp = |toml: &str| {
+            let c = ServeConfig::from_toml(toml).unwrap();
+            assert_eq!(c.media_io_setting().unwrap(), Some(MediaIo::AfXdp));
+            c.af_xdp_check().map_err(|e| e.0)
+        };
+        let e = af_xdp("media_io = \"af_xdp\"").unwrap_err();
+        assert!(e.contains("one interface"), "{e}");
+        let e = af_xdp("media_io = \"af_xdp\"\nxdp = \"eth0\"").unwrap_err();
+        assert!(e.contains("0.0.0.0:40000"), "{e}");
+        af_xdp("media_io = \"af_xdp\"\nxdp = \"eth0\"\nudp = \"10.0.0.5:40000\"").unwrap();
         let refused = |toml: &str| ServeConfig::from_toml(toml).unwrap_err().0;
         let e = refused("xdp = \"eth0\"\nxdp_mode = \"offload\"");
         assert!(

@@ -456,9 +456,11 @@ impl Gateway {
                 settings: config.max_room_settings,
             },
         };
-        let (media_io, why_not) =
-            udp::choose_media_io(config.media_io_setting().map_err(|e| StartError(e.0))?)
-                .map_err(StartError)?;
+        let setting = config.media_io_setting().map_err(|e| StartError(e.0))?;
+        if setting == Some(MediaIo::AfXdp) {
+            config.af_xdp_check().map_err(|e| StartError(e.0))?;
+        }
+        let (media_io, why_not) = udp::choose_media_io(setting).map_err(StartError)?;
         if let Some(why) = why_not {
             tracing::info!(reason = %why, "io_uring not used: the workers use recvmmsg/sendmmsg");
         }
