@@ -24,25 +24,30 @@ use secrelay_testkit::netns::Netns;
 use secrelay_testkit::ng::Ng;
 use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
 
-/// The subnet of the veth pair, one per test process: 10.234.N.0/24.
-fn subnet() -> u8 {
-    (std::process::id() % 250) as u8
+/// The subnet of a test's veth pair, one per test process: 10.`net`.N.0/24.
+fn subnet(net: u8) -> (Ipv4Addr, Ipv4Addr) {
+    let n = (std::process::id() % 250) as u8;
+    (Ipv4Addr::new(10, net, n, 1), Ipv4Addr::new(10, net, n, 2))
 }
 
+/// The gateway's end of the first test's pair, and this side's.
 fn gateway_ip() -> Ipv4Addr {
-    Ipv4Addr::new(10, 234, subnet(), 1)
+    subnet(234).0
 }
 
 fn here() -> Ipv4Addr {
-    Ipv4Addr::new(10, 234, subnet(), 2)
+    subnet(234).1
 }
 
 const SHARED_PORT: u16 = 20000;
 
-/// The namespace, the gateway in it, and this side's end of the veth pair; None (skipped)
-/// where this process may not make them.
+/// The namespace, the gateway in it with `workers` workers on a veth pair with as many queues
+/// (10.`net`.N.0/24, interfaces named from `prefix`), and this side's end of the pair; None
+/// (skipped) where this process may not make them.
 fn gateway(
     test: &str,
+    (net, prefix): (u8, &str),
+    workers: usize,
 ) -> Option<(
     Netns,
     std::process::Child,
@@ -51,23 +56,27 @@ fn gateway(
     Log,
     String,
 )> {
-    let (ns, outside, inside) = veth::namespace(test, "sa", here(), gateway_ip())?;
+    let (gw, here) = subnet(net);
+    let (ns, outside, inside) =
+        veth::namespace_with_queues(test, prefix, (here, gw), workers as u32)?;
     // This end computes its UDP checksums (veth's offload would leave them unfinished, and
     // the XDP socket gets no word that they are).
     secrelay_xsk::set_tx_checksum_offload(&outside, false).expect("checksum offload off");
-    let gw = gateway_ip();
     let config = format!(
         "http = \"{gw}:8080\"\nudp = \"{gw}:{SHARED_PORT}\"\nng = \"{gw}:2223\"\n\
-         workers = 1\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
+         workers = {workers}\nrtp_ports = \"30000-30199\"\nplain_latch = \"first-packets\"\n\
          drain_secs = 0.2\nxdp = \"{inside}\"\nmedia_io = \"af_xdp\"\n"
     );
     let (child, sig, ng, log) =
         veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock");
-    assert!(
-        log.lock().unwrap().contains("XDP socket open"),
-        "{}",
-        log.lock().unwrap()
-    );
+    for w in 0..workers {
+        let open = format!("XDP socket open worker={w}");
+        assert!(
+            log.lock().unwrap().contains(&open),
+            "{open}: {}",
+            log.lock().unwrap()
+        );
+    }
     Some((ns, child, sig, ng, log, outside))
 }
 
@@ -80,7 +89,7 @@ fn drive(group: &mut [SimParticipant], d: Duration) {
 #[test]
 fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
     let test = "browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer";
-    let Some((ns, mut child, sig, ng_addr, log, outside)) = gateway(test) else {
+    let Some((ns, mut child, sig, ng_addr, log, outside)) = gateway(test, (234, "sa"), 1) else {
         return;
     };
     let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
@@ -227,6 +236,88 @@ fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
         assert!(Instant::now() < end, "the call's ports were not given back");
         std::thread::sleep(Duration::from_millis(20));
     }
+    for p in &mut group {
+        p.close(Instant::now());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Two workers, each with its XDP socket on its own receive queue of a two-queue veth pair.
+/// A datagram arrives on the queue the sending socket's kernel picked: a browser's, to the
+/// shared port, is read by that queue's worker and handed to its member's worker if need be;
+/// a telephony leg's goes to its worker's XDP socket on that worker's queue, and to the leg's
+/// own socket on the other (the filter knows each leg port's queue). Every call flows either
+/// way.
+#[test]
+fn two_workers_read_their_own_queues_and_every_call_flows() {
+    let test = "two_workers_read_their_own_queues_and_every_call_flows";
+    let Some((ns, mut child, sig, ng_addr, log, _)) = gateway(test, (236, "sb"), 2) else {
+        return;
+    };
+    let here = subnet(236).1;
+    let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(metric("secrelay_media_io_workers{path=\"af_xdp\"}"), 2);
+    let epoch = Instant::now();
+    let mut group: Vec<SimParticipant> = (0..4)
+        .map(|i| {
+            SimParticipant::join(
+                &sig,
+                &format!("r{}", i / 2),
+                Leg::Join,
+                IpAddr::V4(here),
+                epoch,
+            )
+            .unwrap_or_else(|e| panic!("{e}\n{}", log.lock().unwrap()))
+        })
+        .collect();
+    let up = SimParticipant::drive_until(&mut group, Duration::from_secs(20), |g| {
+        g.iter().all(|p| p.phase == Phase::Connected)
+    })
+    .unwrap();
+    assert!(up, "{group:?}\n{}", log.lock().unwrap());
+    let mut ng = Ng::new(ng_addr).unwrap();
+    let mut calls: Vec<_> = (0..8)
+        .map(|i| call(&mut ng, &format!("c{i}"), here, None, None))
+        .collect();
+    let udp_before = ns.udp_counters().unwrap();
+    let redirected_before = metric("secrelay_xdp_redirected_total");
+    let rx_before = received(&group);
+    let rounds = 20;
+    for _ in 0..rounds {
+        drive(&mut group, Duration::from_millis(30));
+        for (a, b) in &mut calls {
+            exchange(a, b);
+        }
+    }
+    drive(&mut group, Duration::from_millis(200));
+    for (a, b) in &mut calls {
+        a.read();
+        b.read();
+    }
+    let udp_after = ns.udp_counters().unwrap();
+    let heard: Vec<(usize, usize)> = calls
+        .iter()
+        .map(|(a, b)| (a.heard(0xb0), b.heard(0xc1)))
+        .collect();
+    eprintln!(
+        "heard {heard:?} of {rounds}; {} through the XDP sockets, {} through the legs' sockets",
+        metric("secrelay_xdp_redirected_total") - redirected_before,
+        udp_after["InDatagrams"] - udp_before["InDatagrams"]
+    );
+    for (i, (a, b)) in heard.iter().enumerate() {
+        assert!(
+            a + 1 >= rounds && b + 1 >= rounds,
+            "call {i}: heard {a} and {b} of {rounds}\n{}",
+            log.lock().unwrap()
+        );
+    }
+    assert!(
+        received(&group) > rx_before + 40,
+        "the browsers stopped hearing each other"
+    );
+    assert!(metric("secrelay_xdp_redirected_total") > redirected_before);
+    assert_eq!(metric("secrelay_drops_total{reason=\"bad_frame\"}"), 0);
     for p in &mut group {
         p.close(Instant::now());
     }

@@ -9,6 +9,7 @@
 //! audio: ICE to the gateway's UDP host candidate cannot succeed, so every packet went over the
 //! pages' TCP connections (the API reports `tcp` for both while they play), or through `turns:`
 //! allocations (the gateway's TURN counters: allocations made, packets relayed both ways).
+//! And with nothing dropped, through the gateway's AF_XDP path on this end of the pair.
 //!
 //! Needs root (a network namespace, a veth pair, iptables), `ip` and `iptables`, Chromium,
 //! certutil and the interop venv (`scripts/setup`). Where one is missing the test says
@@ -59,6 +60,10 @@ enum Net {
     Tcp443Only,
     /// IPv6 only: no IPv4 address but loopback.
     Ipv6Only,
+    /// IPv4, nothing dropped, and the namespace's end of the pair computes its UDP checksums:
+    /// for the gateway's AF_XDP path on this end (veth's checksum offload would leave them
+    /// unfinished, which that path refuses).
+    Open,
 }
 
 /// A network namespace joined to this one by a veth pair (`host` here, the next address in
@@ -79,7 +84,7 @@ impl Firewalled {
         let v4 = format!("10.{}.{}", 200 + id % 50, (id / 50) % 250);
         let v6 = format!("fd5e:{:x}:{k:x}:", id % 0xffff);
         let (host, inner_addr) = match net {
-            Net::NoUdp | Net::Tcp443Only => (
+            Net::NoUdp | Net::Tcp443Only | Net::Open => (
                 format!("{v4}.{}", 4 * k + 1),
                 format!("{v4}.{}/30", 4 * k + 2),
             ),
@@ -102,7 +107,7 @@ impl Firewalled {
         // flight. IPv4 only: no IPv6 at all; IPv6 only: no link-local address and no
         // duplicate address detection (addresses usable at once).
         let sysctls: &[&str] = match net {
-            Net::NoUdp | Net::Tcp443Only => &[
+            Net::NoUdp | Net::Tcp443Only | Net::Open => &[
                 "net.ipv6.conf.all.disable_ipv6=1",
                 "net.ipv6.conf.default.disable_ipv6=1",
             ],
@@ -118,9 +123,12 @@ impl Firewalled {
         sh(&[
             "ip", "link", "add", &ns.veth, "type", "veth", "peer", "name", &inner,
         ])?;
+        if net == Net::Open {
+            secrelay_xsk::set_tx_checksum_offload(&inner, false).map_err(|e| e.to_string())?;
+        }
         sh(&["ip", "link", "set", &inner, "netns", &ns.name])?;
         let host_prefix = match net {
-            Net::NoUdp | Net::Tcp443Only => format!("{}/30", ns.host),
+            Net::NoUdp | Net::Tcp443Only | Net::Open => format!("{}/30", ns.host),
             Net::Ipv6Only => {
                 for k in ["addr_gen_mode=1", "accept_dad=0"] {
                     sh(&["sysctl", "-qw", &format!("net.ipv6.conf.{}.{k}", ns.veth)])?;
@@ -147,7 +155,7 @@ impl Firewalled {
                 ])?;
                 inside(&["iptables", "-A", "OUTPUT", "-j", "DROP"])?;
             }
-            Net::Ipv6Only => {}
+            Net::Ipv6Only | Net::Open => {}
         }
         Ok(ns)
     }
@@ -430,4 +438,41 @@ fn chromium_with_only_tcp_443_open_plays_through_turn_over_tls_on_the_https_port
         ));
         assert!(n > 100.0, "{direction}: {n} packets relayed");
     }
+}
+
+/// Chromium plays through the gateway's AF_XDP path: the XDP filter and the gateway's XDP
+/// sockets on this end of the pair, so every ICE check, DTLS record and SRTP packet of the two
+/// pages reaches the gateway as a raw frame past the kernel's UDP layer, and leaves as one
+/// the gateway wrote.
+#[test]
+fn chromium_plays_through_the_af_xdp_media_path() {
+    let test = "chromium_plays_through_the_af_xdp_media_path";
+    let _one = one_at_a_time();
+    let Some((chromium, python, ns)) = needs(test, Net::Open) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let media = format!(
+        "udp = \"{}\"\nannounce = \"{}\"\nxdp = \"{}\"\nmedia_io = \"af_xdp\"\n",
+        ns.host_port(20000),
+        ns.host,
+        ns.veth
+    );
+    let config = configure(dir.path(), &ns, 0, &media);
+    let gw = Gateway::start(&config);
+    assert!(
+        gw.log.lock().unwrap().contains("XDP socket open"),
+        "{}",
+        gw.log.lock().unwrap()
+    );
+    let v = two_pages(&ns, &gw, &python, &chromium, &dir.path().join("ca/ca.pem"));
+    assert_eq!(v["transports"], serde_json::json!(["udp", "udp"]), "{v}");
+    // Worker 0 has the pair's one queue; what it read was handed to the others' members.
+    assert_eq!(gw.metric("secrelay_media_io_workers{path=\"af_xdp\"}"), 1.0);
+    let redirected = gw.metric("secrelay_xdp_redirected_total");
+    assert!(
+        redirected > 500.0,
+        "{redirected} datagrams through the XDP socket"
+    );
+    assert_eq!(gw.metric("secrelay_drops_total{reason=\"bad_frame\"}"), 0.0);
 }

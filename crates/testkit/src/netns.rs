@@ -76,10 +76,29 @@ impl Netns {
         inside: &str,
         inside_cidr: &str,
     ) -> io::Result<()> {
+        self.veth_queues(outside, outside_cidr, inside, inside_cidr, 1)
+    }
+
+    /// [`Netns::veth`] with `queues` transmit and receive queues at each end (a datagram
+    /// leaves on the queue the kernel picks for its socket, and arrives on the same-numbered
+    /// queue at the other end).
+    pub fn veth_queues(
+        &self,
+        outside: &str,
+        outside_cidr: &str,
+        inside: &str,
+        inside_cidr: &str,
+        queues: u32,
+    ) -> io::Result<()> {
         let pid = self.pid().to_string();
-        run_here(&[
-            "ip", "link", "add", outside, "type", "veth", "peer", "name", inside, "netns", &pid,
-        ])?;
+        let q = queues.to_string();
+        let each = ["numtxqueues", &q, "numrxqueues", &q];
+        let mut args = vec!["ip", "link", "add", outside];
+        args.extend(each);
+        args.extend(["type", "veth", "peer", "name", inside]);
+        args.extend(each);
+        args.extend(["netns", &pid]);
+        run_here(&args)?;
         run_here(&["ip", "addr", "add", outside_cidr, "dev", outside])?;
         run_here(&["ip", "link", "set", outside, "up"])?;
         self.run(&["ip", "addr", "add", inside_cidr, "dev", inside])?;

@@ -26,6 +26,16 @@ pub fn namespace(
     here: Ipv4Addr,
     gateway: Ipv4Addr,
 ) -> Option<(Netns, String, String)> {
+    namespace_with_queues(test, prefix, (here, gateway), 1)
+}
+
+/// [`namespace`] with `queues` queues at each end of the pair.
+pub fn namespace_with_queues(
+    test: &str,
+    prefix: &str,
+    (here, gateway): (Ipv4Addr, Ipv4Addr),
+    queues: u32,
+) -> Option<(Netns, String, String)> {
     let ns = match Netns::new() {
         Ok(ns) => ns,
         Err(e) => {
@@ -35,11 +45,12 @@ pub fn namespace(
     };
     let id = std::process::id();
     let (outside, inside) = (format!("{prefix}o{id}"), format!("{prefix}i{id}"));
-    ns.veth(
+    ns.veth_queues(
         &outside,
         &format!("{here}/24"),
         &inside,
         &format!("{gateway}/24"),
+        queues,
     )
     .expect("a veth pair into the namespace");
     Some((ns, outside, inside))
