@@ -484,28 +484,7 @@ fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
     caller.phone.accept_answer(to_phone).unwrap();
 
     let mut group = [browser];
-    let end = Instant::now() + Duration::from_secs(20);
-    let mut next_send = Instant::now();
-    loop {
-        let now = Instant::now();
-        group[0].step(now).unwrap();
-        if now >= next_send {
-            caller.send(&[0x5a; 160]).unwrap();
-            next_send += Duration::from_millis(20);
-        }
-        caller.read();
-        let (b, p) = (group[0].received(), caller.phone.received.len());
-        if b >= 50 && p >= 50 {
-            break;
-        }
-        assert!(
-            Instant::now() < end,
-            "browser {:?} heard {b} of the phone, the phone heard {p} of the browser",
-            group[0].phase
-        );
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    assert_eq!(group[0].rx_errors, 0);
+    talk_with_browser(&mut group[0], &mut caller);
 
     // The browser re-INVITEs with another certificate (a DTLS restart): refused, and the
     // phone's side is left as it was: the phone's own re-INVITE after it is an offer, which
@@ -752,6 +731,33 @@ fn a_codec_the_gateway_cannot_decode_is_relayed_byte_for_byte() {
     }
 }
 
+/// The phone and the simulated browser of a call between them talk until each heard 50
+/// packets of the other (at most 20 s), the browser taking all it got.
+fn talk_with_browser(browser: &mut secrelay_testkit::SimParticipant, phone: &mut SocketPhone) {
+    let end = Instant::now() + Duration::from_secs(20);
+    let mut next_send = Instant::now();
+    loop {
+        let now = Instant::now();
+        browser.step(now).unwrap();
+        if now >= next_send {
+            phone.send(&[0x5a; 160]).unwrap();
+            next_send += Duration::from_millis(20);
+        }
+        phone.read();
+        let (b, p) = (browser.received(), phone.phone.received.len());
+        if b >= 50 && p >= 50 {
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "browser {:?} heard {b} of the phone, the phone heard {p} of the browser",
+            browser.phase
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(browser.rx_errors, 0);
+}
+
 /// secrelay with the media interfaces `interfaces` and its ng socket.
 fn start_with_interfaces(interfaces: &[&str]) -> (Server, Ng) {
     let server = Server::start(ServeConfig {
@@ -795,6 +801,65 @@ fn a_call_bridges_two_named_interfaces_chosen_by_direction() {
     assert_eq!(connection(&to_caller), "IN IP4 127.0.0.1", "{to_caller}");
     caller.phone.accept_answer(&to_caller).unwrap();
     talk(&mut caller, &mut callee, 0x31, 0x32);
+}
+
+/// A call with a WebRTC side takes its telephony member's interface as a telephony call
+/// does: a phone on the external network calling a browser is answered there (`direction`'s
+/// first entry), and talks with the browser; a browser calling a phone offers the phone the
+/// interface `direction`'s second entry names.
+#[test]
+fn a_call_with_a_browser_binds_its_phone_on_the_interface_direction_names() {
+    let (_server, mut ng) = start_with_interfaces(&["internal/127.0.0.1", "external/127.0.0.2"]);
+    let mut phone = SocketPhone::bind("127.0.0.2".parse().unwrap(), None, 0xe1).unwrap();
+    let mut offer = offer_answer("offer", "ext@proxy", "phone", None, &phone.phone.offer());
+    offer.extend([
+        ("transport-protocol".into(), s("UDP/TLS/RTP/SAVPF")),
+        ("ICE".into(), s("force")),
+        (
+            "direction".into(),
+            Bencode::List(vec![s("external"), s("internal")]),
+        ),
+    ]);
+    let to_browser = ng.call(offer).unwrap()["sdp"].clone();
+    let (mut browser, browser_answer) = secrelay_testkit::SimParticipant::answer_gateway_offer(
+        &to_browser,
+        "ext-browser",
+        LOCAL,
+        Instant::now(),
+    )
+    .unwrap();
+    let mut answer = offer_answer(
+        "answer",
+        "ext@proxy",
+        "phone",
+        Some("browser"),
+        &browser_answer,
+    );
+    answer.push(("ICE".into(), s("remove")));
+    let to_phone = ng.call(answer).unwrap()["sdp"].clone();
+    assert_eq!(connection(&to_phone), "IN IP4 127.0.0.2", "{to_phone}");
+    phone.phone.accept_answer(&to_phone).unwrap();
+    talk_with_browser(&mut browser, &mut phone);
+
+    // A browser calls a phone on the external network.
+    let client = secrelay_testkit::memory::SimClient::new(7);
+    let browser_offer = client.audio_offer(secrelay_testkit::browser::Direction::SendRecv, None);
+    let mut offer = offer_answer(
+        "offer",
+        "from-browser@proxy",
+        "browser",
+        None,
+        &browser_offer,
+    );
+    offer.extend([
+        ("transport-protocol".into(), s("RTP/AVP")),
+        (
+            "direction".into(),
+            Bencode::List(vec![s("internal"), s("external")]),
+        ),
+    ]);
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    assert_eq!(connection(&to_callee), "IN IP4 127.0.0.2", "{to_callee}");
 }
 
 #[test]

@@ -173,6 +173,9 @@ pub struct RtpLegOptions {
     /// The local address its ports are bound on (a media interface's), instead of the
     /// gateway's UDP address.
     pub bind: Option<IpAddr>,
+    /// The address its SDP announces (that media interface's advertised one), instead of
+    /// [`RtpConfig::announce`].
+    pub announce: Option<IpAddr>,
     /// The exact address its RTP socket is bound on (RTCP on the next port), instead of a
     /// pair from the port range: a call taken over from a node that died keeps its ports.
     pub at: Option<SocketAddr>,
@@ -304,6 +307,7 @@ impl Default for RtpLegOptions {
             sdes_suites: None,
             sdes_tags: Vec::new(),
             bind: None,
+            announce: None,
             at: None,
             quarantine: Quarantine::default(),
             resume: None,
@@ -340,6 +344,9 @@ impl RtpLegOptions {
         config.passthrough = self.passthrough;
         if let Some(s) = &self.sdes_suites {
             config.sdes_suites = s.clone();
+        }
+        if let Some(a) = self.announce {
+            config.announce = a;
         }
         config
     }

@@ -206,6 +206,36 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// `options` for member `side` of `room`, bound where it was and resuming what it had
     /// when it is pinned (a call taken over).
+    /// `options` for a telephony member of a call with a WebRTC side, on the media interface
+    /// the request's `direction` entry `at` names (else the first of the family the request's
+    /// `address-family` asks for, or of `family`): bound there, announcing its advertised
+    /// address, as a telephony call's members are. Unchanged without media interfaces.
+    pub(super) fn on_interface(
+        &self,
+        flags: &Flags,
+        at: usize,
+        family: Option<bool>,
+        options: RtpLegOptions,
+    ) -> RtpLegOptions {
+        let name = flags.direction.get(at).map(String::as_str);
+        let asked = flags
+            .address_family
+            .as_deref()
+            .filter(|_| at == 1)
+            .map(|f| f == "IP6");
+        match self
+            .interfaces
+            .get(choose(self.interfaces, name, asked.or(family)))
+        {
+            Some(i) => RtpLegOptions {
+                bind: Some(i.local),
+                announce: Some(i.advertised),
+                ..options
+            },
+            None => options,
+        }
+    }
+
     pub(super) fn pinned(&self, room: &str, side: Side, options: RtpLegOptions) -> RtpLegOptions {
         match self.pins.and_then(|p| p.of(room, side)) {
             Some((at, resume)) => RtpLegOptions {

@@ -219,14 +219,19 @@ impl Ng {
             Some(Ice::Remove) => IceMode::Off,
             _ => IceMode::Force,
         };
-        let options = self.ctx().pinned(
-            &room,
-            Side::B,
+        // The callee's interface: `direction`'s second entry, else of the caller's family.
+        let ctx = self.ctx();
+        let family = section.address.map(|ip| ip.is_ipv6());
+        let on = ctx.on_interface(
+            &o.flags,
+            1,
+            family,
             RtpLegOptions {
                 ice,
                 ..RtpLegOptions::default()
             },
         );
+        let options = ctx.pinned(&room, Side::B, on);
         let j = self
             .gateway
             .offer_rtp_with(&room, spec, options, Who::default())
@@ -533,9 +538,15 @@ impl Ng {
                     "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
                 );
             }
-            let options = self
-                .ctx()
-                .pinned(&call.room, Side::A, RtpLegOptions::default());
+            // The caller's interface: `direction`'s first entry, else of the caller's family.
+            let ctx = self.ctx();
+            let family = offer
+                .sections
+                .iter()
+                .find_map(|s| s.address)
+                .map(|ip| ip.is_ipv6());
+            let on = ctx.on_interface(&call.caller_flags, 0, family, RtpLegOptions::default());
+            let options = ctx.pinned(&call.room, Side::A, on);
             let j = self
                 .gateway
                 .join_rtp_with(&call.room, offer, options, Who::default())
