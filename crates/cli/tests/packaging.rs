@@ -101,6 +101,38 @@ fn the_xdp_drop_in_verifies_and_adds_only_what_the_filter_needs() {
     verify(&path, &["xdp.conf", "secrelay.service"]);
 }
 
+/// The AF_XDP drop-in (packaging/secrelay-af-xdp.conf) beside the unit and the XDP drop-in
+/// verifies, and adds only what the XDP sockets need (what the af_xdp test runs the gateway
+/// with, beyond the filter's).
+#[test]
+fn the_af_xdp_drop_in_verifies_and_adds_only_what_the_xdp_sockets_need() {
+    if !tool("systemd-analyze", "--version") {
+        eprintln!("SKIPPED the_af_xdp_drop_in_verifies_and_adds_only_what_the_xdp_sockets_need: no systemd-analyze");
+        return;
+    }
+    let read = |f: &str| std::fs::read_to_string(repo().join("packaging").join(f)).unwrap();
+    let drop_in = read("secrelay-af-xdp.conf");
+    let settings: Vec<&str> = drop_in
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        settings,
+        [
+            "[Service]",
+            "CapabilityBoundingSet=CAP_NET_RAW CAP_IPC_LOCK",
+            "AmbientCapabilities=CAP_NET_RAW CAP_IPC_LOCK",
+            "RestrictAddressFamilies=AF_XDP",
+        ]
+    );
+    let (dir, path) = unit_copy();
+    let d = dir.path().join("secrelay.service.d");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::write(d.join("xdp.conf"), read("secrelay-xdp.conf")).unwrap();
+    std::fs::write(d.join("af-xdp.conf"), &drop_in).unwrap();
+    verify(&path, &["af-xdp.conf", "xdp.conf", "secrelay.service"]);
+}
+
 #[test]
 fn the_systemd_unit_verifies_and_is_hardened() {
     if !tool("systemd-analyze", "--version") {
@@ -331,10 +363,12 @@ fn the_debian_package_installs_the_binary_unit_configuration_and_pages() {
         "{unit}"
     );
     assert!(!unit.contains("/usr/local"), "{unit}");
-    assert_eq!(
-        std::fs::read(root.join("usr/share/doc/secrelay/examples/secrelay-xdp.conf")).unwrap(),
-        std::fs::read(repo().join("packaging/secrelay-xdp.conf")).unwrap()
-    );
+    for drop_in in ["secrelay-xdp.conf", "secrelay-af-xdp.conf"] {
+        assert_eq!(
+            std::fs::read(root.join("usr/share/doc/secrelay/examples").join(drop_in)).unwrap(),
+            std::fs::read(repo().join("packaging").join(drop_in)).unwrap()
+        );
+    }
     for page in [
         "secrelay.1.gz",
         "secrelay-serve.1.gz",
