@@ -65,7 +65,8 @@ impl Mode {
 /// What the kernel counted on a socket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Statistics {
-    /// Frames dropped for want of room (a full receive ring, an empty fill ring) or as invalid.
+    /// Frames dropped on the way in (no fill buffer to copy into, too long for a frame, an
+    /// invalid descriptor); a full receive ring is counted apart.
     pub rx_dropped: u64,
     /// Frames lost because the receive ring was full.
     pub rx_ring_full: u64,

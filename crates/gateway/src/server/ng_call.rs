@@ -236,13 +236,26 @@ impl Ctx<'_> {
         }
     }
 
+    /// `options` for member `side` of `room` of a call being taken over: bound where it was
+    /// and resuming what it had; one that announces its own address (`options.announce`)
+    /// announces that address's interface's (or the address itself, when the call came from a
+    /// node of other interfaces), so that its phone keeps sending where it is bound.
     pub(super) fn pinned(&self, room: &str, side: Side, options: RtpLegOptions) -> RtpLegOptions {
         match self.pins.and_then(|p| p.of(room, side)) {
-            Some((at, resume)) => RtpLegOptions {
-                at: Some(at),
-                resume: Some(resume),
-                ..options
-            },
+            Some((at, resume)) => {
+                let announce = options.announce.map(|_| {
+                    self.interfaces
+                        .iter()
+                        .find(|i| i.local == at.ip())
+                        .map_or(at.ip(), |i| i.advertised)
+                });
+                RtpLegOptions {
+                    at: Some(at),
+                    resume: Some(resume),
+                    announce,
+                    ..options
+                }
+            }
             None => options,
         }
     }

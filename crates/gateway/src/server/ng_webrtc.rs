@@ -45,9 +45,9 @@ pub(crate) struct WebRtcCall {
     pub(crate) caller_transcodes: Vec<CodecId>,
     /// The member facing the caller, and our answer to it, once answered.
     pub(crate) caller: Option<(String, String)>,
-    /// The RTP ports the telephony members are bound on (facing the callee, the caller;
-    /// 0 for a WebRTC member, on the shared port), for a standby to bind them again.
-    pub(crate) ports: [u16; 2],
+    /// Where the telephony members' RTP sockets are bound (facing the callee, the caller;
+    /// `None` for a WebRTC member, on the shared port), for a standby to bind them again.
+    pub(crate) rtp: [Option<SocketAddr>; 2],
     /// The last new offer in the answered call (a re-INVITE from either side).
     pub(crate) reoffer: Option<Reoffer>,
     pub(crate) created: Instant,
@@ -77,21 +77,21 @@ fn dtls_in(d: &RtpDescription) -> bool {
 
 impl WebRtcCall {
     /// Each member as its peer knows it, for a standby to take the call over: a telephony
-    /// member bound at `ip` on its port with our SDP's crypto lines, its SRTP and ICE marks; a
-    /// WebRTC member with its DTLS-SRTP keys and streams (`marks`, by member id).
-    pub(crate) fn held(&self, marks: &HashMap<String, LegMarks>, ip: IpAddr) -> Vec<Held> {
-        let mut members = vec![(&self.callee_id, Side::B, self.ports[0], &self.callee_offer)];
+    /// member bound where it is with our SDP's crypto lines, its SRTP and ICE marks; a WebRTC
+    /// member with its DTLS-SRTP keys and streams (`marks`, by member id), at `shared`.
+    pub(crate) fn held(&self, marks: &HashMap<String, LegMarks>, shared: IpAddr) -> Vec<Held> {
+        let mut members = vec![(&self.callee_id, Side::B, self.rtp[0], &self.callee_offer)];
         if let Some((id, answer)) = &self.caller {
-            members.push((id, Side::A, self.ports[1], answer));
+            members.push((id, Side::A, self.rtp[1], answer));
         }
         members
             .into_iter()
-            .map(|(id, side, port, first)| {
+            .map(|(id, side, rtp, first)| {
                 let m = marks.get(id.as_str());
                 Held {
                     room: self.room.clone(),
                     side,
-                    rtp: SocketAddr::new(ip, port),
+                    rtp: rtp.unwrap_or(SocketAddr::new(shared, 0)),
                     crypto: crypto_lines(self.latest_to(id, first)),
                     srtp: m.map(|k| k.srtp.clone()).unwrap_or_default(),
                     ice: m.and_then(|k| k.ice.clone()),
@@ -232,6 +232,7 @@ impl Ng {
             },
         );
         let options = ctx.pinned(&room, Side::B, on);
+        let bound = self.bound_ip(&options);
         let j = self
             .gateway
             .offer_rtp_with(&room, spec, options, Who::default())
@@ -250,12 +251,22 @@ impl Ng {
                 caller_webrtc: dtls_in(&caller),
                 caller_transcodes: plan.caller_transcodes,
                 caller: None,
-                ports: [j.ports.first().copied().unwrap_or(0), 0],
+                rtp: [j.ports.first().map(|p| SocketAddr::new(bound, *p)), None],
                 reoffer: None,
                 created: Instant::now(),
             })),
         );
         Ok(sdp_reply(&j.answer, &warnings))
+    }
+
+    /// The address a telephony member made with `options` is bound on: its exact address, its
+    /// interface's, else the gateway's UDP address.
+    fn bound_ip(&self, options: &RtpLegOptions) -> IpAddr {
+        options
+            .at
+            .map(|a| a.ip())
+            .or(options.bind)
+            .unwrap_or_else(|| self.gateway.udp_addr().ip())
     }
 
     /// `offer` towards a WebRTC callee (`transport-protocol: UDP/TLS/RTP/SAVPF`): a WebRTC
@@ -311,7 +322,7 @@ impl Ng {
                 caller_webrtc,
                 caller_transcodes: plan.caller_transcodes,
                 caller: None,
-                ports: [0, 0],
+                rtp: [None, None],
                 reoffer: None,
                 created: Instant::now(),
             })),
@@ -503,7 +514,7 @@ impl Ng {
         let mut warnings = a.flags.ignored.clone();
         let caller_rtp = parse_rtp(&call.caller_sdp)
             .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
-        let mut caller_port = 0;
+        let mut caller_at = None;
         let (id, sdp) = if call.caller_webrtc {
             // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
             let mut offer = parse_offer(&call.caller_sdp)
@@ -547,17 +558,18 @@ impl Ng {
                 .map(|ip| ip.is_ipv6());
             let on = ctx.on_interface(&call.caller_flags, 0, family, RtpLegOptions::default());
             let options = ctx.pinned(&call.room, Side::A, on);
+            let bound = self.bound_ip(&options);
             let j = self
                 .gateway
                 .join_rtp_with(&call.room, offer, options, Who::default())
                 .await?;
-            caller_port = j.ports.first().copied().unwrap_or(0);
+            caller_at = j.ports.first().map(|p| SocketAddr::new(bound, *p));
             (j.id, j.answer)
         };
         if let Some(c) = self.webrtc_mut(&a.call_id) {
             c.to_tag = a.to_tag.clone();
             c.caller = Some((id, sdp.clone()));
-            c.ports[1] = caller_port;
+            c.rtp[1] = caller_at;
         }
         Ok(sdp_reply(&sdp, &warnings))
     }
