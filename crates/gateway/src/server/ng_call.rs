@@ -217,12 +217,7 @@ impl Ctx<'_> {
         family: Option<bool>,
         options: RtpLegOptions,
     ) -> RtpLegOptions {
-        let name = flags.direction.get(at).map(String::as_str);
-        let asked = flags
-            .address_family
-            .as_deref()
-            .filter(|_| at == 1)
-            .map(|f| f == "IP6");
+        let (name, asked) = wanted(flags, at);
         match self
             .interfaces
             .get(choose(self.interfaces, name, asked.or(family)))
@@ -676,6 +671,19 @@ fn reply_sdp(
     )
 }
 
+/// The interface a request asks for the side of its `direction` entry `at`: that entry's
+/// name, and the family `address-family` asks for (`IP6` or not; it is the family towards the
+/// other side, the offer's recipient, so it applies to entry 1 only).
+fn wanted(flags: &Flags, at: usize) -> (Option<&str>, Option<bool>) {
+    let name = flags.direction.get(at).map(String::as_str);
+    let asked = flags
+        .address_family
+        .as_deref()
+        .filter(|_| at == 1)
+        .map(|f| f == "IP6");
+    (name, asked)
+}
+
 /// The address family an SDP's sections receive on: IPv6 or not (`None`: it names none).
 fn family_of(doc: &SdpDoc) -> Option<bool> {
     (0..doc.media.len()).find_map(|i| doc.address_of(i).map(|ip| ip.is_ipv6()))
@@ -697,13 +705,7 @@ impl SectionCall {
             Side::A => &mut self.iface_a,
             Side::B => &mut self.iface_b,
         };
-        let name = flags.direction.get(at).map(String::as_str);
-        // `address-family` is the family towards the other side (the offer's recipient).
-        let asked = flags
-            .address_family
-            .as_deref()
-            .filter(|_| at == 1)
-            .map(|f| f == "IP6");
+        let (name, asked) = wanted(flags, at);
         if let (Some(k), None, None) = (slot.as_ref(), name, asked) {
             return Some(k.clone());
         }
