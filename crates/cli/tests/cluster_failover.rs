@@ -7,6 +7,10 @@
 //! resumed where `a` left them); ng `query` and `delete` work on `b` for the old calls. What
 //! each call lost in the gap and how long it was silent are printed.
 
+// scripts/run-tests: alone (headless Chromium plays media here, and its ICE restart towards the
+// standby has to finish in time; a second heavy test executable beside it would disturb the
+// browser's timing)
+
 mod lab_support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
