@@ -71,6 +71,14 @@ fn verify(path: &Path, files: &[&str]) {
     }
 }
 
+/// A drop-in's settings: its lines but comments and blank ones.
+fn settings(drop_in: &str) -> Vec<&str> {
+    drop_in
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .collect()
+}
+
 /// The XDP drop-in (packaging/secrelay-xdp.conf) beside the unit verifies: every key known,
 /// the capabilities and the system call the filter needs (which the xdp_filter test runs the
 /// gateway with) and nothing more.
@@ -81,12 +89,8 @@ fn the_xdp_drop_in_verifies_and_adds_only_what_the_filter_needs() {
         return;
     }
     let drop_in = std::fs::read_to_string(repo().join("packaging/secrelay-xdp.conf")).unwrap();
-    let settings: Vec<&str> = drop_in
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .collect();
     assert_eq!(
-        settings,
+        settings(&drop_in),
         [
             "[Service]",
             "CapabilityBoundingSet=CAP_BPF CAP_NET_ADMIN CAP_PERFMON",
@@ -112,12 +116,8 @@ fn the_af_xdp_drop_in_verifies_and_adds_only_what_the_xdp_sockets_need() {
     }
     let read = |f: &str| std::fs::read_to_string(repo().join("packaging").join(f)).unwrap();
     let drop_in = read("secrelay-af-xdp.conf");
-    let settings: Vec<&str> = drop_in
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .collect();
     assert_eq!(
-        settings,
+        settings(&drop_in),
         [
             "[Service]",
             "CapabilityBoundingSet=CAP_NET_RAW CAP_IPC_LOCK",

@@ -300,11 +300,11 @@ pub fn ng_row(
         }
         NgRelay::Secrelay { .. } => (None, Some(Served::start(command)?)),
     };
-    let pid = match (&child, &served) {
-        (Some(c), _) => c.0.id(),
-        (None, Some(s)) => s.child.0.id(),
-        (None, None) => unreachable!("one of the two is started above"),
-    };
+    let pid = child
+        .as_ref()
+        .or(served.as_ref().map(|s| &s.child))
+        .map(|c| c.0.id())
+        .context("no relay process")?;
     let sig = served
         .as_ref()
         .map(|s| Signaling::new(s.url.clone()).with_admin(admin.key()));
