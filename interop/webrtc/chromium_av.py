@@ -10,6 +10,10 @@ later, and Chromium's first frame is a keyframe for it). The test passes when th
 video element has decoded frames and knows the picture size, and its audio inbound-rtp stream
 has received packets and samples. Then each page leaves with DELETE on its Location.
 
+With --viewer-base URL (once per further gateway, up to four) one more subscriber plays from each
+of those gateways (pages far1, far2, …): nodes of a cluster that serve the room's viewers while
+the publisher is at --base's.
+
 With --late SECS the publisher comes first and the subscriber SECS seconds later (it must ask
 for a keyframe: the page reports the time from connecting to its first decoded frame). With
 --lossy-viewer PCT a second late subscriber plays through a UDP relay of this script's that
@@ -27,6 +31,7 @@ certificate error is ignored. With `--page-cert`/`--page-key` (a certificate fro
 for 127.0.0.1) the pages are served over HTTPS too.
 Usage: chromium_av.py --base http(s)://127.0.0.1:PORT [--ca ca.pem [--page-cert C --page-key K]]
        [--chromium /usr/bin/chromium] [--room R] [--late SECS [--lossy-viewer PCT] [--watch SECS]]
+       [--viewer-base URL ...]
 """
 
 import argparse
@@ -226,6 +231,10 @@ PLAY_HTML = """<!doctype html><html><head><title>play</title></head><body>
 </script></body></html>"""
 
 
+# The players of --viewer-base's gateways.
+FAR_PAGES = ["far1", "far2", "far3", "far4"]
+
+
 class Pages:
     """The page server's shared state: reports from the pages and what each page should do."""
 
@@ -295,6 +304,8 @@ def serve_pages(pages, tls=None, html=None, relay=None, port=0):
         # The lossy player is the same page under another title, so its reports can be told apart.
         html = {"/publish.html": PUBLISH_HTML, "/play.html": PLAY_HTML,
                 "/lossy.html": PLAY_HTML.replace("<title>play</title>", "<title>lossy</title>")}
+        for far in FAR_PAGES:
+            html[f"/{far}.html"] = PLAY_HTML.replace("<title>play</title>", f"<title>{far}</title>")
     if relay is None:
         relay = pages.relay_answer
 
@@ -517,10 +528,13 @@ def run(args, result, work):
     home = trust_ca(work, args.ca) if args.ca else None
     result["trust"] = "the private CA in the NSS database" if home else "none (plain HTTP)"
     result["page_origin"] = origin.split(":")[0]
-    q = urlencode({"gw": args.base.rstrip("/"), "room": args.room, "debug": "1" if args.debug else "",
-                   "watch": args.watch})
+    def query(base):
+        return urlencode({"gw": base.rstrip("/"), "room": args.room, "debug": "1" if args.debug else "",
+                          "watch": args.watch})
+
+    queries = {page: query(base) for page, base in zip(FAR_PAGES, args.viewer_base)}
     procs = []
-    players = ["play"] + (["lossy"] if args.lossy_viewer > 0 else [])
+    players = ["play"] + (["lossy"] if args.lossy_viewer > 0 else []) + list(queries)
     try:
         t0 = time.monotonic()
         # By default the subscriber comes first (its first frame is the publisher's first
@@ -532,6 +546,7 @@ def run(args, result, work):
                 time.sleep(args.late if page == players[0] else 0)
             profile = os.path.join(work, f"profile-{page}")
             log = open(os.path.join(work, f"{page}.log"), "wb")
+            q = queries.get(page) or query(args.base)
             url = f"{origin}/{page}.html?{q}" + ("&relay=1" if page == "lossy" else "")
             procs.append(launch(args.chromium, url, profile, log, home))
             r = pages.wait(lambda r, p=page: r.get("page") == p and r.get("state") == "connected", args.timeout)
@@ -647,13 +662,17 @@ def main():
     ap.add_argument("--watch", type=int, default=0, help="seconds the subscribers watch once playing")
     ap.add_argument("--debug", action="store_true", help="the pages report their SDP (on stderr)")
     ap.add_argument("--keep-logs", help="copy Chromium's logs into this folder")
+    ap.add_argument("--viewer-base", action="append", default=[],
+                    help="one more subscriber, playing from this gateway (up to four times)")
     args = ap.parse_args()
+    if len(args.viewer_base) > len(FAR_PAGES):
+        ap.error(f"--viewer-base: at most {len(FAR_PAGES)}")
     result = {"chromium": version(args.chromium), "room": args.room}
 
     def keep(work):
         if args.keep_logs:
             os.makedirs(args.keep_logs, exist_ok=True)
-            for f in ("play.log", "lossy.log", "publish.log"):
+            for f in ["play.log", "lossy.log", "publish.log"] + [f"{far}.log" for far in FAR_PAGES]:
                 if os.path.exists(os.path.join(work, f)):
                     shutil.copy(os.path.join(work, f), args.keep_logs)
 

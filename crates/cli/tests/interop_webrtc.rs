@@ -1434,3 +1434,107 @@ fn ng_call_between_chromium_and_a_phone(test: &str, callee: bool) {
         0.0
     );
 }
+
+/// A room across three nodes of a cluster (a real Redis; the nodes' pipes authenticated by
+/// certificates of a private CA made here): Chromium publishes its fake camera and microphone
+/// at node a, and three Chromium pages play them, one from a and one each from b and c, where
+/// each is served (not redirected): what they decode crossed to b and c through the pipes,
+/// once per node, and their keyframe requests went back through them.
+#[test]
+fn chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms_node() {
+    use secrelay_dtls::ca::{CaDir, Role};
+    use secrelay_dtls::KeyType;
+    use secrelay_gateway::server::{ServeConfig, Server};
+    use secrelay_testkit::{redis::RedisServer, wait_for, Signaling};
+
+    let test = "chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms_node";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let certs = tempfile::tempdir().unwrap();
+    let ca = CaDir::init(certs.path(), KeyType::EcdsaP256, false).unwrap();
+    let nodes: Vec<Server> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            ca.issue(name, Role::Both, KeyType::EcdsaP256, false)
+                .unwrap();
+            Server::start(ServeConfig {
+                http: Some("127.0.0.1:0".parse().unwrap()),
+                udp: "127.0.0.1:0".parse().unwrap(),
+                workers: 1,
+                drain_secs: 0.1,
+                cors_origins: vec!["*".into()],
+                cluster_redis: Some(redis.url()),
+                cluster_node: Some((*name).into()),
+                cluster_lease_secs: 1.5,
+                cluster_pipe: Some("127.0.0.1:0".parse().unwrap()),
+                cluster_pipe_ca: Some(certs.path().join("ca.pem")),
+                cluster_pipe_cert: Some(certs.path().join(format!("{name}.pem"))),
+                cluster_pipe_key: Some(certs.path().join(format!("{name}.key"))),
+                ..ServeConfig::default()
+            })
+            .unwrap()
+        })
+        .collect();
+    let sig: Vec<Signaling> = nodes
+        .iter()
+        .map(|n| Signaling::new(n.url()).with_admin(n.admin_key().expose()))
+        .collect();
+    wait_for("three nodes registered", Duration::from_secs(5), || {
+        sig[0].cluster_nodes().unwrap() == ["a", "b", "c"]
+    });
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg("python3")
+        .arg(script("chromium_av.py"))
+        .args(["--base", &nodes[0].url()])
+        .args(["--viewer-base", &nodes[1].url()])
+        .args(["--viewer-base", &nodes[2].url()])
+        .args(["--room", "spread", "--publisher-first", "--timeout", "30"])
+        .args(["--watch", "3"])
+        .arg("--chromium")
+        .arg(&chromium)
+        .env("SECRELAY_ADMIN_KEY", nodes[0].admin_key().expose())
+        .output()
+        .expect("running timeout(1) with python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let v: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "chromium_av.py printed no JSON ({}):\n{stdout}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    eprintln!("chromium_av.py across nodes: {v}");
+    assert!(out.status.success(), "{v}");
+    for page in ["play", "far1", "far2"] {
+        assert_frame_shown(&v[page]);
+        assert_eq!(v[format!("{page}_delete")], 200, "{v}");
+        // Decoding went on while it watched for 3 s.
+        let w = &v[format!("{page}_watched")];
+        let decoded = |at: &str| w[at]["framesDecoded"].as_u64().unwrap_or(0);
+        assert!(decoded("end") >= decoded("start") + 30, "{page}: {w}");
+    }
+    let metric = |n: usize, series: &str| sig[n].metric(series).unwrap();
+    // Each far viewer was a participant of its own node, fed through a pipe from a.
+    for n in [1, 2] {
+        assert!(metric(n, "secrelay_handshakes_total{result=\"ok\"}") >= 1);
+        assert!(metric(n, "secrelay_cluster_pipe_received_total") > 100);
+        assert!(
+            metric(n, "secrelay_cluster_pipe_sent_total") > 0,
+            "no feedback went back"
+        );
+    }
+    assert!(metric(0, "secrelay_cluster_pipe_sent_total") > 200);
+    for n in nodes {
+        n.shutdown();
+    }
+}

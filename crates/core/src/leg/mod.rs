@@ -35,7 +35,7 @@ use secrelay_wire::stun::Message;
 
 use crate::counters::{Counters, DropReason, EndReason};
 pub use data::{DataLimits, DataLink, DataMessage};
-pub use pipe::{MirrorSpec, PipeKey, PipeLeg};
+pub use pipe::{MirrorSpec, PipeKey, PipeLeg, PIPE_KEY_LEN};
 pub use rtp::{
     IceMarks, IceMode, Latch, LegMarks, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError,
     RtpLegOptions, RtpOfferSpec, Sources, SrtpMark,
@@ -44,7 +44,7 @@ pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcMarks, WebRtcOfferS
 
 /// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s
 /// registry), identified independently of payload type numbers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum CodecId {
     /// Opus, 48 kHz.
@@ -230,12 +230,14 @@ impl CodecId {
     }
 }
 
-/// One answered media section: what we agreed on.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One answered media section: what we agreed on. Serialized for another node's replica of
+/// a room (a publisher's sections as its mirror there has them).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NegotiatedMedia {
     /// The section's mid.
     pub mid: String,
     /// Audio or video.
+    #[serde(with = "media_kind_serde")]
     pub kind: MediaKind,
     /// Codecs accepted with the offerer's payload types, in the order of the peer's offer (or
     /// answer): its preference first, what it is sent transcoded audio in
@@ -261,7 +263,7 @@ pub struct NegotiatedMedia {
 }
 
 /// The RTP header extensions the gateway reads or writes (RFC 8285 `a=extmap` URIs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[non_exhaustive]
 pub enum HeaderExt {
     /// The media section a packet belongs to (RFC 8843 BUNDLE, `sdes:mid`).
@@ -355,7 +357,7 @@ impl ExtIds {
 
 /// What a section agreed on beyond its codecs: RTCP feedback (RFC 4585, 5104) and
 /// retransmission (RFC 4588). Telephony legs agree on none.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SectionFeedback {
     /// Generic NACKs (`nack`): the peer asks for what it lost, answered from what we sent.
     pub nack: bool,
@@ -933,5 +935,26 @@ impl Leg {
             Leg::WebRtc(l) => l.close_quietly(),
             other => other.close(now),
         }
+    }
+}
+
+/// A section's media kind as its SDP name (`audio`, `video`, …), for [`NegotiatedMedia`]'s
+/// serialized form.
+mod media_kind_serde {
+    use secrelay_wire::sdp::MediaKind;
+    use serde::{Deserialize as _, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(kind: &MediaKind, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(kind.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<MediaKind, D::Error> {
+        let name = String::deserialize(d)?;
+        Ok(match name.as_str() {
+            "audio" => MediaKind::Audio,
+            "video" => MediaKind::Video,
+            "application" => MediaKind::Application,
+            _ => MediaKind::Other(name),
+        })
     }
 }

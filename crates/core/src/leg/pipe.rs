@@ -22,7 +22,7 @@ use crate::room::MemberAt;
 /// A publisher in its home room, as another shard names it: the home's worker, the room's
 /// place and generation there, and the member. Made by the home's shard
 /// ([`crate::shard::Shard::attach_pipe`]); opaque elsewhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PipeKey {
     pub(crate) home: usize,
     pub(crate) slot: usize,
@@ -35,10 +35,52 @@ impl PipeKey {
     pub fn home(&self) -> usize {
         self.home
     }
+
+    /// The same publisher, its home's worker named `home` (how another node names the worker
+    /// it is on: see `secrelay_gateway`'s node pipes).
+    pub fn with_home(self, home: usize) -> PipeKey {
+        PipeKey { home, ..self }
+    }
+}
+
+/// Bytes in a [`PipeKey`]'s encoded form ([`PipeKey::encode`]).
+pub const PIPE_KEY_LEN: usize = 22;
+
+impl PipeKey {
+    /// The key in 22 bytes (network order: the home's worker in 16 bits, the room's place,
+    /// its generation, the member's place and id), as a datagram between nodes carries it.
+    pub fn encode(&self) -> [u8; PIPE_KEY_LEN] {
+        let mut b = [0u8; PIPE_KEY_LEN];
+        let home = u16::try_from(self.home).unwrap_or(u16::MAX);
+        let slot = u32::try_from(self.slot).unwrap_or(u32::MAX);
+        b[0..2].copy_from_slice(&home.to_be_bytes());
+        b[2..6].copy_from_slice(&slot.to_be_bytes());
+        b[6..14].copy_from_slice(&self.room_gen.to_be_bytes());
+        b[14..18].copy_from_slice(&self.member.ix.to_be_bytes());
+        b[18..22].copy_from_slice(&self.member.id.0.to_be_bytes());
+        b
+    }
+
+    /// A key from its encoded form (any bytes make one; a key that names nothing is found
+    /// nowhere).
+    pub fn decode(b: &[u8; PIPE_KEY_LEN]) -> PipeKey {
+        let u32_at = |i: usize| u32::from_be_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        let mut gen = [0u8; 8];
+        gen.copy_from_slice(&b[6..14]);
+        PipeKey {
+            home: usize::from(u16::from_be_bytes([b[0], b[1]])),
+            slot: u32_at(2) as usize,
+            room_gen: u64::from_be_bytes(gen),
+            member: MemberAt {
+                ix: u32_at(14),
+                id: crate::room::MemberId(u32_at(18)),
+            },
+        }
+    }
 }
 
 /// A publisher of the home room as a replica mirrors it: who it is and what it negotiated.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct MirrorSpec {
     /// The publisher.
     pub key: PipeKey,

@@ -20,13 +20,17 @@ use crate::simulcast::Layers;
 use crate::transcode::Format;
 
 /// A member's handle in its room (never reused by a later member of the room).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct MemberId(pub u32);
 
 /// Where a member is in its room: its place in the room's table (reused once it leaves) and its
 /// id (which tells a later member in the same place apart). What the shard's routes, staged
 /// packets and a room's outputs name a member by: found without a search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct MemberAt {
     pub(crate) ix: u32,
     pub(crate) id: MemberId,

@@ -69,6 +69,14 @@ impl Room {
         true
     }
 
+    /// Closes the pipes to the workers `lost` names whatever their viewers (those workers are
+    /// gone: another node whose link was lost); whether there were any.
+    pub fn cut_pipes(&mut self, lost: impl Fn(usize) -> bool) -> bool {
+        let before = self.pipes.len();
+        self.pipes.retain(|p| !lost(p.worker));
+        self.pipes.len() != before
+    }
+
     /// The workers holding replicas of the room.
     pub fn pipe_workers(&self) -> impl Iterator<Item = usize> + '_ {
         self.pipes.iter().map(|p| p.worker)
@@ -180,5 +188,34 @@ mod tests {
         assert_eq!(room.pipe_workers().collect::<Vec<_>>(), vec![2]);
         assert!(room.detach_pipe(2));
         assert_eq!(room.piped_viewers(), 0);
+    }
+
+    #[test]
+    fn cut_pipes_close_those_to_lost_workers_whatever_their_viewers() {
+        let mut room = Room::new();
+        for w in [1, 1, 1, 7, 9] {
+            room.attach_pipe(w);
+        }
+        assert!(!room.cut_pipes(|w| w == 4), "no pipe to worker 4");
+        assert!(room.cut_pipes(|w| w >= 7));
+        assert_eq!(room.pipe_workers().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(room.piped_viewers(), 3);
+        assert!(room.cut_pipes(|_| true));
+        assert_eq!(room.piped_viewers(), 0);
+        assert!(room.is_empty());
+    }
+
+    #[test]
+    fn a_pipe_key_reads_back_from_its_encoded_form() {
+        let key = crate::leg::PipeKey {
+            home: 3,
+            slot: 70_000,
+            room_gen: u64::MAX - 5,
+            member: MemberAt {
+                ix: 12,
+                id: crate::room::MemberId(99),
+            },
+        };
+        assert_eq!(crate::leg::PipeKey::decode(&key.encode()), key);
     }
 }

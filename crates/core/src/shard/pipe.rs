@@ -262,6 +262,30 @@ impl Shard {
         }
     }
 
+    /// The workers `lost` names are out of reach (another node, whose link was lost): the
+    /// rooms here stop piping to them (and go when nobody is left), and the replicas here whose
+    /// home is one of them close (their viewers stay, with nothing to see until they leave).
+    pub fn cut_pipes(&mut self, now: Instant, lost: impl Fn(usize) -> bool) {
+        let mut replicas = Vec::new();
+        for slot in 0..self.rooms.len() {
+            let Some(s) = self.rooms[slot].as_mut() else {
+                continue;
+            };
+            match s.replica_of {
+                Some(home) if lost(home) => replicas.push(s.name.clone()),
+                Some(_) => {}
+                None => {
+                    if s.room.cut_pipes(&lost) && s.room.is_empty() {
+                        self.finish_room(slot);
+                    }
+                }
+            }
+        }
+        for room in replicas {
+            self.close_replica(now, &room);
+        }
+    }
+
     /// A packet its home piped for the mirror of `key` (`buf`, read at home as `packet` says:
     /// not parsed again), routed to the replica's viewers as the mirror's; `buf` is taken (a
     /// buffer of the shard's goes in its place) when routing keeps it. [`Handled::NotOurs`]

@@ -107,6 +107,9 @@ pub struct NodeRecord {
     /// neither draining nor a standby lives.
     #[serde(default)]
     pub standby: bool,
+    /// Where its pipes to other nodes listen (`cluster_pipe`), if it has them.
+    #[serde(default)]
+    pub pipe: Option<SocketAddr>,
     /// When it registered (Unix seconds).
     pub since: u64,
 }
@@ -146,6 +149,8 @@ pub enum Placement {
         url: String,
         /// Its ng socket, if it has one (`cluster_ng`).
         ng: Option<SocketAddr>,
+        /// Where its node pipes listen (`cluster_pipe`), if it has them.
+        pipe: Option<SocketAddr>,
     },
 }
 
@@ -154,6 +159,7 @@ pub struct Cluster {
     node: String,
     url: String,
     ng: Option<SocketAddr>,
+    pipe: Option<SocketAddr>,
     lease: Duration,
     client: redis::Client,
     /// The connection, made on the runtime at first use (and again whenever it is lost).
@@ -351,6 +357,7 @@ fn elsewhere(rec: NodeRecord) -> Placement {
         node: rec.node,
         url: rec.url,
         ng: rec.ng,
+        pipe: rec.pipe,
     }
 }
 
@@ -370,7 +377,7 @@ impl Cluster {
     /// Err only for a URL that is no Redis URL.
     pub fn new(
         redis_url: &str,
-        (node, url, ng): (String, String, Option<SocketAddr>),
+        (node, url, ng, pipe): (String, String, Option<SocketAddr>, Option<SocketAddr>),
         lease: Duration,
         gateway: Arc<Gateway>,
         keeping: Keeping,
@@ -384,6 +391,7 @@ impl Cluster {
             node,
             url,
             ng,
+            pipe,
             lease,
             client,
             redis: tokio::sync::OnceCell::new(),
@@ -911,6 +919,7 @@ impl Cluster {
             ng: self.ng,
             draining: self.draining(),
             standby: self.standby,
+            pipe: self.pipe,
             since: self.since,
         }
     }
@@ -1228,6 +1237,55 @@ impl prometheus_client::collector::Collector for ClusterCollector {
             "secrelay_cluster_takeover_failures",
             "Calls of a dead node that could not be taken over (a state that does not open, a port that cannot be bound, a request refused)",
             c.takeover_failures.load(Ordering::Relaxed),
-        )
+        )?;
+        match c.gateway.shared.node_pipes.get() {
+            Some(p) => pipe_metrics(&mut e, p),
+            None => Ok(()),
+        }
     }
+}
+
+/// The node pipes' series (`cluster_pipe`).
+fn pipe_metrics(
+    e: &mut prometheus_client::encoding::DescriptorEncoder<'_>,
+    p: &super::node_pipes::NodePipes,
+) -> Result<(), std::fmt::Error> {
+    let n = &p.counts;
+    let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    super::stats::gauge(
+        e,
+        "secrelay_cluster_pipe_links",
+        "Links to other nodes up now (each carries the pipes of the rooms spread between the two)",
+        p.links() as u64,
+    )?;
+    super::stats::counter(
+        e,
+        "secrelay_cluster_pipe_links_lost",
+        "Links to other nodes that broke or closed (their pipes cut at both ends)",
+        get(&n.links_lost),
+    )?;
+    super::stats::counter(
+        e,
+        "secrelay_cluster_pipe_sent",
+        "Datagrams sealed and sent to other nodes: publishers' packets for their replicas there, mirrors' feedback for their publishers there",
+        get(&n.sent),
+    )?;
+    super::stats::counter(
+        e,
+        "secrelay_cluster_pipe_received",
+        "Datagrams from other nodes opened and handed to a worker",
+        get(&n.received),
+    )?;
+    super::stats::labelled_counters(
+        e,
+        "secrelay_cluster_pipe_drops",
+        "Pipe datagrams dropped, by reason: bad (unreadable, or its tag did not check), replayed (seen before, or older than the window), unknown_link (for no link of this node's), lost (not sent, or a worker's queue was full)",
+        "reason",
+        &[
+            ("bad", get(&n.bad)),
+            ("replayed", get(&n.replayed)),
+            ("unknown_link", get(&n.unknown_link)),
+            ("lost", get(&n.lost)),
+        ],
+    )
 }

@@ -150,6 +150,23 @@ pub struct ServeConfig {
     /// over the calls of `cluster_takeover` when their node dies. With no such node left it
     /// takes new rooms itself. Unlike a drained node it stays healthy (`/healthz` 200).
     pub cluster_standby: bool,
+    /// Where this node's pipes to the other nodes listen (`10.0.0.5:7400`): TCP for each
+    /// link's control connection (TLS, both ends authenticated by `cluster_pipe_ca`), UDP on
+    /// the same port for the media. Set here and on the room's owner, a WHEP viewer of a room
+    /// another node owns is served here instead of redirected: the owner sends each of the
+    /// room's publishers' streams here once, sealed, whatever the number of viewers here, and
+    /// this node relays it to its own. A large room's viewers then spread over the nodes that
+    /// receive them. Needs `cluster_redis`, `cluster_pipe_ca`, `cluster_pipe_cert` and
+    /// `cluster_pipe_key`; an address the other nodes reach (not `0.0.0.0`; port 0 picks one).
+    pub cluster_pipe: Option<SocketAddr>,
+    /// The CA (PEM) that issued every node's pipe certificate (`secrelay ca init`): a link is
+    /// made only with a node whose certificate it issued and that names the node.
+    pub cluster_pipe_ca: Option<PathBuf>,
+    /// This node's pipe certificate chain (PEM): issued by `cluster_pipe_ca` for both TLS
+    /// server and client use, naming the node (`secrelay ca issue --name NODE`).
+    pub cluster_pipe_cert: Option<PathBuf>,
+    /// The pipe certificate's private key (PEM).
+    pub cluster_pipe_key: Option<PathBuf>,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
     /// A certificate chain (PEM) to use instead of a generated one; needs `key`. Nodes of a
@@ -498,6 +515,10 @@ impl Default for ServeConfig {
             cluster_state_clear: false,
             cluster_takeover: Vec::new(),
             cluster_standby: false,
+            cluster_pipe: None,
+            cluster_pipe_ca: None,
+            cluster_pipe_cert: None,
+            cluster_pipe_key: None,
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
             key: None,
@@ -646,8 +667,14 @@ impl ServeConfig {
                     "cluster_standby needs cluster_redis (a standby of a cluster's nodes)".into(),
                 ));
             }
+            if self.cluster_pipe.is_some() {
+                return Err(ConfigError(
+                    "cluster_pipe needs cluster_redis (the directory that says which node owns a room)".into(),
+                ));
+            }
             return Ok(None);
         }
+        self.check_cluster_pipe()?;
         if !(self.cluster_lease_secs.is_finite() && self.cluster_lease_secs >= 0.3) {
             return Err(ConfigError(format!(
                 "cluster_lease_secs = {}: must be at least 0.3 seconds",
@@ -665,6 +692,32 @@ impl ServeConfig {
             )));
         }
         Ok(Some(name))
+    }
+
+    /// `cluster_pipe` and its certificates: all or none, on an address the other nodes reach.
+    fn check_cluster_pipe(&self) -> Result<(), ConfigError> {
+        let files = [
+            ("cluster_pipe_ca", &self.cluster_pipe_ca),
+            ("cluster_pipe_cert", &self.cluster_pipe_cert),
+            ("cluster_pipe_key", &self.cluster_pipe_key),
+        ];
+        match self.cluster_pipe {
+            None => match files.iter().find(|(_, f)| f.is_some()) {
+                Some((name, _)) => Err(ConfigError(format!(
+                    "{name} is set but cluster_pipe is not (the address the node pipes listen on)"
+                ))),
+                None => Ok(()),
+            },
+            Some(a) if a.ip().is_unspecified() => Err(ConfigError(format!(
+                "cluster_pipe = {a}: needs an address the other nodes reach, not an unspecified one"
+            ))),
+            Some(_) => match files.iter().find(|(_, f)| f.is_none()) {
+                Some((name, _)) => Err(ConfigError(format!(
+                    "cluster_pipe needs {name} (the nodes' links are mutually authenticated TLS)"
+                ))),
+                None => Ok(()),
+            },
+        }
     }
 
     /// The data-channel limits, `None` with `data_channels` off.

@@ -698,10 +698,18 @@ async fn offer(
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    // A room another node owns: its offers go there, unread here.
-    if let Some(r) = to_owner(&s, &room, &uri).await {
-        return r;
-    }
+    // A room another node owns: its offers go there, unread here, except a viewer's when
+    // both nodes have pipes (it is served here through them).
+    let owner = placed(&s, &room).await;
+    let piped = match &owner {
+        Placement::Here => None,
+        Placement::Elsewhere {
+            node,
+            pipe: Some(addr),
+            ..
+        } if kind == JoinKind::Whep && s.gateway.has_node_pipes() => Some((node.clone(), *addr)),
+        Placement::Elsewhere { node, url, .. } => return redirect((node, url), &room, &uri),
+    };
     let text = match sdp_body(&headers, &body, "the offer") {
         Ok(t) => t,
         Err(e) => return e.into_response(),
@@ -716,7 +724,22 @@ async fn offer(
         return e.into_response();
     }
     let remote_ufrag = offer.ice_ufrag.clone();
-    match s.gateway.join(&room, offer, kind, who(&caller)).await {
+    let joined = match piped {
+        Some((node, addr)) if spreads => {
+            match s
+                .gateway
+                .join_remote(&room, (&node, addr), offer, who(&caller))
+                .await
+            {
+                Ok(Some(j)) => Ok(j),
+                Ok(None) => return redirect_to(&owner, &room, &uri),
+                Err(e) => Err(e),
+            }
+        }
+        Some(_) => return redirect_to(&owner, &room, &uri),
+        None => s.gateway.join(&room, offer, kind, who(&caller)).await,
+    };
+    match joined {
         Ok(j) => {
             let etag = format!("\"{}\"", j.ice.ufrag);
             let location = location(kind, &room, &j.id);
@@ -1349,9 +1372,33 @@ fn member_view(room: &super::RoomSnapshot, me: &str) -> serde_json::Value {
 /// Redirect` to the same path there (the method and body are sent again). `None`: the room's
 /// sessions are made here (no cluster, this node owns it, or the directory does not answer).
 async fn to_owner(s: &AppState, room: &str, uri: &axum::http::Uri) -> Option<Response> {
-    let Placement::Elsewhere { node, url, .. } = s.cluster.as_ref()?.place(room).await else {
-        return None;
-    };
+    match placed(s, room).await {
+        Placement::Here => None,
+        Placement::Elsewhere { node, url, .. } => Some(redirect((&node, &url), room, uri)),
+    }
+}
+
+/// [`redirect`] to the node `owner` names (it names one: a viewer's offer that was to be
+/// served here through the pipes to it; else 503).
+fn redirect_to(owner: &Placement, room: &str, uri: &axum::http::Uri) -> Response {
+    match owner {
+        Placement::Elsewhere { node, url, .. } => redirect((node, url), room, uri),
+        Placement::Here => {
+            ApiError::internal(format!("room {room}: no node to send it to")).into_response()
+        }
+    }
+}
+
+/// Where `room`'s new sessions are made: here without a cluster.
+async fn placed(s: &AppState, room: &str) -> Placement {
+    match s.cluster.as_ref() {
+        Some(c) => c.place(room).await,
+        None => Placement::Here,
+    }
+}
+
+/// `307 Temporary Redirect` to the same path at node `node`, whose signaling is at `url`.
+fn redirect((node, url): (&str, &str), room: &str, uri: &axum::http::Uri) -> Response {
     let path = uri.path_and_query().map_or(uri.path(), |p| p.as_str());
     let location = format!("{}{path}", url.trim_end_matches('/'));
     let mut r = (
@@ -1362,7 +1409,7 @@ async fn to_owner(s: &AppState, room: &str, uri: &axum::http::Uri) -> Option<Res
     if let Ok(v) = HeaderValue::from_str(&location) {
         r.headers_mut().insert(header::LOCATION, v);
     }
-    Some(r)
+    r
 }
 
 /// The caller of a cluster route, let through by `allow`, with this node's cluster; or the

@@ -35,6 +35,7 @@ mod ng_codecs;
 mod ng_sdp;
 mod ng_stats;
 mod ng_webrtc;
+mod node_pipes;
 pub mod per_source;
 mod ports;
 pub mod process;
@@ -78,6 +79,22 @@ pub mod fuzzing {
             state.call_id.clone(),
             state.members.len() + state.pins().len(),
         ))
+    }
+
+    /// A node pipe's datagram as the receiving node reads it (`kind` 0), opened with a fixed
+    /// key (the packet's length, or `None` when its header or tag does not check), or a link's
+    /// control frame (`kind` 1: its message, or why it is none).
+    pub fn node_pipe(kind: u8, data: &[u8]) -> Result<String, String> {
+        use super::node_pipes::{datagram, parse_control};
+        if kind & 1 == 1 {
+            return parse_control(data).map(|c| format!("{c:?}"));
+        }
+        static KEY: OnceLock<datagram::LinkKey> = OnceLock::new();
+        let key = KEY.get_or_init(|| datagram::LinkKey::new(&[0x5a; datagram::KEY_LEN]));
+        let h = datagram::Header::read(data).ok_or("no header")?;
+        let mut d = data.to_vec();
+        let r = key.open(&h, &mut d).ok_or("bad tag")?;
+        Ok(format!("{h:?}: {} bytes", r.len()))
     }
 
     /// An `Authorization` value as the signaling resolves it, against a policy with one API
@@ -484,6 +501,7 @@ impl Gateway {
         let shared = Arc::new(Shared {
             directory: Directory::new(xdp.clone()),
             xsk_interface: (media_io == MediaIo::AfXdp).then(|| config.xdp[0].clone()),
+            node_pipes: std::sync::OnceLock::new(),
             xdp,
             ports: PortPool::new(
                 lo,
@@ -666,9 +684,7 @@ impl Gateway {
 
     /// The index of the worker that owns `room` (rooms are hashed to workers by name).
     pub fn worker_index(&self, room: &str) -> usize {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        room.hash(&mut h);
-        (h.finish() % self.shared.peers.len() as u64) as usize
+        room_worker(room, self.shared.peers.len())
     }
 
     fn worker_for(&self, room: &str) -> &Peer {
@@ -1279,6 +1295,9 @@ impl Gateway {
     /// Ends the worker threads (after [`Gateway::drain`] for a clean exit).
     pub fn stop(&self) {
         self.admitting.store(false, Ordering::Release);
+        if let Some(p) = self.shared.node_pipes.get() {
+            p.stop();
+        }
         for p in &self.shared.peers {
             if p.commands.send(Command::Stop).is_ok() {
                 let _ = p.waker.wake();
@@ -1289,6 +1308,13 @@ impl Gateway {
             let _ = t.join();
         }
     }
+}
+
+/// The worker of `workers` that owns `room` (by its name's hash).
+fn room_worker(room: &str, workers: usize) -> usize {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    room.hash(&mut h);
+    (h.finish() % workers.max(1) as u64) as usize
 }
 
 /// Of the workers that take joins (`loads[w]`: participants, and whether it takes joins), the
@@ -1332,7 +1358,7 @@ fn join_cluster(
     config: &ServeConfig,
     gateway: &Arc<Gateway>,
     (bound, ng): (Option<String>, Option<SocketAddr>),
-) -> Result<Option<Arc<cluster::Cluster>>, StartError> {
+) -> Result<Option<Joining>, StartError> {
     let Some(node) = config.cluster_node().map_err(|e| StartError(e.0))? else {
         return Ok(None);
     };
@@ -1344,9 +1370,23 @@ fn join_cluster(
     let lease = Duration::from_secs_f64(config.cluster_lease_secs);
     let redis = config.cluster_redis.as_deref().unwrap_or_default();
     let ng = config.cluster_ng.or(ng);
+    let pipes = match config.cluster_pipe {
+        Some(_) => {
+            let (p, listener) =
+                node_pipes::NodePipes::start(config, node, gateway.shared.peers.clone())?;
+            let _ = gateway.shared.node_pipes.set(p.clone());
+            Some((p, listener))
+        }
+        None => None,
+    };
     let c = cluster::Cluster::new(
         redis,
-        (node.to_owned(), url.clone(), ng),
+        (
+            node.to_owned(),
+            url.clone(),
+            ng,
+            pipes.as_ref().map(|(p, _)| p.addr()),
+        ),
         lease,
         gateway.clone(),
         keeping(config)?,
@@ -1354,7 +1394,14 @@ fn join_cluster(
     )
     .map_err(|e| StartError(format!("cluster_redis {redis:?}: {e}")))?;
     tracing::info!(node, url, "cluster node: directory at cluster_redis");
-    Ok(Some(c))
+    Ok(Some(Joining { cluster: c, pipes }))
+}
+
+/// A node's membership of its cluster, as it starts: the directory's side, and its pipes to
+/// the other nodes with their listener (served on the signaling's runtime).
+struct Joining {
+    cluster: Arc<cluster::Cluster>,
+    pipes: Option<(Arc<node_pipes::NodePipes>, std::net::TcpListener)>,
 }
 
 /// Which calls the node keeps for a standby, and takes over (`cluster_state_key`,
@@ -1467,8 +1514,12 @@ impl Server {
             format!("{scheme}://{a}")
         });
         let ng_reached = ng_addr.filter(|a| !a.ip().is_unspecified());
-        let cluster =
+        let joining =
             join_cluster(&signaling, &gateway, (bound, ng_reached)).map_err(stop_on_error)?;
+        let (cluster, pipes) = match joining {
+            Some(j) => (Some(j.cluster), j.pipes),
+            None => (None, None),
+        };
         let ng = ng_socket.map(|s| {
             let server = ng::Ng::new(
                 gateway.clone(),
@@ -1527,6 +1578,9 @@ impl Server {
                     }
                     if let Some(c) = &cluster {
                         tokio::spawn(c.clone().run());
+                    }
+                    if let Some((p, listener)) = pipes {
+                        tokio::spawn(p.serve(listener));
                     }
                     if let Some((socket, server)) = ng {
                         match tokio::net::UdpSocket::from_std(socket) {

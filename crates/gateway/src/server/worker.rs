@@ -44,7 +44,7 @@ mod uring_io;
 mod xsk_io;
 use ice_tcp::IceTcp;
 pub(crate) use ice_tcp::{bind_ice_tcp, TcpClose};
-use pipes::PipeMsg;
+pub(crate) use pipes::PipeMsg;
 use uring_io::MediaRing;
 
 const SOCKET: Token = Token(0);
@@ -168,6 +168,8 @@ pub(crate) struct Shared {
     pub xdp: Option<Arc<super::xdp::Gate>>,
     /// The interface the workers bind their XDP sockets on (`media_io = "af_xdp"`).
     pub xsk_interface: Option<String>,
+    /// The links to the other nodes of a cluster (`cluster_pipe`), once they listen.
+    pub node_pipes: std::sync::OnceLock<Arc<super::node_pipes::NodePipes>>,
 }
 
 /// A message for a participant's events channel (Server-Sent Events).
@@ -626,7 +628,7 @@ impl Worker {
         }
     }
 
-    fn after_command(&mut self) {
+    pub(crate) fn after_command(&mut self) {
         self.send_outputs();
         self.publish();
     }

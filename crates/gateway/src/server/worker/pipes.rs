@@ -13,26 +13,57 @@ use tokio::sync::oneshot;
 
 use super::{Command, Work, Worker, BATCH};
 use crate::counters::DropReason;
+use crate::leg::MirrorSpec;
+use crate::server::node_pipes::{self, Control};
 use crate::shard::{Handled, JoinError, JoinKind, Joined, PipeEvent, PipeKey, Piped, Who};
 
-/// A packet through a pipe, in the sending shard's buffer.
+/// A packet through a pipe, in the sending shard's buffer (or, from another node, in one of
+/// its own).
 #[derive(Debug)]
 pub(crate) struct PipeMsg {
     key: PipeKey,
     what: Piped,
     buf: Vec<u8>,
-    origin: usize,
+    /// The worker whose buffer it is (it goes back there), if one of this node's.
+    origin: Option<usize>,
+}
+
+impl PipeMsg {
+    /// What another node piped here (`key` as this node's shards know it).
+    pub(crate) fn from_node(key: PipeKey, what: Piped, buf: Vec<u8>) -> PipeMsg {
+        PipeMsg {
+            key,
+            what,
+            buf,
+            origin: None,
+        }
+    }
 }
 
 impl Worker {
     /// Queues what the shard piped (`key`, `what`, in `buf`, the shard's buffer) for
-    /// `worker`'s shard (woken once the batch is out); a full queue drops it, counted.
+    /// `worker`'s shard (woken once the batch is out), or sends it over the link when
+    /// `worker` is another node's; a full queue, or a link that is gone, drops it, counted.
     pub(super) fn pipe_to(&mut self, worker: usize, key: PipeKey, what: Piped, buf: Vec<u8>) {
+        if node_pipes::split(worker).is_some() {
+            let sent = self
+                .shared
+                .node_pipes
+                .get()
+                .is_some_and(|p| p.send(worker, key, what, &buf));
+            if sent {
+                self.stats.piped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.shard.count_drop(DropReason::SendFailed);
+            }
+            self.shard.recycle(buf);
+            return;
+        }
         let m = PipeMsg {
             key,
             what,
             buf,
-            origin: self.index,
+            origin: Some(self.index),
         };
         match self.shared.peers[worker].pipes.try_send(m) {
             Ok(()) => {
@@ -60,7 +91,12 @@ impl Worker {
                 // The mirror (or the publisher) went between the two workers.
                 self.shard.count_drop(DropReason::UnknownSource);
             }
-            let _ = self.shared.peers[m.origin].returns.send(m.buf);
+            match m.origin {
+                Some(o) => {
+                    let _ = self.shared.peers[o].returns.send(m.buf);
+                }
+                None => self.shard.recycle(m.buf),
+            }
             n += 1;
             if n.is_multiple_of(BATCH) {
                 self.send_outputs();
@@ -71,28 +107,90 @@ impl Worker {
         }
     }
 
-    /// Posts what the shard asked of another worker's shard there.
+    /// Posts what the shard asked of another worker's shard there (over the link, when that
+    /// worker is another node's).
     pub(super) fn on_pipe_event(&mut self, e: PipeEvent) {
         let me = self.index;
         match e {
             PipeEvent::Publisher { room, to, spec } => {
                 for w in to {
                     let (room, spec) = (room.clone(), spec.clone());
+                    if self.tell_node(w, |worker| Control::Publisher {
+                        room: room.clone(),
+                        worker,
+                        spec: spec.clone(),
+                    }) {
+                        continue;
+                    }
                     self.post(w, move |w, now| w.shard.add_mirror(now, &room, &spec));
                 }
             }
             PipeEvent::PublisherLeft { to, key } => {
                 for w in to {
-                    self.post(w, move |w, now| w.shard.remove_mirror(now, key));
+                    if !self.tell_node(w, |worker| Control::PublisherLeft { worker, key }) {
+                        self.post(w, move |w, now| w.shard.remove_mirror(now, key));
+                    }
                 }
             }
             PipeEvent::Closed { room, to } => {
-                self.post(to, move |w, now| w.shard.close_replica(now, &room));
+                if !self.tell_node(to, |worker| Control::Closed {
+                    room: room.clone(),
+                    worker,
+                }) {
+                    self.post(to, move |w, now| w.shard.close_replica(now, &room));
+                }
             }
             PipeEvent::ViewerLeft { room, home } => {
-                self.post(home, move |w, _| w.shard.detach_pipe(&room, me));
+                let worker = u16::try_from(me).unwrap_or(u16::MAX);
+                if !self.tell_node(home, |home| Control::ViewerLeft {
+                    room: room.clone(),
+                    home,
+                    worker,
+                }) {
+                    self.post(home, move |w, _| w.shard.detach_pipe(&room, me));
+                }
             }
         }
+    }
+
+    /// Tells another node's worker `to` the message `msg` makes of its number there; `false`
+    /// when `to` is this node's.
+    fn tell_node(&self, to: usize, msg: impl FnOnce(u16) -> Control) -> bool {
+        if node_pipes::split(to).is_none() {
+            return false;
+        }
+        if let Some(p) = self.shared.node_pipes.get() {
+            p.tell(to, msg);
+        }
+        true
+    }
+
+    /// Another node's viewer of `room` joins at its worker `remote` (an index of
+    /// [`node_pipes::remote_worker`]'s), asked of this, the room's worker: this worker's
+    /// number (the home's, as the other node names it) and the room's publishers, as
+    /// [`crate::shard::Shard::attach_pipe`] answers.
+    pub(crate) fn attach_remote(
+        &mut self,
+        room: &str,
+        remote: usize,
+        who: &Who,
+    ) -> (u16, Result<Option<Vec<MirrorSpec>>, JoinError>) {
+        let home = u16::try_from(self.index).unwrap_or(u16::MAX);
+        (home, self.shard.attach_pipe(room, remote, who))
+    }
+
+    /// Opens the replica of `room` whose home is another node's worker `home` with the
+    /// publishers `specs`, and joins the viewer of `offer` there (its answer).
+    pub(crate) fn join_replica(
+        &mut self,
+        now: Instant,
+        room: &str,
+        home: usize,
+        specs: &[MirrorSpec],
+        (offer, who): (&Offer, &Who),
+    ) -> Result<Joined, JoinError> {
+        self.shard.open_replica(now, room, home, specs);
+        self.shard.join(now, room, offer, JoinKind::Whep, who)
     }
 
     /// A viewer of `room` (its offer and who it is) joins on worker `at`, asked of this, the
