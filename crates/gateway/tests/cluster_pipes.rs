@@ -29,6 +29,10 @@ fn ca(dir: &Path, nodes: &[&str]) {
 
 /// Node `name` of the cluster in `redis`, with pipes whose certificates are in `certs`.
 fn node(redis: &RedisServer, name: &str, certs: &Path) -> Server {
+    node_with(redis, name, certs, ServeConfig::default())
+}
+
+fn node_with(redis: &RedisServer, name: &str, certs: &Path, config: ServeConfig) -> Server {
     Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
@@ -41,7 +45,7 @@ fn node(redis: &RedisServer, name: &str, certs: &Path) -> Server {
         cluster_pipe_ca: Some(certs.join("ca.pem")),
         cluster_pipe_cert: Some(certs.join(format!("{name}.pem"))),
         cluster_pipe_key: Some(certs.join(format!("{name}.key"))),
-        ..ServeConfig::default()
+        ..config
     })
     .unwrap()
 }
@@ -149,6 +153,75 @@ fn viewers_on_other_nodes_are_served_there_through_one_pipe_per_node() {
     c.shutdown();
 }
 
+/// What `/api/cluster` at `s` says node `node` carries.
+fn participants_of(s: &Server, node: &str) -> u64 {
+    let (_, body) = signaling(s).get("/api/cluster").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["node"] == node))
+        .and_then(|n| n["participants"].as_u64())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_rooms_node_sends_its_viewers_to_the_least_loaded_nodes() {
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let certs = tempfile::tempdir().unwrap();
+    ca(certs.path(), &["a", "b", "c"]);
+    let spread = ServeConfig {
+        cluster_spread_viewers: true,
+        ..ServeConfig::default()
+    };
+    let a = node_with(&redis, "a", certs.path(), spread);
+    let (b, c) = (
+        node(&redis, "b", certs.path()),
+        node(&redis, "c", certs.path()),
+    );
+    wait_for("three nodes registered", Duration::from_secs(5), || {
+        signaling(&a).cluster_nodes().unwrap() == ["a", "b", "c"]
+    });
+    let epoch = Instant::now();
+    let mut group =
+        vec![SimParticipant::join(&signaling(&a), "big", Leg::Whip, LOCAL, epoch).unwrap()];
+    assert!(
+        group[0].location.starts_with("/whip/big/"),
+        "the publisher stays"
+    );
+    wait_for(
+        "a's record to count its publisher",
+        Duration::from_secs(5),
+        || participants_of(&a, "a") == 1,
+    );
+    // Each viewer asked of a goes to the emptiest node while one has fewer than a (b, then
+    // c, by name on a tie), and is served there; then a keeps the next.
+    for (at, n) in [(&b, "b"), (&c, "c")] {
+        let v = SimParticipant::join(&signaling(&a), "big", Leg::Whep, LOCAL, epoch).unwrap();
+        assert!(v.location.starts_with(&at.url()), "{}", v.location);
+        group.push(v);
+        wait_for(
+            "its node's record to count it",
+            Duration::from_secs(5),
+            || participants_of(&a, n) == 1,
+        );
+    }
+    let v = SimParticipant::join(&signaling(&a), "big", Leg::Whep, LOCAL, epoch).unwrap();
+    assert!(v.location.starts_with("/whep/big/"), "{}", v.location);
+    group.push(v);
+    assert!(hear_more(&mut group, 50));
+    for s in [&a, &b, &c] {
+        assert_eq!(
+            s.gateway().stats().totals().participants,
+            1 + u64::from(s.url() == a.url())
+        );
+    }
+    a.shutdown();
+    b.shutdown();
+    c.shutdown();
+}
+
 #[test]
 fn a_node_another_ca_certified_gets_no_link_and_its_viewers_go_to_the_room() {
     let Some(redis) = RedisServer::start(0) else {
@@ -205,6 +278,16 @@ fn cluster_pipe_settings_come_together_or_name_what_is_missing() {
     .check()
     .unwrap_err();
     assert!(e.0.contains("not an unspecified one"), "{e}");
+    let e = ServeConfig {
+        cluster_spread_viewers: true,
+        ..base.clone()
+    }
+    .check()
+    .unwrap_err();
+    assert!(
+        e.0.contains("cluster_spread_viewers needs cluster_pipe"),
+        "{e}"
+    );
     let e = ServeConfig {
         cluster_pipe: Some("127.0.0.1:0".parse().unwrap()),
         cluster_redis: None,

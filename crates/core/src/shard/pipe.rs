@@ -129,6 +129,19 @@ impl Shard {
         ))
     }
 
+    /// Whether a viewer of `room` may join on another worker or node (through a pipe): the
+    /// room lives here, has a publisher and does not mix.
+    pub fn pipes_viewers(&self, room: &str) -> bool {
+        self.room_index
+            .get(room)
+            .and_then(|&slot| self.rooms[slot].as_ref())
+            .is_some_and(|s| {
+                s.replica_of.is_none()
+                    && !s.room.is_mixing()
+                    && s.room.publishers().next().is_some()
+            })
+    }
+
     /// A viewer of `room` on `worker`'s replica left: when it was the last, the replica is
     /// told to close ([`PipeEvent::Closed`]), and the room goes if nobody is left here either.
     pub fn detach_pipe(&mut self, room: &str, worker: usize) {

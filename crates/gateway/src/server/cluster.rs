@@ -1051,6 +1051,24 @@ impl Cluster {
         })
     }
 
+    /// The node a viewer of a room this node owns is better served at (`cluster_spread_viewers`):
+    /// the live node with pipes, neither draining nor a standby, with the fewest participants,
+    /// when it has fewer than this node has now; its name and URL. `None` when this node is the
+    /// least loaded, or the directory does not answer.
+    pub async fn spread_to(&self) -> Option<(String, String)> {
+        let nodes = self.note(self.live_nodes().await).ok()?;
+        let here = self.gateway.stats().totals().participants;
+        let best = nodes
+            .into_iter()
+            .filter(|n| n.node != self.node && n.pipe.is_some() && !n.draining && !n.standby)
+            .min_by_key(|n| (n.participants, n.node.clone()))?;
+        if best.participants >= here {
+            return None;
+        }
+        self.redirects.fetch_add(1, Ordering::Relaxed);
+        Some((best.node, best.url))
+    }
+
     /// Where `room`'s sessions are now, without placing it: at its owner while that node's
     /// lease runs, else here (a room nobody owns, or the directory does not answer).
     pub async fn owner(&self, room: &str) -> Placement {

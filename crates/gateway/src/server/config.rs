@@ -167,6 +167,11 @@ pub struct ServeConfig {
     pub cluster_pipe_cert: Option<PathBuf>,
     /// The pipe certificate's private key (PEM).
     pub cluster_pipe_key: Option<PathBuf>,
+    /// Spread a room's WHEP viewers over the nodes: a viewer that asks the room's own node
+    /// is sent (307) to the live node with pipes that has the fewest participants, when it has
+    /// fewer than this node, and is served there through the pipes. Without it a viewer is
+    /// served at whichever node it reaches (a load balancer's choice). Needs `cluster_pipe`.
+    pub cluster_spread_viewers: bool,
     /// Key type of the certificate generated at start (`ecdsa-p256`, `ecdsa-p384`, `rsa-2048`…).
     pub cert_type: String,
     /// A certificate chain (PEM) to use instead of a generated one; needs `key`. Nodes of a
@@ -519,6 +524,7 @@ impl Default for ServeConfig {
             cluster_pipe_ca: None,
             cluster_pipe_cert: None,
             cluster_pipe_key: None,
+            cluster_spread_viewers: false,
             cert_type: KeyType::EcdsaP256.name().into(),
             cert: None,
             key: None,
@@ -701,6 +707,11 @@ impl ServeConfig {
             ("cluster_pipe_cert", &self.cluster_pipe_cert),
             ("cluster_pipe_key", &self.cluster_pipe_key),
         ];
+        if self.cluster_spread_viewers && self.cluster_pipe.is_none() {
+            return Err(ConfigError(
+                "cluster_spread_viewers needs cluster_pipe (the viewers sent to another node are served there through the pipes)".into(),
+            ));
+        }
         match self.cluster_pipe {
             None => match files.iter().find(|(_, f)| f.is_some()) {
                 Some((name, _)) => Err(ConfigError(format!(

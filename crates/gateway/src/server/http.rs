@@ -737,7 +737,12 @@ async fn offer(
             }
         }
         Some(_) => return redirect_to(&owner, &room, &uri),
-        None => s.gateway.join(&room, offer, kind, who(&caller)).await,
+        None => {
+            if let Some(to) = spread_to(&s, &room, kind, spreads).await {
+                return redirect((&to.0, &to.1), &room, &uri);
+            }
+            s.gateway.join(&room, offer, kind, who(&caller)).await
+        }
     };
     match joined {
         Ok(j) => {
@@ -1387,6 +1392,24 @@ fn redirect_to(owner: &Placement, room: &str, uri: &axum::http::Uri) -> Response
             ApiError::internal(format!("room {room}: no node to send it to")).into_response()
         }
     }
+}
+
+/// The node a viewer of a room this node owns goes to instead (`cluster_spread_viewers`: a
+/// WHEP viewer that may be spread, and a node with fewer participants than this one).
+async fn spread_to(
+    s: &AppState,
+    room: &str,
+    kind: JoinKind,
+    spreads: bool,
+) -> Option<(String, String)> {
+    let c = s.cluster.as_ref()?;
+    let wanted = spreads && kind == JoinKind::Whep && s.gateway.config().cluster_spread_viewers;
+    // A room not here yet (or that mixes) takes its viewers here: another node would send
+    // them back.
+    if !wanted || !s.gateway.pipes_viewers(room).await {
+        return None;
+    }
+    c.spread_to().await
 }
 
 /// Where `room`'s new sessions are made: here without a cluster.

@@ -973,6 +973,16 @@ impl super::Gateway {
         r
     }
 
+    /// Whether a viewer of `room` may be served at another node: the room is here, has a
+    /// publisher and does not mix.
+    pub(crate) async fn pipes_viewers(&self, room: &str) -> bool {
+        let name = room.to_owned();
+        self.worker_for(room)
+            .run(move |w, _| w.shard_mut().pipes_viewers(&name))
+            .await
+            .unwrap_or(false)
+    }
+
     /// Whether this node has pipes to the others (`cluster_pipe`).
     pub(crate) fn has_node_pipes(&self) -> bool {
         self.shared.node_pipes.get().is_some()
