@@ -234,6 +234,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         transcode: false,
         mix: None,
         ice_tcp: false,
+        publish_at: None,
     };
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();

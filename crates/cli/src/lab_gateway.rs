@@ -71,7 +71,13 @@ impl GatewayClientArgs {
     /// The signaling client of `--target` (HTTPS trusts the `--ca` certificate), with the
     /// rooms' `--token` and the gateway's admin key.
     pub(crate) fn signaling(&self) -> Result<Signaling> {
-        let mut s = signaling(&self.target, self.ca.as_deref(), self.token.clone())?;
+        self.signaling_of("--target", &self.target)
+    }
+
+    /// The signaling of another gateway than the target's (`flag` names where its URL came
+    /// from), with the same CA, token and admin key.
+    pub(crate) fn signaling_of(&self, flag: &str, url: &str) -> Result<Signaling> {
+        let mut s = signaling(flag, url, self.ca.as_deref(), self.token.clone())?;
         s.admin = self.admin.key()?;
         Ok(s)
     }
@@ -140,6 +146,11 @@ pub struct GatewayLoadArgs {
     /// passive TCP candidate; the gateway needs `ice_tcp`) instead of UDP.
     #[arg(long)]
     pub ice_tcp: bool,
+    /// With --viewers: the publishers join at this gateway (another node of a cluster with
+    /// `cluster_pipe`) while the viewers join at --target, which serves them through its pipe
+    /// from the publishers' node.
+    #[arg(long, value_name = "URL", requires = "viewers")]
+    pub publish_at: Option<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -148,6 +159,7 @@ pub struct GatewayLoadArgs {
 /// The signaling client of `--target` (an `http://` or `https://` base URL; HTTPS trusts the
 /// `--ca` certificate), with the rooms' `--token`.
 fn signaling(
+    flag: &str,
     target: &str,
     ca: Option<&std::path::Path>,
     token: Option<String>,
@@ -155,7 +167,7 @@ fn signaling(
     let https = target.starts_with("https://");
     if !(https || target.starts_with("http://")) {
         bail!(
-            "--target {target:?}: give the gateway's signaling base URL, https://host:port (or http://host:port)"
+            "{flag} {target:?}: give the gateway's signaling base URL, https://host:port (or http://host:port)"
         );
     }
     let mut s = Signaling::new(target.trim_end_matches('/'));
@@ -163,7 +175,7 @@ fn signaling(
     match ca {
         Some(ca) => Ok(s.with_ca_file(ca)?),
         None if https => {
-            bail!("--target {target}: HTTPS needs --ca FILE, the CA certificate to trust")
+            bail!("{flag} {target}: HTTPS needs --ca FILE, the CA certificate to trust")
         }
         None => Ok(s),
     }
@@ -242,6 +254,10 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             transcode: a.transcode,
             mix: a.mix.then_some(a.mix_speakers),
             ice_tcp: a.ice_tcp,
+            publish_at: match &a.publish_at {
+                Some(url) => Some(a.client.signaling_of("--publish-at", url)?),
+                None => None,
+            },
         },
         server_pid: a.client.server_pid,
         slow_viewer: a.slow_viewer.map(|kbps| kbps * 1000 / 8),

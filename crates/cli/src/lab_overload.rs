@@ -119,6 +119,7 @@ pub fn run(a: &OverloadArgs) -> Result<()> {
             transcode: a.transcode,
             mix: None,
             ice_tcp: false,
+            publish_at: None,
         },
         storm_participants: a.storm_calls * 2,
         waves: a.waves,

@@ -7,6 +7,8 @@
 //! viewer got audio and one video stream, every layer was sent, the loss and the
 //! retransmission buffer's memory per stream are in the report.
 
+use std::time::Duration;
+
 use serde_json::Value;
 
 mod lab_support;
@@ -143,9 +145,10 @@ fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"))
 }
 
-/// What every broadcast report shows: all connected, each viewer got the audio and one video
-/// stream, every layer was sent with keyframes, each viewer ended on one layer, loss counted.
-fn check_broadcast(r: &Value) {
+/// What every broadcast report shows of its viewers: all connected, each viewer got the audio
+/// and one video stream, every layer was sent with keyframes, each viewer ended on one layer,
+/// loss counted.
+fn check_viewers(r: &Value) {
     assert_eq!(r["participants"], 6, "{r}");
     assert_eq!(
         r["connected"], 6,
@@ -197,6 +200,13 @@ fn check_broadcast(r: &Value) {
     }
     let received: u64 = layers.iter().map(|l| n(l, "packets_received")).sum();
     assert_eq!(received, n(&b["video"], "received"), "{b}");
+}
+
+/// [`check_viewers`], and the gateway's side: one retransmission buffer per layer (at the
+/// publisher's gateway), the relay's latency, CPU and memory reported.
+fn check_broadcast(r: &Value) {
+    check_viewers(r);
+    let b = &r["broadcast"];
     // One retransmission buffer per layer, its memory per stream reported.
     assert_eq!(b["retransmit_streams"].as_f64(), Some(3.0), "{b}");
     let per = b["retransmit_bytes_per_stream"]
@@ -260,4 +270,71 @@ fn broadcast_with_a_slow_tcp_viewer_reports_it_apart() {
     let drops = r["gateway_drops"].to_string();
     assert!(drops.contains("tcp_queue_stale"), "{drops}");
     assert!(stdout.contains("slow viewer"), "{stdout}");
+}
+
+/// `--publish-at`: the publisher at node a of a cluster (a real Redis; the nodes' pipes
+/// authenticated by a private CA's certificates), the viewers at node b, which serves them
+/// through its pipe from a: every viewer gets the broadcast as from one gateway, and b's
+/// figures are its own (the packets it received through the pipe, once each).
+#[test]
+fn broadcast_with_the_publisher_at_another_node_reaches_the_viewers_through_the_pipe() {
+    use secrelay_dtls::ca::{CaDir, Role};
+    use secrelay_dtls::KeyType;
+    use secrelay_testkit::redis::RedisServer;
+    use secrelay_testkit::{wait_for, Signaling};
+
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = CaDir::init(dir.path(), KeyType::EcdsaP256, false).unwrap();
+    let config = |name: &str| {
+        ca.issue(name, Role::Both, KeyType::EcdsaP256, false)
+            .unwrap();
+        let at = |f: String| dir.path().join(f).display().to_string();
+        let path = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "cluster_redis = \"{}\"\ncluster_node = \"{name}\"\ncluster_lease_secs = 1.5\n\
+                 cluster_pipe = \"127.0.0.1:0\"\ncluster_pipe_ca = \"{}\"\n\
+                 cluster_pipe_cert = \"{}\"\ncluster_pipe_key = \"{}\"\n",
+                redis.url(),
+                at("ca.pem".into()),
+                at(format!("{name}.pem")),
+                at(format!("{name}.key")),
+            ),
+        )
+        .unwrap();
+        path.display().to_string()
+    };
+    let (a_config, b_config) = (config("a"), config("b"));
+    let (_a, a_url) = serve_with(&["--config", &a_config]);
+    let (b, b_url) = serve_with(&["--config", &b_config]);
+    let key = std::fs::read_to_string(b.admin_key_file()).unwrap();
+    let at_b = Signaling::new(&b_url).with_admin(key.trim());
+    wait_for("two nodes registered", Duration::from_secs(10), || {
+        at_b.cluster_nodes().is_ok_and(|n| n == ["a", "b"])
+    });
+    let pid = b.0.id().to_string();
+    let (r, _) = lab_json(&[
+        "gateway-load",
+        "--target",
+        &b_url,
+        "--publish-at",
+        &a_url,
+        "--viewers",
+        "5",
+        "--duration",
+        "3",
+        "--server-pid",
+        &pid,
+        "--admin-key-file",
+        b.admin_key_file(),
+    ]);
+    // (The retransmission buffers are at a, the publisher's node.)
+    check_viewers(&r);
+    let piped = at_b.metric("secrelay_cluster_pipe_received_total").unwrap();
+    let sent = n(&r, "sent");
+    assert!(piped > 0 && piped <= sent, "{piped} piped of {sent}: {r}");
 }

@@ -50,6 +50,9 @@ pub struct FleetConfig {
     /// WebRTC participants reach the gateway over ICE-TCP (its passive candidate) instead of
     /// UDP.
     pub ice_tcp: bool,
+    /// The publishers ([`Leg::Whip`]) join at this gateway instead of `signaling`'s: another
+    /// node of a cluster, whose rooms' viewers at `signaling` are served through its pipes.
+    pub publish_at: Option<Signaling>,
 }
 
 /// Live counters, readable while the fleet runs.
@@ -305,7 +308,11 @@ fn join_one(
     epoch: Instant,
 ) -> anyhow::Result<SimParticipant> {
     let leg = config.legs[i % config.legs.len().max(1)];
-    let (s, ip) = (&config.signaling, config.bind_ip);
+    let s = match &config.publish_at {
+        Some(at) if leg == Leg::Whip => at,
+        _ => &config.signaling,
+    };
+    let ip = config.bind_ip;
     let joined = match (config.transcode, config.ice_tcp, leg.is_phone()) {
         (false, false, _) | (false, true, true) => {
             SimParticipant::join_media(s, room, leg, ip, epoch, config.media)
@@ -321,6 +328,8 @@ fn join_one(
         }
     };
     let mut p = joined.with_context(|| format!("participant {} of room {room}", i + 1))?;
+    // Its resource named where it is, whichever gateway leaves it.
+    p.location = s.url_of(&p.location);
     p.inject_bad = config.inject_bad;
     progress.joined.fetch_add(1, Ordering::Relaxed);
     Ok(p)

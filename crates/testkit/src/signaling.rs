@@ -162,7 +162,7 @@ impl Signaling {
 
     /// A resource's URL: `location` as it is when it is absolute (a session made at another
     /// node after a redirect), else on the base URL.
-    fn url_of(&self, location: &str) -> String {
+    pub fn url_of(&self, location: &str) -> String {
         if location.starts_with("http://") || location.starts_with("https://") {
             location.to_owned()
         } else {

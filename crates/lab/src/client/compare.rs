@@ -413,6 +413,7 @@ pub fn secrelay_row(
             transcode: false,
             mix: None,
             ice_tcp: false,
+            publish_at: None,
         },
         server_pid: Some(child.0.id()),
         slow_viewer: None,

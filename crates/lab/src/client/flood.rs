@@ -822,6 +822,7 @@ pub fn run(o: &FloodOptions) -> anyhow::Result<FloodReport> {
         transcode: false,
         mix: None,
         ice_tcp: false,
+        publish_at: None,
     };
     let progress = Arc::new(FleetProgress::default());
     let epoch = Instant::now();

@@ -313,6 +313,7 @@ pub fn through_gateway(calls: usize, secs: f64, engine: &str) -> anyhow::Result<
         transcode: false,
         mix: None,
         ice_tcp: false,
+        publish_at: None,
     };
     let progress = std::sync::Arc::new(FleetProgress::default());
     let group = fleet::join_all(&cfg, &progress, Instant::now())?;
