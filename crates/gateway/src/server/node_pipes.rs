@@ -57,6 +57,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest datagram read.
 const MAX_DATAGRAM: usize = 2048;
+/// Links being made at once on the listening side (TLS handshakes and hellos).
+const HANDSHAKES: usize = 16;
 
 /// The worker index the shards know worker `worker` of the node at the other end of link
 /// `link` by.
@@ -471,15 +473,28 @@ impl NodePipes {
             }
         };
         let acceptor = tokio_rustls::TlsAcceptor::from(self.server.clone());
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(HANDSHAKES));
         loop {
-            let Ok((tcp, from)) = listener.accept().await else {
-                continue;
+            let (tcp, from) = match listener.accept().await {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, say: not again at once.
+                    tracing::warn!(error = %e, "cluster_pipe accept");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
             };
             if self.stopped.load(Ordering::Acquire) {
                 return;
             }
+            // Whoever reaches the port may start a handshake: a bounded number at once.
+            let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                tracing::debug!(%from, "a node link refused: too many handshakes at once");
+                continue;
+            };
             let (me, acceptor) = (self.clone(), acceptor.clone());
             tokio::spawn(async move {
+                let _permit = permit;
                 let made = tokio::time::timeout(CONNECT_TIMEOUT, async {
                     let tls = acceptor
                         .accept(tcp)
