@@ -424,3 +424,38 @@ fn a_phone_that_starts_sending_in_a_re_invite_reaches_the_viewers_on_the_other_w
     talker.join().unwrap();
     s.shutdown();
 }
+
+/// A room whose viewers spread over both workers and that starts mixing after: the mix is
+/// made at the room's worker, and the viewer on the other keeps hearing the talker (as it
+/// talks, unmixed) through the pipe, as before the mix.
+#[test]
+fn a_room_that_mixes_after_it_spread_still_reaches_the_viewer_on_the_other_worker() {
+    let s = start(true);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&sig, "mixlate", Leg::Whip, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "mixlate", Leg::Whep, LOCAL, epoch).unwrap(),
+    ];
+    // One viewer on each worker.
+    assert_eq!(s.gateway().participants_by_worker(), vec![1, 1]);
+    let heard = |g: &mut [SimParticipant], more: u64| {
+        let start: Vec<u64> = g.iter().map(SimParticipant::received).collect();
+        SimParticipant::drive_until(g, Duration::from_secs(20), |g| {
+            g[1].received() >= start[1] + more
+        })
+        .unwrap()
+    };
+    assert!(
+        heard(&mut group, 50),
+        "the viewer on the other worker hears nothing"
+    );
+    sig.set_mixing("mixlate", Some(0)).unwrap();
+    // Past the change: it still hears the talker.
+    assert!(heard(&mut group, 25));
+    assert!(
+        heard(&mut group, 50),
+        "the room mixes, and the viewer on the other worker hears nothing"
+    );
+    s.shutdown();
+}

@@ -132,6 +132,16 @@ impl Room {
         let level = src.neg.ext.audio_level;
         let mut pkt = SourcePacket::read(rtp, facts, codec, level, (received, abs_send));
         if self.mixing.is_some() && codec.is_transcodable() {
+            // The replicas made before the room mixed relay each talker as it is (their
+            // viewers hear every talker, unmixed): the mix is made here only.
+            if !self.pipes.is_empty() {
+                let packet = PipedPacket {
+                    facts: *facts,
+                    layer: None,
+                    received,
+                };
+                self.pipe_out(ix, rtp, packet, out);
+            }
             return self.mix_in(ix, &pkt, codec, out);
         }
         let Some(k) = self.stream_of(ix, &pkt) else {
