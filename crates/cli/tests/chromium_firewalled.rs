@@ -339,19 +339,8 @@ fn two_pages(ns: &Firewalled, gw: &Gateway, python: &Path, chromium: &Path, ca: 
         .env("SECRELAY_ADMIN_KEY", ADMIN_KEY)
         .output()
         .expect("ip netns exec runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "chromium_room.py printed no JSON ({}):\n{stdout}\n{}\ngateway:\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr),
-                gw.log.lock().unwrap()
-            )
-        });
+    let log = format!("gateway:\n{}", gw.log.lock().unwrap());
+    let v = lab_support::script_json("chromium_room.py", &out, &log);
     eprintln!("chromium_room.py: {v}");
     assert!(
         out.status.success(),

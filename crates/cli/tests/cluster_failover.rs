@@ -561,18 +561,7 @@ fn chromium_calls_a_phone_through_a_node_that_dies_and_goes_on_at_its_standby() 
         .arg(chromium)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: serde_json::Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "chromium_ng.py printed no JSON ({}):\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let v = lab_support::script_json("chromium_ng.py", &out, "");
     eprintln!("chromium_ng.py: {}", v["failover"]);
     assert!(out.status.success(), "{v}");
     let f = &v["failover"];

@@ -1501,18 +1501,7 @@ fn chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms
         .env("SECRELAY_ADMIN_KEY", nodes[0].admin_key().expose())
         .output()
         .expect("running timeout(1) with python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let v: Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .unwrap_or_else(|| {
-            panic!(
-                "chromium_av.py printed no JSON ({}):\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
+    let v = lab_support::script_json("chromium_av.py", &out, "");
     eprintln!("chromium_av.py across nodes: {v}");
     assert!(out.status.success(), "{v}");
     for page in ["play", "far1", "far2"] {

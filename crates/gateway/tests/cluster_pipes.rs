@@ -50,6 +50,20 @@ fn node_with(redis: &RedisServer, name: &str, certs: &Path, config: ServeConfig)
     .unwrap()
 }
 
+/// Nodes a (with `a_config`), b and c, once all three are registered.
+fn three_nodes(
+    redis: &RedisServer,
+    certs: &Path,
+    a_config: ServeConfig,
+) -> (Server, Server, Server) {
+    let a = node_with(redis, "a", certs, a_config);
+    let (b, c) = (node(redis, "b", certs), node(redis, "c", certs));
+    wait_for("three nodes registered", Duration::from_secs(5), || {
+        signaling(&a).cluster_nodes().unwrap() == ["a", "b", "c"]
+    });
+    (a, b, c)
+}
+
 fn signaling(s: &Server) -> Signaling {
     Signaling::new(s.url()).with_admin(s.admin_key().expose())
 }
@@ -77,14 +91,7 @@ fn viewers_on_other_nodes_are_served_there_through_one_pipe_per_node() {
     };
     let certs = tempfile::tempdir().unwrap();
     ca(certs.path(), &["a", "b", "c"]);
-    let (a, b, c) = (
-        node(&redis, "a", certs.path()),
-        node(&redis, "b", certs.path()),
-        node(&redis, "c", certs.path()),
-    );
-    wait_for("three nodes registered", Duration::from_secs(5), || {
-        signaling(&a).cluster_nodes().unwrap() == ["a", "b", "c"]
-    });
+    let (a, b, c) = three_nodes(&redis, certs.path(), ServeConfig::default());
     let epoch = Instant::now();
     let mut group =
         vec![SimParticipant::join(&signaling(&a), "r", Leg::Whip, LOCAL, epoch).unwrap()];
@@ -175,14 +182,7 @@ fn the_rooms_node_sends_its_viewers_to_the_least_loaded_nodes() {
         cluster_spread_viewers: true,
         ..ServeConfig::default()
     };
-    let a = node_with(&redis, "a", certs.path(), spread);
-    let (b, c) = (
-        node(&redis, "b", certs.path()),
-        node(&redis, "c", certs.path()),
-    );
-    wait_for("three nodes registered", Duration::from_secs(5), || {
-        signaling(&a).cluster_nodes().unwrap() == ["a", "b", "c"]
-    });
+    let (a, b, c) = three_nodes(&redis, certs.path(), spread);
     let epoch = Instant::now();
     let mut group =
         vec![SimParticipant::join(&signaling(&a), "big", Leg::Whip, LOCAL, epoch).unwrap()];

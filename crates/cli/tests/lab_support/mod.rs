@@ -145,6 +145,23 @@ pub fn lab_json(args: &[&str]) -> (Value, String) {
     (v, stdout)
 }
 
+/// The last JSON line `script` printed (`out`, from `Command::output`); a panic that shows
+/// what it printed, its exit status and `context` (a gateway's log, say) when there is none.
+pub fn script_json(script: &str, out: &std::process::Output, context: &str) -> Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{script} printed no JSON ({}):\n{stdout}\n{}\n{context}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
 /// The rows of the study's table with this id.
 pub fn rows<'a>(study: &'a Value, id: &str) -> &'a [Value] {
     study["tables"]
