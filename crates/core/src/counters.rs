@@ -456,11 +456,14 @@ pub enum EndReason {
     /// Ended here without a word to its peer, its call kept for another node to take over
     /// (a hand-over, a clean stop): the peer's DTLS association goes on there.
     HandedOver,
+    /// A viewer served at this node of a room another node owns, whose link to that node
+    /// broke: ended (with close_notify) so that its client joins again.
+    SourceLost,
 }
 
 impl EndReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [EndReason; 9] = [
+    pub const ALL: [EndReason; 10] = [
         EndReason::ConsentExpired,
         EndReason::DtlsFailed,
         EndReason::FingerprintMismatch,
@@ -470,6 +473,7 @@ impl EndReason {
         EndReason::InternalError,
         EndReason::MediaTimeout,
         EndReason::HandedOver,
+        EndReason::SourceLost,
     ];
 
     /// The label in `/metrics` (`secrelay_sessions_closed_total{reason=…}`) and the API.
@@ -484,6 +488,7 @@ impl EndReason {
             EndReason::InternalError => "internal_error",
             EndReason::MediaTimeout => "media_timeout",
             EndReason::HandedOver => "handed_over",
+            EndReason::SourceLost => "source_lost",
         }
     }
 }

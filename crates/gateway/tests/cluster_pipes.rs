@@ -160,6 +160,46 @@ fn viewers_on_other_nodes_are_served_there_through_one_pipe_per_node() {
     c.shutdown();
 }
 
+#[test]
+fn viewers_whose_rooms_node_goes_are_ended_so_that_they_join_again() {
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let certs = tempfile::tempdir().unwrap();
+    ca(certs.path(), &["a", "b"]);
+    let (a, b) = (
+        node(&redis, "a", certs.path()),
+        node(&redis, "b", certs.path()),
+    );
+    wait_for("two nodes registered", Duration::from_secs(5), || {
+        signaling(&a).cluster_nodes().unwrap() == ["a", "b"]
+    });
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&signaling(&a), "gone", Leg::Whip, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&signaling(&b), "gone", Leg::Whep, LOCAL, epoch).unwrap(),
+    ];
+    assert!(hear_more(&mut group, 25));
+    // a goes: b's viewer is told (close_notify) and counted, and b keeps nothing of the room.
+    a.shutdown();
+    let mut viewer = group.pop().unwrap();
+    let told = SimParticipant::drive_until(
+        std::slice::from_mut(&mut viewer),
+        Duration::from_secs(10),
+        |v| v[0].peer_closed(),
+    )
+    .unwrap();
+    assert!(told, "b's viewer was not told");
+    assert_eq!(
+        metric(&b, "secrelay_sessions_closed_total{reason=\"source_lost\"}"),
+        1
+    );
+    wait_for("b empty", Duration::from_secs(5), || {
+        b.gateway().stats().totals().participants == 0
+    });
+    b.shutdown();
+}
+
 /// What `/api/cluster` at `s` says node `node` carries.
 fn participants_of(s: &Server, node: &str) -> u64 {
     let (_, body) = signaling(s).get("/api/cluster").unwrap();

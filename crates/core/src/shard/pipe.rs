@@ -277,7 +277,8 @@ impl Shard {
 
     /// The workers `lost` names are out of reach (another node, whose link was lost): the
     /// rooms here stop piping to them (and go when nobody is left), and the replicas here whose
-    /// home is one of them close (their viewers stay, with nothing to see until they leave).
+    /// home is one of them close with their viewers (`source_lost`, with close_notify: their
+    /// clients join again, through a new link or at the room's new node).
     pub fn cut_pipes(&mut self, now: Instant, lost: impl Fn(usize) -> bool) {
         let mut replicas = Vec::new();
         for slot in 0..self.rooms.len() {
@@ -296,6 +297,16 @@ impl Shard {
         }
         for room in replicas {
             self.close_replica(now, &room);
+            let Some(&slot) = self.room_index.get(&room) else {
+                continue;
+            };
+            let viewers: Vec<MemberAt> = self.rooms[slot]
+                .as_ref()
+                .map(|s| s.room.members().filter_map(|m| s.room.at(m)).collect())
+                .unwrap_or_default();
+            for at in viewers {
+                self.close_member(now, slot, at, EndReason::SourceLost);
+            }
         }
     }
 
