@@ -41,6 +41,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use self::datagram::{Header, Kind, LinkKey, Replay, KEY_LEN};
+use super::udp::RecvBatch;
 use super::worker::{Command, Peer, PipeMsg, Worker};
 use super::{ServeConfig, StartError};
 use crate::shard::{JoinError, Joined, Piped, PipedPacket, Who};
@@ -247,11 +248,6 @@ impl std::fmt::Debug for NodePipes {
             .field("addr", &self.addr)
             .finish()
     }
-}
-
-thread_local! {
-    /// Each worker's datagram being sealed.
-    static SEALING: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// Reads a PEM file's certificates, naming the setting and the file at fault.
@@ -820,16 +816,18 @@ impl NodePipes {
         }
     }
 
-    /// Sends over the pipe what a worker's shard piped to another node's worker `to`
-    /// ([`remote_worker`]): sealed for the link, in one datagram. `false` when it could not go
-    /// (no such link, the socket refused it).
-    pub(crate) fn send(&self, to: usize, key: PipeKey, what: Piped, packet: &[u8]) -> bool {
-        let Some((id, worker)) = split(to) else {
-            return false;
-        };
-        let Some(link) = self.link(id) else {
-            return false;
-        };
+    /// Seals into `d` what a worker's shard piped to another node's worker `to`
+    /// ([`remote_worker`]): one datagram for the link; where it goes, or `None` when there is
+    /// no such link (any more).
+    pub(crate) fn seal(
+        &self,
+        to: usize,
+        (key, what): (PipeKey, Piped),
+        packet: &[u8],
+        d: &mut Vec<u8>,
+    ) -> Option<SocketAddr> {
+        let (id, worker) = split(to)?;
+        let link = self.link(id)?;
         let (kind, layer) = match what {
             Piped::Media(p) => (
                 Kind::Media,
@@ -851,17 +849,20 @@ impl NodePipes {
             key,
             layer,
         };
-        let sent = SEALING.with_borrow_mut(|d| {
-            link.seal.seal(&header, packet, d);
-            self.udp.send_to(d, link.peer_media).is_ok()
-        });
-        let c = if sent {
-            &self.counts.sent
-        } else {
-            &self.counts.lost
-        };
-        c.fetch_add(1, Ordering::Relaxed);
-        sent
+        link.seal.seal(&header, packet, d);
+        Some(link.peer_media)
+    }
+
+    /// The socket the sealed datagrams go out of.
+    pub(crate) fn socket(&self) -> &UdpSocket {
+        &self.udp
+    }
+
+    /// What a worker's batch of sealed datagrams came to: `sent`, and `failed` (the socket
+    /// refused them).
+    pub(crate) fn counted_sends(&self, sent: u64, failed: u64) {
+        self.counts.sent.fetch_add(sent, Ordering::Relaxed);
+        self.counts.lost.fetch_add(failed, Ordering::Relaxed);
     }
 
     /// Tells the other node's worker `to` ([`remote_worker`]) what `msg` says (its worker
@@ -872,11 +873,15 @@ impl NodePipes {
         }
     }
 
-    /// The UDP socket's reader: each datagram opened, checked and handed to its worker.
+    /// The UDP socket's reader: waits for a datagram (200 ms at most, to see a stop), then
+    /// reads what else waits in `recvmmsg` batches; each datagram opened, checked and handed to
+    /// its worker, each worker woken once per batch.
     fn read_datagrams(&self) {
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut first = vec![0u8; MAX_DATAGRAM];
+        let mut batch = RecvBatch::default();
+        let mut woken = vec![false; self.peers.len()];
         while !self.stopped.load(Ordering::Acquire) {
-            let n = match self.udp.recv_from(&mut buf) {
+            let n = match self.udp.recv_from(&mut first) {
                 Ok((n, _)) => n,
                 Err(e)
                     if matches!(
@@ -894,17 +899,47 @@ impl NodePipes {
                     continue;
                 }
             };
-            if let Err(c) = self.take_datagram(&mut buf[..n]) {
+            self.take_or_count(first[..n].to_vec(), &mut woken);
+            loop {
+                match batch.recv(&self.udp) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        for i in 0..n {
+                            self.take_or_count(batch.get(i).1.to_vec(), &mut woken);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cluster_pipe socket");
+                        break;
+                    }
+                }
+            }
+            for (w, woke) in woken.iter_mut().enumerate() {
+                if std::mem::take(woke) {
+                    let _ = self.peers[w].waker.wake();
+                }
+            }
+        }
+    }
+
+    /// [`NodePipes::take_datagram`], its drop counted.
+    fn take_or_count(&self, d: Vec<u8>, woken: &mut [bool]) {
+        match self.take_datagram(d) {
+            Ok(w) => {
+                woken[w] = true;
+                self.counts.received.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(c) => {
                 c.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    /// One datagram: opened with its link's key and handed to its worker, or the counter of
-    /// why not.
-    fn take_datagram(&self, d: &mut [u8]) -> Result<(), &AtomicU64> {
+    /// One datagram: opened in place with its link's key and handed to its worker (which),
+    /// or the counter of why not.
+    fn take_datagram(&self, mut d: Vec<u8>) -> Result<usize, &AtomicU64> {
         let c = &self.counts;
-        let h = Header::read(d).ok_or(&c.bad)?;
+        let h = Header::read(&d).ok_or(&c.bad)?;
         let link = self.link(h.link).ok_or(&c.unknown_link)?;
         if !link
             .replay
@@ -914,17 +949,18 @@ impl NodePipes {
         {
             return Err(&c.replayed);
         }
-        let range = link.open.open(&h, d).ok_or(&c.bad)?;
+        let range = link.open.open(&h, &mut d).ok_or(&c.bad)?;
         link.replay
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take(h.counter);
-        let packet = &d[range];
+        d.truncate(range.end);
+        d.drain(..range.start);
         let worker = usize::from(h.worker);
         let peer = self.peers.get(worker).ok_or(&c.bad)?;
         let (key, what) = match h.kind {
             Kind::Media => {
-                let Class::Rtp(facts) = secrelay_wire::demux::demux(packet) else {
+                let Class::Rtp(facts) = secrelay_wire::demux::demux(&d) else {
                     return Err(&c.bad);
                 };
                 let key = h.key.with_home(remote_worker(link.id, home_u16(h.key)));
@@ -939,16 +975,10 @@ impl NodePipes {
             Kind::Feedback if h.key.home() == worker => (h.key, Piped::Feedback),
             Kind::Feedback => return Err(&c.bad),
         };
-        if peer
-            .pipes
-            .try_send(PipeMsg::from_node(key, what, packet.to_vec()))
-            .is_err()
-        {
-            return Err(&c.lost);
-        }
-        let _ = peer.waker.wake();
-        c.received.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        peer.pipes
+            .try_send(PipeMsg::from_node(key, what, d))
+            .map_err(|_| &c.lost)?;
+        Ok(worker)
     }
 }
 

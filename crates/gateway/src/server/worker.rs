@@ -288,6 +288,8 @@ pub(crate) struct Worker {
     completions: Vec<secrelay_uring::Completion<()>>,
     /// The XDP socket this worker reads and writes frames through, on the AF_XDP path.
     xsk: Option<xsk_io::XskPath>,
+    /// What goes to other nodes through the node pipes, sealed, sent once per turn.
+    node_out: pipes::NodeOut,
 }
 
 impl Worker {
@@ -364,6 +366,7 @@ impl Worker {
             dirty_legs: Vec::new(),
             spare: Vec::new(),
             wake_pending: vec![false; peers],
+            node_out: pipes::NodeOut::default(),
             last_publish: Instant::now(),
             load: LoadMeter::new(Instant::now(), thread_cpu()),
             admission,
@@ -1017,6 +1020,7 @@ impl Worker {
     }
 
     fn flush_send(&mut self) {
+        self.node_flush();
         self.tcp_flush();
         // The AF_XDP path takes what it can; the sockets below send the rest.
         self.xsk_flush();

@@ -11,7 +11,7 @@ use std::time::Instant;
 use secrelay_wire::sdp::Offer;
 use tokio::sync::oneshot;
 
-use super::{Command, Work, Worker, BATCH};
+use super::{Command, SendBatch, Work, Worker, BATCH};
 use crate::counters::DropReason;
 use crate::leg::MirrorSpec;
 use crate::server::node_pipes::{self, Control};
@@ -40,22 +40,21 @@ impl PipeMsg {
     }
 }
 
+/// A worker's datagrams for other nodes: sealed as the shard pipes them, sent together
+/// (`sendmmsg`) when the worker sends the rest of its turn's output; their buffers kept.
+#[derive(Debug, Default)]
+pub(crate) struct NodeOut {
+    batch: Option<SendBatch>,
+    spare: Vec<Vec<u8>>,
+}
+
 impl Worker {
     /// Queues what the shard piped (`key`, `what`, in `buf`, the shard's buffer) for
     /// `worker`'s shard (woken once the batch is out), or sends it over the link when
     /// `worker` is another node's; a full queue, or a link that is gone, drops it, counted.
     pub(super) fn pipe_to(&mut self, worker: usize, key: PipeKey, what: Piped, buf: Vec<u8>) {
         if node_pipes::split(worker).is_some() {
-            let sent = self
-                .shared
-                .node_pipes
-                .get()
-                .is_some_and(|p| p.send(worker, key, what, &buf));
-            if sent {
-                self.stats.piped.fetch_add(1, Ordering::Relaxed);
-            } else {
-                self.shard.count_drop(DropReason::SendFailed);
-            }
+            self.pipe_to_node(worker, (key, what), &buf);
             self.shard.recycle(buf);
             return;
         }
@@ -75,6 +74,42 @@ impl Worker {
                 self.shard.count_drop(DropReason::HandoffQueueFull);
             }
         }
+    }
+
+    /// Seals what the shard piped for another node's worker `to` into the node batch (sent
+    /// with the turn's output, [`Worker::node_flush`]); a link that is gone drops it, counted.
+    fn pipe_to_node(&mut self, to: usize, (key, what): (PipeKey, Piped), packet: &[u8]) {
+        let Some(p) = self.shared.node_pipes.get() else {
+            return self.shard.count_drop(DropReason::SendFailed);
+        };
+        let out = &mut self.node_out;
+        let mut d = out.spare.pop().unwrap_or_default();
+        match p.seal(to, (key, what), packet, &mut d) {
+            Some(dest) => {
+                out.batch
+                    .get_or_insert_with(|| SendBatch::for_socket(p.socket()))
+                    .push(dest, d);
+                self.stats.piped.fetch_add(1, Ordering::Relaxed);
+            }
+            None => {
+                out.spare.push(d);
+                self.shard.count_drop(DropReason::SendFailed);
+            }
+        }
+    }
+
+    /// Sends the datagrams sealed for other nodes this turn, together.
+    pub(super) fn node_flush(&mut self) {
+        let out = &mut self.node_out;
+        let (Some(batch), Some(p)) = (out.batch.as_mut(), self.shared.node_pipes.get()) else {
+            return;
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let spare = &mut out.spare;
+        let done = batch.flush(p.socket(), |d| spare.push(d));
+        p.counted_sends(done.sent as u64, done.failed as u64);
     }
 
     /// Takes what other workers' shards piped here: packets for the replicas' mirrors, and
