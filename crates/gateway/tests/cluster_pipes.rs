@@ -107,6 +107,20 @@ fn viewers_on_other_nodes_are_served_there_through_one_pipe_per_node() {
     assert_eq!(b.gateway().stats().totals().participants, 3);
     assert_eq!(c.gateway().stats().totals().participants, 1);
     assert_eq!(metric(&a, "secrelay_cluster_pipe_links"), 2);
+    let (_, body) = signaling(&a).get("/api/cluster").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let links: Vec<(&str, bool)> = v["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["node"].as_str().unwrap(),
+                l["made_here"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(links, [("b", false), ("c", false)], "{v}");
 
     // The publisher's packets cross once per node: a sends one copy to b and one to c of each,
     // however many viewers b has.

@@ -134,6 +134,19 @@ pub struct ClusterView {
     pub nodes: Vec<NodeView>,
     /// Each room's owner, by room.
     pub rooms: BTreeMap<String, String>,
+    /// This node's links to other nodes (`cluster_pipe`), by the other node's name.
+    pub links: Vec<LinkView>,
+}
+
+/// A link of this node's to another (`GET /api/cluster`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LinkView {
+    /// The other node.
+    pub node: String,
+    /// Made by this node (for its viewers of the other's rooms), or by the other.
+    pub made_here: bool,
+    /// Seconds it has been up.
+    pub up_secs: u64,
 }
 
 /// Where a room's sessions are made.
@@ -1160,11 +1173,19 @@ impl Cluster {
             .into_iter()
             .filter(|(_, owner)| nodes.iter().any(|n| n.record.node == *owner))
             .collect();
+        let links = self
+            .gateway
+            .shared
+            .node_pipes
+            .get()
+            .map(|p| p.link_views())
+            .unwrap_or_default();
         Ok(ClusterView {
             node: self.node.clone(),
             directory_up: true,
             nodes,
             rooms,
+            links,
         })
     }
 

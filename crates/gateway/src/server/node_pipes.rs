@@ -196,6 +196,8 @@ pub(crate) struct Link {
     next_req: AtomicU64,
     /// Made by this node (reused for its next viewers of the other's rooms).
     outbound: bool,
+    /// When it was made.
+    since: Instant,
     closed: AtomicBool,
 }
 
@@ -438,6 +440,23 @@ impl NodePipes {
         self.links.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
+    /// The links up now, as `/api/cluster` shows them (by node).
+    pub(crate) fn link_views(&self) -> Vec<super::cluster::LinkView> {
+        let mut v: Vec<_> = self
+            .links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|l| super::cluster::LinkView {
+                node: l.node.clone(),
+                made_here: l.outbound,
+                up_secs: l.since.elapsed().as_secs(),
+            })
+            .collect();
+        v.sort_by(|a, b| (&a.node, a.made_here).cmp(&(&b.node, b.made_here)));
+        v
+    }
+
     /// Stops reading datagrams and closes the links.
     pub(crate) fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
@@ -607,6 +626,7 @@ impl NodePipes {
             pending: Mutex::default(),
             next_req: AtomicU64::new(1),
             outbound,
+            since: Instant::now(),
             closed: AtomicBool::new(false),
         });
         self.links
