@@ -162,6 +162,17 @@ fn viewers_on_other_nodes_are_served_there_through_one_pipe_per_node() {
         "a still pipes to c"
     );
 
+    // Drained, a sends a new viewer of its room away (it does not spread its viewers
+    // otherwise), to the least loaded node: c, which has none now.
+    let (status, _) = signaling(&a).post("/api/cluster/drain").unwrap();
+    assert_eq!(status, 200);
+    wait_for("c's record to count none", Duration::from_secs(5), || {
+        participants_of(&a, "c") == 0
+    });
+    let v = SimParticipant::join(&signaling(&a), "r", Leg::Whep, LOCAL, epoch).unwrap();
+    assert!(v.location.starts_with(&c.url()), "{}", v.location);
+    drop(v);
+
     // b dies: its link breaks, and a goes on with its own viewer.
     b.shutdown();
     group.truncate(2);

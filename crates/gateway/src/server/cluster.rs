@@ -1064,10 +1064,10 @@ impl Cluster {
         })
     }
 
-    /// The node a viewer of a room this node owns is better served at (`cluster_spread_viewers`):
-    /// the live node with pipes, neither draining nor a standby, with the fewest participants,
-    /// when it has fewer than this node has now; its name and URL. `None` when this node is the
-    /// least loaded, or the directory does not answer.
+    /// The node a viewer of a room this node owns is better served at (`cluster_spread_viewers`,
+    /// or this node drains): the live node with pipes, neither draining nor a standby, with the
+    /// fewest participants, when it has fewer than this node has now (any, while this node
+    /// drains); its name and URL. `None` when there is none, or the directory does not answer.
     pub async fn spread_to(&self) -> Option<(String, String)> {
         let nodes = self.note(self.live_nodes().await).ok()?;
         let here = self.gateway.stats().totals().participants;
@@ -1075,7 +1075,7 @@ impl Cluster {
             .into_iter()
             .filter(|n| n.node != self.node && n.pipe.is_some() && !n.draining && !n.standby)
             .min_by_key(|n| (n.participants, n.node.clone()))?;
-        if best.participants >= here {
+        if best.participants >= here && !self.draining() {
             return None;
         }
         self.redirects.fetch_add(1, Ordering::Relaxed);

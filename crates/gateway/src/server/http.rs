@@ -1394,8 +1394,9 @@ fn redirect_to(owner: &Placement, room: &str, uri: &axum::http::Uri) -> Response
     }
 }
 
-/// The node a viewer of a room this node owns goes to instead (`cluster_spread_viewers`: a
-/// WHEP viewer that may be spread, and a node with fewer participants than this one).
+/// The node a viewer of a room this node owns goes to instead, served there through the pipes:
+/// a WHEP viewer that may be spread, with `cluster_spread_viewers` (to a node with fewer
+/// participants than this one) or while this node drains (to the least loaded other node).
 async fn spread_to(
     s: &AppState,
     room: &str,
@@ -1403,7 +1404,8 @@ async fn spread_to(
     spreads: bool,
 ) -> Option<(String, String)> {
     let c = s.cluster.as_ref()?;
-    let wanted = spreads && kind == JoinKind::Whep && s.gateway.config().cluster_spread_viewers;
+    let policy = s.gateway.config().cluster_spread_viewers || c.draining();
+    let wanted = spreads && kind == JoinKind::Whep && policy && s.gateway.has_node_pipes();
     // A room not here yet (or that mixes) takes its viewers here: another node would send
     // them back.
     if !wanted || !s.gateway.pipes_viewers(room).await {
