@@ -357,19 +357,22 @@ async fn write_frame<W: tokio::io::AsyncWrite + Unpin>(
     w.flush().await
 }
 
+/// A media key (wiped when dropped).
+type KeyBytes = zeroize::Zeroizing<[u8; KEY_LEN]>;
+
 /// A fresh media key for one direction of a link, and its hex for the hello.
-fn draw_key() -> ([u8; KEY_LEN], zeroize::Zeroizing<String>) {
-    let mut key = [0u8; KEY_LEN];
-    getrandom::fill(&mut key).expect("the system's random source");
+fn draw_key() -> (KeyBytes, zeroize::Zeroizing<String>) {
+    let mut key = KeyBytes::new([0u8; KEY_LEN]);
+    getrandom::fill(key.as_mut_slice()).expect("the system's random source");
     let hex = key.iter().map(|b| format!("{b:02x}")).collect::<String>();
     (key, zeroize::Zeroizing::new(hex))
 }
 
-fn key_of_hex(hex: &str) -> Option<[u8; KEY_LEN]> {
-    if hex.len() != KEY_LEN * 2 {
+fn key_of_hex(hex: &str) -> Option<KeyBytes> {
+    if hex.len() != KEY_LEN * 2 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let mut key = [0u8; KEY_LEN];
+    let mut key = KeyBytes::new([0u8; KEY_LEN]);
     for (i, k) in key.iter_mut().enumerate() {
         *k = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
     }
@@ -612,14 +615,15 @@ impl NodePipes {
         secrelay_dtls::ca::verify_name(&leaf, &node)
             .map_err(|e| LinkError(format!("node {node:?}: {e:?}")))?;
         let seal = key_of_hex(&peer_hex).ok_or_else(|| LinkError("a bad media key".into()))?;
+        let (seal_key, open_key) = (LinkKey::new(&seal), LinkKey::new(&key));
         let (control, rx) = mpsc::unbounded_channel();
         let link = Arc::new(Link {
             id,
             node,
             peer_link,
             peer_media: media,
-            seal: LinkKey::new(&seal),
-            open: LinkKey::new(&key),
+            seal: seal_key,
+            open: open_key,
             counter: AtomicU64::new(0),
             replay: Mutex::default(),
             control,
@@ -1103,6 +1107,11 @@ mod tests {
         assert_eq!(key_of_hex(&hex[1..]), None);
         assert_eq!(key_of_hex(&"zz".repeat(KEY_LEN)), None);
         assert_eq!(key_of_hex(&"é".repeat(KEY_LEN)), None);
+        assert_eq!(
+            key_of_hex(&"+f".repeat(KEY_LEN)),
+            None,
+            "a sign is no hex digit"
+        );
     }
 
     #[test]
