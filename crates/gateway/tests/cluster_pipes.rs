@@ -307,9 +307,14 @@ fn a_node_another_ca_certified_gets_no_link_and_its_viewers_go_to_the_room() {
     let v = SimParticipant::join(&signaling(&d), "r", Leg::Whep, LOCAL, epoch).unwrap();
     assert!(v.location.starts_with(&a.url()), "{}", v.location);
     group.push(v);
+    // A second viewer right after is redirected without another try (one failure counted).
+    let v = SimParticipant::join(&signaling(&d), "r", Leg::Whep, LOCAL, epoch).unwrap();
+    assert!(v.location.starts_with(&a.url()), "{}", v.location);
+    group.push(v);
     assert!(hear_more(&mut group, 50));
     assert_eq!(metric(&a, "secrelay_cluster_pipe_links"), 0);
     assert_eq!(metric(&d, "secrelay_cluster_pipe_links"), 0);
+    assert_eq!(metric(&d, "secrelay_cluster_pipe_link_failures_total"), 1);
     assert_eq!(d.gateway().stats().totals().participants, 0);
     a.shutdown();
     d.shutdown();

@@ -1305,6 +1305,12 @@ fn pipe_metrics(
     )?;
     super::stats::counter(
         e,
+        "secrelay_cluster_pipe_link_failures",
+        "Tries to make a link to another node that failed (connection, TLS, its certificate, its hello); its viewers are redirected to it, and it is not tried again for 5 s",
+        get(&n.link_failures),
+    )?;
+    super::stats::counter(
+        e,
         "secrelay_cluster_pipe_sent",
         "Datagrams sealed and sent to other nodes: publishers' packets for their replicas there, mirrors' feedback for their publishers there",
         get(&n.sent),

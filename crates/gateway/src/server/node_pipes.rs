@@ -54,6 +54,9 @@ const WORKERS_PER_LINK: usize = 1 << 8;
 const MAX_FRAME: usize = 1 << 20;
 /// How long making a link (TCP, TLS, the hellos) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long after a failed try a link to the same node is not tried again (its viewers are
+/// redirected to it meanwhile, at once).
+const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// How long a viewer's attach waits for the home's answer.
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest datagram read.
@@ -225,6 +228,8 @@ pub(crate) struct PipeCounts {
     pub lost: AtomicU64,
     /// Links that broke or closed.
     pub links_lost: AtomicU64,
+    /// Tries to make a link that failed (TCP, TLS, the other's certificate or hello).
+    pub link_failures: AtomicU64,
 }
 
 /// This node's end of the node pipes. See the [module documentation](self).
@@ -237,8 +242,9 @@ pub(crate) struct NodePipes {
     peers: Vec<Peer>,
     links: Mutex<HashMap<u32, Arc<Link>>>,
     next_link: AtomicU32,
-    /// One link made at a time (two viewers arriving at once share it).
-    connecting: tokio::sync::Mutex<()>,
+    /// Per node: one link made at a time (two viewers arriving at once share it), and when
+    /// the last try failed (the next waits [`RETRY_AFTER`]: its viewers are redirected).
+    connecting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Instant>>>>>,
     stopped: AtomicBool,
     pub counts: PipeCounts,
 }
@@ -420,7 +426,7 @@ impl NodePipes {
             peers,
             links: Mutex::default(),
             next_link: AtomicU32::new(1),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting: Mutex::default(),
             stopped: AtomicBool::new(false),
             counts: PipeCounts::default(),
         });
@@ -538,7 +544,14 @@ impl NodePipes {
         node: &str,
         addr: SocketAddr,
     ) -> Result<Arc<Link>, LinkError> {
-        let _one = self.connecting.lock().await;
+        let turn = self
+            .connecting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(node.to_owned())
+            .or_default()
+            .clone();
+        let mut failed = turn.lock().await;
         let made = self
             .links
             .lock()
@@ -549,6 +562,26 @@ impl NodePipes {
         if let Some(l) = made {
             return Ok(l);
         }
+        if let Some(at) = failed.filter(|at| at.elapsed() < RETRY_AFTER) {
+            return Err(LinkError(format!(
+                "the last try failed {:?} ago",
+                at.elapsed()
+            )));
+        }
+        let r = self.connect(node, addr).await;
+        *failed = r.is_err().then(Instant::now);
+        if r.is_err() {
+            self.counts.link_failures.fetch_add(1, Ordering::Relaxed);
+        }
+        r
+    }
+
+    /// Makes a link to `node` at `addr`: TCP, TLS, the hellos, within [`CONNECT_TIMEOUT`].
+    async fn connect(
+        self: &Arc<Self>,
+        node: &str,
+        addr: SocketAddr,
+    ) -> Result<Arc<Link>, LinkError> {
         let name = ServerName::try_from(node.to_owned())
             .map_err(|_| LinkError(format!("{node:?} is no name a certificate can hold")))?;
         let connector = tokio_rustls::TlsConnector::from(self.client.clone());
