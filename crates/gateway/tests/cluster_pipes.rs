@@ -41,7 +41,10 @@ fn node_with(redis: &RedisServer, name: &str, certs: &Path, config: ServeConfig)
         cluster_redis: Some(redis.url()),
         cluster_node: Some(name.into()),
         cluster_lease_secs: 1.5,
-        cluster_pipe: Some("127.0.0.1:0".parse().unwrap()),
+        // On IPv4 loopback unless `config` says where.
+        cluster_pipe: config
+            .cluster_pipe
+            .or_else(|| Some("127.0.0.1:0".parse().unwrap())),
         cluster_pipe_ca: Some(certs.join("ca.pem")),
         cluster_pipe_cert: Some(certs.join(format!("{name}.pem"))),
         cluster_pipe_key: Some(certs.join(format!("{name}.key"))),
@@ -222,6 +225,34 @@ fn viewers_whose_rooms_node_goes_are_ended_so_that_they_join_again() {
     wait_for("b empty", Duration::from_secs(5), || {
         b.gateway().stats().totals().participants == 0
     });
+    b.shutdown();
+}
+
+#[test]
+fn nodes_whose_pipes_listen_on_ipv6_link_and_carry_the_room() {
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let certs = tempfile::tempdir().unwrap();
+    ca(certs.path(), &["a", "b"]);
+    let v6 = ServeConfig {
+        cluster_pipe: Some("[::1]:0".parse().unwrap()),
+        ..ServeConfig::default()
+    };
+    let a = node_with(&redis, "a", certs.path(), v6.clone());
+    let b = node_with(&redis, "b", certs.path(), v6);
+    wait_for("two nodes registered", Duration::from_secs(5), || {
+        signaling(&a).cluster_nodes().unwrap() == ["a", "b"]
+    });
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&signaling(&a), "six", Leg::Whip, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&signaling(&b), "six", Leg::Whep, LOCAL, epoch).unwrap(),
+    ];
+    assert!(group[1].location.starts_with("/whep/six/"), "served at b");
+    assert!(hear_more(&mut group, 50));
+    assert!(metric(&b, "secrelay_cluster_pipe_received_total") >= 50);
+    a.shutdown();
     b.shutdown();
 }
 
