@@ -53,6 +53,16 @@ fn node_with(redis: &RedisServer, name: &str, certs: &Path, config: ServeConfig)
     .unwrap()
 }
 
+/// Nodes a and b (both with `config`), once both are registered.
+fn two_nodes(redis: &RedisServer, certs: &Path, config: ServeConfig) -> (Server, Server) {
+    let a = node_with(redis, "a", certs, config.clone());
+    let b = node_with(redis, "b", certs, config);
+    wait_for("two nodes registered", Duration::from_secs(5), || {
+        signaling(&a).cluster_nodes().unwrap() == ["a", "b"]
+    });
+    (a, b)
+}
+
 /// Nodes a (with `a_config`), b and c, once all three are registered.
 fn three_nodes(
     redis: &RedisServer,
@@ -195,13 +205,7 @@ fn viewers_whose_rooms_node_goes_are_ended_so_that_they_join_again() {
     };
     let certs = tempfile::tempdir().unwrap();
     ca(certs.path(), &["a", "b"]);
-    let (a, b) = (
-        node(&redis, "a", certs.path()),
-        node(&redis, "b", certs.path()),
-    );
-    wait_for("two nodes registered", Duration::from_secs(5), || {
-        signaling(&a).cluster_nodes().unwrap() == ["a", "b"]
-    });
+    let (a, b) = two_nodes(&redis, certs.path(), ServeConfig::default());
     let epoch = Instant::now();
     let mut group = vec![
         SimParticipant::join(&signaling(&a), "gone", Leg::Whip, LOCAL, epoch).unwrap(),
@@ -239,11 +243,7 @@ fn nodes_whose_pipes_listen_on_ipv6_link_and_carry_the_room() {
         cluster_pipe: Some("[::1]:0".parse().unwrap()),
         ..ServeConfig::default()
     };
-    let a = node_with(&redis, "a", certs.path(), v6.clone());
-    let b = node_with(&redis, "b", certs.path(), v6);
-    wait_for("two nodes registered", Duration::from_secs(5), || {
-        signaling(&a).cluster_nodes().unwrap() == ["a", "b"]
-    });
+    let (a, b) = two_nodes(&redis, certs.path(), v6);
     let epoch = Instant::now();
     let mut group = vec![
         SimParticipant::join(&signaling(&a), "six", Leg::Whip, LOCAL, epoch).unwrap(),
