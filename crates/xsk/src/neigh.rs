@@ -18,8 +18,22 @@ const RTF_UP: u32 = 0x0001;
 const ATF_COM: u32 = 0x0002;
 /// How often the tables are re-read by default.
 const DEFAULT_REFRESH: Duration = Duration::from_secs(1);
-/// After a lookup without a MAC address, the tables are re-read at most this often.
+/// After a lookup whose next hop is on the interface but not resolved yet, the tables are
+/// re-read after this at first, then after twice as long each time it is still unresolved,
+/// up to the refresh interval.
 const MISS_REFRESH: Duration = Duration::from_millis(100);
+
+/// What the tables last read say of a destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// Its next hop's MAC address.
+    Mac([u8; 6]),
+    /// Its next hop is on the interface but has no complete neighbour entry (the kernel
+    /// resolves it once something is sent there): worth a sooner re-read.
+    Unresolved,
+    /// No route, or its route goes out another interface: nothing a sooner re-read changes.
+    Elsewhere,
+}
 
 /// One IPv4 route of /proc/net/route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,7 +166,9 @@ pub fn next_hop(routes: &[Route], dst: Ipv4Addr) -> Option<(&str, Ipv4Addr)> {
 
 /// Next-hop MAC addresses for destinations reached through one interface, from
 /// the kernel's tables, re-read at most every `refresh` (default 1 s) and,
-/// after a miss, at most every 100 ms.
+/// while a next hop on the interface is unresolved, after 100 ms, then 200 ms,
+/// 400 ms, … up to `refresh` (a destination routed elsewhere, or not at all,
+/// waits for the regular refresh).
 ///
 /// Answers, positive and negative, are cached per destination until the next
 /// re-read; tables are re-read lazily inside [`Neighbours::resolve`].
@@ -171,7 +187,10 @@ pub struct Neighbours {
     /// Resolved neighbours on `iface`, last read.
     arp: HashMap<Ipv4Addr, [u8; 6]>,
     /// Answers given since the last read, by destination.
-    cache: HashMap<Ipv4Addr, Option<[u8; 6]>>,
+    cache: HashMap<Ipv4Addr, Answer>,
+    /// How long after the last read an unresolved next hop has the tables re-read (doubled
+    /// by each such re-read that resolves nothing, back to [`MISS_REFRESH`] once one does).
+    miss_wait: Duration,
     /// When the tables were last read; None before the first read.
     read_at: Option<Instant>,
     /// Lookups that gave no MAC address.
@@ -198,6 +217,7 @@ impl Neighbours {
             routes: Vec::new(),
             arp: HashMap::new(),
             cache: HashMap::new(),
+            miss_wait: MISS_REFRESH,
             read_at: None,
             misses: 0,
             reads: 0,
@@ -222,14 +242,21 @@ impl Neighbours {
             Some(&cached) => cached,
             None => self.look_up(dst),
         };
-        if answer.is_none() && self.due(now, MISS_REFRESH) {
+        if answer == Answer::Unresolved && self.due(now, self.miss_wait) {
             self.read(now);
             answer = self.look_up(dst);
+            self.miss_wait = match answer {
+                Answer::Mac(_) => MISS_REFRESH,
+                _ => (self.miss_wait * 2).min(self.refresh),
+            };
         }
-        if answer.is_none() {
-            self.misses += 1;
+        match answer {
+            Answer::Mac(mac) => Some(mac),
+            Answer::Unresolved | Answer::Elsewhere => {
+                self.misses += 1;
+                None
+            }
         }
-        answer
     }
 
     /// How many lookups missed (no MAC) so far.
@@ -265,10 +292,13 @@ impl Neighbours {
     }
 
     /// Answers for `dst` from the tables last read, and caches the answer.
-    fn look_up(&mut self, dst: Ipv4Addr) -> Option<[u8; 6]> {
+    fn look_up(&mut self, dst: Ipv4Addr) -> Answer {
         let answer = match next_hop(&self.routes, dst) {
-            Some((iface, hop)) if iface == self.iface => self.arp.get(&hop).copied(),
-            _ => None,
+            Some((iface, hop)) if iface == self.iface => self
+                .arp
+                .get(&hop)
+                .map_or(Answer::Unresolved, |&m| Answer::Mac(m)),
+            _ => Answer::Elsewhere,
         };
         self.cache.insert(dst, answer);
         answer
@@ -500,6 +530,43 @@ mod tests {
         // A hit needs no re-read until the refresh interval has passed.
         assert_eq!(n.resolve(dst, t0 + Duration::from_millis(900)), Some(MAC_A));
         assert_eq!(n.reads(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_unresolved_hop_rereads_ever_later_and_a_route_elsewhere_waits_for_the_refresh() {
+        let dir = temp_dir("backoff");
+        let incomplete =
+            "192.0.2.1        0x1         0x0         00:00:00:00:00:00     *        eth0";
+        write_tables(&dir, &[incomplete]);
+        let mut n = Neighbours::with_dir("eth0", &dir);
+        let t0 = Instant::now();
+        let ms = |m: u64| t0 + Duration::from_millis(m);
+        let dst = ip([8, 8, 8, 8]);
+        assert_eq!(n.resolve(dst, t0), None);
+        // Still unresolved: re-read after 100 ms, then 200 ms after that, then 400 ms.
+        for (at, reads) in [(99, 1), (100, 2), (299, 2), (300, 3), (699, 3), (700, 4)] {
+            assert_eq!(n.resolve(dst, ms(at)), None);
+            assert_eq!(n.reads(), reads, "at {at} ms");
+        }
+        // Resolved meanwhile: found at the next re-read, 800 ms after the last.
+        write_tables(&dir, &[GW_A]);
+        assert_eq!(n.resolve(dst, ms(1499)), None);
+        assert_eq!(n.reads(), 4);
+        assert_eq!(n.resolve(dst, ms(1500)), Some(MAC_A));
+        assert_eq!(n.reads(), 5);
+        // Another unresolved hop starts again at 100 ms.
+        let far = ip([192, 0, 2, 200]);
+        assert_eq!(n.resolve(far, ms(1500)), None);
+        assert_eq!(n.resolve(far, ms(1600)), None);
+        assert_eq!(n.reads(), 6);
+        // A destination routed out of another interface re-reads nothing before the refresh.
+        let mut other = Neighbours::with_dir("eth1", &dir);
+        assert_eq!(other.resolve(dst, t0), None);
+        for at in [100, 500, 999] {
+            assert_eq!(other.resolve(dst, ms(at)), None);
+        }
+        assert_eq!(other.reads(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
