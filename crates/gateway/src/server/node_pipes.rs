@@ -61,6 +61,8 @@ const RETRY_AFTER: Duration = Duration::from_secs(5);
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest datagram read.
 const MAX_DATAGRAM: usize = 2048;
+/// Buffers the datagram reader keeps for reuse.
+const SPARE_BUFFERS: usize = 4096;
 /// Links being made at once on the listening side (TLS handshakes and hellos).
 const HANDSHAKES: usize = 16;
 
@@ -246,6 +248,12 @@ pub(crate) struct NodePipes {
     /// the last try failed (the next waits [`RETRY_AFTER`]: its viewers are redirected).
     connecting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Instant>>>>>,
     stopped: AtomicBool,
+    /// Buffers of datagrams handed to workers, given back once taken (the reader reuses them:
+    /// no allocation per datagram in steady state).
+    spare: (
+        crossbeam_channel::Sender<Vec<u8>>,
+        crossbeam_channel::Receiver<Vec<u8>>,
+    ),
     pub counts: PipeCounts,
 }
 
@@ -428,6 +436,7 @@ impl NodePipes {
             next_link: AtomicU32::new(1),
             connecting: Mutex::default(),
             stopped: AtomicBool::new(false),
+            spare: crossbeam_channel::bounded(SPARE_BUFFERS),
             counts: PipeCounts::default(),
         });
         let p = pipes.clone();
@@ -437,6 +446,12 @@ impl NodePipes {
             .map_err(|e| StartError(format!("cluster_pipe thread: {e}")))?;
         tracing::info!(%addr, "node pipes listening (cluster_pipe)");
         Ok((pipes, tcp))
+    }
+
+    /// Takes back the buffer of a datagram a worker took (kept for the next, while there is
+    /// room).
+    pub(crate) fn give_back(&self, buf: Vec<u8>) {
+        let _ = self.spare.0.try_send(buf);
     }
 
     /// Where the pipes listen.
@@ -956,13 +971,13 @@ impl NodePipes {
                     continue;
                 }
             };
-            self.take_or_count(first[..n].to_vec(), &mut woken);
+            self.take_or_count(&first[..n], &mut woken);
             loop {
                 match batch.recv(&self.udp) {
                     Ok(0) => break,
                     Ok(n) => {
                         for i in 0..n {
-                            self.take_or_count(batch.get(i).1.to_vec(), &mut woken);
+                            self.take_or_count(batch.get(i).1, &mut woken);
                         }
                     }
                     Err(e) => {
@@ -980,23 +995,28 @@ impl NodePipes {
     }
 
     /// [`NodePipes::take_datagram`], its drop counted.
-    fn take_or_count(&self, d: Vec<u8>, woken: &mut [bool]) {
-        match self.take_datagram(d) {
+    fn take_or_count(&self, datagram: &[u8], woken: &mut [bool]) {
+        let mut d = self.spare.1.try_recv().unwrap_or_default();
+        d.clear();
+        d.extend_from_slice(datagram);
+        match self.take_datagram(&mut d) {
             Ok(w) => {
                 woken[w] = true;
                 self.counts.received.fetch_add(1, Ordering::Relaxed);
             }
             Err(c) => {
                 c.fetch_add(1, Ordering::Relaxed);
+                // Dropped: its buffer is kept for the next.
+                self.give_back(d);
             }
         }
     }
 
-    /// One datagram: opened in place with its link's key and handed to its worker (which),
-    /// or the counter of why not.
-    fn take_datagram(&self, mut d: Vec<u8>) -> Result<usize, &AtomicU64> {
+    /// One datagram (`d`, taken from it when handed over): opened in place with its link's
+    /// key and handed to its worker (which), or the counter of why not.
+    fn take_datagram(&self, d: &mut Vec<u8>) -> Result<usize, &AtomicU64> {
         let c = &self.counts;
-        let h = Header::read(&d).ok_or(&c.bad)?;
+        let h = Header::read(d).ok_or(&c.bad)?;
         let link = self.link(h.link).ok_or(&c.unknown_link)?;
         if !link
             .replay
@@ -1006,7 +1026,7 @@ impl NodePipes {
         {
             return Err(&c.replayed);
         }
-        let range = link.open.open(&h, &mut d).ok_or(&c.bad)?;
+        let range = link.open.open(&h, d).ok_or(&c.bad)?;
         link.replay
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1017,7 +1037,7 @@ impl NodePipes {
         let peer = self.peers.get(worker).ok_or(&c.bad)?;
         let (key, what) = match h.kind {
             Kind::Media => {
-                let Class::Rtp(facts) = secrelay_wire::demux::demux(&d) else {
+                let Class::Rtp(facts) = secrelay_wire::demux::demux(d) else {
                     return Err(&c.bad);
                 };
                 let key = h.key.with_home(remote_worker(link.id, home_u16(h.key)));
@@ -1033,7 +1053,7 @@ impl NodePipes {
             Kind::Feedback => return Err(&c.bad),
         };
         peer.pipes
-            .try_send(PipeMsg::from_node(key, what, d))
+            .try_send(PipeMsg::from_node(key, what, std::mem::take(d)))
             .map_err(|_| &c.lost)?;
         Ok(worker)
     }

@@ -130,7 +130,11 @@ impl Worker {
                 Some(o) => {
                     let _ = self.shared.peers[o].returns.send(m.buf);
                 }
-                None => self.shard.recycle(m.buf),
+                // Another node's, read by the pipes' reader: back there.
+                None => match self.shared.node_pipes.get() {
+                    Some(p) => p.give_back(m.buf),
+                    None => self.shard.recycle(m.buf),
+                },
             }
             n += 1;
             if n.is_multiple_of(BATCH) {
