@@ -705,9 +705,10 @@ async fn offer(
         Placement::Here => None,
         Placement::Elsewhere {
             node,
+            url,
             pipe: Some(addr),
             ..
-        } if kind == JoinKind::Whep && s.gateway.has_node_pipes() => Some((node.clone(), *addr)),
+        } if kind == JoinKind::Whep && s.gateway.has_node_pipes() => Some((node, url, *addr)),
         Placement::Elsewhere { node, url, .. } => return redirect((node, url), &room, &uri),
     };
     let text = match sdp_body(&headers, &body, "the offer") {
@@ -725,18 +726,23 @@ async fn offer(
     }
     let remote_ufrag = offer.ice_ufrag.clone();
     let joined = match piped {
-        Some((node, addr)) if spreads => {
+        Some((node, url, addr)) => {
+            // Not served here after all (data channels, no link, the room not there yet): sent
+            // to its node.
+            let to_owner = || redirect((node, url), &room, &uri);
+            if !spreads {
+                return to_owner();
+            }
             match s
                 .gateway
-                .join_remote(&room, (&node, addr), offer, who(&caller))
+                .join_remote(&room, (node, addr), offer, who(&caller))
                 .await
             {
                 Ok(Some(j)) => Ok(j),
-                Ok(None) => return redirect_to(&owner, &room, &uri),
+                Ok(None) => return to_owner(),
                 Err(e) => Err(e),
             }
         }
-        Some(_) => return redirect_to(&owner, &room, &uri),
         None => {
             if let Some(to) = spread_to(&s, &room, kind, spreads).await {
                 return redirect((&to.0, &to.1), &room, &uri);
@@ -1380,17 +1386,6 @@ async fn to_owner(s: &AppState, room: &str, uri: &axum::http::Uri) -> Option<Res
     match placed(s, room).await {
         Placement::Here => None,
         Placement::Elsewhere { node, url, .. } => Some(redirect((&node, &url), room, uri)),
-    }
-}
-
-/// [`redirect`] to the node `owner` names (it names one: a viewer's offer that was to be
-/// served here through the pipes to it; else 503).
-fn redirect_to(owner: &Placement, room: &str, uri: &axum::http::Uri) -> Response {
-    match owner {
-        Placement::Elsewhere { node, url, .. } => redirect((node, url), room, uri),
-        Placement::Here => {
-            ApiError::internal(format!("room {room}: no node to send it to")).into_response()
-        }
     }
 }
 

@@ -213,6 +213,34 @@ impl Link {
     }
 }
 
+/// The links a thread sends or reads through, kept by that thread: found without taking
+/// the links' lock per packet (one that closed is looked up again, and found gone).
+#[derive(Default)]
+pub(crate) struct LinkCache(HashMap<u32, Arc<Link>>);
+
+impl std::fmt::Debug for LinkCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("LinkCache").field(&self.0.len()).finish()
+    }
+}
+
+impl LinkCache {
+    /// Link `id` of `pipes`, if it is up.
+    fn get(&mut self, pipes: &NodePipes, id: u32) -> Option<&Link> {
+        let open = self
+            .0
+            .get(&id)
+            .is_some_and(|l| !l.closed.load(Ordering::Acquire));
+        if !open {
+            match pipes.link(id) {
+                Some(l) => self.0.insert(id, l),
+                None => self.0.remove(&id),
+            };
+        }
+        self.0.get(&id).map(|l| &**l)
+    }
+}
+
 /// What the links count, for `/metrics`.
 #[derive(Debug, Default)]
 pub(crate) struct PipeCounts {
@@ -889,17 +917,17 @@ impl NodePipes {
     }
 
     /// Seals into `d` what a worker's shard piped to another node's worker `to`
-    /// ([`remote_worker`]): one datagram for the link; where it goes, or `None` when there is
-    /// no such link (any more).
+    /// ([`remote_worker`]): one datagram for the link (found in the worker's `links`); where it
+    /// goes, or `None` when there is no such link (any more).
     pub(crate) fn seal(
         &self,
-        to: usize,
+        (to, links): (usize, &mut LinkCache),
         (key, what): (PipeKey, Piped),
         packet: &[u8],
         d: &mut Vec<u8>,
     ) -> Option<SocketAddr> {
         let (id, worker) = split(to)?;
-        let link = self.link(id)?;
+        let link = links.get(self, id)?;
         let (kind, layer) = match what {
             Piped::Media(p) => (
                 Kind::Media,
@@ -952,6 +980,7 @@ impl NodePipes {
         let mut first = vec![0u8; MAX_DATAGRAM];
         let mut batch = RecvBatch::default();
         let mut woken = vec![false; self.peers.len()];
+        let mut links = LinkCache::default();
         while !self.stopped.load(Ordering::Acquire) {
             let n = match self.udp.recv_from(&mut first) {
                 Ok((n, _)) => n,
@@ -971,13 +1000,13 @@ impl NodePipes {
                     continue;
                 }
             };
-            self.take_or_count(&first[..n], &mut woken);
+            self.take_or_count(&first[..n], &mut woken, &mut links);
             loop {
                 match batch.recv(&self.udp) {
                     Ok(0) => break,
                     Ok(n) => {
                         for i in 0..n {
-                            self.take_or_count(batch.get(i).1, &mut woken);
+                            self.take_or_count(batch.get(i).1, &mut woken, &mut links);
                         }
                     }
                     Err(e) => {
@@ -995,11 +1024,11 @@ impl NodePipes {
     }
 
     /// [`NodePipes::take_datagram`], its drop counted.
-    fn take_or_count(&self, datagram: &[u8], woken: &mut [bool]) {
+    fn take_or_count(&self, datagram: &[u8], woken: &mut [bool], links: &mut LinkCache) {
         let mut d = self.spare.1.try_recv().unwrap_or_default();
         d.clear();
         d.extend_from_slice(datagram);
-        match self.take_datagram(&mut d) {
+        match self.take_datagram(&mut d, links) {
             Ok(w) => {
                 woken[w] = true;
                 self.counts.received.fetch_add(1, Ordering::Relaxed);
@@ -1014,23 +1043,18 @@ impl NodePipes {
 
     /// One datagram (`d`, taken from it when handed over): opened in place with its link's
     /// key and handed to its worker (which), or the counter of why not.
-    fn take_datagram(&self, d: &mut Vec<u8>) -> Result<usize, &AtomicU64> {
+    fn take_datagram(&self, d: &mut Vec<u8>, links: &mut LinkCache) -> Result<usize, &AtomicU64> {
         let c = &self.counts;
         let h = Header::read(d).ok_or(&c.bad)?;
-        let link = self.link(h.link).ok_or(&c.unknown_link)?;
-        if !link
-            .replay
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .fresh(h.counter)
-        {
+        let link = links.get(self, h.link).ok_or(&c.unknown_link)?;
+        // Only this thread reads the window: its lock is never waited for.
+        let mut replay = link.replay.lock().unwrap_or_else(|e| e.into_inner());
+        if !replay.fresh(h.counter) {
             return Err(&c.replayed);
         }
         let range = link.open.open(&h, d).ok_or(&c.bad)?;
-        link.replay
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take(h.counter);
+        replay.take(h.counter);
+        drop(replay);
         d.truncate(range.end);
         d.drain(..range.start);
         let worker = usize::from(h.worker);

@@ -46,6 +46,7 @@ impl PipeMsg {
 pub(crate) struct NodeOut {
     batch: Option<SendBatch>,
     spare: Vec<Vec<u8>>,
+    links: node_pipes::LinkCache,
 }
 
 impl Worker {
@@ -84,7 +85,7 @@ impl Worker {
         };
         let out = &mut self.node_out;
         let mut d = out.spare.pop().unwrap_or_default();
-        match p.seal(to, (key, what), packet, &mut d) {
+        match p.seal((to, &mut out.links), (key, what), packet, &mut d) {
             Some(dest) => {
                 out.batch
                     .get_or_insert_with(|| SendBatch::for_socket(p.socket()))
@@ -153,7 +154,6 @@ impl Worker {
         match e {
             PipeEvent::Publisher { room, to, spec } => {
                 for w in to {
-                    let (room, spec) = (room.clone(), spec.clone());
                     if self.tell_node(w, |worker| Control::Publisher {
                         room: room.clone(),
                         worker,
@@ -161,6 +161,7 @@ impl Worker {
                     }) {
                         continue;
                     }
+                    let (room, spec) = (room.clone(), spec.clone());
                     self.post(w, move |w, now| w.shard.add_mirror(now, &room, &spec));
                 }
             }
