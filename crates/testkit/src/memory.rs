@@ -43,6 +43,12 @@ impl SimClient {
     /// `client-password-number-{n}`, announcing SSRC 1001 and Opus on 111 (as Chrome's offer),
     /// sending from sequence number 1 with timestamps 960 × the sequence number.
     pub fn new(n: u8) -> SimClient {
+        SimClient::numbered(u16::from(n))
+    }
+
+    /// Client `n` of up to 65,536 (a broadcast's viewers): as [`SimClient::new`] for `n` below
+    /// 256, else at 198.18.`n / 256`.`n % 256` (the benchmarking range), port 50000 + `n % 256`.
+    pub fn numbered(n: u16) -> SimClient {
         let mut browser = Browser::new(
             &format!("cl{n:02}"),
             &format!("client-password-number-{n:03}"),
@@ -51,8 +57,13 @@ impl SimClient {
         );
         // Timestamps 960 × the sequence number (20 ms of Opus each, from sequence number 1).
         browser.ts = 960;
+        let [hi, lo] = n.to_be_bytes();
+        let ip = match hi {
+            0 => format!("198.51.100.{lo}"),
+            _ => format!("198.18.{hi}.{lo}"),
+        };
         SimClient {
-            addr: format!("198.51.100.{n}:{}", 50000 + u16::from(n))
+            addr: format!("{ip}:{}", 50000 + u16::from(lo))
                 .parse()
                 .expect("a literal address"),
             browser,
