@@ -298,6 +298,11 @@ impl MemberRtcp {
         self.recv[i].on_rtp(facts, arrival, config.epoch.0);
     }
 
+    /// Where [`MemberRtcp::on_sent`] looks (a prefetch hint's address).
+    pub fn send_ptr(&self) -> *const u8 {
+        self.send.as_ptr().cast()
+    }
+
     /// A copy sent to the member under `ssrc`, with this RTP timestamp and payload length.
     pub fn on_sent(
         &mut self,

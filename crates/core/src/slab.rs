@@ -81,6 +81,17 @@ impl<T> Slab<T> {
         self.len == 0
     }
 
+    /// Asks the CPU to start loading the first `lines` cache lines of the place at `i` (a hint
+    /// for a loop that will read it soon; it reads nothing and `i` may be anything).
+    pub fn prefetch(&self, i: u32, lines: usize) {
+        let at = self.items.as_ptr().wrapping_add(i as usize);
+        secrelay_srtp::simd::prefetch::prefetch_bytes(
+            at.cast(),
+            std::mem::size_of::<Option<T>>(),
+            lines,
+        );
+    }
+
     /// The values and their indexes, in index order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> + '_ {
         self.items

@@ -183,6 +183,36 @@ fn wrong_credentials_and_roles_are_refused() {
 }
 
 #[test]
+fn media_goes_to_the_selected_address_only_while_it_is_validated() {
+    let t0 = Instant::now();
+    let mut a = agent(t0);
+    let from: SocketAddr = "198.51.100.7:50000".parse().unwrap();
+    let other: SocketAddr = "198.51.100.8:50000".parse().unwrap();
+    let mut out = [0u8; 256];
+    a.handle_stun(t0, from, &ok_check(false), &mut out).unwrap();
+    assert_eq!(a.usable(), None, "validated, not nominated");
+    a.handle_stun(t0, from, &ok_check(true), &mut out).unwrap();
+    assert_eq!(a.usable(), Some(from));
+    // Another address validated (not nominated) leaves the selection where it is.
+    a.handle_stun(t0, other, &ok_check(false), &mut out)
+        .unwrap();
+    assert_eq!(a.usable(), Some(from));
+    // Given up to another session: selected, but unused until a check validates it again.
+    a.forget(from);
+    assert_eq!((a.selected(), a.usable()), (Some(from), None));
+    a.forget(other);
+    assert_eq!(a.usable(), None);
+    a.handle_stun(t0, from, &ok_check(false), &mut out).unwrap();
+    assert_eq!(a.usable(), Some(from));
+    // Consent lost: nothing is usable.
+    assert_eq!(
+        a.handle_timeout(t0 + Duration::from_secs(30)),
+        Some(IceEvent::ConsentExpired)
+    );
+    assert_eq!(a.usable(), None);
+}
+
+#[test]
 fn consent_expires_without_checks_and_is_kept_by_them() {
     let t0 = Instant::now();
     let mut a = agent(t0);

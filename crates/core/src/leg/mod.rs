@@ -821,6 +821,14 @@ impl Leg {
         }
     }
 
+    /// Asks the CPU to start loading what a copy to this leg reads (a WebRTC leg's: the
+    /// others are few).
+    pub(crate) fn prefetch_copy(&self) {
+        if let Leg::WebRtc(l) = self {
+            l.prefetch_copy();
+        }
+    }
+
     /// Where a copy of media for this member goes now, if it can be sent.
     pub fn copy_target(&self) -> Option<CopyTarget> {
         match self {

@@ -504,6 +504,23 @@ impl Member {
         added
     }
 
+    /// Asks the CPU to start loading what forwarding a copy to this member reads: its role
+    /// and tables, slots, RTCP and congestion state, and its leg's. A hint a fan-out gives a
+    /// few receivers ahead, so that their lines arrive while it writes the current copies.
+    pub fn prefetch_copy(&self) {
+        use secrelay_srtp::simd::prefetch::{line, value};
+        value(&self.role, 1);
+        value(&self.neg, 1);
+        line(self.neg.codecs.as_ptr().cast());
+        line(self.slots.as_ptr().cast());
+        value(&self.rtcp, 2);
+        line(self.rtcp.send_ptr());
+        if let Some(cc) = &self.cc {
+            value(&cc.out_seq, 1);
+        }
+        self.leg.prefetch_copy();
+    }
+
     /// The mid of the section a stream of `codec` is sent to the member on (its slot's, else
     /// the first receiving section that takes the codec).
     pub fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &str {

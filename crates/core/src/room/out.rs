@@ -18,6 +18,9 @@ use crate::room::MemberAt;
 /// ~6 MiB of 1,500-byte buffers); a batch wider than this allocates the rest.
 const POOL_MAX: usize = 4096;
 
+/// How many copies ahead [`RoomOut::warm_next`] warms a buffer.
+const WARM_AHEAD: usize = 6;
+
 /// What a room put out. See the [module documentation](self).
 #[derive(Debug)]
 pub enum Out {
@@ -97,6 +100,20 @@ impl RoomOut {
         b
     }
 
+    /// Asks the CPU to start loading the buffer [`WARM_AHEAD`] copies on, for a copy of `len`
+    /// bytes and its tag (a fan-out's copies are alike): a wide fan-out's buffers are cold by
+    /// the time they come round again, and a copy written into cold lines waits for each.
+    fn warm_next(&self, len: usize) {
+        if let Some(b) = self
+            .pool
+            .len()
+            .checked_sub(WARM_AHEAD)
+            .and_then(|k| self.pool.get(k))
+        {
+            secrelay_srtp::simd::prefetch::prefetch_bytes(b.as_ptr(), len + 16, 24);
+        }
+    }
+
     /// Keeps a buffer that was sent (or dropped) for the next copies.
     pub fn recycle(&mut self, buf: Vec<u8>) {
         if self.pool.len() < POOL_MAX && buf.capacity() > 0 {
@@ -134,6 +151,7 @@ impl RoomOut {
     ) {
         let mut buf = self.buffer();
         write(&mut buf);
+        self.warm_next(buf.len());
         self.push(Out::Send {
             to,
             target,

@@ -7,5 +7,5 @@ pub mod aes_ctr;
 pub mod engine;
 pub mod gcm;
 pub mod hmac_sha1_mb;
-pub(crate) mod prefetch;
+pub mod prefetch;
 pub mod sha1_x16;

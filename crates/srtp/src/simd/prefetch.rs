@@ -5,7 +5,7 @@
 /// Asks the CPU to start loading the cache lines that `len` bytes from `p` touch (at most
 /// `max_lines` lines, from the first). A hint: it never faults and changes nothing.
 #[inline(always)]
-pub(crate) fn prefetch_bytes(p: *const u8, len: usize, max_lines: usize) {
+pub fn prefetch_bytes(p: *const u8, len: usize, max_lines: usize) {
     if len == 0 {
         return;
     }
@@ -19,7 +19,7 @@ pub(crate) fn prefetch_bytes(p: *const u8, len: usize, max_lines: usize) {
 
 /// One cache line.
 #[inline(always)]
-pub(crate) fn line(p: *const u8) {
+pub fn line(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         // SAFETY: a prefetch is a hint: it reads nothing into the program and never faults,
@@ -35,6 +35,6 @@ pub(crate) fn line(p: *const u8) {
 
 /// The lines of a value.
 #[inline(always)]
-pub(crate) fn value<T>(v: &T, max_lines: usize) {
+pub fn value<T>(v: &T, max_lines: usize) {
     prefetch_bytes((v as *const T).cast(), core::mem::size_of::<T>(), max_lines);
 }
