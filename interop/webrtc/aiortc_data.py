@@ -9,20 +9,28 @@ messages on `lossy`, which reach the second on its channel of that label (opened
 gateway with the sender's settings: the second peer never opened one), unordered and
 unreliable as the sender's. Both leave with DELETE.
 
+With --b-whep the second peer is a WHEP viewer (`POST /whep/{room}`), which a gateway with
+more than one worker serves on another worker than the room's, and with --base-b it asks
+another node of a cluster, which serves it there: the messages then cross between workers or
+nodes. With --server-message the gateway's API (at --base, with the admin key in
+SECRELAY_ADMIN_KEY) sends one message to the whole room, which both peers must receive.
+
 Prints one JSON line with what it measured; exit status 0 only when everything passed.
 Usage: aiortc_data.py --base http://127.0.0.1:PORT [--room NAME] [--messages N] [--binary B]
+                      [--b-whep] [--base-b URL] [--server-message]
 """
 
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 
 import aioice.ice
 import aiortc
 
-from aiortc_tone import Peer
+from aiortc_tone import Peer, http
 
 # aioice gathers host candidates on every interface but loopback; the gateway under test
 # announces itself on loopback, and the test's traffic stays there.
@@ -81,16 +89,21 @@ async def run(args):
     base = args.base.rstrip("/")
     result = {"aiortc": aiortc.__version__, "room": args.room}
     path = f"/rooms/{args.room}/join"
-    a, b = Peer(base, path), Peer(base, path)
+    base_b = (args.base_b or base).rstrip("/")
+    a = Peer(base, path)
+    b = Peer(base_b, f"/whep/{args.room}" if args.b_whep else path)
     inbox_a, inbox_b = Inbox(a), Inbox(b)
     chat_a = a.pc.createDataChannel("chat")
     chat_b = b.pc.createDataChannel("chat")
     lossy_a = a.pc.createDataChannel("lossy", ordered=False, maxRetransmits=0)
     for ch, inbox in ((chat_a, inbox_a), (chat_b, inbox_b), (lossy_a, inbox_a)):
         inbox.watch(ch)
+    # The room is made by the first peer; the second joins it.
     for p in (a, b):
         await p.signal()
+    result["b_location"] = b.location
     await asyncio.wait_for(asyncio.gather(a.connected.wait(), b.connected.wait()), args.timeout)
+    result["worker_participants"] = await worker_participants(base)
     result["answer_has_sctp"] = "m=application" in (a.answer or "") and "a=sctp-port:" in a.answer
     for ch in (chat_a, chat_b, lossy_a):
         await opened(ch, args.timeout)
@@ -115,12 +128,43 @@ async def run(args):
     await inbox_b.until(lambda: len(inbox_b.text.get("lossy", [])) >= 10, 5)
     result["lossy_received"] = len(inbox_b.text.get("lossy", []))
     result["lossy_channel_at_b"] = inbox_b.channels.get("lossy")
+    if args.server_message:
+        result["server_message"] = await server_message(base, args.room, (inbox_a, inbox_b), args.timeout)
     result["delete"] = [await a.leave(), await b.leave()]
     result["ok"] = (all(got) and all(result["in_order"]) and result["binary_ok"]
                     and result["answer_has_sctp"] and result["lossy_received"] > 0
                     and result["lossy_channel_at_b"] == {"ordered": False, "max_retransmits": 0}
-                    and result["delete"] == [200, 200])
+                    and result["delete"] == [200, 200]
+                    and (not args.server_message or result["server_message"]["received"] == [True, True]))
     return result
+
+
+async def worker_participants(base):
+    """The gateway's participants per worker (`secrelay_worker_participants`, with the admin key in
+    SECRELAY_ADMIN_KEY): where the peers joined. Empty without the key."""
+    admin = os.environ.get("SECRELAY_ADMIN_KEY")
+    if not admin:
+        return []
+    status, _, body = await asyncio.to_thread(
+        http, "GET", f"{base}/metrics", None, None, {"Authorization": f"Bearer {admin}"})
+    if status != 200:
+        return []
+    series = [line for line in body.decode().splitlines() if line.startswith("secrelay_worker_participants{")]
+    return [int(float(line.rsplit(" ", 1)[1])) for line in series]
+
+
+async def server_message(base, room, inboxes, timeout):
+    """One message from the gateway's API to the whole room: its answer, and whether each peer
+    received it on its `chat` channel."""
+    admin = os.environ.get("SECRELAY_ADMIN_KEY", "")
+    body = json.dumps({"label": "chat", "text": "from-the-server"}).encode()
+    status, _, answer = await asyncio.to_thread(
+        http, "POST", f"{base}/api/rooms/{room}/data", body, "application/json",
+        {"Authorization": f"Bearer {admin}"})
+    got = []
+    for inbox in inboxes:
+        got.append(await inbox.until(lambda i=inbox: "from-the-server" in i.text.get("chat", []), timeout))
+    return {"status": status, "answer": answer.decode(errors="replace"), "received": got}
 
 
 def main():
@@ -130,6 +174,10 @@ def main():
     ap.add_argument("--messages", type=int, default=500)
     ap.add_argument("--binary", type=int, default=60_000)
     ap.add_argument("--timeout", type=float, default=30.0)
+    ap.add_argument("--b-whep", action="store_true", help="the second peer joins with WHEP")
+    ap.add_argument("--base-b", help="where the second peer signals (default: --base)")
+    ap.add_argument("--server-message", action="store_true",
+                    help="send one message to the room through the API; both peers must get it")
     args = ap.parse_args()
     try:
         result = asyncio.run(run(args))

@@ -541,6 +541,47 @@ fn aiortc_peers_exchange_data_channel_messages_through_the_room() {
     assert_eq!(gw.metric("secrelay_participants"), 0.0);
 }
 
+/// Data channels in a room spread over two workers, with aiortc on both ends: a member joins
+/// (the room's worker) and a WHEP viewer with data channels joins on the other worker; their
+/// messages cross between the workers both ways, complete and in order, a 60 kB binary message
+/// intact, the unreliable channel opened at the viewer with the sender's settings; and a
+/// message the API sends to the room reaches both.
+#[test]
+fn aiortc_data_channels_cross_between_the_workers_of_a_spread_room() {
+    let test = "aiortc_data_channels_cross_between_the_workers_of_a_spread_room";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start_with(&["--workers", "2"]);
+    let (v, ok) = run_script(
+        &python,
+        "aiortc_data.py",
+        &[
+            "--base",
+            &gw.base,
+            "--room",
+            "spread-data",
+            "--b-whep",
+            "--server-message",
+        ],
+        &gw,
+    );
+    assert!(ok, "aiortc_data.py failed: {v}");
+    assert_eq!(
+        v["worker_participants"],
+        serde_json::json!([1, 1]),
+        "the viewer joined on the other worker: {v}"
+    );
+    assert_eq!(v["received"], serde_json::json!([500, 500]), "{v}");
+    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
+    assert_eq!(v["binary_ok"], true, "{v}");
+    assert_eq!(
+        v["server_message"]["received"],
+        serde_json::json!([true, true]),
+        "{v}"
+    );
+    assert_eq!(gw.metric("secrelay_participants"), 0.0);
+}
+
 /// Data channels through a room, between two pages of the gateway's own room page (each
 /// page's chat channel): 1,000 text messages each way arrive complete and in order, a 200 kB
 /// binary message arrives intact, and a page that joins late gets what is sent after it
@@ -1435,29 +1476,26 @@ fn ng_call_between_chromium_and_a_phone(test: &str, callee: bool) {
     );
 }
 
-/// A room across three nodes of a cluster (a real Redis; the nodes' pipes authenticated by
-/// certificates of a private CA made here): Chromium publishes its fake camera and microphone
-/// at node a, and three Chromium pages play them, one from a and one each from b and c, where
-/// each is served (not redirected): what they decode crossed to b and c through the pipes,
-/// once per node, and their keyframe requests went back through them.
-#[test]
-fn chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms_node() {
+/// Nodes of a cluster named `names`, in this process, one worker each, sharing `redis`, with
+/// pipes authenticated by certificates of a private CA made here (its directory is the first
+/// value: it must outlive the nodes), once every node is registered; and their signaling, with
+/// each one's admin key.
+fn piped_nodes(
+    redis: &secrelay_testkit::redis::RedisServer,
+    names: &[&str],
+) -> (
+    tempfile::TempDir,
+    Vec<secrelay_gateway::server::Server>,
+    Vec<secrelay_testkit::Signaling>,
+) {
     use secrelay_dtls::ca::{CaDir, Role};
     use secrelay_dtls::KeyType;
     use secrelay_gateway::server::{ServeConfig, Server};
-    use secrelay_testkit::{redis::RedisServer, wait_for, Signaling};
+    use secrelay_testkit::{wait_for, Signaling};
 
-    let test = "chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms_node";
-    let Some(chromium) = chromium(test) else {
-        return;
-    };
-    let Some(redis) = RedisServer::start(0) else {
-        return;
-    };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let certs = tempfile::tempdir().unwrap();
     let ca = CaDir::init(certs.path(), KeyType::EcdsaP256, false).unwrap();
-    let nodes: Vec<Server> = ["a", "b", "c"]
+    let nodes: Vec<Server> = names
         .iter()
         .map(|name| {
             ca.issue(name, Role::Both, KeyType::EcdsaP256, false)
@@ -1484,9 +1522,92 @@ fn chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms
         .iter()
         .map(|n| Signaling::new(n.url()).with_admin(n.admin_key().expose()))
         .collect();
-    wait_for("three nodes registered", Duration::from_secs(5), || {
-        sig[0].cluster_nodes().unwrap() == ["a", "b", "c"]
+    wait_for("every node registered", Duration::from_secs(5), || {
+        sig[0].cluster_nodes().unwrap() == names
     });
+    (certs, nodes, sig)
+}
+
+/// Data channels in a room across two nodes of a cluster, with aiortc on both ends: a member
+/// joins at the room's node a, and a WHEP viewer with data channels is served at node b (not
+/// redirected); their messages cross the link between the nodes both ways, complete and in
+/// order, a 60 kB binary message intact; and a message the API at a sends to the room reaches
+/// the viewer at b.
+#[test]
+fn aiortc_data_channels_cross_between_the_nodes_of_a_room() {
+    use secrelay_testkit::redis::RedisServer;
+
+    let test = "aiortc_data_channels_cross_between_the_nodes_of_a_room";
+    let Some(python) = python(test) else { return };
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_certs, nodes, sig) = piped_nodes(&redis, &["a", "b"]);
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "90"])
+        .arg(&python)
+        .arg(script("aiortc_data.py"))
+        .args(["--base", &nodes[0].url(), "--base-b", &nodes[1].url()])
+        .args(["--room", "nodes-data", "--b-whep", "--server-message"])
+        .env("SECRELAY_ADMIN_KEY", nodes[0].admin_key().expose())
+        .output()
+        .expect("running timeout(1) with python");
+    let v = lab_support::script_json("aiortc_data.py", &out, "");
+    eprintln!("aiortc_data.py across nodes: {v}");
+    assert!(out.status.success(), "{v}");
+    let b_location = v["b_location"].as_str().unwrap_or_default();
+    assert!(
+        b_location.starts_with(&nodes[1].url()),
+        "the viewer was served at b: {v}"
+    );
+    assert_eq!(v["received"], serde_json::json!([500, 500]), "{v}");
+    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
+    assert_eq!(v["binary_ok"], true, "{v}");
+    assert_eq!(
+        v["server_message"]["received"],
+        serde_json::json!([true, true]),
+        "{v}"
+    );
+    let data = |n: usize, event: &str| {
+        sig[n]
+            .metric(&format!(
+                "secrelay_cluster_pipe_data_messages_total{{event=\"{event}\"}}"
+            ))
+            .unwrap()
+    };
+    // a's 500 chat messages, its binary one, its 10 unreliable ones and the server's; b's 500.
+    assert!(data(0, "sent") >= 512, "a sent {}", data(0, "sent"));
+    assert!(
+        data(1, "received") >= 512,
+        "b received {}",
+        data(1, "received")
+    );
+    assert!(data(1, "sent") >= 500 && data(0, "received") >= 500);
+    assert_eq!(data(0, "dropped") + data(1, "dropped"), 0);
+    for n in nodes {
+        n.shutdown();
+    }
+}
+
+/// A room across three nodes of a cluster (a real Redis; the nodes' pipes authenticated by
+/// certificates of a private CA made here): Chromium publishes its fake camera and microphone
+/// at node a, and three Chromium pages play them, one from a and one each from b and c, where
+/// each is served (not redirected): what they decode crossed to b and c through the pipes,
+/// once per node, and their keyframe requests went back through them.
+#[test]
+fn chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms_node() {
+    use secrelay_testkit::redis::RedisServer;
+
+    let test = "chromium_viewers_at_two_other_nodes_play_what_chromium_publishes_at_the_rooms_node";
+    let Some(chromium) = chromium(test) else {
+        return;
+    };
+    let Some(redis) = RedisServer::start(0) else {
+        return;
+    };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let (_certs, nodes, sig) = piped_nodes(&redis, &["a", "b", "c"]);
     let out = Command::new("timeout")
         .args(["--kill-after=5", "120"])
         .arg("python3")

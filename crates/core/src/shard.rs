@@ -975,9 +975,13 @@ impl Shard {
                 false
             }
         });
+        let mut data = Vec::new();
         if control == Some(true) && matches!(d.class, Class::Dtls) {
             // Data-channel messages come in DTLS records, and only there.
-            s.room.relay_data(key.member, out);
+            data = s.room.relay_data(key.member, out);
+        }
+        if !data.is_empty() {
+            self.pipe_data(key.slot, data, None);
         }
         match control {
             Some(true) => self.settle(key.slot),
@@ -2474,6 +2478,10 @@ impl Shard {
             return Ok(0);
         };
         let sent = s.room.send_data(at, msg, now, out);
+        if at.is_none() {
+            // The room's members on other workers too.
+            self.pipe_data(slot, vec![msg.clone()], None);
+        }
         self.settle(slot);
         Ok(sent)
     }

@@ -518,18 +518,27 @@ impl Room {
 
     /// Sends what the data channels of the member at `at` received (after its DTLS input) to
     /// every other member's channel of the same label (a WebRTC member with data channels),
-    /// each receiver's share in one flush, and puts what their legs made on `out`.
-    pub fn relay_data(&mut self, at: MemberAt, out: &mut RoomOut) {
+    /// each receiver's share in one flush, and puts what their legs made on `out`. The
+    /// messages, for the room's other workers (empty when there were none).
+    pub fn relay_data(&mut self, at: MemberAt, out: &mut RoomOut) -> Vec<DataMessage> {
         let Some(leg) = self.member_at(at).and_then(|m| m.leg.as_webrtc_mut()) else {
-            return;
+            return Vec::new();
         };
         let Some((first, now)) = leg.take_data() else {
-            return;
+            return Vec::new();
         };
         let mut msgs = vec![first];
         msgs.extend(std::iter::from_fn(|| leg.take_data().map(|(m, _)| m)));
         out.begin(self.tag);
         self.send_data_to(Some(at.ix), None, &msgs, now, out);
+        msgs
+    }
+
+    /// Sends messages a member of this room on another worker sent (piped here) to every member
+    /// here with data channels; how many were sent them.
+    pub fn deliver_data(&mut self, msgs: &[DataMessage], now: Instant, out: &mut RoomOut) -> usize {
+        out.begin(self.tag);
+        self.send_data_to(None, None, msgs, now, out)
     }
 
     /// Reads what member `id` negotiated again (a renegotiation changed its codecs, payload

@@ -28,7 +28,7 @@ use secrelay_wire::demux::Class;
 
 use super::{Bytes, Event, Handled, Head, JoinError, MemberKey, Queued, RoomSlot, Shard, Who};
 use crate::counters::EndReason;
-use crate::leg::{Leg, MirrorSpec, PipeKey, PipeLeg, Via};
+use crate::leg::{DataMessage, Leg, MirrorSpec, PipeKey, PipeLeg, Via};
 use crate::room::{MemberAt, MemberRole, PipedPacket, Session};
 
 /// Where a piped packet "comes from" (no address: the pipe says whose it is).
@@ -94,6 +94,16 @@ pub enum PipeEvent {
         /// The home's worker.
         home: usize,
     },
+    /// Data-channel messages of `room` for the workers `to` (the home, or replicas), which
+    /// send them to their members ([`Shard::handle_piped_data`]).
+    Data {
+        /// The room.
+        room: String,
+        /// The workers.
+        to: Vec<usize>,
+        /// The messages, in the order they were sent.
+        msgs: Vec<DataMessage>,
+    },
 }
 
 impl Shard {
@@ -140,6 +150,52 @@ impl Shard {
                     && !s.room.is_mixing()
                     && s.room.publishers().next().is_some()
             })
+    }
+
+    /// Data-channel messages a member of the room in `slot` sent (or the server sent to the
+    /// whole room) go to the room's other workers: from a replica to its home, from the home
+    /// to every replica but `except` (the one they came from).
+    pub(super) fn pipe_data(&mut self, slot: usize, msgs: Vec<DataMessage>, except: Option<usize>) {
+        let Some(s) = self.rooms.get(slot).and_then(Option::as_ref) else {
+            return;
+        };
+        let to: Vec<usize> = match s.replica_of {
+            Some(home) => vec![home],
+            None => s.room.pipe_workers().collect(),
+        };
+        let to: Vec<usize> = to.into_iter().filter(|&w| Some(w) != except).collect();
+        if to.is_empty() || msgs.is_empty() {
+            return;
+        }
+        self.queue
+            .push_back(Queued::Event(Event::Pipe(PipeEvent::Data {
+                room: s.name.clone(),
+                to,
+                msgs,
+            })));
+    }
+
+    /// Data-channel messages a member of `room` on worker `from` sent, piped here: sent to
+    /// every member here with data channels, and, at the room's home, on to its other
+    /// replicas. How many members here were sent them (0 when the room is not here).
+    pub fn handle_piped_data(
+        &mut self,
+        now: Instant,
+        room: &str,
+        from: usize,
+        msgs: Vec<DataMessage>,
+    ) -> usize {
+        let Some(&slot) = self.room_index.get(room) else {
+            return 0;
+        };
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[slot].as_mut() else {
+            return 0;
+        };
+        let sent = s.room.deliver_data(&msgs, now, out);
+        self.pipe_data(slot, msgs, Some(from));
+        self.settle(slot);
+        sent
     }
 
     /// A viewer of `room` on `worker`'s replica left: when it was the last, the replica is

@@ -1323,6 +1323,17 @@ fn pipe_metrics(
     )?;
     super::stats::labelled_counters(
         e,
+        "secrelay_cluster_pipe_data_messages",
+        "Data-channel messages of rooms across nodes, by event: sent (to another node), received (from one), dropped (not sent: larger than a control frame takes; or received unreadable)",
+        "event",
+        &[
+            ("sent", get(&n.data_sent)),
+            ("received", get(&n.data_received)),
+            ("dropped", get(&n.data_dropped)),
+        ],
+    )?;
+    super::stats::labelled_counters(
+        e,
         "secrelay_cluster_pipe_drops",
         "Pipe datagrams dropped, by reason: bad (unreadable, or its tag did not check), replayed (seen before, or older than the window), unknown_link (for no link of this node's), lost (not sent, or a worker's queue was full)",
         "reason",

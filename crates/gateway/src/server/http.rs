@@ -719,20 +719,17 @@ async fn offer(
         Ok(o) => o,
         Err(e) => return ApiError::bad(format!("bad SDP offer: {e}")).into_response(),
     };
-    // A viewer without data channels may be spread to another worker (`Gateway::join`).
-    let spreads = kind == JoinKind::Whep && !offer.media.iter().any(|m| m.sctp.is_some());
+    // A viewer may be spread to another worker (`Gateway::join`) or served here for another
+    // node's room.
+    let spreads = kind == JoinKind::Whep;
     if let Err(e) = room_for_one_more(&s, &room, &caller, source, spreads) {
         return e.into_response();
     }
     let remote_ufrag = offer.ice_ufrag.clone();
     let joined = match piped {
         Some((node, url, addr)) => {
-            // Not served here after all (data channels, no link, the room not there yet): sent
-            // to its node.
+            // Not served here after all (no link, the room not there yet): sent to its node.
             let to_owner = || redirect((node, url), &room, &uri);
-            if !spreads {
-                return to_owner();
-            }
             match s
                 .gateway
                 .join_remote(&room, (node, addr), offer, who(&caller))

@@ -85,9 +85,16 @@ pub mod fuzzing {
     /// key (the packet's length, or `None` when its header or tag does not check), or a link's
     /// control frame (`kind` 1: its message, or why it is none).
     pub fn node_pipe(kind: u8, data: &[u8]) -> Result<String, String> {
-        use super::node_pipes::{datagram, parse_control};
+        use super::node_pipes::{data as data_frames, datagram, parse_control, Control};
         if kind & 1 == 1 {
-            return parse_control(data).map(|c| format!("{c:?}"));
+            return match parse_control(data)? {
+                // Its messages read as the receiving node reads them.
+                Control::Data { msgs, .. } => {
+                    let (msgs, bad) = data_frames::messages(msgs);
+                    Ok(format!("{} messages, {bad} unreadable", msgs.len()))
+                }
+                c => Ok(format!("{c:?}")),
+            };
         }
         static KEY: OnceLock<datagram::LinkKey> = OnceLock::new();
         let key = KEY.get_or_init(|| datagram::LinkKey::new(&[0x5a; datagram::KEY_LEN]));
@@ -774,8 +781,9 @@ impl Gateway {
         r
     }
 
-    /// Makes a participant for `offer` in `room`, for `who` (a viewer without data channels on
-    /// the worker with the fewest participants, when the room spreads its viewers).
+    /// Makes a participant for `offer` in `room`, for `who` (a viewer on the worker with the
+    /// fewest participants, when the room spreads its viewers: its data-channel messages are
+    /// piped between the room's workers).
     pub async fn join(
         &self,
         room: &str,
@@ -783,9 +791,7 @@ impl Gateway {
         kind: JoinKind,
         who: Who,
     ) -> Result<Joined, JoinError> {
-        // A viewer with data channels stays on the room's worker: messages are relayed there.
-        let data = self.config.data_channels && offer.media.iter().any(|m| m.sctp.is_some());
-        if kind == JoinKind::Whep && !data {
+        if kind == JoinKind::Whep {
             if let Some(at) = self.viewer_worker(room) {
                 return self.join_viewer_on(room, at, offer, who).await;
             }

@@ -24,6 +24,7 @@
 //!   ([`secrelay_core::shard::Shard::cut_pipes`]): the home stops sending, the replicas'
 //!   mirrors go.
 
+pub(crate) mod data;
 pub(crate) mod datagram;
 
 use std::collections::HashMap;
@@ -33,7 +34,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use secrelay_core::leg::{MirrorSpec, PipeKey};
+use secrelay_core::leg::{DataMessage, MirrorSpec, PipeKey};
 use secrelay_wire::demux::Class;
 use secrelay_wire::sdp::Offer;
 use serde::{Deserialize, Serialize};
@@ -157,6 +158,14 @@ pub(crate) enum Control {
         home: u16,
         worker: u16,
     },
+    /// Data-channel messages of `room` for its home or replica at `worker`, from the sender's
+    /// worker `from` ([`data`]).
+    Data {
+        room: String,
+        worker: u16,
+        from: u16,
+        msgs: Vec<data::WireData>,
+    },
 }
 
 /// Why a link could not be made.
@@ -260,6 +269,11 @@ pub(crate) struct PipeCounts {
     pub links_lost: AtomicU64,
     /// Tries to make a link that failed (TCP, TLS, the other's certificate or hello).
     pub link_failures: AtomicU64,
+    /// Data-channel messages sent to other nodes, and taken from them.
+    pub data_sent: AtomicU64,
+    pub data_received: AtomicU64,
+    /// Data-channel messages that did not cross: larger than a frame, or unreadable.
+    pub data_dropped: AtomicU64,
 }
 
 /// This node's end of the node pipes. See the [module documentation](self).
@@ -812,6 +826,24 @@ impl NodePipes {
                     post(p, move |w, _| w.shard_mut().detach_pipe(&room, at));
                 }
             }
+            Control::Data {
+                room,
+                worker,
+                from,
+                msgs,
+            } => {
+                let (msgs, bad) = data::messages(msgs);
+                let c = &self.counts;
+                c.data_dropped.fetch_add(bad, Ordering::Relaxed);
+                c.data_received
+                    .fetch_add(msgs.len() as u64, Ordering::Relaxed);
+                if let (Some(p), false) = (peer(worker), msgs.is_empty()) {
+                    let from = remote_worker(id, from);
+                    post(p, move |w, now| {
+                        w.shard_mut().handle_piped_data(now, &room, from, msgs);
+                    });
+                }
+            }
         }
     }
 
@@ -967,6 +999,24 @@ impl NodePipes {
 
     /// Tells the other node's worker `to` ([`remote_worker`]) what `msg` says (its worker
     /// fields are filled in here).
+    /// Sends data-channel messages of `room` from this node's worker `from` to another node's
+    /// worker `to`, in as many frames as they take ([`data::frames`]); counted.
+    pub(crate) fn tell_data(&self, to: usize, room: &str, from: usize, msgs: &[DataMessage]) {
+        let (frames, left_out) = data::frames(msgs);
+        let c = &self.counts;
+        c.data_dropped.fetch_add(left_out, Ordering::Relaxed);
+        let from = u16::try_from(from).unwrap_or(u16::MAX);
+        for msgs in frames {
+            c.data_sent.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+            self.tell(to, |worker| Control::Data {
+                room: room.to_owned(),
+                worker,
+                from,
+                msgs,
+            });
+        }
+    }
+
     pub(crate) fn tell(&self, to: usize, msg: impl FnOnce(u16) -> Control) {
         if let Some(link) = split(to).and_then(|(id, w)| Some((self.link(id)?, w))) {
             link.0.send(msg(link.1));

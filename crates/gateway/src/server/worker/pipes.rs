@@ -180,6 +180,20 @@ impl Worker {
                     self.post(to, move |w, now| w.shard.close_replica(now, &room));
                 }
             }
+            PipeEvent::Data { room, to, msgs } => {
+                for w in to {
+                    if node_pipes::split(w).is_some() {
+                        if let Some(p) = self.shared.node_pipes.get() {
+                            p.tell_data(w, &room, me, &msgs);
+                        }
+                        continue;
+                    }
+                    let (room, msgs) = (room.clone(), msgs.clone());
+                    self.post(w, move |w, now| {
+                        w.shard.handle_piped_data(now, &room, me, msgs);
+                    });
+                }
+            }
             PipeEvent::ViewerLeft { room, home } => {
                 let worker = u16::try_from(me).unwrap_or(u16::MAX);
                 if !self.tell_node(home, |home| Control::ViewerLeft {
