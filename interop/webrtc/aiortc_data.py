@@ -12,12 +12,15 @@ unreliable as the sender's. Both leave with DELETE.
 With --b-whep the second peer is a WHEP viewer (`POST /whep/{room}`), which a gateway with
 more than one worker serves on another worker than the room's, and with --base-b it asks
 another node of a cluster, which serves it there: the messages then cross between workers or
-nodes. With --server-message the gateway's API (at --base, with the admin key in
+nodes. With --negotiated ID both peers also make a channel `agreed` with `negotiated=True` and that
+stream id (no DCEP: the gateway must have it configured as `[[data_negotiated]]`), and each
+sends 100 messages on it, which the other must receive in order on its own `agreed` channel.
+With --server-message the gateway's API (at --base, with the admin key in
 SECRELAY_ADMIN_KEY) sends one message to the whole room, which both peers must receive.
 
 Prints one JSON line with what it measured; exit status 0 only when everything passed.
 Usage: aiortc_data.py --base http://127.0.0.1:PORT [--room NAME] [--messages N] [--binary B]
-                      [--b-whep] [--base-b URL] [--server-message]
+                      [--b-whep] [--base-b URL] [--server-message] [--negotiated ID]
 """
 
 import argparse
@@ -96,7 +99,12 @@ async def run(args):
     chat_a = a.pc.createDataChannel("chat")
     chat_b = b.pc.createDataChannel("chat")
     lossy_a = a.pc.createDataChannel("lossy", ordered=False, maxRetransmits=0)
-    for ch, inbox in ((chat_a, inbox_a), (chat_b, inbox_b), (lossy_a, inbox_a)):
+    watched = [(chat_a, inbox_a), (chat_b, inbox_b), (lossy_a, inbox_a)]
+    agreed = []
+    if args.negotiated is not None:
+        agreed = [p.pc.createDataChannel("agreed", negotiated=True, id=args.negotiated) for p in (a, b)]
+        watched += list(zip(agreed, (inbox_a, inbox_b)))
+    for ch, inbox in watched:
         inbox.watch(ch)
     # The room is made by the first peer; the second joins it.
     for p in (a, b):
@@ -105,7 +113,7 @@ async def run(args):
     await asyncio.wait_for(asyncio.gather(a.connected.wait(), b.connected.wait()), args.timeout)
     result["worker_participants"] = await worker_participants(base)
     result["answer_has_sctp"] = "m=application" in (a.answer or "") and "a=sctp-port:" in a.answer
-    for ch in (chat_a, chat_b, lossy_a):
+    for ch in [chat_a, chat_b, lossy_a] + agreed:
         await opened(ch, args.timeout)
     n = args.messages
     t0 = time.monotonic()
@@ -128,6 +136,8 @@ async def run(args):
     await inbox_b.until(lambda: len(inbox_b.text.get("lossy", [])) >= 10, 5)
     result["lossy_received"] = len(inbox_b.text.get("lossy", []))
     result["lossy_channel_at_b"] = inbox_b.channels.get("lossy")
+    if agreed:
+        result["negotiated"] = await negotiated_exchange(agreed, (inbox_a, inbox_b), args.timeout)
     if args.server_message:
         result["server_message"] = await server_message(base, args.room, (inbox_a, inbox_b), args.timeout)
     result["delete"] = [await a.leave(), await b.leave()]
@@ -135,8 +145,29 @@ async def run(args):
                     and result["answer_has_sctp"] and result["lossy_received"] > 0
                     and result["lossy_channel_at_b"] == {"ordered": False, "max_retransmits": 0}
                     and result["delete"] == [200, 200]
-                    and (not args.server_message or result["server_message"]["received"] == [True, True]))
+                    and (not args.server_message or result["server_message"]["received"] == [True, True])
+                    and (not agreed or result["negotiated"]["in_order"] == [True, True]))
     return result
+
+
+async def negotiated_exchange(agreed, inboxes, timeout):
+    """100 messages each way on the negotiated channels: how many each peer received on its own,
+    and whether in order."""
+    for i in range(100):
+        agreed[0].send(f"agreed-a-{i}")
+        agreed[1].send(f"agreed-b-{i}")
+    inbox_a, inbox_b = inboxes
+    await asyncio.gather(
+        inbox_b.until(lambda: len(inbox_b.text.get("agreed", [])) >= 100, timeout),
+        inbox_a.until(lambda: len(inbox_a.text.get("agreed", [])) >= 100, timeout),
+    )
+    got_b, got_a = inbox_b.text.get("agreed", []), inbox_a.text.get("agreed", [])
+    return {
+        "received": [len(got_b), len(got_a)],
+        "in_order": [got_b == [f"agreed-a-{i}" for i in range(100)],
+                     got_a == [f"agreed-b-{i}" for i in range(100)]],
+        "ids": [ch.id for ch in agreed],
+    }
 
 
 async def worker_participants(base):
@@ -176,6 +207,7 @@ def main():
     ap.add_argument("--timeout", type=float, default=30.0)
     ap.add_argument("--b-whep", action="store_true", help="the second peer joins with WHEP")
     ap.add_argument("--base-b", help="where the second peer signals (default: --base)")
+    ap.add_argument("--negotiated", type=int, help="the stream id of a negotiated channel both peers make")
     ap.add_argument("--server-message", action="store_true",
                     help="send one message to the room through the API; both peers must get it")
     args = ap.parse_args()

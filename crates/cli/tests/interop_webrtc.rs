@@ -541,6 +541,56 @@ fn aiortc_peers_exchange_data_channel_messages_through_the_room() {
     assert_eq!(gw.metric("secrelay_participants"), 0.0);
 }
 
+/// Data channels agreed on out of band (`negotiated: true`), with aiortc on both ends: the
+/// gateway configured with the channel (`[[data_negotiated]]`, its stream id 100) opens it on
+/// each participant's association without DCEP, and 100 messages each way on it reach the
+/// other peer's channel of that id in order, beside the channels opened by DCEP.
+#[test]
+fn aiortc_negotiated_data_channels_carry_messages_through_the_room() {
+    let test = "aiortc_negotiated_data_channels_carry_messages_through_the_room";
+    let Some(python) = python(test) else { return };
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("negotiated.toml");
+    std::fs::write(
+        &config,
+        "[[data_negotiated]]\nid = 100\nlabel = \"agreed\"\n",
+    )
+    .unwrap();
+    let gw = Gateway::start_with(&["--config", config.to_str().unwrap()]);
+    let (v, ok) = run_script(
+        &python,
+        "aiortc_data.py",
+        &[
+            "--base",
+            &gw.base,
+            "--room",
+            "negotiated",
+            "--negotiated",
+            "100",
+            "--messages",
+            "100",
+        ],
+        &gw,
+    );
+    assert!(ok, "aiortc_data.py failed: {v}");
+    assert_eq!(
+        v["negotiated"]["received"],
+        serde_json::json!([100, 100]),
+        "{v}"
+    );
+    assert_eq!(
+        v["negotiated"]["in_order"],
+        serde_json::json!([true, true]),
+        "{v}"
+    );
+    assert_eq!(v["received"], serde_json::json!([100, 100]), "{v}");
+    assert_eq!(
+        gw.metric("secrelay_data_discarded_total{reason=\"unknown_channel\"}"),
+        0.0
+    );
+}
+
 /// Data channels in a room spread over two workers, with aiortc on both ends: a member joins
 /// (the room's worker) and a WHEP viewer with data channels joins on the other worker; their
 /// messages cross between the workers both ways, complete and in order, a 60 kB binary message

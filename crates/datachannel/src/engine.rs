@@ -356,6 +356,7 @@ impl DataChannels {
             Event::Connected if !self.connected => {
                 self.connected = true;
                 self.events.push_back(ChannelEvent::Connected);
+                self.open_negotiated();
             }
             Event::HandshakeFailed { .. } | Event::AssociationLost { .. } => self.disconnect(true),
             Event::Stream(e) => self.on_stream_event(e),
@@ -608,6 +609,43 @@ impl DataChannels {
             },
         );
         Ok(ChannelId(id))
+    }
+
+    /// The channels agreed on out of band ([`Config::negotiated`]), opened on their stream ids
+    /// without DATA_CHANNEL_OPEN once the association is up (a stream the peer's data opened
+    /// already is taken as it is), each reported as opened.
+    fn open_negotiated(&mut self) {
+        for n in self.config.negotiated.clone() {
+            let Some(assoc) = self.assoc.as_mut() else {
+                return;
+            };
+            let stream = match assoc.inner.open_stream(n.id, Ppid::Binary) {
+                Ok(s) => Ok(s),
+                Err(_) => assoc.inner.stream(n.id),
+            };
+            let Ok(mut stream) = stream else {
+                continue;
+            };
+            let (kind, value) = reliability_params(n.spec.reliability);
+            if stream
+                .set_reliability_params(!n.spec.ordered, kind, value)
+                .is_err()
+            {
+                continue;
+            }
+            self.counters.channels_opened += 1;
+            self.channels.insert(
+                n.id,
+                Channel {
+                    spec: n.spec.clone(),
+                    state: ChannelState::Open,
+                },
+            );
+            self.events.push_back(ChannelEvent::Opened {
+                id: ChannelId(n.id),
+                spec: n.spec,
+            });
+        }
     }
 
     fn write(

@@ -95,6 +95,23 @@ pub struct Config {
     /// The peer's SCTP port (its `a=sctp-port`), the destination port of what we send.
     /// Default 5000.
     pub remote_port: u16,
+    /// Channels both sides agreed on out of band (W3C `negotiated: true`, RFC 8832 §1): open
+    /// on their stream ids as soon as the association is up, without DATA_CHANNEL_OPEN, each
+    /// reported as [`ChannelEvent::Opened`] then. Channels we open skip their ids. A peer's
+    /// DATA_CHANNEL_OPEN on one of them is refused as any OPEN on a stream in use: its stream
+    /// is reset, which closes the agreed channel too (the sides disagree about it). Default
+    /// none.
+    pub negotiated: Vec<Negotiated>,
+}
+
+/// A channel agreed on out of band: its stream id (either parity, below
+/// [`Config::max_channels`]) and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Negotiated {
+    /// Its stream id.
+    pub id: u16,
+    /// Its label, ordering and reliability (what a DATA_CHANNEL_OPEN would have said).
+    pub spec: ChannelSpec,
 }
 
 impl Config {
@@ -137,6 +154,28 @@ impl Config {
                 });
             }
         }
+        self.validate_negotiated()
+    }
+
+    fn validate_negotiated(&self) -> Result<(), ConfigError> {
+        let bad = |reason: String| ConfigError {
+            field: "negotiated",
+            reason,
+        };
+        for (k, n) in self.negotiated.iter().enumerate() {
+            if n.id >= self.max_channels {
+                return Err(bad(format!(
+                    "stream id {} is not below max_channels ({})",
+                    n.id, self.max_channels
+                )));
+            }
+            if self.negotiated[..k].iter().any(|m| m.id == n.id) {
+                return Err(bad(format!("stream id {} is given twice", n.id)));
+            }
+            if let Err(e) = dcep::encode_open(&n.spec) {
+                return Err(bad(format!("channel {:?}: {e}", n.spec.label)));
+            }
+        }
         Ok(())
     }
 }
@@ -149,6 +188,7 @@ impl Default for Config {
             max_buffered: 1 << 20,
             local_port: 5000,
             remote_port: 5000,
+            negotiated: Vec::new(),
         }
     }
 }

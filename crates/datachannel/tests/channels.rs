@@ -755,3 +755,122 @@ fn sctp_ports_other_than_5000_connect() {
     );
     assert_eq!(ports(0, 5000).validate().unwrap_err().field, "local_port");
 }
+
+/// Channels agreed on out of band (W3C `negotiated: true`): both sides configured with the
+/// same stream ids open them when the association comes up, with no DATA_CHANNEL_OPEN either
+/// way; messages cross both ways on them with their settings; channels opened by DCEP take
+/// other ids; a DATA_CHANNEL_OPEN a peer that did not agree sends on one of their ids is
+/// refused (the stream reset, closing both).
+#[test]
+fn negotiated_channels_open_without_dcep_and_refuse_an_open_on_their_ids() {
+    use secrelay_datachannel::Negotiated;
+    let chat = spec("chat", true, Reliability::Reliable);
+    let lossy = spec("lossy", false, Reliability::MaxRetransmits(0));
+    let agreed = vec![
+        Negotiated {
+            id: 0,
+            spec: chat.clone(),
+        },
+        Negotiated {
+            id: 7,
+            spec: lossy.clone(),
+        },
+    ];
+    let with = |negotiated: Vec<Negotiated>| Config {
+        negotiated,
+        ..Config::default()
+    };
+    let mut pair = Pair::new(with(agreed.clone()), with(agreed), Loss::None);
+    pair.connect();
+    for side in [Side::Client, Side::Server] {
+        let opened: Vec<_> = pair
+            .events(side)
+            .iter()
+            .filter(|e| matches!(e, ChannelEvent::Opened { .. }))
+            .cloned()
+            .collect();
+        assert_eq!(
+            opened,
+            [
+                ChannelEvent::Opened {
+                    id: ChannelId(0),
+                    spec: chat.clone()
+                },
+                ChannelEvent::Opened {
+                    id: ChannelId(7),
+                    spec: lossy.clone()
+                },
+            ],
+            "{side:?}"
+        );
+    }
+    for i in 0..100u8 {
+        pair.client
+            .send(ChannelId(0), MessageKind::Text, &[b'a' + i % 26])
+            .unwrap();
+        pair.server
+            .send(ChannelId(7), MessageKind::Binary, &[i])
+            .unwrap();
+    }
+    let ok = pair.run_until(MINUTE, |p| {
+        p.received(Side::Server, ChannelId(0)).len() == 100
+            && p.received(Side::Client, ChannelId(7)).len() == 100
+    });
+    assert!(ok, "the negotiated channels did not carry every message");
+    let in_order: Vec<_> = (0..100u8)
+        .map(|i| (MessageKind::Text, vec![b'a' + i % 26]))
+        .collect();
+    assert_eq!(pair.received(Side::Server, ChannelId(0)), in_order);
+    let (c, s) = (pair.client.counters(), pair.server.counters());
+    assert_eq!(c.dcep_opens_sent + s.dcep_opens_sent, 0, "no DCEP");
+    assert_eq!((c.channels_opened, s.channels_opened), (2, 2));
+    // A channel opened by DCEP skips the negotiated ids (the client's first even id is 2).
+    let id = pair.open(Side::Client, spec("later", true, Reliability::Reliable));
+    assert_eq!(id, ChannelId(2));
+
+    // A peer that did not agree opens its first channel on id 0, which the other side has
+    // agreed on: refused.
+    let mut pair = Pair::new(
+        Config::default(),
+        with(vec![Negotiated {
+            id: 0,
+            spec: chat.clone(),
+        }]),
+        Loss::None,
+    );
+    pair.connect();
+    let id = pair
+        .client
+        .open(spec("other", true, Reliability::Reliable))
+        .unwrap();
+    assert_eq!(id, ChannelId(0));
+    pair.run_until(Duration::from_secs(5), |p| {
+        p.server.counters().discarded(Discard::RefusedOpen) > 0
+    });
+    assert_eq!(pair.server.counters().discarded(Discard::RefusedOpen), 1);
+    // Its stream is reset (the refusal RFC 8832 §6 asks for), which ends the agreed channel
+    // too: the two sides disagree about that stream.
+    let closed = ChannelEvent::Closed { id: ChannelId(0) };
+    let ok = pair.run_until(Duration::from_secs(5), |p| {
+        p.server_events.contains(&closed) && p.client_events.contains(&closed)
+    });
+    assert!(ok, "the stream was not reset both ways");
+    assert_eq!(pair.server.channel(ChannelId(0)), None);
+}
+
+#[test]
+fn negotiated_channels_are_checked_with_the_config() {
+    use secrelay_datachannel::Negotiated;
+    let n = |id| Negotiated {
+        id,
+        spec: spec("x", true, Reliability::Reliable),
+    };
+    let config = |negotiated| Config {
+        negotiated,
+        ..Config::default()
+    };
+    let field = |c: Config| c.validate().unwrap_err().to_string();
+    assert!(field(config(vec![n(1024)])).contains("not below max_channels"));
+    assert!(field(config(vec![n(3), n(3)])).contains("given twice"));
+    assert!(config(vec![n(0), n(1023)]).validate().is_ok());
+}

@@ -303,12 +303,20 @@ fn table(name: &str, defaults: &Value, structs: &BTreeMap<String, syn::ItemStruc
 }
 
 /// The default of a struct nested as a map or a list of tables: known ones by name (a
-/// webhook has no default: its keys without one are required).
+/// webhook and a negotiated channel have none: their keys without one are required).
 fn default_of(name: &str) -> Value {
     match name {
         "RoomConfig" => serde_json::to_value(secrelay_gateway::server::RoomConfig::default())
             .expect("RoomConfig serializes"),
         "WebhookConfig" => serde_json::json!({"url": null, "key": null, "events": []}),
+        "NegotiatedChannel" => serde_json::json!({
+            "id": null,
+            "label": null,
+            "protocol": "",
+            "ordered": true,
+            "max_retransmits": null,
+            "max_lifetime_ms": null,
+        }),
         other => panic!(
             "a map of {other} tables: add its default to default_of() in {}",
             file!()

@@ -16,7 +16,7 @@ use std::time::Instant;
 use crate::counters::DataCounters;
 use secrelay_datachannel::{
     ChannelEvent, ChannelId, ChannelSpec, Config, DataChannelError, DataChannels, Discards,
-    MessageKind, Side,
+    MessageKind, Negotiated, Side,
 };
 
 /// Limits on what one participant's data channels carry.
@@ -30,6 +30,9 @@ pub struct DataLimits {
     /// Bytes per second a participant may send into the room (the bucket holds two seconds'
     /// worth, and at least one largest message); more are dropped and counted.
     pub bytes_per_second: u64,
+    /// Channels every participant has agreed on out of band (W3C `negotiated: true`): open on
+    /// their stream ids without DCEP once its association is up, relayed by label as any.
+    pub negotiated: Vec<Negotiated>,
 }
 
 impl Default for DataLimits {
@@ -38,6 +41,7 @@ impl Default for DataLimits {
             max_message_size: 262_144,
             messages_per_second: 500,
             bytes_per_second: 2 << 20,
+            negotiated: Vec::new(),
         }
     }
 }
@@ -141,6 +145,7 @@ impl DataLink {
     ) -> Result<DataLink, secrelay_datachannel::ConfigError> {
         let config = Config {
             max_message_size: limits.max_message_size,
+            negotiated: limits.negotiated.clone(),
             ..Config::default()
         };
         Ok(DataLink {
@@ -311,6 +316,7 @@ mod tests {
             max_message_size: 1000,
             messages_per_second: 10,
             bytes_per_second: 5000,
+            negotiated: Vec::new(),
         }
     }
 

@@ -57,6 +57,62 @@ pub struct WebhookConfig {
     pub events: Vec<String>,
 }
 
+/// A data channel every participant agrees on out of band, as a page's
+/// `createDataChannel(label, {negotiated: true, id})` makes one.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NegotiatedChannel {
+    /// Its SCTP stream id, the `id` both sides give it (0 to 1023).
+    pub id: u16,
+    /// Its label: what the room relays its messages by.
+    pub label: String,
+    /// Its subprotocol (empty for none).
+    #[serde(default)]
+    pub protocol: String,
+    /// Whether its messages arrive in the order sent.
+    #[serde(default = "ordered_by_default")]
+    pub ordered: bool,
+    /// Partially reliable: each message is retransmitted at most this many times (not with
+    /// `max_lifetime_ms`). Neither: reliable.
+    #[serde(default)]
+    pub max_retransmits: Option<u32>,
+    /// Partially reliable: each message is retransmitted for at most this many milliseconds.
+    #[serde(default)]
+    pub max_lifetime_ms: Option<u32>,
+}
+
+fn ordered_by_default() -> bool {
+    true
+}
+
+impl NegotiatedChannel {
+    /// As the data-channel engine takes it.
+    fn negotiated(&self) -> Result<secrelay_datachannel::Negotiated, ConfigError> {
+        use secrelay_datachannel::Reliability;
+        let reliability = match (self.max_retransmits, self.max_lifetime_ms) {
+            (None, None) => Reliability::Reliable,
+            (Some(n), None) => Reliability::MaxRetransmits(n),
+            (None, Some(ms)) => Reliability::MaxLifetime(Duration::from_millis(u64::from(ms))),
+            (Some(_), Some(_)) => {
+                return Err(ConfigError(format!(
+                    "data_negotiated id {}: max_retransmits and max_lifetime_ms are exclusive",
+                    self.id
+                )))
+            }
+        };
+        Ok(secrelay_datachannel::Negotiated {
+            id: self.id,
+            spec: secrelay_datachannel::ChannelSpec {
+                label: self.label.clone(),
+                protocol: self.protocol.clone(),
+                ordered: self.ordered,
+                reliability,
+                priority: 256,
+            },
+        })
+    }
+}
+
 /// Everything `secrelay serve` can be told.
 ///
 /// `docs/configuration.md` and `packaging/secrelay.toml` are generated from these fields, their
@@ -210,6 +266,12 @@ pub struct ServeConfig {
     /// Data-channel bytes per second a participant may send into its room (bursts of two
     /// seconds' worth, and at least one largest message); more are dropped and counted.
     pub data_bytes_per_second: u64,
+    /// Data channels every participant agrees on out of band (`[[data_negotiated]]`, the
+    /// W3C's `negotiated: true`): each participant's association opens them on their stream
+    /// ids without DCEP as soon as it is up, and the room relays their messages by label like
+    /// any other channel's (a participant without the channel gets one opened by DCEP). A
+    /// page's channel of the same id must have the same settings. None by default.
+    pub data_negotiated: Vec<NegotiatedChannel>,
     /// Origins whose pages may call the gateway from a browser (CORS), e.g.
     /// `"https://app.example.com"`; `"*"` for any. Empty (the default): none but the gateway's
     /// own pages, which need no CORS.
@@ -536,6 +598,7 @@ impl Default for ServeConfig {
             max_participants: 10_000,
             data_channels: true,
             data_max_message_size: 262_144,
+            data_negotiated: Vec::new(),
             data_messages_per_second: 500,
             data_bytes_per_second: 2 << 20,
             shed_handshakes_at: AdmissionConfig::default().shed_handshakes_at,
@@ -746,12 +809,26 @@ impl ServeConfig {
                 self.data_messages_per_second, self.data_bytes_per_second
             )));
         }
+        let negotiated = self
+            .data_negotiated
+            .iter()
+            .map(NegotiatedChannel::negotiated)
+            .collect::<Result<Vec<_>, _>>()?;
+        let engine = secrelay_datachannel::Config {
+            max_message_size: self.data_max_message_size,
+            negotiated,
+            ..secrelay_datachannel::Config::default()
+        };
+        engine
+            .validate()
+            .map_err(|e| ConfigError(format!("data_negotiated: {}", e.reason)))?;
         Ok(self
             .data_channels
             .then_some(secrelay_core::leg::DataLimits {
                 max_message_size: self.data_max_message_size,
                 messages_per_second: self.data_messages_per_second,
                 bytes_per_second: self.data_bytes_per_second,
+                negotiated: engine.negotiated,
             }))
     }
 
@@ -1311,6 +1388,48 @@ mod tests {
     #[test]
     fn empty_file_is_the_defaults() {
         assert_eq!(ServeConfig::from_toml("").unwrap(), ServeConfig::default());
+    }
+
+    #[test]
+    fn negotiated_data_channels_are_read_and_checked() {
+        use secrelay_datachannel::Reliability;
+        let c = ServeConfig::from_toml(
+            "[[data_negotiated]]\nid = 0\nlabel = \"chat\"\n\n\
+             [[data_negotiated]]\nid = 5\nlabel = \"state\"\nordered = false\nmax_lifetime_ms = 300\n",
+        )
+        .unwrap();
+        let limits = c.data_limits().unwrap().unwrap();
+        let got: Vec<_> = limits
+            .negotiated
+            .iter()
+            .map(|n| {
+                (
+                    n.id,
+                    n.spec.label.as_str(),
+                    n.spec.ordered,
+                    n.spec.reliability,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, "chat", true, Reliability::Reliable),
+                (
+                    5,
+                    "state",
+                    false,
+                    Reliability::MaxLifetime(Duration::from_millis(300))
+                ),
+            ]
+        );
+        let refused = |toml: &str| ServeConfig::from_toml(toml).unwrap_err().0;
+        let both = "[[data_negotiated]]\nid = 1\nlabel = \"x\"\nmax_retransmits = 0\nmax_lifetime_ms = 1\n";
+        assert!(refused(both).contains("exclusive"), "{}", refused(both));
+        let twice = "[[data_negotiated]]\nid = 1\nlabel = \"x\"\n[[data_negotiated]]\nid = 1\nlabel = \"y\"\n";
+        assert!(refused(twice).contains("data_negotiated: stream id 1 is given twice"));
+        let high = "[[data_negotiated]]\nid = 1024\nlabel = \"x\"\n";
+        assert!(refused(high).contains("not below"));
     }
 
     /// Workers get the multi-buffer engine unless told otherwise: every packet, video
