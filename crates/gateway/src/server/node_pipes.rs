@@ -997,8 +997,6 @@ impl NodePipes {
         self.counts.lost.fetch_add(failed, Ordering::Relaxed);
     }
 
-    /// Tells the other node's worker `to` ([`remote_worker`]) what `msg` says (its worker
-    /// fields are filled in here).
     /// Sends data-channel messages of `room` from this node's worker `from` to another node's
     /// worker `to`, in as many frames as they take ([`data::frames`]); counted.
     pub(crate) fn tell_data(&self, to: usize, room: &str, from: usize, msgs: &[DataMessage]) {
@@ -1007,20 +1005,28 @@ impl NodePipes {
         c.data_dropped.fetch_add(left_out, Ordering::Relaxed);
         let from = u16::try_from(from).unwrap_or(u16::MAX);
         for msgs in frames {
-            c.data_sent.fetch_add(msgs.len() as u64, Ordering::Relaxed);
-            self.tell(to, |worker| Control::Data {
+            let n = msgs.len() as u64;
+            let told = self.tell(to, |worker| Control::Data {
                 room: room.to_owned(),
                 worker,
                 from,
                 msgs,
             });
+            match told {
+                true => c.data_sent.fetch_add(n, Ordering::Relaxed),
+                false => c.data_dropped.fetch_add(n, Ordering::Relaxed),
+            };
         }
     }
 
-    pub(crate) fn tell(&self, to: usize, msg: impl FnOnce(u16) -> Control) {
-        if let Some(link) = split(to).and_then(|(id, w)| Some((self.link(id)?, w))) {
-            link.0.send(msg(link.1));
-        }
+    /// Tells the other node's worker `to` ([`remote_worker`]) what `msg` says (its worker
+    /// fields are filled in here); `false` when there is no link to its node (any more).
+    pub(crate) fn tell(&self, to: usize, msg: impl FnOnce(u16) -> Control) -> bool {
+        let Some((link, worker)) = split(to).and_then(|(id, w)| Some((self.link(id)?, w))) else {
+            return false;
+        };
+        link.send(msg(worker));
+        true
     }
 
     /// The UDP socket's reader: waits for a datagram (200 ms at most, to see a stop), then
