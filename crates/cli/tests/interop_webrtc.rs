@@ -513,6 +513,33 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
     );
 }
 
+/// `aiortc_data.py` against a gateway of its own (`secrelay serve` with `serve_args`), in
+/// `room`, with `args`: its JSON, once it passed, and the gateway; `None` when aiortc is
+/// missing outside CI.
+fn aiortc_data(
+    test: &str,
+    serve_args: &[&str],
+    room: &str,
+    args: &[&str],
+) -> Option<(Value, Gateway)> {
+    let python = python(test)?;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gw = Gateway::start_with(serve_args);
+    let mut all = vec!["--base", gw.base.as_str(), "--room", room];
+    all.extend_from_slice(args);
+    let (v, ok) = run_script(&python, "aiortc_data.py", &all, &gw);
+    assert!(ok, "aiortc_data.py failed: {v}");
+    Some((v, gw))
+}
+
+/// What `aiortc_data.py` says its peers exchanged on their `chat` channels: `n` messages each
+/// way, complete and in order, and the binary message intact.
+fn assert_chat_exchanged(v: &Value, n: u64) {
+    assert_eq!(v["received"], serde_json::json!([n, n]), "{v}");
+    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
+    assert_eq!(v["binary_ok"], true, "{v}");
+}
+
 /// Data channels with aiortc (an SCTP stack nobody here wrote) on both ends, joined with data
 /// channels and no media: 500 messages each way in order, a 60 kB binary message intact, and
 /// an unordered channel without retransmissions that the receiver never opened reaches it on
@@ -520,19 +547,10 @@ fn chromium_plays_what_chromium_publishes_through_whip_and_whep() {
 #[test]
 fn aiortc_peers_exchange_data_channel_messages_through_the_room() {
     let test = "aiortc_peers_exchange_data_channel_messages_through_the_room";
-    let Some(python) = python(test) else { return };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start();
-    let (v, ok) = run_script(
-        &python,
-        "aiortc_data.py",
-        &["--base", &gw.base, "--room", "aiortc-data"],
-        &gw,
-    );
-    assert!(ok, "aiortc_data.py failed: {v}");
-    assert_eq!(v["received"], serde_json::json!([500, 500]), "{v}");
-    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
-    assert_eq!(v["binary_ok"], true, "{v}");
+    let Some((v, gw)) = aiortc_data(test, &[], "aiortc-data", &[]) else {
+        return;
+    };
+    assert_chat_exchanged(&v, 500);
     assert_eq!(
         v["lossy_channel_at_b"],
         serde_json::json!({"ordered": false, "max_retransmits": 0}),
@@ -548,8 +566,6 @@ fn aiortc_peers_exchange_data_channel_messages_through_the_room() {
 #[test]
 fn aiortc_negotiated_data_channels_carry_messages_through_the_room() {
     let test = "aiortc_negotiated_data_channels_carry_messages_through_the_room";
-    let Some(python) = python(test) else { return };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("negotiated.toml");
     std::fs::write(
@@ -557,34 +573,15 @@ fn aiortc_negotiated_data_channels_carry_messages_through_the_room() {
         "[[data_negotiated]]\nid = 100\nlabel = \"agreed\"\n",
     )
     .unwrap();
-    let gw = Gateway::start_with(&["--config", config.to_str().unwrap()]);
-    let (v, ok) = run_script(
-        &python,
-        "aiortc_data.py",
-        &[
-            "--base",
-            &gw.base,
-            "--room",
-            "negotiated",
-            "--negotiated",
-            "100",
-            "--messages",
-            "100",
-        ],
-        &gw,
-    );
-    assert!(ok, "aiortc_data.py failed: {v}");
-    assert_eq!(
-        v["negotiated"]["received"],
-        serde_json::json!([100, 100]),
-        "{v}"
-    );
-    assert_eq!(
-        v["negotiated"]["in_order"],
-        serde_json::json!([true, true]),
-        "{v}"
-    );
-    assert_eq!(v["received"], serde_json::json!([100, 100]), "{v}");
+    let serve = ["--config", config.to_str().unwrap()];
+    let args = ["--negotiated", "100", "--messages", "100"];
+    let Some((v, gw)) = aiortc_data(test, &serve, "negotiated", &args) else {
+        return;
+    };
+    let agreed = &v["negotiated"];
+    assert_eq!(agreed["received"], serde_json::json!([100, 100]), "{v}");
+    assert_eq!(agreed["in_order"], serde_json::json!([true, true]), "{v}");
+    assert_chat_exchanged(&v, 100);
     assert_eq!(
         gw.metric("secrelay_data_discarded_total{reason=\"unknown_channel\"}"),
         0.0
@@ -594,41 +591,22 @@ fn aiortc_negotiated_data_channels_carry_messages_through_the_room() {
 /// Data channels in a room spread over two workers, with aiortc on both ends: a member joins
 /// (the room's worker) and a WHEP viewer with data channels joins on the other worker; their
 /// messages cross between the workers both ways, complete and in order, a 60 kB binary message
-/// intact, the unreliable channel opened at the viewer with the sender's settings; and a
-/// message the API sends to the room reaches both.
+/// intact; and a message the API sends to the room reaches both.
 #[test]
 fn aiortc_data_channels_cross_between_the_workers_of_a_spread_room() {
     let test = "aiortc_data_channels_cross_between_the_workers_of_a_spread_room";
-    let Some(python) = python(test) else { return };
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let gw = Gateway::start_with(&["--workers", "2"]);
-    let (v, ok) = run_script(
-        &python,
-        "aiortc_data.py",
-        &[
-            "--base",
-            &gw.base,
-            "--room",
-            "spread-data",
-            "--b-whep",
-            "--server-message",
-        ],
-        &gw,
-    );
-    assert!(ok, "aiortc_data.py failed: {v}");
+    let args = ["--b-whep", "--server-message"];
+    let Some((v, gw)) = aiortc_data(test, &["--workers", "2"], "spread-data", &args) else {
+        return;
+    };
     assert_eq!(
         v["worker_participants"],
         serde_json::json!([1, 1]),
         "the viewer joined on the other worker: {v}"
     );
-    assert_eq!(v["received"], serde_json::json!([500, 500]), "{v}");
-    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
-    assert_eq!(v["binary_ok"], true, "{v}");
-    assert_eq!(
-        v["server_message"]["received"],
-        serde_json::json!([true, true]),
-        "{v}"
-    );
+    assert_chat_exchanged(&v, 500);
+    let to_room = &v["server_message"]["received"];
+    assert_eq!(to_room, &serde_json::json!([true, true]), "{v}");
     assert_eq!(gw.metric("secrelay_participants"), 0.0);
 }
 
@@ -1611,14 +1589,9 @@ fn aiortc_data_channels_cross_between_the_nodes_of_a_room() {
         b_location.starts_with(&nodes[1].url()),
         "the viewer was served at b: {v}"
     );
-    assert_eq!(v["received"], serde_json::json!([500, 500]), "{v}");
-    assert_eq!(v["in_order"], serde_json::json!([true, true]), "{v}");
-    assert_eq!(v["binary_ok"], true, "{v}");
-    assert_eq!(
-        v["server_message"]["received"],
-        serde_json::json!([true, true]),
-        "{v}"
-    );
+    assert_chat_exchanged(&v, 500);
+    let to_room = &v["server_message"]["received"];
+    assert_eq!(to_room, &serde_json::json!([true, true]), "{v}");
     let data = |n: usize, event: &str| {
         sig[n]
             .metric(&format!(
