@@ -256,6 +256,121 @@ fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
     let _ = child.wait();
 }
 
+/// An IPv6 call: the gateway's media address is an IPv6 one of the veth pair, and the phones
+/// call each other over IPv6 through ng. What they send is read from the XDP socket, and what
+/// the gateway sends them goes out as frames it writes to the next hop's MAC address from the
+/// kernel's IPv6 neighbour table (read over rtnetlink): the namespace's kernel UDP counters for
+/// IPv6 do not move while media flows, and nothing is left for the sockets to send.
+#[test]
+fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
+    let test = "an_ipv6_call_goes_both_ways_through_the_xdp_socket";
+    let (gw4, here4) = subnet(236);
+    let Some((ns, outside, inside)) = veth::namespace(test, "s6", here4, gw4) else {
+        return;
+    };
+    secrelay_xsk::set_tx_checksum_offload(&outside, false).expect("checksum offload off");
+    let n = (std::process::id() % 250) as u16;
+    let gw6: std::net::Ipv6Addr = format!("fd00:236:{n:x}::1").parse().unwrap();
+    let here6: std::net::Ipv6Addr = format!("fd00:236:{n:x}::2").parse().unwrap();
+    let add = |ip: std::net::Ipv6Addr, dev: &str| {
+        vec![
+            "ip".to_owned(),
+            "-6".into(),
+            "addr".into(),
+            "add".into(),
+            format!("{ip}/64"),
+            "dev".into(),
+            dev.into(),
+            "nodad".into(),
+        ]
+    };
+    let here_args = add(here6, &outside);
+    let status = std::process::Command::new(&here_args[0])
+        .args(&here_args[1..])
+        .status()
+        .unwrap();
+    assert!(status.success(), "{here_args:?}");
+    let inside_args = add(gw6, &inside);
+    let inside_args: Vec<&str> = inside_args.iter().map(String::as_str).collect();
+    ns.run(&inside_args).unwrap();
+    let config = format!(
+        "http = \"{gw4}:8080\"\nudp = \"[{gw6}]:{SHARED_PORT}\"\nng = \"{gw4}:2223\"\n\
+         workers = 1\nrtp_ports = \"30000-30199\"\ndrain_secs = 0.2\nxdp = \"{inside}\"\n\
+         media_io = \"af_xdp\"\n"
+    );
+    let (mut child, sig, ng_addr, log) =
+        veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock");
+    if log
+        .lock()
+        .unwrap()
+        .contains("no XDP socket for this worker")
+    {
+        let _ = child.kill();
+        let _ = child.wait();
+        lab_support::missing(test, "the kernel refused an XDP socket");
+        return;
+    }
+    let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
+    let mut ng = Ng::new(ng_addr).unwrap();
+    let (mut caller, mut callee) = call(&mut ng, "v6", here6, None, None);
+    // The first packets make both ends resolve each other (the gateway's first copies go
+    // through its socket, which makes the kernel ask).
+    for _ in 0..100 {
+        exchange(&mut caller, &mut callee);
+        std::thread::sleep(Duration::from_millis(10));
+        if caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5 {
+            break;
+        }
+    }
+    assert!(
+        caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5,
+        "the IPv6 call does not flow: {} {}\n{}",
+        caller.heard(0xb0),
+        callee.heard(0xc1),
+        log.lock().unwrap()
+    );
+    // Media alone for a while: in and out as frames, none of it through a socket.
+    std::thread::sleep(Duration::from_millis(1100));
+    let udp6 = || {
+        let snmp6 = ns.run(&["cat", "/proc/net/snmp6"]).unwrap();
+        let value = |name: &str| -> u64 {
+            snmp6
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+                .unwrap_or_else(|| panic!("{name} in /proc/net/snmp6"))
+        };
+        (value("Udp6InDatagrams"), value("Udp6OutDatagrams"))
+    };
+    let before = udp6();
+    let socket_sends = metric("secrelay_xsk_socket_sends_total");
+    let heard = (caller.heard(0xb0), callee.heard(0xc1));
+    let rounds = 20;
+    for _ in 0..rounds {
+        exchange(&mut caller, &mut callee);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    caller.read();
+    callee.read();
+    let heard = (caller.heard(0xb0) - heard.0, callee.heard(0xc1) - heard.1);
+    assert!(
+        heard.0 + 1 >= rounds && heard.1 + 1 >= rounds,
+        "{heard:?} of {rounds}"
+    );
+    assert_eq!(udp6(), before, "IPv6 media went through a socket (in, out)");
+    assert_eq!(
+        metric("secrelay_xsk_socket_sends_total"),
+        socket_sends,
+        "copies left for the socket"
+    );
+    ng.call(secrelay_testkit::ng::command(
+        "delete", "v6", "caller", None, None,
+    ))
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Two workers, each with its XDP socket on its own receive queue of a two-queue veth pair.
 /// A datagram arrives on the queue the sending socket's kernel picked: a browser's, to the
 /// shared port, is read by that queue's worker and handed to its member's worker if need be;

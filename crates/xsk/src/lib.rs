@@ -8,14 +8,15 @@
 //!   kernel completes it.
 //! - [`frame`]: Ethernet, IPv4/IPv6 and UDP headers read (every length and checksum checked:
 //!   a frame is untrusted input) and written.
-//! - [`neigh`]: the MAC address of a destination's next hop, from the kernel's route and
-//!   neighbour tables; what it cannot resolve the caller sends through its socket, which makes
-//!   the kernel resolve it.
+//! - [`neigh`]: the MAC address of a destination's next hop (IPv4 or IPv6), from the kernel's
+//!   route and neighbour tables ([`netlink`] reads IPv6's); what it cannot resolve the caller
+//!   sends through its socket, which makes the kernel resolve it.
 //!
 //! Opening a socket needs `CAP_NET_RAW` (and the filter's capabilities to redirect to it).
 
 pub mod frame;
 pub mod neigh;
+pub mod netlink;
 mod socket;
 
 pub use socket::{Config, Mode, Statistics, TxError, Xsk};

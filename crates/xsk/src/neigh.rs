@@ -1,14 +1,13 @@
-//! Next-hop MAC addresses for IPv4 destinations, from the kernel's tables
-//! `/proc/net/route` (IPv4 routes of the main table) and `/proc/net/arp`
-//! (IPv4 neighbours).
-//!
-//! IPv6 is not resolved here: the caller sends IPv6 through its socket.
+//! Next-hop MAC addresses from the kernel's tables: for IPv4 destinations `/proc/net/route`
+//! (the main table's routes) and `/proc/net/arp` (neighbours); for IPv6 destinations
+//! `/proc/net/ipv6_route` and the neighbour table over rtnetlink ([`crate::netlink`]), read only
+//! once an IPv6 destination was asked for.
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -147,6 +146,92 @@ pub fn parse_arp(text: &str) -> Vec<Arp> {
     text.lines().skip(1).filter_map(parse_arp_line).collect()
 }
 
+/// One IPv6 route of /proc/net/ipv6_route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Route6 {
+    /// The interface the route goes out of.
+    pub iface: String,
+    /// The destination network and its prefix length.
+    pub dest: Ipv6Addr,
+    /// The destination prefix's length in bits.
+    pub prefix: u8,
+    /// The next hop, or `::` when the destination is on-link.
+    pub gateway: Ipv6Addr,
+    /// The route's metric (lower is preferred).
+    pub metric: u32,
+}
+
+/// 32 hex digits as an IPv6 address (/proc/net/ipv6_route writes them in network order).
+fn hex_v6(hex: &str) -> Option<Ipv6Addr> {
+    if hex.len() != 32 {
+        return None;
+    }
+    u128::from_str_radix(hex, 16).ok().map(Ipv6Addr::from)
+}
+
+/// Parses one line of /proc/net/ipv6_route; None if it does not parse or the route is not up.
+///
+/// Columns: destination, its prefix length, source, its prefix length, next hop, metric,
+/// reference count, use count, flags, interface (numbers in hex).
+fn parse_route6(line: &str) -> Option<Route6> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    let [dest, prefix, _, _, gateway, metric, _, _, flags, iface] = f.as_slice() else {
+        return None;
+    };
+    let flags = u32::from_str_radix(flags, 16).ok()?;
+    let prefix = u8::from_str_radix(prefix, 16).ok().filter(|&p| p <= 128)?;
+    (flags & RTF_UP != 0).then_some(())?;
+    Some(Route6 {
+        iface: (*iface).to_owned(),
+        dest: hex_v6(dest)?,
+        prefix,
+        gateway: hex_v6(gateway)?,
+        metric: u32::from_str_radix(metric, 16).ok()?,
+    })
+}
+
+/// Parses /proc/net/ipv6_route's text (no header line). Skips lines that do not parse and
+/// routes without the RTF_UP flag.
+pub fn parse_routes6(text: &str) -> Vec<Route6> {
+    text.lines().filter_map(parse_route6).collect()
+}
+
+/// The next hop for `dst` by longest prefix (then lowest metric) in `routes`: (interface,
+/// next-hop address: the gateway, or `dst` itself when the route has none). None: no route.
+pub fn next_hop6(routes: &[Route6], dst: Ipv6Addr) -> Option<(&str, Ipv6Addr)> {
+    let mask = |p: u8| u128::MAX.checked_shl(128 - u32::from(p)).unwrap_or(0);
+    let bits = u128::from(dst);
+    let route = routes
+        .iter()
+        .filter(|r| bits & mask(r.prefix) == u128::from(r.dest) & mask(r.prefix))
+        .min_by_key(|r| (std::cmp::Reverse(r.prefix), r.metric))?;
+    let hop = if route.gateway.is_unspecified() {
+        dst
+    } else {
+        route.gateway
+    };
+    Some((route.iface.as_str(), hop))
+}
+
+/// Parses the lines of a test's IPv6 neighbour file: `ADDRESS MAC` each.
+fn parse_neigh6(text: &str) -> Vec<(Ipv6Addr, [u8; 6])> {
+    text.lines()
+        .filter_map(|l| {
+            let (ip, mac) = l.trim().split_once(char::is_whitespace)?;
+            Some((ip.parse().ok()?, parse_mac(mac.trim())?))
+        })
+        .collect()
+}
+
+/// Where the IPv6 neighbours come from.
+#[derive(Debug)]
+enum Neigh6Source {
+    /// The kernel's table, over rtnetlink.
+    Netlink,
+    /// A file of `ADDRESS MAC` lines (tests).
+    File(PathBuf),
+}
+
 /// The next hop for `dst` by longest prefix (then lowest metric) in `routes`:
 /// (interface, next-hop address: the gateway, or dst itself when the route has
 /// none). None: no route. Of equal routes, the first in `routes` wins.
@@ -180,6 +265,14 @@ pub struct Neighbours {
     route_path: PathBuf,
     /// Path of the neighbours table.
     arp_path: PathBuf,
+    /// Path of the IPv6 routes table, and where the IPv6 neighbours come from.
+    route6_path: PathBuf,
+    neigh6: Neigh6Source,
+    /// Whether an IPv6 destination was asked for (its tables are read from then on).
+    wants_v6: bool,
+    /// The IPv6 routes and resolved neighbours on `iface`, last read.
+    routes6: Vec<Route6>,
+    ndisc: HashMap<Ipv6Addr, [u8; 6]>,
     /// How often the tables are re-read.
     refresh: Duration,
     /// The routes last read.
@@ -187,7 +280,7 @@ pub struct Neighbours {
     /// Resolved neighbours on `iface`, last read.
     arp: HashMap<Ipv4Addr, [u8; 6]>,
     /// Answers given since the last read, by destination.
-    cache: HashMap<Ipv4Addr, Answer>,
+    cache: HashMap<IpAddr, Answer>,
     /// How long after the last read an unresolved next hop has the tables re-read (doubled
     /// by each such re-read that resolves nothing, back to [`MISS_REFRESH`] once one does).
     miss_wait: Duration,
@@ -200,19 +293,28 @@ pub struct Neighbours {
 }
 
 impl Neighbours {
-    /// For destinations through `iface`, tables read from /proc/net.
+    /// For destinations through `iface`, tables read from /proc/net (and IPv6 neighbours
+    /// from the kernel over rtnetlink).
     pub fn new(iface: &str) -> Neighbours {
-        Neighbours::with_dir(iface, "/proc/net")
+        let mut n = Neighbours::with_dir(iface, "/proc/net");
+        n.neigh6 = Neigh6Source::Netlink;
+        n
     }
 
-    /// The same with the tables read from `dir` (a directory holding files
-    /// named `route` and `arp`), for tests.
+    /// The same with the tables read from `dir` (a directory holding files named `route`,
+    /// `arp`, `ipv6_route`, and `neigh6` with a line `ADDRESS MAC` per IPv6 neighbour), for
+    /// tests.
     pub fn with_dir(iface: &str, dir: impl Into<PathBuf>) -> Neighbours {
         let dir = dir.into();
         Neighbours {
             iface: iface.to_owned(),
             route_path: dir.join("route"),
             arp_path: dir.join("arp"),
+            route6_path: dir.join("ipv6_route"),
+            neigh6: Neigh6Source::File(dir.join("neigh6")),
+            wants_v6: false,
+            routes6: Vec::new(),
+            ndisc: HashMap::new(),
             refresh: DEFAULT_REFRESH,
             routes: Vec::new(),
             arp: HashMap::new(),
@@ -235,6 +337,21 @@ impl Neighbours {
     /// resolved — the caller then sends through the kernel's socket, which
     /// resolves it.
     pub fn resolve(&mut self, dst: Ipv4Addr, now: Instant) -> Option<[u8; 6]> {
+        self.resolve_ip(IpAddr::V4(dst), now)
+    }
+
+    /// [`Neighbours::resolve`] for an IPv6 destination: its route from /proc/net/ipv6_route,
+    /// its next hop's MAC address from the kernel's neighbour table (read over rtnetlink).
+    pub fn resolve_v6(&mut self, dst: Ipv6Addr, now: Instant) -> Option<[u8; 6]> {
+        if !self.wants_v6 {
+            // The tables read so far had no IPv6 in them.
+            self.wants_v6 = true;
+            self.read_at = None;
+        }
+        self.resolve_ip(IpAddr::V6(dst), now)
+    }
+
+    fn resolve_ip(&mut self, dst: IpAddr, now: Instant) -> Option<[u8; 6]> {
         if self.due(now, self.refresh) {
             self.read(now);
         }
@@ -286,19 +403,45 @@ impl Neighbours {
             .into_iter()
             .filter(|a| a.complete && a.mac != [0; 6] && a.iface == self.iface);
         self.arp.extend(usable.map(|a| (a.ip, a.mac)));
+        if self.wants_v6 {
+            self.read_v6();
+        }
         self.cache.clear();
         self.read_at = Some(now);
         self.reads += 1;
     }
 
+    /// Re-reads the IPv6 tables. A table that cannot be read counts as empty (the error of
+    /// the neighbours' dump is logged by nobody here: the lookups miss, counted, and the
+    /// caller's socket resolves).
+    fn read_v6(&mut self) {
+        let routes = std::fs::read_to_string(&self.route6_path).unwrap_or_default();
+        self.routes6 = parse_routes6(&routes);
+        let neighbours = match &self.neigh6 {
+            Neigh6Source::Netlink => {
+                crate::netlink::ipv6_neighbours(&self.iface).unwrap_or_default()
+            }
+            Neigh6Source::File(path) => {
+                parse_neigh6(&std::fs::read_to_string(path).unwrap_or_default())
+            }
+        };
+        self.ndisc.clear();
+        self.ndisc
+            .extend(neighbours.into_iter().filter(|(_, mac)| *mac != [0; 6]));
+    }
+
     /// Answers for `dst` from the tables last read, and caches the answer.
-    fn look_up(&mut self, dst: Ipv4Addr) -> Answer {
-        let answer = match next_hop(&self.routes, dst) {
-            Some((iface, hop)) if iface == self.iface => self
-                .arp
-                .get(&hop)
-                .map_or(Answer::Unresolved, |&m| Answer::Mac(m)),
-            _ => Answer::Elsewhere,
+    fn look_up(&mut self, dst: IpAddr) -> Answer {
+        let mac = |found: Option<&[u8; 6]>| found.map_or(Answer::Unresolved, |&m| Answer::Mac(m));
+        let answer = match dst {
+            IpAddr::V4(v4) => match next_hop(&self.routes, v4) {
+                Some((iface, hop)) if iface == self.iface => mac(self.arp.get(&hop)),
+                _ => Answer::Elsewhere,
+            },
+            IpAddr::V6(v6) => match next_hop6(&self.routes6, v6) {
+                Some((iface, hop)) if iface == self.iface => mac(self.ndisc.get(&hop)),
+                _ => Answer::Elsewhere,
+            },
         };
         self.cache.insert(dst, answer);
         answer
@@ -624,6 +767,87 @@ mod tests {
             Some([2, 0xfc, 0, 0, 0, 0x32])
         );
         assert_eq!(n.reads(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// /proc/net/ipv6_route lines: a default route via fe80::1 and fd00:1::/64 on eth0, a
+    /// /128 route on eth1, a route that is down, and a malformed line.
+    const ROUTES6: &str = "\
+00000000000000000000000000000000 00 00000000000000000000000000000000 00 fe800000000000000000000000000001 00000400 00000001 00000000 00000003     eth0
+fd000001000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0
+fd000002000000000000000000000009 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth1
+fd000003000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000000     eth0
+not a route line
+";
+
+    fn v6(s: &str) -> Ipv6Addr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn parses_ipv6_routes_and_finds_the_longest_prefix() {
+        let routes = parse_routes6(ROUTES6);
+        assert_eq!(routes.len(), 3, "{routes:?}");
+        assert_eq!(
+            routes[0],
+            Route6 {
+                iface: "eth0".into(),
+                dest: Ipv6Addr::UNSPECIFIED,
+                prefix: 0,
+                gateway: v6("fe80::1"),
+                metric: 0x400,
+            }
+        );
+        assert_eq!(
+            next_hop6(&routes, v6("fd00:1::5")),
+            Some(("eth0", v6("fd00:1::5")))
+        );
+        assert_eq!(
+            next_hop6(&routes, v6("2001:db8::1")),
+            Some(("eth0", v6("fe80::1")))
+        );
+        assert_eq!(
+            next_hop6(&routes, v6("fd00:2::9")),
+            Some(("eth1", v6("fd00:2::9")))
+        );
+        assert_eq!(next_hop6(&routes[1..], v6("2001:db8::1")), None);
+    }
+
+    #[test]
+    fn ipv6_destinations_resolve_from_their_tables_read_once_asked_for() {
+        let dir = temp_dir("v6");
+        write_tables(&dir, &[GW_A]);
+        std::fs::write(dir.join("ipv6_route"), ROUTES6).unwrap();
+        std::fs::write(
+            dir.join("neigh6"),
+            "fd00:1::5 02:fc:00:00:00:05\nfe80::1 02:fc:00:00:00:01\nnot a line\n",
+        )
+        .unwrap();
+        let mut n = Neighbours::with_dir("eth0", &dir);
+        let t0 = Instant::now();
+        // An IPv4 lookup first: the IPv6 tables are not read until an IPv6 one.
+        let _ = n.resolve(ip([192, 0, 2, 1]), t0);
+        assert_eq!(n.reads(), 1);
+        assert_eq!(
+            n.resolve_v6(v6("fd00:1::5"), t0),
+            Some([2, 0xfc, 0, 0, 0, 5])
+        );
+        assert_eq!(n.reads(), 2, "asked for IPv6: read again with its tables");
+        // Off-link: the default route's next hop.
+        assert_eq!(
+            n.resolve_v6(v6("2001:db8::7"), t0),
+            Some([2, 0xfc, 0, 0, 0, 1])
+        );
+        // On the link but unresolved, and routed elsewhere.
+        assert_eq!(n.resolve_v6(v6("fd00:1::6"), t0), None);
+        assert_eq!(n.resolve_v6(v6("fd00:2::9"), t0), None);
+        // The neighbour appears: the unresolved one is read again after 100 ms.
+        std::fs::write(dir.join("neigh6"), "fd00:1::6 02:fc:00:00:00:06\n").unwrap();
+        let later = t0 + Duration::from_millis(100);
+        assert_eq!(
+            n.resolve_v6(v6("fd00:1::6"), later),
+            Some([2, 0xfc, 0, 0, 0, 6])
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -94,12 +94,13 @@ pub fn serve_as_nobody(
 pub fn call(
     ng: &mut Ng,
     id: &str,
-    here: Ipv4Addr,
+    here: impl Into<IpAddr>,
     sdes: Option<Profile>,
     signal: Option<SocketAddr>,
 ) -> (SocketPhone, SocketPhone) {
-    let mut caller = SocketPhone::bind(IpAddr::V4(here), sdes, 0x1111).unwrap();
-    let mut callee = SocketPhone::bind(IpAddr::V4(here), sdes, 0x2222).unwrap();
+    let here = here.into();
+    let mut caller = SocketPhone::bind(here, sdes, 0x1111).unwrap();
+    let mut callee = SocketPhone::bind(here, sdes, 0x2222).unwrap();
     let real = caller.phone.addr;
     if let Some(a) = signal {
         caller.phone.addr = a;

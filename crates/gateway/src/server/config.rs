@@ -343,10 +343,10 @@ pub struct ServeConfig {
     /// hands the media ports' admitted datagrams to an XDP socket per worker (worker N on the
     /// interface's receive queue N) as raw frames, past the kernel's IP and UDP layers; the
     /// worker checks their headers and writes its replies' Ethernet, IP and UDP headers itself,
-    /// with the next hop's MAC address from the kernel's neighbour table. What does not go that
-    /// way takes the worker's sockets (`mmsg`): a destination not in the neighbour table yet
-    /// (the socket's send makes the kernel resolve it), IPv6 destinations, a worker beyond the
-    /// interface's queues. Zero-copy where the driver has it, copy mode otherwise (the log
+    /// with the next hop's MAC address from the kernel's neighbour table (IPv4's or IPv6's).
+    /// What does not go that way takes the worker's sockets (`mmsg`): a destination not in the
+    /// neighbour table yet (the socket's send makes the kernel resolve it), a destination of
+    /// the other IP family than `udp`'s, a worker beyond the interface's queues. Zero-copy where the driver has it, copy mode otherwise (the log
     /// says which). The sender at the other end of a veth pair must compute its UDP checksums
     /// (`ethtool -K PEER tx off`): veth's checksum offload leaves them unfinished, and such
     /// frames are dropped (`bad_frame`).

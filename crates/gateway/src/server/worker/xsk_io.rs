@@ -4,9 +4,10 @@
 //! frame's headers ([`frame::parse`]: a frame is untrusted input; one that does not check out
 //! is dropped and counted as `bad_frame`) and gives the datagram the same walk as one its
 //! sockets read ([`Worker::take`]). What it sends goes out as frames it writes itself, to the
-//! next hop's MAC address from the kernel's neighbour table; a datagram the path cannot take
-//! (next hop not resolved yet, IPv6, every transmit frame in flight) stays in its socket's
-//! queue and is sent there (`sendmmsg`), which also makes the kernel resolve the next hop.
+//! next hop's MAC address from the kernel's neighbour table (IPv4's or IPv6's, the family of
+//! the socket's address); a datagram the path cannot take (next hop not resolved yet, a
+//! socket bound to any address, every transmit frame in flight) stays in its socket's queue
+//! and is sent there (`sendmmsg`), which also makes the kernel resolve the next hop.
 //!
 //! The worker's sockets stay open and read as on the `mmsg` path: the filter passes to them
 //! what it does not redirect (IP fragments, a leg's datagrams on another worker's queue).
@@ -103,7 +104,8 @@ impl XskPath {
         shard: &mut Shard,
     ) -> [u64; 3] {
         let queued = out.batch.len() as u64;
-        if !local.is_ipv4() {
+        if local.ip().is_unspecified() {
+            // No address to write as the frames' source (a socket bound to any).
             return [0, 0, queued];
         }
         let (mut sent, mut bytes) = (0u64, 0u64);
@@ -111,10 +113,13 @@ impl XskPath {
         out.batch.take_where(
             |to, d| {
                 let to = secrelay_uring::canonical(to);
-                let IpAddr::V4(v4) = to.ip() else {
-                    return false;
+                let hop = match (local.ip(), to.ip()) {
+                    (IpAddr::V4(_), IpAddr::V4(v4)) => neighbours.resolve(v4, now),
+                    (IpAddr::V6(_), IpAddr::V6(v6)) => neighbours.resolve_v6(v6, now),
+                    // A dual-stack socket's other family: the socket sends it.
+                    _ => None,
                 };
-                let Some(dst) = neighbours.resolve(v4, now) else {
+                let Some(dst) = hop else {
                     return false;
                 };
                 let macs = frame::Macs { src: mac, dst };
