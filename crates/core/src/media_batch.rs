@@ -97,6 +97,11 @@ pub(crate) struct MediaBatch {
     /// Copies to protect, in the order they were routed.
     pub outbound: Vec<Staged>,
     keys: Vec<(usize, MemberAt)>,
+    /// Each staged packet's key with its place, sorted: one sort names every packet's context
+    /// (no search per packet).
+    sorted: Vec<((usize, MemberAt), u32)>,
+    /// Each staged packet's context (its key's place in `keys`).
+    context_of: Vec<usize>,
     slots: Vec<usize>,
     members: Vec<MemberAt>,
     results: Vec<PacketResult>,
@@ -131,6 +136,8 @@ impl MediaBatch {
             inbound: Vec::new(),
             outbound: Vec::new(),
             keys: Vec::new(),
+            sorted: Vec::new(),
+            context_of: Vec::new(),
             slots: Vec::new(),
             members: Vec::new(),
             results: Vec::new(),
@@ -222,6 +229,8 @@ impl MediaBatch {
         let MediaBatch {
             engine,
             keys,
+            sorted,
+            context_of,
             slots,
             members,
             results,
@@ -230,10 +239,7 @@ impl MediaBatch {
             packet_cache,
             ..
         } = self;
-        keys.clear();
-        keys.extend(staged.iter().map(|s| (s.slot, s.member)));
-        keys.sort_unstable();
-        keys.dedup();
+        name_contexts(staged, sorted, keys, context_of);
         slots.clear();
         slots.extend(keys.iter().map(|k| k.0));
         slots.dedup();
@@ -256,22 +262,22 @@ impl MediaBatch {
         }
         *room_cache = recycle(room_refs);
         let mut packets: Vec<Packet<'_>> = recycle(std::mem::take(packet_cache));
-        packets.extend(staged.iter_mut().map(|s| {
-            Packet {
-                // Every staged key is in `keys`; a miss would read as an unknown context.
-                context: keys
-                    .binary_search(&(s.slot, s.member))
-                    .unwrap_or(usize::MAX),
-                op: match s.what {
-                    What::Rtp(_) => Op::UnprotectRtp,
-                    What::Rtcp => Op::UnprotectRtcp,
-                    What::Copy(..) => Op::ProtectRtp,
-                    What::RtcpOut(..) => Op::ProtectRtcp,
-                },
-                buf: &mut s.buf[..],
-                len: s.len,
-            }
-        }));
+        packets.extend(
+            staged
+                .iter_mut()
+                .zip(context_of.iter())
+                .map(|(s, &context)| Packet {
+                    context,
+                    op: match s.what {
+                        What::Rtp(_) => Op::UnprotectRtp,
+                        What::Rtcp => Op::UnprotectRtcp,
+                        What::Copy(..) => Op::ProtectRtp,
+                        What::RtcpOut(..) => Op::ProtectRtcp,
+                    },
+                    buf: &mut s.buf[..],
+                    len: s.len,
+                }),
+        );
         results.clear();
         results.resize(packets.len(), Err(SrtpError::UnknownContext));
         engine.process_in(&mut contexts, &mut packets, results);
@@ -280,6 +286,34 @@ impl MediaBatch {
         for (s, r) in staged.iter_mut().zip(results.iter()) {
             s.result = *r;
         }
+    }
+}
+
+/// The distinct (slot, member) keys of `staged`, sorted, into `keys`, and each staged packet's
+/// place among them into `context_of`: one sort of the keys with their packets' places
+/// (`sorted`, scratch), no search per packet.
+fn name_contexts(
+    staged: &[Staged],
+    sorted: &mut Vec<((usize, MemberAt), u32)>,
+    keys: &mut Vec<(usize, MemberAt)>,
+    context_of: &mut Vec<usize>,
+) {
+    sorted.clear();
+    sorted.extend(
+        staged
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ((s.slot, s.member), i as u32)),
+    );
+    sorted.sort_unstable();
+    keys.clear();
+    context_of.clear();
+    context_of.resize(staged.len(), 0);
+    for &(key, i) in sorted.iter() {
+        if keys.last() != Some(&key) {
+            keys.push(key);
+        }
+        context_of[i as usize] = keys.len() - 1;
     }
 }
 
