@@ -315,15 +315,8 @@ fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
     let (mut caller, mut callee) = call(&mut ng, "v6", here6, None, None);
     // The first packets make both ends resolve each other (the gateway's first copies go
     // through its socket, which makes the kernel ask).
-    for _ in 0..100 {
-        exchange(&mut caller, &mut callee);
-        std::thread::sleep(Duration::from_millis(10));
-        if caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5 {
-            break;
-        }
-    }
     assert!(
-        caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5,
+        veth::until_both_heard(&mut caller, &mut callee, 100),
         "the IPv6 call does not flow: {} {}\n{}",
         caller.heard(0xb0),
         callee.heard(0xc1),

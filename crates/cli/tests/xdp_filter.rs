@@ -140,15 +140,8 @@ fn a_spoofed_flood_never_reaches_the_socket_layer_and_admitted_legs_keep_flowing
         Some(Profile::AesCm128HmacSha1_80),
         None,
     );
-    for _ in 0..50 {
-        exchange(&mut caller, &mut callee);
-        std::thread::sleep(Duration::from_millis(10));
-        if caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5 {
-            break;
-        }
-    }
     assert!(
-        caller.heard(0xb0) > 5 && callee.heard(0xc1) > 5,
+        veth::until_both_heard(&mut caller, &mut callee, 50),
         "the NAT'd call does not flow: {} {}",
         caller.heard(0xb0),
         callee.heard(0xc1)

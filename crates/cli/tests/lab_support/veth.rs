@@ -124,6 +124,21 @@ pub fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
     callee.read();
 }
 
+/// Packets both ways, one each way every 10 ms, at most `rounds` times, until each phone heard
+/// the other more than 5 times (the first ones make the ends resolve each other); whether they
+/// did.
+pub fn until_both_heard(caller: &mut SocketPhone, callee: &mut SocketPhone, rounds: usize) -> bool {
+    let heard = |a: &SocketPhone, b: &SocketPhone| a.heard(0xb0) > 5 && b.heard(0xc1) > 5;
+    for _ in 0..rounds {
+        exchange(caller, callee);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        if heard(caller, callee) {
+            return true;
+        }
+    }
+    heard(caller, callee)
+}
+
 /// The media packets a room's participants received, all streams.
 pub fn received(group: &[SimParticipant]) -> u64 {
     group
