@@ -23,7 +23,7 @@ use crate::leg::Via;
 use crate::room::{MemberAt, Room};
 
 /// Room for the SRTP tag (and the MKI some profiles carry) after a copy's plaintext.
-const TAG_ROOM: usize = 32;
+pub(crate) const TAG_ROOM: usize = 32;
 
 /// Rooms by slot, wherever the caller keeps them.
 pub(crate) trait Rooms {

@@ -298,9 +298,9 @@ impl MemberRtcp {
         self.recv[i].on_rtp(facts, arrival, config.epoch.0);
     }
 
-    /// Where [`MemberRtcp::on_sent`] looks (a prefetch hint's address).
-    pub fn send_ptr(&self) -> *const u8 {
-        self.send.as_ptr().cast()
+    /// Asks the CPU to start loading what [`MemberRtcp::on_sent`] looks through.
+    pub fn prefetch_sent(&self) {
+        secrelay_srtp::simd::prefetch::line(self.send.as_ptr().cast());
     }
 
     /// A copy sent to the member under `ssrc`, with this RTP timestamp and payload length.

@@ -41,6 +41,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use secrelay_dtls::LocalCertificate;
@@ -975,13 +976,12 @@ impl Shard {
                 false
             }
         });
-        let mut data = Vec::new();
+        // Data-channel messages come in DTLS records, and only there.
         if control == Some(true) && matches!(d.class, Class::Dtls) {
-            // Data-channel messages come in DTLS records, and only there.
-            data = s.room.relay_data(key.member, out);
-        }
-        if !data.is_empty() {
-            self.pipe_data(key.slot, data, None);
+            let data = s.room.relay_data(key.member, out);
+            if !data.is_empty() {
+                self.pipe_data(key.slot, data.into(), None);
+            }
         }
         match control {
             Some(true) => self.settle(key.slot),
@@ -2480,7 +2480,7 @@ impl Shard {
         let sent = s.room.send_data(at, msg, now, out);
         if at.is_none() {
             // The room's members on other workers too.
-            self.pipe_data(slot, vec![msg.clone()], None);
+            self.pipe_data(slot, Arc::from([msg.clone()]), None);
         }
         self.settle(slot);
         Ok(sent)

@@ -514,7 +514,7 @@ impl Member {
         line(self.neg.codecs.as_ptr().cast());
         line(self.slots.as_ptr().cast());
         value(&self.rtcp, 2);
-        line(self.rtcp.send_ptr());
+        self.rtcp.prefetch_sent();
         if let Some(cc) = &self.cc {
             value(&cc.out_seq, 1);
         }

@@ -101,7 +101,7 @@ impl RoomOut {
     }
 
     /// Asks the CPU to start loading the buffer [`WARM_AHEAD`] copies on, for a copy of `len`
-    /// bytes and its tag (a fan-out's copies are alike): a wide fan-out's buffers are cold by
+    /// bytes and the room its tag takes (a fan-out's copies are alike): a wide fan-out's buffers are cold by
     /// the time they come round again, and a copy written into cold lines waits for each.
     fn warm_next(&self, len: usize) {
         if let Some(b) = self
@@ -110,7 +110,8 @@ impl RoomOut {
             .checked_sub(WARM_AHEAD)
             .and_then(|k| self.pool.get(k))
         {
-            secrelay_srtp::simd::prefetch::prefetch_bytes(b.as_ptr(), len + 16, 24);
+            let with_tag = len + crate::media_batch::TAG_ROOM;
+            secrelay_srtp::simd::prefetch::prefetch_bytes(b.as_ptr(), with_tag, 24);
         }
     }
 

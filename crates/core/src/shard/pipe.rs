@@ -22,6 +22,7 @@
 //! replica only when none is left and no join is on its way.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Instant;
 
 use secrelay_wire::demux::Class;
@@ -101,8 +102,8 @@ pub enum PipeEvent {
         room: String,
         /// The workers.
         to: Vec<usize>,
-        /// The messages, in the order they were sent.
-        msgs: Vec<DataMessage>,
+        /// The messages, in the order they were sent (shared by every worker they go to).
+        msgs: Arc<[DataMessage]>,
     },
 }
 
@@ -155,15 +156,20 @@ impl Shard {
     /// Data-channel messages a member of the room in `slot` sent (or the server sent to the
     /// whole room) go to the room's other workers: from a replica to its home, from the home
     /// to every replica but `except` (the one they came from).
-    pub(super) fn pipe_data(&mut self, slot: usize, msgs: Vec<DataMessage>, except: Option<usize>) {
+    pub(super) fn pipe_data(
+        &mut self,
+        slot: usize,
+        msgs: Arc<[DataMessage]>,
+        except: Option<usize>,
+    ) {
         let Some(s) = self.rooms.get(slot).and_then(Option::as_ref) else {
             return;
         };
-        let to: Vec<usize> = match s.replica_of {
+        let mut to: Vec<usize> = match s.replica_of {
             Some(home) => vec![home],
             None => s.room.pipe_workers().collect(),
         };
-        let to: Vec<usize> = to.into_iter().filter(|&w| Some(w) != except).collect();
+        to.retain(|&w| Some(w) != except);
         if to.is_empty() || msgs.is_empty() {
             return;
         }
@@ -183,7 +189,7 @@ impl Shard {
         now: Instant,
         room: &str,
         from: usize,
-        msgs: Vec<DataMessage>,
+        msgs: Arc<[DataMessage]>,
     ) -> usize {
         let Some(&slot) = self.room_index.get(room) else {
             return 0;

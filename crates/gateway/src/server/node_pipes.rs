@@ -839,6 +839,7 @@ impl NodePipes {
                     .fetch_add(msgs.len() as u64, Ordering::Relaxed);
                 if let (Some(p), false) = (peer(worker), msgs.is_empty()) {
                     let from = remote_worker(id, from);
+                    let msgs = msgs.into();
                     post(p, move |w, now| {
                         w.shard_mut().handle_piped_data(now, &room, from, msgs);
                     });
