@@ -7,9 +7,15 @@ use clap::{Args, Subcommand};
 /// Flags every study takes.
 #[derive(Args, Debug, Clone)]
 pub struct StudyArgs {
-    /// Fewer, shorter runs: first looks and tests (figures are noisier).
+    /// Fewer, shorter runs: first looks (figures are noisier).
     #[arg(long)]
     pub quick: bool,
+    /// Every measurement as short as it can be (1 ms of warm-up, 3 runs of about 1 ms;
+    /// instruction counts over one operation), over --quick's sweeps: a check that the study
+    /// and its report are made end to end, as the tests run it. The figures are not fit to
+    /// read, and the report says so.
+    #[arg(long)]
+    pub smoke: bool,
     /// Write the results, with the method, as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -111,6 +117,9 @@ pub enum LabCommand {
         /// Quick mode.
         #[arg(long)]
         quick: bool,
+        /// Smoke mode: each region runs its operation once.
+        #[arg(long)]
+        smoke: bool,
     },
 }
 
@@ -118,7 +127,11 @@ pub enum LabCommand {
 pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
     let mut engine = secrelay_dtls::EngineChoice::Auto;
     let (names, args) = match cmd {
-        LabCommand::Count { study, quick } => return secrelay_lab::count_child(&study, quick),
+        LabCommand::Count {
+            study,
+            quick,
+            smoke,
+        } => return secrelay_lab::count_child(&study, quick, smoke),
         LabCommand::Mem { study, id } => return secrelay_lab::mem_child(&study, &id),
         LabCommand::All(mut a) => {
             a.out.get_or_insert_with(|| PathBuf::from("lab-report"));
@@ -159,7 +172,8 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         LabCommand::TurnServer(a) => return crate::lab_turn::server(&a),
     };
     let opts = secrelay_lab::Options {
-        quick: args.quick,
+        quick: args.quick || args.smoke,
+        smoke: args.smoke,
         json: args.json,
         out: args.out,
         self_exe: std::env::current_exe().ok(),

@@ -1,4 +1,4 @@
-//! `secrelay lab amortization --quick --json`: every operation × library × SRTP stack row,
+//! `secrelay lab amortization --smoke --json`: every operation × library × SRTP stack row,
 //! finite positive figures, the facts that hold on any machine (RSA key generation costs more
 //! packets than ECDSA P-256 key generation, by orders of magnitude), and the arithmetic between
 //! the columns.

@@ -1,4 +1,4 @@
-//! `secrelay lab biterror --quick --json`: every cipher, mode and SRTP profile is there, and
+//! `secrelay lab biterror --smoke --json`: every cipher, mode and SRTP profile is there, and
 //! one flipped bit does what each mode's structure says (seed 002's table), while the
 //! authenticated modes and SRTP refuse the tampered data.
 

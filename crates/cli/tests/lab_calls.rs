@@ -1,4 +1,4 @@
-//! `secrelay lab calls --quick --json`: a row per engine and N in the SRTP-only sweep and per N
+//! `secrelay lab calls --smoke --json`: a row per engine and N in the SRTP-only sweep and per N
 //! through the gateway, with ordered, positive percentiles; the gateway relays every call's
 //! packets to the other party, on each of its SRTP engines.
 

@@ -1,4 +1,4 @@
-//! `secrelay lab codec --quick --json`: every codec × implementation, pipeline and mixer row
+//! `secrelay lab codec --smoke --json`: every codec × implementation, pipeline and mixer row
 //! with finite positive figures, the arithmetic between the columns (real-time factors,
 //! ratios to the peer, SRTP share, legs per core), the plots and the target notes; the run's
 //! sizing summary (transcoded calls per core per codec pair from these rows). Structure, never

@@ -1,4 +1,4 @@
-//! `secrelay lab crypto --quick`: every row is there, every figure is finite and positive,
+//! `secrelay lab crypto --smoke`: every row is there, every figure is finite and positive,
 //! every missing cell says why, and the facts that hold on any machine hold.
 
 mod lab_support;

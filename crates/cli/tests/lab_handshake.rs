@@ -1,7 +1,7 @@
 //! The handshake lab end to end: `secrelay lab handshake-server` against `secrelay lab
 //! handshake` over loopback UDP with the keys of both sides compared, the load generator
 //! against `openssl s_server` with the keys compared to what s_server prints, `lab handshake
-//! --in-memory --quick`, and bad flags. A missing peer (openssl, pion, valgrind) is a failure
+//! --in-memory --smoke`, and bad flags. A missing peer (openssl, pion, valgrind) is a failure
 //! under CI and SKIPPED elsewhere (`lab_support::missing`).
 //!
 //! Every wait is bounded; every child is killed when its guard drops.
@@ -796,7 +796,7 @@ fn in_memory_study_quick_has_every_stack() {
             "lab",
             "handshake",
             "--in-memory",
-            "--quick",
+            "--smoke",
             "--no-progress",
             "--json",
         ])

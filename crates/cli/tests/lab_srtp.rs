@@ -1,4 +1,4 @@
-//! `secrelay lab srtp --quick`, run once as a user runs it with `--json` and `--out DIR`
+//! `secrelay lab srtp --smoke`, run once as a user runs it with `--json` and `--out DIR`
 //! (the study takes a while, so one run serves every check):
 //! - the JSON: every profile × size × stack has a row, figures are finite and positive (or the
 //!   cell says why the stack lacks the profile), and the method is recorded; the batch
@@ -23,7 +23,7 @@ fn lab_srtp_quick_has_every_row_with_finite_figures_and_writes_the_report() {
     let out = dir.path().join("report");
     let (results, stdout) = lab_json(&[
         "srtp",
-        "--quick",
+        "--smoke",
         "--no-progress",
         "--out",
         out.to_str().expect("a UTF-8 temporary path"),
@@ -364,7 +364,7 @@ fn check_gpu_rows(study: &serde_json::Value) {
     let variants = rows(study, "srtp_gpu_variants");
     assert!(
         variants.is_empty(),
-        "--quick times no settings: {variants:?}"
+        "--quick (and --smoke) time no settings: {variants:?}"
     );
     let unavailable: Vec<&serde_json::Value> = gpu
         .iter()

@@ -209,7 +209,7 @@ fn the_tls_study_runs_the_three_servers_and_the_dtls_server_side_by_side() {
             "lab",
             "handshake",
             "--tls",
-            "--quick",
+            "--smoke",
             "--no-progress",
             "--json",
         ])

@@ -45,16 +45,18 @@ pub fn callgrind_region(op: &mut dyn FnMut(), iters: u64) {
 }
 
 /// Child side: runs the ops in regions and prints one id per line on stdout, in region
-/// order (the first line is the empty baseline, `__empty`).
-pub fn run_child(ops: Vec<CountedOp>) {
+/// order (the first line is the empty baseline, `__empty`). With `once`, each region runs its
+/// op once whatever its `iters` (a smoke run: the count is then of one operation).
+pub fn run_child(ops: Vec<CountedOp>, once: bool) {
     let mut empty = || std::hint::black_box(());
     empty();
     callgrind_region(&mut empty, 1);
     println!("__empty 1");
     for mut op in ops {
+        let iters = if once { 1 } else { op.iters };
         (op.run)();
-        callgrind_region(&mut *op.run, op.iters);
-        println!("{} {}", op.id, op.iters);
+        callgrind_region(&mut *op.run, iters);
+        println!("{} {}", op.id, iters);
     }
 }
 

@@ -815,6 +815,7 @@ impl FailoverReport {
                     PACKET_EVERY.as_millis()
                 ),
                 quick: o.quick,
+                smoke: false,
                 warmup_ms: 1500.0,
                 runs: self.runs.len(),
                 run_ms: o.steady.as_secs_f64() * 1e3,

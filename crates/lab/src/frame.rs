@@ -37,6 +37,10 @@ pub struct Method {
     pub timed: String,
     /// Whether `--quick` was given (fewer, shorter runs).
     pub quick: bool,
+    /// Whether `--smoke` was given (each measurement as short as it can be: figures not fit
+    /// to read).
+    #[serde(default)]
+    pub smoke: bool,
     /// Warm-up before each measurement, in milliseconds.
     pub warmup_ms: f64,
     /// Timed runs per measurement; the median is reported, with the spread.

@@ -45,7 +45,7 @@ pub trait Study: Sync {
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport>;
     /// The operations whose instructions are counted under callgrind (run in a child
     /// process; ids are the study's own).
-    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+    fn counted_ops(&self, _pace: crate::measure::Pace) -> anyhow::Result<Vec<CountedOp>> {
         Ok(Vec::new())
     }
 }
@@ -66,8 +66,12 @@ pub fn study(name: &str) -> Option<&'static dyn Study> {
 /// Options shared by every study.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
-    /// Fewer, shorter runs: for tests and first looks.
+    /// Fewer, shorter runs: for first looks.
     pub quick: bool,
+    /// Every measurement as short as it can be (see [`measure::Pace::Smoke`]) and instruction
+    /// counts over one operation: a check that the study runs end to end, for tests. Implies
+    /// `quick` for what a study sweeps.
+    pub smoke: bool,
     /// Write the results as JSON here.
     pub json: Option<PathBuf>,
     /// Write the report (report.html, PNG plots, results.json) into this folder.
@@ -108,16 +112,26 @@ impl Ctx {
         bar.set_prefix(study.to_string());
         bar.enable_steady_tick(Duration::from_millis(250));
         Ctx {
-            bench: Bench::new(opts.quick),
+            bench: Bench::new(measure::Pace::of(opts.quick, opts.smoke)),
             opts: opts.clone(),
             study,
             bar,
         }
     }
 
-    /// Whether this is a `--quick` run.
+    /// Whether this is a `--quick` run (also true of a `--smoke` one).
     pub fn quick(&self) -> bool {
         self.opts.quick
+    }
+
+    /// Whether this is a `--smoke` run: a check that the study runs, not a measurement.
+    pub fn smoke(&self) -> bool {
+        self.opts.smoke
+    }
+
+    /// The run's pace.
+    pub fn pace(&self) -> measure::Pace {
+        measure::Pace::of(self.opts.quick, self.opts.smoke)
     }
 
     /// Sets how many steps the study has (for the progress bar).
@@ -149,6 +163,9 @@ impl Ctx {
         if self.opts.quick {
             args.push("--quick");
         }
+        if self.opts.smoke {
+            args.push("--smoke");
+        }
         count::count(exe, &args).map_err(|e| format!("not counted: {e:#}"))
     }
 
@@ -157,6 +174,7 @@ impl Ctx {
         Method {
             timed: timed.into(),
             quick: self.opts.quick,
+            smoke: self.opts.smoke,
             warmup_ms: self.bench.warmup.as_secs_f64() * 1e3,
             runs: self.bench.runs,
             run_ms: self.bench.run_time.as_secs_f64() * 1e3,
@@ -193,12 +211,13 @@ pub fn versions() -> BTreeMap<String, String> {
     v
 }
 
-/// The child side of instruction counting: `secrelay lab __count STUDY [--quick]`.
-pub fn count_child(study_name: &str, quick: bool) -> anyhow::Result<()> {
+/// The child side of instruction counting: `secrelay lab __count STUDY [--quick]
+/// [--smoke]` (with `smoke`, every region runs its operation once).
+pub fn count_child(study_name: &str, quick: bool, smoke: bool) -> anyhow::Result<()> {
     let Some(s) = study(study_name) else {
         bail!("unknown study {study_name:?}")
     };
-    count::run_child(s.counted_ops(quick)?);
+    count::run_child(s.counted_ops(measure::Pace::of(quick, smoke))?, smoke);
     Ok(())
 }
 

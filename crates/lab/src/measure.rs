@@ -62,24 +62,42 @@ fn run_loop<F: FnMut()>(f: &mut F, iters: u64) -> Duration {
     start.elapsed()
 }
 
+/// How long a study measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// Figures to publish: 200 ms of warm-up and 11 runs of 100 ms per measurement.
+    Full,
+    /// `--quick`, first looks: 10 ms of warm-up and 5 runs of 10 ms.
+    Quick,
+    /// `--smoke`, a check that a study and its report are made end to end (what the tests
+    /// run): 1 ms of warm-up and 3 runs of 1 ms, figures not fit to read.
+    Smoke,
+}
+
+impl Pace {
+    /// The pace `--quick` and `--smoke` ask for (`--smoke` wins).
+    pub fn of(quick: bool, smoke: bool) -> Pace {
+        match (quick, smoke) {
+            (_, true) => Pace::Smoke,
+            (true, false) => Pace::Quick,
+            (false, false) => Pace::Full,
+        }
+    }
+}
+
 impl Bench {
-    /// Settings for `--quick` (first looks, tests) or for real numbers, with the empty-op
-    /// overhead measured right away.
-    pub fn new(quick: bool) -> Bench {
-        let mut b = if quick {
-            Bench {
-                warmup: Duration::from_millis(10),
-                runs: 5,
-                run_time: Duration::from_millis(10),
-                overhead_ns: 0.0,
-            }
-        } else {
-            Bench {
-                warmup: Duration::from_millis(200),
-                runs: 11,
-                run_time: Duration::from_millis(100),
-                overhead_ns: 0.0,
-            }
+    /// Settings for `pace`, with the empty-op overhead measured right away.
+    pub fn new(pace: Pace) -> Bench {
+        let (warmup_ms, runs, run_ms) = match pace {
+            Pace::Full => (200, 11, 100),
+            Pace::Quick => (10, 5, 10),
+            Pace::Smoke => (1, 3, 1),
+        };
+        let mut b = Bench {
+            warmup: Duration::from_millis(warmup_ms),
+            runs,
+            run_time: Duration::from_millis(run_ms),
+            overhead_ns: 0.0,
         };
         let empty = b.time_raw(&mut || black_box(()), None);
         b.overhead_ns = empty.ns;
@@ -224,7 +242,7 @@ mod tests {
 
     #[test]
     fn overhead_is_measured_and_work_is_positive() {
-        let b = Bench::new(true);
+        let b = Bench::new(Pace::Quick);
         assert!(b.overhead_ns.is_finite() && b.overhead_ns >= 0.0);
         let mut x = 0u64;
         let t = b.time(|| {

@@ -240,7 +240,11 @@ fn study_section(study: &StudyReport, plots: &[RenderedPlot<'_>], ids: &StudyAnc
                     "Re-runs seed" @if study.seeds.len() > 1 { "s" } " " (study.seeds.join(", ")) ". "
                 }
                 "Ran " (study.method.date) " in " (format_num(study.method.elapsed_s)) " s"
-                @if study.method.quick { " with " code { "--quick" } " (fewer, shorter runs: figures are noisier)" }
+                @if study.method.smoke {
+                    " with " code { "--smoke" } " (a check that the study runs: each measurement about a millisecond, figures not fit to read)"
+                } @else if study.method.quick {
+                    " with " code { "--quick" } " (fewer, shorter runs: figures are noisier)"
+                }
                 "."
             }
             @for (a, t) in &tables { (table(&a.anchor, &a.rows, t)) }
@@ -305,7 +309,7 @@ fn method(m: &Method) -> Markup {
             dt { "Runs" } dd {
                 (m.runs) " timed runs of about " (format_num(m.run_ms)) " ms each after "
                 (format_num(m.warmup_ms)) " ms of warm-up; the median is reported"
-                @if m.quick { " (" code { "--quick" } ")" }
+                @if m.smoke { " (" code { "--smoke" } ")" } @else if m.quick { " (" code { "--quick" } ")" }
             }
             dt { "Spread" } dd { (m.spread) }
             dt { "Harness overhead" } dd { (format_num(m.harness_overhead_ns)) " ns per operation, already subtracted from every figure" }

@@ -1055,6 +1055,7 @@ mod tests {
         Method {
             timed: "synthetic".into(),
             quick: true,
+            smoke: false,
             warmup_ms: 0.0,
             runs: 1,
             run_ms: 0.0,

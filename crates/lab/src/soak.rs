@@ -1470,6 +1470,7 @@ impl SoakReport {
             method: Method {
                 timed: "Nothing is timed: the gateway's state is sampled once a second (/proc/PID/status, /proc/PID/fd, GET /metrics) while calls arrive, talk and leave, then until it holds nothing.".into(),
                 quick: o.quick,
+                smoke: false,
                 warmup_ms: 0.0,
                 runs: 1,
                 run_ms: elapsed_s * 1e3,

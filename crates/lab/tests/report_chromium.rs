@@ -15,6 +15,7 @@ fn method() -> Method {
     Method {
         timed: "one synthetic operation <of> nothing".into(),
         quick: true,
+        smoke: false,
         warmup_ms: 20.0,
         runs: 5,
         run_ms: 40.0,

@@ -1,7 +1,8 @@
-//! Shared by the lab tests: run one study the way a user would (`secrelay lab STUDY --quick
-//! --json F`) and hand back its report; and, for every test of the `secrelay` binary that needs
-//! a peer or tool (openssl, pion, valgrind, aiortc, Chromium, rtpengine), what to do when it is
-//! missing ([`missing`]).
+//! Shared by the lab tests: run one study the way a user would (`secrelay lab STUDY --smoke
+//! --json F`: every measurement as short as it can be, the study and its report whole) and
+//! hand back its report; and, for every test of the `secrelay` binary that needs a peer or tool
+//! (openssl, pion, valgrind, aiortc, Chromium, rtpengine), what to do when it is missing
+//! ([`missing`]).
 
 #![allow(dead_code)]
 
@@ -114,7 +115,7 @@ pub fn run_study(study: &str) -> (Value, String) {
 
 /// [`run_study`], returning the whole JSON (the study and the run's `sizing` summary).
 pub fn run_lab(study: &str) -> (Value, String) {
-    let (v, stdout) = lab_json(&[study, "--quick", "--no-progress"]);
+    let (v, stdout) = lab_json(&[study, "--smoke", "--no-progress"]);
     assert_eq!(v["studies"][0]["study"], study);
     assert_eq!(v["studies"].as_array().map(Vec::len), Some(1));
     (v, stdout)

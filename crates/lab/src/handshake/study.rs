@@ -642,7 +642,7 @@ impl Study for HandshakeStudy {
         "DTLS-SRTP handshakes in memory: handshakes/s per core, server and client µs apart, beside OpenSSL and pion/dtls (001, 002 d)"
     }
 
-    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+    fn counted_ops(&self, _pace: crate::measure::Pace) -> anyhow::Result<Vec<CountedOp>> {
         let (c, sv) = (
             Certificate::self_signed(KeyType::EcdsaP256, "count-client")?,
             Certificate::self_signed(KeyType::EcdsaP256, "count-server")?,

@@ -30,6 +30,7 @@ use super::tls_load::{self, TlsLoadOptions, TlsLoadReport, TlsVersion};
 use super::tls_servers::{self, CertFiles, ServerKind, ServerProc};
 use crate::count::CountedOp;
 use crate::frame::{Cell, Plot, PlotKind, Series, StudyReport, Table};
+use crate::measure::Pace;
 use crate::{Ctx, Study};
 
 /// The study.
@@ -162,12 +163,16 @@ fn thread_cpu_ns() -> f64 {
 
 /// CPU time per call of `op` on this thread (not wall time: the servers' figures are CPU time
 /// from /proc, and on a shared machine other processes' time on the core must not count),
-/// median of runs of about 100 ms (20 ms with `--quick`) after a warm-up.
-fn cpu_ns_per_op(op: &mut dyn FnMut(), quick: bool) -> f64 {
+/// median of runs of about 100 ms (20 ms with `--quick`, 1 ms with `--smoke`) after a warm-up.
+fn cpu_ns_per_op(op: &mut dyn FnMut(), pace: Pace) -> f64 {
     for _ in 0..20 {
         op();
     }
-    let (runs, target) = if quick { (5, 20e6) } else { (11, 100e6) };
+    let (runs, target) = match pace {
+        Pace::Full => (11, 100e6),
+        Pace::Quick => (5, 20e6),
+        Pace::Smoke => (3, 1e6),
+    };
     let mut per = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t0 = thread_cpu_ns();
@@ -643,7 +648,7 @@ impl Study for TlsStudy {
         "TLS handshakes: secrelay's HTTPS server beside nginx and openssl s_server, and beside its DTLS server (001, 004)"
     }
 
-    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+    fn counted_ops(&self, _pace: Pace) -> anyhow::Result<Vec<CountedOp>> {
         Ok(floor_ops()?
             .into_iter()
             .map(|(id, op)| CountedOp::new(format!("floor/{id}"), 20, op))
@@ -663,10 +668,16 @@ impl Study for TlsStudy {
         } else {
             (None, None)
         };
+        // (rounds, seconds of each turn, seconds of its warm-up)
+        let (rounds, secs, warmup) = match ctx.pace() {
+            Pace::Full => (4, 1.25, 1.0),
+            Pace::Quick => (2, 0.75, 0.5),
+            Pace::Smoke => (1, 0.3, 0.2),
+        };
         let load = Load {
-            rounds: if quick { 2 } else { 4 },
-            duration: Duration::from_secs_f64(if quick { 0.75 } else { 1.25 }),
-            warmup: Duration::from_secs_f64(if quick { 0.5 } else { 1.0 }),
+            rounds,
+            duration: Duration::from_secs_f64(secs),
+            warmup: Duration::from_secs_f64(warmup),
             connections: if quick { 8 } else { 32 },
             client_core,
         };
@@ -696,7 +707,7 @@ impl Study for TlsStudy {
         pin_self(server_core);
         let mut floor_ns = BTreeMap::new();
         for (id, mut op) in floor_ops()? {
-            floor_ns.insert(id, cpu_ns_per_op(&mut op, quick));
+            floor_ns.insert(id, cpu_ns_per_op(&mut op, ctx.pace()));
         }
         let floor_us: BTreeMap<String, f64> =
             floor_ns.iter().map(|(k, v)| (k.clone(), v / 1e3)).collect();

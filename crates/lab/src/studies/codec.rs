@@ -398,7 +398,8 @@ impl Study for CodecStudy {
         "Codec, transcoding and mixing cost per leg, beside SRTP (002 c)"
     }
 
-    fn counted_ops(&self, quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+    fn counted_ops(&self, pace: crate::measure::Pace) -> anyhow::Result<Vec<CountedOp>> {
+        let quick = pace != crate::measure::Pace::Full;
         let mut ops = Vec::new();
         for c in configs().into_iter().filter(|c| !quick || c.quick) {
             let mut impls: Vec<(String, MakeCodec)> = vec![("secrelay".into(), c.ours)];

@@ -297,7 +297,7 @@ impl Study for SrtpStudy {
         "SRTP protect/unprotect cost per packet (000, 002 a)"
     }
 
-    fn counted_ops(&self, _quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+    fn counted_ops(&self, _pace: crate::measure::Pace) -> anyhow::Result<Vec<CountedOp>> {
         let mut ops = Vec::new();
         for profile in super::SWEPT_PROFILES {
             for (name, make) in stacks(profile) {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::count::CountedOp;
 use crate::frame::{Cell, Plot, PlotKind, Series, StudyReport, Table};
-use crate::measure::Timing;
+use crate::measure::{Pace, Timing};
 use crate::{Ctx, Study};
 
 use algs::{row_id, rows, Alg, Curve, Lib, Op, Prep};
@@ -109,12 +109,14 @@ pub fn prepare(lib: Lib, alg: Alg, op: Op, keys: &Keys) -> Prep {
 
 /// Runs for slow operations (RSA key generation), or None for the calibrated default;
 /// Err: not measured in this run, with the reason.
-fn slow_runs(lib: Lib, alg: Alg, op: Op, quick: bool) -> Result<Option<usize>, String> {
+/// (`--smoke` times one key where `--quick` times a few.)
+fn slow_runs(lib: Lib, alg: Alg, op: Op, pace: Pace) -> Result<Option<usize>, String> {
     let Alg::Rsa(bits) = alg else { return Ok(None) };
     if op != Op::Keygen {
         return Ok(None);
     }
     let rc = lib == Lib::RustCrypto;
+    let quick = pace != Pace::Full;
     Ok(Some(match (quick, rc, bits) {
         (true, true, 3072 | 4096) | (true, false, 4096) => {
             return Err(format!(
@@ -122,6 +124,7 @@ fn slow_runs(lib: Lib, alg: Alg, op: Op, quick: bool) -> Result<Option<usize>, S
                 lib.name()
             ))
         }
+        _ if pace == Pace::Smoke => 1,
         (true, true, _) => 2,
         (true, false, 1024 | 2048) => 5,
         (true, false, _) => 1,
@@ -140,7 +143,7 @@ struct Measured {
 }
 
 fn measure(ctx: &Ctx, lib: Lib, alg: Alg, op: Op, keys: &Keys) -> Measured {
-    let runs = match slow_runs(lib, alg, op, ctx.quick()) {
+    let runs = match slow_runs(lib, alg, op, ctx.pace()) {
         Ok(r) => r,
         Err(why) => {
             return Measured {
@@ -230,7 +233,8 @@ impl Study for CryptoStudy {
         "Asymmetric crypto per operation: RSA, ECDSA, EdDSA, ECDH(E) in aws-lc-rs, OpenSSL, RustCrypto (000, 001, 004)"
     }
 
-    fn counted_ops(&self, quick: bool) -> anyhow::Result<Vec<CountedOp>> {
+    fn counted_ops(&self, pace: Pace) -> anyhow::Result<Vec<CountedOp>> {
+        let quick = pace != Pace::Full;
         let keys = Keys::default();
         let mut ops = Vec::new();
         for (lib, alg, op, iters) in counted_set(quick) {
