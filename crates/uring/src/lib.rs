@@ -72,6 +72,12 @@ pub struct Config {
     pub send_slots: usize,
     /// Submission queue entries.
     pub entries: u32,
+    /// Completions are made only when the ring's thread enters the kernel to wait for or reap
+    /// them (`IORING_SETUP_DEFER_TASKRUN`, Linux 6.1): no notification interrupts the thread
+    /// meanwhile, and a wait for several completions ([`Ring::wait_batch`]) is woken once, not
+    /// once per datagram. For a thread that waits in the ring itself, not on its descriptor
+    /// with epoll (whose readiness the deferred completions do not make).
+    pub defer_taskrun: bool,
 }
 
 impl Default for Config {
@@ -80,6 +86,7 @@ impl Default for Config {
             buffers: 2048,
             send_slots: 8192,
             entries: 4096,
+            defer_taskrun: false,
         }
     }
 }
@@ -290,15 +297,21 @@ impl<T> Ring<T> {
     /// buffer rings (before 5.19); [`Ring::probe`] also checks multishot receives work.
     pub fn new(config: Config) -> io::Result<Ring<T>> {
         // Completions are made by the thread that reaps them, when it enters the kernel, not
-        // by interrupting it while it works (COOP_TASKRUN); the ring says when some wait to
-        // be made (TASKRUN_FLAG), and only the thread that made it submits (SINGLE_ISSUER).
-        let ring = IoUring::builder()
+        // by interrupting it while it works (COOP_TASKRUN), or only when it enters to wait or
+        // reap (DEFER_TASKRUN); the ring says when some wait to be made (TASKRUN_FLAG), and
+        // only the thread that made it submits (SINGLE_ISSUER).
+        let mut builder = IoUring::builder();
+        builder
             .setup_cqsize(config.entries.saturating_mul(8))
             .setup_clamp()
-            .setup_coop_taskrun()
             .setup_taskrun_flag()
-            .setup_single_issuer()
-            .build(config.entries)?;
+            .setup_single_issuer();
+        if config.defer_taskrun {
+            builder.setup_defer_taskrun();
+        } else {
+            builder.setup_coop_taskrun();
+        }
+        let ring = builder.build(config.entries)?;
         let mut pool = Pool::new(config.buffers)?;
         // SAFETY: the entries are page aligned, `buffers` long, and outlive the registration
         // (`Ring::drop` waits for the kernel to let go before the pool is freed, or leaks it).
@@ -502,6 +515,32 @@ impl<T> Ring<T> {
         self.wait_one(timeout)
     }
 
+    /// Waits up to `timeout` for `want` completions, returning early once `min_wait` has passed
+    /// with at least one (where the kernel has that, Linux 6.12; elsewhere, or with a zero
+    /// `min_wait`, as soon as there is one): a busy ring's thread then wakes once per batch of datagrams, not per datagram, at
+    /// the cost of up to `min_wait` of delay. Submits what is queued. Meant for a ring made
+    /// with [`Config::defer_taskrun`], where datagrams do not wake the thread one by one.
+    pub fn wait_batch(
+        &mut self,
+        want: usize,
+        min_wait: Duration,
+        timeout: Duration,
+    ) -> io::Result<()> {
+        self.pool.publish();
+        if self.pending() {
+            return self.enter();
+        }
+        // Without a short wait (zero, or a kernel without it) the wait is for one: a wait for
+        // more would last until they all came or the timeout.
+        let us = u32::try_from(min_wait.as_micros()).unwrap_or(u32::MAX);
+        let (want, min_wait_us) = if us > 0 && self.ring.params().is_feature_min_timeout() {
+            (want.max(1), us)
+        } else {
+            (1, 0)
+        };
+        self.wait_for(want, min_wait_us, timeout)
+    }
+
     /// Whether completions wait to be reaped, or to be made by entering the kernel (which
     /// [`Ring::reap`] then does).
     pub fn pending(&mut self) -> bool {
@@ -610,12 +649,17 @@ impl<T> Ring<T> {
     }
 
     fn wait_one(&mut self, timeout: Duration) -> io::Result<()> {
+        self.wait_for(1, 0, timeout)
+    }
+
+    /// Submits, then waits up to `timeout` for `want` completions (after `min_wait_us`, for
+    /// one; 0: no such wait).
+    fn wait_for(&mut self, want: usize, min_wait_us: u32, timeout: Duration) -> io::Result<()> {
         let ts = types::Timespec::from(timeout);
-        match self
-            .ring
-            .submitter()
-            .submit_with_args(1, &types::SubmitArgs::new().timespec(&ts))
-        {
+        let args = types::SubmitArgs::new()
+            .timespec(&ts)
+            .min_wait_usec(min_wait_us);
+        match self.ring.submitter().submit_with_args(want, &args) {
             Ok(_) => Ok(()),
             Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR)) => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {

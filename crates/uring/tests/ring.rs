@@ -227,3 +227,65 @@ fn a_long_datagram_is_cut_and_says_so() {
     assert!(got[0].0.truncated);
     assert_eq!(got[0].1.len(), secrelay_uring::DATAGRAM_MAX);
 }
+
+/// With deferred completions, a burst of datagrams comes back from one batch wait, and a wait
+/// for more than arrive ends with what came (after its short wait on kernels that have one,
+/// at once on others), not at its long timeout.
+#[test]
+fn a_deferred_ring_reaps_a_burst_in_one_batch_wait() {
+    let mut r = ring(Config {
+        defer_taskrun: true,
+        ..Config::default()
+    });
+    let to = socket("127.0.0.1:0");
+    let peer = socket("127.0.0.1:0");
+    r.arm(5, &to);
+    r.submit().unwrap();
+    for i in 0..10u8 {
+        peer.send_to(&[i; 60], to.local_addr().unwrap()).unwrap();
+    }
+    let started = Instant::now();
+    r.wait_batch(10, Duration::from_millis(50), Duration::from_secs(5))
+        .unwrap();
+    let mut out = Vec::new();
+    r.reap(&mut out, usize::MAX);
+    let mut got = Vec::new();
+    for c in out {
+        if let Completion::Received(d) = c {
+            assert_eq!(d.key, 5);
+            got.push(r.payload(&d)[0]);
+            r.recycle(&d);
+        }
+    }
+    assert_eq!(got, (0..10).collect::<Vec<u8>>());
+    // One datagram, a wait for 10: it ends with the one, well before the 5 s timeout.
+    peer.send_to(&[42; 60], to.local_addr().unwrap()).unwrap();
+    r.wait_batch(10, Duration::from_millis(50), Duration::from_secs(5))
+        .unwrap();
+    let mut out = Vec::new();
+    r.reap(&mut out, usize::MAX);
+    assert!(
+        matches!(out.as_slice(), [Completion::Received(d)] if d.key == 5),
+        "{out:?}"
+    );
+    for c in out.drain(..) {
+        if let Completion::Received(d) = c {
+            r.recycle(&d);
+        }
+    }
+    // And with no short wait at all, a wait for 10 ends with the first.
+    peer.send_to(&[43; 60], to.local_addr().unwrap()).unwrap();
+    r.wait_batch(10, Duration::ZERO, Duration::from_secs(5))
+        .unwrap();
+    out.clear();
+    r.reap(&mut out, usize::MAX);
+    assert!(
+        matches!(out.as_slice(), [Completion::Received(d)] if d.key == 5),
+        "{out:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the waits ended at their timeout: {:?}",
+        started.elapsed()
+    );
+}
