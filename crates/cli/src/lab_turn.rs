@@ -32,9 +32,13 @@ pub struct TurnArgs {
     /// Bytes of payload per packet (160: 20 ms of G.711).
     #[arg(long, default_value_t = 160)]
     pub payload: usize,
-    /// Relay ports, `LOW-HIGH`: the lower half coturn's, the upper secrelay's.
-    #[arg(long, default_value = "20000-29999")]
+    /// Relay ports, `LOW-HIGH`, in three: coturn's, secrelay's (io_uring), secrelay's (epoll).
+    #[arg(long, default_value = "20000-34999")]
     pub relay_ports: String,
+    /// secrelay's `turn_gather_us`: how long its io_uring thread lets datagrams gather, in µs
+    /// (0 to 10,000).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub gather_us: u64,
     /// coturn's TURN server (Debian's coturn package).
     #[arg(long, default_value = "/usr/bin/turnserver")]
     pub coturn: PathBuf,
@@ -58,6 +62,12 @@ pub struct TurnServerArgs {
     /// Relay ports, `LOW-HIGH`.
     #[arg(long)]
     pub relay_ports: String,
+    /// The UDP sockets through epoll and a system call per datagram, not an io_uring.
+    #[arg(long)]
+    pub epoll: bool,
+    /// How long the io_uring thread lets datagrams gather, in µs.
+    #[arg(long, default_value_t = 200)]
+    pub gather_us: u64,
 }
 
 fn ports(flag: &str, s: &str) -> Result<(u16, u16)> {
@@ -79,12 +89,14 @@ pub fn server(a: &TurnServerArgs) -> Result<()> {
         a.peer,
         &a.secret,
         ports("--relay-ports", &a.relay_ports)?,
+        !a.epoll,
+        std::time::Duration::from_micros(a.gather_us),
     )
 }
 
 fn print(r: &TurnReport) {
     println!(
-        "{:<9} {:>7} {:>6} {:>9} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7} {:>11}",
+        "{:<16} {:>7} {:>6} {:>9} {:>7} {:>10} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7} {:>11}",
         "server",
         "allocs",
         "failed",
@@ -101,7 +113,7 @@ fn print(r: &TurnReport) {
     );
     for w in &r.rows {
         println!(
-            "{:<9} {:>7} {:>6} {:>9.0} {:>7.3} {:>10.0} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7.3} {:>11.0}",
+            "{:<16} {:>7} {:>6} {:>9.0} {:>7.3} {:>10.0} {:>7} {:>9} {:>9} {:>9} {:>7} {:>7.3} {:>11.0}",
             w.server,
             w.allocations,
             w.allocation_failures,
@@ -118,8 +130,8 @@ fn print(r: &TurnReport) {
         );
     }
     println!(
-        "secrelay ÷ coturn ({}): allocations per CPU-second {:.2}, relayed packets per CPU-second {:.2}",
-        r.coturn_version, r.allocations_ratio, r.relayed_ratio
+        "secrelay ÷ coturn ({}): allocations per CPU-second {:.2}, relayed packets per CPU-second {:.2} (io_uring, {} µs gather; with epoll: {:.2})",
+        r.coturn_version, r.allocations_ratio, r.relayed_ratio, r.gather_us, r.relayed_ratio_epoll
     );
 }
 
@@ -138,6 +150,7 @@ pub fn run(a: &TurnArgs) -> Result<()> {
         rate: a.rate,
         secs: a.duration,
         payload: a.payload,
+        gather_us: a.gather_us,
         relay_ports: ports("--relay-ports", &a.relay_ports)?,
         coturn: a.coturn.clone(),
         exe: std::env::current_exe()?,

@@ -1,8 +1,9 @@
 //! `secrelay lab turn` as a user runs it, against the real coturn (Debian's coturn package;
 //! `scripts/setup` installs it): few allocations, few clients, a low rate, so that it holds on
-//! a loaded 2-core machine. Checks the JSON, not the figures' size: both servers made every
-//! allocation and relayed the clients' packets both ways, each server's CPU was read over
-//! both parts, and the ratios were worked out from those figures.
+//! a loaded 2-core machine. Checks the JSON, not the figures' size: every server (coturn,
+//! secrelay on io_uring, secrelay on epoll) made every allocation and relayed the clients'
+//! packets both ways, each server's CPU was read over both parts, and the ratios were worked
+//! out from those figures.
 //!
 //! Without coturn the test fails under CI (`CI` set) and says SKIPPED elsewhere
 //! (`lab_support::missing`). The run is bounded; on overrun its whole process group (the
@@ -80,7 +81,11 @@ fn lab_turn_measures_secrelay_and_coturn_in_one_run() {
         .unwrap_or_else(|e| panic!("{}: {e}", json.display()));
     let rows = report["rows"].as_array().expect("rows");
     let names: Vec<&str> = rows.iter().filter_map(|r| r["server"].as_str()).collect();
-    assert_eq!(names, ["coturn", "secrelay"], "{report}");
+    assert_eq!(
+        names,
+        ["coturn", "secrelay", "secrelay (epoll)"],
+        "{report}"
+    );
     for r in rows {
         let n = |k: &str| {
             r[k].as_f64()
@@ -102,7 +107,7 @@ fn lab_turn_measures_secrelay_and_coturn_in_one_run() {
             "{r}"
         );
     }
-    for k in ["allocations_ratio", "relayed_ratio"] {
+    for k in ["allocations_ratio", "relayed_ratio", "relayed_ratio_epoll"] {
         let v = report[k].as_f64().unwrap_or(0.0);
         assert!(v.is_finite() && v > 0.0, "{k}: {report}");
     }

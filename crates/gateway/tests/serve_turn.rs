@@ -118,6 +118,15 @@ fn relays_to_the_gateway(test: &str, https: bool, flags: &[&str]) {
     let out = text(&o);
     assert!(o.status.success(), "uclient failed:\n{out}");
     assert!(out.contains("tot_send_msgs=20"), "{out}");
+    // The default `media_io` (auto): the TURN thread reads through io_uring, which this
+    // kernel must allow under CI.
+    if std::env::var_os("CI").is_some() {
+        assert_eq!(
+            turn.io_uring_shards(),
+            1,
+            "the TURN thread is not on io_uring"
+        );
+    }
     let st = turn.stats();
     assert!(st.allocations_made.load(Relaxed) >= 1, "{out}");
     assert_eq!(st.to_peer_packets.load(Relaxed), 20, "{:?}", st.drops());

@@ -15,8 +15,10 @@
 //! * [`framing`]: TURN over a byte stream (RFC 8656 §12.5: STUN messages and padded
 //!   ChannelData back to back).
 //! * [`server`]: the I/O: shards, each a thread with a current-thread tokio runtime, a UDP
-//!   listener (SO_REUSEPORT), the relay sockets of its allocations; TCP listeners; streams
-//!   handed over by others (the gateway's HTTPS port, for TURN over TLS on 443).
+//!   listener (SO_REUSEPORT), the relay sockets of its allocations (read through an io_uring
+//!   on a thread beside it where the kernel allows, else by the runtime with epoll); TCP
+//!   listeners; streams handed over by others (the gateway's HTTPS port, for TURN over TLS on
+//!   443).
 
 pub mod auth;
 pub mod client;

@@ -501,6 +501,12 @@ pub struct ServeConfig {
     /// TURN threads, each with its own SO_REUSEPORT socket on `turn_udp` and the relays of its
     /// allocations.
     pub turn_threads: usize,
+    /// On a busy TURN thread (its sockets read through io_uring, as where `media_io` allows),
+    /// how long datagrams may gather before the thread wakes for fewer than a batch, in µs
+    /// (0 to 10,000): the most it adds to a relayed packet's delay, against fewer wake-ups per
+    /// packet (docs/benchmarks.md measures 0, 200 and 500). An idle thread wakes for the first
+    /// datagram at once; kernels before 6.12 wake for every datagram.
+    pub turn_gather_us: u64,
     /// Media interfaces for telephony legs, as rtpengine's `--interface` writes them:
     /// `[NAME/]LOCAL[!ADVERTISED]` (`internal/10.0.0.5`, `external/192.168.1.5!203.0.113.7`,
     /// `::1`). Legs' ports are bound on LOCAL and their SDP announces ADVERTISED; the ng
@@ -666,6 +672,7 @@ impl Default for ServeConfig {
             turn_allocations_per_source: 256,
             turn_max_lifetime_secs: 3600,
             turn_threads: 1,
+            turn_gather_us: 200,
             interfaces: Vec::new(),
         }
     }
@@ -1239,6 +1246,12 @@ impl ServeConfig {
         }
         if self.turn_realm.is_empty() || self.turn_realm.len() > 127 {
             return Err(ConfigError("turn_realm: 1 to 127 characters".into()));
+        }
+        if self.turn_gather_us > 10_000 {
+            return Err(ConfigError(format!(
+                "turn_gather_us = {}: at most 10000 (10 ms)",
+                self.turn_gather_us
+            )));
         }
         for (key, v) in [
             ("turn_max_allocations", self.turn_max_allocations),

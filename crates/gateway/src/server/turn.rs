@@ -107,9 +107,15 @@ impl TurnService {
             secret,
             realm: config.turn_realm.clone(),
             stream_queue: 256,
+            // With the media workers: off where they are told to use recvmmsg/sendmmsg.
+            io_uring: !matches!(
+                config.media_io_setting(),
+                Ok(Some(super::config::MediaIo::Mmsg))
+            ),
+            gather: Duration::from_micros(config.turn_gather_us),
         })
         .map_err(|e| StartError(format!("TURN: {e}")))?;
-        tracing::info!(udp = ?server.udp_addr(), tcp = ?server.tcp_addr(), tls = config.turn_tls, peer = %peer.advertised, "TURN open");
+        tracing::info!(udp = ?server.udp_addr(), tcp = ?server.tcp_addr(), tls = config.turn_tls, peer = %peer.advertised, io_uring_shards = server.io_uring_shards(), "TURN open");
         Ok(Some(Arc::new(TurnService {
             host: config.turn_host.clone(),
             fallback_host: url_host(gateway.candidate().ip()),
@@ -407,6 +413,12 @@ impl prometheus_client::collector::Collector for TurnCollector {
             "secrelay_turn_streams_open",
             "TURN TCP and TLS connections open now",
             s.streams_open.load(Relaxed),
+        )?;
+        gauge(
+            &mut e,
+            "secrelay_turn_io_uring_threads",
+            "TURN threads whose UDP sockets go through an io_uring (the others use epoll)",
+            self.0.server.io_uring_shards() as u64,
         )
     }
 }

@@ -58,7 +58,9 @@ pub struct TurnOptions {
     pub secs: f64,
     /// Bytes of payload per packet.
     pub payload: usize,
-    /// Relay ports, split in two halves: coturn's, then secrelay's.
+    /// secrelay's io_uring gather time (`turn_gather_us`), in µs.
+    pub gather_us: u64,
+    /// Relay ports, split in three: coturn's, secrelay's (io_uring), secrelay's (epoll).
     pub relay_ports: (u16, u16),
     /// coturn's `turnserver`.
     pub coturn: PathBuf,
@@ -104,12 +106,18 @@ pub struct TurnRow {
 /// The run: a row per server and secrelay's figures over coturn's.
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnReport {
-    /// coturn's, then secrelay's.
+    /// coturn's, secrelay's (its UDP sockets through an io_uring, as it runs by default), then
+    /// secrelay's with epoll and a system call per datagram (as where the kernel refuses
+    /// io_uring).
     pub rows: Vec<TurnRow>,
     /// secrelay's allocations per CPU-second ÷ coturn's.
     pub allocations_ratio: f64,
     /// secrelay's relayed packets per CPU-second ÷ coturn's.
     pub relayed_ratio: f64,
+    /// secrelay's relayed packets per CPU-second with epoll ÷ coturn's.
+    pub relayed_ratio_epoll: f64,
+    /// How long secrelay's io_uring thread let datagrams gather (`turn_gather_us`), in µs.
+    pub gather_us: u64,
     /// coturn's version, as it prints it.
     pub coturn_version: String,
 }
@@ -192,16 +200,21 @@ pub fn start_coturn(bin: &Path, secret: &str, relay_ports: (u16, u16)) -> anyhow
     Ok(target)
 }
 
-/// Starts secrelay's TURN server (`exe lab __turn-server`), its only peer `peer`, and reads the
-/// UDP address it prints.
+/// Starts secrelay's TURN server (`exe lab __turn-server`), its only peer `peer`, its UDP
+/// sockets through an io_uring or (`io_uring` false) epoll, and reads the UDP address it
+/// prints.
 pub fn start_secrelay(
     exe: &Path,
     secret: &str,
     peer: SocketAddr,
     relay_ports: (u16, u16),
+    io_uring: bool,
+    gather_us: u64,
 ) -> anyhow::Result<Target> {
     let mut child = Command::new(exe)
         .args(["lab", "__turn-server", "--udp", "127.0.0.1:0"])
+        .args((!io_uring).then_some("--epoll"))
+        .args(["--gather-us", &gather_us.to_string()])
         .args(["--peer", &peer.to_string(), "--secret", secret])
         .args([
             "--relay-ports",
@@ -223,7 +236,11 @@ pub fn start_secrelay(
         .and_then(|a| a.trim().parse().ok())
         .ok_or_else(|| anyhow!("the TURN server printed {line:?}"))?;
     let target = Target {
-        name: "secrelay",
+        name: if io_uring {
+            "secrelay"
+        } else {
+            "secrelay (epoll)"
+        },
         addr,
         secret: secret.into(),
         child,
@@ -234,13 +251,16 @@ pub fn start_secrelay(
 }
 
 /// `secrelay lab __turn-server`: secrelay's TURN server on `udp`, one thread, relaying only
-/// to `peer`, quotas out of the way of a one-host load; prints `udp ADDR`, serves until its
-/// stdin closes.
+/// to `peer`, quotas out of the way of a one-host load, its UDP sockets through an io_uring
+/// or epoll; prints `udp ADDR`, serves until its stdin closes. Fails where io_uring is asked
+/// for and refused (the figures would be epoll's under io_uring's name).
 pub fn serve_child(
     udp: SocketAddr,
     peer: SocketAddr,
     secret: &str,
     relay_ports: (u16, u16),
+    io_uring: bool,
+    gather: Duration,
 ) -> anyhow::Result<()> {
     let server = TurnServer::start(TurnConfig {
         udp: Some(udp),
@@ -265,8 +285,13 @@ pub fn serve_child(
         secret: secret.as_bytes().to_vec().into(),
         realm: REALM.into(),
         stream_queue: 256,
+        io_uring,
+        gather,
     })
     .context("starting the TURN server")?;
+    if io_uring && server.io_uring_shards() == 0 {
+        bail!("io_uring was refused here (the server log says why): run with --epoll");
+    }
     let addr = server.udp_addr().context("no UDP listener")?;
     println!("udp {addr}");
     std::io::Write::flush(&mut std::io::stdout())?;
@@ -706,21 +731,23 @@ fn measure(t: &Target, echo: &Echo, o: &TurnOptions) -> anyhow::Result<TurnRow> 
     })
 }
 
-/// The two halves of `--relay-ports`, each with room for every allocation of the run.
-fn split_ports(o: &TurnOptions) -> anyhow::Result<((u16, u16), (u16, u16))> {
+/// `--relay-ports` in three, one part per server, each with room for every allocation of the
+/// run.
+fn split_ports(o: &TurnOptions) -> anyhow::Result<[(u16, u16); 3]> {
     let (low, high) = o.relay_ports;
     let need = o.allocations + o.clients;
-    if low == 0 || high < low || usize::from(high - low) + 1 < 2 * need {
+    if low == 0 || high < low || usize::from(high - low) + 1 < 3 * need {
         bail!(
-            "--relay-ports {low}-{high}: {need} ports for each server needed ({} allocations \
-             and {} clients), {} in all",
+            "--relay-ports {low}-{high}: {need} ports for each of the three servers needed ({} \
+             allocations and {} clients), {} in all",
             o.allocations,
             o.clients,
-            2 * need
+            3 * need
         );
     }
-    let mid = low + (high - low) / 2;
-    Ok(((low, mid), (mid + 1, high)))
+    let third = (high - low + 1) / 3;
+    let part = |i: u16| (low + i * third, low + (i + 1) * third - 1);
+    Ok([part(0), part(1), part(2)])
 }
 
 fn coturn_version(bin: &Path) -> String {
@@ -741,19 +768,30 @@ pub fn run(o: &TurnOptions) -> anyhow::Result<TurnReport> {
     if o.clients > 62_500 || o.allocations > 62_500 {
         bail!("--allocations and --clients: at most 62500 (one loopback address each)");
     }
-    let (coturn_ports, our_ports) = split_ports(o)?;
+    let [coturn_ports, our_ports, epoll_ports] = split_ports(o)?;
     let mut key = [0u8; 24];
     aws_lc_rs::rand::fill(&mut key).map_err(|_| anyhow!("no randomness for the secret"))?;
     let secret: String = key.iter().map(|b| format!("{b:02x}")).collect();
-    let (coturn_echo, our_echo) = (Echo::start()?, Echo::start()?);
+    let echoes = [Echo::start()?, Echo::start()?, Echo::start()?];
     let coturn = start_coturn(&o.coturn, &secret, coturn_ports)?;
-    let ours = start_secrelay(&o.exe, &secret, our_echo.addr, our_ports)?;
-    let theirs = measure(&coturn, &coturn_echo, o)?;
-    let mine = measure(&ours, &our_echo, o)?;
+    let ours = start_secrelay(
+        &o.exe,
+        &secret,
+        echoes[1].addr,
+        our_ports,
+        true,
+        o.gather_us,
+    )?;
+    let epoll = start_secrelay(&o.exe, &secret, echoes[2].addr, epoll_ports, false, 0)?;
+    let theirs = measure(&coturn, &echoes[0], o)?;
+    let mine = measure(&ours, &echoes[1], o)?;
+    let mine_epoll = measure(&epoll, &echoes[2], o)?;
     Ok(TurnReport {
         allocations_ratio: per(mine.allocations_per_cpu_sec, theirs.allocations_per_cpu_sec),
         relayed_ratio: per(mine.relayed_per_cpu_sec, theirs.relayed_per_cpu_sec),
-        rows: vec![theirs, mine],
+        relayed_ratio_epoll: per(mine_epoll.relayed_per_cpu_sec, theirs.relayed_per_cpu_sec),
+        gather_us: o.gather_us,
+        rows: vec![theirs, mine, mine_epoll],
         coturn_version: coturn_version(&o.coturn),
     })
 }

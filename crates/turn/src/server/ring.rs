@@ -1,0 +1,442 @@
+//! The io_uring path of a shard's UDP sockets ([`secrelay_uring`]): the listener and every
+//! relay socket each have one multishot receive armed on the shard's ring, so a wake-up reads
+//! what all of them brought from one completion queue, with no system call per socket or per
+//! datagram and no epoll readiness per relay socket; what the datagrams make the shard send
+//! (replies, ChannelData to clients, datagrams to peers) goes to the kernel in one submission.
+//!
+//! The ring lives on a thread of its own beside the shard's runtime (the ring's completions are
+//! the task work of the thread that armed it); the thread waits in the ring itself, so one
+//! system call both waits and brings the datagrams, and another hands over what they made it
+//! send. Other threads wake it with a datagram to a loopback socket armed on the ring. It
+//! takes the shard's core for each datagram, as the runtime's tasks do. Relay sockets are opened wherever a client's request is handled (this thread for
+//! UDP clients, another runtime for stream clients): their opening and their closing reach the
+//! ring's thread as [`Change`]s, in order, so a socket is armed before it can be disarmed, and
+//! stays open until the kernel let go of it.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use std::sync::atomic::AtomicBool;
+use std::thread::JoinHandle;
+
+use secrelay_uring::{Completion, Ring};
+
+use super::{Inner, Shard, Sink, UdpOut};
+use crate::core::{Client, ClientKey, Now, Out};
+use crate::proto::HEADROOM;
+use crate::stats::{Dropped, Stats};
+
+/// The key the listener's receive is armed with (relay sockets take the others).
+const LISTENER: u32 = u32::MAX;
+/// Completions taken at once.
+const BATCH: usize = 64;
+/// Batches handled before the task lets the runtime's other tasks (timers, streams) run.
+const BATCHES_PER_WAKE: usize = 16;
+/// Spare send buffers kept for reuse.
+const SPARE: usize = 1024;
+
+/// The key the waker socket's receive is armed with.
+const WAKER: u32 = u32::MAX - 1;
+/// The longest wait in the ring (a stop also wakes it).
+const WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What the rest of the server tells a shard's ring thread.
+enum Change {
+    /// A relay socket to read.
+    Arm {
+        key: u32,
+        fd: RawFd,
+        client: ClientKey,
+        relay_id: u64,
+    },
+    /// A relay socket no longer read: closed once its receive is cancelled.
+    Retire {
+        key: u32,
+        socket: std::net::UdpSocket,
+    },
+}
+
+/// A shard's ring thread, as the threads that open relay sockets see it.
+pub(super) struct RingShared {
+    changes: Mutex<Vec<Change>>,
+    /// A loopback socket armed on the ring: a datagram to itself wakes the ring's thread.
+    waker: std::net::UdpSocket,
+    stop: AtomicBool,
+    next_key: AtomicU32,
+}
+
+impl std::fmt::Debug for RingShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingShared").finish_non_exhaustive()
+    }
+}
+
+impl RingShared {
+    fn push(&self, change: Change) {
+        self.changes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(change);
+        self.wake();
+    }
+
+    fn wake(&self) {
+        // A full buffer means wake-ups already wait to be read: this one is not needed.
+        if let Ok(to) = self.waker.local_addr() {
+            let _ = self.waker.send_to(&[0], to);
+        }
+    }
+
+    /// Ends the ring's thread (its receives cancelled, its sockets closed).
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.wake();
+    }
+
+    /// A relay socket read by this ring from now on, for `client`'s relay `relay_id`.
+    pub(super) fn open(
+        self: &Arc<Self>,
+        socket: std::net::UdpSocket,
+        client: ClientKey,
+        relay_id: u64,
+    ) -> RingRelay {
+        let key = loop {
+            let k = self.next_key.fetch_add(1, Ordering::Relaxed);
+            if k != LISTENER && k != WAKER {
+                break k;
+            }
+        };
+        self.push(Change::Arm {
+            key,
+            fd: socket.as_raw_fd(),
+            client,
+            relay_id,
+        });
+        RingRelay {
+            key,
+            socket: Some(socket),
+            ring: self.clone(),
+        }
+    }
+}
+
+/// A relay socket read through a shard's ring; dropping it hands the socket to the ring task,
+/// which cancels its receive, then closes it.
+#[derive(Debug)]
+pub(super) struct RingRelay {
+    key: u32,
+    socket: Option<std::net::UdpSocket>,
+    ring: Arc<RingShared>,
+}
+
+impl RingRelay {
+    pub(super) fn fd(&self) -> BorrowedFd<'_> {
+        self.socket
+            .as_ref()
+            .expect("the socket is taken only when the relay drops")
+            .as_fd()
+    }
+}
+
+impl Drop for RingRelay {
+    fn drop(&mut self) {
+        if let Some(socket) = self.socket.take() {
+            self.ring.push(Change::Retire {
+                key: self.key,
+                socket,
+            });
+        }
+    }
+}
+
+/// Where the kernel refuses a shard a ring: why, and the listener back.
+pub(super) type Refused = (std::io::Error, std::net::UdpSocket);
+
+/// Starts `shard`'s ring thread (`index`) with `listener` armed on it: `Ok(Err(_))`, with the
+/// listener back, where the kernel refuses the ring (checked end to end: a datagram through a
+/// loopback socket armed on it); `Err` where no thread starts.
+pub(super) fn start(
+    index: usize,
+    inner: &Arc<Inner>,
+    shard: &Arc<Shard>,
+    listener: std::net::UdpSocket,
+) -> std::io::Result<Result<JoinHandle<()>, Refused>> {
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(), Refused>>();
+    let (inner, shard2) = (inner.clone(), shard.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("secrelay-turn-ring-{index}"))
+        .spawn(move || {
+            // Made on this thread: its completions are this thread's task work.
+            let made = RingTask::new(inner, shard2, listener);
+            match made {
+                Ok(task) => {
+                    let _ = tx.send(Ok(()));
+                    task.run();
+                }
+                Err(refused) => {
+                    let _ = tx.send(Err(refused));
+                }
+            }
+        })?;
+    let started = rx
+        .recv()
+        .map_err(|_| std::io::Error::other("the TURN io_uring thread ended"))?;
+    Ok(started.map(|()| thread))
+}
+
+/// A shard's ring and what its datagrams need.
+struct RingTask {
+    ring: Ring<()>,
+    inner: Arc<Inner>,
+    shard: Arc<Shard>,
+    shared: Arc<RingShared>,
+    stats: Arc<Stats>,
+    listener: Arc<std::net::UdpSocket>,
+    listener_v6: bool,
+    local: Option<SocketAddr>,
+    /// Armed relay sockets: whose relay each is.
+    relays: HashMap<u32, (ClientKey, u64)>,
+    /// Relay sockets whose receive is cancelled at the next submit, closed after it.
+    retired: Vec<std::net::UdpSocket>,
+    /// Send buffers back from the kernel, for the next sends.
+    spare: Vec<Vec<u8>>,
+    /// A received datagram, with room before it for a ChannelData header.
+    buf: Vec<u8>,
+    /// The core's reply.
+    out: Vec<u8>,
+}
+
+impl RingTask {
+    /// The ring with `listener` and a waker socket armed, and the shard's [`RingShared`] set;
+    /// `Err` with the listener back where any of it fails.
+    fn new(
+        inner: Arc<Inner>,
+        shard: Arc<Shard>,
+        listener: std::net::UdpSocket,
+    ) -> Result<RingTask, Refused> {
+        let made = (|| {
+            // Completions made only when this thread waits for them, so that a wait gathers a
+            // batch; a kernel before 6.1 has no such rings, and gets the other kind.
+            let deferred = secrelay_uring::Config {
+                defer_taskrun: true,
+                ..secrelay_uring::Config::default()
+            };
+            let mut ring = Ring::<()>::probe(deferred)
+                .or_else(|_| Ring::<()>::probe(secrelay_uring::Config::default()))?;
+            let waker = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+                .or_else(|_| std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)))?;
+            waker.set_nonblocking(true)?;
+            ring.arm(LISTENER, &listener);
+            ring.arm(WAKER, &waker);
+            ring.submit()?;
+            Ok::<_, std::io::Error>((ring, waker))
+        })();
+        let (ring, waker) = match made {
+            Ok(x) => x,
+            Err(e) => return Err((e, listener)),
+        };
+        let shared = Arc::new(RingShared {
+            changes: Mutex::new(Vec::new()),
+            waker,
+            stop: AtomicBool::new(false),
+            next_key: AtomicU32::new(0),
+        });
+        let _ = shard.ring.set(shared.clone());
+        let local = listener.local_addr().ok();
+        Ok(RingTask {
+            ring,
+            stats: inner.shared.stats.clone(),
+            inner,
+            shard,
+            shared,
+            local,
+            listener_v6: local.is_some_and(|a| a.is_ipv6()),
+            listener: Arc::new(listener),
+            relays: HashMap::new(),
+            retired: Vec::new(),
+            spare: Vec::new(),
+            buf: vec![0; HEADROOM + secrelay_uring::DATAGRAM_MAX + crate::proto::TAILROOM],
+            out: vec![0; 1500],
+        })
+    }
+
+    /// Until [`RingShared::stop`]: what the ring brought through the core, what that sends
+    /// handed to the kernel in one submission, then a wait in the ring for more.
+    fn run(mut self) {
+        let mut done = Vec::with_capacity(BATCH);
+        while !self.shared.stop.load(Ordering::Relaxed) {
+            self.apply_changes();
+            for _ in 0..BATCHES_PER_WAKE {
+                done.clear();
+                self.ring.reap(&mut done, BATCH);
+                if done.is_empty() {
+                    break;
+                }
+                for c in done.drain(..) {
+                    self.complete(c);
+                }
+            }
+            if let Err(e) = self.ring.submit() {
+                tracing::error!(error = %e, "TURN: io_uring submit");
+            }
+            self.retired.clear();
+            // Sends that completed in the submit, say: read them before waiting.
+            if self.ring.pending() {
+                continue;
+            }
+            if let Err(e) = self.ring.wait_batch(BATCH, self.inner.gather, WAIT) {
+                tracing::error!(error = %e, "TURN: waiting on the io_uring");
+                return;
+            }
+        }
+    }
+
+    /// Arms the relay sockets opened since the last turn and disarms the closed ones.
+    fn apply_changes(&mut self) {
+        let changes = std::mem::take(
+            &mut *self
+                .shared
+                .changes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for c in changes {
+            match c {
+                Change::Arm {
+                    key,
+                    fd,
+                    client,
+                    relay_id,
+                } => {
+                    self.ring.arm(key, &fd);
+                    self.relays.insert(key, (client, relay_id));
+                }
+                Change::Retire { key, socket } => {
+                    self.ring.disarm(key);
+                    self.relays.remove(&key);
+                    self.retired.push(socket);
+                }
+            }
+        }
+    }
+
+    fn complete(&mut self, c: Completion<()>) {
+        match c {
+            Completion::Sent { result, buf, .. } => {
+                if result.is_err() {
+                    self.stats.dropped(Dropped::SendFailed);
+                }
+                if self.spare.len() < SPARE {
+                    self.spare.push(buf);
+                }
+            }
+            Completion::Received(r) => {
+                let payload = self.ring.payload(&r);
+                let n = payload.len();
+                let whole = !r.truncated && HEADROOM + n <= self.buf.len();
+                if whole {
+                    self.buf[HEADROOM..HEADROOM + n].copy_from_slice(payload);
+                }
+                self.ring.recycle(&r);
+                match r.from {
+                    _ if r.key == WAKER => {}
+                    Some(from) if whole && r.key == LISTENER => self.client_datagram(from, n),
+                    Some(from) if whole => self.peer_datagram(r.key, from, n),
+                    _ => self.stats.dropped(Dropped::Malformed),
+                }
+            }
+        }
+    }
+
+    /// A datagram from a client, through the core.
+    fn client_datagram(&mut self, from: SocketAddr, n: usize) {
+        let client = Client {
+            key: ClientKey::Udp {
+                client: from,
+                local: self.local.unwrap_or(from),
+            },
+            addr: from,
+        };
+        let listener = &self.listener;
+        let sink = |c: &Client| Sink::Udp {
+            socket: UdpOut::Ring(listener.clone()),
+            to: c.addr,
+        };
+        let (ring, spare, stats, v6) = (
+            &mut self.ring,
+            &mut self.spare,
+            &*self.stats,
+            self.listener_v6,
+        );
+        let data = &self.buf[HEADROOM..HEADROOM + n];
+        self.inner.on_client(
+            &self.shard,
+            client,
+            data,
+            &mut self.out,
+            sink,
+            |o| match o {
+                Out::Reply(bytes) => queue(ring, spare, stats, &listener.as_fd(), from, v6, bytes),
+                Out::ToPeer { relay, to, payload } => {
+                    queue(ring, spare, stats, &relay.fd(), to, to.is_ipv6(), payload)
+                }
+                Out::Nothing => {}
+            },
+        );
+    }
+
+    /// A datagram from a peer to relay socket `key`, through the core to its client.
+    fn peer_datagram(&mut self, key: u32, from: SocketAddr, n: usize) {
+        // A socket disarmed in this turn may still deliver what it had: its relay is gone.
+        let Some(&(client, relay_id)) = self.relays.get(&key) else {
+            return;
+        };
+        let mut core = self.shard.lock();
+        let payload = HEADROOM..HEADROOM + n;
+        let Some((sink, bytes)) = core.from_peer(
+            Now::current(),
+            &client,
+            relay_id,
+            from,
+            &mut self.buf,
+            payload,
+        ) else {
+            return;
+        };
+        match sink {
+            Sink::Udp { to, .. } => queue(
+                &mut self.ring,
+                &mut self.spare,
+                &self.stats,
+                &self.listener.as_fd(),
+                *to,
+                self.listener_v6,
+                bytes,
+            ),
+            Sink::Stream(_) => sink.send(bytes, &self.stats),
+        }
+    }
+}
+
+/// Queues `bytes` for `to` out of `socket` (sent at the next submit); one the ring cannot take
+/// is dropped and counted.
+fn queue(
+    ring: &mut Ring<()>,
+    spare: &mut Vec<Vec<u8>>,
+    stats: &Stats,
+    socket: &BorrowedFd<'_>,
+    to: SocketAddr,
+    v6: bool,
+    bytes: &[u8],
+) {
+    let mut buf = spare.pop().unwrap_or_default();
+    buf.clear();
+    buf.extend_from_slice(bytes);
+    if let Err((buf, ())) = ring.send(socket, to, v6, buf, ()) {
+        stats.dropped(Dropped::SendFailed);
+        spare.push(buf);
+    }
+}
