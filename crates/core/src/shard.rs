@@ -697,13 +697,21 @@ enum Queued {
         kind: TransmitKind,
         received: Option<Instant>,
     },
-    Event(Event),
+    /// (Boxed, as `what` below.)
+    Event(Box<Event>),
+    /// (`what` boxed: the rare output, it would make every one larger, and each of a
+    /// fan-out's copies is an output moved twice.)
     Pipe {
         worker: usize,
         key: PipeKey,
-        what: Piped,
+        what: Box<Piped>,
         buf: Vec<u8>,
     },
+}
+
+/// An event, queued.
+fn queued_event(e: Event) -> Queued {
+    Queued::Event(Box::new(e))
 }
 
 /// The shard's rooms as the media batch sees them.
@@ -1239,7 +1247,7 @@ impl Shard {
                     self.queue.push_back(Queued::Pipe {
                         worker,
                         key,
-                        what: Piped::Media(packet),
+                        what: Box::new(Piped::Media(*packet)),
                         buf,
                     });
                 }
@@ -1309,7 +1317,7 @@ impl Shard {
             self.queue.push_back(Queued::Pipe {
                 worker: key.home(),
                 key,
-                what: Piped::Feedback,
+                what: Box::new(Piped::Feedback),
                 buf,
             });
             return;
@@ -1357,7 +1365,7 @@ impl Shard {
                     previous => {
                         displaced.extend(previous.map(|old| (addr, old)));
                         self.queue
-                            .push_back(Queued::Event(Event::AddressOwned(addr)));
+                            .push_back(queued_event(Event::AddressOwned(addr)));
                     }
                 }
             }
@@ -1377,13 +1385,13 @@ impl Shard {
                 );
                 self.counters.handshakes_ok += 1;
                 self.queue
-                    .push_back(Queued::Event(Event::Connected { handshake }));
+                    .push_back(queued_event(Event::Connected { handshake }));
                 Shard::note_connected(&mut self.queue, s, member);
             }
             LegEvent::SourcesChanged => {
                 if let Some(rtp) = s.room.leg_at(member).and_then(Leg::as_rtp) {
                     self.queue
-                        .push_back(Queued::Event(Event::Sources(rtp.sources())));
+                        .push_back(queued_event(Event::Sources(rtp.sources())));
                 }
             }
             LegEvent::Closed(reason) => {
@@ -1465,13 +1473,13 @@ impl Shard {
             return;
         };
         let id = session.id.clone();
-        queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Connected {
+        queue.push_back(queued_event(Event::Lifecycle(Lifecycle::Connected {
             room: room.clone(),
             id: id.clone(),
         })));
         if publishes && !session.publishing {
             session.publishing = true;
-            queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Publishing {
+            queue.push_back(queued_event(Event::Lifecycle(Lifecycle::Publishing {
                 room,
                 id,
                 name: session.name.clone(),
@@ -1484,14 +1492,14 @@ impl Shard {
     /// started, then [`Lifecycle::Left`].
     fn note_left(queue: &mut VecDeque<Queued>, room: &str, session: &Session, reason: EndReason) {
         if session.publishing {
-            queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Publishing {
+            queue.push_back(queued_event(Event::Lifecycle(Lifecycle::Publishing {
                 room: room.to_owned(),
                 id: session.id.clone(),
                 name: session.name.clone(),
                 started: false,
             })));
         }
-        queue.push_back(Queued::Event(Event::Lifecycle(Lifecycle::Left {
+        queue.push_back(queued_event(Event::Lifecycle(Lifecycle::Left {
             room: room.to_owned(),
             id: session.id.clone(),
             name: session.name.clone(),
@@ -1547,7 +1555,7 @@ impl Shard {
             );
             Self::note_left(&mut self.queue, &s.name, &session, reason);
             self.forget_routes(&session);
-            self.queue.push_back(Queued::Event(Event::MemberLeft {
+            self.queue.push_back(queued_event(Event::MemberLeft {
                 id: session.id,
                 reason,
                 ufrags: session.ufrags,
@@ -1570,7 +1578,7 @@ impl Shard {
         self.room_index.remove(&s.name);
         if s.replica_of.is_none() {
             self.queue
-                .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                .push_back(queued_event(Event::Lifecycle(Lifecycle::RoomFinished {
                     room: s.name,
                 })));
         }
@@ -1608,7 +1616,7 @@ impl Shard {
             self.forget_routes(&session);
             self.counters.ended[EndReason::InternalError] += 1;
             Self::note_left(&mut self.queue, &s.name, &session, EndReason::InternalError);
-            self.queue.push_back(Queued::Event(Event::MemberLeft {
+            self.queue.push_back(queued_event(Event::MemberLeft {
                 id: session.id,
                 reason: EndReason::InternalError,
                 ufrags: session.ufrags,
@@ -1620,7 +1628,7 @@ impl Shard {
         self.room_index.remove(&s.name);
         if s.replica_of.is_none() {
             self.queue
-                .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomFinished {
+                .push_back(queued_event(Event::Lifecycle(Lifecycle::RoomFinished {
                     room: s.name,
                 })));
         }
@@ -1690,7 +1698,7 @@ impl Shard {
                 kind,
                 received,
             }),
-            Queued::Event(e) => Output::Event(e),
+            Queued::Event(e) => Output::Event(*e),
             Queued::Pipe {
                 worker,
                 key,
@@ -1699,7 +1707,7 @@ impl Shard {
             } => Output::Pipe(PipeTransmit {
                 worker,
                 key,
-                what,
+                what: *what,
                 contents: self.lent.insert(buf),
             }),
         })
@@ -2154,7 +2162,7 @@ impl Shard {
         self.room_index.insert(room.to_owned(), slot);
         if replica_of.is_none() {
             self.queue
-                .push_back(Queued::Event(Event::Lifecycle(Lifecycle::RoomStarted {
+                .push_back(queued_event(Event::Lifecycle(Lifecycle::RoomStarted {
                     room: room.to_owned(),
                 })));
         }
@@ -2203,7 +2211,7 @@ impl Shard {
             member,
         };
         self.queue
-            .push_back(Queued::Event(Event::Lifecycle(Lifecycle::Joined {
+            .push_back(queued_event(Event::Lifecycle(Lifecycle::Joined {
                 room: room.to_owned(),
                 id: id.clone(),
                 name: who.name.clone(),
@@ -2215,7 +2223,7 @@ impl Shard {
         }
         for u in ufrags {
             self.by_ufrag.insert(u.clone(), key);
-            self.queue.push_back(Queued::Event(Event::UfragOwned(u)));
+            self.queue.push_back(queued_event(Event::UfragOwned(u)));
         }
         for p in ports {
             self.by_port.insert(p, key);
@@ -2265,7 +2273,7 @@ impl Shard {
                 Some(Ok((revision, sdp))) => {
                     if let Some(session) = s.room.session(member) {
                         tracing::info!(room = %s.name, revision, ?needs, "new offer to a member");
-                        self.queue.push_back(Queued::Event(Event::Offer {
+                        self.queue.push_back(queued_event(Event::Offer {
                             id: session.id.clone(),
                             revision,
                             sdp,
@@ -2409,7 +2417,7 @@ impl Shard {
         };
         self.by_ufrag.insert(ufrag.to_owned(), key);
         self.queue
-            .push_back(Queued::Event(Event::UfragOwned(ufrag.to_owned())));
+            .push_back(queued_event(Event::UfragOwned(ufrag.to_owned())));
         Some(())
     }
 

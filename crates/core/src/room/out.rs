@@ -65,8 +65,9 @@ pub enum Out {
         worker: usize,
         /// The publisher.
         publisher: MemberAt,
-        /// How the packet was read.
-        packet: crate::room::PipedPacket,
+        /// How the packet was read (boxed: the rare output, it would make every one larger,
+        /// and each of a fan-out's copies is an output moved twice).
+        packet: Box<crate::room::PipedPacket>,
         /// The packet.
         buf: Vec<u8>,
     },

@@ -118,7 +118,7 @@ impl Room {
             out.push(Out::Pipe {
                 worker: p.worker,
                 publisher,
-                packet,
+                packet: Box::new(packet),
                 buf,
             });
         }

@@ -174,7 +174,7 @@ impl Shard {
             return;
         }
         self.queue
-            .push_back(Queued::Event(Event::Pipe(PipeEvent::Data {
+            .push_back(super::queued_event(Event::Pipe(PipeEvent::Data {
                 room: s.name.clone(),
                 to,
                 msgs,
@@ -217,7 +217,7 @@ impl Shard {
             return;
         }
         self.queue
-            .push_back(Queued::Event(Event::Pipe(PipeEvent::Closed {
+            .push_back(super::queued_event(Event::Pipe(PipeEvent::Closed {
                 room: room.to_owned(),
                 to: worker,
             })));
@@ -434,7 +434,7 @@ impl Shard {
         slot: usize,
     ) {
         if let Some(home) = s.replica_of {
-            queue.push_back(Queued::Event(Event::Pipe(PipeEvent::ViewerLeft {
+            queue.push_back(super::queued_event(Event::Pipe(PipeEvent::ViewerLeft {
                 room: s.name.clone(),
                 home,
             })));
@@ -448,7 +448,7 @@ impl Shard {
                 room_gen: s.room_gen,
                 member: at,
             };
-            queue.push_back(Queued::Event(Event::Pipe(PipeEvent::PublisherLeft {
+            queue.push_back(super::queued_event(Event::Pipe(PipeEvent::PublisherLeft {
                 to,
                 key,
             })));
@@ -470,7 +470,7 @@ impl Shard {
         };
         let spec = spec(self.index, slot, s.room_gen, p);
         self.queue
-            .push_back(Queued::Event(Event::Pipe(PipeEvent::Publisher {
+            .push_back(super::queued_event(Event::Pipe(PipeEvent::Publisher {
                 room: s.name.clone(),
                 to,
                 spec,
