@@ -1,6 +1,8 @@
-//! The server on real sockets: a client allocates over UDP and over TCP, binds a channel to the
-//! "gateway" (here an echo socket on loopback, the only peer configured), and what it sends
-//! comes back relayed; a stream's allocation ends with its connection.
+//! The server on real sockets, its UDP sockets read through io_uring and through epoll: a
+//! client allocates over UDP and over TCP, binds a channel to the "gateway" (here an echo socket
+//! on loopback, the only peer configured), and what it sends comes back relayed; a stream's
+//! allocation ends with its connection, and its relay port is free again; an IPv4 client is
+//! served by a dual-stack listener.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -29,7 +31,12 @@ fn echo() -> SocketAddr {
 }
 
 fn server(peer: SocketAddr, threads: usize, io_uring: bool) -> TurnServer {
-    TurnServer::start(TurnConfig {
+    TurnServer::start(config(peer, threads, io_uring)).unwrap()
+}
+
+/// The test's server: UDP and TCP on loopback, relaying only to `peer`.
+fn config(peer: SocketAddr, threads: usize, io_uring: bool) -> TurnConfig {
+    TurnConfig {
         udp: Some("127.0.0.1:0".parse().unwrap()),
         tcp: Some("127.0.0.1:0".parse().unwrap()),
         threads,
@@ -54,8 +61,7 @@ fn server(peer: SocketAddr, threads: usize, io_uring: bool) -> TurnServer {
         stream_queue: 64,
         io_uring,
         gather: secrelay_turn::server::GATHER,
-    })
-    .unwrap()
+    }
 }
 
 /// One transport's way of exchanging messages with the server.
@@ -225,5 +231,37 @@ fn relayed_over_udp_and_tcp(io_uring: bool) {
             "the closed allocation's relay port {tcp_relay} stayed bound"
         );
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A dual-stack listener (`[::]`, as a deployment binds it) on each path: an IPv4 client's
+/// datagrams arrive from its IPv4-mapped address and the answers and relayed packets go back
+/// to it, and it relays through an IPv4 relay socket as before.
+#[test]
+fn an_ipv4_client_relays_through_a_dual_stack_listener_on_each_path() {
+    for io_uring in [true, false] {
+        let peer = echo();
+        let Ok(turn) = TurnServer::start(TurnConfig {
+            udp: Some("[::]:0".parse().unwrap()),
+            ..config(peer, 1, io_uring)
+        }) else {
+            // No IPv6 here: nothing dual-stack to check.
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no [::] listener under CI"
+            );
+            return;
+        };
+        assert_eq!(turn.io_uring_shards(), usize::from(io_uring));
+        let port = turn.udp_addr().unwrap().port();
+        let mut udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        udp.connect(("127.0.0.1", port)).unwrap();
+        let (got, relayed) = relay_through(&mut udp, peer, false);
+        assert_eq!(
+            got,
+            vec![b"one".to_vec(), b"two!".to_vec(), b"three".to_vec()]
+        );
+        assert!(relayed.is_ipv4(), "{relayed}");
     }
 }
