@@ -252,7 +252,15 @@ fn an_ipv4_client_relays_through_a_dual_stack_listener_on_each_path() {
             );
             return;
         };
-        assert_eq!(turn.io_uring_shards(), usize::from(io_uring));
+        match turn.io_uring_shards() {
+            1 if io_uring => {}
+            0 if !io_uring => {}
+            0 if std::env::var_os("CI").is_none() => {
+                eprintln!("SKIPPED the io_uring half: io_uring refused here");
+                continue;
+            }
+            n => panic!("{n} shards on io_uring, asked for io_uring: {io_uring}"),
+        }
         let port = turn.udp_addr().unwrap().port();
         let mut udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

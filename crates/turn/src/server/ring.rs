@@ -29,11 +29,15 @@ use crate::core::{Client, ClientKey, Now, Out};
 use crate::proto::HEADROOM;
 use crate::stats::{Dropped, Stats};
 
-/// The key the listener's receive is armed with (relay sockets take the others).
-const LISTENER: u32 = u32::MAX;
+/// The key the listener's receive is armed with. Relay sockets take keys below [`RESERVED`]:
+/// the ones above are the listener's, the waker's and `Ring::probe`'s (whose cancelled
+/// receive must never be mistaken for one of ours).
+const LISTENER: u32 = u32::MAX - 2;
+/// The first key no relay socket takes.
+const RESERVED: u32 = u32::MAX - 2;
 /// Completions taken at once.
 const BATCH: usize = 64;
-/// Batches handled before the task lets the runtime's other tasks (timers, streams) run.
+/// Batches handled before the ring's thread hands what they made to the kernel.
 const BATCHES_PER_WAKE: usize = 16;
 /// Spare send buffers kept for reuse.
 const SPARE: usize = 1024;
@@ -105,7 +109,7 @@ impl RingShared {
     ) -> RingRelay {
         let key = loop {
             let k = self.next_key.fetch_add(1, Ordering::Relaxed);
-            if k != LISTENER && k != WAKER {
+            if k < RESERVED {
                 break k;
             }
         };
@@ -123,7 +127,7 @@ impl RingShared {
     }
 }
 
-/// A relay socket read through a shard's ring; dropping it hands the socket to the ring task,
+/// A relay socket read through a shard's ring; dropping it hands the socket to the ring's thread,
 /// which cancels its receive, then closes it.
 #[derive(Debug)]
 pub(super) struct RingRelay {
@@ -190,6 +194,10 @@ pub(super) fn start(
 /// A shard's ring and what its datagrams need.
 struct RingTask {
     ring: Ring<()>,
+    /// How long a wait lets datagrams gather ([`super::TurnConfig::gather`]).
+    gather: std::time::Duration,
+    /// When a failed system call was last logged (at most one a second).
+    failed_at: Option<std::time::Instant>,
     inner: Arc<Inner>,
     shard: Arc<Shard>,
     shared: Arc<RingShared>,
@@ -224,17 +232,19 @@ impl RingTask {
                 defer_taskrun: true,
                 ..secrelay_uring::Config::default()
             };
-            let mut ring = Ring::<()>::probe(deferred)
-                .or_else(|_| Ring::<()>::probe(secrelay_uring::Config::default()))?;
+            let (mut ring, deferred) = match Ring::<()>::probe(deferred) {
+                Ok(r) => (r, true),
+                Err(_) => (Ring::<()>::probe(secrelay_uring::Config::default())?, false),
+            };
             let waker = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
                 .or_else(|_| std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)))?;
             waker.set_nonblocking(true)?;
             ring.arm(LISTENER, &listener);
             ring.arm(WAKER, &waker);
             ring.submit()?;
-            Ok::<_, std::io::Error>((ring, waker))
+            Ok::<_, std::io::Error>((ring, waker, deferred))
         })();
-        let (ring, waker) = match made {
+        let (ring, waker, deferred) = match made {
             Ok(x) => x,
             Err(e) => return Err((e, listener)),
         };
@@ -248,6 +258,14 @@ impl RingTask {
         let local = listener.local_addr().ok();
         Ok(RingTask {
             ring,
+            // A ring whose completions each wake the thread gathers nothing: a wait for many
+            // on it could last until they all came, whatever the minimum wait.
+            gather: if deferred {
+                inner.gather
+            } else {
+                std::time::Duration::ZERO
+            },
+            failed_at: None,
             stats: inner.shared.stats.clone(),
             inner,
             shard,
@@ -279,19 +297,33 @@ impl RingTask {
                     self.complete(c);
                 }
             }
-            if let Err(e) = self.ring.submit() {
-                tracing::error!(error = %e, "TURN: io_uring submit");
+            match self.ring.submit() {
+                // The retired sockets' receives are cancelled: they can close.
+                Ok(()) => self.retired.clear(),
+                Err(e) => self.failed("submit", &e),
             }
-            self.retired.clear();
             // Sends that completed in the submit, say: read them before waiting.
             if self.ring.pending() {
                 continue;
             }
-            if let Err(e) = self.ring.wait_batch(BATCH, self.inner.gather, WAIT) {
-                tracing::error!(error = %e, "TURN: waiting on the io_uring");
-                return;
+            if let Err(e) = self.ring.wait_batch(BATCH, self.gather, WAIT) {
+                self.failed("wait", &e);
             }
         }
+    }
+
+    /// A system call on the ring failed: logged (at most once a second), and after a moment
+    /// the thread goes on, since its sockets have no other reader.
+    fn failed(&mut self, what: &str, e: &std::io::Error) {
+        let now = std::time::Instant::now();
+        if self
+            .failed_at
+            .is_none_or(|t| now.duration_since(t) >= std::time::Duration::from_secs(1))
+        {
+            self.failed_at = Some(now);
+            tracing::error!(error = %e, "TURN: io_uring {what} failed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 
     /// Arms the relay sockets opened since the last turn and disarms the closed ones.
