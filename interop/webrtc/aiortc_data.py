@@ -106,15 +106,21 @@ async def run(args):
         watched += list(zip(agreed, (inbox_a, inbox_b)))
     for ch, inbox in watched:
         inbox.watch(ch)
+    # Where a run stopped, and the peers' states then, for a failure's report.
+    PROGRESS.update(result=result, peers=(a, b))
     # The room is made by the first peer; the second joins it.
+    PROGRESS["stage"] = "signal"
     for p in (a, b):
         await p.signal()
     result["b_location"] = b.location
+    PROGRESS["stage"] = "connect"
     await asyncio.wait_for(asyncio.gather(a.connected.wait(), b.connected.wait()), args.timeout)
     result["worker_participants"] = await worker_participants(base)
     result["answer_has_sctp"] = "m=application" in (a.answer or "") and "a=sctp-port:" in a.answer
+    PROGRESS["stage"] = "open channels"
     for ch in [chat_a, chat_b, lossy_a] + agreed:
         await opened(ch, args.timeout)
+    PROGRESS["stage"] = "exchange"
     n = args.messages
     t0 = time.monotonic()
     for i in range(n):
@@ -138,6 +144,7 @@ async def run(args):
     result["lossy_channel_at_b"] = inbox_b.channels.get("lossy")
     if agreed:
         result["negotiated"] = await negotiated_exchange(agreed, (inbox_a, inbox_b), args.timeout)
+    PROGRESS["stage"] = "server message"
     if args.server_message:
         result["server_message"] = await server_message(base, args.room, (inbox_a, inbox_b), args.timeout)
     result["delete"] = [await a.leave(), await b.leave()]
@@ -198,6 +205,9 @@ async def server_message(base, room, inboxes, timeout):
     return {"status": status, "answer": answer.decode(errors="replace"), "received": got}
 
 
+PROGRESS = {"stage": "start"}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True)
@@ -214,7 +224,10 @@ def main():
     try:
         result = asyncio.run(run(args))
     except Exception as e:
-        result = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+        peers = PROGRESS.get("peers") or ()
+        result = {"ok": False, "error": f"{type(e).__name__}: {e}",
+                  "stage": PROGRESS.get("stage"), "partial": PROGRESS.get("result"),
+                  "peer_states": [[p.pc.connectionState, p.pc.iceConnectionState] for p in peers]}
     print(json.dumps(result), flush=True)
     sys.exit(0 if result.get("ok") else 1)
 

@@ -1536,7 +1536,8 @@ fn piped_nodes(
                 cors_origins: vec!["*".into()],
                 cluster_redis: Some(redis.url()),
                 cluster_node: Some((*name).into()),
-                cluster_lease_secs: 1.5,
+                // The default lease (6 s): nothing here waits for a node to drop out, and a
+                // short one can lapse while the browsers load both cores.
                 cluster_pipe: Some("127.0.0.1:0".parse().unwrap()),
                 cluster_pipe_ca: Some(certs.path().join("ca.pem")),
                 cluster_pipe_cert: Some(certs.path().join(format!("{name}.pem"))),
