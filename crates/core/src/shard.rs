@@ -704,9 +704,26 @@ enum Queued {
     Pipe {
         worker: usize,
         key: PipeKey,
-        what: Box<Piped>,
+        what: QueuedPiped,
         buf: Vec<u8>,
     },
+}
+
+/// A [`Piped`] as it waits in the queue: the packet's facts stay in the box the room put them
+/// in (boxed there for the same reason as below).
+#[derive(Debug)]
+enum QueuedPiped {
+    Media(Box<crate::room::PipedPacket>),
+    Feedback,
+}
+
+impl QueuedPiped {
+    fn unboxed(self) -> Piped {
+        match self {
+            QueuedPiped::Media(p) => Piped::Media(*p),
+            QueuedPiped::Feedback => Piped::Feedback,
+        }
+    }
 }
 
 /// An event, queued.
@@ -1247,7 +1264,7 @@ impl Shard {
                     self.queue.push_back(Queued::Pipe {
                         worker,
                         key,
-                        what: Box::new(Piped::Media(*packet)),
+                        what: QueuedPiped::Media(packet),
                         buf,
                     });
                 }
@@ -1317,7 +1334,7 @@ impl Shard {
             self.queue.push_back(Queued::Pipe {
                 worker: key.home(),
                 key,
-                what: Box::new(Piped::Feedback),
+                what: QueuedPiped::Feedback,
                 buf,
             });
             return;
@@ -1707,7 +1724,7 @@ impl Shard {
             } => Output::Pipe(PipeTransmit {
                 worker,
                 key,
-                what: *what,
+                what: what.unboxed(),
                 contents: self.lent.insert(buf),
             }),
         })
