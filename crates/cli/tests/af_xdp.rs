@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 use lab_support::veth::{self, call, exchange, received, Log};
 use secrelay_srtp::Profile;
 use secrelay_testkit::netns::Netns;
-use secrelay_testkit::ng::Ng;
+use secrelay_testkit::ng::{command as ng_command, Ng};
+use secrelay_testkit::phone::SocketPhone;
 use secrelay_testkit::{Leg, Phase, Signaling, SimParticipant};
+use secrelay_wire::bencode::Bencode;
 
 /// The subnet of a test's veth pair, one per test process: 10.`net`.N.0/24.
 fn subnet(net: u8) -> (Ipv4Addr, Ipv4Addr) {
@@ -69,17 +71,8 @@ fn gateway(
     );
     let (child, sig, ng, log) =
         veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock");
-    let refused = log
-        .lock()
-        .unwrap()
-        .lines()
-        .find(|l| l.contains("no XDP socket for this worker"))
-        .map(str::to_owned);
-    if let Some(why) = refused {
-        let mut child = child;
-        let _ = child.kill();
-        let _ = child.wait();
-        lab_support::missing(test, &format!("the kernel refused an XDP socket: {why}"));
+    if xdp_refused(test, &log) {
+        stop(child);
         return None;
     }
     for w in 0..workers {
@@ -93,6 +86,26 @@ fn gateway(
     Some((ns, child, sig, ng, log, outside))
 }
 
+/// Whether the gateway logged that the kernel refused a worker its XDP socket (said: the
+/// test is skipped, or fails under CI).
+fn xdp_refused(test: &str, log: &Log) -> bool {
+    let refused = log
+        .lock()
+        .unwrap()
+        .lines()
+        .find(|l| l.contains("no XDP socket for this worker"))
+        .map(str::to_owned);
+    if let Some(why) = &refused {
+        lab_support::missing(test, &format!("the kernel refused an XDP socket: {why}"));
+    }
+    refused.is_some()
+}
+
+fn stop(mut child: std::process::Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// Drives the room for `d`.
 fn drive(group: &mut [SimParticipant], d: Duration) {
     let until = Instant::now() + d;
@@ -102,7 +115,7 @@ fn drive(group: &mut [SimParticipant], d: Duration) {
 #[test]
 fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
     let test = "browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer";
-    let Some((ns, mut child, sig, ng_addr, log, outside)) = gateway(test, (234, "sa"), 1) else {
+    let Some((ns, child, sig, ng_addr, log, outside)) = gateway(test, (234, "sa"), 1) else {
         return;
     };
     let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
@@ -252,8 +265,7 @@ fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
     for p in &mut group {
         p.close(Instant::now());
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(child);
 }
 
 /// An IPv6 call: the gateway's media address is an IPv6 one of the veth pair, and the phones
@@ -264,14 +276,14 @@ fn browsers_and_phones_flow_through_the_xdp_socket_past_the_socket_layer() {
 #[test]
 fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
     let test = "an_ipv6_call_goes_both_ways_through_the_xdp_socket";
-    let (gw4, here4) = subnet(236);
+    let (gw4, here4) = subnet(239);
     let Some((ns, outside, inside)) = veth::namespace(test, "s6", here4, gw4) else {
         return;
     };
     secrelay_xsk::set_tx_checksum_offload(&outside, false).expect("checksum offload off");
     let n = (std::process::id() % 250) as u16;
-    let gw6: std::net::Ipv6Addr = format!("fd00:236:{n:x}::1").parse().unwrap();
-    let here6: std::net::Ipv6Addr = format!("fd00:236:{n:x}::2").parse().unwrap();
+    let gw6: std::net::Ipv6Addr = format!("fd00:239:{n:x}::1").parse().unwrap();
+    let here6: std::net::Ipv6Addr = format!("fd00:239:{n:x}::2").parse().unwrap();
     let add = |ip: std::net::Ipv6Addr, dev: &str| {
         vec![
             "ip".to_owned(),
@@ -298,17 +310,10 @@ fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
          workers = 1\nrtp_ports = \"30000-30199\"\ndrain_secs = 0.2\nxdp = \"{inside}\"\n\
          media_io = \"af_xdp\"\n"
     );
-    let (mut child, sig, ng_addr, log) =
+    let (child, sig, ng_addr, log) =
         veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock");
-    if log
-        .lock()
-        .unwrap()
-        .contains("no XDP socket for this worker")
-    {
-        let _ = child.kill();
-        let _ = child.wait();
-        lab_support::missing(test, "the kernel refused an XDP socket");
-        return;
+    if xdp_refused(test, &log) {
+        return stop(child);
     }
     let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
     let mut ng = Ng::new(ng_addr).unwrap();
@@ -360,8 +365,7 @@ fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
         "delete", "v6", "caller", None, None,
     ))
     .unwrap();
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(child);
 }
 
 /// Two workers, each with its XDP socket on its own receive queue of a two-queue veth pair.
@@ -373,7 +377,7 @@ fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
 #[test]
 fn two_workers_read_their_own_queues_and_every_call_flows() {
     let test = "two_workers_read_their_own_queues_and_every_call_flows";
-    let Some((ns, mut child, sig, ng_addr, log, _)) = gateway(test, (236, "sb"), 2) else {
+    let Some((ns, child, sig, ng_addr, log, _)) = gateway(test, (236, "sb"), 2) else {
         return;
     };
     let here = subnet(236).1;
@@ -442,6 +446,133 @@ fn two_workers_read_their_own_queues_and_every_call_flows() {
     for p in &mut group {
         p.close(Instant::now());
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    stop(child);
+}
+
+/// A gateway bridging two networks, each behind a veth pair of its own: `xdp` names both
+/// interfaces, and each worker has an XDP socket on each. An ng call with `direction` puts the
+/// caller's leg on the external interface's address and the callee's on the internal one's:
+/// what each phone sends is read from the XDP socket of the interface it came in on, and what
+/// the gateway sends each goes out as frames through the interface its route goes out of (the
+/// phones read only from the address their SDP named). The namespace's kernel UDP counters do
+/// not move while media flows, and nothing is left for the sockets to send.
+#[test]
+fn a_call_between_two_interfaces_goes_through_the_xdp_socket_on_each() {
+    let test = "a_call_between_two_interfaces_goes_through_the_xdp_socket_on_each";
+    let ((gw_ext, here_ext), (gw_int, here_int)) = (subnet(237), subnet(238));
+    let Some((ns, out_ext, in_ext)) = veth::namespace(test, "se", here_ext, gw_ext) else {
+        return;
+    };
+    let id = std::process::id();
+    let (out_int, in_int) = (format!("sno{id}"), format!("sni{id}"));
+    ns.veth_queues(
+        &out_int,
+        &format!("{here_int}/24"),
+        &in_int,
+        &format!("{gw_int}/24"),
+        1,
+    )
+    .expect("a second veth pair into the namespace");
+    for outside in [&out_ext, &out_int] {
+        secrelay_xsk::set_tx_checksum_offload(outside, false).expect("checksum offload off");
+    }
+    let config = format!(
+        "http = \"{gw_ext}:8080\"\nudp = \"{gw_ext}:{SHARED_PORT}\"\nng = \"{gw_ext}:2223\"\n\
+         workers = 1\nrtp_ports = \"30000-30199\"\ndrain_secs = 0.2\n\
+         xdp = [\"{in_ext}\", \"{in_int}\"]\nmedia_io = \"af_xdp\"\n\
+         interfaces = [\"external/{gw_ext}\", \"internal/{gw_int}\"]\n"
+    );
+    let (child, sig, ng_addr, log) =
+        veth::serve_as_nobody(&ns, &config, "+bpf,+net_admin,+perfmon,+net_raw,+ipc_lock");
+    if xdp_refused(test, &log) {
+        return stop(child);
+    }
+    for iface in [&in_ext, &in_int] {
+        let log = log.lock().unwrap();
+        let open = log
+            .lines()
+            .any(|l| l.contains("XDP socket open worker=0") && l.contains(iface.as_str()));
+        assert!(open, "no XDP socket open on {iface}:\n{log}");
+    }
+    let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
+
+    let mut ng = Ng::new(ng_addr).unwrap();
+    let mut caller = SocketPhone::bind(here_ext.into(), None, 0x1111).unwrap();
+    let mut callee = SocketPhone::bind(here_int.into(), None, 0x2222).unwrap();
+    let mut offer = ng_command(
+        "offer",
+        "bridge",
+        "caller",
+        None,
+        Some(&caller.phone.offer()),
+    );
+    offer.push((
+        "direction".into(),
+        Bencode::List(vec![Bencode::str("external"), Bencode::str("internal")]),
+    ));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    assert!(
+        to_callee.contains(&format!("c=IN IP4 {gw_int}")),
+        "{to_callee}"
+    );
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let back = ng_command("answer", "bridge", "caller", Some("callee"), Some(&answer));
+    let to_caller = ng.call(back).unwrap()["sdp"].clone();
+    assert!(
+        to_caller.contains(&format!("c=IN IP4 {gw_ext}")),
+        "{to_caller}"
+    );
+    caller.phone.accept_answer(&to_caller).unwrap();
+    // The first packets make both ends resolve each other.
+    assert!(
+        veth::until_both_heard(&mut caller, &mut callee, 100),
+        "the call does not flow: {} {}\n{}",
+        caller.heard(0xb0),
+        callee.heard(0xc1),
+        log.lock().unwrap()
+    );
+    // Media alone for a while (past the neighbour tables' next read): in and out as frames on
+    // both interfaces, none of it through a socket.
+    std::thread::sleep(Duration::from_millis(1100));
+    caller.read();
+    callee.read();
+    let udp_before = ns.udp_counters().unwrap();
+    let socket_sends = metric("secrelay_xsk_socket_sends_total");
+    let redirected = metric("secrelay_xdp_redirected_total");
+    let heard = (caller.heard(0xb0), callee.heard(0xc1));
+    let rounds = 20;
+    for _ in 0..rounds {
+        exchange(&mut caller, &mut callee);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    caller.read();
+    callee.read();
+    let heard = (caller.heard(0xb0) - heard.0, callee.heard(0xc1) - heard.1);
+    let redirected = metric("secrelay_xdp_redirected_total") - redirected;
+    eprintln!("heard {heard:?} of {rounds}; {redirected} datagrams through the XDP sockets");
+    assert!(
+        heard.0 + 1 >= rounds && heard.1 + 1 >= rounds,
+        "{heard:?} of {rounds}"
+    );
+    assert!(
+        redirected >= 2 * rounds as u64 - 2,
+        "only {redirected} datagrams through the XDP sockets"
+    );
+    let udp_after = ns.udp_counters().unwrap();
+    for counter in ["InDatagrams", "OutDatagrams", "NoPorts", "InErrors"] {
+        assert_eq!(
+            udp_after[counter], udp_before[counter],
+            "the kernel's UDP {counter} moved: media went through a socket"
+        );
+    }
+    assert_eq!(
+        metric("secrelay_xsk_socket_sends_total"),
+        socket_sends,
+        "copies left for the socket"
+    );
+    assert_eq!(metric("secrelay_drops_total{reason=\"bad_frame\"}"), 0);
+    ng.call(ng_command("delete", "bridge", "caller", None, None))
+        .unwrap();
+    stop(child);
 }

@@ -17,8 +17,10 @@
 // What is passed and dropped is counted per CPU in `counts` (the gateway exports the sums).
 //
 // The AF_XDP media path: a datagram to a media port that passes goes to the AF_XDP socket in
-// `xsks` at the index of the receive queue it came in on, when there is one there (the kernel
-// lets a socket take only its own queue's frames), and to the socket layer otherwise. A leg's
+// `xsks` of the interface and receive queue it came in on, when there is one there (the kernel
+// lets a socket take only its own queue's frames), and to the socket layer otherwise. Each
+// interface the gateway attached the program to has a slot in `ifaces` (by its index); its
+// sockets sit in `xsks` at slot * MAX_QUEUES + queue. A leg's
 // port may name the queue whose socket reads it in `owners` (queue + 1; 0: any queue's): its
 // datagrams on another queue go to the socket layer, where the leg's own socket reads them. A
 // datagram behind IPv6 extension headers goes to the socket layer too (the AF_XDP path reads
@@ -43,6 +45,7 @@ static long (*bpf_redirect_map)(void *map, __u64 key, __u64 flags) = (void *)BPF
 
 #define MAX_EXTENSIONS 4
 #define MAX_QUEUES 64
+#define MAX_IFACES 8
 
 enum {
     PORT_NONE = 0,
@@ -82,8 +85,15 @@ struct {
 } ports SEC(".maps");
 
 struct {
+    __uint(type, BPF_MAP_TYPE_HASH);
+    __uint(max_entries, MAX_IFACES);
+    __type(key, __u32);
+    __type(value, __u32);
+} ifaces SEC(".maps");
+
+struct {
     __uint(type, BPF_MAP_TYPE_XSKMAP);
-    __uint(max_entries, MAX_QUEUES);
+    __uint(max_entries, MAX_IFACES * MAX_QUEUES);
     __type(key, __u32);
     __type(value, __u32);
 } xsks SEC(".maps");
@@ -119,17 +129,23 @@ static __always_inline int is_stun(struct udphdr *udp, void *end)
     return (p[0] & 0xc0) == 0 && p[4] == 0x21 && p[5] == 0x12 && p[6] == 0xa4 && p[7] == 0x42;
 }
 
-// A datagram to media port `port` that passes: to the AF_XDP socket of its queue when there is
-// one and the port is not another queue's, to the socket layer otherwise.
+// A datagram to media port `port` that passes: to the AF_XDP socket of its interface and queue
+// when there is one and the port is not another queue's, to the socket layer otherwise.
 static __always_inline int deliver(struct xdp_md *ctx, __u32 port, int direct)
 {
     if (!direct)
         return XDP_PASS;
     __u32 queue = ctx->rx_queue_index;
+    if (queue >= MAX_QUEUES)
+        return XDP_PASS;
+    __u32 ifindex = ctx->ingress_ifindex;
+    __u32 *slot = bpf_map_lookup_elem(&ifaces, &ifindex);
+    if (!slot || *slot >= MAX_IFACES)
+        return XDP_PASS;
     __u32 *owner = bpf_map_lookup_elem(&owners, &port);
     if (owner && *owner && *owner != queue + 1)
         return XDP_PASS;
-    int verdict = bpf_redirect_map(&xsks, queue, XDP_PASS);
+    int verdict = bpf_redirect_map(&xsks, *slot * MAX_QUEUES + queue, XDP_PASS);
     if (verdict == XDP_REDIRECT)
         count(COUNT_XSK, 0);
     return verdict;

@@ -126,7 +126,9 @@ fn err(what: &str, e: impl fmt::Display) -> Error {
 struct Maps {
     allowed: BpfHashMap<MapData, SourceKey, u8>,
     ports: Array<MapData, u8>,
-    /// The AF_XDP sockets, by receive queue.
+    /// The slot of each interface the program is attached to, by interface index.
+    ifaces: BpfHashMap<MapData, u32, u32>,
+    /// The AF_XDP sockets, by interface slot and receive queue (slot * MAX_QUEUES + queue).
     xsks: XskMap<MapData>,
     /// The queue whose AF_XDP socket reads a port (queue + 1; 0: any).
     owners: Array<MapData, u32>,
@@ -171,6 +173,8 @@ impl Filter {
             Array::try_from(map(&mut ebpf, "ports")?).map_err(|e| err("the ports map", e))?;
         let counts = PerCpuArray::try_from(map(&mut ebpf, "counts")?)
             .map_err(|e| err("the counts map", e))?;
+        let ifaces = BpfHashMap::try_from(map(&mut ebpf, "ifaces")?)
+            .map_err(|e| err("the ifaces map", e))?;
         let xsks = XskMap::try_from(map(&mut ebpf, "xsks")?).map_err(|e| err("the xsks map", e))?;
         let owners =
             Array::try_from(map(&mut ebpf, "owners")?).map_err(|e| err("the owners map", e))?;
@@ -178,6 +182,7 @@ impl Filter {
             maps: Mutex::new(Maps {
                 allowed,
                 ports,
+                ifaces,
                 xsks,
                 owners,
                 by_port: HashMap::new(),
@@ -188,15 +193,31 @@ impl Filter {
         })
     }
 
-    /// Attaches the program to `interface` (once per interface; several interfaces share the
-    /// program, its policies and admissions): where it runs there. Err: the interface does not
-    /// exist, it has the filter already, or the kernel refused the mode, saying which.
+    /// Attaches the program to `interface` (once per interface, at most [`MAX_INTERFACES`];
+    /// several interfaces share the program, its policies and admissions): where it runs
+    /// there. Err: the interface does not exist, it has the filter already, there are too
+    /// many, or the kernel refused the mode, saying which.
     pub fn attach(&mut self, interface: &str, attach: Attach) -> Result<Mode, Error> {
         if self.attached.iter().any(|(on, _)| on == interface) {
             return Err(Error(format!(
                 "the XDP filter is attached to {interface} already"
             )));
         }
+        let slot = u32::try_from(self.attached.len())
+            .ok()
+            .filter(|s| *s < MAX_INTERFACES)
+            .ok_or_else(|| {
+                Error(format!(
+                    "{interface}: the XDP filter takes at most {MAX_INTERFACES} interfaces"
+                ))
+            })?;
+        let ifindex = nix::net::if_::if_nametoindex(interface)
+            .map_err(|e| err(&format!("no interface {interface}"), e))?;
+        // Its AF_XDP sockets' slot, set before the program runs there.
+        self.maps()
+            .ifaces
+            .insert(ifindex, slot, 0)
+            .map_err(|e| err(&format!("{interface}'s slot"), e))?;
         let program = program_mut(&mut self.ebpf)?;
         let mode = match attach {
             Attach::Native => {
@@ -388,22 +409,52 @@ impl Filter {
         })
     }
 
-    /// Datagrams to a media port that pass and came in on receive queue `queue` go to the
-    /// AF_XDP socket `socket` (bound to that queue of an interface the program is attached
-    /// to) from now on, rather than to the socket layer; at most [`MAX_QUEUES`] queues.
-    pub fn set_socket(&self, queue: u32, socket: impl std::os::fd::AsRawFd) -> Result<(), Error> {
-        self.maps()
-            .xsks
-            .set(queue, socket, 0)
-            .map_err(|e| err(&format!("the AF_XDP socket of queue {queue}"), e))
+    /// Datagrams to a media port that pass and came in on receive queue `queue` of
+    /// `interface` (one the program is attached to) go to the AF_XDP socket `socket` (bound to
+    /// that queue of that interface) from now on, rather than to the socket layer; at most
+    /// [`MAX_QUEUES`] queues per interface.
+    pub fn set_socket(
+        &self,
+        interface: &str,
+        queue: u32,
+        socket: impl std::os::fd::AsRawFd,
+    ) -> Result<(), Error> {
+        let at = self.xsk_index(interface, queue)?;
+        self.maps().xsks.set(at, socket, 0).map_err(|e| {
+            err(
+                &format!("the AF_XDP socket of {interface} queue {queue}"),
+                e,
+            )
+        })
     }
 
-    /// Queue `queue`'s datagrams go to the socket layer again.
-    pub fn unset_socket(&self, queue: u32) -> Result<(), Error> {
-        match self.maps().xsks.unset(queue) {
+    /// Queue `queue` of `interface`: its datagrams go to the socket layer again.
+    pub fn unset_socket(&self, interface: &str, queue: u32) -> Result<(), Error> {
+        let at = self.xsk_index(interface, queue)?;
+        match self.maps().xsks.unset(at) {
             Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
-            Err(e) => Err(err(&format!("the AF_XDP socket of queue {queue}"), e)),
+            Err(e) => Err(err(
+                &format!("the AF_XDP socket of {interface} queue {queue}"),
+                e,
+            )),
         }
+    }
+
+    /// Where the AF_XDP socket of `interface`'s queue `queue` sits in the `xsks` map.
+    fn xsk_index(&self, interface: &str, queue: u32) -> Result<u32, Error> {
+        let slot = self
+            .attached
+            .iter()
+            .position(|(on, _)| on == interface)
+            .ok_or_else(|| Error(format!("the XDP filter is not attached to {interface}")))?;
+        if queue >= MAX_QUEUES {
+            return Err(Error(format!(
+                "{interface} queue {queue}: the XDP filter holds AF_XDP sockets for queues 0 to {}",
+                MAX_QUEUES - 1
+            )));
+        }
+        // `attach` keeps the slots below MAX_INTERFACES.
+        Ok(slot as u32 * MAX_QUEUES + queue)
     }
 
     /// `port`'s datagrams go to the AF_XDP socket of queue `queue` only (`None`: of whichever
@@ -416,8 +467,11 @@ impl Filter {
     }
 }
 
-/// How many receive queues' AF_XDP sockets the program can hold.
+/// How many receive queues' AF_XDP sockets the program can hold per interface.
 pub const MAX_QUEUES: u32 = 64;
+
+/// How many interfaces the program can be attached to.
+pub const MAX_INTERFACES: u32 = 8;
 
 /// The kernel's run-time statistics of BPF programs (`BPF_ENABLE_STATS`), on while this is
 /// held: what the filter itself costs per datagram, measured by the kernel around each run.

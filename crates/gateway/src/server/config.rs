@@ -339,15 +339,18 @@ pub struct ServeConfig {
     /// epoll), or `auto` (the default: io_uring where the kernel allows it, checked at start
     /// by a datagram through a loopback socket; `mmsg` otherwise, and the log says why). With
     /// `io_uring` the gateway refuses to start where the kernel does not allow it. `af_xdp`
-    /// (needs `xdp` naming one interface, and `udp` on an address of its own): the XDP filter
-    /// hands the media ports' admitted datagrams to an XDP socket per worker (worker N on the
-    /// interface's receive queue N) as raw frames, past the kernel's IP and UDP layers; the
-    /// worker checks their headers and writes its replies' Ethernet, IP and UDP headers itself,
+    /// (needs `xdp` naming the interfaces, and `udp` on an address of its own): the XDP filter
+    /// hands the media ports' admitted datagrams to an XDP socket per worker and interface
+    /// (worker N on each interface's receive queue N) as raw frames, past the kernel's IP and
+    /// UDP layers; the worker checks their headers and writes its replies' Ethernet, IP and UDP
+    /// headers itself, out of the interface the kernel's route to the destination goes out of,
     /// with the next hop's MAC address from the kernel's neighbour table (IPv4's or IPv6's).
     /// What does not go that way takes the worker's sockets (`mmsg`): a destination not in the
-    /// neighbour table yet (the socket's send makes the kernel resolve it), a destination of
-    /// the other IP family than `udp`'s, a worker beyond the interface's queues. Zero-copy where the driver has it, copy mode otherwise (the log
-    /// says which). The sender at the other end of a veth pair must compute its UDP checksums
+    /// neighbour table yet (the socket's send makes the kernel resolve it), one routed out of
+    /// an interface `xdp` does not name, a destination of the other IP family than the
+    /// sending socket's, a worker beyond an interface's queues. Telephony legs on the named
+    /// `interfaces` take the path on whichever `xdp` interface their addresses are reached
+    /// through. Zero-copy where the driver has it, copy mode otherwise (the log says which). The sender at the other end of a veth pair must compute its UDP checksums
     /// (`ethtool -K PEER tx off`): veth's checksum offload leaves them unfinished, and such
     /// frames are dropped (`bad_frame`).
     pub media_io: String,
@@ -1127,12 +1130,12 @@ impl ServeConfig {
     }
 
     /// What the AF_XDP path needs of the final configuration (the file's with the command
-    /// line's over it): one `xdp` interface to bind on, and `udp` on an address of its own
-    /// (each frame's source).
+    /// line's over it): `xdp` interfaces to bind on, and `udp` on an address of its own (each
+    /// frame's source).
     pub fn af_xdp_check(&self) -> Result<(), ConfigError> {
-        if self.xdp.len() != 1 {
+        if self.xdp.is_empty() {
             return Err(ConfigError(
-                "media_io = \"af_xdp\" needs xdp to name one interface (the one its XDP sockets are bound on)".into(),
+                "media_io = \"af_xdp\" needs xdp to name the interfaces its XDP sockets are bound on".into(),
             ));
         }
         if self.udp.ip().is_unspecified() {
@@ -1162,6 +1165,13 @@ impl ServeConfig {
         self.xdp_attach()?;
         if self.xdp.is_empty() {
             return Ok(());
+        }
+        if self.xdp.len() > secrelay_xdp::MAX_INTERFACES as usize {
+            return Err(ConfigError(format!(
+                "xdp: {} interfaces named; the filter takes at most {}",
+                self.xdp.len(),
+                secrelay_xdp::MAX_INTERFACES
+            )));
         }
         for (i, iface) in self.xdp.iter().enumerate() {
             if iface.is_empty() || iface.len() > 15 || iface.contains(['/', ' ']) {
@@ -1542,14 +1552,22 @@ mod tests {
             c.af_xdp_check().map_err(|e| e.0)
         };
         let e = af_xdp("media_io = \"af_xdp\"").unwrap_err();
-        assert!(e.contains("one interface"), "{e}");
+        assert!(e.contains("needs xdp to name the interfaces"), "{e}");
         let e = af_xdp("media_io = \"af_xdp\"\nxdp = \"eth0\"").unwrap_err();
         assert!(e.contains("0.0.0.0:40000"), "{e}");
         af_xdp("media_io = \"af_xdp\"\nxdp = \"eth0\"\nudp = \"10.0.0.5:40000\"").unwrap();
+        af_xdp("media_io = \"af_xdp\"\nxdp = [\"eth0\", \"eth1\"]\nudp = \"10.0.0.5:40000\"")
+            .unwrap();
         let refused = |toml: &str| ServeConfig::from_toml(toml).unwrap_err().0;
         let e = refused("xdp = \"eth0\"\nxdp_mode = \"offload\"");
         assert!(
             e.contains("xdp_mode") && e.contains("native, generic"),
+            "{e}"
+        );
+        let nine: Vec<String> = (0..9).map(|i| format!("\"eth{i}\"")).collect();
+        let e = refused(&format!("xdp = [{}]", nine.join(", ")));
+        assert!(
+            e.contains("9 interfaces named") && e.contains("at most 8"),
             "{e}"
         );
         let e = refused("xdp = \"no/such\"");

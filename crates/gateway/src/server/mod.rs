@@ -507,7 +507,11 @@ impl Gateway {
         };
         let shared = Arc::new(Shared {
             directory: Directory::new(xdp.clone()),
-            xsk_interface: (media_io == MediaIo::AfXdp).then(|| config.xdp[0].clone()),
+            xsk_interfaces: if media_io == MediaIo::AfXdp {
+                config.xdp.clone()
+            } else {
+                Vec::new()
+            },
             node_pipes: std::sync::OnceLock::new(),
             xdp,
             ports: PortPool::new(

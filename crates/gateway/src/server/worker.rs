@@ -166,8 +166,9 @@ pub(crate) struct Shared {
     pub placed: std::sync::Mutex<HashMap<String, usize>>,
     /// The XDP filter in front of the media ports, when one is attached (`xdp`).
     pub xdp: Option<Arc<super::xdp::Gate>>,
-    /// The interface the workers bind their XDP sockets on (`media_io = "af_xdp"`).
-    pub xsk_interface: Option<String>,
+    /// The interfaces the workers bind their XDP sockets on (`media_io = "af_xdp"`; empty
+    /// on the other paths).
+    pub xsk_interfaces: Vec<String>,
     /// The links to the other nodes of a cluster (`cluster_pipe`), once they listen.
     pub node_pipes: std::sync::OnceLock<Arc<super::node_pipes::NodePipes>>,
 }
@@ -286,8 +287,9 @@ pub(crate) struct Worker {
     ring: Option<MediaRing>,
     /// Completions being handled (kept for its allocation).
     completions: Vec<secrelay_uring::Completion<()>>,
-    /// The XDP socket this worker reads and writes frames through, on the AF_XDP path.
-    xsk: Option<xsk_io::XskPath>,
+    /// The XDP sockets this worker reads and writes frames through, one per `xdp` interface,
+    /// on the AF_XDP path (empty on the others).
+    xsk: Vec<xsk_io::XskPath>,
     /// What goes to other nodes through the node pipes, sealed, sent once per turn.
     node_out: pipes::NodeOut,
 }
@@ -314,14 +316,14 @@ impl Worker {
             MediaIo::IoUring => uring_io::ring_for(index, &socket),
             MediaIo::Mmsg | MediaIo::AfXdp => None,
         };
-        let xsk = match (io, &shared.xsk_interface, &shared.xdp) {
-            (MediaIo::AfXdp, Some(interface), Some(gate)) => xsk_io::open(index, interface, gate),
-            _ => None,
+        let xsk = match (io, &shared.xdp) {
+            (MediaIo::AfXdp, Some(gate)) => xsk_io::open_all(index, &shared.xsk_interfaces, gate),
+            _ => Vec::new(),
         };
-        if let Some(x) = &xsk {
+        for (i, x) in xsk.iter().enumerate() {
             poll.registry().register(
                 &mut mio::unix::SourceFd(&x.as_raw_fd()),
-                xsk_io::XSK,
+                Token(xsk_io::XSK + i),
                 Interest::READABLE,
             )?;
         }
@@ -335,10 +337,10 @@ impl Worker {
                 .registry()
                 .register(&mut socket, SOCKET, Interest::READABLE)?,
         }
-        stats.set_media_io(match (&ring, &xsk) {
+        stats.set_media_io(match (&ring, xsk.is_empty()) {
             (Some(_), _) => MediaIo::IoUring,
-            (None, Some(_)) => MediaIo::AfXdp,
-            (None, None) => MediaIo::Mmsg,
+            (None, false) => MediaIo::AfXdp,
+            (None, true) => MediaIo::Mmsg,
         });
         let mut tcp = IceTcp::new(ice_tcp.map(mio::net::TcpListener::from_std));
         if let Some(l) = tcp.listener_mut() {
@@ -383,11 +385,12 @@ impl Worker {
         let mut events = Events::with_capacity(1024);
         // On the io_uring path the socket is never read directly: completions bring its data.
         let mut socket_ready = self.ring.is_none();
-        let mut xsk_ready = self.xsk.is_some();
+        // Bit i: the XDP socket on the worker's ith interface may have frames waiting.
+        let mut xsk_ready: u32 = (1u32 << self.xsk.len()) - 1;
         loop {
             let now = Instant::now();
             let timeout = if socket_ready
-                || xsk_ready
+                || xsk_ready != 0
                 || !self.ready_legs.is_empty()
                 || self.tcp.busy()
                 || self.ring.as_mut().is_some_and(|r| r.pending())
@@ -408,7 +411,9 @@ impl Worker {
             for ev in events.iter() {
                 match ev.token() {
                     SOCKET => socket_ready = true,
-                    xsk_io::XSK => xsk_ready = true,
+                    Token(t) if (xsk_io::XSK..xsk_io::XSK + self.xsk.len()).contains(&t) => {
+                        xsk_ready |= 1 << (t - xsk_io::XSK);
+                    }
                     WAKER | RING => {}
                     _ if self.tcp.on_event(ev) => {}
                     Token(t) => {
@@ -425,8 +430,10 @@ impl Worker {
             }
             self.take_handoffs();
             self.take_pipes();
-            if xsk_ready {
-                xsk_ready = self.read_xsk();
+            for i in 0..self.xsk.len() {
+                if xsk_ready & (1 << i) != 0 && !self.read_xsk(i) {
+                    xsk_ready &= !(1 << i);
+                }
             }
             if self.ring.is_some() {
                 self.read_ring();
@@ -574,8 +581,8 @@ impl Worker {
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
-            if let (Some(_), Some(gate)) = (&self.shared.xsk_interface, &self.shared.xdp) {
-                gate.own_ports(&[port], self.xsk.as_ref().map(|x| x.queue()));
+            if let (false, Some(gate)) = (self.shared.xsk_interfaces.is_empty(), &self.shared.xdp) {
+                gate.own_ports(&[port], self.xsk.first().map(|x| x.queue()));
             }
             if let Some(ring) = self.ring.as_mut() {
                 // Armed at the worker's next submit (after this command).

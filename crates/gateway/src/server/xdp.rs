@@ -94,18 +94,20 @@ impl Gate {
         }
     }
 
-    /// The AF_XDP path: what passes on receive queue `queue` goes to the XDP socket `fd`.
+    /// The AF_XDP path: what passes on receive queue `queue` of `interface` goes to the XDP
+    /// socket `fd`.
     pub fn set_socket(
         &self,
+        interface: &str,
         queue: u32,
         fd: std::os::fd::RawFd,
     ) -> Result<(), secrelay_xdp::Error> {
-        self.filter.set_socket(queue, fd)
+        self.filter.set_socket(interface, queue, fd)
     }
 
-    /// The AF_XDP path: queue `queue`'s XDP socket is gone.
-    pub fn unset_socket(&self, queue: u32) {
-        self.note(self.filter.unset_socket(queue));
+    /// The AF_XDP path: the XDP socket of `interface`'s queue `queue` is gone.
+    pub fn unset_socket(&self, interface: &str, queue: u32) {
+        self.note(self.filter.unset_socket(interface, queue));
     }
 
     /// The AF_XDP path: a leg's `ports` are read by the worker whose XDP socket is on queue

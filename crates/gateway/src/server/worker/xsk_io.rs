@@ -1,12 +1,15 @@
 //! The AF_XDP path of a worker ([`secrelay_xsk`]): the XDP filter hands the media ports'
-//! admitted datagrams that come in on this worker's receive queue to its XDP socket as raw
-//! frames, past the kernel's IP and UDP layers and its socket lookups. The worker checks each
+//! admitted datagrams that come in on this worker's receive queue of each `xdp` interface to
+//! the worker's XDP socket on that interface as raw frames, past the kernel's IP and UDP
+//! layers and its socket lookups. The worker checks each
 //! frame's headers ([`frame::parse`]: a frame is untrusted input; one that does not check out
 //! is dropped and counted as `bad_frame`) and gives the datagram the same walk as one its
 //! sockets read ([`Worker::take`]). What it sends goes out as frames it writes itself, to the
 //! next hop's MAC address from the kernel's neighbour table (IPv4's or IPv6's, the family of
-//! the socket's address); a datagram the path cannot take (next hop not resolved yet, a
-//! socket bound to any address, every transmit frame in flight) stays in its socket's queue
+//! the socket's address), through the XDP socket of the interface the kernel's route to the
+//! destination goes out of; a datagram the path cannot take (next hop not resolved yet, a
+//! socket bound to any address, a route out of an interface without an XDP socket, every
+//! transmit frame in flight) stays in its socket's queue
 //! and is sent there (`sendmmsg`), which also makes the kernel resolve the next hop.
 //!
 //! The worker's sockets stay open and read as on the `mmsg` path: the filter passes to them
@@ -16,7 +19,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use mio::Token;
 use secrelay_xsk::neigh::Neighbours;
 use secrelay_xsk::{frame, Xsk};
 
@@ -26,12 +28,14 @@ use crate::leg::Via;
 use crate::server::xdp::Gate;
 use crate::shard::Shard;
 
-/// The XDP socket's descriptor (readable when frames wait).
-pub(super) const XSK: Token = Token(1 << 18);
+/// The first XDP socket's descriptor (readable when frames wait); the socket on the worker's
+/// `i`th interface is `XSK + i`.
+pub(super) const XSK: usize = 1 << 18;
 
-/// A worker's XDP socket and what writing frames needs.
+/// A worker's XDP socket on one interface and what writing frames needs.
 pub(super) struct XskPath {
     xsk: Xsk,
+    interface: String,
     neighbours: Neighbours,
     /// The interface's MAC address: every frame's source.
     mac: [u8; 6],
@@ -42,14 +46,27 @@ pub(super) struct XskPath {
 impl Drop for XskPath {
     fn drop(&mut self) {
         // The filter stops handing the queue's datagrams to a socket that is gone.
-        self.gate.unset_socket(self.queue);
+        self.gate.unset_socket(&self.interface, self.queue);
     }
 }
 
-/// Worker `index`'s XDP socket on `interface`'s receive queue `index`, the filter redirecting
-/// to it; `None`, logged, where the kernel refuses it (no such queue, no AF_XDP): the worker
-/// then reads its sockets.
-pub(super) fn open(index: usize, interface: &str, gate: &std::sync::Arc<Gate>) -> Option<XskPath> {
+/// Worker `index`'s XDP sockets on receive queue `index` of each of `interfaces`, the filter
+/// redirecting to them; none on an interface where the kernel refuses it (no such queue, no
+/// AF_XDP), logged: the worker then reads its sockets for what comes in there.
+pub(super) fn open_all(
+    index: usize,
+    interfaces: &[String],
+    gate: &std::sync::Arc<Gate>,
+) -> Vec<XskPath> {
+    interfaces
+        .iter()
+        .take(secrelay_xdp::MAX_INTERFACES as usize)
+        .filter_map(|i| open(index, i, gate))
+        .collect()
+}
+
+/// Worker `index`'s XDP socket on `interface`'s receive queue `index`.
+fn open(index: usize, interface: &str, gate: &std::sync::Arc<Gate>) -> Option<XskPath> {
     let queue = u32::try_from(index).ok()?;
     let opened = secrelay_xsk::hardware_address(interface).and_then(|mac| {
         let xsk = Xsk::open(interface, queue, secrelay_xsk::Config::default())?;
@@ -62,7 +79,7 @@ pub(super) fn open(index: usize, interface: &str, gate: &std::sync::Arc<Gate>) -
             return None;
         }
     };
-    if let Err(e) = gate.set_socket(queue, xsk.as_raw_fd()) {
+    if let Err(e) = gate.set_socket(interface, queue, xsk.as_raw_fd()) {
         tracing::warn!(worker = index, interface, error = %e, "the XDP filter refused this worker's XDP socket: it reads its sockets (mmsg)");
         return None;
     }
@@ -75,6 +92,7 @@ pub(super) fn open(index: usize, interface: &str, gate: &std::sync::Arc<Gate>) -
     );
     Some(XskPath {
         xsk,
+        interface: interface.to_owned(),
         neighbours: Neighbours::new(interface),
         mac,
         queue,
@@ -93,62 +111,77 @@ impl XskPath {
         self.queue
     }
 
-    /// Writes what `out` holds as frames from `local`, those it can (their buffers back to
-    /// `shard`); leaves the rest in `out` for the socket. How many it took and their bytes,
-    /// and how many it left.
-    fn take_outbox(
-        &mut self,
-        out: &mut Outbox,
-        local: SocketAddr,
-        now: Instant,
-        shard: &mut Shard,
-    ) -> [u64; 3] {
-        let queued = out.batch.len() as u64;
-        if local.ip().is_unspecified() {
-            // No address to write as the frames' source (a socket bound to any).
-            return [0, 0, queued];
+    /// The next hop's MAC address for a frame from `local` to `to` when the kernel's route
+    /// to `to` goes out of this interface and the hop is resolved.
+    fn hop(&mut self, local: IpAddr, to: IpAddr, now: Instant) -> Option<[u8; 6]> {
+        match (local, to) {
+            (IpAddr::V4(_), IpAddr::V4(v4)) => self.neighbours.resolve(v4, now),
+            (IpAddr::V6(_), IpAddr::V6(v6)) => self.neighbours.resolve_v6(v6, now),
+            // A dual-stack socket's other family: the socket sends it.
+            _ => None,
         }
-        let (mut sent, mut bytes) = (0u64, 0u64);
-        let (xsk, neighbours, mac) = (&mut self.xsk, &mut self.neighbours, self.mac);
-        out.batch.take_where(
-            |to, d| {
-                let to = secrelay_uring::canonical(to);
-                let hop = match (local.ip(), to.ip()) {
-                    (IpAddr::V4(_), IpAddr::V4(v4)) => neighbours.resolve(v4, now),
-                    (IpAddr::V6(_), IpAddr::V6(v6)) => neighbours.resolve_v6(v6, now),
-                    // A dual-stack socket's other family: the socket sends it.
-                    _ => None,
-                };
-                let Some(dst) = hop else {
-                    return false;
-                };
-                let macs = frame::Macs { src: mac, dst };
-                let ok = xsk
-                    .transmit(|f| frame::build(f, macs, local, to, d))
-                    .is_ok();
-                if ok {
-                    sent += 1;
-                    bytes += d.len() as u64;
-                }
-                ok
-            },
-            |buf| shard.recycle(buf),
-        );
-        [sent, bytes, queued - sent]
     }
 }
 
+/// Writes what `out` holds as frames from `local`, those one of `paths` can take (each through
+/// the interface its destination is routed out of; their buffers back to `shard`); leaves the
+/// rest in `out` for the socket. How many it took and their bytes, and how many it left.
+fn take_outbox(
+    paths: &mut [XskPath],
+    out: &mut Outbox,
+    local: SocketAddr,
+    now: Instant,
+    shard: &mut Shard,
+) -> [u64; 3] {
+    let queued = out.batch.len() as u64;
+    if local.ip().is_unspecified() {
+        // No address to write as the frames' source (a socket bound to any).
+        return [0, 0, queued];
+    }
+    let (mut sent, mut bytes) = (0u64, 0u64);
+    // The path the last datagram took is asked first: an outbox's datagrams mostly go to one
+    // destination.
+    let mut last = 0;
+    out.batch.take_where(
+        |to, d| {
+            let to = secrelay_uring::canonical(to);
+            let mut order = std::iter::once(last).chain((0..paths.len()).filter(|&i| i != last));
+            let Some((i, dst)) =
+                order.find_map(|i| Some((i, paths.get_mut(i)?.hop(local.ip(), to.ip(), now)?)))
+            else {
+                return false;
+            };
+            last = i;
+            let path = &mut paths[i];
+            let macs = frame::Macs { src: path.mac, dst };
+            let ok = path
+                .xsk
+                .transmit(|f| frame::build(f, macs, local, to, d))
+                .is_ok();
+            if ok {
+                sent += 1;
+                bytes += d.len() as u64;
+            }
+            ok
+        },
+        |buf| shard.recycle(buf),
+    );
+    [sent, bytes, queued - sent]
+}
+
 impl Worker {
-    /// Handles up to `BATCHES_PER_TURN` batches of frames from the XDP socket: `true` when
-    /// more may wait.
-    pub(super) fn read_xsk(&mut self) -> bool {
-        // Taken out of `self` while its frames go to the shard (which needs `&mut self`; they
-        // are borrowed from the socket's memory, not copied), and put back before sending.
-        let Some(mut path) = self.xsk.take() else {
-            return false;
-        };
+    /// Handles up to `BATCHES_PER_TURN` batches of frames from the XDP socket on the worker's
+    /// `i`th interface: `true` when more may wait.
+    pub(super) fn read_xsk(&mut self, i: usize) -> bool {
+        // Taken out of `self` while their frames go to the shard (which needs `&mut self`;
+        // they are borrowed from the socket's memory, not copied), and put back before
+        // sending.
+        let mut paths = std::mem::take(&mut self.xsk);
         let shared = self.shared_local;
         for _ in 0..BATCHES_PER_TURN {
+            let Some(path) = paths.get_mut(i) else {
+                break;
+            };
             let received = Instant::now();
             self.refresh_routes();
             let (mut bytes, mut bad) = (0u64, 0u64);
@@ -176,15 +209,15 @@ impl Worker {
                 self.shard.count_drops(DropReason::BadFrame, bad);
             }
             self.wake_peers();
-            self.xsk = Some(path);
+            self.xsk = paths;
             self.send_outputs();
-            path = self.xsk.take().expect("put back just above");
+            paths = std::mem::take(&mut self.xsk);
             if (n as usize) < BATCH {
                 break;
             }
         }
-        let more = path.xsk.readable();
-        self.xsk = Some(path);
+        let more = paths.get(i).is_some_and(|p| p.xsk.readable());
+        self.xsk = paths;
         more
     }
 
@@ -199,11 +232,11 @@ impl Worker {
     }
 
     /// Writes what the shared socket and the legs' sockets have queued as frames, those the
-    /// path can take, and hands them to the kernel; the rest stays queued for the sockets.
+    /// paths can take, and hands them to the kernel; the rest stays queued for the sockets.
     pub(super) fn xsk_flush(&mut self) {
-        let Some(path) = self.xsk.as_mut() else {
+        if self.xsk.is_empty() {
             return;
-        };
+        }
         let now = Instant::now();
         let mut total = [0u64; 3];
         let mut add = |c: [u64; 3]| {
@@ -211,22 +244,39 @@ impl Worker {
                 *t += c;
             }
         };
+        let paths = &mut self.xsk;
         if !self.out.batch.is_empty() {
-            add(path.take_outbox(&mut self.out, self.shared_local, now, &mut self.shard));
+            add(take_outbox(
+                paths,
+                &mut self.out,
+                self.shared_local,
+                now,
+                &mut self.shard,
+            ));
         }
         for p in &self.dirty_legs {
             if let Some(l) = self.legs.get_mut(p) {
-                add(path.take_outbox(&mut l.out, l.local, now, &mut self.shard));
+                add(take_outbox(
+                    paths,
+                    &mut l.out,
+                    l.local,
+                    now,
+                    &mut self.shard,
+                ));
             }
         }
         let st = &self.stats;
         if total[2] > 0 {
             st.xsk_socket_sends.fetch_add(total[2], Ordering::Relaxed);
         }
-        if total[0] == 0 && path.xsk.backlog() == 0 {
+        let mut flushed = false;
+        for path in paths.iter_mut().filter(|p| p.xsk.backlog() > 0) {
+            path.xsk.flush();
+            flushed = true;
+        }
+        if total[0] == 0 && !flushed {
             return;
         }
-        path.xsk.flush();
         let done = Instant::now();
         st.datagrams_out.fetch_add(total[0], Ordering::Relaxed);
         st.bytes_out.fetch_add(total[1], Ordering::Relaxed);
@@ -240,12 +290,19 @@ impl Worker {
         }
     }
 
-    /// Publishes what the kernel counted at the XDP socket.
+    /// Publishes what the kernel counted at the XDP sockets.
     pub(super) fn publish_xsk(&self) {
-        if let Some(Ok(s)) = self.xsk.as_ref().map(|p| p.xsk.statistics()) {
-            self.stats
-                .xsk_kernel_drops
-                .store(s.rx_dropped + s.rx_ring_full, Ordering::Relaxed);
+        if self.xsk.is_empty() {
+            return;
         }
+        let dropped = self
+            .xsk
+            .iter()
+            .filter_map(|p| p.xsk.statistics().ok())
+            .map(|s| s.rx_dropped + s.rx_ring_full)
+            .sum();
+        self.stats
+            .xsk_kernel_drops
+            .store(dropped, Ordering::Relaxed);
     }
 }
