@@ -218,31 +218,13 @@ impl Filter {
             .ifaces
             .insert(ifindex, slot, 0)
             .map_err(|e| err(&format!("{interface}'s slot"), e))?;
-        let program = program_mut(&mut self.ebpf)?;
-        let mode = match attach {
-            Attach::Native => {
-                program
-                    .attach(interface, XdpMode::Driver)
-                    .map_err(|e| err(&format!("native XDP on {interface}"), e))?;
-                Mode::Native
+        let mode = match attach_program(&mut self.ebpf, interface, attach) {
+            Ok(mode) => mode,
+            Err(e) => {
+                // No slot for an interface the program does not run on.
+                let _ = self.maps().ifaces.remove(&ifindex);
+                return Err(e);
             }
-            Attach::Generic => {
-                program
-                    .attach(interface, XdpMode::Skb)
-                    .map_err(|e| err(&format!("generic XDP on {interface}"), e))?;
-                Mode::Generic
-            }
-            Attach::Auto => match program.attach(interface, XdpMode::Driver) {
-                Ok(_) => Mode::Native,
-                Err(native) => {
-                    program.attach(interface, XdpMode::Skb).map_err(|e| {
-                        Error(format!(
-                            "XDP on {interface}: native: {native}; generic: {e}"
-                        ))
-                    })?;
-                    Mode::Generic
-                }
-            },
         };
         self.attached.push((interface.to_owned(), mode));
         Ok(mode)
@@ -502,6 +484,36 @@ impl RunStats {
         }
         Ok(total)
     }
+}
+
+/// Attaches the program to `interface` in the mode `attach` asks for: the mode it runs in.
+fn attach_program(ebpf: &mut Ebpf, interface: &str, attach: Attach) -> Result<Mode, Error> {
+    let program = program_mut(ebpf)?;
+    Ok(match attach {
+        Attach::Native => {
+            program
+                .attach(interface, XdpMode::Driver)
+                .map_err(|e| err(&format!("native XDP on {interface}"), e))?;
+            Mode::Native
+        }
+        Attach::Generic => {
+            program
+                .attach(interface, XdpMode::Skb)
+                .map_err(|e| err(&format!("generic XDP on {interface}"), e))?;
+            Mode::Generic
+        }
+        Attach::Auto => match program.attach(interface, XdpMode::Driver) {
+            Ok(_) => Mode::Native,
+            Err(native) => {
+                program.attach(interface, XdpMode::Skb).map_err(|e| {
+                    Error(format!(
+                        "XDP on {interface}: native: {native}; generic: {e}"
+                    ))
+                })?;
+                Mode::Generic
+            }
+        },
+    })
 }
 
 fn program_mut(ebpf: &mut Ebpf) -> Result<&mut Xdp, Error> {

@@ -230,3 +230,17 @@ fn a_full_map_refuses_an_admission_and_it_is_not_counted_as_held() {
     f.set_port(30000, Some(&[])).unwrap();
     assert_eq!(f.admitted(), held as usize - 1);
 }
+
+#[test]
+fn an_xdp_socket_goes_only_on_an_interface_the_filter_is_attached_to() {
+    let Some(f) = filter("an_xdp_socket_goes_only_on_an_interface_the_filter_is_attached_to")
+    else {
+        return;
+    };
+    // Checked before the kernel sees the descriptor (any descriptor will do).
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let e = f.set_socket("lo", 0, socket).unwrap_err().to_string();
+    assert!(e.contains("not attached to lo"), "{e}");
+    let e = f.unset_socket("lo", 0).unwrap_err().to_string();
+    assert!(e.contains("not attached to lo"), "{e}");
+}
