@@ -31,7 +31,7 @@
 // The kernel interface: every `unsafe` block says why it is sound (`// SAFETY:`).
 #![allow(unsafe_code)]
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::mem::size_of;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -150,8 +150,10 @@ pub struct Ring<T> {
     pool: Pool,
     /// The `msghdr` every multishot receive was armed with (only its lengths matter).
     recv_msg: Box<libc::msghdr>,
-    /// Armed sockets: key, descriptor, and whether the receive must be armed again.
-    armed: Vec<Armed>,
+    /// Armed sockets by key: descriptor, and whether the receive must be armed again.
+    armed: HashMap<u32, Armed>,
+    /// Keys disarmed whose receive has not ended yet, with how many such receives each.
+    closing_keys: HashMap<u32, u32>,
     slots: Vec<Box<Slot<T>>>,
     free_slots: Vec<usize>,
     /// Completions taken from the kernel's queue before [`Ring::reap`] asked, in order.
@@ -160,21 +162,19 @@ pub struct Ring<T> {
     sent: VecDeque<Completion<T>>,
     /// Receives armed and not yet finished (multishot: until cancelled or failed).
     recvs_in_flight: usize,
-    /// Sockets whose receive is to be armed at the next submit (so a submit with none
-    /// does not look through every socket).
-    to_arm: usize,
+    /// Keys whose receive is to be armed at the next submit (so that a submit looks at
+    /// those only, not through every socket; a key disarmed since is passed over).
+    to_arm: Vec<u32>,
     /// Sockets disarmed whose receive has not ended yet.
     closing: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
 struct Armed {
-    key: u32,
     fd: RawFd,
-    /// The receive ended (no buffer, an error): armed again at the next submit.
+    /// No receive in flight (never armed yet, or it ended: no buffer, an error): armed
+    /// (again) at the next submit.
     rearm: bool,
-    /// Disarmed: its last completion is awaited, then it is forgotten.
-    closing: bool,
 }
 
 // SAFETY: the raw pointer is the pool's own allocation, used only through `&mut Ring`;
@@ -347,13 +347,14 @@ impl<T> Ring<T> {
             ring,
             pool,
             recv_msg,
-            armed: Vec::new(),
+            armed: HashMap::new(),
+            closing_keys: HashMap::new(),
             slots,
             free_slots: (0..config.send_slots).rev().collect(),
             stash: VecDeque::new(),
             sent: VecDeque::new(),
             recvs_in_flight: 0,
-            to_arm: 0,
+            to_arm: Vec::new(),
             closing: 0,
         })
     }
@@ -384,7 +385,7 @@ impl<T> Ring<T> {
                     Err(io::Error::other("the probe datagram came back wrong"))
                 };
             }
-            if ring.armed.iter().any(|a| a.rearm) {
+            if ring.armed.values().any(|a| a.rearm) {
                 break Err(io::Error::other(
                     "the kernel ended the multishot receive at once (no multishot recvmsg?)",
                 ));
@@ -404,30 +405,26 @@ impl<T> Ring<T> {
     /// Arms a multishot receive on `socket` under `key` (armed at the next [`Ring::submit`]).
     /// The socket must stay open until [`Ring::disarm`] and its submit; were it closed
     /// earlier, the kernel would keep its port bound until then.
+    /// A key names one socket at a time: arming it again disarms the socket it named.
     pub fn arm(&mut self, key: u32, socket: &impl AsRawFd) {
-        self.armed.push(Armed {
-            key,
-            fd: socket.as_raw_fd(),
-            rearm: true,
-            closing: false,
-        });
-        self.to_arm += 1;
+        self.disarm(key);
+        let fd = socket.as_raw_fd();
+        self.armed.insert(key, Armed { fd, rearm: true });
+        self.to_arm.push(key);
     }
 
     /// Stops receiving on `key`'s socket: the receive is cancelled at the next
     /// [`Ring::submit`], which returns once the kernel let go of the socket (so its port can
     /// be bound again right after).
     pub fn disarm(&mut self, key: u32) {
-        let Some(i) = self.armed.iter().position(|a| a.key == key && !a.closing) else {
+        let Some(a) = self.armed.remove(&key) else {
             return;
         };
-        if self.armed[i].rearm {
-            // Not in flight: nothing to cancel.
-            self.armed.swap_remove(i);
-            self.to_arm -= 1;
+        if a.rearm {
+            // Not in flight: nothing to cancel (its place in `to_arm` is passed over).
             return;
         }
-        self.armed[i].closing = true;
+        *self.closing_keys.entry(key).or_insert(0) += 1;
         self.closing += 1;
         let cancel = opcode::AsyncCancel::new(RECV | u64::from(key))
             .build()
@@ -486,7 +483,7 @@ impl<T> Ring<T> {
     /// one system call; returns once every cancelled receive has ended.
     pub fn submit(&mut self) -> io::Result<()> {
         self.pool.publish();
-        if self.to_arm > 0 {
+        if !self.to_arm.is_empty() {
             self.arm_pending();
         }
         if !self.ring.submission().is_empty() {
@@ -604,21 +601,29 @@ impl<T> Ring<T> {
     /// Queues the receives of the sockets armed (or whose receive ended) since the last
     /// submit.
     fn arm_pending(&mut self) {
-        for i in 0..self.armed.len() {
-            let a = self.armed[i];
-            if !a.rearm || a.closing {
+        let mut keys = std::mem::take(&mut self.to_arm);
+        let mut left = Vec::new();
+        for key in keys.drain(..) {
+            let Some(a) = self.armed.get(&key).copied().filter(|a| a.rearm) else {
+                // Disarmed since, or armed already (a key queued twice).
                 continue;
-            }
+            };
             let entry = opcode::RecvMsgMulti::new(types::Fd(a.fd), &*self.recv_msg, GROUP)
                 .build()
                 .flags(squeue::Flags::BUFFER_SELECT)
-                .user_data(RECV | u64::from(a.key));
+                .user_data(RECV | u64::from(key));
             if self.push(&entry).is_ok() {
-                self.armed[i].rearm = false;
-                self.to_arm -= 1;
+                if let Some(a) = self.armed.get_mut(&key) {
+                    a.rearm = false;
+                }
                 self.recvs_in_flight += 1;
+            } else {
+                left.push(key);
             }
         }
+        // Those the queue did not take go at the next submit; the vector keeps its room.
+        keys.extend(left);
+        self.to_arm = keys;
     }
 
     fn push(&mut self, entry: &squeue::Entry) -> io::Result<()> {
@@ -714,14 +719,16 @@ impl<T> Ring<T> {
         }
         self.recvs_in_flight = self.recvs_in_flight.saturating_sub(1);
         let key = (cqe.user_data() & !KIND) as u32;
-        if let Some(i) = self.armed.iter().position(|a| a.key == key) {
-            if self.armed[i].closing {
-                self.armed.swap_remove(i);
-                self.closing -= 1;
-            } else {
-                self.armed[i].rearm = true;
-                self.to_arm += 1;
+        // A receive disarmed under this key ends before one armed under it since.
+        if let Some(n) = self.closing_keys.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.closing_keys.remove(&key);
             }
+            self.closing -= 1;
+        } else if let Some(a) = self.armed.get_mut(&key) {
+            a.rearm = true;
+            self.to_arm.push(key);
         }
     }
 

@@ -214,6 +214,37 @@ fn a_disarmed_socket_lets_its_port_go_at_once() {
     }
 }
 
+/// A key disarmed and armed again on another socket before the next submit (a port handed to
+/// a new leg in the same turn): the old socket's receive is cancelled and its port let go, the
+/// new one's datagrams come under the key, and the other sockets, thousands of them, go on.
+#[test]
+fn a_key_armed_again_in_the_same_turn_reads_its_new_socket_only() {
+    let mut r = ring(Config::default());
+    let others: Vec<UdpSocket> = (0..2000).map(|_| socket("127.0.0.1:0")).collect();
+    for (k, s) in others.iter().enumerate() {
+        r.arm(100 + k as u32, s);
+    }
+    let old = socket("127.0.0.1:0");
+    let old_addr = old.local_addr().unwrap();
+    r.arm(7, &old);
+    r.submit().unwrap();
+    let new = socket("127.0.0.1:0");
+    r.disarm(7);
+    r.arm(7, &new);
+    r.submit().unwrap();
+    drop(old);
+    let rebound = UdpSocket::bind(old_addr).expect("the old socket's port is free");
+    drop(rebound);
+    let peer = socket("127.0.0.1:0");
+    peer.send_to(b"new", new.local_addr().unwrap()).unwrap();
+    peer.send_to(b"other", others[1999].local_addr().unwrap())
+        .unwrap();
+    let got = receive(&mut r, 2, 0, &mut Vec::new());
+    let mut keys: Vec<(u32, Vec<u8>)> = got.into_iter().map(|(d, b)| (d.key, b)).collect();
+    keys.sort();
+    assert_eq!(keys, vec![(7, b"new".to_vec()), (2099, b"other".to_vec())]);
+}
+
 #[test]
 fn a_long_datagram_is_cut_and_says_so() {
     let mut r = ring(Config::default());
