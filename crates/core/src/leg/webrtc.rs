@@ -294,8 +294,10 @@ pub struct WebRtcLeg {
     config: WebRtcConfig,
     ice: IceLite,
     role: Role,
-    dtls: Option<Endpoint>,
-    dtls_config: Option<EndpointConfig>,
+    /// The DTLS endpoint and, before it starts, its configuration: boxed, as the data
+    /// channels are, so that what a relayed copy reads of the leg sits on fewer lines.
+    dtls: Option<Box<Endpoint>>,
+    dtls_config: Option<Box<EndpointConfig>>,
     dtls_timeout: Option<Instant>,
     dtls_started: Option<Instant>,
     /// Where DTLS goes before ICE nominates: the last validated address that sent DTLS.
@@ -324,8 +326,9 @@ pub struct WebRtcLeg {
     handshake_time: Option<Duration>,
     /// The SRTP profile DTLS negotiated, once connected.
     profile: Option<Profile>,
-    /// Data channels, when the offer's data-channel section was accepted.
-    data: Option<DataLink>,
+    /// Data channels, when the offer's data-channel section was accepted (boxed: few members
+    /// have them, and inline they would put the rest of the leg on more lines).
+    data: Option<Box<DataLink>>,
     /// The peer's certificate fingerprint, once its offer or answer named it: a new offer
     /// in the session must name it again (the same DTLS association).
     peer_fingerprint: Option<Fingerprint>,
@@ -548,10 +551,10 @@ impl WebRtcLeg {
             return Err(WebRtcError::NoCommonCodec);
         }
         let data = match (data_offer.and_then(|m| m.sctp), &config.data_channels) {
-            (Some(sctp), Some(limits)) => Some(
+            (Some(sctp), Some(limits)) => Some(Box::new(
                 DataLink::new(limits.clone(), data_side(role), sctp.max_message_size, now)
                     .map_err(|e| WebRtcError::Dtls(e.to_string()))?,
-            ),
+            )),
             _ => None,
         };
 
@@ -582,7 +585,7 @@ impl WebRtcLeg {
             ice,
             role,
             dtls: None,
-            dtls_config: Some(dtls_config),
+            dtls_config: Some(Box::new(dtls_config)),
             dtls_timeout: None,
             dtls_started: None,
             dtls_peer: None,
@@ -760,7 +763,7 @@ impl WebRtcLeg {
         let mut dtls_config = EndpointConfig::new(role, awaiting.certificate, peer_fp);
         dtls_config.srtp_profiles = self.config.srtp_profiles.clone();
         dtls_config.timers = self.config.dtls_timers;
-        self.dtls_config = Some(dtls_config);
+        self.dtls_config = Some(Box::new(dtls_config));
         // A server listens from now on; a client says its ClientHello once ICE has nominated
         // (now, if it already has).
         if role == Role::Server || self.ice.selected().is_some() {
@@ -1030,8 +1033,8 @@ impl WebRtcLeg {
 
     fn start_dtls(&mut self, now: Instant) -> Result<(), WebRtcError> {
         if let Some(cfg) = self.dtls_config.take() {
-            let ep = Endpoint::new(cfg, now).map_err(|e| WebRtcError::Dtls(e.to_string()))?;
-            self.dtls = Some(ep);
+            let ep = Endpoint::new(*cfg, now).map_err(|e| WebRtcError::Dtls(e.to_string()))?;
+            self.dtls = Some(Box::new(ep));
             if self.role == Role::Client {
                 self.dtls_started = Some(now);
             }
@@ -1386,7 +1389,7 @@ impl WebRtcLeg {
 
     /// The data channels, when negotiated.
     pub fn data(&self) -> Option<&DataLink> {
-        self.data.as_ref()
+        self.data.as_deref()
     }
 
     fn install_keys(&mut self, keys: secrelay_dtls::SrtpKeys) -> Result<(), CloseReason> {
@@ -1557,7 +1560,7 @@ impl WebRtcLeg {
         if self.closed.is_some() {
             return None;
         }
-        let data = self.data.as_ref().and_then(DataLink::poll_timeout);
+        let data = self.data.as_deref().and_then(DataLink::poll_timeout);
         [self.ice.poll_timeout(), self.dtls_timeout, data]
             .into_iter()
             .flatten()
