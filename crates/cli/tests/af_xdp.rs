@@ -106,6 +106,19 @@ fn stop(mut child: std::process::Child) {
     let _ = child.wait();
 }
 
+/// `rounds` packets each way, 20 ms apart: how many of them each phone heard.
+fn talk(caller: &mut SocketPhone, callee: &mut SocketPhone, rounds: usize) -> (usize, usize) {
+    let before = (caller.heard(0xb0), callee.heard(0xc1));
+    for _ in 0..rounds {
+        exchange(caller, callee);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    caller.read();
+    callee.read();
+    (caller.heard(0xb0) - before.0, callee.heard(0xc1) - before.1)
+}
+
 /// Drives the room for `d`.
 fn drive(group: &mut [SimParticipant], d: Duration) {
     let until = Instant::now() + d;
@@ -341,16 +354,8 @@ fn an_ipv6_call_goes_both_ways_through_the_xdp_socket() {
     };
     let before = udp6();
     let socket_sends = metric("secrelay_xsk_socket_sends_total");
-    let heard = (caller.heard(0xb0), callee.heard(0xc1));
     let rounds = 20;
-    for _ in 0..rounds {
-        exchange(&mut caller, &mut callee);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    caller.read();
-    callee.read();
-    let heard = (caller.heard(0xb0) - heard.0, callee.heard(0xc1) - heard.1);
+    let heard = talk(&mut caller, &mut callee, rounds);
     assert!(
         heard.0 + 1 >= rounds && heard.1 + 1 >= rounds,
         "{heard:?} of {rounds}"
@@ -539,16 +544,8 @@ fn a_call_between_two_interfaces_goes_through_the_xdp_socket_on_each() {
     let udp_before = ns.udp_counters().unwrap();
     let socket_sends = metric("secrelay_xsk_socket_sends_total");
     let redirected = metric("secrelay_xdp_redirected_total");
-    let heard = (caller.heard(0xb0), callee.heard(0xc1));
     let rounds = 20;
-    for _ in 0..rounds {
-        exchange(&mut caller, &mut callee);
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    caller.read();
-    callee.read();
-    let heard = (caller.heard(0xb0) - heard.0, callee.heard(0xc1) - heard.1);
+    let heard = talk(&mut caller, &mut callee, rounds);
     let redirected = metric("secrelay_xdp_redirected_total") - redirected;
     eprintln!("heard {heard:?} of {rounds}; {redirected} datagrams through the XDP sockets");
     assert!(
