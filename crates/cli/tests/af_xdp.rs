@@ -454,6 +454,42 @@ fn two_workers_read_their_own_queues_and_every_call_flows() {
     stop(child);
 }
 
+/// Call `bridge` through ng with `direction` external → internal: the caller on `here_ext`,
+/// answered on the gateway's `gw_ext`; the callee on `here_int`, offered `gw_int`.
+fn bridge_call(
+    ng: &mut Ng,
+    (here_ext, gw_ext): (Ipv4Addr, Ipv4Addr),
+    (here_int, gw_int): (Ipv4Addr, Ipv4Addr),
+) -> (SocketPhone, SocketPhone) {
+    let mut caller = SocketPhone::bind(here_ext.into(), None, 0x1111).unwrap();
+    let mut callee = SocketPhone::bind(here_int.into(), None, 0x2222).unwrap();
+    let mut offer = ng_command(
+        "offer",
+        "bridge",
+        "caller",
+        None,
+        Some(&caller.phone.offer()),
+    );
+    offer.push((
+        "direction".into(),
+        Bencode::List(vec![Bencode::str("external"), Bencode::str("internal")]),
+    ));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    assert!(
+        to_callee.contains(&format!("c=IN IP4 {gw_int}")),
+        "{to_callee}"
+    );
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let back = ng_command("answer", "bridge", "caller", Some("callee"), Some(&answer));
+    let to_caller = ng.call(back).unwrap()["sdp"].clone();
+    assert!(
+        to_caller.contains(&format!("c=IN IP4 {gw_ext}")),
+        "{to_caller}"
+    );
+    caller.phone.accept_answer(&to_caller).unwrap();
+    (caller, callee)
+}
+
 /// A gateway bridging two networks, each behind a veth pair of its own: `xdp` names both
 /// interfaces, and each worker has an XDP socket on each. An ng call with `direction` puts the
 /// caller's leg on the external interface's address and the callee's on the internal one's:
@@ -502,32 +538,7 @@ fn a_call_between_two_interfaces_goes_through_the_xdp_socket_on_each() {
     let metric = |s: &str| sig.metric(s).unwrap_or_else(|e| panic!("{e}"));
 
     let mut ng = Ng::new(ng_addr).unwrap();
-    let mut caller = SocketPhone::bind(here_ext.into(), None, 0x1111).unwrap();
-    let mut callee = SocketPhone::bind(here_int.into(), None, 0x2222).unwrap();
-    let mut offer = ng_command(
-        "offer",
-        "bridge",
-        "caller",
-        None,
-        Some(&caller.phone.offer()),
-    );
-    offer.push((
-        "direction".into(),
-        Bencode::List(vec![Bencode::str("external"), Bencode::str("internal")]),
-    ));
-    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
-    assert!(
-        to_callee.contains(&format!("c=IN IP4 {gw_int}")),
-        "{to_callee}"
-    );
-    let answer = callee.phone.answer_offer(&to_callee).unwrap();
-    let back = ng_command("answer", "bridge", "caller", Some("callee"), Some(&answer));
-    let to_caller = ng.call(back).unwrap()["sdp"].clone();
-    assert!(
-        to_caller.contains(&format!("c=IN IP4 {gw_ext}")),
-        "{to_caller}"
-    );
-    caller.phone.accept_answer(&to_caller).unwrap();
+    let (mut caller, mut callee) = bridge_call(&mut ng, (here_ext, gw_ext), (here_int, gw_int));
     // The first packets make both ends resolve each other.
     assert!(
         veth::until_both_heard(&mut caller, &mut callee, 100),

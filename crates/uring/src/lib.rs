@@ -405,7 +405,8 @@ impl<T> Ring<T> {
     /// Arms a multishot receive on `socket` under `key` (armed at the next [`Ring::submit`]).
     /// The socket must stay open until [`Ring::disarm`] and its submit; were it closed
     /// earlier, the kernel would keep its port bound until then.
-    /// A key names one socket at a time: arming it again disarms the socket it named.
+    /// A key names one socket at a time: arming it again disarms the socket it named (what
+    /// that socket received and was not reaped yet still comes under the key).
     pub fn arm(&mut self, key: u32, socket: &impl AsRawFd) {
         self.disarm(key);
         let fd = socket.as_raw_fd();
@@ -621,8 +622,11 @@ impl<T> Ring<T> {
                 left.push(key);
             }
         }
-        // Those the queue did not take go at the next submit; the vector keeps its room.
+        // Those the queue did not take go at the next submit, and so do the receives that
+        // ended while the queue was being made room in (`push` may reap: they were queued
+        // in `self.to_arm` meanwhile); the vector keeps its room.
         keys.extend(left);
+        keys.append(&mut self.to_arm);
         self.to_arm = keys;
     }
 

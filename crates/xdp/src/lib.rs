@@ -429,14 +429,12 @@ impl Filter {
             .iter()
             .position(|(on, _)| on == interface)
             .ok_or_else(|| Error(format!("the XDP filter is not attached to {interface}")))?;
-        if queue >= MAX_QUEUES {
-            return Err(Error(format!(
+        xsk_key(slot, queue).ok_or_else(|| {
+            Error(format!(
                 "{interface} queue {queue}: the XDP filter holds AF_XDP sockets for queues 0 to {}",
                 MAX_QUEUES - 1
-            )));
-        }
-        // `attach` keeps the slots below MAX_INTERFACES.
-        Ok(slot as u32 * MAX_QUEUES + queue)
+            ))
+        })
     }
 
     /// `port`'s datagrams go to the AF_XDP socket of queue `queue` only (`None`: of whichever
@@ -447,6 +445,14 @@ impl Filter {
             .set(u32::from(port), queue.map_or(0, |q| q + 1), 0)
             .map_err(|e| err(&format!("port {port}'s AF_XDP queue"), e))
     }
+}
+
+/// The `xsks` map's key of the AF_XDP socket on receive queue `queue` of the interface in
+/// slot `slot` (as the program computes it: slot × [`MAX_QUEUES`] + queue); `None` past the
+/// map.
+fn xsk_key(slot: usize, queue: u32) -> Option<u32> {
+    let slot = u32::try_from(slot).ok().filter(|s| *s < MAX_INTERFACES)?;
+    (queue < MAX_QUEUES).then_some(slot * MAX_QUEUES + queue)
 }
 
 /// How many receive queues' AF_XDP sockets the program can hold per interface.
@@ -561,6 +567,28 @@ mod tests {
         assert_eq!(k6[0..2], [0x20, 0x01]);
         assert_eq!(k6[15], 1);
         assert_eq!(&k6[16..], &[0, 9, 0, 1]);
+    }
+
+    #[test]
+    fn each_interface_has_its_own_run_of_socket_keys() {
+        assert_eq!(xsk_key(0, 0), Some(0));
+        assert_eq!(xsk_key(0, 63), Some(63));
+        assert_eq!(xsk_key(1, 0), Some(64));
+        assert_eq!(xsk_key(1, 1), Some(65));
+        assert_eq!(xsk_key(7, 63), Some(511));
+        assert_eq!(
+            xsk_key(0, 64),
+            None,
+            "queue 64 would be the next interface's queue 0"
+        );
+        assert_eq!(xsk_key(8, 0), None);
+        // The program's map holds every key there is.
+        let source = include_str!("../bpf/filter.bpf.c");
+        assert!(
+            source.contains("#define MAX_QUEUES 64") && source.contains("#define MAX_IFACES 8")
+        );
+        assert!(source.contains("__uint(max_entries, MAX_IFACES * MAX_QUEUES);"));
+        assert!(source.contains("*slot * MAX_QUEUES + queue"));
     }
 
     #[test]

@@ -366,8 +366,8 @@ pub struct ServeConfig {
     /// `rtp_ports` is the filter's on that interface, whatever else binds it. Needs root, or
     /// `CAP_BPF`, `CAP_NET_ADMIN` and `CAP_PERFMON` (`packaging/secrelay-xdp.conf` gives them to
     /// the systemd service); the gateway refuses to start when the kernel refuses the filter on
-    /// any of them. Every interface has the same program and the same admissions. Unset (the
-    /// default): no filter.
+    /// any of them. Every interface has the same program and the same admissions. At most 8.
+    /// Unset (the default): no filter.
     #[serde(deserialize_with = "one_or_many")]
     pub xdp: Vec<String>,
     /// Where the XDP filter runs: `native` (in the network driver), `generic` (at the start of
@@ -526,9 +526,10 @@ pub enum MediaIo {
     IoUring,
     /// `recvmmsg`/`sendmmsg` on each ready socket, woken by epoll.
     Mmsg,
-    /// Raw frames through an XDP socket on the `xdp` interface's receive queue (the XDP filter
-    /// redirects the media ports' datagrams there), UDP/IP built and checked by the worker;
-    /// its sockets (`recvmmsg`/`sendmmsg`) for what does not come or go that way.
+    /// Raw frames through an XDP socket on each `xdp` interface's receive queue of the
+    /// worker's number (the XDP filter redirects the media ports' datagrams there), UDP/IP
+    /// built and checked by the worker; its sockets (`recvmmsg`/`sendmmsg`) for what does not
+    /// come or go that way.
     AfXdp,
 }
 

@@ -841,7 +841,7 @@ impl Collector for StatsCollector {
         counter(
             e,
             "secrelay_xsk_socket_sends",
-            "On the AF_XDP path: datagrams sent through the worker's socket instead of its XDP socket (next hop not in the kernel's neighbour table yet, a destination of the other IP family than the socket's, or every transmit frame in flight)",
+            "On the AF_XDP path: datagrams sent through the worker's socket instead of its XDP socket (next hop not in the kernel's neighbour table yet, a destination routed out of an interface without an XDP socket, a destination of the other IP family than the socket's, or every transmit frame in flight)",
             s.io(|w| &w.xsk_socket_sends),
         )?;
         counter(
