@@ -430,8 +430,11 @@ impl Worker {
             }
             self.take_handoffs();
             self.take_pipes();
+            // The interfaces with frames waiting share a turn's batches, as one socket would
+            // have them.
+            let share = (BATCHES_PER_TURN / xsk_ready.count_ones().max(1) as usize).max(1);
             for i in 0..self.xsk.len() {
-                if xsk_ready & (1 << i) != 0 && !self.read_xsk(i) {
+                if xsk_ready & (1 << i) != 0 && !self.read_xsk(i, share) {
                     xsk_ready &= !(1 << i);
                 }
             }

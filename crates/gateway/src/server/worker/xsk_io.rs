@@ -22,7 +22,7 @@ use std::time::Instant;
 use secrelay_xsk::neigh::Neighbours;
 use secrelay_xsk::{frame, Xsk};
 
-use super::{record_relay_latency, Outbox, Worker, BATCH, BATCHES_PER_TURN};
+use super::{record_relay_latency, Outbox, Worker, BATCH};
 use crate::counters::DropReason;
 use crate::leg::Via;
 use crate::server::xdp::Gate;
@@ -170,15 +170,15 @@ fn take_outbox(
 }
 
 impl Worker {
-    /// Handles up to `BATCHES_PER_TURN` batches of frames from the XDP socket on the worker's
-    /// `i`th interface: `true` when more may wait.
-    pub(super) fn read_xsk(&mut self, i: usize) -> bool {
+    /// Handles up to `batches` batches of frames from the XDP socket on the worker's `i`th
+    /// interface: `true` when more may wait.
+    pub(super) fn read_xsk(&mut self, i: usize, batches: usize) -> bool {
         // Taken out of `self` while their frames go to the shard (which needs `&mut self`;
         // they are borrowed from the socket's memory, not copied), and put back before
         // sending.
         let mut paths = std::mem::take(&mut self.xsk);
         let shared = self.shared_local;
-        for _ in 0..BATCHES_PER_TURN {
+        for _ in 0..batches {
             let Some(path) = paths.get_mut(i) else {
                 break;
             };
