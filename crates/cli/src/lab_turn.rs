@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, Context as _, Result};
 use clap::Args;
-use secrelay_lab::client::turn::{TurnOptions, TurnReport};
+use secrelay_lab::client::turn::{TurnOptions, TurnReport, GATHER_US};
 
 /// Flags of `secrelay lab turn`.
 #[derive(Args, Debug)]
@@ -37,7 +37,7 @@ pub struct TurnArgs {
     pub relay_ports: String,
     /// secrelay's `turn_gather_us`: how long its io_uring thread lets datagrams gather, in µs
     /// (0 to 10,000).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    #[arg(long, default_value_t = GATHER_US, value_parser = clap::value_parser!(u64).range(0..=10_000))]
     pub gather_us: u64,
     /// coturn's TURN server (Debian's coturn package).
     #[arg(long, default_value = "/usr/bin/turnserver")]
@@ -66,7 +66,7 @@ pub struct TurnServerArgs {
     #[arg(long)]
     pub epoll: bool,
     /// How long the io_uring thread lets datagrams gather, in µs.
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = GATHER_US)]
     pub gather_us: u64,
 }
 

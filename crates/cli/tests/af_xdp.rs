@@ -93,7 +93,10 @@ fn xdp_refused(test: &str, log: &Log) -> bool {
         .lock()
         .unwrap()
         .lines()
-        .find(|l| l.contains("no XDP socket for this worker"))
+        .find(|l| {
+            l.contains("no XDP socket for this worker")
+                || l.contains("the XDP filter refused this worker's XDP socket")
+        })
         .map(str::to_owned);
     if let Some(why) = &refused {
         lab_support::missing(test, &format!("the kernel refused an XDP socket: {why}"));

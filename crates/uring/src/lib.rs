@@ -506,11 +506,7 @@ impl<T> Ring<T> {
     /// Waits up to `timeout` for a completion (for callers without an event loop of their
     /// own); submits what is queued.
     pub fn wait(&mut self, timeout: Duration) -> io::Result<()> {
-        self.pool.publish();
-        if self.pending() {
-            return self.enter();
-        }
-        self.wait_one(timeout)
+        self.wait_batch(1, Duration::ZERO, timeout)
     }
 
     /// Waits up to `timeout` for `want` completions, returning early once `min_wait` has passed

@@ -218,7 +218,7 @@ impl Filter {
             .ifaces
             .insert(ifindex, slot, 0)
             .map_err(|e| err(&format!("{interface}'s slot"), e))?;
-        let mode = match attach_program(&mut self.ebpf, interface, attach) {
+        let mode = match attach_program(&mut self.ebpf, (interface, ifindex), attach) {
             Ok(mode) => mode,
             Err(e) => {
                 // No slot for an interface the program does not run on.
@@ -492,30 +492,37 @@ impl RunStats {
     }
 }
 
-/// Attaches the program to `interface` in the mode `attach` asks for: the mode it runs in.
-fn attach_program(ebpf: &mut Ebpf, interface: &str, attach: Attach) -> Result<Mode, Error> {
+/// Attaches the program to `interface` (index `ifindex`, the one its slot was set under) in the
+/// mode `attach` asks for: the mode it runs in.
+fn attach_program(
+    ebpf: &mut Ebpf,
+    (interface, ifindex): (&str, u32),
+    attach: Attach,
+) -> Result<Mode, Error> {
     let program = program_mut(ebpf)?;
     Ok(match attach {
         Attach::Native => {
             program
-                .attach(interface, XdpMode::Driver)
+                .attach_to_if_index(ifindex, XdpMode::Driver)
                 .map_err(|e| err(&format!("native XDP on {interface}"), e))?;
             Mode::Native
         }
         Attach::Generic => {
             program
-                .attach(interface, XdpMode::Skb)
+                .attach_to_if_index(ifindex, XdpMode::Skb)
                 .map_err(|e| err(&format!("generic XDP on {interface}"), e))?;
             Mode::Generic
         }
-        Attach::Auto => match program.attach(interface, XdpMode::Driver) {
+        Attach::Auto => match program.attach_to_if_index(ifindex, XdpMode::Driver) {
             Ok(_) => Mode::Native,
             Err(native) => {
-                program.attach(interface, XdpMode::Skb).map_err(|e| {
-                    Error(format!(
-                        "XDP on {interface}: native: {native}; generic: {e}"
-                    ))
-                })?;
+                program
+                    .attach_to_if_index(ifindex, XdpMode::Skb)
+                    .map_err(|e| {
+                        Error(format!(
+                            "XDP on {interface}: native: {native}; generic: {e}"
+                        ))
+                    })?;
                 Mode::Generic
             }
         },

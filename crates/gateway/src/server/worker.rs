@@ -229,6 +229,9 @@ pub(crate) fn channels() -> std::io::Result<(Peer, Inbox, Poll)> {
 struct Outbox {
     batch: SendBatch,
     origin: Vec<Option<Instant>>,
+    /// On the AF_XDP path: the XDP socket (interface) its last frame went through, asked first
+    /// for the next (a socket's datagrams mostly go to one destination).
+    xsk_hint: usize,
 }
 
 impl Outbox {
@@ -236,6 +239,7 @@ impl Outbox {
         Outbox {
             batch: SendBatch::for_socket(socket),
             origin: Vec::new(),
+            xsk_hint: 0,
         }
     }
 }
@@ -584,8 +588,11 @@ impl Worker {
                 continue;
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
-            if let (false, Some(gate)) = (self.shared.xsk_interfaces.is_empty(), &self.shared.xdp) {
-                gate.own_ports(&[port], self.xsk.first().map(|x| x.queue()));
+            match &self.shared.xdp {
+                Some(gate) if !self.shared.xsk_interfaces.is_empty() => {
+                    gate.own_ports(&[port], self.xsk.first().map(|x| x.queue()));
+                }
+                _ => {}
             }
             if let Some(ring) = self.ring.as_mut() {
                 // Armed at the worker's next submit (after this command).

@@ -103,6 +103,9 @@ pub struct TurnRow {
     pub relayed_per_cpu_sec: f64,
 }
 
+/// secrelay's default `turn_gather_us`, in µs.
+pub const GATHER_US: u64 = secrelay_turn::server::GATHER.as_micros() as u64;
+
 /// The run: a row per server and secrelay's figures over coturn's.
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnReport {

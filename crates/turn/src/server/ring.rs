@@ -66,8 +66,10 @@ enum Change {
 /// A shard's ring thread, as the threads that open relay sockets see it.
 pub(super) struct RingShared {
     changes: Mutex<Vec<Change>>,
-    /// A loopback socket armed on the ring: a datagram to itself wakes the ring's thread.
+    /// A loopback socket armed on the ring: a datagram to itself (at `waker_addr`) wakes the
+    /// ring's thread.
     waker: std::net::UdpSocket,
+    waker_addr: SocketAddr,
     stop: AtomicBool,
     next_key: AtomicU32,
 }
@@ -89,9 +91,7 @@ impl RingShared {
 
     fn wake(&self) {
         // A full buffer means wake-ups already wait to be read: this one is not needed.
-        if let Ok(to) = self.waker.local_addr() {
-            let _ = self.waker.send_to(&[0], to);
-        }
+        let _ = self.waker.send_to(&[0], self.waker_addr);
     }
 
     /// Ends the ring's thread (its receives cancelled, its sockets closed).
@@ -239,18 +239,20 @@ impl RingTask {
             let waker = std::net::UdpSocket::bind((std::net::Ipv4Addr::LOCALHOST, 0))
                 .or_else(|_| std::net::UdpSocket::bind((std::net::Ipv6Addr::LOCALHOST, 0)))?;
             waker.set_nonblocking(true)?;
+            let waker_addr = waker.local_addr()?;
             ring.arm(LISTENER, &listener);
             ring.arm(WAKER, &waker);
             ring.submit()?;
-            Ok::<_, std::io::Error>((ring, waker, deferred))
+            Ok::<_, std::io::Error>((ring, (waker, waker_addr), deferred))
         })();
-        let (ring, waker, deferred) = match made {
+        let (ring, (waker, waker_addr), deferred) = match made {
             Ok(x) => x,
             Err(e) => return Err((e, listener)),
         };
         let shared = Arc::new(RingShared {
             changes: Mutex::new(Vec::new()),
             waker,
+            waker_addr,
             stop: AtomicBool::new(false),
             next_key: AtomicU32::new(0),
         });
@@ -286,7 +288,6 @@ impl RingTask {
     fn run(mut self) {
         let mut done = Vec::with_capacity(BATCH);
         while !self.shared.stop.load(Ordering::Relaxed) {
-            self.apply_changes();
             for _ in 0..BATCHES_PER_WAKE {
                 done.clear();
                 self.ring.reap(&mut done, BATCH);
@@ -297,13 +298,18 @@ impl RingTask {
                     self.complete(c);
                 }
             }
+            // After the datagrams: changes they made (this thread's own allocations) or that
+            // came with them (the waker's datagram, reaped above) go in this submit, not after
+            // the next wait.
+            self.apply_changes();
             match self.ring.submit() {
                 // The retired sockets' receives are cancelled: they can close.
                 Ok(()) => self.retired.clear(),
                 Err(e) => self.failed("submit", &e),
             }
-            // Sends that completed in the submit, say: read them before waiting.
-            if self.ring.pending() {
+            // Stopped meanwhile (its wake-up maybe reaped above), or sends that completed in
+            // the submit: no wait.
+            if self.shared.stop.load(Ordering::Relaxed) || self.ring.pending() {
                 continue;
             }
             if let Err(e) = self.ring.wait_batch(BATCH, self.gather, WAIT) {

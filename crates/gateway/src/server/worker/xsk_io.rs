@@ -139,9 +139,7 @@ fn take_outbox(
         return [0, 0, queued];
     }
     let (mut sent, mut bytes) = (0u64, 0u64);
-    // The path the last datagram took is asked first: an outbox's datagrams mostly go to one
-    // destination.
-    let mut last = 0;
+    let mut last = out.xsk_hint;
     out.batch.take_where(
         |to, d| {
             let to = secrelay_uring::canonical(to);
@@ -166,6 +164,7 @@ fn take_outbox(
         },
         |buf| shard.recycle(buf),
     );
+    out.xsk_hint = last;
     [sent, bytes, queued - sent]
 }
 
@@ -291,18 +290,18 @@ impl Worker {
     }
 
     /// Publishes what the kernel counted at the XDP sockets.
+    /// Left as it was when no socket answers.
     pub(super) fn publish_xsk(&self) {
-        if self.xsk.is_empty() {
-            return;
-        }
         let dropped = self
             .xsk
             .iter()
             .filter_map(|p| p.xsk.statistics().ok())
             .map(|s| s.rx_dropped + s.rx_ring_full)
-            .sum();
-        self.stats
-            .xsk_kernel_drops
-            .store(dropped, Ordering::Relaxed);
+            .reduce(|a, b| a + b);
+        if let Some(dropped) = dropped {
+            self.stats
+                .xsk_kernel_drops
+                .store(dropped, Ordering::Relaxed);
+        }
     }
 }
