@@ -27,6 +27,59 @@ pub struct StudyArgs {
     pub no_progress: bool,
 }
 
+/// `lab gpu`'s flags: the study's, and the GPU engine's settings where they should differ
+/// from the lab's defaults (a host thread per core, 4 lanes of 1,024 packets, blocks of 256,
+/// the compiler's register count, every batch on the device), to try a setting on a GPU
+/// machine without a rebuild.
+#[derive(Args, Debug, Clone)]
+pub struct GpuArgs {
+    #[command(flatten)]
+    pub study: StudyArgs,
+    /// Host threads a batch is split over (default: one per core).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub host_threads: Option<u32>,
+    /// Lanes (CUDA streams, each with its own staging memory) per host thread (default 4);
+    /// the callers' table gives each caller this many lanes too.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub lanes: Option<u32>,
+    /// Packets per lane launch (default 1,024).
+    #[arg(long, value_name = "PACKETS", value_parser = clap::value_parser!(u32).range(1..=32_768))]
+    pub chunk: Option<u32>,
+    /// Threads per block of the packet kernel, a multiple of 32 (default 256).
+    #[arg(long, value_name = "THREADS", value_parser = block_threads)]
+    pub block: Option<u32>,
+    /// Cap on the packet kernel's registers per thread (default: the compiler's choice).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=255))]
+    pub max_registers: Option<u32>,
+    /// Batches of fewer packets run on the CPU instead (default 0: every batch on the device).
+    #[arg(long, value_name = "PACKETS")]
+    pub cpu_below: Option<u32>,
+}
+
+impl GpuArgs {
+    fn settings(&self) -> secrelay_lab::GpuSettings {
+        let size = |n: Option<u32>| n.map(|n| n as usize);
+        secrelay_lab::GpuSettings {
+            host_threads: size(self.host_threads),
+            lanes: size(self.lanes),
+            chunk: size(self.chunk),
+            block: self.block,
+            max_registers: self.max_registers,
+            cpu_below: size(self.cpu_below),
+        }
+    }
+}
+
+/// `--block`: 32 to 1,024 threads, a multiple of 32 (a warp's width).
+fn block_threads(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if (32..=1024).contains(&n) && n.is_multiple_of(32) {
+        Ok(n)
+    } else {
+        Err(format!("{n} is not a multiple of 32 from 32 to 1024"))
+    }
+}
+
 /// The lab's studies.
 // Parsed once per process: the handshake variant's size (its many flags) costs nothing.
 #[allow(clippy::large_enum_variant)]
@@ -51,7 +104,7 @@ pub enum LabCommand {
     Calls(StudyArgs),
     /// The GPU engine alone: `lab srtp`'s GPU rows and `lab calls`' SRTP-only curves of the GPU
     /// and threaded engines, without the rest of those studies (for a session on a GPU machine).
-    Gpu(StudyArgs),
+    Gpu(GpuArgs),
     /// Codecs per 20 ms frame (G.711, G.722, Opus beside libopus direct), transcoding and N−1 mixing per leg, beside SRTP (002 c).
     Codec(StudyArgs),
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
@@ -126,6 +179,7 @@ pub enum LabCommand {
 /// Runs a lab command.
 pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
     let mut engine = secrelay_dtls::EngineChoice::Auto;
+    let mut gpu = secrelay_lab::GpuSettings::default();
     let (names, args) = match cmd {
         LabCommand::Count {
             study,
@@ -153,7 +207,10 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         },
         LabCommand::Crypto(a) => (vec!["crypto".to_string()], a),
         LabCommand::Calls(a) => (vec!["calls".to_string()], a),
-        LabCommand::Gpu(a) => (vec!["gpu".to_string()], a),
+        LabCommand::Gpu(a) => {
+            gpu = a.settings();
+            (vec!["gpu".to_string()], a.study)
+        }
         LabCommand::Codec(a) => (vec!["codec".to_string()], a),
         LabCommand::GatewayLoad(a) => return crate::lab_gateway::run(&a),
         LabCommand::Overload(a) => return crate::lab_overload::run(&a),
@@ -179,6 +236,7 @@ pub fn run(cmd: LabCommand) -> anyhow::Result<()> {
         self_exe: std::env::current_exe().ok(),
         no_progress: args.no_progress,
         engine,
+        gpu,
     };
     secrelay_lab::run(&names, &opts)?;
     Ok(())

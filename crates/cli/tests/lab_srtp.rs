@@ -499,3 +499,53 @@ fn sizing_opens_the_page(results: &serde_json::Value, html: &str) {
         assert!(html.contains(&format!(" id=\"{id}\"")), "#{id} resolves");
     }
 }
+
+/// `lab gpu`'s engine settings: the run takes them (with or without a GPU) and its method says
+/// which were used; a setting the GPU engine cannot take is refused with the flag named.
+#[test]
+fn lab_gpu_takes_engine_settings_and_names_them_in_the_method() {
+    let (results, _) = lab_json(&[
+        "gpu",
+        "--smoke",
+        "--no-progress",
+        "--host-threads",
+        "3",
+        "--lanes",
+        "2",
+        "--chunk",
+        "2048",
+        "--block",
+        "128",
+        "--max-registers",
+        "80",
+        "--cpu-below",
+        "512",
+    ]);
+    let study = &results["studies"][0];
+    assert_eq!(study["study"], "gpu");
+    let timed = study["method"]["timed"]
+        .as_str()
+        .expect("the method's timing");
+    assert!(
+        timed.contains("3 host × 2 lanes × 2048, block 128, ≤80 regs")
+            && timed.contains("batches under 512 packets on the CPU"),
+        "{timed}"
+    );
+    for (flag, value) in [
+        ("--block", "100"),
+        ("--lanes", "0"),
+        ("--chunk", "40000"),
+        ("--max-registers", "8"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_secrelay"))
+            .args(["lab", "gpu", "--smoke", flag, value])
+            .output()
+            .expect("the secrelay binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(flag),
+            "{flag} {value}: {}\n{stderr}",
+            out.status
+        );
+    }
+}

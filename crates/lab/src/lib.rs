@@ -83,6 +83,26 @@ pub struct Options {
     /// The DTLS engine secrelay's endpoints run on in the handshake study's phase table
     /// (`Auto`: per row, as [`secrelay_dtls::EndpointConfig::resolved_engine`] picks).
     pub engine: secrelay_dtls::EngineChoice,
+    /// The GPU engine's settings where they differ from the lab's defaults
+    /// ([`studies::srtp_gpu::lab_config`]).
+    pub gpu: GpuSettings,
+}
+
+/// GPU engine settings a run asks for (`lab gpu`'s flags); `None` keeps the lab's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuSettings {
+    /// Host threads a batch is split over.
+    pub host_threads: Option<usize>,
+    /// Lanes (CUDA streams) per host thread.
+    pub lanes: Option<usize>,
+    /// Packets per lane launch.
+    pub chunk: Option<usize>,
+    /// Threads per block of the packet kernel.
+    pub block: Option<u32>,
+    /// Register cap of the packet kernel.
+    pub max_registers: Option<u32>,
+    /// Batches of fewer packets run on the CPU.
+    pub cpu_below: Option<usize>,
 }
 
 /// What a study gets to measure with.

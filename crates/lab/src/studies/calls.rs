@@ -216,9 +216,9 @@ pub type NamedEngine = (&'static str, Box<dyn Engine>);
 /// threshold run that engine on the caller), and the GPU engine where there is a GPU.
 ///
 /// The notes say which engines could not be made, and why.
-pub fn engines() -> (Vec<NamedEngine>, Vec<String>) {
+pub fn engines(gpu: &crate::GpuSettings) -> (Vec<NamedEngine>, Vec<String>) {
     // The GPU engine (`003_…`'s GPU curve) where a CUDA GPU can be opened.
-    let gpu = secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::lab_config())
+    let gpu = secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::lab_config(gpu))
         .map_err(|e| e.to_string());
     engines_with(gpu, true)
 }
@@ -435,7 +435,7 @@ impl Study for CallsStudy {
         };
         let rounds = if quick { 2 } else { 10 };
         let gateway_secs = if quick { 1.0 } else { 5.0 };
-        let (engines, engine_notes) = engines();
+        let (engines, engine_notes) = engines(&ctx.opts.gpu);
         let mut srtp_ns = srtp_ns.to_vec();
         if !quick && engines.iter().any(|(n, _)| *n == "gpu") {
             srtp_ns.extend(GPU_NS);

@@ -17,7 +17,7 @@ use secrelay_srtp::{
 use secrelay_srtp_gpu::{GpuConfig, GpuEngine};
 
 use crate::frame::{Cell, Plot, PlotKind, StudyReport, Table};
-use crate::{Ctx, Study};
+use crate::{Ctx, GpuSettings, Study};
 
 /// Batch sizes swept (`--quick`: the first and the fourth).
 pub const BATCHES: [usize; 5] = [1_024, 4_096, 16_384, 65_536, 262_144];
@@ -222,16 +222,32 @@ pub const VARIANTS: [(u8, usize, usize, u32, Option<u32>); 10] = [
     (2, 4, 1_024, 256, Some(64)),
 ];
 
-/// The GPU engine as the lab runs it by default: a host thread per core, four lanes each of
-/// 1,024 packets per launch (so a 65,536-packet batch on 16 cores fills every lane once), and
-/// room on the device for every key set of the largest runs (2 × 65,536 contexts of each
-/// profile in `lab srtp`; 100,000 calls of 4 key sets in `lab calls`): 512 MiB.
-pub fn lab_config() -> GpuConfig {
-    GpuConfig::new()
-        .host_threads(secrelay_srtp::threaded::available_cores())
-        .lanes(4)
-        .chunk(1_024)
+/// Lanes per host thread in the lab's defaults.
+pub const LAB_LANES: usize = 4;
+
+/// The GPU engine as the lab runs it: by default a host thread per core, [`LAB_LANES`] lanes
+/// each of 1,024 packets per launch (so a 65,536-packet batch on 16 cores fills every lane
+/// once), and room on the device for every key set of the largest runs (2 × 65,536 contexts
+/// of each profile in `lab srtp`; 100,000 calls of 4 key sets in `lab calls`): 512 MiB; then
+/// whatever `settings` asks for instead.
+pub fn lab_config(settings: &GpuSettings) -> GpuConfig {
+    let s = settings;
+    let mut c = GpuConfig::new()
+        .host_threads(
+            s.host_threads
+                .unwrap_or_else(secrelay_srtp::threaded::available_cores),
+        )
+        .lanes(s.lanes.unwrap_or(LAB_LANES))
+        .chunk(s.chunk.unwrap_or(1_024))
         .key_slots(1 << 19)
+        .max_registers(s.max_registers);
+    if let Some(b) = s.block {
+        c = c.block_threads(b);
+    }
+    if let Some(n) = s.cpu_below {
+        c = c.cpu_below(n);
+    }
+    c
 }
 
 /// Batch size of the variants' runs.
@@ -269,13 +285,18 @@ fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
             1 => (cores / 2).max(1),
             _ => cores,
         };
-        let cfg = lab_config()
+        let cfg = lab_config(&ctx.opts.gpu)
             .host_threads(hosts)
             .lanes(lanes)
             .chunk(chunk)
             .block_threads(block)
             .max_registers(regs);
-        let label = cfg.label();
+        // The first row is the run's own engine (the defaults, or what the flags asked for).
+        let label = if v == 0 {
+            defaults.config().label()
+        } else {
+            cfg.label()
+        };
         ctx.step(format!("gpu settings: {label}"));
         let opened;
         let engine: Result<&GpuEngine, String> = if v == 0 {
@@ -357,7 +378,13 @@ fn kernels(ctx: &Ctx) -> Table {
     let mut table = kernels_header("after one batch as the engine runs it, untimed");
     for profile in PROFILES {
         ctx.step(format!("gpu kernels: {}", profile.sdp_name()));
-        let engine = GpuEngine::open(lab_config().host_threads(1).lanes(4).chunk(KERNEL_CHUNK));
+        let engine = GpuEngine::open(
+            lab_config(&ctx.opts.gpu)
+                .host_threads(1)
+                .lanes(4)
+                .chunk(KERNEL_CHUNK)
+                .cpu_below(0),
+        );
         let mut run = Run::new(profile, 4 * KERNEL_CHUNK);
         let timed = engine.map_err(|e| e.to_string()).and_then(|g| {
             // Keys on the device and the lanes' buffers grown first.
@@ -424,11 +451,12 @@ fn callers(ctx: &Ctx) -> Table {
     for profile in PROFILES {
         // An engine per profile: the cells' key sets (up to all cores × the batch) fit its
         // slots, so no timed phase meets the slots starting over.
+        let lanes = ctx.opts.gpu.lanes.unwrap_or(LAB_LANES);
         let gpu = GpuEngine::open(
-            lab_config()
+            lab_config(&ctx.opts.gpu)
                 .host_threads(1)
-                .lanes(4)
-                .chunk(CALLER_BATCH / 4),
+                .lanes(lanes)
+                .chunk(CALLER_BATCH.div_ceil(lanes)),
         );
         for &n in &counts {
             ctx.step(format!("gpu callers: {} × {n}", profile.sdp_name()));
@@ -564,7 +592,7 @@ fn by_batch(ctx: &Ctx) -> (Table, Result<GpuEngine, String>) {
     .col_unit("batch_p50_us", "batch time p50", "µs")
     .col_unit("batch_p99_us", "batch time p99", "µs")
     .col_unit("vs_threaded", "throughput vs threaded", "×");
-    let gpu = match GpuEngine::open(lab_config()) {
+    let gpu = match GpuEngine::open(lab_config(&ctx.opts.gpu)) {
         Ok(g) => g,
         Err(e) => {
             for p in PROFILES {
@@ -671,10 +699,16 @@ impl Study for GpuStudy {
         let rounds = if ctx.opts.quick { 2 } else { 5 };
         ctx.steps((engines.len() * ns.len()) as u64);
         let (calls, series) = super::calls::srtp_sweep(ctx, &engines, &ns, rounds, &mut notes)?;
+        let cfg = lab_config(&ctx.opts.gpu);
         let method = ctx.method(
             format!(
                 "srtp_gpu: as in lab srtp; calls_srtp: as in lab calls (SRTP only), {rounds} rounds per N after a warm-up round, \
-                 the GPU engine and the worker-thread engine (a lane per core) only"
+                 the GPU engine and the worker-thread engine (a lane per core) only; the GPU engine's settings: {}{}",
+                cfg.label(),
+                match ctx.opts.gpu.cpu_below {
+                    Some(n) if n > 0 => format!(", batches under {n} packets on the CPU"),
+                    _ => String::new(),
+                }
             ),
             "not counted: throughput and delays are measured, not instructions",
         );
