@@ -157,17 +157,8 @@ fn named(e: io::Error, what: &str) -> io::Error {
 
 /// `interface`'s index (`if_nametoindex`). Err: there is none of that name, naming it.
 pub fn interface_index(interface: &str) -> io::Result<u32> {
-    let name = std::ffi::CString::new(interface)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "an interface name with NUL"))?;
-    // SAFETY: `name` is a NUL-terminated string that lives across the call.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(named(
-            io::Error::last_os_error(),
-            &format!("interface {interface}"),
-        ));
-    }
-    Ok(index)
+    nix::net::if_::if_nametoindex(interface)
+        .map_err(|e| named(e.into(), &format!("interface {interface}")))
 }
 
 /// A `NETLINK_ROUTE` socket whose reads wait at most [`RECV_TIMEOUT_US`].
@@ -236,6 +227,14 @@ fn send_request(socket: &OwnedFd) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interface_index_finds_loopback_and_names_a_missing_interface() {
+        assert!(interface_index("lo").expect("every namespace has lo") > 0);
+        let e = interface_index("no-such-if0").unwrap_err();
+        assert!(e.to_string().contains("interface no-such-if0"), "{e}");
+        assert!(interface_index("l\0o").is_err());
+    }
 
     /// One netlink message of `kind` with `body`, padded.
     fn message(kind: u16, body: &[u8]) -> Vec<u8> {
