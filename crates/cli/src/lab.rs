@@ -42,7 +42,8 @@ pub struct GpuArgs {
     /// the callers' table gives each caller this many lanes too.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
     pub lanes: Option<u32>,
-    /// Packets per lane launch (default 1,024).
+    /// Packets per lane launch (default 1,024); the callers' table splits each caller's batch
+    /// over its lanes instead, and the kernels-alone table keeps its 16,384.
     #[arg(long, value_name = "PACKETS", value_parser = clap::value_parser!(u32).range(1..=32_768))]
     pub chunk: Option<u32>,
     /// Threads per block of the packet kernel, a multiple of 32 (default 256).
@@ -51,7 +52,8 @@ pub struct GpuArgs {
     /// Cap on the packet kernel's registers per thread (default: the compiler's choice).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(16..=255))]
     pub max_registers: Option<u32>,
-    /// Batches of fewer packets run on the CPU instead (default 0: every batch on the device).
+    /// In the calls curve, batches of fewer packets run on the CPU instead (default 0: every
+    /// batch on the device); the throughput tables keep every packet on the device.
     #[arg(long, value_name = "PACKETS")]
     pub cpu_below: Option<u32>,
 }

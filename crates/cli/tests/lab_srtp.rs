@@ -528,7 +528,7 @@ fn lab_gpu_takes_engine_settings_and_names_them_in_the_method() {
         .expect("the method's timing");
     assert!(
         timed.contains("3 host × 2 lanes × 2048, block 128, ≤80 regs")
-            && timed.contains("batches under 512 packets on the CPU"),
+            && timed.contains("in calls_srtp, batches under 512 packets on the CPU"),
         "{timed}"
     );
     for (flag, value) in [

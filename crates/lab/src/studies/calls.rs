@@ -213,12 +213,13 @@ pub type NamedEngine = (&'static str, Box<dyn Engine>);
 /// The engines this machine has, by name: serial, multi-buffer (HMAC-SHA1 tags in SIMD lanes,
 /// AES-CM and AES-GCM in the VAES kernels, cache hints across the batch), and worker threads
 /// (one pinned lane per core, each running the multi-buffer engine; batches under its
-/// threshold run that engine on the caller), and the GPU engine where there is a GPU.
+/// threshold run that engine on the caller), and the GPU engine where there is a GPU, with
+/// the settings `gpu` asks for ([`super::srtp_gpu::calls_config`]).
 ///
 /// The notes say which engines could not be made, and why.
 pub fn engines(gpu: &crate::GpuSettings) -> (Vec<NamedEngine>, Vec<String>) {
     // The GPU engine (`003_…`'s GPU curve) where a CUDA GPU can be opened.
-    let gpu = secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::lab_config(gpu))
+    let gpu = secrelay_srtp_gpu::GpuEngine::open(super::srtp_gpu::calls_config(gpu))
         .map_err(|e| e.to_string());
     engines_with(gpu, true)
 }

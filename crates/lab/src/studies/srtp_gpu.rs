@@ -229,7 +229,7 @@ pub const LAB_LANES: usize = 4;
 /// each of 1,024 packets per launch (so a 65,536-packet batch on 16 cores fills every lane
 /// once), and room on the device for every key set of the largest runs (2 × 65,536 contexts
 /// of each profile in `lab srtp`; 100,000 calls of 4 key sets in `lab calls`): 512 MiB; then
-/// whatever `settings` asks for instead.
+/// whatever `settings` asks for instead (all but `cpu_below`: [`calls_config`]).
 pub fn lab_config(settings: &GpuSettings) -> GpuConfig {
     let s = settings;
     let mut c = GpuConfig::new()
@@ -244,19 +244,23 @@ pub fn lab_config(settings: &GpuSettings) -> GpuConfig {
     if let Some(b) = s.block {
         c = c.block_threads(b);
     }
-    if let Some(n) = s.cpu_below {
-        c = c.cpu_below(n);
-    }
     c
+}
+
+/// The engine of the calls curves: [`lab_config`], and batches under `settings.cpu_below`
+/// packets on the CPU. The throughput tables keep every packet on the device (a packet that
+/// goes to the CPU there fails the cell), so that setting applies to the calls alone.
+pub fn calls_config(settings: &GpuSettings) -> GpuConfig {
+    lab_config(settings).cpu_below(settings.cpu_below.unwrap_or(0))
 }
 
 /// Batch size of the variants' runs.
 pub const VARIANT_BATCH: usize = 65_536;
 
-/// The settings of [`VARIANTS`] against each other (protect, batches of [`VARIANT_BATCH`]):
-/// one row per profile and setting. `defaults`: the engine of the first setting, the lab's
-/// defaults ([`lab_config`]), already open.
-fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
+/// The run's own engine, then each setting of [`VARIANTS`] it is not, against each other
+/// (protect, batches of [`VARIANT_BATCH`]): one row per profile and setting, each against the
+/// first. `own`: the run's engine ([`lab_config`] with the run's settings), already open.
+fn variants(ctx: &Ctx, own: &GpuEngine) -> Table {
     let mut table = Table::new(
         "srtp_gpu_variants",
         format!(
@@ -268,7 +272,7 @@ fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
     .col_unit("packets_per_s", "throughput", "packets/s")
     .col_unit("batch_p50_us", "batch time p50", "µs")
     .col_unit("batch_p99_us", "batch time p99", "µs")
-    .col_unit("vs_default", "throughput vs the defaults", "×");
+    .col_unit("vs_default", "throughput vs the run's engine (first row)", "×");
     let time = ctx.bench.run_time * 4;
     let cores = secrelay_srtp::threaded::available_cores();
     // One engine per setting (each compiles its kernels), both profiles on it; the rows are
@@ -279,31 +283,37 @@ fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
         .collect();
     let mut rows: Vec<Vec<Vec<(&str, Cell)>>> = vec![Vec::new(); PROFILES.len()];
     let mut default_rate = [None; PROFILES.len()];
-    for (v, (share, lanes, chunk, block, regs)) in VARIANTS.into_iter().enumerate() {
-        let hosts = match share {
-            0 => 1,
-            1 => (cores / 2).max(1),
-            _ => cores,
-        };
-        let cfg = lab_config(&ctx.opts.gpu)
-            .host_threads(hosts)
-            .lanes(lanes)
-            .chunk(chunk)
-            .block_threads(block)
-            .max_registers(regs);
-        // The first row is the run's own engine (the defaults, or what the flags asked for).
-        let label = if v == 0 {
-            defaults.config().label()
-        } else {
-            cfg.label()
-        };
+    let own_label = own.config().label();
+    // The run's engine first (the lab's defaults, or what the flags asked for); then every
+    // setting that is not the same one again.
+    let others = VARIANTS
+        .into_iter()
+        .filter_map(|(share, lanes, chunk, block, regs)| {
+            let hosts = match share {
+                0 => 1,
+                1 => (cores / 2).max(1),
+                _ => cores,
+            };
+            let cfg = lab_config(&ctx.opts.gpu)
+                .host_threads(hosts)
+                .lanes(lanes)
+                .chunk(chunk)
+                .block_threads(block)
+                .max_registers(regs);
+            (cfg.label() != own_label).then_some(Some(cfg))
+        });
+    for cfg in std::iter::once(None).chain(others) {
+        let label = cfg
+            .as_ref()
+            .map_or_else(|| own_label.clone(), GpuConfig::label);
         ctx.step(format!("gpu settings: {label}"));
         let opened;
-        let engine: Result<&GpuEngine, String> = if v == 0 {
-            Ok(defaults)
-        } else {
-            opened = GpuEngine::open(cfg);
-            opened.as_ref().map_err(|e| e.to_string())
+        let engine: Result<&GpuEngine, String> = match cfg {
+            None => Ok(own),
+            Some(cfg) => {
+                opened = GpuEngine::open(cfg);
+                opened.as_ref().map_err(|e| e.to_string())
+            }
         };
         for (i, profile) in PROFILES.iter().enumerate() {
             let measured = engine
@@ -337,7 +347,7 @@ fn variants(ctx: &Ctx, defaults: &GpuEngine) -> Table {
 
 /// The GPU tables of `lab srtp`: by batch size beside the threaded engine, and the engine's
 /// settings against each other (empty where there is no GPU, or with `--quick`); and the GPU
-/// engine with the lab's defaults, or why there is none.
+/// engine of the by-batch table ([`lab_config`] with the run's settings), or why there is none.
 pub fn sweep(ctx: &Ctx) -> (Table, Table, Table, Table, Result<GpuEngine, String>) {
     let (t, gpu) = by_batch(ctx);
     let (v, c, k) = match &gpu {
@@ -382,8 +392,7 @@ fn kernels(ctx: &Ctx) -> Table {
             lab_config(&ctx.opts.gpu)
                 .host_threads(1)
                 .lanes(4)
-                .chunk(KERNEL_CHUNK)
-                .cpu_below(0),
+                .chunk(KERNEL_CHUNK),
         );
         let mut run = Run::new(profile, 4 * KERNEL_CHUNK);
         let timed = engine.map_err(|e| e.to_string()).and_then(|g| {
@@ -687,6 +696,14 @@ impl Study for GpuStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let (table, variants, callers, kernels, gpu) = sweep(ctx);
+        // The calls' engine: the tables' one, unless calls should leave small batches on the
+        // CPU (which the tables may not).
+        let gpu = match (gpu, ctx.opts.gpu.cpu_below) {
+            (Ok(_), Some(n)) if n > 0 => {
+                GpuEngine::open(calls_config(&ctx.opts.gpu)).map_err(|e| e.to_string())
+            }
+            (gpu, _) => gpu,
+        };
         let (engines, mut notes) = super::calls::engines_with(gpu, false);
         let ns: Vec<usize> = if ctx.opts.quick {
             vec![1_000, 10_000]
@@ -706,7 +723,7 @@ impl Study for GpuStudy {
                  the GPU engine and the worker-thread engine (a lane per core) only; the GPU engine's settings: {}{}",
                 cfg.label(),
                 match ctx.opts.gpu.cpu_below {
-                    Some(n) if n > 0 => format!(", batches under {n} packets on the CPU"),
+                    Some(n) if n > 0 => format!("; in calls_srtp, batches under {n} packets on the CPU"),
                     _ => String::new(),
                 }
             ),
@@ -737,6 +754,48 @@ impl Study for GpuStudy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_variants_table_starts_with_the_runs_engine_and_lists_no_setting_twice() {
+        let cores = secrelay_srtp::threaded::available_cores();
+        let opts = crate::Options {
+            smoke: true,
+            no_progress: true,
+            gpu: GpuSettings {
+                host_threads: Some(cores),
+                lanes: Some(2),
+                chunk: Some(2_048),
+                ..GpuSettings::default()
+            },
+            ..Default::default()
+        };
+        let ctx = Ctx::new(&opts, "gpu");
+        // The emulated device stands for the run's engine; the others cannot open here and
+        // say why, but keep their rows.
+        let own = GpuEngine::emulated(lab_config(&opts.gpu)).unwrap();
+        let t = variants(&ctx, &own);
+        let labels: Vec<String> = t
+            .rows
+            .iter()
+            .filter(|r| r.get("profile") == Some(&Cell::text(PROFILES[0].sdp_name())))
+            .map(|r| match r.get("settings") {
+                Some(Cell::Text(l)) => l.clone(),
+                other => panic!("no settings label: {other:?}"),
+            })
+            .collect();
+        let own_label = format!("{cores} host × 2 lanes × 2048, block 256");
+        assert_eq!(labels[0], own_label);
+        assert_eq!(labels.iter().filter(|l| **l == own_label).count(), 1);
+        // The lab's defaults are among the others, since the run's engine is not them.
+        assert!(labels.contains(&format!("{cores} host × 4 lanes × 1024, block 256")));
+        assert_eq!(labels.len(), VARIANTS.len());
+        let first = t
+            .rows
+            .iter()
+            .find(|r| r.get("vs_default").is_some())
+            .unwrap();
+        assert_eq!(first.get("vs_default"), Some(&Cell::num(1.0)));
+    }
 
     #[test]
     fn callers_share_one_gpu_engine_and_their_rates_add_up() {
