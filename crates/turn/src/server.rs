@@ -70,7 +70,10 @@ pub struct TurnConfig {
 
 /// The default [`TurnConfig::gather`]: 200 µs, a fraction of any jitter buffer, and on a busy
 /// relay several datagrams per wake-up.
-pub const GATHER: Duration = Duration::from_micros(200);
+pub const GATHER: Duration = Duration::from_micros(GATHER_US);
+
+/// [`GATHER`] in µs, as configuration files and flags give it.
+pub const GATHER_US: u64 = 200;
 
 impl std::fmt::Debug for TurnConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -676,7 +676,7 @@ impl Default for ServeConfig {
             turn_allocations_per_source: 256,
             turn_max_lifetime_secs: 3600,
             turn_threads: 1,
-            turn_gather_us: secrelay_turn::server::GATHER.as_micros() as u64,
+            turn_gather_us: secrelay_turn::server::GATHER_US,
             interfaces: Vec::new(),
         }
     }

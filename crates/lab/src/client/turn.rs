@@ -104,7 +104,7 @@ pub struct TurnRow {
 }
 
 /// secrelay's default `turn_gather_us`, in µs.
-pub const GATHER_US: u64 = secrelay_turn::server::GATHER.as_micros() as u64;
+pub use secrelay_turn::server::GATHER_US;
 
 /// The run: a row per server and secrelay's figures over coturn's.
 #[derive(Debug, Clone, Serialize)]

@@ -288,20 +288,21 @@ fn variants(ctx: &Ctx, own: &GpuEngine) -> Table {
     // setting that is not the same one again.
     let others = VARIANTS
         .into_iter()
-        .filter_map(|(share, lanes, chunk, block, regs)| {
+        .map(|(share, lanes, chunk, block, regs)| {
             let hosts = match share {
                 0 => 1,
                 1 => (cores / 2).max(1),
                 _ => cores,
             };
-            let cfg = lab_config(&ctx.opts.gpu)
+            lab_config(&ctx.opts.gpu)
                 .host_threads(hosts)
                 .lanes(lanes)
                 .chunk(chunk)
                 .block_threads(block)
-                .max_registers(regs);
-            (cfg.label() != own_label).then_some(Some(cfg))
-        });
+                .max_registers(regs)
+        })
+        .filter(|cfg| cfg.label() != own_label)
+        .map(Some);
     for cfg in std::iter::once(None).chain(others) {
         let label = cfg
             .as_ref()
