@@ -1,6 +1,7 @@
-//! The binary operators deploy (`serve`, `srtp`, `ca`, `token`) builds without the lab and the
-//! demo, and links none of the weak or pre-release crypto the lab measures, nor its plotting
-//! or peer stacks, nor the test kit's simulated clients.
+//! The workspace's builds. The binary operators deploy (`serve`, `srtp`, `ca`, `token`) builds
+//! without the lab and the demo, and links none of the weak or pre-release crypto the lab
+//! measures, nor its plotting or peer stacks, nor the test kit's simulated clients. Each of the
+//! workspace's crates names its own optimization level for test builds.
 
 use std::process::Command;
 
@@ -58,6 +59,39 @@ fn without_default_features_no_lab_crate_is_linked() {
         assert!(
             full.iter().any(|d| d == c),
             "{c} is not in the default build"
+        );
+    }
+}
+
+/// The workspace's test builds: every crate of the workspace names its own optimization level
+/// in the root `Cargo.toml`. The profile's default (opt-level 2) is for dependencies; a crate
+/// left out would build optimized, and every change to it would wait on that.
+#[test]
+fn every_workspace_crate_names_its_test_build_opt_level() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let root = meta["workspace_root"].as_str().expect("workspace_root");
+    let manifest = std::fs::read_to_string(std::path::Path::new(root).join("Cargo.toml"))
+        .expect("the root Cargo.toml reads");
+    let packages = meta["packages"].as_array().expect("packages");
+    assert!(packages.len() > 10, "{packages:?}");
+    for p in packages {
+        let name = p["name"].as_str().expect("a package has a name");
+        let section = format!("[profile.dev.package.{name}]\nopt-level = ");
+        assert!(
+            manifest.contains(&section),
+            "{name} has no `{}` section in the root Cargo.toml",
+            section.lines().next().unwrap_or_default()
         );
     }
 }
