@@ -18,23 +18,30 @@ const LAB_ONLY: [&str; 9] = [
     "secrelay-testkit",
 ];
 
-/// The package names in `cargo tree -p secrelay` (normal dependencies) with these flags.
-fn tree(flags: &[&str]) -> Vec<String> {
+/// What `cargo ARGS` prints, run from this crate's folder; the test fails with cargo's
+/// message if it does not succeed.
+fn cargo(args: &[&str]) -> Vec<u8> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
-        .args([
-            "tree", "-p", "secrelay", "-e", "normal", "--prefix", "none", "--locked",
-        ])
-        .args(flags)
+        .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
     assert!(
         out.status.success(),
-        "cargo tree {flags:?}: {}",
+        "cargo {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
+    out.stdout
+}
+
+/// The package names in `cargo tree -p secrelay` (normal dependencies) with these flags.
+fn tree(flags: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "tree", "-p", "secrelay", "-e", "normal", "--prefix", "none", "--locked",
+    ];
+    args.extend_from_slice(flags);
+    String::from_utf8_lossy(&cargo(&args))
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .collect()
@@ -68,18 +75,8 @@ fn without_default_features_no_lab_crate_is_linked() {
 /// left out would build optimized, and every change to it would wait on that.
 #[test]
 fn every_workspace_crate_names_its_test_build_opt_level() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args(["metadata", "--no-deps", "--format-version", "1", "--locked"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata is JSON");
+    let out = cargo(&["metadata", "--no-deps", "--format-version", "1", "--locked"]);
+    let meta: serde_json::Value = serde_json::from_slice(&out).expect("metadata is JSON");
     let root = meta["workspace_root"].as_str().expect("workspace_root");
     let manifest = std::fs::read_to_string(std::path::Path::new(root).join("Cargo.toml"))
         .expect("the root Cargo.toml reads");
