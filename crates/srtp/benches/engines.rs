@@ -158,12 +158,16 @@ impl Batch {
 fn bench(c: &mut Criterion) {
     let threaded = ThreadedEngine::with_default_workers().expect("worker threads start");
     let lanes = threaded.config().worker_count();
+    // The defaults: the lanes and the GCM kernel where the CPU runs them in AVX-512.
     let simd = SimdEngine::new();
-    // The GCM kernel is on by default; off, AEAD packets go through the provider one by one.
+    // Every packet in the lanes or the GCM kernel, whatever the CPU.
+    let simd_lanes = SimdEngine::all_lanes();
+    // The GCM kernel off: AEAD packets through the provider one by one.
     let simd_no_gcm = SimdEngine::new().with_gcm_kernel(false);
-    let engines: [(String, &dyn Engine); 4] = [
+    let engines: [(String, &dyn Engine); 5] = [
         ("serial".into(), &SerialEngine),
         ("simd".into(), &simd),
+        ("simd-lanes".into(), &simd_lanes),
         ("simd-no-gcm-kernel".into(), &simd_no_gcm),
         (format!("threaded-{lanes}"), &threaded),
     ];
@@ -213,7 +217,11 @@ fn bench(c: &mut Criterion) {
     // Many contexts, cold: serial against multi-buffer (its cache hints).
     let mut g = c.benchmark_group("engines/contexts/16384/AES_CM_128_HMAC_SHA1_80/64");
     g.throughput(Throughput::Elements(64));
-    for (name, engine) in [("serial", &SerialEngine as &dyn Engine), ("simd", &simd)] {
+    for (name, engine) in [
+        ("serial", &SerialEngine as &dyn Engine),
+        ("simd", &simd),
+        ("simd-lanes", &simd_lanes),
+    ] {
         let mut batch = Batch::with_contexts(Profile::AesCm128HmacSha1_80, 64, 16_384);
         g.bench_function(name, |b| batch.time(b, engine));
         assert!(

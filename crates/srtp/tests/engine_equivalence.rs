@@ -518,22 +518,26 @@ fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
     ));
     for gcm in [false, true] {
         v.push((
-            format!("simd through process_in, contexts by reference, GCM kernel {gcm}"),
+            format!("simd through process_in, contexts by reference, lanes on, GCM kernel {gcm}"),
             Box::new(ThroughRefs(Box::new(
-                SimdEngine::new().with_gcm_kernel(gcm),
+                SimdEngine::all_lanes().with_gcm_kernel(gcm),
             ))),
         ));
     }
     v.push((
         "simd through process_in, groups of 5".into(),
-        Box::new(ThroughRefs(Box::new(SimdEngine::new().with_group(5)))),
+        Box::new(ThroughRefs(Box::new(SimdEngine::all_lanes().with_group(5)))),
     ));
     // Groups that flush after every packet, on odd counts, at the lane count and past it.
     for group in [1, 5, 16, 17, 300] {
         for gcm in [false, true] {
             v.push((
-                format!("simd, groups of {group}, GCM kernel {gcm}"),
-                Box::new(SimdEngine::new().with_group(group).with_gcm_kernel(gcm)),
+                format!("simd, lanes on, groups of {group}, GCM kernel {gcm}"),
+                Box::new(
+                    SimdEngine::all_lanes()
+                        .with_group(group)
+                        .with_gcm_kernel(gcm),
+                ),
             ));
         }
     }
@@ -826,8 +830,12 @@ fn video_batches_match_the_serial_engine() {
     for group in [5, 16, 64, 300] {
         for gcm in [true, false] {
             engines.push((
-                format!("simd, groups of {group}, GCM kernel {gcm}"),
-                Box::new(SimdEngine::new().with_group(group).with_gcm_kernel(gcm)),
+                format!("simd, lanes on, groups of {group}, GCM kernel {gcm}"),
+                Box::new(
+                    SimdEngine::all_lanes()
+                        .with_group(group)
+                        .with_gcm_kernel(gcm),
+                ),
                 contexts(),
             ));
         }

@@ -328,9 +328,11 @@ pub struct ServeConfig {
     /// Rooms with settings of their own; other rooms are made on first use.
     pub rooms: BTreeMap<String, RoomConfig>,
     /// The SRTP engine each worker hands its receive batches to: `simd` (the default:
-    /// multi-buffer lanes where the CPU has them, one packet at a time below 8; audio and
-    /// video alike, no slower than `serial` at any packet size measured, `lab srtp`'s
-    /// `srtp_engine_sizes`) or `serial`.
+    /// multi-buffer lanes and the AES-GCM kernel where the CPU runs them in AVX-512, one
+    /// packet at a time below 8; audio and video alike, no slower than `serial` at any packet
+    /// size measured, `lab srtp`'s `srtp_engine_sizes`; on a CPU without AVX-512, where the
+    /// lanes measured slower, each packet through the crypto provider as `serial` does, with
+    /// the batch's cache hints) or `serial`.
     pub srtp_engine: String,
     /// How the workers read and write their UDP sockets (the shared media port and every
     /// telephony leg's ports): `io_uring` (one multishot receive per socket into a shared

@@ -115,7 +115,7 @@ fn engines() -> Vec<Named> {
     };
     let mut v: Vec<Named> = vec![
         ("serial".into(), Ok(Rc::new(SerialEngine))),
-        (simd.into(), Ok(Rc::new(SimdEngine::new()))),
+        (simd.into(), Ok(Rc::new(SimdEngine::all_lanes()))),
     ];
     // Threads with the multi-buffer engine in each lane (the default), and threads alone.
     for multi in [true, false] {
@@ -147,7 +147,7 @@ fn independent_rate(profile: Profile, simd: bool, threads: usize, run: std::time
             .map(|_| {
                 s.spawn(move || {
                     let engine: Rc<dyn Engine> = if simd {
-                        Rc::new(SimdEngine::new())
+                        Rc::new(SimdEngine::all_lanes())
                     } else {
                         Rc::new(SerialEngine)
                     };

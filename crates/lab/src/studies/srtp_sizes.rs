@@ -206,10 +206,10 @@ fn engines() -> Vec<Named> {
     };
     let mut v: Vec<Named> = vec![
         ("serial".into(), Ok(Rc::new(SerialEngine)), false),
-        (simd.into(), Ok(Rc::new(SimdEngine::new())), false),
+        (simd.into(), Ok(Rc::new(SimdEngine::all_lanes())), false),
         (
             "simd, GCM kernel off".into(),
-            Ok(Rc::new(SimdEngine::new().with_gcm_kernel(false))),
+            Ok(Rc::new(SimdEngine::all_lanes().with_gcm_kernel(false))),
             true,
         ),
     ];

@@ -34,7 +34,9 @@
 //! [`super::hmac_sha1_mb::MIN_ACTIVE_LANES`] the tags are computed one by one. Without AVX-512
 //! the HMAC lanes are independent calls of the scalar compression function (which a core with
 //! SHA-NI overlaps), and without VAES/VPCLMULQDQ the AES kernels fall back to AES-NI or to the
-//! RustCrypto crates: always correct, faster only where the CPU has the instructions.
+//! RustCrypto crates: always correct, faster only where the CPU has the instructions, so
+//! [`SimdEngine::new`] sends each kind of packet to the lanes only where they run in AVX-512
+//! and otherwise through its context's provider (the serial engine's path).
 
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -57,15 +59,19 @@ pub const DEFAULT_GROUP: usize = 64;
 /// and 1.68× from sixteen.
 pub const SERIAL_BELOW: usize = 8;
 
-/// Whether AES-GCM goes to the GCM kernel by default: only where it was measured faster than
+/// Whether AES-GCM goes to the GCM kernel by default where the CPU runs it
+/// ([`super::gcm::accelerated`]: AVX-512, VAES, VPCLMULQDQ), where it was measured faster than
 /// the default provider's AES-GCM (aws-lc) one packet at a time (`cargo bench --bench engines`;
-/// docs/benchmarks.md).
+/// docs/benchmarks.md). On other CPUs the kernel's fallback is RustCrypto's `aes-gcm` one
+/// packet at a time, slower than the provider's, so AEAD packets go to the provider there.
 pub const DEFAULT_GCM_KERNEL: bool = true;
 
 /// The multi-buffer engine (see the module docs).
 #[derive(Debug, Clone)]
 pub struct SimdEngine {
     group: usize,
+    /// Whether AES-CM/NULL packets (HMAC-SHA1 profiles) go to the lanes.
+    cm: bool,
     gcm: bool,
 }
 
@@ -76,12 +82,38 @@ impl Default for SimdEngine {
 }
 
 impl SimdEngine {
-    /// Groups of [`DEFAULT_GROUP`] packets.
+    /// Groups of [`DEFAULT_GROUP`] packets, each kind of packet where it runs fastest on this
+    /// CPU: HMAC-SHA1 profiles in the lanes where they run in AVX-512 ([`Self::accelerated`]),
+    /// AES-GCM on the GCM kernel where the CPU runs it ([`DEFAULT_GCM_KERNEL`]), everything
+    /// else through its context's provider one packet at a time, in batch order.
+    ///
+    /// Without AVX-512 the lanes were measured slower than the provider (aws-lc) for all but
+    /// the shortest packets (`cargo bench --bench engines`, batches of 64, on an AMD EPYC core
+    /// with AES-NI, SHA-NI and VAES but no AVX-512: AES-CM-80 in the lanes 1.3× the serial
+    /// engine's time at 1,200 bytes, 1.7× for a mix of video sizes, 1.0× at 100–172 bytes;
+    /// AES-GCM's fallback 1.1× at 100 bytes to 1.8× for video), so there the engine runs the
+    /// serial engine's path with the batch's cache hints.
     pub fn new() -> Self {
         SimdEngine {
             group: DEFAULT_GROUP,
-            gcm: DEFAULT_GCM_KERNEL,
+            cm: Self::accelerated(),
+            gcm: DEFAULT_GCM_KERNEL && super::gcm::accelerated(),
         }
+    }
+
+    /// Every packet the lanes or the GCM kernel take, whatever the CPU (what the tests check
+    /// against the serial engine and the lab measures as the lanes).
+    pub fn all_lanes() -> Self {
+        SimdEngine::new().with_cm_lanes(true).with_gcm_kernel(true)
+    }
+
+    /// Whether HMAC-SHA1 profiles' packets go to the lanes (`true`), whatever the CPU, or
+    /// through the provider one by one, in batch order (`false`). Default: where the lanes
+    /// run in AVX-512 ([`Self::new`]). The tests and the lab turn them on to check and measure
+    /// the lanes on any CPU.
+    pub fn with_cm_lanes(mut self, on: bool) -> Self {
+        self.cm = on;
+        self
     }
 
     /// Groups of `packets` packets at most (at least 1): larger groups fill the lanes better,
@@ -99,8 +131,8 @@ impl SimdEngine {
         self
     }
 
-    /// Whether this CPU runs the lanes in SIMD (AVX-512); otherwise the engine is correct but
-    /// no faster than the serial one.
+    /// Whether this CPU runs the lanes in SIMD (AVX-512); otherwise the lanes are correct but
+    /// slower than the provider, and [`Self::new`] leaves them off.
     pub fn accelerated() -> bool {
         super::sha1_x16::accelerated()
     }
@@ -365,7 +397,7 @@ impl SimdEngine {
             let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp)
                 && (self.gcm || !ctx.profile().is_aead())
                 && match ctx.rtp_lanes() {
-                    Lanes::Cm => true,
+                    Lanes::Cm => self.cm,
                     Lanes::Gcm => self.gcm,
                     Lanes::None => false,
                 };
@@ -681,5 +713,25 @@ fn aead_group<C: Contexts + ?Sized>(
     *open_jobs = recycle(open);
     for (&wi, &ok) in opens.iter().zip(opened.iter()) {
         waiting[wi as usize].authentic = ok;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults send each kind of packet to the lanes only where the CPU runs them in
+    /// AVX-512 (elsewhere they measured slower than the provider); `all_lanes` forces both.
+    #[test]
+    fn defaults_use_the_lanes_only_where_the_cpu_runs_them() {
+        let e = SimdEngine::new();
+        assert_eq!(e.cm, SimdEngine::accelerated());
+        assert_eq!(
+            e.gcm,
+            DEFAULT_GCM_KERNEL && super::super::gcm::accelerated()
+        );
+        let all = SimdEngine::all_lanes();
+        assert!(all.cm && all.gcm);
+        assert!(!SimdEngine::all_lanes().with_cm_lanes(false).cm);
     }
 }
