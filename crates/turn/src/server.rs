@@ -265,7 +265,7 @@ impl<F: FnMut(&Client) -> Sink> Io<Relay, Sink> for ShardIo<'_, F> {
         std.set_nonblocking(true).ok()?;
         let local = std.local_addr().ok()?;
         if let Some(r) = self.shard.ring.get() {
-            return Some((Relay(RelayIo::Ring(r.open(std, client, relay_id))), local));
+            return Some((Relay(RelayIo::Ring(r.open(std, client, relay_id)?)), local));
         }
         let socket = {
             let _in = self.shard.handle.enter();

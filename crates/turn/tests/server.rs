@@ -234,6 +234,57 @@ fn relayed_over_udp_and_tcp(io_uring: bool) {
     }
 }
 
+/// Relay sockets come and go on the io_uring path (one client's allocation after another,
+/// each closed with its connection) while one client's allocation lives throughout: each new
+/// relay socket's datagrams reach its own client, and the long-lived one's still reach it,
+/// whatever keys the ring reused for the sockets between.
+#[test]
+fn relay_sockets_that_come_and_go_on_io_uring_never_take_a_live_ones_datagrams() {
+    let peer = echo();
+    let turn = server(peer, 1, true);
+    if turn.io_uring_shards() == 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "io_uring refused under CI"
+        );
+        eprintln!("SKIPPED: io_uring refused here");
+        return;
+    }
+    let want = vec![b"one".to_vec(), b"two!".to_vec(), b"three".to_vec()];
+    let mut udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    udp.connect(turn.udp_addr().unwrap()).unwrap();
+    assert_eq!(relay_through(&mut udp, peer, false).0, want);
+    for round in 0..12 {
+        let mut tcp = TcpStream::connect(turn.tcp_addr().unwrap()).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(relay_through(&mut tcp, peer, true).0, want, "round {round}");
+        drop(tcp);
+        let until = Instant::now() + Duration::from_secs(5);
+        while turn.allocations() != 1 {
+            assert!(
+                Instant::now() < until,
+                "round {round}: the allocation outlived its connection"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The long-lived allocation still relays, its answers its own.
+        let mut buf = [0u8; 64];
+        let payload = format!("live {round}");
+        let n = client::channel_data(&mut buf, 0x4000, payload.as_bytes(), false).unwrap();
+        udp.send(&buf[..n]).unwrap();
+        match client::read(&Link::recv(&mut udp), None) {
+            Some(Reply::Channel {
+                number: 0x4000,
+                data,
+            }) => {
+                assert_eq!(data, payload.as_bytes(), "round {round}")
+            }
+            other => panic!("round {round}: {other:?}"),
+        }
+    }
+}
+
 /// A dual-stack listener (`[::]`, as a deployment binds it) on each path: an IPv4 client's
 /// datagrams arrive from its IPv4-mapped address and the answers and relayed packets go back
 /// to it, and it relays through an IPv4 relay socket as before.

@@ -434,6 +434,13 @@ impl<T> Ring<T> {
         let _ = self.push(&cancel);
     }
 
+    /// Whether a receive disarmed under `key` has not ended yet (its cancel not submitted, or
+    /// its last completion not taken from the kernel): what it received may still come under
+    /// the key, so the key should not name another socket yet.
+    pub fn closing(&self, key: u32) -> bool {
+        self.closing_keys.contains_key(&key)
+    }
+
     /// Queues `buf` for `to` on `socket` (sent at the next [`Ring::submit`]); `v6`: the socket
     /// is IPv6, so an IPv4 peer is sent to by its IPv4-mapped address. When every send slot is
     /// in flight, earlier sends are submitted and their completions awaited first; the datagram

@@ -13,10 +13,9 @@
 //! ring's thread as [`Change`]s, in order, so a socket is armed before it can be disarmed, and
 //! stays open until the kernel let go of it.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use std::sync::atomic::AtomicBool;
@@ -47,6 +46,33 @@ const WAKER: u32 = u32::MAX - 1;
 /// The longest wait in the ring (a stop also wakes it).
 const WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// The keys relay sockets are armed with: each names one socket at a time, and is handed out
+/// again only after the ring's thread let it go ([`RingTask::release_keys`]), so a datagram
+/// one relay socket received can never come out of the ring under another's key (a counter
+/// would wrap after 2^32 relays and name two live sockets alike).
+#[derive(Debug, Default)]
+struct Keys {
+    /// The next key never handed out.
+    next: u32,
+    /// Keys let go, for reuse.
+    free: Vec<u32>,
+}
+
+impl Keys {
+    /// A key no armed socket has; `None` when every key below [`RESERVED`] names one.
+    fn take(&mut self) -> Option<u32> {
+        if let Some(k) = self.free.pop() {
+            return Some(k);
+        }
+        let k = self.next;
+        if k >= RESERVED {
+            return None;
+        }
+        self.next = k + 1;
+        Some(k)
+    }
+}
+
 /// What the rest of the server tells a shard's ring thread.
 enum Change {
     /// A relay socket to read.
@@ -71,7 +97,7 @@ pub(super) struct RingShared {
     waker: std::net::UdpSocket,
     waker_addr: SocketAddr,
     stop: AtomicBool,
-    next_key: AtomicU32,
+    keys: Mutex<Keys>,
 }
 
 impl std::fmt::Debug for RingShared {
@@ -100,30 +126,26 @@ impl RingShared {
         self.wake();
     }
 
-    /// A relay socket read by this ring from now on, for `client`'s relay `relay_id`.
+    /// A relay socket read by this ring from now on, for `client`'s relay `relay_id`; `None`
+    /// (the allocation refused) if every key is taken.
     pub(super) fn open(
         self: &Arc<Self>,
         socket: std::net::UdpSocket,
         client: ClientKey,
         relay_id: u64,
-    ) -> RingRelay {
-        let key = loop {
-            let k = self.next_key.fetch_add(1, Ordering::Relaxed);
-            if k < RESERVED {
-                break k;
-            }
-        };
+    ) -> Option<RingRelay> {
+        let key = self.keys.lock().unwrap_or_else(|e| e.into_inner()).take()?;
         self.push(Change::Arm {
             key,
             fd: socket.as_raw_fd(),
             client,
             relay_id,
         });
-        RingRelay {
+        Some(RingRelay {
             key,
             socket: Some(socket),
             ring: self.clone(),
-        }
+        })
     }
 }
 
@@ -205,10 +227,15 @@ struct RingTask {
     listener: Arc<std::net::UdpSocket>,
     listener_v6: bool,
     local: Option<SocketAddr>,
-    /// Armed relay sockets: whose relay each is.
-    relays: HashMap<u32, (ClientKey, u64)>,
+    /// Armed relay sockets by key: whose relay each is.
+    relays: Vec<Option<(ClientKey, u64)>>,
     /// Relay sockets whose receive is cancelled at the next submit, closed after it.
     retired: Vec<std::net::UdpSocket>,
+    /// Keys of relay sockets disarmed since the last submit.
+    disarmed: Vec<u32>,
+    /// Keys whose receive's cancel was submitted: free again once the ring let go of them
+    /// and what they received was reaped ([`RingTask::release_keys`]).
+    settling: Vec<u32>,
     /// Send buffers back from the kernel, for the next sends.
     spare: Vec<Vec<u8>>,
     /// A received datagram, with room before it for a ChannelData header.
@@ -254,7 +281,7 @@ impl RingTask {
             waker,
             waker_addr,
             stop: AtomicBool::new(false),
-            next_key: AtomicU32::new(0),
+            keys: Mutex::new(Keys::default()),
         });
         let _ = shard.ring.set(shared.clone());
         let local = listener.local_addr().ok();
@@ -275,8 +302,10 @@ impl RingTask {
             local,
             listener_v6: local.is_some_and(|a| a.is_ipv6()),
             listener: Arc::new(listener),
-            relays: HashMap::new(),
+            relays: Vec::new(),
             retired: Vec::new(),
+            disarmed: Vec::new(),
+            settling: Vec::new(),
             spare: Vec::new(),
             buf: vec![0; HEADROOM + secrelay_uring::DATAGRAM_MAX + crate::proto::TAILROOM],
             out: vec![0; 1500],
@@ -288,23 +317,32 @@ impl RingTask {
     fn run(mut self) {
         let mut done = Vec::with_capacity(BATCH);
         while !self.shared.stop.load(Ordering::Relaxed) {
+            let mut drained = false;
             for _ in 0..BATCHES_PER_WAKE {
                 done.clear();
                 self.ring.reap(&mut done, BATCH);
-                if done.is_empty() {
-                    break;
-                }
+                drained = done.len() < BATCH;
                 for c in done.drain(..) {
                     self.complete(c);
                 }
+                if drained {
+                    break;
+                }
+            }
+            if drained {
+                self.release_keys();
             }
             // After the datagrams: changes they made (this thread's own allocations) or that
             // came with them (the waker's datagram, reaped above) go in this submit, not after
             // the next wait.
             self.apply_changes();
             match self.ring.submit() {
-                // The retired sockets' receives are cancelled: they can close.
-                Ok(()) => self.retired.clear(),
+                // The retired sockets' receives are cancelled: they can close, and their keys
+                // settle.
+                Ok(()) => {
+                    self.retired.clear();
+                    self.settling.append(&mut self.disarmed);
+                }
                 Err(e) => self.failed("submit", &e),
             }
             // Stopped meanwhile (its wake-up maybe reaped above), or sends that completed in
@@ -350,15 +388,40 @@ impl RingTask {
                     relay_id,
                 } => {
                     self.ring.arm(key, &fd);
-                    self.relays.insert(key, (client, relay_id));
+                    let k = key as usize;
+                    if self.relays.len() <= k {
+                        self.relays.resize(k + 1, None);
+                    }
+                    self.relays[k] = Some((client, relay_id));
                 }
                 Change::Retire { key, socket } => {
                     self.ring.disarm(key);
-                    self.relays.remove(&key);
+                    if let Some(r) = self.relays.get_mut(key as usize) {
+                        *r = None;
+                    }
                     self.retired.push(socket);
+                    self.disarmed.push(key);
                 }
             }
         }
+    }
+
+    /// Hands the settling keys the ring let go of back for new relay sockets: called when a
+    /// reap left nothing behind, so what their sockets received before the cancel has come out
+    /// (and found no relay); a key whose receive has not ended yet waits for a later turn.
+    fn release_keys(&mut self) {
+        if self.settling.is_empty() {
+            return;
+        }
+        let ring = &self.ring;
+        let mut keys = self.shared.keys.lock().unwrap_or_else(|e| e.into_inner());
+        self.settling.retain(|&k| {
+            let closing = ring.closing(k);
+            if !closing {
+                keys.free.push(k);
+            }
+            closing
+        });
     }
 
     fn complete(&mut self, c: Completion<()>) {
@@ -429,7 +492,7 @@ impl RingTask {
     /// A datagram from a peer to relay socket `key`, through the core to its client.
     fn peer_datagram(&mut self, key: u32, from: SocketAddr, n: usize) {
         // A socket disarmed in this turn may still deliver what it had: its relay is gone.
-        let Some(&(client, relay_id)) = self.relays.get(&key) else {
+        let Some(&Some((client, relay_id))) = self.relays.get(key as usize) else {
             return;
         };
         let mut core = self.shard.lock();
@@ -476,5 +539,33 @@ fn queue(
     if let Err((buf, ())) = ring.send(socket, to, v6, buf, ()) {
         stats.dropped(Dropped::SendFailed);
         spare.push(buf);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_is_handed_out_again_only_once_let_go() {
+        let mut keys = Keys::default();
+        let (a, b) = (keys.take(), keys.take());
+        assert_eq!((a, b), (Some(0), Some(1)));
+        keys.free.push(0);
+        assert_eq!(keys.take(), Some(0));
+        assert_eq!(keys.take(), Some(2));
+    }
+
+    #[test]
+    fn keys_never_reach_the_reserved_ones_and_run_out_without_wrapping() {
+        let mut keys = Keys {
+            next: RESERVED - 1,
+            free: Vec::new(),
+        };
+        assert_eq!(keys.take(), Some(RESERVED - 1));
+        assert_eq!(keys.take(), None);
+        assert_eq!(keys.take(), None, "no wrap to a key a live socket may hold");
+        keys.free.push(7);
+        assert_eq!(keys.take(), Some(7));
     }
 }
