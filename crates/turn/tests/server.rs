@@ -159,6 +159,15 @@ fn relay_through(link: &mut dyn Link, peer: SocketAddr, pad: bool) -> (Vec<Vec<u
     )
 }
 
+/// Waits up to 5 s for the server to hold `n` allocations; fails with `why` if it does not.
+fn wait_for_allocations(turn: &TurnServer, n: usize, why: &str) {
+    let until = Instant::now() + Duration::from_secs(5);
+    while turn.allocations() != n {
+        assert!(Instant::now() < until, "{why}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -212,14 +221,11 @@ fn relayed_over_udp_and_tcp(io_uring: bool) {
         6
     );
     drop(tcp);
-    let until = Instant::now() + Duration::from_secs(5);
-    while turn.allocations() != 1 {
-        assert!(
-            Instant::now() < until,
-            "the TCP client's allocation outlived its connection"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for_allocations(
+        &turn,
+        1,
+        "the TCP client's allocation outlived its connection",
+    );
     assert_eq!(
         turn.stats().ends(),
         vec![("expired", 0), ("deleted", 0), ("closed", 1)]
@@ -260,14 +266,8 @@ fn relay_sockets_that_come_and_go_on_io_uring_never_take_a_live_ones_datagrams()
         tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         assert_eq!(relay_through(&mut tcp, peer, true).0, want, "round {round}");
         drop(tcp);
-        let until = Instant::now() + Duration::from_secs(5);
-        while turn.allocations() != 1 {
-            assert!(
-                Instant::now() < until,
-                "round {round}: the allocation outlived its connection"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let why = format!("round {round}: the allocation outlived its connection");
+        wait_for_allocations(&turn, 1, &why);
         // The long-lived allocation still relays, its answers its own.
         let mut buf = [0u8; 64];
         let payload = format!("live {round}");
