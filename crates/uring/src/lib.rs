@@ -434,11 +434,16 @@ impl<T> Ring<T> {
         let _ = self.push(&cancel);
     }
 
-    /// Whether a receive disarmed under `key` has not ended yet (its cancel not submitted, or
-    /// its last completion not taken from the kernel): what it received may still come under
-    /// the key, so the key should not name another socket yet.
-    pub fn closing(&self, key: u32) -> bool {
-        self.closing_keys.contains_key(&key)
+    /// Whether `key` can name another socket without what its last socket received coming
+    /// out under it: no receive disarmed under it is still running (its last completion taken
+    /// from the kernel), and nothing received under it waits in this side's queue to be
+    /// reaped. (Completions the caller reaped but has not handled are the caller's to drop.)
+    pub fn settled(&self, key: u32) -> bool {
+        !self.closing_keys.contains_key(&key)
+            && !self
+                .stash
+                .iter()
+                .any(|c| c.user_data() == RECV | u64::from(key))
     }
 
     /// Queues `buf` for `to` on `socket` (sent at the next [`Ring::submit`]); `v6`: the socket

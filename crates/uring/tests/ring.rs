@@ -214,6 +214,43 @@ fn a_disarmed_socket_lets_its_port_go_at_once() {
     }
 }
 
+/// A key whose socket received datagrams that were not reaped before it was disarmed is not
+/// settled, even once its receive ended: those datagrams still come out under it. Once they
+/// are reaped, it is, and may name another socket.
+#[test]
+fn a_disarmed_key_settles_only_once_what_it_received_is_reaped() {
+    let mut r = ring(Config::default());
+    let s = socket("127.0.0.1:0");
+    r.arm(9, &s);
+    r.submit().unwrap();
+    let peer = socket("127.0.0.1:0");
+    for b in [&b"one"[..], b"two"] {
+        peer.send_to(b, s.local_addr().unwrap()).unwrap();
+    }
+    // Let the kernel deliver both into the ring before the receive is cancelled.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !r.pending() && Instant::now() < deadline {
+        r.wait(Duration::from_millis(20)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    r.disarm(9);
+    assert!(!r.settled(9), "disarmed, its cancel not submitted yet");
+    r.submit().unwrap();
+    drop(s);
+    assert!(!r.settled(9), "what it received waits to be reaped");
+    let mut out = Vec::new();
+    r.reap(&mut out, usize::MAX);
+    let mut got = Vec::new();
+    for c in out {
+        if let Completion::Received(d) = c {
+            got.push((d.key, r.payload(&d).to_vec()));
+            r.recycle(&d);
+        }
+    }
+    assert_eq!(got, vec![(9, b"one".to_vec()), (9, b"two".to_vec())]);
+    assert!(r.settled(9));
+}
+
 /// A key disarmed and armed again on another socket before the next submit (a port handed to
 /// a new leg in the same turn): the old socket's receive is cancelled and its port let go, the
 /// new one's datagrams come under the key, and the other sockets, thousands of them, go on.

@@ -234,7 +234,7 @@ struct RingTask {
     /// Keys of relay sockets disarmed since the last submit.
     disarmed: Vec<u32>,
     /// Keys whose receive's cancel was submitted: free again once the ring let go of them
-    /// and what they received was reaped ([`RingTask::release_keys`]).
+    /// and what they received was handled ([`RingTask::release_keys`]).
     settling: Vec<u32>,
     /// Send buffers back from the kernel, for the next sends.
     spare: Vec<Vec<u8>>,
@@ -317,21 +317,18 @@ impl RingTask {
     fn run(mut self) {
         let mut done = Vec::with_capacity(BATCH);
         while !self.shared.stop.load(Ordering::Relaxed) {
-            let mut drained = false;
             for _ in 0..BATCHES_PER_WAKE {
                 done.clear();
                 self.ring.reap(&mut done, BATCH);
-                drained = done.len() < BATCH;
+                if done.is_empty() {
+                    break;
+                }
                 for c in done.drain(..) {
                     self.complete(c);
                 }
-                if drained {
-                    break;
-                }
             }
-            if drained {
-                self.release_keys();
-            }
+            // Every completion reaped so far is handled: a settled key has nothing left.
+            self.release_keys();
             // After the datagrams: changes they made (this thread's own allocations) or that
             // came with them (the waker's datagram, reaped above) go in this submit, not after
             // the next wait.
@@ -406,9 +403,10 @@ impl RingTask {
         }
     }
 
-    /// Hands the settling keys the ring let go of back for new relay sockets: called when a
-    /// reap left nothing behind, so what their sockets received before the cancel has come out
-    /// (and found no relay); a key whose receive has not ended yet waits for a later turn.
+    /// Hands the settling keys the ring has settled ([`Ring::settled`]) back for new relay
+    /// sockets: called with every reaped completion handled, so what their sockets received
+    /// before the cancel has come out and found no relay; a key whose receive has not ended,
+    /// or whose datagrams still wait in the ring's queue, waits for a later turn.
     fn release_keys(&mut self) {
         if self.settling.is_empty() {
             return;
@@ -416,11 +414,11 @@ impl RingTask {
         let ring = &self.ring;
         let mut keys = self.shared.keys.lock().unwrap_or_else(|e| e.into_inner());
         self.settling.retain(|&k| {
-            let closing = ring.closing(k);
-            if !closing {
+            let settled = ring.settled(k);
+            if settled {
                 keys.free.push(k);
             }
-            closing
+            !settled
         });
     }
 
