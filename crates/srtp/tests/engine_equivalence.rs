@@ -559,6 +559,16 @@ fn batch_engines() -> Vec<(String, Box<dyn Engine>)> {
             }
         }
     }
+    // Lanes running the multi-buffer engine's lanes whatever the CPU (the default ones run
+    // them only where the CPU has AVX-512).
+    for workers in [1, 2] {
+        let cfg = ThreadedConfig::new().workers(workers).parallel_threshold(0);
+        let lanes = std::sync::Arc::new(SimdEngine::all_lanes());
+        v.push((
+            format!("threaded {workers} lanes, every lane on the multi-buffer lanes"),
+            Box::new(ThreadedEngine::with_lane_engine(cfg, lanes).unwrap()),
+        ));
+    }
     // Packets dealt to the lanes by the pool, in chunks of the batch (every split batch here;
     // by default only the large ones).
     for (workers, caller_works) in [(3, false), (2, true)] {
@@ -595,7 +605,7 @@ fn pipelines() -> Vec<(String, Pipeline)> {
         .max_batch(64)
         .window(Duration::from_micros(200))
         .queue_capacity(64)
-        .inner_engine(std::sync::Arc::new(SimdEngine::new()));
+        .inner_engine(std::sync::Arc::new(SimdEngine::all_lanes()));
     v.push((
         "pipeline 2 workers, simd inside".into(),
         Pipeline::new(contexts(), cfg).unwrap(),
@@ -754,7 +764,7 @@ fn streams_keyed_apart_match_the_serial_engine() {
                 Input::new(0, Op::ProtectRtp, rtp(&mut rng, ssrc, i, 160), 32)
             })
             .collect();
-        let simd = SimdEngine::new();
+        let simd = SimdEngine::all_lanes();
         let mut engines: Vec<&dyn Engine> = vec![&SerialEngine, &simd];
         engines.extend(gpus.iter().map(|(_, e)| e.as_ref()));
         let mut outs = Vec::new();

@@ -124,17 +124,52 @@ impl SimdEngine {
     }
 
     /// Whether AES-GCM packets go to the multi-buffer GCM kernel (`true`) or through the
-    /// scalar provider one by one, in batch order (`false`). Default:
-    /// [`DEFAULT_GCM_KERNEL`].
+    /// scalar provider one by one, in batch order (`false`). Default: where the CPU runs it
+    /// ([`DEFAULT_GCM_KERNEL`]).
     pub fn with_gcm_kernel(mut self, on: bool) -> Self {
         self.gcm = on;
         self
+    }
+
+    /// Which kinds of packet go to the lanes.
+    fn lanes(&self) -> LanesOn {
+        LanesOn {
+            cm: self.cm,
+            gcm: self.gcm,
+        }
     }
 
     /// Whether this CPU runs the lanes in SIMD (AVX-512); otherwise the lanes are correct but
     /// slower than the provider, and [`Self::new`] leaves them off.
     pub fn accelerated() -> bool {
         super::sha1_x16::accelerated()
+    }
+}
+
+/// Which kinds of packet an engine sends to the lanes.
+#[derive(Debug, Clone, Copy)]
+struct LanesOn {
+    /// HMAC-SHA1 profiles.
+    cm: bool,
+    /// AES-GCM profiles (the GCM kernel).
+    gcm: bool,
+}
+
+impl LanesOn {
+    /// Neither kind.
+    const NONE: LanesOn = LanesOn {
+        cm: false,
+        gcm: false,
+    };
+
+    /// Whether packets of an AEAD profile (`aead`), or else of an HMAC-SHA1 one, go to the
+    /// lanes.
+    fn take(self, aead: bool) -> bool {
+        if aead {
+            self.gcm
+        } else {
+            self.cm
+        }
     }
 }
 
@@ -378,7 +413,7 @@ impl SimdEngine {
         }
         for pi in 0..packets.len() {
             if hints {
-                prefetch_ahead(contexts, packets, pi, self.gcm);
+                prefetch_ahead(contexts, packets, pi, self.lanes());
             }
             let ci = packets[pi].context;
             if ci >= contexts.len() {
@@ -393,9 +428,9 @@ impl SimdEngine {
                 continue;
             };
             let p = &mut packets[pi];
-            // With the GCM kernel off, an AEAD context's lane keys are neither made nor read.
+            // With its kind's lanes off, a context's lane keys are neither made nor read.
             let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp)
-                && (self.gcm || !ctx.profile().is_aead())
+                && self.lanes().take(ctx.profile().is_aead())
                 && match ctx.rtp_lanes() {
                     Lanes::Cm => self.cm,
                     Lanes::Gcm => self.gcm,
@@ -455,18 +490,18 @@ const PREFETCH_AHEAD: [usize; 3] = [12, 6, 3];
 /// context → stream → keys would otherwise cost a few hundred nanoseconds. Each stage reads
 /// only lines an earlier stage asked for.
 ///
-/// `gcm`: whether AEAD packets go to the GCM kernel (their lane keys are loaded then, else
-/// the provider's).
+/// `lanes`: which kinds of packet go to the lanes (their lane keys are loaded then, else the
+/// provider's).
 #[inline]
 fn prefetch_ahead<C: Contexts + ?Sized>(
     contexts: &C,
     packets: &[Packet<'_>],
     pi: usize,
-    gcm: bool,
+    lanes: LanesOn,
 ) {
     for (stage, ahead) in PREFETCH_AHEAD.into_iter().enumerate() {
         if let Some(p) = packets.get(pi + ahead) {
-            prefetch_stage(contexts, p, stage, true, gcm);
+            prefetch_stage(contexts, p, stage, lanes);
         }
     }
 }
@@ -476,21 +511,21 @@ fn prefetch_ahead<C: Contexts + ?Sized>(
 fn prefetch_all<C: Contexts + ?Sized>(contexts: &C, packets: &[Packet<'_>]) {
     for stage in 0..PREFETCH_AHEAD.len() {
         for p in packets {
-            prefetch_stage(contexts, p, stage, false, false);
+            prefetch_stage(contexts, p, stage, LanesOn::NONE);
         }
     }
 }
 
 /// One stage of the cache hints for packet `p`: 0, its header and context; 1, the context's
 /// keys and first stream; 2, the rest of the packet, the stream's replay window and the keys
-/// (in multi-buffer form if `lanes`, and for AEAD profiles `gcm` too; else the provider's).
+/// (in multi-buffer form where `lanes` takes the context's kind of profile; else the
+/// provider's).
 #[inline]
 fn prefetch_stage<C: Contexts + ?Sized>(
     contexts: &C,
     p: &Packet<'_>,
     stage: usize,
-    lanes: bool,
-    gcm: bool,
+    lanes: LanesOn,
 ) {
     use super::prefetch;
     let rtp = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp);
@@ -510,7 +545,7 @@ fn prefetch_stage<C: Contexts + ?Sized>(
             let len = p.len.min(p.buf.len());
             prefetch::prefetch_bytes(p.buf.as_ptr(), len, 4);
             if let (true, Some(b), Some(c)) = (rtp, p.buf.get(8..12), contexts.get(p.context)) {
-                let lanes = lanes && (gcm || !c.profile().is_aead());
+                let lanes = lanes.take(c.profile().is_aead());
                 c.prefetch_rtp_keys(u32::from_be_bytes([b[0], b[1], b[2], b[3]]), len, lanes);
             }
         }
