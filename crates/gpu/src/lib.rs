@@ -74,7 +74,7 @@ pub mod abi;
 pub mod cuda;
 pub mod device;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use foldhash::HashMap;
@@ -290,6 +290,9 @@ struct Core {
     stats: Mutex<GpuStats>,
     failed: Mutex<Option<DeviceError>>,
     has_failed: AtomicBool,
+    /// Batches of fewer packets run on the CPU: [`GpuConfig::cpu_below`] at first,
+    /// [`GpuEngine::set_cpu_below`] since.
+    cpu_below: AtomicUsize,
 }
 
 /// One host thread's lanes and scratch, kept between batches.
@@ -382,6 +385,7 @@ impl GpuEngine {
             stats: Mutex::new(GpuStats::default()),
             failed: Mutex::new(None),
             has_failed: AtomicBool::new(false),
+            cpu_below: AtomicUsize::new(config.cpu_below),
             config,
         });
         let split = if core.config.host_threads > 1 {
@@ -403,9 +407,22 @@ impl GpuEngine {
         &self.core.describe
     }
 
-    /// The configuration.
+    /// The configuration it was opened with (its CPU threshold since: [`GpuEngine::cpu_below`]).
     pub fn config(&self) -> &GpuConfig {
         &self.core.config
+    }
+
+    /// Batches of fewer packets than this run on the CPU (0: every batch on the device).
+    pub fn cpu_below(&self) -> usize {
+        self.core.cpu_below.load(Ordering::Relaxed)
+    }
+
+    /// From the next batch on, batches of fewer than `packets` packets run on the CPU, as
+    /// [`GpuConfig::cpu_below`] sets at opening: one engine (its kernels compiled and its key
+    /// slots loaded once) can serve runs that want every packet on the device and runs that
+    /// leave small batches to the CPU.
+    pub fn set_cpu_below(&self, packets: usize) {
+        self.core.cpu_below.store(packets, Ordering::Relaxed);
     }
 
     /// What it has done so far.
@@ -505,8 +522,8 @@ impl Core {
             batches: 1,
             ..GpuStats::default()
         };
-        let on_cpu =
-            packets.len() < self.config.cpu_below || self.has_failed.load(Ordering::Acquire);
+        let on_cpu = packets.len() < self.cpu_below.load(Ordering::Relaxed)
+            || self.has_failed.load(Ordering::Acquire);
         let host = if on_cpu {
             None
         } else {
@@ -1229,6 +1246,21 @@ mod tests {
         let s = e.stats();
         assert!(s.cpu_packets > 0 && s.device_packets > 0, "{s:?}");
         assert_eq!(s.device_packets + s.cpu_packets, 120);
+    }
+
+    #[test]
+    fn the_cpu_threshold_moves_at_run_time() {
+        let e = GpuEngine::emulated(GpuConfig::new().lanes(2).chunk(8).cpu_below(1_000)).unwrap();
+        assert_eq!(e.cpu_below(), 1_000);
+        check(&e);
+        let s = e.stats();
+        assert_eq!((s.cpu_packets, s.device_packets), (120, 0), "{s:?}");
+        // The same engine, every batch on the device from now on.
+        e.set_cpu_below(0);
+        assert_eq!(e.cpu_below(), 0);
+        check(&e);
+        let s = e.stats();
+        assert_eq!((s.cpu_packets, s.device_packets), (120, 120), "{s:?}");
     }
 
     #[test]

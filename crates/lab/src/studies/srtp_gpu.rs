@@ -697,14 +697,11 @@ impl Study for GpuStudy {
 
     fn run(&self, ctx: &mut Ctx) -> anyhow::Result<StudyReport> {
         let (table, variants, callers, kernels, gpu) = sweep(ctx);
-        // The calls' engine: the tables' one, unless calls should leave small batches on the
-        // CPU (which the tables may not).
-        let gpu = match (gpu, ctx.opts.gpu.cpu_below) {
-            (Ok(_), Some(n)) if n > 0 => {
-                GpuEngine::open(calls_config(&ctx.opts.gpu)).map_err(|e| e.to_string())
-            }
-            (gpu, _) => gpu,
-        };
+        // The calls' engine: the tables' one, leaving small batches on the CPU from now on if
+        // asked (the tables keep every packet on the device: [`calls_config`]).
+        if let (Ok(g), Some(n)) = (&gpu, ctx.opts.gpu.cpu_below) {
+            g.set_cpu_below(n);
+        }
         let (engines, mut notes) = super::calls::engines_with(gpu, false);
         let ns: Vec<usize> = if ctx.opts.quick {
             vec![1_000, 10_000]
