@@ -8,8 +8,10 @@
 //! the task work of the thread that armed it); the thread waits in the ring itself, so one
 //! system call both waits and brings the datagrams, and another hands over what they made it
 //! send. Other threads wake it with a datagram to a loopback socket armed on the ring. It
-//! takes the shard's core for each datagram, as the runtime's tasks do. Relay sockets are opened wherever a client's request is handled (this thread for
-//! UDP clients, another runtime for stream clients): their opening and their closing reach the
+//! takes the shard's core for each datagram, as the runtime's tasks do, and queues what the
+//! datagram made it send once it has let the core go (a send may wait for a free slot).
+//! Relay sockets are opened wherever a client's request is handled (this thread for UDP
+//! clients, another runtime for stream clients): their opening and their closing reach the
 //! ring's thread as [`Change`]s, in order, so a socket is armed before it can be disarmed, and
 //! stays open until the kernel let go of it.
 
@@ -238,6 +240,10 @@ struct RingTask {
     settling: Vec<u32>,
     /// Send buffers back from the kernel, for the next sends.
     spare: Vec<Vec<u8>>,
+    /// What a datagram made the core send, copied out while the shard's core was locked and
+    /// queued on the ring once it is not (a ring with every send slot in flight waits for one,
+    /// which must not hold up the shard's other clients).
+    outgoing: Vec<Outgoing>,
     /// A received datagram, with room before it for a ChannelData header.
     buf: Vec<u8>,
     /// The core's reply.
@@ -307,6 +313,7 @@ impl RingTask {
             disarmed: Vec::new(),
             settling: Vec::new(),
             spare: Vec::new(),
+            outgoing: Vec::new(),
             buf: vec![0; HEADROOM + secrelay_uring::DATAGRAM_MAX + crate::proto::TAILROOM],
             out: vec![0; 1500],
         })
@@ -464,12 +471,7 @@ impl RingTask {
             socket: UdpOut::Ring(listener.clone()),
             to: c.addr,
         };
-        let (ring, spare, stats, v6) = (
-            &mut self.ring,
-            &mut self.spare,
-            &*self.stats,
-            self.listener_v6,
-        );
+        let (spare, outgoing, v6) = (&mut self.spare, &mut self.outgoing, self.listener_v6);
         let data = &self.buf[HEADROOM..HEADROOM + n];
         self.inner.on_client(
             &self.shard,
@@ -478,13 +480,28 @@ impl RingTask {
             &mut self.out,
             sink,
             |o| match o {
-                Out::Reply(bytes) => queue(ring, spare, stats, &listener.as_fd(), from, v6, bytes),
+                Out::Reply(bytes) => {
+                    outgoing.push(Outgoing::of(spare, listener.as_raw_fd(), from, v6, bytes))
+                }
                 Out::ToPeer { relay, to, payload } => {
-                    queue(ring, spare, stats, &relay.fd(), to, to.is_ipv6(), payload)
+                    let fd = relay.fd().as_raw_fd();
+                    outgoing.push(Outgoing::of(spare, fd, to, to.is_ipv6(), payload))
                 }
                 Out::Nothing => {}
             },
         );
+        self.send_outgoing();
+    }
+
+    /// Queues on the ring what the last datagram made the core send (the core unlocked); one
+    /// the ring cannot take is dropped and counted.
+    fn send_outgoing(&mut self) {
+        for o in self.outgoing.drain(..) {
+            if let Err((buf, ())) = self.ring.send(&o.fd, o.to, o.v6, o.buf, ()) {
+                self.stats.dropped(Dropped::SendFailed);
+                self.spare.push(buf);
+            }
+        }
     }
 
     /// A datagram from a peer to relay socket `key`, through the core to its client.
@@ -493,50 +510,53 @@ impl RingTask {
         let Some(&Some((client, relay_id))) = self.relays.get(key as usize) else {
             return;
         };
-        let mut core = self.shard.lock();
-        let payload = HEADROOM..HEADROOM + n;
-        let Some((sink, bytes)) = core.from_peer(
-            Now::current(),
-            &client,
-            relay_id,
-            from,
-            &mut self.buf,
-            payload,
-        ) else {
-            return;
-        };
-        match sink {
-            Sink::Udp { to, .. } => queue(
-                &mut self.ring,
-                &mut self.spare,
-                &self.stats,
-                &self.listener.as_fd(),
-                *to,
-                self.listener_v6,
-                bytes,
-            ),
-            Sink::Stream(_) => sink.send(bytes, &self.stats),
+        {
+            let mut core = self.shard.lock();
+            let payload = HEADROOM..HEADROOM + n;
+            let Some((sink, bytes)) = core.from_peer(
+                Now::current(),
+                &client,
+                relay_id,
+                from,
+                &mut self.buf,
+                payload,
+            ) else {
+                return;
+            };
+            match sink {
+                Sink::Udp { to, .. } => self.outgoing.push(Outgoing::of(
+                    &mut self.spare,
+                    self.listener.as_raw_fd(),
+                    *to,
+                    self.listener_v6,
+                    bytes,
+                )),
+                // A stream client's queue takes it without waiting.
+                Sink::Stream(_) => sink.send(bytes, &self.stats),
+            }
         }
+        self.send_outgoing();
     }
 }
 
-/// Queues `bytes` for `to` out of `socket` (sent at the next submit); one the ring cannot take
-/// is dropped and counted.
-fn queue(
-    ring: &mut Ring<()>,
-    spare: &mut Vec<Vec<u8>>,
-    stats: &Stats,
-    socket: &BorrowedFd<'_>,
+/// A datagram to send from one of the ring's sockets. Its socket stays open until after the
+/// ring's next submit: relay sockets are closed by the ring's thread, after the submit that
+/// cancels their receive, and the listener lives as long as the ring.
+struct Outgoing {
+    fd: RawFd,
     to: SocketAddr,
+    /// The socket is IPv6 (an IPv4 peer is sent to by its IPv4-mapped address).
     v6: bool,
-    bytes: &[u8],
-) {
-    let mut buf = spare.pop().unwrap_or_default();
-    buf.clear();
-    buf.extend_from_slice(bytes);
-    if let Err((buf, ())) = ring.send(socket, to, v6, buf, ()) {
-        stats.dropped(Dropped::SendFailed);
-        spare.push(buf);
+    buf: Vec<u8>,
+}
+
+impl Outgoing {
+    /// `bytes` for `to` out of socket `fd`, copied into a spare send buffer.
+    fn of(spare: &mut Vec<Vec<u8>>, fd: RawFd, to: SocketAddr, v6: bool, bytes: &[u8]) -> Self {
+        let mut buf = spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(bytes);
+        Outgoing { fd, to, v6, buf }
     }
 }
 
