@@ -191,7 +191,8 @@ impl ThreadedConfig {
 
     /// Whether each lane runs the multi-buffer engine ([`crate::SimdEngine`] with its
     /// defaults: its SIMD lanes where the CPU runs them in AVX-512, and its cache hints; the
-    /// default) or the scalar code one packet at a time (threads alone, for comparison). Batches below the threshold run the same way on the caller.
+    /// default) or the scalar code one packet at a time (threads alone, for comparison).
+    /// Batches below the threshold run the same way on the caller.
     pub fn multi_buffer(mut self, yes: bool) -> Self {
         self.multi_buffer = yes;
         self

@@ -70,9 +70,7 @@ pub const DEFAULT_GCM_KERNEL: bool = true;
 #[derive(Debug, Clone)]
 pub struct SimdEngine {
     group: usize,
-    /// Whether AES-CM/NULL packets (HMAC-SHA1 profiles) go to the lanes.
-    cm: bool,
-    gcm: bool,
+    lanes: LanesOn,
 }
 
 impl Default for SimdEngine {
@@ -96,8 +94,10 @@ impl SimdEngine {
     pub fn new() -> Self {
         SimdEngine {
             group: DEFAULT_GROUP,
-            cm: Self::accelerated(),
-            gcm: DEFAULT_GCM_KERNEL && super::gcm::accelerated(),
+            lanes: LanesOn {
+                cm: Self::accelerated(),
+                gcm: DEFAULT_GCM_KERNEL && super::gcm::accelerated(),
+            },
         }
     }
 
@@ -112,7 +112,7 @@ impl SimdEngine {
     /// run in AVX-512 ([`Self::new`]). The tests and the lab turn them on to check and measure
     /// the lanes on any CPU.
     pub fn with_cm_lanes(mut self, on: bool) -> Self {
-        self.cm = on;
+        self.lanes.cm = on;
         self
     }
 
@@ -127,16 +127,8 @@ impl SimdEngine {
     /// scalar provider one by one, in batch order (`false`). Default: where the CPU runs it
     /// ([`DEFAULT_GCM_KERNEL`]).
     pub fn with_gcm_kernel(mut self, on: bool) -> Self {
-        self.gcm = on;
+        self.lanes.gcm = on;
         self
-    }
-
-    /// Which kinds of packet go to the lanes.
-    fn lanes(&self) -> LanesOn {
-        LanesOn {
-            cm: self.cm,
-            gcm: self.gcm,
-        }
     }
 
     /// Whether this CPU runs the lanes in SIMD (AVX-512); otherwise the lanes are correct but
@@ -413,7 +405,7 @@ impl SimdEngine {
         }
         for pi in 0..packets.len() {
             if hints {
-                prefetch_ahead(contexts, packets, pi, self.lanes());
+                prefetch_ahead(contexts, packets, pi, self.lanes);
             }
             let ci = packets[pi].context;
             if ci >= contexts.len() {
@@ -430,12 +422,8 @@ impl SimdEngine {
             let p = &mut packets[pi];
             // With its kind's lanes off, a context's lane keys are neither made nor read.
             let lanes = matches!(p.op, Op::ProtectRtp | Op::UnprotectRtp)
-                && self.lanes().take(ctx.profile().is_aead())
-                && match ctx.rtp_lanes() {
-                    Lanes::Cm => self.cm,
-                    Lanes::Gcm => self.gcm,
-                    Lanes::None => false,
-                };
+                && self.lanes.take(ctx.profile().is_aead())
+                && !matches!(ctx.rtp_lanes(), Lanes::None);
             if !lanes {
                 results[pi] = process_on(ctx, p);
                 continue;
@@ -760,13 +748,13 @@ mod tests {
     #[test]
     fn defaults_use_the_lanes_only_where_the_cpu_runs_them() {
         let e = SimdEngine::new();
-        assert_eq!(e.cm, SimdEngine::accelerated());
+        assert_eq!(e.lanes.cm, SimdEngine::accelerated());
         assert_eq!(
-            e.gcm,
+            e.lanes.gcm,
             DEFAULT_GCM_KERNEL && super::super::gcm::accelerated()
         );
         let all = SimdEngine::all_lanes();
-        assert!(all.cm && all.gcm);
-        assert!(!SimdEngine::all_lanes().with_cm_lanes(false).cm);
+        assert!(all.lanes.cm && all.lanes.gcm);
+        assert!(!SimdEngine::all_lanes().with_cm_lanes(false).lanes.cm);
     }
 }
