@@ -10,7 +10,11 @@ use secrelay_srtp::provider;
 fn bench(c: &mut Criterion) {
     let provs = [provider::rustcrypto()]
         .into_iter()
-        .chain(provider::all().into_iter().filter(|p| p.name() == "aws-lc"))
+        .chain(
+            provider::all()
+                .into_iter()
+                .filter(|p| matches!(p.name(), "aws-lc" | "ring")),
+        )
         .collect::<Vec<_>>();
     for (size, label) in [(176usize, "176"), (1216, "1216")] {
         let mut g = c.benchmark_group(format!("hmac-sha1/{label}"));

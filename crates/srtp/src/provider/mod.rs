@@ -11,19 +11,22 @@
 //!   (SHA-NI) and `aes-gcm`. HMAC-SHA1 is built on `sha1`'s compression function with the keyed
 //!   inner and outer states computed once per key, so a packet costs only its own blocks.
 //! - [`aws_lc()`] (feature `aws-lc`): aws-lc-rs for all three.
+//! - [`ring()`]: ring's AES-GCM (the rest as [`rustcrypto()`] has it).
 //! - [`default()`]: the fastest combination measured on x86-64 with AES-NI, VAES, SHA-NI and
 //!   VPCLMULQDQ (`cargo bench -p secrelay-srtp --bench primitives`, figures in
 //!   `docs/benchmarks.md`): aws-lc's AES-CTR, AES-GCM (1.2–1.6× and 2–3× faster than
-//!   RustCrypto's) and single-block AES for f8 (a 172-byte f8 packet in 0.63–0.68× the time
-//!   with RustCrypto's blocks), and the HMAC-SHA1 built here on RustCrypto's SHA-NI compression
-//!   function
-//!   (0.68–0.87× aws-lc's time: aws-lc's HMAC re-initialises its context on every call).
+//!   RustCrypto's; ring's instead on CPUs with VAES but without AVX-512, where it is faster
+//!   still: [`ring_gcm_faster`]) and single-block AES for f8 (a 172-byte f8 packet in
+//!   0.63–0.68× the time with RustCrypto's blocks), and the HMAC-SHA1 built here on
+//!   RustCrypto's SHA-NI compression function (0.68–0.87× aws-lc's time: aws-lc's HMAC
+//!   re-initialises its context on every call).
 
 use core::fmt;
 
 #[cfg(feature = "aws-lc")]
 mod aws_lc;
 pub(crate) mod hmac_sha1;
+mod ring;
 mod rustcrypto;
 
 pub use hmac_sha1::HmacSha1State;
@@ -95,6 +98,11 @@ pub fn rustcrypto() -> &'static dyn CryptoProvider {
     &rustcrypto::RustCrypto
 }
 
+/// ring's AES-GCM; AES-CTR, single-block AES and HMAC-SHA1 as [`rustcrypto()`] has them.
+pub fn ring() -> &'static dyn CryptoProvider {
+    &ring::Ring
+}
+
 /// aws-lc-rs for every primitive.
 #[cfg(feature = "aws-lc")]
 pub fn aws_lc() -> &'static dyn CryptoProvider {
@@ -108,7 +116,7 @@ pub fn default() -> &'static dyn CryptoProvider {
 
 /// Every provider compiled in, for tests and benchmarks that compare them.
 pub fn all() -> Vec<&'static dyn CryptoProvider> {
-    let v: Vec<&'static dyn CryptoProvider> = vec![default(), rustcrypto()];
+    let v: Vec<&'static dyn CryptoProvider> = vec![default(), rustcrypto(), ring()];
     #[cfg(feature = "aws-lc")]
     let v = {
         let mut v = v;
@@ -123,10 +131,10 @@ struct Mixed;
 
 impl CryptoProvider for Mixed {
     fn name(&self) -> &'static str {
-        if cfg!(feature = "aws-lc") {
-            "default (aws-lc aes-ctr+gcm, sha-ni hmac)"
-        } else {
-            "default (rustcrypto)"
+        match (cfg!(feature = "aws-lc"), ring_gcm_faster()) {
+            (true, false) => "default (aws-lc aes-ctr+gcm, sha-ni hmac)",
+            (true, true) => "default (aws-lc aes-ctr, ring aes-gcm, sha-ni hmac)",
+            (false, _) => "default (rustcrypto, ring aes-gcm)",
         }
     }
     fn aes_ctr(&self, key: &[u8]) -> Result<Box<dyn AesCtr>, KeyError> {
@@ -154,12 +162,26 @@ impl CryptoProvider for Mixed {
     }
     fn aes_gcm(&self, key: &[u8]) -> Result<Box<dyn AesGcm>, KeyError> {
         #[cfg(feature = "aws-lc")]
-        {
-            aws_lc::AwsLc.aes_gcm(key)
+        if !ring_gcm_faster() {
+            return aws_lc::AwsLc.aes_gcm(key);
         }
-        #[cfg(not(feature = "aws-lc"))]
-        {
-            rustcrypto::RustCrypto.aes_gcm(key)
-        }
+        Ok(Box::new(ring::gcm(key)?))
+    }
+}
+
+/// Whether ring's AES-GCM is the one [`default()`] uses: on x86-64 with VAES, VPCLMULQDQ and
+/// AVX2 but without AVX-512 (AMD Zen 3, Intel's client cores) ring has a VAES path on 256-bit
+/// registers and aws-lc has none (ring took 0.50–0.66× aws-lc's time for a seal of 160 to
+/// 1,200 bytes on a Zen 3 server); elsewhere aws-lc's (with its AVX-512 path where the CPU has
+/// one), as measured before. Without the `aws-lc` feature, always ring's.
+pub fn ring_gcm_faster() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        has!("vaes") && has!("vpclmulqdq") && has!("avx2") && !has!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
     }
 }
