@@ -1,8 +1,9 @@
 //! Once connected and warmed up, a shard classifying a member's SRTP, unprotecting it,
 //! routing it, protecting a copy for each receiver and handing the copies out allocates
 //! nothing: a counting global allocator sees zero allocations on this thread across hundreds
-//! of packets. (The simulated browsers' own packets are made before counting starts, and what
-//! the shard sends is not delivered to them while counting.)
+//! of packets, one round at a time or a loaded worker's batch of them. (The simulated
+//! browsers' own packets are made before counting starts, and what the shard sends is not
+//! delivered to them while counting.)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::time::Duration;
@@ -85,12 +86,20 @@ fn setup(members: u8) -> Setup {
 }
 
 fn rounds(s: &mut Setup, range: std::ops::Range<usize>) -> (usize, usize) {
+    batches(s, range, 1)
+}
+
+/// [`rounds`], `per_drain` rounds handed to the shard before each drain (a loaded worker's
+/// receive batch: every copy of them in flight at once).
+fn batches(s: &mut Setup, range: std::ops::Range<usize>, per_drain: usize) -> (usize, usize) {
     let mut total = (0, 0);
-    for k in range {
-        for (m, p) in s.packets.iter().enumerate() {
-            let from = s.h.members[m].client.addr;
-            let now = s.h.now;
-            s.h.shard.handle(now, Datagram::classify(from, &p[k], now));
+    for first in range.clone().step_by(per_drain) {
+        for k in first..(first + per_drain).min(range.end) {
+            for (m, p) in s.packets.iter().enumerate() {
+                let from = s.h.members[m].client.addr;
+                let now = s.h.now;
+                s.h.shard.handle(now, Datagram::classify(from, &p[k], now));
+            }
         }
         let (n, b) = drain_counting(&mut s.h.shard);
         total = (total.0 + n, total.1 + b);
@@ -131,6 +140,30 @@ fn room_forwarding_allocates_nothing_per_packet() {
 fn a_broadcast_wider_than_a_few_hundred_copies_allocates_nothing_per_packet() {
     // Two publishers and 200 viewers: 400 copies of a round in flight at once, more than a
     // small buffer pool keeps.
+    let mut s = broadcast(120);
+    rounds(&mut s, 0..16);
+    let before = allocs();
+    let (n, _) = rounds(&mut s, 16..120);
+    let during = allocs() - before;
+    assert_eq!(n, 104 * 2 * 200);
+    assert_eq!(during, 0, "allocations in steady state");
+}
+
+#[test]
+fn a_batch_of_a_broadcasts_packets_allocates_nothing_per_packet() {
+    // 16 packets of each of the two publishers per drain, as a loaded worker reads them in
+    // one batch: 6,400 copies in flight at once.
+    let mut s = broadcast(160);
+    batches(&mut s, 0..32, 16);
+    let before = allocs();
+    let (n, _) = batches(&mut s, 32..160, 16);
+    let during = allocs() - before;
+    assert_eq!(n, 128 * 2 * 200);
+    assert_eq!(during, 0, "allocations in steady state");
+}
+
+/// Two publishers and 200 viewers in one room, `packets` of each publisher made up front.
+fn broadcast(packets: usize) -> Setup {
     let mut h = Harness::simd();
     for i in 0..2 {
         h.join_connected("r", i + 1, JoinKind::Whip);
@@ -139,13 +172,7 @@ fn a_broadcast_wider_than_a_few_hundred_copies_allocates_nothing_per_packet() {
         h.join_connected("r", i + 1, JoinKind::Whep);
     }
     let packets = (0..2)
-        .map(|m| (0..120).map(|_| h.srtp(m, &[5; 160]).1).collect())
+        .map(|m| (0..packets).map(|_| h.srtp(m, &[5; 160]).1).collect())
         .collect();
-    let mut s = Setup { h, packets };
-    rounds(&mut s, 0..16);
-    let before = allocs();
-    let (n, _) = rounds(&mut s, 16..120);
-    let during = allocs() - before;
-    assert_eq!(n, 104 * 2 * 200);
-    assert_eq!(during, 0, "allocations in steady state");
+    Setup { h, packets }
 }
