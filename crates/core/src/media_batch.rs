@@ -12,6 +12,7 @@
 //! [`MediaBatch::protect`] and sends what protected, each from its own buffer. This is the
 //! gateway's only media path.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -97,9 +98,8 @@ pub(crate) struct MediaBatch {
     /// Copies to protect, in the order they were routed.
     pub outbound: Vec<Staged>,
     keys: Vec<(usize, MemberAt)>,
-    /// Each staged packet's key with its place, sorted: one sort names every packet's context
-    /// (no search per packet).
-    sorted: Vec<((usize, MemberAt), u32)>,
+    /// Scratch of [`name_contexts`].
+    naming: Naming,
     /// Each staged packet's context (its key's place in `keys`).
     context_of: Vec<usize>,
     slots: Vec<usize>,
@@ -136,7 +136,7 @@ impl MediaBatch {
             inbound: Vec::new(),
             outbound: Vec::new(),
             keys: Vec::new(),
-            sorted: Vec::new(),
+            naming: Naming::default(),
             context_of: Vec::new(),
             slots: Vec::new(),
             members: Vec::new(),
@@ -229,7 +229,7 @@ impl MediaBatch {
         let MediaBatch {
             engine,
             keys,
-            sorted,
+            naming,
             context_of,
             slots,
             members,
@@ -239,7 +239,7 @@ impl MediaBatch {
             packet_cache,
             ..
         } = self;
-        name_contexts(staged, sorted, keys, context_of);
+        name_contexts(staged, naming, keys, context_of);
         slots.clear();
         slots.extend(keys.iter().map(|k| k.0));
         slots.dedup();
@@ -290,31 +290,48 @@ impl MediaBatch {
 }
 
 /// The distinct (slot, member) keys of `staged`, sorted, into `keys`, and each staged packet's
-/// place among them into `context_of`: one sort of the keys with their packets' places
-/// (`sorted`, scratch), no search per packet.
+/// place among them into `context_of`: each key found in a map as it comes (`seen`), then only
+/// the distinct keys sorted (a broadcast batch of 16,000 copies has 500), no search per packet.
 fn name_contexts(
     staged: &[Staged],
-    sorted: &mut Vec<((usize, MemberAt), u32)>,
+    scratch: &mut Naming,
     keys: &mut Vec<(usize, MemberAt)>,
     context_of: &mut Vec<usize>,
 ) {
-    sorted.clear();
-    sorted.extend(
-        staged
-            .iter()
-            .enumerate()
-            .map(|(i, s)| ((s.slot, s.member), i as u32)),
-    );
-    sorted.sort_unstable();
+    let Naming { seen, order, rank } = scratch;
+    seen.clear();
     keys.clear();
     context_of.clear();
-    context_of.resize(staged.len(), 0);
-    for &(key, i) in sorted.iter() {
-        if keys.last() != Some(&key) {
+    for s in staged {
+        let key = (s.slot, s.member);
+        let next = keys.len();
+        let at = *seen.entry(key).or_insert_with(|| {
             keys.push(key);
-        }
-        context_of[i as usize] = keys.len() - 1;
+            next
+        });
+        context_of.push(at);
     }
+    // The keys in ascending order, and each first-seen place's rank among them.
+    order.clear();
+    order.extend(0..keys.len());
+    order.sort_unstable_by_key(|&k| keys[k]);
+    rank.clear();
+    rank.resize(keys.len(), 0);
+    for (r, &k) in order.iter().enumerate() {
+        rank[k] = r;
+    }
+    for c in context_of.iter_mut() {
+        *c = rank[*c];
+    }
+    keys.sort_unstable();
+}
+
+/// Scratch lists of [`name_contexts`], kept between batches for their allocations.
+#[derive(Default)]
+struct Naming {
+    seen: HashMap<(usize, MemberAt), usize, foldhash::fast::RandomState>,
+    order: Vec<usize>,
+    rank: Vec<usize>,
 }
 
 /// Contexts borrowed from their participants, `None` where a member is gone or not keyed.
@@ -329,5 +346,56 @@ impl Contexts for Refs<'_> {
     }
     fn get_mut(&mut self, i: usize) -> Option<&mut Context> {
         self.0.get_mut(i)?.as_deref_mut()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::leg::Via;
+    use crate::room::MemberId;
+
+    fn copy_to(slot: usize, ix: u32) -> Staged {
+        Staged {
+            slot,
+            room_gen: 1,
+            member: MemberAt {
+                ix,
+                id: MemberId(ix + 100),
+            },
+            from: None,
+            received: None,
+            what: What::RtcpOut(SocketAddr::from(([127, 0, 0, 1], 9)), Via::Shared),
+            buf: Vec::new(),
+            len: 0,
+            result: Err(SrtpError::UnknownContext),
+        }
+    }
+
+    #[test]
+    fn each_packet_names_its_place_among_the_sorted_distinct_keys() {
+        // Three packets' fan-outs in a batch, keys unsorted and repeated, two rooms.
+        let order = [
+            (2, 7),
+            (0, 3),
+            (2, 1),
+            (0, 3),
+            (2, 7),
+            (2, 1),
+            (1, 0),
+            (2, 7),
+        ];
+        let staged: Vec<Staged> = order.iter().map(|&(s, ix)| copy_to(s, ix)).collect();
+        let mut scratch = Naming::default();
+        let (mut keys, mut context_of) = (Vec::new(), Vec::new());
+        for _ in 0..2 {
+            // The scratch lists are reused from one batch to the next.
+            name_contexts(&staged, &mut scratch, &mut keys, &mut context_of);
+            let want: Vec<(usize, u32)> = vec![(0, 3), (1, 0), (2, 1), (2, 7)];
+            assert_eq!(keys.iter().map(|k| (k.0, k.1.ix)).collect::<Vec<_>>(), want);
+            for (st, &c) in staged.iter().zip(&context_of) {
+                assert_eq!(keys[c], (st.slot, st.member));
+            }
+        }
     }
 }
