@@ -7,8 +7,8 @@
 //!
 //! Each timed step is one packet (a 1,000-byte payload) handed to the shard and every output
 //! taken (or, in the burst case, eight packets handed over before the outputs are taken, as a
-//! loaded worker's receive batch brings them), the room's timers fired when due (RTCP reports, feedback), simulated time moving 20 ms
-//! per packet. Throughput is in copies.
+//! loaded worker's receive batch brings them), the room's timers fired when due (RTCP
+//! reports, feedback), simulated time moving 20 ms per packet. Throughput is in copies.
 //!
 //! `cargo bench -p secrelay-gateway --bench fanout`
 

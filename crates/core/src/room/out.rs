@@ -15,8 +15,9 @@ use crate::room::MemberAt;
 /// Buffers kept for the next copies: enough for a broadcast's copies of a batch in flight (a
 /// worker's batch of 32 packets to 500 viewers is 16,000 buffers until sent), so that a wide
 /// fan-out does not allocate and free per copy. The pool only grows to what was in flight at
-/// once, memory the process held then anyway (at most ~24 MiB of 1,500-byte buffers); a
-/// batch wider than this allocates the rest.
+/// once, memory the process held then anyway (at most 16,384 buffers of their capacity:
+/// ~24 MiB of 1,500-byte buffers, more where long copies grew theirs); a batch wider than
+/// this allocates the rest.
 const POOL_MAX: usize = 16384;
 
 /// How many copies ahead [`RoomOut::warm_next`] warms a buffer.

@@ -126,7 +126,8 @@ pub fn all() -> Vec<&'static dyn CryptoProvider> {
     v
 }
 
-/// aws-lc's AES-CTR and GCM with the HMAC-SHA1 built here (RustCrypto alone without aws-lc).
+/// aws-lc's AES-CTR and AES-GCM (ring's AES-GCM where [`ring_gcm_faster`]) with the HMAC-SHA1
+/// built here; without aws-lc, RustCrypto's AES-CTR and ring's AES-GCM.
 struct Mixed;
 
 impl CryptoProvider for Mixed {
@@ -175,6 +176,9 @@ impl CryptoProvider for Mixed {
 /// 1,200 bytes on a Zen 3 server); elsewhere aws-lc's (with its AVX-512 path where the CPU has
 /// one), as measured before. Without the `aws-lc` feature, always ring's.
 pub fn ring_gcm_faster() -> bool {
+    if !cfg!(feature = "aws-lc") {
+        return true;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected as has;

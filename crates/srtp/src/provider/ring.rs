@@ -2,9 +2,11 @@
 //! no raw AES-CTR or single-block AES, and its HMAC-SHA1 runs without SHA-NI: 4× the time of
 //! the one built here, measured with `cargo bench -p secrelay-srtp --bench primitives`).
 //!
-//! ring keeps a key's schedule and GCM's hash key in plain memory and does not wipe them when
-//! the key is dropped, so each ring key here lives in an allocation of its own that is wiped
-//! ([`Wiped`]) once ring is done with it.
+//! ring keeps a key's schedule and GCM's hash key inside the key value and does not wipe them
+//! when the key is dropped, so each ring key here is held in a [`Wiped`], overwritten once ring
+//! is done with it (inline: the provider's boxed `AesGcm` is the key's allocation, and the
+//! engines' cache hints reach it there). Best effort, as with RustCrypto's keys: the copies a
+//! key's construction leaves on the stack before it is boxed are not scrubbed.
 #![allow(unsafe_code)]
 
 use core::mem::MaybeUninit;
@@ -50,13 +52,12 @@ pub(super) fn gcm(key: &[u8]) -> Result<Gcm, KeyError> {
     Ok(Gcm(Wiped::new(LessSafeKey::new(k))))
 }
 
-/// A value in an allocation of its own, whose bytes are overwritten with zeros (volatile
-/// writes) after it is dropped, before the allocation is freed.
-struct Wiped<T>(Box<MaybeUninit<T>>);
+/// A value whose bytes are overwritten with zeros (volatile writes) after it is dropped.
+struct Wiped<T>(MaybeUninit<T>);
 
 impl<T> Wiped<T> {
     fn new(value: T) -> Wiped<T> {
-        Wiped(Box::new(MaybeUninit::new(value)))
+        Wiped(MaybeUninit::new(value))
     }
 
     fn get(&self) -> &T {
