@@ -1217,9 +1217,10 @@ impl Shard {
     /// Takes everything the room in `slot` put out off the queue, in the order it was made:
     /// the one place a room's output goes where it must. Copies and RTCP to protect are staged
     /// for the batch's protect call, plain ones and control datagrams queued to send, events
-    /// acted on, deadlines put on the timer.
+    /// acted on (a member that connected is offered what it lacks), deadlines put on the timer.
     fn dispatch(&mut self, slot: usize) {
         let mut displaced = Vec::new();
+        let mut connected = false;
         let room_gen = self.rooms[slot].as_ref().map(|s| s.room_gen);
         while let Some((tag, o)) = self.out.pop() {
             if Some(tag) != room_gen {
@@ -1247,7 +1248,10 @@ impl Shard {
                     kind,
                     received: None,
                 }),
-                Out::Event { to, event } => self.on_leg_event(slot, to, event, &mut displaced),
+                Out::Event { to, event } => {
+                    connected |= matches!(event, LegEvent::Connected { .. });
+                    self.on_leg_event(slot, to, event, &mut displaced);
+                }
                 Out::Pipe {
                     worker,
                     publisher,
@@ -1280,6 +1284,11 @@ impl Shard {
         }
         for (addr, old) in displaced {
             self.displace(addr, old);
+        }
+        if connected {
+            // A member that listened before it connected could not be offered what it lacks
+            // until now.
+            self.renegotiate(slot);
         }
     }
 

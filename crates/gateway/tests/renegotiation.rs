@@ -177,3 +177,42 @@ fn a_listening_member_is_offered_a_section_for_a_newcomers_video_and_gets_it_the
         .count();
     assert_eq!(offers, 1, "no new offer: a free section was there");
 }
+
+#[test]
+fn a_member_that_listens_before_it_connects_is_offered_what_it_lacks_once_connected() {
+    let mut h = Harness::new(Box::new(SimdEngine::new()));
+    let a = h.join_connected("r", 1, JoinKind::Join);
+    let room = h.members[a].room.clone();
+    let a_id = h.members[a].id.clone();
+    assert!(h.shard.listen(&room, &a_id));
+    // B opens its events channel as a browser does, right after its offer is answered and
+    // before DTLS is done: no offer can be made to it yet.
+    let b = h
+        .join("r", SimClient::new(2), JoinKind::Join, None)
+        .expect("the offer is answered");
+    let b_id = h.members[b].id.clone();
+    assert!(h.shard.listen(&room, &b_id));
+    h.pump();
+    let offers_to_b = |h: &Harness| {
+        h.events
+            .iter()
+            .filter(|e| matches!(e, Event::Offer { id, .. } if *id == b_id))
+            .count()
+    };
+    assert_eq!(offers_to_b(&h), 0, "not connected yet");
+    // Once connected, B is offered the section for A's video it lacks.
+    assert!(h.connect(b));
+    h.pump();
+    assert_eq!(offers_to_b(&h), 1);
+    let sdp = h
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Offer { id, sdp, .. } if *id == b_id => Some(sdp.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let offer = parse_offer(&sdp).unwrap();
+    let before = parse_offer(&h.members[b].answer_sdp).unwrap();
+    assert_eq!(offer.media.len(), before.media.len() + 1);
+}
