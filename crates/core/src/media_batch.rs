@@ -113,7 +113,7 @@ pub(crate) struct MediaBatch {
 
 /// Takes a list's allocation over to a list of another lifetime (an empty `Vec` collected in
 /// place keeps its buffer), so no batch allocates once the lists have grown.
-fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+pub(crate) fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().filter_map(|_| None).collect()
 }
@@ -184,7 +184,7 @@ impl MediaBatch {
     }
 
     /// Stages a packet to protect for `member` of the room at `slot`: a copy of media
-    /// (plaintext RTP routed by [`Room::route`], `What::Copy`) or RTCP (`What::RtcpOut`),
+    /// (plaintext RTP routed by [`Room::route_run`], `What::Copy`) or RTCP (`What::RtcpOut`),
     /// written in `buf` (its whole length), which takes the tag after it.
     pub fn stage_outbound(
         &mut self,

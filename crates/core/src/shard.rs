@@ -58,9 +58,9 @@ use crate::leg::{
     Sources, TransmitKind, WebRtcConfig, WebRtcLeg, WebRtcOfferSection,
 };
 pub use crate::leg::{MirrorSpec, PipeKey};
-use crate::media_batch::{walk, MediaBatch, Rooms, Staged, What};
+use crate::media_batch::{recycle, walk, MediaBatch, Rooms, Staged, What};
 pub use crate::room::JoinKind;
-use crate::room::{MemberAt, MemberId, MemberRole, Out, Room, RoomOut, Sent, Session};
+use crate::room::{MemberAt, MemberId, MemberRole, Out, Received, Room, RoomOut, Sent, Session};
 use crate::rtcp::{RtcpConfig, RtcpFigures};
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -727,6 +727,46 @@ impl QueuedPiped {
 }
 
 /// An event, queued.
+/// How many of the staged datagrams at the start of `staged` make one run: SRTP one member of
+/// one room sent one after another (routed together), else the first alone.
+fn run_len(staged: &[Staged]) -> usize {
+    let Some(first) = staged.first() else {
+        return 0;
+    };
+    if !matches!(first.what, What::Rtp(_)) {
+        return 1;
+    }
+    let same = |s: &&Staged| {
+        matches!(s.what, What::Rtp(_))
+            && (s.slot, s.room_gen, s.member) == (first.slot, first.room_gen, first.member)
+    };
+    1 + staged[1..].iter().take_while(same).count()
+}
+
+/// A staged datagram's unprotect result at its member's leg (received at `received`):
+/// counted, its source noted as authenticated; the plain length, `None` if it was dropped.
+fn accept(leg: &mut Leg, st: &Staged, received: Instant) -> Option<usize> {
+    if leg.closed().is_some() {
+        // Closed while the batch ran (an earlier datagram of the same batch closed it).
+        leg.counters_mut().drop(DropReason::AfterClose);
+        return None;
+    }
+    let n = match st.result {
+        Ok(n) => n,
+        Err(e) => {
+            leg.counters_mut().drop(DropReason::of_unprotect(e));
+            return None;
+        }
+    };
+    let c = leg.counters_mut();
+    c.packets_in += 1;
+    c.bytes_in += st.len as u64;
+    if let Some(from) = st.from {
+        leg.authenticated(from, matches!(st.what, What::Rtcp), received);
+    }
+    Some(n)
+}
+
 fn queued_event(e: Event) -> Queued {
     Queued::Event(Box::new(e))
 }
@@ -778,6 +818,8 @@ pub struct Shard {
     index: usize,
     /// Mirrored publishers of replicas here, by their key at home.
     mirrors: HashMap<PipeKey, MemberKey>,
+    /// A run of received RTP handed to its room (kept for its allocation; empty between runs).
+    routing: Vec<Received<'static>>,
 }
 
 impl std::fmt::Debug for Shard {
@@ -814,6 +856,7 @@ impl Shard {
             shed_handshakes: false,
             index: 0,
             mirrors: HashMap::new(),
+            routing: Vec::new(),
         }
     }
 
@@ -1075,19 +1118,18 @@ impl Shard {
             self.media.inbound = staged;
             return;
         }
-        for st in staged.drain(..) {
-            let (slot, room_gen) = (st.slot, st.room_gen);
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.accept_unprotected(&st)
-            }));
-            match r {
-                Ok(Some(reason)) => self.count_drop(reason),
-                Ok(None) => {}
-                Err(_) => {
-                    self.count_drop(DropReason::InternalError);
-                    self.abandon_room(slot, room_gen);
-                }
+        let mut rest = &staged[..];
+        while !rest.is_empty() {
+            let (run, tail) = rest.split_at(run_len(rest));
+            let (slot, room_gen) = (run[0].slot, run[0].room_gen);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.accept_run(run)));
+            if r.is_err() {
+                self.count_drops(DropReason::InternalError, run.len() as u64);
+                self.abandon_room(slot, room_gen);
             }
+            rest = tail;
+        }
+        for st in staged.drain(..) {
             self.out.recycle(st.buf);
         }
         self.media.inbound = staged;
@@ -1095,66 +1137,64 @@ impl Shard {
         self.counters.srtp_batched += n as u64;
     }
 
-    /// One unprotect result: counted at its member, and RTP routed in its room (the copies
-    /// staged for the protect call). `Some(reason)` for a drop no member owns.
-    fn accept_unprotected(&mut self, st: &Staged) -> Option<DropReason> {
-        let key = MemberKey {
-            slot: st.slot,
-            room_gen: st.room_gen,
-            member: st.member,
-        };
-        let Shard { rooms, out, .. } = self;
+    /// One run's unprotect results (see [`run_len`]), each counted at its member: the RTP
+    /// among them routed in its room together ([`Room::route_run`]), SRTCP read there. Drops no
+    /// member owns are counted at the shard.
+    fn accept_run(&mut self, run: &[Staged]) {
+        let Some(first) = run.first() else { return };
+        let (slot, room_gen, member) = (first.slot, first.room_gen, first.member);
+        let Shard {
+            rooms,
+            out,
+            routing,
+            counters,
+            ..
+        } = self;
         let Some(s) = rooms
-            .get_mut(key.slot)
+            .get_mut(slot)
             .and_then(Option::as_mut)
-            .filter(|s| s.room_gen == key.room_gen)
+            .filter(|s| s.room_gen == room_gen)
         else {
-            return Some(DropReason::UnknownSource);
+            counters.media.drops[DropReason::UnknownSource] += run.len() as u64;
+            return;
         };
-        let rtcp = matches!(st.what, What::Rtcp);
-        let Some(received) = st.received else {
-            return Some(DropReason::InternalError);
-        };
-        let taken = s.room.with_leg(key.member, out, |leg| {
-            if leg.closed().is_some() {
-                // Closed while the batch ran (an earlier datagram of the same batch closed it).
-                leg.counters_mut().drop(DropReason::AfterClose);
-                return None;
-            }
-            let n = match st.result {
-                Ok(n) => n,
-                Err(e) => {
-                    leg.counters_mut().drop(DropReason::of_unprotect(e));
-                    return None;
+        let mut ready: Vec<Received<'_>> = recycle(std::mem::take(routing));
+        for st in run {
+            let Some(received) = st.received else {
+                counters.media.drops[DropReason::InternalError] += 1;
+                continue;
+            };
+            let n = match s
+                .room
+                .with_leg(member, out, |leg| accept(leg, st, received))
+            {
+                Some(Some(n)) => n,
+                Some(None) => continue,
+                None => {
+                    counters.media.drops[DropReason::UnknownSource] += 1;
+                    continue;
                 }
             };
-            let c = leg.counters_mut();
-            c.packets_in += 1;
-            c.bytes_in += st.len as u64;
-            if let Some(from) = st.from {
-                leg.authenticated(from, rtcp, received);
-            }
-            Some(n)
-        });
-        let Some(taken) = taken else {
-            return Some(DropReason::UnknownSource);
-        };
-        if let Some(n) = taken {
             let plain = st.buf.get(..n).unwrap_or_default();
             match st.what {
-                What::Rtp(facts) => {
-                    s.room.route(key.member, plain, &facts, received, out);
-                }
+                What::Rtp(facts) => ready.push(Received {
+                    rtp: plain,
+                    facts,
+                    received,
+                }),
                 // SRTCP is terminated here: read for the member's figures and its feedback
                 // answered, not forwarded.
                 What::Rtcp => {
-                    s.room.note_rtcp(key.member, plain, received, out);
+                    s.room.note_rtcp(member, plain, received, out);
                 }
                 _ => {}
             }
         }
-        self.dispatch(key.slot);
-        None
+        if !ready.is_empty() {
+            s.room.route_run(member, &ready, out);
+        }
+        *routing = recycle(ready);
+        self.dispatch(slot);
     }
 
     fn run_outbound(&mut self) {

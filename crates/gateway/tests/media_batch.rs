@@ -143,3 +143,58 @@ fn a_forged_datagram_in_a_batch_is_refused_and_counted_and_the_rest_go_through()
     assert_eq!(h.counters().media.drops[DropReason::UnknownSource], 1);
     assert_eq!(h.members[1].client.received.len(), 10 - forged_seen);
 }
+
+#[test]
+fn a_publishers_run_in_one_batch_goes_out_receiver_by_receiver_each_in_order() {
+    // One publisher and three receivers: six packets of one stream in one receive batch.
+    let mut h = setup(Box::new(SimdEngine::new()), 1, 4);
+    for k in 0..6u8 {
+        let (_, protected) = h.srtp(0, &[k; 60]);
+        h.send(0, &protected);
+    }
+    assert_eq!(h.shard.staged(), 6, "one batch");
+    let now = h.now;
+    let mut order = Vec::new();
+    while let Some(o) = h.shard.poll_output() {
+        match o {
+            secrelay_gateway::shard::Output::Transmit(t) => {
+                let m = h
+                    .members
+                    .iter_mut()
+                    .position(|m| m.client.addr == t.destination)
+                    .expect("a member's address");
+                if t.received.is_some() {
+                    order.push(m);
+                }
+                h.members[m].client.receive(now, t.contents);
+            }
+            secrelay_gateway::shard::Output::Timeout(_) => break,
+            _ => {}
+        }
+    }
+    // Each receiver's six copies one after another (its keys and numbering loaded once).
+    let want: Vec<usize> = (1..4).flat_map(|m| [m; 6]).collect();
+    assert_eq!(order, want);
+    for m in 1..4 {
+        let received = &h.members[m].client.received;
+        let payloads: Vec<u8> = received
+            .iter()
+            .map(|p| RtpHeader::parse(p).unwrap().payload()[0])
+            .collect();
+        assert_eq!(
+            payloads,
+            (0..6).collect::<Vec<u8>>(),
+            "member {m}: in order"
+        );
+        let seqs: Vec<u16> = received
+            .iter()
+            .map(|p| RtpHeader::parse(p).unwrap().sequence())
+            .collect();
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0].wrapping_add(1)),
+            "member {m}: numbered one after another: {seqs:?}"
+        );
+        assert_eq!(h.member_counters(m).unwrap().packets_out, 6);
+    }
+    assert_eq!(h.room_of(0).counters().forwarded, 18);
+}

@@ -94,11 +94,11 @@
 //!
 //! # Media and control
 //! The room does no SRTP itself: the shard unprotects a batch of datagrams with the senders'
-//! contexts ([`Room::contexts_of`]), hands each packet to [`Room::route`], which writes the
-//! receivers' copies onto the [`RoomOut`] it is given, and protects the copies of the whole
-//! batch with the receivers' contexts. That batched path is the only media path. Input to a
-//! member's leg goes through [`Room::with_leg`], which puts what the leg made (STUN answers,
-//! DTLS flights, its events) on the same queue.
+//! contexts ([`Room::contexts_of`]), hands each member's run of packets to
+//! [`Room::route_run`], which writes the receivers' copies onto the [`RoomOut`] it is given,
+//! and protects the copies of the whole batch with the receivers' contexts. That batched path
+//! is the only media path. Input to a member's leg goes through [`Room::with_leg`], which puts
+//! what the leg made (STUN answers, DTLS flights, its events) on the same queue.
 //!
 //! # Drive contract
 //! Every call that can make output takes the [`RoomOut`] to put it on; the caller takes
@@ -138,8 +138,10 @@ pub use member::{
 };
 pub use out::{Out, RoomOut, Sent};
 pub use pipe::{PipedPacket, Publisher};
+pub use route::Received;
 
 use member::Member;
+use source::SourcePacket;
 use subscription::{Source, Subscription};
 
 /// A simulcast layer a member sends, as the API shows it.
@@ -226,6 +228,11 @@ struct Scratch {
     /// the distinct formats among them.
     transcode_to: Vec<(u32, Format)>,
     formats: Vec<Format>,
+    /// A run's packets to transcode: (place in the run, subscription, format).
+    transcode_run: Vec<(usize, u32, Format)>,
+    /// A run's packets read, waiting to be handed out (kept for its allocation; always empty
+    /// between calls).
+    run: Vec<SourcePacket<'static>>,
     /// Sequence numbers of a NACK to ask the publisher for.
     upstream: Vec<u16>,
     /// A mix tick's receivers and their places.

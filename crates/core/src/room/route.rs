@@ -34,16 +34,20 @@ enum Plan {
     Drop(DropReason),
 }
 
+/// A received RTP packet handed to routing: plain (unprotected) RTP, its header's fields as
+/// read where the datagram arrived, and when it arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Received<'a> {
+    /// The packet.
+    pub rtp: &'a [u8],
+    /// Its header, read where it arrived.
+    pub facts: RtpFacts,
+    /// When it arrived.
+    pub received: Instant,
+}
+
 impl Room {
-    /// Routes one unprotected RTP packet from the member at `at` (`rtp`, whose header `facts`
-    /// were read where the datagram arrived at `received`; noted for the source's RTCP
-    /// reception figures whether or not it publishes): each subscribed member that can take
-    /// it gets a copy, with the payload type, SSRC, sequence number and timestamp it sees, put
-    /// on `out` with where and how it goes. Counted at the source (routed, or not a
-    /// publisher) and at each receiver (forwarded, unslotted, or why not). A retransmission
-    /// (RTX) from the source is unwrapped and routed as the packet it repairs; a video packet
-    /// is kept for receivers' NACKs; a video stream new to a receiver asks its publisher for a
-    /// keyframe. `false` if there is no such member.
+    /// Routes one unprotected RTP packet from the member at `at` ([`Room::route_run`] of one).
     pub fn route(
         &mut self,
         at: MemberAt,
@@ -52,25 +56,91 @@ impl Room {
         received: Instant,
         out: &mut RoomOut,
     ) -> bool {
+        let one = Received {
+            rtp,
+            facts: *facts,
+            received,
+        };
+        self.route_run(at, std::slice::from_ref(&one), out)
+    }
+
+    /// Routes unprotected RTP packets from the member at `at`, in the order it sent them (a
+    /// receive batch's run of them; each noted for the source's RTCP reception figures whether
+    /// or not it publishes): each subscribed member that can take a packet gets a copy, with
+    /// the payload type, SSRC, sequence number and timestamp it sees, put on `out` with where
+    /// and how it goes. Counted at the source (routed, or not a publisher) and at each receiver
+    /// (forwarded, unslotted, or why not). A retransmission (RTX) from the source is unwrapped
+    /// and routed as the packet it repairs; a video packet is kept for receivers' NACKs; a video
+    /// stream new to a receiver asks its publisher for a keyframe. `false` if there is no such
+    /// member.
+    ///
+    /// Consecutive packets of one feed are handed out receiver by receiver (each receiver's
+    /// copies of the run one after another, in order), so that a receiver's subscription,
+    /// numbering and SRTP context are loaded once for the run rather than once per packet. A
+    /// packet that may change the publisher's feeds (a stream new or not yet placed, a
+    /// retransmission) first sends out the packets before it.
+    pub fn route_run(&mut self, at: MemberAt, run: &[Received<'_>], out: &mut RoomOut) -> bool {
         out.begin(self.tag);
-        let Some(src) = self.member_at(at) else {
+        let Some(ix) = self.member_at(at).map(|m| m.at.ix) else {
             return false;
         };
+        let mut pending: Vec<SourcePacket<'_>> =
+            crate::media_batch::recycle(std::mem::take(&mut self.scratch.run));
+        let mut feed = 0;
+        for p in run {
+            if !self.settled(ix, p) {
+                self.fan_out_run(feed, &mut pending, out);
+            }
+            let Some((f, pkt)) = self.note(ix, p, out) else {
+                continue;
+            };
+            if f != feed {
+                self.fan_out_run(feed, &mut pending, out);
+                feed = f;
+            }
+            pending.push(pkt);
+        }
+        self.fan_out_run(feed, &mut pending, out);
+        self.scratch.run = crate::media_batch::recycle(pending);
+        true
+    }
+
+    /// Whether a packet from the member at place `ix` goes on a stream it already has, placed
+    /// (its feed will not change), and is no retransmission.
+    fn settled(&self, ix: u32, p: &Received<'_>) -> bool {
+        let src = &self.members[ix];
+        let Some(codec) = src.neg.codec(p.facts.payload_type) else {
+            return false;
+        };
+        src.stream_index(p.facts.ssrc)
+            .is_some_and(|k| codec.is_audio() || src.streams[k].layer.is_some())
+    }
+
+    /// A packet from the member at place `ix`, noted at the source: its transport-wide
+    /// arrival, a retransmission unwrapped and routed, and [`Room::note_at`]. The packet and its
+    /// feed when it is for the feed's subscriptions.
+    fn note<'a>(
+        &mut self,
+        ix: u32,
+        p: &Received<'a>,
+        out: &mut RoomOut,
+    ) -> Option<(u32, SourcePacket<'a>)> {
+        let (rtp, facts) = (p.rtp, &p.facts);
+        let src = &mut self.members[ix];
         // Every packet the member sends counts for its transport-wide feedback, whatever
         // becomes of it (its bandwidth probes too).
         if let (Some(cc), Some(&[a, b])) = (src.cc.as_mut(), facts.ext.get(rtp, src.neg.ext.twcc)) {
-            if let Some(t) = cc.arrived(u16::from_be_bytes([a, b]), facts.ssrc, received) {
+            if let Some(t) = cc.arrived(u16::from_be_bytes([a, b]), facts.ssrc, p.received) {
                 out.push(Out::Wake(t));
             }
         }
         if src.neg.codec(facts.payload_type).is_none() {
             if let Some((apt, primary)) = src.repaired_stream(rtp, facts) {
-                self.route_repair(at.ix, rtp, facts, (apt, primary), received, out);
-                return true;
+                self.route_repair(ix, rtp, facts, (apt, primary), p.received, out);
+                return None;
             }
         }
-        self.route_at(at.ix, rtp, facts, received, true, out);
-        true
+        self.note_at(ix, rtp, facts, p.received, true, out)
     }
 
     /// A retransmission the publisher sent (an upstream NACK's answer, payload type `apt` of
@@ -94,7 +164,7 @@ impl Room {
                 sequence: u16::from_be_bytes([plain[2], plain[3]]),
                 ..*facts
             };
-            self.route_at(ix, &plain, &facts, received, false, out);
+            self.route_at(ix, &plain, &facts, received, out);
         } else {
             let c = self.members[ix].leg.counters_mut();
             c.drop(DropReason::PaddingOnly);
@@ -102,17 +172,34 @@ impl Room {
         self.scratch.rtx = plain;
     }
 
-    /// [`Room::route`] for the member at place `ix`; `reception` notes the packet for the
-    /// source's reception figures (not for an unwrapped retransmission: its RTX packet was).
+    /// An unwrapped retransmission from the member at place `ix`, noted and handed out at once.
     fn route_at(
         &mut self,
         ix: u32,
         rtp: &[u8],
         facts: &RtpFacts,
         received: Instant,
-        reception: bool,
         out: &mut RoomOut,
     ) {
+        if let Some((feed, pkt)) = self.note_at(ix, rtp, facts, received, false, out) {
+            self.fan_out(feed, std::slice::from_ref(&pkt), out);
+        }
+    }
+
+    /// A packet from the member at place `ix`, noted at the source (its reception figures when
+    /// `reception`: not for an unwrapped retransmission, whose RTX packet was; its stream, the
+    /// retransmission buffer, its simulcast layer's rate, the room's replicas) and read once:
+    /// the packet and its feed when the feed's subscriptions get it (not when it is dropped, or
+    /// mixed).
+    fn note_at<'a>(
+        &mut self,
+        ix: u32,
+        rtp: &'a [u8],
+        facts: &RtpFacts,
+        received: Instant,
+        reception: bool,
+        out: &mut RoomOut,
+    ) -> Option<(u32, SourcePacket<'a>)> {
         let src = &mut self.members[ix];
         let codec = src.neg.codec(facts.payload_type);
         if reception {
@@ -121,12 +208,13 @@ impl Room {
         }
         if !src.role.publishes {
             src.leg.counters_mut().drop(DropReason::NotPublisher);
-            return;
+            return None;
         }
         src.leg.counters_mut().routed += 1;
         let Some(codec) = codec else {
             // A payload type it did not negotiate: no receiver can take it.
-            return self.no_codec(ix);
+            self.no_codec(ix);
+            return None;
         };
         let abs_send = abs_send_time(self.rtcp.epoch.0, received);
         let level = src.neg.ext.audio_level;
@@ -142,11 +230,13 @@ impl Room {
                 };
                 self.pipe_out(ix, rtp, packet, out);
             }
-            return self.mix_in(ix, &pkt, codec, out);
+            self.mix_in(ix, &pkt, codec, out);
+            return None;
         }
         let Some(k) = self.stream_of(ix, &pkt) else {
             let src = &mut self.members[ix];
-            return src.leg.counters_mut().drop(DropReason::TooManyStreams);
+            src.leg.counters_mut().drop(DropReason::TooManyStreams);
+            return None;
         };
         let src = &mut self.members[ix];
         let stream = &mut src.streams[k];
@@ -174,7 +264,7 @@ impl Room {
             };
             self.pipe_out(ix, rtp, packet, out);
         }
-        self.fan_out(feed, &pkt, out);
+        Some((feed, pkt))
     }
 
     /// A packet of no codec from the member at place `ix`: dropped, counted at each receiver.
@@ -187,10 +277,21 @@ impl Room {
         }
     }
 
-    /// Hands `pkt` to each subscription of feed `f`: relayed, or collected for transcoding
-    /// (then decoded once and encoded once per format), or dropped and counted at the
-    /// receiver; then the keyframes it made necessary are asked for.
-    fn fan_out(&mut self, f: u32, pkt: &SourcePacket<'_>, out: &mut RoomOut) {
+    /// Hands the run `pending` (consecutive packets of feed `f`, emptied) to the feed's
+    /// subscriptions ([`Room::fan_out`]).
+    fn fan_out_run(&mut self, f: u32, pending: &mut Vec<SourcePacket<'_>>, out: &mut RoomOut) {
+        if !pending.is_empty() {
+            self.fan_out(f, pending, out);
+            pending.clear();
+        }
+    }
+
+    /// Hands `pkts` (consecutive packets of feed `f`) to each subscription of the feed, each
+    /// taking them all in order before the next does: relayed, or collected for transcoding
+    /// (then each packet decoded once and encoded once per format), or dropped and counted at
+    /// the receiver; then the keyframes they made necessary are asked for.
+    fn fan_out(&mut self, f: u32, pkts: &[SourcePacket<'_>], out: &mut RoomOut) {
+        let Some(last) = pkts.last() else { return };
         let Room {
             members,
             feeds,
@@ -201,12 +302,6 @@ impl Room {
             ..
         } = self;
         let feed = &feeds[f];
-        // A telephone-event packet goes with its stream's audio: where that audio is
-        // transcoded for a receiver, so are its events (numbered in the transcoded stream).
-        let event_audio = match pkt.codec {
-            c if c.is_event() => transcoding.stream_codec(feed.publisher.id, pkt.facts.ssrc),
-            _ => None,
-        };
         let mut cx = Cx {
             out,
             keyframes: &mut scratch.keyframes,
@@ -222,17 +317,37 @@ impl Room {
             if !r.role.subscribes {
                 continue;
             }
-            match plan(pkt.codec, event_audio, r) {
-                Plan::Relay(c) => sub.forward(s, pkt, c, r, &mut cx),
-                Plan::Transcode(format) => scratch.transcode_to.push((s, format)),
-                Plan::Drop(why) => r.leg.counters_mut().drop(why),
+            for (n, pkt) in pkts.iter().enumerate() {
+                // A telephone-event packet goes with its stream's audio: where that audio is
+                // transcoded for a receiver, so are its events (numbered in the transcoded
+                // stream).
+                let event_audio = match pkt.codec {
+                    c if c.is_event() => {
+                        transcoding.stream_codec(feed.publisher.id, pkt.facts.ssrc)
+                    }
+                    _ => None,
+                };
+                match plan(pkt.codec, event_audio, r) {
+                    Plan::Relay(c) => sub.forward(s, pkt, c, r, &mut cx),
+                    Plan::Transcode(format) => scratch.transcode_run.push((n, s, format)),
+                    Plan::Drop(why) => r.leg.counters_mut().drop(why),
+                }
             }
         }
         let publisher = feed.publisher;
-        if !self.scratch.transcode_to.is_empty() {
-            self.transcode(publisher, pkt, out);
+        if !self.scratch.transcode_run.is_empty() {
+            let mut run = std::mem::take(&mut self.scratch.transcode_run);
+            for (n, pkt) in pkts.iter().enumerate() {
+                let to = &mut self.scratch.transcode_to;
+                to.extend(run.iter().filter(|t| t.0 == n).map(|&(_, s, f)| (s, f)));
+                if !to.is_empty() {
+                    self.transcode(publisher, pkt, out);
+                }
+            }
+            run.clear();
+            self.scratch.transcode_run = run;
         }
-        self.ask_keyframes(pkt.received, out);
+        self.ask_keyframes(last.received, out);
     }
 
     /// The place in the publisher's streams of `pkt`'s stream: made the first time (with its
