@@ -6,9 +6,10 @@
 //! with them, over real sockets).
 //!
 //! Each timed step is one packet (a 1,000-byte payload) handed to the shard and every output
-//! taken (or, in the burst case, eight packets handed over before the outputs are taken, as a
-//! loaded worker's receive batch brings them), the room's timers fired when due (RTCP
-//! reports, feedback), simulated time moving 20 ms per packet. Throughput is in copies.
+//! taken (in the cold case, with every cache emptied before each packet; in the burst case,
+//! eight packets handed over before the outputs are taken, as a loaded worker's receive batch
+//! brings them), the room's timers fired when due (RTCP reports, feedback), simulated time
+//! moving 20 ms per packet. Throughput is in copies.
 //!
 //! `cargo bench -p secrelay-gateway --bench fanout`
 
@@ -91,6 +92,30 @@ fn fanout(c: &mut Criterion) {
             spent
         })
     });
+    // The same with the caches emptied before each packet (untimed): the copies' buffers and
+    // every receiver's state come from memory, as on a live worker whose caches the kernel's
+    // send path and the other processes on the machine have taken over since the last packet.
+    let mut evict = vec![0u8; EVICT_BYTES];
+    g.bench_function("broadcast_500_viewers_aes_gcm_cold_caches", |b| {
+        b.iter_custom(|packets| {
+            let mut spent = Duration::ZERO;
+            for k in 0..packets {
+                if k % CONSENT_EVERY == 0 {
+                    consent(&mut h);
+                }
+                let p = h.srtp(publisher, &PAYLOAD).1;
+                h.now += Duration::from_millis(20);
+                let now = h.now;
+                evict_caches(&mut evict, k);
+                let start = Instant::now();
+                h.shard.handle(now, Datagram::classify(from, &p, now));
+                let sent = drain(&mut h.shard, now);
+                spent += start.elapsed();
+                assert_eq!(sent, u64::from(VIEWERS), "a copy for each viewer");
+            }
+            spent
+        })
+    });
     g.throughput(Throughput::Elements(u64::from(VIEWERS) * BURST));
     g.bench_function("broadcast_500_viewers_aes_gcm_burst_of_8", |b| {
         b.iter_custom(|bursts| {
@@ -115,6 +140,18 @@ fn fanout(c: &mut Criterion) {
         })
     });
     g.finish();
+}
+
+/// Bytes written between two packets of the cold case: more than the last-level cache of the
+/// machines measured (32 MiB of L3 on the 2-core EPYC of docs/benchmarks.md).
+const EVICT_BYTES: usize = 64 << 20;
+
+/// Writes over every line of `buf`, a different value each time.
+fn evict_caches(buf: &mut [u8], k: u64) {
+    for line in buf.chunks_mut(64) {
+        line[0] = line[0].wrapping_add(k as u8 | 1);
+    }
+    std::hint::black_box(&buf);
 }
 
 /// Packets read in one batch when the broadcaster's packets arrive faster than the shard
