@@ -820,6 +820,8 @@ pub struct Shard {
     mirrors: HashMap<PipeKey, MemberKey>,
     /// A run of received RTP handed to its room (kept for its allocation; empty between runs).
     routing: Vec<Received<'static>>,
+    /// How many datagrams of the run being accepted were counted (at their member or here).
+    run_counted: usize,
 }
 
 impl std::fmt::Debug for Shard {
@@ -857,6 +859,7 @@ impl Shard {
             index: 0,
             mirrors: HashMap::new(),
             routing: Vec::new(),
+            run_counted: 0,
         }
     }
 
@@ -1122,9 +1125,12 @@ impl Shard {
         while !rest.is_empty() {
             let (run, tail) = rest.split_at(run_len(rest));
             let (slot, room_gen) = (run[0].slot, run[0].room_gen);
+            self.run_counted = 0;
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.accept_run(run)));
             if r.is_err() {
-                self.count_drops(DropReason::InternalError, run.len() as u64);
+                // The datagrams not counted yet, or (all were) the one being routed.
+                let lost = run.len().saturating_sub(self.run_counted).max(1);
+                self.count_drops(DropReason::InternalError, lost as u64);
                 self.abandon_room(slot, room_gen);
             }
             rest = tail;
@@ -1148,6 +1154,7 @@ impl Shard {
             out,
             routing,
             counters,
+            run_counted,
             ..
         } = self;
         let Some(s) = rooms
@@ -1156,25 +1163,31 @@ impl Shard {
             .filter(|s| s.room_gen == room_gen)
         else {
             counters.media.drops[DropReason::UnknownSource] += run.len() as u64;
+            *run_counted = run.len();
             return;
         };
         let mut ready: Vec<Received<'_>> = recycle(std::mem::take(routing));
         for st in run {
-            let Some(received) = st.received else {
-                counters.media.drops[DropReason::InternalError] += 1;
-                continue;
-            };
-            let n = match s
-                .room
-                .with_leg(member, out, |leg| accept(leg, st, received))
-            {
-                Some(Some(n)) => n,
-                Some(None) => continue,
+            let taken = match st.received {
                 None => {
-                    counters.media.drops[DropReason::UnknownSource] += 1;
-                    continue;
+                    counters.media.drops[DropReason::InternalError] += 1;
+                    None
+                }
+                Some(received) => {
+                    match s
+                        .room
+                        .with_leg(member, out, |leg| accept(leg, st, received))
+                    {
+                        Some(n) => n.map(|n| (n, received)),
+                        None => {
+                            counters.media.drops[DropReason::UnknownSource] += 1;
+                            None
+                        }
+                    }
                 }
             };
+            *run_counted += 1;
+            let Some((n, received)) = taken else { continue };
             let plain = st.buf.get(..n).unwrap_or_default();
             match st.what {
                 What::Rtp(facts) => ready.push(Received {

@@ -760,3 +760,45 @@ fn a_transcoded_receiver_keeps_its_slot_and_numbering_when_the_talker_changes() 
     assert_eq!(c.transcoded, c.forwarded);
     assert_eq!(c.unslotted, 0);
 }
+
+#[test]
+fn a_browsers_first_audio_and_its_dtmf_in_one_receive_batch_reach_a_phone_transcoded() {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    let phone = h
+        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    // One receive batch: the browser's first Opus packets (the phone's PCMU stream starts with
+    // them), then "5" on its telephone-event/48000 payload type, with no drain between.
+    let pt = h.client(b).pt;
+    for p in opus_packets(500.0, 3) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+    }
+    let gen = DtmfGenerator::new(48_000, 20, 10).unwrap();
+    let ev = secrelay_media::dtmf::event_for_char('5').unwrap();
+    let mut sent = 0;
+    h.client(b).pt = 110;
+    for ep in gen.event_packets(ev, 0, gen.ticks(60)) {
+        let (_, srtp) = h.srtp(b, &ep.event.to_bytes());
+        h.send(b, &srtp);
+        sent += 1;
+    }
+    h.client(b).pt = pt;
+    assert_eq!(h.shard.staged(), 3 + sent, "one batch");
+    h.pump();
+    let rx = phone_rx(&h, phone);
+    assert_eq!(
+        rx.iter().filter(|p| p.0 == 0).count(),
+        3,
+        "the audio, as PCMU"
+    );
+    let events: Vec<_> = rx.iter().filter(|p| p.0 == 101).collect();
+    assert_eq!(
+        events.len(),
+        sent,
+        "each event, on the phone's payload type"
+    );
+    let m = h.phone_counters(phone).unwrap();
+    assert_eq!(m.drops[DropReason::NoCodec], 0);
+}

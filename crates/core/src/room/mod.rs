@@ -228,8 +228,8 @@ struct Scratch {
     /// the distinct formats among them.
     transcode_to: Vec<(u32, Format)>,
     formats: Vec<Format>,
-    /// A run's packets to transcode: (place in the run, subscription, format).
-    transcode_run: Vec<(usize, u32, Format)>,
+    /// The subscriptions that get a run's packets transcoded, and in which format.
+    transcode_run: Vec<(u32, Format)>,
     /// A run's packets read, waiting to be handed out (kept for its allocation; always empty
     /// between calls).
     run: Vec<SourcePacket<'static>>,

@@ -74,8 +74,8 @@ impl Room {
     /// stream new to a receiver asks its publisher for a keyframe. `false` if there is no such
     /// member.
     ///
-    /// Consecutive packets of one feed are handed out receiver by receiver (each receiver's
-    /// copies of the run one after another, in order), so that a receiver's subscription,
+    /// Consecutive packets of one feed and codec are handed out receiver by receiver (each
+    /// receiver's copies of the run one after another, in order), so that a receiver's subscription,
     /// numbering and SRTP context are loaded once for the run rather than once per packet. A
     /// packet that may change the publisher's feeds (a stream new or not yet placed, a
     /// retransmission) first sends out the packets before it.
@@ -94,7 +94,10 @@ impl Room {
             let Some((f, pkt)) = self.note(ix, p, out) else {
                 continue;
             };
-            if f != feed {
+            // A run is one codec of one feed: a receiver's plan (relayed, transcoded, dropped)
+            // is then the same for each of its packets, and a change of codec (an event, comfort
+            // noise, a switch) sees the transcoding the packets before it set up.
+            if f != feed || pending.last().is_some_and(|q| q.codec != pkt.codec) {
                 self.fan_out_run(feed, &mut pending, out);
                 feed = f;
             }
@@ -106,14 +109,16 @@ impl Room {
     }
 
     /// Whether a packet from the member at place `ix` goes on a stream it already has, placed
-    /// (its feed will not change), and is no retransmission.
+    /// (its feed will not change: audio, a simulcast layer already bound, or video of a member
+    /// that sends no simulcast), and is no retransmission.
     fn settled(&self, ix: u32, p: &Received<'_>) -> bool {
         let src = &self.members[ix];
         let Some(codec) = src.neg.codec(p.facts.payload_type) else {
             return false;
         };
+        let placed = |k: usize| src.streams[k].layer.is_some() || src.simulcast.is_empty();
         src.stream_index(p.facts.ssrc)
-            .is_some_and(|k| codec.is_audio() || src.streams[k].layer.is_some())
+            .is_some_and(|k| codec.is_audio() || placed(k))
     }
 
     /// A packet from the member at place `ix`, noted at the source: its transport-wide
@@ -286,10 +291,10 @@ impl Room {
         }
     }
 
-    /// Hands `pkts` (consecutive packets of feed `f`) to each subscription of the feed, each
-    /// taking them all in order before the next does: relayed, or collected for transcoding
-    /// (then each packet decoded once and encoded once per format), or dropped and counted at
-    /// the receiver; then the keyframes they made necessary are asked for.
+    /// Hands `pkts` (consecutive packets of feed `f`, all of one codec) to each subscription
+    /// of the feed, each taking them all in order before the next does: relayed, or collected
+    /// for transcoding (then each packet decoded once and encoded once per format), or dropped
+    /// and counted at the receiver; then the keyframes they made necessary are asked for.
     fn fan_out(&mut self, f: u32, pkts: &[SourcePacket<'_>], out: &mut RoomOut) {
         let Some(last) = pkts.last() else { return };
         let Room {
@@ -302,6 +307,12 @@ impl Room {
             ..
         } = self;
         let feed = &feeds[f];
+        // A telephone-event packet goes with its stream's audio: where that audio is
+        // transcoded for a receiver, so are its events (numbered in the transcoded stream).
+        let event_audio = match last.codec {
+            c if c.is_event() => transcoding.stream_codec(feed.publisher.id, last.facts.ssrc),
+            _ => None,
+        };
         let mut cx = Cx {
             out,
             keyframes: &mut scratch.keyframes,
@@ -317,35 +328,29 @@ impl Room {
             if !r.role.subscribes {
                 continue;
             }
-            for (n, pkt) in pkts.iter().enumerate() {
-                // A telephone-event packet goes with its stream's audio: where that audio is
-                // transcoded for a receiver, so are its events (numbered in the transcoded
-                // stream).
-                let event_audio = match pkt.codec {
-                    c if c.is_event() => {
-                        transcoding.stream_codec(feed.publisher.id, pkt.facts.ssrc)
+            match plan(last.codec, event_audio, r) {
+                Plan::Relay(c) => {
+                    for pkt in pkts {
+                        sub.forward(s, pkt, c, r, &mut cx);
                     }
-                    _ => None,
-                };
-                match plan(pkt.codec, event_audio, r) {
-                    Plan::Relay(c) => sub.forward(s, pkt, c, r, &mut cx),
-                    Plan::Transcode(format) => scratch.transcode_run.push((n, s, format)),
-                    Plan::Drop(why) => r.leg.counters_mut().drop(why),
+                }
+                Plan::Transcode(format) => scratch.transcode_run.push((s, format)),
+                Plan::Drop(why) => {
+                    for _ in pkts {
+                        r.leg.counters_mut().drop(why);
+                    }
                 }
             }
         }
         let publisher = feed.publisher;
         if !self.scratch.transcode_run.is_empty() {
-            let mut run = std::mem::take(&mut self.scratch.transcode_run);
-            for (n, pkt) in pkts.iter().enumerate() {
-                let to = &mut self.scratch.transcode_to;
-                to.extend(run.iter().filter(|t| t.0 == n).map(|&(_, s, f)| (s, f)));
-                if !to.is_empty() {
-                    self.transcode(publisher, pkt, out);
-                }
+            let run = std::mem::take(&mut self.scratch.transcode_run);
+            for pkt in pkts {
+                self.scratch.transcode_to.extend_from_slice(&run);
+                self.transcode(publisher, pkt, out);
             }
-            run.clear();
             self.scratch.transcode_run = run;
+            self.scratch.transcode_run.clear();
         }
         self.ask_keyframes(last.received, out);
     }
