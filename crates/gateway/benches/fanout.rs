@@ -68,29 +68,40 @@ fn drain(shard: &mut Shard, now: Instant) -> u64 {
     }
 }
 
+/// `packets` packets from `publisher`, each handed to the shard and its copies taken (timed)
+/// after `before` ran (untimed); the time taken.
+fn one_at_a_time(
+    h: &mut Harness,
+    publisher: usize,
+    packets: u64,
+    mut before: impl FnMut(u64),
+) -> Duration {
+    let from = h.members[publisher].client.addr;
+    let mut spent = Duration::ZERO;
+    for k in 0..packets {
+        if k % CONSENT_EVERY == 0 {
+            consent(h);
+        }
+        let p = h.srtp(publisher, &PAYLOAD).1;
+        h.now += Duration::from_millis(20);
+        let now = h.now;
+        before(k);
+        let start = Instant::now();
+        h.shard.handle(now, Datagram::classify(from, &p, now));
+        let sent = drain(&mut h.shard, now);
+        spent += start.elapsed();
+        assert_eq!(sent, u64::from(VIEWERS), "a copy for each viewer");
+    }
+    spent
+}
+
 fn fanout(c: &mut Criterion) {
     let (mut h, publisher) = broadcast();
     let from = h.members[publisher].client.addr;
     let mut g = c.benchmark_group("fanout");
     g.throughput(Throughput::Elements(u64::from(VIEWERS)));
     g.bench_function("broadcast_500_viewers_aes_gcm", |b| {
-        b.iter_custom(|packets| {
-            let mut spent = Duration::ZERO;
-            for k in 0..packets {
-                if k % CONSENT_EVERY == 0 {
-                    consent(&mut h);
-                }
-                let p = h.srtp(publisher, &PAYLOAD).1;
-                h.now += Duration::from_millis(20);
-                let now = h.now;
-                let start = Instant::now();
-                h.shard.handle(now, Datagram::classify(from, &p, now));
-                let sent = drain(&mut h.shard, now);
-                spent += start.elapsed();
-                assert_eq!(sent, u64::from(VIEWERS), "a copy for each viewer");
-            }
-            spent
-        })
+        b.iter_custom(|packets| one_at_a_time(&mut h, publisher, packets, |_| {}))
     });
     // The same with the caches emptied before each packet (untimed): the copies' buffers and
     // every receiver's state come from memory, as on a live worker whose caches the kernel's
@@ -98,22 +109,7 @@ fn fanout(c: &mut Criterion) {
     let mut evict = vec![0u8; EVICT_BYTES];
     g.bench_function("broadcast_500_viewers_aes_gcm_cold_caches", |b| {
         b.iter_custom(|packets| {
-            let mut spent = Duration::ZERO;
-            for k in 0..packets {
-                if k % CONSENT_EVERY == 0 {
-                    consent(&mut h);
-                }
-                let p = h.srtp(publisher, &PAYLOAD).1;
-                h.now += Duration::from_millis(20);
-                let now = h.now;
-                evict_caches(&mut evict, k);
-                let start = Instant::now();
-                h.shard.handle(now, Datagram::classify(from, &p, now));
-                let sent = drain(&mut h.shard, now);
-                spent += start.elapsed();
-                assert_eq!(sent, u64::from(VIEWERS), "a copy for each viewer");
-            }
-            spent
+            one_at_a_time(&mut h, publisher, packets, |k| evict_caches(&mut evict, k))
         })
     });
     g.throughput(Throughput::Elements(u64::from(VIEWERS) * BURST));
