@@ -413,6 +413,11 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if let Some([p50, p90, p99, max]) = r.end_to_end_us {
         println!("  end-to-end delay   p50 {p50} µs, p90 {p90} µs, p99 {p99} µs, max {max} µs (sender to receiver)");
     }
+    if let Some(b) = r.gateway_receive_batch {
+        println!(
+            "  receive batches    {b:.1} SRTP datagrams each on average (one engine call each)"
+        );
+    }
     if let Some(s) = &r.slow_viewer {
         let delay = s.delay_us.map_or_else(
             || "no delay measured".to_owned(),

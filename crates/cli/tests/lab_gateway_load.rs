@@ -39,6 +39,12 @@ fn gateway_load_mixes_webrtc_sdes_and_plain_legs_in_each_room() {
 
     assert_eq!(r["participants"], 16, "{r}");
     assert_eq!(r["connected"], 16, "every participant connected: {r}");
+    // The WebRTC and SDES legs' SRTP went through receive batches of at least one datagram.
+    let batch = r["gateway_receive_batch"]
+        .as_f64()
+        .expect("a receive batch figure");
+    assert!(batch >= 1.0, "{r}");
+    assert!(stdout.contains("receive batches"), "{stdout}");
     assert_eq!(
         r["legs"],
         serde_json::json!(["join", "join", "sdes", "plain"]),

@@ -110,6 +110,10 @@ pub struct Scrape {
     pub shedding_max: f64,
     /// `secrelay_worker_participants`, by worker index: where the participants are.
     pub worker_participants: Vec<u64>,
+    /// `secrelay_srtp_batches_total`: SRTP engine calls that unprotected a receive batch.
+    pub srtp_batches: f64,
+    /// `secrelay_srtp_batched_packets_total`: the media datagrams in those calls.
+    pub srtp_batched: f64,
 }
 
 impl Scrape {
@@ -156,6 +160,10 @@ pub fn parse_metrics(text: &str) -> Scrape {
             s.decoded = v;
         } else if name == "secrelay_media_encoded_total" {
             s.encoded = v;
+        } else if name == "secrelay_srtp_batches_total" {
+            s.srtp_batches = v;
+        } else if name == "secrelay_srtp_batched_packets_total" {
+            s.srtp_batched = v;
         } else if name.starts_with("secrelay_worker_load{") {
             s.worker_load_max = s.worker_load_max.max(v);
         } else if let Some(w) = name
@@ -274,6 +282,10 @@ pub struct LoadReport {
     pub gateway_encoded: f64,
     /// Its drops during the window, by reason (non-zero only).
     pub gateway_drops: Vec<(String, f64)>,
+    /// SRTP datagrams per receive batch during the window (the mean of what each engine call
+    /// unprotected at once: more when a worker falls behind; a publisher's consecutive packets
+    /// in one are routed together).
+    pub gateway_receive_batch: Option<f64>,
     /// Relay latency quantiles in µs (p50, p90, p99, p99.9) from the gateway's histogram
     /// during the window (bucket upper bounds: ≤ 25 % above the true value).
     pub relay_latency_us: Option<[f64; 4]>,
@@ -648,6 +660,9 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
         gateway_decoded: after.decoded - before.decoded,
         gateway_encoded: after.encoded - before.encoded,
         gateway_drops: drops,
+        gateway_receive_batch: Some(after.srtp_batches - before.srtp_batches)
+            .filter(|&n| n > 0.0)
+            .map(|n| (after.srtp_batched - before.srtp_batched) / n),
         relay_latency_us: relay,
         end_to_end_us: r.delay_us,
         gateway_cpu_secs: cpu,
@@ -705,6 +720,10 @@ mod tests {
         assert_eq!(gauges.feedback, vec![("nacked".to_string(), 4.0)]);
         let t = parse_metrics("secrelay_media_transcoded_total 7\nsecrelay_media_decoded_total 3\nsecrelay_media_encoded_total 2\n");
         assert_eq!((t.transcoded, t.decoded, t.encoded), (7.0, 3.0, 2.0));
+        let b = parse_metrics(
+            "secrelay_srtp_batches_total 40\nsecrelay_srtp_batched_packets_total 90\n",
+        );
+        assert_eq!((b.srtp_batches, b.srtp_batched), (40.0, 90.0));
         let w = parse_metrics(
             "secrelay_worker_load{worker=\"0\"} 0.4\nsecrelay_worker_load{worker=\"1\"} 0.97\n\
              secrelay_worker_shedding{worker=\"0\"} 0\nsecrelay_worker_shedding{worker=\"1\"} 2\n\
