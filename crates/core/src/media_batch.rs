@@ -298,7 +298,12 @@ fn name_contexts(
     keys: &mut Vec<(usize, MemberAt)>,
     context_of: &mut Vec<usize>,
 ) {
-    let Naming { seen, order, rank } = scratch;
+    let Naming {
+        seen,
+        order,
+        rank,
+        sorted,
+    } = scratch;
     seen.clear();
     keys.clear();
     context_of.clear();
@@ -323,7 +328,10 @@ fn name_contexts(
     for c in context_of.iter_mut() {
         *c = rank[*c];
     }
-    keys.sort_unstable();
+    // The keys themselves in that order (no second sort: the lists trade allocations).
+    sorted.clear();
+    sorted.extend(order.iter().map(|&k| keys[k]));
+    std::mem::swap(keys, sorted);
 }
 
 /// Scratch lists of [`name_contexts`], kept between batches for their allocations.
@@ -332,6 +340,7 @@ struct Naming {
     seen: HashMap<(usize, MemberAt), usize, foldhash::fast::RandomState>,
     order: Vec<usize>,
     rank: Vec<usize>,
+    sorted: Vec<(usize, MemberAt)>,
 }
 
 /// Contexts borrowed from their participants, `None` where a member is gone or not keyed.

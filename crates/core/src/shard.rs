@@ -726,7 +726,6 @@ impl QueuedPiped {
     }
 }
 
-/// An event, queued.
 /// How many of the staged datagrams at the start of `staged` make one run: SRTP one member of
 /// one room sent one after another (routed together), else the first alone.
 fn run_len(staged: &[Staged]) -> usize {
@@ -767,6 +766,7 @@ fn accept(leg: &mut Leg, st: &Staged, received: Instant) -> Option<usize> {
     Some(n)
 }
 
+/// An event, queued.
 fn queued_event(e: Event) -> Queued {
     Queued::Event(Box::new(e))
 }

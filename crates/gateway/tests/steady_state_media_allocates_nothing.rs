@@ -85,12 +85,21 @@ fn setup(members: u8) -> Setup {
     Setup { h, packets }
 }
 
-fn rounds(s: &mut Setup, range: std::ops::Range<usize>) -> (usize, usize) {
-    batches(s, range, 1)
+/// Rounds before `measured` warm up (the first packets make the SRTP streams and fill the
+/// buffer pools); then the rounds of `measured`, `per_drain` per drain, must allocate nothing.
+/// The copies sent and their bytes in those.
+fn steady(s: &mut Setup, measured: std::ops::Range<usize>, per_drain: usize) -> (usize, usize) {
+    batches(s, 0..measured.start, per_drain);
+    let before = allocs();
+    let total = batches(s, measured, per_drain);
+    let during = allocs() - before;
+    assert_eq!(during, 0, "allocations in steady state");
+    total
 }
 
-/// [`rounds`], `per_drain` rounds handed to the shard before each drain (a loaded worker's
-/// receive batch: every copy of them in flight at once).
+/// Rounds of every member's packets at `range`, `per_drain` rounds handed to the shard before
+/// each drain (a loaded worker's receive batch: every copy of them in flight at once); the
+/// copies sent and their bytes.
 fn batches(s: &mut Setup, range: std::ops::Range<usize>, per_drain: usize) -> (usize, usize) {
     let mut total = (0, 0);
     for first in range.clone().step_by(per_drain) {
@@ -111,29 +120,20 @@ fn batches(s: &mut Setup, range: std::ops::Range<usize>, per_drain: usize) -> (u
 #[test]
 fn a_member_in_and_its_copy_out_allocate_nothing_per_packet() {
     let mut s = setup(2);
-    // Warm-up: the first packets make the SRTP streams and fill the buffer pools.
-    rounds(&mut s, 0..16);
-    let before = allocs();
-    let (n, bytes) = rounds(&mut s, 16..200);
-    let during = allocs() - before;
+    let (n, bytes) = steady(&mut s, 16..200, 1);
     assert_eq!(
         n,
         184 * 2,
         "every packet became a copy for the other member"
     );
     assert!(bytes > 184 * 2 * 160);
-    assert_eq!(during, 0, "allocations in steady state");
 }
 
 #[test]
 fn room_forwarding_allocates_nothing_per_packet() {
     let mut s = setup(3);
-    rounds(&mut s, 0..16);
-    let before = allocs();
-    let (n, _) = rounds(&mut s, 16..200);
-    let during = allocs() - before;
+    let (n, _) = steady(&mut s, 16..200, 1);
     assert_eq!(n, 184 * 3 * 2);
-    assert_eq!(during, 0, "allocations in steady state");
 }
 
 #[test]
@@ -141,12 +141,8 @@ fn a_broadcast_wider_than_a_few_hundred_copies_allocates_nothing_per_packet() {
     // Two publishers and 200 viewers: 400 copies of a round in flight at once, more than a
     // small buffer pool keeps.
     let mut s = broadcast(120);
-    rounds(&mut s, 0..16);
-    let before = allocs();
-    let (n, _) = rounds(&mut s, 16..120);
-    let during = allocs() - before;
+    let (n, _) = steady(&mut s, 16..120, 1);
     assert_eq!(n, 104 * 2 * 200);
-    assert_eq!(during, 0, "allocations in steady state");
 }
 
 #[test]
@@ -154,12 +150,8 @@ fn a_batch_of_a_broadcasts_packets_allocates_nothing_per_packet() {
     // 16 packets of each of the two publishers per drain, as a loaded worker reads them in
     // one batch: 6,400 copies in flight at once.
     let mut s = broadcast(160);
-    batches(&mut s, 0..32, 16);
-    let before = allocs();
-    let (n, _) = batches(&mut s, 32..160, 16);
-    let during = allocs() - before;
+    let (n, _) = steady(&mut s, 32..160, 16);
     assert_eq!(n, 128 * 2 * 200);
-    assert_eq!(during, 0, "allocations in steady state");
 }
 
 /// Two publishers and 200 viewers in one room, `packets` of each publisher made up front.
