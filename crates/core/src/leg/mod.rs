@@ -178,6 +178,22 @@ impl CodecId {
         }
     }
 
+    /// Its place in [`CodecId::ALL`]; `None` for [`CodecId::Other`]. What tables of the
+    /// known codecs are indexed by (no search on a copy's path).
+    pub fn known_index(self) -> Option<usize> {
+        Some(match self {
+            CodecId::Opus => 0,
+            CodecId::Pcmu => 1,
+            CodecId::Pcma => 2,
+            CodecId::G722 => 3,
+            CodecId::TelephoneEvent => 4,
+            CodecId::TelephoneEvent48k => 5,
+            CodecId::Vp8 => 6,
+            CodecId::H264 => 7,
+            CodecId::Other(_) => return None,
+        })
+    }
+
     /// The codec an offered `a=rtpmap` names, if we know it.
     pub fn of(codec: &Codec) -> Option<CodecId> {
         CodecId::ALL

@@ -1262,14 +1262,13 @@ impl WebRtcLeg {
     }
 
     /// Asks the CPU to start loading what a copy to this leg reads of it (where it goes, its
-    /// counters, its sections): a hint for a fan-out loop, a few members ahead.
+    /// counters): a hint for a fan-out loop, a few members ahead.
     pub(crate) fn prefetch_copy(&self) {
-        use secrelay_srtp::simd::prefetch::{line, value};
+        use secrelay_srtp::simd::prefetch::value;
         value(&self.closed, 1);
         value(&self.srtp, 1);
         self.ice.prefetch_usable();
         value(&self.counters, 2);
-        line(self.media.as_ptr().cast());
     }
 
     /// The selected address while it is validated for this leg.

@@ -141,18 +141,23 @@ pub struct Session {
 
 /// What a member negotiated, read once into tables (and again when a renegotiation changes
 /// it, [`crate::room::Room::media_changed`]), so that routing looks nothing up in its SDP.
+// In this order (C layout): what a fan-out reads of every receiver for every packet (the
+// extension ids, the known codecs it takes, its transcoding format) on the first line.
 #[derive(Debug, Clone)]
+#[repr(C)]
 pub(crate) struct Negotiated {
     /// The header extension ids it agreed on.
     pub ext: ExtIds,
+    /// The known codecs it receives, a bit per place in [`CodecId::ALL`].
+    takes_known: u8,
+    /// What it is sent transcoded (or mixed) audio in.
+    pub format: Option<Format>,
     /// The codecs it negotiated, each once: its payload type for it (the first section's) and
     /// whether it receives it (a receiving section with it).
     codecs: Vec<(CodecId, u8, bool)>,
     /// By payload type, the codec's place in `codecs` plus one (0: a type it did not
     /// negotiate).
     by_pt: [u8; 128],
-    /// What it is sent transcoded (or mixed) audio in.
-    pub format: Option<Format>,
 }
 
 impl Negotiated {
@@ -161,6 +166,7 @@ impl Negotiated {
         let mut n = Negotiated {
             ext: ExtIds::of(media),
             codecs: Vec::new(),
+            takes_known: 0,
             by_pt: [0; 128],
             format: Format::for_receiver(media),
         };
@@ -174,6 +180,9 @@ impl Negotiated {
                     }
                 };
                 n.codecs[k].2 |= m.peer_receives;
+                if let (true, Some(i)) = (m.peer_receives, c.known_index()) {
+                    n.takes_known |= 1 << i;
+                }
                 let at = &mut n.by_pt[usize::from(pt & 0x7f)];
                 if *at == 0 {
                     *at = u8::try_from(k + 1).unwrap_or(0);
@@ -196,7 +205,10 @@ impl Negotiated {
 
     /// Whether it receives `codec`.
     pub fn takes(&self, codec: CodecId) -> bool {
-        self.codecs.iter().any(|x| x.0 == codec && x.2)
+        match codec.known_index() {
+            Some(i) => self.takes_known & (1 << i) != 0,
+            None => self.codecs.iter().any(|x| x.0 == codec && x.2),
+        }
     }
 }
 
@@ -209,13 +221,74 @@ pub(crate) struct Slot {
     /// The SSRC announced for the section.
     pub ssrc: u32,
     /// The codecs the section accepted, with its payload type for each.
-    pub codecs: Vec<(CodecId, u8)>,
+    pub codecs: PtTable,
+    /// The section's mid, as a copy's header extension carries it.
+    pub mid: ShortMid,
     /// The subscription on it now.
     pub holder: Option<u32>,
     /// Where the last stream on it stopped: what the next one continues from.
     pub tail: Option<Tail>,
     /// The next sequence number of our retransmissions (RTX) on the section.
     pub rtx_seq: u16,
+}
+
+/// Payload types by codec: the known codecs' by their place in [`CodecId::ALL`], inline (a
+/// fan-out reads one per copy, and a list behind a pointer was a cache miss per receiver);
+/// the formats the gateway only relays, in a list searched for those alone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct PtTable {
+    known: [Option<u8>; CodecId::ALL.len()],
+    others: Vec<(CodecId, u8)>,
+}
+
+impl PtTable {
+    /// The table of `codecs` (the first payload type of a codec listed twice).
+    fn of(codecs: &[(CodecId, u8)]) -> PtTable {
+        let mut t = PtTable::default();
+        for &(c, pt) in codecs {
+            match c.known_index() {
+                Some(i) => {
+                    t.known[i].get_or_insert(pt);
+                }
+                None if t.others.iter().all(|x| x.0 != c) => t.others.push((c, pt)),
+                None => {}
+            }
+        }
+        t
+    }
+
+    /// The payload type for `codec`.
+    fn get(&self, codec: CodecId) -> Option<u8> {
+        match codec.known_index() {
+            Some(i) => self.known[i],
+            None => self.others.iter().find(|x| x.0 == codec).map(|x| x.1),
+        }
+    }
+}
+
+/// A section's mid as a copy's `sdes:mid` header extension carries it, inline: at most 16
+/// bytes (RFC 8285's one-byte form); a longer one is kept empty, so it is not written.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ShortMid {
+    len: u8,
+    bytes: [u8; 16],
+}
+
+impl ShortMid {
+    fn of(mid: &str) -> ShortMid {
+        let mut m = ShortMid::default();
+        if let Some(dst) = m.bytes.get_mut(..mid.len()) {
+            dst.copy_from_slice(mid.as_bytes());
+            m.len = mid.len() as u8;
+        }
+        m
+    }
+
+    /// The mid (empty when it was longer than 16 bytes).
+    pub fn as_str(&self) -> &str {
+        let b = self.bytes.get(..usize::from(self.len)).unwrap_or_default();
+        std::str::from_utf8(b).unwrap_or_default()
+    }
 }
 
 /// The last packet sent on a slot.
@@ -232,7 +305,8 @@ impl Slot {
         let mut s = Slot {
             section,
             ssrc: m.our_ssrc,
-            codecs: Vec::new(),
+            codecs: PtTable::default(),
+            mid: ShortMid::default(),
             holder: None,
             tail: None,
             rtx_seq: random_u32() as u16,
@@ -244,13 +318,14 @@ impl Slot {
     /// Reads the section's codecs again, and its SSRC (a leg taken over from another node
     /// takes the SSRCs its peer knows).
     fn read(&mut self, m: &NegotiatedMedia) {
-        self.codecs.clone_from(&m.codecs);
+        self.codecs = PtTable::of(&m.codecs);
+        self.mid = ShortMid::of(&m.mid);
         self.ssrc = m.our_ssrc;
     }
 
     /// The section's payload type for `codec`, if it accepted it (its first).
     pub fn pt(&self, codec: CodecId) -> Option<u8> {
-        self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
+        self.codecs.get(codec)
     }
 
     /// The next sequence number on the section's RTX stream.
@@ -505,14 +580,17 @@ impl Member {
     }
 
     /// Asks the CPU to start loading what forwarding a copy to this member reads: its role
-    /// and tables, slots, RTCP and congestion state, and its leg's. A hint a fan-out gives a
-    /// few receivers ahead, so that their lines arrive while it writes the current copies.
-    pub fn prefetch_copy(&self) {
+    /// and tables, the slot the copy goes on (`slot`), RTCP and congestion state, and its
+    /// leg's. A hint a fan-out gives a few receivers ahead, so that their lines arrive while
+    /// it writes the current copies.
+    pub fn prefetch_copy(&self, slot: Option<usize>) {
         use secrelay_srtp::simd::prefetch::{line, value};
         value(&self.role, 1);
         value(&self.neg, 1);
-        line(self.neg.codecs.as_ptr().cast());
-        line(self.slots.as_ptr().cast());
+        match slot.and_then(|k| self.slots.get(k)) {
+            Some(s) => value(s, 3),
+            None => line(self.slots.as_ptr().cast()),
+        }
         value(&self.rtcp, 2);
         self.rtcp.prefetch_sent();
         if let Some(cc) = &self.cc {
@@ -521,17 +599,18 @@ impl Member {
         self.leg.prefetch_copy();
     }
 
-    /// The mid of the section a stream of `codec` is sent to the member on (its slot's, else
-    /// the first receiving section that takes the codec).
+    /// The mid of the section a stream of `codec` is sent to the member on, as a copy's
+    /// header extension carries it (its slot's, else the first receiving section's that takes
+    /// the codec; empty when longer than 16 bytes).
     pub fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &str {
-        let media = self.leg.media();
-        slot.and_then(|k| media.get(self.slots[k].section))
-            .or_else(|| {
-                media
-                    .iter()
-                    .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
-            })
-            .map_or("", |m| m.mid.as_str())
+        if let Some(s) = slot.and_then(|k| self.slots.get(k)) {
+            return s.mid.as_str();
+        }
+        self.leg
+            .media()
+            .iter()
+            .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
+            .map_or("", |m| if m.mid.len() <= 16 { m.mid.as_str() } else { "" })
     }
 
     /// The next transport-wide sequence number of what we send it (noted as sent at `at` with
@@ -652,5 +731,39 @@ mod tests {
             !n.takes(CodecId::Opus),
             "only sent on a section it does not receive on"
         );
+        let other = CodecId::Other(7);
+        let media = [section(&[(other, 96), (CodecId::Vp8, 97)], true)];
+        let n = Negotiated::of(&media);
+        assert!(n.takes(other) && n.takes(CodecId::Vp8) && !n.takes(CodecId::Other(8)));
+    }
+
+    #[test]
+    fn every_known_codec_has_its_place_in_the_tables() {
+        for (i, c) in CodecId::ALL.into_iter().enumerate() {
+            assert_eq!(c.known_index(), Some(i), "{c:?}");
+        }
+        assert_eq!(CodecId::Other(1).known_index(), None);
+    }
+
+    #[test]
+    fn a_slot_reads_its_sections_payload_types_and_mid() {
+        let other = CodecId::Other(7);
+        let codecs = [
+            (CodecId::Vp8, 96),
+            (CodecId::Vp8, 98),
+            (other, 100),
+            (other, 101),
+        ];
+        let mut m = section(&codecs, true);
+        m.mid = "video-1".into();
+        let s = Slot::new(0, &m);
+        assert_eq!(s.pt(CodecId::Vp8), Some(96), "the first type of a codec listed twice");
+        assert_eq!(s.pt(other), Some(100));
+        assert_eq!((s.pt(CodecId::H264), s.pt(CodecId::Other(8))), (None, None));
+        assert_eq!(s.mid.as_str(), "video-1");
+        m.mid = "a-mid-of-seventeen".into();
+        let long = Slot::new(0, &m);
+        assert_eq!(long.mid.as_str(), "", "longer than a one-byte extension carries");
+        assert_eq!(ShortMid::of("0123456789abcdef").as_str(), "0123456789abcdef");
     }
 }

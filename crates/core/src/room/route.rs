@@ -629,8 +629,8 @@ fn prefetch_ahead(
         subs.prefetch(s, 3);
     }
     let ahead = list.get(i + RECEIVER_AHEAD).and_then(|&s| subs.get(s));
-    if let Some(r) = ahead.and_then(|sub| members.get(sub.receiver)) {
-        r.prefetch_copy();
+    if let Some((sub, r)) = ahead.and_then(|sub| Some((sub, members.get(sub.receiver)?))) {
+        r.prefetch_copy(sub.slot);
     }
 }
 
