@@ -3,11 +3,13 @@
 //! estimate from the true arrival times); the gateway's receiver reports reach the member
 //! protected with the member's keys (SRTCP) and say the same; a member that is sent media gets
 //! sender reports whose counts are what it was sent, and the round-trip time comes from its
-//! reports' LSR and DLSR. Driven through a shard on simulated time.
+//! reports' LSR and DLSR; in a room of forty, each member's reports keep their own schedule.
+//! Driven through a shard on simulated time.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use secrelay_gateway::shard::JoinKind;
 use secrelay_srtp::Profile;
 use secrelay_testkit::gateway::Harness;
 use secrelay_testkit::link::{Air, Link};
@@ -262,4 +264,56 @@ fn next_report(h: &mut Harness, i: usize) -> (Vec<u8>, Instant) {
         }
     }
     panic!("no report to phone {i}");
+}
+
+/// In a room of forty, each member's reports come on its own schedule (one every 2.5 to
+/// 7.5 s, randomized), and the shard is woken about as often as something falls due: the
+/// room's timer loses no member and spins on none, whatever the others do (here they check
+/// consent every 5 s, as browsers do).
+#[test]
+fn each_member_of_a_room_of_forty_gets_its_reports_on_its_own_schedule() {
+    let mut h = Harness::simd();
+    for n in 0..40u8 {
+        h.join_connected("many", n + 1, JoinKind::Join);
+    }
+    let start = h.now;
+    let end = start + Duration::from_secs(60);
+    let mut next_consent = start;
+    let mut wakes = 0u32;
+    while h.now < end {
+        if h.now >= next_consent {
+            for i in 0..h.members.len() {
+                let answer = h.members[i].answer.clone();
+                let req = h.members[i].client.binding_request(&answer, false);
+                h.send(i, &req);
+            }
+            h.pump();
+            next_consent = h.now + Duration::from_secs(5);
+        }
+        let due = h.shard.poll_timeout().unwrap_or(end);
+        assert!(
+            due > h.now,
+            "a deadline at or before now after its timeout ran"
+        );
+        let t = due.min(next_consent).min(end);
+        wakes += u32::from(t == due);
+        h.advance_to(t);
+    }
+    let snap = h.shard.snapshot(h.now, Some("many"));
+    let sent: Vec<u64> = snap[0]
+        .participants
+        .iter()
+        .map(|p| p.rtcp.reports_sent)
+        .collect();
+    assert_eq!(sent.len(), 40);
+    // 60 s at 2.5 to 7.5 s apart, the first about one interval after joining.
+    for (i, &n) in sent.iter().enumerate() {
+        assert!((7..=25).contains(&n), "member {i} was sent {n} reports");
+    }
+    let total: u64 = sent.iter().sum();
+    // Besides the reports: the legs' own timers, and a deadline that moved later found stale.
+    assert!(
+        u64::from(wakes) <= 2 * total,
+        "{wakes} wakes for {total} reports: the timer fires for what is due"
+    );
 }

@@ -496,6 +496,8 @@ pub(crate) struct Member {
     pub seen: HashMap<u32, (u32, bool)>,
     /// Its subscription to the room's mix, once it was sent one.
     pub mix_sub: Option<u32>,
+    /// When it is on the room's timer for ([`super::timers::Timers`]).
+    pub due: Option<Instant>,
 }
 
 impl std::fmt::Debug for Member {
@@ -546,6 +548,7 @@ impl Member {
             subs: Vec::new(),
             seen: HashMap::new(),
             mix_sub: None,
+            due: None,
             leg,
         }
     }
@@ -610,7 +613,13 @@ impl Member {
             .media()
             .iter()
             .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
-            .map_or("", |m| if m.mid.len() <= 16 { m.mid.as_str() } else { "" })
+            .map_or("", |m| {
+                if m.mid.len() <= 16 {
+                    m.mid.as_str()
+                } else {
+                    ""
+                }
+            })
     }
 
     /// The next transport-wide sequence number of what we send it (noted as sent at `at` with
@@ -757,13 +766,24 @@ mod tests {
         let mut m = section(&codecs, true);
         m.mid = "video-1".into();
         let s = Slot::new(0, &m);
-        assert_eq!(s.pt(CodecId::Vp8), Some(96), "the first type of a codec listed twice");
+        assert_eq!(
+            s.pt(CodecId::Vp8),
+            Some(96),
+            "the first type of a codec listed twice"
+        );
         assert_eq!(s.pt(other), Some(100));
         assert_eq!((s.pt(CodecId::H264), s.pt(CodecId::Other(8))), (None, None));
         assert_eq!(s.mid.as_str(), "video-1");
         m.mid = "a-mid-of-seventeen".into();
         let long = Slot::new(0, &m);
-        assert_eq!(long.mid.as_str(), "", "longer than a one-byte extension carries");
-        assert_eq!(ShortMid::of("0123456789abcdef").as_str(), "0123456789abcdef");
+        assert_eq!(
+            long.mid.as_str(),
+            "",
+            "longer than a one-byte extension carries"
+        );
+        assert_eq!(
+            ShortMid::of("0123456789abcdef").as_str(),
+            "0123456789abcdef"
+        );
     }
 }

@@ -118,6 +118,7 @@ mod route;
 mod rtcp_in;
 mod source;
 mod subscription;
+mod timers;
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -143,6 +144,7 @@ pub use route::Received;
 use member::Member;
 use source::SourcePacket;
 use subscription::{Source, Subscription};
+use timers::Timers;
 
 /// A simulcast layer a member sends, as the API shows it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -238,6 +240,8 @@ struct Scratch {
     /// A mix tick's receivers and their places.
     mix_receivers: Vec<(MemberId, Format)>,
     mix_at: Vec<u32>,
+    /// The members whose deadline came, in a call to [`Room::handle_timeout`].
+    due: Vec<u32>,
 }
 
 /// A room. See the [module documentation](self).
@@ -262,6 +266,8 @@ pub struct Room {
     tag: u64,
     /// At its home: the replicas of the room on other workers ([`pipe`]).
     pipes: Vec<pipe::Pipe>,
+    /// The members at their deadlines.
+    timers: Timers,
 }
 
 impl Default for Room {
@@ -305,6 +311,7 @@ impl Room {
             },
             tag: 0,
             pipes: Vec::new(),
+            timers: Timers::default(),
         }
     }
 
@@ -366,6 +373,7 @@ impl Room {
             .insert(Member::new(placeholder, role, leg.into(), session, rtcp));
         let at = MemberAt { ix, id };
         self.members[ix].at = at;
+        self.timers.arm(&mut self.members[ix]);
         self.by_id.insert(id, ix);
         self.order.push(ix);
         if role.subscribes {
@@ -475,9 +483,11 @@ impl Room {
         f: impl FnOnce(&mut Leg) -> R,
     ) -> Option<R> {
         out.begin(self.tag);
-        let m = self.member_at(at)?;
+        let m = self.members.get_mut(at.ix).filter(|m| m.at == at)?;
         let r = f(&mut m.leg);
         collect(m, out);
+        // What it was handed may have set a timer of its leg.
+        self.timers.arm(m);
         Some(r)
     }
 
@@ -517,6 +527,7 @@ impl Room {
                 .is_some_and(|l| l.send_data(now, msgs))
             {
                 collect(m, out);
+                self.timers.arm(m);
                 sent += 1;
             }
         }
@@ -907,7 +918,13 @@ impl Room {
     pub fn handle_timeout(&mut self, now: Instant, out: &mut RoomOut) {
         out.begin(self.tag);
         let epoch = self.rtcp.epoch.0;
-        for &ix in &self.order {
+        // Taken off the timer first: each is handled once per call, even if its next deadline
+        // is already past.
+        let mut due = std::mem::take(&mut self.scratch.due);
+        while let Some(ix) = self.timers.pop_due(now, &mut self.members) {
+            due.push(ix);
+        }
+        for &ix in &due {
             let m = &mut self.members[ix];
             if m.leg.poll_timeout().is_some_and(|t| now >= t) {
                 m.leg.handle_timeout(now);
@@ -924,21 +941,25 @@ impl Room {
             if let Some(report) = m.rtcp.report_due(&self.rtcp, now, can_send) {
                 rtcp_to(m, &report, out);
             }
+            self.timers.arm(m);
         }
+        due.clear();
+        self.scratch.due = due;
     }
 
-    /// The earliest deadline among the members, RTCP reports included.
+    /// The earliest deadline among the members, RTCP reports included (it may come early: a
+    /// deadline that moved later is found stale then).
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.members
-            .iter()
-            .flat_map(|(_, m)| {
-                [
-                    m.leg.poll_timeout(),
-                    m.rtcp.next_report(),
-                    m.cc.as_ref().and_then(|c| c.next_feedback),
-                ]
-            })
-            .flatten()
+        let next = self.timers.next();
+        debug_assert!(
+            self.members
+                .iter()
+                .filter_map(|(_, m)| timers::deadline(m))
+                .min()
+                .is_none_or(|d| next.is_some_and(|t| t <= d)),
+            "a member's deadline is earlier than the room's timer: a change did not arm it"
+        );
+        next.into_iter()
             .chain(self.mixing.as_ref().and_then(Mixing::next_tick))
             .min()
     }

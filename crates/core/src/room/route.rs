@@ -136,6 +136,7 @@ impl Room {
         // becomes of it (its bandwidth probes too).
         if let (Some(cc), Some(&[a, b])) = (src.cc.as_mut(), facts.ext.get(rtp, src.neg.ext.twcc)) {
             if let Some(t) = cc.arrived(u16::from_be_bytes([a, b]), facts.ssrc, p.received) {
+                self.timers.arm(src);
                 out.push(Out::Wake(t));
             }
         }
