@@ -979,7 +979,7 @@ impl Shard {
         let Some(s) = rooms[key.slot].as_mut() else {
             return;
         };
-        let admitted = s.room.with_leg(key.member, out, |leg| {
+        let admitted = s.room.with_media_leg(key.member, out, |leg| {
             let admitted = leg.admit(d.from, rtcp, now);
             match admitted {
                 // Plain RTP: taken as it is, routed now (nothing to batch).
@@ -1176,7 +1176,7 @@ impl Shard {
                 Some(received) => {
                     match s
                         .room
-                        .with_leg(member, out, |leg| accept(leg, st, received))
+                        .with_media_leg(member, out, |leg| accept(leg, st, received))
                     {
                         Some(n) => n.map(|n| (n, received)),
                         None => {

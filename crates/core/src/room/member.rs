@@ -149,7 +149,7 @@ pub(crate) struct Negotiated {
     /// The header extension ids it agreed on.
     pub ext: ExtIds,
     /// The known codecs it receives, a bit per place in [`CodecId::ALL`].
-    takes_known: u8,
+    takes_known: u16,
     /// What it is sent transcoded (or mixed) audio in.
     pub format: Option<Format>,
     /// The codecs it negotiated, each once: its payload type for it (the first section's) and
@@ -231,6 +231,9 @@ pub(crate) struct Slot {
     /// The next sequence number of our retransmissions (RTX) on the section.
     pub rtx_seq: u16,
 }
+
+// A bit for each known codec in `Negotiated::takes_known`.
+const _: () = assert!(CodecId::ALL.len() <= u16::BITS as usize);
 
 /// Payload types by codec: the known codecs' by their place in [`CodecId::ALL`], inline (a
 /// fan-out reads one per copy, and a list behind a pointer was a cache miss per receiver);

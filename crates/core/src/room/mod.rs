@@ -482,12 +482,28 @@ impl Room {
         out: &mut RoomOut,
         f: impl FnOnce(&mut Leg) -> R,
     ) -> Option<R> {
+        let r = self.with_media_leg(at, out, f)?;
+        // What it was handed may have set a timer of its leg.
+        if let Some(m) = self.members.get_mut(at.ix).filter(|m| m.at == at) {
+            self.timers.arm(m);
+        }
+        Some(r)
+    }
+
+    /// [`Room::with_leg`] for the media path (a datagram admitted, an SRTP packet's result
+    /// taken), which can only move the leg's deadlines later (consent kept, a telephony leg's
+    /// silence timer restarted): the member is not looked at for the room's timer. (Debug
+    /// builds check that in [`Room::poll_timeout`].)
+    pub fn with_media_leg<R>(
+        &mut self,
+        at: MemberAt,
+        out: &mut RoomOut,
+        f: impl FnOnce(&mut Leg) -> R,
+    ) -> Option<R> {
         out.begin(self.tag);
-        let m = self.members.get_mut(at.ix).filter(|m| m.at == at)?;
+        let m = self.member_at(at)?;
         let r = f(&mut m.leg);
         collect(m, out);
-        // What it was handed may have set a timer of its leg.
-        self.timers.arm(m);
         Some(r)
     }
 
