@@ -541,6 +541,29 @@ mod extension_tests {
     }
 
     #[test]
+    fn an_extension_block_is_appended_byte_for_byte() {
+        let long = [7u8; 256];
+        let mut out = vec![0x80, 0x60];
+        let els = [
+            (1, &[0xaa][..]),
+            (0, &[5][..]),
+            (3, &[1, 2, 3][..]),
+            (4, &long[..]),
+        ];
+        write_extension(&mut out, &els);
+        let one_byte = [
+            0x80, 0x60, 0xbe, 0xde, 0, 2, 0x10, 0xaa, 0x32, 1, 2, 3, 0, 0,
+        ];
+        assert_eq!(
+            out, one_byte,
+            "id 0 and a 256-byte element left out, padded"
+        );
+        let mut out = Vec::new();
+        write_extension(&mut out, &[(15, &[1][..]), (2, &[][..])]);
+        assert_eq!(out, [0x10, 0, 0, 2, 15, 1, 1, 2, 0, 0, 0, 0]);
+    }
+
+    #[test]
     fn elements_that_run_past_the_end_stop_the_list() {
         let e = RtpExtension {
             profile: 0xbede,

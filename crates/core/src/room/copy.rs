@@ -71,7 +71,7 @@ pub(crate) struct Extensions<'a> {
     /// The receiver's ids.
     pub ids: ExtIds,
     /// The mid of the section the stream goes to.
-    pub mid: &'a str,
+    pub mid: &'a [u8],
     /// The source's audio level element, when it sent one.
     pub audio_level: Option<&'a [u8]>,
     /// Our send time (24-bit `abs-send-time`).
@@ -144,7 +144,7 @@ fn write_header_with(out: &mut Vec<u8>, o: Original<'_>, e: &Extensions<'_>) {
     let mut n = 0;
     let ids = e.ids;
     if ids.mid != 0 && !e.mid.is_empty() && e.mid.len() <= 16 {
-        els[n] = (ids.mid, e.mid.as_bytes());
+        els[n] = (ids.mid, e.mid);
         n += 1;
     }
     if let (true, Some(level)) = (ids.audio_level != 0, e.audio_level) {
@@ -267,7 +267,7 @@ mod tests {
                 twcc: 3,
                 ..ExtIds::default()
             },
-            mid: "1",
+            mid: b"1",
             audio_level: None,
             abs_send: 0x0012_3456,
             twcc: Some(77),

@@ -287,10 +287,9 @@ impl ShortMid {
         m
     }
 
-    /// The mid (empty when it was longer than 16 bytes).
-    pub fn as_str(&self) -> &str {
-        let b = self.bytes.get(..usize::from(self.len)).unwrap_or_default();
-        std::str::from_utf8(b).unwrap_or_default()
+    /// The mid's bytes (none when it was longer than 16).
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..usize::from(self.len)).unwrap_or_default()
     }
 }
 
@@ -608,20 +607,17 @@ impl Member {
     /// The mid of the section a stream of `codec` is sent to the member on, as a copy's
     /// header extension carries it (its slot's, else the first receiving section's that takes
     /// the codec; empty when longer than 16 bytes).
-    pub fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &str {
+    pub fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &[u8] {
         if let Some(s) = slot.and_then(|k| self.slots.get(k)) {
-            return s.mid.as_str();
+            return s.mid.as_bytes();
         }
         self.leg
             .media()
             .iter()
             .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
-            .map_or("", |m| {
-                if m.mid.len() <= 16 {
-                    m.mid.as_str()
-                } else {
-                    ""
-                }
+            .map_or(&[], |m| match m.mid.len() <= 16 {
+                true => m.mid.as_bytes(),
+                false => &[],
             })
     }
 
@@ -776,17 +772,17 @@ mod tests {
         );
         assert_eq!(s.pt(other), Some(100));
         assert_eq!((s.pt(CodecId::H264), s.pt(CodecId::Other(8))), (None, None));
-        assert_eq!(s.mid.as_str(), "video-1");
+        assert_eq!(s.mid.as_bytes(), b"video-1");
         m.mid = "a-mid-of-seventeen".into();
         let long = Slot::new(0, &m);
         assert_eq!(
-            long.mid.as_str(),
-            "",
+            long.mid.as_bytes(),
+            b"",
             "longer than a one-byte extension carries"
         );
         assert_eq!(
-            ShortMid::of("0123456789abcdef").as_str(),
-            "0123456789abcdef"
+            ShortMid::of("0123456789abcdef").as_bytes(),
+            b"0123456789abcdef"
         );
     }
 }
