@@ -11,6 +11,9 @@
 //! brings them), the room's timers fired when due (RTCP reports, feedback), simulated time
 //! moving 20 ms per packet. Throughput is in copies.
 //!
+//! A second group times the same room's control plane: one viewer's consent check (a STUN
+//! binding request) answered, and the room's next deadline found after it.
+//!
 //! `cargo bench -p secrelay-gateway --bench fanout`
 
 use std::time::{Duration, Instant};
@@ -133,6 +136,32 @@ fn fanout(c: &mut Criterion) {
                 assert_eq!(sent, u64::from(VIEWERS) * BURST, "a copy for each viewer");
             }
             spent
+        })
+    });
+    g.finish();
+
+    // The control plane of the same room: one viewer's consent check (a STUN binding request,
+    // what each browser sends every few seconds), answered, with the room's next deadline
+    // found after it. Requests made beforehand (untimed), the viewers in turn.
+    let mut g = c.benchmark_group("room_of_500");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("consent_check", |b| {
+        b.iter_custom(|checks| {
+            let reqs: Vec<(usize, Vec<u8>)> = (0..checks)
+                .map(|k| {
+                    let i = 1 + (k as usize % usize::from(VIEWERS));
+                    let answer = h.members[i].answer.clone();
+                    (i, h.members[i].client.binding_request(&answer, false))
+                })
+                .collect();
+            let now = h.now;
+            let start = Instant::now();
+            for (i, req) in &reqs {
+                let from = h.members[*i].client.addr;
+                h.shard.handle(now, Datagram::classify(from, req, now));
+                drain(&mut h.shard, now);
+            }
+            start.elapsed()
         })
     });
     g.finish();
