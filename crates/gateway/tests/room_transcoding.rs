@@ -58,6 +58,17 @@ fn opus_browser(h: &mut Harness, room: &str, n: u8) -> usize {
 }
 
 const PCMU_ONLY: &[(u8, &str)] = &[(0, "PCMU/8000"), (101, "telephone-event/8000")];
+
+/// Room "r" with an Opus-only browser (client 1) and a PCMU-only phone (phone 2), both
+/// connected: (harness, browser, phone).
+fn browser_and_pcmu_phone() -> (Harness, usize, usize) {
+    let mut h = Harness::simd();
+    let b = opus_browser(&mut h, "r", 1);
+    let phone = h
+        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    (h, b, phone)
+}
 const PCMA_ONLY: &[(u8, &str)] = &[(8, "PCMA/8000")];
 
 /// (payload type, payload) of what a phone received, in order.
@@ -290,11 +301,7 @@ fn each_sender_is_decoded_once_and_encoded_once_per_receiving_format() {
 
 #[test]
 fn dtmf_arrives_as_sent_with_each_legs_payload_type_and_clock() {
-    let mut h = Harness::simd();
-    let b = opus_browser(&mut h, "r", 1);
-    let phone = h
-        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
-        .unwrap();
+    let (mut h, b, phone) = browser_and_pcmu_phone();
     let mute = h
         .join_phone("r", SimPhone::plain(3).with_formats(PCMA_ONLY))
         .unwrap();
@@ -352,11 +359,7 @@ fn dtmf_arrives_as_sent_with_each_legs_payload_type_and_clock() {
 
 #[test]
 fn undecodable_audio_is_dropped_and_counted_at_its_sender() {
-    let mut h = Harness::simd();
-    let b = opus_browser(&mut h, "r", 1);
-    let phone = h
-        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
-        .unwrap();
+    let (mut h, b, phone) = browser_and_pcmu_phone();
     let good = opus_packets(800.0, 5);
     for p in &good {
         let (_, srtp) = h.srtp(b, p);
@@ -709,11 +712,7 @@ const MIX_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 /// packet there (one 20 ms frame on), so the phone's jitter buffer sees one stream.
 #[test]
 fn a_transcoded_receiver_keeps_its_slot_and_numbering_when_the_talker_changes() {
-    let mut h = Harness::simd();
-    let first = opus_browser(&mut h, "r", 1);
-    let phone = h
-        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
-        .unwrap();
+    let (mut h, first, phone) = browser_and_pcmu_phone();
     let talk = |h: &mut Harness, b: usize, packets: usize| {
         for p in opus_packets(600.0, packets) {
             let (_, srtp) = h.srtp(b, &p);
@@ -763,11 +762,7 @@ fn a_transcoded_receiver_keeps_its_slot_and_numbering_when_the_talker_changes() 
 
 #[test]
 fn a_browsers_first_audio_and_its_dtmf_in_one_receive_batch_reach_a_phone_transcoded() {
-    let mut h = Harness::simd();
-    let b = opus_browser(&mut h, "r", 1);
-    let phone = h
-        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
-        .unwrap();
+    let (mut h, b, phone) = browser_and_pcmu_phone();
     // One receive batch: the browser's first Opus packets (the phone's PCMU stream starts with
     // them), then "5" on its telephone-event/48000 payload type, with no drain between.
     let pt = h.client(b).pt;

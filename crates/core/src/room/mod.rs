@@ -482,12 +482,8 @@ impl Room {
         out: &mut RoomOut,
         f: impl FnOnce(&mut Leg) -> R,
     ) -> Option<R> {
-        let r = self.with_media_leg(at, out, f)?;
         // What it was handed may have set a timer of its leg.
-        if let Some(m) = self.members.get_mut(at.ix).filter(|m| m.at == at) {
-            self.timers.arm(m);
-        }
-        Some(r)
+        self.call_leg(at, out, f, true)
     }
 
     /// [`Room::with_leg`] for the media path (a datagram admitted, an SRTP packet's result
@@ -500,10 +496,24 @@ impl Room {
         out: &mut RoomOut,
         f: impl FnOnce(&mut Leg) -> R,
     ) -> Option<R> {
+        self.call_leg(at, out, f, false)
+    }
+
+    /// [`Room::with_leg`], the member put on the room's timer again after the call when `arm`.
+    fn call_leg<R>(
+        &mut self,
+        at: MemberAt,
+        out: &mut RoomOut,
+        f: impl FnOnce(&mut Leg) -> R,
+        arm: bool,
+    ) -> Option<R> {
         out.begin(self.tag);
-        let m = self.member_at(at)?;
+        let m = self.members.get_mut(at.ix).filter(|m| m.at == at)?;
         let r = f(&mut m.leg);
         collect(m, out);
+        if arm {
+            self.timers.arm(m);
+        }
         Some(r)
     }
 

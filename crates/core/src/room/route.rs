@@ -336,11 +336,7 @@ impl Room {
                     }
                 }
                 Plan::Transcode(format) => scratch.transcode_run.push((s, format)),
-                Plan::Drop(why) => {
-                    for _ in pkts {
-                        r.leg.counters_mut().drop(why);
-                    }
-                }
+                Plan::Drop(why) => r.leg.counters_mut().drops[why] += pkts.len() as u64,
             }
         }
         let publisher = feed.publisher;
