@@ -22,6 +22,12 @@ use crate::proto::{self, attr, method, Seal};
 use crate::quota::{Quotas, Ticket};
 use crate::stats::{Dropped, Ended, Refusal, Stats};
 
+/// The largest datagram relayed, either way: what the gateway's media sockets read (its media
+/// is at most an MTU). A longer one, a UDP client's datagram, data for the peer from a stream
+/// client, or a datagram on a relay port, is dropped whole and counted ([`Dropped::TooLarge`]),
+/// never cut.
+pub const MAX_DATAGRAM: usize = 2048;
+
 /// A client's 5-tuple as the I/O names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ClientKey {
@@ -664,6 +670,10 @@ impl<R, C> Core<R, C> {
             self.stats().dropped(Dropped::NoPermission);
             return Out::Nothing;
         }
+        if data.len() > MAX_DATAGRAM {
+            self.stats().dropped(Dropped::TooLarge);
+            return Out::Nothing;
+        }
         self.stats().relayed(true, data.len());
         Out::ToPeer {
             relay: &a.relay,
@@ -696,6 +706,10 @@ impl<R, C> Core<R, C> {
         };
         if !a.permitted(c.peer.ip(), now.at) {
             self.stats().dropped(Dropped::NoPermission);
+            return Out::Nothing;
+        }
+        if payload.len() > MAX_DATAGRAM {
+            self.stats().dropped(Dropped::TooLarge);
             return Out::Nothing;
         }
         self.stats().relayed(true, payload.len());

@@ -93,9 +93,9 @@ impl std::fmt::Debug for TurnConfig {
 
 /// A stream connection without an allocation is closed after this long without a byte.
 pub const STREAM_IDLE: Duration = Duration::from_secs(30);
-/// The largest datagram a relay takes from a peer (the gateway's are at most an MTU); a longer
-/// one is dropped as malformed.
-const RELAY_DATAGRAM: usize = 8 * 1024;
+pub use crate::core::MAX_DATAGRAM;
+// The io_uring path's receive buffers hold the largest datagram taken, and flag a longer one.
+const _: () = assert!(MAX_DATAGRAM == secrelay_uring::DATAGRAM_MAX);
 
 /// An allocation's relay socket; dropping it ends its receive and closes it.
 #[derive(Debug)]
@@ -332,7 +332,7 @@ impl Inner {
 thread_local! {
     /// A shard thread's buffer for what its relays receive (its tasks run one at a time).
     static RELAY_BUF: std::cell::RefCell<Vec<u8>> =
-        std::cell::RefCell::new(vec![0; HEADROOM + RELAY_DATAGRAM + 1 + TAILROOM]);
+        std::cell::RefCell::new(vec![0; HEADROOM + MAX_DATAGRAM + 1 + TAILROOM]);
 }
 
 /// What one relay socket receives, until its allocation drops it.
@@ -351,9 +351,9 @@ async fn relay_loop(
             r = socket.readable() => if r.is_err() { return },
         }
         RELAY_BUF.with_borrow_mut(|buf| loop {
-            let room = HEADROOM..HEADROOM + RELAY_DATAGRAM + 1;
+            let room = HEADROOM..HEADROOM + MAX_DATAGRAM + 1;
             match socket.try_recv_from(&mut buf[room]) {
-                Ok((n, _)) if n > RELAY_DATAGRAM => stats.dropped(Dropped::Malformed),
+                Ok((n, _)) if n > MAX_DATAGRAM => stats.dropped(Dropped::TooLarge),
                 Ok((n, from)) => {
                     let mut core = shard.lock();
                     let payload = HEADROOM..HEADROOM + n;
@@ -389,7 +389,8 @@ async fn udp_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let local = socket.local_addr().ok();
-    let mut buf = vec![0u8; 65_536];
+    // One byte more than the largest taken, so that a longer datagram shows.
+    let mut buf = vec![0u8; MAX_DATAGRAM + 1];
     let mut out = vec![0u8; 1500];
     loop {
         tokio::select! {
@@ -399,6 +400,10 @@ async fn udp_loop(
         }
         loop {
             let (n, from) = match socket.try_recv_from(&mut buf) {
+                Ok((n, _)) if n > MAX_DATAGRAM => {
+                    inner.shared.stats.dropped(Dropped::TooLarge);
+                    continue;
+                }
                 Ok(x) => x,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(_) => continue,

@@ -72,6 +72,9 @@ reasons! {
     Dropped {
         /// Not STUN or ChannelData, or malformed.
         Malformed => "malformed",
+        /// A datagram longer than the server relays ([`crate::core::MAX_DATAGRAM`]): from a
+        /// client, for the peer, or on a relay port; dropped whole, not cut.
+        TooLarge => "too_large",
         /// An indication or response from a client, or a request of a method we do not serve.
         Unexpected => "unexpected",
         /// Data (ChannelData or Send) on a 5-tuple with no allocation.
@@ -108,9 +111,9 @@ reasons! {
 /// The counters.
 #[derive(Debug, Default)]
 pub struct Stats {
-    refusals: [AtomicU64; 17],
-    drops: [AtomicU64; 10],
-    ended: [AtomicU64; 3],
+    refusals: [AtomicU64; Refusal::ALL.len()],
+    drops: [AtomicU64; Dropped::ALL.len()],
+    ended: [AtomicU64; Ended::ALL.len()],
     /// Requests without a credential answered 401 with a nonce (the first step of every
     /// client's authentication).
     pub challenges: AtomicU64,
@@ -127,9 +130,6 @@ pub struct Stats {
     /// Stream (TCP, TLS) connections open now.
     pub streams_open: AtomicU64,
 }
-
-const _: () =
-    assert!(Refusal::ALL.len() == 17 && Dropped::ALL.len() == 10 && Ended::ALL.len() == 3);
 
 impl Stats {
     /// Counts a refusal.

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use secrelay_turn::auth::{Credentials, Nonces};
 use secrelay_turn::client::{self, Reply, Signer};
-use secrelay_turn::core::{Client, ClientKey, Core, CoreConfig, Io, Now, Out, Peer, Shared};
+use secrelay_turn::core::{
+    Client, ClientKey, Core, CoreConfig, Io, Now, Out, Peer, Shared, MAX_DATAGRAM,
+};
 use secrelay_turn::proto::{attr, method, HEADROOM, TAILROOM};
 use secrelay_turn::quota::{QuotaLimits, Quotas};
 use secrelay_turn::stats::{Dropped, Ended, Refusal, Stats};
@@ -281,6 +283,18 @@ fn a_client_allocates_permits_binds_and_relays_both_ways() {
         (MEDIA_LOCAL.parse().unwrap(), &b"via channel"[..])
     );
     assert_eq!(w.stats.to_peer_packets.load(Ordering::Relaxed), 2);
+    // Data longer than the largest datagram relayed (a stream client's frames may hold it):
+    // dropped whole and counted, by either way.
+    let mut big = vec![0u8; 4 + 36 + MAX_DATAGRAM + 4];
+    let long = vec![7u8; MAX_DATAGRAM + 1];
+    let n = client::send_indication(&mut big, [10; 12], media(), &long).unwrap();
+    assert_eq!(w.send(alice(), &big[..n]), Err(None));
+    let n = client::channel_data(&mut big, 0x4001, &long, false).unwrap();
+    assert_eq!(w.send(alice(), &big[..n]), Err(None));
+    assert_eq!(w.stats.drop_count(Dropped::TooLarge), 2);
+    let n = client::channel_data(&mut big, 0x4001, &long[1..], false).unwrap();
+    assert!(matches!(w.send(alice(), &big[..n]), Err(Some((_, _, d))) if d.len() == MAX_DATAGRAM));
+    assert_eq!(w.stats.to_peer_packets.load(Ordering::Relaxed), 3);
 
     // Back from the media socket: ChannelData (a channel is bound to it).
     let key = ClientKey::Udp {

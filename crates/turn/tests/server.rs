@@ -12,6 +12,8 @@ use secrelay_turn::auth::Credentials;
 use secrelay_turn::client::{self, Reply, Signer};
 use secrelay_turn::core::{CoreConfig, Peer};
 use secrelay_turn::proto::{attr, method};
+use secrelay_turn::server::MAX_DATAGRAM;
+use secrelay_turn::stats::Dropped;
 use secrelay_turn::{QuotaLimits, TurnConfig, TurnServer};
 use zeroize::Zeroizing;
 
@@ -21,13 +23,18 @@ const SECRET: &[u8] = b"the test's shared secret, long enough";
 fn echo() -> SocketAddr {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     let a = s.local_addr().unwrap();
+    echo_on(s);
+    a
+}
+
+/// Echoes what `s` gets (up to the largest datagram the server takes) from a thread of its own.
+fn echo_on(s: UdpSocket) {
     std::thread::spawn(move || {
-        let mut b = [0u8; 2048];
+        let mut b = [0u8; MAX_DATAGRAM];
         while let Ok((n, from)) = s.recv_from(&mut b) {
             let _ = s.send_to(&b[..n], from);
         }
     });
-    a
 }
 
 fn server(peer: SocketAddr, threads: usize, io_uring: bool) -> TurnServer {
@@ -75,7 +82,7 @@ impl Link for UdpSocket {
         UdpSocket::send(self, b).unwrap();
     }
     fn recv(&mut self) -> Vec<u8> {
-        let mut b = [0u8; 2048];
+        let mut b = [0u8; MAX_DATAGRAM + 1];
         let n = UdpSocket::recv(self, &mut b).expect("an answer within the timeout");
         b[..n].to_vec()
     }
@@ -322,5 +329,69 @@ fn an_ipv4_client_relays_through_a_dual_stack_listener_on_each_path() {
             vec![b"one".to_vec(), b"two!".to_vec(), b"three".to_vec()]
         );
         assert!(relayed.is_ipv4(), "{relayed}");
+    }
+}
+
+/// The largest datagram the server takes passes both ways, and one byte more, from a client or
+/// from the peer on its relay port, is dropped whole and counted as too large (not as
+/// malformed), the same on each I/O path.
+#[test]
+fn a_datagram_longer_than_the_server_takes_is_dropped_whole_and_counted_on_each_path() {
+    for io_uring in [true, false] {
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let peer_addr = peer.local_addr().unwrap();
+        echo_on(peer.try_clone().unwrap());
+        let turn = server(peer_addr, 1, io_uring);
+        match turn.io_uring_shards() {
+            1 if io_uring => {}
+            0 if !io_uring => {}
+            0 if std::env::var_os("CI").is_none() => {
+                eprintln!("SKIPPED the io_uring half: io_uring refused here");
+                continue;
+            }
+            n => panic!("{n} shards on io_uring, asked for io_uring: {io_uring}"),
+        }
+        let mut udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+        udp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        udp.connect(turn.udp_addr().unwrap()).unwrap();
+        let (_, relayed) = relay_through(&mut udp, peer_addr, false);
+
+        // ChannelData of the largest size, echoed back at that size.
+        let payload: Vec<u8> = (0..MAX_DATAGRAM - 4).map(|i| i as u8).collect();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let n = client::channel_data(&mut buf, 0x4000, &payload, false).unwrap();
+        assert_eq!(n, MAX_DATAGRAM);
+        Link::send(&mut udp, &buf[..n]);
+        match client::read(&Link::recv(&mut udp), None) {
+            Some(Reply::Channel {
+                number: 0x4000,
+                data,
+            }) => assert!(data == payload, "io_uring {io_uring}: the echo differs"),
+            other => panic!("io_uring {io_uring}: {other:?}"),
+        }
+
+        let too_long = vec![0x40u8; MAX_DATAGRAM + 1];
+        Link::send(&mut udp, &too_long);
+        peer.send_to(&too_long, relayed).unwrap();
+        let stats = turn.stats();
+        let until = Instant::now() + Duration::from_secs(5);
+        while stats.drop_count(Dropped::TooLarge) < 2 {
+            assert!(
+                Instant::now() < until,
+                "io_uring {io_uring}: {} too large after 5 s",
+                stats.drop_count(Dropped::TooLarge)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            stats.drop_count(Dropped::TooLarge),
+            2,
+            "io_uring {io_uring}"
+        );
+        assert_eq!(
+            stats.drop_count(Dropped::Malformed),
+            0,
+            "io_uring {io_uring}"
+        );
     }
 }

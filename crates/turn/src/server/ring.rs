@@ -314,7 +314,7 @@ impl RingTask {
             settling: Vec::new(),
             spare: Vec::new(),
             outgoing: Vec::new(),
-            buf: vec![0; HEADROOM + secrelay_uring::DATAGRAM_MAX + crate::proto::TAILROOM],
+            buf: vec![0; HEADROOM + super::MAX_DATAGRAM + crate::proto::TAILROOM],
             out: vec![0; 1500],
         })
     }
@@ -449,6 +449,7 @@ impl RingTask {
                 self.ring.recycle(&r);
                 match r.from {
                     _ if r.key == WAKER => {}
+                    _ if r.truncated => self.stats.dropped(Dropped::TooLarge),
                     Some(from) if whole && r.key == LISTENER => self.client_datagram(from, n),
                     Some(from) if whole => self.peer_datagram(r.key, from, n),
                     _ => self.stats.dropped(Dropped::Malformed),
