@@ -93,7 +93,7 @@ impl std::fmt::Debug for TurnConfig {
 
 /// A stream connection without an allocation is closed after this long without a byte.
 pub const STREAM_IDLE: Duration = Duration::from_secs(30);
-pub use crate::core::MAX_DATAGRAM;
+use crate::core::MAX_DATAGRAM;
 // The io_uring path's receive buffers hold the largest datagram taken, and flag a longer one.
 const _: () = assert!(MAX_DATAGRAM == secrelay_uring::DATAGRAM_MAX);
 

@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use secrelay_turn::auth::Credentials;
 use secrelay_turn::client::{self, Reply, Signer};
-use secrelay_turn::core::{CoreConfig, Peer};
+use secrelay_turn::core::{CoreConfig, Peer, MAX_DATAGRAM};
 use secrelay_turn::proto::{attr, method};
-use secrelay_turn::server::MAX_DATAGRAM;
 use secrelay_turn::stats::Dropped;
 use secrelay_turn::{QuotaLimits, TurnConfig, TurnServer};
 use zeroize::Zeroizing;

@@ -143,7 +143,7 @@ fn write_header_with(out: &mut Vec<u8>, o: Original<'_>, e: &Extensions<'_>) {
     let mut els: [(u8, &[u8]); 4] = [(0, &[]); 4];
     let mut n = 0;
     let ids = e.ids;
-    if ids.mid != 0 && !e.mid.is_empty() && e.mid.len() <= 16 {
+    if ids.mid != 0 && !e.mid.is_empty() && e.mid.len() <= super::member::MID_MAX {
         els[n] = (ids.mid, e.mid);
         n += 1;
     }

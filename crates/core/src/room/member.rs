@@ -269,12 +269,16 @@ impl PtTable {
     }
 }
 
-/// A section's mid as a copy's `sdes:mid` header extension carries it, inline: at most 16
-/// bytes (RFC 8285's one-byte form); a longer one is kept empty, so it is not written.
+/// The longest mid a copy's `sdes:mid` header extension carries (RFC 8285's one-byte form); a
+/// longer one is not written.
+pub(crate) const MID_MAX: usize = 16;
+
+/// A section's mid as a copy's `sdes:mid` header extension carries it, inline: at most
+/// [`MID_MAX`] bytes; a longer one is kept empty, so it is not written.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ShortMid {
     len: u8,
-    bytes: [u8; 16],
+    bytes: [u8; MID_MAX],
 }
 
 impl ShortMid {
@@ -287,7 +291,7 @@ impl ShortMid {
         m
     }
 
-    /// The mid's bytes (none when it was longer than 16).
+    /// The mid's bytes (none when it was longer than [`MID_MAX`]).
     pub fn as_bytes(&self) -> &[u8] {
         self.bytes.get(..usize::from(self.len)).unwrap_or_default()
     }
@@ -606,7 +610,7 @@ impl Member {
 
     /// The mid of the section a stream of `codec` is sent to the member on, as a copy's
     /// header extension carries it (its slot's, else the first receiving section's that takes
-    /// the codec; empty when longer than 16 bytes).
+    /// the codec; empty when longer than [`MID_MAX`]).
     pub fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &[u8] {
         if let Some(s) = slot.and_then(|k| self.slots.get(k)) {
             return s.mid.as_bytes();
@@ -615,9 +619,12 @@ impl Member {
             .media()
             .iter()
             .find(|m| m.peer_receives && m.codecs.iter().any(|(c, _)| *c == codec))
-            .map_or(&[], |m| match m.mid.len() <= 16 {
-                true => m.mid.as_bytes(),
-                false => &[],
+            .map_or(&[], |m| {
+                if m.mid.len() <= MID_MAX {
+                    m.mid.as_bytes()
+                } else {
+                    &[]
+                }
             })
     }
 
