@@ -12,7 +12,13 @@ fn s(v: &str) -> Bencode {
 }
 
 fn start() -> (Server, Ng) {
+    start_on(Vec::new())
+}
+
+/// [`start`] with these media interfaces (`ServeConfig::interfaces`).
+fn start_on(interfaces: Vec<String>) -> (Server, Ng) {
     let server = Server::start(ServeConfig {
+        interfaces,
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         announce: Some("203.0.113.1".parse().unwrap()),
@@ -206,6 +212,65 @@ fn a_hold_with_a_zero_address_keeps_it_and_receives_nothing() {
             "a=rtcp:PORT"
         ]
     );
+}
+
+#[test]
+fn a_zero_address_is_replaced_when_asked_written_in_the_other_family_and_no_hold_with_ice() {
+    let (_server, mut ng) = start_on(vec![
+        "127.0.0.1!203.0.113.1".into(),
+        "::1!2001:db8:4321::1".into(),
+    ]);
+    let held = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 0.0.0.0\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 8\r\n";
+    let conn = |sdp: &[String]| sdp.iter().find(|l| l.starts_with("c=")).cloned();
+    let dir = |sdp: &[String]| {
+        sdp.iter()
+            .find(|l| l.ends_with("send") || l.contains("sendonly") || l.contains("sendrecv"))
+            .cloned()
+    };
+    // `replace: zero address`: our address, the section still on hold.
+    let flags = [("replace", Bencode::List(vec![s("zero address")]))];
+    let got = sdp_of(&mut ng, request("offer", "z1", held, &flags));
+    assert_eq!(
+        conn(&got).as_deref(),
+        Some("c=IN IP4 203.0.113.1"),
+        "{got:?}"
+    );
+    assert_eq!(dir(&got).as_deref(), Some("a=sendonly"), "{got:?}");
+    // Towards the other family, a hold's null address is that family's.
+    let flags = [("address-family", s("IP6"))];
+    let got = sdp_of(&mut ng, request("offer", "z2", held, &flags));
+    assert_eq!(conn(&got).as_deref(), Some("c=IN IP6 ::"), "{got:?}");
+    // Port 9 at the null address with ICE credentials is trickle ICE's placeholder (RFC
+    // 8840): no hold, our address.
+    let trickle = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 0.0.0.0\r\nt=0 0\r\n\
+        m=audio 9 RTP/AVP 8\r\na=ice-ufrag:Ci7n\r\na=ice-pwd:l9QndxLG6OycZRcQe9zcT95c\r\n\
+        a=ice-options:trickle\r\n";
+    let flags = [("ICE", s("remove"))];
+    let got = sdp_of(&mut ng, request("offer", "z3", trickle, &flags));
+    assert_eq!(
+        conn(&got).as_deref(),
+        Some("c=IN IP4 203.0.113.1"),
+        "{got:?}"
+    );
+    assert_eq!(dir(&got).as_deref(), Some("a=sendrecv"), "{got:?}");
+    // The same from an IPv6 side, ICE kept: our address and our candidates are the IPv6
+    // interface's.
+    let v6 = trickle.replace("c=IN IP4 0.0.0.0", "c=IN IP6 ::");
+    let got = sdp_of(&mut ng, request("offer", "z4", &v6, &[]));
+    assert_eq!(
+        conn(&got).as_deref(),
+        Some("c=IN IP6 2001:db8:4321::1"),
+        "{got:?}"
+    );
+    let candidates: Vec<&String> = got
+        .iter()
+        .filter(|l| l.starts_with("a=candidate:"))
+        .collect();
+    assert!(!candidates.is_empty(), "{got:?}");
+    for c in candidates {
+        assert!(c.contains(" 2001:db8:4321::1 "), "{c} in {got:?}");
+    }
 }
 
 #[test]

@@ -26,7 +26,7 @@ use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{caller_keeps, plan};
 use super::ng_sdp::{
-    codecs_of, direction_of, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
+    codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
 use super::{ApiError, Gateway, Who};
 use crate::leg::{CodecId, IceMode, LegMarks, RtpLegOptions, RtpOfferSpec};
@@ -494,15 +494,14 @@ fn codec_outs(m: &Media, chosen: &[(CodecId, secrelay_wire::sdp::Codec)]) -> Vec
 }
 
 /// The direction a section's SDP states, as rtpengine passes it on: a section on hold by the
-/// old convention (`c=0.0.0.0`) receives nothing, whatever its attribute says.
+/// old convention (`c=0.0.0.0`, [`held`]) receives nothing, whatever its attribute says.
 fn direction_passed(doc: &SdpDoc, i: usize, flags: &Flags) -> Option<Direction> {
     if flags.has("original-sendrecv") {
         return None;
     }
     let m = &doc.media[i];
     let d = direction_of(doc, m);
-    let held = doc.address_of(i).is_some_and(|ip| ip.is_unspecified());
-    Some(match (held, d) {
+    Some(match (held(doc, i), d) {
         (true, Direction::SendRecv) => Direction::SendOnly,
         (true, Direction::RecvOnly) => Direction::Inactive,
         (_, d) => d,
@@ -665,6 +664,7 @@ fn reply_sdp(
         &Rewrite {
             address: iface.map_or_else(|| ctx.gateway.candidate().ip(), |i| i.advertised),
             replace_origin: flags.replaces("origin"),
+            replace_null: flags.replaces("zero-address"),
             sections: outs,
             loop_mark: flags.has("loop-protect").then_some(ctx.loop_mark),
         },
@@ -876,6 +876,7 @@ impl SectionCall {
                 sdes_suites: None,
                 sdes_tags,
                 bind: iface.map(|i| i.local),
+                announce: iface.map(|i| i.advertised),
                 ice: ice_towards(flags, doc, m),
                 ..RtpLegOptions::default()
             },
@@ -1165,6 +1166,7 @@ impl SectionCall {
                 sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
                 sdes_tags: Vec::new(),
                 bind: iface.map(|i| i.local),
+                announce: iface.map(|i| i.advertised),
                 ice,
                 ..RtpLegOptions::default()
             },

@@ -92,6 +92,8 @@ pub(crate) struct Rewrite<'a> {
     pub address: IpAddr,
     /// `replace: origin`: the `o=` line's address ours.
     pub replace_origin: bool,
+    /// `replace: zero address`: a hold's null address ours too (the direction still holds).
+    pub replace_null: bool,
     /// Each section's fate, in order.
     pub sections: &'a [SectionOut],
     /// `loop-protect`: our mark (`a=rtpengine:ID` at the end of the session part).
@@ -148,12 +150,34 @@ fn family(ip: IpAddr) -> &'static str {
     }
 }
 
-/// A `c=` value with our address, unless it holds (`0.0.0.0`, `::`).
-fn connection(value: &str, ours: IpAddr) -> String {
+/// A `c=` value with our address; a null address (`0.0.0.0`, `::`) stays null when
+/// `keep_null` (a hold), in our address's family as rtpengine writes it.
+fn connection(value: &str, ours: IpAddr, keep_null: bool) -> String {
     match connection_address(value) {
-        Some(ip) if ip.is_unspecified() => value.to_owned(),
+        Some(ip) if ip.is_unspecified() && keep_null => {
+            let null = match ours {
+                IpAddr::V4(_) => "0.0.0.0",
+                IpAddr::V6(_) => "::",
+            };
+            format!("IN {} {null}", family(ours))
+        }
         _ => format!("IN {} {ours}", family(ours)),
     }
+}
+
+/// Whether section `i` of `doc` is on hold by the old convention: its address is the null one
+/// (`0.0.0.0`, `::`) and it has no ICE credentials. With them (its own or the session's), the
+/// null address is trickle ICE's placeholder until candidates come (RFC 8840), not a hold.
+pub(crate) fn held(doc: &SdpDoc, i: usize) -> bool {
+    doc.address_of(i).is_some_and(|ip| ip.is_unspecified()) && !has_ice(doc, i)
+}
+
+fn has_ice(doc: &SdpDoc, i: usize) -> bool {
+    doc.session_has("ice-ufrag")
+        || doc
+            .media
+            .get(i)
+            .is_some_and(|m| m.lines.iter().any(|l| l.is_attribute("ice-ufrag")))
 }
 
 /// An `o=` value with our address.
@@ -206,7 +230,12 @@ fn session(out: &mut String, doc: &SdpDoc, r: &Rewrite<'_>) {
     for l in &doc.session {
         match l.kind {
             'o' if r.replace_origin => line(out, 'o', &origin(&l.value, r.address)),
-            'c' => line(out, 'c', &connection(&l.value, r.address)),
+            'c' => {
+                // A session address sections inherit: null kept while no section is a trickle
+                // ICE placeholder.
+                let keep = !r.replace_null && (0..doc.media.len()).all(|i| !has_ice(doc, i));
+                line(out, 'c', &connection(&l.value, r.address, keep));
+            }
             'a' if SESSION_DROPPED.iter().any(|n| l.is_attribute(n)) => {}
             _ => line(out, l.kind, &l.value),
         }
@@ -231,7 +260,8 @@ fn media_line(out: &mut String, m: &Media, port: u16, proto: &str, formats: &[&s
     out.push_str("\r\n");
 }
 
-fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
+/// Section `m` written as `s` says; `keep_null`: a null `c=` address stays null (a hold).
+fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr, keep_null: bool) {
     let formats: Vec<&str> = match &s.codecs {
         Some(c) => c.iter().map(|c| c.pt.as_str()).collect(),
         None => m.formats.iter().map(String::as_str).collect(),
@@ -243,7 +273,7 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr) {
     };
     for l in &m.lines {
         match l.kind {
-            'c' => line(out, 'c', &connection(&l.value, ours)),
+            'c' => line(out, 'c', &connection(&l.value, ours, keep_null)),
             'a' if !kept(l) => {}
             _ => line(out, l.kind, &l.value),
         }
@@ -296,6 +326,7 @@ pub(crate) fn rewrite(doc: &SdpDoc, r: &Rewrite<'_>) -> String {
     let mut out = String::with_capacity(1024);
     session(&mut out, doc, r);
     for (i, m) in doc.media.iter().enumerate() {
+        let keep_null = !r.replace_null && held(doc, i);
         match r.sections.get(i).unwrap_or(&SectionOut::AsIs) {
             SectionOut::AsIs => {
                 let formats: Vec<&str> = m.formats.iter().map(String::as_str).collect();
@@ -309,12 +340,12 @@ pub(crate) fn rewrite(doc: &SdpDoc, r: &Rewrite<'_>) -> String {
                 media_line(&mut out, m, 0, &m.proto, &formats);
                 for l in &m.lines {
                     match l.kind {
-                        'c' => line(&mut out, 'c', &connection(&l.value, r.address)),
+                        'c' => line(&mut out, 'c', &connection(&l.value, r.address, keep_null)),
                         _ => line(&mut out, l.kind, &l.value),
                     }
                 }
             }
-            SectionOut::Relayed(s) => relayed(&mut out, m, s, r.address),
+            SectionOut::Relayed(s) => relayed(&mut out, m, s, r.address, keep_null),
         }
     }
     out
@@ -385,6 +416,7 @@ mod tests {
             &Rewrite {
                 address: "203.0.113.1".parse().unwrap(),
                 replace_origin: false,
+                replace_null: false,
                 sections: &sections,
                 loop_mark: None,
             },
@@ -421,7 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn origin_is_ours_when_asked_and_a_hold_keeps_its_address() {
+    fn origin_is_ours_when_asked_and_a_hold_keeps_a_null_address_in_our_family() {
         let doc = SdpDoc::parse(
             "v=0\no=- 1 2 IN IP4 192.0.2.10\ns=-\nt=0 0\nm=audio 5004 RTP/AVP 8\nc=IN IP4 0.0.0.0\n",
         )
@@ -431,6 +463,7 @@ mod tests {
             &Rewrite {
                 address: "2001:db8::1".parse().unwrap(),
                 replace_origin: true,
+                replace_null: false,
                 sections: &[SectionOut::Rejected],
                 loop_mark: Some("0123456789ab"),
             },
@@ -441,8 +474,47 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("m=audio 0 RTP/AVP 8\r\nc=IN IP4 0.0.0.0\r\n"),
+            out.contains("m=audio 0 RTP/AVP 8\r\nc=IN IP6 ::\r\n"),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_null_address_with_ice_credentials_is_trickle_ices_placeholder_not_a_hold() {
+        let held_one = "v=0\no=- 1 2 IN IP4 192.0.2.10\ns=-\nc=IN IP4 0.0.0.0\nt=0 0\n\
+            m=audio 9 RTP/AVP 8\n";
+        let trickle = format!("{held_one}a=ice-ufrag:Ci7n\na=ice-pwd:l9QndxLG6OycZRcQe9zcT95c\n");
+        let relayed = |doc: &SdpDoc, replace_null: bool| {
+            let sections = [SectionOut::Relayed(Box::new(Relayed {
+                port: 30000,
+                rtcp_port: None,
+                proto: "RTP/AVP".into(),
+                codecs: None,
+                direction: None,
+                rtcp_mux: false,
+                crypto: Vec::new(),
+                dtls: None,
+                ptime: None,
+                ice: None,
+            }))];
+            rewrite(
+                doc,
+                &Rewrite {
+                    address: "203.0.113.1".parse().unwrap(),
+                    replace_origin: false,
+                    replace_null,
+                    sections: &sections,
+                    loop_mark: None,
+                },
+            )
+        };
+        let doc = SdpDoc::parse(held_one).unwrap();
+        assert!(held(&doc, 0));
+        assert!(relayed(&doc, false).contains("c=IN IP4 0.0.0.0\r\n"));
+        // `replace: zero address`: our address, though the section still holds.
+        assert!(relayed(&doc, true).contains("c=IN IP4 203.0.113.1\r\n"));
+        let doc = SdpDoc::parse(&trickle).unwrap();
+        assert!(!held(&doc, 0));
+        assert!(relayed(&doc, false).contains("c=IN IP4 203.0.113.1\r\n"));
     }
 }
