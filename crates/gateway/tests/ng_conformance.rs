@@ -415,3 +415,65 @@ fn loop_protect_marks_our_sdp_and_passes_it_on_when_it_comes_back() {
     let again = ng.call(request("offer", "l2", &ours, &flags)).unwrap();
     assert_eq!(again["sdp"], ours);
 }
+
+/// The `a=crypto` lines of an SDP of ours, keys as placeholders.
+fn crypto_lines(sdp: &[String]) -> Vec<&str> {
+    sdp.iter()
+        .filter(|l| l.starts_with("a=crypto"))
+        .map(String::as_str)
+        .collect()
+}
+
+#[test]
+fn opportunistic_srtp_is_offered_on_rtp_avp_and_answered_as_the_callee_took_it() {
+    let (_server, mut ng) = start();
+    // RFC 8643: crypto offered on RTP/AVP. rtpengine offers the callee SDES on RTP/AVP too,
+    // the caller's suite first under its tag, then its own.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\n\
+        c=IN IP4 192.0.2.10\r\n\
+        a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:Qk0TvVeyfqfjFd/YebnyyklqSEhJntpVKV1KAhHa\r\n";
+    let with_crypto = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 0\r\nc=IN IP4 192.0.2.20\r\n\
+        a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:Kl3GFJ5Gqz5x07xYkoyHODkVkSpiplZnXsQIw+Q7\r\n";
+    let without = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 0\r\nc=IN IP4 192.0.2.20\r\n";
+    let got = sdp_of(&mut ng, request("offer", "o1", offer, &[]));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 0", "{got:?}");
+    let crypto = crypto_lines(&got);
+    assert_eq!(crypto[0], "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:KEY");
+    assert!(
+        crypto.len() > 1,
+        "the gateway's other suites follow: {got:?}"
+    );
+    // The callee takes it: the caller is answered with SDES on RTP/AVP.
+    let got = sdp_of(&mut ng, request("answer", "o1", with_crypto, &[]));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 0", "{got:?}");
+    assert_eq!(
+        crypto_lines(&got),
+        ["a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:KEY"]
+    );
+    // The callee declines (no crypto in its answer): plain RTP both ways.
+    sdp_of(&mut ng, request("offer", "o2", offer, &[]));
+    let got = sdp_of(&mut ng, request("answer", "o2", without, &[]));
+    assert!(crypto_lines(&got).is_empty(), "{got:?}");
+    // … unless `OSRTP: accept`: the caller gets SDES, the callee plain RTP.
+    sdp_of(&mut ng, request("offer", "o3", offer, &[]));
+    let accept = [("OSRTP", Bencode::List(vec![s("accept")]))];
+    let got = sdp_of(&mut ng, request("answer", "o3", without, &accept));
+    assert_eq!(
+        crypto_lines(&got),
+        ["a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:KEY"]
+    );
+    // `OSRTP: offer` makes a plain offer opportunistic towards the callee.
+    let plain = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    let flags = [("OSRTP", Bencode::List(vec![s("offer")]))];
+    let got = sdp_of(&mut ng, request("offer", "o4", plain, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 0", "{got:?}");
+    assert_eq!(
+        crypto_lines(&got)[0],
+        "a=crypto:1 AEAD_AES_256_GCM inline:KEY"
+    );
+    let got = sdp_of(&mut ng, request("answer", "o4", without, &[]));
+    assert!(crypto_lines(&got).is_empty(), "{got:?}");
+}

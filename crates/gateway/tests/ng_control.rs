@@ -331,6 +331,34 @@ fn a_plain_caller_and_an_sdes_callee_talk_through_an_ng_call() {
 }
 
 #[test]
+fn opportunistic_srtp_phones_talk_srtp_both_ways_on_rtp_avp() {
+    // RFC 8643: each phone offers or answers its crypto line on RTP/AVP; both legs protect.
+    let (server, mut ng) = start();
+    let mut caller = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0x05a1).unwrap();
+    let mut callee = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0x05b1).unwrap();
+    let offer = caller.phone.offer().replace("RTP/SAVP", "RTP/AVP");
+    let to_callee = sdp_of(&mut ng, "offer", "os1", "alice", None, &offer);
+    assert!(
+        to_callee.contains("RTP/AVP") && to_callee.contains("a=crypto:"),
+        "{to_callee}"
+    );
+    let answer = callee
+        .phone
+        .answer_offer(&to_callee)
+        .unwrap()
+        .replace("RTP/SAVP", "RTP/AVP");
+    let to_caller = sdp_of(&mut ng, "answer", "os1", "alice", Some("bob"), &answer);
+    assert!(
+        to_caller.contains("RTP/AVP") && to_caller.contains("a=crypto:"),
+        "{to_caller}"
+    );
+    caller.phone.accept_answer(&to_caller).unwrap();
+    // Each phone's receiver takes only SRTP under the gateway's key for it.
+    talk(&mut caller, &mut callee, 0x51, 0x52);
+    server.shutdown();
+}
+
+#[test]
 fn bad_requests_get_error_replies_with_reasons_and_retransmissions_the_same_reply() {
     let (server, mut ng) = start();
     let err = |b: &Bencode| {

@@ -146,6 +146,12 @@ pub struct Flags {
     pub sdes_only: Vec<String>,
     /// `SDES: no-<suite>` (as named).
     pub sdes_no: Vec<String>,
+    /// `OSRTP: offer`: offer SDES on `RTP/AVP` (opportunistic SRTP, RFC 8643) towards the
+    /// other side of a plain offer.
+    pub osrtp_offer: bool,
+    /// `OSRTP: accept`: answer an opportunistic SRTP offer with SDES even when the other side
+    /// answered without it.
+    pub osrtp_accept: bool,
     /// `rtcp-mux`.
     pub rtcp_mux: RtcpMux,
     /// `received-from` (the SIP source address of the message), used with the
@@ -330,6 +336,15 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                         f.sdes_no.push(s.to_owned());
                     } else {
                         f.ignored.push(format!("SDES: {item}"));
+                    }
+                }
+            }
+            "osrtp" => {
+                for item in list("OSRTP", v)? {
+                    match norm(&item).as_str() {
+                        "offer" | "offer-rfc" => f.osrtp_offer = true,
+                        "accept" | "accept-rfc" => f.osrtp_accept = true,
+                        _ => f.ignored.push(format!("OSRTP: {item}")),
                     }
                 }
             }

@@ -155,6 +155,9 @@ pub struct RtpConfig {
     /// codec the gateway has. Otherwise only the first audio section, and only
     /// `audio_codecs`, in our preference.
     pub passthrough: bool,
+    /// Answer an offer of SDES on `RTP/AVP` (opportunistic SRTP, RFC 8643) with SDES, on
+    /// `RTP/AVP`; otherwise such an offer is answered as plain RTP, its crypto lines ignored.
+    pub osrtp: bool,
 }
 
 /// How one telephony leg differs from the gateway's telephony defaults ([`RtpConfig`]): the
@@ -187,6 +190,8 @@ pub struct RtpLegOptions {
     pub resume: Option<Resume>,
     /// Whether the leg does ICE with its phone.
     pub ice: IceMode,
+    /// [`RtpConfig::osrtp`].
+    pub osrtp: bool,
 }
 
 /// Whether a telephony leg does ICE with its phone: as an ICE-lite agent (RFC 8445 §2.5), it
@@ -312,6 +317,7 @@ impl Default for RtpLegOptions {
             quarantine: Quarantine::default(),
             resume: None,
             ice: IceMode::Auto,
+            osrtp: false,
         }
     }
 }
@@ -342,6 +348,7 @@ impl RtpLegOptions {
     /// `config` as this leg has it.
     pub fn apply(&self, mut config: RtpConfig) -> RtpConfig {
         config.passthrough = self.passthrough;
+        config.osrtp = self.osrtp;
         if let Some(s) = &self.sdes_suites {
             config.sdes_suites = s.clone();
         }
@@ -374,6 +381,7 @@ impl Default for RtpConfig {
             replay_window: 1024,
             strict_source: false,
             passthrough: false,
+            osrtp: false,
         }
     }
 }
@@ -385,7 +393,9 @@ pub struct RtpOfferSpec {
     pub transport: secrelay_wire::sdp_rtp::Transport,
     /// The codecs, with the payload types and format parameters to offer.
     pub codecs: Vec<(CodecId, secrelay_wire::sdp::Codec)>,
-    /// SDES suites to offer, in order (one crypto line each).
+    /// SDES suites to offer, in order (one crypto line each). With an `RTP/AVP[F]` transport,
+    /// suites make the offer opportunistic SRTP (RFC 8643): crypto lines on `RTP/AVP`, and an
+    /// answer without them makes the leg plain RTP.
     pub suites: Vec<Profile>,
     /// Offer `a=rtcp-mux`.
     pub rtcp_mux: bool,
@@ -707,7 +717,8 @@ impl RtpLeg {
             }
             codecs
         };
-        let (security, answer_crypto) = if section.transport.is_sdes() {
+        let osrtp = config.osrtp && section.transport.is_plain() && !section.crypto.is_empty();
+        let (security, answer_crypto) = if section.transport.is_sdes() || osrtp {
             let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
             let theirs = Zeroizing::new(
                 offered
@@ -882,7 +893,8 @@ impl RtpLeg {
         if spec.codecs.is_empty() {
             return Err(RtpLegError::NoCommonCodec);
         }
-        let (security, crypto) = if spec.transport.is_sdes() {
+        let osrtp = spec.transport.is_plain() && !spec.suites.is_empty();
+        let (security, crypto) = if spec.transport.is_sdes() || osrtp {
             if spec.suites.is_empty() {
                 return Err(RtpLegError::NoUsableCrypto(
                     "no SDES suite left to offer".into(),
@@ -1008,11 +1020,29 @@ impl RtpLeg {
             )));
         }
         let sdes = self.protects();
-        if sdes != a.transport.is_sdes() || (!sdes && !a.transport.is_plain()) {
+        // Crypto lines of ours on `RTP/AVP`: opportunistic SRTP (RFC 8643), answered on
+        // `RTP/AVP` with crypto (SRTP) or without (plain RTP).
+        let osrtp = self
+            .sdp
+            .iter()
+            .any(|s| s.port.is_some() && s.transport.is_plain() && !s.crypto.is_empty());
+        let answers = if osrtp {
+            a.transport.is_plain()
+        } else {
+            sdes == a.transport.is_sdes() && (sdes || a.transport.is_plain())
+        };
+        if !answers {
             return Err(bad(&format!(
                 "transport {} does not answer ours",
                 a.transport.as_str()
             )));
+        }
+        if osrtp && a.crypto.is_empty() && matches!(self.security, Security::Offered(_)) {
+            // Declined: plain RTP, and plain in our offers from now on.
+            self.security = Security::Plain;
+            for s in &mut self.sdp {
+                s.crypto.clear();
+            }
         }
         let offered = &self.offered;
         let answered: Vec<(CodecId, Codec)> = a

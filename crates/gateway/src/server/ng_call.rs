@@ -562,7 +562,13 @@ fn offered_suites(
     towards: &Transport,
     flags: &Flags,
 ) -> Result<(Vec<Profile>, Vec<u32>), ApiError> {
-    if !towards.is_sdes() {
+    // Opportunistic SRTP (RFC 8643) towards a plain side: the offer's own crypto lines on
+    // `RTP/AVP` carried on, or `OSRTP: offer`.
+    let from = Transport::parse(&m.proto);
+    let osrtp = towards.is_plain()
+        && !flags.sdes_off
+        && (flags.osrtp_offer || (from.is_plain() && m.has("crypto")));
+    if !towards.is_sdes() && !osrtp {
         return Ok((Vec::new(), Vec::new()));
     }
     if flags.sdes_off {
@@ -593,7 +599,7 @@ fn offered_suites(
     let (mut suites, mut tags) = (Vec::new(), Vec::new());
     let mut seen: Vec<String> = Vec::new();
     let mut next = 1;
-    if Transport::parse(&m.proto).is_sdes() {
+    if from.is_sdes() || from.is_plain() {
         for (tag, suite) in m
             .attributes("crypto")
             .flatten()
@@ -1080,7 +1086,13 @@ impl SectionCall {
             }
             None => {
                 let ice = ice_towards(flags, doc, m);
-                self.answer_first(ctx, pending, doc, i, (transcodes, iface, ice), &room, &y)
+                // The offerer's opportunistic SRTP is answered with SDES when the answerer
+                // took it, or `OSRTP: accept` asks.
+                let osrtp = Transport::parse(&xm.proto).is_plain()
+                    && xm.has("crypto")
+                    && (m.has("crypto") || flags.osrtp_accept);
+                let how = (transcodes, iface, ice, osrtp);
+                self.answer_first(ctx, pending, doc, i, how, &room, &y)
                     .await?
             }
         };
@@ -1112,7 +1124,7 @@ impl SectionCall {
         pending: &Pending,
         doc: &SdpDoc,
         i: usize,
-        (transcodes, iface, ice): (&[CodecId], Option<&Interface>, IceMode),
+        (transcodes, iface, ice, osrtp): (&[CodecId], Option<&Interface>, IceMode, bool),
         room: &str,
         y: &Member,
     ) -> Result<(Local, Vec<CodecOut>), ApiError> {
@@ -1168,6 +1180,7 @@ impl SectionCall {
                 bind: iface.map(|i| i.local),
                 announce: iface.map(|i| i.advertised),
                 ice,
+                osrtp,
                 ..RtpLegOptions::default()
             },
         );
