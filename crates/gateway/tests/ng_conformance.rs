@@ -397,6 +397,39 @@ fn transcoding_appends_its_codecs_after_the_callers_and_answers_the_caller_in_it
 }
 
 #[test]
+fn a_transcoded_answer_and_single_codec_answer_the_caller_in_its_first_codec() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 8 101\r\na=rtpmap:101 telephone-event/8000\r\n";
+    let transcode = [(
+        "codec",
+        Bencode::Dict(vec![(
+            b"transcode".to_vec(),
+            Bencode::List(vec![s("G722")]),
+        )]),
+    )];
+    // The callee takes only the transcoding target: rtpengine answers the caller in one of
+    // its codecs, its first, not every codec it could transcode.
+    sdp_of(&mut ng, request("offer", "sc1", offer, &transcode));
+    let g722 = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 9\r\n";
+    let got = sdp_of(&mut ng, request("answer", "sc1", g722, &[]));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0", "{got:?}");
+    // `single codec`: a relayed answer of several codecs reaches the caller with its first
+    // (and its telephone-events).
+    sdp_of(&mut ng, request("offer", "sc2", offer, &[]));
+    let both = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 0 8 101\r\na=rtpmap:101 telephone-event/8000\r\n";
+    let single = [("flags", Bencode::List(vec![s("single codec")]))];
+    let got = sdp_of(&mut ng, request("answer", "sc2", both, &single));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0 101", "{got:?}");
+    // Without it, every codec the callee took.
+    sdp_of(&mut ng, request("offer", "sc3", offer, &[]));
+    let got = sdp_of(&mut ng, request("answer", "sc3", both, &[]));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 0 8 101", "{got:?}");
+}
+
+#[test]
 fn loop_protect_marks_our_sdp_and_passes_it_on_when_it_comes_back() {
     let (_server, mut ng) = start();
     let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\

@@ -695,6 +695,20 @@ fn family_of(doc: &SdpDoc) -> Option<bool> {
     (0..doc.media.len()).find_map(|i| doc.address_of(i).map(|ip| ip.is_ipv6()))
 }
 
+/// How the first answer in a section is taken ([`SectionCall::answer_first`]).
+struct AnswerHow<'a> {
+    /// The offerer's formats kept to be transcoded.
+    transcodes: &'a [CodecId],
+    /// The offerer's side's interface.
+    iface: Option<&'a Interface>,
+    /// ICE towards the offerer.
+    ice: IceMode,
+    /// The offerer's opportunistic SRTP answered with SDES.
+    osrtp: bool,
+    /// `single codec`: the offerer answered in one codec.
+    single_codec: bool,
+}
+
 impl SectionCall {
     /// The interface of `side`'s members: kept once chosen unless the request names one (its
     /// `direction` entry `at`, `address-family`); else chosen by name and by the family of
@@ -1091,7 +1105,13 @@ impl SectionCall {
                 let osrtp = Transport::parse(&xm.proto).is_plain()
                     && xm.has("crypto")
                     && (m.has("crypto") || flags.osrtp_accept);
-                let how = (transcodes, iface, ice, osrtp);
+                let how = AnswerHow {
+                    transcodes,
+                    iface,
+                    ice,
+                    osrtp,
+                    single_codec: flags.has("single-codec"),
+                };
                 self.answer_first(ctx, pending, doc, i, how, &room, &y)
                     .await?
             }
@@ -1124,7 +1144,7 @@ impl SectionCall {
         pending: &Pending,
         doc: &SdpDoc,
         i: usize,
-        (transcodes, iface, ice, osrtp): (&[CodecId], Option<&Interface>, IceMode, bool),
+        how: AnswerHow<'_>,
         room: &str,
         y: &Member,
     ) -> Result<(Local, Vec<CodecOut>), ApiError> {
@@ -1146,6 +1166,13 @@ impl SectionCall {
             .iter()
             .map(CodecId::passthrough)
             .collect();
+        let AnswerHow {
+            transcodes,
+            iface,
+            ice,
+            osrtp,
+            single_codec,
+        } = how;
         let direct = ids.iter().any(|id| !id.is_event() && offered.contains(id));
         for s in &mut desc.sections {
             s.codecs.retain(|c| {
@@ -1156,6 +1183,17 @@ impl SectionCall {
                     caller_keeps(id, &ids, transcodes)
                 }
             });
+            // Transcoded, the offerer is answered in one codec (its first the gateway
+            // transcodes), as rtpengine answers; `single codec` asks the same of a relayed
+            // answer. Telephone events and comfort noise stay beside it.
+            if !direct || single_codec {
+                let mut first = true;
+                s.codecs.retain(|c| {
+                    let extra =
+                        CodecId::passthrough(c).is_event() || c.name.eq_ignore_ascii_case("CN");
+                    extra || std::mem::replace(&mut first, false)
+                });
+            }
             if let Some(p) = pending.flags.ptime_reverse {
                 s.ptime = Some(p);
             }
