@@ -153,8 +153,8 @@ fn an_opus_only_caller_reaches_a_pcma_only_callee_with_transcode() {
     ));
     let reply = ng.call(offer).unwrap();
     let to_callee = reply["sdp"].clone();
-    // PCMA added after the caller's Opus (before its events), as rtpengine adds it, and
-    // telephone-event at its clock.
+    // PCMA added after the caller's Opus, telephone-event at its clock right after it, then
+    // the caller's events, as rtpengine adds them.
     let d = parse_rtp(&to_callee).unwrap();
     let names: Vec<String> = d.sections[0]
         .codecs
@@ -166,8 +166,8 @@ fn an_opus_only_caller_reaches_a_pcma_only_callee_with_transcode() {
         [
             "opus/48000",
             "PCMA/8000",
-            "telephone-event/48000",
-            "telephone-event/8000"
+            "telephone-event/8000",
+            "telephone-event/48000"
         ],
         "{to_callee}"
     );

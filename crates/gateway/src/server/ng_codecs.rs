@@ -14,7 +14,11 @@
 //! - `offer`: the listed codecs first, in the listed order; `except`: kept despite `all`.
 //! - `transcode`: kept like `except`, adding a codec the caller did not offer (one the gateway
 //!   encodes) after the caller's audio codecs, before its telephone-events: then every codec
-//!   of the caller's the gateway decodes is kept on its side.
+//!   of the caller's the gateway decodes is kept on its side. A caller that sends
+//!   telephone-events gets them offered at an added codec's clock too, right after the added
+//!   codecs. Added codecs take their static payload type, else the first free dynamic one.
+//! - Masking takes a clock's telephone-events and comfort noise with the last audio codec at
+//!   that clock.
 //!
 //! Names are `NAME[/CLOCK[/CHANNELS]]`, case-insensitive. A name that is neither in the offer nor
 //! a codec the gateway has is reported in the reply's `warning`, by name; so is a codec asked to
@@ -74,14 +78,23 @@ fn any_names(list: &[String], c: &Codec) -> bool {
     list.iter().any(|n| names(n, c))
 }
 
-/// A payload type for a codec we add: its static one, else the first dynamic one (96–127) the
-/// offer does not use.
+/// A payload type for a codec we add, as rtpengine numbers one: its static one, else the first
+/// dynamic one (96–127) not `used`.
 fn free_pt(id: CodecId, used: &[u8]) -> Option<u8> {
     let default = id.offer_codec().pt;
-    if default < 96 || !used.contains(&default) {
+    if default < 96 {
         return Some(default).filter(|pt| !used.contains(pt));
     }
     (96..=127).find(|pt| !used.contains(pt))
+}
+
+/// The payload types the caller's `codecs` and our offer so far use.
+fn used_pts(codecs: &[Codec], towards: &[(CodecId, Codec)]) -> Vec<u8> {
+    codecs
+        .iter()
+        .map(|c| c.pt)
+        .chain(towards.iter().map(|(_, c)| c.pt))
+        .collect()
 }
 
 /// Applies `flags` to the caller's offered `codecs` (a section's, in its order): every format
@@ -147,7 +160,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     let mut towards = ordered;
     // `transcode`: codecs the caller did not offer, added (and transcoded) after the caller's
     // audio codecs, before its telephone-events and comfort noise, as rtpengine adds them.
-    let mut added = false;
+    let mut added: Vec<u32> = Vec::new();
     let mut at = towards
         .iter()
         .position(|(_, c)| is_event_like(c))
@@ -165,8 +178,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             ));
             continue;
         }
-        let used: Vec<u8> = codecs.iter().map(|c| c.pt).collect();
-        let Some(pt) = free_pt(id, &used) else {
+        let Some(pt) = free_pt(id, &used_pts(codecs, &towards)) else {
             warnings.push(format!("codec-transcode: no payload type left for {n:?}"));
             continue;
         };
@@ -174,9 +186,21 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         codec.pt = pt;
         towards.insert(at, (id, codec));
         at += 1;
-        added = true;
+        if !id.is_event() {
+            added.push(id.clock_rate());
+        }
     }
-    if added || masked_any {
+    if masked_any {
+        // Telephone-events and comfort noise go with audio at their clock: none left there
+        // once masking took it, none of them.
+        let clocks: Vec<u32> = towards
+            .iter()
+            .filter(|(_, c)| !is_event_like(c))
+            .map(|(_, c)| c.clock_rate)
+            .collect();
+        towards.retain(|(_, c)| !is_event_like(c) || clocks.contains(&c.clock_rate));
+    }
+    if !added.is_empty() || masked_any {
         // The caller's side keeps every codec of its own the gateway decodes.
         for c in codecs {
             if let Some(id) = CodecId::of(c).filter(|id| id.is_transcodable()) {
@@ -186,29 +210,25 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
                 }
             }
         }
-        // Telephone-events at the clock of an added codec, when the caller sends events.
+        // Telephone-events at the clock of an added codec, when the caller sends events:
+        // after the added codecs, before the caller's events, as rtpengine adds them.
         let caller_events = codecs
             .iter()
             .any(|c| CodecId::of(c).is_some_and(CodecId::is_event));
         if caller_events {
-            let clocks: Vec<u32> = towards
-                .iter()
-                .filter(|(id, _)| id.is_transcodable())
-                .map(|(id, _)| id.clock_rate())
-                .collect();
-            for clock in clocks {
+            for clock in added {
                 let Some(ev) = CodecId::event_for_clock(clock) else {
                     continue;
                 };
                 if towards.iter().any(|(id, _)| *id == ev) {
                     continue;
                 }
-                let mut used: Vec<u8> = codecs.iter().map(|c| c.pt).collect();
-                used.extend(towards.iter().map(|(_, c)| c.pt));
-                if let Some(pt) = free_pt(ev, &used) {
+                if let Some(pt) = free_pt(ev, &used_pts(codecs, &towards)) {
                     let mut codec = ev.offer_codec();
                     codec.pt = pt;
-                    towards.push((ev, codec));
+                    codec.fmtp = Some("0-15".into());
+                    towards.insert(at, (ev, codec));
+                    at += 1;
                 }
             }
         }
@@ -277,13 +297,15 @@ mod tests {
             ..CodecFlags::default()
         };
         let p = plan(&browser(), &f);
+        // rtpengine: the added codec after the caller's audio, its clock's telephone-event
+        // right after it (the first free dynamic payload type), then the caller's events.
         assert_eq!(
             names_of(&p),
             vec![
                 ("opus/48000".into(), 111),
                 ("PCMA/8000".into(), 8),
+                ("telephone-event/8000".into(), 96),
                 ("telephone-event/48000".into(), 110),
-                ("telephone-event/8000".into(), 101),
             ]
         );
         assert_eq!(p.caller_transcodes, vec![CodecId::Opus]);
@@ -360,5 +382,50 @@ mod tests {
         assert!(w.contains("cannot encode \"telephone-event/8000\""), "{w}");
         assert!(w.contains("no audio codec"), "{w}");
         assert_eq!(names_of(&p)[0], ("opus/48000".into(), 111));
+    }
+
+    #[test]
+    fn events_follow_the_clocks_of_added_codecs_and_go_with_masked_audio() {
+        let phone = vec![
+            c(8, "PCMA", 8_000, None),
+            c(107, "opus", 48_000, Some(2)),
+            c(101, "telephone-event", 8_000, None),
+        ];
+        // G.722 added (an 8 kHz RTP clock): the caller's 8 kHz events serve it, and no event
+        // is added for the caller's own Opus.
+        let f = CodecFlags {
+            transcode: vec!["G722".into()],
+            ..CodecFlags::default()
+        };
+        assert_eq!(
+            names_of(&plan(&phone, &f)),
+            vec![
+                ("PCMA/8000".into(), 8),
+                ("opus/48000".into(), 107),
+                ("G722/8000".into(), 9),
+                ("telephone-event/8000".into(), 101),
+            ]
+        );
+        // Masked, telephone-event is not offered again.
+        let f = CodecFlags {
+            mask: vec!["telephone-event".into()],
+            ..CodecFlags::default()
+        };
+        assert_eq!(
+            names_of(&plan(&phone, &f)),
+            vec![("PCMA/8000".into(), 8), ("opus/48000".into(), 107)]
+        );
+        // Everything masked but PCMA, added: the 48 kHz events went with Opus; 8 kHz ones are
+        // added at the first free dynamic payload type.
+        let f = CodecFlags {
+            mask: vec!["all".into()],
+            transcode: vec!["PCMA".into(), "telephone-event".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&browser(), &f);
+        assert_eq!(
+            names_of(&p),
+            vec![("PCMA/8000".into(), 8), ("telephone-event/8000".into(), 96)]
+        );
     }
 }
