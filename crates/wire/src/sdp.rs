@@ -27,7 +27,7 @@ pub enum SdpError {
     UnsupportedFingerprint(String),
     /// Media sections disagree on ICE credentials or fingerprint but are bundled.
     InconsistentBundle,
-    /// A media section has no a=mid.
+    /// A media section of a BUNDLE offer has no a=mid.
     MissingMid,
 }
 
@@ -292,17 +292,23 @@ fn fingerprint_of(a: &SdpAttribute) -> Option<(String, Vec<u8>)> {
     }
 }
 
-fn media_offer(m: &SdpMedia) -> Result<MediaOffer, SdpError> {
+/// Media section `m`, the `index`th. A section without `a=mid` is taken by its index as mid
+/// unless the offer bundles (`bundled`), where mids name what is bundled: a DTLS-SRTP offer
+/// from before RFC 8843 (a SIP phone's, through the ng protocol) may have none.
+fn media_offer(m: &SdpMedia, index: usize, bundled: bool) -> Result<MediaOffer, SdpError> {
     let attrs = m.get_attributes();
-    let mid = attr_str(attrs, |a| {
+    let given = attr_str(attrs, |a| {
         if let SdpAttribute::Mid(s) = a {
             Some(s.as_str())
         } else {
             None
         }
-    })
-    .ok_or(SdpError::MissingMid)?
-    .to_string();
+    });
+    let mid = match given {
+        Some(mid) => mid.to_string(),
+        None if !bundled => index.to_string(),
+        None => return Err(SdpError::MissingMid),
+    };
     let kind = match m.get_type() {
         SdpMediaValue::Audio => MediaKind::Audio,
         SdpMediaValue::Video => MediaKind::Video,
@@ -528,8 +534,8 @@ pub fn parse_offer(sdp: &str) -> Result<Offer, SdpError> {
         .unwrap_or_default();
     let mut creds: Option<Transport> = None;
     let mut media = Vec::new();
-    for m in &session.media {
-        let offer = media_offer(m)?;
+    for (i, m) in session.media.iter().enumerate() {
+        let offer = media_offer(m, i, !bundle.is_empty())?;
         let attrs = m.get_attributes();
         let ufrag = attr_str(attrs, |a| {
             if let SdpAttribute::IceUfrag(s) = a {

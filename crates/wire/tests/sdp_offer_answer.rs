@@ -164,6 +164,27 @@ fn refusals_say_why() {
     );
     let session_only = "v=0\r\no=- 1 1 IN IP4 0.0.0.0\r\ns=-\r\nt=0 0\r\n";
     assert!(parse_offer(session_only).is_err());
+    // Bundled sections are named by their mids: one without is refused.
+    let no_mid: String = CHROME
+        .lines()
+        .filter(|l| !l.starts_with("a=mid"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(parse_offer(&no_mid).unwrap_err(), SdpError::MissingMid);
+}
+
+#[test]
+fn an_offer_without_bundle_or_mids_names_its_sections_by_index() {
+    // A DTLS-SRTP offer from before RFC 8843 (a SIP phone's): no BUNDLE, no a=mid.
+    let legacy: String = CHROME
+        .lines()
+        .filter(|l| !l.starts_with("a=mid") && !l.starts_with("a=group"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let o = parse_offer(&legacy).expect("parses");
+    let mids: Vec<&str> = o.media.iter().map(|m| m.mid.as_str()).collect();
+    assert_eq!(mids, ["0", "1"]);
+    assert!(o.bundle.is_empty());
 }
 
 #[test]
