@@ -510,3 +510,17 @@ fn opportunistic_srtp_is_offered_on_rtp_avp_and_answered_as_the_callee_took_it()
     let got = sdp_of(&mut ng, request("answer", "o4", without, &[]));
     assert!(crypto_lines(&got).is_empty(), "{got:?}");
 }
+
+#[test]
+fn ice_optional_adds_ice_to_an_offer_but_an_answer_only_when_the_answerer_did_ice() {
+    let (_server, mut ng) = start();
+    let plain = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    let optional = [("ICE", s("optional"))];
+    let has_ice = |sdp: &[String]| sdp.iter().any(|l| l.starts_with("a=ice-ufrag:"));
+    let got = sdp_of(&mut ng, request("offer", "io1", plain, &optional));
+    assert!(has_ice(&got), "an offer gets ICE: {got:?}");
+    let answer = plain.replace("192.0.2.10", "192.0.2.20");
+    let got = sdp_of(&mut ng, request("answer", "io1", &answer, &optional));
+    assert!(!has_ice(&got), "the callee did no ICE: {got:?}");
+}

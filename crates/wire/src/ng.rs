@@ -60,6 +60,9 @@ pub enum Ice {
     Remove,
     /// Add ICE towards the other side.
     Force,
+    /// `optional`: in an offer, add ICE towards the other side (as `Force`); in an answer,
+    /// ICE towards the offerer only when the answerer's SDP had it (as the default).
+    Optional,
 }
 
 /// `DTLS` (`off`, `passive`, `active`).
@@ -310,9 +313,9 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
             "ice" => {
                 f.ice = match norm(&text("ICE", v)?).as_str() {
                     "remove" => Some(Ice::Remove),
-                    // `optional` adds us as a candidate where there are others: we are the
-                    // only one we announce, as with `force`.
-                    "force" | "force-relay" | "optional" => Some(Ice::Force),
+                    // (`force-relay` keeps only our candidates: we announce only ours.)
+                    "force" | "force-relay" => Some(Ice::Force),
+                    "optional" => Some(Ice::Optional),
                     "default" => None,
                     other => return Err(NgError::BadValue("ICE", other.into())),
                 }

@@ -284,13 +284,15 @@ pub(crate) struct SectionCall {
 }
 
 /// Whether the side that gets SDP `doc`'s section `m` rewritten does ICE with us: as the
-/// message's `ICE` flag says, else (rtpengine's default) when that SDP had ICE credentials.
-fn ice_towards(flags: &Flags, doc: &SdpDoc, m: &Media) -> IceMode {
+/// message's `ICE` flag says (`optional` forces it in an offer, not in an `answer`), else
+/// (rtpengine's default) when that SDP had ICE credentials.
+fn ice_towards(flags: &Flags, doc: &SdpDoc, m: &Media, answer: bool) -> IceMode {
     match flags.ice {
         Some(Ice::Force) => IceMode::Force,
+        Some(Ice::Optional) if !answer => IceMode::Force,
         Some(Ice::Remove) => IceMode::Off,
-        None if ice_credentials(doc, m).is_some() => IceMode::Force,
-        None => IceMode::Off,
+        _ if ice_credentials(doc, m).is_some() => IceMode::Force,
+        _ => IceMode::Off,
     }
 }
 
@@ -897,7 +899,7 @@ impl SectionCall {
                 sdes_tags,
                 bind: iface.map(|i| i.local),
                 announce: iface.map(|i| i.advertised),
-                ice: ice_towards(flags, doc, m),
+                ice: ice_towards(flags, doc, m, false),
                 ..RtpLegOptions::default()
             },
         );
@@ -1099,7 +1101,7 @@ impl SectionCall {
                 (local, codecs_of(m))
             }
             None => {
-                let ice = ice_towards(flags, doc, m);
+                let ice = ice_towards(flags, doc, m, true);
                 // The offerer's opportunistic SRTP is answered with SDES when the answerer
                 // took it, or `OSRTP: accept` asks.
                 let osrtp = Transport::parse(&xm.proto).is_plain()
