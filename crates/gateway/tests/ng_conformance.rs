@@ -524,3 +524,29 @@ fn ice_optional_adds_ice_to_an_offer_but_an_answer_only_when_the_answerer_did_ic
     let got = sdp_of(&mut ng, request("answer", "io1", &answer, &optional));
     assert!(!has_ice(&got), "the callee did no ICE: {got:?}");
 }
+
+#[test]
+fn accept_and_consume_name_the_codec_the_caller_is_answered_in() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0 8\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    let pcma = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 8\r\n\
+        c=IN IP4 192.0.2.20\r\n";
+    for (call, op) in [("ac1", "accept"), ("ac2", "consume")] {
+        let flags = [(
+            "codec",
+            Bencode::Dict(vec![(
+                op.as_bytes().to_vec(),
+                Bencode::List(vec![s("PCMU")]),
+            )]),
+        )];
+        let got = sdp_of(&mut ng, request("offer", call, offer, &flags));
+        // `accept` still offers PCMU to the callee; `consume` hides it, as `mask` does.
+        let to_callee = if op == "accept" { "0 8" } else { "8" };
+        assert_eq!(got[4], format!("m=audio PORT RTP/AVP {to_callee}"), "{op}");
+        // The callee takes PCMA; the caller is answered in PCMU (transcoded), as rtpengine
+        // answers.
+        let got = sdp_of(&mut ng, request("answer", call, pcma, &[]));
+        assert_eq!(got[4], "m=audio PORT RTP/AVP 0", "{op}: {got:?}");
+    }
+}

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
-use super::ng_codecs::{caller_keeps, plan};
+use super::ng_codecs::{answered_in, caller_keeps, plan};
 use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
@@ -1175,14 +1175,17 @@ impl SectionCall {
             osrtp,
             single_codec,
         } = how;
-        let direct = ids.iter().any(|id| !id.is_event() && offered.contains(id));
+        // `accept`/`consume` name what the offerer is answered in, transcoded if need be.
+        let accepted = answered_in(&desc.sections[0].codecs, &pending.flags.codec, &ids);
+        let direct =
+            accepted.is_none() && ids.iter().any(|id| !id.is_event() && offered.contains(id));
         for s in &mut desc.sections {
             s.codecs.retain(|c| {
                 let id = CodecId::passthrough(c);
-                if direct {
-                    ids.contains(&id)
-                } else {
-                    caller_keeps(id, &ids, transcodes)
+                match accepted {
+                    Some(a) => id == a || (id.is_event() && caller_keeps(id, &ids, transcodes)),
+                    None if direct => ids.contains(&id),
+                    None => caller_keeps(id, &ids, transcodes),
                 }
             });
             // Transcoded, the offerer is answered in one codec (its first the gateway

@@ -10,7 +10,8 @@
 //! - `mask` (and `consume`): gone from our offer to the callee, kept on the caller's side, so
 //!   the caller is transcoded to what the callee takes.
 //! - `accept` (`all` with `always transcode`): offered to the callee, and kept on the caller's
-//!   side even when the callee rejects it.
+//!   side even when the callee rejects it. Named (not `all`), with `consume` too, it is what
+//!   the caller is answered in, transcoded, whatever the callee took ([`answered_in`]).
 //! - `offer`: the listed codecs first, in the listed order; `except`: kept despite `all`.
 //! - `transcode`: kept like `except`, adding a codec the caller did not offer (one the gateway
 //!   encodes) after the caller's audio codecs, before its telephone-events: then every codec
@@ -251,6 +252,23 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         caller_transcodes,
         warnings,
     }
+}
+
+/// The codec the caller is answered in whatever the callee took, as rtpengine answers with
+/// `accept` or `consume`: the first of the caller's `codecs` those lists name (not `all`) that
+/// the gateway transcodes, once the callee took a codec the gateway encodes.
+pub(crate) fn answered_in(
+    codecs: &[Codec],
+    flags: &CodecFlags,
+    taken: &[CodecId],
+) -> Option<CodecId> {
+    if !taken.iter().any(|t| t.is_transcodable()) {
+        return None;
+    }
+    codecs.iter().find_map(|c| {
+        let named = any_names(&flags.accept, c) || any_names(&flags.consume, c);
+        CodecId::of(c).filter(|id| named && id.is_transcodable())
+    })
 }
 
 /// Whether the caller's side keeps its codec `id` once the callee took `taken`: the callee
