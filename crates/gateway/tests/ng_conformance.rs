@@ -362,6 +362,12 @@ fn rtcp_mux_towards_the_caller_follows_the_callees_answer() {
     let got = sdp_of(&mut ng, request("answer", "m1", answer, &[]));
     // The callee did not mux: neither is the caller answered with it.
     assert_eq!(got[7..], ["a=sendrecv", "a=rtcp:PORT"]);
+    // `rtcp-mux: demux`: not offered to the callee, and the caller's mux taken all the same.
+    let demux = [("rtcp-mux", Bencode::List(vec![s("demux")]))];
+    let got = sdp_of(&mut ng, request("offer", "m2", offer, &demux));
+    assert_eq!(got[7..], ["a=sendrecv", "a=rtcp:PORT"]);
+    let got = sdp_of(&mut ng, request("answer", "m2", answer, &[]));
+    assert_eq!(got[7..], ["a=sendrecv", "a=rtcp:PORT", "a=rtcp-mux"]);
 }
 
 #[test]

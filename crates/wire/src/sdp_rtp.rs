@@ -100,7 +100,8 @@ pub struct RtpSection {
     pub bad_crypto: Vec<SdesError>,
     /// `a=rtcp` (RFC 3605): the port the offerer receives RTCP on, when not port + 1.
     pub rtcp_port: Option<u16>,
-    /// `a=rtcp-mux`.
+    /// `a=rtcp-mux`, or `a=rtcp` naming the RTP port itself (RTCP on the RTP port, as RFC 5761
+    /// §5.1.3 has a muxing offerer tell answerers that do not know `a=rtcp-mux`).
     pub rtcp_mux: bool,
     /// The direction (`a=sendrecv` by default, the session's if the section has none).
     pub direction: Direction,
@@ -301,6 +302,8 @@ fn codecs_of(m: &Media) -> Vec<Codec> {
 pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
     let session_address = address_of(doc.session_line('c'));
     let value = |key: &'static str| m.attributes(key).flatten();
+    let rtcp_port: Option<u16> =
+        value("rtcp").find_map(|v| v.split_whitespace().next()?.parse().ok());
     let (mut crypto, mut bad_crypto) = (Vec::new(), Vec::new());
     for v in value("crypto") {
         match Crypto::parse(v) {
@@ -320,8 +323,8 @@ pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
         codecs: codecs_of(m),
         crypto,
         bad_crypto,
-        rtcp_port: value("rtcp").find_map(|v| v.split_whitespace().next()?.parse().ok()),
-        rtcp_mux: m.has("rtcp-mux"),
+        rtcp_port,
+        rtcp_mux: m.has("rtcp-mux") || rtcp_port == Some(m.port),
         direction: section_direction(doc, m),
         ptime: value("ptime").find_map(|v| v.trim().parse().ok()),
         mid: value("mid").next().map(str::to_owned),
@@ -487,6 +490,17 @@ mod tests {
         a=sendrecv\r\n\
         m=video 0 RTP/AVP 96\r\n\
         c=IN IP4 0.0.0.0\r\n";
+
+    #[test]
+    fn rtcp_on_the_rtp_port_reads_as_muxed() {
+        let sdp = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+            m=audio 4328 RTP/AVP 0\r\na=rtcp:4328 IN IP4 192.0.2.10\r\n";
+        let a = &parse_rtp(sdp).unwrap().sections[0];
+        assert_eq!(a.rtcp_port, Some(4328));
+        assert!(a.rtcp_mux);
+        let apart = sdp.replace("a=rtcp:4328", "a=rtcp:4329");
+        assert!(!parse_rtp(&apart).unwrap().sections[0].rtcp_mux);
+    }
 
     #[test]
     fn a_phones_offer_reads_as_a_gateway_needs_it() {

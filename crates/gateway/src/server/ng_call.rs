@@ -1203,9 +1203,10 @@ impl SectionCall {
                 s.ptime = Some(p);
             }
             // RTCP is muxed towards the offerer as the answerer took it, unless this side's
-            // flags accept or require it regardless.
+            // flags accept or require it regardless, or demux it (the offerer's mux taken,
+            // the answerer's ports apart).
             let mux = pending.flags.rtcp_mux;
-            s.rtcp_mux &= m.has("rtcp-mux") || mux.accept || mux.require;
+            s.rtcp_mux &= m.has("rtcp-mux") || mux.accept || mux.require || mux.demux;
             if pending.flags.has("SIP-source-address") {
                 if let Some(ip) = pending.flags.received_from {
                     s.address = Some(ip);
