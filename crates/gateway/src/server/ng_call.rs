@@ -711,6 +711,65 @@ struct AnswerHow<'a> {
     single_codec: bool,
 }
 
+/// The offerer's section `desc` as its member takes it once the answerer (its section `m`)
+/// took `ids`: the formats it is answered in (those the answer took of its own, relayed; else,
+/// transcoded, the one `accept`/`consume` name or its first the gateway transcodes; one with
+/// `single codec`), and the packet time, RTCP mux and address the offer's flags set. Whether
+/// the answer's formats are relayed as they are (no transcoding).
+fn offerer_takes(
+    desc: &mut RtpDescription,
+    m: &Media,
+    ids: &[CodecId],
+    pending: &Pending,
+    how: &AnswerHow<'_>,
+) -> bool {
+    let offered: Vec<CodecId> = desc.sections[0]
+        .codecs
+        .iter()
+        .map(CodecId::passthrough)
+        .collect();
+    let transcodes = how.transcodes;
+    // `accept`/`consume` name what the offerer is answered in, transcoded if need be.
+    let accepted = answered_in(&desc.sections[0].codecs, &pending.flags.codec, ids);
+    // What the answer took of the offer's own formats is relayed as it is: no transcoding
+    // unless the answer took no audio codec the offer had.
+    let direct = accepted.is_none() && ids.iter().any(|id| !id.is_event() && offered.contains(id));
+    for s in &mut desc.sections {
+        s.codecs.retain(|c| {
+            let id = CodecId::passthrough(c);
+            match accepted {
+                Some(a) => id == a || (id.is_event() && caller_keeps(id, ids, transcodes)),
+                None if direct => ids.contains(&id),
+                None => caller_keeps(id, ids, transcodes),
+            }
+        });
+        // Transcoded, the offerer is answered in one codec (its first the gateway
+        // transcodes), as rtpengine answers; `single codec` asks the same of a relayed
+        // answer. Telephone events and comfort noise stay beside it.
+        if !direct || how.single_codec {
+            let mut first = true;
+            s.codecs.retain(|c| {
+                let extra = CodecId::passthrough(c).is_event() || c.name.eq_ignore_ascii_case("CN");
+                extra || std::mem::replace(&mut first, false)
+            });
+        }
+        if let Some(p) = pending.flags.ptime_reverse {
+            s.ptime = Some(p);
+        }
+        // RTCP is muxed towards the offerer as the answerer took it, unless this side's
+        // flags accept or require it regardless, or demux it (the offerer's mux taken,
+        // the answerer's ports apart).
+        let mux = pending.flags.rtcp_mux;
+        s.rtcp_mux &= m.has("rtcp-mux") || mux.accept || mux.require || mux.demux;
+        if pending.flags.has("SIP-source-address") {
+            if let Some(ip) = pending.flags.received_from {
+                s.address = Some(ip);
+            }
+        }
+    }
+    direct
+}
+
 impl SectionCall {
     /// The interface of `side`'s members: kept once chosen unless the request names one (its
     /// `direction` entry `at`, `address-family`); else chosen by name and by the family of
@@ -1161,58 +1220,10 @@ impl SectionCall {
             .await?;
         let ids: Vec<CodecId> = taken.iter().map(|(id, _)| *id).collect();
         let mut desc = description_of(&pending.offer, xm);
-        // What the answer took of the offer's own formats is relayed as it is: no transcoding
-        // unless the answer took no audio codec the offer had.
-        let offered: Vec<CodecId> = desc.sections[0]
-            .codecs
-            .iter()
-            .map(CodecId::passthrough)
-            .collect();
+        let direct = offerer_takes(&mut desc, m, &ids, pending, &how);
         let AnswerHow {
-            transcodes,
-            iface,
-            ice,
-            osrtp,
-            single_codec,
+            iface, ice, osrtp, ..
         } = how;
-        // `accept`/`consume` name what the offerer is answered in, transcoded if need be.
-        let accepted = answered_in(&desc.sections[0].codecs, &pending.flags.codec, &ids);
-        let direct =
-            accepted.is_none() && ids.iter().any(|id| !id.is_event() && offered.contains(id));
-        for s in &mut desc.sections {
-            s.codecs.retain(|c| {
-                let id = CodecId::passthrough(c);
-                match accepted {
-                    Some(a) => id == a || (id.is_event() && caller_keeps(id, &ids, transcodes)),
-                    None if direct => ids.contains(&id),
-                    None => caller_keeps(id, &ids, transcodes),
-                }
-            });
-            // Transcoded, the offerer is answered in one codec (its first the gateway
-            // transcodes), as rtpengine answers; `single codec` asks the same of a relayed
-            // answer. Telephone events and comfort noise stay beside it.
-            if !direct || single_codec {
-                let mut first = true;
-                s.codecs.retain(|c| {
-                    let extra =
-                        CodecId::passthrough(c).is_event() || c.name.eq_ignore_ascii_case("CN");
-                    extra || std::mem::replace(&mut first, false)
-                });
-            }
-            if let Some(p) = pending.flags.ptime_reverse {
-                s.ptime = Some(p);
-            }
-            // RTCP is muxed towards the offerer as the answerer took it, unless this side's
-            // flags accept or require it regardless, or demux it (the offerer's mux taken,
-            // the answerer's ports apart).
-            let mux = pending.flags.rtcp_mux;
-            s.rtcp_mux &= m.has("rtcp-mux") || mux.accept || mux.require || mux.demux;
-            if pending.flags.has("SIP-source-address") {
-                if let Some(ip) = pending.flags.received_from {
-                    s.address = Some(ip);
-                }
-            }
-        }
         let options = ctx.pinned(
             room,
             pending.by,
