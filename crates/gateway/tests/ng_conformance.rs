@@ -556,3 +556,28 @@ fn accept_and_consume_name_the_codec_the_caller_is_answered_in() {
         assert_eq!(got[4], "m=audio PORT RTP/AVP 0", "{op}: {got:?}");
     }
 }
+
+#[test]
+fn events_at_a_clock_the_gateway_does_not_know_stay_beside_a_transcoded_answer() {
+    let (_server, mut ng) = start();
+    let offer =
+        "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 100 101\r\n\
+        c=IN IP4 192.0.2.10\r\na=rtpmap:100 PCMU/16000\r\na=rtpmap:101 telephone-event/16000\r\n";
+    let flags = [
+        (
+            "codec",
+            Bencode::Dict(vec![(
+                b"transcode".to_vec(),
+                Bencode::List(vec![s("PCMA"), s("telephone-event/8000")]),
+            )]),
+        ),
+        ("flags", Bencode::List(vec![s("always transcode")])),
+    ];
+    sdp_of(&mut ng, request("offer", "ev1", offer, &flags));
+    let answer =
+        "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 8 96\r\n\
+        c=IN IP4 192.0.2.20\r\na=rtpmap:96 telephone-event/8000\r\n";
+    // The caller is answered in its first codec, its 16 kHz events beside it.
+    let got = sdp_of(&mut ng, request("answer", "ev1", answer, &[]));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 100 101", "{got:?}");
+}

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
-use super::ng_codecs::{answered_in, caller_keeps, plan};
+use super::ng_codecs::{answered_in, caller_keeps, is_event_like, plan};
 use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
@@ -748,10 +748,8 @@ fn offerer_takes(
         // answer. Telephone events and comfort noise stay beside it.
         if !direct || how.single_codec {
             let mut first = true;
-            s.codecs.retain(|c| {
-                let extra = CodecId::passthrough(c).is_event() || c.name.eq_ignore_ascii_case("CN");
-                extra || std::mem::replace(&mut first, false)
-            });
+            s.codecs
+                .retain(|c| is_event_like(c) || std::mem::replace(&mut first, false));
         }
         if let Some(p) = pending.flags.ptime_reverse {
             s.ptime = Some(p);

@@ -65,8 +65,9 @@ fn names(spec: &str, c: &Codec) -> bool {
     clock_ok && channels_ok
 }
 
-/// Telephone-events (at any clock) and comfort noise: carried beside the audio codecs.
-fn is_event_like(c: &Codec) -> bool {
+/// Telephone-events (at any clock, known to the gateway or not) and comfort noise: carried
+/// beside the audio codecs.
+pub(crate) fn is_event_like(c: &Codec) -> bool {
     c.name.eq_ignore_ascii_case("telephone-event") || c.name.eq_ignore_ascii_case("CN")
 }
 
