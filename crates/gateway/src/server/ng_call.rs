@@ -567,9 +567,7 @@ fn offered_suites(
     // Opportunistic SRTP (RFC 8643) towards a plain side: the offer's own crypto lines on
     // `RTP/AVP` carried on, or `OSRTP: offer`.
     let from = Transport::parse(&m.proto);
-    let osrtp = towards.is_plain()
-        && !flags.sdes_off
-        && (flags.osrtp_offer || (from.is_plain() && m.has("crypto")));
+    let osrtp = towards.is_plain() && !flags.sdes_off && (flags.osrtp_offer || opportunistic(m));
     if !towards.is_sdes() && !osrtp {
         return Ok((Vec::new(), Vec::new()));
     }
@@ -628,6 +626,11 @@ fn offered_suites(
         }
     }
     Ok((suites, tags))
+}
+
+/// Whether section `m` offers opportunistic SRTP (RFC 8643): crypto lines on `RTP/AVP[F]`.
+fn opportunistic(m: &Media) -> bool {
+    Transport::parse(&m.proto).is_plain() && m.has("crypto")
 }
 
 /// The SDES suites a member answering side `m`'s offer prefers: the one the other side took
@@ -1161,9 +1164,7 @@ impl SectionCall {
                 let ice = ice_towards(flags, doc, m, true);
                 // The offerer's opportunistic SRTP is answered with SDES when the answerer
                 // took it, or `OSRTP: accept` asks.
-                let osrtp = Transport::parse(&xm.proto).is_plain()
-                    && xm.has("crypto")
-                    && (m.has("crypto") || flags.osrtp_accept);
+                let osrtp = opportunistic(xm) && (m.has("crypto") || flags.osrtp_accept);
                 let how = AnswerHow {
                     transcodes,
                     iface,

@@ -21,7 +21,7 @@ use std::net::IpAddr;
 
 use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{connection_address, Line, Media, SdpDoc};
-use secrelay_wire::sdp_rtp::{section_direction, static_rtpmap};
+use secrelay_wire::sdp_rtp::{ice_credentials, section_direction, static_rtpmap};
 
 /// One format as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,18 +166,16 @@ fn connection(value: &str, ours: IpAddr, keep_null: bool) -> String {
 }
 
 /// Whether section `i` of `doc` is on hold by the old convention: its address is the null one
-/// (`0.0.0.0`, `::`) and it has no ICE credentials. With them (its own or the session's), the
+/// (`0.0.0.0`, `::`) and it has no ICE credentials. With them ([`ice_credentials`]), the
 /// null address is trickle ICE's placeholder until candidates come (RFC 8840), not a hold.
 pub(crate) fn held(doc: &SdpDoc, i: usize) -> bool {
     doc.address_of(i).is_some_and(|ip| ip.is_unspecified()) && !has_ice(doc, i)
 }
 
 fn has_ice(doc: &SdpDoc, i: usize) -> bool {
-    doc.session_has("ice-ufrag")
-        || doc
-            .media
-            .get(i)
-            .is_some_and(|m| m.lines.iter().any(|l| l.is_attribute("ice-ufrag")))
+    doc.media
+        .get(i)
+        .is_some_and(|m| ice_credentials(doc, m).is_some())
 }
 
 /// An `o=` value with our address.
