@@ -137,8 +137,13 @@ fn conformance(a: &NgCompareArgs, d: &Daemons) -> Result<()> {
             .map_err(|e| anyhow!("--json {}: {e}", p.display()))?;
     }
     println!(
-        "offers and answers replayed: {} ({} left out: computed at run time); rtpengine answered {} with SDP (the cases)",
-        f.replayed, f.skipped, f.cases
+        "offers and answers replayed: {} ({} left out: computed at run time); rtpengine answered {} with SDP, \
+         {} of them asking for T.38, recording or DTMF injection (not counted): {} cases",
+        f.replayed,
+        f.skipped,
+        f.cases + f.out_of_scope,
+        f.out_of_scope,
+        f.cases
     );
     println!(
         "{:<10} {:>8} {:>16} {:>16} {:>10}",

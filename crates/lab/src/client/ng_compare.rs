@@ -253,12 +253,20 @@ pub struct Case {
     pub exact: bool,
     /// What differs (`-`: rtpengine's only, `+`: secrelay's only).
     pub diff: Vec<String>,
+    /// What the request asks for that secrelay leaves out (T.38, recording, DTMF injection;
+    /// [`Step::out_of_scope`]), if anything.
+    pub out_of_scope: Option<&'static str>,
 }
 
 impl Case {
-    /// In scope: rtpengine answered it with SDP.
-    pub fn in_scope(&self) -> bool {
+    /// A case: rtpengine answered it with SDP.
+    pub fn answered(&self) -> bool {
         self.rtpengine.ok() && self.rtpengine.sdp.is_some()
+    }
+
+    /// In scope: a case whose request asks for nothing secrelay leaves out.
+    pub fn in_scope(&self) -> bool {
+        self.answered() && self.out_of_scope.is_none()
     }
 }
 
@@ -267,8 +275,12 @@ impl Case {
 pub struct Figures {
     /// Offers and answers read from the scripts and replayed.
     pub replayed: usize,
-    /// Of those, answered by rtpengine with SDP: the cases.
+    /// Of those, answered by rtpengine with SDP and in scope: the cases the figures below
+    /// count.
     pub cases: usize,
+    /// Answered by rtpengine with SDP but asking for what secrelay leaves out (T.38,
+    /// recording, DTMF injection): not counted.
+    pub out_of_scope: usize,
     /// Requests left out of the replay (a value computed at run time; see the skipped list).
     pub skipped: usize,
     /// secrelay replied `ok` with SDP.
@@ -308,7 +320,14 @@ fn request(step: &Step, call_id: &str) -> Vec<(String, Bencode)> {
     d
 }
 
-fn judge(step: &Step, file: &str, rtpengine: Reply, secrelay: Reply) -> Case {
+/// `scope`: what the request, or the offer it answers, asks for that secrelay leaves out.
+fn judge(
+    step: &Step,
+    scope: Option<&'static str>,
+    file: &str,
+    rtpengine: Reply,
+    secrelay: Reply,
+) -> Case {
     let mut agreement = Agreement::default();
     let mut diff = Vec::new();
     match (&rtpengine.sdp, &secrelay.sdp) {
@@ -333,6 +352,7 @@ fn judge(step: &Step, file: &str, rtpengine: Reply, secrelay: Reply) -> Case {
         lines: agreement.lines,
         exact: agreement.exact,
         diff,
+        out_of_scope: scope,
     }
 }
 
@@ -349,13 +369,21 @@ pub fn replay(
             continue;
         }
         let call_id = format!("{}-{}", call.file, call.call_id);
+        // An answer is out of scope with the offer it answers (T.38 gatewaying's audio answer).
+        let mut offer_scope = None;
         for step in &call.steps {
             let req = request(step, &call_id);
             let r = Reply::of(rtpengine.ng.raw(req.clone()));
             let s = Reply::of(secrelay.ng.raw(req));
-            if step.is_offer_answer() {
-                cases.push(judge(step, &call.file, r, s));
-            }
+            let scope = match step.command.as_str() {
+                "offer" => {
+                    offer_scope = step.out_of_scope();
+                    offer_scope
+                }
+                "answer" => step.out_of_scope().or(offer_scope),
+                _ => continue,
+            };
+            cases.push(judge(step, scope, &call.file, r, s));
         }
         for d in [&mut *rtpengine, &mut *secrelay] {
             let _ = d.ng.raw(vec![
@@ -373,6 +401,10 @@ pub fn figures(cases: &[Case], skipped: usize) -> Figures {
     Figures {
         replayed: cases.len(),
         cases: scope.len(),
+        out_of_scope: cases
+            .iter()
+            .filter(|c| c.answered() && !c.in_scope())
+            .count(),
         skipped,
         ok: scope
             .iter()
@@ -506,4 +538,44 @@ pub fn check_binary(p: &Path, what: &str) -> anyhow::Result<()> {
         bail!("{what} {}: not found", p.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(result: &str, sdp: Option<&str>) -> Reply {
+        Reply {
+            result: result.into(),
+            sdp: sdp.map(str::to_owned),
+            reason: None,
+            warning: None,
+        }
+    }
+
+    #[test]
+    fn requests_out_of_scope_are_counted_apart_from_the_cases() {
+        let sdp = "v=0\r\no=- 1 1 IN IP4 192.0.2.1\r\ns=-\r\nt=0 0\r\nm=audio 4000 RTP/AVP 0\r\n";
+        let step = |body: Vec<(String, Bencode)>| Step {
+            line: 1,
+            command: "offer".into(),
+            name: "x".into(),
+            from_tag: None,
+            to_tag: None,
+            body,
+        };
+        let ok = || reply("ok", Some(sdp));
+        let plain = judge(&step(vec![]), None, "t.pl", ok(), ok());
+        let t38 = step(vec![("T.38".into(), Bencode::List(vec![Bencode::str("decode")]))]);
+        let fax = judge(&t38, t38.out_of_scope(), "t.pl", ok(), reply("error", None));
+        let refused = judge(&step(vec![]), None, "t.pl", reply("error", None), ok());
+        assert_eq!(fax.out_of_scope, Some("T.38"));
+        let f = figures(&[plain, fax, refused], 2);
+        assert_eq!(
+            (f.replayed, f.cases, f.out_of_scope, f.skipped, f.ok, f.exact),
+            (3, 1, 1, 2, 1, 1),
+            "{f:?}"
+        );
+        assert_eq!(f.percent(f.exact), 100.0);
+    }
 }

@@ -35,17 +35,52 @@ pub struct Step {
 }
 
 impl Step {
-    /// Whether this is an offer or an answer (the requests compared).
-    pub fn is_offer_answer(&self) -> bool {
-        self.command == "offer" || self.command == "answer"
-    }
-
     /// The SDP sent, if any.
     pub fn sdp(&self) -> Option<String> {
         self.body
             .iter()
             .find(|(k, _)| k == "sdp")
             .and_then(|(_, v)| v.as_text())
+    }
+
+    /// What this request asks for that is outside what secrelay means to answer as rtpengine
+    /// does (T.38 fax, call recording, DTMF injection), if anything: a `T.38` flag or an SDP
+    /// with a UDPTL (T.38) section, the `record-call` flag or key, the `inject-DTMF` flag.
+    /// Names are compared as rtpengine reads them: any case, spaces, dashes or underscores.
+    pub fn out_of_scope(&self) -> Option<&'static str> {
+        let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '_'], "-");
+        let yes = |v: &Bencode| {
+            v.as_text()
+                .is_some_and(|t| matches!(norm(&t).as_str(), "yes" | "on" | "true"))
+        };
+        for (k, v) in &self.body {
+            match norm(k).as_str() {
+                "t.38" | "t38" => return Some("T.38"),
+                "record-call" if yes(v) => return Some("recording"),
+                "flags" => {
+                    let items = match v {
+                        Bencode::List(items) => items.iter().filter_map(Bencode::as_text).collect(),
+                        other => other.as_text().into_iter().collect::<Vec<_>>(),
+                    };
+                    for item in items {
+                        match norm(&item).as_str() {
+                            "inject-dtmf" => return Some("DTMF injection"),
+                            "record-call" => return Some("recording"),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let udptl = self.sdp().is_some_and(|sdp| {
+            sdp.lines().any(|l| {
+                l.starts_with("m=") && l.split_whitespace().nth(2).is_some_and(|t| {
+                    t.eq_ignore_ascii_case("udptl") || t.eq_ignore_ascii_case("udp/udptl")
+                })
+            })
+        });
+        udptl.then_some("T.38")
     }
 }
 
@@ -857,6 +892,34 @@ END\n";
         let q = &s.calls[1].steps[0];
         assert_eq!(q.name, "quoted \"name\"");
         assert_eq!(q.sdp().as_deref(), Some("v=0\n"));
+    }
+
+    #[test]
+    fn requests_for_t38_recording_or_dtmf_injection_are_out_of_scope() {
+        let step = |body: Vec<(&str, Bencode)>| Step {
+            line: 1,
+            command: "offer".into(),
+            name: "x".into(),
+            from_tag: None,
+            to_tag: None,
+            body: body.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+        };
+        let sdp = |m: &str| ("sdp", Bencode::str(&format!("v=0\r\n{m}\r\n")));
+        let flags = |f: &[&str]| ("flags", Bencode::List(f.iter().map(|s| Bencode::str(s)).collect()));
+        let plain = step(vec![flags(&["trust-address"]), sdp("m=audio 4000 RTP/AVP 0")]);
+        assert_eq!(plain.out_of_scope(), None);
+        let cases = [
+            (step(vec![("T.38", Bencode::List(vec![Bencode::str("decode")])), sdp("m=audio 4000 RTP/AVP 0")]), "T.38"),
+            (step(vec![sdp("m=image 4000 udptl t38")]), "T.38"),
+            (step(vec![flags(&["inject DTMF"])]), "DTMF injection"),
+            (step(vec![flags(&["strict-source", "record-call"])]), "recording"),
+            (step(vec![("record call", Bencode::str("yes"))]), "recording"),
+        ];
+        for (s, why) in cases {
+            assert_eq!(s.out_of_scope(), Some(why), "{:?}", s.body);
+        }
+        // `record-call: no` asks for nothing.
+        assert_eq!(step(vec![("record-call", Bencode::str("no"))]).out_of_scope(), None);
     }
 
     #[test]
