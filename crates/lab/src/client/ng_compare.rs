@@ -566,13 +566,23 @@ mod tests {
         };
         let ok = || reply("ok", Some(sdp));
         let plain = judge(&step(vec![]), None, "t.pl", ok(), ok());
-        let t38 = step(vec![("T.38".into(), Bencode::List(vec![Bencode::str("decode")]))]);
+        let t38 = step(vec![(
+            "T.38".into(),
+            Bencode::List(vec![Bencode::str("decode")]),
+        )]);
         let fax = judge(&t38, t38.out_of_scope(), "t.pl", ok(), reply("error", None));
         let refused = judge(&step(vec![]), None, "t.pl", reply("error", None), ok());
         assert_eq!(fax.out_of_scope, Some("T.38"));
         let f = figures(&[plain, fax, refused], 2);
         assert_eq!(
-            (f.replayed, f.cases, f.out_of_scope, f.skipped, f.ok, f.exact),
+            (
+                f.replayed,
+                f.cases,
+                f.out_of_scope,
+                f.skipped,
+                f.ok,
+                f.exact
+            ),
             (3, 1, 1, 2, 1, 1),
             "{f:?}"
         );

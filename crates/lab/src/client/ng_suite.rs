@@ -75,9 +75,10 @@ impl Step {
         }
         let udptl = self.sdp().is_some_and(|sdp| {
             sdp.lines().any(|l| {
-                l.starts_with("m=") && l.split_whitespace().nth(2).is_some_and(|t| {
-                    t.eq_ignore_ascii_case("udptl") || t.eq_ignore_ascii_case("udp/udptl")
-                })
+                l.starts_with("m=")
+                    && l.split_whitespace().nth(2).is_some_and(|t| {
+                        t.eq_ignore_ascii_case("udptl") || t.eq_ignore_ascii_case("udp/udptl")
+                    })
             })
         });
         udptl.then_some("T.38")
@@ -905,21 +906,44 @@ END\n";
             body: body.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
         };
         let sdp = |m: &str| ("sdp", Bencode::str(&format!("v=0\r\n{m}\r\n")));
-        let flags = |f: &[&str]| ("flags", Bencode::List(f.iter().map(|s| Bencode::str(s)).collect()));
-        let plain = step(vec![flags(&["trust-address"]), sdp("m=audio 4000 RTP/AVP 0")]);
+        let flags = |f: &[&str]| {
+            (
+                "flags",
+                Bencode::List(f.iter().map(|s| Bencode::str(s)).collect()),
+            )
+        };
+        let plain = step(vec![
+            flags(&["trust-address"]),
+            sdp("m=audio 4000 RTP/AVP 0"),
+        ]);
         assert_eq!(plain.out_of_scope(), None);
         let cases = [
-            (step(vec![("T.38", Bencode::List(vec![Bencode::str("decode")])), sdp("m=audio 4000 RTP/AVP 0")]), "T.38"),
+            (
+                step(vec![
+                    ("T.38", Bencode::List(vec![Bencode::str("decode")])),
+                    sdp("m=audio 4000 RTP/AVP 0"),
+                ]),
+                "T.38",
+            ),
             (step(vec![sdp("m=image 4000 udptl t38")]), "T.38"),
             (step(vec![flags(&["inject DTMF"])]), "DTMF injection"),
-            (step(vec![flags(&["strict-source", "record-call"])]), "recording"),
-            (step(vec![("record call", Bencode::str("yes"))]), "recording"),
+            (
+                step(vec![flags(&["strict-source", "record-call"])]),
+                "recording",
+            ),
+            (
+                step(vec![("record call", Bencode::str("yes"))]),
+                "recording",
+            ),
         ];
         for (s, why) in cases {
             assert_eq!(s.out_of_scope(), Some(why), "{:?}", s.body);
         }
         // `record-call: no` asks for nothing.
-        assert_eq!(step(vec![("record-call", Bencode::str("no"))]).out_of_scope(), None);
+        assert_eq!(
+            step(vec![("record-call", Bencode::str("no"))]).out_of_scope(),
+            None
+        );
     }
 
     #[test]
