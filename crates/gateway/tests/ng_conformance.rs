@@ -147,7 +147,8 @@ fn rejected_sections_keep_port_zero_and_tcp_sections_pass_through() {
         m=audio 5004 RTP/AVP 8\r\nm=video 0 RTP/AVP 96\r\n\
         m=message 5010 TCP/MSRP *\r\na=path:msrp://192.0.2.10:5010/x;tcp\r\n";
     // rtpengine: the session c= after t= is kept where it stood; the rejected video stays
-    // rejected in its place (RFC 3264); MSRP over TCP is not relayed: passed on as it came.
+    // rejected in its place (RFC 3264); MSRP over TCP is not relayed: passed on as it came,
+    // with its peer's address (the session's, which now names ours) written in it.
     assert_eq!(
         sdp_of(&mut ng, request("offer", "r1", offer, &[])),
         [
@@ -162,6 +163,7 @@ fn rejected_sections_keep_port_zero_and_tcp_sections_pass_through() {
             "a=rtcp:PORT",
             "m=video 0 RTP/AVP 96",
             "m=message 5010 TCP/MSRP *",
+            "c=IN IP4 192.0.2.10",
             "a=path:msrp://192.0.2.10:5010/x;tcp",
         ]
     );

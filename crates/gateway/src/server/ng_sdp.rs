@@ -14,7 +14,8 @@
 //!   direction, `a=rtcp:PORT` (RTP only), `a=rtcp-mux`, `a=crypto` lines, `a=setup` and
 //!   `a=fingerprint`, `a=ptime`, and our ICE credentials and candidates.
 //! * A rejected section keeps its `m=` line with port 0 and its lines (the address ours); a
-//!   section of a protocol that is not relayed over UDP (`TCP/MSRP`) passes through whole.
+//!   section of a protocol that is not relayed over UDP (`TCP/MSRP`) passes through whole,
+//!   with the session's `c=` (its peer's address) written in it when it had none.
 
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -329,6 +330,12 @@ pub(crate) fn rewrite(doc: &SdpDoc, r: &Rewrite<'_>) -> String {
             SectionOut::AsIs => {
                 let formats: Vec<&str> = m.formats.iter().map(String::as_str).collect();
                 media_line(&mut out, m, m.port, &m.proto, &formats);
+                // Its peer's address was the session's, which now names ours: written here.
+                if !m.lines.iter().any(|l| l.kind == 'c') {
+                    if let Some(c) = doc.session.iter().find(|l| l.kind == 'c') {
+                        line(&mut out, 'c', &c.value);
+                    }
+                }
                 for l in &m.lines {
                     line(&mut out, l.kind, &l.value);
                 }
@@ -444,6 +451,8 @@ mod tests {
                 "a=ptime:20",
                 "m=video 0 RTP/AVP 31",
                 "m=message 5010 TCP/MSRP *",
+                // Not relayed: its peer's address, the session's, written where it is kept.
+                "c=IN IP4 192.0.2.10",
                 "a=path:msrp://192.0.2.10:5010/s;tcp",
                 "",
             ]
