@@ -583,3 +583,130 @@ fn events_at_a_clock_the_gateway_does_not_know_stay_beside_a_transcoded_answer()
     let got = sdp_of(&mut ng, request("answer", "ev1", answer, &[]));
     assert_eq!(got[4], "m=audio PORT RTP/AVP 100 101", "{got:?}");
 }
+
+/// A `codec` dictionary of one or more manipulations.
+fn codec_flags(ops: &[(&str, &[&str])]) -> (&'static str, Bencode) {
+    (
+        "codec",
+        Bencode::Dict(
+            ops.iter()
+                .map(|(op, names)| {
+                    (
+                        op.as_bytes().to_vec(),
+                        Bencode::List(names.iter().map(|n| s(n)).collect()),
+                    )
+                })
+                .collect(),
+        ),
+    )
+}
+
+#[test]
+fn with_everything_masked_the_offer_follows_the_transcode_list_and_keeps_the_callers_numbers() {
+    let (_server, mut ng) = start();
+    // The caller's Opus and PCMA with their events; everything masked, four codecs named.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 111 8 101 96\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:111 opus/48000/2\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/48000\r\n\
+        a=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-15\r\na=fmtp:101 0-15\r\n";
+    let flags = [codec_flags(&[
+        ("mask", &["all"]),
+        ("transcode", &["G722", "opus", "PCMA", "telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "ml1", offer, &flags));
+    // In the list's order, the caller's payload types kept; events after the audio, in the
+    // order of the first codec at their clock (G.722's 8 kHz, then Opus's 48 kHz).
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 9 111 8 96 101", "{got:?}");
+
+    // A codec the gateway cannot transcode (AMR) named in `transcode` is masked like the
+    // rest; the caller's 16 kHz events go with it (no audio left at that clock).
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 108 8 101 96\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:108 AMR-WB/16000\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/16000\r\n\
+        a=rtpmap:96 telephone-event/8000\r\n";
+    let flags = [codec_flags(&[
+        ("mask", &["all"]),
+        ("transcode", &["G722", "AMR-WB", "PCMA", "telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "ml2", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 9 8 96", "{got:?}");
+}
+
+#[test]
+fn an_added_codec_takes_the_callers_number_for_it_else_one_free_towards_the_callee() {
+    let (_server, mut ng) = start();
+    // The caller's events (101) stripped, then offered again beside the added G.722: they
+    // come back with the caller's number, not a new one.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 8 101\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\n";
+    let flags = [codec_flags(&[
+        ("mask", &["all"]),
+        ("strip", &["telephone-event"]),
+        ("transcode", &["PCMU", "G722"]),
+        ("offer", &["telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "pt1", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 0 9 101", "{got:?}");
+    assert!(
+        got.contains(&"a=rtpmap:101 telephone-event/8000".to_owned()),
+        "{got:?}"
+    );
+
+    // A number the caller uses only for a masked codec is free towards the callee: the
+    // events added at PCMA's clock take 96, the caller's (masked) Opus's number.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 96 120\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:96 opus/48000/2\r\na=rtpmap:120 telephone-event/48000\r\n";
+    let flags = [codec_flags(&[
+        ("mask", &["all"]),
+        ("transcode", &["PCMA", "telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "pt2", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 8 96", "{got:?}");
+    assert!(
+        got.contains(&"a=rtpmap:96 telephone-event/8000".to_owned()),
+        "{got:?}"
+    );
+}
+
+#[test]
+fn always_transcode_answers_the_caller_in_its_first_codec_and_an_added_one_brings_the_callers() {
+    let (_server, mut ng) = start();
+    // `always transcode` with the caller's Opus masked: the callee takes PCMA, the caller is
+    // answered in Opus (its first codec), without the 8 kHz events Opus has no clock for.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 120 8 0 101\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:120 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\n";
+    let flags = [
+        codec_flags(&[("mask", &["opus"])]),
+        ("flags", Bencode::List(vec![s("always transcode")])),
+    ];
+    sdp_of(&mut ng, request("offer", "at1", offer, &flags));
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8 101\r\nc=IN IP4 192.0.2.20\r\n\
+        a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\n";
+    let got = sdp_of(&mut ng, request("answer", "at1", answer, &[]));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 120", "{got:?}");
+
+    // Relayed Opus, but the callee also took the G.722 we added: what it sends in G.722 is
+    // transcoded to the caller's first codec, PCMA, which the caller is answered in too.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 8 107 101\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:107 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-16\r\n";
+    let got = sdp_of(
+        &mut ng,
+        request(
+            "offer",
+            "at2",
+            offer,
+            &[codec_flags(&[("transcode", &["G722"])])],
+        ),
+    );
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 8 107 9 101", "{got:?}");
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 107 101 9\r\nc=IN IP4 192.0.2.20\r\n\
+        a=rtpmap:107 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-16\r\n";
+    let got = sdp_of(&mut ng, request("answer", "at2", answer, &[]));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 107 101 8", "{got:?}");
+}

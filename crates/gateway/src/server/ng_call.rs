@@ -18,7 +18,9 @@ use secrelay_srtp::Profile;
 use secrelay_wire::ng::{Flags, Ice};
 use secrelay_wire::sdp::Direction;
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
-use secrelay_wire::sdp_rtp::{ice_credentials, rtp_section, RtpDescription, Transport};
+use secrelay_wire::sdp_rtp::{
+    ice_credentials, rtp_section, static_rtpmap, RtpDescription, Transport,
+};
 
 use std::collections::HashMap;
 
@@ -471,26 +473,37 @@ impl SectionCall {
 }
 
 /// The formats our SDP lists for a section: those of `plan` (the offer's, and any added for
-/// transcoding), each with the lines the offer gave it, else our own.
+/// transcoding), each with the lines the offer gave it (the same payload type naming the same
+/// codec; its channel count left out where the plan left it out), else our own.
 fn codec_outs(m: &Media, chosen: &[(CodecId, secrelay_wire::sdp::Codec)]) -> Vec<CodecOut> {
     let offered = codecs_of(m);
+    let rtpmap = |c: &secrelay_wire::sdp::Codec| match c.channels {
+        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
+        None => format!("{}/{}", c.name, c.clock_rate),
+    };
     chosen
         .iter()
         .map(|(_, c)| {
             let pt = c.pt.to_string();
-            offered
-                .iter()
-                .find(|o| o.pt == pt)
-                .cloned()
-                .unwrap_or_else(|| CodecOut {
-                    rtpmap: Some(match c.channels {
-                        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
-                        None => format!("{}/{}", c.name, c.clock_rate),
-                    }),
+            let as_offered = offered.iter().find(|o| {
+                let map = o.rtpmap.clone().or_else(|| static_rtpmap(&o.pt));
+                let mut f = map.as_deref().unwrap_or_default().split('/');
+                o.pt == pt
+                    && f.next().is_some_and(|n| n.eq_ignore_ascii_case(&c.name))
+                    && f.next() == Some(c.clock_rate.to_string().as_str())
+            });
+            match as_offered {
+                Some(o) => CodecOut {
+                    rtpmap: o.rtpmap.as_ref().map(|_| rtpmap(c)),
+                    ..o.clone()
+                },
+                None => CodecOut {
+                    rtpmap: Some(rtpmap(c)),
                     fmtp: c.fmtp.clone(),
                     rtcp_fb: Vec::new(),
                     pt,
-                })
+                },
+            }
         })
         .collect()
 }
@@ -737,15 +750,36 @@ fn offerer_takes(
     // What the answer took of the offer's own formats is relayed as it is: no transcoding
     // unless the answer took no audio codec the offer had.
     let direct = accepted.is_none() && ids.iter().any(|id| !id.is_event() && offered.contains(id));
+    // Relayed, but the answer also took a codec we added: what it sends in that one is
+    // transcoded to the offerer's first codec the gateway transcodes, which the offerer is then
+    // answered in too, last, where the added codec was (as rtpengine answers).
+    let added_taken = ids
+        .iter()
+        .any(|id| id.is_transcodable() && !offered.contains(id));
     for s in &mut desc.sections {
+        let first_transcoded = s
+            .codecs
+            .iter()
+            .find(|c| CodecId::of(c).is_some_and(|id| id.is_transcodable()))
+            .cloned();
         s.codecs.retain(|c| {
             let id = CodecId::passthrough(c);
             match accepted {
-                Some(a) => id == a || (id.is_event() && caller_keeps(id, ids, transcodes)),
+                // Events only at the clock of the codec answered in.
+                Some(a) => {
+                    id == a
+                        || (id.is_event()
+                            && c.clock_rate == a.clock_rate()
+                            && caller_keeps(id, ids, transcodes))
+                }
                 None if direct => ids.contains(&id),
                 None => caller_keeps(id, ids, transcodes),
             }
         });
+        if let Some(c) = first_transcoded.filter(|c| direct && added_taken && !s.codecs.contains(c))
+        {
+            s.codecs.push(c);
+        }
         // Transcoded, the offerer is answered in one codec (its first the gateway
         // transcodes), as rtpengine answers; `single codec` asks the same of a relayed
         // answer. Telephone events and comfort noise stay beside it.
@@ -1137,11 +1171,17 @@ impl SectionCall {
         }
         let xm = &pending.offer.media[i];
         let reverse = pending.flags.ptime_reverse;
-        // The offer's ptime flag changed the packet time towards the answerer: the offerer is
-        // answered with its own.
+        // The offer's ptime flag changed the packet time towards the answerer, or the codec
+        // flags may put the gateway's transcoder between the two: the offerer is answered with
+        // its own (where the answerer said none), as rtpengine answers.
+        let c = &pending.flags.codec;
+        let may_transcode = [&c.transcode, &c.mask, &c.consume, &c.accept]
+            .iter()
+            .any(|l| !l.is_empty());
         let ptime = match (reverse, pending.flags.ptime) {
             (Some(p), _) => Some(p),
             (None, Some(_)) => ptime_of(xm),
+            (None, None) if may_transcode => ptime_of(m).or_else(|| ptime_of(xm)),
             (None, None) => ptime_of(m),
         };
         let renegotiated = pending.renegotiated.get(i).cloned().flatten();
@@ -1265,19 +1305,30 @@ impl SectionCall {
             local: local.clone(),
             endpoint: endpoint_of(&pending.offer, i),
         });
-        let codecs = if direct {
-            // The answer's formats the offer had, as the answer wrote them.
-            codecs_of(m)
+        // With codecs masked the offerer's side is the transcoder's, and is answered in its
+        // own formats as it wrote them (rtpengine's codec handler); else relayed, in the
+        // answer's.
+        let masked =
+            !pending.flags.codec.mask.is_empty() || !pending.flags.codec.consume.is_empty();
+        let offered = codecs_of(xm);
+        let as_offered = |f: &String| offered.iter().find(|c| c.pt == *f).cloned();
+        let codecs = if direct && !masked {
+            // The answer's formats the offer had, as the answer wrote them; then the offer's
+            // own that a codec we added is transcoded to.
+            let mut v: Vec<CodecOut> = codecs_of(m)
                 .into_iter()
                 .filter(|c| local.formats.contains(&c.pt))
-                .collect()
-        } else {
-            let offered = codecs_of(xm);
-            local
+                .collect();
+            let rest: Vec<CodecOut> = local
                 .formats
                 .iter()
-                .filter_map(|f| offered.iter().find(|c| c.pt == *f).cloned())
-                .collect()
+                .filter(|f| !v.iter().any(|c| c.pt == **f))
+                .filter_map(as_offered)
+                .collect();
+            v.extend(rest);
+            v
+        } else {
+            local.formats.iter().filter_map(as_offered).collect()
         };
         Ok((local, codecs))
     }

@@ -11,10 +11,11 @@
 //!   the caller is transcoded to what the callee takes.
 //! - `accept` (`all` with `always transcode`): offered to the callee, and kept on the caller's
 //!   side even when the callee rejects it. Named (not `all`), with `consume` too, it is what
-//!   the caller is answered in, transcoded, whatever the callee took ([`answered_in`]).
+//!   the caller is answered in, transcoded, whatever the callee took ([`answered_in`]); with
+//!   `always transcode`, the caller's first codec the gateway transcodes.
 //! - `offer`: the listed codecs first, in the listed order; `except`: kept despite `all`.
-//! - `transcode`: kept like `except`, adding a codec the caller did not offer (one the gateway
-//!   encodes) after the caller's audio codecs, before its telephone-events: then every codec
+//! - `transcode`: kept like `except` (a codec the gateway knows), adding a codec the caller
+//!   did not offer (one the gateway encodes) after the caller's audio codecs, before its telephone-events: then every codec
 //!   of the caller's the gateway decodes is kept on its side. A caller that sends
 //!   telephone-events gets them offered at an added codec's clock too, right after the added
 //!   codecs. Added codecs take their static payload type, else the first free dynamic one.
@@ -80,23 +81,41 @@ fn any_names(list: &[String], c: &Codec) -> bool {
     list.iter().any(|n| names(n, c))
 }
 
-/// A payload type for a codec we add, as rtpengine numbers one: its static one, else the first
-/// dynamic one (96–127) not `used`.
-fn free_pt(id: CodecId, used: &[u8]) -> Option<u8> {
-    let default = id.offer_codec().pt;
-    if default < 96 {
-        return Some(default).filter(|pt| !used.contains(pt));
-    }
-    (96..=127).find(|pt| !used.contains(pt))
-}
-
-/// The payload types the caller's `codecs` and our offer so far use.
-fn used_pts(codecs: &[Codec], towards: &[(CodecId, Codec)]) -> Vec<u8> {
-    codecs
+/// The codec we add to our offer as `id`, numbered as rtpengine numbers one: the caller's own
+/// payload type and parameters when the caller offered that codec (a telephone-event it had,
+/// stripped and added back at an added codec's clock), else its static payload type, else the
+/// first dynamic one (96–127) that neither our offer `towards` the callee uses yet nor the
+/// caller's `codecs` do (unless `mask: all` took all of the caller's away from the callee).
+fn added_codec(
+    id: CodecId,
+    codecs: &[Codec],
+    towards: &[(CodecId, Codec)],
+    callers_free: bool,
+) -> Option<Codec> {
+    let used = |pt: u8| {
+        towards.iter().any(|(_, c)| c.pt == pt)
+            || (!callers_free
+                && codecs
+                    .iter()
+                    .any(|c| c.pt == pt && CodecId::of(c) != Some(id)))
+    };
+    if let Some(c) = codecs
         .iter()
-        .map(|c| c.pt)
-        .chain(towards.iter().map(|(_, c)| c.pt))
-        .collect()
+        .find(|c| CodecId::of(c) == Some(id) && !used(c.pt))
+    {
+        return Some(c.clone());
+    }
+    let mut codec = id.offer_codec();
+    // No parameters of ours on an added audio codec (rtpengine writes Opus's without
+    // `useinbandfec`/`minptime`): the defaults are what the gateway's encoder sends. Added
+    // telephone-events are the 16 DTMF events (`0-15`), as rtpengine offers them.
+    codec.fmtp = id.is_event().then(|| "0-15".to_owned());
+    codec.pt = if codec.pt < 96 {
+        Some(codec.pt).filter(|pt| !used(*pt))?
+    } else {
+        (96..=127).find(|pt| !used(*pt))?
+    };
+    Some(codec)
 }
 
 /// Applies `flags` to the caller's offered `codecs` (a section's, in its order): every format
@@ -124,10 +143,16 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         }
     }
     let strip_all = is_all(&flags.strip);
+    // `mask: all` (not `full`) leaves the caller's payload types free towards the callee.
+    let callers_free = flags.mask.iter().any(|n| n.eq_ignore_ascii_case("all"));
     let mask_all = is_all(&flags.mask) || is_all(&flags.consume);
     let accept_all = is_all(&flags.accept);
+    // `transcode` keeps only what the gateway knows: a codec it cannot transcode (AMR, say)
+    // named there is masked or stripped with `all` like the rest, as rtpengine does without it.
     let kept_by_name = |c: &Codec| {
-        any_names(&flags.except, c) || any_names(&flags.offer, c) || any_names(&flags.transcode, c)
+        any_names(&flags.except, c)
+            || any_names(&flags.offer, c)
+            || (any_names(&flags.transcode, c) && CodecId::of(c).is_some())
     };
     let mut towards: Vec<(CodecId, Codec)> = Vec::new();
     let mut caller_transcodes: Vec<CodecId> = Vec::new();
@@ -143,7 +168,11 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             || (mask_all && !kept_by_name(c));
         if masked {
             masked_any = true;
-            caller_transcodes.push(id);
+            // Kept on the caller's side only if the gateway knows it (one it cannot decode,
+            // AMR say, could never be transcoded to).
+            if CodecId::of(c).is_some() {
+                caller_transcodes.push(id);
+            }
             continue;
         }
         if accept_all || any_names(&flags.accept, c) {
@@ -180,12 +209,15 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             ));
             continue;
         }
-        let Some(pt) = free_pt(id, &used_pts(codecs, &towards)) else {
+        let Some(mut codec) = added_codec(id, codecs, &towards, callers_free) else {
             warnings.push(format!("codec-transcode: no payload type left for {n:?}"));
             continue;
         };
-        let mut codec = id.offer_codec();
-        codec.pt = pt;
+        // Named as the flag spells it (`pcma` stays lower case), as rtpengine writes it.
+        let spelled = n.split('/').next().unwrap_or_default().trim();
+        if spelled.eq_ignore_ascii_case(&codec.name) {
+            codec.name = spelled.to_owned();
+        }
         towards.insert(at, (id, codec));
         at += 1;
         if !id.is_event() {
@@ -225,15 +257,15 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
                 if towards.iter().any(|(id, _)| *id == ev) {
                     continue;
                 }
-                if let Some(pt) = free_pt(ev, &used_pts(codecs, &towards)) {
-                    let mut codec = ev.offer_codec();
-                    codec.pt = pt;
-                    codec.fmtp = Some("0-15".into());
+                if let Some(codec) = added_codec(ev, codecs, &towards, callers_free) {
                     towards.insert(at, (ev, codec));
                     at += 1;
                 }
             }
         }
+    }
+    if strip_all || mask_all {
+        order_as_listed(&mut towards, &flags.transcode);
     }
     if !towards.iter().any(|(id, _)| !id.is_event()) {
         if !flags.is_empty() {
@@ -248,6 +280,15 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             .collect();
         caller_transcodes.clear();
     }
+    if !flags.is_empty() {
+        // Manipulated, the offer is written as rtpengine writes its codecs: one channel is
+        // the default, not said (`opus/48000/1` becomes `opus/48000`).
+        for (_, c) in &mut towards {
+            if c.channels == Some(1) {
+                c.channels = None;
+            }
+        }
+    }
     CodecPlan {
         towards_callee: towards,
         caller_transcodes,
@@ -255,9 +296,38 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     }
 }
 
+/// With every codec stripped or masked, our offer is what the flags name: its audio codecs in
+/// the order `transcode` lists them (the caller's own, with its payload types, and added
+/// ones alike), then the rest kept by name; telephone-events and comfort noise after them, in
+/// the order of the first audio codec at their clock, as rtpengine writes such an offer.
+fn order_as_listed(towards: &mut [(CodecId, Codec)], transcode: &[String]) {
+    let audio_rank = |c: &Codec| {
+        transcode
+            .iter()
+            .position(|n| names(n, c))
+            .unwrap_or(transcode.len())
+    };
+    let audio: Vec<(usize, u32)> = towards
+        .iter()
+        .filter(|(_, c)| !is_event_like(c))
+        .map(|(_, c)| (audio_rank(c), c.clock_rate))
+        .collect();
+    let mut clocks: Vec<(usize, u32)> = audio;
+    clocks.sort_by_key(|(rank, _)| *rank);
+    towards.sort_by_key(|(_, c)| {
+        if is_event_like(c) {
+            let first = clocks.iter().position(|(_, k)| *k == c.clock_rate);
+            (1, first.unwrap_or(usize::MAX))
+        } else {
+            (0, audio_rank(c))
+        }
+    });
+}
+
 /// The codec the caller is answered in whatever the callee took, as rtpengine answers with
-/// `accept` or `consume`: the first of the caller's `codecs` those lists name (not `all`) that
-/// the gateway transcodes, once the callee took a codec the gateway encodes.
+/// `accept` or `consume`: the first of the caller's `codecs` those lists name that the gateway
+/// transcodes (with `always transcode`, `accept: all`, the first it transcodes at all), once
+/// the callee took a codec the gateway encodes.
 pub(crate) fn answered_in(
     codecs: &[Codec],
     flags: &CodecFlags,
@@ -266,8 +336,10 @@ pub(crate) fn answered_in(
     if !taken.iter().any(|t| t.is_transcodable()) {
         return None;
     }
+    // `always transcode` (`accept: all`): the caller's first codec the gateway transcodes.
+    let always = is_all(&flags.accept);
     codecs.iter().find_map(|c| {
-        let named = any_names(&flags.accept, c) || any_names(&flags.consume, c);
+        let named = always || any_names(&flags.accept, c) || any_names(&flags.consume, c);
         CodecId::of(c).filter(|id| named && id.is_transcodable())
     })
 }
