@@ -710,3 +710,37 @@ fn always_transcode_answers_the_caller_in_its_first_codec_and_an_added_one_bring
     let got = sdp_of(&mut ng, request("answer", "at2", answer, &[]));
     assert_eq!(got[4], "m=audio PORT RTP/AVP 107 101 8", "{got:?}");
 }
+
+#[test]
+fn codecs_we_add_are_written_as_rtpengine_writes_them_and_the_callers_ptime_answered() {
+    let (_server, mut ng) = start();
+    // One channel is Opus's implicit count: unwritten once codec flags rewrite the offer; an
+    // added codec is named as the flag spells it; an added Opus carries no fmtp of ours.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 102\r\nc=IN IP4 192.0.2.10\r\na=rtpmap:102 opus/48000/1\r\n\
+        a=ptime:20\r\n";
+    let flags = [codec_flags(&[("transcode", &["pcma", "G722"])])];
+    let got = sdp_of(&mut ng, request("offer", "wr1", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 0 102 8 9", "{got:?}");
+    for want in [
+        "a=rtpmap:102 opus/48000",
+        "a=rtpmap:8 pcma/8000",
+        "a=rtpmap:9 G722/8000",
+    ] {
+        assert!(got.contains(&want.to_owned()), "{want}: {got:?}");
+    }
+    // The callee answers without a=ptime: the caller, whose side the transcoder may serve,
+    // is answered with its own.
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8\r\nc=IN IP4 192.0.2.20\r\n";
+    let got = sdp_of(&mut ng, request("answer", "wr1", answer, &[]));
+    assert!(got.contains(&"a=ptime:20".to_owned()), "{got:?}");
+
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 8\r\nc=IN IP4 192.0.2.10\r\n";
+    let flags = [codec_flags(&[("transcode", &["opus"])])];
+    let got = sdp_of(&mut ng, request("offer", "wr2", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 8 96", "{got:?}");
+    assert!(got.contains(&"a=rtpmap:96 opus/48000/2".to_owned()), "{got:?}");
+    assert!(!got.iter().any(|l| l.starts_with("a=fmtp:96")), "{got:?}");
+}
