@@ -690,7 +690,8 @@ fn always_transcode_answers_the_caller_in_its_first_codec_and_an_added_one_bring
     assert_eq!(got[4], "m=audio PORT RTP/AVP 120", "{got:?}");
 
     // Relayed Opus, but the callee also took the G.722 we added: what it sends in G.722 is
-    // transcoded to the caller's first codec, PCMA, which the caller is answered in too.
+    // transcoded to the caller's first codec, PCMA, which the caller is answered in too
+    // (before the events).
     let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
         m=audio 5004 RTP/AVP 8 107 101\r\nc=IN IP4 192.0.2.10\r\n\
         a=rtpmap:107 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-16\r\n";
@@ -708,7 +709,7 @@ fn always_transcode_answers_the_caller_in_its_first_codec_and_an_added_one_bring
         m=audio 6000 RTP/AVP 107 101 9\r\nc=IN IP4 192.0.2.20\r\n\
         a=rtpmap:107 opus/48000/2\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-16\r\n";
     let got = sdp_of(&mut ng, request("answer", "at2", answer, &[]));
-    assert_eq!(got[4], "m=audio PORT RTP/AVP 107 101 8", "{got:?}");
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 107 8 101", "{got:?}");
 }
 
 #[test]
@@ -741,6 +742,28 @@ fn codecs_we_add_are_written_as_rtpengine_writes_them_and_the_callers_ptime_answ
     let flags = [codec_flags(&[("transcode", &["opus"])])];
     let got = sdp_of(&mut ng, request("offer", "wr2", offer, &flags));
     assert_eq!(got[4], "m=audio PORT RTP/AVP 8 96", "{got:?}");
-    assert!(got.contains(&"a=rtpmap:96 opus/48000/2".to_owned()), "{got:?}");
+    assert!(
+        got.contains(&"a=rtpmap:96 opus/48000/2".to_owned()),
+        "{got:?}"
+    );
     assert!(!got.iter().any(|l| l.starts_with("a=fmtp:96")), "{got:?}");
+}
+
+#[test]
+fn a_reoffer_in_an_answered_call_gets_the_codec_flags_as_the_first_offer_did() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 8\r\nc=IN IP4 192.0.2.10\r\n";
+    let flags = [codec_flags(&[("strip", &["all"]), ("offer", &["PCMA"])])];
+    let got = sdp_of(&mut ng, request("offer", "re1", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 8", "{got:?}");
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8\r\nc=IN IP4 192.0.2.20\r\n";
+    sdp_of(&mut ng, request("answer", "re1", answer, &[]));
+    // The re-INVITE, with the caller's codecs in another order and the proxy's same flags.
+    let reoffer = "v=0\r\no=- 1 2 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 8 0 9\r\nc=IN IP4 192.0.2.10\r\na=sendonly\r\n";
+    let got = sdp_of(&mut ng, request("offer", "re1", reoffer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 8", "{got:?}");
+    assert!(got.contains(&"a=sendonly".to_owned()), "{got:?}");
 }

@@ -1070,11 +1070,22 @@ impl SectionCall {
         if let Some(mm) = sec.facing(by) {
             mm.local = x_local.clone();
         }
+        // The re-offer's codecs as the codec flags make them (a proxy repeats its first
+        // offer's flags on a re-INVITE), as the first offer's were.
+        let audio = m.media.eq_ignore_ascii_case("audio");
+        let codecs = if audio && !flags.codec.is_empty() {
+            codec_outs(
+                m,
+                &plan(&rtp_section(doc, m).codecs, &flags.codec).towards_callee,
+            )
+        } else {
+            codecs_of(m)
+        };
         let out = SectionOut::Relayed(Box::new(Relayed {
             port: y_local.port,
             rtcp_port: Some(y_local.port.wrapping_add(1)),
             proto: y_local.proto.clone(),
-            codecs: Some(codecs_of(m)),
+            codecs: Some(codecs),
             direction: direction_passed(doc, i, flags),
             rtcp_mux: y_local.rtcp_mux,
             crypto: y_local.crypto,
@@ -1313,8 +1324,8 @@ impl SectionCall {
         let offered = codecs_of(xm);
         let as_offered = |f: &String| offered.iter().find(|c| c.pt == *f).cloned();
         let codecs = if direct && !masked {
-            // The answer's formats the offer had, as the answer wrote them; then the offer's
-            // own that a codec we added is transcoded to.
+            // The answer's formats the offer had, as the answer wrote them; then, before the
+            // events, the offer's own that a codec we added is transcoded to.
             let mut v: Vec<CodecOut> = codecs_of(m)
                 .into_iter()
                 .filter(|c| local.formats.contains(&c.pt))
@@ -1325,7 +1336,14 @@ impl SectionCall {
                 .filter(|f| !v.iter().any(|c| c.pt == **f))
                 .filter_map(as_offered)
                 .collect();
-            v.extend(rest);
+            let event_like = |c: &CodecOut| {
+                c.rtpmap.as_deref().is_some_and(|r| {
+                    let name = r.split('/').next().unwrap_or_default();
+                    name.eq_ignore_ascii_case("telephone-event") || name.eq_ignore_ascii_case("CN")
+                })
+            };
+            let at = v.iter().position(event_like).unwrap_or(v.len());
+            v.splice(at..at, rest);
             v
         } else {
             local.formats.iter().filter_map(as_offered).collect()
