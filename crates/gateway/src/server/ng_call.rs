@@ -752,7 +752,7 @@ fn offerer_takes(
     let direct = accepted.is_none() && ids.iter().any(|id| !id.is_event() && offered.contains(id));
     // Relayed, but the answer also took a codec we added: what it sends in that one is
     // transcoded to the offerer's first codec the gateway transcodes, which the offerer is then
-    // answered in too, last, where the added codec was (as rtpengine answers).
+    // answered in too (written before the events, [`answer_codecs`], as rtpengine answers).
     let added_taken = ids
         .iter()
         .any(|id| id.is_transcodable() && !offered.contains(id));
@@ -1321,33 +1321,37 @@ impl SectionCall {
         // answer's.
         let masked =
             !pending.flags.codec.mask.is_empty() || !pending.flags.codec.consume.is_empty();
-        let offered = codecs_of(xm);
-        let as_offered = |f: &String| offered.iter().find(|c| c.pt == *f).cloned();
-        let codecs = if direct && !masked {
-            // The answer's formats the offer had, as the answer wrote them; then, before the
-            // events, the offer's own that a codec we added is transcoded to.
-            let mut v: Vec<CodecOut> = codecs_of(m)
-                .into_iter()
-                .filter(|c| local.formats.contains(&c.pt))
-                .collect();
-            let rest: Vec<CodecOut> = local
-                .formats
-                .iter()
-                .filter(|f| !v.iter().any(|c| c.pt == **f))
-                .filter_map(as_offered)
-                .collect();
-            let event_like = |c: &CodecOut| {
-                c.rtpmap.as_deref().is_some_and(|r| {
-                    let name = r.split('/').next().unwrap_or_default();
-                    name.eq_ignore_ascii_case("telephone-event") || name.eq_ignore_ascii_case("CN")
-                })
-            };
-            let at = v.iter().position(event_like).unwrap_or(v.len());
-            v.splice(at..at, rest);
-            v
-        } else {
-            local.formats.iter().filter_map(as_offered).collect()
-        };
+        let codecs = answer_codecs(m, xm, &local.formats, direct && !masked);
         Ok((local, codecs))
     }
+}
+
+/// The formats of our answer to the offerer (section `xm` of its offer), `formats` those its
+/// member took: relayed (`as_answered`), as the answer (section `m`) wrote them, then, before
+/// the events, the offer's own that a codec we added is transcoded to; else as the offer wrote
+/// them.
+fn answer_codecs(m: &Media, xm: &Media, formats: &[String], as_answered: bool) -> Vec<CodecOut> {
+    let offered = codecs_of(xm);
+    let as_offered = |f: &String| offered.iter().find(|c| c.pt == *f).cloned();
+    if !as_answered {
+        return formats.iter().filter_map(as_offered).collect();
+    }
+    let mut v: Vec<CodecOut> = codecs_of(m)
+        .into_iter()
+        .filter(|c| formats.contains(&c.pt))
+        .collect();
+    let rest: Vec<CodecOut> = formats
+        .iter()
+        .filter(|f| !v.iter().any(|c| c.pt == **f))
+        .filter_map(as_offered)
+        .collect();
+    let event_like = |c: &CodecOut| {
+        c.rtpmap.as_deref().is_some_and(|r| {
+            let name = r.split('/').next().unwrap_or_default();
+            name.eq_ignore_ascii_case("telephone-event") || name.eq_ignore_ascii_case("CN")
+        })
+    };
+    let at = v.iter().position(event_like).unwrap_or(v.len());
+    v.splice(at..at, rest);
+    v
 }

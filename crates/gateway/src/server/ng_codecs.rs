@@ -15,10 +15,13 @@
 //!   `always transcode`, the caller's first codec the gateway transcodes.
 //! - `offer`: the listed codecs first, in the listed order; `except`: kept despite `all`.
 //! - `transcode`: kept like `except` (a codec the gateway knows), adding a codec the caller
-//!   did not offer (one the gateway encodes) after the caller's audio codecs, before its telephone-events: then every codec
-//!   of the caller's the gateway decodes is kept on its side. A caller that sends
-//!   telephone-events gets them offered at an added codec's clock too, right after the added
-//!   codecs. Added codecs take their static payload type, else the first free dynamic one.
+//!   did not offer (one the gateway encodes) after the caller's audio codecs, before its
+//!   telephone-events: then every codec of the caller's the gateway decodes is kept on its
+//!   side. A caller that sends telephone-events gets them offered at an added codec's clock
+//!   too, right after the added codecs. Added codecs take the caller's payload type for the
+//!   same codec, else their static one, else the first free dynamic one ([`added_codec`]).
+//! - With `all` stripped or masked, the offer follows the order `transcode` lists
+//!   ([`order_as_listed`]).
 //! - Masking takes a clock's telephone-events and comfort noise with the last audio codec at
 //!   that clock.
 //!
@@ -307,12 +310,12 @@ fn order_as_listed(towards: &mut [(CodecId, Codec)], transcode: &[String]) {
             .position(|n| names(n, c))
             .unwrap_or(transcode.len())
     };
-    let audio: Vec<(usize, u32)> = towards
+    // The audio codecs' clocks, in the order they will be written.
+    let mut clocks: Vec<(usize, u32)> = towards
         .iter()
         .filter(|(_, c)| !is_event_like(c))
         .map(|(_, c)| (audio_rank(c), c.clock_rate))
         .collect();
-    let mut clocks: Vec<(usize, u32)> = audio;
     clocks.sort_by_key(|(rank, _)| *rank);
     towards.sort_by_key(|(_, c)| {
         if is_event_like(c) {
