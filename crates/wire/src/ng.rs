@@ -254,8 +254,8 @@ impl Request {
     }
 }
 
-/// A key normalized as rtpengine compares them: lowercase, `_` and spaces as `-`.
-fn norm(k: &str) -> String {
+/// A key or flag normalized as rtpengine compares them: lowercase, `_` and spaces as `-`.
+pub fn norm(k: &str) -> String {
     k.trim()
         .chars()
         .map(|c| match c {

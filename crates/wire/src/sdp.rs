@@ -164,6 +164,15 @@ impl Codec {
     pub fn is(&self, name: &str, clock_rate: u32) -> bool {
         self.name.eq_ignore_ascii_case(name) && self.clock_rate == clock_rate
     }
+
+    /// Its `a=rtpmap` encoding: `NAME/CLOCK`, or `NAME/CLOCK/CHANNELS` when the channel count
+    /// is given.
+    pub fn encoding(&self) -> String {
+        match self.channels {
+            Some(ch) => format!("{}/{}/{ch}", self.name, self.clock_rate),
+            None => format!("{}/{}", self.name, self.clock_rate),
+        }
+    }
 }
 
 /// One offered m= section.

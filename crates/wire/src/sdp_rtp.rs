@@ -212,11 +212,7 @@ pub fn static_codec(pt: u8) -> Option<Codec> {
 /// The `a=rtpmap` encoding (`PCMU/8000`, `L16/44100/2`) RFC 3551 gives a static payload type
 /// written as a format (`"0"`).
 pub fn static_rtpmap(format: &str) -> Option<String> {
-    let c = static_codec(format.parse().ok()?)?;
-    Some(match c.channels {
-        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
-        None => format!("{}/{}", c.name, c.clock_rate),
-    })
+    Some(static_codec(format.parse().ok()?)?.encoding())
 }
 
 fn direction_attribute(lines: &[Line]) -> Option<Direction> {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use secrelay_srtp::Profile;
 use secrelay_wire::ng::{Flags, Ice};
-use secrelay_wire::sdp::Direction;
+use secrelay_wire::sdp::{Codec, Direction};
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
 use secrelay_wire::sdp_rtp::{
     ice_credentials, rtp_section, static_rtpmap, RtpDescription, Transport,
@@ -26,7 +26,7 @@ use std::collections::HashMap;
 
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
-use super::ng_codecs::{answered_in, caller_keeps, is_event_like, plan};
+use super::ng_codecs::{answered_in, caller_keeps, is_event_like, is_event_name, plan};
 use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
@@ -472,33 +472,26 @@ impl SectionCall {
     }
 }
 
-/// The formats our SDP lists for a section: those of `plan` (the offer's, and any added for
-/// transcoding), each with the lines the offer gave it (the same payload type naming the same
-/// codec; its channel count left out where the plan left it out), else our own.
-fn codec_outs(m: &Media, chosen: &[(CodecId, secrelay_wire::sdp::Codec)]) -> Vec<CodecOut> {
-    let offered = codecs_of(m);
-    let rtpmap = |c: &secrelay_wire::sdp::Codec| match c.channels {
-        Some(ch) => format!("{}/{}/{ch}", c.name, c.clock_rate),
-        None => format!("{}/{}", c.name, c.clock_rate),
-    };
+/// The formats our SDP lists for a section `m` (its formats read as `parsed`): those of
+/// `chosen` (the offer's, and any added for transcoding), each with the lines the offer gave it
+/// when the same payload type names the same codec there (its `a=rtpmap` written from the
+/// codec, whose channel count the plan may have left out), else our own.
+fn codec_outs(m: &Media, parsed: &[Codec], chosen: &[(CodecId, Codec)]) -> Vec<CodecOut> {
+    let lines = codecs_of(m);
     chosen
         .iter()
         .map(|(_, c)| {
             let pt = c.pt.to_string();
-            let as_offered = offered.iter().find(|o| {
-                let map = o.rtpmap.clone().or_else(|| static_rtpmap(&o.pt));
-                let mut f = map.as_deref().unwrap_or_default().split('/');
-                o.pt == pt
-                    && f.next().is_some_and(|n| n.eq_ignore_ascii_case(&c.name))
-                    && f.next() == Some(c.clock_rate.to_string().as_str())
-            });
-            match as_offered {
+            let same = parsed
+                .iter()
+                .any(|o| o.pt == c.pt && o.is(&c.name, c.clock_rate));
+            match lines.iter().find(|o| same && o.pt == pt) {
                 Some(o) => CodecOut {
-                    rtpmap: o.rtpmap.as_ref().map(|_| rtpmap(c)),
+                    rtpmap: o.rtpmap.as_ref().map(|_| c.encoding()),
                     ..o.clone()
                 },
                 None => CodecOut {
-                    rtpmap: Some(rtpmap(c)),
+                    rtpmap: Some(c.encoding()),
                     fmtp: c.fmtp.clone(),
                     rtcp_fb: Vec::new(),
                     pt,
@@ -757,11 +750,14 @@ fn offerer_takes(
         .iter()
         .any(|id| id.is_transcodable() && !offered.contains(id));
     for s in &mut desc.sections {
-        let first_transcoded = s
-            .codecs
-            .iter()
-            .find(|c| CodecId::of(c).is_some_and(|id| id.is_transcodable()))
-            .cloned();
+        let first_transcoded = (direct && added_taken)
+            .then(|| {
+                s.codecs
+                    .iter()
+                    .find(|c| CodecId::of(c).is_some_and(|id| id.is_transcodable()))
+                    .cloned()
+            })
+            .flatten();
         s.codecs.retain(|c| {
             let id = CodecId::passthrough(c);
             match accepted {
@@ -776,8 +772,7 @@ fn offerer_takes(
                 None => caller_keeps(id, ids, transcodes),
             }
         });
-        if let Some(c) = first_transcoded.filter(|c| direct && added_taken && !s.codecs.contains(c))
-        {
+        if let Some(c) = first_transcoded.filter(|c| !s.codecs.contains(c)) {
             s.codecs.push(c);
         }
         // Transcoded, the offerer is answered in one codec (its first the gateway
@@ -1011,7 +1006,7 @@ impl SectionCall {
             port: local.port,
             rtcp_port: Some(local.port.wrapping_add(1)),
             proto: towards.as_str().to_owned(),
-            codecs: Some(codec_outs(m, &p.towards_callee)),
+            codecs: Some(codec_outs(m, &codecs, &p.towards_callee)),
             direction: direction_passed(doc, i, flags),
             rtcp_mux,
             crypto: local.crypto,
@@ -1074,10 +1069,8 @@ impl SectionCall {
         // offer's flags on a re-INVITE), as the first offer's were.
         let audio = m.media.eq_ignore_ascii_case("audio");
         let codecs = if audio && !flags.codec.is_empty() {
-            codec_outs(
-                m,
-                &plan(&rtp_section(doc, m).codecs, &flags.codec).towards_callee,
-            )
+            let parsed = rtp_section(doc, m).codecs;
+            codec_outs(m, &parsed, &plan(&parsed, &flags.codec).towards_callee)
         } else {
             codecs_of(m)
         };
@@ -1345,11 +1338,12 @@ fn answer_codecs(m: &Media, xm: &Media, formats: &[String], as_answered: bool) -
         .filter(|f| !v.iter().any(|c| c.pt == **f))
         .filter_map(as_offered)
         .collect();
+    // Named by its `a=rtpmap`, or RFC 3551's for a static type (CN's 13).
     let event_like = |c: &CodecOut| {
-        c.rtpmap.as_deref().is_some_and(|r| {
-            let name = r.split('/').next().unwrap_or_default();
-            name.eq_ignore_ascii_case("telephone-event") || name.eq_ignore_ascii_case("CN")
-        })
+        c.rtpmap
+            .clone()
+            .or_else(|| static_rtpmap(&c.pt))
+            .is_some_and(|r| is_event_name(r.split('/').next().unwrap_or_default()))
     };
     let at = v.iter().position(event_like).unwrap_or(v.len());
     v.splice(at..at, rest);

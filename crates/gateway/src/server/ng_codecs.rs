@@ -72,7 +72,12 @@ fn names(spec: &str, c: &Codec) -> bool {
 /// Telephone-events (at any clock, known to the gateway or not) and comfort noise: carried
 /// beside the audio codecs.
 pub(crate) fn is_event_like(c: &Codec) -> bool {
-    c.name.eq_ignore_ascii_case("telephone-event") || c.name.eq_ignore_ascii_case("CN")
+    is_event_name(&c.name)
+}
+
+/// Whether an encoding name is telephone-events' or comfort noise's ([`is_event_like`]).
+pub(crate) fn is_event_name(name: &str) -> bool {
+    name.eq_ignore_ascii_case("telephone-event") || name.eq_ignore_ascii_case("CN")
 }
 
 fn is_all(list: &[String]) -> bool {

@@ -16,6 +16,7 @@
 //! The script is the operator's file, read whole; nothing in it is run.
 
 use secrelay_wire::bencode::Bencode;
+use secrelay_wire::ng::norm;
 
 /// A request of a call, as the script sends it.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,7 +49,6 @@ impl Step {
     /// with a UDPTL (T.38) section, the `record-call` flag or key, the `inject-DTMF` flag.
     /// Names are compared as rtpengine reads them: any case, spaces, dashes or underscores.
     pub fn out_of_scope(&self) -> Option<&'static str> {
-        let norm = |s: &str| s.to_ascii_lowercase().replace([' ', '_'], "-");
         let yes = |v: &Bencode| {
             v.as_text()
                 .is_some_and(|t| matches!(norm(&t).as_str(), "yes" | "on" | "true"))
