@@ -10,10 +10,20 @@
 //! how the encoder frames and numbers its packets ([`StreamEncoder`]) is documented there.
 //! Telephone-events (RFC 4733) of a transcoded stream are carried onto each output's timeline,
 //! their durations scaled to its clock, numbered in its sequence ([`Transcoding::event`]).
+//!
+//! # DTMF between the two kinds of phone
+//! A receiver that takes no telephone-events, sent a stream whose sender sends them, gets them
+//! as tones in its audio ([`Dtmf::Tones`]): each event packet renders the tones up to the
+//! event's duration so far, in place of the sender's audio while the event lasts. A receiver
+//! that takes them, sent a stream whose sender negotiated none, gets the digits heard in the
+//! sender's audio ([`Dtmf::Detect`], `secrelay_media::inband`) as telephone-events in place of
+//! the audio while a digit lasts: a first packet with the marker bit, one per packet time with
+//! the duration so far, the end packet three times (RFC 4733 §2.5.1.4), then audio again.
 
 use std::collections::HashMap;
 
 use secrelay_media::dtmf;
+use secrelay_media::inband::{Detector, Heard, ToneSynth};
 use secrelay_media::transcode::{InPacket, OutPacket, StreamDecoder, StreamEncoder};
 use secrelay_media::{Codec, Registry};
 
@@ -23,6 +33,10 @@ use crate::room::MemberId;
 /// Packet times a transcoded stream can be sent in, ms.
 pub const PTIMES: [u32; 5] = [10, 20, 30, 40, 60];
 
+/// Payload type of a made telephone-event packet in [`Transcoding::ready`]: outside RTP's
+/// seven bits, so never an audio codec's; each copy gets its receiver's own.
+pub const EVENT_PT: u8 = 0x80;
+
 /// What a receiver is sent a transcoded (or mixed) stream in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Format {
@@ -30,6 +44,21 @@ pub struct Format {
     pub codec: CodecId,
     /// The packet time, ms (one of [`PTIMES`]).
     pub ptime: u32,
+    /// What becomes of DTMF on the way.
+    pub dtmf: Dtmf,
+}
+
+/// What becomes of DTMF between a sender and a receiver of transcoded audio (see the
+/// [module documentation](self#dtmf-between-the-two-kinds-of-phone)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Dtmf {
+    /// Telephone-events go on as telephone-events (or nowhere, to a receiver without them).
+    #[default]
+    Events,
+    /// The sender's telephone-events become tones in the receiver's audio.
+    Tones,
+    /// Digits heard in the sender's audio become telephone-events for the receiver.
+    Detect,
 }
 
 impl Format {
@@ -45,7 +74,11 @@ impl Format {
                 .map(|(c, _)| *c)
                 .find(|c| c.is_transcodable())?;
             let ptime = m.ptime.filter(|p| PTIMES.contains(p)).unwrap_or(20);
-            Some(Format { codec, ptime })
+            Some(Format {
+                codec,
+                ptime,
+                dtmf: Dtmf::Events,
+            })
         })
     }
 }
@@ -81,6 +114,167 @@ struct Output {
     anchor: Option<(u32, u32)>,
     /// What the last input made, for the receivers of this format.
     ready: Vec<OutPacket>,
+    /// [`Dtmf::Tones`]: the event being rendered (or the last, ended, whose end packets
+    /// repeat), and the synthesizer.
+    tone: Option<ToneEvent>,
+    synth: ToneSynth,
+    /// [`Dtmf::Tones`]: input clock ticks of tones rendered since the last audio, which a gap
+    /// in the sender's audio (it sent events instead) already covers.
+    toned: u32,
+    /// [`Dtmf::Detect`]: the digit being sent as telephone-events.
+    sending: Option<SentEvent>,
+}
+
+impl Output {
+    /// [`Dtmf::Tones`]: whether the sender's audio is left out now (an event is being
+    /// rendered in its place). One more audio packet counts towards ending tones whose end
+    /// packets were lost.
+    fn toning(&mut self) -> bool {
+        let Some(t) = self.tone.as_mut().filter(|t| !t.ended) else {
+            return false;
+        };
+        t.audio_since = t.audio_since.saturating_add(1);
+        if t.audio_since > TONE_LOST_END {
+            t.ended = true;
+            self.synth.stop();
+            return false;
+        }
+        true
+    }
+
+    /// [`Dtmf::Tones`]: renders event `ev` (of the event packet stamped `timestamp`) up to its
+    /// duration so far. `clocks`: the event's clock, the sender's audio clock, the PCM rate.
+    fn render_tones(
+        &mut self,
+        timestamp: u32,
+        ev: &dtmf::Event,
+        (event_clock, audio_clock, pcm_rate): (u32, u32, u32),
+        pcm: &mut Vec<i16>,
+    ) -> Result<(), TranscodeError> {
+        let mut t = match self.tone {
+            Some(t) if t.timestamp == timestamp => t,
+            _ => {
+                self.synth.stop();
+                ToneEvent {
+                    timestamp,
+                    done: 0,
+                    ended: false,
+                    audio_since: 0,
+                }
+            }
+        };
+        t.audio_since = 0;
+        let want = u32::from(ev.duration);
+        if !t.ended && want > t.done {
+            let add = u64::from(want - t.done);
+            let samples = add * u64::from(pcm_rate) / u64::from(event_clock.max(1));
+            pcm.clear();
+            self.synth
+                .render(ev.event, ev.volume, samples as usize, pcm);
+            self.encoder
+                .push_pcm(pcm, &mut self.ready)
+                .map_err(|e| TranscodeError::Codec(e.to_string()))?;
+            let ticks = add * u64::from(audio_clock) / u64::from(event_clock.max(1));
+            self.toned = self.toned.saturating_add(ticks as u32);
+            t.done = want;
+        }
+        if ev.end && !t.ended {
+            t.ended = true;
+            self.synth.stop();
+        }
+        self.tone = Some(t);
+        Ok(())
+    }
+
+    /// [`Dtmf::Detect`]: the audio packets just made become telephone-event packets while a
+    /// digit is `heard`; the first made after it ends becomes the digit's three end packets.
+    /// Renumbered so that the stream's sequence stays unbroken.
+    fn digits_to_events(&mut self, heard: Option<Heard>) {
+        if self.ready.is_empty() || (heard.is_none() && self.sending.is_none()) {
+            return;
+        }
+        let ticks = self.format.ptime * self.format.codec.clock_rate() / 1000;
+        let made = std::mem::take(&mut self.ready);
+        let (first_seq, made_len) = (made[0].seq, made.len());
+        let mut out = Vec::with_capacity(made_len + 3);
+        for p in made {
+            match (heard, self.sending) {
+                (Some(h), Some(mut e)) if e.heard.event == h.event => {
+                    e.duration = p.timestamp.wrapping_sub(e.timestamp).wrapping_add(ticks);
+                    out.push(e.packet(false, false));
+                    self.sending = Some(e);
+                }
+                (Some(h), before) => {
+                    if let Some(e) = before {
+                        out.extend(std::iter::repeat_n(e.packet(false, true), 3));
+                    }
+                    let e = SentEvent {
+                        heard: h,
+                        timestamp: p.timestamp,
+                        duration: ticks,
+                    };
+                    out.push(e.packet(true, false));
+                    self.sending = Some(e);
+                }
+                (None, Some(e)) => {
+                    out.extend(std::iter::repeat_n(e.packet(false, true), 3));
+                    self.sending = None;
+                }
+                (None, None) => out.push(p),
+            }
+        }
+        for _ in made_len..out.len() {
+            self.encoder.take_seq();
+        }
+        for (k, p) in out.iter_mut().enumerate() {
+            p.seq = first_seq.wrapping_add(k as u16);
+        }
+        self.ready = out;
+    }
+}
+
+impl SentEvent {
+    /// One of its telephone-event packets (sequence number set by the caller).
+    fn packet(&self, marker: bool, end: bool) -> OutPacket {
+        let ev = dtmf::Event {
+            event: self.heard.event,
+            end,
+            volume: self.heard.volume,
+            duration: self.duration.min(u32::from(u16::MAX)) as u16,
+        };
+        OutPacket {
+            seq: 0,
+            timestamp: self.timestamp,
+            marker,
+            payload_type: EVENT_PT,
+            payload: ev.to_bytes().to_vec(),
+        }
+    }
+}
+
+/// An event of the sender's being rendered as tones.
+#[derive(Debug, Clone, Copy)]
+struct ToneEvent {
+    /// Its RTP timestamp (its start), which tells it from the next.
+    timestamp: u32,
+    /// How much of it the tones cover, in its clock's ticks.
+    done: u32,
+    ended: bool,
+    /// Audio packets since its last event packet: a sender's end packets can all be lost, and
+    /// its audio going on for [`TONE_LOST_END`] packets ends the tones.
+    audio_since: u8,
+}
+
+/// Audio packets after the last event packet that end tones whose end packets were lost.
+const TONE_LOST_END: u8 = 10;
+
+/// A digit heard, sent as telephone-events on an output.
+#[derive(Debug, Clone, Copy)]
+struct SentEvent {
+    heard: Heard,
+    /// The event's timestamp (its first packet's) and duration so far, output clock ticks.
+    timestamp: u32,
+    duration: u32,
 }
 
 /// One sender's audio stream being transcoded.
@@ -90,6 +284,8 @@ struct SourceStream {
     codec: CodecId,
     decoder: StreamDecoder,
     outputs: Vec<Output>,
+    /// Listens for digits in the decoded audio while an output is [`Dtmf::Detect`].
+    detector: Option<Detector>,
 }
 
 /// What one input did, for the counters.
@@ -198,6 +394,7 @@ impl Transcoding {
                     codec,
                     decoder: StreamDecoder::new(c, rate).map_err(setup)?,
                     outputs: Vec::new(),
+                    detector: None,
                 });
                 Ok(self.streams.len() - 1)
             }
@@ -219,6 +416,10 @@ impl Transcoding {
             encoder,
             anchor: None,
             ready: Vec::new(),
+            tone: None,
+            synth: ToneSynth::new(s.decoder.out_rate()),
+            toned: 0,
+            sending: None,
         });
         Ok(s.outputs.len() - 1)
     }
@@ -254,8 +455,23 @@ impl Transcoding {
         }
         work.decoded = 1;
         let in_clock = s.codec.clock_rate();
+        let detect = formats.iter().any(|f| f.dtmf == Dtmf::Detect);
+        let heard = match (detect, &mut s.detector) {
+            (false, _) => None,
+            (true, Some(det)) => det.push(pcm),
+            (true, det) => det.insert(Detector::new(s.decoder.out_rate())).push(pcm),
+        };
         for o in s.outputs.iter_mut().filter(|o| formats.contains(&o.format)) {
-            if let Some(gap) = d.gap_ticks {
+            if o.toning() {
+                continue;
+            }
+            // Tones rendered while the sender sent events instead of audio filled its gap.
+            let gap = d
+                .gap_ticks
+                .map(|g| g.saturating_sub(std::mem::take(&mut o.toned)))
+                .filter(|&g| g > 0);
+            o.toned = 0;
+            if let Some(gap) = gap {
                 let gap_ms = (u64::from(gap) * 1000 / u64::from(in_clock)) as u32;
                 o.encoder
                     .discontinuity(gap_ms, &mut o.ready)
@@ -268,6 +484,9 @@ impl Transcoding {
             o.encoder
                 .push_pcm(pcm, &mut o.ready)
                 .map_err(|e| TranscodeError::Codec(e.to_string()))?;
+            if o.format.dtmf == Dtmf::Detect {
+                o.digits_to_events(heard);
+            }
             work.encoded += o.ready.len() as u64;
         }
         Ok(work)
@@ -276,8 +495,9 @@ impl Transcoding {
     /// One telephone-event packet of `source`'s transcoded stream `ssrc` (received at the
     /// clock of `event`): re-timed onto each of `formats`' outputs, its durations scaled to the
     /// output's clock, numbered in the output's sequence; then in [`Transcoding::ready`] (with
-    /// payload type 0: the receiver's own is set per copy). An output that does not exist yet
-    /// (no audio went through it) gets nothing. Err: the payload is not telephone-events.
+    /// payload type [`EVENT_PT`]: the receiver's own is set per copy). A [`Dtmf::Tones`] output
+    /// gets the event's tones as audio instead. An output that does not exist yet (no audio
+    /// went through it) gets nothing. Err: the payload is not telephone-events.
     pub fn event(
         &mut self,
         source: MemberId,
@@ -288,8 +508,8 @@ impl Transcoding {
     ) -> Result<(), TranscodeError> {
         let events =
             dtmf::parse(pkt.payload).map_err(|e| TranscodeError::Undecodable(e.to_string()))?;
-        let Some(s) = self
-            .streams
+        let Transcoding { streams, pcm, .. } = self;
+        let Some(s) = streams
             .iter_mut()
             .find(|s| s.source == source && s.ssrc == ssrc)
         else {
@@ -297,9 +517,18 @@ impl Transcoding {
         };
         let in_clock = event.clock_rate();
         let audio_clock = s.codec.clock_rate();
+        let pcm_rate = s.decoder.out_rate();
         for o in s.outputs.iter_mut() {
             o.ready.clear();
             if !formats.contains(&o.format) {
+                continue;
+            }
+            if o.format.dtmf == Dtmf::Tones {
+                // The last block is the event now (earlier ones repeat past events).
+                if let Some(ev) = events.last() {
+                    let clocks = (in_clock, audio_clock, pcm_rate);
+                    o.render_tones(pkt.timestamp, ev, clocks, pcm)?;
+                }
                 continue;
             }
             let out_clock = o.format.codec.clock_rate();
@@ -328,7 +557,7 @@ impl Transcoding {
                 seq: o.encoder.take_seq(),
                 timestamp: ts,
                 marker: pkt.marker,
-                payload_type: 0,
+                payload_type: EVENT_PT,
                 payload,
             });
         }

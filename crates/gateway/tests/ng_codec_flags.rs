@@ -243,3 +243,122 @@ fn without_codec_flags_an_opus_caller_and_a_pcma_callee_share_nothing() {
     assert!(!to_callee.contains("PCMA"), "{to_callee}");
     assert!(callee.phone.answer_offer(&to_callee).is_err());
 }
+
+/// rtpengine's DTMF transcoding (`transcode: telephone-event`) between a PCMU caller without
+/// telephone-events and a PCMU callee with them: the callee is offered telephone-event/8000
+/// (`0-15`, the first free dynamic payload type) after the caller's PCMU, the caller is answered
+/// without it; digits the caller dials as tones reach the callee as telephone-events, and the
+/// callee's telephone-events reach the caller as tones, though the audio needs no transcoding.
+#[test]
+fn transcode_telephone_event_turns_tones_into_events_and_events_into_tones() {
+    use secrelay_media::dtmf::{DtmfCollector, DtmfGenerator};
+    use secrelay_media::g711::Pcmu;
+    use secrelay_media::inband::{Detector, ToneSynth};
+
+    let (_server, mut ng) = start();
+    let mut caller = SocketPhone::bind(LOCAL, None, 0xd1a1).unwrap();
+    caller.phone = std::mem::replace(
+        &mut caller.phone,
+        secrelay_testkit::phone::SimPhone::plain(1),
+    )
+    .with_formats(&[(0, "PCMU/8000")]);
+    let mut callee = SocketPhone::bind(LOCAL, None, 0xd1a2).unwrap();
+    callee.phone = std::mem::replace(
+        &mut callee.phone,
+        secrelay_testkit::phone::SimPhone::plain(2),
+    )
+    .with_formats(&[(0, "PCMU/8000"), (96, "telephone-event/8000")]);
+    let mut offer = msg("offer", "dtmf@proxy", None, &caller.phone.offer());
+    offer.push((
+        "codec".into(),
+        Bencode::Dict(vec![(
+            b"transcode".to_vec(),
+            Bencode::List(vec![s("telephone-event")]),
+        )]),
+    ));
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    assert!(to_callee.contains("RTP/AVP 0 96\r\n"), "{to_callee}");
+    assert!(
+        to_callee.contains("a=rtpmap:96 telephone-event/8000\r\na=fmtp:96 0-15\r\n"),
+        "{to_callee}"
+    );
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(msg("answer", "dtmf@proxy", Some("bob"), &answer))
+        .unwrap()["sdp"]
+        .clone();
+    assert!(to_caller.contains("RTP/AVP 0\r\n"), "{to_caller}");
+    assert!(!to_caller.contains("telephone-event"), "{to_caller}");
+    caller.phone.accept_answer(&to_caller).unwrap();
+
+    // The caller: 60 ms of silence, "4" for 120 ms, 100 ms of silence, "#" for 120 ms, 100 ms
+    // of silence, as tones in its PCMU. The callee meanwhile: audio, then "9" as events.
+    let mut pcm = vec![0i16; 480];
+    for (e, ms) in [(4u8, 120usize), (11, 120)] {
+        ToneSynth::new(8000).render(e, 10, 8 * ms, &mut pcm);
+        pcm.extend(vec![0i16; 800]);
+    }
+    let frames: Vec<Vec<u8>> = pcm
+        .chunks_exact(160)
+        .map(|f| {
+            let mut p = Vec::new();
+            Pcmu.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect();
+    let gen = DtmfGenerator::new(8000, 20, 10).unwrap();
+    let callee_events = gen.event_packets(9, 4000, gen.ticks(100));
+    let to = callee.phone.gateway.unwrap();
+    for (k, f) in frames.iter().enumerate() {
+        caller.send(f).unwrap();
+        if k < 3 {
+            callee.send(&[0xff; 160]).unwrap();
+        } else if let Some(ep) = callee_events.get(k - 3) {
+            let wire = callee
+                .phone
+                .packet_with(96, ep.timestamp, ep.marker, &ep.event.to_bytes());
+            callee.socket.send_to(&wire, to).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        caller.read();
+        callee.read();
+    }
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut digits = Vec::new();
+    loop {
+        caller.read();
+        callee.read();
+        digits.clear();
+        let mut c = DtmfCollector::new();
+        for p in &callee.phone.received {
+            let h = RtpHeader::parse(p).unwrap();
+            if h.payload_type() == 96 {
+                c.push(h.timestamp(), h.payload(), &mut digits).unwrap();
+            }
+        }
+        if digits.len() >= 2 || Instant::now() > end {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let got: String = digits.iter().filter_map(|d| d.char()).collect();
+    assert_eq!(got, "4#", "the callee's events");
+    assert!(digits.iter().all(|d| d.complete), "{digits:?}");
+    // The caller hears "9" as tones, in PCMU only.
+    let mut heard = Vec::new();
+    for p in &caller.phone.received {
+        let h = RtpHeader::parse(p).unwrap();
+        assert_eq!(h.payload_type(), 0);
+        Pcmu.to_pcm(h.payload(), &mut heard).unwrap();
+    }
+    let mut d = Detector::new(8000);
+    let tones: Vec<u8> = heard
+        .chunks(160)
+        .filter_map(|f| d.push(f))
+        .map(|h| h.event)
+        .collect();
+    assert!(
+        !tones.is_empty() && tones.iter().all(|&e| e == 9),
+        "{tones:?}"
+    );
+}

@@ -584,6 +584,57 @@ fn events_at_a_clock_the_gateway_does_not_know_stay_beside_a_transcoded_answer()
     assert_eq!(got[4], "m=audio PORT RTP/AVP 100 101", "{got:?}");
 }
 
+/// `transcode: telephone-event` adds telephone-events at each clock of the caller's audio
+/// that has none: numbered from the first free dynamic payload type in the order of the
+/// clocks, listed in the order of their digits (48000 before 8000), after the audio, each with
+/// the sixteen DTMF events; the caller is answered without them.
+#[test]
+fn transcoding_telephone_events_adds_them_at_each_clock_of_the_callers_audio() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0 96\r\n\
+        c=IN IP4 192.0.2.10\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:96 opus/48000/2\r\n";
+    let flags = [codec_flags(&[("transcode", &["telephone-event"])])];
+    let got = sdp_of(&mut ng, request("offer", "ev2", offer, &flags));
+    let m = got.iter().position(|l| l.starts_with("m=")).unwrap();
+    assert_eq!(got[m], "m=audio PORT RTP/AVP 0 96 98 97", "{got:?}");
+    for line in [
+        "a=rtpmap:98 telephone-event/48000",
+        "a=fmtp:98 0-15",
+        "a=rtpmap:97 telephone-event/8000",
+        "a=fmtp:97 0-15",
+    ] {
+        assert!(got.iter().any(|l| l == line), "{line}: {got:?}");
+    }
+    let answer =
+        "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0 97\r\n\
+        c=IN IP4 192.0.2.20\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:97 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("answer", "ev2", answer, &[]));
+    let m = got.iter().position(|l| l.starts_with("m=")).unwrap();
+    assert_eq!(got[m], "m=audio PORT RTP/AVP 0", "{got:?}");
+    assert!(
+        !got.iter().any(|l| l.contains("telephone-event")),
+        "{got:?}"
+    );
+}
+
+/// Stripping a clock's last audio codec takes its telephone-events with it.
+#[test]
+fn stripping_a_clocks_last_audio_codec_takes_its_telephone_events() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 96 8 97 98\r\nc=IN IP4 192.0.2.10\r\na=rtpmap:96 opus/48000/2\r\n\
+        a=rtpmap:8 PCMA/8000\r\na=rtpmap:97 telephone-event/8000\r\n\
+        a=rtpmap:98 telephone-event/48000\r\n";
+    let flags = [codec_flags(&[("strip", &["PCMA"])])];
+    let got = sdp_of(&mut ng, request("offer", "ev3", offer, &flags));
+    let m = got.iter().position(|l| l.starts_with("m=")).unwrap();
+    assert_eq!(got[m], "m=audio PORT RTP/AVP 96 98", "{got:?}");
+    assert!(
+        !got.iter().any(|l| l.contains("telephone-event/8000")),
+        "{got:?}"
+    );
+}
+
 /// A `codec` dictionary of one or more manipulations.
 fn codec_flags(ops: &[(&str, &[&str])]) -> (&'static str, Bencode) {
     (

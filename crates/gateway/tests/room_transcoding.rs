@@ -351,10 +351,173 @@ fn dtmf_arrives_as_sent_with_each_legs_payload_type_and_clock() {
     );
     // 120 ms between starts at 8 kHz is 5760 ticks at 48 kHz.
     assert_eq!(digits[1].timestamp.wrapping_sub(digits[0].timestamp), 5760);
-    // The PCMA phone took no telephone-event: each event packet dropped there, counted.
+    // The PCMA phone took no telephone-event, and its audio is transcoded anyway: the digits
+    // reach it as tones in its audio, in the stream's unbroken numbering.
     let m = h.phone_counters(mute).unwrap();
-    assert_eq!(m.drops[DropReason::NoCodec], sent as u64);
-    assert!(phone_rx(&h, mute).iter().all(|p| p.0 == 8));
+    assert_eq!(m.drops[DropReason::NoCodec], 0);
+    let rx = phone_rx(&h, mute);
+    assert!(rx.iter().all(|p| p.0 == 8));
+    assert_eq!(digits_heard(&decode(&mut Pcma, 8, &rx, 20), 8000), "15#");
+}
+
+const PCMU_NO_EVENTS: &[(u8, &str)] = &[(0, "PCMU/8000")];
+
+/// Two PCMU phones, one with telephone-events and one without, the first's leg asking for
+/// DTMF to cross (rtpengine's `transcode: telephone-event`): (harness, with, without).
+fn dtmf_transcoding_pair() -> (Harness, usize, usize) {
+    let mut h = Harness::simd();
+    let options = secrelay_gateway::leg::RtpLegOptions {
+        dtmf_transcode: true,
+        ..Default::default()
+    };
+    let with = h
+        .join_phone_with("r", SimPhone::plain(2).with_formats(PCMU_ONLY), options)
+        .unwrap();
+    let without = h
+        .join_phone("r", SimPhone::plain(3).with_formats(PCMU_NO_EVENTS))
+        .unwrap();
+    (h, with, without)
+}
+
+/// Digits as tones in a phone's PCMU audio (20 ms packets): 60 ms of a 500 Hz tone, then
+/// each digit for 100 ms and 60 ms of the tone after it.
+fn inband_digits(digits: &str) -> Vec<Vec<u8>> {
+    let mut pcm = tone::sine(8000, 500.0, 3000.0, 480);
+    for c in digits.chars() {
+        let e = secrelay_media::dtmf::event_for_char(c).unwrap();
+        secrelay_media::inband::ToneSynth::new(8000).render(e, 10, 800, &mut pcm);
+        pcm.extend(tone::sine(8000, 500.0, 3000.0, 480));
+    }
+    let mut ulaw = Pcmu;
+    pcm.chunks_exact(160)
+        .map(|f| {
+            let mut p = Vec::new();
+            ulaw.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// A phone without telephone-events dials digits as tones; the phone with them, whose leg asks
+/// for DTMF to cross, gets each digit as telephone-events (marker on the first, the end three
+/// times) in place of the audio while it lasts, audio the rest of the time, one unbroken
+/// sequence: though both speak PCMU, the audio went through the transcoder for it.
+#[test]
+fn digits_heard_in_audio_reach_a_phone_with_telephone_events_as_events() {
+    let (mut h, with, without) = dtmf_transcoding_pair();
+    for p in inband_digits("15#") {
+        let (_, wire) = h.phones[without].phone.packet(&p);
+        h.send_phone(without, &wire);
+        h.pump();
+    }
+    let rx = phone_rx(&h, with);
+    assert!(
+        rx.iter().all(|p| p.0 == 0 || p.0 == 101),
+        "PCMU and events only"
+    );
+    for (k, p) in rx.iter().enumerate() {
+        assert_eq!(p.1, rx[0].1.wrapping_add(k as u16), "one unbroken sequence");
+    }
+    let mut c = DtmfCollector::new();
+    let mut digits = Vec::new();
+    let events: Vec<_> = rx.iter().filter(|p| p.0 == 101).collect();
+    for e in &events {
+        c.push(e.2, &e.3, &mut digits).unwrap();
+    }
+    let got: String = digits.iter().filter_map(|d| d.char()).collect();
+    assert_eq!(got, "15#");
+    assert!(digits.iter().all(|d| d.complete), "{digits:?}");
+    // Heard within each 100 ms digit: at least 40 ms of it sent as events.
+    assert!(digits.iter().all(|d| d.duration >= 320), "{digits:?}");
+    let ends = events
+        .iter()
+        .filter(|e| secrelay_media::dtmf::parse(&e.3).unwrap()[0].end)
+        .count();
+    assert_eq!(ends, 9, "each end packet three times");
+    // The audio around the digits still arrives, as PCMU.
+    assert!(rx.iter().filter(|p| p.0 == 0).count() >= 9);
+    assert_eq!(
+        h.phone_counters(with).unwrap().drops[DropReason::NoCodec],
+        0
+    );
+}
+
+/// The phone with telephone-events sends digits as events; the one without, both on PCMU,
+/// hears them as tones in its audio (its leg did not ask; the other's did), in one unbroken
+/// stream.
+#[test]
+fn telephone_events_reach_a_phone_without_them_as_tones() {
+    let (mut h, with, without) = dtmf_transcoding_pair();
+    let mut ulaw = Pcmu;
+    for p in g711_packets(&mut ulaw, 500.0, 5) {
+        let (_, wire) = h.phones[with].phone.packet(&p);
+        h.send_phone(with, &wire);
+        h.pump();
+    }
+    let gen = DtmfGenerator::new(8000, 20, 10).unwrap();
+    for digit in ['9', '*'] {
+        let start = h.phones[with].phone.ts;
+        let ev = secrelay_media::dtmf::event_for_char(digit).unwrap();
+        for ep in gen.event_packets(ev, start, gen.ticks(100)) {
+            let wire = h.phones[with].phone.packet_with(
+                101,
+                ep.timestamp,
+                ep.marker,
+                &ep.event.to_bytes(),
+            );
+            h.send_phone(with, &wire);
+            h.pump();
+        }
+        h.phones[with].phone.ts = start.wrapping_add(gen.ticks(120));
+    }
+    let rx = phone_rx(&h, without);
+    assert!(rx.iter().all(|p| p.0 == 0), "PCMU only");
+    assert_eq!(digits_heard(&decode(&mut Pcmu, 0, &rx, 20), 8000), "9*");
+    assert_eq!(
+        h.phone_counters(without).unwrap().drops[DropReason::NoCodec],
+        0
+    );
+}
+
+/// Without a leg asking, two PCMU phones relay their audio as it is: telephone-events go
+/// nowhere that did not take them, and no digit is listened for.
+#[test]
+fn without_dtmf_transcoding_audio_of_one_codec_is_relayed() {
+    let mut h = Harness::simd();
+    let with = h
+        .join_phone("r", SimPhone::plain(2).with_formats(PCMU_ONLY))
+        .unwrap();
+    let without = h
+        .join_phone("r", SimPhone::plain(3).with_formats(PCMU_NO_EVENTS))
+        .unwrap();
+    let sent = inband_digits("7");
+    for p in &sent {
+        let (_, wire) = h.phones[without].phone.packet(p);
+        h.send_phone(without, &wire);
+        h.pump();
+    }
+    let rx = phone_rx(&h, with);
+    assert_eq!(rx.len(), sent.len());
+    assert!(
+        rx.iter().zip(&sent).all(|(r, s)| r.0 == 0 && &r.3 == s),
+        "relayed as sent"
+    );
+    assert_eq!(h.phone_counters(with).unwrap().transcoded, 0);
+}
+
+/// The DTMF digits heard in `pcm`, each once.
+fn digits_heard(pcm: &[i16], rate: u32) -> String {
+    let mut d = secrelay_media::inband::Detector::new(rate);
+    let mut out = String::new();
+    let mut last = None;
+    for frame in pcm.chunks(rate as usize / 50) {
+        let now = d.push(frame).map(|h| h.event);
+        if now.is_some() && now != last {
+            out.extend(now.and_then(secrelay_media::dtmf::char_for_event));
+        }
+        last = now;
+    }
+    out
 }
 
 #[test]
@@ -653,7 +816,7 @@ fn silent_members_of_a_mix_share_one_encode() {
 fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
     use secrelay_gateway::leg::CodecId;
     use secrelay_gateway::room::MemberId;
-    use secrelay_gateway::transcode::{Format, Mixing};
+    use secrelay_gateway::transcode::{Dtmf, Format, Mixing};
     use secrelay_media::transcode::InPacket;
     use secrelay_media::Registry;
 
@@ -661,6 +824,7 @@ fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
     let pcmu = Format {
         codec: CodecId::Pcmu,
         ptime: 20,
+        dtmf: Dtmf::Events,
     };
     let members: Vec<(MemberId, Format)> = (1..=3).map(|m| (MemberId(m), pcmu)).collect();
     let t0 = std::time::Instant::now();

@@ -10,7 +10,8 @@
 //! - Codecs: [`g711::Pcmu`] and [`g711::Pcma`] (ITU-T G.711, ours), [`g722::G722`] (ITU-T
 //!   G.722 64 kbit/s, ours), [`opus::Opus`] (libopus through the `opus` crate: 8–48 kHz,
 //!   mono or stereo, PLC and in-band FEC). [`dtmf`]: RFC 4733 telephone-events (not audio:
-//!   parsed, built, generated, collected and carried between legs).
+//!   parsed, built, generated, collected and carried between legs); [`inband`]: DTMF digits
+//!   found in audio and telephone-events rendered as tones, between the two kinds of phone.
 //! - Building blocks: [`resample::Resampler`] (8, 16, 48 kHz, through `rubato`),
 //!   [`reframe::Reframer`] (PCM to packets of a target packet time), [`mixer::Mixer`]
 //!   (N−1 sums, saturating, i16 or f32), [`transcode::Transcoder`] (decode → resample →
@@ -33,6 +34,7 @@
 pub mod dtmf;
 pub mod g711;
 pub mod g722;
+pub mod inband;
 pub mod mixer;
 pub mod opus;
 pub mod reframe;

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use secrelay_dtls::{Certificate, KeyType, LocalCertificate};
 use secrelay_gateway::counters::{Counters, DropReason, ShardCounters};
 use secrelay_gateway::leg::{
-    CloseReason, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, Via, WebRtcConfig, WebRtcLeg,
+    CloseReason, LegEvent, LegOutput, Ports, Quarantine, RtpConfig, RtpLegOptions, Via,
+    WebRtcConfig, WebRtcLeg,
 };
 use secrelay_gateway::room::{MemberId, Room};
 use secrelay_gateway::shard::{
@@ -324,8 +325,18 @@ impl Harness {
     /// `phone` joins `room` as a telephony leg on ports 30000 + 2k (k: its index) of the
     /// candidate's address, and takes the answer; its index in [`Harness::phones`].
     pub fn join_phone(&mut self, room: &str, phone: SimPhone) -> Result<usize, JoinError> {
+        self.join_phone_with(room, phone, RtpLegOptions::default())
+    }
+
+    /// As [`Harness::join_phone`], its leg made with `options`.
+    pub fn join_phone_with(
+        &mut self,
+        room: &str,
+        phone: SimPhone,
+        options: RtpLegOptions,
+    ) -> Result<usize, JoinError> {
         let base = 30000 + 2 * self.phones.len() as u16;
-        self.join_phone_on(room, phone, base, Quarantine::default())
+        self.join_phone_opts(room, phone, base, options)
     }
 
     /// `phone` joins `room` as a telephony leg on ports `base` and `base + 1` of the
@@ -334,9 +345,23 @@ impl Harness {
     pub fn join_phone_on(
         &mut self,
         room: &str,
-        mut phone: SimPhone,
+        phone: SimPhone,
         base: u16,
         quarantine: Quarantine,
+    ) -> Result<usize, JoinError> {
+        let options = RtpLegOptions {
+            quarantine,
+            ..Default::default()
+        };
+        self.join_phone_opts(room, phone, base, options)
+    }
+
+    fn join_phone_opts(
+        &mut self,
+        room: &str,
+        mut phone: SimPhone,
+        base: u16,
+        options: RtpLegOptions,
     ) -> Result<usize, JoinError> {
         let ip = CANDIDATE
             .parse::<SocketAddr>()
@@ -347,10 +372,6 @@ impl Harness {
             rtcp: SocketAddr::new(ip, base + 1),
         };
         let offer = parse_rtp(&phone.offer()).expect("the phone's offer parses");
-        let options = secrelay_gateway::leg::RtpLegOptions {
-            quarantine,
-            ..Default::default()
-        };
         let joined =
             self.shard
                 .join_rtp_with(self.now, room, &offer, ports, &options, &Who::default())?;

@@ -845,6 +845,13 @@ impl Leg {
         }
     }
 
+    /// Whether DTMF crosses between this member and one whose telephone-events it lacks (or
+    /// which lacks its) even where the audio needs no transcoding
+    /// ([`RtpConfig::dtmf_transcode`]; a telephony leg's setting, never a WebRTC leg's).
+    pub fn dtmf_transcode(&self) -> bool {
+        matches!(self, Leg::Rtp(l) if l.dtmf_transcode())
+    }
+
     /// Where a copy of media for this member goes now, if it can be sent.
     pub fn copy_target(&self) -> Option<CopyTarget> {
         match self {

@@ -158,6 +158,12 @@ pub struct RtpConfig {
     /// Answer an offer of SDES on `RTP/AVP` (opportunistic SRTP, RFC 8643) with SDES, on
     /// `RTP/AVP`; otherwise such an offer is answered as plain RTP, its crypto lines ignored.
     pub osrtp: bool,
+    /// DTMF crosses between this leg and a member whose telephone-events it lacks (or which
+    /// lacks its), as tones one way and telephone-events heard in the audio the other, even
+    /// where the audio itself needs no transcoding (`crate::transcode::Dtmf`): rtpengine's
+    /// `transcode: telephone-event`. Without it, DTMF crosses so only where the audio is
+    /// transcoded anyway (tones), and events go nowhere a receiver did not take them.
+    pub dtmf_transcode: bool,
 }
 
 /// How one telephony leg differs from the gateway's telephony defaults ([`RtpConfig`]): the
@@ -192,6 +198,8 @@ pub struct RtpLegOptions {
     pub ice: IceMode,
     /// [`RtpConfig::osrtp`].
     pub osrtp: bool,
+    /// [`RtpConfig::dtmf_transcode`].
+    pub dtmf_transcode: bool,
 }
 
 /// Whether a telephony leg does ICE with its phone: as an ICE-lite agent (RFC 8445 §2.5), it
@@ -318,6 +326,7 @@ impl Default for RtpLegOptions {
             resume: None,
             ice: IceMode::Auto,
             osrtp: false,
+            dtmf_transcode: false,
         }
     }
 }
@@ -349,6 +358,7 @@ impl RtpLegOptions {
     pub fn apply(&self, mut config: RtpConfig) -> RtpConfig {
         config.passthrough = self.passthrough;
         config.osrtp = self.osrtp;
+        config.dtmf_transcode = self.dtmf_transcode;
         if let Some(s) = &self.sdes_suites {
             config.sdes_suites = s.clone();
         }
@@ -382,6 +392,7 @@ impl Default for RtpConfig {
             strict_source: false,
             passthrough: false,
             osrtp: false,
+            dtmf_transcode: false,
         }
     }
 }
@@ -1616,6 +1627,11 @@ impl RtpLeg {
             Security::Plain | Security::Offered(_) => None,
             Security::Sdes { outbound, .. } => Some(outbound),
         }
+    }
+
+    /// [`RtpConfig::dtmf_transcode`].
+    pub fn dtmf_transcode(&self) -> bool {
+        self.config.dtmf_transcode
     }
 
     /// Whether what we send is protected (SDES) or not (plain).

@@ -203,6 +203,12 @@ impl Negotiated {
         self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
     }
 
+    /// Whether it negotiated telephone-events (at 8 or 48 kHz), so sends its digits as events
+    /// rather than as tones in its audio.
+    pub fn sends_events(&self) -> bool {
+        self.codecs.iter().any(|x| x.0.is_event())
+    }
+
     /// Whether it receives `codec`.
     pub fn takes(&self, codec: CodecId) -> bool {
         match codec.known_index() {

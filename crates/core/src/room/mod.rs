@@ -405,12 +405,16 @@ impl Room {
         }
         self.transcoding.remove_source(id);
         let members = &self.members;
+        let sender = |id: MemberId| {
+            let found = members.iter().find(|(_, x)| x.at.id == id);
+            found.map(|(_, x)| route::Sender::of(x)).unwrap_or_default()
+        };
         self.transcoding.retain(|source, codec, format| {
+            let s = sender(source);
             members.iter().any(|(_, r)| {
                 r.at.id != source
                     && r.role.subscribes
-                    && !r.neg.takes(codec)
-                    && r.neg.format == Some(format)
+                    && route::transcoded_format(codec, s, r) == Some(format)
             })
         });
         Some((m.leg, m.session))

@@ -19,7 +19,7 @@ use crate::room::pipe::PipedPacket;
 use crate::room::source::{abs_send_time, LayerOf, MadePacket, SourcePacket};
 use crate::room::subscription::{Cx, Source, Subscription};
 use crate::room::{Feed, MemberAt, Room};
-use crate::transcode::{Format, TranscodeError, Work};
+use crate::transcode::{Dtmf, Format, TranscodeError, Work, EVENT_PT};
 
 /// The stream id of a member's mix.
 const MIX_SSRC: u32 = 0;
@@ -314,6 +314,10 @@ impl Room {
             c if c.is_event() => transcoding.stream_codec(feed.publisher.id, last.facts.ssrc),
             _ => None,
         };
+        let sender = members
+            .get(feed.publisher.ix)
+            .map(Sender::of)
+            .unwrap_or_default();
         let mut cx = Cx {
             out,
             keyframes: &mut scratch.keyframes,
@@ -329,7 +333,7 @@ impl Room {
             if !r.role.subscribes {
                 continue;
             }
-            match plan(last.codec, event_audio, r) {
+            match plan(last.codec, event_audio, sender, r) {
                 Plan::Relay(c) => {
                     for pkt in pkts {
                         sub.forward(s, pkt, c, r, &mut cx);
@@ -491,12 +495,12 @@ impl Room {
             return;
         }
         for f in formats.iter() {
-            // Events go out in the telephone-event format of the output's clock.
-            let out_codec = match codec.is_event() {
-                true => CodecId::event_for_clock(f.codec.clock_rate()),
-                false => Some(f.codec),
-            };
             for p in transcoding.ready(source, ssrc, *f) {
+                // Events go out in the telephone-event format of the output's clock.
+                let out_codec = match p.payload_type {
+                    EVENT_PT => CodecId::event_for_clock(f.codec.clock_rate()),
+                    _ => Some(f.codec),
+                };
                 let made = MadePacket {
                     seq: p.seq,
                     ts: p.timestamp,
@@ -631,21 +635,75 @@ fn prefetch_ahead(
     }
 }
 
-/// What receiver `r` gets of a packet of `codec` (`event_audio`: the codec of the audio a
-/// telephone-event packet goes with, when that audio is transcoded here).
-fn plan(codec: CodecId, event_audio: Option<CodecId>, r: &Member) -> Plan {
-    let transcoded_events = event_audio.filter(|a| !r.neg.takes(*a)).and(r.neg.format);
-    if r.neg.takes(codec) && transcoded_events.is_none() {
-        return Plan::Relay(codec);
+/// What of a sender decides how DTMF crosses to a receiver ([`transcoded_format`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Sender {
+    /// It negotiated telephone-events.
+    pub events: bool,
+    /// Its leg asks for DTMF to cross as tones or events ([`crate::leg::Leg::dtmf_transcode`]).
+    pub dtmf_transcode: bool,
+}
+
+impl Sender {
+    pub(crate) fn of(m: &Member) -> Sender {
+        Sender {
+            events: m.neg.sends_events(),
+            dtmf_transcode: m.leg.dtmf_transcode(),
+        }
     }
-    // Audio of a codec it did not take: decoded once and encoded in one it took, when it took
-    // one the gateway can encode.
-    let format = transcoded_events.or_else(|| r.neg.format.filter(|_| codec.is_transcodable()));
-    match format {
+}
+
+/// What receiver `r` gets of a packet of `codec` (`event_audio`: the codec of the audio a
+/// telephone-event packet goes with, when that audio is transcoded here). A telephone-event
+/// packet goes where its audio goes: relayed beside relayed audio, through the transcoder
+/// beside transcoded audio.
+fn plan(codec: CodecId, event_audio: Option<CodecId>, sender: Sender, r: &Member) -> Plan {
+    let audio = match codec.is_event() {
+        true => event_audio,
+        false => Some(codec),
+    };
+    match audio.and_then(|a| transcoded_format(a, sender, r)) {
+        None if r.neg.takes(codec) => Plan::Relay(codec),
+        None => Plan::Drop(DropReason::NoCodec),
         Some(f) if r.leg.copy_target().is_some() => Plan::Transcode(f),
         Some(_) => Plan::Drop(DropReason::ReceiverNotReady),
-        None => Plan::Drop(DropReason::NoCodec),
     }
+}
+
+/// The format receiver `r` is sent `sender`'s audio of `codec` in when that audio goes
+/// through the transcoder; `None` when it is relayed as it is (or `r` takes nothing the
+/// gateway can encode).
+///
+/// Audio of a codec `r` did not take is decoded once and encoded in the first it took that
+/// the gateway encodes; the sender's telephone-events go to a receiver without any as tones
+/// in that audio. Where one side has telephone-events and the other has none and either's leg
+/// asks for it ([`crate::leg::Leg::dtmf_transcode`]), the audio goes through the transcoder
+/// even in a codec `r` took (kept in that codec) for DTMF to cross ([`Dtmf`]): as tones to a
+/// receiver without events, as events heard in the audio to a receiver with events at its
+/// codec's clock.
+pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> Option<Format> {
+    let base = r.neg.format?;
+    if !codec.is_transcodable() {
+        return None;
+    }
+    let takes = r.neg.takes(codec);
+    let asked = sender.dtmf_transcode || r.leg.dtmf_transcode();
+    let kept = if takes { codec } else { base.codec };
+    let takes_events =
+        r.neg.takes(CodecId::TelephoneEvent) || r.neg.takes(CodecId::TelephoneEvent48k);
+    let events_at_kept =
+        CodecId::event_for_clock(kept.clock_rate()).is_some_and(|e| r.neg.takes(e));
+    let dtmf = match (sender.events, takes_events) {
+        (true, false) if asked || !takes => Dtmf::Tones,
+        (false, true) if asked && events_at_kept => Dtmf::Detect,
+        _ if takes => return None,
+        _ => Dtmf::Events,
+    };
+    Some(Format {
+        codec: kept,
+        ptime: base.ptime,
+        dtmf,
+    })
 }
 
 /// The simulcast layer of `pkt` among `src`'s sections (its `rid` binds its SSRC the first

@@ -989,6 +989,7 @@ impl SectionCall {
                 bind: iface.map(|i| i.local),
                 announce: iface.map(|i| i.advertised),
                 ice: ice_towards(flags, doc, m, false),
+                dtmf_transcode: p.dtmf_transcode,
                 ..RtpLegOptions::default()
             },
         );

@@ -22,8 +22,12 @@
 //!   same codec, else their static one, else the first free dynamic one ([`added_codec`]).
 //! - With `all` stripped or masked, the offer follows the order `transcode` lists
 //!   ([`order_as_listed`]).
-//! - Masking takes a clock's telephone-events and comfort noise with the last audio codec at
-//!   that clock.
+//! - Masking or stripping takes a clock's telephone-events and comfort noise with the last
+//!   audio codec at that clock.
+//! - `transcode: telephone-event[/CLOCK]` adds telephone-events at each clock of the offer's
+//!   audio the gateway decodes (or the one named) that has none: DTMF then crosses as events
+//!   towards the callee and as tones towards the caller, whatever the audio does
+//!   ([`CodecPlan::dtmf_transcode`]).
 //!
 //! Names are `NAME[/CLOCK[/CHANNELS]]`, case-insensitive. A name that is neither in the offer nor
 //! a codec the gateway has is reported in the reply's `warning`, by name; so is a codec asked to
@@ -45,6 +49,9 @@ pub(crate) struct CodecPlan {
     pub caller_transcodes: Vec<CodecId>,
     /// What the reply's `warning` says about the manipulations.
     pub warnings: Vec<String>,
+    /// `transcode` added telephone-events: DTMF crosses between the two sides, tones one way
+    /// and events the other (the callee's leg asks for it, `RtpLegOptions::dtmf_transcode`).
+    pub dtmf_transcode: bool,
 }
 
 /// Whether `spec` (`NAME[/CLOCK[/CHANNELS]]`) names `c`.
@@ -165,10 +172,12 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     let mut towards: Vec<(CodecId, Codec)> = Vec::new();
     let mut caller_transcodes: Vec<CodecId> = Vec::new();
     let mut masked_any = false;
+    let mut stripped_audio = false;
     for c in codecs {
         let id = CodecId::passthrough(c);
         let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
         if stripped {
+            stripped_audio |= !is_event_like(c);
             continue;
         }
         let masked = any_names(&flags.mask, c)
@@ -200,6 +209,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     // `transcode`: codecs the caller did not offer, added (and transcoded) after the caller's
     // audio codecs, before its telephone-events and comfort noise, as rtpengine adds them.
     let mut added: Vec<u32> = Vec::new();
+    let mut dtmf_transcode = false;
     let mut at = towards
         .iter()
         .position(|(_, c)| is_event_like(c))
@@ -211,6 +221,17 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         let Some(id) = CodecId::by_name(n) else {
             continue; // warned about above
         };
+        if id.is_event() {
+            let made = add_events(n, codecs, &mut towards, at, callers_free);
+            if made == 0 {
+                warnings.push(format!(
+                    "codec-transcode: no audio the gateway decodes at the clock of {n:?}: not added"
+                ));
+            }
+            dtmf_transcode |= made > 0;
+            at += made;
+            continue;
+        }
         if !id.is_transcodable() {
             warnings.push(format!(
                 "codec-transcode: the gateway cannot encode {n:?}: not added"
@@ -232,9 +253,9 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             added.push(id.clock_rate());
         }
     }
-    if masked_any {
+    if masked_any || stripped_audio {
         // Telephone-events and comfort noise go with audio at their clock: none left there
-        // once masking took it, none of them.
+        // once masking or stripping took it, none of them.
         let clocks: Vec<u32> = towards
             .iter()
             .filter(|(_, c)| !is_event_like(c))
@@ -301,7 +322,47 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         towards_callee: towards,
         caller_transcodes,
         warnings,
+        dtmf_transcode,
     }
+}
+
+/// `transcode: telephone-event[/CLOCK]` (`name`): telephone-events added at `at` in `towards`,
+/// one at each clock of its audio codecs the gateway decodes (or the one clock named) that has
+/// none yet, so that digits cross as events on the callee's side and tones on the caller's.
+/// rtpengine numbers them in the order of their clocks and lists them in the order of the
+/// clocks' digits (16000, 48000, 8000). How many were added.
+fn add_events(
+    name: &str,
+    codecs: &[Codec],
+    towards: &mut Vec<(CodecId, Codec)>,
+    at: usize,
+    callers_free: bool,
+) -> usize {
+    let named: Option<u32> = name.split('/').nth(1).and_then(|k| k.trim().parse().ok());
+    let mut clocks: Vec<u32> = towards
+        .iter()
+        .filter(|(id, _)| id.is_transcodable())
+        .map(|(id, _)| id.clock_rate())
+        .filter(|k| named.is_none_or(|n| n == *k))
+        .collect();
+    clocks.sort_unstable();
+    clocks.dedup();
+    let mut made = 0;
+    for k in clocks {
+        let has = |t: &[(CodecId, Codec)]| {
+            t.iter()
+                .any(|(_, c)| c.name.eq_ignore_ascii_case("telephone-event") && c.clock_rate == k)
+        };
+        let Some(ev) = CodecId::event_for_clock(k).filter(|_| !has(towards)) else {
+            continue;
+        };
+        if let Some(codec) = added_codec(ev, codecs, towards, callers_free) {
+            towards.insert(at + made, (ev, codec));
+            made += 1;
+        }
+    }
+    towards[at..at + made].sort_by_key(|(_, c)| c.clock_rate.to_string());
+    made
 }
 
 /// With every codec stripped or masked, our offer is what the flags name: its audio codecs in
@@ -478,7 +539,10 @@ mod tests {
         let p = plan(&browser(), &f);
         let w = p.warnings.join("; ");
         assert!(w.contains("\"AMR-WB\"") && w.contains("\"GSM\""), "{w}");
-        assert!(w.contains("cannot encode \"telephone-event/8000\""), "{w}");
+        assert!(
+            w.contains("at the clock of \"telephone-event/8000\""),
+            "{w}"
+        );
         assert!(w.contains("no audio codec"), "{w}");
         assert_eq!(names_of(&p)[0], ("opus/48000".into(), 111));
     }

@@ -206,6 +206,7 @@ impl Ng {
         if plan.towards_callee.is_empty() {
             return Err(ApiError::bad(NO_CODEC));
         }
+        let dtmf_transcode = plan.dtmf_transcode;
         let spec = RtpOfferSpec {
             transport,
             codecs: plan.towards_callee,
@@ -228,6 +229,7 @@ impl Ng {
             family,
             RtpLegOptions {
                 ice,
+                dtmf_transcode,
                 ..RtpLegOptions::default()
             },
         );
