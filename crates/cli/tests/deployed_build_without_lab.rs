@@ -71,8 +71,8 @@ fn without_default_features_no_lab_crate_is_linked() {
 }
 
 /// The workspace's test builds: every crate of the workspace names its own optimization level
-/// in the root `Cargo.toml`. The profile's default (opt-level 2) is for dependencies; a crate
-/// left out would build optimized, and every change to it would wait on that.
+/// in the root `Cargo.toml`, so that which of ours are optimized in test builds (those whose
+/// loops the tests run at length) is a decision written down, not the profile's default.
 #[test]
 fn every_workspace_crate_names_its_test_build_opt_level() {
     let out = cargo(&["metadata", "--no-deps", "--format-version", "1", "--locked"]);

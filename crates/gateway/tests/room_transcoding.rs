@@ -164,8 +164,12 @@ fn g711_packets(codec: &mut dyn Codec, hz: f64, packets: usize) -> Vec<Vec<u8>> 
 
 /// `packets` 20 ms G.711 packets of a tone of `hz` at `amplitude` (0: silence).
 fn g711_at(codec: &mut dyn Codec, hz: f64, amplitude: f64, packets: usize) -> Vec<Vec<u8>> {
-    tone::sine(8000, hz, amplitude, 160 * packets)
-        .chunks_exact(160)
+    g711_frames(codec, &tone::sine(8000, hz, amplitude, 160 * packets))
+}
+
+/// `pcm` (8 kHz) as 20 ms G.711 packets.
+fn g711_frames(codec: &mut dyn Codec, pcm: &[i16]) -> Vec<Vec<u8>> {
+    pcm.chunks_exact(160)
         .map(|f| {
             let mut p = Vec::new();
             codec.from_pcm(f, &mut p).unwrap();
@@ -299,6 +303,28 @@ fn each_sender_is_decoded_once_and_encoded_once_per_receiving_format() {
     assert_eq!(h.shard.room("r").unwrap().transcoding().streams(), 0);
 }
 
+/// Phone `p` dials `digits` as telephone-events at 8 kHz on payload type 101, 100 ms each,
+/// 20 ms apart; how many packets it sent.
+fn dial_events(h: &mut Harness, p: usize, digits: &str) -> usize {
+    let gen = DtmfGenerator::new(8000, 20, 10).unwrap();
+    let mut sent = 0;
+    for digit in digits.chars() {
+        let start = h.phones[p].phone.ts;
+        let ev = secrelay_media::dtmf::event_for_char(digit).unwrap();
+        for ep in gen.event_packets(ev, start, gen.ticks(100)) {
+            let wire =
+                h.phones[p]
+                    .phone
+                    .packet_with(101, ep.timestamp, ep.marker, &ep.event.to_bytes());
+            h.send_phone(p, &wire);
+            h.pump();
+            sent += 1;
+        }
+        h.phones[p].phone.ts = start.wrapping_add(gen.ticks(120));
+    }
+    sent
+}
+
 #[test]
 fn dtmf_arrives_as_sent_with_each_legs_payload_type_and_clock() {
     let (mut h, b, phone) = browser_and_pcmu_phone();
@@ -313,24 +339,7 @@ fn dtmf_arrives_as_sent_with_each_legs_payload_type_and_clock() {
         h.pump();
     }
     // "1", "5", "#" at 8 kHz on payload type 101, 100 ms each, 20 ms apart.
-    let gen = DtmfGenerator::new(8000, 20, 10).unwrap();
-    let mut sent = 0;
-    for digit in ['1', '5', '#'] {
-        let start = h.phones[phone].phone.ts;
-        let ev = secrelay_media::dtmf::event_for_char(digit).unwrap();
-        for ep in gen.event_packets(ev, start, gen.ticks(100)) {
-            let wire = h.phones[phone].phone.packet_with(
-                101,
-                ep.timestamp,
-                ep.marker,
-                &ep.event.to_bytes(),
-            );
-            h.send_phone(phone, &wire);
-            h.pump();
-            sent += 1;
-        }
-        h.phones[phone].phone.ts = start.wrapping_add(gen.ticks(120));
-    }
+    let sent = dial_events(&mut h, phone, "15#");
     // The browser gets them on its telephone-event/48000 payload type (110), at 48 kHz, in the
     // transcoded stream's numbering (right after its audio).
     let rx = browser_rx(&h, b);
@@ -388,14 +397,7 @@ fn inband_digits(digits: &str) -> Vec<Vec<u8>> {
         secrelay_media::inband::ToneSynth::new(8000).render(e, 10, 800, &mut pcm);
         pcm.extend(tone::sine(8000, 500.0, 3000.0, 480));
     }
-    let mut ulaw = Pcmu;
-    pcm.chunks_exact(160)
-        .map(|f| {
-            let mut p = Vec::new();
-            ulaw.from_pcm(f, &mut p).unwrap();
-            p
-        })
-        .collect()
+    g711_frames(&mut Pcmu, &pcm)
 }
 
 /// A phone without telephone-events dials digits as tones; the phone with them, whose leg asks
@@ -454,22 +456,7 @@ fn telephone_events_reach_a_phone_without_them_as_tones() {
         h.send_phone(with, &wire);
         h.pump();
     }
-    let gen = DtmfGenerator::new(8000, 20, 10).unwrap();
-    for digit in ['9', '*'] {
-        let start = h.phones[with].phone.ts;
-        let ev = secrelay_media::dtmf::event_for_char(digit).unwrap();
-        for ep in gen.event_packets(ev, start, gen.ticks(100)) {
-            let wire = h.phones[with].phone.packet_with(
-                101,
-                ep.timestamp,
-                ep.marker,
-                &ep.event.to_bytes(),
-            );
-            h.send_phone(with, &wire);
-            h.pump();
-        }
-        h.phones[with].phone.ts = start.wrapping_add(gen.ticks(120));
-    }
+    dial_events(&mut h, with, "9*");
     let rx = phone_rx(&h, without);
     assert!(rx.iter().all(|p| p.0 == 0), "PCMU only");
     assert_eq!(digits_heard(&decode(&mut Pcmu, 0, &rx, 20), 8000), "9*");

@@ -45,11 +45,13 @@
 //! encoded packet takes the receiver's slot like a relayed stream (its own SSRC, payload type,
 //! numbering and keys): the receiver's subscription to the stream sends it. Telephone-events
 //! of a transcoded stream follow it, re-timed and numbered in the transcoded stream, under the
-//! receiver's telephone-event payload type of the output's clock. Same-codec audio and video
-//! are relayed as they are, never decoded. What cannot reach a receiver (a codec it did not
-//! take and none we can encode, events when it took none) is dropped and counted
-//! (`no_codec`); audio that does not decode is dropped and counted at its sender
-//! (`undecodable`).
+//! receiver's telephone-event payload type of the output's clock, or as tones in its audio when
+//! it took none. Same-codec audio and video are relayed as they are, never decoded, unless a leg
+//! asks for DTMF to cross between a side with telephone-events and one without
+//! ([`crate::transcode::Dtmf`]; the choice is `route::transcoded_format`). What cannot
+//! reach a receiver (a codec it did not take and none we can encode, relayed events when it
+//! took none) is dropped and counted (`no_codec`); audio that does not decode is dropped and
+//! counted at its sender (`undecodable`).
 //!
 //! # Mixing
 //! A room set to mix ([`Room::set_mixing`]) decodes each member's audio once into an N−1

@@ -682,15 +682,19 @@ fn plan(codec: CodecId, event_audio: Option<CodecId>, sender: Sender, r: &Member
 /// receiver without events, as events heard in the audio to a receiver with events at its
 /// codec's clock.
 pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> Option<Format> {
-    let base = r.neg.format?;
     if !codec.is_transcodable() {
         return None;
     }
+    let base = r.neg.format?;
     let takes = r.neg.takes(codec);
-    let asked = sender.dtmf_transcode || r.leg.dtmf_transcode();
-    let kept = if takes { codec } else { base.codec };
     let takes_events =
         r.neg.takes(CodecId::TelephoneEvent) || r.neg.takes(CodecId::TelephoneEvent48k);
+    if takes && sender.events == takes_events {
+        // The common case, decided without the leg: relayed.
+        return None;
+    }
+    let asked = sender.dtmf_transcode || r.leg.dtmf_transcode();
+    let kept = if takes { codec } else { base.codec };
     let events_at_kept =
         CodecId::event_for_clock(kept.clock_rate()).is_some_and(|e| r.neg.takes(e));
     let dtmf = match (sender.events, takes_events) {
