@@ -166,7 +166,11 @@ impl Output {
         t.audio_since = 0;
         let want = u32::from(ev.duration);
         if !t.ended && want > t.done {
-            let add = u64::from(want - t.done);
+            // At most TONE_STEP_MS of tones per event packet (a sender's packets come every
+            // 50 ms or so): a forged duration of seconds would otherwise cost hundreds of
+            // encodes for one packet. A sender that jumps ahead is followed that fast.
+            let step = u64::from(event_clock) * TONE_STEP_MS / 1000;
+            let add = u64::from(want - t.done).min(step.max(1));
             let samples = add * u64::from(pcm_rate) / u64::from(event_clock.max(1));
             pcm.clear();
             self.synth
@@ -176,7 +180,7 @@ impl Output {
                 .map_err(|e| TranscodeError::Codec(e.to_string()))?;
             let ticks = add * u64::from(audio_clock) / u64::from(event_clock.max(1));
             self.toned = self.toned.saturating_add(ticks as u32);
-            t.done = want;
+            t.done += add as u32;
         }
         if ev.end && !t.ended {
             t.ended = true;
@@ -267,6 +271,9 @@ struct ToneEvent {
 
 /// Audio packets after the last event packet that end tones whose end packets were lost.
 const TONE_LOST_END: u8 = 10;
+
+/// The most tones one event packet renders, ms.
+const TONE_STEP_MS: u64 = 200;
 
 /// A digit heard, sent as telephone-events on an output.
 #[derive(Debug, Clone, Copy)]

@@ -466,6 +466,34 @@ fn telephone_events_reach_a_phone_without_them_as_tones() {
     );
 }
 
+/// A forged telephone-event claiming 8 s renders at most 200 ms of tones per packet: one small
+/// packet cannot make the transcoder encode seconds of audio.
+#[test]
+fn one_event_packet_renders_a_bounded_stretch_of_tones() {
+    let (mut h, with, without) = dtmf_transcoding_pair();
+    let mut ulaw = Pcmu;
+    for p in g711_packets(&mut ulaw, 500.0, 3) {
+        let (_, wire) = h.phones[with].phone.packet(&p);
+        h.send_phone(with, &wire);
+        h.pump();
+    }
+    let before = phone_rx(&h, without).len();
+    let ts = h.phones[with].phone.ts;
+    let forged = secrelay_media::dtmf::Event {
+        event: 5,
+        end: false,
+        volume: 10,
+        duration: u16::MAX,
+    };
+    let wire = h.phones[with]
+        .phone
+        .packet_with(101, ts, true, &forged.to_bytes());
+    h.send_phone(with, &wire);
+    h.pump();
+    let made = phone_rx(&h, without).len() - before;
+    assert_eq!(made, 10, "200 ms of 20 ms packets");
+}
+
 /// Without a leg asking, two PCMU phones relay their audio as it is: telephone-events go
 /// nowhere that did not take them, and no digit is listened for.
 #[test]
