@@ -303,6 +303,15 @@ fn each_sender_is_decoded_once_and_encoded_once_per_receiving_format() {
     assert_eq!(h.shard.room("r").unwrap().transcoding().streams(), 0);
 }
 
+/// Phone `p` sends `packets` 20 ms PCMU packets of a 500 Hz tone.
+fn talk_tone(h: &mut Harness, p: usize, packets: usize) {
+    for pkt in g711_packets(&mut Pcmu, 500.0, packets) {
+        let (_, wire) = h.phones[p].phone.packet(&pkt);
+        h.send_phone(p, &wire);
+        h.pump();
+    }
+}
+
 /// Phone `p` dials `digits` as telephone-events at 8 kHz on payload type 101, 100 ms each,
 /// 20 ms apart; how many packets it sent.
 fn dial_events(h: &mut Harness, p: usize, digits: &str) -> usize {
@@ -450,12 +459,7 @@ fn digits_heard_in_audio_reach_a_phone_with_telephone_events_as_events() {
 #[test]
 fn telephone_events_reach_a_phone_without_them_as_tones() {
     let (mut h, with, without) = dtmf_transcoding_pair();
-    let mut ulaw = Pcmu;
-    for p in g711_packets(&mut ulaw, 500.0, 5) {
-        let (_, wire) = h.phones[with].phone.packet(&p);
-        h.send_phone(with, &wire);
-        h.pump();
-    }
+    talk_tone(&mut h, with, 5);
     dial_events(&mut h, with, "9*");
     let rx = phone_rx(&h, without);
     assert!(rx.iter().all(|p| p.0 == 0), "PCMU only");
@@ -471,12 +475,7 @@ fn telephone_events_reach_a_phone_without_them_as_tones() {
 #[test]
 fn one_event_packet_renders_a_bounded_stretch_of_tones() {
     let (mut h, with, without) = dtmf_transcoding_pair();
-    let mut ulaw = Pcmu;
-    for p in g711_packets(&mut ulaw, 500.0, 3) {
-        let (_, wire) = h.phones[with].phone.packet(&p);
-        h.send_phone(with, &wire);
-        h.pump();
-    }
+    talk_tone(&mut h, with, 3);
     let before = phone_rx(&h, without).len();
     let ts = h.phones[with].phone.ts;
     let forged = secrelay_media::dtmf::Event {

@@ -18,7 +18,7 @@
 
 use std::f64::consts::PI;
 
-use crate::dtmf;
+use crate::{dtmf, tone};
 
 /// The quietest tone the detector takes, dBm0 (Q.24 asks for −25 dBm0 at least).
 pub const MIN_LEVEL_DBM0: f64 = -30.0;
@@ -53,8 +53,6 @@ pub struct Detector {
     rate: u32,
     block: Vec<i16>,
     len: usize,
-    /// 2·cos(ω) per frequency, low group then high.
-    coeff: [f64; 8],
     /// The digit the last block held, and how many blocks in a row held it.
     last: Option<Heard>,
     run: u8,
@@ -68,15 +66,10 @@ impl Detector {
     pub fn new(rate: u32) -> Detector {
         let rate = rate.clamp(8_000, 48_000);
         let len = (BLOCK_8K * rate as usize).div_ceil(8_000);
-        let mut coeff = [0.0; 8];
-        for (c, f) in coeff.iter_mut().zip(LOW.iter().chain(HIGH.iter())) {
-            *c = 2.0 * (2.0 * PI * f / f64::from(rate)).cos();
-        }
         Detector {
             rate,
             block: Vec::with_capacity(len),
             len,
-            coeff,
             last: None,
             run: 0,
             misses: 0,
@@ -156,16 +149,10 @@ impl Detector {
         if mean <= 0.0 {
             return None;
         }
+        // The power of a sinusoid at each frequency (A²/2 for amplitude A).
         let mut power = [0.0f64; 8];
-        for (p, &c) in power.iter_mut().zip(self.coeff.iter()) {
-            let (mut s1, mut s2) = (0.0f64, 0.0f64);
-            for &v in &self.block {
-                let s0 = f64::from(v) + c * s1 - s2;
-                s2 = s1;
-                s1 = s0;
-            }
-            // The power of a sinusoid at that frequency (A²/2 for amplitude A).
-            *p = 2.0 * (s1 * s1 + s2 * s2 - c * s1 * s2) / (n * n);
+        for (p, &f) in power.iter_mut().zip(LOW.iter().chain(HIGH.iter())) {
+            *p = tone::goertzel_power(&self.block, self.rate, f);
         }
         let strongest = |g: &[f64]| {
             let (k, &p) = g
