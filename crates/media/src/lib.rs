@@ -9,7 +9,10 @@
 //!   channels) and `a=fmtp`, and makes one instance per stream.
 //! - Codecs: [`g711::Pcmu`] and [`g711::Pcma`] (ITU-T G.711, ours), [`g722::G722`] (ITU-T
 //!   G.722 64 kbit/s, ours), [`opus::Opus`] (libopus through the `opus` crate: 8–48 kHz,
-//!   mono or stereo, PLC and in-band FEC). [`dtmf`]: RFC 4733 telephone-events (not audio:
+//!   mono or stereo, PLC and in-band FEC), [`amr::Amr`] (AMR-NB and AMR-WB, RFC 4867
+//!   payloads in both packings, through the system's opencore-amr and vo-amrwbenc loaded at
+//!   run time by `secrelay-amr`: where they are missing AMR is unavailable, the rest is
+//!   not affected). [`dtmf`]: RFC 4733 telephone-events (not audio:
 //!   parsed, built, generated, collected and carried between legs); [`inband`]: DTMF digits
 //!   found in audio and telephone-events rendered as tones, between the two kinds of phone.
 //! - Building blocks: [`resample::Resampler`] (8, 16, 48 kHz, through `rubato`),
@@ -31,6 +34,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod amr;
 pub mod dtmf;
 pub mod g711;
 pub mod g722;
@@ -89,7 +93,8 @@ impl std::error::Error for Error {}
 /// a payload it cannot decode is an [`Error::Decode`] (the caller drops the packet and counts
 /// it), and nothing is appended.
 pub trait Codec: Send {
-    /// The encoding name as in an SDP `a=rtpmap` line (`PCMU`, `PCMA`, `G722`, `opus`).
+    /// The encoding name as in an SDP `a=rtpmap` line (`PCMU`, `PCMA`, `G722`, `opus`, `AMR`,
+    /// `AMR-WB`).
     fn encoding_name(&self) -> &'static str;
     /// RTP payload type this instance is set up with: the codec's default (static 0, 8, 9
     /// for G.711 and G.722, 111 for Opus) unless the codec was built for another.

@@ -4,7 +4,10 @@
 //! `a=rtpmap:PT NAME/CLOCK[/CHANNELS]` with optional `a=fmtp:PT PARAMS`. The registry finds
 //! the [`FormatSpec`] for a (name, clock rate, channels) triple, case-insensitively as RFC
 //! 4566 says encoding names are, and makes a fresh [`Codec`] per stream, configured from the
-//! fmtp (Opus: `useinbandfec`, `stereo`, `maxaveragebitrate`, `cbr`). Telephone-events (RFC
+//! fmtp (Opus: `useinbandfec`, `stereo`, `maxaveragebitrate`, `cbr`; AMR: `octet-align`,
+//! `mode-set`). AMR-NB and AMR-WB come last: their codecs need the system's opencore-amr and
+//! vo-amrwbenc at run time, so making one where those are missing is an [`Error::Setup`]
+//! naming the library ([`crate::amr::amr_available`] asks first). Telephone-events (RFC
 //! 4733) are formats too, of [`FormatKind::TelephoneEvent`]: negotiated like a codec, carried
 //! by [`crate::dtmf`], never decoded to PCM.
 //!
@@ -19,6 +22,7 @@
 //! assert!(reg.find("G722", 16_000, 1).is_none()); // RFC 3551: G.722's clock is 8000
 //! ```
 
+use crate::amr::{Amr, Band};
 use crate::g711::{Pcma, Pcmu};
 use crate::g722::G722;
 use crate::opus::Opus;
@@ -142,10 +146,16 @@ pub struct Registry {
 }
 
 const PCM_PTIMES: &[u32] = &[10, 20, 30, 40, 60];
+/// AMR sends whole 20 ms frames, up to three per packet.
+const AMR_PTIMES: &[u32] = &[20, 40, 60];
+/// What rtpengine offers for AMR and AMR-WB (RFC 4867 octet-aligned mode; mode changes
+/// restricted to neighbouring modes every other frame).
+const AMR_OFFER_FMTP: &str = "octet-align=1;mode-change-capability=2";
 
 impl Registry {
     /// Every format secrelay has, in our order of preference for an offer: Opus, G.722,
-    /// PCMU, PCMA, then telephone-event at 48 kHz (for Opus) and 8 kHz (for the others).
+    /// PCMU, PCMA, telephone-event at 48 kHz (for Opus) and 8 kHz (for the others), then
+    /// AMR-WB and AMR (dynamic 97 and 96; usable only where their libraries load).
     pub fn standard() -> Registry {
         Registry::with_opus(OpusSettings::default())
     }
@@ -187,6 +197,28 @@ impl Registry {
                 audio("PCMA", 8000, 1, 8, true, None),
                 event(48_000, 126),
                 event(8000, 101),
+                FormatSpec {
+                    ptimes: AMR_PTIMES,
+                    ..audio(
+                        "AMR-WB",
+                        16_000,
+                        1,
+                        Amr::WB_PAYLOAD_TYPE,
+                        false,
+                        Some(AMR_OFFER_FMTP),
+                    )
+                },
+                FormatSpec {
+                    ptimes: AMR_PTIMES,
+                    ..audio(
+                        "AMR",
+                        8000,
+                        1,
+                        Amr::NB_PAYLOAD_TYPE,
+                        false,
+                        Some(AMR_OFFER_FMTP),
+                    )
+                },
             ],
             opus,
         }
@@ -233,7 +265,9 @@ impl Registry {
 
     /// A new codec instance for one stream of `spec`, sending and expecting payload type
     /// `pt`, set up from the `a=fmtp` value if any. Telephone-event formats have no codec:
-    /// that is a [`Error::Setup`].
+    /// that is a [`Error::Setup`]; so is AMR where its libraries do not load (the message
+    /// names the library and its Debian package) or with fmtp parameters it does not
+    /// support (`crc`, `robust-sorting`, `interleaving`).
     pub fn make(
         &self,
         spec: &FormatSpec,
@@ -286,6 +320,12 @@ impl Registry {
                 }
                 Ok(Box::new(o))
             }
+            (_, "AMR") => Ok(Box::new(
+                Amr::from_fmtp(Band::Narrow, &fmtp)?.with_payload_type(pt),
+            )),
+            (_, "AMR-WB") => Ok(Box::new(
+                Amr::from_fmtp(Band::Wide, &fmtp)?.with_payload_type(pt),
+            )),
             _ => Err(Error::Unknown(spec.rtpmap())),
         }
     }
@@ -335,6 +375,21 @@ mod tests {
         assert!(r.find_static(111).is_none());
         assert_eq!(r.formats()[0].rtpmap(), "opus/48000/2");
         assert_eq!(r.find_static(0).unwrap().rtpmap(), "PCMU/8000");
+        let amr = r.find_rtpmap("amr/8000").unwrap();
+        assert_eq!((amr.encoding_name, amr.default_payload_type), ("AMR", 96));
+        assert_eq!(amr.ptimes, &[20, 40, 60]);
+        let wb = r.find_rtpmap("AMR-WB/16000/1").unwrap();
+        assert_eq!(
+            (wb.rtpmap(), wb.default_payload_type),
+            ("AMR-WB/16000".into(), 97)
+        );
+        assert!(r.find_rtpmap("AMR-WB/8000").is_none());
+        assert!(r.find_rtpmap("AMR/8000/2").is_none());
+        // Distinct default payload types, so make_by_name never mixes formats up.
+        let mut pts: Vec<u8> = r.formats().iter().map(|f| f.default_payload_type).collect();
+        pts.sort_unstable();
+        pts.dedup();
+        assert_eq!(pts.len(), r.formats().len());
     }
 
     #[test]
@@ -374,6 +429,14 @@ mod tests {
         });
         let c = narrow.make_by_name("opus", 48_000, 2, None).unwrap();
         assert_eq!((c.pcm_rate(), c.clock_ticks(160)), (8000, 960));
+        let wb = r.find_rtpmap("AMR-WB/16000").unwrap();
+        let c = r.make(wb, 118, Some("mode-set=0,1,2")).unwrap();
+        assert_eq!(
+            (c.payload_type(), c.pcm_rate(), c.has_plc()),
+            (118, 16_000, true)
+        );
+        let e = r.make_by_name("AMR", 8000, 1, Some("crc=1")).err().unwrap();
+        assert!(matches!(&e, Error::Setup(m) if m.contains("crc")), "{e}");
     }
 
     #[test]
