@@ -157,6 +157,20 @@ fn conformance(a: &NgCompareArgs, d: &Daemons) -> Result<()> {
         f.percent(f.lines),
         f.percent(f.exact)
     );
+    println!(
+        "{:<10} {:>8} {:>15.1}%   (where the rtpengine run here departs from its script, by the script)",
+        "",
+        "",
+        f.percent(f.sections_by_reference)
+    );
+    let of_script = |n: usize| 100.0 * n as f64 / f.script_cases.max(1) as f64;
+    println!(
+        "media sections as the scripts expect them ({} cases with an expected SDP): \
+         rtpengine run here {:.1}%, secrelay {:.1}%",
+        f.script_cases,
+        of_script(f.script_rtpengine),
+        of_script(f.script_secrelay)
+    );
     Ok(())
 }
 

@@ -256,6 +256,20 @@ pub struct Case {
     /// What the request asks for that secrelay leaves out (T.38, recording, DTMF injection;
     /// [`Step::out_of_scope`]), if anything.
     pub out_of_scope: Option<&'static str>,
+    /// Whether each daemon's SDP has the media sections the script expects back
+    /// ([`Step::expected`]): `None` when the script expects none (or a daemon gave none).
+    pub script: Option<ScriptAgreement>,
+}
+
+/// Each daemon's SDP against the one the script's authors expect (media sections only: the
+/// script writes ports and keys as placeholders, and its rtpengine had every codec built in,
+/// which the one run here may not: Debian's decodes AMR but cannot encode it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ScriptAgreement {
+    /// rtpengine's SDP has the expected media sections.
+    pub rtpengine: bool,
+    /// secrelay's.
+    pub secrelay: bool,
 }
 
 impl Case {
@@ -291,6 +305,16 @@ pub struct Figures {
     pub lines: usize,
     /// The exact SDP.
     pub exact: usize,
+    /// Of the cases, those the script writes the SDP it expects for.
+    pub script_cases: usize,
+    /// Of those, rtpengine's SDP had the media sections the script expects.
+    pub script_rtpengine: usize,
+    /// And secrelay's.
+    pub script_secrelay: usize,
+    /// The same media sections as the reference: rtpengine's SDP, except where the rtpengine
+    /// run here departs from what its script expects (a codec its build lacks), where the
+    /// script's is.
+    pub sections_by_reference: usize,
 }
 
 impl Figures {
@@ -341,6 +365,17 @@ fn judge(
         )),
         _ => {}
     }
+    let sections_as_expected = |expected: &str, reply: &Reply| {
+        reply.ok()
+            && reply
+                .sdp
+                .as_ref()
+                .is_some_and(|s| compare(expected, s).0.sections)
+    };
+    let script = step.expected.as_deref().map(|e| ScriptAgreement {
+        rtpengine: sections_as_expected(e, &rtpengine),
+        secrelay: sections_as_expected(e, &secrelay),
+    });
     Case {
         file: file.to_owned(),
         line: step.line,
@@ -353,6 +388,7 @@ fn judge(
         exact: agreement.exact,
         diff,
         out_of_scope: scope,
+        script,
     }
 }
 
@@ -413,6 +449,22 @@ pub fn figures(cases: &[Case], skipped: usize) -> Figures {
         sections: scope.iter().filter(|c| c.sections).count(),
         lines: scope.iter().filter(|c| c.lines).count(),
         exact: scope.iter().filter(|c| c.exact).count(),
+        script_cases: scope.iter().filter(|c| c.script.is_some()).count(),
+        script_rtpengine: scope
+            .iter()
+            .filter(|c| c.script.is_some_and(|a| a.rtpengine))
+            .count(),
+        script_secrelay: scope
+            .iter()
+            .filter(|c| c.script.is_some_and(|a| a.secrelay))
+            .count(),
+        sections_by_reference: scope
+            .iter()
+            .filter(|c| match c.script {
+                Some(a) if !a.rtpengine => a.secrelay,
+                _ => c.sections,
+            })
+            .count(),
     }
 }
 
@@ -563,6 +615,7 @@ mod tests {
             from_tag: None,
             to_tag: None,
             body,
+            expected: None,
         };
         let ok = || reply("ok", Some(sdp));
         let plain = judge(&step(vec![]), None, "t.pl", ok(), ok());
@@ -587,5 +640,40 @@ mod tests {
             "{f:?}"
         );
         assert_eq!(f.percent(f.exact), 100.0);
+    }
+
+    #[test]
+    fn where_the_rtpengine_run_here_departs_from_its_script_the_script_is_the_reference() {
+        let sdp = |fmts: &str| {
+            format!("v=0\r\no=- 1 1 IN IP4 192.0.2.1\r\ns=-\r\nt=0 0\r\nm=audio 4000 RTP/AVP {fmts}\r\n")
+        };
+        let step = |expected: &str| Step {
+            line: 1,
+            command: "offer".into(),
+            name: "x".into(),
+            from_tag: None,
+            to_tag: None,
+            body: Vec::new(),
+            expected: Some(expected.replace("4000", "PORT")),
+        };
+        let ok = |fmts: &str| reply("ok", Some(&sdp(fmts)));
+        // The build run here lacks a codec the script adds (8 96): secrelay adds it.
+        let lacking = judge(&step(&sdp("8 96")), None, "t.pl", ok("8"), ok("8 96"));
+        assert_eq!(
+            lacking.script,
+            Some(ScriptAgreement {
+                rtpengine: false,
+                secrelay: true
+            })
+        );
+        assert!(!lacking.sections);
+        // Where both agree with the script, the daemon is the reference as before.
+        let agreeing = judge(&step(&sdp("0")), None, "t.pl", ok("0"), ok("8"));
+        let f = figures(&[lacking, agreeing], 0);
+        assert_eq!(
+            (f.sections, f.sections_by_reference, f.script_cases),
+            (0, 1, 2)
+        );
+        assert_eq!((f.script_rtpengine, f.script_secrelay), (1, 1));
     }
 }

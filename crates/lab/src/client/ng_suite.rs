@@ -4,8 +4,9 @@
 //! A script is Perl, but its requests are written in a small, regular part of it: `new_call`
 //! starts a call (a new call-id, from-tag and to-tag), `offer(NAME, {FLAGS}, <<SDP)` and
 //! `answer(…)` send a request whose SDP is the heredoc's text up to a line of dashes (the
-//! expected output after it is not read: the replay compares the two daemons, not either with
-//! the script), `rtpe_req(COMMAND, NAME, {…})` sends any other command, and `reverse_tags`,
+//! SDP after it is what the script's authors expect rtpengine to answer, with placeholders
+//! for ports and keys: kept as [`Step::expected`], a second reference beside the daemon run
+//! here), `rtpe_req(COMMAND, NAME, {…})` sends any other command, and `reverse_tags`,
 //! `new_ft` and `new_tt` change the tags as the scripts' helpers do (`offer` sends the current
 //! from-tag, `answer` the from-tag and to-tag). The flags are Perl literals (strings, numbers,
 //! `[lists]`, `{hashes}`, `qw(…)`, `ft()` and `tt()`), read into bencode as Perl's `Bencode`
@@ -33,6 +34,9 @@ pub struct Step {
     pub to_tag: Option<String>,
     /// The flags, and the SDP (`sdp`) for an offer or answer.
     pub body: Vec<(String, Bencode)>,
+    /// The SDP the script expects back (after the heredoc's line of dashes), when it has one
+    /// that interpolates no variable.
+    pub expected: Option<String>,
 }
 
 impl Step {
@@ -479,17 +483,36 @@ fn heredoc_body(lines: &[&str], from: usize, tag: &str) -> Option<(String, usize
     Some((text, end + 1))
 }
 
+/// Whether `line` is a heredoc's separator of sent and expected SDP: four dashes or more.
+fn is_dashes(line: &str) -> bool {
+    let t = line.trim_end();
+    t.len() >= 4 && t.bytes().all(|b| b == b'-')
+}
+
 /// The SDP sent: the heredoc's text up to its first line of four dashes or more, with Perl's
 /// interpolation of escapes; `Err` if it interpolates a variable.
 fn sdp_input(body: &str, interpolates: bool) -> Result<String, String> {
-    let mut out = String::new();
-    for line in body.split_inclusive('\n') {
-        let t = line.trim_end();
-        if t.len() >= 4 && t.bytes().all(|b| b == b'-') {
-            break;
-        }
-        out.push_str(line);
-    }
+    let out: String = body
+        .split_inclusive('\n')
+        .take_while(|l| !is_dashes(l))
+        .collect();
+    interpolated(out, interpolates)
+}
+
+/// The SDP the script expects: the heredoc's text after its line of dashes (if any), as
+/// [`sdp_input`] reads the part before it.
+fn sdp_expected(body: &str, interpolates: bool) -> Option<String> {
+    let mut lines = body.split_inclusive('\n').skip_while(|l| !is_dashes(l));
+    lines.next()?;
+    let out: String = lines.collect();
+    interpolated(out, interpolates)
+        .ok()
+        .filter(|s| !s.trim().is_empty())
+}
+
+/// `out` with Perl's interpolation of escapes when the heredoc interpolates; `Err` if it
+/// interpolates a variable.
+fn interpolated(out: String, interpolates: bool) -> Result<String, String> {
     if !interpolates {
         return Ok(out);
     }
@@ -703,11 +726,13 @@ impl Reader<'_> {
         let flags = args.get(1);
         let mut next = end_line + 1;
         let mut sdp = None;
+        let mut expected = None;
         if let Some(Value::Heredoc(tag, interpolates)) = args.get(2) {
             match heredoc_body(self.lines, end_line + 1, tag) {
                 Some((body, after)) => {
                     next = after;
                     sdp = Some(sdp_input(&body, *interpolates));
+                    expected = sdp_expected(&body, *interpolates);
                 }
                 None => {
                     self.skip(i, &command, format!("heredoc {tag} does not end"));
@@ -726,7 +751,7 @@ impl Reader<'_> {
             return next;
         }
         match self.step(i, &command, name, flags, sdp) {
-            Ok(step) => self.push(step),
+            Ok(step) => self.push(Step { expected, ..step }),
             Err(why) => {
                 self.skip(i, &command, why);
                 self.broken = true;
@@ -765,6 +790,7 @@ impl Reader<'_> {
                 .into_iter()
                 .map(|(k, v)| (String::from_utf8_lossy(&k).into_owned(), v))
                 .collect(),
+            expected: None,
         })
     }
 
@@ -872,7 +898,10 @@ END\n";
             o.sdp().as_deref(),
             Some("v=0\no=- 100 1 IN IP4 192.0.2.1\ns=x\nt=0 0\nm=audio 4000 RTP/AVP 8 0\nc=IN IP4 192.0.2.1\n")
         );
+        // What the script expects back, after the dashes.
+        assert_eq!(o.expected.as_deref(), Some("v=0\nm=audio PORT RTP/AVP 8\n"));
         let a = &c.steps[1];
+        assert_eq!(a.expected, None);
         assert_eq!(a.from_tag.as_deref(), Some("4-test-fromtag"));
         assert_eq!(a.to_tag, None, "the flags give the to-tag");
         assert_eq!(a.sdp().as_deref(), Some("v=0\nm=audio 4002 RTP/AVP 8\n"));
@@ -904,6 +933,7 @@ END\n";
             from_tag: None,
             to_tag: None,
             body: body.into_iter().map(|(k, v)| (k.to_owned(), v)).collect(),
+            expected: None,
         };
         let sdp = |m: &str| ("sdp", Bencode::str(&format!("v=0\r\n{m}\r\n")));
         let flags = |f: &[&str]| {
