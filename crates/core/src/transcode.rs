@@ -46,6 +46,10 @@ pub struct Format {
     pub ptime: u32,
     /// What becomes of DTMF on the way.
     pub dtmf: Dtmf,
+    /// The AMR mode to encode in, when the codec is AMR and the receiver's `mode-set` (or
+    /// the leg's configured bitrate) says one ([`NegotiatedMedia::amr_mode`]); `None`: the
+    /// encoder's default.
+    pub amr_mode: Option<u8>,
 }
 
 /// What becomes of DTMF between a sender and a receiver of transcoded audio (see the
@@ -78,21 +82,32 @@ impl Format {
                 codec,
                 ptime,
                 dtmf: Dtmf::Events,
+                amr_mode: m.amr_mode.filter(|_| codec.is_amr()),
             })
         })
     }
 }
 
-/// A new codec instance of `id` from the registry (Opus with in-band FEC, as we offer it).
+/// A new codec instance of `id` from the registry (Opus with in-band FEC, as we offer it;
+/// AMR in its payload format, its encoder in `amr_mode` when given).
 pub fn make_codec(
     registry: &Registry,
     id: CodecId,
+    amr_mode: Option<u8>,
 ) -> Result<Box<dyn Codec>, secrelay_media::Error> {
-    let (channels, fmtp) = match id {
-        CodecId::Opus => (2, Some("useinbandfec=1")),
-        _ => (1, None),
+    let fmtp = match id {
+        CodecId::Opus => Some("useinbandfec=1".to_owned()),
+        _ if id.is_amr() => {
+            let octet = if id.is_octet_aligned() { "1" } else { "0" };
+            Some(match amr_mode {
+                Some(m) => format!("octet-align={octet};mode-set={m}"),
+                None => format!("octet-align={octet}"),
+            })
+        }
+        _ => None,
     };
-    registry.make_by_name(id.name(), id.clock_rate(), channels, fmtp)
+    let channels = if id == CodecId::Opus { 2 } else { 1 };
+    registry.make_by_name(id.name(), id.clock_rate(), channels, fmtp.as_deref())
 }
 
 /// A random 16-bit start for an output's sequence numbers, 32-bit for its timestamps.
@@ -382,7 +397,7 @@ impl Transcoding {
             Some(k) if self.streams[k].codec == codec => Ok(k),
             Some(k) => {
                 // The sender changed codec: a new decoder; the outputs keep their numbering.
-                let c = make_codec(&self.registry, codec).map_err(setup)?;
+                let c = make_codec(&self.registry, codec, None).map_err(setup)?;
                 let rate = c.pcm_rate();
                 let s = &mut self.streams[k];
                 s.decoder = StreamDecoder::new(c, rate).map_err(setup)?;
@@ -393,7 +408,7 @@ impl Transcoding {
                 Ok(k)
             }
             None => {
-                let c = make_codec(&self.registry, codec).map_err(setup)?;
+                let c = make_codec(&self.registry, codec, None).map_err(setup)?;
                 let rate = c.pcm_rate();
                 self.streams.push(SourceStream {
                     source,
@@ -414,7 +429,7 @@ impl Transcoding {
             return Ok(o);
         }
         let setup = |e: secrelay_media::Error| TranscodeError::Codec(e.to_string());
-        let c = make_codec(&self.registry, format.codec).map_err(setup)?;
+        let c = make_codec(&self.registry, format.codec, format.amr_mode).map_err(setup)?;
         let (seq, ts) = random_start();
         let encoder =
             StreamEncoder::new(c, s.decoder.out_rate(), format.ptime, seq, ts).map_err(setup)?;
@@ -851,7 +866,7 @@ impl Mixing {
             Some(k) if self.inputs[k].ssrc == ssrc && self.inputs[k].codec == codec => k,
             found => {
                 // A new stream (or codec) from the member: a new decoder.
-                let c = make_codec(&self.registry, codec).map_err(setup)?;
+                let c = make_codec(&self.registry, codec, None).map_err(setup)?;
                 let input = MixInput {
                     member,
                     ssrc,
@@ -1014,7 +1029,8 @@ impl Mixing {
             {
                 Some(k) => k,
                 None => {
-                    let c = make_codec(&self.registry, format.codec).map_err(codec)?;
+                    let c =
+                        make_codec(&self.registry, format.codec, format.amr_mode).map_err(codec)?;
                     self.encoders.push(MixEncoder {
                         key,
                         format,

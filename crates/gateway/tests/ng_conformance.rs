@@ -669,15 +669,15 @@ fn with_everything_masked_the_offer_follows_the_transcode_list_and_keeps_the_cal
     // order of the first codec at their clock (G.722's 8 kHz, then Opus's 48 kHz).
     assert_eq!(got[4], "m=audio PORT RTP/AVP 9 111 8 96 101", "{got:?}");
 
-    // A codec the gateway cannot transcode (AMR) named in `transcode` is masked like the
+    // A codec the gateway cannot transcode (EVS) named in `transcode` is masked like the
     // rest; the caller's 16 kHz events go with it (no audio left at that clock).
     let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
         m=audio 5004 RTP/AVP 108 8 101 96\r\nc=IN IP4 192.0.2.10\r\n\
-        a=rtpmap:108 AMR-WB/16000\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/16000\r\n\
+        a=rtpmap:108 EVS/16000\r\na=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/16000\r\n\
         a=rtpmap:96 telephone-event/8000\r\n";
     let flags = [codec_flags(&[
         ("mask", &["all"]),
-        ("transcode", &["G722", "AMR-WB", "PCMA", "telephone-event"]),
+        ("transcode", &["G722", "EVS", "PCMA", "telephone-event"]),
     ])];
     let got = sdp_of(&mut ng, request("offer", "ml2", offer, &flags));
     assert_eq!(got[4], "m=audio PORT RTP/AVP 9 8 96", "{got:?}");

@@ -839,6 +839,7 @@ fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
         codec: CodecId::Pcmu,
         ptime: 20,
         dtmf: Dtmf::Events,
+        amr_mode: None,
     };
     let members: Vec<(MemberId, Format)> = (1..=3).map(|m| (MemberId(m), pcmu)).collect();
     let t0 = std::time::Instant::now();

@@ -56,6 +56,13 @@ const NB_BITS: [u16; 9] = [95, 103, 118, 134, 148, 159, 204, 244, 39];
 /// AMR-WB frame sizes in bits by FT 0–9 (9 is SID).
 const WB_BITS: [u16; 10] = [132, 177, 253, 285, 317, 365, 397, 461, 477, 40];
 
+/// AMR-NB bitrates by mode 0–7, bit/s.
+const NB_RATES: [u32; 8] = [4750, 5150, 5900, 6700, 7400, 7950, 10_200, 12_200];
+/// AMR-WB bitrates by mode 0–8, bit/s.
+const WB_RATES: [u32; 9] = [
+    6600, 8850, 12_650, 14_250, 15_850, 18_250, 19_850, 23_050, 23_850,
+];
+
 /// AMR-NB (narrowband, 8 kHz) or AMR-WB (wideband, 16 kHz).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Band {
@@ -106,6 +113,22 @@ impl Band {
             Band::Narrow => 7,
             Band::Wide => 3,
         }
+    }
+    /// The bitrate of speech mode `mode`, bit/s (`None` beyond [`Band::max_mode`]).
+    pub fn bitrate(self, mode: u8) -> Option<u32> {
+        let table: &[u32] = match self {
+            Band::Narrow => &NB_RATES,
+            Band::Wide => &WB_RATES,
+        };
+        table.get(usize::from(mode)).copied()
+    }
+    /// The highest mode whose bitrate is at most `bps` (mode 0 below the lowest): what a
+    /// bitrate named in signalling (rtpengine's `AMR-WB/16000/1/23850`) sends.
+    pub fn mode_for_bitrate(self, bps: u32) -> u8 {
+        (0..=self.max_mode())
+            .rev()
+            .find(|m| self.bitrate(*m).is_some_and(|r| r <= bps))
+            .unwrap_or(0)
     }
     /// The encoding name in `a=rtpmap`.
     pub fn encoding_name(self) -> &'static str {
@@ -1063,6 +1086,14 @@ mod tests {
             );
         }
         assert!(f("crc=0;robust-sorting=0;channels=1").is_ok());
+        // A bitrate named in signalling: the highest mode not above it.
+        assert_eq!(Band::Wide.mode_for_bitrate(23_850), 8);
+        assert_eq!(Band::Wide.mode_for_bitrate(14_000), 2);
+        assert_eq!(Band::Wide.mode_for_bitrate(1000), 0);
+        assert_eq!(Band::Narrow.mode_for_bitrate(12_200), 7);
+        assert_eq!(Band::Narrow.mode_for_bitrate(99_000), 7);
+        assert_eq!(Band::Narrow.bitrate(3), Some(6700));
+        assert_eq!(Band::Narrow.bitrate(8), None);
         let mut c = f("").unwrap().with_payload_type(118);
         assert_eq!(c.payload_type(), 118);
         assert!(c.set_mode(8).is_err());

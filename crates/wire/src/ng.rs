@@ -111,6 +111,9 @@ pub struct CodecFlags {
     pub offer: Vec<String>,
     /// `transcode`: as `offer`, and added when this side did not offer it (transcoded).
     pub transcode: Vec<String>,
+    /// `set`: parameters of a codec this side offered, for what it is sent transcoded
+    /// (`AMR-WB/16000/1/23850`: AMR-WB at 23.85 kbit/s).
+    pub set: Vec<String>,
 }
 
 impl CodecFlags {
@@ -129,6 +132,7 @@ impl CodecFlags {
             "except" => &mut self.except,
             "offer" => &mut self.offer,
             "transcode" => &mut self.transcode,
+            "set" => &mut self.set,
             _ => return None,
         })
     }
@@ -677,9 +681,10 @@ mod tests {
         assert_eq!(c.mask, vec!["opus".to_owned()]);
         assert_eq!(c.accept, vec!["all".to_owned()]);
         assert_eq!((o.flags.ptime, o.flags.ptime_reverse), (Some(30), Some(20)));
-        // An operation we do not know is a plain flag; `set` is known and not acted on.
+        // An operation we do not know is a plain flag.
         assert!(o.flags.has("codec-dance-pcmu"));
-        assert_eq!(o.flags.ignored, vec!["codec: set".to_owned()]);
+        assert_eq!(c.set, vec!["opus/48000/2/32000".to_owned()]);
+        assert!(o.flags.ignored.is_empty(), "{:?}", o.flags.ignored);
         assert!(matches!(
             parse(&dict(&[
                 ("command", s("offer")),

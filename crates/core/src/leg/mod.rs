@@ -64,7 +64,18 @@ pub enum CodecId {
     /// H.264, 90 kHz (any profile: the first offered H.264 payload type of our preference is
     /// the one a receiver gets).
     H264,
-    /// A format the gateway relays without knowing it (AMR, G.729, EVS, CN, H.263,
+    /// AMR narrowband (RFC 4867), 8 kHz, in the octet-aligned payload format
+    /// (`octet-align=1`): what the gateway offers when it adds AMR.
+    AmrOctet,
+    /// AMR narrowband in the bandwidth-efficient payload format (the RFC's default). The two
+    /// payload formats are different formats (RFC 4867 §8.3.1: an answer keeps the offer's
+    /// `octet-align`), so they are two codecs here.
+    Amr,
+    /// AMR wideband (RFC 4867), 16 kHz, octet-aligned.
+    AmrWbOctet,
+    /// AMR wideband, bandwidth-efficient.
+    AmrWb,
+    /// A format the gateway relays without knowing it (G.729, EVS, CN, H.263,
     /// telephone-events at another clock, …): relaying needs no decoder. Told apart by a hash
     /// of its encoding name (case-insensitive), clock rate and channels ([`CodecId::passthrough`]);
     /// never transcoded.
@@ -73,7 +84,7 @@ pub enum CodecId {
 
 impl CodecId {
     /// Every codec the gateway knows.
-    pub const ALL: [CodecId; 8] = [
+    pub const ALL: [CodecId; 12] = [
         CodecId::Opus,
         CodecId::Pcmu,
         CodecId::Pcma,
@@ -82,6 +93,10 @@ impl CodecId {
         CodecId::TelephoneEvent48k,
         CodecId::Vp8,
         CodecId::H264,
+        CodecId::AmrOctet,
+        CodecId::Amr,
+        CodecId::AmrWbOctet,
+        CodecId::AmrWb,
     ];
 
     /// The audio codecs (and telephone-events) legs accept by default, most preferred first.
@@ -104,6 +119,8 @@ impl CodecId {
             CodecId::TelephoneEvent | CodecId::TelephoneEvent48k => "telephone-event",
             CodecId::Vp8 => "VP8",
             CodecId::H264 => "H264",
+            CodecId::Amr | CodecId::AmrOctet => "AMR",
+            CodecId::AmrWb | CodecId::AmrWbOctet => "AMR-WB",
             CodecId::Other(_) => "passthrough",
         }
     }
@@ -112,7 +129,13 @@ impl CodecId {
     pub fn clock_rate(self) -> u32 {
         match self {
             CodecId::Opus | CodecId::TelephoneEvent48k => 48_000,
-            CodecId::Pcmu | CodecId::Pcma | CodecId::G722 | CodecId::TelephoneEvent => 8_000,
+            CodecId::Pcmu
+            | CodecId::Pcma
+            | CodecId::G722
+            | CodecId::TelephoneEvent
+            | CodecId::Amr
+            | CodecId::AmrOctet => 8_000,
+            CodecId::AmrWb | CodecId::AmrWbOctet => 16_000,
             CodecId::Vp8 | CodecId::H264 => 90_000,
             // Not known here: the SDP that named it says.
             CodecId::Other(_) => 0,
@@ -132,12 +155,36 @@ impl CodecId {
     }
 
     /// Whether the gateway can decode and encode it (an audio codec of the media registry):
-    /// what transcoding and mixing can take and give.
+    /// what transcoding and mixing can take and give. AMR only where its libraries load
+    /// (`secrelay_media::amr`); without them it is relayed like a format the gateway does not
+    /// know.
     pub fn is_transcodable(self) -> bool {
-        matches!(
-            self,
-            CodecId::Opus | CodecId::Pcmu | CodecId::Pcma | CodecId::G722
-        )
+        match self {
+            CodecId::Opus | CodecId::Pcmu | CodecId::Pcma | CodecId::G722 => true,
+            _ => self
+                .amr_band()
+                .is_some_and(|b| secrelay_media::amr::amr_available(b).is_ok()),
+        }
+    }
+
+    /// Whether this is AMR (either band, either payload format).
+    pub fn is_amr(self) -> bool {
+        self.amr_band().is_some()
+    }
+
+    /// AMR's band, when this is AMR.
+    pub fn amr_band(self) -> Option<secrelay_media::amr::Band> {
+        use secrelay_media::amr::Band;
+        match self {
+            CodecId::Amr | CodecId::AmrOctet => Some(Band::Narrow),
+            CodecId::AmrWb | CodecId::AmrWbOctet => Some(Band::Wide),
+            _ => None,
+        }
+    }
+
+    /// Whether this is AMR in the octet-aligned payload format.
+    pub fn is_octet_aligned(self) -> bool {
+        matches!(self, CodecId::AmrOctet | CodecId::AmrWbOctet)
     }
 
     /// The telephone-event format at this audio codec's clock rate (RFC 4733 §2.1: events
@@ -167,6 +214,11 @@ impl CodecId {
                 None,
                 Some("level-asymmetry-allowed=1;packetization-mode=1;profile-level-id=42e01f"),
             ),
+            // What rtpengine offers when it adds AMR.
+            CodecId::AmrOctet | CodecId::AmrWbOctet => {
+                (96, None, Some("octet-align=1;mode-change-capability=2"))
+            }
+            CodecId::Amr | CodecId::AmrWb => (96, None, Some("mode-change-capability=2")),
             CodecId::Other(_) => (96, None, None),
         };
         Codec {
@@ -190,15 +242,20 @@ impl CodecId {
             CodecId::TelephoneEvent48k => 5,
             CodecId::Vp8 => 6,
             CodecId::H264 => 7,
+            CodecId::AmrOctet => 8,
+            CodecId::Amr => 9,
+            CodecId::AmrWbOctet => 10,
+            CodecId::AmrWb => 11,
             CodecId::Other(_) => return None,
         })
     }
 
-    /// The codec an offered `a=rtpmap` names, if we know it.
+    /// The codec an offered `a=rtpmap` names, if we know it (AMR by its `octet-align` too).
     pub fn of(codec: &Codec) -> Option<CodecId> {
-        CodecId::ALL
-            .into_iter()
-            .find(|c| codec.is(c.name(), c.clock_rate()))
+        let octet = fmtp_value(codec, "octet-align") == Some("1");
+        CodecId::ALL.into_iter().find(|c| {
+            codec.is(c.name(), c.clock_rate()) && (!c.is_amr() || c.is_octet_aligned() == octet)
+        })
     }
 
     /// The codec an offered format is, known or not: [`CodecId::of`], else
@@ -246,6 +303,31 @@ impl CodecId {
     }
 }
 
+/// The value of `key` in a codec's `a=fmtp` (`key=value;…`, keys case-insensitive).
+pub(crate) fn fmtp_value<'a>(codec: &'a Codec, key: &str) -> Option<&'a str> {
+    codec.fmtp.as_deref()?.split(';').find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
+    })
+}
+
+/// The AMR modes a peer takes in what it is sent, as a bit set (bit N: mode N), from the
+/// `mode-set` of its `a=fmtp` for `codec` (RFC 4867 §8.1); `None` when it names none (any
+/// mode) or `codec` is not AMR. Modes AMR does not have are left out; a list of none of them
+/// counts as none given.
+pub fn amr_mode_set(id: CodecId, codec: &Codec) -> Option<u16> {
+    if !id.is_amr() {
+        return None;
+    }
+    let top = id.amr_band().map_or(0, |b| b.max_mode());
+    let set = fmtp_value(codec, "mode-set")?
+        .split(',')
+        .filter_map(|m| m.trim().parse::<u8>().ok())
+        .filter(|m| *m <= top)
+        .fold(0u16, |set, m| set | 1 << m);
+    (set != 0).then_some(set)
+}
+
 /// One answered media section: what we agreed on. Serialized for another node's replica of
 /// a room (a publisher's sections as its mirror there has them).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -276,6 +358,27 @@ pub struct NegotiatedMedia {
     /// The packet time the peer asked for (`a=ptime`, ms), if it did: what transcoded audio
     /// for it is framed in (20 ms when it did not say).
     pub ptime: Option<u32>,
+    /// The AMR mode transcoded audio is sent to the peer in, when it takes AMR: the highest
+    /// its `mode-set` allows (at most the bitrate the gateway was told to send), or `None` for
+    /// the encoder's default ([`amr_mode_set`], [`choose_amr_mode`]).
+    #[serde(default)]
+    pub amr_mode: Option<u8>,
+}
+
+/// The AMR mode to send a peer whose `mode-set` is `set` (`None`: any mode), at most
+/// `cap` (the mode of a bitrate the gateway was told to send) when given: the highest allowed
+/// mode not above `cap`, else the lowest allowed one. `None` (the encoder's default) when
+/// neither restricts.
+pub fn choose_amr_mode(set: Option<u16>, cap: Option<u8>) -> Option<u8> {
+    let Some(set) = set else {
+        return cap;
+    };
+    let allowed = |m: u8| set & (1 << m) != 0;
+    let top = cap.unwrap_or(15);
+    (0..=top.min(15))
+        .rev()
+        .find(|m| allowed(*m))
+        .or_else(|| (0..16).find(|m| allowed(*m)))
 }
 
 /// The RTP header extensions the gateway reads or writes (RFC 8285 `a=extmap` URIs).
@@ -987,5 +1090,58 @@ mod media_kind_serde {
             "application" => MediaKind::Application,
             _ => MediaKind::Other(name),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn amr(name: &str, clock: u32, fmtp: Option<&str>) -> Codec {
+        Codec {
+            pt: 96,
+            name: name.into(),
+            clock_rate: clock,
+            channels: None,
+            fmtp: fmtp.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn amr_payload_formats_are_two_codecs() {
+        let octet = amr("AMR-WB", 16_000, Some("mode-set=0,1,2; octet-align=1"));
+        assert_eq!(CodecId::of(&octet), Some(CodecId::AmrWbOctet));
+        let efficient = amr("amr-wb", 16_000, Some("octet-align=0"));
+        assert_eq!(CodecId::of(&efficient), Some(CodecId::AmrWb));
+        assert_eq!(CodecId::of(&amr("AMR", 8000, None)), Some(CodecId::Amr));
+        assert_eq!(CodecId::of(&amr("AMR", 16_000, None)), None);
+        // A name alone means what the gateway offers: octet-aligned.
+        assert_eq!(CodecId::by_name("AMR"), Some(CodecId::AmrOctet));
+        assert_eq!(CodecId::by_name("amr-wb/16000"), Some(CodecId::AmrWbOctet));
+        assert_eq!(CodecId::AmrWb.clock_rate(), 16_000);
+        assert_eq!(
+            CodecId::AmrOctet.offer_codec().fmtp.as_deref(),
+            Some("octet-align=1;mode-change-capability=2")
+        );
+        for (i, c) in CodecId::ALL.into_iter().enumerate() {
+            assert_eq!(c.known_index(), Some(i), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn the_amr_mode_sent_keeps_to_the_mode_set_and_the_bitrate_named() {
+        let set = |f: &str| amr_mode_set(CodecId::AmrWbOctet, &amr("AMR-WB", 16_000, Some(f)));
+        assert_eq!(set("mode-set=0,1,2"), Some(0b111));
+        assert_eq!(set("mode-set= 8 ,x,9"), Some(1 << 8));
+        assert_eq!(set("mode-set=9"), None);
+        assert_eq!(set("octet-align=1"), None);
+        let nb = amr_mode_set(CodecId::Amr, &amr("AMR", 8000, Some("mode-set=7,8")));
+        assert_eq!(nb, Some(1 << 7));
+        assert_eq!(choose_amr_mode(Some(0b111), None), Some(2));
+        assert_eq!(choose_amr_mode(Some(0b111), Some(8)), Some(2));
+        assert_eq!(choose_amr_mode(Some(0b1_0000_0100), Some(5)), Some(2));
+        assert_eq!(choose_amr_mode(Some(0b1_0000_0000), Some(1)), Some(8));
+        assert_eq!(choose_amr_mode(None, Some(8)), Some(8));
+        assert_eq!(choose_amr_mode(None, None), None);
     }
 }

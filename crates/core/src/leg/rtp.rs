@@ -164,6 +164,10 @@ pub struct RtpConfig {
     /// `transcode: telephone-event`. Without it, DTMF crosses so only where the audio is
     /// transcoded anyway (tones), and events go nowhere a receiver did not take them.
     pub dtmf_transcode: bool,
+    /// The AMR mode transcoded audio is sent to this leg's phone in, at most (rtpengine's
+    /// `transcode: AMR-WB/16000/1/23850` names a bitrate): the phone's `mode-set` still
+    /// bounds it ([`crate::leg::choose_amr_mode`]). `None`: the encoder's default.
+    pub amr_mode: Option<u8>,
 }
 
 /// How one telephony leg differs from the gateway's telephony defaults ([`RtpConfig`]): the
@@ -200,6 +204,8 @@ pub struct RtpLegOptions {
     pub osrtp: bool,
     /// [`RtpConfig::dtmf_transcode`].
     pub dtmf_transcode: bool,
+    /// [`RtpConfig::amr_mode`].
+    pub amr_mode: Option<u8>,
 }
 
 /// Whether a telephony leg does ICE with its phone: as an ICE-lite agent (RFC 8445 §2.5), it
@@ -327,6 +333,7 @@ impl Default for RtpLegOptions {
             ice: IceMode::Auto,
             osrtp: false,
             dtmf_transcode: false,
+            amr_mode: None,
         }
     }
 }
@@ -359,6 +366,7 @@ impl RtpLegOptions {
         config.passthrough = self.passthrough;
         config.osrtp = self.osrtp;
         config.dtmf_transcode = self.dtmf_transcode;
+        config.amr_mode = self.amr_mode;
         if let Some(s) = &self.sdes_suites {
             config.sdes_suites = s.clone();
         }
@@ -393,6 +401,7 @@ impl Default for RtpConfig {
             passthrough: false,
             osrtp: false,
             dtmf_transcode: false,
+            amr_mode: None,
         }
     }
 }
@@ -679,6 +688,12 @@ fn choose_crypto(
 }
 
 /// `chosen` (in our order) as (codec, payload type) in the order `offered` lists them.
+/// The AMR mode a section's first AMR codec is sent in ([`crate::leg::choose_amr_mode`]).
+fn amr_mode_of(codecs: &[(CodecId, Codec)], cap: Option<u8>) -> Option<u8> {
+    let (id, c) = codecs.iter().find(|(id, _)| id.is_amr())?;
+    crate::leg::choose_amr_mode(crate::leg::amr_mode_set(*id, c), cap)
+}
+
 pub(crate) fn in_offer_order(chosen: &[(CodecId, Codec)], offered: &[Codec]) -> Vec<(CodecId, u8)> {
     let mut v: Vec<(CodecId, u8)> = chosen.iter().map(|(id, c)| (*id, c.pt)).collect();
     v.sort_by_key(|(_, pt)| offered.iter().position(|c| c.pt == *pt));
@@ -788,6 +803,7 @@ impl RtpLeg {
             extmaps: Vec::new(),
             simulcast: Vec::new(),
             ptime: section.ptime,
+            amr_mode: amr_mode_of(&codecs, config.amr_mode),
         }];
         let rtcp_mux = section.rtcp_mux;
         let sections: Vec<RtpSectionAnswer> = offer
@@ -952,6 +968,7 @@ impl RtpLeg {
             extmaps: Vec::new(),
             simulcast: Vec::new(),
             ptime: spec.ptime,
+            amr_mode: amr_mode_of(&spec.codecs, config.amr_mode),
         }];
         let section = RtpSectionAnswer {
             kind,
@@ -1149,6 +1166,7 @@ impl RtpLeg {
             // What we offer again from now on: the suite and key the answer took.
             self.sdp[0].crypto.retain(|c| c.tag == tag);
         }
+        self.media[0].amr_mode = amr_mode_of(&answered, self.config.amr_mode);
         self.sdp[0].codecs = answered.into_iter().map(|(_, c)| c).collect();
         self.media[0].codecs = codecs;
         if a.ptime.is_some() {

@@ -519,6 +519,7 @@ impl WebRtcLeg {
                     extmaps: extmaps.clone(),
                     simulcast: simulcast.clone(),
                     ptime: None,
+                    amr_mode: None,
                 });
             }
             answers.push(MediaAnswer {
@@ -656,6 +657,7 @@ impl WebRtcLeg {
                 extmaps: Vec::new(),
                 simulcast: Vec::new(),
                 ptime: None,
+                amr_mode: None,
             });
             offered.push(MediaAnswer {
                 codecs: codecs.iter().map(|(_, c)| (*c).clone()).collect(),
@@ -860,6 +862,7 @@ impl WebRtcLeg {
                     extmaps: extmap_ids,
                     simulcast: Vec::new(),
                     ptime: None,
+                    amr_mode: None,
                 });
                 sections.push(MediaAnswer {
                     mid,

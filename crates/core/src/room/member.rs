@@ -728,6 +728,7 @@ mod tests {
             extmaps: Vec::new(),
             simulcast: Vec::new(),
             ptime: None,
+            amr_mode: None,
         }
     }
 

@@ -707,6 +707,7 @@ pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> O
         codec: kept,
         ptime: base.ptime,
         dtmf,
+        amr_mode: base.amr_mode.filter(|_| kept.is_amr()),
     })
 }
 

@@ -26,7 +26,9 @@ use std::collections::HashMap;
 
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
-use super::ng_codecs::{answered_in, caller_keeps, is_event_like, is_event_name, plan};
+use super::ng_codecs::{
+    answered_in, caller_keeps, is_event_like, is_event_name, plan, set_amr_mode,
+};
 use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
@@ -990,6 +992,7 @@ impl SectionCall {
                 announce: iface.map(|i| i.advertised),
                 ice: ice_towards(flags, doc, m, false),
                 dtmf_transcode: p.dtmf_transcode,
+                amr_mode: p.amr_mode,
                 ..RtpLegOptions::default()
             },
         );
@@ -1268,6 +1271,12 @@ impl SectionCall {
         let AnswerHow {
             iface, ice, osrtp, ..
         } = how;
+        // `set: AMR-WB/16000/1/23850`: what the offerer is sent transcoded AMR in.
+        let amr_mode = set_amr_mode(
+            &rtp_section(&pending.offer, xm).codecs,
+            &pending.flags.codec,
+        )
+        .0;
         let options = ctx.pinned(
             room,
             pending.by,
@@ -1280,6 +1289,7 @@ impl SectionCall {
                 announce: iface.map(|i| i.advertised),
                 ice,
                 osrtp,
+                amr_mode,
                 ..RtpLegOptions::default()
             },
         );

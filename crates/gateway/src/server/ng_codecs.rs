@@ -52,9 +52,13 @@ pub(crate) struct CodecPlan {
     /// `transcode` added telephone-events: DTMF crosses between the two sides, tones one way
     /// and events the other (the callee's leg asks for it, `RtpLegOptions::dtmf_transcode`).
     pub dtmf_transcode: bool,
+    /// The AMR mode of the bitrate `transcode` named for an AMR codec it added (the callee's
+    /// leg sends in at most that mode, `RtpLegOptions::amr_mode`).
+    pub amr_mode: Option<u8>,
 }
 
-/// Whether `spec` (`NAME[/CLOCK[/CHANNELS]]`) names `c`.
+/// Whether `spec` (`NAME[/CLOCK[/CHANNELS[/BITRATE[/PTIME[/FMTP]]]]]`) names `c`: a spec
+/// with format parameters names only a codec with those ([`spec_extras`]).
 fn names(spec: &str, c: &Codec) -> bool {
     let mut it = spec.trim().split('/');
     let name = it.next().unwrap_or_default();
@@ -73,7 +77,44 @@ fn names(spec: &str, c: &Codec) -> bool {
         Some(Ok(n)) => n == c.channels.unwrap_or(1),
         Some(Err(_)) => false,
     };
-    clock_ok && channels_ok
+    let fmtp_ok = match spec_extras(spec).1 {
+        Some(f) => c.fmtp.as_deref() == Some(f.as_str()),
+        None => true,
+    };
+    clock_ok && channels_ok && fmtp_ok
+}
+
+/// What an ng codec name says beyond `NAME/CLOCK/CHANNELS`, as rtpengine writes it: the
+/// bitrate to encode at (fourth field) and the format parameters to offer (sixth, with `--`
+/// for `=`: `AMR-WB/16000/1///mode-set--0,1,2`). Empty fields say nothing.
+fn spec_extras(spec: &str) -> (Option<u32>, Option<String>) {
+    let fields: Vec<&str> = spec.trim().split('/').collect();
+    let field = |i: usize| fields.get(i).map(|f| f.trim()).filter(|f| !f.is_empty());
+    let bitrate = field(3).and_then(|b| b.parse().ok());
+    let fmtp = field(5).map(|f| f.replace("--", "="));
+    (bitrate, fmtp)
+}
+
+/// The codec the gateway adds for a `transcode` name: [`CodecId::by_name`], AMR in the
+/// payload format the name's parameters say (octet-aligned unless they say otherwise).
+fn transcode_target(spec: &str) -> Option<CodecId> {
+    let id = CodecId::by_name(spec)?;
+    match spec_extras(spec).1 {
+        Some(fmtp) if id.is_amr() => CodecId::of(&Codec {
+            pt: 0,
+            name: id.name().to_owned(),
+            clock_rate: id.clock_rate(),
+            channels: None,
+            fmtp: Some(fmtp),
+        }),
+        _ => Some(id),
+    }
+}
+
+/// Whether the gateway handles offered codec `c` beyond relaying it: it knows it, and AMR's
+/// libraries load (`CodecId::is_transcodable`) where it is AMR.
+fn handled(c: &Codec) -> bool {
+    CodecId::of(c).is_some_and(|id| !id.is_amr() || id.is_transcodable())
 }
 
 /// Telephone-events (at any clock, known to the gateway or not) and comfort noise: carried
@@ -101,8 +142,10 @@ fn any_names(list: &[String], c: &Codec) -> bool {
 /// stripped and added back at an added codec's clock), else its static payload type, else the
 /// first dynamic one (96–127) that neither our offer `towards` the callee uses yet nor the
 /// caller's `codecs` do (unless `mask: all` took all of the caller's away from the callee).
+/// A `spec` with format parameters ([`spec_extras`]) reuses only a caller's codec with those.
 fn added_codec(
     id: CodecId,
+    spec: Option<&str>,
     codecs: &[Codec],
     towards: &[(CodecId, Codec)],
     callers_free: bool,
@@ -116,15 +159,20 @@ fn added_codec(
     };
     if let Some(c) = codecs
         .iter()
-        .find(|c| CodecId::of(c) == Some(id) && !used(c.pt))
+        .find(|c| CodecId::of(c) == Some(id) && spec.is_none_or(|n| names(n, c)) && !used(c.pt))
     {
         return Some(c.clone());
     }
     let mut codec = id.offer_codec();
     // No parameters of ours on an added audio codec (rtpengine writes Opus's without
     // `useinbandfec`/`minptime`): the defaults are what the gateway's encoder sends. Added
-    // telephone-events are the 16 DTMF events (`0-15`), as rtpengine offers them.
-    codec.fmtp = id.is_event().then(|| "0-15".to_owned());
+    // telephone-events are the 16 DTMF events (`0-15`), as rtpengine offers them; AMR keeps
+    // the parameters that say its payload format.
+    if id.is_event() {
+        codec.fmtp = Some("0-15".to_owned());
+    } else if !id.is_amr() {
+        codec.fmtp = None;
+    }
     codec.pt = if codec.pt < 96 {
         Some(codec.pt).filter(|pt| !used(*pt))?
     } else {
@@ -152,22 +200,24 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         for n in list.iter() {
             let keyword = n.eq_ignore_ascii_case("all") || n.eq_ignore_ascii_case("full");
             let offered = codecs.iter().any(|c| names(n, c));
-            if !keyword && !offered && CodecId::by_name(n).is_none() {
+            if !keyword && !offered && transcode_target(n).is_none() {
                 warnings.push(format!("codec-{op}: unknown codec {n:?} ignored"));
             }
         }
     }
+    warnings.extend(set_amr_mode(codecs, flags).1);
     let strip_all = is_all(&flags.strip);
     // `mask: all` (not `full`) leaves the caller's payload types free towards the callee.
     let callers_free = flags.mask.iter().any(|n| n.eq_ignore_ascii_case("all"));
     let mask_all = is_all(&flags.mask) || is_all(&flags.consume);
     let accept_all = is_all(&flags.accept);
-    // `transcode` keeps only what the gateway knows: a codec it cannot transcode (AMR, say)
-    // named there is masked or stripped with `all` like the rest, as rtpengine does without it.
+    // `transcode` keeps only what the gateway handles (and telephone-events at any clock): a
+    // codec it cannot transcode (G.729, say) named there is masked or stripped with `all` like
+    // the rest, as rtpengine does without it.
     let kept_by_name = |c: &Codec| {
         any_names(&flags.except, c)
             || any_names(&flags.offer, c)
-            || (any_names(&flags.transcode, c) && CodecId::of(c).is_some())
+            || (any_names(&flags.transcode, c) && (handled(c) || is_event_like(c)))
     };
     let mut towards: Vec<(CodecId, Codec)> = Vec::new();
     let mut caller_transcodes: Vec<CodecId> = Vec::new();
@@ -186,8 +236,8 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         if masked {
             masked_any = true;
             // Kept on the caller's side only if the gateway knows it (one it cannot decode,
-            // AMR say, could never be transcoded to).
-            if CodecId::of(c).is_some() {
+            // G.729 say, could never be transcoded to).
+            if handled(c) {
                 caller_transcodes.push(id);
             }
             continue;
@@ -210,6 +260,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     // audio codecs, before its telephone-events and comfort noise, as rtpengine adds them.
     let mut added: Vec<u32> = Vec::new();
     let mut dtmf_transcode = false;
+    let mut amr_mode = None;
     let mut at = towards
         .iter()
         .position(|(_, c)| is_event_like(c))
@@ -218,7 +269,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         if towards.iter().any(|(_, c)| names(n, c)) {
             continue;
         }
-        let Some(id) = CodecId::by_name(n) else {
+        let Some(id) = transcode_target(n) else {
             continue; // warned about above
         };
         if id.is_event() {
@@ -238,7 +289,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             ));
             continue;
         }
-        let Some(mut codec) = added_codec(id, codecs, &towards, callers_free) else {
+        let Some(mut codec) = added_codec(id, Some(n), codecs, &towards, callers_free) else {
             warnings.push(format!("codec-transcode: no payload type left for {n:?}"));
             continue;
         };
@@ -246,6 +297,13 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         let spelled = n.split('/').next().unwrap_or_default().trim();
         if spelled.eq_ignore_ascii_case(&codec.name) {
             codec.name = spelled.to_owned();
+        }
+        let (bitrate, fmtp) = spec_extras(n);
+        if fmtp.is_some() {
+            codec.fmtp = fmtp;
+        }
+        if let (Some(b), Some(band)) = (bitrate, id.amr_band()) {
+            amr_mode = Some(band.mode_for_bitrate(b));
         }
         towards.insert(at, (id, codec));
         at += 1;
@@ -286,7 +344,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
                 if towards.iter().any(|(id, _)| *id == ev) {
                     continue;
                 }
-                if let Some(codec) = added_codec(ev, codecs, &towards, callers_free) {
+                if let Some(codec) = added_codec(ev, None, codecs, &towards, callers_free) {
                     towards.insert(at, (ev, codec));
                     at += 1;
                 }
@@ -323,6 +381,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         caller_transcodes,
         warnings,
         dtmf_transcode,
+        amr_mode,
     }
 }
 
@@ -356,7 +415,7 @@ fn add_events(
         let Some(ev) = CodecId::event_for_clock(k).filter(|_| !has(towards)) else {
             continue;
         };
-        if let Some(codec) = added_codec(ev, codecs, towards, callers_free) {
+        if let Some(codec) = added_codec(ev, None, codecs, towards, callers_free) {
             towards.insert(at + made, (ev, codec));
             made += 1;
         }
@@ -411,6 +470,33 @@ pub(crate) fn answered_in(
         let named = always || any_names(&flags.accept, c) || any_names(&flags.consume, c);
         CodecId::of(c).filter(|id| named && id.is_transcodable())
     })
+}
+
+/// The AMR mode the caller is sent transcoded AMR in, from the first `set` (rtpengine's
+/// `NAME/CLOCK/CHANNELS/BITRATE`) that names an AMR codec of its `codecs` with a bitrate; and
+/// a warning for each `set` the gateway does not act on (only an AMR bitrate is).
+pub(crate) fn set_amr_mode(codecs: &[Codec], flags: &CodecFlags) -> (Option<u8>, Vec<String>) {
+    let mut mode = None;
+    let mut warnings = Vec::new();
+    for n in &flags.set {
+        let band = codecs
+            .iter()
+            .filter(|c| names(n, c))
+            .find_map(|c| CodecId::of(c)?.amr_band());
+        let m = match (band, spec_extras(n).0) {
+            (Some(band), Some(b)) => Some(band.mode_for_bitrate(b)),
+            _ => None,
+        };
+        match m {
+            Some(m) => {
+                mode = mode.or(Some(m));
+            }
+            None => warnings.push(format!(
+                "codec-set: only an offered AMR codec's bitrate is acted on: {n:?} ignored"
+            )),
+        }
+    }
+    (mode, warnings)
 }
 
 /// Whether the caller's side keeps its codec `id` once the callee took `taken`: the callee
