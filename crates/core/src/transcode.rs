@@ -77,7 +77,7 @@ impl Format {
                 .iter()
                 .map(|(c, _)| *c)
                 .find(|c| c.is_transcodable())?;
-            let ptime = m.ptime.filter(|p| PTIMES.contains(p)).unwrap_or(20);
+            let ptime = ptime_for(codec, m.ptime.unwrap_or(20));
             Some(Format {
                 codec,
                 ptime,
@@ -85,6 +85,17 @@ impl Format {
                 amr_mode: m.amr_mode.filter(|_| codec.is_amr()),
             })
         })
+    }
+}
+
+/// The packet time `codec` is sent in when `asked` is: `asked` when the codec can send it
+/// (one of [`PTIMES`]; AMR's frames are 20 ms, so 20, 40 or 60), else 20 ms.
+pub fn ptime_for(codec: CodecId, asked: u32) -> u32 {
+    let fits = PTIMES.contains(&asked) && (!codec.is_amr() || asked % 20 == 0);
+    if fits {
+        asked
+    } else {
+        20
     }
 }
 
@@ -1123,5 +1134,20 @@ impl Mixing {
             o.ready.clear();
         }
         self.mixer.remove(u64::from(member.0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amr_is_sent_in_whole_frames() {
+        assert_eq!(ptime_for(CodecId::Pcma, 30), 30);
+        assert_eq!(ptime_for(CodecId::Pcma, 25), 20);
+        assert_eq!(ptime_for(CodecId::AmrWbOctet, 40), 40);
+        assert_eq!(ptime_for(CodecId::AmrWbOctet, 30), 20);
+        assert_eq!(ptime_for(CodecId::Amr, 10), 20);
+        assert_eq!(ptime_for(CodecId::Amr, 60), 60);
     }
 }

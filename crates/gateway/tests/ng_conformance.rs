@@ -435,6 +435,20 @@ fn a_transcoded_answer_and_single_codec_answer_the_caller_in_its_first_codec() {
     sdp_of(&mut ng, request("offer", "sc3", offer, &[]));
     let got = sdp_of(&mut ng, request("answer", "sc3", both, &[]));
     assert_eq!(got[5], "m=audio PORT RTP/AVP 0 8 101", "{got:?}");
+    // Answered in one codec, the caller keeps the telephone-events at that codec's clock
+    // only, where it has some: its 48 kHz ones beside Opus, not its 8 kHz ones.
+    let opus = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 111 8 110 101\r\na=rtpmap:111 opus/48000/2\r\n\
+        a=rtpmap:110 telephone-event/48000\r\na=rtpmap:101 telephone-event/8000\r\n";
+    let mask = [(
+        "codec",
+        Bencode::Dict(vec![(b"mask".to_vec(), Bencode::List(vec![s("opus")]))]),
+    )];
+    sdp_of(&mut ng, request("offer", "sc4", opus, &mask));
+    let pcma = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8 101\r\na=rtpmap:101 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("answer", "sc4", pcma, &single));
+    assert_eq!(got[5], "m=audio PORT RTP/AVP 8 101", "{got:?}");
 }
 
 #[test]
@@ -665,9 +679,20 @@ fn with_everything_masked_the_offer_follows_the_transcode_list_and_keeps_the_cal
         ("transcode", &["G722", "opus", "PCMA", "telephone-event"]),
     ])];
     let got = sdp_of(&mut ng, request("offer", "ml1", offer, &flags));
-    // In the list's order, the caller's payload types kept; events after the audio, in the
-    // order of the first codec at their clock (G.722's 8 kHz, then Opus's 48 kHz).
+    // In the list's order, the caller's payload types kept; events after the audio, in
+    // payload type order.
     assert_eq!(got[4], "m=audio PORT RTP/AVP 9 111 8 96 101", "{got:?}");
+    // So events whose clocks come the other way round in the audio keep that order too.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 8 101 111 96\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/8000\r\na=rtpmap:111 opus/48000/2\r\n\
+        a=rtpmap:96 telephone-event/48000\r\n";
+    let flags = [codec_flags(&[
+        ("mask", &["all"]),
+        ("transcode", &["PCMA", "opus", "telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "ml3", offer, &flags));
+    assert_eq!(got[4], "m=audio PORT RTP/AVP 8 111 96 101", "{got:?}");
 
     // A codec the gateway cannot transcode (EVS) named in `transcode` is masked like the
     // rest; the caller's 16 kHz events go with it (no audio left at that clock).

@@ -75,6 +75,8 @@ pub enum CodecId {
     AmrWbOctet,
     /// AMR wideband, bandwidth-efficient.
     AmrWb,
+    /// RFC 4733 telephone-events at 16000 Hz, beside AMR-WB (and any 16 kHz audio).
+    TelephoneEvent16k,
     /// A format the gateway relays without knowing it (G.729, EVS, CN, H.263,
     /// telephone-events at another clock, …): relaying needs no decoder. Told apart by a hash
     /// of its encoding name (case-insensitive), clock rate and channels ([`CodecId::passthrough`]);
@@ -84,7 +86,7 @@ pub enum CodecId {
 
 impl CodecId {
     /// Every codec the gateway knows.
-    pub const ALL: [CodecId; 12] = [
+    pub const ALL: [CodecId; 13] = [
         CodecId::Opus,
         CodecId::Pcmu,
         CodecId::Pcma,
@@ -97,6 +99,7 @@ impl CodecId {
         CodecId::Amr,
         CodecId::AmrWbOctet,
         CodecId::AmrWb,
+        CodecId::TelephoneEvent16k,
     ];
 
     /// The audio codecs (and telephone-events) legs accept by default, most preferred first.
@@ -116,7 +119,9 @@ impl CodecId {
             CodecId::Pcmu => "PCMU",
             CodecId::Pcma => "PCMA",
             CodecId::G722 => "G722",
-            CodecId::TelephoneEvent | CodecId::TelephoneEvent48k => "telephone-event",
+            CodecId::TelephoneEvent | CodecId::TelephoneEvent48k | CodecId::TelephoneEvent16k => {
+                "telephone-event"
+            }
             CodecId::Vp8 => "VP8",
             CodecId::H264 => "H264",
             CodecId::Amr | CodecId::AmrOctet => "AMR",
@@ -135,7 +140,7 @@ impl CodecId {
             | CodecId::TelephoneEvent
             | CodecId::Amr
             | CodecId::AmrOctet => 8_000,
-            CodecId::AmrWb | CodecId::AmrWbOctet => 16_000,
+            CodecId::AmrWb | CodecId::AmrWbOctet | CodecId::TelephoneEvent16k => 16_000,
             CodecId::Vp8 | CodecId::H264 => 90_000,
             // Not known here: the SDP that named it says.
             CodecId::Other(_) => 0,
@@ -151,7 +156,10 @@ impl CodecId {
 
     /// Whether this is RFC 4733 telephone-events (carried beside audio, never decoded).
     pub fn is_event(self) -> bool {
-        matches!(self, CodecId::TelephoneEvent | CodecId::TelephoneEvent48k)
+        matches!(
+            self,
+            CodecId::TelephoneEvent | CodecId::TelephoneEvent16k | CodecId::TelephoneEvent48k
+        )
     }
 
     /// Whether the gateway can decode and encode it (an audio codec of the media registry):
@@ -192,6 +200,7 @@ impl CodecId {
     pub fn event_for_clock(clock_rate: u32) -> Option<CodecId> {
         match clock_rate {
             8_000 => Some(CodecId::TelephoneEvent),
+            16_000 => Some(CodecId::TelephoneEvent16k),
             48_000 => Some(CodecId::TelephoneEvent48k),
             _ => None,
         }
@@ -208,6 +217,7 @@ impl CodecId {
             CodecId::G722 => (9, None, None),
             CodecId::TelephoneEvent => (101, None, Some("0-16")),
             CodecId::TelephoneEvent48k => (126, None, Some("0-16")),
+            CodecId::TelephoneEvent16k => (96, None, Some("0-16")),
             CodecId::Vp8 => (96, None, None),
             CodecId::H264 => (
                 102,
@@ -246,6 +256,7 @@ impl CodecId {
             CodecId::Amr => 9,
             CodecId::AmrWbOctet => 10,
             CodecId::AmrWb => 11,
+            CodecId::TelephoneEvent16k => 12,
             CodecId::Other(_) => return None,
         })
     }
@@ -296,7 +307,7 @@ impl CodecId {
             c.name().eq_ignore_ascii_case(base)
                 && clock.map_or(
                     // Bare `telephone-event` is the 8 kHz one.
-                    *c != CodecId::TelephoneEvent48k,
+                    *c == CodecId::TelephoneEvent || !c.is_event(),
                     |k| k == c.clock_rate(),
                 )
         })

@@ -203,8 +203,15 @@ impl Negotiated {
         self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
     }
 
-    /// Whether it negotiated telephone-events (at 8 or 48 kHz), so sends its digits as events
-    /// rather than as tones in its audio.
+    /// Whether it receives telephone-events (at 8, 16 or 48 kHz).
+    pub fn takes_events(&self) -> bool {
+        CodecId::ALL
+            .into_iter()
+            .any(|c| c.is_event() && self.takes(c))
+    }
+
+    /// Whether it negotiated telephone-events (at 8, 16 or 48 kHz), so sends its digits as
+    /// events rather than as tones in its audio.
     pub fn sends_events(&self) -> bool {
         self.codecs.iter().any(|x| x.0.is_event())
     }

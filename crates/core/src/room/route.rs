@@ -687,8 +687,7 @@ pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> O
     }
     let base = r.neg.format?;
     let takes = r.neg.takes(codec);
-    let takes_events =
-        r.neg.takes(CodecId::TelephoneEvent) || r.neg.takes(CodecId::TelephoneEvent48k);
+    let takes_events = r.neg.takes_events();
     if takes && sender.events == takes_events {
         // The common case, decided without the leg: relayed.
         return None;
@@ -705,7 +704,7 @@ pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> O
     };
     Some(Format {
         codec: kept,
-        ptime: base.ptime,
+        ptime: crate::transcode::ptime_for(kept, base.ptime),
         dtmf,
         amr_mode: base.amr_mode.filter(|_| kept.is_amr()),
     })

@@ -727,6 +727,22 @@ struct AnswerHow<'a> {
 /// transcoded, the one `accept`/`consume` name or its first the gateway transcodes; one with
 /// `single codec`), and the packet time, RTCP mux and address the offer's flags set. Whether
 /// the answer's formats are relayed as they are (no transcoding).
+/// Telephone-events beside one audio codec: those at its clock, when there are any (an
+/// offerer answered in AMR-WB gets its 16 kHz events, not its 8 kHz ones, as rtpengine answers).
+fn keep_events_at_clock_of_audio(codecs: &mut Vec<Codec>) {
+    let Some(clock) = codecs
+        .iter()
+        .find(|c| !is_event_like(c))
+        .map(|c| c.clock_rate)
+    else {
+        return;
+    };
+    let event = |c: &Codec| c.name.eq_ignore_ascii_case("telephone-event");
+    if codecs.iter().any(|c| event(c) && c.clock_rate == clock) {
+        codecs.retain(|c| !event(c) || c.clock_rate == clock);
+    }
+}
+
 fn offerer_takes(
     desc: &mut RtpDescription,
     m: &Media,
@@ -784,6 +800,7 @@ fn offerer_takes(
             let mut first = true;
             s.codecs
                 .retain(|c| is_event_like(c) || std::mem::replace(&mut first, false));
+            keep_events_at_clock_of_audio(&mut s.codecs);
         }
         if let Some(p) = pending.flags.ptime_reverse {
             s.ptime = Some(p);

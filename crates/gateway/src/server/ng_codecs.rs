@@ -20,8 +20,8 @@
 //!   side. A caller that sends telephone-events gets them offered at an added codec's clock
 //!   too, right after the added codecs. Added codecs take the caller's payload type for the
 //!   same codec, else their static one, else the first free dynamic one ([`added_codec`]).
-//! - With `all` stripped or masked, the offer follows the order `transcode` lists
-//!   ([`order_as_listed`]).
+//! - With `all` stripped or masked, the offer follows the order `transcode` lists, events
+//!   after the audio in payload type order ([`order_as_listed`]).
 //! - Masking or stripping takes a clock's telephone-events and comfort noise with the last
 //!   audio codec at that clock.
 //! - `transcode: telephone-event[/CLOCK]` adds telephone-events at each clock of the offer's
@@ -427,7 +427,7 @@ fn add_events(
 /// With every codec stripped or masked, our offer is what the flags name: its audio codecs in
 /// the order `transcode` lists them (the caller's own, with its payload types, and added
 /// ones alike), then the rest kept by name; telephone-events and comfort noise after them, in
-/// the order of the first audio codec at their clock, as rtpengine writes such an offer.
+/// payload type order, as rtpengine writes such an offer.
 fn order_as_listed(towards: &mut [(CodecId, Codec)], transcode: &[String]) {
     let audio_rank = |c: &Codec| {
         transcode
@@ -435,17 +435,9 @@ fn order_as_listed(towards: &mut [(CodecId, Codec)], transcode: &[String]) {
             .position(|n| names(n, c))
             .unwrap_or(transcode.len())
     };
-    // The audio codecs' clocks, in the order they will be written.
-    let mut clocks: Vec<(usize, u32)> = towards
-        .iter()
-        .filter(|(_, c)| !is_event_like(c))
-        .map(|(_, c)| (audio_rank(c), c.clock_rate))
-        .collect();
-    clocks.sort_by_key(|(rank, _)| *rank);
     towards.sort_by_key(|(_, c)| {
         if is_event_like(c) {
-            let first = clocks.iter().position(|(_, k)| *k == c.clock_rate);
-            (1, first.unwrap_or(usize::MAX))
+            (1, usize::from(c.pt))
         } else {
             (0, audio_rank(c))
         }
