@@ -158,10 +158,12 @@ fn conformance(a: &NgCompareArgs, d: &Daemons) -> Result<()> {
         f.percent(f.exact)
     );
     println!(
-        "{:<10} {:>8} {:>15.1}%   (where the rtpengine run here departs from its script, by the script)",
+        "{:<10} {:>8} {:>15.1}% {:>15.1}% {:>9.1}%   (the script the reference where the rtpengine run here departs from it)",
+        "by script",
         "",
-        "",
-        f.percent(f.sections_by_reference)
+        f.percent(f.by_reference[0]),
+        f.percent(f.by_reference[1]),
+        f.percent(f.by_reference[2])
     );
     let of_script = |n: usize| 100.0 * n as f64 / f.script_cases.max(1) as f64;
     println!(

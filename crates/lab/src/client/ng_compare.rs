@@ -261,15 +261,15 @@ pub struct Case {
     pub script: Option<ScriptAgreement>,
 }
 
-/// Each daemon's SDP against the one the script's authors expect (media sections only: the
-/// script writes ports and keys as placeholders, and its rtpengine had every codec built in,
-/// which the one run here may not: Debian's decodes AMR but cannot encode it).
+/// Each daemon's SDP against the one the script's authors expect (with its placeholders for
+/// ports and keys, which the comparison writes as its own; their rtpengine had every codec
+/// built in, which the one run here may not: Debian's decodes AMR but cannot encode it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct ScriptAgreement {
-    /// rtpengine's SDP has the expected media sections.
-    pub rtpengine: bool,
-    /// secrelay's.
-    pub secrelay: bool,
+    /// How far rtpengine's SDP agrees with the expected one.
+    pub rtpengine: Agreement,
+    /// And secrelay's.
+    pub secrelay: Agreement,
 }
 
 impl Case {
@@ -281,6 +281,25 @@ impl Case {
     /// In scope: a case whose request asks for nothing secrelay leaves out.
     pub fn in_scope(&self) -> bool {
         self.answered() && self.out_of_scope.is_none()
+    }
+
+    /// How far secrelay's SDP agrees with the reference: rtpengine's; and where the rtpengine
+    /// run here departs from the media sections its script expects (a codec its build lacks),
+    /// the script's too, at each level whichever of the two it matches.
+    pub fn by_reference(&self) -> Agreement {
+        let live = Agreement {
+            sections: self.sections,
+            lines: self.lines,
+            exact: self.exact,
+        };
+        match self.script {
+            Some(a) if !a.rtpengine.sections => Agreement {
+                sections: live.sections || a.secrelay.sections,
+                lines: live.lines || a.secrelay.lines,
+                exact: live.exact || a.secrelay.exact,
+            },
+            _ => live,
+        }
     }
 }
 
@@ -311,10 +330,8 @@ pub struct Figures {
     pub script_rtpengine: usize,
     /// And secrelay's.
     pub script_secrelay: usize,
-    /// The same media sections as the reference: rtpengine's SDP, except where the rtpengine
-    /// run here departs from what its script expects (a codec its build lacks), where the
-    /// script's is.
-    pub sections_by_reference: usize,
+    /// The same media sections, lines and text as the reference ([`Case::by_reference`]).
+    pub by_reference: [usize; 3],
 }
 
 impl Figures {
@@ -365,16 +382,13 @@ fn judge(
         )),
         _ => {}
     }
-    let sections_as_expected = |expected: &str, reply: &Reply| {
-        reply.ok()
-            && reply
-                .sdp
-                .as_ref()
-                .is_some_and(|s| compare(expected, s).0.sections)
+    let as_expected = |expected: &str, reply: &Reply| match &reply.sdp {
+        Some(s) if reply.ok() => compare(expected, s).0,
+        _ => Agreement::default(),
     };
     let script = step.expected.as_deref().map(|e| ScriptAgreement {
-        rtpengine: sections_as_expected(e, &rtpengine),
-        secrelay: sections_as_expected(e, &secrelay),
+        rtpengine: as_expected(e, &rtpengine),
+        secrelay: as_expected(e, &secrelay),
     });
     Case {
         file: file.to_owned(),
@@ -452,19 +466,18 @@ pub fn figures(cases: &[Case], skipped: usize) -> Figures {
         script_cases: scope.iter().filter(|c| c.script.is_some()).count(),
         script_rtpengine: scope
             .iter()
-            .filter(|c| c.script.is_some_and(|a| a.rtpengine))
+            .filter(|c| c.script.is_some_and(|a| a.rtpengine.sections))
             .count(),
         script_secrelay: scope
             .iter()
-            .filter(|c| c.script.is_some_and(|a| a.secrelay))
+            .filter(|c| c.script.is_some_and(|a| a.secrelay.sections))
             .count(),
-        sections_by_reference: scope
-            .iter()
-            .filter(|c| match c.script {
-                Some(a) if !a.rtpengine => a.secrelay,
-                _ => c.sections,
-            })
-            .count(),
+        by_reference: [
+            |a: Agreement| a.sections,
+            |a: Agreement| a.lines,
+            |a: Agreement| a.exact,
+        ]
+        .map(|level| scope.iter().filter(|c| level(c.by_reference())).count()),
     }
 }
 
@@ -660,19 +673,18 @@ mod tests {
         // The build run here lacks a codec the script adds (8 96): secrelay adds it.
         let lacking = judge(&step(&sdp("8 96")), None, "t.pl", ok("8"), ok("8 96"));
         assert_eq!(
-            lacking.script,
-            Some(ScriptAgreement {
-                rtpengine: false,
-                secrelay: true
-            })
+            lacking
+                .script
+                .map(|a| (a.rtpengine.sections, a.secrelay.sections)),
+            Some((false, true))
         );
         assert!(!lacking.sections);
         // Where both agree with the script, the daemon is the reference as before.
         let agreeing = judge(&step(&sdp("0")), None, "t.pl", ok("0"), ok("8"));
         let f = figures(&[lacking, agreeing], 0);
         assert_eq!(
-            (f.sections, f.sections_by_reference, f.script_cases),
-            (0, 1, 2)
+            (f.sections, f.by_reference, f.script_cases),
+            (0, [1, 1, 1], 2)
         );
         assert_eq!((f.script_rtpengine, f.script_secrelay), (1, 1));
     }

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use secrelay_wire::sdp_rtp::static_rtpmap;
 
 /// How far two SDPs agree.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Agreement {
     /// The same media sections (level 1).
     pub sections: bool,
