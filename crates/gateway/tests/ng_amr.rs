@@ -3,7 +3,9 @@
 //! caller, `transcode: AMR-WB`, an AMR-WB callee. The offer to the callee adds AMR-WB the way
 //! rtpengine writes it (octet-aligned, `mode-change-capability=2`); the caller is answered in
 //! PCMA; a tone crosses both ways at its frequency, each side in its own codec; the AMR the
-//! callee is sent keeps to the `mode-set` of its answer, or the bitrate the proxy named.
+//! callee is sent keeps to the `mode-set` of its answer, or the bitrate the proxy named. And an
+//! AMR caller in the RFC's default (bandwidth-efficient) packing reaching a PCMU callee, sent
+//! AMR at the bitrate the proxy's `set` names.
 //!
 //! AMR needs the opencore-amr and vo-amrwbenc libraries (`scripts/setup` installs them):
 //! without them the tests say so and pass, unless `CI` is set, where they fail.
@@ -227,4 +229,107 @@ fn the_callees_mode_set_bounds_the_bitrate_the_proxy_named() {
     // Without a mode-set, the bitrate named: mode 8.
     let modes = pcma_to_amr_wb("amr3@proxy", "AMR-WB/16000/1/23850", "octet-align=1");
     assert!(modes.iter().all(|m| *m == 8), "{modes:?}");
+}
+
+#[test]
+fn an_amr_caller_in_bandwidth_efficient_packing_talks_to_a_pcmu_callee() {
+    match secrelay_media::amr::amr_available(secrelay_media::amr::Band::Narrow) {
+        Ok(()) => {}
+        Err(e) if std::env::var_os("CI").is_some() => panic!("CI is set: {e}"),
+        Err(e) => return eprintln!("skipped: {e}"),
+    }
+    let (_server, mut ng) = start();
+    // A mobile caller: AMR at 8 kHz, the RFC's default packing (no `octet-align`).
+    let mut caller = SocketPhone::bind(LOCAL, None, 0xa11).unwrap();
+    caller.phone =
+        std::mem::replace(&mut caller.phone, SimPhone::plain(1)).with_formats(&[(97, "AMR/8000")]);
+    let mut callee = SocketPhone::bind(LOCAL, None, 0xa1e).unwrap();
+    callee.phone =
+        std::mem::replace(&mut callee.phone, SimPhone::plain(2)).with_formats(&[(0, "PCMU/8000")]);
+    let mut offer = msg("offer", "amr4@proxy", None, &caller.phone.offer());
+    // rtpengine's `set`: what the caller is sent transcoded AMR in, 5.9 kbit/s (mode 2).
+    offer.push((
+        "codec".into(),
+        Bencode::Dict(vec![
+            (b"transcode".to_vec(), Bencode::List(vec![s("PCMU")])),
+            (b"set".to_vec(), Bencode::List(vec![s("AMR/8000/1/5900")])),
+        ]),
+    ));
+    let reply = ng.call(offer).unwrap();
+    assert!(!reply.contains_key("warning"), "{reply:?}");
+    let to_callee = reply["sdp"].clone();
+    assert!(to_callee.contains("RTP/AVP 97 0\r\n"), "{to_callee}");
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let to_caller = ng
+        .call(msg("answer", "amr4@proxy", Some("bob"), &answer))
+        .unwrap()["sdp"]
+        .clone();
+    // The caller is answered in its own AMR.
+    assert!(to_caller.contains("RTP/AVP 97\r\n"), "{to_caller}");
+    caller.phone.accept_answer(&to_caller).unwrap();
+
+    let reg = Registry::standard();
+    let mut enc = reg.make_by_name("AMR", 8000, 1, None).unwrap();
+    let (up, down) = (600.0, 1100.0);
+    let amr: Vec<Vec<u8>> = tone::sine(8000, up, 9000.0, 160 * 50)
+        .chunks_exact(160)
+        .map(|f| {
+            let mut p = Vec::new();
+            enc.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect();
+    let ulaw: Vec<Vec<u8>> = tone::sine(8000, down, 9000.0, 160 * 50)
+        .chunks_exact(160)
+        .map(|f| {
+            let mut p = Vec::new();
+            secrelay_media::g711::Pcmu.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect();
+    for k in 0..50 {
+        caller.send(&amr[k]).unwrap();
+        callee.send(&ulaw[k]).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        caller.read();
+        callee.read();
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while callee.phone.received.len() < 45 || caller.phone.received.len() < 45 {
+        assert!(
+            Instant::now() < end,
+            "callee {}, caller {}",
+            callee.phone.received.len(),
+            caller.phone.received.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        caller.read();
+        callee.read();
+    }
+    // The callee hears PCMU at the caller's 600 Hz.
+    let mut pcm = Vec::new();
+    for p in &callee.phone.received {
+        let h = RtpHeader::parse(p).unwrap();
+        assert_eq!(h.payload_type(), 0);
+        secrelay_media::g711::Pcmu
+            .to_pcm(h.payload(), &mut pcm)
+            .unwrap();
+    }
+    let f = tone::zero_crossing_hz(&pcm[1600..], 8000);
+    assert!((f - up).abs() < 12.0, "the callee heard {f:.1} Hz");
+    // The caller hears AMR (97), bandwidth-efficient at 5.9 kbit/s, at 1100 Hz.
+    let mut dec = reg.make_by_name("AMR", 8000, 1, None).unwrap();
+    let mut pcm = Vec::new();
+    for p in &caller.phone.received {
+        let h = RtpHeader::parse(p).unwrap();
+        assert_eq!(h.payload_type(), 97);
+        // CMR 15, then F = 0, FT = 2, Q = 1: 1111 0 0010 1 …, then 118 speech bits.
+        let p = h.payload();
+        assert_eq!(&p[..2], &[0xF1, 0x40 | (p[1] & 0x3F)], "{p:02x?}");
+        assert_eq!(p.len(), (4 + 6 + 118_usize).div_ceil(8));
+        dec.to_pcm(h.payload(), &mut pcm).unwrap();
+    }
+    let f = tone::zero_crossing_hz(&pcm[1600..], 8000);
+    assert!((f - down).abs() < 15.0, "the caller heard {f:.1} Hz");
+    assert!(tone::tone_share(&pcm[1600..], 8000, down) > 0.7);
 }
