@@ -91,7 +91,7 @@ impl Format {
 /// The packet time `codec` is sent in when `asked` is: `asked` when the codec can send it
 /// (one of [`PTIMES`]; AMR's frames are 20 ms, so 20, 40 or 60), else 20 ms.
 pub fn ptime_for(codec: CodecId, asked: u32) -> u32 {
-    let fits = PTIMES.contains(&asked) && (!codec.is_amr() || asked % 20 == 0);
+    let fits = PTIMES.contains(&asked) && (!codec.is_amr() || asked.is_multiple_of(20));
     if fits {
         asked
     } else {
