@@ -81,6 +81,42 @@ fn lines(sdp: &str) -> Vec<String> {
         .collect()
 }
 
+/// A second of `hz` at `rate`, encoded 20 ms a packet by `codec`.
+fn tone_packets(codec: &mut dyn Codec, rate: u32, hz: f64) -> Vec<Vec<u8>> {
+    let frame = rate as usize / 50;
+    tone::sine(rate, hz, 9000.0, frame * 50)
+        .chunks_exact(frame)
+        .map(|f| {
+            let mut p = Vec::new();
+            codec.from_pcm(f, &mut p).unwrap();
+            p
+        })
+        .collect()
+}
+
+/// Both talk at once, a packet each 10 ms; returns once each has heard 45 packets.
+fn talk(caller: &mut SocketPhone, up: &[Vec<u8>], callee: &mut SocketPhone, down: &[Vec<u8>]) {
+    for (u, d) in up.iter().zip(down) {
+        caller.send(u).unwrap();
+        callee.send(d).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        caller.read();
+        callee.read();
+    }
+    let end = Instant::now() + Duration::from_secs(10);
+    while callee.phone.received.len() < 45 || caller.phone.received.len() < 45 {
+        assert!(
+            Instant::now() < end,
+            "callee got {} packets, caller {}",
+            callee.phone.received.len(),
+            caller.phone.received.len()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        caller.read();
+        callee.read();
+    }
+}
+
 /// A call from a PCMA caller to an AMR-WB callee through `transcode` (`spec`, rtpengine's
 /// `NAME/CLOCK/CHANNELS/BITRATE`), the callee answering with `answer_fmtp`; a tone both
 /// ways. The AMR-WB modes the callee was sent, one per packet.
@@ -133,41 +169,9 @@ fn pcma_to_amr_wb(call: &str, spec: &str, answer_fmtp: &str) -> Vec<u8> {
         .make_by_name("AMR-WB", 16_000, 1, Some("octet-align=1"))
         .unwrap();
     let (up, down) = (1000.0, 450.0);
-    let alaw: Vec<Vec<u8>> = tone::sine(8000, up, 9000.0, 160 * 50)
-        .chunks_exact(160)
-        .map(|f| {
-            let mut p = Vec::new();
-            Pcma.from_pcm(f, &mut p).unwrap();
-            p
-        })
-        .collect();
-    let wb: Vec<Vec<u8>> = tone::sine(16_000, down, 9000.0, 320 * 50)
-        .chunks_exact(320)
-        .map(|f| {
-            let mut p = Vec::new();
-            amr.from_pcm(f, &mut p).unwrap();
-            p
-        })
-        .collect();
-    for k in 0..50 {
-        caller.send(&alaw[k]).unwrap();
-        callee.send(&wb[k]).unwrap();
-        std::thread::sleep(Duration::from_millis(10));
-        caller.read();
-        callee.read();
-    }
-    let end = Instant::now() + Duration::from_secs(10);
-    while callee.phone.received.len() < 45 || caller.phone.received.len() < 45 {
-        assert!(
-            Instant::now() < end,
-            "callee got {} packets, caller {}",
-            callee.phone.received.len(),
-            caller.phone.received.len()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-        caller.read();
-        callee.read();
-    }
+    let alaw = tone_packets(&mut Pcma, 8000, up);
+    let wb = tone_packets(amr.as_mut(), 16_000, down);
+    talk(&mut caller, &alaw, &mut callee, &wb);
     // The callee hears AMR-WB (96), one octet-aligned frame a packet, at 1 kHz.
     let mut dec = reg
         .make_by_name("AMR-WB", 16_000, 1, Some("octet-align=1"))
@@ -271,41 +275,9 @@ fn an_amr_caller_in_bandwidth_efficient_packing_talks_to_a_pcmu_callee() {
     let reg = Registry::standard();
     let mut enc = reg.make_by_name("AMR", 8000, 1, None).unwrap();
     let (up, down) = (600.0, 1100.0);
-    let amr: Vec<Vec<u8>> = tone::sine(8000, up, 9000.0, 160 * 50)
-        .chunks_exact(160)
-        .map(|f| {
-            let mut p = Vec::new();
-            enc.from_pcm(f, &mut p).unwrap();
-            p
-        })
-        .collect();
-    let ulaw: Vec<Vec<u8>> = tone::sine(8000, down, 9000.0, 160 * 50)
-        .chunks_exact(160)
-        .map(|f| {
-            let mut p = Vec::new();
-            secrelay_media::g711::Pcmu.from_pcm(f, &mut p).unwrap();
-            p
-        })
-        .collect();
-    for k in 0..50 {
-        caller.send(&amr[k]).unwrap();
-        callee.send(&ulaw[k]).unwrap();
-        std::thread::sleep(Duration::from_millis(10));
-        caller.read();
-        callee.read();
-    }
-    let end = Instant::now() + Duration::from_secs(10);
-    while callee.phone.received.len() < 45 || caller.phone.received.len() < 45 {
-        assert!(
-            Instant::now() < end,
-            "callee {}, caller {}",
-            callee.phone.received.len(),
-            caller.phone.received.len()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-        caller.read();
-        callee.read();
-    }
+    let amr = tone_packets(enc.as_mut(), 8000, up);
+    let ulaw = tone_packets(&mut secrelay_media::g711::Pcmu, 8000, down);
+    talk(&mut caller, &amr, &mut callee, &ulaw);
     // The callee hears PCMU at the caller's 600 Hz.
     let mut pcm = Vec::new();
     for p in &callee.phone.received {

@@ -155,7 +155,7 @@ impl CodecId {
     }
 
     /// Whether this is RFC 4733 telephone-events (carried beside audio, never decoded).
-    pub fn is_event(self) -> bool {
+    pub const fn is_event(self) -> bool {
         matches!(
             self,
             CodecId::TelephoneEvent | CodecId::TelephoneEvent16k | CodecId::TelephoneEvent48k

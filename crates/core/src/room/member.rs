@@ -203,11 +203,10 @@ impl Negotiated {
         self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
     }
 
-    /// Whether it receives telephone-events (at 8, 16 or 48 kHz).
+    /// Whether it receives telephone-events (at 8, 16 or 48 kHz): one test of its table, as
+    /// it is asked per receiver of every transcodable packet.
     pub fn takes_events(&self) -> bool {
-        CodecId::ALL
-            .into_iter()
-            .any(|c| c.is_event() && self.takes(c))
+        self.takes_known & EVENT_BITS != 0
     }
 
     /// Whether it negotiated telephone-events (at 8, 16 or 48 kHz), so sends its digits as
@@ -244,6 +243,19 @@ pub(crate) struct Slot {
     /// The next sequence number of our retransmissions (RTX) on the section.
     pub rtx_seq: u16,
 }
+
+/// The bits of the telephone-event codecs in `Negotiated::takes_known`.
+const EVENT_BITS: u16 = {
+    let mut bits = 0;
+    let mut i = 0;
+    while i < CodecId::ALL.len() {
+        if CodecId::ALL[i].is_event() {
+            bits |= 1 << i;
+        }
+        i += 1;
+    }
+    bits
+};
 
 // A bit for each known codec in `Negotiated::takes_known`.
 const _: () = assert!(CodecId::ALL.len() <= u16::BITS as usize);
