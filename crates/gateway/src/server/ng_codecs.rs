@@ -610,13 +610,13 @@ mod tests {
     #[test]
     fn unknown_names_are_warned_about_and_stripping_everything_keeps_the_offer() {
         let f = CodecFlags {
-            transcode: vec!["AMR-WB".into(), "telephone-event/8000".into()],
+            transcode: vec!["EVS".into(), "telephone-event/8000".into()],
             strip: vec!["opus".into(), "GSM".into()],
             ..CodecFlags::default()
         };
         let p = plan(&browser(), &f);
         let w = p.warnings.join("; ");
-        assert!(w.contains("\"AMR-WB\"") && w.contains("\"GSM\""), "{w}");
+        assert!(w.contains("\"EVS\"") && w.contains("\"GSM\""), "{w}");
         assert!(
             w.contains("at the clock of \"telephone-event/8000\""),
             "{w}"
