@@ -31,6 +31,19 @@ fn lab_codec_quick_rows_arithmetic_and_plots() {
     );
 
     let codecs = rows(&study, "codec_per_frame");
+    // AMR's rows need its libraries (scripts/setup installs them; CI must have them).
+    let amr = secrelay_media::amr::amr_available(secrelay_media::amr::Band::Wide).is_ok()
+        && secrelay_media::amr::amr_available(secrelay_media::amr::Band::Narrow).is_ok();
+    assert!(
+        amr || std::env::var_os("CI").is_none(),
+        "CI is set and AMR's libraries do not load"
+    );
+    let amr_rows = [
+        ("AMR 12.2 kbit/s", "", "secrelay"),
+        ("AMR 12.2 kbit/s", "", "opencore-amr direct"),
+        ("AMR-WB 14.25 kbit/s", "", "secrelay"),
+        ("AMR-WB 14.25 kbit/s", "", "opencore-amr/vo-amrwbenc direct"),
+    ];
     let expect = [
         ("PCMU", "", "secrelay"),
         ("PCMU", "", "textbook G.711"),
@@ -41,7 +54,8 @@ fn lab_codec_quick_rows_arithmetic_and_plots() {
         ("Opus 48 kHz mono", "complexity 10", "secrelay"),
         ("Opus 48 kHz mono", "complexity 10", "libopus direct"),
     ];
-    for (codec, setting, imp) in expect {
+    let amr_rows = if amr { &amr_rows[..] } else { &[] };
+    for &(codec, setting, imp) in expect.iter().chain(amr_rows) {
         let r = codecs
             .iter()
             .find(|r| r["codec"] == codec && r["setting"] == setting && r["implementation"] == imp)
@@ -71,7 +85,13 @@ fn lab_codec_quick_rows_arithmetic_and_plots() {
         "Opus 48 kHz → PCMU (48 → 8 kHz)",
         "PCMU → Opus 48 kHz (8 → 48 kHz)",
         "Opus 48 kHz → G.722 (48 → 16 kHz)",
-    ] {
+    ]
+    .into_iter()
+    .chain(
+        ["AMR-WB → PCMA (16 → 8 kHz)", "PCMA → AMR-WB (8 → 16 kHz)"]
+            .into_iter()
+            .filter(|_| amr),
+    ) {
         let r = legs
             .iter()
             .find(|r| r["pipeline"] == label)
@@ -104,7 +124,8 @@ fn lab_codec_quick_rows_arithmetic_and_plots() {
         .find(|p| p["id"] == "codec_vs_srtp_per_leg")
         .unwrap();
     assert_eq!(vs["categories"][0], "relay only (G.711 172 B)");
-    assert_eq!(vs["categories"].as_array().unwrap().len(), 7);
+    // Relay only, then each pipeline.
+    assert_eq!(vs["categories"].as_array().unwrap().len(), 1 + legs.len());
 
     let notes: Vec<&str> = study["notes"]
         .as_array()

@@ -6,7 +6,9 @@
 //!   (20 ms ÷ the time), instructions per frame (callgrind); secrelay's codecs beside a peer
 //!   in the same run: libopus called directly (the `opus` crate without our `Codec` layer)
 //!   for Opus, the `audio-codec` crate (a Rust port of spandsp's G.722 and its own G.711)
-//!   and a textbook G.711 (segment search in a loop, Sun's g711.c's shape) for G.711;
+//!   and a textbook G.711 (segment search in a loop, Sun's g711.c's shape) for G.711, the
+//!   AMR libraries called directly (their storage frames, no RTP payload format) for AMR and
+//!   AMR-WB (rows left out where those libraries are not installed);
 //! - transcoding per leg: one received 20 ms packet through [`Transcoder`] (decode,
 //!   resample, re-frame, encode, new sequence number and timestamp);
 //! - mixing per leg: one N−1 tick of [`Mixer`] divided by its N members;
@@ -15,6 +17,7 @@
 
 use std::hint::black_box;
 
+use secrelay_media::amr::{amr_available, Amr, Band};
 use secrelay_media::g711::{Pcma, Pcmu};
 use secrelay_media::g722::G722;
 use secrelay_media::mixer::Mixer;
@@ -76,7 +79,28 @@ fn opus(rate: u32, channels: u8, bitrate: i32, complexity: i32) -> Box<dyn Codec
     Box::new(o)
 }
 
+/// secrelay's AMR of `band` (RFC 4867 bandwidth-efficient payloads) in its default mode.
+fn amr(band: Band) -> Box<dyn Codec> {
+    Box::new(Amr::new(band).expect("the AMR libraries load (checked before)"))
+}
+
+/// Whether a row or pipeline whose label names AMR can run here (its libraries load).
+fn runs_here(label: &str) -> bool {
+    let band = if label.contains("AMR-WB") {
+        Band::Wide
+    } else {
+        Band::Narrow
+    };
+    !label.contains("AMR") || amr_available(band).is_ok()
+}
+
 fn configs() -> Vec<Config> {
+    let mut v = all_configs();
+    v.retain(|c| runs_here(c.codec));
+    v
+}
+
+fn all_configs() -> Vec<Config> {
     vec![
         Config {
             codec: "PCMU",
@@ -108,6 +132,30 @@ fn configs() -> Vec<Config> {
             complexity: None,
             ours: || Box::new(G722::new()),
             peer: Some(("audio-codec", || Box::new(peers::AudioCodec::g722()))),
+            quick: true,
+        },
+        Config {
+            codec: "AMR 12.2 kbit/s",
+            pcm_rate: 8000,
+            channels: 1,
+            kbps: 12.2,
+            complexity: None,
+            ours: || amr(Band::Narrow),
+            peer: Some(("opencore-amr direct", || {
+                Box::new(peers::AmrDirect::new(Band::Narrow))
+            })),
+            quick: true,
+        },
+        Config {
+            codec: "AMR-WB 14.25 kbit/s",
+            pcm_rate: 16_000,
+            channels: 1,
+            kbps: 14.25,
+            complexity: None,
+            ours: || amr(Band::Wide),
+            peer: Some(("opencore-amr/vo-amrwbenc direct", || {
+                Box::new(peers::AmrDirect::new(Band::Wide))
+            })),
             quick: true,
         },
         Config {
@@ -249,6 +297,12 @@ struct Pipeline {
 }
 
 fn pipelines() -> Vec<Pipeline> {
+    let mut v = all_pipelines();
+    v.retain(|p| runs_here(p.label));
+    v
+}
+
+fn all_pipelines() -> Vec<Pipeline> {
     vec![
         Pipeline {
             label: "PCMU → PCMA",
@@ -288,6 +342,22 @@ fn pipelines() -> Vec<Pipeline> {
             to: || opus(48_000, 1, 32_000, COMPLEXITY),
             packet_in: 172,
             packet_out: 100,
+            g711: false,
+        },
+        Pipeline {
+            label: "AMR-WB → PCMA (16 → 8 kHz)",
+            from: || amr(Band::Wide),
+            to: || Box::new(Pcma),
+            packet_in: 12 + 37,
+            packet_out: 172,
+            g711: false,
+        },
+        Pipeline {
+            label: "PCMA → AMR-WB (8 → 16 kHz)",
+            from: || Box::new(Pcma),
+            to: || amr(Band::Wide),
+            packet_in: 172,
+            packet_out: 12 + 37,
             g711: false,
         },
         Pipeline {
@@ -1165,6 +1235,81 @@ mod peers {
                     Err(Error::Encode(format!("{e:?}")))
                 }
             }
+        }
+    }
+
+    /// The AMR libraries called directly (`secrelay_amr`), in their default modes: storage
+    /// frames in and out, no RTP payload format of ours in between.
+    pub struct AmrDirect {
+        band: Band,
+        nb: Option<(secrelay_amr::NbEncoder, secrelay_amr::NbDecoder)>,
+        wb: Option<(secrelay_amr::WbEncoder, secrelay_amr::WbDecoder)>,
+    }
+
+    impl AmrDirect {
+        pub fn new(band: Band) -> AmrDirect {
+            let lib = "the AMR libraries load (checked before)";
+            let (nb, wb) = match band {
+                Band::Narrow => (
+                    Some((
+                        secrelay_amr::NbEncoder::new(false).expect(lib),
+                        secrelay_amr::NbDecoder::new().expect(lib),
+                    )),
+                    None,
+                ),
+                Band::Wide => (
+                    None,
+                    Some((
+                        secrelay_amr::WbEncoder::new(false).expect(lib),
+                        secrelay_amr::WbDecoder::new().expect(lib),
+                    )),
+                ),
+            };
+            AmrDirect { band, nb, wb }
+        }
+    }
+
+    impl Codec for AmrDirect {
+        fn encoding_name(&self) -> &'static str {
+            self.band.encoding_name()
+        }
+        fn payload_type(&self) -> u8 {
+            96
+        }
+        fn clock_rate(&self) -> u32 {
+            self.band.rate()
+        }
+        fn pcm_rate(&self) -> u32 {
+            self.band.rate()
+        }
+        fn to_pcm(&mut self, payload: &[u8], pcm: &mut Vec<i16>) -> Result<usize, Error> {
+            if let Some((_, dec)) = &mut self.nb {
+                let mut out = [0i16; secrelay_amr::NB_SAMPLES];
+                dec.decode(Some(payload), &mut out);
+                pcm.extend_from_slice(&out);
+            } else if let Some((_, dec)) = &mut self.wb {
+                let mut out = [0i16; secrelay_amr::WB_SAMPLES];
+                dec.decode(Some(payload), &mut out);
+                pcm.extend_from_slice(&out);
+            }
+            Ok(self.band.frame_samples())
+        }
+        fn from_pcm(&mut self, pcm: &[i16], out: &mut Vec<u8>) -> Result<usize, Error> {
+            let wrong = || Error::Encode(format!("{} samples is not one frame", pcm.len()));
+            let n = if let Some((enc, _)) = &mut self.nb {
+                let mut frame = [0u8; secrelay_amr::NB_MAX_FRAME];
+                let n = enc.encode(7, pcm.try_into().map_err(|_| wrong())?, &mut frame);
+                out.extend_from_slice(&frame[..n]);
+                n
+            } else if let Some((enc, _)) = &mut self.wb {
+                let mut frame = [0u8; secrelay_amr::WB_MAX_FRAME];
+                let n = enc.encode(3, pcm.try_into().map_err(|_| wrong())?, &mut frame);
+                out.extend_from_slice(&frame[..n]);
+                n
+            } else {
+                0
+            };
+            Ok(n)
         }
     }
 
