@@ -107,7 +107,7 @@ pub enum LabCommand {
     /// The GPU engine alone: `lab srtp`'s GPU rows and `lab calls`' SRTP-only curves of the GPU
     /// and threaded engines, without the rest of those studies (for a session on a GPU machine).
     Gpu(GpuArgs),
-    /// Codecs per 20 ms frame (G.711, G.722, Opus beside libopus direct), transcoding and N−1 mixing per leg, beside SRTP (002 c).
+    /// Codecs per 20 ms frame (G.711, G.722, AMR, Opus, each beside a peer), transcoding and N−1 mixing per leg, beside SRTP (002 c).
     Codec(StudyArgs),
     /// Simulated WebRTC participants against a running gateway (secrelay serve): loss, relay
     /// latency, and the gateway's CPU per packet and memory per participant.
