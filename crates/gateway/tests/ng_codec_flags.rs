@@ -39,17 +39,9 @@ fn start() -> (Server, Ng) {
     (server, ng)
 }
 
+/// An ng `offer` or `answer` from the caller's tag (`alice`).
 fn msg(command: &str, c: &str, to: Option<&str>, sdp: &str) -> Vec<(String, Bencode)> {
-    let mut d = vec![
-        ("command".into(), s(command)),
-        ("call-id".into(), s(c)),
-        ("from-tag".into(), s("alice")),
-        ("sdp".into(), s(sdp)),
-    ];
-    if let Some(t) = to {
-        d.push(("to-tag".into(), s(t)));
-    }
-    d
+    secrelay_testkit::ng::command(command, c, "alice", to, Some(sdp))
 }
 
 /// An Opus-only caller (with telephone-event/48000), a PCMA-only callee.

@@ -114,6 +114,18 @@ impl Band {
             Band::Wide => 3,
         }
     }
+    /// The modes an fmtp's `mode-set` names (RFC 4867 §8.1), as a bit set (bit N: mode N):
+    /// entries the band does not have are left out; `None` when it names none of its modes
+    /// (or has no `mode-set`: any mode).
+    pub fn mode_set(self, fmtp: &Fmtp) -> Option<u16> {
+        let set = fmtp
+            .get("mode-set")?
+            .split(',')
+            .filter_map(|m| m.trim().parse::<u8>().ok())
+            .filter(|&m| m <= self.max_mode())
+            .fold(0u16, |set, m| set | 1 << m);
+        (set != 0).then_some(set)
+    }
     /// The bitrate of speech mode `mode`, bit/s (`None` beyond [`Band::max_mode`]).
     pub fn bitrate(self, mode: u8) -> Option<u32> {
         let table: &[u32] = match self {
@@ -421,6 +433,18 @@ pub fn amr_available(band: Band) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
+/// [`amr_available`] as a yes or no, asked once per process and band (the libraries load once
+/// and stay): cheap enough for a packet's path, where a missing library is no error to format.
+pub fn amr_loads(band: Band) -> bool {
+    static LOADS: [std::sync::OnceLock<bool>; 2] =
+        [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+    let i = match band {
+        Band::Narrow => 0,
+        Band::Wide => 1,
+    };
+    *LOADS[i].get_or_init(|| amr_available(band).is_ok())
+}
+
 /// The library states of one stream.
 enum Coder {
     Narrow(NbEncoder, NbDecoder),
@@ -565,15 +589,9 @@ impl Amr {
         if fmtp.flag("octet-align") == Some(true) {
             amr.packing = Packing::OctetAligned;
         }
-        if let Some(set) = fmtp.get("mode-set") {
-            let highest = set
-                .split(',')
-                .filter_map(|m| m.trim().parse::<u8>().ok())
-                .filter(|&m| m <= band.max_mode())
-                .max();
-            if let Some(m) = highest {
-                amr.mode = m;
-            }
+        if let Some(set) = band.mode_set(fmtp) {
+            // The highest mode of the set.
+            amr.mode = (15 - set.leading_zeros()) as u8;
         }
         Ok(amr)
     }

@@ -29,6 +29,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use secrelay_dtls::FailReason;
+use secrelay_media::registry::Fmtp;
 use secrelay_srtp::{Context, Profile};
 use secrelay_wire::sdp::{Codec, MediaKind};
 use secrelay_wire::stun::Message;
@@ -169,9 +170,7 @@ impl CodecId {
     pub fn is_transcodable(self) -> bool {
         match self {
             CodecId::Opus | CodecId::Pcmu | CodecId::Pcma | CodecId::G722 => true,
-            _ => self
-                .amr_band()
-                .is_some_and(|b| secrelay_media::amr::amr_available(b).is_ok()),
+            _ => self.amr_band().is_some_and(secrelay_media::amr::amr_loads),
         }
     }
 
@@ -263,9 +262,10 @@ impl CodecId {
 
     /// The codec an offered `a=rtpmap` names, if we know it (AMR by its `octet-align` too).
     pub fn of(codec: &Codec) -> Option<CodecId> {
-        let octet = fmtp_value(codec, "octet-align") == Some("1");
         CodecId::ALL.into_iter().find(|c| {
-            codec.is(c.name(), c.clock_rate()) && (!c.is_amr() || c.is_octet_aligned() == octet)
+            codec.is(c.name(), c.clock_rate())
+                && (!c.is_amr()
+                    || c.is_octet_aligned() == (fmtp(codec).flag("octet-align") == Some(true)))
         })
     }
 
@@ -314,29 +314,16 @@ impl CodecId {
     }
 }
 
-/// The value of `key` in a codec's `a=fmtp` (`key=value;…`, keys case-insensitive).
-pub(crate) fn fmtp_value<'a>(codec: &'a Codec, key: &str) -> Option<&'a str> {
-    codec.fmtp.as_deref()?.split(';').find_map(|p| {
-        let (k, v) = p.split_once('=')?;
-        k.trim().eq_ignore_ascii_case(key).then(|| v.trim())
-    })
+/// A codec's `a=fmtp`, parsed as the media registry parses one.
+fn fmtp(codec: &Codec) -> Fmtp {
+    codec.fmtp.as_deref().map(Fmtp::parse).unwrap_or_default()
 }
 
 /// The AMR modes a peer takes in what it is sent, as a bit set (bit N: mode N), from the
-/// `mode-set` of its `a=fmtp` for `codec` (RFC 4867 §8.1); `None` when it names none (any
-/// mode) or `codec` is not AMR. Modes AMR does not have are left out; a list of none of them
-/// counts as none given.
+/// `mode-set` of its `a=fmtp` for `codec` (RFC 4867 §8.1, `Band::mode_set`); `None` when it
+/// names none of AMR's modes (any mode) or `codec` is not AMR.
 pub fn amr_mode_set(id: CodecId, codec: &Codec) -> Option<u16> {
-    if !id.is_amr() {
-        return None;
-    }
-    let top = id.amr_band().map_or(0, |b| b.max_mode());
-    let set = fmtp_value(codec, "mode-set")?
-        .split(',')
-        .filter_map(|m| m.trim().parse::<u8>().ok())
-        .filter(|m| *m <= top)
-        .fold(0u16, |set, m| set | 1 << m);
-    (set != 0).then_some(set)
+    id.amr_band()?.mode_set(&fmtp(codec))
 }
 
 /// One answered media section: what we agreed on. Serialized for another node's replica of

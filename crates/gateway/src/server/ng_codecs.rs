@@ -88,10 +88,13 @@ fn names(spec: &str, c: &Codec) -> bool {
 /// bitrate to encode at (fourth field) and the format parameters to offer (sixth, with `--`
 /// for `=`: `AMR-WB/16000/1///mode-set--0,1,2`). Empty fields say nothing.
 fn spec_extras(spec: &str) -> (Option<u32>, Option<String>) {
-    let fields: Vec<&str> = spec.trim().split('/').collect();
-    let field = |i: usize| fields.get(i).map(|f| f.trim()).filter(|f| !f.is_empty());
-    let bitrate = field(3).and_then(|b| b.parse().ok());
-    let fmtp = field(5).map(|f| f.replace("--", "="));
+    let mut past_channels = spec.trim().split('/').skip(3).map(str::trim);
+    let bitrate = past_channels.next().and_then(|b| b.parse().ok());
+    // The fifth field (after the bitrate's) is the packet time: not read here.
+    let fmtp = past_channels
+        .nth(1)
+        .filter(|f| !f.is_empty())
+        .map(|f| f.replace("--", "="));
     (bitrate, fmtp)
 }
 
