@@ -1031,7 +1031,7 @@ impl Shard {
                 false
             }
             Class::Dtls => {
-                leg.handle_dtls(now, d.from, bytes);
+                leg.handle_dtls(now, d.from, d.via, bytes);
                 true
             }
             Class::Malformed(_) => {
@@ -1939,6 +1939,20 @@ impl Shard {
         self.join_rtp_with(now, room, offer, ports, &RtpLegOptions::default(), who)
     }
 
+    /// A telephony leg's configuration as `options` make it: DTLS-SRTP with our certificate
+    /// and the WebRTC legs' profiles and timers, where they ask for it.
+    fn rtp_config(&self, options: &RtpLegOptions) -> RtpConfig {
+        let mut config = options.apply(self.config.rtp.clone());
+        config.dtls = options.dtls.map(|d| crate::leg::RtpDtls {
+            certificate: self.config.certificate.clone(),
+            srtp_profiles: self.config.webrtc.srtp_profiles.clone(),
+            timers: self.config.webrtc.dtls_timers,
+            hash: d.hash,
+            passive: d.passive,
+        });
+        config
+    }
+
     /// [`Shard::join_rtp`] with `options` for the leg (the ng protocol's choices, and the
     /// ports' previous peers it refuses: [`RtpLegOptions::quarantine`]).
     pub fn join_rtp_with(
@@ -1954,7 +1968,7 @@ impl Shard {
             return Err(JoinError::ShuttingDown);
         }
         self.admit_member(room, who)?;
-        let leg = RtpLeg::new(offer, ports, options.apply(self.config.rtp.clone()), now)
+        let leg = RtpLeg::new(offer, ports, self.rtp_config(options), now)
             .and_then(|leg| options.finish(leg))?;
         let answer = leg.answer_sdp().to_owned();
         let used = leg.local_ports();
@@ -2005,7 +2019,7 @@ impl Shard {
             return Err(JoinError::ShuttingDown);
         }
         self.admit_member(room, who)?;
-        let config = options.apply(self.config.rtp.clone());
+        let config = self.rtp_config(options);
         let leg = RtpLeg::new_offer_of(
             options.kind.clone(),
             &options.sdes_tags,

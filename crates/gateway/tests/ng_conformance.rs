@@ -320,6 +320,98 @@ fn sdes_keeps_the_callers_suites_and_tags_first_and_takes_an_answer_by_suite() {
     );
 }
 
+/// Our `a=fingerprint` line with its hash kept and its digest a placeholder.
+fn fingerprint_of(sdp: &[String]) -> Vec<String> {
+    sdp.iter()
+        .filter_map(|l| l.strip_prefix("a=fingerprint:"))
+        .map(|v| format!("{} DIGEST", v.split(' ').next().unwrap_or_default()))
+        .collect()
+}
+
+#[test]
+fn sdes_off_towards_srtp_offers_dtls_srtp_and_a_dtls_caller_without_ice_is_answered_as_a_client() {
+    let (_server, mut ng) = start();
+    // rtpengine: with `SDES: off`, an `RTP/SAVP` target is offered DTLS-SRTP on the leg's
+    // own ports: `a=setup:actpass` and our fingerprint (SHA-256 unless `DTLS-fingerprint`
+    // names another hash), no crypto line, RTCP on its own port as the caller has it.
+    let plain = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0\r\na=sendrecv\r\n";
+    let flags = [
+        ("transport-protocol", s("RTP/SAVP")),
+        ("SDES", Bencode::List(vec![s("off")])),
+        ("ICE", s("remove")),
+        ("DTLS-fingerprint", s("SHA-1")),
+    ];
+    let got = sdp_of(&mut ng, request("offer", "d1", plain, &flags));
+    let m = got.iter().position(|l| l.starts_with("m=")).unwrap();
+    assert_eq!(
+        got[m..]
+            .iter()
+            .filter(|l| !l.starts_with("a=fingerprint"))
+            .collect::<Vec<_>>(),
+        [
+            "m=audio PORT RTP/SAVP 0",
+            "a=rtpmap:0 PCMU/8000",
+            "a=sendrecv",
+            "a=rtcp:PORT",
+            "a=setup:actpass",
+        ]
+    );
+    assert_eq!(fingerprint_of(&got), ["sha-1 DIGEST"]);
+    // The callee takes the server's role: the caller is answered in plain RTP.
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/SAVP 0\r\na=setup:passive\r\n\
+        a=fingerprint:sha-256 DA:89:F7:04:38:D9:04:E1:9E:25:1A:43:87:8D:F5:BD:6E:4C:BB:88:12:A6:D5:FA:B1:4A:34:BC:32:C0:05:FE\r\n";
+    let got = sdp_of(&mut ng, request("answer", "d1", answer, &[]));
+    assert!(
+        got.contains(&"m=audio PORT RTP/AVP 0".to_owned()),
+        "{got:?}"
+    );
+    assert!(fingerprint_of(&got).is_empty(), "{got:?}");
+
+    // A caller offering DTLS-SRTP without ICE (a SIP phone, RFC 5763) to a plain callee:
+    // answered as the DTLS client (`active`), or the server with `DTLS-reverse: passive`.
+    let dtls = "v=0\r\no=- 3 3 IN IP4 192.0.2.30\r\ns=-\r\nc=IN IP4 192.0.2.30\r\nt=0 0\r\n\
+        m=audio 7000 UDP/TLS/RTP/SAVPF 0\r\na=setup:actpass\r\n\
+        a=fingerprint:SHA-256 DA:89:F7:04:38:D9:04:E1:9E:25:1A:43:87:8D:F5:BD:6E:4C:BB:88:12:A6:D5:FA:B1:4A:34:BC:32:C0:05:FE\r\n";
+    let callee = "v=0\r\no=- 4 4 IN IP4 192.0.2.40\r\ns=-\r\nc=IN IP4 192.0.2.40\r\nt=0 0\r\n\
+        m=audio 8000 RTP/AVP 0\r\n";
+    for (call, reverse, setup) in [
+        ("d2", None, "a=setup:active"),
+        ("d3", Some("passive"), "a=setup:passive"),
+    ] {
+        let mut flags = vec![("transport-protocol", s("RTP/AVP")), ("ICE", s("remove"))];
+        if let Some(r) = reverse {
+            flags.push(("DTLS-reverse", s(r)));
+        }
+        let got = sdp_of(&mut ng, request("offer", call, dtls, &flags));
+        assert!(
+            got.contains(&"m=audio PORT RTP/AVP 0".to_owned()),
+            "{got:?}"
+        );
+        let got = sdp_of(
+            &mut ng,
+            request("answer", call, callee, &[("ICE", s("remove"))]),
+        );
+        let m = got.iter().position(|l| l.starts_with("m=")).unwrap();
+        assert_eq!(
+            got[m..]
+                .iter()
+                .filter(|l| !l.starts_with("a=fingerprint"))
+                .collect::<Vec<_>>(),
+            [
+                "m=audio PORT UDP/TLS/RTP/SAVPF 0",
+                "a=rtpmap:0 PCMU/8000",
+                "a=sendrecv",
+                "a=rtcp:PORT",
+                setup,
+            ],
+            "{call}"
+        );
+        assert_eq!(fingerprint_of(&got), ["sha-256 DIGEST"], "{call}");
+    }
+}
+
 #[test]
 fn a_later_answer_to_the_same_offer_is_taken_with_its_codecs() {
     let (_server, mut ng) = start();

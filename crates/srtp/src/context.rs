@@ -31,6 +31,7 @@ pub const DEFAULT_MAX_STREAMS: usize = 1024;
 #[derive(Clone, Debug)]
 pub struct Policy {
     key: MasterKey,
+    rtcp_key: Option<MasterKey>,
     template: Option<Direction>,
     window: usize,
     allow_repeat_tx: bool,
@@ -44,6 +45,7 @@ impl Policy {
     pub fn new(key: MasterKey) -> Self {
         Policy {
             key,
+            rtcp_key: None,
             template: None,
             window: DEFAULT_WINDOW,
             allow_repeat_tx: false,
@@ -85,6 +87,14 @@ impl Policy {
     /// The crypto provider.
     pub fn provider(mut self, provider: &'static dyn CryptoProvider) -> Self {
         self.provider = provider;
+        self
+    }
+
+    /// SRTCP's session keys derived from `key` instead of the policy's master key: DTLS-SRTP
+    /// with RTCP on a port of its own keys each component in its own handshake (RFC 5764
+    /// §4.1.2). `key` must be of the policy's profile ([`Context::new`] refuses it otherwise).
+    pub fn rtcp_key(mut self, key: MasterKey) -> Self {
+        self.rtcp_key = Some(key);
         self
     }
 
@@ -320,16 +330,25 @@ impl Keys {
         self.rtcp.raw_keys()
     }
 
-    fn derive(provider: &dyn CryptoProvider, key: &MasterKey) -> Result<Self, ConfigError> {
+    /// The session keys of master key `key`, SRTCP's of `rtcp_key` where given.
+    fn derive(
+        provider: &dyn CryptoProvider,
+        key: &MasterKey,
+        rtcp_key: Option<&MasterKey>,
+    ) -> Result<Self, ConfigError> {
         let p = key.profile();
-        let mk = |rtcp: bool| -> Result<DirKeys, ConfigError> {
+        let mk = |key: &MasterKey, rtcp: bool| -> Result<DirKeys, ConfigError> {
             let s = derive_session(provider, key, rtcp)?;
             DirKeys::new(provider, p, &s.enc, &s.auth, &s.salt)
         };
+        let rtcp_key = rtcp_key.unwrap_or(key);
+        if rtcp_key.profile() != p {
+            return Err(ConfigError::ProfileMismatch);
+        }
         Ok(Keys {
             profile: p,
-            rtp: mk(false)?,
-            rtcp: mk(true)?,
+            rtp: mk(key, false)?,
+            rtcp: mk(rtcp_key, true)?,
             id: next_key_set_id(),
         })
     }
@@ -568,7 +587,11 @@ impl Context {
         if policy.max_streams == 0 {
             return Err(ConfigError::MaxStreams);
         }
-        let keys = Arc::new(Keys::derive(policy.provider, &policy.key)?);
+        let keys = Arc::new(Keys::derive(
+            policy.provider,
+            &policy.key,
+            policy.rtcp_key.as_ref(),
+        )?);
         Ok(Context {
             profile: policy.key.profile(),
             keys,
@@ -672,7 +695,7 @@ impl Context {
         if key.profile() != self.profile {
             return Err(ConfigError::ProfileMismatch);
         }
-        let keys = Arc::new(Keys::derive(self.provider, key)?);
+        let keys = Arc::new(Keys::derive(self.provider, key, None)?);
         self.insert_stream(ssrc, direction, keys)
             .map_err(|_| ConfigError::MaxStreams)
     }

@@ -269,3 +269,60 @@ fn failover_node_resumes_from_a_quarter_mark() {
     assert_eq!(protect(&mut taken_tx, &next), protect(&mut tx, &next));
     assert!(taken_tx.resume_at(7, 1 << 48).is_err());
 }
+
+/// DTLS-SRTP with RTCP on a port of its own: a context whose SRTCP keys come from a second
+/// master key protects RTCP that only that key unprotects, and RTP that only the first does.
+#[test]
+fn a_separate_rtcp_key_keys_srtcp_alone() {
+    for profile in Profile::ALL {
+        let key = |b: u8| {
+            MasterKey::new(
+                profile,
+                &vec![b; profile.key_len()],
+                &vec![b ^ 0x5a; profile.salt_len()],
+            )
+            .unwrap()
+        };
+        let (rtp_key, rtcp_key) = (key(0x11), key(0x33));
+        let mut tx = Context::new(
+            Policy::new(rtp_key.clone())
+                .rtcp_key(rtcp_key.clone())
+                .any_outbound(),
+        )
+        .unwrap();
+        let mut rx_rtp = Context::new(Policy::new(rtp_key.clone()).any_inbound()).unwrap();
+        let mut rx_rtcp = Context::new(Policy::new(rtcp_key.clone()).any_inbound()).unwrap();
+        let mut rx_both = Context::new(
+            Policy::new(rtp_key.clone())
+                .rtcp_key(rtcp_key)
+                .any_inbound(),
+        )
+        .unwrap();
+
+        let p = common::rtp(7, 100, 0, 40, 9);
+        let s = protect(&mut tx, &p);
+        assert_eq!(unprotect(&mut rx_rtp, &s).unwrap(), p, "{profile}");
+        assert_eq!(unprotect(&mut rx_both, &s).unwrap(), p, "{profile}");
+
+        let sr = common::rtcp(7, 6, 3);
+        let mut b = sr.clone();
+        b.resize(sr.len() + 32, 0);
+        let n = tx.protect_rtcp(&mut b, sr.len()).unwrap();
+        b.truncate(n);
+        for (rx, takes) in [
+            (&mut rx_rtp, false),
+            (&mut rx_rtcp, true),
+            (&mut rx_both, true),
+        ] {
+            let mut c = b.clone();
+            let r = rx.unprotect_rtcp(&mut c, b.len());
+            assert_eq!(r.is_ok(), takes, "{profile}: {r:?}");
+            if let Ok(m) = r {
+                assert_eq!(&c[..m], &sr[..], "{profile}");
+            }
+        }
+    }
+    let other = MasterKey::new(Profile::AeadAes128Gcm, &[1; 16], &[2; 12]).unwrap();
+    let cm = MasterKey::new(Profile::AesCm128HmacSha1_80, &[1; 16], &[2; 14]).unwrap();
+    assert!(Context::new(Policy::new(cm).rtcp_key(other)).is_err());
+}

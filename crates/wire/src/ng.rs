@@ -147,6 +147,12 @@ pub struct Flags {
     pub ice: Option<Ice>,
     /// `DTLS`.
     pub dtls: Option<Dtls>,
+    /// `DTLS-reverse`: our DTLS role towards the side that sent the SDP (answering its
+    /// `actpass`: `passive` makes us the server).
+    pub dtls_reverse: Option<Dtls>,
+    /// `DTLS-fingerprint`: the hash of the fingerprint our SDP carries (`sha-256` by default;
+    /// `sha-1`, `sha-384`, `sha-512`), as named, lowercase.
+    pub dtls_fingerprint: Option<String>,
     /// `SDES: off`.
     pub sdes_off: bool,
     /// `SDES: only-<suite>` (the suites to offer, in order, as named), empty for all.
@@ -290,6 +296,16 @@ fn text(key: &'static str, v: &Bencode) -> Result<String, NgError> {
     }
 }
 
+/// A `DTLS` or `DTLS-reverse` value.
+fn dtls_role(key: &'static str, v: &Bencode) -> Result<Dtls, NgError> {
+    match norm(&text(key, v)?).as_str() {
+        "off" | "no" | "disable" => Ok(Dtls::Off),
+        "passive" => Ok(Dtls::Passive),
+        "active" => Ok(Dtls::Active),
+        other => Err(NgError::BadValue(key, other.into())),
+    }
+}
+
 /// A value that is a string or a list of strings, as a list.
 fn list(key: &'static str, v: &Bencode) -> Result<Vec<String>, NgError> {
     match v {
@@ -324,13 +340,19 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     other => return Err(NgError::BadValue("ICE", other.into())),
                 }
             }
-            "dtls" => {
-                f.dtls = match norm(&text("DTLS", v)?).as_str() {
-                    "off" | "no" | "disable" => Some(Dtls::Off),
-                    "passive" => Some(Dtls::Passive),
-                    "active" => Some(Dtls::Active),
-                    other => return Err(NgError::BadValue("DTLS", other.into())),
+            "dtls" => f.dtls = Some(dtls_role("DTLS", v)?),
+            "dtls-reverse" => f.dtls_reverse = Some(dtls_role("DTLS-reverse", v)?),
+            "dtls-fingerprint" => {
+                let hash = norm(&text("DTLS-fingerprint", v)?);
+                if !["sha-1", "sha-256", "sha-384", "sha-512"].contains(&hash.as_str()) {
+                    return Err(NgError::BadValue("DTLS-fingerprint", hash));
                 }
+                f.dtls_fingerprint = Some(hash);
+            }
+            // rtpengine takes `SDES` as a list only: a string there changes nothing.
+            "sdes" if !matches!(v, Bencode::List(_)) => {
+                f.ignored
+                    .push(format!("SDES: {} (not a list)", text("SDES", v)?));
             }
             "sdes" => {
                 for item in list("SDES", v)? {
@@ -595,6 +617,8 @@ mod tests {
             ("transport protocol", s("RTP/SAVP")),
             ("ICE", s("remove")),
             ("DTLS", s("off")),
+            ("DTLS-reverse", s("passive")),
+            ("DTLS-fingerprint", s("SHA-1")),
             (
                 "SDES",
                 Bencode::List(vec![
@@ -631,6 +655,8 @@ mod tests {
         assert_eq!(f.transport, Some(Transport::RtpSavp));
         assert_eq!(f.ice, Some(Ice::Remove));
         assert_eq!(f.dtls, Some(Dtls::Off));
+        assert_eq!(f.dtls_reverse, Some(Dtls::Passive));
+        assert_eq!(f.dtls_fingerprint.as_deref(), Some("sha-1"));
         assert_eq!(f.sdes_only, vec!["AES_CM_128_HMAC_SHA1_80".to_owned()]);
         assert_eq!(f.sdes_no, vec!["AEAD_AES_256_GCM".to_owned()]);
         assert!(f.rtcp_mux.demux);

@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 use std::net::IpAddr;
 
 use crate::sdes::{Crypto, SdesError};
-use crate::sdp::{Codec, Direction, MediaKind, SdpError};
+use crate::sdp::{Codec, Direction, MediaKind, SdpError, Setup};
 use crate::sdp_doc::{connection_address, Line, Media, SdpDoc, SdpDocError};
 
 /// The transport a media section names (`m=<media> <port> <proto> …`).
@@ -112,6 +112,27 @@ pub struct RtpSection {
     /// ICE credentials (`a=ice-ufrag`, `a=ice-pwd`, the section's or the session's): the
     /// offerer does ICE.
     pub ice: Option<IceCredentials>,
+    /// DTLS-SRTP (RFC 5763): the certificate fingerprints (`a=fingerprint`, the section's or
+    /// the session's) and `a=setup`; `None` without a fingerprint.
+    pub dtls: Option<SectionDtls>,
+}
+
+/// What an SDP section says of its DTLS-SRTP association.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionDtls {
+    /// `a=setup` (RFC 4145), if given.
+    pub setup: Option<Setup>,
+    /// Each `a=fingerprint` value (`sha-256 AB:CD:…`), as written.
+    pub fingerprints: Vec<String>,
+}
+
+impl RtpSection {
+    /// Whether the section is keyed by DTLS-SRTP: a `UDP/TLS/RTP/SAVP[F]` transport, or
+    /// `RTP/SAVP[F]` with a fingerprint and no crypto line (RFC 5763's SIP offers).
+    pub fn keyed_by_dtls(&self) -> bool {
+        self.transport.is_dtls()
+            || (self.transport.is_sdes() && self.dtls.is_some() && self.crypto.is_empty())
+    }
 }
 
 /// The ICE credentials an SDP gives. Debug does not print the password.
@@ -325,7 +346,43 @@ pub fn rtp_section(doc: &SdpDoc, m: &Media) -> RtpSection {
         ptime: value("ptime").find_map(|v| v.trim().parse().ok()),
         mid: value("mid").next().map(str::to_owned),
         ice: ice_credentials(doc, m),
+        dtls: section_dtls(doc, m),
     }
+}
+
+/// The `a=fingerprint` and `a=setup` lines of section `m` (else the session's).
+fn section_dtls(doc: &SdpDoc, m: &Media) -> Option<SectionDtls> {
+    let values = |key: &'static str| -> Vec<String> {
+        let own: Vec<String> = m
+            .attributes(key)
+            .flatten()
+            .map(|v| v.trim().to_owned())
+            .collect();
+        if own.is_empty() {
+            doc.session_attribute(key)
+                .map(|v| vec![v.trim().to_owned()])
+                .unwrap_or_default()
+        } else {
+            own
+        }
+    };
+    let fingerprints = values("fingerprint");
+    if fingerprints.is_empty() {
+        return None;
+    }
+    let setup = values("setup")
+        .first()
+        .and_then(|v| match v.to_ascii_lowercase().as_str() {
+            "active" => Some(Setup::Active),
+            "passive" => Some(Setup::Passive),
+            "actpass" => Some(Setup::Actpass),
+            "holdconn" => Some(Setup::Holdconn),
+            _ => None,
+        });
+    Some(SectionDtls {
+        setup,
+        fingerprints,
+    })
 }
 
 /// The ICE credentials section `m` of `doc` gives (its own lines, else the session's).
@@ -387,6 +444,9 @@ pub struct RtpSectionAnswer {
     pub mid: Option<String>,
     /// Our ICE (ICE-lite: `a=ice-lite` at the session's level), if the section has any.
     pub ice: Option<IceAnswer>,
+    /// Our DTLS-SRTP role and certificate fingerprint (`a=setup`, `a=fingerprint`), for a
+    /// section keyed by DTLS.
+    pub dtls: Option<(Setup, String)>,
 }
 
 /// Where our RTCP goes, as the answer says.
@@ -451,6 +511,13 @@ pub fn write_rtp_sdp(origin: (u64, u64), address: IpAddr, sections: &[RtpSection
         }
         if m.rtcp == RtcpAnswer::Mux {
             s.push_str("a=rtcp-mux\r\n");
+        }
+        if let Some((setup, fingerprint)) = &m.dtls {
+            let _ = write!(
+                s,
+                "a=setup:{}\r\na=fingerprint:{fingerprint}\r\n",
+                setup.as_str()
+            );
         }
         if let Some(ice) = &m.ice {
             let c = &ice.credentials;
@@ -547,6 +614,7 @@ mod tests {
                     ptime: Some(20),
                     mid: None,
                     ice: None,
+                    dtls: None,
                 },
                 RtpSectionAnswer {
                     kind: MediaKind::Video,
@@ -559,6 +627,7 @@ mod tests {
                     ptime: None,
                     mid: None,
                     ice: None,
+                    dtls: None,
                 },
             ],
         );

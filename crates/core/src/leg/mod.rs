@@ -22,6 +22,7 @@
 pub mod data;
 pub mod pipe;
 pub mod rtp;
+mod rtp_dtls;
 pub mod webrtc;
 
 use std::fmt;
@@ -38,9 +39,10 @@ use crate::counters::{Counters, DropReason, EndReason};
 pub use data::{DataLimits, DataLink, DataMessage};
 pub use pipe::{MirrorSpec, PipeKey, PipeLeg, PIPE_KEY_LEN};
 pub use rtp::{
-    IceMarks, IceMode, Latch, LegMarks, Ports, Quarantine, Resume, RtpConfig, RtpLeg, RtpLegError,
-    RtpLegOptions, RtpOfferSpec, Sources, SrtpMark,
+    DtlsChoice, IceMarks, IceMode, Latch, LegMarks, Ports, Quarantine, Resume, RtpConfig, RtpLeg,
+    RtpLegError, RtpLegOptions, RtpOfferSpec, Sources, SrtpMark,
 };
+pub use rtp_dtls::RtpDtls;
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcMarks, WebRtcOfferSection};
 
 /// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s
@@ -893,12 +895,13 @@ impl Leg {
         }
     }
 
-    /// A DTLS record from `from` (a telephony leg or a pipe takes none: dropped as an
-    /// unknown kind).
-    pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, datagram: &[u8]) {
+    /// A DTLS record from `from` on our socket `via` (a pipe, or a telephony leg not keyed by
+    /// DTLS, takes none: dropped as an unknown kind).
+    pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, via: Via, datagram: &[u8]) {
         match self {
             Leg::WebRtc(l) => l.handle_dtls(now, from, datagram),
-            Leg::Rtp(_) | Leg::Pipe(_) => self.counters_mut().drop(DropReason::UnknownKind),
+            Leg::Rtp(l) => l.handle_dtls(now, from, via, datagram),
+            Leg::Pipe(_) => self.counters_mut().drop(DropReason::UnknownKind),
         }
     }
 
@@ -906,7 +909,8 @@ impl Leg {
     pub fn handshake_started(&self) -> bool {
         match self {
             Leg::WebRtc(l) => l.handshake_started(),
-            Leg::Rtp(_) | Leg::Pipe(_) => true,
+            Leg::Rtp(l) => l.handshake_started(),
+            Leg::Pipe(_) => true,
         }
     }
 

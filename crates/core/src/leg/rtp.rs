@@ -67,6 +67,7 @@ use secrelay_wire::sdp_rtp::{
 };
 use secrelay_wire::stun::{Class as StunClass, Message};
 
+use super::rtp_dtls::{DtlsKeying, RtpDtls, Transmit};
 use super::{
     CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback, TransmitKind, Via,
 };
@@ -168,6 +169,9 @@ pub struct RtpConfig {
     /// `transcode: AMR-WB/16000/1/23850` names a bitrate): the phone's `mode-set` still
     /// bounds it ([`crate::leg::choose_amr_mode`]). `None`: the encoder's default.
     pub amr_mode: Option<u8>,
+    /// DTLS-SRTP for a leg keyed by it (our certificate, role choice and fingerprint hash);
+    /// `None`: a section keyed by DTLS is not served.
+    pub dtls: Option<RtpDtls>,
 }
 
 /// How one telephony leg differs from the gateway's telephony defaults ([`RtpConfig`]): the
@@ -206,6 +210,18 @@ pub struct RtpLegOptions {
     pub dtmf_transcode: bool,
     /// [`RtpConfig::amr_mode`].
     pub amr_mode: Option<u8>,
+    /// Key the leg by DTLS-SRTP, so (its offer's transport keeps its name: `RTP/SAVP` or
+    /// `UDP/TLS/RTP/SAVP`); the shard adds its certificate ([`RtpConfig::dtls`]).
+    pub dtls: Option<DtlsChoice>,
+}
+
+/// How a telephony leg keyed by DTLS-SRTP differs from the defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DtlsChoice {
+    /// [`RtpDtls::passive`].
+    pub passive: bool,
+    /// [`RtpDtls::hash`].
+    pub hash: secrelay_dtls::HashAlgorithm,
 }
 
 /// Whether a telephony leg does ICE with its phone: as an ICE-lite agent (RFC 8445 §2.5), it
@@ -334,6 +350,7 @@ impl Default for RtpLegOptions {
             osrtp: false,
             dtmf_transcode: false,
             amr_mode: None,
+            dtls: None,
         }
     }
 }
@@ -402,6 +419,7 @@ impl Default for RtpConfig {
             osrtp: false,
             dtmf_transcode: false,
             amr_mode: None,
+            dtls: None,
         }
     }
 }
@@ -510,6 +528,8 @@ pub enum RtpLegError {
     BadAnswer(String),
     /// A new offer in the call that cannot be taken now (why).
     Renegotiation(String),
+    /// The SDP's DTLS-SRTP lines cannot be taken (why).
+    Dtls(String),
 }
 
 impl fmt::Display for RtpLegError {
@@ -524,6 +544,7 @@ impl fmt::Display for RtpLegError {
             RtpLegError::Srtp(e) => write!(f, "SRTP context: {e}"),
             RtpLegError::BadAnswer(why) => write!(f, "the answer to our offer: {why}"),
             RtpLegError::Renegotiation(why) => write!(f, "the new offer: {why}"),
+            RtpLegError::Dtls(why) => write!(f, "DTLS-SRTP: {why}"),
         }
     }
 }
@@ -547,6 +568,8 @@ enum Security {
         ours: Zeroizing<String>,
         theirs: Zeroizing<String>,
     },
+    /// DTLS-SRTP: the associations, and the contexts once every component is keyed.
+    Dtls(Box<DtlsKeying>),
 }
 
 /// A source latched by a leg, for RTP or RTCP.
@@ -602,7 +625,7 @@ pub struct RtpLeg {
     ice: Option<IceLite>,
     /// STUN answers to send (to, from which of our ports, the datagram), and the one lent out
     /// by [`RtpLeg::poll_output`] (whose buffer the next answer is written in).
-    transmits: VecDeque<(SocketAddr, Via, Vec<u8>)>,
+    transmits: VecDeque<Transmit>,
     lent: Option<Vec<u8>>,
 }
 
@@ -711,7 +734,11 @@ impl RtpLeg {
         let serves = |s: &RtpSection| {
             s.port != 0
                 && (config.passthrough || s.kind == MediaKind::Audio)
-                && (s.transport.is_plain() || s.transport.is_sdes())
+                && if s.keyed_by_dtls() {
+                    config.dtls.is_some()
+                } else {
+                    s.transport.is_plain() || s.transport.is_sdes()
+                }
         };
         let chosen = offer
             .sections
@@ -744,7 +771,15 @@ impl RtpLeg {
             codecs
         };
         let osrtp = config.osrtp && section.transport.is_plain() && !section.crypto.is_empty();
-        let (security, answer_crypto) = if section.transport.is_sdes() || osrtp {
+        let (security, answer_crypto) = if let (true, Some(d), Some(sdp)) =
+            (section.keyed_by_dtls(), &config.dtls, &section.dtls)
+        {
+            let mut keying = DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?;
+            keying.take_offer(sdp).map_err(RtpLegError::Dtls)?;
+            (Security::Dtls(Box::new(keying)), None)
+        } else if section.keyed_by_dtls() {
+            return Err(RtpLegError::Dtls("the section has no a=fingerprint".into()));
+        } else if section.transport.is_sdes() || osrtp {
             let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
             let theirs = Zeroizing::new(
                 offered
@@ -806,6 +841,10 @@ impl RtpLeg {
             amr_mode: amr_mode_of(&codecs, config.amr_mode),
         }];
         let rtcp_mux = section.rtcp_mux;
+        let dtls_lines = match &security {
+            Security::Dtls(k) => Some(k.attributes()),
+            _ => None,
+        };
         let sections: Vec<RtpSectionAnswer> = offer
             .sections
             .iter()
@@ -827,6 +866,7 @@ impl RtpLeg {
                         ptime: s.ptime,
                         mid: s.mid.clone(),
                         ice: None,
+                        dtls: dtls_lines.clone(),
                     }
                 } else {
                     RtpSectionAnswer {
@@ -840,6 +880,7 @@ impl RtpLeg {
                         ptime: None,
                         mid: s.mid.clone(),
                         ice: None,
+                        dtls: None,
                     }
                 }
             })
@@ -891,6 +932,7 @@ impl RtpLeg {
             transmits: VecDeque::new(),
             lent: None,
         };
+        leg.start_dtls(now)?;
         leg.note_sources();
         Ok(leg)
     }
@@ -921,7 +963,13 @@ impl RtpLeg {
             return Err(RtpLegError::NoCommonCodec);
         }
         let osrtp = spec.transport.is_plain() && !spec.suites.is_empty();
-        let (security, crypto) = if spec.transport.is_sdes() || osrtp {
+        let (security, crypto) = if let Some(d) = &config.dtls {
+            if !(spec.transport.is_sdes() || spec.transport.is_dtls()) {
+                return Err(RtpLegError::NoServableSection);
+            }
+            let keying = DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?;
+            (Security::Dtls(Box::new(keying)), Vec::new())
+        } else if spec.transport.is_sdes() || osrtp {
             if spec.suites.is_empty() {
                 return Err(RtpLegError::NoUsableCrypto(
                     "no SDES suite left to offer".into(),
@@ -985,6 +1033,10 @@ impl RtpLeg {
             ptime: spec.ptime,
             mid: None,
             ice: None,
+            dtls: match &security {
+                Security::Dtls(k) => Some(k.attributes()),
+                _ => None,
+            },
         };
         let origin = (random_session_id(), 1);
         let sdp = write_rtp_sdp(origin, config.announce, std::slice::from_ref(&section));
@@ -1054,8 +1106,11 @@ impl RtpLeg {
             .sdp
             .iter()
             .any(|s| s.port.is_some() && s.transport.is_plain() && !s.crypto.is_empty());
+        let dtls = matches!(self.security, Security::Dtls(_));
         let answers = if osrtp {
             a.transport.is_plain()
+        } else if dtls {
+            a.keyed_by_dtls()
         } else {
             sdes == a.transport.is_sdes() && (sdes || a.transport.is_plain())
         };
@@ -1064,6 +1119,9 @@ impl RtpLeg {
                 "transport {} does not answer ours",
                 a.transport.as_str()
             )));
+        }
+        if dtls && a.dtls.is_none() {
+            return Err(bad("no a=fingerprint in the answer to our DTLS-SRTP offer"));
         }
         if osrtp && a.crypto.is_empty() && matches!(self.security, Security::Offered(_)) {
             // Declined: plain RTP, and plain in our offers from now on.
@@ -1184,11 +1242,17 @@ impl RtpLeg {
             };
             SocketAddr::new(ip, port)
         });
+        if let (Security::Dtls(k), Some(sdp)) = (&mut self.security, &a.dtls) {
+            k.take_answer(sdp).map_err(|e| bad(&e))?;
+            let lines = k.attributes();
+            self.sdp[0].dtls = Some(lines);
+        }
         self.awaiting = false;
         self.reoffered = false;
         self.last_admitted = now;
         self.peer_ice = a.ice.clone();
         self.take_peer_ice(now, false);
+        self.start_dtls(now)?;
         self.note_sources();
         Ok(())
     }
@@ -1239,6 +1303,16 @@ impl RtpLeg {
                 if *theirs == *old_theirs {
                     std::mem::swap(inbound, old_in);
                 }
+            }
+        }
+        if let (Security::Dtls(old), Security::Dtls(new)) = (&self.security, &next.security) {
+            if !old.continued_by(new) {
+                return refuse("a new DTLS association (another role or certificate) in the call");
+            }
+            if old.started() {
+                next.security = std::mem::replace(&mut self.security, Security::Plain);
+                next.transmits.clear();
+                next.queue.clear();
             }
         }
         next.origin = (self.origin.0, self.origin.1 + 1);
@@ -1342,7 +1416,8 @@ impl RtpLeg {
         };
         let window = self.config.replay_window;
         match &mut self.security {
-            Security::Plain => return Ok(()),
+            // DTLS-SRTP's keys are the handshake's, never in the SDP.
+            Security::Plain | Security::Dtls(_) => return Ok(()),
             Security::Offered(keys) => {
                 for (tag, profile, key) in keys.iter_mut() {
                     if let Some(k) = key_of(*profile, Some(*tag))? {
@@ -1395,7 +1470,7 @@ impl RtpLeg {
     fn write_keys(&mut self) {
         for c in self.sdp.iter_mut().flat_map(|s| s.crypto.iter_mut()) {
             let inline = match &self.security {
-                Security::Plain => None,
+                Security::Plain | Security::Dtls(_) => None,
                 Security::Offered(keys) => keys
                     .iter()
                     .find(|(tag, p, _)| *tag == c.tag && p.sdp_name() == c.suite)
@@ -1424,7 +1499,7 @@ impl RtpLeg {
     /// answer); `None` for a plain one.
     pub fn sdes_profile(&self) -> Option<Profile> {
         match &self.security {
-            Security::Plain => None,
+            Security::Plain | Security::Dtls(_) => None,
             Security::Offered(keys) => keys.first().map(|k| k.1),
             Security::Sdes { profile, .. } => Some(*profile),
         }
@@ -1511,10 +1586,12 @@ impl RtpLeg {
             return Sources::Any;
         }
         match (&self.security, src.latched, self.config.latch) {
-            (Security::Sdes { .. }, Some(l), _) if self.config.strict_source => {
+            (Security::Sdes { .. } | Security::Dtls(_), Some(l), _)
+                if self.config.strict_source =>
+            {
                 Sources::Only(vec![l])
             }
-            (Security::Sdes { .. } | Security::Offered(_), ..) => Sources::Any,
+            (Security::Sdes { .. } | Security::Offered(_) | Security::Dtls(_), ..) => Sources::Any,
             (Security::Plain, Some(l), _) => Sources::Only(vec![l]),
             (Security::Plain, None, Latch::Signalled) => {
                 Sources::Only(src.signalled.into_iter().collect())
@@ -1599,6 +1676,14 @@ impl RtpLeg {
                     _ => Ok(true),
                 };
             }
+            Security::Dtls(ref k) => {
+                let strict = self.config.strict_source;
+                return match (&k.keyed, src.latched) {
+                    (None, _) => Err(DropReason::BeforeKeys),
+                    (Some(_), Some(l)) if strict && l != from => Err(DropReason::UnlatchedSource),
+                    (Some(_), _) => Ok(true),
+                };
+            }
             Security::Offered(_) => return Err(DropReason::BeforeKeys),
             Security::Plain if self.awaiting => return Err(DropReason::BeforeKeys),
             Security::Plain => {}
@@ -1636,6 +1721,7 @@ impl RtpLeg {
         match &mut self.security {
             Security::Plain | Security::Offered(_) => None,
             Security::Sdes { inbound, .. } => Some(inbound),
+            Security::Dtls(k) => k.keyed.as_mut().map(|k| &mut k.inbound),
         }
     }
 
@@ -1644,6 +1730,7 @@ impl RtpLeg {
         match &mut self.security {
             Security::Plain | Security::Offered(_) => None,
             Security::Sdes { outbound, .. } => Some(outbound),
+            Security::Dtls(k) => k.keyed.as_mut().map(|k| &mut k.outbound),
         }
     }
 
@@ -1652,7 +1739,7 @@ impl RtpLeg {
         self.config.dtmf_transcode
     }
 
-    /// Whether what we send is protected (SDES) or not (plain).
+    /// Whether what we send is protected (SDES, DTLS-SRTP) or not (plain).
     pub fn protects(&self) -> bool {
         !matches!(self.security, Security::Plain)
     }
@@ -1693,30 +1780,40 @@ impl RtpLeg {
         if self.closed.is_none() && now >= self.last_admitted + self.config.media_timeout {
             self.close_with(CloseReason::MediaTimeout);
         }
+        if let Security::Dtls(k) = &mut self.security {
+            k.handle_timeout(now);
+            self.drain_dtls(now);
+        }
     }
 
     /// When [`RtpLeg::handle_timeout`] must next be called; `None` once closed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.closed
+        let media = self
+            .closed
             .is_none()
-            .then(|| self.last_admitted + self.config.media_timeout)
+            .then(|| self.last_admitted + self.config.media_timeout)?;
+        match &self.security {
+            Security::Dtls(k) => Some(k.poll_timeout().map_or(media, |t| t.min(media))),
+            _ => Some(media),
+        }
     }
 
-    /// Whether STUN answers or events are queued.
+    /// Whether STUN answers, DTLS flights or events are queued.
     pub fn has_output(&self) -> bool {
         !self.queue.is_empty() || !self.transmits.is_empty()
     }
 
-    /// The next STUN answer, then the next event, then [`LegOutput::Timeout`], or `None` once
-    /// closed with nothing left. A datagram's bytes are valid until the next call.
+    /// The next STUN answer or DTLS flight, then the next event, then [`LegOutput::Timeout`],
+    /// or `None` once closed with nothing left. A datagram's bytes are valid until the next
+    /// call.
     pub fn poll_output(&mut self) -> Option<LegOutput<'_>> {
-        if let Some((destination, via, buf)) = self.transmits.pop_front() {
+        if let Some((destination, via, buf, kind)) = self.transmits.pop_front() {
             let contents = self.lent.insert(buf);
             return Some(LegOutput::Transmit {
                 destination,
                 via,
                 contents,
-                kind: TransmitKind::Stun,
+                kind,
             });
         }
         match self.queue.pop_front() {
@@ -1823,6 +1920,67 @@ impl RtpLeg {
         }
     }
 
+    /// The component ports a DTLS-SRTP leg's associations run on: RTP's, and RTCP's unless
+    /// muxed.
+    fn dtls_ports(&self) -> (Via, Option<Via>) {
+        let rtp = Via::Port(self.ports.rtp.port());
+        let rtcp = (!self.rtcp_mux && self.ports.rtcp != self.ports.rtp)
+            .then(|| Via::Port(self.ports.rtcp.port()));
+        (rtp, rtcp)
+    }
+
+    /// Starts a DTLS-SRTP leg's associations once its role and the peer's fingerprint are
+    /// known (as the client, the first flight goes out now).
+    fn start_dtls(&mut self, now: Instant) -> Result<(), RtpLegError> {
+        let ports = self.dtls_ports();
+        if let Security::Dtls(k) = &mut self.security {
+            k.start(now, ports).map_err(RtpLegError::Dtls)?;
+            self.drain_dtls(now);
+        }
+        Ok(())
+    }
+
+    /// What the associations made: flights queued, the leg keyed (or closed) as they say.
+    fn drain_dtls(&mut self, now: Instant) {
+        let signalled = (self.rtp.destination(), self.rtcp.destination());
+        let window = self.config.replay_window;
+        let Security::Dtls(k) = &mut self.security else {
+            return;
+        };
+        match k.drain(now, signalled, window, &mut self.transmits) {
+            Ok(Some(event)) => {
+                self.last_admitted = now;
+                self.queue.push_back(event);
+            }
+            Ok(None) => {}
+            Err(reason) => self.close_with(reason),
+        }
+    }
+
+    /// A DTLS record that came to our port `via` from `from`: to the association there
+    /// (dropped and counted on a leg not keyed by DTLS).
+    pub fn handle_dtls(&mut self, now: Instant, from: SocketAddr, via: Via, datagram: &[u8]) {
+        if self.closed.is_some() {
+            return self.counters.drop(DropReason::AfterClose);
+        }
+        if self.quarantine.holds(from, now) {
+            return self.counters.drop(DropReason::StaleSource);
+        }
+        let Security::Dtls(k) = &mut self.security else {
+            return self.counters.drop(DropReason::UnknownKind);
+        };
+        k.handle(now, from, via, datagram, &mut self.counters);
+        self.drain_dtls(now);
+    }
+
+    /// Whether a DTLS-SRTP leg's handshake has begun (other legs have none to begin).
+    pub fn handshake_started(&self) -> bool {
+        match &self.security {
+            Security::Dtls(k) => k.started(),
+            _ => true,
+        }
+    }
+
     /// A STUN message that came to our port `via` from `from`: a check the ICE agent answers
     /// (its answer queued to leave from the same port), the address it nominates taken as where
     /// RTP (or, on the RTCP port, RTCP) goes; dropped and counted without ICE.
@@ -1847,7 +2005,8 @@ impl RtpLeg {
         match ice.handle_binding(now, from, msg, &mut out) {
             Ok(outcome) => {
                 out.truncate(outcome.response_len);
-                self.transmits.push_back((from, via, out));
+                self.transmits
+                    .push_back((from, via, out, TransmitKind::Stun));
                 if let Some(IceEvent::Selected(addr)) = outcome.event {
                     self.latch_to(addr, rtcp);
                 }
@@ -1855,7 +2014,8 @@ impl RtpLeg {
             Err(IceError::Unauthenticated(Some(n)) | IceError::RoleConflict(n)) => {
                 self.counters.drop(DropReason::StunRejected);
                 out.truncate(n);
-                self.transmits.push_back((from, via, out));
+                self.transmits
+                    .push_back((from, via, out, TransmitKind::Stun));
             }
             Err(_) => self.counters.drop(DropReason::StunRejected),
         }

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
-use secrelay_wire::ng::{error_reply, parse, reply, OfferAnswer, Request};
+use secrelay_wire::ng::{error_reply, parse, reply, Ice, OfferAnswer, Request};
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
@@ -1001,14 +1001,21 @@ impl std::fmt::Display for ForwardError {
 
 impl std::error::Error for ForwardError {}
 
+/// Whether an offer makes a call with a WebRTC side (ICE and DTLS-SRTP on the shared port,
+/// [`super::ng_webrtc`]): the offerer's SDP has a DTLS section with ICE credentials (a
+/// browser), or the flags ask for a DTLS transport towards the callee without removing ICE.
+/// DTLS-SRTP without ICE (a SIP phone's, RFC 5763) is a telephony leg's, on ports of its own.
 fn wants_webrtc(o: &OfferAnswer) -> bool {
-    if o.flags.transport.as_ref().is_some_and(Transport::is_dtls) {
+    let dtls_flag = o.flags.transport.as_ref().is_some_and(Transport::is_dtls);
+    if dtls_flag && o.flags.ice != Some(Ice::Remove) {
         return true;
     }
     SdpDoc::parse(&o.sdp).is_ok_and(|d| {
-        d.media
-            .iter()
-            .any(|m| m.port != 0 && Transport::parse(&m.proto).is_dtls())
+        d.media.iter().any(|m| {
+            m.port != 0
+                && Transport::parse(&m.proto).is_dtls()
+                && secrelay_wire::sdp_rtp::ice_credentials(&d, m).is_some()
+        })
     })
 }
 

@@ -14,8 +14,9 @@
 
 use std::time::Instant;
 
+use secrelay_dtls::HashAlgorithm;
 use secrelay_srtp::Profile;
-use secrelay_wire::ng::{Flags, Ice};
+use secrelay_wire::ng::{Dtls, Flags, Ice};
 use secrelay_wire::sdp::{Codec, Direction};
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
 use secrelay_wire::sdp_rtp::{
@@ -33,7 +34,7 @@ use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
 use super::{ApiError, Gateway, Who};
-use crate::leg::{CodecId, IceMode, LegMarks, RtpLegOptions, RtpOfferSpec};
+use crate::leg::{CodecId, DtlsChoice, IceMode, LegMarks, RtpLegOptions, RtpOfferSpec};
 
 /// Which side of a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -66,6 +67,8 @@ struct Local {
     formats: Vec<String>,
     /// Its ICE (credentials and candidates), when it does ICE with its phone.
     ice: Option<IceOut>,
+    /// Its `a=setup` and `a=fingerprint` values, when keyed by DTLS-SRTP.
+    dtls: Option<(String, String)>,
 }
 
 /// The `a=crypto` values of the first section with a port of an SDP of ours.
@@ -104,6 +107,10 @@ fn local_of(sdp: &str) -> Result<Local, ApiError> {
             } else if let Some(v) = line.strip_prefix("a=candidate:") {
                 let ice = l.ice.get_or_insert_with(IceOut::default);
                 ice.candidates.push(v.to_owned());
+            } else if let Some(v) = line.strip_prefix("a=setup:") {
+                l.dtls.get_or_insert_with(Default::default).0 = v.to_owned();
+            } else if let Some(v) = line.strip_prefix("a=fingerprint:") {
+                l.dtls.get_or_insert_with(Default::default).1 = v.to_owned();
             }
         }
     }
@@ -308,10 +315,34 @@ fn transport_towards(m: &Media, flags: &Flags) -> Transport {
         .unwrap_or_else(|| Transport::parse(&m.proto))
 }
 
-/// Whether the gateway relays a section on its own ports.
+/// Whether the gateway relays a section on its own ports: RTP, SDES-SRTP, or DTLS-SRTP
+/// without ICE, each way.
 fn relayable(m: &Media, towards: &Transport) -> bool {
     let from = Transport::parse(&m.proto);
-    m.port != 0 && (from.is_plain() || from.is_sdes()) && (towards.is_plain() || towards.is_sdes())
+    let served = |t: &Transport| t.is_plain() || t.is_sdes() || t.is_dtls();
+    m.port != 0 && served(&from) && served(towards)
+}
+
+/// Whether the leg towards a side on `towards` is keyed by DTLS-SRTP: a DTLS transport, or
+/// SRTP with `SDES: off` (rtpengine offers DTLS-SRTP on `RTP/SAVP[F]` then).
+fn dtls_towards(towards: &Transport, flags: &Flags) -> bool {
+    towards.is_dtls() || (towards.is_sdes() && flags.sdes_off)
+}
+
+/// How a leg keyed by DTLS-SRTP is made: our fingerprint's hash as `DTLS-fingerprint` names
+/// it; answering the offerer's `actpass`, the server's role where `DTLS-reverse: passive`
+/// asks for it (else the client's, as rtpengine answers).
+fn dtls_choice(flags: &Flags) -> DtlsChoice {
+    let hash = match flags.dtls_fingerprint.as_deref() {
+        Some("sha-1") => HashAlgorithm::Sha1,
+        Some("sha-384") => HashAlgorithm::Sha384,
+        Some("sha-512") => HashAlgorithm::Sha512,
+        _ => HashAlgorithm::Sha256,
+    };
+    DtlsChoice {
+        passive: flags.dtls_reverse == Some(Dtls::Passive),
+        hash,
+    }
 }
 
 /// A section of a peer's SDP as a leg takes it (that section alone).
@@ -988,7 +1019,11 @@ impl SectionCall {
         let rtcp_mux = (m.has("rtcp-mux") && !flags.rtcp_mux.demux)
             || flags.rtcp_mux.offer
             || flags.rtcp_mux.require;
-        let (suites, sdes_tags) = offered_suites(ctx, m, &towards, flags)?;
+        let dtls = dtls_towards(&towards, flags).then(|| dtls_choice(flags));
+        let (suites, sdes_tags) = match dtls {
+            Some(_) => Default::default(),
+            None => offered_suites(ctx, m, &towards, flags)?,
+        };
         let spec = RtpOfferSpec {
             transport: towards.clone(),
             codecs: p.towards_callee.clone(),
@@ -1010,6 +1045,7 @@ impl SectionCall {
                 ice: ice_towards(flags, doc, m, false),
                 dtmf_transcode: p.dtmf_transcode,
                 amr_mode: p.amr_mode,
+                dtls,
                 ..RtpLegOptions::default()
             },
         );
@@ -1031,7 +1067,7 @@ impl SectionCall {
             direction: direction_passed(doc, i, flags),
             rtcp_mux,
             crypto: local.crypto,
-            dtls: None,
+            dtls: local.dtls,
             ptime: spec.ptime,
             ice: local.ice,
         }));
@@ -1103,7 +1139,7 @@ impl SectionCall {
             direction: direction_passed(doc, i, flags),
             rtcp_mux: y_local.rtcp_mux,
             crypto: y_local.crypto,
-            dtls: None,
+            dtls: y_local.dtls,
             ptime: ptime_of(m),
             ice: y_local.ice,
         }));
@@ -1253,7 +1289,7 @@ impl SectionCall {
             direction: direction_passed(doc, i, flags),
             rtcp_mux: x_local.rtcp_mux,
             crypto: x_local.crypto,
-            dtls: None,
+            dtls: x_local.dtls,
             ptime,
             ice: x_local.ice,
         })))
@@ -1307,6 +1343,9 @@ impl SectionCall {
                 ice,
                 osrtp,
                 amr_mode,
+                dtls: rtp_section(&pending.offer, xm)
+                    .keyed_by_dtls()
+                    .then(|| dtls_choice(&pending.flags)),
                 ..RtpLegOptions::default()
             },
         );
