@@ -369,6 +369,24 @@ fn sdes_off_towards_srtp_offers_dtls_srtp_and_a_dtls_caller_without_ice_is_answe
     );
     assert!(fingerprint_of(&got).is_empty(), "{got:?}");
 
+    // With SDES on, DTLS-SRTP is offered beside it (the answer takes either), unless
+    // `DTLS: off`.
+    for (call, dtls_off) in [("d4", false), ("d5", true)] {
+        let mut flags = vec![("transport-protocol", s("RTP/SAVP")), ("ICE", s("remove"))];
+        if dtls_off {
+            flags.push(("DTLS", s("off")));
+        }
+        let got = sdp_of(&mut ng, request("offer", call, plain, &flags));
+        assert!(got.iter().any(|l| l.starts_with("a=crypto:")), "{got:?}");
+        assert_eq!(
+            got.contains(&"a=setup:actpass".to_owned()),
+            !dtls_off,
+            "{got:?}"
+        );
+        let expected: &[&str] = if dtls_off { &[] } else { &["sha-256 DIGEST"] };
+        assert_eq!(fingerprint_of(&got), expected, "{call}");
+    }
+
     // A caller offering DTLS-SRTP without ICE (a SIP phone, RFC 5763) to a plain callee:
     // answered as the DTLS client (`active`), or the server with `DTLS-reverse: passive`.
     let dtls = "v=0\r\no=- 3 3 IN IP4 192.0.2.30\r\ns=-\r\nc=IN IP4 192.0.2.30\r\nt=0 0\r\n\

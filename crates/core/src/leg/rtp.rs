@@ -627,6 +627,8 @@ pub struct RtpLeg {
     /// by [`RtpLeg::poll_output`] (whose buffer the next answer is written in).
     transmits: VecDeque<Transmit>,
     lent: Option<Vec<u8>>,
+    /// DTLS-SRTP offered beside SDES, until the answer takes one or the other.
+    dtls_alongside: Option<Box<DtlsKeying>>,
 }
 
 impl fmt::Debug for RtpLeg {
@@ -931,6 +933,7 @@ impl RtpLeg {
             ice: None,
             transmits: VecDeque::new(),
             lent: None,
+            dtls_alongside: None,
         };
         leg.start_dtls(now)?;
         leg.note_sources();
@@ -963,7 +966,18 @@ impl RtpLeg {
             return Err(RtpLegError::NoCommonCodec);
         }
         let osrtp = spec.transport.is_plain() && !spec.suites.is_empty();
-        let (security, crypto) = if let Some(d) = &config.dtls {
+        // SDES and DTLS-SRTP both offered (rtpengine's default towards `RTP/SAVP[F]`): the
+        // answer's crypto line, or its fingerprint, decides.
+        let alongside = match (
+            &config.dtls,
+            spec.transport.is_sdes() && !spec.suites.is_empty(),
+        ) {
+            (Some(d), true) => Some(Box::new(
+                DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?,
+            )),
+            _ => None,
+        };
+        let (security, crypto) = if let (Some(d), None) = (&config.dtls, &alongside) {
             if !(spec.transport.is_sdes() || spec.transport.is_dtls()) {
                 return Err(RtpLegError::NoServableSection);
             }
@@ -1033,8 +1047,8 @@ impl RtpLeg {
             ptime: spec.ptime,
             mid: None,
             ice: None,
-            dtls: match &security {
-                Security::Dtls(k) => Some(k.attributes()),
+            dtls: match (&security, &alongside) {
+                (Security::Dtls(k), _) | (_, Some(k)) => Some(k.attributes()),
                 _ => None,
             },
         };
@@ -1067,6 +1081,7 @@ impl RtpLeg {
             ice: None,
             transmits: VecDeque::new(),
             lent: None,
+            dtls_alongside: alongside,
         };
         leg.note_sources();
         Ok(leg)
@@ -1106,6 +1121,18 @@ impl RtpLeg {
             .sdp
             .iter()
             .any(|s| s.port.is_some() && s.transport.is_plain() && !s.crypto.is_empty());
+        if let Some(k) = self.dtls_alongside.take() {
+            // SDES and DTLS-SRTP were offered: a fingerprint without a crypto line takes
+            // DTLS-SRTP; anything else, SDES.
+            if a.crypto.is_empty() && a.dtls.is_some() {
+                self.security = Security::Dtls(k);
+                for s in &mut self.sdp {
+                    s.crypto.clear();
+                }
+            } else {
+                self.sdp[0].dtls = None;
+            }
+        }
         let dtls = matches!(self.security, Security::Dtls(_));
         let answers = if osrtp {
             a.transport.is_plain()

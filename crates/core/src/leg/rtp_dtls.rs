@@ -509,6 +509,75 @@ mod tests {
     }
 
     #[test]
+    fn sdes_and_dtls_offered_together_key_as_the_answer_chooses() {
+        let now = Instant::now();
+        let spec = RtpOfferSpec {
+            transport: Transport::RtpSavp,
+            codecs: vec![(CodecId::Pcmu, pcmu())],
+            suites: vec![Profile::AesCm128HmacSha1_80],
+            rtcp_mux: false,
+            ptime: None,
+        };
+        // A phone that keys by DTLS-SRTP answers without the crypto lines it does not use.
+        let at = [ports(30040), ports(30050)];
+        let offerer = RtpLeg::new_offer(&spec, at[0], config(false), now).unwrap();
+        let offer = offerer.answer_sdp().to_owned();
+        for line in [
+            "a=crypto:1 AES_CM_128_HMAC_SHA1_80 ",
+            "a=setup:actpass",
+            "a=fingerprint:",
+        ] {
+            assert!(offer.contains(line), "{line} in {offer}");
+        }
+        let dtls_only: String = offer
+            .lines()
+            .filter(|l| !l.starts_with("a=crypto"))
+            .map(|l| format!("{l}\r\n"))
+            .collect();
+        let answerer =
+            RtpLeg::new(&parse_rtp(&dtls_only).unwrap(), at[1], config(false), now).unwrap();
+        let mut legs = [offerer, answerer];
+        legs[0]
+            .accept_answer(&parse_rtp(legs[1].answer_sdp()).unwrap(), now)
+            .unwrap();
+        assert_eq!(legs[0].sdes_profile(), None);
+        let events = run(&mut legs, at, now);
+        assert!(
+            events[0]
+                .iter()
+                .any(|e| matches!(e, LegEvent::Connected { .. })),
+            "{:?}",
+            events[0]
+        );
+
+        // A phone that keys by SDES answers with its crypto line: SDES, and our next offer
+        // carries no fingerprint.
+        let at = [ports(30060), ports(30070)];
+        let mut offerer = RtpLeg::new_offer(&spec, at[0], config(false), now).unwrap();
+        let answerer = RtpLeg::new(
+            &parse_rtp(offerer.answer_sdp()).unwrap(),
+            at[1],
+            RtpConfig {
+                dtls: None,
+                ..config(false)
+            },
+            now,
+        )
+        .unwrap();
+        assert!(answerer.answer_sdp().contains("a=crypto:1 "));
+        offerer
+            .accept_answer(&parse_rtp(answerer.answer_sdp()).unwrap(), now)
+            .unwrap();
+        assert_eq!(offerer.sdes_profile(), Some(Profile::AesCm128HmacSha1_80));
+        assert!(offerer.inbound_context().is_some());
+        let again = offerer.make_offer().unwrap();
+        assert!(
+            !again.contains("a=fingerprint") && !again.contains("a=setup"),
+            "{again}"
+        );
+    }
+
+    #[test]
     fn a_phone_whose_certificate_is_not_its_fingerprint_ends_the_leg() {
         let now = Instant::now();
         let spec = RtpOfferSpec {

@@ -1019,11 +1019,15 @@ impl SectionCall {
         let rtcp_mux = (m.has("rtcp-mux") && !flags.rtcp_mux.demux)
             || flags.rtcp_mux.offer
             || flags.rtcp_mux.require;
-        let dtls = dtls_towards(&towards, flags).then(|| dtls_choice(flags));
-        let (suites, sdes_tags) = match dtls {
-            Some(_) => Default::default(),
-            None => offered_suites(ctx, m, &towards, flags)?,
+        let only_dtls = dtls_towards(&towards, flags);
+        let (suites, sdes_tags) = match only_dtls {
+            true => Default::default(),
+            false => offered_suites(ctx, m, &towards, flags)?,
         };
+        // Towards SRTP, DTLS-SRTP is offered beside SDES unless `DTLS: off` (rtpengine's
+        // default: the answer takes either).
+        let dtls = (only_dtls || (towards.is_sdes() && flags.dtls != Some(Dtls::Off)))
+            .then(|| dtls_choice(flags));
         let spec = RtpOfferSpec {
             transport: towards.clone(),
             codecs: p.towards_callee.clone(),
