@@ -431,6 +431,42 @@ fn sdes_off_towards_srtp_offers_dtls_srtp_and_a_dtls_caller_without_ice_is_answe
 }
 
 #[test]
+fn an_answers_transport_protocol_names_the_offerers_transport() {
+    let (_server, mut ng) = start();
+    // rtpengine: an answer's `transport-protocol` names the transport the offerer is
+    // answered in (a feedback profile of the same keying); `accept` passes the answerer's on.
+    let plain = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0\r\n";
+    let callee = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVPF 0\r\n";
+    for (call, flag, proto) in [
+        ("t1", None, "RTP/AVP"),
+        ("t2", Some("RTP/AVPF"), "RTP/AVPF"),
+        ("t3", Some("accept"), "RTP/AVPF"),
+        // Another keying is not named: the offerer's leg is plain RTP.
+        ("t4", Some("RTP/SAVP"), "RTP/AVP"),
+    ] {
+        sdp_of(
+            &mut ng,
+            request("offer", call, plain, &[("ICE", s("remove"))]),
+        );
+        let mut flags = vec![("ICE", s("remove"))];
+        if let Some(f) = flag {
+            flags.push(("transport-protocol", s(f)));
+        }
+        let got = sdp_of(&mut ng, request("answer", call, callee, &flags));
+        assert!(
+            got.contains(&format!("m=audio PORT {proto} 0")),
+            "{call}: {got:?}"
+        );
+        assert!(
+            !got.iter().any(|l| l.starts_with("a=crypto")),
+            "{call}: {got:?}"
+        );
+    }
+}
+
+#[test]
 fn a_later_answer_to_the_same_offer_is_taken_with_its_codecs() {
     let (_server, mut ng) = start();
     let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\

@@ -143,6 +143,9 @@ impl CodecFlags {
 pub struct Flags {
     /// `transport-protocol`: the transport towards the other side.
     pub transport: Option<Transport>,
+    /// `transport-protocol: accept` (in an answer): the offerer is answered in the
+    /// answerer's transport, as it is named.
+    pub transport_accept: bool,
     /// `ICE`.
     pub ice: Option<Ice>,
     /// `DTLS`.
@@ -319,7 +322,12 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
     for (k, v) in e {
         match k.as_str() {
             "transport-protocol" => {
-                let t = Transport::parse(&text("transport-protocol", v)?);
+                let value = text("transport-protocol", v)?;
+                if norm(&value) == "accept" {
+                    f.transport_accept = true;
+                    continue;
+                }
+                let t = Transport::parse(&value);
                 if let Transport::Other(s) = &t {
                     return Err(NgError::BadValue(
                         "transport-protocol",
@@ -619,6 +627,7 @@ mod tests {
             ("DTLS", s("off")),
             ("DTLS-reverse", s("passive")),
             ("DTLS-fingerprint", s("SHA-1")),
+            ("transport-protocol", s("accept")),
             (
                 "SDES",
                 Bencode::List(vec![
@@ -657,6 +666,7 @@ mod tests {
         assert_eq!(f.dtls, Some(Dtls::Off));
         assert_eq!(f.dtls_reverse, Some(Dtls::Passive));
         assert_eq!(f.dtls_fingerprint.as_deref(), Some("sha-1"));
+        assert!(f.transport_accept);
         assert_eq!(f.sdes_only, vec!["AES_CM_128_HMAC_SHA1_80".to_owned()]);
         assert_eq!(f.sdes_no, vec!["AEAD_AES_256_GCM".to_owned()]);
         assert!(f.rtcp_mux.demux);

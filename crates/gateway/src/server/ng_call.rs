@@ -323,6 +323,20 @@ fn relayable(m: &Media, towards: &Transport) -> bool {
     m.port != 0 && served(&from) && served(towards)
 }
 
+/// The transport our answer to the offerer (section `xm`) names: its offer's, unless the
+/// answer's flags say otherwise (rtpengine's): `transport-protocol: accept` passes the
+/// answerer's own on (section `m`); a transport that keys as the offerer's does (plain, SDES
+/// or DTLS, with or without feedback) is named as given.
+fn answered_proto(xm: &Media, m: &Media, flags: &Flags) -> String {
+    let offered = Transport::parse(&xm.proto);
+    let keys = |t: &Transport| (t.is_plain(), t.is_sdes(), t.is_dtls());
+    match &flags.transport {
+        _ if flags.transport_accept => m.proto.clone(),
+        Some(t) if keys(t) == keys(&offered) => t.as_str().to_owned(),
+        _ => xm.proto.clone(),
+    }
+}
+
 /// Whether the leg towards a side on `towards` is keyed by DTLS-SRTP: a DTLS transport, or
 /// SRTP with `SDES: off` (rtpengine offers DTLS-SRTP on `RTP/SAVP[F]` then).
 fn dtls_towards(towards: &Transport, flags: &Flags) -> bool {
@@ -1288,7 +1302,7 @@ impl SectionCall {
             } else {
                 x_local.port.wrapping_add(1)
             }),
-            proto: xm.proto.clone(),
+            proto: answered_proto(xm, m, flags),
             codecs: Some(codecs),
             direction: direction_passed(doc, i, flags),
             rtcp_mux: x_local.rtcp_mux,
