@@ -629,6 +629,19 @@ pub struct RtpLeg {
     lent: Option<Vec<u8>>,
     /// DTLS-SRTP offered beside SDES, until the answer takes one or the other.
     dtls_alongside: Option<Box<DtlsKeying>>,
+    /// What a later answer to our first offer may still take (see [`FirstOffer`]).
+    first_offer: Option<Box<FirstOffer>>,
+}
+
+/// What a later answer to a leg's first offer (another branch of a forked call, answering in
+/// another suite) may still take: the keys no answer took, with their crypto lines, and the
+/// SDES states of the suites answers took before, kept as they stopped: a key never gets a
+/// fresh context twice (which would reuse its keystream).
+#[derive(Default)]
+struct FirstOffer {
+    untaken: Vec<(u32, Profile, MasterKey)>,
+    lines: Vec<Crypto>,
+    taken: Vec<(Crypto, Security)>,
 }
 
 impl fmt::Debug for RtpLeg {
@@ -934,6 +947,7 @@ impl RtpLeg {
             transmits: VecDeque::new(),
             lent: None,
             dtls_alongside: None,
+            first_offer: None,
         };
         leg.start_dtls(now)?;
         leg.note_sources();
@@ -1082,6 +1096,7 @@ impl RtpLeg {
             transmits: VecDeque::new(),
             lent: None,
             dtls_alongside: alongside,
+            first_offer: None,
         };
         leg.note_sources();
         Ok(leg)
@@ -1177,6 +1192,9 @@ impl RtpLeg {
             return Err(bad("no codec of our offer in the answer"));
         }
         let codecs: Vec<(CodecId, u8)> = answered.iter().map(|(id, c)| (*id, c.pt)).collect();
+        if !self.reoffered {
+            self.take_other_suite(a);
+        }
         if let Security::Sdes {
             profile,
             inbound,
@@ -1225,6 +1243,12 @@ impl RtpLeg {
                 return Err(bad("the answer's crypto line has no single key"));
             };
             let (tag, profile, our_key) = keys.swap_remove(i);
+            if !self.reoffered {
+                let f = self.first_offer.get_or_insert_with(Default::default);
+                f.untaken = keys.clone();
+                f.lines = self.sdp[0].crypto.clone();
+                f.lines.retain(|c| c.tag != tag);
+            }
             let their_key = MasterKey::from_sdes_inline(profile, &key.inline())
                 .map_err(|e| bad(&format!("the answer's key: {e}")))?;
             let window = self.config.replay_window;
@@ -1282,6 +1306,39 @@ impl RtpLeg {
         self.start_dtls(now)?;
         self.note_sources();
         Ok(())
+    }
+
+    /// A later answer to our first offer (`a`) taking a suite other than the one an answer
+    /// took before: the leg goes back to that suite's state if an answer took it before, or
+    /// to our offer's untaken keys (the answer then picks among them); the state left is kept.
+    fn take_other_suite(&mut self, a: &RtpSection) {
+        let (Security::Sdes { profile, .. }, Some(f), Some(c)) =
+            (&self.security, self.first_offer.as_mut(), a.crypto.first())
+        else {
+            return;
+        };
+        let named = |suite: &str, p: Profile| p.sdp_name().eq_ignore_ascii_case(suite);
+        if a.crypto.iter().any(|c| named(&c.suite, *profile)) {
+            return;
+        }
+        let ours = self.sdp[0].crypto.first().cloned();
+        let (next, lines) = if let Some(i) = f
+            .taken
+            .iter()
+            .position(|(l, _)| l.suite.eq_ignore_ascii_case(&c.suite))
+        {
+            let (line, state) = f.taken.swap_remove(i);
+            (state, vec![line])
+        } else if f.untaken.iter().any(|k| named(&c.suite, k.1)) {
+            (Security::Offered(f.untaken.clone()), f.lines.clone())
+        } else {
+            return;
+        };
+        let left = std::mem::replace(&mut self.security, next);
+        if let Some(line) = ours {
+            f.taken.push((line, left));
+        }
+        self.sdp[0].crypto = lines;
     }
 
     /// A new offer from the phone in the call (a re-INVITE): new address, codecs, direction or
@@ -1412,6 +1469,8 @@ impl RtpLeg {
         self.answer = write_rtp_sdp(self.origin, self.config.announce, &self.sdp);
         self.offered = self.media[0].codecs.clone();
         self.reoffered = true;
+        // Answers from now on answer this offer, which offers one suite.
+        self.first_offer = None;
         Ok(&self.answer)
     }
 
@@ -2066,6 +2125,61 @@ mod tests {
             .filter_map(|l| l.strip_prefix("a=crypto:"))
             .map(|c| Zeroizing::new(c.to_owned()))
             .collect()
+    }
+
+    /// Later answers to one offer (a forked call's branches) may take other offered suites,
+    /// and one taken before again: its SRTP state goes on where it stopped, never a fresh
+    /// context for a key already used.
+    #[test]
+    fn later_answers_to_one_offer_switch_suites_without_reusing_a_key() {
+        let now = Instant::now();
+        let pcma = Codec {
+            pt: 8,
+            name: "PCMA".into(),
+            clock_rate: 8000,
+            channels: None,
+            fmtp: None,
+        };
+        let spec = RtpOfferSpec {
+            transport: secrelay_wire::sdp_rtp::Transport::RtpSavp,
+            codecs: vec![(CodecId::Pcma, pcma)],
+            suites: vec![Profile::AeadAes256Gcm, Profile::AesCm128HmacSha1_80],
+            rtcp_mux: false,
+            ptime: None,
+        };
+        let mut leg = RtpLeg::new_offer(&spec, ports(31000), RtpConfig::default(), now).unwrap();
+        let answer = |line: &str| {
+            parse_rtp(&format!(
+                "v=0\r\no=- 1 1 IN IP4 192.0.2.9\r\ns=-\r\nc=IN IP4 192.0.2.9\r\nt=0 0\r\n\
+                 m=audio 9000 RTP/SAVP 8\r\na=crypto:{line}\r\n"
+            ))
+            .unwrap()
+        };
+        let gcm = "1 AEAD_AES_256_GCM inline:AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyAhIiMkJSYnKCkqKyw=";
+        let cm = "2 AES_CM_128_HMAC_SHA1_80 inline:MjM0NTY3ODk6Ozw9Pj9AQUJDREVGR0hJSktMTU5P";
+        let protect = |leg: &mut RtpLeg| {
+            let mut p = vec![0x80, 8, 0, 1, 0, 0, 0, 160, 0, 0, 0, 9];
+            p.extend([0xd5; 160]);
+            let n = p.len();
+            p.resize(n + 16, 0);
+            leg.outbound_context().unwrap().protect_rtp(&mut p, n)
+        };
+        leg.accept_answer(&answer(gcm), now).unwrap();
+        assert_eq!(leg.sdes_profile(), Some(Profile::AeadAes256Gcm));
+        assert!(protect(&mut leg).is_ok());
+        leg.accept_answer(&answer(cm), now).unwrap();
+        assert_eq!(leg.sdes_profile(), Some(Profile::AesCm128HmacSha1_80));
+        assert!(protect(&mut leg).is_ok(), "a suite's first packet");
+        leg.accept_answer(&answer(gcm), now).unwrap();
+        assert_eq!(leg.sdes_profile(), Some(Profile::AeadAes256Gcm));
+        assert!(
+            protect(&mut leg).is_err(),
+            "the GCM context went on: the index it protected is not protected again"
+        );
+        assert!(leg.answer_sdp().contains("a=crypto:1 AEAD_AES_256_GCM "));
+        // A suite never offered is not taken.
+        let f8 = "3 AES_256_CM_HMAC_SHA1_80 inline:ZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXp7fH1+f4CBgoOEhYaHiImKi4yNjo+QkQ==";
+        assert!(leg.accept_answer(&answer(f8), now).is_err());
     }
 
     /// A leg made again (another node's call taken over) with fresh keys takes the keys of
