@@ -467,6 +467,33 @@ fn an_answers_transport_protocol_names_the_offerers_transport() {
 }
 
 #[test]
+fn an_answers_codec_strip_applies_to_our_answer_less_what_offer_keeps() {
+    let (_server, mut ng) = start();
+    // rtpengine applies an answer's `strip` (kept by `offer`) to what it answers the offerer.
+    let caller = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 8 0 96\r\na=rtpmap:96 telephone-event/8000\r\n";
+    let callee = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 8 96\r\na=rtpmap:96 telephone-event/8000\r\n";
+    sdp_of(&mut ng, request("offer", "k1", caller, &[]));
+    let codec = Bencode::Dict(vec![
+        (b"strip".to_vec(), Bencode::List(vec![s("all")])),
+        (b"offer".to_vec(), Bencode::List(vec![s("PCMA")])),
+    ]);
+    let got = sdp_of(
+        &mut ng,
+        request("answer", "k1", callee, &[("codec", codec)]),
+    );
+    assert!(
+        got.contains(&"m=audio PORT RTP/AVP 8".to_owned()),
+        "{got:?}"
+    );
+    assert!(
+        !got.iter().any(|l| l.contains("telephone-event")),
+        "{got:?}"
+    );
+}
+
+#[test]
 fn a_later_answer_to_the_same_offer_is_taken_with_its_codecs() {
     let (_server, mut ng) = start();
     let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use secrelay_dtls::HashAlgorithm;
 use secrelay_srtp::Profile;
-use secrelay_wire::ng::{Dtls, Flags, Ice};
+use secrelay_wire::ng::{CodecFlags, Dtls, Flags, Ice};
 use secrelay_wire::sdp::{Codec, Direction};
 use secrelay_wire::sdp_doc::{Media, SdpDoc};
 use secrelay_wire::sdp_rtp::{
@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{
-    answered_in, caller_keeps, is_event_like, is_event_name, plan, set_amr_mode,
+    answer_strips, answered_in, caller_keeps, is_event_like, is_event_name, plan, set_amr_mode,
 };
 use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
@@ -765,6 +765,8 @@ struct AnswerHow<'a> {
     osrtp: bool,
     /// `single codec`: the offerer answered in one codec.
     single_codec: bool,
+    /// The answer's own codec flags (its `strip`, kept by `offer` and `except`).
+    codec: &'a CodecFlags,
 }
 
 /// The offerer's section `desc` as its member takes it once the answerer (its section `m`)
@@ -837,6 +839,14 @@ fn offerer_takes(
         });
         if let Some(c) = first_transcoded.filter(|c| !s.codecs.contains(c)) {
             s.codecs.push(c);
+        }
+        // The answer's `strip` (less what its `offer` and `except` keep), unless it would
+        // leave no audio codec.
+        if s.codecs
+            .iter()
+            .any(|c| !is_event_like(c) && !answer_strips(how.codec, c))
+        {
+            s.codecs.retain(|c| !answer_strips(how.codec, c));
         }
         // Transcoded, the offerer is answered in one codec (its first the gateway
         // transcodes), as rtpengine answers; `single codec` asks the same of a relayed
@@ -1290,6 +1300,7 @@ impl SectionCall {
                     ice,
                     osrtp,
                     single_codec: flags.has("single-codec"),
+                    codec: &flags.codec,
                 };
                 self.answer_first(ctx, pending, doc, i, how, &room, &y)
                     .await?

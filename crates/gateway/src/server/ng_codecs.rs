@@ -140,6 +140,14 @@ fn any_names(list: &[String], c: &Codec) -> bool {
     list.iter().any(|n| names(n, c))
 }
 
+/// Whether an answer's codec flags take `c` out of our answer to the offerer (rtpengine
+/// applies `strip`, kept by `offer` and `except`, to what it answers too).
+pub(crate) fn answer_strips(flags: &CodecFlags, c: &Codec) -> bool {
+    (is_all(&flags.strip) || any_names(&flags.strip, c))
+        && !any_names(&flags.offer, c)
+        && !any_names(&flags.except, c)
+}
+
 /// The codec we add to our offer as `id`, numbered as rtpengine numbers one: the caller's own
 /// payload type and parameters when the caller offered that codec (a telephone-event it had,
 /// stripped and added back at an added codec's clock), else its static payload type, else the
