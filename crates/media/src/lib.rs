@@ -14,7 +14,9 @@
 //!   run time by `secrelay-amr`: where they are missing AMR is unavailable, the rest is
 //!   not affected). [`dtmf`]: RFC 4733 telephone-events (not audio:
 //!   parsed, built, generated, collected and carried between legs); [`inband`]: DTMF digits
-//!   found in audio and telephone-events rendered as tones, between the two kinds of phone.
+//!   found in audio and telephone-events rendered as tones, between the two kinds of phone;
+//!   [`cn`]: RFC 3389 comfort noise (not audio either): payloads parsed and written, noise
+//!   made at a payload's level, digital silence found, between phones with and without it.
 //! - Building blocks: [`resample::Resampler`] (8, 16, 48 kHz, through `rubato`),
 //!   [`reframe::Reframer`] (PCM to packets of a target packet time), [`mixer::Mixer`]
 //!   (N−1 sums, saturating, i16 or f32), [`transcode::Transcoder`] (decode → resample →
@@ -35,6 +37,7 @@
 #![forbid(unsafe_code)]
 
 pub mod amr;
+pub mod cn;
 pub mod dtmf;
 pub mod g711;
 pub mod g722;

@@ -90,6 +90,8 @@ struct InState {
     last_seq: u16,
     /// Timestamp the next packet should have if nothing is lost.
     next_ts: u32,
+    /// How long the last audio packet was, in the codec's clock ticks.
+    packet_ticks: u32,
 }
 
 /// Longest gap concealed by default, ms; a longer one is a discontinuity.
@@ -166,38 +168,8 @@ impl StreamDecoder {
     pub fn push(&mut self, pkt: &InPacket<'_>, pcm: &mut Vec<i16>) -> Result<Decoded, Error> {
         let mut d = Decoded::default();
         self.pcm.clear();
-        let ticks_to_samples = |c: &dyn Codec, ticks: u32| -> usize {
-            (ticks as u64 * c.pcm_rate() as u64 / c.clock_rate() as u64) as usize
-        };
-        if let Some(st) = self.state {
-            let seq_delta = pkt.seq.wrapping_sub(st.last_seq) as i16;
-            if seq_delta <= 0 {
-                self.stats.late += 1;
-                d.late = true;
-                return Ok(d);
-            }
-            let gap = pkt.timestamp.wrapping_sub(st.next_ts) as i32;
-            if gap < 0 || gap as u32 > self.max_conceal_ticks || (pkt.marker && gap > 0) {
-                // Timestamps went backwards, a gap too long to conceal, or a new
-                // talkspurt after silence suppression: start over from this packet.
-                d.gap_ticks = Some(gap.max(0) as u32);
-                self.stats.discontinuities += 1;
-            } else if gap > 0 {
-                let samples = ticks_to_samples(self.codec.as_ref(), gap as u32);
-                // Exactly one packet missing and a codec with FEC: rebuild it from this one.
-                let r = if seq_delta == 2 && self.codec.has_fec() {
-                    d.recovered = true;
-                    self.codec.recover(pkt.payload, samples, &mut self.pcm)
-                } else {
-                    self.codec.conceal(samples, &mut self.pcm)
-                };
-                if r.is_err() {
-                    d.recovered = false;
-                    self.pcm.clear();
-                    self.codec.conceal(samples, &mut self.pcm)?;
-                }
-                d.concealed = samples;
-            }
+        if !self.sequence(pkt, &mut d)? {
+            return Ok(d);
         }
         let before = self.pcm.len();
         match self.codec.to_pcm(pkt.payload, &mut self.pcm) {
@@ -209,18 +181,99 @@ impl StreamDecoder {
         }
         let ch = self.codec.channels() as usize;
         let per_channel = (self.pcm.len() - before) / ch;
+        let ticks = self.codec.clock_ticks(per_channel);
         self.state = Some(InState {
             last_seq: pkt.seq,
-            next_ts: pkt
-                .timestamp
-                .wrapping_add(self.codec.clock_ticks(per_channel)),
+            next_ts: pkt.timestamp.wrapping_add(ticks),
+            packet_ticks: ticks,
         });
         self.stats.decoded += 1;
+        self.finish(&mut d, pcm);
+        Ok(d)
+    }
+
+    /// A packet of the stream that carries no audio of the codec (comfort noise, RFC 3389)
+    /// and stands for `ticks` of its clock from its timestamp: sequenced as [`Self::push`]
+    /// sequences audio (a late or duplicate one makes nothing; a gap before it is concealed
+    /// into `pcm`, or reported as a discontinuity), and the next packet is expected `ticks`
+    /// after it, so that no gap is concealed for the time it stood for. What stands for it on
+    /// the output is the caller's to make.
+    pub fn push_filler(
+        &mut self,
+        pkt: &InPacket<'_>,
+        ticks: u32,
+        pcm: &mut Vec<i16>,
+    ) -> Result<Decoded, Error> {
+        let mut d = Decoded::default();
+        self.pcm.clear();
+        if !self.sequence(pkt, &mut d)? {
+            return Ok(d);
+        }
+        self.state = Some(InState {
+            last_seq: pkt.seq,
+            next_ts: pkt.timestamp.wrapping_add(ticks),
+            packet_ticks: self.packet_ticks(),
+        });
+        self.finish(&mut d, pcm);
+        Ok(d)
+    }
+
+    /// How long the last audio packet was, in the codec's clock ticks (20 ms before any).
+    pub fn packet_ticks(&self) -> u32 {
+        self.state
+            .map_or(self.codec.clock_rate() / 50, |s| s.packet_ticks)
+    }
+
+    /// Places `pkt` on the stream's timeline: false when it is late or a duplicate (counted);
+    /// else what went missing before it is concealed into `self.pcm` (or FEC-recovered), or a
+    /// discontinuity is noted in `d`.
+    fn sequence(&mut self, pkt: &InPacket<'_>, d: &mut Decoded) -> Result<bool, Error> {
+        let ticks_to_samples = |c: &dyn Codec, ticks: u32| -> usize {
+            (ticks as u64 * c.pcm_rate() as u64 / c.clock_rate() as u64) as usize
+        };
+        let Some(st) = self.state else {
+            return Ok(true);
+        };
+        let seq_delta = pkt.seq.wrapping_sub(st.last_seq) as i16;
+        if seq_delta <= 0 {
+            self.stats.late += 1;
+            d.late = true;
+            return Ok(false);
+        }
+        let gap = pkt.timestamp.wrapping_sub(st.next_ts) as i32;
+        if gap < 0 || gap as u32 > self.max_conceal_ticks || (pkt.marker && gap > 0) {
+            // Timestamps went backwards, a gap too long to conceal, or a new
+            // talkspurt after silence suppression: start over from this packet.
+            d.gap_ticks = Some(gap.max(0) as u32);
+            self.stats.discontinuities += 1;
+        } else if gap > 0 {
+            let samples = ticks_to_samples(self.codec.as_ref(), gap as u32);
+            // Exactly one packet missing and a codec with FEC: rebuild it from this one.
+            let r = if seq_delta == 2 && self.codec.has_fec() {
+                d.recovered = true;
+                self.codec.recover(pkt.payload, samples, &mut self.pcm)
+            } else {
+                self.codec.conceal(samples, &mut self.pcm)
+            };
+            if r.is_err() {
+                d.recovered = false;
+                self.pcm.clear();
+                self.codec.conceal(samples, &mut self.pcm)?;
+            }
+            d.concealed = samples;
+        }
+        Ok(true)
+    }
+
+    /// Counts what `d` concealed or recovered, and appends `self.pcm` to `pcm` as mono at the
+    /// output rate.
+    fn finish(&mut self, d: &mut Decoded, pcm: &mut Vec<i16>) {
         self.stats.concealed_samples += d.concealed as u64;
         if d.recovered {
             self.stats.fec_recovered += 1;
         }
         // Down to mono, then to the output rate.
+        let ch = self.codec.channels() as usize;
         let src: &[i16] = if ch == 2 {
             self.mono.clear();
             self.mono.extend(
@@ -233,7 +286,6 @@ impl StreamDecoder {
             &self.pcm
         };
         d.samples = self.resampler.process(src, pcm);
-        Ok(d)
     }
 
     /// Conceals `ms` of lost signal with nothing received after it (a sender gone quiet
@@ -626,6 +678,42 @@ mod tests {
             assert_eq!(n, dec.samples_for_ptime(ptime) * dec.channels() as usize);
         }
         pcm
+    }
+
+    #[test]
+    fn a_filler_stands_for_its_time_and_a_gap_before_it_is_concealed() {
+        let mut d = StreamDecoder::new(Box::new(Pcmu), 8000).unwrap();
+        let frame = [0xFFu8; 160];
+        let pkt = |seq: u16, timestamp: u32| InPacket {
+            seq,
+            timestamp,
+            marker: false,
+            payload: &frame,
+        };
+        let mut pcm = Vec::new();
+        assert_eq!(d.packet_ticks(), 160);
+        d.push(&pkt(10, 1000), &mut pcm).unwrap();
+        // Comfort noise right after: nothing concealed, nothing appended.
+        pcm.clear();
+        let f = d
+            .push_filler(&pkt(11, 1160), d.packet_ticks(), &mut pcm)
+            .unwrap();
+        assert_eq!(
+            (f.concealed, f.gap_ticks, f.late, pcm.len()),
+            (0, None, false, 0)
+        );
+        // Audio after the time it stood for: no gap.
+        let a = d.push(&pkt(12, 1320), &mut pcm).unwrap();
+        assert_eq!((a.concealed, a.gap_ticks, pcm.len()), (0, None, 160));
+        // A filler after a lost packet conceals it; a late one makes nothing.
+        pcm.clear();
+        let f = d.push_filler(&pkt(14, 1640), 160, &mut pcm).unwrap();
+        assert_eq!((f.concealed, pcm.len()), (160, 160));
+        assert!(d.push_filler(&pkt(13, 1480), 160, &mut pcm).unwrap().late);
+        // Long silence after it: a discontinuity, as for audio.
+        let a = d.push(&pkt(15, 1800 + 8000), &mut pcm).unwrap();
+        assert_eq!(a.gap_ticks, Some(8000));
+        assert_eq!(d.stats().decoded, 3);
     }
 
     #[test]
