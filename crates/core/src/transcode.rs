@@ -19,12 +19,28 @@
 //! sender's audio ([`Dtmf::Detect`], `secrelay_media::inband`) as telephone-events in place of
 //! the audio while a digit lasts: a first packet with the marker bit, one per packet time with
 //! the duration so far, the end packet three times (RFC 4733 §2.5.1.4), then audio again.
+//!
+//! # Comfort noise between the two kinds of phone
+//! A receiver that took no comfort noise (RFC 3389 `CN`), sent a stream whose sender sends it,
+//! gets each comfort-noise packet as white noise at the packet's level in its own codec
+//! ([`Cn::Noise`], `secrelay_media::cn`): as long as the sender's last audio packet, one packet
+//! of the receiver's packet time when the two are the same, at the comfort-noise packet's
+//! place on the timeline. A receiver that took it, sent a stream whose sender negotiated none,
+//! gets a comfort-noise packet (level −32 dBov, payload `0x20`, as rtpengine sends) in place of
+//! each packet of audio that decoded to digital silence ([`Cn::Detect`]), in the same
+//! sequence and on the same timeline: every silent packet, not only the first of a silence,
+//! so the receiver keeps a steady stream (its media timeout and jitter buffer see no gap) and
+//! the bytes saved are most of them anyway. Where both sides have comfort noise, its packets
+//! go on as comfort noise, re-timed onto the output ([`Cn::Pass`]). A comfort-noise packet
+//! holds the sender's timeline whatever becomes of it (`StreamDecoder::push_filler`): the
+//! audio after it is not concealed for the time it stood for.
 
 use std::collections::HashMap;
 
+use secrelay_media::cn::{self, NoiseSynth};
 use secrelay_media::dtmf;
 use secrelay_media::inband::{Detector, Heard, ToneSynth};
-use secrelay_media::transcode::{InPacket, OutPacket, StreamDecoder, StreamEncoder};
+use secrelay_media::transcode::{Decoded, InPacket, OutPacket, StreamDecoder, StreamEncoder};
 use secrelay_media::{Codec, Registry};
 
 use crate::leg::{CodecId, NegotiatedMedia};
@@ -37,6 +53,10 @@ pub const PTIMES: [u32; 5] = [10, 20, 30, 40, 60];
 /// seven bits, so never an audio codec's; each copy gets its receiver's own.
 pub const EVENT_PT: u8 = 0x80;
 
+/// Payload type of a made comfort-noise packet in [`Transcoding::ready`], as [`EVENT_PT`]:
+/// each copy gets its receiver's own.
+pub const CN_PT: u8 = 0x81;
+
 /// What a receiver is sent a transcoded (or mixed) stream in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Format {
@@ -46,6 +66,8 @@ pub struct Format {
     pub ptime: u32,
     /// What becomes of DTMF on the way.
     pub dtmf: Dtmf,
+    /// What becomes of comfort noise and silence on the way.
+    pub cn: Cn,
     /// The AMR mode to encode in, when the codec is AMR and the receiver's `mode-set` (or
     /// the leg's configured bitrate) says one ([`NegotiatedMedia::amr_mode`]); `None`: the
     /// encoder's default.
@@ -62,6 +84,20 @@ pub enum Dtmf {
     /// The sender's telephone-events become tones in the receiver's audio.
     Tones,
     /// Digits heard in the sender's audio become telephone-events for the receiver.
+    Detect,
+}
+
+/// What becomes of comfort noise between a sender and a receiver of transcoded audio (see the
+/// [module documentation](self#comfort-noise-between-the-two-kinds-of-phone)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Cn {
+    /// Comfort-noise packets go on as comfort noise (or nowhere, to a receiver without it);
+    /// silence stays audio.
+    #[default]
+    Pass,
+    /// The sender's comfort-noise packets become noise in the receiver's audio.
+    Noise,
+    /// Audio that decoded to digital silence becomes comfort-noise packets for the receiver.
     Detect,
 }
 
@@ -82,6 +118,7 @@ impl Format {
                 codec,
                 ptime,
                 dtmf: Dtmf::Events,
+                cn: Cn::Pass,
                 amr_mode: m.amr_mode.filter(|_| codec.is_amr()),
             })
         })
@@ -149,9 +186,75 @@ struct Output {
     toned: u32,
     /// [`Dtmf::Detect`]: the digit being sent as telephone-events.
     sending: Option<SentEvent>,
+    /// [`Cn::Noise`]: the noise comfort-noise packets become.
+    noise: NoiseSynth,
+    /// [`Cn::Detect`]: samples (at the PCM rate) of digital silence at the end of what the
+    /// encoder was given, and whether the last packet sent was comfort noise.
+    silent_run: usize,
+    in_cn: bool,
 }
 
 impl Output {
+    /// Before an input's PCM: a discontinuity `d` reports is reproduced on the output's
+    /// timeline (less what tones already filled), and the anchor set from the input stamped
+    /// `ts` when there is none.
+    fn follow_gap(&mut self, d: &Decoded, in_clock: u32, ts: u32) -> Result<(), TranscodeError> {
+        // Tones rendered while the sender sent events instead of audio filled its gap.
+        let gap = d
+            .gap_ticks
+            .map(|g| g.saturating_sub(std::mem::take(&mut self.toned)))
+            .filter(|&g| g > 0);
+        self.toned = 0;
+        if let Some(gap) = gap {
+            let gap_ms = (u64::from(gap) * 1000 / u64::from(in_clock)) as u32;
+            self.encoder
+                .discontinuity(gap_ms, &mut self.ready)
+                .map_err(|e| TranscodeError::Codec(e.to_string()))?;
+            self.anchor = None;
+        }
+        if self.anchor.is_none() {
+            self.anchor = Some((ts, self.encoder.next_timestamp()));
+        }
+        Ok(())
+    }
+
+    /// [`Cn::Detect`]: the audio packets just made from `pcm` (at `pcm_rate`) become
+    /// comfort-noise packets where all the audio in them was digital silence
+    /// (`secrelay_media::cn::is_silent`); the first audio packet after them has the marker
+    /// bit (a talkspurt begins, RFC 3551 §4.1). Which audio a packet held is told from the end
+    /// of `pcm`: the last packet made holds its last packet time, the one before the packet
+    /// time before that.
+    fn silence_to_cn(&mut self, pcm: &[i16], pcm_rate: u32) {
+        if pcm.is_empty() {
+            return;
+        }
+        if cn::is_silent(pcm) {
+            self.silent_run = self.silent_run.saturating_add(pcm.len());
+        } else {
+            self.silent_run = pcm
+                .iter()
+                .rev()
+                .take_while(|s| s.unsigned_abs() <= cn::SILENCE)
+                .count();
+        }
+        let frame = (u64::from(self.format.ptime) * u64::from(pcm_rate) / 1000).max(1) as usize;
+        let n = self.ready.len();
+        for (j, p) in self.ready.iter_mut().enumerate() {
+            if p.payload_type == EVENT_PT {
+                continue;
+            }
+            if self.silent_run >= (n - j).saturating_mul(frame) {
+                p.payload.clear();
+                cn::write(cn::DEFAULT_LEVEL, &mut p.payload);
+                p.payload_type = CN_PT;
+                p.marker = false;
+                self.in_cn = true;
+            } else if std::mem::take(&mut self.in_cn) {
+                p.marker = true;
+            }
+        }
+    }
+
     /// [`Dtmf::Tones`]: whether the sender's audio is left out now (an event is being
     /// rendered in its place). One more audio packet counts towards ending tones whose end
     /// packets were lost.
@@ -453,6 +556,9 @@ impl Transcoding {
             synth: ToneSynth::new(s.decoder.out_rate()),
             toned: 0,
             sending: None,
+            noise: NoiseSynth::new(u32::from(seq) << 16 ^ ts),
+            silent_run: 0,
+            in_cn: false,
         });
         Ok(s.outputs.len() - 1)
     }
@@ -494,29 +600,18 @@ impl Transcoding {
             (true, Some(det)) => det.push(pcm),
             (true, det) => det.insert(Detector::new(s.decoder.out_rate())).push(pcm),
         };
+        let pcm_rate = s.decoder.out_rate();
         for o in s.outputs.iter_mut().filter(|o| formats.contains(&o.format)) {
             if o.toning() {
                 continue;
             }
-            // Tones rendered while the sender sent events instead of audio filled its gap.
-            let gap = d
-                .gap_ticks
-                .map(|g| g.saturating_sub(std::mem::take(&mut o.toned)))
-                .filter(|&g| g > 0);
-            o.toned = 0;
-            if let Some(gap) = gap {
-                let gap_ms = (u64::from(gap) * 1000 / u64::from(in_clock)) as u32;
-                o.encoder
-                    .discontinuity(gap_ms, &mut o.ready)
-                    .map_err(|e| TranscodeError::Codec(e.to_string()))?;
-                o.anchor = None;
-            }
-            if o.anchor.is_none() {
-                o.anchor = Some((pkt.timestamp, o.encoder.next_timestamp()));
-            }
+            o.follow_gap(&d, in_clock, pkt.timestamp)?;
             o.encoder
                 .push_pcm(pcm, &mut o.ready)
                 .map_err(|e| TranscodeError::Codec(e.to_string()))?;
+            if o.format.cn == Cn::Detect {
+                o.silence_to_cn(pcm, pcm_rate);
+            }
             if o.format.dtmf == Dtmf::Detect {
                 o.digits_to_events(heard);
             }
@@ -595,6 +690,78 @@ impl Transcoding {
             });
         }
         Ok(())
+    }
+
+    /// One comfort-noise packet (RFC 3389) of `source`'s transcoded stream `ssrc`: it holds the
+    /// stream's timeline for as long as the sender's last audio packet
+    /// (`StreamDecoder::push_filler`), and each of `formats`' outputs gets that time as noise
+    /// at the packet's level ([`Cn::Noise`]) or the packet itself on its own timeline, with
+    /// payload type [`CN_PT`] (the receiver's own is set per copy); then in
+    /// [`Transcoding::ready`]. A stream with no audio through the transcoder yet gets nothing;
+    /// so does a late or duplicate packet. Err: the payload is not comfort noise (empty, or a
+    /// level beyond 127).
+    pub fn comfort_noise(
+        &mut self,
+        source: MemberId,
+        ssrc: u32,
+        pkt: &InPacket<'_>,
+        formats: &[Format],
+    ) -> Result<Work, TranscodeError> {
+        let sid = cn::parse(pkt.payload).map_err(|e| TranscodeError::Undecodable(e.to_string()))?;
+        let Transcoding { streams, pcm, .. } = self;
+        let mut work = Work::default();
+        let Some(s) = streams
+            .iter_mut()
+            .find(|s| s.source == source && s.ssrc == ssrc)
+        else {
+            return Ok(work);
+        };
+        for o in &mut s.outputs {
+            o.ready.clear();
+        }
+        pcm.clear();
+        let ticks = s.decoder.packet_ticks();
+        let d = s
+            .decoder
+            .push_filler(pkt, ticks, pcm)
+            .map_err(|e| TranscodeError::Undecodable(e.to_string()))?;
+        if d.late {
+            return Ok(work);
+        }
+        let in_clock = s.codec.clock_rate();
+        let samples = u64::from(ticks) * u64::from(s.decoder.out_rate()) / u64::from(in_clock);
+        let ms = u64::from(ticks) * 1000 / u64::from(in_clock);
+        let codec = |e: secrelay_media::Error| TranscodeError::Codec(e.to_string());
+        let mut noise = Vec::new();
+        for o in s.outputs.iter_mut().filter(|o| formats.contains(&o.format)) {
+            if o.toning() {
+                continue;
+            }
+            o.follow_gap(&d, in_clock, pkt.timestamp)?;
+            // What went missing before it, concealed.
+            o.encoder.push_pcm(pcm, &mut o.ready).map_err(codec)?;
+            if o.format.cn == Cn::Noise {
+                noise.clear();
+                o.noise.render(sid.level, samples as usize, &mut noise);
+                o.encoder.push_pcm(&noise, &mut o.ready).map_err(codec)?;
+            } else {
+                // The packet at the output's place for it, and the output's timeline past
+                // the time it stands for (the audio after it starts a talkspurt).
+                o.encoder.discontinuity(0, &mut o.ready).map_err(codec)?;
+                o.ready.push(OutPacket {
+                    seq: o.encoder.take_seq(),
+                    timestamp: o.encoder.next_timestamp(),
+                    marker: false,
+                    payload_type: CN_PT,
+                    payload: pkt.payload.to_vec(),
+                });
+                o.encoder
+                    .discontinuity(ms as u32, &mut o.ready)
+                    .map_err(codec)?;
+            }
+            work.encoded += o.ready.len() as u64;
+        }
+        Ok(work)
     }
 
     /// What the last [`Transcoding::audio`] or [`Transcoding::event`] made for `format` of
@@ -1140,6 +1307,134 @@ impl Mixing {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pcmu(cn: Cn) -> Format {
+        Format {
+            codec: CodecId::Pcmu,
+            ptime: 20,
+            dtmf: Dtmf::Events,
+            cn,
+            amr_mode: None,
+        }
+    }
+
+    fn pkt(seq: u16, timestamp: u32, payload: &[u8]) -> InPacket<'_> {
+        InPacket {
+            seq,
+            timestamp,
+            marker: false,
+            payload,
+        }
+    }
+
+    const SENDER: MemberId = MemberId(1);
+
+    #[test]
+    fn comfort_noise_becomes_one_packet_of_noise_at_its_level_in_the_stream() {
+        let mut t = Transcoding::default();
+        let f = [pcmu(Cn::Noise)];
+        let speech = [0x10u8; 160];
+        t.audio(SENDER, 7, CodecId::Pcmu, &pkt(1, 1000, &speech), &f)
+            .unwrap();
+        let first = t.ready(SENDER, 7, f[0])[0].clone();
+        let w = t
+            .comfort_noise(SENDER, 7, &pkt(2, 1160, &[18, 1, 2, 3]), &f)
+            .unwrap();
+        assert_eq!(w.encoded, 1);
+        let noise = t.ready(SENDER, 7, f[0])[0].clone();
+        assert_eq!(noise.payload_type, 0);
+        assert_eq!(noise.seq, first.seq.wrapping_add(1));
+        assert_eq!(noise.timestamp, first.timestamp.wrapping_add(160));
+        let pcm: Vec<i16> = noise
+            .payload
+            .iter()
+            .map(|&c| secrelay_media::g711::ulaw_decode(c))
+            .collect();
+        let e: f64 = pcm.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>() / 160.0;
+        let db = 20.0 * (e.sqrt() / 32767.0).log10();
+        assert!((db + 18.0).abs() < 2.0, "{db:.1} dBov");
+        // The audio after it: its own place, nothing concealed in between.
+        t.audio(SENDER, 7, CodecId::Pcmu, &pkt(3, 1320, &speech), &f)
+            .unwrap();
+        let after = t.ready(SENDER, 7, f[0]);
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].timestamp, first.timestamp.wrapping_add(320));
+        assert_eq!(after[0].payload, speech);
+        // Malformed: the sender's fault, nothing made.
+        for bad in [&[][..], &[200]] {
+            let e = t.comfort_noise(SENDER, 7, &pkt(4, 1480, bad), &f);
+            assert!(matches!(e, Err(TranscodeError::Undecodable(_))), "{e:?}");
+        }
+        // No stream yet: nothing.
+        assert_eq!(
+            t.comfort_noise(SENDER, 8, &pkt(1, 0, &[30]), &f).unwrap(),
+            Work::default()
+        );
+    }
+
+    #[test]
+    fn silent_audio_becomes_comfort_noise_and_speech_after_it_is_marked() {
+        let mut t = Transcoding::default();
+        let f = [pcmu(Cn::Detect)];
+        let mut got = Vec::new();
+        let frames: [&[u8]; 4] = [&[0x10; 160], &[0xFF; 160], &[0x7F; 160], &[0x10; 160]];
+        for (k, p) in frames.iter().enumerate() {
+            t.audio(
+                SENDER,
+                7,
+                CodecId::Pcmu,
+                &pkt(k as u16, 160 * k as u32, p),
+                &f,
+            )
+            .unwrap();
+            got.extend(t.ready(SENDER, 7, f[0]).iter().cloned());
+        }
+        let kinds: Vec<(u8, usize, bool)> = got
+            .iter()
+            .map(|p| (p.payload_type, p.payload.len(), p.marker))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (0, 160, true),
+                (CN_PT, 1, false),
+                (CN_PT, 1, false),
+                (0, 160, true)
+            ]
+        );
+        assert_eq!(got[1].payload, [0x20]);
+        for (k, p) in got.iter().enumerate() {
+            assert_eq!(p.seq, got[0].seq.wrapping_add(k as u16));
+            assert_eq!(p.timestamp, got[0].timestamp.wrapping_add(160 * k as u32));
+        }
+    }
+
+    #[test]
+    fn comfort_noise_passes_as_comfort_noise_on_the_outputs_timeline() {
+        let mut t = Transcoding::default();
+        let f = [pcmu(Cn::Pass)];
+        let speech = [0x10u8; 160];
+        t.audio(SENDER, 7, CodecId::Pcma, &pkt(1, 1000, &[0x55; 160]), &f)
+            .unwrap();
+        let first = t.ready(SENDER, 7, f[0])[0].clone();
+        t.comfort_noise(SENDER, 7, &pkt(2, 1160, &[40, 9]), &f)
+            .unwrap();
+        let cn = t.ready(SENDER, 7, f[0]).to_vec();
+        assert_eq!(cn.len(), 1);
+        assert_eq!(
+            (cn[0].payload_type, &cn[0].payload[..]),
+            (CN_PT, &[40u8, 9][..])
+        );
+        assert_eq!(cn[0].seq, first.seq.wrapping_add(1));
+        assert_eq!(cn[0].timestamp, first.timestamp.wrapping_add(160));
+        t.audio(SENDER, 7, CodecId::Pcma, &pkt(3, 1320, &speech), &f)
+            .unwrap();
+        let after = t.ready(SENDER, 7, f[0]);
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].seq, first.seq.wrapping_add(2));
+        assert_eq!(after[0].timestamp, first.timestamp.wrapping_add(320));
+        assert!(after[0].marker);
+    }
 
     #[test]
     fn amr_is_sent_in_whole_frames() {

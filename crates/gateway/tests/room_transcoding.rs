@@ -830,7 +830,7 @@ fn silent_members_of_a_mix_share_one_encode() {
 fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
     use secrelay_gateway::leg::CodecId;
     use secrelay_gateway::room::MemberId;
-    use secrelay_gateway::transcode::{Dtmf, Format, Mixing};
+    use secrelay_gateway::transcode::{Cn, Dtmf, Format, Mixing};
     use secrelay_media::transcode::InPacket;
     use secrelay_media::Registry;
 
@@ -839,6 +839,7 @@ fn a_member_leaving_between_tick_and_send_leaves_no_stale_packets() {
         codec: CodecId::Pcmu,
         ptime: 20,
         dtmf: Dtmf::Events,
+        cn: Cn::Pass,
         amr_mode: None,
     };
     let members: Vec<(MemberId, Format)> = (1..=3).map(|m| (MemberId(m), pcmu)).collect();

@@ -80,7 +80,12 @@ pub enum CodecId {
     AmrWb,
     /// RFC 4733 telephone-events at 16000 Hz, beside AMR-WB (and any 16 kHz audio).
     TelephoneEvent16k,
-    /// A format the gateway relays without knowing it (G.729, EVS, CN, H.263,
+    /// RFC 3389 comfort noise at 8000 Hz (`CN/8000`, static payload type 13), beside 8 kHz
+    /// audio: carried beside the audio like telephone-events, never the audio codec itself.
+    /// Between a side with it and one without, made into noise one way and from silence the
+    /// other (`crate::transcode::Cn`). At other clocks it is a format the gateway only relays.
+    ComfortNoise,
+    /// A format the gateway relays without knowing it (G.729, EVS, CN at 16 kHz, H.263,
     /// telephone-events at another clock, …): relaying needs no decoder. Told apart by a hash
     /// of its encoding name (case-insensitive), clock rate and channels ([`CodecId::passthrough`]);
     /// never transcoded.
@@ -89,7 +94,7 @@ pub enum CodecId {
 
 impl CodecId {
     /// Every codec the gateway knows.
-    pub const ALL: [CodecId; 13] = [
+    pub const ALL: [CodecId; 14] = [
         CodecId::Opus,
         CodecId::Pcmu,
         CodecId::Pcma,
@@ -103,6 +108,7 @@ impl CodecId {
         CodecId::AmrWbOctet,
         CodecId::AmrWb,
         CodecId::TelephoneEvent16k,
+        CodecId::ComfortNoise,
     ];
 
     /// The audio codecs (and telephone-events) legs accept by default, most preferred first.
@@ -129,6 +135,7 @@ impl CodecId {
             CodecId::H264 => "H264",
             CodecId::Amr | CodecId::AmrOctet => "AMR",
             CodecId::AmrWb | CodecId::AmrWbOctet => "AMR-WB",
+            CodecId::ComfortNoise => "CN",
             CodecId::Other(_) => "passthrough",
         }
     }
@@ -142,7 +149,8 @@ impl CodecId {
             | CodecId::G722
             | CodecId::TelephoneEvent
             | CodecId::Amr
-            | CodecId::AmrOctet => 8_000,
+            | CodecId::AmrOctet
+            | CodecId::ComfortNoise => 8_000,
             CodecId::AmrWb | CodecId::AmrWbOctet | CodecId::TelephoneEvent16k => 16_000,
             CodecId::Vp8 | CodecId::H264 => 90_000,
             // Not known here: the SDP that named it says.
@@ -163,6 +171,13 @@ impl CodecId {
             self,
             CodecId::TelephoneEvent | CodecId::TelephoneEvent16k | CodecId::TelephoneEvent48k
         )
+    }
+
+    /// Whether it is carried beside an audio codec rather than being one: telephone-events
+    /// and comfort noise. Never what a receiver is sent transcoded audio in, never the codec a
+    /// section is answered in.
+    pub const fn is_supplemental(self) -> bool {
+        self.is_event() || matches!(self, CodecId::ComfortNoise)
     }
 
     /// Whether the gateway can decode and encode it (an audio codec of the media registry):
@@ -208,8 +223,8 @@ impl CodecId {
     }
 
     /// How we offer it when nobody said: the static payload types of G.711 and G.722 (0, 8,
-    /// 9), 111 for Opus (stereo, in-band FEC), 101 and 126 for telephone-events, 96 and 102
-    /// for the video codecs.
+    /// 9), 111 for Opus (stereo, in-band FEC), 101 and 126 for telephone-events, 13 for comfort
+    /// noise, 96 and 102 for the video codecs.
     pub fn offer_codec(self) -> Codec {
         let (pt, channels, fmtp) = match self {
             CodecId::Opus => (111, Some(2), Some("minptime=10;useinbandfec=1")),
@@ -230,6 +245,7 @@ impl CodecId {
                 (96, None, Some("octet-align=1;mode-change-capability=2"))
             }
             CodecId::Amr | CodecId::AmrWb => (96, None, Some("mode-change-capability=2")),
+            CodecId::ComfortNoise => (13, None, None),
             CodecId::Other(_) => (96, None, None),
         };
         Codec {
@@ -243,7 +259,7 @@ impl CodecId {
 
     /// Its place in [`CodecId::ALL`]; `None` for [`CodecId::Other`]. What tables of the
     /// known codecs are indexed by (no search on a copy's path).
-    pub fn known_index(self) -> Option<usize> {
+    pub const fn known_index(self) -> Option<usize> {
         Some(match self {
             CodecId::Opus => 0,
             CodecId::Pcmu => 1,
@@ -258,6 +274,7 @@ impl CodecId {
             CodecId::AmrWbOctet => 10,
             CodecId::AmrWb => 11,
             CodecId::TelephoneEvent16k => 12,
+            CodecId::ComfortNoise => 13,
             CodecId::Other(_) => return None,
         })
     }
@@ -957,6 +974,13 @@ impl Leg {
         matches!(self, Leg::Rtp(l) if l.dtmf_transcode())
     }
 
+    /// Whether comfort noise crosses between this member and one whose comfort noise it lacks
+    /// (or which lacks its) even where the audio needs no transcoding
+    /// ([`RtpConfig::cn_transcode`]; a telephony leg's setting, never a WebRTC leg's).
+    pub fn cn_transcode(&self) -> bool {
+        matches!(self, Leg::Rtp(l) if l.cn_transcode())
+    }
+
     /// Where a copy of media for this member goes now, if it can be sent.
     pub fn copy_target(&self) -> Option<CopyTarget> {
         match self {
@@ -1128,6 +1152,27 @@ mod tests {
         for (i, c) in CodecId::ALL.into_iter().enumerate() {
             assert_eq!(c.known_index(), Some(i), "{c:?}");
         }
+    }
+
+    #[test]
+    fn comfort_noise_at_8k_is_known_and_supplemental() {
+        let cn = |clock: u32| amr("cn", clock, None);
+        assert_eq!(CodecId::of(&cn(8000)), Some(CodecId::ComfortNoise));
+        assert_eq!(CodecId::of(&cn(16_000)), None);
+        assert!(matches!(
+            CodecId::passthrough(&cn(16_000)),
+            CodecId::Other(_)
+        ));
+        assert_eq!(CodecId::by_name("CN"), Some(CodecId::ComfortNoise));
+        assert_eq!(CodecId::by_name("CN/8000"), Some(CodecId::ComfortNoise));
+        assert_eq!(CodecId::by_name("CN/16000"), None);
+        let c = CodecId::ComfortNoise;
+        assert!(c.is_supplemental() && !c.is_event() && !c.is_transcodable() && c.is_audio());
+        assert!(CodecId::TelephoneEvent.is_supplemental() && !CodecId::Pcmu.is_supplemental());
+        assert_eq!(
+            (c.offer_codec().pt, c.offer_codec().name.as_str()),
+            (13, "CN")
+        );
     }
 
     #[test]

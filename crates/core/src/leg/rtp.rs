@@ -165,6 +165,12 @@ pub struct RtpConfig {
     /// `transcode: telephone-event`. Without it, DTMF crosses so only where the audio is
     /// transcoded anyway (tones), and events go nowhere a receiver did not take them.
     pub dtmf_transcode: bool,
+    /// Comfort noise (RFC 3389) crosses between this leg and a member whose comfort noise it
+    /// lacks (or which lacks its), as noise in the audio one way and comfort-noise packets in
+    /// place of silent audio the other (`crate::transcode::Cn`), even where the audio itself
+    /// needs no transcoding: rtpengine's `transcode`, `accept` or `consume` of `CN`. Without
+    /// it, comfort noise crosses so only where the audio is transcoded anyway.
+    pub cn_transcode: bool,
     /// The AMR mode transcoded audio is sent to this leg's phone in, at most (rtpengine's
     /// `transcode: AMR-WB/16000/1/23850` names a bitrate): the phone's `mode-set` still
     /// bounds it ([`crate::leg::choose_amr_mode`]). `None`: the encoder's default.
@@ -208,6 +214,8 @@ pub struct RtpLegOptions {
     pub osrtp: bool,
     /// [`RtpConfig::dtmf_transcode`].
     pub dtmf_transcode: bool,
+    /// [`RtpConfig::cn_transcode`].
+    pub cn_transcode: bool,
     /// [`RtpConfig::amr_mode`].
     pub amr_mode: Option<u8>,
     /// Key the leg by DTLS-SRTP, so (its offer's transport keeps its name: `RTP/SAVP` or
@@ -349,6 +357,7 @@ impl Default for RtpLegOptions {
             ice: IceMode::Auto,
             osrtp: false,
             dtmf_transcode: false,
+            cn_transcode: false,
             amr_mode: None,
             dtls: None,
         }
@@ -383,6 +392,7 @@ impl RtpLegOptions {
         config.passthrough = self.passthrough;
         config.osrtp = self.osrtp;
         config.dtmf_transcode = self.dtmf_transcode;
+        config.cn_transcode = self.cn_transcode;
         config.amr_mode = self.amr_mode;
         if let Some(s) = &self.sdes_suites {
             config.sdes_suites = s.clone();
@@ -418,6 +428,7 @@ impl Default for RtpConfig {
             passthrough: false,
             osrtp: false,
             dtmf_transcode: false,
+            cn_transcode: false,
             amr_mode: None,
             dtls: None,
         }
@@ -780,7 +791,7 @@ impl RtpLeg {
                     }
                 }
             }
-            if codecs.iter().all(|(id, _)| id.is_event()) {
+            if codecs.iter().all(|(id, _)| id.is_supplemental()) {
                 return Err(RtpLegError::NoCommonCodec);
             }
             codecs
@@ -1823,6 +1834,11 @@ impl RtpLeg {
     /// [`RtpConfig::dtmf_transcode`].
     pub fn dtmf_transcode(&self) -> bool {
         self.config.dtmf_transcode
+    }
+
+    /// [`RtpConfig::cn_transcode`].
+    pub fn cn_transcode(&self) -> bool {
+        self.config.cn_transcode
     }
 
     /// Whether what we send is protected (SDES, DTLS-SRTP) or not (plain).

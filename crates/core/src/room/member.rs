@@ -215,6 +215,17 @@ impl Negotiated {
         self.codecs.iter().any(|x| x.0.is_event())
     }
 
+    /// Whether it receives comfort noise (RFC 3389 at 8 kHz): one test of its table, as
+    /// [`Negotiated::takes_events`].
+    pub fn takes_cn(&self) -> bool {
+        self.takes_known & CN_BIT != 0
+    }
+
+    /// Whether it negotiated comfort noise at 8 kHz, so may send it in its silences.
+    pub fn sends_cn(&self) -> bool {
+        self.codecs.iter().any(|x| x.0 == CodecId::ComfortNoise)
+    }
+
     /// Whether it receives `codec`.
     pub fn takes(&self, codec: CodecId) -> bool {
         match codec.known_index() {
@@ -255,6 +266,12 @@ const EVENT_BITS: u16 = {
         i += 1;
     }
     bits
+};
+
+/// The bit of comfort noise in `Negotiated::takes_known`.
+const CN_BIT: u16 = match CodecId::ComfortNoise.known_index() {
+    Some(i) => 1 << i,
+    None => 0,
 };
 
 // A bit for each known codec in `Negotiated::takes_known`.

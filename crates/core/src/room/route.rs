@@ -19,7 +19,7 @@ use crate::room::pipe::PipedPacket;
 use crate::room::source::{abs_send_time, LayerOf, MadePacket, SourcePacket};
 use crate::room::subscription::{Cx, Source, Subscription};
 use crate::room::{Feed, MemberAt, Room};
-use crate::transcode::{Dtmf, Format, TranscodeError, Work, EVENT_PT};
+use crate::transcode::{Cn, Dtmf, Format, TranscodeError, Work, CN_PT, EVENT_PT};
 
 /// The stream id of a member's mix.
 const MIX_SSRC: u32 = 0;
@@ -308,10 +308,12 @@ impl Room {
             ..
         } = self;
         let feed = &feeds[f];
-        // A telephone-event packet goes with its stream's audio: where that audio is
-        // transcoded for a receiver, so are its events (numbered in the transcoded stream).
+        // A telephone-event or comfort-noise packet goes with its stream's audio: where that
+        // audio is transcoded for a receiver, so is it (numbered in the transcoded stream).
         let event_audio = match last.codec {
-            c if c.is_event() => transcoding.stream_codec(feed.publisher.id, last.facts.ssrc),
+            c if c.is_supplemental() => {
+                transcoding.stream_codec(feed.publisher.id, last.facts.ssrc)
+            }
             _ => None,
         };
         let sender = members
@@ -487,6 +489,8 @@ impl Room {
             transcoding
                 .event(source, ssrc, codec, &input, formats)
                 .map(|()| Work::default())
+        } else if codec == CodecId::ComfortNoise {
+            transcoding.comfort_noise(source, ssrc, &input, formats)
         } else {
             transcoding.audio(source, ssrc, codec, &input, formats)
         };
@@ -499,6 +503,7 @@ impl Room {
                 // Events go out in the telephone-event format of the output's clock.
                 let out_codec = match p.payload_type {
                     EVENT_PT => CodecId::event_for_clock(f.codec.clock_rate()),
+                    CN_PT => Some(CodecId::ComfortNoise),
                     _ => Some(f.codec),
                 };
                 let made = MadePacket {
@@ -514,7 +519,8 @@ impl Room {
                     let Some(r) = members.get_mut(sub.receiver) else {
                         continue;
                     };
-                    // A receiver that took no telephone-event of that clock gets none.
+                    // A receiver that took no telephone-event of that clock (or no comfort
+                    // noise) gets none.
                     match out_codec.filter(|c| r.neg.takes(*c)) {
                         Some(oc) => sub.send_made(s, &made, oc, r, out),
                         None => r.leg.counters_mut().drop(DropReason::NoCodec),
@@ -642,6 +648,11 @@ pub(crate) struct Sender {
     pub events: bool,
     /// Its leg asks for DTMF to cross as tones or events ([`crate::leg::Leg::dtmf_transcode`]).
     pub dtmf_transcode: bool,
+    /// It negotiated comfort noise.
+    pub cn: bool,
+    /// Its leg asks for comfort noise to cross as noise or from silence
+    /// ([`crate::leg::Leg::cn_transcode`]).
+    pub cn_transcode: bool,
 }
 
 impl Sender {
@@ -649,16 +660,18 @@ impl Sender {
         Sender {
             events: m.neg.sends_events(),
             dtmf_transcode: m.leg.dtmf_transcode(),
+            cn: m.neg.sends_cn(),
+            cn_transcode: m.leg.cn_transcode(),
         }
     }
 }
 
 /// What receiver `r` gets of a packet of `codec` (`event_audio`: the codec of the audio a
-/// telephone-event packet goes with, when that audio is transcoded here). A telephone-event
-/// packet goes where its audio goes: relayed beside relayed audio, through the transcoder
-/// beside transcoded audio.
+/// telephone-event or comfort-noise packet goes with, when that audio is transcoded here).
+/// Such a packet goes where its audio goes: relayed beside relayed audio, through the
+/// transcoder beside transcoded audio.
 fn plan(codec: CodecId, event_audio: Option<CodecId>, sender: Sender, r: &Member) -> Plan {
-    let audio = match codec.is_event() {
+    let audio = match codec.is_supplemental() {
         true => event_audio,
         false => Some(codec),
     };
@@ -681,6 +694,12 @@ fn plan(codec: CodecId, event_audio: Option<CodecId>, sender: Sender, r: &Member
 /// even in a codec `r` took (kept in that codec) for DTMF to cross ([`Dtmf`]): as tones to a
 /// receiver without events, as events heard in the audio to a receiver with events at its
 /// codec's clock.
+///
+/// Comfort noise likewise ([`Cn`]): where one side has it and the other has none, and either's
+/// leg asks for it ([`crate::leg::Leg::cn_transcode`]) or the audio is transcoded anyway, the
+/// sender's comfort-noise packets become noise in the audio of a receiver without it, and a
+/// sender's silent audio becomes comfort-noise packets for a receiver with it (at 8 kHz,
+/// comfort noise's clock, in an 8 kHz codec).
 pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> Option<Format> {
     if !codec.is_transcodable() {
         return None;
@@ -688,7 +707,8 @@ pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> O
     let base = r.neg.format?;
     let takes = r.neg.takes(codec);
     let takes_events = r.neg.takes_events();
-    if takes && sender.events == takes_events {
+    let takes_cn = r.neg.takes_cn();
+    if takes && sender.events == takes_events && sender.cn == takes_cn {
         // The common case, decided without the leg: relayed.
         return None;
     }
@@ -699,13 +719,25 @@ pub(crate) fn transcoded_format(codec: CodecId, sender: Sender, r: &Member) -> O
     let dtmf = match (sender.events, takes_events) {
         (true, false) if asked || !takes => Dtmf::Tones,
         (false, true) if asked && events_at_kept => Dtmf::Detect,
-        _ if takes => return None,
         _ => Dtmf::Events,
     };
+    let transcoded = !takes || dtmf != Dtmf::Events;
+    let cn_asked = transcoded || sender.cn_transcode || r.leg.cn_transcode();
+    let cn = match (sender.cn, takes_cn) {
+        (true, false) if cn_asked => Cn::Noise,
+        (false, true) if cn_asked && kept.clock_rate() == CodecId::ComfortNoise.clock_rate() => {
+            Cn::Detect
+        }
+        _ => Cn::Pass,
+    };
+    if !transcoded && cn == Cn::Pass {
+        return None;
+    }
     Some(Format {
         codec: kept,
         ptime: crate::transcode::ptime_for(kept, base.ptime),
         dtmf,
+        cn,
         amr_mode: base.amr_mode.filter(|_| kept.is_amr()),
     })
 }
