@@ -1016,3 +1016,113 @@ fn a_reoffer_in_an_answered_call_gets_the_codec_flags_as_the_first_offer_did() {
     assert_eq!(got[4], "m=audio PORT RTP/AVP 8", "{got:?}");
     assert!(got.contains(&"a=sendonly".to_owned()), "{got:?}");
 }
+
+/// The `m=` line of our SDP.
+fn m_line(got: &[String]) -> &str {
+    got.iter().find(|l| l.starts_with("m=")).unwrap()
+}
+
+/// `transcode: CN` adds comfort noise at its static payload type after the caller's audio and
+/// before its telephone-events; a callee that takes it gets it, and the caller, who offered
+/// none, is answered without it.
+#[test]
+fn transcoding_cn_adds_comfort_noise_before_the_events_and_answers_the_caller_without_it() {
+    let (_server, mut ng) = start();
+    let offer =
+        "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 8 0 96\r\n\
+        c=IN IP4 192.0.2.10\r\na=rtpmap:96 telephone-event/8000\r\n";
+    let flags = [codec_flags(&[("transcode", &["CN"])])];
+    let got = sdp_of(&mut ng, request("offer", "cn1", offer, &flags));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8 0 13 96", "{got:?}");
+    let at = |l: &str| got.iter().position(|x| x == l);
+    assert!(
+        at("a=rtpmap:13 CN/8000") < at("a=rtpmap:96 telephone-event/8000"),
+        "{got:?}"
+    );
+    assert!(at("a=rtpmap:13 CN/8000").is_some(), "{got:?}");
+    let answer =
+        "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0 13 96\r\n\
+        c=IN IP4 192.0.2.20\r\na=rtpmap:96 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("answer", "cn1", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 96", "{got:?}");
+    assert!(!got.iter().any(|l| l.contains("CN/8000")), "{got:?}");
+    // As a Kamailio flag, with a second codec added: comfort noise after both.
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 8\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    let flags = [(
+        "flags",
+        Bencode::List(vec![s("codec-transcode-CN"), s("codec-transcode-PCMU")]),
+    )];
+    let got = sdp_of(&mut ng, request("offer", "cn2", offer, &flags));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8 0 13", "{got:?}");
+    let answer =
+        "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0 13\r\n\
+        c=IN IP4 192.0.2.20\r\n";
+    let got = sdp_of(&mut ng, request("answer", "cn2", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8", "{got:?}");
+}
+
+/// `always transcode` (`accept: all`) with a caller that offers comfort noise and a callee that
+/// takes none: the caller keeps it (the gateway makes it from silence and noise from it).
+#[test]
+fn always_transcode_keeps_the_callers_comfort_noise_when_the_callee_has_none() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0 13\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    let flags = [("flags", Bencode::List(vec![s("always transcode")]))];
+    let got = sdp_of(&mut ng, request("offer", "cn3", offer, &flags));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 13", "{got:?}");
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0\r\n\
+        c=IN IP4 192.0.2.20\r\n";
+    let got = sdp_of(&mut ng, request("answer", "cn3", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 13", "{got:?}");
+    assert!(got.iter().any(|l| l == "a=rtpmap:13 CN/8000"), "{got:?}");
+    // `accept: CN` alike.
+    let flags = [codec_flags(&[("accept", &["CN"])])];
+    sdp_of(&mut ng, request("offer", "cn4", offer, &flags));
+    let got = sdp_of(&mut ng, request("answer", "cn4", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 13", "{got:?}");
+}
+
+/// `consume: CN` with everything else stripped but what `offer` names: the callee is not
+/// offered comfort noise (nor the 16 kHz one), the caller is answered with it, listed after
+/// its audio codec and before its telephone-events whatever the order it offered them in.
+#[test]
+fn consuming_cn_keeps_it_on_the_callers_side_only() {
+    let (_server, mut ng) = start();
+    let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 9 18 0 8 100 13 117\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:9 G722/8000\r\na=rtpmap:18 G729/8000\r\na=rtpmap:0 PCMU/8000\r\n\
+        a=rtpmap:8 PCMA/8000\r\na=rtpmap:100 telephone-event/8000\r\na=rtpmap:13 CN/8000\r\n\
+        a=rtpmap:117 CN/16000\r\n";
+    let flags = [codec_flags(&[
+        ("strip", &["all"]),
+        ("consume", &["CN"]),
+        ("offer", &["PCMA", "PCMU", "telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "cn5", offer, &flags));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8 0 100", "{got:?}");
+    assert!(!got.iter().any(|l| l.contains("CN/")), "{got:?}");
+    let answer =
+        "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 8 100\r\n\
+        c=IN IP4 192.0.2.20\r\na=rtpmap:100 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("answer", "cn5", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8 13 100", "{got:?}");
+    assert!(!got.iter().any(|l| l.contains("CN/16000")), "{got:?}");
+}
+
+/// Without codec flags comfort noise is relayed like any format both sides have.
+#[test]
+fn comfort_noise_both_sides_have_is_kept_as_it_was_offered() {
+    let (_server, mut ng) = start();
+    let offer =
+        "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 0 101 13\r\n\
+        c=IN IP4 192.0.2.10\r\na=rtpmap:101 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("offer", "cn6", offer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 101 13", "{got:?}");
+    let answer =
+        "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 0 101 13\r\n\
+        c=IN IP4 192.0.2.20\r\na=rtpmap:101 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("answer", "cn6", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 101 13", "{got:?}");
+}

@@ -790,6 +790,25 @@ fn keep_events_at_clock_of_audio(codecs: &mut Vec<Codec>) {
     }
 }
 
+/// Comfort noise the gateway keeps on a side is listed right after the audio codecs, before
+/// the telephone-events, as rtpengine answers.
+fn cn_before_events(codecs: &mut Vec<Codec>) {
+    let Some(k) = codecs
+        .iter()
+        .position(|c| CodecId::of(c) == Some(CodecId::ComfortNoise))
+    else {
+        return;
+    };
+    let events = codecs
+        .iter()
+        .position(|c| c.name.eq_ignore_ascii_case("telephone-event"))
+        .unwrap_or(codecs.len());
+    if events < k {
+        let cn = codecs.remove(k);
+        codecs.insert(events, cn);
+    }
+}
+
 fn offerer_takes(
     desc: &mut RtpDescription,
     m: &Media,
@@ -807,7 +826,17 @@ fn offerer_takes(
     let accepted = answered_in(&desc.sections[0].codecs, &pending.flags.codec, ids);
     // What the answer took of the offer's own formats is relayed as it is: no transcoding
     // unless the answer took no audio codec the offer had.
-    let direct = accepted.is_none() && ids.iter().any(|id| !id.is_event() && offered.contains(id));
+    let direct = accepted.is_none()
+        && ids
+            .iter()
+            .any(|id| !id.is_supplemental() && offered.contains(id));
+    // The offerer's comfort noise kept on its side though the answer has none (`consume`,
+    // `accept`, `always transcode`): made into noise and from silence by the gateway.
+    let own_cn = !ids.contains(&CodecId::ComfortNoise)
+        && transcodes.contains(&CodecId::ComfortNoise)
+        && ids
+            .iter()
+            .any(|t| t.is_transcodable() && t.clock_rate() == CodecId::ComfortNoise.clock_rate());
     // Relayed, but the answer also took a codec we added: what it sends in that one is
     // transcoded to the offerer's first codec the gateway transcodes, which the offerer is then
     // answered in too (written before the events, [`answer_codecs`], as rtpengine answers).
@@ -829,11 +858,11 @@ fn offerer_takes(
                 // Events only at the clock of the codec answered in.
                 Some(a) => {
                     id == a
-                        || (id.is_event()
+                        || (id.is_supplemental()
                             && c.clock_rate == a.clock_rate()
                             && caller_keeps(id, ids, transcodes))
                 }
-                None if direct => ids.contains(&id),
+                None if direct => ids.contains(&id) || (own_cn && id == CodecId::ComfortNoise),
                 None => caller_keeps(id, ids, transcodes),
             }
         });
@@ -856,6 +885,9 @@ fn offerer_takes(
             s.codecs
                 .retain(|c| is_event_like(c) || std::mem::replace(&mut first, false));
             keep_events_at_clock_of_audio(&mut s.codecs);
+        }
+        if own_cn {
+            cn_before_events(&mut s.codecs);
         }
         if let Some(p) = pending.flags.ptime_reverse {
             s.ptime = Some(p);
@@ -1072,6 +1104,7 @@ impl SectionCall {
                 announce: iface.map(|i| i.advertised),
                 ice: ice_towards(flags, doc, m, false),
                 dtmf_transcode: p.dtmf_transcode,
+                cn_transcode: p.cn_transcode,
                 amr_mode: p.amr_mode,
                 dtls,
                 ..RtpLegOptions::default()

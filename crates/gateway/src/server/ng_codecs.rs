@@ -28,6 +28,12 @@
 //!   audio the gateway decodes (or the one named) that has none: DTMF then crosses as events
 //!   towards the callee and as tones towards the caller, whatever the audio does
 //!   ([`CodecPlan::dtmf_transcode`]).
+//! - `transcode: CN` adds comfort noise (`CN/8000`, payload type 13) after the audio codecs,
+//!   before the telephone-events: the callee's comfort-noise packets reach a caller without
+//!   it as noise in its audio, and the caller's silent audio reaches the callee as
+//!   comfort-noise packets ([`CodecPlan::cn_transcode`]). The caller is answered without it.
+//!   `consume: CN` and `accept: CN` (or `always transcode`) keep the caller's comfort noise on
+//!   its side whatever the callee takes, the same way round.
 //!
 //! Names are `NAME[/CLOCK[/CHANNELS]]`, case-insensitive. A name that is neither in the offer nor
 //! a codec the gateway has is reported in the reply's `warning`, by name; so is a codec asked to
@@ -52,6 +58,10 @@ pub(crate) struct CodecPlan {
     /// `transcode` added telephone-events: DTMF crosses between the two sides, tones one way
     /// and events the other (the callee's leg asks for it, `RtpLegOptions::dtmf_transcode`).
     pub dtmf_transcode: bool,
+    /// Comfort noise crosses between the two sides: `transcode` added it, or the caller's is
+    /// kept on its side (`consume`, `accept`, `always transcode`); the callee's leg asks for
+    /// it (`RtpLegOptions::cn_transcode`).
+    pub cn_transcode: bool,
     /// The AMR mode of the bitrate `transcode` named for an AMR codec it added (the callee's
     /// leg sends in at most that mode, `RtpLegOptions::amr_mode`).
     pub amr_mode: Option<u8>,
@@ -230,14 +240,18 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             || any_names(&flags.offer, c)
             || (any_names(&flags.transcode, c) && (handled(c) || is_event_like(c)))
     };
+    // `all` stripped, a codec `consume` names is masked instead: kept on the caller's side.
+    let stripped = |c: &Codec| {
+        any_names(&flags.strip, c)
+            || (strip_all && !kept_by_name(c) && !any_names(&flags.consume, c))
+    };
     let mut towards: Vec<(CodecId, Codec)> = Vec::new();
     let mut caller_transcodes: Vec<CodecId> = Vec::new();
     let mut masked_any = false;
     let mut stripped_audio = false;
     for c in codecs {
         let id = CodecId::passthrough(c);
-        let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
-        if stripped {
+        if stripped(c) {
             stripped_audio |= !is_event_like(c);
             continue;
         }
@@ -271,6 +285,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
     // audio codecs, before its telephone-events and comfort noise, as rtpengine adds them.
     let mut added: Vec<u32> = Vec::new();
     let mut dtmf_transcode = false;
+    let mut add_cn = false;
     let mut amr_mode = None;
     let mut at = towards
         .iter()
@@ -283,6 +298,11 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         let Some(id) = transcode_target(n) else {
             continue; // warned about above
         };
+        if id == CodecId::ComfortNoise {
+            // Added after the audio, whatever else `transcode` adds (below).
+            add_cn = true;
+            continue;
+        }
         if id.is_event() {
             let made = add_events(n, codecs, &mut towards, at, callers_free);
             if made == 0 {
@@ -336,8 +356,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         // The caller's side keeps every codec of its own the gateway decodes.
         for c in codecs {
             if let Some(id) = CodecId::of(c).filter(|id| id.is_transcodable()) {
-                let stripped = any_names(&flags.strip, c) || (strip_all && !kept_by_name(c));
-                if !stripped && !caller_transcodes.contains(&id) {
+                if !stripped(c) && !caller_transcodes.contains(&id) {
                     caller_transcodes.push(id);
                 }
             }
@@ -362,10 +381,34 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             }
         }
     }
+    let mut cn_transcode = caller_transcodes.contains(&CodecId::ComfortNoise);
+    let has_8k_audio = towards
+        .iter()
+        .any(|(id, c)| !id.is_supplemental() && !is_event_like(c) && c.clock_rate == 8000);
+    if add_cn && !towards.iter().any(|(id, _)| *id == CodecId::ComfortNoise) {
+        if !has_8k_audio {
+            warnings.push("codec-transcode: no 8 kHz audio for \"CN\": not added".into());
+        } else if let Some(codec) =
+            added_codec(CodecId::ComfortNoise, None, codecs, &towards, callers_free)
+        {
+            // After the audio codecs, before the telephone-events, as rtpengine lists it.
+            let events = towards
+                .iter()
+                .position(|(_, c)| c.name.eq_ignore_ascii_case("telephone-event"))
+                .unwrap_or(towards.len());
+            towards.insert(events, (CodecId::ComfortNoise, codec));
+            cn_transcode = true;
+        } else {
+            warnings.push("codec-transcode: no payload type left for \"CN\"".into());
+        }
+    } else if add_cn {
+        // The caller has it: nothing to add, but silence and noise cross if the callee lacks it.
+        cn_transcode = true;
+    }
     if strip_all || mask_all {
         order_as_listed(&mut towards, &flags.transcode);
     }
-    if !towards.iter().any(|(id, _)| !id.is_event()) {
+    if !towards.iter().any(|(id, _)| !id.is_supplemental()) {
         if !flags.is_empty() {
             warnings.push(
                 "codec: the manipulations leave the callee no audio codec: the offer's codecs are kept"
@@ -392,6 +435,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         caller_transcodes,
         warnings,
         dtmf_transcode,
+        cn_transcode,
         amr_mode,
     }
 }

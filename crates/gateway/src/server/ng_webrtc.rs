@@ -206,7 +206,8 @@ impl Ng {
         if plan.towards_callee.is_empty() {
             return Err(ApiError::bad(NO_CODEC));
         }
-        let (dtmf_transcode, amr_mode) = (plan.dtmf_transcode, plan.amr_mode);
+        let (dtmf_transcode, cn_transcode, amr_mode) =
+            (plan.dtmf_transcode, plan.cn_transcode, plan.amr_mode);
         let spec = RtpOfferSpec {
             transport,
             codecs: plan.towards_callee,
@@ -230,6 +231,7 @@ impl Ng {
             RtpLegOptions {
                 ice,
                 dtmf_transcode,
+                cn_transcode,
                 amr_mode,
                 ..RtpLegOptions::default()
             },
