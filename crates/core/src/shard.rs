@@ -2096,6 +2096,20 @@ impl Shard {
         Ok(answer)
     }
 
+    /// Whether comfort noise crosses between telephony member `id` of `room` and members
+    /// without it from now on ([`crate::leg::RtpConfig::cn_transcode`]): a re-offer's codec
+    /// flags can ask for it in an answered call.
+    pub fn set_cn_transcode(&mut self, room: &str, id: &str, on: bool) -> Result<(), JoinError> {
+        self.change_leg(room, id, |leg| {
+            let leg = leg
+                .as_rtp_mut()
+                .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
+            leg.set_cn_transcode(on);
+            Ok((None, ()))
+        })?;
+        Ok(())
+    }
+
     /// A new offer from a WebRTC member's peer in its session (a re-INVITE through the ng
     /// protocol: hold, an ICE restart, a session refresh; [`WebRtcLeg::take_offer`]): our
     /// answer. The member's role in its room follows the new directions; after an ICE restart

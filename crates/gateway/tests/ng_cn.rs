@@ -219,16 +219,24 @@ fn malformed_comfort_noise_is_dropped() {
     caller.phone.accept_answer(&to_caller).unwrap();
     let talk = speech(4);
     let to = callee.phone.gateway.unwrap();
-    callee.send(&talk[0]).unwrap();
+    // Speech first, until the caller hears it.
+    for frame in &talk[..3] {
+        caller.send(frame).unwrap();
+        callee.send(frame).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wait(&mut caller, &mut callee, |a, _| {
+        !a.phone.received.is_empty()
+    });
     for bad in [&[][..], &[0x80], &[0xff, 1, 2]] {
         let ts = callee.phone.ts;
         let cn = callee.phone.packet_with(13, ts, false, bad);
         callee.phone.ts = ts.wrapping_add(160);
         callee.socket.send_to(&cn, to).unwrap();
     }
-    callee.send(&talk[1]).unwrap();
+    callee.send(&talk[3]).unwrap();
     // The speech after them arrives (the time they took concealed): PCMU only.
-    let last = talk[1].clone();
+    let last = talk[3].clone();
     wait(&mut caller, &mut callee, |a, _| {
         a.phone
             .received
@@ -245,6 +253,5 @@ fn malformed_comfort_noise_is_dropped() {
     assert!(down
         .iter()
         .all(|h| h.payload_type() == 0 && h.payload().len() == 160));
-    assert_eq!(down[0].payload(), talk[0].as_slice());
-    assert_eq!(down.last().unwrap().payload(), talk[1].as_slice());
+    assert_eq!(down.last().unwrap().payload(), talk[3].as_slice());
 }

@@ -1126,3 +1126,32 @@ fn comfort_noise_both_sides_have_is_kept_as_it_was_offered() {
     let got = sdp_of(&mut ng, request("answer", "cn6", answer, &[]));
     assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 0 101 13", "{got:?}");
 }
+
+/// A re-offer in an answered call whose flags consume the caller's comfort noise: the callee's
+/// answer without it comes back to the caller with it, after the audio, before the events.
+#[test]
+fn a_re_offer_consuming_cn_answers_the_caller_with_it() {
+    let (_server, mut ng) = start();
+    let first = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\nm=audio 5004 RTP/AVP 8\r\n\
+        c=IN IP4 192.0.2.10\r\n";
+    sdp_of(&mut ng, request("offer", "cn7", first, &[]));
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 8\r\n\
+        c=IN IP4 192.0.2.20\r\n";
+    sdp_of(&mut ng, request("answer", "cn7", answer, &[]));
+    let again = "v=0\r\no=- 1 2 IN IP4 192.0.2.10\r\ns=-\r\nt=0 0\r\n\
+        m=audio 5004 RTP/AVP 0 8 100 13\r\nc=IN IP4 192.0.2.10\r\n\
+        a=rtpmap:100 telephone-event/8000\r\n";
+    let flags = [codec_flags(&[
+        ("strip", &["all"]),
+        ("consume", &["CN"]),
+        ("offer", &["PCMA", "telephone-event"]),
+    ])];
+    let got = sdp_of(&mut ng, request("offer", "cn7", again, &flags));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8 100", "{got:?}");
+    let answer =
+        "v=0\r\no=- 2 3 IN IP4 192.0.2.20\r\ns=-\r\nt=0 0\r\nm=audio 6000 RTP/AVP 8 100\r\n\
+        c=IN IP4 192.0.2.20\r\na=rtpmap:100 telephone-event/8000\r\n";
+    let got = sdp_of(&mut ng, request("answer", "cn7", answer, &[]));
+    assert_eq!(m_line(&got), "m=audio PORT RTP/AVP 8 13 100", "{got:?}");
+    assert!(got.iter().any(|l| l == "a=rtpmap:13 CN/8000"), "{got:?}");
+}

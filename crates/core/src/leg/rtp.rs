@@ -1841,6 +1841,11 @@ impl RtpLeg {
         self.config.cn_transcode
     }
 
+    /// Sets [`RtpConfig::cn_transcode`] (a re-offer's codec flags can ask for it).
+    pub fn set_cn_transcode(&mut self, on: bool) {
+        self.config.cn_transcode = on;
+    }
+
     /// Whether what we send is protected (SDES, DTLS-SRTP) or not (plain).
     pub fn protects(&self) -> bool {
         !matches!(self.security, Security::Plain)

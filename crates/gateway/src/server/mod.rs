@@ -1012,6 +1012,16 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
+    /// Whether comfort noise crosses for telephony member `id` of `room` from now on
+    /// ([`Shard::set_cn_transcode`]).
+    pub async fn set_cn_transcode(&self, room: &str, id: &str, on: bool) -> Result<(), JoinError> {
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.set_cn_transcode(room, id, on)
+        })
+        .await
+        .unwrap_or(Err(JoinError::ShuttingDown))
+    }
+
     /// Takes back the new offer of ours member `id` of `room` waits to answer
     /// ([`Shard::withdraw_offer`]).
     pub async fn withdraw_offer(&self, room: &str, id: &str) -> bool {

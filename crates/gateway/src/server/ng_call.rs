@@ -809,6 +809,58 @@ fn cn_before_events(codecs: &mut Vec<Codec>) {
     }
 }
 
+/// A renegotiated answer to the offerer (`codecs`, the answer's section `m`'s own): the
+/// offerer's comfort noise (its section `xm` of `offer`) added after the audio, before the telephone-events,
+/// when its re-offer's flags keep it on its side (`transcodes`) and the answer has none but an
+/// 8 kHz codec the gateway transcodes, as a first answer keeps it ([`offerer_takes`]).
+fn keep_callers_cn(
+    codecs: &mut Vec<CodecOut>,
+    (doc, m): (&SdpDoc, &Media),
+    (offer, xm): (&SdpDoc, &Media),
+    transcodes: &[CodecId],
+) {
+    if !transcodes.contains(&CodecId::ComfortNoise) {
+        return;
+    }
+    let answered: Vec<CodecId> = rtp_section(doc, m)
+        .codecs
+        .iter()
+        .map(CodecId::passthrough)
+        .collect();
+    let clock = CodecId::ComfortNoise.clock_rate();
+    if answered.contains(&CodecId::ComfortNoise)
+        || !answered
+            .iter()
+            .any(|t| t.is_transcodable() && t.clock_rate() == clock)
+    {
+        return;
+    }
+    let Some(cn) = rtp_section(offer, xm)
+        .codecs
+        .into_iter()
+        .find(|c| CodecId::of(c) == Some(CodecId::ComfortNoise))
+    else {
+        return;
+    };
+    let at = codecs
+        .iter()
+        .position(|c| {
+            c.rtpmap
+                .as_deref()
+                .is_some_and(|r| r.to_ascii_lowercase().starts_with("telephone-event/"))
+        })
+        .unwrap_or(codecs.len());
+    codecs.insert(
+        at,
+        CodecOut {
+            pt: cn.pt.to_string(),
+            rtpmap: Some(cn.encoding()),
+            fmtp: cn.fmtp.clone(),
+            rtcp_fb: Vec::new(),
+        },
+    );
+}
+
 fn offerer_takes(
     desc: &mut RtpDescription,
     m: &Media,
@@ -1186,11 +1238,17 @@ impl SectionCall {
         // The re-offer's codecs as the codec flags make them (a proxy repeats its first
         // offer's flags on a re-INVITE), as the first offer's were.
         let audio = m.media.eq_ignore_ascii_case("audio");
-        let codecs = if audio && !flags.codec.is_empty() {
+        let (codecs, transcodes) = if audio && !flags.codec.is_empty() {
             let parsed = rtp_section(doc, m).codecs;
-            codec_outs(m, &parsed, &plan(&parsed, &flags.codec).towards_callee)
+            let p = plan(&parsed, &flags.codec);
+            if p.cn_transcode {
+                // Comfort noise the re-offer's flags add or keep crosses from now on.
+                ctx.gateway.set_cn_transcode(&s.room, &y.id, true).await?;
+            }
+            let outs = codec_outs(m, &parsed, &p.towards_callee);
+            (outs, p.caller_transcodes)
         } else {
-            codecs_of(m)
+            (codecs_of(m), Vec::new())
         };
         let out = SectionOut::Relayed(Box::new(Relayed {
             port: y_local.port,
@@ -1204,7 +1262,7 @@ impl SectionCall {
             ptime: ptime_of(m),
             ice: y_local.ice,
         }));
-        Ok((out, Fate::Relayed(Vec::new()), Some(x_local)))
+        Ok((out, Fate::Relayed(transcodes), Some(x_local)))
     }
 }
 
@@ -1320,7 +1378,9 @@ impl SectionCall {
                     }
                     Err(e) => return Err(e.into()),
                 }
-                (local, codecs_of(m))
+                let mut codecs = codecs_of(m);
+                keep_callers_cn(&mut codecs, (doc, m), (&pending.offer, xm), transcodes);
+                (local, codecs)
             }
             None => {
                 let ice = ice_towards(flags, doc, m, true);
