@@ -17,13 +17,14 @@ use secrelay_wire::RtpHeader;
 
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-fn start() -> (Server, Ng) {
+/// A gateway on media ports of its own (`ports`), apart from the other test's.
+fn start(ports: &str) -> (Server, Ng) {
     let server = Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
         workers: 2,
-        rtp_ports: "48000-48999".into(),
+        rtp_ports: ports.into(),
         drain_secs: 0.1,
         ..ServeConfig::default()
     })
@@ -78,7 +79,7 @@ fn wait(
 
 #[test]
 fn transcode_cn_turns_comfort_noise_into_noise_and_silence_into_comfort_noise() {
-    let (_server, mut ng) = start();
+    let (_server, mut ng) = start("48000-48499");
     let mut caller = phone(1, 0xc0f1);
     let mut callee = phone(2, 0xc0f2);
     let mut offer = msg("offer", "cn@proxy", None, &caller.phone.offer());
@@ -196,7 +197,7 @@ fn transcode_cn_turns_comfort_noise_into_noise_and_silence_into_comfort_noise() 
 
 #[test]
 fn malformed_comfort_noise_is_dropped() {
-    let (_server, mut ng) = start();
+    let (_server, mut ng) = start("48500-48999");
     let mut caller = phone(1, 0xbad1);
     let mut callee = phone(2, 0xbad2);
     let mut offer = msg("offer", "badcn@proxy", None, &caller.phone.offer());
