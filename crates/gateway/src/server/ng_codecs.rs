@@ -382,12 +382,17 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         }
     }
     let mut cn_transcode = caller_transcodes.contains(&CodecId::ComfortNoise);
+    // Comfort noise goes with 8 kHz audio the gateway decodes and encodes (it makes the noise
+    // and finds the silence in that audio).
     let has_8k_audio = towards
         .iter()
-        .any(|(id, c)| !id.is_supplemental() && !is_event_like(c) && c.clock_rate == 8000);
+        .any(|(id, _)| id.is_transcodable() && id.clock_rate() == 8000);
     if add_cn && !towards.iter().any(|(id, _)| *id == CodecId::ComfortNoise) {
         if !has_8k_audio {
-            warnings.push("codec-transcode: no 8 kHz audio for \"CN\": not added".into());
+            warnings.push(
+                "codec-transcode: no 8 kHz audio the gateway transcodes for \"CN\": not added"
+                    .into(),
+            );
         } else if let Some(codec) =
             added_codec(CodecId::ComfortNoise, None, codecs, &towards, callers_free)
         {
@@ -401,9 +406,6 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         } else {
             warnings.push("codec-transcode: no payload type left for \"CN\"".into());
         }
-    } else if add_cn {
-        // The caller has it: nothing to add, but silence and noise cross if the callee lacks it.
-        cn_transcode = true;
     }
     if strip_all || mask_all {
         order_as_listed(&mut towards, &flags.transcode);
@@ -581,6 +583,71 @@ mod tests {
             .iter()
             .map(|(_, c)| (format!("{}/{}", c.name, c.clock_rate), c.pt))
             .collect()
+    }
+
+    #[test]
+    fn transcode_cn_adds_comfort_noise_before_the_events_where_it_can_make_it() {
+        let f = CodecFlags {
+            transcode: vec!["PCMA".into(), "CN".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&browser(), &f);
+        assert_eq!(
+            names_of(&p),
+            vec![
+                ("opus/48000".into(), 111),
+                ("PCMA/8000".into(), 8),
+                ("CN/8000".into(), 13),
+                ("telephone-event/8000".into(), 96),
+                ("telephone-event/48000".into(), 110),
+            ]
+        );
+        assert!(p.cn_transcode && p.warnings.is_empty(), "{:?}", p.warnings);
+        // Only Opus (48 kHz) to go with it, or only a codec the gateway cannot decode: none.
+        let cn_only = CodecFlags {
+            transcode: vec!["CN".into()],
+            ..CodecFlags::default()
+        };
+        for caller in [browser(), vec![c(18, "G729", 8000, None)]] {
+            let p = plan(&caller, &cn_only);
+            assert!(!names_of(&p).iter().any(|(n, _)| n == "CN/8000"));
+            assert!(!p.cn_transcode);
+            assert!(
+                p.warnings.join(";").contains("\"CN\": not added"),
+                "{:?}",
+                p.warnings
+            );
+        }
+    }
+
+    #[test]
+    fn consume_cn_under_strip_all_keeps_it_on_the_callers_side_only() {
+        let caller = vec![
+            c(9, "G722", 8000, None),
+            c(0, "PCMU", 8000, None),
+            c(8, "PCMA", 8000, None),
+            c(101, "telephone-event", 8000, None),
+            c(13, "CN", 8000, None),
+            c(118, "CN", 16_000, None),
+        ];
+        let f = CodecFlags {
+            strip: vec!["all".into()],
+            consume: vec!["CN".into()],
+            offer: vec!["PCMA".into(), "PCMU".into(), "telephone-event".into()],
+            ..CodecFlags::default()
+        };
+        let p = plan(&caller, &f);
+        assert_eq!(
+            names_of(&p),
+            vec![
+                ("PCMA/8000".into(), 8),
+                ("PCMU/8000".into(), 0),
+                ("telephone-event/8000".into(), 101),
+            ]
+        );
+        assert!(p.caller_transcodes.contains(&CodecId::ComfortNoise));
+        assert!(!p.caller_transcodes.contains(&CodecId::G722));
+        assert!(p.cn_transcode);
     }
 
     #[test]
