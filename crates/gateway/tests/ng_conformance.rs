@@ -494,6 +494,67 @@ fn an_answers_codec_strip_applies_to_our_answer_less_what_offer_keeps() {
 }
 
 #[test]
+fn the_offerer_is_answered_in_a_suite_its_sdes_flags_leave_and_with_its_mid() {
+    let (_server, mut ng) = start();
+    // rtpengine: `SDES: no-…` on the offer also keeps that suite out of the answer to the
+    // offerer (its first suite the flags leave), and an answer without `a=mid` gets the
+    // offer's (RFC 5888).
+    let caller = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+        m=audio 5004 RTP/SAVP 0\r\na=mid:1\r\n\
+        a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:cJOJ7kxQjhFBp2fP6AYjs3vKw7CeBdWZCj0isbJv\r\n\
+        a=crypto:2 AES_CM_128_HMAC_SHA1_32 inline:VAzLKvoE3jG9cdH/AZsl/ZqWNXrUzyM4Gw6chrFr\r\n";
+    let callee = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/AVP 0\r\n";
+    let flags = [
+        ("transport-protocol", s("RTP/AVP")),
+        ("SDES", Bencode::List(vec![s("no-AES_CM_128_HMAC_SHA1_80")])),
+    ];
+    sdp_of(&mut ng, request("offer", "m1", caller, &flags));
+    let got = sdp_of(&mut ng, request("answer", "m1", callee, &[]));
+    assert_eq!(
+        crypto_lines(&got),
+        ["a=crypto:2 AES_CM_128_HMAC_SHA1_32 inline:KEY"]
+    );
+    assert!(got.contains(&"a=mid:1".to_owned()), "{got:?}");
+}
+
+#[test]
+fn a_new_offer_towards_a_dtls_srtp_side_says_actpass_again() {
+    let (_server, mut ng) = start();
+    // RFC 8842 §5.3, as rtpengine writes it: every offer says `actpass`; the answer keeps the
+    // association's roles.
+    let plain = |v: u32| {
+        format!(
+            "v=0\r\no=- 1 {v} IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\
+             m=audio 5004 RTP/AVP 0\r\na=sendrecv\r\n"
+        )
+    };
+    let flags = [
+        ("transport-protocol", s("RTP/SAVP")),
+        ("SDES", Bencode::List(vec![s("off")])),
+        ("ICE", s("remove")),
+    ];
+    let got = sdp_of(&mut ng, request("offer", "r1", &plain(1), &flags));
+    assert!(got.contains(&"a=setup:actpass".to_owned()), "{got:?}");
+    let answer = "v=0\r\no=- 2 2 IN IP4 192.0.2.20\r\ns=-\r\nc=IN IP4 192.0.2.20\r\nt=0 0\r\n\
+        m=audio 6000 RTP/SAVP 0\r\na=setup:passive\r\n\
+        a=fingerprint:sha-256 DA:89:F7:04:38:D9:04:E1:9E:25:1A:43:87:8D:F5:BD:6E:4C:BB:88:12:A6:D5:FA:B1:4A:34:BC:32:C0:05:FE\r\n";
+    sdp_of(&mut ng, request("answer", "r1", answer, &[]));
+    let again = sdp_of(&mut ng, request("offer", "r1", &plain(2), &[]));
+    assert!(
+        again.contains(&"m=audio PORT RTP/SAVP 0".to_owned()),
+        "{again:?}"
+    );
+    assert!(again.contains(&"a=setup:actpass".to_owned()), "{again:?}");
+    assert_eq!(fingerprint_of(&again), ["sha-256 DIGEST"]);
+    // The same roles answered: taken; the other way round: refused.
+    sdp_of(&mut ng, request("answer", "r1", answer, &[]));
+    sdp_of(&mut ng, request("offer", "r1", &plain(3), &[]));
+    let flipped = answer.replace("passive", "active");
+    assert!(ng.call(request("answer", "r1", &flipped, &[])).is_err());
+}
+
+#[test]
 fn a_later_answer_to_the_same_offer_is_taken_with_its_codecs() {
     let (_server, mut ng) = start();
     let offer = "v=0\r\no=- 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n\

@@ -57,7 +57,7 @@ use std::time::{Duration, Instant};
 
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 use secrelay_wire::sdes::Crypto;
-use secrelay_wire::sdp::{Direction, MediaKind};
+use secrelay_wire::sdp::{Direction, MediaKind, Setup};
 use zeroize::{Zeroize, Zeroizing};
 
 use secrelay_wire::sdp::Codec;
@@ -1470,6 +1470,11 @@ impl RtpLeg {
             ));
         };
         section.crypto = crypto;
+        // An offer says `actpass` (RFC 8842 §5.3), a new one in the call too: the answer keeps
+        // the association's roles, or is refused.
+        if let Security::Dtls(k) = &self.security {
+            section.dtls = Some((Setup::Actpass, k.attributes().1));
+        }
         section.direction = Direction::SendRecv;
         section.rtcp = if self.rtcp_mux {
             RtcpAnswer::Mux

@@ -687,8 +687,10 @@ fn opportunistic(m: &Media) -> bool {
 }
 
 /// The SDES suites a member answering side `m`'s offer prefers: the one the other side took
-/// (`took`), then the offer's own in its order, then the gateway's.
-fn answer_suites(ctx: &Ctx<'_>, m: &Media, took: Option<Profile>) -> Vec<Profile> {
+/// (`took`), then the offer's own in its order, then the gateway's; those the offer's `SDES:
+/// no-…` and `only-…` flags leave out are not taken (rtpengine answers with the first suite
+/// they leave).
+fn answer_suites(ctx: &Ctx<'_>, m: &Media, took: Option<Profile>, flags: &Flags) -> Vec<Profile> {
     let mut v: Vec<Profile> = took.into_iter().collect();
     for c in m.attributes("crypto").flatten() {
         let suite = c.split_whitespace().nth(1).unwrap_or("");
@@ -703,6 +705,14 @@ fn answer_suites(ctx: &Ctx<'_>, m: &Media, took: Option<Profile>) -> Vec<Profile
             v.push(*p);
         }
     }
+    let named = |names: &[String], p: &Profile| {
+        names
+            .iter()
+            .any(|n| n.trim().eq_ignore_ascii_case(p.sdp_name()))
+    };
+    v.retain(|p| {
+        !named(&flags.sdes_no, p) && (flags.sdes_only.is_empty() || named(&flags.sdes_only, p))
+    });
     v
 }
 
@@ -1183,6 +1193,7 @@ impl SectionCall {
             dtls: local.dtls,
             ptime: spec.ptime,
             ice: local.ice,
+            mid: None,
         }));
         Ok((out, Fate::Relayed(p.caller_transcodes), None))
     }
@@ -1261,6 +1272,7 @@ impl SectionCall {
             dtls: y_local.dtls,
             ptime: ptime_of(m),
             ice: y_local.ice,
+            mid: None,
         }));
         Ok((out, Fate::Relayed(transcodes), Some(x_local)))
     }
@@ -1414,6 +1426,7 @@ impl SectionCall {
             dtls: x_local.dtls,
             ptime,
             ice: x_local.ice,
+            mid: xm.attributes("mid").flatten().next().map(str::to_owned),
         })))
     }
 
@@ -1458,7 +1471,7 @@ impl SectionCall {
             RtpLegOptions {
                 passthrough: true,
                 kind: media_kind(xm),
-                sdes_suites: Some(answer_suites(ctx, xm, first_suite(m))),
+                sdes_suites: Some(answer_suites(ctx, xm, first_suite(m), &pending.flags)),
                 sdes_tags: Vec::new(),
                 bind: iface.map(|i| i.local),
                 announce: iface.map(|i| i.advertised),

@@ -73,6 +73,9 @@ pub(crate) struct Relayed {
     pub ptime: Option<u32>,
     /// Our ICE.
     pub ice: Option<IceOut>,
+    /// The offer's `a=mid`, written in an answer whose section has none (RFC 5888: an answer
+    /// repeats the offer's).
+    pub mid: Option<String>,
 }
 
 /// What becomes of a section.
@@ -277,7 +280,13 @@ fn relayed(out: &mut String, m: &Media, s: &Relayed, ours: IpAddr, keep_null: bo
             _ => line(out, l.kind, &l.value),
         }
     }
-    for mid in m.attributes("mid").flatten() {
+    let mut mids = m.attributes("mid").flatten().peekable();
+    if mids.peek().is_none() {
+        if let Some(mid) = &s.mid {
+            attr(out, "mid", mid);
+        }
+    }
+    for mid in mids {
         attr(out, "mid", mid);
     }
     for c in s.codecs.iter().flatten() {
@@ -410,6 +419,7 @@ mod tests {
                 rtcp_mux: false,
                 crypto: vec![],
                 dtls: None,
+                mid: None,
                 ptime: Some(20),
                 ice: None,
             })),
@@ -501,6 +511,7 @@ mod tests {
                 rtcp_mux: false,
                 crypto: Vec::new(),
                 dtls: None,
+                mid: None,
                 ptime: None,
                 ice: None,
             }))];
