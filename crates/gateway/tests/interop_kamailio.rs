@@ -115,15 +115,54 @@ impl Proxy {
         range: (u16, u16),
         plain_latch: &str,
     ) -> Proxy {
+        Proxy::with(
+            kamailio,
+            callee,
+            offer_flags,
+            range,
+            ServeConfig {
+                plain_latch: plain_latch.into(),
+                ..ServeConfig::default()
+            },
+        )
+    }
+
+    /// [`Proxy::start`] with secrelay's media `interfaces` (`NAME/LOCAL`, rtpengine's form).
+    fn start_on(
+        kamailio: &Path,
+        callee: u16,
+        offer_flags: &str,
+        range: (u16, u16),
+        interfaces: Vec<String>,
+    ) -> Proxy {
+        Proxy::with(
+            kamailio,
+            callee,
+            offer_flags,
+            range,
+            ServeConfig {
+                interfaces,
+                ..ServeConfig::default()
+            },
+        )
+    }
+
+    /// secrelay made from `config` (its sockets and ports this proxy's), and Kamailio.
+    fn with(
+        kamailio: &Path,
+        callee: u16,
+        offer_flags: &str,
+        range: (u16, u16),
+        config: ServeConfig,
+    ) -> Proxy {
         let server = Server::start(ServeConfig {
             http: Some("127.0.0.1:0".parse().unwrap()),
             udp: "127.0.0.1:0".parse().unwrap(),
             ng: Some("127.0.0.1:0".parse().unwrap()),
             workers: 2,
             rtp_ports: format!("{}-{}", range.0, range.1),
-            plain_latch: plain_latch.into(),
             drain_secs: 0.1,
-            ..ServeConfig::default()
+            ..config
         })
         .unwrap();
         let ng_port = server.ng_addr().unwrap().port();
@@ -760,5 +799,116 @@ fn kamailio_puts_a_call_on_hold_through_secrelay_and_takes_it_back() {
     }
     // The recording played twice, before the hold and after it, and echoed: both relayed.
     proxy.check(400, 0);
+    proxy.server.shutdown();
+}
+
+/// A SIPp callee whose media socket is on `media_ip` (IPv4 or IPv6), echoing what it receives.
+fn echo_callee_at(sipp: &Path, scenario: &Path, port: u16, log: &Path, media_ip: &str) -> Reap {
+    let r = spawn(
+        Command::new(sipp)
+            .arg("-sf")
+            .arg(scenario)
+            .args(["-i", "127.0.0.1", "-p", &port.to_string()])
+            .args(["-mi", media_ip, "-mp", &free_port().to_string()])
+            .args([
+                "-rtp_echo",
+                "-m",
+                "1",
+                "-nostdin",
+                "-trace_msg",
+                "-message_file",
+            ])
+            .arg(log)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    r
+}
+
+/// The `c=` line of the first SDP after `first_line` in a SIPp message log.
+fn connection_after(log: &str, first_line: &str) -> Option<String> {
+    let at = log.find(first_line)?;
+    log[at..]
+        .lines()
+        .find(|l| l.trim().starts_with("c=IN "))
+        .map(|l| l.trim().to_owned())
+}
+
+#[test]
+fn kamailio_bridges_two_named_interfaces_through_secrelay() {
+    let test = "kamailio_bridges_two_named_interfaces_through_secrelay";
+    let Some((kamailio, sipp)) = tools(test) else {
+        return;
+    };
+    let callee = free_port();
+    // The caller's side on `internal`, the callee's on `external` (two loopback addresses).
+    let proxy = Proxy::start_on(
+        &kamailio,
+        callee,
+        "replace-origin replace-session-connection ICE=remove direction=internal direction=external",
+        (49800, 49899),
+        vec!["internal/127.0.0.1".into(), "external/127.0.0.2".into()],
+    );
+    let dir = proxy.dir.path().to_path_buf();
+    let uas_log = dir.join("uas.msg");
+    let _uas = echo_callee(&sipp, &repo().join("interop/sip/uas.xml"), callee, &uas_log);
+    let uac_log = dir.join("uac.msg");
+    proxy.call(&sipp, &uac_log);
+    let uas = std::fs::read_to_string(&uas_log).unwrap();
+    let uac = std::fs::read_to_string(&uac_log).unwrap();
+    assert_eq!(
+        connection_after(&uas, "INVITE sip:").as_deref(),
+        Some("c=IN IP4 127.0.0.2"),
+        "{uas}"
+    );
+    assert_eq!(
+        connection_after(&uac, "SIP/2.0 200 OK").as_deref(),
+        Some("c=IN IP4 127.0.0.1"),
+        "{uac}"
+    );
+    proxy.check(200, 0);
+    proxy.server.shutdown();
+}
+
+#[test]
+fn kamailio_reaches_an_ipv6_callee_through_secrelay() {
+    let test = "kamailio_reaches_an_ipv6_callee_through_secrelay";
+    let Some((kamailio, sipp)) = tools(test) else {
+        return;
+    };
+    let callee = free_port();
+    // One interface of each family; `address-family=IP6` puts the callee's side on IPv6.
+    let proxy = Proxy::start_on(
+        &kamailio,
+        callee,
+        "replace-origin replace-session-connection ICE=remove address-family=IP6",
+        (49900, 49999),
+        vec!["127.0.0.1".into(), "::1".into()],
+    );
+    let dir = proxy.dir.path().to_path_buf();
+    let uas_log = dir.join("uas.msg");
+    let _uas = echo_callee_at(
+        &sipp,
+        &repo().join("interop/sip/uas.xml"),
+        callee,
+        &uas_log,
+        "::1",
+    );
+    let uac_log = dir.join("uac.msg");
+    proxy.call(&sipp, &uac_log);
+    let uas = std::fs::read_to_string(&uas_log).unwrap();
+    let uac = std::fs::read_to_string(&uac_log).unwrap();
+    assert_eq!(
+        connection_after(&uas, "INVITE sip:").as_deref(),
+        Some("c=IN IP6 ::1"),
+        "{uas}"
+    );
+    assert_eq!(
+        connection_after(&uac, "SIP/2.0 200 OK").as_deref(),
+        Some("c=IN IP4 127.0.0.1"),
+        "{uac}"
+    );
+    proxy.check(200, 0);
     proxy.server.shutdown();
 }

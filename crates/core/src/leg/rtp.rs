@@ -2047,6 +2047,9 @@ impl RtpLeg {
         let ports = self.dtls_ports();
         if let Security::Dtls(k) = &mut self.security {
             k.start(now, ports).map_err(RtpLegError::Dtls)?;
+            for (from, via, d) in k.take_early() {
+                k.handle(now, from, via, &d, &mut self.counters);
+            }
             self.drain_dtls(now);
         }
         Ok(())
@@ -2078,8 +2081,9 @@ impl RtpLeg {
         if self.quarantine.holds(from, now) {
             return self.counters.drop(DropReason::StaleSource);
         }
-        let Security::Dtls(k) = &mut self.security else {
-            return self.counters.drop(DropReason::UnknownKind);
+        let k = match (&mut self.security, &mut self.dtls_alongside) {
+            (Security::Dtls(k), _) | (_, Some(k)) => k,
+            _ => return self.counters.drop(DropReason::UnknownKind),
         };
         k.handle(now, from, via, datagram, &mut self.counters);
         self.drain_dtls(now);

@@ -85,7 +85,14 @@ pub(crate) struct DtlsKeying {
     rtcp: Option<Component>,
     started: Option<Instant>,
     pub(crate) keyed: Option<Keyed>,
+    /// Records that came before the associations started (a peer that answered as the client
+    /// sends its ClientHello as its answer leaves, and it can reach us first), handed to them
+    /// when they start.
+    early: Vec<(SocketAddr, Via, Vec<u8>)>,
 }
+
+/// The most records kept before the associations start (a flight or two per component).
+const EARLY_MAX: usize = 8;
 
 /// Why the SDP's DTLS lines cannot be taken.
 fn bad(why: impl Into<String>) -> String {
@@ -109,6 +116,7 @@ impl DtlsKeying {
             rtcp: None,
             started: None,
             keyed: None,
+            early: Vec::new(),
         })
     }
 
@@ -217,6 +225,14 @@ impl DtlsKeying {
             || (self.role == next.role && self.peer_fingerprint == next.peer_fingerprint)
     }
 
+    /// The records that came before the associations started, once they have.
+    pub(crate) fn take_early(&mut self) -> Vec<(SocketAddr, Via, Vec<u8>)> {
+        match self.rtp {
+            Some(_) => std::mem::take(&mut self.early),
+            None => Vec::new(),
+        }
+    }
+
     /// Whether a handshake has begun (a record came, or we sent the first flight).
     pub(crate) fn started(&self) -> bool {
         self.started.is_some()
@@ -235,7 +251,10 @@ impl DtlsKeying {
         let comp = match (&mut self.rtp, &mut self.rtcp) {
             (_, Some(c)) if c.via == via => c,
             (Some(c), _) if c.via == via || muxed => c,
-            // Before our role is known (an offer of ours waits for its answer).
+            // Before our role is known (an offer of ours waits for its answer): kept.
+            (None, _) if self.early.len() < EARLY_MAX => {
+                return self.early.push((from, via, datagram.to_vec()));
+            }
             _ => return counters.drop(DropReason::BeforeKeys),
         };
         if comp.peer.is_some_and(|p| p != from) {
@@ -432,6 +451,29 @@ mod tests {
         events
     }
 
+    /// Carries what `from` has to send to `to` (on `to_ports`) now; whether it had anything.
+    fn carry(from: &mut RtpLeg, to: &mut RtpLeg, to_ports: Ports, now: Instant) -> bool {
+        let mut out = Vec::new();
+        while let Some(o) = from.poll_output() {
+            match o {
+                LegOutput::Transmit {
+                    destination,
+                    via,
+                    contents,
+                    ..
+                } => out.push((destination, via, contents.to_vec())),
+                LegOutput::Event(_) => {}
+                _ => break,
+            }
+        }
+        for (dest, via, d) in &out {
+            let Via::Port(p) = via else { panic!("{via:?}") };
+            assert!(*dest == to_ports.rtp || *dest == to_ports.rtcp);
+            to.handle_dtls(now, SocketAddr::new(LO, *p), Via::Port(dest.port()), d);
+        }
+        !out.is_empty()
+    }
+
     #[test]
     fn two_legs_key_rtp_and_rtcp_each_over_its_own_port() {
         let now = Instant::now();
@@ -454,6 +496,11 @@ mod tests {
             let ours = if passive { "passive" } else { "active" };
             assert!(answer.contains(&format!("a=setup:{ours}\r\n")), "{answer}");
             let mut legs = [offerer, answerer];
+            // The answerer as the client sends its first flight as its answer leaves: it
+            // reaches us before the answer does, and is kept until then.
+            let [offering, answering] = &mut legs;
+            let early = carry(answering, offering, at[0], now);
+            assert_eq!(early, !passive, "a client's first flight before the answer");
             legs[0]
                 .accept_answer(&parse_rtp(&answer).unwrap(), now)
                 .unwrap();
