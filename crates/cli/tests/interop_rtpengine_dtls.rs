@@ -14,31 +14,12 @@ mod lab_support;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_testkit::ng::{command, Ng};
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::sdp_rtp::parse_rtp;
-
-/// Kills rtpengine when the test ends, however it ends.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_udp_port() -> u16 {
-    UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .map(|a| a.port())
-        .expect("a free UDP port")
-}
 
 fn s(v: &str) -> Bencode {
     Bencode::str(v)
@@ -149,36 +130,10 @@ fn rtcp_from_callee(ng: &mut Ng, id: &str) -> u64 {
 #[test]
 fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg() {
     let test = "a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg";
-    let Some(rtpengine) = lab_support::rtpengine(test) else {
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (44200, 44399)) else {
         return;
     };
-    let ng_port = free_udp_port();
-    let _daemon = Daemon(
-        Command::new(&rtpengine)
-            .args([
-                "--config-file=none",
-                "--interface=127.0.0.1",
-                &format!("--listen-ng=127.0.0.1:{ng_port}"),
-                "--foreground",
-                "--log-stderr",
-                "--log-level=3",
-                "--table=-1",
-                "--num-threads=1",
-                "--port-min=44200",
-                "--port-max=44399",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .spawn()
-            .expect("rtpengine starts"),
-    );
-    let mut rtpe = Ng::new(([127, 0, 0, 1], ng_port).into()).unwrap();
-    let up = Instant::now() + Duration::from_secs(10);
-    while rtpe.call(vec![("command".into(), s("ping"))]).is_err() {
-        assert!(Instant::now() < up, "rtpengine does not answer ping");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let rtpe = &mut rtpengine.ng;
     let server = Server::start(ServeConfig {
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
@@ -284,7 +239,7 @@ fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg() {
     );
     for (ng, id, tag) in [
         (&mut ours, "dtls-leg@test", "alice"),
-        (&mut rtpe, "rtpe@test", "gw"),
+        (rtpe, "rtpe@test", "gw"),
     ] {
         ng.call(command("delete", id, tag, None, None)).unwrap();
     }

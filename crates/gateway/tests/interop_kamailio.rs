@@ -683,26 +683,7 @@ fn write_tone(path: &Path) {
 
 /// A SIPp callee of `scenario` on `port`, echoing the media it receives.
 fn echo_callee(sipp: &Path, scenario: &Path, port: u16, log: &Path) -> Reap {
-    let r = spawn(
-        Command::new(sipp)
-            .arg("-sf")
-            .arg(scenario)
-            .args(["-i", "127.0.0.1", "-p", &port.to_string()])
-            .args(["-mi", "127.0.0.1", "-mp", &free_port().to_string()])
-            .args([
-                "-rtp_echo",
-                "-m",
-                "1",
-                "-nostdin",
-                "-trace_msg",
-                "-message_file",
-            ])
-            .arg(log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null()),
-    );
-    std::thread::sleep(Duration::from_millis(300));
-    r
+    echo_callee_at(sipp, scenario, port, log, "127.0.0.1")
 }
 
 #[test]
@@ -826,6 +807,23 @@ fn echo_callee_at(sipp: &Path, scenario: &Path, port: u16, log: &Path, media_ip:
     r
 }
 
+/// A call through `proxy` to a SIPp callee on `callee` whose media socket is on `media_ip`,
+/// echoing the recording the caller plays: the `c=` lines of the INVITE the callee got and of
+/// the 200 OK the caller got, once the media went both ways and the ports came back.
+fn echoed_call(proxy: &Proxy, sipp: &Path, callee: u16, media_ip: &str) -> (String, String) {
+    let dir = proxy.dir.path();
+    let (uas_log, uac_log) = (dir.join("uas.msg"), dir.join("uac.msg"));
+    let scenario = repo().join("interop/sip/uas.xml");
+    let _uas = echo_callee_at(sipp, &scenario, callee, &uas_log, media_ip);
+    proxy.call(sipp, &uac_log);
+    let uas = std::fs::read_to_string(&uas_log).unwrap();
+    let uac = std::fs::read_to_string(&uac_log).unwrap();
+    proxy.check(200, 0);
+    let offered = connection_after(&uas, "INVITE sip:").unwrap_or_else(|| panic!("{uas}"));
+    let answered = connection_after(&uac, "SIP/2.0 200 OK").unwrap_or_else(|| panic!("{uac}"));
+    (offered, answered)
+}
+
 /// The `c=` line of the first SDP after `first_line` in a SIPp message log.
 fn connection_after(log: &str, first_line: &str) -> Option<String> {
     let at = log.find(first_line)?;
@@ -850,24 +848,9 @@ fn kamailio_bridges_two_named_interfaces_through_secrelay() {
         (49800, 49899),
         vec!["internal/127.0.0.1".into(), "external/127.0.0.2".into()],
     );
-    let dir = proxy.dir.path().to_path_buf();
-    let uas_log = dir.join("uas.msg");
-    let _uas = echo_callee(&sipp, &repo().join("interop/sip/uas.xml"), callee, &uas_log);
-    let uac_log = dir.join("uac.msg");
-    proxy.call(&sipp, &uac_log);
-    let uas = std::fs::read_to_string(&uas_log).unwrap();
-    let uac = std::fs::read_to_string(&uac_log).unwrap();
-    assert_eq!(
-        connection_after(&uas, "INVITE sip:").as_deref(),
-        Some("c=IN IP4 127.0.0.2"),
-        "{uas}"
-    );
-    assert_eq!(
-        connection_after(&uac, "SIP/2.0 200 OK").as_deref(),
-        Some("c=IN IP4 127.0.0.1"),
-        "{uac}"
-    );
-    proxy.check(200, 0);
+    let (offered, answered) = echoed_call(&proxy, &sipp, callee, "127.0.0.1");
+    assert_eq!(offered, "c=IN IP4 127.0.0.2");
+    assert_eq!(answered, "c=IN IP4 127.0.0.1");
     proxy.server.shutdown();
 }
 
@@ -886,29 +869,8 @@ fn kamailio_reaches_an_ipv6_callee_through_secrelay() {
         (49900, 49999),
         vec!["127.0.0.1".into(), "::1".into()],
     );
-    let dir = proxy.dir.path().to_path_buf();
-    let uas_log = dir.join("uas.msg");
-    let _uas = echo_callee_at(
-        &sipp,
-        &repo().join("interop/sip/uas.xml"),
-        callee,
-        &uas_log,
-        "::1",
-    );
-    let uac_log = dir.join("uac.msg");
-    proxy.call(&sipp, &uac_log);
-    let uas = std::fs::read_to_string(&uas_log).unwrap();
-    let uac = std::fs::read_to_string(&uac_log).unwrap();
-    assert_eq!(
-        connection_after(&uas, "INVITE sip:").as_deref(),
-        Some("c=IN IP6 ::1"),
-        "{uas}"
-    );
-    assert_eq!(
-        connection_after(&uac, "SIP/2.0 200 OK").as_deref(),
-        Some("c=IN IP4 127.0.0.1"),
-        "{uac}"
-    );
-    proxy.check(200, 0);
+    let (offered, answered) = echoed_call(&proxy, &sipp, callee, "::1");
+    assert_eq!(offered, "c=IN IP6 ::1");
+    assert_eq!(answered, "c=IN IP4 127.0.0.1");
     proxy.server.shutdown();
 }

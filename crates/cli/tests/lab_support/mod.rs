@@ -95,6 +95,63 @@ pub fn rtpengine(test: &str) -> Option<std::path::PathBuf> {
     None
 }
 
+/// rtpengine running on a loopback ng port of its own for a test, its media on `ports`
+/// (first, last): its ng client, and the daemon killed when this is dropped.
+pub struct Rtpengine {
+    child: Child,
+    pub ng: secrelay_testkit::ng::Ng,
+}
+
+impl Drop for Rtpengine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts [`rtpengine`] for test `test` on one worker thread, 127.0.0.1 its interface, and
+/// waits until it answers `ping`; `None` after [`missing`] said why there is none.
+pub fn start_rtpengine(test: &str, ports: (u16, u16)) -> Option<Rtpengine> {
+    use std::os::unix::process::CommandExt;
+    let path = rtpengine(test)?;
+    let ng_port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .map(|a| a.port())
+        .expect("a free UDP port");
+    let child = Command::new(&path)
+        .args([
+            "--config-file=none",
+            "--interface=127.0.0.1",
+            &format!("--listen-ng=127.0.0.1:{ng_port}"),
+            "--foreground",
+            "--log-stderr",
+            "--log-level=3",
+            "--table=-1",
+            "--num-threads=1",
+            &format!("--port-min={}", ports.0),
+            &format!("--port-max={}", ports.1),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .expect("rtpengine starts");
+    let ng = secrelay_testkit::ng::Ng::new(([127, 0, 0, 1], ng_port).into()).unwrap();
+    let mut r = Rtpengine { child, ng };
+    let up = Instant::now() + Duration::from_secs(10);
+    let ping = || {
+        vec![(
+            "command".to_owned(),
+            secrelay_wire::bencode::Bencode::str("ping"),
+        )]
+    };
+    while r.ng.call(ping()).is_err() {
+        assert!(Instant::now() < up, "rtpengine does not answer ping");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(r)
+}
+
 /// Every SRTP profile, by SDP name.
 pub const PROFILES: [&str; 7] = [
     "AES_CM_128_HMAC_SHA1_80",

@@ -405,6 +405,17 @@ mod tests {
         }
     }
 
+    /// Our offer of PCMU on `RTP/SAVP`, with SDES `suites` beside DTLS (none: DTLS alone).
+    fn spec(suites: Vec<Profile>, rtcp_mux: bool) -> RtpOfferSpec {
+        RtpOfferSpec {
+            transport: Transport::RtpSavp,
+            codecs: vec![(CodecId::Pcmu, pcmu())],
+            suites,
+            rtcp_mux,
+            ptime: None,
+        }
+    }
+
     fn ports(base: u16) -> Ports {
         Ports {
             rtp: SocketAddr::new(LO, base),
@@ -477,13 +488,7 @@ mod tests {
     #[test]
     fn two_legs_key_rtp_and_rtcp_each_over_its_own_port() {
         let now = Instant::now();
-        let spec = RtpOfferSpec {
-            transport: Transport::RtpSavp,
-            codecs: vec![(CodecId::Pcmu, pcmu())],
-            suites: Vec::new(),
-            rtcp_mux: false,
-            ptime: None,
-        };
+        let spec = spec(Vec::new(), false);
         for passive in [false, true] {
             let at = [ports(30000), ports(30010)];
             let offerer = RtpLeg::new_offer(&spec, at[0], config(false), now).unwrap();
@@ -558,13 +563,7 @@ mod tests {
     #[test]
     fn sdes_and_dtls_offered_together_key_as_the_answer_chooses() {
         let now = Instant::now();
-        let spec = RtpOfferSpec {
-            transport: Transport::RtpSavp,
-            codecs: vec![(CodecId::Pcmu, pcmu())],
-            suites: vec![Profile::AesCm128HmacSha1_80],
-            rtcp_mux: false,
-            ptime: None,
-        };
+        let spec = spec(vec![Profile::AesCm128HmacSha1_80], false);
         // A phone that keys by DTLS-SRTP answers without the crypto lines it does not use.
         let at = [ports(30040), ports(30050)];
         let offerer = RtpLeg::new_offer(&spec, at[0], config(false), now).unwrap();
@@ -627,13 +626,7 @@ mod tests {
     #[test]
     fn a_phone_whose_certificate_is_not_its_fingerprint_ends_the_leg() {
         let now = Instant::now();
-        let spec = RtpOfferSpec {
-            transport: Transport::RtpSavp,
-            codecs: vec![(CodecId::Pcmu, pcmu())],
-            suites: Vec::new(),
-            rtcp_mux: true,
-            ptime: None,
-        };
+        let spec = spec(Vec::new(), true);
         let at = [ports(30020), ports(30030)];
         let offerer = RtpLeg::new_offer(&spec, at[0], config(false), now).unwrap();
         let answerer = RtpLeg::new(
