@@ -150,6 +150,8 @@ pub(crate) struct Negotiated {
     pub ext: ExtIds,
     /// The known codecs it receives, a bit per place in [`CodecId::ALL`].
     takes_known: u16,
+    /// The known codecs it negotiated, receiving or not, a bit per place in [`CodecId::ALL`].
+    has_known: u16,
     /// What it is sent transcoded (or mixed) audio in.
     pub format: Option<Format>,
     /// The codecs it negotiated, each once: its payload type for it (the first section's) and
@@ -167,6 +169,7 @@ impl Negotiated {
             ext: ExtIds::of(media),
             codecs: Vec::new(),
             takes_known: 0,
+            has_known: 0,
             by_pt: [0; 128],
             format: Format::for_receiver(media),
         };
@@ -180,8 +183,11 @@ impl Negotiated {
                     }
                 };
                 n.codecs[k].2 |= m.peer_receives;
-                if let (true, Some(i)) = (m.peer_receives, c.known_index()) {
-                    n.takes_known |= 1 << i;
+                if let Some(i) = c.known_index() {
+                    n.has_known |= 1 << i;
+                    if m.peer_receives {
+                        n.takes_known |= 1 << i;
+                    }
                 }
                 let at = &mut n.by_pt[usize::from(pt & 0x7f)];
                 if *at == 0 {
@@ -221,9 +227,10 @@ impl Negotiated {
         self.takes_known & CN_BIT != 0
     }
 
-    /// Whether it negotiated comfort noise at 8 kHz, so may send it in its silences.
+    /// Whether it negotiated comfort noise at 8 kHz, so may send it in its silences: one test
+    /// of its table, as it is asked for every transcodable packet it sends.
     pub fn sends_cn(&self) -> bool {
-        self.codecs.iter().any(|x| x.0 == CodecId::ComfortNoise)
+        self.has_known & CN_BIT != 0
     }
 
     /// Whether it receives `codec`.

@@ -347,12 +347,11 @@ fn dtls_towards(towards: &Transport, flags: &Flags) -> bool {
 /// it; answering the offerer's `actpass`, the server's role where `DTLS-reverse: passive`
 /// asks for it (else the client's, as rtpengine answers).
 fn dtls_choice(flags: &Flags) -> DtlsChoice {
-    let hash = match flags.dtls_fingerprint.as_deref() {
-        Some("sha-1") => HashAlgorithm::Sha1,
-        Some("sha-384") => HashAlgorithm::Sha384,
-        Some("sha-512") => HashAlgorithm::Sha512,
-        _ => HashAlgorithm::Sha256,
-    };
+    let hash = flags
+        .dtls_fingerprint
+        .as_deref()
+        .and_then(|h| h.parse::<HashAlgorithm>().ok())
+        .unwrap_or_default();
     DtlsChoice {
         passive: flags.dtls_reverse == Some(Dtls::Passive),
         hash,
