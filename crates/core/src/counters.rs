@@ -51,7 +51,10 @@ pub enum DropReason {
     InternalError,
     /// An SRTP error of another kind (a context refusing the packet for a reason not above).
     SrtpOther,
-    /// Media on a plain RTP leg from a source it has not latched to (the hijack guard).
+    /// Media on a plain RTP leg from a source it has not latched to (the hijack guard); on a
+    /// DTLS-SRTP telephony leg, a record from a source no handshake of the port runs with (not
+    /// the signalled address when we are the client; not a ClientHello, or after the handshake,
+    /// when we are the server).
     UnlatchedSource,
     /// A padding-only retransmission packet (a sender's bandwidth probe): nothing to forward.
     PaddingOnly,
@@ -100,11 +103,19 @@ pub enum DropReason {
     /// or UDP header whose length or checksum does not check out, an IP fragment), or one to
     /// an address its port is not bound on.
     BadFrame,
+    /// On a DTLS-SRTP telephony leg (we the server): the handshake with a source the SDP did not
+    /// signal failed (its certificate not the SDP's fingerprint, an alert, a timeout), so that
+    /// source's handshake ended alone; the leg's others go on. Counted once per handshake.
+    DtlsRejected,
+    /// On a DTLS-SRTP telephony leg (we the server): a ClientHello that returned our cookie
+    /// from another IP address while the port already runs as many handshakes as it takes at
+    /// once, none of them done.
+    HandshakeLimit,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 32] = [
+    pub const ALL: [DropReason; 34] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -137,6 +148,8 @@ impl DropReason {
         DropReason::TcpQueueFull,
         DropReason::TcpQueueStale,
         DropReason::BadFrame,
+        DropReason::DtlsRejected,
+        DropReason::HandshakeLimit,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -174,6 +187,8 @@ impl DropReason {
             DropReason::TcpQueueFull => "tcp_queue_full",
             DropReason::TcpQueueStale => "tcp_queue_stale",
             DropReason::BadFrame => "bad_frame",
+            DropReason::DtlsRejected => "dtls_rejected",
+            DropReason::HandshakeLimit => "handshake_limit",
         }
     }
 
@@ -214,8 +229,14 @@ impl fmt::Display for DropReason {
 }
 
 /// Drops, one count per [`DropReason`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Drops([u64; DropReason::ALL.len()]);
+
+impl Default for Drops {
+    fn default() -> Drops {
+        Drops([0; DropReason::ALL.len()])
+    }
+}
 
 impl Index<DropReason> for Drops {
     type Output = u64;

@@ -2047,8 +2047,16 @@ impl RtpLeg {
         let ports = self.dtls_ports();
         if let Security::Dtls(k) = &mut self.security {
             k.start(now, ports).map_err(RtpLegError::Dtls)?;
+            let signalled = (self.rtp.destination(), self.rtcp.destination());
             for (from, via, d) in k.take_early() {
-                k.handle(now, from, via, &d, &mut self.counters);
+                let record = (from, via, d.as_slice());
+                k.handle(
+                    now,
+                    record,
+                    signalled,
+                    &mut self.counters,
+                    &mut self.transmits,
+                );
             }
             self.drain_dtls(now);
         }
@@ -2062,7 +2070,13 @@ impl RtpLeg {
         let Security::Dtls(k) = &mut self.security else {
             return;
         };
-        match k.drain(now, signalled, window, &mut self.transmits) {
+        match k.drain(
+            now,
+            signalled,
+            window,
+            &mut self.transmits,
+            &mut self.counters,
+        ) {
             Ok(Some(event)) => {
                 self.last_admitted = now;
                 self.queue.push_back(event);
@@ -2085,7 +2099,15 @@ impl RtpLeg {
             (Security::Dtls(k), _) | (_, Some(k)) => k,
             _ => return self.counters.drop(DropReason::UnknownKind),
         };
-        k.handle(now, from, via, datagram, &mut self.counters);
+        let signalled = (self.rtp.destination(), self.rtcp.destination());
+        let record = (from, via, datagram);
+        k.handle(
+            now,
+            record,
+            signalled,
+            &mut self.counters,
+            &mut self.transmits,
+        );
         self.drain_dtls(now);
     }
 

@@ -9,15 +9,29 @@
 //! offer that says `actpass` we take the client's role unless [`RtpDtls::passive`] says
 //! otherwise. As the client we send the first flight to the address the SDP signals.
 //!
-//! An association takes records from the first source whose records reach it and from no
-//! other after that: the peer's certificate must hash to the fingerprint its SDP gave, and a
-//! handshake whose certificate does not ends the leg ([`CloseReason::FingerprintMismatch`]).
+//! Who a component takes records from (a media port is reachable by anyone who learns it, so
+//! the first source to reach it must not be the one that decides):
+//! - **as the client**, its one handshake runs with the address the SDP signals (with the first
+//!   source only when the SDP signals none); records from any other source are dropped.
+//! - **as the server**, a ClientHello from a new source is answered with a stateless cookie
+//!   (HelloVerifyRequest, RFC 6347 §4.2.1), and a source that returns it gets a handshake of its
+//!   own: one per IP address, at most [`MAX_ATTEMPTS`] at once, so that a forged flood holds
+//!   nothing and a stranger who learnt the port cannot shut the phone out. The first handshake
+//!   whose certificate hashes to the SDP's fingerprint keys the component; the others end, and
+//!   no other source is taken after it.
+//!
+//! The peer's certificate must hash to the fingerprint its SDP gave. A handshake that fails
+//! (that certificate wrong, an alert) ends the leg ([`CloseReason::FingerprintMismatch`],
+//! [`CloseReason::DtlsFailed`]) when it is the client's, the connected one, or the signalled
+//! address's; a server's handshake with any other source ends alone
+//! ([`DropReason::DtlsRejected`]).
 
 use std::collections::VecDeque;
 use std::fmt;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use secrelay_dtls::cookie::{Admission, CookieResponder, CookieVerdict};
 use secrelay_dtls::{
     Endpoint, EndpointConfig, Event as DtlsEvent, FailReason, Fingerprint, HashAlgorithm,
     LocalCertificate, Output as DtlsOutput, Role, Timers, Verdict,
@@ -57,16 +71,140 @@ impl fmt::Debug for RtpDtls {
 /// A transmit queued by a telephony leg: to, from which of our ports, the datagram, what it is.
 pub(crate) type Transmit = (SocketAddr, Via, Vec<u8>, TransmitKind);
 
-/// One component's association.
-struct Component {
+/// The SDP-signalled addresses of a leg's components: RTP's, RTCP's.
+pub(crate) type Signalled = (Option<SocketAddr>, Option<SocketAddr>);
+
+/// A connected handshake's profile and keys: ours, the peer's.
+type Keys = (Profile, MasterKey, MasterKey);
+
+/// The most handshakes a component's server runs at once, each with another IP address.
+const MAX_ATTEMPTS: usize = 8;
+
+/// A handshake with one source.
+struct Attempt {
     endpoint: Endpoint,
-    /// Our port it runs on.
-    via: Via,
-    /// Where its records come from, once one has reached the endpoint.
+    /// Where its records come from and its flights go (the client's: the signalled address
+    /// until the peer's first record).
     peer: Option<SocketAddr>,
     timeout: Option<Instant>,
-    /// Its keys, once connected: ours, the peer's.
-    keys: Option<(Profile, MasterKey, MasterKey)>,
+}
+
+impl Attempt {
+    /// One of its peer's records.
+    fn take(&mut self, now: Instant, datagram: &[u8], counters: &mut Counters) {
+        counters.dtls_in += 1;
+        if let Verdict::Discarded(d) = self.endpoint.handle_datagram(now, datagram) {
+            counters.drop(DropReason::of_dtls(d));
+        }
+    }
+
+    /// What it has to say: its flights queued on `out` (to its peer, else to `signalled`), its
+    /// keys once it connects, or why it failed.
+    fn poll(
+        &mut self,
+        via: Via,
+        signalled: Option<SocketAddr>,
+        out: &mut VecDeque<Transmit>,
+    ) -> Result<Option<Keys>, CloseReason> {
+        self.timeout = None;
+        let mut keys = None;
+        while let Some(o) = self.endpoint.poll_output() {
+            match o {
+                DtlsOutput::Transmit(d) => {
+                    if let Some(to) = self.peer.or(signalled) {
+                        out.push_back((to, via, d, TransmitKind::Dtls));
+                    }
+                }
+                DtlsOutput::Timeout(t) => {
+                    self.timeout = Some(t);
+                    break;
+                }
+                DtlsOutput::Event(DtlsEvent::Connected {
+                    profile, keys: k, ..
+                }) => {
+                    keys = Some((profile, k.local.clone(), k.remote.clone()));
+                }
+                DtlsOutput::Event(DtlsEvent::Failed(FailReason::FingerprintMismatch)) => {
+                    return Err(CloseReason::FingerprintMismatch)
+                }
+                DtlsOutput::Event(DtlsEvent::Failed(r)) => return Err(CloseReason::DtlsFailed(r)),
+                DtlsOutput::Event(DtlsEvent::Closed) => return Err(CloseReason::CloseNotify),
+                DtlsOutput::Event(_) => {}
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// One component's association.
+struct Component {
+    /// Our port it runs on.
+    via: Via,
+    /// The handshakes under way: the client's one; the server's, one per IP address that
+    /// returned our cookie, until one connects and the others end.
+    attempts: Vec<Attempt>,
+    /// The keys, once a handshake connected (its attempt is then the only one).
+    keys: Option<Keys>,
+}
+
+impl Component {
+    /// A ClientHello that returned our cookie from `from`: a handshake of its own, in place of
+    /// an earlier one from the same IP address (a NAT's new mapping, a phone started again).
+    fn admit(
+        &mut self,
+        config: EndpointConfig,
+        now: Instant,
+        from: SocketAddr,
+        admission: &Admission,
+        counters: &mut Counters,
+    ) {
+        self.attempts
+            .retain(|a| a.peer.is_none_or(|p| p.ip() != from.ip()));
+        if self.attempts.len() >= MAX_ATTEMPTS {
+            return counters.drop(DropReason::HandshakeLimit);
+        }
+        counters.dtls_in += 1;
+        match Endpoint::new_admitted(config, now, admission) {
+            Ok(endpoint) => self.attempts.push(Attempt {
+                endpoint,
+                peer: Some(from),
+                timeout: None,
+            }),
+            Err(_) => counters.drop(DropReason::InternalError),
+        }
+    }
+
+    /// Polls every handshake (see [`Attempt::poll`]). One that fails ends the leg when it is
+    /// the client's, the connected one, or the signalled address's; any other (a source the SDP
+    /// did not name: a NAT's mapping, or someone who learnt the port) ends alone, counted.
+    fn drain(
+        &mut self,
+        role: Role,
+        signalled: Option<SocketAddr>,
+        out: &mut VecDeque<Transmit>,
+        counters: &mut Counters,
+    ) -> Result<(), CloseReason> {
+        let mut i = 0;
+        while i < self.attempts.len() {
+            let a = &mut self.attempts[i];
+            match a.poll(self.via, signalled, out) {
+                Ok(None) => i += 1,
+                Ok(Some(keys)) => {
+                    self.keys = Some(keys);
+                    self.attempts.swap(0, i);
+                    self.attempts.truncate(1);
+                    return Ok(());
+                }
+                Err(why) if role == Role::Client || self.keys.is_some() => return Err(why),
+                Err(why) if signalled.is_some() && a.peer == signalled => return Err(why),
+                Err(_) => {
+                    self.attempts.swap_remove(i);
+                    counters.drop(DropReason::DtlsRejected);
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The SRTP contexts a leg's associations made.
@@ -83,20 +221,29 @@ pub(crate) struct DtlsKeying {
     peer_fingerprint: Option<Fingerprint>,
     rtp: Option<Component>,
     rtcp: Option<Component>,
+    /// When a handshake with a peer began (our first flight, or a source admitted).
     started: Option<Instant>,
     pub(crate) keyed: Option<Keyed>,
     /// Records that came before the associations started (a peer that answered as the client
     /// sends its ClientHello as its answer leaves, and it can reach us first), handed to them
     /// when they start.
     early: Vec<(SocketAddr, Via, Vec<u8>)>,
+    /// As the server: a source gets a handshake once it returns one of these cookies (RFC 6347
+    /// §4.2.1), so no handshake is held for an address that cannot receive.
+    cookies: CookieResponder,
 }
 
 /// The most records kept before the associations start (a flight or two per component).
 const EARLY_MAX: usize = 8;
 
-/// Why the SDP's DTLS lines cannot be taken.
-fn bad(why: impl Into<String>) -> String {
-    why.into()
+impl RtpDtls {
+    /// An endpoint's configuration in `role`, verifying `peer`.
+    fn endpoint(&self, role: Role, peer: &Fingerprint) -> EndpointConfig {
+        let mut cfg = EndpointConfig::new(role, self.certificate.clone(), peer.clone());
+        cfg.srtp_profiles = self.srtp_profiles.clone();
+        cfg.timers = self.timers;
+        cfg
+    }
 }
 
 impl DtlsKeying {
@@ -105,8 +252,10 @@ impl DtlsKeying {
         let leaf = config
             .certificate
             .leaf_der()
-            .ok_or_else(|| bad("our DTLS certificate has no leaf"))?;
+            .ok_or("our DTLS certificate has no leaf")?;
         let ours = Fingerprint::of(leaf, config.hash);
+        let cookies =
+            CookieResponder::random().map_err(|_| "no randomness for DTLS cookies".to_string())?;
         Ok(DtlsKeying {
             config,
             ours,
@@ -117,6 +266,7 @@ impl DtlsKeying {
             started: None,
             keyed: None,
             early: Vec::new(),
+            cookies,
         })
     }
 
@@ -136,16 +286,9 @@ impl DtlsKeying {
             .fingerprints
             .iter()
             .find_map(|f| f.parse::<Fingerprint>().ok())
-            .ok_or_else(|| {
-                bad(format!(
-                    "no usable a=fingerprint among {:?}",
-                    sdp.fingerprints
-                ))
-            })?;
+            .ok_or_else(|| format!("no usable a=fingerprint among {:?}", sdp.fingerprints))?;
         if self.started.is_some() && self.peer_fingerprint.as_ref() != Some(&fp) {
-            return Err(bad(
-                "a new certificate fingerprint for a DTLS association under way",
-            ));
+            return Err("a new certificate fingerprint for a DTLS association under way".into());
         }
         self.peer_fingerprint = Some(fp);
         Ok(())
@@ -156,7 +299,7 @@ impl DtlsKeying {
         let role = match sdp.setup {
             Some(Setup::Active) => Role::Server,
             Some(Setup::Passive) => Role::Client,
-            Some(Setup::Holdconn) => return Err(bad("a=setup:holdconn leaves no DTLS role")),
+            Some(Setup::Holdconn) => return Err("a=setup:holdconn leaves no DTLS role".into()),
             Some(Setup::Actpass) | None if self.config.passive => Role::Server,
             Some(Setup::Actpass) | None => Role::Client,
         };
@@ -170,7 +313,7 @@ impl DtlsKeying {
         let role = match sdp.setup {
             Some(Setup::Active) | None => Role::Server,
             Some(Setup::Passive) | Some(Setup::Actpass) => Role::Client,
-            Some(Setup::Holdconn) => return Err(bad("a=setup:holdconn leaves no DTLS role")),
+            Some(Setup::Holdconn) => return Err("a=setup:holdconn leaves no DTLS role".into()),
         };
         self.set_role(role)?;
         self.take_fingerprint(sdp)
@@ -178,9 +321,9 @@ impl DtlsKeying {
 
     fn set_role(&mut self, role: Role) -> Result<(), String> {
         match self.role {
-            Some(r) if r != role && self.started.is_some() => Err(bad(
-                "the DTLS role of an association under way cannot change",
-            )),
+            Some(r) if r != role && self.started.is_some() => {
+                Err("the DTLS role of an association under way cannot change".into())
+            }
             _ => {
                 self.role = Some(role);
                 Ok(())
@@ -189,7 +332,8 @@ impl DtlsKeying {
     }
 
     /// Starts the associations (once role and fingerprint are known): RTP's on `ports.0`, and
-    /// RTCP's on `ports.1` when RTCP has a port of its own.
+    /// RTCP's on `ports.1` when RTCP has a port of its own. As the client, each component's one
+    /// handshake begins now; as the server, one begins per source that returns our cookie.
     pub(crate) fn start(&mut self, now: Instant, ports: (Via, Option<Via>)) -> Result<(), String> {
         if self.rtp.is_some() {
             return Ok(());
@@ -198,15 +342,19 @@ impl DtlsKeying {
             return Ok(());
         };
         let make = |via: Via| -> Result<Component, String> {
-            let mut cfg = EndpointConfig::new(role, self.config.certificate.clone(), fp.clone());
-            cfg.srtp_profiles = self.config.srtp_profiles.clone();
-            cfg.timers = self.config.timers;
-            let endpoint = Endpoint::new(cfg, now).map_err(|e| bad(e.to_string()))?;
+            let mut attempts = Vec::new();
+            if role == Role::Client {
+                let endpoint = Endpoint::new(self.config.endpoint(role, &fp), now)
+                    .map_err(|e| e.to_string())?;
+                attempts.push(Attempt {
+                    endpoint,
+                    peer: None,
+                    timeout: None,
+                });
+            }
             Ok(Component {
-                endpoint,
                 via,
-                peer: None,
-                timeout: None,
+                attempts,
                 keys: None,
             })
         };
@@ -233,47 +381,80 @@ impl DtlsKeying {
         }
     }
 
-    /// Whether a handshake has begun (a record came, or we sent the first flight).
+    /// Whether a handshake has begun (we sent the first flight, or a source was admitted).
     pub(crate) fn started(&self) -> bool {
         self.started.is_some()
     }
 
-    /// A DTLS record from `from` on our port `via`, to the association there.
+    /// A DTLS record from `from` on our port `via`, to the handshake with `from` there. A
+    /// source without one: as the client, taken only from the signalled address (from the
+    /// first source when none is signalled); as the server, a ClientHello is answered with a
+    /// cookie, and one that returns it begins a handshake; anything else is dropped, counted.
     pub(crate) fn handle(
         &mut self,
         now: Instant,
-        from: SocketAddr,
-        via: Via,
-        datagram: &[u8],
+        (from, via, datagram): (SocketAddr, Via, &[u8]),
+        signalled: Signalled,
         counters: &mut Counters,
+        out: &mut VecDeque<Transmit>,
     ) {
         let muxed = self.rtcp.is_none();
-        let comp = match (&mut self.rtp, &mut self.rtcp) {
-            (_, Some(c)) if c.via == via => c,
-            (Some(c), _) if c.via == via || muxed => c,
+        let (comp, signalled) = match (&mut self.rtp, &mut self.rtcp) {
+            (_, Some(c)) if c.via == via => (c, signalled.1),
+            (Some(c), _) if c.via == via || muxed => (c, signalled.0),
             // Before our role is known (an offer of ours waits for its answer): kept.
             (None, _) if self.early.len() < EARLY_MAX => {
                 return self.early.push((from, via, datagram.to_vec()));
             }
             _ => return counters.drop(DropReason::BeforeKeys),
         };
-        if comp.peer.is_some_and(|p| p != from) {
+        if let Some(a) = comp.attempts.iter_mut().find(|a| a.peer == Some(from)) {
+            return a.take(now, datagram, counters);
+        }
+        let (Some(role), Some(fp)) = (self.role, &self.peer_fingerprint) else {
+            return counters.drop(DropReason::BeforeKeys);
+        };
+        if role == Role::Client {
+            let first = comp.attempts.first_mut().filter(|a| {
+                a.peer.is_none() && signalled.is_none_or(|s| s == from) && comp.keys.is_none()
+            });
+            let Some(a) = first else {
+                return counters.drop(DropReason::UnlatchedSource);
+            };
+            a.peer = Some(from);
+            return a.take(now, datagram, counters);
+        }
+        if comp.keys.is_some() {
             return counters.drop(DropReason::UnlatchedSource);
         }
-        counters.dtls_in += 1;
-        comp.peer = Some(from);
-        self.started.get_or_insert(now);
-        if let Verdict::Discarded(d) = comp.endpoint.handle_datagram(now, datagram) {
-            counters.drop(DropReason::of_dtls(d));
+        match self.cookies.check(from, datagram) {
+            CookieVerdict::HelloVerifyRequest(d) => {
+                counters.dtls_in += 1;
+                out.push_back((from, comp.via, d, TransmitKind::Dtls));
+            }
+            CookieVerdict::Admit(admission) => {
+                self.started.get_or_insert(now);
+                let config = self.config.endpoint(role, fp);
+                comp.admit(config, now, from, &admission, counters);
+            }
+            _ => counters.drop(DropReason::UnlatchedSource),
         }
     }
 
-    /// Advances the associations' timers.
+    /// Every handshake, RTP's component's then RTCP's.
+    fn attempts_mut(&mut self) -> impl Iterator<Item = &mut Attempt> {
+        [&mut self.rtp, &mut self.rtcp]
+            .into_iter()
+            .flatten()
+            .flat_map(|c| c.attempts.iter_mut())
+    }
+
+    /// Advances the handshakes' timers.
     pub(crate) fn handle_timeout(&mut self, now: Instant) {
-        for c in [&mut self.rtp, &mut self.rtcp].into_iter().flatten() {
-            if c.timeout.is_some_and(|t| t <= now) {
-                c.timeout = None;
-                c.endpoint.handle_timeout(now);
+        for a in self.attempts_mut() {
+            if a.timeout.is_some_and(|t| t <= now) {
+                a.timeout = None;
+                a.endpoint.handle_timeout(now);
             }
         }
     }
@@ -283,46 +464,29 @@ impl DtlsKeying {
         [&self.rtp, &self.rtcp]
             .into_iter()
             .flatten()
-            .filter_map(|c| c.timeout)
+            .flat_map(|c| c.attempts.iter())
+            .filter_map(|a| a.timeout)
             .min()
     }
 
-    /// What the associations have to say: their flights queued on `out` (to each one's peer,
-    /// else to `signalled`: RTP's, RTCP's), and the leg's event once every component is keyed.
+    /// What the handshakes have to say: their flights queued on `out` (to each one's peer,
+    /// else to the `signalled` address: RTP's, RTCP's), and the leg's event once every
+    /// component is keyed.
     pub(crate) fn drain(
         &mut self,
         now: Instant,
-        signalled: (Option<SocketAddr>, Option<SocketAddr>),
+        signalled: Signalled,
         replay_window: usize,
         out: &mut VecDeque<Transmit>,
+        counters: &mut Counters,
     ) -> Result<Option<LegEvent>, CloseReason> {
+        let Some(role) = self.role else {
+            return Ok(None);
+        };
         let comps = [(&mut self.rtp, signalled.0), (&mut self.rtcp, signalled.1)];
         for (comp, signalled) in comps {
-            let Some(c) = comp.as_mut() else { continue };
-            c.timeout = None;
-            while let Some(o) = c.endpoint.poll_output() {
-                match o {
-                    DtlsOutput::Transmit(d) => {
-                        if let Some(to) = c.peer.or(signalled) {
-                            out.push_back((to, c.via, d, TransmitKind::Dtls));
-                        }
-                    }
-                    DtlsOutput::Timeout(t) => {
-                        c.timeout = Some(t);
-                        break;
-                    }
-                    DtlsOutput::Event(DtlsEvent::Connected { profile, keys, .. }) => {
-                        c.keys = Some((profile, keys.local.clone(), keys.remote.clone()));
-                    }
-                    DtlsOutput::Event(DtlsEvent::Failed(FailReason::FingerprintMismatch)) => {
-                        return Err(CloseReason::FingerprintMismatch)
-                    }
-                    DtlsOutput::Event(DtlsEvent::Failed(r)) => {
-                        return Err(CloseReason::DtlsFailed(r))
-                    }
-                    DtlsOutput::Event(DtlsEvent::Closed) => return Err(CloseReason::CloseNotify),
-                    DtlsOutput::Event(_) => {}
-                }
+            if let Some(c) = comp.as_mut() {
+                c.drain(role, signalled, out, counters)?;
             }
         }
         if self.keyed.is_some() {
@@ -423,9 +587,15 @@ mod tests {
         }
     }
 
-    /// Carries each leg's datagrams to the other (`legs[i]` on `ports[i]`) until neither has
-    /// any; the events each saw.
+    /// Carries each leg's datagrams to the other (`legs[i]` on `ports[i]`, sending from their
+    /// addresses) until neither has any; the events each saw.
     fn run(legs: &mut [RtpLeg; 2], at: [Ports; 2], now: Instant) -> [Vec<LegEvent>; 2] {
+        let [a, b] = legs;
+        run_between([a, b], at, now)
+    }
+
+    /// [`run`] for two legs held elsewhere.
+    fn run_between(legs: [&mut RtpLeg; 2], at: [Ports; 2], now: Instant) -> [Vec<LegEvent>; 2] {
         let mut events: [Vec<LegEvent>; 2] = Default::default();
         for _ in 0..50 {
             let mut moved = false;
@@ -445,7 +615,7 @@ mod tests {
                 }
                 for (to, via, d) in out {
                     let Via::Port(p) = via else { panic!("{via:?}") };
-                    let from = SocketAddr::new(LO, p);
+                    let from = SocketAddr::new(at[i].rtp.ip(), p);
                     let j = 1 - i;
                     assert!(
                         to == at[j].rtp || to == at[j].rtcp,
@@ -658,5 +828,193 @@ mod tests {
             events[0]
         );
         assert!(legs[0].inbound_context().is_none());
+    }
+
+    /// Our offer (DTLS alone, RTCP muxed) on `at`, answered by a phone on `phone` that takes the
+    /// client's role, so that we are the server; the phone's answer taken.
+    fn served(at: Ports, phone: Ports, now: Instant) -> [RtpLeg; 2] {
+        let spec = spec(Vec::new(), true);
+        let mut us = RtpLeg::new_offer(&spec, at, config(false), now).unwrap();
+        let answerer = RtpLeg::new(
+            &parse_rtp(us.answer_sdp()).unwrap(),
+            phone,
+            config(false),
+            now,
+        );
+        let answerer = answerer.unwrap();
+        assert!(answerer.answer_sdp().contains("a=setup:active"));
+        us.accept_answer(&parse_rtp(answerer.answer_sdp()).unwrap(), now)
+            .unwrap();
+        [us, answerer]
+    }
+
+    /// Someone on `at` who learnt our offer: a client with a certificate of its own.
+    fn stranger(us: &RtpLeg, at: Ports, now: Instant) -> RtpLeg {
+        RtpLeg::new(&parse_rtp(us.answer_sdp()).unwrap(), at, config(false), now).unwrap()
+    }
+
+    fn ports_at(ip: [u8; 4], base: u16) -> Ports {
+        let ip = IpAddr::V4(Ipv4Addr::from(ip));
+        Ports {
+            rtp: SocketAddr::new(ip, base),
+            rtcp: SocketAddr::new(ip, base + 1),
+        }
+    }
+
+    /// The datagrams `leg` has to send now.
+    fn sent(leg: &mut RtpLeg) -> Vec<(SocketAddr, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some(o) = leg.poll_output() {
+            match o {
+                LegOutput::Transmit {
+                    destination,
+                    contents,
+                    ..
+                } => out.push((destination, contents.to_vec())),
+                LegOutput::Event(_) => {}
+                _ => break,
+            }
+        }
+        out
+    }
+
+    fn connected(events: &[LegEvent]) -> bool {
+        events
+            .iter()
+            .any(|e| matches!(e, LegEvent::Connected { .. }))
+    }
+
+    #[test]
+    fn a_stranger_who_learnt_the_port_cannot_take_it_from_the_phone() {
+        let now = Instant::now();
+        let (at, phone_at) = (ports(30080), ports(30090));
+        let [mut us, mut phone] = served(at, phone_at, now);
+        let port = Via::Port(at.rtp.port());
+        // A forged record that is no ClientHello, first: dropped, nothing kept or answered.
+        let forged = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 8)), 5000);
+        us.handle_dtls(
+            now,
+            forged,
+            port,
+            &[22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0],
+        );
+        assert_eq!(us.counters().drops[DropReason::UnlatchedSource], 1);
+        assert!(sent(&mut us).is_empty());
+
+        // A stranger's whole handshake with a certificate of its own, before the phone's: it
+        // ends alone, and the leg goes on.
+        let stranger_at = ports_at([127, 0, 0, 7], 30100);
+        let mut stranger = stranger(&us, stranger_at, now);
+        let events = run_between([&mut us, &mut stranger], [at, stranger_at], now);
+        assert!(!connected(&events[0]), "{:?}", events[0]);
+        assert!(events[0].iter().all(|e| !matches!(e, LegEvent::Closed(_))));
+        assert_eq!(us.counters().drops[DropReason::DtlsRejected], 1);
+        assert!(us.inbound_context().is_none());
+
+        // The phone's handshake keys the leg; the stranger is not taken after it.
+        let events = run_between([&mut us, &mut phone], [at, phone_at], now);
+        assert!(connected(&events[0]), "{:?}", events[0]);
+        assert!(connected(&events[1]), "{:?}", events[1]);
+        let again = RtpLeg::new(
+            &parse_rtp(us.answer_sdp()).unwrap(),
+            stranger_at,
+            config(false),
+            now,
+        );
+        let mut again = again.unwrap();
+        let before = us.counters().drops[DropReason::UnlatchedSource];
+        for (_, d) in sent(&mut again) {
+            us.handle_dtls(now, stranger_at.rtp, port, &d);
+        }
+        assert_eq!(us.counters().drops[DropReason::UnlatchedSource], before + 1);
+        assert!(sent(&mut us).is_empty());
+    }
+
+    #[test]
+    fn a_forged_flood_of_client_hellos_holds_nothing_and_the_phone_connects() {
+        let now = Instant::now();
+        let (at, phone_at) = (ports(30110), ports(30120));
+        let [mut us, mut phone] = served(at, phone_at, now);
+        let port = Via::Port(at.rtp.port());
+        let mut someone = stranger(&us, ports_at([127, 0, 0, 9], 30130), now);
+        let hello = sent(&mut someone).pop().unwrap().1;
+        // 500 forged sources (more than the handshakes a port runs at once): each is answered
+        // with a cookie to where it claims to be, and nothing is kept for any.
+        for i in 0..500u16 {
+            let ip = Ipv4Addr::new(10, 1, (i >> 8) as u8, i as u8);
+            let from = SocketAddr::new(IpAddr::V4(ip), 40000 + i);
+            us.handle_dtls(now, from, port, &hello);
+            let answer = sent(&mut us);
+            assert_eq!(answer.len(), 1, "one cookie for {from}");
+            assert_eq!(answer[0].0, from);
+            assert!(answer[0].1.len() < hello.len(), "no amplification");
+        }
+        assert_eq!(us.counters().drops[DropReason::HandshakeLimit], 0);
+        let events = run_between([&mut us, &mut phone], [at, phone_at], now);
+        assert!(connected(&events[0]), "{:?}", events[0]);
+    }
+
+    #[test]
+    fn a_port_runs_a_bounded_number_of_handshakes_one_per_address() {
+        let now = Instant::now();
+        let (at, phone_at) = (ports(30140), ports(30150));
+        let [mut us, _phone] = served(at, phone_at, now);
+        let port = Via::Port(at.rtp.port());
+        // A stranger's ClientHello, our cookie, its ClientHello with the cookie: admitted, and
+        // left there (our flight never reaches it).
+        let admit = |us: &mut RtpLeg, from: Ports| {
+            let mut s = stranger(us, from, now);
+            for _ in 0..2 {
+                for (_, d) in sent(&mut s) {
+                    us.handle_dtls(now, from.rtp, port, &d);
+                }
+                for (to, d) in sent(us) {
+                    assert_eq!(to, from.rtp);
+                    s.handle_dtls(now, at.rtp, Via::Port(from.rtp.port()), &d);
+                }
+            }
+        };
+        for i in 0..MAX_ATTEMPTS as u8 {
+            admit(&mut us, ports_at([127, 0, 1, i], 30160));
+        }
+        assert_eq!(us.counters().drops[DropReason::HandshakeLimit], 0);
+        admit(&mut us, ports_at([127, 0, 2, 0], 30160));
+        assert_eq!(us.counters().drops[DropReason::HandshakeLimit], 1);
+        // A new handshake from an address already under way takes that one's place.
+        admit(&mut us, ports_at([127, 0, 1, 0], 30170));
+        assert_eq!(us.counters().drops[DropReason::HandshakeLimit], 1);
+    }
+
+    #[test]
+    fn as_the_client_records_come_from_the_signalled_address_alone() {
+        let now = Instant::now();
+        let spec = spec(Vec::new(), true);
+        let (phone_at, at) = (ports(30180), ports(30190));
+        let phone = RtpLeg::new_offer(&spec, phone_at, config(false), now).unwrap();
+        // We answer the phone's actpass as the client: our first flight goes to its address.
+        let us = RtpLeg::new(
+            &parse_rtp(phone.answer_sdp()).unwrap(),
+            at,
+            config(false),
+            now,
+        );
+        let mut us = us.unwrap();
+        assert!(us.answer_sdp().contains("a=setup:active"));
+        let hello = sent(&mut us);
+        assert!(hello.iter().all(|(to, _)| *to == phone_at.rtp), "{hello:?}");
+        // Anything from another source is dropped, answered by nothing.
+        let stranger = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 7)), 30200);
+        us.handle_dtls(now, stranger, Via::Port(at.rtp.port()), &hello[0].1);
+        assert_eq!(us.counters().drops[DropReason::UnlatchedSource], 1);
+        assert!(sent(&mut us).is_empty());
+        let mut legs = [phone, us];
+        legs[0]
+            .accept_answer(&parse_rtp(legs[1].answer_sdp()).unwrap(), now)
+            .unwrap();
+        for (_, d) in hello {
+            legs[0].handle_dtls(now, at.rtp, Via::Port(phone_at.rtp.port()), &d);
+        }
+        let events = run(&mut legs, [phone_at, at], now);
+        assert!(connected(&events[1]), "{:?}", events[1]);
     }
 }
