@@ -183,6 +183,9 @@ fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg() {
     );
     let from_callee = sdp_of(&rtpe.call(answer).unwrap());
     assert!(from_callee.contains("a=fingerprint:"), "{from_callee}");
+    // rtpengine answers our actpass as the client: its OpenSSL client has to return the cookie
+    // secrelay's server answers a new source's ClientHello with before any handshake begins.
+    assert!(from_callee.contains("a=setup:active"), "{from_callee}");
     let answer = command(
         "answer",
         "dtls-leg@test",
