@@ -216,9 +216,10 @@ impl Negotiated {
     }
 
     /// Whether it negotiated telephone-events (at 8, 16 or 48 kHz), so sends its digits as
-    /// events rather than as tones in its audio.
+    /// events rather than as tones in its audio: one test of its table, as it is asked for
+    /// every transcodable packet it sends.
     pub fn sends_events(&self) -> bool {
-        self.codecs.iter().any(|x| x.0.is_event())
+        self.has_known & EVENT_BITS != 0
     }
 
     /// Whether it receives comfort noise (RFC 3389 at 8 kHz): one test of its table, as
@@ -800,6 +801,29 @@ mod tests {
         let media = [section(&[(other, 96), (CodecId::Vp8, 97)], true)];
         let n = Negotiated::of(&media);
         assert!(n.takes(other) && n.takes(CodecId::Vp8) && !n.takes(CodecId::Other(8)));
+        assert!(!n.sends_events() && !n.takes_events() && !n.sends_cn() && !n.takes_cn());
+        // Events and comfort noise negotiated on a section the phone only sends on: it sends
+        // them, it does not take them.
+        for event in [
+            CodecId::TelephoneEvent,
+            CodecId::TelephoneEvent16k,
+            CodecId::TelephoneEvent48k,
+        ] {
+            let media = [
+                section(
+                    &[
+                        (CodecId::Pcmu, 0),
+                        (event, 101),
+                        (CodecId::ComfortNoise, 13),
+                    ],
+                    false,
+                ),
+                section(&[(CodecId::Pcmu, 0)], true),
+            ];
+            let n = Negotiated::of(&media);
+            assert!(n.sends_events() && !n.takes_events(), "{event:?}");
+            assert!(n.sends_cn() && !n.takes_cn(), "{event:?}");
+        }
     }
 
     #[test]
