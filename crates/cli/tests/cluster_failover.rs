@@ -5,7 +5,8 @@
 //! as a virtual address moved by keepalived would be) with the keys they have, and hear each
 //! other again, the SDES ones past a rollover of their sequence numbers (their SRTP streams
 //! resumed where `a` left them); ng `query` and `delete` work on `b` for the old calls. What
-//! each call lost in the gap and how long it was silent are printed.
+//! each call lost in the gap and how long it was silent are printed. A call keyed by DTLS-SRTP
+//! towards rtpengine goes on at `b` with rtpengine's association (no new handshake).
 
 // scripts/run-tests: alone (headless Chromium plays media here, and its ICE restart towards the
 // standby has to finish in time; a second heavy test executable beside it would disturb the
@@ -30,6 +31,7 @@ use secrelay_wire::bencode::Bencode;
 const MEDIA_A: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
 const MEDIA_C: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 3));
 const MEDIA_D: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 4));
+const MEDIA_E: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 5));
 const LEASE_SECS: f64 = 1.0;
 const KEY: &str = "8d3b0f1e2c4a69758b9d0e1f2a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d";
 
@@ -907,4 +909,150 @@ fn a_live_nodes_calls_are_handed_to_another_node_on_request() {
     ng_b.call(command("delete", "ice@proxy")).unwrap();
     ng_b.call(command("delete", "webrtc@proxy")).unwrap();
     b.shutdown();
+}
+
+/// The SDP of an ng reply that says `ok`.
+fn ok_sdp(reply: &std::collections::HashMap<String, String>) -> String {
+    assert_eq!(
+        reply.get("result").map(String::as_str),
+        Some("ok"),
+        "{reply:?}"
+    );
+    reply["sdp"].clone()
+}
+
+/// Until `alice` hears `bob` and `bob` hears `alice` `n` more times than now (each phone's
+/// payload filled with its own byte), sending both ways every 20 ms; false after `limit`.
+fn both_hear(alice: &mut SocketPhone, bob: &mut SocketPhone, n: usize, limit: Duration) -> bool {
+    let (a0, b0) = (alice.heard(0xb0), bob.heard(0xa1));
+    let end = Instant::now() + limit;
+    while Instant::now() < end {
+        alice.send(&[0xa1; 160]).unwrap();
+        bob.send(&[0xb0; 160]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        alice.read();
+        bob.read();
+        if alice.heard(0xb0) >= a0 + n && bob.heard(0xa1) >= b0 + n {
+            return true;
+        }
+    }
+    false
+}
+
+/// A call of `pair`'s node `a` whose callee side is keyed by DTLS-SRTP without ICE, with
+/// rtpengine as the other end of the DTLS (plain Alice → secrelay → DTLS-SRTP → rtpengine →
+/// plain Bob), audio heard both ways and its state (with the association's keys) kept, sealed.
+/// Alice and Bob.
+fn dtls_call(pair: &Pair, rtpengine: &mut lab_support::Rtpengine) -> (SocketPhone, SocketPhone) {
+    let ng_command = secrelay_testkit::ng::command;
+    let mut ng_a = Ng::new(pair.a_ng).unwrap();
+    let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    let mut alice = SocketPhone::bind(lo, None, 0xa11ce).unwrap();
+    let mut bob = SocketPhone::bind(lo, None, 0xb0b).unwrap();
+    let alice_offer = alice.phone.offer();
+    let mut offer = ng_command("offer", "dtls@proxy", "alice", None, Some(&alice_offer));
+    offer.extend([
+        ("transport-protocol".into(), Bencode::str("RTP/SAVP")),
+        ("SDES".into(), Bencode::List(vec![Bencode::str("off")])),
+        ("ICE".into(), Bencode::str("remove")),
+    ]);
+    let to_callee = ok_sdp(&ng_a.call(offer).unwrap());
+    assert!(to_callee.contains("a=setup:actpass"), "{to_callee}");
+    let mut offer = ng_command("offer", "rtpe@proxy", "gw", None, Some(&to_callee));
+    offer.extend([
+        ("transport-protocol".into(), Bencode::str("RTP/AVP")),
+        ("ICE".into(), Bencode::str("remove")),
+    ]);
+    let to_bob = ok_sdp(&rtpengine.ng.call(offer).unwrap());
+    let bob_answer = bob.phone.answer_offer(&to_bob).unwrap();
+    let answer = ng_command("answer", "rtpe@proxy", "gw", Some("bob"), Some(&bob_answer));
+    let from_callee = ok_sdp(&rtpengine.ng.call(answer).unwrap());
+    // rtpengine the DTLS client, so the standby, the server, sends nothing before the keys.
+    assert!(from_callee.contains("a=setup:active"), "{from_callee}");
+    let answer = ng_command(
+        "answer",
+        "dtls@proxy",
+        "alice",
+        Some("callee"),
+        Some(&from_callee),
+    );
+    let to_alice = ok_sdp(&ng_a.call(answer).unwrap());
+    alice.phone.accept_answer(&to_alice).unwrap();
+    assert_eq!(alice.phone.gateway.unwrap().ip(), MEDIA_E);
+    assert!(
+        both_hear(&mut alice, &mut bob, 5, Duration::from_secs(15)),
+        "the call through a is silent: alice heard {}, bob {}",
+        alice.heard(0xb0),
+        bob.heard(0xa1)
+    );
+    // Kept: the offer, the answer, then the marks with the association's keys, sealed.
+    let end = Instant::now() + Duration::from_secs(10);
+    while pair.redis.calls("hset") < 3 {
+        assert!(Instant::now() < end, "the call's keys were not kept");
+        both_hear(&mut alice, &mut bob, 1, Duration::from_secs(1));
+    }
+    let state = pair.redis.cli(&["HGET", "secrelay:calls:a", "dtls@proxy"]);
+    assert!(state.starts_with("sealed1:"), "{state}");
+    assert!(!state.contains("inline:"), "{state}");
+    (alice, bob)
+}
+
+/// Node `a` dies, `b` takes the DTLS-SRTP call over with the keys the association made, and
+/// rtpengine's association goes on (it never handshakes again: a new handshake's keys would not
+/// be its own).
+#[test]
+fn a_killed_nodes_dtls_srtp_call_continues_on_its_standby_with_the_phones_association() {
+    let test = "a_killed_nodes_dtls_srtp_call_continues_on_its_standby_with_the_phones_association";
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (47500, 47599)) else {
+        return;
+    };
+    let Some(mut pair) = Pair::start(MEDIA_E, "47300-47399", "47400-47499") else {
+        return;
+    };
+    let (mut alice, mut bob) = dtls_call(&pair, &mut rtpengine);
+    pair.a.kill().unwrap();
+    pair.a.wait().unwrap();
+    let killed = Instant::now();
+    assert!(
+        both_hear(&mut alice, &mut bob, 10, Duration::from_secs(15)),
+        "the call is silent at the standby: alice heard {}, bob {}",
+        alice.heard(0xb0),
+        bob.heard(0xa1)
+    );
+    println!(
+        "DTLS-SRTP call heard again {} ms after the kill",
+        killed.elapsed().as_millis()
+    );
+    let at_b = Signaling::new(pair.b.url()).with_admin(pair.b.admin_key().expose());
+    let metric = |name: &str| at_b.metric(name).unwrap();
+    assert_eq!(metric("secrelay_cluster_calls_taken_over_total"), 1);
+    assert_eq!(metric("secrelay_cluster_takeover_failures_total"), 0);
+    // No handshake at b: the keys are the ones a's handshake made.
+    assert_eq!(metric("secrelay_handshakes_total{result=\"ok\"}"), 0);
+}
+
+/// A standby with another certificate than the one rtpengine's association knows cannot go on
+/// with it: the call fails there at once (no retry makes the certificate the other), counted.
+#[test]
+fn a_standby_with_another_certificate_fails_a_dtls_srtp_call_at_once() {
+    let test = "a_standby_with_another_certificate_fails_a_dtls_srtp_call_at_once";
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (47800, 47899)) else {
+        return;
+    };
+    let Some(mut pair) = Pair::start_with(MEDIA_E, "47600-47699", "47700-47799", false) else {
+        return;
+    };
+    let _phones = dtls_call(&pair, &mut rtpengine);
+    pair.a.kill().unwrap();
+    pair.a.wait().unwrap();
+    let at_b = Signaling::new(pair.b.url()).with_admin(pair.b.admin_key().expose());
+    // Well inside the 30 s a call that cannot be made yet is tried for.
+    wait_for("the takeover's failure", Duration::from_secs(8), || {
+        at_b.metric("secrelay_cluster_takeover_failures_total").ok() == Some(1)
+    });
+    assert_eq!(
+        at_b.metric("secrelay_cluster_calls_taken_over_total")
+            .unwrap(),
+        0
+    );
 }

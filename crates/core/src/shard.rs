@@ -2197,22 +2197,26 @@ impl Shard {
         r.ok_or_else(missing)?
     }
 
-    /// Gives a telephony member the keys of ours that `crypto` carries, and resumes its SRTP
-    /// streams at `marks` ([`crate::leg::RtpLeg::restore_keys`],
-    /// [`crate::leg::RtpLeg::resume_srtp`]): a call taken over from another node.
+    /// Gives a telephony member what it `kept` on another node (a call taken over): the keys
+    /// of ours its crypto lines carry, its DTLS-SRTP keys, its SRTP streams' marks
+    /// ([`crate::leg::RtpLeg::restore_keys`], [`crate::leg::RtpLeg::resume_dtls`],
+    /// [`crate::leg::RtpLeg::resume_srtp`]).
     pub fn restore_rtp(
         &mut self,
+        now: Instant,
         room: &str,
         id: &str,
-        crypto: &[zeroize::Zeroizing<String>],
-        marks: &[crate::leg::SrtpMark],
+        kept: &crate::leg::Resume,
     ) -> Result<(), JoinError> {
         self.on_leg(room, id, |leg| {
             let leg = leg
                 .as_rtp_mut()
                 .ok_or_else(|| JoinError::wrong_leg(id, LegKind::Telephony))?;
-            leg.restore_keys(crypto)?;
-            Ok(leg.resume_srtp(marks)?)
+            leg.restore_keys(&kept.crypto)?;
+            if let Some(d) = &kept.dtls {
+                leg.resume_dtls(now, d)?;
+            }
+            Ok(leg.resume_srtp(&kept.srtp)?)
         })
     }
 
@@ -2821,6 +2825,7 @@ impl Shard {
                             srtp,
                             ice: None,
                             webrtc: Some(m),
+                            dtls: None,
                         }
                     }
                     (None, None) => return None,

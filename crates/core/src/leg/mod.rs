@@ -42,7 +42,7 @@ pub use rtp::{
     DtlsChoice, IceMarks, IceMode, Latch, LegMarks, Ports, Quarantine, Resume, RtpConfig, RtpLeg,
     RtpLegError, RtpLegOptions, RtpOfferSpec, Sources, SrtpMark,
 };
-pub use rtp_dtls::RtpDtls;
+pub use rtp_dtls::{DtlsMarks, RtpDtls};
 pub use webrtc::{WebRtcConfig, WebRtcError, WebRtcLeg, WebRtcMarks, WebRtcOfferSection};
 
 /// A codec the gateway forwards (and, for audio, transcodes through `secrelay_media`'s

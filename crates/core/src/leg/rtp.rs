@@ -67,7 +67,7 @@ use secrelay_wire::sdp_rtp::{
 };
 use secrelay_wire::stun::{Class as StunClass, Message};
 
-use super::rtp_dtls::{DtlsKeying, RtpDtls, Transmit};
+use super::rtp_dtls::{DtlsKeying, DtlsMarks, RtpDtls, Transmit};
 use super::{
     CloseReason, CodecId, LegEvent, LegOutput, NegotiatedMedia, SectionFeedback, TransmitKind, Via,
 };
@@ -260,6 +260,9 @@ pub struct Resume {
     pub srtp: Vec<SrtpMark>,
     /// Its ICE, when it did ICE with its phone ([`RtpLeg::resume_ice`]).
     pub ice: Option<IceMarks>,
+    /// Its DTLS-SRTP keys, when its handshakes had connected ([`RtpLeg::resume_dtls`]: taken
+    /// once the replayed answer gave the leg its role, not as it is made).
+    pub dtls: Option<DtlsMarks>,
 }
 
 /// What a node taking a leg over needs of it besides its keys ([`RtpLeg::marks`]).
@@ -271,12 +274,14 @@ pub struct LegMarks {
     pub ice: Option<IceMarks>,
     /// A WebRTC leg's DTLS-SRTP keys and what its peer knows of our SDP, once connected.
     pub webrtc: Option<super::webrtc::WebRtcMarks>,
+    /// A telephony leg's DTLS-SRTP keys, once its handshakes connected.
+    pub dtls: Option<DtlsMarks>,
 }
 
 impl LegMarks {
     /// Whether there is nothing to keep (a plain leg without ICE).
     pub fn is_empty(&self) -> bool {
-        self.srtp.is_empty() && self.ice.is_none() && self.webrtc.is_none()
+        self.srtp.is_empty() && self.ice.is_none() && self.webrtc.is_none() && self.dtls.is_none()
     }
 }
 
@@ -338,6 +343,7 @@ impl fmt::Debug for Resume {
         f.debug_struct("Resume")
             .field("crypto_lines", &self.crypto.len())
             .field("srtp", &self.srtp)
+            .field("dtls", &self.dtls)
             .finish()
     }
 }
@@ -541,6 +547,9 @@ pub enum RtpLegError {
     Renegotiation(String),
     /// The SDP's DTLS-SRTP lines cannot be taken (why).
     Dtls(String),
+    /// A call taken over whose phone's DTLS association knows another certificate than ours
+    /// (every node that takes such calls needs the same one).
+    OtherCertificate,
 }
 
 impl fmt::Display for RtpLegError {
@@ -556,6 +565,10 @@ impl fmt::Display for RtpLegError {
             RtpLegError::BadAnswer(why) => write!(f, "the answer to our offer: {why}"),
             RtpLegError::Renegotiation(why) => write!(f, "the new offer: {why}"),
             RtpLegError::Dtls(why) => write!(f, "DTLS-SRTP: {why}"),
+            RtpLegError::OtherCertificate => write!(
+                f,
+                "DTLS-SRTP: our certificate is not the one the phone's association knows"
+            ),
         }
     }
 }
@@ -1547,25 +1560,51 @@ impl RtpLeg {
 
     /// Where each of its SRTP streams stands ([`SrtpMark`]); none for a plain leg.
     pub fn srtp_marks(&self) -> Vec<SrtpMark> {
-        let Security::Sdes {
-            inbound, outbound, ..
-        } = &self.security
-        else {
-            return Vec::new();
-        };
-        SrtpMark::of(inbound, outbound)
+        match &self.security {
+            Security::Sdes {
+                inbound, outbound, ..
+            } => SrtpMark::of(inbound, outbound),
+            Security::Dtls(k) => k
+                .keyed
+                .as_ref()
+                .map(|k| SrtpMark::of(&k.inbound, &k.outbound))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
     }
 
     /// Resumes its SRTP streams where `marks` (another node's, for the leg this one replaces)
     /// left them ([`SrtpMark::resume`]).
     pub fn resume_srtp(&mut self, marks: &[SrtpMark]) -> Result<(), RtpLegError> {
-        let Security::Sdes {
-            inbound, outbound, ..
-        } = &mut self.security
-        else {
-            return Ok(());
+        let (inbound, outbound) = match &mut self.security {
+            Security::Sdes {
+                inbound, outbound, ..
+            } => (inbound, outbound),
+            Security::Dtls(k) => match k.keyed.as_mut() {
+                Some(k) => (&mut k.inbound, &mut k.outbound),
+                None => return Ok(()),
+            },
+            _ => return Ok(()),
         };
         SrtpMark::resume(marks, inbound, outbound).map_err(|e| RtpLegError::Srtp(e.to_string()))
+    }
+
+    /// Takes the DTLS-SRTP keys another node's leg had (a call taken over: this leg made again
+    /// from the same requests), without a handshake: the phone's association goes on. Any
+    /// flight a handshake begun here queued is not sent. Err, and the leg unchanged: not a
+    /// DTLS-SRTP leg, our certificate not the other node's, the keys not usable here.
+    pub fn resume_dtls(&mut self, now: Instant, marks: &DtlsMarks) -> Result<(), RtpLegError> {
+        let Security::Dtls(k) = &mut self.security else {
+            return Err(RtpLegError::Dtls("not a DTLS-SRTP leg".into()));
+        };
+        if k.attributes().1 != marks.fingerprint {
+            return Err(RtpLegError::OtherCertificate);
+        }
+        k.resume(now, marks, self.config.replay_window)
+            .map_err(RtpLegError::Dtls)?;
+        self.transmits.retain(|t| t.3 != TransmitKind::Dtls);
+        self.last_admitted = now;
+        Ok(())
     }
 
     /// Our SDP's crypto lines written again with the keys the leg holds now.
@@ -2004,6 +2043,10 @@ impl RtpLeg {
             srtp: self.srtp_marks(),
             ice: self.ice_marks(),
             webrtc: None,
+            dtls: match &self.security {
+                Security::Dtls(k) => k.marks(),
+                _ => None,
+            },
         }
     }
 

@@ -31,6 +31,8 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use zeroize::Zeroize;
+
 use secrelay_dtls::cookie::{Admission, CookieResponder, CookieVerdict};
 use secrelay_dtls::{
     Endpoint, EndpointConfig, Event as DtlsEvent, FailReason, Fingerprint, HashAlgorithm,
@@ -211,6 +213,68 @@ impl Component {
 pub(crate) struct Keyed {
     pub(crate) inbound: Context,
     pub(crate) outbound: Context,
+}
+
+/// Ours and the peer's master keys.
+type KeyPair = (MasterKey, MasterKey);
+
+impl Keyed {
+    /// Contexts from RTP's handshake's keys (`rtp`: ours, the peer's), SRTCP's from RTCP's
+    /// (`rtcp`) when RTCP has a port of its own.
+    fn new(
+        rtp: KeyPair,
+        rtcp: Option<KeyPair>,
+        window: usize,
+    ) -> Result<Keyed, secrelay_srtp::ConfigError> {
+        let policy = |key: MasterKey, rtcp_key: Option<MasterKey>| {
+            let p = Policy::new(key).replay_window(window);
+            match rtcp_key {
+                Some(k) => p.rtcp_key(k),
+                None => p,
+            }
+        };
+        let (rtcp_ours, rtcp_theirs) = rtcp.unzip();
+        Ok(Keyed {
+            inbound: Context::new(policy(rtp.1, rtcp_theirs).any_inbound())?,
+            outbound: Context::new(policy(rtp.0, rtcp_ours).any_outbound())?,
+        })
+    }
+}
+
+/// What a node taking a DTLS-SRTP telephony leg's call over needs besides its SRTP streams'
+/// marks ([`super::RtpLeg::marks`], [`super::RtpLeg::resume_dtls`]): the keys its associations
+/// made, which that node keeps (no new handshake: the phone's association goes on), and our
+/// certificate's fingerprint (the node must have the same certificate). Debug does not print
+/// the keys; they are zeroized when dropped.
+#[derive(Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DtlsMarks {
+    /// Our fingerprint as our SDP wrote it.
+    pub fingerprint: String,
+    /// The SRTP profile the handshakes chose (its SDP name).
+    pub profile: String,
+    /// RTP's port's keys (SRTP's): ours, the peer's, in SDES `inline:` form.
+    pub rtp: (String, String),
+    /// RTCP's port's keys (SRTCP's), when RTCP had a port of its own.
+    pub rtcp: Option<(String, String)>,
+}
+
+impl fmt::Debug for DtlsMarks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DtlsMarks")
+            .field("fingerprint", &self.fingerprint)
+            .field("profile", &self.profile)
+            .field("rtcp", &self.rtcp.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for DtlsMarks {
+    fn drop(&mut self) {
+        for (a, b) in std::iter::once(&mut self.rtp).chain(self.rtcp.as_mut()) {
+            a.zeroize();
+            b.zeroize();
+        }
+    }
 }
 
 /// A leg's DTLS-SRTP keying. See the [module documentation](self).
@@ -495,6 +559,69 @@ impl DtlsKeying {
         self.key(now, replay_window)
     }
 
+    /// Its keys for a node taking the call over, once every component is keyed.
+    pub(crate) fn marks(&self) -> Option<DtlsMarks> {
+        self.keyed.as_ref()?;
+        let inline = |c: &Component| {
+            let (_, ours, theirs) = c.keys.as_ref()?;
+            Some((ours.to_sdes_inline(), theirs.to_sdes_inline()))
+        };
+        let rtp = self.rtp.as_ref()?;
+        let profile = rtp.keys.as_ref()?.0;
+        let rtcp = match &self.rtcp {
+            Some(c) => Some(inline(c)?),
+            None => None,
+        };
+        Some(DtlsMarks {
+            fingerprint: self.ours.to_string(),
+            profile: profile.sdp_name().to_owned(),
+            rtp: inline(rtp)?,
+            rtcp,
+        })
+    }
+
+    /// Takes the keys another node's leg had (this leg made again here from the same
+    /// signaling, at `now`): its contexts without a handshake, every handshake under way
+    /// ended. Err (and the keying unchanged): our certificate is not the one the phone knows,
+    /// the leg's components are not those the marks were taken of, or the keys do not parse.
+    pub(crate) fn resume(
+        &mut self,
+        now: Instant,
+        m: &DtlsMarks,
+        window: usize,
+    ) -> Result<(), String> {
+        if m.fingerprint != self.ours.to_string() {
+            return Err("our certificate is not the one the phone's association knows".into());
+        }
+        let Some(rtp) = self.rtp.as_mut() else {
+            return Err("no association here to resume (our role is not known)".into());
+        };
+        if m.rtcp.is_some() != self.rtcp.is_some() {
+            return Err("RTCP's port is not as it was".into());
+        }
+        let profile: Profile = m.profile.parse().map_err(|e| format!("{e}"))?;
+        let pair = |(ours, theirs): &(String, String)| -> Result<KeyPair, String> {
+            let key = |k: &str| MasterKey::from_sdes_inline(profile, k).map_err(|e| e.to_string());
+            Ok((key(ours)?, key(theirs)?))
+        };
+        let rtp_keys = pair(&m.rtp)?;
+        let rtcp_keys = m.rtcp.as_ref().map(pair).transpose()?;
+        let keyed =
+            Keyed::new(rtp_keys.clone(), rtcp_keys.clone(), window).map_err(|e| e.to_string())?;
+        for (c, keys) in [(Some(rtp), Some(rtp_keys))]
+            .into_iter()
+            .chain([(self.rtcp.as_mut(), rtcp_keys)])
+        {
+            if let (Some(c), Some((ours, theirs))) = (c, keys) {
+                c.attempts.clear();
+                c.keys = Some((profile, ours, theirs));
+            }
+        }
+        self.keyed = Some(keyed);
+        self.started.get_or_insert(now);
+        Ok(())
+    }
+
     /// The contexts, once every component is keyed.
     fn key(&mut self, now: Instant, window: usize) -> Result<Option<LegEvent>, CloseReason> {
         let Some((profile, ours, theirs)) = self.rtp.as_ref().and_then(|c| c.keys.clone()) else {
@@ -511,21 +638,9 @@ impl DtlsKeying {
             // both.
             Some(_) => return Err(CloseReason::DtlsFailed(FailReason::Internal)),
         };
-        let policy = |key: MasterKey, rtcp_key: Option<MasterKey>| {
-            let p = Policy::new(key).replay_window(window);
-            match rtcp_key {
-                Some(k) => p.rtcp_key(k),
-                None => p,
-            }
-        };
-        let (rtcp_ours, rtcp_theirs) = rtcp.unzip();
-        let made = Context::new(policy(theirs, rtcp_theirs).any_inbound()).and_then(|inbound| {
-            let outbound = Context::new(policy(ours, rtcp_ours).any_outbound())?;
-            Ok((inbound, outbound))
-        });
-        let (inbound, outbound) =
-            made.map_err(|_| CloseReason::DtlsFailed(FailReason::Internal))?;
-        self.keyed = Some(Keyed { inbound, outbound });
+        let keyed = Keyed::new((ours, theirs), rtcp, window)
+            .map_err(|_| CloseReason::DtlsFailed(FailReason::Internal))?;
+        self.keyed = Some(keyed);
         let handshake = now.saturating_duration_since(self.started.unwrap_or(now));
         Ok(Some(LegEvent::Connected { profile, handshake }))
     }
@@ -545,11 +660,16 @@ mod tests {
 
     fn config(passive: bool) -> RtpConfig {
         let cert = Certificate::self_signed(KeyType::EcdsaP256, "leg").unwrap();
+        config_of(&cert, passive)
+    }
+
+    /// [`config`] with our certificate `cert`.
+    fn config_of(cert: &Certificate, passive: bool) -> RtpConfig {
         RtpConfig {
             announce: LO,
             passthrough: true,
             dtls: Some(RtpDtls {
-                certificate: LocalCertificate::from(&cert),
+                certificate: LocalCertificate::from(cert),
                 srtp_profiles: secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES.to_vec(),
                 timers: Timers::default(),
                 hash: HashAlgorithm::Sha256,
@@ -1016,5 +1136,111 @@ mod tests {
         }
         let events = run(&mut legs, [phone_at, at], now);
         assert!(connected(&events[1]), "{:?}", events[1]);
+    }
+
+    /// A packet of ours: PCMU, sequence number `seq`.
+    fn pcmu_packet(seq: u16) -> Vec<u8> {
+        let mut p = vec![
+            0x80,
+            0,
+            (seq >> 8) as u8,
+            seq as u8,
+            0,
+            0,
+            0,
+            160,
+            0,
+            0,
+            0,
+            7,
+        ];
+        p.extend([0x55; 160]);
+        p
+    }
+
+    /// `from` protects a packet (or a report, `rtcp`) that `to` unprotects.
+    fn crosses(from: &mut RtpLeg, to: &mut RtpLeg, seq: u16, rtcp: bool) -> bool {
+        let plain = match rtcp {
+            false => pcmu_packet(seq),
+            true => vec![0x80, 201, 0, 1, 0, 0, 0, 7],
+        };
+        let mut buf = plain.clone();
+        buf.resize(plain.len() + 64, 0);
+        let ctx = from.outbound_context().unwrap();
+        let n = match rtcp {
+            false => ctx.protect_rtp(&mut buf, plain.len()).unwrap(),
+            true => ctx.protect_rtcp(&mut buf, plain.len()).unwrap(),
+        };
+        let ctx = to.inbound_context().unwrap();
+        let got = match rtcp {
+            false => ctx.unprotect_rtp(&mut buf, n),
+            true => ctx.unprotect_rtcp(&mut buf, n),
+        };
+        got.is_ok_and(|m| buf[..m] == plain[..])
+    }
+
+    #[test]
+    fn a_node_taking_the_call_over_keeps_the_phones_association() {
+        let now = Instant::now();
+        let spec = spec(Vec::new(), false);
+        let (at, phone_at) = (ports(30210), ports(30220));
+        let ours = Certificate::self_signed(KeyType::EcdsaP256, "node").unwrap();
+        let offer =
+            |cert: &Certificate| RtpLeg::new_offer(&spec, at, config_of(cert, false), now).unwrap();
+        let mut us = offer(&ours);
+        let phone = RtpLeg::new(
+            &parse_rtp(us.answer_sdp()).unwrap(),
+            phone_at,
+            config(false),
+            now,
+        );
+        let phone = phone.unwrap();
+        let answer = parse_rtp(phone.answer_sdp()).unwrap();
+        us.accept_answer(&answer, now).unwrap();
+        assert!(us.marks().dtls.is_none(), "nothing to keep before the keys");
+        let [mut us, mut phone] = {
+            let mut legs = [us, phone];
+            let events = run(&mut legs, [at, phone_at], now);
+            assert!(connected(&events[0]), "{:?}", events[0]);
+            legs
+        };
+        for seq in 1..=3 {
+            assert!(crosses(&mut phone, &mut us, seq, false));
+            assert!(crosses(&mut us, &mut phone, seq, false));
+        }
+        assert!(crosses(&mut us, &mut phone, 0, true) && crosses(&mut phone, &mut us, 0, true));
+        let marks = us.marks();
+        let dtls = marks.dtls.clone().expect("the keys, once connected");
+        assert!(dtls.rtcp.is_some(), "RTCP's port's keys too");
+        assert!(
+            !format!("{dtls:?}").contains(&dtls.rtp.0),
+            "no key in Debug"
+        );
+        assert!(!marks.srtp.is_empty());
+
+        // The node dies; another with the same certificate makes the leg again from the same
+        // offer and answer, and takes the keys: no handshake, the phone's streams go on.
+        let mut standby = offer(&ours);
+        standby.accept_answer(&answer, now).unwrap();
+        standby.resume_dtls(now, &dtls).unwrap();
+        standby.resume_srtp(&marks.srtp).unwrap();
+        assert!(
+            sent(&mut standby).is_empty(),
+            "no flight of a new handshake"
+        );
+        for seq in 4..=6 {
+            assert!(crosses(&mut phone, &mut standby, seq, false), "{seq}");
+            assert!(crosses(&mut standby, &mut phone, seq, false), "{seq}");
+        }
+        assert!(crosses(&mut phone, &mut standby, 0, true), "SRTCP in");
+        assert!(crosses(&mut standby, &mut phone, 0, true), "SRTCP out");
+
+        // A node with another certificate cannot: the phone's association knows ours.
+        let other = Certificate::self_signed(KeyType::EcdsaP256, "other").unwrap();
+        let mut elsewhere = offer(&other);
+        elsewhere.accept_answer(&answer, now).unwrap();
+        let refused = elsewhere.resume_dtls(now, &dtls);
+        assert_eq!(refused, Err(crate::leg::RtpLegError::OtherCertificate));
+        assert!(elsewhere.inbound_context().is_none());
     }
 }

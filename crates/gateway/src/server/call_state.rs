@@ -3,8 +3,9 @@
 //!
 //! What is kept is what makes the call again, through the same code that made it: the ng
 //! requests that shaped it (each offer and answer, as the proxy sent them) and, per member,
-//! the address its ports are bound on, the keys of ours its phone holds, where its SRTP
-//! streams stand and, when it does ICE, its credentials and the phone's nominations. The standby
+//! the address its ports are bound on, the keys of ours its phone holds (a DTLS-SRTP telephony
+//! leg's: the keys its handshakes made), where its SRTP streams stand and, when it does ICE,
+//! its credentials and the phone's nominations. The standby
 //! replays the requests with each member pinned to its address ([`Pins`]), then gives each
 //! member its keys back: the phones keep sending to the same address (moved to the standby, as
 //! keepalived moves a virtual address) with the same keys, and hear the call again.
@@ -25,7 +26,7 @@ use zeroize::{Zeroize, Zeroizing};
 
 use super::interfaces::Interface;
 use super::ng_call::Side;
-use crate::leg::{IceMarks, Resume, SrtpMark, WebRtcMarks};
+use crate::leg::{DtlsMarks, IceMarks, Resume, SrtpMark, WebRtcMarks};
 
 /// Most requests a call's state keeps: a call renegotiated more often than this is no longer
 /// kept (its state is removed, and counted), rather than kept without its latest change.
@@ -57,6 +58,9 @@ pub(crate) struct Held {
     /// DTLS connected (`rtp` and `crypto` are then unused).
     #[serde(default)]
     pub webrtc: Option<WebRtcMarks>,
+    /// A telephony member's DTLS-SRTP keys, once its handshakes connected.
+    #[serde(default)]
+    pub dtls: Option<DtlsMarks>,
 }
 
 /// A call's state. See the [module documentation](self).
@@ -135,6 +139,7 @@ impl Pins {
             crypto: h.crypto.iter().cloned().map(Zeroizing::new).collect(),
             srtp: h.srtp.clone(),
             ice: h.ice.clone(),
+            dtls: h.dtls.clone(),
         };
         Some((h.rtp, resume))
     }
@@ -317,6 +322,12 @@ mod tests {
                 srtp: Vec::new(),
                 ice: None,
                 webrtc: None,
+                dtls: Some(DtlsMarks {
+                    fingerprint: "sha-256 AB:CD".into(),
+                    profile: "AES_CM_128_HMAC_SHA1_80".into(),
+                    rtp: ("inline:DTLSOURS".into(), "inline:DTLSTHEIRS".into()),
+                    rtcp: None,
+                }),
             }],
         }
     }
@@ -329,11 +340,14 @@ mod tests {
         let text = s.seal(&state("c1")).unwrap();
         assert!(text.starts_with(SEALED));
         assert!(!text.contains("inline:KEY"), "keys in clear: {text}");
+        assert!(!text.contains("DTLSOURS"), "keys in clear: {text}");
         let back = s.open("c1", &text).unwrap();
         assert_eq!(back.members[0].crypto, state("c1").members[0].crypto);
+        assert_eq!(back.members[0].dtls, state("c1").members[0].dtls);
         let (at, resume) = back.pins().of("call:c1:0", Side::B).unwrap();
         assert_eq!(at, back.members[0].rtp);
         assert_eq!(resume.crypto[0].as_str(), back.members[0].crypto[0]);
+        assert_eq!(resume.dtls, back.members[0].dtls);
         let err = s.open("c2", &text).err().unwrap();
         assert!(matches!(err, StateError::DoesNotOpen), "{err}");
         let other = Sealer::with_key(&KEY.replace("1f", "ff")).unwrap();

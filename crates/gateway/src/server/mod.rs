@@ -1042,18 +1042,18 @@ impl Gateway {
         .unwrap_or(Err(JoinError::ShuttingDown))
     }
 
-    /// Gives telephony member `id` of `room` the keys of ours that `crypto` carries, and
-    /// resumes its SRTP streams at `marks` (a call taken over from a node that died: see
-    /// [`crate::leg::RtpLeg::restore_keys`] and [`crate::leg::RtpLeg::resume_srtp`]).
+    /// Gives telephony member `id` of `room` what it `kept` on the node that died: the keys
+    /// of ours its crypto lines carry, its DTLS-SRTP keys, its SRTP streams' marks (see
+    /// [`crate::leg::RtpLeg::restore_keys`], [`crate::leg::RtpLeg::resume_dtls`] and
+    /// [`crate::leg::RtpLeg::resume_srtp`]).
     pub(crate) async fn restore_rtp(
         &self,
         room: &str,
         id: &str,
-        crypto: Vec<zeroize::Zeroizing<String>>,
-        marks: Vec<crate::leg::SrtpMark>,
+        kept: crate::leg::Resume,
     ) -> Result<(), JoinError> {
-        self.on_member(room, id, move |shard, _, room, id| {
-            shard.restore_rtp(room, id, &crypto, &marks)
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.restore_rtp(now, room, id, &kept)
         })
         .await
         .unwrap_or(Err(JoinError::ShuttingDown))

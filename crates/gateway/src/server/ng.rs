@@ -33,7 +33,7 @@ use super::ng_call::{Ctx, SectionCall, Side};
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
 use super::{ApiError, Gateway};
-use crate::leg::LegMarks;
+use crate::leg::{LegMarks, Resume};
 
 /// Why an offer has nothing for the callee.
 pub(super) const NO_CODEC: &str =
@@ -523,12 +523,16 @@ impl Ng {
                 if let Some(c) = self.calls.remove(&call_id) {
                     self.drop_call(c).await;
                 }
-                // Another certificate here than the browser knows: no retry makes it one.
+                // Another certificate here than the browser's or phone's DTLS association
+                // knows: no retry makes it one.
                 let other_certificate = matches!(
                     why,
-                    ApiError::Join(crate::shard::JoinError::WebRtc(
-                        crate::leg::WebRtcError::OtherCertificate
-                    ))
+                    ApiError::Join(
+                        crate::shard::JoinError::WebRtc(crate::leg::WebRtcError::OtherCertificate)
+                            | crate::shard::JoinError::Rtp(
+                                crate::leg::RtpLegError::OtherCertificate
+                            )
+                    )
                 );
                 if Instant::now() < until && !other_certificate {
                     tracing::debug!(call_id, error = %why, "a call taken over cannot be made yet: tried again");
@@ -605,15 +609,18 @@ impl Ng {
     /// Telephony member `id` of `room`, made again, takes the keys of ours its phone holds and
     /// its SRTP streams' marks, as `held` kept them.
     async fn restore_keys(&self, room: &str, id: &str, held: &Held) -> Result<(), ApiError> {
-        let crypto = held
-            .crypto
-            .iter()
-            .cloned()
-            .map(zeroize::Zeroizing::new)
-            .collect();
-        self.gateway
-            .restore_rtp(room, id, crypto, held.srtp.clone())
-            .await?;
+        let kept = Resume {
+            crypto: held
+                .crypto
+                .iter()
+                .cloned()
+                .map(zeroize::Zeroizing::new)
+                .collect(),
+            srtp: held.srtp.clone(),
+            ice: None,
+            dtls: held.dtls.clone(),
+        };
+        self.gateway.restore_rtp(room, id, kept).await?;
         Ok(())
     }
 
@@ -632,7 +639,7 @@ impl Ng {
             } else if let Some(h) = state
                 .members
                 .iter()
-                .find(|h| h.side == side && !h.crypto.is_empty())
+                .find(|h| h.side == side && (!h.crypto.is_empty() || h.dtls.is_some()))
             {
                 self.restore_keys(&call.room, &id, h).await?;
             }

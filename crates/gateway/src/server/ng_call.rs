@@ -460,6 +460,7 @@ impl SectionCall {
                         srtp: marks.get(&m.id).map(|k| k.srtp.clone()).unwrap_or_default(),
                         ice: marks.get(&m.id).and_then(|k| k.ice.clone()),
                         webrtc: None,
+                        dtls: marks.get(&m.id).and_then(|k| k.dtls.clone()),
                     });
                 }
             }
@@ -485,7 +486,7 @@ impl SectionCall {
             let room = s.room.clone();
             if let Some(m) = s.facing(h.side).as_mut() {
                 m.local.crypto.clone_from(&h.crypto);
-                if !h.crypto.is_empty() {
+                if !h.crypto.is_empty() || h.dtls.is_some() {
                     rekey.push((room, m.id.clone(), h.clone()));
                 }
             }

@@ -96,6 +96,7 @@ impl WebRtcCall {
                     srtp: m.map(|k| k.srtp.clone()).unwrap_or_default(),
                     ice: m.and_then(|k| k.ice.clone()),
                     webrtc: m.and_then(|k| k.webrtc.clone()),
+                    dtls: m.and_then(|k| k.dtls.clone()),
                 }
             })
             .collect()
