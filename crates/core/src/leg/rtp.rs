@@ -2075,6 +2075,11 @@ impl RtpLeg {
         }
     }
 
+    /// Where RTP and RTCP go now (the SDP's addresses, or the sources latched to).
+    fn signalled(&self) -> super::rtp_dtls::Signalled {
+        (self.rtp.destination(), self.rtcp.destination())
+    }
+
     /// The component ports a DTLS-SRTP leg's associations run on: RTP's, and RTCP's unless
     /// muxed.
     fn dtls_ports(&self) -> (Via, Option<Via>) {
@@ -2087,10 +2092,9 @@ impl RtpLeg {
     /// Starts a DTLS-SRTP leg's associations once its role and the peer's fingerprint are
     /// known (as the client, the first flight goes out now).
     fn start_dtls(&mut self, now: Instant) -> Result<(), RtpLegError> {
-        let ports = self.dtls_ports();
+        let (ports, signalled) = (self.dtls_ports(), self.signalled());
         if let Security::Dtls(k) = &mut self.security {
             k.start(now, ports).map_err(RtpLegError::Dtls)?;
-            let signalled = (self.rtp.destination(), self.rtcp.destination());
             for (from, via, d) in k.take_early() {
                 let record = (from, via, d.as_slice());
                 k.handle(
@@ -2108,7 +2112,7 @@ impl RtpLeg {
 
     /// What the associations made: flights queued, the leg keyed (or closed) as they say.
     fn drain_dtls(&mut self, now: Instant) {
-        let signalled = (self.rtp.destination(), self.rtcp.destination());
+        let signalled = self.signalled();
         let window = self.config.replay_window;
         let Security::Dtls(k) = &mut self.security else {
             return;
@@ -2138,11 +2142,11 @@ impl RtpLeg {
         if self.quarantine.holds(from, now) {
             return self.counters.drop(DropReason::StaleSource);
         }
+        let signalled = self.signalled();
         let k = match (&mut self.security, &mut self.dtls_alongside) {
             (Security::Dtls(k), _) | (_, Some(k)) => k,
             _ => return self.counters.drop(DropReason::UnknownKind),
         };
-        let signalled = (self.rtp.destination(), self.rtcp.destination());
         let record = (from, via, datagram);
         k.handle(
             now,
