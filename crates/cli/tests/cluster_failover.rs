@@ -943,7 +943,11 @@ fn both_hear(alice: &mut SocketPhone, bob: &mut SocketPhone, n: usize, limit: Du
 /// rtpengine as the other end of the DTLS (plain Alice → secrelay → DTLS-SRTP → rtpengine →
 /// plain Bob), audio heard both ways and its state (with the association's keys) kept, sealed.
 /// Alice and Bob.
-fn dtls_call(pair: &Pair, rtpengine: &mut lab_support::Rtpengine) -> (SocketPhone, SocketPhone) {
+fn dtls_call(
+    pair: &Pair,
+    rtpengine: &mut lab_support::Rtpengine,
+    rtpengine_role: &str,
+) -> (SocketPhone, SocketPhone) {
     let ng_command = secrelay_testkit::ng::command;
     let mut ng_a = Ng::new(pair.a_ng).unwrap();
     let lo = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -965,10 +969,13 @@ fn dtls_call(pair: &Pair, rtpengine: &mut lab_support::Rtpengine) -> (SocketPhon
     ]);
     let to_bob = ok_sdp(&rtpengine.ng.call(offer).unwrap());
     let bob_answer = bob.phone.answer_offer(&to_bob).unwrap();
-    let answer = ng_command("answer", "rtpe@proxy", "gw", Some("bob"), Some(&bob_answer));
+    let mut answer = ng_command("answer", "rtpe@proxy", "gw", Some("bob"), Some(&bob_answer));
+    if rtpengine_role == "passive" {
+        answer.push(("DTLS".into(), Bencode::str("passive")));
+    }
     let from_callee = ok_sdp(&rtpengine.ng.call(answer).unwrap());
-    // rtpengine the DTLS client, so the standby, the server, sends nothing before the keys.
-    assert!(from_callee.contains("a=setup:active"), "{from_callee}");
+    let role = format!("a=setup:{rtpengine_role}");
+    assert!(from_callee.contains(&role), "{from_callee}");
     let answer = ng_command(
         "answer",
         "dtls@proxy",
@@ -1003,13 +1010,38 @@ fn dtls_call(pair: &Pair, rtpengine: &mut lab_support::Rtpengine) -> (SocketPhon
 #[test]
 fn a_killed_nodes_dtls_srtp_call_continues_on_its_standby_with_the_phones_association() {
     let test = "a_killed_nodes_dtls_srtp_call_continues_on_its_standby_with_the_phones_association";
-    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (47500, 47599)) else {
+    // rtpengine the DTLS client: the standby, the server, waits for no handshake.
+    dtls_call_taken_over(
+        test,
+        "active",
+        (47500, 47599),
+        ("47300-47399", "47400-47499"),
+    );
+}
+
+/// As above with rtpengine the DTLS server: the standby, the client, begins no handshake of its
+/// own (its replayed answer would otherwise send rtpengine a ClientHello before the keys).
+#[test]
+fn a_killed_nodes_dtls_srtp_call_as_the_client_continues_on_its_standby() {
+    let test = "a_killed_nodes_dtls_srtp_call_as_the_client_continues_on_its_standby";
+    dtls_call_taken_over(
+        test,
+        "passive",
+        (48100, 48199),
+        ("47900-47999", "48000-48099"),
+    );
+}
+
+/// [`dtls_call`] with rtpengine in `rtpengine_role` (its ports `rtpe`), node `a` killed: both
+/// phones hear each other through `b`, which made no handshake (`a`'s and `b`'s ports `ports`).
+fn dtls_call_taken_over(test: &str, rtpengine_role: &str, rtpe: (u16, u16), ports: (&str, &str)) {
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, rtpe) else {
         return;
     };
-    let Some(mut pair) = Pair::start(MEDIA_E, "47300-47399", "47400-47499") else {
+    let Some(mut pair) = Pair::start(MEDIA_E, ports.0, ports.1) else {
         return;
     };
-    let (mut alice, mut bob) = dtls_call(&pair, &mut rtpengine);
+    let (mut alice, mut bob) = dtls_call(&pair, &mut rtpengine, rtpengine_role);
     pair.a.kill().unwrap();
     pair.a.wait().unwrap();
     let killed = Instant::now();
@@ -1020,7 +1052,7 @@ fn a_killed_nodes_dtls_srtp_call_continues_on_its_standby_with_the_phones_associ
         bob.heard(0xa1)
     );
     println!(
-        "DTLS-SRTP call heard again {} ms after the kill",
+        "DTLS-SRTP call (rtpengine {rtpengine_role}) heard again {} ms after the kill",
         killed.elapsed().as_millis()
     );
     let at_b = Signaling::new(pair.b.url()).with_admin(pair.b.admin_key().expose());
@@ -1042,7 +1074,7 @@ fn a_standby_with_another_certificate_fails_a_dtls_srtp_call_at_once() {
     let Some(mut pair) = Pair::start_with(MEDIA_E, "47600-47699", "47700-47799", false) else {
         return;
     };
-    let _phones = dtls_call(&pair, &mut rtpengine);
+    let _phones = dtls_call(&pair, &mut rtpengine, "active");
     pair.a.kill().unwrap();
     pair.a.wait().unwrap();
     let at_b = Signaling::new(pair.b.url()).with_admin(pair.b.admin_key().expose());

@@ -130,7 +130,25 @@ fn rtcp_from_callee(ng: &mut Ng, id: &str) -> u64 {
 #[test]
 fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg() {
     let test = "a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg";
-    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (44200, 44399)) else {
+    // rtpengine answers our actpass as the client: its OpenSSL client has to return the cookie
+    // secrelay's server answers a new source's ClientHello with before any handshake begins.
+    through_rtpengine(test, "active", (44200, 44399), "44000-44199");
+}
+
+/// The same with rtpengine the DTLS server (`DTLS: passive` in its answer) and secrelay the
+/// client. rtpengine sends ClientHellos as it takes our offer (its role not settled yet), which
+/// reach our leg before its answer does: kept, they derailed our client, and the call was
+/// silent.
+#[test]
+fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_with_secrelay_the_client() {
+    let test = "a_plain_phone_reaches_rtpengine_over_dtls_srtp_with_secrelay_the_client";
+    through_rtpengine(test, "passive", (44600, 44799), "44400-44599");
+}
+
+/// A call from a plain phone through secrelay, DTLS-SRTP to rtpengine in `rtpengine_role`
+/// (rtpengine's ports `rtpe`, ours `ours`), plain again to the callee: audio and RTCP both ways.
+fn through_rtpengine(test: &str, rtpengine_role: &str, rtpe_ports: (u16, u16), ours: &str) {
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, rtpe_ports) else {
         return;
     };
     let rtpe = &mut rtpengine.ng;
@@ -138,7 +156,10 @@ fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg() {
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
         workers: 1,
-        rtp_ports: "44000-44199".into(),
+        // Plain HTTP on a port of the OS's choice (the default HTTPS address is one only one
+        // gateway can have, and both tests here start one).
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        rtp_ports: ours.into(),
         drain_secs: 0.1,
         ..ServeConfig::default()
     })
@@ -174,18 +195,20 @@ fn a_plain_phone_reaches_rtpengine_over_dtls_srtp_on_a_telephony_leg() {
         ("ICE".into(), s("remove")),
     ]);
     let to_bob = sdp_of(&rtpe.call(offer).unwrap());
-    let answer = command(
+    let mut answer = command(
         "answer",
         "rtpe@test",
         "gw",
         Some("bob"),
         Some(&bob.sdp("bob")),
     );
+    if rtpengine_role == "passive" {
+        answer.push(("DTLS".into(), s("passive")));
+    }
     let from_callee = sdp_of(&rtpe.call(answer).unwrap());
     assert!(from_callee.contains("a=fingerprint:"), "{from_callee}");
-    // rtpengine answers our actpass as the client: its OpenSSL client has to return the cookie
-    // secrelay's server answers a new source's ClientHello with before any handshake begins.
-    assert!(from_callee.contains("a=setup:active"), "{from_callee}");
+    let role = format!("a=setup:{rtpengine_role}");
+    assert!(from_callee.contains(&role), "{from_callee}");
     let answer = command(
         "answer",
         "dtls-leg@test",

@@ -384,6 +384,9 @@ impl RtpLegOptions {
             leg.start_ice();
         }
         if let Some(r) = &self.resume {
+            if r.dtls.is_some() {
+                leg.expect_dtls_resume();
+            }
             leg.restore_keys(&r.crypto)?;
             leg.resume_srtp(&r.srtp)?;
             if let Some(ice) = &r.ice {
@@ -1587,6 +1590,24 @@ impl RtpLeg {
             _ => return Ok(()),
         };
         SrtpMark::resume(marks, inbound, outbound).map_err(|e| RtpLegError::Srtp(e.to_string()))
+    }
+
+    /// A leg made again for a call taken over, whose DTLS-SRTP keys [`RtpLeg::resume_dtls`] will
+    /// give it once the replayed answer has given it its role: as the client it sends no
+    /// ClientHello meanwhile (the phone's association goes on; a new handshake would only
+    /// disturb it).
+    fn expect_dtls_resume(&mut self) {
+        let keyings = [
+            match &mut self.security {
+                Security::Dtls(k) => Some(k),
+                _ => None,
+            },
+            self.dtls_alongside.as_mut(),
+        ];
+        for k in keyings.into_iter().flatten() {
+            k.expect_resume();
+        }
+        self.transmits.retain(|t| t.3 != TransmitKind::Dtls);
     }
 
     /// Takes the DTLS-SRTP keys another node's leg had (a call taken over: this leg made again

@@ -12,7 +12,8 @@
 //! Who a component takes records from (a media port is reachable by anyone who learns it, so
 //! the first source to reach it must not be the one that decides):
 //! - **as the client**, its one handshake runs with the address the SDP signals (with the first
-//!   source only when the SDP signals none); records from any other source are dropped.
+//!   source only when the SDP signals none); records from any other source are dropped, and so
+//!   are those that came before the answer made us the client.
 //! - **as the server**, a ClientHello from a new source is answered with a stateless cookie
 //!   (HelloVerifyRequest, RFC 6347 §4.2.1), and a source that returns it gets a handshake of its
 //!   own: one per IP address, at most [`MAX_ATTEMPTS`] at once, so that a forged flood holds
@@ -295,6 +296,10 @@ pub(crate) struct DtlsKeying {
     /// As the server: a source gets a handshake once it returns one of these cookies (RFC 6347
     /// §4.2.1), so no handshake is held for an address that cannot receive.
     cookies: CookieResponder,
+    /// A leg made again for a call taken over whose keys come from the other node
+    /// ([`DtlsKeying::resume`]): as the client it begins no handshake meanwhile, so the
+    /// phone's association sees no ClientHello.
+    resuming: bool,
 }
 
 /// The most records kept before the associations start (a flight or two per component).
@@ -331,6 +336,7 @@ impl DtlsKeying {
             keyed: None,
             early: Vec::new(),
             cookies,
+            resuming: false,
         })
     }
 
@@ -407,7 +413,7 @@ impl DtlsKeying {
         };
         let make = |via: Via| -> Result<Component, String> {
             let mut attempts = Vec::new();
-            if role == Role::Client {
+            if role == Role::Client && !self.resuming {
                 let endpoint = Endpoint::new(self.config.endpoint(role, &fp), now)
                     .map_err(|e| e.to_string())?;
                 attempts.push(Attempt {
@@ -424,10 +430,23 @@ impl DtlsKeying {
         };
         self.rtp = Some(make(ports.0)?);
         self.rtcp = ports.1.map(make).transpose()?;
-        if role == Role::Client {
+        if role == Role::Client && !self.resuming {
             self.started = Some(now);
         }
         Ok(())
+    }
+
+    /// Marks the keying as one whose keys another node's association made and
+    /// [`DtlsKeying::resume`] will give it: no handshake of ours begins before.
+    pub(crate) fn expect_resume(&mut self) {
+        self.resuming = true;
+        if self.role == Some(Role::Client) {
+            // A leg made from the phone's offer began as the client when it was made.
+            for c in [&mut self.rtp, &mut self.rtcp].into_iter().flatten() {
+                c.attempts.clear();
+            }
+            self.started = None;
+        }
     }
 
     /// Whether `next` (made from the phone's new offer) describes this keying's association:
@@ -439,9 +458,16 @@ impl DtlsKeying {
 
     /// The records that came before the associations started, once they have.
     pub(crate) fn take_early(&mut self) -> Vec<(SocketAddr, Via, Vec<u8>)> {
-        match self.rtp {
-            Some(_) => std::mem::take(&mut self.early),
-            None => Vec::new(),
+        match (&self.rtp, self.role) {
+            (Some(_), Some(Role::Server)) => std::mem::take(&mut self.early),
+            // As the client nothing the peer sent before our first flight is for us: ClientHellos
+            // of a role it took before the answer settled them (rtpengine answering
+            // `DTLS: passive` sends them as it takes our offer), which would derail our client.
+            (Some(_), _) => {
+                self.early.clear();
+                Vec::new()
+            }
+            (None, _) => Vec::new(),
         }
     }
 
@@ -1181,6 +1207,13 @@ mod tests {
 
     #[test]
     fn a_node_taking_the_call_over_keeps_the_phones_association() {
+        // We the server (the phone answers as the client), then we the client.
+        for phone_passive in [false, true] {
+            taken_over_with(phone_passive);
+        }
+    }
+
+    fn taken_over_with(phone_passive: bool) {
         let now = Instant::now();
         let spec = spec(Vec::new(), false);
         let (at, phone_at) = (ports(30210), ports(30220));
@@ -1188,15 +1221,12 @@ mod tests {
         let offer =
             |cert: &Certificate| RtpLeg::new_offer(&spec, at, config_of(cert, false), now).unwrap();
         let mut us = offer(&ours);
-        let phone = RtpLeg::new(
-            &parse_rtp(us.answer_sdp()).unwrap(),
-            phone_at,
-            config(false),
-            now,
-        );
-        let phone = phone.unwrap();
+        let offered = parse_rtp(us.answer_sdp()).unwrap();
+        let phone = RtpLeg::new(&offered, phone_at, config(phone_passive), now).unwrap();
         let answer = parse_rtp(phone.answer_sdp()).unwrap();
         us.accept_answer(&answer, now).unwrap();
+        let role = if phone_passive { "passive" } else { "active" };
+        assert!(phone.answer_sdp().contains(&format!("a=setup:{role}")));
         assert!(us.marks().dtls.is_none(), "nothing to keep before the keys");
         let [mut us, mut phone] = {
             let mut legs = [us, phone];
@@ -1219,9 +1249,24 @@ mod tests {
         assert!(!marks.srtp.is_empty());
 
         // The node dies; another with the same certificate makes the leg again from the same
-        // offer and answer, and takes the keys: no handshake, the phone's streams go on.
-        let mut standby = offer(&ours);
-        standby.accept_answer(&answer, now).unwrap();
+        // offer and answer (told the keys will come: as the client it sends no ClientHello),
+        // and takes the keys: no handshake, the phone's streams go on.
+        let again = |cert: &Certificate| {
+            let kept = crate::leg::Resume {
+                srtp: marks.srtp.clone(),
+                dtls: Some(dtls.clone()),
+                ..Default::default()
+            };
+            let options = crate::leg::RtpLegOptions {
+                resume: Some(kept),
+                ..Default::default()
+            };
+            let mut leg = options.finish(offer(cert)).unwrap();
+            leg.accept_answer(&answer, now).unwrap();
+            assert!(sent(&mut leg).is_empty(), "no flight of a new handshake");
+            leg
+        };
+        let mut standby = again(&ours);
         standby.resume_dtls(now, &dtls).unwrap();
         standby.resume_srtp(&marks.srtp).unwrap();
         assert!(
@@ -1237,8 +1282,7 @@ mod tests {
 
         // A node with another certificate cannot: the phone's association knows ours.
         let other = Certificate::self_signed(KeyType::EcdsaP256, "other").unwrap();
-        let mut elsewhere = offer(&other);
-        elsewhere.accept_answer(&answer, now).unwrap();
+        let mut elsewhere = again(&other);
         let refused = elsewhere.resume_dtls(now, &dtls);
         assert_eq!(refused, Err(crate::leg::RtpLegError::OtherCertificate));
         assert!(elsewhere.inbound_context().is_none());
