@@ -567,8 +567,10 @@ fn one_run(
             )
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    // Set-up: until every phone and browser hears the other, and a second and a half more
-    // (the SRTP marks of the new streams and the browsers' keys are read once a second).
+    // Set-up: until every phone and browser hears the other, then until the directory has
+    // taken no write for two seconds (the SRTP marks of the new streams, the sequence numbers'
+    // rollover and the browsers' keys are read once a second, and read late on a loaded
+    // machine: a write of the set-up must not land in the steady count).
     let heard = Instant::now() + Duration::from_secs(10);
     while calls.iter().any(|c| c.heard().0 == 0 || c.heard().1 == 0)
         || webrtc.iter().any(|c| c.heard().0 == 0 || c.heard().1 == 0)
@@ -578,7 +580,15 @@ fn one_run(
         }
         round(&mut calls, &mut webrtc)?;
     }
-    talk(&mut calls, &mut webrtc, Duration::from_millis(1500))?;
+    let (mut last, mut quiet_since) = (redis.calls("hset"), Instant::now());
+    let settled_by = Instant::now() + Duration::from_secs(8);
+    while quiet_since.elapsed() < Duration::from_secs(2) && Instant::now() < settled_by {
+        talk(&mut calls, &mut webrtc, Duration::from_millis(250))?;
+        let writes = redis.calls("hset");
+        if writes != last {
+            (last, quiet_since) = (writes, Instant::now());
+        }
+    }
     let setup_writes = redis.calls("hset") - before_setup;
     let steady_from = Instant::now();
     talk(&mut calls, &mut webrtc, o.steady)?;
