@@ -31,7 +31,8 @@ pub enum DropReason {
     /// STUN refused by the ICE agent (not a Binding request, wrong credentials or integrity).
     StunRejected,
     /// A datagram of a kind the member does not take (ZRTP, TURN channel data, RTP too short
-    /// for a header; STUN or DTLS on a telephony leg; DTLS before the member's DTLS starts).
+    /// for a header; STUN or DTLS on a telephony leg; DTLS before the member's DTLS starts; a
+    /// ClientHello to a telephony leg that is the DTLS client).
     UnknownKind,
     /// Arrived for a member that had closed.
     AfterClose,

@@ -13,7 +13,7 @@
 //! the first source to reach it must not be the one that decides):
 //! - **as the client**, its one handshake runs with the address the SDP signals (with the first
 //!   source only when the SDP signals none); records from any other source are dropped, and so
-//!   are those that came before the answer made us the client.
+//!   are those that came before the answer made us the client, and every ClientHello.
 //! - **as the server**, a ClientHello from a new source is answered with a stateless cookie
 //!   (HelloVerifyRequest, RFC 6347 §4.2.1), and a source that returns it gets a handshake of its
 //!   own: one per IP address, at most [`MAX_ATTEMPTS`] at once, so that a forged flood holds
@@ -35,6 +35,7 @@ use std::time::Instant;
 use zeroize::Zeroize;
 
 use secrelay_dtls::cookie::{Admission, CookieResponder, CookieVerdict};
+use secrelay_dtls::record::inspect;
 use secrelay_dtls::{
     Endpoint, EndpointConfig, Event as DtlsEvent, FailReason, Fingerprint, HashAlgorithm,
     LocalCertificate, Output as DtlsOutput, Role, Timers, Verdict,
@@ -498,12 +499,18 @@ impl DtlsKeying {
             }
             _ => return counters.drop(DropReason::BeforeKeys),
         };
-        if let Some(a) = comp.attempts.iter_mut().find(|a| a.peer == Some(from)) {
-            return a.take(now, datagram, counters);
-        }
         let (Some(role), Some(fp)) = (self.role, &self.peer_fingerprint) else {
             return counters.drop(DropReason::BeforeKeys);
         };
+        // A client takes no ClientHello: one from the peer is of a role it held before the
+        // answer settled ours (rtpengine told `DTLS: passive` sends them as it takes our
+        // offer, and they can arrive after the answer), and would derail our handshake.
+        if role == Role::Client && inspect(datagram).is_ok_and(|r| r.client_hello) {
+            return counters.drop(DropReason::UnknownKind);
+        }
+        if let Some(a) = comp.attempts.iter_mut().find(|a| a.peer == Some(from)) {
+            return a.take(now, datagram, counters);
+        }
         if role == Role::Client {
             let first = comp.attempts.first_mut().filter(|a| {
                 a.peer.is_none() && signalled.is_none_or(|s| s == from) && comp.keys.is_none()
@@ -1150,8 +1157,14 @@ mod tests {
         assert!(hello.iter().all(|(to, _)| *to == phone_at.rtp), "{hello:?}");
         // Anything from another source is dropped, answered by nothing.
         let stranger = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(127, 0, 0, 7)), 30200);
-        us.handle_dtls(now, stranger, Via::Port(at.rtp.port()), &hello[0].1);
+        let record = [22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2];
+        us.handle_dtls(now, stranger, Via::Port(at.rtp.port()), &record);
         assert_eq!(us.counters().drops[DropReason::UnlatchedSource], 1);
+        assert!(sent(&mut us).is_empty());
+        // A ClientHello, even from the phone's address (of a role it held before), is not for
+        // a client: dropped, and our handshake goes on.
+        us.handle_dtls(now, phone_at.rtp, Via::Port(at.rtp.port()), &hello[0].1);
+        assert_eq!(us.counters().drops[DropReason::UnknownKind], 1);
         assert!(sent(&mut us).is_empty());
         let mut legs = [phone, us];
         legs[0]
