@@ -185,18 +185,7 @@ fn aiortc_an_sdes_phone_on_libsrtp_and_a_plain_phone_hear_each_other_in_one_room
             "{name} phone: the other phone's {other_hz} Hz: {share:.2}"
         );
     }
-    for p in &phones {
-        let r = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent()
-            .delete(&format!("{}{}", gw.base, p.location))
-            .call()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-    }
-    let rooms = gw.rooms_when_empty();
-    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+    leave_and_check_empty(&gw, &phones);
 }
 
 #[test]
@@ -285,18 +274,7 @@ fn aiortc_speaking_only_opus_and_pcmu_phones_hear_each_other_transcoded() {
     }
     assert!(gw.metric("secrelay_media_transcoded_total") > 100.0);
     assert!(gw.metric("secrelay_media_decoded_total") > 100.0);
-    for p in &phones {
-        let r = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .new_agent()
-            .delete(&format!("{}{}", gw.base, p.location))
-            .call()
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 200);
-    }
-    let rooms = gw.rooms_when_empty();
-    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+    leave_and_check_empty(&gw, &phones);
 }
 
 /// Data channels in a room across two nodes of a cluster, with aiortc on both ends: a member

@@ -647,3 +647,19 @@ pub fn piped_nodes(
     });
     (certs, nodes, sig)
 }
+
+/// Each phone leaves (`DELETE` of its session: 200), then the gateway keeps no room.
+pub fn leave_and_check_empty(gw: &Gateway, phones: &[TonePhone]) {
+    for p in phones {
+        let r = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .new_agent()
+            .delete(&format!("{}{}", gw.base, p.location))
+            .call()
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+    }
+    let rooms = gw.rooms_when_empty();
+    assert_eq!(rooms["rooms"], serde_json::json!([]), "rooms left behind");
+}
