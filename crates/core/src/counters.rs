@@ -112,11 +112,17 @@ pub enum DropReason {
     /// from another IP address while the port already runs as many handshakes as it takes at
     /// once, none of them done.
     HandshakeLimit,
+    /// Media (not telephone-events) from a member whose media the signaling blocked (ng
+    /// `block media`), or whose media it silenced in a format with no silence to write (video,
+    /// AMR, a format the gateway only relays).
+    MediaBlocked,
+    /// Telephone-events from a member whose DTMF the signaling blocked (ng `block DTMF`).
+    DtmfBlocked,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 34] = [
+    pub const ALL: [DropReason; 36] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -151,6 +157,8 @@ impl DropReason {
         DropReason::BadFrame,
         DropReason::DtlsRejected,
         DropReason::HandshakeLimit,
+        DropReason::MediaBlocked,
+        DropReason::DtmfBlocked,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -190,6 +198,8 @@ impl DropReason {
             DropReason::BadFrame => "bad_frame",
             DropReason::DtlsRejected => "dtls_rejected",
             DropReason::HandshakeLimit => "handshake_limit",
+            DropReason::MediaBlocked => "media_blocked",
+            DropReason::DtmfBlocked => "dtmf_blocked",
         }
     }
 

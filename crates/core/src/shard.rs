@@ -2666,6 +2666,19 @@ impl Shard {
         true
     }
 
+    /// Sets what of member `id` of `room`'s media its room passes on ([`Gate`]); `false` if
+    /// there is no member by that id.
+    ///
+    /// [`Gate`]: crate::room::Gate
+    pub fn set_gate(&mut self, room: &str, id: &str, gate: crate::room::Gate) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        self.rooms[slot]
+            .as_mut()
+            .is_some_and(|s| s.room.set_gate(member.id(), gate))
+    }
+
     /// Ends member `id` of `room` without a word to its peer, its call handed to another node
     /// (counted as `handed_over`); `false` if there is none by that id.
     pub fn hand_off(&mut self, now: Instant, room: &str, id: &str) -> bool {

@@ -977,3 +977,100 @@ fn a_browsers_first_audio_and_its_dtmf_in_one_receive_batch_reach_a_phone_transc
     let m = h.phone_counters(phone).unwrap();
     assert_eq!(m.drops[DropReason::NoCodec], 0);
 }
+
+/// A participant silenced (ng `silence media`) in a transcoding room: the Opus browser's tone
+/// reaches the PCMU phone as silence, transcoded, in the stream's unbroken numbering; the
+/// silenced phone's tone reaches the browser as Opus silence, and its DTMF still crosses; once
+/// unsilenced, the tones are heard again. Blocked (`block media`), the phone's audio reaches
+/// nobody and is counted at it, its DTMF still crosses; `block DTMF` stops the DTMF.
+#[test]
+fn a_silenced_or_blocked_participant_is_heard_as_silence_or_not_at_all_through_transcoding() {
+    use secrelay_gateway::room::Gate;
+    let (mut h, b, phone) = browser_and_pcmu_phone();
+    let (browser_id, phone_id) = (h.members[b].id.clone(), h.phones[phone].id.clone());
+    let quiet = Gate {
+        silence_media: true,
+        ..Gate::default()
+    };
+    assert!(h.shard.set_gate("r", &browser_id, quiet));
+    assert!(h.shard.set_gate("r", &phone_id, quiet));
+    assert!(!h.shard.set_gate("r", "nobody", quiet));
+    for p in opus_packets(1000.0, 25) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    talk_tone(&mut h, phone, 25);
+    let sent = dial_events(&mut h, phone, "7");
+    let rx = phone_rx(&h, phone);
+    assert_eq!(rx.len(), 25, "every packet, silent");
+    let pcm = decode(&mut Pcmu, 0, &rx, 20);
+    assert!(pcm.iter().all(|&s| s.abs() < 64), "the phone hears silence");
+    let rx = browser_rx(&h, b);
+    assert_eq!(
+        rx.iter().filter(|p| p.0 == 110).count(),
+        sent,
+        "DTMF crosses"
+    );
+    let mut opus = Opus::new(48_000, 32_000).unwrap();
+    let pcm = decode(&mut opus, 111, &rx, 20);
+    assert!(
+        pcm.iter().all(|&s| s.abs() < 64),
+        "the browser hears silence"
+    );
+
+    // Open again: the tones are heard.
+    assert!(h.shard.set_gate("r", &browser_id, Gate::default()));
+    assert!(h.shard.set_gate("r", &phone_id, Gate::default()));
+    h.phones[phone].phone.received.clear();
+    h.members[b].client.received.clear();
+    for p in opus_packets(1000.0, 25) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    talk_tone(&mut h, phone, 25);
+    assert_tone(
+        &decode(&mut Pcmu, 0, &phone_rx(&h, phone), 20),
+        8000,
+        1000.0,
+    );
+    let mut opus = Opus::new(48_000, 32_000).unwrap();
+    assert_tone(
+        &decode(&mut opus, 111, &browser_rx(&h, b), 20),
+        48_000,
+        500.0,
+    );
+
+    // Blocked: nothing of its audio goes on, its DTMF does until that is blocked too.
+    let blocked = Gate {
+        block_media: true,
+        ..Gate::default()
+    };
+    assert!(h.shard.set_gate("r", &phone_id, blocked));
+    h.members[b].client.received.clear();
+    talk_tone(&mut h, phone, 10);
+    let sent = dial_events(&mut h, phone, "3");
+    let rx = browser_rx(&h, b);
+    assert_eq!(rx.iter().filter(|p| p.0 == 111).count(), 0, "no audio");
+    assert_eq!(
+        rx.iter().filter(|p| p.0 == 110).count(),
+        sent,
+        "DTMF crosses"
+    );
+    let c = h.phone_counters(phone).unwrap();
+    assert_eq!(c.drops[DropReason::MediaBlocked], 10);
+    assert!(h.shard.set_gate(
+        "r",
+        &phone_id,
+        Gate {
+            block_dtmf: true,
+            ..blocked
+        }
+    ));
+    h.members[b].client.received.clear();
+    let sent = dial_events(&mut h, phone, "4");
+    assert!(h.members[b].client.received.is_empty());
+    let c = h.phone_counters(phone).unwrap();
+    assert_eq!(c.drops[DropReason::DtmfBlocked], sent as u64);
+}

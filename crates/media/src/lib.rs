@@ -47,6 +47,7 @@ pub mod opus;
 pub mod reframe;
 pub mod registry;
 pub mod resample;
+pub mod silence;
 pub mod tone;
 pub mod transcode;
 

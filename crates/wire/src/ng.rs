@@ -254,6 +254,41 @@ pub enum Request {
     },
     /// `statistics`: the gateway's figures.
     Statistics,
+    /// `block media`, `unblock media`, `silence media`, `unsilence media`, `block DTMF`,
+    /// `unblock DTMF`: what of a participant's (or the whole call's) media goes on.
+    Gate(GateRequest),
+}
+
+/// What a `block …`, `silence …` or `unblock …` command stops or lets through again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gated {
+    /// Media (everything but telephone-events): `block media`.
+    Media,
+    /// Media replaced with silence: `silence media`.
+    Silence,
+    /// Telephone-events: `block DTMF`.
+    Dtmf,
+}
+
+/// A `block …`/`unblock …`/`silence …`/`unsilence …` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateRequest {
+    /// `call-id`.
+    pub call_id: String,
+    /// `from-tag`: the participant whose packets (what it sends) the command is for; the
+    /// whole call when absent.
+    pub from_tag: Option<String>,
+    /// `to-tag`: with `from-tag`, the flow to this participant only (in a call of two sides,
+    /// the same flow as the from-tag's).
+    pub to_tag: Option<String>,
+    /// What it is about.
+    pub what: Gated,
+    /// Stop it (`block`, `silence`), or let it through again (`unblock`, `unsilence`, or
+    /// `DTMF-security: off`).
+    pub stop: bool,
+    /// `all` (in `flags`, or `all: all`): a call-wide unblock lets each participant's packets
+    /// through too, not only the call-wide block's.
+    pub all: bool,
 }
 
 impl Request {
@@ -261,6 +296,7 @@ impl Request {
     pub fn call_id(&self) -> Option<&str> {
         match self {
             Request::Offer(o) | Request::Answer(o) => Some(&o.call_id),
+            Request::Gate(g) => Some(&g.call_id),
             Request::Delete { call_id, .. } | Request::Query { call_id } => Some(call_id),
             Request::Ping | Request::List { .. } | Request::Statistics => None,
         }
@@ -555,10 +591,77 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
                 .transpose()?,
         },
         "statistics" => Request::Statistics,
+        "block-media" | "unblock-media" | "silence-media" | "unsilence-media" | "block-dtmf"
+        | "unblock-dtmf" => Request::Gate(gate(&command, &e)?),
         other => match unsupported(other) {
             Some(what) => return Err(NgError::Unsupported(what, other.to_owned())),
             None => return Err(NgError::UnknownCommand(command)),
         },
+    })
+}
+
+/// A `block …`/`silence …`/`unblock …` command (`command` normalized) from its entries.
+fn gate(command: &str, e: &[(String, &Bencode)]) -> Result<GateRequest, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let (verb, what) = command.split_once('-').unwrap_or((command, ""));
+    let what = match what {
+        "media" if verb.ends_with("silence") => Gated::Silence,
+        "media" => Gated::Media,
+        _ => Gated::Dtmf,
+    };
+    let mut stop = !verb.starts_with("un");
+    if let Some(mode) = get("dtmf-security").filter(|_| what == Gated::Dtmf) {
+        match norm(&text("DTMF-security", mode)?).as_str() {
+            "drop" => {}
+            "off" => stop = false,
+            other => {
+                return Err(NgError::Unsupported(
+                    "DTMF-security modes other than drop and off",
+                    other.to_owned(),
+                ))
+            }
+        }
+    }
+    for key in ["address", "label", "from-label", "to-label"] {
+        if get(key).is_some() {
+            return Err(NgError::Unsupported(
+                "selecting a participant other than by from-tag",
+                key.to_owned(),
+            ));
+        }
+    }
+    let mut all = false;
+    if let Some(v) = get("all") {
+        match norm(&text("all", v)?).as_str() {
+            "all" => all = true,
+            "none" => {}
+            other => {
+                return Err(NgError::Unsupported(
+                    "media flows other than the offer/answer's (subscriptions)",
+                    other.to_owned(),
+                ))
+            }
+        }
+    }
+    if let Some(flags) = get("flags") {
+        all |= list("flags", flags)?.iter().any(|f| norm(f) == "all");
+    }
+    let tag = |k: &'static str| get(k).map(|v| text(k, v)).transpose();
+    let from_tag = tag("from-tag")?;
+    let to_tag = tag("to-tag")?;
+    if to_tag.is_some() && from_tag.is_none() {
+        return Err(NgError::MissingKey("from-tag"));
+    }
+    Ok(GateRequest {
+        call_id: text(
+            "call-id",
+            get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+        )?,
+        from_tag,
+        to_tag,
+        what,
+        stop,
+        all,
     })
 }
 
@@ -570,8 +673,6 @@ fn unsupported(command: &str) -> Option<&'static str> {
         | "stop-forwarding" => "call recording",
         "play-media" | "stop-media" => "media playback",
         "play-dtmf" => "DTMF injection",
-        "block-dtmf" | "unblock-dtmf" | "block-media" | "unblock-media" | "silence-media"
-        | "unsilence-media" => "blocking media or DTMF",
         "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
             "rtpengine's media subscriptions"
         }
@@ -801,5 +902,82 @@ mod tests {
         ]))
         .unwrap_err();
         assert!(e.to_string().contains("T.38 gatewaying"), "{e}");
+    }
+
+    #[test]
+    fn block_silence_and_unblock_commands_as_kamailio_sends_them() {
+        let gate = |entries: &[(&str, Bencode)]| match parse(&dict(entries)) {
+            Ok(Request::Gate(g)) => Ok(g),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let g = gate(&[
+            ("command", s("block media")),
+            ("call-id", s("c1")),
+            ("from-tag", s("alice")),
+        ])
+        .unwrap();
+        assert_eq!(
+            g,
+            GateRequest {
+                call_id: "c1".into(),
+                from_tag: Some("alice".into()),
+                to_tag: None,
+                what: Gated::Media,
+                stop: true,
+                all: false,
+            }
+        );
+        let g = gate(&[("command", s("unsilence media")), ("call-id", s("c1"))]).unwrap();
+        assert_eq!((g.what, g.stop, g.from_tag), (Gated::Silence, false, None));
+        let g = gate(&[
+            ("command", s("unblock DTMF")),
+            ("call-id", s("c1")),
+            ("flags", Bencode::List(vec![s("all")])),
+        ])
+        .unwrap();
+        assert_eq!((g.what, g.stop, g.all), (Gated::Dtmf, false, true));
+        let g = gate(&[
+            ("command", s("block DTMF")),
+            ("call-id", s("c1")),
+            ("DTMF-security", s("off")),
+        ])
+        .unwrap();
+        assert!(!g.stop, "DTMF-security off unblocks");
+        assert_eq!(
+            gate(&[("command", s("silence_media")), ("call-id", s("c1"))])
+                .unwrap()
+                .what,
+            Gated::Silence
+        );
+        // What it does not do, and what it needs, named.
+        let e = gate(&[
+            ("command", s("block DTMF")),
+            ("call-id", s("c1")),
+            ("DTMF-security", s("random")),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("DTMF-security modes"), "{e}");
+        let e = gate(&[
+            ("command", s("block media")),
+            ("call-id", s("c1")),
+            ("label", s("caller")),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().starts_with("label: selecting"), "{e}");
+        assert_eq!(
+            gate(&[("command", s("block media")), ("from-tag", s("a"))]),
+            Err(NgError::MissingKey("call-id"))
+        );
+        assert_eq!(
+            gate(&[
+                ("command", s("block media")),
+                ("call-id", s("c1")),
+                ("to-tag", s("b"))
+            ]),
+            Err(NgError::MissingKey("from-tag"))
+        );
+        let e = parse(&dict(&[("command", s("play DTMF"))])).unwrap_err();
+        assert!(e.to_string().contains("DTMF injection"), "{e}");
     }
 }

@@ -11,6 +11,7 @@ use secrelay_wire::demux::RtpFacts;
 use secrelay_wire::rtcp::write_empty_rr;
 use secrelay_wire::twcc::{arrival_list, write_feedback};
 
+use super::gate::Gate;
 use crate::bwe::{Bwe, Prober};
 use crate::counters::EndReason;
 use crate::feedback::{KeyframeGate, RetransmitBuffer};
@@ -554,6 +555,8 @@ pub(crate) struct Member {
     pub mix_sub: Option<u32>,
     /// When it is on the room's timer for ([`super::timers::Timers`]).
     pub due: Option<Instant>,
+    /// What of its media the room passes on ([`super::gate`]).
+    pub gate: Gate,
 }
 
 impl std::fmt::Debug for Member {
@@ -605,6 +608,7 @@ impl Member {
             seen: HashMap::new(),
             mix_sub: None,
             due: None,
+            gate: Gate::default(),
             leg,
         }
     }

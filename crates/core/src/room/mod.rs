@@ -113,6 +113,7 @@
 //! with the member; a stream's feed and its subscriptions are made with the stream.
 
 mod copy;
+mod gate;
 mod member;
 mod out;
 mod pipe;
@@ -136,6 +137,7 @@ use crate::rtcp::{MemberRtcp, RtcpConfig, RtcpFigures};
 use crate::slab::Slab;
 use crate::transcode::{Format, MixSettings, Mixing, Transcoding};
 
+pub use gate::Gate;
 pub use member::{
     JoinKind, MemberAt, MemberId, MemberRole, Session, MAX_STREAMS, STREAM_IDLE, TWCC_INTERVAL,
 };
@@ -244,6 +246,8 @@ struct Scratch {
     mix_at: Vec<u32>,
     /// The members whose deadline came, in a call to [`Room::handle_timeout`].
     due: Vec<u32>,
+    /// A silenced member's packets of a run, their payloads silence ([`gate`]).
+    quiet: Vec<u8>,
 }
 
 /// A room. See the [module documentation](self).
@@ -448,6 +452,21 @@ impl Room {
             self.subscribe_to_all(ix);
         }
         true
+    }
+
+    /// Sets what of a member's media the room passes on ([`gate`]). `false` if there is no
+    /// such member.
+    pub fn set_gate(&mut self, id: MemberId, gate: Gate) -> bool {
+        let Some(&ix) = self.by_id.get(&id) else {
+            return false;
+        };
+        self.members[ix].gate = gate;
+        true
+    }
+
+    /// What of a member's media the room passes on.
+    pub fn gate(&self, id: MemberId) -> Option<Gate> {
+        self.member(id).map(|m| m.gate)
     }
 
     /// What a member does (sends, receives).

@@ -84,6 +84,71 @@ impl Room {
         let Some(ix) = self.member_at(at).map(|m| m.at.ix) else {
             return false;
         };
+        if !self.members[ix].gate.silence_media {
+            self.route_member_run(ix, run, out);
+            return true;
+        }
+        let mut quiet = std::mem::take(&mut self.scratch.quiet);
+        let silenced = self.silence_run(ix, run, &mut quiet);
+        self.route_member_run(ix, &silenced, out);
+        drop(silenced);
+        self.scratch.quiet = quiet;
+        true
+    }
+
+    /// A silenced member's run ([`gate`](super::gate)) with silence in place of its audio,
+    /// written into `quiet`; its telephone-events and packets of no codec as they are (the
+    /// gate and routing see to them). A packet whose format has no silence is noted at the
+    /// member and dropped here.
+    fn silence_run<'a>(
+        &mut self,
+        ix: u32,
+        run: &[Received<'a>],
+        quiet: &'a mut Vec<u8>,
+    ) -> Vec<Received<'a>> {
+        let src = &mut self.members[ix];
+        let (mut ranges, mut one) = (Vec::with_capacity(run.len()), Vec::new());
+        quiet.clear();
+        for p in run {
+            let codec = src.neg.codec(p.facts.payload_type);
+            let range = match codec {
+                Some(c) if src.gate.silences(c) => {
+                    let start = quiet.len();
+                    if super::gate::silence_packet(
+                        p.rtp,
+                        usize::from(p.facts.header_len),
+                        c,
+                        &mut one,
+                    ) {
+                        quiet.extend_from_slice(&one);
+                        Some(Some(start..quiet.len()))
+                    } else {
+                        // Noted for its reception like any packet it sends, then dropped.
+                        src.rtcp
+                            .on_rtp(&self.rtcp, &p.facts, c.clock_rate(), p.received);
+                        src.leg.counters_mut().drop(DropReason::MediaBlocked);
+                        None
+                    }
+                }
+                _ => Some(None),
+            };
+            ranges.push(range);
+        }
+        let quiet: &'a [u8] = quiet;
+        run.iter()
+            .zip(ranges)
+            .filter_map(|(p, range)| match range? {
+                None => Some(*p),
+                Some(r) => Some(Received {
+                    rtp: &quiet[r],
+                    ..*p
+                }),
+            })
+            .collect()
+    }
+
+    /// [`Room::route_run`] for the member at place `ix`, its packets through its gate.
+    fn route_member_run(&mut self, ix: u32, run: &[Received<'_>], out: &mut RoomOut) {
         let mut pending: Vec<SourcePacket<'_>> =
             crate::media_batch::recycle(std::mem::take(&mut self.scratch.run));
         let mut feed = 0;
@@ -105,7 +170,6 @@ impl Room {
         }
         self.fan_out_run(feed, &mut pending, out);
         self.scratch.run = crate::media_batch::recycle(pending);
-        true
     }
 
     /// Whether a packet from the member at place `ix` goes on a stream it already has, placed
@@ -160,6 +224,12 @@ impl Room {
         received: Instant,
         out: &mut RoomOut,
     ) {
+        if self.members[ix].gate.silence_media {
+            // What it repairs went on as silence (or not at all): nothing to repair.
+            let c = self.members[ix].leg.counters_mut();
+            c.drop(DropReason::MediaBlocked);
+            return;
+        }
         let mut plain = std::mem::take(&mut self.scratch.rtx);
         crate::copy_count::count();
         if unwrap_rtx(&mut plain, rtx, usize::from(facts.header_len), apt, primary) {
@@ -214,6 +284,10 @@ impl Room {
         }
         if !src.role.publishes {
             src.leg.counters_mut().drop(DropReason::NotPublisher);
+            return None;
+        }
+        if let Some(why) = codec.and_then(|c| src.gate.stops(c)) {
+            src.leg.counters_mut().drop(why);
             return None;
         }
         src.leg.counters_mut().routed += 1;

@@ -32,6 +32,7 @@ mod listener;
 mod ng;
 mod ng_call;
 mod ng_codecs;
+mod ng_gate;
 mod ng_sdp;
 mod ng_stats;
 mod ng_webrtc;
@@ -1215,6 +1216,21 @@ impl Gateway {
     pub(crate) async fn keep_quiet(&self, room: &str, id: &str) -> bool {
         self.on_member(room, id, move |shard, _, room, id| {
             shard.keep_quiet(room, id)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// Sets what of participant `id`'s media `room` passes on ([`Shard::set_gate`]); `false`
+    /// if there is none by that id.
+    pub(crate) async fn set_gate(
+        &self,
+        room: &str,
+        id: &str,
+        gate: secrelay_core::room::Gate,
+    ) -> bool {
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.set_gate(room, id, gate)
         })
         .await
         .unwrap_or(false)

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
-use secrelay_wire::ng::{error_reply, parse, reply, Ice, OfferAnswer, Request};
+use secrelay_wire::ng::{error_reply, parse, reply, GateRequest, Ice, OfferAnswer, Request};
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
@@ -30,6 +30,7 @@ use super::call_state::{CallState, Held, Pins, Step, MAX_STEPS};
 use super::cluster::{Cluster, HandoverError, Placement};
 use super::interfaces::Interface;
 use super::ng_call::{Ctx, SectionCall, Side};
+use super::ng_gate::CallGates;
 use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
 use super::{ApiError, Gateway};
@@ -131,6 +132,8 @@ pub(crate) struct Ng {
     /// While a call taken over from another node is made again: where its members are bound,
     /// and that node's media interfaces.
     replaying: Option<(Pins, Vec<Interface>)>,
+    /// The calls' `block …`/`silence …` settings ([`super::ng_gate`]), for calls that had one.
+    gates: HashMap<String, CallGates>,
 }
 
 impl Ng {
@@ -148,6 +151,7 @@ impl Ng {
             marks: HashMap::new(),
             takeovers_waiting: Vec::new(),
             replaying: None,
+            gates: HashMap::new(),
         }
     }
 
@@ -353,6 +357,7 @@ impl Ng {
         }
         for id in gone {
             self.calls.remove(&id);
+            self.gates.remove(&id);
             self.keep(&id, None);
         }
         self.gateway
@@ -369,6 +374,8 @@ impl Ng {
         }
         match req {
             Request::Offer(o) | Request::Answer(o) => Some((o.call_id.clone(), true)),
+            // Replayed too: a standby's members stop what this node's stopped.
+            Request::Gate(g) => Some((g.call_id.clone(), true)),
             Request::Delete { call_id, .. } => Some((call_id.clone(), false)),
             _ => None,
         }
@@ -579,11 +586,14 @@ impl Ng {
                 .map_err(|e| ApiError::internal(format!("a kept request: {e}")))?;
             let req =
                 parse(&body).map_err(|e| ApiError::internal(format!("a kept request: {e}")))?;
-            let answer = matches!(req, Request::Answer(_));
+            let (offer, answer) = (
+                matches!(req, Request::Offer(_)),
+                matches!(req, Request::Answer(_)),
+            );
             self.request(req).await?;
             if answer {
                 answer_reply = Some(step.reply.as_str());
-            } else {
+            } else if offer {
                 offer_reply = Some(step.reply.as_str());
             }
             if let Some(c) = self.webrtc_mut(&state.call_id) {
@@ -650,8 +660,19 @@ impl Ng {
     async fn request(&mut self, req: Request) -> Result<Bencode, ApiError> {
         match req {
             Request::Ping => Ok(reply(vec![("result", Bencode::str("pong"))])),
-            Request::Offer(o) => self.offer(o).await,
-            Request::Answer(a) => self.answer(a).await,
+            Request::Offer(o) => {
+                let call_id = o.call_id.clone();
+                let r = self.offer(o).await?;
+                self.push_gates(&call_id).await;
+                Ok(r)
+            }
+            Request::Answer(a) => {
+                let call_id = a.call_id.clone();
+                let r = self.answer(a).await?;
+                self.push_gates(&call_id).await;
+                Ok(r)
+            }
+            Request::Gate(g) => self.gate(g).await,
             Request::Delete {
                 call_id,
                 from_tag,
@@ -853,6 +874,7 @@ impl Ng {
             return Err(ApiError::not_found("no such tag in this call"));
         }
         let call = self.calls.remove(call_id).expect("the call was just found");
+        self.gates.remove(call_id);
         // The figures as they stand when the call ends: what a CDR script reads.
         let mut entries = vec![("result", Bencode::str("ok"))];
         match &call {
@@ -868,6 +890,54 @@ impl Ng {
             }
         }
         Ok(reply(entries))
+    }
+
+    /// `block media`, `silence media`, `block DTMF` and their `unblock`s: the call's settings
+    /// changed ([`CallGates`]) and given to its members.
+    async fn gate(&mut self, g: GateRequest) -> Result<Bencode, ApiError> {
+        let call = self
+            .calls
+            .get(&g.call_id)
+            .ok_or_else(|| ApiError::not_found(format!("unknown call-id {:?}", g.call_id)))?;
+        let (from, to) = call.tags();
+        let other = |t: &str| {
+            if t == from {
+                to.clone()
+            } else if Some(t) == to.as_deref() {
+                Some(from.clone())
+            } else {
+                None
+            }
+        };
+        if let Some(tag) = &g.from_tag {
+            let Some(far) = other(tag) else {
+                return Err(ApiError::not_found(format!("no tag {tag:?} in this call")));
+            };
+            if g.to_tag.as_ref().is_some_and(|t| *t != far) {
+                return Err(ApiError::not_found(
+                    "the to-tag is not the from-tag's other side in this call",
+                ));
+            }
+        }
+        self.gates.entry(g.call_id.clone()).or_default().apply(&g);
+        self.push_gates(&g.call_id).await;
+        if self.gates.get(&g.call_id).is_some_and(CallGates::is_open) {
+            self.gates.remove(&g.call_id);
+        }
+        Ok(reply(vec![("result", Bencode::str("ok"))]))
+    }
+
+    /// Gives each member of call `call_id` what its settings stop of the participant it faces
+    /// (after a change, and after an offer or answer that may have made members).
+    async fn push_gates(&self, call_id: &str) {
+        let (Some(gates), Some(call)) = (self.gates.get(call_id), self.calls.get(call_id)) else {
+            return;
+        };
+        for (room, id, tag) in call.members() {
+            self.gateway
+                .set_gate(&room, &id, gates.of(tag.as_deref()))
+                .await;
+        }
     }
 
     /// A telephony call's figures in rtpengine's structure ([`ng_stats`]); with `end`, its
