@@ -280,14 +280,32 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     for c in &calls {
         assert_eq!(c.caller.phone.gateway.unwrap().ip(), MEDIA_A, "{}", c.id);
     }
+    // One more, its callee's media blocked (ng `block media`): the standby keeps it blocked.
+    let mut gated = PhoneCall::open(&mut ng_a, "failover-gated@proxy", None, 0x1100, 100).unwrap();
+    let gated_id = gated.id.clone();
+    let block = |name: &str| {
+        let mut c = command(name, &gated_id);
+        c.retain(|(k, _)| k != "from-tag");
+        c.push(("from-tag".into(), Bencode::str("callee")));
+        c
+    };
+    ng_a.call(block("block media")).unwrap();
     let end = Instant::now() + Duration::from_secs(10);
     while calls.iter().any(|c| c.heard().0 < 10 || c.heard().1 < 10) {
         assert!(Instant::now() < end, "the calls through a are silent");
         exchange_all(&mut calls);
     }
+    for _ in 0..10 {
+        gated.exchange().unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    gated.caller.read();
+    gated.callee.read();
+    assert_eq!(gated.heard().0, 0, "the callee's media is blocked");
+    assert!(gated.heard().1 > 0, "the caller's is not");
     // Each call's state is in the directory, sealed: no key of any phone in clear.
     let kept = redis.cli(&["HKEYS", "secrelay:calls:a"]);
-    assert_eq!(kept.lines().count(), 20, "{kept}");
+    assert_eq!(kept.lines().count(), 21, "{kept}");
     let state = redis.cli(&["HGET", "secrelay:calls:a", &calls[1].id]);
     assert!(state.starts_with("sealed1:"), "{state}");
     assert!(!state.contains("inline:"), "{state}");
@@ -329,11 +347,32 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     for c in calls.iter_mut() {
         c.mark();
     }
+    gated.mark();
     let resumed = until_heard(&mut calls, killed, Duration::from_secs(15), |elapsed| {
         if elapsed >= blocked_for {
             blocker = None;
         }
     });
+    // The gated call at b: the caller heard again, the callee's media still blocked until
+    // b is told otherwise.
+    let mut ng_b = Ng::new(b.ng_addr().unwrap()).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while gated.heard().1 <= gated.heard_at_mark().1 {
+        assert!(Instant::now() < end, "the gated call is silent at b");
+        gated.exchange().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(gated.heard().0, 0, "the callee's media still blocked at b");
+    ng_b.call(block("unblock media")).unwrap();
+    let end = Instant::now() + Duration::from_secs(5);
+    while gated.heard().0 == 0 {
+        assert!(
+            Instant::now() < end,
+            "the callee's media unblocked at b is not heard"
+        );
+        gated.exchange().unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
     // A while of media after, for what was lost to be counted.
     for _ in 0..25 {
         exchange_all(&mut calls);
@@ -364,19 +403,19 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     assert_eq!(
         at_b.metric("secrelay_cluster_calls_taken_over_total")
             .unwrap(),
-        20
+        21
     );
     assert_eq!(
         at_b.metric("secrelay_cluster_takeover_failures_total")
             .unwrap(),
         0
     );
-    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 20);
+    assert_eq!(at_b.metric("secrelay_ng_calls").unwrap(), 21);
     // The directory: the calls are b's now, and their rooms too.
     assert_eq!(redis.cli(&["EXISTS", "secrelay:calls:a"]), "0");
     assert_eq!(
         redis.cli(&["HKEYS", "secrelay:calls:b"]).lines().count(),
-        20
+        21
     );
     assert_eq!(
         redis.cli(&["GET", &format!("secrelay:room:call:{}", calls[0].id)]),
@@ -384,7 +423,7 @@ fn a_killed_nodes_sdes_and_plain_calls_continue_on_its_standby() {
     );
 
     // ng on b answers for the old calls: query, then delete.
-    let mut ng_b = Ng::new(b.ng_addr().unwrap()).unwrap();
+    calls.push(gated);
     for c in &calls {
         let q = ng_b.call(command("query", &c.id)).unwrap();
         assert_eq!(q["result"], "ok", "{q:?}");

@@ -250,6 +250,11 @@ impl PhoneCall {
         self.heard_at_mark = self.heard();
     }
 
+    /// What each side had heard at the mark ([`PhoneCall::heard`]).
+    pub fn heard_at_mark(&self) -> (usize, usize) {
+        self.heard_at_mark
+    }
+
     /// Whether both phones heard the other since the mark.
     pub fn heard_since_mark(&self) -> bool {
         let (x, y) = self.heard();
