@@ -1,13 +1,17 @@
-//! rtpengine's `block media`, `silence media` and `block DTMF` commands (and their `unblock`s)
-//! through secrelay's ng socket and through rtpengine's (Debian's rtpengine-daemon;
-//! `scripts/setup` installs it), in one script run against each: two plain phones (PCMU and
-//! telephone-events), each phase a burst of speech and one DTMF event from each phone, and what
-//! the other phone hears counted. Both relays must give the same counts in every phase (and the
-//! counts a SIP proxy expects: a blocked participant's speech gone and its DTMF through, a
-//! silenced call's speech there as µ-law silence in the same packets, blocked DTMF gone and
-//! the speech through, a participant blocked by name still blocked after a call-wide unblock).
+//! rtpengine's media-control commands through secrelay's ng socket and through rtpengine's
+//! (Debian's rtpengine-daemon; `scripts/setup` installs it), each script run against both.
 //!
-//! Without rtpengine the test fails under CI (`CI` set) and says SKIPPED elsewhere.
+//! - `block media`, `silence media`, `block DTMF` and their `unblock`s: two plain phones (PCMU
+//!   and telephone-events), each phase a burst of speech and one DTMF event from each phone, and
+//!   what the other phone hears counted. Both relays must give the same counts in every phase
+//!   (and the counts a SIP proxy expects: a blocked participant's speech gone and its DTMF
+//!   through, a silenced call's speech there as µ-law silence in the same packets, blocked DTMF
+//!   gone and the speech through, a participant blocked by name still blocked after a
+//!   call-wide unblock).
+//! - `play DTMF` as the caller, to a callee with telephone-events and to one without: the same
+//!   digit reaches the callee through both, as events and as tones.
+//!
+//! Without rtpengine the tests fail under CI (`CI` set) and say SKIPPED elsewhere.
 
 mod lab_support;
 
@@ -203,4 +207,146 @@ fn block_silence_and_unblock_as_rtpengine_does() {
         assert_eq!(ours, want, "{name}");
     }
     assert_eq!(mine.len(), expected.len());
+}
+
+/// What a callee got of a digit played as the caller (`play DTMF`): the digits of its
+/// telephone-events (with their durations in ticks, and whether each ended), and the digits
+/// heard as tones in its audio.
+#[derive(Debug, PartialEq, Eq)]
+struct Played {
+    events: Vec<(char, u32, bool)>,
+    tones: String,
+}
+
+/// A call (flag `inject DTMF` in offer and answer, as rtpengine needs it) whose caller has
+/// telephone-events and whose callee has them if `callee_events`; `play DTMF` of `#` for 200 ms
+/// as the caller while it talks for 600 ms: what the callee got.
+fn play_script(ng: &mut Ng, id: &str, callee_events: bool) -> Played {
+    let mut caller = phone(0x6a7e_0011);
+    let mut callee = phone(0x6a7e_0012);
+    if !callee_events {
+        callee.phone = std::mem::replace(&mut callee.phone, SimPhone::plain(2))
+            .with_formats(&[(0, "PCMU/8000")]);
+    }
+    let inject = (
+        "flags".to_owned(),
+        Bencode::List(vec![Bencode::str("inject DTMF")]),
+    );
+    let mut offer = command("offer", id, "caller", None, Some(&caller.phone.offer()));
+    offer.push(inject.clone());
+    let to_callee = ng.call(offer).unwrap()["sdp"].clone();
+    let answer = callee.phone.answer_offer(&to_callee).unwrap();
+    let mut answer = command("answer", id, "caller", Some("callee"), Some(&answer));
+    answer.push(inject);
+    let to_caller = ng.call(answer).unwrap()["sdp"].clone();
+    caller.phone.accept_answer(&to_caller).unwrap();
+    // A moment of talk first, then the digit.
+    let talk = |p: &mut SocketPhone, frames: usize| {
+        for _ in 0..frames {
+            p.send(&[0x11; 160]).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    talk(&mut caller, 5);
+    let mut play = req("play DTMF", id, &[("from-tag", "caller"), ("code", "#")]);
+    play.push(("duration".into(), Bencode::Int(200)));
+    ng.call(play).unwrap();
+    talk(&mut caller, 30);
+    std::thread::sleep(Duration::from_millis(100));
+    callee.read();
+    let mut collector = secrelay_media::dtmf::DtmfCollector::new();
+    let (mut digits, mut pcm) = (Vec::new(), Vec::new());
+    for r in &callee.phone.received {
+        let Ok(rtp) = RtpHeader::parse(r) else {
+            continue;
+        };
+        match rtp.payload_type() {
+            101 => {
+                let _ = collector.push(rtp.timestamp(), rtp.payload(), &mut digits);
+            }
+            0 => pcm.extend(rtp.payload().iter().map(|&b| ulaw(b))),
+            _ => {}
+        }
+    }
+    collector.finish(&mut digits);
+    ng.call(command("delete", id, "caller", None, None))
+        .unwrap();
+    Played {
+        events: digits
+            .iter()
+            .map(|d| (d.char().unwrap_or('?'), d.duration, d.complete))
+            .collect(),
+        tones: digits_heard(&pcm),
+    }
+}
+
+/// A µ-law sample decoded.
+fn ulaw(b: u8) -> i16 {
+    use secrelay_media::Codec;
+    let mut out = Vec::with_capacity(1);
+    secrelay_media::g711::Pcmu.to_pcm(&[b], &mut out).unwrap();
+    out[0]
+}
+
+/// The DTMF digits heard in 8 kHz `pcm`, each once.
+fn digits_heard(pcm: &[i16]) -> String {
+    let mut d = secrelay_media::inband::Detector::new(8000);
+    let (mut out, mut last) = (String::new(), None);
+    for frame in pcm.chunks(160) {
+        let now = d.push(frame).map(|h| h.event);
+        if now.is_some() && now != last {
+            out.extend(now.and_then(secrelay_media::dtmf::char_for_event));
+        }
+        last = now;
+    }
+    out
+}
+
+#[test]
+fn play_dtmf_reaches_the_far_end_as_rtpengine_sends_it() {
+    let test = "play_dtmf_reaches_the_far_end_as_rtpengine_sends_it";
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (46000, 46499)) else {
+        return;
+    };
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 1,
+        rtp_ports: "46500-46999".into(),
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let mut ours = Ng::new(server.ng_addr().unwrap()).unwrap();
+    for callee_events in [true, false] {
+        let theirs = play_script(
+            &mut rtpengine.ng,
+            &format!("play-{callee_events}-rtpe@test"),
+            callee_events,
+        );
+        let mine = play_script(
+            &mut ours,
+            &format!("play-{callee_events}-ours@test"),
+            callee_events,
+        );
+        eprintln!(
+            "callee with telephone-events {callee_events}: rtpengine {theirs:?}, secrelay {mine:?}"
+        );
+        let what = format!("callee with telephone-events: {callee_events}: rtpengine {theirs:?}, secrelay {mine:?}");
+        assert_eq!(theirs.tones, mine.tones, "{what}");
+        assert_eq!(theirs.events.len(), mine.events.len(), "{what}");
+        for (t, m) in theirs.events.iter().zip(&mine.events) {
+            // The same digit, ended; rtpengine's event lasts one packet (160 ticks) longer
+            // than asked, ours as long as asked.
+            assert_eq!((t.0, t.2), (m.0, m.2), "{what}");
+            assert!(t.1.abs_diff(m.1) <= 160, "{what}");
+            assert_eq!(m.1, 1600, "{what}");
+        }
+        if callee_events {
+            assert_eq!(mine.events.len(), 1, "{what}");
+        } else {
+            assert_eq!(mine.tones, "#", "{what}");
+        }
+    }
 }

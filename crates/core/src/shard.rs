@@ -2679,6 +2679,23 @@ impl Shard {
             .is_some_and(|s| s.room.set_gate(member.id(), gate))
     }
 
+    /// Queues `digit` to be played as member `id` of `room` sends its audio, as if it had sent
+    /// it ([`Room::play_dtmf`]).
+    pub fn play_dtmf(
+        &mut self,
+        room: &str,
+        id: &str,
+        digit: crate::room::DtmfDigit,
+    ) -> Result<(), crate::room::PlayError> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or(crate::room::PlayError::NoMember)?;
+        let s = self.rooms[slot]
+            .as_mut()
+            .ok_or(crate::room::PlayError::NoMember)?;
+        s.room.play_dtmf(member.id(), digit)
+    }
+
     /// Ends member `id` of `room` without a word to its peer, its call handed to another node
     /// (counted as `handed_over`); `false` if there is none by that id.
     pub fn hand_off(&mut self, now: Instant, room: &str, id: &str) -> bool {

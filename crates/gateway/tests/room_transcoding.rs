@@ -1074,3 +1074,84 @@ fn a_silenced_or_blocked_participant_is_heard_as_silence_or_not_at_all_through_t
     let c = h.phone_counters(phone).unwrap();
     assert_eq!(c.drops[DropReason::DtmfBlocked], sent as u64);
 }
+
+/// DTMF played as a participant (ng `play DTMF`) in a transcoding room: played as the PCMU
+/// phone while a PCMA phone without telephone-events listens, the digit goes as tones in the
+/// phone's audio and both the PCMA phone and the Opus browser hear it; played as the browser,
+/// it goes as telephone-events and reaches the PCMU phone as events at its own clock. A
+/// participant blocked from sending DTMF sends none of it; one with neither telephone-events
+/// nor G.711 cannot be made to.
+#[test]
+fn dtmf_played_as_a_participant_reaches_each_receiver_in_its_own_way() {
+    use secrelay_gateway::room::{DtmfDigit, Gate, PlayError};
+    let (mut h, b, phone) = browser_and_pcmu_phone();
+    let pcma = h
+        .join_phone("r", SimPhone::plain(3).with_formats(PCMA_ONLY))
+        .unwrap();
+    let digit = |c| DtmfDigit {
+        event: secrelay_media::dtmf::event_for_char(c).unwrap(),
+        duration_ms: 200,
+        volume: 8,
+        pause_ms: 100,
+    };
+    let phone_id = h.phones[phone].id.clone();
+    h.shard.play_dtmf("r", &phone_id, digit('7')).unwrap();
+    talk_tone(&mut h, phone, 25);
+    assert_eq!(
+        digits_heard(&decode(&mut Pcma, 8, &phone_rx(&h, pcma), 20), 8000),
+        "7"
+    );
+    let mut opus = Opus::new(48_000, 32_000).unwrap();
+    let heard = decode(&mut opus, 111, &browser_rx(&h, b), 20);
+    let mono: Vec<i16> = heard.iter().step_by(6).copied().collect();
+    assert_eq!(
+        digits_heard(&mono, 8000),
+        "7",
+        "the browser hears the tones"
+    );
+
+    // As the browser (once it talks): telephone-events, at the phone's clock and payload type.
+    let browser_id = h.members[b].id.clone();
+    for p in opus_packets(800.0, 30) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    h.shard.play_dtmf("r", &browser_id, digit('2')).unwrap();
+    h.phones[phone].phone.received.clear();
+    for p in opus_packets(800.0, 25) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    let mut c = DtmfCollector::new();
+    let mut digits = Vec::new();
+    for e in phone_rx(&h, phone).iter().filter(|p| p.0 == 101) {
+        c.push(e.2, &e.3, &mut digits).unwrap();
+    }
+    let got: Vec<_> = digits
+        .iter()
+        .map(|d| (d.char(), d.duration, d.complete))
+        .collect();
+    assert_eq!(got, [(Some('2'), 1600, true)]);
+
+    // Blocked DTMF: the played digit goes nowhere, counted at its sender.
+    let gate = Gate {
+        block_dtmf: true,
+        ..Gate::default()
+    };
+    assert!(h.shard.set_gate("r", &browser_id, gate));
+    h.shard.play_dtmf("r", &browser_id, digit('3')).unwrap();
+    h.phones[phone].phone.received.clear();
+    for p in opus_packets(800.0, 25) {
+        let (_, srtp) = h.srtp(b, &p);
+        h.send(b, &srtp);
+        h.pump();
+    }
+    assert!(phone_rx(&h, phone).iter().all(|p| p.0 == 0), "no events");
+    assert!(h.member_counters(b).unwrap().drops[DropReason::DtmfBlocked] > 0);
+    assert_eq!(
+        h.shard.play_dtmf("r", "nobody", digit('1')),
+        Err(PlayError::NoMember)
+    );
+}

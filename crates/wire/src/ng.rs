@@ -257,6 +257,28 @@ pub enum Request {
     /// `block media`, `unblock media`, `silence media`, `unsilence media`, `block DTMF`,
     /// `unblock DTMF`: what of a participant's (or the whole call's) media goes on.
     Gate(GateRequest),
+    /// `play DTMF`: a digit sent as if a participant had sent it.
+    PlayDtmf(PlayDtmfRequest),
+}
+
+/// A `play DTMF` request, its values held to rtpengine's bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlayDtmfRequest {
+    /// `call-id`.
+    pub call_id: String,
+    /// `from-tag`: the participant the digit is sent as (to the other side); `None` with
+    /// `all`: every participant.
+    pub from_tag: Option<String>,
+    /// The event code, 0–15 (`code` or `digit`: a number, or one of `0`–`9`, `*`, `#`,
+    /// `A`–`D`).
+    pub event: u8,
+    /// `duration`, ms: 250 unless given, held to 100–5000.
+    pub duration_ms: u32,
+    /// `volume`, as −dBm0: 8 unless given (rtpengine's −8 dB; a positive value read as
+    /// negative), held to 0–63.
+    pub volume: u8,
+    /// `pause` after it, ms: 100 unless given, held to 100–5000.
+    pub pause_ms: u32,
 }
 
 /// What a `block …`, `silence …` or `unblock …` command stops or lets through again.
@@ -297,6 +319,7 @@ impl Request {
         match self {
             Request::Offer(o) | Request::Answer(o) => Some(&o.call_id),
             Request::Gate(g) => Some(&g.call_id),
+            Request::PlayDtmf(p) => Some(&p.call_id),
             Request::Delete { call_id, .. } | Request::Query { call_id } => Some(call_id),
             Request::Ping | Request::List { .. } | Request::Statistics => None,
         }
@@ -593,6 +616,7 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
         "statistics" => Request::Statistics,
         "block-media" | "unblock-media" | "silence-media" | "unsilence-media" | "block-dtmf"
         | "unblock-dtmf" => Request::Gate(gate(&command, &e)?),
+        "play-dtmf" => Request::PlayDtmf(play_dtmf(&e)?),
         other => match unsupported(other) {
             Some(what) => return Err(NgError::Unsupported(what, other.to_owned())),
             None => return Err(NgError::UnknownCommand(command)),
@@ -665,6 +689,89 @@ fn gate(command: &str, e: &[(String, &Bencode)]) -> Result<GateRequest, NgError>
     })
 }
 
+/// A whole number from a key's value (an integer, or a string of one).
+fn int(key: &'static str, v: &Bencode) -> Result<i64, NgError> {
+    match v {
+        Bencode::Int(n) => Ok(*n),
+        other => text(key, other)?
+            .trim()
+            .parse()
+            .map_err(|_| NgError::BadValue(key, "not a number".into())),
+    }
+}
+
+/// A `play DTMF` request from its entries.
+fn play_dtmf(e: &[(String, &Bencode)]) -> Result<PlayDtmfRequest, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let code = get("code")
+        .or_else(|| get("digit"))
+        .ok_or(NgError::MissingKey("code"))?;
+    let event = match code {
+        Bencode::Int(n) => u8::try_from(*n).ok().filter(|n| *n <= 15),
+        other => {
+            let t = text("code", other)?;
+            let mut chars = t.trim().chars();
+            match (chars.next(), chars.next()) {
+                (Some(c), None) => dtmf_code(c),
+                _ => t.trim().parse::<u8>().ok().filter(|n| *n <= 15),
+            }
+        }
+    }
+    .ok_or_else(|| NgError::BadValue("code", "not a DTMF digit (0-15, 0-9, *, #, A-D)".into()))?;
+    let ms = |key: &'static str, default: i64| -> Result<u32, NgError> {
+        Ok(get(key)
+            .map(|v| int(key, v))
+            .transpose()?
+            .unwrap_or(default)
+            .clamp(100, 5000) as u32)
+    };
+    let volume = get("volume")
+        .map(|v| int("volume", v))
+        .transpose()?
+        .unwrap_or(-8)
+        .unsigned_abs()
+        .min(63) as u8;
+    for key in ["address", "label", "from-label"] {
+        if get(key).is_some() {
+            return Err(NgError::Unsupported(
+                "selecting a participant other than by from-tag",
+                key.to_owned(),
+            ));
+        }
+    }
+    let all = get("all").is_some_and(|v| text("all", v).is_ok_and(|t| norm(&t) == "all"))
+        || get("flags")
+            .map(|f| list("flags", f))
+            .transpose()?
+            .is_some_and(|f| f.iter().any(|f| norm(f) == "all"));
+    let from_tag = get("from-tag").map(|v| text("from-tag", v)).transpose()?;
+    if from_tag.is_none() && !all {
+        return Err(NgError::MissingKey("from-tag"));
+    }
+    Ok(PlayDtmfRequest {
+        call_id: text(
+            "call-id",
+            get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+        )?,
+        from_tag: if all { None } else { from_tag },
+        event,
+        duration_ms: ms("duration", 250)?,
+        volume,
+        pause_ms: ms("pause", 100)?,
+    })
+}
+
+/// The event code of a DTMF character (`0`–`9`, `*`, `#`, `A`–`D`, either case).
+fn dtmf_code(c: char) -> Option<u8> {
+    Some(match c.to_ascii_uppercase() {
+        d @ '0'..='9' => d as u8 - b'0',
+        '*' => 10,
+        '#' => 11,
+        l @ 'A'..='D' => 12 + (l as u8 - b'A'),
+        _ => return None,
+    })
+}
+
 /// What an rtpengine command this gateway does not do asks for (recording, media playback,
 /// DTMF injection, …), by its normalized name.
 fn unsupported(command: &str) -> Option<&'static str> {
@@ -672,7 +779,6 @@ fn unsupported(command: &str) -> Option<&'static str> {
         "start-recording" | "stop-recording" | "pause-recording" | "start-forwarding"
         | "stop-forwarding" => "call recording",
         "play-media" | "stop-media" => "media playback",
-        "play-dtmf" => "DTMF injection",
         "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
             "rtpengine's media subscriptions"
         }
@@ -905,6 +1011,79 @@ mod tests {
     }
 
     #[test]
+    fn play_dtmf_as_kamailio_sends_it_held_to_rtpengines_bounds() {
+        let play = |entries: &[(&str, Bencode)]| match parse(&dict(entries)) {
+            Ok(Request::PlayDtmf(p)) => Ok(p),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let base = [
+            ("command", s("play DTMF")),
+            ("call-id", s("c1")),
+            ("from-tag", s("alice")),
+        ];
+        let with = |extra: &[(&str, Bencode)]| {
+            let mut v = base.to_vec();
+            v.extend_from_slice(extra);
+            play(&v)
+        };
+        let p = with(&[("code", s("#"))]).unwrap();
+        assert_eq!(
+            p,
+            PlayDtmfRequest {
+                call_id: "c1".into(),
+                from_tag: Some("alice".into()),
+                event: 11,
+                duration_ms: 250,
+                volume: 8,
+                pause_ms: 100,
+            }
+        );
+        let p = with(&[
+            ("digit", Bencode::Int(15)),
+            ("duration", Bencode::Int(20)),
+            ("volume", Bencode::Int(-20)),
+            ("pause", s("9000")),
+        ])
+        .unwrap();
+        assert_eq!(
+            (p.event, p.duration_ms, p.volume, p.pause_ms),
+            (15, 100, 20, 5000)
+        );
+        assert_eq!(
+            with(&[("code", s("d")), ("volume", Bencode::Int(12))])
+                .unwrap()
+                .event,
+            15
+        );
+        assert_eq!(with(&[("code", s("7"))]).unwrap().event, 7);
+        assert_eq!(with(&[("code", s("12"))]).unwrap().event, 12);
+        for bad in [s("E"), s("16"), Bencode::Int(16), s("")] {
+            assert!(matches!(
+                with(&[("code", bad)]),
+                Err(NgError::BadValue("code", _))
+            ));
+        }
+        assert_eq!(with(&[]), Err(NgError::MissingKey("code")));
+        let p = play(&[
+            ("command", s("play DTMF")),
+            ("call-id", s("c1")),
+            ("code", s("1")),
+            ("flags", Bencode::List(vec![s("all")])),
+        ])
+        .unwrap();
+        assert_eq!(p.from_tag, None);
+        assert_eq!(
+            play(&[
+                ("command", s("play DTMF")),
+                ("call-id", s("c1")),
+                ("code", s("1"))
+            ]),
+            Err(NgError::MissingKey("from-tag"))
+        );
+    }
+
+    #[test]
     fn block_silence_and_unblock_commands_as_kamailio_sends_them() {
         let gate = |entries: &[(&str, Bencode)]| match parse(&dict(entries)) {
             Ok(Request::Gate(g)) => Ok(g),
@@ -977,7 +1156,7 @@ mod tests {
             ]),
             Err(NgError::MissingKey("from-tag"))
         );
-        let e = parse(&dict(&[("command", s("play DTMF"))])).unwrap_err();
-        assert!(e.to_string().contains("DTMF injection"), "{e}");
+        let e = parse(&dict(&[("command", s("play media"))])).unwrap_err();
+        assert!(e.to_string().contains("media playback"), "{e}");
     }
 }

@@ -68,22 +68,9 @@ pub(crate) fn silence_packet(
     codec: CodecId,
     out: &mut Vec<u8>,
 ) -> bool {
-    let Some((header, payload)) = rtp.split_at_checked(header_len) else {
+    let Some(payload) = header_into(rtp, header_len, out) else {
         return false;
     };
-    let padding = if header.first().is_some_and(|b| b & 0x20 != 0) {
-        usize::from(payload.last().copied().unwrap_or(0))
-    } else {
-        0
-    };
-    let Some(len) = payload.len().checked_sub(padding) else {
-        return false;
-    };
-    out.clear();
-    out.extend_from_slice(header);
-    if let Some(b) = out.first_mut() {
-        *b &= !0x20;
-    }
     let fill = match codec {
         CodecId::Pcmu => silence::PCMU,
         CodecId::Pcma => silence::PCMA,
@@ -94,7 +81,7 @@ pub(crate) fn silence_packet(
         }
         CodecId::Opus => {
             let mut quiet = Vec::new();
-            let Some(samples) = silence::opus_samples(&payload[..len]) else {
+            let Some(samples) = silence::opus_samples(payload) else {
                 return false;
             };
             if !silence::opus(samples, &mut quiet) {
@@ -105,8 +92,31 @@ pub(crate) fn silence_packet(
         }
         _ => return false,
     };
-    out.resize(header_len + len, fill);
+    out.resize(header_len + payload.len(), fill);
     true
+}
+
+/// Writes the header of the RTP packet `rtp` (its first `header_len` octets) into `out`, its
+/// padding bit cleared, and gives its payload without the padding; `None` when the lengths do
+/// not hold.
+pub(crate) fn header_into<'a>(
+    rtp: &'a [u8],
+    header_len: usize,
+    out: &mut Vec<u8>,
+) -> Option<&'a [u8]> {
+    let (header, payload) = rtp.split_at_checked(header_len)?;
+    let padding = if header.first().is_some_and(|b| b & 0x20 != 0) {
+        usize::from(*payload.last()?)
+    } else {
+        0
+    };
+    let payload = payload.get(..payload.len().checked_sub(padding)?)?;
+    out.clear();
+    out.extend_from_slice(header);
+    if let Some(b) = out.first_mut() {
+        *b &= !0x20;
+    }
+    Some(payload)
 }
 
 #[cfg(test)]

@@ -12,6 +12,7 @@ use secrelay_wire::rtcp::write_empty_rr;
 use secrelay_wire::twcc::{arrival_list, write_feedback};
 
 use super::gate::Gate;
+use super::inject::Injector;
 use crate::bwe::{Bwe, Prober};
 use crate::counters::EndReason;
 use crate::feedback::{KeyframeGate, RetransmitBuffer};
@@ -557,6 +558,8 @@ pub(crate) struct Member {
     pub due: Option<Instant>,
     /// What of its media the room passes on ([`super::gate`]).
     pub gate: Gate,
+    /// DTMF it plays as if it had sent it ([`super::inject`]).
+    pub inject: Injector,
 }
 
 impl std::fmt::Debug for Member {
@@ -609,6 +612,7 @@ impl Member {
             mix_sub: None,
             due: None,
             gate: Gate::default(),
+            inject: Injector::default(),
             leg,
         }
     }

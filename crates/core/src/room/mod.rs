@@ -114,6 +114,7 @@
 
 mod copy;
 mod gate;
+mod inject;
 mod member;
 mod out;
 mod pipe;
@@ -138,6 +139,7 @@ use crate::slab::Slab;
 use crate::transcode::{Format, MixSettings, Mixing, Transcoding};
 
 pub use gate::Gate;
+pub use inject::{DtmfDigit, MAX_QUEUED as MAX_QUEUED_DIGITS};
 pub use member::{
     JoinKind, MemberAt, MemberId, MemberRole, Session, MAX_STREAMS, STREAM_IDLE, TWCC_INTERVAL,
 };
@@ -275,6 +277,32 @@ pub struct Room {
     /// The members at their deadlines.
     timers: Timers,
 }
+
+/// Why a digit could not be queued ([`Room::play_dtmf`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlayError {
+    /// No such member.
+    NoMember,
+    /// The member negotiated no telephone-event and sends no G.711: no way to send a digit as
+    /// it.
+    NoWay,
+    /// As many digits as it queues wait already ([`MAX_QUEUED_DIGITS`]).
+    Queued,
+}
+
+impl std::fmt::Display for PlayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PlayError::NoMember => "no such participant",
+            PlayError::NoWay => {
+                "the participant negotiated no telephone-event and sends no G.711: no way to send DTMF as it"
+            }
+            PlayError::Queued => "as many digits as a participant queues wait already",
+        })
+    }
+}
+
+impl std::error::Error for PlayError {}
 
 impl Default for Room {
     fn default() -> Self {
@@ -462,6 +490,20 @@ impl Room {
         };
         self.members[ix].gate = gate;
         true
+    }
+
+    /// Queues `digit` to be played as member `id` sends its audio, as if it had sent it
+    /// ([`inject`]).
+    pub fn play_dtmf(&mut self, id: MemberId, digit: DtmfDigit) -> Result<(), PlayError> {
+        let &ix = self.by_id.get(&id).ok_or(PlayError::NoMember)?;
+        let m = &mut self.members[ix];
+        if !inject::can_play(m) {
+            return Err(PlayError::NoWay);
+        }
+        if !m.inject.push(digit) {
+            return Err(PlayError::Queued);
+        }
+        Ok(())
     }
 
     /// What of a member's media the room passes on.

@@ -84,65 +84,82 @@ impl Room {
         let Some(ix) = self.member_at(at).map(|m| m.at.ix) else {
             return false;
         };
-        if !self.members[ix].gate.silence_media {
+        let m = &self.members[ix];
+        if !m.gate.silence_media && m.inject.is_idle() {
             self.route_member_run(ix, run, out);
             return true;
         }
-        let mut quiet = std::mem::take(&mut self.scratch.quiet);
-        let silenced = self.silence_run(ix, run, &mut quiet);
-        self.route_member_run(ix, &silenced, out);
-        drop(silenced);
-        self.scratch.quiet = quiet;
+        let mut made = std::mem::take(&mut self.scratch.quiet);
+        let rewritten = self.rewrite_run(ix, run, &mut made);
+        self.route_member_run(ix, &rewritten, out);
+        drop(rewritten);
+        self.scratch.quiet = made;
         true
     }
 
-    /// A silenced member's run ([`gate`](super::gate)) with silence in place of its audio,
-    /// written into `quiet`; its telephone-events and packets of no codec as they are (the
-    /// gate and routing see to them). A packet whose format has no silence is noted at the
-    /// member and dropped here.
-    fn silence_run<'a>(
+    /// The run of a member that plays DTMF ([`inject`](super::inject)) or is silenced
+    /// ([`gate`](super::gate)), its audio packets made again into `made` (digits in place of
+    /// audio, silence in place of audio); the rest as it is. A packet silenced in a format
+    /// with no silence is noted at the member and dropped here.
+    fn rewrite_run<'a>(
         &mut self,
         ix: u32,
         run: &[Received<'a>],
-        quiet: &'a mut Vec<u8>,
+        made: &'a mut Vec<u8>,
     ) -> Vec<Received<'a>> {
+        let receivers_take_events = self.order.iter().all(|&r| {
+            let m = &self.members[r];
+            r == ix || !m.role.subscribes || m.neg.takes_events()
+        });
         let src = &mut self.members[ix];
-        let (mut ranges, mut one) = (Vec::with_capacity(run.len()), Vec::new());
-        quiet.clear();
+        let (mut plan, mut one) = (Vec::with_capacity(run.len()), Vec::new());
+        made.clear();
         for p in run {
             let codec = src.neg.codec(p.facts.payload_type);
-            let range = match codec {
+            let mut facts = p.facts;
+            let start = made.len();
+            if let Some(c) = codec.filter(|c| !src.inject.is_idle() && !c.is_supplemental()) {
+                if let Some(f) = super::inject::play(src, p, c, receivers_take_events, &mut one) {
+                    made.extend_from_slice(&one);
+                    facts = f;
+                }
+            }
+            let injected = made.len() > start;
+            let entry = match src.neg.codec(facts.payload_type) {
                 Some(c) if src.gate.silences(c) => {
-                    let start = quiet.len();
-                    if super::gate::silence_packet(
-                        p.rtp,
-                        usize::from(p.facts.header_len),
-                        c,
-                        &mut one,
-                    ) {
-                        quiet.extend_from_slice(&one);
-                        Some(Some(start..quiet.len()))
+                    let from = if injected { &made[start..] } else { p.rtp };
+                    if super::gate::silence_packet(from, usize::from(facts.header_len), c, &mut one)
+                    {
+                        made.truncate(start);
+                        made.extend_from_slice(&one);
+                        Some((Some(start..made.len()), facts))
                     } else {
                         // Noted for its reception like any packet it sends, then dropped.
                         src.rtcp
-                            .on_rtp(&self.rtcp, &p.facts, c.clock_rate(), p.received);
+                            .on_rtp(&self.rtcp, &facts, c.clock_rate(), p.received);
                         src.leg.counters_mut().drop(DropReason::MediaBlocked);
+                        made.truncate(start);
                         None
                     }
                 }
-                _ => Some(None),
+                _ if injected => Some((Some(start..made.len()), facts)),
+                _ => Some((None, facts)),
             };
-            ranges.push(range);
+            plan.push(entry);
         }
-        let quiet: &'a [u8] = quiet;
+        let made: &'a [u8] = made;
         run.iter()
-            .zip(ranges)
-            .filter_map(|(p, range)| match range? {
-                None => Some(*p),
-                Some(r) => Some(Received {
-                    rtp: &quiet[r],
-                    ..*p
-                }),
+            .zip(plan)
+            .filter_map(|(p, entry)| {
+                let (range, facts) = entry?;
+                Some(match range {
+                    None => *p,
+                    Some(r) => Received {
+                        rtp: &made[r],
+                        facts,
+                        received: p.received,
+                    },
+                })
             })
             .collect()
     }

@@ -1236,6 +1236,20 @@ impl Gateway {
         .unwrap_or(false)
     }
 
+    /// Queues `digit` to be played as participant `id` of `room` sends its audio
+    /// ([`Shard::play_dtmf`]); `None` when the gateway is shutting down.
+    pub(crate) async fn play_dtmf(
+        &self,
+        room: &str,
+        id: &str,
+        digit: secrelay_core::room::DtmfDigit,
+    ) -> Option<Result<(), secrelay_core::room::PlayError>> {
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.play_dtmf(room, id, digit)
+        })
+        .await
+    }
+
     /// Ends every member of `room` and gives their last figures (an ng call's media section
     /// ending), in one trip to the room's worker.
     pub(crate) async fn end_room(&self, room: &str) -> Vec<ParticipantSnapshot> {

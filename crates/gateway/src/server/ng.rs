@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
-use secrelay_wire::ng::{error_reply, parse, reply, GateRequest, Ice, OfferAnswer, Request};
+use secrelay_wire::ng::{
+    error_reply, parse, reply, GateRequest, Ice, OfferAnswer, PlayDtmfRequest, Request,
+};
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
 
@@ -35,6 +37,7 @@ use super::ng_stats;
 use super::ng_webrtc::WebRtcCall;
 use super::{ApiError, Gateway};
 use crate::leg::{LegMarks, Resume};
+use secrelay_core::shard::ControlError;
 
 /// Why an offer has nothing for the callee.
 pub(super) const NO_CODEC: &str =
@@ -673,6 +676,7 @@ impl Ng {
                 Ok(r)
             }
             Request::Gate(g) => self.gate(g).await,
+            Request::PlayDtmf(p) => self.play_dtmf(p).await,
             Request::Delete {
                 call_id,
                 from_tag,
@@ -925,6 +929,43 @@ impl Ng {
             self.gates.remove(&g.call_id);
         }
         Ok(reply(vec![("result", Bencode::str("ok"))]))
+    }
+
+    /// `play DTMF`: the digit queued at the members that take the chosen participant's packets
+    /// (every participant's with `all`), to go to the other side as if the participant sent
+    /// it. Err: no such call or tag, or no audio member of the participant could send it (the
+    /// reason).
+    async fn play_dtmf(&mut self, p: PlayDtmfRequest) -> Result<Bencode, ApiError> {
+        let call = self
+            .calls
+            .get(&p.call_id)
+            .ok_or_else(|| ApiError::not_found(format!("unknown call-id {:?}", p.call_id)))?;
+        let members: Vec<_> = call
+            .members()
+            .into_iter()
+            .filter(|(_, _, tag)| p.from_tag.is_none() || *tag == p.from_tag)
+            .collect();
+        if members.is_empty() {
+            return Err(ApiError::not_found("no such tag in this call"));
+        }
+        let digit = secrelay_core::room::DtmfDigit {
+            event: p.event,
+            duration_ms: p.duration_ms,
+            volume: p.volume,
+            pause_ms: p.pause_ms,
+        };
+        let (mut played, mut refused) = (0, None);
+        for (room, id, _) in members {
+            match self.gateway.play_dtmf(&room, &id, digit).await {
+                Some(Ok(())) => played += 1,
+                Some(Err(why)) => refused = Some(why),
+                None => return Err(ApiError::Control(ControlError::ShuttingDown)),
+            }
+        }
+        match (played, refused) {
+            (0, Some(why)) => Err(ApiError::bad(why.to_string())),
+            _ => Ok(reply(vec![("result", Bencode::str("ok"))])),
+        }
     }
 
     /// Gives each member of call `call_id` what its settings stop of the participant it faces
