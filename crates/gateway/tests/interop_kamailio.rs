@@ -10,7 +10,9 @@
 //! each side hears the other's tone (decoded by baresip, dumped to WAV, found by Goertzel). A
 //! fourth call is G.729, which secrelay cannot decode: relayed both ways untouched. A fifth is
 //! put on hold by a re-INVITE (`a=sendonly`) and taken back (`a=sendrecv`), each re-INVITE
-//! offered through secrelay and reaching the callee as the caller wrote it.
+//! offered through secrelay and reaching the callee as the caller wrote it. In a sixth, the
+//! caller sends a digit in a SIP INFO; Kamailio's `play_dtmf()` has secrelay play it into the
+//! caller's audio, and baresip, the callee, hears it.
 //! Scenarios and the proxy's configuration: `interop/sip/`.
 //!
 //! Kamailio, SIPp and baresip are installed by `scripts/setup`; with `CI` set their absence
@@ -872,5 +874,78 @@ fn kamailio_reaches_an_ipv6_callee_through_secrelay() {
     let (offered, answered) = echoed_call(&proxy, &sipp, callee, "::1");
     assert_eq!(offered, "c=IN IP6 ::1");
     assert_eq!(answered, "c=IN IP4 127.0.0.1");
+    proxy.server.shutdown();
+}
+
+/// A digit sent out of band reaches the callee in its audio: a SIPp caller (A-law, no
+/// telephone-event) sends a SIP INFO with `Signal=5` (application/dtmf-relay) in its call;
+/// Kamailio answers it after its `play_dtmf()` had secrelay play the digit into the caller's
+/// media; baresip, the callee, decodes the caller's audio and hears the digit's two tones in
+/// it (found by Goertzel in its dump).
+#[test]
+fn kamailio_plays_a_sip_info_digit_into_the_callers_audio_through_secrelay() {
+    let test = "kamailio_plays_a_sip_info_digit_into_the_callers_audio_through_secrelay";
+    let Some((kamailio, sipp)) = tools(test) else {
+        return;
+    };
+    let Some(baresip) = find("baresip", &[]) else {
+        return missing(test, "no baresip (Debian package baresip-core)");
+    };
+    let callee = free_port();
+    let proxy = Proxy::start(
+        &kamailio,
+        callee,
+        "replace-origin replace-session-connection ICE=remove",
+        (49800, 49999),
+        "first-packets",
+    );
+    let dir = proxy.dir.path().to_path_buf();
+    let _callee = baresip_ua(
+        &baresip,
+        &dir.join("callee"),
+        callee,
+        ("g711.so", "PCMA"),
+        (450.0, 8000),
+        &["-t", "30"],
+    );
+    let start = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(dir.join("callee/log"))
+        .unwrap_or_default()
+        .contains("baresip is ready")
+    {
+        assert!(Instant::now() < start, "the callee's baresip did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    proxy.call_with(
+        &sipp,
+        &repo().join("interop/sip/uac_info.xml"),
+        &dir.join("uac.msg"),
+    );
+    // The callee writes its dump out when the BYE ends its call: give it a moment.
+    let until = Instant::now() + Duration::from_secs(10);
+    let (pcm, rate) = loop {
+        let (pcm, rate) = heard(&dir.join("callee"));
+        if pcm.len() > rate as usize * 2 || Instant::now() > until {
+            break (pcm, rate);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(rate, 8000, "the callee's dump");
+    let mut detector = secrelay_media::inband::Detector::new(rate);
+    let (mut digits, mut last) = (String::new(), None);
+    for frame in pcm.chunks(160) {
+        let now = detector.push(frame).map(|h| h.event);
+        if now.is_some() && now != last {
+            digits.extend(now.and_then(secrelay_media::dtmf::char_for_event));
+        }
+        last = now;
+    }
+    assert_eq!(
+        digits,
+        "5",
+        "the digits the callee heard; Kamailio:\n{}",
+        proxy.log()
+    );
+    proxy.check(100, 0);
     proxy.server.shutdown();
 }
