@@ -79,6 +79,10 @@ pub struct ServeArgs {
     /// The ng control socket for SIP proxies (rtpengine's protocol, UDP), e.g. 127.0.0.1:2223.
     #[arg(long, value_name = "ADDR")]
     pub ng: Option<SocketAddr>,
+    /// Record ng calls here when asked (`start recording`): a pcap file of each call's RTP,
+    /// decrypted, and a JSON file beside it.
+    #[arg(long, value_name = "DIR")]
+    pub recording_dir: Option<std::path::PathBuf>,
     /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).
     #[arg(long, value_name = "LOW-HIGH")]
     pub rtp_ports: Option<String>,
@@ -208,6 +212,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(m) = &a.xdp_mode {
         c.xdp_mode = m.clone();
+    }
+    if let Some(d) = &a.recording_dir {
+        c.recording_dir = Some(d.clone());
     }
     if let Some(n) = a.ng {
         c.ng = Some(n);

@@ -228,6 +228,15 @@ pub enum Event {
     Lifecycle(Lifecycle),
     /// Something another worker's shard must do about a room spread over workers.
     Pipe(PipeEvent),
+    /// A packet a recorded member sent ([`Shard::set_recording`]), for its recording.
+    Recorded {
+        /// The recording's key for the member.
+        key: u64,
+        /// When it arrived.
+        at: Instant,
+        /// The packet (plain RTP, as it came).
+        packet: Vec<u8>,
+    },
 }
 
 /// What happened to a room or a member, in the order it happened: a room starts before its
@@ -1324,6 +1333,13 @@ impl Shard {
                         what: QueuedPiped::Media(packet),
                         buf,
                     });
+                }
+                Out::Record { key, at, buf } => {
+                    self.queue.push_back(queued_event(Event::Recorded {
+                        key,
+                        at,
+                        packet: buf,
+                    }));
                 }
                 Out::Wake(t) => {
                     if let Some(s) = self.rooms[slot].as_mut() {
@@ -2677,6 +2693,17 @@ impl Shard {
         self.rooms[slot]
             .as_mut()
             .is_some_and(|s| s.room.set_gate(member.id(), gate))
+    }
+
+    /// Records what member `id` of `room` sends under `key` ([`Event::Recorded`]), or stops
+    /// with `None` ([`Room::set_recording`]); `false` if there is no member by that id.
+    pub fn set_recording(&mut self, room: &str, id: &str, key: Option<u64>) -> bool {
+        let Some((slot, member)) = self.find(room, id) else {
+            return false;
+        };
+        self.rooms[slot]
+            .as_mut()
+            .is_some_and(|s| s.room.set_recording(member.id(), key))
     }
 
     /// Queues `digit` to be played as member `id` of `room` sends its audio, as if it had sent

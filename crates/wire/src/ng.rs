@@ -162,6 +162,9 @@ pub struct Flags {
     pub sdes_only: Vec<String>,
     /// `SDES: no-<suite>` (as named).
     pub sdes_no: Vec<String>,
+    /// `record call: yes` (or the `record-call` flag): the call is recorded from this request
+    /// on, as `start recording` does.
+    pub record_call: bool,
     /// `OSRTP: offer`: offer SDES on `RTP/AVP` (opportunistic SRTP, RFC 8643) towards the
     /// other side of a plain offer.
     pub osrtp_offer: bool,
@@ -259,6 +262,25 @@ pub enum Request {
     Gate(GateRequest),
     /// `play DTMF`: a digit sent as if a participant had sent it.
     PlayDtmf(PlayDtmfRequest),
+    /// `start recording`, `stop recording`, `pause recording`.
+    Recording {
+        /// `call-id`.
+        call_id: String,
+        /// What to do.
+        action: RecordingAction,
+    },
+}
+
+/// What a recording command asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordingAction {
+    /// `start recording`: record the call from now on (again into its file after a pause).
+    Start,
+    /// `stop recording`: stop, the call's file closed.
+    Stop,
+    /// `pause recording` (or `stop recording` with `pause` in its flags or `pause: yes`):
+    /// stop, the call's file kept open for a later `start recording`.
+    Pause,
 }
 
 /// A `play DTMF` request, its values held to rtpengine's bounds.
@@ -320,6 +342,7 @@ impl Request {
             Request::Offer(o) | Request::Answer(o) => Some(&o.call_id),
             Request::Gate(g) => Some(&g.call_id),
             Request::PlayDtmf(p) => Some(&p.call_id),
+            Request::Recording { call_id, .. } => Some(call_id),
             Request::Delete { call_id, .. } | Request::Query { call_id } => Some(call_id),
             Request::Ping | Request::List { .. } | Request::Statistics => None,
         }
@@ -487,6 +510,7 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     if n == "always-transcode" {
                         f.codec.accept.push("all".into());
                     }
+                    f.record_call |= n == "record-call";
                     f.flags.push(n);
                 }
             }
@@ -540,9 +564,7 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
             }
             "record-call" => {
                 let v = norm(&text("record-call", v)?);
-                if matches!(v.as_str(), "yes" | "on" | "true") {
-                    return Err(NgError::Unsupported("call recording", "record-call".into()));
-                }
+                f.record_call |= matches!(v.as_str(), "yes" | "on" | "true");
             }
             "metadata" | "media-address" | "label" | "set-label" | "from-label" | "to-label" => {
                 f.ignored.push(k.clone())
@@ -617,6 +639,28 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
         "block-media" | "unblock-media" | "silence-media" | "unsilence-media" | "block-dtmf"
         | "unblock-dtmf" => Request::Gate(gate(&command, &e)?),
         "play-dtmf" => Request::PlayDtmf(play_dtmf(&e)?),
+        "start-recording" | "stop-recording" | "pause-recording" => {
+            let yes = |v: &Bencode| {
+                text("pause", v).is_ok_and(|t| matches!(norm(&t).as_str(), "yes" | "on" | "true"))
+            };
+            let pause = command == "pause-recording"
+                || get("pause").is_some_and(yes)
+                || get("flags")
+                    .map(|f| list("flags", f))
+                    .transpose()?
+                    .is_some_and(|f| f.iter().any(|f| norm(f) == "pause"));
+            Request::Recording {
+                call_id: text(
+                    "call-id",
+                    get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+                )?,
+                action: match command.as_str() {
+                    "start-recording" => RecordingAction::Start,
+                    _ if pause => RecordingAction::Pause,
+                    _ => RecordingAction::Stop,
+                },
+            }
+        }
         other => match unsupported(other) {
             Some(what) => return Err(NgError::Unsupported(what, other.to_owned())),
             None => return Err(NgError::UnknownCommand(command)),
@@ -776,8 +820,7 @@ fn dtmf_code(c: char) -> Option<u8> {
 /// DTMF injection, …), by its normalized name.
 fn unsupported(command: &str) -> Option<&'static str> {
     Some(match command {
-        "start-recording" | "stop-recording" | "pause-recording" | "start-forwarding"
-        | "stop-forwarding" => "call recording",
+        "start-forwarding" | "stop-forwarding" => "PCM forwarding to a recording daemon",
         "play-media" | "stop-media" => "media playback",
         "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
             "rtpengine's media subscriptions"
@@ -994,10 +1037,39 @@ mod tests {
         ));
         assert_eq!(parse(&dict(&[("command", s("PING"))])), Ok(Request::Ping));
         // rtpengine's commands and flags this gateway does not do say so.
-        let e = parse(&dict(&[("command", s("start recording"))])).unwrap_err();
+        let e = parse(&dict(&[("command", s("start forwarding"))])).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "start-recording: call recording is not supported by this media relay"
+            "start-forwarding: PCM forwarding to a recording daemon is not supported by this media relay"
+        );
+        let recording = |entries: &[(&str, Bencode)]| match parse(&dict(entries)) {
+            Ok(Request::Recording { action, .. }) => action,
+            other => panic!("{other:?}"),
+        };
+        let call = ("call-id", s("c"));
+        assert_eq!(
+            recording(&[("command", s("start recording")), call.clone()]),
+            RecordingAction::Start
+        );
+        assert_eq!(
+            recording(&[("command", s("stop recording")), call.clone()]),
+            RecordingAction::Stop
+        );
+        assert_eq!(
+            recording(&[("command", s("pause recording")), call.clone()]),
+            RecordingAction::Pause
+        );
+        assert_eq!(
+            recording(&[
+                ("command", s("stop recording")),
+                call.clone(),
+                ("flags", Bencode::List(vec![s("pause")]))
+            ]),
+            RecordingAction::Pause
+        );
+        assert_eq!(
+            recording(&[("command", s("stop recording")), call, ("pause", s("yes"))]),
+            RecordingAction::Pause
         );
         let e = parse(&dict(&[
             ("command", s("offer")),

@@ -112,6 +112,11 @@ impl Drop for Rtpengine {
 /// Starts [`rtpengine`] for test `test` on one worker thread, 127.0.0.1 its interface, and
 /// waits until it answers `ping`; `None` after [`missing`] said why there is none.
 pub fn start_rtpengine(test: &str, ports: (u16, u16)) -> Option<Rtpengine> {
+    start_rtpengine_with(test, ports, &[])
+}
+
+/// [`start_rtpengine`] with `extra` options.
+pub fn start_rtpengine_with(test: &str, ports: (u16, u16), extra: &[String]) -> Option<Rtpengine> {
     use std::os::unix::process::CommandExt;
     let path = rtpengine(test)?;
     let ng_port = std::net::UdpSocket::bind("127.0.0.1:0")
@@ -131,6 +136,7 @@ pub fn start_rtpengine(test: &str, ports: (u16, u16)) -> Option<Rtpengine> {
             &format!("--port-min={}", ports.0),
             &format!("--port-max={}", ports.1),
         ])
+        .args(extra)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)

@@ -560,6 +560,8 @@ pub(crate) struct Member {
     pub gate: Gate,
     /// DTMF it plays as if it had sent it ([`super::inject`]).
     pub inject: Injector,
+    /// The key its packets are recorded under, while its call is recorded.
+    pub recording: Option<u64>,
 }
 
 impl std::fmt::Debug for Member {
@@ -613,6 +615,7 @@ impl Member {
             due: None,
             gate: Gate::default(),
             inject: Injector::default(),
+            recording: None,
             leg,
         }
     }

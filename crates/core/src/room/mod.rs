@@ -506,6 +506,16 @@ impl Room {
         Ok(())
     }
 
+    /// Records what member `id` sends under `key` (each of its RTP packets, plain, as it came,
+    /// put out as [`Out::Record`]), or stops with `None`. `false` if there is no such member.
+    pub fn set_recording(&mut self, id: MemberId, key: Option<u64>) -> bool {
+        let Some(&ix) = self.by_id.get(&id) else {
+            return false;
+        };
+        self.members[ix].recording = key;
+        true
+    }
+
     /// What of a member's media the room passes on.
     pub fn gate(&self, id: MemberId) -> Option<Gate> {
         self.member(id).map(|m| m.gate)

@@ -60,6 +60,16 @@ pub enum Out {
     },
     /// The room's timer must fire by then ([`crate::room::Room::handle_timeout`]).
     Wake(Instant),
+    /// A packet a recorded member sent (plain RTP, as it came, before the room's gate):
+    /// for the recording the signaling keyed it with ([`crate::room::Room::set_recording`]).
+    Record {
+        /// The recording's key for this member.
+        key: u64,
+        /// When it arrived.
+        at: Instant,
+        /// The packet.
+        buf: Vec<u8>,
+    },
     /// A publisher's packet (plain RTP) for the room's replica on another worker
     /// ([`crate::leg::pipe`]).
     Pipe {

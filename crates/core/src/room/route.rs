@@ -85,6 +85,17 @@ impl Room {
             return false;
         };
         let m = &self.members[ix];
+        if let Some(key) = m.recording {
+            for p in run {
+                let mut buf = out.buffer();
+                buf.extend_from_slice(p.rtp);
+                out.push(Out::Record {
+                    key,
+                    at: p.received,
+                    buf,
+                });
+            }
+        }
         if !m.gate.silence_media && m.inject.is_idle() {
             self.route_member_run(ix, run, out);
             return true;

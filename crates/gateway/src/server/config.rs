@@ -146,6 +146,11 @@ pub struct ServeConfig {
     /// carries no authentication (as with rtpengine): set this whenever the socket is reachable
     /// from beyond the SIP proxies. Empty (the default): any source.
     pub ng_allow: Vec<String>,
+    /// Where ng calls are recorded (`start recording`, or `record call` in an offer): per
+    /// call a pcap file of the RTP each side sent, decrypted, as raw IP datagrams from the
+    /// side's address to the gateway's port, and a JSON file saying what it holds. Recording
+    /// is refused without it. None by default.
+    pub recording_dir: Option<std::path::PathBuf>,
     /// The address written as the host candidate in answers (default: `udp`'s address, or when
     /// that is unspecified, the address of the interface with the default route).
     pub announce: Option<IpAddr>,
@@ -580,6 +585,7 @@ impl Default for ServeConfig {
             udp: "0.0.0.0:40000".parse().expect("a valid literal address"),
             ng: None,
             ng_allow: Vec::new(),
+            recording_dir: None,
             announce: None,
             announce_ipv6: None,
             ice_tcp: None,

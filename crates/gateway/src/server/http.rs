@@ -285,9 +285,15 @@ impl prometheus_client::collector::Collector for AccessCollector {
         )?;
         family(
             "secrelay_lifecycle_events_dropped",
-            "Room and participant events the workers could not hand to the signaling (its queue, webhook_queue, was full)",
+            "Room and participant events the workers could not hand on: to the signaling (its queue, webhook_queue, was full), or recorded packets to the recording's writer (behind the calls it records)",
             "queue",
-            &[("signaling", self.gateway.lifecycle_dropped())],
+            &[
+                ("signaling", self.gateway.lifecycle_dropped()),
+                (
+                    "recording",
+                    self.gateway.recorder().map_or(0, |r| r.dropped()),
+                ),
+            ],
         )
     }
 }

@@ -40,6 +40,7 @@ mod node_pipes;
 pub mod per_source;
 mod ports;
 pub mod process;
+mod recording;
 mod stats;
 pub mod tls;
 mod tls_hmac;
@@ -506,6 +507,12 @@ impl Gateway {
                 .map_err(|e| StartError(format!("xdp: {e}{}", xdp::hint(&e.to_string()))))?;
             Some(Arc::new(gate))
         };
+        let recorder = match &config.recording_dir {
+            Some(dir) => Some(Arc::new(recording::Recorder::start(dir).map_err(|e| {
+                StartError(format!("recording_dir {}: {e}", dir.display()))
+            })?)),
+            None => None,
+        };
         let shared = Arc::new(Shared {
             directory: Directory::new(xdp.clone()),
             xsk_interfaces: if media_io == MediaIo::AfXdp {
@@ -526,6 +533,7 @@ impl Gateway {
             notices: std::sync::Mutex::default(),
             lifecycle: std::sync::OnceLock::new(),
             lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
+            recorder,
             ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
             placed: std::sync::Mutex::default(),
             admission: config.admission(),
@@ -1231,6 +1239,22 @@ impl Gateway {
     ) -> bool {
         self.on_member(room, id, move |shard, _, room, id| {
             shard.set_gate(room, id, gate)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
+    /// The call recorder, when `recording_dir` is set.
+    pub(crate) fn recorder(&self) -> Option<&recording::Recorder> {
+        // (Read by the ng server and /metrics.)
+        self.shared.recorder.as_deref()
+    }
+
+    /// Records what participant `id` of `room` sends under `key`, or stops with `None`
+    /// ([`Shard::set_recording`]); `false` if there is none by that id.
+    pub(crate) async fn set_recording(&self, room: &str, id: &str, key: Option<u64>) -> bool {
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.set_recording(room, id, key)
         })
         .await
         .unwrap_or(false)

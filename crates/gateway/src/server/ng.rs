@@ -23,7 +23,8 @@ use base64::Engine as _;
 use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
 use secrelay_wire::ng::{
-    error_reply, parse, reply, GateRequest, Ice, OfferAnswer, PlayDtmfRequest, Request,
+    error_reply, parse, reply, GateRequest, Ice, OfferAnswer, PlayDtmfRequest, RecordingAction,
+    Request,
 };
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
@@ -137,6 +138,19 @@ pub(crate) struct Ng {
     replaying: Option<(Pins, Vec<Interface>)>,
     /// The calls' `block …`/`silence …` settings ([`super::ng_gate`]), for calls that had one.
     gates: HashMap<String, CallGates>,
+    /// The calls being recorded (or paused), by call-id.
+    recordings: HashMap<String, CallRecording>,
+}
+
+/// A call's recording ([`super::recording`]).
+#[derive(Debug, Clone)]
+struct CallRecording {
+    /// Its key at the recorder.
+    key: u64,
+    /// Each member's key, by (room, member id).
+    members: HashMap<(String, String), u64>,
+    /// Recording now (else paused).
+    on: bool,
 }
 
 impl Ng {
@@ -155,6 +169,7 @@ impl Ng {
             takeovers_waiting: Vec::new(),
             replaying: None,
             gates: HashMap::new(),
+            recordings: HashMap::new(),
         }
     }
 
@@ -361,6 +376,7 @@ impl Ng {
         for id in gone {
             self.calls.remove(&id);
             self.gates.remove(&id);
+            self.end_recording(&id);
             self.keep(&id, None);
         }
         self.gateway
@@ -377,8 +393,10 @@ impl Ng {
         }
         match req {
             Request::Offer(o) | Request::Answer(o) => Some((o.call_id.clone(), true)),
-            // Replayed too: a standby's members stop what this node's stopped.
+            // Replayed too: a standby's members stop what this node's stopped, and its
+            // recording goes on (in a file of the standby's).
             Request::Gate(g) => Some((g.call_id.clone(), true)),
+            Request::Recording { call_id, .. } => Some((call_id.clone(), true)),
             Request::Delete { call_id, .. } => Some((call_id.clone(), false)),
             _ => None,
         }
@@ -664,17 +682,18 @@ impl Ng {
         match req {
             Request::Ping => Ok(reply(vec![("result", Bencode::str("pong"))])),
             Request::Offer(o) => {
-                let call_id = o.call_id.clone();
+                let (call_id, record) = (o.call_id.clone(), o.flags.record_call);
                 let r = self.offer(o).await?;
-                self.push_gates(&call_id).await;
+                self.made_members(&call_id, record).await?;
                 Ok(r)
             }
             Request::Answer(a) => {
-                let call_id = a.call_id.clone();
+                let (call_id, record) = (a.call_id.clone(), a.flags.record_call);
                 let r = self.answer(a).await?;
-                self.push_gates(&call_id).await;
+                self.made_members(&call_id, record).await?;
                 Ok(r)
             }
+            Request::Recording { call_id, action } => self.recording(&call_id, action).await,
             Request::Gate(g) => self.gate(g).await,
             Request::PlayDtmf(p) => self.play_dtmf(p).await,
             Request::Delete {
@@ -879,6 +898,7 @@ impl Ng {
         }
         let call = self.calls.remove(call_id).expect("the call was just found");
         self.gates.remove(call_id);
+        self.end_recording(call_id);
         // The figures as they stand when the call ends: what a CDR script reads.
         let mut entries = vec![("result", Bencode::str("ok"))];
         match &call {
@@ -965,6 +985,123 @@ impl Ng {
         match (played, refused) {
             (0, Some(why)) => Err(ApiError::bad(why.to_string())),
             _ => Ok(reply(vec![("result", Bencode::str("ok"))])),
+        }
+    }
+
+    /// After an offer or answer (which may have made members): the call's settings given to
+    /// its members, and its recording to them (begun first when the request said `record call`
+    /// and the gateway records).
+    async fn made_members(&mut self, call_id: &str, record: bool) -> Result<(), ApiError> {
+        self.push_gates(call_id).await;
+        if record && self.gateway.recorder().is_some() {
+            self.recording(call_id, RecordingAction::Start).await?;
+        } else if self.recordings.get(call_id).is_some_and(|r| r.on) {
+            self.push_recording(call_id).await;
+        }
+        Ok(())
+    }
+
+    /// `start recording`, `stop recording`, `pause recording` ([`super::recording`]).
+    async fn recording(
+        &mut self,
+        call_id: &str,
+        action: RecordingAction,
+    ) -> Result<Bencode, ApiError> {
+        let Some(recorder) = self.gateway.recorder() else {
+            return Err(ApiError::bad(
+                "call recording needs recording_dir (secrelay serve --recording-dir DIR)",
+            ));
+        };
+        let call = match self.calls.get(call_id) {
+            Some(Call::Sections(c)) => c,
+            Some(Call::WebRtc(_)) => {
+                return Err(ApiError::bad(
+                    "recording a call with a WebRTC side is not supported",
+                ))
+            }
+            None => return Err(ApiError::not_found(format!("unknown call-id {call_id:?}"))),
+        };
+        match action {
+            RecordingAction::Start => {
+                if !self.recordings.contains_key(call_id) {
+                    let key = recorder.key();
+                    let about = serde_json::json!({
+                        "call_id": call_id,
+                        "from_tag": call.from_tag,
+                        "to_tag": call.to_tag,
+                        "started": std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0.0, |d| d.as_secs_f64()),
+                    });
+                    let file = recorder.open(key, call_id, about);
+                    tracing::info!(call_id, file = %file.display(), "recording");
+                    self.recordings.insert(
+                        call_id.to_owned(),
+                        CallRecording {
+                            key,
+                            members: HashMap::new(),
+                            on: true,
+                        },
+                    );
+                }
+                if let Some(r) = self.recordings.get_mut(call_id) {
+                    r.on = true;
+                }
+                self.push_recording(call_id).await;
+            }
+            RecordingAction::Pause | RecordingAction::Stop => {
+                if let Some(r) = self.recordings.get_mut(call_id) {
+                    r.on = false;
+                    let members: Vec<(String, String)> = r.members.keys().cloned().collect();
+                    for (room, id) in members {
+                        self.gateway.set_recording(&room, &id, None).await;
+                    }
+                }
+                if action == RecordingAction::Stop {
+                    self.end_recording(call_id);
+                }
+            }
+        }
+        Ok(reply(vec![("result", Bencode::str("ok"))]))
+    }
+
+    /// Gives each member of recorded call `call_id` its key (a new member a new one, its
+    /// addresses told to the recorder): what it sends is recorded from now on.
+    async fn push_recording(&mut self, call_id: &str) {
+        let (Some(recorder), Some(Call::Sections(call)), Some(rec)) = (
+            self.gateway.recorder(),
+            self.calls.get(call_id),
+            self.recordings.get_mut(call_id),
+        ) else {
+            return;
+        };
+        let ours = self.gateway.udp_addr().ip();
+        let mut given = Vec::new();
+        for section in call.report_sections() {
+            for m in [section.a, section.b].into_iter().flatten() {
+                let key = *rec
+                    .members
+                    .entry((m.room.clone(), m.id.clone()))
+                    .or_insert_with(|| {
+                        let key = recorder.key();
+                        let from = m.endpoint.unwrap_or_else(|| (ours, 0).into());
+                        recorder.stream(key, rec.key, from, (ours, m.local_port).into());
+                        key
+                    });
+                given.push((m.room, m.id, key));
+            }
+        }
+        for (room, id, key) in given {
+            self.gateway.set_recording(&room, &id, Some(key)).await;
+        }
+    }
+
+    /// Ends call `call_id`'s recording, if it has one: its file closed.
+    fn end_recording(&mut self, call_id: &str) {
+        if let (Some(r), Some(recorder)) =
+            (self.recordings.remove(call_id), self.gateway.recorder())
+        {
+            recorder.close(r.key);
         }
     }
 

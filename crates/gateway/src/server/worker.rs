@@ -159,6 +159,8 @@ pub(crate) struct Shared {
     pub lifecycle: std::sync::OnceLock<tokio::sync::mpsc::Sender<Lifecycle>>,
     /// Lifecycle events dropped because the watcher's queue was full.
     pub lifecycle_dropped: std::sync::atomic::AtomicU64,
+    /// Where recorded calls' packets go (`recording_dir`).
+    pub recorder: Option<Arc<super::recording::Recorder>>,
     /// ICE-TCP connections open, all workers together.
     pub ice_tcp_open: std::sync::atomic::AtomicUsize,
     /// The worker of each participant that joined on another worker than its room's (a
@@ -1005,6 +1007,11 @@ impl Worker {
                     .push(id);
             }
             Event::Connected { handshake } => self.stats.handshake_time.record(handshake),
+            Event::Recorded { key, at, packet } => {
+                if let Some(r) = &self.shared.recorder {
+                    r.packet(key, at, packet);
+                }
+            }
             Event::Sources(ports) => {
                 if let Some(g) = &self.shared.xdp {
                     g.leg_sources(&ports);

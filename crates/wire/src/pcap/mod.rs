@@ -179,6 +179,31 @@ pub(crate) enum BlockOrigin {
     Obsolete,
 }
 
+/// A raw IP frame (link type [`LinkType::RAW`]) of one UDP datagram from `src` to `dst`
+/// carrying `payload`, IPv4 or IPv6 as the addresses are (an IPv4 one of a pair mixed with an
+/// IPv6 one written as IPv4-mapped IPv6), lengths and checksums filled in: what a recording
+/// writes for a datagram it did not capture off a wire.
+pub fn udp_frame(src: std::net::SocketAddr, dst: std::net::SocketAddr, payload: &[u8]) -> Vec<u8> {
+    use std::net::IpAddr;
+    let v6 = |ip: IpAddr| match ip {
+        IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
+        IpAddr::V6(a) => a.octets(),
+    };
+    let builder = match (src.ip(), dst.ip()) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            etherparse::PacketBuilder::ipv4(s.octets(), d.octets(), 64)
+        }
+        (s, d) => etherparse::PacketBuilder::ipv6(v6(s), v6(d), 64),
+    }
+    .udp(src.port(), dst.port());
+    let mut out = Vec::with_capacity(builder.size(payload.len()));
+    // Writing into a Vec fails only for a payload too long for one datagram: cut to fit.
+    let max = 65_535 - 48;
+    let payload = &payload[..payload.len().min(max)];
+    let _ = builder.write(&mut out, payload);
+    out
+}
+
 /// One captured frame: where and when it was captured, its bytes, and the
 /// location of its UDP datagram if it has a well-formed one.
 #[derive(Debug, Clone)]
@@ -382,5 +407,27 @@ impl Capture {
     /// How many packets have no usable UDP datagram.
     pub fn non_udp_count(&self) -> usize {
         self.packets.iter().filter(|p| p.udp().is_none()).count()
+    }
+}
+
+#[cfg(test)]
+mod udp_frame_tests {
+    use super::*;
+
+    #[test]
+    fn a_made_frame_reads_back_as_the_datagram_in_both_families() {
+        for (src, dst) in [
+            ("192.0.2.7:5004", "198.51.100.1:30000"),
+            ("[2001:db8::7]:5004", "[2001:db8::1]:30000"),
+            ("192.0.2.7:5004", "[2001:db8::1]:30000"),
+        ] {
+            let (src, dst) = (src.parse().unwrap(), dst.parse().unwrap());
+            let frame = udp_frame(src, dst, b"rtp here");
+            let p = CapturedPacket::new(LinkType::RAW, 1, frame);
+            assert_eq!(p.udp_payload(), Some(&b"rtp here"[..]));
+            let at = p.udp().unwrap();
+            assert_eq!(at.src().port(), 5004);
+            assert_eq!(at.dst().port(), 30000);
+        }
     }
 }

@@ -10,6 +10,9 @@
 //!   call-wide unblock).
 //! - `play DTMF` as the caller, to a callee with telephone-events and to one without: the same
 //!   digit reaches the callee through both, as events and as tones.
+//! - `start recording` and `stop recording` in an SDES call (rtpengine with
+//!   `--recording-method=pcap`): both files hold the same packets, decrypted, those sent while
+//!   the call was recorded and no others.
 //!
 //! Without rtpengine the tests fail under CI (`CI` set) and say SKIPPED elsewhere.
 
@@ -207,6 +210,125 @@ fn block_silence_and_unblock_as_rtpengine_does() {
         assert_eq!(ours, want, "{name}");
     }
     assert_eq!(mine.len(), expected.len());
+}
+
+/// The RTP in the pcap files under `dir` (any depth): per first payload octet, how many
+/// packets (RTCP left out).
+fn recorded(dir: &std::path::Path) -> std::collections::BTreeMap<u8, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(d) = folders.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|x| x == "pcap") {
+                let capture = secrelay_wire::pcap::Capture::parse(&std::fs::read(&path).unwrap())
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                for p in &capture.packets {
+                    let Some(rtp) = p.udp_payload().and_then(|u| RtpHeader::parse(u).ok()) else {
+                        continue;
+                    };
+                    if rtp.payload_type() < 64 {
+                        if let Some(&first) = rtp.payload().first() {
+                            *counts.entry(first).or_default() += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    counts
+}
+
+/// An SDES call through `ng` recorded between `start recording` and `stop recording`: 10
+/// packets each way before, 20 while, 10 after; then deleted.
+fn record_script(ng: &mut Ng, id: &str) {
+    use secrelay_lab::failover::PhoneCall;
+    let mut call = PhoneCall::open(
+        ng,
+        id,
+        Some(secrelay_srtp::Profile::AesCm128HmacSha1_80),
+        0x6a7e_0100,
+        1000,
+    )
+    .unwrap();
+    let talk = |call: &mut PhoneCall, n: usize| {
+        for _ in 0..n {
+            call.exchange().unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    talk(&mut call, 10);
+    ng.call(req("start recording", id, &[])).unwrap();
+    talk(&mut call, 20);
+    ng.call(req("stop recording", id, &[])).unwrap();
+    talk(&mut call, 10);
+    ng.call(command("delete", id, "caller", None, None))
+        .unwrap();
+}
+
+#[test]
+fn a_recorded_sdes_call_holds_the_same_decrypted_packets_as_rtpengines() {
+    let test = "a_recorded_sdes_call_holds_the_same_decrypted_packets_as_rtpengines";
+    let (theirs_dir, ours_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let extra = [
+        format!("--recording-dir={}", theirs_dir.path().display()),
+        "--recording-method=pcap".to_owned(),
+    ];
+    let Some(mut rtpengine) = lab_support::start_rtpengine_with(test, (44000, 44499), &extra)
+    else {
+        return;
+    };
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 1,
+        rtp_ports: "44500-44999".into(),
+        drain_secs: 0.1,
+        recording_dir: Some(ours_dir.path().to_owned()),
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let mut ours = Ng::new(server.ng_addr().unwrap()).unwrap();
+    record_script(&mut rtpengine.ng, "rec-rtpe@test");
+    record_script(&mut ours, "rec-ours@test");
+    // The files are written by threads of their own: a moment for them to close.
+    let until = Instant::now() + Duration::from_secs(3);
+    let (mut theirs, mut mine) = (recorded(theirs_dir.path()), recorded(ours_dir.path()));
+    while (theirs.values().sum::<usize>() < 40 || mine.values().sum::<usize>() < 40)
+        && Instant::now() < until
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        (theirs, mine) = (recorded(theirs_dir.path()), recorded(ours_dir.path()));
+    }
+    // The caller's packets (0xc1…) and the callee's (0xb0…), decrypted, 20 each.
+    let want = std::collections::BTreeMap::from([(0xb0, 20), (0xc1, 20)]);
+    assert_eq!(theirs, want, "rtpengine's recording");
+    assert_eq!(mine, want, "secrelay's recording");
+    // Ours says what it holds.
+    let about: Vec<serde_json::Value> = std::fs::read_dir(ours_dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .map(|e| serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap())
+        .collect();
+    assert_eq!(about.len(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(ours_dir.path()).unwrap().flatten() {
+        let mode = e.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            mode,
+            0o600,
+            "{}: the call's media in clear",
+            e.path().display()
+        );
+    }
+    assert_eq!(about[0]["call_id"], "rec-ours@test");
+    assert_eq!(about[0]["packets"], 40);
+    assert!(about[0]["ended"].as_f64().unwrap() >= about[0]["started"].as_f64().unwrap());
 }
 
 /// What a callee got of a digit played as the caller (`play DTMF`): the digits of its
