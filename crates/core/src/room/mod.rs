@@ -248,8 +248,8 @@ struct Scratch {
     mix_at: Vec<u32>,
     /// The members whose deadline came, in a call to [`Room::handle_timeout`].
     due: Vec<u32>,
-    /// A silenced member's packets of a run, their payloads silence ([`gate`]).
-    quiet: Vec<u8>,
+    /// A run's packets made again: silence or DTMF in place of audio ([`gate`], [`inject`]).
+    made: Vec<u8>,
 }
 
 /// A room. See the [module documentation](self).

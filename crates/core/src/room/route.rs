@@ -100,11 +100,11 @@ impl Room {
             self.route_member_run(ix, run, out);
             return true;
         }
-        let mut made = std::mem::take(&mut self.scratch.quiet);
+        let mut made = std::mem::take(&mut self.scratch.made);
         let rewritten = self.rewrite_run(ix, run, &mut made);
         self.route_member_run(ix, &rewritten, out);
         drop(rewritten);
-        self.scratch.quiet = made;
+        self.scratch.made = made;
         true
     }
 
