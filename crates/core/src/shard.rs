@@ -543,6 +543,8 @@ pub struct ParticipantSnapshot {
     /// Where its media goes now: the remote address of the ICE pair in use (a telephony
     /// leg's: the address it sends to), and over what.
     pub path: Option<MediaPath>,
+    /// What of its media its room passes on ([`crate::room::Gate`]: blocked, silenced).
+    pub gate: crate::room::Gate,
 }
 
 /// Where a participant's media goes, and over what.
@@ -2695,6 +2697,21 @@ impl Shard {
             .is_some_and(|s| s.room.set_gate(member.id(), gate))
     }
 
+    /// Changes what of member `id` of `room`'s media its room passes on with `change`; the
+    /// gate it has now, `None` if there is no member by that id.
+    pub fn change_gate(
+        &mut self,
+        room: &str,
+        id: &str,
+        change: impl FnOnce(&mut crate::room::Gate),
+    ) -> Option<crate::room::Gate> {
+        let (slot, member) = self.find(room, id)?;
+        let s = self.rooms[slot].as_mut()?;
+        let mut gate = s.room.gate(member.id())?;
+        change(&mut gate);
+        s.room.set_gate(member.id(), gate).then_some(gate)
+    }
+
     /// Records what member `id` of `room` sends under `key` ([`Event::Recorded`]), or stops
     /// with `None` ([`Room::set_recording`]); `false` if there is no member by that id.
     pub fn set_recording(&mut self, room: &str, id: &str, key: Option<u64>) -> bool {
@@ -2821,6 +2838,7 @@ impl Shard {
                 let rtcp = s.room.rtcp_figures(m).unwrap_or_default();
                 let mut p = participant_snapshot(now, leg, session, rtcp);
                 p.bandwidth = s.room.bandwidth(m);
+                p.gate = s.room.gate(m).unwrap_or_default();
                 // A publisher's id as the signaling knows it.
                 let id_of = |who| {
                     s.room
@@ -2977,5 +2995,6 @@ fn participant_snapshot(
             remote,
             transport: "udp",
         }),
+        gate: crate::room::Gate::default(),
     }
 }

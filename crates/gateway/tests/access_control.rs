@@ -816,6 +816,9 @@ fn routes() -> Vec<Route> {
     fn data() -> String {
         r#"{"label": "chat", "text": "hello"}"#.into()
     }
+    fn gate() -> String {
+        r#"{"block_dtmf": true}"#.into()
+    }
     const SDP_H: &[(&str, &str)] = &[SDP];
     const JSON_H: &[(&str, &str)] = &[JSON];
     const FRAG_H: &[(&str, &str)] = &[FRAG, ("If-Match", "{etag}")];
@@ -964,6 +967,15 @@ fn routes() -> Vec<Route> {
             method: "POST",
             path: "/api/rooms/r/data",
             body: Some(data),
+            headers: JSON_H,
+            session: true,
+            want: [401, 403, 403, 200, 200, 401, 403, 401],
+        },
+        Route {
+            name: "PATCH /api/rooms/{room}/participants/{id}",
+            method: "PATCH",
+            path: "/api/rooms/r/participants/{id}",
+            body: Some(gate),
             headers: JSON_H,
             session: true,
             want: [401, 403, 403, 200, 200, 401, 403, 401],

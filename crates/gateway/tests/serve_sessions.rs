@@ -390,3 +390,85 @@ fn a_layer_for_nobody_is_404_and_a_layer_nobody_sends_is_400() {
     assert_eq!(put("nobody"), 404);
     assert_eq!(put(&id), 400);
 }
+
+/// `PATCH /api/rooms/{room}/participants/{id}` (the admin muting someone): with
+/// `block_media` its peers stop hearing it while it still hears them, and again once it is
+/// unset; the room's figures show the gate; the route is the admin's, names what a bad body
+/// gets wrong, and says when there is no such participant.
+#[test]
+fn an_admin_blocks_a_participants_media_and_its_peers_stop_hearing_it() {
+    let s = start(30.0);
+    let sig = signaling(&s);
+    let epoch = Instant::now();
+    let mut group = vec![
+        SimParticipant::join(&sig, "moderated", Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, "moderated", Leg::Join, LOCAL, epoch).unwrap(),
+    ];
+    assert!(until_all_hear(&mut group, 20));
+    let id = group[0].location.rsplit('/').next().unwrap().to_owned();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let admin = format!("Bearer {}", s.admin_key().expose());
+    let patch = |who: &str, body: &str, auth: Option<&str>| {
+        let mut req = agent
+            .patch(&format!(
+                "{}/api/rooms/moderated/participants/{who}",
+                s.url()
+            ))
+            .header("Content-Type", "application/json");
+        if let Some(a) = auth {
+            req = req.header("Authorization", a);
+        }
+        let mut r = req.send(body).unwrap();
+        let status = r.status().as_u16();
+        (status, r.body_mut().read_to_string().unwrap_or_default())
+    };
+    // Blocked: the other hears nothing more of it (what was in flight aside), it goes on
+    // hearing the other.
+    let (status, body) = patch(&id, r#"{"block_media": true}"#, Some(&admin));
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["gate"]["block_media"], true, "{v}");
+    assert_eq!(v["gate"]["block_dtmf"], false, "{v}");
+    SimParticipant::drive_until(&mut group, Duration::from_millis(300), |_| false).unwrap();
+    let (heard_by_other, heard_by_it) = (group[1].received(), group[0].received());
+    SimParticipant::drive_until(&mut group, Duration::from_secs(1), |_| false).unwrap();
+    assert!(
+        group[1].received() <= heard_by_other + 2,
+        "still heard: {} then {}",
+        heard_by_other,
+        group[1].received()
+    );
+    assert!(group[0].received() > heard_by_it + 10, "it still hears");
+    assert!(dropped(&s, "media_blocked") > 10);
+    let (status, body) = sig.get("/api/rooms/moderated").unwrap();
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let gates: Vec<bool> = v["participants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["gate"]["block_media"] == true)
+        .collect();
+    assert_eq!(gates.iter().filter(|g| **g).count(), 1, "{v}");
+    // Unset (the other fields as they were): heard again.
+    let (status, body) = patch(&id, r#"{"block_media": false}"#, Some(&admin));
+    assert_eq!(status, 200, "{body}");
+    let again = group[1].received();
+    assert!(
+        SimParticipant::drive_until(&mut group, Duration::from_secs(10), |g| g[1].received()
+            > again + 10)
+        .unwrap(),
+        "heard again"
+    );
+    // The route's refusals.
+    let (status, _) = patch(&id, r#"{"block_media": true}"#, None);
+    assert_eq!(status, 401, "the admin's route");
+    let (status, body) = patch(&id, r#"{"mute": true}"#, Some(&admin));
+    assert_eq!(status, 400);
+    assert!(body.contains("mute"), "{body}");
+    let (status, _) = patch("nobody", r#"{"block_media": true}"#, Some(&admin));
+    assert_eq!(status, 404);
+}

@@ -456,7 +456,10 @@ pub(crate) fn router(
         )
         .route("/api/cluster/handover", post(hand_over))
         .route("/api/rooms/{room}", get(api_room).patch(api_room_settings))
-        .route("/api/rooms/{room}/participants/{id}", delete(api_remove))
+        .route(
+            "/api/rooms/{room}/participants/{id}",
+            delete(api_remove).patch(api_participant),
+        )
         .route("/api/rooms/{room}/data", post(api_send_data))
         .route(
             "/api/rooms/{room}/participants/{id}/layer",
@@ -1615,6 +1618,62 @@ async fn api_remove(
     remove(s, room, id, StatusCode::NO_CONTENT).await
 }
 
+/// The body of `PATCH /api/rooms/{room}/participants/{id}`: what of the participant's media
+/// its room passes on, each field given set, the others as they were.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct GatePatch {
+    /// Drop its media (everything but DTMF).
+    block_media: Option<bool>,
+    /// Send its audio on as silence (its other media dropped).
+    silence_media: Option<bool>,
+    /// Drop its DTMF (telephone-events).
+    block_dtmf: Option<bool>,
+}
+
+impl GatePatch {
+    /// Sets the fields it names.
+    pub(crate) fn apply(self, g: &mut secrelay_core::room::Gate) {
+        let set = |to: &mut bool, v: Option<bool>| *to = v.unwrap_or(*to);
+        set(&mut g.block_media, self.block_media);
+        set(&mut g.silence_media, self.silence_media);
+        set(&mut g.block_dtmf, self.block_dtmf);
+    }
+}
+
+/// A `PATCH …/participants/{id}` body, or the reason it is refused (400).
+fn gate_patch(body: &[u8]) -> Result<GatePatch, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad(format!(
+            "the body must be JSON {{\"block_media\", \"silence_media\", \"block_dtmf\":              true or false, each optional}}: {e}"
+        ))
+    })
+}
+
+/// Changes what of a participant's media its room passes on (a moderator muting someone):
+/// 200 with its gate now, 404 if there is no such participant, 400 with the reason.
+async fn api_participant(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
+    }
+    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+        return e.into_response();
+    }
+    let patch = match gate_patch(body.as_bytes()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    match s.gateway.patch_gate(&room, &id, patch).await {
+        Some(gate) => axum::Json(serde_json::json!({ "gate": gate })).into_response(),
+        None => ApiError::not_found(format!("no participant {id} in room {room}")).into_response(),
+    }
+}
+
 /// The body of `POST /api/rooms/{room}/data`: one message from the server.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1829,9 +1888,10 @@ async fn healthz(State(s): State<AppState>) -> Response {
 /// …/layer`, 2 `POST /rooms/{room}/rtp/offer`); Ok with what it asks for, or the reason a
 /// client is answered 400.
 pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, ApiError> {
-    match which % 3 {
+    match which % 4 {
         0 => room_settings(body).map(|m| format!("{m:?}")),
         1 => layer_choice(body).map(|c| format!("{c:?}")),
+        3 => gate_patch(body).map(|p| format!("{p:?}")),
         _ => serde_json::from_slice::<OfferRequest>(body)
             .map_err(|e| ApiError::bad(format!("bad request: {e}")))?
             .spec(&[secrelay_srtp::Profile::AesCm128HmacSha1_80])

@@ -56,7 +56,8 @@ pub mod fuzzing {
 
     /// The HTTP API's JSON request bodies, as the handlers parse and check them: `which`
     /// picks one (0 `PATCH /api/rooms/{room}`, 1 `PUT …/layer`, 2 `POST
-    /// /rooms/{room}/rtp/offer`); what it asks for, or the reason a client gets 400.
+    /// /rooms/{room}/rtp/offer`, 3 `PATCH /api/rooms/{room}/participants/{id}`); what it asks
+    /// for, or the reason a client gets 400.
     pub fn http_json_body(which: u8, body: &[u8]) -> Result<String, super::ApiError> {
         super::http::parse_json_body(which, body)
     }
@@ -296,6 +297,7 @@ use crate::transcode::MixSettings;
 pub use banner::{Banner, BannerReader, Trust};
 pub use config::{ConfigError, MediaIo, RoomConfig, ServeConfig};
 use directory::Directory;
+use http::GatePatch;
 use ports::PortPool;
 pub use process::BuildInfo;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -1242,6 +1244,21 @@ impl Gateway {
         })
         .await
         .unwrap_or(false)
+    }
+
+    /// Sets the gate fields `patch` names of participant `id` of `room`, the others as they
+    /// were ([`Shard::change_gate`]); its gate now, `None` if there is none by that id.
+    pub(crate) async fn patch_gate(
+        &self,
+        room: &str,
+        id: &str,
+        patch: GatePatch,
+    ) -> Option<secrelay_core::room::Gate> {
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.change_gate(room, id, |g| patch.apply(g))
+        })
+        .await
+        .flatten()
     }
 
     /// The call recorder, when `recording_dir` is set.
