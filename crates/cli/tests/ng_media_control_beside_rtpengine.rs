@@ -57,6 +57,24 @@ fn req(name: &str, id: &str, extra: &[(&str, &str)]) -> Vec<(String, Bencode)> {
     d
 }
 
+/// secrelay on media ports `ports` of its own (recording into `recording_dir` when given), and
+/// an ng client of it.
+fn secrelay(ports: &str, recording_dir: Option<&std::path::Path>) -> (Server, Ng) {
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 1,
+        rtp_ports: ports.into(),
+        drain_secs: 0.1,
+        recording_dir: recording_dir.map(ToOwned::to_owned),
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    (server, ng)
+}
+
 /// One phase: each phone sends [`FRAMES`] of speech and a DTMF event (digit 5, its end);
 /// what each heard of the other (caller's, callee's).
 fn phase(phones: &mut [SocketPhone; 2]) -> [Heard; 2] {
@@ -173,17 +191,7 @@ fn block_silence_and_unblock_as_rtpengine_does() {
     let Some(mut rtpengine) = lab_support::start_rtpengine(test, (45000, 45499)) else {
         return;
     };
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        workers: 1,
-        rtp_ports: "45500-45999".into(),
-        drain_secs: 0.1,
-        ..ServeConfig::default()
-    })
-    .unwrap();
-    let mut ours = Ng::new(server.ng_addr().unwrap()).unwrap();
+    let (_server, mut ours) = secrelay("45500-45999", None);
 
     let theirs = script(&mut rtpengine.ng, "gate-rtpengine@test");
     let mine = script(&mut ours, "gate-secrelay@test");
@@ -281,18 +289,7 @@ fn a_recorded_sdes_call_holds_the_same_decrypted_packets_as_rtpengines() {
     else {
         return;
     };
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        workers: 1,
-        rtp_ports: "44500-44999".into(),
-        drain_secs: 0.1,
-        recording_dir: Some(ours_dir.path().to_owned()),
-        ..ServeConfig::default()
-    })
-    .unwrap();
-    let mut ours = Ng::new(server.ng_addr().unwrap()).unwrap();
+    let (_server, mut ours) = secrelay("44500-44999", Some(ours_dir.path()));
     record_script(&mut rtpengine.ng, "rec-rtpe@test");
     record_script(&mut ours, "rec-ours@test");
     // The files are written by threads of their own: a moment for them to close.
@@ -398,7 +395,7 @@ fn play_script(ng: &mut Ng, id: &str, callee_events: bool) -> Played {
             .iter()
             .map(|d| (d.char().unwrap_or('?'), d.duration, d.complete))
             .collect(),
-        tones: digits_heard(&pcm),
+        tones: secrelay_media::inband::digits_heard(&pcm, 8000),
     }
 }
 
@@ -410,37 +407,13 @@ fn ulaw(b: u8) -> i16 {
     out[0]
 }
 
-/// The DTMF digits heard in 8 kHz `pcm`, each once.
-fn digits_heard(pcm: &[i16]) -> String {
-    let mut d = secrelay_media::inband::Detector::new(8000);
-    let (mut out, mut last) = (String::new(), None);
-    for frame in pcm.chunks(160) {
-        let now = d.push(frame).map(|h| h.event);
-        if now.is_some() && now != last {
-            out.extend(now.and_then(secrelay_media::dtmf::char_for_event));
-        }
-        last = now;
-    }
-    out
-}
-
 #[test]
 fn play_dtmf_reaches_the_far_end_as_rtpengine_sends_it() {
     let test = "play_dtmf_reaches_the_far_end_as_rtpengine_sends_it";
     let Some(mut rtpengine) = lab_support::start_rtpengine(test, (46000, 46499)) else {
         return;
     };
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        workers: 1,
-        rtp_ports: "46500-46999".into(),
-        drain_secs: 0.1,
-        ..ServeConfig::default()
-    })
-    .unwrap();
-    let mut ours = Ng::new(server.ng_addr().unwrap()).unwrap();
+    let (_server, mut ours) = secrelay("46500-46999", None);
     for callee_events in [true, false] {
         let theirs = play_script(
             &mut rtpengine.ng,

@@ -480,6 +480,35 @@ fn baresip_ua(
     )
 }
 
+/// Waits (10 s at most) until the baresip user agent in `dir` says it is ready.
+fn wait_ready(dir: &Path) {
+    let start = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(dir.join("log"))
+        .unwrap_or_default()
+        .contains("baresip is ready")
+    {
+        assert!(
+            Instant::now() < start,
+            "baresip in {} did not start",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// [`heard`] once the user agent in `dir` wrote its dump out (it does when the BYE ends its
+/// call: 10 s at most for more than 2 s of audio).
+fn dumped(dir: &Path) -> (Vec<i16>, u32) {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (pcm, rate) = heard(dir);
+        if pcm.len() > rate as usize * 2 || Instant::now() > until {
+            return (pcm, rate);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// What the baresip user agent in `dir` decoded in its call (the `sndfile` module's dump of
 /// the decoder's side).
 fn heard(dir: &Path) -> (Vec<i16>, u32) {
@@ -559,16 +588,7 @@ fn kamailio_transcodes_an_opus_only_caller_to_a_pcma_only_callee_and_back() {
         (450.0, 8000),
         &["-t", "30"],
     );
-    let ready = |d: &Path| {
-        std::fs::read_to_string(d.join("log"))
-            .unwrap_or_default()
-            .contains("baresip is ready")
-    };
-    let start = Instant::now() + Duration::from_secs(10);
-    while !ready(&dir.join("callee")) {
-        assert!(Instant::now() < start, "the callee's baresip did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_ready(&dir.join("callee"));
     // The caller: Opus only, a 1 kHz tone at 48 kHz; dials through the proxy, quits after 8 s.
     let dial = format!("/dial sip:callee@127.0.0.1:{}", proxy.sip);
     let mut caller = baresip_ua(
@@ -595,15 +615,7 @@ fn kamailio_transcodes_an_opus_only_caller_to_a_pcma_only_callee_and_back() {
     };
     // Each heard the other's tone, in its own codec.
     for (who, want, other) in [("callee", 1000.0, 450.0), ("caller", 450.0, 1000.0)] {
-        // The callee writes its dump out when the caller's BYE ends its call: give it a moment.
-        let until = Instant::now() + Duration::from_secs(10);
-        let (pcm, rate) = loop {
-            let (pcm, rate) = heard(&dir.join(who));
-            if pcm.len() > rate as usize * 2 || Instant::now() > until {
-                break (pcm, rate);
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
+        let (pcm, rate) = dumped(&dir.join(who));
         assert!(
             pcm.len() > rate as usize * 2,
             "the {who} heard {} samples at {rate} Hz\n{}",
@@ -908,40 +920,16 @@ fn kamailio_plays_a_sip_info_digit_into_the_callers_audio_through_secrelay() {
         (450.0, 8000),
         &["-t", "30"],
     );
-    let start = Instant::now() + Duration::from_secs(10);
-    while !std::fs::read_to_string(dir.join("callee/log"))
-        .unwrap_or_default()
-        .contains("baresip is ready")
-    {
-        assert!(Instant::now() < start, "the callee's baresip did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_ready(&dir.join("callee"));
     proxy.call_with(
         &sipp,
         &repo().join("interop/sip/uac_info.xml"),
         &dir.join("uac.msg"),
     );
-    // The callee writes its dump out when the BYE ends its call: give it a moment.
-    let until = Instant::now() + Duration::from_secs(10);
-    let (pcm, rate) = loop {
-        let (pcm, rate) = heard(&dir.join("callee"));
-        if pcm.len() > rate as usize * 2 || Instant::now() > until {
-            break (pcm, rate);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let (pcm, rate) = dumped(&dir.join("callee"));
     assert_eq!(rate, 8000, "the callee's dump");
-    let mut detector = secrelay_media::inband::Detector::new(rate);
-    let (mut digits, mut last) = (String::new(), None);
-    for frame in pcm.chunks(160) {
-        let now = detector.push(frame).map(|h| h.event);
-        if now.is_some() && now != last {
-            digits.extend(now.and_then(secrelay_media::dtmf::char_for_event));
-        }
-        last = now;
-    }
     assert_eq!(
-        digits,
+        secrelay_media::inband::digits_heard(&pcm, rate),
         "5",
         "the digits the callee heard; Kamailio:\n{}",
         proxy.log()

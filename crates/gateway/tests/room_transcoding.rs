@@ -10,6 +10,7 @@ use secrelay_gateway::shard::JoinKind;
 use secrelay_gateway::transcode::MixSettings;
 use secrelay_media::dtmf::{DtmfCollector, DtmfGenerator};
 use secrelay_media::g711::{Pcma, Pcmu};
+use secrelay_media::inband::digits_heard;
 use secrelay_media::opus::Opus;
 use secrelay_media::{tone, Codec};
 use secrelay_srtp::Profile;
@@ -517,21 +518,6 @@ fn without_dtmf_transcoding_audio_of_one_codec_is_relayed() {
         "relayed as sent"
     );
     assert_eq!(h.phone_counters(with).unwrap().transcoded, 0);
-}
-
-/// The DTMF digits heard in `pcm`, each once.
-fn digits_heard(pcm: &[i16], rate: u32) -> String {
-    let mut d = secrelay_media::inband::Detector::new(rate);
-    let mut out = String::new();
-    let mut last = None;
-    for frame in pcm.chunks(rate as usize / 50) {
-        let now = d.push(frame).map(|h| h.event);
-        if now.is_some() && now != last {
-            out.extend(now.and_then(secrelay_media::dtmf::char_for_event));
-        }
-        last = now;
-    }
-    out
 }
 
 #[test]

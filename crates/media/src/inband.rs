@@ -184,6 +184,21 @@ impl Detector {
     }
 }
 
+/// The DTMF digits heard in `pcm` (mono, at `rate` Hz), each once where it begins: a
+/// [`Detector`] fed 20 ms at a time. What a test or a tool reads a call's audio for.
+pub fn digits_heard(pcm: &[i16], rate: u32) -> String {
+    let mut d = Detector::new(rate);
+    let (mut out, mut last) = (String::new(), None);
+    for frame in pcm.chunks((rate as usize / 50).max(1)) {
+        let now = d.push(frame).map(|h| h.event);
+        if now.is_some() && now != last {
+            out.extend(now.and_then(dtmf::char_for_event));
+        }
+        last = now;
+    }
+    out
+}
+
 /// Renders a telephone-event as its two tones, phase-continuous from one call to the next.
 #[derive(Debug, Clone)]
 pub struct ToneSynth {

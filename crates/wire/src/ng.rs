@@ -690,6 +690,33 @@ fn gate(command: &str, e: &[(String, &Bencode)]) -> Result<GateRequest, NgError>
             }
         }
     }
+    let who = chosen(e)?;
+    let to_tag = get("to-tag").map(|v| text("to-tag", v)).transpose()?;
+    if to_tag.is_some() && who.from_tag.is_none() {
+        return Err(NgError::MissingKey("from-tag"));
+    }
+    Ok(GateRequest {
+        call_id: who.call_id,
+        from_tag: who.from_tag,
+        to_tag,
+        what,
+        stop,
+        all: who.all,
+    })
+}
+
+/// Who a media-control command is about: its call, the participant named by `from-tag`, and
+/// whether it says `all` (the key `all: all`, or `all` in its flags).
+struct Chosen {
+    call_id: String,
+    from_tag: Option<String>,
+    all: bool,
+}
+
+/// [`Chosen`] from a command's entries; a participant named any other way (`address`,
+/// `label`) or flows of rtpengine's subscriptions (other `all` values) refused.
+fn chosen(e: &[(String, &Bencode)]) -> Result<Chosen, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
     for key in ["address", "label", "from-label", "to-label"] {
         if get(key).is_some() {
             return Err(NgError::Unsupported(
@@ -714,21 +741,12 @@ fn gate(command: &str, e: &[(String, &Bencode)]) -> Result<GateRequest, NgError>
     if let Some(flags) = get("flags") {
         all |= list("flags", flags)?.iter().any(|f| norm(f) == "all");
     }
-    let tag = |k: &'static str| get(k).map(|v| text(k, v)).transpose();
-    let from_tag = tag("from-tag")?;
-    let to_tag = tag("to-tag")?;
-    if to_tag.is_some() && from_tag.is_none() {
-        return Err(NgError::MissingKey("from-tag"));
-    }
-    Ok(GateRequest {
+    Ok(Chosen {
         call_id: text(
             "call-id",
             get("call-id").ok_or(NgError::MissingKey("call-id"))?,
         )?,
-        from_tag,
-        to_tag,
-        what,
-        stop,
+        from_tag: get("from-tag").map(|v| text("from-tag", v)).transpose()?,
         all,
     })
 }
@@ -775,29 +793,13 @@ fn play_dtmf(e: &[(String, &Bencode)]) -> Result<PlayDtmfRequest, NgError> {
         .unwrap_or(-8)
         .unsigned_abs()
         .min(63) as u8;
-    for key in ["address", "label", "from-label"] {
-        if get(key).is_some() {
-            return Err(NgError::Unsupported(
-                "selecting a participant other than by from-tag",
-                key.to_owned(),
-            ));
-        }
-    }
-    let all = get("all").is_some_and(|v| text("all", v).is_ok_and(|t| norm(&t) == "all"))
-        || get("flags")
-            .map(|f| list("flags", f))
-            .transpose()?
-            .is_some_and(|f| f.iter().any(|f| norm(f) == "all"));
-    let from_tag = get("from-tag").map(|v| text("from-tag", v)).transpose()?;
-    if from_tag.is_none() && !all {
+    let who = chosen(e)?;
+    if who.from_tag.is_none() && !who.all {
         return Err(NgError::MissingKey("from-tag"));
     }
     Ok(PlayDtmfRequest {
-        call_id: text(
-            "call-id",
-            get("call-id").ok_or(NgError::MissingKey("call-id"))?,
-        )?,
-        from_tag: if all { None } else { from_tag },
+        call_id: who.call_id,
+        from_tag: if who.all { None } else { who.from_tag },
         event,
         duration_ms: ms("duration", 250)?,
         volume,

@@ -1645,7 +1645,8 @@ impl GatePatch {
 fn gate_patch(body: &[u8]) -> Result<GatePatch, ApiError> {
     serde_json::from_slice(body).map_err(|e| {
         ApiError::bad(format!(
-            "the body must be JSON {{\"block_media\", \"silence_media\", \"block_dtmf\":              true or false, each optional}}: {e}"
+            "the body must be JSON {{\"block_media\", \"silence_media\", \"block_dtmf\": \
+             true or false, each optional}}: {e}"
         ))
     })
 }
