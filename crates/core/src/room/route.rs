@@ -86,13 +86,13 @@ impl Room {
         };
         let m = &self.members[ix];
         if let Some(key) = m.recording {
+            // Copies of their own (they leave the room for the recorder's thread and never
+            // come back): the pool's buffers stay with the copies that return to it.
             for p in run {
-                let mut buf = out.buffer();
-                buf.extend_from_slice(p.rtp);
                 out.push(Out::Record {
                     key,
                     at: p.received,
-                    buf,
+                    buf: p.rtp.to_vec(),
                 });
             }
         }
