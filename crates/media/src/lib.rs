@@ -22,6 +22,8 @@
 //!   (N−1 sums, saturating, i16 or f32), [`transcode::Transcoder`] (decode → resample →
 //!   re-frame → encode with its own sequence numbers and timestamps, telephone-events
 //!   carried across), and [`tone`] (tones, Goertzel, SNR: what tests measure audio with).
+//! - [`clip::Clip`]: an audio file (WAV, MP3, FLAC) decoded to mono PCM, for playing into a
+//!   call.
 //!
 //! ```
 //! use secrelay_media::{Registry, transcode::{InPacket, Transcoder}};
@@ -37,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 pub mod amr;
+pub mod clip;
 pub mod cn;
 pub mod dtmf;
 pub mod g711;
