@@ -118,11 +118,14 @@ pub enum DropReason {
     MediaBlocked,
     /// Telephone-events from a member whose DTMF the signaling blocked (ng `block DTMF`).
     DtmfBlocked,
+    /// Audio for a member that media is being played to (ng `play media`): what it would have
+    /// heard is not sent while the file plays in its place.
+    PlayedOver,
 }
 
 impl DropReason {
     /// Every reason, in the order the metrics list them.
-    pub const ALL: [DropReason; 36] = [
+    pub const ALL: [DropReason; 37] = [
         DropReason::UnknownSource,
         DropReason::AuthFailed,
         DropReason::Replayed,
@@ -159,6 +162,7 @@ impl DropReason {
         DropReason::HandshakeLimit,
         DropReason::MediaBlocked,
         DropReason::DtmfBlocked,
+        DropReason::PlayedOver,
     ];
 
     /// The label in `/metrics` (`secrelay_drops_total{reason=…}`), the API and the demo.
@@ -200,6 +204,7 @@ impl DropReason {
             DropReason::HandshakeLimit => "handshake_limit",
             DropReason::MediaBlocked => "media_blocked",
             DropReason::DtmfBlocked => "dtmf_blocked",
+            DropReason::PlayedOver => "played_over",
         }
     }
 

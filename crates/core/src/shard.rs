@@ -1752,6 +1752,8 @@ impl Shard {
                     s.room.handle_timeout(now, out);
                     // A mixing room's mixes due by now, protected and sent as routed copies.
                     s.room.mix_due(now, out);
+                    // Media played to members, due by now.
+                    s.room.play_due(now, out);
                 }
                 self.settle(slot);
             }));
@@ -2738,6 +2740,37 @@ impl Shard {
             .as_mut()
             .ok_or(crate::room::PlayError::NoMember)?;
         s.room.play_dtmf(member.id(), digit)
+    }
+
+    /// Plays `media` to member `id` of `room` from `now` ([`Room::play_media`]): how long one
+    /// play of it lasts.
+    pub fn play_media(
+        &mut self,
+        now: Instant,
+        room: &str,
+        id: &str,
+        media: crate::room::PlayMedia,
+    ) -> Result<std::time::Duration, crate::room::PlayError> {
+        let (slot, member) = self
+            .find(room, id)
+            .ok_or(crate::room::PlayError::NoMember)?;
+        let s = self.rooms[slot]
+            .as_mut()
+            .ok_or(crate::room::PlayError::NoMember)?;
+        let length = s.room.play_media(member.id(), media, now)?;
+        // Its first packet is due now: the room's deadline moved.
+        self.settle(slot);
+        Ok(length)
+    }
+
+    /// Stops what is played to member `id` of `room` ([`Room::stop_media`]): `None` if there
+    /// is no such member, `Some(None)` if nothing was played to it.
+    pub fn stop_media(&mut self, room: &str, id: &str) -> Option<Option<u64>> {
+        let (slot, member) = self.find(room, id)?;
+        let s = self.rooms[slot].as_mut()?;
+        let frames = s.room.stop_media(member.id());
+        self.settle(slot);
+        Some(frames)
     }
 
     /// Ends member `id` of `room` without a word to its peer, its call handed to another node

@@ -1141,3 +1141,107 @@ fn dtmf_played_as_a_participant_reaches_each_receiver_in_its_own_way() {
         Err(PlayError::NoMember)
     );
 }
+
+/// Phone `p` sends `packets` 20 ms PCMU packets of a 500 Hz tone, one every 20 ms of the
+/// harness's time (so that the room's own clock, a player's, runs beside it).
+fn talk_in_time(h: &mut Harness, p: usize, packets: usize) {
+    for pkt in g711_packets(&mut Pcmu, 500.0, packets) {
+        let (_, wire) = h.phones[p].phone.packet(&pkt);
+        h.send_phone(p, &wire);
+        h.pump();
+        let next = h.now + std::time::Duration::from_millis(20);
+        h.advance_to(next);
+    }
+}
+
+#[test]
+fn media_played_to_a_phone_takes_the_place_of_what_it_hears_on_the_same_stream() {
+    use secrelay_gateway::room::{PlayError, PlayMedia};
+    use secrelay_media::clip::Clip;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let (mut h, b, phone) = browser_and_pcmu_phone();
+    let pcma = h
+        .join_phone("r", SimPhone::plain(3).with_formats(PCMA_ONLY))
+        .unwrap();
+    let pcma_id = h.phones[pcma].id.clone();
+    // 200 ms of 1 kHz at 16 kHz: the player resamples it to the phone's 8 kHz A-law.
+    let clip = Arc::new(Clip::from_pcm(16_000, tone::sine(16_000, 1000.0, 9000.0, 3200)).unwrap());
+    let media = |clip: &Arc<Clip>| PlayMedia {
+        clip: clip.clone(),
+        start_frame: 0,
+        times: 1,
+        repeat_for: None,
+    };
+
+    talk_in_time(&mut h, phone, 10);
+    let now = h.now;
+    let length = h
+        .shard
+        .play_media(now, "r", &pcma_id, media(&clip))
+        .unwrap();
+    assert_eq!(length, Duration::from_millis(200));
+    // The other phone talks on throughout: not heard while the clip plays, heard after.
+    talk_in_time(&mut h, phone, 25);
+    let rx = phone_rx(&h, pcma);
+    let pcm = decode(&mut Pcma, 8, &rx, 20);
+    assert_eq!(rx.len(), 35, "10 before, 10 played, 15 after");
+    let ssrcs: std::collections::HashSet<u32> = h.phones[pcma]
+        .phone
+        .received
+        .iter()
+        .map(|d| RtpHeader::parse(d).unwrap().ssrc())
+        .collect();
+    assert_eq!(ssrcs.len(), 1, "one stream throughout");
+    let share = |from: usize, to: usize, hz| tone::tone_share(&pcm[from * 160..to * 160], 8000, hz);
+    assert!(share(12, 19, 1000.0) > 0.9, "the clip is heard");
+    assert!(share(22, 35, 500.0) > 0.9, "then the phone again");
+    let counters = h.phone_counters(pcma).unwrap();
+    assert!(counters.drops[DropReason::PlayedOver] >= 9, "{counters:?}");
+    assert_eq!(
+        h.shard.stop_media("r", &pcma_id),
+        Some(None),
+        "it ended by itself"
+    );
+
+    // Stopped part-way: where it was, in packet times; the phone is heard again.
+    let long = Arc::new(Clip::from_pcm(8000, tone::sine(8000, 1000.0, 9000.0, 8000)).unwrap());
+    let now = h.now;
+    h.shard
+        .play_media(now, "r", &pcma_id, media(&long))
+        .unwrap();
+    talk_in_time(&mut h, phone, 5);
+    let at = h.shard.stop_media("r", &pcma_id).unwrap().unwrap();
+    assert!((5..=6).contains(&at), "{at} packet times played");
+    assert_eq!(h.shard.stop_media("r", &pcma_id), Some(None));
+    h.phones[pcma].phone.received.clear();
+    talk_in_time(&mut h, phone, 10);
+    let pcm = decode(&mut Pcma, 8, &phone_rx(&h, pcma), 20);
+    assert!(tone::tone_share(&pcm[320..], 8000, 500.0) > 0.9);
+    assert_eq!(
+        h.shard.play_media(h.now, "r", "nobody", media(&clip)),
+        Err(PlayError::NoMember)
+    );
+
+    // To the Opus-only browser: the clip in Opus on the section's stream, then the phone again.
+    h.members[b].client.received.clear();
+    talk_in_time(&mut h, phone, 10);
+    let browser_id = h.members[b].id.clone();
+    let now = h.now;
+    h.shard
+        .play_media(now, "r", &browser_id, media(&clip))
+        .unwrap();
+    talk_in_time(&mut h, phone, 25);
+    let rx = browser_rx(&h, b);
+    assert_eq!(
+        rx.iter().filter(|p| p.0 == 111).count(),
+        35,
+        "10, 10 played, 15"
+    );
+    let mut opus = Opus::new(48_000, 32_000).unwrap();
+    let pcm: Vec<i16> = decode(&mut opus, 111, &rx, 20);
+    let share =
+        |from: usize, to: usize, hz| tone::tone_share(&pcm[from * 960..to * 960], 48_000, hz);
+    assert!(share(12, 19, 1000.0) > 0.9, "the browser hears the clip");
+    assert!(share(24, 35, 500.0) > 0.9, "then the phone again");
+}

@@ -562,6 +562,8 @@ pub(crate) struct Member {
     pub inject: Injector,
     /// The key its packets are recorded under, while its call is recorded.
     pub recording: Option<u64>,
+    /// Media played to it, in place of the audio it hears ([`super::player`]).
+    pub player: Option<Box<super::player::Player>>,
 }
 
 impl std::fmt::Debug for Member {
@@ -616,6 +618,7 @@ impl Member {
             gate: Gate::default(),
             inject: Injector::default(),
             recording: None,
+            player: None,
             leg,
         }
     }

@@ -118,6 +118,7 @@ mod inject;
 mod member;
 mod out;
 mod pipe;
+mod player;
 mod route;
 mod rtcp_in;
 mod source;
@@ -145,6 +146,7 @@ pub use member::{
 };
 pub use out::{Out, RoomOut, Sent};
 pub use pipe::{PipedPacket, Publisher};
+pub use player::PlayMedia;
 pub use route::Received;
 
 use member::Member;
@@ -276,6 +278,8 @@ pub struct Room {
     pipes: Vec<pipe::Pipe>,
     /// The members at their deadlines.
     timers: Timers,
+    /// The places of the members media is played to ([`player`]).
+    playing: Vec<u32>,
 }
 
 /// Why a digit could not be queued ([`Room::play_dtmf`]).
@@ -288,6 +292,10 @@ pub enum PlayError {
     NoWay,
     /// As many digits as it queues wait already ([`MAX_QUEUED_DIGITS`]).
     Queued,
+    /// Media to play: the member receives no codec the gateway encodes.
+    NoCodec,
+    /// Media to play: the member's codec could not be set up (logged).
+    Codec,
 }
 
 impl std::fmt::Display for PlayError {
@@ -298,6 +306,10 @@ impl std::fmt::Display for PlayError {
                 "the participant negotiated no telephone-event and sends no G.711: no way to send DTMF as it"
             }
             PlayError::Queued => "as many digits as a participant queues wait already",
+            PlayError::NoCodec => {
+                "the participant receives no audio codec the gateway encodes: nothing to play in"
+            }
+            PlayError::Codec => "the participant's codec could not be set up to play in",
         })
     }
 }
@@ -346,6 +358,7 @@ impl Room {
             tag: 0,
             pipes: Vec::new(),
             timers: Timers::default(),
+            playing: Vec::new(),
         }
     }
 
@@ -422,6 +435,7 @@ impl Room {
     pub fn remove(&mut self, id: MemberId) -> Option<(Leg, Session)> {
         let ix = self.by_id.remove(&id)?;
         self.order.retain(|&i| i != ix);
+        self.playing.retain(|&i| i != ix);
         let m = self.members.remove(ix)?;
         for &s in &m.subs {
             self.drop_sub(s);
@@ -1064,6 +1078,7 @@ impl Room {
         );
         next.into_iter()
             .chain(self.mixing.as_ref().and_then(Mixing::next_tick))
+            .chain(self.next_play())
             .min()
     }
 
@@ -1074,7 +1089,7 @@ impl Room {
             .iter()
             .filter_map(|&s| match self.subs.get(s)?.source {
                 Source::Feed { feed, .. } => Some(feed),
-                Source::Mix => None,
+                Source::Mix | Source::Player => None,
             })
             .collect();
         let feeds: Vec<u32> = self

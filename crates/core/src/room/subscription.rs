@@ -1,5 +1,5 @@
 //! A subscription: one receiver's view of one source stream (a publisher's stream, a simulcast
-//! section's layers, or the room's mix). It owns what that receiver sees of the stream: the
+//! section's layers, the room's mix, or media played to the receiver). It owns what that receiver sees of the stream: the
 //! receive slot it holds and its numbering there (sequence and timestamp offsets, where its
 //! stream started), the SSRC it is sent under outside a slot, and for simulcast the layer it is
 //! sent and its VP8 picture numbering ([`LayerView`]). The slot's RTX numbering stays with the
@@ -32,6 +32,8 @@ pub(crate) enum Source {
     Feed { publisher: MemberAt, feed: u32 },
     /// The room's mix (a mixing room's N−1 audio).
     Mix,
+    /// Media played to the receiver ([`crate::room::player`]).
+    Player,
 }
 
 /// A stream's numbering on the slot it holds.
@@ -118,7 +120,7 @@ impl Subscription {
     pub fn publisher(&self) -> Option<MemberAt> {
         match self.source {
             Source::Feed { publisher, .. } => Some(publisher),
-            Source::Mix => None,
+            Source::Mix | Source::Player => None,
         }
     }
 
@@ -137,6 +139,9 @@ impl Subscription {
             r.leg.counters_mut().drop(DropReason::ReceiverNotReady);
             return;
         };
+        if r.player.is_some() && !pkt.video {
+            return r.leg.counters_mut().drop(DropReason::PlayedOver);
+        }
         let estimate = r.cc.as_ref().map(|c| c.bwe.estimate_bps());
         let Some(switched) = self.layer_step(pkt, codec, estimate, cx) else {
             return;
@@ -175,6 +180,9 @@ impl Subscription {
         let Some(target) = r.leg.copy_target() else {
             return r.leg.counters_mut().drop(DropReason::ReceiverNotReady);
         };
+        if r.player.is_some() && self.source != Source::Player {
+            return r.leg.counters_mut().drop(DropReason::PlayedOver);
+        }
         let placed = match self.place(me, r, codec, (made.seq, made.ts), made.received) {
             Ok(p) => p,
             Err(why) => return r.leg.counters_mut().drop(why),
