@@ -83,6 +83,9 @@ pub struct ServeArgs {
     /// decrypted, and a JSON file beside it.
     #[arg(long, value_name = "DIR")]
     pub recording_dir: Option<std::path::PathBuf>,
+    /// Read the audio files ng `play media` names (`file`) from this folder only.
+    #[arg(long, value_name = "DIR")]
+    pub media_dir: Option<std::path::PathBuf>,
     /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).
     #[arg(long, value_name = "LOW-HIGH")]
     pub rtp_ports: Option<String>,
@@ -215,6 +218,9 @@ pub fn config(a: &ServeArgs) -> Result<ServeConfig> {
     }
     if let Some(d) = &a.recording_dir {
         c.recording_dir = Some(d.clone());
+    }
+    if let Some(d) = &a.media_dir {
+        c.media_dir = Some(d.clone());
     }
     if let Some(n) = a.ng {
         c.ng = Some(n);

@@ -14,6 +14,10 @@
 //!   `--recording-method=pcap`): both files hold the same packets, decrypted, those sent while
 //!   the call was recorded and no others.
 //!
+//! - `play media` to the caller, a WAV file by name and as a blob: both play it for as long
+//!   as it lasts, in the caller's codec, and the callee is heard again after it; `stop media`
+//!   ends it early.
+//!
 //! Without rtpengine the tests fail under CI (`CI` set) and say SKIPPED elsewhere.
 
 mod lab_support;
@@ -60,15 +64,22 @@ fn req(name: &str, id: &str, extra: &[(&str, &str)]) -> Vec<(String, Bencode)> {
 /// secrelay on media ports `ports` of its own (recording into `recording_dir` when given), and
 /// an ng client of it.
 fn secrelay(ports: &str, recording_dir: Option<&std::path::Path>) -> (Server, Ng) {
+    secrelay_with(ServeConfig {
+        rtp_ports: ports.into(),
+        recording_dir: recording_dir.map(ToOwned::to_owned),
+        ..ServeConfig::default()
+    })
+}
+
+/// secrelay with `config` (its sockets on loopback, one worker), and an ng client of it.
+fn secrelay_with(config: ServeConfig) -> (Server, Ng) {
     let server = Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
         workers: 1,
-        rtp_ports: ports.into(),
         drain_secs: 0.1,
-        recording_dir: recording_dir.map(ToOwned::to_owned),
-        ..ServeConfig::default()
+        ..config
     })
     .unwrap();
     let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
@@ -124,9 +135,9 @@ fn tally(p: &SocketPhone, speech: u8) -> Heard {
     h
 }
 
-/// The script, through the ng socket `ng`: what the phones heard in each phase, named.
-fn script(ng: &mut Ng, id: &str) -> Vec<(&'static str, [Heard; 2])> {
-    let mut phones = [phone(0x6a7e_0001), phone(0x6a7e_0002)];
+/// A call `id` through `ng` between two plain phones (caller, callee), offered and answered.
+fn open_call(ng: &mut Ng, id: &str, ssrcs: [u32; 2]) -> [SocketPhone; 2] {
+    let mut phones = [phone(ssrcs[0]), phone(ssrcs[1])];
     let offer = command("offer", id, "caller", None, Some(&phones[0].phone.offer()));
     let to_callee = ng.call(offer).unwrap()["sdp"].clone();
     let answer = phones[1].phone.answer_offer(&to_callee).unwrap();
@@ -141,6 +152,12 @@ fn script(ng: &mut Ng, id: &str) -> Vec<(&'static str, [Heard; 2])> {
         .unwrap()["sdp"]
         .clone();
     phones[0].phone.accept_answer(&to_caller).unwrap();
+    phones
+}
+
+/// The script, through the ng socket `ng`: what the phones heard in each phase, named.
+fn script(ng: &mut Ng, id: &str) -> Vec<(&'static str, [Heard; 2])> {
+    let mut phones = open_call(ng, id, [0x6a7e_0001, 0x6a7e_0002]);
     let caller = [("from-tag", "caller")];
     let mut run = |name, ng: &mut Ng, step: Option<Vec<(String, Bencode)>>| {
         if let Some(step) = step {
@@ -443,5 +460,158 @@ fn play_dtmf_reaches_the_far_end_as_rtpengine_sends_it() {
         } else {
             assert_eq!(mine.tones, "#", "{what}");
         }
+    }
+}
+
+/// What the caller heard of a `play media` while the callee talked on: packets of speech
+/// before, during and after the clip's packets, the clip's packets, the share of its tone in
+/// them, and the SSRCs it came under.
+#[derive(Debug)]
+struct MediaHeard {
+    duration: i64,
+    speech: [usize; 3],
+    clip: usize,
+    tone_share: f64,
+    ssrcs: usize,
+}
+
+/// The callee talks [`FRAMES`]×8 packets, 20 ms apart; `play media` with `media` (the file's
+/// name or its contents) to the caller after the first 5.
+fn media_script(ng: &mut Ng, id: &str, media: (&str, Bencode)) -> MediaHeard {
+    let mut phones = open_call(ng, id, [0x6a7e_0201, 0x6a7e_0202]);
+    let mut duration = 0;
+    for k in 0..FRAMES * 8 {
+        phones[1].send(&[SPEECH[1]; 160]).unwrap();
+        if k == 5 {
+            let mut r = req("play media", id, &[("from-tag", "caller")]);
+            r.push((media.0.to_owned(), media.1.clone()));
+            let reply = ng.call(r).unwrap();
+            duration = reply
+                .get("duration")
+                .and_then(|d| d.parse().ok())
+                .unwrap_or(-1);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        phones[0].read();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    phones[0].read();
+    ng.call(command("delete", id, "caller", None, None))
+        .unwrap();
+    let mut played = MediaHeard {
+        duration,
+        speech: [0; 3],
+        clip: 0,
+        tone_share: 0.0,
+        ssrcs: 0,
+    };
+    let mut pcm = Vec::new();
+    let mut ssrcs = std::collections::HashSet::new();
+    for r in &phones[0].phone.received {
+        let Ok(rtp) = RtpHeader::parse(r) else {
+            continue;
+        };
+        ssrcs.insert(rtp.ssrc());
+        if rtp.payload_type() != 0 {
+            continue;
+        }
+        if rtp.payload().iter().all(|&b| b == SPEECH[1]) {
+            played.speech[if played.clip == 0 { 0 } else { 2 }] += 1;
+            continue;
+        }
+        // Speech heard between two of the clip's packets: during it.
+        played.speech[1] += std::mem::take(&mut played.speech[2]);
+        played.clip += 1;
+        pcm.extend(
+            rtp.payload()
+                .iter()
+                .map(|&c| secrelay_media::g711::ulaw_decode(c)),
+        );
+    }
+    played.ssrcs = ssrcs.len();
+    // The tone in what was played, past its first packets (a resampler's start).
+    played.tone_share = secrelay_media::tone::tone_share(&pcm[pcm.len().min(480)..], 8000, 1000.0);
+    played
+}
+
+#[test]
+fn media_played_to_a_caller_as_rtpengine_plays_it() {
+    let test = "media_played_to_a_caller_as_rtpengine_plays_it";
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (43000, 43499)) else {
+        return;
+    };
+    let media = tempfile::tempdir().unwrap();
+    // 300 ms of 1 kHz at 16 kHz: both resample it to the caller's 8 kHz µ-law.
+    let tone = secrelay_media::tone::sine(16_000, 1000.0, 8000.0, 4800);
+    let wav = secrelay_media::clip::wav_pcm16(16_000, 1, &tone);
+    let path = media.path().join("announcement.wav");
+    std::fs::write(&path, &wav).unwrap();
+    let (_server, mut ours) = secrelay_with(ServeConfig {
+        rtp_ports: "43500-43999".into(),
+        media_dir: Some(media.path().to_owned()),
+        ..ServeConfig::default()
+    });
+    let name = path.to_string_lossy().into_owned();
+    for (how, value) in [
+        ("file", Bencode::str(&name)),
+        ("blob", Bencode::Str(wav.clone())),
+    ] {
+        let theirs = media_script(
+            &mut rtpengine.ng,
+            &format!("play-{how}-rtpe@test"),
+            (how, value.clone()),
+        );
+        let mine = media_script(&mut ours, &format!("play-{how}-ours@test"), (how, value));
+        eprintln!("{how}: rtpengine {theirs:?}, secrelay {mine:?}");
+        for (who, p) in [("rtpengine", &theirs), ("secrelay", &mine)] {
+            assert_eq!(p.duration, 300, "{who} {how}: the file's length");
+            assert!((14..=17).contains(&p.clip), "{who} {how}: {p:?}");
+            assert!(p.tone_share > 0.9, "{who} {how}: {p:?}");
+            assert!(
+                p.speech[0] >= 4 && p.speech[2] >= 15,
+                "{who} {how}: before and after {p:?}"
+            );
+        }
+        // Ours: the clip in place of the callee's speech, on the one stream the caller knows.
+        assert_eq!((mine.speech[1], mine.ssrcs), (0, 1), "{mine:?}");
+    }
+
+    // Stopped early: where it was, and the callee heard again at once.
+    let mut phones = open_call(&mut ours, "stop-ours@test", [0x6a7e_0301, 0x6a7e_0302]);
+    let mut r = req(
+        "play media",
+        "stop-ours@test",
+        &[("from-tag", "caller"), ("repeat-times", "10")],
+    );
+    r.push(("file".to_owned(), Bencode::str("announcement.wav")));
+    assert_eq!(ours.call(r).unwrap()["duration"], "300");
+    std::thread::sleep(Duration::from_millis(500));
+    let stopped = ours
+        .call(req(
+            "stop media",
+            "stop-ours@test",
+            &[("from-tag", "caller")],
+        ))
+        .unwrap();
+    let at: u64 = stopped["last-frame-pos"].parse().unwrap();
+    assert!(
+        (5..=15).contains(&at),
+        "{at}: frames into the second play of 15"
+    );
+    phones[0].read();
+    phones[0].phone.received.clear();
+    for _ in 0..5 {
+        phones[1].send(&[SPEECH[1]; 160]).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    phones[0].read();
+    assert_eq!(tally(&phones[0], SPEECH[1]).0, 5, "the callee heard again");
+    // A name that leads out of the media folder is refused, and so is a missing one.
+    for bad in ["../../etc/passwd", "missing.wav"] {
+        let mut r = req("play media", "stop-ours@test", &[("from-tag", "caller")]);
+        r.push(("file".to_owned(), Bencode::str(bad)));
+        let e = ours.call(r).unwrap_err().to_string();
+        assert!(e.contains(bad), "{bad}: {e}");
     }
 }

@@ -215,12 +215,16 @@ impl Proxy {
 
     /// The SIPp caller's call through the proxy: plays g711a.pcap, hangs up after 4 s.
     fn call(&self, sipp: &Path, msg_log: &Path) {
-        self.call_with(sipp, &repo().join("interop/sip/uac.xml"), msg_log);
+        self.call_with(sipp, &repo().join("interop/sip/uac.xml"), msg_log, &[]);
     }
 
     /// The SIPp caller's call of `scenario` through the proxy.
-    fn call_with(&self, sipp: &Path, scenario: &Path, msg_log: &Path) {
-        let out = Command::new(sipp)
+    fn call_with(&self, sipp: &Path, scenario: &Path, msg_log: &Path, keys: &[(&str, &str)]) {
+        let mut cmd = Command::new(sipp);
+        for (k, v) in keys {
+            cmd.args(["-key", k, v]);
+        }
+        let out = cmd
             .arg("-sf")
             .arg(scenario)
             .args(["-i", "127.0.0.1", "-p", &free_port().to_string()])
@@ -646,53 +650,21 @@ fn kamailio_transcodes_an_opus_only_caller_to_a_pcma_only_callee_and_back() {
 
 /// 10 s of a `hz` tone at `rate`, 16-bit WAV of `channels` (the same in each).
 fn write_wav(path: &Path, hz: f64, rate: u32, channels: u16) {
-    let n = rate as usize * 10;
-    let ch = usize::from(channels);
-    let mut w = Vec::with_capacity(44 + 2 * n * ch);
-    let data_len = (2 * n * ch) as u32;
-    w.extend_from_slice(b"RIFF");
-    w.extend_from_slice(&(36 + data_len).to_le_bytes());
-    w.extend_from_slice(b"WAVEfmt ");
-    w.extend_from_slice(&16u32.to_le_bytes());
-    w.extend_from_slice(&1u16.to_le_bytes());
-    w.extend_from_slice(&channels.to_le_bytes());
-    w.extend_from_slice(&rate.to_le_bytes());
-    w.extend_from_slice(&(rate * 2 * u32::from(channels)).to_le_bytes());
-    w.extend_from_slice(&(2 * channels).to_le_bytes());
-    w.extend_from_slice(&16u16.to_le_bytes());
-    w.extend_from_slice(b"data");
-    w.extend_from_slice(&data_len.to_le_bytes());
-    for i in 0..n {
-        let v = (8000.0 * (2.0 * std::f64::consts::PI * hz * i as f64 / rate as f64).sin()) as i16;
-        for _ in 0..ch {
-            w.extend_from_slice(&v.to_le_bytes());
-        }
-    }
-    std::fs::write(path, w).unwrap();
+    let tone = secrelay_media::tone::sine(rate, hz, 8000.0, rate as usize * 10);
+    let samples: Vec<i16> = tone
+        .iter()
+        .flat_map(|&v| std::iter::repeat_n(v, usize::from(channels)))
+        .collect();
+    std::fs::write(
+        path,
+        secrelay_media::clip::wav_pcm16(rate, channels, &samples),
+    )
+    .unwrap();
 }
 
 /// 10 s of a 660 Hz tone, 8 kHz mono 16-bit WAV.
 fn write_tone(path: &Path) {
-    let n = 8000 * 10;
-    let mut w = Vec::with_capacity(44 + 2 * n);
-    let data_len = (2 * n) as u32;
-    w.extend_from_slice(b"RIFF");
-    w.extend_from_slice(&(36 + data_len).to_le_bytes());
-    w.extend_from_slice(b"WAVEfmt ");
-    w.extend_from_slice(&16u32.to_le_bytes());
-    w.extend_from_slice(&1u16.to_le_bytes());
-    w.extend_from_slice(&1u16.to_le_bytes());
-    w.extend_from_slice(&8000u32.to_le_bytes());
-    w.extend_from_slice(&16000u32.to_le_bytes());
-    w.extend_from_slice(&2u16.to_le_bytes());
-    w.extend_from_slice(&16u16.to_le_bytes());
-    w.extend_from_slice(b"data");
-    w.extend_from_slice(&data_len.to_le_bytes());
-    for i in 0..n {
-        let v = (8000.0 * (2.0 * std::f64::consts::PI * 660.0 * i as f64 / 8000.0).sin()) as i16;
-        w.extend_from_slice(&v.to_le_bytes());
-    }
-    std::fs::write(path, w).unwrap();
+    write_wav(path, 660.0, 8000, 1);
 }
 
 /// A SIPp callee of `scenario` on `port`, echoing the media it receives.
@@ -741,7 +713,7 @@ fn kamailio_relays_a_g729_call_it_cannot_decode_without_touching_it() {
     };
     let uas_log = dir.join("uas.msg");
     let _uas = echo_callee(&sipp, &g729("uas.xml"), callee, &uas_log);
-    proxy.call_with(&sipp, &g729("uac.xml"), &dir.join("uac.msg"));
+    proxy.call_with(&sipp, &g729("uac.xml"), &dir.join("uac.msg"), &[]);
     let uas = std::fs::read_to_string(&uas_log).unwrap();
     assert!(
         uas.contains("m=audio") && uas.contains("RTP/AVP 18"),
@@ -780,6 +752,7 @@ fn kamailio_puts_a_call_on_hold_through_secrelay_and_takes_it_back() {
         &sipp,
         &repo().join("interop/sip/uac_hold.xml"),
         &dir.join("uac.msg"),
+        &[],
     );
     // The hold reached the callee as the caller wrote it, through secrelay's ports, and so
     // did the resume.
@@ -925,6 +898,10 @@ fn kamailio_plays_a_sip_info_digit_into_the_callers_audio_through_secrelay() {
         &sipp,
         &repo().join("interop/sip/uac_info.xml"),
         &dir.join("uac.msg"),
+        &[
+            ("info_type", "application/dtmf-relay"),
+            ("info_body", "Signal=5"),
+        ],
     );
     let (pcm, rate) = dumped(&dir.join("callee"));
     assert_eq!(rate, 8000, "the callee's dump");
@@ -933,6 +910,102 @@ fn kamailio_plays_a_sip_info_digit_into_the_callers_audio_through_secrelay() {
         "5",
         "the digits the callee heard; Kamailio:\n{}",
         proxy.log()
+    );
+    proxy.check(100, 0);
+    proxy.server.shutdown();
+}
+
+/// An announcement played to the callee from a SIP proxy: the SIPp caller's INFO names a file
+/// (an operator's trigger, `application/x-announce`); Kamailio's `play_media()` (configuration
+/// in `interop/sip/kamailio.cfg.in`, the callee's tag as `from-tag`) has secrelay play it from
+/// its `media_dir` to the callee; baresip, the callee, hears the file's 1 kHz tone in place of
+/// the caller's speech for as long as the file lasts (Goertzel in its dump), and the caller's
+/// speech before and after it.
+#[test]
+fn kamailio_plays_a_file_to_the_callee_through_secrelay() {
+    let test = "kamailio_plays_a_file_to_the_callee_through_secrelay";
+    let Some((kamailio, sipp)) = tools(test) else {
+        return;
+    };
+    let Some(baresip) = find("baresip", &[]) else {
+        return missing(test, "no baresip (Debian package baresip-core)");
+    };
+    let media = tempfile::tempdir().unwrap();
+    let tone = secrelay_media::tone::sine(16_000, 1000.0, 8000.0, 16_000);
+    std::fs::write(
+        media.path().join("announce.wav"),
+        secrelay_media::clip::wav_pcm16(16_000, 1, &tone),
+    )
+    .unwrap();
+    let callee = free_port();
+    let proxy = Proxy::with(
+        &kamailio,
+        callee,
+        "replace-origin replace-session-connection ICE=remove",
+        (48600, 48799),
+        ServeConfig {
+            plain_latch: "first-packets".into(),
+            media_dir: Some(media.path().to_owned()),
+            ..ServeConfig::default()
+        },
+    );
+    let dir = proxy.dir.path().to_path_buf();
+    let _callee = baresip_ua(
+        &baresip,
+        &dir.join("callee"),
+        callee,
+        ("g711.so", "PCMA"),
+        (450.0, 8000),
+        &["-t", "30"],
+    );
+    wait_ready(&dir.join("callee"));
+    proxy.call_with(
+        &sipp,
+        &repo().join("interop/sip/uac_info.xml"),
+        &dir.join("uac.msg"),
+        &[
+            ("info_type", "application/x-announce"),
+            ("info_body", "File=announce.wav"),
+        ],
+    );
+    let (pcm, rate) = dumped(&dir.join("callee"));
+    assert_eq!(rate, 8000, "the callee's dump");
+    // 100 ms windows: those the file's tone fills, and those of the caller's speech.
+    let windows: Vec<f64> = pcm
+        .chunks_exact(800)
+        .map(|w| secrelay_media::tone::tone_share(w, 8000, 1000.0))
+        .collect();
+    let toned = windows.iter().filter(|&&s| s > 0.9).count();
+    let first = windows.iter().position(|&s| s > 0.9);
+    let last = windows.iter().rposition(|&s| s > 0.9);
+    assert!(
+        (8..=11).contains(&toned),
+        "{toned} windows of the 1 s file's tone ({windows:.2?}); Kamailio:\n{}",
+        proxy.log()
+    );
+    let (first, last) = (first.unwrap(), last.unwrap());
+    assert!(last - first < 12, "one stretch: {windows:.2?}");
+    let speech = |w: &[f64]| w.iter().filter(|&&s| s < 0.5).count();
+    assert!(
+        speech(&windows[..first]) >= 5,
+        "the caller before it: {windows:.2?}"
+    );
+    assert!(
+        speech(&windows[last + 1..]) >= 5,
+        "the caller after it: {windows:.2?}"
+    );
+    let played_over = proxy
+        .server
+        .gateway()
+        .stats()
+        .totals()
+        .drops_by_reason
+        .iter()
+        .find(|(r, _)| *r == "played_over")
+        .map_or(0, |(_, n)| *n);
+    assert!(
+        played_over >= 30,
+        "the caller's speech not sent meanwhile: {played_over}"
     );
     proxy.check(100, 0);
     proxy.server.shutdown();

@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context as _};
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
 
-/// The string values of the top-level dictionary of an ng reply (`result`, `sdp`,
-/// `error-reason`, …); other values are left out. The reply is decoded by
+/// The string and integer values of the top-level dictionary of an ng reply (`result`, `sdp`,
+/// `error-reason`, `duration`, …; integers in decimal); lists and dictionaries are left out. The reply is decoded by
 /// `secrelay_wire::bencode` (bounded nesting, errors that say where).
 pub fn reply_strings(reply: &[u8]) -> anyhow::Result<HashMap<String, String>> {
     let (_, body) = ng_decode(reply).map_err(|e| anyhow!("ng reply: {e}"))?;
@@ -19,7 +19,13 @@ pub fn reply_strings(reply: &[u8]) -> anyhow::Result<HashMap<String, String>> {
     };
     Ok(entries
         .iter()
-        .filter_map(|(k, v)| Some((String::from_utf8_lossy(k).into_owned(), v.as_text()?)))
+        .filter_map(|(k, v)| {
+            let text = match v {
+                Bencode::Int(n) => n.to_string(),
+                other => other.as_text()?,
+            };
+            Some((String::from_utf8_lossy(k).into_owned(), text))
+        })
         .collect())
 }
 
@@ -124,10 +130,12 @@ mod tests {
 
     #[test]
     fn reply_strings_keeps_the_top_level_strings() {
-        let r = reply_strings(b"x d3:sdp3:v=06:result2:ok4:listl1:ai3ee5:countd1:ai1eee").unwrap();
+        let r = reply_strings(b"x d3:sdp3:v=06:result2:ok4:listl1:ai3ee5:countd1:ai1ee1:ni-7ee")
+            .unwrap();
         assert_eq!(r["sdp"], "v=0");
         assert_eq!(r["result"], "ok");
-        assert_eq!(r.len(), 2);
+        assert_eq!(r["n"], "-7");
+        assert_eq!(r.len(), 3);
         assert!(reply_strings(b"x d3:sdp99:short").is_err());
         assert!(reply_strings(b"nocookie").is_err());
         assert!(reply_strings(b"x l1:ae").is_err());

@@ -262,6 +262,15 @@ pub enum Request {
     Gate(GateRequest),
     /// `play DTMF`: a digit sent as if a participant had sent it.
     PlayDtmf(PlayDtmfRequest),
+    /// `play media`: an audio file played to a participant.
+    PlayMedia(PlayMediaRequest),
+    /// `stop media`: the playback to a participant stopped.
+    StopMedia {
+        /// `call-id`.
+        call_id: String,
+        /// `from-tag`: the participant; `None` with `all`: every participant.
+        from_tag: Option<String>,
+    },
     /// `start recording`, `stop recording`, `pause recording`.
     Recording {
         /// `call-id`.
@@ -303,6 +312,42 @@ pub struct PlayDtmfRequest {
     pub pause_ms: u32,
 }
 
+/// Where the audio a `play media` request plays comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum MediaFile {
+    /// `file`: a file's name (the gateway reads it from its media folder only).
+    File(String),
+    /// `blob`: the file's contents.
+    Blob(Vec<u8>),
+}
+
+impl std::fmt::Debug for MediaFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MediaFile::File(name) => f.debug_tuple("File").field(name).finish(),
+            MediaFile::Blob(b) => write!(f, "Blob({} bytes)", b.len()),
+        }
+    }
+}
+
+/// A `play media` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlayMediaRequest {
+    /// `call-id`.
+    pub call_id: String,
+    /// `from-tag`: the participant the media is played to; `None` with `all`: every
+    /// participant.
+    pub from_tag: Option<String>,
+    /// `file` or `blob` (`db-id` is refused: there is no database).
+    pub media: MediaFile,
+    /// `repeat-times`: how many times to play it (1 unless given; at least 1).
+    pub times: u32,
+    /// `repeat-duration`, ms: play it again until this long has passed (within `times`).
+    pub repeat_ms: Option<u64>,
+    /// `start-pos`: the frame (packet time) to start from.
+    pub start_frame: u64,
+}
+
 /// What a `block …`, `silence …` or `unblock …` command stops or lets through again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gated {
@@ -342,6 +387,8 @@ impl Request {
             Request::Offer(o) | Request::Answer(o) => Some(&o.call_id),
             Request::Gate(g) => Some(&g.call_id),
             Request::PlayDtmf(p) => Some(&p.call_id),
+            Request::PlayMedia(p) => Some(&p.call_id),
+            Request::StopMedia { call_id, .. } => Some(call_id),
             Request::Recording { call_id, .. } => Some(call_id),
             Request::Delete { call_id, .. } | Request::Query { call_id } => Some(call_id),
             Request::Ping | Request::List { .. } | Request::Statistics => None,
@@ -639,6 +686,17 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
         "block-media" | "unblock-media" | "silence-media" | "unsilence-media" | "block-dtmf"
         | "unblock-dtmf" => Request::Gate(gate(&command, &e)?),
         "play-dtmf" => Request::PlayDtmf(play_dtmf(&e)?),
+        "play-media" => Request::PlayMedia(play_media(&e)?),
+        "stop-media" => {
+            let who = chosen(&e)?;
+            if who.from_tag.is_none() && !who.all {
+                return Err(NgError::MissingKey("from-tag"));
+            }
+            Request::StopMedia {
+                call_id: who.call_id,
+                from_tag: if who.all { None } else { who.from_tag },
+            }
+        }
         "start-recording" | "stop-recording" | "pause-recording" => {
             let yes = |v: &Bencode| {
                 text("pause", v).is_ok_and(|t| matches!(norm(&t).as_str(), "yes" | "on" | "true"))
@@ -807,6 +865,41 @@ fn play_dtmf(e: &[(String, &Bencode)]) -> Result<PlayDtmfRequest, NgError> {
     })
 }
 
+/// A `play media` request from its entries.
+fn play_media(e: &[(String, &Bencode)]) -> Result<PlayMediaRequest, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let media =
+        match (get("file"), get("blob"), get("db-id")) {
+            (Some(f), _, _) => MediaFile::File(text("file", f)?),
+            (None, Some(Bencode::Str(b)), _) => MediaFile::Blob(b.clone()),
+            (None, Some(_), _) => return Err(NgError::BadValue("blob", "not a string".into())),
+            (None, None, Some(_)) => return Err(NgError::Unsupported(
+                "media from a database (give the file's name in `file` or its contents in `blob`)",
+                "db-id".to_owned(),
+            )),
+            (None, None, None) => return Err(NgError::MissingKey("file")),
+        };
+    let count = |key: &'static str| -> Result<Option<i64>, NgError> {
+        get(key).map(|v| int(key, v)).transpose()
+    };
+    let who = chosen(e)?;
+    if who.from_tag.is_none() && !who.all {
+        return Err(NgError::MissingKey("from-tag"));
+    }
+    Ok(PlayMediaRequest {
+        call_id: who.call_id,
+        from_tag: if who.all { None } else { who.from_tag },
+        media,
+        times: count("repeat-times")?
+            .unwrap_or(1)
+            .clamp(1, i64::from(u32::MAX)) as u32,
+        repeat_ms: count("repeat-duration")?
+            .filter(|&ms| ms > 0)
+            .map(|ms| ms as u64),
+        start_frame: count("start-pos")?.unwrap_or(0).max(0) as u64,
+    })
+}
+
 /// The event code of a DTMF character (`0`–`9`, `*`, `#`, `A`–`D`, either case).
 fn dtmf_code(c: char) -> Option<u8> {
     Some(match c.to_ascii_uppercase() {
@@ -823,7 +916,6 @@ fn dtmf_code(c: char) -> Option<u8> {
 fn unsupported(command: &str) -> Option<&'static str> {
     Some(match command {
         "start-forwarding" | "stop-forwarding" => "PCM forwarding to a recording daemon",
-        "play-media" | "stop-media" => "media playback",
         "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
             "rtpengine's media subscriptions"
         }
@@ -1230,7 +1322,87 @@ mod tests {
             ]),
             Err(NgError::MissingKey("from-tag"))
         );
-        let e = parse(&dict(&[("command", s("play media"))])).unwrap_err();
-        assert!(e.to_string().contains("media playback"), "{e}");
+        let e = parse(&dict(&[("command", s("start forwarding"))])).unwrap_err();
+        assert!(e.to_string().contains("PCM forwarding"), "{e}");
+    }
+
+    #[test]
+    fn play_and_stop_media_read_rtpengines_keys() {
+        let req = |entries: &[(&str, Bencode)]| parse(&dict(entries));
+        let p = match req(&[
+            ("command", s("play media")),
+            ("call-id", s("c1")),
+            ("from-tag", s("a")),
+            ("file", s("hold.wav")),
+            ("repeat-times", Bencode::Int(3)),
+            ("repeat-duration", s("10000")),
+            ("start-pos", Bencode::Int(50)),
+        ]) {
+            Ok(Request::PlayMedia(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            p,
+            PlayMediaRequest {
+                call_id: "c1".into(),
+                from_tag: Some("a".into()),
+                media: MediaFile::File("hold.wav".into()),
+                times: 3,
+                repeat_ms: Some(10_000),
+                start_frame: 50,
+            }
+        );
+        // A blob's bytes as they came (not text), to every participant with `all`.
+        let p = match req(&[
+            ("command", s("play_media")),
+            ("call-id", s("c1")),
+            ("flags", Bencode::List(vec![s("all")])),
+            ("blob", Bencode::Str(vec![0xff, 0x00, 0x52])),
+        ]) {
+            Ok(Request::PlayMedia(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            (p.from_tag, p.media, p.times, p.repeat_ms, p.start_frame),
+            (None, MediaFile::Blob(vec![0xff, 0, 0x52]), 1, None, 0)
+        );
+        let e = req(&[
+            ("command", s("play media")),
+            ("call-id", s("c1")),
+            ("from-tag", s("a")),
+            ("db-id", Bencode::Int(7)),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("db-id: media from a database"),
+            "{e}"
+        );
+        assert_eq!(
+            req(&[
+                ("command", s("play media")),
+                ("call-id", s("c1")),
+                ("from-tag", s("a"))
+            ]),
+            Err(NgError::MissingKey("file"))
+        );
+        assert_eq!(
+            req(&[
+                ("command", s("play media")),
+                ("call-id", s("c1")),
+                ("file", s("x.wav"))
+            ]),
+            Err(NgError::MissingKey("from-tag"))
+        );
+        assert_eq!(
+            req(&[
+                ("command", s("stop media")),
+                ("call-id", s("c1")),
+                ("from-tag", s("a"))
+            ]),
+            Ok(Request::StopMedia {
+                call_id: "c1".into(),
+                from_tag: Some("a".into())
+            })
+        );
     }
 }

@@ -33,6 +33,7 @@ mod ng;
 mod ng_call;
 mod ng_codecs;
 mod ng_gate;
+mod ng_media;
 mod ng_sdp;
 mod ng_stats;
 mod ng_webrtc;
@@ -1289,6 +1290,26 @@ impl Gateway {
             shard.play_dtmf(room, id, digit)
         })
         .await
+    }
+
+    /// Plays `media` to participant `id` of `room` ([`Shard::play_media`]): how long one play
+    /// lasts; `None` when the gateway is shutting down.
+    pub(crate) async fn play_media(
+        &self,
+        room: &str,
+        id: &str,
+        media: secrelay_core::room::PlayMedia,
+    ) -> Option<Result<std::time::Duration, secrelay_core::room::PlayError>> {
+        self.on_member(room, id, move |shard, now, room, id| {
+            shard.play_media(now, room, id, media)
+        })
+        .await
+    }
+
+    /// Stops what is played to participant `id` of `room` ([`Shard::stop_media`]).
+    pub(crate) async fn stop_media(&self, room: &str, id: &str) -> Option<Option<Option<u64>>> {
+        self.on_member(room, id, |shard, _, room, id| shard.stop_media(room, id))
+            .await
     }
 
     /// Ends every member of `room` and gives their last figures (an ng call's media section

@@ -78,7 +78,7 @@ impl Call {
     }
 
     /// The members, with their rooms and the tag of the side each faces.
-    fn members(&self) -> Vec<(String, String, Option<String>)> {
+    pub(super) fn members(&self) -> Vec<(String, String, Option<String>)> {
         match self {
             Call::Sections(c) => c
                 .members()
@@ -140,6 +140,8 @@ pub(crate) struct Ng {
     gates: HashMap<String, CallGates>,
     /// The calls being recorded (or paused), by call-id.
     recordings: HashMap<String, CallRecording>,
+    /// Files `play media` decoded ([`super::ng_media`]).
+    pub(super) clips: super::ng_media::Clips,
 }
 
 /// A call's recording ([`super::recording`]).
@@ -170,6 +172,7 @@ impl Ng {
             replaying: None,
             gates: HashMap::new(),
             recordings: HashMap::new(),
+            clips: Default::default(),
         }
     }
 
@@ -707,6 +710,10 @@ impl Ng {
             Request::Recording { call_id, action } => self.recording(&call_id, action).await,
             Request::Gate(g) => self.gate(g).await,
             Request::PlayDtmf(p) => self.play_dtmf(p).await,
+            Request::PlayMedia(p) => self.play_media(p).await,
+            Request::StopMedia { call_id, from_tag } => {
+                self.stop_media(&call_id, from_tag.as_deref()).await
+            }
             Request::Delete {
                 call_id,
                 from_tag,
@@ -967,18 +974,7 @@ impl Ng {
     /// it. Err: no such call or tag, or no audio member of the participant could send it (the
     /// reason).
     async fn play_dtmf(&mut self, p: PlayDtmfRequest) -> Result<Bencode, ApiError> {
-        let call = self
-            .calls
-            .get(&p.call_id)
-            .ok_or_else(|| ApiError::not_found(format!("unknown call-id {:?}", p.call_id)))?;
-        let members: Vec<_> = call
-            .members()
-            .into_iter()
-            .filter(|(_, _, tag)| p.from_tag.is_none() || *tag == p.from_tag)
-            .collect();
-        if members.is_empty() {
-            return Err(ApiError::not_found("no such tag in this call"));
-        }
+        let members = self.chosen_members(&p.call_id, p.from_tag.as_deref())?;
         let digit = secrelay_core::room::DtmfDigit {
             event: p.event,
             duration_ms: p.duration_ms,
@@ -986,7 +982,7 @@ impl Ng {
             pause_ms: p.pause_ms,
         };
         let (mut played, mut refused) = (0, None);
-        for (room, id, _) in members {
+        for (room, id) in members {
             match self.gateway.play_dtmf(&room, &id, digit).await {
                 Some(Ok(())) => played += 1,
                 Some(Err(why)) => refused = Some(why),
