@@ -2733,13 +2733,23 @@ impl Shard {
         id: &str,
         digit: crate::room::DtmfDigit,
     ) -> Result<(), crate::room::PlayError> {
+        let (_, member, r) = self.play_target(room, id)?;
+        r.play_dtmf(member, digit)
+    }
+
+    /// Member `id` of `room`, with its room and the room's slot, for a digit or media to play.
+    fn play_target(
+        &mut self,
+        room: &str,
+        id: &str,
+    ) -> Result<(usize, crate::room::MemberId, &mut Room), crate::room::PlayError> {
         let (slot, member) = self
             .find(room, id)
             .ok_or(crate::room::PlayError::NoMember)?;
         let s = self.rooms[slot]
             .as_mut()
             .ok_or(crate::room::PlayError::NoMember)?;
-        s.room.play_dtmf(member.id(), digit)
+        Ok((slot, member.id(), &mut s.room))
     }
 
     /// Plays `media` to member `id` of `room` from `now` ([`Room::play_media`]): how long one
@@ -2751,13 +2761,8 @@ impl Shard {
         id: &str,
         media: crate::room::PlayMedia,
     ) -> Result<std::time::Duration, crate::room::PlayError> {
-        let (slot, member) = self
-            .find(room, id)
-            .ok_or(crate::room::PlayError::NoMember)?;
-        let s = self.rooms[slot]
-            .as_mut()
-            .ok_or(crate::room::PlayError::NoMember)?;
-        let length = s.room.play_media(member.id(), media, now)?;
+        let (slot, member, r) = self.play_target(room, id)?;
+        let length = r.play_media(member, media, now)?;
         // Its first packet is due now: the room's deadline moved.
         self.settle(slot);
         Ok(length)

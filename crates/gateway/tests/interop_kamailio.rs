@@ -862,6 +862,36 @@ fn kamailio_reaches_an_ipv6_callee_through_secrelay() {
     proxy.server.shutdown();
 }
 
+/// A call through `proxy` from a SIPp caller (A-law) that sends a SIP INFO of `info` (its
+/// Content-Type and one-line body) to baresip on port `callee` (A-law, sending a 450 Hz tone):
+/// what baresip heard, 8 kHz PCM from its decoder's dump.
+fn heard_around_an_info(
+    proxy: &Proxy,
+    (sipp, baresip): (&Path, &Path),
+    callee: u16,
+    info: (&str, &str),
+) -> Vec<i16> {
+    let dir = proxy.dir.path().to_path_buf();
+    let _callee = baresip_ua(
+        baresip,
+        &dir.join("callee"),
+        callee,
+        ("g711.so", "PCMA"),
+        (450.0, 8000),
+        &["-t", "30"],
+    );
+    wait_ready(&dir.join("callee"));
+    proxy.call_with(
+        sipp,
+        &repo().join("interop/sip/uac_info.xml"),
+        &dir.join("uac.msg"),
+        &[("info_type", info.0), ("info_body", info.1)],
+    );
+    let (pcm, rate) = dumped(&dir.join("callee"));
+    assert_eq!(rate, 8000, "the callee's dump");
+    pcm
+}
+
 /// A digit sent out of band reaches the callee in its audio: a SIPp caller (A-law, no
 /// telephone-event) sends a SIP INFO with `Signal=5` (application/dtmf-relay) in its call;
 /// Kamailio answers it after its `play_dtmf()` had secrelay play the digit into the caller's
@@ -884,29 +914,14 @@ fn kamailio_plays_a_sip_info_digit_into_the_callers_audio_through_secrelay() {
         (49800, 49999),
         "first-packets",
     );
-    let dir = proxy.dir.path().to_path_buf();
-    let _callee = baresip_ua(
-        &baresip,
-        &dir.join("callee"),
+    let pcm = heard_around_an_info(
+        &proxy,
+        (&sipp, &baresip),
         callee,
-        ("g711.so", "PCMA"),
-        (450.0, 8000),
-        &["-t", "30"],
+        ("application/dtmf-relay", "Signal=5"),
     );
-    wait_ready(&dir.join("callee"));
-    proxy.call_with(
-        &sipp,
-        &repo().join("interop/sip/uac_info.xml"),
-        &dir.join("uac.msg"),
-        &[
-            ("info_type", "application/dtmf-relay"),
-            ("info_body", "Signal=5"),
-        ],
-    );
-    let (pcm, rate) = dumped(&dir.join("callee"));
-    assert_eq!(rate, 8000, "the callee's dump");
     assert_eq!(
-        secrelay_media::inband::digits_heard(&pcm, rate),
+        secrelay_media::inband::digits_heard(&pcm, 8000),
         "5",
         "the digits the callee heard; Kamailio:\n{}",
         proxy.log()
@@ -949,27 +964,12 @@ fn kamailio_plays_a_file_to_the_callee_through_secrelay() {
             ..ServeConfig::default()
         },
     );
-    let dir = proxy.dir.path().to_path_buf();
-    let _callee = baresip_ua(
-        &baresip,
-        &dir.join("callee"),
+    let pcm = heard_around_an_info(
+        &proxy,
+        (&sipp, &baresip),
         callee,
-        ("g711.so", "PCMA"),
-        (450.0, 8000),
-        &["-t", "30"],
+        ("application/x-announce", "File=announce.wav"),
     );
-    wait_ready(&dir.join("callee"));
-    proxy.call_with(
-        &sipp,
-        &repo().join("interop/sip/uac_info.xml"),
-        &dir.join("uac.msg"),
-        &[
-            ("info_type", "application/x-announce"),
-            ("info_body", "File=announce.wav"),
-        ],
-    );
-    let (pcm, rate) = dumped(&dir.join("callee"));
-    assert_eq!(rate, 8000, "the callee's dump");
     // 100 ms windows: those the file's tone fills, and those of the caller's speech.
     let windows: Vec<f64> = pcm
         .chunks_exact(800)

@@ -1222,6 +1222,21 @@ fn media_played_to_a_phone_takes_the_place_of_what_it_hears_on_the_same_stream()
         h.shard.play_media(h.now, "r", "nobody", media(&clip)),
         Err(PlayError::NoMember)
     );
+    // Three plays at most, begun while less than 300 ms has passed: two (400 ms in all).
+    let before = h.phone_counters(pcma).unwrap().drops[DropReason::PlayedOver];
+    let repeated = PlayMedia {
+        times: 3,
+        repeat_for: Some(Duration::from_millis(300)),
+        ..media(&clip)
+    };
+    let now = h.now;
+    h.shard.play_media(now, "r", &pcma_id, repeated).unwrap();
+    talk_in_time(&mut h, phone, 30);
+    let held_back = h.phone_counters(pcma).unwrap().drops[DropReason::PlayedOver] - before;
+    assert!(
+        (19..=21).contains(&held_back),
+        "{held_back} of the phone's packets"
+    );
 
     // To the Opus-only browser: the clip in Opus on the section's stream, then the phone again.
     h.members[b].client.received.clear();

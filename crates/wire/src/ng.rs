@@ -340,9 +340,11 @@ pub struct PlayMediaRequest {
     pub from_tag: Option<String>,
     /// `file` or `blob` (`db-id` is refused: there is no database).
     pub media: MediaFile,
-    /// `repeat-times`: how many times to play it (1 unless given; at least 1).
+    /// `repeat-times`: how many times to play it at most (at least 1; 1 unless given, or
+    /// without a bound when only `repeat-duration` is given).
     pub times: u32,
-    /// `repeat-duration`, ms: play it again until this long has passed (within `times`).
+    /// `repeat-duration`, ms: play it again while less than this has passed (a play under way
+    /// is finished), within `times`.
     pub repeat_ms: Option<u64>,
     /// `start-pos`: the frame (packet time) to start from.
     pub start_frame: u64,
@@ -886,16 +888,21 @@ fn play_media(e: &[(String, &Bencode)]) -> Result<PlayMediaRequest, NgError> {
     if who.from_tag.is_none() && !who.all {
         return Err(NgError::MissingKey("from-tag"));
     }
+    let repeat_ms = count("repeat-duration")?
+        .filter(|&ms| ms > 0)
+        .map(|ms| ms as u64);
+    // As rtpengine: a `repeat-duration` alone repeats the file until it has passed.
+    let times = match (count("repeat-times")?, repeat_ms) {
+        (Some(n), _) => n.clamp(1, i64::from(u32::MAX)) as u32,
+        (None, Some(_)) => u32::MAX,
+        (None, None) => 1,
+    };
     Ok(PlayMediaRequest {
         call_id: who.call_id,
         from_tag: if who.all { None } else { who.from_tag },
         media,
-        times: count("repeat-times")?
-            .unwrap_or(1)
-            .clamp(1, i64::from(u32::MAX)) as u32,
-        repeat_ms: count("repeat-duration")?
-            .filter(|&ms| ms > 0)
-            .map(|ms| ms as u64),
+        times,
+        repeat_ms,
         start_frame: count("start-pos")?.unwrap_or(0).max(0) as u64,
     })
 }
@@ -1366,6 +1373,18 @@ mod tests {
             (p.from_tag, p.media, p.times, p.repeat_ms, p.start_frame),
             (None, MediaFile::Blob(vec![0xff, 0, 0x52]), 1, None, 0)
         );
+        // A repeat-duration alone: as many plays as fit in it.
+        let p = match req(&[
+            ("command", s("play media")),
+            ("call-id", s("c1")),
+            ("from-tag", s("a")),
+            ("file", s("moh.mp3")),
+            ("repeat-duration", Bencode::Int(60_000)),
+        ]) {
+            Ok(Request::PlayMedia(p)) => p,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!((p.times, p.repeat_ms), (u32::MAX, Some(60_000)));
         let e = req(&[
             ("command", s("play media")),
             ("call-id", s("c1")),

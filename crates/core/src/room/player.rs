@@ -38,9 +38,10 @@ pub struct PlayMedia {
     pub clip: Arc<Clip>,
     /// Where to start: this many packet times (frames) into the clip.
     pub start_frame: u64,
-    /// How many times to play it (0 counts as 1).
+    /// How many times to play it at most (0 counts as 1).
     pub times: u32,
-    /// Stop repeating (and playing) once this long has passed since the start.
+    /// Play it again (within `times`) while less than this has passed since the start: a play
+    /// under way is finished, none is begun after.
     pub repeat_for: Option<Duration>,
 }
 
@@ -113,12 +114,9 @@ impl Player {
     /// encoded into `self.ready`; `false` when the playback has ended instead.
     fn tick(&mut self, now: Instant) -> Result<bool, secrelay_media::Error> {
         self.ready.clear();
-        if self.until.is_some_and(|u| now >= u) {
-            return Ok(false);
-        }
         let pcm = self.clip.pcm();
         if self.pos >= pcm.len() {
-            if self.plays <= 1 {
+            if self.plays <= 1 || self.until.is_some_and(|u| now >= u) {
                 return Ok(false);
             }
             self.plays -= 1;

@@ -4,9 +4,9 @@
 //!
 //! A name is resolved inside `media_dir` and refused when it leads out of it (after links are
 //! followed), so a command cannot make the gateway read any other file of the host. Files are
-//! decoded on a blocking thread (an MP3 of minutes takes a moment) and kept decoded, a few at a
-//! time, while their size and modification time stay the same: music on hold played to many
-//! calls is decoded once.
+//! read and decoded on a blocking thread (an MP3 of minutes takes a moment) and kept decoded (up
+//! to 128 MiB of samples, the last read first) while their size and modification time stay the
+//! same: music on hold played to many calls is decoded once.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -26,8 +26,8 @@ use super::ng::Ng;
 /// The largest file `play media` reads.
 const MAX_FILE: u64 = 64 << 20;
 
-/// How many decoded files are kept.
-const KEPT: usize = 16;
+/// How many samples of decoded files are kept (128 MiB), the last read first.
+const KEPT_SAMPLES: usize = 4 * secrelay_media::clip::MAX_SAMPLES;
 
 /// Decoded files, by where they are and what they were when read.
 #[derive(Debug, Default)]
@@ -39,7 +39,7 @@ impl Clips {
     /// The clip of `media`: `file` read from `dir` (decoded once while unchanged), or `blob`.
     async fn load(&mut self, dir: Option<&Path>, media: MediaFile) -> Result<Arc<Clip>, ApiError> {
         let name = match media {
-            MediaFile::Blob(bytes) => return decode(bytes, None).await,
+            MediaFile::Blob(bytes) => return decode_blob(bytes).await,
             MediaFile::File(name) => name,
         };
         let dir = dir.ok_or_else(|| {
@@ -66,19 +66,31 @@ impl Clips {
         if let Some(k) = self.kept.iter().find(|k| same(k)) {
             return Ok(k.3.clone());
         }
-        let bytes =
-            std::fs::read(&path).map_err(|e| ApiError::bad(format!("file {name:?}: {e}")))?;
-        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_owned);
-        let clip = decode(bytes, ext)
-            .await
-            .map_err(|e| ApiError::bad(format!("file {name:?}: {e}")))?;
-        self.kept.retain(|k| k.0 != path);
-        if self.kept.len() >= KEPT {
-            self.kept.pop_front();
-        }
-        self.kept
-            .push_back((path, meta.len(), modified, clip.clone()));
+        let read = path.clone();
+        let clip = tokio::task::spawn_blocking(move || {
+            let bytes = std::fs::read(&read).map_err(|e| e.to_string())?;
+            let ext = read.extension().and_then(|e| e.to_str());
+            Clip::decode(bytes, ext).map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|_| ApiError::Control(ControlError::ShuttingDown))?
+        .map(Arc::new)
+        .map_err(|e| ApiError::bad(format!("file {name:?}: {e}")))?;
+        self.keep(path, meta.len(), modified, clip.clone());
         Ok(clip)
+    }
+
+    /// Keeps a decoded file; the oldest are let go while what is kept is over
+    /// [`KEPT_SAMPLES`] (the last one read stays).
+    fn keep(&mut self, path: PathBuf, len: u64, modified: SystemTime, clip: Arc<Clip>) {
+        self.kept.retain(|k| k.0 != path);
+        self.kept.push_back((path, len, modified, clip));
+        let mut held: usize = self.kept.iter().map(|k| k.3.pcm().len()).sum();
+        while self.kept.len() > 1 && held > KEPT_SAMPLES {
+            if let Some(k) = self.kept.pop_front() {
+                held -= k.3.pcm().len();
+            }
+        }
     }
 }
 
@@ -100,9 +112,9 @@ fn resolve(dir: &Path, name: &str) -> Result<PathBuf, ApiError> {
     Ok(path)
 }
 
-/// Decodes a file on a blocking thread.
-async fn decode(bytes: Vec<u8>, ext: Option<String>) -> Result<Arc<Clip>, ApiError> {
-    tokio::task::spawn_blocking(move || Clip::decode(bytes, ext.as_deref()))
+/// Decodes a file's contents (an ng `blob`) on a blocking thread.
+async fn decode_blob(bytes: Vec<u8>) -> Result<Arc<Clip>, ApiError> {
+    tokio::task::spawn_blocking(move || Clip::decode(bytes, None))
         .await
         .map_err(|_| ApiError::Control(ControlError::ShuttingDown))?
         .map(Arc::new)
