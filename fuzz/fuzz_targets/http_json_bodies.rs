@@ -2,7 +2,8 @@
 
 //! The HTTP API's JSON request bodies (`PATCH /api/rooms/{room}` mixing settings, `PUT
 //! …/layer`, `POST /rooms/{room}/rtp/offer`, `PATCH …/participants/{id}` a participant's
-//! gate), parsed and checked as the handlers do before
+//! gate, `POST …/participants/{id}/media` a file to play), parsed and checked as the handlers
+//! do before
 //! they act: never a panic; what is refused says why (the 400's reason), and a reason is one
 //! line short enough for a response.
 

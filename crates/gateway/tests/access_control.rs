@@ -819,6 +819,9 @@ fn routes() -> Vec<Route> {
     fn gate() -> String {
         r#"{"block_dtmf": true}"#.into()
     }
+    fn media() -> String {
+        r#"{"file": "a.wav"}"#.into()
+    }
     const SDP_H: &[(&str, &str)] = &[SDP];
     const JSON_H: &[(&str, &str)] = &[JSON];
     const FRAG_H: &[(&str, &str)] = &[FRAG, ("If-Match", "{etag}")];
@@ -981,6 +984,26 @@ fn routes() -> Vec<Route> {
             want: [401, 403, 403, 200, 200, 401, 403, 401],
         },
         Route {
+            name: "POST /api/rooms/{room}/participants/{id}/media (the publisher's)",
+            method: "POST",
+            path: "/api/rooms/r/participants/{id}/media",
+            body: Some(media),
+            headers: JSON_H,
+            session: true,
+            // Let through, the request is refused for what it asks: the session in the test
+            // (a WHIP publisher) receives no audio to play the file in.
+            want: [401, 403, 403, 422, 422, 401, 403, 401],
+        },
+        Route {
+            name: "DELETE /api/rooms/{room}/participants/{id}/media",
+            method: "DELETE",
+            path: "/api/rooms/r/participants/{id}/media",
+            body: None,
+            headers: &[],
+            session: true,
+            want: [401, 403, 403, 200, 200, 401, 403, 401],
+        },
+        Route {
             name: "DELETE /api/rooms/{room}/participants/{id}",
             method: "DELETE",
             path: "/api/rooms/r/participants/{id}",
@@ -1025,7 +1048,14 @@ const TABLE_END: &str = "<!-- /access-table -->";
 
 #[test]
 fn every_route_answers_every_caller_as_the_security_table_says() {
-    let s = token_mode(|c| c.max_pending_offers_per_source = 10_000);
+    // A file to play (`POST …/media`).
+    let media = tempfile::tempdir().unwrap();
+    let wav = secrelay_media::clip::wav_pcm16(8000, 1, &[0; 800]);
+    std::fs::write(media.path().join("a.wav"), wav).unwrap();
+    let s = token_mode(|c| {
+        c.max_pending_offers_per_source = 10_000;
+        c.media_dir = Some(media.path().to_owned());
+    });
     let u = s.url();
     let owner = bearer(&token("owner", room_grants("r", true, true, false)));
     let mut got: BTreeMap<usize, [u16; 8]> = BTreeMap::new();

@@ -891,12 +891,7 @@ fn play_media(e: &[(String, &Bencode)]) -> Result<PlayMediaRequest, NgError> {
     let repeat_ms = count("repeat-duration")?
         .filter(|&ms| ms > 0)
         .map(|ms| ms as u64);
-    // As rtpengine: a `repeat-duration` alone repeats the file until it has passed.
-    let times = match (count("repeat-times")?, repeat_ms) {
-        (Some(n), _) => n.clamp(1, i64::from(u32::MAX)) as u32,
-        (None, Some(_)) => u32::MAX,
-        (None, None) => 1,
-    };
+    let times = play_times(count("repeat-times")?, repeat_ms);
     Ok(PlayMediaRequest {
         call_id: who.call_id,
         from_tag: if who.all { None } else { who.from_tag },
@@ -905,6 +900,17 @@ fn play_media(e: &[(String, &Bencode)]) -> Result<PlayMediaRequest, NgError> {
         repeat_ms,
         start_frame: count("start-pos")?.unwrap_or(0).max(0) as u64,
     })
+}
+
+/// How many times a file is played at most, from `repeat-times` and `repeat-duration` (ms):
+/// the times given (at least 1), else as rtpengine, without a bound when only a duration is
+/// given (it repeats the file until the duration has passed), else once.
+pub fn play_times(repeat_times: Option<i64>, repeat_ms: Option<u64>) -> u32 {
+    match (repeat_times, repeat_ms) {
+        (Some(n), _) => n.clamp(1, i64::from(u32::MAX)) as u32,
+        (None, Some(_)) => u32::MAX,
+        (None, None) => 1,
+    }
 }
 
 /// The event code of a DTMF character (`0`–`9`, `*`, `#`, `A`–`D`, either case).

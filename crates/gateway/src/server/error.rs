@@ -17,6 +17,7 @@ use super::auth::Failure;
 use super::cluster::{DirectoryError, HandoverError};
 use super::ng::ForwardError;
 use super::ports::PortError;
+use crate::room::PlayError;
 use crate::shard::{ControlError, JoinError};
 
 /// Seconds a client refused for load is told to wait (`Retry-After`): a few of the workers'
@@ -49,6 +50,8 @@ pub enum ApiError {
     Join(JoinError),
     /// A control operation the room's worker did not do.
     Control(ControlError),
+    /// A digit or media that could not be played to or as a participant.
+    Play(PlayError),
     /// No local ports for a telephony leg.
     Ports(PortError),
     /// A hand-over of this node's calls that cannot be done.
@@ -98,6 +101,7 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Join(e) => join_status(e),
             ApiError::Control(e) => control_status(e),
+            ApiError::Play(e) => play_status(e),
         }
     }
 
@@ -129,6 +133,16 @@ fn join_status(e: &JoinError) -> StatusCode {
         JoinError::NoMember { .. } => StatusCode::NOT_FOUND,
         JoinError::WrongLeg { .. } | JoinError::StaleAnswer { .. } => StatusCode::CONFLICT,
         JoinError::RoomFull { .. } | JoinError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn play_status(e: &PlayError) -> StatusCode {
+    match e {
+        PlayError::NoMember => StatusCode::NOT_FOUND,
+        PlayError::Queued => StatusCode::TOO_MANY_REQUESTS,
+        PlayError::NoWay | PlayError::NoCodec | PlayError::Codec => {
+            StatusCode::UNPROCESSABLE_ENTITY
+        }
     }
 }
 
@@ -167,6 +181,7 @@ impl fmt::Display for ApiError {
             }
             ApiError::Join(e) => e.fmt(f),
             ApiError::Control(e) => e.fmt(f),
+            ApiError::Play(e) => e.fmt(f),
             ApiError::Ports(e) => write!(f, "no place for another participant: {e}"),
             ApiError::Handover(e) => e.fmt(f),
             ApiError::Directory(e) => write!(f, "the cluster's directory does not answer: {e}"),
@@ -186,6 +201,12 @@ impl From<JoinError> for ApiError {
 impl From<ControlError> for ApiError {
     fn from(e: ControlError) -> ApiError {
         ApiError::Control(e)
+    }
+}
+
+impl From<PlayError> for ApiError {
+    fn from(e: PlayError) -> ApiError {
+        ApiError::Play(e)
     }
 }
 

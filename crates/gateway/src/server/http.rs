@@ -15,7 +15,9 @@
 //! | `GET /api/rooms`, `GET /api/rooms/{room}` | JSON: rooms and their participants |
 //! | `PATCH /api/rooms/{room}` | the room's settings (mixing) |
 //! | `DELETE /api/rooms/{room}/participants/{id}` | remove a participant |
+//! | `PATCH /api/rooms/{room}/participants/{id}` | what of a participant's media its room passes on (block, silence) |
 //! | `PUT /api/rooms/{room}/participants/{id}/layer` | the simulcast layer a participant is sent |
+//! | `POST`, `DELETE /api/rooms/{room}/participants/{id}/media` | play a file from `media_dir` to a participant, stop it |
 //! | `GET /metrics` | Prometheus (OpenMetrics text) |
 //! | `POST /api/cluster/handover?to=NODE` | hand this node's telephony calls to another |
 //! | `GET /healthz` | 200 while admitting, 503 while draining |
@@ -464,6 +466,10 @@ pub(crate) fn router(
         .route(
             "/api/rooms/{room}/participants/{id}/layer",
             axum::routing::put(api_layer),
+        )
+        .route(
+            "/api/rooms/{room}/participants/{id}/media",
+            post(api_play_media).delete(api_stop_media),
         )
         .route("/", get(index_page))
         .route("/room/{room}", get(room_page))
@@ -1675,6 +1681,103 @@ async fn api_participant(
     }
 }
 
+/// The body of `POST /api/rooms/{room}/participants/{id}/media`: a file of `media_dir` to
+/// play to the participant (ng `play media`'s keys, named for JSON).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct MediaPost {
+    /// The file's name in `media_dir`.
+    file: String,
+    /// How many times to play it at most (1 unless given; without a bound when only
+    /// `repeat_duration_ms` is given).
+    repeat_times: Option<u32>,
+    /// Play it again while less than this has passed, ms.
+    repeat_duration_ms: Option<u64>,
+    /// Start this many packet times into it.
+    #[serde(default)]
+    start_frame: u64,
+}
+
+/// A `POST …/media` body, or the reason it is refused (400).
+fn media_post(body: &[u8]) -> Result<MediaPost, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad(format!(
+            "the body must be JSON {{\"file\": a file's name in media_dir, \"repeat_times\", \
+             \"repeat_duration_ms\", \"start_frame\": numbers, each optional}}: {e}"
+        ))
+    })
+}
+
+/// Plays a file of `media_dir` to a participant in place of what it hears (an announcement):
+/// 200 with one play's length, 404 if there is no such participant, 400 for a file that is
+/// not there or not audio, 422 for a participant that receives no audio we encode.
+async fn api_play_media(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: String,
+) -> Response {
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
+    }
+    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+        return e.into_response();
+    }
+    let post = match media_post(body.as_bytes()) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let clip = match s
+        .gateway
+        .clip(secrelay_wire::ng::MediaFile::File(post.file))
+        .await
+    {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let media = crate::room::PlayMedia {
+        clip,
+        start_frame: post.start_frame,
+        times: secrelay_wire::ng::play_times(
+            post.repeat_times.map(i64::from),
+            post.repeat_duration_ms,
+        ),
+        repeat_for: post
+            .repeat_duration_ms
+            .map(std::time::Duration::from_millis),
+    };
+    match s.gateway.play_media(&room, &id, media).await {
+        Some(Ok(length)) => {
+            axum::Json(serde_json::json!({ "duration_ms": length.as_millis() as u64 }))
+                .into_response()
+        }
+        Some(Err(e)) => ApiError::Play(e).into_response(),
+        None => ApiError::Control(crate::shard::ControlError::ShuttingDown).into_response(),
+    }
+}
+
+/// Stops what is played to a participant: 200 with where it was (`last_frame_pos`, packet
+/// times into the file; null when nothing was played), 404 if there is no such participant.
+async fn api_stop_media(
+    State(s): State<AppState>,
+    Path((room, id)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(e) = room_name(&room, true) {
+        return e.into_response();
+    }
+    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+        return e.into_response();
+    }
+    match s.gateway.stop_media(&room, &id).await {
+        Some(Some(at)) => axum::Json(serde_json::json!({ "last_frame_pos": at })).into_response(),
+        Some(None) => {
+            ApiError::not_found(format!("no participant {id} in room {room}")).into_response()
+        }
+        None => ApiError::Control(crate::shard::ControlError::ShuttingDown).into_response(),
+    }
+}
+
 /// The body of `POST /api/rooms/{room}/data`: one message from the server.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -1889,10 +1992,11 @@ async fn healthz(State(s): State<AppState>) -> Response {
 /// …/layer`, 2 `POST /rooms/{room}/rtp/offer`); Ok with what it asks for, or the reason a
 /// client is answered 400.
 pub(crate) fn parse_json_body(which: u8, body: &[u8]) -> Result<String, ApiError> {
-    match which % 4 {
+    match which % 5 {
         0 => room_settings(body).map(|m| format!("{m:?}")),
         1 => layer_choice(body).map(|c| format!("{c:?}")),
         3 => gate_patch(body).map(|p| format!("{p:?}")),
+        4 => media_post(body).map(|p| format!("{p:?}")),
         _ => serde_json::from_slice::<OfferRequest>(body)
             .map_err(|e| ApiError::bad(format!("bad request: {e}")))?
             .spec(&[secrelay_srtp::Profile::AesCm128HmacSha1_80])

@@ -57,8 +57,8 @@ pub mod fuzzing {
 
     /// The HTTP API's JSON request bodies, as the handlers parse and check them: `which`
     /// picks one (0 `PATCH /api/rooms/{room}`, 1 `PUT …/layer`, 2 `POST
-    /// /rooms/{room}/rtp/offer`, 3 `PATCH /api/rooms/{room}/participants/{id}`); what it asks
-    /// for, or the reason a client gets 400.
+    /// /rooms/{room}/rtp/offer`, 3 `PATCH /api/rooms/{room}/participants/{id}`, 4 `POST
+    /// …/participants/{id}/media`); what it asks for, or the reason a client gets 400.
     pub fn http_json_body(which: u8, body: &[u8]) -> Result<String, super::ApiError> {
         super::http::parse_json_body(which, body)
     }
@@ -537,6 +537,7 @@ impl Gateway {
             lifecycle: std::sync::OnceLock::new(),
             lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
             recorder,
+            clips: Default::default(),
             ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
             placed: std::sync::Mutex::default(),
             admission: config.admission(),
@@ -1260,6 +1261,16 @@ impl Gateway {
         })
         .await
         .flatten()
+    }
+
+    /// The audio `media` names, for `play media`: a file from `media_dir` (decoded once while
+    /// it is unchanged) or a file's contents ([`ng_media`]).
+    pub(crate) async fn clip(
+        &self,
+        media: secrelay_wire::ng::MediaFile,
+    ) -> Result<Arc<secrelay_media::clip::Clip>, ApiError> {
+        let mut clips = self.shared.clips.lock().await;
+        clips.load(self.config.media_dir.as_deref(), media).await
     }
 
     /// The call recorder, when `recording_dir` is set.

@@ -140,8 +140,6 @@ pub(crate) struct Ng {
     gates: HashMap<String, CallGates>,
     /// The calls being recorded (or paused), by call-id.
     recordings: HashMap<String, CallRecording>,
-    /// Files `play media` decoded ([`super::ng_media`]).
-    pub(super) clips: super::ng_media::Clips,
 }
 
 /// A call's recording ([`super::recording`]).
@@ -172,7 +170,6 @@ impl Ng {
             replaying: None,
             gates: HashMap::new(),
             recordings: HashMap::new(),
-            clips: Default::default(),
         }
     }
 
@@ -990,7 +987,7 @@ impl Ng {
             }
         }
         match (played, refused) {
-            (0, Some(why)) => Err(ApiError::bad(why.to_string())),
+            (0, Some(why)) => Err(ApiError::Play(why)),
             _ => Ok(reply(vec![("result", Bencode::str("ok"))])),
         }
     }

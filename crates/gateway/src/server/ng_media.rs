@@ -37,7 +37,11 @@ pub(super) struct Clips {
 
 impl Clips {
     /// The clip of `media`: `file` read from `dir` (decoded once while unchanged), or `blob`.
-    async fn load(&mut self, dir: Option<&Path>, media: MediaFile) -> Result<Arc<Clip>, ApiError> {
+    pub(super) async fn load(
+        &mut self,
+        dir: Option<&Path>,
+        media: MediaFile,
+    ) -> Result<Arc<Clip>, ApiError> {
         let name = match media {
             MediaFile::Blob(bytes) => return decode_blob(bytes).await,
             MediaFile::File(name) => name,
@@ -128,8 +132,7 @@ impl Ng {
     /// played to (the reason).
     pub(super) async fn play_media(&mut self, p: PlayMediaRequest) -> Result<Bencode, ApiError> {
         let members = self.chosen_members(&p.call_id, p.from_tag.as_deref())?;
-        let dir = self.gateway.config().media_dir.clone();
-        let clip = self.clips.load(dir.as_deref(), p.media).await?;
+        let clip = self.gateway.clip(p.media).await?;
         let media = PlayMedia {
             clip,
             start_frame: p.start_frame,
@@ -149,7 +152,7 @@ impl Ng {
                 ("result", Bencode::str("ok")),
                 ("duration", Bencode::Int(l.as_millis() as i64)),
             ])),
-            (None, Some(why)) => Err(ApiError::bad(why.to_string())),
+            (None, Some(why)) => Err(ApiError::Play(why)),
             (None, None) => Err(ApiError::not_found("no such tag in this call")),
         }
     }

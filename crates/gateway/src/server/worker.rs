@@ -161,6 +161,8 @@ pub(crate) struct Shared {
     pub lifecycle_dropped: std::sync::atomic::AtomicU64,
     /// Where recorded calls' packets go (`recording_dir`).
     pub recorder: Option<Arc<super::recording::Recorder>>,
+    /// The audio files `play media` decoded, for the ng socket and the HTTP API alike.
+    pub clips: tokio::sync::Mutex<super::ng_media::Clips>,
     /// ICE-TCP connections open, all workers together.
     pub ice_tcp_open: std::sync::atomic::AtomicUsize,
     /// The worker of each participant that joined on another worker than its room's (a
