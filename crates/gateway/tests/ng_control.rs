@@ -454,21 +454,18 @@ fn bad_requests_get_error_replies_with_reasons_and_retransmissions_the_same_repl
     server.shutdown();
 }
 
-/// A SIP phone calls a WebRTC user (what a proxy asks rtpengine for with `transport-protocol:
-/// UDP/TLS/RTP/SAVPF` and `ICE: force` on the offer towards the browser): the reply is a
-/// WebRTC offer of the gateway's (ICE-lite, DTLS `actpass`, its fingerprint and candidate);
-/// the simulated browser answers it (DTLS client), checks and handshakes against the gateway,
-/// and audio flows both ways between the plain phone and the browser; the phone's answer is
-/// plain RTP. Then the browser's re-INVITE with another certificate is refused, and the call
-/// is left as it was: the phone's next re-INVITE is taken as an offer.
-#[test]
-fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
-    let (server, mut ng) = start();
+/// A plain phone's call through `ng` to a simulated browser (`transport-protocol:
+/// UDP/TLS/RTP/SAVPF`, `ICE: force` towards it), offered and answered: (the phone, the
+/// browser, ready to connect).
+fn phone_calls_browser(
+    ng: &mut Ng,
+    call_id: &str,
+) -> (SocketPhone, secrelay_testkit::SimParticipant) {
     let mut caller = SocketPhone::bind(LOCAL, None, 0xca11).unwrap();
     let offer = ng
         .call(vec![
             ("command".into(), s("offer")),
-            ("call-id".into(), s("to-browser@proxy")),
+            ("call-id".into(), s(call_id)),
             ("from-tag".into(), s("phone")),
             ("sdp".into(), s(&caller.phone.offer())),
             ("transport-protocol".into(), s("UDP/TLS/RTP/SAVPF")),
@@ -499,7 +496,7 @@ fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
     let answer = ng
         .call(vec![
             ("command".into(), s("answer")),
-            ("call-id".into(), s("to-browser@proxy")),
+            ("call-id".into(), s(call_id)),
             ("from-tag".into(), s("phone")),
             ("to-tag".into(), s("browser")),
             ("sdp".into(), s(&browser_answer)),
@@ -511,6 +508,20 @@ fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
     assert!(!to_phone.contains("a=ice"), "{to_phone}");
     caller.phone.accept_answer(to_phone).unwrap();
 
+    (caller, browser)
+}
+
+/// A SIP phone calls a WebRTC user (what a proxy asks rtpengine for with `transport-protocol:
+/// UDP/TLS/RTP/SAVPF` and `ICE: force` on the offer towards the browser): the reply is a
+/// WebRTC offer of the gateway's (ICE-lite, DTLS `actpass`, its fingerprint and candidate);
+/// the simulated browser answers it (DTLS client), checks and handshakes against the gateway,
+/// and audio flows both ways between the plain phone and the browser; the phone's answer is
+/// plain RTP. Then the browser's re-INVITE with another certificate is refused, and the call
+/// is left as it was: the phone's next re-INVITE is taken as an offer.
+#[test]
+fn a_plain_phone_calls_a_webrtc_callee_through_an_ng_call() {
+    let (server, mut ng) = start();
+    let (mut caller, browser) = phone_calls_browser(&mut ng, "to-browser@proxy");
     let mut group = [browser];
     talk_with_browser(&mut group[0], &mut caller);
 
@@ -760,10 +771,11 @@ fn a_codec_the_gateway_cannot_decode_is_relayed_byte_for_byte() {
 }
 
 /// The phone and the simulated browser of a call between them talk until each heard 50
-/// packets of the other (at most 20 s), the browser taking all it got.
+/// packets of the other more (at most 20 s), the browser taking all it got.
 fn talk_with_browser(browser: &mut secrelay_testkit::SimParticipant, phone: &mut SocketPhone) {
     let end = Instant::now() + Duration::from_secs(20);
     let mut next_send = Instant::now();
+    let (b0, p0) = (browser.received(), phone.phone.received.len());
     loop {
         let now = Instant::now();
         browser.step(now).unwrap();
@@ -772,7 +784,7 @@ fn talk_with_browser(browser: &mut secrelay_testkit::SimParticipant, phone: &mut
             next_send += Duration::from_millis(20);
         }
         phone.read();
-        let (b, p) = (browser.received(), phone.phone.received.len());
+        let (b, p) = (browser.received() - b0, phone.phone.received.len() - p0);
         if b >= 50 && p >= 50 {
             break;
         }
@@ -1035,4 +1047,91 @@ fn telephony_sides_do_ice_as_rtpengine_decides_and_media_follows_the_nominated_a
     assert!(our_ice(&offer["sdp"]).is_some(), "{}", offer["sdp"]);
     assert!(!offer.contains_key("warning"), "{offer:?}");
     drop(server);
+}
+
+/// `start recording` and `stop recording` in a call between a plain phone and a browser (the
+/// call's WebRTC side): the pcap file holds both sides' packets sent meanwhile, the browser's
+/// decrypted (plain RTP of its 160-byte μ-law payloads, its 440 Hz tone in them), and none from
+/// before the start.
+#[test]
+fn a_call_with_a_webrtc_side_is_recorded_decrypted_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        workers: 2,
+        rtp_ports: "46500-46599".into(),
+        drain_secs: 0.1,
+        recording_dir: Some(dir.path().to_owned()),
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let mut ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    let id = "rec-browser@proxy";
+    let (mut phone, browser) = phone_calls_browser(&mut ng, id);
+    let mut browser = [browser];
+    talk_with_browser(&mut browser[0], &mut phone);
+    let recording = |what: &str| vec![("command".into(), s(what)), ("call-id".into(), s(id))];
+    ng.call(recording("start recording")).unwrap();
+    talk_with_browser(&mut browser[0], &mut phone);
+    ng.call(recording("stop recording")).unwrap();
+    ng.call(vec![
+        ("command".into(), s("delete")),
+        ("call-id".into(), s(id)),
+        ("from-tag".into(), s("phone")),
+    ])
+    .unwrap();
+    // The file is written by a thread of its own: a moment for it to close.
+    let pcap = || {
+        std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "pcap"))
+    };
+    let until = Instant::now() + Duration::from_secs(3);
+    let (mut from_phone, mut from_browser, mut browser_pcm) = (0, 0, Vec::new());
+    while Instant::now() < until {
+        (from_phone, from_browser) = (0, 0);
+        browser_pcm.clear();
+        let Some(file) = pcap() else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let capture = secrelay_wire::pcap::Capture::parse(&std::fs::read(&file).unwrap()).unwrap();
+        for p in &capture.packets {
+            let Some(rtp) = p.udp_payload().and_then(|u| RtpHeader::parse(u).ok()) else {
+                continue;
+            };
+            match (rtp.payload_type(), rtp.payload()) {
+                (0, pl) if pl == [0x5a; 160] => from_phone += 1,
+                (0, pl) if pl.len() == 160 => {
+                    from_browser += 1;
+                    browser_pcm.extend(pl.iter().map(|&c| secrelay_media::g711::ulaw_decode(c)));
+                }
+                _ => {}
+            }
+        }
+        if from_phone >= 50 && from_browser >= 50 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // About the 50 or so each sent while recorded, and nothing from the first exchange.
+    assert!(
+        (50..=90).contains(&from_phone),
+        "the phone's packets: {from_phone}"
+    );
+    assert!(
+        (50..=90).contains(&from_browser),
+        "the browser's packets: {from_browser}"
+    );
+    // Each payload's first 8 bytes are the simulated browser's send stamp, the rest its tone.
+    let share = browser_pcm
+        .chunks_exact(160)
+        .map(|p| secrelay_media::tone::tone_share(&p[8..], 8000, 440.0))
+        .fold(1.0f64, f64::min);
+    assert!(share > 0.8, "the browser's tone, decrypted: {share:.2}");
+    server.shutdown();
 }

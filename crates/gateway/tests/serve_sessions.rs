@@ -391,18 +391,14 @@ fn a_layer_for_nobody_is_404_and_a_layer_nobody_sends_is_400() {
     assert_eq!(put(&id), 400);
 }
 
-/// `PATCH /api/rooms/{room}/participants/{id}` (the admin muting someone): with
-/// `block_media` its peers stop hearing it while it still hears them, and again once it is
-/// unset; the room's figures show the gate; the route is the admin's, names what a bad body
-/// gets wrong, and says when there is no such participant.
-#[test]
-fn an_admin_blocks_a_participants_media_and_its_peers_stop_hearing_it() {
-    let s = start(30.0);
-    let sig = signaling(&s);
+/// Two conference participants of `room` that hear each other: (them, the first one's id, an
+/// HTTP client that reads every status, the admin key's `Authorization`).
+fn two_hearing(s: &Server, room: &str) -> (Vec<SimParticipant>, String, ureq::Agent, String) {
+    let sig = signaling(s);
     let epoch = Instant::now();
     let mut group = vec![
-        SimParticipant::join(&sig, "moderated", Leg::Join, LOCAL, epoch).unwrap(),
-        SimParticipant::join(&sig, "moderated", Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, room, Leg::Join, LOCAL, epoch).unwrap(),
+        SimParticipant::join(&sig, room, Leg::Join, LOCAL, epoch).unwrap(),
     ];
     assert!(until_all_hear(&mut group, 20));
     let id = group[0].location.rsplit('/').next().unwrap().to_owned();
@@ -411,6 +407,17 @@ fn an_admin_blocks_a_participants_media_and_its_peers_stop_hearing_it() {
         .build()
         .into();
     let admin = format!("Bearer {}", s.admin_key().expose());
+    (group, id, agent, admin)
+}
+
+/// `PATCH /api/rooms/{room}/participants/{id}` (the admin muting someone): with
+/// `block_media` its peers stop hearing it while it still hears them, and again once it is
+/// unset; the room's figures show the gate; the route is the admin's, names what a bad body
+/// gets wrong, and says when there is no such participant.
+#[test]
+fn an_admin_blocks_a_participants_media_and_its_peers_stop_hearing_it() {
+    let s = start(30.0);
+    let (mut group, id, agent, admin) = two_hearing(&s, "moderated");
     let patch = |who: &str, body: &str, auth: Option<&str>| {
         let mut req = agent
             .patch(&format!(
@@ -443,7 +450,7 @@ fn an_admin_blocks_a_participants_media_and_its_peers_stop_hearing_it() {
     );
     assert!(group[0].received() > heard_by_it + 10, "it still hears");
     assert!(dropped(&s, "media_blocked") > 10);
-    let (status, body) = sig.get("/api/rooms/moderated").unwrap();
+    let (status, body) = signaling(&s).get("/api/rooms/moderated").unwrap();
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let gates: Vec<bool> = v["participants"]
@@ -493,19 +500,7 @@ fn an_admin_plays_a_file_to_a_participant_in_place_of_what_it_hears() {
         ..ServeConfig::default()
     })
     .unwrap();
-    let sig = signaling(&s);
-    let epoch = Instant::now();
-    let mut group = vec![
-        SimParticipant::join(&sig, "announced", Leg::Join, LOCAL, epoch).unwrap(),
-        SimParticipant::join(&sig, "announced", Leg::Join, LOCAL, epoch).unwrap(),
-    ];
-    assert!(until_all_hear(&mut group, 20));
-    let id = group[0].location.rsplit('/').next().unwrap().to_owned();
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let admin = format!("Bearer {}", s.admin_key().expose());
+    let (mut group, id, agent, admin) = two_hearing(&s, "announced");
     let url = |who: &str| format!("{}/api/rooms/announced/participants/{who}/media", s.url());
     let answer = |r: Result<ureq::http::Response<ureq::Body>, ureq::Error>| {
         let mut r = r.unwrap();

@@ -100,6 +100,44 @@ impl Call {
             }
         }
     }
+
+    /// Its members as a recording writes their packets: (room, id, the address the packets
+    /// come from, the gateway's address they come to). A telephony section's side comes from
+    /// the address its SDP gives; a WebRTC call's members, whose peers' addresses ICE chose,
+    /// are written from the gateway's own address (port 0), to the port each is bound to
+    /// (`shared_port` for a WebRTC member).
+    fn recorded_members(
+        &self,
+        ours: std::net::IpAddr,
+        shared_port: u16,
+    ) -> Vec<(String, String, SocketAddr, SocketAddr)> {
+        let unknown = SocketAddr::from((ours, 0));
+        match self {
+            Call::Sections(c) => c
+                .report_sections()
+                .into_iter()
+                .flat_map(|s| [s.a, s.b])
+                .flatten()
+                .map(|m| {
+                    let from = m.endpoint.unwrap_or(unknown);
+                    (m.room, m.id, from, (ours, m.local_port).into())
+                })
+                .collect(),
+            Call::WebRtc(c) => {
+                let port = |k: usize| c.rtp[k].map_or(shared_port, |a| a.port());
+                let mut v = vec![(
+                    c.room.clone(),
+                    c.callee_id.clone(),
+                    unknown,
+                    (ours, port(0)).into(),
+                )];
+                if let Some((id, _)) = &c.caller {
+                    v.push((c.room.clone(), id.clone(), unknown, (ours, port(1)).into()));
+                }
+                v
+            }
+        }
+    }
 }
 
 /// A random mark of 12 hex digits for `loop-protect`.
@@ -1016,23 +1054,18 @@ impl Ng {
                 "call recording needs recording_dir (secrelay serve --recording-dir DIR)",
             ));
         };
-        let call = match self.calls.get(call_id) {
-            Some(Call::Sections(c)) => c,
-            Some(Call::WebRtc(_)) => {
-                return Err(ApiError::bad(
-                    "recording a call with a WebRTC side is not supported",
-                ))
-            }
-            None => return Err(ApiError::not_found(format!("unknown call-id {call_id:?}"))),
+        let Some(call) = self.calls.get(call_id) else {
+            return Err(ApiError::not_found(format!("unknown call-id {call_id:?}")));
         };
+        let (from_tag, to_tag) = call.tags();
         match action {
             RecordingAction::Start => {
                 if !self.recordings.contains_key(call_id) {
                     let key = recorder.key();
                     let about = serde_json::json!({
                         "call_id": call_id,
-                        "from_tag": call.from_tag,
-                        "to_tag": call.to_tag,
+                        "from_tag": from_tag,
+                        "to_tag": to_tag,
                         "started": std::time::SystemTime::now()
                             .duration_since(std::time::UNIX_EPOCH)
                             .map_or(0.0, |d| d.as_secs_f64()),
@@ -1072,28 +1105,25 @@ impl Ng {
     /// Gives each member of recorded call `call_id` its key (a new member a new one, its
     /// addresses told to the recorder): what it sends is recorded from now on.
     async fn push_recording(&mut self, call_id: &str) {
-        let (Some(recorder), Some(Call::Sections(call)), Some(rec)) = (
+        let (Some(recorder), Some(call), Some(rec)) = (
             self.gateway.recorder(),
             self.calls.get(call_id),
             self.recordings.get_mut(call_id),
         ) else {
             return;
         };
-        let ours = self.gateway.udp_addr().ip();
+        let shared = self.gateway.udp_addr();
         let mut given = Vec::new();
-        for section in call.report_sections() {
-            for m in [section.a, section.b].into_iter().flatten() {
-                let key = *rec
-                    .members
-                    .entry((m.room.clone(), m.id.clone()))
-                    .or_insert_with(|| {
-                        let key = recorder.key();
-                        let from = m.endpoint.unwrap_or_else(|| (ours, 0).into());
-                        recorder.stream(key, rec.key, from, (ours, m.local_port).into());
-                        key
-                    });
-                given.push((m.room, m.id, key));
-            }
+        for (room, id, from, to) in call.recorded_members(shared.ip(), shared.port()) {
+            let key = *rec
+                .members
+                .entry((room.clone(), id.clone()))
+                .or_insert_with(|| {
+                    let key = recorder.key();
+                    recorder.stream(key, rec.key, from, to);
+                    key
+                });
+            given.push((room, id, key));
         }
         for (room, id, key) in given {
             self.gateway.set_recording(&room, &id, Some(key)).await;
