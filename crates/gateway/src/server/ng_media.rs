@@ -1,6 +1,7 @@
 //! ng `play media` and `stop media`: an audio file played to a call's participant
 //! ([`secrelay_core::room::PlayMedia`]), from `media_dir` (by name) or from the command itself
-//! (`blob`).
+//! (`blob`); and the decoded files, which the HTTP API's `POST …/participants/{id}/media`
+//! plays from too.
 //!
 //! A name is resolved inside `media_dir` and refused when it leads out of it (after links are
 //! followed), so a command cannot make the gateway read any other file of the host. Files are
@@ -14,11 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use secrelay_core::room::PlayMedia;
+use secrelay_core::shard::ControlError;
 use secrelay_media::clip::Clip;
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::ng::{reply, MediaFile, PlayMediaRequest};
-
-use secrelay_core::shard::ControlError;
 
 use super::error::ApiError;
 use super::ng::Ng;
@@ -48,7 +48,7 @@ impl Clips {
         };
         let dir = dir.ok_or_else(|| {
             ApiError::bad(
-                "play media from a file needs media_dir (secrelay serve --media-dir DIR); give the file's contents in blob otherwise",
+                "playing a file needs media_dir (secrelay serve --media-dir DIR), the folder files are read from",
             )
         })?;
         let path = resolve(dir, &name)?;
