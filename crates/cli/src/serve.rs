@@ -83,7 +83,8 @@ pub struct ServeArgs {
     /// decrypted, and a JSON file beside it.
     #[arg(long, value_name = "DIR")]
     pub recording_dir: Option<std::path::PathBuf>,
-    /// Read the audio files ng `play media` names (`file`) from this folder only.
+    /// Read the audio files played to participants (ng `play media`, the HTTP API's
+    /// `…/participants/{id}/media`) from this folder only.
     #[arg(long, value_name = "DIR")]
     pub media_dir: Option<std::path::PathBuf>,
     /// Local ports for telephony legs, LOW-HIGH (RTP on even ports, RTCP on the next).

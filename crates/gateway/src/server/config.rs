@@ -151,11 +151,12 @@ pub struct ServeConfig {
     /// side's address to the gateway's port, and a JSON file saying what it holds. Recording
     /// is refused without it. None by default.
     pub recording_dir: Option<std::path::PathBuf>,
-    /// Where the audio files ng `play media` names in `file` are read from: a name is taken
+    /// Where the audio files played to participants are read from (ng `play media`'s `file`,
+    /// the HTTP API's `POST /api/rooms/{room}/participants/{id}/media`): a name is taken
     /// relative to this folder, and one that resolves outside it (`..`, an absolute path
-    /// elsewhere, a link out) is refused, so a SIP proxy's command cannot read other files of
-    /// the host. Without it `file` is refused (`blob`, the file's contents in the command, is
-    /// taken either way). WAV, MP3 or FLAC, at most 64 MiB. None by default.
+    /// elsewhere, a link out) is refused, so a command cannot read other files of the host.
+    /// Without it no file is read (ng's `blob`, the file's contents in the command, is taken
+    /// either way). WAV, MP3 or FLAC, at most 64 MiB. None by default.
     pub media_dir: Option<std::path::PathBuf>,
     /// The address written as the host candidate in answers (default: `udp`'s address, or when
     /// that is unspecified, the address of the interface with the default route).
