@@ -570,6 +570,13 @@ impl AppState {
         }
     }
 
+    /// The caller, if it is `room`'s admin (the room's name checked first): the `/api/…`
+    /// routes that act on a room or its participants.
+    fn room_admin(&self, headers: &HeaderMap, room: &str) -> Result<Caller, ApiError> {
+        room_name(room, true)?;
+        self.allow(headers, room, Need::Admin)
+    }
+
     /// The caller, if it may do `need` in `room`.
     fn allow(&self, headers: &HeaderMap, room: &str, need: Need<'_>) -> Result<Caller, ApiError> {
         let (policy, caller) = self.caller(headers, Some(room))?;
@@ -1592,10 +1599,7 @@ async fn api_room_settings(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(e) = room_name(&room, true) {
-        return e.into_response();
-    }
-    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+    if let Err(e) = s.room_admin(&headers, &room) {
         return e.into_response();
     }
     let mix = match room_settings(body.as_bytes()) {
@@ -1615,10 +1619,7 @@ async fn api_remove(
     Path((room, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = room_name(&room, true) {
-        return e.into_response();
-    }
-    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+    if let Err(e) = s.room_admin(&headers, &room) {
         return e.into_response();
     }
     remove(s, room, id, StatusCode::NO_CONTENT).await
@@ -1665,10 +1666,7 @@ async fn api_participant(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(e) = room_name(&room, true) {
-        return e.into_response();
-    }
-    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+    if let Err(e) = s.room_admin(&headers, &room) {
         return e.into_response();
     }
     let patch = match gate_patch(body.as_bytes()) {
@@ -1717,10 +1715,7 @@ async fn api_play_media(
     headers: HeaderMap,
     body: String,
 ) -> Response {
-    if let Err(e) = room_name(&room, true) {
-        return e.into_response();
-    }
-    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+    if let Err(e) = s.room_admin(&headers, &room) {
         return e.into_response();
     }
     let post = match media_post(body.as_bytes()) {
@@ -1763,10 +1758,7 @@ async fn api_stop_media(
     Path((room, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(e) = room_name(&room, true) {
-        return e.into_response();
-    }
-    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+    if let Err(e) = s.room_admin(&headers, &room) {
         return e.into_response();
     }
     match s.gateway.stop_media(&room, &id).await {
@@ -1853,10 +1845,7 @@ async fn api_send_data(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(e) = room_name(&room, true) {
-        return e.into_response();
-    }
-    if let Err(e) = s.allow(&headers, &room, Need::Admin) {
+    if let Err(e) = s.room_admin(&headers, &room) {
         return e.into_response();
     }
     let (msg, to) = match data_post(&body, s.gateway.config().data_max_message_size) {
