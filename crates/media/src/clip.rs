@@ -6,11 +6,14 @@
 //! The bytes may come from the network (an ng `blob`), so decoding is bounded and contained:
 //! at most [`MAX_SAMPLES`] samples are kept (a file that decodes to more is refused, not cut),
 //! a packet that does not decode is skipped, and a panic inside the decoder becomes an error.
-//! Rates are the resampler's (8–48 kHz in steps of 100 Hz: 8, 16, 32, 44.1, 48 kHz and the
-//! like); a file at another rate (11.025 or 22.05 kHz) is refused with the rate named.
+//! A clip's rate is one the player's resampler takes (8–48 kHz in steps of 100 Hz: 8, 16, 32,
+//! 44.1, 48 kHz and the like); a file at another rate (11.025 or 22.05 kHz, 96 kHz) is converted
+//! once, on load, to the next of 8, 16, 24, 32 or 48 kHz at or above it (48 kHz above that).
 
 use std::fmt;
 
+use rubato::audioadapter_buffers::direct::InterleavedSlice;
+use rubato::{Fft, FixedSync, Resampler as _};
 use symphonia::core::audio::SampleBuffer;
 use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
 use symphonia::core::errors::Error as DecodeError;
@@ -43,7 +46,7 @@ impl fmt::Debug for Clip {
 pub enum ClipError {
     /// Not a file of a format we read, or its audio would not decode (what the decoder said).
     Format(String),
-    /// Its sample rate is not one the player takes.
+    /// Its sample rate is not one the player takes (nor one converted on load).
     Rate(u32),
     /// It decodes to more than [`MAX_SAMPLES`] samples.
     TooLong {
@@ -60,7 +63,9 @@ impl fmt::Display for ClipError {
             ClipError::Format(why) => write!(f, "not a WAV, MP3 or FLAC file we can decode: {why}"),
             ClipError::Rate(r) => write!(
                 f,
-                "sample rate {r} Hz: files are played at 8000-48000 Hz in steps of 100 Hz (convert it, e.g. to 16000 Hz)"
+                "sample rate {r} Hz: files are played from {} to {} Hz",
+                CONVERTIBLE.start(),
+                CONVERTIBLE.end()
             ),
             ClipError::TooLong { rate } => write!(
                 f,
@@ -73,6 +78,9 @@ impl fmt::Display for ClipError {
 }
 
 impl std::error::Error for ClipError {}
+
+/// The rates a file may have: those the player takes are kept, the others converted on load.
+const CONVERTIBLE: std::ops::RangeInclusive<u32> = 4000..=192_000;
 
 /// Whether the player takes `rate` (the resampler's rates).
 fn playable_rate(rate: u32) -> bool {
@@ -189,7 +197,38 @@ fn decode_all(bytes: Vec<u8>, extension: Option<&str>) -> Result<Clip, ClipError
         }
     }
     let rate = mono.rate.ok_or(ClipError::Empty)?;
-    Clip::from_pcm(rate, mono.pcm)
+    if playable_rate(rate) {
+        return Clip::from_pcm(rate, mono.pcm);
+    }
+    let (to, pcm) = convert(rate, &mono.pcm)?;
+    Clip::from_pcm(to, pcm)
+}
+
+/// `pcm` at `from` Hz, converted whole to the next of 8, 16, 24, 32 and 48 kHz at or above it
+/// (48 kHz above that), through `rubato`'s FFT resampler (its start-up delay trimmed).
+fn convert(from: u32, pcm: &[i16]) -> Result<(u32, Vec<i16>), ClipError> {
+    let to = [8000, 16_000, 24_000, 32_000, 48_000]
+        .into_iter()
+        .find(|&r| r >= from)
+        .unwrap_or(48_000);
+    let failed = |e: String| ClipError::Format(format!("converting {from} Hz to {to} Hz: {e}"));
+    if pcm.is_empty() {
+        return Err(ClipError::Empty);
+    }
+    let input: Vec<f32> = pcm.iter().map(|&s| f32::from(s) / 32768.0).collect();
+    let adapter =
+        InterleavedSlice::new(&input[..], 1, input.len()).map_err(|e| failed(e.to_string()))?;
+    let mut fft = Fft::<f32>::new(from as usize, to as usize, 1024, 1, FixedSync::Input)
+        .map_err(|e| failed(e.to_string()))?;
+    let out = fft
+        .process_all(&adapter, input.len(), None)
+        .map_err(|e| failed(e.to_string()))?;
+    let samples = out
+        .take_data()
+        .into_iter()
+        .map(|v| (v * 32768.0).round().clamp(-32768.0, 32767.0) as i16)
+        .collect();
+    Ok((to, samples))
 }
 
 /// Decoded buffers mixed down into one channel.
@@ -204,7 +243,7 @@ impl Mono {
     fn add(&mut self, audio: symphonia::core::audio::AudioBufferRef<'_>) -> Result<(), ClipError> {
         let spec = *audio.spec();
         match self.rate {
-            None if !playable_rate(spec.rate) => return Err(ClipError::Rate(spec.rate)),
+            None if !CONVERTIBLE.contains(&spec.rate) => return Err(ClipError::Rate(spec.rate)),
             None => self.rate = Some(spec.rate),
             Some(r) if r != spec.rate => {
                 return Err(ClipError::Format(format!(
@@ -295,6 +334,25 @@ mod tests {
     }
 
     #[test]
+    fn rates_the_player_does_not_take_are_converted_on_load() {
+        for (from, to) in [(11_025u32, 16_000u32), (22_050, 24_000), (96_000, 48_000)] {
+            let x = tone::sine(from, 1000.0, 8000.0, from as usize / 2);
+            let clip = Clip::decode(wav(1, 1, from, 16, &le(&x)), Some("wav")).unwrap();
+            assert_eq!(clip.rate(), to, "{from} Hz");
+            let want = to as usize / 2;
+            assert!(
+                clip.pcm().len().abs_diff(want) <= 2,
+                "{from} Hz: {} samples",
+                clip.pcm().len()
+            );
+            let middle = &clip.pcm()[want / 4..want * 3 / 4];
+            let f = tone::zero_crossing_hz(middle, to);
+            assert!((f - 1000.0).abs() < 2.0, "{from} Hz: {f:.1} Hz");
+            assert!(tone::tone_share(middle, to, 1000.0) > 0.99, "{from} Hz");
+        }
+    }
+
+    #[test]
     fn g711_wavs_decode_to_the_tone_they_hold() {
         let x = tone::sine(8000, 1000.0, 8000.0, 8000);
         for (format, law) in [
@@ -315,9 +373,9 @@ mod tests {
             Clip::decode(b"not audio at all".to_vec(), Some("wav")),
             Err(ClipError::Format(_))
         ));
-        let e = Clip::decode(wav(1, 1, 22_050, 16, &le(&[1; 2205])), None).unwrap_err();
-        assert_eq!(e, ClipError::Rate(22_050));
-        assert!(e.to_string().contains("22050 Hz"), "{e}");
+        let e = Clip::decode(wav(1, 1, 250_000, 16, &le(&[1; 2500])), None).unwrap_err();
+        assert_eq!(e, ClipError::Rate(250_000));
+        assert!(e.to_string().contains("250000 Hz"), "{e}");
         assert_eq!(
             Clip::decode(wav(1, 1, 8000, 16, &[]), None),
             Err(ClipError::Empty)
