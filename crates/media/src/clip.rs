@@ -63,7 +63,7 @@ impl fmt::Display for ClipError {
             ClipError::Format(why) => write!(f, "not a WAV, MP3 or FLAC file we can decode: {why}"),
             ClipError::Rate(r) => write!(
                 f,
-                "sample rate {r} Hz: files are played from {} to {} Hz",
+                "sample rate {r} Hz: files are played at {}-{} Hz in steps of {RATE_STEP} Hz",
                 CONVERTIBLE.start(),
                 CONVERTIBLE.end()
             ),
@@ -79,8 +79,18 @@ impl fmt::Display for ClipError {
 
 impl std::error::Error for ClipError {}
 
-/// The rates a file may have: those the player takes are kept, the others converted on load.
+/// The rates a file may have, in steps of [`RATE_STEP`]: those the player takes are kept, the
+/// others converted on load.
 const CONVERTIBLE: std::ops::RangeInclusive<u32> = 4000..=192_000;
+
+/// The step of the rates converted on load (11,025 Hz is 441 of them): it bounds the converting
+/// resampler's FFT sizes (the two rates over their greatest common divisor).
+const RATE_STEP: u32 = 25;
+
+/// Whether a file at `rate` is taken (kept or converted).
+fn convertible(rate: u32) -> bool {
+    CONVERTIBLE.contains(&rate) && rate.is_multiple_of(RATE_STEP)
+}
 
 /// Whether the player takes `rate` (the resampler's rates).
 fn playable_rate(rate: u32) -> bool {
@@ -243,7 +253,7 @@ impl Mono {
     fn add(&mut self, audio: symphonia::core::audio::AudioBufferRef<'_>) -> Result<(), ClipError> {
         let spec = *audio.spec();
         match self.rate {
-            None if !CONVERTIBLE.contains(&spec.rate) => return Err(ClipError::Rate(spec.rate)),
+            None if !convertible(spec.rate) => return Err(ClipError::Rate(spec.rate)),
             None => self.rate = Some(spec.rate),
             Some(r) if r != spec.rate => {
                 return Err(ClipError::Format(format!(
@@ -376,6 +386,10 @@ mod tests {
         let e = Clip::decode(wav(1, 1, 250_000, 16, &le(&[1; 2500])), None).unwrap_err();
         assert_eq!(e, ClipError::Rate(250_000));
         assert!(e.to_string().contains("250000 Hz"), "{e}");
+        assert_eq!(
+            Clip::decode(wav(1, 1, 22_051, 16, &le(&[1; 2205])), None),
+            Err(ClipError::Rate(22_051))
+        );
         assert_eq!(
             Clip::decode(wav(1, 1, 8000, 16, &[]), None),
             Err(ClipError::Empty)
