@@ -23,14 +23,22 @@ fn s(v: &str) -> Bencode {
 }
 
 fn start() -> (Server, Ng) {
+    start_with(ServeConfig {
+        rtp_ports: "48000-48999".into(),
+        ..ServeConfig::default()
+    })
+}
+
+/// secrelay with `config` (its HTTP, media and ng sockets on loopback, two workers) and an
+/// ng client of it.
+fn start_with(config: ServeConfig) -> (Server, Ng) {
     let server = Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
         ng: Some("127.0.0.1:0".parse().unwrap()),
         workers: 2,
-        rtp_ports: "48000-48999".into(),
         drain_secs: 0.1,
-        ..ServeConfig::default()
+        ..config
     })
     .unwrap();
     let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
@@ -800,19 +808,11 @@ fn talk_with_browser(browser: &mut secrelay_testkit::SimParticipant, phone: &mut
 
 /// secrelay with the media interfaces `interfaces` and its ng socket.
 fn start_with_interfaces(interfaces: &[&str]) -> (Server, Ng) {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        workers: 2,
+    start_with(ServeConfig {
         rtp_ports: "47000-47999".into(),
-        drain_secs: 0.1,
         interfaces: interfaces.iter().map(|s| (*s).to_owned()).collect(),
         ..ServeConfig::default()
     })
-    .unwrap();
-    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
-    (server, ng)
 }
 
 /// The `c=` address of an SDP.
@@ -1056,18 +1056,11 @@ fn telephony_sides_do_ice_as_rtpengine_decides_and_media_follows_the_nominated_a
 #[test]
 fn a_call_with_a_webrtc_side_is_recorded_decrypted_both_ways() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        workers: 2,
+    let (server, mut ng) = start_with(ServeConfig {
         rtp_ports: "46500-46599".into(),
-        drain_secs: 0.1,
         recording_dir: Some(dir.path().to_owned()),
         ..ServeConfig::default()
-    })
-    .unwrap();
-    let mut ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    });
     let id = "rec-browser@proxy";
     let (mut phone, browser) = phone_calls_browser(&mut ng, id);
     let mut browser = [browser];
