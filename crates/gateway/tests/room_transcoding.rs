@@ -306,10 +306,19 @@ fn each_sender_is_decoded_once_and_encoded_once_per_receiving_format() {
 
 /// Phone `p` sends `packets` 20 ms PCMU packets of a 500 Hz tone.
 fn talk_tone(h: &mut Harness, p: usize, packets: usize) {
+    send_tone(h, p, packets, None);
+}
+
+/// [`talk_tone`], with the harness's time moved on by `every` after each packet.
+fn send_tone(h: &mut Harness, p: usize, packets: usize, every: Option<std::time::Duration>) {
     for pkt in g711_packets(&mut Pcmu, 500.0, packets) {
         let (_, wire) = h.phones[p].phone.packet(&pkt);
         h.send_phone(p, &wire);
         h.pump();
+        if let Some(step) = every {
+            let next = h.now + step;
+            h.advance_to(next);
+        }
     }
 }
 
@@ -1145,13 +1154,7 @@ fn dtmf_played_as_a_participant_reaches_each_receiver_in_its_own_way() {
 /// Phone `p` sends `packets` 20 ms PCMU packets of a 500 Hz tone, one every 20 ms of the
 /// harness's time (so that the room's own clock, a player's, runs beside it).
 fn talk_in_time(h: &mut Harness, p: usize, packets: usize) {
-    for pkt in g711_packets(&mut Pcmu, 500.0, packets) {
-        let (_, wire) = h.phones[p].phone.packet(&pkt);
-        h.send_phone(p, &wire);
-        h.pump();
-        let next = h.now + std::time::Duration::from_millis(20);
-        h.advance_to(next);
-    }
+    send_tone(h, p, packets, Some(std::time::Duration::from_millis(20)));
 }
 
 #[test]

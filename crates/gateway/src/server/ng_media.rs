@@ -71,14 +71,12 @@ impl Clips {
             return Ok(k.3.clone());
         }
         let read = path.clone();
-        let clip = tokio::task::spawn_blocking(move || {
+        let clip = off_runtime(move || {
             let bytes = std::fs::read(&read).map_err(|e| e.to_string())?;
             let ext = read.extension().and_then(|e| e.to_str());
             Clip::decode(bytes, ext).map_err(|e| e.to_string())
         })
-        .await
-        .map_err(|_| ApiError::Control(ControlError::ShuttingDown))?
-        .map(Arc::new)
+        .await?
         .map_err(|e| ApiError::bad(format!("file {name:?}: {e}")))?;
         self.keep(path, meta.len(), modified, clip.clone());
         Ok(clip)
@@ -118,11 +116,20 @@ fn resolve(dir: &Path, name: &str) -> Result<PathBuf, ApiError> {
 
 /// Decodes a file's contents (an ng `blob`) on a blocking thread.
 async fn decode_blob(bytes: Vec<u8>) -> Result<Arc<Clip>, ApiError> {
-    tokio::task::spawn_blocking(move || Clip::decode(bytes, None))
+    off_runtime(move || Clip::decode(bytes, None).map_err(|e| e.to_string()))
+        .await?
+        .map_err(ApiError::bad)
+}
+
+/// Reads or decodes a clip with `work` on a blocking thread (a file of minutes takes a moment):
+/// the clip or why not; Err when the runtime is shutting down.
+async fn off_runtime(
+    work: impl FnOnce() -> Result<Clip, String> + Send + 'static,
+) -> Result<Result<Arc<Clip>, String>, ApiError> {
+    tokio::task::spawn_blocking(work)
         .await
-        .map_err(|_| ApiError::Control(ControlError::ShuttingDown))?
-        .map(Arc::new)
-        .map_err(|e| ApiError::bad(e.to_string()))
+        .map(|r| r.map(Arc::new))
+        .map_err(|_| ApiError::Control(ControlError::ShuttingDown))
 }
 
 impl Ng {
