@@ -18,6 +18,10 @@
 //!   as it lasts, in the caller's codec, and the callee is heard again after it; `stop media`
 //!   ends it early.
 //!
+//! - `subscribe request`, `subscribe answer` and `unsubscribe`: a third phone subscribed to the
+//!   caller hears the caller's speech and DTMF and none of the callee's, what it sends reaches
+//!   no one, and once unsubscribed it hears nothing, through both.
+//!
 //! Without rtpengine the tests fail under CI (`CI` set) and say SKIPPED elsewhere.
 
 mod lab_support;
@@ -614,4 +618,70 @@ fn media_played_to_a_caller_as_rtpengine_plays_it() {
         let e = ours.call(r).unwrap_err().to_string();
         assert!(e.contains(bad), "{bad}: {e}");
     }
+}
+
+/// What a subscriber heard in each phase of [`subscribe_script`]: (caller's speech, callee's
+/// speech, DTMF events), and what the two phones heard of its own packets.
+type Listened = [(usize, usize, usize, usize); 2];
+
+/// A call between two plain phones; a third subscribes to the caller (`subscribe request`,
+/// `subscribe answer`), a phase is spoken (each phone's speech and a DTMF event, the subscriber
+/// sending packets of its own too), then it `unsubscribe`s and a second phase is spoken: what
+/// it heard in each, and what the phones heard of it.
+fn subscribe_script(ng: &mut Ng, id: &str) -> Listened {
+    let mut phones = open_call(ng, id, [0x6a7e_0031, 0x6a7e_0032]);
+    let mut sub = phone(0x6a7e_0033);
+    let r = ng
+        .call(req(
+            "subscribe request",
+            id,
+            &[("from-tag", "caller"), ("to-tag", "listener")],
+        ))
+        .unwrap();
+    let offer = &r["sdp"];
+    assert!(offer.contains("a=sendonly"), "{id}: {offer}");
+    let answer = sub.phone.answer_offer(offer).unwrap();
+    ng.call(req(
+        "subscribe answer",
+        id,
+        &[("to-tag", "listener"), ("sdp", &answer)],
+    ))
+    .unwrap();
+    const OWN: u8 = 0x33;
+    let listen = |phones: &mut [SocketPhone; 2], sub: &mut SocketPhone| {
+        sub.phone.received.clear();
+        let _ = sub.send(&[OWN; 160]);
+        phase(phones);
+        sub.read();
+        let t = |speech: u8| tally(sub, speech);
+        let own = phones.iter().map(|p| tally(p, OWN).0).sum::<usize>();
+        (t(SPEECH[0]).0, t(SPEECH[1]).0, t(SPEECH[0]).2, own)
+    };
+    let subscribed = listen(&mut phones, &mut sub);
+    ng.call(req("unsubscribe", id, &[("to-tag", "listener")]))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    sub.read();
+    let unsubscribed = listen(&mut phones, &mut sub);
+    ng.call(command("delete", id, "caller", None, None))
+        .unwrap();
+    [subscribed, unsubscribed]
+}
+
+#[test]
+fn a_subscriber_hears_the_caller_as_through_rtpengine() {
+    let test = "a_subscriber_hears_the_caller_as_through_rtpengine";
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (43000, 43499)) else {
+        return;
+    };
+    let (_server, mut ours) = secrelay("43500-43999", None);
+    let theirs = subscribe_script(&mut rtpengine.ng, "sub-rtpengine@test");
+    let mine = subscribe_script(&mut ours, "sub-secrelay@test");
+    assert_eq!(
+        theirs, mine,
+        "what the subscriber heard: rtpengine's, secrelay's"
+    );
+    // The caller's speech and its DTMF event, none of the callee's; nothing of the
+    // subscriber's own reaches the phones; nothing once unsubscribed.
+    assert_eq!(mine, [(FRAMES, 0, 1, 0), (0, 0, 0, 0)]);
 }

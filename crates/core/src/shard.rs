@@ -2699,6 +2699,22 @@ impl Shard {
             .is_some_and(|s| s.room.set_gate(member.id(), gate))
     }
 
+    /// Makes member `id` of `room` a listener of member `publisher` alone (an ng
+    /// subscription): it receives what `publisher` publishes and nothing else, and what it
+    /// sends goes nowhere. `false` if either is not in the room.
+    pub fn listen_to(&mut self, room: &str, id: &str, publisher: &str) -> bool {
+        let (Some((slot, member)), Some((pslot, source))) =
+            (self.find(room, id), self.find(room, publisher))
+        else {
+            return false;
+        };
+        let Some(s) = self.rooms[slot].as_mut().filter(|_| slot == pslot) else {
+            return false;
+        };
+        s.room.set_role(member.id(), MemberRole::SUBSCRIBER)
+            && s.room.hear_only(member.id(), source.id())
+    }
+
     /// Changes what of member `id` of `room`'s media its room passes on with `change`; the
     /// gate it has now, `None` if there is no member by that id.
     pub fn change_gate(

@@ -127,6 +127,38 @@ fn sequence_numbers_pass_and_a_subscriber_only_member_is_not_forwarded() {
 }
 
 #[test]
+fn a_listener_of_one_member_receives_that_member_alone_and_sends_nothing() {
+    // Member 2 listens to member 0 alone (an ng subscription), before anyone sent: the
+    // feeds made for the first packets of each publisher respect it.
+    let mut h = room_of(&[JoinKind::Join; 3], &[111, 111, 111]);
+    let (listener, publisher) = (h.members[2].id.clone(), h.members[0].id.clone());
+    assert!(h.shard.listen_to("r", &listener, &publisher));
+    assert!(!h.shard.listen_to("r", &listener, "nobody"));
+    for round in 0..3u8 {
+        let (_, p) = h.srtp(0, &[0xa0 + round; 40]);
+        h.send(0, &p);
+        assert_eq!(h.pump(), 2, "member 0 to members 1 and 2");
+        let (_, p) = h.srtp(1, &[0xb0 + round; 40]);
+        h.send(1, &p);
+        assert_eq!(h.pump(), 1, "member 1 to member 0 only");
+        let (_, p) = h.srtp(2, &[0xc0 + round; 40]);
+        h.send(2, &p);
+        assert_eq!(h.pump(), 0, "the listener's own media goes nowhere");
+        h.now += Duration::from_millis(20);
+    }
+    let firsts = |h: &Harness, m: usize| -> Vec<u8> {
+        let got = &h.members[m].client.received;
+        got.iter().map(|p| rtp_facts(p).3[0]).collect()
+    };
+    assert_eq!(firsts(&h, 2), vec![0xa0, 0xa1, 0xa2]);
+    assert_eq!(firsts(&h, 0), vec![0xb0, 0xb1, 0xb2]);
+    assert_eq!(firsts(&h, 1), vec![0xa0, 0xa1, 0xa2]);
+    let id = h.member_id(2);
+    assert_eq!(h.room_of(2).hears_only(id), Some(h.member_id(0)));
+    assert_eq!(h.room_of(0).counters().drops[DropReason::NotPublisher], 3);
+}
+
+#[test]
 fn a_receiver_without_the_codec_gets_nothing() {
     let mut h = room_of(&[JoinKind::Join; 2], &[111, 111]);
     // PCMU (PT 0) is negotiated by both; red (PT 63) was offered but not accepted, so it has

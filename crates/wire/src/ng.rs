@@ -271,6 +271,28 @@ pub enum Request {
         /// `from-tag`: the participant; `None` with `all`: every participant.
         from_tag: Option<String>,
     },
+    /// `subscribe request`: a new participant that receives a copy of the media of chosen
+    /// participants; the reply is our `sendonly` offer to it.
+    SubscribeRequest(SubscribeRequest),
+    /// `subscribe answer`: the subscriber's answer to that offer; media flows to it once
+    /// taken.
+    SubscribeAnswer {
+        /// `call-id`.
+        call_id: String,
+        /// `to-tag`: the subscription's, as the `subscribe request`'s reply named it.
+        to_tag: String,
+        /// `sdp`: the subscriber's answer.
+        sdp: String,
+        /// The flags given with it.
+        flags: Flags,
+    },
+    /// `unsubscribe`: the subscription named by `to-tag` ends.
+    Unsubscribe {
+        /// `call-id`.
+        call_id: String,
+        /// `to-tag`: the subscription's.
+        to_tag: String,
+    },
     /// `start recording`, `stop recording`, `pause recording`.
     Recording {
         /// `call-id`.
@@ -278,6 +300,22 @@ pub enum Request {
         /// What to do.
         action: RecordingAction,
     },
+}
+
+/// A `subscribe request`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscribeRequest {
+    /// `call-id`.
+    pub call_id: String,
+    /// The participants whose media the subscriber receives (`from-tag`, then `from-tags`),
+    /// in the order its SDP lists them; empty with `all`.
+    pub from_tags: Vec<String>,
+    /// `all` (or `all: offer-answer`): every participant of the call's offer and answer.
+    pub all: bool,
+    /// `to-tag`: the subscription's tag, if the proxy chose one (else the gateway makes one).
+    pub to_tag: Option<String>,
+    /// The flags that shape our offer to the subscriber, as an `offer`'s shape its SDP.
+    pub flags: Flags,
 }
 
 /// What a recording command asks.
@@ -392,6 +430,10 @@ impl Request {
             Request::PlayMedia(p) => Some(&p.call_id),
             Request::StopMedia { call_id, .. } => Some(call_id),
             Request::Recording { call_id, .. } => Some(call_id),
+            Request::SubscribeRequest(r) => Some(&r.call_id),
+            Request::SubscribeAnswer { call_id, .. } | Request::Unsubscribe { call_id, .. } => {
+                Some(call_id)
+            }
             Request::Delete { call_id, .. } | Request::Query { call_id } => Some(call_id),
             Request::Ping | Request::List { .. } | Request::Statistics => None,
         }
@@ -699,6 +741,29 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
                 from_tag: if who.all { None } else { who.from_tag },
             }
         }
+        "subscribe-request" => Request::SubscribeRequest(subscribe_request(&e)?),
+        "subscribe-answer" => Request::SubscribeAnswer {
+            call_id: text(
+                "call-id",
+                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+            )?,
+            to_tag: text(
+                "to-tag",
+                get("to-tag").ok_or(NgError::MissingKey("to-tag"))?,
+            )?,
+            sdp: text("sdp", get("sdp").ok_or(NgError::MissingKey("sdp"))?)?,
+            flags: parse_flags(&e)?,
+        },
+        "unsubscribe" => Request::Unsubscribe {
+            call_id: text(
+                "call-id",
+                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+            )?,
+            to_tag: text(
+                "to-tag",
+                get("to-tag").ok_or(NgError::MissingKey("to-tag"))?,
+            )?,
+        },
         "start-recording" | "stop-recording" | "pause-recording" => {
             let yes = |v: &Bencode| {
                 text("pause", v).is_ok_and(|t| matches!(norm(&t).as_str(), "yes" | "on" | "true"))
@@ -808,6 +873,62 @@ fn chosen(e: &[(String, &Bencode)]) -> Result<Chosen, NgError> {
         )?,
         from_tag: get("from-tag").map(|v| text("from-tag", v)).transpose()?,
         all,
+    })
+}
+
+/// A `subscribe request` from its entries: the participants by `from-tag`, `from-tags` or
+/// `all` (the call's offer/answer participants: `all: all`, `all: offer-answer`, or `all` in
+/// the flags); flows of other kinds (`all: flows`, …) and participants named any other way
+/// are refused.
+fn subscribe_request(e: &[(String, &Bencode)]) -> Result<SubscribeRequest, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    for key in ["address", "label", "from-label", "from-labels"] {
+        if get(key).is_some() {
+            return Err(NgError::Unsupported(
+                "selecting a participant other than by from-tag",
+                key.to_owned(),
+            ));
+        }
+    }
+    let mut all = match get("all").map(|v| text("all", v)).transpose()? {
+        None => false,
+        Some(v) => match norm(&v).as_str() {
+            "all" | "offer-answer" => true,
+            "none" => false,
+            other => {
+                return Err(NgError::Unsupported(
+                    "media flows other than the offer/answer's",
+                    other.to_owned(),
+                ))
+            }
+        },
+    };
+    if let Some(flags) = get("flags") {
+        all |= list("flags", flags)?.iter().any(|f| norm(f) == "all");
+    }
+    let mut from_tags = Vec::new();
+    if let Some(v) = get("from-tag") {
+        from_tags.push(text("from-tag", v)?);
+    }
+    if let Some(v) = get("from-tags") {
+        for t in list("from-tags", v)? {
+            if !from_tags.contains(&t) {
+                from_tags.push(t);
+            }
+        }
+    }
+    if from_tags.is_empty() && !all {
+        return Err(NgError::MissingKey("from-tag"));
+    }
+    Ok(SubscribeRequest {
+        call_id: text(
+            "call-id",
+            get("call-id").ok_or(NgError::MissingKey("call-id"))?,
+        )?,
+        from_tags: if all { Vec::new() } else { from_tags },
+        all,
+        to_tag: get("to-tag").map(|v| text("to-tag", v)).transpose()?,
+        flags: parse_flags(e)?,
     })
 }
 
@@ -929,9 +1050,7 @@ fn dtmf_code(c: char) -> Option<u8> {
 fn unsupported(command: &str) -> Option<&'static str> {
     Some(match command {
         "start-forwarding" | "stop-forwarding" => "PCM forwarding to a recording daemon",
-        "subscribe-request" | "subscribe-answer" | "unsubscribe" | "publish" | "connect" => {
-            "rtpengine's media subscriptions"
-        }
+        "publish" | "connect" => "media published without an offer/answer, or connected calls",
         _ => return None,
     })
 }
@@ -1337,6 +1456,77 @@ mod tests {
         );
         let e = parse(&dict(&[("command", s("start forwarding"))])).unwrap_err();
         assert!(e.to_string().contains("PCM forwarding"), "{e}");
+    }
+
+    #[test]
+    fn subscriptions_read_rtpengines_keys() {
+        let req = |entries: &[(&str, Bencode)]| parse(&dict(entries));
+        let r = match req(&[
+            ("command", s("subscribe request")),
+            ("call-id", s("c1")),
+            ("from-tag", s("a")),
+            ("from-tags", Bencode::List(vec![s("b"), s("a")])),
+            ("to-tag", s("sup")),
+            ("transport-protocol", s("RTP/SAVP")),
+        ]) {
+            Ok(Request::SubscribeRequest(r)) => r,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(r.from_tags, ["a", "b"]);
+        assert!(!r.all);
+        assert_eq!(r.to_tag.as_deref(), Some("sup"));
+        assert!(r.flags.transport.is_some());
+        for all in [
+            ("all", s("all")),
+            ("all", s("offer-answer")),
+            ("flags", Bencode::List(vec![s("all")])),
+        ] {
+            match req(&[
+                ("command", s("subscribe_request")),
+                ("call-id", s("c1")),
+                all,
+            ]) {
+                Ok(Request::SubscribeRequest(r)) => assert!(r.all && r.from_tags.is_empty()),
+                other => panic!("{other:?}"),
+            }
+        }
+        let e = req(&[
+            ("command", s("subscribe request")),
+            ("call-id", s("c1")),
+            ("all", s("flows")),
+        ]);
+        assert!(
+            matches!(e, Err(NgError::Unsupported(_, ref v)) if v == "flows"),
+            "{e:?}"
+        );
+        let e = req(&[("command", s("subscribe request")), ("call-id", s("c1"))]);
+        assert_eq!(e, Err(NgError::MissingKey("from-tag")));
+        let e = req(&[
+            ("command", s("subscribe request")),
+            ("call-id", s("c1")),
+            ("label", s("x")),
+        ]);
+        assert!(matches!(e, Err(NgError::Unsupported(..))), "{e:?}");
+        assert_eq!(
+            req(&[
+                ("command", s("subscribe answer")),
+                ("call-id", s("c1")),
+                ("to-tag", s("sup")),
+                ("sdp", s("v=0")),
+            ])
+            .map(|r| matches!(r, Request::SubscribeAnswer { .. })),
+            Ok(true)
+        );
+        let e = req(&[
+            ("command", s("subscribe answer")),
+            ("call-id", s("c1")),
+            ("to-tag", s("sup")),
+        ]);
+        assert_eq!(e, Err(NgError::MissingKey("sdp")));
+        assert_eq!(
+            req(&[("command", s("unsubscribe")), ("call-id", s("c1"))]),
+            Err(NgError::MissingKey("to-tag"))
+        );
     }
 
     #[test]

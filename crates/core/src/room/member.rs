@@ -548,6 +548,9 @@ pub(crate) struct Member {
     pub layer_feeds: Vec<Option<u32>>,
     /// Its subscriptions (the room's) as a receiver.
     pub subs: Vec<u32>,
+    /// The one member whose streams it receives, when it listens to one alone (an ng
+    /// subscription to one participant); `None`: every publisher's.
+    pub hears_only: Option<MemberId>,
     /// The SSRC it is sent each stream under → the subscription, and whether that SSRC is
     /// the subscription's slot (else the one it has outside a slot): what its NACKs and
     /// keyframe requests name.
@@ -576,6 +579,12 @@ impl std::fmt::Debug for Member {
 }
 
 impl Member {
+    /// Whether it is subscribed to what `publisher` publishes: it subscribes, and to every
+    /// publisher or that one.
+    pub fn hears(&self, publisher: MemberId) -> bool {
+        self.role.subscribes && self.hears_only.is_none_or(|h| h == publisher)
+    }
+
     pub fn new(
         at: MemberAt,
         role: MemberRole,
@@ -612,6 +621,7 @@ impl Member {
             streams: Vec::new(),
             ssrcs: Vec::new(),
             subs: Vec::new(),
+            hears_only: None,
             seen: HashMap::new(),
             mix_sub: None,
             due: None,

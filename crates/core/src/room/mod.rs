@@ -496,6 +496,36 @@ impl Room {
         true
     }
 
+    /// Makes member `id` receive what `publisher` publishes and nothing else (an ng
+    /// subscription to one participant): its subscriptions to the others' streams go, and
+    /// streams the others publish later are not sent to it. `false` if either is not here.
+    pub fn hear_only(&mut self, id: MemberId, publisher: MemberId) -> bool {
+        let (Some(&ix), true) = (self.by_id.get(&id), self.by_id.contains_key(&publisher)) else {
+            return false;
+        };
+        self.members[ix].hears_only = Some(publisher);
+        let others: Vec<u32> = self.members[ix]
+            .subs
+            .iter()
+            .copied()
+            .filter(|&s| {
+                self.subs.get(s).is_some_and(|sub| match sub.source {
+                    Source::Feed { publisher: p, .. } => p.id != publisher,
+                    Source::Mix | Source::Player => false,
+                })
+            })
+            .collect();
+        for s in others {
+            self.drop_sub(s);
+        }
+        true
+    }
+
+    /// The member whose streams alone member `id` receives, if it listens to one alone.
+    pub fn hears_only(&self, id: MemberId) -> Option<MemberId> {
+        self.member(id)?.hears_only
+    }
+
     /// Sets what of a member's media the room passes on ([`gate`]). `false` if there is no
     /// such member.
     pub fn set_gate(&mut self, id: MemberId, gate: Gate) -> bool {
@@ -984,7 +1014,7 @@ impl Room {
             let want: usize = self
                 .members
                 .iter()
-                .filter(|(_, p)| p.at.id != member && p.role.publishes)
+                .filter(|(_, p)| p.at.id != member && p.role.publishes && m.hears(p.at.id))
                 .map(|(_, p)| {
                     p.leg
                         .media()
@@ -1095,7 +1125,11 @@ impl Room {
         let feeds: Vec<u32> = self
             .feeds
             .iter()
-            .filter(|(f, feed)| feed.publisher.ix != ix && !have.contains(f))
+            .filter(|(f, feed)| {
+                feed.publisher.ix != ix
+                    && !have.contains(f)
+                    && self.members[ix].hears(feed.publisher.id)
+            })
             .map(|(f, _)| f)
             .collect();
         for f in feeds {

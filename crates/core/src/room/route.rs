@@ -552,7 +552,7 @@ impl Room {
             .order
             .iter()
             .copied()
-            .filter(|&r| r != ix && self.members[r].role.subscribes)
+            .filter(|&r| r != ix && self.members[r].hears(publisher.id))
             .collect();
         for r in receivers {
             self.subscribe(r, f);

@@ -1233,6 +1233,17 @@ impl Gateway {
         .unwrap_or(false)
     }
 
+    /// Makes participant `id` of `room` a listener of participant `publisher` alone
+    /// ([`Shard::listen_to`]); `false` if either is not there.
+    pub(crate) async fn listen_to(&self, room: &str, id: &str, publisher: &str) -> bool {
+        let publisher = publisher.to_owned();
+        self.on_member(room, id, move |shard, _, room, id| {
+            shard.listen_to(room, id, &publisher)
+        })
+        .await
+        .unwrap_or(false)
+    }
+
     /// Sets what of participant `id`'s media `room` passes on ([`Shard::set_gate`]); `false`
     /// if there is none by that id.
     pub(crate) async fn set_gate(

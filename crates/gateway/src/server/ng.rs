@@ -24,7 +24,7 @@ use secrelay_srtp::Profile;
 use secrelay_wire::bencode::{ng_decode, ng_encode, Bencode};
 use secrelay_wire::ng::{
     error_reply, parse, reply, GateRequest, Ice, OfferAnswer, PlayDtmfRequest, RecordingAction,
-    Request,
+    Request, SubscribeRequest,
 };
 use secrelay_wire::sdp_doc::SdpDoc;
 use secrelay_wire::sdp_rtp::Transport;
@@ -140,7 +140,7 @@ impl Call {
     }
 }
 
-/// A random mark of 12 hex digits for `loop-protect`.
+/// A random mark of 12 hex digits for `loop-protect`, or a subscription's tag.
 fn loop_mark() -> String {
     let mut b = [0u8; 6];
     getrandom::fill(&mut b).expect("the OS random source works");
@@ -769,6 +769,31 @@ impl Ng {
                 ]))
             }
             Request::Statistics => Ok(self.statistics()),
+            Request::SubscribeRequest(r) => self.subscribe_request(r).await,
+            Request::SubscribeAnswer {
+                call_id,
+                to_tag,
+                sdp,
+                flags,
+            } => {
+                let mut call = self.take_section_call(&call_id)?;
+                let r = call
+                    .subscribe_answer(&self.ctx(), &to_tag, &sdp, &flags)
+                    .await;
+                self.calls.insert(call_id, Call::Sections(call));
+                r.map(|()| reply(vec![("result", Bencode::str("ok"))]))
+            }
+            Request::Unsubscribe { call_id, to_tag } => {
+                let mut call = self.take_section_call(&call_id)?;
+                let found = call.unsubscribe(&self.ctx(), &to_tag).await;
+                self.calls.insert(call_id, Call::Sections(call));
+                match found {
+                    true => Ok(reply(vec![("result", Bencode::str("ok"))])),
+                    false => Err(ApiError::not_found(format!(
+                        "no subscription {to_tag:?} in this call"
+                    ))),
+                }
+            }
             other => Err(ApiError::bad(format!("command not supported: {other:?}"))),
         }
     }
@@ -965,6 +990,78 @@ impl Ng {
                     self.gateway.leave(&room, &id).await;
                 }
             }
+        }
+        Ok(reply(entries))
+    }
+
+    /// Call `call_id`, one of telephony sides (subscriptions are to those), taken out of the
+    /// calls for a request to change it; the caller puts it back.
+    fn take_section_call(&mut self, call_id: &str) -> Result<Box<SectionCall>, ApiError> {
+        match self.calls.remove(call_id) {
+            Some(Call::Sections(c)) => Ok(c),
+            Some(webrtc) => {
+                self.calls.insert(call_id.to_owned(), webrtc);
+                Err(ApiError::bad(
+                    "subscriptions to a call with a WebRTC side are not supported",
+                ))
+            }
+            None => Err(ApiError::not_found(format!("unknown call-id {call_id:?}"))),
+        }
+    }
+
+    /// `subscribe request`: a subscription to the chosen sides of a call (by `from-tag`,
+    /// `from-tags` or `all`); the reply is our `sendonly` offer to the subscriber, with the
+    /// tags it hears and its own.
+    async fn subscribe_request(&mut self, r: SubscribeRequest) -> Result<Bencode, ApiError> {
+        let mut call = self.take_section_call(&r.call_id)?;
+        let made = self.subscribe_to(&mut call, &r).await;
+        self.calls.insert(r.call_id.clone(), Call::Sections(call));
+        made
+    }
+
+    /// [`Ng::subscribe_request`] in `call`, taken out of the calls meanwhile.
+    async fn subscribe_to(
+        &self,
+        call: &mut SectionCall,
+        r: &SubscribeRequest,
+    ) -> Result<Bencode, ApiError> {
+        let tags: Vec<String> = if r.all {
+            [Some(call.from_tag.clone()), call.to_tag.clone()]
+                .into_iter()
+                .flatten()
+                .collect()
+        } else {
+            r.from_tags.clone()
+        };
+        let sides = tags
+            .iter()
+            .map(|t| {
+                call.side_of(t)
+                    .ok_or_else(|| ApiError::not_found(format!("no tag {t:?} in this call")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let to_tag = r.to_tag.clone().unwrap_or_else(loop_mark);
+        if call.side_of(&to_tag).is_some() {
+            return Err(ApiError::bad(format!(
+                "to-tag {to_tag:?} is a side of this call, not a subscription"
+            )));
+        }
+        let sdp = call
+            .subscribe(&self.ctx(), &sides, &to_tag, &r.flags)
+            .await?;
+        let mut entries = vec![
+            ("result", Bencode::str("ok")),
+            ("sdp", Bencode::str(&sdp)),
+            ("to-tag", Bencode::str(&to_tag)),
+            (
+                "from-tags",
+                Bencode::List(tags.iter().map(|t| Bencode::str(t)).collect()),
+            ),
+        ];
+        let joined;
+        if !r.flags.ignored.is_empty() {
+            joined = format!("not acted on: {}", r.flags.ignored.join(", "));
+            entries.push(("warning", Bencode::str(&joined)));
         }
         Ok(reply(entries))
     }
@@ -1197,6 +1294,11 @@ impl Ng {
         if let Call::Sections(c) = &call {
             let mut entries = vec![("result", Bencode::str("ok"))];
             entries.extend(self.section_report(c, false).await);
+            let subs = c.subscriptions().into_iter().map(|(tag, members)| {
+                let d = reply(vec![("media-sections", Bencode::Int(members as i64))]);
+                (tag.into_bytes(), d)
+            });
+            entries.push(("subscriptions", Bencode::Dict(subs.collect())));
             return Ok(reply(entries));
         }
         let mut tags: Vec<(String, Bencode)> = Vec::new();

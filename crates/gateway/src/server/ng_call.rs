@@ -29,11 +29,14 @@ use super::call_state::{Held, Pins};
 use super::interfaces::{choose, Interface};
 use super::ng_codecs::{
     answer_strips, answered_in, caller_keeps, is_event_like, is_event_name, plan, set_amr_mode,
+    CodecPlan,
 };
 use super::ng_sdp::{
     codecs_of, direction_of, held, rewrite, CodecOut, IceOut, Relayed, Rewrite, SectionOut,
 };
 use super::{ApiError, Gateway, Who};
+
+mod subscriptions;
 use crate::leg::{CodecId, DtlsChoice, IceMode, LegMarks, RtpLegOptions, RtpOfferSpec};
 
 /// Which side of a call.
@@ -46,6 +49,14 @@ pub(crate) enum Side {
 }
 
 impl Side {
+    /// Its place in per-side arrays: A 0, B 1.
+    fn index(self) -> usize {
+        match self {
+            Side::A => 0,
+            Side::B => 1,
+        }
+    }
+
     fn other(self) -> Side {
         match self {
             Side::A => Side::B,
@@ -292,6 +303,10 @@ pub(crate) struct SectionCall {
     /// cookie (a SIP retransmission the proxy passes on): the same reply, the same ports.
     last_offer: Option<Repeat>,
     last_answer: Option<Repeat>,
+    /// The last SDP each side sent (A's, B's): what a subscription to that side mirrors.
+    sent: [Option<SdpDoc>; 2],
+    /// Its subscriptions (`subscribe request`), each a participant of its own.
+    subscriptions: Vec<subscriptions::Subscription>,
 }
 
 /// Whether the side that gets SDP `doc`'s section `m` rewritten does ICE with us: as the
@@ -358,6 +373,76 @@ fn dtls_choice(flags: &Flags) -> DtlsChoice {
     }
 }
 
+/// How a leg that makes our offer towards a side on `towards` is made, for section `m` of that
+/// side's SDP (or the SDP a subscription mirrors) with codec plan `p`, on interface `iface`
+/// doing ICE as `ice` says: its offer's spec, and its options.
+fn offer_leg(
+    ctx: &Ctx<'_>,
+    m: &Media,
+    towards: &Transport,
+    p: &CodecPlan,
+    flags: &Flags,
+    (iface, ice): (Option<&Interface>, IceMode),
+) -> Result<(RtpOfferSpec, RtpLegOptions), ApiError> {
+    let rtcp_mux = (m.has("rtcp-mux") && !flags.rtcp_mux.demux)
+        || flags.rtcp_mux.offer
+        || flags.rtcp_mux.require;
+    let only_dtls = dtls_towards(towards, flags);
+    let (suites, sdes_tags) = match only_dtls {
+        true => Default::default(),
+        false => offered_suites(ctx, m, towards, flags)?,
+    };
+    // Towards SRTP, DTLS-SRTP is offered beside SDES unless `DTLS: off` (rtpengine's
+    // default: the answer takes either).
+    let dtls = (only_dtls || (towards.is_sdes() && flags.dtls != Some(Dtls::Off)))
+        .then(|| dtls_choice(flags));
+    let spec = RtpOfferSpec {
+        transport: towards.clone(),
+        codecs: p.towards_callee.clone(),
+        suites,
+        rtcp_mux,
+        ptime: flags.ptime.or(ptime_of(m)),
+    };
+    let options = RtpLegOptions {
+        passthrough: true,
+        kind: media_kind(m),
+        sdes_suites: None,
+        sdes_tags,
+        bind: iface.map(|i| i.local),
+        announce: iface.map(|i| i.advertised),
+        ice,
+        dtmf_transcode: p.dtmf_transcode,
+        cn_transcode: p.cn_transcode,
+        amr_mode: p.amr_mode,
+        dtls,
+        ..RtpLegOptions::default()
+    };
+    Ok((spec, options))
+}
+
+/// What our offer writes for a section whose leg (its own SDP read as `local`) offered
+/// `spec`: its port, transport, keys and ICE, `codecs`, in `direction`.
+fn offered_out(
+    local: &Local,
+    spec: &RtpOfferSpec,
+    codecs: Vec<CodecOut>,
+    direction: Option<Direction>,
+) -> SectionOut {
+    SectionOut::Relayed(Box::new(Relayed {
+        port: local.port,
+        rtcp_port: Some(local.port.wrapping_add(1)),
+        proto: spec.transport.as_str().to_owned(),
+        codecs: Some(codecs),
+        direction,
+        rtcp_mux: spec.rtcp_mux,
+        crypto: local.crypto.clone(),
+        dtls: local.dtls.clone(),
+        ptime: spec.ptime,
+        ice: local.ice.clone(),
+        mid: None,
+    }))
+}
+
 /// A section of a peer's SDP as a leg takes it (that section alone).
 fn description_of(doc: &SdpDoc, m: &Media) -> RtpDescription {
     let s = rtp_section(doc, m);
@@ -385,6 +470,8 @@ impl SectionCall {
             warnings: Vec::new(),
             last_offer: None,
             last_answer: None,
+            sent: [None, None],
+            subscriptions: Vec::new(),
         }
     }
 
@@ -1017,6 +1104,8 @@ impl SectionCall {
         for m in [s.a.take(), s.b.take()].into_iter().flatten() {
             ctx.gateway.leave(&room, &m.id).await;
         }
+        // The section's listeners go with it: a section made again has new members.
+        self.drop_listeners(ctx, Some(i)).await;
     }
 
     /// Takes every member out of its room (the call ends, or starts over).
@@ -1060,6 +1149,7 @@ impl SectionCall {
         }
         let text = reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs);
         self.last_signal = std::time::SystemTime::now();
+        self.sent[by.index()] = Some(doc.clone());
         self.pending = Some(Pending {
             by,
             offer: doc,
@@ -1134,44 +1224,10 @@ impl SectionCall {
                 self.warnings.push(w.clone());
             }
         }
-        let rtcp_mux = (m.has("rtcp-mux") && !flags.rtcp_mux.demux)
-            || flags.rtcp_mux.offer
-            || flags.rtcp_mux.require;
-        let only_dtls = dtls_towards(&towards, flags);
-        let (suites, sdes_tags) = match only_dtls {
-            true => Default::default(),
-            false => offered_suites(ctx, m, &towards, flags)?,
-        };
-        // Towards SRTP, DTLS-SRTP is offered beside SDES unless `DTLS: off` (rtpengine's
-        // default: the answer takes either).
-        let dtls = (only_dtls || (towards.is_sdes() && flags.dtls != Some(Dtls::Off)))
-            .then(|| dtls_choice(flags));
-        let spec = RtpOfferSpec {
-            transport: towards.clone(),
-            codecs: p.towards_callee.clone(),
-            suites,
-            rtcp_mux,
-            ptime: flags.ptime.or(ptime_of(m)),
-        };
+        let ice = ice_towards(flags, doc, m, false);
+        let (spec, options) = offer_leg(ctx, m, &towards, &p, flags, (iface, ice))?;
         let room = self.section(i).room.clone();
-        let options = ctx.pinned(
-            &room,
-            by.other(),
-            RtpLegOptions {
-                passthrough: true,
-                kind: media_kind(m),
-                sdes_suites: None,
-                sdes_tags,
-                bind: iface.map(|i| i.local),
-                announce: iface.map(|i| i.advertised),
-                ice: ice_towards(flags, doc, m, false),
-                dtmf_transcode: p.dtmf_transcode,
-                cn_transcode: p.cn_transcode,
-                amr_mode: p.amr_mode,
-                dtls,
-                ..RtpLegOptions::default()
-            },
-        );
+        let options = ctx.pinned(&room, by.other(), options);
         let j = ctx
             .gateway
             .offer_rtp_with(&room, spec.clone(), options, Who::default())
@@ -1182,19 +1238,13 @@ impl SectionCall {
             local: local.clone(),
             endpoint: None,
         });
-        let out = SectionOut::Relayed(Box::new(Relayed {
-            port: local.port,
-            rtcp_port: Some(local.port.wrapping_add(1)),
-            proto: towards.as_str().to_owned(),
-            codecs: Some(codec_outs(m, &codecs, &p.towards_callee)),
-            direction: direction_passed(doc, i, flags),
-            rtcp_mux,
-            crypto: local.crypto,
-            dtls: local.dtls,
-            ptime: spec.ptime,
-            ice: local.ice,
-            mid: None,
-        }));
+        let direction = direction_passed(doc, i, flags);
+        let out = offered_out(
+            &local,
+            &spec,
+            codec_outs(m, &codecs, &p.towards_callee),
+            direction,
+        );
         Ok((out, Fate::Relayed(p.caller_transcodes), None))
     }
 
@@ -1322,6 +1372,7 @@ impl SectionCall {
         }
         let text = reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs);
         self.last_signal = std::time::SystemTime::now();
+        self.sent[pending.by.other().index()] = Some(doc);
         if self.pending.is_none() || self.to_tag.is_none() {
             // The first answer, or a later one under a new to-tag: that branch answers now.
             self.to_tag = Some(tag.to_owned());

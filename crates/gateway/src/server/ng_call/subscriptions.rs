@@ -1,0 +1,315 @@
+//! rtpengine's media subscriptions in a call of plain-RTP and SDES-SRTP sides (`subscribe
+//! request`, `subscribe answer`, `unsubscribe`): a subscriber is a participant of its own that
+//! receives a copy of what chosen sides send, with one member per section it hears, in that
+//! section's room, made a listener of the member that receives that side's media
+//! ([`Gateway::listen_to`]): it hears that side alone, and what it sends goes nowhere.
+//!
+//! Our offer to it mirrors each chosen side's last SDP: the sections we relay, with the codecs
+//! that side's member negotiated, on that side's transport (or the one `transport-protocol`
+//! names), `sendonly`, the sides in the order the request named them. Its answer is taken by
+//! each member in turn; as rtpengine does, an answer must take every codec offered unless
+//! `allow transcoding` is in its flags (then the room transcodes what it can).
+
+use super::*;
+
+/// A subscription: its tag and its members.
+#[derive(Debug, Clone)]
+pub(super) struct Subscription {
+    tag: String,
+    parts: Vec<Part>,
+}
+
+/// One section a subscription hears.
+#[derive(Debug, Clone)]
+struct Part {
+    /// The call's section.
+    section: usize,
+    /// Its member in the section's room.
+    member: Member,
+    /// The codecs our offer listed.
+    offered: Vec<Codec>,
+}
+
+impl SectionCall {
+    /// `subscribe request`: subscription `tag` (one of the same tag ends first) to what `sides`
+    /// send, in that order; our offer to the subscriber.
+    pub async fn subscribe(
+        &mut self,
+        ctx: &Ctx<'_>,
+        sides: &[Side],
+        tag: &str,
+        flags: &Flags,
+    ) -> Result<String, ApiError> {
+        self.unsubscribe(ctx, tag).await;
+        let (name, asked) = wanted(flags, 1);
+        let iface = ctx
+            .interfaces
+            .get(choose(ctx.interfaces, name, asked))
+            .cloned();
+        let mut offer = SdpDoc {
+            session: Vec::new(),
+            media: Vec::new(),
+        };
+        let (mut outs, mut parts) = (Vec::new(), Vec::new());
+        for &side in sides {
+            let made = self
+                .subscribe_side(ctx, side, flags, iface.as_ref(), &mut offer)
+                .await;
+            match made {
+                Ok(made) => {
+                    for (out, part) in made {
+                        outs.push(out);
+                        parts.push(part);
+                    }
+                }
+                Err(e) => {
+                    leave_parts(ctx, &self.sections, parts).await;
+                    return Err(e);
+                }
+            }
+        }
+        if parts.is_empty() {
+            return Err(ApiError::bad(
+                "the participants chosen have no media section the gateway relays",
+            ));
+        }
+        self.subscriptions.push(Subscription {
+            tag: tag.to_owned(),
+            parts,
+        });
+        Ok(reply_sdp(ctx, &offer, iface.as_ref(), flags, &outs))
+    }
+
+    /// The members hearing `side`: one per section of its last SDP that the call relays,
+    /// each with what our offer writes for it; its sections added to `offer` (its session
+    /// lines too, when `offer` has none yet).
+    async fn subscribe_side(
+        &self,
+        ctx: &Ctx<'_>,
+        side: Side,
+        flags: &Flags,
+        iface: Option<&Interface>,
+        offer: &mut SdpDoc,
+    ) -> Result<Vec<(SectionOut, Part)>, ApiError> {
+        let doc = self.sent[side.index()]
+            .as_ref()
+            .ok_or_else(|| ApiError::bad(format!("side {side:?} of the call has sent no SDP")))?;
+        let mut made = Vec::new();
+        for (i, m) in doc.media.iter().enumerate() {
+            let Some((room, publisher)) = self.sections.get(i).and_then(|s| {
+                let member = match side {
+                    Side::A => s.a.as_ref(),
+                    Side::B => s.b.as_ref(),
+                };
+                member.map(|x| (s.room.clone(), x.clone()))
+            }) else {
+                continue;
+            };
+            let towards = transport_towards(m, flags);
+            if !relayable(m, &towards) {
+                continue;
+            }
+            let r = self
+                .listener(ctx, (doc, m), &towards, flags, iface, (&room, &publisher))
+                .await;
+            match r {
+                Ok((out, member, offered)) => {
+                    made.push((
+                        out,
+                        Part {
+                            section: i,
+                            member,
+                            offered,
+                        },
+                    ));
+                    if offer.session.is_empty() {
+                        offer.session.clone_from(&doc.session);
+                    }
+                    offer.media.push(m.clone());
+                }
+                Err(e) => {
+                    leave_parts(ctx, &self.sections, made.into_iter().map(|(_, p)| p)).await;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(made)
+    }
+
+    /// A member of `room` hearing `publisher` (the member facing the side whose SDP section
+    /// `m` is), offered on `towards`: what our offer writes for it, the member, and the codecs
+    /// it offered (those `publisher` negotiated, as the codec flags change them).
+    async fn listener(
+        &self,
+        ctx: &Ctx<'_>,
+        (doc, m): (&SdpDoc, &Media),
+        towards: &Transport,
+        flags: &Flags,
+        iface: Option<&Interface>,
+        (room, publisher): (&str, &Member),
+    ) -> Result<(SectionOut, Member, Vec<Codec>), ApiError> {
+        let parsed = rtp_section(doc, m).codecs;
+        let negotiated: Vec<Codec> = parsed
+            .iter()
+            .filter(|c| publisher.local.formats.contains(&c.pt.to_string()))
+            .cloned()
+            .collect();
+        let codecs = if negotiated.is_empty() {
+            parsed
+        } else {
+            negotiated
+        };
+        let empty = Default::default();
+        let audio = m.media.eq_ignore_ascii_case("audio");
+        let p = plan(&codecs, if audio { &flags.codec } else { &empty });
+        let ice = match flags.ice {
+            Some(Ice::Force) => IceMode::Force,
+            _ => IceMode::Off,
+        };
+        let (spec, options) = offer_leg(ctx, m, towards, &p, flags, (iface, ice))?;
+        let j = ctx
+            .gateway
+            .offer_rtp_with(room, spec.clone(), options, Who::default())
+            .await?;
+        if !ctx.gateway.listen_to(room, &j.id, &publisher.id).await {
+            ctx.gateway.leave(room, &j.id).await;
+            return Err(ApiError::internal(
+                "the participant subscribed to left its room",
+            ));
+        }
+        let local = match local_of(&j.answer) {
+            Ok(l) => l,
+            Err(e) => {
+                ctx.gateway.leave(room, &j.id).await;
+                return Err(e);
+            }
+        };
+        let outs = codec_outs(m, &codecs, &p.towards_callee);
+        let out = offered_out(&local, &spec, outs, Some(Direction::SendOnly));
+        let offered = p.towards_callee.into_iter().map(|(_, c)| c).collect();
+        let member = Member {
+            id: j.id,
+            local,
+            endpoint: None,
+        };
+        Ok((out, member, offered))
+    }
+
+    /// `subscribe answer`: subscription `tag`'s answer, taken by its members in order (one
+    /// whose section the answer rejects leaves).
+    pub async fn subscribe_answer(
+        &mut self,
+        ctx: &Ctx<'_>,
+        tag: &str,
+        sdp: &str,
+        flags: &Flags,
+    ) -> Result<(), ApiError> {
+        let k = self
+            .subscriptions
+            .iter()
+            .position(|s| s.tag == tag)
+            .ok_or_else(|| ApiError::not_found(format!("no subscription {tag:?} in this call")))?;
+        let doc =
+            SdpDoc::parse(sdp).map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
+        let parts = &self.subscriptions[k].parts;
+        if doc.media.len() != parts.len() {
+            return Err(ApiError::bad(format!(
+                "the answer has {} media sections, our offer {}",
+                doc.media.len(),
+                parts.len()
+            )));
+        }
+        let transcoding = flags.has("allow transcoding");
+        for (part, m) in parts.iter().zip(&doc.media) {
+            if m.port != 0 {
+                takes_codecs(&part.offered, &rtp_section(&doc, m).codecs, transcoding)?;
+            }
+        }
+        let mut kept = Vec::new();
+        let parts = std::mem::take(&mut self.subscriptions[k].parts);
+        for (i, mut part) in parts.into_iter().enumerate() {
+            let room = &self.sections[part.section].room;
+            let m = &doc.media[i];
+            if m.port == 0 {
+                ctx.gateway.leave(room, &part.member.id).await;
+                continue;
+            }
+            let taken = ctx
+                .gateway
+                .answer_rtp(room, &part.member.id, description_of(&doc, m))
+                .await;
+            if let Err(e) = taken {
+                ctx.gateway.leave(room, &part.member.id).await;
+                self.subscriptions[k].parts = kept;
+                return Err(e.into());
+            }
+            part.member.endpoint = endpoint_of(&doc, i);
+            kept.push(part);
+        }
+        self.subscriptions[k].parts = kept;
+        Ok(())
+    }
+
+    /// `unsubscribe`: subscription `tag` ends, its members leave; `false` if there is none.
+    pub async fn unsubscribe(&mut self, ctx: &Ctx<'_>, tag: &str) -> bool {
+        let Some(k) = self.subscriptions.iter().position(|s| s.tag == tag) else {
+            return false;
+        };
+        let gone = self.subscriptions.remove(k);
+        leave_parts(ctx, &self.sections, gone.parts).await;
+        true
+    }
+
+    /// The subscriptions' members hearing section `section` leave (all of them with `None`);
+    /// a subscription left with none ends.
+    pub(super) async fn drop_listeners(&mut self, ctx: &Ctx<'_>, section: Option<usize>) {
+        let mut gone = Vec::new();
+        for s in &mut self.subscriptions {
+            let (out, keep) = std::mem::take(&mut s.parts)
+                .into_iter()
+                .partition(|p| section.is_none_or(|i| p.section == i));
+            s.parts = keep;
+            gone.extend::<Vec<Part>>(out);
+        }
+        self.subscriptions.retain(|s| !s.parts.is_empty());
+        leave_parts(ctx, &self.sections, gone).await;
+    }
+
+    /// The tags of its subscriptions, and how many members each has.
+    pub fn subscriptions(&self) -> Vec<(String, usize)> {
+        let tags = self.subscriptions.iter();
+        tags.map(|s| (s.tag.clone(), s.parts.len())).collect()
+    }
+}
+
+/// Whether an answer's `answered` codecs take those our offer listed: every one (the events
+/// aside), or with `transcoding` allowed one at least.
+fn takes_codecs(offered: &[Codec], answered: &[Codec], transcoding: bool) -> Result<(), ApiError> {
+    let taken = |c: &Codec| answered.iter().any(|a| a.is(&c.name, c.clock_rate));
+    let media: Vec<&Codec> = offered.iter().filter(|c| !is_event_like(c)).collect();
+    let missing: Vec<String> = media
+        .iter()
+        .filter(|c| !taken(c))
+        .map(|c| format!("{}/{}", c.name, c.clock_rate))
+        .collect();
+    match (
+        missing.is_empty(),
+        transcoding && missing.len() < media.len(),
+    ) {
+        (true, _) | (false, true) => Ok(()),
+        (false, false) => Err(ApiError::bad(format!(
+            "the subscriber's answer does not take {} (offered; `allow transcoding` lets an \
+             answer take fewer)",
+            missing.join(", ")
+        ))),
+    }
+}
+
+/// The members of `parts` leave their sections' rooms.
+async fn leave_parts(ctx: &Ctx<'_>, sections: &[Section], parts: impl IntoIterator<Item = Part>) {
+    for p in parts {
+        if let Some(s) = sections.get(p.section) {
+            ctx.gateway.leave(&s.room, &p.member.id).await;
+        }
+    }
+}

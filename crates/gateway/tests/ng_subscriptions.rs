@@ -1,0 +1,402 @@
+//! rtpengine's media subscriptions over real sockets: a SIP proxy's `subscribe request` makes a
+//! participant that receives a copy of one side of an ng call (or of both, one media section
+//! each), keyed for itself; `subscribe answer` starts the media towards it; `unsubscribe`
+//! ends it. A subscriber hears only the sides it chose, what it sends reaches no one, and the
+//! call's own two sides go on as before; a subscriber of another codec hears the side
+//! transcoded when the answer allows it. Bad requests get error replies with reasons.
+
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use secrelay_gateway::server::{ServeConfig, Server};
+use secrelay_srtp::Profile;
+use secrelay_testkit::ng::Ng;
+use secrelay_testkit::phone::SocketPhone;
+use secrelay_wire::bencode::Bencode;
+use secrelay_wire::RtpHeader;
+
+const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const CALL: &str = "sub-1@proxy";
+/// The payloads' first bytes: who sent a packet.
+const ALICE: u8 = 0xa1;
+const BOB: u8 = 0xb0;
+const SUBSCRIBER: u8 = 0x5b;
+
+fn s(v: &str) -> Bencode {
+    Bencode::str(v)
+}
+
+fn text(b: &Bencode, key: &str) -> Option<String> {
+    b.get(key).and_then(Bencode::as_text)
+}
+
+fn start() -> (Server, Ng) {
+    let server = Server::start(ServeConfig {
+        http: Some("127.0.0.1:0".parse().unwrap()),
+        udp: "127.0.0.1:0".parse().unwrap(),
+        ng: Some("127.0.0.1:0".parse().unwrap()),
+        rtp_ports: "47000-47999".into(),
+        workers: 2,
+        drain_secs: 0.1,
+        ..ServeConfig::default()
+    })
+    .unwrap();
+    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    (server, ng)
+}
+
+/// A call from plain-RTP alice to SDES-SRTP bob through the gateway, answered.
+fn call(ng: &mut Ng) -> (SocketPhone, SocketPhone) {
+    let mut alice = SocketPhone::bind(LOCAL, None, 0xa11ce).unwrap();
+    let mut bob = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0xb0b).unwrap();
+    let offer = ng
+        .call(vec![
+            ("command".into(), s("offer")),
+            ("call-id".into(), s(CALL)),
+            ("from-tag".into(), s("alice")),
+            ("sdp".into(), s(&alice.phone.offer())),
+            ("transport-protocol".into(), s("RTP/SAVP")),
+        ])
+        .unwrap();
+    let to_alice = bob.phone.answer_offer(&offer["sdp"]).unwrap();
+    let answer = ng
+        .call(vec![
+            ("command".into(), s("answer")),
+            ("call-id".into(), s(CALL)),
+            ("from-tag".into(), s("alice")),
+            ("to-tag".into(), s("bob")),
+            ("sdp".into(), s(&to_alice)),
+        ])
+        .unwrap();
+    alice.phone.accept_answer(&answer["sdp"]).unwrap();
+    (alice, bob)
+}
+
+/// Alice and bob send 50 packets each, 10 ms apart, and every listener reads as they do.
+fn talk(alice: &mut SocketPhone, bob: &mut SocketPhone, listeners: &mut [&mut SocketPhone]) {
+    for _ in 0..50 {
+        alice.send(&[ALICE; 160]).unwrap();
+        bob.send(&[BOB; 160]).unwrap();
+        for l in listeners.iter_mut() {
+            // A subscriber's own packets go nowhere.
+            let _ = l.send(&[SUBSCRIBER; 160]);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        alice.read();
+        bob.read();
+        listeners.iter_mut().for_each(|l| l.read());
+    }
+    // What was in flight.
+    std::thread::sleep(Duration::from_millis(100));
+    alice.read();
+    bob.read();
+    listeners.iter_mut().for_each(|l| l.read());
+}
+
+/// A `subscribe request` for the call with `entries`; the reply, which must be `ok`.
+fn subscribe(ng: &mut Ng, entries: Vec<(&str, Bencode)>) -> Bencode {
+    let mut d = vec![
+        ("command".to_owned(), s("subscribe request")),
+        ("call-id".to_owned(), s(CALL)),
+    ];
+    d.extend(entries.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    let r = ng.raw(d).unwrap();
+    assert_eq!(text(&r, "result").as_deref(), Some("ok"), "{r:?}");
+    r
+}
+
+/// An ng request for the call; its reply, whatever it says.
+fn request(ng: &mut Ng, command: &str, entries: Vec<(&str, Bencode)>) -> Bencode {
+    let mut d = vec![
+        ("command".to_owned(), s(command)),
+        ("call-id".to_owned(), s(CALL)),
+    ];
+    d.extend(entries.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    ng.raw(d).unwrap()
+}
+
+fn ok(r: &Bencode) {
+    assert_eq!(text(r, "result").as_deref(), Some("ok"), "{r:?}");
+}
+
+fn error_reason(r: &Bencode) -> String {
+    assert_eq!(text(r, "result").as_deref(), Some("error"), "{r:?}");
+    text(r, "error-reason").unwrap_or_default()
+}
+
+#[test]
+fn a_subscriber_hears_the_side_it_chose_under_its_own_key_and_nothing_else() {
+    let (server, mut ng) = start();
+    let (mut alice, mut bob) = call(&mut ng);
+
+    // A supervisor listens to alice, in the clear; a recorder to bob, over SDES-SRTP of its
+    // own key.
+    let r = subscribe(
+        &mut ng,
+        vec![("from-tag", s("alice")), ("to-tag", s("sup"))],
+    );
+    assert_eq!(text(&r, "to-tag").as_deref(), Some("sup"));
+    assert_eq!(r.get("from-tags"), Some(&Bencode::List(vec![s("alice")])));
+    let offer = text(&r, "sdp").unwrap();
+    assert!(offer.contains("a=sendonly"), "{offer}");
+    assert!(offer.contains("RTP/AVP"), "{offer}");
+    assert_eq!(offer.matches("m=audio").count(), 1, "{offer}");
+    let mut sup = SocketPhone::bind(LOCAL, None, 0x5a9).unwrap();
+    let sup_answer = sup.phone.answer_offer(&offer).unwrap();
+    ok(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("sup")), ("sdp", s(&sup_answer))],
+    ));
+
+    let r = subscribe(
+        &mut ng,
+        vec![
+            ("from-tag", s("bob")),
+            ("transport-protocol", s("RTP/SAVP")),
+        ],
+    );
+    let rec_tag = text(&r, "to-tag").unwrap();
+    assert!(!rec_tag.is_empty() && rec_tag != "sup", "a tag of its own");
+    let offer = text(&r, "sdp").unwrap();
+    assert!(
+        offer.contains("RTP/SAVP") && offer.contains("a=crypto:"),
+        "{offer}"
+    );
+    let mut rec = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0x4ec).unwrap();
+    let rec_answer = rec.phone.answer_offer(&offer).unwrap();
+    ok(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s(&rec_tag)), ("sdp", s(&rec_answer))],
+    ));
+
+    talk(&mut alice, &mut bob, &mut [&mut sup, &mut rec]);
+    // The call goes on as before.
+    assert!(alice.heard(BOB) >= 40, "alice heard {}", alice.heard(BOB));
+    assert!(bob.heard(ALICE) >= 40, "bob heard {}", bob.heard(ALICE));
+    // Each subscriber hears its side only (the recorder's strict SRTP receiver opened every
+    // packet it kept: the gateway's key for it is its own).
+    assert!(
+        sup.heard(ALICE) >= 40,
+        "the supervisor heard {}",
+        sup.heard(ALICE)
+    );
+    assert_eq!(sup.heard(BOB), 0, "the supervisor hears alice alone");
+    assert!(
+        rec.heard(BOB) >= 40,
+        "the recorder heard {}",
+        rec.heard(BOB)
+    );
+    assert_eq!(rec.heard(ALICE), 0, "the recorder hears bob alone");
+    // What subscribers send reaches no one.
+    for p in [&alice, &bob, &sup, &rec] {
+        assert_eq!(p.heard(SUBSCRIBER), 0);
+    }
+
+    let q = request(&mut ng, "query", vec![]);
+    let subs = q.get("subscriptions").expect("subscriptions in the query");
+    assert!(
+        subs.get("sup").is_some() && subs.get(&rec_tag).is_some(),
+        "{q:?}"
+    );
+
+    // Unsubscribed, the supervisor hears no more; the recorder goes on.
+    ok(&request(&mut ng, "unsubscribe", vec![("to-tag", s("sup"))]));
+    let (before_sup, before_rec) = (sup.heard(ALICE), rec.heard(BOB));
+    talk(&mut alice, &mut bob, &mut [&mut sup, &mut rec]);
+    assert_eq!(sup.heard(ALICE), before_sup, "nothing after unsubscribe");
+    assert!(rec.heard(BOB) >= before_rec + 40);
+
+    ok(&request(&mut ng, "delete", vec![("from-tag", s("alice"))]));
+    let wait = Instant::now() + Duration::from_secs(5);
+    while server.gateway().rtp_ports_in_use() > 0 {
+        assert!(Instant::now() < wait, "every port given back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.shutdown();
+}
+
+/// The payload's first byte of each RTP packet waiting on `socket`.
+fn fills(socket: &UdpSocket) -> Vec<u8> {
+    let mut buf = [0u8; 2048];
+    let mut out = Vec::new();
+    while let Ok(n) = socket.recv(&mut buf) {
+        if let Ok(h) = RtpHeader::parse(&buf[..n]) {
+            out.extend(h.payload().first());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_subscription_to_all_has_a_section_per_side_and_each_carries_its_side() {
+    let (server, mut ng) = start();
+    let (mut alice, mut bob) = call(&mut ng);
+    let r = subscribe(
+        &mut ng,
+        vec![
+            ("flags", Bencode::List(vec![s("all")])),
+            ("to-tag", s("rec")),
+            // Bob's side is SDES-SRTP: its copy goes out in the clear too.
+            ("transport-protocol", s("RTP/AVP")),
+        ],
+    );
+    assert_eq!(
+        r.get("from-tags"),
+        Some(&Bencode::List(vec![s("alice"), s("bob")]))
+    );
+    let offer = text(&r, "sdp").unwrap();
+    assert_eq!(offer.matches("m=audio").count(), 2, "{offer}");
+    assert_eq!(offer.matches("a=sendonly").count(), 2, "{offer}");
+    assert!(offer.contains("a=rtpmap:0 PCMU/8000"), "{offer}");
+    assert!(
+        !offer.contains("a=crypto") && !offer.contains("SAVP"),
+        "{offer}"
+    );
+
+    // One socket per section.
+    let socks: Vec<UdpSocket> = (0..2)
+        .map(|_| UdpSocket::bind((LOCAL, 0)).unwrap())
+        .collect();
+    let mut answer =
+        "v=0\r\no=rec 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n".to_owned();
+    for sock in &socks {
+        sock.set_nonblocking(true).unwrap();
+        let port = sock.local_addr().unwrap().port();
+        answer.push_str(&format!(
+            "m=audio {port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=recvonly\r\n"
+        ));
+    }
+    // An answer that leaves out a codec offered is refused, as rtpengine refuses it.
+    let bad = answer.replace(
+        "RTP/AVP 0\r\na=rtpmap:0 PCMU/8000",
+        "RTP/AVP 8\r\na=rtpmap:8 PCMA/8000",
+    );
+    let reason = error_reason(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("rec")), ("sdp", s(&bad))],
+    ));
+    assert!(reason.contains("PCMU/8000"), "{reason}");
+    ok(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("rec")), ("sdp", s(&answer))],
+    ));
+
+    talk(&mut alice, &mut bob, &mut []);
+    let (first, second) = (fills(&socks[0]), fills(&socks[1]));
+    assert!(
+        first.len() >= 40 && first.iter().all(|&f| f == ALICE),
+        "{first:x?}"
+    );
+    assert!(
+        second.len() >= 40 && second.iter().all(|&f| f == BOB),
+        "{second:x?}"
+    );
+
+    // A subscription of the same tag replaces it.
+    let r = subscribe(&mut ng, vec![("from-tag", s("bob")), ("to-tag", s("rec"))]);
+    assert_eq!(text(&r, "sdp").unwrap().matches("m=audio").count(), 1);
+    server.shutdown();
+}
+
+#[test]
+fn bad_subscription_requests_get_error_replies_with_reasons() {
+    let (server, mut ng) = start();
+    let (_alice, _bob) = call(&mut ng);
+    let reason = error_reason(&request(
+        &mut ng,
+        "subscribe request",
+        vec![("from-tag", s("carol"))],
+    ));
+    assert!(reason.contains("carol"), "{reason}");
+    let reason = error_reason(&request(&mut ng, "subscribe request", vec![]));
+    assert!(reason.contains("from-tag"), "{reason}");
+    let reason = error_reason(&request(
+        &mut ng,
+        "subscribe request",
+        vec![("from-tag", s("alice")), ("to-tag", s("bob"))],
+    ));
+    assert!(reason.contains("side of this call"), "{reason}");
+    let reason = error_reason(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("nobody")), ("sdp", s("v=0\r\n"))],
+    ));
+    assert!(reason.contains("nobody"), "{reason}");
+    let reason = error_reason(&request(
+        &mut ng,
+        "unsubscribe",
+        vec![("to-tag", s("nobody"))],
+    ));
+    assert!(reason.contains("nobody"), "{reason}");
+    let mut d = vec![
+        ("command".to_owned(), s("subscribe request")),
+        ("call-id".to_owned(), s("no-such-call")),
+        ("from-tag".to_owned(), s("alice")),
+    ];
+    let reason = error_reason(&ng.raw(std::mem::take(&mut d)).unwrap());
+    assert!(reason.contains("no-such-call"), "{reason}");
+    server.shutdown();
+}
+
+#[test]
+fn with_allow_transcoding_a_subscriber_of_another_codec_gets_the_side_transcoded() {
+    let (server, mut ng) = start();
+    let (mut alice, mut bob) = call(&mut ng);
+    // A-law added to our offer for transcoding, as in an `offer`'s codec flags.
+    let codec = Bencode::Dict(vec![(
+        b"transcode".to_vec(),
+        Bencode::List(vec![s("PCMA")]),
+    )]);
+    let r = subscribe(
+        &mut ng,
+        vec![
+            ("from-tag", s("alice")),
+            ("to-tag", s("alaw")),
+            ("codec", codec),
+        ],
+    );
+    let offer = text(&r, "sdp").unwrap();
+    assert!(offer.contains("a=rtpmap:0 PCMU/8000"), "{offer}");
+    assert!(offer.contains("a=rtpmap:8 PCMA/8000"), "{offer}");
+    let sock = UdpSocket::bind((LOCAL, 0)).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let answer = format!(
+        "v=0\r\no=rec 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+         m=audio {} RTP/AVP 8\r\na=rtpmap:8 PCMA/8000\r\na=recvonly\r\n",
+        sock.local_addr().unwrap().port()
+    );
+    // Without `allow transcoding`, an answer must take every codec offered.
+    let reason = error_reason(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("alaw")), ("sdp", s(&answer))],
+    ));
+    assert!(reason.contains("PCMU/8000"), "{reason}");
+    ok(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![
+            ("to-tag", s("alaw")),
+            ("sdp", s(&answer)),
+            ("flags", Bencode::List(vec![s("allow transcoding")])),
+        ],
+    ));
+    talk(&mut alice, &mut bob, &mut []);
+    // Alice's µ-law samples, each as A-law codes it.
+    use secrelay_media::g711::{alaw_encode, ulaw_decode};
+    let want = alaw_encode(ulaw_decode(ALICE));
+    let mut buf = [0u8; 2048];
+    let mut alaw = 0;
+    while let Ok(n) = sock.recv(&mut buf) {
+        let h = RtpHeader::parse(&buf[..n]).unwrap();
+        assert_eq!(h.payload_type(), 8, "A-law only");
+        alaw += usize::from(h.payload().len() == 160 && h.payload().iter().all(|&b| b == want));
+    }
+    assert!(alaw >= 40, "{alaw} A-law packets of alice's speech");
+    assert!(bob.heard(ALICE) >= 40, "the call's own codec unchanged");
+    server.shutdown();
+}
