@@ -2708,11 +2708,15 @@ impl Shard {
         else {
             return false;
         };
-        let Some(s) = self.rooms[slot].as_mut().filter(|_| slot == pslot) else {
+        let Shard { rooms, out, .. } = self;
+        let Some(s) = rooms[slot].as_mut().filter(|_| slot == pslot) else {
             return false;
         };
-        s.room.set_role(member.id(), MemberRole::SUBSCRIBER)
-            && s.room.hear_only(member.id(), source.id())
+        let listening = s.room.set_role(member.id(), MemberRole::SUBSCRIBER)
+            && s.room.hear_only(member.id(), source.id());
+        // It expects nothing from its peer: no media timeout ends it; it ends with its call.
+        let leg = |leg: &mut Leg| leg.as_rtp_mut().map(RtpLeg::listen_only);
+        listening && s.room.with_leg(member, out, leg).is_some()
     }
 
     /// Changes what of member `id` of `room`'s media its room passes on with `change`; the

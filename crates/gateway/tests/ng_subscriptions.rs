@@ -31,6 +31,11 @@ fn text(b: &Bencode, key: &str) -> Option<String> {
 }
 
 fn start() -> (Server, Ng) {
+    start_with(ServeConfig::default())
+}
+
+/// secrelay with `config` (its sockets on loopback, two workers), and an ng client of it.
+fn start_with(config: ServeConfig) -> (Server, Ng) {
     let server = Server::start(ServeConfig {
         http: Some("127.0.0.1:0".parse().unwrap()),
         udp: "127.0.0.1:0".parse().unwrap(),
@@ -38,7 +43,7 @@ fn start() -> (Server, Ng) {
         rtp_ports: "47000-47999".into(),
         workers: 2,
         drain_secs: 0.1,
-        ..ServeConfig::default()
+        ..config
     })
     .unwrap();
     let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
@@ -398,5 +403,58 @@ fn with_allow_transcoding_a_subscriber_of_another_codec_gets_the_side_transcoded
     }
     assert!(alaw >= 40, "{alaw} A-law packets of alice's speech");
     assert!(bob.heard(ALICE) >= 40, "the call's own codec unchanged");
+    server.shutdown();
+}
+
+#[test]
+fn a_silent_subscriber_outlives_the_media_timeout_and_ends_with_its_call() {
+    let (server, mut ng) = start_with(ServeConfig {
+        media_timeout_secs: 1.0,
+        ..ServeConfig::default()
+    });
+    let (mut alice, mut bob) = call(&mut ng);
+    let r = subscribe(
+        &mut ng,
+        vec![("from-tag", s("alice")), ("to-tag", s("srs"))],
+    );
+    // A recording server that sends nothing, not even RTCP.
+    let sock = UdpSocket::bind((LOCAL, 0)).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let answer = format!(
+        "v=0\r\no=srs 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n\
+         m=audio {} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\na=recvonly\r\n",
+        sock.local_addr().unwrap().port()
+    );
+    assert!(text(&r, "sdp").unwrap().contains("PCMU/8000"));
+    ok(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("srs")), ("sdp", s(&answer))],
+    ));
+    // Three media timeouts of talk: the silent subscriber hears alice to the end.
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        talk(&mut alice, &mut bob, &mut []);
+    }
+    let _ = fills(&sock);
+    talk(&mut alice, &mut bob, &mut []);
+    let last = fills(&sock);
+    assert!(
+        last.len() >= 40 && last.iter().all(|&f| f == ALICE),
+        "after 3 s the subscriber still hears alice: {} packets",
+        last.len()
+    );
+    // The sides fall silent: their members time out, the call is swept, and the subscriber's
+    // member and ports go with it.
+    let wait = Instant::now() + Duration::from_secs(10);
+    while server.gateway().rtp_ports_in_use() > 0 {
+        assert!(Instant::now() < wait, "every port given back");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wait = Instant::now() + Duration::from_secs(5);
+    while text(&request(&mut ng, "query", vec![]), "result").as_deref() == Some("ok") {
+        assert!(Instant::now() < wait, "the call swept");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     server.shutdown();
 }

@@ -641,6 +641,9 @@ pub struct RtpLeg {
     /// Sources it latched to, the first first (at most [`MAX_PEERS`]).
     latched_peers: Vec<SocketAddr>,
     last_admitted: Instant,
+    /// A listener's (an ng subscription's): it expects no media from its peer, so no media
+    /// timeout ends it (it ends with its call).
+    listening: bool,
     closed: Option<CloseReason>,
     counters: Counters,
     queue: VecDeque<LegEvent>,
@@ -965,6 +968,7 @@ impl RtpLeg {
             quarantine: Quarantine::default(),
             latched_peers: Vec::new(),
             last_admitted: now,
+            listening: false,
             closed: None,
             counters: Counters::default(),
             queue: VecDeque::new(),
@@ -1114,6 +1118,7 @@ impl RtpLeg {
             quarantine: Quarantine::default(),
             latched_peers: Vec::new(),
             last_admitted: now,
+            listening: false,
             closed: None,
             counters: Counters::default(),
             queue: VecDeque::new(),
@@ -1947,9 +1952,16 @@ impl RtpLeg {
         self.close_with(CloseReason::Ended);
     }
 
+    /// Makes it a listener's leg: its peer is expected to send nothing, so no media timeout
+    /// ends it ([`crate::shard::Shard::listen_to`]).
+    pub fn listen_only(&mut self) {
+        self.listening = true;
+    }
+
     /// Advances time: the media timeout.
     pub fn handle_timeout(&mut self, now: Instant) {
-        if self.closed.is_none() && now >= self.last_admitted + self.config.media_timeout {
+        let timed_out = now >= self.last_admitted + self.config.media_timeout;
+        if self.closed.is_none() && !self.listening && timed_out {
             self.close_with(CloseReason::MediaTimeout);
         }
         if let Security::Dtls(k) = &mut self.security {
@@ -1960,13 +1972,16 @@ impl RtpLeg {
 
     /// When [`RtpLeg::handle_timeout`] must next be called; `None` once closed.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let media = self
-            .closed
-            .is_none()
-            .then(|| self.last_admitted + self.config.media_timeout)?;
+        if self.closed.is_some() {
+            return None;
+        }
+        let media = (!self.listening).then(|| self.last_admitted + self.config.media_timeout);
         match &self.security {
-            Security::Dtls(k) => Some(k.poll_timeout().map_or(media, |t| t.min(media))),
-            _ => Some(media),
+            Security::Dtls(k) => match (k.poll_timeout(), media) {
+                (Some(t), Some(m)) => Some(t.min(m)),
+                (t, m) => t.or(m),
+            },
+            _ => media,
         }
     }
 

@@ -412,7 +412,10 @@ impl Ng {
             }
         }
         for id in gone {
-            self.calls.remove(&id);
+            // Its sides ended on their own; its subscribers end with it.
+            if let Some(Call::Sections(mut c)) = self.calls.remove(&id) {
+                c.drop_listeners(&self.ctx(), None).await;
+            }
             self.gates.remove(&id);
             self.end_recording(&id);
             self.keep(&id, None);

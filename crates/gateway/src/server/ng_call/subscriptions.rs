@@ -260,9 +260,9 @@ impl SectionCall {
         true
     }
 
-    /// The subscriptions' members hearing section `section` leave (all of them with `None`);
-    /// a subscription left with none ends.
-    pub(super) async fn drop_listeners(&mut self, ctx: &Ctx<'_>, section: Option<usize>) {
+    /// The subscriptions' members hearing section `section` leave (all of them with `None`:
+    /// the call ended); a subscription left with none ends.
+    pub(crate) async fn drop_listeners(&mut self, ctx: &Ctx<'_>, section: Option<usize>) {
         let mut gone = Vec::new();
         for s in &mut self.subscriptions {
             let (out, keep) = std::mem::take(&mut s.parts)
