@@ -153,6 +153,13 @@ fn a_subscriber_hears_the_side_it_chose_under_its_own_key_and_nothing_else() {
         "subscribe answer",
         vec![("to-tag", s("sup")), ("sdp", s(&sup_answer))],
     ));
+    // Answered once: another answer is refused and changes nothing.
+    let reason = error_reason(&request(
+        &mut ng,
+        "subscribe answer",
+        vec![("to-tag", s("sup")), ("sdp", s(&sup_answer))],
+    ));
+    assert!(reason.contains("answered already"), "{reason}");
 
     let r = subscribe(
         &mut ng,

@@ -17,6 +17,8 @@ use super::*;
 pub(super) struct Subscription {
     tag: String,
     parts: Vec<Part>,
+    /// Whether its answer was taken.
+    answered: bool,
 }
 
 /// One section a subscription hears.
@@ -76,6 +78,7 @@ impl SectionCall {
         self.subscriptions.push(Subscription {
             tag: tag.to_owned(),
             parts,
+            answered: false,
         });
         Ok(reply_sdp(ctx, &offer, iface.as_ref(), flags, &outs))
     }
@@ -128,7 +131,8 @@ impl SectionCall {
                     offer.media.push(m.clone());
                 }
                 Err(e) => {
-                    leave_parts(ctx, &self.sections, made.into_iter().map(|(_, p)| p)).await;
+                    let parts = made.into_iter().map(|(_, p)| p).collect();
+                    leave_parts(ctx, &self.sections, parts).await;
                     return Err(e);
                 }
             }
@@ -196,7 +200,8 @@ impl SectionCall {
     }
 
     /// `subscribe answer`: subscription `tag`'s answer, taken by its members in order (one
-    /// whose section the answer rejects leaves).
+    /// whose section the answer rejects leaves). Once: a later answer is refused (a new
+    /// `subscribe request` of the tag makes it again).
     pub async fn subscribe_answer(
         &mut self,
         ctx: &Ctx<'_>,
@@ -209,6 +214,12 @@ impl SectionCall {
             .iter()
             .position(|s| s.tag == tag)
             .ok_or_else(|| ApiError::not_found(format!("no subscription {tag:?} in this call")))?;
+        if self.subscriptions[k].answered {
+            return Err(ApiError::bad(format!(
+                "subscription {tag:?} was answered already (a subscribe request with its to-tag \
+                 makes it again)"
+            )));
+        }
         let doc =
             SdpDoc::parse(sdp).map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
         let parts = &self.subscriptions[k].parts;
@@ -225,13 +236,10 @@ impl SectionCall {
                 takes_codecs(&part.offered, &rtp_section(&doc, m).codecs, transcoding)?;
             }
         }
-        let mut kept = Vec::new();
-        let parts = std::mem::take(&mut self.subscriptions[k].parts);
-        for (i, mut part) in parts.into_iter().enumerate() {
-            let room = &self.sections[part.section].room;
-            let m = &doc.media[i];
+        let mut sub = self.subscriptions.remove(k);
+        for (i, part) in sub.parts.iter_mut().enumerate() {
+            let (room, m) = (&self.sections[part.section].room, &doc.media[i]);
             if m.port == 0 {
-                ctx.gateway.leave(room, &part.member.id).await;
                 continue;
             }
             let taken = ctx
@@ -239,14 +247,26 @@ impl SectionCall {
                 .answer_rtp(room, &part.member.id, description_of(&doc, m))
                 .await;
             if let Err(e) = taken {
-                ctx.gateway.leave(room, &part.member.id).await;
-                self.subscriptions[k].parts = kept;
-                return Err(e.into());
+                // Half taken, it would hear some sections and not others: it ends.
+                leave_parts(ctx, &self.sections, sub.parts).await;
+                return Err(ApiError::bad(format!(
+                    "the subscriber's answer: {e} (subscription {tag:?} ended)"
+                )));
             }
             part.member.endpoint = endpoint_of(&doc, i);
-            kept.push(part);
         }
-        self.subscriptions[k].parts = kept;
+        // The sections the answer rejected are not heard; with none heard it ends.
+        let (kept, gone): (Vec<_>, Vec<_>) = std::mem::take(&mut sub.parts)
+            .into_iter()
+            .zip(&doc.media)
+            .partition(|(_, m)| m.port != 0);
+        let gone = gone.into_iter().map(|(p, _)| p).collect();
+        leave_parts(ctx, &self.sections, gone).await;
+        sub.parts = kept.into_iter().map(|(p, _)| p).collect();
+        sub.answered = true;
+        if !sub.parts.is_empty() {
+            self.subscriptions.push(sub);
+        }
         Ok(())
     }
 
@@ -306,7 +326,7 @@ fn takes_codecs(offered: &[Codec], answered: &[Codec], transcoding: bool) -> Res
 }
 
 /// The members of `parts` leave their sections' rooms.
-async fn leave_parts(ctx: &Ctx<'_>, sections: &[Section], parts: impl IntoIterator<Item = Part>) {
+async fn leave_parts(ctx: &Ctx<'_>, sections: &[Section], parts: Vec<Part>) {
     for p in parts {
         if let Some(s) = sections.get(p.section) {
             ctx.gateway.leave(&s.room, &p.member.id).await;
