@@ -21,6 +21,8 @@
 //! - `subscribe request`, `subscribe answer` and `unsubscribe`: a third phone subscribed to the
 //!   caller hears the caller's speech and DTMF and none of the callee's, what it sends reaches
 //!   no one, and once unsubscribed it hears nothing, through both.
+//! - `publish`: a phone's `sendonly` SDP is answered `recvonly` with the same one codec by
+//!   both, and a subscriber of it hears its speech and its DTMF event through both.
 //!
 //! Without rtpengine the tests fail under CI (`CI` set) and say SKIPPED elsewhere.
 
@@ -684,4 +686,79 @@ fn a_subscriber_hears_the_caller_as_through_rtpengine() {
     // The caller's speech and its DTMF event, none of the callee's; nothing of the
     // subscriber's own reaches the phones; nothing once unsubscribed.
     assert_eq!(mine, [(FRAMES, 0, 1, 0), (0, 0, 0, 0)]);
+}
+
+/// What [`publish_script`] saw: the formats and direction of the answer to the publisher,
+/// and what its subscriber heard (speech, DTMF events).
+type Published = (String, bool, (usize, usize));
+
+/// A phone publishes (PCMU and telephone-events, `sendonly`); a second subscribes to it and
+/// hears a phase of its speech and a DTMF event.
+fn publish_script(ng: &mut Ng, id: &str) -> Published {
+    let mut publisher = phone(0x6a7e_0041);
+    publisher.phone.direction = "sendonly";
+    let answer = ng
+        .call(req(
+            "publish",
+            id,
+            &[("from-tag", "publisher"), ("sdp", &publisher.phone.offer())],
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    let m = answer.lines().find(|l| l.starts_with("m=audio")).unwrap();
+    let formats = m.split_whitespace().skip(3).collect::<Vec<_>>().join(" ");
+    let recvonly = answer.contains("a=recvonly");
+    publisher.phone.accept_answer(&answer).unwrap();
+    let mut sub = phone(0x6a7e_0042);
+    let offer = ng
+        .call(req(
+            "subscribe request",
+            id,
+            &[("from-tag", "publisher"), ("to-tag", "listener")],
+        ))
+        .unwrap()["sdp"]
+        .clone();
+    let sub_answer = sub.phone.answer_offer(&offer).unwrap();
+    ng.call(req(
+        "subscribe answer",
+        id,
+        &[("to-tag", "listener"), ("sdp", &sub_answer)],
+    ))
+    .unwrap();
+    for k in 0..FRAMES {
+        publisher.send(&[SPEECH[0]; 160]).unwrap();
+        if k == 2 {
+            let ts = publisher.phone.ts;
+            let event = publisher
+                .phone
+                .packet_with(101, ts, true, &[5, 0x8a, 0x03, 0x20]);
+            let to = publisher.phone.gateway.unwrap();
+            publisher.socket.send_to(&event, to).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    sub.read();
+    let heard = tally(&sub, SPEECH[0]);
+    ng.call(command("delete", id, "publisher", None, None))
+        .unwrap();
+    (formats, recvonly, (heard.0, heard.2))
+}
+
+#[test]
+fn a_published_phone_is_answered_and_heard_as_through_rtpengine() {
+    let test = "a_published_phone_is_answered_and_heard_as_through_rtpengine";
+    let Some(mut rtpengine) = lab_support::start_rtpengine(test, (42000, 42499)) else {
+        return;
+    };
+    let (_server, mut ours) = secrelay("42500-42999", None);
+    let theirs = publish_script(&mut rtpengine.ng, "pub-rtpengine@test");
+    let mine = publish_script(&mut ours, "pub-secrelay@test");
+    assert_eq!(theirs, mine, "rtpengine's, secrelay's");
+    assert!(mine.1, "a recvonly answer");
+    assert_eq!(
+        mine.2,
+        (FRAMES, 1),
+        "the subscriber heard the speech and the event"
+    );
 }

@@ -3,7 +3,8 @@
 //! each), keyed for itself; `subscribe answer` starts the media towards it; `unsubscribe`
 //! ends it. A subscriber hears only the sides it chose, what it sends reaches no one, and the
 //! call's own two sides go on as before; a subscriber of another codec hears the side
-//! transcoded when the answer allows it. Bad requests get error replies with reasons.
+//! transcoded when the answer allows it. A phone that `publish`es is answered `recvonly` with
+//! one codec and heard by its subscribers. Bad requests get error replies with reasons.
 
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -463,5 +464,129 @@ fn a_silent_subscriber_outlives_the_media_timeout_and_ends_with_its_call() {
         assert!(Instant::now() < wait, "the call swept");
         std::thread::sleep(Duration::from_millis(50));
     }
+    server.shutdown();
+}
+
+/// A plain phone of tag `tag` publishing (its SDP `sendonly`, PCMU, PCMA and Opus offered) in
+/// `call`: the phone, answered by the gateway's reply.
+fn publisher(ng: &mut Ng, call: &str, tag: &str, ssrc: u32) -> SocketPhone {
+    let mut p = SocketPhone::bind(LOCAL, None, ssrc).unwrap();
+    p.phone.direction = "sendonly";
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("publish")),
+            ("call-id".into(), s(call)),
+            ("from-tag".into(), s(tag)),
+            ("sdp".into(), s(&p.phone.offer())),
+        ])
+        .unwrap();
+    ok(&r);
+    let answer = text(&r, "sdp").unwrap();
+    // rtpengine's answer to a publisher: `recvonly`, one codec (the first it knows).
+    assert!(answer.contains("a=recvonly"), "{answer}");
+    let m = answer.lines().find(|l| l.starts_with("m=audio")).unwrap();
+    assert!(m.ends_with(" RTP/AVP 0"), "{m}");
+    p.phone.accept_answer(&answer).unwrap();
+    p
+}
+
+#[test]
+fn a_published_phone_is_heard_by_its_subscribers() {
+    let (server, mut ng) = start();
+    const PUB: &str = "pub-1@proxy";
+    let mut first = publisher(&mut ng, PUB, "first", 0xf1);
+    let mut second = publisher(&mut ng, PUB, "second", 0xf2);
+    let mut third = SocketPhone::bind(LOCAL, None, 0xf3).unwrap();
+    third.phone.direction = "sendonly";
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("publish")),
+            ("call-id".into(), s(PUB)),
+            ("from-tag".into(), s("third")),
+            ("sdp".into(), s(&third.phone.offer())),
+        ])
+        .unwrap();
+    assert!(error_reason(&r).contains("two participants"));
+
+    // One listener of the first publisher, one of both (a section each).
+    let sub = |ng: &mut Ng, entries: Vec<(&str, Bencode)>| {
+        let mut d = vec![
+            ("command".to_owned(), s("subscribe request")),
+            ("call-id".to_owned(), s(PUB)),
+        ];
+        d.extend(entries.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let r = ng.raw(d).unwrap();
+        ok(&r);
+        r
+    };
+    let r = sub(&mut ng, vec![("from-tag", s("first")), ("to-tag", s("l1"))]);
+    let mut l1 = SocketPhone::bind(LOCAL, None, 0x11).unwrap();
+    let a1 = l1.phone.answer_offer(&text(&r, "sdp").unwrap()).unwrap();
+    let r = sub(&mut ng, vec![("all", s("all")), ("to-tag", s("l2"))]);
+    assert_eq!(
+        r.get("from-tags"),
+        Some(&Bencode::List(vec![s("first"), s("second")]))
+    );
+    let offer = text(&r, "sdp").unwrap();
+    assert_eq!(offer.matches("m=audio").count(), 2, "{offer}");
+    let socks: Vec<UdpSocket> = (0..2)
+        .map(|_| UdpSocket::bind((LOCAL, 0)).unwrap())
+        .collect();
+    let mut a2 =
+        "v=0\r\no=l2 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n".to_owned();
+    for sock in &socks {
+        sock.set_nonblocking(true).unwrap();
+        let port = sock.local_addr().unwrap().port();
+        a2.push_str(&format!(
+            "m=audio {port} RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+        ));
+    }
+    for (tag, answer) in [("l1", &a1), ("l2", &a2)] {
+        let mut d = vec![
+            ("command".to_owned(), s("subscribe answer")),
+            ("call-id".to_owned(), s(PUB)),
+            ("to-tag".to_owned(), s(tag)),
+            ("sdp".to_owned(), s(answer)),
+        ];
+        ok(&ng.raw(std::mem::take(&mut d)).unwrap());
+    }
+
+    for _ in 0..50 {
+        first.send(&[ALICE; 160]).unwrap();
+        second.send(&[BOB; 160]).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        l1.read();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    l1.read();
+    assert!(l1.heard(ALICE) >= 40, "l1 heard {}", l1.heard(ALICE));
+    assert_eq!(l1.heard(BOB), 0, "l1 hears the first publisher alone");
+    let (s1, s2) = (fills(&socks[0]), fills(&socks[1]));
+    assert!(s1.len() >= 40 && s1.iter().all(|&f| f == ALICE), "{s1:x?}");
+    assert!(s2.len() >= 40 && s2.iter().all(|&f| f == BOB), "{s2:x?}");
+    // Publishers hear nothing: no one publishes to them.
+    first.read();
+    second.read();
+    assert!(first.phone.received.is_empty() && second.phone.received.is_empty());
+
+    // `codec: {accept: […]}`: the codec the answer names, in preference.
+    let mut p = SocketPhone::bind(LOCAL, None, 0xf4).unwrap();
+    p.phone.direction = "sendonly";
+    let accept = Bencode::Dict(vec![(
+        b"accept".to_vec(),
+        Bencode::List(vec![s("G722"), s("PCMA")]),
+    )]);
+    let r = ng
+        .raw(vec![
+            ("command".into(), s("publish")),
+            ("call-id".into(), s("pub-2@proxy")),
+            ("from-tag".into(), s("p")),
+            ("sdp".into(), s(&p.phone.offer())),
+            ("codec".into(), accept),
+        ])
+        .unwrap();
+    let answer = text(&r, "sdp").unwrap();
+    let m = answer.lines().find(|l| l.starts_with("m=audio")).unwrap();
+    assert!(m.ends_with(" RTP/AVP 8"), "{m}");
     server.shutdown();
 }

@@ -271,6 +271,9 @@ pub enum Request {
         /// `from-tag`: the participant; `None` with `all`: every participant.
         from_tag: Option<String>,
     },
+    /// `publish`: media sent to the gateway without an offer/answer (the SDP `sendonly`); the
+    /// reply is our `recvonly` answer, and subscribers may then hear it.
+    Publish(OfferAnswer),
     /// `subscribe request`: a new participant that receives a copy of the media of chosen
     /// participants; the reply is our `sendonly` offer to it.
     SubscribeRequest(SubscribeRequest),
@@ -424,7 +427,7 @@ impl Request {
     /// The call the command is about, for those about one.
     pub fn call_id(&self) -> Option<&str> {
         match self {
-            Request::Offer(o) | Request::Answer(o) => Some(&o.call_id),
+            Request::Offer(o) | Request::Answer(o) | Request::Publish(o) => Some(&o.call_id),
             Request::Gate(g) => Some(&g.call_id),
             Request::PlayDtmf(p) => Some(&p.call_id),
             Request::PlayMedia(p) => Some(&p.call_id),
@@ -741,6 +744,7 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
                 from_tag: if who.all { None } else { who.from_tag },
             }
         }
+        "publish" => Request::Publish(offer_answer(&e, false)?),
         "subscribe-request" => Request::SubscribeRequest(subscribe_request(&e)?),
         "subscribe-answer" => Request::SubscribeAnswer {
             call_id: text(
@@ -1050,7 +1054,7 @@ fn dtmf_code(c: char) -> Option<u8> {
 fn unsupported(command: &str) -> Option<&'static str> {
     Some(match command {
         "start-forwarding" | "stop-forwarding" => "PCM forwarding to a recording daemon",
-        "publish" | "connect" => "media published without an offer/answer, or connected calls",
+        "connect" => "connecting two calls' participants",
         _ => return None,
     })
 }
@@ -1527,6 +1531,18 @@ mod tests {
             req(&[("command", s("unsubscribe")), ("call-id", s("c1"))]),
             Err(NgError::MissingKey("to-tag"))
         );
+        let p = req(&[
+            ("command", s("publish")),
+            ("call-id", s("c1")),
+            ("from-tag", s("p")),
+            ("sdp", s("v=0")),
+        ]);
+        assert!(
+            matches!(p, Ok(Request::Publish(ref o)) if o.from_tag == "p"),
+            "{p:?}"
+        );
+        let e = req(&[("command", s("connect")), ("call-id", s("c1"))]).unwrap_err();
+        assert!(matches!(e, NgError::Unsupported(..)), "{e:?}");
     }
 
     #[test]

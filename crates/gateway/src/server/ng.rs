@@ -772,6 +772,7 @@ impl Ng {
                 ]))
             }
             Request::Statistics => Ok(self.statistics()),
+            Request::Publish(p) => self.publish(p).await,
             Request::SubscribeRequest(r) => self.subscribe_request(r).await,
             Request::SubscribeAnswer {
                 call_id,
@@ -1010,6 +1011,34 @@ impl Ng {
             }
             None => Err(ApiError::not_found(format!("unknown call-id {call_id:?}"))),
         }
+    }
+
+    /// `publish`: a side that sends without an offer/answer, in a call of its own or as the
+    /// second side of a published call; the reply is our `recvonly` answer.
+    async fn publish(&mut self, p: OfferAnswer) -> Result<Bencode, ApiError> {
+        let mut call = match self.calls.remove(&p.call_id) {
+            Some(Call::Sections(c)) => c,
+            Some(webrtc) => {
+                self.calls.insert(p.call_id.clone(), webrtc);
+                return Err(ApiError::bad(
+                    "publishing into a call with a WebRTC side is not supported",
+                ));
+            }
+            None => {
+                self.gateway.admit(&format!("call:{}", p.call_id))?;
+                Box::new(SectionCall::new(&p.call_id, &p.from_tag))
+            }
+        };
+        let fresh = call.members().is_empty();
+        let r = call
+            .publish(&self.ctx(), &p.from_tag, &p.sdp, &p.flags)
+            .await;
+        if r.is_err() && fresh {
+            call.drop_members(&self.ctx()).await;
+        } else {
+            self.calls.insert(p.call_id.clone(), Call::Sections(call));
+        }
+        r.map(|sdp| sdp_reply(&sdp, &p.flags.ignored))
     }
 
     /// `subscribe request`: a subscription to the chosen sides of a call (by `from-tag`,

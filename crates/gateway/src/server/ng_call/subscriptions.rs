@@ -1,5 +1,14 @@
-//! rtpengine's media subscriptions in a call of plain-RTP and SDES-SRTP sides (`subscribe
-//! request`, `subscribe answer`, `unsubscribe`): a subscriber is a participant of its own that
+//! rtpengine's media subscriptions in a call of plain-RTP and SDES-SRTP sides (`publish`,
+//! `subscribe request`, `subscribe answer`, `unsubscribe`).
+//!
+//! `publish` makes a side that sends without an offer/answer: its `sendonly` SDP is answered
+//! by us, `recvonly`, with one codec per section (the first the `accept` list prefers, else the
+//! first the gateway knows, else with `accept: any` the first; its telephone-events are taken
+//! too, unnamed, as rtpengine takes them), and its media goes to the subscribers of its tag.
+//! A call holds two sides: the first publisher is side A, a second
+//! one side B.
+//!
+//! A subscriber is a participant of its own that
 //! receives a copy of what chosen sides send, with one member per section it hears, in that
 //! section's room, made a listener of the member that receives that side's media
 //! ([`Gateway::listen_to`]): it hears that side alone, and what it sends goes nowhere.
@@ -300,6 +309,137 @@ impl SectionCall {
         let tags = self.subscriptions.iter();
         tags.map(|s| (s.tag.clone(), s.parts.len())).collect()
     }
+}
+
+impl SectionCall {
+    /// `publish` by `tag` (a side of its own: A, or B once A is taken; the same tag again
+    /// publishes anew): our `recvonly` answer.
+    pub async fn publish(
+        &mut self,
+        ctx: &Ctx<'_>,
+        tag: &str,
+        sdp: &str,
+        flags: &Flags,
+    ) -> Result<String, ApiError> {
+        let doc = SdpDoc::parse(sdp).map_err(|e| ApiError::bad(format!("the SDP: {e}")))?;
+        let side = match self.side_of(tag) {
+            Some(side) => side,
+            None if self.to_tag.is_none() && self.pending.is_none() => {
+                self.to_tag = Some(tag.to_owned());
+                Side::B
+            }
+            None => {
+                return Err(ApiError::bad(
+                    "this call has two participants already (publish in a call of its own)",
+                ))
+            }
+        };
+        let (name, asked) = wanted(flags, 0);
+        let iface = ctx
+            .interfaces
+            .get(choose(ctx.interfaces, name, asked.or(family_of(&doc))))
+            .cloned();
+        let mut outs = Vec::new();
+        for i in 0..doc.media.len() {
+            if let Some(s) = self.sections.get_mut(i) {
+                if let Some(gone) = s.facing(side).take() {
+                    ctx.gateway.leave(&s.room, &gone.id).await;
+                }
+            }
+            let out = self.publish_section(ctx, side, &doc, i, flags, iface.as_ref());
+            outs.push(out.await?);
+        }
+        self.sent[side.index()] = Some(doc.clone());
+        self.last_signal = std::time::SystemTime::now();
+        Ok(reply_sdp(ctx, &doc, iface.as_ref(), flags, &outs))
+    }
+
+    /// Section `i` of a publisher's SDP: its member (facing `side`, answering it with one
+    /// codec), and what our answer writes for it.
+    async fn publish_section(
+        &mut self,
+        ctx: &Ctx<'_>,
+        side: Side,
+        doc: &SdpDoc,
+        i: usize,
+        flags: &Flags,
+        iface: Option<&Interface>,
+    ) -> Result<SectionOut, ApiError> {
+        let m = &doc.media[i];
+        let transport = Transport::parse(&m.proto);
+        if !relayable(m, &transport) {
+            return Ok(SectionOut::Rejected);
+        }
+        let mut desc = description_of(doc, m);
+        let codecs = &mut desc.sections[0].codecs;
+        let Some(one) = published_codec(codecs, &flags.codec.accept) else {
+            return Ok(SectionOut::Rejected);
+        };
+        // Its telephone-events and comfort noise at that rate are taken too (and passed on to
+        // its subscribers, as rtpengine passes them), though our answer names the one codec.
+        codecs.retain(|c| c.pt == one.pt || (is_event_like(c) && c.clock_rate == one.clock_rate));
+        let options = RtpLegOptions {
+            passthrough: true,
+            kind: media_kind(m),
+            sdes_suites: Some(answer_suites(ctx, m, first_suite(m), flags)),
+            bind: iface.map(|i| i.local),
+            announce: iface.map(|i| i.advertised),
+            ice: ice_towards(flags, doc, m, true),
+            dtls: rtp_section(doc, m)
+                .keyed_by_dtls()
+                .then(|| dtls_choice(flags)),
+            ..RtpLegOptions::default()
+        };
+        let room = self.section(i).room.clone();
+        let j = ctx
+            .gateway
+            .join_rtp_with(&room, desc, options, Who::default())
+            .await?;
+        let local = local_of(&j.answer)?;
+        *self.section(i).facing(side) = Some(Member {
+            id: j.id,
+            local: local.clone(),
+            endpoint: endpoint_of(doc, i),
+        });
+        let pt = one.pt.to_string();
+        let answered = answer_codecs(m, m, &local.formats, true);
+        let Some(one_codec) = answered.into_iter().find(|c| c.pt == pt) else {
+            return Err(ApiError::internal(
+                "the publisher's leg did not take its codec",
+            ));
+        };
+        Ok(SectionOut::Relayed(Box::new(Relayed {
+            port: local.port,
+            rtcp_port: Some(if local.rtcp_mux {
+                local.port
+            } else {
+                local.port.wrapping_add(1)
+            }),
+            proto: local.proto.clone(),
+            codecs: Some(vec![one_codec]),
+            direction: Some(Direction::RecvOnly),
+            rtcp_mux: local.rtcp_mux,
+            crypto: local.crypto,
+            dtls: local.dtls,
+            ptime: ptime_of(m),
+            ice: local.ice,
+            mid: None,
+        })))
+    }
+}
+
+/// The one codec a published section is answered with: the first of `accept` (names, in
+/// preference) it offers, else the first it offers that the gateway knows, else with `any`
+/// in `accept` its first; telephone-events and comfort noise never.
+fn published_codec(offered: &[Codec], accept: &[String]) -> Option<Codec> {
+    let media: Vec<&Codec> = offered.iter().filter(|c| !is_event_like(c)).collect();
+    let named = accept.iter().find_map(|name| {
+        let name = name.split('/').next().unwrap_or_default();
+        media.iter().find(|c| c.name.eq_ignore_ascii_case(name))
+    });
+    let known = || media.iter().find(|c| CodecId::of(c).is_some());
+    let any = || media.first().filter(|_| accept.iter().any(|a| a == "any"));
+    named.or_else(known).or_else(any).map(|c| (*c).clone())
 }
 
 /// Whether an answer's `answered` codecs take those our offer listed: every one (the events
