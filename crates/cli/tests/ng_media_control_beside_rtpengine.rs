@@ -32,7 +32,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
-use secrelay_testkit::ng::{command, Ng};
+use secrelay_testkit::ng::{command, serve_on_loopback, Ng};
 use secrelay_testkit::phone::{SimPhone, SocketPhone};
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::RtpHeader;
@@ -79,17 +79,10 @@ fn secrelay(ports: &str, recording_dir: Option<&std::path::Path>) -> (Server, Ng
 
 /// secrelay with `config` (its sockets on loopback, one worker), and an ng client of it.
 fn secrelay_with(config: ServeConfig) -> (Server, Ng) {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
+    serve_on_loopback(ServeConfig {
         workers: 1,
-        drain_secs: 0.1,
         ..config
     })
-    .unwrap();
-    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
-    (server, ng)
 }
 
 /// One phase: each phone sends [`FRAMES`] of speech and a DTMF event (digit 5, its end);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_media::g711::Pcmu;
 use secrelay_media::{tone, Codec};
-use secrelay_testkit::ng::Ng;
+use secrelay_testkit::ng::{serve_on_loopback, Ng};
 use secrelay_testkit::phone::{SimPhone, SocketPhone};
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::RtpHeader;
@@ -19,18 +19,11 @@ const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// A gateway on media ports of its own (`ports`), apart from the other test's.
 fn start(ports: &str) -> (Server, Ng) {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
+    serve_on_loopback(ServeConfig {
         workers: 2,
         rtp_ports: ports.into(),
-        drain_secs: 0.1,
         ..ServeConfig::default()
     })
-    .unwrap();
-    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
-    (server, ng)
 }
 
 fn msg(command: &str, c: &str, to: Option<&str>, sdp: &str) -> Vec<(String, Bencode)> {

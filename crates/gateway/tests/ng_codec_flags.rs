@@ -12,7 +12,7 @@ use secrelay_media::g711::Pcma;
 use secrelay_media::opus::Opus;
 use secrelay_media::{tone, Codec};
 use secrelay_srtp::Profile;
-use secrelay_testkit::ng::Ng;
+use secrelay_testkit::ng::{serve_on_loopback, Ng};
 use secrelay_testkit::phone::SocketPhone;
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::sdp_rtp::parse_rtp;
@@ -25,18 +25,11 @@ fn s(v: &str) -> Bencode {
 }
 
 fn start() -> (Server, Ng) {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
+    serve_on_loopback(ServeConfig {
         workers: 2,
         rtp_ports: "47000-47999".into(),
-        drain_secs: 0.1,
         ..ServeConfig::default()
     })
-    .unwrap();
-    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
-    (server, ng)
 }
 
 /// An ng `offer` or `answer` from the caller's tag (`alice`).

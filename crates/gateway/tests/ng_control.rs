@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_srtp::Profile;
 use secrelay_testkit::ice::{check, our_ice, with_ice};
-use secrelay_testkit::ng::Ng;
+use secrelay_testkit::ng::{serve_on_loopback, Ng};
 use secrelay_testkit::phone::SocketPhone;
 use secrelay_wire::bencode::{ng_encode, Bencode};
 use secrelay_wire::RtpHeader;
@@ -32,17 +32,10 @@ fn start() -> (Server, Ng) {
 /// secrelay with `config` (its HTTP, media and ng sockets on loopback, two workers) and an
 /// ng client of it.
 fn start_with(config: ServeConfig) -> (Server, Ng) {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
+    serve_on_loopback(ServeConfig {
         workers: 2,
-        drain_secs: 0.1,
         ..config
     })
-    .unwrap();
-    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
-    (server, ng)
 }
 
 fn text(b: &Bencode, key: &str) -> Option<String> {
@@ -635,18 +628,11 @@ fn gauges(server: &Server) -> std::collections::HashMap<String, f64> {
 /// while it lives (`secrelay_ng_calls`, `secrelay_rtp_ports_in_use`), and nothing after.
 #[test]
 fn a_call_that_goes_silent_is_swept_with_its_ports_and_metrics_say_so() {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        workers: 2,
+    let (server, mut ng) = start_with(ServeConfig {
         rtp_ports: "47000-47999".into(),
         media_timeout_secs: 1.0,
-        drain_secs: 0.1,
         ..ServeConfig::default()
-    })
-    .unwrap();
-    let mut ng = Ng::new(server.ng_addr().unwrap()).unwrap();
+    });
     let mut caller = SocketPhone::bind(LOCAL, None, 0x5117).unwrap();
     let mut callee = SocketPhone::bind(LOCAL, Some(Profile::AesCm128HmacSha1_80), 0x5118).unwrap();
     let mut offer = offer_answer("offer", "silent@proxy", "a", None, &caller.phone.offer());

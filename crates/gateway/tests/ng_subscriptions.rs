@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use secrelay_gateway::server::{ServeConfig, Server};
 use secrelay_srtp::Profile;
-use secrelay_testkit::ng::Ng;
+use secrelay_testkit::ng::{serve_on_loopback, Ng};
 use secrelay_testkit::phone::SocketPhone;
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::RtpHeader;
@@ -37,18 +37,11 @@ fn start() -> (Server, Ng) {
 
 /// secrelay with `config` (its sockets on loopback, two workers), and an ng client of it.
 fn start_with(config: ServeConfig) -> (Server, Ng) {
-    let server = Server::start(ServeConfig {
-        http: Some("127.0.0.1:0".parse().unwrap()),
-        udp: "127.0.0.1:0".parse().unwrap(),
-        ng: Some("127.0.0.1:0".parse().unwrap()),
-        rtp_ports: "47000-47999".into(),
+    serve_on_loopback(ServeConfig {
+        rtp_ports: "41000-41999".into(),
         workers: 2,
-        drain_secs: 0.1,
         ..config
     })
-    .unwrap();
-    let ng = Ng::new(server.ng_addr().unwrap()).unwrap();
-    (server, ng)
 }
 
 /// A call from plain-RTP alice to SDES-SRTP bob through the gateway, answered.

@@ -59,6 +59,24 @@ pub struct Ng {
     cookie: u64,
 }
 
+/// secrelay with `config`, its HTTP, shared media and ng sockets on loopback (ports the kernel
+/// picks) and a short drain, and an ng client of it: what the ng tests start (each sets its
+/// own `workers`, `rtp_ports` and the rest in `config`).
+pub fn serve_on_loopback(
+    config: secrelay_gateway::server::ServeConfig,
+) -> (secrelay_gateway::server::Server, Ng) {
+    let server = secrelay_gateway::server::Server::start(secrelay_gateway::server::ServeConfig {
+        http: Some((std::net::Ipv4Addr::LOCALHOST, 0).into()),
+        udp: (std::net::Ipv4Addr::LOCALHOST, 0).into(),
+        ng: Some((std::net::Ipv4Addr::LOCALHOST, 0).into()),
+        drain_secs: 0.1,
+        ..config
+    })
+    .expect("secrelay starts on loopback");
+    let ng = Ng::new(server.ng_addr().expect("an ng socket")).expect("an ng client");
+    (server, ng)
+}
+
 impl Ng {
     /// A client of the ng port at `target` (the kernel picks the source address towards it:
     /// a loopback one for a target on loopback).

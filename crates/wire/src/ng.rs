@@ -842,34 +842,48 @@ struct Chosen {
     all: bool,
 }
 
+/// Refuses a command that names a participant by one of `keys` (an address, a label): the
+/// gateway finds participants by their tags only.
+fn by_tag_only(e: &[(String, &Bencode)], keys: &[&str]) -> Result<(), NgError> {
+    match e.iter().find(|(k, _)| keys.contains(&k.as_str())) {
+        Some((key, _)) => Err(NgError::Unsupported(
+            "selecting a participant other than by from-tag",
+            key.clone(),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Whether a command says `all`: the key `all` with one of `values` (`none`: not), or `all`
+/// in its flags. Other values of the key name flows of rtpengine's subscriptions (`flows`,
+/// `except-offer-answer`, …), refused.
+fn says_all(e: &[(String, &Bencode)], values: &[&str]) -> Result<bool, NgError> {
+    let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let mut all = match get("all").map(|v| text("all", v)).transpose()? {
+        None => false,
+        Some(v) => match norm(&v).as_str() {
+            "none" => false,
+            v if values.contains(&v) => true,
+            other => {
+                return Err(NgError::Unsupported(
+                    "media flows other than the offer/answer's",
+                    other.to_owned(),
+                ))
+            }
+        },
+    };
+    if let Some(flags) = get("flags") {
+        all |= list("flags", flags)?.iter().any(|f| norm(f) == "all");
+    }
+    Ok(all)
+}
+
 /// [`Chosen`] from a command's entries; a participant named any other way (`address`,
 /// `label`) or flows of rtpengine's subscriptions (other `all` values) refused.
 fn chosen(e: &[(String, &Bencode)]) -> Result<Chosen, NgError> {
     let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
-    for key in ["address", "label", "from-label", "to-label"] {
-        if get(key).is_some() {
-            return Err(NgError::Unsupported(
-                "selecting a participant other than by from-tag",
-                key.to_owned(),
-            ));
-        }
-    }
-    let mut all = false;
-    if let Some(v) = get("all") {
-        match norm(&text("all", v)?).as_str() {
-            "all" => all = true,
-            "none" => {}
-            other => {
-                return Err(NgError::Unsupported(
-                    "media flows other than the offer/answer's (subscriptions)",
-                    other.to_owned(),
-                ))
-            }
-        }
-    }
-    if let Some(flags) = get("flags") {
-        all |= list("flags", flags)?.iter().any(|f| norm(f) == "all");
-    }
+    by_tag_only(e, &["address", "label", "from-label", "to-label"])?;
+    let all = says_all(e, &["all"])?;
     Ok(Chosen {
         call_id: text(
             "call-id",
@@ -886,30 +900,8 @@ fn chosen(e: &[(String, &Bencode)]) -> Result<Chosen, NgError> {
 /// are refused.
 fn subscribe_request(e: &[(String, &Bencode)]) -> Result<SubscribeRequest, NgError> {
     let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
-    for key in ["address", "label", "from-label", "from-labels"] {
-        if get(key).is_some() {
-            return Err(NgError::Unsupported(
-                "selecting a participant other than by from-tag",
-                key.to_owned(),
-            ));
-        }
-    }
-    let mut all = match get("all").map(|v| text("all", v)).transpose()? {
-        None => false,
-        Some(v) => match norm(&v).as_str() {
-            "all" | "offer-answer" => true,
-            "none" => false,
-            other => {
-                return Err(NgError::Unsupported(
-                    "media flows other than the offer/answer's",
-                    other.to_owned(),
-                ))
-            }
-        },
-    };
-    if let Some(flags) = get("flags") {
-        all |= list("flags", flags)?.iter().any(|f| norm(f) == "all");
-    }
+    by_tag_only(e, &["address", "label", "from-label", "from-labels"])?;
+    let all = says_all(e, &["all", "offer-answer"])?;
     let mut from_tags = Vec::new();
     if let Some(v) = get("from-tag") {
         from_tags.push(text("from-tag", v)?);
