@@ -700,24 +700,19 @@ fn offer_answer(e: &[(String, &Bencode)], answer: bool) -> Result<OfferAnswer, N
 pub fn parse(body: &Bencode) -> Result<Request, NgError> {
     let e = entries(body)?;
     let get = |k: &str| e.iter().find(|(n, _)| n == k).map(|(_, v)| *v);
+    let required = |k: &'static str| text(k, get(k).ok_or(NgError::MissingKey(k))?);
     let command = norm(&text("command", get("command").ok_or(NgError::NoCommand)?)?);
     Ok(match command.as_str() {
         "ping" => Request::Ping,
         "offer" => Request::Offer(offer_answer(&e, false)?),
         "answer" => Request::Answer(offer_answer(&e, true)?),
         "delete" => Request::Delete {
-            call_id: text(
-                "call-id",
-                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
-            )?,
+            call_id: required("call-id")?,
             from_tag: get("from-tag").map(|v| text("from-tag", v)).transpose()?,
             to_tag: get("to-tag").map(|v| text("to-tag", v)).transpose()?,
         },
         "query" => Request::Query {
-            call_id: text(
-                "call-id",
-                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
-            )?,
+            call_id: required("call-id")?,
         },
         "list" => Request::List {
             limit: get("limit")
@@ -747,26 +742,14 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
         "publish" => Request::Publish(offer_answer(&e, false)?),
         "subscribe-request" => Request::SubscribeRequest(subscribe_request(&e)?),
         "subscribe-answer" => Request::SubscribeAnswer {
-            call_id: text(
-                "call-id",
-                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
-            )?,
-            to_tag: text(
-                "to-tag",
-                get("to-tag").ok_or(NgError::MissingKey("to-tag"))?,
-            )?,
-            sdp: text("sdp", get("sdp").ok_or(NgError::MissingKey("sdp"))?)?,
+            call_id: required("call-id")?,
+            to_tag: required("to-tag")?,
+            sdp: required("sdp")?,
             flags: parse_flags(&e)?,
         },
         "unsubscribe" => Request::Unsubscribe {
-            call_id: text(
-                "call-id",
-                get("call-id").ok_or(NgError::MissingKey("call-id"))?,
-            )?,
-            to_tag: text(
-                "to-tag",
-                get("to-tag").ok_or(NgError::MissingKey("to-tag"))?,
-            )?,
+            call_id: required("call-id")?,
+            to_tag: required("to-tag")?,
         },
         "start-recording" | "stop-recording" | "pause-recording" => {
             let yes = |v: &Bencode| {
@@ -779,10 +762,7 @@ pub fn parse(body: &Bencode) -> Result<Request, NgError> {
                     .transpose()?
                     .is_some_and(|f| f.iter().any(|f| norm(f) == "pause"));
             Request::Recording {
-                call_id: text(
-                    "call-id",
-                    get("call-id").ok_or(NgError::MissingKey("call-id"))?,
-                )?,
+                call_id: required("call-id")?,
                 action: match command.as_str() {
                     "start-recording" => RecordingAction::Start,
                     _ if pause => RecordingAction::Pause,
