@@ -202,10 +202,18 @@ fn a_subscriber_hears_the_side_it_chose_under_its_own_key_and_nothing_else() {
 
     let q = request(&mut ng, "query", vec![]);
     let subs = q.get("subscriptions").expect("subscriptions in the query");
-    assert!(
-        subs.get("sup").is_some() && subs.get(&rec_tag).is_some(),
-        "{q:?}"
+    let sup_q = subs.get("sup").expect("the supervisor's subscription");
+    assert_eq!(
+        sup_q.get("from-tags"),
+        Some(&Bencode::List(vec![s("alice")]))
     );
+    assert_eq!(sup_q.get("answered"), Some(&Bencode::Int(1)));
+    assert!(
+        matches!(sup_q.get("packets"), Some(Bencode::Int(n)) if *n >= 40),
+        "{sup_q:?}"
+    );
+    let rec_q = subs.get(&rec_tag).expect("the recorder's subscription");
+    assert_eq!(rec_q.get("from-tags"), Some(&Bencode::List(vec![s("bob")])));
 
     // Unsubscribed, the supervisor hears no more; the recorder goes on.
     ok(&request(&mut ng, "unsubscribe", vec![("to-tag", s("sup"))]));

@@ -1013,6 +1013,35 @@ impl Ng {
         }
     }
 
+    /// `query`'s `subscriptions`: per subscription's tag, the tags it hears, whether it was
+    /// answered, how many media sections it hears, and the packets and bytes sent to it.
+    async fn subscriptions_report(&self, c: &SectionCall) -> Bencode {
+        let mut out = Vec::new();
+        for s in c.subscriptions() {
+            let (mut packets, mut bytes) = (0, 0);
+            for (room, id) in &s.members {
+                let rooms = self.gateway.rooms(Some(room)).await;
+                let found = rooms
+                    .iter()
+                    .flat_map(|r| &r.participants)
+                    .find(|p| p.id == *id);
+                if let Some(p) = found {
+                    (packets, bytes) = (packets + p.packets_out, bytes + p.bytes_out);
+                }
+            }
+            let hears = s.hears.iter().map(|t| Bencode::str(t)).collect();
+            let d = reply(vec![
+                ("from-tags", Bencode::List(hears)),
+                ("answered", Bencode::Int(i64::from(s.answered))),
+                ("media-sections", Bencode::Int(s.members.len() as i64)),
+                ("packets", Bencode::Int(packets as i64)),
+                ("bytes", Bencode::Int(bytes as i64)),
+            ]);
+            out.push((s.tag.into_bytes(), d));
+        }
+        Bencode::Dict(out)
+    }
+
     /// `publish`: a side that sends without an offer/answer, in a call of its own or as the
     /// second side of a published call; the reply is our `recvonly` answer.
     async fn publish(&mut self, p: OfferAnswer) -> Result<Bencode, ApiError> {
@@ -1326,11 +1355,7 @@ impl Ng {
         if let Call::Sections(c) = &call {
             let mut entries = vec![("result", Bencode::str("ok"))];
             entries.extend(self.section_report(c, false).await);
-            let subs = c.subscriptions().into_iter().map(|(tag, members)| {
-                let d = reply(vec![("media-sections", Bencode::Int(members as i64))]);
-                (tag.into_bytes(), d)
-            });
-            entries.push(("subscriptions", Bencode::Dict(subs.collect())));
+            entries.push(("subscriptions", self.subscriptions_report(c).await));
             return Ok(reply(entries));
         }
         let mut tags: Vec<(String, Bencode)> = Vec::new();

@@ -30,11 +30,26 @@ pub(super) struct Subscription {
     answered: bool,
 }
 
+/// A subscription as `query` reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct SubscriptionView {
+    /// Its tag.
+    pub tag: String,
+    /// Whether its answer was taken (media flows to it).
+    pub answered: bool,
+    /// The tags it hears.
+    pub hears: Vec<String>,
+    /// Its members: (room, id), one per section it hears.
+    pub members: Vec<(String, String)>,
+}
+
 /// One section a subscription hears.
 #[derive(Debug, Clone)]
 struct Part {
     /// The call's section.
     section: usize,
+    /// The side it hears.
+    hears: Side,
     /// Its member in the section's room.
     member: Member,
     /// The codecs our offer listed.
@@ -130,6 +145,7 @@ impl SectionCall {
                         out,
                         Part {
                             section: i,
+                            hears: side,
                             member,
                             offered,
                         },
@@ -304,10 +320,31 @@ impl SectionCall {
         leave_parts(ctx, &self.sections, gone).await;
     }
 
-    /// The tags of its subscriptions, and how many members each has.
-    pub fn subscriptions(&self) -> Vec<(String, usize)> {
-        let tags = self.subscriptions.iter();
-        tags.map(|s| (s.tag.clone(), s.parts.len())).collect()
+    /// Its subscriptions as `query` reports them.
+    pub fn subscriptions(&self) -> Vec<SubscriptionView> {
+        let tag_of = |side: Side| match side {
+            Side::A => Some(self.from_tag.clone()),
+            Side::B => self.to_tag.clone(),
+        };
+        let view = |s: &Subscription| {
+            let mut hears: Vec<String> = Vec::new();
+            for t in s.parts.iter().filter_map(|p| tag_of(p.hears)) {
+                if !hears.contains(&t) {
+                    hears.push(t);
+                }
+            }
+            SubscriptionView {
+                tag: s.tag.clone(),
+                answered: s.answered,
+                hears,
+                members: s
+                    .parts
+                    .iter()
+                    .map(|p| (self.sections[p.section].room.clone(), p.member.id.clone()))
+                    .collect(),
+            }
+        };
+        self.subscriptions.iter().map(view).collect()
     }
 }
 
