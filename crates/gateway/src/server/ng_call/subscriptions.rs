@@ -263,10 +263,13 @@ impl SectionCall {
         }
         let mut sub = self.subscriptions.remove(k);
         for (i, part) in sub.parts.iter_mut().enumerate() {
-            let (room, m) = (&self.sections[part.section].room, &doc.media[i]);
+            let (Some(s), Some(m)) = (self.sections.get(part.section), doc.media.get(i)) else {
+                continue;
+            };
             if m.port == 0 {
                 continue;
             }
+            let room = &s.room;
             let taken = ctx
                 .gateway
                 .answer_rtp(room, &part.member.id, description_of(&doc, m))
@@ -340,7 +343,10 @@ impl SectionCall {
                 members: s
                     .parts
                     .iter()
-                    .map(|p| (self.sections[p.section].room.clone(), p.member.id.clone()))
+                    .filter_map(|p| {
+                        let room = &self.sections.get(p.section)?.room;
+                        Some((room.clone(), p.member.id.clone()))
+                    })
                     .collect(),
             }
         };
