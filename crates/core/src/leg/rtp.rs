@@ -704,6 +704,68 @@ fn random_bytes(n: usize) -> Vec<u8> {
     b
 }
 
+/// A fresh SSRC of ours (never 0).
+fn random_ssrc() -> u32 {
+    u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1)
+}
+
+/// A fresh master key and salt for `profile`, the random bytes wiped once taken.
+fn fresh_master_key(profile: Profile) -> Result<MasterKey, RtpLegError> {
+    let mut raw = random_bytes(profile.key_len() + profile.salt_len());
+    let key =
+        MasterKey::from_concatenated(profile, &raw).map_err(|e| RtpLegError::Srtp(e.to_string()));
+    raw.zeroize();
+    key
+}
+
+/// The SRTP context for one direction of an SDES leg: `key` the sender's, any SSRC, replays
+/// refused within `window` packets.
+fn sdes_context(key: MasterKey, inbound: bool, window: usize) -> Result<Context, RtpLegError> {
+    let policy = Policy::new(key).replay_window(window);
+    let policy = if inbound {
+        policy.any_inbound()
+    } else {
+        policy.any_outbound()
+    };
+    Context::new(policy).map_err(|e| RtpLegError::Srtp(e.to_string()))
+}
+
+/// An `a=crypto` line of ours: `tag`, `suite`, one key without lifetime or MKI
+/// (`key_salt`: the base64 after `inline:`).
+fn crypto_line(tag: u32, suite: &str, key_salt: String) -> Crypto {
+    Crypto {
+        tag,
+        suite: suite.to_owned(),
+        keys: vec![secrelay_wire::sdes::KeyParam {
+            key_salt,
+            lifetime: None,
+            mki: None,
+        }],
+        session_params: Vec::new(),
+    }
+}
+
+/// `key` as an `a=crypto` line's key (the base64 after `inline:`).
+fn inline_of(key: &MasterKey) -> String {
+    key.to_sdes_inline()
+        .trim_start_matches("inline:")
+        .to_owned()
+}
+
+/// Where a section says it receives RTP and RTCP (`c=` address, `m=` port, `a=rtcp`, or the
+/// next port; the same one with `a=rtcp-mux`): nothing without an address.
+fn signalled_addresses(s: &RtpSection) -> (Option<SocketAddr>, Option<SocketAddr>) {
+    let rtcp_port = if s.rtcp_mux {
+        s.port
+    } else {
+        s.rtcp_port.unwrap_or_else(|| s.port.wrapping_add(1))
+    };
+    (
+        s.address.map(|ip| SocketAddr::new(ip, s.port)),
+        s.address.map(|ip| SocketAddr::new(ip, rtcp_port)),
+    )
+}
+
 /// Chooses the crypto line: our most preferred suite among the offered lines that parse, carry
 /// one key without MKI, and no session parameter we cannot honour; the reasons otherwise.
 fn choose_crypto(
@@ -768,7 +830,221 @@ pub(crate) fn in_offer_order(chosen: &[(CodecId, Codec)], offered: &[Codec]) -> 
     v
 }
 
+/// The codecs of `section` a leg with `config` takes, in our order (with `passthrough`: every
+/// one, passed through, refused only when there is none); refused when none but supplemental
+/// ones (telephone-events, comfort noise) are left.
+fn codecs_taken(
+    section: &RtpSection,
+    config: &RtpConfig,
+) -> Result<Vec<(CodecId, Codec)>, RtpLegError> {
+    if config.passthrough {
+        if section.codecs.is_empty() {
+            return Err(RtpLegError::NoCommonCodec);
+        }
+        return Ok(section
+            .codecs
+            .iter()
+            .map(|c| (CodecId::passthrough(c), c.clone()))
+            .collect());
+    }
+    let codecs: Vec<(CodecId, Codec)> = config
+        .audio_codecs
+        .iter()
+        .flat_map(|want| {
+            section
+                .codecs
+                .iter()
+                .filter(move |c| CodecId::of(c) == Some(*want))
+                .map(move |c| (*want, c.clone()))
+        })
+        .collect();
+    if codecs.iter().all(|(id, _)| id.is_supplemental()) {
+        return Err(RtpLegError::NoCommonCodec);
+    }
+    Ok(codecs)
+}
+
+/// How a leg answering `section` is keyed, and the crypto line of its answer (SDES): DTLS-SRTP
+/// where the section is keyed by it, SDES (or opportunistic SRTP on `RTP/AVP`) with a fresh
+/// key of ours in the suite chosen from its lines, else plain.
+fn answer_security(
+    section: &RtpSection,
+    config: &RtpConfig,
+) -> Result<(Security, Option<Crypto>), RtpLegError> {
+    let osrtp = config.osrtp && section.transport.is_plain() && !section.crypto.is_empty();
+    if section.keyed_by_dtls() {
+        let (Some(d), Some(sdp)) = (&config.dtls, &section.dtls) else {
+            return Err(RtpLegError::Dtls("the section has no a=fingerprint".into()));
+        };
+        let mut keying = DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?;
+        keying.take_offer(sdp).map_err(RtpLegError::Dtls)?;
+        return Ok((Security::Dtls(Box::new(keying)), None));
+    }
+    if !(section.transport.is_sdes() || osrtp) {
+        return Ok((Security::Plain, None));
+    }
+    let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
+    let theirs = Zeroizing::new(
+        offered
+            .keys
+            .first()
+            .map(|k| k.key_salt.clone())
+            .unwrap_or_default(),
+    );
+    let our_key = fresh_master_key(profile)?;
+    let ours = Zeroizing::new(inline_of(&our_key));
+    let answer = crypto_line(offered.tag, &offered.suite, ours.to_string());
+    let window = config.replay_window;
+    let security = Security::Sdes {
+        profile,
+        inbound: sdes_context(their_key, true, window)?,
+        outbound: sdes_context(our_key, false, window)?,
+        ours,
+        theirs,
+    };
+    Ok((security, Some(answer)))
+}
+
+/// Our answer's sections to `offer`: `taken` (the section the leg serves) as `served` says,
+/// every other one refused (port 0, inactive, its first codec).
+fn answer_sections(
+    offer: &RtpDescription,
+    taken: usize,
+    served: RtpSectionAnswer,
+) -> Vec<RtpSectionAnswer> {
+    let mut served = Some(served);
+    offer
+        .sections
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match served.take_if(|_| i == taken) {
+            Some(a) => a,
+            None => RtpSectionAnswer {
+                kind: s.kind.clone(),
+                port: None,
+                transport: s.transport.clone(),
+                codecs: s.codecs.iter().take(1).cloned().collect(),
+                crypto: Vec::new(),
+                rtcp: RtcpAnswer::NextPort,
+                direction: Direction::Inactive,
+                ptime: None,
+                mid: s.mid.clone(),
+                ice: None,
+                dtls: None,
+            },
+        })
+        .collect()
+}
+
+/// What [`offer_security`] gives: the leg's keying, our crypto lines, DTLS-SRTP offered beside.
+type OfferKeying = (Security, Vec<Crypto>, Option<Box<DtlsKeying>>);
+
+/// How a leg offering `spec` is keyed, its crypto lines (one per SDES suite, tagged `tags` or
+/// 1, 2, …, each with a fresh key of ours), and the DTLS-SRTP keying offered beside SDES
+/// (rtpengine's default towards `RTP/SAVP[F]` when DTLS is configured).
+fn offer_security(
+    spec: &RtpOfferSpec,
+    tags: &[u32],
+    config: &RtpConfig,
+) -> Result<OfferKeying, RtpLegError> {
+    let osrtp = spec.transport.is_plain() && !spec.suites.is_empty();
+    // SDES and DTLS-SRTP both offered (rtpengine's default towards `RTP/SAVP[F]`): the
+    // answer's crypto line, or its fingerprint, decides.
+    let alongside = match (
+        &config.dtls,
+        spec.transport.is_sdes() && !spec.suites.is_empty(),
+    ) {
+        (Some(d), true) => Some(Box::new(
+            DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?,
+        )),
+        _ => None,
+    };
+    let (security, crypto) = if let (Some(d), None) = (&config.dtls, &alongside) {
+        if !(spec.transport.is_sdes() || spec.transport.is_dtls()) {
+            return Err(RtpLegError::NoServableSection);
+        }
+        let keying = DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?;
+        (Security::Dtls(Box::new(keying)), Vec::new())
+    } else if spec.transport.is_sdes() || osrtp {
+        if spec.suites.is_empty() {
+            return Err(RtpLegError::NoUsableCrypto(
+                "no SDES suite left to offer".into(),
+            ));
+        }
+        let mut keys = Vec::new();
+        let mut lines = Vec::new();
+        for (i, p) in spec.suites.iter().enumerate() {
+            let tag = tags.get(i).copied().unwrap_or(i as u32 + 1);
+            let key = fresh_master_key(*p)?;
+            lines.push(crypto_line(tag, p.sdp_name(), inline_of(&key)));
+            keys.push((tag, *p, key));
+        }
+        (Security::Offered(keys), lines)
+    } else if spec.transport.is_plain() {
+        (Security::Plain, Vec::new())
+    } else {
+        return Err(RtpLegError::NoServableSection);
+    };
+    Ok((security, crypto, alongside))
+}
+
+/// How RTCP is answered: on the RTP port with `a=rtcp-mux`, else on the next one.
+fn rtcp_answer(mux: bool) -> RtcpAnswer {
+    if mux {
+        RtcpAnswer::Mux
+    } else {
+        RtcpAnswer::NextPort
+    }
+}
+
 impl RtpLeg {
+    /// A leg with nothing received, no peer known and no offer waiting, keyed by `security`
+    /// and negotiated as `media` and `sdp` (our SDP `answer`, written with `origin`).
+    fn with_sdp(
+        config: RtpConfig,
+        security: Security,
+        ports: Ports,
+        (media, sdp, answer, origin): (
+            Vec<NegotiatedMedia>,
+            Vec<RtpSectionAnswer>,
+            String,
+            (u64, u64),
+        ),
+        now: Instant,
+    ) -> RtpLeg {
+        RtpLeg {
+            config,
+            security,
+            awaiting: false,
+            offerer: false,
+            offered: Vec::new(),
+            media,
+            answer,
+            sdp,
+            origin,
+            reoffered: false,
+            ports,
+            rtcp_mux: false,
+            rtp: Source::default(),
+            rtcp: Source::default(),
+            seen: 0,
+            quarantine: Quarantine::default(),
+            latched_peers: Vec::new(),
+            last_admitted: now,
+            listening: false,
+            closed: None,
+            counters: Counters::default(),
+            queue: VecDeque::new(),
+            told: Vec::new(),
+            peer_ice: None,
+            ice: None,
+            transmits: VecDeque::new(),
+            lent: None,
+            dtls_alongside: None,
+            first_offer: None,
+        }
+    }
+
     /// A leg for `offer` on the local `ports`, created at `now` (the media timeout starts).
     pub fn new(
         offer: &RtpDescription,
@@ -791,195 +1067,52 @@ impl RtpLeg {
             .position(serves)
             .ok_or(RtpLegError::NoServableSection)?;
         let section = &offer.sections[chosen];
-        let codecs = if config.passthrough {
-            let all: Vec<(CodecId, Codec)> = section
-                .codecs
-                .iter()
-                .map(|c| (CodecId::passthrough(c), c.clone()))
-                .collect();
-            if all.is_empty() {
-                return Err(RtpLegError::NoCommonCodec);
-            }
-            all
-        } else {
-            let mut codecs = Vec::new();
-            for want in &config.audio_codecs {
-                for c in &section.codecs {
-                    if CodecId::of(c) == Some(*want) {
-                        codecs.push((*want, c.clone()));
-                    }
-                }
-            }
-            if codecs.iter().all(|(id, _)| id.is_supplemental()) {
-                return Err(RtpLegError::NoCommonCodec);
-            }
-            codecs
-        };
-        let osrtp = config.osrtp && section.transport.is_plain() && !section.crypto.is_empty();
-        let (security, answer_crypto) = if let (true, Some(d), Some(sdp)) =
-            (section.keyed_by_dtls(), &config.dtls, &section.dtls)
-        {
-            let mut keying = DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?;
-            keying.take_offer(sdp).map_err(RtpLegError::Dtls)?;
-            (Security::Dtls(Box::new(keying)), None)
-        } else if section.keyed_by_dtls() {
-            return Err(RtpLegError::Dtls("the section has no a=fingerprint".into()));
-        } else if section.transport.is_sdes() || osrtp {
-            let (offered, profile, their_key) = choose_crypto(section, &config.sdes_suites)?;
-            let theirs = Zeroizing::new(
-                offered
-                    .keys
-                    .first()
-                    .map(|k| k.key_salt.clone())
-                    .unwrap_or_default(),
-            );
-            let raw = random_bytes(profile.key_len() + profile.salt_len());
-            let our_key = MasterKey::from_concatenated(profile, &raw)
-                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
-            let mut raw = raw;
-            raw.zeroize();
-            let window = config.replay_window;
-            let inbound = Context::new(Policy::new(their_key).any_inbound().replay_window(window))
-                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
-            let answer = Crypto {
-                tag: offered.tag,
-                suite: offered.suite.clone(),
-                keys: vec![secrelay_wire::sdes::KeyParam {
-                    key_salt: our_key
-                        .to_sdes_inline()
-                        .trim_start_matches("inline:")
-                        .to_owned(),
-                    lifetime: None,
-                    mki: None,
-                }],
-                session_params: Vec::new(),
-            };
-            let ours = Zeroizing::new(answer.keys[0].key_salt.clone());
-            let outbound = Context::new(Policy::new(our_key).any_outbound().replay_window(window))
-                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
-            (
-                Security::Sdes {
-                    profile,
-                    inbound,
-                    outbound,
-                    ours,
-                    theirs,
-                },
-                Some(answer),
-            )
-        } else {
-            (Security::Plain, None)
-        };
-        let direction = section.direction.reversed();
-        let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
+        let codecs = codecs_taken(section, &config)?;
+        let (security, answer_crypto) = answer_security(section, &config)?;
         let media = vec![NegotiatedMedia {
             mid: section.mid.clone().unwrap_or_else(|| chosen.to_string()),
             kind: section.kind.clone(),
             codecs: in_offer_order(&codecs, &section.codecs),
             peer_sends: section.direction.sends(),
             peer_receives: section.direction.receives(),
-            our_ssrc,
+            our_ssrc: random_ssrc(),
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
             simulcast: Vec::new(),
             ptime: section.ptime,
             amr_mode: amr_mode_of(&codecs, config.amr_mode),
         }];
-        let rtcp_mux = section.rtcp_mux;
-        let dtls_lines = match &security {
-            Security::Dtls(k) => Some(k.attributes()),
-            _ => None,
+        let served = RtpSectionAnswer {
+            kind: section.kind.clone(),
+            port: Some(ports.rtp.port()),
+            transport: section.transport.clone(),
+            codecs: codecs.into_iter().map(|(_, c)| c).collect(),
+            crypto: answer_crypto.into_iter().collect(),
+            rtcp: rtcp_answer(section.rtcp_mux),
+            direction: section.direction.reversed(),
+            ptime: section.ptime,
+            mid: section.mid.clone(),
+            ice: None,
+            dtls: match &security {
+                Security::Dtls(k) => Some(k.attributes()),
+                _ => None,
+            },
         };
-        let sections: Vec<RtpSectionAnswer> = offer
-            .sections
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if i == chosen {
-                    RtpSectionAnswer {
-                        kind: s.kind.clone(),
-                        port: Some(ports.rtp.port()),
-                        transport: s.transport.clone(),
-                        codecs: codecs.iter().map(|(_, c)| c.clone()).collect(),
-                        crypto: answer_crypto.clone().into_iter().collect(),
-                        rtcp: if rtcp_mux {
-                            RtcpAnswer::Mux
-                        } else {
-                            RtcpAnswer::NextPort
-                        },
-                        direction,
-                        ptime: s.ptime,
-                        mid: s.mid.clone(),
-                        ice: None,
-                        dtls: dtls_lines.clone(),
-                    }
-                } else {
-                    RtpSectionAnswer {
-                        kind: s.kind.clone(),
-                        port: None,
-                        transport: s.transport.clone(),
-                        codecs: s.codecs.iter().take(1).cloned().collect(),
-                        crypto: Vec::new(),
-                        rtcp: RtcpAnswer::NextPort,
-                        direction: Direction::Inactive,
-                        ptime: None,
-                        mid: s.mid.clone(),
-                        ice: None,
-                        dtls: None,
-                    }
-                }
-            })
-            .collect();
+        let sections = answer_sections(offer, chosen, served);
         let origin = (random_session_id(), 1);
         let answer = write_rtp_sdp(origin, config.announce, &sections);
-        let signalled = section.address.map(|ip| SocketAddr::new(ip, section.port));
-        let signalled_rtcp = section.address.map(|ip| {
-            let port = if rtcp_mux {
-                section.port
-            } else {
-                section
-                    .rtcp_port
-                    .unwrap_or_else(|| section.port.wrapping_add(1))
-            };
-            SocketAddr::new(ip, port)
-        });
-        let mut leg = RtpLeg {
+        let mut leg = RtpLeg::with_sdp(
             config,
             security,
-            awaiting: false,
-            offerer: false,
-            offered: Vec::new(),
-            media,
-            answer,
-            sdp: sections,
-            origin,
-            reoffered: false,
             ports,
-            rtcp_mux,
-            rtp: Source {
-                signalled,
-                latched: None,
-            },
-            rtcp: Source {
-                signalled: signalled_rtcp,
-                latched: None,
-            },
-            seen: 0,
-            quarantine: Quarantine::default(),
-            latched_peers: Vec::new(),
-            last_admitted: now,
-            listening: false,
-            closed: None,
-            counters: Counters::default(),
-            queue: VecDeque::new(),
-            told: Vec::new(),
-            peer_ice: section.ice.clone(),
-            ice: None,
-            transmits: VecDeque::new(),
-            lent: None,
-            dtls_alongside: None,
-            first_offer: None,
-        };
+            (media, sections, answer, origin),
+            now,
+        );
+        let (rtp, rtcp) = signalled_addresses(section);
+        leg.rtp.signalled = rtp;
+        leg.rtcp.signalled = rtcp;
+        leg.rtcp_mux = section.rtcp_mux;
+        leg.peer_ice = section.ice.clone();
         leg.start_dtls(now)?;
         leg.note_sources();
         Ok(leg)
@@ -1010,67 +1143,14 @@ impl RtpLeg {
         if spec.codecs.is_empty() {
             return Err(RtpLegError::NoCommonCodec);
         }
-        let osrtp = spec.transport.is_plain() && !spec.suites.is_empty();
-        // SDES and DTLS-SRTP both offered (rtpengine's default towards `RTP/SAVP[F]`): the
-        // answer's crypto line, or its fingerprint, decides.
-        let alongside = match (
-            &config.dtls,
-            spec.transport.is_sdes() && !spec.suites.is_empty(),
-        ) {
-            (Some(d), true) => Some(Box::new(
-                DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?,
-            )),
-            _ => None,
-        };
-        let (security, crypto) = if let (Some(d), None) = (&config.dtls, &alongside) {
-            if !(spec.transport.is_sdes() || spec.transport.is_dtls()) {
-                return Err(RtpLegError::NoServableSection);
-            }
-            let keying = DtlsKeying::new(d.clone()).map_err(RtpLegError::Dtls)?;
-            (Security::Dtls(Box::new(keying)), Vec::new())
-        } else if spec.transport.is_sdes() || osrtp {
-            if spec.suites.is_empty() {
-                return Err(RtpLegError::NoUsableCrypto(
-                    "no SDES suite left to offer".into(),
-                ));
-            }
-            let mut keys = Vec::new();
-            let mut lines = Vec::new();
-            for (i, p) in spec.suites.iter().enumerate() {
-                let tag = tags.get(i).copied().unwrap_or(i as u32 + 1);
-                let mut raw = random_bytes(p.key_len() + p.salt_len());
-                let key = MasterKey::from_concatenated(*p, &raw)
-                    .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
-                raw.zeroize();
-                lines.push(Crypto {
-                    tag,
-                    suite: p.sdp_name().to_owned(),
-                    keys: vec![secrelay_wire::sdes::KeyParam {
-                        key_salt: key
-                            .to_sdes_inline()
-                            .trim_start_matches("inline:")
-                            .to_owned(),
-                        lifetime: None,
-                        mki: None,
-                    }],
-                    session_params: Vec::new(),
-                });
-                keys.push((tag, *p, key));
-            }
-            (Security::Offered(keys), lines)
-        } else if spec.transport.is_plain() {
-            (Security::Plain, Vec::new())
-        } else {
-            return Err(RtpLegError::NoServableSection);
-        };
-        let our_ssrc = u32::from_be_bytes(random_bytes(4).try_into().unwrap_or([1; 4])).max(1);
+        let (security, crypto, alongside) = offer_security(spec, tags, &config)?;
         let media = vec![NegotiatedMedia {
             mid: "0".into(),
             kind: kind.clone(),
             codecs: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
             peer_sends: true,
             peer_receives: true,
-            our_ssrc,
+            our_ssrc: random_ssrc(),
             feedback: SectionFeedback::default(),
             extmaps: Vec::new(),
             simulcast: Vec::new(),
@@ -1083,11 +1163,7 @@ impl RtpLeg {
             transport: spec.transport.clone(),
             codecs: spec.codecs.iter().map(|(_, c)| c.clone()).collect(),
             crypto,
-            rtcp: if spec.rtcp_mux {
-                RtcpAnswer::Mux
-            } else {
-                RtcpAnswer::NextPort
-            },
+            rtcp: rtcp_answer(spec.rtcp_mux),
             direction: Direction::SendRecv,
             ptime: spec.ptime,
             mid: None,
@@ -1099,37 +1175,18 @@ impl RtpLeg {
         };
         let origin = (random_session_id(), 1);
         let sdp = write_rtp_sdp(origin, config.announce, std::slice::from_ref(&section));
-        let mut leg = RtpLeg {
+        let offered = spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect();
+        let mut leg = RtpLeg::with_sdp(
             config,
             security,
-            awaiting: true,
-            offerer: true,
-            offered: spec.codecs.iter().map(|(id, c)| (*id, c.pt)).collect(),
-            media,
-            answer: sdp,
-            sdp: vec![section],
-            origin,
-            reoffered: false,
             ports,
-            rtcp_mux: false,
-            rtp: Source::default(),
-            rtcp: Source::default(),
-            seen: 0,
-            quarantine: Quarantine::default(),
-            latched_peers: Vec::new(),
-            last_admitted: now,
-            listening: false,
-            closed: None,
-            counters: Counters::default(),
-            queue: VecDeque::new(),
-            told: Vec::new(),
-            peer_ice: None,
-            ice: None,
-            transmits: VecDeque::new(),
-            lent: None,
-            dtls_alongside: alongside,
-            first_offer: None,
-        };
+            (media, vec![section], sdp, origin),
+            now,
+        );
+        leg.awaiting = true;
+        leg.offerer = true;
+        leg.offered = offered;
+        leg.dtls_alongside = alongside;
         leg.note_sources();
         Ok(leg)
     }
@@ -1161,6 +1218,40 @@ impl RtpLeg {
                 kind.as_str()
             )));
         }
+        self.take_answer_transport(a)?;
+        let answered = self.answered_codecs(a)?;
+        let codecs: Vec<(CodecId, u8)> = answered.iter().map(|(id, c)| (*id, c.pt)).collect();
+        self.take_answer_keys(a)?;
+        self.media[0].amr_mode = amr_mode_of(&answered, self.config.amr_mode);
+        self.sdp[0].codecs = answered.into_iter().map(|(_, c)| c).collect();
+        self.media[0].codecs = codecs;
+        if a.ptime.is_some() {
+            self.media[0].ptime = a.ptime;
+        }
+        self.media[0].peer_sends = a.direction.sends();
+        self.media[0].peer_receives = a.direction.receives();
+        self.rtcp_mux = a.rtcp_mux;
+        (self.rtp.signalled, self.rtcp.signalled) = signalled_addresses(a);
+        if let (Security::Dtls(k), Some(sdp)) = (&mut self.security, &a.dtls) {
+            k.take_answer(sdp).map_err(|e| bad(&e))?;
+            let lines = k.attributes();
+            self.sdp[0].dtls = Some(lines);
+        }
+        self.awaiting = false;
+        self.reoffered = false;
+        self.last_admitted = now;
+        self.peer_ice = a.ice.clone();
+        self.take_peer_ice(now, false);
+        self.start_dtls(now)?;
+        self.note_sources();
+        Ok(())
+    }
+
+    /// Checks the answer's section `a` answers our offer's transport (SDES, DTLS-SRTP, plain,
+    /// or opportunistic SRTP taken or declined) and keys the leg as it chose where we offered
+    /// SDES and DTLS-SRTP together.
+    fn take_answer_transport(&mut self, a: &RtpSection) -> Result<(), RtpLegError> {
+        let bad = |why: &str| RtpLegError::BadAnswer(why.to_owned());
         let sdes = self.protects();
         // Crypto lines of ours on `RTP/AVP`: opportunistic SRTP (RFC 8643), answered on
         // `RTP/AVP` with crypto (SRTP) or without (plain RTP).
@@ -1204,6 +1295,12 @@ impl RtpLeg {
                 s.crypto.clear();
             }
         }
+        Ok(())
+    }
+
+    /// The codecs of our offer that the answer's section `a` took, in its order; refused when
+    /// it took none.
+    fn answered_codecs(&self, a: &RtpSection) -> Result<Vec<(CodecId, Codec)>, RtpLegError> {
         let offered = &self.offered;
         let answered: Vec<(CodecId, Codec)> = a
             .codecs
@@ -1221,9 +1318,18 @@ impl RtpLeg {
             })
             .collect();
         if answered.is_empty() {
-            return Err(bad("no codec of our offer in the answer"));
+            return Err(RtpLegError::BadAnswer(
+                "no codec of our offer in the answer".into(),
+            ));
         }
-        let codecs: Vec<(CodecId, u8)> = answered.iter().map(|(id, c)| (*id, c.pt)).collect();
+        Ok(answered)
+    }
+
+    /// The SDES key the answer's section `a` gives: the suite a later answer to our first
+    /// offer takes, the peer's new key in an answer to a new offer of ours, or, on the first
+    /// answer, the offered suite it took (its tag, else its name) with the peer's key.
+    fn take_answer_keys(&mut self, a: &RtpSection) -> Result<(), RtpLegError> {
+        let bad = |why: &str| RtpLegError::BadAnswer(why.to_owned());
         if !self.reoffered {
             self.take_other_suite(a);
         }
@@ -1247,11 +1353,18 @@ impl RtpLeg {
                 let k = MasterKey::from_sdes_inline(*profile, &key.inline())
                     .map_err(|e| bad(&format!("the answer's key: {e}")))?;
                 let window = self.config.replay_window;
-                *inbound = Context::new(Policy::new(k).any_inbound().replay_window(window))
-                    .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+                *inbound = sdes_context(k, true, window)?;
                 *theirs = Zeroizing::new(key.key_salt.clone());
             }
         }
+        self.take_offered_suite(a)
+    }
+
+    /// On the first answer to our SDES offer: the offered suite the answer's section `a` took
+    /// (its tag, else its name) keys the leg with the peer's key; the suites it did not take
+    /// are kept for a later answer to the same offer.
+    fn take_offered_suite(&mut self, a: &RtpSection) -> Result<(), RtpLegError> {
+        let bad = |why: &str| RtpLegError::BadAnswer(why.to_owned());
         if let Security::Offered(keys) = &mut self.security {
             let c = a
                 .crypto
@@ -1284,8 +1397,7 @@ impl RtpLeg {
             let their_key = MasterKey::from_sdes_inline(profile, &key.inline())
                 .map_err(|e| bad(&format!("the answer's key: {e}")))?;
             let window = self.config.replay_window;
-            let inbound = Context::new(Policy::new(their_key).any_inbound().replay_window(window))
-                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            let inbound = sdes_context(their_key, true, window)?;
             let ours = Zeroizing::new(
                 self.sdp[0]
                     .crypto
@@ -1295,8 +1407,7 @@ impl RtpLeg {
                     .map(|k| k.key_salt.clone())
                     .unwrap_or_default(),
             );
-            let outbound = Context::new(Policy::new(our_key).any_outbound().replay_window(window))
-                .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+            let outbound = sdes_context(our_key, false, window)?;
             self.security = Security::Sdes {
                 profile,
                 inbound,
@@ -1307,36 +1418,6 @@ impl RtpLeg {
             // What we offer again from now on: the suite and key the answer took.
             self.sdp[0].crypto.retain(|c| c.tag == tag);
         }
-        self.media[0].amr_mode = amr_mode_of(&answered, self.config.amr_mode);
-        self.sdp[0].codecs = answered.into_iter().map(|(_, c)| c).collect();
-        self.media[0].codecs = codecs;
-        if a.ptime.is_some() {
-            self.media[0].ptime = a.ptime;
-        }
-        self.media[0].peer_sends = a.direction.sends();
-        self.media[0].peer_receives = a.direction.receives();
-        self.rtcp_mux = a.rtcp_mux;
-        self.rtp.signalled = a.address.map(|ip| SocketAddr::new(ip, a.port));
-        self.rtcp.signalled = a.address.map(|ip| {
-            let port = if a.rtcp_mux {
-                a.port
-            } else {
-                a.rtcp_port.unwrap_or_else(|| a.port.wrapping_add(1))
-            };
-            SocketAddr::new(ip, port)
-        });
-        if let (Security::Dtls(k), Some(sdp)) = (&mut self.security, &a.dtls) {
-            k.take_answer(sdp).map_err(|e| bad(&e))?;
-            let lines = k.attributes();
-            self.sdp[0].dtls = Some(lines);
-        }
-        self.awaiting = false;
-        self.reoffered = false;
-        self.last_admitted = now;
-        self.peer_ice = a.ice.clone();
-        self.take_peer_ice(now, false);
-        self.start_dtls(now)?;
-        self.note_sources();
         Ok(())
     }
 
@@ -1473,16 +1554,9 @@ impl RtpLeg {
             ));
         }
         let crypto = match &self.security {
-            Security::Sdes { profile, ours, .. } => vec![Crypto {
-                tag: 1,
-                suite: profile.sdp_name().to_owned(),
-                keys: vec![secrelay_wire::sdes::KeyParam {
-                    key_salt: ours.to_string(),
-                    lifetime: None,
-                    mki: None,
-                }],
-                session_params: Vec::new(),
-            }],
+            Security::Sdes { profile, ours, .. } => {
+                vec![crypto_line(1, profile.sdp_name(), ours.to_string())]
+            }
             _ => Vec::new(),
         };
         let Some(section) = self.sdp.iter_mut().find(|s| s.port.is_some()) else {
@@ -1557,8 +1631,7 @@ impl RtpLeg {
                 if let Some(k) = key_of(*profile, None)? {
                     let inline = Zeroizing::new(k.to_sdes_inline());
                     *ours = Zeroizing::new(inline.trim_start_matches("inline:").to_owned());
-                    *outbound = Context::new(Policy::new(k).any_outbound().replay_window(window))
-                        .map_err(|e| RtpLegError::Srtp(e.to_string()))?;
+                    *outbound = sdes_context(k, false, window)?;
                 }
             }
         }
