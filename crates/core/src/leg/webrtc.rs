@@ -400,6 +400,110 @@ fn data_side(role: Role) -> secrelay_datachannel::Side {
     }
 }
 
+/// The header extensions of `m` we use, with the offer's ids.
+fn agreed_extmaps(m: &MediaOffer) -> Vec<(u8, HeaderExt)> {
+    m.extmaps
+        .iter()
+        .filter_map(|(id, uri)| Some((u8::try_from(*id).ok()?, HeaderExt::of(uri)?)))
+        .filter(|(id, _)| (1..=255).contains(id))
+        .collect()
+}
+
+/// The simulcast layers (`rid`s) of `m` we take: where they can be told apart, the peer
+/// sending them and the rid extension agreed (`extmaps`).
+fn simulcast_layers(m: &MediaOffer, extmaps: &[(u8, HeaderExt)]) -> Vec<String> {
+    if m.direction.sends()
+        && m.kind == MediaKind::Video
+        && extmaps.iter().any(|(_, e)| *e == HeaderExt::Rid)
+    {
+        m.simulcast_send.clone()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Our answer to the media section `m` (`usable`: not rejected, or bundled) and, when it is
+/// taken (a codec of ours, usable), what was negotiated for it: the codecs in our order, an
+/// SSRC of ours, video feedback and RTX, the header extensions we use with the offer's ids,
+/// and simulcast where the layers can be told apart.
+fn answer_media(
+    m: &MediaOffer,
+    usable: bool,
+    config: &WebRtcConfig,
+) -> (Option<NegotiatedMedia>, MediaAnswer) {
+    let prefs: &[CodecId] = match m.kind {
+        MediaKind::Audio => &config.audio_codecs,
+        MediaKind::Video => &config.video_codecs,
+        _ => &[],
+    };
+    let mut chosen: Vec<(CodecId, &Codec)> = Vec::new();
+    for want in prefs {
+        for c in &m.codecs {
+            if CodecId::of(c) == Some(*want) {
+                chosen.push((*want, c));
+            }
+        }
+    }
+    let direction = (usable && !chosen.is_empty()).then(|| m.direction.reversed());
+    let our_ssrc = random_u32().max(1);
+    let (feedback, mut lines, rtx) = video_feedback(m, &chosen);
+    let extmaps = agreed_extmaps(m);
+    let simulcast = simulcast_layers(m, &extmaps);
+    // transport-cc feedback where its extension is agreed and the offer lists it for the
+    // codecs taken.
+    if extmaps.iter().any(|(_, e)| *e == HeaderExt::TransportCc) {
+        lines.extend(
+            chosen
+                .iter()
+                .filter(|(_, c)| m.offers_feedback(c.pt, "transport-cc"))
+                .map(|(_, c)| (c.pt, "transport-cc".to_owned())),
+        );
+    }
+    let negotiated = direction.is_some().then(|| {
+        let owned: Vec<(CodecId, Codec)> =
+            chosen.iter().map(|(id, c)| (*id, (*c).clone())).collect();
+        NegotiatedMedia {
+            mid: m.mid.clone(),
+            kind: m.kind.clone(),
+            codecs: super::rtp::in_offer_order(&owned, &m.codecs),
+            peer_sends: m.direction.sends(),
+            peer_receives: m.direction.receives(),
+            our_ssrc,
+            feedback: feedback.clone(),
+            extmaps: extmaps.clone(),
+            simulcast: simulcast.clone(),
+            ptime: None,
+            amr_mode: None,
+        }
+    });
+    let answer = MediaAnswer {
+        mid: m.mid.clone(),
+        kind: m.kind.clone(),
+        direction,
+        codecs: if chosen.is_empty() {
+            m.codecs.iter().take(1).cloned().collect()
+        } else {
+            chosen.iter().map(|(_, c)| (*c).clone()).collect()
+        },
+        // The section is a receive slot (see `room`): the SSRC announced here is the
+        // one its stream is relayed under, so a browser binds the section's track to
+        // media that really comes (announcing an SSRC that never carries media leaves
+        // the track without frames).
+        ssrc: Some((our_ssrc, "secrelay".into())),
+        feedback: lines,
+        rtx,
+        rtx_ssrc: Some(feedback.rtx_ssrc),
+        extmaps: extmaps
+            .iter()
+            .map(|(id, e)| (u16::from(*id), e.uri().to_owned()))
+            .collect(),
+        rtcp_rsize: m.rtcp_rsize,
+        simulcast_recv: simulcast.clone(),
+        sctp: None,
+    };
+    (negotiated, answer)
+}
+
 /// Our answer to an offer's data-channel section: accepted (`take`) with our SCTP port and
 /// our message size limit, or rejected.
 fn data_section(m: &MediaOffer, take: bool, limits: Option<&DataLimits>) -> MediaAnswer {
@@ -429,6 +533,49 @@ fn random_u64() -> u64 {
 }
 
 impl WebRtcLeg {
+    /// A leg with no DTLS, SRTP or data channels yet, nothing queued and no offer waiting:
+    /// its ICE agent and DTLS role, its sections as negotiated (`media`), as written
+    /// (`sections`) and our SDP (`local_sdp`, session `session`), and our fingerprint.
+    fn with_sdp(
+        config: WebRtcConfig,
+        (ice, role): (IceLite, Role),
+        (media, sections, local_sdp, session): (
+            Vec<NegotiatedMedia>,
+            Vec<MediaAnswer>,
+            String,
+            (u64, u64),
+        ),
+        fingerprint: String,
+    ) -> WebRtcLeg {
+        WebRtcLeg {
+            config,
+            ice,
+            role,
+            dtls: None,
+            dtls_config: None,
+            dtls_timeout: None,
+            dtls_started: None,
+            dtls_peer: None,
+            srtp: None,
+            media,
+            local_sdp,
+            sections,
+            session,
+            fingerprint,
+            reoffer: None,
+            awaiting: None,
+            queue: VecDeque::new(),
+            pool: Vec::new(),
+            lent: None,
+            closed: None,
+            counters: Counters::default(),
+            handshake_time: None,
+            profile: None,
+            data: None,
+            peer_fingerprint: None,
+        }
+    }
+
     /// A leg for `offer`, created at `now` (the ICE consent clock starts).
     ///
     /// Our DTLS role follows the offer's `a=setup`: `actpass` or `active` make us the DTLS
@@ -463,90 +610,9 @@ impl WebRtcLeg {
                 }
                 continue;
             }
-            let prefs: &[CodecId] = match m.kind {
-                MediaKind::Audio => &config.audio_codecs,
-                MediaKind::Video => &config.video_codecs,
-                _ => &[],
-            };
-            let mut chosen: Vec<(CodecId, &Codec)> = Vec::new();
-            for want in prefs {
-                for c in &m.codecs {
-                    if CodecId::of(c) == Some(*want) {
-                        chosen.push((*want, c));
-                    }
-                }
-            }
-            let direction = (usable && !chosen.is_empty()).then(|| m.direction.reversed());
-            let our_ssrc = random_u32().max(1);
-            let (feedback, mut lines, rtx) = video_feedback(m, &chosen);
-            // The header extensions we use, with the offer's ids; transport-cc feedback where
-            // its extension is agreed and the offer lists it for the codecs taken.
-            let extmaps: Vec<(u8, HeaderExt)> = m
-                .extmaps
-                .iter()
-                .filter_map(|(id, uri)| Some((u8::try_from(*id).ok()?, HeaderExt::of(uri)?)))
-                .filter(|(id, _)| (1..=255).contains(id))
-                .collect();
-            // Simulcast where the layers can be told apart: the peer sends them and the rid
-            // extension is agreed.
-            let simulcast: Vec<String> = if m.direction.sends()
-                && m.kind == MediaKind::Video
-                && extmaps.iter().any(|(_, e)| *e == HeaderExt::Rid)
-            {
-                m.simulcast_send.clone()
-            } else {
-                Vec::new()
-            };
-            if extmaps.iter().any(|(_, e)| *e == HeaderExt::TransportCc) {
-                lines.extend(
-                    chosen
-                        .iter()
-                        .filter(|(_, c)| m.offers_feedback(c.pt, "transport-cc"))
-                        .map(|(_, c)| (c.pt, "transport-cc".to_owned())),
-                );
-            }
-            if direction.is_some() {
-                let owned: Vec<(CodecId, Codec)> =
-                    chosen.iter().map(|(id, c)| (*id, (*c).clone())).collect();
-                media.push(NegotiatedMedia {
-                    mid: m.mid.clone(),
-                    kind: m.kind.clone(),
-                    codecs: super::rtp::in_offer_order(&owned, &m.codecs),
-                    peer_sends: m.direction.sends(),
-                    peer_receives: m.direction.receives(),
-                    our_ssrc,
-                    feedback: feedback.clone(),
-                    extmaps: extmaps.clone(),
-                    simulcast: simulcast.clone(),
-                    ptime: None,
-                    amr_mode: None,
-                });
-            }
-            answers.push(MediaAnswer {
-                mid: m.mid.clone(),
-                kind: m.kind.clone(),
-                direction,
-                codecs: if chosen.is_empty() {
-                    m.codecs.iter().take(1).cloned().collect()
-                } else {
-                    chosen.iter().map(|(_, c)| (*c).clone()).collect()
-                },
-                // The section is a receive slot (see `room`): the SSRC announced here is the
-                // one its stream is relayed under, so a browser binds the section's track to
-                // media that really comes (announcing an SSRC that never carries media leaves
-                // the track without frames).
-                ssrc: Some((our_ssrc, "secrelay".into())),
-                feedback: lines,
-                rtx,
-                rtx_ssrc: Some(feedback.rtx_ssrc),
-                extmaps: extmaps
-                    .iter()
-                    .map(|(id, e)| (u16::from(*id), e.uri().to_owned()))
-                    .collect(),
-                rtcp_rsize: m.rtcp_rsize,
-                simulcast_recv: simulcast.clone(),
-                sctp: None,
-            });
+            let (negotiated, answer) = answer_media(m, usable, &config);
+            media.extend(negotiated);
+            answers.push(answer);
         }
         if media.is_empty() && data_offer.is_none() {
             return Err(WebRtcError::NoCommonCodec);
@@ -581,33 +647,15 @@ impl WebRtcLeg {
         dtls_config.srtp_profiles = config.srtp_profiles.clone();
         dtls_config.timers = config.dtls_timers;
         dtls_config.application_data = data.is_some();
-        let mut p = WebRtcLeg {
+        let mut p = WebRtcLeg::with_sdp(
             config,
-            ice,
-            role,
-            dtls: None,
-            dtls_config: Some(Box::new(dtls_config)),
-            dtls_timeout: None,
-            dtls_started: None,
-            dtls_peer: None,
-            srtp: None,
-            media,
-            local_sdp: answer,
-            sections: answers,
-            session,
-            fingerprint: our_fp.to_string(),
-            reoffer: None,
-            awaiting: None,
-            queue: VecDeque::new(),
-            pool: Vec::new(),
-            lent: None,
-            closed: None,
-            counters: Counters::default(),
-            handshake_time: None,
-            profile: None,
-            data,
-            peer_fingerprint: Some(peer_fp),
-        };
+            (ice, role),
+            (media, answers, answer, session),
+            our_fp.to_string(),
+        );
+        p.dtls_config = Some(Box::new(dtls_config));
+        p.data = data;
+        p.peer_fingerprint = Some(peer_fp);
         if role == Role::Server {
             // A server waits for the ClientHello; the clock of its handshake starts then.
             p.start_dtls(now)?;
@@ -678,37 +726,18 @@ impl WebRtcLeg {
             offered.clone(),
         ));
         let ice = IceLite::offering(config.ice.clone(), local, now);
-        Ok(WebRtcLeg {
+        // The role is provisional: the answer's a=setup decides.
+        let mut leg = WebRtcLeg::with_sdp(
             config,
-            ice,
-            // Provisional: the answer's a=setup decides.
-            role: Role::Server,
-            dtls: None,
-            dtls_config: None,
-            dtls_timeout: None,
-            dtls_started: None,
-            dtls_peer: None,
-            srtp: None,
-            media,
-            local_sdp: offer,
-            sections: offered,
-            session,
-            fingerprint: our_fp.to_string(),
-            reoffer: None,
-            awaiting: Some(Awaiting {
-                certificate,
-                early_dtls: Vec::new(),
-            }),
-            queue: VecDeque::new(),
-            pool: Vec::new(),
-            lent: None,
-            closed: None,
-            counters: Counters::default(),
-            handshake_time: None,
-            profile: None,
-            data: None,
-            peer_fingerprint: None,
-        })
+            (ice, Role::Server),
+            (media, offered, offer, session),
+            our_fp.to_string(),
+        );
+        leg.awaiting = Some(Awaiting {
+            certificate,
+            early_dtls: Vec::new(),
+        });
+        Ok(leg)
     }
 
     /// The peer's answer to [`WebRtcLeg::new_offer`], at `now`: its ICE credentials, its
@@ -805,79 +834,10 @@ impl WebRtcLeg {
                     next_mid += 1;
                 }
                 let mid = next_mid.to_string();
-                let our_ssrc = random_u32().max(1);
-                // Like the peer's section of this kind: its codecs, feedback and extensions.
-                let like = self
-                    .media
-                    .iter()
-                    .zip(
-                        self.sections
-                            .iter()
-                            .filter(|s| s.direction.is_some() && s.sctp.is_none()),
-                    )
-                    .find(|(m, _)| m.kind == *kind);
-                let (codecs, rtx, feedback_lines, extmaps, fb, extmap_ids) = match like {
-                    Some((m, s)) => (
-                        s.codecs.clone(),
-                        s.rtx.clone(),
-                        s.feedback.clone(),
-                        s.extmaps.clone(),
-                        SectionFeedback {
-                            rtx_ssrc: random_u32().max(1),
-                            peer_rtx: Vec::new(),
-                            ..m.feedback.clone()
-                        },
-                        m.extmaps.clone(),
-                    ),
-                    None => {
-                        let prefs = match kind {
-                            MediaKind::Audio => &self.config.audio_codecs,
-                            _ => &self.config.video_codecs,
-                        };
-                        let codecs: Vec<Codec> = prefs.iter().map(|c| c.offer_codec()).collect();
-                        (
-                            codecs,
-                            Vec::new(),
-                            Vec::new(),
-                            Vec::new(),
-                            SectionFeedback::default(),
-                            Vec::new(),
-                        )
-                    }
-                };
-                if codecs.is_empty() {
-                    continue;
+                if let Some((negotiated, section)) = self.added_section(kind, mid) {
+                    added.push(negotiated);
+                    sections.push(section);
                 }
-                added.push(NegotiatedMedia {
-                    mid: mid.clone(),
-                    kind: kind.clone(),
-                    codecs: codecs
-                        .iter()
-                        .filter_map(|c| CodecId::of(c).map(|id| (id, c.pt)))
-                        .collect(),
-                    peer_sends: false,
-                    peer_receives: true,
-                    our_ssrc,
-                    feedback: fb.clone(),
-                    extmaps: extmap_ids,
-                    simulcast: Vec::new(),
-                    ptime: None,
-                    amr_mode: None,
-                });
-                sections.push(MediaAnswer {
-                    mid,
-                    kind: kind.clone(),
-                    direction: Some(Direction::SendOnly),
-                    codecs,
-                    ssrc: Some((our_ssrc, self.config.cname.clone())),
-                    feedback: feedback_lines,
-                    rtx_ssrc: (!rtx.is_empty()).then_some(fb.rtx_ssrc),
-                    rtx,
-                    extmaps,
-                    rtcp_rsize: true,
-                    simulcast_recv: Vec::new(),
-                    sctp: None,
-                });
             }
         }
         self.session.1 += 1;
@@ -894,6 +854,90 @@ impl WebRtcLeg {
         self.sections = sections;
         self.local_sdp = sdp.clone();
         Ok((revision, sdp))
+    }
+
+    /// A section of `kind` we add to a new offer as `mid`, with its negotiated state: the
+    /// codecs, feedback and extensions of the peer's section of that kind (our defaults where
+    /// it has none), an SSRC of ours, `sendonly`; none when there is no codec to offer.
+    fn added_section(
+        &self,
+        kind: &MediaKind,
+        mid: String,
+    ) -> Option<(NegotiatedMedia, MediaAnswer)> {
+        let our_ssrc = random_u32().max(1);
+        // Like the peer's section of this kind: its codecs, feedback and extensions.
+        let like = self
+            .media
+            .iter()
+            .zip(
+                self.sections
+                    .iter()
+                    .filter(|s| s.direction.is_some() && s.sctp.is_none()),
+            )
+            .find(|(m, _)| m.kind == *kind);
+        let (codecs, rtx, feedback_lines, extmaps, fb, extmap_ids) = match like {
+            Some((m, s)) => (
+                s.codecs.clone(),
+                s.rtx.clone(),
+                s.feedback.clone(),
+                s.extmaps.clone(),
+                SectionFeedback {
+                    rtx_ssrc: random_u32().max(1),
+                    peer_rtx: Vec::new(),
+                    ..m.feedback.clone()
+                },
+                m.extmaps.clone(),
+            ),
+            None => {
+                let prefs = match kind {
+                    MediaKind::Audio => &self.config.audio_codecs,
+                    _ => &self.config.video_codecs,
+                };
+                let codecs: Vec<Codec> = prefs.iter().map(|c| c.offer_codec()).collect();
+                (
+                    codecs,
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                    SectionFeedback::default(),
+                    Vec::new(),
+                )
+            }
+        };
+        if codecs.is_empty() {
+            return None;
+        }
+        let negotiated = NegotiatedMedia {
+            mid: mid.clone(),
+            kind: kind.clone(),
+            codecs: codecs
+                .iter()
+                .filter_map(|c| CodecId::of(c).map(|id| (id, c.pt)))
+                .collect(),
+            peer_sends: false,
+            peer_receives: true,
+            our_ssrc,
+            feedback: fb.clone(),
+            extmaps: extmap_ids,
+            simulcast: Vec::new(),
+            ptime: None,
+            amr_mode: None,
+        };
+        let section = MediaAnswer {
+            mid,
+            kind: kind.clone(),
+            direction: Some(Direction::SendOnly),
+            codecs,
+            ssrc: Some((our_ssrc, self.config.cname.clone())),
+            feedback: feedback_lines,
+            rtx_ssrc: (!rtx.is_empty()).then_some(fb.rtx_ssrc),
+            rtx,
+            extmaps,
+            rtcp_rsize: true,
+            simulcast_recv: Vec::new(),
+            sctp: None,
+        };
+        Some((negotiated, section))
     }
 
     /// The peer's new offer in the established session (a re-INVITE through the ng protocol):
