@@ -713,12 +713,16 @@ impl Collector for StateCollector {
     }
 }
 
-impl Collector for StatsCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+impl StatsCollector {
+    /// Datagrams, bytes and SRTP packets through the media path, and what was routed,
+    /// forwarded, transcoded.
+    fn encode_media(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
         let s = &self.0;
-        let shards = s.shards();
         let m = &shards.media;
-        let e = &mut encoder;
         labelled_counters(
             e,
             "secrelay_datagrams",
@@ -782,6 +786,18 @@ impl Collector for StatsCollector {
             "Audio packets encoded for transcoding or mixing (once per receiving format of a stream, not per receiver)",
             m.encoded,
         )?;
+        Ok(())
+    }
+
+    /// Video feedback, data channels, hand-offs between workers, AF_XDP and node pipes, SRTP
+    /// batches and drops.
+    fn encode_feedback_data_pipes(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
+        let s = &self.0;
+        let m = &shards.media;
         let f = &m.feedback;
         labelled_counters(
             e,
@@ -882,6 +898,16 @@ impl Collector for StatsCollector {
             "reason",
             &drops,
         )?;
+        Ok(())
+    }
+
+    /// Handshakes, closed sessions, refusals, joins and ng requests.
+    fn encode_sessions(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
+        let s = &self.0;
         labelled_counters(
             e,
             "secrelay_handshakes",
@@ -928,6 +954,17 @@ impl Collector for StatsCollector {
                 ("not_allowed", s.ng_not_allowed.load(Ordering::Relaxed)),
             ],
         )?;
+        Ok(())
+    }
+
+    /// Participants, rooms, each worker's load, ng calls, retransmission buffers and
+    /// participants by leg kind.
+    fn encode_participants(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
+        let s = &self.0;
         gauge(
             e,
             "secrelay_participants",
@@ -1007,6 +1044,15 @@ impl Collector for StatsCollector {
                 v.encode(g.encode_family(&[("leg", k.name())])?)?;
             }
         }
+        Ok(())
+    }
+
+    /// Packets, bytes, copies and drops by the kind of leg each participant joined as.
+    fn encode_legs(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
         let per_leg = |f: fn(&crate::counters::Counters) -> u64| -> Vec<([(&'static str, &'static str); 1], u64)> {
             LegKind::ALL
                 .iter()
@@ -1046,14 +1092,17 @@ impl Collector for StatsCollector {
             "Drops at participants (all reasons), by the kind each joined as",
             &per_leg(|c| c.drops.total()),
         )?;
-        let mut handshake_time = HistogramSnapshot::default();
-        let mut relay_latency = HistogramSnapshot::default();
-        let mut processing = HistogramSnapshot::default();
-        for w in &s.workers {
-            handshake_time.add(&w.handshake_time);
-            relay_latency.add(&w.relay_latency);
-            processing.add(&w.media_processing);
-        }
+        Ok(())
+    }
+
+    /// The HTTPS front: TLS handshakes and their failures, connections open, refused, limited
+    /// and closed idle, certificate reloads.
+    fn encode_tls_http(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        _shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
+        let s = &self.0;
         let tls = s.tls.totals();
         {
             let mut f = e.encode_descriptor(
@@ -1127,6 +1176,24 @@ impl Collector for StatsCollector {
             "result",
             &[("ok", tls.reloads.0), ("failed", tls.reloads.1)],
         )?;
+        Ok(())
+    }
+
+    /// The duration histograms: TLS and DTLS handshakes, relay latency, media processing.
+    fn encode_histograms(
+        &self,
+        e: &mut DescriptorEncoder<'_>,
+        _shards: &ShardCounters,
+    ) -> Result<(), fmt::Error> {
+        let s = &self.0;
+        let mut handshake_time = HistogramSnapshot::default();
+        let mut relay_latency = HistogramSnapshot::default();
+        let mut processing = HistogramSnapshot::default();
+        for w in &s.workers {
+            handshake_time.add(&w.handshake_time);
+            relay_latency.add(&w.relay_latency);
+            processing.add(&w.media_processing);
+        }
         let mut tls_time = HistogramSnapshot::default();
         tls_time.add(&s.tls.handshake_time);
         histogram(
@@ -1153,6 +1220,21 @@ impl Collector for StatsCollector {
             "Per media packet received: its share of the batch's SRTP unprotect call, its routing and its copies' protect call",
             &processing,
         )?;
+        Ok(())
+    }
+}
+
+impl Collector for StatsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+        let shards = self.0.shards();
+        let e = &mut encoder;
+        self.encode_media(e, &shards)?;
+        self.encode_feedback_data_pipes(e, &shards)?;
+        self.encode_sessions(e, &shards)?;
+        self.encode_participants(e, &shards)?;
+        self.encode_legs(e, &shards)?;
+        self.encode_tls_http(e, &shards)?;
+        self.encode_histograms(e, &shards)?;
         Ok(())
     }
 }
