@@ -206,8 +206,25 @@ fn added_codec(
 /// is kept, known to the gateway or not (relaying needs no decoder), unless the flags say
 /// otherwise. See the [module documentation](self).
 pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
-    let mut warnings = Vec::new();
-    // Names no list can mean: neither offered nor ours.
+    let mut warnings = unknown_names(codecs, flags);
+    warnings.extend(set_amr_mode(codecs, flags).1);
+    let mut p = Planner::sort(codecs, Rules::of(flags), warnings);
+    p.put_offer_first();
+    for n in &flags.transcode {
+        p.add_transcoded(n);
+    }
+    if p.masked_any || p.stripped_audio {
+        p.drop_lone_events();
+    }
+    if !p.added.is_empty() || p.masked_any {
+        p.keep_callers_codecs();
+    }
+    p.add_comfort_noise();
+    p.finish()
+}
+
+/// Warnings for the names no list can mean: neither offered nor ours.
+fn unknown_names(codecs: &[Codec], flags: &CodecFlags) -> Vec<String> {
     let lists: [(&str, &Vec<String>); 7] = [
         ("strip", &flags.strip),
         ("mask", &flags.mask),
@@ -217,6 +234,7 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
         ("offer", &flags.offer),
         ("transcode", &flags.transcode),
     ];
+    let mut warnings = Vec::new();
     for (op, list) in lists {
         for n in list.iter() {
             let keyword = n.eq_ignore_ascii_case("all") || n.eq_ignore_ascii_case("full");
@@ -226,103 +244,177 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             }
         }
     }
-    warnings.extend(set_amr_mode(codecs, flags).1);
-    let strip_all = is_all(&flags.strip);
-    // `mask: all` (not `full`) leaves the caller's payload types free towards the callee.
-    let callers_free = flags.mask.iter().any(|n| n.eq_ignore_ascii_case("all"));
-    let mask_all = is_all(&flags.mask) || is_all(&flags.consume);
-    let accept_all = is_all(&flags.accept);
-    // `transcode` keeps only what the gateway handles (and telephone-events at any clock): a
-    // codec it cannot transcode (G.729, say) named there is masked or stripped with `all` like
-    // the rest, as rtpengine does without it.
-    let kept_by_name = |c: &Codec| {
-        any_names(&flags.except, c)
-            || any_names(&flags.offer, c)
-            || (any_names(&flags.transcode, c) && (handled(c) || is_event_like(c)))
-    };
-    // `all` stripped, a codec `consume` names is masked instead: kept on the caller's side.
-    let stripped = |c: &Codec| {
-        any_names(&flags.strip, c)
-            || (strip_all && !kept_by_name(c) && !any_names(&flags.consume, c))
-    };
-    let mut towards: Vec<(CodecId, Codec)> = Vec::new();
-    let mut caller_transcodes: Vec<CodecId> = Vec::new();
-    let mut masked_any = false;
-    let mut stripped_audio = false;
-    for c in codecs {
-        let id = CodecId::passthrough(c);
-        if stripped(c) {
-            stripped_audio |= !is_event_like(c);
-            continue;
+    warnings
+}
+
+/// What the flags say of each offered codec.
+struct Rules<'a> {
+    flags: &'a CodecFlags,
+    strip_all: bool,
+    /// `mask: all` (not `full`) leaves the caller's payload types free towards the callee.
+    callers_free: bool,
+    mask_all: bool,
+    accept_all: bool,
+}
+
+impl<'a> Rules<'a> {
+    fn of(flags: &'a CodecFlags) -> Self {
+        Rules {
+            flags,
+            strip_all: is_all(&flags.strip),
+            callers_free: flags.mask.iter().any(|n| n.eq_ignore_ascii_case("all")),
+            mask_all: is_all(&flags.mask) || is_all(&flags.consume),
+            accept_all: is_all(&flags.accept),
         }
-        let masked = any_names(&flags.mask, c)
-            || any_names(&flags.consume, c)
-            || (mask_all && !kept_by_name(c));
-        if masked {
-            masked_any = true;
-            // Kept on the caller's side only if the gateway knows it (one it cannot decode,
-            // G.729 say, could never be transcoded to).
-            if handled(c) {
-                caller_transcodes.push(id);
+    }
+
+    /// Kept whatever `all` says: `except` and `offer` name it, or `transcode` does and the
+    /// gateway handles it (and telephone-events at any clock): a codec it cannot transcode
+    /// (G.729, say) named there is masked or stripped with `all` like the rest, as rtpengine
+    /// does without it.
+    fn kept_by_name(&self, c: &Codec) -> bool {
+        let f = self.flags;
+        any_names(&f.except, c)
+            || any_names(&f.offer, c)
+            || (any_names(&f.transcode, c) && (handled(c) || is_event_like(c)))
+    }
+
+    /// Stripped from both sides; with `all` stripped, a codec `consume` names is masked
+    /// instead: kept on the caller's side.
+    fn stripped(&self, c: &Codec) -> bool {
+        let f = self.flags;
+        any_names(&f.strip, c)
+            || (self.strip_all && !self.kept_by_name(c) && !any_names(&f.consume, c))
+    }
+
+    /// Kept on the caller's side only, not offered to the callee.
+    fn masked(&self, c: &Codec) -> bool {
+        let f = self.flags;
+        any_names(&f.mask, c)
+            || any_names(&f.consume, c)
+            || (self.mask_all && !self.kept_by_name(c))
+    }
+}
+
+/// A plan being made (see [`plan`]).
+struct Planner<'a> {
+    codecs: &'a [Codec],
+    rules: Rules<'a>,
+    towards: Vec<(CodecId, Codec)>,
+    caller_transcodes: Vec<CodecId>,
+    warnings: Vec<String>,
+    masked_any: bool,
+    stripped_audio: bool,
+    /// The clocks of the codecs `transcode` added.
+    added: Vec<u32>,
+    /// Where the next codec `transcode` adds goes: after the audio, before the events.
+    at: usize,
+    dtmf_transcode: bool,
+    /// `transcode` names comfort noise.
+    add_cn: bool,
+    /// Comfort noise was added for it.
+    cn_added: bool,
+    amr_mode: Option<u8>,
+}
+
+impl<'a> Planner<'a> {
+    /// The offered codecs sorted by the rules: stripped, masked (kept on the caller's side if
+    /// the gateway knows them), or offered to the callee (and kept by the caller too with
+    /// `accept`).
+    fn sort(codecs: &'a [Codec], rules: Rules<'a>, warnings: Vec<String>) -> Self {
+        let mut p = Planner {
+            codecs,
+            rules,
+            towards: Vec::new(),
+            caller_transcodes: Vec::new(),
+            warnings,
+            masked_any: false,
+            stripped_audio: false,
+            added: Vec::new(),
+            at: 0,
+            dtmf_transcode: false,
+            add_cn: false,
+            cn_added: false,
+            amr_mode: None,
+        };
+        for c in codecs {
+            let id = CodecId::passthrough(c);
+            if p.rules.stripped(c) {
+                p.stripped_audio |= !is_event_like(c);
+                continue;
             }
-            continue;
+            if p.rules.masked(c) {
+                p.masked_any = true;
+                // Kept on the caller's side only if the gateway knows it (one it cannot
+                // decode, G.729 say, could never be transcoded to).
+                if handled(c) {
+                    p.caller_transcodes.push(id);
+                }
+                continue;
+            }
+            if p.rules.accept_all || any_names(&p.rules.flags.accept, c) {
+                p.caller_transcodes.push(id);
+            }
+            p.towards.push((id, c.clone()));
         }
-        if accept_all || any_names(&flags.accept, c) {
-            caller_transcodes.push(id);
-        }
-        towards.push((id, c.clone()));
+        p
     }
-    // `offer` puts its codecs first, in its order.
-    let mut ordered: Vec<(CodecId, Codec)> = Vec::new();
-    for n in &flags.offer {
-        if let Some(k) = towards.iter().position(|(_, c)| names(n, c)) {
-            ordered.push(towards.remove(k));
+
+    /// `offer` puts its codecs first, in its order; codecs `transcode` adds go after the
+    /// audio, before the telephone-events and comfort noise, as rtpengine adds them.
+    fn put_offer_first(&mut self) {
+        let mut ordered: Vec<(CodecId, Codec)> = Vec::new();
+        for n in &self.rules.flags.offer {
+            if let Some(k) = self.towards.iter().position(|(_, c)| names(n, c)) {
+                ordered.push(self.towards.remove(k));
+            }
         }
+        ordered.append(&mut self.towards);
+        self.towards = ordered;
+        self.at = self
+            .towards
+            .iter()
+            .position(|(_, c)| is_event_like(c))
+            .unwrap_or(self.towards.len());
     }
-    ordered.append(&mut towards);
-    let mut towards = ordered;
-    // `transcode`: codecs the caller did not offer, added (and transcoded) after the caller's
-    // audio codecs, before its telephone-events and comfort noise, as rtpengine adds them.
-    let mut added: Vec<u32> = Vec::new();
-    let mut dtmf_transcode = false;
-    let mut add_cn = false;
-    let mut amr_mode = None;
-    let mut at = towards
-        .iter()
-        .position(|(_, c)| is_event_like(c))
-        .unwrap_or(towards.len());
-    for n in &flags.transcode {
-        if towards.iter().any(|(_, c)| names(n, c)) {
-            continue;
+
+    /// `transcode: n`: a codec the caller did not offer, added (and transcoded); comfort
+    /// noise is added last ([`Planner::add_comfort_noise`]); a warning where it cannot be.
+    fn add_transcoded(&mut self, n: &str) {
+        if self.towards.iter().any(|(_, c)| names(n, c)) {
+            return;
         }
         let Some(id) = transcode_target(n) else {
-            continue; // warned about above
+            return; // warned about above
         };
         if id == CodecId::ComfortNoise {
-            // Added after the audio, whatever else `transcode` adds (below).
-            add_cn = true;
-            continue;
+            self.add_cn = true;
+            return;
         }
         if id.is_event() {
-            let made = add_events(n, codecs, &mut towards, at, callers_free);
+            let callers_free = self.rules.callers_free;
+            let made = add_events(n, self.codecs, &mut self.towards, self.at, callers_free);
             if made == 0 {
-                warnings.push(format!(
+                self.warnings.push(format!(
                     "codec-transcode: no audio the gateway decodes at the clock of {n:?}: not added"
                 ));
             }
-            dtmf_transcode |= made > 0;
-            at += made;
-            continue;
+            self.dtmf_transcode |= made > 0;
+            self.at += made;
+            return;
         }
         if !id.is_transcodable() {
-            warnings.push(format!(
+            self.warnings.push(format!(
                 "codec-transcode: the gateway cannot encode {n:?}: not added"
             ));
-            continue;
+            return;
         }
-        let Some(mut codec) = added_codec(id, Some(n), codecs, &towards, callers_free) else {
-            warnings.push(format!("codec-transcode: no payload type left for {n:?}"));
-            continue;
+        let callers_free = self.rules.callers_free;
+        let Some(mut codec) = added_codec(id, Some(n), self.codecs, &self.towards, callers_free)
+        else {
+            self.warnings
+                .push(format!("codec-transcode: no payload type left for {n:?}"));
+            return;
         };
         // Named as the flag spells it (`pcma` stays lower case), as rtpengine writes it.
         let spelled = n.split('/').next().unwrap_or_default().trim();
@@ -334,111 +426,145 @@ pub(crate) fn plan(codecs: &[Codec], flags: &CodecFlags) -> CodecPlan {
             codec.fmtp = fmtp;
         }
         if let (Some(b), Some(band)) = (bitrate, id.amr_band()) {
-            amr_mode = Some(band.mode_for_bitrate(b));
+            self.amr_mode = Some(band.mode_for_bitrate(b));
         }
-        towards.insert(at, (id, codec));
-        at += 1;
-        if !id.is_event() {
-            added.push(id.clock_rate());
-        }
+        self.towards.insert(self.at, (id, codec));
+        self.at += 1;
+        self.added.push(id.clock_rate());
     }
-    if masked_any || stripped_audio {
-        // Telephone-events and comfort noise go with audio at their clock: none left there
-        // once masking or stripping took it, none of them.
-        let clocks: Vec<u32> = towards
+
+    /// Telephone-events and comfort noise go with audio at their clock: none left there once
+    /// masking or stripping took it, none of them.
+    fn drop_lone_events(&mut self) {
+        let clocks: Vec<u32> = self
+            .towards
             .iter()
             .filter(|(_, c)| !is_event_like(c))
             .map(|(_, c)| c.clock_rate)
             .collect();
-        towards.retain(|(_, c)| !is_event_like(c) || clocks.contains(&c.clock_rate));
+        self.towards
+            .retain(|(_, c)| !is_event_like(c) || clocks.contains(&c.clock_rate));
     }
-    if !added.is_empty() || masked_any {
-        // The caller's side keeps every codec of its own the gateway decodes.
-        for c in codecs {
+
+    /// With codecs added or masked, the caller's side keeps every codec of its own the
+    /// gateway decodes; and when the caller sends events, telephone-events at the clock of
+    /// each added codec, after the added codecs, before the caller's events, as rtpengine
+    /// adds them.
+    fn keep_callers_codecs(&mut self) {
+        for c in self.codecs {
             if let Some(id) = CodecId::of(c).filter(|id| id.is_transcodable()) {
-                if !stripped(c) && !caller_transcodes.contains(&id) {
-                    caller_transcodes.push(id);
+                if !self.rules.stripped(c) && !self.caller_transcodes.contains(&id) {
+                    self.caller_transcodes.push(id);
                 }
             }
         }
-        // Telephone-events at the clock of an added codec, when the caller sends events:
-        // after the added codecs, before the caller's events, as rtpengine adds them.
-        let caller_events = codecs
+        let caller_events = self
+            .codecs
             .iter()
             .any(|c| CodecId::of(c).is_some_and(CodecId::is_event));
-        if caller_events {
-            for clock in added {
-                let Some(ev) = CodecId::event_for_clock(clock) else {
-                    continue;
-                };
-                if towards.iter().any(|(id, _)| *id == ev) {
-                    continue;
-                }
-                if let Some(codec) = added_codec(ev, None, codecs, &towards, callers_free) {
-                    towards.insert(at, (ev, codec));
-                    at += 1;
-                }
+        if !caller_events {
+            return;
+        }
+        for clock in std::mem::take(&mut self.added) {
+            let Some(ev) = CodecId::event_for_clock(clock) else {
+                continue;
+            };
+            if self.towards.iter().any(|(id, _)| *id == ev) {
+                continue;
+            }
+            let callers_free = self.rules.callers_free;
+            if let Some(codec) = added_codec(ev, None, self.codecs, &self.towards, callers_free) {
+                self.towards.insert(self.at, (ev, codec));
+                self.at += 1;
             }
         }
     }
-    let mut cn_transcode = caller_transcodes.contains(&CodecId::ComfortNoise);
-    // Comfort noise goes with 8 kHz audio the gateway decodes and encodes (it makes the noise
-    // and finds the silence in that audio).
-    let has_8k_audio = towards
-        .iter()
-        .any(|(id, _)| id.is_transcodable() && id.clock_rate() == 8000);
-    if add_cn && !towards.iter().any(|(id, _)| *id == CodecId::ComfortNoise) {
+
+    /// `transcode: CN`: comfort noise, with 8 kHz audio the gateway decodes and encodes (it
+    /// makes the noise and finds the silence in that audio), after the audio codecs, before
+    /// the telephone-events, as rtpengine lists it.
+    fn add_comfort_noise(&mut self) {
+        if !self.add_cn
+            || self
+                .towards
+                .iter()
+                .any(|(id, _)| *id == CodecId::ComfortNoise)
+        {
+            return;
+        }
+        let has_8k_audio = self
+            .towards
+            .iter()
+            .any(|(id, _)| id.is_transcodable() && id.clock_rate() == 8000);
         if !has_8k_audio {
-            warnings.push(
+            self.warnings.push(
                 "codec-transcode: no 8 kHz audio the gateway transcodes for \"CN\": not added"
                     .into(),
             );
-        } else if let Some(codec) =
-            added_codec(CodecId::ComfortNoise, None, codecs, &towards, callers_free)
-        {
-            // After the audio codecs, before the telephone-events, as rtpengine lists it.
-            let events = towards
-                .iter()
-                .position(|(_, c)| c.name.eq_ignore_ascii_case("telephone-event"))
-                .unwrap_or(towards.len());
-            towards.insert(events, (CodecId::ComfortNoise, codec));
-            cn_transcode = true;
-        } else {
-            warnings.push("codec-transcode: no payload type left for \"CN\"".into());
+            return;
         }
-    }
-    if strip_all || mask_all {
-        order_as_listed(&mut towards, &flags.transcode);
-    }
-    if !towards.iter().any(|(id, _)| !id.is_supplemental()) {
-        if !flags.is_empty() {
-            warnings.push(
-                "codec: the manipulations leave the callee no audio codec: the offer's codecs are kept"
-                    .into(),
-            );
-        }
-        towards = codecs
+        let callers_free = self.rules.callers_free;
+        let cn = CodecId::ComfortNoise;
+        let Some(codec) = added_codec(cn, None, self.codecs, &self.towards, callers_free) else {
+            self.warnings
+                .push("codec-transcode: no payload type left for \"CN\"".into());
+            return;
+        };
+        let events = self
+            .towards
             .iter()
-            .map(|c| (CodecId::passthrough(c), c.clone()))
-            .collect();
-        caller_transcodes.clear();
+            .position(|(_, c)| c.name.eq_ignore_ascii_case("telephone-event"))
+            .unwrap_or(self.towards.len());
+        self.towards.insert(events, (cn, codec));
+        self.cn_added = true;
     }
-    if !flags.is_empty() {
-        // Manipulated, the offer is written as rtpengine writes its codecs: one channel is
-        // the default, not said (`opus/48000/1` becomes `opus/48000`).
-        for (_, c) in &mut towards {
-            if c.channels == Some(1) {
-                c.channels = None;
+
+    /// The plan: codecs in `transcode`'s order under `all`, the offer's own where the flags
+    /// leave the callee no audio codec, one channel left unsaid once manipulated.
+    fn finish(self) -> CodecPlan {
+        let Planner {
+            codecs,
+            rules,
+            mut towards,
+            mut caller_transcodes,
+            mut warnings,
+            ..
+        } = self;
+        let flags = rules.flags;
+        let cn_transcode = self.cn_added || caller_transcodes.contains(&CodecId::ComfortNoise);
+        if rules.strip_all || rules.mask_all {
+            order_as_listed(&mut towards, &flags.transcode);
+        }
+        if !towards.iter().any(|(id, _)| !id.is_supplemental()) {
+            if !flags.is_empty() {
+                warnings.push(
+                    "codec: the manipulations leave the callee no audio codec: the offer's codecs are kept"
+                        .into(),
+                );
+            }
+            towards = codecs
+                .iter()
+                .map(|c| (CodecId::passthrough(c), c.clone()))
+                .collect();
+            caller_transcodes.clear();
+        }
+        if !flags.is_empty() {
+            // Manipulated, the offer is written as rtpengine writes its codecs: one channel is
+            // the default, not said (`opus/48000/1` becomes `opus/48000`).
+            for (_, c) in &mut towards {
+                if c.channels == Some(1) {
+                    c.channels = None;
+                }
             }
         }
-    }
-    CodecPlan {
-        towards_callee: towards,
-        caller_transcodes,
-        warnings,
-        dtmf_transcode,
-        cn_transcode,
-        amr_mode,
+        CodecPlan {
+            towards_callee: towards,
+            caller_transcodes,
+            warnings,
+            dtmf_transcode: self.dtmf_transcode,
+            cn_transcode,
+            amr_mode: self.amr_mode,
+        }
     }
 }
 
