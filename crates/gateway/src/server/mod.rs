@@ -376,115 +376,253 @@ impl std::fmt::Debug for Gateway {
     }
 }
 
+/// The DTLS certificate: `cert` and `key` read from their files, else one made now of the
+/// configured key type.
+fn load_certificate(config: &ServeConfig) -> Result<Certificate, StartError> {
+    match (&config.cert, &config.key) {
+        (Some(c), Some(k)) => {
+            let cert_pem = std::fs::read_to_string(c)
+                .map_err(|e| StartError(format!("cert {}: {e}", c.display())))?;
+            let key_pem = std::fs::read_to_string(k)
+                .map_err(|e| StartError(format!("key {}: {e}", k.display())))?;
+            Certificate::from_pem(&cert_pem, &key_pem)
+                .map_err(|e| StartError(format!("cert {}: {e}", c.display())))
+        }
+        _ => {
+            let kt = config.key_type().map_err(|e| StartError(e.0))?;
+            Certificate::self_signed(kt, "secrelay-gateway")
+                .map_err(|e| StartError(format!("generating a {kt} certificate: {e}")))
+        }
+    }
+}
+
+/// The media sockets, one per worker, on the configured address (one port, SO_REUSEPORT),
+/// and the address bound.
+fn bind_media_sockets(
+    config: &ServeConfig,
+    n: usize,
+) -> Result<(Vec<std::net::UdpSocket>, SocketAddr), StartError> {
+    udp::ensure_free(config.udp).map_err(|e| {
+        StartError(if e.kind() == std::io::ErrorKind::AddrInUse {
+            format!(
+                "udp {}: the port is already in use by another process (another \
+                 secrelay serve?); give this gateway a media port of its own (--udp, `udp`)",
+                config.udp
+            )
+        } else {
+            format!("udp {}: {e}", config.udp)
+        })
+    })?;
+    let first = udp::bind_reuseport(config.udp)
+        .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
+    let udp_addr = first
+        .local_addr()
+        .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
+    let mut sockets = vec![first];
+    for _ in 1..n {
+        sockets.push(
+            udp::bind_reuseport(udp_addr)
+                .map_err(|e| StartError(format!("udp {udp_addr} (worker socket): {e}")))?,
+        );
+    }
+    Ok((sockets, udp_addr))
+}
+
+/// The media port's host candidate (`announce`'s, else the bound address's) and all of them:
+/// with `announce_ipv6`'s on a dual-stack socket.
+fn host_candidates(config: &ServeConfig, udp_addr: SocketAddr) -> (SocketAddr, Vec<SocketAddr>) {
+    let candidate = SocketAddr::new(
+        config
+            .announce
+            .unwrap_or_else(|| default_announce(udp_addr)),
+        udp_addr.port(),
+    );
+    // The host candidates: `announce`'s, and `announce_ipv6`'s on a dual-stack socket.
+    let mut candidates = vec![candidate];
+    candidates.extend(
+        config
+            .announce_ipv6
+            .map(|ip| SocketAddr::new(ip.into(), udp_addr.port()))
+            .filter(|c| *c != candidate),
+    );
+    (candidate, candidates)
+}
+
+/// What every worker's shard is made with: our certificate, the WebRTC and telephony legs'
+/// settings with their candidates (`candidate` the first host one), RTCP, codecs and room
+/// limits.
+fn shard_config(
+    config: &ServeConfig,
+    certificate: &Certificate,
+    (candidate, candidates): (SocketAddr, &[SocketAddr]),
+    tcp_candidates: &[SocketAddr],
+) -> Result<ShardConfig, StartError> {
+    Ok(ShardConfig {
+        certificate: LocalCertificate::from(certificate),
+        webrtc: WebRtcConfig {
+            ice: IceConfig {
+                consent_timeout: config.consent_timeout(),
+                ..IceConfig::default()
+            },
+            candidates: candidates.to_vec(),
+            tcp_candidates: tcp_candidates.to_vec(),
+            srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
+            data_channels: config.data_limits().map_err(|e| StartError(e.0))?,
+            ..WebRtcConfig::default()
+        },
+        rtp: RtpConfig {
+            announce: candidate.ip(),
+            sdes_suites: config.sdes_profiles().map_err(|e| StartError(e.0))?,
+            latch: config.latch().map_err(|e| StartError(e.0))?,
+            media_timeout: Duration::from_secs_f64(config.media_timeout_secs),
+            strict_source: config.strict_source,
+            ..RtpConfig::default()
+        },
+        rtcp: RtcpConfig {
+            interval: Duration::from_secs_f64(config.rtcp_interval_secs),
+            ..RtcpConfig::default()
+        },
+        codecs: secrelay_media::Registry::with_opus(secrelay_media::registry::OpusSettings {
+            complexity: config.opus_complexity,
+            ..Default::default()
+        }),
+        limits: RoomLimits {
+            members: config.max_participants_per_room,
+            reserved_for_authenticated: config.reserved_for_authenticated,
+            // Per worker: each keeps the settings of the rooms it owns.
+            settings: config.max_room_settings,
+        },
+    })
+}
+
+/// What the workers and the control plane share: the routing directory, the XDP filter (with
+/// `xdp`), the telephony ports, the workers' `peers`, the recorder (with `recording_dir`),
+/// the admission policy.
+fn shared_state(
+    config: &ServeConfig,
+    udp_addr: SocketAddr,
+    media_io: MediaIo,
+    peers: Vec<worker::Peer>,
+) -> Result<Arc<Shared>, StartError> {
+    let (lo, hi) = config.rtp_port_range().map_err(|e| StartError(e.0))?;
+    let xdp = if config.xdp.is_empty() {
+        None
+    } else {
+        let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
+        let gate = xdp::Gate::attach(&config.xdp, attach, udp_addr.port(), (lo, hi))
+            .map_err(|e| StartError(format!("xdp: {e}{}", xdp::hint(&e.to_string()))))?;
+        Some(Arc::new(gate))
+    };
+    let recorder = match &config.recording_dir {
+        Some(dir) => Some(Arc::new(recording::Recorder::start(dir).map_err(|e| {
+            StartError(format!("recording_dir {}: {e}", dir.display()))
+        })?)),
+        None => None,
+    };
+    Ok(Arc::new(Shared {
+        directory: Directory::new(xdp.clone()),
+        xsk_interfaces: if media_io == MediaIo::AfXdp {
+            config.xdp.clone()
+        } else {
+            Vec::new()
+        },
+        node_pipes: std::sync::OnceLock::new(),
+        xdp,
+        ports: PortPool::new(
+            lo,
+            hi,
+            Duration::from_secs_f64(config.rtp_port_quarantine_secs),
+        ),
+        bind_ip: udp_addr.ip(),
+        peers,
+        ended: std::sync::Mutex::default(),
+        notices: std::sync::Mutex::default(),
+        lifecycle: std::sync::OnceLock::new(),
+        lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
+        recorder,
+        clips: Default::default(),
+        ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
+        placed: std::sync::Mutex::default(),
+        admission: config.admission(),
+    }))
+}
+
+/// With `ice_tcp`: its listener and the TCP candidates (the host candidates it reaches, on its
+/// port).
+fn ice_tcp_port(
+    config: &ServeConfig,
+    candidates: &[SocketAddr],
+) -> Result<(Option<std::net::TcpListener>, Vec<SocketAddr>), StartError> {
+    Ok(match config.ice_tcp {
+        Some(a) => {
+            let (l, port) =
+                worker::bind_ice_tcp(a).map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?;
+            let tcp = candidates
+                .iter()
+                .filter(|c| reaches(a.ip(), c.ip()))
+                .map(|c| SocketAddr::new(c.ip(), port))
+                .collect();
+            (Some(l), tcp)
+        }
+        None => (None, Vec::new()),
+    })
+}
+
+/// Starts worker `i` on a thread of its own with its socket, ICE-TCP listener (the first
+/// worker's), poll and inbox, and returns once it runs, or why it could not start. The worker
+/// is built on its thread: its recvmmsg/sendmmsg headers hold raw pointers and never leave it.
+fn spawn_worker(
+    i: usize,
+    (socket, listener, poll, inbox): (
+        std::net::UdpSocket,
+        Option<std::net::TcpListener>,
+        mio::Poll,
+        worker::Inbox,
+    ),
+    (sh, st): (Arc<Shared>, Arc<WorkerStats>),
+    shard: Shard,
+    media_io: MediaIo,
+) -> Result<std::thread::JoinHandle<()>, StartError> {
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let t = std::thread::Builder::new()
+        .name(format!("secrelay-worker-{i}"))
+        .spawn(move || {
+            match Worker::new(i, socket, listener, poll, inbox, sh, st, shard, media_io) {
+                Ok(w) => {
+                    let _ = ready_tx.send(Ok(()));
+                    w.run();
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            }
+        })
+        .map_err(|e| StartError(format!("worker {i} thread: {e}")))?;
+    match ready_rx.recv() {
+        Ok(Ok(())) => Ok(t),
+        Ok(Err(e)) => Err(StartError(format!("worker {i}: {e}"))),
+        Err(_) => Err(StartError(format!("worker {i} ended while starting"))),
+    }
+}
+
 impl Gateway {
     /// Binds the media port and starts the workers.
     pub fn start(config: ServeConfig) -> Result<Arc<Gateway>, StartError> {
         config.check().map_err(|e| StartError(e.0))?;
-        let certificate = match (&config.cert, &config.key) {
-            (Some(c), Some(k)) => {
-                let cert_pem = std::fs::read_to_string(c)
-                    .map_err(|e| StartError(format!("cert {}: {e}", c.display())))?;
-                let key_pem = std::fs::read_to_string(k)
-                    .map_err(|e| StartError(format!("key {}: {e}", k.display())))?;
-                Certificate::from_pem(&cert_pem, &key_pem)
-                    .map_err(|e| StartError(format!("cert {}: {e}", c.display())))?
-            }
-            _ => {
-                let kt = config.key_type().map_err(|e| StartError(e.0))?;
-                Certificate::self_signed(kt, "secrelay-gateway")
-                    .map_err(|e| StartError(format!("generating a {kt} certificate: {e}")))?
-            }
-        };
+        let certificate = load_certificate(&config)?;
         let fingerprint = certificate.fingerprint().to_string();
         let n = config.worker_count();
-        udp::ensure_free(config.udp).map_err(|e| {
-            StartError(if e.kind() == std::io::ErrorKind::AddrInUse {
-                format!(
-                    "udp {}: the port is already in use by another process (another \
-                     secrelay serve?); give this gateway a media port of its own (--udp, `udp`)",
-                    config.udp
-                )
-            } else {
-                format!("udp {}: {e}", config.udp)
-            })
-        })?;
-        let first = udp::bind_reuseport(config.udp)
-            .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
-        let udp_addr = first
-            .local_addr()
-            .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
-        let mut sockets = vec![first];
-        for _ in 1..n {
-            sockets.push(
-                udp::bind_reuseport(udp_addr)
-                    .map_err(|e| StartError(format!("udp {udp_addr} (worker socket): {e}")))?,
-            );
-        }
-        let candidate = SocketAddr::new(
-            config
-                .announce
-                .unwrap_or_else(|| default_announce(udp_addr)),
-            udp_addr.port(),
-        );
-        // The host candidates: `announce`'s, and `announce_ipv6`'s on a dual-stack socket.
-        let mut candidates = vec![candidate];
-        candidates.extend(
-            config
-                .announce_ipv6
-                .map(|ip| SocketAddr::new(ip.into(), udp_addr.port()))
-                .filter(|c| *c != candidate),
-        );
-        let (mut ice_tcp, tcp_candidates) = match config.ice_tcp {
-            Some(a) => {
-                let (l, port) =
-                    worker::bind_ice_tcp(a).map_err(|e| StartError(format!("ice_tcp {a}: {e}")))?;
-                let tcp = candidates
-                    .iter()
-                    .filter(|c| reaches(a.ip(), c.ip()))
-                    .map(|c| SocketAddr::new(c.ip(), port))
-                    .collect();
-                (Some(l), tcp)
-            }
-            None => (None, Vec::new()),
-        };
+        let (sockets, udp_addr) = bind_media_sockets(&config, n)?;
+        let (candidate, candidates) = host_candidates(&config, udp_addr);
+        let (mut ice_tcp, tcp_candidates) = ice_tcp_port(&config, &candidates)?;
         let interfaces = interfaces::configured(&config.interfaces, udp_addr.ip(), candidate.ip())
             .map_err(|e| StartError(e.to_string()))?;
-        let shard_config = ShardConfig {
-            certificate: LocalCertificate::from(&certificate),
-            webrtc: WebRtcConfig {
-                ice: IceConfig {
-                    consent_timeout: config.consent_timeout(),
-                    ..IceConfig::default()
-                },
-                candidates: candidates.clone(),
-                tcp_candidates: tcp_candidates.clone(),
-                srtp_profiles: config.profiles().map_err(|e| StartError(e.0))?,
-                data_channels: config.data_limits().map_err(|e| StartError(e.0))?,
-                ..WebRtcConfig::default()
-            },
-            rtp: RtpConfig {
-                announce: candidate.ip(),
-                sdes_suites: config.sdes_profiles().map_err(|e| StartError(e.0))?,
-                latch: config.latch().map_err(|e| StartError(e.0))?,
-                media_timeout: Duration::from_secs_f64(config.media_timeout_secs),
-                strict_source: config.strict_source,
-                ..RtpConfig::default()
-            },
-            rtcp: RtcpConfig {
-                interval: Duration::from_secs_f64(config.rtcp_interval_secs),
-                ..RtcpConfig::default()
-            },
-            codecs: secrelay_media::Registry::with_opus(secrelay_media::registry::OpusSettings {
-                complexity: config.opus_complexity,
-                ..Default::default()
-            }),
-            limits: RoomLimits {
-                members: config.max_participants_per_room,
-                reserved_for_authenticated: config.reserved_for_authenticated,
-                // Per worker: each keeps the settings of the rooms it owns.
-                settings: config.max_room_settings,
-            },
-        };
+        let shard_config = shard_config(
+            &config,
+            &certificate,
+            (candidate, &candidates),
+            &tcp_candidates,
+        )?;
         let setting = config.media_io_setting().map_err(|e| StartError(e.0))?;
         if setting == Some(MediaIo::AfXdp) {
             config.af_xdp_check().map_err(|e| StartError(e.0))?;
@@ -501,47 +639,7 @@ impl Gateway {
             peers.push(peer);
             inboxes.push((inbox, poll));
         }
-        let (lo, hi) = config.rtp_port_range().map_err(|e| StartError(e.0))?;
-        let xdp = if config.xdp.is_empty() {
-            None
-        } else {
-            let attach = config.xdp_attach().map_err(|e| StartError(e.0))?;
-            let gate = xdp::Gate::attach(&config.xdp, attach, udp_addr.port(), (lo, hi))
-                .map_err(|e| StartError(format!("xdp: {e}{}", xdp::hint(&e.to_string()))))?;
-            Some(Arc::new(gate))
-        };
-        let recorder = match &config.recording_dir {
-            Some(dir) => Some(Arc::new(recording::Recorder::start(dir).map_err(|e| {
-                StartError(format!("recording_dir {}: {e}", dir.display()))
-            })?)),
-            None => None,
-        };
-        let shared = Arc::new(Shared {
-            directory: Directory::new(xdp.clone()),
-            xsk_interfaces: if media_io == MediaIo::AfXdp {
-                config.xdp.clone()
-            } else {
-                Vec::new()
-            },
-            node_pipes: std::sync::OnceLock::new(),
-            xdp,
-            ports: PortPool::new(
-                lo,
-                hi,
-                Duration::from_secs_f64(config.rtp_port_quarantine_secs),
-            ),
-            bind_ip: udp_addr.ip(),
-            peers,
-            ended: std::sync::Mutex::default(),
-            notices: std::sync::Mutex::default(),
-            lifecycle: std::sync::OnceLock::new(),
-            lifecycle_dropped: std::sync::atomic::AtomicU64::new(0),
-            recorder,
-            clips: Default::default(),
-            ice_tcp_open: std::sync::atomic::AtomicUsize::new(0),
-            placed: std::sync::Mutex::default(),
-            admission: config.admission(),
-        });
+        let shared = shared_state(&config, udp_addr, media_io, peers)?;
         let worker_stats: Vec<Arc<WorkerStats>> =
             (0..n).map(|_| Arc::new(WorkerStats::default())).collect();
         let stats = Arc::new(GatewayStats {
@@ -550,36 +648,15 @@ impl Gateway {
         });
         let mut threads = Vec::new();
         for (i, (socket, (inbox, poll))) in sockets.into_iter().zip(inboxes).enumerate() {
-            // The worker is built on its own thread: its recvmmsg/sendmmsg headers hold raw
-            // pointers and never leave it.
-            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-            let (sh, st) = (shared.clone(), worker_stats[i].clone());
-            // The first worker listens for ICE-TCP (connections go on to their members').
-            let listener = ice_tcp.take();
             let shard = Shard::new(
                 shard_config.clone(),
                 config.engine().map_err(|e| StartError(e.0))?,
             )
             .with_index(i);
-            let t = std::thread::Builder::new()
-                .name(format!("secrelay-worker-{i}"))
-                .spawn(move || {
-                    match Worker::new(i, socket, listener, poll, inbox, sh, st, shard, media_io) {
-                        Ok(w) => {
-                            let _ = ready_tx.send(Ok(()));
-                            w.run();
-                        }
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
-                        }
-                    }
-                })
-                .map_err(|e| StartError(format!("worker {i} thread: {e}")))?;
-            match ready_rx.recv() {
-                Ok(Ok(())) => threads.push(t),
-                Ok(Err(e)) => return Err(StartError(format!("worker {i}: {e}"))),
-                Err(_) => return Err(StartError(format!("worker {i} ended while starting"))),
-            }
+            // The first worker listens for ICE-TCP (connections go on to their members').
+            let io = (socket, ice_tcp.take(), poll, inbox);
+            let state = (shared.clone(), worker_stats[i].clone());
+            threads.push(spawn_worker(i, io, state, shard, media_io)?);
         }
         tracing::info!(
             udp = %udp_addr,
@@ -1580,6 +1657,160 @@ fn bind_tcp(
     Ok((l, bound))
 }
 
+/// The ng socket, with `ng` (non-blocking, for the signaling's runtime); the gateway is
+/// stopped when it cannot be bound.
+fn bind_ng(gateway: &Gateway) -> Result<Option<UdpSocket>, StartError> {
+    Ok(match gateway.config().ng {
+        Some(a) => {
+            let s = UdpSocket::bind(a).map_err(|e| {
+                gateway.stop();
+                StartError(format!("ng {a}: {e}"))
+            })?;
+            s.set_nonblocking(true)
+                .map_err(|e| StartError(format!("ng {a}: {e}")))?;
+            Some(s)
+        }
+        None => None,
+    })
+}
+
+/// Warns, once up, of settings that leave rooms open to anyone, the ng socket (at `ng`) open
+/// to any source, or calls that cannot go on at another node.
+fn warn_of_unsafe_settings(access: &http::Access, config: &ServeConfig, ng: Option<SocketAddr>) {
+    if let Some(a) = ng {
+        if !a.ip().is_loopback() && config.ng_allow.is_empty() {
+            tracing::warn!(ng = %a, "the ng socket takes commands from any source: set ng_allow to the SIP proxies' addresses");
+        }
+    }
+    if !access.policy().closes_rooms() {
+        tracing::warn!("no api_keys, admin_key or token configured: anyone who reaches the signaling may publish and view in any room (docs/security.md)");
+    }
+    let keeps_calls = config.cluster_state_key.is_some() || config.cluster_state_clear;
+    if config.cluster_redis.is_some() && keeps_calls && config.cert.is_none() {
+        tracing::warn!("calls are kept for other nodes, but this node's DTLS certificate is made at start: a call with a WebRTC side cannot go on at another node (give every node the same `cert` and `key`)");
+    }
+}
+
+/// The signaling, as its thread runs it: the HTTP(S) listeners and the metrics one, the ng
+/// socket, the cluster's directory and pipes, the router's tasks; until `shutdown`, then the
+/// gateway drained and the node out of its cluster.
+struct SignalingRun {
+    gateway: Arc<Gateway>,
+    signaling: Arc<ServeConfig>,
+    app: axum::Router,
+    metrics: axum::Router,
+    tasks: Vec<http::Task>,
+    cluster: Option<Arc<cluster::Cluster>>,
+    pipes: Option<(Arc<node_pipes::NodePipes>, std::net::TcpListener)>,
+    ng: Option<(UdpSocket, ng::Ng)>,
+    metrics_listener: Option<std::net::TcpListener>,
+    /// Each listener with its TLS (HTTPS) and, on it, the TURN service it also carries.
+    listeners: Vec<(
+        std::net::TcpListener,
+        Option<(Arc<Tls>, Option<Arc<turn::TurnService>>)>,
+    )>,
+    shutdown: oneshot::Receiver<()>,
+}
+
+impl SignalingRun {
+    /// Runs on this thread until shutdown: on a current-thread runtime by default (the
+    /// signaling's accept loops, handshakes and requests away from the media workers), on
+    /// `http_threads` threads when more are configured.
+    fn run_on_own_runtime(self) {
+        let threads = self.signaling.http_threads.max(1);
+        let rt = if threads == 1 {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("secrelay-http")
+                .enable_all()
+                .build()
+        };
+        match rt {
+            Ok(rt) => rt.block_on(self.run()),
+            Err(e) => tracing::error!(error = %e, "signaling runtime did not start"),
+        }
+    }
+
+    async fn run(self) {
+        let SignalingRun {
+            gateway: g,
+            signaling,
+            app,
+            metrics,
+            tasks,
+            cluster,
+            pipes,
+            ng,
+            metrics_listener,
+            listeners,
+            shutdown,
+        } = self;
+        for t in tasks {
+            tokio::spawn(t);
+        }
+        if let Some(c) = &cluster {
+            tokio::spawn(c.clone().run());
+        }
+        if let Some((p, listener)) = pipes {
+            tokio::spawn(p.serve(listener));
+        }
+        if let Some((socket, server)) = ng {
+            match tokio::net::UdpSocket::from_std(socket) {
+                Ok(s) => {
+                    tokio::spawn(server.serve(s));
+                }
+                Err(e) => tracing::error!(error = %e, "ng socket"),
+            }
+        }
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let capacity = listener::Capacity {
+            connections: Arc::new(tokio::sync::Semaphore::new(signaling.max_connections)),
+            sources: per_source::PerSource::new(signaling.source_limits()),
+        };
+        let routed = metrics_listener
+            .map(|l| (l, metrics, None, "metrics listener"))
+            .into_iter()
+            .chain(
+                listeners
+                    .into_iter()
+                    .map(|(l, tls)| (l, app.clone(), tls, "signaling listener")),
+            );
+        let mut loops = tokio::task::JoinSet::new();
+        for (l, router, tls, what) in routed {
+            match tokio::net::TcpListener::from_std(l) {
+                Ok(l) => {
+                    loops.spawn(listener::serve(
+                        l,
+                        router,
+                        tls,
+                        signaling.clone(),
+                        g.stats().clone(),
+                        capacity.clone(),
+                        stop_rx.clone(),
+                    ));
+                }
+                Err(e) => tracing::error!(error = %e, "{what}"),
+            }
+        }
+        let _ = shutdown.await;
+        // The calls' states stay as they are for the standby (or the next start): ending the
+        // members below must not remove them.
+        if let Some(c) = &cluster {
+            c.stop_keeping();
+        }
+        g.drain().await;
+        if let Some(c) = &cluster {
+            c.leave().await;
+        }
+        let _ = stop_tx.send(true);
+        while loops.join_next().await.is_some() {}
+    }
+}
+
 impl Server {
     /// Starts the workers and the signaling (HTTPS unless only plain HTTP is configured; see
     /// [`ServeConfig::listeners`]). Without an `admin_key` one is made ([`Server::admin_key`]).
@@ -1616,37 +1847,16 @@ impl Server {
             .map(|a| bind_tcp("metrics", a))
             .transpose()
             .map_err(stop_on_error)?;
-        let ng_socket = match gateway.config().ng {
-            Some(a) => {
-                let s = UdpSocket::bind(a).map_err(|e| {
-                    gateway.stop();
-                    StartError(format!("ng {a}: {e}"))
-                })?;
-                s.set_nonblocking(true)
-                    .map_err(|e| StartError(format!("ng {a}: {e}")))?;
-                Some(s)
-            }
-            None => None,
-        };
+        let ng_socket = bind_ng(&gateway)?;
         let ng_addr = ng_socket.as_ref().and_then(|s| s.local_addr().ok());
-        if let Some(a) = ng_addr {
-            if !a.ip().is_loopback() && gateway.config().ng_allow.is_empty() {
-                tracing::warn!(ng = %a, "the ng socket takes commands from any source: set ng_allow to the SIP proxies' addresses");
-            }
-        }
         let http_addr = http.as_ref().map(|(_, a)| *a);
         let https_addr = https.as_ref().map(|(_, a)| *a);
         let metrics_addr = metrics_listener.as_ref().map(|(_, a)| *a);
         let turn =
             turn::TurnService::start(&signaling, &gateway, https_addr).map_err(stop_on_error)?;
-        let bound = https_addr.or(http_addr).map(|a| {
-            let scheme = if https_addr.is_some() {
-                "https"
-            } else {
-                "http"
-            };
-            format!("{scheme}://{a}")
-        });
+        let bound = https_addr
+            .map(|a| format!("https://{a}"))
+            .or(http_addr.map(|a| format!("http://{a}")));
         let ng_reached = ng_addr.filter(|a| !a.ip().is_unspecified());
         let joining =
             join_cluster(&signaling, &gateway, (bound, ng_reached)).map_err(stop_on_error)?;
@@ -1681,113 +1891,25 @@ impl Server {
             gateway.stop();
             StartError(e.0)
         })?;
-        let g = gateway.clone();
-        let threads = signaling.http_threads.max(1);
+        let run = SignalingRun {
+            gateway: gateway.clone(),
+            signaling,
+            app,
+            metrics,
+            tasks,
+            cluster,
+            pipes,
+            ng,
+            metrics_listener: metrics_listener.map(|(l, _)| l),
+            listeners: bound,
+            shutdown: rx,
+        };
         let t = std::thread::Builder::new()
             .name("secrelay-http".into())
-            .spawn(move || {
-                // One thread by default: the signaling's accept loops, handshakes and requests
-                // on a current-thread runtime, away from the media workers.
-                let rt = if threads == 1 {
-                    tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                } else {
-                    tokio::runtime::Builder::new_multi_thread()
-                        .worker_threads(threads)
-                        .thread_name("secrelay-http")
-                        .enable_all()
-                        .build()
-                };
-                let rt = match rt {
-                    Ok(rt) => rt,
-                    Err(e) => {
-                        tracing::error!(error = %e, "signaling runtime did not start");
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    for t in tasks {
-                        tokio::spawn(t);
-                    }
-                    if let Some(c) = &cluster {
-                        tokio::spawn(c.clone().run());
-                    }
-                    if let Some((p, listener)) = pipes {
-                        tokio::spawn(p.serve(listener));
-                    }
-                    if let Some((socket, server)) = ng {
-                        match tokio::net::UdpSocket::from_std(socket) {
-                            Ok(s) => {
-                                tokio::spawn(server.serve(s));
-                            }
-                            Err(e) => tracing::error!(error = %e, "ng socket"),
-                        }
-                    }
-                    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-                    let capacity = listener::Capacity {
-                        connections: Arc::new(tokio::sync::Semaphore::new(
-                            signaling.max_connections,
-                        )),
-                        sources: per_source::PerSource::new(signaling.source_limits()),
-                    };
-                    let mut loops = tokio::task::JoinSet::new();
-                    if let Some((l, _)) = metrics_listener {
-                        match tokio::net::TcpListener::from_std(l) {
-                            Ok(l) => {
-                                loops.spawn(listener::serve(
-                                    l,
-                                    metrics,
-                                    None,
-                                    signaling.clone(),
-                                    g.stats().clone(),
-                                    capacity.clone(),
-                                    stop_rx.clone(),
-                                ));
-                            }
-                            Err(e) => tracing::error!(error = %e, "metrics listener"),
-                        }
-                    }
-                    for (l, tls) in bound {
-                        match tokio::net::TcpListener::from_std(l) {
-                            Ok(l) => {
-                                loops.spawn(listener::serve(
-                                    l,
-                                    app.clone(),
-                                    tls,
-                                    signaling.clone(),
-                                    g.stats().clone(),
-                                    capacity.clone(),
-                                    stop_rx.clone(),
-                                ));
-                            }
-                            Err(e) => tracing::error!(error = %e, "signaling listener"),
-                        }
-                    }
-                    let _ = rx.await;
-                    // The calls' states stay as they are for the standby (or the next start):
-                    // ending the members below must not remove them.
-                    if let Some(c) = &cluster {
-                        c.stop_keeping();
-                    }
-                    g.drain().await;
-                    if let Some(c) = &cluster {
-                        c.leave().await;
-                    }
-                    let _ = stop_tx.send(true);
-                    while loops.join_next().await.is_some() {}
-                });
-            })
+            .spawn(move || run.run_on_own_runtime())
             .map_err(|e| StartError(format!("HTTP thread: {e}")))?;
         tracing::info!(http = ?http_addr, https = ?https_addr, metrics = ?metrics_addr, ng = ?ng_addr, "signaling open");
-        if !access.policy().closes_rooms() {
-            tracing::warn!("no api_keys, admin_key or token configured: anyone who reaches the signaling may publish and view in any room (docs/security.md)");
-        }
-        let config = gateway.config();
-        let keeps_calls = config.cluster_state_key.is_some() || config.cluster_state_clear;
-        if config.cluster_redis.is_some() && keeps_calls && config.cert.is_none() {
-            tracing::warn!("calls are kept for other nodes, but this node's DTLS certificate is made at start: a call with a WebRTC side cannot go on at another node (give every node the same `cert` and `key`)");
-        }
+        warn_of_unsafe_settings(&access, gateway.config(), ng_addr);
         Ok(Server {
             gateway,
             access,
