@@ -315,27 +315,51 @@ pub(crate) struct Signaling {
     pub tasks: Vec<Task>,
 }
 
-/// The router for a gateway, and the tasks to run on the signaling runtime: one sweeps the
-/// resource table (every few seconds it takes the workers' list of ended participants and
-/// forgets resources past their grace, so that neither grows while no request comes); one
-/// follows the rooms' lifecycle (marks sessions connected, hands events to the webhooks); one
-/// per webhook receiver posts its events.
-pub(crate) fn router(
-    gateway: Arc<Gateway>,
-    access: Arc<Access>,
-    turn: Option<Arc<super::turn::TurnService>>,
-    cluster: Option<Arc<Cluster>>,
-) -> Result<Signaling, super::config::ConfigError> {
-    let resources = Resources::default();
-    let hook_stats = Arc::new(super::webhooks::HookStats::default());
-    let (hooks, deliveries) = super::webhooks::start(gateway.config(), hook_stats.clone())?;
+/// The task that follows the rooms' lifecycle: marks sessions connected and hands every event
+/// to the webhooks.
+fn follow_lifecycle(
+    gateway: &Gateway,
+    resources: Resources,
+    hooks: super::webhooks::Hooks,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Lifecycle>(gateway.config().webhook_queue);
+    gateway.watch_lifecycle(tx);
+    async move {
+        while let Some(l) = rx.recv().await {
+            if let Lifecycle::Connected { id, .. } = &l {
+                if let Some(r) = resources
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_mut(id)
+                {
+                    r.connected = true;
+                }
+            }
+            hooks.notify(&l);
+        }
+    }
+}
+
+/// The metrics the gateway exposes: its counters and state, the signaling's resources and
+/// access decisions with the webhooks', and TURN's, the cluster's and the XDP filter's where
+/// they run.
+fn metrics_registry(
+    gateway: &Arc<Gateway>,
+    access: &Arc<Access>,
+    hooks: Arc<super::webhooks::HookStats>,
+    resources: &Resources,
+    (turn, cluster): (
+        &Option<Arc<super::turn::TurnService>>,
+        &Option<Arc<Cluster>>,
+    ),
+) -> Registry {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(StatsCollector(gateway.stats().clone())));
     registry.register_collector(Box::new(StateCollector(gateway.clone())));
     registry.register_collector(Box::new(ResourcesCollector(resources.clone())));
     registry.register_collector(Box::new(AccessCollector {
         access: access.clone(),
-        hooks: hook_stats,
+        hooks,
         gateway: gateway.clone(),
     }));
     if let Some(t) = &turn {
@@ -347,27 +371,13 @@ pub(crate) fn router(
     if let Some(g) = gateway.xdp() {
         registry.register_collector(Box::new(super::xdp::XdpCollector(g.clone())));
     }
-    let lifecycle = {
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Lifecycle>(gateway.config().webhook_queue);
-        gateway.watch_lifecycle(tx);
-        let resources = resources.clone();
-        async move {
-            while let Some(l) = rx.recv().await {
-                if let Lifecycle::Connected { id, .. } = &l {
-                    if let Some(r) = resources
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .get_mut(id)
-                    {
-                        r.connected = true;
-                    }
-                }
-                hooks.notify(&l);
-            }
-        }
-    };
-    let cors = CorsLayer::new()
-        .allow_origin(CorsOrigins::new(&gateway.config().cors_origins).allow())
+    registry
+}
+
+/// CORS for the configured origins: the methods and headers of the API and of WHIP/WHEP.
+fn cors_layer(config: &super::ServeConfig) -> CorsLayer {
+    CorsLayer::new()
+        .allow_origin(CorsOrigins::new(&config.cors_origins).allow())
         .allow_methods([
             Method::GET,
             Method::POST,
@@ -387,34 +397,13 @@ pub(crate) fn router(
             header::LINK,
             header::RETRY_AFTER,
             HeaderName::from_static("accept-patch"),
-        ]);
-    let limit = gateway.config().max_body_bytes;
-    let body_timeout =
-        std::time::Duration::from_secs_f64(gateway.config().http_request_timeout_secs);
-    let grace = std::time::Duration::from_secs_f64(gateway.config().ended_resource_grace_secs);
-    let state = AppState {
-        gateway,
-        resources,
-        registry: Arc::new(registry),
-        access,
-        grace,
-        turn,
-        cluster,
-    };
-    let sweeper = {
-        let state = state.clone();
-        let every = SWEEP_EVERY
-            .min(grace / 2)
-            .max(std::time::Duration::from_millis(100));
-        async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                drop(state.resources());
-            }
-        }
-    };
-    let router = Router::new()
+        ])
+}
+
+/// Every route of the signaling: WHIP, WHEP and room joins with their sessions, events and
+/// room views; telephony legs; the admin API; the pages; metrics and health.
+fn routes() -> Router<AppState> {
+    Router::new()
         .route("/whip/{room}", offer_route(JoinKind::Whip))
         .route("/whep/{room}", offer_route(JoinKind::Whep))
         .route("/rooms/{room}/join", offer_route(JoinKind::Join))
@@ -475,6 +464,52 @@ pub(crate) fn router(
         .route("/room/{room}", get(room_page))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
+}
+
+/// The router for a gateway, and the tasks to run on the signaling runtime: one sweeps the
+/// resource table (every few seconds it takes the workers' list of ended participants and
+/// forgets resources past their grace, so that neither grows while no request comes); one
+/// follows the rooms' lifecycle (marks sessions connected, hands events to the webhooks); one
+/// per webhook receiver posts its events.
+pub(crate) fn router(
+    gateway: Arc<Gateway>,
+    access: Arc<Access>,
+    turn: Option<Arc<super::turn::TurnService>>,
+    cluster: Option<Arc<Cluster>>,
+) -> Result<Signaling, super::config::ConfigError> {
+    let resources = Resources::default();
+    let hook_stats = Arc::new(super::webhooks::HookStats::default());
+    let (hooks, deliveries) = super::webhooks::start(gateway.config(), hook_stats.clone())?;
+    let registry = metrics_registry(&gateway, &access, hook_stats, &resources, (&turn, &cluster));
+    let lifecycle = follow_lifecycle(&gateway, resources.clone(), hooks);
+    let cors = cors_layer(gateway.config());
+    let limit = gateway.config().max_body_bytes;
+    let body_timeout =
+        std::time::Duration::from_secs_f64(gateway.config().http_request_timeout_secs);
+    let grace = std::time::Duration::from_secs_f64(gateway.config().ended_resource_grace_secs);
+    let state = AppState {
+        gateway,
+        resources,
+        registry: Arc::new(registry),
+        access,
+        grace,
+        turn,
+        cluster,
+    };
+    let sweeper = {
+        let state = state.clone();
+        let every = SWEEP_EVERY
+            .min(grace / 2)
+            .max(std::time::Duration::from_millis(100));
+        async move {
+            let mut tick = tokio::time::interval(every);
+            loop {
+                tick.tick().await;
+                drop(state.resources());
+            }
+        }
+    };
+    let router = routes()
         .layer(DefaultBodyLimit::max(limit))
         // The body and the answer within the timeout of the headers, however the body trickles
         // in (a slow POST: a deadline per chunk would let one byte per chunk hold the
