@@ -496,26 +496,20 @@ fn list(key: &'static str, v: &Bencode) -> Result<Vec<String>, NgError> {
 fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
     let mut f = Flags::default();
     for (k, v) in e {
-        match k.as_str() {
-            "transport-protocol" => {
-                let value = text("transport-protocol", v)?;
-                if norm(&value) == "accept" {
-                    f.transport_accept = true;
-                    continue;
-                }
-                let t = Transport::parse(&value);
-                if let Transport::Other(s) = &t {
-                    return Err(NgError::BadValue(
-                        "transport-protocol",
-                        format!(
-                            "{s:?} (RTP/AVP, RTP/AVPF, RTP/SAVP, RTP/SAVPF, UDP/TLS/RTP/SAVP[F])"
-                        ),
-                    ));
-                }
-                f.transport = Some(t);
-            }
+        f.take(k, v)?;
+    }
+    Ok(f)
+}
+
+impl Flags {
+    /// Takes one key of an offer or answer (its name lower-cased) into the flags: refused
+    /// where its value is not one rtpengine takes, noted in `ignored` where we take it but do
+    /// nothing with it; keys that are not flags are left to the caller.
+    fn take(&mut self, k: &str, v: &Bencode) -> Result<(), NgError> {
+        match k {
+            "transport-protocol" => self.take_transport(v)?,
             "ice" => {
-                f.ice = match norm(&text("ICE", v)?).as_str() {
+                self.ice = match norm(&text("ICE", v)?).as_str() {
                     "remove" => Some(Ice::Remove),
                     // (`force-relay` keeps only our candidates: we announce only ours.)
                     "force" | "force-relay" => Some(Ice::Force),
@@ -524,54 +518,26 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     other => return Err(NgError::BadValue("ICE", other.into())),
                 }
             }
-            "dtls" => f.dtls = Some(dtls_role("DTLS", v)?),
-            "dtls-reverse" => f.dtls_reverse = Some(dtls_role("DTLS-reverse", v)?),
+            "dtls" => self.dtls = Some(dtls_role("DTLS", v)?),
+            "dtls-reverse" => self.dtls_reverse = Some(dtls_role("DTLS-reverse", v)?),
             "dtls-fingerprint" => {
                 let hash = norm(&text("DTLS-fingerprint", v)?);
                 if !["sha-1", "sha-256", "sha-384", "sha-512"].contains(&hash.as_str()) {
                     return Err(NgError::BadValue("DTLS-fingerprint", hash));
                 }
-                f.dtls_fingerprint = Some(hash);
+                self.dtls_fingerprint = Some(hash);
             }
-            // rtpengine takes `SDES` as a list only: a string there changes nothing.
-            "sdes" if !matches!(v, Bencode::List(_)) => {
-                f.ignored
-                    .push(format!("SDES: {} (not a list)", text("SDES", v)?));
-            }
-            "sdes" => {
-                for item in list("SDES", v)? {
-                    let n = norm(&item);
-                    if n == "off" || n == "no" || n == "disable" {
-                        f.sdes_off = true;
-                    } else if let Some(s) = item.trim().strip_prefix("only-") {
-                        f.sdes_only.push(s.to_owned());
-                    } else if let Some(s) = item.trim().strip_prefix("no-") {
-                        f.sdes_no.push(s.to_owned());
-                    } else {
-                        f.ignored.push(format!("SDES: {item}"));
-                    }
-                }
-            }
+            "sdes" => self.take_sdes(v)?,
             "osrtp" => {
                 for item in list("OSRTP", v)? {
                     match norm(&item).as_str() {
-                        "offer" | "offer-rfc" => f.osrtp_offer = true,
-                        "accept" | "accept-rfc" => f.osrtp_accept = true,
-                        _ => f.ignored.push(format!("OSRTP: {item}")),
+                        "offer" | "offer-rfc" => self.osrtp_offer = true,
+                        "accept" | "accept-rfc" => self.osrtp_accept = true,
+                        _ => self.ignored.push(format!("OSRTP: {item}")),
                     }
                 }
             }
-            "rtcp-mux" => {
-                for item in list("rtcp-mux", v)? {
-                    match norm(&item).as_str() {
-                        "offer" => f.rtcp_mux.offer = true,
-                        "require" => f.rtcp_mux.require = true,
-                        "accept" => f.rtcp_mux.accept = true,
-                        "demux" => f.rtcp_mux.demux = true,
-                        _ => f.ignored.push(format!("rtcp-mux: {item}")),
-                    }
-                }
-            }
+            "rtcp-mux" => self.take_rtcp_mux(v)?,
             "received-from" => {
                 // ["IP4", "192.0.2.1"]
                 let parts = list("received-from", v)?;
@@ -579,43 +545,17 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     .last()
                     .and_then(|a| a.parse::<IpAddr>().ok())
                     .ok_or_else(|| NgError::BadValue("received-from", "no IP address".into()))?;
-                f.received_from = Some(ip);
+                self.received_from = Some(ip);
             }
-            "flags" => {
-                for item in list("flags", v)? {
-                    let n = norm(&item);
-                    // `codec-<op>-<name>`: the codec dictionary's entries as flags (the name
-                    // kept as given).
-                    let rest = item.trim().get("codec-".len()..).unwrap_or_default();
-                    if let Some((op, name)) = n
-                        .strip_prefix("codec-")
-                        .and_then(|r| r.split_once('-'))
-                        .map(|(op, _)| {
-                            (op.to_owned(), rest.get(op.len() + 1..).unwrap_or_default())
-                        })
-                    {
-                        if let Some(l) = f.codec.list_mut(&op) {
-                            if !name.is_empty() {
-                                l.push(name.to_owned());
-                            }
-                            continue;
-                        }
-                    }
-                    if n == "always-transcode" {
-                        f.codec.accept.push("all".into());
-                    }
-                    f.record_call |= n == "record-call";
-                    f.flags.push(n);
-                }
-            }
+            "flags" => self.take_flag_list(v)?,
             "codec" => {
                 for (op, val) in
                     entries(v).map_err(|_| NgError::BadValue("codec", "not a dictionary".into()))?
                 {
                     let names = list("codec", val)?;
-                    match f.codec.list_mut(&op) {
+                    match self.codec.list_mut(&op) {
                         Some(l) => l.extend(names),
-                        None => f.ignored.push(format!("codec: {op}")),
+                        None => self.ignored.push(format!("codec: {op}")),
                     }
                 }
             }
@@ -627,22 +567,13 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                     .filter(|p| (1..=1000).contains(p))
                     .ok_or_else(|| NgError::BadValue("ptime", "not a packet time in ms".into()))?;
                 if k == "ptime" {
-                    f.ptime = Some(ms);
+                    self.ptime = Some(ms);
                 } else {
-                    f.ptime_reverse = Some(ms);
+                    self.ptime_reverse = Some(ms);
                 }
             }
-            "replace" => {
-                for item in list("replace", v)? {
-                    let n = norm(&item);
-                    match n.as_str() {
-                        "origin" | "session-connection" | "sdp-version" | "username"
-                        | "session-name" | "zero-address" => f.replace.push(n),
-                        _ => f.ignored.push(format!("replace: {item}")),
-                    }
-                }
-            }
-            "direction" => f.direction = list("direction", v)?,
+            "replace" => self.take_replace(v)?,
+            "direction" => self.direction = list("direction", v)?,
             "address-family" => {
                 let fam = text("address-family", v)?.trim().to_ascii_uppercase();
                 if fam != "IP4" && fam != "IP6" {
@@ -651,22 +582,117 @@ fn parse_flags(e: &[(String, &Bencode)]) -> Result<Flags, NgError> {
                         format!("{fam:?} (IP4 or IP6)"),
                     ));
                 }
-                f.address_family = Some(fam);
+                self.address_family = Some(fam);
             }
             "t.38" | "t38" => {
                 return Err(NgError::Unsupported("T.38 gatewaying", "T.38".into()));
             }
             "record-call" => {
                 let v = norm(&text("record-call", v)?);
-                f.record_call |= matches!(v.as_str(), "yes" | "on" | "true");
+                self.record_call |= matches!(v.as_str(), "yes" | "on" | "true");
             }
             "metadata" | "media-address" | "label" | "set-label" | "from-label" | "to-label" => {
-                f.ignored.push(k.clone())
+                self.ignored.push(k.to_owned())
             }
             _ => {}
         }
+        Ok(())
     }
-    Ok(f)
+
+    /// `transport-protocol`: one we write, or `accept` (the answerer's own).
+    fn take_transport(&mut self, v: &Bencode) -> Result<(), NgError> {
+        let value = text("transport-protocol", v)?;
+        if norm(&value) == "accept" {
+            self.transport_accept = true;
+            return Ok(());
+        }
+        let t = Transport::parse(&value);
+        if let Transport::Other(s) = &t {
+            return Err(NgError::BadValue(
+                "transport-protocol",
+                format!("{s:?} (RTP/AVP, RTP/AVPF, RTP/SAVP, RTP/SAVPF, UDP/TLS/RTP/SAVP[F])"),
+            ));
+        }
+        self.transport = Some(t);
+        Ok(())
+    }
+
+    /// `SDES`: `off`, `only-SUITE`, `no-SUITE`; rtpengine takes it as a list only: a string
+    /// there changes nothing.
+    fn take_sdes(&mut self, v: &Bencode) -> Result<(), NgError> {
+        if !matches!(v, Bencode::List(_)) {
+            self.ignored
+                .push(format!("SDES: {} (not a list)", text("SDES", v)?));
+            return Ok(());
+        }
+        for item in list("SDES", v)? {
+            let n = norm(&item);
+            if n == "off" || n == "no" || n == "disable" {
+                self.sdes_off = true;
+            } else if let Some(s) = item.trim().strip_prefix("only-") {
+                self.sdes_only.push(s.to_owned());
+            } else if let Some(s) = item.trim().strip_prefix("no-") {
+                self.sdes_no.push(s.to_owned());
+            } else {
+                self.ignored.push(format!("SDES: {item}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// `rtcp-mux`: `offer`, `require`, `accept`, `demux`.
+    fn take_rtcp_mux(&mut self, v: &Bencode) -> Result<(), NgError> {
+        for item in list("rtcp-mux", v)? {
+            match norm(&item).as_str() {
+                "offer" => self.rtcp_mux.offer = true,
+                "require" => self.rtcp_mux.require = true,
+                "accept" => self.rtcp_mux.accept = true,
+                "demux" => self.rtcp_mux.demux = true,
+                _ => self.ignored.push(format!("rtcp-mux: {item}")),
+            }
+        }
+        Ok(())
+    }
+
+    /// `flags`: each kept lower-cased; `codec-<op>-<name>` is the codec dictionary's entry
+    /// (the name kept as given), `always-transcode` accepts every codec, `record-call` records.
+    fn take_flag_list(&mut self, v: &Bencode) -> Result<(), NgError> {
+        for item in list("flags", v)? {
+            let n = norm(&item);
+            let rest = item.trim().get("codec-".len()..).unwrap_or_default();
+            if let Some((op, name)) = n
+                .strip_prefix("codec-")
+                .and_then(|r| r.split_once('-'))
+                .map(|(op, _)| (op.to_owned(), rest.get(op.len() + 1..).unwrap_or_default()))
+            {
+                if let Some(l) = self.codec.list_mut(&op) {
+                    if !name.is_empty() {
+                        l.push(name.to_owned());
+                    }
+                    continue;
+                }
+            }
+            if n == "always-transcode" {
+                self.codec.accept.push("all".into());
+            }
+            self.record_call |= n == "record-call";
+            self.flags.push(n);
+        }
+        Ok(())
+    }
+
+    /// `replace`: the SDP fields we rewrite as rtpengine does.
+    fn take_replace(&mut self, v: &Bencode) -> Result<(), NgError> {
+        for item in list("replace", v)? {
+            let n = norm(&item);
+            match n.as_str() {
+                "origin" | "session-connection" | "sdp-version" | "username" | "session-name"
+                | "zero-address" => self.replace.push(n),
+                _ => self.ignored.push(format!("replace: {item}")),
+            }
+        }
+        Ok(())
+    }
 }
 
 fn offer_answer(e: &[(String, &Bencode)], answer: bool) -> Result<OfferAnswer, NgError> {
