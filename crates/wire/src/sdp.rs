@@ -301,39 +301,10 @@ fn fingerprint_of(a: &SdpAttribute) -> Option<(String, Vec<u8>)> {
     }
 }
 
-/// Media section `m`, the `index`th. A section without `a=mid` is taken by its index as mid
-/// unless the offer bundles (`bundled`), where mids name what is bundled: a DTLS-SRTP offer
-/// from before RFC 8843 (a SIP phone's, through the ng protocol) may have none.
-fn media_offer(m: &SdpMedia, index: usize, bundled: bool) -> Result<MediaOffer, SdpError> {
-    let attrs = m.get_attributes();
-    let given = attr_str(attrs, |a| {
-        if let SdpAttribute::Mid(s) = a {
-            Some(s.as_str())
-        } else {
-            None
-        }
-    });
-    let mid = match given {
-        Some(mid) => mid.to_string(),
-        None if !bundled => index.to_string(),
-        None => return Err(SdpError::MissingMid),
-    };
-    let kind = match m.get_type() {
-        SdpMediaValue::Audio => MediaKind::Audio,
-        SdpMediaValue::Video => MediaKind::Video,
-        SdpMediaValue::Application => MediaKind::Application,
-        SdpMediaValue::Unknown(s) => MediaKind::Other(s.clone()),
-    };
-    let direction = attrs
-        .iter()
-        .find_map(|a| match a {
-            SdpAttribute::Sendrecv => Some(Direction::SendRecv),
-            SdpAttribute::Sendonly => Some(Direction::SendOnly),
-            SdpAttribute::Recvonly => Some(Direction::RecvOnly),
-            SdpAttribute::Inactive => Some(Direction::Inactive),
-            _ => None,
-        })
-        .unwrap_or(Direction::SendRecv);
+/// The codecs of section `m` (its `attrs`), in the `m=` line's order: each payload type with
+/// its `a=rtpmap` and `a=fmtp`; a static one (PCMU, PCMA, G.722) may come without `a=rtpmap`
+/// (RFC 3551), any other without one is left out.
+fn codecs_of(m: &SdpMedia, attrs: &[SdpAttribute]) -> Vec<Codec> {
     let pts: Vec<u32> = match m.get_formats() {
         SdpFormatList::Integers(v) => v.clone(),
         _ => Vec::new(),
@@ -367,6 +338,90 @@ fn media_offer(m: &SdpMedia, index: usize, bundled: bool) -> Result<MediaOffer, 
             fmtp: fmtp.filter(|s| !s.is_empty()),
         });
     }
+    codecs
+}
+
+/// The section's `a=rtcp-fb` lines: each one's payload type (none for `*`) and the line
+/// without it (`nack pli`, `ccm fir`, `transport-cc`).
+fn rtcp_feedback_of(attrs: &[SdpAttribute]) -> Vec<(Option<u8>, String)> {
+    attrs
+        .iter()
+        .filter_map(|a| {
+            let SdpAttribute::Rtcpfb(f) = a else {
+                return None;
+            };
+            let pt = match f.payload_type {
+                SdpAttributePayloadType::PayloadType(p) => Some(p),
+                SdpAttributePayloadType::Wildcard => None,
+            };
+            // The line without its payload type: `nack pli`, `ccm fir`, `transport-cc`.
+            let line = f.to_string();
+            let fb = line.split_once(' ').map_or("", |(_, rest)| rest).trim();
+            Some((pt, fb.to_owned()))
+        })
+        .collect()
+}
+
+/// The simulcast layers the peer sends (`a=simulcast` send, each alternative's first layer not
+/// paused) that an `a=rid` send line describes.
+fn simulcast_send_of(attrs: &[SdpAttribute]) -> Vec<String> {
+    let send_rids: Vec<&str> = attrs
+        .iter()
+        .filter_map(|a| match a {
+            SdpAttribute::Rid(r) if r.direction == SdpSingleDirection::Send => Some(r.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    attrs
+        .iter()
+        .find_map(|a| match a {
+            SdpAttribute::Simulcast(sc) => Some(
+                sc.send
+                    .iter()
+                    .filter_map(|v| v.ids.iter().find(|id| !id.paused))
+                    .map(|id| id.id.clone())
+                    .filter(|id| send_rids.contains(&id.as_str()))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Media section `m`, the `index`th. A section without `a=mid` is taken by its index as mid
+/// unless the offer bundles (`bundled`), where mids name what is bundled: a DTLS-SRTP offer
+/// from before RFC 8843 (a SIP phone's, through the ng protocol) may have none.
+fn media_offer(m: &SdpMedia, index: usize, bundled: bool) -> Result<MediaOffer, SdpError> {
+    let attrs = m.get_attributes();
+    let given = attr_str(attrs, |a| {
+        if let SdpAttribute::Mid(s) = a {
+            Some(s.as_str())
+        } else {
+            None
+        }
+    });
+    let mid = match given {
+        Some(mid) => mid.to_string(),
+        None if !bundled => index.to_string(),
+        None => return Err(SdpError::MissingMid),
+    };
+    let kind = match m.get_type() {
+        SdpMediaValue::Audio => MediaKind::Audio,
+        SdpMediaValue::Video => MediaKind::Video,
+        SdpMediaValue::Application => MediaKind::Application,
+        SdpMediaValue::Unknown(s) => MediaKind::Other(s.clone()),
+    };
+    let direction = attrs
+        .iter()
+        .find_map(|a| match a {
+            SdpAttribute::Sendrecv => Some(Direction::SendRecv),
+            SdpAttribute::Sendonly => Some(Direction::SendOnly),
+            SdpAttribute::Recvonly => Some(Direction::RecvOnly),
+            SdpAttribute::Inactive => Some(Direction::Inactive),
+            _ => None,
+        })
+        .unwrap_or(Direction::SendRecv);
+    let codecs = codecs_of(m, attrs);
     let ssrcs: Vec<u32> = {
         let mut v: Vec<u32> = attrs
             .iter()
@@ -391,43 +446,8 @@ fn media_offer(m: &SdpMedia, index: usize, bundled: bool) -> Result<MediaOffer, 
             }
         })
         .collect();
-    let rtcp_fb = attrs
-        .iter()
-        .filter_map(|a| {
-            let SdpAttribute::Rtcpfb(f) = a else {
-                return None;
-            };
-            let pt = match f.payload_type {
-                SdpAttributePayloadType::PayloadType(p) => Some(p),
-                SdpAttributePayloadType::Wildcard => None,
-            };
-            // The line without its payload type: `nack pli`, `ccm fir`, `transport-cc`.
-            let line = f.to_string();
-            let fb = line.split_once(' ').map_or("", |(_, rest)| rest).trim();
-            Some((pt, fb.to_owned()))
-        })
-        .collect();
-    let send_rids: Vec<&str> = attrs
-        .iter()
-        .filter_map(|a| match a {
-            SdpAttribute::Rid(r) if r.direction == SdpSingleDirection::Send => Some(r.id.as_str()),
-            _ => None,
-        })
-        .collect();
-    let simulcast_send = attrs
-        .iter()
-        .find_map(|a| match a {
-            SdpAttribute::Simulcast(sc) => Some(
-                sc.send
-                    .iter()
-                    .filter_map(|v| v.ids.iter().find(|id| !id.paused))
-                    .map(|id| id.id.clone())
-                    .filter(|id| send_rids.contains(&id.as_str()))
-                    .collect(),
-            ),
-            _ => None,
-        })
-        .unwrap_or_default();
+    let rtcp_fb = rtcp_feedback_of(attrs);
+    let simulcast_send = simulcast_send_of(attrs);
     let fid = attrs
         .iter()
         .filter_map(|a| match a {
