@@ -12,7 +12,7 @@ use secrelay_srtp::Profile;
 use secrelay_wire::bencode::Bencode;
 use secrelay_wire::ng::{Dtls, Flags, Ice, OfferAnswer};
 use secrelay_wire::sdp::parse_offer;
-use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription};
+use secrelay_wire::sdp_rtp::{parse_rtp, RtpDescription, Transport};
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -137,6 +137,53 @@ impl WebRtcCall {
     }
 }
 
+/// The transport towards the callee: the one `transport-protocol` names, else the caller's
+/// when it is plain RTP or SDES (a WebRTC caller must name it).
+fn callee_transport(flags: &Flags, caller: &Transport) -> Result<Transport, ApiError> {
+    Ok(match (&flags.transport, caller) {
+        (Some(t), _) => t.clone(),
+        (None, t) if t.is_plain() || t.is_sdes() => t.clone(),
+        (None, t) => {
+            return Err(ApiError::bad(format!(
+                "the caller speaks {}: say which transport the callee gets (transport-protocol: RTP/AVP or RTP/SAVP); offering WebRTC towards a callee is not supported yet",
+                t.as_str()
+            )))
+        }
+    })
+}
+
+/// The SDES suites offered to the callee on `transport`: ours (`ours`), or those `SDES:
+/// only-…` names, less those `SDES: no-…` names; none but on an SDES transport, which `SDES:
+/// off` refuses.
+fn offered_suites(
+    flags: &Flags,
+    transport: &Transport,
+    ours: &[Profile],
+) -> Result<Vec<Profile>, ApiError> {
+    if !transport.is_sdes() {
+        return Ok(Vec::new());
+    }
+    if flags.sdes_off {
+        return Err(ApiError::bad(format!(
+            "transport-protocol {} needs SDES, and SDES is off",
+            transport.as_str()
+        )));
+    }
+    let named = |names: &[String]| {
+        names
+            .iter()
+            .map(|n| {
+                n.parse::<Profile>()
+                    .map_err(|_| ApiError::bad(format!("SDES: unknown suite {n:?}")))
+            })
+            .collect::<Result<Vec<Profile>, ApiError>>()
+    };
+    let only = named(&flags.sdes_only)?;
+    let no = named(&flags.sdes_no)?;
+    let base = if only.is_empty() { ours.to_vec() } else { only };
+    Ok(base.into_iter().filter(|p| !no.contains(p)).collect())
+}
+
 impl Ng {
     /// `offer`: the member facing the callee, made as our offer.
     pub(super) async fn webrtc_offer(&mut self, o: OfferAnswer) -> Result<Bencode, ApiError> {
@@ -159,49 +206,14 @@ impl Ng {
                 "the offer's SDP has no audio section with a port",
             ))?;
         let mut warnings = o.flags.ignored.clone();
-        let transport = match (&o.flags.transport, &section.transport) {
-            (Some(t), _) => t.clone(),
-            (None, t) if t.is_plain() || t.is_sdes() => t.clone(),
-            (None, t) => {
-                return Err(ApiError::bad(format!(
-                    "the caller speaks {}: say which transport the callee gets (transport-protocol: RTP/AVP or RTP/SAVP); offering WebRTC towards a callee is not supported yet",
-                    t.as_str()
-                )))
-            }
-        };
+        let transport = callee_transport(&o.flags, &section.transport)?;
         if transport.is_dtls() {
             let caller_webrtc = dtls_in(&caller);
             return self
                 .offer_webrtc_callee(o, section, caller_webrtc, warnings)
                 .await;
         }
-        let suites: Vec<Profile> = if transport.is_sdes() {
-            if o.flags.sdes_off {
-                return Err(ApiError::bad(format!(
-                    "transport-protocol {} needs SDES, and SDES is off",
-                    transport.as_str()
-                )));
-            }
-            let named = |names: &[String]| {
-                names
-                    .iter()
-                    .map(|n| {
-                        n.parse::<Profile>()
-                            .map_err(|_| ApiError::bad(format!("SDES: unknown suite {n:?}")))
-                    })
-                    .collect::<Result<Vec<Profile>, ApiError>>()
-            };
-            let only = named(&o.flags.sdes_only)?;
-            let no = named(&o.flags.sdes_no)?;
-            let base = if only.is_empty() {
-                self.sdes_suites.clone()
-            } else {
-                only
-            };
-            base.into_iter().filter(|p| !no.contains(p)).collect()
-        } else {
-            Vec::new()
-        };
+        let suites = offered_suites(&o.flags, &transport, &self.sdes_suites)?;
         let plan = plan(&section.codecs, &o.flags.codec);
         warnings.extend(plan.warnings);
         if plan.towards_callee.is_empty() {
@@ -449,6 +461,108 @@ impl Ng {
         }
     }
 
+    /// The answer to our new offer `r` in the answered call: the answering side's member takes
+    /// it (a WebRTC or a telephony one), and the new offer is answered from then on.
+    async fn answer_reoffer(
+        &mut self,
+        call: &WebRtcCall,
+        r: &Reoffer,
+        a: &OfferAnswer,
+    ) -> Result<(), ApiError> {
+        let webrtc = if r.answerer == call.callee_id {
+            call.callee_webrtc
+        } else {
+            call.caller_webrtc
+        };
+        if webrtc {
+            let sdp = parse_offer(&a.sdp)
+                .map_err(|e| ApiError::bad(format!("the answer's WebRTC SDP: {e}")))?;
+            self.gateway
+                .answer_reoffer(&call.room, &r.answerer, sdp, None)
+                .await?;
+        } else {
+            let sdp =
+                parse_rtp(&a.sdp).map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
+            match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
+                Ok(None) => {}
+                Ok(Some(_)) => {
+                    return Err(ApiError::bad(
+                        "the answering side had no offer of ours pending",
+                    ))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let Some(c) = self.webrtc_mut(&a.call_id) {
+            if let Some(r) = c.reoffer.as_mut() {
+                r.answered = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The caller's member, made once the callee answered with the codecs `ids` it took: a
+    /// WebRTC leg answering a WebRTC caller's offer, else a telephony leg on the caller's
+    /// interface (`caller_rtp`: its offer). Its id, its answer, and where its media port is.
+    async fn join_caller(
+        &mut self,
+        call: &WebRtcCall,
+        caller_rtp: RtpDescription,
+        ids: &[CodecId],
+        warnings: &mut Vec<String>,
+    ) -> Result<(String, String, Option<SocketAddr>), ApiError> {
+        if call.caller_webrtc {
+            // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
+            let mut offer = parse_offer(&call.caller_sdp)
+                .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
+            for m in &mut offer.media {
+                m.codecs.retain(|c| {
+                    CodecId::of(c).is_some_and(|id| caller_keeps(id, ids, &call.caller_transcodes))
+                });
+            }
+            let j = self
+                .gateway
+                .join(&call.room, offer, JoinKind::Join, Who::default())
+                .await?;
+            return Ok((j.id, j.answer, None));
+        }
+        let mut offer = caller_rtp;
+        for s in &mut offer.sections {
+            s.codecs.retain(|c| {
+                CodecId::of(c).is_some_and(|id| caller_keeps(id, ids, &call.caller_transcodes))
+            });
+            if let Some(p) = call.caller_flags.ptime_reverse {
+                s.ptime = Some(p);
+            }
+            if call.caller_flags.has("SIP-source-address") {
+                if let Some(ip) = call.caller_flags.received_from {
+                    s.address = Some(ip);
+                }
+            }
+        }
+        if call.caller_flags.transport.is_some() {
+            warnings.push(
+                "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
+            );
+        }
+        // The caller's interface: `direction`'s first entry, else of the caller's family.
+        let ctx = self.ctx();
+        let family = offer
+            .sections
+            .iter()
+            .find_map(|s| s.address)
+            .map(|ip| ip.is_ipv6());
+        let on = ctx.on_interface(&call.caller_flags, 0, family, RtpLegOptions::default());
+        let options = ctx.pinned(&call.room, Side::A, on);
+        let bound = self.bound_ip(&options);
+        let j = self
+            .gateway
+            .join_rtp_with(&call.room, offer, options, Who::default())
+            .await?;
+        let caller_at = j.ports.first().map(|p| SocketAddr::new(bound, *p));
+        Ok((j.id, j.answer, caller_at))
+    }
+
     /// `answer`: the callee's member takes its answer; the caller's member is made, with the
     /// codecs the callee took. After a new offer in the answered call, the other side's answer
     /// to it.
@@ -461,35 +575,7 @@ impl Ng {
         };
         if let Some(r) = call.reoffer.as_ref().filter(|r| r.from_tag == a.from_tag) {
             if !r.answered {
-                let webrtc = if r.answerer == call.callee_id {
-                    call.callee_webrtc
-                } else {
-                    call.caller_webrtc
-                };
-                if webrtc {
-                    let sdp = parse_offer(&a.sdp)
-                        .map_err(|e| ApiError::bad(format!("the answer's WebRTC SDP: {e}")))?;
-                    self.gateway
-                        .answer_reoffer(&call.room, &r.answerer, sdp, None)
-                        .await?;
-                } else {
-                    let sdp = parse_rtp(&a.sdp)
-                        .map_err(|e| ApiError::bad(format!("the answer's SDP: {e}")))?;
-                    match self.gateway.update_rtp(&call.room, &r.answerer, sdp).await {
-                        Ok(None) => {}
-                        Ok(Some(_)) => {
-                            return Err(ApiError::bad(
-                                "the answering side had no offer of ours pending",
-                            ))
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                }
-                if let Some(c) = self.webrtc_mut(&a.call_id) {
-                    if let Some(r) = c.reoffer.as_mut() {
-                        r.answered = true;
-                    }
-                }
+                self.answer_reoffer(&call, r, &a).await?;
             }
             return Ok(sdp_reply(&r.answer, &a.flags.ignored));
         }
@@ -520,58 +606,9 @@ impl Ng {
         let mut warnings = a.flags.ignored.clone();
         let caller_rtp = parse_rtp(&call.caller_sdp)
             .map_err(|e| ApiError::bad(format!("the offer's SDP: {e}")))?;
-        let mut caller_at = None;
-        let (id, sdp) = if call.caller_webrtc {
-            // A WebRTC caller: a WebRTC leg answers its offer, with the callee's codecs.
-            let mut offer = parse_offer(&call.caller_sdp)
-                .map_err(|e| ApiError::bad(format!("the offer's WebRTC SDP: {e}")))?;
-            for m in &mut offer.media {
-                m.codecs.retain(|c| {
-                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
-                });
-            }
-            let j = self
-                .gateway
-                .join(&call.room, offer, JoinKind::Join, Who::default())
-                .await?;
-            (j.id, j.answer)
-        } else {
-            let mut offer: RtpDescription = caller_rtp;
-            for s in &mut offer.sections {
-                s.codecs.retain(|c| {
-                    CodecId::of(c).is_some_and(|id| caller_keeps(id, &ids, &call.caller_transcodes))
-                });
-                if let Some(p) = call.caller_flags.ptime_reverse {
-                    s.ptime = Some(p);
-                }
-                if call.caller_flags.has("SIP-source-address") {
-                    if let Some(ip) = call.caller_flags.received_from {
-                        s.address = Some(ip);
-                    }
-                }
-            }
-            if call.caller_flags.transport.is_some() {
-                warnings.push(
-                    "the caller's side keeps the caller's transport; transport-protocol applies to the callee".into(),
-                );
-            }
-            // The caller's interface: `direction`'s first entry, else of the caller's family.
-            let ctx = self.ctx();
-            let family = offer
-                .sections
-                .iter()
-                .find_map(|s| s.address)
-                .map(|ip| ip.is_ipv6());
-            let on = ctx.on_interface(&call.caller_flags, 0, family, RtpLegOptions::default());
-            let options = ctx.pinned(&call.room, Side::A, on);
-            let bound = self.bound_ip(&options);
-            let j = self
-                .gateway
-                .join_rtp_with(&call.room, offer, options, Who::default())
-                .await?;
-            caller_at = j.ports.first().map(|p| SocketAddr::new(bound, *p));
-            (j.id, j.answer)
-        };
+        let (id, sdp, caller_at) = self
+            .join_caller(&call, caller_rtp, &ids, &mut warnings)
+            .await?;
         if let Some(c) = self.webrtc_mut(&a.call_id) {
             c.to_tag = a.to_tag.clone();
             c.caller = Some((id, sdp.clone()));
