@@ -731,7 +731,6 @@ impl Transcoding {
         let in_clock = s.codec.clock_rate();
         let samples = u64::from(ticks) * u64::from(s.decoder.out_rate()) / u64::from(in_clock);
         let ms = u64::from(ticks) * 1000 / u64::from(in_clock);
-        let codec = |e: secrelay_media::Error| TranscodeError::Codec(e.to_string());
         let mut noise = Vec::new();
         for o in s.outputs.iter_mut().filter(|o| formats.contains(&o.format)) {
             if o.toning() {
@@ -739,15 +738,19 @@ impl Transcoding {
             }
             o.follow_gap(&d, in_clock, pkt.timestamp)?;
             // What went missing before it, concealed.
-            o.encoder.push_pcm(pcm, &mut o.ready).map_err(codec)?;
+            o.encoder.push_pcm(pcm, &mut o.ready).map_err(codec_error)?;
             if o.format.cn == Cn::Noise {
                 noise.clear();
                 o.noise.render(sid.level, samples as usize, &mut noise);
-                o.encoder.push_pcm(&noise, &mut o.ready).map_err(codec)?;
+                o.encoder
+                    .push_pcm(&noise, &mut o.ready)
+                    .map_err(codec_error)?;
             } else {
                 // The packet at the output's place for it, and the output's timeline past
                 // the time it stands for (the audio after it starts a talkspurt).
-                o.encoder.discontinuity(0, &mut o.ready).map_err(codec)?;
+                o.encoder
+                    .discontinuity(0, &mut o.ready)
+                    .map_err(codec_error)?;
                 o.ready.push(OutPacket {
                     seq: o.encoder.take_seq(),
                     timestamp: o.encoder.next_timestamp(),
@@ -757,7 +760,7 @@ impl Transcoding {
                 });
                 o.encoder
                     .discontinuity(ms as u32, &mut o.ready)
-                    .map_err(codec)?;
+                    .map_err(codec_error)?;
             }
             work.encoded += o.ready.len() as u64;
         }
@@ -1150,6 +1153,18 @@ impl Mixing {
         let Some(due) = self.next_tick else {
             return Ok(0);
         };
+        self.schedule_after(due, now);
+        self.choose_talkers();
+        self.mix(receivers)?;
+        self.want(receivers);
+        let encoded = self.encode_wanted()?;
+        self.number_outputs(receivers);
+        Ok(encoded)
+    }
+
+    /// The tick after the one `due` (a few missed ones are skipped, not caught up); none once
+    /// no audio came for [`MIX_IDLE`].
+    fn schedule_after(&mut self, due: std::time::Instant, now: std::time::Instant) {
         let mut next = due + MIX_TICK;
         if now.saturating_duration_since(due) > MIX_TICK * 5 {
             next = now + MIX_TICK;
@@ -1162,44 +1177,60 @@ impl Mixing {
         } else {
             Some(next)
         };
-        let codec = |e: secrelay_media::Error| TranscodeError::Codec(e.to_string());
-        self.choose_talkers();
+    }
+
+    /// The talkers' frames summed, each receiver's mix without its own voice; the talkers
+    /// noted, sorted ([`Mixing::mix_key`]).
+    fn mix(&mut self, receivers: &[(MemberId, Format)]) -> Result<(), TranscodeError> {
         for input in self.inputs.iter().filter(|i| i.talking) {
             self.mixer
                 .put(u64::from(input.member.0), &input.frame)
-                .map_err(codec)?;
+                .map_err(codec_error)?;
         }
         for (m, _) in receivers {
-            self.mixer.add(u64::from(m.0)).map_err(codec)?;
+            self.mixer.add(u64::from(m.0)).map_err(codec_error)?;
         }
         self.mixer.mix();
-        // The encoders this tick needs; the others are dropped (a returning talker, or the
-        // shared mix after a tick where everyone talked, starts from a fresh state).
-        let mut talkers = std::mem::take(&mut self.talker_ids);
+        let talkers = &mut self.talker_ids;
         talkers.clear();
         talkers.extend(self.inputs.iter().filter(|i| i.talking).map(|i| i.member));
         talkers.sort_unstable_by_key(|m| m.0);
-        let key_of = |m: MemberId| {
-            if talkers.binary_search_by_key(&m.0, |t| t.0).is_ok() {
-                MixKey::Own(m)
-            } else {
-                MixKey::All
-            }
-        };
+        Ok(())
+    }
+
+    /// The mix `m` hears: its own (the others' voices) when it talks, else the shared one.
+    fn mix_key(&self, m: MemberId) -> MixKey {
+        if self.talker_ids.binary_search_by_key(&m.0, |t| t.0).is_ok() {
+            MixKey::Own(m)
+        } else {
+            MixKey::All
+        }
+    }
+
+    /// The encoders this tick needs, a mix and a format each (for the shared mix, any member
+    /// that is not summed hears it); the others are dropped (a returning talker, or the shared
+    /// mix after a tick where everyone talked, starts from a fresh state).
+    fn want(&mut self, receivers: &[(MemberId, Format)]) {
         let mut wanted = std::mem::take(&mut self.wanted);
         wanted.clear();
         for &(m, format) in receivers {
-            let key = key_of(m);
+            let key = self.mix_key(m);
             if !wanted.iter().any(|&(k, f, _)| k == key && f == format) {
-                // (for the shared mix: any member that is not summed hears it)
                 wanted.push((key, format, m));
             }
         }
         self.encoders
             .retain(|e| wanted.iter().any(|&(k, f, _)| e.key == k && e.format == f));
+        self.wanted = wanted;
+    }
+
+    /// Each wanted mix encoded once per format (an encoder made where there is none); the
+    /// packets made, charged to the member whose mix it is.
+    fn encode_wanted(&mut self) -> Result<u64, TranscodeError> {
         let mut encoded = 0;
         self.charged.clear();
-        for &(key, format, pcm_of) in &wanted {
+        for w in 0..self.wanted.len() {
+            let (key, format, pcm_of) = self.wanted[w];
             let k = match self
                 .encoders
                 .iter()
@@ -1207,13 +1238,13 @@ impl Mixing {
             {
                 Some(k) => k,
                 None => {
-                    let c =
-                        make_codec(&self.registry, format.codec, format.amr_mode).map_err(codec)?;
+                    let c = make_codec(&self.registry, format.codec, format.amr_mode)
+                        .map_err(codec_error)?;
                     self.encoders.push(MixEncoder {
                         key,
                         format,
                         encoder: StreamEncoder::new(c, MIX_RATE, format.ptime, 0, 0)
-                            .map_err(codec)?,
+                            .map_err(codec_error)?,
                         packets: Vec::new(),
                     });
                     self.encoders.len() - 1
@@ -1222,16 +1253,23 @@ impl Mixing {
             let e = &mut self.encoders[k];
             e.packets.clear();
             let mix = self.mixer.output(u64::from(pcm_of.0)).unwrap_or(&[]);
-            e.encoder.push_pcm(mix, &mut e.packets).map_err(codec)?;
+            e.encoder
+                .push_pcm(mix, &mut e.packets)
+                .map_err(codec_error)?;
             encoded += e.packets.len() as u64;
             self.charged.push((pcm_of, e.packets.len() as u64));
         }
-        // Each receiver's packets, numbered on its own timeline.
+        Ok(encoded)
+    }
+
+    /// Each receiver's packets of this tick, numbered on its own timeline (a new one when its
+    /// format changed).
+    fn number_outputs(&mut self, receivers: &[(MemberId, Format)]) {
         for o in self.outputs.values_mut() {
             o.ready.clear();
         }
         for &(member, format) in receivers {
-            let key = key_of(member);
+            let key = self.mix_key(member);
             let Some(encoder) = self
                 .encoders
                 .iter()
@@ -1244,7 +1282,6 @@ impl Mixing {
                 .entry(member)
                 .or_insert_with(|| MixOutput::new(format));
             if o.format != format {
-                // The member's format changed: a new stream, on a new timeline.
                 *o = MixOutput::new(format);
             }
             for packet in 0..self.encoders[encoder].packets.len() {
@@ -1259,9 +1296,6 @@ impl Mixing {
                 o.ts = o.ts.wrapping_add(o.ticks);
             }
         }
-        self.talker_ids = talkers;
-        self.wanted = wanted;
-        Ok(encoded)
     }
 
     /// What the last [`Mixing::tick`] made for `member`.
@@ -1302,6 +1336,11 @@ impl Mixing {
         }
         self.mixer.remove(u64::from(member.0));
     }
+}
+
+/// A codec's error as the mixer's.
+fn codec_error(e: secrelay_media::Error) -> TranscodeError {
+    TranscodeError::Codec(e.to_string())
 }
 
 #[cfg(test)]
