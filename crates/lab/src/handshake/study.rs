@@ -387,6 +387,584 @@ fn run_pion(bin: &Path, handshakes: usize, cookies: bool) -> Result<PionResult, 
     serde_json::from_str(line).map_err(|e| format!("pion-dtls printed {line:?}: {e}"))
 }
 
+/// What [`time_rounds`] measured: per pairing, the protection profile it agreed or why it
+/// failed, and its samples; per floor, its timings.
+type Rounds = (
+    Vec<Result<&'static str, String>>,
+    Vec<Vec<Sample>>,
+    Vec<Vec<[f64; 4]>>,
+);
+
+/// Every pairing once outside timing (one that fails becomes a "not offered" row with the
+/// reason instead of a number), then `warmup + rounds` interleaved rounds of every pairing
+/// and every crypto floor, the first `warmup` not kept.
+fn time_rounds(pairings: &[Pairing], floors: &[Floor], warmup: usize, rounds: usize) -> Rounds {
+    let mut ok: Vec<Result<&'static str, String>> = pairings
+        .iter()
+        .map(|p| handshake(&p.make_client, &p.make_server).map(|(_, prof)| prof))
+        .collect();
+    let mut samples: Vec<Vec<Sample>> = pairings
+        .iter()
+        .map(|_| Vec::with_capacity(rounds))
+        .collect();
+    let mut floor_ns: Vec<Vec<[f64; 4]>> =
+        floors.iter().map(|_| Vec::with_capacity(rounds)).collect();
+    for round in 0..warmup + rounds {
+        // Each round runs the pairings in another order (a fixed pseudo-random shuffle),
+        // so that no pairing always follows the same one. Rotating the start was not
+        // enough: the first pairing then always came right after OpenSSL's RSA-3072
+        // handshake and paid for its cold caches and heap (~+100 µs on its server side).
+        for i in round_order(pairings.len(), round) {
+            let p = &pairings[i];
+            if ok[i].is_err() {
+                continue;
+            }
+            match handshake(&p.make_client, &p.make_server) {
+                Ok((s, _)) if round >= warmup => samples[i].push(s),
+                Ok(_) => {}
+                Err(e) => ok[i] = Err(format!("failed in round {round}: {e}")),
+            }
+        }
+        for (i, f) in floors.iter().enumerate() {
+            let o = f.timed();
+            if round >= warmup {
+                floor_ns[i].push(o);
+            }
+        }
+    }
+    (ok, samples, floor_ns)
+}
+
+/// The crypto floor's table (per side, the median of each operation over the rounds, with
+/// its instructions where counted) and each floor's sum of the four, in µs.
+fn floor_table(
+    floor_ns: &[Vec<[f64; 4]>],
+    counts: &std::collections::BTreeMap<String, f64>,
+) -> (Table, Vec<f64>) {
+    let mut floor_us: Vec<f64> = Vec::new();
+    let mut floor_table = Table::new(
+        "crypto_floor",
+        "Crypto floor per side, aws-lc-rs (µs per operation, median over the rounds)",
+    )
+    .col("ops", "one side's crypto")
+    .col_unit("sign_us", "ECDSA sign", "µs")
+    .col_unit("verify_us", "ECDSA verify", "µs")
+    .col_unit("keygen_us", "ECDHE key pair", "µs")
+    .col_unit("ecdh_us", "ECDH", "µs")
+    .col_unit("sum_us", "all four", "µs")
+    .col_unit("instructions", "instructions, all four", "instr");
+    for (i, per_round) in floor_ns.iter().enumerate() {
+        let op = |k: usize| median(&mut per_round.iter().map(|r| r[k]).collect::<Vec<_>>()) / 1e3;
+        let (sign, verify, keygen, ecdh) = (op(0), op(1), op(2), op(3));
+        let sum = median(
+            &mut per_round
+                .iter()
+                .map(|r| r.iter().sum::<f64>())
+                .collect::<Vec<_>>(),
+        ) / 1e3;
+        floor_us.push(sum);
+        floor_table.push([
+            ("ops", Cell::text(FLOOR_NAMES[i])),
+            ("sign_us", Cell::num(sign)),
+            ("verify_us", Cell::num(verify)),
+            ("keygen_us", Cell::num(keygen)),
+            ("ecdh_us", Cell::num(ecdh)),
+            ("sum_us", Cell::num(sum)),
+        ]);
+        if let Some(n) = counts.get(&format!("floor|{i}")) {
+            if let Some(row) = floor_table.rows.last_mut() {
+                row.insert("instructions".into(), Cell::num(*n));
+            }
+        }
+    }
+    (floor_table, floor_us)
+}
+
+/// A row per pairing (its medians, or why it has none), then the key types secrelay's engine
+/// refuses, each with the reason.
+fn pairing_rows(
+    pairings: &[Pairing],
+    ok: &[Result<&'static str, String>],
+    samples: &mut [Vec<Sample>],
+) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    for (i, p) in pairings.iter().enumerate() {
+        let result = match &ok[i] {
+            Err(e) => Err(e.clone()),
+            Ok(profile) => {
+                let s = &mut samples[i];
+                let mut total: Vec<f64> = s.iter().map(|x| x.total).collect();
+                let mut server: Vec<f64> = s.iter().map(|x| x.server).collect();
+                let mut client: Vec<f64> = s.iter().map(|x| x.client).collect();
+                Ok(Figures {
+                    profile: (*profile).into(),
+                    total_us: median(&mut total) / 1e3,
+                    server_us: median(&mut server) / 1e3,
+                    client_us: median(&mut client) / 1e3,
+                    spread_pct: iqr_pct(&mut total),
+                    runs: total.len(),
+                })
+            }
+        };
+        let result = match result {
+            Err(e) if p.client == "OpenSSL" && p.server == "secrelay" && e.contains("SRTP") => {
+                Err(format!(
+                    "not offered by the engine: dimpl 0.9 never negotiates this SRTP profile ({e})"
+                ))
+            }
+            r => r,
+        };
+        rows.push(Row {
+            stack: p.stack.clone(),
+            client: p.client.clone(),
+            server: p.server.clone(),
+            cert: p.cert.clone(),
+            kx: p.kx.clone(),
+            cookies: p.cookies,
+            offered: p.offered,
+            floor: Some(p.floor),
+            count_id: match (i, p.stack.as_str(), p.cert.as_str()) {
+                (0, _, _) => Some(COUNT_SECRELAY_COOKIES),
+                (1, _, _) => Some(COUNT_SECRELAY),
+                (_, "OpenSSL", "ECDSA P-256") => Some(COUNT_OPENSSL),
+                _ => None,
+            },
+            result,
+        });
+    }
+    for kt in [KeyType::Ed25519, KeyType::Rsa2048, KeyType::Rsa3072] {
+        let why =
+            super::engine_refuses(secrelay_dtls::EngineChoice::Dimpl, kt).unwrap_or("refused");
+        rows.push(Row {
+            stack: "secrelay (dimpl + aws-lc-rs)".into(),
+            client: "secrelay".into(),
+            server: "secrelay".into(),
+            cert: kt.name().into(),
+            kx: "-".into(),
+            cookies: true,
+            offered: None,
+            floor: None,
+            count_id: None,
+            result: Err(why.into()),
+        });
+    }
+    rows
+}
+
+/// pion/dtls's rows (with and without cookies), or one saying why it did not run; how it was
+/// measured.
+fn pion_rows(pion: &Result<(PionResult, PionResult), String>, rows: &mut Vec<Row>) -> String {
+    let pion_method;
+    match pion {
+        Ok((with, without)) => {
+            pion_method = format!(
+                "pion/dtls {} ({}), --bench-in-memory: {} handshakes after a warm-up, GOMAXPROCS=1, both ends in one Go process over a memory pipe; a side is charged from the moment it receives a datagram until the other side does (construction charged to its own side)",
+                with.version, with.go, with.handshakes
+            );
+            for (r, cookies) in [(with, true), (without, false)] {
+                rows.push(Row {
+                    stack: format!("pion/dtls {}", r.version),
+                    client: "pion".into(),
+                    server: "pion".into(),
+                    cert: "ECDSA P-256".into(),
+                    kx: "P-256".into(),
+                    cookies,
+                    offered: Some("SRTP_AES128_CM_SHA1_80"),
+                    floor: Some(0),
+                    count_id: None,
+                    result: Ok(Figures {
+                        profile: r.srtp_profile.clone(),
+                        total_us: r.total_us_median,
+                        server_us: r.server_us_median,
+                        client_us: r.client_us_median,
+                        spread_pct: (r.total_us_p75 - r.total_us_p25) / r.total_us_median * 100.0,
+                        runs: r.handshakes,
+                    }),
+                });
+            }
+        }
+        Err(why) => {
+            pion_method = format!("pion/dtls: {why}");
+            rows.push(Row {
+                stack: "pion/dtls".into(),
+                client: "pion".into(),
+                server: "pion".into(),
+                cert: "ECDSA P-256".into(),
+                kx: "P-256".into(),
+                cookies: true,
+                offered: Some("SRTP_AES128_CM_SHA1_80"),
+                floor: None,
+                count_id: None,
+                result: Err(why.clone()),
+            });
+        }
+    }
+    pion_method
+}
+
+/// The figures of the row `pred` picks, if it has any.
+fn reference(rows: &[Row], pred: impl Fn(&Row) -> bool) -> Option<Figures> {
+    rows.iter()
+        .find(|r| pred(r))
+        .and_then(|r| r.result.as_ref().ok())
+        .cloned()
+}
+
+/// The reference of the ratios against OpenSSL: its ECDSA P-256 row.
+fn openssl_reference(rows: &[Row]) -> Option<Figures> {
+    reference(rows, |r| r.stack == "OpenSSL" && r.cert == "ECDSA P-256")
+}
+
+/// The reference of the ratios against pion: its row with the same cookie setting.
+fn pion_reference(rows: &[Row], cookies: bool) -> Option<Figures> {
+    reference(rows, |r| r.client == "pion" && r.cookies == cookies)
+}
+
+/// The main table: every row's medians, rates and ratios (to its crypto floor, OpenSSL's and
+/// pion's rows), spread and instructions; a row without figures says why.
+fn main_table(
+    rows: &[Row],
+    floor_us: &[f64],
+    counts: &std::collections::BTreeMap<String, f64>,
+) -> Table {
+    let openssl_ref = openssl_reference(rows);
+    let pion_ref = |cookies: bool| pion_reference(rows, cookies);
+    let mut table = Table::new(
+        "handshake_in_memory",
+        "DTLS 1.2 handshakes, both sides in one thread over memory (median per handshake)",
+    )
+    .col("stack", "stack")
+    .col("client", "client")
+    .col("server", "server")
+    .col("cert", "certificates")
+    .col("kx", "ECDHE")
+    .col("cookies", "cookie exchange")
+    .col("srtp_profile", "SRTP profile")
+    .col_unit(
+        "handshakes_per_s",
+        "handshakes/s (one core, both sides)",
+        "/s",
+    )
+    .col_unit("server_us", "server", "µs")
+    .col_unit("server_per_s", "server handshakes/s per core", "/s")
+    .col_unit("client_us", "client", "µs")
+    .col_unit("server_vs_floor", "server ÷ crypto floor", "×")
+    .col_unit("vs_openssl", "handshakes/s vs OpenSSL", "×")
+    .col_unit("vs_pion", "handshakes/s vs pion", "×")
+    .col_unit("server_vs_openssl", "server speed vs OpenSSL", "×")
+    .col_unit("server_vs_pion", "server speed vs pion", "×")
+    .col_unit("spread_pct", "spread", "%")
+    .col("runs", "handshakes timed")
+    .col_unit(
+        "instructions",
+        "instructions per handshake, both sides",
+        "instr",
+    );
+    for r in rows {
+        let mut cells: Vec<(&str, Cell)> = vec![
+            ("stack", Cell::text(r.stack.clone())),
+            ("client", Cell::text(r.client.clone())),
+            ("server", Cell::text(r.server.clone())),
+            ("cert", Cell::text(r.cert.clone())),
+            ("kx", Cell::text(r.kx.clone())),
+            ("cookies", Cell::text(if r.cookies { "yes" } else { "no" })),
+        ];
+        match &r.result {
+            Ok(f) => {
+                cells.push(("srtp_profile", Cell::text(f.profile.clone())));
+                cells.push(("handshakes_per_s", Cell::num(1e6 / f.total_us)));
+                cells.push(("server_us", Cell::num(f.server_us)));
+                cells.push(("server_per_s", Cell::num(1e6 / f.server_us)));
+                cells.push(("client_us", Cell::num(f.client_us)));
+                if let Some(fl) = r.floor {
+                    cells.push(("server_vs_floor", Cell::num(f.server_us / floor_us[fl])));
+                }
+                if let Some(o) = &openssl_ref {
+                    cells.push(("vs_openssl", Cell::num(o.total_us / f.total_us)));
+                    cells.push(("server_vs_openssl", Cell::num(o.server_us / f.server_us)));
+                }
+                if let Some(p) = pion_ref(r.cookies) {
+                    cells.push(("vs_pion", Cell::num(p.total_us / f.total_us)));
+                    cells.push(("server_vs_pion", Cell::num(p.server_us / f.server_us)));
+                }
+                cells.push(("spread_pct", Cell::num(f.spread_pct)));
+                cells.push(("runs", Cell::text(f.runs.to_string())));
+                if let Some(n) = r.count_id.and_then(|id| counts.get(id)) {
+                    cells.push(("instructions", Cell::num(*n)));
+                }
+            }
+            Err(why) => {
+                if let Some(o) = r.offered {
+                    cells.push(("srtp_profile", Cell::text(format!("{o} offered"))));
+                } else {
+                    cells.push(("srtp_profile", Cell::not_offered(why.clone())));
+                }
+                for k in ["handshakes_per_s", "server_us", "client_us"] {
+                    cells.push((k, Cell::not_offered(why.clone())));
+                }
+            }
+        }
+        table.push(cells);
+    }
+    table
+}
+
+/// Bars: handshakes/s per stack (both sides on one core), and server-only handshakes/s.
+fn rate_plot(rows: &[Row]) -> Plot {
+    let bar_rows: Vec<(String, &Figures)> = rows
+        .iter()
+        .filter_map(|r| {
+            let f = r.result.as_ref().ok()?;
+            let who = if r.client == r.server {
+                r.stack.clone()
+            } else {
+                format!("{} → {}", r.client, r.server)
+            };
+            Some((
+                format!(
+                    "{who}, {}, {}{}",
+                    r.cert,
+                    f.profile,
+                    if r.cookies { ", cookies" } else { "" }
+                ),
+                f,
+            ))
+        })
+        .collect();
+    Plot {
+        id: "handshake_rate_per_stack".into(),
+        title: "DTLS-SRTP handshakes per second, one core, in memory".into(),
+        kind: PlotKind::Bars,
+        x_label: "stack, certificates, SRTP profile".into(),
+        y_label: "handshakes/s".into(),
+        log_y: false,
+        categories: bar_rows.iter().map(|(n, _)| n.clone()).collect(),
+        series: vec![
+            Series {
+                name: "both sides on one core".into(),
+                points: bar_rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, f))| (i as f64, 1e6 / f.total_us))
+                    .collect(),
+            },
+            Series {
+                name: "server side alone (1 / server µs)".into(),
+                points: bar_rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, f))| (i as f64, 1e6 / f.server_us))
+                    .collect(),
+            },
+        ],
+    }
+}
+
+/// What the table alone does not say: the profiles and key exchange negotiated, cookies,
+/// resumption, secrelay's server against its crypto floor, and the back-to-back storms.
+fn notes(rows: &[Row], floor_us: &[f64], storms: &mut [Storm]) -> Vec<String> {
+    let openssl_ref = openssl_reference(rows);
+    let pion_ref = |cookies: bool| pion_reference(rows, cookies);
+    let mut notes = vec![
+        "secrelay ↔ secrelay negotiates SRTP_AEAD_AES_256_GCM (dimpl 0.9 prefers it and the endpoint cannot narrow its SRTP offer) and, by default, ECDHE on X25519; \
+         the P-256 row restricts both ends to ECDHE P-256 (EndpointConfig::ecdhe_groups), the issue's reference profile, as do the OpenSSL-client rows, which also pin one SRTP profile."
+            .to_string(),
+        "Cookie exchange: secrelay's server deploys with it (one more round trip); OpenSSL over memory BIOs has none, pion does it by default. \
+         The pion ratio compares rows with the same setting."
+            .to_string(),
+        format!("Session resumption: {}", super::load::RESUMPTION_NOT_OFFERED),
+    ];
+    if let (Some(o), Some(s)) = (
+        &openssl_ref,
+        rows.first().and_then(|r| r.result.as_ref().ok()),
+    ) {
+        notes.push(format!(
+            "secrelay's server (P-256, cookies on): {:.0} µs per handshake = {:.2}× its crypto floor ({:.0} µs); OpenSSL's server {:.0} µs.",
+            s.server_us, s.server_us / floor_us[1], floor_us[1], o.server_us
+        ));
+    }
+    for st in storms.iter_mut() {
+        let (sv, fl) = (median(&mut st.server) / 1e3, median(&mut st.floor) / 1e3);
+        let total = median(&mut st.total) / 1e3;
+        // pion/dtls runs back to back too (its own process), so this is its like-for-like.
+        let vs_pion = pion_ref(true)
+            .map(|p| format!("; {:.2}× pion/dtls's handshakes/s with cookies ({:.0} µs, measured back to back in its own process)", p.total_us / total, p.total_us))
+            .unwrap_or_default();
+        notes.push(format!(
+            "Back to back (a reconnect storm: {} handshakes in blocks of ten, alternating with blocks of the floor), ECDHE {}: secrelay's server (P-256 certificates, cookies on) \
+             {sv:.0} µs per handshake = {:.2}× its crypto floor run the same way ({fl:.0} µs); whole handshake {total:.0} µs = {:.0} handshakes/s on one core{vs_pion}. \
+             The table's rounds interleave every stack, so each handshake starts with caches another stack left; back to back is a server's steady state in a storm.",
+            st.server.len(),
+            st.kx,
+            sv / fl,
+            1e6 / total
+        ));
+    }
+    notes
+}
+
+/// Back-to-back handshakes of pairing `p` as a server meets a reconnect storm: blocks of
+/// its handshakes, of the same with its server's crypto timed in place (`timed`), and of its
+/// crypto floor, one after another; the first of each block is dropped (it follows the other
+/// kind of work).
+fn storm(p: &Pairing, timed: &MakeSide, floors: &[Floor], rounds: usize) -> anyhow::Result<Storm> {
+    const BLOCK: usize = 10;
+    let mut st = Storm {
+        kx: p.kx.clone(),
+        ..Storm::default()
+    };
+    let storm_failed = |e: String| anyhow::anyhow!("back-to-back handshakes: {e}");
+    // Builds the timed server's configuration (dimpl validates its provider then).
+    handshake(&p.make_client, timed).map_err(storm_failed)?;
+    for _ in 0..rounds.div_ceil(BLOCK - 1) {
+        for k in 0..BLOCK {
+            let (s, _) = handshake(&p.make_client, &p.make_server).map_err(storm_failed)?;
+            if k > 0 {
+                st.server.push(s.server);
+                st.total.push(s.total);
+            }
+        }
+        crypto_time::take();
+        for k in 0..BLOCK {
+            let (s, _) = handshake(&p.make_client, timed).map_err(storm_failed)?;
+            let parts = crypto_time::take();
+            if k > 0 {
+                st.timed_server.push(s.server);
+                st.parts.push(parts);
+            }
+        }
+        for k in 0..BLOCK {
+            let o = floors[p.floor].timed();
+            if k > 0 {
+                st.floor.push(o.iter().sum());
+            }
+        }
+    }
+    Ok(st)
+}
+
+/// The pairings the study times, each a client and a server of a stack with a certificate, a
+/// key exchange and cookies on or off: secrelay's (ECDSA P-256 with and without cookies,
+/// P-384, ECDHE on P-256 only), secrelay's server against OpenSSL clients offering one SRTP
+/// profile each and its client against OpenSSL's server, OpenSSL's own with ECDSA and RSA
+/// certificates; and the servers of the two back-to-back rows again with their crypto timed
+/// in place (each with its row).
+fn pairings() -> anyhow::Result<(Vec<Pairing>, [(usize, MakeSide); 2])> {
+    let p256 = |cn: &str| Certificate::self_signed(KeyType::EcdsaP256, cn);
+    let (c256, s256) = (p256("lab-client")?, p256("lab-server")?);
+    let (c384, s384) = (
+        Certificate::self_signed(KeyType::EcdsaP384, "lab-client")?,
+        Certificate::self_signed(KeyType::EcdsaP384, "lab-server")?,
+    );
+    let rsa2048 = Certificate::self_signed(KeyType::Rsa2048, "lab-server-rsa2048")?;
+    let rsa3072 = Certificate::self_signed(KeyType::Rsa3072, "lab-server-rsa3072")?;
+    let all_profiles = secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES;
+    let cm80 = "SRTP_AES128_CM_SHA1_80";
+    let ossl_client_ecdsa = |srtp: &str| ossl_ctx(DtlsRole::Client, &c256, ECDSA_SUITE, srtp);
+    let ossl_client_any = ossl_ctx(
+        DtlsRole::Client,
+        &c256,
+        &format!("{ECDSA_SUITE}:{RSA_SUITE}"),
+        cm80,
+    )?;
+
+    let mut pairings: Vec<Pairing> = Vec::new();
+    let secrelay =
+        |cert: &str, cookies: bool, floor: usize, c: &Certificate, s: &Certificate| Pairing {
+            stack: "secrelay (dimpl + aws-lc-rs)".into(),
+            client: "secrelay".into(),
+            server: "secrelay".into(),
+            cert: cert.into(),
+            kx: DIMPL_KX.into(),
+            cookies,
+            offered: None,
+            floor,
+            make_client: ours(ours_config(Role::Client, c, false, &all_profiles)),
+            make_server: ours(ours_config(Role::Server, s, cookies, &all_profiles)),
+        };
+    pairings.push(secrelay("ECDSA P-256", true, 1, &c256, &s256));
+    pairings.push(secrelay("ECDSA P-256", false, 1, &c256, &s256));
+    pairings.push(secrelay("ECDSA P-384", true, 2, &c384, &s384));
+    // The issue's reference profile: ECDHE on P-256 (both ends restricted to it).
+    let p256_only = |role: Role, cert: &Certificate, cookies: bool| {
+        let mut c = ours_config(role, cert, cookies, &all_profiles);
+        c.ecdhe_groups = vec![EcdheGroup::P256];
+        ours(c)
+    };
+    pairings.push(Pairing {
+        kx: "P-256".into(),
+        floor: 0,
+        make_client: p256_only(Role::Client, &c256, false),
+        make_server: p256_only(Role::Server, &s256, true),
+        ..secrelay("ECDSA P-256", true, 0, &c256, &s256)
+    });
+    const P256_ECDHE_ROW: usize = 3;
+    // The two back-to-back rows' servers again, with every call into the crypto provider
+    // timed in place (`secrelay_dtls::crypto_time`).
+    let timed_server = |groups: Vec<EcdheGroup>| {
+        let mut c = ours_config(Role::Server, &s256, true, &all_profiles);
+        c.ecdhe_groups = groups;
+        c.time_crypto = true;
+        ours(c)
+    };
+    let timed_servers = [
+        (0, timed_server(Vec::new())),
+        (P256_ECDHE_ROW, timed_server(vec![EcdheGroup::P256])),
+    ];
+    // secrelay's server with an OpenSSL client offering one SRTP profile (and P-256 only),
+    // then secrelay's client against OpenSSL's server.
+    for p in [
+        Profile::AesCm128HmacSha1_80,
+        Profile::AeadAes128Gcm,
+        Profile::AeadAes256Gcm,
+        Profile::AesCm128HmacSha1_32,
+    ] {
+        pairings.push(Pairing {
+            stack: "secrelay server, OpenSSL client".into(),
+            client: "OpenSSL".into(),
+            server: "secrelay".into(),
+            cert: "ECDSA P-256".into(),
+            kx: "P-256".into(),
+            cookies: true,
+            offered: Some(super::dtls_name(p)),
+            floor: 0,
+            make_client: ossl(ossl_client_ecdsa(super::dtls_name(p))?),
+            make_server: ours(ours_config(Role::Server, &s256, true, &all_profiles)),
+        });
+    }
+    pairings.push(Pairing {
+        stack: "secrelay client, OpenSSL server".into(),
+        client: "secrelay".into(),
+        server: "OpenSSL".into(),
+        cert: "ECDSA P-256".into(),
+        kx: "P-256".into(),
+        cookies: false,
+        offered: Some(cm80),
+        floor: 0,
+        make_client: ours(ours_config(Role::Client, &c256, false, &all_profiles)),
+        make_server: ossl(ossl_ctx(DtlsRole::Server, &s256, ECDSA_SUITE, cm80)?),
+    });
+    for (cert, server_cert, suite) in [
+        ("ECDSA P-256", &s256, ECDSA_SUITE),
+        ("RSA-2048", &rsa2048, RSA_SUITE),
+        ("RSA-3072", &rsa3072, RSA_SUITE),
+    ] {
+        pairings.push(Pairing {
+            stack: "OpenSSL".into(),
+            client: "OpenSSL".into(),
+            server: "OpenSSL".into(),
+            cert: cert.into(),
+            kx: "P-256".into(),
+            cookies: false,
+            offered: Some(cm80),
+            floor: 0,
+            make_client: ossl(ossl_client_any.clone()),
+            make_server: ossl(ossl_ctx(DtlsRole::Server, server_cert, suite, cm80)?),
+        });
+    }
+    Ok((pairings, timed_servers))
+}
+
 /// A pairing measured in the rounds.
 struct Pairing {
     stack: String,
@@ -685,118 +1263,7 @@ impl Study for HandshakeStudy {
         let rounds = if ctx.quick() { 20 } else { 600 };
         ctx.steps(5);
         ctx.step("certificates and contexts");
-        let p256 = |cn: &str| Certificate::self_signed(KeyType::EcdsaP256, cn);
-        let (c256, s256) = (p256("lab-client")?, p256("lab-server")?);
-        let (c384, s384) = (
-            Certificate::self_signed(KeyType::EcdsaP384, "lab-client")?,
-            Certificate::self_signed(KeyType::EcdsaP384, "lab-server")?,
-        );
-        let rsa2048 = Certificate::self_signed(KeyType::Rsa2048, "lab-server-rsa2048")?;
-        let rsa3072 = Certificate::self_signed(KeyType::Rsa3072, "lab-server-rsa3072")?;
-        let all_profiles = secrelay_dtls::endpoint::DEFAULT_SRTP_PROFILES;
-        let cm80 = "SRTP_AES128_CM_SHA1_80";
-        let ossl_client_ecdsa = |srtp: &str| ossl_ctx(DtlsRole::Client, &c256, ECDSA_SUITE, srtp);
-        let ossl_client_any = ossl_ctx(
-            DtlsRole::Client,
-            &c256,
-            &format!("{ECDSA_SUITE}:{RSA_SUITE}"),
-            cm80,
-        )?;
-
-        let mut pairings: Vec<Pairing> = Vec::new();
-        let secrelay =
-            |cert: &str, cookies: bool, floor: usize, c: &Certificate, s: &Certificate| Pairing {
-                stack: "secrelay (dimpl + aws-lc-rs)".into(),
-                client: "secrelay".into(),
-                server: "secrelay".into(),
-                cert: cert.into(),
-                kx: DIMPL_KX.into(),
-                cookies,
-                offered: None,
-                floor,
-                make_client: ours(ours_config(Role::Client, c, false, &all_profiles)),
-                make_server: ours(ours_config(Role::Server, s, cookies, &all_profiles)),
-            };
-        pairings.push(secrelay("ECDSA P-256", true, 1, &c256, &s256));
-        pairings.push(secrelay("ECDSA P-256", false, 1, &c256, &s256));
-        pairings.push(secrelay("ECDSA P-384", true, 2, &c384, &s384));
-        // The issue's reference profile: ECDHE on P-256 (both ends restricted to it).
-        let p256_only = |role: Role, cert: &Certificate, cookies: bool| {
-            let mut c = ours_config(role, cert, cookies, &all_profiles);
-            c.ecdhe_groups = vec![EcdheGroup::P256];
-            ours(c)
-        };
-        pairings.push(Pairing {
-            kx: "P-256".into(),
-            floor: 0,
-            make_client: p256_only(Role::Client, &c256, false),
-            make_server: p256_only(Role::Server, &s256, true),
-            ..secrelay("ECDSA P-256", true, 0, &c256, &s256)
-        });
-        const P256_ECDHE_ROW: usize = 3;
-        // The two back-to-back rows' servers again, with every call into the crypto provider
-        // timed in place (`secrelay_dtls::crypto_time`).
-        let timed_server = |groups: Vec<EcdheGroup>| {
-            let mut c = ours_config(Role::Server, &s256, true, &all_profiles);
-            c.ecdhe_groups = groups;
-            c.time_crypto = true;
-            ours(c)
-        };
-        let timed_servers = [
-            (0, timed_server(Vec::new())),
-            (P256_ECDHE_ROW, timed_server(vec![EcdheGroup::P256])),
-        ];
-        // secrelay's server with an OpenSSL client offering one SRTP profile (and P-256 only),
-        // then secrelay's client against OpenSSL's server.
-        for p in [
-            Profile::AesCm128HmacSha1_80,
-            Profile::AeadAes128Gcm,
-            Profile::AeadAes256Gcm,
-            Profile::AesCm128HmacSha1_32,
-        ] {
-            pairings.push(Pairing {
-                stack: "secrelay server, OpenSSL client".into(),
-                client: "OpenSSL".into(),
-                server: "secrelay".into(),
-                cert: "ECDSA P-256".into(),
-                kx: "P-256".into(),
-                cookies: true,
-                offered: Some(super::dtls_name(p)),
-                floor: 0,
-                make_client: ossl(ossl_client_ecdsa(super::dtls_name(p))?),
-                make_server: ours(ours_config(Role::Server, &s256, true, &all_profiles)),
-            });
-        }
-        pairings.push(Pairing {
-            stack: "secrelay client, OpenSSL server".into(),
-            client: "secrelay".into(),
-            server: "OpenSSL".into(),
-            cert: "ECDSA P-256".into(),
-            kx: "P-256".into(),
-            cookies: false,
-            offered: Some(cm80),
-            floor: 0,
-            make_client: ours(ours_config(Role::Client, &c256, false, &all_profiles)),
-            make_server: ossl(ossl_ctx(DtlsRole::Server, &s256, ECDSA_SUITE, cm80)?),
-        });
-        for (cert, server_cert, suite) in [
-            ("ECDSA P-256", &s256, ECDSA_SUITE),
-            ("RSA-2048", &rsa2048, RSA_SUITE),
-            ("RSA-3072", &rsa3072, RSA_SUITE),
-        ] {
-            pairings.push(Pairing {
-                stack: "OpenSSL".into(),
-                client: "OpenSSL".into(),
-                server: "OpenSSL".into(),
-                cert: cert.into(),
-                kx: "P-256".into(),
-                cookies: false,
-                offered: Some(cm80),
-                floor: 0,
-                make_client: ossl(ossl_client_any.clone()),
-                make_server: ossl(ossl_ctx(DtlsRole::Server, server_cert, suite, cm80)?),
-            });
-        }
+        let (pairings, timed_servers) = pairings()?;
         let floors = floors()?;
         ctx.done();
 
@@ -806,40 +1273,8 @@ impl Study for HandshakeStudy {
             "{rounds} interleaved rounds of {} pairings",
             pairings.len()
         ));
-        let mut ok: Vec<Result<&'static str, String>> = pairings
-            .iter()
-            .map(|p| handshake(&p.make_client, &p.make_server).map(|(_, prof)| prof))
-            .collect();
         let warmup = if ctx.quick() { 2 } else { 20 };
-        let mut samples: Vec<Vec<Sample>> = pairings
-            .iter()
-            .map(|_| Vec::with_capacity(rounds))
-            .collect();
-        let mut floor_ns: Vec<Vec<[f64; 4]>> =
-            floors.iter().map(|_| Vec::with_capacity(rounds)).collect();
-        for round in 0..warmup + rounds {
-            // Each round runs the pairings in another order (a fixed pseudo-random shuffle),
-            // so that no pairing always follows the same one. Rotating the start was not
-            // enough: the first pairing then always came right after OpenSSL's RSA-3072
-            // handshake and paid for its cold caches and heap (~+100 µs on its server side).
-            for i in round_order(pairings.len(), round) {
-                let p = &pairings[i];
-                if ok[i].is_err() {
-                    continue;
-                }
-                match handshake(&p.make_client, &p.make_server) {
-                    Ok((s, _)) if round >= warmup => samples[i].push(s),
-                    Ok(_) => {}
-                    Err(e) => ok[i] = Err(format!("failed in round {round}: {e}")),
-                }
-            }
-            for (i, f) in floors.iter().enumerate() {
-                let o = f.timed();
-                if round >= warmup {
-                    floor_ns[i].push(o);
-                }
-            }
-        }
+        let (ok, mut samples, floor_ns) = time_rounds(&pairings, &floors, warmup, rounds);
         // Back to back, as a server meets a reconnect storm: blocks of secrelay's deployed
         // pairing (P-256 certificates, cookies on; ECDHE on X25519, then on P-256) one after
         // another, alternating with blocks of its crypto floor run the same way; the first of
@@ -847,44 +1282,9 @@ impl Study for HandshakeStudy {
         // A third kind of block runs the same server with its crypto timed in place.
         let mut storms: Vec<Storm> = Vec::new();
         for (row, timed) in &timed_servers {
-            let row = *row;
-            if ok[row].is_err() {
-                continue;
+            if ok[*row].is_ok() {
+                storms.push(storm(&pairings[*row], timed, &floors, rounds)?);
             }
-            const BLOCK: usize = 10;
-            let p = &pairings[row];
-            let mut st = Storm {
-                kx: p.kx.clone(),
-                ..Storm::default()
-            };
-            let storm_failed = |e: String| anyhow::anyhow!("back-to-back handshakes: {e}");
-            // Builds the timed server's configuration (dimpl validates its provider then).
-            handshake(&p.make_client, timed).map_err(storm_failed)?;
-            for _ in 0..rounds.div_ceil(BLOCK - 1) {
-                for k in 0..BLOCK {
-                    let (s, _) = handshake(&p.make_client, &p.make_server).map_err(storm_failed)?;
-                    if k > 0 {
-                        st.server.push(s.server);
-                        st.total.push(s.total);
-                    }
-                }
-                crypto_time::take();
-                for k in 0..BLOCK {
-                    let (s, _) = handshake(&p.make_client, timed).map_err(storm_failed)?;
-                    let parts = crypto_time::take();
-                    if k > 0 {
-                        st.timed_server.push(s.server);
-                        st.parts.push(parts);
-                    }
-                }
-                for k in 0..BLOCK {
-                    let o = floors[p.floor].timed();
-                    if k > 0 {
-                        st.floor.push(o.iter().sum());
-                    }
-                }
-            }
-            storms.push(st);
         }
         ctx.done();
 
@@ -907,325 +1307,20 @@ impl Study for HandshakeStudy {
             Err(why) => (Default::default(), why),
         };
         ctx.step("crypto floor");
-        let mut floor_us: Vec<f64> = Vec::new();
-        let mut floor_table = Table::new(
-            "crypto_floor",
-            "Crypto floor per side, aws-lc-rs (µs per operation, median over the rounds)",
-        )
-        .col("ops", "one side's crypto")
-        .col_unit("sign_us", "ECDSA sign", "µs")
-        .col_unit("verify_us", "ECDSA verify", "µs")
-        .col_unit("keygen_us", "ECDHE key pair", "µs")
-        .col_unit("ecdh_us", "ECDH", "µs")
-        .col_unit("sum_us", "all four", "µs")
-        .col_unit("instructions", "instructions, all four", "instr");
-        for (i, per_round) in floor_ns.iter().enumerate() {
-            let op =
-                |k: usize| median(&mut per_round.iter().map(|r| r[k]).collect::<Vec<_>>()) / 1e3;
-            let (sign, verify, keygen, ecdh) = (op(0), op(1), op(2), op(3));
-            let sum = median(
-                &mut per_round
-                    .iter()
-                    .map(|r| r.iter().sum::<f64>())
-                    .collect::<Vec<_>>(),
-            ) / 1e3;
-            floor_us.push(sum);
-            floor_table.push([
-                ("ops", Cell::text(FLOOR_NAMES[i])),
-                ("sign_us", Cell::num(sign)),
-                ("verify_us", Cell::num(verify)),
-                ("keygen_us", Cell::num(keygen)),
-                ("ecdh_us", Cell::num(ecdh)),
-                ("sum_us", Cell::num(sum)),
-            ]);
-            if let Some(n) = counts.get(&format!("floor|{i}")) {
-                if let Some(row) = floor_table.rows.last_mut() {
-                    row.insert("instructions".into(), Cell::num(*n));
-                }
-            }
-        }
+        let (floor_table, floor_us) = floor_table(&floor_ns, &counts);
         ctx.done();
 
         // Rows.
-        let mut rows: Vec<Row> = Vec::new();
-        for (i, p) in pairings.iter().enumerate() {
-            let result = match &ok[i] {
-                Err(e) => Err(e.clone()),
-                Ok(profile) => {
-                    let s = &mut samples[i];
-                    let mut total: Vec<f64> = s.iter().map(|x| x.total).collect();
-                    let mut server: Vec<f64> = s.iter().map(|x| x.server).collect();
-                    let mut client: Vec<f64> = s.iter().map(|x| x.client).collect();
-                    Ok(Figures {
-                        profile: (*profile).into(),
-                        total_us: median(&mut total) / 1e3,
-                        server_us: median(&mut server) / 1e3,
-                        client_us: median(&mut client) / 1e3,
-                        spread_pct: iqr_pct(&mut total),
-                        runs: total.len(),
-                    })
-                }
-            };
-            let result = match result {
-                Err(e) if p.client == "OpenSSL" && p.server == "secrelay" && e.contains("SRTP") => {
-                    Err(format!("not offered by the engine: dimpl 0.9 never negotiates this SRTP profile ({e})"))
-                }
-                r => r,
-            };
-            rows.push(Row {
-                stack: p.stack.clone(),
-                client: p.client.clone(),
-                server: p.server.clone(),
-                cert: p.cert.clone(),
-                kx: p.kx.clone(),
-                cookies: p.cookies,
-                offered: p.offered,
-                floor: Some(p.floor),
-                count_id: match (i, p.stack.as_str(), p.cert.as_str()) {
-                    (0, _, _) => Some(COUNT_SECRELAY_COOKIES),
-                    (1, _, _) => Some(COUNT_SECRELAY),
-                    (_, "OpenSSL", "ECDSA P-256") => Some(COUNT_OPENSSL),
-                    _ => None,
-                },
-                result,
-            });
-        }
-        for kt in [KeyType::Ed25519, KeyType::Rsa2048, KeyType::Rsa3072] {
-            let why =
-                super::engine_refuses(secrelay_dtls::EngineChoice::Dimpl, kt).unwrap_or("refused");
-            rows.push(Row {
-                stack: "secrelay (dimpl + aws-lc-rs)".into(),
-                client: "secrelay".into(),
-                server: "secrelay".into(),
-                cert: kt.name().into(),
-                kx: "-".into(),
-                cookies: true,
-                offered: None,
-                floor: None,
-                count_id: None,
-                result: Err(why.into()),
-            });
-        }
-        let pion_method;
-        match &pion {
-            Ok((with, without)) => {
-                pion_method = format!(
-                    "pion/dtls {} ({}), --bench-in-memory: {} handshakes after a warm-up, GOMAXPROCS=1, both ends in one Go process over a memory pipe; a side is charged from the moment it receives a datagram until the other side does (construction charged to its own side)",
-                    with.version, with.go, with.handshakes
-                );
-                for (r, cookies) in [(with, true), (without, false)] {
-                    rows.push(Row {
-                        stack: format!("pion/dtls {}", r.version),
-                        client: "pion".into(),
-                        server: "pion".into(),
-                        cert: "ECDSA P-256".into(),
-                        kx: "P-256".into(),
-                        cookies,
-                        offered: Some("SRTP_AES128_CM_SHA1_80"),
-                        floor: Some(0),
-                        count_id: None,
-                        result: Ok(Figures {
-                            profile: r.srtp_profile.clone(),
-                            total_us: r.total_us_median,
-                            server_us: r.server_us_median,
-                            client_us: r.client_us_median,
-                            spread_pct: (r.total_us_p75 - r.total_us_p25) / r.total_us_median
-                                * 100.0,
-                            runs: r.handshakes,
-                        }),
-                    });
-                }
-            }
-            Err(why) => {
-                pion_method = format!("pion/dtls: {why}");
-                rows.push(Row {
-                    stack: "pion/dtls".into(),
-                    client: "pion".into(),
-                    server: "pion".into(),
-                    cert: "ECDSA P-256".into(),
-                    kx: "P-256".into(),
-                    cookies: true,
-                    offered: Some("SRTP_AES128_CM_SHA1_80"),
-                    floor: None,
-                    count_id: None,
-                    result: Err(why.clone()),
-                });
-            }
-        }
-
+        let mut rows = pairing_rows(&pairings, &ok, &mut samples);
+        let pion_method = pion_rows(&pion, &mut rows);
         // References for the ratios: OpenSSL with an ECDSA P-256 server, pion with the same
         // cookie setting as the row.
-        let fig = |pred: &dyn Fn(&Row) -> bool| {
-            rows.iter()
-                .find(|r| pred(r))
-                .and_then(|r| r.result.as_ref().ok())
-                .cloned()
-        };
-        let openssl_ref = fig(&|r| r.stack == "OpenSSL" && r.cert == "ECDSA P-256");
-        let pion_ref = |cookies: bool| fig(&|r| r.client == "pion" && r.cookies == cookies);
-
-        let mut table = Table::new(
-            "handshake_in_memory",
-            "DTLS 1.2 handshakes, both sides in one thread over memory (median per handshake)",
-        )
-        .col("stack", "stack")
-        .col("client", "client")
-        .col("server", "server")
-        .col("cert", "certificates")
-        .col("kx", "ECDHE")
-        .col("cookies", "cookie exchange")
-        .col("srtp_profile", "SRTP profile")
-        .col_unit(
-            "handshakes_per_s",
-            "handshakes/s (one core, both sides)",
-            "/s",
-        )
-        .col_unit("server_us", "server", "µs")
-        .col_unit("server_per_s", "server handshakes/s per core", "/s")
-        .col_unit("client_us", "client", "µs")
-        .col_unit("server_vs_floor", "server ÷ crypto floor", "×")
-        .col_unit("vs_openssl", "handshakes/s vs OpenSSL", "×")
-        .col_unit("vs_pion", "handshakes/s vs pion", "×")
-        .col_unit("server_vs_openssl", "server speed vs OpenSSL", "×")
-        .col_unit("server_vs_pion", "server speed vs pion", "×")
-        .col_unit("spread_pct", "spread", "%")
-        .col("runs", "handshakes timed")
-        .col_unit(
-            "instructions",
-            "instructions per handshake, both sides",
-            "instr",
-        );
-        for r in &rows {
-            let mut cells: Vec<(&str, Cell)> = vec![
-                ("stack", Cell::text(r.stack.clone())),
-                ("client", Cell::text(r.client.clone())),
-                ("server", Cell::text(r.server.clone())),
-                ("cert", Cell::text(r.cert.clone())),
-                ("kx", Cell::text(r.kx.clone())),
-                ("cookies", Cell::text(if r.cookies { "yes" } else { "no" })),
-            ];
-            match &r.result {
-                Ok(f) => {
-                    cells.push(("srtp_profile", Cell::text(f.profile.clone())));
-                    cells.push(("handshakes_per_s", Cell::num(1e6 / f.total_us)));
-                    cells.push(("server_us", Cell::num(f.server_us)));
-                    cells.push(("server_per_s", Cell::num(1e6 / f.server_us)));
-                    cells.push(("client_us", Cell::num(f.client_us)));
-                    if let Some(fl) = r.floor {
-                        cells.push(("server_vs_floor", Cell::num(f.server_us / floor_us[fl])));
-                    }
-                    if let Some(o) = &openssl_ref {
-                        cells.push(("vs_openssl", Cell::num(o.total_us / f.total_us)));
-                        cells.push(("server_vs_openssl", Cell::num(o.server_us / f.server_us)));
-                    }
-                    if let Some(p) = pion_ref(r.cookies) {
-                        cells.push(("vs_pion", Cell::num(p.total_us / f.total_us)));
-                        cells.push(("server_vs_pion", Cell::num(p.server_us / f.server_us)));
-                    }
-                    cells.push(("spread_pct", Cell::num(f.spread_pct)));
-                    cells.push(("runs", Cell::text(f.runs.to_string())));
-                    if let Some(n) = r.count_id.and_then(|id| counts.get(id)) {
-                        cells.push(("instructions", Cell::num(*n)));
-                    }
-                }
-                Err(why) => {
-                    if let Some(o) = r.offered {
-                        cells.push(("srtp_profile", Cell::text(format!("{o} offered"))));
-                    } else {
-                        cells.push(("srtp_profile", Cell::not_offered(why.clone())));
-                    }
-                    for k in ["handshakes_per_s", "server_us", "client_us"] {
-                        cells.push((k, Cell::not_offered(why.clone())));
-                    }
-                }
-            }
-            table.push(cells);
-        }
+        let table = main_table(&rows, &floor_us, &counts);
 
         // Bars: handshakes/s per stack (both sides on one core), and server-only handshakes/s.
-        let bar_rows: Vec<(String, &Figures)> = rows
-            .iter()
-            .filter_map(|r| {
-                let f = r.result.as_ref().ok()?;
-                let who = if r.client == r.server {
-                    r.stack.clone()
-                } else {
-                    format!("{} → {}", r.client, r.server)
-                };
-                Some((
-                    format!(
-                        "{who}, {}, {}{}",
-                        r.cert,
-                        f.profile,
-                        if r.cookies { ", cookies" } else { "" }
-                    ),
-                    f,
-                ))
-            })
-            .collect();
-        let plots = vec![Plot {
-            id: "handshake_rate_per_stack".into(),
-            title: "DTLS-SRTP handshakes per second, one core, in memory".into(),
-            kind: PlotKind::Bars,
-            x_label: "stack, certificates, SRTP profile".into(),
-            y_label: "handshakes/s".into(),
-            log_y: false,
-            categories: bar_rows.iter().map(|(n, _)| n.clone()).collect(),
-            series: vec![
-                Series {
-                    name: "both sides on one core".into(),
-                    points: bar_rows
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (_, f))| (i as f64, 1e6 / f.total_us))
-                        .collect(),
-                },
-                Series {
-                    name: "server side alone (1 / server µs)".into(),
-                    points: bar_rows
-                        .iter()
-                        .enumerate()
-                        .map(|(i, (_, f))| (i as f64, 1e6 / f.server_us))
-                        .collect(),
-                },
-            ],
-        }];
+        let plots = vec![rate_plot(&rows)];
 
-        let mut notes = vec![
-            "secrelay ↔ secrelay negotiates SRTP_AEAD_AES_256_GCM (dimpl 0.9 prefers it and the endpoint cannot narrow its SRTP offer) and, by default, ECDHE on X25519; \
-             the P-256 row restricts both ends to ECDHE P-256 (EndpointConfig::ecdhe_groups), the issue's reference profile, as do the OpenSSL-client rows, which also pin one SRTP profile."
-                .to_string(),
-            "Cookie exchange: secrelay's server deploys with it (one more round trip); OpenSSL over memory BIOs has none, pion does it by default. \
-             The pion ratio compares rows with the same setting."
-                .to_string(),
-            format!("Session resumption: {}", super::load::RESUMPTION_NOT_OFFERED),
-        ];
-        if let (Some(o), Some(s)) = (
-            &openssl_ref,
-            rows.first().and_then(|r| r.result.as_ref().ok()),
-        ) {
-            notes.push(format!(
-                "secrelay's server (P-256, cookies on): {:.0} µs per handshake = {:.2}× its crypto floor ({:.0} µs); OpenSSL's server {:.0} µs.",
-                s.server_us, s.server_us / floor_us[1], floor_us[1], o.server_us
-            ));
-        }
-        for st in &mut storms {
-            let (sv, fl) = (median(&mut st.server) / 1e3, median(&mut st.floor) / 1e3);
-            let total = median(&mut st.total) / 1e3;
-            // pion/dtls runs back to back too (its own process), so this is its like-for-like.
-            let vs_pion = pion_ref(true)
-                .map(|p| format!("; {:.2}× pion/dtls's handshakes/s with cookies ({:.0} µs, measured back to back in its own process)", p.total_us / total, p.total_us))
-                .unwrap_or_default();
-            notes.push(format!(
-                "Back to back (a reconnect storm: {} handshakes in blocks of ten, alternating with blocks of the floor), ECDHE {}: secrelay's server (P-256 certificates, cookies on) \
-                 {sv:.0} µs per handshake = {:.2}× its crypto floor run the same way ({fl:.0} µs); whole handshake {total:.0} µs = {:.0} handshakes/s on one core{vs_pion}. \
-                 The table's rounds interleave every stack, so each handshake starts with caches another stack left; back to back is a server's steady state in a storm.",
-                st.server.len(),
-                st.kx,
-                sv / fl,
-                1e6 / total
-            ));
-        }
+        let mut notes = notes(&rows, &floor_us, &mut storms);
         let (split_table, split_note) = server_split(&mut storms);
         notes.extend(split_note);
         let phase_report = super::phases::run(ctx, ctx.opts.engine)?;
