@@ -680,24 +680,201 @@ pub struct PhaseReport {
     pub notes: Vec<String>,
 }
 
-/// Measures the phase tables with secrelay's endpoints on `engine` (`Auto`: per row).
-pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport> {
-    let quick = ctx.quick();
-    let rounds = if quick { 7 } else { 201 };
-    ctx.step("phase table: certificates");
-    let mut certs: Vec<(KeyType, Certificate, Certificate)> = Vec::new();
-    for kt in CERTS {
-        certs.push((
-            kt,
-            Certificate::self_signed(kt, "lab-phases-client")
-                .with_context(|| format!("a {kt} certificate"))?,
-            Certificate::self_signed(kt, "lab-phases-server")
-                .with_context(|| format!("a {kt} certificate"))?,
-        ));
+/// The phase table and the links table, with their columns.
+fn empty_tables() -> (Table, Table) {
+    let phases = Table::new(
+        "handshake_phases",
+        "DTLS 1.2 handshake phases per cipher suite and certificate (mutual authentication, both certificates of the row's type; 002 d)",
+    )
+    .col("suite", "cipher suite")
+    .col("cert", "certificate")
+    .col("engine", "engine")
+    .col("kx", "key exchange")
+    .col("status", "status")
+    .col_unit("validate_us", "certificate validation (signature check)", "µs")
+    .col_unit("fingerprint_us", "fingerprint (SHA-256)", "µs")
+    .col_unit("sign_us", "handshake signature", "µs")
+    .col_unit("verify_us", "signature verification", "µs")
+    .col_unit("keygen_us", "ephemeral key generation", "µs")
+    .col_unit("shared_us", "shared secret", "µs")
+    .col_unit(
+        "side_crypto_us",
+        "one side's handshake crypto (fingerprint, sign, verify, key pair, secret)",
+        "µs",
+    )
+    .col_unit("handshake_us", "whole handshake in memory, both sides", "µs")
+    .col_unit("server_us", "server CPU", "µs")
+    .col_unit("server_vs_crypto", "server ÷ its crypto phases", "×");
+    let links = Table::new(
+        "handshake_links",
+        "The same handshakes over simulated links: RTT, first round trip, whole handshake (simulated time: link delays + measured CPU) and retransmissions",
+    )
+    .col("suite", "cipher suite")
+    .col("cert", "certificate")
+    .col("status", "status")
+    .col_unit("mem_rtt_ms", "in memory: RTT", "ms")
+    .col_unit("mem_handshake_ms", "in memory: handshake", "ms")
+    .col_unit("lan_rtt_ms", "LAN: RTT", "ms")
+    .col_unit("lan_first_rt_ms", "LAN: first round trip", "ms")
+    .col_unit("lan_handshake_ms", "LAN: handshake", "ms")
+    .col_unit("lan_retransmissions", "LAN: retransmissions (max)", "datagrams")
+    .col_unit("wan_rtt_ms", "WAN: RTT", "ms")
+    .col_unit("wan_loss_pct", "WAN: loss", "%")
+    .col_unit("wan_first_rt_ms", "WAN: first round trip", "ms")
+    .col_unit("wan_handshake_ms", "WAN: handshake, median", "ms")
+    .col_unit("wan_handshake_p95_ms", "WAN: handshake, p95", "ms")
+    .col_unit("wan_retransmissions_median", "WAN: retransmissions, median", "datagrams")
+    .col_unit("wan_retransmissions_max", "WAN: retransmissions, max", "datagrams")
+    .col_unit("wan_retransmitted_pct", "WAN: handshakes with a retransmission", "%")
+    .col("runs", "handshakes per link")
+    .col("wan_failed", "WAN failures");
+    (phases, links)
+}
+
+/// The cells every row of both tables starts with: its suite, certificate and `status`.
+fn row_head(row: &Row, status: String) -> Vec<(&'static str, Cell)> {
+    vec![
+        ("suite", Cell::text(row.suite.openssl_name())),
+        ("cert", Cell::text(row.cert.name())),
+        ("status", Cell::text(status)),
+    ]
+}
+
+/// A row that was not measured, in both tables, with the reason.
+fn push_refused(phases: &mut Table, links: &mut Table, row: &Row, why: &str) {
+    let status = if why.starts_with("not applicable") {
+        "not applicable"
+    } else {
+        "refused"
+    };
+    let mut p = row_head(row, status.into());
+    p.push((
+        "engine",
+        row.engine
+            .map(|e| Cell::text(engine_label(e)))
+            .unwrap_or_else(|| Cell::text("-")),
+    ));
+    p.push(("kx", Cell::text(Kx::of(row.suite).name())));
+    for k in ["validate_us", "keygen_us", "shared_us", "handshake_us"] {
+        p.push((k, Cell::not_offered(why.to_string())));
     }
+    phases.push(p);
+    let mut l = row_head(row, status.into());
+    for k in [
+        "mem_handshake_ms",
+        "lan_handshake_ms",
+        "wan_handshake_ms",
+        "wan_retransmissions_median",
+    ] {
+        l.push((k, Cell::not_offered(why.to_string())));
+    }
+    links.push(l);
+}
+
+/// A measured row's cells in the phase table: its library's crypto phases, one side's sum,
+/// and the whole handshake in memory against it.
+fn phase_cells(
+    row: &Row,
+    e: EngineChoice,
+    sig: &SigPhases,
+    kxp: &KxPhases,
+) -> Vec<(&'static str, Cell)> {
+    let q = |v: &[f64], p: f64| super::quantile(v, p);
+    let kx = Kx::of(row.suite);
+    // What one side of this handshake computes: the peer's certificate is checked by
+    // its fingerprint, so the certificate's own signature is not part of it.
+    let side_ns = sig.fingerprint.ns + sig.sign.ns + sig.verify.ns + kxp.keygen.ns + kxp.shared.ns;
+    let mem_total = sorted(
+        row.mem
+            .iter()
+            .map(|r| us(r.client_cpu + r.server_cpu))
+            .collect(),
+    );
+    let server = sorted(row.mem.iter().map(|r| us(r.server_cpu)).collect());
+    let mut p = row_head(row, "measured".into());
+    p.extend([
+        ("engine", Cell::text(engine_label(e))),
+        ("kx", Cell::text(kx.name())),
+        ("validate_us", Cell::num(sig.validate.ns / 1e3)),
+        ("fingerprint_us", Cell::num(sig.fingerprint.ns / 1e3)),
+        ("sign_us", Cell::num(sig.sign.ns / 1e3)),
+        ("verify_us", Cell::num(sig.verify.ns / 1e3)),
+        ("keygen_us", Cell::num(kxp.keygen.ns / 1e3)),
+        ("shared_us", Cell::num(kxp.shared.ns / 1e3)),
+        ("side_crypto_us", Cell::num(side_ns / 1e3)),
+        ("handshake_us", Cell::num(q(&mem_total, 0.5))),
+        ("server_us", Cell::num(q(&server, 0.5))),
+        (
+            "server_vs_crypto",
+            Cell::num(q(&server, 0.5) / (side_ns / 1e3)),
+        ),
+    ]);
+    p
+}
+
+/// A measured row's cells in the links table: round trips, handshake times and
+/// retransmissions (datagrams beyond those of the same handshake in memory) per link.
+fn link_cells(row: &Row) -> Vec<(&'static str, Cell)> {
+    let q = |v: &[f64], p: f64| super::quantile(v, p);
+    // Retransmissions: datagrams beyond those of the same handshake in memory.
+    let baseline = row.mem.iter().map(|r| r.datagrams).min().unwrap_or(0);
+    let extra = |v: &[SimRun]| -> Vec<f64> {
+        sorted(
+            v.iter()
+                .map(|r| r.datagrams.saturating_sub(baseline) as f64)
+                .collect(),
+        )
+    };
+    let sim = |v: &[SimRun]| sorted(v.iter().map(|r| ms(r.handshake)).collect());
+    let first = |v: &[SimRun]| sorted(v.iter().map(|r| ms(r.first_round_trip)).collect());
+    let (lan_x, wan_x) = (extra(&row.lan), extra(&row.wan));
+    let wan_t = sim(&row.wan);
+    let mut l = row_head(row, "measured".into());
+    l.extend([
+        ("mem_rtt_ms", Cell::num(ms(IN_MEMORY.rtt))),
+        ("mem_handshake_ms", Cell::num(q(&sim(&row.mem), 0.5))),
+        ("lan_rtt_ms", Cell::num(ms(LAN.rtt))),
+        ("lan_first_rt_ms", Cell::num(q(&first(&row.lan), 0.5))),
+        ("lan_handshake_ms", Cell::num(q(&sim(&row.lan), 0.5))),
+        (
+            "lan_retransmissions",
+            Cell::num(lan_x.last().copied().unwrap_or(0.0)),
+        ),
+        ("wan_rtt_ms", Cell::num(ms(WAN.rtt))),
+        ("wan_loss_pct", Cell::num(WAN.loss * 100.0)),
+        ("wan_first_rt_ms", Cell::num(q(&first(&row.wan), 0.5))),
+        ("wan_handshake_ms", Cell::num(q(&wan_t, 0.5))),
+        ("wan_handshake_p95_ms", Cell::num(q(&wan_t, 0.95))),
+        ("wan_retransmissions_median", Cell::num(q(&wan_x, 0.5))),
+        (
+            "wan_retransmissions_max",
+            Cell::num(wan_x.last().copied().unwrap_or(0.0)),
+        ),
+        (
+            "wan_retransmitted_pct",
+            Cell::num(
+                wan_x.iter().filter(|x| **x > 0.0).count() as f64 / wan_x.len().max(1) as f64
+                    * 100.0,
+            ),
+        ),
+        ("runs", Cell::text(row.mem.len().to_string())),
+        (
+            "wan_failed",
+            Cell::text(match row.wan_failed.first() {
+                None => "0".to_string(),
+                Some(e) => format!("{} ({e})", row.wan_failed.len()),
+            }),
+        ),
+    ]);
+    l
+}
+
+/// A row per cipher suite and certificate type: refused or not applicable with the reason,
+/// or the configurations of its two sides (a dry run, untimed, checks the stack takes them).
+fn make_rows(certs: &[(KeyType, Certificate, Certificate)], engine: EngineChoice) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     for suite in SUITES {
-        for (kt, cc, sc) in &certs {
+        for (kt, cc, sc) in certs {
             let mut row = Row {
                 suite,
                 cert: *kt,
@@ -731,10 +908,12 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             rows.push(row);
         }
     }
-    ctx.step(format!(
-        "phase table: {rounds} rounds × 3 links × {} rows",
-        rows.iter().filter(|r| r.state.is_ok()).count()
-    ));
+    rows
+}
+
+/// `rounds` rounds, each running every measurable row once per link (in memory, LAN, WAN)
+/// after one untimed handshake of it, starting at another row each round.
+fn time_rows(rows: &mut [Row], rounds: usize) {
     let n = rows.len();
     for round in 0..rounds {
         // Each round starts at another row, so that none always runs first (with caches cold
@@ -766,17 +945,20 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             }
         }
     }
+}
 
-    ctx.step("phase table: crypto phases");
-    // The lab's Bench with many short runs: on a shared machine a 2 ms run is rarely preempted,
-    // so the median run is the operation's own cost (100 ms runs would carry the other
-    // processes' time slices).
-    let bench = Bench {
-        warmup: Duration::from_millis(if quick { 5 } else { 20 }),
-        runs: if quick { 9 } else { 41 },
-        run_time: Duration::from_millis(if quick { 1 } else { 2 }),
-        overhead_ns: ctx.bench.overhead_ns,
-    };
+/// Signature phases measured, by library and certificate type.
+type SigCache = Vec<((Lib, KeyType), SigPhases)>;
+/// Key-exchange phases measured, by library and key exchange.
+type KxCache = Vec<((Lib, Kx), KxPhases)>;
+
+/// The crypto phases each measurable row's library computes: its certificate type's
+/// signature phases and its suite's key exchange, each measured once per library.
+fn crypto_phases(
+    bench: &Bench,
+    rows: &[Row],
+    certs: &[(KeyType, Certificate, Certificate)],
+) -> anyhow::Result<(SigCache, KxCache)> {
     let mut sig_cache: Vec<((Lib, KeyType), SigPhases)> = Vec::new();
     let mut kx_cache: Vec<((Lib, Kx), KxPhases)> = Vec::new();
     for row in rows.iter().filter(|r| r.state.is_ok()) {
@@ -788,105 +970,57 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
                 .find(|(kt, _, _)| *kt == row.cert)
                 .context("certificate generated above")?
                 .2;
-            sig_cache.push(((lib, row.cert), sig_phases(&bench, lib, cert)?));
+            sig_cache.push(((lib, row.cert), sig_phases(bench, lib, cert)?));
         }
         let kx = Kx::of(row.suite);
         if !kx_cache.iter().any(|(k, _)| *k == (lib, kx)) {
-            kx_cache.push(((lib, kx), kx_phases(&bench, lib, kx)?));
+            kx_cache.push(((lib, kx), kx_phases(bench, lib, kx)?));
         }
     }
+    Ok((sig_cache, kx_cache))
+}
 
-    let mut phases = Table::new(
-        "handshake_phases",
-        "DTLS 1.2 handshake phases per cipher suite and certificate (mutual authentication, both certificates of the row's type; 002 d)",
-    )
-    .col("suite", "cipher suite")
-    .col("cert", "certificate")
-    .col("engine", "engine")
-    .col("kx", "key exchange")
-    .col("status", "status")
-    .col_unit("validate_us", "certificate validation (signature check)", "µs")
-    .col_unit("fingerprint_us", "fingerprint (SHA-256)", "µs")
-    .col_unit("sign_us", "handshake signature", "µs")
-    .col_unit("verify_us", "signature verification", "µs")
-    .col_unit("keygen_us", "ephemeral key generation", "µs")
-    .col_unit("shared_us", "shared secret", "µs")
-    .col_unit(
-        "side_crypto_us",
-        "one side's handshake crypto (fingerprint, sign, verify, key pair, secret)",
-        "µs",
-    )
-    .col_unit("handshake_us", "whole handshake in memory, both sides", "µs")
-    .col_unit("server_us", "server CPU", "µs")
-    .col_unit("server_vs_crypto", "server ÷ its crypto phases", "×");
-    let mut links = Table::new(
-        "handshake_links",
-        "The same handshakes over simulated links: RTT, first round trip, whole handshake (simulated time: link delays + measured CPU) and retransmissions",
-    )
-    .col("suite", "cipher suite")
-    .col("cert", "certificate")
-    .col("status", "status")
-    .col_unit("mem_rtt_ms", "in memory: RTT", "ms")
-    .col_unit("mem_handshake_ms", "in memory: handshake", "ms")
-    .col_unit("lan_rtt_ms", "LAN: RTT", "ms")
-    .col_unit("lan_first_rt_ms", "LAN: first round trip", "ms")
-    .col_unit("lan_handshake_ms", "LAN: handshake", "ms")
-    .col_unit("lan_retransmissions", "LAN: retransmissions (max)", "datagrams")
-    .col_unit("wan_rtt_ms", "WAN: RTT", "ms")
-    .col_unit("wan_loss_pct", "WAN: loss", "%")
-    .col_unit("wan_first_rt_ms", "WAN: first round trip", "ms")
-    .col_unit("wan_handshake_ms", "WAN: handshake, median", "ms")
-    .col_unit("wan_handshake_p95_ms", "WAN: handshake, p95", "ms")
-    .col_unit("wan_retransmissions_median", "WAN: retransmissions, median", "datagrams")
-    .col_unit("wan_retransmissions_max", "WAN: retransmissions, max", "datagrams")
-    .col_unit("wan_retransmitted_pct", "WAN: handshakes with a retransmission", "%")
-    .col("runs", "handshakes per link")
-    .col("wan_failed", "WAN failures");
+/// Measures the phase tables with secrelay's endpoints on `engine` (`Auto`: per row).
+pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport> {
+    let quick = ctx.quick();
+    let rounds = if quick { 7 } else { 201 };
+    ctx.step("phase table: certificates");
+    let mut certs: Vec<(KeyType, Certificate, Certificate)> = Vec::new();
+    for kt in CERTS {
+        certs.push((
+            kt,
+            Certificate::self_signed(kt, "lab-phases-client")
+                .with_context(|| format!("a {kt} certificate"))?,
+            Certificate::self_signed(kt, "lab-phases-server")
+                .with_context(|| format!("a {kt} certificate"))?,
+        ));
+    }
+    let mut rows = make_rows(&certs, engine);
+    ctx.step(format!(
+        "phase table: {rounds} rounds × 3 links × {} rows",
+        rows.iter().filter(|r| r.state.is_ok()).count()
+    ));
+    time_rows(&mut rows, rounds);
 
-    let q = |v: &[f64], p: f64| super::quantile(v, p);
+    ctx.step("phase table: crypto phases");
+    // The lab's Bench with many short runs: on a shared machine a 2 ms run is rarely preempted,
+    // so the median run is the operation's own cost (100 ms runs would carry the other
+    // processes' time slices).
+    let bench = Bench {
+        warmup: Duration::from_millis(if quick { 5 } else { 20 }),
+        runs: if quick { 9 } else { 41 },
+        run_time: Duration::from_millis(if quick { 1 } else { 2 }),
+        overhead_ns: ctx.bench.overhead_ns,
+    };
+    let (sig_cache, kx_cache) = crypto_phases(&bench, &rows, &certs)?;
+
+    let (mut phases, mut links) = empty_tables();
     for row in &rows {
-        let name = row.suite.openssl_name();
-        let head = |status: String| -> Vec<(&'static str, Cell)> {
-            vec![
-                ("suite", Cell::text(name)),
-                ("cert", Cell::text(row.cert.name())),
-                ("status", Cell::text(status)),
-            ]
-        };
         match &row.state {
-            Err(why) => {
-                let status = if why.starts_with("not applicable") {
-                    "not applicable"
-                } else {
-                    "refused"
-                };
-                let mut p = head(status.into());
-                p.push((
-                    "engine",
-                    row.engine
-                        .map(|e| Cell::text(engine_label(e)))
-                        .unwrap_or_else(|| Cell::text("-")),
-                ));
-                p.push(("kx", Cell::text(Kx::of(row.suite).name())));
-                for k in ["validate_us", "keygen_us", "shared_us", "handshake_us"] {
-                    p.push((k, Cell::not_offered(why.clone())));
-                }
-                phases.push(p);
-                let mut l = head(status.into());
-                for k in [
-                    "mem_handshake_ms",
-                    "lan_handshake_ms",
-                    "wan_handshake_ms",
-                    "wan_retransmissions_median",
-                ] {
-                    l.push((k, Cell::not_offered(why.clone())));
-                }
-                links.push(l);
-            }
+            Err(why) => push_refused(&mut phases, &mut links, row, why),
             Ok(_) => {
                 let e = row.engine.unwrap_or(EngineChoice::Dimpl);
                 let lib = Lib::of(e);
-                let kx = Kx::of(row.suite);
                 let sig = sig_cache
                     .iter()
                     .find(|(k, _)| *k == (lib, row.cert))
@@ -894,96 +1028,11 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
                     .context("measured above")?;
                 let kxp = kx_cache
                     .iter()
-                    .find(|(k, _)| *k == (lib, kx))
+                    .find(|(k, _)| *k == (lib, Kx::of(row.suite)))
                     .map(|(_, s)| *s)
                     .context("measured above")?;
-                // What one side of this handshake computes: the peer's certificate is checked by
-                // its fingerprint, so the certificate's own signature is not part of it.
-                let side_ns = sig.fingerprint.ns
-                    + sig.sign.ns
-                    + sig.verify.ns
-                    + kxp.keygen.ns
-                    + kxp.shared.ns;
-                let mem_total = sorted(
-                    row.mem
-                        .iter()
-                        .map(|r| us(r.client_cpu + r.server_cpu))
-                        .collect(),
-                );
-                let server = sorted(row.mem.iter().map(|r| us(r.server_cpu)).collect());
-                let mut p = head("measured".into());
-                p.extend([
-                    ("engine", Cell::text(engine_label(e))),
-                    ("kx", Cell::text(kx.name())),
-                    ("validate_us", Cell::num(sig.validate.ns / 1e3)),
-                    ("fingerprint_us", Cell::num(sig.fingerprint.ns / 1e3)),
-                    ("sign_us", Cell::num(sig.sign.ns / 1e3)),
-                    ("verify_us", Cell::num(sig.verify.ns / 1e3)),
-                    ("keygen_us", Cell::num(kxp.keygen.ns / 1e3)),
-                    ("shared_us", Cell::num(kxp.shared.ns / 1e3)),
-                    ("side_crypto_us", Cell::num(side_ns / 1e3)),
-                    ("handshake_us", Cell::num(q(&mem_total, 0.5))),
-                    ("server_us", Cell::num(q(&server, 0.5))),
-                    (
-                        "server_vs_crypto",
-                        Cell::num(q(&server, 0.5) / (side_ns / 1e3)),
-                    ),
-                ]);
-                phases.push(p);
-
-                // Retransmissions: datagrams beyond those of the same handshake in memory.
-                let baseline = row.mem.iter().map(|r| r.datagrams).min().unwrap_or(0);
-                let extra = |v: &[SimRun]| -> Vec<f64> {
-                    sorted(
-                        v.iter()
-                            .map(|r| r.datagrams.saturating_sub(baseline) as f64)
-                            .collect(),
-                    )
-                };
-                let sim = |v: &[SimRun]| sorted(v.iter().map(|r| ms(r.handshake)).collect());
-                let first =
-                    |v: &[SimRun]| sorted(v.iter().map(|r| ms(r.first_round_trip)).collect());
-                let (lan_x, wan_x) = (extra(&row.lan), extra(&row.wan));
-                let wan_t = sim(&row.wan);
-                let mut l = head("measured".into());
-                l.extend([
-                    ("mem_rtt_ms", Cell::num(ms(IN_MEMORY.rtt))),
-                    ("mem_handshake_ms", Cell::num(q(&sim(&row.mem), 0.5))),
-                    ("lan_rtt_ms", Cell::num(ms(LAN.rtt))),
-                    ("lan_first_rt_ms", Cell::num(q(&first(&row.lan), 0.5))),
-                    ("lan_handshake_ms", Cell::num(q(&sim(&row.lan), 0.5))),
-                    (
-                        "lan_retransmissions",
-                        Cell::num(lan_x.last().copied().unwrap_or(0.0)),
-                    ),
-                    ("wan_rtt_ms", Cell::num(ms(WAN.rtt))),
-                    ("wan_loss_pct", Cell::num(WAN.loss * 100.0)),
-                    ("wan_first_rt_ms", Cell::num(q(&first(&row.wan), 0.5))),
-                    ("wan_handshake_ms", Cell::num(q(&wan_t, 0.5))),
-                    ("wan_handshake_p95_ms", Cell::num(q(&wan_t, 0.95))),
-                    ("wan_retransmissions_median", Cell::num(q(&wan_x, 0.5))),
-                    (
-                        "wan_retransmissions_max",
-                        Cell::num(wan_x.last().copied().unwrap_or(0.0)),
-                    ),
-                    (
-                        "wan_retransmitted_pct",
-                        Cell::num(
-                            wan_x.iter().filter(|x| **x > 0.0).count() as f64
-                                / wan_x.len().max(1) as f64
-                                * 100.0,
-                        ),
-                    ),
-                    ("runs", Cell::text(row.mem.len().to_string())),
-                    (
-                        "wan_failed",
-                        Cell::text(match row.wan_failed.first() {
-                            None => "0".to_string(),
-                            Some(e) => format!("{} ({e})", row.wan_failed.len()),
-                        }),
-                    ),
-                ]);
-                links.push(l);
+                phases.push(phase_cells(row, e, &sig, &kxp));
+                links.push(link_cells(row));
             }
         }
     }
@@ -1009,6 +1058,18 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
         bench.runs,
         bench.run_time.as_millis(),
     );
+    let notes = notes(&rows, &phases, &links);
+    Ok(PhaseReport {
+        tables: vec![phases, links],
+        plots,
+        method,
+        notes,
+    })
+}
+
+/// What the tables alone do not say: rows not applicable or refused, each suite's cost
+/// against ECDHE-ECDSA with P-256, the WAN handshakes and those that failed.
+fn notes(rows: &[Row], phases: &Table, links: &Table) -> Vec<String> {
     let mut notes = Vec::new();
     let na = rows
         .iter()
@@ -1042,7 +1103,7 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             .and_then(|r| r.get(key)?.as_f64())
     };
     let p256 = fig(
-        &phases,
+        phases,
         CipherSuite::EcdheEcdsaAes128GcmSha256,
         KeyType::EcdsaP256,
         "handshake_us",
@@ -1053,7 +1114,7 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
         (CipherSuite::DheRsaAes128GcmSha256, KeyType::Rsa2048),
         (CipherSuite::EcdheEcdsaAes128Ccm8, KeyType::EcdsaP256),
     ] {
-        if let (Some(base), Some(x)) = (p256, fig(&phases, suite, cert, "handshake_us")) {
+        if let (Some(base), Some(x)) = (p256, fig(phases, suite, cert, "handshake_us")) {
             notes.push(format!(
                 "In memory, {} with {cert} costs {:.1}× the CPU of ECDHE-ECDSA-AES128-GCM-SHA256 with ECDSA P-256 ({:.0} vs {base:.0} µs, both sides).",
                 suite.openssl_name(),
@@ -1101,12 +1162,7 @@ pub fn run(ctx: &crate::Ctx, engine: EngineChoice) -> anyhow::Result<PhaseReport
             failed.join("; ")
         ));
     }
-    Ok(PhaseReport {
-        tables: vec![phases, links],
-        plots,
-        method,
-        notes,
-    })
+    notes
 }
 
 /// Bars over the measured rows: each phase (µs, log scale), and the handshake per link (ms).
