@@ -728,18 +728,9 @@ impl MixCase {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    study: &CodecStudy,
-    ctx: &Ctx,
-    codec_rows: &[CodecRow],
-    legs: &[(&Pipeline, Result<Timing, String>)],
-    mixes: &[(u32, usize, Timing)],
-    srtp: (SrtpPair, SrtpPair),
-    counts: &std::collections::BTreeMap<String, f64>,
-    instructions_method: String,
-) -> StudyReport {
-    let mut notes = Vec::new();
+/// Encode and decode per frame for every codec and implementation, with their real-time
+/// factors, ratios to the peer and instructions.
+fn codec_table(codec_rows: &[CodecRow], counts: &std::collections::BTreeMap<String, f64>) -> Table {
     let mut codec_table = Table::new(
         "codec_per_frame",
         "Encode and decode per 20 ms frame, one core (µs, median), and real-time factor",
@@ -810,15 +801,142 @@ fn report(
         }
         codec_table.push(row);
     }
+    codec_table
+}
 
-    // SRTP per packet, both directions of one relayed packet.
-    let srtp_for = |size: usize| -> Result<f64, String> {
-        let r = if size == 172 { &srtp.0 } else { &srtp.1 };
-        r.as_ref()
-            .map(|(p, u)| (p + u) / 1000.0)
-            .map_err(|e| e.clone())
+/// N−1 mixing per leg for each bus rate and room size.
+fn mix_table(
+    mixes: &[(u32, usize, Timing)],
+    counts: &std::collections::BTreeMap<String, f64>,
+) -> Table {
+    let mut mix_table = Table::new(
+        "codec_mix_per_leg",
+        "N−1 mixing per leg: one 20 ms tick (N frames in, N mixes out) ÷ N members (µs, median)",
+    )
+    .col_unit("rate", "bus rate", "Hz")
+    .col_unit("members", "members", "")
+    .col_unit("tick_us", "tick", "µs")
+    .col_unit("per_leg_us", "per leg", "µs")
+    .col_unit("rt_per_leg", "×RT per leg", "×")
+    .col_unit("instructions_per_leg", "instr/leg", "instr");
+    for (rate, n, t) in mixes {
+        let mut row: Vec<(&str, Cell)> = vec![
+            ("rate", Cell::num(*rate as f64)),
+            ("members", Cell::num(*n as f64)),
+            ("tick_us", Cell::num(us(t))),
+            ("per_leg_us", Cell::num(us(t) / *n as f64)),
+            ("rt_per_leg", Cell::num(FRAME_US / (us(t) / *n as f64))),
+        ];
+        if let Some(c) = counts.get(&format!("mix|{rate}|{n}")) {
+            row.push(("instructions_per_leg", Cell::num(c / *n as f64)));
+        }
+        mix_table.push(row);
+    }
+    mix_table
+}
+
+/// Bars per leg and packet: SRTP against codec work (µs).
+fn leg_plot(cats: Vec<String>, srtp: Vec<(f64, f64)>, codec: Vec<(f64, f64)>) -> Plot {
+    Plot {
+        id: "codec_vs_srtp_per_leg".into(),
+        title: "Per leg and 20 ms packet: SRTP vs codec work (µs)".into(),
+        kind: PlotKind::Bars,
+        x_label: "leg".into(),
+        y_label: "µs per packet".into(),
+        log_y: true,
+        categories: cats,
+        series: vec![
+            Series {
+                name: "SRTP (unprotect + protect)".into(),
+                points: srtp,
+            },
+            Series {
+                name: "transcoding".into(),
+                points: codec.into_iter().filter(|p| p.1 > 0.0).collect(),
+            },
+        ],
+    }
+}
+
+/// Bars: each codec's real-time factor per core, encode and decode.
+fn realtime_plot(codec_rows: &[CodecRow]) -> Plot {
+    let rows: Vec<&CodecRow> = codec_rows.iter().filter(|r| r.timing.is_ok()).collect();
+    let categories: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let s = complexity_label(r.complexity);
+            if s.is_empty() {
+                format!("{} ({})", r.codec, r.implementation)
+            } else {
+                format!(
+                    "{} c{} ({})",
+                    r.codec,
+                    r.complexity.unwrap_or(0),
+                    r.implementation
+                )
+            }
+        })
+        .collect();
+    let pick = |enc: bool| -> Vec<(f64, f64)> {
+        rows.iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                r.timing
+                    .as_ref()
+                    .ok()
+                    .map(|(e, d)| (i as f64, FRAME_US / us(if enc { e } else { d })))
+            })
+            .collect()
     };
+    Plot {
+        id: "codec_realtime_factor".into(),
+        title: "Real-time factor per core, 20 ms frames (higher is cheaper)".into(),
+        kind: PlotKind::Bars,
+        x_label: "codec (implementation)".into(),
+        y_label: "× real time".into(),
+        log_y: true,
+        categories,
+        series: vec![
+            Series {
+                name: "encode".into(),
+                points: pick(true),
+            },
+            Series {
+                name: "decode".into(),
+                points: pick(false),
+            },
+        ],
+    }
+}
 
+/// SRTP per relayed packet of `size` bytes (172: G.711 and G.722, else Opus's 100), both
+/// directions (unprotect + protect), in µs.
+fn srtp_per_packet(srtp: &(SrtpPair, SrtpPair), size: usize) -> Result<f64, String> {
+    let r = if size == 172 { &srtp.0 } else { &srtp.1 };
+    r.as_ref()
+        .map(|(p, u)| (p + u) / 1000.0)
+        .map_err(|e| e.clone())
+}
+
+/// The transcoded legs' table and what the plot of SRTP against codec work per leg shows.
+struct LegFigures {
+    table: Table,
+    /// The plot's legs, relay only first.
+    cats: Vec<String>,
+    srtp: Vec<(f64, f64)>,
+    codec: Vec<(f64, f64)>,
+    /// The G.711 pipelines' real-time factors.
+    g711_rt: Vec<f64>,
+}
+
+/// Transcoding per leg beside its SRTP: each pipeline's time, spread, real-time factor, the
+/// codec's share of the leg and legs per core.
+fn leg_figures(
+    legs: &[(&Pipeline, Result<Timing, String>)],
+    srtp: &(SrtpPair, SrtpPair),
+    counts: &std::collections::BTreeMap<String, f64>,
+) -> LegFigures {
+    let srtp_for = |size: usize| srtp_per_packet(srtp, size);
     let mut leg_table = Table::new(
         "codec_transcode_per_leg",
         "Transcoding per leg: one received 20 ms packet decoded, resampled, re-framed, encoded and renumbered (µs, median), beside SRTP",
@@ -877,30 +995,40 @@ fn report(
         }
         leg_table.push(row);
     }
-
-    let mut mix_table = Table::new(
-        "codec_mix_per_leg",
-        "N−1 mixing per leg: one 20 ms tick (N frames in, N mixes out) ÷ N members (µs, median)",
-    )
-    .col_unit("rate", "bus rate", "Hz")
-    .col_unit("members", "members", "")
-    .col_unit("tick_us", "tick", "µs")
-    .col_unit("per_leg_us", "per leg", "µs")
-    .col_unit("rt_per_leg", "×RT per leg", "×")
-    .col_unit("instructions_per_leg", "instr/leg", "instr");
-    for (rate, n, t) in mixes {
-        let mut row: Vec<(&str, Cell)> = vec![
-            ("rate", Cell::num(*rate as f64)),
-            ("members", Cell::num(*n as f64)),
-            ("tick_us", Cell::num(us(t))),
-            ("per_leg_us", Cell::num(us(t) / *n as f64)),
-            ("rt_per_leg", Cell::num(FRAME_US / (us(t) / *n as f64))),
-        ];
-        if let Some(c) = counts.get(&format!("mix|{rate}|{n}")) {
-            row.push(("instructions_per_leg", Cell::num(c / *n as f64)));
-        }
-        mix_table.push(row);
+    LegFigures {
+        table: leg_table,
+        cats: plot_cats,
+        srtp: plot_srtp,
+        codec: plot_codec,
+        g711_rt,
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    study: &CodecStudy,
+    ctx: &Ctx,
+    codec_rows: &[CodecRow],
+    legs: &[(&Pipeline, Result<Timing, String>)],
+    mixes: &[(u32, usize, Timing)],
+    srtp: (SrtpPair, SrtpPair),
+    counts: &std::collections::BTreeMap<String, f64>,
+    instructions_method: String,
+) -> StudyReport {
+    let mut notes = Vec::new();
+    let codec_table = codec_table(codec_rows, counts);
+
+    // SRTP per packet, both directions of one relayed packet.
+    let srtp_for = |size: usize| srtp_per_packet(&srtp, size);
+
+    let LegFigures {
+        table: leg_table,
+        cats: plot_cats,
+        srtp: plot_srtp,
+        codec: plot_codec,
+        g711_rt,
+    } = leg_figures(legs, &srtp, counts);
+    let mix_table = mix_table(mixes, counts);
 
     // Targets (issue 20), stated against this run.
     if let Some(min) = g711_rt.iter().copied().min_by(f64::total_cmp) {
@@ -965,74 +1093,8 @@ fn report(
     }
 
     let plots = vec![
-        Plot {
-            id: "codec_vs_srtp_per_leg".into(),
-            title: "Per leg and 20 ms packet: SRTP vs codec work (µs)".into(),
-            kind: PlotKind::Bars,
-            x_label: "leg".into(),
-            y_label: "µs per packet".into(),
-            log_y: true,
-            categories: plot_cats,
-            series: vec![
-                Series {
-                    name: "SRTP (unprotect + protect)".into(),
-                    points: plot_srtp,
-                },
-                Series {
-                    name: "transcoding".into(),
-                    points: plot_codec.into_iter().filter(|p| p.1 > 0.0).collect(),
-                },
-            ],
-        },
-        {
-            let rows: Vec<&CodecRow> = codec_rows.iter().filter(|r| r.timing.is_ok()).collect();
-            let categories: Vec<String> = rows
-                .iter()
-                .map(|r| {
-                    let s = complexity_label(r.complexity);
-                    if s.is_empty() {
-                        format!("{} ({})", r.codec, r.implementation)
-                    } else {
-                        format!(
-                            "{} c{} ({})",
-                            r.codec,
-                            r.complexity.unwrap_or(0),
-                            r.implementation
-                        )
-                    }
-                })
-                .collect();
-            let pick = |enc: bool| -> Vec<(f64, f64)> {
-                rows.iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| {
-                        r.timing
-                            .as_ref()
-                            .ok()
-                            .map(|(e, d)| (i as f64, FRAME_US / us(if enc { e } else { d })))
-                    })
-                    .collect()
-            };
-            Plot {
-                id: "codec_realtime_factor".into(),
-                title: "Real-time factor per core, 20 ms frames (higher is cheaper)".into(),
-                kind: PlotKind::Bars,
-                x_label: "codec (implementation)".into(),
-                y_label: "× real time".into(),
-                log_y: true,
-                categories,
-                series: vec![
-                    Series {
-                        name: "encode".into(),
-                        points: pick(true),
-                    },
-                    Series {
-                        name: "decode".into(),
-                        points: pick(false),
-                    },
-                ],
-            }
-        },
+        leg_plot(plot_cats, plot_srtp, plot_codec),
+        realtime_plot(codec_rows),
     ];
 
     let method = ctx.method(
