@@ -144,6 +144,131 @@ type FloorOp = (String, Box<dyn FnMut()>);
 /// A server's memory per half-open handshake (KiB, clients answered), or why there is none.
 type MemoryRow = (String, Result<(f64, usize), String>);
 
+/// What [`load_runs`] measured: every run, and the servers that could not run, with why.
+type LoadRuns = (Vec<Run>, BTreeMap<&'static str, String>);
+
+/// The load runs: per certificate, the three servers up at once (an idle one costs nothing)
+/// on the server core, the client on the other; each scenario measured in rounds that take
+/// the servers in turn, each round in another order, so that load from elsewhere on the
+/// machine weighs on all of them alike.
+fn load_runs(
+    ctx: &Ctx,
+    exe: &Path,
+    files: &[CertFiles],
+    server_core: Option<usize>,
+    load: &Load,
+) -> anyhow::Result<LoadRuns> {
+    let servers = [ServerKind::Secrelay, ServerKind::Nginx, ServerKind::SServer];
+    let scenarios = [
+        (TlsVersion::Tls13, false),
+        (TlsVersion::Tls13, true),
+        (TlsVersion::Tls12, false),
+        (TlsVersion::Tls12, true),
+    ];
+    let mut runs: Vec<Run> = Vec::new();
+    let mut unavailable: BTreeMap<&'static str, String> = BTreeMap::new();
+    // The three servers run at once (an idle one costs nothing), and each scenario is
+    // measured in rounds that take the servers in turn, each round in another order, so
+    // that load from elsewhere on the machine weighs on all of them alike.
+    for f in files {
+        let mut up = Vec::new();
+        for kind in servers {
+            ctx.step(format!("{} with {}", kind.name(), f.key_type));
+            if let Some(why) = tls_servers::unavailable(kind) {
+                unavailable.insert(kind.name(), why);
+                ctx.done();
+                continue;
+            }
+            let server = match kind {
+                ServerKind::Secrelay => ServerProc::secrelay(exe, f, server_core),
+                ServerKind::Nginx => ServerProc::nginx(f, server_core, None),
+                _ => ServerProc::s_server(f, server_core, None),
+            }
+            .with_context(|| format!("starting {}", kind.name()))?;
+            warm(&server, load);
+            up.push(server);
+            ctx.done();
+        }
+        for (version, resume) in scenarios {
+            let mut rounds: Vec<Vec<Run>> = up.iter().map(|_| Vec::new()).collect();
+            for round in 0..load.rounds {
+                for k in 0..up.len() {
+                    let i = (k + round) % up.len();
+                    rounds[i].push(measure(&up[i], load, &f.key_type, version, resume)?);
+                }
+            }
+            for r in rounds {
+                runs.extend(Run::merge(r));
+            }
+        }
+    }
+    Ok((runs, unavailable))
+}
+
+/// The load client against secrelay's DTLS server (full handshakes: the engine does not
+/// resume) after a warm-up: its result, the server's CPU seconds and the handshakes it
+/// counted.
+fn dtls_run(
+    exe: &Path,
+    server_core: Option<usize>,
+    load: &Load,
+) -> anyhow::Result<(super::load::LoadReport, f64, u64)> {
+    let server = ServerProc::dtls(&exe, "ecdsa-p256", server_core)?;
+    let mk = |d: Duration| {
+        let mut o = super::load::LoadOptions::new(server.addr);
+        o.duration = Some(d);
+        o.connections = load.connections;
+        o.threads = 1;
+        o.progress = false;
+        o
+    };
+    let _ = super::load::run(mk(load.warmup), Arc::new(AtomicBool::new(false)));
+    // The server prints its counters once a second: let the warm-up's be printed.
+    std::thread::sleep(Duration::from_millis(1200));
+    let c0 = server.counted().map(|c| c.0).unwrap_or(0);
+    let cpu0 = server.cpu_s();
+    let r = super::load::run(mk(load.duration), Arc::new(AtomicBool::new(false)))?;
+    // The server prints its counters once a second.
+    std::thread::sleep(Duration::from_millis(1200));
+    let cpu = server.cpu_s() - cpu0;
+    let c1 = server.counted().map(|c| c.0).unwrap_or(0);
+    Ok((r, cpu, c1.saturating_sub(c0)))
+}
+
+/// Memory per half-open handshake, each server alone on its core (`f`'s certificate).
+fn memory_rows(
+    exe: &Path,
+    f: &CertFiles,
+    server_core: Option<usize>,
+    n_half: usize,
+) -> anyhow::Result<Vec<MemoryRow>> {
+    let mut memory: Vec<MemoryRow> = Vec::new();
+    for kind in [
+        ServerKind::Secrelay,
+        ServerKind::Nginx,
+        ServerKind::SServer,
+        ServerKind::SecrelayDtls,
+    ] {
+        if let Some(why) = tls_servers::unavailable(kind) {
+            memory.push((kind.name().into(), Err(why)));
+            continue;
+        }
+        let server = match kind {
+            ServerKind::Secrelay => ServerProc::secrelay(exe, f, server_core),
+            ServerKind::Nginx => ServerProc::nginx(f, server_core, None),
+            ServerKind::SServer => ServerProc::s_server(f, server_core, None),
+            ServerKind::SecrelayDtls => ServerProc::dtls(exe, "ecdsa-p256", server_core),
+        }?;
+        std::thread::sleep(Duration::from_millis(300));
+        memory.push((
+            kind.name().into(),
+            half_open_kib(&server, n_half, kind == ServerKind::SecrelayDtls)
+                .map_err(|e| format!("{e:#}")),
+        ));
+    }
+    Ok(memory)
+}
+
 fn floor_ops() -> anyhow::Result<Vec<FloorOp>> {
     let mut out: Vec<FloorOp> = Vec::new();
     for (lib, ops) in [("aws-lc-rs", aws_lc_ops()?), ("OpenSSL", openssl_ops()?)] {
@@ -668,31 +793,13 @@ impl Study for TlsStudy {
         } else {
             (None, None)
         };
-        // (rounds, seconds of each turn, seconds of its warm-up)
-        let (rounds, secs, warmup) = match ctx.pace() {
-            Pace::Full => (4, 1.25, 1.0),
-            Pace::Quick => (2, 0.75, 0.5),
-            Pace::Smoke => (1, 0.3, 0.2),
-        };
-        let load = Load {
-            rounds,
-            duration: Duration::from_secs_f64(secs),
-            warmup: Duration::from_secs_f64(warmup),
-            connections: if quick { 8 } else { 32 },
-            client_core,
-        };
+        let load = load_settings(ctx, client_core);
         let key_types: Vec<KeyType> = if quick {
             vec![KeyType::EcdsaP256]
         } else {
             vec![KeyType::EcdsaP256, KeyType::Rsa2048]
         };
         let servers = [ServerKind::Secrelay, ServerKind::Nginx, ServerKind::SServer];
-        let scenarios = [
-            (TlsVersion::Tls13, false),
-            (TlsVersion::Tls13, true),
-            (TlsVersion::Tls12, false),
-            (TlsVersion::Tls12, true),
-        ];
         ctx.steps((key_types.len() * servers.len() + 5) as u64);
         let dir = tempfile::tempdir()?;
         let ca = CaDir::init(dir.path().join("ca"), KeyType::EcdsaP256, false)?;
@@ -704,110 +811,23 @@ impl Study for TlsStudy {
 
         // The crypto floors, on the servers' core while nothing else runs there.
         ctx.step("crypto floors");
-        pin_self(server_core);
-        let mut floor_ns = BTreeMap::new();
-        for (id, mut op) in floor_ops()? {
-            floor_ns.insert(id, cpu_ns_per_op(&mut op, ctx.pace()));
-        }
-        let floor_us: BTreeMap<String, f64> =
-            floor_ns.iter().map(|(k, v)| (k.clone(), v / 1e3)).collect();
+        let floor_us = crypto_floors(ctx, server_core)?;
         ctx.done();
 
         // The load runs: each server on the server core, the client on the other.
         pin_self(client_core);
-        let mut runs: Vec<Run> = Vec::new();
-        let mut unavailable: BTreeMap<&'static str, String> = BTreeMap::new();
-        // The three servers run at once (an idle one costs nothing), and each scenario is
-        // measured in rounds that take the servers in turn, each round in another order, so
-        // that load from elsewhere on the machine weighs on all of them alike.
-        for f in &files {
-            let mut up = Vec::new();
-            for kind in servers {
-                ctx.step(format!("{} with {}", kind.name(), f.key_type));
-                if let Some(why) = tls_servers::unavailable(kind) {
-                    unavailable.insert(kind.name(), why);
-                    ctx.done();
-                    continue;
-                }
-                let server = match kind {
-                    ServerKind::Secrelay => ServerProc::secrelay(&exe, f, server_core),
-                    ServerKind::Nginx => ServerProc::nginx(f, server_core, None),
-                    _ => ServerProc::s_server(f, server_core, None),
-                }
-                .with_context(|| format!("starting {}", kind.name()))?;
-                warm(&server, &load);
-                up.push(server);
-                ctx.done();
-            }
-            for (version, resume) in scenarios {
-                let mut rounds: Vec<Vec<Run>> = up.iter().map(|_| Vec::new()).collect();
-                for round in 0..load.rounds {
-                    for k in 0..up.len() {
-                        let i = (k + round) % up.len();
-                        rounds[i].push(measure(&up[i], &load, &f.key_type, version, resume)?);
-                    }
-                }
-                for r in rounds {
-                    runs.extend(Run::merge(r));
-                }
-            }
-        }
+        let (runs, unavailable) = load_runs(ctx, &exe, &files, server_core, &load)?;
 
         // The same client against secrelay's DTLS server (full handshakes; no resumption in
         // the engine), for TLS and DTLS side by side.
         ctx.step("secrelay's DTLS server");
-        let dtls = {
-            let server = ServerProc::dtls(&exe, "ecdsa-p256", server_core)?;
-            let mk = |d: Duration| {
-                let mut o = super::load::LoadOptions::new(server.addr);
-                o.duration = Some(d);
-                o.connections = load.connections;
-                o.threads = 1;
-                o.progress = false;
-                o
-            };
-            let _ = super::load::run(mk(load.warmup), Arc::new(AtomicBool::new(false)));
-            // The server prints its counters once a second: let the warm-up's be printed.
-            std::thread::sleep(Duration::from_millis(1200));
-            let c0 = server.counted().map(|c| c.0).unwrap_or(0);
-            let cpu0 = server.cpu_s();
-            let r = super::load::run(mk(load.duration), Arc::new(AtomicBool::new(false)))?;
-            // The server prints its counters once a second.
-            std::thread::sleep(Duration::from_millis(1200));
-            let cpu = server.cpu_s() - cpu0;
-            let c1 = server.counted().map(|c| c.0).unwrap_or(0);
-            (r, cpu, c1.saturating_sub(c0))
-        };
+        let dtls = dtls_run(&exe, server_core, &load)?;
         ctx.done();
 
         // Memory per half-open handshake, each server alone on its core.
         ctx.step("memory per half-open handshake");
         let n_half = if quick { 200 } else { 1000 };
-        let mut memory: Vec<MemoryRow> = Vec::new();
-        for kind in [
-            ServerKind::Secrelay,
-            ServerKind::Nginx,
-            ServerKind::SServer,
-            ServerKind::SecrelayDtls,
-        ] {
-            if let Some(why) = tls_servers::unavailable(kind) {
-                memory.push((kind.name().into(), Err(why)));
-                continue;
-            }
-            let f = &files[0];
-            let server = match kind {
-                ServerKind::Secrelay => ServerProc::secrelay(&exe, f, server_core),
-                ServerKind::Nginx => ServerProc::nginx(f, server_core, None),
-                ServerKind::SServer => ServerProc::s_server(f, server_core, None),
-                ServerKind::SecrelayDtls => ServerProc::dtls(&exe, "ecdsa-p256", server_core),
-            }?;
-            std::thread::sleep(Duration::from_millis(300));
-            memory.push((
-                kind.name().into(),
-                half_open_kib(&server, n_half, kind == ServerKind::SecrelayDtls)
-                    .map_err(|e| format!("{e:#}")),
-            ));
-        }
+        let memory = memory_rows(&exe, &files[0], server_core, n_half)?;
         ctx.done();
         pin_self(None);
 
@@ -843,67 +863,13 @@ impl Study for TlsStudy {
         let (ratio_t, ratio_notes) = ratios_table(&runs);
         notes.extend(ratio_notes);
         let mut floor_t = floor_table(&runs, &floor_us, &instructions, &floor_instr, &dtls);
-        for (scenario, us) in &stack {
-            let (cert, version, resume) = scenario_parts(scenario);
-            let parts = floor_parts(cert, version, resume);
-            let floor = floor_of(&floor_us, "aws-lc-rs", &parts);
-            let none = parts.is_empty();
-            floor_t.push([
-                (
-                    "server",
-                    Cell::text("secrelay's TLS stack alone (rustls, in memory)"),
-                ),
-                ("scenario", Cell::text(scenario.clone())),
-                (
-                    "floor_ops",
-                    Cell::text(if none {
-                        "none (symmetric crypto only)".to_string()
-                    } else {
-                        format!("aws-lc-rs: {}", parts.join(" + "))
-                    }),
-                ),
-                ("server_us", Cell::num(*us)),
-                ("floor_us", Cell::num(if none { 0.0 } else { floor })),
-                ("rest_us", Cell::num(us - if none { 0.0 } else { floor })),
-                (
-                    "ratio",
-                    if none {
-                        Cell::not_offered("not applicable: no public-key operation")
-                    } else {
-                        ratio(*us, floor)
-                    },
-                ),
-                (
-                    "instr",
-                    Cell::not_offered("not applicable: timed, not counted"),
-                ),
-                ("floor_instr", Cell::not_offered("not applicable")),
-                ("instr_ratio", Cell::not_offered("not applicable")),
-            ]);
-            if scenario == "TLS 1.3 full ecdsa-p256" {
-                notes.push(format!(
-                    "secrelay's TLS stack alone (rustls + aws-lc-rs, the gateway's configuration, in memory): {us:.0} µs of server time per full TLS 1.3 handshake = {:.2}× its crypto floor ({floor:.0} µs; target ≤ 1.3×: {}); the whole server over TCP: see the rows above.",
-                    us / floor,
-                    if us / floor <= 1.3 { "met" } else { "NOT met" }
-                ));
-            }
-        }
+        notes.extend(push_stack_rows(&mut floor_t, &stack, &floor_us));
         let side = side_by_side(&runs, &dtls, &floor_us);
         let mem_t = memory_table(&memory, n_half);
         for (name, why) in &unavailable {
             notes.push(format!("{name}: {why}"));
         }
-        notes.push(format!(
-            "Cores: servers pinned to {}, the load tool's thread to {} (taskset / sched_setaffinity); {} connections in flight, one client thread; each row is {} turns of {:.2} s, the servers taking turns in a different order each round, after a {:.1} s warm-up per server; X25519 offered (P-256 listed too). The client does not verify certificates (tls-perf's practice; a verifying client spends an ECDSA verify per handshake). {}; nginx {}.",
-            server_core.map_or("any core".into(), |c| format!("core {c}")),
-            client_core.map_or("any core".into(), |c| format!("core {c}")),
-            load.connections,
-            load.rounds,
-            load.duration.as_secs_f64(),
-            load.warmup.as_secs_f64(),
-            openssl::version::version(),
-            nginx_version().unwrap_or_else(|| "not installed".into()),
-        ));
+        notes.push(setup_note(server_core, client_core, &load));
         notes.push(
             "openssl s_server serves one connection at a time: the other connections in flight wait in its accept queue, so its latency is mostly queueing; its rate per CPU-second is the figure to read.".into(),
         );
@@ -928,6 +894,106 @@ impl Study for TlsStudy {
             notes,
         })
     }
+}
+
+/// secrelay's TLS stack alone (in memory) in the floor table, scenario by scenario, against
+/// its crypto floor; the note on the full TLS 1.3 handshake with P-256 against its target.
+fn push_stack_rows(
+    floor_t: &mut Table,
+    stack: &[(String, f64)],
+    floor_us: &BTreeMap<String, f64>,
+) -> Option<String> {
+    let mut note = None;
+    for (scenario, us) in stack {
+        let (cert, version, resume) = scenario_parts(scenario);
+        let parts = floor_parts(cert, version, resume);
+        let floor = floor_of(floor_us, "aws-lc-rs", &parts);
+        let none = parts.is_empty();
+        floor_t.push([
+            (
+                "server",
+                Cell::text("secrelay's TLS stack alone (rustls, in memory)"),
+            ),
+            ("scenario", Cell::text(scenario.clone())),
+            (
+                "floor_ops",
+                Cell::text(if none {
+                    "none (symmetric crypto only)".to_string()
+                } else {
+                    format!("aws-lc-rs: {}", parts.join(" + "))
+                }),
+            ),
+            ("server_us", Cell::num(*us)),
+            ("floor_us", Cell::num(if none { 0.0 } else { floor })),
+            ("rest_us", Cell::num(us - if none { 0.0 } else { floor })),
+            (
+                "ratio",
+                if none {
+                    Cell::not_offered("not applicable: no public-key operation")
+                } else {
+                    ratio(*us, floor)
+                },
+            ),
+            (
+                "instr",
+                Cell::not_offered("not applicable: timed, not counted"),
+            ),
+            ("floor_instr", Cell::not_offered("not applicable")),
+            ("instr_ratio", Cell::not_offered("not applicable")),
+        ]);
+        if scenario == "TLS 1.3 full ecdsa-p256" {
+            note = Some(format!(
+                "secrelay's TLS stack alone (rustls + aws-lc-rs, the gateway's configuration, in memory): {us:.0} µs of server time per full TLS 1.3 handshake = {:.2}× its crypto floor ({floor:.0} µs; target ≤ 1.3×: {}); the whole server over TCP: see the rows above.",
+                us / floor,
+                if us / floor <= 1.3 { "met" } else { "NOT met" }
+            ));
+        }
+    }
+    note
+}
+
+/// How the load ran: the cores, connections, turns, warm-up, the client's settings and the
+/// versions of OpenSSL and nginx.
+fn setup_note(server_core: Option<usize>, client_core: Option<usize>, load: &Load) -> String {
+    format!(
+        "Cores: servers pinned to {}, the load tool's thread to {} (taskset / sched_setaffinity); {} connections in flight, one client thread; each row is {} turns of {:.2} s, the servers taking turns in a different order each round, after a {:.1} s warm-up per server; X25519 offered (P-256 listed too). The client does not verify certificates (tls-perf's practice; a verifying client spends an ECDSA verify per handshake). {}; nginx {}.",
+        server_core.map_or("any core".into(), |c| format!("core {c}")),
+        client_core.map_or("any core".into(), |c| format!("core {c}")),
+        load.connections,
+        load.rounds,
+        load.duration.as_secs_f64(),
+        load.warmup.as_secs_f64(),
+        openssl::version::version(),
+        nginx_version().unwrap_or_else(|| "not installed".into()),
+    )
+}
+
+/// The load's settings at the study's pace: rounds, each turn's and warm-up's length, the
+/// connections in flight, the client's core.
+fn load_settings(ctx: &Ctx, client_core: Option<usize>) -> Load {
+    // (rounds, seconds of each turn, seconds of its warm-up)
+    let (rounds, secs, warmup) = match ctx.pace() {
+        Pace::Full => (4, 1.25, 1.0),
+        Pace::Quick => (2, 0.75, 0.5),
+        Pace::Smoke => (1, 0.3, 0.2),
+    };
+    Load {
+        rounds,
+        duration: Duration::from_secs_f64(secs),
+        warmup: Duration::from_secs_f64(warmup),
+        connections: if ctx.quick() { 8 } else { 32 },
+        client_core,
+    }
+}
+
+/// The crypto floors (µs per operation), on the servers' core while nothing else runs there.
+fn crypto_floors(ctx: &Ctx, server_core: Option<usize>) -> anyhow::Result<BTreeMap<String, f64>> {
+    pin_self(server_core);
+    let mut floor_ns = BTreeMap::new();
+    for (id, mut op) in floor_ops()? {
+        floor_ns.insert(id, cpu_ns_per_op(&mut op, ctx.pace()));
+    }
+    Ok(floor_ns.iter().map(|(k, v)| (k.clone(), v / 1e3)).collect())
 }
 
 /// `TLS 1.3 full ecdsa-p256` → its parts.
