@@ -196,8 +196,8 @@ pub(crate) fn parse_legs(names: &[String]) -> Result<Vec<Leg>> {
     Ok(legs)
 }
 
-/// Runs the load and prints the report.
-pub fn run(a: &GatewayLoadArgs) -> Result<()> {
+/// Refuses flags that do not go together, naming them.
+fn check(a: &GatewayLoadArgs) -> Result<()> {
     if a.viewers.is_none() && (a.per_room < 2 || a.participants < a.per_room) {
         bail!("--per-room must be at least 2 and --participants at least --per-room");
     }
@@ -212,6 +212,12 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             );
         }
     }
+    Ok(())
+}
+
+/// The load as the flags describe it: rooms of `--per-room` with `--legs`, or a broadcast
+/// (per room, the publisher first, then its viewers).
+fn load_options(a: &GatewayLoadArgs) -> Result<LoadOptions> {
     let signaling = a.client.signaling()?;
     let legs = parse_legs(&a.legs)?;
     // The broadcast: per room, the publisher first, then its viewers.
@@ -238,7 +244,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             "load-",
         ),
     };
-    let o = LoadOptions {
+    Ok(LoadOptions {
         fleet: FleetConfig {
             signaling,
             rooms,
@@ -261,11 +267,13 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
         },
         server_pid: a.client.server_pid,
         slow_viewer: a.slow_viewer.map(|kbps| kbps * 1000 / 8),
-    };
-    let progress = Arc::new(FleetProgress::default());
-    let p2 = progress.clone();
-    let total = (rooms * per_room) as u64;
-    let watcher = std::thread::spawn(move || {
+    })
+}
+
+/// Says every 2 s how many joined, connected and received, while anything changes.
+fn watch(progress: Arc<FleetProgress>, total: u64) -> std::thread::JoinHandle<()> {
+    let p2 = progress;
+    std::thread::spawn(move || {
         let mut last = 0;
         while !p2.stop.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_secs(2));
@@ -279,11 +287,12 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             }
             last = r;
         }
-    });
-    let report = load::run(&o, progress.clone());
-    progress.stop.store(true, Ordering::Relaxed);
-    let _ = watcher.join();
-    let r = report?;
+    })
+}
+
+/// The report's lines: what ran, connections, packets, the broadcast's or each leg kind's
+/// figures, then the gateway's.
+fn print_report(r: &load::LoadReport) {
     match &r.broadcast {
         Some(b) => println!(
             "gateway-load: broadcast, {} publisher(s) of audio and 3 simulcast video layers to {} viewers, {:.1} s of media",
@@ -312,80 +321,7 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
         }
     );
     if let Some(b) = &r.broadcast {
-        let pct = |lost: u64, expected: u64| {
-            if expected > 0 {
-                lost as f64 * 100.0 / expected as f64
-            } else {
-                0.0
-            }
-        };
-        println!(
-            "  viewers            {} with audio, {} with video, {} with one video stream per publisher",
-            b.viewers_with_audio, b.viewers_with_video, b.viewers_one_video_stream
-        );
-        println!(
-            "  viewer audio       {} streams, received {}, lost {} of {} ({:.3} %)",
-            b.audio.streams,
-            b.audio.received,
-            b.audio.lost,
-            b.audio.expected,
-            pct(b.audio.lost, b.audio.expected)
-        );
-        println!(
-            "  viewer video       {} streams, received {}, lost {} of {} ({:.3} %)",
-            b.video.streams,
-            b.video.received,
-            b.video.lost,
-            b.video.expected,
-            pct(b.video.lost, b.video.expected)
-        );
-        for (kind, d) in [("audio", &b.audio_delivery), ("video", &b.video_delivery)] {
-            println!(
-                "  {kind} delivered    {} of {} sent in the viewers' windows ({} never arrived, {:.3} %){}",
-                d.delivered,
-                d.expected,
-                d.undelivered,
-                pct(d.undelivered, d.expected),
-                if kind == "video" { "; last layer each" } else { "" }
-            );
-        }
-        println!("  layer choice       {}", b.layer_choice);
-        if b.viewers_with_feedback > 0 {
-            println!(
-                "  viewer feedback    {} viewers sent {} transport-cc messages",
-                b.viewers_with_feedback, b.feedbacks_sent
-            );
-        }
-        println!("    layer  target kbit/s  frames  keyframes  packets sent  received by viewers  viewers at end  viewers any");
-        for l in &b.layers {
-            println!(
-                "    {:<5}  {:>13}  {:>6}  {:>9}  {:>12}  {:>19}  {:>14}  {:>11}",
-                l.rid,
-                l.target_kbps,
-                l.frames,
-                l.keyframes,
-                l.packets_sent,
-                l.packets_received,
-                l.viewers_at_end,
-                l.viewers_any
-            );
-        }
-        println!(
-            "  keyframes asked    {} (PLI/FIR at the publishers); layer changes seen by viewers {}",
-            b.keyframe_requests, b.switches
-        );
-        match b.retransmit_bytes_per_stream {
-            Some(per) => println!(
-                "  retransmit buffer  {:.0} streams, {:.1} KiB in all, {:.1} KiB per stream (gateway /metrics)",
-                b.retransmit_streams,
-                b.retransmit_bytes / 1024.0,
-                per / 1024.0
-            ),
-            None => println!("  retransmit buffer  none reported by the gateway"),
-        }
-        if !b.feedback.is_empty() {
-            println!("  gateway feedback   {:?}", b.feedback);
-        }
+        print_broadcast(b);
     }
     if r.by_leg.len() > 1 && r.broadcast.is_none() {
         for t in &r.by_leg {
@@ -395,6 +331,12 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
             );
         }
     }
+    print_gateway(r);
+}
+
+/// The gateway's lines: routed and forwarded, transcoding, latency, CPU, memory, workers and
+/// drops.
+fn print_gateway(r: &load::LoadReport) {
     println!(
         "  gateway            routed {:.0}, forwarded {:.0} ({:.0} packets/s through it)",
         r.gateway_routed,
@@ -465,6 +407,99 @@ pub fn run(a: &GatewayLoadArgs) -> Result<()> {
     if !r.gateway_drops.is_empty() {
         println!("  gateway drops      {:?}", r.gateway_drops);
     }
+}
+
+/// The broadcast's lines: viewers, their audio and video, delivery, layers, keyframes, the
+/// retransmission buffer and feedback.
+fn print_broadcast(b: &load::BroadcastReport) {
+    let pct = |lost: u64, expected: u64| {
+        if expected > 0 {
+            lost as f64 * 100.0 / expected as f64
+        } else {
+            0.0
+        }
+    };
+    println!(
+        "  viewers            {} with audio, {} with video, {} with one video stream per publisher",
+        b.viewers_with_audio, b.viewers_with_video, b.viewers_one_video_stream
+    );
+    println!(
+        "  viewer audio       {} streams, received {}, lost {} of {} ({:.3} %)",
+        b.audio.streams,
+        b.audio.received,
+        b.audio.lost,
+        b.audio.expected,
+        pct(b.audio.lost, b.audio.expected)
+    );
+    println!(
+        "  viewer video       {} streams, received {}, lost {} of {} ({:.3} %)",
+        b.video.streams,
+        b.video.received,
+        b.video.lost,
+        b.video.expected,
+        pct(b.video.lost, b.video.expected)
+    );
+    for (kind, d) in [("audio", &b.audio_delivery), ("video", &b.video_delivery)] {
+        println!(
+            "  {kind} delivered    {} of {} sent in the viewers' windows ({} never arrived, {:.3} %){}",
+            d.delivered,
+            d.expected,
+            d.undelivered,
+            pct(d.undelivered, d.expected),
+            if kind == "video" { "; last layer each" } else { "" }
+        );
+    }
+    println!("  layer choice       {}", b.layer_choice);
+    if b.viewers_with_feedback > 0 {
+        println!(
+            "  viewer feedback    {} viewers sent {} transport-cc messages",
+            b.viewers_with_feedback, b.feedbacks_sent
+        );
+    }
+    println!("    layer  target kbit/s  frames  keyframes  packets sent  received by viewers  viewers at end  viewers any");
+    for l in &b.layers {
+        println!(
+            "    {:<5}  {:>13}  {:>6}  {:>9}  {:>12}  {:>19}  {:>14}  {:>11}",
+            l.rid,
+            l.target_kbps,
+            l.frames,
+            l.keyframes,
+            l.packets_sent,
+            l.packets_received,
+            l.viewers_at_end,
+            l.viewers_any
+        );
+    }
+    println!(
+        "  keyframes asked    {} (PLI/FIR at the publishers); layer changes seen by viewers {}",
+        b.keyframe_requests, b.switches
+    );
+    match b.retransmit_bytes_per_stream {
+        Some(per) => println!(
+            "  retransmit buffer  {:.0} streams, {:.1} KiB in all, {:.1} KiB per stream (gateway /metrics)",
+            b.retransmit_streams,
+            b.retransmit_bytes / 1024.0,
+            per / 1024.0
+        ),
+        None => println!("  retransmit buffer  none reported by the gateway"),
+    }
+    if !b.feedback.is_empty() {
+        println!("  gateway feedback   {:?}", b.feedback);
+    }
+}
+
+/// Runs the load and prints the report.
+pub fn run(a: &GatewayLoadArgs) -> Result<()> {
+    check(a)?;
+    let o = load_options(a)?;
+    let total = (o.fleet.rooms * o.fleet.per_room) as u64;
+    let progress = Arc::new(FleetProgress::default());
+    let watcher = watch(progress.clone(), total);
+    let report = load::run(&o, progress.clone());
+    progress.stop.store(true, Ordering::Relaxed);
+    let _ = watcher.join();
+    let r = report?;
+    print_report(&r);
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&r)?)
             .map_err(|e| anyhow::anyhow!("--json {}: {e}", p.display()))?;
