@@ -294,6 +294,220 @@ type ResultRow = (
 /// The `lab srtp` study.
 pub struct SrtpStudy;
 
+/// Every stack's protect and unprotect of every profile at every size, pion/srtp's (a Go
+/// child process) after them.
+fn measure_stacks(ctx: &mut Ctx, profiles: &[Profile]) -> Vec<ResultRow> {
+    let mut results: Vec<ResultRow> = Vec::new();
+    for &profile in profiles {
+        for (label, size) in SIZES {
+            ctx.step(format!("{} {size} B", profile.sdp_name()));
+            let (names, makers): (Vec<String>, Vec<StackFactory>) =
+                stacks(profile).into_iter().unzip();
+            for (name, r) in names.into_iter().zip(measure_all(ctx, &makers, size)) {
+                results.push((
+                    profile,
+                    label,
+                    size,
+                    name,
+                    r.map(|(p, u)| (p.ns, u.ns, p.spread_pct)),
+                ));
+            }
+            ctx.done();
+        }
+    }
+    ctx.step("pion/srtp (Go)");
+    let sizes: Vec<usize> = SIZES.iter().map(|s| s.1).collect();
+    let pion = super::srtp_peers::pion(&ctx.bench, profiles, &sizes);
+    for &profile in profiles {
+        for (label, size) in SIZES {
+            let r = match &pion {
+                Err(why) => Err(why.clone()),
+                Ok(m) => m
+                    .get(&(profile.sdp_name().to_string(), size))
+                    .cloned()
+                    .unwrap_or_else(|| Err("pion-srtp printed no result".into())),
+            };
+            results.push((profile, label, size, "pion/srtp (Go)".into(), r));
+        }
+    }
+    results
+}
+
+/// The table of every stack's cost per packet, with its ratios to libsrtp and to the best
+/// peer, and instructions at the G.711 size.
+fn per_packet_table(
+    results: &[ResultRow],
+    counts: &std::collections::BTreeMap<String, f64>,
+) -> Table {
+    let mut table = Table::new(
+        "srtp_per_packet",
+        "SRTP cost per RTP packet, one core (ns per packet, median)",
+    )
+    .col("profile", "profile")
+    .col("packet", "packet")
+    .col("stack", "stack")
+    .col_unit("protect_ns", "protect", "ns")
+    .col_unit("unprotect_ns", "unprotect", "ns")
+    .col_unit("protect_spread_pct", "spread", "%")
+    .col_unit("protect_vs_libsrtp", "protect vs libsrtp", "×")
+    .col_unit("protect_vs_best_peer", "protect vs best peer", "×")
+    .col_unit("instructions", "instructions/protect", "instr");
+    for (profile, label, size, name, r) in results {
+        let best_peer = results
+            .iter()
+            .filter(|x| x.0 == *profile && x.2 == *size && !x.3.starts_with("secrelay"))
+            .filter_map(|x| x.4.as_ref().ok().map(|r| r.0))
+            .min_by(f64::total_cmp);
+        let lib = results
+            .iter()
+            .find(|x| x.0 == *profile && x.2 == *size && x.3.starts_with("libsrtp"))
+            .and_then(|x| x.4.as_ref().ok());
+        let mut row: Vec<(&str, Cell)> = vec![
+            ("profile", Cell::text(profile.sdp_name())),
+            ("packet", Cell::text(format!("{label} {size} B"))),
+            ("stack", Cell::text(name.clone())),
+        ];
+        match r {
+            Ok((p, u, spread)) => {
+                row.push(("protect_ns", Cell::num(*p)));
+                row.push(("unprotect_ns", Cell::num(*u)));
+                row.push(("protect_spread_pct", Cell::num(*spread)));
+                if let Some((lp, _, _)) = lib {
+                    row.push(("protect_vs_libsrtp", Cell::num(p / lp)));
+                }
+                if let Some(best) = best_peer {
+                    row.push(("protect_vs_best_peer", Cell::num(p / best)));
+                }
+            }
+            Err(why) => {
+                row.push(("protect_ns", Cell::not_offered(why.clone())));
+                row.push(("unprotect_ns", Cell::not_offered(why.clone())));
+            }
+        }
+        if *size == 172 {
+            if let Some(n) = counts.get(&format!("{name}|{}|172", profile.sdp_name())) {
+                row.push(("instructions", Cell::num(*n)));
+            }
+        }
+        table.push(row);
+    }
+    table
+}
+
+/// Per profile (AES_CM_128_HMAC_SHA1_80, AEAD_AES_128_GCM): protect cost against packet
+/// size per stack, and every stack side by side at the G.711 size.
+fn stack_plots(results: &[ResultRow]) -> Vec<Plot> {
+    let mut plots = Vec::new();
+    for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
+        let mut series: Vec<Series> = Vec::new();
+        for (profile_r, _, size, name, r) in results {
+            if *profile_r != profile {
+                continue;
+            }
+            let Ok((p, _, _)) = r else { continue };
+            match series.iter_mut().find(|s| s.name == *name) {
+                Some(s) => s.points.push((*size as f64, *p)),
+                None => series.push(Series {
+                    name: name.clone(),
+                    points: vec![(*size as f64, *p)],
+                }),
+            }
+        }
+        for s in &mut series {
+            s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        plots.push(Plot {
+            id: format!("srtp_cost_vs_size_{}", profile.sdp_name().to_lowercase()),
+            title: format!("{}: protect cost vs packet size", profile.sdp_name()),
+            kind: PlotKind::Lines,
+            x_label: "RTP packet (bytes)".into(),
+            y_label: "ns per packet".into(),
+            log_y: false,
+            categories: Vec::new(),
+            series,
+        });
+    }
+    // Every stack side by side at the G.711 size, protect and unprotect.
+    for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
+        let rows: Vec<_> = results
+            .iter()
+            .filter(|r| r.0 == profile && r.2 == 172)
+            .collect();
+        let categories: Vec<String> = rows.iter().map(|r| r.3.clone()).collect();
+        let pick = |f: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
+            rows.iter()
+                .enumerate()
+                .filter_map(|(i, r)| r.4.as_ref().ok().map(|v| (i as f64, f(v))))
+                .collect()
+        };
+        plots.push(Plot {
+            id: format!("srtp_stacks_172_{}", profile.sdp_name().to_lowercase()),
+            title: format!(
+                "{}, 172-byte packet: ns per packet by stack",
+                profile.sdp_name()
+            ),
+            kind: PlotKind::Bars,
+            x_label: "stack".into(),
+            y_label: "ns per packet".into(),
+            log_y: false,
+            categories,
+            series: vec![
+                Series {
+                    name: "protect".into(),
+                    points: pick(|v| v.0),
+                },
+                Series {
+                    name: "unprotect".into(),
+                    points: pick(|v| v.1),
+                },
+            ],
+        });
+    }
+    plots
+}
+
+/// How the study and the sweeps it runs measure.
+const METHOD: &str = "one protect (or unprotect) of one RTP packet in place, in chunks of 64 packets with rising sequence numbers; \
+     filling the chunk with plaintext (protect) or protecting it with the same stack (unprotect) is outside the timing; \
+     one context per direction, one SSRC, replay window 1024; webrtc-srtp's API returns a new buffer per packet \
+     (its allocation and the copy back are timed); pion/srtp runs as a Go child process with the same method \
+     (chunks of 64, median of the runs) and its own timer; \
+     symmetric_per_packet: one encryption of one packet in place with a fresh IV or nonce, the key schedule set up once, \
+     CBC with PKCS#7 padding, AEAD tags over the packet, RC4 one keystream across packets; \
+     srtp_engines: one Engine::process call protecting a whole batch of 172-byte RTP packets spread over 64 \
+     contexts (packet i to context i mod 64, one SSRC each), refilling the batch with plaintext outside the timing \
+     and building its packet list inside; every engine and batch size of a profile interleaved run by run; \
+     the threaded engine has one lane per available core on pinned pool threads, each lane running the \
+     multi-buffer engine (threaded×N simd) or the scalar code (threaded×N scalar); \
+     per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's; \
+     srtp_engine_ceiling: N serial (or multi-buffer) engines on N threads at once (own contexts, batches of 4,096, \
+     each thread filling its own) against one, alternating, median ratio: what the machine gave N threads during the run; \
+     srtp_engine_sizes: one Engine::process call on a batch of RTP packets of 100, 172 or 1,200 bytes or the video-like \
+     mix (of every 16 packets, 12 of 1,100–1,200 bytes, 2 of 200–1,100, 2 of 60–200, in a fixed pseudo-random order; \
+     ~960 bytes on average), protect or unprotect, batches of 64 over 64 contexts, of 64 over 4,096 and of 1,024 over \
+     4,096 (each context its own master key; packet i of the run to context 7,919·i mod N, so a batch over 4,096 \
+     contexts names contexts whose state has left the caches), every engine, size and setup of a profile and \
+     operation interleaved run by run, each engine's cell next to the serial engine's of the same size and setup \
+     (at most 9 runs, half the warm-up), refilling the \
+     batch outside the timing (unprotect: protected one by one by the serial senders, outside the timing); \
+     vs serial = serial time per packet ÷ the engine's in the same runs; \
+     srtp_gpu: one Engine::process call over a batch of 172-byte RTP packets spread over min(batch, 65,536) \
+     contexts (packet i to context i mod N, each context its own master key), host memory to host memory: \
+     the packets' copies to and from the GPU, the checks before the crypto and the commits after it are timed; \
+     the GPU engine with a host thread per core (the batch split by context), 4 lanes each, 1,024 packets per launch, \
+     524,288 key slots (every key set of the sweep's cells fits); \
+     refilling the batch, making its packet list, checking the results (and, for unprotect, protecting it with the \
+     same engine) are outside the timing; \
+     batches for about 4× the run time per cell (3 at least) after one untimed batch, and for the GPU after untimed \
+     batches until one uploads no key and sends no packet to the CPU (at most 8); a GPU cell whose timed batches \
+     still did either fails with the counts; throughput = packets ÷ the batches' summed \
+     time, batch time percentiles over the batches (with few batches p99 is their slowest); \
+     the worker-thread engine on every core in the same run; \
+     vs threaded = the GPU's throughput ÷ the threaded engine's; \
+     srtp_gpu_variants: the same at batches of 65,536, protect, one GPU engine per setting (host threads, lanes × packets per launch, \
+     threads per block, a register cap given to NVRTC), vs the first setting that ran (the defaults, \
+     unless they failed) in the same run";
+
 impl Study for SrtpStudy {
     fn name(&self) -> &'static str {
         "srtp"
@@ -336,165 +550,17 @@ impl Study for SrtpStudy {
                 + super::srtp_sizes::STEPS) as u64
                 + 3,
         );
-        let mut table = Table::new(
-            "srtp_per_packet",
-            "SRTP cost per RTP packet, one core (ns per packet, median)",
-        )
-        .col("profile", "profile")
-        .col("packet", "packet")
-        .col("stack", "stack")
-        .col_unit("protect_ns", "protect", "ns")
-        .col_unit("unprotect_ns", "unprotect", "ns")
-        .col_unit("protect_spread_pct", "spread", "%")
-        .col_unit("protect_vs_libsrtp", "protect vs libsrtp", "×")
-        .col_unit("protect_vs_best_peer", "protect vs best peer", "×")
-        .col_unit("instructions", "instructions/protect", "instr");
-        let mut results: Vec<ResultRow> = Vec::new();
-        for &profile in &profiles {
-            for (label, size) in SIZES {
-                ctx.step(format!("{} {size} B", profile.sdp_name()));
-                let (names, makers): (Vec<String>, Vec<StackFactory>) =
-                    stacks(profile).into_iter().unzip();
-                for (name, r) in names.into_iter().zip(measure_all(ctx, &makers, size)) {
-                    results.push((
-                        profile,
-                        label,
-                        size,
-                        name,
-                        r.map(|(p, u)| (p.ns, u.ns, p.spread_pct)),
-                    ));
-                }
-                ctx.done();
-            }
-        }
-        ctx.step("pion/srtp (Go)");
-        let sizes: Vec<usize> = SIZES.iter().map(|s| s.1).collect();
-        let pion = super::srtp_peers::pion(&ctx.bench, &profiles, &sizes);
-        for &profile in &profiles {
-            for (label, size) in SIZES {
-                let r = match &pion {
-                    Err(why) => Err(why.clone()),
-                    Ok(m) => m
-                        .get(&(profile.sdp_name().to_string(), size))
-                        .cloned()
-                        .unwrap_or_else(|| Err("pion-srtp printed no result".into())),
-                };
-                results.push((profile, label, size, "pion/srtp (Go)".into(), r));
-            }
-        }
+        let mut results = measure_stacks(ctx, &profiles);
         let (counts, instructions_method) = match ctx.count_instructions() {
             Ok(c) => (c, "callgrind, instructions per protect of one 172-byte packet (16 per region, baseline region subtracted), refilling the plaintext packet (one copy) included; under valgrind AVX-512 and SHA-NI paths are not taken".to_string()),
             Err(why) => (Default::default(), why),
         };
         ctx.done();
         results.sort_by_key(|r| (Profile::ALL.iter().position(|p| *p == r.0), r.2));
-        for (profile, label, size, name, r) in &results {
-            let best_peer = results
-                .iter()
-                .filter(|x| x.0 == *profile && x.2 == *size && !x.3.starts_with("secrelay"))
-                .filter_map(|x| x.4.as_ref().ok().map(|r| r.0))
-                .min_by(f64::total_cmp);
-            let lib = results
-                .iter()
-                .find(|x| x.0 == *profile && x.2 == *size && x.3.starts_with("libsrtp"))
-                .and_then(|x| x.4.as_ref().ok());
-            let mut row: Vec<(&str, Cell)> = vec![
-                ("profile", Cell::text(profile.sdp_name())),
-                ("packet", Cell::text(format!("{label} {size} B"))),
-                ("stack", Cell::text(name.clone())),
-            ];
-            match r {
-                Ok((p, u, spread)) => {
-                    row.push(("protect_ns", Cell::num(*p)));
-                    row.push(("unprotect_ns", Cell::num(*u)));
-                    row.push(("protect_spread_pct", Cell::num(*spread)));
-                    if let Some((lp, _, _)) = lib {
-                        row.push(("protect_vs_libsrtp", Cell::num(p / lp)));
-                    }
-                    if let Some(best) = best_peer {
-                        row.push(("protect_vs_best_peer", Cell::num(p / best)));
-                    }
-                }
-                Err(why) => {
-                    row.push(("protect_ns", Cell::not_offered(why.clone())));
-                    row.push(("unprotect_ns", Cell::not_offered(why.clone())));
-                }
-            }
-            if *size == 172 {
-                if let Some(n) = counts.get(&format!("{name}|{}|172", profile.sdp_name())) {
-                    row.push(("instructions", Cell::num(*n)));
-                }
-            }
-            table.push(row);
-        }
+        let table = per_packet_table(&results, &counts);
 
         // Per-packet cost against packet size, AES_CM_128_HMAC_SHA1_80 and AEAD_AES_128_GCM.
-        let mut plots = Vec::new();
-        for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
-            let mut series: Vec<Series> = Vec::new();
-            for (profile_r, _, size, name, r) in &results {
-                if *profile_r != profile {
-                    continue;
-                }
-                let Ok((p, _, _)) = r else { continue };
-                match series.iter_mut().find(|s| s.name == *name) {
-                    Some(s) => s.points.push((*size as f64, *p)),
-                    None => series.push(Series {
-                        name: name.clone(),
-                        points: vec![(*size as f64, *p)],
-                    }),
-                }
-            }
-            for s in &mut series {
-                s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            }
-            plots.push(Plot {
-                id: format!("srtp_cost_vs_size_{}", profile.sdp_name().to_lowercase()),
-                title: format!("{}: protect cost vs packet size", profile.sdp_name()),
-                kind: PlotKind::Lines,
-                x_label: "RTP packet (bytes)".into(),
-                y_label: "ns per packet".into(),
-                log_y: false,
-                categories: Vec::new(),
-                series,
-            });
-        }
-        // Every stack side by side at the G.711 size, protect and unprotect.
-        for profile in [Profile::AesCm128HmacSha1_80, Profile::AeadAes128Gcm] {
-            let rows: Vec<_> = results
-                .iter()
-                .filter(|r| r.0 == profile && r.2 == 172)
-                .collect();
-            let categories: Vec<String> = rows.iter().map(|r| r.3.clone()).collect();
-            let pick = |f: fn(&(f64, f64, f64)) -> f64| -> Vec<(f64, f64)> {
-                rows.iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| r.4.as_ref().ok().map(|v| (i as f64, f(v))))
-                    .collect()
-            };
-            plots.push(Plot {
-                id: format!("srtp_stacks_172_{}", profile.sdp_name().to_lowercase()),
-                title: format!(
-                    "{}, 172-byte packet: ns per packet by stack",
-                    profile.sdp_name()
-                ),
-                kind: PlotKind::Bars,
-                x_label: "stack".into(),
-                y_label: "ns per packet".into(),
-                log_y: false,
-                categories,
-                series: vec![
-                    Series {
-                        name: "protect".into(),
-                        points: pick(|v| v.0),
-                    },
-                    Series {
-                        name: "unprotect".into(),
-                        points: pick(|v| v.1),
-                    },
-                ],
-            });
-        }
+        let mut plots = stack_plots(&results);
         // The batch engines (issue 5): serial against worker threads, batch sizes 1 to 4,096.
         let engines = super::srtp_engines::sweep(ctx);
         plots.extend(engines.plots);
@@ -507,49 +573,7 @@ impl Study for SrtpStudy {
         let cipher_table = super::symmetric::cipher_table(ctx);
         plots.push(super::symmetric::cipher_plot(&cipher_table, 172));
         ctx.done();
-        let method = ctx.method(
-            "one protect (or unprotect) of one RTP packet in place, in chunks of 64 packets with rising sequence numbers; \
-             filling the chunk with plaintext (protect) or protecting it with the same stack (unprotect) is outside the timing; \
-             one context per direction, one SSRC, replay window 1024; webrtc-srtp's API returns a new buffer per packet \
-             (its allocation and the copy back are timed); pion/srtp runs as a Go child process with the same method \
-             (chunks of 64, median of the runs) and its own timer; \
-             symmetric_per_packet: one encryption of one packet in place with a fresh IV or nonce, the key schedule set up once, \
-             CBC with PKCS#7 padding, AEAD tags over the packet, RC4 one keystream across packets; \
-             srtp_engines: one Engine::process call protecting a whole batch of 172-byte RTP packets spread over 64 \
-             contexts (packet i to context i mod 64, one SSRC each), refilling the batch with plaintext outside the timing \
-             and building its packet list inside; every engine and batch size of a profile interleaved run by run; \
-             the threaded engine has one lane per available core on pinned pool threads, each lane running the \
-             multi-buffer engine (threaded×N simd) or the scalar code (threaded×N scalar); \
-             per batch = per packet × batch size; vs serial = serial time per packet ÷ the engine's; \
-             srtp_engine_ceiling: N serial (or multi-buffer) engines on N threads at once (own contexts, batches of 4,096, \
-             each thread filling its own) against one, alternating, median ratio: what the machine gave N threads during the run; \
-             srtp_engine_sizes: one Engine::process call on a batch of RTP packets of 100, 172 or 1,200 bytes or the video-like \
-             mix (of every 16 packets, 12 of 1,100–1,200 bytes, 2 of 200–1,100, 2 of 60–200, in a fixed pseudo-random order; \
-             ~960 bytes on average), protect or unprotect, batches of 64 over 64 contexts, of 64 over 4,096 and of 1,024 over \
-             4,096 (each context its own master key; packet i of the run to context 7,919·i mod N, so a batch over 4,096 \
-             contexts names contexts whose state has left the caches), every engine, size and setup of a profile and \
-             operation interleaved run by run, each engine's cell next to the serial engine's of the same size and setup \
-             (at most 9 runs, half the warm-up), refilling the \
-             batch outside the timing (unprotect: protected one by one by the serial senders, outside the timing); \
-             vs serial = serial time per packet ÷ the engine's in the same runs; \
-             srtp_gpu: one Engine::process call over a batch of 172-byte RTP packets spread over min(batch, 65,536) \
-             contexts (packet i to context i mod N, each context its own master key), host memory to host memory: \
-             the packets' copies to and from the GPU, the checks before the crypto and the commits after it are timed; \
-             the GPU engine with a host thread per core (the batch split by context), 4 lanes each, 1,024 packets per launch, \
-             524,288 key slots (every key set of the sweep's cells fits); \
-             refilling the batch, making its packet list, checking the results (and, for unprotect, protecting it with the \
-             same engine) are outside the timing; \
-             batches for about 4× the run time per cell (3 at least) after one untimed batch, and for the GPU after untimed \
-             batches until one uploads no key and sends no packet to the CPU (at most 8); a GPU cell whose timed batches \
-             still did either fails with the counts; throughput = packets ÷ the batches' summed \
-             time, batch time percentiles over the batches (with few batches p99 is their slowest); \
-             the worker-thread engine on every core in the same run; \
-             vs threaded = the GPU's throughput ÷ the threaded engine's; \
-             srtp_gpu_variants: the same at batches of 65,536, protect, one GPU engine per setting (host threads, lanes × packets per launch, \
-             threads per block, a register cap given to NVRTC), vs the first setting that ran (the defaults, \
-             unless they failed) in the same run",
-            instructions_method,
-        );
+        let method = ctx.method(METHOD, instructions_method);
         Ok(StudyReport {
             study: self.name().into(),
             title: self.title().into(),
