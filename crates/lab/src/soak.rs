@@ -393,14 +393,87 @@ pub fn run(o: &SoakOptions) -> anyhow::Result<SoakReport> {
     if o.calls == 0 || o.max_live == 0 {
         bail!("--calls and --max-live must be at least 1");
     }
-    let start = Instant::now();
-    let shared = Arc::new(Shared::default());
-    let samples = Arc::new(Mutex::new(Vec::<Sample>::new()));
+    let mut soak = Soak {
+        o,
+        start: Instant::now(),
+        shared: Arc::new(Shared::default()),
+        samples: Arc::new(Mutex::new(Vec::new())),
+        last_progress: Instant::now(),
+    };
     let stop_sampler = Arc::new(AtomicBool::new(false));
-    // The sampler: once a second, /proc then /metrics.
-    let sampler = {
-        let (shared, samples, stop) = (shared.clone(), samples.clone(), stop_sampler.clone());
-        let (sig, pid) = (o.signaling.clone(), o.server_pid);
+    let sampler = soak.start_sampler(stop_sampler.clone())?;
+    // Baseline: three samples before the first call.
+    soak.wait_for_samples(3);
+    let baseline = soak.last_sample().unwrap_or_default();
+    if let Some(e) = &baseline.scrape_error {
+        stop_sampler.store(true, Ordering::Relaxed);
+        let _ = sampler.join();
+        bail!("the gateway's /metrics: {e}");
+    }
+    let baseline_fd_targets = o.server_pid.map(fd_targets).unwrap_or_default();
+
+    // The media thread and the signaling threads.
+    let (to_media, media_rx) = mpsc::channel::<LiveCall>();
+    let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
+    let workers = soak.start_signaling(jobs_rx, to_media)?;
+    let media_done = Arc::new(AtomicBool::new(false));
+    let media = {
+        let (shared, done, jobs_tx) = (soak.shared.clone(), media_done.clone(), jobs_tx.clone());
+        std::thread::Builder::new()
+            .name("soak-media".into())
+            .spawn(move || media_thread(media_rx, &jobs_tx, &shared, &done))
+            .context("starting the media thread")?
+    };
+
+    soak.shared.phase.store(1, Ordering::Relaxed);
+    let load_started = Instant::now();
+    soak.arrive(&jobs_tx, load_started)?;
+    soak.wait_for_calls_to_end();
+    let load_secs = load_started.elapsed().as_secs_f64();
+    media_done.store(true, Ordering::Relaxed);
+    drop(jobs_tx);
+    let _ = media.join();
+    for w in workers {
+        let _ = w.join();
+    }
+
+    soak.shared.phase.store(2, Ordering::Relaxed);
+    let drain_started = Instant::now();
+    soak.drain(&baseline, drain_started);
+    let drain_secs = drain_started.elapsed().as_secs_f64();
+    // Settle: a few more samples, to show nothing moves.
+    soak.shared.phase.store(3, Ordering::Relaxed);
+    let settle_from = soak.samples.lock().unwrap_or_else(|e| e.into_inner()).len();
+    soak.wait_for_samples(settle_from + 3);
+    stop_sampler.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let samples = std::mem::take(&mut *soak.samples.lock().unwrap_or_else(|e| e.into_inner()));
+    let extra_fds = match (o.server_pid, samples.last()) {
+        (Some(pid), Some(s)) if s.fds != baseline.fds => {
+            let now = fd_targets(pid);
+            now.into_iter()
+                .filter(|t| !baseline_fd_targets.contains(t))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    Ok(soak.report(samples, &baseline, extra_fds, (load_secs, drain_secs)))
+}
+
+/// A soak under way: its options, the state its threads share, the samples taken.
+struct Soak<'a> {
+    o: &'a SoakOptions,
+    start: Instant,
+    shared: Arc<Shared>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    last_progress: Instant,
+}
+
+impl Soak<'_> {
+    /// The sampler: once a second, /proc then /metrics, until `stop`.
+    fn start_sampler(&self, stop: Arc<AtomicBool>) -> anyhow::Result<std::thread::JoinHandle<()>> {
+        let (shared, samples, start) = (self.shared.clone(), self.samples.clone(), self.start);
+        let (sig, pid) = (self.o.signaling.clone(), self.o.server_pid);
         std::thread::Builder::new()
             .name("soak-sampler".into())
             .spawn(move || {
@@ -414,215 +487,207 @@ pub fn run(o: &SoakOptions) -> anyhow::Result<SoakReport> {
                     }
                 }
             })
-            .context("starting the sampler thread")?
-    };
-    let last = |samples: &Mutex<Vec<Sample>>| {
-        samples
+            .context("starting the sampler thread")
+    }
+
+    /// Waits until `n` samples were taken.
+    fn wait_for_samples(&self, n: usize) {
+        while self.samples.lock().unwrap_or_else(|e| e.into_inner()).len() < n {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn last_sample(&self) -> Option<Sample> {
+        self.samples
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .last()
             .cloned()
-    };
-    // Baseline: three samples before the first call.
-    while samples.lock().unwrap_or_else(|e| e.into_inner()).len() < 3 {
-        std::thread::sleep(Duration::from_millis(50));
     }
-    let baseline = last(&samples).unwrap_or_default();
-    if let Some(e) = &baseline.scrape_error {
-        stop_sampler.store(true, Ordering::Relaxed);
-        let _ = sampler.join();
-        bail!("the gateway's /metrics: {e}");
-    }
-    let baseline_fd_targets = o.server_pid.map(fd_targets).unwrap_or_default();
 
-    // The media thread and the signaling threads.
-    let (to_media, media_rx) = mpsc::channel::<LiveCall>();
-    let (jobs_tx, jobs_rx) = mpsc::channel::<Job>();
-    let jobs_rx = Arc::new(Mutex::new(jobs_rx));
-    let epoch = Instant::now();
-    let mut workers = Vec::new();
-    for i in 0..o.signaling_threads.max(1) {
-        let (jobs_rx, to_media, shared, o2) =
-            (jobs_rx.clone(), to_media.clone(), shared.clone(), o.clone());
-        workers.push(
-            std::thread::Builder::new()
-                .name(format!("soak-signaling-{i}"))
-                .spawn(move || signaling_worker(&o2, &jobs_rx, &to_media, &shared, epoch))
-                .context("starting a signaling thread")?,
-        );
+    /// A progress line every 5 s, when asked for.
+    fn progress(&mut self) {
+        if self.o.progress && self.last_progress.elapsed() >= Duration::from_secs(5) {
+            self.last_progress = Instant::now();
+            progress_line(&self.shared, &self.samples, self.start);
+        }
     }
-    drop(to_media);
-    let media_done = Arc::new(AtomicBool::new(false));
-    let media = {
-        let (shared, done, jobs_tx) = (shared.clone(), media_done.clone(), jobs_tx.clone());
-        std::thread::Builder::new()
-            .name("soak-media".into())
-            .spawn(move || media_thread(media_rx, &jobs_tx, &shared, &done))
-            .context("starting the media thread")?
-    };
 
-    // The arrivals: evenly over the duration less the longest hold, never more than max_live
-    // at once.
-    shared.phase.store(1, Ordering::Relaxed);
-    let load_started = Instant::now();
-    let hold_max = o.hold.mul_f64(1.5);
-    let window = o.duration.saturating_sub(hold_max);
-    let spacing = window.div_f64(o.calls as f64);
-    let mut rng = Rng::new(o.seed);
-    let kinds: Vec<CallKind> = CallKind::ALL
-        .into_iter()
-        .filter(|k| *k != CallKind::Ng || o.ng.is_some())
-        .collect();
-    let mut last_progress = Instant::now();
-    for n in 0..o.calls as u64 {
-        let due = load_started + spacing.mul_f64(n as f64);
-        loop {
-            let now = Instant::now();
-            if now >= due && shared.calls_live.load(Ordering::Relaxed) < o.max_live as u64 {
+    /// The signaling threads, taking the jobs and handing the calls they start to the media
+    /// thread.
+    fn start_signaling(
+        &self,
+        jobs_rx: mpsc::Receiver<Job>,
+        to_media: mpsc::Sender<LiveCall>,
+    ) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+        let jobs_rx = Arc::new(Mutex::new(jobs_rx));
+        let epoch = Instant::now();
+        let mut workers = Vec::new();
+        for i in 0..self.o.signaling_threads.max(1) {
+            let (jobs_rx, to_media, shared, o2) = (
+                jobs_rx.clone(),
+                to_media.clone(),
+                self.shared.clone(),
+                self.o.clone(),
+            );
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("soak-signaling-{i}"))
+                    .spawn(move || signaling_worker(&o2, &jobs_rx, &to_media, &shared, epoch))
+                    .context("starting a signaling thread")?,
+            );
+        }
+        Ok(workers)
+    }
+
+    /// The arrivals: evenly over the duration less the longest hold, never more than
+    /// `max_live` at once, each call's kind, ending and hold drawn.
+    fn arrive(&mut self, jobs_tx: &mpsc::Sender<Job>, load_started: Instant) -> anyhow::Result<()> {
+        let o = self.o;
+        let window = o.duration.saturating_sub(o.hold.mul_f64(1.5));
+        let spacing = window.div_f64(o.calls as f64);
+        let mut rng = Rng::new(o.seed);
+        let kinds: Vec<CallKind> = CallKind::ALL
+            .into_iter()
+            .filter(|k| *k != CallKind::Ng || o.ng.is_some())
+            .collect();
+        for n in 0..o.calls as u64 {
+            let due = load_started + spacing.mul_f64(n as f64);
+            loop {
+                let now = Instant::now();
+                if now >= due && self.shared.calls_live.load(Ordering::Relaxed) < o.max_live as u64
+                {
+                    break;
+                }
+                self.progress();
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let kind = kinds[(n as usize) % kinds.len()];
+            let ending = if rng.chance(o.vanish) {
+                Ending::Vanish
+            } else {
+                Ending::Leave
+            };
+            let hold = o.hold.mul_f64(0.5 + (rng.below(1001) as f64) / 1000.0);
+            let shared = &self.shared;
+            let live = shared.calls_live.fetch_add(1, Ordering::Relaxed) + 1;
+            shared.peak_live.fetch_max(live, Ordering::Relaxed);
+            shared.calls_started.fetch_add(1, Ordering::Relaxed);
+            shared.tally(kind, |t| t.started += 1);
+            let spec = CallSpec {
+                n,
+                kind,
+                ending,
+                hold,
+                variant: n / kinds.len() as u64,
+                ssrc: rng.next_u64() as u32,
+            };
+            if jobs_tx.send(Job::Start(spec)).is_err() {
+                bail!("the signaling threads ended early");
+            }
+        }
+        Ok(())
+    }
+
+    /// Until every call finished its hold and left (or vanished), or 2 minutes after the
+    /// longest hold (an error).
+    fn wait_for_calls_to_end(&mut self) {
+        let hold_max = self.o.hold.mul_f64(1.5);
+        let give_up = Instant::now() + hold_max + Duration::from_secs(120);
+        while self.shared.calls_live.load(Ordering::Relaxed) > 0 {
+            if Instant::now() > give_up {
+                self.shared.error(format!(
+                    "{} calls still live {} s after the last arrival",
+                    self.shared.calls_live.load(Ordering::Relaxed),
+                    (hold_max + Duration::from_secs(120)).as_secs()
+                ));
                 break;
             }
-            if o.progress && last_progress.elapsed() >= Duration::from_secs(5) {
-                last_progress = Instant::now();
-                progress_line(&shared, &samples, start);
-            }
-            std::thread::sleep(Duration::from_millis(2));
+            self.progress();
+            std::thread::sleep(Duration::from_millis(20));
         }
-        let kind = kinds[(n as usize) % kinds.len()];
-        let ending = if rng.chance(o.vanish) {
-            Ending::Vanish
-        } else {
-            Ending::Leave
-        };
-        let hold = o.hold.mul_f64(0.5 + (rng.below(1001) as f64) / 1000.0);
-        let live = shared.calls_live.fetch_add(1, Ordering::Relaxed) + 1;
-        shared.peak_live.fetch_max(live, Ordering::Relaxed);
-        shared.calls_started.fetch_add(1, Ordering::Relaxed);
-        shared.tally(kind, |t| t.started += 1);
-        let spec = CallSpec {
-            n,
-            kind,
-            ending,
-            hold,
-            variant: n / kinds.len() as u64,
-            ssrc: rng.next_u64() as u32,
-        };
-        if jobs_tx.send(Job::Start(spec)).is_err() {
-            bail!("the signaling threads ended early");
-        }
-    }
-    // Every call finishes its hold and leaves (or vanishes).
-    let give_up = Instant::now() + hold_max + Duration::from_secs(120);
-    while shared.calls_live.load(Ordering::Relaxed) > 0 {
-        if Instant::now() > give_up {
-            shared.error(format!(
-                "{} calls still live {} s after the last arrival",
-                shared.calls_live.load(Ordering::Relaxed),
-                (hold_max + Duration::from_secs(120)).as_secs()
-            ));
-            break;
-        }
-        if o.progress && last_progress.elapsed() >= Duration::from_secs(5) {
-            last_progress = Instant::now();
-            progress_line(&shared, &samples, start);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let load_secs = load_started.elapsed().as_secs_f64();
-    media_done.store(true, Ordering::Relaxed);
-    drop(jobs_tx);
-    let _ = media.join();
-    for w in workers {
-        let _ = w.join();
     }
 
-    // The drain: until the gateway holds nothing (twice in a row) or the timeout.
-    shared.phase.store(2, Ordering::Relaxed);
-    let drain_started = Instant::now();
-    let clean = |s: &Sample| {
-        s.scrape_error.is_none()
-            && s.participants == Some(0.0)
-            && s.rooms == Some(0.0)
-            && s.rtp_ports.unwrap_or(0.0) == 0.0
-            && s.ng_calls.unwrap_or(0.0) == 0.0
-            && s.routes.unwrap_or(0.0) == 0.0
-            && s.http_resources.unwrap_or(0.0) == 0.0
-            && (s.fds.is_none() || s.fds == baseline.fds)
-    };
-    let mut clean_in_a_row = 0;
-    let mut seen = samples.lock().unwrap_or_else(|e| e.into_inner()).len();
-    while drain_started.elapsed() < o.drain_timeout && clean_in_a_row < 2 {
-        std::thread::sleep(Duration::from_millis(100));
-        let g = samples.lock().unwrap_or_else(|e| e.into_inner());
-        for s in &g[seen..] {
-            if s.phase == Some(SoakPhase::Drain) && clean(s) {
-                clean_in_a_row += 1;
-            } else if s.phase == Some(SoakPhase::Drain) {
-                clean_in_a_row = 0;
+    /// The drain: until the gateway holds nothing (twice in a row: no participants, rooms,
+    /// ports, ng calls, routes or HTTP resources, the descriptors of the baseline) or the
+    /// timeout.
+    fn drain(&mut self, baseline: &Sample, drain_started: Instant) {
+        let clean = |s: &Sample| {
+            s.scrape_error.is_none()
+                && s.participants == Some(0.0)
+                && s.rooms == Some(0.0)
+                && s.rtp_ports.unwrap_or(0.0) == 0.0
+                && s.ng_calls.unwrap_or(0.0) == 0.0
+                && s.routes.unwrap_or(0.0) == 0.0
+                && s.http_resources.unwrap_or(0.0) == 0.0
+                && (s.fds.is_none() || s.fds == baseline.fds)
+        };
+        let mut clean_in_a_row = 0;
+        let mut seen = self.samples.lock().unwrap_or_else(|e| e.into_inner()).len();
+        while drain_started.elapsed() < self.o.drain_timeout && clean_in_a_row < 2 {
+            std::thread::sleep(Duration::from_millis(100));
+            let g = self.samples.lock().unwrap_or_else(|e| e.into_inner());
+            for s in &g[seen..] {
+                if s.phase == Some(SoakPhase::Drain) && clean(s) {
+                    clean_in_a_row += 1;
+                } else if s.phase == Some(SoakPhase::Drain) {
+                    clean_in_a_row = 0;
+                }
             }
-        }
-        seen = g.len();
-        drop(g);
-        if o.progress && last_progress.elapsed() >= Duration::from_secs(5) {
-            last_progress = Instant::now();
-            progress_line(&shared, &samples, start);
+            seen = g.len();
+            drop(g);
+            self.progress();
         }
     }
-    let drain_secs = drain_started.elapsed().as_secs_f64();
-    // Settle: a few more samples, to show nothing moves.
-    shared.phase.store(3, Ordering::Relaxed);
-    let settle_from = samples.lock().unwrap_or_else(|e| e.into_inner()).len();
-    while samples.lock().unwrap_or_else(|e| e.into_inner()).len() < settle_from + 3 {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    stop_sampler.store(true, Ordering::Relaxed);
-    let _ = sampler.join();
-    let samples = std::mem::take(&mut *samples.lock().unwrap_or_else(|e| e.into_inner()));
-    let extra_fds = match (o.server_pid, samples.last()) {
-        (Some(pid), Some(s)) if s.fds != baseline.fds => {
-            let now = fd_targets(pid);
-            now.into_iter()
-                .filter(|t| !baseline_fd_targets.contains(t))
-                .collect()
+
+    /// The report: the verdict's checks against the baseline and the calls by kind, the
+    /// signaling's failures, the errors.
+    fn report(
+        &self,
+        samples: Vec<Sample>,
+        baseline: &Sample,
+        extra_fds: Vec<String>,
+        (load_secs, drain_secs): (f64, f64),
+    ) -> SoakReport {
+        let (o, shared) = (self.o, &self.shared);
+        let kinds = shared
+            .kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let (mut checks, memory_rule) = verdict(o, &samples, baseline, &kinds, &kinds_expected(o));
+        let signaling_errors = shared.signaling_errors.load(Ordering::Relaxed);
+        checks.push(Check {
+            what: "failed offers, answers, DELETEs and ng commands".into(),
+            expected: "0".into(),
+            found: signaling_errors.to_string(),
+            pass: signaling_errors == 0,
+        });
+        let pass = checks.iter().all(|c| c.pass);
+        let errors = shared
+            .error_list
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        SoakReport {
+            samples,
+            kinds,
+            pass,
+            checks,
+            errors,
+            error_count: shared.errors.load(Ordering::Relaxed),
+            signaling_errors,
+            extra_fds,
+            load_secs,
+            drain_secs,
+            calls: o.calls,
+            max_live: o.max_live,
+            peak_live: shared.peak_live.load(Ordering::Relaxed),
+            hold_secs: o.hold.as_secs_f64(),
+            vanish: o.vanish,
+            memory_rule,
         }
-        _ => Vec::new(),
-    };
-    let kinds = shared
-        .kinds
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    let (mut checks, memory_rule) = verdict(o, &samples, &baseline, &kinds, &kinds_expected(o));
-    let signaling_errors = shared.signaling_errors.load(Ordering::Relaxed);
-    checks.push(Check {
-        what: "failed offers, answers, DELETEs and ng commands".into(),
-        expected: "0".into(),
-        found: signaling_errors.to_string(),
-        pass: signaling_errors == 0,
-    });
-    let pass = checks.iter().all(|c| c.pass);
-    let errors = shared
-        .error_list
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    Ok(SoakReport {
-        samples,
-        kinds,
-        pass,
-        checks,
-        errors,
-        error_count: shared.errors.load(Ordering::Relaxed),
-        signaling_errors: shared.signaling_errors.load(Ordering::Relaxed),
-        extra_fds,
-        load_secs,
-        drain_secs,
-        calls: o.calls,
-        max_live: o.max_live,
-        peak_live: shared.peak_live.load(Ordering::Relaxed),
-        hold_secs: o.hold.as_secs_f64(),
-        vanish: o.vanish,
-        memory_rule,
-    })
+    }
 }
 
 fn kinds_expected(o: &SoakOptions) -> Vec<CallKind> {
@@ -1253,9 +1318,8 @@ fn verdict(
 }
 
 impl SoakReport {
-    /// The study report: the verdict, the kinds of call, the timeline (at most 60 rows), and
-    /// plots of everything sampled.
-    pub fn study(&self, o: &SoakOptions, elapsed_s: f64) -> StudyReport {
+    /// The verdict: each check, what was expected and found.
+    fn verdict_table(&self) -> Table {
         let mut verdict = Table::new(
             "verdict",
             "Verdict: after every call has left, nothing remains",
@@ -1272,6 +1336,11 @@ impl SoakReport {
                 ("result", if c.pass { "pass" } else { "FAIL" }.to_owned()),
             ]);
         }
+        verdict
+    }
+
+    /// The calls by kind: started, set up, left or vanished, their legs and media.
+    fn calls_table(&self) -> Table {
         let mut calls = Table::new("calls", "Calls by kind")
             .col("kind", "kind")
             .col_unit("started", "started", "")
@@ -1303,6 +1372,12 @@ impl SoakReport {
                 ("legs_are", crate::frame::Cell::text(k.legs())),
             ]);
         }
+        calls
+    }
+
+    /// The samples over time: every step-th (about 60 in all), the first of each phase and
+    /// the last.
+    fn timeline_table(&self) -> Table {
         let mut timeline = Table::new("timeline", "Over time (every sample is in the JSON)")
             .col_unit("t", "t", "s")
             .col("phase", "phase")
@@ -1348,6 +1423,11 @@ impl SoakReport {
                 ("errors", (s.errors as f64).into()),
             ]);
         }
+        timeline
+    }
+
+    /// Lines over time: what the gateway holds, participants by leg, memory, descriptors.
+    fn plots(&self) -> Vec<Plot> {
         let series = |name: &str, f: &dyn Fn(&Sample) -> Option<f64>| Series {
             name: name.to_owned(),
             points: self
@@ -1369,7 +1449,7 @@ impl SoakReport {
                 .filter(|s| !s.points.is_empty())
                 .collect(),
         };
-        let plots = vec![
+        vec![
             line_plot(
                 "soak_state",
                 "Calls live and what the gateway holds",
@@ -1411,7 +1491,12 @@ impl SoakReport {
                     series("HTTP(S) connections open", &|s| s.http_connections),
                 ],
             ),
-        ];
+        ]
+    }
+
+    /// The verdict in words, the load, the memory rule, the command, the gateway's timeouts,
+    /// errors and descriptors left open.
+    fn notes(&self, o: &SoakOptions) -> Vec<String> {
         let mut notes = vec![
             format!(
                 "Verdict: {}.",
@@ -1463,6 +1548,17 @@ impl SoakReport {
                 self.extra_fds.join(", ")
             ));
         }
+        notes
+    }
+
+    /// The study report: the verdict, the kinds of call, the timeline (at most 60 rows), and
+    /// plots of everything sampled.
+    pub fn study(&self, o: &SoakOptions, elapsed_s: f64) -> StudyReport {
+        let verdict = self.verdict_table();
+        let calls = self.calls_table();
+        let timeline = self.timeline_table();
+        let plots = self.plots();
+        let notes = self.notes(o);
         StudyReport {
             study: "soak".into(),
             title: "Soak: calls of every kind joining and leaving, and what the gateway keeps".into(),
