@@ -791,6 +791,159 @@ pub fn srtp_flip(
 /// The `lab biterror` study.
 pub struct BiterrorStudy;
 
+/// The main table's columns: per cipher and mode, the damage in each stream and the verdict.
+fn empty_main_table() -> Table {
+    Table::new(
+        "biterror",
+        "Bit 0x02 of byte 10,000 flipped in the ciphertext: what decrypts (and decodes)",
+    )
+    .col("cipher", "cipher")
+    .col("mode", "mode")
+    .col_unit("predicted", "mode puts at risk", "B")
+    .col_unit("raw_bytes", "raw: bytes changed", "B")
+    .col_unit("raw_samples", "raw: samples changed", "samples")
+    .col_unit("ulaw_bytes", "G.711: bytes changed", "B")
+    .col_unit("ulaw_samples", "G.711: samples changed", "samples")
+    .col_unit("opus_bytes", "Opus: bytes changed", "B")
+    .col_unit("opus_samples", "Opus: samples changed", "samples")
+    .col_unit("opus_span_ms", "Opus: audio affected", "ms")
+    .col("openssl_agrees", "OpenSSL agrees")
+    .col("verdict", "verdict")
+}
+
+/// The SRTP table's columns: per profile and stream, the packets the flip touched.
+fn empty_srtp_table() -> Table {
+    Table::new(
+        "biterror_srtp",
+        "SRTP: the same bit flipped inside the RTP packet that carries byte 10,000",
+    )
+    .col("profile", "profile")
+    .col("stream", "stream")
+    .col_unit("packets", "packets", "")
+    .col_unit("rejected", "rejected", "")
+    .col("error", "tampered packet")
+    .col("others_intact", "others intact")
+    .col_unit("untagged_bytes", "bytes changed without the tag check", "B")
+    .col_unit(
+        "untagged_samples",
+        "samples changed without the tag check",
+        "samples",
+    )
+    .col_unit(
+        "dropped_samples",
+        "samples changed, packet dropped",
+        "samples",
+    )
+}
+
+/// One encoded stream: what it is, its bytes, and its decoded clean audio.
+type Encoded = (Stream, Vec<u8>, Vec<i16>);
+/// A row of the main table.
+type Row = Vec<(String, Cell)>;
+/// A case's bytes changed in the three streams, for the plot.
+type PlotPoint = (String, [f64; 3]);
+
+/// A cipher and mode's row: the damage one flipped bit does to each stream (RustCrypto's
+/// figures, OpenSSL's compared), the verdict; and its plot point when every stream decrypted.
+fn cipher_row(case: &Case, streams: &[Encoded]) -> anyhow::Result<(Row, Option<PlotPoint>)> {
+    let mut point = None;
+    let mut rust = Vec::new();
+    let mut ossl = Vec::new();
+    for (s, bytes, clean) in streams {
+        rust.push(flip_and_count(rustcrypto, case, *s, bytes, clean)?);
+        ossl.push(flip_and_count(openssl, case, *s, bytes, clean)?);
+    }
+    let mut row: Vec<(String, Cell)> = vec![
+        ("cipher".into(), Cell::text(case.cipher)),
+        ("mode".into(), Cell::text(case.mode)),
+    ];
+    if !case.authenticated {
+        row.push((
+            "predicted".into(),
+            Cell::num(predicted_region(case).len() as f64),
+        ));
+    }
+    for (i, (s, _, _)) in streams.iter().enumerate() {
+        damage_cells(&mut row, *s, &rust[i]);
+    }
+    row.push(("openssl_agrees".into(), agreement(&rust, &ossl)));
+    row.push(("verdict".into(), Cell::text(verdict(case, &rust[1]))));
+    if let [Damage::Decrypted { bytes: a, .. }, Damage::Decrypted { bytes: b, .. }, Damage::Decrypted { bytes: c, .. }] =
+        &rust[..]
+    {
+        point = Some((
+            format!("{} {}", case.cipher, case.mode),
+            [*a as f64, *b as f64, *c as f64],
+        ));
+    }
+    Ok((row, point))
+}
+
+/// An SRTP profile's rows: per stream, the packets the flip touched, rejected or not (in
+/// `srtp_table`); and its row in the main table.
+fn srtp_rows(
+    profile: Profile,
+    streams: &[Encoded],
+    srtp_table: &mut Table,
+) -> anyhow::Result<Vec<(String, Cell)>> {
+    let mut verdicts = Vec::new();
+    for (s, bytes, clean) in streams {
+        let o = srtp_flip(profile, *s, bytes, clean)?;
+        let err = match &o.error {
+            Some(e) => format!("rejected ({e:?})"),
+            None => "accepted".into(),
+        };
+        verdicts.push(err.clone());
+        srtp_table.push([
+            ("profile", Cell::text(profile.sdp_name())),
+            ("stream", Cell::text(s.label())),
+            ("packets", Cell::num(o.packets as f64)),
+            ("rejected", Cell::num(o.rejected as f64)),
+            ("error", Cell::text(err)),
+            (
+                "others_intact",
+                Cell::text(if o.others_intact { "yes" } else { "NO" }),
+            ),
+            ("untagged_bytes", Cell::num(o.untagged_bytes as f64)),
+            ("untagged_samples", Cell::num(o.untagged_samples as f64)),
+            ("dropped_samples", Cell::num(o.dropped_samples as f64)),
+        ]);
+    }
+    let mut row: Vec<(String, Cell)> = vec![
+        (
+            "cipher".into(),
+            Cell::text(format!("SRTP {}", profile.sdp_name())),
+        ),
+        (
+            "mode".into(),
+            Cell::text(if profile.is_aead() {
+                "AEAD (RTP packets)"
+            } else {
+                "HMAC-SHA1 (RTP packets)"
+            }),
+        ),
+    ];
+    let all_rejected = verdicts.iter().all(|v| v.starts_with("rejected"));
+    for (i, (s, _, _)) in streams.iter().enumerate() {
+        let cell = if verdicts[i].starts_with("rejected") {
+            "rejected"
+        } else {
+            "accepted"
+        };
+        row.push((format!("{}_bytes", s.key()), Cell::text(cell)));
+        row.push((format!("{}_samples", s.key()), Cell::text(cell)));
+    }
+    row.push((
+        "verdict".into(),
+        Cell::text(if all_rejected {
+            format!("packet {}", verdicts[0])
+        } else {
+            format!("NOT rejected: {}", verdicts.join(", "))
+        }),
+    ));
+    Ok(row)
+}
+
 fn damage_cells(row: &mut Vec<(String, Cell)>, stream: Stream, d: &Damage) {
     let k = stream.key();
     match d {
@@ -1218,137 +1371,21 @@ impl Study for BiterrorStudy {
         }
         ctx.done();
 
-        let mut table = Table::new(
-            "biterror",
-            "Bit 0x02 of byte 10,000 flipped in the ciphertext: what decrypts (and decodes)",
-        )
-        .col("cipher", "cipher")
-        .col("mode", "mode")
-        .col_unit("predicted", "mode puts at risk", "B")
-        .col_unit("raw_bytes", "raw: bytes changed", "B")
-        .col_unit("raw_samples", "raw: samples changed", "samples")
-        .col_unit("ulaw_bytes", "G.711: bytes changed", "B")
-        .col_unit("ulaw_samples", "G.711: samples changed", "samples")
-        .col_unit("opus_bytes", "Opus: bytes changed", "B")
-        .col_unit("opus_samples", "Opus: samples changed", "samples")
-        .col_unit("opus_span_ms", "Opus: audio affected", "ms")
-        .col("openssl_agrees", "OpenSSL agrees")
-        .col("verdict", "verdict");
+        let mut table = empty_main_table();
         let mut plot_points: Vec<(String, [f64; 3])> = Vec::new();
         for case in &all {
             ctx.step(format!("{} {}", case.cipher, case.mode));
-            let mut rust = Vec::new();
-            let mut ossl = Vec::new();
-            for (s, bytes, clean) in &streams {
-                rust.push(flip_and_count(rustcrypto, case, *s, bytes, clean)?);
-                ossl.push(flip_and_count(openssl, case, *s, bytes, clean)?);
-            }
-            let mut row: Vec<(String, Cell)> = vec![
-                ("cipher".into(), Cell::text(case.cipher)),
-                ("mode".into(), Cell::text(case.mode)),
-            ];
-            if !case.authenticated {
-                row.push((
-                    "predicted".into(),
-                    Cell::num(predicted_region(case).len() as f64),
-                ));
-            }
-            for (i, (s, _, _)) in streams.iter().enumerate() {
-                damage_cells(&mut row, *s, &rust[i]);
-            }
-            row.push(("openssl_agrees".into(), agreement(&rust, &ossl)));
-            row.push(("verdict".into(), Cell::text(verdict(case, &rust[1]))));
-            if let [Damage::Decrypted { bytes: a, .. }, Damage::Decrypted { bytes: b, .. }, Damage::Decrypted { bytes: c, .. }] =
-                &rust[..]
-            {
-                plot_points.push((
-                    format!("{} {}", case.cipher, case.mode),
-                    [*a as f64, *b as f64, *c as f64],
-                ));
-            }
+            let (row, point) = cipher_row(case, &streams)?;
+            plot_points.extend(point);
             table.push(row);
             ctx.done();
         }
 
-        let mut srtp_table = Table::new(
-            "biterror_srtp",
-            "SRTP: the same bit flipped inside the RTP packet that carries byte 10,000",
-        )
-        .col("profile", "profile")
-        .col("stream", "stream")
-        .col_unit("packets", "packets", "")
-        .col_unit("rejected", "rejected", "")
-        .col("error", "tampered packet")
-        .col("others_intact", "others intact")
-        .col_unit("untagged_bytes", "bytes changed without the tag check", "B")
-        .col_unit(
-            "untagged_samples",
-            "samples changed without the tag check",
-            "samples",
-        )
-        .col_unit(
-            "dropped_samples",
-            "samples changed, packet dropped",
-            "samples",
-        );
+        let mut srtp_table = empty_srtp_table();
         let mut notes = Vec::new();
         for profile in super::SWEPT_PROFILES {
             ctx.step(format!("SRTP {}", profile.sdp_name()));
-            let mut verdicts = Vec::new();
-            for (s, bytes, clean) in &streams {
-                let o = srtp_flip(profile, *s, bytes, clean)?;
-                let err = match &o.error {
-                    Some(e) => format!("rejected ({e:?})"),
-                    None => "accepted".into(),
-                };
-                verdicts.push(err.clone());
-                srtp_table.push([
-                    ("profile", Cell::text(profile.sdp_name())),
-                    ("stream", Cell::text(s.label())),
-                    ("packets", Cell::num(o.packets as f64)),
-                    ("rejected", Cell::num(o.rejected as f64)),
-                    ("error", Cell::text(err)),
-                    (
-                        "others_intact",
-                        Cell::text(if o.others_intact { "yes" } else { "NO" }),
-                    ),
-                    ("untagged_bytes", Cell::num(o.untagged_bytes as f64)),
-                    ("untagged_samples", Cell::num(o.untagged_samples as f64)),
-                    ("dropped_samples", Cell::num(o.dropped_samples as f64)),
-                ]);
-            }
-            let mut row: Vec<(String, Cell)> = vec![
-                (
-                    "cipher".into(),
-                    Cell::text(format!("SRTP {}", profile.sdp_name())),
-                ),
-                (
-                    "mode".into(),
-                    Cell::text(if profile.is_aead() {
-                        "AEAD (RTP packets)"
-                    } else {
-                        "HMAC-SHA1 (RTP packets)"
-                    }),
-                ),
-            ];
-            let all_rejected = verdicts.iter().all(|v| v.starts_with("rejected"));
-            for (i, (s, _, _)) in streams.iter().enumerate() {
-                let cell = if verdicts[i].starts_with("rejected") {
-                    "rejected"
-                } else {
-                    "accepted"
-                };
-                row.push((format!("{}_bytes", s.key()), Cell::text(cell)));
-                row.push((format!("{}_samples", s.key()), Cell::text(cell)));
-            }
-            row.push((
-                "verdict".into(),
-                Cell::text(if all_rejected {
-                    format!("packet {}", verdicts[0])
-                } else {
-                    format!("NOT rejected: {}", verdicts.join(", "))
-                }),
-            ));
+            let row = srtp_rows(profile, &streams, &mut srtp_table)?;
             table.push(row);
             ctx.done();
         }
