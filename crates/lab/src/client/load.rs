@@ -497,8 +497,86 @@ fn gauges_before_the_end(
     })
 }
 
-/// Runs the load: joins, waits for all connected, measures the media window, leaves.
-pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<LoadReport> {
+/// Labelled counters that grew between two scrapes, by how much.
+fn deltas(before: &[(String, f64)], after: &[(String, f64)]) -> Vec<(String, f64)> {
+    after
+        .iter()
+        .map(|(k, v)| {
+            let b = before.iter().find(|e| &e.0 == k).map_or(0.0, |e| e.1);
+            (k.clone(), v - b)
+        })
+        .filter(|e| e.1 > 0.0)
+        .collect()
+}
+
+/// The broadcast's figures: the viewers' (`v`), the gateway's retransmission buffers as
+/// `held` before the end, and its feedback counters' growth.
+fn broadcast_report(
+    v: &fleet::VideoReport,
+    held: &Scrape,
+    feedback: Vec<(String, f64)>,
+) -> BroadcastReport {
+    BroadcastReport {
+        publishers: v.publishers,
+        viewers: v.viewers,
+        layer_choice: if v.viewers_with_feedback > 0 {
+            LAYER_CHOICE_ESTIMATE
+        } else {
+            LAYER_CHOICE_BEST
+        },
+        viewers_with_feedback: v.viewers_with_feedback,
+        feedbacks_sent: v.feedbacks,
+        layers: v
+            .layers
+            .iter()
+            .map(|l| LayerRow {
+                rid: l.rid,
+                target_kbps: l.target_bps / 1000,
+                frames: l.frames,
+                keyframes: l.keyframes,
+                packets_sent: l.packets_sent,
+                packets_received: l.packets_received,
+                viewers_at_end: l.viewers_at_end,
+                viewers_any: l.viewers_any,
+            })
+            .collect(),
+        keyframe_requests: v.keyframe_requests,
+        viewers_with_audio: v.viewers_with_audio,
+        viewers_with_video: v.viewers_with_video,
+        viewers_one_video_stream: v.viewers_one_video_stream,
+        switches: v.switches,
+        audio_delivery: v.audio_delivery.into(),
+        video_delivery: v.video_delivery.into(),
+        audio: v.audio.into(),
+        video: v.video.into(),
+        retransmit_streams: held.retransmit_streams,
+        retransmit_bytes: held.retransmit_bytes,
+        retransmit_bytes_per_stream: (held.retransmit_streams > 0.0)
+            .then(|| held.retransmit_bytes / held.retransmit_streams),
+        feedback,
+    }
+}
+
+/// What one load run measured: the participants at the end (the slow viewer apart), the
+/// media window's length, the gateway's counters and process figures when it opened and
+/// closed, what it held before the end, the machine's softirq time.
+struct Measured {
+    done: Vec<secrelay_testkit::participant::SimParticipant>,
+    slow_viewer: Option<fleet::SlowViewer>,
+    media_secs: f64,
+    before: Scrape,
+    after: Scrape,
+    held: Scrape,
+    proc_before: Option<ProcSample>,
+    proc_after: Option<ProcSample>,
+    soft_before: Option<f64>,
+    soft_after: Option<f64>,
+    rss_before: Option<ProcSample>,
+}
+
+/// Joins the fleet (and the slow viewer), opens the media window once the gateway says all
+/// are up, closes it, leaves; the gateway's figures at each end.
+fn measure(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Measured> {
     let base = &o.fleet.signaling;
     scrape(base).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
     let rss_before = o.server_pid.map(proc_sample).transpose()?;
@@ -552,80 +630,52 @@ pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<Load
     let slow_viewer = slow
         .zip(slow_done.first())
         .map(|((_, bps), p)| fleet::SlowViewer::of(p, bps));
+    Ok(Measured {
+        done,
+        slow_viewer,
+        media_secs,
+        before,
+        after,
+        held,
+        proc_before,
+        proc_after,
+        soft_before,
+        soft_after,
+        rss_before,
+    })
+}
+
+/// Runs the load: joins, waits for all connected, measures the media window, leaves.
+pub fn run(o: &LoadOptions, progress: Arc<FleetProgress>) -> anyhow::Result<LoadReport> {
+    let Measured {
+        done,
+        slow_viewer,
+        media_secs,
+        before,
+        after,
+        held,
+        proc_before,
+        proc_after,
+        soft_before,
+        soft_after,
+        rss_before,
+    } = measure(o, progress)?;
     let r: FleetReport = fleet::summarize(&done, media_secs);
     if r.connected == 0 {
         bail!("no participant connected: {}", r.failures.join("; "));
     }
     let forwarded = after.forwarded - before.forwarded;
     let routed = after.routed - before.routed;
-    let drops = after
-        .drops
-        .iter()
-        .map(|(k, v)| {
-            let b = before.drops.iter().find(|e| &e.0 == k).map_or(0.0, |e| e.1);
-            (k.clone(), v - b)
-        })
-        .filter(|e| e.1 > 0.0)
-        .collect();
+    let drops = deltas(&before.drops, &after.drops);
     let cpu = proc_before
         .zip(proc_after)
         .map(|(a, b)| b.cpu_secs - a.cpu_secs);
-    let feedback = after
-        .feedback
-        .iter()
-        .map(|(k, v)| {
-            let b = before
-                .feedback
-                .iter()
-                .find(|e| &e.0 == k)
-                .map_or(0.0, |e| e.1);
-            (k.clone(), v - b)
-        })
-        .filter(|e| e.1 > 0.0)
-        .collect();
+    let feedback = deltas(&before.feedback, &after.feedback);
     let broadcast = r
         .video
         .as_ref()
         .filter(|_| o.fleet.media.is_video())
-        .map(|v| BroadcastReport {
-            publishers: v.publishers,
-            viewers: v.viewers,
-            layer_choice: if v.viewers_with_feedback > 0 {
-                LAYER_CHOICE_ESTIMATE
-            } else {
-                LAYER_CHOICE_BEST
-            },
-            viewers_with_feedback: v.viewers_with_feedback,
-            feedbacks_sent: v.feedbacks,
-            layers: v
-                .layers
-                .iter()
-                .map(|l| LayerRow {
-                    rid: l.rid,
-                    target_kbps: l.target_bps / 1000,
-                    frames: l.frames,
-                    keyframes: l.keyframes,
-                    packets_sent: l.packets_sent,
-                    packets_received: l.packets_received,
-                    viewers_at_end: l.viewers_at_end,
-                    viewers_any: l.viewers_any,
-                })
-                .collect(),
-            keyframe_requests: v.keyframe_requests,
-            viewers_with_audio: v.viewers_with_audio,
-            viewers_with_video: v.viewers_with_video,
-            viewers_one_video_stream: v.viewers_one_video_stream,
-            switches: v.switches,
-            audio_delivery: v.audio_delivery.into(),
-            video_delivery: v.video_delivery.into(),
-            audio: v.audio.into(),
-            video: v.video.into(),
-            retransmit_streams: held.retransmit_streams,
-            retransmit_bytes: held.retransmit_bytes,
-            retransmit_bytes_per_stream: (held.retransmit_streams > 0.0)
-                .then(|| held.retransmit_bytes / held.retransmit_streams),
-            feedback,
-        });
+        .map(|v| broadcast_report(v, &held, feedback));
     let q = |p| relay_quantile(&before, &after, p).map(|s| s * 1e6);
     let relay = match (q(0.5), q(0.9), q(0.99), q(0.999)) {
         (Some(a), Some(b), Some(c), Some(d)) => Some([a, b, c, d]),
