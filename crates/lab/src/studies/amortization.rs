@@ -141,6 +141,152 @@ fn category_index(categories: &mut Vec<String>, cat: String) -> usize {
 /// The `lab amortization` study.
 pub struct AmortizationStudy;
 
+/// SRTP cost per packet (protect, AES_CM_128_HMAC_SHA1_80) of secrelay and libsrtp at the
+/// audio and the video size: the unit everything is expressed in.
+fn packet_costs(ctx: &mut Ctx) -> anyhow::Result<BTreeMap<(String, usize), f64>> {
+    let mut packet_ns: BTreeMap<(String, usize), f64> = BTreeMap::new();
+    let (names, makers): (Vec<String>, Vec<srtp_study::StackFactory>) =
+        srtp_study::stacks(Profile::AesCm128HmacSha1_80)
+            .into_iter()
+            .filter(|(stack, _)| stack == "secrelay" || stack.starts_with("libsrtp"))
+            .unzip();
+    for size in [172usize, 1200] {
+        for (stack, r) in names
+            .iter()
+            .zip(srtp_study::measure_all(ctx, &makers, size))
+        {
+            let (p, _) = r.map_err(anyhow::Error::msg)?;
+            packet_ns.insert((stack.clone(), size), p.ns);
+        }
+    }
+    Ok(packet_ns)
+}
+
+/// Each library's key generation and signature per algorithm (ns).
+fn key_costs(ctx: &mut Ctx) -> Vec<(Lib, Alg, f64, f64)> {
+    let rng = SystemRandom::new();
+    let mut costs: Vec<(Lib, Alg, f64, f64)> = Vec::new();
+    for lib in Lib::ALL {
+        for alg in Alg::ALL {
+            ctx.step(format!("{} {} keygen and sign", lib.name(), alg.name()));
+            let runs = if alg == Alg::P256 {
+                ctx.bench.runs
+            } else if ctx.quick() {
+                2
+            } else {
+                9
+            };
+            let kg = ctx.bench.time_runs(runs, || {
+                black_box(keygen(lib, alg));
+            });
+            let key = keygen(lib, alg);
+            let mut out = vec![0u8; 512];
+            let sg = ctx.bench.time(|| {
+                black_box(sign(&key, &rng, &mut out));
+            });
+            costs.push((lib, alg, kg.ns, sg.ns));
+            ctx.done();
+        }
+    }
+    costs
+}
+
+/// Seconds of audio per operation, by library: the plot's series (points by category).
+type SecondsPlot = BTreeMap<String, Vec<(usize, f64)>>;
+
+/// Operations' costs as packets and seconds of media: the table, and the plot's categories
+/// and series (secrelay's SRTP; one call's key generation and signature together too).
+fn cost_table(
+    costs: &[(Lib, Alg, f64, f64)],
+    packet_ns: &BTreeMap<(String, usize), f64>,
+    counts: &BTreeMap<String, f64>,
+) -> (Table, Vec<String>, SecondsPlot) {
+    let mut table = Table::new(
+        "amortization",
+        "One key generation or signature, as SRTP packets and seconds of media",
+    )
+    .col("operation", "operation")
+    .col("library", "library")
+    .col("srtp_stack", "SRTP stack")
+    .col_unit("cost_us", "cost", "µs")
+    .col_unit("audio_packets", "= audio packets (172 B)", "packets")
+    .col_unit("audio_seconds", "= audio", "s")
+    .col_unit("video_packets", "= video packets (1200 B)", "packets")
+    .col_unit("video_seconds", "= video (500 kbit/s)", "s")
+    .col_unit("instructions", "instructions", "instr")
+    .col_unit(
+        "audio_packets_instr",
+        "= audio packets, by instructions",
+        "packets",
+    );
+    let mut seconds_plot: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
+    let mut categories = Vec::new();
+    for (lib, alg, kg, sg) in costs {
+        for (what, ns) in [("key generation", *kg), ("signature", *sg)] {
+            let op = format!("{} {what}", alg.name());
+            let what_id = if what == "signature" {
+                "sign"
+            } else {
+                "keygen"
+            };
+            let instr = counts.get(&op_id(*lib, *alg, what_id)).copied();
+            for stack in ["secrelay", "libsrtp 2 + OpenSSL"] {
+                let (Some(a), Some(v)) = (
+                    packet_ns.get(&(stack.to_string(), 172)),
+                    packet_ns.get(&(stack.to_string(), 1200)),
+                ) else {
+                    continue;
+                };
+                let mut row: Vec<(&str, Cell)> = vec![
+                    ("operation", Cell::text(op.clone())),
+                    ("library", Cell::text(lib.name())),
+                    ("srtp_stack", Cell::text(stack)),
+                    ("cost_us", Cell::num(ns / 1e3)),
+                    ("audio_packets", Cell::num(ns / a)),
+                    ("audio_seconds", Cell::num(ns / a / AUDIO_PPS)),
+                    ("video_packets", Cell::num(ns / v)),
+                    ("video_seconds", Cell::num(ns / v / VIDEO_PPS)),
+                ];
+                if let (Some(i), Some(ia)) = (instr, counts.get(&format!("{stack}|srtp|172"))) {
+                    row.push(("instructions", Cell::num(i)));
+                    row.push(("audio_packets_instr", Cell::num(i / ia)));
+                }
+                table.push(row);
+                if stack == "secrelay" {
+                    let cat = format!(
+                        "{} {}",
+                        alg.name(),
+                        if what == "signature" {
+                            "sign"
+                        } else {
+                            "keygen"
+                        }
+                    );
+                    let idx = category_index(&mut categories, cat);
+                    seconds_plot
+                        .entry(lib.name().to_string())
+                        .or_default()
+                        .push((idx, ns / a / AUDIO_PPS));
+                }
+            }
+        }
+    }
+    // One call's certificate and handshake signature together (what moving a WebRTC
+    // endpoint from RSA to ECDSA saves per call in 000's set-up).
+    for (lib, alg, kg, sg) in costs {
+        let Some(a) = packet_ns.get(&("secrelay".to_string(), 172)) else {
+            break;
+        };
+        let cat = format!("{} keygen + sign", alg.name());
+        let idx = category_index(&mut categories, cat);
+        seconds_plot
+            .entry(lib.name().to_string())
+            .or_default()
+            .push((idx, (kg + sg) / a / AUDIO_PPS));
+    }
+    (table, categories, seconds_plot)
+}
+
 impl Study for AmortizationStudy {
     fn name(&self) -> &'static str {
         "amortization"
@@ -206,46 +352,9 @@ impl Study for AmortizationStudy {
         ctx.steps((Lib::ALL.len() * Alg::ALL.len()) as u64 + 2);
         // SRTP packet costs first: the unit everything is expressed in.
         ctx.step("SRTP packet costs");
-        let mut packet_ns: BTreeMap<(String, usize), f64> = BTreeMap::new();
-        let (names, makers): (Vec<String>, Vec<srtp_study::StackFactory>) =
-            srtp_study::stacks(Profile::AesCm128HmacSha1_80)
-                .into_iter()
-                .filter(|(stack, _)| stack == "secrelay" || stack.starts_with("libsrtp"))
-                .unzip();
-        for size in [172usize, 1200] {
-            for (stack, r) in names
-                .iter()
-                .zip(srtp_study::measure_all(ctx, &makers, size))
-            {
-                let (p, _) = r.map_err(anyhow::Error::msg)?;
-                packet_ns.insert((stack.clone(), size), p.ns);
-            }
-        }
+        let packet_ns = packet_costs(ctx)?;
         ctx.done();
-        let rng = SystemRandom::new();
-        let mut costs: Vec<(Lib, Alg, f64, f64)> = Vec::new();
-        for lib in Lib::ALL {
-            for alg in Alg::ALL {
-                ctx.step(format!("{} {} keygen and sign", lib.name(), alg.name()));
-                let runs = if alg == Alg::P256 {
-                    ctx.bench.runs
-                } else if ctx.quick() {
-                    2
-                } else {
-                    9
-                };
-                let kg = ctx.bench.time_runs(runs, || {
-                    black_box(keygen(lib, alg));
-                });
-                let key = keygen(lib, alg);
-                let mut out = vec![0u8; 512];
-                let sg = ctx.bench.time(|| {
-                    black_box(sign(&key, &rng, &mut out));
-                });
-                costs.push((lib, alg, kg.ns, sg.ns));
-                ctx.done();
-            }
-        }
+        let costs = key_costs(ctx);
         let (counts, instructions) = match ctx.count_instructions() {
             Ok(c) => (c, if ctx.smoke() {
                 "callgrind instructions of one operation (--smoke: RSA not counted; SRTP one packet); the packet-equivalents in the instruction columns divide instruction counts"
@@ -258,89 +367,7 @@ impl Study for AmortizationStudy {
         };
         ctx.done();
 
-        let mut table = Table::new(
-            "amortization",
-            "One key generation or signature, as SRTP packets and seconds of media",
-        )
-        .col("operation", "operation")
-        .col("library", "library")
-        .col("srtp_stack", "SRTP stack")
-        .col_unit("cost_us", "cost", "µs")
-        .col_unit("audio_packets", "= audio packets (172 B)", "packets")
-        .col_unit("audio_seconds", "= audio", "s")
-        .col_unit("video_packets", "= video packets (1200 B)", "packets")
-        .col_unit("video_seconds", "= video (500 kbit/s)", "s")
-        .col_unit("instructions", "instructions", "instr")
-        .col_unit(
-            "audio_packets_instr",
-            "= audio packets, by instructions",
-            "packets",
-        );
-        let mut seconds_plot: BTreeMap<String, Vec<(usize, f64)>> = BTreeMap::new();
-        let mut categories = Vec::new();
-        for (lib, alg, kg, sg) in &costs {
-            for (what, ns) in [("key generation", *kg), ("signature", *sg)] {
-                let op = format!("{} {what}", alg.name());
-                let what_id = if what == "signature" {
-                    "sign"
-                } else {
-                    "keygen"
-                };
-                let instr = counts.get(&op_id(*lib, *alg, what_id)).copied();
-                for stack in ["secrelay", "libsrtp 2 + OpenSSL"] {
-                    let (Some(a), Some(v)) = (
-                        packet_ns.get(&(stack.to_string(), 172)),
-                        packet_ns.get(&(stack.to_string(), 1200)),
-                    ) else {
-                        continue;
-                    };
-                    let mut row: Vec<(&str, Cell)> = vec![
-                        ("operation", Cell::text(op.clone())),
-                        ("library", Cell::text(lib.name())),
-                        ("srtp_stack", Cell::text(stack)),
-                        ("cost_us", Cell::num(ns / 1e3)),
-                        ("audio_packets", Cell::num(ns / a)),
-                        ("audio_seconds", Cell::num(ns / a / AUDIO_PPS)),
-                        ("video_packets", Cell::num(ns / v)),
-                        ("video_seconds", Cell::num(ns / v / VIDEO_PPS)),
-                    ];
-                    if let (Some(i), Some(ia)) = (instr, counts.get(&format!("{stack}|srtp|172"))) {
-                        row.push(("instructions", Cell::num(i)));
-                        row.push(("audio_packets_instr", Cell::num(i / ia)));
-                    }
-                    table.push(row);
-                    if stack == "secrelay" {
-                        let cat = format!(
-                            "{} {}",
-                            alg.name(),
-                            if what == "signature" {
-                                "sign"
-                            } else {
-                                "keygen"
-                            }
-                        );
-                        let idx = category_index(&mut categories, cat);
-                        seconds_plot
-                            .entry(lib.name().to_string())
-                            .or_default()
-                            .push((idx, ns / a / AUDIO_PPS));
-                    }
-                }
-            }
-        }
-        // One call's certificate and handshake signature together (what moving a WebRTC
-        // endpoint from RSA to ECDSA saves per call in 000's set-up).
-        for (lib, alg, kg, sg) in &costs {
-            let Some(a) = packet_ns.get(&("secrelay".to_string(), 172)) else {
-                break;
-            };
-            let cat = format!("{} keygen + sign", alg.name());
-            let idx = category_index(&mut categories, cat);
-            seconds_plot
-                .entry(lib.name().to_string())
-                .or_default()
-                .push((idx, (kg + sg) / a / AUDIO_PPS));
-        }
+        let (table, categories, seconds_plot) = cost_table(&costs, &packet_ns, &counts);
         let mut notes = Vec::new();
         let find =
             |lib: Lib, alg: Alg| costs.iter().find(|c| c.0 == lib && c.1 == alg).map(|c| c.2);
