@@ -177,6 +177,92 @@ fn demo_token(secret: &secrelay_gateway::server::auth::Secret, secs: u64) -> Res
     mint("demo", secret.expose().as_bytes(), &claims).map_err(|e| anyhow!("the demo's token: {e}"))
 }
 
+/// Shows the gateway's and the participants' progress until `runner` ends: a spinner on a
+/// terminal, else a line every 2 s.
+fn show_progress<T>(
+    runner: &std::thread::JoinHandle<T>,
+    g: &secrelay_gateway::server::Gateway,
+    progress: &FleetProgress,
+    total: usize,
+) {
+    let tty = std::io::stderr().is_terminal();
+    let bar = if tty {
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
+                .expect("a valid template"),
+        );
+        Some(b)
+    } else {
+        None
+    };
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    while !runner.is_finished() {
+        std::thread::sleep(Duration::from_millis(250));
+        let line = progress_line(&g.stats().totals(), progress, total);
+        match &bar {
+            Some(b) => {
+                b.set_message(line);
+                b.tick();
+            }
+            None if last_line.elapsed() >= Duration::from_secs(2) => {
+                last_line = Instant::now();
+                eprintln!("[{:>5.1} s] {line}", started.elapsed().as_secs_f64());
+            }
+            None => {}
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+}
+
+/// Fails the demo when a participant did not connect, nothing was relayed, a kind of phone
+/// heard nothing, or sessions were left behind.
+fn check_outcome(report: &FleetReport, phones: &[PhoneTally], sessions_left: u64) -> Result<()> {
+    if report.connected < report.participants {
+        bail!(
+            "{} of {} participants did not connect: {}",
+            report.participants - report.connected,
+            report.participants,
+            report.failures.join("; ")
+        );
+    }
+    if report.received == 0 {
+        bail!("no media was relayed");
+    }
+    if let Some(t) = phones.iter().find(|t| t.received == 0) {
+        bail!("the {} phones heard nothing", t.leg);
+    }
+    if sessions_left > 0 {
+        bail!("{sessions_left} sessions were left behind after every participant left");
+    }
+    Ok(())
+}
+
+/// The simulated participants: `--rooms` rooms of `--per-room` browsers speaking G.711,
+/// some forged datagrams among their media.
+fn fleet_config(a: &DemoArgs, signaling: Signaling) -> FleetConfig {
+    FleetConfig {
+        signaling,
+        rooms: a.rooms,
+        per_room: a.per_room,
+        legs: vec![Leg::Join],
+        room_prefix: "room-".into(),
+        duration: Duration::from_secs(a.duration),
+        threads: 1,
+        bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        connect_timeout: Duration::from_secs(20),
+        inject_bad: true,
+        media: secrelay_testkit::Media::Pcmu,
+        transcode: false,
+        mix: None,
+        ice_tcp: false,
+        publish_at: None,
+    }
+}
+
 /// Runs the demo.
 pub fn run(a: &DemoArgs) -> Result<()> {
     if a.rooms == 0 || a.per_room < 2 {
@@ -219,23 +305,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     );
     let mut signaling = Signaling::new(server.url()).with_ca_file(&ca)?;
     signaling.token = Some(demo_token(&secret, a.duration)?);
-    let fleet_config = FleetConfig {
-        signaling,
-        rooms: a.rooms,
-        per_room: a.per_room,
-        legs: vec![Leg::Join],
-        room_prefix: "room-".into(),
-        duration: Duration::from_secs(a.duration),
-        threads: 1,
-        bind_ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
-        connect_timeout: Duration::from_secs(20),
-        inject_bad: true,
-        media: secrelay_testkit::Media::Pcmu,
-        transcode: false,
-        mix: None,
-        ice_tcp: false,
-        publish_at: None,
-    };
+    let fleet_config = fleet_config(a, signaling);
     let progress = Arc::new(FleetProgress::default());
     let p2 = progress.clone();
     let phone_sig = fleet_config.signaling.clone();
@@ -257,37 +327,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
     let keylog = a.keylog.clone();
     let phones =
         std::thread::spawn(move || run_phones(&phone_sig, rooms, &stop, keylog.as_deref()));
-    let tty = std::io::stderr().is_terminal();
-    let bar = if tty {
-        let b = ProgressBar::new_spinner();
-        b.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {msg}")
-                .expect("a valid template"),
-        );
-        Some(b)
-    } else {
-        None
-    };
-    let started = Instant::now();
-    let mut last_line = Instant::now();
-    while !runner.is_finished() {
-        std::thread::sleep(Duration::from_millis(250));
-        let line = progress_line(&g.stats().totals(), &progress, total);
-        match &bar {
-            Some(b) => {
-                b.set_message(line);
-                b.tick();
-            }
-            None if last_line.elapsed() >= Duration::from_secs(2) => {
-                last_line = Instant::now();
-                eprintln!("[{:>5.1} s] {line}", started.elapsed().as_secs_f64());
-            }
-            None => {}
-        }
-    }
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    show_progress(&runner, &g, &progress, total);
     let report = runner
         .join()
         .map_err(|_| anyhow!("the simulated participants' thread panicked"))??;
@@ -306,23 +346,7 @@ pub fn run(a: &DemoArgs) -> Result<()> {
         std::fs::write(path, serde_json::to_string_pretty(&v)?)
             .map_err(|e| anyhow!("--json {}: {e}", path.display()))?;
     }
-    if report.connected < report.participants {
-        bail!(
-            "{} of {} participants did not connect: {}",
-            report.participants - report.connected,
-            report.participants,
-            report.failures.join("; ")
-        );
-    }
-    if report.received == 0 {
-        bail!("no media was relayed");
-    }
-    if let Some(t) = phones.iter().find(|t| t.received == 0) {
-        bail!("the {} phones heard nothing", t.leg);
-    }
-    if sessions_left > 0 {
-        bail!("{sessions_left} sessions were left behind after every participant left");
-    }
+    check_outcome(&report, &phones, sessions_left)?;
     Ok(())
 }
 
