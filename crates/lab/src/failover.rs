@@ -665,10 +665,40 @@ fn one_run(
     })
 }
 
+/// What keeping the calls cost the directory: writes at set-up, and while steady.
+fn writes_table(setup: u64, steady: u64, calls_total: usize, steady_call_min: f64) -> Table {
+    let mut writes = Table::new(
+        "failover_writes",
+        "What keeping the calls costs the directory (Redis HSET)",
+    )
+    .col("phase", "phase")
+    .col_unit("writes", "writes", "")
+    .col_unit("per_call", "per call", "")
+    .col_unit("per_call_minute", "per call per minute", "");
+    writes.push([
+        (
+            "phase",
+            Cell::text("set-up (offer, answer, first SRTP marks, a SEQ rollover)"),
+        ),
+        ("writes", (setup as f64).into()),
+        ("per_call", Cell::num(setup as f64 / calls_total as f64)),
+        ("per_call_minute", Cell::text("-")),
+    ]);
+    writes.push([
+        ("phase", Cell::text("steady (talking)")),
+        ("writes", (steady as f64).into()),
+        ("per_call", Cell::num(steady as f64 / calls_total as f64)),
+        (
+            "per_call_minute",
+            Cell::num(steady as f64 / steady_call_min),
+        ),
+    ]);
+    writes
+}
+
 impl FailoverReport {
-    /// The study: silence after the kill and loss per kind of call, the directory's writes,
-    /// and each run.
-    pub fn study(&self, o: &FailoverOptions, elapsed_s: f64) -> StudyReport {
+    /// Silence after the kill and loss, per kind of call and for all.
+    fn silence_table(&self) -> Table {
         let q = crate::handshake::quantile;
         let mut silence = Table::new(
             "failover_silence",
@@ -718,40 +748,12 @@ impl FailoverReport {
                 ),
             ]);
         }
-        let calls_total: usize = self.runs.iter().map(|r| r.calls.len()).sum();
-        let setup: u64 = self.runs.iter().map(|r| r.setup_writes).sum();
-        let steady: u64 = self.runs.iter().map(|r| r.steady_writes).sum();
-        let steady_call_min: f64 = self
-            .runs
-            .iter()
-            .map(|r| r.calls.len() as f64 * r.steady_s / 60.0)
-            .sum();
-        let mut writes = Table::new(
-            "failover_writes",
-            "What keeping the calls costs the directory (Redis HSET)",
-        )
-        .col("phase", "phase")
-        .col_unit("writes", "writes", "")
-        .col_unit("per_call", "per call", "")
-        .col_unit("per_call_minute", "per call per minute", "");
-        writes.push([
-            (
-                "phase",
-                Cell::text("set-up (offer, answer, first SRTP marks, a SEQ rollover)"),
-            ),
-            ("writes", (setup as f64).into()),
-            ("per_call", Cell::num(setup as f64 / calls_total as f64)),
-            ("per_call_minute", Cell::text("-")),
-        ]);
-        writes.push([
-            ("phase", Cell::text("steady (talking)")),
-            ("writes", (steady as f64).into()),
-            ("per_call", Cell::num(steady as f64 / calls_total as f64)),
-            (
-                "per_call_minute",
-                Cell::num(steady as f64 / steady_call_min),
-            ),
-        ]);
+        silence
+    }
+
+    /// Each run's median and slowest call, as a table and as lines.
+    fn runs_table_and_plot(&self) -> (Table, Plot) {
+        let q = crate::handshake::quantile;
         let mut runs = Table::new("failover_runs", "Each run")
             .col_unit("run", "run", "")
             .col_unit("calls", "calls", "")
@@ -793,6 +795,25 @@ impl FailoverReport {
                 },
             ],
         };
+        (runs, plot)
+    }
+
+    /// The study: silence after the kill and loss per kind of call, the directory's writes,
+    /// and each run.
+    pub fn study(&self, o: &FailoverOptions, elapsed_s: f64) -> StudyReport {
+        let q = crate::handshake::quantile;
+        let silence = self.silence_table();
+        let all: Vec<&CallResult> = self.runs.iter().flat_map(|r| &r.calls).collect();
+        let calls_total: usize = self.runs.iter().map(|r| r.calls.len()).sum();
+        let setup: u64 = self.runs.iter().map(|r| r.setup_writes).sum();
+        let steady: u64 = self.runs.iter().map(|r| r.steady_writes).sum();
+        let steady_call_min: f64 = self
+            .runs
+            .iter()
+            .map(|r| r.calls.len() as f64 * r.steady_s / 60.0)
+            .sum();
+        let writes = writes_table(setup, steady, calls_total, steady_call_min);
+        let (runs, plot) = self.runs_table_and_plot();
         let silences = |webrtc: bool| {
             let mut ms: Vec<f64> = all
                 .iter()
