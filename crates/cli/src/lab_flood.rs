@@ -113,76 +113,78 @@ pub struct FloodArgs {
     pub json: Option<PathBuf>,
 }
 
-/// Runs the flood and prints the report.
-pub fn run(a: &FloodArgs) -> Result<()> {
-    if a.workers == 0 {
-        bail!("--workers must be at least 1");
-    }
-    let timeout_secs = a.timeout_secs.unwrap_or(if a.quick { 1.0 } else { 10.0 });
-    if !(timeout_secs > 0.0 && timeout_secs <= 600.0) {
-        bail!("--timeout-secs {timeout_secs}: give seconds between 0 and 600");
-    }
-    let max_connections = a.max_connections.unwrap_or(if a.quick { 32 } else { 256 });
-    // The lab's own gateway's per-source limits: half the connections for one source, and a
-    // request rate its probes stay well under.
-    let per_source_connections = (max_connections / 2).max(1);
-    let (requests_per_source, request_burst) = if a.quick { (20.0, 20) } else { (50.0, 50) };
-    // An address the lab's gateway takes no ng commands from (ng_allow is 127.0.0.1).
-    let ng_outsider: std::net::IpAddr = [127, 0, 0, 50].into();
-    let control = matches!(a.scenario, ScenarioArg::Control);
-    // The lab's own gateway: for the control scenario with an ng socket, HTTPS beside HTTP,
-    // and the limits the slow clients are measured against.
-    let _config_dir;
-    let mut ng = a.ng;
-    let mut extra = Vec::new();
-    // The lab's own gateway closes its rooms with an API key (tokens on, as a deployment's
-    // are), bar one open room: the credentials part measures forged tokens and joins with both.
-    let lab_key = secrelay_lab::client::credentials::ApiKey {
-        id: "lab".into(),
-        secret: secrelay_gateway::server::auth::Secret::random()
-            .expose()
-            .to_owned(),
-    };
-    if control && a.target.is_none() {
-        let port = std::net::UdpSocket::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-        ng = Some(addr);
-        let dir = tempfile_dir()?;
-        let config = dir.join("gateway.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\nmax_connections_per_source = {per_source_connections}\nrequests_per_source = {requests_per_source:?}\nrequest_burst_per_source = {request_burst}\nng_allow = [\"127.0.0.1\"]\n[api_keys]\n{} = \"{}\"\n[rooms.flood-open]\nopen = true\n",
-                lab_key.id, lab_key.secret
-            ),
-        )?;
-        extra.extend([
-            "--ng".to_string(),
-            addr.to_string(),
-            "--https".to_string(),
-            "127.0.0.1:0".to_string(),
-            "--config".to_string(),
-            config.display().to_string(),
-        ]);
-        _config_dir = Some(RemoveOnDrop(dir));
-    } else {
-        _config_dir = None;
-    }
-    let spawned = match &a.target {
-        Some(_) => None,
-        None => {
-            let exe = std::env::current_exe()?;
-            Some(flood::spawn_gateway(
-                &exe,
-                a.workers,
-                a.gateway_cpus.as_deref(),
-                &extra,
-            )?)
+/// The limits the lab's own gateway runs with, and its probes are sized by.
+struct Limits {
+    timeout_secs: f64,
+    max_connections: usize,
+    /// Half the connections for one source.
+    per_source_connections: usize,
+    /// A request rate its probes stay well under.
+    requests_per_source: f64,
+    request_burst: u32,
+}
+
+impl Limits {
+    fn of(a: &FloodArgs) -> Result<Limits> {
+        let timeout_secs = a.timeout_secs.unwrap_or(if a.quick { 1.0 } else { 10.0 });
+        if !(timeout_secs > 0.0 && timeout_secs <= 600.0) {
+            bail!("--timeout-secs {timeout_secs}: give seconds between 0 and 600");
         }
-    };
-    let target = match (&a.target, &spawned) {
+        let max_connections = a.max_connections.unwrap_or(if a.quick { 32 } else { 256 });
+        let (requests_per_source, request_burst) = if a.quick { (20.0, 20) } else { (50.0, 50) };
+        Ok(Limits {
+            timeout_secs,
+            max_connections,
+            per_source_connections: (max_connections / 2).max(1),
+            requests_per_source,
+            request_burst,
+        })
+    }
+}
+
+/// The lab's own gateway for the control scenario: an ng socket, HTTPS beside HTTP, the
+/// limits the slow clients are measured against, its rooms closed with `lab_key` bar one open
+/// room. Its ng address, the flags it is started with, and its configuration's folder (removed
+/// when dropped).
+fn control_gateway(
+    limits: &Limits,
+    lab_key: &secrelay_lab::client::credentials::ApiKey,
+) -> Result<(std::net::SocketAddr, Vec<String>, RemoveOnDrop)> {
+    let Limits {
+        timeout_secs,
+        max_connections,
+        per_source_connections,
+        requests_per_source,
+        request_burst,
+    } = limits;
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let dir = tempfile_dir()?;
+    let config = dir.join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "http_request_timeout_secs = {timeout_secs:?}\ntls_handshake_timeout_secs = {timeout_secs:?}\nmax_connections = {max_connections}\nmax_connections_per_source = {per_source_connections}\nrequests_per_source = {requests_per_source:?}\nrequest_burst_per_source = {request_burst}\nng_allow = [\"127.0.0.1\"]\n[api_keys]\n{} = \"{}\"\n[rooms.flood-open]\nopen = true\n",
+            lab_key.id, lab_key.secret
+        ),
+    )?;
+    let extra = vec![
+        "--ng".to_string(),
+        addr.to_string(),
+        "--https".to_string(),
+        "127.0.0.1:0".to_string(),
+        "--config".to_string(),
+        config.display().to_string(),
+    ];
+    Ok((addr, extra, RemoveOnDrop(dir)))
+}
+
+/// The signaling of the gateway flooded: `--target`'s (with `--ca` for HTTPS) or the one the
+/// lab started, with the token and admin key to use.
+fn signaling_of(a: &FloodArgs, spawned: Option<&flood::SpawnedGateway>) -> Result<Signaling> {
+    let target = match (&a.target, spawned) {
         (Some(t), _) => t.trim_end_matches('/').to_string(),
         (None, Some(g)) => g.url.clone(),
         (None, None) => unreachable!("a gateway is spawned without --target"),
@@ -196,68 +198,77 @@ pub fn run(a: &FloodArgs) -> Result<()> {
     }
     let mut signaling = Signaling::new(target.as_str());
     signaling.token = a.token.clone();
-    signaling.admin = match &spawned {
+    signaling.admin = match spawned {
         Some(g) => Some(g.admin.key().to_owned()),
         None => a.admin.key()?,
     };
     if let Some(ca) = &a.ca {
         signaling = signaling.with_ca_file(ca)?;
     }
-    if control {
-        let o = ControlOptions {
-            signaling,
-            https: a.https.or(spawned.as_ref().and_then(|g| g.https)),
-            ng,
-            server_pid: a.server_pid.or(spawned.as_ref().map(|g| g.pid())),
-            timeout_secs,
-            connections: a.connections.unwrap_or(if a.quick { 10 } else { 100 }),
-            idle_connections: max_connections,
-            // Against a --target gateway the lab does not know its limits: those parts are
-            // sized from the defaults and the request flood and ng_allow parts left out.
-            per_source_connections: if a.target.is_none() {
-                per_source_connections
-            } else {
-                secrelay_gateway::server::ServeConfig::default().max_connections_per_source
-            },
-            requests_per_source: if a.target.is_none() {
-                requests_per_source
-            } else {
-                0.0
-            },
-            request_burst,
-            ng_outsider: a.target.is_none().then_some(ng_outsider),
-            big_requests: if a.quick { 4 } else { 50 },
-            big_body_bytes: 1024 * 1024,
-            ng_rate: a.rate.unwrap_or(if a.quick { 2000 } else { 20_000 }),
-            ng_secs: a.secs.unwrap_or(if a.quick { 1.5 } else { 10.0 }),
-            credentials: Some(secrelay_lab::client::credentials::CredentialOptions {
-                requests: if a.quick { 200 } else { 10_000 },
-                per_source: request_burst as usize,
-                key: a.target.is_none().then(|| lab_key.clone()),
-                rooms: a
-                    .target
-                    .is_none()
-                    .then(|| ("flood-open".to_owned(), "flood-closed".to_owned())),
-                joins: if a.quick { 20 } else { 200 },
-            }),
-        };
-        let r = control_flood::run(&o)?;
-        print_control(&r);
-        if let Some(p) = &a.json {
-            std::fs::write(p, serde_json::to_string_pretty(&r)?)
-                .map_err(|e| anyhow::anyhow!("--json {}: {e}", p.display()))?;
-        }
-        return Ok(());
+    Ok(signaling)
+}
+
+/// The control scenario's options. Against a `--target` gateway the lab does not know its
+/// limits: those parts are sized from the defaults and the request flood and `ng_allow` parts
+/// left out.
+fn control_options(
+    a: &FloodArgs,
+    limits: &Limits,
+    (signaling, spawned, ng): (
+        Signaling,
+        Option<&flood::SpawnedGateway>,
+        Option<std::net::SocketAddr>,
+    ),
+    lab_key: &secrelay_lab::client::credentials::ApiKey,
+) -> ControlOptions {
+    // An address the lab's gateway takes no ng commands from (ng_allow is 127.0.0.1).
+    let ng_outsider: std::net::IpAddr = [127, 0, 0, 50].into();
+    let own = a.target.is_none();
+    ControlOptions {
+        signaling,
+        https: a.https.or(spawned.and_then(|g| g.https)),
+        ng,
+        server_pid: a.server_pid.or(spawned.map(|g| g.pid())),
+        timeout_secs: limits.timeout_secs,
+        connections: a.connections.unwrap_or(if a.quick { 10 } else { 100 }),
+        idle_connections: limits.max_connections,
+        per_source_connections: if own {
+            limits.per_source_connections
+        } else {
+            secrelay_gateway::server::ServeConfig::default().max_connections_per_source
+        },
+        requests_per_source: if own { limits.requests_per_source } else { 0.0 },
+        request_burst: limits.request_burst,
+        ng_outsider: own.then_some(ng_outsider),
+        big_requests: if a.quick { 4 } else { 50 },
+        big_body_bytes: 1024 * 1024,
+        ng_rate: a.rate.unwrap_or(if a.quick { 2000 } else { 20_000 }),
+        ng_secs: a.secs.unwrap_or(if a.quick { 1.5 } else { 10.0 }),
+        credentials: Some(secrelay_lab::client::credentials::CredentialOptions {
+            requests: if a.quick { 200 } else { 10_000 },
+            per_source: limits.request_burst as usize,
+            key: own.then(|| lab_key.clone()),
+            rooms: own.then(|| ("flood-open".to_owned(), "flood-closed".to_owned())),
+            joins: if a.quick { 20 } else { 200 },
+        }),
     }
+}
+
+/// The handshake or SRTP flood's options.
+fn flood_options(
+    a: &FloodArgs,
+    signaling: Signaling,
+    spawned: Option<&flood::SpawnedGateway>,
+) -> FloodOptions {
     let scenario = match a.scenario {
         ScenarioArg::Handshake => Scenario::Handshake,
         ScenarioArg::Srtp => Scenario::Srtp,
-        ScenarioArg::Control => unreachable!("the control scenario returned above"),
+        ScenarioArg::Control => unreachable!("the control scenario is run apart"),
     };
-    let o = FloodOptions {
+    FloodOptions {
         scenario,
         signaling,
-        server_pid: a.server_pid.or(spawned.as_ref().map(|g| g.pid())),
+        server_pid: a.server_pid.or(spawned.map(|g| g.pid())),
         participants: a.participants.unwrap_or(if a.quick { 8 } else { 100 }),
         per_room: a.per_room,
         rate: a.rate.unwrap_or(if a.quick { 3000 } else { 50_000 }),
@@ -267,13 +278,62 @@ pub fn run(a: &FloodArgs) -> Result<()> {
         bind_ip: a.bind,
         flood_cpus: a.flood_cpus.clone(),
         threads: a.threads,
-    };
-    let r = flood::run(&o)?;
-    print(&r);
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&r)?)
+    }
+}
+
+/// Writes `r` as JSON to `--json`'s file, when given.
+fn write_json(path: Option<&PathBuf>, r: &impl serde::Serialize) -> Result<()> {
+    if let Some(p) = path {
+        std::fs::write(p, serde_json::to_string_pretty(r)?)
             .map_err(|e| anyhow::anyhow!("--json {}: {e}", p.display()))?;
     }
+    Ok(())
+}
+
+/// Runs the flood and prints the report.
+pub fn run(a: &FloodArgs) -> Result<()> {
+    if a.workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    let limits = Limits::of(a)?;
+    let control = matches!(a.scenario, ScenarioArg::Control);
+    let lab_key = secrelay_lab::client::credentials::ApiKey {
+        id: "lab".into(),
+        secret: secrelay_gateway::server::auth::Secret::random()
+            .expose()
+            .to_owned(),
+    };
+    let mut ng = a.ng;
+    let mut extra = Vec::new();
+    let mut _config_dir = None;
+    if control && a.target.is_none() {
+        let (addr, flags, dir) = control_gateway(&limits, &lab_key)?;
+        ng = Some(addr);
+        extra = flags;
+        _config_dir = Some(dir);
+    }
+    let spawned = match &a.target {
+        Some(_) => None,
+        None => {
+            let exe = std::env::current_exe()?;
+            Some(flood::spawn_gateway(
+                &exe,
+                a.workers,
+                a.gateway_cpus.as_deref(),
+                &extra,
+            )?)
+        }
+    };
+    let signaling = signaling_of(a, spawned.as_ref())?;
+    if control {
+        let o = control_options(a, &limits, (signaling, spawned.as_ref(), ng), &lab_key);
+        let r = control_flood::run(&o)?;
+        print_control(&r);
+        return write_json(a.json.as_ref(), &r);
+    }
+    let r = flood::run(&flood_options(a, signaling, spawned.as_ref()))?;
+    print(&r);
+    write_json(a.json.as_ref(), &r)?;
     drop(spawned);
     Ok(())
 }
