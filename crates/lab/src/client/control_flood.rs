@@ -646,13 +646,9 @@ fn ng_window(
     })
 }
 
-/// Runs every part in turn.
-pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
-    let addr = http_addr(&o.signaling)?;
-    metrics(&o.signaling).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
-    let load_average = load_average();
-    let rss0 = o.server_pid.and_then(|p| proc_sample(p).ok());
-    // From sources of their own, 8 requests each, so that none reaches its request limit.
+/// Requests with bodies past the limit, declared and chunked, each from sources of their own
+/// (8 requests each, so that none reaches its request limit).
+fn big_bodies(o: &ControlOptions, addr: SocketAddr) -> Vec<(String, Tally)> {
     let big_sources = loopback_sources(60, (2 * o.big_requests).div_ceil(8));
     let mut big_bodies = Vec::new();
     for (kind, chunked) in [("declared", false), ("chunked", true)] {
@@ -663,7 +659,13 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         }
         big_bodies.push((kind.to_string(), t));
     }
-    let m0 = metrics(&o.signaling)?;
+    big_bodies
+}
+
+/// Slow and idle clients: headers and bodies trickled, connections idle past
+/// `max_connections` and after a request, a half-open TLS handshake, one source past its
+/// own limit.
+fn slow_clients(o: &ControlOptions, addr: SocketAddr) -> Vec<SlowRow> {
     let timeout = Duration::from_secs_f64(o.timeout_secs);
     let every = timeout / 4;
     let give_up = timeout * 3 + Duration::from_secs(2);
@@ -745,15 +747,12 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         (every, give_up),
         Some(&o.signaling),
     ));
-    let request_flood = (o.requests_per_source > 0.0)
-        .then(|| request_flood(o, addr, loopback_sources(40, 1)[0]))
-        .transpose()?;
-    let credentials = o
-        .credentials
-        .as_ref()
-        .map(|c| super::credentials::run(c, &o.signaling, addr, o.server_pid))
-        .transpose()?;
-    let m1 = metrics(&o.signaling)?;
+    slow
+}
+
+/// What the gateway counted refusing between two scrapes: connections refused and closed
+/// idle, sources limited, TLS handshakes failed by reason.
+fn gateway_refused(m0: &super::flood::Metrics, m1: &super::flood::Metrics) -> Vec<(String, f64)> {
     let mut gateway_refused = Vec::new();
     for (name, metric) in [
         (
@@ -782,6 +781,11 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
             gateway_refused.push((format!("tls_{reason}"), v));
         }
     }
+    gateway_refused
+}
+
+/// The ng socket's answers unloaded, then under a flood of malformed commands.
+fn ng_windows(o: &ControlOptions) -> anyhow::Result<Vec<NgRow>> {
     let mut ng = Vec::new();
     if let Some(ng_addr) = o.ng {
         ng.push(ng_window(o, ng_addr, "unloaded", None)?);
@@ -795,6 +799,30 @@ pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
         }];
         ng.push(ng_window(o, ng_addr, "flood", Some(streams))?);
     }
+    Ok(ng)
+}
+
+/// Runs every part in turn.
+pub fn run(o: &ControlOptions) -> anyhow::Result<ControlReport> {
+    let addr = http_addr(&o.signaling)?;
+    metrics(&o.signaling).context("the gateway's /metrics (is --target a secrelay gateway?)")?;
+    let load_average = load_average();
+    let rss0 = o.server_pid.and_then(|p| proc_sample(p).ok());
+    // From sources of their own, 8 requests each, so that none reaches its request limit.
+    let big_bodies = big_bodies(o, addr);
+    let m0 = metrics(&o.signaling)?;
+    let slow = slow_clients(o, addr);
+    let request_flood = (o.requests_per_source > 0.0)
+        .then(|| request_flood(o, addr, loopback_sources(40, 1)[0]))
+        .transpose()?;
+    let credentials = o
+        .credentials
+        .as_ref()
+        .map(|c| super::credentials::run(c, &o.signaling, addr, o.server_pid))
+        .transpose()?;
+    let m1 = metrics(&o.signaling)?;
+    let gateway_refused = gateway_refused(&m0, &m1);
+    let ng = ng_windows(o)?;
     let ng_outsider = match (o.ng, o.ng_outsider) {
         (Some(ng_addr), Some(source)) => Some(ng_from_outside(o, ng_addr, source)?),
         _ => None,
