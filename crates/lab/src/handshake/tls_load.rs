@@ -1087,13 +1087,8 @@ impl TlsLoadReport {
     }
 }
 
-/// Runs a TLS load test; prints a progress line each second (if asked) and returns the
-/// report. `stop` ends it early (SIGINT and SIGTERM set it when `handle_signals`).
-pub fn run(
-    opts: TlsLoadOptions,
-    stop: Arc<AtomicBool>,
-    handle_signals: bool,
-) -> anyhow::Result<TlsLoadReport> {
+/// Refuses flags that do not go together, naming them.
+fn check(opts: &TlsLoadOptions) -> anyhow::Result<()> {
     if opts.handshakes.is_none() == opts.duration.is_none() {
         bail!("give either --handshakes N or --duration S");
     }
@@ -1103,34 +1098,18 @@ pub fn run(
     if opts.connections == 0 || opts.threads == 0 {
         bail!("--connections and --threads must be at least 1");
     }
-    // Checked here, so that a bad flag is an error before any thread starts.
-    client_config(&opts)?;
-    if handle_signals {
-        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-            signal_hook::flag::register(sig, stop.clone())
-                .context("installing the SIGINT/SIGTERM handler")?;
-        }
-    }
-    let name = match &opts.server_name {
-        Some(n) => ServerName::try_from(n.clone())
-            .map_err(|_| anyhow::anyhow!("--server-name {n:?}: not a DNS name or IP address"))?,
-        None => ServerName::IpAddress(opts.target.ip().into()),
-    };
-    let threads = opts.threads.min(opts.connections);
-    let shared = Arc::new(Shared {
-        opts: opts.clone(),
-        name,
-        started: AtomicU64::new(0),
-        completed: AtomicU64::new(0),
-        resumed: AtomicU64::new(0),
-        failed: AtomicU64::new(0),
-        stop,
-        threads_done: AtomicUsize::new(0),
-    });
-    let start = Instant::now();
+    Ok(())
+}
+
+/// A load thread: its results and CPU seconds when it ends.
+type LoadThread = std::thread::JoinHandle<anyhow::Result<(ThreadResult, f64)>>;
+
+/// The load threads, the connections shared out between them.
+fn spawn_threads(shared: &Arc<Shared>, threads: usize) -> anyhow::Result<Vec<LoadThread>> {
     let mut handles = Vec::new();
     for t in 0..threads {
-        let slots = opts.connections / threads + usize::from(t < opts.connections % threads);
+        let slots =
+            shared.opts.connections / threads + usize::from(t < shared.opts.connections % threads);
         let shared = shared.clone();
         handles.push(
             std::thread::Builder::new()
@@ -1142,22 +1121,11 @@ pub fn run(
                 })?,
         );
     }
-    let (rates, elapsed) = sample_rates(
-        start,
-        opts.duration,
-        (threads, &shared.threads_done),
-        &shared.completed,
-        &shared.stop,
-        |at, rate, done| {
-            if opts.progress {
-                eprintln!(
-                    "[{at:6.1} s] {rate:8.0} handshakes/s  completed {done} (resumed {})  failed {}",
-                    shared.resumed.load(Ordering::Relaxed),
-                    shared.failed.load(Ordering::Relaxed)
-                );
-            }
-        },
-    );
+    Ok(handles)
+}
+
+/// Every load thread's results added up, and their CPU seconds.
+fn join_threads(handles: Vec<LoadThread>) -> anyhow::Result<(ThreadResult, f64)> {
     let mut total = ThreadResult::default();
     let mut client_cpu = 0.0;
     for h in handles {
@@ -1183,6 +1151,79 @@ pub fn run(
             }
         }
     }
+    Ok((total, client_cpu))
+}
+
+/// How the load is timed, in words.
+fn timed_method(opts: &TlsLoadOptions) -> String {
+    format!(
+        "TLS {} handshakes over TCP against {}, rustls {} on aws-lc-rs as the client ({}): a new connection each, \
+         latency from connect() to the client's end of the handshake; then {} and the connection is closed once the server closed its side; \
+         handshakes/s sampled every second (the last partial second included when ≥ 0.2 s), average = completed / elapsed; \
+         95P = the rate reached or beaten in 95 % of the samples; a connection fails after {:.0} s",
+        opts.version.name(),
+        opts.target,
+        crate::versions().get("rustls").cloned().unwrap_or_default(),
+        client_practice(opts),
+        match &opts.request {
+            Some(p) => format!("one GET {p}"),
+            None => "close_notify".into(),
+        },
+        opts.timeout.as_secs_f64()
+    )
+}
+
+/// Runs a TLS load test; prints a progress line each second (if asked) and returns the
+/// report. `stop` ends it early (SIGINT and SIGTERM set it when `handle_signals`).
+pub fn run(
+    opts: TlsLoadOptions,
+    stop: Arc<AtomicBool>,
+    handle_signals: bool,
+) -> anyhow::Result<TlsLoadReport> {
+    check(&opts)?;
+    // Checked here, so that a bad flag is an error before any thread starts.
+    client_config(&opts)?;
+    if handle_signals {
+        for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+            signal_hook::flag::register(sig, stop.clone())
+                .context("installing the SIGINT/SIGTERM handler")?;
+        }
+    }
+    let name = match &opts.server_name {
+        Some(n) => ServerName::try_from(n.clone())
+            .map_err(|_| anyhow::anyhow!("--server-name {n:?}: not a DNS name or IP address"))?,
+        None => ServerName::IpAddress(opts.target.ip().into()),
+    };
+    let threads = opts.threads.min(opts.connections);
+    let shared = Arc::new(Shared {
+        opts: opts.clone(),
+        name,
+        started: AtomicU64::new(0),
+        completed: AtomicU64::new(0),
+        resumed: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
+        stop,
+        threads_done: AtomicUsize::new(0),
+    });
+    let start = Instant::now();
+    let handles = spawn_threads(&shared, threads)?;
+    let (rates, elapsed) = sample_rates(
+        start,
+        opts.duration,
+        (threads, &shared.threads_done),
+        &shared.completed,
+        &shared.stop,
+        |at, rate, done| {
+            if opts.progress {
+                eprintln!(
+                    "[{at:6.1} s] {rate:8.0} handshakes/s  completed {done} (resumed {})  failed {}",
+                    shared.resumed.load(Ordering::Relaxed),
+                    shared.failed.load(Ordering::Relaxed)
+                );
+            }
+        },
+    );
+    let (total, client_cpu) = join_threads(handles)?;
     let completed = shared.completed.load(Ordering::Relaxed);
     let all: Vec<f64> = total
         .full_ms
@@ -1240,21 +1281,7 @@ pub fn run(
         latencies_ms: all_kept,
         resumed_latencies_ms: resumed_kept,
         method: LoadMethod {
-            timed: format!(
-                "TLS {} handshakes over TCP against {}, rustls {} on aws-lc-rs as the client ({}): a new connection each, \
-                 latency from connect() to the client's end of the handshake; then {} and the connection is closed once the server closed its side; \
-                 handshakes/s sampled every second (the last partial second included when ≥ 0.2 s), average = completed / elapsed; \
-                 95P = the rate reached or beaten in 95 % of the samples; a connection fails after {:.0} s",
-                opts.version.name(),
-                opts.target,
-                crate::versions().get("rustls").cloned().unwrap_or_default(),
-                client_practice(&opts),
-                match &opts.request {
-                    Some(p) => format!("one GET {p}"),
-                    None => "close_notify".into(),
-                },
-                opts.timeout.as_secs_f64()
-            ),
+            timed: timed_method(&opts),
             machine: crate::machine::Machine::detect(),
             versions: crate::versions(),
             date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
