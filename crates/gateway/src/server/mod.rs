@@ -1691,6 +1691,9 @@ fn warn_of_unsafe_settings(access: &http::Access, config: &ServeConfig, ng: Opti
     }
 }
 
+/// A listener's TLS (HTTPS) and, on it, the TURN service it also carries.
+type FrontTls = (Arc<Tls>, Option<Arc<turn::TurnService>>);
+
 /// The signaling, as its thread runs it: the HTTP(S) listeners and the metrics one, the ng
 /// socket, the cluster's directory and pipes, the router's tasks; until `shutdown`, then the
 /// gateway drained and the node out of its cluster.
@@ -1704,11 +1707,8 @@ struct SignalingRun {
     pipes: Option<(Arc<node_pipes::NodePipes>, std::net::TcpListener)>,
     ng: Option<(UdpSocket, ng::Ng)>,
     metrics_listener: Option<std::net::TcpListener>,
-    /// Each listener with its TLS (HTTPS) and, on it, the TURN service it also carries.
-    listeners: Vec<(
-        std::net::TcpListener,
-        Option<(Arc<Tls>, Option<Arc<turn::TurnService>>)>,
-    )>,
+    /// Each listener with its TLS, for HTTPS.
+    listeners: Vec<(std::net::TcpListener, Option<FrontTls>)>,
     shutdown: oneshot::Receiver<()>,
 }
 

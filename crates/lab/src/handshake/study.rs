@@ -843,13 +843,17 @@ fn storm(p: &Pairing, timed: &MakeSide, floors: &[Floor], rounds: usize) -> anyh
     Ok(st)
 }
 
+/// The servers of the two back-to-back rows with their crypto timed in place, each with its
+/// row.
+type TimedServers = [(usize, MakeSide); 2];
+
 /// The pairings the study times, each a client and a server of a stack with a certificate, a
 /// key exchange and cookies on or off: secrelay's (ECDSA P-256 with and without cookies,
 /// P-384, ECDHE on P-256 only), secrelay's server against OpenSSL clients offering one SRTP
 /// profile each and its client against OpenSSL's server, OpenSSL's own with ECDSA and RSA
 /// certificates; and the servers of the two back-to-back rows again with their crypto timed
 /// in place (each with its row).
-fn pairings() -> anyhow::Result<(Vec<Pairing>, [(usize, MakeSide); 2])> {
+fn pairings() -> anyhow::Result<(Vec<Pairing>, TimedServers)> {
     let p256 = |cn: &str| Certificate::self_signed(KeyType::EcdsaP256, cn);
     let (c256, s256) = (p256("lab-client")?, p256("lab-server")?);
     let (c384, s384) = (

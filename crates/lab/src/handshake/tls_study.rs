@@ -213,7 +213,7 @@ fn dtls_run(
     server_core: Option<usize>,
     load: &Load,
 ) -> anyhow::Result<(super::load::LoadReport, f64, u64)> {
-    let server = ServerProc::dtls(&exe, "ecdsa-p256", server_core)?;
+    let server = ServerProc::dtls(exe, "ecdsa-p256", server_core)?;
     let mk = |d: Duration| {
         let mut o = super::load::LoadOptions::new(server.addr);
         o.duration = Some(d);
