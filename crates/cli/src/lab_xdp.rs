@@ -263,6 +263,59 @@ fn exchange(caller: &mut SocketPhone, callee: &mut SocketPhone) {
     callee.read();
 }
 
+/// The call talking (a packet each way every 20 ms) while `a.senders` threads send forged
+/// SRTP from every `flood` socket to `to` as fast as they can, for `a.secs`: the forged
+/// datagrams sent, the call's packets sent, and the seconds it took.
+fn flood_during_call(
+    a: &XdpArgs,
+    flood: &[std::net::UdpSocket],
+    to: SocketAddr,
+    (caller, callee): (&mut SocketPhone, &mut SocketPhone),
+) -> (u64, u64, f64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let forged = [
+        0x80u8, 0, 0, 1, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    let started = Instant::now();
+    let mut call_sent = 0u64;
+    std::thread::scope(|scope| {
+        let per = flood.len().div_ceil(a.senders);
+        for chunk in flood.chunks(per) {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            scope.spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for s in chunk {
+                        if s.send_to(&forged, to).is_ok() {
+                            n += 1;
+                        }
+                    }
+                }
+                sent.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        let end = started + Duration::from_secs_f64(a.secs);
+        while Instant::now() < end {
+            exchange(caller, callee);
+            call_sent += 2;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    (sent.load(Ordering::Relaxed), call_sent, elapsed)
+}
+
+/// The call alone, a packet each way every 20 ms, for `d`.
+fn talk_for(caller: &mut SocketPhone, callee: &mut SocketPhone, d: Duration) {
+    let end = Instant::now() + d;
+    while Instant::now() < end {
+        exchange(caller, callee);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
     let ns = Netns::new().context("a network namespace (needs root)")?;
     let pid = std::process::id();
@@ -300,11 +353,7 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
 
     // A second of the call alone, for its relay latency without the flood.
     let quiet0 = scrape(&g.sig)?;
-    let quiet_end = Instant::now() + Duration::from_secs(1);
-    while Instant::now() < quiet_end {
-        exchange(&mut caller, &mut callee);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    talk_for(&mut caller, &mut callee, Duration::from_secs(1));
     std::thread::sleep(Duration::from_millis(250));
     let quiet1 = scrape(&g.sig)?;
 
@@ -319,42 +368,11 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
         .map_err(|e| anyhow!("{e}"))?;
     let soft0 = softirq_secs()?;
     let (gcpu0, scpu0) = (cpu(gateway_pid)?, cpu(own_pid)?);
-    let (heard0, sent_call0) = (caller.heard(0xb0) + callee.heard(0xc1), 0u64);
+    let heard0 = caller.heard(0xb0) + callee.heard(0xc1);
 
     // The flood, and the call meanwhile.
-    let stop = Arc::new(AtomicBool::new(false));
-    let sent = Arc::new(AtomicU64::new(0));
     let to = SocketAddr::from((ip, SHARED_PORT));
-    let forged = [
-        0x80u8, 0, 0, 1, 0, 0, 0, 1, 0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0,
-    ];
-    let started = Instant::now();
-    let mut call_sent = sent_call0;
-    std::thread::scope(|scope| {
-        let per = flood.len().div_ceil(a.senders);
-        for chunk in flood.chunks(per) {
-            let (stop, sent) = (stop.clone(), sent.clone());
-            scope.spawn(move || {
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    for s in chunk {
-                        if s.send_to(&forged, to).is_ok() {
-                            n += 1;
-                        }
-                    }
-                }
-                sent.fetch_add(n, Ordering::Relaxed);
-            });
-        }
-        let end = started + Duration::from_secs_f64(a.secs);
-        while Instant::now() < end {
-            exchange(&mut caller, &mut callee);
-            call_sent += 2;
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        stop.store(true, Ordering::Relaxed);
-    });
-    let elapsed = started.elapsed().as_secs_f64();
+    let (sent, call_sent, elapsed) = flood_during_call(a, &flood, to, (&mut caller, &mut callee));
     // What is still queued drains.
     std::thread::sleep(Duration::from_millis(300));
     caller.read();
@@ -370,7 +388,6 @@ fn run_one(a: &XdpArgs, mode: &str, index: u8) -> Result<XdpRow> {
         .transpose()
         .map_err(|e| anyhow!("{e}"))?;
     let udp1 = ns.udp_counters()?;
-    let sent = sent.load(Ordering::Relaxed);
     let softirq_s = soft1 - soft0;
     let gateway_s = gcpu1 - gcpu0;
     let receive = softirq_s + gateway_s;
