@@ -123,6 +123,97 @@ fn no_ed448() -> String {
     "aws-lc-rs 1.19 offers Ed25519 only, no Ed448".into()
 }
 
+/// An RSA verification (PKCS#1 v1.5, or PSS): aws-lc-rs's own signature where it takes the
+/// key, else OpenSSL's (RSA-1024).
+fn prepare_rsa_verify(alg: Alg, bits: u32, pss: bool, keys: &Keys, rng: &SystemRandom) -> Prep {
+    let params = rsa_verify_alg(bits, pss)?;
+    // aws-lc-rs's own signature where it takes the key, else OpenSSL's (RSA-1024).
+    let (public_der, signature) = match rsa_key(bits, keys) {
+        Ok(key) => (
+            key.public_key().as_ref().to_vec(),
+            rsa_sign(&key, pss, rng)?,
+        ),
+        Err(_) => {
+            let k = openssl::pkey::PKey::private_key_from_pkcs8(&keys.rsa_pkcs8(bits)?)
+                .map_err(|e| e.to_string())?;
+            let der = k
+                .rsa()
+                .and_then(|r| r.public_key_to_der_pkcs1())
+                .map_err(|e| e.to_string())?;
+            (der, super::ossl::sign(alg, &k, pss)?)
+        }
+    };
+    verifier(params, &public_der, signature)
+}
+
+/// A verification of `signature` by the `public` key, checked once before it is timed.
+fn verifier(
+    params: &'static dyn sig::VerificationAlgorithm,
+    public: &[u8],
+    signature: Vec<u8>,
+) -> Prep {
+    let pk = ParsedPublicKey::new(params, public).map_err(|e| format!("aws-lc-rs: {e}"))?;
+    pk.verify_sig(MSG, &signature)
+        .map_err(unspecified("verifying its own signature"))?;
+    Ok(Prepared::new(move || {
+        pk.verify_sig(MSG, black_box(&signature))
+            .expect("worked in the dry run")
+    }))
+}
+
+/// An ECDH agreement on `c` with a key made once (or, `ephemeral`, a fresh key pair each
+/// time), the two sides checked to derive the same secret first.
+fn prepare_kex(c: Curve, ephemeral: bool, rng: SystemRandom) -> Prep {
+    let a = kex_alg(c).ok_or_else(|| {
+        format!(
+            "aws-lc-rs 1.19 agreement offers ECDH on P-256, P-384, P-521 and X25519 only, not {}",
+            c.name()
+        )
+    })?;
+    let peer = PrivateKey::generate(a).map_err(unspecified("key generation"))?;
+    let peer_pub = peer
+        .compute_public_key()
+        .map_err(unspecified("public key"))?
+        .as_ref()
+        .to_vec();
+    let ours = PrivateKey::generate(a).map_err(unspecified("key generation"))?;
+    let ours_pub = ours
+        .compute_public_key()
+        .map_err(unspecified("public key"))?
+        .as_ref()
+        .to_vec();
+    let s1 = agreement::agree(&ours, UnparsedPublicKey::new(a, &peer_pub), "agree", |k| {
+        Ok(k.to_vec())
+    })
+    .map_err(|e| format!("aws-lc-rs: {e}"))?;
+    let s2 = agreement::agree(&peer, UnparsedPublicKey::new(a, &ours_pub), "agree", |k| {
+        Ok(k.to_vec())
+    })
+    .map_err(|e| format!("aws-lc-rs: {e}"))?;
+    if s1 != s2 {
+        return Err("aws-lc-rs: the two sides derived different secrets".into());
+    }
+    if ephemeral {
+        Ok(Prepared::new(move || {
+            let eph = EphemeralPrivateKey::generate(a, &rng).expect("worked in the dry run");
+            black_box(eph.compute_public_key().expect("worked in the dry run"));
+            agreement::agree_ephemeral(eph, UnparsedPublicKey::new(a, &peer_pub), (), |k| {
+                black_box(k);
+                Ok(())
+            })
+            .expect("worked in the dry run");
+        }))
+    } else {
+        Ok(Prepared::new(move || {
+            agreement::agree(&ours, UnparsedPublicKey::new(a, &peer_pub), (), |k| {
+                black_box(k);
+                Ok(())
+            })
+            .expect("worked in the dry run");
+        }))
+    }
+}
+
 /// Prepares one operation.
 pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
     let rng = SystemRandom::new();
@@ -146,32 +237,7 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
             ))
         }
         (Alg::Rsa(bits), Op::Verify | Op::VerifyPss) => {
-            let pss = op == Op::VerifyPss;
-            let params = rsa_verify_alg(bits, pss)?;
-            // aws-lc-rs's own signature where it takes the key, else OpenSSL's (RSA-1024).
-            let (public_der, signature) = match rsa_key(bits, keys) {
-                Ok(key) => (
-                    key.public_key().as_ref().to_vec(),
-                    rsa_sign(&key, pss, &rng)?,
-                ),
-                Err(_) => {
-                    let k = openssl::pkey::PKey::private_key_from_pkcs8(&keys.rsa_pkcs8(bits)?)
-                        .map_err(|e| e.to_string())?;
-                    let der = k
-                        .rsa()
-                        .and_then(|r| r.public_key_to_der_pkcs1())
-                        .map_err(|e| e.to_string())?;
-                    (der, super::ossl::sign(alg, &k, pss)?)
-                }
-            };
-            let pk = ParsedPublicKey::new(params, &public_der)
-                .map_err(|e| format!("aws-lc-rs: parsing the public key: {e}"))?;
-            pk.verify_sig(MSG, &signature)
-                .map_err(unspecified("verifying its own signature"))?;
-            Ok(Prepared::new(move || {
-                pk.verify_sig(MSG, black_box(&signature))
-                    .expect("worked in the dry run")
-            }))
+            prepare_rsa_verify(alg, bits, op == Op::VerifyPss, keys, &rng)
         }
         (Alg::Ecdsa(c), Op::Sign) => {
             let (s, _) = ecdsa_algs(c).ok_or_else(|| no_ecdsa(c))?;
@@ -193,14 +259,7 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
                 .map_err(unspecified("ECDSA sign"))?
                 .as_ref()
                 .to_vec();
-            let pk = ParsedPublicKey::new(v, kp.public_key().as_ref())
-                .map_err(|e| format!("aws-lc-rs: {e}"))?;
-            pk.verify_sig(MSG, &signature)
-                .map_err(unspecified("verifying its own signature"))?;
-            Ok(Prepared::new(move || {
-                pk.verify_sig(MSG, black_box(&signature))
-                    .expect("worked in the dry run")
-            }))
+            verifier(v, kp.public_key().as_ref(), signature)
         }
         (Alg::Ed25519, Op::Sign) => {
             let kp = Ed25519KeyPair::generate().map_err(unspecified("Ed25519 key generation"))?;
@@ -215,69 +274,10 @@ pub fn prepare(alg: Alg, op: Op, keys: &Keys) -> Prep {
         (Alg::Ed25519, Op::Verify) => {
             let kp = Ed25519KeyPair::generate().map_err(unspecified("Ed25519 key generation"))?;
             let signature = kp.sign(MSG).as_ref().to_vec();
-            let pk = ParsedPublicKey::new(&sig::ED25519, kp.public_key().as_ref())
-                .map_err(|e| format!("aws-lc-rs: {e}"))?;
-            pk.verify_sig(MSG, &signature)
-                .map_err(unspecified("verifying its own signature"))?;
-            Ok(Prepared::new(move || {
-                pk.verify_sig(MSG, black_box(&signature))
-                    .expect("worked in the dry run")
-            }))
+            verifier(&sig::ED25519, kp.public_key().as_ref(), signature)
         }
         (Alg::Ed448, _) => Err(no_ed448()),
-        (Alg::Kex(c), Op::Ecdhe | Op::Ecdh) => {
-            let a = kex_alg(c).ok_or_else(|| {
-                format!("aws-lc-rs 1.19 agreement offers ECDH on P-256, P-384, P-521 and X25519 only, not {}", c.name())
-            })?;
-            let peer = PrivateKey::generate(a).map_err(unspecified("key generation"))?;
-            let peer_pub = peer
-                .compute_public_key()
-                .map_err(unspecified("public key"))?
-                .as_ref()
-                .to_vec();
-            let ours = PrivateKey::generate(a).map_err(unspecified("key generation"))?;
-            let ours_pub = ours
-                .compute_public_key()
-                .map_err(unspecified("public key"))?
-                .as_ref()
-                .to_vec();
-            let s1 = agreement::agree(&ours, UnparsedPublicKey::new(a, &peer_pub), "agree", |k| {
-                Ok(k.to_vec())
-            })
-            .map_err(|e| format!("aws-lc-rs: {e}"))?;
-            let s2 = agreement::agree(&peer, UnparsedPublicKey::new(a, &ours_pub), "agree", |k| {
-                Ok(k.to_vec())
-            })
-            .map_err(|e| format!("aws-lc-rs: {e}"))?;
-            if s1 != s2 {
-                return Err("aws-lc-rs: the two sides derived different secrets".into());
-            }
-            if op == Op::Ecdhe {
-                Ok(Prepared::new(move || {
-                    let eph =
-                        EphemeralPrivateKey::generate(a, &rng).expect("worked in the dry run");
-                    black_box(eph.compute_public_key().expect("worked in the dry run"));
-                    agreement::agree_ephemeral(
-                        eph,
-                        UnparsedPublicKey::new(a, &peer_pub),
-                        (),
-                        |k| {
-                            black_box(k);
-                            Ok(())
-                        },
-                    )
-                    .expect("worked in the dry run");
-                }))
-            } else {
-                Ok(Prepared::new(move || {
-                    agreement::agree(&ours, UnparsedPublicKey::new(a, &peer_pub), (), |k| {
-                        black_box(k);
-                        Ok(())
-                    })
-                    .expect("worked in the dry run");
-                }))
-            }
-        }
+        (Alg::Kex(c), Op::Ecdhe | Op::Ecdh) => prepare_kex(c, op == Op::Ecdhe, rng),
         (alg, op) => Err(format!("{op:?} does not apply to {alg:?}")),
     }
 }
