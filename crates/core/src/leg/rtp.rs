@@ -746,10 +746,9 @@ fn crypto_line(tag: u32, suite: &str, key_salt: String) -> Crypto {
 }
 
 /// `key` as an `a=crypto` line's key (the base64 after `inline:`).
-fn inline_of(key: &MasterKey) -> String {
-    key.to_sdes_inline()
-        .trim_start_matches("inline:")
-        .to_owned()
+fn inline_of(key: &MasterKey) -> Zeroizing<String> {
+    let inline = Zeroizing::new(key.to_sdes_inline());
+    Zeroizing::new(inline.trim_start_matches("inline:").to_owned())
 }
 
 /// Where a section says it receives RTP and RTCP (`c=` address, `m=` port, `a=rtcp`, or the
@@ -892,7 +891,7 @@ fn answer_security(
             .unwrap_or_default(),
     );
     let our_key = fresh_master_key(profile)?;
-    let ours = Zeroizing::new(inline_of(&our_key));
+    let ours = inline_of(&our_key);
     let answer = crypto_line(offered.tag, &offered.suite, ours.to_string());
     let window = config.replay_window;
     let security = Security::Sdes {
@@ -976,7 +975,7 @@ fn offer_security(
         for (i, p) in spec.suites.iter().enumerate() {
             let tag = tags.get(i).copied().unwrap_or(i as u32 + 1);
             let key = fresh_master_key(*p)?;
-            lines.push(crypto_line(tag, p.sdp_name(), inline_of(&key)));
+            lines.push(crypto_line(tag, p.sdp_name(), inline_of(&key).to_string()));
             keys.push((tag, *p, key));
         }
         (Security::Offered(keys), lines)
@@ -1629,8 +1628,7 @@ impl RtpLeg {
                 ..
             } => {
                 if let Some(k) = key_of(*profile, None)? {
-                    let inline = Zeroizing::new(k.to_sdes_inline());
-                    *ours = Zeroizing::new(inline.trim_start_matches("inline:").to_owned());
+                    *ours = inline_of(&k);
                     *outbound = sdes_context(k, false, window)?;
                 }
             }

@@ -528,10 +528,13 @@ impl<'a> Planner<'a> {
             mut towards,
             mut caller_transcodes,
             mut warnings,
+            dtmf_transcode,
+            cn_added,
+            amr_mode,
             ..
         } = self;
         let flags = rules.flags;
-        let cn_transcode = self.cn_added || caller_transcodes.contains(&CodecId::ComfortNoise);
+        let cn_transcode = cn_added || caller_transcodes.contains(&CodecId::ComfortNoise);
         if rules.strip_all || rules.mask_all {
             order_as_listed(&mut towards, &flags.transcode);
         }
@@ -561,9 +564,9 @@ impl<'a> Planner<'a> {
             towards_callee: towards,
             caller_transcodes,
             warnings,
-            dtmf_transcode: self.dtmf_transcode,
+            dtmf_transcode,
             cn_transcode,
-            amr_mode: self.amr_mode,
+            amr_mode,
         }
     }
 }

@@ -1097,11 +1097,7 @@ impl StatsCollector {
 
     /// The HTTPS front: TLS handshakes and their failures, connections open, refused, limited
     /// and closed idle, certificate reloads.
-    fn encode_tls_http(
-        &self,
-        e: &mut DescriptorEncoder<'_>,
-        _shards: &ShardCounters,
-    ) -> Result<(), fmt::Error> {
+    fn encode_tls_http(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let s = &self.0;
         let tls = s.tls.totals();
         {
@@ -1180,11 +1176,7 @@ impl StatsCollector {
     }
 
     /// The duration histograms: TLS and DTLS handshakes, relay latency, media processing.
-    fn encode_histograms(
-        &self,
-        e: &mut DescriptorEncoder<'_>,
-        _shards: &ShardCounters,
-    ) -> Result<(), fmt::Error> {
+    fn encode_histograms(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
         let s = &self.0;
         let mut handshake_time = HistogramSnapshot::default();
         let mut relay_latency = HistogramSnapshot::default();
@@ -1233,8 +1225,8 @@ impl Collector for StatsCollector {
         self.encode_sessions(e, &shards)?;
         self.encode_participants(e, &shards)?;
         self.encode_legs(e, &shards)?;
-        self.encode_tls_http(e, &shards)?;
-        self.encode_histograms(e, &shards)?;
+        self.encode_tls_http(e)?;
+        self.encode_histograms(e)?;
         Ok(())
     }
 }
