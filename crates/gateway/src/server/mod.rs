@@ -1657,15 +1657,11 @@ fn bind_tcp(
     Ok((l, bound))
 }
 
-/// The ng socket, with `ng` (non-blocking, for the signaling's runtime); the gateway is
-/// stopped when it cannot be bound.
+/// The ng socket, with `ng` (non-blocking, for the signaling's runtime).
 fn bind_ng(gateway: &Gateway) -> Result<Option<UdpSocket>, StartError> {
     Ok(match gateway.config().ng {
         Some(a) => {
-            let s = UdpSocket::bind(a).map_err(|e| {
-                gateway.stop();
-                StartError(format!("ng {a}: {e}"))
-            })?;
+            let s = UdpSocket::bind(a).map_err(|e| StartError(format!("ng {a}: {e}")))?;
             s.set_nonblocking(true)
                 .map_err(|e| StartError(format!("ng {a}: {e}")))?;
             Some(s)
@@ -1847,7 +1843,7 @@ impl Server {
             .map(|a| bind_tcp("metrics", a))
             .transpose()
             .map_err(stop_on_error)?;
-        let ng_socket = bind_ng(&gateway)?;
+        let ng_socket = bind_ng(&gateway).map_err(stop_on_error)?;
         let ng_addr = ng_socket.as_ref().and_then(|s| s.local_addr().ok());
         let http_addr = http.as_ref().map(|(_, a)| *a);
         let https_addr = https.as_ref().map(|(_, a)| *a);
