@@ -137,7 +137,6 @@ fn openssl_ops() -> anyhow::Result<FloorOps> {
     })
 }
 
-/// The floors' operations by id, for timing and counting.
 /// One floor operation, by id.
 type FloorOp = (String, Box<dyn FnMut()>);
 
