@@ -40,6 +40,7 @@ use crate::shard::{
 
 mod ice_tcp;
 mod pipes;
+mod queue;
 mod uring_io;
 mod xsk_io;
 use ice_tcp::IceTcp;
@@ -60,7 +61,8 @@ const BATCHES_PER_TURN: usize = 16;
 const LEGS_PER_SEND: usize = 32;
 /// How often the shard's counters are published for `/metrics` and the API.
 const PUBLISH_EVERY: Duration = Duration::from_millis(200);
-/// Datagrams queued at a worker by the others before new ones are dropped.
+/// Datagrams queued at a worker by the others before new ones are dropped (memory is taken
+/// only for those waiting: [`queue`]).
 const HANDOFF_QUEUE: usize = 65_536;
 
 /// A control operation on the rooms a worker owns, run on its thread with the worker and
@@ -110,9 +112,9 @@ pub(crate) struct Handoff {
 #[derive(Debug, Clone)]
 pub(crate) struct Peer {
     pub commands: Sender<Command>,
-    pub handoffs: Sender<Handoff>,
+    pub handoffs: queue::Bounded<Handoff>,
     /// Packets through the pipes of rooms spread over workers.
-    pub pipes: Sender<PipeMsg>,
+    pub pipes: queue::Bounded<PipeMsg>,
     pub returns: Sender<Vec<u8>>,
     pub waker: Arc<Waker>,
 }
@@ -207,8 +209,8 @@ pub(crate) fn channels() -> std::io::Result<(Peer, Inbox, Poll)> {
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let (ctx, crx) = crossbeam_channel::unbounded();
-    let (htx, hrx) = crossbeam_channel::bounded(HANDOFF_QUEUE);
-    let (ptx, prx) = crossbeam_channel::bounded(HANDOFF_QUEUE);
+    let (htx, hrx) = queue::bounded(HANDOFF_QUEUE);
+    let (ptx, prx) = queue::bounded(HANDOFF_QUEUE);
     let (rtx, rrx) = crossbeam_channel::unbounded();
     Ok((
         Peer {
@@ -891,8 +893,8 @@ impl Worker {
                 // One wake per batch and peer, not one per datagram.
                 self.wake_pending[worker] = true;
             }
-            Err(e) => {
-                self.spare.push(e.into_inner().buf);
+            Err(h) => {
+                self.spare.push(h.buf);
                 self.shard.count_drop(DropReason::HandoffQueueFull);
             }
         }

@@ -70,8 +70,8 @@ impl Worker {
                 self.stats.piped.fetch_add(1, Ordering::Relaxed);
                 self.wake_pending[worker] = true;
             }
-            Err(e) => {
-                self.shard.recycle(e.into_inner().buf);
+            Err(m) => {
+                self.shard.recycle(m.buf);
                 self.shard.count_drop(DropReason::HandoffQueueFull);
             }
         }
