@@ -2,8 +2,9 @@
 //! rtpengine-daemon, forwarding in userspace; `scripts/setup` installs it): briefly and at a
 //! low rate, so that it holds on a loaded 2-core machine. Checks the JSON rows, not the
 //! figures' size: both relays relayed the same SDES and plain calls set up through their ng
-//! sockets (and secrelay its WebRTC participants), nothing failed to unprotect, CPU per
-//! relayed packet (user and kernel) was measured, and little was lost.
+//! sockets (and secrelay its WebRTC participants), nothing failed to unprotect, secrelay
+//! dropped nothing, CPU per relayed packet (user and kernel) was measured, and little was
+//! lost.
 //!
 //! Without rtpengine the test fails under CI (`CI` set) and says SKIPPED elsewhere
 //! (`lab_support::missing`). The run is bounded; on overrun its whole process group (the
@@ -125,6 +126,13 @@ fn relay_compare_measures_both_relays_at_a_low_rate() {
         assert!(
             n("lost") <= 0.05 * n("sent"),
             "{relay} lost more than 5 % of what was sent: {r}"
+        );
+        // Every datagram secrelay received in the window was a call's (the legs hold their
+        // RTCP ports as phones do, so no report lands on a port of someone else's).
+        assert_eq!(
+            r["gateway_drops"].as_array().map(Vec::len),
+            Some(0),
+            "{relay} dropped datagrams: {r}"
         );
     }
     assert!(

@@ -12,7 +12,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
-use anyhow::anyhow;
+use anyhow::{anyhow, bail, Context as _};
 use mio::{Events, Interest, Poll, Token};
 use secrelay_srtp::{Context, MasterKey, Policy, Profile};
 use secrelay_wire::rtp::RtpHeader;
@@ -99,9 +99,30 @@ fn leg_sdp(ip: Ipv4Addr, port: u16, crypto: Option<(u32, Profile, &MasterKey)>) 
     )
 }
 
+/// A leg's RTP socket and its RTCP socket on the port after it, bound as a phone binds them: a
+/// relay sends its reports to the RTP port + 1, which would otherwise be any socket's that
+/// happens to have it (another leg's, or one of the relay's own ports, which then drops them as
+/// coming from a stranger).
+fn bind_rtp_pair(local: Ipv4Addr) -> anyhow::Result<(UdpSocket, UdpSocket)> {
+    for _ in 0..1000 {
+        let rtp = UdpSocket::bind((local, 0))?;
+        let Some(next) = rtp.local_addr()?.port().checked_add(1) else {
+            continue;
+        };
+        match UdpSocket::bind((local, next)) {
+            Ok(rtcp) => return Ok((rtp, rtcp)),
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => continue,
+            Err(e) => return Err(e).context("binding a leg's RTCP port"),
+        }
+    }
+    bail!("no free pair of ports on {local} for a leg's RTP and RTCP")
+}
+
 /// One leg of a call: its socket, where it sends, its keys (none for plain RTP).
 pub struct CallLeg {
     socket: mio::net::UdpSocket,
+    /// The RTCP port after `socket`'s, held so that the relay's reports land here (not read).
+    _rtcp: UdpSocket,
     relay: SocketAddr,
     tx: Option<Context>,
     rx: Option<Context>,
@@ -115,8 +136,8 @@ pub struct CallLeg {
     pub stream: StreamRx,
     /// Packets that failed to unprotect.
     pub rx_errors: u64,
-    /// RTCP the relay sent (its own reports; secrelay sends them, to the port after the
-    /// leg's, which may be another leg's socket here): counted apart, never as media.
+    /// RTCP that arrived at the RTP port (a relay's reports, should it send them there):
+    /// counted apart, never as media.
     pub rtcp_received: u64,
     buf: Vec<u8>,
 }
@@ -147,8 +168,8 @@ pub fn create_calls(
     let mut legs = Vec::with_capacity(calls * 2);
     let now = Instant::now();
     for c in 0..calls {
-        let a = UdpSocket::bind((local, 0))?;
-        let b = UdpSocket::bind((local, 0))?;
+        let (a, a_rtcp) = bind_rtp_pair(local)?;
+        let (b, b_rtcp) = bind_rtp_pair(local)?;
         let call_id = call_id(c);
         let keys = match keying {
             Keying::Sdes { caller, callee } => {
@@ -215,12 +236,17 @@ pub fn create_calls(
             _ => (sdp_port(to_caller)?, [None, None]),
         };
         let (port_a, [ctx_a, ctx_b]) = contexts;
-        for (sock, port, ctx, i) in [(a, port_a, ctx_a, 0u32), (b, port_b, ctx_b, 1)] {
+        let pairs = [
+            (a, a_rtcp, port_a, ctx_a, 0u32),
+            (b, b_rtcp, port_b, ctx_b, 1),
+        ];
+        for (sock, rtcp, port, ctx, i) in pairs {
             sock.set_nonblocking(true)?;
             let phase = Duration::from_micros(((c as u64) * 7919 + u64::from(i) * 10_007) % 20_000);
             let (tx, rx) = ctx.unzip();
             legs.push(CallLeg {
                 socket: mio::net::UdpSocket::from_std(sock),
+                _rtcp: rtcp,
                 relay: SocketAddr::from((relay, port)),
                 tx,
                 rx,
