@@ -363,7 +363,11 @@ fn the_debian_package_installs_the_binary_unit_configuration_and_pages() {
         "{unit}"
     );
     assert!(!unit.contains("/usr/local"), "{unit}");
-    for drop_in in ["secrelay-xdp.conf", "secrelay-af-xdp.conf"] {
+    for drop_in in [
+        "secrelay-xdp.conf",
+        "secrelay-af-xdp.conf",
+        "60-secrelay-buffers.conf",
+    ] {
         assert_eq!(
             std::fs::read(root.join("usr/share/doc/secrelay/examples").join(drop_in)).unwrap(),
             std::fs::read(repo().join("packaging").join(drop_in)).unwrap()

@@ -415,6 +415,15 @@ fn bind_media_sockets(
     })?;
     let first = udp::bind_reuseport(config.udp)
         .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;
+    if let Some(kept) = udp::capped_receive_buffer(&first) {
+        tracing::warn!(
+            asked = udp::SHARED_BUFFER,
+            kept,
+            "the media socket's receive buffer is smaller than asked: the kernel caps it at \
+             net.core.rmem_max, and a burst larger than it is dropped before the gateway reads \
+             it (raise it: sysctl -w net.core.rmem_max=16777216)"
+        );
+    }
     let udp_addr = first
         .local_addr()
         .map_err(|e| StartError(format!("udp {}: {e}", config.udp)))?;

@@ -69,10 +69,21 @@ pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     s.set_reuse_port(true)?;
     s.set_nonblocking(true)?;
     // Bursts from many participants at once: keep them in the kernel rather than drop them.
-    let _ = s.set_recv_buffer_size(8 << 20);
-    let _ = s.set_send_buffer_size(8 << 20);
+    let _ = s.set_recv_buffer_size(SHARED_BUFFER);
+    let _ = s.set_send_buffer_size(SHARED_BUFFER);
     s.bind(&addr.into())?;
     Ok(s.into())
+}
+
+/// The kernel buffers each worker's shared socket asks for, each way.
+pub(crate) const SHARED_BUFFER: usize = 8 << 20;
+
+/// What the kernel gave `s` of the [`SHARED_BUFFER`] it asked to receive into, when less:
+/// Linux caps the request at `net.core.rmem_max` (and reports twice what it keeps, for its
+/// overhead). `None` when it gave all of it, or the size cannot be read.
+pub(crate) fn capped_receive_buffer(s: &UdpSocket) -> Option<usize> {
+    let kept = socket2::SockRef::from(s).recv_buffer_size().ok()? / 2;
+    (kept < SHARED_BUFFER).then_some(kept)
 }
 
 /// A non-blocking UDP socket of a telephony leg's own (no SO_REUSEPORT: the port is this
@@ -349,6 +360,21 @@ mod tests {
             assert_eq!(&buf[..n], b"answer");
             assert_eq!(src.port(), port);
         }
+    }
+
+    #[test]
+    fn a_receive_buffer_capped_by_rmem_max_is_told() {
+        let s = bind_reuseport("127.0.0.1:0".parse().unwrap()).unwrap();
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert_eq!(
+            capped_receive_buffer(&s),
+            (max < SHARED_BUFFER).then_some(max),
+            "rmem_max {max}"
+        );
     }
 
     #[test]
