@@ -217,12 +217,25 @@ pub struct WorkerStats {
     /// On the AF_XDP path: frames the kernel dropped at the worker's XDP socket (a full
     /// receive ring, an empty fill ring), as the kernel last reported them.
     pub xsk_kernel_drops: AtomicU64,
+    /// The inode of the worker's shared media socket, by which the kernel's UDP tables name it
+    /// (0: not known); what the kernel dropped there is read from them at each scrape.
+    socket_inode: AtomicU64,
 }
 
 impl WorkerStats {
     /// Counts an ICE-TCP connection closed (or refused) for `why`.
     pub(crate) fn ice_tcp_closed(&self, why: TcpClose) {
         self.ice_tcp_closed[why.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Says which socket is the worker's shared media socket (its inode; `None`: not known).
+    pub(crate) fn set_socket_inode(&self, inode: Option<u64>) {
+        self.socket_inode
+            .store(inode.unwrap_or_default(), Ordering::Relaxed);
+    }
+
+    fn socket_inode(&self) -> Option<u64> {
+        Some(self.socket_inode.load(Ordering::Relaxed)).filter(|&i| i != 0)
     }
 
     /// Says how the worker's sockets are read and written.
@@ -693,6 +706,14 @@ impl Collector for StateCollector {
                 .count();
             ConstGauge::new(n as i64).encode(g.encode_family(&[("path", path.name())])?)?;
         }
+        let workers = &self.0.stats.workers;
+        let inodes: Vec<u64> = workers.iter().filter_map(|w| w.socket_inode()).collect();
+        counter(
+            e,
+            "secrelay_media_socket_drops",
+            "Datagrams the kernel dropped at the workers' shared media sockets before the gateway read them (a full receive buffer: the workers fell behind, or net.core.rmem_max kept the buffer small), as the kernel's UDP tables say at the scrape",
+            super::process::udp_drops(&inodes),
+        )?;
         gauge(
             e,
             "secrelay_rtp_ports_in_use",

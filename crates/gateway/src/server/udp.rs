@@ -75,6 +75,15 @@ pub(crate) fn bind_reuseport(addr: SocketAddr) -> io::Result<UdpSocket> {
     Ok(s.into())
 }
 
+/// The inode the kernel's socket tables name `s` by (the one `/proc/self/fd` links to), where
+/// it can be read.
+pub(crate) fn inode(s: &UdpSocket) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let link = format!("/proc/self/fd/{}", s.as_raw_fd());
+    std::fs::metadata(link).ok().map(|m| m.ino())
+}
+
 /// The kernel buffers each worker's shared socket asks for, each way.
 pub(crate) const SHARED_BUFFER: usize = 8 << 20;
 
