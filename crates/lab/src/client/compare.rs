@@ -164,11 +164,14 @@ impl Placed {
         }
     }
 
-    /// A port for the relay's ng socket: any in its own namespace, a free one on loopback.
-    fn ng_port(&self) -> anyhow::Result<u16> {
-        match self.ns {
-            Some(_) => Ok(2223),
-            None => free_udp_port(),
+    /// A port for the relay's ng socket: any in its own namespace; on loopback, a free one
+    /// for a relay that cannot say which it bound (rtpengine), else 0: secrelay binds one and
+    /// names it in its banner (no other process can take it in between).
+    fn ng_port(&self, says_its_port: bool) -> anyhow::Result<u16> {
+        match (&self.ns, says_its_port) {
+            (Some(_), _) => Ok(2223),
+            (None, true) => Ok(0),
+            (None, false) => free_udp_port(),
         }
     }
 
@@ -260,7 +263,7 @@ pub fn ng_row(
     site: Site,
 ) -> anyhow::Result<RelayRow> {
     let place = Placed::new(site)?;
-    let ng_port = place.ng_port()?;
+    let ng_port = place.ng_port(matches!(relay, NgRelay::Secrelay { .. }))?;
     let ng_listen = format!("{}:{ng_port}", place.relay);
     let config = measuring_config("")?;
     let admin = secrelay_testkit::AdminKeyFile::new()?;
@@ -312,7 +315,11 @@ pub fn ng_row(
         let xsk = sig.metric("secrelay_xsk_kernel_drops_total").unwrap_or(0);
         Ok((load::scrape(sig)?, xsk))
     };
-    let mut ng = Ng::new(SocketAddr::from((place.relay, ng_port)))?;
+    let ng_addr = served
+        .as_ref()
+        .and_then(|s| s.ng)
+        .unwrap_or(SocketAddr::from((place.relay, ng_port)));
+    let mut ng = Ng::new(ng_addr)?;
     let up = Instant::now() + Duration::from_secs(10);
     while ng
         .call(vec![(
@@ -447,6 +454,8 @@ pub fn secrelay_row(
 struct Served {
     child: KillOnDrop,
     url: String,
+    /// The ng socket its banner names, when it has one.
+    ng: Option<SocketAddr>,
     tail: Option<std::thread::JoinHandle<String>>,
 }
 
@@ -459,15 +468,23 @@ impl Served {
             .context("starting secrelay serve")?;
         let stderr = child.stderr.take().context("serve's stderr")?;
         let child = KillOnDrop(child);
-        let mut url = None;
+        let mut banner = secrelay_gateway::server::BannerReader::default();
+        let mut said = Vec::new();
         let mut lines = BufReader::new(stderr).lines();
         for line in lines.by_ref() {
-            url = serve_banner_url(&line?);
-            if url.is_some() {
+            let line = line?;
+            let whole = banner.feed(&line);
+            said.push(line);
+            if whole {
                 break;
             }
         }
-        let url = url.ok_or_else(|| anyhow!("secrelay serve did not print its HTTP address"))?;
+        let url = banner.http.map(|a| format!("http://{a}")).ok_or_else(|| {
+            anyhow!(
+                "secrelay serve did not print its HTTP address; it said:\n{}",
+                said.join("\n")
+            )
+        })?;
         let tail = std::thread::spawn(move || {
             let mut last = std::collections::VecDeque::new();
             for line in lines.map_while(Result::ok) {
@@ -481,6 +498,7 @@ impl Served {
         Ok(Served {
             child,
             url,
+            ng: banner.ng,
             tail: Some(tail),
         })
     }
