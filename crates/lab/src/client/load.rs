@@ -126,6 +126,10 @@ impl Scrape {
     }
 }
 
+/// The drop reason the lab gives `secrelay_media_socket_drops_total`: datagrams the kernel
+/// dropped at a full receive buffer of the gateway's media sockets.
+pub const SOCKET_BUFFER_FULL: &str = "socket_buffer_full";
+
 /// Parses the OpenMetrics text of secrelay's `/metrics`.
 pub fn parse_metrics(text: &str) -> Scrape {
     let mut s = Scrape::default();
@@ -182,6 +186,10 @@ pub fn parse_metrics(text: &str) -> Scrape {
             .and_then(|r| r.strip_suffix("\"}"))
         {
             s.drops.push((reason.to_owned(), v));
+        } else if name == "secrelay_media_socket_drops_total" {
+            // What the kernel dropped at the workers' sockets before the gateway read it,
+            // reported beside the gateway's own drops.
+            s.drops.push((SOCKET_BUFFER_FULL.to_owned(), v));
         } else if let Some(le) = name
             .strip_prefix("secrelay_relay_latency_seconds_bucket{le=\"")
             .and_then(|r| r.strip_suffix("\"}"))
@@ -782,6 +790,16 @@ mod tests {
         assert_eq!((w.worker_load_max, w.shedding_max), (0.97, 2.0));
         assert_eq!(w.worker_participants, [250, 251]);
         assert_eq!(after.drops, vec![("replayed".to_string(), 3.0)]);
+        let k = parse_metrics(
+            "secrelay_drops_total{reason=\"replayed\"} 3\nsecrelay_media_socket_drops_total 12\n",
+        );
+        assert_eq!(
+            k.drops,
+            vec![
+                ("replayed".to_string(), 3.0),
+                (SOCKET_BUFFER_FULL.to_string(), 12.0)
+            ]
+        );
         // 100 new observations: 90 in (10 µs, 100 µs], 10 above.
         assert_eq!(relay_quantile(&before, &after, 0.5), Some(0.0001));
         assert_eq!(relay_quantile(&before, &after, 0.95), Some(f64::INFINITY));
