@@ -186,34 +186,40 @@ pub(crate) fn encode(e: &mut DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
     Ok(())
 }
 
-/// Datagrams the kernel dropped at the UDP sockets whose inodes are `inodes`, as
-/// `/proc/self/net/udp` and `udp6` say now (their `drops` column: a full receive buffer). 0
-/// for a table that cannot be read.
-pub(crate) fn udp_drops(inodes: &[u64]) -> u64 {
-    if inodes.is_empty() {
-        return 0;
-    }
-    ["/proc/self/net/udp", "/proc/self/net/udp6"]
-        .iter()
-        .filter_map(|p| std::fs::read_to_string(p).ok())
-        .map(|table| drops_in(&table, inodes))
-        .sum()
+/// One socket of the kernel's UDP tables (`/proc/net/udp`, `udp6`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpSocketRow {
+    /// Its local port.
+    pub port: u16,
+    /// Its inode (what `/proc/PID/fd` links name it by).
+    pub inode: u64,
+    /// Datagrams the kernel dropped at it (a full receive buffer).
+    pub drops: u64,
 }
 
-/// The `drops` column summed over the lines of `table` (the kernel's `/proc/net/udp` format:
-/// a header, then `sl local rem st tx:rx tr:when retrnsmt uid timeout inode ref pointer
-/// drops`) whose `inode` is one of `inodes`; a line it cannot read counts nothing.
-fn drops_in(table: &str, inodes: &[u64]) -> u64 {
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let inode: u64 = fields.nth(9)?.parse().ok()?;
-            let drops: u64 = fields.nth(2)?.parse().ok()?;
-            inodes.contains(&inode).then_some(drops)
-        })
-        .sum()
+/// The sockets of one UDP table's text (a header line, then `sl local rem st tx:rx tr:when
+/// retrnsmt uid timeout inode ref pointer drops`, addresses as hex `ADDR:PORT`); a line it
+/// cannot read is passed over.
+pub fn udp_table(text: &str) -> impl Iterator<Item = UdpSocketRow> + '_ {
+    text.lines().skip(1).filter_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (_, port) = fields.nth(1)?.rsplit_once(':')?;
+        let port = u16::from_str_radix(port, 16).ok()?;
+        let inode = fields.nth(7)?.parse().ok()?;
+        let drops = fields.nth(2)?.parse().ok()?;
+        Some(UdpSocketRow { port, inode, drops })
+    })
+}
+
+/// Each socket of this process's network namespace, from `/proc/self/net/udp` and `udp6` as
+/// they read now (a table that cannot be read gives none). The kernel walks its table afresh
+/// as it is read, so a socket may be passed over while others open and close.
+pub(crate) fn each_udp_socket(mut f: impl FnMut(UdpSocketRow)) {
+    for path in ["/proc/self/net/udp", "/proc/self/net/udp6"] {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            udp_table(&text).for_each(&mut f);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -228,15 +234,21 @@ mod tests {
             \x20 3: 0100007F:D7AB 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4444 2 0000000000000000 9\n\
             a line the kernel never writes\n\
             \x20 4: 0100007F:D7AC 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 4545 2\n";
+        let drops_in = |text: &str, inodes: &[u64]| -> u64 {
+            udp_table(text)
+                .filter(|r| inodes.contains(&r.inode))
+                .map(|r| r.drops)
+                .sum()
+        };
         assert_eq!(drops_in(table, &[4242, 4444]), 17803 + 9);
         assert_eq!(drops_in(table, &[4545, 1]), 0);
         assert_eq!(drops_in("", &[4242]), 0);
+        assert_eq!(udp_table(table).next().map(|r| r.port), Some(0x985D));
     }
 
     #[test]
     fn a_socket_whose_buffer_overflowed_has_its_drops_read() {
         use std::net::UdpSocket;
-        use std::os::unix::fs::MetadataExt;
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket2::SockRef::from(&rx)
             .set_recv_buffer_size(4096)
@@ -245,13 +257,16 @@ mod tests {
         for _ in 0..200 {
             tx.send_to(&[0u8; 1000], rx.local_addr().unwrap()).unwrap();
         }
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&rx);
-        let inode = std::fs::metadata(format!("/proc/self/fd/{fd}"))
-            .unwrap()
-            .ino();
-        let dropped = udp_drops(&[inode]);
+        let inode = super::super::udp::inode(&rx).unwrap();
+        let mut dropped = 0;
+        each_udp_socket(|r| {
+            if r.inode == inode {
+                dropped += r.drops;
+            }
+        });
         assert!(dropped > 0 && dropped < 200, "{dropped} dropped");
-        assert_eq!(udp_drops(&[]), 0);
+        let none = super::super::stats::GatewayStats::default();
+        assert_eq!(none.media_socket_drops(), 0);
     }
 
     #[test]

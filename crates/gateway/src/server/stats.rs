@@ -220,6 +220,9 @@ pub struct WorkerStats {
     /// The inode of the worker's shared media socket, by which the kernel's UDP tables name it
     /// (0: not known); what the kernel dropped there is read from them at each scrape.
     socket_inode: AtomicU64,
+    /// What the kernel's tables last said it dropped at that socket (kept when a reading passes
+    /// the socket over, so that the sum never falls).
+    socket_drops: AtomicU64,
 }
 
 impl WorkerStats {
@@ -490,6 +493,21 @@ impl GatewayStats {
         c
     }
 
+    /// Datagrams the kernel dropped at the workers' shared media sockets: each worker's figure
+    /// raised to what the kernel's UDP tables say now ([`super::process::each_udp_socket`]).
+    pub(crate) fn media_socket_drops(&self) -> u64 {
+        super::process::each_udp_socket(|row| {
+            let at = self
+                .workers
+                .iter()
+                .find(|w| w.socket_inode() == Some(row.inode));
+            if let Some(w) = at {
+                w.socket_drops.fetch_max(row.drops, Ordering::Relaxed);
+            }
+        });
+        self.io(|w| &w.socket_drops)
+    }
+
     fn io(&self, f: fn(&WorkerStats) -> &AtomicU64) -> u64 {
         self.workers
             .iter()
@@ -706,13 +724,11 @@ impl Collector for StateCollector {
                 .count();
             ConstGauge::new(n as i64).encode(g.encode_family(&[("path", path.name())])?)?;
         }
-        let workers = &self.0.stats.workers;
-        let inodes: Vec<u64> = workers.iter().filter_map(|w| w.socket_inode()).collect();
         counter(
             e,
             "secrelay_media_socket_drops",
             "Datagrams the kernel dropped at the workers' shared media sockets before the gateway read them (a full receive buffer: the workers fell behind, or net.core.rmem_max kept the buffer small), as the kernel's UDP tables say at the scrape",
-            super::process::udp_drops(&inodes),
+            self.0.stats.media_socket_drops(),
         )?;
         gauge(
             e,

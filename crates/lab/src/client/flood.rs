@@ -35,6 +35,7 @@ use secrelay_dtls::{
     Certificate, Endpoint, EndpointConfig, Fingerprint, HashAlgorithm, KeyType, LocalCertificate,
     Output as DtlsOutput, Role,
 };
+use secrelay_gateway::server::process::udp_table;
 use secrelay_testkit::fleet::{self, FleetConfig, FleetProgress};
 use secrelay_testkit::{Leg, Media, Phase, Signaling, SimParticipant};
 use secrelay_wire::stun::{attr, Class as StunClass, MessageBuilder, BINDING};
@@ -489,21 +490,8 @@ fn udp_drops_once(ports: &[u16]) -> Option<u64> {
         let Ok(text) = std::fs::read_to_string(f) else {
             continue;
         };
-        for line in text.lines().skip(1) {
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            let Some(port) = cols
-                .get(1)
-                .and_then(|a| a.rsplit_once(':'))
-                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
-            else {
-                continue;
-            };
-            if !ports.contains(&port) {
-                continue;
-            }
-            if let Some(d) = cols.last().and_then(|d| d.parse::<u64>().ok()) {
-                *total.get_or_insert(0) += d;
-            }
+        for row in udp_table(&text).filter(|r| ports.contains(&r.port)) {
+            *total.get_or_insert(0) += row.drops;
         }
     }
     total
