@@ -590,6 +590,20 @@ impl<T> Ring<T> {
         }
     }
 
+    /// Moves the completions of the sends that finished into `out`, leaving every other
+    /// completion for [`Ring::reap`], in order. A UDP send finishes within the submit that
+    /// hands it over, as a rule, so a caller that takes them right after [`Ring::submit`] has
+    /// its datagrams' buffers back while they are still in cache, as after a `sendmmsg`,
+    /// rather than a batch later.
+    pub fn reap_sent(&mut self, out: &mut Vec<Completion<T>>) {
+        if self.ring.submission().taskrun() {
+            // Sends finished that wait for this thread to post them.
+            let _ = self.enter();
+        }
+        self.settle_sends();
+        out.extend(self.sent.drain(..));
+    }
+
     /// The datagram `r` received.
     pub fn payload(&self, r: &Received) -> &[u8] {
         let (at, len) = r.payload;
@@ -706,20 +720,25 @@ impl<T> Ring<T> {
             return;
         }
         for _ in 0..1000 {
-            self.collect();
-            // Sends complete now (their slots freed); the rest stay in the stash, in order.
-            for _ in 0..self.stash.len() {
-                let Some(cqe) = self.stash.pop_front() else {
-                    break;
-                };
-                if cqe.user_data() & KIND != SEND {
-                    self.stash.push_back(cqe);
-                } else if let Some(c) = self.complete(&cqe) {
-                    self.sent.push_back(c);
-                }
-            }
+            self.settle_sends();
             if !self.free_slots.is_empty() || self.wait_one(Duration::from_millis(1)).is_err() {
                 return;
+            }
+        }
+    }
+
+    /// Takes the kernel's completions, completes the sends among them (their slots freed, the
+    /// completions kept in [`Ring::sent`] order) and leaves the rest in the stash, in order.
+    fn settle_sends(&mut self) {
+        self.collect();
+        for _ in 0..self.stash.len() {
+            let Some(cqe) = self.stash.pop_front() else {
+                break;
+            };
+            if cqe.user_data() & KIND != SEND {
+                self.stash.push_back(cqe);
+            } else if let Some(c) = self.complete(&cqe) {
+                self.sent.push_back(c);
             }
         }
     }

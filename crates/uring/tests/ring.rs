@@ -107,6 +107,51 @@ fn a_batch_of_sends_goes_out_in_one_submission_and_every_buffer_comes_back() {
 }
 
 #[test]
+fn sends_are_taken_back_right_after_the_submit_and_datagrams_wait_their_turn() {
+    let mut r = ring(Config::default());
+    let from = socket("127.0.0.1:0");
+    let to = socket("127.0.0.1:0");
+    r.arm(3, &to);
+    r.submit().unwrap();
+    // A datagram that arrives before the sends: its completion must stay for `reap`.
+    from.send_to(b"first", to.local_addr().unwrap()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !r.pending() && Instant::now() < deadline {
+        r.wait(Duration::from_millis(20)).unwrap();
+    }
+    for i in 0..40u32 {
+        r.send(&from, to.local_addr().unwrap(), false, vec![i as u8; 20], i)
+            .unwrap();
+    }
+    r.submit().unwrap();
+    let mut out = Vec::new();
+    r.reap_sent(&mut out);
+    let mut sent: Vec<u32> = out
+        .iter()
+        .map(|c| match c {
+            Completion::Sent { meta, result, buf } => {
+                assert_eq!(*result.as_ref().unwrap(), 20);
+                assert_eq!(buf.len(), 20);
+                *meta
+            }
+            Completion::Received(_) => panic!("a datagram among the sends"),
+        })
+        .collect();
+    sent.sort_unstable();
+    assert_eq!(
+        sent,
+        (0..40).collect::<Vec<_>>(),
+        "UDP sends finish in the submit"
+    );
+    assert_eq!(r.sends_in_flight(), 0);
+    // Every datagram is still there for `reap`, the first one first.
+    let got = receive(&mut r, 41, 0, &mut Vec::new());
+    assert_eq!(got.len(), 41);
+    assert_eq!(got[0].1, b"first");
+    assert!(got[1..].iter().all(|(_, b)| b.len() == 20));
+}
+
+#[test]
 fn a_dual_stack_socket_reads_ipv4_peers_as_ipv4_and_sends_to_them() {
     let mut r = ring(Config::default());
     let gw = {

@@ -297,6 +297,8 @@ pub(crate) struct Worker {
     ring: Option<MediaRing>,
     /// Completions being handled (kept for its allocation).
     completions: Vec<secrelay_uring::Completion<()>>,
+    /// Sends completed right after a submit (kept for its allocation).
+    sent: Vec<secrelay_uring::Completion<()>>,
     /// The XDP sockets this worker reads and writes frames through, one per `xdp` interface,
     /// on the AF_XDP path (empty on the others).
     xsk: Vec<xsk_io::XskPath>,
@@ -385,6 +387,7 @@ impl Worker {
             tcp,
             ring,
             completions: Vec::with_capacity(BATCH),
+            sent: Vec::new(),
             xsk,
         })
     }

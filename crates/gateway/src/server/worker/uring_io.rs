@@ -52,6 +52,38 @@ fn queue(ring: &mut MediaRing, out: &mut Outbox, socket: &mio::net::UdpSocket, s
     }
 }
 
+/// Sends completed in one reap: counted once for the lot.
+#[derive(Default)]
+struct Sends {
+    sent: u64,
+    bytes: u64,
+    failed: u64,
+}
+
+impl Sends {
+    fn note(&mut self, result: std::io::Result<usize>) {
+        match result {
+            Ok(n) => {
+                self.sent += 1;
+                self.bytes += n as u64;
+            }
+            Err(_) => self.failed += 1,
+        }
+    }
+
+    fn count(self, w: &mut Worker) {
+        if self.sent > 0 {
+            w.stats
+                .datagrams_out
+                .fetch_add(self.sent, Ordering::Relaxed);
+            w.stats.bytes_out.fetch_add(self.bytes, Ordering::Relaxed);
+        }
+        if self.failed > 0 {
+            w.shard.count_drops(DropReason::SendFailed, self.failed);
+        }
+    }
+}
+
 impl Worker {
     /// Handles up to `BATCHES_PER_TURN` batches of completions: datagrams received (to the
     /// shard, then what it queued is sent, as after a `recvmmsg` batch) and sends done.
@@ -72,7 +104,7 @@ impl Worker {
             let received = Instant::now();
             self.refresh_routes();
             let (mut read, mut read_bytes) = (0u64, 0u64);
-            let (mut sent, mut bytes, mut failed) = (0u64, 0u64, 0u64);
+            let mut sends = Sends::default();
             for c in done.drain(..) {
                 match c {
                     Completion::Received(r) => {
@@ -84,13 +116,7 @@ impl Worker {
                         ring.recycle(&r);
                     }
                     Completion::Sent { result, buf, .. } => {
-                        match result {
-                            Ok(n) => {
-                                sent += 1;
-                                bytes += n as u64;
-                            }
-                            Err(_) => failed += 1,
-                        }
+                        sends.note(result);
                         self.shard.recycle(buf);
                     }
                 }
@@ -98,11 +124,7 @@ impl Worker {
             let st = &self.stats;
             st.datagrams_in.fetch_add(read, Ordering::Relaxed);
             st.bytes_in.fetch_add(read_bytes, Ordering::Relaxed);
-            st.datagrams_out.fetch_add(sent, Ordering::Relaxed);
-            st.bytes_out.fetch_add(bytes, Ordering::Relaxed);
-            if failed > 0 {
-                self.shard.count_drops(DropReason::SendFailed, failed);
-            }
+            sends.count(self);
             self.wake_peers();
             self.ring = Some(ring);
             self.send_outputs();
@@ -128,6 +150,20 @@ impl Worker {
         if let Err(e) = ring.submit() {
             tracing::error!(worker = self.index, error = %e, "io_uring submit");
         }
+        // The sends just submitted have finished, as a rule: their buffers go back to the
+        // pool now, still in cache, and the next batch's copies are written into them (left
+        // for the next reap, the pool would hold a batch more of them, each cold by then).
+        let mut sent = std::mem::take(&mut self.sent);
+        ring.reap_sent(&mut sent);
+        let mut sends = Sends::default();
+        for c in sent.drain(..) {
+            if let Completion::Sent { result, buf, .. } = c {
+                sends.note(result);
+                self.shard.recycle(buf);
+            }
+        }
+        self.sent = sent;
+        sends.count(self);
         if self.out.origin.is_empty() && dirty.is_empty() {
             self.put_back_dirty(dirty);
             return;
