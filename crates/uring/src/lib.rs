@@ -91,7 +91,8 @@ impl Default for Config {
     }
 }
 
-/// A completion, in the order the kernel posted it.
+/// A completion. Datagrams come in the order the kernel posted them; a send's completion may
+/// come before datagrams posted ahead of it.
 #[derive(Debug)]
 pub enum Completion<T> {
     /// A datagram, in a buffer lent until [`Ring::recycle`].
@@ -141,6 +142,9 @@ struct Pool {
     memory: Box<[u8]>,
     /// Buffers the kernel filled and this side has not given back.
     lent: Vec<bool>,
+    /// How many buffers are not the kernel's: filled (their completion seen, handled or not)
+    /// and not given back.
+    held: usize,
 }
 
 /// An io_uring with its receive buffers and its sends in flight; `T` travels with each send
@@ -156,9 +160,10 @@ pub struct Ring<T> {
     closing_keys: HashMap<u32, u32>,
     slots: Vec<Box<Slot<T>>>,
     free_slots: Vec<usize>,
-    /// Completions taken from the kernel's queue before [`Ring::reap`] asked, in order.
+    /// Completions other than sends' taken from the kernel's queue before [`Ring::reap`]
+    /// asked, in order.
     stash: VecDeque<cqueue::Entry>,
-    /// Sends completed while making room for more, for [`Ring::reap`].
+    /// Sends completed before [`Ring::reap`] or [`Ring::reap_sent`] asked.
     sent: VecDeque<Completion<T>>,
     /// Receives armed and not yet finished (multishot: until cancelled or failed).
     recvs_in_flight: usize,
@@ -228,6 +233,7 @@ impl Pool {
             tail: 0,
             memory: vec![0u8; n * BUF_SIZE].into_boxed_slice(),
             lent: vec![true; n],
+            held: n,
         })
     }
 
@@ -237,6 +243,7 @@ impl Pool {
             Some(l) if *l => *l = false,
             _ => return false,
         }
+        self.held -= 1;
         let addr = self.memory.as_ptr() as u64 + u64::from(bid) * BUF_SIZE as u64;
         // SAFETY: `tail & mask` indexes the pool's own entry array (mask + 1 entries); the
         // kernel only reads entries between its head and the published tail, and this one is
@@ -260,7 +267,13 @@ impl Pool {
             tail: 0,
             memory: Box::new([]),
             lent: Vec::new(),
+            held: 0,
         }
+    }
+
+    /// Buffers the kernel has to fill, as far as the completions seen say.
+    fn in_kernel(&self) -> usize {
+        self.lent.len() - self.held
     }
 
     /// Makes the buffers given so far visible to the kernel.
@@ -600,7 +613,7 @@ impl<T> Ring<T> {
             // Sends finished that wait for this thread to post them.
             let _ = self.enter();
         }
-        self.settle_sends();
+        self.collect();
         out.extend(self.sent.drain(..));
     }
 
@@ -623,10 +636,29 @@ impl<T> Ring<T> {
 
     /// Queues the receives of the sockets armed (or whose receive ended) since the last
     /// submit.
+    ///
+    /// A receive armed where datagrams wait takes a buffer at once, and one armed with every
+    /// buffer out (held by datagrams not handled yet) ends again at once for want of one: with
+    /// thousands of sockets, re-arming them would be all the kernel did. So receives are armed
+    /// only while more than an eighth of the buffers are the kernel's, one buffer counted per
+    /// receive; the rest wait for buffers to come back, their datagrams in their sockets.
     fn arm_pending(&mut self) {
+        // Completions still in the kernel's queue took buffers too.
+        self.collect();
+        let mut budget = self
+            .pool
+            .in_kernel()
+            .saturating_sub(self.pool.lent.len() / 8);
+        if budget == 0 {
+            // Every key waits, not looked at: thousands may.
+            return;
+        }
         let mut keys = std::mem::take(&mut self.to_arm);
         let mut left = Vec::new();
-        for key in keys.drain(..) {
+        let mut looked = 0;
+        while budget > 0 && looked < keys.len() {
+            let key = keys[looked];
+            looked += 1;
             let Some(a) = self.armed.get(&key).copied().filter(|a| a.rearm) else {
                 // Disarmed since, or armed already (a key queued twice).
                 continue;
@@ -640,14 +672,18 @@ impl<T> Ring<T> {
                     a.rearm = false;
                 }
                 self.recvs_in_flight += 1;
+                budget -= 1;
             } else {
                 left.push(key);
             }
         }
-        // Those the queue did not take go at the next submit, and so do the receives that
-        // ended while the queue was being made room in (`push` may reap: they were queued
-        // in `self.to_arm` meanwhile); the vector keeps its room.
-        keys.extend(left);
+        // Those the queue did not take go at the next submit, and so do those the budget left
+        // unlooked at, and the receives that ended while the queue was being made room in
+        // (`push` may reap: they were queued in `self.to_arm` meanwhile); the vector keeps its
+        // room.
+        keys.drain(..looked);
+        left.append(&mut keys);
+        keys.append(&mut left);
         keys.append(&mut self.to_arm);
         self.to_arm = keys;
     }
@@ -701,7 +737,10 @@ impl<T> Ring<T> {
         }
     }
 
-    /// Moves the kernel's completions to the stash, in order, noting what they end.
+    /// Takes the kernel's completions, noting what they end: sends are completed now (their
+    /// slots freed) and kept for [`Ring::reap`] in `sent`, the rest in the stash, in order.
+    /// (Sorting them here keeps the stash free of sends, so that taking the sends back never
+    /// walks past the datagrams waiting.)
     fn collect(&mut self) {
         loop {
             let next = self.ring.completion().next();
@@ -709,7 +748,11 @@ impl<T> Ring<T> {
                 return;
             };
             self.note(&cqe);
-            self.stash.push_back(cqe);
+            if cqe.user_data() & KIND != SEND {
+                self.stash.push_back(cqe);
+            } else if let Some(c) = self.complete(&cqe) {
+                self.sent.push_back(c);
+            }
         }
     }
 
@@ -720,32 +763,22 @@ impl<T> Ring<T> {
             return;
         }
         for _ in 0..1000 {
-            self.settle_sends();
+            self.collect();
             if !self.free_slots.is_empty() || self.wait_one(Duration::from_millis(1)).is_err() {
                 return;
             }
         }
     }
 
-    /// Takes the kernel's completions, completes the sends among them (their slots freed, the
-    /// completions kept in [`Ring::sent`] order) and leaves the rest in the stash, in order.
-    fn settle_sends(&mut self) {
-        self.collect();
-        for _ in 0..self.stash.len() {
-            let Some(cqe) = self.stash.pop_front() else {
-                break;
-            };
-            if cqe.user_data() & KIND != SEND {
-                self.stash.push_back(cqe);
-            } else if let Some(c) = self.complete(&cqe) {
-                self.sent.push_back(c);
-            }
-        }
-    }
-
     /// What a completion ends, noted once as it leaves the kernel's queue.
     fn note(&mut self, cqe: &cqueue::Entry) {
-        if cqe.user_data() & KIND != RECV || cqueue::more(cqe.flags()) {
+        if cqe.user_data() & KIND != RECV {
+            return;
+        }
+        if cqueue::buffer_select(cqe.flags()).is_some() {
+            self.pool.held += 1;
+        }
+        if cqueue::more(cqe.flags()) {
             return;
         }
         self.recvs_in_flight = self.recvs_in_flight.saturating_sub(1);

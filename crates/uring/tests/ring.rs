@@ -223,6 +223,36 @@ fn running_out_of_buffers_pauses_receiving_and_loses_nothing() {
 }
 
 #[test]
+fn many_sockets_sharing_few_buffers_lose_nothing_and_keep_their_order() {
+    // Every socket's receive ends for want of buffers over and over; they are armed again as
+    // the buffers come back, a few at a time.
+    let mut r = ring(Config {
+        buffers: 16,
+        ..Config::default()
+    });
+    let sockets: Vec<UdpSocket> = (0..200).map(|_| socket("127.0.0.1:0")).collect();
+    for (k, s) in sockets.iter().enumerate() {
+        r.arm(k as u32, s);
+    }
+    r.submit().unwrap();
+    let peer = socket("127.0.0.1:0");
+    for i in 0..4u8 {
+        for s in &sockets {
+            peer.send_to(&[i; 40], s.local_addr().unwrap()).unwrap();
+        }
+    }
+    let got = receive(&mut r, 800, 0, &mut Vec::new());
+    assert_eq!(got.len(), 800);
+    let mut next = vec![0u8; sockets.len()];
+    for (d, bytes) in got {
+        let k = d.key as usize;
+        assert_eq!(bytes, [next[k]; 40], "socket {k}'s datagrams in order");
+        next[k] += 1;
+    }
+    assert!(next.iter().all(|&n| n == 4));
+}
+
+#[test]
 fn more_sends_than_slots_all_go_out() {
     let mut r = ring(Config {
         send_slots: 4,
