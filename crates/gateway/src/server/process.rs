@@ -247,7 +247,7 @@ mod tests {
     }
 
     #[test]
-    fn a_socket_whose_buffer_overflowed_has_its_drops_read() {
+    fn a_socket_whose_buffer_overflowed_has_its_drops_read_and_kept_once_closed() {
         use std::net::UdpSocket;
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         socket2::SockRef::from(&rx)
@@ -267,6 +267,20 @@ mod tests {
         assert!(dropped > 0 && dropped < 200, "{dropped} dropped");
         let none = super::super::stats::GatewayStats::default();
         assert_eq!(none.media_socket_drops(), 0);
+        // As a worker's telephony leg's socket, its drops are the gateway's, and stay counted
+        // once it closed.
+        let worker = std::sync::Arc::new(super::super::stats::WorkerStats::default());
+        let stats = super::super::stats::GatewayStats {
+            workers: vec![worker.clone()],
+            ..Default::default()
+        };
+        worker.leg_socket_opened(inode);
+        assert_eq!(stats.media_socket_drops(), dropped);
+        worker.leg_socket_closed(inode);
+        drop(rx);
+        assert_eq!(stats.media_socket_drops(), dropped);
+        worker.leg_socket_opened(inode + 1);
+        assert_eq!(stats.media_socket_drops(), dropped);
     }
 
     #[test]

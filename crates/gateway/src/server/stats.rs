@@ -223,6 +223,24 @@ pub struct WorkerStats {
     /// What the kernel's tables last said it dropped at that socket (kept when a reading passes
     /// the socket over, so that the sum never falls).
     socket_drops: AtomicU64,
+    /// The same for the worker's telephony legs' own sockets (a lock taken as a leg's sockets
+    /// open and close, and at each scrape).
+    leg_sockets: Mutex<LegSocketDrops>,
+}
+
+/// What the kernel dropped at a worker's telephony legs' sockets: each open socket's last
+/// reading by inode, and the last readings of those closed since (so the sum never falls;
+/// what a socket dropped after the last scrape before it closed is not seen).
+#[derive(Debug, Default)]
+struct LegSocketDrops {
+    open: std::collections::HashMap<u64, u64>,
+    closed: u64,
+}
+
+impl LegSocketDrops {
+    fn total(&self) -> u64 {
+        self.closed + self.open.values().sum::<u64>()
+    }
 }
 
 impl WorkerStats {
@@ -235,6 +253,23 @@ impl WorkerStats {
     pub(crate) fn set_socket_inode(&self, inode: Option<u64>) {
         self.socket_inode
             .store(inode.unwrap_or_default(), Ordering::Relaxed);
+    }
+
+    /// Says that a telephony leg's socket (its inode) is this worker's from now on.
+    pub(crate) fn leg_socket_opened(&self, inode: u64) {
+        self.leg_sockets().open.insert(inode, 0);
+    }
+
+    /// Says that a telephony leg's socket (its inode) was closed: its last reading is kept.
+    pub(crate) fn leg_socket_closed(&self, inode: u64) {
+        let mut l = self.leg_sockets();
+        if let Some(d) = l.open.remove(&inode) {
+            l.closed += d;
+        }
+    }
+
+    fn leg_sockets(&self) -> std::sync::MutexGuard<'_, LegSocketDrops> {
+        self.leg_sockets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn socket_inode(&self) -> Option<u64> {
@@ -493,19 +528,28 @@ impl GatewayStats {
         c
     }
 
-    /// Datagrams the kernel dropped at the workers' shared media sockets: each worker's figure
-    /// raised to what the kernel's UDP tables say now ([`super::process::each_udp_socket`]).
+    /// Datagrams the kernel dropped at the workers' media sockets, the shared ones and the
+    /// telephony legs' own: each socket's figure raised to what the kernel's UDP tables say now
+    /// ([`super::process::each_udp_socket`]).
     pub(crate) fn media_socket_drops(&self) -> u64 {
-        super::process::each_udp_socket(|row| {
+        let mut rows = Vec::new();
+        super::process::each_udp_socket(|row| rows.push(row));
+        let mut legs: Vec<_> = self.workers.iter().map(|w| w.leg_sockets()).collect();
+        for row in rows {
             let at = self
                 .workers
                 .iter()
                 .find(|w| w.socket_inode() == Some(row.inode));
             if let Some(w) = at {
                 w.socket_drops.fetch_max(row.drops, Ordering::Relaxed);
+                continue;
             }
-        });
-        self.io(|w| &w.socket_drops)
+            if let Some(d) = legs.iter_mut().find_map(|l| l.open.get_mut(&row.inode)) {
+                *d = (*d).max(row.drops);
+            }
+        }
+        let legs: u64 = legs.iter().map(|l| l.total()).sum();
+        self.io(|w| &w.socket_drops) + legs
     }
 
     fn io(&self, f: fn(&WorkerStats) -> &AtomicU64) -> u64 {
@@ -727,7 +771,7 @@ impl Collector for StateCollector {
         counter(
             e,
             "secrelay_media_socket_drops",
-            "Datagrams the kernel dropped at the workers' shared media sockets before the gateway read them (a full receive buffer: the workers fell behind, or net.core.rmem_max kept the buffer small), as the kernel's UDP tables say at the scrape",
+            "Datagrams the kernel dropped at the workers' media sockets (the shared one and each telephony leg's own) before the gateway read them (a full receive buffer: the workers fell behind, or net.core.rmem_max kept the buffer small), as the kernel's UDP tables say at the scrape",
             self.0.stats.media_socket_drops(),
         )?;
         gauge(

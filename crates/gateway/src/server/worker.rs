@@ -253,6 +253,8 @@ impl Outbox {
 /// A telephony leg's socket and its queue.
 struct LegSocket {
     socket: mio::net::UdpSocket,
+    /// Its inode, by which the kernel's UDP tables name it (for its drops), where known.
+    inode: Option<u64>,
     /// The address it is bound on.
     local: SocketAddr,
     out: Outbox,
@@ -596,6 +598,10 @@ impl Worker {
                 self.shared.ports.release(port, peers, now);
                 continue;
             }
+            let inode = super::udp::inode(&socket);
+            if let Some(i) = inode {
+                self.stats.leg_socket_opened(i);
+            }
             let mut socket = mio::net::UdpSocket::from_std(socket);
             match &self.shared.xdp {
                 Some(gate) if !self.shared.xsk_interfaces.is_empty() => {
@@ -620,6 +626,7 @@ impl Worker {
             self.legs.insert(
                 port,
                 LegSocket {
+                    inode,
                     out: Outbox::for_socket(&socket),
                     local: addr,
                     socket,
@@ -644,6 +651,9 @@ impl Worker {
         }
         for p in ports {
             if let Some(mut l) = self.legs.remove(p) {
+                if let Some(i) = l.inode {
+                    self.stats.leg_socket_closed(i);
+                }
                 if self.ring.is_none() {
                     let _ = self.poll.registry().deregister(&mut l.socket);
                 }
