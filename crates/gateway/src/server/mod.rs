@@ -663,7 +663,9 @@ impl Gateway {
             )
             .with_index(i);
             // The first worker listens for ICE-TCP (connections go on to their members').
-            worker_stats[i].set_socket_inode(udp::inode(&socket));
+            if let Some(inode) = udp::inode(&socket) {
+                worker_stats[i].socket_opened(inode);
+            }
             let io = (socket, ice_tcp.take(), poll, inbox);
             let state = (shared.clone(), worker_stats[i].clone());
             threads.push(spawn_worker(i, io, state, shard, media_io)?);

@@ -274,12 +274,12 @@ mod tests {
             workers: vec![worker.clone()],
             ..Default::default()
         };
-        worker.leg_socket_opened(inode);
+        worker.socket_opened(inode);
         assert_eq!(stats.media_socket_drops(), dropped);
-        worker.leg_socket_closed(inode);
+        worker.socket_closed(inode);
         drop(rx);
         assert_eq!(stats.media_socket_drops(), dropped);
-        worker.leg_socket_opened(inode + 1);
+        worker.socket_opened(inode + 1);
         assert_eq!(stats.media_socket_drops(), dropped);
     }
 

@@ -217,27 +217,23 @@ pub struct WorkerStats {
     /// On the AF_XDP path: frames the kernel dropped at the worker's XDP socket (a full
     /// receive ring, an empty fill ring), as the kernel last reported them.
     pub xsk_kernel_drops: AtomicU64,
-    /// The inode of the worker's shared media socket, by which the kernel's UDP tables name it
-    /// (0: not known); what the kernel dropped there is read from them at each scrape.
-    socket_inode: AtomicU64,
-    /// What the kernel's tables last said it dropped at that socket (kept when a reading passes
-    /// the socket over, so that the sum never falls).
-    socket_drops: AtomicU64,
-    /// The same for the worker's telephony legs' own sockets (a lock taken as a leg's sockets
-    /// open and close, and at each scrape).
-    leg_sockets: Mutex<LegSocketDrops>,
+    /// The worker's media sockets (its shared one, its telephony legs' own) and what the
+    /// kernel dropped at each, read from its UDP tables at each scrape (a lock taken as a
+    /// socket opens and closes, and at each scrape).
+    sockets: Mutex<SocketDrops>,
 }
 
-/// What the kernel dropped at a worker's telephony legs' sockets: each open socket's last
-/// reading by inode, and the last readings of those closed since (so the sum never falls;
-/// what a socket dropped after the last scrape before it closed is not seen).
+/// What the kernel dropped at a worker's media sockets: each open socket's last reading by
+/// inode (the name the kernel's UDP tables give it; kept when a reading passes the socket
+/// over), and the last readings of those closed since, so the sum never falls (what a socket
+/// dropped after the last scrape before it closed is not seen).
 #[derive(Debug, Default)]
-struct LegSocketDrops {
+struct SocketDrops {
     open: std::collections::HashMap<u64, u64>,
     closed: u64,
 }
 
-impl LegSocketDrops {
+impl SocketDrops {
     fn total(&self) -> u64 {
         self.closed + self.open.values().sum::<u64>()
     }
@@ -249,31 +245,22 @@ impl WorkerStats {
         self.ice_tcp_closed[why.index()].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Says which socket is the worker's shared media socket (its inode; `None`: not known).
-    pub(crate) fn set_socket_inode(&self, inode: Option<u64>) {
-        self.socket_inode
-            .store(inode.unwrap_or_default(), Ordering::Relaxed);
+    /// Says that a media socket (its inode: the shared one, a telephony leg's) is this
+    /// worker's from now on.
+    pub(crate) fn socket_opened(&self, inode: u64) {
+        self.sockets().open.insert(inode, 0);
     }
 
-    /// Says that a telephony leg's socket (its inode) is this worker's from now on.
-    pub(crate) fn leg_socket_opened(&self, inode: u64) {
-        self.leg_sockets().open.insert(inode, 0);
-    }
-
-    /// Says that a telephony leg's socket (its inode) was closed: its last reading is kept.
-    pub(crate) fn leg_socket_closed(&self, inode: u64) {
-        let mut l = self.leg_sockets();
+    /// Says that a media socket (its inode) was closed: its last reading is kept.
+    pub(crate) fn socket_closed(&self, inode: u64) {
+        let mut l = self.sockets();
         if let Some(d) = l.open.remove(&inode) {
             l.closed += d;
         }
     }
 
-    fn leg_sockets(&self) -> std::sync::MutexGuard<'_, LegSocketDrops> {
-        self.leg_sockets.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn socket_inode(&self) -> Option<u64> {
-        Some(self.socket_inode.load(Ordering::Relaxed)).filter(|&i| i != 0)
+    fn sockets(&self) -> std::sync::MutexGuard<'_, SocketDrops> {
+        self.sockets.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Says how the worker's sockets are read and written.
@@ -534,22 +521,13 @@ impl GatewayStats {
     pub(crate) fn media_socket_drops(&self) -> u64 {
         let mut rows = Vec::new();
         super::process::each_udp_socket(|row| rows.push(row));
-        let mut legs: Vec<_> = self.workers.iter().map(|w| w.leg_sockets()).collect();
+        let mut sockets: Vec<_> = self.workers.iter().map(|w| w.sockets()).collect();
         for row in rows {
-            let at = self
-                .workers
-                .iter()
-                .find(|w| w.socket_inode() == Some(row.inode));
-            if let Some(w) = at {
-                w.socket_drops.fetch_max(row.drops, Ordering::Relaxed);
-                continue;
-            }
-            if let Some(d) = legs.iter_mut().find_map(|l| l.open.get_mut(&row.inode)) {
+            if let Some(d) = sockets.iter_mut().find_map(|l| l.open.get_mut(&row.inode)) {
                 *d = (*d).max(row.drops);
             }
         }
-        let legs: u64 = legs.iter().map(|l| l.total()).sum();
-        self.io(|w| &w.socket_drops) + legs
+        sockets.iter().map(|l| l.total()).sum()
     }
 
     fn io(&self, f: fn(&WorkerStats) -> &AtomicU64) -> u64 {

@@ -600,7 +600,7 @@ impl Worker {
             }
             let inode = super::udp::inode(&socket);
             if let Some(i) = inode {
-                self.stats.leg_socket_opened(i);
+                self.stats.socket_opened(i);
             }
             let mut socket = mio::net::UdpSocket::from_std(socket);
             match &self.shared.xdp {
@@ -652,7 +652,7 @@ impl Worker {
         for p in ports {
             if let Some(mut l) = self.legs.remove(p) {
                 if let Some(i) = l.inode {
-                    self.stats.leg_socket_closed(i);
+                    self.stats.socket_closed(i);
                 }
                 if self.ring.is_none() {
                     let _ = self.poll.registry().deregister(&mut l.socket);

@@ -52,7 +52,8 @@ fn queue(ring: &mut MediaRing, out: &mut Outbox, socket: &mio::net::UdpSocket, s
     }
 }
 
-/// Sends completed in one reap: counted once for the lot.
+/// Sends completed in one reap: each buffer back to the shard's pool, counted once for the
+/// lot.
 #[derive(Default)]
 struct Sends {
     sent: u64,
@@ -61,7 +62,8 @@ struct Sends {
 }
 
 impl Sends {
-    fn note(&mut self, result: std::io::Result<usize>) {
+    fn note(&mut self, shard: &mut Shard, result: std::io::Result<usize>, buf: Vec<u8>) {
+        shard.recycle(buf);
         match result {
             Ok(n) => {
                 self.sent += 1;
@@ -116,8 +118,7 @@ impl Worker {
                         ring.recycle(&r);
                     }
                     Completion::Sent { result, buf, .. } => {
-                        sends.note(result);
-                        self.shard.recycle(buf);
+                        sends.note(&mut self.shard, result, buf);
                     }
                 }
             }
@@ -158,8 +159,7 @@ impl Worker {
         let mut sends = Sends::default();
         for c in sent.drain(..) {
             if let Completion::Sent { result, buf, .. } = c {
-                sends.note(result);
-                self.shard.recycle(buf);
+                sends.note(&mut self.shard, result, buf);
             }
         }
         self.sent = sent;
