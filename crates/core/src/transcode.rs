@@ -446,6 +446,8 @@ pub enum TranscodeError {
 pub struct Transcoding {
     registry: Registry,
     streams: Vec<SourceStream>,
+    /// A packet's decoded samples: empty until the room first transcodes (most rooms never
+    /// do), then as large as the largest packet's.
     pcm: Vec<i16>,
 }
 
@@ -469,7 +471,7 @@ impl Transcoding {
         Transcoding {
             registry,
             streams: Vec::new(),
-            pcm: Vec::with_capacity(5760),
+            pcm: Vec::new(),
         }
     }
 

@@ -230,7 +230,7 @@ struct Feed {
 /// Lists kept between packets so that routing allocates nothing once warm.
 #[derive(Debug, Default)]
 struct Scratch {
-    /// Where a publisher's RTX packet is unwrapped.
+    /// Where a publisher's RTX packet is unwrapped (allocated by the room's first one).
     rtx: Vec<u8>,
     /// Keyframes to ask for once a packet is routed: (publisher, its SSRC).
     keyframes: Vec<(MemberAt, u32)>,
@@ -351,10 +351,7 @@ impl Room {
             rtcp,
             transcoding: Transcoding::default(),
             mixing: None,
-            scratch: Scratch {
-                rtx: Vec::with_capacity(1500),
-                ..Scratch::default()
-            },
+            scratch: Scratch::default(),
             tag: 0,
             pipes: Vec::new(),
             timers: Timers::default(),

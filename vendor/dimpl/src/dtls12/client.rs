@@ -1222,6 +1222,10 @@ impl State {
         }
 
         client.engine.release_application_data();
+        // secrelay patch: the handshake's buffers given back (`release_handshake_memory`).
+        client.defragment_buffer = Buf::new();
+        client.extension_data = Buf::new();
+        client.engine.release_handshake_memory();
 
         debug!("Handshake complete; ready for application data");
 

@@ -1044,6 +1044,17 @@ impl Engine {
         Ok(())
     }
 
+    /// secrelay patch: gives back, once the handshake is complete, the memory only the
+    /// handshake used: the transcript (its hash is taken for both Finished messages, the last
+    /// use) and the pool of free buffers, which holds as many as the busiest flight needed.
+    /// A gateway keeps thousands of associations open for hours after their handshakes; what
+    /// they still do (a saved flight resent on a duplicate, alerts, application data) pops new
+    /// buffers as it needs them.
+    pub fn release_handshake_memory(&mut self) {
+        self.transcript = Buf::new();
+        self.buffers_free = BufferPool::default();
+    }
+
     /// Release application data from the incoming queue
     pub fn release_application_data(&mut self) {
         self.release_app_data = true;
@@ -1481,6 +1492,30 @@ mod tests {
         engine.handle_timeout(now).expect("arm flight timer");
         assert_eq!(poll_packets(&mut engine, now).0, 0);
         engine
+    }
+
+    // secrelay patch: what `release_handshake_memory` gives back, and what it keeps.
+    #[test]
+    fn released_handshake_memory_keeps_the_saved_flight() {
+        let now = Instant::now();
+        let mut engine = resend_engine(now);
+        engine.transcript.extend_from_slice(&[7; 1500]);
+        let pooled = [engine.pop_buffer(), engine.pop_buffer()];
+        for mut b in pooled {
+            b.extend_from_slice(&[1; 1000]);
+            engine.push_buffer(b);
+        }
+        engine.release_handshake_memory();
+        assert_eq!(mem::take(&mut engine.transcript).into_vec().capacity(), 0);
+        assert_eq!(format!("{:?}", engine.buffers_free), "BufferPool { free: 0 }");
+
+        // A duplicate of the peer's last flight still has the saved flight resent.
+        let later = poll_packets(&mut engine, now).1 - Duration::from_millis(1);
+        engine.handle_timeout(later).expect("advance time");
+        engine
+            .parse_packet(&duplicate_handshake(1))
+            .expect("a duplicate");
+        assert_eq!(poll_packets(&mut engine, later).0, 1);
     }
 
     #[test]

@@ -1151,6 +1151,10 @@ impl State {
         }
 
         server.engine.release_application_data();
+        // secrelay patch: the handshake's buffers given back (`release_handshake_memory`).
+        server.defragment_buffer = Buf::new();
+        server.extension_data = Buf::new();
+        server.engine.release_handshake_memory();
 
         Ok(Self::AwaitApplicationData)
     }
