@@ -296,3 +296,28 @@ fn a_binding_indication_is_a_keepalive_not_a_rejected_request() {
         rejected_before + 1
     );
 }
+
+/// The census the workers publish after every join and leave counts what the full counters
+/// count (participants, rooms), without their walk over every member.
+#[test]
+fn the_census_after_a_join_or_leave_matches_the_counters() {
+    let mut h = Harness::simd();
+    let check = |h: &Harness, members: u64, rooms: u64| {
+        let c = h.shard.counters();
+        assert_eq!((c.members, c.rooms), (members, rooms));
+        let census = h.shard.census();
+        assert_eq!((census.members, census.rooms), (members, rooms));
+        let by_leg: Vec<u64> = c.by_leg.iter().map(|l| l.members).collect();
+        assert_eq!(census.by_leg.to_vec(), by_leg);
+    };
+    check(&h, 0, 0);
+    let a = h.join_connected("r", 1, JoinKind::Join);
+    h.join_connected("r", 2, JoinKind::Join);
+    h.join_connected("s", 3, JoinKind::Join);
+    check(&h, 3, 2);
+    let now = h.now;
+    let id = h.members[a].id.clone();
+    assert!(h.shard.leave(now, "r", &id));
+    drain(&mut h.shard);
+    check(&h, 2, 2);
+}

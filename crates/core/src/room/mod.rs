@@ -257,6 +257,9 @@ struct Scratch {
 /// A room. See the [module documentation](self).
 pub struct Room {
     members: Slab<Member>,
+    /// Members now by the kind of their leg ([`LegKind::index`]): kept as they come and go,
+    /// so that counting them walks no member.
+    by_kind: [u64; LegKind::COUNT],
     /// Members' places by id (the control plane's way in), and in order of arrival.
     by_id: HashMap<MemberId, u32>,
     order: Vec<u32>,
@@ -342,6 +345,7 @@ impl Room {
     pub fn with_rtcp(rtcp: RtcpConfig) -> Room {
         Room {
             members: Slab::default(),
+            by_kind: [0; LegKind::COUNT],
             by_id: HashMap::new(),
             order: Vec::new(),
             next_id: 1,
@@ -417,6 +421,7 @@ impl Room {
             .insert(Member::new(placeholder, role, leg.into(), session, rtcp));
         let at = MemberAt { ix, id };
         self.members[ix].at = at;
+        self.by_kind[self.members[ix].kind.index()] += 1;
         self.timers.arm(&mut self.members[ix]);
         self.by_id.insert(id, ix);
         self.order.push(ix);
@@ -434,6 +439,7 @@ impl Room {
         self.order.retain(|&i| i != ix);
         self.playing.retain(|&i| i != ix);
         let m = self.members.remove(ix)?;
+        self.by_kind[m.kind.index()] -= 1;
         for &s in &m.subs {
             self.drop_sub(s);
         }
@@ -784,11 +790,7 @@ impl Room {
     /// The members now, by the kind each joined as (mirrored publishers under
     /// [`LegKind::Pipe`]).
     pub fn members_by_kind(&self) -> [u64; LegKind::COUNT] {
-        let mut n = [0; LegKind::COUNT];
-        for (_, m) in self.members.iter() {
-            n[m.kind.index()] += 1;
-        }
-        n
+        self.by_kind
     }
 
     /// `receiver`'s subscription to `source`'s stream `ssrc`.

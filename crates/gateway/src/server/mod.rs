@@ -786,8 +786,8 @@ impl Gateway {
 
     /// Participants on each worker now (a spread room's viewers on the workers they joined).
     pub fn participants_by_worker(&self) -> Vec<usize> {
-        // Each worker publishes its counters after every command (a join, a leave) and every
-        // 200 ms.
+        // Each worker publishes its participants after every command (a join, a leave), and
+        // all its counters every 200 ms.
         self.stats
             .workers
             .iter()

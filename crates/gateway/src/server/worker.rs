@@ -667,9 +667,15 @@ impl Worker {
         }
     }
 
+    /// What follows a control command: its outputs sent, the load sampled (admission sheds
+    /// by it), and the participants and rooms it changed published (what the API counts and
+    /// places joins by). The rest of the counters wait for the next [`PUBLISH_EVERY`]: summing
+    /// them walks every member, and after each of thousands of joins that walk was most of the
+    /// worker's time while they came in (its socket overflowed with media meanwhile).
     pub(crate) fn after_command(&mut self) {
         self.send_outputs();
-        self.publish();
+        self.publish_load();
+        self.stats.publish_census(self.shard.census());
     }
 
     fn take_handoffs(&mut self) {
@@ -1084,15 +1090,21 @@ impl Worker {
 
     /// Publishes the shard's counters for `/metrics`, the API and the demo.
     fn publish(&mut self) {
+        self.last_publish = Instant::now();
+        self.publish_load();
+        self.publish_xsk();
+        self.stats.publish(self.shard.counters());
+    }
+
+    /// Samples the worker's load, sheds by it ([`secrelay_core::admission::Shed`]), and
+    /// publishes both; ICE-TCP connections past their time closed.
+    fn publish_load(&mut self) {
         let now = Instant::now();
-        self.last_publish = now;
         let load = self.load.sample(now, thread_cpu());
         self.tcp_expire(now);
         let shed = self.admission.update(load);
         self.shard.set_shed(shed);
         self.stats.set_load(load, shed);
-        self.publish_xsk();
-        self.stats.publish(self.shard.counters());
     }
 }
 
