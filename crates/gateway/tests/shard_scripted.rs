@@ -298,7 +298,7 @@ fn a_binding_indication_is_a_keepalive_not_a_rejected_request() {
 }
 
 /// The census the workers publish after every join and leave counts what the full counters
-/// count (participants, rooms), without their walk over every member.
+/// count (participants, rooms, members by kind), without their walk over every member.
 #[test]
 fn the_census_after_a_join_or_leave_matches_the_counters() {
     let mut h = Harness::simd();

@@ -175,8 +175,8 @@ impl HistogramSnapshot {
 /// What one worker counts: its I/O here, its shard's counters as last published, and the
 /// latency histograms. Written by that worker only (relaxed atomic adds on cache lines no
 /// other writer touches; the shard's counters under a lock taken when they are published,
-/// every 200 ms, and its participants and rooms after each control command, never per
-/// packet); readers sum over workers.
+/// every 200 ms, and its census (participants, rooms, members by kind) after each control
+/// command, never per packet); readers sum over workers.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     /// Datagrams received from the socket.
