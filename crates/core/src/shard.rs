@@ -689,7 +689,8 @@ struct MemberKey {
     member: MemberAt,
 }
 
-/// What [`Shard::census`] counts: the [`ShardCounters`] figures a control command changes.
+/// What [`Shard::census`] counts: the [`ShardCounters`] figures a control command changes
+/// (those summed over members, media and connections, are not among them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Census {
     /// Participants now ([`ShardCounters::members`]).
@@ -699,6 +700,11 @@ pub struct Census {
     /// Members now by the kind they joined as ([`crate::counters::LegCounters::members`],
     /// by [`crate::leg::LegKind::index`]).
     pub by_leg: [u64; crate::leg::LegKind::COUNT],
+    /// Sessions ended, by reason ([`ShardCounters::ended`]).
+    pub ended: crate::counters::Ends,
+    /// DTLS-SRTP handshakes finished and failed ([`ShardCounters::handshakes_ok`],
+    /// [`ShardCounters::handshakes_failed`]).
+    pub handshakes: (u64, u64),
 }
 
 /// A room and what the shard keeps beside it (its members' state is the room's).
@@ -2884,12 +2890,14 @@ impl Shard {
         self.ids.len()
     }
 
-    /// Participants, rooms and members by kind now, as [`Shard::counters`] counts them,
-    /// without its walk over every member (O(rooms)): cheap enough to take after every join
-    /// and leave.
+    /// Participants, rooms, members by kind, sessions ended and handshakes now, as
+    /// [`Shard::counters`] counts them, without its walk over every member (O(rooms)): cheap
+    /// enough to take after every join and leave.
     pub fn census(&self) -> Census {
         let mut c = Census {
             members: self.ids.len() as u64,
+            ended: self.counters.ended,
+            handshakes: (self.counters.handshakes_ok, self.counters.handshakes_failed),
             ..Census::default()
         };
         for s in self.rooms.iter().flatten() {

@@ -298,7 +298,8 @@ fn a_binding_indication_is_a_keepalive_not_a_rejected_request() {
 }
 
 /// The census the workers publish after every join and leave counts what the full counters
-/// count (participants, rooms, members by kind), without their walk over every member.
+/// count (participants, rooms, members by kind, sessions ended, handshakes), without their
+/// walk over every member.
 #[test]
 fn the_census_after_a_join_or_leave_matches_the_counters() {
     let mut h = Harness::simd();
@@ -309,6 +310,8 @@ fn the_census_after_a_join_or_leave_matches_the_counters() {
         assert_eq!((census.members, census.rooms), (members, rooms));
         let by_leg: Vec<u64> = c.by_leg.iter().map(|l| l.members).collect();
         assert_eq!(census.by_leg.to_vec(), by_leg);
+        assert_eq!(census.ended, c.ended);
+        assert_eq!(census.handshakes, (c.handshakes_ok, c.handshakes_failed));
     };
     check(&h, 0, 0);
     let a = h.join_connected("r", 1, JoinKind::Join);

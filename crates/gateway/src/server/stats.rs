@@ -175,8 +175,8 @@ impl HistogramSnapshot {
 /// What one worker counts: its I/O here, its shard's counters as last published, and the
 /// latency histograms. Written by that worker only (relaxed atomic adds on cache lines no
 /// other writer touches; the shard's counters under a lock taken when they are published,
-/// every 200 ms, and its census (participants, rooms, members by kind) after each control
-/// command, never per packet); readers sum over workers.
+/// every 200 ms, and its census (participants, rooms, members by kind, sessions ended,
+/// handshakes) after each control command, never per packet); readers sum over workers.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     /// Datagrams received from the socket.
@@ -298,14 +298,16 @@ impl WorkerStats {
         *self.shard.lock().unwrap_or_else(|e| e.into_inner()) = c;
     }
 
-    /// Publishes the shard's participants, rooms and members by kind now
-    /// ([`Shard::census`]), the rest of its counters as last published.
+    /// Publishes the shard's census now ([`Shard::census`]: participants, rooms, members by
+    /// kind, sessions ended, handshakes), the rest of its counters as last published.
     ///
     /// [`Shard::census`]: secrelay_core::shard::Shard::census
     pub fn publish_census(&self, census: secrelay_core::shard::Census) {
         let mut c = self.shard.lock().unwrap_or_else(|e| e.into_inner());
         c.members = census.members;
         c.rooms = census.rooms;
+        c.ended = census.ended;
+        (c.handshakes_ok, c.handshakes_failed) = census.handshakes;
         for (leg, n) in c.by_leg.iter_mut().zip(census.by_leg) {
             leg.members = n;
         }
