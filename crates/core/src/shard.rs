@@ -707,6 +707,19 @@ pub struct Census {
     pub handshakes: (u64, u64),
 }
 
+impl Census {
+    /// Puts these figures in `c`, in place of its own.
+    pub fn write_into(&self, c: &mut ShardCounters) {
+        c.members = self.members;
+        c.rooms = self.rooms;
+        for (leg, n) in c.by_leg.iter_mut().zip(self.by_leg) {
+            leg.members = n;
+        }
+        c.ended = self.ended;
+        (c.handshakes_ok, c.handshakes_failed) = self.handshakes;
+    }
+}
+
 /// A room and what the shard keeps beside it (its members' state is the room's).
 struct RoomSlot {
     name: String,
@@ -2864,16 +2877,12 @@ impl Shard {
     /// sessions, and the gauges.
     pub fn counters(&self) -> ShardCounters {
         let mut c = self.counters;
+        self.census().write_into(&mut c);
         for s in self.rooms.iter().flatten() {
             c.add_room(&s.room);
-            for (k, n) in s.room.members_by_kind().into_iter().enumerate() {
-                c.by_leg[k].members += n;
-            }
-            c.rooms += u64::from(s.replica_of.is_none());
             let (streams, bytes) = s.room.retransmit_buffers();
             c.retransmit_streams += streams;
             c.retransmit_bytes += bytes;
-            c.members += s.room.participants() as u64;
             c.connected += s
                 .room
                 .members()
@@ -2895,7 +2904,6 @@ impl Shard {
     /// enough to take after every join and leave.
     pub fn census(&self) -> Census {
         let mut c = Census {
-            members: self.ids.len() as u64,
             ended: self.counters.ended,
             handshakes: (self.counters.handshakes_ok, self.counters.handshakes_failed),
             ..Census::default()
@@ -2906,6 +2914,8 @@ impl Shard {
                 c.by_leg[k] += n;
             }
         }
+        // Participants: every member but the mirrored publishers.
+        c.members = c.by_leg.iter().sum::<u64>() - c.by_leg[crate::leg::LegKind::Pipe.index()];
         c
     }
 

@@ -303,14 +303,7 @@ impl WorkerStats {
     ///
     /// [`Shard::census`]: secrelay_core::shard::Shard::census
     pub fn publish_census(&self, census: secrelay_core::shard::Census) {
-        let mut c = self.shard.lock().unwrap_or_else(|e| e.into_inner());
-        c.members = census.members;
-        c.rooms = census.rooms;
-        c.ended = census.ended;
-        (c.handshakes_ok, c.handshakes_failed) = census.handshakes;
-        for (leg, n) in c.by_leg.iter_mut().zip(census.by_leg) {
-            leg.members = n;
-        }
+        census.write_into(&mut self.shard.lock().unwrap_or_else(|e| e.into_inner()));
     }
 
     /// The shard's counters as last published.
