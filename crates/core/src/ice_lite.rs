@@ -234,12 +234,17 @@ impl IceLite {
     }
 
     fn refresh_usable(&mut self) {
-        self.usable = self.selected.filter(|s| self.is_validated(*s));
+        // From `remotes` alone: `usable` is what is being refreshed.
+        self.usable = self
+            .selected
+            .filter(|s| self.remotes.iter().any(|(a, _)| a == s));
     }
 
-    /// Whether `from` passed a check (media from elsewhere is not this participant's).
+    /// Whether `from` passed a check (media from elsewhere is not this participant's). Media
+    /// comes from the selected address, read here first (inline, where a scan of `remotes`
+    /// would load their allocation for every packet).
     pub fn is_validated(&self, from: SocketAddr) -> bool {
-        self.remotes.iter().any(|(a, _)| *a == from)
+        self.usable == Some(from) || self.remotes.iter().any(|(a, _)| *a == from)
     }
 
     /// Forgets that `addr` passed a check (another session on the same port validated it

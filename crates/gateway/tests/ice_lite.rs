@@ -200,6 +200,10 @@ fn media_goes_to_the_selected_address_only_while_it_is_validated() {
     // Given up to another session: selected, but unused until a check validates it again.
     a.forget(from);
     assert_eq!((a.selected(), a.usable()), (Some(from), None));
+    assert!(
+        !a.is_validated(from) && a.is_validated(other),
+        "media from the address given up is not taken"
+    );
     a.forget(other);
     assert_eq!(a.usable(), None);
     a.handle_stun(t0, from, &ok_check(false), &mut out).unwrap();

@@ -156,6 +156,9 @@ pub(crate) struct Negotiated {
     has_known: u16,
     /// What it is sent transcoded (or mixed) audio in.
     pub format: Option<Format>,
+    /// Its payload type for each known codec it negotiated (the first section's), by place in
+    /// [`CodecId::ALL`]: what a copy outside a slot is sent under, read without a search.
+    known_pt: [Option<u8>; CodecId::ALL.len()],
     /// The codecs it negotiated, each once: its payload type for it (the first section's) and
     /// whether it receives it (a receiving section with it).
     codecs: Vec<(CodecId, u8, bool)>,
@@ -170,6 +173,7 @@ impl Negotiated {
         let mut n = Negotiated {
             ext: ExtIds::of(media),
             codecs: Vec::new(),
+            known_pt: [None; CodecId::ALL.len()],
             takes_known: 0,
             has_known: 0,
             by_pt: [0; 128],
@@ -186,6 +190,7 @@ impl Negotiated {
                 };
                 n.codecs[k].2 |= m.peer_receives;
                 if let Some(i) = c.known_index() {
+                    n.known_pt[i].get_or_insert(n.codecs[k].1);
                     n.has_known |= 1 << i;
                     if m.peer_receives {
                         n.takes_known |= 1 << i;
@@ -206,9 +211,13 @@ impl Negotiated {
         Some(self.codecs.get(k.checked_sub(1)?)?.0)
     }
 
-    /// Its payload type for `codec` (a scan of its few codecs).
+    /// Its payload type for `codec` (a known codec's from its table, another's by a scan of
+    /// its few codecs).
     pub fn pt(&self, codec: CodecId) -> Option<u8> {
-        self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1)
+        match codec.known_index() {
+            Some(i) => self.known_pt[i],
+            None => self.codecs.iter().find(|x| x.0 == codec).map(|x| x.1),
+        }
     }
 
     /// Whether it receives telephone-events (at 8, 16 or 48 kHz): one test of its table, as
@@ -684,8 +693,13 @@ impl Member {
 
     /// The mid of the section a stream of `codec` is sent to the member on, as a copy's
     /// header extension carries it (its slot's, else the first receiving section's that takes
-    /// the codec; empty when longer than [`MID_MAX`]).
+    /// the codec; empty when longer than [`MID_MAX`], or when it agreed on no `sdes:mid`
+    /// extension, as then no copy carries one).
     pub fn mid_for(&self, slot: Option<usize>, codec: CodecId) -> &[u8] {
+        if self.neg.ext.mid == 0 {
+            // Not written: it agreed on no `sdes:mid` extension.
+            return &[];
+        }
         if let Some(s) = slot.and_then(|k| self.slots.get(k)) {
             return s.mid.as_bytes();
         }
@@ -825,6 +839,8 @@ mod tests {
         let media = [section(&[(other, 96), (CodecId::Vp8, 97)], true)];
         let n = Negotiated::of(&media);
         assert!(n.takes(other) && n.takes(CodecId::Vp8) && !n.takes(CodecId::Other(8)));
+        assert_eq!((n.pt(other), n.pt(CodecId::Vp8)), (Some(96), Some(97)));
+        assert_eq!(n.pt(CodecId::Other(8)), None);
         assert!(!n.sends_events() && !n.takes_events() && !n.sends_cn() && !n.takes_cn());
         // Events and comfort noise negotiated on a section the phone only sends on: it sends
         // them, it does not take them.
