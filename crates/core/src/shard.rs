@@ -864,6 +864,10 @@ pub struct Shard {
     routing: Vec<Received<'static>>,
     /// How many datagrams of the run being accepted were counted (at their member or here).
     run_counted: usize,
+    /// A batch's datagrams unprotected and not all routed yet ([`Shard::flush_part`]), and
+    /// where the next run to route starts in it (empty between batches, its allocation kept).
+    unrouted: Vec<Staged>,
+    unrouted_at: usize,
 }
 
 impl std::fmt::Debug for Shard {
@@ -902,6 +906,8 @@ impl Shard {
             mirrors: HashMap::new(),
             routing: Vec::new(),
             run_counted: 0,
+            unrouted: Vec::new(),
+            unrouted_at: 0,
         }
     }
 
@@ -997,10 +1003,13 @@ impl Shard {
     }
 
     fn deliver(&mut self, now: Instant, key: MemberKey, d: Head, bytes: Bytes<'_>) {
-        if matches!(d.class, Class::Dtls) && self.media.has_inbound_from(key.slot, key.member) {
+        if matches!(d.class, Class::Dtls)
+            && (self.routing_left() || self.media.has_inbound_from(key.slot, key.member))
+        {
             // What the sender sent before this record (a close_notify, an alert) is relayed
             // first, not counted as arriving after a close.
             self.run_inbound();
+            self.route_unrouted(usize::MAX);
         }
         if self.room_of(key).is_none() {
             self.counters.media.drops[DropReason::UnknownSource] += 1;
@@ -1136,12 +1145,39 @@ impl Shard {
     /// Runs the staged media: one engine call unprotects every staged datagram, each packet is
     /// routed in its room, one more call protects every copy, and the copies are queued.
     pub fn flush(&mut self) {
-        self.run_inbound();
-        self.run_outbound();
-        self.remove_closed();
+        self.flush_part(usize::MAX);
     }
 
+    /// [`Shard::flush`] a part at a time: the staged datagrams are unprotected together as
+    /// there, then routed run by run until `copies` copies (or more: a run is never split)
+    /// wait to be protected, and those are protected and queued. Whether datagrams are left
+    /// to route: the caller takes the outputs (and sends them, so that their buffers come
+    /// back) before calling it again, and a broadcast's batch never holds every copy of every
+    /// packet at once. A datagram handled or a full flush meanwhile routes what was left
+    /// first.
+    pub fn flush_part(&mut self, copies: usize) -> bool {
+        if !self.media.inbound.is_empty() {
+            self.run_inbound();
+        }
+        self.route_unrouted(copies);
+        self.run_outbound();
+        if self.routing_left() {
+            return true;
+        }
+        // Members closed meanwhile go once the whole batch is routed, as after a full flush.
+        self.remove_closed();
+        false
+    }
+
+    /// Whether datagrams of a batch wait to be routed ([`Shard::flush_part`]).
+    fn routing_left(&self) -> bool {
+        self.unrouted_at < self.unrouted.len()
+    }
+
+    /// Routes what an earlier batch left, then one engine call unprotects every staged
+    /// datagram; they then wait in `unrouted`.
     fn run_inbound(&mut self) {
+        self.route_unrouted(usize::MAX);
         let n = self.media.inbound.len();
         if n == 0 {
             return;
@@ -1149,7 +1185,6 @@ impl Shard {
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.media.unprotect(&mut SlotRooms(&mut self.rooms))
         }));
-        let mut staged = std::mem::take(&mut self.media.inbound);
         if ran.is_err() {
             // Our SRTP code panicked: the batch's datagrams are dropped and counted.
             tracing::error!(
@@ -1157,16 +1192,35 @@ impl Shard {
                 "SRTP batch panicked; its datagrams are dropped"
             );
             self.count_drops(DropReason::InternalError, n as u64);
-            for st in staged.drain(..) {
+            for st in self.media.inbound.drain(..) {
                 self.out.recycle(st.buf);
             }
-            self.media.inbound = staged;
             return;
         }
-        let mut rest = &staged[..];
-        while !rest.is_empty() {
-            let (run, tail) = rest.split_at(run_len(rest));
-            let (slot, room_gen) = (run[0].slot, run[0].room_gen);
+        std::mem::swap(&mut self.media.inbound, &mut self.unrouted);
+        self.unrouted_at = 0;
+        self.counters.srtp_batches += 1;
+        self.counters.srtp_batched += n as u64;
+    }
+
+    /// Routes the unprotected datagrams waiting in `unrouted`, run by run, while the copies
+    /// waiting to be protected stay under `copies`: a run whose packets would pass it (a
+    /// broadcast's) is routed as many packets at a time as fit, counting a copy per member
+    /// of its room for each (one per receiver, and room for its RTCP); at least one. Once all
+    /// are routed, their buffers are kept for the next.
+    fn route_unrouted(&mut self, copies: usize) {
+        let staged = std::mem::take(&mut self.unrouted);
+        let mut at = self.unrouted_at;
+        while at < staged.len() {
+            let (slot, room_gen) = (staged[at].slot, staged[at].room_gen);
+            let room = self.rooms.get(slot).and_then(Option::as_ref);
+            let per_packet = room.map_or(1, |s| s.room.len().max(1));
+            let waiting = self.media.outbound.len();
+            let fit = copies.saturating_sub(waiting) / per_packet;
+            if fit == 0 && waiting > 0 {
+                break;
+            }
+            let run = &staged[at..][..run_len(&staged[at..]).min(fit.max(1))];
             self.run_counted = 0;
             let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.accept_run(run)));
             if r.is_err() {
@@ -1175,14 +1229,16 @@ impl Shard {
                 self.count_drops(DropReason::InternalError, lost as u64);
                 self.abandon_room(slot, room_gen);
             }
-            rest = tail;
+            at += run.len();
         }
-        for st in staged.drain(..) {
-            self.out.recycle(st.buf);
+        self.unrouted = staged;
+        self.unrouted_at = at;
+        if at >= self.unrouted.len() {
+            for st in self.unrouted.drain(..) {
+                self.out.recycle(st.buf);
+            }
+            self.unrouted_at = 0;
         }
-        self.media.inbound = staged;
-        self.counters.srtp_batches += 1;
-        self.counters.srtp_batched += n as u64;
     }
 
     /// One run's unprotect results (see [`run_len`]), each counted at its member: the RTP
@@ -1808,7 +1864,7 @@ impl Shard {
         }
         if !self.media.inbound.is_empty() || !self.media.outbound.is_empty() {
             self.flush();
-        } else if !self.to_remove.is_empty() {
+        } else if !self.to_remove.is_empty() && !self.routing_left() {
             self.remove_closed();
         }
         let Some(q) = self.queue.pop_front() else {

@@ -324,3 +324,49 @@ fn the_census_after_a_join_or_leave_matches_the_counters() {
     drain(&mut h.shard);
     check(&h, 2, 2);
 }
+
+#[test]
+fn a_batch_flushed_a_part_at_a_time_delivers_every_copy_in_order() {
+    let mut h = Harness::simd();
+    let publisher = h.join_connected("b", 1, JoinKind::Whip);
+    let viewers: Vec<usize> = (0..6)
+        .map(|n| {
+            let c = SimClient::numbered(1000 + n);
+            let offer = c.offer().replace("a=sendrecv", "a=recvonly");
+            let v = h.join("b", c, JoinKind::Whep, Some(&offer)).unwrap();
+            assert!(h.connect(v), "viewer {n} connects");
+            v
+        })
+        .collect();
+    // One packet handled and flushed whole.
+    let p = h.srtp(publisher, &[7; 100]).1;
+    h.send(publisher, &p);
+    assert_eq!(h.pump(), 6, "a copy for each viewer");
+    // Five more in one batch, flushed fourteen copies at a time: two packets a part (seven
+    // members, a copy counted for each).
+    let from = h.members[publisher].client.addr;
+    let now = h.now;
+    for _ in 0..5 {
+        let p = h.srtp(publisher, &[7; 100]).1;
+        h.shard.handle(now, Datagram::classify(from, &p, now));
+    }
+    assert!(h.shard.flush_part(14), "three packets left");
+    assert_eq!(h.pump(), 12, "the first two packets' copies");
+    assert!(h.shard.flush_part(14), "one packet left");
+    assert_eq!(h.pump(), 12);
+    assert!(!h.shard.flush_part(14), "nothing left");
+    assert_eq!(h.pump(), 6);
+    for v in viewers {
+        let seqs: Vec<u16> = h.members[v]
+            .client
+            .received
+            .iter()
+            .map(|rtp| u16::from_be_bytes([rtp[2], rtp[3]]))
+            .collect();
+        assert_eq!(seqs.len(), 6, "every packet reached viewer {v}");
+        assert!(
+            seqs.windows(2).all(|w| w[1] == w[0].wrapping_add(1)),
+            "in order: {seqs:?}"
+        );
+    }
+}

@@ -61,6 +61,12 @@ const BATCHES_PER_TURN: usize = 16;
 const LEGS_PER_SEND: usize = 32;
 /// How often the shard's counters are published for `/metrics` and the API.
 const PUBLISH_EVERY: Duration = Duration::from_millis(200);
+/// Copies a batch's routing makes before they are protected and sent, the next packets
+/// routed after ([`Shard::flush_part`]; a packet's copies are never split). Small rooms'
+/// batches stay whole (32 packets to three others each); a broadcast's batch to 500 viewers
+/// goes two packets at a time (a copy counted per member), its copy buffers reused between
+/// parts.
+const COPIES_PER_PART: usize = 1024;
 /// Datagrams queued at a worker by the others before new ones are dropped (memory is taken
 /// only for those waiting: [`queue`]).
 const HANDOFF_QUEUE: usize = 65_536;
@@ -920,15 +926,32 @@ impl Worker {
     }
 
     /// Runs the shard's staged media and sends everything it queued; writes the routes it
-    /// reports into the directory.
+    /// reports into the directory. A batch whose packets make many copies (a broadcast's) is
+    /// routed and sent a part at a time ([`COPIES_PER_PART`]), so that its copies' buffers
+    /// come back between parts instead of all being held at once.
     fn send_outputs(&mut self) {
         let staged = self.shard.staged();
-        if staged > 0 {
-            let started = Instant::now();
-            self.shard.flush();
-            let per = started.elapsed() / staged as u32;
-            self.stats.media_processing.record_n(per, staged as u64);
+        if staged == 0 {
+            return self.take_outputs();
         }
+        let mut spent = Duration::ZERO;
+        loop {
+            let started = Instant::now();
+            let more = self.shard.flush_part(COPIES_PER_PART);
+            spent += started.elapsed();
+            if !more {
+                break;
+            }
+            self.take_outputs();
+        }
+        let per = spent / staged as u32;
+        self.stats.media_processing.record_n(per, staged as u64);
+        self.take_outputs();
+    }
+
+    /// Takes everything the shard queued and sends it; writes the routes it reports into the
+    /// directory.
+    fn take_outputs(&mut self) {
         while let Some(out) = self.shard.poll_output() {
             match out {
                 Output::Transmit(t) => {
