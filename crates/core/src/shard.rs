@@ -689,6 +689,33 @@ struct MemberKey {
     member: MemberAt,
 }
 
+/// Rooms (not replicas) and members by the kind they joined as, kept as they come and go, so
+/// that [`Shard::census`] reads them instead of walking every room.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tally {
+    rooms: u64,
+    by_leg: [u64; crate::leg::LegKind::COUNT],
+}
+
+impl Tally {
+    /// A room's members by kind went from `before` to `after`.
+    fn moved(
+        &mut self,
+        before: [u64; crate::leg::LegKind::COUNT],
+        after: [u64; crate::leg::LegKind::COUNT],
+    ) {
+        for ((t, b), a) in self.by_leg.iter_mut().zip(before).zip(after) {
+            *t = *t + a - b;
+        }
+    }
+
+    /// `s` is gone, with whatever members it still had.
+    fn room_gone(&mut self, s: &RoomSlot) {
+        self.rooms -= u64::from(s.replica_of.is_none());
+        self.moved(s.room.members_by_kind(), Default::default());
+    }
+}
+
 /// What [`Shard::census`] counts: the [`ShardCounters`] figures a control command changes
 /// (those summed over members, media and connections, are not among them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -868,6 +895,7 @@ pub struct Shard {
     /// where the next run to route starts in it (empty between batches, its allocation kept).
     unrouted: Vec<Staged>,
     unrouted_at: usize,
+    tally: Tally,
 }
 
 impl std::fmt::Debug for Shard {
@@ -908,6 +936,7 @@ impl Shard {
             run_counted: 0,
             unrouted: Vec::new(),
             unrouted_at: 0,
+            tally: Tally::default(),
         }
     }
 
@@ -1715,9 +1744,11 @@ impl Shard {
                 continue;
             }
             let publishes = s.room.role(member.id()).is_some_and(|r| r.publishes);
+            let before = s.room.members_by_kind();
             let Some((leg, session)) = s.room.remove(member.id()) else {
                 continue;
             };
+            self.tally.moved(before, s.room.members_by_kind());
             let empty = s.room.is_empty() && s.room.pipe_workers().next().is_none();
             if leg.as_pipe().is_some() {
                 tracing::debug!(room = %s.name, publisher = %session.id, "mirror removed");
@@ -1758,6 +1789,7 @@ impl Shard {
         let Some(s) = self.rooms[slot].take() else {
             return;
         };
+        self.tally.room_gone(&s);
         self.counters.add_room(&s.room);
         self.room_index.remove(&s.name);
         if s.replica_of.is_none() {
@@ -1779,6 +1811,7 @@ impl Shard {
             return;
         }
         tracing::error!(room = %s.name, members = s.room.len(), "room abandoned after a panic in its code");
+        self.tally.room_gone(&s);
         // Whatever it put out before it panicked goes with it.
         while let Some((_, o)) = self.out.pop() {
             self.discard(o);
@@ -2378,6 +2411,7 @@ impl Shard {
             }
         };
         self.room_index.insert(room.to_owned(), slot);
+        self.tally.rooms += u64::from(replica_of.is_none());
         if replica_of.is_none() {
             self.queue
                 .push_back(queued_event(Event::Lifecycle(Lifecycle::RoomStarted {
@@ -2420,7 +2454,9 @@ impl Shard {
             publishing: false,
             kept: false,
         };
+        let before = s.room.members_by_kind();
         let member = s.room.add(leg, role, session, now);
+        self.tally.moved(before, s.room.members_by_kind());
         // Whatever the new leg has to send already.
         s.room.with_leg(member, &mut self.out, |_| ());
         let key = MemberKey {
@@ -2959,20 +2995,34 @@ impl Shard {
     /// [`Shard::counters`] counts them, without its walk over every member (O(rooms)): cheap
     /// enough to take after every join and leave.
     pub fn census(&self) -> Census {
-        let mut c = Census {
+        let Tally { rooms, by_leg } = self.tally;
+        let c = Census {
+            // Participants: every member but the mirrored publishers.
+            members: by_leg.iter().sum::<u64>() - by_leg[crate::leg::LegKind::Pipe.index()],
+            rooms,
+            by_leg,
             ended: self.counters.ended,
             handshakes: (self.counters.handshakes_ok, self.counters.handshakes_failed),
-            ..Census::default()
         };
-        for s in self.rooms.iter().flatten() {
-            c.rooms += u64::from(s.replica_of.is_none());
-            for (k, n) in s.room.members_by_kind().into_iter().enumerate() {
-                c.by_leg[k] += n;
-            }
-        }
-        // Participants: every member but the mirrored publishers.
-        c.members = c.by_leg.iter().sum::<u64>() - c.by_leg[crate::leg::LegKind::Pipe.index()];
+        #[cfg(debug_assertions)]
+        self.check_tally();
         c
+    }
+
+    /// Debug builds (every test) check the tally against a walk of the rooms whenever it is
+    /// read.
+    #[cfg(debug_assertions)]
+    fn check_tally(&self) {
+        let mut walked = Tally::default();
+        for s in self.rooms.iter().flatten() {
+            walked.rooms += u64::from(s.replica_of.is_none());
+            walked.moved(Default::default(), s.room.members_by_kind());
+        }
+        assert_eq!(
+            (walked.rooms, walked.by_leg),
+            (self.tally.rooms, self.tally.by_leg),
+            "the shard's tally of rooms and members"
+        );
     }
 
     /// Routes held (ufrags, addresses): zero once everybody left.
