@@ -19,8 +19,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use secrelay_gateway::shard::{Datagram, JoinKind, Output, Shard};
-use secrelay_testkit::gateway::Harness;
+use secrelay_gateway::shard::{Datagram, JoinKind};
+use secrelay_testkit::gateway::{drain_copies, Harness};
 use secrelay_testkit::memory::SimClient;
 
 const VIEWERS: u16 = 500;
@@ -45,32 +45,6 @@ fn broadcast() -> (Harness, usize) {
 /// ends a session that sent none for 30 s).
 const CONSENT_EVERY: u64 = 500;
 
-/// A consent check from every member, answered (untimed): what browsers send every few
-/// seconds.
-fn consent(h: &mut Harness) {
-    for i in 0..h.members.len() {
-        let answer = h.members[i].answer.clone();
-        let req = h.members[i].client.binding_request(&answer, false);
-        h.send(i, &req);
-    }
-    let now = h.now;
-    drain(&mut h.shard, now);
-}
-
-/// Takes every output; the copies sent.
-fn drain(shard: &mut Shard, now: Instant) -> u64 {
-    let mut sent = 0;
-    loop {
-        match shard.poll_output() {
-            Some(Output::Transmit(t)) => sent += u64::from(t.received.is_some()),
-            Some(Output::Event(_)) => {}
-            Some(Output::Pipe(_)) => unreachable!("one shard has no pipes"),
-            Some(Output::Timeout(t)) if t <= now => shard.handle_timeout(now),
-            Some(Output::Timeout(_)) | None => return sent,
-        }
-    }
-}
-
 /// `packets` packets from `publisher`, each handed to the shard and its copies taken (timed)
 /// after `before` ran (untimed); the time taken.
 fn one_at_a_time(
@@ -83,7 +57,7 @@ fn one_at_a_time(
     let mut spent = Duration::ZERO;
     for k in 0..packets {
         if k % CONSENT_EVERY == 0 {
-            consent(h);
+            h.consent_round();
         }
         let p = h.srtp(publisher, &PAYLOAD).1;
         h.now += Duration::from_millis(20);
@@ -91,7 +65,7 @@ fn one_at_a_time(
         before(k);
         let start = Instant::now();
         h.shard.handle(now, Datagram::classify(from, &p, now));
-        let sent = drain(&mut h.shard, now);
+        let sent = drain_copies(&mut h.shard, now);
         spent += start.elapsed();
         assert_eq!(sent, u64::from(VIEWERS), "a copy for each viewer");
     }
@@ -121,7 +95,7 @@ fn fanout(c: &mut Criterion) {
             let mut spent = Duration::ZERO;
             for k in 0..bursts {
                 if k % (CONSENT_EVERY / BURST) == 0 {
-                    consent(&mut h);
+                    h.consent_round();
                 }
                 let packets: Vec<Vec<u8>> =
                     (0..BURST).map(|_| h.srtp(publisher, &PAYLOAD).1).collect();
@@ -131,7 +105,7 @@ fn fanout(c: &mut Criterion) {
                 for p in &packets {
                     h.shard.handle(now, Datagram::classify(from, p, now));
                 }
-                let sent = drain(&mut h.shard, now);
+                let sent = drain_copies(&mut h.shard, now);
                 spent += start.elapsed();
                 assert_eq!(sent, u64::from(VIEWERS) * BURST, "a copy for each viewer");
             }
@@ -159,7 +133,7 @@ fn fanout(c: &mut Criterion) {
             for (i, req) in &reqs {
                 let from = h.members[*i].client.addr;
                 h.shard.handle(now, Datagram::classify(from, req, now));
-                drain(&mut h.shard, now);
+                drain_copies(&mut h.shard, now);
             }
             start.elapsed()
         })

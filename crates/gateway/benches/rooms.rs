@@ -16,8 +16,8 @@
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use secrelay_gateway::shard::{Datagram, JoinKind, Output, Shard};
-use secrelay_testkit::gateway::Harness;
+use secrelay_gateway::shard::{Datagram, JoinKind};
+use secrelay_testkit::gateway::{drain_copies, Harness};
 use secrelay_testkit::memory::SimClient;
 
 const PARTICIPANTS: u16 = 1000;
@@ -45,32 +45,6 @@ fn rooms() -> Harness {
 /// that sent none for 30 s).
 const CONSENT_EVERY: Duration = Duration::from_secs(5);
 
-/// A consent check from every participant, answered (untimed): what browsers send every few
-/// seconds.
-fn consent(h: &mut Harness) {
-    for i in 0..h.members.len() {
-        let answer = h.members[i].answer.clone();
-        let req = h.members[i].client.binding_request(&answer, false);
-        h.send(i, &req);
-    }
-    let now = h.now;
-    drain(&mut h.shard, now);
-}
-
-/// Takes every output; the copies sent.
-fn drain(shard: &mut Shard, now: Instant) -> u64 {
-    let mut sent = 0;
-    loop {
-        match shard.poll_output() {
-            Some(Output::Transmit(t)) => sent += u64::from(t.received.is_some()),
-            Some(Output::Event(_)) => {}
-            Some(Output::Pipe(_)) => unreachable!("one shard has no pipes"),
-            Some(Output::Timeout(t)) if t <= now => shard.handle_timeout(now),
-            Some(Output::Timeout(_)) | None => return sent,
-        }
-    }
-}
-
 fn relay(c: &mut Criterion) {
     let mut h = rooms();
     let step = Duration::from_millis(20) * BATCH as u32 / u32::from(PARTICIPANTS);
@@ -83,7 +57,7 @@ fn relay(c: &mut Criterion) {
             let mut spent = Duration::ZERO;
             for _ in 0..batches {
                 if h.now >= consent_at {
-                    consent(&mut h);
+                    h.consent_round();
                     consent_at = h.now + CONSENT_EVERY;
                 }
                 let packets: Vec<_> = (0..BATCH)
@@ -99,7 +73,7 @@ fn relay(c: &mut Criterion) {
                 for (from, p) in &packets {
                     h.shard.handle(now, Datagram::classify(*from, p, now));
                 }
-                let sent = drain(&mut h.shard, now);
+                let sent = drain_copies(&mut h.shard, now);
                 spent += start.elapsed();
                 assert_eq!(
                     sent,

@@ -526,6 +526,19 @@ impl Harness {
         self.pump();
     }
 
+    /// A consent check (a STUN binding request) from every member's client, answered, and
+    /// every output taken as [`drain_copies`] does: what browsers send every few seconds, for
+    /// a benchmark to keep its members' sessions alive between timed steps.
+    pub fn consent_round(&mut self) {
+        for i in 0..self.members.len() {
+            let answer = self.members[i].answer.clone();
+            let req = self.members[i].client.binding_request(&answer, false);
+            self.send(i, &req);
+        }
+        let now = self.now;
+        drain_copies(&mut self.shard, now);
+    }
+
     /// Member `i`'s SRTP of `payload`: (plain, protected).
     pub fn srtp(&mut self, i: usize, payload: &[u8]) -> (Vec<u8>, Vec<u8>) {
         self.members[i].client.srtp(payload)
@@ -559,5 +572,20 @@ impl Harness {
     /// The shard's counters.
     pub fn counters(&self) -> ShardCounters {
         self.shard.counters()
+    }
+}
+
+/// Takes every output of `shard` (its timers fired when due at `now`) without delivering any:
+/// how many copies of media it sent. For benchmarks, which time the shard alone.
+pub fn drain_copies(shard: &mut Shard, now: Instant) -> u64 {
+    let mut sent = 0;
+    loop {
+        match shard.poll_output() {
+            Some(Output::Transmit(t)) => sent += u64::from(t.received.is_some()),
+            Some(Output::Event(_)) => {}
+            Some(Output::Pipe(_)) => unreachable!("one shard has no pipes"),
+            Some(Output::Timeout(t)) if t <= now => shard.handle_timeout(now),
+            Some(Output::Timeout(_)) | None => return sent,
+        }
     }
 }
