@@ -1178,12 +1178,12 @@ impl Shard {
     }
 
     /// [`Shard::flush`] a part at a time: the staged datagrams are unprotected together as
-    /// there, then routed run by run until `copies` copies (or more: a run is never split)
-    /// wait to be protected, and those are protected and queued. Whether datagrams are left
-    /// to route: the caller takes the outputs (and sends them, so that their buffers come
-    /// back) before calling it again, and a broadcast's batch never holds every copy of every
-    /// packet at once. A datagram handled or a full flush meanwhile routes what was left
-    /// first.
+    /// there, then routed run by run until `copies` copies (or more: a packet's copies are
+    /// never split) wait to be protected, and those are protected and queued. Whether
+    /// datagrams are left to route: the caller takes the outputs (and sends them, so that
+    /// their buffers come back) before calling it again, and a broadcast's batch never holds
+    /// every copy of every packet at once. A datagram handled or a full flush meanwhile
+    /// routes what was left first.
     pub fn flush_part(&mut self, copies: usize) -> bool {
         if !self.media.inbound.is_empty() {
             self.run_inbound();
@@ -2992,8 +2992,8 @@ impl Shard {
     }
 
     /// Participants, rooms, members by kind, sessions ended and handshakes now, as
-    /// [`Shard::counters`] counts them, without its walk over every member (O(rooms)): cheap
-    /// enough to take after every join and leave.
+    /// [`Shard::counters`] counts them, from the shard's tally (no walk over rooms or
+    /// members): cheap enough to take after every join and leave.
     pub fn census(&self) -> Census {
         let Tally { rooms, by_leg } = self.tally;
         let c = Census {
