@@ -235,16 +235,19 @@ impl IceLite {
 
     fn refresh_usable(&mut self) {
         // From `remotes` alone: `usable` is what is being refreshed.
-        self.usable = self
-            .selected
-            .filter(|s| self.remotes.iter().any(|(a, _)| a == s));
+        self.usable = self.selected.filter(|&s| self.in_remotes(s));
+    }
+
+    /// Whether `addr` is among the addresses that passed a check (a scan).
+    fn in_remotes(&self, addr: SocketAddr) -> bool {
+        self.remotes.iter().any(|(a, _)| *a == addr)
     }
 
     /// Whether `from` passed a check (media from elsewhere is not this participant's). Media
     /// comes from the selected address, read here first (inline, where a scan of `remotes`
     /// would load their allocation for every packet).
     pub fn is_validated(&self, from: SocketAddr) -> bool {
-        self.usable == Some(from) || self.remotes.iter().any(|(a, _)| *a == from)
+        self.usable == Some(from) || self.in_remotes(from)
     }
 
     /// Forgets that `addr` passed a check (another session on the same port validated it

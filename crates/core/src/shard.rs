@@ -709,6 +709,14 @@ impl Tally {
         }
     }
 
+    /// Runs `f` on `room` (a member added or removed), the room's change counted.
+    fn track<R>(&mut self, room: &mut Room, f: impl FnOnce(&mut Room) -> R) -> R {
+        let before = room.members_by_kind();
+        let r = f(room);
+        self.moved(before, room.members_by_kind());
+        r
+    }
+
     /// `s` is gone, with whatever members it still had.
     fn room_gone(&mut self, s: &RoomSlot) {
         self.rooms -= u64::from(s.replica_of.is_none());
@@ -1744,11 +1752,10 @@ impl Shard {
                 continue;
             }
             let publishes = s.room.role(member.id()).is_some_and(|r| r.publishes);
-            let before = s.room.members_by_kind();
-            let Some((leg, session)) = s.room.remove(member.id()) else {
+            let Some((leg, session)) = self.tally.track(&mut s.room, |r| r.remove(member.id()))
+            else {
                 continue;
             };
-            self.tally.moved(before, s.room.members_by_kind());
             let empty = s.room.is_empty() && s.room.pipe_workers().next().is_none();
             if leg.as_pipe().is_some() {
                 tracing::debug!(room = %s.name, publisher = %session.id, "mirror removed");
@@ -2454,9 +2461,9 @@ impl Shard {
             publishing: false,
             kept: false,
         };
-        let before = s.room.members_by_kind();
-        let member = s.room.add(leg, role, session, now);
-        self.tally.moved(before, s.room.members_by_kind());
+        let member = self
+            .tally
+            .track(&mut s.room, |r| r.add(leg, role, session, now));
         // Whatever the new leg has to send already.
         s.room.with_leg(member, &mut self.out, |_| ());
         let key = MemberKey {

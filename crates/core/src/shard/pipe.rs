@@ -278,11 +278,9 @@ impl Shard {
             publishing: true,
             kept: false,
         };
-        let before = s.room.members_by_kind();
-        let member = s
-            .room
-            .add(PipeLeg::new(spec), MemberRole::PUBLISHER, session, now);
-        self.tally.moved(before, s.room.members_by_kind());
+        let member = self.tally.track(&mut s.room, |r| {
+            r.add(PipeLeg::new(spec), MemberRole::PUBLISHER, session, now)
+        });
         let key = MemberKey {
             slot,
             room_gen: s.room_gen,

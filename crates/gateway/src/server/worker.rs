@@ -675,9 +675,10 @@ impl Worker {
 
     /// What follows a control command: its outputs sent, the load sampled (admission sheds
     /// by it), and the census it changed published (participants, rooms, members by kind,
-    /// sessions ended, handshakes: what the API counts and places joins by). The rest of the counters wait for the next [`PUBLISH_EVERY`]: summing
-    /// them walks every member, and after each of thousands of joins that walk was most of the
-    /// worker's time while they came in (its socket overflowed with media meanwhile).
+    /// sessions ended, handshakes: what the API counts and places joins by). The rest of the
+    /// counters wait for the next [`PUBLISH_EVERY`]: summing them walks every member, and
+    /// after each of thousands of joins that walk was most of the worker's time while they
+    /// came in (its socket overflowed with media meanwhile).
     pub(crate) fn after_command(&mut self) {
         self.send_outputs();
         self.publish_load();
