@@ -303,6 +303,11 @@ impl MemberRtcp {
         secrelay_srtp::simd::prefetch::line(self.send.as_ptr().cast());
     }
 
+    /// Asks the CPU to start loading what [`MemberRtcp::on_rtp`] looks through.
+    pub fn prefetch_received(&self) {
+        secrelay_srtp::simd::prefetch::line(self.recv.as_ptr().cast());
+    }
+
     /// A copy sent to the member under `ssrc`, with this RTP timestamp and payload length.
     pub fn on_sent(
         &mut self,

@@ -60,7 +60,9 @@ use crate::leg::{
 pub use crate::leg::{MirrorSpec, PipeKey};
 use crate::media_batch::{recycle, walk, MediaBatch, Rooms, Staged, What};
 pub use crate::room::JoinKind;
-use crate::room::{MemberAt, MemberId, MemberRole, Out, Received, Room, RoomOut, Sent, Session};
+use crate::room::{
+    HintStage, MemberAt, MemberId, MemberRole, Out, Received, Room, RoomOut, Sent, Session,
+};
 use crate::rtcp::{RtcpConfig, RtcpFigures};
 use crate::transcode::MixSettings;
 use secrelay_wire::sdp_rtp::RtpDescription;
@@ -843,6 +845,25 @@ fn accept(leg: &mut Leg, st: &Staged, received: Instant) -> Option<usize> {
     Some(n)
 }
 
+/// Asks the CPU to start loading what routing the received datagrams `staged` reads, each of
+/// `stages` in turn over all of them (at most [`HINTED`]).
+fn hint_routing(rooms: &[Option<RoomSlot>], staged: &[Staged], stages: &[HintStage]) {
+    let staged = &staged[..staged.len().min(HINTED)];
+    for &stage in stages {
+        for st in staged {
+            let What::Rtp(facts) = &st.what else { continue };
+            let room = rooms.get(st.slot).and_then(Option::as_ref);
+            if let Some(s) = room.filter(|s| s.room_gen == st.room_gen) {
+                s.room.hint_route(st.member.ix, facts, stage);
+            }
+        }
+    }
+}
+
+/// How many datagrams of a batch [`hint_routing`] asks for the lines of: as many as one
+/// receive batch brings.
+const HINTED: usize = 64;
+
 /// An event, queued.
 fn queued_event(e: Event) -> Queued {
     Queued::Event(Box::new(e))
@@ -1219,6 +1240,11 @@ impl Shard {
         if n == 0 {
             return;
         }
+        hint_routing(
+            &self.rooms,
+            &self.media.inbound,
+            &HintStage::BEFORE_UNPROTECT,
+        );
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.media.unprotect(&mut SlotRooms(&mut self.rooms))
         }));
@@ -1248,6 +1274,9 @@ impl Shard {
     fn route_unrouted(&mut self, copies: usize) {
         let staged = std::mem::take(&mut self.unrouted);
         let mut at = self.unrouted_at;
+        if at == 0 {
+            hint_routing(&self.rooms, &staged, &HintStage::BEFORE_ROUTING);
+        }
         while at < staged.len() {
             let (slot, room_gen) = (staged[at].slot, staged[at].room_gen);
             let room = self.rooms.get(slot).and_then(Option::as_ref);

@@ -92,6 +92,13 @@ impl<T> Slab<T> {
         );
     }
 
+    /// Asks the CPU to start loading the cache line `offset` bytes into the place at `i` (a
+    /// field's line, `offset` from [`std::mem::offset_of!`]; a hint, as [`Slab::prefetch`]).
+    pub fn prefetch_at(&self, i: u32, offset: usize) {
+        let at = self.items.as_ptr().wrapping_add(i as usize);
+        secrelay_srtp::simd::prefetch::line(at.cast::<u8>().wrapping_add(offset));
+    }
+
     /// The values and their indexes, in index order.
     pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> + '_ {
         self.items

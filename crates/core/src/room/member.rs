@@ -205,6 +205,11 @@ impl Negotiated {
         n
     }
 
+    /// Asks the CPU to start loading the line [`Negotiated::codec`] reads for `pt` first.
+    pub fn prefetch_codec(&self, pt: u8) {
+        secrelay_srtp::simd::prefetch::value(&self.by_pt[usize::from(pt & 0x7f)], 1);
+    }
+
     /// The codec of payload type `pt`.
     pub fn codec(&self, pt: u8) -> Option<CodecId> {
         let k = usize::from(self.by_pt[usize::from(pt & 0x7f)]);
@@ -689,6 +694,33 @@ impl Member {
             value(&cc.out_seq, 1);
         }
         self.leg.prefetch_copy();
+    }
+
+    /// Asks the CPU to start loading what admitting and noting a packet of payload type `pt`
+    /// from this member reads of it first: its place, role and tables, the lists its
+    /// streams are found in, its RTCP and congestion state, and its leg's. The first stage of
+    /// the hints a batch gives before it is routed ([`super::HintStage`]).
+    pub fn prefetch_sender(&self, pt: u8) {
+        use secrelay_srtp::simd::prefetch::value;
+        value(&self.at, 1);
+        value(&self.role, 1);
+        value(&self.neg.ext, 1);
+        self.neg.prefetch_codec(pt);
+        value(&self.ssrcs, 1);
+        value(&self.streams, 1);
+        value(&self.rtcp, 2);
+        value(&self.cc, 1);
+        self.leg.prefetch_copy();
+    }
+
+    /// The second stage of a batch's hints: the lists [`Member::prefetch_sender`] asked for
+    /// the headers of.
+    pub fn prefetch_streams(&self) {
+        use secrelay_srtp::simd::prefetch::line;
+        line(self.ssrcs.as_ptr().cast());
+        line(self.streams.as_ptr().cast());
+        line(self.neg.codecs.as_ptr().cast());
+        self.rtcp.prefetch_received();
     }
 
     /// The mid of the section a stream of `codec` is sent to the member on, as a copy's

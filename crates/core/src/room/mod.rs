@@ -150,6 +150,7 @@ pub use player::PlayMedia;
 pub use route::Received;
 
 use member::Member;
+pub(crate) use route::HintStage;
 use source::SourcePacket;
 use subscription::{Source, Subscription};
 use timers::Timers;
@@ -224,7 +225,15 @@ struct Feed {
     /// The SSRC it was made for (a simulcast feed's first layer seen).
     ssrc: u32,
     /// One per receiver, in the order they were made.
-    subs: Vec<u32>,
+    subs: Vec<Fanned>,
+}
+
+/// A feed's subscription and the place of its receiver: a fan-out finds both without reading
+/// the subscription first, so it can ask for the lines of each at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fanned {
+    sub: u32,
+    receiver: u32,
 }
 
 /// Lists kept between packets so that routing allocates nothing once warm.
@@ -1145,7 +1154,10 @@ impl Room {
         };
         let sub = Subscription::new(r, source, feed.ssrc, feed.group);
         let s = self.subs.insert(sub);
-        self.feeds[f].subs.push(s);
+        self.feeds[f].subs.push(Fanned {
+            sub: s,
+            receiver: r,
+        });
         self.members[r].subs.push(s);
     }
 
@@ -1163,7 +1175,7 @@ impl Room {
         }
         if let Source::Feed { feed, .. } = sub.source {
             if let Some(f) = self.feeds.get_mut(feed) {
-                f.subs.retain(|&x| x != s);
+                f.subs.retain(|x| x.sub != s);
             }
         }
     }
@@ -1171,8 +1183,8 @@ impl Room {
     /// Drops feed `f` and its subscriptions.
     fn drop_feed(&mut self, f: u32) {
         if let Some(feed) = self.feeds.remove(f) {
-            for s in feed.subs {
-                self.drop_sub(s);
+            for fanned in feed.subs {
+                self.drop_sub(fanned.sub);
             }
         }
     }

@@ -18,7 +18,7 @@ use crate::room::out::{Out, RoomOut};
 use crate::room::pipe::PipedPacket;
 use crate::room::source::{abs_send_time, LayerOf, MadePacket, SourcePacket};
 use crate::room::subscription::{Cx, Source, Subscription};
-use crate::room::{Feed, MemberAt, Room};
+use crate::room::{Fanned, Feed, MemberAt, Room};
 use crate::transcode::{Cn, Dtmf, Format, TranscodeError, Work, CN_PT, EVENT_PT};
 
 /// The stream id of a member's mix.
@@ -428,12 +428,15 @@ impl Room {
             keyframe_interval: rtcp.keyframe_interval,
         };
         let list = &feed.subs;
-        for (i, &s) in list.iter().enumerate() {
+        for (i, &Fanned { sub: s, receiver }) in list.iter().enumerate() {
             prefetch_ahead(list, i, subs, members);
-            let Some(sub) = subs.get_mut(s) else { continue };
-            let Some(r) = members.get_mut(sub.receiver) else {
+            let (Some(sub), Some(r)) = (subs.get_mut(s), members.get_mut(receiver)) else {
                 continue;
             };
+            debug_assert_eq!(
+                sub.receiver, receiver,
+                "a feed names its subscriptions' receivers"
+            );
             if !r.role.subscribes {
                 continue;
             }
@@ -721,24 +724,102 @@ impl Room {
     }
 }
 
-/// How many subscriptions ahead a fan-out asks for a subscription's lines, and for its
-/// receiver's (read from the subscription by then).
+/// How many subscriptions ahead a fan-out asks for the lines it reads first of a subscription
+/// and its receiver, and for the rest of the receiver's (found through the subscription, in
+/// cache by then). For a packet of a received batch, the first [`SUB_AHEAD`] were asked for
+/// before the batch was routed ([`HintStage`]).
 const SUB_AHEAD: usize = 8;
 const RECEIVER_AHEAD: usize = 4;
 
-/// The hints a fan-out at place `i` of `list` gives: the subscription [`SUB_AHEAD`] places on,
-/// the receiver of the one [`RECEIVER_AHEAD`] on.
+/// A stage of the hints a batch of received packets gives before it is routed
+/// ([`Room::hint_route`]). Routing a packet reads a chain of lines, each found through the one
+/// before (its sender, the sender's list of streams, the stream's feed, the feed's list of
+/// subscriptions, each subscription and receiver), all cold in a shard of many rooms. Asked
+/// for one stage at a time over the whole batch, each stage reading what the one before asked
+/// for, the lines of all its packets load together instead of one after another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HintStage {
+    Sender,
+    Streams,
+    Feed,
+    Subscriptions,
+    Receivers,
+}
+
+impl HintStage {
+    /// The stage asked for before the batch's crypto runs: the senders' lines load meanwhile.
+    pub(crate) const BEFORE_UNPROTECT: [HintStage; 1] = [HintStage::Sender];
+    /// The stages asked for once it ran, before the batch is routed.
+    pub(crate) const BEFORE_ROUTING: [HintStage; 4] = [
+        HintStage::Streams,
+        HintStage::Feed,
+        HintStage::Subscriptions,
+        HintStage::Receivers,
+    ];
+}
+
+impl Room {
+    /// Asks the CPU to start loading the lines of `stage` for a packet of `facts` from the
+    /// member at place `ix` (a hint: it changes nothing, and a packet that is then dropped, or
+    /// starts a stream, only wasted it).
+    pub(crate) fn hint_route(&self, ix: u32, facts: &RtpFacts, stage: HintStage) {
+        let Some(m) = self.members.get(ix) else {
+            return;
+        };
+        let feed = |m: &Member| {
+            let k = m.stream_index(facts.ssrc)?;
+            Some(m.streams.get(k)?.feed)
+        };
+        match stage {
+            HintStage::Sender => m.prefetch_sender(facts.payload_type),
+            HintStage::Streams => m.prefetch_streams(),
+            HintStage::Feed => {
+                if let Some(f) = feed(m) {
+                    self.feeds.prefetch(f, 1);
+                }
+            }
+            HintStage::Subscriptions => {
+                if let Some(f) = feed(m).and_then(|f| self.feeds.get(f)) {
+                    secrelay_srtp::simd::prefetch::line(f.subs.as_ptr().cast());
+                }
+            }
+            HintStage::Receivers => {
+                let Some(f) = feed(m).and_then(|f| self.feeds.get(f)) else {
+                    return;
+                };
+                for &fanned in f.subs.iter().take(SUB_AHEAD) {
+                    prefetch_first(fanned, &self.subs, &self.members);
+                }
+            }
+        }
+    }
+}
+
+/// Asks for what a fan-out reads first of `f`: the subscription, and its receiver's place and
+/// role.
+fn prefetch_first(
+    f: Fanned,
+    subs: &crate::slab::Slab<Subscription>,
+    members: &crate::slab::Slab<Member>,
+) {
+    subs.prefetch(f.sub, 3);
+    members.prefetch(f.receiver, 1);
+    members.prefetch_at(f.receiver, std::mem::offset_of!(Member, role));
+}
+
+/// The hints a fan-out at place `i` of `list` gives: the first lines of the one [`SUB_AHEAD`]
+/// places on, the receiver's lines a copy reads for the one [`RECEIVER_AHEAD`] on.
 fn prefetch_ahead(
-    list: &[u32],
+    list: &[Fanned],
     i: usize,
     subs: &crate::slab::Slab<Subscription>,
     members: &crate::slab::Slab<Member>,
 ) {
-    if let Some(&s) = list.get(i + SUB_AHEAD) {
-        subs.prefetch(s, 3);
+    if let Some(&f) = list.get(i + SUB_AHEAD) {
+        prefetch_first(f, subs, members);
     }
-    let ahead = list.get(i + RECEIVER_AHEAD).and_then(|&s| subs.get(s));
-    if let Some((sub, r)) = ahead.and_then(|sub| Some((sub, members.get(sub.receiver)?))) {
+    let ahead = list.get(i + RECEIVER_AHEAD);
+    if let Some((sub, r)) = ahead.and_then(|f| Some((subs.get(f.sub)?, members.get(f.receiver)?))) {
         r.prefetch_copy(sub.slot);
     }
 }
