@@ -290,9 +290,51 @@ impl MediaBatch {
 }
 
 /// The distinct (slot, member) keys of `staged`, sorted, into `keys`, and each staged packet's
-/// place among them into `context_of`: each key found in a map as it comes (`seen`), then only
-/// the distinct keys sorted (a broadcast batch of 16,000 copies has 500), no search per packet.
+/// place among them into `context_of`. A batch of at most [`SORTED_NAMING`] packets (a few
+/// small rooms', most of them distinct) is sorted whole ([`name_by_sort`]); a larger one, whose
+/// packets share few keys (a broadcast batch of 16,000 copies has 500), through a map
+/// ([`name_by_map`]).
 fn name_contexts(
+    staged: &[Staged],
+    scratch: &mut Naming,
+    keys: &mut Vec<(usize, MemberAt)>,
+    context_of: &mut Vec<usize>,
+) {
+    if staged.len() <= SORTED_NAMING {
+        name_by_sort(staged, &mut scratch.order, keys, context_of);
+    } else {
+        name_by_map(staged, scratch, keys, context_of);
+    }
+}
+
+/// The largest batch [`name_contexts`] sorts whole.
+const SORTED_NAMING: usize = 256;
+
+/// [`name_contexts`] by one sort of the packets' places by key, each key kept once.
+fn name_by_sort(
+    staged: &[Staged],
+    order: &mut Vec<usize>,
+    keys: &mut Vec<(usize, MemberAt)>,
+    context_of: &mut Vec<usize>,
+) {
+    let key = |i: usize| (staged[i].slot, staged[i].member);
+    order.clear();
+    order.extend(0..staged.len());
+    order.sort_unstable_by_key(|&i| key(i));
+    keys.clear();
+    context_of.clear();
+    context_of.resize(staged.len(), 0);
+    for &i in order.iter() {
+        if keys.last() != Some(&key(i)) {
+            keys.push(key(i));
+        }
+        context_of[i] = keys.len() - 1;
+    }
+}
+
+/// [`name_contexts`] with each key found in a map as it comes (`seen`), then only the distinct
+/// keys sorted: no search or comparison per packet.
+fn name_by_map(
     staged: &[Staged],
     scratch: &mut Naming,
     keys: &mut Vec<(usize, MemberAt)>,
@@ -405,6 +447,27 @@ mod tests {
             for (st, &c) in staged.iter().zip(&context_of) {
                 assert_eq!(keys[c], (st.slot, st.member));
             }
+        }
+    }
+
+    #[test]
+    fn a_small_batch_sorted_whole_names_what_the_map_names() {
+        // Batches on each side of the size that picks the way, keys repeated and unsorted.
+        for n in [1, 7, SORTED_NAMING, SORTED_NAMING + 1, 3 * SORTED_NAMING] {
+            let staged: Vec<Staged> = (0..n)
+                .map(|i| copy_to(i * 7 % 5, (i * 13 % 41) as u32))
+                .collect();
+            let mut scratch = Naming::default();
+            let (mut by_sort, mut of_sort) = (Vec::new(), Vec::new());
+            let (mut by_map, mut of_map) = (Vec::new(), Vec::new());
+            name_by_sort(&staged, &mut scratch.order, &mut by_sort, &mut of_sort);
+            name_by_map(&staged, &mut scratch, &mut by_map, &mut of_map);
+            assert_eq!(by_sort, by_map, "{n} packets");
+            assert_eq!(of_sort, of_map, "{n} packets");
+            assert!(by_sort.windows(2).all(|w| w[0] < w[1]), "sorted, each once");
+            let (mut keys, mut context_of) = (Vec::new(), Vec::new());
+            name_contexts(&staged, &mut scratch, &mut keys, &mut context_of);
+            assert_eq!((keys, context_of), (by_sort, of_sort));
         }
     }
 }
