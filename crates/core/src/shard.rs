@@ -1233,7 +1233,8 @@ impl Shard {
     }
 
     /// Routes what an earlier batch left, then one engine call unprotects every staged
-    /// datagram; they then wait in `unrouted`.
+    /// datagram; they then wait in `unrouted`. The lines routing them reads are asked for
+    /// before the call and after it ([`HintStage`]).
     fn run_inbound(&mut self) {
         self.route_unrouted(usize::MAX);
         let n = self.media.inbound.len();
@@ -1262,6 +1263,7 @@ impl Shard {
         }
         std::mem::swap(&mut self.media.inbound, &mut self.unrouted);
         self.unrouted_at = 0;
+        hint_routing(&self.rooms, &self.unrouted, &HintStage::BEFORE_ROUTING);
         self.counters.srtp_batches += 1;
         self.counters.srtp_batched += n as u64;
     }
@@ -1274,9 +1276,6 @@ impl Shard {
     fn route_unrouted(&mut self, copies: usize) {
         let staged = std::mem::take(&mut self.unrouted);
         let mut at = self.unrouted_at;
-        if at == 0 {
-            hint_routing(&self.rooms, &staged, &HintStage::BEFORE_ROUTING);
-        }
         while at < staged.len() {
             let (slot, room_gen) = (staged[at].slot, staged[at].room_gen);
             let room = self.rooms.get(slot).and_then(Option::as_ref);

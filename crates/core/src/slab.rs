@@ -94,6 +94,9 @@ impl<T> Slab<T> {
 
     /// Asks the CPU to start loading the cache line `offset` bytes into the place at `i` (a
     /// field's line, `offset` from [`std::mem::offset_of!`]; a hint, as [`Slab::prefetch`]).
+    /// The place is an `Option<T>`: the field is at that offset where `T` has a niche for the
+    /// `None` (as a room's `Member` does); where it has not, the hint falls a tag's width off,
+    /// on the line before at worst, and only hints less.
     pub fn prefetch_at(&self, i: u32, offset: usize) {
         let at = self.items.as_ptr().wrapping_add(i as usize);
         secrelay_srtp::simd::prefetch::line(at.cast::<u8>().wrapping_add(offset));

@@ -766,28 +766,26 @@ impl Room {
         let Some(m) = self.members.get(ix) else {
             return;
         };
-        let feed = |m: &Member| {
+        let feed = || {
             let k = m.stream_index(facts.ssrc)?;
             Some(m.streams.get(k)?.feed)
         };
+        let listed = || feed().and_then(|f| self.feeds.get(f)).map(|f| &f.subs);
         match stage {
             HintStage::Sender => m.prefetch_sender(facts.payload_type),
             HintStage::Streams => m.prefetch_streams(),
             HintStage::Feed => {
-                if let Some(f) = feed(m) {
+                if let Some(f) = feed() {
                     self.feeds.prefetch(f, 1);
                 }
             }
             HintStage::Subscriptions => {
-                if let Some(f) = feed(m).and_then(|f| self.feeds.get(f)) {
-                    secrelay_srtp::simd::prefetch::line(f.subs.as_ptr().cast());
+                if let Some(list) = listed() {
+                    secrelay_srtp::simd::prefetch::line(list.as_ptr().cast());
                 }
             }
             HintStage::Receivers => {
-                let Some(f) = feed(m).and_then(|f| self.feeds.get(f)) else {
-                    return;
-                };
-                for &fanned in f.subs.iter().take(SUB_AHEAD) {
+                for &fanned in listed().into_iter().flatten().take(SUB_AHEAD) {
                     prefetch_first(fanned, &self.subs, &self.members);
                 }
             }
