@@ -7,10 +7,10 @@
 //! ([`Engine::process_in`]); each stream's packets keep their order, so replay protection
 //! and index estimation see them as they would one at a time. The shard stages datagrams
 //! ([`MediaBatch::stage_inbound`]) that their member would unprotect now, runs
-//! [`MediaBatch::unprotect`], routes each packet in its room, stages the copies
-//! ([`MediaBatch::stage_outbound`]: the buffer a copy was written in, moved, not copied), runs
-//! [`MediaBatch::protect`] and sends what protected, each from its own buffer. This is the
-//! gateway's only media path.
+//! [`MediaBatch::unprotect`], routes each packet in its room, whose copies are staged as they
+//! are written ([`Staged::to_protect`], on the room's way out: the buffer a copy was written in,
+//! moved, not copied), runs [`MediaBatch::protect`] on them and sends what protected, each from
+//! its own buffer. This is the gateway's only media path.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,6 +25,10 @@ use crate::room::{MemberAt, Room};
 
 /// Room for the SRTP tag (and the MKI some profiles carry) after a copy's plaintext.
 pub(crate) const TAG_ROOM: usize = 32;
+
+/// The slot of a packet a room staged to protect until the shard places it: a room does not
+/// know its slot ([`crate::room::RoomOut::place`]).
+pub(crate) const UNPLACED: usize = usize::MAX;
 
 /// Rooms by slot, wherever the caller keeps them.
 pub(crate) trait Rooms {
@@ -90,13 +94,39 @@ pub(crate) struct Staged {
     pub result: PacketResult,
 }
 
+impl Staged {
+    /// A packet to protect for `member` of the room tagged `room_gen`: a copy of media
+    /// (plaintext RTP routed by [`Room::route_run`], `What::Copy`) or RTCP (`What::RtcpOut`),
+    /// written in `buf` (its whole length), which takes the tag after it. Its slot is
+    /// [`UNPLACED`] until the shard places it.
+    pub fn to_protect(
+        room_gen: u64,
+        member: MemberAt,
+        received: Option<Instant>,
+        what: What,
+        mut buf: Vec<u8>,
+    ) -> Staged {
+        let len = buf.len();
+        buf.resize(len + TAG_ROOM, 0);
+        Staged {
+            slot: UNPLACED,
+            room_gen,
+            member,
+            from: None,
+            received,
+            what,
+            buf,
+            len,
+            result: Err(SrtpError::UnknownContext),
+        }
+    }
+}
+
 /// The staged packets of one batch, and the engine that runs them.
 pub(crate) struct MediaBatch {
     engine: Box<dyn Engine>,
     /// SRTP datagrams to unprotect, in arrival order.
     pub inbound: Vec<Staged>,
-    /// Copies to protect, in the order they were routed.
-    pub outbound: Vec<Staged>,
     keys: Vec<(usize, MemberAt)>,
     /// Scratch of [`name_contexts`].
     naming: Naming,
@@ -123,7 +153,6 @@ impl std::fmt::Debug for MediaBatch {
         f.debug_struct("MediaBatch")
             .field("engine", &self.engine.name())
             .field("inbound", &self.inbound.len())
-            .field("outbound", &self.outbound.len())
             .finish_non_exhaustive()
     }
 }
@@ -134,7 +163,6 @@ impl MediaBatch {
         MediaBatch {
             engine,
             inbound: Vec::new(),
-            outbound: Vec::new(),
             keys: Vec::new(),
             naming: Naming::default(),
             context_of: Vec::new(),
@@ -183,31 +211,6 @@ impl MediaBatch {
             .any(|s| s.slot == slot && s.member == member)
     }
 
-    /// Stages a packet to protect for `member` of the room at `slot`: a copy of media
-    /// (plaintext RTP routed by [`Room::route_run`], `What::Copy`) or RTCP (`What::RtcpOut`),
-    /// written in `buf` (its whole length), which takes the tag after it.
-    pub fn stage_outbound(
-        &mut self,
-        (slot, room_gen, member): (usize, u64, MemberAt),
-        received: Option<Instant>,
-        what: What,
-        mut buf: Vec<u8>,
-    ) {
-        let len = buf.len();
-        buf.resize(len + TAG_ROOM, 0);
-        self.outbound.push(Staged {
-            slot,
-            room_gen,
-            member,
-            from: None,
-            received,
-            what,
-            buf,
-            len,
-            result: Err(SrtpError::UnknownContext),
-        });
-    }
-
     /// Unprotects every staged inbound datagram with its sender's context.
     pub fn unprotect<R: Rooms + ?Sized>(&mut self, rooms: &mut R) {
         let mut staged = std::mem::take(&mut self.inbound);
@@ -215,11 +218,10 @@ impl MediaBatch {
         self.inbound = staged;
     }
 
-    /// Protects every staged copy with its receiver's context.
-    pub fn protect<R: Rooms + ?Sized>(&mut self, rooms: &mut R) {
-        let mut staged = std::mem::take(&mut self.outbound);
-        self.run(&mut staged, false, rooms);
-        self.outbound = staged;
+    /// Protects every staged copy with its receiver's context (each placed in its room's
+    /// slot).
+    pub fn protect<R: Rooms + ?Sized>(&mut self, staged: &mut [Staged], rooms: &mut R) {
+        self.run(staged, false, rooms);
     }
 
     fn run<R: Rooms + ?Sized>(&mut self, staged: &mut [Staged], inbound: bool, rooms: &mut R) {

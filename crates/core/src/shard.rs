@@ -25,11 +25,12 @@
 //!
 //! # One way out of a room
 //! Whatever a room makes (copies, RTCP, its members' control datagrams and events, deadlines)
-//! comes out on the shard's one [`RoomOut`] queue, and is taken off it in one place
-//! (`Shard::dispatch`): copies to protect go to the batch (their buffers moved, not copied),
-//! plain ones and control datagrams to the send queue, events to the routes and the
-//! lifecycle, deadlines to the timer. A copy's bytes are written once by the room; the edge
-//! sends them from the same buffer ([`Shard::take_sent_buffer`]).
+//! comes out on the shard's one [`RoomOut`], and is taken off it in one place
+//! (`Shard::dispatch`): copies to protect, staged for the batch as the room wrote them (their
+//! buffers moved, not copied), are given the room's slot, plain ones and control datagrams go
+//! to the send queue, events to the routes and the lifecycle, deadlines to the timer. A copy's
+//! bytes are written once by the room; the edge sends them from the same buffer
+//! ([`Shard::take_sent_buffer`]).
 //!
 //! # Routes
 //! A datagram's member is found by its source address once ICE has validated that address,
@@ -1280,7 +1281,7 @@ impl Shard {
             let (slot, room_gen) = (staged[at].slot, staged[at].room_gen);
             let room = self.rooms.get(slot).and_then(Option::as_ref);
             let per_packet = room.map_or(1, |s| s.room.len().max(1));
-            let waiting = self.media.outbound.len();
+            let waiting = self.out.protect_len();
             let fit = copies.saturating_sub(waiting) / per_packet;
             if fit == 0 && waiting > 0 {
                 break;
@@ -1374,13 +1375,15 @@ impl Shard {
     }
 
     fn run_outbound(&mut self) {
-        if self.media.outbound.is_empty() {
+        if self.out.protect_len() == 0 {
             return;
         }
+        let (mut staged, unplaced) = self.out.take_protect();
+        self.count_drops(DropReason::InternalError, unplaced);
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.media.protect(&mut SlotRooms(&mut self.rooms))
+            self.media
+                .protect(&mut staged, &mut SlotRooms(&mut self.rooms))
         }));
-        let mut staged = std::mem::take(&mut self.media.outbound);
         for st in staged.drain(..) {
             let Staged {
                 slot,
@@ -1427,17 +1430,25 @@ impl Shard {
             }
             self.out.recycle(buf);
         }
-        self.media.outbound = staged;
+        self.out.give_back(staged);
     }
 
-    /// Takes everything the room in `slot` put out off the queue, in the order it was made:
-    /// the one place a room's output goes where it must. Copies and RTCP to protect are staged
-    /// for the batch's protect call, plain ones and control datagrams queued to send, events
-    /// acted on (a member that connected is offered what it lacks), deadlines put on the timer.
+    /// Takes everything the room in `slot` put out, in the order it was made: the one place
+    /// a room's output goes where it must. Copies and RTCP to protect, already staged for the
+    /// batch's protect call, are given the room's slot; plain ones and control datagrams are
+    /// queued to send, events acted on (a member that connected is offered what it lacks),
+    /// deadlines put on the timer.
     fn dispatch(&mut self, slot: usize) {
         let mut displaced = Vec::new();
         let mut connected = false;
         let room_gen = self.rooms[slot].as_ref().map(|s| s.room_gen);
+        // Left by a call into another room that did not finish (a panic), or the room went:
+        // dropped.
+        let foreign = match room_gen {
+            Some(tag) => self.out.place(slot, tag),
+            None => self.out.drop_unplaced(),
+        };
+        self.count_drops(DropReason::InternalError, foreign);
         while let Some((tag, o)) = self.out.pop() {
             if Some(tag) != room_gen {
                 // Left by a call into another room that did not finish (a panic): dropped.
@@ -1524,8 +1535,10 @@ impl Shard {
         }
     }
 
-    /// One datagram for a member's media transport: staged for the protect call when its
-    /// target is protected, queued as it is (and counted out) for a plain-RTP member.
+    /// One datagram for a member's media transport sent as it is (and counted out): a
+    /// plain-RTP member's, or a mirror's RTCP to its publisher's home. One to protect was
+    /// staged by [`RoomOut::send`] and never comes here; if one did, it is dropped, never sent
+    /// in the clear.
     fn send_out(
         &mut self,
         slot: usize,
@@ -1537,22 +1550,14 @@ impl Shard {
         let Some(s) = self.rooms[slot].as_mut() else {
             return self.out.recycle(buf);
         };
-        let (kind, received, staged) = match what {
-            Sent::Media(at) => (
-                TransmitKind::Media,
-                Some(at),
-                What::Copy(target.destination, target.via),
-            ),
-            Sent::Rtcp => (
-                TransmitKind::Rtcp,
-                None,
-                What::RtcpOut(target.destination, target.via),
-            ),
+        let (kind, received) = match what {
+            Sent::Media(at) => (TransmitKind::Media, Some(at)),
+            Sent::Rtcp => (TransmitKind::Rtcp, None),
         };
         if target.protect {
-            let key = (slot, s.room_gen, to);
-            self.media.stage_outbound(key, received, staged, buf);
-            return;
+            debug_assert!(false, "a datagram to protect queued to send as it is");
+            self.counters.media.drops[DropReason::InternalError] += 1;
+            return self.out.recycle(buf);
         }
         if target.via == Via::Pipe {
             // A mirror's RTCP: to its publisher's home.
@@ -1851,6 +1856,8 @@ impl Shard {
         while let Some((_, o)) = self.out.pop() {
             self.discard(o);
         }
+        let unplaced = self.out.drop_unplaced();
+        self.count_drops(DropReason::InternalError, unplaced);
         self.counters.add_room(&s.room);
         let members: Vec<MemberId> = s.room.members().collect();
         for member in members {
@@ -1930,7 +1937,7 @@ impl Shard {
         if let Some(b) = self.lent.take() {
             self.out.recycle(b);
         }
-        if !self.media.inbound.is_empty() || !self.media.outbound.is_empty() {
+        if !self.media.inbound.is_empty() || self.out.protect_len() > 0 {
             self.flush();
         } else if !self.to_remove.is_empty() && !self.routing_left() {
             self.remove_closed();
