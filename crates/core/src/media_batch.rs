@@ -302,9 +302,9 @@ fn name_contexts(
     keys: &mut Vec<(usize, MemberAt)>,
     context_of: &mut Vec<usize>,
 ) {
-    if staged.len() <= SORTED_NAMING {
-        name_by_sort(staged, &mut scratch.order, keys, context_of);
-    } else {
+    let sorted = staged.len() <= SORTED_NAMING
+        && name_by_sort(staged, &mut scratch.packed, keys, context_of);
+    if !sorted {
         name_by_map(staged, scratch, keys, context_of);
     }
 }
@@ -312,26 +312,55 @@ fn name_contexts(
 /// The largest batch [`name_contexts`] sorts whole.
 const SORTED_NAMING: usize = 256;
 
-/// [`name_contexts`] by one sort of the packets' places by key, each key kept once.
+/// A staged packet's key and its place `i` in one number, ordered as (slot, member) and then
+/// the place: sorted, the numbers need no look back into the packets. `None` for a slot past
+/// 32 bits (no shard has that many rooms; such a batch is named through the map).
+fn packed(s: &Staged, i: usize) -> Option<u128> {
+    let slot = u32::try_from(s.slot).ok()?;
+    let i = u32::try_from(i).ok()?;
+    Some(
+        u128::from(slot) << 96
+            | u128::from(s.member.ix) << 64
+            | u128::from(s.member.id.0) << 32
+            | u128::from(i),
+    )
+}
+
+/// [`name_contexts`] by one sort of the packets' keys and places packed in numbers
+/// ([`packed`]), each key kept once. Whether it could (every slot fits 32 bits).
 fn name_by_sort(
     staged: &[Staged],
-    order: &mut Vec<usize>,
+    order: &mut Vec<u128>,
     keys: &mut Vec<(usize, MemberAt)>,
     context_of: &mut Vec<usize>,
-) {
-    let key = |i: usize| (staged[i].slot, staged[i].member);
+) -> bool {
     order.clear();
-    order.extend(0..staged.len());
-    order.sort_unstable_by_key(|&i| key(i));
+    for (i, s) in staged.iter().enumerate() {
+        match packed(s, i) {
+            Some(p) => order.push(p),
+            None => return false,
+        }
+    }
+    order.sort_unstable();
     keys.clear();
     context_of.clear();
     context_of.resize(staged.len(), 0);
-    for &i in order.iter() {
-        if keys.last() != Some(&key(i)) {
-            keys.push(key(i));
+    let mut last = None;
+    for &p in order.iter() {
+        let key = p >> 32;
+        if last != Some(key) {
+            last = Some(key);
+            let member = MemberAt {
+                ix: (key >> 32) as u32,
+                id: crate::room::MemberId(key as u32),
+            };
+            keys.push(((key >> 64) as usize, member));
         }
-        context_of[i] = keys.len() - 1;
+        if let Some(c) = context_of.get_mut(p as u32 as usize) {
+            *c = keys.len() - 1;
+        }
     }
+    true
 }
 
 /// [`name_contexts`] with each key found in a map as it comes (`seen`), then only the distinct
@@ -347,6 +376,7 @@ fn name_by_map(
         order,
         rank,
         sorted,
+        ..
     } = scratch;
     seen.clear();
     keys.clear();
@@ -382,6 +412,8 @@ fn name_by_map(
 #[derive(Default)]
 struct Naming {
     seen: HashMap<(usize, MemberAt), usize, foldhash::fast::RandomState>,
+    /// [`name_by_sort`]'s packed keys.
+    packed: Vec<u128>,
     order: Vec<usize>,
     rank: Vec<usize>,
     sorted: Vec<(usize, MemberAt)>,
@@ -462,7 +494,12 @@ mod tests {
             let mut scratch = Naming::default();
             let (mut by_sort, mut of_sort) = (Vec::new(), Vec::new());
             let (mut by_map, mut of_map) = (Vec::new(), Vec::new());
-            name_by_sort(&staged, &mut scratch.order, &mut by_sort, &mut of_sort);
+            assert!(name_by_sort(
+                &staged,
+                &mut scratch.packed,
+                &mut by_sort,
+                &mut of_sort
+            ));
             name_by_map(&staged, &mut scratch, &mut by_map, &mut of_map);
             assert_eq!(by_sort, by_map, "{n} packets");
             assert_eq!(of_sort, of_map, "{n} packets");
@@ -471,5 +508,23 @@ mod tests {
             name_contexts(&staged, &mut scratch, &mut keys, &mut context_of);
             assert_eq!((keys, context_of), (by_sort, of_sort));
         }
+    }
+
+    #[test]
+    fn a_slot_past_32_bits_is_named_through_the_map() {
+        let far = usize::try_from(u64::from(u32::MAX) + 1).unwrap_or(usize::MAX);
+        let staged = vec![copy_to(far, 1), copy_to(3, 2), copy_to(far, 1)];
+        let mut scratch = Naming::default();
+        let (mut keys, mut context_of) = (Vec::new(), Vec::new());
+        assert!(!name_by_sort(
+            &staged,
+            &mut scratch.packed,
+            &mut keys,
+            &mut context_of
+        ));
+        name_contexts(&staged, &mut scratch, &mut keys, &mut context_of);
+        let slots: Vec<usize> = keys.iter().map(|k| k.0).collect();
+        assert_eq!(slots, vec![3, far]);
+        assert_eq!(context_of, vec![1, 0, 1]);
     }
 }
