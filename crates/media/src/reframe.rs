@@ -67,7 +67,8 @@ impl Reframer {
 
     /// Appends PCM (interleaved as configured).
     pub fn push(&mut self, pcm: &[i16]) {
-        self.buf.extend(pcm.iter().copied());
+        // From a slice: copied a run at a time, not sample by sample.
+        self.buf.extend(pcm);
     }
 
     /// Takes the next whole frame into `frame` (cleared first); false when there is none yet.
@@ -75,8 +76,13 @@ impl Reframer {
         if self.buf.len() < self.frame {
             return false;
         }
+        // The ring's two runs copied whole (a drain read sample by sample), then let go of.
         frame.clear();
-        frame.extend(self.buf.drain(..self.frame));
+        let (head, tail) = self.buf.as_slices();
+        let from_head = head.len().min(self.frame);
+        frame.extend_from_slice(&head[..from_head]);
+        frame.extend_from_slice(&tail[..self.frame - from_head]);
+        self.buf.drain(..self.frame);
         true
     }
 

@@ -396,8 +396,13 @@ impl StreamEncoder {
         self.rs.clear();
         self.resampler.process(pcm, &mut self.rs);
         if self.codec.channels() == 2 {
+            // Each sample to both channels, written in place (an iterator of pairs is pushed
+            // a sample at a time).
             self.stereo.clear();
-            self.stereo.extend(self.rs.iter().flat_map(|&s| [s, s]));
+            self.stereo.resize(self.rs.len() * 2, 0);
+            for (pair, &s) in self.stereo.chunks_exact_mut(2).zip(&self.rs) {
+                pair.fill(s);
+            }
             self.reframer.push(&self.stereo);
         } else {
             self.reframer.push(&self.rs);
