@@ -1843,6 +1843,10 @@ impl Shard {
     /// Tears down a room whose code panicked: every member is removed and counted as ended by
     /// `internal_error`; nothing of it is driven again.
     fn abandon_room(&mut self, slot: usize, room_gen: u64) {
+        // What the call that panicked staged to protect goes, whatever became of its room
+        // (each finished call's copies were placed).
+        let unplaced = self.out.drop_unplaced();
+        self.count_drops(DropReason::InternalError, unplaced);
         let Some(mut s) = self.rooms.get_mut(slot).and_then(Option::take) else {
             return;
         };
@@ -1856,8 +1860,6 @@ impl Shard {
         while let Some((_, o)) = self.out.pop() {
             self.discard(o);
         }
-        let unplaced = self.out.drop_unplaced();
-        self.count_drops(DropReason::InternalError, unplaced);
         self.counters.add_room(&s.room);
         let members: Vec<MemberId> = s.room.members().collect();
         for member in members {
