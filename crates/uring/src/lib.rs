@@ -63,10 +63,17 @@ const SEND: u64 = 2 << 56;
 const CANCEL: u64 = 3 << 56;
 const KIND: u64 = 0xff << 56;
 
+/// How many receive buffers a ring gives the kernel at first ([`Config::buffers`]): a
+/// worker's datagrams between two reaps, many times over.
+pub const FIRST_GIVEN: u16 = 256;
+
 /// Sizes of a [`Ring`].
 #[derive(Debug, Clone, Copy)]
 pub struct Config {
-    /// Receive buffers shared by every socket (a power of two, at most 32768).
+    /// Receive buffers shared by every socket (a power of two, at most 32768): how many the
+    /// ring may give the kernel. It gives [`FIRST_GIVEN`] of them (or all, when fewer) at
+    /// first, and twice as many each time a receive ends for want of one, so that only
+    /// buffers traffic has needed are ever written (and resident).
     pub buffers: u16,
     /// Sends in flight at once; a send beyond them first waits for earlier ones to complete.
     pub send_slots: usize,
@@ -143,8 +150,11 @@ struct Pool {
     /// Buffers the kernel filled and this side has not given back.
     lent: Vec<bool>,
     /// How many buffers are not the kernel's: filled (their completion seen, handled or not)
-    /// and not given back.
+    /// and not given back, or never given yet.
     held: usize,
+    /// Buffers given to the kernel at least once (those numbered below it); the rest have
+    /// never been written.
+    given: u16,
 }
 
 /// An io_uring with its receive buffers and its sends in flight; `T` travels with each send
@@ -234,7 +244,26 @@ impl Pool {
             memory: vec![0u8; n * BUF_SIZE].into_boxed_slice(),
             lent: vec![true; n],
             held: n,
+            given: 0,
         })
+    }
+
+    /// Gives the kernel `more` buffers it never had (fewer where the pool has no more):
+    /// how many.
+    fn give_more(&mut self, more: u16) -> u16 {
+        let total = u16::try_from(self.lent.len()).unwrap_or(u16::MAX);
+        let to = self.given.saturating_add(more).min(total);
+        let first = self.given;
+        self.given = to;
+        for bid in first..to {
+            self.give(bid);
+        }
+        to - first
+    }
+
+    /// Buffers the kernel may use: those it was ever given.
+    fn in_play(&self) -> usize {
+        usize::from(self.given)
     }
 
     /// Gives buffer `bid` to the kernel; `false` when it was not lent (never given twice).
@@ -268,6 +297,7 @@ impl Pool {
             memory: Box::new([]),
             lent: Vec::new(),
             held: 0,
+            given: 0,
         }
     }
 
@@ -336,9 +366,7 @@ impl<T> Ring<T> {
                 0,
             )?;
         }
-        for bid in 0..config.buffers {
-            pool.give(bid);
-        }
+        pool.give_more(FIRST_GIVEN);
         pool.publish();
         let mut recv_msg: Box<libc::msghdr> = Box::new(zeroed_msghdr());
         recv_msg.msg_namelen = NAME_LEN as libc::socklen_t;
@@ -629,6 +657,11 @@ impl<T> Ring<T> {
         self.pool.give(r.bid);
     }
 
+    /// Receive buffers given to the kernel so far ([`Config::buffers`] says how they grow).
+    pub fn buffers_given(&self) -> usize {
+        self.pool.in_play()
+    }
+
     /// Sends in flight.
     pub fn sends_in_flight(&self) -> usize {
         self.slots.len() - self.free_slots.len()
@@ -648,7 +681,7 @@ impl<T> Ring<T> {
         let mut budget = self
             .pool
             .in_kernel()
-            .saturating_sub(self.pool.lent.len() / 8);
+            .saturating_sub(self.pool.in_play() / 8);
         if budget == 0 {
             // Every key waits, not looked at: thousands may.
             return;
@@ -782,6 +815,12 @@ impl<T> Ring<T> {
             return;
         }
         self.recvs_in_flight = self.recvs_in_flight.saturating_sub(1);
+        if cqe.result() == -libc::ENOBUFS && self.pool.in_kernel() == 0 {
+            // Every buffer given is out: give as many again (published at the next submit),
+            // once for the receives that ended together.
+            let given = self.pool.given;
+            self.pool.give_more(given);
+        }
         let key = (cqe.user_data() & !KIND) as u32;
         // A receive disarmed under this key ends before one armed under it since.
         if let Some(n) = self.closing_keys.get_mut(&key) {

@@ -223,6 +223,53 @@ fn running_out_of_buffers_pauses_receiving_and_loses_nothing() {
 }
 
 #[test]
+fn a_ring_gives_buffers_as_traffic_needs_them() {
+    use secrelay_uring::FIRST_GIVEN;
+    let mut r = ring(Config {
+        buffers: 1024,
+        ..Config::default()
+    });
+    assert_eq!(r.buffers_given(), usize::from(FIRST_GIVEN));
+    let to = socket("127.0.0.1:0");
+    to.set_nonblocking(true).unwrap();
+    socket2::SockRef::from(&to)
+        .set_recv_buffer_size(4 << 20)
+        .unwrap();
+    let peer = socket("127.0.0.1:0");
+    r.arm(1, &to);
+    r.submit().unwrap();
+    let n = 600;
+    for i in 0..n {
+        peer.send_to(&(i as u32).to_be_bytes(), to.local_addr().unwrap())
+            .unwrap();
+    }
+    // Every buffer held, none given back: the receive ends for want of one, the ring gives
+    // as many again and arms it again, until the burst fits.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut held = Vec::new();
+    let mut out = Vec::new();
+    while held.len() < n && Instant::now() < deadline {
+        r.submit().unwrap();
+        r.wait(Duration::from_millis(20)).unwrap();
+        out.clear();
+        r.reap(&mut out, usize::MAX);
+        held.extend(out.drain(..).filter_map(|c| match c {
+            Completion::Received(d) => Some(d),
+            Completion::Sent { .. } => None,
+        }));
+    }
+    let order: Vec<u32> = held
+        .iter()
+        .map(|d| u32::from_be_bytes(r.payload(d).try_into().unwrap()))
+        .collect();
+    assert_eq!(order, (0..n as u32).collect::<Vec<_>>(), "all, in order");
+    assert_eq!(r.buffers_given(), 1024, "256, then 512, then 1,024");
+    for d in &held {
+        r.recycle(d);
+    }
+}
+
+#[test]
 fn many_sockets_sharing_few_buffers_lose_nothing_and_keep_their_order() {
     // Every socket's receive ends for want of buffers over and over; they are armed again as
     // the buffers come back, a few at a time.
