@@ -182,6 +182,8 @@ pub struct Ring<T> {
     to_arm: Vec<u32>,
     /// Sockets disarmed whose receive has not ended yet.
     closing: usize,
+    /// A receive ended for want of a buffer since the buffers were last handed over.
+    short: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -397,6 +399,7 @@ impl<T> Ring<T> {
             recvs_in_flight: 0,
             to_arm: Vec::new(),
             closing: 0,
+            short: false,
         })
     }
 
@@ -536,7 +539,7 @@ impl<T> Ring<T> {
     /// Hands everything queued (sends, receives to arm or re-arm, cancels) to the kernel in
     /// one system call; returns once every cancelled receive has ended.
     pub fn submit(&mut self) -> io::Result<()> {
-        self.pool.publish();
+        self.replenish();
         if !self.to_arm.is_empty() {
             self.arm_pending();
         }
@@ -573,7 +576,7 @@ impl<T> Ring<T> {
         min_wait: Duration,
         timeout: Duration,
     ) -> io::Result<()> {
-        self.pool.publish();
+        self.replenish();
         if self.pending() {
             return self.enter();
         }
@@ -662,6 +665,17 @@ impl<T> Ring<T> {
         self.pool.in_play()
     }
 
+    /// Hands the kernel the buffers given back since the last time, and, if a receive ended
+    /// for want of one meanwhile, as many new ones again as were given so far (up to
+    /// [`Config::buffers`]): once per hand-over, however many receives ended together.
+    fn replenish(&mut self) {
+        if std::mem::take(&mut self.short) {
+            let given = self.pool.given;
+            self.pool.give_more(given);
+        }
+        self.pool.publish();
+    }
+
     /// Sends in flight.
     pub fn sends_in_flight(&self) -> usize {
         self.slots.len() - self.free_slots.len()
@@ -678,6 +692,7 @@ impl<T> Ring<T> {
     fn arm_pending(&mut self) {
         // Completions still in the kernel's queue took buffers too.
         self.collect();
+        self.replenish();
         let mut budget = self
             .pool
             .in_kernel()
@@ -815,11 +830,10 @@ impl<T> Ring<T> {
             return;
         }
         self.recvs_in_flight = self.recvs_in_flight.saturating_sub(1);
-        if cqe.result() == -libc::ENOBUFS && self.pool.in_kernel() == 0 {
-            // Every buffer given is out: give as many again (published at the next submit),
-            // once for the receives that ended together.
-            let given = self.pool.given;
-            self.pool.give_more(given);
+        if cqe.result() == -libc::ENOBUFS {
+            // Every buffer given was out: more are given before the kernel is next handed
+            // any ([`Ring::replenish`]).
+            self.short = true;
         }
         let key = (cqe.user_data() & !KIND) as u32;
         // A receive disarmed under this key ends before one armed under it since.
