@@ -259,7 +259,11 @@ impl RoomOut {
     /// [`RoomOut::give_back`] so that its allocation is kept. Any not placed (a call whose
     /// output was never taken, a bug) are dropped first: how many, with the list.
     pub(crate) fn take_protect(&mut self) -> (Vec<Staged>, u64) {
-        debug_assert_eq!(self.placed, self.protect.len(), "copies staged, never placed");
+        debug_assert_eq!(
+            self.placed,
+            self.protect.len(),
+            "copies staged, never placed"
+        );
         let dropped = self.drop_unplaced();
         self.placed = 0;
         (std::mem::take(&mut self.protect), dropped)
