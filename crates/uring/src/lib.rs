@@ -72,8 +72,8 @@ pub const FIRST_GIVEN: u16 = 256;
 pub struct Config {
     /// Receive buffers shared by every socket (a power of two, at most 32768): how many the
     /// ring may give the kernel. It gives [`FIRST_GIVEN`] of them (or all, when fewer) at
-    /// first, and twice as many each time a receive ends for want of one, so that only
-    /// buffers traffic has needed are ever written (and resident).
+    /// first, and doubles what it gave at the next hand-over after a receive ends for want
+    /// of one, so that only buffers traffic has needed are ever written (and resident).
     pub buffers: u16,
     /// Sends in flight at once; a send beyond them first waits for earlier ones to complete.
     pub send_slots: usize,
@@ -250,17 +250,14 @@ impl Pool {
         })
     }
 
-    /// Gives the kernel `more` buffers it never had (fewer where the pool has no more):
-    /// how many.
-    fn give_more(&mut self, more: u16) -> u16 {
+    /// Gives the kernel `more` buffers it never had (fewer where the pool has no more).
+    fn give_more(&mut self, more: u16) {
         let total = u16::try_from(self.lent.len()).unwrap_or(u16::MAX);
         let to = self.given.saturating_add(more).min(total);
-        let first = self.given;
-        self.given = to;
+        let first = std::mem::replace(&mut self.given, to);
         for bid in first..to {
             self.give(bid);
         }
-        to - first
     }
 
     /// Buffers the kernel may use: those it was ever given.
