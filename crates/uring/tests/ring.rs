@@ -231,7 +231,6 @@ fn a_ring_gives_buffers_as_traffic_needs_them() {
     });
     assert_eq!(r.buffers_given(), usize::from(FIRST_GIVEN));
     let to = socket("127.0.0.1:0");
-    to.set_nonblocking(true).unwrap();
     socket2::SockRef::from(&to)
         .set_recv_buffer_size(4 << 20)
         .unwrap();

@@ -308,6 +308,14 @@ mod tests {
         });
     }
 
+    /// A queue holding one copy to protect (room tagged 1, member 0), placed in slot 0.
+    fn one_placed() -> RoomOut {
+        let mut out = RoomOut::default();
+        copy(&mut out, 1, 0, true, 10);
+        assert_eq!(out.place(0, 1), 0);
+        out
+    }
+
     #[test]
     fn a_copy_to_protect_is_staged_and_a_plain_one_queued() {
         let mut out = RoomOut::default();
@@ -333,9 +341,7 @@ mod tests {
 
     #[test]
     fn copies_left_by_another_room_are_dropped_when_a_room_is_placed() {
-        let mut out = RoomOut::default();
-        copy(&mut out, 1, 0, true, 10);
-        assert_eq!(out.place(0, 1), 0);
+        let mut out = one_placed();
         // Room 2's call did not finish; room 3's output is taken next.
         copy(&mut out, 2, 1, true, 10);
         copy(&mut out, 3, 2, true, 10);
@@ -354,9 +360,7 @@ mod tests {
 
     #[test]
     fn copies_never_placed_are_dropped_not_protected() {
-        let mut out = RoomOut::default();
-        copy(&mut out, 1, 0, true, 10);
-        assert_eq!(out.place(0, 1), 0);
+        let mut out = one_placed();
         // A room given up after a panic: what it staged goes with it.
         copy(&mut out, 1, 1, true, 10);
         assert_eq!(out.drop_unplaced(), 1);
@@ -373,9 +377,7 @@ mod tests {
     #[test]
     #[cfg(not(debug_assertions))]
     fn the_protect_call_drops_a_copy_never_placed() {
-        let mut out = RoomOut::default();
-        copy(&mut out, 1, 0, true, 10);
-        assert_eq!(out.place(0, 1), 0);
+        let mut out = one_placed();
         copy(&mut out, 1, 1, true, 10);
         let (staged, unplaced) = out.take_protect();
         assert_eq!((staged.len(), unplaced), (1, 1));
